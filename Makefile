@@ -1,0 +1,44 @@
+# Two commands for a new user: `make demo` and `make test`. Both create .venv when it is missing,
+# install the project into it (editable) once, and skip that on later runs: the install is redone
+# only when setup.py or pyproject.toml change.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.toolkit-installed
+PYTEST_FLAGS ?= -q
+
+.PHONY: demo test lint format bench install clean
+
+demo: $(STAMP)
+	$(PY) -m recipes.mlp
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest $(PYTEST_FLAGS)
+	@echo "== profiling tests again under tf_keras (TF_USE_LEGACY_KERAS=1) =="
+	TF_USE_LEGACY_KERAS=1 $(PY) -m pytest $(PYTEST_FLAGS) -m legacy_keras
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(STAMP)
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+bench: $(STAMP)
+	$(PY) benchmarks/profiler_overhead.py
+	$(PY) benchmarks/step_timer_accuracy.py
+
+install: $(STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): setup.py pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,report]'
+	touch $@
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,67 @@
+"""Packaging for the Keras/TensorFlow training-performance toolkit.
+
+TensorFlow comes from a different distribution per platform, chosen by environment markers:
+
+* Linux and Intel macOS: ``tensorflow``.
+* Apple silicon (``darwin``/``arm64``): ``tensorflow-macos``; the ``metal`` extra adds the
+  ``tensorflow-metal`` PluggableDevice. tensorflow-macos stops at 2.16, so the Apple-silicon
+  bounds differ from the Linux ones; BUILD.md has the tested matrix and the known-broken pairs.
+
+Versions are bounded to what the tested matrix in BUILD.md covers.
+"""
+
+from setuptools import find_packages, setup
+
+APPLE_SILICON = 'sys_platform == "darwin" and platform_machine == "arm64"'
+NOT_APPLE_SILICON = 'sys_platform != "darwin" or platform_machine != "arm64"'
+
+
+def _version() -> str:
+    scope: dict[str, str] = {}
+    with open("toolkit/_version.py", encoding="utf-8") as f:
+        exec(f.read(), scope)  # our own one-line version file
+    return scope["__version__"]
+
+
+def _readme() -> str:
+    with open("README.md", encoding="utf-8") as f:
+        return f.read()
+
+
+setup(
+    name="keras-perf-toolkit",
+    version=_version(),
+    description="Step-time profiling, input pipelines and measured tuning for Keras training.",
+    long_description=_readme(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["toolkit", "toolkit.*", "recipes", "recipes.*"]),
+    install_requires=[
+        f"tensorflow>=2.16,<2.22; {NOT_APPLE_SILICON}",
+        f"tensorflow-macos>=2.13,<2.17; {APPLE_SILICON}",
+        "tensorflow-datasets>=4.9,<5",
+        "absl-py>=2.0",
+        "numpy>=1.26",
+        "psutil>=5.9",
+        "scikit-learn>=1.3",  # ships the digits dataset the default recipe trains on, offline
+    ],
+    extras_require={
+        "metal": [f"tensorflow-metal>=1.1,<1.3; {APPLE_SILICON}"],
+        "report": ["matplotlib>=3.7"],
+        "profile": ["tensorboard>=2.16", "xprof>=2.19"],
+        "test": [
+            "pytest>=8",
+            "ruff>=0.5",
+            "matplotlib>=3.7",
+            # tf_keras must match the TensorFlow minor version; CI runs the profiling tests
+            # a second time under TF_USE_LEGACY_KERAS=1 with it.
+            f"tf-keras>=2.16,<2.22; {NOT_APPLE_SILICON}",
+        ],
+    },
+    entry_points={"console_scripts": ["toolkit=toolkit.__main__:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Operating System :: POSIX :: Linux",
+        "Operating System :: MacOS",
+    ],
+)

@@ -1,0 +1,56 @@
+"""Shared fixtures: tiny real Keras models and datasets (whichever Keras is selected)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="session")
+def keras():
+    from toolkit import compat
+
+    return compat.keras()
+
+
+@pytest.fixture
+def make_model(keras):
+    """A tiny compiled MLP: ``make_model(steps_per_execution=1, jit_compile=False)``."""
+
+    def make(steps_per_execution: int = 1, jit_compile: bool = False, features: int = 8):
+        model = keras.Sequential(
+            [
+                keras.Input((features,)),
+                keras.layers.Dense(16, activation="relu"),
+                keras.layers.Dense(3),
+            ]
+        )
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.01),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+            steps_per_execution=steps_per_execution,
+            jit_compile=jit_compile,
+        )
+        return model
+
+    return make
+
+
+@pytest.fixture
+def make_dataset():
+    """``make_dataset(batches, batch_size=8, features=8, drop_remainder=True)``."""
+    import tensorflow as tf
+
+    def make(batches: int, batch_size: int = 8, features: int = 8, extra: int = 0):
+        rng = np.random.default_rng(0)
+        n = batches * batch_size + extra
+        x = rng.normal(size=(n, features)).astype("float32")
+        y = rng.integers(0, 3, size=n).astype("int32")
+        return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
+
+    return make

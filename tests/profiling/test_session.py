@@ -1,0 +1,116 @@
+"""profile(): the report lands, atomically, whether fit completes, raises or is interrupted."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from toolkit import compat
+from toolkit.profiling.session import TrainingInterrupted, profile
+from toolkit.report import RunReport
+
+pytestmark = pytest.mark.legacy_keras
+
+
+def _raise_at(epoch_to_fail, batch_to_fail, exc):
+    class Boom(compat.keras().callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if (self.epoch, batch) == (epoch_to_fail, batch_to_fail):
+                if exc == "sigterm":
+                    os.kill(os.getpid(), signal.SIGTERM)
+                else:
+                    raise exc
+
+    return Boom()
+
+
+def _only_run_dir(root):
+    (run_dir,) = [p for p in root.iterdir() if p.is_dir()]
+    return run_dir
+
+
+def test_complete_run_writes_json_markdown_png(tmp_path, make_model, make_dataset):
+    ds = make_dataset(10)
+    with profile("tiny", report_dir=tmp_path, data=ds, memory_watch=True, args={"lr": 0.1}) as p:
+        make_model().fit(ds, epochs=2, verbose=0, callbacks=p.callbacks)
+    run_dir = _only_run_dir(tmp_path)
+    assert sorted(os.listdir(run_dir)) == ["report.json", "report.md", "steps.png"]
+    assert p.paths["json"] == str(run_dir / "report.json")
+    report = RunReport.load(run_dir)
+    assert report.status == "complete" and report.error is None
+    assert report.steps.total_steps == 20 and report.steps.batch_size == 8
+    assert report.args == {"lr": 0.1}
+    assert len(report.epochs) == 2 and "loss" in report.metrics
+    assert len(report.memory["readings"]) == 3
+    assert report.environment["tensorflow"] and report.environment["keras_flavor"] == (
+        compat.keras_flavor()
+    )
+    assert (run_dir / "steps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (RuntimeError("disk on fire"), "RuntimeError: disk on fire"),
+        (KeyboardInterrupt(), "KeyboardInterrupt"),
+        ("sigterm", "TrainingInterrupted: signal SIGTERM"),
+    ],
+)
+def test_failed_or_interrupted_fit_still_writes_a_partial_report(
+    tmp_path, make_model, make_dataset, exc, expected
+):
+    expected_type = {
+        "sigterm": TrainingInterrupted,
+        "KeyboardInterrupt": KeyboardInterrupt,
+    }.get(exc if isinstance(exc, str) else type(exc).__name__, RuntimeError)
+    with pytest.raises(expected_type):
+        with profile("dies", report_dir=tmp_path, batch_size=8, warmup_steps=1) as p:
+            make_model().fit(
+                make_dataset(10),
+                epochs=3,
+                verbose=0,
+                callbacks=[*p.callbacks, _raise_at(1, 7, exc)],
+            )
+    run_dir = _only_run_dir(tmp_path)
+    data = json.loads((run_dir / "report.json").read_text())
+    assert data["status"] == "partial"
+    assert data["error"] == expected
+    report = RunReport.load(run_dir)
+    # Epoch 0 (10 steps) finished; in epoch 1, steps 0..6 ran before the failure at step 7.
+    assert report.steps.total_steps == 10 + 7
+    assert len(report.epochs) == 1
+    assert "partial" in (run_dir / "report.md").read_text()
+    assert not [f for f in os.listdir(run_dir) if f.startswith(".tmp-")]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handler restored
+
+
+def test_without_report_dir_nothing_is_written(tmp_path, make_model, make_dataset, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with profile("mem-only", batch_size=8) as p:
+        make_model().fit(make_dataset(3), epochs=1, verbose=0, callbacks=p.callbacks)
+    assert p.report.steps.total_steps == 3 and p.paths == {} and os.listdir(tmp_path) == []
+
+
+def test_custom_loop_with_profile(tmp_path):
+    import tensorflow as tf
+
+    w = tf.Variable(tf.ones((4, 4)))
+
+    @tf.function
+    def train_step(x):
+        w.assign_sub(0.01 * tf.matmul(x, w))
+
+    x = tf.ones((4, 4))
+    with profile("loop", report_dir=tmp_path, batch_size=4, warmup_steps=2) as p:
+        with p.timer:
+            for _ in range(10):
+                train_step(x)
+                p.timer.step()
+    assert p.report.steps.timed_steps == 7
+    assert RunReport.load(p.paths["json"]).steps.first_step_steps == 1

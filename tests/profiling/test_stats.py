@@ -1,0 +1,102 @@
+"""toolkit.profiling.stats with injected durations (no clocks, no sleeps, no TensorFlow)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from toolkit.profiling import stats
+from toolkit.profiling.stats import StepStats, percentile, summarize, summarize_calls
+
+pytestmark = pytest.mark.legacy_keras
+
+
+@pytest.mark.parametrize("q", [0, 1, 10, 50, 90, 99, 100])
+def test_percentile_matches_numpy_linear(q):
+    values = sorted(np.random.default_rng(1).exponential(size=101).tolist())
+    assert percentile(values, q) == pytest.approx(np.percentile(values, q))
+
+
+def test_percentile_rejects_bad_input():
+    with pytest.raises(ValueError, match="empty"):
+        percentile([], 50)
+    with pytest.raises(ValueError, match=r"\[0, 100\]"):
+        percentile([1.0], 101)
+
+
+def test_jitter_is_scaled_mad_and_robust_to_outliers():
+    values = [1.0, 2.0, 3.0, 4.0, 100.0]
+    # median 3, |x-3| = 2,1,0,1,97 -> MAD 1
+    assert stats.jitter(values) == pytest.approx(1.4826)
+    gaussian = np.random.default_rng(2).normal(10.0, 0.5, size=20_000).tolist()
+    assert stats.jitter(gaussian) == pytest.approx(0.5, rel=0.03)
+
+
+def test_summarize_one_step_per_execution():
+    durations = [0.010, 0.012, 0.011, 0.013, 0.030]
+    s = summarize(durations, batch_size=64, first_step_s=1.5, first_step_steps=1, warmup_steps=3)
+    assert s.timed_steps == 5 and s.samples == 5
+    assert s.total_s == pytest.approx(sum(durations))
+    assert s.mean_s == pytest.approx(sum(durations) / 5)
+    assert s.p50_s == pytest.approx(0.012)
+    assert s.min_s == pytest.approx(0.010) and s.max_s == pytest.approx(0.030)
+    assert s.p90_s == pytest.approx(np.percentile(durations, 90))
+    assert s.examples_per_sec == pytest.approx(64 / s.mean_s)
+    assert s.steps_per_sec == pytest.approx(1 / s.mean_s)
+    assert s.total_steps == 1 + 3 + 5
+    assert s.first_step_s == 1.5
+
+
+def test_summarize_is_per_step_with_steps_per_execution():
+    # Four executions of 4 steps each at 2 ms/step, and a last partial one of 2 steps at 3 ms/step.
+    durations = [0.008, 0.008, 0.008, 0.008, 0.006]
+    steps = [4, 4, 4, 4, 2]
+    s = summarize(durations, steps, batch_size=10)
+    assert s.timed_steps == 18 and s.samples == 5
+    assert s.steps_per_execution == 4
+    assert s.mean_s == pytest.approx(0.038 / 18)  # time-weighted
+    assert s.p50_s == pytest.approx(0.002)  # per-step, not per-call (0.008)
+    assert s.max_s == pytest.approx(0.003)
+    assert s.examples_per_sec == pytest.approx(10 * 18 / 0.038)
+
+
+def test_summarize_without_timed_steps_reports_why():
+    s = summarize([], first_step_s=0.5, first_step_steps=1, warmup_steps=4)
+    assert s.timed_steps == 0 and s.mean_s is None and s.examples_per_sec is None
+    assert "no timed steps" in str(s) and "5 steps" in str(s)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(durations=[0.1, 0.2], steps=[1]), "same length"),
+        (dict(durations=[-0.1]), "finite and >= 0"),
+        (dict(durations=[float("nan")]), "finite"),
+        (dict(durations=[0.1], steps=[0]), ">= 1"),
+        (dict(durations=[0.1], batch_size=0), "batch_size"),
+    ],
+)
+def test_summarize_rejects_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        summarize(**kwargs)
+
+
+def test_summarize_calls_classifies_kinds():
+    calls = [
+        (1.0, 1, 0, "first"),
+        (0.02, 1, 0, "warmup"),
+        (0.02, 1, 0, "warmup"),
+        (0.01, 1, 0, "timed"),
+        (0.50, 1, 0, "excluded"),
+        (0.01, 1, 1, "timed"),
+    ]
+    s = summarize_calls(calls, batch_size=4)
+    assert (s.first_step_s, s.warmup_steps, s.excluded_steps, s.timed_steps) == (1.0, 2, 1, 2)
+    assert s.max_s == pytest.approx(0.01)
+
+
+def test_stepstats_dict_roundtrip_and_lines():
+    s = summarize([0.001] * 10, batch_size=32, first_step_s=0.2, first_step_steps=1)
+    assert StepStats.from_dict(s.to_dict()) == s
+    text = str(s)
+    assert "p50 1.000 ms" in text and "32,000.0 examples/s" in text and "first step" in text

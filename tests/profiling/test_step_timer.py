@@ -1,0 +1,220 @@
+"""StepTimer inside real fit runs (tiny models, few steps), and around a custom loop."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from toolkit import compat
+from toolkit.profiling.step_timer import StepTimer, infer_batch_size
+
+pytestmark = pytest.mark.legacy_keras
+
+
+class FakeClock:
+    def __init__(self, times):
+        self.times = list(times)
+
+    def __call__(self):
+        return self.times.pop(0)
+
+
+def test_standalone_timer_with_injected_clock():
+    # start at 0; steps end at 1.0 (first: tracing), 1.1, 1.2 (warm-up 1), 1.25, 1.30, 1.40
+    timer = StepTimer(
+        warmup_steps=1, batch_size=10, clock=FakeClock([0, 1.0, 1.1, 1.25, 1.3, 1.4, 2.0])
+    )
+    with timer:
+        for _ in range(5):
+            timer.step()
+    s = timer.summary()
+    assert s.first_step_s == pytest.approx(1.0)
+    assert s.warmup_steps == 1
+    assert s.timed_steps == 3
+    assert s.total_s == pytest.approx(0.15 + 0.05 + 0.10)
+    assert s.p50_s == pytest.approx(0.10)
+    assert s.examples_per_sec == pytest.approx(10 / 0.1)
+    assert timer.fit_seconds == pytest.approx(2.0)
+
+
+def test_standalone_step_counts_several_steps():
+    timer = StepTimer(warmup_steps=0, clock=FakeClock([0, 1, 2, 4, 5]))
+    timer.start()
+    timer.step(4)  # first
+    timer.step(4)
+    timer.step(8)
+    timer.stop()
+    s = timer.summary()
+    assert (s.first_step_steps, s.timed_steps, s.samples) == (4, 12, 2)
+    assert s.mean_s == pytest.approx(3 / 12)
+    assert s.p50_s == pytest.approx(0.25)
+
+
+def test_step_before_start_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="before start"):
+        StepTimer().step()
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="warmup_steps"):
+        StepTimer(warmup_steps=-1)
+    with pytest.raises(ValueError, match="batch_size"):
+        StepTimer(batch_size=0)
+
+
+def test_fit_counts_every_step(make_model, make_dataset):
+    ds = make_dataset(12)
+    timer = StepTimer(warmup_steps=3, data=ds)
+    make_model().fit(ds, epochs=2, verbose=0, callbacks=[timer])
+    s = timer.summary()
+    assert s.batch_size == 8
+    assert s.total_steps == 24
+    assert (s.first_step_steps, s.warmup_steps, s.timed_steps) == (1, 3, 20)
+    assert [e["steps"] for e in timer.epochs] == [12, 12]
+    assert all(e["seconds"] >= e["step_seconds"] > 0 for e in timer.epochs)
+    assert set(timer.last_logs) >= {"loss", "accuracy"}
+    assert s.examples_per_sec == pytest.approx(8 / s.mean_s)
+    assert timer.fit_seconds >= sum(e["seconds"] for e in timer.epochs)
+
+
+@pytest.mark.parametrize("batches", [12, 13])  # 13: the last execution of each epoch is partial
+def test_fit_with_steps_per_execution_reports_per_step(make_model, make_dataset, batches):
+    ds = make_dataset(batches)
+    timer = StepTimer(warmup_steps=4, batch_size=8)
+    make_model(steps_per_execution=4).fit(
+        ds, epochs=2, verbose=0, callbacks=[timer], validation_data=make_dataset(2)
+    )
+    s = timer.summary()
+    executions_per_epoch = -(-batches // 4)
+    assert s.total_steps == 2 * batches
+    assert len(timer.calls) == 2 * executions_per_epoch  # one sample per execution
+    assert s.first_step_steps == 4 and s.warmup_steps == 4
+    assert s.steps_per_execution == 4
+    assert [c[1] for c in timer.calls[:executions_per_epoch]][-1] == (4 if batches == 12 else 1)
+    # Per-step figures: a sample's per-step time is its duration over its steps.
+    timed = [c for c in timer.calls if c[3] == "timed"]
+    assert s.max_s == pytest.approx(max(c[0] / c[1] for c in timed))
+    assert s.mean_s == pytest.approx(sum(c[0] for c in timed) / sum(c[1] for c in timed))
+
+
+def test_fit_unknown_length_dataset_drops_the_end_of_data_probe(make_model):
+    x = np.random.default_rng(0).normal(size=(80, 8)).astype("float32")
+    y = np.zeros(80, "int32")
+
+    def gen():
+        for i in range(0, 80, 8):
+            yield x[i : i + 8], y[i : i + 8]
+
+    ds = tf.data.Dataset.from_generator(
+        gen,
+        output_signature=(
+            tf.TensorSpec((None, 8), tf.float32),
+            tf.TensorSpec((None,), tf.int32),
+        ),
+    )
+    assert int(ds.cardinality()) < 0  # unknown
+    timer = StepTimer(warmup_steps=0, data=ds)
+    with pytest.warns(UserWarning) if not compat.use_legacy_keras() else _nothing():
+        make_model().fit(ds, epochs=2, verbose=0, callbacks=[timer])
+    assert timer.batch_size is None  # nothing static, no batching stage to read
+    assert [e["steps"] for e in timer.epochs] == [10, 10]
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_infer_batch_size(make_dataset):
+    assert infer_batch_size(make_dataset(3, batch_size=5)) == 5  # nominal, last may be partial
+    fixed = tf.data.Dataset.range(20).batch(4, drop_remainder=True).prefetch(1)
+    assert infer_batch_size(fixed) == 4  # static dimension
+    assert infer_batch_size(tf.data.Dataset.range(3)) is None  # unbatched
+    assert infer_batch_size(np.zeros((4, 2))) is None
+
+
+# ---------------------------------------------------------------------------- structural promises
+
+
+class Poison:
+    """A stand-in for a tensor: any attempt to read it fails the test."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"StepTimer read a log value (.{name})")
+
+    def __float__(self):
+        raise AssertionError("StepTimer converted a log value to float")
+
+    def __array__(self, *args, **kwargs):
+        raise AssertionError("StepTimer converted a log value to an array")
+
+    def __bool__(self):
+        raise AssertionError("StepTimer evaluated a log value")
+
+
+def test_batch_hooks_never_read_logs():
+    timer = StepTimer(warmup_steps=0)
+    timer.set_params({"steps": 3, "epochs": 1})
+    timer.on_train_begin()
+    timer.on_epoch_begin(0)
+    for batch in range(3):
+        timer.on_train_batch_begin(batch, logs={"loss": Poison()})
+        timer.on_train_batch_end(batch, logs={"loss": Poison(), "accuracy": Poison()})
+    timer.on_epoch_end(0, logs={})
+    assert timer.summary().total_steps == 3
+
+
+def _modules_called_during(fn, *args, **kwargs):
+    called = set()
+
+    def tracer(frame, event, arg):
+        if event == "call":
+            called.add(frame.f_globals.get("__name__", "?"))
+        elif event == "c_call":
+            called.add(getattr(arg, "__module__", None) or "builtins")
+
+    sys.setprofile(tracer)
+    try:
+        fn(*args, **kwargs)
+    finally:
+        sys.setprofile(None)
+    return called
+
+
+def test_batch_hooks_call_no_tensorflow_in_a_real_fit(make_model, make_dataset):
+    """Every function the batch hooks call, traced in a real fit: none is TF, Keras or NumPy."""
+    timer = StepTimer(warmup_steps=1)
+    seen: set[str] = set()
+    for name in ("on_train_batch_begin", "on_train_batch_end"):
+        hook = getattr(timer, name)
+
+        def traced(*args, _hook=hook, **kwargs):
+            seen.update(_modules_called_during(_hook, *args, **kwargs))
+
+        setattr(timer, name, traced)
+    make_model(steps_per_execution=2).fit(make_dataset(8), epochs=2, verbose=0, callbacks=[timer])
+    assert timer.summary().total_steps == 16
+    forbidden = [m for m in seen if m.split(".")[0] in {"tensorflow", "keras", "tf_keras", "numpy"}]
+    assert not forbidden, f"batch hooks called into {forbidden}"
+    assert seen  # the tracer did run
+
+
+def test_adding_the_timer_does_not_make_keras_sync_logs_per_step(keras):
+    """tf_keras converts logs to NumPy at each batch end when a callback lacks
+    _supports_tf_logs; Keras 3 stops dispatching batch ends asynchronously when a callback is
+    not async_safe. Adding StepTimer must change neither from a run without callbacks."""
+    timer = StepTimer()
+    with_timer = keras.callbacks.CallbackList([timer])
+    without = keras.callbacks.CallbackList([])
+    if compat.use_legacy_keras():
+        assert with_timer._supports_tf_logs
+        assert with_timer._batch_hooks_support_tf_logs
+    else:
+        assert timer.async_safe
+        assert with_timer._async_train == without._async_train

@@ -1,0 +1,57 @@
+"""TraceWindow in real fit runs: a trace lands on disk; a failing profiler never stops training."""
+
+from __future__ import annotations
+
+import pytest
+import tensorflow as tf
+
+from toolkit.profiling.step_timer import StepTimer
+from toolkit.profiling.trace_window import TraceWindow
+
+pytestmark = pytest.mark.legacy_keras
+
+
+def test_trace_window_writes_a_trace_and_timer_excludes_traced_steps(
+    tmp_path, make_model, make_dataset
+):
+    timer = StepTimer(warmup_steps=2)
+    trace = TraceWindow(tmp_path / "trace", start_step=4, stop_step=7)
+    make_model().fit(make_dataset(6), epochs=2, verbose=0, callbacks=[timer, trace])
+    assert trace.error is None
+    assert trace.traced_steps == (4, 7)
+    files = trace.trace_files()
+    assert files and all(f.endswith(".xplane.pb") for f in files)
+    assert "plugins/profile" in files[0].replace("\\", "/")
+    s = timer.summary()
+    # steps 4, 5, 6 ran under the profiler; step 7's interval contains the profiler stop.
+    assert s.excluded_steps == 4
+    assert s.total_steps == 12 and s.timed_steps == 12 - 1 - 2 - 4
+    result = trace.result()
+    assert result["traced_steps"] == [4, 7] and result["error"] is None
+
+
+def test_window_spanning_epochs_and_stopping_at_train_end(tmp_path, make_model, make_dataset):
+    trace = TraceWindow(tmp_path / "t", start_step=3, stop_step=100)
+    make_model().fit(make_dataset(4), epochs=2, verbose=0, callbacks=[trace])
+    assert trace.traced_steps == (3, 8)  # stopped at the end of training
+    assert trace.trace_files()
+
+
+def test_profiler_failure_is_logged_and_training_goes_on(tmp_path, make_model, make_dataset):
+    tf.profiler.experimental.start(str(tmp_path / "someone-else"))
+    try:
+        timer = StepTimer(warmup_steps=0)
+        trace = TraceWindow(tmp_path / "mine", start_step=1, stop_step=3)
+        history = make_model().fit(make_dataset(5), epochs=1, verbose=0, callbacks=[timer, trace])
+    finally:
+        tf.profiler.experimental.stop()
+    assert len(history.history["loss"]) == 1
+    assert trace.error and "failed to start" in trace.error
+    assert trace.traced_steps is None
+    assert timer.summary().excluded_steps == 0  # a trace that never ran excludes nothing
+    assert timer.summary().total_steps == 5
+
+
+def test_bad_window():
+    with pytest.raises(ValueError, match="start_step < stop_step"):
+        TraceWindow("x", start_step=5, stop_step=5)

@@ -1,0 +1,107 @@
+"""recipes/mlp.py as a user runs it: a real process, real digits, real flags and signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+RECIPE = [sys.executable, "-m", "recipes.mlp"]
+
+
+def _run(args, timeout=240):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run(
+        [*RECIPE, *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def _report(report_dir):
+    (run_dir,) = [p for p in report_dir.iterdir() if p.is_dir()]
+    return run_dir, json.loads((run_dir / "report.json").read_text())
+
+
+def test_default_settings_reach_095_and_write_the_report(tmp_path):
+    out = _run([f"--report_dir={tmp_path}"])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "== mlp: complete" in out.stdout and "examples/s" in out.stdout
+    run_dir, data = _report(tmp_path)
+    assert sorted(os.listdir(run_dir)) == ["report.json", "report.md", "steps.png"]
+    assert data["metrics"]["val_accuracy"] >= 0.95
+    assert data["args"]["epochs"] == 20 and data["args"]["hidden_units"] == 128
+    assert data["steps"]["batch_size"] == 32 and data["steps"]["timed_steps"] > 500
+
+
+def test_performance_flags_trace_and_memory(tmp_path):
+    out = _run(
+        [
+            f"--report_dir={tmp_path}",
+            "--epochs=3",
+            "--batch_size=64",
+            "--steps_per_execution=4",
+            "--jit_compile",
+            "--profile_steps=4,12",
+            "--memory_watch",
+        ]
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    run_dir, data = _report(tmp_path)
+    steps = data["steps"]
+    assert steps["steps_per_execution"] == 4
+    assert steps["first_step_steps"] + steps["warmup_steps"] + steps["excluded_steps"] + steps[
+        "timed_steps"
+    ] == 3 * (1437 // 64)
+    assert data["trace"]["error"] is None and data["trace"]["files"]
+    assert data["trace"]["traced_steps"] == [4, 12]
+    assert len(data["memory"]["readings"]) == 4
+    assert "trace: steps 4–12" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("flag", "words"),
+    [
+        ("--epochs=0", "epochs"),
+        ("--batch_size=-1", "batch_size"),
+        ("--profile_steps=9,3", "profile_steps"),
+        ("--no_such_flag=1", "no_such_flag"),
+    ],
+)
+def test_bad_flags_fail_with_one_clear_line(tmp_path, flag, words):
+    out = _run([f"--report_dir={tmp_path}", flag], timeout=120)
+    assert out.returncode != 0
+    error_lines = [line for line in out.stderr.splitlines() if "FATAL Flags parsing error" in line]
+    assert len(error_lines) == 1 and words in error_lines[0], out.stderr[-1000:]
+    assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_interrupted_run_leaves_a_partial_report(tmp_path):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.Popen(
+        [*RECIPE, f"--report_dir={tmp_path}", "--epochs=100000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        # Wait until training has started (the run directory exists), then a bit more.
+        while not list(tmp_path.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(3)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    run_dir, data = _report(tmp_path)
+    assert data["status"] == "partial" and data["error"].startswith("KeyboardInterrupt")
+    assert data["steps"]["total_steps"] > 0 and data["epochs"]
+    assert "partial" in (run_dir / "report.md").read_text()

@@ -1,0 +1,35 @@
+"""The public API: every exported name exists and is documented; importing is cheap."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import toolkit
+
+
+def test_every_public_name_exists_and_is_documented():
+    assert toolkit.__all__ == sorted(toolkit.__all__)
+    for name in toolkit.__all__:
+        obj = getattr(toolkit, name)
+        if name != "__version__":
+            assert (obj.__doc__ or "").strip(), f"toolkit.{name} has no docstring"
+
+
+def test_unknown_name_is_an_attribute_error():
+    try:
+        toolkit.NoSuchThing  # noqa: B018
+    except AttributeError as e:
+        assert "NoSuchThing" in str(e)
+    else:
+        raise AssertionError("expected AttributeError")
+
+
+def test_importing_toolkit_and_report_does_not_load_tensorflow():
+    code = (
+        "import sys, toolkit, toolkit.report, toolkit.profiling.stats, toolkit.__main__; "
+        "print('tensorflow' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

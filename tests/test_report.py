@@ -1,0 +1,221 @@
+"""RunReport: JSON schema round trip, atomic writes, Markdown/PNG views, compare and its CLI.
+Reports are built from injected step times; nothing here trains."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from toolkit import report as report_mod
+from toolkit.profiling.stats import summarize_calls
+from toolkit.report import ReportError, RunReport, atomic_write, compare
+
+
+def make_report(name="r", step_s=0.002, jitter_s=0.0001, n=400, batch_size=32, seed=0, **kw):
+    rng = np.random.default_rng(seed)
+    durations = rng.normal(step_s, jitter_s, size=n).clip(step_s / 10)
+    calls = [[0.5, 1, 0, "first"], *([[step_s, 1, 0, "warmup"]] * 3)]
+    calls += [[float(d), 1, i * 2 // n, "timed"] for i, d in enumerate(durations)]
+    return RunReport(
+        name=name,
+        steps=summarize_calls(calls, batch_size),
+        timeline=calls,
+        fit_seconds=float(sum(c[0] for c in calls)),
+        epochs=[
+            {"epoch": 0, "seconds": 1.0, "steps": 200, "step_seconds": 0.9, "metrics": {"loss": 1}},
+            {
+                "epoch": 1,
+                "seconds": 1.0,
+                "steps": 204,
+                "step_seconds": 0.9,
+                "metrics": {"loss": 0.5},
+            },
+        ],
+        metrics={"loss": 0.5, "accuracy": 0.9},
+        environment=report_mod.capture_environment(),
+        **kw,
+    )
+
+
+def test_json_round_trip(tmp_path):
+    r = make_report(args={"epochs": 2}, extra={"flops_per_step": 1.5e6})
+    paths = r.write(tmp_path)
+    loaded = RunReport.load(paths["json"])
+    assert loaded == r
+    assert RunReport.load(tmp_path) == r  # a run directory works too
+    data = json.loads(open(paths["json"]).read())
+    assert data["schema"] == report_mod.SCHEMA and data["schema_version"] == 1
+    for key in ("environment", "steps", "epochs", "metrics", "timeline", "status", "args"):
+        assert key in data
+    for key in ("python", "platform", "cpu_model", "cpu_count", "toolkit_version"):
+        assert data["environment"][key]
+
+
+def test_environment_without_tensorflow_loaded_skips_tf_facts():
+    code = (
+        "import sys; from toolkit.report import capture_environment; "
+        "env = capture_environment(); "
+        "assert 'tensorflow' not in sys.modules, 'report imported TensorFlow'; "
+        "assert 'tensorflow' not in env and env['python']; print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_markdown_and_png(tmp_path):
+    r = make_report(memory={"readings": [], "warnings": ["host RSS grew"]})
+    paths = r.write(tmp_path)
+    md = open(paths["markdown"]).read()
+    for text in (
+        "# Run report: r",
+        "| p50 |",
+        "| jitter (1.4826·MAD) |",
+        "examples/s",
+        "## Epochs",
+        "## Environment",
+        "![step times](steps.png)",
+        "host RSS grew",
+    ):
+        assert text in md
+    assert open(paths["png"], "rb").read(4) == b"\x89PNG"
+
+
+def test_plot_failure_never_loses_the_json(tmp_path, monkeypatch):
+    r = make_report()
+
+    def broken(self):
+        raise RuntimeError("no display")
+
+    monkeypatch.setattr(RunReport, "plot_png", broken)
+    paths = r.write(tmp_path)
+    assert "png" not in paths
+    assert RunReport.load(paths["json"]) == r
+    assert "no plot: RuntimeError: no display" in open(paths["markdown"]).read()
+
+
+def test_atomic_write_keeps_the_old_file_when_a_write_fails(tmp_path, monkeypatch):
+    target = tmp_path / "report.json"
+    atomic_write(target, "old")
+
+    def failing_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(target, "new")
+    assert target.read_text() == "old"
+    assert os.listdir(tmp_path) == ["report.json"]  # no temporary file left behind
+
+
+def test_non_finite_values_become_null(tmp_path):
+    r = make_report()
+    r.metrics = {"loss": float("nan")}
+    data = json.loads(r.to_json())
+    assert data["metrics"]["loss"] is None
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (None, "no report at"),
+        ("{not json", "cannot read report"),
+        (json.dumps({"schema": "other"}), "not a run report"),
+        (json.dumps({"schema": report_mod.SCHEMA, "schema_version": 99}), "newer than"),
+    ],
+)
+def test_load_errors_are_clear(tmp_path, content, match):
+    path = tmp_path / "report.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ReportError, match=match):
+        RunReport.load(path)
+
+
+def test_bad_status():
+    with pytest.raises(ValueError, match="status"):
+        make_report(status="done")
+
+
+# ---------------------------------------------------------------------------- compare
+
+
+def test_compare_same_distribution_is_within_noise():
+    a, b = make_report("a", seed=1), make_report("b", seed=2)
+    c = compare(a, b)
+    assert c.verdict == "within noise"
+    assert c.basis == "median time/example"
+    assert "within noise" in c.render()
+
+
+def test_compare_detects_a_real_speedup_and_slowdown():
+    base = make_report("base", step_s=0.002)
+    fast = make_report("fast", step_s=0.0016, seed=3)
+    c = compare(base, fast)
+    assert c.verdict == "faster" and c.ratio == pytest.approx(1.25, rel=0.02)
+    assert f"B is faster: {c.ratio:.2f}× A's speed" in c.render()
+    assert compare(fast, base).verdict == "slower"
+
+
+def test_compare_noise_band_grows_with_jitter():
+    # A 3 % difference: clear with tight steps, within noise with few, noisy samples.
+    tight = compare(
+        make_report(step_s=0.002, jitter_s=2e-5), make_report(step_s=0.00194, jitter_s=2e-5, seed=4)
+    )
+    noisy = compare(
+        make_report(step_s=0.002, jitter_s=8e-4, n=20),
+        make_report(step_s=0.00194, jitter_s=8e-4, n=20, seed=4),
+    )
+    assert tight.verdict == "faster"
+    assert noisy.verdict == "within noise" and noisy.noise > tight.noise
+
+
+def test_compare_per_example_when_batch_sizes_differ():
+    a = make_report("bs32", step_s=0.002, batch_size=32)
+    b = make_report("bs64", step_s=0.003, batch_size=64, seed=5)  # slower steps, more examples
+    c = compare(a, b)
+    assert c.verdict == "faster" and c.ratio == pytest.approx(4 / 3, rel=0.02)
+
+
+def test_compare_notes_environment_differences_and_partial_runs():
+    a = make_report("a")
+    b = make_report("b", status="partial", error="KeyboardInterrupt")
+    b.environment = {**b.environment, "tensorflow": "9.9.9"}
+    a.environment = {**a.environment, "tensorflow": "2.21.0"}
+    text = compare(a, b).render()
+    assert "tensorflow differs" in text and "B is a partial run (KeyboardInterrupt)" in text
+
+
+def test_compare_without_timed_steps_is_unknown():
+    empty = RunReport(name="e", steps=summarize_calls([[1.0, 1, 0, "first"]]))
+    assert compare(empty, make_report()).verdict == "unknown"
+
+
+def test_cli_compare_and_show(tmp_path):
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    make_report("a", step_s=0.002).write(a_dir, plot=False)
+    make_report("b", step_s=0.001, seed=9).write(b_dir, plot=False)
+    run = [sys.executable, "-m", "toolkit"]
+    out = subprocess.run(
+        [*run, "compare", str(a_dir), str(b_dir / "report.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "verdict: B is faster" in out.stdout and "step p50" in out.stdout
+    out = subprocess.run([*run, "show", str(a_dir)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "== a: complete" in out.stdout
+    out = subprocess.run(
+        [*run, "compare", str(a_dir), str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "no report at" in out.stderr

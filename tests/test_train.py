@@ -1,0 +1,103 @@
+"""toolkit.train: config validation, and real runs of the one runner on a tiny task."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from toolkit import train
+from toolkit.report import RunReport
+
+
+def tiny_task(keras, n=100, features=6, validation=True):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, features)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+    traces = []
+
+    class SnapshotAfterFirstStep(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch > 0 and "after_first" not in traces_at:
+                traces_at["after_first"] = len(traces)
+
+    traces_at: dict[str, int] = {}
+
+    def build_model():
+        model = keras.Sequential(
+            [
+                keras.Input((features,)),
+                keras.layers.Dense(8, activation="relu"),
+                keras.layers.Dense(2),
+            ]
+        )
+        original = model.train_step
+
+        def counting_train_step(data):
+            traces.append(1)  # Python runs this only while tracing
+            return original(data)
+
+        model.train_step = counting_train_step
+        return model
+
+    task = train.Task(
+        name="tiny",
+        build_model=build_model,
+        train=(x, y),
+        validation=(x[:30], y[:30]) if validation else None,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return task, traces, traces_at, SnapshotAfterFirstStep
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("epochs", 0, "--epochs must be an integer >= 1"),
+        ("batch_size", -3, "--batch_size"),
+        ("steps_per_execution", 0, "--steps_per_execution"),
+        ("steps_per_epoch", 0, "--steps_per_epoch"),
+        ("warmup_steps", -1, "--warmup_steps"),
+        ("profile_steps", (5, 5), "--profile_steps"),
+        ("verbose", 3, "--verbose"),
+    ],
+)
+def test_config_errors_name_the_flag(field, value, match):
+    config = train.TrainConfig(**{field: value})
+    with pytest.raises(ValueError, match=match):
+        config.validate()
+
+
+def test_run_writes_report_and_never_retraces(tmp_path, keras):
+    # 100 examples, batch 16: the partial last batch is dropped, so shapes stay static.
+    task, traces, traces_at, snapshot = tiny_task(keras)
+    config = train.TrainConfig(epochs=3, batch_size=16, report_dir=str(tmp_path), warmup_steps=2)
+    result = train.run(task, config, callbacks=[snapshot()])
+    assert result.report.status == "complete"
+    assert result.report.steps.total_steps == 3 * (100 // 16)
+    assert result.report.steps.batch_size == 16
+    assert "val_accuracy" in result.report.metrics
+    assert RunReport.load(result.run_dir) == result.report
+    assert result.report.args["batch_size"] == 16
+    # The first call may trace twice (tf.function retraces once when it creates the optimizer's
+    # variables); after it, nothing may trace again: not epoch 2, not validation.
+    assert "after_first" in traces_at
+    assert len(traces) == traces_at["after_first"], f"retraced after warm-up: {len(traces)}"
+
+
+def test_run_with_steps_per_execution_jit_and_steps_per_epoch(tmp_path, keras):
+    task, traces, traces_at, snapshot = tiny_task(keras, validation=False)
+    config = train.TrainConfig(
+        epochs=2,
+        batch_size=10,
+        steps_per_execution=3,
+        jit_compile=True,
+        steps_per_epoch=7,  # repeats the data: more steps than one pass has
+        report_dir=None,
+        warmup_steps=0,
+    )
+    result = train.run(task, config, callbacks=[snapshot()])
+    s = result.report.steps
+    assert s.total_steps == 14 and s.steps_per_execution == 3
+    assert result.run_dir is None and result.paths == {}
+    assert len(traces) == traces_at["after_first"]

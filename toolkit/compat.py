@@ -1,0 +1,50 @@
+"""Which Keras is in use, and version facts.
+
+TensorFlow >= 2.16 ships Keras 3. Users who set ``TF_USE_LEGACY_KERAS=1`` get ``tf_keras`` (Keras 2)
+behind ``tf.keras`` instead. A callback must subclass the ``Callback`` of the Keras that trains the
+model, or ``fit`` rejects it, so every toolkit module that needs Keras gets it from here.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import types
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+def use_legacy_keras() -> bool:
+    """Whether ``TF_USE_LEGACY_KERAS`` selects tf_keras (Keras 2), as TensorFlow itself decides."""
+    return os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in _TRUE
+
+
+@functools.cache
+def keras() -> types.ModuleType:
+    """Returns the Keras module that ``tf.keras`` resolves to in this process.
+
+    Raises:
+        ImportError: ``TF_USE_LEGACY_KERAS=1`` is set but ``tf-keras`` is not installed.
+    """
+    if use_legacy_keras():
+        try:
+            import tf_keras
+        except ImportError as e:
+            raise ImportError(
+                "TF_USE_LEGACY_KERAS=1 is set but tf_keras is not installed: "
+                "`pip install tf-keras` matching your TensorFlow minor version, "
+                "or unset TF_USE_LEGACY_KERAS to use Keras 3."
+            ) from e
+        return tf_keras
+    import keras as keras3
+
+    return keras3
+
+
+def keras_flavor() -> str:
+    """``"keras3"`` or ``"tf_keras"``."""
+    return "tf_keras" if use_legacy_keras() else "keras3"
+
+
+def keras_version() -> str:
+    return str(getattr(keras(), "__version__", "unknown"))

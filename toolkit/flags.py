@@ -1,0 +1,109 @@
+"""The absl flags every recipe shares, and the TrainConfig they make.
+
+Names follow TensorFlow Model Garden where it has one (``--batch_size`` is the global batch).
+Bounds are checked by absl when flags are parsed, so a bad value fails with one line that
+names the flag.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from absl import flags
+
+from toolkit.profiling.step_timer import DEFAULT_WARMUP_STEPS
+from toolkit.train import TrainConfig
+
+
+def _parse_steps(value: str) -> tuple[int, int] | None:
+    if not value:
+        return None
+    try:
+        start, stop = (int(v) for v in value.split(","))
+    except ValueError:
+        raise flags.ValidationError(
+            f"--profile_steps must be two integers 'start,stop', got {value!r}"
+        ) from None
+    if start < 0 or stop <= start:
+        raise flags.ValidationError(
+            f"--profile_steps must satisfy 0 <= start < stop, got {value!r}"
+        )
+    return start, stop
+
+
+def define_common_flags(**defaults: Any) -> None:
+    """Defines the shared flags once per process; `defaults` overrides a recipe's defaults."""
+    if "steps_per_execution" in flags.FLAGS:
+        return
+    d = {
+        "epochs": 1,
+        "batch_size": 32,
+        "steps_per_execution": 1,
+        "jit_compile": False,
+        "report_dir": "runs",
+        "seed": 0,
+        **defaults,
+    }
+    flags.DEFINE_integer("epochs", d["epochs"], "Training epochs.", lower_bound=1)
+    flags.DEFINE_integer(
+        "batch_size", d["batch_size"], "Global batch size (examples per step).", lower_bound=1
+    )
+    flags.DEFINE_integer(
+        "steps_per_execution",
+        d["steps_per_execution"],
+        "Training steps per call of the compiled function (Keras batch hooks run once per call).",
+        lower_bound=1,
+    )
+    flags.DEFINE_integer(
+        "train_steps", None, "Steps per epoch (repeats the data); default: one pass.", lower_bound=1
+    )
+    flags.DEFINE_bool("jit_compile", d["jit_compile"], "Compile the train step with XLA.")
+    flags.DEFINE_integer(
+        "warmup_steps",
+        DEFAULT_WARMUP_STEPS,
+        "Steps after the first left out of the step-time statistics.",
+        lower_bound=0,
+    )
+    flags.DEFINE_string(
+        "profile_steps", "", "Capture a TF profiler trace of steps 'start,stop' (e.g. '10,15')."
+    )
+    flags.register_validator(
+        "profile_steps", lambda v: _parse_steps(v) is not None or not v, "bad --profile_steps"
+    )
+    flags.DEFINE_bool("memory_watch", False, "Record host/device memory per epoch.")
+    flags.DEFINE_string(
+        "report_dir", d["report_dir"], "Reports go to <report_dir>/<timestamp>/; '' for none."
+    )
+    flags.DEFINE_integer("seed", d["seed"], "Random seed (weights, shuffling).")
+    flags.DEFINE_integer(
+        "log_verbosity", 0, "Keras fit verbosity: 0, 1 or 2.", lower_bound=0, upper_bound=2
+    )
+
+
+def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfig:
+    """A validated TrainConfig from parsed flags."""
+    f = flag_values
+    return TrainConfig(
+        epochs=f.epochs,
+        batch_size=f.batch_size,
+        steps_per_execution=f.steps_per_execution,
+        jit_compile=f.jit_compile,
+        steps_per_epoch=f.train_steps,
+        warmup_steps=f.warmup_steps,
+        profile_steps=_parse_steps(f.profile_steps),
+        memory_watch=f.memory_watch,
+        report_dir=f.report_dir or None,
+        seed=f.seed,
+        verbose=f.log_verbosity,
+    ).validate()
+
+
+def flags_for_report(flag_values: flags.FlagValues = flags.FLAGS) -> dict[str, Any]:
+    """Every flag's value except absl's own (logging and the like), for the report."""
+    out: dict[str, Any] = {}
+    for module, module_flags in flag_values.flags_by_module_dict().items():
+        if module.startswith("absl."):
+            continue
+        for fl in module_flags:
+            out[fl.name] = fl.value
+    return dict(sorted(out.items()))

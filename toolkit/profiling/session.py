@@ -1,0 +1,147 @@
+"""profile(): StepTimer (+ MemoryWatch, TraceWindow) around a user's own fit, and a report that
+lands on disk however the run ends."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import signal
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from absl import logging
+
+from toolkit.profiling.memory_watch import MemoryWatch
+from toolkit.profiling.step_timer import DEFAULT_WARMUP_STEPS, StepTimer
+from toolkit.profiling.trace_window import TraceWindow
+from toolkit.report import COMPLETE, PARTIAL, RunReport
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Raised in the training thread when the process receives SIGTERM during a profiled run."""
+
+
+def new_run_dir(report_dir: str | os.PathLike[str]) -> str:
+    """Creates and returns ``report_dir/<YYYYmmdd-HHMMSS>`` (suffixed ``-2``, ... when taken)."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = os.path.join(os.fspath(report_dir), stamp)
+    path, n = base, 1
+    while True:
+        try:
+            os.makedirs(path)
+            return path
+        except FileExistsError:
+            n += 1
+            path = f"{base}-{n}"
+
+
+class Profile:
+    """Profiles one run and writes its RunReport, also when training raises or is interrupted.
+
+    Use ``profile(...)`` to get one. Inside the ``with`` block pass ``callbacks`` to ``fit``
+    (or drive ``timer`` around a custom loop). On exit the report is built and, when a
+    `report_dir` was given, written atomically as JSON, Markdown and PNG. If the block raised
+    (an error, Ctrl-C, or SIGTERM, which is turned into :class:`TrainingInterrupted` while the
+    block runs) the report is marked ``partial`` with the error, written, and the exception
+    goes on.
+
+    Args:
+        name: run name in the report.
+        report_dir: parent directory; the run gets its own timestamped subdirectory. Defaults
+            to `None` (nothing written; the report is still in ``.report``).
+        batch_size: examples per step, for examples/sec. Defaults to `None` (from `data`).
+        data: a `tf.data.Dataset` to read the batch size from.
+        warmup_steps: steps left out after the first. Defaults to `5`.
+        trace_steps: ``(start, stop)`` steps to capture with the TF profiler into
+            ``<run dir>/trace``. Defaults to `None` (no trace).
+        memory_watch: add a MemoryWatch. Defaults to `False`.
+        args: the run's arguments/flags, recorded in the report.
+        plot: write the PNG plot. Defaults to `True`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        report_dir: str | os.PathLike[str] | None = None,
+        batch_size: int | None = None,
+        data: Any = None,
+        warmup_steps: int = DEFAULT_WARMUP_STEPS,
+        trace_steps: tuple[int, int] | None = None,
+        memory_watch: bool = False,
+        args: Mapping[str, Any] | None = None,
+        plot: bool = True,
+    ) -> None:
+        self.name = name
+        self.report_dir = os.fspath(report_dir) if report_dir is not None else None
+        self.args = dict(args or {})
+        self.plot = plot
+        self.extra: dict[str, Any] = {}
+        self.timer = StepTimer(warmup_steps=warmup_steps, batch_size=batch_size, data=data)
+        self.memory = MemoryWatch() if memory_watch else None
+        self._trace_steps = trace_steps
+        self.trace: TraceWindow | None = None
+        self.run_dir: str | None = None
+        self.report: RunReport | None = None
+        self.paths: dict[str, str] = {}
+        self._old_sigterm: Any = None
+
+    @property
+    def callbacks(self) -> list[Any]:
+        """The callbacks to pass to ``fit``: StepTimer first, then MemoryWatch, TraceWindow."""
+        return [cb for cb in (self.timer, self.memory, self.trace) if cb is not None]
+
+    def __enter__(self) -> Profile:
+        if self.report_dir is not None:
+            self.run_dir = new_run_dir(self.report_dir)
+        if self._trace_steps is not None:
+            start, stop = self._trace_steps
+            logdir = os.path.join(self.run_dir or self.report_dir or ".", "trace")
+            self.trace = TraceWindow(logdir, start_step=start, stop_step=stop)
+        if threading.current_thread() is threading.main_thread():
+            self._old_sigterm = signal.signal(signal.SIGTERM, _raise_interrupted)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        try:
+            if self._old_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._old_sigterm)
+                self._old_sigterm = None
+            self.timer.stop()
+            error = None if exc is None else (f"{type(exc).__name__}: {exc}".rstrip(": "))
+            self.report = RunReport.from_callbacks(
+                self.name,
+                self.timer,
+                memory=self.memory,
+                trace=self.trace,
+                args=self.args,
+                status=COMPLETE if exc is None else PARTIAL,
+                error=error,
+                extra=self.extra,
+            )
+            if self.run_dir is not None:
+                self.paths = self.report.write(self.run_dir, plot=self.plot)
+        except Exception:
+            if exc is None:
+                raise
+            # Never let a reporting failure hide the training error that got us here.
+            logging.exception("could not write the report of the failed run %s", self.name)
+
+
+def profile(name: str, **kwargs: Any) -> Profile:
+    """Profiles a run in a ``with`` block; see :class:`Profile` for the arguments.
+
+    Example:
+
+    ```python
+    with profile("my-model", report_dir="runs", batch_size=64) as prof:
+        model.fit(dataset, epochs=3, callbacks=prof.callbacks)
+    print(prof.report.summary())   # also in runs/<timestamp>/report.{json,md} and steps.png
+    ```
+    """
+    return Profile(name, **kwargs)
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise TrainingInterrupted(f"signal {signal.Signals(signum).name}")

@@ -1,0 +1,261 @@
+"""Step-time statistics from plain durations. Pure Python: no TensorFlow, no NumPy.
+
+A *sample* is one timed execution of the training function. With ``steps_per_execution = n``
+Keras runs ``n`` steps per execution and calls batch hooks once, so a sample carries its duration
+and the number of steps it covered; every figure here is *per step*:
+
+* ``mean_s`` is time-weighted: total timed seconds / total timed steps (what throughput sees).
+* percentiles, min, max and jitter are over the per-step time of each sample
+  (``duration / steps``), one value per execution.
+* jitter is the robust spread ``1.4826 * MAD`` (median absolute deviation), which equals the
+  standard deviation for Gaussian noise and is not thrown off by a few slow outliers.
+
+Everything is tested with injected durations; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+MAD_TO_SIGMA = 1.4826
+
+# What a recorded execution counts as.
+FIRST, WARMUP, EXCLUDED, TIMED = "first", "warmup", "excluded", "timed"
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (NumPy's default method) of already sorted values.
+
+    Args:
+        sorted_values: values in ascending order; must not be empty.
+        q: percentile in [0, 100].
+    """
+    if not sorted_values:
+        raise ValueError("percentile of an empty sequence")
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile q must be in [0, 100], got {q}")
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    frac = pos - lo
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+
+
+def median(values: Sequence[float]) -> float:
+    return percentile(sorted(values), 50.0)
+
+
+def jitter(values: Sequence[float]) -> float:
+    """Robust spread: ``1.4826 * median(|x - median(x)|)``."""
+    if not values:
+        raise ValueError("jitter of an empty sequence")
+    m = median(values)
+    return MAD_TO_SIGMA * median([abs(v - m) for v in values])
+
+
+@dataclasses.dataclass(frozen=True)
+class StepStats:
+    """Summary of a run's step times. All times in seconds, all figures per step.
+
+    Attributes:
+        timed_steps: steps that entered the statistics.
+        samples: executions those steps came in (equals ``timed_steps`` when
+            ``steps_per_execution`` is 1).
+        total_s: seconds spent in the timed steps.
+        mean_s: time-weighted mean seconds per step (``total_s / timed_steps``).
+        p50_s, p90_s, p99_s, min_s, max_s: over the per-step time of each sample.
+        jitter_s: ``1.4826 * MAD`` of the per-step times.
+        first_step_s: the first execution (tracing / compilation included), reported apart.
+        first_step_steps: steps that first execution covered.
+        warmup_steps: steps after the first execution excluded as warm-up.
+        excluded_steps: other steps left out of the statistics (e.g. inside a profiler trace).
+        batch_size: examples per step, when known.
+        examples_per_sec: ``batch_size / mean_s``, when the batch size is known.
+        steps_per_execution: the largest number of steps seen in one execution.
+    """
+
+    timed_steps: int
+    samples: int
+    total_s: float
+    mean_s: float | None
+    p50_s: float | None
+    p90_s: float | None
+    p99_s: float | None
+    min_s: float | None
+    max_s: float | None
+    jitter_s: float | None
+    first_step_s: float | None = None
+    first_step_steps: int = 0
+    warmup_steps: int = 0
+    excluded_steps: int = 0
+    batch_size: int | None = None
+    examples_per_sec: float | None = None
+    steps_per_execution: int = 1
+
+    @property
+    def steps_per_sec(self) -> float | None:
+        return 1.0 / self.mean_s if self.mean_s else None
+
+    @property
+    def total_steps(self) -> int:
+        """All steps seen: first execution, warm-up, excluded and timed."""
+        return self.first_step_steps + self.warmup_steps + self.excluded_steps + self.timed_steps
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields plus the derived ``total_steps`` and ``steps_per_sec`` (for readers of
+        the JSON; ignored when loading)."""
+        return {
+            **dataclasses.asdict(self),
+            "total_steps": self.total_steps,
+            "steps_per_sec": self.steps_per_sec,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StepStats:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def lines(self) -> list[str]:
+        """Human-readable summary, one figure per line."""
+        out = []
+        if self.timed_steps == 0:
+            out.append(
+                f"no timed steps: all {self.total_steps} steps were the first execution, "
+                "warm-up or excluded; run more steps or lower warmup_steps"
+            )
+        else:
+            spe = (
+                f" (samples: {self.samples} executions of up to {self.steps_per_execution} steps)"
+                if self.steps_per_execution > 1
+                else ""
+            )
+            out.append(f"timed steps: {self.timed_steps}{spe}")
+            out.append(
+                f"step time: mean {_ms(self.mean_s)}, p50 {_ms(self.p50_s)}, "
+                f"p90 {_ms(self.p90_s)}, p99 {_ms(self.p99_s)}"
+            )
+            out.append(
+                f"           min {_ms(self.min_s)}, max {_ms(self.max_s)}, "
+                f"jitter (1.4826·MAD) {_ms(self.jitter_s)}"
+            )
+            if self.examples_per_sec is not None:
+                out.append(
+                    f"throughput: {self.examples_per_sec:,.1f} examples/s "
+                    f"(batch {self.batch_size}), {self.steps_per_sec:,.1f} steps/s"
+                )
+            else:
+                out.append(
+                    f"throughput: {self.steps_per_sec:,.1f} steps/s "
+                    "(batch size unknown: pass batch_size for examples/s)"
+                )
+        if self.first_step_s is not None:
+            out.append(
+                f"first step: {_ms(self.first_step_s)} over {self.first_step_steps} step(s) "
+                "(tracing/compilation, not in the statistics)"
+            )
+        excluded = [f"warm-up {self.warmup_steps}"]
+        if self.excluded_steps:
+            excluded.append(f"other {self.excluded_steps} (profiler trace)")
+        out.append("excluded steps: " + ", ".join(excluded))
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1e3:.3f} ms"
+
+
+def summarize(
+    durations: Sequence[float],
+    steps: Sequence[int] | None = None,
+    *,
+    batch_size: int | None = None,
+    first_step_s: float | None = None,
+    first_step_steps: int = 0,
+    warmup_steps: int = 0,
+    excluded_steps: int = 0,
+) -> StepStats:
+    """Builds :class:`StepStats` from the timed executions.
+
+    Args:
+        durations: seconds of each timed execution (warm-up and first execution already removed).
+        steps: steps in each execution; all ones when omitted.
+        batch_size: examples per step, for examples/sec. Defaults to unknown.
+        first_step_s: duration of the first execution, reported apart.
+        first_step_steps: steps in that first execution.
+        warmup_steps: number of steps excluded as warm-up (counted, not timed).
+        excluded_steps: other steps left out (e.g. while a profiler trace was running).
+
+    Raises:
+        ValueError: lengths differ, a duration is negative or not finite, or a step count < 1.
+    """
+    if steps is None:
+        steps = [1] * len(durations)
+    if len(steps) != len(durations):
+        raise ValueError(
+            f"durations and steps must have the same length, got {len(durations)} and {len(steps)}"
+        )
+    for d in durations:
+        if not math.isfinite(d) or d < 0:
+            raise ValueError(f"durations must be finite and >= 0, got {d!r}")
+    for n in steps:
+        if n < 1:
+            raise ValueError(f"steps per execution must be >= 1, got {n!r}")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+
+    timed_steps = int(sum(steps))
+    total = float(sum(durations))
+    spe = max(steps, default=1)
+    common = dict(
+        first_step_s=first_step_s,
+        first_step_steps=first_step_steps,
+        warmup_steps=warmup_steps,
+        excluded_steps=excluded_steps,
+        batch_size=batch_size,
+        steps_per_execution=max(spe, first_step_steps or 1),
+    )
+    if not durations:
+        return StepStats(0, 0, 0.0, None, None, None, None, None, None, None, **common)
+
+    per_step = sorted(d / n for d, n in zip(durations, steps, strict=True))
+    mean = total / timed_steps
+    return StepStats(
+        timed_steps=timed_steps,
+        samples=len(durations),
+        total_s=total,
+        mean_s=mean,
+        p50_s=percentile(per_step, 50),
+        p90_s=percentile(per_step, 90),
+        p99_s=percentile(per_step, 99),
+        min_s=per_step[0],
+        max_s=per_step[-1],
+        jitter_s=jitter(per_step),
+        examples_per_sec=(batch_size / mean) if (batch_size and mean > 0) else None,
+        **common,
+    )
+
+
+def summarize_calls(calls: Sequence[Sequence[Any]], batch_size: int | None = None) -> StepStats:
+    """StepStats from recorded executions ``(seconds, steps, epoch, kind)``.
+
+    ``kind`` is ``"first"`` (tracing/compilation), ``"warmup"``, ``"excluded"`` or ``"timed"``;
+    only timed executions enter the statistics, the others are counted. This is how StepTimer
+    summarizes, and how a report's timeline can be summarized again later.
+    """
+    timed = [c for c in calls if c[3] == TIMED]
+    first = next((c for c in calls if c[3] == FIRST), None)
+    return summarize(
+        [c[0] for c in timed],
+        [c[1] for c in timed],
+        batch_size=batch_size,
+        first_step_s=first[0] if first else None,
+        first_step_steps=first[1] if first else 0,
+        warmup_steps=sum(c[1] for c in calls if c[3] == WARMUP),
+        excluded_steps=sum(c[1] for c in calls if c[3] == EXCLUDED),
+    )

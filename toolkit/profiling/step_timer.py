@@ -1,0 +1,342 @@
+"""StepTimer: per-step wall times of a Keras ``fit`` or of a custom training loop.
+
+How it stays out of the way of the step it measures:
+
+* Timestamps are taken in ``on_train_batch_begin``, which Keras calls synchronously right before
+  it invokes the training function. The time between two consecutive begins is one full trip of
+  the training loop (input, step, callbacks), which is what throughput sees. The last execution
+  of an epoch ends at its batch-end hook or at the next boundary (validation start, epoch end),
+  whichever comes first.
+* Keras 3 dispatches batch ends to a worker thread on thread-safe backends (JAX) unless a
+  callback that overrides ``on_train_batch_end`` is not ``async_safe``; StepTimer's batch-end
+  hook only records the batch index and a clock reading, so it is ``async_safe``. (On the
+  TensorFlow backend Keras 3 converts the logs to floats at every batch end whatever the
+  callbacks are; that sync is Keras's own and already in a run without callbacks.)
+* Under tf_keras, ``_supports_tf_logs = True`` keeps Keras from converting logs for us, so
+  adding StepTimer to a tf_keras ``fit`` adds no per-step sync.
+* No hook calls a TensorFlow op or reads a tensor (a test checks this with a profiling hook).
+
+With ``steps_per_execution = n`` Keras calls batch hooks once per execution, with the index of
+its first step; the number of steps in an execution comes from consecutive indices (and, for the
+last execution of an epoch, from ``params["steps"]``), so every figure is per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from toolkit import compat
+from toolkit.profiling._events import PROFILER
+from toolkit.profiling.stats import (
+    EXCLUDED,
+    FIRST,
+    TIMED,
+    WARMUP,
+    StepStats,
+    summarize_calls,
+)
+
+DEFAULT_WARMUP_STEPS = 5
+
+
+def infer_batch_size(data: Any) -> int | None:
+    """Examples per step of a ``tf.data.Dataset``, without iterating it.
+
+    Uses the static batch dimension of the first element when it is known (``drop_remainder``
+    batching), else the ``batch_size`` of the nearest batching stage (the nominal size: the last
+    batch of an epoch may be smaller). Returns None when it cannot tell (e.g. NumPy arrays: give
+    ``batch_size`` explicitly then).
+    """
+    spec = getattr(data, "element_spec", None)
+    if spec is None:
+        return None
+    import tensorflow as tf
+
+    leaves = tf.nest.flatten(spec)
+    if leaves and getattr(leaves[0], "shape", None) is not None and leaves[0].shape.rank:
+        dim = leaves[0].shape[0]
+        if dim is not None:
+            return int(dim)
+    node, hops = data, 0
+    while node is not None and hops < 64:
+        size = getattr(node, "_batch_size", None)
+        if size is not None:
+            try:
+                return int(size)
+            except (TypeError, ValueError):
+                return None
+        node, hops = getattr(node, "_input_dataset", None), hops + 1
+    return None
+
+
+class StepTimer(compat.keras().callbacks.Callback):
+    """Measures per-step training time, with warm-up and the first (tracing) step apart.
+
+    Use it in ``model.fit`` to learn how fast a training step really is: p50/p90/p99 step time,
+    jitter, examples/sec and epoch times, per step also when ``steps_per_execution > 1``. It
+    never syncs the device or reads a tensor per step, so it measures the run it is part of
+    rather than a slower one. It also works around a custom loop (``start``/``step``/``stop``
+    or as a context manager).
+
+    Args:
+        warmup_steps: steps after the first execution left out of the statistics (they are
+            counted). Defaults to `5`.
+        batch_size: examples per step, for examples/sec. Defaults to `None` (taken from `data`).
+        data: a `tf.data.Dataset` to read the batch size from when `batch_size` is not given.
+        clock: a function returning seconds. Defaults to `time.perf_counter`.
+
+    Example:
+
+    ```python
+    timer = StepTimer(batch_size=64)
+    model.fit(dataset, epochs=3, callbacks=[timer])
+    print(timer.summary())
+    ```
+
+    Around a custom loop:
+
+    ```python
+    with StepTimer(batch_size=64) as timer:
+        for x, y in dataset:
+            train_step(x, y)
+            timer.step()
+    print(timer.summary())
+    ```
+    """
+
+    def __init__(
+        self,
+        warmup_steps: int = DEFAULT_WARMUP_STEPS,
+        batch_size: int | None = None,
+        data: Any = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        super().__init__()
+        if warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if batch_size is None and data is not None:
+            batch_size = infer_batch_size(data)
+        self.warmup_steps = warmup_steps
+        self.batch_size = batch_size
+        self._clock = clock
+        # tf_keras: keep logs as tensors for us (no conversion, no sync).
+        self._supports_tf_logs = True
+        # Keras 3: our batch-end hook may run on Keras's callback thread.
+        self.async_safe = True
+        self.reset()
+
+    # ------------------------------------------------------------------ state
+
+    def reset(self) -> None:
+        """Forgets everything measured so far."""
+        # One tuple per execution: (duration_s, steps, epoch, kind).
+        self.calls: list[tuple[float, int, int, str]] = []
+        # One dict per finished epoch.
+        self.epochs: list[dict[str, Any]] = []
+        self.last_logs: dict[str, float] = {}
+        self.train_begin_time: float | None = None
+        self.train_end_time: float | None = None
+        self._warmup_left = self.warmup_steps
+        self._seen_first = False
+        self._epoch = 0
+        self._open_begin: int | None = None  # batch index of the open execution
+        self._open_time = 0.0
+        self._open_trace = (False, 0)
+        self._prev_gap = 0  # steps between the last two begins in this epoch
+        self._spe = 1
+        self._epoch_start = 0.0
+        self._epoch_calls_start = 0
+        self._epoch_begins = 0
+        self._end_marks: list[tuple[int, float]] = []
+        self._boundary_time: float | None = None
+        self._running = False
+
+    # ------------------------------------------------------------------ recording
+
+    def _record(self, duration: float, steps: int, trace_mark: tuple[bool, int]) -> None:
+        was_active, generation = trace_mark
+        tainted = was_active or PROFILER.active or generation != PROFILER.generation
+        if not self._seen_first:
+            kind = FIRST
+            self._seen_first = True
+        elif self._warmup_left > 0:
+            kind = WARMUP
+            self._warmup_left -= steps
+        elif tainted:
+            kind = EXCLUDED
+        else:
+            kind = TIMED
+        self.calls.append((duration, steps, self._epoch, kind))
+
+    def _open(self, batch: int, now: float) -> None:
+        self._open_begin = batch
+        self._open_time = now
+        self._open_trace = (PROFILER.active, PROFILER.generation)
+        self._epoch_begins += 1
+
+    def _close_last_in_epoch(self, now: float) -> None:
+        """Closes the epoch's last execution at epoch end or train end.
+
+        Keras 3 delivers batch ends on a thread and flushes them before ``on_epoch_end`` and
+        ``on_train_end``, so the count of finished executions is complete here (it is not yet at
+        ``on_test_begin``, which only notes the time the boundary was reached).
+        """
+        begin = self._open_begin
+        if begin is None:
+            return
+        self._open_begin = None
+        boundary = self._boundary_time if self._boundary_time is not None else now
+        self._boundary_time = None
+        marks = list(self._end_marks)
+        ends_after = [t for b, t in marks if b >= begin]
+        if len(marks) < self._epoch_begins and not ends_after:
+            # Begun but never finished: the end-of-data probe of a dataset of unknown length,
+            # or an execution that raised. No step completed; nothing to time.
+            return
+        end = min([boundary, *ends_after])
+        spe = max(self._spe, self._prev_gap)
+        steps_in_epoch = (self.params or {}).get("steps")
+        steps = min(spe, steps_in_epoch - begin) if steps_in_epoch else spe
+        self._record(end - self._open_time, max(1, steps), self._open_trace)
+
+    # ------------------------------------------------------------------ Keras hooks
+
+    def set_params(self, params: Mapping[str, Any]) -> None:
+        self.params = dict(params or {})
+
+    def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+        self.reset()
+        self._running = True
+        self._spe = _steps_per_execution(getattr(self, "model", None))
+        self.train_begin_time = self._clock()
+
+    def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+        self._epoch = epoch
+        self._epoch_start = self._clock()
+        self._epoch_calls_start = len(self.calls)
+        self._epoch_begins = 0
+        self._prev_gap = 0
+        self._end_marks = []
+        self._boundary_time = None
+        self._open_begin = None
+
+    def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        now = self._clock()
+        begin = self._open_begin
+        if begin is not None:
+            gap = batch - begin
+            if gap > 0:
+                self._prev_gap = gap
+                self._record(now - self._open_time, gap, self._open_trace)
+        self._open(batch, now)
+
+    def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        # May run on Keras 3's callback thread: append only (atomic), touch nothing else.
+        self._end_marks.append((batch, self._clock()))
+
+    def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+        # Validation inside fit: the epoch's last training execution ended before this.
+        if self._running and self._open_begin is not None and self._boundary_time is None:
+            self._boundary_time = self._clock()
+
+    def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+        now = self._clock()
+        self._close_last_in_epoch(now)
+        calls = self.calls[self._epoch_calls_start :]
+        metrics = _floats(logs)
+        self.last_logs = metrics
+        self.epochs.append(
+            {
+                "epoch": epoch,
+                "seconds": now - self._epoch_start,
+                "steps": sum(c[1] for c in calls),
+                "step_seconds": sum(c[0] for c in calls),
+                "metrics": metrics,
+            }
+        )
+
+    def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
+        now = self._clock()
+        self._close_last_in_epoch(now)
+        self.train_end_time = now
+        self._running = False
+        if logs:
+            self.last_logs = {**self.last_logs, **_floats(logs)}
+
+    # ------------------------------------------------------------------ custom loops
+
+    def start(self) -> StepTimer:
+        """Starts timing a custom loop; the next :meth:`step` ends the first step."""
+        self.reset()
+        self._running = True
+        self.train_begin_time = self._open_time = self._epoch_start = self._clock()
+        self._open_trace = (PROFILER.active, PROFILER.generation)
+        return self
+
+    def step(self, steps: int = 1) -> None:
+        """Marks the end of ``steps`` training steps done since the previous mark."""
+        now = self._clock()
+        if not self._running:
+            raise RuntimeError("StepTimer.step() called before start(); use `with timer:`")
+        self._record(now - self._open_time, steps, self._open_trace)
+        self._open_time = now
+        self._open_trace = (PROFILER.active, PROFILER.generation)
+
+    def stop(self) -> None:
+        """Stops timing a custom loop. Time after the last :meth:`step` is not counted."""
+        if self._running:
+            self.train_end_time = self._clock()
+            self._running = False
+
+    def __enter__(self) -> StepTimer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ results
+
+    @property
+    def measured_s(self) -> float:
+        """Seconds of every recorded execution after the first (warm-up included)."""
+        return sum(c[0] for c in self.calls if c[3] != FIRST)
+
+    @property
+    def fit_seconds(self) -> float | None:
+        """Wall time from train begin to train end (or to now while running)."""
+        if self.train_begin_time is None:
+            return None
+        end = self.train_end_time if self.train_end_time is not None else self._clock()
+        return end - self.train_begin_time
+
+    def summary(self) -> StepStats:
+        """The step statistics of everything recorded so far."""
+        return summarize_calls(self.calls, self.batch_size)
+
+
+def _steps_per_execution(model: Any) -> int:
+    """The model's steps_per_execution, read once per fit (not per step)."""
+    if model is None:
+        return 1
+    value = getattr(model, "steps_per_execution", None)  # Keras 3: a plain int
+    if value is None:
+        value = getattr(model, "_steps_per_execution", None)  # tf_keras: a tf.Variable
+    if value is None:
+        return 1
+    with contextlib.suppress(TypeError, ValueError, AttributeError):
+        return max(1, int(value.numpy() if hasattr(value, "numpy") else value))
+    return 1
+
+
+def _floats(logs: Mapping[str, Any] | None) -> dict[str, float]:
+    """Epoch-level logs as floats (once per epoch; Keras has already synced them by then)."""
+    out = {}
+    for k, v in (logs or {}).items():
+        with contextlib.suppress(TypeError, ValueError):
+            out[str(k)] = float(v)
+    return out
