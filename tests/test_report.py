@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -48,7 +49,7 @@ def test_json_round_trip(tmp_path):
     loaded = RunReport.load(paths["json"])
     assert loaded == r
     assert RunReport.load(tmp_path) == r  # a run directory works too
-    data = json.loads(open(paths["json"]).read())
+    data = json.loads(Path(paths["json"]).read_text())
     assert data["schema"] == report_mod.SCHEMA and data["schema_version"] == 1
     for key in ("environment", "steps", "epochs", "metrics", "timeline", "status", "args"):
         assert key in data
@@ -71,7 +72,7 @@ def test_environment_without_tensorflow_loaded_skips_tf_facts():
 def test_markdown_and_png(tmp_path):
     r = make_report(memory={"readings": [], "warnings": ["host RSS grew"]})
     paths = r.write(tmp_path)
-    md = open(paths["markdown"]).read()
+    md = Path(paths["markdown"]).read_text()
     for text in (
         "# Run report: r",
         "| p50 |",
@@ -83,7 +84,7 @@ def test_markdown_and_png(tmp_path):
         "host RSS grew",
     ):
         assert text in md
-    assert open(paths["png"], "rb").read(4) == b"\x89PNG"
+    assert Path(paths["png"]).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_plot_failure_never_loses_the_json(tmp_path, monkeypatch):
@@ -96,7 +97,7 @@ def test_plot_failure_never_loses_the_json(tmp_path, monkeypatch):
     paths = r.write(tmp_path)
     assert "png" not in paths
     assert RunReport.load(paths["json"]) == r
-    assert "no plot: RuntimeError: no display" in open(paths["markdown"]).read()
+    assert "no plot: RuntimeError: no display" in Path(paths["markdown"]).read_text()
 
 
 def test_atomic_write_keeps_the_old_file_when_a_write_fails(tmp_path, monkeypatch):

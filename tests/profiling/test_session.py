@@ -69,14 +69,13 @@ def test_failed_or_interrupted_fit_still_writes_a_partial_report(
         "sigterm": TrainingInterrupted,
         "KeyboardInterrupt": KeyboardInterrupt,
     }.get(exc if isinstance(exc, str) else type(exc).__name__, RuntimeError)
-    with pytest.raises(expected_type):
-        with profile("dies", report_dir=tmp_path, batch_size=8, warmup_steps=1) as p:
-            make_model().fit(
-                make_dataset(10),
-                epochs=3,
-                verbose=0,
-                callbacks=[*p.callbacks, _raise_at(1, 7, exc)],
-            )
+    with (
+        pytest.raises(expected_type),
+        profile("dies", report_dir=tmp_path, batch_size=8, warmup_steps=1) as p,
+    ):
+        make_model().fit(
+            make_dataset(10), epochs=3, verbose=0, callbacks=[*p.callbacks, _raise_at(1, 7, exc)]
+        )
     run_dir = _only_run_dir(tmp_path)
     data = json.loads((run_dir / "report.json").read_text())
     assert data["status"] == "partial"
@@ -107,10 +106,9 @@ def test_custom_loop_with_profile(tmp_path):
         w.assign_sub(0.01 * tf.matmul(x, w))
 
     x = tf.ones((4, 4))
-    with profile("loop", report_dir=tmp_path, batch_size=4, warmup_steps=2) as p:
-        with p.timer:
-            for _ in range(10):
-                train_step(x)
-                p.timer.step()
+    with profile("loop", report_dir=tmp_path, batch_size=4, warmup_steps=2) as p, p.timer:
+        for _ in range(10):
+            train_step(x)
+            p.timer.step()
     assert p.report.steps.timed_steps == 7
     assert RunReport.load(p.paths["json"]).steps.first_step_steps == 1

@@ -50,7 +50,7 @@ def test_performance_flags_trace_and_memory(tmp_path):
         ]
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    run_dir, data = _report(tmp_path)
+    _run_dir, data = _report(tmp_path)
     steps = data["steps"]
     assert steps["steps_per_execution"] == 4
     assert steps["first_step_steps"] + steps["warmup_steps"] + steps["excluded_steps"] + steps[
@@ -96,7 +96,7 @@ def test_interrupted_run_leaves_a_partial_report(tmp_path):
             assert proc.poll() is None, proc.communicate()[1][-2000:]
         time.sleep(3)
         proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
+        _, _stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
