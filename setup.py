@@ -4,8 +4,9 @@ TensorFlow comes from a different distribution per platform, chosen by environme
 
 * Linux and Intel macOS: ``tensorflow``.
 * Apple silicon (``darwin``/``arm64``): ``tensorflow-macos``; the ``metal`` extra adds the
-  ``tensorflow-metal`` PluggableDevice. tensorflow-macos stops at 2.16, so the Apple-silicon
-  bounds differ from the Linux ones; BUILD.md has the tested matrix and the known-broken pairs.
+  ``tensorflow-metal`` PluggableDevice. tensorflow-macos stops at 2.16.2 (a shim over
+  ``tensorflow==2.16.2``), and tensorflow-metal declares no TensorFlow requirement, so the
+  bounds here pair 2.15/2.16 with tensorflow-metal 1.1.x; BUILD.md has the known-broken pairs.
 
 Versions are bounded to what the tested matrix in BUILD.md covers.
 """
@@ -38,7 +39,7 @@ setup(
     packages=find_packages(include=["toolkit", "toolkit.*", "recipes", "recipes.*"]),
     install_requires=[
         f"tensorflow>=2.16,<2.22; {NOT_APPLE_SILICON}",
-        f"tensorflow-macos>=2.13,<2.17; {APPLE_SILICON}",
+        f"tensorflow-macos>=2.15,<2.17; {APPLE_SILICON}",
         "tensorflow-datasets>=4.9,<5",
         "absl-py>=2.0",
         "numpy>=1.26",
@@ -46,7 +47,7 @@ setup(
         "scikit-learn>=1.3",  # ships the digits dataset the default recipe trains on, offline
     ],
     extras_require={
-        "metal": [f"tensorflow-metal>=1.1,<1.3; {APPLE_SILICON}"],
+        "metal": [f"tensorflow-metal>=1.1,<1.2; {APPLE_SILICON}"],
         "report": ["matplotlib>=3.7"],
         "profile": ["tensorboard>=2.16", "xprof>=2.19"],
         "test": [
@@ -56,6 +57,7 @@ setup(
             # tf_keras must match the TensorFlow minor version; CI runs the profiling tests
             # a second time under TF_USE_LEGACY_KERAS=1 with it.
             f"tf-keras>=2.16,<2.22; {NOT_APPLE_SILICON}",
+            f"tf-keras>=2.16,<2.17; {APPLE_SILICON}",
         ],
     },
     entry_points={"console_scripts": ["toolkit=toolkit.__main__:main"]},

@@ -1,8 +1,10 @@
 """Which Keras is in use, and version facts.
 
-TensorFlow >= 2.16 ships Keras 3. Users who set ``TF_USE_LEGACY_KERAS=1`` get ``tf_keras`` (Keras 2)
-behind ``tf.keras`` instead. A callback must subclass the ``Callback`` of the Keras that trains the
-model, or ``fit`` rejects it, so every toolkit module that needs Keras gets it from here.
+TensorFlow >= 2.16 ships Keras 3. Users who set ``TF_USE_LEGACY_KERAS=1`` get ``tf_keras``
+(Keras 2) behind ``tf.keras`` instead; TensorFlow 2.15 (the newest that pairs with
+tensorflow-metal 1.1 on Apple silicon without that switch) ships Keras 2 as ``keras`` itself.
+A callback must subclass the ``Callback`` of the Keras that trains the model, or ``fit``
+rejects it, so every toolkit module that needs Keras gets it from here.
 """
 
 from __future__ import annotations
@@ -42,8 +44,11 @@ def keras() -> types.ModuleType:
 
 
 def keras_flavor() -> str:
-    """``"keras3"`` or ``"tf_keras"``."""
-    return "tf_keras" if use_legacy_keras() else "keras3"
+    """``"tf_keras"`` (legacy switch), ``"keras2"`` (TF <= 2.15) or ``"keras3"``."""
+    if use_legacy_keras():
+        return "tf_keras"
+    major = keras_version().split(".")[0]
+    return "keras3" if not major.isdigit() or int(major) >= 3 else "keras2"
 
 
 def keras_version() -> str:
