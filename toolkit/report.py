@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from toolkit._version import __version__
-from toolkit.profiling.stats import StepStats
+from toolkit.profiling.stats import StepStats, format_ms
 
 SCHEMA = "keras-perf-toolkit/run-report"
 SCHEMA_VERSION = 1
@@ -336,16 +336,19 @@ class RunReport:
             ("timed steps", s.timed_steps),
             ("samples (executions)", s.samples),
             ("steps_per_execution", s.steps_per_execution),
-            ("mean", _ms(s.mean_s)),
-            ("p50", _ms(s.p50_s)),
-            ("p90", _ms(s.p90_s)),
-            ("p99", _ms(s.p99_s)),
-            ("min", _ms(s.min_s)),
-            ("max", _ms(s.max_s)),
-            ("jitter (1.4826·MAD)", _ms(s.jitter_s)),
+            ("mean", format_ms(s.mean_s)),
+            ("p50", format_ms(s.p50_s)),
+            ("p90", format_ms(s.p90_s)),
+            ("p99", format_ms(s.p99_s)),
+            ("min", format_ms(s.min_s)),
+            ("max", format_ms(s.max_s)),
+            ("jitter (1.4826·MAD)", format_ms(s.jitter_s)),
             ("batch size", s.batch_size if s.batch_size else "unknown"),
             ("examples/s", f"{s.examples_per_sec:,.1f}" if s.examples_per_sec else "n/a"),
-            ("first step (trace/compile)", f"{_ms(s.first_step_s)} over {s.first_step_steps}"),
+            (
+                "first step (trace/compile)",
+                f"{format_ms(s.first_step_s)} over {s.first_step_steps}",
+            ),
             ("warm-up steps excluded", s.warmup_steps),
             ("other steps excluded (profiler)", s.excluded_steps),
         ]
@@ -417,7 +420,9 @@ class RunReport:
             ax_t.axhline(self.steps.p50_s * 1e3, color="k", lw=0.8, ls="--", label="p50")
         ax_t.set_xlabel("step")
         ax_t.set_ylabel("ms per step")
-        ax_t.set_title(f"{self.name}: step time (first step {_ms(self.steps.first_step_s)} off)")
+        ax_t.set_title(
+            f"{self.name}: step time (first step {format_ms(self.steps.first_step_s)} off)"
+        )
         ax_t.legend(loc="upper right", fontsize=8)
         timed = series["timed"][1]
         if timed:
@@ -538,10 +543,6 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _ms(seconds: float | None) -> str:
-    return "n/a" if seconds is None else f"{seconds * 1e3:.3f} ms"
 
 
 def _fmt(value: float | None, unit: str) -> str:

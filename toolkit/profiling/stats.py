@@ -134,12 +134,12 @@ class StepStats:
             )
             out.append(f"timed steps: {self.timed_steps}{spe}")
             out.append(
-                f"step time: mean {_ms(self.mean_s)}, p50 {_ms(self.p50_s)}, "
-                f"p90 {_ms(self.p90_s)}, p99 {_ms(self.p99_s)}"
+                f"step time: mean {format_ms(self.mean_s)}, p50 {format_ms(self.p50_s)}, "
+                f"p90 {format_ms(self.p90_s)}, p99 {format_ms(self.p99_s)}"
             )
             out.append(
-                f"           min {_ms(self.min_s)}, max {_ms(self.max_s)}, "
-                f"jitter (1.4826·MAD) {_ms(self.jitter_s)}"
+                f"           min {format_ms(self.min_s)}, max {format_ms(self.max_s)}, "
+                f"jitter (1.4826·MAD) {format_ms(self.jitter_s)}"
             )
             if self.examples_per_sec is not None:
                 out.append(
@@ -153,7 +153,7 @@ class StepStats:
                 )
         if self.first_step_s is not None:
             out.append(
-                f"first step: {_ms(self.first_step_s)} over {self.first_step_steps} step(s) "
+                f"first step: {format_ms(self.first_step_s)} over {self.first_step_steps} step(s) "
                 "(tracing/compilation, not in the statistics)"
             )
         excluded = [f"warm-up {self.warmup_steps}"]
@@ -166,7 +166,8 @@ class StepStats:
         return "\n".join(self.lines())
 
 
-def _ms(seconds: float | None) -> str:
+def format_ms(seconds: float | None) -> str:
+    """Seconds as ``"1.234 ms"``, or ``"n/a"``."""
     return "n/a" if seconds is None else f"{seconds * 1e3:.3f} ms"
 
 
