@@ -8,16 +8,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def quiet_gc() -> None:
-    """Collects now and freezes what survives, before a timed fit.
-
-    A full collection walks every tracked Python object, and TensorFlow and Keras hold millions:
-    measured here, one landed in fit's teardown (after the last step) at 0.6-5 s. Freezing keeps
-    the long-lived objects out of later collections, so the timed region holds the run itself.
-    """
+    """Collects the garbage of earlier fits before the next timed one (benchmark hygiene)."""
     import gc
 
     gc.collect()
-    gc.freeze()
 
 
 def ratio_line(name: str, baseline_s: float, toolkit_s: float) -> str:
@@ -39,7 +33,14 @@ def mlp_fit_setup(steps: int, batch_size: int = 32, width: int = 64, features: i
     x = rng.normal(size=(steps * batch_size, features)).astype("float32")
     y = rng.integers(0, 10, size=steps * batch_size).astype("int32")
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size, drop_remainder=True)
-    ds = ds.cache().prefetch(tf.data.AUTOTUNE)
+    # The data sits in memory, so tf.data autotuning has nothing to tune, and with it on,
+    # destroying the iterator at the end of fit can block until the autotune thread's next
+    # tick: its period doubles from 10 ms, so fits ended at 5.11 s or 10.23 s after the
+    # iterator was made (measured here: up to 2.1 s of teardown, in about 1 fit in 4). That
+    # wait is neither a training step nor a callback's doing, so it stays out of these runs.
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    ds = ds.cache().prefetch(2).with_options(options)
     model = keras.Sequential(
         [
             keras.Input((features,)),

@@ -5,8 +5,9 @@ Runs the same compiled model over the same cached data (a few thousand steps per
   * StepTimer,
   * a naive per-step timer that reads ``logs["loss"]`` every step (what people write first).
 Fits are interleaved over several rounds, in a rotating order, and the median per variant is
-kept, so drift of a shared machine hits all variants alike; before each fit ``quiet_gc()`` keeps
-a full Python collection of TensorFlow's objects (0.6-5 s seen here) out of the timed fit.
+kept, so drift of a shared machine hits all variants alike. The data sits in memory with tf.data
+autotuning off, whose end-of-fit iterator teardown can otherwise add seconds to a random fit
+(see ``_common.py``).
 Prints ``name: X.XX× (baseline A s, toolkit B s)``.
 Goal: StepTimer ≤ 1 % overhead (ratio ≤ 1.01).
 

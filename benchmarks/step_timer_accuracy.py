@@ -6,11 +6,12 @@ which the toolkit reports apart; StepTimer's total is the sum of every other ste
 warm-up included. What remains between them is fit's own setup and teardown outside the steps.
 Prints ``name: X.XX× (baseline A s, toolkit B s)``. Goal: within 2 % (ratio 0.98–1.02).
 
-Each round starts with ``quiet_gc()`` (collect, then ``gc.freeze()``): without it a full Python
-collection of TensorFlow's objects can land in ``fit``'s teardown after the last step (measured
-here: 0.6 s to 5 s in some rounds), which is Keras's time, not a step's. A shared machine still
-stalls now and then outside the steps; a round off by more than 2 % says where its gap fell, and
-the goal is judged on the median of the rounds.
+Time outside the steps is not StepTimer's to measure, and it can be large: with tf.data
+autotuning on, destroying the input iterator at the end of ``fit`` can wait for the autotune
+thread's next tick (seen here: fits ending at exactly 5.11 s or 10.23 s, up to 2 s of teardown).
+The benchmark data sits in memory and has autotuning off for that reason (see ``_common.py``).
+A round off by more than 2 % says where its gap fell (before ``on_train_begin``, between hooks,
+after ``on_train_end``), and the goal is judged on the median of the rounds.
 
     python benchmarks/step_timer_accuracy.py [--steps 3000 --rounds 5]
 """

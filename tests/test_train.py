@@ -85,6 +85,12 @@ def test_run_writes_report_and_never_retraces(tmp_path, keras):
     assert len(traces) == traces_at["after_first"], f"retraced after warm-up: {len(traces)}"
 
 
+def test_batch_larger_than_the_data_is_a_clear_error(keras):
+    task, *_ = tiny_task(keras, n=20)
+    with pytest.raises(ValueError, match="--batch_size=32 is larger than the 20 training"):
+        train.run(task, train.TrainConfig(batch_size=32, report_dir=None))
+
+
 def test_run_with_steps_per_execution_jit_and_steps_per_epoch(tmp_path, keras):
     task, traces, traces_at, snapshot = tiny_task(keras, validation=False)
     config = train.TrainConfig(

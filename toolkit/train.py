@@ -96,6 +96,13 @@ def _dataset(source: Any, config: TrainConfig, training: bool):
 
     if isinstance(source, tuple):
         source = from_arrays(*source)
+    examples = int(source.cardinality())
+    if training and 0 <= examples < config.batch_size:
+        # drop_remainder would leave no batch at all; Keras would fail obscurely.
+        raise ValueError(
+            f"--batch_size={config.batch_size} is larger than the {examples} training examples: "
+            "lower --batch_size"
+        )
     return pipeline(
         source,
         config.batch_size,
@@ -129,7 +136,9 @@ def run(
     if config.seed is not None:
         keras.utils.set_random_seed(config.seed)
     train_ds = _dataset(task.train, config, training=True)
-    val_ds = _dataset(task.validation, config, training=False) if task.validation else None
+    val_ds = None
+    if task.validation is not None:
+        val_ds = _dataset(task.validation, config, training=False)
 
     model = task.build_model()
     optimizer = task.optimizer() if task.optimizer else keras.optimizers.Adam()
