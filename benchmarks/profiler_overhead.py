@@ -30,7 +30,7 @@ from _common import mlp_fit_setup, quiet_gc, ratio_line
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
 
     from toolkit import compat
@@ -77,8 +77,29 @@ def main() -> None:
     print(ratio_line("naive logs['loss'] timer vs no callback", med["none"], med["naive"]))
     print(ratio_line("StepTimer vs naive timer", med["naive"], med["StepTimer"]))
     print(f"StepTimer overhead, 3 decimals: {med['StepTimer'] / med['none']:.3f}×")
+    # Fit-to-fit noise on a shared machine is a few percent, larger than the 1 % goal; the
+    # direct cost of the hooks per step bounds the overhead without that noise.
+    hook_s = _hook_cost_per_step(StepTimer)
+    print(
+        f"StepTimer hooks: {hook_s * 1e6:.2f} µs per step = "
+        f"{hook_s / (med['none'] / args.steps) * 100:.3f}% of a {step_ms:.2f} ms step"
+    )
     verdict = "met" if med["StepTimer"] / med["none"] <= 1.01 else "NOT met"
     print(f"goal StepTimer <= 1.01x: {verdict}")
+
+
+def _hook_cost_per_step(timer_cls, steps: int = 200_000) -> float:
+    """Seconds StepTimer's two batch hooks take per step, called as Keras calls them."""
+    timer = timer_cls(warmup_steps=0)
+    timer.set_params({"steps": steps, "epochs": 1})
+    timer.on_train_begin()
+    timer.on_epoch_begin(0)
+    begin, end = timer.on_train_batch_begin, timer.on_train_batch_end
+    t0 = time.perf_counter()
+    for i in range(steps):
+        begin(i)
+        end(i)
+    return (time.perf_counter() - t0) / steps
 
 
 if __name__ == "__main__":
