@@ -29,6 +29,9 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/profiler_overhead.py
 	$(PY) benchmarks/step_timer_accuracy.py
+	$(PY) benchmarks/pipeline_generator.py
+	$(PY) benchmarks/pipeline_images.py
+	$(PY) benchmarks/pipeline_tfrecord.py
 
 install: $(STAMP)
 

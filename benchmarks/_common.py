@@ -20,6 +20,14 @@ def ratio_line(name: str, baseline_s: float, toolkit_s: float) -> str:
     return f"{name}: {ratio:.2f}× (baseline {baseline_s:.3f} s, toolkit {toolkit_s:.3f} s)"
 
 
+def speedup_line(name: str, baseline_s: float, toolkit_s: float) -> str:
+    """``name: X.XX× (baseline A s, toolkit B s)`` with X = baseline / toolkit (> 1: faster)."""
+    return (
+        f"{name}: {baseline_s / toolkit_s:.2f}× "
+        f"(baseline {baseline_s:.3f} s, toolkit {toolkit_s:.3f} s)"
+    )
+
+
 def mlp_fit_setup(steps: int, batch_size: int = 32, width: int = 64, features: int = 32):
     """A compiled MLP and a dataset of `steps` batches held in memory (no input cost)."""
     import numpy as np

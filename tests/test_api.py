@@ -33,3 +33,11 @@ def test_importing_toolkit_and_report_does_not_load_tensorflow():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_data_api_names_exist_and_are_documented():
+    from toolkit import data
+
+    assert data.__all__ == sorted(data.__all__)
+    for name in data.__all__:
+        assert (getattr(data, name).__doc__ or "").strip(), f"toolkit.data.{name} has no docstring"

@@ -1,6 +1,40 @@
-"""Input pipelines: sources and the one builder that orders shuffle/cache/batch/prefetch."""
+"""Input pipelines: sources that return ``tf.data.Dataset``s, the one builder that orders
+shuffle/cache/map/batch/prefetch and checks for traps, and a pipeline-only throughput benchmark."""
 
-from toolkit.data.pipeline import pipeline
-from toolkit.data.sources import digits, from_arrays
+from toolkit.data.benchmark import PipelineBenchmark, benchmark
+from toolkit.data.builder import PipelineWarning, pipeline
+from toolkit.data.sources import (
+    class_names,
+    decode_image,
+    digits,
+    from_arrays,
+    image_folder,
+    normalize_images,
+    parallel_generator,
+    synthetic,
+    tfds_dataset,
+    tfrecord_parser,
+    tfrecord_records,
+    tfrecords,
+    write_tfrecords,
+)
 
-__all__ = ["digits", "from_arrays", "pipeline"]
+__all__ = [
+    "PipelineBenchmark",
+    "PipelineWarning",
+    "benchmark",
+    "class_names",
+    "decode_image",
+    "digits",
+    "from_arrays",
+    "image_folder",
+    "normalize_images",
+    "parallel_generator",
+    "pipeline",
+    "synthetic",
+    "tfds_dataset",
+    "tfrecord_parser",
+    "tfrecord_records",
+    "tfrecords",
+    "write_tfrecords",
+]

@@ -1,0 +1,269 @@
+"""toolkit.data.pipeline: stage order, options, budgets, and its warnings firing (and not)."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from toolkit import data as D
+from toolkit.data import PipelineWarning, pipeline
+from toolkit.data.builder import dataset_ops, element_bytes, parse_bytes
+
+pytestmark = pytest.mark.legacy_keras
+
+
+def _ops_in_order(ds):
+    graph = tf.compat.v1.GraphDef()
+    graph.ParseFromString(ds._as_serialized_graph().numpy())
+    return [n.op for n in graph.node if n.op.endswith("Dataset") or "Dataset" in n.op]
+
+
+def _warnings_of(fn):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn()
+    return [str(w.message) for w in caught if issubclass(w.category, PipelineWarning)]
+
+
+def test_stage_order(arrays):
+    ds = pipeline(
+        D.from_arrays(*arrays),
+        8,
+        preprocess=lambda x, y: (x * 2.0, y),
+        augment=lambda x, y: (x + tf.random.uniform(tf.shape(x)), y),
+        batch_map=lambda x, y: (x - 1.0, y),
+        cache=True,
+        repeat=True,
+        seed=1,
+    )
+    ops = _ops_in_order(ds)
+    order = [
+        "TensorSliceDataset",
+        "ParallelMapDatasetV2",  # preprocess
+        "CacheDatasetV2",
+        "ShuffleDatasetV3",
+        "RepeatDataset",
+        "ParallelMapDatasetV2",  # augment
+        "BatchDatasetV2",
+        "ParallelMapDatasetV2",  # batch_map
+        "OptionsDataset",
+        "PrefetchDataset",
+    ]
+    positions = []
+    start = 0
+    for op in order:
+        start = ops.index(op, start) + 1
+        positions.append(start)
+    assert positions == sorted(positions), ops
+
+
+def test_options_and_budgets_are_applied(arrays):
+    ds = pipeline(
+        D.from_arrays(*arrays),
+        4,
+        deterministic=False,
+        private_threads=3,
+        ram_budget="64MiB",
+        cpu_budget=2,
+    )
+    options = ds.options()
+    assert options.deterministic is False
+    assert options.threading.private_threadpool_size == 3
+    assert options.autotune.ram_budget == 64 * 2**20
+    assert options.autotune.cpu_budget == 2
+
+
+def test_shuffle_buffer_in_bytes_is_divided_by_the_example_size(arrays):
+    # 6 float32 features + an int32 label = 28 bytes per example.
+    assert element_bytes(D.from_arrays(*arrays).element_spec) == 28
+    ds = pipeline(D.from_arrays(*arrays), 4, shuffle_buffer="280B", deterministic=True)
+    shuffle = next(n for n in _graph(ds).node if n.op.startswith("ShuffleDataset"))
+    buffer_const = _const_value(_graph(ds), shuffle.input[1])
+    assert buffer_const == 10
+
+
+def _graph(ds):
+    graph = tf.compat.v1.GraphDef()
+    graph.ParseFromString(ds._as_serialized_graph().numpy())
+    return graph
+
+
+def _const_value(graph, name):
+    node = next(n for n in graph.node if n.name == name.split(":")[0])
+    return tf.make_ndarray(node.attr["value"].tensor)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(1000, 1000), ("64MB", 64_000_000), ("2GiB", 2 * 2**30), ("1.5 kb", 1500), ("7", 7)],
+)
+def test_parse_bytes(value, expected):
+    assert parse_bytes(value, "x") == expected
+
+
+@pytest.mark.parametrize("value", ["lots", "-3MB", 0, True])
+def test_parse_bytes_errors_name_the_argument(value):
+    with pytest.raises(ValueError, match="^ram_budget: "):
+        parse_bytes(value, "ram_budget")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(batch_size=0), "^batch_size: must be >= 1"),
+        (dict(batch_size=4, shuffle_buffer=0), "^shuffle_buffer: must be >= 1"),
+        (dict(batch_size=4, shuffle_buffer="x"), "^shuffle_buffer: cannot read"),
+        (dict(batch_size=4, num_parallel_calls=0), "^num_parallel_calls"),
+        (dict(batch_size=4, private_threads=-1), "^private_threads"),
+        (dict(batch_size=4, cpu_budget=0), "^cpu_budget"),
+        (dict(batch_size=4, ram_budget="0MB"), "^ram_budget"),
+    ],
+)
+def test_bad_arguments_name_the_argument(arrays, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        pipeline(D.from_arrays(*arrays), **kwargs)
+
+
+def test_shuffle_buffer_in_bytes_needs_a_static_size():
+    ds = tf.data.Dataset.from_tensor_slices(tf.ragged.constant([[1.0], [2.0, 3.0]]))
+    with pytest.raises(ValueError, match="^shuffle_buffer: given in bytes"):
+        pipeline(ds, 1, shuffle_buffer="1MB", drop_remainder=False)
+
+
+# ---------------------------------------------------------------------------- warnings
+
+
+def test_warns_once_on_cache_after_random_map(arrays):
+    randomized = D.from_arrays(*arrays).map(lambda x, y: (x + tf.random.uniform(()), y))
+    first = _warnings_of(lambda: pipeline(randomized, 4, cache=True))
+    assert len(first) == 1 and "freezing the augmentation" in first[0]
+    assert _warnings_of(lambda: pipeline(randomized, 4, cache=True)) == []  # once
+    # Randomness passed as a preprocess step is also caught; as augment it is the right way.
+    noisy = lambda x, y: (x + tf.random.stateless_uniform((), seed=[1, 2]), y)  # noqa: E731
+    from toolkit.data import builder
+
+    builder._warned.clear()
+    assert _warnings_of(lambda: pipeline(D.from_arrays(*arrays), 4, preprocess=noisy, cache=True))
+    builder._warned.clear()
+    assert not _warnings_of(lambda: pipeline(D.from_arrays(*arrays), 4, augment=noisy, cache=True))
+
+
+def test_no_warnings_for_a_good_pipeline(arrays, image_dir):
+    good = [
+        lambda: pipeline(D.from_arrays(*arrays), 4, cache=True, augment=lambda x, y: (x, y)),
+        lambda: pipeline(D.image_folder(image_dir, (8, 8)), 4, cache=True),
+        lambda: pipeline(
+            D.parallel_generator(
+                lambda s: iter([np.zeros(3, np.float32)]), [0, 1], tf.TensorSpec((3,))
+            ),
+            1,
+        ),
+    ]
+    for build in good:
+        assert _warnings_of(build) == []
+
+
+def test_warns_on_from_generator_where_the_parallel_source_applies():
+    gen = tf.data.Dataset.from_generator(
+        lambda: iter([np.zeros(3, np.float32)] * 4), output_signature=tf.TensorSpec((3,))
+    )
+    top, inner = dataset_ops(gen)
+    assert "FlatMapDataset" in top and "GeneratorDataset" in inner
+    messages = _warnings_of(lambda: pipeline(gen.prefetch(tf.data.AUTOTUNE), 2))
+    assert len(messages) == 1 and "parallel_generator" in messages[0]
+
+
+def test_warns_when_the_shuffle_buffer_exceeds_the_ram_budget(arrays):
+    messages = _warnings_of(
+        lambda: pipeline(D.from_arrays(*arrays), 4, shuffle_buffer=1000, ram_budget="10KB")
+    )
+    assert len(messages) == 1 and "28,000 bytes" not in messages[0]
+    assert "would not fit in the RAM budget" in messages[0]
+    assert not _warnings_of(
+        lambda: pipeline(D.from_arrays(*arrays), 4, shuffle_buffer=100, ram_budget="10KB")
+    )
+
+
+def test_warns_when_a_memory_cache_would_not_fit(arrays):
+    messages = _warnings_of(
+        lambda: pipeline(D.from_arrays(*arrays), 4, cache=True, shuffle=False, ram_budget="1KB")
+    )
+    assert len(messages) == 1 and "cache to a file" in messages[0]
+    # A file cache is not held in memory: no warning.
+    assert not _warnings_of(
+        lambda: pipeline(
+            D.from_arrays(*arrays),
+            4,
+            cache="/tmp/x-never-written",
+            shuffle=False,
+            ram_budget="1KB",
+        )
+    )
+
+
+def test_file_cache_is_used(tmp_path, arrays):
+    ds = pipeline(D.from_arrays(*arrays), 8, cache=str(tmp_path / "cache"), shuffle=False)
+    first = [x.numpy() for x, _ in ds]
+    assert list(tmp_path.iterdir())  # cache files written on the first pass
+    second = [x.numpy() for x, _ in ds]
+    assert all(np.array_equal(a, b) for a, b in zip(first, second, strict=True))
+
+
+# ---------------------------------------------------------------------------- benchmark
+
+
+def test_benchmark_reports_throughput_and_first_batch(arrays):
+    ds = pipeline(D.from_arrays(*arrays), 4, repeat=True)
+    out = io.StringIO()
+    result = D.benchmark(ds, num_batches=30, stream=out)
+    assert result.num_batches == 30 and result.batch_size == 4
+    assert result.first_batch_s > 0 and result.total_s > 0
+    assert result.examples_per_sec == pytest.approx(4 * result.batches_per_sec)
+    assert result.batches.timed_steps == 30
+    assert "examples/s" in out.getvalue() and "first batch" in out.getvalue()
+    d = result.to_dict()
+    assert d["batches"]["p50_s"] > 0 and d["examples_per_sec"] > 0
+
+
+def test_benchmark_with_injected_clock_and_progress_bar():
+    ticks = iter([0.0, 1.0] + [1.0 + 0.5 * i for i in range(1, 11)])
+    out = io.StringIO()
+    result = D.benchmark(
+        [b"batch"] * 20,
+        num_batches=10,
+        batch_size=2,
+        clock=lambda: next(ticks),
+        stream=out,
+        progress_after_s=1.0,
+    )
+    assert result.first_batch_s == 1.0
+    assert result.total_s == pytest.approx(5.0)
+    assert result.examples_per_sec == pytest.approx(4.0)
+    assert "[" in out.getvalue() and "10/10" in out.getvalue()
+
+
+def test_benchmark_errors():
+    with pytest.raises(ValueError, match="^num_batches"):
+        D.benchmark([1, 2], num_batches=0)
+    with pytest.raises(ValueError, match="^dataset: produced no batch"):
+        D.benchmark([], num_batches=1, verbose=False)
+    with pytest.raises(ValueError, match="^dataset: ended after its first batch"):
+        D.benchmark([1], num_batches=3, verbose=False)
+
+
+def test_benchmark_result_embeds_in_a_run_report(tmp_path, arrays):
+    from toolkit.profiling.stats import summarize
+    from toolkit.report import RunReport
+
+    result = D.benchmark(pipeline(D.from_arrays(*arrays), 4, repeat=True), 10, verbose=False)
+    report = RunReport(
+        name="with-pipeline", steps=summarize([0.01]), extra={"pipeline": result.to_dict()}
+    )
+    report.write(tmp_path, plot=False)
+    loaded = RunReport.load(tmp_path)
+    assert loaded.extra["pipeline"]["num_batches"] == 10
+    assert loaded.extra["pipeline"]["batches"]["p50_s"] == pytest.approx(result.batches.p50_s)

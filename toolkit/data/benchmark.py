@@ -1,0 +1,141 @@
+"""Throughput of an input pipeline alone: examples/sec, first batch apart, per-batch spread."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from toolkit.profiling.stats import StepStats, format_ms, summarize
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineBenchmark:
+    """What :func:`benchmark` measured; ``to_dict()`` embeds it in a RunReport's ``extra``.
+
+    Attributes:
+        num_batches: batches timed after the first.
+        first_batch_s: latency to the first batch (iterator start, buffers filling).
+        total_s: seconds for the timed batches.
+        batches_per_sec: timed batches / total_s.
+        examples_per_sec: ``batch_size * batches_per_sec`` when the batch size is known.
+        batches: per-batch statistics (``StepStats``: p50/p90/p99, jitter, ...).
+    """
+
+    num_batches: int
+    first_batch_s: float
+    total_s: float
+    batches_per_sec: float
+    examples_per_sec: float | None
+    batch_size: int | None
+    batches: StepStats
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["batches"] = self.batches.to_dict()
+        return d
+
+    def __str__(self) -> str:
+        eps = f"{self.examples_per_sec:,.0f} examples/s, " if self.examples_per_sec else ""
+        b = self.batches
+        return (
+            f"pipeline: {eps}{self.batches_per_sec:,.1f} batches/s over {self.num_batches} "
+            f"batches; first batch {format_ms(self.first_batch_s)}; per batch p50 "
+            f"{format_ms(b.p50_s)}, p90 {format_ms(b.p90_s)}, p99 {format_ms(b.p99_s)}"
+        )
+
+
+def benchmark(
+    dataset: Any,
+    num_batches: int = 200,
+    batch_size: int | None = None,
+    *,
+    verbose: bool = True,
+    progress_after_s: float = 2.0,
+    stream: TextIO | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> PipelineBenchmark:
+    """Iterates `dataset` alone (no model) and measures how fast it delivers batches.
+
+    The first batch is timed apart (it includes starting the iterator and filling buffers).
+    Then `num_batches` batches are timed one by one. A run longer than `progress_after_s`
+    shows a progress bar on `stream`.
+
+    Args:
+        dataset: a batched `tf.data.Dataset` (or any iterable of batches).
+        num_batches: batches to time after the first. Defaults to `200`.
+        batch_size: examples per batch. Defaults to `None` (read from the dataset).
+        verbose: print the summary line. Defaults to `True`.
+        progress_after_s: seconds before the progress bar appears. Defaults to `2.0`.
+        stream: where the bar and summary go. Defaults to `sys.stderr` / `sys.stdout`.
+        clock: seconds. Defaults to `time.perf_counter`.
+
+    Raises:
+        ValueError: `num_batches` < 1, or the dataset ends before the first batch.
+    """
+    if num_batches < 1:
+        raise ValueError(f"num_batches: must be >= 1, got {num_batches}")
+    if batch_size is None:
+        from toolkit.profiling.step_timer import infer_batch_size
+
+        batch_size = infer_batch_size(dataset)
+    t0 = clock()
+    iterator = iter(dataset)
+    try:
+        next(iterator)
+    except StopIteration:
+        raise ValueError("dataset: produced no batch at all; is it empty?") from None
+    t_prev = first_end = clock()
+    durations: list[float] = []
+    bar = _Progress(num_batches, stream or sys.stderr)
+    for _ in range(num_batches):
+        try:
+            next(iterator)
+        except StopIteration:
+            break
+        now = clock()
+        durations.append(now - t_prev)
+        t_prev = now
+        if now - first_end > progress_after_s:
+            bar.update(len(durations))
+    bar.close()
+    if not durations:
+        raise ValueError("dataset: ended after its first batch; time more data or repeat()")
+    stats = summarize(durations, batch_size=batch_size)
+    total = sum(durations)
+    result = PipelineBenchmark(
+        num_batches=len(durations),
+        first_batch_s=first_end - t0,
+        total_s=total,
+        batches_per_sec=len(durations) / total if total > 0 else float("inf"),
+        examples_per_sec=(batch_size * len(durations) / total) if batch_size and total else None,
+        batch_size=batch_size,
+        batches=stats,
+    )
+    if verbose:
+        print(result, file=stream or sys.stdout)
+    return result
+
+
+class _Progress:
+    """A one-line text progress bar, redrawn at most ten times a second."""
+
+    def __init__(self, total: int, stream: TextIO) -> None:
+        self.total, self.stream, self.shown, self.last = total, stream, False, 0.0
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.1 and done < self.total:
+            return
+        self.last, self.shown = now, True
+        width = 30
+        filled = int(width * done / self.total)
+        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total}")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()

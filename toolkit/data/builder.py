@@ -1,0 +1,275 @@
+"""The one pipeline builder. The order of its stages matters; each is commented with why.
+
+(The module is named builder.py so that it does not shadow the ``pipeline`` function.)
+
+Order: preprocess (parallel map) -> cache -> shuffle -> repeat -> augment (parallel map) ->
+batch -> batch_map (vectorized) -> options -> prefetch.
+
+It warns once, in plain words, about traps it can see in the dataset it is given: caching after
+a random map (the "random" examples would be frozen), a shuffle buffer or a memory cache that
+would not fit in RAM, and ``from_generator`` read on one thread where
+:func:`toolkit.data.parallel_generator` applies.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from absl import logging
+
+DEFAULT_SHUFFLE_EXAMPLES = 10_000
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+}
+_warned: set[str] = set()
+
+
+class PipelineWarning(UserWarning):
+    """A known input-pipeline trap spotted by :func:`pipeline`."""
+
+
+def warn_once(key: str, message: str) -> None:
+    """Warns (PipelineWarning + absl log) the first time `key` is seen in this process."""
+    if key in _warned:
+        return
+    _warned.add(key)
+    logging.warning("toolkit.data: %s", message)
+    warnings.warn(message, PipelineWarning, stacklevel=3)
+
+
+def parse_bytes(value: int | str, name: str) -> int:
+    """``1_000_000``, ``"64MB"``, ``"1.5GiB"`` -> bytes. Raises ValueError naming `name`."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: expected bytes as an int or a string like '64MB', got {value!r}")
+    if isinstance(value, int):
+        n = value
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMG]I?B|B)?\s*", str(value), re.IGNORECASE)
+        if not m:
+            raise ValueError(
+                f"{name}: cannot read {value!r} as a size; use an int or e.g. '64MB', '2GiB'"
+            )
+        n = int(float(m.group(1)) * _UNITS[(m.group(2) or "").upper()])
+    if n < 1:
+        raise ValueError(f"{name}: must be a positive size, got {value!r}")
+    return n
+
+
+def element_bytes(element_spec: Any) -> int | None:
+    """Bytes of one element when every shape is static, else None."""
+    import tensorflow as tf
+
+    total = 0
+    for spec in tf.nest.flatten(element_spec):
+        shape = getattr(spec, "shape", None)
+        if shape is None or not shape.is_fully_defined() or spec.dtype == tf.string:
+            return None
+        total += math.prod(shape.as_list()) * spec.dtype.size
+    return total
+
+
+def dataset_ops(dataset: Any) -> tuple[set[str], set[str]]:
+    """The op types of a dataset's graph: (top-level ops, ops inside its functions)."""
+    import tensorflow as tf
+
+    graph = tf.compat.v1.GraphDef()
+    try:
+        graph.ParseFromString(dataset._as_serialized_graph().numpy())
+    except Exception:  # noqa: BLE001 - e.g. a dataset holding Python state that can't serialize
+        return set(), set()
+    top = {n.op for n in graph.node}
+    inner = {n.op for f in graph.library.function for n in f.node_def}
+    return top, inner
+
+
+def _is_random(op: str) -> bool:
+    return ("Random" in op and not op.endswith("Dataset")) or op in (
+        "Multinomial",
+        "TruncatedNormal",
+        "StatelessTruncatedNormalV2",
+    )
+
+
+def _available_ram() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def pipeline(
+    dataset: Any,
+    batch_size: int,
+    *,
+    preprocess: Callable[..., Any] | None = None,
+    augment: Callable[..., Any] | None = None,
+    batch_map: Callable[..., Any] | None = None,
+    cache: bool | str = False,
+    shuffle: bool = True,
+    shuffle_buffer: int | str | None = None,
+    seed: int | None = None,
+    repeat: bool = False,
+    drop_remainder: bool = True,
+    num_parallel_calls: int | None = None,
+    deterministic: bool | None = None,
+    private_threads: int | None = None,
+    ram_budget: int | str | None = None,
+    cpu_budget: int | None = None,
+):
+    """Builds the training input pipeline from a dataset of single examples.
+
+    Args:
+        dataset: a `tf.data.Dataset` of single examples (e.g. from `toolkit.data` sources).
+        batch_size: examples per batch.
+        preprocess: per-example map with no randomness (decode, resize, normalize); runs in
+            parallel before the cache, so its work is done once.
+        augment: per-example random map; runs in parallel after cache and shuffle, so every
+            epoch sees new randomness.
+        batch_map: map applied to whole batches (vectorized: one op per batch, e.g.
+            ``tfrecord_parser`` or batch augmentation).
+        cache: `True` or ``"memory"`` keeps examples in memory after the first epoch; a path
+            caches to that file. Defaults to `False`.
+        shuffle: shuffle examples. Defaults to `True`.
+        shuffle_buffer: buffer in examples (int) or in bytes (``"64MB"``; divided by the size
+            of one example). Defaults to the dataset's size when known and below 10 000,
+            else 10 000.
+        seed: shuffle seed. Defaults to `None`.
+        repeat: repeat forever (pair with ``steps_per_epoch``). Defaults to `False`.
+        drop_remainder: drop a last partial batch. Defaults to `True`: static shapes (a compiled
+            step is never retraced for an odd last batch) and exact examples/sec.
+        num_parallel_calls: parallelism of the maps. Defaults to `None` (AUTOTUNE).
+        deterministic: keep element order in parallel stages (``tf.data.Options``); `False`
+            lets a fast element overtake a slow one. Defaults to `None` (TF's default: on).
+        private_threads: size of a private thread pool for this pipeline. Defaults to `None`.
+        ram_budget: autotune RAM budget, bytes or ``"2GB"``; also the limit the warnings check
+            buffers and caches against. Defaults to `None` (TF's default, available RAM).
+        cpu_budget: cores autotune may use. Defaults to `None` (all).
+
+    Raises:
+        ValueError: a size or budget that is not positive, or an unreadable size string.
+    """
+    import tensorflow as tf
+
+    if batch_size is None or batch_size < 1:
+        raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
+    if num_parallel_calls not in (None, tf.data.AUTOTUNE) and num_parallel_calls < 1:
+        raise ValueError(f"num_parallel_calls: must be >= 1 or AUTOTUNE, got {num_parallel_calls}")
+    for name, value in (("private_threads", private_threads), ("cpu_budget", cpu_budget)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name}: must be >= 1, got {value}")
+    budget = parse_bytes(ram_budget, "ram_budget") if ram_budget is not None else None
+    parallel = num_parallel_calls or tf.data.AUTOTUNE
+    ds = dataset
+
+    top_ops, inner_ops = dataset_ops(ds)
+    if "FlatMapDataset" in top_ops and "GeneratorDataset" in inner_ops:
+        warn_once(
+            "from_generator",
+            "this dataset reads a Python generator with from_generator on one thread, one "
+            "element per Python call; toolkit.data.parallel_generator(factory, shards, "
+            "signature) reads shards in parallel and crosses into TensorFlow in chunks",
+        )
+
+    if preprocess is not None:
+        # Deterministic per-example work (decode, resize) in parallel, before the cache, so it
+        # is paid once, not every epoch.
+        ds = ds.map(preprocess, num_parallel_calls=parallel, deterministic=deterministic)
+
+    if cache:
+        upstream = dataset_ops(ds)
+        if any(_is_random(op) for op in upstream[0] | upstream[1]):
+            warn_once(
+                "cache-after-random",
+                "cache() comes after a random map: the first epoch's random values would be "
+                "replayed every epoch, freezing the augmentation; pass the random map as "
+                "augment= (it runs after the cache) or do not cache",
+            )
+        if cache is True or cache == "memory":
+            _check_cache_fits(ds, budget)
+            # No file: the cache lives in memory after the first full pass.
+            ds = ds.cache()
+        else:
+            ds = ds.cache(str(cache))
+
+    if shuffle:
+        buffer = _shuffle_examples(ds, shuffle_buffer, budget)
+        # Shuffle before repeat so epochs don't blur into each other, and after the cache so
+        # each epoch gets a new order.
+        ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    if augment is not None:
+        # Random per-example work after cache and shuffle: new randomness every epoch.
+        ds = ds.map(augment, num_parallel_calls=parallel, deterministic=deterministic)
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+    if batch_map is not None:
+        # Vectorized: one op over the whole batch instead of batch_size small ones.
+        ds = ds.map(batch_map, num_parallel_calls=parallel, deterministic=deterministic)
+
+    options = tf.data.Options()
+    if deterministic is not None:
+        options.deterministic = deterministic
+    if private_threads is not None:
+        options.threading.private_threadpool_size = private_threads
+    if budget is not None:
+        options.autotune.ram_budget = budget
+    if cpu_budget is not None:
+        options.autotune.cpu_budget = cpu_budget
+    ds = ds.with_options(options)
+    # Prefetch last: while the model trains on batch N, the pipeline prepares N+1.
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _shuffle_examples(ds: Any, shuffle_buffer: int | str | None, budget: int | None) -> int:
+    size = element_bytes(ds.element_spec)
+    if isinstance(shuffle_buffer, str):
+        nbytes = parse_bytes(shuffle_buffer, "shuffle_buffer")
+        if size is None:
+            raise ValueError(
+                "shuffle_buffer: given in bytes, but the examples have no static size; "
+                "give it in examples (an int)"
+            )
+        buffer = max(1, nbytes // size)
+    elif shuffle_buffer is not None:
+        if isinstance(shuffle_buffer, bool) or shuffle_buffer < 1:
+            raise ValueError(f"shuffle_buffer: must be >= 1 example, got {shuffle_buffer!r}")
+        buffer = int(shuffle_buffer)
+    else:
+        n = int(ds.cardinality())
+        buffer = n if 0 < n <= DEFAULT_SHUFFLE_EXAMPLES else DEFAULT_SHUFFLE_EXAMPLES
+    if size is not None:
+        limit = budget if budget is not None else _available_ram()
+        if buffer * size > limit:
+            warn_once(
+                "shuffle-buffer-ram",
+                f"the shuffle buffer of {buffer:,} examples × {size:,} bytes = "
+                f"{buffer * size / 2**20:,.0f} MiB would not fit in the RAM budget of "
+                f"{limit / 2**20:,.0f} MiB; give shuffle_buffer in bytes (e.g. '256MB') or "
+                "shuffle file order instead",
+            )
+    return buffer
+
+
+def _check_cache_fits(ds: Any, budget: int | None) -> None:
+    n = int(ds.cardinality())
+    size = element_bytes(ds.element_spec)
+    if n <= 0 or size is None:
+        return  # unknown or infinite size: nothing to check against
+    limit = budget if budget is not None else _available_ram()
+    if n * size > limit:
+        warn_once(
+            "cache-ram",
+            f"cache() in memory would hold {n:,} examples × {size:,} bytes = "
+            f"{n * size / 2**30:,.2f} GiB, more than the {limit / 2**30:,.2f} GiB "
+            "available; cache to a file (cache='/path/to/cache') or do not cache",
+        )
