@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -43,16 +45,25 @@ def make_source(kind, arrays, tfrecord_dir, image_dir, deterministic=None):
         ), N
     if kind == "image_folder":
         return D.image_folder(image_dir, (8, 10), deterministic=deterministic), 12
+    if kind == "tfds":  # inside tfds.testing.mock_data (see the test)
+        return D.tfds_dataset("mnist", deterministic=deterministic), 12
     raise AssertionError(kind)
 
 
-KINDS = ["arrays", "synthetic", "parallel_generator", "tfrecords", "image_folder"]
+KINDS = ["arrays", "synthetic", "parallel_generator", "tfrecords", "image_folder", "tfds"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_source_yields_its_spec_batches_and_keeps_order_when_asked(
     kind, arrays, tfrecord_dir, image_dir
 ):
+    with contextlib.ExitStack() as stack:
+        if kind == "tfds":  # the real TFDS loading code, offline, on generated examples
+            stack.enter_context(tfds.testing.mock_data(num_examples=12))
+        _check_source_contract(kind, arrays, tfrecord_dir, image_dir)
+
+
+def _check_source_contract(kind, arrays, tfrecord_dir, image_dir):
     ds, n = make_source(kind, arrays, tfrecord_dir, image_dir, deterministic=True)
     spec = ds.element_spec
     assert isinstance(spec, tuple) and len(spec) == 2
