@@ -1,15 +1,22 @@
 """``python -m toolkit <verb>``: command-line entry points.
 
 Verbs:
-    compare A B   deltas of report B against baseline A, with a noise-aware verdict
-    show REPORT   a report's summary (``--markdown`` for the full Markdown)
+    compare A B          deltas of report B against baseline A, with a noise-aware verdict
+    show REPORT          a report's summary (``--markdown`` for the full Markdown)
+    devices              the devices TensorFlow sees, and a starting precision for each
+    preflight            known traps for a device/precision/XLA choice, each with its fix
+    placement --recipe R where each op of one training step of recipe R ran
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+
+# TensorFlow's start-up INFO lines would bury the one line a command prints; still overridable.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from toolkit.report import ReportError, RunReport, compare
 
@@ -23,6 +30,51 @@ def _compare(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     report = RunReport.load(args.report)
     print(report.to_markdown() if args.markdown else report.summary())
+    return 0
+
+
+def _devices(args: argparse.Namespace) -> int:
+    from toolkit import devices
+
+    for device in devices.detect():
+        policy, why = devices.recommend_precision(device)
+        print(f"{device}\n    precision hint: {policy} ({why})")
+    return 0
+
+
+def _preflight(args: argparse.Namespace) -> int:
+    from toolkit import devices
+
+    device = devices.resolve(args.device)
+    findings = devices.preflight(device, policy=args.precision, jit_compile=args.jit_compile)
+    print(f"preflight for {device}")
+    for finding in findings:
+        print(f"  {finding}")
+    if not findings:
+        print("  no known traps")
+    return 1 if any(f.severity == "error" for f in findings) else 0
+
+
+def _placement(args: argparse.Namespace) -> int:
+    import importlib
+
+    from toolkit import devices
+
+    device = devices.select(args.device)
+    try:
+        recipe = importlib.import_module(f"recipes.{args.recipe}")
+    except ModuleNotFoundError:
+        raise devices.DeviceError(f"recipe: no recipe named {args.recipe!r}") from None
+    task = recipe.build_task()
+    model = task.build_model()
+    model.compile(optimizer="adam", loss=task.loss, metrics=list(task.metrics))
+    x, y = task.train
+    batch = (x[: args.batch_size], y[: args.batch_size])
+    report = devices.placement_report(
+        lambda: model.train_on_batch(*batch), gpu_selected=device.is_gpu
+    )
+    print(f"placement of one {args.recipe} training step on {device}")
+    print(report.render())
     return 0
 
 
@@ -42,10 +94,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--markdown", action="store_true", help="the full Markdown report")
     p.set_defaults(func=_show)
 
+    p = verbs.add_parser("devices", help="list devices with a precision hint")
+    p.set_defaults(func=_devices)
+
+    p = verbs.add_parser("preflight", help="check for known device/precision/XLA traps")
+    p.add_argument("--device", default="auto", help="auto, cpu, gpu, cuda, metal[:index]")
+    p.add_argument("--precision", default="float32", help="float32, mixed_float16, mixed_bfloat16")
+    p.add_argument("--jit_compile", action="store_true", help="the run will compile with XLA")
+    p.set_defaults(func=_preflight)
+
+    p = verbs.add_parser("placement", help="where each op of one training step ran")
+    p.add_argument("--recipe", default="mlp", help="recipe module under recipes/")
+    p.add_argument("--device", default="auto", help="auto, cpu, gpu, cuda, metal[:index]")
+    p.add_argument("--batch_size", type=int, default=32)
+    p.set_defaults(func=_placement)
+
     args = parser.parse_args(argv)
+    from toolkit.devices import DeviceError
+
     try:
         return args.func(args)
-    except ReportError as e:
+    except (ReportError, DeviceError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
