@@ -277,5 +277,5 @@ def test_trap_detection_does_not_copy_the_arrays_a_dataset_holds(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("pipeline() serialized the dataset graph")
 
-    monkeypatch.setattr(type(ds), "_as_serialized_graph", forbidden)
+    monkeypatch.setattr(tf.data.Dataset, "_as_serialized_graph", forbidden)
     pipeline(ds.map(lambda x: x * 2.0), 8, cache=True)
