@@ -32,7 +32,6 @@ from typing import Any
 
 MB = 1024.0 * 1024.0
 BUILD_HELP = "See BUILD.md"
-KINDS = ("cpu", "cuda", "metal")
 
 
 class DeviceError(ValueError):
