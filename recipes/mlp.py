@@ -8,6 +8,9 @@ offline), prints the step-time summary, and writes the report to ``runs/<timesta
     python -m recipes.mlp
     python -m recipes.mlp --epochs=5 --batch_size=64 --steps_per_execution=8 --jit_compile
     python -m recipes.mlp --profile_steps=10,15 --memory_watch --report_dir=/tmp/runs
+    python -m recipes.mlp --device=cpu --dtype=mixed_bfloat16 --distribution_strategy=mirrored
+    python -m recipes.mlp --use_synthetic_data   # input cost ~0: the step's upper bound
+    python -m recipes.mlp --smoke                # a few seconds, for tests
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def build_task(
                 keras.Input((n_features,)),
                 keras.layers.Dense(hidden_units, activation="relu"),
                 keras.layers.Dense(hidden_units, activation="relu"),
-                keras.layers.Dense(10),
+                keras.layers.Dense(10, dtype="float32"),  # float32 logits under mixed precision
             ],
             name="digits_mlp",
         )
@@ -59,6 +62,7 @@ def build_task(
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
         optimizer=lambda: keras.optimizers.Adam(learning_rate),
+        num_classes=10,
     )
 
 
@@ -69,7 +73,10 @@ def main(argv: list[str]) -> None:
     task = build_task(
         FLAGS.hidden_units, FLAGS.learning_rate, FLAGS.validation_fraction, FLAGS.seed
     )
-    result = train.run(task, config, args=tk_flags.flags_for_report())
+    try:
+        result = train.run(task, config, args=tk_flags.flags_for_report())
+    except train.SetupError as e:
+        raise SystemExit(f"error: {e}") from None
     print(result.report.summary())
     for kind, path in sorted(result.paths.items()):
         print(f"{kind}: {path}")

@@ -60,6 +60,9 @@ def tiny_task(keras, n=100, features=6, validation=True):
         ("warmup_steps", -1, "--warmup_steps"),
         ("profile_steps", (5, 5), "--profile_steps"),
         ("verbose", 3, "--verbose"),
+        ("precision", "float64", "--dtype must be one of float32, mixed_float16"),
+        ("distribution_strategy", "tpu", "--distribution_strategy must be one of"),
+        ("device", "tpu", "unknown device 'tpu'"),
     ],
 )
 def test_config_errors_name_the_flag(field, value, match):
@@ -85,12 +88,6 @@ def test_run_writes_report_and_never_retraces(tmp_path, keras):
     assert len(traces) == traces_at["after_first"], f"retraced after warm-up: {len(traces)}"
 
 
-def test_batch_larger_than_the_data_is_a_clear_error(keras):
-    task, *_ = tiny_task(keras, n=20)
-    with pytest.raises(ValueError, match="--batch_size=32 is larger than the 20 training"):
-        train.run(task, train.TrainConfig(batch_size=32, report_dir=None))
-
-
 def test_run_with_steps_per_execution_jit_and_steps_per_epoch(tmp_path, keras):
     task, traces, traces_at, snapshot = tiny_task(keras, validation=False)
     config = train.TrainConfig(
@@ -107,3 +104,45 @@ def test_run_with_steps_per_execution_jit_and_steps_per_epoch(tmp_path, keras):
     assert s.total_steps == 14 and s.steps_per_execution == 3
     assert result.run_dir is None and result.paths == {}
     assert len(traces) == traces_at["after_first"]
+
+
+def test_smoke_shrinks_the_run():
+    config = train.TrainConfig(epochs=50, warmup_steps=5, profile_steps=(3, 9), smoke=True)
+    smoke = config.effective()
+    assert (smoke.epochs, smoke.steps_per_epoch, smoke.warmup_steps) == (1, train.SMOKE_STEPS, 1)
+    assert smoke.profile_steps is None
+    assert train.TrainConfig(epochs=50).effective().epochs == 50
+
+
+def test_precision_strategy_synthetic_data_and_the_report(tmp_path, keras):
+    task, *_ = tiny_task(keras)
+    task.num_classes = 2
+    config = train.TrainConfig(
+        epochs=2,
+        batch_size=16,
+        report_dir=str(tmp_path),
+        device="cpu",
+        precision="mixed_bfloat16",
+        distribution_strategy="mirrored",
+        use_synthetic_data=True,
+        warmup_steps=1,
+    )
+    result = train.run(task, config)
+    extra = result.report.extra
+    assert extra["device"]["kind"] == "cpu" and extra["precision"] == "mixed_bfloat16"
+    assert extra["strategy"] == {"name": "mirrored", "replicas": 1}
+    assert extra["synthetic_data"] is True
+    assert isinstance(extra["preflight"], list)
+    assert result.model.layers[0].compute_dtype == "bfloat16"
+    assert str(keras.mixed_precision.global_policy().name) == "float32"  # restored
+    assert result.report.steps.total_steps == 2 * (100 // 16)  # synthetic keeps the epoch length
+    assert "precision mixed_bfloat16, strategy mirrored" in result.report.summary()
+    assert RunReport.load(result.run_dir).extra["device"]["kind"] == "cpu"
+
+
+def test_setup_problems_are_one_clear_error(keras):
+    task, *_ = tiny_task(keras)
+    with pytest.raises(train.SetupError, match="unknown device 'metal': no Metal GPU found"):
+        train.run(task, train.TrainConfig(device="metal", report_dir=None))
+    with pytest.raises(train.SetupError, match="--batch_size=512 is larger"):
+        train.run(task, train.TrainConfig(batch_size=512, report_dir=None))

@@ -151,7 +151,8 @@ def detect() -> list[DeviceInfo]:
 # ---------------------------------------------------------------------------- select
 
 
-def _parse(spec: str) -> tuple[str, int | None]:
+def parse_device_spec(spec: str) -> tuple[str, int | None]:
+    """``"gpu:1"`` -> ``("gpu", 1)``; DeviceError unless auto/any/cpu/gpu/cuda/metal[:i]."""
     m = re.fullmatch(r"\s*(auto|any|cpu|gpu|cuda|metal)\s*(?::\s*(\d+))?\s*", spec.lower())
     if not m:
         raise DeviceError(
@@ -177,7 +178,7 @@ def resolve(spec: str = "auto", devices: Sequence[DeviceInfo] | None = None) -> 
     """The device `spec` names among `devices` (default: :func:`detect`), without changing
     anything. ``auto`` prefers the first GPU."""
     devices = list(devices) if devices is not None else detect()
-    kind, index = _parse(spec)
+    kind, index = parse_device_spec(spec)
     if kind == "auto":
         gpus = [d for d in devices if d.is_gpu]
         pool = gpus or [d for d in devices if d.kind == "cpu"]
@@ -245,7 +246,7 @@ def on(spec: str) -> Iterator[DeviceInfo]:
     """
     import tensorflow as tf
 
-    kind, index = _parse(spec)
+    kind, index = parse_device_spec(spec)
     logical = tf.config.list_logical_devices()
     devices = [d for d in detect() if any(ld.name.endswith(d.logical_name[8:]) for ld in logical)]
     chosen = resolve(f"{kind}:{index}" if index is not None else kind, devices)

@@ -12,7 +12,7 @@ from typing import Any
 from absl import flags
 
 from toolkit.profiling.step_timer import DEFAULT_WARMUP_STEPS
-from toolkit.train import TrainConfig
+from toolkit.train import PRECISIONS, SMOKE_STEPS, STRATEGIES, TrainConfig
 
 
 def _parse_steps(value: str) -> tuple[int, int] | None:
@@ -29,6 +29,16 @@ def _parse_steps(value: str) -> tuple[int, int] | None:
             f"--profile_steps must satisfy 0 <= start < stop, got {value!r}"
         )
     return start, stop
+
+
+def _valid_device(value: str) -> bool:
+    from toolkit.devices import DeviceError, parse_device_spec
+
+    try:
+        parse_device_spec(value)
+    except DeviceError as e:
+        raise flags.ValidationError(f"--device: {e}") from None
+    return True
 
 
 def define_common_flags(**defaults: Any) -> None:
@@ -58,6 +68,25 @@ def define_common_flags(**defaults: Any) -> None:
         "train_steps", None, "Steps per epoch (repeats the data); default: one pass.", lower_bound=1
     )
     flags.DEFINE_bool("jit_compile", d["jit_compile"], "Compile the train step with XLA.")
+    flags.DEFINE_alias("enable_xla", "jit_compile")
+    flags.DEFINE_string(
+        "device", "auto", "auto | cpu | gpu | cuda | metal, optionally :index (e.g. gpu:1)."
+    )
+    flags.DEFINE_enum(
+        "dtype", "float32", list(PRECISIONS), "Precision policy (Keras mixed precision)."
+    )
+    flags.register_validator("device", _valid_device, "bad --device")
+    flags.DEFINE_alias("precision", "dtype")
+    flags.DEFINE_enum(
+        "distribution_strategy", "default", list(STRATEGIES), "tf.distribute strategy."
+    )
+    flags.DEFINE_bool(
+        "use_synthetic_data",
+        False,
+        "Train on one random batch of the real spec, repeated: "
+        "input costs ~0 (an upper bound for the step).",
+    )
+    flags.DEFINE_bool("smoke", False, f"A seconds-long run: 1 epoch of {SMOKE_STEPS} steps.")
     flags.DEFINE_integer(
         "warmup_steps",
         DEFAULT_WARMUP_STEPS,
@@ -95,6 +124,11 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
         report_dir=f.report_dir or None,
         seed=f.seed,
         verbose=f.log_verbosity,
+        device=f.device,
+        precision=f.dtype,
+        distribution_strategy=f.distribution_strategy,
+        use_synthetic_data=f.use_synthetic_data,
+        smoke=f.smoke,
     ).validate()
 
 

@@ -309,7 +309,21 @@ class RunReport:
         head = f"== {self.name}: {self.status}"
         if self.error:
             head += f" ({self.error})"
-        lines = [head, *self.steps.lines()]
+        lines = [head]
+        device = self.extra.get("device")
+        if device:
+            strategy = self.extra.get("strategy") or {}
+            lines.append(
+                f"device: {device.get('kind')}:{device.get('index')} {device.get('human_name')}, "
+                f"precision {self.extra.get('precision', 'float32')}, strategy "
+                f"{strategy.get('name', 'default')} ({strategy.get('replicas', 1)} replica(s))"
+                + (", synthetic data" if self.extra.get("synthetic_data") else "")
+            )
+        lines += self.steps.lines()
+        for finding in self.extra.get("preflight") or []:
+            lines.append(
+                f"preflight [{finding['severity']}] {finding['code']}: {finding['message']}"
+            )
         if self.epochs:
             secs = sum(e.get("seconds", 0.0) for e in self.epochs)
             lines.append(f"epochs: {len(self.epochs)} in {secs:.2f} s")

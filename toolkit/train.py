@@ -1,22 +1,33 @@
-"""The one training runner every recipe uses: data, compile, fit under the profiler, report.
+"""The one training runner every recipe uses: device, strategy, data, compile, fit, report.
 
 A recipe describes *what* to train as a :class:`Task` (model builder, loss, metrics, data);
-:func:`run` decides *how*: seeds, the input pipeline, ``compile`` with the chosen
-``jit_compile`` and ``steps_per_execution``, ``fit`` with StepTimer (and MemoryWatch /
-TraceWindow when asked), and a RunReport that is written even when ``fit`` raises or is
-interrupted. Device selection, precision policies and distribution strategies plug in here.
+:func:`run` decides *how*: it selects the device (``toolkit.devices``), runs the preflight
+checks, builds the distribution strategy, sets the precision policy, builds the input pipeline
+(``toolkit.data``, or synthetic data of the same spec), compiles under the strategy scope with
+the chosen ``jit_compile`` and ``steps_per_execution``, fits with StepTimer (and MemoryWatch /
+TraceWindow when asked), and writes a RunReport, also when ``fit`` raises or is interrupted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from toolkit import compat
 from toolkit.profiling.session import profile
 from toolkit.profiling.step_timer import DEFAULT_WARMUP_STEPS
 from toolkit.report import RunReport
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+STRATEGIES = ("default", "one_device", "mirrored")
+SMOKE_STEPS = 8
+
+
+class SetupError(ValueError):
+    """A run that cannot start: a bad setting, a device that is not here, data too small.
+    The message is one line saying what was wrong and what to do."""
 
 
 @dataclasses.dataclass
@@ -34,6 +45,11 @@ class TrainConfig:
     report_dir: str | None = "runs"
     seed: int | None = 0
     verbose: int = 0
+    device: str = "auto"
+    precision: str = "float32"
+    distribution_strategy: str = "default"
+    use_synthetic_data: bool = False
+    smoke: bool = False
 
     def validate(self) -> TrainConfig:
         """Raises ValueError naming the first bad setting and what it must be."""
@@ -54,7 +70,31 @@ class TrainConfig:
                 )
         if self.verbose not in (0, 1, 2):
             raise ValueError(f"--verbose must be 0, 1 or 2, got {self.verbose!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(
+                f"--dtype must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
+            )
+        if self.distribution_strategy not in STRATEGIES:
+            raise ValueError(
+                f"--distribution_strategy must be one of {', '.join(STRATEGIES)}, "
+                f"got {self.distribution_strategy!r}"
+            )
+        from toolkit.devices import parse_device_spec
+
+        parse_device_spec(self.device)  # DeviceError (a ValueError) naming the device
         return self
+
+    def effective(self) -> TrainConfig:
+        """The config a run really uses: ``smoke`` shrinks it to a seconds-long run."""
+        if not self.smoke:
+            return self
+        return dataclasses.replace(
+            self,
+            epochs=1,
+            steps_per_epoch=min(self.steps_per_epoch or SMOKE_STEPS, SMOKE_STEPS),
+            warmup_steps=min(self.warmup_steps, 1),
+            profile_steps=None,
+        )
 
 
 @dataclasses.dataclass
@@ -63,12 +103,14 @@ class Task:
 
     Attributes:
         name: the run name in reports.
-        build_model: returns an uncompiled Keras model.
+        build_model: returns an uncompiled Keras model (built under the strategy scope and
+            the precision policy; keep its last layer float32 for mixed precision).
         train: ``(features, labels)`` arrays, or a `tf.data.Dataset` of single examples.
-        validation: the same for validation, or None.
         loss: a Keras loss (object or name).
+        validation: the same for validation, or None.
         metrics: Keras metrics.
         optimizer: returns a fresh optimizer. Defaults to Adam.
+        num_classes: label classes, for synthetic labels. Defaults to `None` (2).
     """
 
     name: str
@@ -78,6 +120,7 @@ class Task:
     validation: Any = None
     metrics: Sequence[Any] = ()
     optimizer: Callable[[], Any] | None = None
+    num_classes: int | None = None
 
 
 @dataclasses.dataclass
@@ -91,17 +134,35 @@ class RunResult:
     history: Any
 
 
-def _dataset(source: Any, config: TrainConfig, training: bool):
-    from toolkit.data import from_arrays, pipeline
+def _examples(source: Any):
+    from toolkit.data import from_arrays
 
-    if isinstance(source, tuple):
-        source = from_arrays(*source)
+    return from_arrays(*source) if isinstance(source, tuple) else source
+
+
+def _dataset(source: Any, config: TrainConfig, training: bool, task: Task | None = None):
+    from toolkit.data import pipeline, synthetic
+
+    source = _examples(source)
     examples = int(source.cardinality())
     if training and 0 <= examples < config.batch_size:
         # drop_remainder would leave no batch at all; Keras would fail obscurely.
         raise ValueError(
             f"--batch_size={config.batch_size} is larger than the {examples} training examples: "
             "lower --batch_size"
+        )
+    if training and config.use_synthetic_data:
+        # One random batch of the real spec, repeated: the input costs ~nothing, so the step
+        # time is an upper bound for what this model can do here.
+        features, labels = source.element_spec
+        batches = max(1, examples // config.batch_size) if examples > 0 else None
+        return synthetic(
+            features,
+            labels,
+            num_classes=(task.num_classes if task else None) or 2,
+            num_examples=None if config.steps_per_epoch else batches,
+            batch_size=config.batch_size,
+            seed=config.seed or 0,
         )
     return pipeline(
         source,
@@ -112,6 +173,32 @@ def _dataset(source: Any, config: TrainConfig, training: bool):
         drop_remainder=training,
         repeat=training and config.steps_per_epoch is not None,
     )
+
+
+def make_strategy(name: str, device: Any) -> Any:
+    """``default`` (no distribution), ``one_device`` (pinned to `device`), or ``mirrored``
+    (synchronous data parallelism over the visible GPUs, or the CPU)."""
+    import tensorflow as tf
+
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "one_device":
+        return tf.distribute.OneDeviceStrategy(device.logical_name)
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    raise ValueError(f"--distribution_strategy must be one of {', '.join(STRATEGIES)}")
+
+
+@contextlib.contextmanager
+def precision_policy(name: str) -> Iterator[None]:
+    """Keras's global mixed-precision policy for the block, restored afterwards."""
+    keras = compat.keras()
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(name)
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
 
 
 def run(
@@ -130,25 +217,40 @@ def run(
 
     Returns:
         The report, the files written, the run directory, the trained model and the History.
+
+    Raises:
+        SetupError: a bad setting (naming the flag), a device that is not here (listing what
+            is), or too little data, before anything trains.
     """
-    config.validate()
+    from toolkit import devices
+
+    try:
+        config = config.validate().effective()
+        device = devices.select(config.device)  # first: visible devices can't change later
+        findings = devices.preflight(
+            device, policy=config.precision, jit_compile=config.jit_compile
+        )
+        train_ds = _dataset(task.train, config, training=True, task=task)
+        val_ds = None
+        if task.validation is not None:
+            val_ds = _dataset(task.validation, config, training=False)
+    except ValueError as e:  # DeviceError included
+        raise SetupError(str(e)) from e
     keras = compat.keras()
     if config.seed is not None:
         keras.utils.set_random_seed(config.seed)
-    train_ds = _dataset(task.train, config, training=True)
-    val_ds = None
-    if task.validation is not None:
-        val_ds = _dataset(task.validation, config, training=False)
+    strategy = make_strategy(config.distribution_strategy, device)
 
-    model = task.build_model()
-    optimizer = task.optimizer() if task.optimizer else keras.optimizers.Adam()
-    model.compile(
-        optimizer=optimizer,
-        loss=task.loss,
-        metrics=list(task.metrics),
-        jit_compile=config.jit_compile,
-        steps_per_execution=config.steps_per_execution,
-    )
+    with precision_policy(config.precision), strategy.scope():
+        model = task.build_model()
+        optimizer = task.optimizer() if task.optimizer else keras.optimizers.Adam()
+        model.compile(
+            optimizer=optimizer,
+            loss=task.loss,
+            metrics=list(task.metrics),
+            jit_compile=config.jit_compile,
+            steps_per_execution=config.steps_per_execution,
+        )
     with profile(
         task.name,
         report_dir=config.report_dir,
@@ -158,6 +260,17 @@ def run(
         memory_watch=config.memory_watch,
         args=dict(args) if args is not None else dataclasses.asdict(config),
     ) as prof:
+        prof.extra.update(
+            device=device.to_dict(),
+            precision=config.precision,
+            strategy={
+                "name": config.distribution_strategy,
+                "replicas": strategy.num_replicas_in_sync,
+            },
+            synthetic_data=config.use_synthetic_data,
+            smoke=config.smoke,
+            preflight=[dataclasses.asdict(f) for f in findings],
+        )
         history = model.fit(
             train_ds,
             epochs=config.epochs,

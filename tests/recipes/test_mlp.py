@@ -69,6 +69,9 @@ def test_performance_flags_trace_and_memory(tmp_path):
         ("--batch_size=-1", "batch_size"),
         ("--profile_steps=9,3", "profile_steps"),
         ("--no_such_flag=1", "no_such_flag"),
+        ("--dtype=float64", "dtype"),
+        ("--device=tpu", "unknown device 'tpu'"),
+        ("--distribution_strategy=tpu", "distribution_strategy"),
     ],
 )
 def test_bad_flags_fail_with_one_clear_line(tmp_path, flag, words):
@@ -105,3 +108,29 @@ def test_interrupted_run_leaves_a_partial_report(tmp_path):
     assert data["status"] == "partial" and data["error"].startswith("KeyboardInterrupt")
     assert data["steps"]["total_steps"] > 0 and data["epochs"]
     assert "partial" in (run_dir / "report.md").read_text()
+
+
+@pytest.mark.parametrize("recipe", ["mlp"])
+def test_every_recipe_runs_its_smoke_mode(tmp_path, recipe):
+    out = subprocess.run(
+        [sys.executable, "-m", f"recipes.{recipe}", "--smoke", f"--report_dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    _, data = _report(tmp_path)
+    assert data["status"] == "complete" and data["extra"]["smoke"] is True
+    assert data["steps"]["total_steps"] == 8
+    for key in ("environment", "steps", "epochs", "metrics", "timeline", "args"):
+        assert data[key]
+    assert {"device", "precision", "strategy", "preflight"} <= set(data["extra"])
+
+
+def test_a_missing_device_is_one_line_and_nothing_is_written(tmp_path):
+    out = _run([f"--report_dir={tmp_path}", "--smoke", "--device=metal"], timeout=120)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1].startswith("error: unknown device 'metal'")
+    assert "Traceback" not in out.stderr
+    assert not list(tmp_path.iterdir())
