@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/pipeline_generator.py
 	$(PY) benchmarks/pipeline_images.py
 	$(PY) benchmarks/pipeline_tfrecord.py
+	$(PY) benchmarks/seed_mlp.py
 
 install: $(STAMP)
 
