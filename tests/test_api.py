@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import toolkit
+
+from .helpers import run_python
 
 
 def test_every_public_name_exists_and_is_documented():
@@ -30,7 +29,7 @@ def test_importing_toolkit_and_report_does_not_load_tensorflow():
         "import sys, toolkit, toolkit.report, toolkit.profiling.stats, toolkit.__main__; "
         "print('tensorflow' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = run_python(code, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 

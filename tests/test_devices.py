@@ -12,6 +12,8 @@ import tensorflow as tf
 from toolkit import devices
 from toolkit.devices import DeviceError, DeviceInfo, preflight
 
+from .helpers import run_python
+
 CPU = tf.config.PhysicalDevice("/physical_device:CPU:0", "CPU")
 
 
@@ -75,7 +77,7 @@ def test_select_cpu_in_a_fresh_process_and_gpu_is_a_clear_error():
         "import tensorflow as tf; print(tf.config.get_visible_devices('GPU'))\n"
         "try:\n    devices.select('metal')\nexcept devices.DeviceError as e:\n    print('ERR', e)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = run_python(code, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.strip().splitlines()
     assert lines[0] == "cpu /device:CPU:0" and lines[1] == "[]"
@@ -325,7 +327,7 @@ def test_configure_threads_in_a_fresh_process_and_too_late_here():
         "print(plan, tf.config.threading.get_intra_op_parallelism_threads(),"
         " tf.config.threading.get_inter_op_parallelism_threads())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = run_python(code, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "{'intra_op': 2, 'inter_op': 2, 'datasets_private_threads': 1} 2 2"
     tf.constant(1.0) + 1

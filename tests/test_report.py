@@ -16,6 +16,8 @@ from toolkit import report as report_mod
 from toolkit.profiling.stats import summarize_calls
 from toolkit.report import ReportError, RunReport, atomic_write, compare
 
+from .helpers import run_python
+
 
 def make_report(name="r", step_s=0.002, jitter_s=0.0001, n=400, batch_size=32, seed=0, **kw):
     rng = np.random.default_rng(seed)
@@ -64,7 +66,7 @@ def test_environment_without_tensorflow_loaded_skips_tf_facts():
         "assert 'tensorflow' not in sys.modules, 'report imported TensorFlow'; "
         "assert 'tensorflow' not in env and env['python']; print('ok')"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = run_python(code, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from toolkit import train
 from toolkit.report import RunReport
@@ -146,3 +147,7 @@ def test_setup_problems_are_one_clear_error(keras):
         train.run(task, train.TrainConfig(device="metal", report_dir=None))
     with pytest.raises(train.SetupError, match="--batch_size=512 is larger"):
         train.run(task, train.TrainConfig(batch_size=512, report_dir=None))
+    unknown_length = tf.data.Dataset.from_tensor_slices(task.train).filter(lambda x, y: True)
+    task.train = unknown_length
+    with pytest.raises(train.SetupError, match="length is unknown.*give --train_steps"):
+        train.run(task, train.TrainConfig(use_synthetic_data=True, report_dir=None))

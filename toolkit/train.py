@@ -154,6 +154,12 @@ def _dataset(source: Any, config: TrainConfig, training: bool, task: Task | None
     if training and config.use_synthetic_data:
         # One random batch of the real spec, repeated: the input costs ~nothing, so the step
         # time is an upper bound for what this model can do here.
+        if examples < 0 and config.steps_per_epoch is None:
+            # Synthetic data repeats; without a known epoch length fit would never end.
+            raise ValueError(
+                "--use_synthetic_data: the training data's length is unknown, so an epoch "
+                "would never end; give --train_steps"
+            )
         features, labels = source.element_spec
         batches = max(1, examples // config.batch_size) if examples > 0 else None
         return synthetic(
