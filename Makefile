@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/pipeline_images.py
 	$(PY) benchmarks/pipeline_tfrecord.py
 	$(PY) benchmarks/seed_mlp.py
+	$(PY) benchmarks/recipe_mfu.py
 
 install: $(STAMP)
 

@@ -9,6 +9,7 @@ offline), prints the step-time summary, and writes the report to ``runs/<timesta
     python -m recipes.mlp --epochs=5 --batch_size=64 --steps_per_execution=8 --jit_compile
     python -m recipes.mlp --profile_steps=10,15 --memory_watch --report_dir=/tmp/runs
     python -m recipes.mlp --device=cpu --dtype=mixed_bfloat16 --distribution_strategy=mirrored
+    python -m recipes.mlp --dataset=tfds:mnist --image_size=28 --data_dir=~/tensorflow_datasets
     python -m recipes.mlp --use_synthetic_data   # input cost ~0: the step's upper bound
     python -m recipes.mlp --smoke                # a few seconds, for tests
 """
@@ -21,66 +22,61 @@ from absl import app, flags
 
 from toolkit import compat, train
 from toolkit import flags as tk_flags
-from toolkit.data import digits
+from toolkit.data import catalog
 
-tk_flags.define_common_flags(epochs=20, batch_size=32)
-flags.DEFINE_integer("hidden_units", 128, "Units in each hidden layer.", lower_bound=1)
-flags.DEFINE_float("learning_rate", 1e-3, "Adam learning rate.", lower_bound=0.0)
-flags.DEFINE_float(
-    "validation_fraction", 0.2, "Share of the digits held out.", lower_bound=0.01, upper_bound=0.9
-)
+tk_flags.define_common_flags(epochs=20, batch_size=32, dataset="digits")
+tk_flags.define_image_flags(image_size=8, channels=1)
+tk_flags.define_flag("integer", "hidden_units", 128, "Units in each hidden layer.", lower_bound=1)
+tk_flags.define_flag("float", "learning_rate", 1e-3, "Adam learning rate.", lower_bound=0.0)
 FLAGS = flags.FLAGS
 
 
 def build_task(
+    dataset: str = "digits",
+    *,
+    image_size: int = 8,
+    channels: int = 1,
+    num_classes: int = 10,
     hidden_units: int = 128,
     learning_rate: float = 1e-3,
+    data_dir: str | None = None,
     validation_fraction: float = 0.2,
     seed: int = 0,
 ) -> train.Task:
-    """The digits MLP task; usable without flags (e.g. from a notebook)."""
+    """The MLP task; usable without flags (e.g. from a notebook)."""
     keras = compat.keras()
-    train_arrays, val_arrays = digits(validation_fraction, seed=seed)
-    n_features = train_arrays[0].shape[1]
+    spec = catalog.ImageSpec(image_size, image_size, channels, num_classes)
+    data = catalog.load(
+        dataset, spec, data_dir=data_dir, validation_fraction=validation_fraction, seed=seed
+    )
 
-    def build_model() -> Any:
+    def build_model(classes: int) -> Any:
         return keras.Sequential(
             [
-                keras.Input((n_features,)),
+                keras.Input(spec.shape),
+                keras.layers.Flatten(),
                 keras.layers.Dense(hidden_units, activation="relu"),
                 keras.layers.Dense(hidden_units, activation="relu"),
-                keras.layers.Dense(10, dtype="float32"),  # float32 logits under mixed precision
+                keras.layers.Dense(classes, dtype="float32"),  # float32 logits
             ],
-            name="digits_mlp",
+            name="mlp",
         )
 
-    return train.Task(
-        name="mlp",
-        build_model=build_model,
-        train=train_arrays,
-        validation=val_arrays,
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-        optimizer=lambda: keras.optimizers.Adam(learning_rate),
-        num_classes=10,
+    return train.classification_task("mlp", data, build_model, learning_rate)
+
+
+def _task_from_flags() -> train.Task:
+    return build_task(
+        **tk_flags.data_kwargs(),
+        image_size=FLAGS.image_size,
+        channels=int(FLAGS.channels),
+        num_classes=FLAGS.num_classes,
+        hidden_units=FLAGS.hidden_units,
+        learning_rate=FLAGS.learning_rate,
     )
 
 
-def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    config = tk_flags.config_from_flags()
-    task = build_task(
-        FLAGS.hidden_units, FLAGS.learning_rate, FLAGS.validation_fraction, FLAGS.seed
-    )
-    try:
-        result = train.run(task, config, args=tk_flags.flags_for_report())
-    except train.SetupError as e:
-        raise SystemExit(f"error: {e}") from None
-    print(result.report.summary())
-    for kind, path in sorted(result.paths.items()):
-        print(f"{kind}: {path}")
-
+main = tk_flags.recipe_main(_task_from_flags)
 
 if __name__ == "__main__":
     app.run(main)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Measured machine facts (the matmul peak) go to a per-session cache, shared with the recipe
+# subprocesses, so a test run measures the peak at most once and never touches ~/.cache.
+os.environ.setdefault("TOOLKIT_CACHE_DIR", tempfile.mkdtemp(prefix="toolkit-test-cache-"))
 
 import numpy as np
 import pytest

@@ -222,3 +222,38 @@ def test_cli_compare_and_show(tmp_path):
     )
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "no report at" in out.stderr
+
+
+def test_compute_section_adds_achieved_flops_and_mfu_from_the_median_step(tmp_path):
+    from toolkit.profiling.step_timer import StepTimer
+
+    class Clock:
+        t = 0.0
+
+        def __call__(self):
+            Clock.t += 0.01
+            return Clock.t
+
+    timer = StepTimer(warmup_steps=0, batch_size=8, clock=Clock())
+    with timer:
+        for _ in range(20):
+            timer.step()
+    compute = {"flops_per_step": 2e9, "peak_flops_per_s": 4e11, "peak_dtype": "float32"}
+    r = RunReport.from_callbacks("c", timer, compute=compute)
+    assert r.compute["achieved_flops_per_s"] == pytest.approx(2e11)
+    assert r.compute["mfu"] == pytest.approx(0.5)
+    assert "MFU 50.0% of the measured float32 matmul peak 400 GFLOP/s" in r.summary()
+    paths = r.write(tmp_path, plot=False)
+    assert "| MFU | 50.0% |" in Path(paths["markdown"]).read_text()
+    assert RunReport.load(paths["json"]) == r
+    uncounted = RunReport.from_callbacks(
+        "u", timer, compute={"flops_per_step": None, "note": "a while loop"}
+    )
+    assert "compute: FLOPs not counted (a while loop)" in uncounted.summary()
+
+
+def test_reports_written_before_the_compute_section_still_load(tmp_path):
+    data = make_report().to_dict()
+    del data["compute"]
+    (tmp_path / "report.json").write_text(json.dumps(data))
+    assert RunReport.load(tmp_path).compute is None

@@ -57,7 +57,8 @@ def tiny_task(keras, n=100, features=6, validation=True):
         ("epochs", 0, "--epochs must be an integer >= 1"),
         ("batch_size", -3, "--batch_size"),
         ("steps_per_execution", 0, "--steps_per_execution"),
-        ("steps_per_epoch", 0, "--steps_per_epoch"),
+        ("steps_per_epoch", 0, "--train_steps must be >= 1"),
+        ("fused_steps", 0, "--fused_steps must be an integer >= 1"),
         ("warmup_steps", -1, "--warmup_steps"),
         ("profile_steps", (5, 5), "--profile_steps"),
         ("verbose", 3, "--verbose"),
@@ -113,6 +114,42 @@ def test_smoke_shrinks_the_run():
     assert (smoke.epochs, smoke.steps_per_epoch, smoke.warmup_steps) == (1, train.SMOKE_STEPS, 1)
     assert smoke.profile_steps is None
     assert train.TrainConfig(epochs=50).effective().epochs == 50
+
+
+def test_fused_steps_train_exactly_like_separate_steps(keras):
+    """K steps fused in one compiled call see the same batches in the same order and end at
+    the same weights as K separate steps; StepTimer and the optimizer count every step."""
+    weights, reports = {}, {}
+    for fused in (1, 4):
+        task, traces, traces_at, snapshot = tiny_task(keras, validation=False)
+        task.optimizer = lambda: keras.optimizers.SGD(0.1)
+        config = train.TrainConfig(
+            epochs=2,
+            batch_size=5,
+            fused_steps=fused,
+            steps_per_epoch=12,
+            warmup_steps=0,
+            report_dir=None,
+            count_flops=False,
+        )
+        result = train.run(task, config, callbacks=[snapshot()])
+        weights[fused] = [w.numpy() for w in result.model.weights]
+        reports[fused] = result.report
+        assert int(result.model.optimizer.iterations.numpy()) == 24
+        assert len(traces) == traces_at["after_first"]  # no retrace after the first call
+    for a, b in zip(weights[1], weights[4], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    s = reports[4].steps
+    assert s.total_steps == 24 and s.first_step_steps == 4 and s.batch_size == 5
+    assert all(c[1] == 4 for c in reports[4].timeline)  # 4 steps per Keras batch
+    assert reports[4].metrics["loss"] == pytest.approx(reports[1].metrics["loss"], rel=1e-4)
+
+
+def test_fused_steps_settings():
+    with pytest.raises(ValueError, match="--train_steps=10 must be a multiple of --fused_steps=4"):
+        train.TrainConfig(fused_steps=4, steps_per_epoch=10).validate()
+    smoke = train.TrainConfig(fused_steps=3, smoke=True).effective()
+    assert smoke.steps_per_epoch == 9  # 8 rounded up to whole fused calls
 
 
 def test_precision_strategy_synthetic_data_and_the_report(tmp_path, keras):

@@ -58,7 +58,7 @@ def _preflight(args: argparse.Namespace) -> int:
 def _placement(args: argparse.Namespace) -> int:
     import importlib
 
-    from toolkit import devices
+    from toolkit import devices, train
 
     device = devices.select(args.device)
     try:
@@ -68,8 +68,7 @@ def _placement(args: argparse.Namespace) -> int:
     task = recipe.build_task()
     model = task.build_model()
     model.compile(optimizer="adam", loss=task.loss, metrics=list(task.metrics))
-    x, y = task.train
-    batch = (x[: args.batch_size], y[: args.batch_size])
+    batch = next(iter(train.examples(task.train).batch(args.batch_size)))
     report = devices.placement_report(
         lambda: model.train_on_batch(*batch), gpu_selected=device.is_gpu
     )

@@ -7,12 +7,15 @@ names the flag.
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
 
-from absl import flags
+from absl import app, flags
 
 from toolkit.profiling.step_timer import DEFAULT_WARMUP_STEPS
-from toolkit.train import PRECISIONS, SMOKE_STEPS, STRATEGIES, TrainConfig
+from toolkit.train import PRECISIONS, SMOKE_STEPS, STRATEGIES, SetupError, Task, TrainConfig
+from toolkit.train import run as run_task
 
 
 def _parse_steps(value: str) -> tuple[int, int] | None:
@@ -41,8 +44,22 @@ def _valid_device(value: str) -> bool:
     return True
 
 
+def _valid_dataset(value: str) -> bool:
+    from toolkit.data.catalog import parse_dataset_spec
+
+    try:
+        parse_dataset_spec(value)
+    except ValueError as e:
+        raise flags.ValidationError(str(e)) from None
+    return True
+
+
 def define_common_flags(**defaults: Any) -> None:
-    """Defines the shared flags once per process; `defaults` overrides a recipe's defaults."""
+    """Defines the shared flags once per process; `defaults` overrides a recipe's defaults.
+
+    Importing a recipe only defines flags (nothing is parsed), so a notebook can import one and
+    call its ``build_task`` whatever its own argv holds (``-f kernel.json``).
+    """
     if "steps_per_execution" in flags.FLAGS:
         return
     d = {
@@ -52,8 +69,32 @@ def define_common_flags(**defaults: Any) -> None:
         "jit_compile": False,
         "report_dir": "runs",
         "seed": 0,
+        "dataset": "synthetic",
         **defaults,
     }
+    flags.DEFINE_string(
+        "dataset",
+        d["dataset"],
+        "synthetic | digits | tfds:NAME | folder:PATH | tfrecord:GLOB (see toolkit.data.catalog).",
+    )
+    flags.register_validator("dataset", _valid_dataset, "bad --dataset")
+    flags.DEFINE_string("data_dir", None, "TFDS data directory for --dataset=tfds:NAME.")
+    flags.DEFINE_float(
+        "validation_fraction",
+        0.2,
+        "Share of digits / folder / tfrecord examples held out for validation.",
+        lower_bound=0.01,
+        upper_bound=0.9,
+    )
+    flags.DEFINE_integer(
+        "log_steps", None, "Print step time and examples/s every N steps.", lower_bound=1
+    )
+    flags.DEFINE_bool(
+        "count_flops",
+        True,
+        "Count model FLOPs per step; report achieved FLOP/s and MFU against the measured "
+        "matmul peak (measured once per machine, ~2 s, then cached).",
+    )
     flags.DEFINE_integer("epochs", d["epochs"], "Training epochs.", lower_bound=1)
     flags.DEFINE_integer(
         "batch_size", d["batch_size"], "Global batch size (examples per step).", lower_bound=1
@@ -62,6 +103,13 @@ def define_common_flags(**defaults: Any) -> None:
         "steps_per_execution",
         d["steps_per_execution"],
         "Training steps per call of the compiled function (Keras batch hooks run once per call).",
+        lower_bound=1,
+    )
+    flags.DEFINE_integer(
+        "fused_steps",
+        1,
+        "Training steps fused into one compiled train step (a loop inside it; with "
+        "--jit_compile one XLA program): cuts per-step overhead for small models.",
         lower_bound=1,
     )
     flags.DEFINE_integer(
@@ -109,6 +157,49 @@ def define_common_flags(**defaults: Any) -> None:
     )
 
 
+def define_flag(kind: str, name: str, *args: Any, **kwargs: Any) -> None:
+    """``flags.DEFINE_<kind>(name, *args, **kwargs)`` unless `name` is already defined.
+
+    Recipes define their own flags through this, so several recipes can be imported into one
+    process (a notebook, a test): a flag two recipes share keeps the first one's default,
+    which only matters to flag parsing, and a process parses the flags of the one recipe it
+    runs. ``build_task`` arguments carry each recipe's own defaults.
+    """
+    if name not in flags.FLAGS:
+        getattr(flags, f"DEFINE_{kind}")(name, *args, **kwargs)
+
+
+def define_image_flags(image_size: int | None, channels: int) -> None:
+    """``--image_size`` and ``--channels`` for recipes whose model reads images."""
+    define_flag(
+        "integer",
+        "image_size",
+        image_size,
+        "Height and width the images are resized to"
+        + ("." if image_size else " (default: the model's own)."),
+        lower_bound=8,
+    )
+    define_flag("enum", "channels", str(channels), ["1", "3"], "Image channels (grey or RGB).")
+    define_flag(
+        "integer",
+        "num_classes",
+        10,
+        "Classes, when the dataset does not say (synthetic, tfrecord).",
+        lower_bound=2,
+    )
+
+
+def data_kwargs(flag_values: flags.FlagValues = flags.FLAGS) -> dict[str, Any]:
+    """The dataset flags as ``catalog.load`` keyword arguments (plus the spec's own)."""
+    f = flag_values
+    return {
+        "dataset": f.dataset,
+        "data_dir": f.data_dir,
+        "validation_fraction": f.validation_fraction,
+        "seed": f.seed,
+    }
+
+
 def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfig:
     """A validated TrainConfig from parsed flags."""
     f = flag_values
@@ -116,6 +207,7 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
         epochs=f.epochs,
         batch_size=f.batch_size,
         steps_per_execution=f.steps_per_execution,
+        fused_steps=f.fused_steps,
         jit_compile=f.jit_compile,
         steps_per_epoch=f.train_steps,
         warmup_steps=f.warmup_steps,
@@ -129,6 +221,8 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
         distribution_strategy=f.distribution_strategy,
         use_synthetic_data=f.use_synthetic_data,
         smoke=f.smoke,
+        log_steps=f.log_steps,
+        count_flops=f.count_flops,
     ).validate()
 
 
@@ -141,3 +235,36 @@ def flags_for_report(flag_values: flags.FlagValues = flags.FLAGS) -> dict[str, A
         for fl in module_flags:
             out[fl.name] = fl.value
     return dict(sorted(out.items()))
+
+
+def exit_with_error(error: Exception) -> NoReturn:
+    """Ends a recipe with one line ``error: ...`` on stderr and status 1."""
+    print(f"error: {error}", file=sys.stderr)
+    raise SystemExit(1) from None
+
+
+def recipe_main(make_task: Callable[[], Task]) -> Callable[[list[str]], None]:
+    """The absl ``main`` of a recipe: `make_task` builds its Task from the parsed flags, the
+    runner trains it, the summary and report paths are printed.
+
+    A bad dataset, missing files or a setting the machine can't run exit with one line
+    ``error: ...`` (status 1) before anything trains.
+    """
+
+    def main(argv: list[str]) -> None:
+        if len(argv) > 1:
+            raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+        config = config_from_flags()
+        try:
+            task = make_task()  # data names and paths are checked here
+        except (ValueError, FileNotFoundError) as e:
+            exit_with_error(e)
+        try:
+            result = run_task(task, config, args=flags_for_report())
+        except SetupError as e:  # an error in training itself keeps its traceback
+            exit_with_error(e)
+        print(result.report.summary())
+        for kind, path in sorted(result.paths.items()):
+            print(f"{kind}: {path}")
+
+    return main

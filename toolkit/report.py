@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from toolkit._version import __version__
+from toolkit.profiling.flops import format_flops, utilization
 from toolkit.profiling.stats import StepStats, format_ms
 
 SCHEMA = "keras-perf-toolkit/run-report"
@@ -180,6 +181,7 @@ class RunReport:
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
     memory: dict[str, Any] | None = None
     trace: dict[str, Any] | None = None
+    compute: dict[str, Any] | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     toolkit_version: str = __version__
     schema_version: int = SCHEMA_VERSION
@@ -204,12 +206,25 @@ class RunReport:
         status: str = COMPLETE,
         error: str | None = None,
         extra: Mapping[str, Any] | None = None,
+        compute: Mapping[str, Any] | None = None,
     ) -> RunReport:
-        """A report from a StepTimer (and optionally a MemoryWatch and a TraceWindow)."""
+        """A report from a StepTimer (and optionally a MemoryWatch and a TraceWindow).
+
+        `compute` holds ``flops_per_step`` and ``peak_flops_per_s`` (see
+        ``toolkit.profiling.flops``); achieved FLOP/s and MFU are added from the median step.
+        """
         calls = [[round(d, 9), n, e, k] for d, n, e, k in timer.calls]
+        steps = timer.summary()
+        if compute is not None:
+            compute = {
+                **compute,
+                **utilization(
+                    compute.get("flops_per_step"), steps.p50_s, compute.get("peak_flops_per_s")
+                ),
+            }
         return cls(
             name=name,
-            steps=timer.summary(),
+            steps=steps,
             status=status,
             error=error,
             fit_seconds=timer.fit_seconds,
@@ -221,6 +236,7 @@ class RunReport:
             metrics=dict(timer.last_logs),
             memory=memory.result() if memory is not None else None,
             trace=trace.result() if trace is not None else None,
+            compute=_jsonable(dict(compute)) if compute is not None else None,
             extra=_jsonable(dict(extra or {})),
         )
 
@@ -324,6 +340,8 @@ class RunReport:
             lines.append(
                 f"preflight [{finding['severity']}] {finding['code']}: {finding['message']}"
             )
+        if self.compute:
+            lines.append(_compute_line(self.compute))
         if self.epochs:
             secs = sum(e.get("seconds", 0.0) for e in self.epochs)
             lines.append(f"epochs: {len(self.epochs)} in {secs:.2f} s")
@@ -368,6 +386,23 @@ class RunReport:
         ]
         for k, v in rows:
             w(f"| {k} | {v} |\n")
+        if self.compute:
+            c = self.compute
+            mfu = c.get("mfu")
+            w("\n## Compute\n\n| figure | value |\n|---|---|\n")
+            for k, v in (
+                ("FLOPs per step (forward + backward)", format_flops(c.get("flops_per_step"))),
+                ("FLOPs per forward pass", format_flops(c.get("flops_forward"))),
+                ("achieved (at p50 step)", format_flops(c.get("achieved_flops_per_s"), True)),
+                (
+                    f"measured {c.get('peak_dtype', '')} matmul peak",
+                    format_flops(c.get("peak_flops_per_s"), True),
+                ),
+                ("MFU", f"{mfu:.1%}" if mfu is not None else "n/a"),
+                ("how", c.get("method") or "—"),
+                ("note", c.get("note") or "—"),
+            ):
+                w(f"| {k} | {v} |\n")
         if png:
             w(f"\n![step times]({png})\n")
         if note:
@@ -569,6 +604,20 @@ def _fmt(value: float | None, unit: str) -> str:
     if unit == "/s":
         return f"{value:,.1f}/s"
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _compute_line(c: Mapping[str, Any]) -> str:
+    if c.get("flops_per_step") is None:
+        return f"compute: FLOPs not counted ({c.get('note') or 'unknown'})"
+    line = f"compute: {format_flops(c['flops_per_step'])}/step"
+    if c.get("achieved_flops_per_s") is not None:
+        line += f", achieved {format_flops(c['achieved_flops_per_s'], True)}"
+    if c.get("mfu") is not None:
+        line += (
+            f", MFU {c['mfu']:.1%} of the measured {c.get('peak_dtype', '')} matmul peak "
+            f"{format_flops(c.get('peak_flops_per_s'), True)}"
+        )
+    return line
 
 
 def _cell(value: Any) -> str:

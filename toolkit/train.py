@@ -17,7 +17,7 @@ from typing import Any
 
 from toolkit import compat
 from toolkit.profiling.session import profile
-from toolkit.profiling.step_timer import DEFAULT_WARMUP_STEPS
+from toolkit.profiling.step_timer import DEFAULT_WARMUP_STEPS, FUSED_STEPS_ATTR
 from toolkit.report import RunReport
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -37,6 +37,7 @@ class TrainConfig:
     epochs: int = 1
     batch_size: int = 32
     steps_per_execution: int = 1
+    fused_steps: int = 1
     jit_compile: bool = False
     steps_per_epoch: int | None = None
     warmup_steps: int = DEFAULT_WARMUP_STEPS
@@ -50,16 +51,25 @@ class TrainConfig:
     distribution_strategy: str = "default"
     use_synthetic_data: bool = False
     smoke: bool = False
+    log_steps: int | None = None
+    count_flops: bool = True
 
     def validate(self) -> TrainConfig:
         """Raises ValueError naming the first bad setting and what it must be."""
-        positive = ("epochs", "batch_size", "steps_per_execution")
+        positive = ("epochs", "batch_size", "steps_per_execution", "fused_steps")
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"--{name} must be an integer >= 1, got {value!r}")
         if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
-            raise ValueError(f"--steps_per_epoch must be >= 1, got {self.steps_per_epoch!r}")
+            raise ValueError(f"--train_steps must be >= 1, got {self.steps_per_epoch!r}")
+        if self.steps_per_epoch is not None and self.steps_per_epoch % self.fused_steps:
+            raise ValueError(
+                f"--train_steps={self.steps_per_epoch} must be a multiple of "
+                f"--fused_steps={self.fused_steps}"
+            )
+        if self.log_steps is not None and self.log_steps < 1:
+            raise ValueError(f"--log_steps must be >= 1, got {self.log_steps!r}")
         if self.warmup_steps < 0:
             raise ValueError(f"--warmup_steps must be >= 0, got {self.warmup_steps!r}")
         if self.profile_steps is not None:
@@ -88,10 +98,11 @@ class TrainConfig:
         """The config a run really uses: ``smoke`` shrinks it to a seconds-long run."""
         if not self.smoke:
             return self
+        steps = min(self.steps_per_epoch or SMOKE_STEPS, SMOKE_STEPS)
         return dataclasses.replace(
             self,
             epochs=1,
-            steps_per_epoch=min(self.steps_per_epoch or SMOKE_STEPS, SMOKE_STEPS),
+            steps_per_epoch=-(-steps // self.fused_steps) * self.fused_steps,  # whole calls
             warmup_steps=min(self.warmup_steps, 1),
             profile_steps=None,
         )
@@ -105,12 +116,16 @@ class Task:
         name: the run name in reports.
         build_model: returns an uncompiled Keras model (built under the strategy scope and
             the precision policy; keep its last layer float32 for mixed precision).
-        train: ``(features, labels)`` arrays, or a `tf.data.Dataset` of single examples.
+        train: ``(features, labels)`` arrays, a `tf.data.Dataset` of single examples, or a
+            function returning either (called after the device is chosen: building a
+            dataset starts TensorFlow's runtime, after which visible devices are fixed).
         loss: a Keras loss (object or name).
         validation: the same for validation, or None.
         metrics: Keras metrics.
         optimizer: returns a fresh optimizer. Defaults to Adam.
         num_classes: label classes, for synthetic labels. Defaults to `None` (2).
+        cache: keep the examples in memory after the first epoch. Defaults to `False`.
+        dataset: what the data is, for the report. Defaults to `None`.
     """
 
     name: str
@@ -121,6 +136,34 @@ class Task:
     metrics: Sequence[Any] = ()
     optimizer: Callable[[], Any] | None = None
     num_classes: int | None = None
+    cache: bool = False
+    dataset: str | None = None
+
+
+def classification_task(
+    name: str,
+    data: Any,
+    build_model: Callable[[int], Any],
+    learning_rate: float = 1e-3,
+) -> Task:
+    """A Task for a classifier with integer labels and logits out, on a
+    ``toolkit.data.catalog.Data``: sparse categorical cross-entropy, accuracy, Adam.
+
+    `build_model` receives the number of classes; keep its last layer float32.
+    """
+    keras = compat.keras()
+    return Task(
+        name=name,
+        build_model=lambda: build_model(data.num_classes),
+        train=data.train,
+        validation=data.validation,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+        optimizer=lambda: keras.optimizers.Adam(learning_rate),
+        num_classes=data.num_classes,
+        cache=data.cache,
+        dataset=data.description,
+    )
 
 
 @dataclasses.dataclass
@@ -134,45 +177,53 @@ class RunResult:
     history: Any
 
 
-def _examples(source: Any):
+def examples(source: Any):
+    """A Task's data (arrays, a dataset, or a function returning either) as a dataset of
+    single examples."""
     from toolkit.data import from_arrays
 
+    if callable(source):
+        source = source()
     return from_arrays(*source) if isinstance(source, tuple) else source
 
 
 def _dataset(source: Any, config: TrainConfig, training: bool, task: Task | None = None):
     from toolkit.data import pipeline, synthetic
 
-    source = _examples(source)
-    examples = int(source.cardinality())
-    if training and 0 <= examples < config.batch_size:
+    source = examples(source)
+    count = int(source.cardinality())
+    # Fused steps read fused_steps batches at once (one Keras batch), split inside the step.
+    batch_size = config.batch_size * (config.fused_steps if training else 1)
+    if training and 0 <= count < batch_size:
         # drop_remainder would leave no batch at all; Keras would fail obscurely.
+        fused = f" × --fused_steps={config.fused_steps}" if config.fused_steps > 1 else ""
         raise ValueError(
-            f"--batch_size={config.batch_size} is larger than the {examples} training examples: "
-            "lower --batch_size"
+            f"--batch_size={config.batch_size}{fused} is larger than the {count} training "
+            "examples: lower it"
         )
     if training and config.use_synthetic_data:
         # One random batch of the real spec, repeated: the input costs ~nothing, so the step
         # time is an upper bound for what this model can do here.
-        if examples < 0 and config.steps_per_epoch is None:
+        if count < 0 and config.steps_per_epoch is None:
             # Synthetic data repeats; without a known epoch length fit would never end.
             raise ValueError(
                 "--use_synthetic_data: the training data's length is unknown, so an epoch "
                 "would never end; give --train_steps"
             )
         features, labels = source.element_spec
-        batches = max(1, examples // config.batch_size) if examples > 0 else None
+        batches = max(1, count // batch_size) if count > 0 else None
         return synthetic(
             features,
             labels,
             num_classes=(task.num_classes if task else None) or 2,
             num_examples=None if config.steps_per_epoch else batches,
-            batch_size=config.batch_size,
+            batch_size=batch_size,
             seed=config.seed or 0,
         )
     return pipeline(
         source,
-        config.batch_size,
+        batch_size,
+        cache=bool(task and task.cache),
         shuffle=training,
         seed=config.seed,
         # Validation keeps its last partial batch: every example counts in the metrics.
@@ -195,6 +246,50 @@ def make_strategy(name: str, device: Any) -> Any:
     raise ValueError(f"--distribution_strategy must be one of {', '.join(STRATEGIES)}")
 
 
+def fuse_train_steps(model: Any, steps: int) -> None:
+    """Makes each Keras training batch run `steps` training steps inside one compiled call.
+
+    The model's ``train_step`` (the one Keras compiles, with ``jit_compile`` as one XLA
+    program) receives a batch of ``steps × batch_size`` examples, splits it into `steps`
+    batches and runs the original ``train_step`` on each in a ``tf.while_loop``: forward,
+    backward, optimizer update and metrics, `steps` times, with no return to the host in
+    between. ``steps_per_execution`` still loops *around* the compiled step, in the TF
+    runtime, paying a launch, an iterator read and a few control ops per step; this loop
+    pays them once per `steps`. Logs are those of the last step (metrics accumulate as
+    usual). Call it after ``compile``; StepTimer counts `steps` steps per batch.
+    """
+    import tensorflow as tf
+
+    if steps < 1:
+        raise ValueError(f"--fused_steps must be >= 1, got {steps}")
+    setattr(model, FUSED_STEPS_ATTR, steps)
+    if steps == 1:
+        return
+    original = model.train_step
+
+    def split(t: Any) -> Any:
+        if t is None:
+            return None
+        n = t.shape[0]
+        return tf.reshape(t, (steps, n // steps if n is not None else -1, *t.shape[1:]))
+
+    def fused_train_step(data: Any) -> Any:
+        batches = tf.nest.map_structure(split, data)
+
+        def step(i: Any) -> Any:
+            return original(tf.nest.map_structure(lambda t: None if t is None else t[i], batches))
+
+        # The first step outside the loop creates any lazily built state (optimizer slots,
+        # metric variables): variables can't be created inside a while loop.
+        first = step(0)
+        _, logs = tf.while_loop(
+            lambda i, _: i < steps, lambda i, _: (i + 1, step(i)), (tf.constant(1), first)
+        )
+        return logs
+
+    model.train_step = fused_train_step
+
+
 @contextlib.contextmanager
 def precision_policy(name: str) -> Iterator[None]:
     """Keras's global mixed-precision policy for the block, restored afterwards."""
@@ -205,6 +300,33 @@ def precision_policy(name: str) -> Iterator[None]:
         yield
     finally:
         keras.mixed_precision.set_global_policy(previous)
+
+
+def compute_facts(model: Any, batch_size: int, precision: str, device: Any) -> dict[str, Any]:
+    """FLOPs per step of `model` at `batch_size` and the device's matmul peak in the compute
+    dtype of `precision` (cached per machine), for the report's compute section."""
+    from toolkit.profiling import flops
+
+    count = flops.count_flops(model, batch_size)
+    dtype = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}.get(precision, "float32")
+    facts: dict[str, Any] = {
+        "flops_per_step": count.train_step,
+        "flops_forward": count.forward,
+        "batch_size": batch_size,
+        "method": count.method,
+        "note": count.note,
+        "peak_dtype": dtype,
+    }
+    if count.train_step is None:
+        return facts
+    try:
+        peak = flops.matmul_peak(device, dtype)
+    except Exception as e:  # noqa: BLE001 - MFU is a nicety; training goes on
+        facts["note"] = f"no matmul peak: {type(e).__name__}: {e}"
+        return facts
+    facts["peak_flops_per_s"] = peak["flops_per_s"]
+    facts["peak_source"] = peak["source"]
+    return facts
 
 
 def run(
@@ -239,8 +361,8 @@ def run(
         train_ds = _dataset(task.train, config, training=True, task=task)
         val_ds = None
         if task.validation is not None:
-            val_ds = _dataset(task.validation, config, training=False)
-    except ValueError as e:  # DeviceError included
+            val_ds = _dataset(task.validation, config, training=False, task=task)
+    except (ValueError, FileNotFoundError) as e:  # DeviceError included
         raise SetupError(str(e)) from e
     keras = compat.keras()
     if config.seed is not None:
@@ -257,6 +379,7 @@ def run(
             jit_compile=config.jit_compile,
             steps_per_execution=config.steps_per_execution,
         )
+        fuse_train_steps(model, config.fused_steps)
     with profile(
         task.name,
         report_dir=config.report_dir,
@@ -264,6 +387,7 @@ def run(
         warmup_steps=config.warmup_steps,
         trace_steps=config.profile_steps,
         memory_watch=config.memory_watch,
+        log_steps=config.log_steps,
         args=dict(args) if args is not None else dataclasses.asdict(config),
     ) as prof:
         prof.extra.update(
@@ -277,10 +401,16 @@ def run(
             smoke=config.smoke,
             preflight=[dataclasses.asdict(f) for f in findings],
         )
+        if task.dataset:
+            prof.extra["dataset"] = task.dataset
+        if config.count_flops:
+            prof.compute = compute_facts(model, config.batch_size, config.precision, device)
         history = model.fit(
             train_ds,
             epochs=config.epochs,
-            steps_per_epoch=config.steps_per_epoch,
+            steps_per_epoch=(
+                config.steps_per_epoch // config.fused_steps if config.steps_per_epoch else None
+            ),
             validation_data=val_ds,
             shuffle=False,  # the pipeline shuffles; Keras would only warn about a Dataset
             callbacks=[*prof.callbacks, *callbacks],

@@ -218,3 +218,28 @@ def test_adding_the_timer_does_not_make_keras_sync_logs_per_step(keras):
     else:
         assert timer.async_safe
         assert with_timer._async_train == without._async_train
+
+
+def test_log_steps_prints_the_recent_window_without_the_first_step():
+    lines = []
+    # first step 1.0 s (tracing), then steps of 0.1, 0.1, 0.2, 0.2, 0.4 s
+    clock = FakeClock([0, 1.0, 1.1, 1.2, 1.4, 1.6, 2.0, 2.5])
+    timer = StepTimer(warmup_steps=0, batch_size=10, clock=clock, log_steps=2, log_fn=lines.append)
+    with timer:
+        for _ in range(6):
+            timer.step()
+    assert lines == [
+        "step 3: 100.000 ms/step over the last 2 steps, 100.0 examples/s",
+        "step 5: 200.000 ms/step over the last 2 steps, 50.0 examples/s",
+    ]
+    with pytest.raises(ValueError, match="log_steps"):
+        StepTimer(log_steps=0)
+
+
+def test_log_steps_in_fit_with_steps_per_execution(make_model, make_dataset):
+    lines = []
+    timer = StepTimer(warmup_steps=0, log_steps=4, log_fn=lines.append)
+    make_model(steps_per_execution=2).fit(make_dataset(12), callbacks=[timer], verbose=0)
+    # 6 executions of 2 steps; the first (steps 1-2) is apart, then a line per 4 steps.
+    assert [line.split(":")[0] for line in lines] == ["step 6", "step 10"]
+    assert all("ms/step over the last 4 steps" in line for line in lines)

@@ -58,6 +58,11 @@ class Profile:
         memory_watch: add a MemoryWatch. Defaults to `False`.
         args: the run's arguments/flags, recorded in the report.
         plot: write the PNG plot. Defaults to `True`.
+        log_steps: print step time every this many steps. Defaults to `None`.
+
+    Set ``.extra`` (free-form facts) and ``.compute`` (``flops_per_step``,
+    ``peak_flops_per_s``...: see ``toolkit.profiling.flops``) inside the block; they go into
+    the report.
     """
 
     def __init__(
@@ -72,13 +77,17 @@ class Profile:
         memory_watch: bool = False,
         args: Mapping[str, Any] | None = None,
         plot: bool = True,
+        log_steps: int | None = None,
     ) -> None:
         self.name = name
         self.report_dir = os.fspath(report_dir) if report_dir is not None else None
         self.args = dict(args or {})
         self.plot = plot
         self.extra: dict[str, Any] = {}
-        self.timer = StepTimer(warmup_steps=warmup_steps, batch_size=batch_size, data=data)
+        self.compute: dict[str, Any] | None = None
+        self.timer = StepTimer(
+            warmup_steps=warmup_steps, batch_size=batch_size, data=data, log_steps=log_steps
+        )
         self.memory = MemoryWatch() if memory_watch else None
         self._trace_steps = trace_steps
         self.trace: TraceWindow | None = None
@@ -119,6 +128,7 @@ class Profile:
                 status=COMPLETE if exc is None else PARTIAL,
                 error=error,
                 extra=self.extra,
+                compute=self.compute,
             )
             if self.run_dir is not None:
                 self.paths = self.report.write(self.run_dir, plot=self.plot)

@@ -36,10 +36,13 @@ from toolkit.profiling.stats import (
     TIMED,
     WARMUP,
     StepStats,
+    format_ms,
     summarize_calls,
 )
 
 DEFAULT_WARMUP_STEPS = 5
+# Set on a model whose every Keras batch runs this many training steps (fused in one call).
+FUSED_STEPS_ATTR = "_toolkit_fused_steps"
 
 
 def infer_batch_size(data: Any) -> int | None:
@@ -87,6 +90,9 @@ class StepTimer(compat.keras().callbacks.Callback):
         batch_size: examples per step, for examples/sec. Defaults to `None` (taken from `data`).
         data: a `tf.data.Dataset` to read the batch size from when `batch_size` is not given.
         clock: a function returning seconds. Defaults to `time.perf_counter`.
+        log_steps: print step time and examples/sec every this many steps (after the first
+            execution; like Model Garden's ``--log_steps``). Defaults to `None` (silent).
+        log_fn: where those lines go. Defaults to `print`.
 
     Example:
 
@@ -113,8 +119,12 @@ class StepTimer(compat.keras().callbacks.Callback):
         batch_size: int | None = None,
         data: Any = None,
         clock: Callable[[], float] = time.perf_counter,
+        log_steps: int | None = None,
+        log_fn: Callable[[str], Any] = print,
     ) -> None:
         super().__init__()
+        if log_steps is not None and log_steps < 1:
+            raise ValueError(f"log_steps must be >= 1, got {log_steps}")
         if warmup_steps < 0:
             raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
         if batch_size is not None and batch_size < 1:
@@ -124,6 +134,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         self.warmup_steps = warmup_steps
         self.batch_size = batch_size
         self._clock = clock
+        self.log_steps = log_steps
+        self._log_fn = log_fn
         # tf_keras: keep logs as tensors for us (no conversion, no sync).
         self._supports_tf_logs = True
         # Keras 3: our batch-end hook may run on Keras's callback thread.
@@ -149,12 +161,15 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._open_trace = (False, 0)
         self._prev_gap = 0  # steps between the last two begins in this epoch
         self._spe = 1
+        self._fused = 1  # training steps per Keras batch (see toolkit.train.fuse_train_steps)
         self._epoch_start = 0.0
         self._epoch_calls_start = 0
         self._epoch_begins = 0
         self._end_marks: list[tuple[int, float]] = []
         self._boundary_time: float | None = None
         self._running = False
+        self._log_steps_done = 0  # steps finished in this fit
+        self._log_mark = (0, 0.0)  # (steps, seconds) at the last log line
 
     # ------------------------------------------------------------------ recording
 
@@ -172,6 +187,25 @@ class StepTimer(compat.keras().callbacks.Callback):
         else:
             kind = TIMED
         self.calls.append((duration, steps, self._epoch, kind))
+        if kind == FIRST:
+            self._log_steps_done = steps
+        elif self.log_steps:
+            self._log(duration, steps)
+
+    def _log(self, duration: float, steps: int) -> None:
+        """Prints once `log_steps` steps after the first execution have gathered."""
+        self._log_steps_done += steps
+        count, seconds = self._log_mark
+        count, seconds = count + steps, seconds + duration
+        if count < self.log_steps:
+            self._log_mark = (count, seconds)
+            return
+        self._log_mark = (0, 0.0)
+        rate = f", {self.batch_size * count / seconds:,.1f} examples/s" if self.batch_size else ""
+        self._log_fn(
+            f"step {self._log_steps_done}: {format_ms(seconds / count)}/step "
+            f"over the last {count} steps{rate}"
+        )
 
     def _open(self, batch: int, now: float) -> None:
         self._open_begin = batch
@@ -202,7 +236,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         spe = max(self._spe, self._prev_gap)
         steps_in_epoch = (self.params or {}).get("steps")
         steps = min(spe, steps_in_epoch - begin) if steps_in_epoch else spe
-        self._record(end - self._open_time, max(1, steps), self._open_trace)
+        self._record(end - self._open_time, max(1, steps) * self._fused, self._open_trace)
 
     # ------------------------------------------------------------------ Keras hooks
 
@@ -212,7 +246,9 @@ class StepTimer(compat.keras().callbacks.Callback):
     def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
         self.reset()
         self._running = True
-        self._spe = _steps_per_execution(getattr(self, "model", None))
+        model = getattr(self, "model", None)
+        self._spe = _steps_per_execution(model)
+        self._fused = max(1, int(getattr(model, FUSED_STEPS_ATTR, 1) or 1))
         self.train_begin_time = self._clock()
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
@@ -232,7 +268,7 @@ class StepTimer(compat.keras().callbacks.Callback):
             gap = batch - begin
             if gap > 0:
                 self._prev_gap = gap
-                self._record(now - self._open_time, gap, self._open_trace)
+                self._record(now - self._open_time, gap * self._fused, self._open_trace)
         self._open(batch, now)
 
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:

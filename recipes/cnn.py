@@ -1,0 +1,97 @@
+"""A small CNN (two conv blocks, batch norm) on digits upscaled to 32×32, or any image dataset.
+
+The digits that ship with scikit-learn are resized from 8×8 to 32×32 (CIFAR-sized, grey) so a
+convolutional network has real spatial work to do; with the defaults it reaches >= 0.95
+validation accuracy on 2 CPU cores in well under a minute::
+
+    python -m recipes.cnn
+    python -m recipes.cnn --channels=3 --dataset=synthetic --batch_size=128 --jit_compile
+    python -m recipes.cnn --dataset=tfds:cifar10 --channels=3 --data_dir=~/tensorflow_datasets
+    python -m recipes.cnn --dataset=folder:/data/flowers --image_size=64 --channels=3
+    python -m recipes.cnn --smoke
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from absl import app, flags
+
+from toolkit import compat, train
+from toolkit import flags as tk_flags
+from toolkit.data import catalog
+
+tk_flags.define_common_flags(epochs=8, batch_size=32, dataset="digits")
+tk_flags.define_image_flags(image_size=32, channels=1)
+tk_flags.define_flag(
+    "integer", "filters", 32, "Filters of the first conv block (doubled in the second)."
+)
+tk_flags.define_flag("float", "learning_rate", 1e-3, "Adam learning rate.", lower_bound=0.0)
+FLAGS = flags.FLAGS
+
+
+def build_task(
+    dataset: str = "digits",
+    *,
+    image_size: int = 32,
+    channels: int = 1,
+    num_classes: int = 10,
+    filters: int = 32,
+    learning_rate: float = 1e-3,
+    data_dir: str | None = None,
+    validation_fraction: float = 0.2,
+    seed: int = 0,
+) -> train.Task:
+    """The CNN task; usable without flags (e.g. from a notebook)."""
+    keras = compat.keras()
+    layers = keras.layers
+    spec = catalog.ImageSpec(image_size, image_size, channels, num_classes)
+    data = catalog.load(
+        dataset, spec, data_dir=data_dir, validation_fraction=validation_fraction, seed=seed
+    )
+
+    def conv_block(width: int) -> list[Any]:
+        # momentum 0.9, not Keras's 0.99: with ~45 steps an epoch on digits, 0.99 leaves the
+        # moving statistics mostly at their initial values for several epochs, and inference
+        # (validation) then runs on the wrong scale.
+        return [
+            layers.Conv2D(width, 3, padding="same", use_bias=False),
+            layers.BatchNormalization(momentum=0.9),
+            layers.ReLU(),
+            layers.Conv2D(width, 3, padding="same", use_bias=False),
+            layers.BatchNormalization(momentum=0.9),
+            layers.ReLU(),
+            layers.MaxPooling2D(),
+        ]
+
+    def build_model(classes: int) -> Any:
+        return keras.Sequential(
+            [
+                keras.Input(spec.shape),
+                *conv_block(filters),
+                *conv_block(2 * filters),
+                layers.GlobalAveragePooling2D(),
+                layers.Dropout(0.2),
+                layers.Dense(classes, dtype="float32"),  # float32 logits
+            ],
+            name="cnn",
+        )
+
+    return train.classification_task("cnn", data, build_model, learning_rate)
+
+
+def _task_from_flags() -> train.Task:
+    return build_task(
+        **tk_flags.data_kwargs(),
+        image_size=FLAGS.image_size,
+        channels=int(FLAGS.channels),
+        num_classes=FLAGS.num_classes,
+        filters=FLAGS.filters,
+        learning_rate=FLAGS.learning_rate,
+    )
+
+
+main = tk_flags.recipe_main(_task_from_flags)
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,84 @@
+"""FLOP counting on real traced graphs, the cached matmul peak, and the MFU arithmetic."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from toolkit.profiling import flops
+
+
+def test_dense_model_counts_match_the_matmul_arithmetic(keras):
+    model = keras.Sequential(
+        [keras.Input((256,)), keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)]
+    )
+    count = flops.count_flops(model, batch_size=32)
+    matmuls = 2 * 32 * (256 * 512 + 512 * 10)
+    # Bias adds and the ReLU are counted too: a little over the matmuls.
+    assert matmuls <= count.forward <= 1.02 * matmuls
+    # Backward: weight gradients of both layers and the input gradient of the second.
+    backward = 2 * 32 * (256 * 512 + 512 * 10) + 2 * 32 * 512 * 10
+    assert count.train_step == pytest.approx(count.forward + backward, rel=0.03)
+    assert count.note is None and count.batch_size == 32
+
+
+def test_conv_flops_scale_with_the_batch(keras):
+    model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(8, 3)])
+    one, four = flops.count_flops(model, 1), flops.count_flops(model, 4)
+    assert one.forward >= 2 * 14 * 14 * 8 * 3 * 3 * 3
+    assert four.forward == 4 * one.forward
+
+
+def test_recurrent_layers_are_counted_on_an_unrolled_clone(keras):
+    model = keras.Sequential([keras.Input((8, 8)), keras.layers.LSTM(32)])
+    count = flops.count_flops(model, batch_size=4)
+    # 8 steps × 4 gates × (input and recurrent matmuls): the loop body counted 8 times.
+    matmuls = 8 * 2 * 4 * 4 * 32 * (8 + 32)
+    assert count.forward >= matmuls
+    assert "unrolled" in count.note
+
+
+def test_a_model_without_inputs_gets_a_reason_not_an_exception(keras):
+    count = flops.count_flops(keras.layers.Dense(3), batch_size=2)
+    assert count.forward is None and count.train_step is None
+    assert count.note.startswith("not counted")
+
+
+def test_utilization_arithmetic_and_missing_inputs():
+    u = flops.utilization(2e9, 0.01, 4e11)
+    assert u["achieved_flops_per_s"] == pytest.approx(2e11) and u["mfu"] == pytest.approx(0.5)
+    assert flops.utilization(None, 0.01, 4e11) == {"achieved_flops_per_s": None, "mfu": None}
+    assert flops.utilization(2e9, 0.01, None)["mfu"] is None
+    assert flops.format_flops(2.5e9) == "2.5 GFLOP"
+    assert flops.format_flops(3.1e11, per_second=True) == "310 GFLOP/s"
+    assert flops.format_flops(None) == "n/a"
+
+
+def test_matmul_peak_is_measured_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    from toolkit import devices
+
+    monkeypatch.setenv(flops.CACHE_ENV, str(tmp_path))
+    cpu = devices.select("cpu")
+    first = flops.matmul_peak(cpu, "float32")
+    assert first["source"] == "measured" and first["flops_per_s"] > 1e8
+    again = flops.matmul_peak(cpu, "float32")
+    assert again["source"] == "cache" and again["flops_per_s"] == first["flops_per_s"]
+    stored = json.loads((tmp_path / flops.PEAK_FILE).read_text())
+    (key,) = stored
+    assert "float32" in key and "tf " in key and first["key"] == key
+    # Another TF version is another key: the cached number is not reused for it.
+    stored[key.replace("tf ", "tf 0.0-other ")] = stored.pop(key)
+    (tmp_path / flops.PEAK_FILE).write_text(json.dumps(stored))
+    assert flops.matmul_peak(cpu, "float32")["source"] == "measured"
+
+
+def test_an_unwritable_cache_still_returns_the_peak(tmp_path, monkeypatch):
+    from toolkit import devices
+
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv(flops.CACHE_ENV, str(blocked / "sub"))
+    peak = flops.matmul_peak(devices.select("cpu"), "float32")
+    assert peak["source"] == "measured" and not os.path.exists(blocked / "sub")
