@@ -264,21 +264,7 @@ def _inference_main() -> None:
             print(f"{name}: {atomic_write(os.path.join(run_dir, name), data)}")
 
 
-def _task_from_flags() -> train.Task:
-    return build_task(
-        **tk_flags.data_kwargs(),
-        seq_len=FLAGS.seq_len,
-        vocab_size=FLAGS.vocab_size,
-        num_classes=FLAGS.num_classes,
-        layers=FLAGS.layers,
-        hidden_size=FLAGS.hidden_size,
-        heads=FLAGS.heads,
-        dropout=FLAGS.dropout,
-        learning_rate=FLAGS.learning_rate,
-    )
-
-
-_train_main = tk_flags.recipe_main(_task_from_flags)
+_train_main = tk_flags.recipe_main(build_task)
 
 
 def main(argv: list[str]) -> None:

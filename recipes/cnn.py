@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from absl import app, flags
+from absl import app
 
 from toolkit import compat, train
 from toolkit import flags as tk_flags
@@ -27,7 +27,6 @@ tk_flags.define_flag(
     "integer", "filters", 32, "Filters of the first conv block (doubled in the second)."
 )
 tk_flags.define_flag("float", "learning_rate", 1e-3, "Adam learning rate.", lower_bound=0.0)
-FLAGS = flags.FLAGS
 
 
 def build_task(
@@ -80,18 +79,7 @@ def build_task(
     return train.classification_task("cnn", data, build_model, learning_rate)
 
 
-def _task_from_flags() -> train.Task:
-    return build_task(
-        **tk_flags.data_kwargs(),
-        image_size=FLAGS.image_size,
-        channels=int(FLAGS.channels),
-        num_classes=FLAGS.num_classes,
-        filters=FLAGS.filters,
-        learning_rate=FLAGS.learning_rate,
-    )
-
-
-main = tk_flags.recipe_main(_task_from_flags)
+main = tk_flags.recipe_main(build_task)
 
 if __name__ == "__main__":
     app.run(main)

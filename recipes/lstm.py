@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from absl import app, flags
+from absl import app
 
 from toolkit import compat, train
 from toolkit import flags as tk_flags
@@ -26,7 +26,6 @@ tk_flags.define_image_flags(image_size=8, channels=1)
 tk_flags.define_flag("integer", "units", 64, "LSTM units.", lower_bound=1)
 tk_flags.define_flag("integer", "lstm_layers", 1, "Stacked LSTM layers.", lower_bound=1)
 tk_flags.define_flag("float", "learning_rate", 3e-3, "Adam learning rate.", lower_bound=0.0)
-FLAGS = flags.FLAGS
 
 
 def build_task(
@@ -67,19 +66,7 @@ def build_task(
     return train.classification_task("lstm", data, build_model, learning_rate)
 
 
-def _task_from_flags() -> train.Task:
-    return build_task(
-        **tk_flags.data_kwargs(),
-        image_size=FLAGS.image_size,
-        channels=int(FLAGS.channels),
-        num_classes=FLAGS.num_classes,
-        units=FLAGS.units,
-        lstm_layers=FLAGS.lstm_layers,
-        learning_rate=FLAGS.learning_rate,
-    )
-
-
-main = tk_flags.recipe_main(_task_from_flags)
+main = tk_flags.recipe_main(build_task)
 
 if __name__ == "__main__":
     app.run(main)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from absl import app, flags
+from absl import app
 
 from toolkit import compat, train
 from toolkit import flags as tk_flags
@@ -25,7 +25,6 @@ tk_flags.define_common_flags(epochs=3, batch_size=32, dataset="digits")
 tk_flags.define_image_flags(image_size=96, channels=3)
 tk_flags.define_flag("float", "alpha", 0.5, "Width multiplier (0.35, 0.5, 0.75, 1.0, 1.3, 1.4).")
 tk_flags.define_flag("float", "learning_rate", 1e-3, "Adam learning rate.", lower_bound=0.0)
-FLAGS = flags.FLAGS
 
 
 def build_task(
@@ -59,18 +58,7 @@ def build_task(
     return train.classification_task("mobilenet", data, build_model, learning_rate)
 
 
-def _task_from_flags() -> train.Task:
-    return build_task(
-        **tk_flags.data_kwargs(),
-        image_size=FLAGS.image_size,
-        channels=int(FLAGS.channels),
-        num_classes=FLAGS.num_classes,
-        alpha=FLAGS.alpha,
-        learning_rate=FLAGS.learning_rate,
-    )
-
-
-main = tk_flags.recipe_main(_task_from_flags)
+main = tk_flags.recipe_main(build_task)
 
 if __name__ == "__main__":
     app.run(main)

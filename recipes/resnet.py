@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from absl import app, flags
+from absl import app
 
 from toolkit import compat, train
 from toolkit import flags as tk_flags
@@ -30,7 +30,6 @@ tk_flags.define_common_flags(epochs=5, batch_size=32, dataset="digits")
 tk_flags.define_image_flags(image_size=None, channels=3)
 tk_flags.define_flag("enum", "model", "resnet20", list(MODELS), "Which ResNet.")
 tk_flags.define_flag("float", "learning_rate", 1e-3, "Adam learning rate.", lower_bound=0.0)
-FLAGS = flags.FLAGS
 
 
 def cifar_resnet(keras: Any, input_shape: tuple[int, ...], depth: int, classes: int) -> Any:
@@ -96,18 +95,7 @@ def build_task(
     return train.classification_task(model, data, build_model, learning_rate)
 
 
-def _task_from_flags() -> train.Task:
-    return build_task(
-        **tk_flags.data_kwargs(),
-        model=FLAGS.model,
-        image_size=FLAGS.image_size,
-        channels=int(FLAGS.channels),
-        num_classes=FLAGS.num_classes,
-        learning_rate=FLAGS.learning_rate,
-    )
-
-
-main = tk_flags.recipe_main(_task_from_flags)
+main = tk_flags.recipe_main(build_task)
 
 if __name__ == "__main__":
     app.run(main)

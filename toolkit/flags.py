@@ -7,6 +7,7 @@ names the flag.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -179,7 +180,8 @@ def define_image_flags(image_size: int | None, channels: int) -> None:
         + ("." if image_size else " (default: the model's own)."),
         lower_bound=8,
     )
-    define_flag("enum", "channels", str(channels), ["1", "3"], "Image channels (grey or RGB).")
+    define_flag("integer", "channels", channels, "Image channels: 1 (grey) or 3 (RGB).")
+    flags.register_validator("channels", lambda v: v in (1, 3), "--channels must be 1 or 3")
     define_flag(
         "integer",
         "num_classes",
@@ -189,15 +191,17 @@ def define_image_flags(image_size: int | None, channels: int) -> None:
     )
 
 
-def data_kwargs(flag_values: flags.FlagValues = flags.FLAGS) -> dict[str, Any]:
-    """The dataset flags as ``catalog.load`` keyword arguments (plus the spec's own)."""
-    f = flag_values
-    return {
-        "dataset": f.dataset,
-        "data_dir": f.data_dir,
-        "validation_fraction": f.validation_fraction,
-        "seed": f.seed,
-    }
+def kwargs_from_flags(
+    fn: Callable[..., Any], flag_values: flags.FlagValues = flags.FLAGS
+) -> dict[str, Any]:
+    """The parsed value of every flag named like a parameter of `fn`.
+
+    A recipe's ``build_task`` names its parameters after its flags (``dataset``,
+    ``image_size``, ``learning_rate``...), so its signature is the one list of what the
+    flags feed it; parameters without a flag keep their defaults.
+    """
+    names = inspect.signature(fn).parameters
+    return {name: flag_values[name].value for name in names if name in flag_values}
 
 
 def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfig:
@@ -243,9 +247,10 @@ def exit_with_error(error: Exception) -> NoReturn:
     raise SystemExit(1) from None
 
 
-def recipe_main(make_task: Callable[[], Task]) -> Callable[[list[str]], None]:
-    """The absl ``main`` of a recipe: `make_task` builds its Task from the parsed flags, the
-    runner trains it, the summary and report paths are printed.
+def recipe_main(build_task: Callable[..., Task]) -> Callable[[list[str]], None]:
+    """The absl ``main`` of a recipe: ``build_task`` gets the flags named like its parameters
+    (:func:`kwargs_from_flags`), the runner trains the Task, the summary and report paths are
+    printed.
 
     A bad dataset, missing files or a setting the machine can't run exit with one line
     ``error: ...`` (status 1) before anything trains.
@@ -256,7 +261,7 @@ def recipe_main(make_task: Callable[[], Task]) -> Callable[[list[str]], None]:
             raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
         config = config_from_flags()
         try:
-            task = make_task()  # data names and paths are checked here
+            task = build_task(**kwargs_from_flags(build_task))  # data and paths checked here
         except (ValueError, FileNotFoundError) as e:
             exit_with_error(e)
         try:

@@ -153,3 +153,30 @@ print("OK", train.run(bert.build_task("digits", seq_len=65, vocab_size=32), conf
     out = run_python(code, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "OK complete 8" in out.stdout and "OK complete" in out.stdout.splitlines()[-1]
+
+
+def test_resnet50_is_resnet50_by_its_flop_count():
+    from recipes import resnet
+    from toolkit.profiling.flops import count_flops
+
+    task = resnet.build_task("synthetic", model="resnet50")
+    model = task.build_model()
+    assert model.input_shape == (None, 224, 224, 3) and model.count_params() > 23e6
+    # ResNet-50 does ~4.1 G multiply-adds per 224×224 image: ~8 GFLOP forward.
+    count = count_flops(model, 1)
+    assert 7.5e9 < count.forward < 8.5e9 and count.train_step > 2.5 * count.forward
+
+
+@pytest.mark.filterwarnings("ignore::toolkit.data.PipelineWarning")  # mock data is a generator
+def test_a_recipe_on_tfds_under_mock_data(tmp_path):
+    import tensorflow_datasets as tfds
+
+    from recipes import cnn
+    from toolkit import train
+
+    config = train.TrainConfig(smoke=True, batch_size=8, report_dir=str(tmp_path))
+    with tfds.testing.mock_data(num_examples=64):
+        result = train.run(cnn.build_task("tfds:mnist", image_size=16), config)
+    assert result.report.status == "complete" and result.report.steps.total_steps == 8
+    assert result.report.extra["dataset"].startswith("tfds:mnist")
+    assert "val_accuracy" in result.report.metrics
