@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/pipeline_tfrecord.py
 	$(PY) benchmarks/seed_mlp.py
 	$(PY) benchmarks/recipe_mfu.py
+	$(PY) benchmarks/diagnose_accuracy.py
 
 install: $(STAMP)
 

@@ -6,6 +6,9 @@ Verbs:
     devices              the devices TensorFlow sees, and a starting precision for each
     preflight            known traps for a device/precision/XLA choice, each with its fix
     placement --recipe R where each op of one training step of recipe R ran
+    doctor --recipe R [recipe flags]
+                         input-bound or compute-bound? the input alone, the step alone and
+                         the real fit, measured, with a verdict and advice
 """
 
 from __future__ import annotations
@@ -77,6 +80,32 @@ def _placement(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    import importlib
+
+    from absl import flags
+
+    from toolkit import flags as tk_flags
+    from toolkit.devices import DeviceError
+    from toolkit.diagnose import diagnose
+
+    try:
+        recipe = importlib.import_module(f"recipes.{args.recipe}")
+    except ModuleNotFoundError:
+        raise DeviceError(f"recipe: no recipe named {args.recipe!r}") from None
+    try:
+        flags.FLAGS([f"recipes.{args.recipe}", *args.recipe_flags])
+        config = tk_flags.config_from_flags()
+        task = recipe.build_task(**tk_flags.kwargs_from_flags(recipe.build_task))
+        diagnosis = diagnose(task, config, steps=flags.FLAGS.diagnose_steps)
+    except (flags.Error, ValueError, FileNotFoundError) as e:  # SetupError included
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"doctor: recipe {args.recipe}, batch {config.batch_size}, {diagnosis.steps} steps each")
+    print(diagnosis)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__.split("\n")[0])
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
@@ -108,7 +137,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--batch_size", type=int, default=32)
     p.set_defaults(func=_placement)
 
-    args = parser.parse_args(argv)
+    p = verbs.add_parser(
+        "doctor",
+        help="input-bound or compute-bound? measured, with advice",
+        description="Recipe flags (--batch_size, --dataset, --jit_compile...) follow --recipe.",
+    )
+    p.add_argument("--recipe", default="mlp", help="recipe module under recipes/")
+    p.set_defaults(func=_doctor)
+
+    args, rest = parser.parse_known_args(argv)
+    if args.verb == "doctor":
+        args.recipe_flags = rest  # the recipe's own flags, parsed by absl
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     from toolkit.devices import DeviceError
 
     try:

@@ -91,6 +91,15 @@ def define_common_flags(**defaults: Any) -> None:
         "log_steps", None, "Print step time and examples/s every N steps.", lower_bound=1
     )
     flags.DEFINE_bool(
+        "diagnose",
+        False,
+        "First measure the input pipeline alone, the step alone and the real fit, and put the "
+        "verdict (input-bound / compute-bound / balanced) with advice into the report.",
+    )
+    flags.DEFINE_integer(
+        "diagnose_steps", 60, "Steps per measurement of --diagnose.", lower_bound=5
+    )
+    flags.DEFINE_bool(
         "count_flops",
         True,
         "Count model FLOPs per step; report achieved FLOP/s and MFU against the measured "
@@ -264,8 +273,15 @@ def recipe_main(build_task: Callable[..., Task]) -> Callable[[list[str]], None]:
             task = build_task(**kwargs_from_flags(build_task))  # data and paths checked here
         except (ValueError, FileNotFoundError) as e:
             exit_with_error(e)
+        extra = {}
         try:
-            result = run_task(task, config, args=flags_for_report())
+            if flags.FLAGS.diagnose:
+                from toolkit.diagnose import diagnose
+
+                diagnosis = diagnose(task, config, steps=flags.FLAGS.diagnose_steps)
+                print(diagnosis)
+                extra["diagnosis"] = diagnosis.to_dict()
+            result = run_task(task, config, args=flags_for_report(), extra=extra)
         except SetupError as e:  # an error in training itself keeps its traceback
             exit_with_error(e)
         print(result.report.summary())

@@ -342,6 +342,10 @@ class RunReport:
             )
         if self.compute:
             lines.append(_compute_line(self.compute))
+        if self.extra.get("diagnosis"):
+            from toolkit.diagnose import verdict_line
+
+            lines.append(verdict_line(self.extra["diagnosis"]))
         if self.epochs:
             secs = sum(e.get("seconds", 0.0) for e in self.epochs)
             lines.append(f"epochs: {len(self.epochs)} in {secs:.2f} s")

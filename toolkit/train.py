@@ -232,6 +232,12 @@ def _dataset(source: Any, config: TrainConfig, training: bool, task: Task | None
     )
 
 
+def input_pipeline(task: Task, config: TrainConfig) -> Any:
+    """The training input pipeline :func:`run` builds for `task` under `config`: batched
+    (``fused_steps × batch_size`` with fused steps), shuffled, prefetched."""
+    return _dataset(task.train, config.validate().effective(), training=True, task=task)
+
+
 def make_strategy(name: str, device: Any) -> Any:
     """``default`` (no distribution), ``one_device`` (pinned to `device`), or ``mirrored``
     (synchronous data parallelism over the visible GPUs, or the CPU)."""
@@ -334,6 +340,7 @@ def run(
     config: TrainConfig,
     args: Mapping[str, Any] | None = None,
     callbacks: Sequence[Any] = (),
+    extra: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Trains `task` as `config` says, with step-time profiling, and writes the report.
 
@@ -342,6 +349,7 @@ def run(
         config: how to train.
         args: the flags/arguments to record in the report. Defaults to the config's fields.
         callbacks: more Keras callbacks, run after the profiling ones.
+        extra: more facts for the report's ``extra`` (e.g. a ``diagnosis``).
 
     Returns:
         The report, the files written, the run directory, the trained model and the History.
@@ -403,6 +411,7 @@ def run(
         )
         if task.dataset:
             prof.extra["dataset"] = task.dataset
+        prof.extra.update(extra or {})
         if config.count_flops:
             prof.compute = compute_facts(model, config.batch_size, config.precision, device)
         history = model.fit(

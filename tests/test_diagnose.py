@@ -1,0 +1,140 @@
+"""Diagnosis: the verdict logic on injected rates, advice from injected facts, and real runs
+made input-bound and compute-bound on purpose."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from toolkit import diagnose as dg
+from toolkit import train
+
+
+@pytest.mark.parametrize(
+    ("rates", "verdict", "overlap"),
+    [
+        ((50.0, 100.0, 49.0), dg.INPUT_BOUND, True),
+        ((500.0, 100.0, 98.0), dg.COMPUTE_BOUND, True),
+        ((105.0, 100.0, 97.0), dg.BALANCED, True),
+        ((500.0, 100.0, 40.0), dg.COMPUTE_BOUND, False),  # fit far below both parts
+        ((81.0, 100.0, 80.0), dg.BALANCED, True),  # inside the 20 % margin
+        ((79.0, 100.0, 78.0), dg.INPUT_BOUND, True),
+    ],
+)
+def test_classify(rates, verdict, overlap):
+    assert dg.classify(*rates) == (verdict, overlap)
+
+
+def test_classify_rejects_a_zero_rate():
+    with pytest.raises(ValueError, match="input rate must be > 0"):
+        dg.classify(0.0, 1.0, 1.0)
+
+
+def test_input_advice_names_what_the_pipeline_is_made_of():
+    facts = dg.Facts(
+        pipeline_classes=frozenset({"_GeneratorDataset", "_MapDataset", "BatchDataset"}),
+        pipeline_ops=frozenset({"EagerPyFunc"}),
+    )
+    advice = " | ".join(dg.advise(dg.INPUT_BOUND, True, 10.0, 100.0, facts))
+    for words in ("parallel_generator", "num_parallel_calls", "cache", "batch_map", "prefetch"):
+        assert words in advice
+    good = dg.Facts(pipeline_classes=frozenset({"CacheDataset", "PrefetchDataset", "Batch"}))
+    advice = dg.advise(dg.INPUT_BOUND, True, 10.0, 100.0, good)
+    assert len(advice) == 1 and "speed up the input" in advice[0]
+
+
+def test_compute_advice_from_step_settings_and_devices():
+    facts = dg.Facts(step_s=0.001, batch_size=32, gpus=1, recommended_precision="mixed_bfloat16")
+    advice = " | ".join(dg.advise(dg.COMPUTE_BOUND, False, 900.0, 100.0, facts))
+    for words in ("--fused_steps", "--jit_compile", "larger batch than 32", "--device=gpu"):
+        assert words in advice
+    assert "--dtype=mixed_bfloat16" in advice and "prefetch" in advice  # overlap missing
+    on_gpu = dg.Facts(step_s=0.001, device_kind="cuda", jit_compile=True, fused_steps=4)
+    advice = " | ".join(dg.advise(dg.COMPUTE_BOUND, True, 900.0, 100.0, on_gpu))
+    assert "--device=cpu" in advice and "--fused_steps" not in advice
+
+
+def _task(keras, slow_input: bool, width: int):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 16)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+
+    def slow(features, label):
+        def work(v):
+            time.sleep(0.002)  # 2 ms of Python per example: 64 ms per batch of 32
+            return v
+
+        out = tf.py_function(work, [features], tf.float32)
+        return tf.ensure_shape(out, (16,)), label
+
+    def data():
+        ds = tf.data.Dataset.from_tensor_slices((x, y))
+        return ds.map(slow) if slow_input else ds
+
+    return train.Task(
+        name="diag",
+        build_model=lambda: keras.Sequential(
+            [
+                keras.Input((16,)),
+                keras.layers.Dense(width, activation="relu"),
+                keras.layers.Dense(width, activation="relu"),
+                keras.layers.Dense(2),
+            ]
+        ),
+        train=data,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        num_classes=2,
+    )
+
+
+@pytest.mark.parametrize(
+    ("slow_input", "width", "verdict"),
+    [(True, 8, dg.INPUT_BOUND), (False, 1024, dg.COMPUTE_BOUND)],
+)
+def test_real_runs_made_input_or_compute_bound(keras, slow_input, width, verdict):
+    config = train.TrainConfig(batch_size=32, warmup_steps=1, report_dir=None)
+    diagnosis = dg.diagnose(_task(keras, slow_input, width), config, steps=8)
+    assert diagnosis.verdict == verdict, str(diagnosis)
+    assert diagnosis.input_rate > 0 and diagnosis.compute_rate > 0 and diagnosis.fit_rate > 0
+    if verdict == dg.INPUT_BOUND:
+        assert any("parallel_generator" in a or "num_parallel_calls" in a for a in diagnosis.advice)
+    assert json.loads(json.dumps(diagnosis.to_dict()))["verdict"] == verdict
+
+
+def _python(*args, timeout=300):
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+
+
+def test_recipe_diagnose_flag_puts_the_verdict_in_the_report(tmp_path):
+    out = _python(
+        "-m", "recipes.mlp", "--smoke", "--diagnose", "--diagnose_steps=10",
+        f"--report_dir={tmp_path}",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run_dir,) = list(tmp_path.iterdir())
+    data = json.loads((run_dir / "report.json").read_text())
+    assert data["extra"]["diagnosis"]["verdict"] in (dg.INPUT_BOUND, dg.COMPUTE_BOUND, dg.BALANCED)
+    assert "verdict: " in out.stdout and "diagnosis: " in out.stdout
+
+
+def test_doctor_cli(tmp_path):
+    out = _python("-m", "toolkit", "doctor", "--recipe", "mlp", "--diagnose_steps=10")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "doctor: recipe mlp" in out.stdout and "verdict: " in out.stdout
+    bad = _python("-m", "toolkit", "doctor", "--recipe", "mlp", "--batch_size=0", timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: ")
+    missing = _python("-m", "toolkit", "doctor", "--recipe", "nope", timeout=120)
+    assert missing.returncode == 2 and "no recipe named 'nope'" in missing.stderr

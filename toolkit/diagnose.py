@@ -1,0 +1,275 @@
+"""Input-bound or compute-bound? Three measured rates and a verdict, with advice.
+
+For a Task and a TrainConfig, :func:`diagnose` measures, in steps (batches) per second:
+
+* **input**: the training input pipeline alone, batches pulled as fast as it makes them
+  (``toolkit.data.benchmark``), first batch apart;
+* **compute**: the training step alone, on one batch of the real spec repeated (the runner's
+  ``use_synthetic_data``): the upper bound for this model, here, with these settings;
+* **fit**: the real ``fit`` on the real pipeline.
+
+:func:`classify` turns the rates into a verdict (pure, tested with injected rates):
+input-bound when the pipeline alone can't keep up with the step, compute-bound when it has
+headroom, balanced when the two are within the margin. A fourth finding, *overlap*, flags a
+fit slower than both of its parts (input and step not overlapping, or per-step overhead).
+:func:`advise` draws concrete advice from what was measured and what the pipeline is made of
+(Python generators, sequential maps, no cache, no prefetch, per-example maps), the step time,
+the settings and the devices. No profiler is needed, so it works on Metal too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+INPUT_BOUND = "input-bound"
+COMPUTE_BOUND = "compute-bound"
+BALANCED = "balanced"
+MARGIN = 0.2
+SMALL_STEP_S = 0.005
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """What advice is drawn from, besides the rates. All optional."""
+
+    step_s: float | None = None
+    batch_size: int | None = None
+    steps_per_execution: int = 1
+    fused_steps: int = 1
+    jit_compile: bool = False
+    precision: str = "float32"
+    device_kind: str = "cpu"
+    gpus: int = 0
+    pipeline_classes: frozenset[str] = frozenset()
+    pipeline_ops: frozenset[str] = frozenset()
+    recommended_precision: str | None = None
+
+
+@dataclasses.dataclass
+class Diagnosis:
+    """Rates (steps/s), the verdict, whether input and step overlap, and advice."""
+
+    input_rate: float
+    compute_rate: float
+    fit_rate: float
+    verdict: str
+    overlap_ok: bool
+    advice: list[str]
+    batch_size: int | None = None
+    steps: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def lines(self) -> list[str]:
+        per = f" ({self.batch_size} examples/step)" if self.batch_size else ""
+        out = [
+            f"verdict: {self.verdict}{per}",
+            f"  input pipeline alone: {self.input_rate:,.1f} batches/s",
+            f"  train step alone:     {self.compute_rate:,.1f} steps/s (one cached batch)",
+            f"  real fit:             {self.fit_rate:,.1f} steps/s",
+        ]
+        if not self.overlap_ok:
+            out.append("  fit is slower than both of its parts: input and step don't overlap")
+        out += [f"  advice: {a}" for a in self.advice]
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
+def classify(
+    input_rate: float, compute_rate: float, fit_rate: float, margin: float = MARGIN
+) -> tuple[str, bool]:
+    """``(verdict, overlap_ok)`` from the three rates (any common unit, e.g. steps/s).
+
+    Raises:
+        ValueError: a rate that is not positive.
+    """
+    for name, rate in (("input", input_rate), ("compute", compute_rate), ("fit", fit_rate)):
+        if not rate > 0:
+            raise ValueError(f"{name} rate must be > 0, got {rate}")
+    if input_rate < compute_rate * (1 - margin):
+        verdict = INPUT_BOUND
+    elif input_rate > compute_rate * (1 + margin):
+        verdict = COMPUTE_BOUND
+    else:
+        verdict = BALANCED
+    overlap_ok = fit_rate >= min(input_rate, compute_rate) * (1 - margin)
+    return verdict, overlap_ok
+
+
+def _input_advice(facts: Facts, input_rate: float, compute_rate: float) -> list[str]:
+    classes, ops = facts.pipeline_classes, facts.pipeline_ops
+    out = [
+        f"the pipeline makes {input_rate:,.1f} batches/s, the step could take "
+        f"{compute_rate:,.1f}/s: speed up the input before the model"
+    ]
+    if ops & {"EagerPyFunc", "PyFunc", "PyFuncStateless"} or any("Generator" in c for c in classes):
+        out.append(
+            "Python runs per element (from_generator / py_function): use "
+            "toolkit.data.parallel_generator (reads shards in parallel, crosses into TF in "
+            "chunks) or express the work in TF ops"
+        )
+    if any(c.lstrip("_") == "MapDataset" for c in classes):
+        out.append("a map runs on one thread: num_parallel_calls=tf.data.AUTOTUNE")
+    if not any("Cache" in c for c in classes):
+        out.append(
+            "nothing is cached: cache the decoded examples if they fit in RAM "
+            "(toolkit.data.pipeline(cache=True)); work before the cache is done once"
+        )
+    if any("Batch" in c for c in classes) and any("Map" in c for c in classes):
+        out.append(
+            "vectorize: batch first and map whole batches (pipeline(batch_map=...)): one op "
+            "per batch instead of one per example"
+        )
+    if not any("Prefetch" in c for c in classes):
+        out.append("no prefetch: end the pipeline with .prefetch(tf.data.AUTOTUNE)")
+    return out
+
+
+def _compute_advice(facts: Facts) -> list[str]:
+    out = []
+    step = facts.step_s
+    if step is not None and step < SMALL_STEP_S and facts.fused_steps == 1:
+        out.append(
+            f"the step is short ({step * 1e3:.2f} ms): per-step overhead counts; try "
+            "--steps_per_execution and --fused_steps=K with --jit_compile (the step loop "
+            "inside one XLA program)"
+        )
+    if not facts.jit_compile:
+        out.append("try --jit_compile (measure: XLA is sometimes slower; toolkit.tune does)")
+    if facts.batch_size is not None:
+        out.append(
+            f"a larger batch than {facts.batch_size} (if memory and convergence allow) does "
+            "more work per step overhead"
+        )
+    if facts.device_kind == "cpu" and facts.gpus:
+        out.append(f"{facts.gpus} GPU(s) are here but the step runs on the CPU: try --device=gpu")
+    if facts.device_kind != "cpu" and step is not None and step < SMALL_STEP_S:
+        out.append(
+            "a small step on a GPU: launch latency may dominate; try --device=cpu too "
+            "(small models are often faster there)"
+        )
+    if facts.recommended_precision and facts.recommended_precision != facts.precision:
+        out.append(f"try --dtype={facts.recommended_precision} (this device's hint; measure it)")
+    return out
+
+
+def advise(
+    verdict: str, overlap_ok: bool, input_rate: float, compute_rate: float, facts: Facts
+) -> list[str]:
+    """Advice for a verdict, drawn from the measured rates and `facts`."""
+    out: list[str] = []
+    if verdict == INPUT_BOUND:
+        out += _input_advice(facts, input_rate, compute_rate)
+    elif verdict == COMPUTE_BOUND:
+        out += _compute_advice(facts)
+    else:
+        out.append(
+            "input and step are about as fast as each other: speeding up only one gains "
+            f"at most {MARGIN:.0%}; both lists apply"
+        )
+        out += _input_advice(facts, input_rate, compute_rate)[1:2]
+        out += _compute_advice(facts)[:1]
+    if not overlap_ok:
+        out.append(
+            "fit runs slower than both the pipeline alone and the step alone: make sure the "
+            "pipeline ends with prefetch so input overlaps the step"
+        )
+    return out
+
+
+def _pipeline_facts(dataset: Any) -> tuple[frozenset[str], frozenset[str]]:
+    from toolkit.data.builder import dataset_ops
+
+    classes, ops = dataset_ops(dataset)
+    return frozenset(classes), frozenset(ops)
+
+
+def _rate(stats: Any) -> float:
+    if not stats.timed_steps:
+        raise ValueError("no timed steps: give more --diagnose_steps")
+    return 1.0 / stats.mean_s
+
+
+def diagnose(
+    task: Any, config: Any, steps: int = 60, devices_found: Iterable[Any] | None = None
+) -> Diagnosis:
+    """Measures the input pipeline alone, the step alone and the real fit; returns the verdict.
+
+    Args:
+        task: a ``toolkit.train.Task``.
+        config: the ``TrainConfig`` to diagnose (its device, precision, batch size...).
+        steps: steps (and batches) per measurement, after `config.warmup_steps`. Defaults
+            to `60`.
+        devices_found: the devices present (defaults to ``toolkit.devices.detect()``).
+    """
+    from toolkit import devices, train
+    from toolkit.data import benchmark
+
+    warmup = max(1, min(config.warmup_steps, 10))
+    total = warmup + 1 + steps
+    total += -total % config.fused_steps  # whole fused calls
+    base = dataclasses.replace(
+        config,
+        epochs=1,
+        steps_per_epoch=total,
+        warmup_steps=warmup,
+        report_dir=None,
+        count_flops=False,
+        smoke=False,
+        profile_steps=None,
+        memory_watch=False,
+        log_steps=None,
+    )
+    # The step alone first: it selects the device (before anything else starts TF's runtime).
+    compute = train.run(task, dataclasses.replace(base, use_synthetic_data=True)).report
+    dataset = train.input_pipeline(task, base)
+    pipeline = benchmark(dataset, num_batches=steps, verbose=False)
+    fit = train.run(task, dataclasses.replace(base, use_synthetic_data=False)).report
+    # Rates per training step (a fused batch holds fused_steps steps' examples).
+    input_rate = pipeline.batches_per_sec * config.fused_steps
+    compute_rate, fit_rate = _rate(compute.steps), _rate(fit.steps)
+    verdict, overlap_ok = classify(input_rate, compute_rate, fit_rate)
+    found = list(devices_found) if devices_found is not None else devices.detect()
+    device = compute.extra.get("device") or {}
+    classes, ops = _pipeline_facts(dataset)
+    kind = device.get("kind", "cpu")
+    recommended = None
+    chosen = next((d for d in found if d.kind == kind), None)
+    if chosen is not None:
+        recommended = devices.recommend_precision(chosen)[0]
+    facts = Facts(
+        step_s=compute.steps.mean_s,
+        batch_size=config.batch_size,
+        steps_per_execution=config.steps_per_execution,
+        fused_steps=config.fused_steps,
+        jit_compile=config.jit_compile,
+        precision=config.precision,
+        device_kind=kind,
+        gpus=sum(1 for d in found if d.is_gpu),
+        pipeline_classes=classes,
+        pipeline_ops=ops,
+        recommended_precision=recommended,
+    )
+    return Diagnosis(
+        input_rate=input_rate,
+        compute_rate=compute_rate,
+        fit_rate=fit_rate,
+        verdict=verdict,
+        overlap_ok=overlap_ok,
+        advice=advise(verdict, overlap_ok, input_rate, compute_rate, facts),
+        batch_size=config.batch_size,
+        steps=steps,
+    )
+
+
+def verdict_line(diagnosis: Mapping[str, Any]) -> str:
+    """One line for a report summary from a Diagnosis's dict."""
+    return (
+        f"diagnosis: {diagnosis['verdict']} (input {diagnosis['input_rate']:,.1f}, step "
+        f"{diagnosis['compute_rate']:,.1f}, fit {diagnosis['fit_rate']:,.1f} steps/s)"
+    )
