@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/seed_mlp.py
 	$(PY) benchmarks/recipe_mfu.py
 	$(PY) benchmarks/diagnose_accuracy.py
+	$(PY) benchmarks/tune_vs_defaults.py
 
 install: $(STAMP)
 

@@ -6,6 +6,8 @@ Verbs:
     devices              the devices TensorFlow sees, and a starting precision for each
     preflight            known traps for a device/precision/XLA choice, each with its fix
     placement --recipe R where each op of one training step of recipe R ran
+    tune --recipe R [recipe flags]
+                         the fastest measured settings for recipe R on this machine, cached
     doctor --recipe R [recipe flags]
                          input-bound or compute-bound? the input alone, the step alone and
                          the real fit, measured, with a verdict and advice
@@ -17,6 +19,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 # TensorFlow's start-up INFO lines would bury the one line a command prints; still overridable.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -80,29 +83,43 @@ def _placement(args: argparse.Namespace) -> int:
     return 0
 
 
-def _doctor(args: argparse.Namespace) -> int:
+def _recipe_task(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(recipe flags, TrainConfig, Task) of ``--recipe R [recipe flags]``."""
     import importlib
 
     from absl import flags
 
     from toolkit import flags as tk_flags
     from toolkit.devices import DeviceError
-    from toolkit.diagnose import diagnose
 
     try:
         recipe = importlib.import_module(f"recipes.{args.recipe}")
     except ModuleNotFoundError:
         raise DeviceError(f"recipe: no recipe named {args.recipe!r}") from None
-    try:
-        flags.FLAGS([f"recipes.{args.recipe}", *args.recipe_flags])
-        config = tk_flags.config_from_flags()
-        task = recipe.build_task(**tk_flags.kwargs_from_flags(recipe.build_task))
-        diagnosis = diagnose(task, config, steps=flags.FLAGS.diagnose_steps)
-    except (flags.Error, ValueError, FileNotFoundError) as e:  # SetupError included
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    flags.FLAGS([f"recipes.{args.recipe}", *args.recipe_flags])
+    config = tk_flags.config_from_flags()
+    return flags.FLAGS, config, recipe.build_task(**tk_flags.kwargs_from_flags(recipe.build_task))
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from toolkit.diagnose import diagnose
+
+    flag_values, config, task = _recipe_task(args)
+    diagnosis = diagnose(task, config, steps=flag_values.diagnose_steps)
     print(f"doctor: recipe {args.recipe}, batch {config.batch_size}, {diagnosis.steps} steps each")
     print(diagnosis)
+    return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from toolkit.tune import tune
+
+    flag_values, config, task = _recipe_task(args)
+    result = tune(task, config, budget_s=flag_values.tune_budget, use_cache=not args.refresh)
+    source = "cache" if result.cache_hit else f"searched in {result.seconds:.1f} s"
+    print(f"tune: recipe {args.recipe}, batch {config.batch_size} ({source})")
+    print(result.table())
+    print(f"best: {result.best.flags()}")
     return 0
 
 
@@ -145,16 +162,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--recipe", default="mlp", help="recipe module under recipes/")
     p.set_defaults(func=_doctor)
 
+    p = verbs.add_parser(
+        "tune",
+        help="the fastest measured settings for a recipe here (cached)",
+        description="Recipe flags (--batch_size, --dataset, --device...) follow --recipe.",
+    )
+    p.add_argument("--recipe", default="mlp", help="recipe module under recipes/")
+    p.add_argument("--refresh", action="store_true", help="search again, ignoring the cache")
+    p.set_defaults(func=_tune)
+
     args, rest = parser.parse_known_args(argv)
-    if args.verb == "doctor":
+    if args.verb in ("doctor", "tune"):
         args.recipe_flags = rest  # the recipe's own flags, parsed by absl
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    from toolkit.devices import DeviceError
+    from absl import flags
 
     try:
         return args.func(args)
-    except (ReportError, DeviceError) as e:
+    except (ReportError, ValueError, FileNotFoundError, flags.Error) as e:  # DeviceError too
         print(f"error: {e}", file=sys.stderr)
         return 2
 

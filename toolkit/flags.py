@@ -100,6 +100,15 @@ def define_common_flags(**defaults: Any) -> None:
         "diagnose_steps", 60, "Steps per measurement of --diagnose.", lower_bound=5
     )
     flags.DEFINE_bool(
+        "autotune",
+        False,
+        "Use the fastest measured settings (precision, XLA, steps per execution, fused "
+        "steps) for this model, input and machine: from the cache, or search now.",
+    )
+    flags.DEFINE_float(
+        "tune_budget", 120.0, "Seconds the --autotune search may take.", lower_bound=1.0
+    )
+    flags.DEFINE_bool(
         "count_flops",
         True,
         "Count model FLOPs per step; report achieved FLOP/s and MFU against the measured "
@@ -275,6 +284,13 @@ def recipe_main(build_task: Callable[..., Task]) -> Callable[[list[str]], None]:
             exit_with_error(e)
         extra = {}
         try:
+            if flags.FLAGS.autotune:
+                from toolkit.tune import autotune
+
+                config, tuned = autotune(task, config, budget_s=flags.FLAGS.tune_budget)
+                print(tuned.table())
+                print(f"autotune: {tuned.best.flags()}")
+                extra["tune"] = tuned.to_dict()
             if flags.FLAGS.diagnose:
                 from toolkit.diagnose import diagnose
 

@@ -1,0 +1,182 @@
+"""The settings search: bookkeeping with injected measurements (budget, failures, the
+never-slower rule, the cache and its invalidation), then one real tiny search."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from toolkit import train
+from toolkit import tune as tn
+
+SPACE = tn.Space(
+    precision=("float32", "mixed_bfloat16"),
+    jit_compile=(False, True),
+    steps_per_execution=(1, 8),
+    fused_steps=(1, 8),
+)
+
+
+def fake_rates(c: tn.Candidate) -> float:
+    rate = 100.0
+    rate *= 1.5 if c.jit_compile else 1.0
+    rate *= 2.0 if c.steps_per_execution == 8 else 1.0
+    rate *= 0.5 if c.precision == "mixed_bfloat16" else 1.0
+    return rate
+
+
+class Clock:
+    def __init__(self, step=1.0):
+        self.t, self.step = 0.0, step
+
+    def __call__(self):
+        self.t += self.step
+        return self.t
+
+
+def test_search_starts_from_defaults_and_finds_the_best_with_fewer_trials_than_the_grid():
+    trials, exhausted = tn.search(fake_rates, SPACE, budget_s=1e9)
+    assert trials[0].candidate == tn.Candidate() and not exhausted
+    best = tn.choose(trials)
+    assert best == tn.Candidate(jit_compile=True, steps_per_execution=8)
+    assert len(trials) < len(SPACE.grid()) == 16
+    assert len({t.candidate for t in trials}) == len(trials)  # nothing measured twice
+
+
+def test_a_failing_candidate_is_recorded_and_skipped():
+    def measure(c):
+        if c.jit_compile:
+            raise RuntimeError("XLA is not available on this device\nmore detail")
+        return fake_rates(c)
+
+    trials, _ = tn.search(measure, SPACE, budget_s=1e9)
+    failed = [t for t in trials if t.error]
+    assert failed and failed[0].error == "RuntimeError: XLA is not available on this device"
+    assert failed[0].examples_per_sec is None
+    assert tn.choose(trials).jit_compile is False
+    result = tn.TuneResult(tn.choose(trials), trials, "k", False, 1.0)
+    assert "failed: RuntimeError: XLA is not available" in result.table()
+
+
+def test_the_budget_stops_the_search_but_the_defaults_are_always_measured():
+    trials, exhausted = tn.search(fake_rates, SPACE, budget_s=2.5, clock=Clock())
+    assert exhausted and trials[0].candidate == tn.Candidate() and len(trials) <= 3
+    trials, exhausted = tn.search(fake_rates, SPACE, budget_s=0.0, clock=Clock())
+    assert exhausted and [t.candidate for t in trials] == [tn.Candidate()]
+
+
+def test_never_slower_than_the_defaults():
+    d = tn.Trial(tn.Candidate(), 100.0, 1.0)
+    slower = tn.Trial(tn.Candidate(jit_compile=True), 90.0, 1.0)
+    noise = tn.Trial(tn.Candidate(steps_per_execution=8), 101.5, 1.0)
+    faster = tn.Trial(tn.Candidate(fused_steps=8), 130.0, 1.0)
+    assert tn.choose([d, slower]) == tn.Candidate()
+    assert tn.choose([d, slower, noise]) == tn.Candidate()  # within 2 %: keep the defaults
+    assert tn.choose([d, slower, noise, faster]) == tn.Candidate(fused_steps=8)
+    failed_defaults = tn.Trial(tn.Candidate(), None, 1.0, "boom")
+    assert tn.choose([failed_defaults, slower]) == slower.candidate
+
+
+def test_space_follows_the_step_time(keras):
+    from toolkit import devices
+
+    cpu = devices.select("cpu")
+    assert tn.default_space(cpu, step_s=0.0005).fused_steps == (1, 8, 32)
+    assert tn.default_space(cpu, step_s=0.02).steps_per_execution == (1, 4)
+    assert tn.default_space(cpu, step_s=0.2).fused_steps == (1,)
+    assert tn.default_space(cpu, batch_sizes=(64,)).batch_size == (None, 64)
+
+
+def test_window_steps_time_at_least_three_whole_calls():
+    warmup, total = tn.window_steps(tn.Candidate(steps_per_execution=8, fused_steps=4), 48)
+    assert warmup == 32 and total % 32 == 0 and total - 2 * 32 >= 3 * 32
+
+
+def _task(keras, features=6):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, features)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+    return train.Task(
+        name="tiny",
+        build_model=lambda: keras.Sequential(
+            [
+                keras.Input((features,)),
+                keras.layers.Dense(8, activation="relu"),
+                keras.layers.Dense(2),
+            ]
+        ),
+        train=(x, y),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        num_classes=2,
+    )
+
+
+def test_cache_hit_miss_and_invalidation_when_tensorflow_changes(keras, tmp_path, monkeypatch):
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
+    calls = []
+
+    def fake_measure(task, config, candidate, steps=48):
+        calls.append(candidate)
+        return fake_rates(candidate)
+
+    monkeypatch.setattr(tn, "measure_candidate", fake_measure)
+    config = train.TrainConfig(batch_size=16, report_dir=None)
+    space = tn.Space(jit_compile=(False, True), steps_per_execution=(1, 8), fused_steps=(1,))
+    first = tn.tune(_task(keras), config, space=space, progress=lambda line: None)
+    assert not first.cache_hit and calls and first.best.steps_per_execution == 8
+    n = len(calls)
+    again = tn.tune(_task(keras), config, space=space, progress=lambda line: None)
+    assert again.cache_hit and len(calls) == n and again.best == first.best
+    stored = json.loads((tmp_path / tn.CACHE_FILE).read_text())
+    assert stored[first.key]["facts"]["machine"]["tensorflow"]
+    # Another model is another key.
+    other = tn.tune(_task(keras, features=7), config, space=space, progress=lambda line: None)
+    assert not other.cache_hit and other.key != first.key
+    # A new TensorFlow version invalidates: the same model and input miss the cache.
+    facts = tn._machine_facts()
+    monkeypatch.setattr(tn, "_machine_facts", lambda: {**facts, "tensorflow": "9.99"})
+    upgraded = tn.tune(_task(keras), config, space=space, progress=lambda line: None)
+    assert not upgraded.cache_hit and upgraded.key != first.key
+
+
+def test_a_real_tiny_search_on_the_cpu(keras, tmp_path, monkeypatch):
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
+    lines = []
+    config = train.TrainConfig(batch_size=16, report_dir=None, device="cpu")
+    space = tn.Space(jit_compile=(False, True), steps_per_execution=(1, 4), fused_steps=(1, 2))
+    result = tn.tune(_task(keras), config, space=space, steps=12, progress=lines.append)
+    assert result.trials[0].candidate == tn.Candidate()
+    assert all(t.examples_per_sec and t.examples_per_sec > 0 for t in result.trials)
+    assert result.best_rate >= result.defaults_rate  # never slower on the measured window
+    assert len(lines) == len(result.trials) and "examples/s" in lines[0]
+    tuned, cached = tn.autotune(_task(keras), config, space=space, progress=lines.append)
+    assert cached.cache_hit and tuned.fused_steps == result.best.fused_steps
+    assert "| settings | examples/s |" in result.table() and "--dtype=" in result.best.flags()
+
+
+def test_tune_cli_then_a_recipe_with_autotune_reads_the_cache(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TOOLKIT_CACHE_DIR": str(tmp_path)}
+
+    def python(*args):
+        return subprocess.run(
+            [sys.executable, *args], capture_output=True, text=True, timeout=300, env=env
+        )
+
+    out = python("-m", "toolkit", "tune", "--recipe", "mlp", "--tune_budget=8")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "tune: recipe mlp, batch 32 (searched in" in out.stdout
+    assert "best: --dtype=" in out.stdout
+    reports = tmp_path / "runs"
+    out = python("-m", "recipes.mlp", "--smoke", "--autotune", f"--report_dir={reports}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "cached result" in out.stderr and "autotune: --dtype=" in out.stdout
+    (run_dir,) = list(reports.iterdir())
+    tuned = json.loads((run_dir / "report.json").read_text())["extra"]["tune"]
+    assert tuned["cache_hit"] is True and tuned["best_label"]
+    bad = python("-m", "toolkit", "tune", "--recipe", "mlp", "--dataset=nope")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: ")
