@@ -112,6 +112,13 @@ def _task(keras, features=6):
     )
 
 
+def test_model_signature_ignores_layer_names_but_not_the_architecture(keras):
+    a, b = _task(keras).build_model(), _task(keras).build_model()  # dense_N vs dense_N+2
+    assert [layer.name for layer in a.layers] != [layer.name for layer in b.layers]
+    assert tn.model_signature(a) == tn.model_signature(b)
+    assert tn.model_signature(a) != tn.model_signature(_task(keras, features=7).build_model())
+
+
 def test_cache_hit_miss_and_invalidation_when_tensorflow_changes(keras, tmp_path, monkeypatch):
     monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
     calls = []

@@ -302,14 +302,30 @@ def _machine_facts() -> dict[str, Any]:
     }
 
 
+def model_signature(model: Any) -> str:
+    """The architecture as text: every layer's class and configuration (layer names left out:
+    Keras numbers them per process) and the shapes of the weights."""
+    parts: list[Any] = []
+    skip = {"name", "layers", "input_layers", "output_layers"}
+
+    def walk(layer: Any) -> None:
+        try:
+            config = {k: v for k, v in layer.get_config().items() if k not in skip}
+        except Exception:  # noqa: BLE001 - a subclassed layer may not serialize its config
+            config = {}
+        parts.append([type(layer).__qualname__, config])
+        for sub in getattr(layer, "layers", None) or []:
+            walk(sub)
+
+    walk(model)
+    parts.append([list(w.shape) for w in model.weights])
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
 def cache_key(model: Any, element_spec: Any, batch_size: int, device: Any) -> tuple[str, dict]:
     """``(hash, what was hashed)`` for a model, its input and this machine."""
-    try:
-        model_sig = json.dumps(model.get_config(), sort_keys=True, default=str)
-    except Exception:  # noqa: BLE001 - a subclassed model: its class and weights' shapes
-        model_sig = f"{type(model).__qualname__} {[tuple(w.shape) for w in model.weights]}"
     facts = {
-        "model": hashlib.sha256(model_sig.encode()).hexdigest()[:16],
+        "model": hashlib.sha256(model_signature(model).encode()).hexdigest()[:16],
         "params": int(model.count_params()),
         "input": str(element_spec),
         "batch_size": batch_size,
