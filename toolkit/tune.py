@@ -229,18 +229,19 @@ def search(
     clock: Callable[[], float] = time.perf_counter,
     progress: Callable[[str], Any] | None = None,
     first: Trial | None = None,
+    spent_s: float = 0.0,
 ) -> tuple[list[Trial], bool]:
     """Coordinate search: from the defaults, try each value of one knob with the others at
     the best so far, keep the best, go on to the next knob; repeat for `passes` passes or
     until nothing changes or the budget is spent.
 
     `measure` returns examples/s or raises; a raise is recorded as a failed trial. `first`
-    is the defaults' trial when already measured.
+    is the defaults' trial when already measured, `spent_s` the budget it used.
 
     Returns:
         The trials in the order run (defaults first) and whether the budget ran out.
     """
-    start = clock()
+    start = clock() - spent_s
     trials: list[Trial] = [first] if first else []
     seen: dict[Candidate, Trial] = {first.candidate: first} if first else {}
 
@@ -257,7 +258,8 @@ def search(
         trials.append(trial)
         if progress is not None:
             shown = f"{rate:,.1f} examples/s" if rate is not None else f"failed ({error})"
-            progress(f"[{len(trials)}] {candidate.label()}: {shown}")
+            spent = clock() - start
+            progress(f"[{len(trials)} | {spent:.0f}/{budget_s:.0f} s] {candidate.label()}: {shown}")
         return trial
 
     best = run(space.defaults())
@@ -487,14 +489,17 @@ def tune(
         t0 = time.perf_counter()
         rate = measure(defaults)
         first = Trial(defaults, rate, time.perf_counter() - t0)
-        progress(f"[1] {defaults.label()}: {rate:,.1f} examples/s")
+        progress(
+            f"[1 | {first.seconds:.0f}/{budget_s:.0f} s] {defaults.label()}: {rate:,.1f} examples/s"
+        )
         space = default_space(device, step_s=config.batch_size / rate)
     trials, exhausted = search(
         measure,
         space,
-        budget_s=budget_s - (time.perf_counter() - start),
+        budget_s=budget_s,
         progress=progress,
         first=first,
+        spent_s=time.perf_counter() - start,
     )
     result = TuneResult(choose(trials), trials, key, False, time.perf_counter() - start, exhausted)
     if use_cache:
