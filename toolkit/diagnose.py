@@ -213,18 +213,7 @@ def diagnose(
     warmup = max(1, min(config.warmup_steps, 10))
     total = warmup + 1 + steps
     total += -total % config.fused_steps  # whole fused calls
-    base = dataclasses.replace(
-        config,
-        epochs=1,
-        steps_per_epoch=total,
-        warmup_steps=warmup,
-        report_dir=None,
-        count_flops=False,
-        smoke=False,
-        profile_steps=None,
-        memory_watch=False,
-        log_steps=None,
-    )
+    base = config.for_measurement(total, warmup)
     # The step alone first: it selects the device (before anything else starts TF's runtime).
     compute = train.run(task, dataclasses.replace(base, use_synthetic_data=True)).report
     dataset = train.input_pipeline(task, base)

@@ -94,6 +94,24 @@ class TrainConfig:
         parse_device_spec(self.device)  # DeviceError (a ValueError) naming the device
         return self
 
+    def for_measurement(self, steps: int, warmup_steps: int) -> TrainConfig:
+        """This config as a short, quiet measurement run (diagnose, tune): one epoch of
+        `steps` steps with `warmup_steps` left out, and no report, trace, memory watch, FLOP
+        count, smoke shrinking or logging."""
+        return dataclasses.replace(
+            self,
+            epochs=1,
+            steps_per_epoch=steps,
+            warmup_steps=warmup_steps,
+            report_dir=None,
+            count_flops=False,
+            smoke=False,
+            profile_steps=None,
+            memory_watch=False,
+            log_steps=None,
+            verbose=0,
+        )
+
     def effective(self) -> TrainConfig:
         """The config a run really uses: ``smoke`` shrinks it to a seconds-long run."""
         if not self.smoke:

@@ -403,26 +403,12 @@ def window_steps(candidate: Candidate, steps: int) -> tuple[int, int]:
 def measure_candidate(task: Any, config: Any, candidate: Candidate, steps: int = 48) -> float:
     """Examples/s of a short real run of `task` with the candidate's settings (the timed
     window after its own warm-up). Raises what the run raises."""
-    from toolkit import train
-
-    warmup, total = window_steps(candidate, steps)
-    cfg = dataclasses.replace(
-        apply(config, candidate),
-        epochs=1,
-        steps_per_epoch=total,
-        warmup_steps=warmup,
-        report_dir=None,
-        count_flops=False,
-        smoke=False,
-        profile_steps=None,
-        memory_watch=False,
-        log_steps=None,
-        verbose=0,
-    )
     import tensorflow as tf
 
-    from toolkit import compat
+    from toolkit import compat, train
 
+    warmup, total = window_steps(candidate, steps)
+    cfg = apply(config, candidate).for_measurement(total, warmup)
     logger = tf.get_logger()
     level = logger.level
     # Each candidate is a new model: TF's "frequent retracing" warning counts them as one
