@@ -23,6 +23,7 @@ sequence lengths 64, 128 and 256, and throughput at batch 4, printed and written
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
@@ -163,15 +164,10 @@ def inference_table(
     and precision of `config` (with XLA when ``config.jit_compile``)."""
     import tensorflow as tf
 
-    from toolkit import devices
     from toolkit.profiling.flops import count_flops
     from toolkit.profiling.inference import measure_inference
 
-    try:
-        device = devices.select(config.device)
-        devices.preflight(device, policy=config.precision, jit_compile=config.jit_compile)
-    except ValueError as e:
-        raise train.SetupError(str(e)) from e
+    device, findings = train.setup_device(config)
     rows = []
     with train.precision_policy(config.precision), tf.device(device.logical_name):
         for seq_len in seq_lens:
@@ -199,6 +195,7 @@ def inference_table(
         "device": device.to_dict(),
         "precision": config.precision,
         "jit_compile": config.jit_compile,
+        "preflight": [dataclasses.asdict(f) for f in findings],
         "rows": rows,
     }
 
@@ -228,6 +225,8 @@ def format_inference_table(table: dict[str, Any]) -> str:
             f"| {r['seq_len']} | {lat['p50_s'] * 1e3:.2f} | {lat['p90_s'] * 1e3:.2f} | "
             f"{thr['examples_per_sec']:.1f} | {gflops} |"
         )
+    for f in table.get("preflight") or []:
+        lines.append(f"preflight [{f['severity']}] {f['code']}: {f['message']}")
     return "\n".join(lines)
 
 

@@ -326,6 +326,28 @@ def precision_policy(name: str) -> Iterator[None]:
         keras.mixed_precision.set_global_policy(previous)
 
 
+def setup_device(config: TrainConfig) -> tuple[Any, list[Any]]:
+    """Selects `config`'s device (first: visible devices can't change once TensorFlow's
+    runtime starts) and runs the preflight checks for its precision and XLA setting.
+
+    Returns:
+        ``(device, findings)``.
+
+    Raises:
+        SetupError: the device is not here (the message lists what is) or can't be selected.
+    """
+    from toolkit import devices
+
+    try:
+        device = devices.select(config.device)
+        findings = devices.preflight(
+            device, policy=config.precision, jit_compile=config.jit_compile
+        )
+    except ValueError as e:  # DeviceError
+        raise SetupError(str(e)) from e
+    return device, findings
+
+
 def compute_facts(model: Any, batch_size: int, precision: str, device: Any) -> dict[str, Any]:
     """FLOPs per step of `model` at `batch_size` and the device's matmul peak in the compute
     dtype of `precision` (cached per machine), for the report's compute section."""
@@ -376,19 +398,16 @@ def run(
         SetupError: a bad setting (naming the flag), a device that is not here (listing what
             is), or too little data, before anything trains.
     """
-    from toolkit import devices
-
     try:
         config = config.validate().effective()
-        device = devices.select(config.device)  # first: visible devices can't change later
-        findings = devices.preflight(
-            device, policy=config.precision, jit_compile=config.jit_compile
-        )
+        device, findings = setup_device(config)
         train_ds = _dataset(task.train, config, training=True, task=task)
         val_ds = None
         if task.validation is not None:
             val_ds = _dataset(task.validation, config, training=False, task=task)
-    except (ValueError, FileNotFoundError) as e:  # DeviceError included
+    except SetupError:
+        raise
+    except (ValueError, FileNotFoundError) as e:  # a bad setting, too little data
         raise SetupError(str(e)) from e
     keras = compat.keras()
     if config.seed is not None:

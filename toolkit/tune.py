@@ -445,15 +445,12 @@ def tune(
         use_cache: read and write the cache. Defaults to `True`.
         progress: called with one line per candidate. Defaults to printing to stderr.
     """
-    from toolkit import compat, devices, train
+    from toolkit import compat, train
 
     if progress is None:
         progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     start = time.perf_counter()
-    try:
-        device = devices.select(config.device)
-    except ValueError as e:
-        raise train.SetupError(str(e)) from e
+    device, _findings = train.setup_device(config)
     with train.precision_policy("float32"):
         model = task.build_model()
     spec = train.examples(task.train).element_spec
