@@ -36,6 +36,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/recipe_mfu.py
 	$(PY) benchmarks/diagnose_accuracy.py
 	$(PY) benchmarks/tune_vs_defaults.py
+	$(PY) benchmarks/op_modes.py
+	$(PY) benchmarks/xla_fusion.py
 
 install: $(STAMP)
 

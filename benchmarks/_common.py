@@ -6,6 +6,11 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# The one ratio-line format, shared with the toolkit's own outputs (`python -m toolkit ops`).
+from toolkit.bench.table import speedup_line
+
+__all__ = ["mlp_fit_setup", "quiet_gc", "ratio_line", "speedup_line"]
+
 
 def quiet_gc() -> None:
     """Collects the garbage of earlier fits before the next timed one (benchmark hygiene)."""
@@ -18,14 +23,6 @@ def ratio_line(name: str, baseline_s: float, toolkit_s: float) -> str:
     """``name: X.XX× (baseline A s, toolkit B s)`` with X = toolkit / baseline time."""
     ratio = toolkit_s / baseline_s
     return f"{name}: {ratio:.2f}× (baseline {baseline_s:.3f} s, toolkit {toolkit_s:.3f} s)"
-
-
-def speedup_line(name: str, baseline_s: float, toolkit_s: float) -> str:
-    """``name: X.XX× (baseline A s, toolkit B s)`` with X = baseline / toolkit (> 1: faster)."""
-    return (
-        f"{name}: {baseline_s / toolkit_s:.2f}× "
-        f"(baseline {baseline_s:.3f} s, toolkit {toolkit_s:.3f} s)"
-    )
 
 
 def mlp_fit_setup(steps: int, batch_size: int = 32, width: int = 64, features: int = 32):

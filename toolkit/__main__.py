@@ -11,6 +11,11 @@ Verbs:
     doctor --recipe R [recipe flags]
                          input-bound or compute-bound? the input alone, the step alone and
                          the real fit, measured, with a verdict and advice
+    ops [--ops A,B] [--modes eager,graph,xla] [--size tiny|default|full]
+                         the seed's per-op table (ms per call in eager/graph/XLA on every
+                         device), written as Markdown, CSV, PNG and JSON
+    ops --fusion         matmul + hard_swish and conv2d + bias + relu: what fused, and the
+                         time it saved
 """
 
 from __future__ import annotations
@@ -123,6 +128,68 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _split(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def _fusion(args: argparse.Namespace, found: list[Any], timing: dict[str, Any], out: str) -> int:
+    from toolkit.bench import fusion
+    from toolkit.bench.measure import select_modes
+    from toolkit.profiling.flops import format_flops, matmul_peak
+
+    modes = select_modes(_split(args.modes))
+    demos = [
+        demo
+        for device in found
+        for demo in fusion.fusion_demos(
+            args.size, device=device, dtype=args.dtype, modes=modes, **timing
+        )
+    ]
+    for demo in demos:
+        print(demo.render() + "\n")
+    for device in found:
+        peak = matmul_peak(device, args.dtype)
+        print(
+            f"for scale: {device.kind}:{device.index}'s measured {args.dtype} matmul peak is "
+            f"{format_flops(peak['flops_per_s'], per_second=True)} ({peak['source']})"
+        )
+    paths = fusion.write(demos, out, {"size": args.size, "dtype": args.dtype, **timing})
+    print(f"written: {paths['markdown']}, {paths['json']}")
+    return 0
+
+
+def _ops(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from toolkit import devices
+
+    found = devices.detect()
+    if args.device != "all":
+        found = [devices.resolve(args.device, found)]
+    timing = {"repeats": args.repeats, "min_time_s": args.min_time}
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if args.fusion:
+        return _fusion(args, found, timing, args.out or os.path.join("runs", f"fusion-{stamp}"))
+
+    from toolkit.bench.measure import benchmark
+
+    table = benchmark(
+        _split(args.ops),
+        _split(args.modes),
+        size=args.size,
+        devices=found,
+        dtype=args.dtype,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+        **timing,
+    )
+    paths = table.write(args.out or os.path.join("runs", f"ops-{stamp}"), plot=not args.no_plot)
+    print(table.to_markdown(png=None))
+    print(
+        "written: " + ", ".join(paths[k] for k in ("markdown", "csv", "json", "png") if k in paths)
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__.split("\n")[0])
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
@@ -170,6 +237,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--recipe", default="mlp", help="recipe module under recipes/")
     p.add_argument("--refresh", action="store_true", help="search again, ignoring the cache")
     p.set_defaults(func=_tune)
+
+    p = verbs.add_parser(
+        "ops",
+        help="per-op benchmark in eager/graph/XLA on every device (or --fusion)",
+        description="The seed's per-op table for TensorFlow, or with --fusion what XLA and "
+        "Grappler fuse. Writes Markdown, CSV, PNG and JSON under --out.",
+    )
+    p.add_argument("--ops", help="comma-separated op names (default: all 21)")
+    p.add_argument("--modes", help="comma-separated: eager,graph,xla (default: all three)")
+    p.add_argument(
+        "--size",
+        choices=("tiny", "default", "full"),
+        default="default",
+        help="shapes: default runs in minutes on 2 CPU cores, full = the seed's shapes",
+    )
+    p.add_argument("--device", default="all", help="all (default), cpu, gpu, cuda, metal[:i]")
+    p.add_argument("--dtype", default="float32", help="float32 (default), float16, bfloat16")
+    p.add_argument("--repeats", type=int, default=5, help="timed loops per cell (5)")
+    p.add_argument("--min_time", type=float, default=0.05, help="shortest timed loop, s (0.05)")
+    p.add_argument("--out", help="output directory (default runs/ops-<time>)")
+    p.add_argument("--no_plot", action="store_true", help="skip the PNG chart")
+    p.add_argument("--fusion", action="store_true", help="the fusion demo instead of the table")
+    p.set_defaults(func=_ops)
 
     args, rest = parser.parse_known_args(argv)
     if args.verb in ("doctor", "tune"):

@@ -1,0 +1,57 @@
+"""``python -m toolkit ops`` smoke runs on tiny sizes, in real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def _ops(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "toolkit", "ops", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_table_on_tiny_sizes_writes_every_view(tmp_path):
+    out = tmp_path / "ops"
+    proc = _ops(
+        "--size=tiny", "--ops=ReLU,Gather", "--repeats=2", "--min_time=0.001", f"--out={out}"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "| Operation | cpu_eager | cpu_graph | cpu_xla |" in proc.stdout
+    assert "Average benchmark:" in proc.stdout and "| Gather |" in proc.stdout
+    assert "ops: ReLU: 2 cases x 3 modes x 1 device(s)" in proc.stderr  # progress
+    names = {p.name for p in out.iterdir()}
+    assert names == {"ops.json", "ops.md", "ops.csv", "ops_average.csv", "ops.png"}
+    record = json.loads((out / "ops.json").read_text())
+    assert record["settings"]["size"] == "tiny" and record["environment"]["tensorflow"]
+    assert len(record["results"]) == (6 + 2) * 3
+
+
+def test_fusion_demo_on_tiny_sizes(tmp_path):
+    out = tmp_path / "fusion"
+    proc = _ops("--fusion", "--size=tiny", "--repeats=1", "--min_time=0.001", f"--out={out}")
+    assert proc.returncode == 0, proc.stderr
+    assert "matmul + hard_swish, fused (xla, 2 kernels) vs unfused (graph, 5 kernels)" in (
+        proc.stdout
+    )
+    assert "conv2d + bias + relu" in proc.stdout
+    record = json.loads((out / "fusion.json").read_text())
+    assert record["schema"] == "toolkit.fusion/1" and len(record["demos"]) == 2
+    assert (out / "fusion.md").exists()
+
+
+def test_bad_choices_are_one_line_errors(tmp_path):
+    for args, message in (
+        (["--ops=Nope"], "error: unknown op 'Nope': choose from Argmax"),
+        (["--modes=jit"], "error: unknown mode 'jit': use eager, graph, xla"),
+        (["--device=tpu"], "error: unknown device 'tpu'"),
+    ):
+        proc = _ops(*args, f"--out={tmp_path / 'x'}", timeout=120)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr
+    assert not (tmp_path / "x").exists()  # nothing written for a bad request
