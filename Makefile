@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/tune_vs_defaults.py
 	$(PY) benchmarks/op_modes.py
 	$(PY) benchmarks/xla_fusion.py
+	$(PY) benchmarks/data_service.py
 
 install: $(STAMP)
 

@@ -168,7 +168,17 @@ def test_precision_strategy_synthetic_data_and_the_report(tmp_path, keras):
     result = train.run(task, config)
     extra = result.report.extra
     assert extra["device"]["kind"] == "cpu" and extra["precision"] == "mixed_bfloat16"
-    assert extra["strategy"] == {"name": "mirrored", "replicas": 1}
+    strategy = extra["strategy"]
+    assert (strategy["name"], strategy["replicas"]) == ("mirrored", 1)
+    assert (strategy["global_batch"], strategy["per_replica_batch"]) == (16, 16)
+    assert strategy["shard_policy"] == "data" and strategy["data_service"] is None
+    assert extra["cluster"] == {
+        "task_type": "worker",
+        "task_index": 0,
+        "num_workers": 1,
+        "is_chief": True,
+        "workers": [],
+    }
     assert extra["synthetic_data"] is True
     assert isinstance(extra["preflight"], list)
     assert result.model.layers[0].compute_dtype == "bfloat16"

@@ -16,6 +16,10 @@ Verbs:
                          device), written as Markdown, CSV, PNG and JSON
     ops --fusion         matmul + hard_swish and conv2d + bias + relu: what fused, and the
                          time it saved
+    data-service --dispatcher --port P
+    data-service --worker --dispatcher grpc://HOST:P [--port Q]
+                         a tf.data service dispatcher or worker, serving until stopped
+    merge REPORT...      the workers' reports of one multi-worker run, side by side
 """
 
 from __future__ import annotations
@@ -190,6 +194,46 @@ def _ops(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_service(args: argparse.Namespace) -> int:
+    import contextlib
+    import signal
+    import time
+
+    from toolkit import distribute
+
+    if args.worker:
+        if not args.dispatcher:
+            raise ValueError("data-service --worker: give --dispatcher grpc://host:port")
+        distribute.service_address(args.dispatcher)
+        server = distribute.serve_worker(args.dispatcher, args.port, args.host)
+        what = f"worker of {args.dispatcher}"
+    elif args.dispatcher == "":
+        server = distribute.serve_dispatcher(args.port, args.work_dir)
+        what = f"dispatcher at grpc://{args.host}:{server.target.rsplit(':', 1)[-1]}"
+    else:
+        raise ValueError(
+            "data-service: give --dispatcher (to run one) or --worker --dispatcher "
+            "grpc://host:port (to serve one)"
+        )
+    # The server runs on its own threads. The main thread waits in Python, not in join() (C++,
+    # where signal handlers never run), so SIGTERM and Ctrl-C stop it at once.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"data-service: {what} serving (Ctrl-C to stop)", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            time.sleep(0.5)
+    del server
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from toolkit import distribute
+
+    merged = distribute.merge_reports([RunReport.load(path) for path in args.reports])
+    print(distribute.render_merged(merged))
+    return 0 if merged["all_complete"] else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__.split("\n")[0])
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
@@ -260,6 +304,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no_plot", action="store_true", help="skip the PNG chart")
     p.add_argument("--fusion", action="store_true", help="the fusion demo instead of the table")
     p.set_defaults(func=_ops)
+
+    p = verbs.add_parser(
+        "data-service",
+        help="run a tf.data service dispatcher or worker",
+        description="Recipes read through it with --data_service=grpc://host:port.",
+    )
+    p.add_argument(
+        "--dispatcher",
+        nargs="?",
+        const="",
+        default=None,
+        help="alone: run a dispatcher; with --worker: the dispatcher's grpc://host:port",
+    )
+    p.add_argument("--worker", action="store_true", help="run a worker")
+    p.add_argument("--port", type=int, default=0, help="port to listen on (0: any free one)")
+    p.add_argument("--host", default="localhost", help="the name others reach this host by")
+    p.add_argument("--work_dir", help="dispatcher: journal dir (restarts keep their jobs)")
+    p.set_defaults(func=_data_service)
+
+    p = verbs.add_parser("merge", help="the workers' reports of a multi-worker run")
+    p.add_argument("reports", nargs="+", help="report.json files or run directories")
+    p.set_defaults(func=_merge)
 
     args, rest = parser.parse_known_args(argv)
     if args.verb in ("doctor", "tune"):

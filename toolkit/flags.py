@@ -14,8 +14,9 @@ from typing import Any, NoReturn
 
 from absl import app, flags
 
+from toolkit.distribute import SERVICE_MODES, SHARD_POLICIES, STRATEGIES
 from toolkit.profiling.step_timer import DEFAULT_WARMUP_STEPS
-from toolkit.train import PRECISIONS, SMOKE_STEPS, STRATEGIES, SetupError, Task, TrainConfig
+from toolkit.train import PRECISIONS, SMOKE_STEPS, SetupError, Task, TrainConfig
 from toolkit.train import run as run_task
 
 
@@ -147,6 +148,39 @@ def define_common_flags(**defaults: Any) -> None:
     flags.DEFINE_enum(
         "distribution_strategy", "default", list(STRATEGIES), "tf.distribute strategy."
     )
+    flags.DEFINE_string(
+        "worker_hosts",
+        None,
+        "Multi-worker: comma-separated host:port of every worker (builds TF_CONFIG; without "
+        "it TF_CONFIG is read from the environment). Worker 0 is the chief.",
+    )
+    flags.DEFINE_integer("task_index", 0, "Multi-worker: this worker's index.", lower_bound=0)
+    flags.DEFINE_enum(
+        "shard_policy",
+        "data",
+        list(SHARD_POLICIES),
+        "How a multi-worker strategy splits the input: data (every worker reads it all and "
+        "keeps its share), file (workers read different files), auto, off.",
+    )
+    flags.DEFINE_string(
+        "data_service",
+        None,
+        "grpc://host:port of a tf.data service dispatcher: the input pipeline runs on its "
+        "workers (python -m toolkit data-service).",
+    )
+    flags.DEFINE_enum(
+        "data_service_mode",
+        "parallel_epochs",
+        list(SERVICE_MODES),
+        "parallel_epochs: every trainer gets the whole dataset; distributed_epoch: trainers "
+        "split one epoch's elements.",
+    )
+    flags.DEFINE_string(
+        "backup_dir",
+        None,
+        "Back up the training state every epoch (keras BackupAndRestore); a restarted run "
+        "resumes from the last backup.",
+    )
     flags.DEFINE_bool(
         "use_synthetic_data",
         False,
@@ -245,6 +279,12 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
         smoke=f.smoke,
         log_steps=f.log_steps,
         count_flops=f.count_flops,
+        worker_hosts=f.worker_hosts,
+        task_index=f.task_index,
+        shard_policy=f.shard_policy,
+        data_service=f.data_service,
+        data_service_mode=f.data_service_mode,
+        backup_dir=f.backup_dir,
     ).validate()
 
 

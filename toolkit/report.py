@@ -327,13 +327,33 @@ class RunReport:
             head += f" ({self.error})"
         lines = [head]
         device = self.extra.get("device")
+        strategy = self.extra.get("strategy") or {}
         if device:
-            strategy = self.extra.get("strategy") or {}
             lines.append(
                 f"device: {device.get('kind')}:{device.get('index')} {device.get('human_name')}, "
                 f"precision {self.extra.get('precision', 'float32')}, strategy "
                 f"{strategy.get('name', 'default')} ({strategy.get('replicas', 1)} replica(s))"
                 + (", synthetic data" if self.extra.get("synthetic_data") else "")
+                + (
+                    f", data from the tf.data service {strategy['data_service']}"
+                    if strategy.get("data_service")
+                    else ""
+                )
+            )
+        cluster = self.extra.get("cluster") or {}
+        if cluster.get("num_workers", 1) > 1:
+            lines.append(
+                f"cluster: worker {cluster.get('task_index')} of {cluster['num_workers']}"
+                + (" (chief)" if cluster.get("is_chief") else "")
+                + f", global batch {strategy.get('global_batch')}"
+                + f" ({strategy.get('per_replica_batch')} per replica)"
+            )
+        resume = self.extra.get("resume") or {}
+        if resume.get("resumed"):
+            lines.append(
+                f"resumed from epoch {resume.get('from_epoch')} of the backup in "
+                f"{resume.get('backup_dir')} ({resume.get('steps_before')} steps done before; "
+                f"{resume.get('steps_total', '?')} in all)"
             )
         lines += self.steps.lines()
         for finding in self.extra.get("preflight") or []:

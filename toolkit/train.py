@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from toolkit import compat
+from toolkit.distribute import STRATEGIES
 from toolkit.profiling.session import profile
 from toolkit.profiling.step_timer import DEFAULT_WARMUP_STEPS, FUSED_STEPS_ATTR
 from toolkit.report import RunReport
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-STRATEGIES = ("default", "one_device", "mirrored")
 SMOKE_STEPS = 8
 
 
@@ -53,6 +54,12 @@ class TrainConfig:
     smoke: bool = False
     log_steps: int | None = None
     count_flops: bool = True
+    worker_hosts: str | None = None
+    task_index: int = 0
+    shard_policy: str = "data"
+    data_service: str | None = None
+    data_service_mode: str = "parallel_epochs"
+    backup_dir: str | None = None
 
     def validate(self) -> TrainConfig:
         """Raises ValueError naming the first bad setting and what it must be."""
@@ -89,15 +96,30 @@ class TrainConfig:
                 f"--distribution_strategy must be one of {', '.join(STRATEGIES)}, "
                 f"got {self.distribution_strategy!r}"
             )
+        from toolkit import distribute
         from toolkit.devices import parse_device_spec
 
         parse_device_spec(self.device)  # DeviceError (a ValueError) naming the device
+        if self.shard_policy not in distribute.SHARD_POLICIES:
+            raise ValueError(
+                f"--shard_policy must be one of {', '.join(distribute.SHARD_POLICIES)}, "
+                f"got {self.shard_policy!r}"
+            )
+        if self.data_service is not None:
+            distribute.service_address(self.data_service)
+        if self.data_service_mode not in distribute.SERVICE_MODES:
+            raise ValueError(
+                f"--data_service_mode must be one of {', '.join(distribute.SERVICE_MODES)}, "
+                f"got {self.data_service_mode!r}"
+            )
+        if self.worker_hosts:
+            distribute.tf_config(self.worker_hosts.split(","), self.task_index)
         return self
 
     def for_measurement(self, steps: int, warmup_steps: int) -> TrainConfig:
         """This config as a short, quiet measurement run (diagnose, tune): one epoch of
         `steps` steps with `warmup_steps` left out, and no report, trace, memory watch, FLOP
-        count, smoke shrinking or logging."""
+        count, smoke shrinking, logging or backup (a measurement must not resume a run)."""
         return dataclasses.replace(
             self,
             epochs=1,
@@ -110,6 +132,7 @@ class TrainConfig:
             memory_watch=False,
             log_steps=None,
             verbose=0,
+            backup_dir=None,
         )
 
     def effective(self) -> TrainConfig:
@@ -230,15 +253,19 @@ def _dataset(source: Any, config: TrainConfig, training: bool, task: Task | None
             )
         features, labels = source.element_spec
         batches = max(1, count // batch_size) if count > 0 else None
-        return synthetic(
-            features,
-            labels,
-            num_classes=(task.num_classes if task else None) or 2,
-            num_examples=None if config.steps_per_epoch else batches,
-            batch_size=batch_size,
-            seed=config.seed or 0,
+        return _distributed(
+            synthetic(
+                features,
+                labels,
+                num_classes=(task.num_classes if task else None) or 2,
+                num_examples=None if config.steps_per_epoch else batches,
+                batch_size=batch_size,
+                seed=config.seed or 0,
+            ),
+            config,
+            training,
         )
-    return pipeline(
+    built = pipeline(
         source,
         batch_size,
         cache=bool(task and task.cache),
@@ -248,6 +275,19 @@ def _dataset(source: Any, config: TrainConfig, training: bool, task: Task | None
         drop_remainder=training,
         repeat=training and config.steps_per_epoch is not None,
     )
+    return _distributed(built, config, training)
+
+
+def _distributed(dataset: Any, config: TrainConfig, training: bool) -> Any:
+    """The training data through the tf.data service when asked, and every dataset with its
+    auto-shard policy set explicitly."""
+    from toolkit import distribute
+
+    if training and config.data_service:
+        dataset = distribute.through_data_service(
+            dataset, config.data_service, config.data_service_mode
+        )
+    return distribute.shard(dataset, config.shard_policy)
 
 
 def input_pipeline(task: Task, config: TrainConfig) -> Any:
@@ -256,18 +296,33 @@ def input_pipeline(task: Task, config: TrainConfig) -> Any:
     return _dataset(task.train, config.validate().effective(), training=True, task=task)
 
 
-def make_strategy(name: str, device: Any) -> Any:
-    """``default`` (no distribution), ``one_device`` (pinned to `device`), or ``mirrored``
-    (synchronous data parallelism over the visible GPUs, or the CPU)."""
-    import tensorflow as tf
+def resume_recorder(extra: dict[str, Any], backup_dir: str) -> Any:
+    """A callback, placed after ``BackupAndRestore``, that records in ``extra["resume"]``
+    whether the run resumed from a backup and from where: the optimizer's step count right
+    after the restore (read once, at the start) and the first epoch this process ran."""
+    keras = compat.keras()
 
-    if name == "default":
-        return tf.distribute.get_strategy()
-    if name == "one_device":
-        return tf.distribute.OneDeviceStrategy(device.logical_name)
-    if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
-    raise ValueError(f"--distribution_strategy must be one of {', '.join(STRATEGIES)}")
+    class ResumeRecorder(keras.callbacks.Callback):
+        def _steps(self) -> int:
+            return int(self.model.optimizer.iterations.numpy())
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            done = self._steps()
+            extra["resume"] = {
+                "backup_dir": backup_dir,
+                "resumed": done > 0,
+                "steps_before": done,
+                "from_epoch": None,
+            }
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            if extra["resume"]["from_epoch"] is None:
+                extra["resume"]["from_epoch"] = epoch
+
+        def on_train_end(self, logs: Any = None) -> None:
+            extra["resume"]["steps_total"] = self._steps()
+
+    return ResumeRecorder()
 
 
 def fuse_train_steps(model: Any, steps: int) -> None:
@@ -398,9 +453,17 @@ def run(
         SetupError: a bad setting (naming the flag), a device that is not here (listing what
             is), or too little data, before anything trains.
     """
+    from toolkit import distribute
+
     try:
         config = config.validate().effective()
+        cluster = distribute.cluster_from_flags(config.worker_hosts, config.task_index)
         device, findings = setup_device(config)
+        # Before any dataset: a multi-worker strategy configures collective ops at start-up.
+        strategy = distribute.make_strategy(config.distribution_strategy, device)
+        global_batch, per_replica = distribute.batch_sizes(
+            config.batch_size, strategy.num_replicas_in_sync
+        )
         train_ds = _dataset(task.train, config, training=True, task=task)
         val_ds = None
         if task.validation is not None:
@@ -412,7 +475,9 @@ def run(
     keras = compat.keras()
     if config.seed is not None:
         keras.utils.set_random_seed(config.seed)
-    strategy = make_strategy(config.distribution_strategy, device)
+    report_dir = config.report_dir
+    if report_dir and not cluster.is_chief:  # each worker reports; the chief's is the run's
+        report_dir = os.path.join(report_dir, f"worker{cluster.task_index}")
 
     with precision_policy(config.precision), strategy.scope():
         model = task.build_model()
@@ -427,7 +492,7 @@ def run(
         fuse_train_steps(model, config.fused_steps)
     with profile(
         task.name,
-        report_dir=config.report_dir,
+        report_dir=report_dir,
         batch_size=config.batch_size,
         warmup_steps=config.warmup_steps,
         trace_steps=config.profile_steps,
@@ -441,7 +506,13 @@ def run(
             strategy={
                 "name": config.distribution_strategy,
                 "replicas": strategy.num_replicas_in_sync,
+                "global_batch": global_batch,
+                "per_replica_batch": per_replica,
+                "shard_policy": config.shard_policy,
+                "data_service": config.data_service,
+                "data_service_mode": config.data_service_mode if config.data_service else None,
             },
+            cluster=cluster.to_dict(),
             synthetic_data=config.use_synthetic_data,
             smoke=config.smoke,
             preflight=[dataclasses.asdict(f) for f in findings],
@@ -451,6 +522,12 @@ def run(
         prof.extra.update(extra or {})
         if config.count_flops:
             prof.compute = compute_facts(model, config.batch_size, config.precision, device)
+        resilience = []
+        if config.backup_dir:
+            resilience = [
+                keras.callbacks.BackupAndRestore(config.backup_dir),
+                resume_recorder(prof.extra, config.backup_dir),
+            ]
         history = model.fit(
             train_ds,
             epochs=config.epochs,
@@ -459,7 +536,7 @@ def run(
             ),
             validation_data=val_ds,
             shuffle=False,  # the pipeline shuffles; Keras would only warn about a Dataset
-            callbacks=[*prof.callbacks, *callbacks],
+            callbacks=[*resilience, *prof.callbacks, *callbacks],
             verbose=config.verbose,
         )
     return RunResult(prof.report, prof.paths, prof.run_dir, model, history)

@@ -1,0 +1,117 @@
+"""Cluster, batch and sharding logic, the service address, and the runner's new settings."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from toolkit import compat, distribute, train
+
+
+def test_tf_config_from_worker_hosts():
+    config = distribute.tf_config(["127.0.0.1:2222", " 127.0.0.1:2223"], 1)
+    assert config == {
+        "cluster": {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]},
+        "task": {"type": "worker", "index": 1},
+    }
+    with pytest.raises(distribute.DistributeError, match="--task_index=2 is not a worker"):
+        distribute.tf_config(["a:1", "b:2"], 2)
+    with pytest.raises(distribute.DistributeError, match="'b' is not host:port"):
+        distribute.tf_config(["a:1", "b"], 0)
+    with pytest.raises(distribute.DistributeError, match="--worker_hosts is empty"):
+        distribute.tf_config([""], 0)
+
+
+def test_cluster_from_flags_or_the_environment(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    assert distribute.cluster_from_flags() == distribute.Cluster()
+    assert distribute.Cluster().is_chief and distribute.Cluster().num_workers == 1
+
+    cluster = distribute.cluster_from_flags("h:1,h:2,h:3", 2)
+    assert (cluster.task_index, cluster.num_workers, cluster.is_chief) == (2, 3, False)
+    assert json.loads(os.environ["TF_CONFIG"])["task"] == {"type": "worker", "index": 2}
+    assert distribute.cluster_from_flags() == cluster  # read back from TF_CONFIG
+
+    monkeypatch.setenv(
+        "TF_CONFIG",
+        json.dumps(
+            {
+                "cluster": {"chief": ["c:1"], "worker": ["w:1"]},
+                "task": {"type": "chief", "index": 0},
+            }
+        ),
+    )
+    assert distribute.cluster_from_flags().is_chief
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(distribute.DistributeError, match="TF_CONFIG is not valid"):
+        distribute.cluster_from_flags()
+
+
+def test_global_and_per_replica_batch():
+    assert distribute.batch_sizes(64, 2) == (64, 32)
+    assert distribute.batch_sizes(64, 1) == (64, 64)
+    with pytest.raises(
+        distribute.DistributeError, match="multiple of the 2 replicas in sync; use 62"
+    ):
+        distribute.batch_sizes(63, 2)
+
+
+def test_shard_policy_is_set_explicitly():
+    import tensorflow as tf
+
+    ds = distribute.shard(tf.data.Dataset.range(4), "file")
+    policy = ds.options().experimental_distribute.auto_shard_policy
+    assert policy == tf.data.experimental.AutoShardPolicy.FILE
+    with pytest.raises(distribute.DistributeError, match="--shard_policy must be one of"):
+        distribute.shard(ds, "rows")
+
+
+def test_service_address():
+    assert distribute.service_address("grpc://localhost:5050") == ("grpc", "localhost:5050")
+    for bad in ("localhost:5050", "http://x:1", "grpc://nohost"):
+        with pytest.raises(distribute.DistributeError, match="grpc://host:port"):
+            distribute.service_address(bad)
+
+
+@pytest.mark.skipif(compat.keras_flavor() == "tf_keras", reason="the Keras 3 refusal")
+def test_multi_worker_under_keras3_is_a_one_line_error():
+    with pytest.raises(distribute.DistributeError, match="TF_USE_LEGACY_KERAS=1"):
+        distribute.make_strategy("multi_worker_mirrored")
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"shard_policy": "rows"}, "--shard_policy must be one of data, file"),
+        ({"data_service": "localhost:1"}, "grpc://host:port"),
+        ({"data_service_mode": "sharded"}, "--data_service_mode must be one of"),
+        ({"worker_hosts": "a:1,b:2", "task_index": 5}, "--task_index=5 is not a worker"),
+        ({"distribution_strategy": "parameter_server"}, "--distribution_strategy must be one"),
+    ],
+)
+def test_bad_distribution_settings_fail_validation(settings, message):
+    with pytest.raises(ValueError, match=message):
+        train.TrainConfig(**settings).validate()
+
+
+def test_merge_renders_workers_and_the_cluster_pace():
+    merged = {
+        "workers": [
+            {"task_index": 0, "is_chief": True, "status": "complete", "steps": 10,
+             "p50_ms": 2.0, "examples_per_sec": 8000.0},
+            {"task_index": 1, "is_chief": False, "status": "complete", "steps": 10,
+             "p50_ms": 3.0, "examples_per_sec": 6000.0},
+        ],
+        "num_workers": 2,
+        "cluster_examples_per_sec": 6000.0,
+        "straggler": 1,
+        "all_complete": True,
+    }  # fmt: skip
+    text = distribute.render_merged(merged)
+    assert "| 0 | yes | complete | 10 | 2.00 | 8,000.0 |" in text
+    assert (
+        "cluster: 2 workers, 6,000.0 examples/s (the slowest worker's pace); straggler: worker 1"
+        in text
+    )

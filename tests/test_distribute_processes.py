@@ -1,0 +1,211 @@
+"""Past one process, for real: workers, a tf.data service and a killed run, all on 127.0.0.1.
+
+Every process is started by the test, bounded in time and stopped in ``finally``.
+MultiWorkerMirroredStrategy runs under tf_keras (``TF_USE_LEGACY_KERAS=1``): Keras 3's fit
+cannot train under it (see toolkit.distribute).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+WORKER = """
+import sys
+import numpy as np
+from recipes import mlp
+from toolkit import train
+
+index, hosts, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+config = train.TrainConfig(
+    epochs=2, steps_per_epoch=6, batch_size=32, device="cpu", count_flops=False, warmup_steps=1,
+    distribution_strategy="multi_worker_mirrored", worker_hosts=hosts, task_index=index,
+    report_dir=out + "/runs",
+)
+result = train.run(mlp.build_task(hidden_units=16), config)
+weights = np.concatenate([w.ravel() for w in result.model.get_weights()])
+np.save(f"{out}/weights{index}.npy", weights)
+print("steps", int(result.model.optimizer.iterations.numpy()), "report", result.paths["json"])
+"""
+
+
+def _load(path: str) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def _free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    env.update(extra)
+    return env
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=10)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_two_workers_train_in_sync_and_their_reports_merge(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(i), hosts, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(TF_USE_LEGACY_KERAS="1"),
+        )
+        for i in range(2)
+    ]
+    try:
+        outputs = [p.communicate(timeout=240) for p in procs]
+    finally:
+        _stop(procs)
+    for p, (out, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+        assert "steps 12 " in out
+    w0, w1 = np.load(tmp_path / "weights0.npy"), np.load(tmp_path / "weights1.npy")
+    np.testing.assert_array_equal(w0, w1)  # all-reduced gradients: the same model everywhere
+
+    reports = [out.split("report ")[-1].strip() for out, _ in outputs]
+    assert "/worker1/" in reports[1] and "/worker" not in reports[0]
+    chief = _load(reports[0])
+    assert chief["extra"]["cluster"]["is_chief"] and chief["extra"]["cluster"]["num_workers"] == 2
+    assert chief["extra"]["strategy"]["replicas"] == 2
+    assert chief["extra"]["strategy"]["per_replica_batch"] == 16
+    assert chief["steps"]["batch_size"] == 32  # the global batch: examples/sec is the cluster's
+    merged = subprocess.run(
+        [sys.executable, "-m", "toolkit", "merge", *reports],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert merged.returncode == 0, merged.stderr
+    assert "| 0 | yes | complete | 12 |" in merged.stdout
+    assert "| 1 |  | complete | 12 |" in merged.stdout
+    assert "cluster: 2 workers" in merged.stdout
+
+
+def _serve(*args: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolkit", "data-service", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=_env(),
+    )
+    line = proc.stdout.readline()  # blocks until the server is up (or the process died)
+    assert "serving" in line, f"data-service did not start: {line!r}"
+    return proc, line
+
+
+def test_data_service_serves_the_same_elements_as_the_local_pipeline(tmp_path):
+    from recipes import mlp
+    from toolkit import train
+
+    procs = []
+    try:
+        dispatcher, line = _serve("--dispatcher", "--port=0")
+        procs.append(dispatcher)
+        address = line.split("dispatcher at ")[1].split()[0]
+        worker, _ = _serve("--worker", f"--dispatcher={address}")
+        procs.append(worker)
+
+        task = mlp.build_task(hidden_units=16)
+        local = train.TrainConfig(batch_size=64, seed=3)
+        served = train.TrainConfig(batch_size=64, seed=3, data_service=address)
+        ours = [(x.numpy(), y.numpy()) for x, y in train.input_pipeline(task, local)]
+        theirs = [(x.numpy(), y.numpy()) for x, y in train.input_pipeline(task, served)]
+        assert len(ours) == len(theirs) > 0
+        for (x0, y0), (x1, y1) in zip(ours, theirs, strict=True):
+            np.testing.assert_array_equal(x0, x1)
+            np.testing.assert_array_equal(y0, y1)
+
+        run = subprocess.run(
+            [
+                sys.executable, "-m", "recipes.mlp", "--smoke", "--count_flops=false",
+                f"--data_service={address}", f"--report_dir={tmp_path}",
+            ],
+            capture_output=True, text=True, timeout=180, env=_env(),
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr[-3000:]
+        report = _load(run.stdout.split("json: ")[1].split()[0])
+        assert report["extra"]["strategy"]["data_service"] == address
+        assert report["extra"]["strategy"]["data_service_mode"] == "parallel_epochs"
+    finally:
+        _stop(procs)
+
+
+def _metadata_epoch(backup_dir) -> int:
+    path = backup_dir / "training_metadata.json"
+    try:
+        return int(json.loads(path.read_text())["epoch"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+@pytest.mark.skipif(
+    os.environ.get("TF_USE_LEGACY_KERAS") == "1", reason="reads Keras 3's backup metadata"
+)
+def test_a_killed_run_resumes_from_its_backup_and_ends_at_the_requested_steps(tmp_path):
+    backup, reports = tmp_path / "backup", tmp_path / "runs"
+    epochs, steps = 6, 150
+    command = [
+        sys.executable, "-m", "recipes.mlp", f"--epochs={epochs}", f"--train_steps={steps}",
+        "--batch_size=256", "--count_flops=false", f"--backup_dir={backup}",
+        f"--report_dir={reports}",
+    ]  # fmt: skip
+    first = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env()
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while _metadata_epoch(backup) < 2 and first.poll() is None:
+            assert time.monotonic() < deadline, "no backup of epoch 2 within 180 s"
+            time.sleep(0.005)
+        first.send_signal(signal.SIGKILL)  # mid-run: no report, no cleanup, like a lost machine
+        first.wait(timeout=30)
+    finally:
+        _stop([first])
+    assert first.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    killed_at = _metadata_epoch(backup)
+    assert 2 <= killed_at < epochs
+
+    second = subprocess.run(command, capture_output=True, text=True, timeout=240, env=_env())
+    assert second.returncode == 0, second.stderr[-3000:]
+    report = _load(second.stdout.split("json: ")[1].split()[0])
+    resume = report["extra"]["resume"]
+    assert resume["resumed"] and resume["from_epoch"] == killed_at
+    assert resume["steps_before"] == killed_at * steps
+    assert resume["steps_total"] == epochs * steps  # the requested steps, no more, no less
+    assert report["steps"]["total_steps"] == (epochs - killed_at) * steps  # what this process ran
+    assert "resumed from epoch" in second.stdout

@@ -1,0 +1,324 @@
+"""Past one device and one machine: strategies, the cluster, batch sizes, sharding, the
+tf.data service, fault tolerance, and merging the workers' reports.
+
+Everything here is TensorFlow's own distributed engine, not something new:
+
+* :func:`make_strategy`: ``default`` | ``one_device`` | ``mirrored`` |
+  ``multi_worker_mirrored`` (synchronous data parallelism over processes, all-reduce by ring on
+  CPUs and NCCL on GPUs). ``parameter_server`` is not offered: Keras's ``fit`` needs a
+  ``ClusterCoordinator`` setup this project cannot test end to end here.
+* :func:`cluster_from_flags`: ``TF_CONFIG`` built from Model Garden-style ``--worker_hosts``
+  and ``--task_index``, or taken from the environment. Worker 0 is the chief.
+* :func:`batch_sizes`: ``--batch_size`` is the *global* batch (what one step of the whole
+  cluster consumes, and what examples/sec counts); each replica gets ``global / replicas``.
+* :func:`shard`: the dataset's auto-shard policy is set explicitly (``DATA`` by default: every
+  worker reads the input and keeps its share of each batch, which works for every source; use
+  ``FILE`` for many TFRecord files).
+* :func:`through_data_service`: the input pipeline runs on tf.data service workers
+  (``python -m toolkit data-service``) and the trainer only reads batches. Processing mode
+  ``parallel_epochs`` (default): every trainer gets the whole dataset from the service, exactly
+  what its local pipeline would produce. ``distributed_epoch``: one epoch's elements are split
+  among the trainers, each element processed once (needs a splittable source: arrays, ranges,
+  files; not Python generators).
+* :func:`merge_reports`: the workers' reports side by side, with the cluster's examples/sec.
+
+Keras 3 cannot train under ``MultiWorkerMirroredStrategy`` (``fit`` fails converting a
+``PerReplica`` value: keras-team/keras#20585, tensorflow/tensorflow#72388); tf_keras can, so
+multi-worker runs use ``TF_USE_LEGACY_KERAS=1``. :func:`make_strategy` says so in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored")
+SHARD_POLICIES = ("data", "file", "auto", "off")
+SERVICE_MODES = ("parallel_epochs", "distributed_epoch")
+
+
+class DistributeError(ValueError):
+    """A cluster or service setting that cannot work, with what to do instead."""
+
+
+# ---------------------------------------------------------------------------- the cluster
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """This process's place in the cluster (a single process is worker 0 of 1)."""
+
+    task_type: str = "worker"
+    task_index: int = 0
+    workers: tuple[str, ...] = ()
+
+    @property
+    def num_workers(self) -> int:
+        return max(1, len(self.workers))
+
+    @property
+    def is_chief(self) -> bool:
+        """Worker 0 (or an explicit ``chief`` task) writes the run's report and checkpoints."""
+        return self.task_type == "chief" or (self.task_type == "worker" and self.task_index == 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task_type": self.task_type,
+            "task_index": self.task_index,
+            "num_workers": self.num_workers,
+            "is_chief": self.is_chief,
+            "workers": list(self.workers),
+        }
+
+
+def tf_config(worker_hosts: Sequence[str], task_index: int) -> dict[str, Any]:
+    """The ``TF_CONFIG`` of worker `task_index` in a cluster of `worker_hosts`."""
+    hosts = [h.strip() for h in worker_hosts if h.strip()]
+    if not hosts:
+        raise DistributeError("--worker_hosts is empty: give host:port,host:port,...")
+    for host in hosts:
+        name, _, port = host.rpartition(":")
+        if not name or not port.isdigit():
+            raise DistributeError(f"--worker_hosts: {host!r} is not host:port")
+    if not 0 <= task_index < len(hosts):
+        raise DistributeError(
+            f"--task_index={task_index} is not a worker of --worker_hosts "
+            f"({len(hosts)} workers: 0..{len(hosts) - 1})"
+        )
+    return {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": task_index}}
+
+
+def cluster_from_flags(
+    worker_hosts: str | None = None, task_index: int | None = None, *, set_env: bool = True
+) -> Cluster:
+    """This process's cluster: from ``--worker_hosts``/``--task_index`` (and then written to
+    ``TF_CONFIG``, which the strategy reads) or from an existing ``TF_CONFIG``.
+
+    Raises:
+        DistributeError: a malformed host list, index or ``TF_CONFIG``.
+    """
+    if worker_hosts:
+        config = tf_config(worker_hosts.split(","), task_index or 0)
+        if set_env:
+            os.environ["TF_CONFIG"] = json.dumps(config)
+    else:
+        raw = os.environ.get("TF_CONFIG")
+        if not raw:
+            return Cluster()
+        try:
+            config = json.loads(raw)
+            workers = config.get("cluster", {}).get("worker", [])
+            task = config["task"]
+            task_type, index = str(task["type"]), int(task["index"])
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise DistributeError(
+                f"TF_CONFIG is not valid ({type(e).__name__}: {e}); it must be JSON like "
+                '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", '
+                '"index": 0}}'
+            ) from None
+        return Cluster(task_type, index, tuple(workers))
+    return Cluster("worker", config["task"]["index"], tuple(config["cluster"]["worker"]))
+
+
+# ---------------------------------------------------------------------------- strategies
+
+
+def make_strategy(name: str, device: Any = None) -> Any:
+    """The ``tf.distribute`` strategy `name` (see :data:`STRATEGIES`).
+
+    ``multi_worker_mirrored`` must be made before TensorFlow runs its first op (collective ops
+    are configured at start-up), after ``TF_CONFIG`` is set (:func:`cluster_from_flags`).
+
+    Raises:
+        DistributeError: an unknown name, or ``multi_worker_mirrored`` under Keras 3.
+    """
+    import tensorflow as tf
+
+    from toolkit import compat
+
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "one_device":
+        return tf.distribute.OneDeviceStrategy(device.logical_name if device else "/cpu:0")
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if name == "multi_worker_mirrored":
+        if compat.keras_flavor() != "tf_keras":
+            raise DistributeError(
+                "--distribution_strategy=multi_worker_mirrored: Keras 3's fit cannot train "
+                "under MultiWorkerMirroredStrategy (keras-team/keras#20585); run with "
+                "TF_USE_LEGACY_KERAS=1 (tf_keras, installed with the toolkit)"
+            )
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=tf.distribute.experimental.CommunicationImplementation.AUTO
+        )
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    raise DistributeError(f"--distribution_strategy must be one of {', '.join(STRATEGIES)}")
+
+
+def batch_sizes(global_batch: int, replicas: int) -> tuple[int, int]:
+    """``(global, per_replica)``: the one place the two are related.
+
+    Raises:
+        DistributeError: the global batch does not split evenly over the replicas.
+    """
+    if replicas < 1 or global_batch % replicas:
+        raise DistributeError(
+            f"--batch_size={global_batch} (the global batch) must be a multiple of the "
+            f"{replicas} replicas in sync; use {max(1, global_batch // replicas) * replicas}"
+        )
+    return global_batch, global_batch // replicas
+
+
+def shard(dataset: Any, policy: str = "data") -> Any:
+    """`dataset` with its auto-shard policy set explicitly (``data``, ``file``, ``auto``,
+    ``off``); what a multi-worker strategy does with it when distributing."""
+    import tensorflow as tf
+
+    policies = {
+        "data": tf.data.experimental.AutoShardPolicy.DATA,
+        "file": tf.data.experimental.AutoShardPolicy.FILE,
+        "auto": tf.data.experimental.AutoShardPolicy.AUTO,
+        "off": tf.data.experimental.AutoShardPolicy.OFF,
+    }
+    if policy not in policies:
+        raise DistributeError(f"--shard_policy must be one of {', '.join(SHARD_POLICIES)}")
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = policies[policy]
+    return dataset.with_options(options)
+
+
+# ---------------------------------------------------------------------------- tf.data service
+
+
+def service_address(address: str) -> tuple[str, str]:
+    """``grpc://host:port`` -> ``("grpc", "host:port")``."""
+    protocol, sep, rest = address.partition("://")
+    if not sep or protocol not in ("grpc", "grpc+loas") or ":" not in rest:
+        raise DistributeError(
+            f"--data_service={address!r}: give the dispatcher as grpc://host:port "
+            "(start one with python -m toolkit data-service --dispatcher --port P)"
+        )
+    return protocol, rest
+
+
+def through_data_service(
+    dataset: Any, address: str, mode: str = "parallel_epochs", job_name: str | None = None
+) -> Any:
+    """`dataset` processed by the tf.data service at `address` and read back here, with a local
+    prefetch so the trainer never waits on the network for the next batch.
+
+    Args:
+        dataset: the whole pipeline (maps, batching): all of it runs on the service workers.
+        address: ``grpc://host:port`` of the dispatcher.
+        mode: ``parallel_epochs`` or ``distributed_epoch`` (see the module docstring).
+        job_name: trainers that give the same name share one job (and, in
+            ``distributed_epoch``, split its elements). Defaults to `None` (a job of its own).
+
+    Raises:
+        DistributeError: a malformed address or unknown mode.
+    """
+    import tensorflow as tf
+
+    service_address(address)
+    if mode not in SERVICE_MODES:
+        raise DistributeError(f"--data_service_mode must be one of {', '.join(SERVICE_MODES)}")
+    distributed = dataset.apply(
+        tf.data.experimental.service.distribute(
+            processing_mode=mode, service=address, job_name=job_name
+        )
+    )
+    return distributed.prefetch(tf.data.AUTOTUNE)
+
+
+def serve_dispatcher(port: int, work_dir: str | None = None) -> Any:
+    """Starts a tf.data service dispatcher on `port` (0: any free port) and returns it."""
+    import tensorflow as tf
+
+    config = tf.data.experimental.service.DispatcherConfig(
+        port=port, work_dir=work_dir, fault_tolerant_mode=bool(work_dir)
+    )
+    return tf.data.experimental.service.DispatchServer(config)
+
+
+def serve_worker(dispatcher: str, port: int = 0, host: str = "localhost") -> Any:
+    """Starts a tf.data service worker registered with `dispatcher` (``grpc://host:port`` or
+    ``host:port``) and returns it."""
+    import tensorflow as tf
+
+    target = dispatcher.partition("://")[2] or dispatcher
+    config = tf.data.experimental.service.WorkerConfig(
+        dispatcher_address=target, worker_address=f"{host}:%port%", port=port
+    )
+    return tf.data.experimental.service.WorkerServer(config)
+
+
+# ---------------------------------------------------------------------------- reports
+
+
+def merge_reports(reports: Sequence[Any]) -> dict[str, Any]:
+    """The workers' reports of one multi-worker run, side by side.
+
+    Each worker's StepTimer counts the global batch per step (what the whole cluster trained),
+    so the cluster's examples/sec is the *slowest* worker's (synchronous training goes at the
+    pace of the last replica to finish a step), and a worker much slower than the others is
+    named as the straggler.
+
+    Args:
+        reports: `toolkit.report.RunReport` objects (load them with ``RunReport.load``).
+    """
+    rows = []
+    for report in reports:
+        cluster = report.extra.get("cluster", {})
+        rows.append(
+            {
+                "task_index": cluster.get("task_index"),
+                "is_chief": cluster.get("is_chief"),
+                "status": report.status,
+                "steps": report.steps.total_steps,
+                "p50_ms": (report.steps.p50_s or 0) * 1e3 or None,
+                "examples_per_sec": report.steps.examples_per_sec,
+            }
+        )
+    rows.sort(key=lambda r: (r["task_index"] is None, r["task_index"]))
+    rates = [r["examples_per_sec"] for r in rows if r["examples_per_sec"]]
+    p50s = [r["p50_ms"] for r in rows if r["p50_ms"]]
+    straggler = None
+    if len(p50s) > 1:
+        slowest = max(rows, key=lambda r: r["p50_ms"] or 0)
+        others = sorted(p for p in p50s if p != slowest["p50_ms"]) or p50s
+        if slowest["p50_ms"] > 1.2 * others[len(others) // 2]:
+            straggler = slowest["task_index"]
+    return {
+        "workers": rows,
+        "num_workers": len(rows),
+        "cluster_examples_per_sec": min(rates) if rates else None,
+        "straggler": straggler,
+        "all_complete": all(r["status"] == "complete" for r in rows),
+    }
+
+
+def render_merged(merged: dict[str, Any]) -> str:
+    """A Markdown table of :func:`merge_reports`' result."""
+    lines = [
+        "| worker | chief | status | steps | p50 ms | examples/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in merged["workers"]:
+        rate = f"{r['examples_per_sec']:,.1f}" if r["examples_per_sec"] else "n/a"
+        p50 = f"{r['p50_ms']:.2f}" if r["p50_ms"] else "n/a"
+        lines.append(
+            f"| {r['task_index']} | {'yes' if r['is_chief'] else ''} | {r['status']} | "
+            f"{r['steps']} | {p50} | {rate} |"
+        )
+    rate = merged["cluster_examples_per_sec"]
+    lines.append("")
+    lines.append(
+        f"cluster: {merged['num_workers']} workers, "
+        f"{f'{rate:,.1f}' if rate else 'n/a'} examples/s (the slowest worker's pace)"
+        + (f"; straggler: worker {merged['straggler']}" if merged["straggler"] is not None else "")
+    )
+    return "\n".join(lines)
