@@ -25,7 +25,10 @@ def test_tf_config_from_worker_hosts():
 
 
 def test_cluster_from_flags_or_the_environment(monkeypatch):
-    monkeypatch.delenv("TF_CONFIG", raising=False)
+    # setenv first records the original state, so the TF_CONFIG cluster_from_flags writes is
+    # removed after the test and never leaks into later ones.
+    monkeypatch.setenv("TF_CONFIG", "")
+    monkeypatch.delenv("TF_CONFIG")
     assert distribute.cluster_from_flags() == distribute.Cluster()
     assert distribute.Cluster().is_chief and distribute.Cluster().num_workers == 1
 

@@ -43,6 +43,30 @@ def _load(path: str) -> dict:
     return json.loads(Path(path).read_text())
 
 
+RESUMABLE_WORKER = """
+import sys
+from recipes import mlp
+from toolkit import compat, train
+
+index, hosts, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+keras = compat.keras()
+
+
+class SayEpoch(keras.callbacks.Callback):  # runs after BackupAndRestore has saved the epoch
+    def on_epoch_end(self, epoch, logs=None):
+        print("epoch", epoch, flush=True)
+
+
+config = train.TrainConfig(
+    epochs=4, steps_per_epoch=50, batch_size=64, device="cpu", count_flops=False,
+    distribution_strategy="multi_worker_mirrored", worker_hosts=hosts, task_index=index,
+    report_dir=out + "/runs", backup_dir=out + "/backup",
+)
+result = train.run(mlp.build_task(hidden_units=16), config, callbacks=[SayEpoch()])
+print("report", result.paths["json"], flush=True)
+"""
+
+
 def _free_ports(n: int) -> list[int]:
     sockets = [socket.socket() for _ in range(n)]
     try:
@@ -209,3 +233,52 @@ def test_a_killed_run_resumes_from_its_backup_and_ends_at_the_requested_steps(tm
     assert resume["steps_total"] == epochs * steps  # the requested steps, no more, no less
     assert report["steps"]["total_steps"] == (epochs - killed_at) * steps  # what this process ran
     assert "resumed from epoch" in second.stdout
+
+
+def test_a_killed_worker_restarts_and_the_cluster_resumes_to_the_requested_steps(tmp_path):
+    """Worker 1 is SIGKILLed after epoch 1 is backed up. Worker 0 notices (its peer stops
+    sending heartbeats), fails with a partial report instead of hanging, and both are started
+    again, as a cluster manager would: they resume from epoch 2 and end at 4 x 50 steps."""
+    script = tmp_path / "worker.py"
+    script.write_text(RESUMABLE_WORKER)
+    hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
+
+    def start(index: int) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, str(script), str(index), hosts, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=_env(TF_USE_LEGACY_KERAS="1"),
+        )
+
+    procs = [start(0), start(1)]
+    try:
+        for line in procs[1].stdout:
+            if line.startswith("epoch 1"):
+                procs[1].send_signal(signal.SIGKILL)
+                break
+        procs[1].wait(timeout=60)
+        assert procs[1].returncode == -signal.SIGKILL, "worker 1 ended before it was killed"
+        procs[0].communicate(timeout=180)  # the survivor must fail, not hang
+        assert procs[0].returncode not in (0, None)
+    finally:
+        _stop(procs)
+    (partial,) = [_load(p) for p in (tmp_path / "runs").glob("*/report.json")]
+    assert partial["status"] == "partial" and "Unavailable" in partial["error"]
+
+    procs = [start(0), start(1)]
+    try:
+        outputs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        _stop(procs)
+    for p, out in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, out[-3000:]
+    chief = _load(outputs[0].split("report ")[-1].strip())
+    assert chief["extra"]["resume"] == {
+        "backup_dir": str(tmp_path / "backup"),
+        "resumed": True,
+        "steps_before": 100,
+        "from_epoch": 2,
+        "steps_total": 200,
+    }
