@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 import time
 
 from _common import speedup_line
@@ -55,16 +53,6 @@ def timed(dataset, batches: int, step) -> float:
     return time.perf_counter() - start
 
 
-def serve(*args: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "toolkit", "data-service", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    return proc, proc.stdout.readline()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, default=60)
@@ -73,7 +61,7 @@ def main() -> None:
 
     import tensorflow as tf
 
-    from toolkit.distribute import through_data_service
+    from toolkit.distribute import spawn_data_service, through_data_service
 
     weights = tf.random.normal((512, 512))
 
@@ -90,11 +78,9 @@ def main() -> None:
 
     procs = []
     try:
-        dispatcher, line = serve("--dispatcher", "--port=0")
+        dispatcher, address = spawn_data_service("--dispatcher", "--port=0")
         procs.append(dispatcher)
-        address = line.split("dispatcher at ")[1].split()[0]
-        worker, _ = serve("--worker", f"--dispatcher={address}")
-        procs.append(worker)
+        procs.append(spawn_data_service("--worker", f"--dispatcher={address}")[0])
         results: dict[str, list[float]] = {}
         for _ in range(args.rounds):
             for name, step in (("alone", no_step), ("with a training step", train_step)):

@@ -118,3 +118,8 @@ def test_merge_renders_workers_and_the_cluster_pace():
         "cluster: 2 workers, 6,000.0 examples/s (the slowest worker's pace); straggler: worker 1"
         in text
     )
+
+
+def test_a_data_service_that_cannot_start_says_why():
+    with pytest.raises(distribute.DistributeError, match=r"did not start \(exit 2\).*--dispatcher"):
+        distribute.spawn_data_service("--worker")

@@ -139,30 +139,15 @@ def test_two_workers_train_in_sync_and_their_reports_merge(tmp_path):
     assert "cluster: 2 workers" in merged.stdout
 
 
-def _serve(*args: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "toolkit", "data-service", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=_env(),
-    )
-    line = proc.stdout.readline()  # blocks until the server is up (or the process died)
-    assert "serving" in line, f"data-service did not start: {line!r}"
-    return proc, line
-
-
 def test_data_service_serves_the_same_elements_as_the_local_pipeline(tmp_path):
     from recipes import mlp
-    from toolkit import train
+    from toolkit import distribute, train
 
     procs = []
     try:
-        dispatcher, line = _serve("--dispatcher", "--port=0")
+        dispatcher, address = distribute.spawn_data_service("--dispatcher", "--port=0", env=_env())
         procs.append(dispatcher)
-        address = line.split("dispatcher at ")[1].split()[0]
-        worker, _ = _serve("--worker", f"--dispatcher={address}")
-        procs.append(worker)
+        procs.append(distribute.spawn_data_service("--worker", f"--dispatcher={address}")[0])
 
         task = mlp.build_task(hidden_units=16)
         local = train.TrainConfig(batch_size=64, seed=3)

@@ -256,6 +256,39 @@ def serve_worker(dispatcher: str, port: int = 0, host: str = "localhost") -> Any
     return tf.data.experimental.service.WorkerServer(config)
 
 
+def spawn_data_service(*args: str, env: dict[str, str] | None = None) -> tuple[Any, str]:
+    """Starts ``python -m toolkit data-service ARGS`` in a new process and waits for it to
+    serve; returns ``(process, address)``, the address being the dispatcher's
+    ``grpc://host:port`` (for a worker, its dispatcher's). Stop it with ``terminate()``.
+
+    Raises:
+        DistributeError: the process ended before it served (its output is in the message).
+    """
+    import subprocess
+    import sys
+    import tempfile
+
+    # TF logs to stderr for the server's whole life, and a pipe nobody reads would fill and
+    # block it: a file (open as long as the process runs) keeps the start-up errors instead.
+    errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolkit", "data-service", *args],
+        stdout=subprocess.PIPE,
+        stderr=errors,
+        text=True,
+        env=env,
+    )
+    for line in proc.stdout:  # the one line the server prints, once it serves
+        if line.startswith("data-service:") and "serving" in line:
+            return proc, next(w for w in line.split() if w.startswith("grpc://"))
+    proc.wait()
+    errors.seek(0)
+    tail = errors.read()[-500:]
+    raise DistributeError(
+        f"data-service {' '.join(args)} did not start (exit {proc.returncode}): {tail}"
+    )
+
+
 # ---------------------------------------------------------------------------- reports
 
 
