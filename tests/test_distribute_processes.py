@@ -147,7 +147,8 @@ def test_data_service_serves_the_same_elements_as_the_local_pipeline(tmp_path):
     try:
         dispatcher, address = distribute.spawn_data_service("--dispatcher", "--port=0", env=_env())
         procs.append(dispatcher)
-        procs.append(distribute.spawn_data_service("--worker", f"--dispatcher={address}")[0])
+        worker, _ = distribute.spawn_data_service("--worker", f"--dispatcher={address}", env=_env())
+        procs.append(worker)
 
         task = mlp.build_task(hidden_units=16)
         local = train.TrainConfig(batch_size=64, seed=3)

@@ -125,9 +125,6 @@ class OpTable:
         speedups = [f"{new}/{base} speedup" for new, base in self.speedup_pairs()]
         return ["Operation", *self.columns, *speedups]
 
-    def cell(self, op: str, case: int, column: str) -> Measurement | None:
-        return self._grid().get((op, case), {}).get(column)
-
     def _grid(self) -> dict[tuple[str, int], dict[str, Measurement]]:
         grid: dict[tuple[str, int], dict[str, Measurement]] = {}
         for m in self.results:
