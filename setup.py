@@ -19,7 +19,7 @@ NOT_APPLE_SILICON = 'sys_platform != "darwin" or platform_machine != "arm64"'
 
 def _version() -> str:
     scope: dict[str, str] = {}
-    with open("toolkit/_version.py", encoding="utf-8") as f:
+    with open("toolkit/version.py", encoding="utf-8") as f:
         exec(f.read(), scope)  # our own one-line version file
     return scope["__version__"]
 
@@ -50,6 +50,7 @@ setup(
         "metal": [f"tensorflow-metal>=1.1,<1.2; {APPLE_SILICON}"],
         "report": ["matplotlib>=3.7"],
         "profile": ["tensorboard>=2.16", "xprof>=2.19"],
+        "jax": ["jax>=0.4.34"],
         "test": [
             "pytest>=8",
             "ruff>=0.5",
@@ -58,9 +59,12 @@ setup(
             # a second time under TF_USE_LEGACY_KERAS=1 with it.
             f"tf-keras>=2.16,<2.22; {NOT_APPLE_SILICON}",
             f"tf-keras>=2.16,<2.17; {APPLE_SILICON}",
+            # The report side and StepTimer are tested in a process where TensorFlow cannot
+            # be imported, with Keras on JAX (an 85 MB CPU wheel).
+            "jax>=0.4.34",
         ],
     },
-    entry_points={"console_scripts": ["toolkit=toolkit.__main__:main"]},
+    entry_points={"console_scripts": ["toolkit=toolkit.cli:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",
         "Operating System :: POSIX :: Linux",

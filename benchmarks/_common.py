@@ -1,4 +1,8 @@
-"""Shared setup for the benchmarks: one ≈1 ms/step MLP fit, and the ratio line format."""
+"""Shared setup for the benchmarks: one ≈1 ms/step MLP fit, and the one ratio line.
+
+Every benchmark prints ``name: X.XX× (baseline A s, toolkit B s)`` through
+``toolkit.profiling.stats.speedup_line``, with X = baseline / toolkit time: X > 1 means the
+toolkit's side is faster, X < 1 that it costs time (an overhead)."""
 
 from __future__ import annotations
 
@@ -6,10 +10,9 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-# The one ratio-line format, shared with the toolkit's own outputs (`python -m toolkit ops`).
-from toolkit.bench.table import speedup_line
+from toolkit.profiling.stats import speedup_line
 
-__all__ = ["mlp_fit_setup", "quiet_gc", "ratio_line", "speedup_line"]
+__all__ = ["mlp_fit_setup", "quiet_gc", "speedup_line"]
 
 
 def quiet_gc() -> None:
@@ -17,12 +20,6 @@ def quiet_gc() -> None:
     import gc
 
     gc.collect()
-
-
-def ratio_line(name: str, baseline_s: float, toolkit_s: float) -> str:
-    """``name: X.XX× (baseline A s, toolkit B s)`` with X = toolkit / baseline time."""
-    ratio = toolkit_s / baseline_s
-    return f"{name}: {ratio:.2f}× (baseline {baseline_s:.3f} s, toolkit {toolkit_s:.3f} s)"
 
 
 def mlp_fit_setup(steps: int, batch_size: int = 32, width: int = 64, features: int = 32):

@@ -28,6 +28,7 @@ def main() -> None:
     import tensorflow as tf
 
     from toolkit import compat, diagnose, train
+    from toolkit.config import TrainConfig
 
     keras = compat.keras()
     rng = np.random.default_rng(0)
@@ -67,8 +68,8 @@ def main() -> None:
     right = 0
     cases = (("input-bound", True, 32, 64), ("compute-bound", False, 2048, 256))
     for expected, slow, width, batch in cases:
-        config = train.TrainConfig(batch_size=batch, warmup_steps=3, report_dir=None)
-        d = diagnose.diagnose(task(slow, width), config, steps=args.steps)
+        config = TrainConfig(batch_size=batch, warmup_steps=3, report_dir=None)
+        d = diagnose.diagnose(task(slow, width), config=config, steps=args.steps)
         ok = d.verdict == expected
         right += ok
         print(f"## made {expected}: verdict {d.verdict} -> {'right' if ok else 'WRONG'}")

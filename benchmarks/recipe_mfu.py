@@ -28,11 +28,12 @@ def main() -> None:
 
     from recipes import mlp
     from toolkit import compat, train
-    from toolkit.profiling.flops import format_flops
+    from toolkit.config import TrainConfig
+    from toolkit.profiling.stats import format_flops
 
     def run(batch_size: int, steps: int):
         task = mlp.build_task("digits", hidden_units=args.hidden_units)
-        config = train.TrainConfig(
+        config = TrainConfig(
             epochs=1,
             batch_size=batch_size,
             steps_per_epoch=steps,

@@ -104,6 +104,7 @@ def measure(args: argparse.Namespace) -> list[float]:
     import tensorflow as tf
 
     from toolkit import compat, train
+    from toolkit.config import TrainConfig
 
     keras = compat.keras()
     batch_size, steps = 32, args.steps
@@ -158,7 +159,7 @@ def measure(args: argparse.Namespace) -> list[float]:
             metrics=["accuracy"],
             num_classes=10,
         )
-        config = train.TrainConfig(
+        config = TrainConfig(
             epochs=1,
             batch_size=batch_size,
             steps_per_execution=args.steps_per_execution,

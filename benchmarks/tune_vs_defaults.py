@@ -37,11 +37,12 @@ def main() -> None:
     from recipes import cnn
     from toolkit import compat, devices, train
     from toolkit import tune as tn
+    from toolkit.config import TrainConfig
 
     keras = compat.keras()
     device = devices.select("cpu")
 
-    def seed_mlp() -> tuple[train.Task, train.TrainConfig]:
+    def seed_mlp() -> tuple[train.Task, TrainConfig]:
         rng = np.random.default_rng(0)
         x = rng.random((32 * 2000, 256), dtype=np.float32)
         y = rng.integers(0, 10, 32 * 2000).astype(np.int32)
@@ -59,11 +60,11 @@ def main() -> None:
             metrics=["accuracy"],
             num_classes=10,
         )
-        return task, train.TrainConfig(batch_size=32, report_dir=None)
+        return task, TrainConfig(batch_size=32, report_dir=None)
 
-    def small_cnn() -> tuple[train.Task, train.TrainConfig]:
+    def small_cnn() -> tuple[train.Task, TrainConfig]:
         task = cnn.build_task("digits", image_size=16, filters=16)
-        return task, train.TrainConfig(batch_size=128, report_dir=None)
+        return task, TrainConfig(batch_size=128, report_dir=None)
 
     workloads = {"mlp": ("seed MLP", seed_mlp), "cnn": ("small CNN", small_cnn)}
     for key, (name, make) in workloads.items():

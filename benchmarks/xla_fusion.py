@@ -27,8 +27,10 @@ def main() -> None:
     import tensorflow as tf
 
     from toolkit import devices
-    from toolkit.bench.fusion import fusion_demos, kernels_text
-    from toolkit.profiling.flops import format_flops, matmul_peak
+    from toolkit.bench.fusion import fusion_demos
+    from toolkit.bench.kernels import kernels_text
+    from toolkit.profiling.flops import matmul_peak
+    from toolkit.profiling.stats import format_flops
 
     device = devices.resolve("auto")
     rounds = [

@@ -28,10 +28,12 @@ import json
 import os
 from typing import Any
 
-from absl import app, flags
+from absl import app as absl_app
+from absl import flags
 
-from toolkit import compat, train
+from toolkit import app, compat, train
 from toolkit import flags as tk_flags
+from toolkit.config import TrainConfig
 from toolkit.data import catalog
 
 INFERENCE_SEQ_LENS = (64, 128, 256)
@@ -151,7 +153,7 @@ def build_task(
 
 
 def inference_table(
-    config: train.TrainConfig,
+    config: TrainConfig,
     *,
     vocab_size: int,
     layers: int,
@@ -231,10 +233,15 @@ def format_inference_table(table: dict[str, Any]) -> str:
 
 
 def _inference_main() -> None:
+    from toolkit import backend
+    from toolkit.files import atomic_write
+    from toolkit.machine import capture_environment
     from toolkit.profiling.session import new_run_dir
-    from toolkit.report import atomic_write, capture_environment
 
-    config = tk_flags.config_from_flags()
+    try:
+        config = tk_flags.config_from_flags()
+    except ValueError as e:  # ConfigError
+        app.fail(e, 2)
     try:
         table = inference_table(
             config,
@@ -246,14 +253,14 @@ def _inference_main() -> None:
             seq_lens=INFERENCE_SEQ_LENS,
         )
     except ValueError as e:  # SetupError included
-        tk_flags.exit_with_error(e)
+        app.fail(e)
     text = format_inference_table(table)
     print(text)
     if config.report_dir:
         run_dir = new_run_dir(config.report_dir)
         record = {
             **table,
-            "environment": capture_environment(),
+            "environment": capture_environment(backend.framework_facts()),
             "args": tk_flags.flags_for_report(),
         }
         for name, data in (
@@ -263,17 +270,17 @@ def _inference_main() -> None:
             print(f"{name}: {atomic_write(os.path.join(run_dir, name), data)}")
 
 
-_train_main = tk_flags.recipe_main(build_task)
+_train_main = app.recipe_main(build_task)
 
 
 def main(argv: list[str]) -> None:
     if FLAGS.mode == "inference":
         if len(argv) > 1:
-            raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+            app.fail(app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}"), 2)
         _inference_main()
     else:
         _train_main(argv)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    absl_app.run(main)

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from absl import app
+from absl import app as absl_app
 
-from toolkit import compat, train
+from toolkit import app, compat, train
 from toolkit import flags as tk_flags
 from toolkit.data import catalog
 
@@ -95,7 +95,7 @@ def build_task(
     return train.classification_task(model, data, build_model, learning_rate)
 
 
-main = tk_flags.recipe_main(build_task)
+main = app.recipe_main(build_task)
 
 if __name__ == "__main__":
-    app.run(main)
+    absl_app.run(main)

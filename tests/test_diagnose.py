@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from toolkit import diagnose as dg
 from toolkit import train
+from toolkit.config import TrainConfig
 
 
 @pytest.mark.parametrize(
@@ -99,7 +100,7 @@ def _task(keras, slow_input: bool, width: int):
     [(True, 8, dg.INPUT_BOUND), (False, 1024, dg.COMPUTE_BOUND)],
 )
 def test_real_runs_made_input_or_compute_bound(keras, slow_input, width, verdict):
-    config = train.TrainConfig(batch_size=32, warmup_steps=1, report_dir=None)
+    config = TrainConfig(batch_size=32, warmup_steps=1, report_dir=None)
     diagnosis = dg.diagnose(_task(keras, slow_input, width), config, steps=8)
     assert diagnosis.verdict == verdict, str(diagnosis)
     assert diagnosis.input_rate > 0 and diagnosis.compute_rate > 0 and diagnosis.fit_rate > 0
@@ -126,7 +127,7 @@ def test_recipe_diagnose_flag_puts_the_verdict_in_the_report(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     (run_dir,) = list(tmp_path.iterdir())
     data = json.loads((run_dir / "report.json").read_text())
-    assert data["extra"]["diagnosis"]["verdict"] in (dg.INPUT_BOUND, dg.COMPUTE_BOUND, dg.BALANCED)
+    assert data["diagnosis"]["verdict"] in (dg.INPUT_BOUND, dg.COMPUTE_BOUND, dg.BALANCED)
     assert "verdict: " in out.stdout and "diagnosis: " in out.stdout
 
 

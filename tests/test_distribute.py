@@ -7,7 +7,9 @@ import os
 
 import pytest
 
-from toolkit import compat, distribute, train
+from toolkit import compat, distribute
+from toolkit.config import TrainConfig
+from toolkit.report import render_merged
 
 
 def test_tf_config_from_worker_hosts():
@@ -96,7 +98,7 @@ def test_multi_worker_under_keras3_is_a_one_line_error():
 )
 def test_bad_distribution_settings_fail_validation(settings, message):
     with pytest.raises(ValueError, match=message):
-        train.TrainConfig(**settings).validate()
+        TrainConfig(**settings).validate()
 
 
 def test_merge_renders_workers_and_the_cluster_pace():
@@ -112,7 +114,7 @@ def test_merge_renders_workers_and_the_cluster_pace():
         "straggler": 1,
         "all_complete": True,
     }  # fmt: skip
-    text = distribute.render_merged(merged)
+    text = render_merged(merged)
     assert "| 0 | yes | complete | 10 | 2.00 | 8,000.0 |" in text
     assert (
         "cluster: 2 workers, 6,000.0 examples/s (the slowest worker's pace); straggler: worker 1"

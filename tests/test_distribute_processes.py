@@ -25,9 +25,10 @@ import sys
 import numpy as np
 from recipes import mlp
 from toolkit import train
+from toolkit.config import TrainConfig
 
 index, hosts, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-config = train.TrainConfig(
+config = TrainConfig(
     epochs=2, steps_per_epoch=6, batch_size=32, device="cpu", count_flops=False, warmup_steps=1,
     distribution_strategy="multi_worker_mirrored", worker_hosts=hosts, task_index=index,
     report_dir=out + "/runs",
@@ -47,6 +48,7 @@ RESUMABLE_WORKER = """
 import sys
 from recipes import mlp
 from toolkit import compat, train
+from toolkit.config import TrainConfig
 
 index, hosts, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 keras = compat.keras()
@@ -57,7 +59,7 @@ class SayEpoch(keras.callbacks.Callback):  # runs after BackupAndRestore has sav
         print("epoch", epoch, flush=True)
 
 
-config = train.TrainConfig(
+config = TrainConfig(
     epochs=4, steps_per_epoch=50, batch_size=64, device="cpu", count_flops=False,
     distribution_strategy="multi_worker_mirrored", worker_hosts=hosts, task_index=index,
     report_dir=out + "/runs", backup_dir=out + "/backup",
@@ -123,9 +125,11 @@ def test_two_workers_train_in_sync_and_their_reports_merge(tmp_path):
     reports = [out.split("report ")[-1].strip() for out, _ in outputs]
     assert "/worker1/" in reports[1] and "/worker" not in reports[0]
     chief = _load(reports[0])
-    assert chief["extra"]["cluster"]["is_chief"] and chief["extra"]["cluster"]["num_workers"] == 2
-    assert chief["extra"]["strategy"]["replicas"] == 2
-    assert chief["extra"]["strategy"]["per_replica_batch"] == 16
+    assert (
+        chief["context"]["cluster"]["is_chief"] and chief["context"]["cluster"]["num_workers"] == 2
+    )
+    assert chief["context"]["strategy"]["replicas"] == 2
+    assert chief["context"]["strategy"]["per_replica_batch"] == 16
     assert chief["steps"]["batch_size"] == 32  # the global batch: examples/sec is the cluster's
     merged = subprocess.run(
         [sys.executable, "-m", "toolkit", "merge", *reports],
@@ -142,6 +146,7 @@ def test_two_workers_train_in_sync_and_their_reports_merge(tmp_path):
 def test_data_service_serves_the_same_elements_as_the_local_pipeline(tmp_path):
     from recipes import mlp
     from toolkit import distribute, train
+    from toolkit.config import TrainConfig
 
     procs = []
     try:
@@ -151,8 +156,8 @@ def test_data_service_serves_the_same_elements_as_the_local_pipeline(tmp_path):
         procs.append(worker)
 
         task = mlp.build_task(hidden_units=16)
-        local = train.TrainConfig(batch_size=64, seed=3)
-        served = train.TrainConfig(batch_size=64, seed=3, data_service=address)
+        local = TrainConfig(batch_size=64, seed=3)
+        served = TrainConfig(batch_size=64, seed=3, data_service=address)
         ours = [(x.numpy(), y.numpy()) for x, y in train.input_pipeline(task, local)]
         theirs = [(x.numpy(), y.numpy()) for x, y in train.input_pipeline(task, served)]
         assert len(ours) == len(theirs) > 0
@@ -169,8 +174,8 @@ def test_data_service_serves_the_same_elements_as_the_local_pipeline(tmp_path):
         )  # fmt: skip
         assert run.returncode == 0, run.stderr[-3000:]
         report = _load(run.stdout.split("json: ")[1].split()[0])
-        assert report["extra"]["strategy"]["data_service"] == address
-        assert report["extra"]["strategy"]["data_service_mode"] == "parallel_epochs"
+        assert report["context"]["strategy"]["data_service"] == address
+        assert report["context"]["strategy"]["data_service_mode"] == "parallel_epochs"
     finally:
         _stop(procs)
 
@@ -213,7 +218,7 @@ def test_a_killed_run_resumes_from_its_backup_and_ends_at_the_requested_steps(tm
     second = subprocess.run(command, capture_output=True, text=True, timeout=240, env=_env())
     assert second.returncode == 0, second.stderr[-3000:]
     report = _load(second.stdout.split("json: ")[1].split()[0])
-    resume = report["extra"]["resume"]
+    resume = report["context"]["resume"]
     assert resume["resumed"] and resume["from_epoch"] == killed_at
     assert resume["steps_before"] == killed_at * steps
     assert resume["steps_total"] == epochs * steps  # the requested steps, no more, no less
@@ -261,7 +266,7 @@ def test_a_killed_worker_restarts_and_the_cluster_resumes_to_the_requested_steps
     for p, out in zip(procs, outputs, strict=True):
         assert p.returncode == 0, out[-3000:]
     chief = _load(outputs[0].split("report ")[-1].strip())
-    assert chief["extra"]["resume"] == {
+    assert chief["context"]["resume"] == {
         "backup_dir": str(tmp_path / "backup"),
         "resumed": True,
         "steps_before": 100,

@@ -12,9 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolkit import report as report_mod
+from toolkit.files import atomic_write
+from toolkit.machine import capture_environment
 from toolkit.profiling.stats import summarize_calls
-from toolkit.report import ReportError, RunReport, atomic_write, compare
+from toolkit.report import ReportError, RunReport, compare
+from toolkit.report import run_report as report_mod
 
 from .helpers import run_python
 
@@ -40,7 +42,7 @@ def make_report(name="r", step_s=0.002, jitter_s=0.0001, n=400, batch_size=32, s
             },
         ],
         metrics={"loss": 0.5, "accuracy": 0.9},
-        environment=report_mod.capture_environment(),
+        environment=capture_environment(),
         **kw,
     )
 
@@ -52,7 +54,7 @@ def test_json_round_trip(tmp_path):
     assert loaded == r
     assert RunReport.load(tmp_path) == r  # a run directory works too
     data = json.loads(Path(paths["json"]).read_text())
-    assert data["schema"] == report_mod.SCHEMA and data["schema_version"] == 1
+    assert data["schema"] == report_mod.SCHEMA and data["schema_version"] == 2
     for key in ("environment", "steps", "epochs", "metrics", "timeline", "status", "args"):
         assert key in data
     for key in ("python", "platform", "cpu_model", "cpu_count", "toolkit_version"):
@@ -61,7 +63,7 @@ def test_json_round_trip(tmp_path):
 
 def test_environment_without_tensorflow_loaded_skips_tf_facts():
     code = (
-        "import sys; from toolkit.report import capture_environment; "
+        "import sys; import toolkit.report; from toolkit.machine import capture_environment; "
         "env = capture_environment(); "
         "assert 'tensorflow' not in sys.modules, 'report imported TensorFlow'; "
         "assert 'tensorflow' not in env and env['python']; print('ok')"

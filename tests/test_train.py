@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from toolkit import train
+from toolkit.config import SMOKE_STEPS, TrainConfig
 from toolkit.report import RunReport
 
 
@@ -68,7 +69,7 @@ def tiny_task(keras, n=100, features=6, validation=True):
     ],
 )
 def test_config_errors_name_the_flag(field, value, match):
-    config = train.TrainConfig(**{field: value})
+    config = TrainConfig(**{field: value})
     with pytest.raises(ValueError, match=match):
         config.validate()
 
@@ -76,7 +77,7 @@ def test_config_errors_name_the_flag(field, value, match):
 def test_run_writes_report_and_never_retraces(tmp_path, keras):
     # 100 examples, batch 16: the partial last batch is dropped, so shapes stay static.
     task, traces, traces_at, snapshot = tiny_task(keras)
-    config = train.TrainConfig(epochs=3, batch_size=16, report_dir=str(tmp_path), warmup_steps=2)
+    config = TrainConfig(epochs=3, batch_size=16, report_dir=str(tmp_path), warmup_steps=2)
     result = train.run(task, config, callbacks=[snapshot()])
     assert result.report.status == "complete"
     assert result.report.steps.total_steps == 3 * (100 // 16)
@@ -92,7 +93,7 @@ def test_run_writes_report_and_never_retraces(tmp_path, keras):
 
 def test_run_with_steps_per_execution_jit_and_steps_per_epoch(tmp_path, keras):
     task, traces, traces_at, snapshot = tiny_task(keras, validation=False)
-    config = train.TrainConfig(
+    config = TrainConfig(
         epochs=2,
         batch_size=10,
         steps_per_execution=3,
@@ -109,11 +110,11 @@ def test_run_with_steps_per_execution_jit_and_steps_per_epoch(tmp_path, keras):
 
 
 def test_smoke_shrinks_the_run():
-    config = train.TrainConfig(epochs=50, warmup_steps=5, profile_steps=(3, 9), smoke=True)
+    config = TrainConfig(epochs=50, warmup_steps=5, profile_steps=(3, 9), smoke=True)
     smoke = config.effective()
-    assert (smoke.epochs, smoke.steps_per_epoch, smoke.warmup_steps) == (1, train.SMOKE_STEPS, 1)
+    assert (smoke.epochs, smoke.steps_per_epoch, smoke.warmup_steps) == (1, SMOKE_STEPS, 1)
     assert smoke.profile_steps is None
-    assert train.TrainConfig(epochs=50).effective().epochs == 50
+    assert TrainConfig(epochs=50).effective().epochs == 50
 
 
 def test_fused_steps_train_exactly_like_separate_steps(keras):
@@ -123,7 +124,7 @@ def test_fused_steps_train_exactly_like_separate_steps(keras):
     for fused in (1, 4):
         task, traces, traces_at, snapshot = tiny_task(keras, validation=False)
         task.optimizer = lambda: keras.optimizers.SGD(0.1)
-        config = train.TrainConfig(
+        config = TrainConfig(
             epochs=2,
             batch_size=5,
             fused_steps=fused,
@@ -147,15 +148,15 @@ def test_fused_steps_train_exactly_like_separate_steps(keras):
 
 def test_fused_steps_settings():
     with pytest.raises(ValueError, match="--train_steps=10 must be a multiple of --fused_steps=4"):
-        train.TrainConfig(fused_steps=4, steps_per_epoch=10).validate()
-    smoke = train.TrainConfig(fused_steps=3, smoke=True).effective()
+        TrainConfig(fused_steps=4, steps_per_epoch=10).validate()
+    smoke = TrainConfig(fused_steps=3, smoke=True).effective()
     assert smoke.steps_per_epoch == 9  # 8 rounded up to whole fused calls
 
 
 def test_precision_strategy_synthetic_data_and_the_report(tmp_path, keras):
     task, *_ = tiny_task(keras)
     task.num_classes = 2
-    config = train.TrainConfig(
+    config = TrainConfig(
         epochs=2,
         batch_size=16,
         report_dir=str(tmp_path),
@@ -166,35 +167,37 @@ def test_precision_strategy_synthetic_data_and_the_report(tmp_path, keras):
         warmup_steps=1,
     )
     result = train.run(task, config)
-    extra = result.report.extra
-    assert extra["device"]["kind"] == "cpu" and extra["precision"] == "mixed_bfloat16"
-    strategy = extra["strategy"]
-    assert (strategy["name"], strategy["replicas"]) == ("mirrored", 1)
-    assert (strategy["global_batch"], strategy["per_replica_batch"]) == (16, 16)
-    assert strategy["shard_policy"] == "data" and strategy["data_service"] is None
-    assert extra["cluster"] == {
+    context = result.report.context
+    assert context.device.kind == "cpu" and context.precision == "mixed_bfloat16"
+    assert context.backend == "tensorflow"
+    strategy = context.strategy
+    assert (strategy.name, strategy.replicas) == ("mirrored", 1)
+    assert (strategy.global_batch, strategy.per_replica_batch) == (16, 16)
+    assert strategy.shard_policy == "data" and strategy.data_service is None
+    assert context.to_dict()["cluster"] == {
         "task_type": "worker",
         "task_index": 0,
         "num_workers": 1,
         "is_chief": True,
         "workers": [],
     }
-    assert extra["synthetic_data"] is True
-    assert isinstance(extra["preflight"], list)
+    assert context.synthetic_data is True
+    assert all(f.severity in ("error", "warning", "info") for f in context.preflight)
     assert result.model.layers[0].compute_dtype == "bfloat16"
     assert str(keras.mixed_precision.global_policy().name) == "float32"  # restored
     assert result.report.steps.total_steps == 2 * (100 // 16)  # synthetic keeps the epoch length
     assert "precision mixed_bfloat16, strategy mirrored" in result.report.summary()
-    assert RunReport.load(result.run_dir).extra["device"]["kind"] == "cpu"
+    loaded = RunReport.load(result.run_dir)
+    assert loaded.context == context and loaded.schema_version == 2
 
 
 def test_setup_problems_are_one_clear_error(keras):
     task, *_ = tiny_task(keras)
     with pytest.raises(train.SetupError, match="unknown device 'metal': no Metal GPU found"):
-        train.run(task, train.TrainConfig(device="metal", report_dir=None))
+        train.run(task, TrainConfig(device="metal", report_dir=None))
     with pytest.raises(train.SetupError, match="--batch_size=512 is larger"):
-        train.run(task, train.TrainConfig(batch_size=512, report_dir=None))
+        train.run(task, TrainConfig(batch_size=512, report_dir=None))
     unknown_length = tf.data.Dataset.from_tensor_slices(task.train).filter(lambda x, y: True)
     task.train = unknown_length
     with pytest.raises(train.SetupError, match="length is unknown.*give --train_steps"):
-        train.run(task, train.TrainConfig(use_synthetic_data=True, report_dir=None))
+        train.run(task, TrainConfig(use_synthetic_data=True, report_dir=None))

@@ -9,6 +9,7 @@ import numpy as np
 
 from toolkit import train
 from toolkit import tune as tn
+from toolkit.config import TrainConfig
 
 SPACE = tn.Space(
     precision=("float32", "mixed_bfloat16"),
@@ -128,7 +129,7 @@ def test_cache_hit_miss_and_invalidation_when_tensorflow_changes(keras, tmp_path
         return fake_rates(candidate)
 
     monkeypatch.setattr(tn, "measure_candidate", fake_measure)
-    config = train.TrainConfig(batch_size=16, report_dir=None)
+    config = TrainConfig(batch_size=16, report_dir=None)
     space = tn.Space(jit_compile=(False, True), steps_per_execution=(1, 8), fused_steps=(1,))
     first = tn.tune(_task(keras), config, space=space, progress=lambda line: None)
     assert not first.cache_hit and calls and first.best.steps_per_execution == 8
@@ -150,7 +151,7 @@ def test_cache_hit_miss_and_invalidation_when_tensorflow_changes(keras, tmp_path
 def test_a_real_tiny_search_on_the_cpu(keras, tmp_path, monkeypatch):
     monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
     lines = []
-    config = train.TrainConfig(batch_size=16, report_dir=None, device="cpu")
+    config = TrainConfig(batch_size=16, report_dir=None, device="cpu")
     space = tn.Space(jit_compile=(False, True), steps_per_execution=(1, 4), fused_steps=(1, 2))
     result = tn.tune(_task(keras), config, space=space, steps=12, progress=lines.append)
     assert result.trials[0].candidate == tn.Candidate()
@@ -183,7 +184,7 @@ def test_tune_cli_then_a_recipe_with_autotune_reads_the_cache(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "cached result" in out.stderr and "autotune: --dtype=" in out.stdout
     (run_dir,) = list(reports.iterdir())
-    tuned = json.loads((run_dir / "report.json").read_text())["extra"]["tune"]
+    tuned = json.loads((run_dir / "report.json").read_text())["tune"]
     assert tuned["cache_hit"] is True and tuned["best_label"]
     bad = python("-m", "toolkit", "tune", "--recipe", "mlp", "--dataset=nope")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: ")

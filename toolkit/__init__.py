@@ -1,8 +1,10 @@
-"""Keras/TensorFlow training-performance toolkit: how fast is my step, and why not faster.
+"""Keras training-performance toolkit: how fast is my step, why not faster, which settings are
+faster here.
 
-The public API is the list below. Names are imported on first use (PEP 562), so that
-``import toolkit`` and the report tools (``toolkit.report``, ``python -m toolkit compare``) do
-not load TensorFlow, which takes seconds; the callbacks load it (and Keras) when first touched.
+The public API is :data:`_EXPORTS` below: ``__all__`` is derived from it, so the two cannot
+drift. Names are imported on first use (PEP 562), so that ``import toolkit`` and the report
+tools (``toolkit.report``, ``python -m toolkit compare``) load no framework; the callbacks load
+Keras when first touched.
 """
 
 from __future__ import annotations
@@ -10,20 +12,25 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from toolkit._version import __version__
+from toolkit.version import __version__
 
 if TYPE_CHECKING:
+    from toolkit.config import TrainConfig
+    from toolkit.data.builder import infer_batch_size
+    from toolkit.diagnose import Diagnosis, diagnose
+    from toolkit.machine import capture_environment
     from toolkit.profiling.memory_watch import MemoryWatch
     from toolkit.profiling.session import Profile, TrainingInterrupted, profile
     from toolkit.profiling.stats import StepStats, summarize
-    from toolkit.profiling.step_timer import StepTimer, infer_batch_size
+    from toolkit.profiling.step_timer import StepTimer
     from toolkit.profiling.trace_window import TraceWindow
-    from toolkit.report import Comparison, ReportError, RunReport, capture_environment, compare
-    from toolkit.train import RunResult, Task, TrainConfig, run
+    from toolkit.report import Comparison, ReportError, RunContext, RunReport, compare
+    from toolkit.train import RunResult, Task, run
+    from toolkit.tune import TuneResult, tune
 
+# Public name -> the module that defines it (the one place each lives).
 _EXPORTS = {
     "StepTimer": "toolkit.profiling.step_timer",
-    "infer_batch_size": "toolkit.profiling.step_timer",
     "TraceWindow": "toolkit.profiling.trace_window",
     "MemoryWatch": "toolkit.profiling.memory_watch",
     "StepStats": "toolkit.profiling.stats",
@@ -31,38 +38,24 @@ _EXPORTS = {
     "Profile": "toolkit.profiling.session",
     "profile": "toolkit.profiling.session",
     "TrainingInterrupted": "toolkit.profiling.session",
-    "RunReport": "toolkit.report",
-    "Comparison": "toolkit.report",
-    "ReportError": "toolkit.report",
-    "compare": "toolkit.report",
-    "capture_environment": "toolkit.report",
+    "infer_batch_size": "toolkit.data.builder",
+    "RunReport": "toolkit.report.run_report",
+    "ReportError": "toolkit.files",
+    "RunContext": "toolkit.report.context",
+    "Comparison": "toolkit.report.compare",
+    "compare": "toolkit.report.compare",
+    "capture_environment": "toolkit.machine",
+    "TrainConfig": "toolkit.config",
     "Task": "toolkit.train",
-    "TrainConfig": "toolkit.train",
     "RunResult": "toolkit.train",
     "run": "toolkit.train",
+    "Diagnosis": "toolkit.diagnose",
+    "diagnose": "toolkit.diagnose",
+    "TuneResult": "toolkit.tune",
+    "tune": "toolkit.tune",
 }
 
-__all__ = [
-    "Comparison",
-    "MemoryWatch",
-    "Profile",
-    "ReportError",
-    "RunReport",
-    "RunResult",
-    "StepStats",
-    "StepTimer",
-    "Task",
-    "TraceWindow",
-    "TrainConfig",
-    "TrainingInterrupted",
-    "__version__",
-    "capture_environment",
-    "compare",
-    "infer_batch_size",
-    "profile",
-    "run",
-    "summarize",
-]
+__all__ = sorted([*_EXPORTS, "__version__"])
 
 
 def __getattr__(name: str) -> Any:

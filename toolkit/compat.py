@@ -13,6 +13,14 @@ import functools
 import os
 import types
 
+__all__ = [
+    "keras",
+    "keras_flavor",
+    "keras_version",
+    "use_legacy_keras",
+]
+
+
 _TRUE = ("1", "true", "yes", "on")
 
 

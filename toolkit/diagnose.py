@@ -1,12 +1,19 @@
 """Input-bound or compute-bound? Three measured rates and a verdict, with advice.
 
-For a Task and a TrainConfig, :func:`diagnose` measures, in steps (batches) per second:
+:func:`diagnose` takes either a recipe's Task with a TrainConfig, or *your own* compiled Keras
+model with *your own* batched ``tf.data`` pipeline (or ``(x, y)`` arrays), and measures, in
+steps (batches) per second:
 
 * **input**: the training input pipeline alone, batches pulled as fast as it makes them
   (``toolkit.data.benchmark``), first batch apart;
-* **compute**: the training step alone, on one batch of the real spec repeated (the runner's
-  ``use_synthetic_data``): the upper bound for this model, here, with these settings;
+* **compute**: the training step alone, on one batch repeated (a Task: the runner's
+  ``use_synthetic_data``, one random batch of the real spec; your model: the first batch of
+  your pipeline, cached): the upper bound for this model, here, with these settings;
 * **fit**: the real ``fit`` on the real pipeline.
+
+With your own model and pipeline, exactly that pipeline is measured (its maps, its batching,
+its prefetch) and your model's weights and optimizer state are restored afterwards. The
+pipeline a diagnosis measured is named in its output (``measured pipeline: ...``).
 
 :func:`classify` turns the rates into a verdict (pure, tested with injected rates):
 input-bound when the pipeline alone can't keep up with the step, compute-bound when it has
@@ -20,8 +27,21 @@ the settings and the devices. No profiler is needed, so it works on Metal too.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
+
+from toolkit.config import TrainConfig
+
+__all__ = [
+    "BALANCED",
+    "COMPUTE_BOUND",
+    "INPUT_BOUND",
+    "Diagnosis",
+    "Facts",
+    "advise",
+    "classify",
+    "diagnose",
+]
 
 INPUT_BOUND = "input-bound"
 COMPUTE_BOUND = "compute-bound"
@@ -59,6 +79,7 @@ class Diagnosis:
     advice: list[str]
     batch_size: int | None = None
     steps: int = 0
+    pipeline: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -67,6 +88,7 @@ class Diagnosis:
         per = f" ({self.batch_size} examples/step)" if self.batch_size else ""
         out = [
             f"verdict: {self.verdict}{per}",
+            f"  measured pipeline: {self.pipeline or 'unknown'}",
             f"  input pipeline alone: {self.input_rate:,.1f} batches/s",
             f"  train step alone:     {self.compute_rate:,.1f} steps/s (one cached batch)",
             f"  real fit:             {self.fit_rate:,.1f} steps/s",
@@ -196,19 +218,48 @@ def _rate(stats: Any) -> float:
 
 
 def diagnose(
-    task: Any, config: Any, steps: int = 60, devices_found: Iterable[Any] | None = None
+    target: Any,
+    data: Any = None,
+    *,
+    config: TrainConfig | None = None,
+    steps: int = 60,
+    devices_found: Iterable[Any] | None = None,
 ) -> Diagnosis:
     """Measures the input pipeline alone, the step alone and the real fit; returns the verdict.
 
+    ``diagnose(task, config)`` diagnoses a recipe's Task as the runner would train it;
+    ``diagnose(model, data)`` diagnoses your own compiled Keras model on your own batched
+    ``tf.data`` pipeline (or ``(x, y)`` arrays, batched by ``config.batch_size``).
+
     Args:
-        task: a ``toolkit.train.Task``.
-        config: the ``TrainConfig`` to diagnose (its device, precision, batch size...).
-        steps: steps (and batches) per measurement, after `config.warmup_steps`. Defaults
-            to `60`.
+        target: a ``toolkit.train.Task``, or a compiled Keras model.
+        data: with a model, its training data (required); with a Task, a TrainConfig may
+            stand here for `config`.
+        config: with a Task, the ``TrainConfig`` to diagnose (device, precision, batch
+            size...). Defaults to ``TrainConfig()``.
+        steps: steps (and batches) per measurement, after the warm-up. Defaults to `60`.
         devices_found: the devices present (defaults to ``toolkit.devices.detect()``).
+
+    Raises:
+        toolkit.train.SetupError: a setting or data that cannot work.
     """
-    from toolkit import devices, train
-    from toolkit.data import benchmark
+    from toolkit.train import SetupError, Task
+
+    if isinstance(data, TrainConfig):
+        config, data = data, None
+    config = (config or TrainConfig()).validate()
+    if isinstance(target, Task):
+        return _diagnose_task(target, config, steps, devices_found)
+    if data is None:
+        raise SetupError("diagnose(model, data): give the training data your model fits on")
+    return _diagnose_model(target, data, config, steps, devices_found)
+
+
+def _diagnose_task(
+    task: Any, config: TrainConfig, steps: int, devices_found: Iterable[Any] | None
+) -> Diagnosis:
+    from toolkit import train
+    from toolkit.data import benchmark, describe_pipeline
 
     warmup = max(1, min(config.warmup_steps, 10))
     total = warmup + 1 + steps
@@ -220,29 +271,98 @@ def diagnose(
     pipeline = benchmark(dataset, num_batches=steps, verbose=False)
     fit = train.run(task, dataclasses.replace(base, use_synthetic_data=False)).report
     # Rates per training step (a fused batch holds fused_steps steps' examples).
-    input_rate = pipeline.batches_per_sec * config.fused_steps
-    compute_rate, fit_rate = _rate(compute.steps), _rate(fit.steps)
+    device = compute.context.device if compute.context is not None else None
+    return _conclude(
+        input_rate=pipeline.batches_per_sec * config.fused_steps,
+        compute=compute.steps,
+        fit=fit.steps,
+        dataset=dataset,
+        described=f"{task.name}'s pipeline, as the runner builds it: {describe_pipeline(dataset)}",
+        settings={
+            "steps_per_execution": config.steps_per_execution,
+            "fused_steps": config.fused_steps,
+            "jit_compile": config.jit_compile,
+            "precision": config.precision,
+        },
+        batch_size=config.batch_size,
+        device_kind=device.kind if device is not None else "cpu",
+        steps=steps,
+        devices_found=devices_found,
+    )
+
+
+def _diagnose_model(
+    model: Any, data: Any, config: TrainConfig, steps: int, devices_found: Iterable[Any] | None
+) -> Diagnosis:
+    from toolkit import train
+    from toolkit.data import benchmark, infer_batch_size
+
+    dataset, described = train.as_batches(data, config.batch_size)
+    batch_size = infer_batch_size(dataset)
+    warmup = max(1, min(config.warmup_steps, 10))
+    total = warmup + 1 + steps
+    saved = train.snapshot(model)
+    try:
+        one_batch = dataset.take(1).cache().repeat()
+        compute = train.measured_fit(model, one_batch, total, warmup, batch_size=batch_size)
+        pipeline = benchmark(dataset.repeat(), num_batches=steps, verbose=False)
+        fit = train.measured_fit(model, dataset, total, warmup, batch_size=batch_size)
+    finally:
+        train.restore(model, saved)
+    policy = getattr(getattr(model, "dtype_policy", None), "name", None)
+    from toolkit import devices
+
+    found = list(devices_found) if devices_found is not None else devices.detect()
+    gpus = [d for d in found if d.is_gpu]
+    return _conclude(
+        input_rate=pipeline.batches_per_sec,
+        compute=compute.steps,
+        fit=fit.steps,
+        dataset=dataset,
+        described=described,
+        settings={
+            "steps_per_execution": train.steps_per_execution(model),
+            "fused_steps": 1,
+            "jit_compile": bool(getattr(model, "jit_compile", False)),
+            "precision": str(policy or "float32"),
+        },
+        batch_size=batch_size,
+        device_kind=gpus[0].kind if gpus else "cpu",
+        steps=steps,
+        devices_found=found,
+    )
+
+
+def _conclude(
+    *,
+    input_rate: float,
+    compute: Any,
+    fit: Any,
+    dataset: Any,
+    described: str,
+    settings: dict[str, Any],
+    batch_size: int | None,
+    device_kind: str,
+    steps: int,
+    devices_found: Iterable[Any] | None,
+) -> Diagnosis:
+    from toolkit import devices
+
+    compute_rate, fit_rate = _rate(compute), _rate(fit)
     verdict, overlap_ok = classify(input_rate, compute_rate, fit_rate)
     found = list(devices_found) if devices_found is not None else devices.detect()
-    device = compute.extra.get("device") or {}
+    chosen = next((d for d in found if d.kind == device_kind), None)
+    recommended = devices.recommend_precision(chosen)[0] if chosen is not None else None
     classes, ops = _pipeline_facts(dataset)
-    kind = device.get("kind", "cpu")
-    recommended = None
-    chosen = next((d for d in found if d.kind == kind), None)
-    if chosen is not None:
-        recommended = devices.recommend_precision(chosen)[0]
     facts = Facts(
-        step_s=compute.steps.mean_s,
-        batch_size=config.batch_size,
-        steps_per_execution=config.steps_per_execution,
-        fused_steps=config.fused_steps,
-        jit_compile=config.jit_compile,
-        precision=config.precision,
-        device_kind=kind,
+        step_s=compute.mean_s,
+        batch_size=batch_size,
+        device_kind=device_kind,
         gpus=sum(1 for d in found if d.is_gpu),
         pipeline_classes=classes,
         pipeline_ops=ops,
         recommended_precision=recommended,
+        **settings,
     )
     return Diagnosis(
         input_rate=input_rate,
@@ -251,14 +371,7 @@ def diagnose(
         verdict=verdict,
         overlap_ok=overlap_ok,
         advice=advise(verdict, overlap_ok, input_rate, compute_rate, facts),
-        batch_size=config.batch_size,
+        batch_size=batch_size,
         steps=steps,
-    )
-
-
-def verdict_line(diagnosis: Mapping[str, Any]) -> str:
-    """One line for a report summary from a Diagnosis's dict."""
-    return (
-        f"diagnosis: {diagnosis['verdict']} (input {diagnosis['input_rate']:,.1f}, step "
-        f"{diagnosis['compute_rate']:,.1f}, fit {diagnosis['fit_rate']:,.1f} steps/s)"
+        pipeline=described,
     )

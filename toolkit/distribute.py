@@ -1,5 +1,5 @@
 """Past one device and one machine: strategies, the cluster, batch sizes, sharding, the
-tf.data service, fault tolerance, and merging the workers' reports.
+tf.data service and fault tolerance (merging the workers' reports is ``toolkit.report.merge``).
 
 Everything here is TensorFlow's own distributed engine, not something new:
 
@@ -20,7 +20,6 @@ Everything here is TensorFlow's own distributed engine, not something new:
   what its local pipeline would produce. ``distributed_epoch``: one epoch's elements are split
   among the trainers, each element processed once (needs a splittable source: arrays, ranges,
   files; not Python generators).
-* :func:`merge_reports`: the workers' reports side by side, with the cluster's examples/sec.
 
 Keras 3 cannot train under ``MultiWorkerMirroredStrategy`` (``fit`` fails converting a
 ``PerReplica`` value: keras-team/keras#20585, tensorflow/tensorflow#72388); tf_keras can, so
@@ -32,8 +31,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+__all__ = [
+    "SERVICE_MODES",
+    "SHARD_POLICIES",
+    "STRATEGIES",
+    "Cluster",
+    "DistributeError",
+    "batch_sizes",
+    "cluster_from_flags",
+    "make_strategy",
+    "serve_dispatcher",
+    "serve_worker",
+    "service_address",
+    "shard",
+    "spawn_data_service",
+    "tf_config",
+    "through_data_service",
+]
+
 
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored")
 SHARD_POLICIES = ("data", "file", "auto", "off")
@@ -63,6 +81,15 @@ class Cluster:
     def is_chief(self) -> bool:
         """Worker 0 (or an explicit ``chief`` task) writes the run's report and checkpoints."""
         return self.task_type == "chief" or (self.task_type == "worker" and self.task_index == 0)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Cluster:
+        """A Cluster from :meth:`to_dict`'s output (a report's JSON)."""
+        return cls(
+            str(data.get("task_type", "worker")),
+            int(data.get("task_index") or 0),
+            tuple(data.get("workers") or ()),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -287,71 +314,3 @@ def spawn_data_service(*args: str, env: dict[str, str] | None = None) -> tuple[A
     raise DistributeError(
         f"data-service {' '.join(args)} did not start (exit {proc.returncode}): {tail}"
     )
-
-
-# ---------------------------------------------------------------------------- reports
-
-
-def merge_reports(reports: Sequence[Any]) -> dict[str, Any]:
-    """The workers' reports of one multi-worker run, side by side.
-
-    Each worker's StepTimer counts the global batch per step (what the whole cluster trained),
-    so the cluster's examples/sec is the *slowest* worker's (synchronous training goes at the
-    pace of the last replica to finish a step), and a worker much slower than the others is
-    named as the straggler.
-
-    Args:
-        reports: `toolkit.report.RunReport` objects (load them with ``RunReport.load``).
-    """
-    rows = []
-    for report in reports:
-        cluster = report.extra.get("cluster", {})
-        rows.append(
-            {
-                "task_index": cluster.get("task_index"),
-                "is_chief": cluster.get("is_chief"),
-                "status": report.status,
-                "steps": report.steps.total_steps,
-                "p50_ms": (report.steps.p50_s or 0) * 1e3 or None,
-                "examples_per_sec": report.steps.examples_per_sec,
-            }
-        )
-    rows.sort(key=lambda r: (r["task_index"] is None, r["task_index"]))
-    rates = [r["examples_per_sec"] for r in rows if r["examples_per_sec"]]
-    p50s = [r["p50_ms"] for r in rows if r["p50_ms"]]
-    straggler = None
-    if len(p50s) > 1:
-        slowest = max(rows, key=lambda r: r["p50_ms"] or 0)
-        others = sorted(p for p in p50s if p != slowest["p50_ms"]) or p50s
-        if slowest["p50_ms"] > 1.2 * others[len(others) // 2]:
-            straggler = slowest["task_index"]
-    return {
-        "workers": rows,
-        "num_workers": len(rows),
-        "cluster_examples_per_sec": min(rates) if rates else None,
-        "straggler": straggler,
-        "all_complete": all(r["status"] == "complete" for r in rows),
-    }
-
-
-def render_merged(merged: dict[str, Any]) -> str:
-    """A Markdown table of :func:`merge_reports`' result."""
-    lines = [
-        "| worker | chief | status | steps | p50 ms | examples/s |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in merged["workers"]:
-        rate = f"{r['examples_per_sec']:,.1f}" if r["examples_per_sec"] else "n/a"
-        p50 = f"{r['p50_ms']:.2f}" if r["p50_ms"] else "n/a"
-        lines.append(
-            f"| {r['task_index']} | {'yes' if r['is_chief'] else ''} | {r['status']} | "
-            f"{r['steps']} | {p50} | {rate} |"
-        )
-    rate = merged["cluster_examples_per_sec"]
-    lines.append("")
-    lines.append(
-        f"cluster: {merged['num_workers']} workers, "
-        f"{f'{rate:,.1f}' if rate else 'n/a'} examples/s (the slowest worker's pace)"
-        + (f"; straggler: worker {merged['straggler']}" if merged["straggler"] is not None else "")
-    )
-    return "\n".join(lines)

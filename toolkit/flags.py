@@ -1,23 +1,33 @@
-"""The absl flags every recipe shares, and the TrainConfig they make.
+"""The absl flags every recipe shares, and the TrainConfig they make. Nothing else: the app
+main that runs a recipe is ``toolkit.app``.
 
 Names follow TensorFlow Model Garden where it has one (``--batch_size`` is the global batch).
-Bounds are checked by absl when flags are parsed, so a bad value fails with one line that
-names the flag.
+The training settings carry no bounds here: :func:`config_from_flags` hands them to
+``TrainConfig.validate`` (``toolkit.config``), the one validator, whose messages name the flag.
+Flags that are not training settings (the dataset spec, image sizes, budgets) are checked by
+absl when parsed.
 """
 
 from __future__ import annotations
 
 import inspect
-import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
-from absl import app, flags
+from absl import flags
 
-from toolkit.distribute import SERVICE_MODES, SHARD_POLICIES, STRATEGIES
-from toolkit.profiling.step_timer import DEFAULT_WARMUP_STEPS
-from toolkit.train import PRECISIONS, SMOKE_STEPS, SetupError, Task, TrainConfig
-from toolkit.train import run as run_task
+from toolkit.config import PRECISIONS, SMOKE_STEPS, ConfigError, TrainConfig
+from toolkit.distribute import SERVICE_MODES, STRATEGIES
+from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS
+
+__all__ = [
+    "config_from_flags",
+    "define_common_flags",
+    "define_flag",
+    "define_image_flags",
+    "flags_for_report",
+    "kwargs_from_flags",
+]
 
 
 def _parse_steps(value: str) -> tuple[int, int] | None:
@@ -26,24 +36,10 @@ def _parse_steps(value: str) -> tuple[int, int] | None:
     try:
         start, stop = (int(v) for v in value.split(","))
     except ValueError:
-        raise flags.ValidationError(
+        raise ConfigError(
             f"--profile_steps must be two integers 'start,stop', got {value!r}"
         ) from None
-    if start < 0 or stop <= start:
-        raise flags.ValidationError(
-            f"--profile_steps must satisfy 0 <= start < stop, got {value!r}"
-        )
     return start, stop
-
-
-def _valid_device(value: str) -> bool:
-    from toolkit.devices import DeviceError, parse_device_spec
-
-    try:
-        parse_device_spec(value)
-    except DeviceError as e:
-        raise flags.ValidationError(f"--device: {e}") from None
-    return True
 
 
 def _valid_dataset(value: str) -> bool:
@@ -88,9 +84,7 @@ def define_common_flags(**defaults: Any) -> None:
         lower_bound=0.01,
         upper_bound=0.9,
     )
-    flags.DEFINE_integer(
-        "log_steps", None, "Print step time and examples/s every N steps.", lower_bound=1
-    )
+    flags.DEFINE_integer("log_steps", None, "Print step time and examples/s every N steps.")
     flags.DEFINE_bool(
         "diagnose",
         False,
@@ -115,38 +109,35 @@ def define_common_flags(**defaults: Any) -> None:
         "Count model FLOPs per step; report achieved FLOP/s and MFU against the measured "
         "matmul peak (measured once per machine, ~2 s, then cached).",
     )
-    flags.DEFINE_integer("epochs", d["epochs"], "Training epochs.", lower_bound=1)
-    flags.DEFINE_integer(
-        "batch_size", d["batch_size"], "Global batch size (examples per step).", lower_bound=1
-    )
+    flags.DEFINE_integer("epochs", d["epochs"], "Training epochs.")
+    flags.DEFINE_integer("batch_size", d["batch_size"], "Global batch size (examples per step).")
     flags.DEFINE_integer(
         "steps_per_execution",
         d["steps_per_execution"],
         "Training steps per call of the compiled function (Keras batch hooks run once per call).",
-        lower_bound=1,
     )
     flags.DEFINE_integer(
         "fused_steps",
         1,
         "Training steps fused into one compiled train step (a loop inside it; with "
         "--jit_compile one XLA program): cuts per-step overhead for small models.",
-        lower_bound=1,
     )
     flags.DEFINE_integer(
-        "train_steps", None, "Steps per epoch (repeats the data); default: one pass.", lower_bound=1
+        "train_steps", None, "Steps per epoch (repeats the data); default: one pass."
     )
     flags.DEFINE_bool("jit_compile", d["jit_compile"], "Compile the train step with XLA.")
     flags.DEFINE_alias("enable_xla", "jit_compile")
     flags.DEFINE_string(
         "device", "auto", "auto | cpu | gpu | cuda | metal, optionally :index (e.g. gpu:1)."
     )
-    flags.DEFINE_enum(
-        "dtype", "float32", list(PRECISIONS), "Precision policy (Keras mixed precision)."
+    flags.DEFINE_string(
+        "dtype", "float32", f"Precision policy (Keras mixed precision): {' | '.join(PRECISIONS)}."
     )
-    flags.register_validator("device", _valid_device, "bad --device")
     flags.DEFINE_alias("precision", "dtype")
-    flags.DEFINE_enum(
-        "distribution_strategy", "default", list(STRATEGIES), "tf.distribute strategy."
+    flags.DEFINE_string(
+        "distribution_strategy",
+        "default",
+        f"tf.distribute strategy: {' | '.join(STRATEGIES)}.",
     )
     flags.DEFINE_string(
         "worker_hosts",
@@ -154,11 +145,10 @@ def define_common_flags(**defaults: Any) -> None:
         "Multi-worker: comma-separated host:port of every worker (builds TF_CONFIG; without "
         "it TF_CONFIG is read from the environment). Worker 0 is the chief.",
     )
-    flags.DEFINE_integer("task_index", 0, "Multi-worker: this worker's index.", lower_bound=0)
-    flags.DEFINE_enum(
+    flags.DEFINE_integer("task_index", 0, "Multi-worker: this worker's index.")
+    flags.DEFINE_string(
         "shard_policy",
         "data",
-        list(SHARD_POLICIES),
         "How a multi-worker strategy splits the input: data (every worker reads it all and "
         "keeps its share), file (workers read different files), auto, off.",
     )
@@ -168,12 +158,11 @@ def define_common_flags(**defaults: Any) -> None:
         "grpc://host:port of a tf.data service dispatcher: the input pipeline runs on its "
         "workers (python -m toolkit data-service).",
     )
-    flags.DEFINE_enum(
+    flags.DEFINE_string(
         "data_service_mode",
         "parallel_epochs",
-        list(SERVICE_MODES),
-        "parallel_epochs: every trainer gets the whole dataset; distributed_epoch: trainers "
-        "split one epoch's elements.",
+        f"{' | '.join(SERVICE_MODES)}. parallel_epochs: every trainer gets the whole "
+        "dataset; distributed_epoch: trainers split one epoch's elements.",
     )
     flags.DEFINE_string(
         "backup_dir",
@@ -192,22 +181,16 @@ def define_common_flags(**defaults: Any) -> None:
         "warmup_steps",
         DEFAULT_WARMUP_STEPS,
         "Steps after the first left out of the step-time statistics.",
-        lower_bound=0,
     )
     flags.DEFINE_string(
-        "profile_steps", "", "Capture a TF profiler trace of steps 'start,stop' (e.g. '10,15')."
-    )
-    flags.register_validator(
-        "profile_steps", lambda v: _parse_steps(v) is not None or not v, "bad --profile_steps"
+        "profile_steps", "", "Capture a profiler trace of steps 'start,stop' (e.g. '10,15')."
     )
     flags.DEFINE_bool("memory_watch", False, "Record host/device memory per epoch.")
     flags.DEFINE_string(
         "report_dir", d["report_dir"], "Reports go to <report_dir>/<timestamp>/; '' for none."
     )
     flags.DEFINE_integer("seed", d["seed"], "Random seed (weights, shuffling).")
-    flags.DEFINE_integer(
-        "log_verbosity", 0, "Keras fit verbosity: 0, 1 or 2.", lower_bound=0, upper_bound=2
-    )
+    flags.DEFINE_integer("log_verbosity", 0, "Keras fit verbosity: 0, 1 or 2.")
 
 
 def define_flag(kind: str, name: str, *args: Any, **kwargs: Any) -> None:
@@ -257,7 +240,11 @@ def kwargs_from_flags(
 
 
 def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfig:
-    """A validated TrainConfig from parsed flags."""
+    """A validated TrainConfig from parsed flags.
+
+    Raises:
+        ConfigError: a bad setting, in one line naming the flag.
+    """
     f = flag_values
     return TrainConfig(
         epochs=f.epochs,
@@ -297,51 +284,3 @@ def flags_for_report(flag_values: flags.FlagValues = flags.FLAGS) -> dict[str, A
         for fl in module_flags:
             out[fl.name] = fl.value
     return dict(sorted(out.items()))
-
-
-def exit_with_error(error: Exception) -> NoReturn:
-    """Ends a recipe with one line ``error: ...`` on stderr and status 1."""
-    print(f"error: {error}", file=sys.stderr)
-    raise SystemExit(1) from None
-
-
-def recipe_main(build_task: Callable[..., Task]) -> Callable[[list[str]], None]:
-    """The absl ``main`` of a recipe: ``build_task`` gets the flags named like its parameters
-    (:func:`kwargs_from_flags`), the runner trains the Task, the summary and report paths are
-    printed.
-
-    A bad dataset, missing files or a setting the machine can't run exit with one line
-    ``error: ...`` (status 1) before anything trains.
-    """
-
-    def main(argv: list[str]) -> None:
-        if len(argv) > 1:
-            raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-        config = config_from_flags()
-        try:
-            task = build_task(**kwargs_from_flags(build_task))  # data and paths checked here
-        except (ValueError, FileNotFoundError) as e:
-            exit_with_error(e)
-        extra = {}
-        try:
-            if flags.FLAGS.autotune:
-                from toolkit.tune import autotune
-
-                config, tuned = autotune(task, config, budget_s=flags.FLAGS.tune_budget)
-                print(tuned.table())
-                print(f"autotune: {tuned.best.flags()}")
-                extra["tune"] = tuned.to_dict()
-            if flags.FLAGS.diagnose:
-                from toolkit.diagnose import diagnose
-
-                diagnosis = diagnose(task, config, steps=flags.FLAGS.diagnose_steps)
-                print(diagnosis)
-                extra["diagnosis"] = diagnosis.to_dict()
-            result = run_task(task, config, args=flags_for_report(), extra=extra)
-        except SetupError as e:  # an error in training itself keeps its traceback
-            exit_with_error(e)
-        print(result.report.summary())
-        for kind, path in sorted(result.paths.items()):
-            print(f"{kind}: {path}")
-
-    return main

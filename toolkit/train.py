@@ -16,137 +16,34 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from toolkit import compat
-from toolkit.distribute import STRATEGIES
+from toolkit import backend, compat, distribute
+from toolkit.config import TrainConfig
 from toolkit.profiling.session import profile
-from toolkit.profiling.step_timer import DEFAULT_WARMUP_STEPS, FUSED_STEPS_ATTR
 from toolkit.report import RunReport
+from toolkit.report.context import Resume, RunContext, Strategy
 
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-SMOKE_STEPS = 8
+__all__ = [
+    "RunResult",
+    "SetupError",
+    "Task",
+    "as_batches",
+    "classification_task",
+    "compute_facts",
+    "examples",
+    "input_pipeline",
+    "measured_fit",
+    "precision_policy",
+    "restore",
+    "run",
+    "setup_device",
+    "snapshot",
+    "steps_per_execution",
+]
 
 
 class SetupError(ValueError):
     """A run that cannot start: a bad setting, a device that is not here, data too small.
     The message is one line saying what was wrong and what to do."""
-
-
-@dataclasses.dataclass
-class TrainConfig:
-    """How to train. Every field is validated by :meth:`validate` with the flag's name."""
-
-    epochs: int = 1
-    batch_size: int = 32
-    steps_per_execution: int = 1
-    fused_steps: int = 1
-    jit_compile: bool = False
-    steps_per_epoch: int | None = None
-    warmup_steps: int = DEFAULT_WARMUP_STEPS
-    profile_steps: tuple[int, int] | None = None
-    memory_watch: bool = False
-    report_dir: str | None = "runs"
-    seed: int | None = 0
-    verbose: int = 0
-    device: str = "auto"
-    precision: str = "float32"
-    distribution_strategy: str = "default"
-    use_synthetic_data: bool = False
-    smoke: bool = False
-    log_steps: int | None = None
-    count_flops: bool = True
-    worker_hosts: str | None = None
-    task_index: int = 0
-    shard_policy: str = "data"
-    data_service: str | None = None
-    data_service_mode: str = "parallel_epochs"
-    backup_dir: str | None = None
-
-    def validate(self) -> TrainConfig:
-        """Raises ValueError naming the first bad setting and what it must be."""
-        positive = ("epochs", "batch_size", "steps_per_execution", "fused_steps")
-        for name in positive:
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"--{name} must be an integer >= 1, got {value!r}")
-        if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
-            raise ValueError(f"--train_steps must be >= 1, got {self.steps_per_epoch!r}")
-        if self.steps_per_epoch is not None and self.steps_per_epoch % self.fused_steps:
-            raise ValueError(
-                f"--train_steps={self.steps_per_epoch} must be a multiple of "
-                f"--fused_steps={self.fused_steps}"
-            )
-        if self.log_steps is not None and self.log_steps < 1:
-            raise ValueError(f"--log_steps must be >= 1, got {self.log_steps!r}")
-        if self.warmup_steps < 0:
-            raise ValueError(f"--warmup_steps must be >= 0, got {self.warmup_steps!r}")
-        if self.profile_steps is not None:
-            start, stop = self.profile_steps
-            if start < 0 or stop <= start:
-                raise ValueError(
-                    f"--profile_steps must be start,stop with 0 <= start < stop, got {start},{stop}"
-                )
-        if self.verbose not in (0, 1, 2):
-            raise ValueError(f"--verbose must be 0, 1 or 2, got {self.verbose!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(
-                f"--dtype must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
-            )
-        if self.distribution_strategy not in STRATEGIES:
-            raise ValueError(
-                f"--distribution_strategy must be one of {', '.join(STRATEGIES)}, "
-                f"got {self.distribution_strategy!r}"
-            )
-        from toolkit import distribute
-        from toolkit.devices import parse_device_spec
-
-        parse_device_spec(self.device)  # DeviceError (a ValueError) naming the device
-        if self.shard_policy not in distribute.SHARD_POLICIES:
-            raise ValueError(
-                f"--shard_policy must be one of {', '.join(distribute.SHARD_POLICIES)}, "
-                f"got {self.shard_policy!r}"
-            )
-        if self.data_service is not None:
-            distribute.service_address(self.data_service)
-        if self.data_service_mode not in distribute.SERVICE_MODES:
-            raise ValueError(
-                f"--data_service_mode must be one of {', '.join(distribute.SERVICE_MODES)}, "
-                f"got {self.data_service_mode!r}"
-            )
-        if self.worker_hosts:
-            distribute.tf_config(self.worker_hosts.split(","), self.task_index)
-        return self
-
-    def for_measurement(self, steps: int, warmup_steps: int) -> TrainConfig:
-        """This config as a short, quiet measurement run (diagnose, tune): one epoch of
-        `steps` steps with `warmup_steps` left out, and no report, trace, memory watch, FLOP
-        count, smoke shrinking, logging or backup (a measurement must not resume a run)."""
-        return dataclasses.replace(
-            self,
-            epochs=1,
-            steps_per_epoch=steps,
-            warmup_steps=warmup_steps,
-            report_dir=None,
-            count_flops=False,
-            smoke=False,
-            profile_steps=None,
-            memory_watch=False,
-            log_steps=None,
-            verbose=0,
-            backup_dir=None,
-        )
-
-    def effective(self) -> TrainConfig:
-        """The config a run really uses: ``smoke`` shrinks it to a seconds-long run."""
-        if not self.smoke:
-            return self
-        steps = min(self.steps_per_epoch or SMOKE_STEPS, SMOKE_STEPS)
-        return dataclasses.replace(
-            self,
-            epochs=1,
-            steps_per_epoch=-(-steps // self.fused_steps) * self.fused_steps,  # whole calls
-            warmup_steps=min(self.warmup_steps, 1),
-            profile_steps=None,
-        )
 
 
 @dataclasses.dataclass
@@ -281,8 +178,6 @@ def _dataset(source: Any, config: TrainConfig, training: bool, task: Task | None
 def _distributed(dataset: Any, config: TrainConfig, training: bool) -> Any:
     """The training data through the tf.data service when asked, and every dataset with its
     auto-shard policy set explicitly."""
-    from toolkit import distribute
-
     if training and config.data_service:
         dataset = distribute.through_data_service(
             dataset, config.data_service, config.data_service_mode
@@ -296,10 +191,10 @@ def input_pipeline(task: Task, config: TrainConfig) -> Any:
     return _dataset(task.train, config.validate().effective(), training=True, task=task)
 
 
-def resume_recorder(extra: dict[str, Any], backup_dir: str) -> Any:
-    """A callback, placed after ``BackupAndRestore``, that records in ``extra["resume"]``
-    whether the run resumed from a backup and from where: the optimizer's step count right
-    after the restore (read once, at the start) and the first epoch this process ran."""
+def resume_recorder(resume: Resume) -> Any:
+    """A callback, placed after ``BackupAndRestore``, that fills in `resume`: whether the run
+    resumed from a backup and from where (the optimizer's step count right after the restore,
+    read once at the start, and the first epoch this process ran)."""
     keras = compat.keras()
 
     class ResumeRecorder(keras.callbacks.Callback):
@@ -307,66 +202,17 @@ def resume_recorder(extra: dict[str, Any], backup_dir: str) -> Any:
             return int(self.model.optimizer.iterations.numpy())
 
         def on_train_begin(self, logs: Any = None) -> None:
-            done = self._steps()
-            extra["resume"] = {
-                "backup_dir": backup_dir,
-                "resumed": done > 0,
-                "steps_before": done,
-                "from_epoch": None,
-            }
+            resume.steps_before = self._steps()
+            resume.resumed = resume.steps_before > 0
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            if extra["resume"]["from_epoch"] is None:
-                extra["resume"]["from_epoch"] = epoch
+            if resume.from_epoch is None:
+                resume.from_epoch = epoch
 
         def on_train_end(self, logs: Any = None) -> None:
-            extra["resume"]["steps_total"] = self._steps()
+            resume.steps_total = self._steps()
 
     return ResumeRecorder()
-
-
-def fuse_train_steps(model: Any, steps: int) -> None:
-    """Makes each Keras training batch run `steps` training steps inside one compiled call.
-
-    The model's ``train_step`` (the one Keras compiles, with ``jit_compile`` as one XLA
-    program) receives a batch of ``steps × batch_size`` examples, splits it into `steps`
-    batches and runs the original ``train_step`` on each in a ``tf.while_loop``: forward,
-    backward, optimizer update and metrics, `steps` times, with no return to the host in
-    between. ``steps_per_execution`` still loops *around* the compiled step, in the TF
-    runtime, paying a launch, an iterator read and a few control ops per step; this loop
-    pays them once per `steps`. Logs are those of the last step (metrics accumulate as
-    usual). Call it after ``compile``; StepTimer counts `steps` steps per batch.
-    """
-    import tensorflow as tf
-
-    if steps < 1:
-        raise ValueError(f"--fused_steps must be >= 1, got {steps}")
-    setattr(model, FUSED_STEPS_ATTR, steps)
-    if steps == 1:
-        return
-    original = model.train_step
-
-    def split(t: Any) -> Any:
-        if t is None:
-            return None
-        n = t.shape[0]
-        return tf.reshape(t, (steps, n // steps if n is not None else -1, *t.shape[1:]))
-
-    def fused_train_step(data: Any) -> Any:
-        batches = tf.nest.map_structure(split, data)
-
-        def step(i: Any) -> Any:
-            return original(tf.nest.map_structure(lambda t: None if t is None else t[i], batches))
-
-        # The first step outside the loop creates any lazily built state (optimizer slots,
-        # metric variables): variables can't be created inside a while loop.
-        first = step(0)
-        _, logs = tf.while_loop(
-            lambda i, _: i < steps, lambda i, _: (i + 1, step(i)), (tf.constant(1), first)
-        )
-        return logs
-
-    model.train_step = fused_train_step
 
 
 @contextlib.contextmanager
@@ -430,12 +276,93 @@ def compute_facts(model: Any, batch_size: int, precision: str, device: Any) -> d
     return facts
 
 
+def as_batches(data: Any, batch_size: int | None = None) -> tuple[Any, str]:
+    """A user's training data as batches, and in words what it is.
+
+    `data` is a batched ``tf.data.Dataset`` (used exactly as it is) or ``(features, labels)``
+    arrays (batched by `batch_size`, default 32, in tf.data, as ``fit`` would batch them).
+    """
+    from toolkit.data import describe_pipeline, from_arrays
+
+    if isinstance(data, tuple):
+        size = batch_size or 32
+        dataset = from_arrays(*data).batch(size)
+        return dataset, f"your arrays, batched by {size} in tf.data: {describe_pipeline(dataset)}"
+    if not hasattr(data, "element_spec"):
+        raise SetupError(
+            f"data: expected a batched tf.data.Dataset or (features, labels) arrays, got "
+            f"{type(data).__name__}"
+        )
+    return data, f"your pipeline: {describe_pipeline(data)}"
+
+
+def measured_fit(
+    model: Any,
+    data: Any,
+    steps: int,
+    warmup_steps: int,
+    *,
+    batch_size: int | None = None,
+    name: str = "measured-fit",
+) -> RunReport:
+    """A short, quiet, measured ``fit`` of an already compiled `model` on batched `data`
+    (repeated as often as `steps` needs): the report's step statistics leave out the first
+    execution and `warmup_steps` more. Nothing is written. The model trains: callers that must
+    not change it restore its weights afterwards.
+    """
+    steps_per_call = max(1, steps_per_execution(model))
+    calls = -(-steps // steps_per_call)
+    with profile(
+        name, report_dir=None, batch_size=batch_size, data=data, warmup_steps=warmup_steps
+    ) as prof:
+        model.fit(
+            data.repeat(),
+            epochs=1,
+            steps_per_epoch=calls * steps_per_call,
+            callbacks=prof.callbacks,
+            verbose=0,
+        )
+    return prof.report
+
+
+def steps_per_execution(model: Any) -> int:
+    """The compiled ``steps_per_execution`` of a Keras model (1 when not set)."""
+    value = getattr(model, "steps_per_execution", None)
+    if value is None:
+        value = getattr(model, "_steps_per_execution", 1)
+    try:
+        return int(value.numpy()) if hasattr(value, "numpy") else int(value)
+    except (TypeError, ValueError):
+        return 1
+
+
+def snapshot(model: Any) -> tuple[list[Any], list[Any]]:
+    """The model's weights and its optimizer's variables, as arrays (for :func:`restore`)."""
+    optimizer = getattr(model, "optimizer", None)
+    variables = getattr(optimizer, "variables", []) if optimizer is not None else []
+    variables = list(variables() if callable(variables) else variables)
+    return model.get_weights(), [(v, v.numpy()) for v in variables]
+
+
+def restore(model: Any, saved: tuple[list[Any], list[Any]]) -> None:
+    """Puts back what :func:`snapshot` saved, and resets the model's metrics."""
+    weights, optimizer_state = saved
+    model.set_weights(weights)
+    for variable, value in optimizer_state:
+        variable.assign(value)
+    if hasattr(model, "reset_metrics"):
+        model.reset_metrics()
+
+
 def run(
     task: Task,
     config: TrainConfig,
     args: Mapping[str, Any] | None = None,
     callbacks: Sequence[Any] = (),
     extra: Mapping[str, Any] | None = None,
+    *,
+    diagnosis: Mapping[str, Any] | None = None,
+    tune: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Trains `task` as `config` says, with step-time profiling, and writes the report.
 
@@ -444,7 +371,9 @@ def run(
         config: how to train.
         args: the flags/arguments to record in the report. Defaults to the config's fields.
         callbacks: more Keras callbacks, run after the profiling ones.
-        extra: more facts for the report's ``extra`` (e.g. a ``diagnosis``).
+        extra: free-form facts for the report's ``extra``.
+        diagnosis: a ``Diagnosis.to_dict()`` for the report's diagnosis section.
+        tune: a ``TuneResult.to_dict()`` for the report's tune section.
 
     Returns:
         The report, the files written, the run directory, the trained model and the History.
@@ -453,8 +382,6 @@ def run(
         SetupError: a bad setting (naming the flag), a device that is not here (listing what
             is), or too little data, before anything trains.
     """
-    from toolkit import distribute
-
     try:
         config = config.validate().effective()
         cluster = distribute.cluster_from_flags(config.worker_hosts, config.task_index)
@@ -470,7 +397,7 @@ def run(
             val_ds = _dataset(task.validation, config, training=False, task=task)
     except SetupError:
         raise
-    except (ValueError, FileNotFoundError) as e:  # a bad setting, too little data
+    except (ValueError, FileNotFoundError) as e:  # a bad setting (ConfigError), too little data
         raise SetupError(str(e)) from e
     keras = compat.keras()
     if config.seed is not None:
@@ -489,7 +416,7 @@ def run(
             jit_compile=config.jit_compile,
             steps_per_execution=config.steps_per_execution,
         )
-        fuse_train_steps(model, config.fused_steps)
+        backend.get().fuse_train_steps(model, config.fused_steps)
     with profile(
         task.name,
         report_dir=report_dir,
@@ -500,33 +427,37 @@ def run(
         log_steps=config.log_steps,
         args=dict(args) if args is not None else dataclasses.asdict(config),
     ) as prof:
-        prof.extra.update(
-            device=device.to_dict(),
+        resume = Resume(config.backup_dir) if config.backup_dir else None
+        prof.context = RunContext(
+            device=device,
+            backend=backend.name(),
             precision=config.precision,
-            strategy={
-                "name": config.distribution_strategy,
-                "replicas": strategy.num_replicas_in_sync,
-                "global_batch": global_batch,
-                "per_replica_batch": per_replica,
-                "shard_policy": config.shard_policy,
-                "data_service": config.data_service,
-                "data_service_mode": config.data_service_mode if config.data_service else None,
-            },
-            cluster=cluster.to_dict(),
+            strategy=Strategy(
+                name=config.distribution_strategy,
+                replicas=strategy.num_replicas_in_sync,
+                global_batch=global_batch,
+                per_replica_batch=per_replica,
+                shard_policy=config.shard_policy,
+                data_service=config.data_service,
+                data_service_mode=config.data_service_mode if config.data_service else None,
+            ),
+            cluster=cluster,
+            preflight=tuple(findings),
+            dataset=task.dataset,
             synthetic_data=config.use_synthetic_data,
             smoke=config.smoke,
-            preflight=[dataclasses.asdict(f) for f in findings],
+            resume=resume,
         )
-        if task.dataset:
-            prof.extra["dataset"] = task.dataset
         prof.extra.update(extra or {})
+        prof.diagnosis = dict(diagnosis) if diagnosis is not None else None
+        prof.tune = dict(tune) if tune is not None else None
         if config.count_flops:
             prof.compute = compute_facts(model, config.batch_size, config.precision, device)
         resilience = []
-        if config.backup_dir:
+        if resume is not None:
             resilience = [
-                keras.callbacks.BackupAndRestore(config.backup_dir),
-                resume_recorder(prof.extra, config.backup_dir),
+                keras.callbacks.BackupAndRestore(resume.backup_dir),
+                resume_recorder(resume),
             ]
         history = model.fit(
             train_ds,

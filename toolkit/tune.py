@@ -28,6 +28,7 @@ comparing CPU with GPU takes one process per device (``python -m toolkit tune --
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -37,7 +38,25 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from toolkit.profiling.flops import cache_dir
+from toolkit import backend, compat, machine
+from toolkit.config import TrainConfig
+from toolkit.files import atomic_write, read_json
+
+__all__ = [
+    "Candidate",
+    "Space",
+    "Trial",
+    "TuneResult",
+    "apply",
+    "autotune",
+    "cache_key",
+    "choose",
+    "default_space",
+    "measure_candidate",
+    "model_signature",
+    "search",
+    "tune",
+]
 
 CACHE_FILE = "tune.json"
 MIN_GAIN = 0.02
@@ -52,6 +71,10 @@ class Candidate:
     steps_per_execution: int = 1
     fused_steps: int = 1
     batch_size: int | None = None  # None: the config's
+
+    def compile_kwargs(self) -> dict[str, Any]:
+        """The ``model.compile`` arguments that select these settings for your own model."""
+        return {"jit_compile": self.jit_compile, "steps_per_execution": self.steps_per_execution}
 
     def flags(self) -> str:
         """The recipe flags that select these settings."""
@@ -288,20 +311,11 @@ def search(
 
 
 def _machine_facts() -> dict[str, Any]:
-    import tensorflow as tf
+    from toolkit import devices
 
-    from toolkit import compat, devices
-    from toolkit._version import __version__
-    from toolkit.report import cpu_model
-
-    return {
-        "cpu": cpu_model(),
-        "cpus": os.cpu_count(),
-        "devices": [f"{d.kind}:{d.index} {d.human_name}" for d in devices.detect()],
-        "tensorflow": tf.__version__,
-        "keras": compat.keras_version(),
-        "toolkit": __version__,
-    }
+    return machine.machine_facts(
+        devices=[f"{d.kind}:{d.index} {d.human_name}" for d in devices.detect()]
+    )
 
 
 def model_signature(model: Any) -> str:
@@ -334,21 +348,16 @@ def cache_key(model: Any, element_spec: Any, batch_size: int, device: Any) -> tu
         "device": f"{device.kind}:{device.index}",
         "machine": _machine_facts(),
     }
-    digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
-    return digest, facts
+    return machine.machine_key(facts), facts
 
 
 def _cache_path() -> str:
-    return os.path.join(cache_dir(), CACHE_FILE)
+    return os.path.join(machine.cache_dir(), CACHE_FILE)
 
 
 def cached(key: str) -> TuneResult | None:
     """The cached result for `key`, if any."""
-    try:
-        with open(_cache_path(), encoding="utf-8") as f:
-            entry = json.load(f).get(key)
-    except (OSError, ValueError, AttributeError):
-        return None
+    entry = read_json(_cache_path()).get(key)
     if not isinstance(entry, dict):
         return None
     try:
@@ -359,20 +368,11 @@ def cached(key: str) -> TuneResult | None:
 
 def store(result: TuneResult, facts: dict[str, Any]) -> None:
     """Caches `result` under its key (atomically; a read-only cache is skipped)."""
-    from toolkit.report import atomic_write
-
     path = _cache_path()
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        data = {}
+    data = read_json(path)
     data[result.key] = {"facts": facts, "result": {**result.to_dict(), "cache_hit": False}}
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+    with contextlib.suppress(OSError):
         atomic_write(path, json.dumps(data, indent=1))
-    except OSError:
-        pass
 
 
 # ---------------------------------------------------------------------------- with the runner
@@ -403,21 +403,14 @@ def window_steps(candidate: Candidate, steps: int) -> tuple[int, int]:
 def measure_candidate(task: Any, config: Any, candidate: Candidate, steps: int = 48) -> float:
     """Examples/s of a short real run of `task` with the candidate's settings (the timed
     window after its own warm-up). Raises what the run raises."""
-    import tensorflow as tf
-
-    from toolkit import compat, train
+    from toolkit import train
 
     warmup, total = window_steps(candidate, steps)
     cfg = apply(config, candidate).for_measurement(total, warmup)
-    logger = tf.get_logger()
-    level = logger.level
-    # Each candidate is a new model: TF's "frequent retracing" warning counts them as one
-    # function retracing, which it isn't.
-    logger.setLevel("ERROR")
     try:
-        stats = train.run(task, cfg).report.steps
+        with backend.get().quiet_retracing():  # each candidate is a new model, not a retrace
+            stats = train.run(task, cfg).report.steps
     finally:
-        logger.setLevel(level)
         compat.keras().backend.clear_session()
     if not stats.timed_steps:
         raise RuntimeError("no timed steps in the window")
@@ -425,31 +418,89 @@ def measure_candidate(task: Any, config: Any, candidate: Candidate, steps: int =
 
 
 def tune(
-    task: Any,
-    config: Any,
+    target: Any,
+    data: Any = None,
     *,
+    config: TrainConfig | None = None,
     space: Space | None = None,
     budget_s: float = 120.0,
     steps: int = 48,
     use_cache: bool = True,
     progress: Callable[[str], Any] | None = None,
 ) -> TuneResult:
-    """Finds the fastest settings for `task` on `config`'s device (see the module docstring).
+    """Finds the fastest settings for a recipe's Task, or for your own compiled model on your
+    own batched data (see the module docstring).
+
+    ``tune(task, config)`` searches precision, XLA, steps per execution and fused steps with
+    the runner; ``tune(model, data)`` searches what a compiled model can change without being
+    rebuilt (XLA and steps per execution, from its current settings as the defaults), on
+    exactly your pipeline, and restores the model's compile settings and weights afterwards:
+    apply the winner with ``model.compile(..., **result.best.compile_kwargs())``.
 
     Args:
-        task: a ``toolkit.train.Task``.
-        config: the base ``TrainConfig`` (device, batch size, data...).
+        target: a ``toolkit.train.Task``, or a compiled Keras model.
+        data: with a model, its batched ``tf.data`` pipeline or ``(x, y)`` arrays (required);
+            with a Task, a TrainConfig may stand here for `config`.
+        config: the base ``TrainConfig`` (device, batch size, data...). Defaults to
+            ``TrainConfig()``.
         space: what to search. Defaults to :func:`default_space` for the device.
         budget_s: seconds the search may take (the defaults are always measured).
         steps: timed steps per candidate. Defaults to `48`.
         use_cache: read and write the cache. Defaults to `True`.
         progress: called with one line per candidate. Defaults to printing to stderr.
     """
-    from toolkit import compat, train
+    from toolkit import train
 
+    if isinstance(data, TrainConfig):
+        config, data = data, None
+    config = (config or TrainConfig()).validate()
     if progress is None:
         progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     start = time.perf_counter()
+    if isinstance(target, train.Task):
+        measure, defaults, key, facts, device = _task_measure(target, config, steps)
+    elif data is None:
+        raise train.SetupError("tune(model, data): give the training data your model fits on")
+    else:
+        measure, defaults, key, facts, device = _model_measure(target, data, config, steps)
+    try:
+        if use_cache:
+            hit = cached(key)
+            if hit is not None:
+                progress(f"tune: cached result for this model, input and machine ({key})")
+                return hit
+        first = None
+        if space is None:  # measure the defaults first: their step time shapes the space
+            t0 = time.perf_counter()
+            rate = measure(defaults)
+            first = Trial(defaults, rate, time.perf_counter() - t0)
+            progress(
+                f"[1 | {first.seconds:.0f}/{budget_s:.0f} s] {defaults.label()}: "
+                f"{rate:,.1f} examples/s"
+            )
+            space = default_space(device, step_s=(defaults.batch_size or config.batch_size) / rate)
+            if not isinstance(target, train.Task):
+                space = _model_space(space, defaults)
+        trials, exhausted = search(
+            measure,
+            space,
+            budget_s=budget_s,
+            progress=progress,
+            first=first,
+            spent_s=time.perf_counter() - start,
+        )
+    finally:
+        if hasattr(measure, "restore"):
+            measure.restore()
+    result = TuneResult(choose(trials), trials, key, False, time.perf_counter() - start, exhausted)
+    if use_cache:
+        store(result, facts)
+    return result
+
+
+def _task_measure(task: Any, config: TrainConfig, steps: int) -> tuple[Any, ...]:
+    from toolkit import train
+
     device, _findings = train.setup_device(config)
     with train.precision_policy("float32"):
         model = task.build_model()
@@ -457,40 +508,93 @@ def tune(
     key, facts = cache_key(model, spec, config.batch_size, device)
     del model
     compat.keras().backend.clear_session()
-    if use_cache:
-        hit = cached(key)
-        if hit is not None:
-            progress(f"tune: cached result for this model, input and machine ({key})")
-            return hit
 
     def measure(candidate: Candidate) -> float:
         return measure_candidate(task, config, candidate, steps)
 
-    first = None
-    if space is None:  # measure the defaults first: their step time shapes the space
-        defaults = Candidate()
-        t0 = time.perf_counter()
-        rate = measure(defaults)
-        first = Trial(defaults, rate, time.perf_counter() - t0)
-        progress(
-            f"[1 | {first.seconds:.0f}/{budget_s:.0f} s] {defaults.label()}: {rate:,.1f} examples/s"
-        )
-        space = default_space(device, step_s=config.batch_size / rate)
-    trials, exhausted = search(
-        measure,
-        space,
-        budget_s=budget_s,
-        progress=progress,
-        first=first,
-        spent_s=time.perf_counter() - start,
+    return measure, Candidate(), key, facts, device
+
+
+class _ModelMeasure:
+    """Measures candidates on a user's compiled model by recompiling it with each candidate's
+    settings (same optimizer, loss and metrics); :meth:`restore` puts back its compile
+    settings, weights and optimizer state."""
+
+    def __init__(self, model: Any, dataset: Any, batch_size: int | None, steps: int) -> None:
+        from toolkit.train import snapshot
+
+        self.model, self.dataset, self.batch_size, self.steps = model, dataset, batch_size, steps
+        self.compile_args = _compile_args(model)
+        self.saved = snapshot(model)
+
+    def __call__(self, candidate: Candidate) -> float:
+        from toolkit import train
+
+        self.model.compile(**{**self.compile_args, **candidate.compile_kwargs()})
+        warmup, total = window_steps(candidate, self.steps)
+        with backend.get().quiet_retracing():
+            stats = train.measured_fit(
+                self.model, self.dataset, total, warmup, batch_size=self.batch_size
+            ).steps
+        if not stats.timed_steps or not stats.batch_size:
+            raise RuntimeError("no timed steps (or no batch size) in the window")
+        return stats.batch_size * stats.timed_steps / stats.total_s
+
+    def restore(self) -> None:
+        from toolkit.train import restore
+
+        self.model.compile(**self.compile_args)
+        restore(self.model, self.saved)
+
+
+def _compile_args(model: Any) -> dict[str, Any]:
+    """The arguments `model` was compiled with (Keras 3 keeps them in ``_compile_config``,
+    tf_keras returns them from ``_get_compile_args``: neither has a public accessor)."""
+    config = getattr(model, "_compile_config", None)
+    if config is not None and getattr(config, "config", None):
+        return dict(config.config)
+    getter = getattr(model, "_get_compile_args", None)
+    if getter is not None:
+        return dict(getter())
+    from toolkit.train import SetupError
+
+    raise SetupError("tune(model, data): compile the model first (model.compile(...))")
+
+
+def _model_measure(model: Any, data: Any, config: TrainConfig, steps: int) -> tuple[Any, ...]:
+    from toolkit import devices, train
+    from toolkit.data import infer_batch_size
+
+    dataset, _described = train.as_batches(data, config.batch_size)
+    batch_size = infer_batch_size(dataset)
+    args = _compile_args(model)
+    defaults = Candidate(
+        precision=str(getattr(getattr(model, "dtype_policy", None), "name", None) or "float32"),
+        jit_compile=args.get("jit_compile") is True,
+        steps_per_execution=int(args.get("steps_per_execution") or 1),
     )
-    result = TuneResult(choose(trials), trials, key, False, time.perf_counter() - start, exhausted)
-    if use_cache:
-        store(result, facts)
-    return result
+    device = devices.resolve("auto")
+    key, facts = cache_key(model, dataset.element_spec, batch_size or 0, device)
+    return _ModelMeasure(model, dataset, batch_size, steps), defaults, key, facts, device
+
+
+def _model_space(space: Space, defaults: Candidate) -> Space:
+    """`space` cut to what a compiled model can change without a rebuild, with the model's
+    own settings as each knob's first value (the defaults)."""
+
+    def first(value: Any, values: Sequence[Any]) -> tuple[Any, ...]:
+        return (value, *(v for v in values if v != value))
+
+    return Space(
+        precision=(defaults.precision,),
+        jit_compile=first(defaults.jit_compile, space.jit_compile),
+        steps_per_execution=first(defaults.steps_per_execution, space.steps_per_execution),
+        fused_steps=(1,),
+        batch_size=(None,),
+    )
 
 
 def autotune(task: Any, config: Any, **kwargs: Any) -> tuple[Any, TuneResult]:
     """``(config with the best settings, the TuneResult)``: from the cache, or searched."""
-    result = tune(task, config, **kwargs)
+    result = tune(task, config=config, **kwargs)
     return apply(config, result.best), result

@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 from toolkit import compat
-from toolkit.profiling.step_timer import StepTimer, infer_batch_size
+from toolkit.data import infer_batch_size
+from toolkit.profiling.step_timer import StepTimer
 
 pytestmark = pytest.mark.legacy_keras
 

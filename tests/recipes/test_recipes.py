@@ -36,7 +36,7 @@ def test_every_recipe_runs_its_smoke_mode_and_reports_every_design_field(tmp_pat
     out = _recipe(recipe, "--smoke", f"--report_dir={tmp_path}", "--log_steps=2")
     assert out.returncode == 0, out.stderr[-3000:]
     data = _report(tmp_path)
-    assert data["status"] == "complete" and data["extra"]["smoke"] is True
+    assert data["status"] == "complete" and data["context"]["smoke"] is True
     assert data["steps"]["total_steps"] == 8
     # The numbers every report carries (DESIGN.md), verdict apart (it needs `diagnose`).
     env = data["environment"]
@@ -52,7 +52,7 @@ def test_every_recipe_runs_its_smoke_mode_and_reports_every_design_field(tmp_pat
     assert compute["flops_per_step"] > compute["flops_forward"] > 0
     assert compute["peak_flops_per_s"] > 0 and compute["achieved_flops_per_s"] > 0
     assert 0 < compute["mfu"] < 1.5
-    assert {"device", "precision", "strategy", "preflight", "dataset"} <= set(data["extra"])
+    assert {"device", "precision", "strategy", "preflight", "dataset"} <= set(data["context"])
     assert "compute: " in out.stdout and "MFU" in out.stdout
     assert out.stdout.count("/step over the last 2 steps") == 3  # steps 3, 5, 7 (after 1st)
 
@@ -63,7 +63,8 @@ def test_cnn_defaults_reach_095_on_digits(tmp_path):
     data = _report(tmp_path)
     assert data["metrics"]["val_accuracy"] >= 0.95
     assert data["compute"] is None
-    assert data["extra"]["dataset"].startswith("digits") and "32×32×1" in data["extra"]["dataset"]
+    dataset = data["context"]["dataset"]
+    assert dataset.startswith("digits") and "32×32×1" in dataset
 
 
 def test_bert_inference_table(tmp_path):
@@ -99,7 +100,7 @@ def test_folder_and_tfrecord_datasets_from_files_the_test_writes(tmp_path):
         "--image_size=16", "--channels=3", f"--report_dir={tmp_path / 'r1'}",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "folder:" in _report(tmp_path / "r1")["extra"]["dataset"]
+    assert "folder:" in _report(tmp_path / "r1")["context"]["dataset"]
     x = rng.random((40, 8, 8, 1)).astype("float32")
     write_tfrecords(tmp_path / "rec", x, np.arange(40) % 10, num_shards=2)
     out = _recipe(
@@ -107,7 +108,7 @@ def test_folder_and_tfrecord_datasets_from_files_the_test_writes(tmp_path):
         f"--report_dir={tmp_path / 'r2'}",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "tfrecord:" in _report(tmp_path / "r2")["extra"]["dataset"]
+    assert "tfrecord:" in _report(tmp_path / "r2")["context"]["dataset"]
 
 
 @pytest.mark.parametrize(
@@ -145,7 +146,8 @@ import sys
 sys.argv = ["ipykernel_launcher.py", "-f", "/tmp/kernel-1.json"]
 from recipes import bert, cnn, mlp  # several recipes in one process
 from toolkit import train
-config = train.TrainConfig(smoke=True, report_dir={str(tmp_path)!r}, count_flops=False)
+from toolkit.config import TrainConfig
+config = TrainConfig(smoke=True, report_dir={str(tmp_path)!r}, count_flops=False)
 result = train.run(cnn.build_task(image_size=16), config)
 print("OK", result.report.status, result.report.steps.total_steps)
 print("OK", train.run(bert.build_task("digits", seq_len=65, vocab_size=32), config).report.status)
@@ -173,10 +175,11 @@ def test_a_recipe_on_tfds_under_mock_data(tmp_path):
 
     from recipes import cnn
     from toolkit import train
+    from toolkit.config import TrainConfig
 
-    config = train.TrainConfig(smoke=True, batch_size=8, report_dir=str(tmp_path))
+    config = TrainConfig(smoke=True, batch_size=8, report_dir=str(tmp_path))
     with tfds.testing.mock_data(num_examples=64):
         result = train.run(cnn.build_task("tfds:mnist", image_size=16), config)
     assert result.report.status == "complete" and result.report.steps.total_steps == 8
-    assert result.report.extra["dataset"].startswith("tfds:mnist")
+    assert result.report.context.dataset.startswith("tfds:mnist")
     assert "val_accuracy" in result.report.metrics

@@ -8,3 +8,5 @@
   M, N, K = 128, 3072, 768) and conv2d + bias + relu, and reads what fused from the post-Grappler
   graphs and XLA's optimized HLO.
 """
+
+__all__: list[str] = []  # a namespace: import the submodules (measure, table, fusion...)

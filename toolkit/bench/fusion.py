@@ -4,16 +4,9 @@ The TVM-on-M1 post fuses ``hard_swish(x) = x * relu6(x + 3) / 6`` into the matmu
 layer (M, N, K = 128, 3072, 768): a traditional framework runs it as five kernels (the gemm,
 then add, relu6, multiply, divide, each reading and writing the whole M x N result), a
 fusing compiler as one. This module measures the same chain in TensorFlow's three modes and
-says what actually fused, from what TensorFlow exposes:
-
-* graph mode: the partition graphs the runtime executed after Grappler's rewrites (captured
-  with the eager context's graph collection). Grappler's remapper (oneDNN on x86 CPUs, cuDNN /
-  cuBLASLt on CUDA) fuses a fixed list of patterns: conv2d + bias + relu is on it, the
-  hard_swish chain is not.
-* XLA: the optimized HLO module (``experimental_get_compiler_ir(stage="optimized_hlo")``); each
-  top-level instruction of its entry computation that computes is a kernel, and each
-  ``fusion`` lists the TensorFlow ops it holds.
-* eager: one kernel per op, by construction.
+says what actually fused, from the kernels TensorFlow ran (read by ``toolkit.bench.kernels``):
+Grappler's remapper fuses conv2d + bias + relu in graph mode but not the hard_swish chain; XLA
+fuses the epilogue; eager runs one kernel per op.
 
 GFLOP/s count the matmul's (or convolution's) FLOPs only, as the TVM post does; the
 element-wise epilogue adds a few FLOPs per output element, well under 1 % here.
@@ -22,206 +15,27 @@ element-wise epilogue adds a few FLOPs per output element, well under 1 % here.
 from __future__ import annotations
 
 import dataclasses
-import re
+import json
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from toolkit.bench.measure import MODES, Timing, error_reason, inputs_on, run_case, sync
+from toolkit import backend, machine
+from toolkit.bench.kernels import Kernels, graph_kernels, kernels_text, op_types, xla_kernels
+from toolkit.bench.measure import MODES, inputs_on, run_case
+from toolkit.bench.table import Timing, format_ms
+from toolkit.files import atomic_write, jsonable
+from toolkit.profiling.stats import speedup_line
 
-# Graph nodes that move or name data rather than compute.
-_GRAPH_NON_KERNELS = frozenset(
-    {
-        "_Arg",
-        "_Retval",
-        "_DeviceArg",
-        "_DeviceRetval",
-        "Const",
-        "HostConst",
-        "Identity",
-        "NoOp",
-        "_Send",
-        "_Recv",
-        "_HostSend",
-        "_HostRecv",
-        "Placeholder",
-    }
-)
-# HLO entry instructions that launch no work of their own.
-_HLO_NON_KERNELS = frozenset(
-    {
-        "parameter",
-        "constant",
-        "tuple",
-        "get-tuple-element",
-        "bitcast",
-        "after-all",
-        "partition-id",
-        "replica-id",
-    }
-)
-_HLO_BORING = frozenset({"parameter", "constant", "broadcast", "bitcast", "reshape", "tuple"})
-
-_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\{\s*$")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\(")
-_CALLS = re.compile(r"calls=%?([\w.\-]+)")
-_KIND = re.compile(r"kind=(k\w+)")
-_OP_TYPE = re.compile(r'op_type="([^"]+)"')
-_TARGET = re.compile(r'custom_call_target="([^"]+)"')
-
-
-@dataclasses.dataclass(frozen=True)
-class Kernels:
-    """What one compiled computation ran.
-
-    Attributes:
-        names: one entry per kernel, e.g. ``_MklMatMul`` or
-            ``fusion(kLoop: AddV2, Relu6, Mul, RealDiv)``.
-        fusions: one line per fused group: what it holds.
-        source: where this was read from, or why it could not be.
-    """
-
-    names: tuple[str, ...]
-    fusions: tuple[str, ...]
-    source: str
-
-    @property
-    def count(self) -> int:
-        return len(self.names)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "count": self.count}
-
-
-# ---------------------------------------------------------------------------- HLO
-
-
-def parse_hlo(text: str) -> tuple[str | None, dict[str, list[tuple[str, str, str]]]]:
-    """``(entry name, {computation: [(instruction, opcode, line), ...]})`` of HLO text."""
-    computations: dict[str, list[tuple[str, str, str]]] = {}
-    entry, current = None, None
-    for line in text.splitlines():
-        if current is None:
-            m = _COMPUTATION.match(line.strip())
-            if m and not line.startswith(" "):
-                current = m.group(2)
-                computations[current] = []
-                if m.group(1):
-                    entry = current
-            continue
-        if line.strip() == "}":
-            current = None
-            continue
-        m = _INSTRUCTION.match(line)
-        if m:
-            computations[current].append((m.group(1), m.group(2), line))
-    return entry, computations
-
-
-def _op_types(lines: Sequence[str]) -> list[str]:
-    found: dict[str, None] = {}
-    for line in lines:
-        m = _OP_TYPE.search(line)
-        if m:
-            found.setdefault(m.group(1), None)
-    return list(found)
-
-
-def hlo_kernels(text: str) -> Kernels:
-    """The kernels of an optimized HLO module: its entry computation's computing
-    instructions; each fusion is described by the TensorFlow ops (``op_type``) it holds."""
-    entry, computations = parse_hlo(text)
-    if entry is None:
-        return Kernels((), (), "optimized HLO: no ENTRY computation found")
-    names, fusions = [], []
-    for _, opcode, line in computations[entry]:
-        if opcode in _HLO_NON_KERNELS:
-            continue
-        if opcode == "fusion":
-            called = _CALLS.search(line)
-            inner = computations.get(called.group(1), []) if called else []
-            kind = _KIND.search(line)
-            ops = _op_types([ln for _, op, ln in inner if op not in ("parameter",)])
-            hlo_ops = list(dict.fromkeys(op for _, op, _ in inner if op not in _HLO_BORING))
-            label = f"fusion({kind.group(1) if kind else '?'}: {', '.join(ops) or '?'})"
-            names.append(label)
-            fusions.append(
-                f"one {kind.group(1) if kind else ''} fusion holds {', '.join(ops) or '?'} "
-                f"(HLO {', '.join(hlo_ops) or '?'})"
-            )
-        elif opcode == "custom-call":
-            target = _TARGET.search(line)
-            names.append(f"custom-call({target.group(1) if target else '?'})")
-        else:
-            ops = _op_types([line])
-            names.append(f"{opcode}({ops[0]})" if ops else opcode)
-    return Kernels(tuple(names), tuple(fusions), "XLA optimized HLO")
-
-
-def xla_kernels(fn: Callable[..., Any], args: Sequence[Any], device_name: str) -> Kernels:
-    """:func:`hlo_kernels` of `fn` compiled with XLA for `device_name`."""
-    import tensorflow as tf
-
-    try:
-        compiled = tf.function(fn, autograph=False, jit_compile=True)
-        with tf.device(device_name):  # the IR is compiled for the scope's device
-            text = compiled.experimental_get_compiler_ir(*args)(stage="optimized_hlo")
-    except Exception as e:  # noqa: BLE001 - the fusion report is a nicety, the timing stands
-        return Kernels((), (), f"not exposed: {error_reason(e)}")
-    return hlo_kernels(text)
-
-
-# ---------------------------------------------------------------------------- graph mode
-
-
-def _graph_node_name(node: Any) -> str:
-    fused = list(node.attr["fused_ops"].list.s) if "fused_ops" in node.attr else []
-    return f"{node.op}[{'+'.join(s.decode() for s in fused)}]" if fused else node.op
-
-
-def graph_kernels(fn: Callable[..., Any], args: Sequence[Any], device_name: str) -> Kernels:
-    """The compute nodes of the partition graphs that ran `fn` as a ``tf.function`` (after
-    Grappler's rewrites), from the eager context's graph collection."""
-    import tensorflow as tf
-
-    try:
-        from tensorflow.python.eager import context
-
-        ctx = context.context()
-        fresh = tf.function(fn, autograph=False)  # graphs are collected when instantiated
-        ctx.enable_graph_collection()
-        try:
-            with tf.device(device_name):
-                sync(fresh(*args))
-            metadata = ctx.export_run_metadata()
-        finally:
-            ctx.disable_graph_collection()
-    except Exception as e:  # noqa: BLE001 - a private API: report, do not fail the timing
-        return Kernels((), (), f"not exposed: {error_reason(e)}")
-    nodes = [
-        node
-        for function_graph in metadata.function_graphs
-        for graph in function_graph.partition_graphs
-        for node in graph.node
-        if node.op not in _GRAPH_NON_KERNELS
-    ]
-    if not nodes:
-        return Kernels((), (), "not exposed: the runtime returned no partition graphs")
-    names = tuple(_graph_node_name(n) for n in nodes)
-    fusions = tuple(
-        f"{name} is one kernel (a Grappler remapper pattern)"
-        for name in names
-        if "[" in name or "Fused" in name
-    )
-    return Kernels(names, fusions, "graph partitions after Grappler")
-
-
-def op_types(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[str, ...]:
-    """The TensorFlow ops `fn` is written as, in order (what eager runs, a kernel each)."""
-    import tensorflow as tf
-
-    graph = tf.function(fn, autograph=False).get_concrete_function(*args).graph
-    return tuple(op.type for op in graph.get_operations() if op.type not in _GRAPH_NON_KERNELS)
-
+__all__ = [
+    "FusionDemo",
+    "Variant",
+    "conv_bias_relu",
+    "fusion_demos",
+    "hard_swish",
+    "matmul_hard_swish",
+    "write",
+]
 
 # ---------------------------------------------------------------------------- the demos
 
@@ -297,8 +111,6 @@ class FusionDemo:
 
     def table(self) -> str:
         """A Markdown table: variant, mode, ms, GFLOP/s, kernels, what ran."""
-        from toolkit.bench.table import format_ms
-
         lines = [
             "| variant | mode | ms | GFLOP/s | kernels | what ran |",
             "|---|---|---|---|---|---|",
@@ -320,8 +132,6 @@ class FusionDemo:
 
     def findings(self) -> list[str]:
         """What fused, in words, and the ratio lines (time per 1000 calls, in seconds)."""
-        from toolkit.bench.table import speedup_line
-
         lines = []
         for v in self._timed_chain():
             if v.mode == "eager":
@@ -383,11 +193,6 @@ class FusionDemo:
             "epilogue_cost_pct": self.epilogue_cost(),
             "findings": self.findings(),
         }
-
-
-def kernels_text(count: int) -> str:
-    """``1 kernel`` / ``5 kernels``."""
-    return f"{count} kernel" + ("" if count == 1 else "s")
 
 
 def hard_swish(x: Any) -> Any:
@@ -532,20 +337,15 @@ def fusion_demos(size: str = "default", **kwargs: Any) -> list[FusionDemo]:
 
 def write(demos: Sequence[FusionDemo], directory: str, settings: dict[str, Any]) -> dict[str, str]:
     """Writes ``fusion.json`` (the record, with the environment) and ``fusion.md``, atomically."""
-    import json
-    import os
-
-    from toolkit.report import _jsonable, atomic_write, capture_environment
-
     record = {
         "schema": "toolkit.fusion/1",
         "settings": settings,
-        "environment": capture_environment(),
+        "environment": machine.capture_environment(backend.framework_facts()),
         "demos": [d.to_dict() for d in demos],
     }
     return {
         "json": atomic_write(
-            os.path.join(directory, "fusion.json"), json.dumps(_jsonable(record), indent=1)
+            os.path.join(directory, "fusion.json"), json.dumps(jsonable(record), indent=1)
         ),
         "markdown": atomic_write(
             os.path.join(directory, "fusion.md"), "\n\n".join(d.render() for d in demos) + "\n"

@@ -21,14 +21,31 @@ ones are decided up front (XLA on Metal), anything else is the error the attempt
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from toolkit import backend, machine
 from toolkit.bench.ops import OPS, select_ops
+from toolkit.bench.table import Measurement, OpTable, Timing
 from toolkit.profiling.stats import jitter, median
+
+__all__ = [
+    "MODES",
+    "OPS",
+    "benchmark",
+    "call_floor_ms",
+    "compile_fn",
+    "device_labels",
+    "error_reason",
+    "inputs_on",
+    "run_case",
+    "select_modes",
+    "sync",
+    "time_calls",
+    "unsupported",
+]
 
 MODES = ("eager", "graph", "xla")
 MODE_HELP = {
@@ -36,38 +53,6 @@ MODE_HELP = {
     "graph": "tf.function: one graph, optimized by Grappler",
     "xla": "tf.function(jit_compile=True): compiled and fused by XLA",
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class Timing:
-    """The per-call time of one computation.
-
-    Attributes:
-        ms: median over the repeats of the per-call time, in milliseconds.
-        spread_pct: robust spread of the repeats (``1.4826 * MAD``) in % of `ms`.
-        repeats_ms: each repeat's per-call time.
-        calls: calls per timed loop.
-        first_call_ms: the first call (tracing / compilation included), left out of `ms`.
-    """
-
-    ms: float
-    spread_pct: float
-    repeats_ms: tuple[float, ...]
-    calls: int
-    first_call_ms: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "repeats_ms": list(self.repeats_ms)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Timing:
-        return cls(
-            ms=float(data["ms"]),
-            spread_pct=float(data["spread_pct"]),
-            repeats_ms=tuple(float(v) for v in data["repeats_ms"]),
-            calls=int(data["calls"]),
-            first_call_ms=float(data["first_call_ms"]),
-        )
 
 
 def sync(result: Any) -> None:
@@ -182,62 +167,6 @@ def error_reason(error: BaseException) -> str:
 # ---------------------------------------------------------------------------- the benchmark
 
 
-@dataclasses.dataclass(frozen=True)
-class Measurement:
-    """One cell: an op's case, on one device, in one mode; a timing or why there is none."""
-
-    op: str
-    case: int
-    label: str
-    device: str
-    mode: str
-    timing: Timing | None = None
-    reason: str | None = None
-    flops: float | None = None
-
-    @property
-    def column(self) -> str:
-        return f"{self.device}_{self.mode}"
-
-    @property
-    def ms(self) -> float | None:
-        return self.timing.ms if self.timing else None
-
-    @property
-    def gflops_per_s(self) -> float | None:
-        if self.flops and self.timing and self.timing.ms > 0:
-            return self.flops / (self.timing.ms * 1e-3) / 1e9
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "op": self.op,
-            "case": self.case,
-            "label": self.label,
-            "device": self.device,
-            "mode": self.mode,
-            "ms": self.ms,
-            "timing": self.timing.to_dict() if self.timing else None,
-            "reason": self.reason,
-            "flops": self.flops,
-            "gflops_per_s": self.gflops_per_s,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Measurement:
-        timing = data.get("timing")
-        return cls(
-            op=data["op"],
-            case=int(data["case"]),
-            label=data["label"],
-            device=data["device"],
-            mode=data["mode"],
-            timing=Timing.from_dict(timing) if timing else None,
-            reason=data.get("reason"),
-            flops=data.get("flops"),
-        )
-
-
 def inputs_on(device: Any, make: Callable[[Any], Sequence[Any]], seed: int = 0) -> tuple[Any, ...]:
     """``make(rng)``'s tensors, made on the CPU from `seed` (the same values for every device
     and mode; Metal has no kernels for the random ops) and copied to `device`."""
@@ -312,13 +241,11 @@ def benchmark(
         progress: called with one line after each op (e.g. ``print``).
 
     Returns:
-        A :class:`toolkit.bench.table.OpTable`.
+        An :class:`~toolkit.bench.table.OpTable`.
     """
     import tensorflow as tf
 
     from toolkit import devices as tk_devices
-    from toolkit.bench.table import OpTable
-    from toolkit.report import capture_environment
 
     chosen_ops = select_ops(ops)
     chosen_modes = select_modes(modes)
@@ -383,9 +310,6 @@ def benchmark(
             "modes": list(chosen_modes),
         },
         devices=[{**d.to_dict(), "label": labels[d.name]} for d in found],
-        environment=capture_environment(),
+        environment=machine.capture_environment(backend.framework_facts()),
         floors=floors,
     )
-
-
-__all__ = ["MODES", "OPS", "Measurement", "Timing", "benchmark", "time_calls"]

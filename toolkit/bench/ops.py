@@ -24,6 +24,17 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+__all__ = [
+    "OPS",
+    "OP_NAMES",
+    "SIZES",
+    "TINY_CAP",
+    "Case",
+    "Op",
+    "select_ops",
+]
+
+
 Shape = tuple[int, ...]
 SIZES = ("tiny", "default", "full")
 TINY_CAP = 16

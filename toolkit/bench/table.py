@@ -20,7 +20,10 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from toolkit.bench.measure import Measurement
+from toolkit.files import ReportError, atomic_write, jsonable
+from toolkit.profiling.stats import speedup_pct
+
+__all__ = ["Measurement", "OpTable", "Timing", "format_ms", "format_pct"]
 
 SCHEMA = "toolkit.ops/1"
 NOISY_PCT = 10.0
@@ -32,21 +35,6 @@ FILES = {
     "average_csv": "ops_average.csv",
     "png": "ops.png",
 }
-
-
-def speedup_line(name: str, baseline_s: float, toolkit_s: float) -> str:
-    """``name: X.XX× (baseline A s, toolkit B s)`` with X = baseline / toolkit (> 1: faster)."""
-    return (
-        f"{name}: {baseline_s / toolkit_s:.2f}× "
-        f"(baseline {baseline_s:.3f} s, toolkit {toolkit_s:.3f} s)"
-    )
-
-
-def speedup_pct(base_ms: float | None, new_ms: float | None) -> float | None:
-    """``(base / new - 1) * 100``: how much faster `new` is, in %; None if either is missing."""
-    if base_ms is None or new_ms is None or new_ms <= 0:
-        return None
-    return (base_ms / new_ms - 1.0) * 100.0
 
 
 def format_ms(ms: float | None) -> str:
@@ -64,6 +52,100 @@ def format_pct(pct: float | None) -> str:
 def _mean(values: Iterable[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return sum(present) / len(present) if present else None
+
+
+# ---------------------------------------------------------------------------- records
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """The per-call time of one computation.
+
+    Attributes:
+        ms: median over the repeats of the per-call time, in milliseconds.
+        spread_pct: robust spread of the repeats (``1.4826 * MAD``) in % of `ms`.
+        repeats_ms: each repeat's per-call time.
+        calls: calls per timed loop.
+        first_call_ms: the first call (tracing / compilation included), left out of `ms`.
+    """
+
+    ms: float
+    spread_pct: float
+    repeats_ms: tuple[float, ...]
+    calls: int
+    first_call_ms: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "repeats_ms": list(self.repeats_ms)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Timing:
+        return cls(
+            ms=float(data["ms"]),
+            spread_pct=float(data["spread_pct"]),
+            repeats_ms=tuple(float(v) for v in data["repeats_ms"]),
+            calls=int(data["calls"]),
+            first_call_ms=float(data["first_call_ms"]),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """One cell: an op's case, on one device, in one mode; a timing or why there is none."""
+
+    op: str
+    case: int
+    label: str
+    device: str
+    mode: str
+    timing: Timing | None = None
+    reason: str | None = None
+    flops: float | None = None
+
+    @property
+    def column(self) -> str:
+        return f"{self.device}_{self.mode}"
+
+    @property
+    def ms(self) -> float | None:
+        return self.timing.ms if self.timing else None
+
+    @property
+    def gflops_per_s(self) -> float | None:
+        if self.flops and self.timing and self.timing.ms > 0:
+            return self.flops / (self.timing.ms * 1e-3) / 1e9
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "case": self.case,
+            "label": self.label,
+            "device": self.device,
+            "mode": self.mode,
+            "ms": self.ms,
+            "timing": self.timing.to_dict() if self.timing else None,
+            "reason": self.reason,
+            "flops": self.flops,
+            "gflops_per_s": self.gflops_per_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        timing = data.get("timing")
+        return cls(
+            op=data["op"],
+            case=int(data["case"]),
+            label=data["label"],
+            device=data["device"],
+            mode=data["mode"],
+            timing=Timing.from_dict(timing) if timing else None,
+            reason=data.get("reason"),
+            flops=data.get("flops"),
+        )
+
+
+# ---------------------------------------------------------------------------- the table
 
 
 @dataclasses.dataclass
@@ -307,14 +389,10 @@ class OpTable:
         }
 
     def to_json(self) -> str:
-        from toolkit.report import _jsonable
-
-        return json.dumps(_jsonable(self.to_dict()), indent=1)
+        return json.dumps(jsonable(self.to_dict()), indent=1)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> OpTable:
-        from toolkit.report import ReportError
-
         if data.get("schema") != SCHEMA:
             raise ReportError(f"not an op benchmark record (schema {data.get('schema')!r})")
         return cls(
@@ -359,8 +437,6 @@ class OpTable:
     def write(self, directory: str | os.PathLike[str], plot: bool = True) -> dict[str, str]:
         """Writes ops.json (first: the record), ops.md, ops.csv, ops_average.csv and ops.png
         atomically; a failing plot is noted in the Markdown and loses nothing else."""
-        from toolkit.report import atomic_write
-
         directory = os.fspath(directory)
 
         def path(kind: str) -> str:

@@ -2,7 +2,7 @@
 shuffle/cache/map/batch/prefetch and checks for traps, and a pipeline-only throughput benchmark."""
 
 from toolkit.data.benchmark import PipelineBenchmark, benchmark
-from toolkit.data.builder import PipelineWarning, pipeline
+from toolkit.data.builder import PipelineWarning, describe_pipeline, infer_batch_size, pipeline
 from toolkit.data.sources import (
     class_names,
     decode_image,
@@ -25,9 +25,11 @@ __all__ = [
     "benchmark",
     "class_names",
     "decode_image",
+    "describe_pipeline",
     "digits",
     "from_arrays",
     "image_folder",
+    "infer_batch_size",
     "normalize_images",
     "parallel_generator",
     "pipeline",

@@ -8,7 +8,13 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from toolkit.data.builder import infer_batch_size
 from toolkit.profiling.stats import StepStats, format_ms, summarize
+
+__all__ = [
+    "PipelineBenchmark",
+    "benchmark",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,8 +84,6 @@ def benchmark(
     if num_batches < 1:
         raise ValueError(f"num_batches: must be >= 1, got {num_batches}")
     if batch_size is None:
-        from toolkit.profiling.step_timer import infer_batch_size
-
         batch_size = infer_batch_size(dataset)
     t0 = clock()
     iterator = iter(dataset)

@@ -13,6 +13,7 @@ would not fit in RAM, and ``from_generator`` read on one thread where
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import warnings
@@ -20,6 +21,19 @@ from collections.abc import Callable
 from typing import Any
 
 from absl import logging
+
+__all__ = [
+    "DEFAULT_SHUFFLE_EXAMPLES",
+    "PipelineWarning",
+    "dataset_ops",
+    "describe_pipeline",
+    "element_bytes",
+    "infer_batch_size",
+    "parse_bytes",
+    "pipeline",
+    "warn_once",
+]
+
 
 DEFAULT_SHUFFLE_EXAMPLES = 10_000
 _UNITS = {
@@ -77,6 +91,98 @@ def element_bytes(element_spec: Any) -> int | None:
             return None
         total += math.prod(shape.as_list()) * spec.dtype.size
     return total
+
+
+_STAGE_NAMES = {
+    "TensorSliceDataset": "from_tensor_slices",
+    "TensorDataset": "from_tensors",
+    "GeneratorDataset": "from_generator",
+    "FlatMapDataset": "flat_map",
+    "MapDataset": "map",
+    "ParallelMapDataset": "map(parallel)",
+    "BatchDataset": "batch",
+    "ParallelBatchDataset": "batch(parallel)",
+    "PaddedBatchDataset": "padded_batch",
+    "ShuffleDataset": "shuffle",
+    "CacheDataset": "cache",
+    "MemoryCacheDataset": "cache",
+    "RepeatDataset": "repeat",
+    "PrefetchDataset": "prefetch",
+    "TakeDataset": "take",
+    "SkipDataset": "skip",
+    "FilterDataset": "filter",
+    "InterleaveDataset": "interleave",
+    "ParallelInterleaveDataset": "interleave(parallel)",
+    "TFRecordDatasetV2": "TFRecordDataset",
+    "RangeDataset": "range",
+    "ZipDataset": "zip",
+    "UnbatchDataset": "unbatch",
+}
+_HIDDEN_STAGES = {"OptionsDataset", "_OptionsDataset"}
+
+
+def infer_batch_size(data: Any) -> int | None:
+    """Examples per step of a ``tf.data.Dataset``, without iterating it.
+
+    Uses the static batch dimension of the first element when it is known (``drop_remainder``
+    batching), else the ``batch_size`` of the nearest batching stage (the nominal size: the last
+    batch of an epoch may be smaller). Returns None when it cannot tell (e.g. NumPy arrays: give
+    ``batch_size`` explicitly then).
+    """
+    spec = getattr(data, "element_spec", None)
+    if spec is None:
+        return None
+    shape = getattr(_first_leaf(spec), "shape", None)
+    rank = getattr(shape, "rank", None) if hasattr(shape, "rank") else None
+    if shape is not None and not hasattr(shape, "rank"):
+        rank = len(shape)
+    if rank:
+        dim = next(iter(shape))
+        if dim is not None:
+            return int(dim)
+    node, hops = data, 0
+    while node is not None and hops < 64:
+        size = getattr(node, "_batch_size", None)
+        if size is not None:
+            try:
+                return int(size)
+            except (TypeError, ValueError):
+                return None
+        node, hops = getattr(node, "_input_dataset", None), hops + 1
+    return None
+
+
+def _first_leaf(structure: Any) -> Any:
+    """The first leaf of a nested spec in ``tf.nest`` order (dicts by sorted key), without
+    importing a framework."""
+    while isinstance(structure, (tuple, list, dict)):
+        if not structure:
+            return None
+        structure = structure[sorted(structure)[0]] if isinstance(structure, dict) else structure[0]
+    return structure
+
+
+def describe_pipeline(dataset: Any) -> str:
+    """The stages of a tf.data pipeline from its source to its end, in words:
+    ``from_tensor_slices → shuffle → map → batch(32) → prefetch``. Walks the Python dataset
+    objects along their first input; nothing runs."""
+    stages: list[str] = []
+    node, hops = dataset, 0
+    while node is not None and hops < 256:
+        cls = type(node).__name__.lstrip("_")
+        if cls not in _HIDDEN_STAGES and type(node).__name__ not in _HIDDEN_STAGES:
+            stage = _STAGE_NAMES.get(cls, cls)
+            size = getattr(node, "_batch_size", None)
+            if size is not None and "batch" in stage:
+                with contextlib.suppress(TypeError, ValueError):
+                    stage += f"({int(size)})"
+            stages.append(stage)
+        try:
+            inputs = node._inputs()
+        except Exception:  # noqa: BLE001 - not a tf.data dataset
+            break
+        node, hops = (inputs[0] if inputs else None), hops + 1
+    return " → ".join(reversed(stages)) or type(dataset).__name__
 
 
 def dataset_ops(dataset: Any) -> tuple[set[str], set[str]]:

@@ -32,6 +32,18 @@ from typing import Any
 
 from toolkit.data import sources
 
+__all__ = [
+    "CACHE_LIMIT_BYTES",
+    "KINDS",
+    "SYNTHETIC_EXAMPLES",
+    "Data",
+    "ImageSpec",
+    "TokenSpec",
+    "load",
+    "parse_dataset_spec",
+]
+
+
 KINDS = ("synthetic", "digits", "tfds:NAME", "folder:PATH", "tfrecord:GLOB")
 SYNTHETIC_EXAMPLES = 4096
 PAD, CLS, FIRST_TOKEN = 0, 1, 2

@@ -16,6 +16,25 @@ from typing import Any
 
 import numpy as np
 
+__all__ = [
+    "DEFAULT_CHUNK",
+    "IMAGE_EXTENSIONS",
+    "class_names",
+    "decode_image",
+    "digits",
+    "from_arrays",
+    "image_folder",
+    "normalize_images",
+    "parallel_generator",
+    "synthetic",
+    "tfds_dataset",
+    "tfrecord_parser",
+    "tfrecord_records",
+    "tfrecords",
+    "write_tfrecords",
+]
+
+
 Arrays = tuple[np.ndarray, np.ndarray]
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 DEFAULT_CHUNK = 16

@@ -17,6 +17,11 @@ from typing import Any
 
 from toolkit.profiling.stats import StepStats, summarize
 
+__all__ = [
+    "InferenceTiming",
+    "measure_inference",
+]
+
 
 @dataclasses.dataclass(frozen=True)
 class InferenceTiming:

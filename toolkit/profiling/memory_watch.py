@@ -8,7 +8,15 @@ from typing import Any
 
 from absl import logging
 
-from toolkit import compat
+from toolkit import backend, compat
+
+__all__ = [
+    "MB",
+    "MemoryWatch",
+    "host_rss_mb",
+    "steady_growth",
+]
+
 
 MB = 1024.0 * 1024.0
 
@@ -40,14 +48,15 @@ class MemoryWatch(compat.keras().callbacks.Callback):
     Use it to catch a leak (a Python list of tensors, a growing cache, a retracing function)
     before it kills a long run: it warns once when host or device memory rose at each of the
     last `min_epochs` readings by more than `growth_warn_mb` in total. Device memory comes from
-    ``tf.config.experimental.get_memory_info`` where TensorFlow exposes it (CUDA GPUs).
+    the backend (``toolkit.backend``; on TensorFlow ``tf.config.experimental.get_memory_info``,
+    where it is exposed: CUDA GPUs).
 
     Args:
         growth_warn_mb: total growth over the window that triggers the warning. Defaults to `64`.
         min_epochs: readings in the window; at least 2. Defaults to `3`.
         rss_fn: returns host RSS in MiB. Defaults to reading this process with psutil.
         device_fn: returns ``{device: {"current_mb", "peak_mb"}}``. Defaults to
-            `toolkit.devices.device_memory` (peaks reset per epoch).
+            the backend's ``device_memory`` (peaks reset per epoch).
 
     Example:
 
@@ -122,6 +131,4 @@ class MemoryWatch(compat.keras().callbacks.Callback):
 
 
 def _device_memory_reset() -> dict[str, dict[str, float]]:
-    from toolkit.devices import device_memory
-
-    return device_memory(reset_peak=True)
+    return backend.get().device_memory(reset_peak=True)

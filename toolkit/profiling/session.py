@@ -13,9 +13,12 @@ from typing import Any
 from absl import logging
 
 from toolkit.profiling.memory_watch import MemoryWatch
-from toolkit.profiling.step_timer import DEFAULT_WARMUP_STEPS, StepTimer
+from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS
+from toolkit.profiling.step_timer import StepTimer
 from toolkit.profiling.trace_window import TraceWindow
-from toolkit.report import COMPLETE, PARTIAL, RunReport
+from toolkit.report import COMPLETE, PARTIAL, RunContext, RunReport
+
+__all__ = ["Profile", "TrainingInterrupted", "new_run_dir", "profile"]
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -60,9 +63,10 @@ class Profile:
         plot: write the PNG plot. Defaults to `True`.
         log_steps: print step time every this many steps. Defaults to `None`.
 
-    Set ``.extra`` (free-form facts) and ``.compute`` (``flops_per_step``,
-    ``peak_flops_per_s``...: see ``toolkit.profiling.flops``) inside the block; they go into
-    the report.
+    Inside the block, set ``.context`` (a ``toolkit.report.RunContext``: the runner's),
+    ``.compute`` (``flops_per_step``, ``peak_flops_per_s``...: see ``toolkit.profiling.flops``),
+    ``.diagnosis`` / ``.tune`` (those tools' ``to_dict()``) and ``.extra`` (free-form facts);
+    they go into the report.
     """
 
     def __init__(
@@ -85,6 +89,9 @@ class Profile:
         self.plot = plot
         self.extra: dict[str, Any] = {}
         self.compute: dict[str, Any] | None = None
+        self.context: RunContext | None = None
+        self.diagnosis: dict[str, Any] | None = None
+        self.tune: dict[str, Any] | None = None
         self.timer = StepTimer(
             warmup_steps=warmup_steps, batch_size=batch_size, data=data, log_steps=log_steps
         )
@@ -129,6 +136,9 @@ class Profile:
                 error=error,
                 extra=self.extra,
                 compute=self.compute,
+                context=self.context,
+                diagnosis=self.diagnosis,
+                tune=self.tune,
             )
             if self.run_dir is not None:
                 self.paths = self.report.write(self.run_dir, plot=self.plot)

@@ -20,7 +20,26 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+__all__ = [
+    "DEFAULT_WARMUP_STEPS",
+    "MAD_TO_SIGMA",
+    "StepStats",
+    "format_flops",
+    "format_ms",
+    "jitter",
+    "median",
+    "percentile",
+    "speedup_line",
+    "speedup_pct",
+    "summarize",
+    "summarize_calls",
+    "utilization",
+]
+
+
 MAD_TO_SIGMA = 1.4826
+# Steps after the first execution that StepTimer leaves out of the statistics by default.
+DEFAULT_WARMUP_STEPS = 5
 
 # What a recorded execution counts as.
 FIRST, WARMUP, EXCLUDED, TIMED = "first", "warmup", "excluded", "timed"
@@ -260,3 +279,46 @@ def summarize_calls(calls: Sequence[Sequence[Any]], batch_size: int | None = Non
         warmup_steps=sum(c[1] for c in calls if c[3] == WARMUP),
         excluded_steps=sum(c[1] for c in calls if c[3] == EXCLUDED),
     )
+
+
+# ---------------------------------------------------------------------------- compute and ratios
+
+
+def utilization(
+    flops_per_step: float | None, step_seconds: float | None, peak_flops: float | None
+) -> dict[str, float | None]:
+    """``{"achieved_flops_per_s", "mfu"}`` from FLOPs per step, the median step time and the
+    peak; `None` where an input is missing."""
+    achieved = None
+    if flops_per_step and step_seconds and step_seconds > 0:
+        achieved = flops_per_step / step_seconds
+    mfu = achieved / peak_flops if achieved is not None and peak_flops else None
+    return {"achieved_flops_per_s": achieved, "mfu": mfu}
+
+
+def format_flops(value: float | None, per_second: bool = False) -> str:
+    """``1.23 GFLOP`` / ``45.6 GFLOP/s``; ``n/a`` for None."""
+    if value is None:
+        return "n/a"
+    unit = "FLOP/s" if per_second else "FLOP"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def speedup_line(name: str, baseline_s: float, toolkit_s: float) -> str:
+    """The one ratio line of every benchmark and tool: ``name: X.XX× (baseline A s, toolkit
+    B s)`` with X = baseline / toolkit time, so X > 1 means the toolkit's side is faster."""
+    return (
+        f"{name}: {baseline_s / toolkit_s:.2f}× "
+        f"(baseline {baseline_s:.3f} s, toolkit {toolkit_s:.3f} s)"
+    )
+
+
+def speedup_pct(base: float | None, new: float | None) -> float | None:
+    """``(base / new - 1) * 100``: how much faster `new` is than `base` (both times, same
+    unit), in %; None if either is missing."""
+    if base is None or new is None or new <= 0:
+        return None
+    return (base / new - 1.0) * 100.0

@@ -29,8 +29,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from toolkit import compat
-from toolkit.profiling._events import PROFILER
+from toolkit.profiling.events import FUSED_STEPS_ATTR, PROFILER
 from toolkit.profiling.stats import (
+    DEFAULT_WARMUP_STEPS,
     EXCLUDED,
     FIRST,
     TIMED,
@@ -40,39 +41,9 @@ from toolkit.profiling.stats import (
     summarize_calls,
 )
 
-DEFAULT_WARMUP_STEPS = 5
-# Set on a model whose every Keras batch runs this many training steps (fused in one call).
-FUSED_STEPS_ATTR = "_toolkit_fused_steps"
-
-
-def infer_batch_size(data: Any) -> int | None:
-    """Examples per step of a ``tf.data.Dataset``, without iterating it.
-
-    Uses the static batch dimension of the first element when it is known (``drop_remainder``
-    batching), else the ``batch_size`` of the nearest batching stage (the nominal size: the last
-    batch of an epoch may be smaller). Returns None when it cannot tell (e.g. NumPy arrays: give
-    ``batch_size`` explicitly then).
-    """
-    spec = getattr(data, "element_spec", None)
-    if spec is None:
-        return None
-    import tensorflow as tf
-
-    leaves = tf.nest.flatten(spec)
-    if leaves and getattr(leaves[0], "shape", None) is not None and leaves[0].shape.rank:
-        dim = leaves[0].shape[0]
-        if dim is not None:
-            return int(dim)
-    node, hops = data, 0
-    while node is not None and hops < 64:
-        size = getattr(node, "_batch_size", None)
-        if size is not None:
-            try:
-                return int(size)
-            except (TypeError, ValueError):
-                return None
-        node, hops = getattr(node, "_input_dataset", None), hops + 1
-    return None
+__all__ = [
+    "StepTimer",
+]
 
 
 class StepTimer(compat.keras().callbacks.Callback):
@@ -130,6 +101,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if batch_size is None and data is not None:
+            from toolkit.data.builder import infer_batch_size  # tf.data's internals
+
             batch_size = infer_batch_size(data)
         self.warmup_steps = warmup_steps
         self.batch_size = batch_size

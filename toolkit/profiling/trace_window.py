@@ -1,4 +1,5 @@
-"""TraceWindow: a TensorFlow profiler trace of a chosen range of training steps."""
+"""TraceWindow: a profiler trace of a chosen range of training steps (the backend's profiler,
+through ``toolkit.backend``: TensorFlow's today)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,15 @@ from typing import Any
 
 from absl import logging
 
-from toolkit import compat
-from toolkit.profiling._events import PROFILER
-from toolkit.profiling.step_timer import DEFAULT_WARMUP_STEPS
+from toolkit import backend, compat
+from toolkit.profiling.events import PROFILER
+from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS
+
+__all__ = [
+    "DEFAULT_TRACE_STEPS",
+    "TraceWindow",
+]
+
 
 DEFAULT_TRACE_STEPS = 5
 
@@ -97,16 +104,8 @@ class TraceWindow(compat.keras().callbacks.Callback):
     def _start(self, step: int) -> None:
         self._done = True  # one window per fit, whatever happens
         try:
-            import tensorflow as tf
-
-            host, python, device = self._levels
-            options = tf.profiler.experimental.ProfilerOptions(
-                host_tracer_level=host,
-                python_tracer_level=python,
-                device_tracer_level=device,
-            )
             os.makedirs(self.logdir, exist_ok=True)
-            tf.profiler.experimental.start(self.logdir, options=options)
+            backend.get().start_trace(self.logdir, *self._levels)
         except Exception as e:  # noqa: BLE001 - a profiler failure must never kill training
             self.error = f"profiler failed to start at step {step}: {type(e).__name__}: {e}"
             logging.warning("TraceWindow: %s; training continues without a trace", self.error)
@@ -119,9 +118,7 @@ class TraceWindow(compat.keras().callbacks.Callback):
     def _stop(self, step: int) -> None:
         self._active = False
         try:
-            import tensorflow as tf
-
-            tf.profiler.experimental.stop()
+            backend.get().stop_trace()
             self.traced_steps = (self._started_at, step)
         except Exception as e:  # noqa: BLE001
             self.error = f"profiler failed to stop at step {step}: {type(e).__name__}: {e}"

@@ -1,4 +1,5 @@
-"""Profiler activity shared between TraceWindow and StepTimer, without importing TensorFlow.
+"""What the callbacks share with each other and with the code that sets up a run, without
+importing any framework: the profiler's activity and the fused-steps mark on a model.
 
 Steps that run while a profiler trace is active (or during which one starts or stops, which
 costs tens of milliseconds to export) are not representative; StepTimer reads this state to leave
@@ -6,6 +7,11 @@ them out of its statistics and count them apart. Only plain Python values are re
 """
 
 from __future__ import annotations
+
+__all__ = ["FUSED_STEPS_ATTR", "PROFILER", "ProfilerState"]
+
+# Set on a model whose every Keras batch runs this many training steps (fused in one call).
+FUSED_STEPS_ATTR = "_toolkit_fused_steps"
 
 
 class ProfilerState:

@@ -1,163 +1,51 @@
 """RunReport: what one training run measured, as versioned JSON, Markdown and a PNG plot.
 
-This module imports no TensorFlow at module level, so reading and comparing old reports (from a
-notebook, or ``python -m toolkit compare``) is fast. Environment capture imports TensorFlow
-only when it is already loaded in the process.
+The report side imports neither TensorFlow nor Keras, so reading and comparing old reports
+(from a notebook, or ``python -m toolkit compare``) is instant and works anywhere. Files are
+written atomically (``toolkit.files``): a reader never sees half a report, and an interrupted
+write leaves the previous file intact. A report renders every section itself from typed data;
+the schema is documented in ``docs/report.md``.
 
-Files are written atomically (temporary file in the same directory, fsync, rename): a reader
-never sees half a report, and an interrupted write leaves the previous file intact.
-
-Schema (``schema_version`` 1)::
-
-    schema, schema_version, toolkit_version, name, status ("complete" | "partial"), error,
-    created_utc, fit_seconds, environment{...}, args{...}, steps{StepStats},
-    timeline[[seconds, steps, epoch, kind], ...], timeline_truncated, epochs[{epoch, seconds,
-    steps, step_seconds, metrics}], metrics{final}, memory{readings, warnings} | null,
-    trace{logdir, requested_steps, traced_steps, files, error} | null, extra{...}
-
-``extra`` holds what later stages add (FLOPs, MFU, diagnosis) without a schema change.
+Schema 2 (``schema_version`` 2) adds ``context`` (a :class:`~toolkit.report.context.RunContext`:
+device, backend, precision, strategy, cluster, preflight, dataset, resume), ``diagnosis`` and
+``tune``, which schema 1 kept in the free-form ``extra``; schema-1 files still load (their
+``extra`` is split into those fields) and compare.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as _dt
 import io
 import json
-import math
 import os
-import platform
-import socket
-import subprocess
-import sys
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from toolkit._version import __version__
-from toolkit.profiling.flops import format_flops, utilization
-from toolkit.profiling.stats import StepStats, format_ms
+from toolkit import backend, machine
+from toolkit.files import ReportError, atomic_write, jsonable
+from toolkit.profiling.stats import StepStats, format_flops, format_ms, utilization
+from toolkit.report.context import RunContext
+from toolkit.version import __version__
+
+__all__ = [
+    "COMPLETE",
+    "PARTIAL",
+    "REPORT_JSON",
+    "REPORT_MD",
+    "REPORT_PNG",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "ReportError",
+    "RunReport",
+    "cell",
+]
 
 SCHEMA = "keras-perf-toolkit/run-report"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MAX_TIMELINE = 50_000
 REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "steps.png"
 COMPLETE, PARTIAL = "complete", "partial"
-_ENV_VARS = (
-    "TF_USE_LEGACY_KERAS",
-    "TF_ENABLE_ONEDNN_OPTS",
-    "TF_XLA_FLAGS",
-    "TF_GPU_ALLOCATOR",
-    "CUDA_VISIBLE_DEVICES",
-    "OMP_NUM_THREADS",
-    "KERAS_BACKEND",
-)
-
-
-class ReportError(ValueError):
-    """A report file that is missing, unreadable, or of an unknown schema."""
-
-
-# ---------------------------------------------------------------------------- environment
-
-
-def cpu_model() -> str:
-    """The CPU's marketing name, e.g. ``Apple M2 Pro`` or ``Intel(R) Xeon(R) ...``."""
-    if sys.platform.startswith("linux"):
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8") as f:
-                for line in f:
-                    if line.lower().startswith(("model name", "hardware", "cpu model")):
-                        return line.split(":", 1)[1].strip()
-        except OSError:
-            pass
-    elif sys.platform == "darwin":
-        try:
-            out = subprocess.run(
-                ["sysctl", "-n", "machdep.cpu.brand_string"],
-                capture_output=True,
-                text=True,
-                timeout=5,
-                check=True,
-            )
-            return out.stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def capture_environment(args: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Python, platform, CPU, TensorFlow/Keras versions, visible devices, toolkit version.
-
-    TensorFlow facts are included only when TensorFlow is already imported (a report written by
-    a training process always has them; reading reports never imports TensorFlow).
-    """
-    env: dict[str, Any] = {
-        "python": platform.python_version(),
-        "python_implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "system": platform.system(),
-        "machine": platform.machine(),
-        "cpu_model": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "hostname": socket.gethostname(),
-        "toolkit_version": __version__,
-        "argv": list(sys.argv),
-        "env_vars": {k: os.environ[k] for k in _ENV_VARS if k in os.environ},
-    }
-    if "tensorflow" in sys.modules:
-        env.update(_tensorflow_facts())
-    return env
-
-
-def _tensorflow_facts() -> dict[str, Any]:
-    import tensorflow as tf
-
-    from toolkit import compat
-
-    facts: dict[str, Any] = {
-        "tensorflow": tf.__version__,
-        "keras": compat.keras_version(),
-        "keras_flavor": compat.keras_flavor(),
-    }
-    try:
-        build = tf.sysconfig.get_build_info()
-        facts["tf_build"] = {
-            k: build.get(k) for k in ("is_cuda_build", "cuda_version", "cudnn_version")
-        }
-    except Exception:  # noqa: BLE001 - build info is a nicety
-        pass
-    try:
-        facts["devices"] = [
-            {"name": d.name, "type": d.device_type} for d in tf.config.list_logical_devices()
-        ]
-    except Exception as e:  # noqa: BLE001
-        facts["devices"] = [{"error": str(e)}]
-    return facts
-
-
-# ---------------------------------------------------------------------------- atomic files
-
-
-def atomic_write(path: str | os.PathLike[str], data: str | bytes) -> str:
-    """Writes `data` to `path` so that readers see the old file or the new one, never a mix."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    mode = "wb" if isinstance(data, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix="-" + os.path.basename(path), dir=directory)
-    try:
-        with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 # ---------------------------------------------------------------------------- the report
@@ -165,7 +53,12 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes) -> str:
 
 @dataclasses.dataclass
 class RunReport:
-    """Everything one run measured. Build it with :meth:`from_callbacks` or :meth:`load`."""
+    """Everything one run measured. Build it with :meth:`from_callbacks` or :meth:`load`.
+
+    ``context`` is how the run was set up (typed; written by the runner, None around a user's
+    own ``fit``), ``compute`` the FLOPs and MFU, ``diagnosis`` and ``tune`` what those tools
+    found (their ``to_dict()``), ``extra`` free-form facts a user adds.
+    """
 
     name: str
     steps: StepStats
@@ -182,6 +75,9 @@ class RunReport:
     memory: dict[str, Any] | None = None
     trace: dict[str, Any] | None = None
     compute: dict[str, Any] | None = None
+    context: RunContext | None = None
+    diagnosis: dict[str, Any] | None = None
+    tune: dict[str, Any] | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     toolkit_version: str = __version__
     schema_version: int = SCHEMA_VERSION
@@ -207,6 +103,9 @@ class RunReport:
         error: str | None = None,
         extra: Mapping[str, Any] | None = None,
         compute: Mapping[str, Any] | None = None,
+        context: RunContext | None = None,
+        diagnosis: Mapping[str, Any] | None = None,
+        tune: Mapping[str, Any] | None = None,
     ) -> RunReport:
         """A report from a StepTimer (and optionally a MemoryWatch and a TraceWindow).
 
@@ -228,16 +127,19 @@ class RunReport:
             status=status,
             error=error,
             fit_seconds=timer.fit_seconds,
-            environment=capture_environment(),
-            args=_jsonable(dict(args or {})),
+            environment=machine.capture_environment(backend.framework_facts()),
+            args=jsonable(dict(args or {})),
             timeline=calls[:MAX_TIMELINE],
             timeline_truncated=len(calls) > MAX_TIMELINE,
             epochs=[dict(e) for e in timer.epochs],
             metrics=dict(timer.last_logs),
             memory=memory.result() if memory is not None else None,
             trace=trace.result() if trace is not None else None,
-            compute=_jsonable(dict(compute)) if compute is not None else None,
-            extra=_jsonable(dict(extra or {})),
+            compute=jsonable(dict(compute)) if compute is not None else None,
+            context=context,
+            diagnosis=jsonable(dict(diagnosis)) if diagnosis is not None else None,
+            tune=jsonable(dict(tune)) if tune is not None else None,
+            extra=jsonable(dict(extra or {})),
         )
 
     @property
@@ -249,10 +151,11 @@ class RunReport:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["steps"] = self.steps.to_dict()
+        d["context"] = self.context.to_dict() if self.context is not None else None
         return {"schema": SCHEMA, **d}
 
     def to_json(self) -> str:
-        return json.dumps(_jsonable(self.to_dict()), indent=1, sort_keys=False, allow_nan=False)
+        return json.dumps(jsonable(self.to_dict()), indent=1, sort_keys=False, allow_nan=False)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RunReport:
@@ -267,6 +170,14 @@ class RunReport:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in names}
         kwargs["steps"] = StepStats.from_dict(d.get("steps") or {})
+        if version < 2:  # schema 1 kept the context, diagnosis and tune in extra
+            extra = dict(kwargs.get("extra") or {})
+            kwargs["diagnosis"] = extra.pop("diagnosis", None)
+            kwargs["tune"] = extra.pop("tune", None)
+            kwargs["context"], kwargs["extra"] = RunContext.from_v1_extra(extra)
+            kwargs["schema_version"] = SCHEMA_VERSION  # read into this version's fields
+        elif kwargs.get("context") is not None:
+            kwargs["context"] = RunContext.from_dict(kwargs["context"])
         return cls(**kwargs)
 
     @classmethod
@@ -326,46 +237,15 @@ class RunReport:
         if self.error:
             head += f" ({self.error})"
         lines = [head]
-        device = self.extra.get("device")
-        strategy = self.extra.get("strategy") or {}
-        if device:
-            lines.append(
-                f"device: {device.get('kind')}:{device.get('index')} {device.get('human_name')}, "
-                f"precision {self.extra.get('precision', 'float32')}, strategy "
-                f"{strategy.get('name', 'default')} ({strategy.get('replicas', 1)} replica(s))"
-                + (", synthetic data" if self.extra.get("synthetic_data") else "")
-                + (
-                    f", data from the tf.data service {strategy['data_service']}"
-                    if strategy.get("data_service")
-                    else ""
-                )
-            )
-        cluster = self.extra.get("cluster") or {}
-        if cluster.get("num_workers", 1) > 1:
-            lines.append(
-                f"cluster: worker {cluster.get('task_index')} of {cluster['num_workers']}"
-                + (" (chief)" if cluster.get("is_chief") else "")
-                + f", global batch {strategy.get('global_batch')}"
-                + f" ({strategy.get('per_replica_batch')} per replica)"
-            )
-        resume = self.extra.get("resume") or {}
-        if resume.get("resumed"):
-            lines.append(
-                f"resumed from epoch {resume.get('from_epoch')} of the backup in "
-                f"{resume.get('backup_dir')} ({resume.get('steps_before')} steps done before; "
-                f"{resume.get('steps_total', '?')} in all)"
-            )
+        if self.context is not None:
+            lines += self.context.lines()
         lines += self.steps.lines()
-        for finding in self.extra.get("preflight") or []:
-            lines.append(
-                f"preflight [{finding['severity']}] {finding['code']}: {finding['message']}"
-            )
         if self.compute:
             lines.append(_compute_line(self.compute))
-        if self.extra.get("diagnosis"):
-            from toolkit.diagnose import verdict_line
-
-            lines.append(verdict_line(self.extra["diagnosis"]))
+        if self.diagnosis:
+            lines.append(_diagnosis_line(self.diagnosis))
+        if self.tune:
+            lines.append(_tune_line(self.tune))
         if self.epochs:
             secs = sum(e.get("seconds", 0.0) for e in self.epochs)
             lines.append(f"epochs: {len(self.epochs)} in {secs:.2f} s")
@@ -461,11 +341,31 @@ class RunReport:
                 w(f"\n**Warning:** {warning}\n")
         if self.trace:
             w(f"\n## Profiler trace\n\n{_trace_line(self.trace)}\n")
-        for title, mapping in (("Environment", self.environment), ("Arguments", self.args)):
+        if self.diagnosis:
+            d = self.diagnosis
+            w(f"\n## Diagnosis\n\n{_diagnosis_line(d)}\n\n")
+            if d.get("pipeline"):
+                w(f"- measured pipeline: `{d['pipeline']}`\n")
+            for advice in d.get("advice") or []:
+                w(f"- advice: {advice}\n")
+        if self.tune:
+            w(f"\n## Tune\n\n{_tune_line(self.tune)}\n\n| settings | examples/s | note |\n")
+            w("|---|---:|---|\n")
+            for t in self.tune.get("trials") or []:
+                rate = t.get("examples_per_sec")
+                shown = f"{rate:,.1f}" if rate is not None else "—"
+                note = f"failed: {t.get('error')}" if rate is None else ""
+                w(f"| {t.get('label')} | {shown} | {note} |\n")
+        sections = (
+            ("Run", self.context.to_dict() if self.context else {}),
+            ("Environment", self.environment),
+            ("Arguments", self.args),
+        )
+        for title, mapping in sections:
             if mapping:
                 w(f"\n## {title}\n\n| key | value |\n|---|---|\n")
                 for k, v in mapping.items():
-                    w(f"| {k} | {_cell(v)} |\n")
+                    w(f"| {k} | {cell(v)} |\n")
         if self.extra:
             w("\n## Extra\n\n```json\n" + json.dumps(self.extra, indent=1) + "\n```\n")
         return out.getvalue()
@@ -516,118 +416,7 @@ class RunReport:
         return buf.getvalue()
 
 
-# ---------------------------------------------------------------------------- compare
-
-
-@dataclasses.dataclass(frozen=True)
-class Comparison:
-    """The deltas of report `b` against report `a`, with a noise-aware verdict.
-
-    The verdict compares the median time per example (per step when a batch size is unknown).
-    A difference counts only when it exceeds both `z` standard errors of the two medians
-    combined — each estimated from the run's jitter as ``1.2533 · jitter / sqrt(samples)`` —
-    and `min_rel` of the baseline, a floor for the drift between runs that no single run's
-    jitter shows (other processes, clocks, thermals).
-    """
-
-    a_name: str
-    b_name: str
-    rows: tuple[tuple[str, float | None, float | None, str], ...]
-    verdict: str  # "faster" | "slower" | "within noise" | "unknown"
-    ratio: float | None  # a_time / b_time: > 1 means b is faster
-    basis: str
-    noise: float | None
-    notes: tuple[str, ...] = ()
-
-    def render(self) -> str:
-        width = max(len(r[0]) for r in self.rows) if self.rows else 10
-        lines = [f"{'':{width}}  {'A':>14}  {'B':>14}  {'B vs A':>10}"]
-        for label, a, b, unit in self.rows:
-            delta = f"{(b - a) / a * 100:+.1f}%" if (a and b is not None) else "n/a"
-            lines.append(f"{label:{width}}  {_fmt(a, unit):>14}  {_fmt(b, unit):>14}  {delta:>10}")
-        lines.append("")
-        lines.append(f"A: {self.a_name}")
-        lines.append(f"B: {self.b_name}")
-        if self.verdict == "unknown":
-            lines.append("verdict: unknown (a report has no timed steps)")
-        elif self.verdict == "within noise":
-            lines.append(
-                f"verdict: within noise — B/A {1 / self.ratio:.3f}× {self.basis}, "
-                f"noise band ±{self.noise * 100:.1f}%"
-            )
-        else:
-            lines.append(
-                f"verdict: B is {self.verdict}: {self.ratio:.2f}× A's speed ({self.basis}, "
-                f"beyond the ±{self.noise * 100:.1f}% noise band)"
-            )
-        lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.render()
-
-
-def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -> Comparison:
-    """Compares report `b` with baseline `a`: per-figure deltas and a noise-aware verdict.
-
-    Args:
-        a: the baseline report.
-        b: the candidate report.
-        z: standard errors a difference must exceed. Defaults to `3.0`.
-        min_rel: smallest relative difference that counts. Defaults to `0.01` (1 %).
-    """
-    sa, sb = a.steps, b.steps
-    rows = (
-        ("step p50", sa.p50_s, sb.p50_s, "ms"),
-        ("step mean", sa.mean_s, sb.mean_s, "ms"),
-        ("step p90", sa.p90_s, sb.p90_s, "ms"),
-        ("step p99", sa.p99_s, sb.p99_s, "ms"),
-        ("jitter", sa.jitter_s, sb.jitter_s, "ms"),
-        ("examples/s", sa.examples_per_sec, sb.examples_per_sec, "/s"),
-        ("first step", sa.first_step_s, sb.first_step_s, "ms"),
-        ("batch size", sa.batch_size, sb.batch_size, ""),
-        ("timed steps", sa.timed_steps, sb.timed_steps, ""),
-        ("fit wall time", a.fit_seconds, b.fit_seconds, "s"),
-    )
-    notes = []
-    for key in ("tensorflow", "keras_flavor", "cpu_model", "devices", "hostname"):
-        va, vb = a.environment.get(key), b.environment.get(key)
-        if va != vb and va is not None and vb is not None:
-            notes.append(f"{key} differs: {_cell(va)} vs {_cell(vb)}")
-    for report, label in ((a, "A"), (b, "B")):
-        if report.partial:
-            notes.append(f"{label} is a partial run ({report.error or 'interrupted'})")
-
-    if not (sa.p50_s and sb.p50_s and sa.samples and sb.samples):
-        return Comparison(a.name, b.name, rows, "unknown", None, "", None, tuple(notes))
-    if sa.batch_size and sb.batch_size:
-        ta, tb, basis = sa.p50_s / sa.batch_size, sb.p50_s / sb.batch_size, "median time/example"
-        ja, jb = (sa.jitter_s or 0) / sa.batch_size, (sb.jitter_s or 0) / sb.batch_size
-    else:
-        ta, tb, basis = sa.p50_s, sb.p50_s, "median time/step"
-        ja, jb = sa.jitter_s or 0.0, sb.jitter_s or 0.0
-        if sa.batch_size != sb.batch_size:
-            notes.append("batch size unknown for one report: compared per step, not per example")
-    se = math.hypot(1.2533 * ja / math.sqrt(sa.samples), 1.2533 * jb / math.sqrt(sb.samples))
-    noise = max(z * se / ta, min_rel)
-    rel = (tb - ta) / ta
-    verdict = "within noise" if abs(rel) <= noise else ("faster" if rel < 0 else "slower")
-    return Comparison(a.name, b.name, rows, verdict, ta / tb, basis, noise, tuple(notes))
-
-
 # ---------------------------------------------------------------------------- helpers
-
-
-def _fmt(value: float | None, unit: str) -> str:
-    if value is None:
-        return "n/a"
-    if unit == "ms":
-        return f"{value * 1e3:.3f} ms"
-    if unit == "s":
-        return f"{value:.3f} s"
-    if unit == "/s":
-        return f"{value:,.1f}/s"
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _compute_line(c: Mapping[str, Any]) -> str:
@@ -644,8 +433,9 @@ def _compute_line(c: Mapping[str, Any]) -> str:
     return line
 
 
-def _cell(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
+def cell(value: Any) -> str:
+    """`value` as one Markdown table cell (JSON for structures, pipes escaped)."""
+    text = value if isinstance(value, str) else json.dumps(jsonable(value), default=str)
     return text.replace("|", "\\|").replace("\n", " ")
 
 
@@ -663,16 +453,13 @@ def _trace_line(trace: Mapping[str, Any]) -> str:
     )
 
 
-def _jsonable(value: Any) -> Any:
-    """Plain JSON types; non-finite floats become None (JSON has no NaN)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (str, int, bool)) or value is None:
-        return value
-    if hasattr(value, "item"):  # NumPy scalars
-        return _jsonable(value.item())
-    return str(value)
+def _diagnosis_line(diagnosis: Mapping[str, Any]) -> str:
+    return (
+        f"diagnosis: {diagnosis['verdict']} (input {diagnosis['input_rate']:,.1f}, step "
+        f"{diagnosis['compute_rate']:,.1f}, fit {diagnosis['fit_rate']:,.1f} steps/s)"
+    )
+
+
+def _tune_line(tune: Mapping[str, Any]) -> str:
+    source = "from the cache" if tune.get("cache_hit") else f"searched in {tune['seconds']:.1f} s"
+    return f"tune: {tune.get('best_label')} ({source}, {len(tune.get('trials') or [])} trials)"

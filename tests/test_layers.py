@@ -1,0 +1,281 @@
+"""The house rules, checked on the source: imports point one way (no cycle, no layer imports
+one above it), every public module says what it exports, no private name crosses a module, and
+the report side and StepTimer run where TensorFlow cannot be imported."""
+
+from __future__ import annotations
+
+import ast
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import toolkit
+
+ROOT = pathlib.Path(toolkit.__file__).parent
+
+# Lower layers never import higher ones (README "Layout"). Modules of one layer may import each
+# other as long as there is no cycle.
+LAYERS = (
+    ("leaves", ("toolkit.version", "toolkit.compat", "toolkit.machine", "toolkit.files")),
+    ("arithmetic", ("toolkit.profiling.stats", "toolkit.profiling.events", "toolkit.profiling")),
+    (
+        "backends",
+        (
+            "toolkit.backend",
+            "toolkit.devices",
+            "toolkit.data",
+            "toolkit.distribute",
+            "toolkit.bench",
+        ),
+    ),
+    (
+        "measure",
+        (
+            "toolkit.profiling.step_timer",
+            "toolkit.profiling.trace_window",
+            "toolkit.profiling.memory_watch",
+            "toolkit.profiling.flops",
+            "toolkit.profiling.inference",
+        ),
+    ),
+    ("report", ("toolkit.report",)),
+    ("session", ("toolkit.profiling.session",)),
+    ("runner", ("toolkit.config", "toolkit.train", "toolkit.flags")),
+    ("search", ("toolkit.diagnose", "toolkit.tune")),
+    ("app", ("toolkit.app", "toolkit.cli", "toolkit.__main__", "toolkit")),
+)
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(module: str) -> list[tuple[str, list[str], int]]:
+    """``(imported toolkit module, names imported from it, line)`` for every import of
+    `module`, those inside functions included (``if TYPE_CHECKING`` blocks left out)."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for sub in child.orelse:
+                    visit(sub)
+                continue
+            if isinstance(child, ast.Import):
+                found.extend((a.name, [], child.lineno) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                names = [a.name for a in child.names]
+                found.append((base, names, child.lineno))
+                for name in names:  # `from toolkit import train` imports the submodule
+                    if f"{base}.{name}" in MODULES:
+                        found.append((f"{base}.{name}", [], child.lineno))
+            visit(child)
+
+    visit(tree)
+    return [(m, n, line) for m, n, line in found if m == "toolkit" or m.startswith("toolkit.")]
+
+
+def _owner(name: str) -> str:
+    """The toolkit module `name` resolves to (the longest known prefix)."""
+    while name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name
+
+
+GRAPH = {
+    module: sorted({_owner(m) for m, _, _ in _imports(module)} - {module}) for module in MODULES
+}
+
+
+def _layer(module: str) -> int:
+    best, rank = -1, None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, rank = len(prefix), i
+    assert rank is not None, f"{module} is in no layer: add it to LAYERS (and the README)"
+    return rank
+
+
+def test_the_import_graph_has_no_cycle():
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def walk(module: str) -> None:
+        state[module] = 1
+        stack.append(module)
+        for dep in GRAPH[module]:
+            if state.get(dep) == 1:
+                cycle = [*stack[stack.index(dep) :], dep]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if dep not in state:
+                walk(dep)
+        stack.pop()
+        state[module] = 2
+
+    for module in sorted(MODULES):
+        if module not in state:
+            walk(module)
+
+
+def test_imports_point_down_the_layers():
+    upward = []
+    for module, deps in GRAPH.items():
+        if module == "toolkit":  # the package's lazy export table names every layer
+            continue
+        for dep in deps:
+            if dep != "toolkit" and _layer(dep) > _layer(module):
+                upward.append(
+                    f"{module} ({LAYERS[_layer(module)][0]}) imports {dep} "
+                    f"({LAYERS[_layer(dep)][0]})"
+                )
+    assert not upward, "\n".join(upward)
+
+
+def test_no_private_name_crosses_a_module():
+    crossing = [
+        f"{module}:{line} imports {name} from {source}"
+        for module in MODULES
+        for source, names, line in _imports(module)
+        for name in [*names, source.rpartition(".")[2]]
+        if name.startswith("_") and not name.startswith("__")
+    ]
+    assert not crossing, "\n".join(crossing)
+
+
+def test_public_modules_declare_all_and_it_names_what_is_there():
+    import importlib
+
+    missing = []
+    for module in sorted(MODULES):
+        if module.rpartition(".")[2].startswith("_") and module != "toolkit.__main__":
+            continue
+        if module == "toolkit.__main__":
+            continue
+        mod = importlib.import_module(module)
+        names = getattr(mod, "__all__", None)
+        if names is None:
+            if MODULES[module].name == "__init__.py" and module == "toolkit.profiling":
+                continue  # a namespace of submodules, nothing of its own
+            missing.append(f"{module} has no __all__")
+            continue
+        missing += [f"{module}.__all__ names {n!r}, which is not there" for n in names
+                    if not hasattr(mod, n)]  # fmt: skip
+    assert not missing, "\n".join(missing)
+
+
+def test_the_lazy_exports_are_the_public_api():
+    assert toolkit.__all__ == sorted([*toolkit._EXPORTS, "__version__"])
+    for name, module in toolkit._EXPORTS.items():
+        assert module in MODULES, f"toolkit.{name} points at a missing module {module}"
+        # The export points at the module that defines the name, the one place it lives.
+        obj = getattr(toolkit, name)
+        defined = getattr(obj, "__module__", module)
+        assert defined == module, f"toolkit.{name} is defined in {defined}, not {module}"
+
+
+BLOCK_TF = """
+import importlib.abc, sys
+class NoTensorFlow(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("tensorflow", "tf_keras", "tensorflow_datasets"):
+            raise ImportError(f"{name} is blocked in this test")
+sys.meta_path.insert(0, NoTensorFlow())
+"""
+
+NO_TF = (
+    BLOCK_TF
+    + r"""
+import json, os, tempfile
+try:
+    import tensorflow
+except ImportError:
+    pass
+else:
+    raise SystemExit("tensorflow imported")
+
+from toolkit import StepTimer, compare
+from toolkit.cli import main as cli
+from toolkit.report import RunContext, RunReport, merge_reports, render_merged
+
+timer = StepTimer(batch_size=8, warmup_steps=1)
+timer.set_params({"steps": 12, "epochs": 1})
+timer.on_train_begin()
+timer.on_epoch_begin(0)
+for i in range(12):  # as Keras calls the hooks
+    timer.on_train_batch_begin(i)
+    timer.on_train_batch_end(i, {"loss": 1.0})
+timer.on_epoch_end(0, {"loss": 0.5})
+timer.on_train_end()
+report = RunReport.from_callbacks("no-tf", timer, context=RunContext(backend="jax"))
+out = tempfile.mkdtemp()
+paths = report.write(out, plot=False)
+loaded = RunReport.load(out)
+assert loaded == report and loaded.steps.timed_steps == 10, loaded.steps
+print(compare(loaded, report).verdict)
+print(render_merged(merge_reports([loaded, report])).splitlines()[-1])
+assert cli(["show", out]) == 0 and cli(["compare", out, out]) == 0
+assert "tensorflow" not in sys.modules
+print("keras backend:", sys.modules["keras"].config.backend())
+print("OK")
+"""
+)
+
+
+def test_the_report_side_and_step_timer_run_where_tensorflow_cannot_be_imported():
+    out = subprocess.run(
+        [sys.executable, "-c", NO_TF],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[-1] == "OK" and "keras backend: jax" in lines
+    assert "within noise" in out.stdout and "cluster: 2 workers" in out.stdout
+
+
+def test_reading_reports_needs_no_framework_at_all():
+    code = BLOCK_TF + (
+        "import sys\n"
+        "import toolkit, toolkit.report, toolkit.files, toolkit.machine, toolkit.cli\n"
+        "from toolkit.report import compare, merge_reports\n"
+        "loaded = [m for m in ('tensorflow', 'keras', 'jax', 'torch') if m in sys.modules]\n"
+        "print(loaded)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("module", ["toolkit.report", "toolkit.profiling.stats"])
+def test_report_side_modules_import_no_framework_at_import_time(module):
+    for dep in GRAPH[module]:
+        assert _layer(dep) <= _layer(module)

@@ -1,0 +1,137 @@
+"""The one app main: load a recipe, parse its flags, build its task, and run it.
+
+A recipe (``recipes/<name>.py``) describes *what* to train as a ``build_task`` function and
+ends with ``main = app.recipe_main(build_task)``; everything else a recipe run does is here, once:
+flags to a validated config, the task from the flags named like ``build_task``'s parameters,
+``--autotune`` and ``--diagnose`` when asked, the runner, the summary and the files.
+``python -m toolkit tune|doctor|placement --recipe R`` load recipes through :func:`load_recipe`
+and :func:`recipe_from_flags`.
+
+Errors end the program with one line ``error: ...`` on stderr and no traceback: status 2 for a
+bad flag or setting (:class:`~toolkit.config.ConfigError`, :class:`UsageError`), 1 for a run
+that cannot start (bad data, missing files, a device that is not here).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+import types
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from absl import flags
+
+from toolkit import flags as tk_flags
+from toolkit.config import ConfigError, TrainConfig
+from toolkit.train import SetupError, Task, run
+
+__all__ = [
+    "RECIPES_PACKAGE",
+    "UsageError",
+    "fail",
+    "load_recipe",
+    "recipe_from_flags",
+    "recipe_main",
+    "recipe_names",
+    "run_recipe",
+]
+
+RECIPES_PACKAGE = "recipes"
+
+
+class UsageError(ValueError):
+    """A command line that names something that is not there (a recipe, a function)."""
+
+
+def fail(error: BaseException, status: int = 1) -> NoReturn:
+    """Ends the program with one line ``error: ...`` on stderr and `status`."""
+    print(f"error: {error}", file=sys.stderr)
+    raise SystemExit(status) from None
+
+
+def recipe_names() -> list[str]:
+    """The recipes under ``recipes/``, sorted."""
+    try:
+        package = importlib.import_module(RECIPES_PACKAGE)
+    except ModuleNotFoundError:
+        return []
+    return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.ispkg)
+
+
+def load_recipe(name: str) -> types.ModuleType:
+    """The recipe module ``recipes.<name>`` (importing it defines its flags).
+
+    Raises:
+        UsageError: no such recipe; the message lists the recipes there are.
+    """
+    names = recipe_names()
+    if name not in names:
+        raise UsageError(
+            f"--recipe: no recipe named {name!r}; the recipes are {', '.join(names) or 'none'}"
+        )
+    return importlib.import_module(f"{RECIPES_PACKAGE}.{name}")
+
+
+def recipe_from_flags(
+    recipe: types.ModuleType | Callable[..., Task], argv: Sequence[str] | None = None
+) -> tuple[TrainConfig, Task]:
+    """``(config, task)`` of a recipe from its flags: parsed from `argv` when given (as
+    ``[program, --flag=value, ...]``), else the flags already parsed.
+
+    Raises:
+        ConfigError: a bad training setting (one line naming the flag).
+        ValueError, FileNotFoundError: the recipe's data or settings (from ``build_task``).
+    """
+    build_task = getattr(recipe, "build_task", recipe)
+    if argv is not None:
+        flags.FLAGS(list(argv))
+    config = tk_flags.config_from_flags()
+    return config, build_task(**tk_flags.kwargs_from_flags(build_task))
+
+
+def run_recipe(build_task: Callable[..., Task]) -> None:
+    """Runs a recipe whose flags are parsed: ``--autotune`` and ``--diagnose`` first when
+    asked, then the run; prints the summary and the files written."""
+    f = flags.FLAGS
+    try:
+        config, task = recipe_from_flags(build_task)
+    except ConfigError as e:
+        fail(e, 2)
+    except (ValueError, FileNotFoundError) as e:  # data and paths are checked here
+        fail(e)
+    tuned = diagnosis = None
+    try:
+        if f.autotune:
+            from toolkit.tune import autotune
+
+            config, result = autotune(task, config, budget_s=f.tune_budget)
+            print(result.table())
+            print(f"autotune: {result.best.flags()}")
+            tuned = result.to_dict()
+        if f.diagnose:
+            from toolkit.diagnose import diagnose
+
+            found = diagnose(task, config, steps=f.diagnose_steps)
+            print(found)
+            diagnosis = found.to_dict()
+        result = run(
+            task, config, args=tk_flags.flags_for_report(), diagnosis=diagnosis, tune=tuned
+        )
+    except SetupError as e:  # an error in training itself keeps its traceback
+        fail(e)
+    print(result.report.summary())
+    for kind, path in sorted(result.paths.items()):
+        print(f"{kind}: {path}")
+
+
+def recipe_main(build_task: Callable[..., Task]) -> Callable[[list[str]], None]:
+    """The absl ``main`` of a recipe: ``app.run(recipe_main(build_task))``."""
+
+    def main(argv: list[str]) -> None:
+        if len(argv) > 1:
+            fail(UsageError(f"unexpected arguments: {' '.join(argv[1:])}"), 2)
+        run_recipe(build_task)
+
+    return main

@@ -1,0 +1,384 @@
+"""``python -m toolkit <verb>``: command-line entry points.
+
+Verbs:
+    compare A B          deltas of report B against baseline A, with a noise-aware verdict
+    show REPORT          a report's summary (``--markdown`` for the full Markdown)
+    devices              the devices TensorFlow sees, and a starting precision for each
+    preflight            known traps for a device/precision/XLA choice, each with its fix
+    placement --recipe R where each op of one training step of recipe R ran
+    tune --recipe R [recipe flags]   |   tune --model_fn MODULE:FUNCTION
+                         the fastest measured settings for recipe R (or your own compiled
+                         model and pipeline, returned by FUNCTION) on this machine, cached
+    doctor --recipe R [recipe flags]   |   doctor --model_fn MODULE:FUNCTION
+                         input-bound or compute-bound? the input alone, the step alone and
+                         the real fit, measured, with a verdict and advice
+    ops [--ops A,B] [--modes eager,graph,xla] [--size tiny|default|full]
+                         the seed's per-op table (ms per call in eager/graph/XLA on every
+                         device), written as Markdown, CSV, PNG and JSON
+    ops --fusion         matmul + hard_swish and conv2d + bias + relu: what fused, and the
+                         time it saved
+    data-service --dispatcher --port P
+    data-service --worker --dispatcher grpc://HOST:P [--port Q]
+                         a tf.data service dispatcher or worker, serving until stopped
+    merge REPORT...      the workers' reports of one multi-worker run, side by side
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+# TensorFlow's start-up INFO lines would bury the one line a command prints; still overridable.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from toolkit.report import ReportError, RunReport, compare, merge_reports, render_merged
+
+__all__ = ["main"]
+
+
+def _compare(args: argparse.Namespace) -> int:
+    a, b = RunReport.load(args.a), RunReport.load(args.b)
+    print(compare(a, b, z=args.z, min_rel=args.min_rel).render())
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    report = RunReport.load(args.report)
+    print(report.to_markdown() if args.markdown else report.summary())
+    return 0
+
+
+def _devices(args: argparse.Namespace) -> int:
+    from toolkit import devices
+
+    for device in devices.detect():
+        policy, why = devices.recommend_precision(device)
+        print(f"{device}\n    precision hint: {policy} ({why})")
+    return 0
+
+
+def _preflight(args: argparse.Namespace) -> int:
+    from toolkit import devices
+
+    device = devices.resolve(args.device)
+    findings = devices.preflight(device, policy=args.precision, jit_compile=args.jit_compile)
+    print(f"preflight for {device}")
+    for finding in findings:
+        print(f"  {finding}")
+    if not findings:
+        print("  no known traps")
+    return 1 if any(f.severity == "error" for f in findings) else 0
+
+
+def _placement(args: argparse.Namespace) -> int:
+    from toolkit import app, devices, train
+
+    recipe = app.load_recipe(args.recipe)
+    device = devices.select(args.device)
+    task = recipe.build_task()
+    model = task.build_model()
+    model.compile(optimizer="adam", loss=task.loss, metrics=list(task.metrics))
+    batch = next(iter(train.examples(task.train).batch(args.batch_size)))
+    report = devices.placement_report(
+        lambda: model.train_on_batch(*batch), gpu_selected=device.is_gpu
+    )
+    print(f"placement of one {args.recipe} training step on {device}")
+    print(report.render())
+    return 0
+
+
+def _model_fn(spec: str) -> tuple[Any, Any]:
+    """``(compiled model, batched data)`` from ``--model_fn module:function``."""
+    import importlib
+
+    from toolkit.app import UsageError
+
+    module_name, sep, function = spec.partition(":")
+    if not sep or not module_name or not function:
+        raise UsageError(f"--model_fn={spec!r}: give module:function (e.g. mytrain:make)")
+    sys.path.insert(0, os.getcwd())  # a module beside the user, as `python -m` would find it
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        raise UsageError(f"--model_fn={spec!r}: cannot import {module_name!r} ({e})") from None
+    fn = getattr(module, function, None)
+    if not callable(fn):
+        raise UsageError(f"--model_fn={spec!r}: {module_name} has no function {function!r}")
+    made = fn()
+    if not (isinstance(made, tuple) and len(made) == 2):
+        raise UsageError(
+            f"--model_fn={spec!r}: {function}() must return (compiled_model, batched_dataset)"
+        )
+    return made
+
+
+def _target(args: argparse.Namespace) -> tuple[str, Any, Any, Any]:
+    """``(what, flag values, config, task or (model, data))`` of ``--recipe R [flags]`` or
+    ``--model_fn module:function [flags]``."""
+    from absl import flags
+
+    from toolkit import app
+
+    if args.model_fn:
+        from toolkit import flags as tk_flags
+
+        tk_flags.define_common_flags()
+        flags.FLAGS(["toolkit", *args.recipe_flags])
+        config = tk_flags.config_from_flags()
+        return f"--model_fn {args.model_fn}", flags.FLAGS, config, _model_fn(args.model_fn)
+    recipe = app.load_recipe(args.recipe)
+    config, task = app.recipe_from_flags(recipe, [f"recipes.{args.recipe}", *args.recipe_flags])
+    return f"recipe {args.recipe}", flags.FLAGS, config, task
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from toolkit.diagnose import diagnose
+
+    what, flag_values, config, target = _target(args)
+    if isinstance(target, tuple):
+        model, data = target
+        diagnosis = diagnose(model, data, steps=flag_values.diagnose_steps)
+    else:
+        diagnosis = diagnose(target, config=config, steps=flag_values.diagnose_steps)
+    print(f"doctor: {what}, batch {diagnosis.batch_size}, {diagnosis.steps} steps each")
+    print(diagnosis)
+    return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from toolkit.tune import tune
+
+    what, flag_values, config, target = _target(args)
+    if isinstance(target, tuple):
+        model, data = target
+        result = tune(model, data, budget_s=flag_values.tune_budget, use_cache=not args.refresh)
+    else:
+        result = tune(
+            target, config=config, budget_s=flag_values.tune_budget, use_cache=not args.refresh
+        )
+    source = "cache" if result.cache_hit else f"searched in {result.seconds:.1f} s"
+    print(f"tune: {what}, batch {config.batch_size} ({source})")
+    print(result.table())
+    print(f"best: {result.best.flags()}")
+    return 0
+
+
+def _split(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def _fusion(args: argparse.Namespace, found: list[Any], timing: dict[str, Any], out: str) -> int:
+    from toolkit.bench import fusion
+    from toolkit.bench.measure import select_modes
+    from toolkit.profiling.flops import matmul_peak
+    from toolkit.profiling.stats import format_flops
+
+    modes = select_modes(_split(args.modes))
+    demos = [
+        demo
+        for device in found
+        for demo in fusion.fusion_demos(
+            args.size, device=device, dtype=args.dtype, modes=modes, **timing
+        )
+    ]
+    for demo in demos:
+        print(demo.render() + "\n")
+    for device in found:
+        peak = matmul_peak(device, args.dtype)
+        print(
+            f"for scale: {device.kind}:{device.index}'s measured {args.dtype} matmul peak is "
+            f"{format_flops(peak['flops_per_s'], per_second=True)} ({peak['source']})"
+        )
+    paths = fusion.write(demos, out, {"size": args.size, "dtype": args.dtype, **timing})
+    print(f"written: {paths['markdown']}, {paths['json']}")
+    return 0
+
+
+def _ops(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from toolkit import devices
+
+    found = devices.detect()
+    if args.device != "all":
+        found = [devices.resolve(args.device, found)]
+    timing = {"repeats": args.repeats, "min_time_s": args.min_time}
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if args.fusion:
+        return _fusion(args, found, timing, args.out or os.path.join("runs", f"fusion-{stamp}"))
+
+    from toolkit.bench.measure import benchmark
+
+    table = benchmark(
+        _split(args.ops),
+        _split(args.modes),
+        size=args.size,
+        devices=found,
+        dtype=args.dtype,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+        **timing,
+    )
+    paths = table.write(args.out or os.path.join("runs", f"ops-{stamp}"), plot=not args.no_plot)
+    print(table.to_markdown(png=None))
+    print(
+        "written: " + ", ".join(paths[k] for k in ("markdown", "csv", "json", "png") if k in paths)
+    )
+    return 0
+
+
+def _data_service(args: argparse.Namespace) -> int:
+    import contextlib
+    import signal
+    import time
+
+    from toolkit import distribute
+
+    if args.worker:
+        if not args.dispatcher:
+            raise ValueError("data-service --worker: give --dispatcher grpc://host:port")
+        distribute.service_address(args.dispatcher)
+        server = distribute.serve_worker(args.dispatcher, args.port, args.host)
+        what = f"worker of {args.dispatcher}"
+    elif args.dispatcher == "":
+        server = distribute.serve_dispatcher(args.port, args.work_dir)
+        what = f"dispatcher at grpc://{args.host}:{server.target.rsplit(':', 1)[-1]}"
+    else:
+        raise ValueError(
+            "data-service: give --dispatcher (to run one) or --worker --dispatcher "
+            "grpc://host:port (to serve one)"
+        )
+    # The server runs on its own threads. The main thread waits in Python, not in join() (C++,
+    # where signal handlers never run), so SIGTERM and Ctrl-C stop it at once.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"data-service: {what} serving (Ctrl-C to stop)", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            time.sleep(0.5)
+    del server
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    merged = merge_reports([RunReport.load(path) for path in args.reports])
+    print(render_merged(merged))
+    return 0 if merged["all_complete"] else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__.split("\n")[0])
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    p = verbs.add_parser("compare", help="compare two run reports (B against baseline A)")
+    p.add_argument("a", help="baseline: report.json or its run directory")
+    p.add_argument("b", help="candidate: report.json or its run directory")
+    p.add_argument("--z", type=float, default=3.0, help="standard errors a change must exceed")
+    p.add_argument("--min-rel", type=float, default=0.01, help="smallest relative change (0.01)")
+    p.set_defaults(func=_compare)
+
+    p = verbs.add_parser("show", help="print a run report")
+    p.add_argument("report", help="report.json or its run directory")
+    p.add_argument("--markdown", action="store_true", help="the full Markdown report")
+    p.set_defaults(func=_show)
+
+    p = verbs.add_parser("devices", help="list devices with a precision hint")
+    p.set_defaults(func=_devices)
+
+    p = verbs.add_parser("preflight", help="check for known device/precision/XLA traps")
+    p.add_argument("--device", default="auto", help="auto, cpu, gpu, cuda, metal[:index]")
+    p.add_argument("--precision", default="float32", help="float32, mixed_float16, mixed_bfloat16")
+    p.add_argument("--jit_compile", action="store_true", help="the run will compile with XLA")
+    p.set_defaults(func=_preflight)
+
+    p = verbs.add_parser("placement", help="where each op of one training step ran")
+    p.add_argument("--recipe", default="mlp", help="recipe module under recipes/")
+    p.add_argument("--device", default="auto", help="auto, cpu, gpu, cuda, metal[:index]")
+    p.add_argument("--batch_size", type=int, default=32)
+    p.set_defaults(func=_placement)
+
+    p = verbs.add_parser(
+        "doctor",
+        help="input-bound or compute-bound? measured, with advice",
+        description="Recipe flags (--batch_size, --dataset, --jit_compile...) follow --recipe.",
+    )
+    p.add_argument("--recipe", default="mlp", help="recipe module under recipes/")
+    p.add_argument(
+        "--model_fn",
+        help="module:function returning (your compiled Keras model, your batched tf.data "
+        "pipeline or (x, y) arrays): diagnose those instead of a recipe",
+    )
+    p.set_defaults(func=_doctor)
+
+    p = verbs.add_parser(
+        "tune",
+        help="the fastest measured settings for a recipe here (cached)",
+        description="Recipe flags (--batch_size, --dataset, --device...) follow --recipe.",
+    )
+    p.add_argument("--recipe", default="mlp", help="recipe module under recipes/")
+    p.add_argument("--refresh", action="store_true", help="search again, ignoring the cache")
+    p.add_argument(
+        "--model_fn",
+        help="module:function returning (your compiled Keras model, your batched tf.data "
+        "pipeline or (x, y) arrays): tune those instead of a recipe",
+    )
+    p.set_defaults(func=_tune)
+
+    p = verbs.add_parser(
+        "ops",
+        help="per-op benchmark in eager/graph/XLA on every device (or --fusion)",
+        description="The seed's per-op table for TensorFlow, or with --fusion what XLA and "
+        "Grappler fuse. Writes Markdown, CSV, PNG and JSON under --out.",
+    )
+    p.add_argument("--ops", help="comma-separated op names (default: all 21)")
+    p.add_argument("--modes", help="comma-separated: eager,graph,xla (default: all three)")
+    p.add_argument(
+        "--size",
+        choices=("tiny", "default", "full"),
+        default="default",
+        help="shapes: default runs in minutes on 2 CPU cores, full = the seed's shapes",
+    )
+    p.add_argument("--device", default="all", help="all (default), cpu, gpu, cuda, metal[:i]")
+    p.add_argument("--dtype", default="float32", help="float32 (default), float16, bfloat16")
+    p.add_argument("--repeats", type=int, default=5, help="timed loops per cell (5)")
+    p.add_argument("--min_time", type=float, default=0.05, help="shortest timed loop, s (0.05)")
+    p.add_argument("--out", help="output directory (default runs/ops-<time>)")
+    p.add_argument("--no_plot", action="store_true", help="skip the PNG chart")
+    p.add_argument("--fusion", action="store_true", help="the fusion demo instead of the table")
+    p.set_defaults(func=_ops)
+
+    p = verbs.add_parser(
+        "data-service",
+        help="run a tf.data service dispatcher or worker",
+        description="Recipes read through it with --data_service=grpc://host:port.",
+    )
+    p.add_argument(
+        "--dispatcher",
+        nargs="?",
+        const="",
+        default=None,
+        help="alone: run a dispatcher; with --worker: the dispatcher's grpc://host:port",
+    )
+    p.add_argument("--worker", action="store_true", help="run a worker")
+    p.add_argument("--port", type=int, default=0, help="port to listen on (0: any free one)")
+    p.add_argument("--host", default="localhost", help="the name others reach this host by")
+    p.add_argument("--work_dir", help="dispatcher: journal dir (restarts keep their jobs)")
+    p.set_defaults(func=_data_service)
+
+    p = verbs.add_parser("merge", help="the workers' reports of a multi-worker run")
+    p.add_argument("reports", nargs="+", help="report.json files or run directories")
+    p.set_defaults(func=_merge)
+
+    args, rest = parser.parse_known_args(argv)
+    if args.verb in ("doctor", "tune"):
+        args.recipe_flags = rest  # the recipe's own flags, parsed by absl
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    from absl import flags
+
+    try:
+        return args.func(args)
+    except (ReportError, ValueError, FileNotFoundError, flags.Error) as e:  # DeviceError too
+        print(f"error: {e}", file=sys.stderr)
+        return 2
