@@ -11,6 +11,8 @@ import tensorflow as tf
 
 from toolkit import devices
 from toolkit.devices import DeviceError, DeviceInfo, preflight
+from toolkit.devices import compatibility as device_preflight
+from toolkit.devices import selection as device_select
 
 from .helpers import run_python
 
@@ -54,7 +56,7 @@ def fake(monkeypatch):
         )
         if apple:
             monkeypatch.setattr(sys, "platform", "darwin")
-            monkeypatch.setattr(devices.platform, "machine", lambda: "arm64")
+            monkeypatch.setattr(device_select.platform, "machine", lambda: "arm64")
         return calls
 
     return install
@@ -283,12 +285,12 @@ def test_precision_findings(device, policy, warns):
 
 
 def test_bf16_on_cpu_depends_on_the_cpu(monkeypatch):
-    monkeypatch.setattr(devices, "cpu_has_fast_bf16", lambda: False)
+    monkeypatch.setattr(device_preflight, "cpu_has_fast_bf16", lambda: False)
     assert "precision" in _codes(
         preflight(CPU_INFO, policy="mixed_bfloat16", versions=_versions(metal=None))
     )
     assert devices.recommend_precision(CPU_INFO)[0] == "float32"
-    monkeypatch.setattr(devices, "cpu_has_fast_bf16", lambda: True)
+    monkeypatch.setattr(device_preflight, "cpu_has_fast_bf16", lambda: True)
     assert "precision" not in _codes(
         preflight(CPU_INFO, policy="mixed_bfloat16", versions=_versions(metal=None))
     )

@@ -139,3 +139,95 @@ def test_doctor_cli(tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: ")
     missing = _python("-m", "toolkit", "doctor", "--recipe", "nope", timeout=120)
     assert missing.returncode == 2 and "no recipe named 'nope'" in missing.stderr
+
+
+def _your_model(keras, features=16):
+    model = keras.Sequential(
+        [keras.Input((features,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    return model
+
+
+def _your_pipeline(slow: bool):
+    """A user's own batched pipeline: batch first, then a batch-level map (a Python one that
+    sleeps 40 ms per batch when `slow`), then prefetch."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(512, 16)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+
+    def slow_batch(features, labels):
+        def work(v):
+            time.sleep(0.04)
+            return v
+
+        out = tf.py_function(work, [features], tf.float32)
+        return tf.ensure_shape(out, (None, 16)), labels
+
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+    return (ds.map(slow_batch) if slow else ds).prefetch(1), (x, y)
+
+
+def test_your_own_model_and_batched_pipeline_are_measured_as_they_are(keras):
+    model = _your_model(keras)
+    ds, _ = _your_pipeline(slow=True)
+    before = [w.copy() for w in model.get_weights()]
+    diagnosis = dg.diagnose(model, ds, steps=8)
+    assert diagnosis.verdict == dg.INPUT_BOUND, str(diagnosis)
+    assert diagnosis.pipeline == "your pipeline: from_tensor_slices → batch(32) → map → prefetch"
+    assert "measured pipeline: your pipeline: " in str(diagnosis)
+    assert diagnosis.batch_size == 32
+    # The diagnosis trained the model on the way; its weights are back as they were.
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights(), strict=True))
+    assert int(model.optimizer.iterations.numpy()) == 0
+
+
+def test_your_own_arrays_are_batched_as_fit_would(keras):
+    _, (x, y) = _your_pipeline(slow=False)
+    diagnosis = dg.diagnose(_your_model(keras), (x, y), config=TrainConfig(batch_size=64), steps=6)
+    assert diagnosis.batch_size == 64 and diagnosis.verdict in (
+        dg.INPUT_BOUND,
+        dg.COMPUTE_BOUND,
+        dg.BALANCED,
+    )
+    assert diagnosis.pipeline.startswith("your arrays, batched by 64 in tf.data:")
+    with pytest.raises(train.SetupError, match="give the training data"):
+        dg.diagnose(_your_model(keras))
+
+
+MODEL_FN = """
+import numpy as np
+import tensorflow as tf
+from toolkit import compat
+
+def make():
+    keras = compat.keras()
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(True))
+    x = np.random.default_rng(0).normal(size=(256, 4)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+    return model, tf.data.Dataset.from_tensor_slices((x, y)).batch(16).prefetch(2)
+"""
+
+
+def test_doctor_cli_on_your_own_model_fn(tmp_path):
+    (tmp_path / "mytrain.py").write_text(MODEL_FN)
+    out = subprocess.run(
+        [sys.executable, "-m", "toolkit", "doctor", "--model_fn", "mytrain:make",
+         "--diagnose_steps=6"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "doctor: --model_fn mytrain:make, batch 16" in out.stdout
+    assert "measured pipeline: your pipeline: from_tensor_slices → batch(16) → prefetch" in (
+        out.stdout
+    )
+    bad = subprocess.run(
+        [sys.executable, "-m", "toolkit", "doctor", "--model_fn", "mytrain:nope"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "has no function 'nope'" in bad.stderr.splitlines()[-1]

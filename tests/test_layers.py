@@ -279,3 +279,19 @@ def test_reading_reports_needs_no_framework_at_all():
 def test_report_side_modules_import_no_framework_at_import_time(module):
     for dep in GRAPH[module]:
         assert _layer(dep) <= _layer(module)
+
+
+def test_no_package_attribute_hides_one_of_its_submodules():
+    """``from toolkit.devices import select`` must not mean two things: a package never
+    exports a name that is also one of its submodules."""
+    import importlib
+
+    hidden = []
+    for module in MODULES:
+        package, _, leaf = module.rpartition(".")
+        if not package or MODULES[module].name == "__init__.py":
+            continue
+        value = getattr(importlib.import_module(package), leaf, None)
+        if value is not None and value is not importlib.import_module(module):
+            hidden.append(f"{package}.{leaf} is {value!r}, not the submodule {module}")
+    assert not hidden, "\n".join(hidden)

@@ -259,3 +259,68 @@ def test_reports_written_before_the_compute_section_still_load(tmp_path):
     del data["compute"]
     (tmp_path / "report.json").write_text(json.dumps(data))
     assert RunReport.load(tmp_path).compute is None
+
+
+def _as_schema_1(report: RunReport) -> dict:
+    """`report` as the toolkit wrote it before schema 2: context, diagnosis and tune in extra."""
+    data = json.loads(report.to_json())
+    extra = dict(data.pop("context") or {})
+    extra.update(diagnosis=data.pop("diagnosis"), tune=data.pop("tune"), **data["extra"])
+    data["extra"], data["schema_version"] = extra, 1
+    return data
+
+
+def test_schema_1_reports_load_into_the_typed_context_and_compare(tmp_path):
+    from toolkit.devices import DeviceInfo, Finding
+    from toolkit.distribute import Cluster
+    from toolkit.report import RunContext
+    from toolkit.report.context import Resume, Strategy
+
+    context = RunContext(
+        device=DeviceInfo("cpu", "/physical_device:CPU:0", 0, "Some CPU", 1024.0),
+        precision="mixed_bfloat16",
+        strategy=Strategy("mirrored", 1, 32, 32),
+        cluster=Cluster("worker", 1, ("h:1", "h:2")),
+        preflight=(Finding("info", "cpu-xla", "jit_compile on the CPU", "measure"),),
+        dataset="digits (1437 train)",
+        resume=Resume("/backup", True, 40, 2, 80),
+    )
+    diagnosis = {"verdict": "input-bound", "input_rate": 10.0, "compute_rate": 50.0,
+                 "fit_rate": 9.0, "advice": ["cache"], "pipeline": "range → batch(32)"}  # fmt: skip
+    new = make_report(name="v2", context=context, diagnosis=diagnosis, extra={"note": "kept"})
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(_as_schema_1(new)))
+    old = RunReport.load(path)
+    assert old.context == context and old.diagnosis == diagnosis
+    assert old.extra == {"note": "kept"} and old.schema_version == 2
+    summary = old.summary()
+    for text in ("device: cpu:0 Some CPU", "precision mixed_bfloat16", "worker 1 of 2",
+                 "resumed from epoch 2", "diagnosis: input-bound", "data: digits"):  # fmt: skip
+        assert text in summary, summary
+    assert "## Diagnosis" in old.to_markdown() and "range → batch(32)" in old.to_markdown()
+    result = compare(old, new)
+    assert result.verdict == "within noise" and not any("differs" in n for n in result.notes)
+    new.write(tmp_path / "v2")
+    out = subprocess.run(
+        [sys.executable, "-m", "toolkit", "compare", str(path), str(tmp_path / "v2")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0 and "verdict: within noise" in out.stdout, out.stderr
+
+
+def test_context_round_trips_through_json(tmp_path):
+    from toolkit.devices import DeviceInfo
+    from toolkit.report import RunContext
+
+    context = RunContext(
+        device=DeviceInfo("cuda", "/physical_device:GPU:0", 0, "H100", None, (9, 0)),
+        backend="tensorflow",
+    )
+    r = make_report(context=context)
+    r.write(tmp_path)
+    loaded = RunReport.load(tmp_path)
+    assert loaded.context == context and loaded.context.device.compute_capability == (9, 0)
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["context"]["cluster"]["is_chief"] is True and data["schema_version"] == 2

@@ -188,3 +188,33 @@ def test_tune_cli_then_a_recipe_with_autotune_reads_the_cache(tmp_path):
     assert tuned["cache_hit"] is True and tuned["best_label"]
     bad = python("-m", "toolkit", "tune", "--recipe", "mlp", "--dataset=nope")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+def test_tune_your_own_compiled_model_on_your_pipeline(keras, tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dense(2)])
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.01),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 8)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).prefetch(2)
+    before = [w.copy() for w in model.get_weights()]
+    space = tn.Space(jit_compile=(False,), steps_per_execution=(1, 4), fused_steps=(1,))
+    result = tn.tune(model, ds, space=space, steps=16, progress=lambda line: None)
+    assert [t.candidate.steps_per_execution for t in result.trials] == [1, 4]
+    assert all(t.examples_per_sec for t in result.trials)
+    assert result.best.compile_kwargs()["steps_per_execution"] in (1, 4)
+    # The model is as it was: its compile settings, weights and optimizer state.
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights(), strict=True))
+    assert int(model.optimizer.iterations.numpy()) == 0
+    assert train.steps_per_execution(model) == 1
+    history = model.fit(ds, epochs=1, verbose=0)  # still compiled with its own loss and metrics
+    assert "accuracy" in history.history
+    again = tn.tune(model, ds, space=space, steps=16, progress=lambda line: None)
+    assert again.cache_hit and again.best == result.best

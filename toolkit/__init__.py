@@ -1,7 +1,8 @@
 """Keras training-performance toolkit: how fast is my step, why not faster, which settings are
 faster here.
 
-The public API is :data:`_EXPORTS` below: ``__all__`` is derived from it, so the two cannot
+The public API is :data:`_EXPORTS` below (the tools themselves are modules:
+``toolkit.diagnose.diagnose``, ``toolkit.tune.tune``, ``toolkit.devices``, ``toolkit.data``): ``__all__`` is derived from it, so the two cannot
 drift. Names are imported on first use (PEP 562), so that ``import toolkit`` and the report
 tools (``toolkit.report``, ``python -m toolkit compare``) load no framework; the callbacks load
 Keras when first touched.
@@ -17,7 +18,7 @@ from toolkit.version import __version__
 if TYPE_CHECKING:
     from toolkit.config import TrainConfig
     from toolkit.data.builder import infer_batch_size
-    from toolkit.diagnose import Diagnosis, diagnose
+    from toolkit.diagnose import Diagnosis
     from toolkit.machine import capture_environment
     from toolkit.profiling.memory_watch import MemoryWatch
     from toolkit.profiling.session import Profile, TrainingInterrupted, profile
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from toolkit.profiling.trace_window import TraceWindow
     from toolkit.report import Comparison, ReportError, RunContext, RunReport, compare
     from toolkit.train import RunResult, Task, run
-    from toolkit.tune import TuneResult, tune
+    from toolkit.tune import TuneResult
 
 # Public name -> the module that defines it (the one place each lives).
 _EXPORTS = {
@@ -42,17 +43,15 @@ _EXPORTS = {
     "RunReport": "toolkit.report.run_report",
     "ReportError": "toolkit.files",
     "RunContext": "toolkit.report.context",
-    "Comparison": "toolkit.report.compare",
-    "compare": "toolkit.report.compare",
+    "Comparison": "toolkit.report.comparison",
+    "compare": "toolkit.report.comparison",
     "capture_environment": "toolkit.machine",
     "TrainConfig": "toolkit.config",
     "Task": "toolkit.train",
     "RunResult": "toolkit.train",
     "run": "toolkit.train",
     "Diagnosis": "toolkit.diagnose",
-    "diagnose": "toolkit.diagnose",
     "TuneResult": "toolkit.tune",
-    "tune": "toolkit.tune",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from toolkit.bench import fusion
+from toolkit.bench import kernels as bench_kernels
 
 # Trimmed from TF 2.21's optimized HLO of matmul + hard_swish on the CPU.
 HLO = """HloModule a_inference_hs_37__.1, is_scheduled=true
@@ -33,7 +34,7 @@ ENTRY %a_inference_hs_37__.1 (arg0.1: f32[128,768], arg1.1: f32[768,3072]) -> f3
 
 
 def test_hlo_kernels_name_the_fusion_and_its_ops():
-    kernels = fusion.hlo_kernels(HLO)
+    kernels = bench_kernels.hlo_kernels(HLO)
     assert kernels.names == ("dot(MatMul)", "fusion(kLoop: Relu6, AddV2, Mul, RealDiv)")
     assert kernels.count == 2
     assert kernels.fusions == (
@@ -48,8 +49,8 @@ def test_hlo_custom_calls_and_no_entry():
         '  ROOT %gemm = f32[8,8]{1,0} custom-call(%p, %p), custom_call_target="__cublas$gemm"\n'
         "}\n"
     )
-    assert fusion.hlo_kernels(text).names == ("custom-call(__cublas$gemm)",)
-    assert fusion.hlo_kernels("HloModule empty").source.startswith("optimized HLO: no ENTRY")
+    assert bench_kernels.hlo_kernels(text).names == ("custom-call(__cublas$gemm)",)
+    assert bench_kernels.hlo_kernels("HloModule empty").source.startswith("optimized HLO: no ENTRY")
 
 
 @pytest.fixture(scope="module")

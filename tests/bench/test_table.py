@@ -9,8 +9,7 @@ import json
 
 import pytest
 
-from toolkit.bench.measure import Measurement, Timing
-from toolkit.bench.table import OpTable, format_ms, format_pct, speedup_pct
+from toolkit.bench.table import Measurement, OpTable, Timing, format_ms, format_pct, speedup_pct
 
 
 def _t(ms: float, spread: float = 1.0) -> Timing:

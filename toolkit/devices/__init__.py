@@ -2,26 +2,26 @@
 
 Every platform-specific device call of the toolkit lives in this package, one job a module:
 
-* ``select``: :func:`detect` (CPUs and GPUs as :class:`DeviceInfo`, Metal told from CUDA),
+* ``selection``: :func:`detect` (CPUs and GPUs as :class:`DeviceInfo`, Metal told from CUDA),
   :func:`resolve`, and :func:`select`, ML Compute's ``set_mlc_device`` for TensorFlow;
 * ``placement``: :func:`on`, :func:`augmentation_device`, :func:`placement_report`;
-* ``preflight``: :func:`preflight` and its :data:`METAL_COMPATIBILITY` table,
+* ``compatibility``: :func:`preflight` and its :data:`METAL_COMPATIBILITY` table,
   :func:`recommend_precision`;
 * ``runtime``: :func:`configure_threads`.
 
 Everything public is re-exported here: ``from toolkit import devices; devices.select("gpu")``.
 """
 
-from toolkit.devices.placement import PlacementReport, augmentation_device, on, placement_report
-from toolkit.devices.preflight import (
+from toolkit.devices.compatibility import (
     METAL_COMPATIBILITY,
     Finding,
     cpu_has_fast_bf16,
     preflight,
     recommend_precision,
 )
+from toolkit.devices.placement import PlacementReport, augmentation_device, on, placement_report
 from toolkit.devices.runtime import configure_threads
-from toolkit.devices.select import (
+from toolkit.devices.selection import (
     DeviceError,
     DeviceInfo,
     detect,

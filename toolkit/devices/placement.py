@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from toolkit.devices.select import DeviceInfo, detect, parse_device_spec, resolve
+from toolkit.devices.selection import DeviceInfo, detect, parse_device_spec, resolve
 
 __all__ = ["PlacementReport", "augmentation_device", "on", "placement_report"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from toolkit.devices.select import DeviceError
+from toolkit.devices.selection import DeviceError
 
 __all__ = ["configure_threads"]
 

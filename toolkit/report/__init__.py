@@ -4,7 +4,7 @@ comparing two runs, and merging the workers' reports of one multi-worker run.
 Imports neither TensorFlow nor Keras. The schema is documented in ``docs/report.md``.
 """
 
-from toolkit.report.compare import Comparison, compare
+from toolkit.report.comparison import Comparison, compare
 from toolkit.report.context import RunContext
 from toolkit.report.merge import merge_reports, render_merged
 from toolkit.report.run_report import (

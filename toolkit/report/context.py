@@ -15,8 +15,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from toolkit.devices.preflight import Finding
-from toolkit.devices.select import DeviceInfo
+from toolkit.devices.compatibility import Finding
+from toolkit.devices.selection import DeviceInfo
 from toolkit.distribute import Cluster
 
 __all__ = ["Resume", "RunContext", "Strategy"]

@@ -13,7 +13,7 @@ import platform
 from typing import Any
 
 from toolkit import compat
-from toolkit.devices.select import DeviceInfo, resolve
+from toolkit.devices.selection import DeviceInfo, resolve
 
 __all__ = [
     "METAL_COMPATIBILITY",

@@ -1,0 +1,61 @@
+"""Every callback the toolkit hands to ``fit`` survives a real ``fit`` and leaves its result,
+with and without several steps per execution, under Keras 3 and tf_keras alike."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolkit import MemoryWatch, StepTimer, TraceWindow
+from toolkit.profiling.session import profile
+from toolkit.report.context import Resume
+from toolkit.train import resume_recorder
+
+pytestmark = pytest.mark.legacy_keras
+
+
+def _step_timer(tmp_path):
+    timer = StepTimer(batch_size=8, warmup_steps=1)
+    return [timer], lambda: timer.summary().timed_steps > 0
+
+
+def _trace_window(tmp_path):
+    window = TraceWindow(str(tmp_path / "trace"), start_step=2, stop_step=4)
+    return [window], lambda: window.result()["traced_steps"] is not None
+
+
+def _memory_watch(tmp_path):
+    watch = MemoryWatch()
+    return [watch], lambda: len(watch.readings) == 3  # the start and each of 2 epochs
+
+
+def _resume_recorder(tmp_path):
+    resume = Resume(str(tmp_path / "backup"))
+    return [resume_recorder(resume)], lambda: resume.steps_total == 20 and not resume.resumed
+
+
+def _profile_callbacks(tmp_path):
+    prof = profile("all", data=None, batch_size=8, trace_steps=(2, 4), memory_watch=True)
+    prof.__enter__()
+
+    def done():
+        prof.__exit__(None, None, None)
+        return prof.report.steps.timed_steps > 0 and prof.report.trace["traced_steps"]
+
+    return prof.callbacks, done
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_step_timer, _trace_window, _memory_watch, _resume_recorder, _profile_callbacks],
+    ids=lambda f: f.__name__.lstrip("_"),
+)
+@pytest.mark.parametrize("steps_per_execution", [1, 2])
+def test_every_callback_survives_a_real_fit(
+    tmp_path, monkeypatch, make_model, make_dataset, make, steps_per_execution
+):
+    monkeypatch.chdir(tmp_path)
+    model = make_model(steps_per_execution=steps_per_execution)
+    callbacks, done = make(tmp_path)
+    history = model.fit(make_dataset(10), epochs=2, callbacks=callbacks, verbose=0)
+    assert len(history.history["loss"]) == 2
+    assert done()
