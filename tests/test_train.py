@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from toolkit import train
-from toolkit.config import SMOKE_STEPS, TrainConfig
+from toolkit.config import SMOKE_STEPS, ConfigError, TrainConfig
 from toolkit.report import RunReport
 
 
@@ -58,20 +58,25 @@ def tiny_task(keras, n=100, features=6, validation=True):
         ("epochs", 0, "--epochs must be an integer >= 1"),
         ("batch_size", -3, "--batch_size"),
         ("steps_per_execution", 0, "--steps_per_execution"),
-        ("steps_per_epoch", 0, "--train_steps must be >= 1"),
+        ("steps_per_epoch", 0, r"--train_steps \(steps_per_epoch\) must be >= 1, got 0"),
         ("fused_steps", 0, "--fused_steps must be an integer >= 1"),
         ("warmup_steps", -1, "--warmup_steps"),
         ("profile_steps", (5, 5), "--profile_steps"),
-        ("verbose", 3, "--verbose"),
-        ("precision", "float64", "--dtype must be one of float32, mixed_float16"),
+        ("verbose", 3, r"--log_verbosity \(verbose\) must be 0, 1 or 2, got 3"),
+        ("precision", "float64", r"--dtype \(precision\) must be one of float32, mixed_float16"),
+        ("task_index", -1, "--task_index must be >= 0"),
+        ("shard_policy", "rows", "--shard_policy must be one of data, file"),
         ("distribution_strategy", "tpu", "--distribution_strategy must be one of"),
         ("device", "tpu", "unknown device 'tpu'"),
     ],
 )
 def test_config_errors_name_the_flag(field, value, match):
     config = TrainConfig(**{field: value})
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ConfigError, match=match):
         config.validate()
+    # The runner gives the same one line (as a SetupError) before anything trains.
+    with pytest.raises(train.SetupError, match=match):
+        train.run(None, config)
 
 
 def test_run_writes_report_and_never_retraces(tmp_path, keras):

@@ -65,21 +65,32 @@ def test_performance_flags_trace_and_memory(tmp_path):
 @pytest.mark.parametrize(
     ("flag", "words"),
     [
-        ("--epochs=0", "epochs"),
-        ("--batch_size=-1", "batch_size"),
-        ("--profile_steps=9,3", "profile_steps"),
-        ("--no_such_flag=1", "no_such_flag"),
-        ("--dtype=float64", "dtype"),
+        ("--epochs=0", "--epochs must be an integer >= 1, got 0"),
+        ("--batch_size=-1", "--batch_size must be an integer >= 1, got -1"),
+        ("--profile_steps=9,3", "--profile_steps must be start,stop with 0 <= start < stop"),
+        ("--profile_steps=nine", "--profile_steps must be two integers"),
+        ("--dtype=float64", "--dtype (precision) must be one of float32"),
         ("--device=tpu", "unknown device 'tpu'"),
-        ("--distribution_strategy=tpu", "distribution_strategy"),
+        ("--distribution_strategy=tpu", "--distribution_strategy must be one of default"),
+        ("--log_steps=0", "--log_steps must be >= 1, got 0"),
     ],
 )
-def test_bad_flags_fail_with_one_clear_line(tmp_path, flag, words):
+def test_bad_settings_fail_with_one_clear_line(tmp_path, flag, words):
+    """The one validator (TrainConfig.validate) speaks for the flags: one line, status 2."""
     out = _run([f"--report_dir={tmp_path}", flag], timeout=120)
+    assert out.returncode == 2, out.stderr[-1000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and words in last, out.stderr[-1000:]
+    assert "Traceback" not in out.stderr
+    assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_an_unknown_flag_fails_at_parsing(tmp_path):
+    out = _run([f"--report_dir={tmp_path}", "--no_such_flag=1"], timeout=120)
     assert out.returncode != 0
     error_lines = [line for line in out.stderr.splitlines() if "FATAL Flags parsing error" in line]
-    assert len(error_lines) == 1 and words in error_lines[0], out.stderr[-1000:]
-    assert not list(tmp_path.iterdir())  # nothing half-written
+    assert len(error_lines) == 1 and "no_such_flag" in error_lines[0], out.stderr[-1000:]
+    assert not list(tmp_path.iterdir())
 
 
 def test_interrupted_run_leaves_a_partial_report(tmp_path):

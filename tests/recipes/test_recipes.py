@@ -129,15 +129,11 @@ def test_bad_data_settings_are_one_line_before_training(tmp_path, recipe, args, 
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize(
-    ("args", "words"),
-    [(["--dataset=imagenet"], "unknown dataset 'imagenet'"), (["--log_steps=0"], "log_steps")],
-)
-def test_bad_dataset_flags_fail_at_parsing(tmp_path, args, words):
-    out = _recipe("cnn", f"--report_dir={tmp_path}", *args, timeout=120)
+def test_a_bad_dataset_spec_fails_at_parsing(tmp_path):
+    out = _recipe("cnn", f"--report_dir={tmp_path}", "--dataset=imagenet", timeout=120)
     assert out.returncode != 0
     (line,) = [x for x in out.stderr.splitlines() if "FATAL Flags parsing error" in x]
-    assert words in line
+    assert "unknown dataset 'imagenet'" in line
 
 
 def test_recipes_import_into_a_notebook_whatever_its_argv(tmp_path):
