@@ -220,9 +220,11 @@ except ImportError:
 else:
     raise SystemExit("tensorflow imported")
 
-from toolkit import StepTimer, compare
+from toolkit import MemoryWatch, StepTimer, TraceWindow, compare, profile
 from toolkit.cli import main as cli
 from toolkit.report import RunContext, RunReport, merge_reports, render_merged
+
+assert issubclass(TraceWindow, sys.modules["keras"].callbacks.Callback) and MemoryWatch
 
 timer = StepTimer(batch_size=8, warmup_steps=1)
 timer.set_params({"steps": 12, "epochs": 1})
@@ -241,6 +243,16 @@ assert loaded == report and loaded.steps.timed_steps == 10, loaded.steps
 print(compare(loaded, report).verdict)
 print(render_merged(merge_reports([loaded, report])).splitlines()[-1])
 assert cli(["show", out]) == 0 and cli(["compare", out, out]) == 0
+with profile("no-tf-profile", report_dir=out, batch_size=8, warmup_steps=0) as prof:
+    t = prof.timer
+    t.set_params({"steps": 3, "epochs": 1})
+    t.on_train_begin()
+    t.on_epoch_begin(0)
+    for i in range(3):
+        t.on_train_batch_begin(i)
+        t.on_train_batch_end(i)
+    t.on_train_end()
+assert prof.report.steps.timed_steps == 2 and os.path.exists(prof.paths["json"])
 assert "tensorflow" not in sys.modules
 print("keras backend:", sys.modules["keras"].config.backend())
 print("OK")
