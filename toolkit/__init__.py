@@ -1,11 +1,11 @@
 """Keras training-performance toolkit: how fast is my step, why not faster, which settings are
 faster here.
 
-The public API is :data:`_EXPORTS` below (the tools themselves are modules:
-``toolkit.diagnose.diagnose``, ``toolkit.tune.tune``, ``toolkit.devices``, ``toolkit.data``): ``__all__`` is derived from it, so the two cannot
-drift. Names are imported on first use (PEP 562), so that ``import toolkit`` and the report
-tools (``toolkit.report``, ``python -m toolkit compare``) load no framework; the callbacks load
-Keras when first touched.
+The public API is :data:`_EXPORTS` below; ``__all__`` is derived from it, so the two cannot
+drift. The tools themselves are modules: ``toolkit.diagnose.diagnose``, ``toolkit.tune.tune``,
+``toolkit.devices``, ``toolkit.data``. Names are imported on first use (PEP 562), so that
+``import toolkit`` and the report tools (``toolkit.report``, ``python -m toolkit compare``) load
+no framework; the callbacks load Keras when first touched.
 """
 
 from __future__ import annotations

@@ -267,6 +267,16 @@ def _merge(args: argparse.Namespace) -> int:
     return 0 if merged["all_complete"] else 1
 
 
+def _add_target(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--recipe R`` or ``--model_fn module:function``: what doctor and tune measure."""
+    parser.add_argument("--recipe", default="mlp", help="recipe module under recipes/")
+    parser.add_argument(
+        "--model_fn",
+        help="module:function returning (your compiled Keras model, your batched tf.data "
+        f"pipeline or (x, y) arrays): {what} those instead of a recipe",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__.split("\n")[0])
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
@@ -303,12 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="input-bound or compute-bound? measured, with advice",
         description="Recipe flags (--batch_size, --dataset, --jit_compile...) follow --recipe.",
     )
-    p.add_argument("--recipe", default="mlp", help="recipe module under recipes/")
-    p.add_argument(
-        "--model_fn",
-        help="module:function returning (your compiled Keras model, your batched tf.data "
-        "pipeline or (x, y) arrays): diagnose those instead of a recipe",
-    )
+    _add_target(p, "diagnose")
     p.set_defaults(func=_doctor)
 
     p = verbs.add_parser(
@@ -316,13 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the fastest measured settings for a recipe here (cached)",
         description="Recipe flags (--batch_size, --dataset, --device...) follow --recipe.",
     )
-    p.add_argument("--recipe", default="mlp", help="recipe module under recipes/")
+    _add_target(p, "tune")
     p.add_argument("--refresh", action="store_true", help="search again, ignoring the cache")
-    p.add_argument(
-        "--model_fn",
-        help="module:function returning (your compiled Keras model, your batched tf.data "
-        "pipeline or (x, y) arrays): tune those instead of a recipe",
-    )
     p.set_defaults(func=_tune)
 
     p = verbs.add_parser(

@@ -1,7 +1,6 @@
 """Input pipelines: sources that return ``tf.data.Dataset``s, the one builder that orders
 shuffle/cache/map/batch/prefetch and checks for traps, and a pipeline-only throughput benchmark."""
 
-from toolkit.data.throughput import PipelineBenchmark, benchmark
 from toolkit.data.builder import PipelineWarning, describe_pipeline, infer_batch_size, pipeline
 from toolkit.data.sources import (
     class_names,
@@ -18,6 +17,7 @@ from toolkit.data.sources import (
     tfrecords,
     write_tfrecords,
 )
+from toolkit.data.throughput import PipelineBenchmark, benchmark
 
 __all__ = [
     "PipelineBenchmark",
