@@ -34,6 +34,7 @@ __all__ = [
     "measured_fit",
     "precision_policy",
     "restore",
+    "resume_recorder",
     "run",
     "setup_device",
     "snapshot",

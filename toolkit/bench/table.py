@@ -157,7 +157,7 @@ class OpTable:
         columns: ``"<device>_<mode>"`` in display order.
         settings: size preset, dtype, repeats, min_time_s, seed, ops, modes.
         devices: each device's facts and its column label.
-        environment: :func:`toolkit.report.capture_environment` of the run.
+        environment: :func:`toolkit.machine.capture_environment` of the run.
         floors: per column, the per-call time of ``x + 1`` on a scalar (dispatch cost).
         created_utc: when the table was made.
     """

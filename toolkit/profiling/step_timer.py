@@ -134,7 +134,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._open_trace = (False, 0)
         self._prev_gap = 0  # steps between the last two begins in this epoch
         self._spe = 1
-        self._fused = 1  # training steps per Keras batch (see toolkit.train.fuse_train_steps)
+        self._fused = 1  # training steps per Keras batch (see the backend's fuse_train_steps)
         self._epoch_start = 0.0
         self._epoch_calls_start = 0
         self._epoch_begins = 0
