@@ -294,7 +294,7 @@ def _diagnose_task(
 def _diagnose_model(
     model: Any, data: Any, config: TrainConfig, steps: int, devices_found: Iterable[Any] | None
 ) -> Diagnosis:
-    from toolkit import train
+    from toolkit import devices, train
     from toolkit.data import benchmark, infer_batch_size
 
     dataset, described = train.as_batches(data, config.batch_size)
@@ -310,8 +310,6 @@ def _diagnose_model(
     finally:
         train.restore(model, saved)
     policy = getattr(getattr(model, "dtype_policy", None), "name", None)
-    from toolkit import devices
-
     found = list(devices_found) if devices_found is not None else devices.detect()
     gpus = [d for d in found if d.is_gpu]
     return _conclude(
