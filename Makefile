@@ -17,6 +17,9 @@ test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_FLAGS)
 	@echo "== profiling tests again under tf_keras (TF_USE_LEGACY_KERAS=1) =="
 	TF_USE_LEGACY_KERAS=1 $(PY) -m pytest $(PYTEST_FLAGS) -m legacy_keras
+	@echo "== the profiling contracts again under Keras 3 on JAX, then on PyTorch =="
+	KERAS_BACKEND=jax $(PY) -m pytest $(PYTEST_FLAGS) -m every_backend
+	KERAS_BACKEND=torch $(PY) -m pytest $(PYTEST_FLAGS) -m every_backend
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

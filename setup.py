@@ -15,6 +15,8 @@ from setuptools import find_packages, setup
 
 APPLE_SILICON = 'sys_platform == "darwin" and platform_machine == "arm64"'
 NOT_APPLE_SILICON = 'sys_platform != "darwin" or platform_machine != "arm64"'
+LINUX_X86 = 'sys_platform == "linux" and platform_machine == "x86_64"'
+NOT_LINUX_X86 = 'sys_platform != "linux" or platform_machine != "x86_64"'
 
 
 def _version() -> str:
@@ -51,6 +53,9 @@ setup(
         "report": ["matplotlib>=3.7"],
         "profile": ["tensorboard>=2.16", "xprof>=2.19"],
         "jax": ["jax>=0.4.34"],
+        # Linux x86-64 gets PyTorch's CUDA build from PyPI unless a CPU build is asked for:
+        # see BUILD.md for the CPU, CUDA and Mac installs.
+        "torch": ["torch>=2.3"],
         "test": [
             "pytest>=8",
             "ruff>=0.5",
@@ -60,8 +65,13 @@ setup(
             f"tf-keras>=2.16,<2.22; {NOT_APPLE_SILICON}",
             f"tf-keras>=2.16,<2.17; {APPLE_SILICON}",
             # The report side and StepTimer are tested in a process where TensorFlow cannot
-            # be imported, with Keras on JAX (an 85 MB CPU wheel).
+            # be imported, with Keras on JAX (an 85 MB CPU wheel); the profiling contracts run
+            # under Keras 3 on JAX and on PyTorch too. torch 2.13.0's CPU build (190 MB) is
+            # what a Linux x86-64 CI machine installs from its local wheel cache; elsewhere any
+            # recent torch.
             "jax>=0.4.34",
+            f"torch==2.13.0; {LINUX_X86}",
+            f"torch>=2.3; {NOT_LINUX_X86}",
         ],
     },
     entry_points={"console_scripts": ["toolkit=toolkit.cli:main"]},

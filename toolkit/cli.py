@@ -370,6 +370,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("reports", nargs="+", help="report.json files or run directories")
     p.set_defaults(func=_merge)
 
+    from toolkit import backend
+
+    try:  # before anything imports Keras, which fixes its backend at import
+        backend.from_argv(list(argv if argv is not None else sys.argv[1:]))
+    except backend.BackendError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     args, rest = parser.parse_known_args(argv)
     if args.verb in ("doctor", "tune"):
         args.recipe_flags = rest  # the recipe's own flags, parsed by absl

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from toolkit import distribute
+from toolkit import backend, distribute
 from toolkit.devices import parse_device_spec
 from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS
 
@@ -69,6 +69,7 @@ class TrainConfig:
     data_service: str | None = None
     data_service_mode: str = "parallel_epochs"
     backup_dir: str | None = None
+    backend: str | None = None  # None: the one Keras trains on (toolkit.backend.name())
 
     def validate(self) -> TrainConfig:
         """Returns self, or raises ConfigError naming the first bad setting and what it must
@@ -107,6 +108,13 @@ class TrainConfig:
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
                 raise _bad(name, f"one of {', '.join(allowed)}", getattr(self, name))
+        if self.backend is not None and self.backend not in backend.BACKENDS:
+            raise _bad("backend", f"one of {', '.join(backend.BACKENDS)}", self.backend)
+        if self.backend is not None and self.backend != backend.name():
+            raise ConfigError(
+                f"--backend={self.backend}: Keras trains on {backend.name()} in this process; "
+                "give --backend on the command line, or set KERAS_BACKEND before importing Keras"
+            )
         try:
             parse_device_spec(self.device)
             if self.data_service is not None:

@@ -128,6 +128,12 @@ def define_common_flags(**defaults: Any) -> None:
     flags.DEFINE_bool("jit_compile", d["jit_compile"], "Compile the train step with XLA.")
     flags.DEFINE_alias("enable_xla", "jit_compile")
     flags.DEFINE_string(
+        "backend",
+        None,
+        "tensorflow | jax | torch: the Keras backend (default: KERAS_BACKEND, else tensorflow); "
+        "read from the command line before Keras loads.",
+    )
+    flags.DEFINE_string(
         "device", "auto", "auto | cpu | gpu | cuda | metal, optionally :index (e.g. gpu:1)."
     )
     flags.DEFINE_string(
@@ -272,6 +278,7 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
         data_service=f.data_service,
         data_service_mode=f.data_service_mode,
         backup_dir=f.backup_dir,
+        backend=f.backend,
     ).validate()
 
 

@@ -385,6 +385,7 @@ def run(
     """
     try:
         config = config.validate().effective()
+        backend.get().check_config(config)  # what this Keras backend cannot run: one line
         cluster = distribute.cluster_from_flags(config.worker_hosts, config.task_index)
         device, findings = setup_device(config)
         # Before any dataset: a multi-worker strategy configures collective ops at start-up.

@@ -1,16 +1,18 @@
 """Every callback the toolkit hands to ``fit`` survives a real ``fit`` and leaves its result,
-with and without several steps per execution, under Keras 3 and tf_keras alike."""
+with and without several steps per execution, under Keras 3 and tf_keras alike, and under
+Keras 3 on JAX and on PyTorch (``make test`` runs the ``every_backend`` tests once per
+backend)."""
 
 from __future__ import annotations
 
 import pytest
 
-from toolkit import MemoryWatch, StepTimer, TraceWindow
+from toolkit import MemoryWatch, StepTimer, TraceWindow, backend
 from toolkit.profiling.session import profile
 from toolkit.report.context import Resume
 from toolkit.train import resume_recorder
 
-pytestmark = pytest.mark.legacy_keras
+pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 
 
 def _step_timer(tmp_path):
@@ -53,6 +55,8 @@ def _profile_callbacks(tmp_path):
 def test_every_callback_survives_a_real_fit(
     tmp_path, monkeypatch, make_model, make_dataset, make, steps_per_execution
 ):
+    if steps_per_execution > 1 and backend.name() == "torch":
+        pytest.skip("Keras's PyTorch backend runs one step per call (no steps_per_execution)")
     monkeypatch.chdir(tmp_path)
     model = make_model(steps_per_execution=steps_per_execution)
     callbacks, done = make(tmp_path)

@@ -6,7 +6,7 @@ import pytest
 
 from toolkit.profiling.memory_watch import MemoryWatch, steady_growth
 
-pytestmark = pytest.mark.legacy_keras
+pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from toolkit import compat
 from toolkit.profiling.session import TrainingInterrupted, profile
 from toolkit.report import RunReport
 
-pytestmark = pytest.mark.legacy_keras
+pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 
 
 def _raise_at(epoch_to_fail, batch_to_fail, exc):

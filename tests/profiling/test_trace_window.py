@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-import tensorflow as tf
 
+from toolkit import backend
 from toolkit.profiling.step_timer import StepTimer
 from toolkit.profiling.trace_window import TraceWindow
 
-pytestmark = pytest.mark.legacy_keras
+pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 
 
 def test_trace_window_writes_a_trace_and_timer_excludes_traced_steps(
@@ -20,8 +20,11 @@ def test_trace_window_writes_a_trace_and_timer_excludes_traced_steps(
     assert trace.error is None
     assert trace.traced_steps == (4, 7)
     files = trace.trace_files()
-    assert files and all(f.endswith(".xplane.pb") for f in files)
-    assert "plugins/profile" in files[0].replace("\\", "/")
+    if backend.name() == "torch":  # torch.profiler writes Chrome trace JSON
+        assert files and all(f.endswith(".pt.trace.json") for f in files)
+    else:  # TensorFlow's and JAX's profilers write XSpace for TensorBoard and XProf
+        assert files and all(f.endswith(".xplane.pb") for f in files)
+        assert "plugins/profile" in files[0].replace("\\", "/")
     s = timer.summary()
     # steps 4, 5, 6 ran under the profiler; step 7's interval contains the profiler stop.
     assert s.excluded_steps == 4
@@ -38,13 +41,14 @@ def test_window_spanning_epochs_and_stopping_at_train_end(tmp_path, make_model, 
 
 
 def test_profiler_failure_is_logged_and_training_goes_on(tmp_path, make_model, make_dataset):
-    tf.profiler.experimental.start(str(tmp_path / "someone-else"))
+    profiler = backend.get()  # someone else's trace holds the profiler
+    profiler.start_trace(str(tmp_path / "someone-else"), 2, 0, 1)
     try:
         timer = StepTimer(warmup_steps=0)
         trace = TraceWindow(tmp_path / "mine", start_step=1, stop_step=3)
         history = make_model().fit(make_dataset(5), epochs=1, verbose=0, callbacks=[timer, trace])
     finally:
-        tf.profiler.experimental.stop()
+        profiler.stop_trace()
     assert len(history.history["loss"]) == 1
     assert trace.error and "failed to start" in trace.error
     assert trace.traced_steps is None

@@ -2,29 +2,40 @@
 
 The measuring core (StepTimer, TraceWindow, MemoryWatch, FLOP counting, the matmul peak, the
 report's environment) never calls a framework itself: it asks :func:`get` for the module of
-the backend Keras trains on and calls the same functions on it. ``toolkit.backend.tensorflow``
-is the one implemented today; a JAX or PyTorch backend is one more module here with the same
-functions (``framework_facts``, ``start_trace``, ``stop_trace``, ``device_memory``,
-``count_flops``, ``measure_matmul_peak``, ``fuse_train_steps``, ``quiet_retracing``), and no
-change to the core.
+the backend Keras trains on and calls the same functions on it: ``tensorflow``, ``jax`` and
+``torch``, one module each, with the same functions (``framework_facts``, ``check_config``,
+``start_trace``, ``stop_trace``, ``trace_files``, ``device_memory``, ``count_flops``,
+``measure_matmul_peak``, ``fuse_train_steps``, ``quiet_retracing``, ``intra_op_threads``).
 
-Importing this package imports no framework; :func:`name` reads Keras's choice from an
-already-imported Keras, else from ``KERAS_BACKEND``.
+Importing this package imports no framework. :func:`name` reads Keras's choice from an
+already-imported Keras, else from ``KERAS_BACKEND``. Keras fixes its backend when it is
+imported, so :func:`select` (``--backend``) must run before anything imports Keras: recipes
+and ``python -m toolkit`` read ``--backend`` from the command line first thing
+(:func:`from_argv`).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 import types
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["BACKENDS", "BackendError", "framework_facts", "get", "name"]
+__all__ = ["BACKENDS", "BackendError", "framework_facts", "from_argv", "get", "name", "select"]
 
 # Keras 3's training backends, in the toolkit's order of preference.
 BACKENDS = ("tensorflow", "jax", "torch")
-IMPLEMENTED = ("tensorflow",)
+IMPLEMENTED = BACKENDS
+# Backend -> (the module it imports, what installs it).
+_INSTALL = {
+    "tensorflow": ("tensorflow", "pip install keras-perf-toolkit (TensorFlow is a dependency)"),
+    "jax": ("jax", "pip install 'keras-perf-toolkit[jax]'"),
+    "torch": ("torch", "pip install 'keras-perf-toolkit[torch]' (BUILD.md: CPU, CUDA, Mac)"),
+}
+_LEGACY = ("1", "true", "yes", "on")
 
 
 class BackendError(ValueError):
@@ -37,7 +48,7 @@ def name() -> str:
     tf_keras (``TF_USE_LEGACY_KERAS=1``) is TensorFlow. Keras 3 fixes its backend when it is
     imported; before that, ``KERAS_BACKEND`` says what it will be (default TensorFlow).
     """
-    if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes", "on"):
+    if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in _LEGACY:
         return "tensorflow"
     keras = sys.modules.get("keras")
     config = getattr(keras, "config", None) if keras is not None else None
@@ -47,6 +58,47 @@ def name() -> str:
         except Exception:  # noqa: BLE001 - a half-imported Keras: fall back to the variable
             pass
     return os.environ.get("KERAS_BACKEND", "tensorflow").strip().lower() or "tensorflow"
+
+
+def select(backend: str) -> str:
+    """Makes `backend` the one Keras will train on in this process (``KERAS_BACKEND``), before
+    Keras is imported.
+
+    Raises:
+        BackendError: an unknown backend, one that is not installed (naming the extra that
+            installs it), tf_keras with another backend, or Keras already loaded with another.
+    """
+    backend = backend.strip().lower()
+    if backend not in BACKENDS:
+        raise BackendError(f"--backend={backend}: use one of {', '.join(BACKENDS)}")
+    if importlib.util.find_spec(_INSTALL[backend][0]) is None:
+        raise BackendError(f"--backend={backend}: it is not installed; {_INSTALL[backend][1]}")
+    legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in _LEGACY
+    if legacy and backend != "tensorflow":
+        raise BackendError(
+            f"--backend={backend}: TF_USE_LEGACY_KERAS=1 selects tf_keras, which trains on "
+            "TensorFlow only; unset it to use Keras 3 on another backend"
+        )
+    if "keras" in sys.modules and name() != backend:
+        raise BackendError(
+            f"--backend={backend}: Keras is already loaded with the {name()} backend in this "
+            "process; choose the backend before importing Keras (KERAS_BACKEND, or --backend "
+            "on the command line)"
+        )
+    os.environ["KERAS_BACKEND"] = backend
+    return backend
+
+
+def from_argv(argv: Sequence[str]) -> str | None:
+    """Applies ``--backend=NAME`` (or ``--backend NAME``) from a command line, if there is one,
+    with :func:`select`; returns the backend chosen, or None."""
+    args = list(argv)
+    for i, arg in enumerate(args):
+        if arg.startswith("--backend="):
+            return select(arg.split("=", 1)[1])
+        if arg == "--backend" and i + 1 < len(args):
+            return select(args[i + 1])
+    return None
 
 
 def get(backend: str | None = None) -> types.ModuleType:
@@ -72,4 +124,8 @@ def framework_facts() -> dict[str, Any]:
     facts: dict[str, Any] = {"keras_backend": backend}
     if backend in IMPLEMENTED and backend in sys.modules:
         facts.update(get(backend).framework_facts())
+    if "keras" in sys.modules or "tf_keras" in sys.modules:
+        from toolkit import compat
+
+        facts.update(keras=compat.keras_version(), keras_flavor=compat.keras_flavor())
     return facts

@@ -2,8 +2,9 @@
 
 * :func:`framework_facts`: TensorFlow and Keras versions, the build (CUDA or not), the logical
   devices, for the report's environment.
-* :func:`start_trace` / :func:`stop_trace`: the TF profiler (``tf.profiler.experimental``) for
-  TraceWindow.
+* :func:`check_config`: every setting runs here.
+* :func:`start_trace` / :func:`stop_trace` / :func:`trace_files`: the TF profiler
+  (``tf.profiler.experimental``) for TraceWindow.
 * :func:`device_memory`: current and peak memory of each visible GPU, for MemoryWatch.
 * :func:`count_flops`: FLOPs of a forward pass and a training step, from TF's graph profiler.
 * :func:`measure_matmul_peak`: FLOP/s of chained large matmuls on one device.
@@ -22,10 +23,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from toolkit import compat
 from toolkit.profiling.events import FUSED_STEPS_ATTR
 
 __all__ = [
+    "check_config",
     "count_flops",
     "device_memory",
     "framework_facts",
@@ -35,6 +36,7 @@ __all__ = [
     "quiet_retracing",
     "start_trace",
     "stop_trace",
+    "trace_files",
 ]
 
 MB = 1024.0 * 1024.0
@@ -51,8 +53,6 @@ def framework_facts() -> dict[str, Any]:
 
     facts: dict[str, Any] = {
         "tensorflow": tf.__version__,
-        "keras": compat.keras_version(),
-        "keras_flavor": compat.keras_flavor(),
     }
     try:
         build = tf.sysconfig.get_build_info()
@@ -77,6 +77,10 @@ def intra_op_threads() -> int:
     return int(tf.config.threading.get_intra_op_parallelism_threads())
 
 
+def check_config(config: Any) -> None:
+    """Every setting runs on TensorFlow: nothing to refuse."""
+
+
 # ---------------------------------------------------------------------------- traces
 
 
@@ -98,6 +102,11 @@ def stop_trace() -> None:
     import tensorflow as tf
 
     tf.profiler.experimental.stop()
+
+
+def trace_files(names: list[str]) -> list[str]:
+    """Which of `names` are this profiler's traces: XSpace files (TensorBoard, XProf)."""
+    return [n for n in names if n.endswith(".xplane.pb")]
 
 
 # ---------------------------------------------------------------------------- memory
@@ -237,16 +246,17 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
 
 
 def measure_matmul_peak(
-    device_name: str, dtype: str = "float32", size: int = 2048, seconds: float = 0.25
+    device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.25
 ) -> float:
-    """FLOP/s of the best of 5 timed runs of chained ``size``² matmuls on one device.
+    """FLOP/s of the best of 5 timed runs of chained ``size``² matmuls on `device` (a
+    ``toolkit.devices.DeviceInfo``).
 
     The matmuls are chained (each multiplies the last result) inside one ``tf.function`` so no
     optimizer can hoist or drop them, and the result is read back once per run, not per matmul.
     """
     import tensorflow as tf
 
-    with tf.device(device_name):
+    with tf.device(device.logical_name):
         rng = tf.random.Generator.from_seed(0)
         a = tf.cast(rng.normal((size, size)), dtype)
         # Entries ~N(0, 1/size): products stay ~N(0, 1), no overflow in float16 / bfloat16.

@@ -7,9 +7,10 @@
   next to the gradients); recurrent layers are counted on an unrolled clone of the model.
 * :func:`matmul_peak` measures what a large matmul achieves on a device in a compute dtype,
   once per machine: the result is cached in ``$TOOLKIT_CACHE_DIR`` (default
-  ``~/.cache/keras-perf-toolkit``) under the machine key (``toolkit.machine``) with the device,
-  dtype and thread setting. A measured peak, not a datasheet one: MFU then says how much of what
-  this machine really does on its best-case kernel the training step gets.
+  ``~/.cache/keras-perf-toolkit``) under the machine key (``toolkit.machine``) with the backend
+  that measured it, the device, dtype and thread setting. A measured peak, not a datasheet one:
+  MFU then says how much of what this machine really does on its best-case kernel the training
+  step gets.
 * The arithmetic (achieved FLOP/s, MFU, formatting) is pure and lives beside the step
   statistics: ``toolkit.profiling.stats.utilization`` and ``format_flops``.
 """
@@ -68,6 +69,7 @@ def count_flops(model: Any, batch_size: int) -> FlopCount:
 
 def _peak_facts(device: Any, dtype: str) -> dict[str, Any]:
     return machine.machine_facts(
+        backend=backend.name(),
         device=f"{device.kind}:{device.index} {device.human_name}",
         dtype=dtype,
         intra_op=backend.get().intra_op_threads() or "default",
@@ -99,7 +101,7 @@ def matmul_peak(
         return {**cached[key], "source": "cache"}
     size = 2048 if device.kind == "cpu" else 8192
     record = {
-        "flops_per_s": backend.get().measure_matmul_peak(device.logical_name, dtype, size),
+        "flops_per_s": backend.get().measure_matmul_peak(device, dtype, size),
         "dtype": dtype,
         "size": size,
         "key": key,

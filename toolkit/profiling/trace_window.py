@@ -127,10 +127,15 @@ class TraceWindow(compat.keras().callbacks.Callback):
             PROFILER.stopped()
 
     def trace_files(self) -> list[str]:
-        """The ``*.xplane.pb`` files under `logdir`."""
+        """The trace files under `logdir` (``*.xplane.pb`` from TensorFlow and JAX, Chrome
+        trace JSON from PyTorch)."""
         found = []
         for root, _, files in os.walk(self.logdir):
-            found += [os.path.join(root, f) for f in files if f.endswith(".xplane.pb")]
+            try:
+                ours = backend.get().trace_files(sorted(files))
+            except backend.BackendError:
+                ours = []
+            found += [os.path.join(root, f) for f in ours]
         return sorted(found)
 
     def result(self) -> dict[str, Any]:

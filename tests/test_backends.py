@@ -1,0 +1,101 @@
+"""Keras backends: --backend chosen before Keras loads, one line for every combination that
+cannot work, and a recipe trained, timed, counted and reported under JAX and PyTorch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from toolkit import backend
+from toolkit.config import ConfigError, TrainConfig
+
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+ENV.pop("KERAS_BACKEND", None)
+
+
+def _python(*args, timeout=300, **env):
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**ENV, **env},
+    )
+
+
+def test_select_refuses_what_cannot_work_in_one_line(keras, monkeypatch):
+    with pytest.raises(backend.BackendError, match="--backend=mxnet: use one of tensorflow, jax"):
+        backend.select("mxnet")
+    # This test process already has Keras on TensorFlow: it cannot change any more.
+    assert backend.name() == "tensorflow"
+    with pytest.raises(backend.BackendError, match="already loaded with the tensorflow backend"):
+        backend.select("jax")
+    assert backend.select("tensorflow") == "tensorflow"
+    monkeypatch.setitem(backend._INSTALL, "torch", ("no_such_torch", "pip install 'x[torch]'"))
+    with pytest.raises(backend.BackendError, match=r"not installed; pip install 'x\[torch\]'"):
+        backend.select("torch")
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+    with pytest.raises(backend.BackendError, match="tf_keras, which trains on TensorFlow only"):
+        backend.select("jax")
+    with pytest.raises(ConfigError, match="--backend=jax: Keras trains on tensorflow"):
+        TrainConfig(backend="jax").validate()
+
+
+def test_backend_is_read_from_the_command_line_before_keras_loads():
+    code = (
+        "import sys\n"
+        "from toolkit import backend\n"
+        "assert backend.from_argv(['prog', '--epochs=2']) is None\n"
+        "assert backend.from_argv(['prog', '--backend', 'jax']) == 'jax'\n"
+        "import keras\n"
+        "print(keras.config.backend(), backend.name())\n"
+    )
+    out = _python("-c", code, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["jax", "jax"]
+
+
+@pytest.mark.parametrize("name", ["jax", "torch"])
+def test_a_recipe_trains_and_reports_under(name, tmp_path):
+    out = _python(
+        "-m", "recipes.mlp", f"--backend={name}", "--smoke", f"--report_dir={tmp_path}",
+        TOOLKIT_CACHE_DIR=str(tmp_path / "cache"),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"({name}), precision float32" in out.stdout
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.name != "cache"]
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["status"] == "complete" and report["context"]["backend"] == name
+    assert report["environment"]["keras_backend"] == name and report["environment"][name]
+    assert report["steps"]["total_steps"] == 8 and report["steps"]["timed_steps"] == 6
+    compute = report["compute"]
+    # The MLP's matmuls: 2 * 32 * (64*128 + 128*128 + 128*10) per forward pass.
+    matmuls = 2 * 32 * (64 * 128 + 128 * 128 + 128 * 10)
+    assert matmuls <= compute["flops_forward"] <= 1.1 * matmuls, compute
+    assert compute["flops_per_step"] > 2 * compute["flops_forward"]
+    assert 0 < compute["mfu"] < 1 and compute["peak_flops_per_s"] > 1e8
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "words"),
+    [
+        (["--backend=nope"], 2, "--backend=nope: use one of tensorflow, jax, torch"),
+        (["--backend=torch", "--steps_per_execution=4"], 1, "runs one step per call"),
+        (["--backend=jax", "--fused_steps=2"], 1, "on --backend=jax use --steps_per_execution"),
+        (
+            ["--backend=torch", "--distribution_strategy=mirrored"],
+            1,
+            "--distribution_strategy=mirrored is tf.distribute's",
+        ),
+    ],
+)
+def test_every_backend_setting_that_cannot_work_is_one_line(tmp_path, args, status, words):
+    out = _python("-m", "recipes.mlp", "--smoke", f"--report_dir={tmp_path}", *args, timeout=120)
+    assert out.returncode == status, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and words in last and "Traceback" not in out.stderr
+    assert not list(tmp_path.iterdir())

@@ -1,0 +1,229 @@
+"""JAX behind the seam: what the backend-neutral core needs when Keras trains on JAX.
+
+* a step boundary: JAX dispatches asynchronously, so a step's wall time in ``fit`` is the time
+  between two calls of the train function, which Keras makes after the previous step's results
+  are back on the host (Keras reads the logs each step on JAX); StepTimer adds no sync;
+* traces: ``jax.profiler`` writes XSpace files (``*.xplane.pb``) that TensorBoard and XProf read;
+* FLOPs: XLA's cost analysis of the jitted forward pass and of its gradient;
+* the matmul peak: chained matmuls in one jitted ``fori_loop``, waited on once per run.
+
+Not here: ``--fused_steps`` (a ``tf.while_loop``; use ``--steps_per_execution``) and
+``tf.distribute`` strategies: :func:`check_config` refuses them in one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from toolkit import compat
+from toolkit.profiling.events import FUSED_STEPS_ATTR
+
+__all__ = [
+    "check_config",
+    "count_flops",
+    "device_memory",
+    "framework_facts",
+    "fuse_train_steps",
+    "intra_op_threads",
+    "measure_matmul_peak",
+    "quiet_retracing",
+    "start_trace",
+    "stop_trace",
+    "trace_files",
+]
+
+MB = 1024.0 * 1024.0
+METHOD = "XLA cost analysis of the jitted forward pass and its gradient (JAX)"
+
+
+def framework_facts() -> dict[str, Any]:
+    """JAX and Keras versions and the devices JAX sees."""
+    import jax
+
+    facts: dict[str, Any] = {"jax": jax.__version__}
+    try:
+        facts["devices"] = [{"name": str(d), "type": d.platform} for d in jax.devices()]
+    except Exception as e:  # noqa: BLE001
+        facts["devices"] = [{"error": str(e)}]
+    return facts
+
+
+def check_config(config: Any) -> None:
+    """Raises ValueError (one line) for a setting JAX cannot run."""
+    if config.fused_steps > 1:
+        raise ValueError(
+            f"--fused_steps={config.fused_steps}: fused steps are a TensorFlow loop inside the "
+            "train step; on --backend=jax use --steps_per_execution (or --backend=tensorflow)"
+        )
+    if config.distribution_strategy != "default":
+        raise ValueError(
+            f"--distribution_strategy={config.distribution_strategy} is tf.distribute's: on "
+            "--backend=jax train with the default strategy (or use --backend=tensorflow)"
+        )
+
+
+def intra_op_threads() -> int:
+    """JAX has no thread setting of its own (XLA's CPU client decides): 0."""
+    return 0
+
+
+def _device(device: Any) -> Any:
+    import jax
+
+    platform = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "metal": "METAL"}.get(device.kind)
+    try:
+        found = jax.devices(platform) if platform else jax.devices()
+    except RuntimeError:  # no such platform in this JAX
+        found = jax.devices()
+    return found[min(device.index, len(found) - 1)]
+
+
+# ---------------------------------------------------------------------------- traces
+
+
+def start_trace(logdir: str, host_level: int, python_level: int, device_level: int) -> None:
+    """Starts ``jax.profiler`` writing to `logdir`. Raises what the profiler raises."""
+    import jax
+
+    options = None
+    if hasattr(jax.profiler, "ProfileOptions"):
+        options = jax.profiler.ProfileOptions()
+        options.host_tracer_level = host_level
+        options.python_tracer_level = python_level
+    if options is not None:
+        jax.profiler.start_trace(logdir, profiler_options=options)
+    else:
+        jax.profiler.start_trace(logdir)
+
+
+def stop_trace() -> None:
+    """Stops ``jax.profiler`` and writes the trace."""
+    import jax
+
+    jax.profiler.stop_trace()
+
+
+def trace_files(names: list[str]) -> list[str]:
+    """Which of `names` are this profiler's traces: XSpace files."""
+    return [n for n in names if n.endswith(".xplane.pb")]
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
+    """Current and peak memory of each accelerator JAX sees, in MiB, where it reports them
+    (``Device.memory_stats``; CPUs report nothing useful and are left out). JAX keeps no
+    resettable peak: `reset_peak` is accepted and has no effect."""
+    import jax
+
+    out: dict[str, dict[str, float]] = {}
+    for device in jax.local_devices():
+        if device.platform == "cpu":
+            continue
+        try:
+            stats = device.memory_stats() or {}
+        except Exception:  # noqa: BLE001 - some plugins expose no stats
+            continue
+        if "bytes_in_use" in stats:
+            current = stats["bytes_in_use"] / MB
+            peak = stats.get("peak_bytes_in_use", stats["bytes_in_use"]) / MB
+            out[f"{device.platform.upper()}:{device.id}"] = {"current_mb": current, "peak_mb": peak}
+    return out
+
+
+# ---------------------------------------------------------------------------- FLOPs
+
+
+def _flops(compiled: Any) -> int:
+    analysis = compiled.cost_analysis()
+    if isinstance(analysis, (list, tuple)):
+        analysis = analysis[0] if analysis else {}
+    return int((analysis or {}).get("flops", 0))
+
+
+def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, str, str | None]:
+    """``(forward FLOPs, train-step FLOPs, method, note)`` of a built Keras model, from XLA's
+    cost analysis of its jitted forward pass and of the gradient of its summed outputs (the
+    optimizer update left out). Never raises."""
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        keras = compat.keras()
+        inputs = getattr(model, "inputs", None)
+        if not inputs:
+            return None, None, METHOD, "the model has no symbolic inputs (use keras.Input)"
+        xs = [keras.ops.zeros((batch_size, *tuple(i.shape)[1:]), dtype=i.dtype) for i in inputs]
+        trainable = [v.value for v in model.trainable_variables]
+        non_trainable = [v.value for v in model.non_trainable_variables]
+
+        def call(tv: Any, ntv: Any, xs: Any, training: bool) -> Any:
+            out, _ = model.stateless_call(tv, ntv, xs if len(xs) > 1 else xs[0], training=training)
+            return out
+
+        def forward(tv: Any, ntv: Any, xs: Any) -> Any:
+            return call(tv, ntv, xs, False)
+
+        def summed(tv: Any, ntv: Any, xs: Any) -> Any:
+            leaves = jax.tree_util.tree_leaves(call(tv, ntv, xs, True))
+            return sum(jnp.sum(leaf.astype("float32")) for leaf in leaves)
+
+        args = (trainable, non_trainable, xs)
+        forward_flops = _flops(jax.jit(forward).lower(*args).compile())
+        train_flops = _flops(jax.jit(jax.grad(summed)).lower(*args).compile())
+    except Exception as e:  # noqa: BLE001 - a count is a nicety; training goes on
+        return None, None, METHOD, f"not counted: {type(e).__name__}: {e}"
+    if not train_flops:
+        return None, None, METHOD, "XLA's cost analysis counted no FLOPs"
+    return forward_flops, train_flops, METHOD, None
+
+
+# ---------------------------------------------------------------------------- matmul peak
+
+
+def measure_matmul_peak(
+    device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.25
+) -> float:
+    """FLOP/s of the best of 5 timed runs of chained ``size``² matmuls on `device`, in one
+    jitted loop whose result is waited on once per run."""
+    import jax
+    import jax.numpy as jnp
+
+    target = _device(device)
+    a = jax.device_put(jax.random.normal(jax.random.PRNGKey(0), (size, size)).astype(dtype), target)
+    b = jax.device_put(
+        (jax.random.normal(jax.random.PRNGKey(1), (size, size)) * size**-0.5).astype(dtype), target
+    )
+
+    @jax.jit
+    def chain(a: Any, b: Any, n: Any) -> Any:
+        c = jax.lax.fori_loop(0, n, lambda _, c: c @ b, a)
+        return jnp.sum(c[:1, :1].astype(jnp.float32))
+
+    def timed(n: int) -> float:
+        start = time.perf_counter()
+        chain(a, b, n).block_until_ready()
+        return time.perf_counter() - start
+
+    timed(1)  # compile and warm up
+    n = max(1, round(seconds / max(timed(2) / 2, 1e-6)))
+    best = min(timed(n) for _ in range(5))
+    return 2.0 * size**3 * n / best
+
+
+# ---------------------------------------------------------------------------- training steps
+
+
+def fuse_train_steps(model: Any, steps: int) -> None:
+    """One step per Keras batch (the only setting JAX runs: :func:`check_config`)."""
+    if steps != 1:
+        raise ValueError(f"--fused_steps={steps} needs --backend=tensorflow")
+    setattr(model, FUSED_STEPS_ATTR, 1)
+
+
+def quiet_retracing() -> contextlib.AbstractContextManager:
+    """Nothing to silence on JAX."""
+    return contextlib.nullcontext()

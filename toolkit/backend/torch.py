@@ -1,0 +1,246 @@
+"""PyTorch behind the seam: what the backend-neutral core needs when Keras trains on PyTorch.
+
+* a step boundary: on the CPU a PyTorch step has finished when its call returns; on CUDA and
+  MPS kernels run asynchronously, and Keras reads the logs back to the host after each step,
+  which waits for it; StepTimer adds no sync of its own;
+* traces: ``torch.profiler`` writes Chrome trace JSON (``*.pt.trace.json``) that TensorBoard's
+  PyTorch plugin, Perfetto and ``chrome://tracing`` read;
+* FLOPs: ``torch.utils.flop_counter.FlopCounterMode`` over one forward and one forward +
+  backward pass: it counts matmuls and convolutions (what dominates), not element-wise ops;
+* the matmul peak: chained matmuls issued back to back, waited on once per run.
+
+Not here: ``--steps_per_execution`` (Keras's PyTorch backend has none), ``--fused_steps`` and
+``tf.distribute`` strategies: :func:`check_config` refuses them in one line. ``--jit_compile``
+is ``torch.compile`` (Keras's own switch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from toolkit import compat
+from toolkit.profiling.events import FUSED_STEPS_ATTR
+
+__all__ = [
+    "check_config",
+    "count_flops",
+    "device_memory",
+    "framework_facts",
+    "fuse_train_steps",
+    "intra_op_threads",
+    "measure_matmul_peak",
+    "quiet_retracing",
+    "start_trace",
+    "stop_trace",
+    "trace_files",
+]
+
+MB = 1024.0 * 1024.0
+METHOD = "torch.utils.flop_counter.FlopCounterMode (matmuls and convolutions)"
+_TRACE: list[Any] = []  # the running torch.profiler.profile, while a trace is on
+
+
+def framework_facts() -> dict[str, Any]:
+    """PyTorch and Keras versions, its CUDA build, and the devices it sees."""
+    import torch
+
+    devices = [{"name": "cpu", "type": "CPU"}]
+    if torch.cuda.is_available():
+        devices += [
+            {"name": f"cuda:{i} {torch.cuda.get_device_name(i)}", "type": "GPU"}
+            for i in range(torch.cuda.device_count())
+        ]
+    if torch.backends.mps.is_available():
+        devices.append({"name": "mps", "type": "GPU"})
+    return {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "devices": devices,
+    }
+
+
+def check_config(config: Any) -> None:
+    """Raises ValueError (one line) for a setting Keras's PyTorch backend cannot run."""
+    if config.steps_per_execution > 1:
+        raise ValueError(
+            f"--steps_per_execution={config.steps_per_execution}: Keras's PyTorch backend runs "
+            "one step per call; use --steps_per_execution=1 (or --backend=jax / tensorflow)"
+        )
+    if config.fused_steps > 1:
+        raise ValueError(
+            f"--fused_steps={config.fused_steps}: fused steps are a TensorFlow loop inside the "
+            "train step; use --backend=tensorflow for them"
+        )
+    if config.distribution_strategy != "default":
+        raise ValueError(
+            f"--distribution_strategy={config.distribution_strategy} is tf.distribute's: on "
+            "--backend=torch train with the default strategy (or use --backend=tensorflow)"
+        )
+
+
+def intra_op_threads() -> int:
+    """PyTorch's intra-op thread count."""
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+def _device(device: Any) -> Any:
+    import torch
+
+    if device.kind in ("cuda", "gpu") and torch.cuda.is_available():
+        return torch.device("cuda", device.index)
+    if device.kind == "metal" and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def _sync(target: Any) -> None:
+    import torch
+
+    if target.type == "cuda":
+        torch.cuda.synchronize(target)
+    elif target.type == "mps":
+        torch.mps.synchronize()
+
+
+# ---------------------------------------------------------------------------- traces
+
+
+def start_trace(logdir: str, host_level: int, python_level: int, device_level: int) -> None:
+    """Starts ``torch.profiler`` (CPU, and CUDA when there is one) writing to `logdir`.
+
+    Raises:
+        RuntimeError: another profiler is already running in this process (a second one would
+            crash PyTorch rather than fail).
+    """
+    import torch
+
+    if torch._C._autograd._profiler_enabled():  # no public API; checked before torch crashes
+        raise RuntimeError("another PyTorch profiler is already running in this process")
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device_level and torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    profiler = torch.profiler.profile(
+        activities=activities,
+        with_stack=python_level > 0,
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(logdir),
+    )
+    profiler.start()
+    _TRACE.append(profiler)
+
+
+def stop_trace() -> None:
+    """Stops ``torch.profiler`` and writes the trace."""
+    if _TRACE:
+        _TRACE.pop().stop()
+
+
+def trace_files(names: list[str]) -> list[str]:
+    """Which of `names` are this profiler's traces: Chrome trace JSON."""
+    return [n for n in names if n.endswith((".pt.trace.json", ".pt.trace.json.gz"))]
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
+    """Current and peak memory of each CUDA GPU (and the MPS allocator's current), in MiB."""
+    import torch
+
+    out: dict[str, dict[str, float]] = {}
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            out[f"GPU:{i}"] = {
+                "current_mb": torch.cuda.memory_allocated(i) / MB,
+                "peak_mb": torch.cuda.max_memory_allocated(i) / MB,
+            }
+            if reset_peak:
+                torch.cuda.reset_peak_memory_stats(i)
+    if torch.backends.mps.is_available():
+        current = torch.mps.current_allocated_memory() / MB
+        out["MPS:0"] = {"current_mb": current, "peak_mb": current}
+    return out
+
+
+# ---------------------------------------------------------------------------- FLOPs
+
+
+def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, str, str | None]:
+    """``(forward FLOPs, train-step FLOPs, method, note)`` of a built Keras model: one forward
+    pass, then one forward + backward pass of its summed outputs, under ``FlopCounterMode``.
+    Never raises; the gradients it makes are cleared."""
+    try:
+        import torch
+        from torch.utils.flop_counter import FlopCounterMode
+
+        keras = compat.keras()
+        inputs = getattr(model, "inputs", None)
+        if not inputs:
+            return None, None, METHOD, "the model has no symbolic inputs (use keras.Input)"
+        xs = [keras.ops.zeros((batch_size, *tuple(i.shape)[1:]), dtype=i.dtype) for i in inputs]
+        x = xs if len(xs) > 1 else xs[0]
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(x, training=False)
+        forward = int(counter.get_total_flops())
+        with FlopCounterMode(display=False) as counter:
+            leaves = torch.utils._pytree.tree_leaves(model(x, training=True))
+            sum(leaf.float().sum() for leaf in leaves).backward()
+        train = int(counter.get_total_flops())
+        for variable in model.trainable_variables:
+            variable.value.grad = None
+    except Exception as e:  # noqa: BLE001 - a count is a nicety; training goes on
+        return None, None, METHOD, f"not counted: {type(e).__name__}: {e}"
+    if not train:
+        return None, None, METHOD, "FlopCounterMode counted no FLOPs"
+    return forward, train, METHOD, "matmuls and convolutions only (element-wise ops not counted)"
+
+
+# ---------------------------------------------------------------------------- matmul peak
+
+
+def measure_matmul_peak(
+    device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.25
+) -> float:
+    """FLOP/s of the best of 5 timed runs of chained ``size``² matmuls on `device`, issued
+    back to back and waited on once per run."""
+    import torch
+
+    target = _device(device)
+    generator = torch.Generator().manual_seed(0)
+    kind = getattr(torch, dtype)
+    a = torch.randn(size, size, generator=generator).to(target, kind)
+    b = (torch.randn(size, size, generator=generator) * size**-0.5).to(target, kind)
+
+    def timed(n: int) -> float:
+        with torch.inference_mode():
+            _sync(target)
+            start = time.perf_counter()
+            c = a
+            for _ in range(n):
+                c = c @ b
+            float(c[0, 0])  # one element back: waits for the chain
+            return time.perf_counter() - start
+
+    timed(1)
+    n = max(1, round(seconds / max(timed(2) / 2, 1e-6)))
+    best = min(timed(n) for _ in range(5))
+    return 2.0 * size**3 * n / best
+
+
+# ---------------------------------------------------------------------------- training steps
+
+
+def fuse_train_steps(model: Any, steps: int) -> None:
+    """One step per Keras batch (the only setting PyTorch runs: :func:`check_config`)."""
+    if steps != 1:
+        raise ValueError(f"--fused_steps={steps} needs --backend=tensorflow")
+    setattr(model, FUSED_STEPS_ATTR, 1)
+
+
+def quiet_retracing() -> contextlib.AbstractContextManager:
+    """Nothing to silence on PyTorch."""
+    return contextlib.nullcontext()
