@@ -18,22 +18,36 @@ the step count while the steps do:
 * the seed's timed region: the training loop, first call (tracing/compilation) included;
 * the whole ``run()`` call: data, model build, compile, training and the report.
 
+Then the same toolkit run under each other Keras backend that is installed (``--backends``),
+against the same seed figures: JAX with ``steps_per_execution=50`` and XLA (fused steps are a
+TensorFlow loop), PyTorch eager with one step per call (it has no ``steps_per_execution``;
+``torch.compile`` costs ~40 s here). On JAX the per-step times are dispatch times (see
+docs/guide.md), but the steady-state sum and the loop's total are exact.
+
 The figures are medians of ``--rounds`` interleaved rounds (step times here drift by ±10 %
 between runs), and each run gets a fresh process: a finished tf.data pipeline can leave
 threads behind (autotuning, the generator's) that would eat into the next run's 2 cores.
 
-    python benchmarks/seed_mlp.py [--steps 1000] [--fused_steps 100]
+    python benchmarks/seed_mlp.py [--steps 1000] [--fused_steps 100] [--backends jax,torch]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
 
 from _common import quiet_gc, speedup_line
+
+# The toolkit's settings for the seed MLP on each other backend (see the module docstring).
+BACKEND_SETTINGS = {
+    "jax": ["--fused_steps=1", "--steps_per_execution=50", "--jit_compile"],
+    "torch": ["--fused_steps=1", "--steps_per_execution=1", "--no-jit_compile"],
+}
 
 
 def main() -> None:
@@ -41,7 +55,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--fused_steps", type=int, default=100)
     parser.add_argument("--steps_per_execution", type=int, default=1)
+    parser.add_argument("--jit_compile", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians)")
+    parser.add_argument(
+        "--backends", default="jax,torch", help="other Keras backends to run the toolkit under"
+    )
     parser.add_argument(
         "--part", choices=["seed", "seed_prefetch", "toolkit"], help=argparse.SUPPRESS
     )
@@ -50,25 +68,37 @@ def main() -> None:
         print(json.dumps(measure(args)))
         return
 
-    def part(name: str) -> list[float]:
-        argv = [sys.executable, __file__, f"--part={name}", *sys.argv[1:]]
-        out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    def part(name: str, backend: str = "tensorflow") -> list[float]:
+        argv = [sys.executable, __file__, *sys.argv[1:], f"--part={name}"]
+        if backend != "tensorflow":
+            argv += BACKEND_SETTINGS[backend]
+        env = {**os.environ, "KERAS_BACKEND": backend}
+        out = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     from statistics import median
 
     from toolkit import compat
 
+    others = [b for b in args.backends.split(",") if b.strip()]
+    missing = [b for b in others if importlib.util.find_spec(b) is None]
+    others = [b for b in others if b not in missing]
     rounds = [
-        [part(name) for name in ("seed", "seed_prefetch", "toolkit")] for _ in range(args.rounds)
+        [part(name) for name in ("seed", "seed_prefetch", "toolkit")]
+        + [part("toolkit", backend) for backend in others]
+        for _ in range(args.rounds)
     ]
-    (seed_plain, seed_plain_step), (seed_prefetch, seed_prefetch_step), (wall, fit, step) = (
-        [median(r[i][k] for r in rounds) for k in range(len(rounds[0][i]))] for i in range(3)
-    )
+    medians = [
+        [median(r[i][k] for r in rounds) for k in range(len(rounds[0][i]))]
+        for i in range(len(rounds[0]))
+    ]
+    (seed_plain, seed_plain_step), (seed_prefetch, seed_prefetch_step), (wall, fit, step) = medians[
+        :3
+    ]
     seed_best, seed_step = min(seed_plain, seed_prefetch), min(seed_plain_step, seed_prefetch_step)
     print(
         f"# {compat.keras_flavor()} {compat.keras_version()}, {args.steps} steps of batch 32; "
-        f"toolkit: fused_steps={args.fused_steps}, steps_per_execution="
+        f"toolkit on tensorflow: fused_steps={args.fused_steps}, steps_per_execution="
         f"{args.steps_per_execution}, jit_compile; medians of {args.rounds} interleaved rounds, "
         "each run in a fresh process"
     )
@@ -94,6 +124,24 @@ def main() -> None:
     )
     ratio = seed_step / step
     print(f"goal >= 10x (steady state): {'met' if ratio >= 10 else 'NOT met'} ({ratio:.2f}x)")
+    for backend, (_, b_fit, b_step) in zip(others, medians[3:], strict=True):
+        settings = " ".join(BACKEND_SETTINGS[backend])
+        print(
+            speedup_line(
+                f"{backend} backend ({settings}), steady state per 1000 steps, vs the seed's best",
+                seed_step * 1000,
+                b_step * 1000,
+            )
+        )
+        print(
+            speedup_line(
+                f"{backend} backend, the 1000-step loop with its compile, vs the seed's best",
+                seed_best,
+                b_fit,
+            )
+        )
+    for backend in missing:
+        print(f"{backend} backend: not installed (pip install 'keras-perf-toolkit[{backend}]')")
 
 
 def measure(args: argparse.Namespace) -> list[float]:
@@ -164,7 +212,7 @@ def measure(args: argparse.Namespace) -> list[float]:
             batch_size=batch_size,
             steps_per_execution=args.steps_per_execution,
             fused_steps=args.fused_steps,
-            jit_compile=True,
+            jit_compile=args.jit_compile,
             count_flops=False,
             report_dir=None,
         )

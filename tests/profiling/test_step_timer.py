@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from toolkit import compat
+from toolkit import backend, compat
 from toolkit.data import infer_batch_size
 from toolkit.profiling.step_timer import StepTimer
 
-pytestmark = pytest.mark.legacy_keras
+pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
+TORCH = backend.name() == "torch"
+NO_SPE = pytest.mark.skipif(TORCH, reason="Keras's PyTorch backend has no steps_per_execution")
 
 
 class FakeClock:
@@ -82,6 +84,7 @@ def test_fit_counts_every_step(make_model, make_dataset):
 
 
 @pytest.mark.parametrize("batches", [12, 13])  # 13: the last execution of each epoch is partial
+@NO_SPE
 def test_fit_with_steps_per_execution_reports_per_step(make_model, make_dataset, batches):
     ds = make_dataset(batches)
     timer = StepTimer(warmup_steps=4, batch_size=8)
@@ -189,7 +192,8 @@ def _modules_called_during(fn, *args, **kwargs):
 
 
 def test_batch_hooks_call_no_tensorflow_in_a_real_fit(make_model, make_dataset):
-    """Every function the batch hooks call, traced in a real fit: none is TF, Keras or NumPy."""
+    """Every function the batch hooks call, traced in a real fit: none is a framework, Keras or
+    NumPy, so none can sync a device, on any backend."""
     timer = StepTimer(warmup_steps=1)
     seen: set[str] = set()
     for name in ("on_train_batch_begin", "on_train_batch_end"):
@@ -199,9 +203,11 @@ def test_batch_hooks_call_no_tensorflow_in_a_real_fit(make_model, make_dataset):
             seen.update(_modules_called_during(_hook, *args, **kwargs))
 
         setattr(timer, name, traced)
-    make_model(steps_per_execution=2).fit(make_dataset(8), epochs=2, verbose=0, callbacks=[timer])
+    model = make_model(steps_per_execution=1 if TORCH else 2)
+    model.fit(make_dataset(8), epochs=2, verbose=0, callbacks=[timer])
     assert timer.summary().total_steps == 16
-    forbidden = [m for m in seen if m.split(".")[0] in {"tensorflow", "keras", "tf_keras", "numpy"}]
+    frameworks = {"tensorflow", "keras", "tf_keras", "numpy", "jax", "jaxlib", "torch"}
+    forbidden = [m for m in seen if m.split(".")[0] in frameworks]
     assert not forbidden, f"batch hooks called into {forbidden}"
     assert seen  # the tracer did run
 
@@ -237,6 +243,7 @@ def test_log_steps_prints_the_recent_window_without_the_first_step():
         StepTimer(log_steps=0)
 
 
+@NO_SPE
 def test_log_steps_in_fit_with_steps_per_execution(make_model, make_dataset):
     lines = []
     timer = StepTimer(warmup_steps=0, log_steps=4, log_fn=lines.append)

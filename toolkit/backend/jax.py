@@ -1,8 +1,9 @@
 """JAX behind the seam: what the backend-neutral core needs when Keras trains on JAX.
 
-* a step boundary: JAX dispatches asynchronously, so a step's wall time in ``fit`` is the time
-  between two calls of the train function, which Keras makes after the previous step's results
-  are back on the host (Keras reads the logs each step on JAX); StepTimer adds no sync;
+* a step boundary: JAX dispatches asynchronously and Keras hands the batch-end callbacks (and
+  the logs' read) to a thread on JAX, so StepTimer's step is the time between two *dispatches*
+  of the train function: single steps can look short while the wait lands later; the totals
+  and the epoch's end (a read of the metrics) are exact. StepTimer adds no sync of its own;
 * traces: ``jax.profiler`` writes XSpace files (``*.xplane.pb``) that TensorBoard and XProf read;
 * FLOPs: XLA's cost analysis of the jitted forward pass and of its gradient;
 * the matmul peak: chained matmuls in one jitted ``fori_loop``, waited on once per run.
