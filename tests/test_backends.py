@@ -99,3 +99,24 @@ def test_every_backend_setting_that_cannot_work_is_one_line(tmp_path, args, stat
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and words in last and "Traceback" not in out.stderr
     assert not list(tmp_path.iterdir())
+
+
+DEMO = """
+from toolkit import backend
+backend.select({name!r})
+from recipes import mlp
+from toolkit import TrainConfig, run
+result = run(mlp.build_task(), TrainConfig(epochs=20, report_dir=None, count_flops=False))
+report = result.report
+print(report.metrics["val_accuracy"], result.model.jit_compile, report.context.backend)
+"""
+
+
+@pytest.mark.parametrize(("name", "jitted"), [("jax", True), ("torch", False)])
+def test_the_digits_demo_learns_under(name, jitted, tmp_path):
+    """`make demo`'s run under another backend: the same >= 0.95 validation accuracy, with
+    Keras's own choice of compilation (on JAX the step is jitted, not run op by op)."""
+    out = _python("-c", DEMO.format(name=name), TOOLKIT_CACHE_DIR=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]
+    accuracy, jit, used = out.stdout.split()[-3:]
+    assert float(accuracy) >= 0.95 and jit == str(jitted) and used == name

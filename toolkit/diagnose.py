@@ -281,7 +281,7 @@ def _diagnose_task(
         settings={
             "steps_per_execution": config.steps_per_execution,
             "fused_steps": config.fused_steps,
-            "jit_compile": config.jit_compile,
+            "jit_compile": bool(config.jit_compile),
             "precision": config.precision,
         },
         batch_size=config.batch_size,

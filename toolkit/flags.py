@@ -64,7 +64,7 @@ def define_common_flags(**defaults: Any) -> None:
         "epochs": 1,
         "batch_size": 32,
         "steps_per_execution": 1,
-        "jit_compile": False,
+        "jit_compile": None,
         "report_dir": "runs",
         "seed": 0,
         "dataset": "synthetic",
@@ -125,7 +125,12 @@ def define_common_flags(**defaults: Any) -> None:
     flags.DEFINE_integer(
         "train_steps", None, "Steps per epoch (repeats the data); default: one pass."
     )
-    flags.DEFINE_bool("jit_compile", d["jit_compile"], "Compile the train step with XLA.")
+    flags.DEFINE_bool(
+        "jit_compile",
+        d["jit_compile"],
+        "Compile the train step: XLA on TensorFlow and JAX, torch.compile on PyTorch. Default: "
+        "Keras's choice (on for JAX; off for TensorFlow on a CPU and for PyTorch).",
+    )
     flags.DEFINE_alias("enable_xla", "jit_compile")
     flags.DEFINE_string(
         "backend",

@@ -243,7 +243,7 @@ def setup_device(config: TrainConfig) -> tuple[Any, list[Any]]:
     try:
         device = devices.select(config.device)
         findings = devices.preflight(
-            device, policy=config.precision, jit_compile=config.jit_compile
+            device, policy=config.precision, jit_compile=bool(config.jit_compile)
         )
     except ValueError as e:  # DeviceError
         raise SetupError(str(e)) from e
@@ -415,7 +415,7 @@ def run(
             optimizer=optimizer,
             loss=task.loss,
             metrics=list(task.metrics),
-            jit_compile=config.jit_compile,
+            jit_compile="auto" if config.jit_compile is None else config.jit_compile,
             steps_per_execution=config.steps_per_execution,
         )
         backend.get().fuse_train_steps(model, config.fused_steps)
