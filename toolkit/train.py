@@ -355,6 +355,14 @@ def restore(model: Any, saved: tuple[list[Any], list[Any]]) -> None:
         model.reset_metrics()
 
 
+def _jit_compile(value: bool | None) -> bool | str | None:
+    """`--jit_compile` for ``compile``: None is Keras 3's ``"auto"`` (its per-backend choice);
+    tf_keras knows no ``"auto"`` (a truthy string there would turn XLA on), so None stays."""
+    if value is None and compat.keras_flavor() == "keras3":
+        return "auto"
+    return value
+
+
 def run(
     task: Task,
     config: TrainConfig,
@@ -415,7 +423,7 @@ def run(
             optimizer=optimizer,
             loss=task.loss,
             metrics=list(task.metrics),
-            jit_compile="auto" if config.jit_compile is None else config.jit_compile,
+            jit_compile=_jit_compile(config.jit_compile),
             steps_per_execution=config.steps_per_execution,
         )
         backend.get().fuse_train_steps(model, config.fused_steps)

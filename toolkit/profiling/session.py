@@ -12,6 +12,7 @@ from typing import Any
 
 from absl import logging
 
+from toolkit import compat
 from toolkit.profiling.memory_watch import MemoryWatch
 from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS
 from toolkit.profiling.step_timer import StepTimer
@@ -47,7 +48,8 @@ class Profile:
     `report_dir` was given, written atomically as JSON, Markdown and PNG. If the block raised
     (an error, Ctrl-C, or SIGTERM, which is turned into :class:`TrainingInterrupted` while the
     block runs) the report is marked ``partial`` with the error, written, and the exception
-    goes on.
+    goes on. During a ``fit`` with these callbacks, Ctrl-C and SIGTERM stop training at the
+    next step boundary (a second one at once), so no framework op is cut in half.
 
     Args:
         name: run name in the report.
@@ -101,12 +103,14 @@ class Profile:
         self.run_dir: str | None = None
         self.report: RunReport | None = None
         self.paths: dict[str, str] = {}
-        self._old_sigterm: Any = None
+        self._old_handlers: dict[int, Any] = {}
+        self._stop = _StopOnSignal()
 
     @property
     def callbacks(self) -> list[Any]:
-        """The callbacks to pass to ``fit``: StepTimer first, then MemoryWatch, TraceWindow."""
-        return [cb for cb in (self.timer, self.memory, self.trace) if cb is not None]
+        """The callbacks to pass to ``fit``: the signal stop, StepTimer, then MemoryWatch and
+        TraceWindow."""
+        return [cb for cb in (self._stop, self.timer, self.memory, self.trace) if cb is not None]
 
     def __enter__(self) -> Profile:
         if self.report_dir is not None:
@@ -116,14 +120,15 @@ class Profile:
             logdir = os.path.join(self.run_dir or self.report_dir or ".", "trace")
             self.trace = TraceWindow(logdir, start_step=start, stop_step=stop)
         if threading.current_thread() is threading.main_thread():
-            self._old_sigterm = signal.signal(signal.SIGTERM, _raise_interrupted)
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._old_handlers[signum] = signal.signal(signum, self._stop.on_signal)
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         try:
-            if self._old_sigterm is not None:
-                signal.signal(signal.SIGTERM, self._old_sigterm)
-                self._old_sigterm = None
+            for signum, handler in self._old_handlers.items():
+                signal.signal(signum, handler)
+            self._old_handlers = {}
             self.timer.stop()
             error = None if exc is None else (f"{type(exc).__name__}: {exc}".rstrip(": "))
             self.report = RunReport.from_callbacks(
@@ -163,5 +168,49 @@ def profile(name: str, **kwargs: Any) -> Profile:
     return Profile(name, **kwargs)
 
 
-def _raise_interrupted(signum: int, frame: Any) -> None:
-    raise TrainingInterrupted(f"signal {signal.Signals(signum).name}")
+def _interruption(signum: int) -> BaseException:
+    if signum == signal.SIGINT:
+        return KeyboardInterrupt()
+    return TrainingInterrupted(f"signal {signal.Signals(signum).name}")
+
+
+class _StopOnSignal(compat.keras().callbacks.Callback):
+    """SIGINT (Ctrl-C) or SIGTERM during a profiled ``fit`` stops it at the next step boundary:
+    the handler only records the signal, and this callback raises it from ``on_train_batch_begin``
+    (or an epoch hook), where no framework op is in flight, so the run unwinds cleanly and its
+    partial report is written. A second signal, or one outside ``fit``, raises at once."""
+
+    async_safe = True  # overrides no batch-end hook: Keras keeps its async dispatch
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._supports_tf_logs = True
+        self.pending: int | None = None
+        self.in_fit = False
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        if self.pending is not None or not self.in_fit:
+            raise _interruption(signum)
+        self.pending = signum
+
+    def _check(self) -> None:
+        if self.pending is not None:
+            signum, self.pending = self.pending, None
+            raise _interruption(signum)
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self.in_fit = True
+        self._check()
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self.in_fit = False
+        self._check()
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self._check()
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self._check()
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self._check()
