@@ -14,12 +14,16 @@ Not here: ``--fused_steps`` (a ``tf.while_loop``; use ``--steps_per_execution``)
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any
 
 from toolkit import compat
-from toolkit.profiling.events import FUSED_STEPS_ATTR
+from toolkit.backend.common import (
+    calibrated_peak,
+    no_retracing_noise,
+    one_step_per_batch,
+    refuse_tf_only,
+)
 
 __all__ = [
     "check_config",
@@ -53,16 +57,7 @@ def framework_facts() -> dict[str, Any]:
 
 def check_config(config: Any) -> None:
     """Raises ValueError (one line) for a setting JAX cannot run."""
-    if config.fused_steps > 1:
-        raise ValueError(
-            f"--fused_steps={config.fused_steps}: fused steps are a TensorFlow loop inside the "
-            "train step; on --backend=jax use --steps_per_execution (or --backend=tensorflow)"
-        )
-    if config.distribution_strategy != "default":
-        raise ValueError(
-            f"--distribution_strategy={config.distribution_strategy} is tf.distribute's: on "
-            "--backend=jax train with the default strategy (or use --backend=tensorflow)"
-        )
+    refuse_tf_only(config, "jax")
 
 
 def intra_op_threads() -> int:
@@ -209,22 +204,9 @@ def measure_matmul_peak(
         chain(a, b, n).block_until_ready()
         return time.perf_counter() - start
 
-    timed(1)  # compile and warm up
-    n = max(1, round(seconds / max(timed(2) / 2, 1e-6)))
-    best = min(timed(n) for _ in range(5))
-    return 2.0 * size**3 * n / best
+    return calibrated_peak(timed, size, seconds)
 
 
-# ---------------------------------------------------------------------------- training steps
-
-
-def fuse_train_steps(model: Any, steps: int) -> None:
-    """One step per Keras batch (the only setting JAX runs: :func:`check_config`)."""
-    if steps != 1:
-        raise ValueError(f"--fused_steps={steps} needs --backend=tensorflow")
-    setattr(model, FUSED_STEPS_ATTR, 1)
-
-
-def quiet_retracing() -> contextlib.AbstractContextManager:
-    """Nothing to silence on JAX."""
-    return contextlib.nullcontext()
+# The training step as Keras compiles it; nothing to silence.
+fuse_train_steps = one_step_per_batch
+quiet_retracing = no_retracing_noise

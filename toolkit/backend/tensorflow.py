@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from toolkit.backend.common import calibrated_peak
 from toolkit.profiling.events import FUSED_STEPS_ATTR
 
 __all__ = [
@@ -274,10 +275,7 @@ def measure_matmul_peak(
             chain(tf.constant(n)).numpy()
             return time.perf_counter() - start
 
-        timed(1)  # trace and warm up
-        n = max(1, round(seconds / max(timed(2) / 2, 1e-6)))
-        best = min(timed(n) for _ in range(5))
-    return 2.0 * size**3 * n / best
+        return calibrated_peak(timed, size, seconds)
 
 
 # ---------------------------------------------------------------------------- training steps

@@ -16,12 +16,16 @@ is ``torch.compile`` (Keras's own switch).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any
 
 from toolkit import compat
-from toolkit.profiling.events import FUSED_STEPS_ATTR
+from toolkit.backend.common import (
+    calibrated_peak,
+    no_retracing_noise,
+    one_step_per_batch,
+    refuse_tf_only,
+)
 
 __all__ = [
     "check_config",
@@ -68,16 +72,7 @@ def check_config(config: Any) -> None:
             f"--steps_per_execution={config.steps_per_execution}: Keras's PyTorch backend runs "
             "one step per call; use --steps_per_execution=1 (or --backend=jax / tensorflow)"
         )
-    if config.fused_steps > 1:
-        raise ValueError(
-            f"--fused_steps={config.fused_steps}: fused steps are a TensorFlow loop inside the "
-            "train step; use --backend=tensorflow for them"
-        )
-    if config.distribution_strategy != "default":
-        raise ValueError(
-            f"--distribution_strategy={config.distribution_strategy} is tf.distribute's: on "
-            "--backend=torch train with the default strategy (or use --backend=tensorflow)"
-        )
+    refuse_tf_only(config, "torch")
 
 
 def intra_op_threads() -> int:
@@ -225,22 +220,9 @@ def measure_matmul_peak(
             float(c[0, 0])  # one element back: waits for the chain
             return time.perf_counter() - start
 
-    timed(1)
-    n = max(1, round(seconds / max(timed(2) / 2, 1e-6)))
-    best = min(timed(n) for _ in range(5))
-    return 2.0 * size**3 * n / best
+    return calibrated_peak(timed, size, seconds)
 
 
-# ---------------------------------------------------------------------------- training steps
-
-
-def fuse_train_steps(model: Any, steps: int) -> None:
-    """One step per Keras batch (the only setting PyTorch runs: :func:`check_config`)."""
-    if steps != 1:
-        raise ValueError(f"--fused_steps={steps} needs --backend=tensorflow")
-    setattr(model, FUSED_STEPS_ATTR, 1)
-
-
-def quiet_retracing() -> contextlib.AbstractContextManager:
-    """Nothing to silence on PyTorch."""
-    return contextlib.nullcontext()
+# The training step as Keras compiles it; nothing to silence.
+fuse_train_steps = one_step_per_batch
+quiet_retracing = no_retracing_noise

@@ -1,0 +1,52 @@
+"""What the JAX and PyTorch backends (and the matmul peak of all three) share: the peak's
+calibrated timing protocol, the one-step-per-batch training step, and the settings only
+TensorFlow runs. No framework is imported here."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from toolkit.profiling.events import FUSED_STEPS_ATTR
+
+__all__ = ["calibrated_peak", "no_retracing_noise", "one_step_per_batch", "refuse_tf_only"]
+
+
+def calibrated_peak(timed: Callable[[int], float], size: int, seconds: float) -> float:
+    """FLOP/s of chained ``size``² matmuls: `timed(n)` runs n of them and waits once. The first
+    call compiles and warms up, the loop length is calibrated to about `seconds`, and the best
+    of 5 timed runs counts."""
+    timed(1)
+    n = max(1, round(seconds / max(timed(2) / 2, 1e-6)))
+    best = min(timed(n) for _ in range(5))
+    return 2.0 * size**3 * n / best
+
+
+def refuse_tf_only(config: Any, backend: str) -> None:
+    """Raises ValueError (one line) for the settings only TensorFlow runs: fused steps (a
+    ``tf.while_loop`` inside the train step) and ``tf.distribute`` strategies."""
+    if config.fused_steps > 1:
+        instead = "--steps_per_execution" if backend != "torch" else "--fused_steps=1"
+        raise ValueError(
+            f"--fused_steps={config.fused_steps}: fused steps are a TensorFlow loop inside the "
+            f"train step; on --backend={backend} use {instead} (or --backend=tensorflow)"
+        )
+    if config.distribution_strategy != "default":
+        raise ValueError(
+            f"--distribution_strategy={config.distribution_strategy} is tf.distribute's: on "
+            f"--backend={backend} train with the default strategy (or use --backend=tensorflow)"
+        )
+
+
+def one_step_per_batch(model: Any, steps: int) -> None:
+    """The training step as Keras compiles it, one step per batch (fused steps are
+    TensorFlow's: ``refuse_tf_only`` turned any other value away first)."""
+    if steps != 1:
+        raise ValueError(f"--fused_steps={steps} needs --backend=tensorflow")
+    setattr(model, FUSED_STEPS_ATTR, 1)
+
+
+def no_retracing_noise() -> contextlib.AbstractContextManager:
+    """Nothing to silence: only TensorFlow warns about retracing."""
+    return contextlib.nullcontext()
