@@ -226,6 +226,15 @@ def test_doctor_cli_on_your_own_model_fn(tmp_path):
     assert "measured pipeline: your pipeline: from_tensor_slices → batch(16) → prefetch" in (
         out.stdout
     )
+    tuned = subprocess.run(
+        [sys.executable, "-m", "toolkit", "tune", "--model_fn", "mytrain:make",
+         "--tune_budget=5"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TOOLKIT_CACHE_DIR": str(tmp_path)},
+    )  # fmt: skip
+    assert tuned.returncode == 0, tuned.stderr[-3000:]
+    assert "tune: --model_fn mytrain:make, batch your pipeline's" in tuned.stdout
+    assert "best: model.compile(..., jit_compile=" in tuned.stdout
     bad = subprocess.run(
         [sys.executable, "-m", "toolkit", "doctor", "--model_fn", "mytrain:nope"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,

@@ -160,9 +160,14 @@ def _tune(args: argparse.Namespace) -> int:
             target, config=config, budget_s=flag_values.tune_budget, use_cache=not args.refresh
         )
     source = "cache" if result.cache_hit else f"searched in {result.seconds:.1f} s"
-    print(f"tune: {what}, batch {config.batch_size} ({source})")
+    batch = "your pipeline's" if isinstance(target, tuple) else config.batch_size
+    print(f"tune: {what}, batch {batch} ({source})")
     print(result.table())
-    print(f"best: {result.best.flags()}")
+    if isinstance(target, tuple):
+        kwargs = ", ".join(f"{k}={v!r}" for k, v in result.best.compile_kwargs().items())
+        print(f"best: model.compile(..., {kwargs})")
+    else:
+        print(f"best: {result.best.flags()}")
     return 0
 
 
