@@ -120,3 +120,14 @@ def test_the_digits_demo_learns_under(name, jitted, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     accuracy, jit, used = out.stdout.split()[-3:]
     assert float(accuracy) >= 0.95 and jit == str(jitted) and used == name
+
+
+def test_every_backend_module_implements_the_whole_seam():
+    import importlib
+
+    from toolkit.backend.common import SEAM
+
+    for name in backend.BACKENDS:  # importing them imports no framework
+        module = importlib.import_module(f"toolkit.backend.{name}")
+        missing = [f for f in SEAM if not callable(getattr(module, f, None))]
+        assert not missing, f"toolkit.backend.{name} lacks {missing}"

@@ -3,9 +3,8 @@
 The measuring core (StepTimer, TraceWindow, MemoryWatch, FLOP counting, the matmul peak, the
 report's environment) never calls a framework itself: it asks :func:`get` for the module of
 the backend Keras trains on and calls the same functions on it: ``tensorflow``, ``jax`` and
-``torch``, one module each, with the same functions (``framework_facts``, ``check_config``,
-``start_trace``, ``stop_trace``, ``trace_files``, ``device_memory``, ``count_flops``,
-``measure_matmul_peak``, ``fuse_train_steps``, ``quiet_retracing``, ``intra_op_threads``).
+``torch``, one module each, with the same functions: ``toolkit.backend.common.SEAM``, which
+each module's ``__all__`` is (a test checks that every one is implemented).
 
 Importing this package imports no framework. :func:`name` reads Keras's choice from an
 already-imported Keras, else from ``KERAS_BACKEND``. Keras fixes its backend when it is

@@ -1,6 +1,7 @@
-"""What the JAX and PyTorch backends (and the matmul peak of all three) share: the peak's
-calibrated timing protocol, the one-step-per-batch training step, and the settings only
-TensorFlow runs. No framework is imported here."""
+"""What the three backend modules share: the seam's contract (:data:`SEAM`, the functions each
+implements), the matmul peak's calibrated timing protocol, and for JAX and PyTorch the
+one-step-per-batch training step and the settings only TensorFlow runs. No framework is
+imported here."""
 
 from __future__ import annotations
 
@@ -10,7 +11,30 @@ from typing import Any
 
 from toolkit.profiling.events import FUSED_STEPS_ATTR
 
-__all__ = ["calibrated_peak", "no_retracing_noise", "one_step_per_batch", "refuse_tf_only"]
+__all__ = [
+    "MB",
+    "SEAM",
+    "calibrated_peak",
+    "no_retracing_noise",
+    "one_step_per_batch",
+    "refuse_tf_only",
+]
+
+MB = 1024.0 * 1024.0
+# The functions every backend module implements: the seam's contract (each module's __all__).
+SEAM = (
+    "check_config",
+    "count_flops",
+    "device_memory",
+    "framework_facts",
+    "fuse_train_steps",
+    "intra_op_threads",
+    "measure_matmul_peak",
+    "quiet_retracing",
+    "start_trace",
+    "stop_trace",
+    "trace_files",
+)
 
 
 def calibrated_peak(timed: Callable[[int], float], size: int, seconds: float) -> float:

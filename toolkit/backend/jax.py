@@ -19,27 +19,16 @@ from typing import Any
 
 from toolkit import compat
 from toolkit.backend.common import (
+    MB,
+    SEAM,
     calibrated_peak,
     no_retracing_noise,
     one_step_per_batch,
     refuse_tf_only,
 )
 
-__all__ = [
-    "check_config",
-    "count_flops",
-    "device_memory",
-    "framework_facts",
-    "fuse_train_steps",
-    "intra_op_threads",
-    "measure_matmul_peak",
-    "quiet_retracing",
-    "start_trace",
-    "stop_trace",
-    "trace_files",
-]
+__all__ = list(SEAM)  # the seam's contract: toolkit.backend.common.SEAM
 
-MB = 1024.0 * 1024.0
 METHOD = "XLA cost analysis of the jitted forward pass and its gradient (JAX)"
 
 

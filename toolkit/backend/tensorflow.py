@@ -23,24 +23,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from toolkit.backend.common import calibrated_peak
+from toolkit.backend.common import MB, SEAM, calibrated_peak
 from toolkit.profiling.events import FUSED_STEPS_ATTR
 
-__all__ = [
-    "check_config",
-    "count_flops",
-    "device_memory",
-    "framework_facts",
-    "fuse_train_steps",
-    "intra_op_threads",
-    "measure_matmul_peak",
-    "quiet_retracing",
-    "start_trace",
-    "stop_trace",
-    "trace_files",
-]
+__all__ = list(SEAM)  # the seam's contract: toolkit.backend.common.SEAM
 
-MB = 1024.0 * 1024.0
 METHOD = "tf.profiler float_operation on the traced graph"
 _WHILE_OPS = frozenset({"While", "StatelessWhile"})
 
