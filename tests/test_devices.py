@@ -12,6 +12,7 @@ import tensorflow as tf
 from toolkit import devices
 from toolkit.devices import DeviceError, DeviceInfo, preflight
 from toolkit.devices import compatibility as device_preflight
+from toolkit.devices import placement as device_placement
 from toolkit.devices import selection as device_select
 
 from .helpers import run_python
@@ -83,7 +84,10 @@ def test_select_cpu_in_a_fresh_process_and_gpu_is_a_clear_error():
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.strip().splitlines()
     assert lines[0] == "cpu /device:CPU:0" and lines[1] == "[]"
-    assert lines[2].startswith("ERR unknown device 'metal': no Metal GPU found")
+    assert lines[2].startswith(
+        "ERR unknown device 'metal' on --backend=tensorflow: TensorFlow sees no Metal GPU"
+    )
+    assert "--backend=torch --device=mps" in lines[2]
     assert "Available: cpu:0" in lines[2] and "BUILD.md" in lines[2]
 
 
@@ -98,7 +102,10 @@ def test_on_places_ops_and_refuses_missing_devices():
     assert d.kind == "cpu" and x.device.endswith("CPU:0")
     if not tf.config.list_logical_devices("GPU"):
         with (
-            pytest.raises(DeviceError, match="unknown device 'gpu': no GPU found"),
+            pytest.raises(
+                DeviceError,
+                match="unknown device 'gpu' on --backend=tensorflow: TensorFlow sees no GPU",
+            ),
             devices.on("gpu"),
         ):
             pass
@@ -159,7 +166,9 @@ def test_detect_and_select_cuda(fake):
     assert calls["growth"] == [("/physical_device:GPU:1", True)]
     devices.select("cpu")
     assert calls["visible"][-1] == []  # the ML Compute-style switch to the CPU hides GPUs
-    with pytest.raises(DeviceError, match=r"no Metal GPU found.*Available: cpu:0, cuda:0, cuda:1"):
+    with pytest.raises(
+        DeviceError, match=r"sees no Metal GPU.*--device=mps.*Available: cpu:0, cuda:0, cuda:1"
+    ):
         devices.select("metal")
     with pytest.raises(DeviceError, match="gpu:5"):
         devices.select("gpu:5")
@@ -173,7 +182,7 @@ def test_detect_and_select_metal(fake):
     assert devices.select("gpu").kind == "metal"
     assert devices.select("metal:0").kind == "metal"
     assert calls["growth"] == []  # memory growth is a CUDA setting
-    with pytest.raises(DeviceError, match="no CUDA GPU found"):
+    with pytest.raises(DeviceError, match="TensorFlow sees no CUDA GPU"):
         devices.select("cuda")
 
 
@@ -224,8 +233,9 @@ def _versions(tf_version="2.15.1", metal="1.1.0", python="3.11.7"):
         (_versions("2.16.2", "1.1.0"), False, "error"),
         (_versions("2.16.2", "1.1.0"), True, None),  # the tf_keras workaround
         (_versions("2.18.0", "1.1.0"), False, "error"),
-        (_versions("2.18.0", "1.2.0"), False, None),
-        (_versions("2.21.0", "1.2.0"), False, "warning"),  # not in the table
+        (_versions("2.18.0", "1.2.0"), False, "error"),  # #81987: fails to load
+        (_versions("2.21.0", "1.2.0"), False, "error"),
+        (_versions("2.17.0", "1.3.0"), False, "warning"),  # not in the table
     ],
 )
 def test_metal_version_table(versions, legacy, expected):
@@ -360,3 +370,231 @@ def test_cli_devices_preflight_placement():
     assert "placement of one mlp training step" in out.stdout and "CPU:0:" in out.stdout
     out = _cli("placement", "--recipe", "nope")
     assert out.returncode == 2 and "recipe: no recipe named 'nope'" in out.stderr
+
+
+# ---------------------------------------------------------------------------- JAX and PyTorch
+
+
+class _FakeJaxDevice:
+    """What toolkit.devices reads of a ``jax.Device``."""
+
+    def __init__(self, platform, id, kind, cc=None, limit=None, version="cuda 12.8"):
+        self.platform, self.id, self.device_kind = platform, id, kind
+        self.compute_capability = cc
+        self.client = type("Client", (), {"platform_version": version})()
+        self._limit = limit
+
+    def memory_stats(self):
+        return {"bytes_limit": self._limit} if self._limit else None
+
+    def __str__(self):
+        return f"{self.platform}:{self.id}"
+
+
+def test_jax_and_torch_see_this_cpu_for_real():
+    for backend in ("jax", "torch"):
+        found = devices.detect(backend)
+        assert found[0].kind == "cpu" and found[0].human_name
+        assert devices.resolve("auto", found, backend=backend).kind == (
+            found[1].kind if len(found) > 1 else "cpu"
+        )
+
+
+def test_jax_devices_faked_cuda_and_metal(monkeypatch):
+    import jax
+
+    h100 = [
+        _FakeJaxDevice("gpu", i, "NVIDIA H100 80GB HBM3", cc="9.0", limit=80 * 2**30)
+        for i in range(2)
+    ]
+    monkeypatch.setattr(
+        jax, "devices", lambda p=None: {"gpu": h100}.get(p) or (_ for _ in ()).throw(RuntimeError)
+    )
+    found = devices.detect("jax")
+    assert [d.spec for d in found] == ["cpu:0", "cuda:0", "cuda:1"]
+    assert found[1].compute_capability == (9, 0) and found[1].memory_mb == 80 * 1024
+    assert devices.resolve("gpu:1", found, backend="jax").name == "gpu:1"
+    with pytest.raises(DeviceError, match=r"JAX sees no METAL device.*--backend=torch"):
+        devices.resolve("mps", found, backend="jax")
+    rocm = device_select.jax_device_info(_FakeJaxDevice("gpu", 0, "MI300X", version="rocm 6"), 0)
+    assert rocm.kind == "gpu" and rocm.compute_capability is None
+    metal = device_select.jax_device_info(_FakeJaxDevice("METAL", 0, "Metal"), 0)
+    assert metal.kind == "metal" and metal.memory_mb  # unified memory: the host's
+
+
+def test_jax_select_sets_the_default_device_for_real():
+    import jax
+
+    try:
+        chosen = devices.select("cpu", backend="jax")
+        assert chosen.kind == "cpu"
+        assert jax.config.jax_default_device == jax.devices("cpu")[0]
+        assert next(iter(jax.numpy.ones(2).devices())).platform == "cpu"
+    finally:
+        jax.config.update("jax_default_device", None)
+
+
+def test_torch_devices_faked_cuda_and_mps(monkeypatch):
+    props = type(
+        "Props",
+        (),
+        {"name": "NVIDIA A100-SXM4-40GB", "total_memory": 40 * 2**30, "major": 8, "minor": 0},
+    )
+    found = device_select.torch_device_infos([props, props], mps=False)
+    assert [d.spec for d in found] == ["cpu:0", "cuda:0", "cuda:1"]
+    assert found[2].name == "cuda:1" and found[2].compute_capability == (8, 0)
+    assert device_select.torch_device_name(found[2]) == "cuda:1"
+    mac = device_select.torch_device_infos([], mps=True)
+    assert [d.spec for d in mac] == ["cpu:0", "metal:0"]
+    assert devices.resolve("mps", mac, backend="torch").name == "mps"
+    assert device_select.torch_device_name(devices.resolve("metal", mac, backend="torch")) == "mps"
+    with pytest.raises(DeviceError, match="PyTorch sees no CUDA GPU"):
+        devices.resolve("cuda", mac, backend="torch")
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    assert [d.kind for d in devices.detect("torch")] == ["cpu", "cuda"]
+
+
+def test_torch_select_sets_keras_torch_device(monkeypatch):
+    from keras.src.backend.common import global_state
+
+    monkeypatch.setattr(
+        device_select, "detect", lambda b=None: device_select.torch_device_infos([], mps=True)
+    )
+    try:
+        assert devices.select("mps", backend="torch").kind == "metal"
+        assert global_state.get_global_attribute("torch_device") == "mps"
+        devices.select("cpu", backend="torch")
+        assert global_state.get_global_attribute("torch_device") == "cpu"
+    finally:
+        global_state.set_global_attribute("torch_device", None)
+
+
+def test_mps_is_metal_in_a_spec():
+    assert devices.parse_device_spec("mps") == ("metal", None)
+    assert devices.parse_device_spec("MPS:0") == ("metal", 0)
+
+
+def test_torch_placement_report_lists_aten_ops_for_real():
+    import torch
+
+    x = torch.ones(4, 4)
+    report = devices.placement_report(lambda: (x @ x).relu().sum(), backend="torch")
+    assert {"aten::mm", "aten::relu", "aten::sum"} <= {op for _, op, _ in report.ops}
+    assert {d for _, _, d in report.ops} == {"cpu"} and not report.gpu_selected
+    assert "PyTorch" in report.render() and report.cpu_fallbacks() == []
+
+
+def test_torch_placement_flags_mps_fallbacks():
+    """What PyTorch does on a Mac with PYTORCH_ENABLE_MPS_FALLBACK=1, faked: the op runs and
+    warns once that it fell back to the CPU."""
+    import warnings
+
+    import torch
+
+    def step():
+        warnings.warn(
+            "The operator 'aten::relu' is not currently supported on the MPS backend and will "
+            "fall back to run on the CPU. This may have performance implications.",
+            UserWarning,
+            stacklevel=1,
+        )
+        return torch.ones(2).relu()
+
+    report = devices.placement_report(step, backend="torch")
+    faked = devices.PlacementReport(
+        tuple((n, op, "mps:0") for n, op, _ in report.ops), gpu_selected=True
+    )
+    assert faked.cpu_fallbacks() == []  # everything on the MPS device
+    # The same ops where the warning named one: that op is listed on the CPU and flagged.
+    names = {op for _, op, _ in report.ops}
+    assert "aten::relu" in names
+    moved = devices.PlacementReport(
+        tuple(
+            (n, op, device_placement.MPS_FALLBACK_DEVICE if op == "aten::relu" else "mps:0")
+            for n, op, _ in report.ops
+        ),
+        gpu_selected=True,
+    )
+    assert [op for _, op in moved.cpu_fallbacks()] == ["aten::relu"]
+    assert "ran on the CPU while a GPU was selected: aten::relu" in moved.render()
+
+
+def test_jax_placement_report_for_real():
+    import jax.numpy as jnp
+
+    report = devices.placement_report(lambda: (jnp.ones((3, 3)) @ jnp.ones(3),), backend="jax")
+    assert report.ops == (("result[0]", "float32[3]", "cpu:0"),) or report.ops[0][2].startswith(
+        ("cpu", "TFRT_CPU")
+    )
+    assert "no per-op fallback" in report.render() and not report.gpu_selected
+
+
+def _mac(tf_version="2.21.0", metal=None):
+    return {
+        "tensorflow": tf_version,
+        "tensorflow-metal": metal,
+        "python": "3.12.8",
+        "platform": "darwin-arm64",
+    }
+
+
+def test_a_mac_on_current_tensorflow_is_told_to_use_torch_mps():
+    cpu = preflight(CPU_INFO, versions=_mac(), policy="float32", backend="tensorflow")
+    (mac,) = [f for f in cpu if f.code == "mac-backend"]
+    assert mac.severity == "warning" and "--backend=torch --device=mps" in mac.fix
+    assert "#81987" in mac.message
+    old = preflight(
+        CPU_INFO, versions=_mac("2.15.1", "1.1.0"), policy="float32", backend="tensorflow"
+    )
+    assert "mac-backend" not in _codes(old)
+    linux = dict(_mac(), platform="linux-x86_64")
+    assert "mac-backend" not in _codes(preflight(CPU_INFO, versions=linux, backend="tensorflow"))
+    assert "mac-backend" not in _codes(preflight(CPU_INFO, versions=_mac(), backend="torch"))
+
+
+def test_mps_findings(keras, monkeypatch):
+    mps = DeviceInfo("metal", "mps", 0, "Apple M2 GPU (MPS)")
+    monkeypatch.delenv("PYTORCH_ENABLE_MPS_FALLBACK", raising=False)
+    found = preflight(mps, versions=_mac(), policy="float32", jit_compile=True, backend="torch")
+    assert {"mps-compile", "mps-fallback"} <= _codes(found)
+    assert not _codes(found) & {"metal-xla", "metal-random", "metal-optimizer", "mac-backend"}
+    (fallback,) = [f for f in found if f.code == "mps-fallback"]
+    assert "NotImplementedError" in fallback.message and "=1" in fallback.fix
+    monkeypatch.setenv("PYTORCH_ENABLE_MPS_FALLBACK", "1")
+    (fallback,) = [
+        f for f in preflight(mps, versions=_mac(), backend="torch") if f.code == "mps-fallback"
+    ]
+    assert "run on the CPU" in fallback.message and "placement" in fallback.fix
+    model64 = keras.Sequential(
+        [keras.Input((2,), dtype="float64"), keras.layers.Dense(1, dtype="float64")]
+    )
+    assert "mps-float64" in _codes(
+        preflight(mps, model=model64, versions=_mac(), backend="torch"), "error"
+    )
+    jax_metal = preflight(
+        DeviceInfo("metal", "METAL:0", 0, "Metal"), versions=_mac(), backend="jax"
+    )
+    assert "jax-metal" in _codes(jax_metal, "warning")
+
+
+def test_device_mps_picks_the_backend_that_reaches_the_apple_gpu(monkeypatch):
+    from toolkit import backend as backends
+
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    monkeypatch.setattr(backends, "apple_gpu_backend", lambda: "torch")
+    chosen = []
+    monkeypatch.setattr(backends, "select", lambda b: chosen.append(b) or b)
+    monkeypatch.delitem(sys.modules, "keras", raising=False)
+    assert backends.from_argv(["--device=mps"]) == "torch" and chosen == ["torch"]
+    assert backends.from_argv(["--device", "cpu"]) is None
+    assert backends.from_argv(["--backend=jax", "--device=mps"]) == "jax"
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")  # an explicit choice stays
+    assert backends.from_argv(["--device=metal"]) is None
+    monkeypatch.undo()
+    if sys.platform != "darwin":
+        assert backends.apple_gpu_backend() is None  # no Apple GPU off a Mac

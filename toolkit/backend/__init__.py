@@ -23,7 +23,16 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["BACKENDS", "BackendError", "framework_facts", "from_argv", "get", "name", "select"]
+__all__ = [
+    "BACKENDS",
+    "BackendError",
+    "apple_gpu_backend",
+    "framework_facts",
+    "from_argv",
+    "get",
+    "name",
+    "select",
+]
 
 # Keras 3's training backends, in the toolkit's order of preference.
 BACKENDS = ("tensorflow", "jax", "torch")
@@ -88,15 +97,61 @@ def select(backend: str) -> str:
     return backend
 
 
+def _flag(args: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg.startswith(f"--{flag}="):
+            return arg.split("=", 1)[1]
+        if arg == f"--{flag}" and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def apple_gpu_backend() -> str | None:
+    """The first installed backend that reaches this Mac's GPU: PyTorch's MPS (maintained),
+    then jax-metal, then tensorflow-metal (before TensorFlow 2.18); None elsewhere. Imports
+    PyTorch to ask it, nothing else."""
+    import platform
+    from importlib import metadata
+
+    if sys.platform != "darwin" or platform.machine() != "arm64":
+        return None
+
+    def installed(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        if torch.backends.mps.is_available():
+            return "torch"
+    if installed("jax-metal"):
+        return "jax"
+    tf_version = installed("tensorflow") or installed("tensorflow-macos") or ""
+    minor = tf_version.split(".")[1] if tf_version.count(".") >= 1 else ""
+    if installed("tensorflow-metal") and minor.isdigit() and int(minor) < 18:
+        return "tensorflow"
+    return None
+
+
 def from_argv(argv: Sequence[str]) -> str | None:
     """Applies ``--backend=NAME`` (or ``--backend NAME``) from a command line, if there is one,
-    with :func:`select`; returns the backend chosen, or None."""
+    with :func:`select`; returns the backend chosen, or None.
+
+    Without ``--backend`` (and without ``KERAS_BACKEND``), ``--device=mps`` or ``metal`` picks
+    the installed backend that reaches the Apple GPU (:func:`apple_gpu_backend`).
+    """
     args = list(argv)
-    for i, arg in enumerate(args):
-        if arg.startswith("--backend="):
-            return select(arg.split("=", 1)[1])
-        if arg == "--backend" and i + 1 < len(args):
-            return select(args[i + 1])
+    chosen = _flag(args, "backend")
+    if chosen is not None:
+        return select(chosen)
+    device = (_flag(args, "device") or "").strip().lower().split(":")[0]
+    if device in ("mps", "metal") and not os.environ.get("KERAS_BACKEND"):
+        apple = apple_gpu_backend()
+        if apple is not None and "keras" not in sys.modules:
+            return select(apple)
     return None
 
 

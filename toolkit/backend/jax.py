@@ -26,6 +26,7 @@ from toolkit.backend.common import (
     one_step_per_batch,
     refuse_tf_only,
 )
+from toolkit.devices.selection import jax_device
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend.common.SEAM
 
@@ -52,17 +53,6 @@ def check_config(config: Any) -> None:
 def intra_op_threads() -> int:
     """JAX has no thread setting of its own (XLA's CPU client decides): 0."""
     return 0
-
-
-def _device(device: Any) -> Any:
-    import jax
-
-    platform = {"cpu": "cpu", "cuda": "gpu", "gpu": "gpu", "metal": "METAL"}.get(device.kind)
-    try:
-        found = jax.devices(platform) if platform else jax.devices()
-    except RuntimeError:  # no such platform in this JAX
-        found = jax.devices()
-    return found[min(device.index, len(found) - 1)]
 
 
 # ---------------------------------------------------------------------------- traces
@@ -177,7 +167,7 @@ def measure_matmul_peak(
     import jax
     import jax.numpy as jnp
 
-    target = _device(device)
+    target = jax_device(device)
     a = jax.device_put(jax.random.normal(jax.random.PRNGKey(0), (size, size)).astype(dtype), target)
     b = jax.device_put(
         (jax.random.normal(jax.random.PRNGKey(1), (size, size)) * size**-0.5).astype(dtype), target

@@ -28,6 +28,7 @@ from toolkit.backend.common import (
     one_step_per_batch,
     refuse_tf_only,
 )
+from toolkit.devices.selection import torch_device_name
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend.common.SEAM
 
@@ -69,16 +70,6 @@ def intra_op_threads() -> int:
     import torch
 
     return int(torch.get_num_threads())
-
-
-def _device(device: Any) -> Any:
-    import torch
-
-    if device.kind in ("cuda", "gpu") and torch.cuda.is_available():
-        return torch.device("cuda", device.index)
-    if device.kind == "metal" and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
 
 
 def _sync(target: Any) -> None:
@@ -193,7 +184,7 @@ def measure_matmul_peak(
     back to back and waited on once per run."""
     import torch
 
-    target = _device(device)
+    target = torch.device(torch_device_name(device))
     generator = torch.Generator().manual_seed(0)
     kind = getattr(torch, dtype)
     a = torch.randn(size, size, generator=generator).to(target, kind)

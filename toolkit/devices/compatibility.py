@@ -1,21 +1,27 @@
-"""Preflight: known traps of a device / precision / XLA / version choice, each with its fix, and
-a starting precision per device.
+"""Preflight: known traps of a backend / device / precision / XLA / version choice, each with
+its fix, and a starting precision per device.
 
-:func:`preflight` returns findings (severity, what, fix); the table of version pairs it checks is
-:data:`METAL_COMPATIBILITY`, with the sources it rests on. :func:`recommend_precision` gives a
-starting point that measurement (``toolkit.tune``) confirms or overrules.
+:func:`preflight` returns findings (severity, what, fix); the table of TensorFlow /
+tensorflow-metal pairs it checks is :data:`METAL_COMPATIBILITY`, and :data:`APPLE_GPU_PATHS`
+says how each backend reaches an Apple GPU today, with the sources they rest on.
+:func:`recommend_precision` gives a starting point that measurement (``toolkit.tune``)
+confirms or overrules.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import platform
+import sys
 from typing import Any
 
+from toolkit import backend as backends
 from toolkit import compat
 from toolkit.devices.selection import DeviceInfo, resolve
 
 __all__ = [
+    "APPLE_GPU_PATHS",
     "METAL_COMPATIBILITY",
     "Finding",
     "cpu_has_fast_bf16",
@@ -44,8 +50,35 @@ METAL_COMPATIBILITY: tuple[tuple[tuple[int, int], str, str, str, str], ...] = (
         "with TensorFlow 2.18, or TensorFlow 2.15 with tensorflow-metal 1.1",
         "tensorflow/tensorflow#81987, #84167",
     ),
-    ((18, 18), "1.2", "ok", "release for TensorFlow 2.18 (not tested by this project)", "PyPI"),
+    (
+        (18, 99),
+        "1.2",
+        "broken",
+        "tensorflow-metal 1.2.0 (January 2025, the last release, no wheel past cp312) fails to "
+        "load with TensorFlow 2.18 and later",
+        "tensorflow/tensorflow#81987, #84167, #126360",
+    ),
 )
+
+# How each Keras backend reaches an Apple-silicon GPU today (backend -> (status, how, source)).
+APPLE_GPU_PATHS: dict[str, tuple[str, str, str]] = {
+    "torch": (
+        "maintained",
+        "PyTorch's MPS device: --backend=torch --device=mps",
+        "PyTorch's MPS backend (pytorch.org/docs/stable/notes/mps.html)",
+    ),
+    "jax": (
+        "experimental",
+        "jax-metal's METAL device (last release 0.1.1, October 2024)",
+        "developer.apple.com/metal/jax",
+    ),
+    "tensorflow": (
+        "broken",
+        "tensorflow-metal, which does not load from TensorFlow 2.18 on; tensorflow-macos ended "
+        "at 2.16.2, where Keras 3 does not train on the GPU",
+        "tensorflow/tensorflow#81987, #84167, #126360, #63854",
+    ),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +140,7 @@ def preflight(
     versions: dict[str, str | None] | None = None,
     legacy_keras: bool | None = None,
     optimizer: Any = None,
+    backend: str | None = None,
 ) -> list[Finding]:
     """Checks for known traps before a run; returns findings, each with its fix.
 
@@ -116,20 +150,24 @@ def preflight(
             ``mixed_bfloat16``). Defaults to Keras's global policy.
         jit_compile: whether the run compiles with XLA.
         model: a Keras model whose weights are checked for float64.
-        versions: ``{"tensorflow", "tensorflow-metal", "python"}`` versions; defaults to the
-            installed ones (tests pass their own).
+        versions: ``{"tensorflow", "tensorflow-metal", "jax-metal", "python", "platform"}``
+            (``platform`` as ``sys.platform-machine``, e.g. ``darwin-arm64``); defaults to the
+            installed ones and this machine (tests pass their own).
         legacy_keras: whether tf_keras is in use. Defaults to ``TF_USE_LEGACY_KERAS``.
         optimizer: the optimizer the run will use (checked for the tf_keras-on-Metal trap).
+        backend: the Keras backend of the run. Defaults to the one Keras trains on.
     """
+    backend = backend or backends.name()
     if device is None:
-        device = resolve("auto")
+        device = resolve("auto", backend=backend)
     if versions is None:
-        import tensorflow as tf
-
         versions = {
-            "tensorflow": tf.__version__,
+            "tensorflow": _installed_version("tensorflow")
+            or _installed_version("tensorflow-macos"),
             "tensorflow-metal": _installed_version("tensorflow-metal"),
+            "jax-metal": _installed_version("jax-metal"),
             "python": platform.python_version(),
+            "platform": f"{sys.platform}-{platform.machine()}",
         }
     if legacy_keras is None:
         legacy_keras = compat.use_legacy_keras()
@@ -137,7 +175,21 @@ def preflight(
         policy = _global_policy()
     findings: list[Finding] = []
     tf_version = versions.get("tensorflow") or ""
-    metal = versions.get("tensorflow-metal")
+    metal = versions.get("tensorflow-metal") if backend == "tensorflow" else None
+    apple = versions.get("platform") == "darwin-arm64"
+
+    if apple and backend == "tensorflow" and _tf_minor(tf_version) >= 18 and tf_version[:2] == "2.":
+        findings.append(
+            Finding(
+                "error" if device.kind == "metal" else "warning",
+                "mac-backend",
+                f"TensorFlow {tf_version} on Apple silicon trains on the CPU only: "
+                + APPLE_GPU_PATHS["tensorflow"][1]
+                + f" ({APPLE_GPU_PATHS['tensorflow'][2]})",
+                "use --backend=torch --device=mps (pip install 'keras-perf-toolkit[torch]'), "
+                "Keras 3 on PyTorch's maintained MPS device",
+            )
+        )
 
     if metal:
         minor = _tf_minor(tf_version)
@@ -176,7 +228,19 @@ def preflight(
                 )
             )
 
-    if device.kind == "metal":
+    if device.kind == "metal" and backend == "torch":
+        findings += _mps_findings(jit_compile, model)
+    elif device.kind == "metal" and backend == "jax":
+        findings.append(
+            Finding(
+                "warning",
+                "jax-metal",
+                f"jax-metal {versions.get('jax-metal') or ''} is experimental and unmaintained "
+                f"since 0.1.1 (October 2024); many ops have no METAL kernel".replace("  ", " "),
+                "use --backend=torch --device=mps (PyTorch's maintained MPS device)",
+            )
+        )
+    elif device.kind == "metal":
         if jit_compile:
             findings.append(
                 Finding(
@@ -248,6 +312,47 @@ def preflight(
     return findings
 
 
+def _mps_findings(jit_compile: bool, model: Any) -> list[Finding]:
+    """The traps of Keras on PyTorch's MPS device."""
+    findings = []
+    if _has_float64(model):
+        findings.append(
+            Finding(
+                "error",
+                "mps-float64",
+                "float64 weights or inputs: the MPS device has no float64 type, PyTorch refuses "
+                "them",
+                "use float32 (keras.config.set_floatx('float32')) or --device=cpu",
+            )
+        )
+    if jit_compile:
+        findings.append(
+            Finding(
+                "warning",
+                "mps-compile",
+                "jit_compile=True is torch.compile, whose MPS (Metal) code generation is a "
+                "prototype: it may fail or run slower than eager",
+                "measure with and without (toolkit.tune); --nojit_compile if it fails",
+            )
+        )
+    fallback = os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK", "") == "1"
+    findings.append(
+        Finding(
+            "info",
+            "mps-fallback",
+            "ops without an MPS kernel "
+            + (
+                "run on the CPU (PYTORCH_ENABLE_MPS_FALLBACK=1), copying their tensors both ways"
+                if fallback
+                else "stop the run with NotImplementedError (PYTORCH_ENABLE_MPS_FALLBACK is unset)"
+            ),
+            "list them with toolkit.devices.placement_report (python -m toolkit placement)"
+            + ("" if fallback else "; set PYTORCH_ENABLE_MPS_FALLBACK=1 to run them on the CPU"),
+        )
+    )
+    return findings
+
+
 def _global_policy() -> str:
     try:
         return str(compat.keras().mixed_precision.global_policy().name)
@@ -284,7 +389,7 @@ def _fast_low_precision(device: DeviceInfo, policy: str) -> tuple[bool, str]:
     if device.kind == "metal":
         if policy == "mixed_float16":
             return True, ""
-        return False, "Metal has no fast bfloat16 path in tensorflow-metal"
+        return False, "Apple GPUs run float16 fast and have no fast bfloat16 path"
     if device.kind == "cpu":
         if policy == "mixed_bfloat16":
             return cpu_has_fast_bf16(), "this CPU has no AVX512-BF16/AMX"
