@@ -74,10 +74,12 @@ def bert_encoder(
     """A BERT-style classifier on ``(batch, seq_len)`` int32 token ids (0 = padding)."""
     if hidden_size % heads:
         raise ValueError(f"--hidden_size={hidden_size} must be a multiple of --heads={heads}")
-    import tensorflow as tf
-
     keras = compat.keras()
     L = keras.layers
+    if compat.keras_flavor() == "keras3":
+        ops = keras.ops  # any backend
+    else:  # tf_keras has no keras.ops: TensorFlow's own
+        import tensorflow as ops
 
     class PositionEmbedding(L.Layer):
         """Adds a learned embedding of each position."""
@@ -88,14 +90,14 @@ def bert_encoder(
             )
 
         def call(self, x: Any) -> Any:
-            return x + tf.cast(self.table, x.dtype)
+            return x + ops.cast(self.table, x.dtype)
 
     class PaddingMask(L.Layer):
         """``(batch, seq, seq)`` attention mask: no query attends to a padding key."""
 
         def call(self, ids: Any) -> Any:
-            keys = tf.not_equal(ids, 0)[:, None, :]
-            return tf.tile(keys, [1, tf.shape(ids)[1], 1])
+            keys = ops.not_equal(ids, 0)[:, None, :]
+            return ops.tile(keys, [1, ops.shape(ids)[1], 1])
 
     ids = keras.Input((seq_len,), dtype="int32", name="token_ids")
     mask = PaddingMask()(ids)
@@ -242,6 +244,14 @@ def _inference_main() -> None:
         config = tk_flags.config_from_flags()
     except ValueError as e:  # ConfigError
         app.fail(e, 2)
+    if backend.name() != "tensorflow":
+        app.fail(
+            app.UsageError(
+                f"--mode=inference measures through tf.function; --backend={backend.name()} "
+                "trains (--mode=train) but does not run it: use --backend=tensorflow"
+            ),
+            2,
+        )
     try:
         table = inference_table(
             config,

@@ -52,11 +52,19 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _devices(args: argparse.Namespace) -> int:
-    from toolkit import devices
+    import importlib.util
 
-    for device in devices.detect():
-        policy, why = devices.recommend_precision(device)
-        print(f"{device}\n    precision hint: {policy} ({why})")
+    from toolkit import backend, devices
+
+    if args.backend:
+        chosen = [args.backend]
+    else:  # every installed backend, each as it sees this machine
+        chosen = [b for b in backend.BACKENDS if importlib.util.find_spec(b) is not None]
+    for name in chosen:
+        print(f"--backend={name}")
+        for device in devices.detect(name):
+            policy, why = devices.recommend_precision(device)
+            print(f"  {device}\n      precision hint: {policy} ({why})")
     return 0
 
 
@@ -65,7 +73,7 @@ def _preflight(args: argparse.Namespace) -> int:
 
     device = devices.resolve(args.device)
     findings = devices.preflight(device, policy=args.precision, jit_compile=args.jit_compile)
-    print(f"preflight for {device}")
+    print(f"preflight for {device} on --backend={backend_name()}")
     for finding in findings:
         print(f"  {finding}")
     if not findings:
@@ -85,7 +93,7 @@ def _placement(args: argparse.Namespace) -> int:
     report = devices.placement_report(
         lambda: model.train_on_batch(*batch), gpu_selected=device.is_gpu
     )
-    print(f"placement of one {args.recipe} training step on {device}")
+    print(f"placement of one {args.recipe} training step on {device} (--backend={backend_name()})")
     print(report.render())
     return 0
 
@@ -207,9 +215,9 @@ def _ops(args: argparse.Namespace) -> int:
 
     from toolkit import devices
 
-    found = devices.detect()
+    found = devices.detect("tensorflow")  # the op table measures TensorFlow's modes
     if args.device != "all":
-        found = [devices.resolve(args.device, found)]
+        found = [devices.resolve(args.device, found, backend="tensorflow")]
     timing = {"repeats": args.repeats, "min_time_s": args.min_time}
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     if args.fusion:
@@ -282,6 +290,20 @@ def _add_target(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def backend_name() -> str:
+    from toolkit import backend
+
+    return backend.name()
+
+
+def _add_backend(p: argparse.ArgumentParser, what: str | None = None) -> None:
+    p.add_argument(
+        "--backend",
+        choices=("tensorflow", "jax", "torch"),
+        help=what or "Keras backend (default: KERAS_BACKEND, else tensorflow)",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__.split("\n")[0])
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
@@ -298,18 +320,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--markdown", action="store_true", help="the full Markdown report")
     p.set_defaults(func=_show)
 
-    p = verbs.add_parser("devices", help="list devices with a precision hint")
+    p = verbs.add_parser("devices", help="list devices with a precision hint, per backend")
+    _add_backend(p, "the backend to ask (default: every installed one)")
     p.set_defaults(func=_devices)
 
     p = verbs.add_parser("preflight", help="check for known device/precision/XLA traps")
-    p.add_argument("--device", default="auto", help="auto, cpu, gpu, cuda, metal[:index]")
+    _add_backend(p)
+    p.add_argument("--device", default="auto", help="auto, cpu, gpu, cuda, metal (mps)[:index]")
     p.add_argument("--precision", default="float32", help="float32, mixed_float16, mixed_bfloat16")
     p.add_argument("--jit_compile", action="store_true", help="the run will compile with XLA")
     p.set_defaults(func=_preflight)
 
     p = verbs.add_parser("placement", help="where each op of one training step ran")
+    _add_backend(p)
     p.add_argument("--recipe", default="mlp", help="recipe module under recipes/")
-    p.add_argument("--device", default="auto", help="auto, cpu, gpu, cuda, metal[:index]")
+    p.add_argument("--device", default="auto", help="auto, cpu, gpu, cuda, metal (mps)[:index]")
     p.add_argument("--batch_size", type=int, default=32)
     p.set_defaults(func=_placement)
 

@@ -28,6 +28,7 @@ multi-worker runs use ``TF_USE_LEGACY_KERAS=1``. :func:`make_strategy` says so i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -40,6 +41,7 @@ __all__ = [
     "STRATEGIES",
     "Cluster",
     "DistributeError",
+    "NoStrategy",
     "batch_sizes",
     "cluster_from_flags",
     "make_strategy",
@@ -159,12 +161,17 @@ def make_strategy(name: str, device: Any = None) -> Any:
     ``multi_worker_mirrored`` must be made before TensorFlow runs its first op (collective ops
     are configured at start-up), after ``TF_CONFIG`` is set (:func:`cluster_from_flags`).
 
+    On JAX and PyTorch (``default`` only: the backends refuse the others first) it is
+    :class:`NoStrategy`: one replica, no scope.
+
     Raises:
         DistributeError: an unknown name, or ``multi_worker_mirrored`` under Keras 3.
     """
-    import tensorflow as tf
+    from toolkit import backend, compat
 
-    from toolkit import compat
+    if name == "default" and backend.name() != "tensorflow":
+        return NoStrategy()
+    import tensorflow as tf
 
     if name == "default":
         return tf.distribute.get_strategy()
@@ -184,6 +191,16 @@ def make_strategy(name: str, device: Any = None) -> Any:
         )
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     raise DistributeError(f"--distribution_strategy must be one of {', '.join(STRATEGIES)}")
+
+
+class NoStrategy:
+    """What the runner asks of a strategy, on a backend that trains without ``tf.distribute``:
+    one replica in sync, and a scope that changes nothing."""
+
+    num_replicas_in_sync = 1
+
+    def scope(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
 
 
 def batch_sizes(global_batch: int, replicas: int) -> tuple[int, int]:

@@ -126,9 +126,56 @@ def examples(source: Any):
     return from_arrays(*source) if isinstance(source, tuple) else source
 
 
-def _dataset(source: Any, config: TrainConfig, training: bool, task: Task | None = None):
-    from toolkit.data import pipeline, synthetic
+def _array_dataset(source: Any, config: TrainConfig, training: bool, task: Task | None) -> Any:
+    """:func:`_dataset` without TensorFlow: arrays in batches (``toolkit.data.array_batches``)."""
+    import numpy as np
 
+    from toolkit.data import ArraySource, array_batches
+
+    if isinstance(source, tuple) and len(source) == 2:
+        source = ArraySource(np.asarray(source[0]), np.asarray(source[1]))
+    if not isinstance(source, ArraySource):
+        raise ValueError(
+            f"training data of type {type(source).__name__} needs TensorFlow (tf.data), which "
+            "is not installed here: give (features, labels) arrays"
+        )
+    count, batch_size = len(source), config.batch_size
+    if training and count < batch_size:
+        raise ValueError(
+            f"--batch_size={batch_size} is larger than the {count} training examples: lower it"
+        )
+    if training and config.use_synthetic_data:
+        # One random batch of the real shapes, read again and again (as the tf.data path).
+        x, y = source.take(np.arange(batch_size))
+        rng = np.random.default_rng(config.seed or 0)
+        classes = (task.num_classes if task else None) or 2
+        fake = ArraySource(
+            rng.integers(0, classes, x.shape).astype(x.dtype)
+            if np.issubdtype(x.dtype, np.integer)
+            else rng.standard_normal(x.shape).astype(x.dtype),
+            rng.integers(0, classes, y.shape).astype(y.dtype),
+        )
+        return array_batches(
+            fake,
+            batch_size,
+            repeat=config.steps_per_epoch is not None,
+            batches_per_epoch=max(1, count // batch_size),
+        )
+    return array_batches(
+        source,
+        batch_size,
+        shuffle=training,
+        seed=config.seed,
+        drop_remainder=training,
+        repeat=training and config.steps_per_epoch is not None,
+    )
+
+
+def _dataset(source: Any, config: TrainConfig, training: bool, task: Task | None = None):
+    from toolkit.data import has_tensorflow, pipeline, synthetic
+
+    if not has_tensorflow():
+        return _array_dataset(source() if callable(source) else source, config, training, task)
     source = examples(source)
     count = int(source.cardinality())
     # Fused steps read fused_steps batches at once (one Keras batch), split inside the step.

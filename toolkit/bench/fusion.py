@@ -260,7 +260,7 @@ def matmul_hard_swish(
 
     from toolkit import devices
 
-    device = device or devices.resolve("auto")
+    device = device or devices.resolve("auto", backend="tensorflow")
     inputs = _normal_inputs([(m, k), (k, n)], device, dtype)
 
     def matmul(a: Any, b: Any) -> Any:
@@ -300,7 +300,7 @@ def conv_bias_relu(
 
     from toolkit import devices
 
-    device = device or devices.resolve("auto")
+    device = device or devices.resolve("auto", backend="tensorflow")
     inputs = _normal_inputs(
         [(batch, size, size, channels), (3, 3, channels, filters), (filters,)], device, dtype
     )

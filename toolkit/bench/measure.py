@@ -144,7 +144,9 @@ def unsupported(device: Any, mode: str) -> str | None:
         return None
     from toolkit import devices
 
-    for finding in devices.preflight(device, policy="float32", jit_compile=True, versions={}):
+    for finding in devices.preflight(
+        device, policy="float32", jit_compile=True, versions={}, backend="tensorflow"
+    ):
         if finding.code == "metal-xla":
             return finding.message
     return None
@@ -255,7 +257,7 @@ def benchmark(
         tf_dtype = tf.dtypes.as_dtype(dtype)
     except TypeError:
         raise ValueError(f"unknown dtype {dtype!r}: use float32, float16 or bfloat16") from None
-    found = list(devices) if devices is not None else tk_devices.detect()
+    found = list(devices) if devices is not None else tk_devices.detect("tensorflow")
     labels = device_labels(found)
     timing_kwargs = {"repeats": repeats, "min_time_s": min_time_s}
     floors = {

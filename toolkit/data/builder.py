@@ -130,8 +130,9 @@ def infer_batch_size(data: Any) -> int | None:
     ``batch_size`` explicitly then).
     """
     spec = getattr(data, "element_spec", None)
-    if spec is None:
-        return None
+    if spec is None:  # a PyDataset of toolkit.data.array_batches says it
+        size = getattr(data, "batch_size", None)
+        return size if isinstance(size, int) else None
     shape = getattr(_first_leaf(spec), "shape", None)
     rank = getattr(shape, "rank", None) if hasattr(shape, "rank") else None
     if shape is not None and not hasattr(shape, "rank"):
@@ -165,7 +166,9 @@ def _first_leaf(structure: Any) -> Any:
 def describe_pipeline(dataset: Any) -> str:
     """The stages of a tf.data pipeline from its source to its end, in words:
     ``from_tensor_slices → shuffle → map → batch(32) → prefetch``. Walks the Python dataset
-    objects along their first input; nothing runs."""
+    objects along their first input; nothing runs. (Array batches describe themselves.)"""
+    if isinstance(getattr(dataset, "description", None), str):
+        return dataset.description
     stages: list[str] = []
     node, hops = dataset, 0
     while node is not None and hops < 256:

@@ -20,6 +20,10 @@ whose examples have exactly that shape, whatever the source:
 Folder and TFRecord data hold out every k-th example for validation (``validation_fraction``).
 Bad names and missing files fail here, before TensorFlow starts; the datasets themselves are
 built lazily (:attr:`Data.train` is a function) so the runner can choose the device first.
+
+Without TensorFlow (JAX or PyTorch alone), ``digits`` and ``synthetic`` come as
+:class:`~toolkit.data.arrays.ArraySource` arrays, prepared the same way in NumPy (images
+resized per batch); ``tfds``, ``folder`` and ``tfrecord`` need tf.data and say so.
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from toolkit.data import sources
+from toolkit.data.arrays import ArraySource, has_tensorflow, resize_images
 
 __all__ = [
     "CACHE_LIMIT_BYTES",
@@ -163,10 +170,22 @@ def _to_image(image: Any, spec: ImageSpec) -> Any:
     return tf.ensure_shape(image, spec.shape)
 
 
+def _image_batch(images: np.ndarray, spec: ImageSpec) -> np.ndarray:
+    """``_to_image`` in NumPy for a batch of grey ``(n, h, w, 1)`` images in [0, 1]."""
+    if spec.channels != images.shape[-1]:
+        images = np.repeat(images, spec.channels, axis=-1)
+    return resize_images(images, spec.height, spec.width)
+
+
 def _digit_images(spec: ImageSpec, validation_fraction: float, seed: int) -> Data:
     (x_tr, y_tr), (x_va, y_va) = sources.digits(validation_fraction, seed=seed)
 
     def make(x: Any, y: Any) -> Callable[[], Any]:
+        if not has_tensorflow():
+            return lambda: ArraySource(
+                x.reshape(-1, 8, 8, 1), y, transform=lambda b: _image_batch(b, spec)
+            )
+
         def build() -> Any:
             tf = _tf()
             ds = sources.from_arrays(x.reshape(-1, 8, 8, 1), y)
@@ -343,8 +362,25 @@ def _tfrecord(
     )
 
 
+def _synthetic_arrays(spec: ImageSpec | TokenSpec, seed: int) -> ArraySource:
+    rng = np.random.default_rng(seed)
+    if isinstance(spec, TokenSpec):
+        words = rng.integers(FIRST_TOKEN, spec.vocab_size, spec.seq_len - 1, dtype=np.int32)
+        one = np.concatenate([[CLS], words]).astype(np.int32)
+    else:
+        one = rng.uniform(size=spec.shape).astype(np.float32)
+    label = np.int32(rng.integers(0, spec.num_classes))
+    # Views with a zero stride: the copies cost no memory until a batch is read.
+    return ArraySource(
+        np.broadcast_to(one, (SYNTHETIC_EXAMPLES, *one.shape)),
+        np.broadcast_to(label, (SYNTHETIC_EXAMPLES,)),
+    )
+
+
 def _synthetic(spec: ImageSpec | TokenSpec, seed: int) -> Data:
     def build() -> Any:
+        if not has_tensorflow():
+            return _synthetic_arrays(spec, seed)
         tf = _tf()
         gen = tf.random.Generator.from_seed(seed)
         if isinstance(spec, TokenSpec):
@@ -380,6 +416,16 @@ def _text_to_tokens(text: Any, spec: TokenSpec) -> Any:
     return _pad(ids, spec.seq_len)
 
 
+def _token_rows(x: np.ndarray, seq_len: int) -> np.ndarray:
+    """``_pad`` in NumPy for every row of pixel intensities: [CLS], the tokens, padding."""
+    tokens = (x * 16).round().astype(np.int32) + FIRST_TOKEN
+    rows = np.full((len(x), seq_len), PAD, dtype=np.int32)
+    rows[:, 0] = CLS
+    width = min(seq_len - 1, tokens.shape[1])
+    rows[:, 1 : 1 + width] = tokens[:, :width]
+    return rows
+
+
 def _digit_tokens(spec: TokenSpec, validation_fraction: float, seed: int) -> Data:
     if spec.vocab_size < FIRST_TOKEN + 17:
         raise ValueError(
@@ -389,6 +435,9 @@ def _digit_tokens(spec: TokenSpec, validation_fraction: float, seed: int) -> Dat
     (x_tr, y_tr), (x_va, y_va) = sources.digits(validation_fraction, seed=seed)
 
     def make(x: Any, y: Any) -> Callable[[], Any]:
+        if not has_tensorflow():
+            return lambda: ArraySource(_token_rows(x, spec.seq_len), y)
+
         def build() -> Any:
             tf = _tf()
             tokens = (x * 16).round().astype("int32") + FIRST_TOKEN
@@ -437,6 +486,12 @@ def load(
         raise ValueError(f"--validation_fraction must be in (0, 1), got {validation_fraction}")
     if kind == "synthetic":
         return _synthetic(input_spec, seed)
+    if kind != "digits" and not has_tensorflow():
+        raise ValueError(
+            f"--dataset={spec}: reading it needs tf.data, and TensorFlow is not installed "
+            "here; use --dataset=digits or synthetic, pass your own arrays, or install "
+            "tensorflow"
+        )
     if kind == "tfrecord":
         return _tfrecord(arg, input_spec, validation_fraction, isinstance(input_spec, TokenSpec))
     if isinstance(input_spec, TokenSpec):

@@ -1,0 +1,139 @@
+"""Data without TensorFlow: NumPy arrays in batches, for Keras's ``fit`` on any backend.
+
+Where TensorFlow is installed, the toolkit's pipelines are tf.data (they feed all three Keras
+backends). Where it is not (a GPU machine with JAX or PyTorch only), the catalog's digits and
+synthetic data come as an :class:`ArraySource` (arrays, and a per-batch transform such as a
+resize, so that images are not all upscaled in memory at once) and the runner batches them
+with :func:`array_batches`, a ``keras.utils.PyDataset``: shuffled per epoch from a seed, the
+last partial batch dropped for training, endless when ``steps_per_epoch`` bounds the epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ArraySource", "array_batches", "has_tensorflow", "resize_images"]
+
+
+def has_tensorflow() -> bool:
+    """Whether TensorFlow is installed (tf.data pipelines), without importing it."""
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class ArraySource:
+    """Examples as arrays: ``features[i]``, ``labels[i]``, and `transform` applied to each
+    batch of features when it is read (None: as they are)."""
+
+    features: np.ndarray
+    labels: np.ndarray
+    transform: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.features) != len(self.labels):
+            raise ValueError(
+                f"features and labels differ in length: {len(self.features)} vs "
+                f"{len(self.labels)}"
+            )
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def take(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The examples at `indices`, transformed: one batch."""
+        x = np.asarray(self.features[indices])
+        return (self.transform(x) if self.transform else x), np.asarray(self.labels[indices])
+
+    def element_shape(self) -> tuple[int, ...]:
+        """The shape of one transformed example."""
+        return tuple(self.take(np.arange(1))[0].shape[1:])
+
+
+def resize_images(images: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Bilinear resize of ``(n, h, w, c)`` images with half-pixel centres, as
+    ``tf.image.resize`` does (no antialiasing): float32 out."""
+    images = np.asarray(images, dtype=np.float32)
+    _, h, w, _ = images.shape
+    if (h, w) == (height, width):
+        return images
+
+    def axis(size_in: int, size_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        src = (np.arange(size_out, dtype=np.float32) + 0.5) * (size_in / size_out) - 0.5
+        src = np.clip(src, 0.0, size_in - 1)
+        lo = np.floor(src).astype(np.int64)
+        hi = np.minimum(lo + 1, size_in - 1)
+        return lo, hi, (src - lo).astype(np.float32)
+
+    y0, y1, fy = axis(h, height)
+    x0, x1, fx = axis(w, width)
+    rows = images[:, y0] * (1 - fy)[None, :, None, None] + images[:, y1] * fy[None, :, None, None]
+    return rows[:, :, x0] * (1 - fx)[None, None, :, None] + rows[:, :, x1] * fx[None, None, :, None]
+
+
+def array_batches(
+    source: ArraySource | tuple[Any, Any],
+    batch_size: int,
+    *,
+    shuffle: bool = False,
+    seed: int | None = None,
+    drop_remainder: bool = False,
+    repeat: bool = False,
+    batches_per_epoch: int | None = None,
+) -> Any:
+    """A ``keras.utils.PyDataset`` of ``(features, labels)`` batches of `source`.
+
+    Args:
+        source: an :class:`ArraySource` or ``(features, labels)`` arrays.
+        batch_size: examples per batch.
+        shuffle: a new order every epoch (from `seed`; the same seed, the same orders).
+        drop_remainder: leave out the last partial batch of each pass.
+        repeat: endless (the epoch's length is ``fit``'s ``steps_per_epoch``).
+        batches_per_epoch: an epoch's length when it is not one pass (passes wrap around),
+            e.g. one synthetic batch read many times.
+
+    Raises:
+        ValueError: no batch at all (fewer examples than one batch with `drop_remainder`).
+    """
+    import keras
+
+    if isinstance(source, tuple):
+        source = ArraySource(np.asarray(source[0]), np.asarray(source[1]))
+    count = len(source)
+    per_pass = count // batch_size if drop_remainder else -(-count // batch_size)
+    if per_pass < 1:
+        raise ValueError(f"--batch_size={batch_size} is larger than the {count} examples: lower it")
+
+    class ArrayBatches(keras.utils.PyDataset):
+        def __init__(self) -> None:
+            super().__init__()
+            self.epoch = 0
+
+        @property
+        def num_batches(self) -> int | None:
+            return None if repeat else (batches_per_epoch or per_pass)
+
+        def _order(self, n_pass: int) -> np.ndarray:
+            if not shuffle:
+                return np.arange(count)
+            return np.random.default_rng([seed or 0, self.epoch, n_pass]).permutation(count)
+
+        def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+            n_pass, within = divmod(int(index), per_pass)  # endless: passes within an epoch
+            order = self._order(n_pass)
+            return source.take(order[within * batch_size : (within + 1) * batch_size])
+
+        def on_epoch_end(self) -> None:
+            self.epoch += 1
+
+    batches = ArrayBatches()
+    batches.batch_size = batch_size  # what the profiler reads for examples/s
+    stages = ["arrays", *(["transform"] if source.transform else [])]
+    stages += [*(["shuffle"] if shuffle else []), f"batch({batch_size})"]
+    stages += ["repeat"] if repeat else []
+    batches.description = " → ".join(stages) + " (keras.utils.PyDataset)"
+    return batches
