@@ -11,3 +11,39 @@ def run_python(code: str, timeout: int = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
     )
+
+
+# What a machine without TensorFlow lacks (the GPU machines carry JAX and PyTorch only).
+TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tf_keras", "tensorboard", "tensorflow_datasets")
+_BOOT = """import runpy, site, sys
+site.addsitedir({site!r})
+if sys.argv[1] == "-c":
+    code, sys.argv = sys.argv[2], ["-c", *sys.argv[3:]]
+    exec(compile(code, "<string>", "exec"), {{"__name__": "__main__"}})
+else:
+    module, sys.argv = sys.argv[1], sys.argv[1:]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+def site_without_tensorflow(root) -> list[str]:
+    """The command prefix of a Python that has this one's packages except TensorFlow and its
+    kin, as on a machine where it was never installed: ``python -S`` (no site-packages) and a
+    directory of links to every installed package but those, added as a site directory.
+    Append a module name and its arguments."""
+    import pathlib
+    import site
+
+    root = pathlib.Path(root)
+    farm = root / "site-packages"
+    if not farm.exists():
+        farm.mkdir(parents=True)
+        for directory in site.getsitepackages():
+            for entry in pathlib.Path(directory).iterdir():
+                name = entry.name.lower()
+                if name.startswith(TENSORFLOW_DISTRIBUTIONS) or name.startswith("_tensorflow"):
+                    continue
+                if not (farm / entry.name).exists():
+                    (farm / entry.name).symlink_to(entry)
+        (root / "boot.py").write_text(_BOOT.format(site=str(farm)))
+    return [sys.executable, "-S", str(root / "boot.py")]

@@ -37,8 +37,7 @@ class ArraySource:
     def __post_init__(self) -> None:
         if len(self.features) != len(self.labels):
             raise ValueError(
-                f"features and labels differ in length: {len(self.features)} vs "
-                f"{len(self.labels)}"
+                f"features and labels differ in length: {len(self.features)} vs {len(self.labels)}"
             )
 
     def __len__(self) -> int:
