@@ -167,7 +167,8 @@ def test_every_recipe_trains_without_tensorflow(no_tensorflow, recipe, name, tmp
     assert report["status"] == "complete" and report["context"]["backend"] == name
     assert "tensorflow" not in report["environment"] and report["environment"][name]
     assert report["steps"]["total_steps"] == 8 and report["steps"]["timed_steps"] == 6
-    assert report["compute"]["flops_per_step"] > 0 and report["compute"]["mfu"] > 0
+    # Timed where the step finished, not where it was queued: MFU stays a fraction.
+    assert report["compute"]["flops_per_step"] > 0 and 0 < report["compute"]["mfu"] < 1.5
 
 
 @pytest.mark.parametrize("name", ["jax", "torch"])

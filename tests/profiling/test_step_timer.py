@@ -251,3 +251,28 @@ def test_log_steps_in_fit_with_steps_per_execution(make_model, make_dataset):
     # 6 executions of 2 steps; the first (steps 1-2) is apart, then a line per 4 steps.
     assert [line.split(":")[0] for line in lines] == ["step 6", "step 10"]
     assert all("ms/step over the last 4 steps" in line for line in lines)
+
+
+def test_where_a_step_ends_on_each_backend(make_model, make_dataset):
+    """TensorFlow steps are timed between batch begins; JAX's and PyTorch's between batch ends
+    (their begins only queue work). Timed at ends, an epoch's executions tile it without gap or
+    overlap: from the first begin to the last end, each one's interval starting where the
+    previous one's ended."""
+    timer = StepTimer(warmup_steps=0)
+    make_model().fit(make_dataset(9), epochs=1, verbose=0, callbacks=[timer])
+    expected = (
+        "end"
+        if (compat.keras_flavor(), backend.name())
+        in (
+            ("keras3", "jax"),
+            ("keras3", "torch"),
+        )
+        else "begin"
+    )
+    assert timer.boundary == expected
+    assert sum(c[1] for c in timer.calls) == 9
+    if expected == "end":
+        ends = sorted(t for _, t, *_ in timer._end_marks)
+        first_begin = timer._begins[0][1]
+        assert sum(c[0] for c in timer.calls) == pytest.approx(ends[-1] - first_begin, abs=1e-9)
+        assert [c[0] for c in timer.calls[1:]] == pytest.approx(np.diff(ends).tolist(), abs=1e-9)

@@ -27,8 +27,11 @@ def test_trace_window_writes_a_trace_and_timer_excludes_traced_steps(
         assert "plugins/profile" in files[0].replace("\\", "/")
     s = timer.summary()
     # steps 4, 5, 6 ran under the profiler; step 7's interval contains the profiler stop.
-    assert s.excluded_steps == 4
-    assert s.total_steps == 12 and s.timed_steps == 12 - 1 - 2 - 4
+    # Timed at batch ends (JAX, PyTorch), step 3's interval holds the profiler's start when
+    # step 3 was still running as step 4 began (asynchronous dispatch), and step 6's the stop.
+    low, high = (4, 4) if timer.boundary == "begin" else (3, 5)
+    assert low <= s.excluded_steps <= high, s
+    assert s.total_steps == 12 and s.timed_steps == 12 - 1 - 2 - s.excluded_steps
     result = trace.result()
     assert result["traced_steps"] == [4, 7] and result["error"] is None
 

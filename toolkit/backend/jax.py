@@ -1,9 +1,9 @@
 """JAX behind the seam: what the backend-neutral core needs when Keras trains on JAX.
 
-* a step boundary: JAX dispatches asynchronously and Keras hands the batch-end callbacks (and
-  the logs' read) to a thread on JAX, so StepTimer's step is the time between two *dispatches*
-  of the train function: single steps can look short while the wait lands later; the totals
-  and the epoch's end (a read of the metrics) are exact. StepTimer adds no sync of its own;
+* a step boundary: JAX dispatches asynchronously, so StepTimer times a step at its batch *end*
+  (Keras reads the step's logs before the batch-end hooks, which waits for the step), from the
+  previous step's end: what the device did, not how fast Python queued work. StepTimer adds no
+  sync of its own;
 * traces: ``jax.profiler`` writes XSpace files (``*.xplane.pb``) that TensorBoard and XProf read;
 * FLOPs: XLA's cost analysis of the jitted forward pass and of its gradient;
 * the matmul peak: chained matmuls in one jitted ``fori_loop``, waited on once per run.

@@ -16,6 +16,18 @@ How it stays out of the way of the step it measures:
   adding StepTimer to a tf_keras ``fit`` adds no per-step sync.
 * No hook calls a TensorFlow op or reads a tensor (a test checks this with a profiling hook).
 
+Where a step boundary is, per backend (``StepTimer.boundary``):
+
+* TensorFlow (and tf_keras): at batch *begins*. The step function returns when its work is
+  done on the CPU; on a GPU, Keras 3's read of the logs at each batch end waits for it.
+* JAX and PyTorch under Keras 3: at batch *ends*. Their dispatch is asynchronous (JAX always,
+  PyTorch on CUDA and MPS), so a batch begin only says when a step was *queued*, and begins can
+  run many steps ahead of the device. Keras converts each step's logs to floats before it calls
+  the batch-end hooks (on its callback thread), which waits for that step to finish, so a batch
+  end is when the step's results existed. A step's time is from the previous step's end (the
+  epoch's first: from its begin) to its own: the trip of the loop as the device saw it, input
+  waits included. StepTimer itself still waits for nothing.
+
 With ``steps_per_execution = n`` Keras calls batch hooks once per execution, with the index of
 its first step; the number of steps in an execution comes from consecutive indices (and, for the
 last execution of an epoch, from ``params["steps"]``), so every figure is per step.
@@ -24,6 +36,7 @@ last execution of an epoch, from ``params["steps"]``), so every figure is per st
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -138,17 +151,34 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._epoch_start = 0.0
         self._epoch_calls_start = 0
         self._epoch_begins = 0
-        self._end_marks: list[tuple[int, float]] = []
+        # (batch, time, profiler active, profiler generation) at each batch end.
+        self._end_marks: list[tuple[int, float, bool, int]] = []
         self._boundary_time: float | None = None
         self._running = False
         self._log_steps_done = 0  # steps finished in this fit
         self._log_mark = (0, 0.0)  # (steps, seconds) at the last log line
+        # Batch-end boundaries (JAX, PyTorch): this epoch's begins, how many are recorded, and
+        # the end of the last one recorded.
+        self.boundary = "begin"
+        self._begins: list[tuple[int, float, tuple[bool, int]]] = []
+        self._done = 0
+        self._last_end: tuple[float, tuple[bool, int]] | None = None  # (time, profiler state)
+        self._end_arrived = threading.Event()
 
     # ------------------------------------------------------------------ recording
 
-    def _record(self, duration: float, steps: int, trace_mark: tuple[bool, int]) -> None:
+    def _record(
+        self,
+        duration: float,
+        steps: int,
+        trace_mark: tuple[bool, int],
+        end_mark: tuple[bool, int] | None = None,
+    ) -> None:
+        """Records one execution; `trace_mark` is the profiler's state (active, generation) when
+        it began, `end_mark` when it ended (default: now)."""
         was_active, generation = trace_mark
-        tainted = was_active or PROFILER.active or generation != PROFILER.generation
+        now_active, now_generation = end_mark or (PROFILER.active, PROFILER.generation)
+        tainted = was_active or now_active or generation != now_generation
         if not self._seen_first:
             kind = FIRST
             self._seen_first = True
@@ -197,10 +227,14 @@ class StepTimer(compat.keras().callbacks.Callback):
         if begin is None:
             return
         self._open_begin = None
+        if self.boundary == "end":
+            self._boundary_time = None
+            self._drain_ends(final=True)
+            return
         boundary = self._boundary_time if self._boundary_time is not None else now
         self._boundary_time = None
         marks = list(self._end_marks)
-        ends_after = [t for b, t in marks if b >= begin]
+        ends_after = [t for b, t, *_ in marks if b >= begin]
         if len(marks) < self._epoch_begins and not ends_after:
             # Begun but never finished: the end-of-data probe of a dataset of unknown length,
             # or an execution that raised. No step completed; nothing to time.
@@ -210,6 +244,30 @@ class StepTimer(compat.keras().callbacks.Callback):
         steps_in_epoch = (self.params or {}).get("steps")
         steps = min(spe, steps_in_epoch - begin) if steps_in_epoch else spe
         self._record(end - self._open_time, max(1, steps) * self._fused, self._open_trace)
+
+    def _drain_ends(self, final: bool) -> None:
+        """Records the executions whose batch end has arrived, in order (batch-end boundaries).
+        An execution's steps are known once the next one began, or at the epoch's end."""
+        marks = sorted(self._end_marks[:])  # a copy: the callback thread may append
+        steps_in_epoch = (self.params or {}).get("steps")
+        while self._done < len(self._begins):
+            k = self._done
+            batch, began, trace = self._begins[k]
+            following = self._begins[k + 1][0] if k + 1 < len(self._begins) else None
+            ends = [m for m in marks if m[0] >= batch and (following is None or m[0] < following)]
+            if not ends or (following is None and not final):
+                return  # not finished yet, or its length is not known yet
+            if following is not None:
+                steps = following - batch
+            else:
+                spe = max(self._spe, self._prev_gap)
+                steps = min(spe, steps_in_epoch - batch) if steps_in_epoch else spe
+            _, end, *end_trace = max(ends, key=lambda m: m[1])
+            # The interval runs from the previous end: the profiler's state there counts too.
+            start, start_trace = self._last_end or (began, trace)
+            self._record(end - start, max(1, steps) * self._fused, start_trace, tuple(end_trace))
+            self._last_end = (end, tuple(end_trace))
+            self._done += 1
 
     # ------------------------------------------------------------------ Keras hooks
 
@@ -222,6 +280,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         model = getattr(self, "model", None)
         self._spe = _steps_per_execution(model)
         self._fused = max(1, int(getattr(model, FUSED_STEPS_ATTR, 1) or 1))
+        self.boundary = _boundary()
         self.train_begin_time = self._clock()
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
@@ -233,10 +292,18 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._end_marks = []
         self._boundary_time = None
         self._open_begin = None
+        self._begins, self._done, self._last_end = [], 0, None
 
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         now = self._clock()
         begin = self._open_begin
+        if self.boundary == "end":
+            if begin is not None and batch > begin:
+                self._prev_gap = batch - begin
+            self._open(batch, now)
+            self._begins.append((batch, now, self._open_trace))
+            self._drain_ends(final=False)
+            return
         if begin is not None:
             gap = batch - begin
             if gap > 0:
@@ -246,7 +313,22 @@ class StepTimer(compat.keras().callbacks.Callback):
 
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         # May run on Keras 3's callback thread: append only (atomic), touch nothing else.
-        self._end_marks.append((batch, self._clock()))
+        self._end_marks.append((batch, self._clock(), PROFILER.active, PROFILER.generation))
+        self._end_arrived.set()
+
+    def _settle(self, timeout: float = 10.0) -> None:
+        """A fit that stopped with an exception (no epoch end): records the executions that
+        were under way when it stopped (each has a successor that began, so it was queued),
+        waiting up to `timeout` s for Keras's callback thread to deliver their ends."""
+        deadline = time.monotonic() + timeout
+        while self._done < len(self._begins) - 1:
+            before = self._done
+            self._end_arrived.clear()
+            self._drain_ends(final=False)
+            if self._done == before and not self._end_arrived.wait(
+                max(0.0, deadline - time.monotonic())
+            ):
+                break
 
     def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
         # Validation inside fit: the epoch's last training execution ended before this.
@@ -298,6 +380,8 @@ class StepTimer(compat.keras().callbacks.Callback):
 
     def stop(self) -> None:
         """Stops timing a custom loop. Time after the last :meth:`step` is not counted."""
+        if self._running and self.boundary == "end":
+            self._settle()
         if self._running:
             self.train_end_time = self._clock()
             self._running = False
@@ -326,6 +410,16 @@ class StepTimer(compat.keras().callbacks.Callback):
     def summary(self) -> StepStats:
         """The step statistics of everything recorded so far."""
         return summarize_calls(self.calls, self.batch_size)
+
+
+def _boundary() -> str:
+    """``"end"`` where a batch begin only queues the step (Keras 3 on JAX or PyTorch: see the
+    module's docstring), else ``"begin"``."""
+    from toolkit import backend
+
+    if compat.keras_flavor() == "keras3" and backend.name() in ("jax", "torch"):
+        return "end"
+    return "begin"
 
 
 def _steps_per_execution(model: Any) -> int:
