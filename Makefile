@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.toolkit-installed
 PYTEST_FLAGS ?= -q
 
-.PHONY: demo test lint format bench install clean
+.PHONY: demo test lint format bench accelerator accelerator-wheels install clean
 
 demo: $(STAMP)
 	$(PY) -m recipes.mlp
@@ -20,6 +20,21 @@ test: $(STAMP)
 	@echo "== the profiling contracts again under Keras 3 on JAX, then on PyTorch =="
 	KERAS_BACKEND=jax $(PY) -m pytest $(PYTEST_FLAGS) -m every_backend
 	KERAS_BACKEND=torch $(PY) -m pytest $(PYTEST_FLAGS) -m every_backend
+
+# The GPU benchmark (benchmarks/accelerator.py): every installed Keras backend, no TensorFlow needed.
+accelerator: $(STAMP)
+	$(PY) benchmarks/accelerator.py
+
+# Keras and the pure-Python packages it needs, as wheels in .whl/, for a machine with JAX or
+# PyTorch but no network and no Keras (BUILD.md "GPU machines"). Python 3.12, manylinux x86-64.
+WHEEL_PYTHON ?= 3.12
+accelerator-wheels: $(STAMP)
+	rm -rf .whl && mkdir -p .whl
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version $(WHEEL_PYTHON) \
+	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -d .whl \
+	  keras==$$($(PY) -c "import importlib.metadata as m; print(m.version('keras'))") namex optree
+	@ls .whl
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -21,8 +21,8 @@ the step count while the steps do:
 Then the same toolkit run under each other Keras backend that is installed (``--backends``),
 against the same seed figures: JAX with ``steps_per_execution=50`` and XLA (fused steps are a
 TensorFlow loop), PyTorch eager with one step per call (it has no ``steps_per_execution``;
-``torch.compile`` costs ~40 s here). On JAX the per-step times are dispatch times (see
-docs/guide.md), but the steady-state sum and the loop's total are exact.
+``torch.compile`` costs ~40 s here). On JAX and PyTorch a step is timed where it finished (its
+batch end), not where it was queued (docs/guide.md), so the steady-state sums are exact.
 
 The figures are medians of ``--rounds`` interleaved rounds (step times here drift by ±10 %
 between runs), and each run gets a fresh process: a finished tf.data pipeline can leave

@@ -183,3 +183,24 @@ def test_the_digits_demo_learns_without_tensorflow(no_tensorflow, name, tmp_path
     assert out.returncode == 0, out.stderr[-3000:]
     accuracy, _, used = out.stdout.split()[-3:]
     assert float(accuracy) >= 0.95 and used == name
+
+
+def test_the_accelerator_benchmark_runs_without_tensorflow(no_tensorflow, tmp_path):
+    """benchmarks/accelerator.py as on a GPU machine with PyTorch and no TensorFlow (its parts
+    run in processes of their own, packages from PYTHONPATH only): every part, every line."""
+    farm = os.path.join(os.path.dirname(no_tensorflow[2]), "site-packages")
+    out = subprocess.run(
+        [sys.executable, "-S", "benchmarks/accelerator.py", "--quick", "--backends=torch,nope",
+         f"--out={tmp_path}"],
+        capture_output=True, text=True, timeout=900,
+        env={**ENV, "PYTHONPATH": farm, "TOOLKIT_CACHE_DIR": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout
+    assert "## torch: cpu:0" in text and "precision hint" in text
+    assert "cnn on digits" in text and "resnet50 synthetic 224×224" in text
+    assert text.count("seed MLP on torch") == 2 and "× (baseline " in text
+    assert "nope: not installed, skipped" in text
+    record = json.loads((tmp_path / "accelerator.json").read_text())
+    assert set(record["torch"]) == {"devices", "cnn", "resnet50", "seed_mlp"}
+    assert os.path.exists(record["torch"]["resnet50"]["report"])
