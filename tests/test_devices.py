@@ -357,9 +357,10 @@ def _cli(*args):
 
 def test_cli_devices_preflight_placement():
     out = _cli("devices")
-    assert (
-        out.returncode == 0 and out.stdout.startswith("cpu:0 ") and "precision hint" in out.stdout
-    )
+    assert out.returncode == 0 and "precision hint" in out.stdout
+    listed = [line for line in out.stdout.splitlines() if line.startswith("--backend=")]
+    assert listed == ["--backend=tensorflow", "--backend=jax", "--backend=torch"]
+    assert out.stdout.count("  cpu:0 ") == 3
     out = _cli("preflight", "--precision", "mixed_float16")
     assert out.returncode == 0 and "[warning] precision" in out.stdout
     out = _cli("preflight", "--device", "metal")
@@ -368,6 +369,10 @@ def test_cli_devices_preflight_placement():
     out = _cli("placement", "--recipe", "mlp", "--device", "cpu")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "placement of one mlp training step" in out.stdout and "CPU:0:" in out.stdout
+    for name, op in (("torch", "aten::mm"), ("jax", "result[")):
+        out = _cli("placement", "--recipe", "mlp", "--backend", name, "--device", "cpu")
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert f"(--backend={name})" in out.stdout and op in out.stdout
     out = _cli("placement", "--recipe", "nope")
     assert out.returncode == 2 and "recipe: no recipe named 'nope'" in out.stderr
 

@@ -198,7 +198,10 @@ def test_precision_strategy_synthetic_data_and_the_report(tmp_path, keras):
 
 def test_setup_problems_are_one_clear_error(keras):
     task, *_ = tiny_task(keras)
-    with pytest.raises(train.SetupError, match="unknown device 'metal': no Metal GPU found"):
+    with pytest.raises(
+        train.SetupError,
+        match="unknown device 'metal' on --backend=tensorflow: TensorFlow sees no Metal GPU",
+    ):
         train.run(task, TrainConfig(device="metal", report_dir=None))
     with pytest.raises(train.SetupError, match="--batch_size=512 is larger"):
         train.run(task, TrainConfig(batch_size=512, report_dir=None))

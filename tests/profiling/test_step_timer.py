@@ -254,25 +254,67 @@ def test_log_steps_in_fit_with_steps_per_execution(make_model, make_dataset):
 
 
 def test_where_a_step_ends_on_each_backend(make_model, make_dataset):
-    """TensorFlow steps are timed between batch begins; JAX's and PyTorch's between batch ends
-    (their begins only queue work). Timed at ends, an epoch's executions tile it without gap or
-    overlap: from the first begin to the last end, each one's interval starting where the
-    previous one's ended."""
+    """TensorFlow's steps end at the next batch begin; on JAX and PyTorch (asynchronous) the
+    epoch is timed at batch ends when the device was behind. Either way an epoch's executions
+    tile it, from its first begin to where the last one ended."""
     timer = StepTimer(warmup_steps=0)
     make_model().fit(make_dataset(9), epochs=1, verbose=0, callbacks=[timer])
-    expected = (
-        "end"
-        if (compat.keras_flavor(), backend.name())
-        in (
-            ("keras3", "jax"),
-            ("keras3", "torch"),
-        )
-        else "begin"
+    asynchronous = (compat.keras_flavor(), backend.name()) in (
+        ("keras3", "jax"),
+        ("keras3", "torch"),
     )
-    assert timer.boundary == expected
+    assert timer._async is asynchronous
+    assert timer.boundary in (("begin", "end") if asynchronous else ("begin",))
     assert sum(c[1] for c in timer.calls) == 9
-    if expected == "end":
-        ends = sorted(t for _, t, *_ in timer._end_marks)
+    if timer.boundary == "end":
         first_begin = timer._begins[0][1]
-        assert sum(c[0] for c in timer.calls) == pytest.approx(ends[-1] - first_begin, abs=1e-9)
-        assert [c[0] for c in timer.calls[1:]] == pytest.approx(np.diff(ends).tolist(), abs=1e-9)
+        last_end = max(t for _, t, *_ in timer._end_marks)
+        assert sum(c[0] for c in timer.calls) == pytest.approx(last_end - first_begin, abs=1e-9)
+
+
+def _drive(timer, begins, ends, steps=4):
+    """One epoch of `steps` single-step executions through the hooks, by hand: the clock reads
+    each begin, then the ends (as Keras's callback thread would deliver them), then the epoch
+    end."""
+    timer.set_params({"steps": steps, "epochs": 1})
+    timer.on_train_begin()
+    timer.on_epoch_begin(0)
+    for batch in range(steps):
+        timer.on_train_batch_begin(batch)
+        timer.on_train_batch_end(batch)
+    timer.on_epoch_end(0)
+    timer.on_train_end()
+
+
+@pytest.mark.parametrize(
+    ("begins", "ends", "boundary", "durations"),
+    [
+        # The device behind: begins 1 ms apart, the steps finish 10 ms apart.
+        ([0.0, 0.001, 0.002, 0.003], [0.010, 0.020, 0.030, 0.040], "end", [0.010] * 4),
+        # The host behind: the ends come soon after each begin; begins are the boundaries.
+        ([0.0, 0.010, 0.020, 0.030], [0.001, 0.011, 0.021, 0.031], "begin", [0.010] * 3 + [0.001]),
+        # A stamp out of order (the callback thread ran late): no step ends after a later one.
+        (
+            [0.0, 0.001, 0.002, 0.003],
+            [0.010, 0.035, 0.030, 0.040],
+            "end",
+            [0.010, 0.020, 0.0, 0.010],
+        ),
+    ],
+)
+def test_asynchronous_epochs_are_timed_where_steps_ended(
+    monkeypatch, begins, ends, boundary, durations
+):
+    from toolkit.profiling import step_timer
+
+    monkeypatch.setattr(step_timer, "_asynchronous", lambda: True)
+    reads = [0.0]  # train begin
+    reads += [0.0]  # epoch begin
+    for b, e in zip(begins, ends, strict=True):
+        reads += [b, e]
+    reads += [ends[-1] + 0.001] * 3  # epoch end, train end
+    timer = StepTimer(warmup_steps=0, clock=FakeClock(reads))
+    _drive(timer, begins, ends)
+    assert timer.boundary == boundary
+    assert [c[0] for c in timer.calls] == pytest.approx(durations, abs=1e-9)
+    assert sum(c[0] for c in timer.calls) == pytest.approx(sum(durations), abs=1e-9)

@@ -1,9 +1,9 @@
 """JAX behind the seam: what the backend-neutral core needs when Keras trains on JAX.
 
-* a step boundary: JAX dispatches asynchronously, so StepTimer times a step at its batch *end*
-  (Keras reads the step's logs before the batch-end hooks, which waits for the step), from the
-  previous step's end: what the device did, not how fast Python queued work. StepTimer adds no
-  sync of its own;
+* a step boundary: dispatch is asynchronous (JAX always; PyTorch on CUDA and MPS), so a batch
+  begin only queues a step; when the device was behind, StepTimer re-times the epoch at batch
+  ends, where Keras has read the step's logs (``toolkit.profiling.step_timer``). StepTimer adds
+  no sync of its own;
 * traces: ``jax.profiler`` writes XSpace files (``*.xplane.pb``) that TensorBoard and XProf read;
 * FLOPs: XLA's cost analysis of the jitted forward pass and of its gradient;
 * the matmul peak: chained matmuls in one jitted ``fori_loop``, waited on once per run.

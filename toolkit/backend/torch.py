@@ -1,9 +1,9 @@
 """PyTorch behind the seam: what the backend-neutral core needs when Keras trains on PyTorch.
 
-* a step boundary: on the CPU a PyTorch step has finished when its call returns; on CUDA and
-  MPS kernels run asynchronously, so StepTimer times a step at its batch *end* (Keras reads the
-  step's logs before the batch-end hooks, which waits for the step), from the previous step's
-  end. StepTimer adds no sync of its own;
+* a step boundary: dispatch is asynchronous (JAX always; PyTorch on CUDA and MPS), so a batch
+  begin only queues a step; when the device was behind, StepTimer re-times the epoch at batch
+  ends, where Keras has read the step's logs (``toolkit.profiling.step_timer``). StepTimer adds
+  no sync of its own;
 * traces: ``torch.profiler`` writes Chrome trace JSON (``*.pt.trace.json``) that TensorBoard's
   PyTorch plugin, Perfetto and ``chrome://tracing`` read;
 * FLOPs: ``torch.utils.flop_counter.FlopCounterMode`` over one forward and one forward +

@@ -16,17 +16,19 @@ How it stays out of the way of the step it measures:
   adding StepTimer to a tf_keras ``fit`` adds no per-step sync.
 * No hook calls a TensorFlow op or reads a tensor (a test checks this with a profiling hook).
 
-Where a step boundary is, per backend (``StepTimer.boundary``):
+Where a step ends, per backend (``StepTimer.boundary``, per epoch):
 
-* TensorFlow (and tf_keras): at batch *begins*. The step function returns when its work is
-  done on the CPU; on a GPU, Keras 3's read of the logs at each batch end waits for it.
-* JAX and PyTorch under Keras 3: at batch *ends*. Their dispatch is asynchronous (JAX always,
-  PyTorch on CUDA and MPS), so a batch begin only says when a step was *queued*, and begins can
-  run many steps ahead of the device. Keras converts each step's logs to floats before it calls
-  the batch-end hooks (on its callback thread), which waits for that step to finish, so a batch
-  end is when the step's results existed. A step's time is from the previous step's end (the
-  epoch's first: from its begin) to its own: the trip of the loop as the device saw it, input
-  waits included. StepTimer itself still waits for nothing.
+* TensorFlow (and tf_keras): at the next batch *begin*. Keras 3 reads the logs at each batch
+  end, which waits for the step.
+* JAX and PyTorch (on CUDA and MPS) dispatch asynchronously: a batch begin only says when a
+  step was *queued*, and begins can run many steps ahead of the device. Keras reads each step's
+  logs before its batch-end hooks (on its callback thread), which waits for the step, so a
+  batch end says when the step's results existed, stamped when that thread next runs (up to
+  Python's switch interval late while the host is busy). So at each epoch's end StepTimer looks
+  at the backlog, the time from the last begin to the last end: when it is small (the host
+  was the bottleneck), begins stay the boundaries; when the device was behind, the epoch is
+  timed at batch ends instead, each step ending at the later of its end stamp (the earliest
+  stamp of it or any later step) and the next begin. Either way the epoch's steps tile it.
 
 With ``steps_per_execution = n`` Keras calls batch hooks once per execution, with the index of
 its first step; the number of steps in an execution comes from consecutive indices (and, for the
@@ -36,7 +38,8 @@ last execution of an epoch, from ``params["steps"]``), so every figure is per st
 from __future__ import annotations
 
 import contextlib
-import threading
+import itertools
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -151,19 +154,18 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._epoch_start = 0.0
         self._epoch_calls_start = 0
         self._epoch_begins = 0
-        # (batch, time, profiler active, profiler generation) at each batch end.
-        self._end_marks: list[tuple[int, float, bool, int]] = []
+        self._end_marks: list[tuple[int, float]] = []
         self._boundary_time: float | None = None
         self._running = False
         self._log_steps_done = 0  # steps finished in this fit
         self._log_mark = (0, 0.0)  # (steps, seconds) at the last log line
-        # Batch-end boundaries (JAX, PyTorch): this epoch's begins, how many are recorded, and
-        # the end of the last one recorded.
+        # Asynchronous backends (JAX, PyTorch): this epoch's begins, the state to re-time it
+        # from, and where the last epoch's steps ended ("begin" or "end").
         self.boundary = "begin"
+        self._async = False
         self._begins: list[tuple[int, float, tuple[bool, int]]] = []
-        self._done = 0
-        self._last_end: tuple[float, tuple[bool, int]] | None = None  # (time, profiler state)
-        self._end_arrived = threading.Event()
+        self._epoch_state: tuple[Any, ...] = (self.warmup_steps, False)
+        self._quiet = False
 
     # ------------------------------------------------------------------ recording
 
@@ -174,8 +176,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         trace_mark: tuple[bool, int],
         end_mark: tuple[bool, int] | None = None,
     ) -> None:
-        """Records one execution; `trace_mark` is the profiler's state (active, generation) when
-        it began, `end_mark` when it ended (default: now)."""
+        """Records one execution; `trace_mark` is the profiler's state (active, generation) where
+        it began, `end_mark` where it ended (default: now)."""
         was_active, generation = trace_mark
         now_active, now_generation = end_mark or (PROFILER.active, PROFILER.generation)
         tainted = was_active or now_active or generation != now_generation
@@ -190,6 +192,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         else:
             kind = TIMED
         self.calls.append((duration, steps, self._epoch, kind))
+        if self._quiet:
+            return
         if kind == FIRST:
             self._log_steps_done = steps
         elif self.log_steps:
@@ -215,6 +219,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._open_time = now
         self._open_trace = (PROFILER.active, PROFILER.generation)
         self._epoch_begins += 1
+        if self._async:
+            self._begins.append((batch, now, self._open_trace))
 
     def _close_last_in_epoch(self, now: float) -> None:
         """Closes the epoch's last execution at epoch end or train end.
@@ -227,10 +233,6 @@ class StepTimer(compat.keras().callbacks.Callback):
         if begin is None:
             return
         self._open_begin = None
-        if self.boundary == "end":
-            self._boundary_time = None
-            self._drain_ends(final=True)
-            return
         boundary = self._boundary_time if self._boundary_time is not None else now
         self._boundary_time = None
         marks = list(self._end_marks)
@@ -245,29 +247,41 @@ class StepTimer(compat.keras().callbacks.Callback):
         steps = min(spe, steps_in_epoch - begin) if steps_in_epoch else spe
         self._record(end - self._open_time, max(1, steps) * self._fused, self._open_trace)
 
-    def _drain_ends(self, final: bool) -> None:
-        """Records the executions whose batch end has arrived, in order (batch-end boundaries).
-        An execution's steps are known once the next one began, or at the epoch's end."""
-        marks = sorted(self._end_marks[:])  # a copy: the callback thread may append
-        steps_in_epoch = (self.params or {}).get("steps")
-        while self._done < len(self._begins):
-            k = self._done
-            batch, began, trace = self._begins[k]
-            following = self._begins[k + 1][0] if k + 1 < len(self._begins) else None
-            ends = [m for m in marks if m[0] >= batch and (following is None or m[0] < following)]
-            if not ends or (following is None and not final):
-                return  # not finished yet, or its length is not known yet
-            if following is not None:
-                steps = following - batch
-            else:
-                spe = max(self._spe, self._prev_gap)
-                steps = min(spe, steps_in_epoch - batch) if steps_in_epoch else spe
-            _, end, *end_trace = max(ends, key=lambda m: m[1])
-            # The interval runs from the previous end: the profiler's state there counts too.
-            start, start_trace = self._last_end or (began, trace)
-            self._record(end - start, max(1, steps) * self._fused, start_trace, tuple(end_trace))
-            self._last_end = (end, tuple(end_trace))
-            self._done += 1
+    def _retime_at_ends(self) -> None:
+        """On an asynchronous backend, re-times the epoch just closed at its batch ends when the
+        device was behind the host (see the module's docstring)."""
+        self.boundary = "begin"
+        begins, marks = self._begins, sorted(self._end_marks[:])
+        calls = self.calls[self._epoch_calls_start :]
+        if len(begins) < 2 or len(calls) != len(begins) or not marks:
+            return
+        intervals = [b[1] - a[1] for a, b in itertools.pairwise(begins)][1:]
+        backlog = max(m[1] for m in marks) - begins[-1][1]
+        if backlog <= max(2 * statistics.median(intervals or [0.0]), BACKLOG_FLOOR_S):
+            return  # the host was the bottleneck: its begins are the boundaries
+        stamps: list[tuple[float, tuple[bool, int]]] = []
+        for k, (batch, _, _) in enumerate(begins):
+            following = begins[k + 1][0] if k + 1 < len(begins) else None
+            mine = [m for m in marks if m[0] >= batch and (following is None or m[0] < following)]
+            if not mine:
+                return  # an execution without its end: keep the begins
+            last = max(mine, key=lambda m: m[1])
+            stamps.append((last[1], (last[2], last[3])))
+        for k in range(len(stamps) - 2, -1, -1):  # a step ends no later than any later one
+            if stamps[k + 1][0] < stamps[k][0]:
+                stamps[k] = stamps[k + 1]
+        self._warmup_left, self._seen_first = self._epoch_state
+        del self.calls[self._epoch_calls_start :]
+        self._quiet = True
+        try:
+            start, start_trace = begins[0][1], begins[0][2]
+            for k, (call, (stamp, end_trace)) in enumerate(zip(calls, stamps, strict=True)):
+                end = max(stamp, start, begins[k + 1][1] if k + 1 < len(begins) else stamp)
+                self._record(end - start, call[1], start_trace, end_trace)
+                start, start_trace = end, end_trace
+        finally:
+            self._quiet = False
+        self.boundary = "end"
 
     # ------------------------------------------------------------------ Keras hooks
 
@@ -280,7 +294,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         model = getattr(self, "model", None)
         self._spe = _steps_per_execution(model)
         self._fused = max(1, int(getattr(model, FUSED_STEPS_ATTR, 1) or 1))
-        self.boundary = _boundary()
+        self._async = _asynchronous()
         self.train_begin_time = self._clock()
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
@@ -292,18 +306,12 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._end_marks = []
         self._boundary_time = None
         self._open_begin = None
-        self._begins, self._done, self._last_end = [], 0, None
+        self._begins = []
+        self._epoch_state = (self._warmup_left, self._seen_first)
 
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         now = self._clock()
         begin = self._open_begin
-        if self.boundary == "end":
-            if begin is not None and batch > begin:
-                self._prev_gap = batch - begin
-            self._open(batch, now)
-            self._begins.append((batch, now, self._open_trace))
-            self._drain_ends(final=False)
-            return
         if begin is not None:
             gap = batch - begin
             if gap > 0:
@@ -314,21 +322,6 @@ class StepTimer(compat.keras().callbacks.Callback):
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         # May run on Keras 3's callback thread: append only (atomic), touch nothing else.
         self._end_marks.append((batch, self._clock(), PROFILER.active, PROFILER.generation))
-        self._end_arrived.set()
-
-    def _settle(self, timeout: float = 10.0) -> None:
-        """A fit that stopped with an exception (no epoch end): records the executions that
-        were under way when it stopped (each has a successor that began, so it was queued),
-        waiting up to `timeout` s for Keras's callback thread to deliver their ends."""
-        deadline = time.monotonic() + timeout
-        while self._done < len(self._begins) - 1:
-            before = self._done
-            self._end_arrived.clear()
-            self._drain_ends(final=False)
-            if self._done == before and not self._end_arrived.wait(
-                max(0.0, deadline - time.monotonic())
-            ):
-                break
 
     def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
         # Validation inside fit: the epoch's last training execution ended before this.
@@ -338,6 +331,8 @@ class StepTimer(compat.keras().callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         now = self._clock()
         self._close_last_in_epoch(now)
+        if self._async:
+            self._retime_at_ends()
         calls = self.calls[self._epoch_calls_start :]
         metrics = _floats(logs)
         self.last_logs = metrics
@@ -380,8 +375,6 @@ class StepTimer(compat.keras().callbacks.Callback):
 
     def stop(self) -> None:
         """Stops timing a custom loop. Time after the last :meth:`step` is not counted."""
-        if self._running and self.boundary == "end":
-            self._settle()
         if self._running:
             self.train_end_time = self._clock()
             self._running = False
@@ -412,14 +405,17 @@ class StepTimer(compat.keras().callbacks.Callback):
         return summarize_calls(self.calls, self.batch_size)
 
 
-def _boundary() -> str:
-    """``"end"`` where a batch begin only queues the step (Keras 3 on JAX or PyTorch: see the
-    module's docstring), else ``"begin"``."""
+# A backlog below this is the callback thread's lateness, not the device's (Python's switch
+# interval is 5 ms).
+BACKLOG_FLOOR_S = 0.02
+
+
+def _asynchronous() -> bool:
+    """Whether the backend Keras trains on queues steps ahead of the device (Keras 3 on JAX or
+    PyTorch)."""
     from toolkit import backend
 
-    if compat.keras_flavor() == "keras3" and backend.name() in ("jax", "torch"):
-        return "end"
-    return "begin"
+    return compat.keras_flavor() == "keras3" and backend.name() in ("jax", "torch")
 
 
 def _steps_per_execution(model: Any) -> int:
