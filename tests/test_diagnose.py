@@ -240,3 +240,16 @@ def test_doctor_cli_on_your_own_model_fn(tmp_path):
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )  # fmt: skip
     assert bad.returncode == 2 and "has no function 'nope'" in bad.stderr.splitlines()[-1]
+
+
+def test_compute_advice_names_only_what_the_backend_runs():
+    tf_advice = " ".join(dg._compute_advice(dg.Facts(step_s=0.001)))
+    assert "--fused_steps=K" in tf_advice and "try --jit_compile (measure: XLA" in tf_advice
+    jax_advice = " ".join(
+        dg._compute_advice(dg.Facts(step_s=0.001, jit_compile=True, backend="jax"))
+    )
+    assert "--steps_per_execution=K" in jax_advice
+    assert "--fused_steps" not in jax_advice and "--jit_compile" not in jax_advice
+    torch_advice = " ".join(dg._compute_advice(dg.Facts(step_s=0.001, backend="torch")))
+    assert "one step per call" in torch_advice and "torch.compile" in torch_advice
+    assert "--fused_steps" not in torch_advice and "--steps_per_execution=K" not in torch_advice

@@ -30,6 +30,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+from toolkit import backend
 from toolkit.config import TrainConfig
 
 __all__ = [
@@ -65,6 +66,7 @@ class Facts:
     pipeline_classes: frozenset[str] = frozenset()
     pipeline_ops: frozenset[str] = frozenset()
     recommended_precision: str | None = None
+    backend: str = "tensorflow"
 
 
 @dataclasses.dataclass
@@ -156,12 +158,23 @@ def _compute_advice(facts: Facts) -> list[str]:
     out = []
     step = facts.step_s
     if step is not None and step < SMALL_STEP_S and facts.fused_steps == 1:
+        short = f"the step is short ({step * 1e3:.2f} ms): per-step overhead counts; "
         out.append(
-            f"the step is short ({step * 1e3:.2f} ms): per-step overhead counts; try "
-            "--steps_per_execution and --fused_steps=K with --jit_compile (the step loop "
-            "inside one XLA program)"
+            short
+            + {
+                "tensorflow": "try --steps_per_execution and --fused_steps=K with "
+                "--jit_compile (the step loop inside one XLA program)",
+                "jax": "try --steps_per_execution=K (K jitted steps per call from Python)",
+                "torch": "Keras's PyTorch backend runs one step per call, so a larger batch "
+                "or --backend=jax (with --steps_per_execution) is the way out",
+            }.get(facts.backend, "try --steps_per_execution")
         )
-    if not facts.jit_compile:
+    if not facts.jit_compile and facts.backend == "torch":
+        out.append(
+            "try --jit_compile (torch.compile: its first step compiles for tens of seconds; "
+            "measure whether the steps win it back)"
+        )
+    elif not facts.jit_compile and facts.backend != "jax":  # JAX's steps are always jitted
         out.append("try --jit_compile (measure: XLA is sometimes slower; toolkit.tune does)")
     if facts.batch_size is not None:
         out.append(
@@ -281,8 +294,12 @@ def _diagnose_task(
         settings={
             "steps_per_execution": config.steps_per_execution,
             "fused_steps": config.fused_steps,
-            "jit_compile": bool(config.jit_compile),
+            # None is Keras's "auto": XLA on JAX, eager on PyTorch and TensorFlow's CPU.
+            "jit_compile": bool(config.jit_compile)
+            if config.jit_compile is not None
+            else backend.name() == "jax",
             "precision": config.precision,
+            "backend": backend.name(),
         },
         batch_size=config.batch_size,
         device_kind=device.kind if device is not None else "cpu",
@@ -323,6 +340,7 @@ def _diagnose_model(
             "fused_steps": 1,
             "jit_compile": bool(getattr(model, "jit_compile", False)),
             "precision": str(policy or "float32"),
+            "backend": backend.name(),
         },
         batch_size=batch_size,
         device_kind=gpus[0].kind if gpus else "cpu",
