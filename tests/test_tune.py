@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from toolkit import train
 from toolkit import tune as tn
@@ -218,3 +219,18 @@ def test_tune_your_own_compiled_model_on_your_pipeline(keras, tmp_path, monkeypa
     assert "accuracy" in history.history
     again = tn.tune(model, ds, space=space, steps=16, progress=lambda line: None)
     assert again.cache_hit and again.best == result.best
+
+
+@pytest.mark.parametrize(
+    ("name", "jit", "loops", "fused"),
+    [("tensorflow", (False, True), (1, 8, 32), (1, 8, 32)), ("jax", (True,), (1, 8, 32), (1,)),
+     ("torch", (False,), (1,), (1,))],
+)  # fmt: skip
+def test_the_search_space_is_what_the_backend_runs(monkeypatch, name, jit, loops, fused):
+    from toolkit import backend
+    from toolkit.devices import DeviceInfo
+
+    monkeypatch.setattr(backend, "name", lambda: name)
+    space = tn.default_space(DeviceInfo("cpu", "cpu", 0, "a CPU"), step_s=0.001)
+    assert space.jit_compile == jit and space.defaults().jit_compile is jit[0]
+    assert space.steps_per_execution == loops and space.fused_steps == fused

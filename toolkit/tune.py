@@ -128,6 +128,7 @@ def default_space(
     overhead (~0.3-1 ms a step here) is a real share of the step, so their values follow the
     measured default step time `step_s`: up to 32 below 10 ms, up to 4 below 50 ms, none
     above."""
+    from toolkit import backend
     from toolkit.devices import recommend_precision
 
     fast, _why = recommend_precision(device)
@@ -137,10 +138,17 @@ def default_space(
         loops = (1,)
     elif step_s is not None and step_s >= 0.01:
         loops = (1, 4)
+    # What each backend runs, its Keras default first: JAX jits every step (XLA off is far
+    # slower, not a setting anyone wants); PyTorch has no steps_per_execution, and
+    # torch.compile's first step (tens of seconds) outlasts a tune budget: measure it by hand.
+    # Fused steps are a TensorFlow loop.
+    name = backend.name()
+    jit = {"jax": (True,), "torch": (False,)}.get(name, (False, True))
     return Space(
         precision=precisions,
-        steps_per_execution=loops,
-        fused_steps=loops,
+        jit_compile=jit,
+        steps_per_execution=(1,) if name == "torch" else loops,
+        fused_steps=loops if name == "tensorflow" else (1,),
         batch_size=(None, *batch_sizes),
     )
 
@@ -512,7 +520,10 @@ def _task_measure(task: Any, config: TrainConfig, steps: int) -> tuple[Any, ...]
     def measure(candidate: Candidate) -> float:
         return measure_candidate(task, config, candidate, steps)
 
-    return measure, Candidate(), key, facts, device
+    from toolkit import backend
+
+    # The Keras defaults as this backend runs them (JAX jits the step).
+    return measure, Candidate(jit_compile=backend.name() == "jax"), key, facts, device
 
 
 class _ModelMeasure:
