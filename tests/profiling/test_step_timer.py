@@ -293,12 +293,12 @@ def _drive(timer, begins, ends, steps=4):
         ([0.0, 0.001, 0.002, 0.003], [0.010, 0.020, 0.030, 0.040], "end", [0.010] * 4),
         # The host behind: the ends come soon after each begin; begins are the boundaries.
         ([0.0, 0.010, 0.020, 0.030], [0.001, 0.011, 0.021, 0.031], "begin", [0.010] * 3 + [0.001]),
-        # A stamp out of order (the callback thread ran late): no step ends after a later one.
+        # Stamps out of order: the callback thread decided them, not the device: begins kept.
         (
             [0.0, 0.001, 0.002, 0.003],
             [0.010, 0.035, 0.030, 0.040],
-            "end",
-            [0.010, 0.020, 0.0, 0.010],
+            "begin",
+            [0.001, 0.001, 0.001, 0.037],
         ),
     ],
 )

@@ -182,7 +182,8 @@ def placement_report(
       the CPU (``PYTORCH_ENABLE_MPS_FALLBACK=1``: PyTorch warns once per op) are listed on
       ``cpu (MPS fallback)``. Any call works, warmed up or not.
     * JAX: XLA compiles each step for one device, with no soft placement (an op without a kernel
-      there fails to compile), so the report lists the device of each result.
+      there fails to compile), so the report lists the device of each result (of each live
+      array when the result holds none, as ``train_on_batch``'s floats).
 
     Args:
         fn: the work to inspect, e.g. ``lambda: model.train_on_batch(x, y)``.
@@ -268,12 +269,15 @@ def _jax_placement(
     import jax
 
     result = fn(*args, **kwargs)
+    arrays = [leaf for leaf in jax.tree_util.tree_leaves(result) if isinstance(leaf, jax.Array)]
+    what = "result"
+    if not arrays:  # e.g. train_on_batch's Python floats: where the step's state lives
+        arrays, what = list(jax.live_arrays()), "array"
     ops = []
-    for i, leaf in enumerate(jax.tree_util.tree_leaves(result)):
-        if isinstance(leaf, jax.Array):
-            leaf.block_until_ready()
-            device = ",".join(sorted(str(d) for d in leaf.devices()))
-            ops.append((f"result[{i}]", f"{leaf.dtype}{list(leaf.shape)}", device))
+    for i, leaf in enumerate(arrays):
+        leaf.block_until_ready()
+        device = ",".join(sorted(str(d) for d in leaf.devices()))
+        ops.append((f"{what}[{i}]", f"{leaf.dtype}{list(leaf.shape)}", device))
     if gpu_selected is None:
         default = jax.config.jax_default_device or jax.devices()[0]
         platform = default if isinstance(default, str) else default.platform
@@ -282,5 +286,9 @@ def _jax_placement(
         tuple(ops),
         gpu_selected,
         "(JAX: XLA compiles the whole step for one device, with no per-op fallback; listed: "
-        "the device of each result)",
+        + (
+            "the device of each result)"
+            if what == "result"
+            else "the device of each live array: the model's and optimizer's state)"
+        ),
     )

@@ -270,13 +270,20 @@ class StepTimer(compat.keras().callbacks.Callback):
         for k in range(len(stamps) - 2, -1, -1):  # a step ends no later than any later one
             if stamps[k + 1][0] < stamps[k][0]:
                 stamps[k] = stamps[k + 1]
+        bounds, start = [], begins[0][1]
+        for k, (stamp, _) in enumerate(stamps):
+            start = max(stamp, start, begins[k + 1][1] if k + 1 < len(begins) else stamp)
+            bounds.append(start)
+        if any(b <= a for a, b in itertools.pairwise(bounds)):
+            # Ends stamped together: the callback thread was held up, not the device (the
+            # stamps say nothing about when those steps finished): keep the begins.
+            return
         self._warmup_left, self._seen_first = self._epoch_state
         del self.calls[self._epoch_calls_start :]
         self._quiet = True
         try:
             start, start_trace = begins[0][1], begins[0][2]
-            for k, (call, (stamp, end_trace)) in enumerate(zip(calls, stamps, strict=True)):
-                end = max(stamp, start, begins[k + 1][1] if k + 1 < len(begins) else stamp)
+            for call, end, (_, end_trace) in zip(calls, bounds, stamps, strict=True):
                 self._record(end - start, call[1], start_trace, end_trace)
                 start, start_trace = end, end_trace
         finally:
