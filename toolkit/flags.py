@@ -139,7 +139,9 @@ def define_common_flags(**defaults: Any) -> None:
         "read from the command line before Keras loads.",
     )
     flags.DEFINE_string(
-        "device", "auto", "auto | cpu | gpu | cuda | metal, optionally :index (e.g. gpu:1)."
+        "device",
+        "auto",
+        "auto | cpu | gpu | cuda | metal (mps: the Apple GPU), optionally :index (e.g. gpu:1).",
     )
     flags.DEFINE_string(
         "dtype", "float32", f"Precision policy (Keras mixed precision): {' | '.join(PRECISIONS)}."
