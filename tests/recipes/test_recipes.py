@@ -31,8 +31,10 @@ def _report(report_dir, name="report.json"):
     return json.loads((run_dir / name).read_text())
 
 
+@pytest.mark.every_backend
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_recipe_runs_its_smoke_mode_and_reports_every_design_field(tmp_path, recipe):
+    """Under each Keras backend (`make test` runs it again under JAX and PyTorch), on tf.data."""
     out = _recipe(recipe, "--smoke", f"--report_dir={tmp_path}", "--log_steps=2")
     assert out.returncode == 0, out.stderr[-3000:]
     data = _report(tmp_path)
@@ -40,7 +42,9 @@ def test_every_recipe_runs_its_smoke_mode_and_reports_every_design_field(tmp_pat
     assert data["steps"]["total_steps"] == 8
     # The numbers every report carries (DESIGN.md), verdict apart (it needs `diagnose`).
     env = data["environment"]
-    for key in ("python", "platform", "cpu_model", "toolkit_version", "tensorflow", "keras"):
+    name = os.environ.get("KERAS_BACKEND", "tensorflow")
+    assert env["keras_backend"] == name and data["context"]["backend"] == name
+    for key in ("python", "platform", "cpu_model", "toolkit_version", "tensorflow", "keras", name):
         assert env[key], key
     assert env["devices"] and data["args"]["dataset"] and data["args"]["batch_size"]
     steps = data["steps"]
