@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -125,3 +127,29 @@ def test_merge_renders_workers_and_the_cluster_pace():
 def test_a_data_service_that_cannot_start_says_why():
     with pytest.raises(distribute.DistributeError, match=r"did not start \(exit 2\).*--dispatcher"):
         distribute.spawn_data_service("--worker")
+
+
+def test_a_dispatcher_that_is_not_there_is_one_line_not_a_hang():
+    import socket
+
+    with socket.socket() as server:  # something listening: the wait returns at once
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        distribute.wait_for_dispatcher(f"grpc://127.0.0.1:{server.getsockname()[1]}", 5)
+        free = server.getsockname()[1]
+    with pytest.raises(
+        distribute.DistributeError, match=rf"no dispatcher answered at 127.0.0.1:{free}"
+    ):
+        distribute.wait_for_dispatcher(f"grpc://127.0.0.1:{free}", timeout=1)
+
+
+def test_a_recipe_with_no_dispatcher_fails_in_one_line(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "recipes.mlp", "--smoke", f"--report_dir={tmp_path}",
+         "--data_service=grpc://localhost:1"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: --data_service=grpc://localhost:1: no dispatcher answered")
+    assert "Traceback" not in out.stderr and not list(tmp_path.iterdir())  # nothing left behind

@@ -52,6 +52,7 @@ __all__ = [
     "spawn_data_service",
     "tf_config",
     "through_data_service",
+    "wait_for_dispatcher",
 ]
 
 
@@ -249,6 +250,41 @@ def service_address(address: str) -> tuple[str, str]:
     return protocol, rest
 
 
+# How long a trainer waits for the dispatcher of --data_service to answer before it gives up
+# (a dispatcher started at the same time as the trainer gets this long to come up).
+DISPATCHER_WAIT_S = 20.0
+
+
+def wait_for_dispatcher(address: str, timeout: float = DISPATCHER_WAIT_S) -> None:
+    """Returns once something accepts connections at `address`'s host and port; tf.data would
+    otherwise retry a dispatcher that is not there forever, silently.
+
+    Raises:
+        DistributeError: nothing answered within `timeout` seconds (naming the address).
+    """
+    import socket
+    import time
+
+    _, rest = service_address(address)
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]") or "localhost"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=2.0):
+                return
+        except (OSError, ValueError) as e:
+            why = e
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)  # polling a port: there is no event to wait on
+    raise DistributeError(
+        f"--data_service={address}: no dispatcher answered at {host}:{port} within "
+        f"{timeout:.0f} s ({why}); start one with python -m toolkit data-service --dispatcher "
+        f"--port {port}, or drop --data_service"
+    )
+
+
 def through_data_service(
     dataset: Any, address: str, mode: str = "parallel_epochs", job_name: str | None = None
 ) -> Any:
@@ -263,13 +299,15 @@ def through_data_service(
             ``distributed_epoch``, split its elements). Defaults to `None` (a job of its own).
 
     Raises:
-        DistributeError: a malformed address or unknown mode.
+        DistributeError: a malformed address, an unknown mode, or no dispatcher answering at
+            the address (:func:`wait_for_dispatcher`).
     """
     import tensorflow as tf
 
     service_address(address)
     if mode not in SERVICE_MODES:
         raise DistributeError(f"--data_service_mode must be one of {', '.join(SERVICE_MODES)}")
+    wait_for_dispatcher(address)
     distributed = dataset.apply(
         tf.data.experimental.service.distribute(
             processing_mode=mode, service=address, job_name=job_name
