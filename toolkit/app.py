@@ -31,6 +31,7 @@ __all__ = [
     "RECIPES_PACKAGE",
     "UsageError",
     "fail",
+    "interrupted",
     "load_recipe",
     "recipe_from_flags",
     "recipe_main",
@@ -49,6 +50,21 @@ def fail(error: BaseException, status: int = 1) -> NoReturn:
     """Ends the program with one line ``error: ...`` on stderr and `status`."""
     print(f"error: {error}", file=sys.stderr)
     raise SystemExit(status) from None
+
+
+def interrupted(error: KeyboardInterrupt) -> NoReturn:
+    """Ends an interrupted run: the partial summary on stdout, one line on stderr saying where
+    the partial report is, and 130 (SIGINT) or 143 (SIGTERM) as the shell would."""
+    from toolkit.profiling.session import TrainingInterrupted
+
+    report = getattr(error, "toolkit_report", None)
+    if report is not None:
+        print(report.summary())
+    run_dir = getattr(error, "toolkit_run_dir", None)
+    sigterm = isinstance(error, TrainingInterrupted)
+    where = f"the partial report is in {run_dir}" if run_dir else "no report was written"
+    print(f"interrupted by {'SIGTERM' if sigterm else 'SIGINT'}: {where}", file=sys.stderr)
+    raise SystemExit(143 if sigterm else 130) from None
 
 
 def recipe_names() -> list[str]:
@@ -132,6 +148,9 @@ def recipe_main(build_task: Callable[..., Task]) -> Callable[[list[str]], None]:
     def main(argv: list[str]) -> None:
         if len(argv) > 1:
             fail(UsageError(f"unexpected arguments: {' '.join(argv[1:])}"), 2)
-        run_recipe(build_task)
+        try:
+            run_recipe(build_task)
+        except KeyboardInterrupt as e:  # Ctrl-C (130) or SIGTERM (143): what was measured is kept
+            interrupted(e)
 
     return main

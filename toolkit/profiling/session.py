@@ -145,6 +145,9 @@ class Profile:
                 diagnosis=self.diagnosis,
                 tune=self.tune,
             )
+            if exc is not None:  # the caller that catches it can say what was kept, and where
+                exc.toolkit_report = self.report  # type: ignore[union-attr]
+                exc.toolkit_run_dir = self.run_dir  # type: ignore[union-attr]
             if self.run_dir is not None:
                 self.paths = self.report.write(self.run_dir, plot=self.plot)
         except Exception:
