@@ -140,6 +140,9 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
     print(result.report.summary())
     for kind, path in sorted(result.paths.items()):
         print(f"{kind}: {path}")
+    if result.report.status != "complete":  # e.g. a loss that went NaN: a failed run
+        where = f" (the partial report is in {result.run_dir})" if result.run_dir else ""
+        fail(RuntimeError(f"{result.report.error}{where}"))
 
 
 def recipe_main(build_task: Callable[..., Task]) -> Callable[[list[str]], None]:

@@ -112,3 +112,20 @@ def test_custom_loop_with_profile(tmp_path):
             p.timer.step()
     assert p.report.steps.timed_steps == 7
     assert RunReport.load(p.paths["json"]).steps.first_step_steps == 1
+
+
+def test_a_loss_that_goes_nan_stops_the_run_and_the_report_says_so(
+    tmp_path, keras, make_model, make_dataset
+):
+    model = make_model()
+    model.compile(
+        optimizer=keras.optimizers.SGD(1e20),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    with profile("diverges", report_dir=tmp_path, batch_size=8, warmup_steps=1) as p:
+        history = model.fit(make_dataset(10), epochs=4, verbose=0, callbacks=p.callbacks)
+    assert len(history.history["loss"]) == 1  # stopped after the first epoch
+    report = RunReport.load(_only_run_dir(tmp_path))
+    assert report.status == "partial"
+    assert report.error.startswith("LossNotFinite: loss became nan in epoch 1")
+    assert "lower the learning rate" in report.error

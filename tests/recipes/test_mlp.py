@@ -134,3 +134,16 @@ def test_a_missing_device_is_one_line_and_nothing_is_written(tmp_path):
     assert out.stderr.strip().splitlines()[-1].startswith("error: unknown device 'metal'")
     assert "Traceback" not in out.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_a_loss_that_goes_nan_is_a_failed_run_with_its_report(tmp_path):
+    out = subprocess.run(
+        [*RECIPE, f"--report_dir={tmp_path}", "--learning_rate=1e12"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: LossNotFinite: loss became nan in epoch 1")
+    assert f"the partial report is in {tmp_path}" in last and "Traceback" not in out.stderr
+    _, data = _report(tmp_path)
+    assert data["status"] == "partial" and "== mlp: partial" in out.stdout

@@ -4,6 +4,7 @@ lands on disk however the run ends."""
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import signal
 import threading
@@ -105,12 +106,17 @@ class Profile:
         self.paths: dict[str, str] = {}
         self._old_handlers: dict[int, Any] = {}
         self._stop = _StopOnSignal()
+        self._guard = _LossGuard()
 
     @property
     def callbacks(self) -> list[Any]:
-        """The callbacks to pass to ``fit``: the signal stop, StepTimer, then MemoryWatch and
-        TraceWindow."""
-        return [cb for cb in (self._stop, self.timer, self.memory, self.trace) if cb is not None]
+        """The callbacks to pass to ``fit``: the signal stop, StepTimer, MemoryWatch and
+        TraceWindow, and the guard that stops a run whose loss went NaN or infinite."""
+        return [
+            cb
+            for cb in (self._stop, self.timer, self.memory, self.trace, self._guard)
+            if cb is not None
+        ]
 
     def __enter__(self) -> Profile:
         if self.report_dir is not None:
@@ -131,13 +137,14 @@ class Profile:
             self._old_handlers = {}
             self.timer.stop()
             error = None if exc is None else (f"{type(exc).__name__}: {exc}".rstrip(": "))
+            error = error or self._guard.found  # a loss that went NaN: stopped, not complete
             self.report = RunReport.from_callbacks(
                 self.name,
                 self.timer,
                 memory=self.memory,
                 trace=self.trace,
                 args=self.args,
-                status=COMPLETE if exc is None else PARTIAL,
+                status=COMPLETE if error is None else PARTIAL,
                 error=error,
                 extra=self.extra,
                 compute=self.compute,
@@ -175,6 +182,33 @@ def _interruption(signum: int) -> BaseException:
     if signum == signal.SIGINT:
         return KeyboardInterrupt()
     return TrainingInterrupted(f"signal {signal.Signals(signum).name}")
+
+
+class _LossGuard(compat.keras().callbacks.Callback):
+    """Stops ``fit`` at the end of an epoch whose loss (or validation loss) is NaN or infinite,
+    as ``keras.callbacks.TerminateOnNaN`` would at a step, and records it: the report is then
+    ``partial`` with the reason, not ``complete`` with a NaN. It reads only the epoch's logs
+    (floats by then), so it adds nothing to a step."""
+
+    async_safe = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: str | None = None
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        for key in ("loss", "val_loss"):
+            try:
+                value = float((logs or {})[key])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if not math.isfinite(value):
+                self.found = (
+                    f"LossNotFinite: {key} became {value} in epoch {epoch + 1}: lower the "
+                    "learning rate, look for NaN or inf in the data, or train in float32"
+                )
+                self.model.stop_training = True
+                return
 
 
 class _StopOnSignal(compat.keras().callbacks.Callback):
