@@ -147,3 +147,28 @@ def test_a_loss_that_goes_nan_is_a_failed_run_with_its_report(tmp_path):
     assert f"the partial report is in {tmp_path}" in last and "Traceback" not in out.stderr
     _, data = _report(tmp_path)
     assert data["status"] == "partial" and "== mlp: partial" in out.stdout
+
+
+def test_a_peak_measured_on_a_busy_machine_is_measured_again(tmp_path):
+    """A cached matmul peak far too low (as measured while the machine was busy) would show an
+    MFU over 100 %: the run measures the peak again, and the cache keeps the higher one."""
+    env = {**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path / "cache")}
+    first = subprocess.run(
+        [*RECIPE, "--smoke", f"--report_dir={tmp_path / 'a'}"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr[-2000:]
+    (cache,) = (tmp_path / "cache").glob("*peak*.json")
+    peaks = json.loads(cache.read_text())
+    for record in peaks.values():
+        record["flops_per_s"] /= 1e4  # "measured" on a machine far too busy
+    cache.write_text(json.dumps(peaks))
+    out = subprocess.run(
+        [*RECIPE, "--smoke", f"--report_dir={tmp_path / 'b'}"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    (run_dir,) = (tmp_path / "b").iterdir()
+    compute = json.loads((run_dir / "report.json").read_text())["compute"]
+    assert compute["peak_source"].startswith("measured again") and 0 < compute["mfu"] < 1
+    assert min(r["flops_per_s"] for r in json.loads(cache.read_text()).values()) > 1e8
