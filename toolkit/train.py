@@ -65,6 +65,8 @@ class Task:
         num_classes: label classes, for synthetic labels. Defaults to `None` (2).
         cache: keep the examples in memory after the first epoch. Defaults to `False`.
         dataset: what the data is, for the report. Defaults to `None`.
+        train_examples: the number of training examples where the dataset cannot say (a
+            filtered one), for the checks before training. Defaults to `None`.
     """
 
     name: str
@@ -77,6 +79,7 @@ class Task:
     num_classes: int | None = None
     cache: bool = False
     dataset: str | None = None
+    train_examples: int | None = None
 
 
 def classification_task(
@@ -102,6 +105,7 @@ def classification_task(
         num_classes=data.num_classes,
         cache=data.cache,
         dataset=data.description,
+        train_examples=data.train_examples,
     )
 
 
@@ -178,6 +182,8 @@ def _dataset(source: Any, config: TrainConfig, training: bool, task: Task | None
         return _array_dataset(source() if callable(source) else source, config, training, task)
     source = examples(source)
     count = int(source.cardinality())
+    if count < 0 and training and task is not None and task.train_examples is not None:
+        count = task.train_examples  # a filtered dataset cannot count itself
     # Fused steps read fused_steps batches at once (one Keras batch), split inside the step.
     batch_size = config.batch_size * (config.fused_steps if training else 1)
     if training and 0 <= count < batch_size:

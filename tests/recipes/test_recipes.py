@@ -183,3 +183,35 @@ def test_a_recipe_on_tfds_under_mock_data(tmp_path):
     assert result.report.status == "complete" and result.report.steps.total_steps == 8
     assert result.report.context.dataset.startswith("tfds:mnist")
     assert "val_accuracy" in result.report.metrics
+
+
+def _images(root, counts):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    for name, n in counts.items():
+        (root / name).mkdir(parents=True)
+        for i in range(n):
+            pixels = tf.constant(rng.integers(0, 255, size=(8, 8, 3)), tf.uint8)
+            tf.io.write_file(str(root / name / f"{i}.png"), tf.io.encode_png(pixels))
+
+
+@pytest.mark.parametrize(
+    ("counts", "args", "words"),
+    [
+        ({"cat": 6}, [], "one class only (cat): a classifier learns nothing from it"),
+        # 3 images, every 5th held out: 2 to train on
+        ({"a": 2, "b": 1}, ["--batch_size=64"], "--batch_size=64 is larger than the 2 training"),
+        ({"a": 1, "b": 0}, ["--batch_size=1"], "1 image(s), all held out for validation"),
+    ],
+)
+def test_a_folder_too_small_to_train_on_is_one_line_before_training(tmp_path, counts, args, words):
+    _images(tmp_path / "img", counts)
+    out = _recipe(
+        "cnn", "--smoke", f"--dataset=folder:{tmp_path / 'img'}", "--image_size=8",
+        "--channels=3", f"--report_dir={tmp_path / 'runs'}", *args,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and words in last and "Traceback" not in out.stderr
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())

@@ -96,6 +96,8 @@ class Data:
         num_classes: label classes.
         description: what was loaded, for the report.
         cache: whether the examples are small enough to keep in memory after the first epoch.
+        train_examples: how many training examples there are, where the dataset cannot say
+            (a filtered one); None when unknown.
     """
 
     train: Callable[[], Any]
@@ -103,6 +105,7 @@ class Data:
     num_classes: int
     description: str
     cache: bool = False
+    train_examples: int | None = None
 
 
 def parse_dataset_spec(spec: str) -> tuple[str, str]:
@@ -293,6 +296,18 @@ def _folder(path: str, spec: ImageSpec, validation_fraction: float) -> Data:
             f"--dataset=folder:{path}: no {'/'.join(sources.IMAGE_EXTENSIONS)} files in its "
             "class sub-folders"
         )
+    if len(names) < 2:
+        raise ValueError(
+            f"--dataset=folder:{path}: one class only ({names[0]}): a classifier learns "
+            "nothing from it; add a sub-folder per class"
+        )
+    k = max(2, round(1 / validation_fraction))
+    train_count = files - -(-files // k)  # every k-th image, from the first, is held out
+    if train_count < 1:
+        raise ValueError(
+            f"--dataset=folder:{path}: {files} image(s), all held out for validation (every "
+            f"{k}th): add images, or raise --validation_fraction's denominator"
+        )
 
     def make(keep: bool) -> Callable[[], Any]:
         def build() -> Any:
@@ -309,9 +324,9 @@ def _folder(path: str, spec: ImageSpec, validation_fraction: float) -> Data:
         make(True),
         make(False),
         len(names),
-        f"folder:{path} ({files} images in {len(names)} classes, every "
-        f"{max(2, round(1 / validation_fraction))}th held out)",
+        f"folder:{path} ({files} images in {len(names)} classes, every {k}th held out)",
         cache=_fits(files, spec),
+        train_examples=train_count,
     )
 
 
