@@ -11,6 +11,7 @@ absl when parsed.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -249,7 +250,26 @@ def kwargs_from_flags(
     flags feed it; parameters without a flag keep their defaults.
     """
     names = inspect.signature(fn).parameters
-    return {name: flag_values[name].value for name in names if name in flag_values}
+    return {name: _expand(name, flag_values[name].value) for name in names if name in flag_values}
+
+
+# Flags that name paths: ``--report_dir=~/runs`` reaches the program with its ``~`` (no shell
+# expands it after ``=``), so the toolkit expands it.
+PATH_FLAGS = ("report_dir", "data_dir", "backup_dir")
+
+
+def _expand(name: str, value: Any) -> Any:
+    """`value` with a leading ``~`` expanded for path flags (and ``folder:~/...`` or
+    ``tfrecord:~/...`` datasets)."""
+    if not isinstance(value, str):
+        return value
+    if name in PATH_FLAGS:
+        return os.path.expanduser(value)
+    if name == "dataset":
+        kind, sep, rest = value.partition(":")
+        if sep and kind in ("folder", "tfrecord"):
+            return f"{kind}:{os.path.expanduser(rest)}"
+    return value
 
 
 def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfig:
@@ -269,7 +289,7 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
         warmup_steps=f.warmup_steps,
         profile_steps=_parse_steps(f.profile_steps),
         memory_watch=f.memory_watch,
-        report_dir=f.report_dir or None,
+        report_dir=_expand("report_dir", f.report_dir) or None,
         seed=f.seed,
         verbose=f.log_verbosity,
         device=f.device,
@@ -284,7 +304,7 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
         shard_policy=f.shard_policy,
         data_service=f.data_service,
         data_service_mode=f.data_service_mode,
-        backup_dir=f.backup_dir,
+        backup_dir=_expand("backup_dir", f.backup_dir),
         backend=f.backend,
     ).validate()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -446,6 +447,7 @@ def run(
     """
     try:
         config = config.validate().effective()
+        check_report_dir(config.report_dir)
         backend.get().check_config(config)  # what this Keras backend cannot run: one line
         cluster = distribute.cluster_from_flags(config.worker_hosts, config.task_index)
         device, findings = setup_device(config)
@@ -536,6 +538,28 @@ def run(
         if prof.compute is not None:
             recheck_peak(prof.compute, prof.timer.summary().p50_s, device)
     return RunResult(prof.report, prof.paths, prof.run_dir, model, history)
+
+
+def check_report_dir(report_dir: str | None) -> None:
+    """Raises SetupError (one line) when runs cannot be written under `report_dir`: found
+    before anything trains, not after. Creates it when missing; leaves nothing else behind."""
+    if not report_dir:
+        return
+    path = os.path.expanduser(report_dir)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise SetupError(
+            f"--report_dir={report_dir}: it is a file, not a directory; choose a directory, "
+            "or --report_dir= to write nothing"
+        )
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-")  # noqa: SIM115
+        probe.close()
+    except OSError as e:
+        raise SetupError(
+            f"--report_dir={report_dir}: cannot write there ({e.strerror or e}); choose a "
+            "writable directory, or --report_dir= to write nothing"
+        ) from None
 
 
 def recheck_peak(compute: dict[str, Any], step_s: float | None, device: Any) -> None:

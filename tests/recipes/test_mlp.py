@@ -172,3 +172,31 @@ def test_a_peak_measured_on_a_busy_machine_is_measured_again(tmp_path):
     compute = json.loads((run_dir / "report.json").read_text())["compute"]
     assert compute["peak_source"].startswith("measured again") and 0 < compute["mfu"] < 1
     assert min(r["flops_per_s"] for r in json.loads(cache.read_text()).values()) > 1e8
+
+
+@pytest.mark.parametrize(
+    ("where", "words"),
+    [("a_file", "it is a file, not a directory"), ("a_file/runs", "cannot write there")],
+)
+def test_a_report_dir_that_cannot_be_written_is_found_before_training(tmp_path, where, words):
+    (tmp_path / "a_file").write_text("not a directory")
+    out = subprocess.run(
+        [*RECIPE, "--smoke", f"--report_dir={tmp_path / where}"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: --report_dir={tmp_path / where}: {words}")
+    assert "Traceback" not in out.stderr and "== mlp" not in out.stdout  # nothing trained
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_a_tilde_in_a_path_flag_is_the_home_directory(tmp_path):
+    out = subprocess.run(
+        [*RECIPE, "--smoke", "--report_dir=~/runs"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(list((tmp_path / "home" / "runs").iterdir())) == 1
+    assert not (tmp_path / "~").exists()
