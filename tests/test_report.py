@@ -324,3 +324,14 @@ def test_context_round_trips_through_json(tmp_path):
     assert loaded.context == context and loaded.context.device.compute_capability == (9, 0)
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["context"]["cluster"]["is_chief"] is True and data["schema_version"] == 2
+
+
+def test_report_files_follow_the_umask(tmp_path):
+    from toolkit.files import atomic_write
+
+    old = os.umask(0o022)
+    try:
+        path = atomic_write(tmp_path / "r.json", "{}")
+    finally:
+        os.umask(old)
+    assert os.stat(path).st_mode & 0o777 == 0o644  # not mkstemp's 0600

@@ -140,6 +140,16 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
     print(result.report.summary())
     for kind, path in sorted(result.paths.items()):
         print(f"{kind}: {path}")
+    if result.paths and "png" not in result.paths:
+        print("png: not written (report.md says why)")
+    if result.write_error:  # the summary above is on stdout: nothing measured is lost
+        fail(
+            RuntimeError(
+                f"the report could not be written under {result.run_dir} "
+                f"({result.write_error}): the summary above is what was kept; free space or "
+                "choose another --report_dir"
+            )
+        )
     if result.report.status != "complete":  # e.g. a loss that went NaN: a failed run
         where = f" (the partial report is in {result.run_dir})" if result.run_dir else ""
         fail(RuntimeError(f"{result.report.error}{where}"))

@@ -119,6 +119,7 @@ class RunResult:
     run_dir: str | None
     model: Any
     history: Any
+    write_error: str | None = None  # why the report's files could not be written, if so
 
 
 def examples(source: Any):
@@ -537,7 +538,7 @@ def run(
         )
         if prof.compute is not None:
             recheck_peak(prof.compute, prof.timer.summary().p50_s, device)
-    return RunResult(prof.report, prof.paths, prof.run_dir, model, history)
+    return RunResult(prof.report, prof.paths, prof.run_dir, model, history, prof.write_error)
 
 
 def check_report_dir(report_dir: str | None) -> None:

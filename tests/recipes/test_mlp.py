@@ -200,3 +200,47 @@ def test_a_tilde_in_a_path_flag_is_the_home_directory(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert len(list((tmp_path / "home" / "runs").iterdir())) == 1
     assert not (tmp_path / "~").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real filesystem of a few KiB (tmpfs), where this machine lets the tests mount one."""
+    mounted = []
+
+    def make(size: str):
+        where = tmp_path / f"disk-{size}"
+        where.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a small tmpfs here: {done.stderr.strip()[:200]}")
+        mounted.append(where)
+        return where
+
+    yield make
+    for where in mounted:
+        subprocess.run(["umount", str(where)], capture_output=True)
+
+
+@pytest.mark.parametrize(("size", "status"), [("4k", 1), ("16k", 0)])
+def test_a_full_disk_keeps_the_summary_and_says_what_was_lost(small_disk, size, status):
+    """4 KiB: not even the JSON fits: the summary is on stdout, one line says the report could
+    not be written, exit 1, no run directory left behind. 16 KiB: JSON and Markdown fit, the
+    plot does not: the run says the PNG was not written, and report.md says why."""
+    disk = small_disk(size)
+    out = subprocess.run(
+        [*RECIPE, "--smoke", f"--report_dir={disk}"], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == status, out.stderr[-2000:]
+    assert "== mlp: complete" in out.stdout and "step time:" in out.stdout
+    assert "Traceback" not in out.stderr
+    if status:
+        last = out.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: the report could not be written under")
+        assert "No space left on device" in last and list(disk.iterdir()) == []
+    else:
+        assert "png: not written (report.md says why)" in out.stdout
+        (run_dir,) = disk.iterdir()
+        assert "no plot: OSError" in (run_dir / "report.md").read_text()

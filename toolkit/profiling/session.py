@@ -3,6 +3,7 @@ lands on disk however the run ends."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import math
 import os
@@ -104,6 +105,7 @@ class Profile:
         self.run_dir: str | None = None
         self.report: RunReport | None = None
         self.paths: dict[str, str] = {}
+        self.write_error: str | None = None  # why the report files could not be written
         self._old_handlers: dict[int, Any] = {}
         self._stop = _StopOnSignal()
         self._guard = _LossGuard()
@@ -156,7 +158,12 @@ class Profile:
                 exc.toolkit_report = self.report  # type: ignore[union-attr]
                 exc.toolkit_run_dir = self.run_dir  # type: ignore[union-attr]
             if self.run_dir is not None:
-                self.paths = self.report.write(self.run_dir, plot=self.plot)
+                try:
+                    self.paths = self.report.write(self.run_dir, plot=self.plot)
+                except OSError as e:  # a full disk, a directory gone: the report stays here
+                    self.write_error = f"{e.strerror or e}"
+                    with contextlib.suppress(OSError):
+                        os.rmdir(self.run_dir)  # only if nothing made it there
         except Exception:
             if exc is None:
                 raise
