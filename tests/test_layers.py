@@ -241,7 +241,20 @@ paths = report.write(out, plot=False)
 loaded = RunReport.load(out)
 assert loaded == report and loaded.steps.timed_steps == 10, loaded.steps
 print(compare(loaded, report).verdict)
-print(render_merged(merge_reports([loaded, report])).splitlines()[-1])
+from toolkit.distribute import Cluster
+
+hosts = ("a:1", "b:1")
+workers = [
+    RunReport.from_callbacks(
+        "no-tf", timer, context=RunContext(backend="jax", cluster=Cluster("worker", i, hosts))
+    )
+    for i in range(2)
+]
+print(render_merged(merge_reports(workers)).splitlines()[-1])
+try:
+    merge_reports([loaded, report])
+except ValueError as e:
+    print("refused:", e)
 assert cli(["show", out]) == 0 and cli(["compare", out, out]) == 0
 with profile("no-tf-profile", report_dir=out, batch_size=8, warmup_steps=0) as prof:
     t = prof.timer
@@ -272,6 +285,7 @@ def test_the_report_side_and_step_timer_run_where_tensorflow_cannot_be_imported(
     lines = out.stdout.splitlines()
     assert lines[-1] == "OK" and "keras backend: jax" in lines
     assert "within noise" in out.stdout and "cluster: 2 workers" in out.stdout
+    assert "refused: merge: no-tf, no-tf ran on one machine" in out.stdout
 
 
 def test_reading_reports_needs_no_framework_at_all():

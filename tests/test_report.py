@@ -335,3 +335,14 @@ def test_report_files_follow_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert os.stat(path).st_mode & 0o777 == 0o644  # not mkstemp's 0600
+
+
+def test_compare_says_when_the_two_runs_are_different_models():
+    from toolkit.report import compare
+
+    a = make_report("mlp", compute={"flops_per_step": 4_407_040})
+    b = make_report("cnn", compute={"flops_per_step": 4_370_000_000})
+    notes = " | ".join(compare(a, b).notes)
+    assert "different runs: A is 'mlp', B is 'cnn'" in notes
+    assert "the models differ: 4,407,040 vs 4,370,000,000 FLOPs per step" in notes
+    assert not compare(a, make_report("mlp", seed=1, compute={"flops_per_step": 4_407_040})).notes

@@ -89,7 +89,17 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
         va, vb = a.environment.get(key), b.environment.get(key)
         if va != vb and va is not None and vb is not None:
             notes.append(f"{key} differs: {cell(va)} vs {cell(vb)}")
+    if a.name != b.name:
+        notes.append(
+            f"different runs: A is {a.name!r}, B is {b.name!r}; the comparison is between two "
+            "models or tasks, not two settings of one"
+        )
+    fa, fb = (a.compute or {}).get("flops_per_step"), (b.compute or {}).get("flops_per_step")
+    if fa and fb and abs(fa - fb) > 0.01 * max(fa, fb):
+        notes.append(f"the models differ: {fa:,} vs {fb:,} FLOPs per step")
     ca, cb = a.context, b.context
+    if ca is not None and cb is not None and ca.dataset != cb.dataset:
+        notes.append(f"dataset differs: {cell(ca.dataset)} vs {cell(cb.dataset)}")
     if ca is not None and cb is not None:
         for key in ("device", "precision", "strategy"):
             va, vb = getattr(ca, key), getattr(cb, key)

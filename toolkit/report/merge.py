@@ -24,7 +24,12 @@ def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
 
     Args:
         reports: the workers' reports (load them with ``RunReport.load``).
+
+    Raises:
+        ValueError: reports that are not the workers of one cluster's run (no cluster record,
+            different clusters or runs, or one worker twice), naming what differs.
     """
+    _check_one_cluster(reports)
     rows = []
     for report in reports:
         cluster = report.context.cluster if report.context is not None else None
@@ -54,6 +59,30 @@ def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
         "straggler": straggler,
         "all_complete": all(r["status"] == COMPLETE for r in rows),
     }
+
+
+def _check_one_cluster(reports: Sequence[RunReport]) -> None:
+    clusters = [r.context.cluster if r.context is not None else None for r in reports]
+    if any(c is None or len(c.workers) < 2 for c in clusters):
+        alone = [
+            r.name
+            for r, c in zip(reports, clusters, strict=True)
+            if c is None or len(c.workers) < 2
+        ]
+        raise ValueError(
+            f"merge: {', '.join(alone)} ran on one machine, not as a worker of a cluster: merge "
+            "takes the reports of one multi-worker run (--worker_hosts)"
+        )
+    hosts = {tuple(c.workers) for c in clusters}
+    names = {r.name for r in reports}
+    if len(hosts) > 1 or len(names) > 1:
+        raise ValueError(
+            f"merge: these reports come from different runs ({len(names)} run names, "
+            f"{len(hosts)} clusters): give the workers' reports of one run"
+        )
+    indices = [c.task_index for c in clusters]
+    if len(set(indices)) < len(indices):
+        raise ValueError(f"merge: worker {max(indices, key=indices.count)} is given twice")
 
 
 def render_merged(merged: dict[str, Any]) -> str:
