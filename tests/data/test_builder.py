@@ -284,3 +284,11 @@ def test_trap_detection_does_not_copy_the_arrays_a_dataset_holds(monkeypatch):
     monkeypatch.setattr(tf.data.Dataset, "_as_serialized_graph", recording)
     pipeline(ds.map(lambda x: x * 2.0), 8, cache=True)
     assert calls == [], f"pipeline() serialized dataset graphs: {calls}"
+
+
+def test_a_batch_larger_than_the_data_with_drop_remainder_warns():
+    data = D.from_arrays(np.zeros((3, 2), "float32"), np.zeros(3, "int32"))
+    messages = _warnings_of(lambda: pipeline(data, 64))
+    assert any("leaves no batch at all" in m and "batch_size=64" in m for m in messages)
+    assert not any("no batch" in m for m in _warnings_of(lambda: pipeline(data, 2)))
+    assert not any("no batch" in m for m in _warnings_of(lambda: pipeline(data, 64, repeat=True)))

@@ -354,6 +354,14 @@ def pipeline(
     if augment is not None:
         # Random per-example work after cache and shuffle: new randomness every epoch.
         ds = ds.map(augment, num_parallel_calls=parallel, deterministic=deterministic)
+    count = int(ds.cardinality())
+    if drop_remainder and not repeat and 0 <= count < batch_size:
+        warn_once(
+            f"no-batch-{count}-{batch_size}",
+            f"drop_remainder with {count} examples and batch_size={batch_size} leaves no batch "
+            "at all: an epoch would train nothing; lower batch_size or pass "
+            "drop_remainder=False",
+        )
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     if batch_map is not None:
         # Vectorized: one op over the whole batch instead of batch_size small ones.
