@@ -215,3 +215,23 @@ def test_a_folder_too_small_to_train_on_is_one_line_before_training(tmp_path, co
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and words in last and "Traceback" not in out.stderr
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "words"),
+    [
+        ("notes.png", b"just some text\n", "is not an image of that kind"),
+        ("empty.jpg", b"", "is an empty file"),
+    ],
+)
+def test_a_file_that_is_not_the_image_its_name_says_is_named(tmp_path, name, content, words):
+    _images(tmp_path / "img", {"a": 3, "b": 3})
+    (tmp_path / "img" / "b" / name).write_bytes(content)
+    out = _recipe(
+        "cnn", "--smoke", f"--dataset=folder:{tmp_path / 'img'}", "--image_size=8",
+        "--channels=3", "--batch_size=2", f"--report_dir={tmp_path / 'runs'}",
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert str(tmp_path / "img" / "b" / name) in last and words in last
+    assert "Traceback" not in out.stderr

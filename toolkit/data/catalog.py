@@ -277,6 +277,29 @@ def _tfds(
     )
 
 
+# The first bytes of each image format the folder reader decodes.
+_MAGIC = {".png": (b"\x89PNG\r\n\x1a\n",), ".jpg": (b"\xff\xd8\xff",), ".jpeg": (b"\xff\xd8\xff",)}
+
+
+def _check_image_header(image: str) -> None:
+    """Raises ValueError naming `image` when it is not what its name says (a text file named
+    .png, an empty file): found before training, where the decoder would fail without a name.
+    Reads the first bytes only; a file corrupt further in is found by the decoder."""
+    try:
+        with open(image, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise ValueError(f"--dataset=folder:...: cannot read {image} ({e.strerror})") from None
+    wanted = _MAGIC[os.path.splitext(image)[1].lower()]
+    if not any(head.startswith(m) for m in wanted):
+        what = "an empty file" if not head else "not an image of that kind"
+        raise ValueError(
+            f"--dataset=folder: {image} is {what} (its first bytes are not a "
+            f"{os.path.splitext(image)[1].lower().lstrip('.').upper()} header): remove or "
+            "replace it"
+        )
+
+
 def _folder(path: str, spec: ImageSpec, validation_fraction: float) -> Data:
     if not os.path.isdir(path):
         raise FileNotFoundError(f"--dataset=folder:{path}: no such directory")
@@ -285,12 +308,15 @@ def _folder(path: str, spec: ImageSpec, validation_fraction: float) -> Data:
     except ValueError as e:
         raise ValueError(f"--dataset=folder:{path}: {str(e).removeprefix('root: ')}") from e
     tf = _tf()
-    files = sum(
-        1
+    images = [
+        os.path.join(path, name, f)
         for name in names
-        for f in os.listdir(os.path.join(path, name))
+        for f in sorted(os.listdir(os.path.join(path, name)))
         if f.lower().endswith(sources.IMAGE_EXTENSIONS)
-    )
+    ]
+    for image in images:
+        _check_image_header(image)
+    files = len(images)
     if files == 0:
         raise ValueError(
             f"--dataset=folder:{path}: no {'/'.join(sources.IMAGE_EXTENSIONS)} files in its "
