@@ -83,23 +83,19 @@ def _preflight(args: argparse.Namespace) -> int:
 
 def _placement(args: argparse.Namespace) -> int:
     from toolkit import app, devices, train
-    from toolkit.data import arrays as data_arrays
+    from toolkit.config import TrainConfig
 
     recipe = app.load_recipe(args.recipe)
     device = devices.select(args.device)
     task = recipe.build_task()
     model = task.build_model()
     model.compile(optimizer="adam", loss=task.loss, metrics=list(task.metrics))
-    data = task.train() if callable(task.train) else task.train
-    if isinstance(data, tuple | data_arrays.ArraySource):  # no TensorFlow here: arrays
-        source = data if isinstance(data, data_arrays.ArraySource) else None
-        import numpy as np
-
-        if source is None:
-            source = data_arrays.ArraySource(np.asarray(data[0]), np.asarray(data[1]))
-        batch = source.take(np.arange(min(args.batch_size, len(source))))
+    # The runner's own input: tf.data, or array batches (a PyDataset) without TensorFlow.
+    pipeline = train.input_pipeline(task, TrainConfig(batch_size=args.batch_size))
+    if hasattr(pipeline, "as_numpy_iterator"):
+        batch = next(pipeline.as_numpy_iterator())
     else:
-        batch = next(train.examples(data).batch(args.batch_size).as_numpy_iterator())
+        batch = pipeline[0]
     report = devices.placement_report(
         lambda: model.train_on_batch(*batch), gpu_selected=device.is_gpu
     )
