@@ -14,8 +14,11 @@ it loads):
    MFU against the matmul peak the toolkit measured on the device in the same dtype;
 4. the seed MLP (256→512→10, batch 32, 1000 steps): the seed's way (NumPy batches from a Python
    generator, one ``train_on_batch`` per step) against ``toolkit.train.run`` with the toolkit's
-   settings for the backend, as ``name: X.XX× (baseline A s, toolkit B s)`` lines, steady state
-   and the whole loop with its compile.
+   settings for the backend (and on PyTorch again with ``torch.compile``), as
+   ``name: X.XX× (baseline A s, toolkit B s)`` lines, steady state and the whole loop with its
+   compile.
+
+The recipes run with ``--memory_watch``: each line gives the device memory's peak.
 
 Writes ``accelerator.json`` and ``accelerator.md`` (and each run's report) under ``--out``.
 
@@ -41,11 +44,15 @@ sys.path[:0] = [HERE, ROOT]
 from _common import speedup_line  # noqa: E402
 
 BACKENDS = ("jax", "torch", "tensorflow")
-# The toolkit's settings for the seed MLP per backend (PyTorch has no steps_per_execution).
+# The toolkit's settings for the seed MLP per backend (PyTorch has no steps_per_execution), then
+# the alternatives measured beside them (torch.compile through jit_compile on PyTorch).
 SEED_SETTINGS = {
-    "jax": {"steps_per_execution": 50, "jit_compile": True},
-    "torch": {"steps_per_execution": 1, "jit_compile": False},
-    "tensorflow": {"steps_per_execution": 50, "jit_compile": True},
+    "jax": [{"steps_per_execution": 50, "jit_compile": True}],
+    "torch": [
+        {"steps_per_execution": 1, "jit_compile": False},
+        {"steps_per_execution": 1, "jit_compile": True},
+    ],
+    "tensorflow": [{"steps_per_execution": 50, "jit_compile": True}],
 }
 
 
@@ -58,6 +65,7 @@ def main() -> None:
     parser.add_argument("--seed_steps", type=int, default=1000)
     parser.add_argument("--out", help="default runs/accelerator-<time>")
     parser.add_argument("--part", help=argparse.SUPPRESS)
+    parser.add_argument("--seed_setting", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.part:
         print(json.dumps(PARTS[args.part](args)))
@@ -90,7 +98,7 @@ def main() -> None:
             f"cnn on digits, {policy}: val_accuracy "
             f"{'n/a' if accuracy is None else f'{accuracy:.4f}'}, step p50 "
             f"{cnn['p50_ms']:.2f} ms, {cnn['examples_per_sec']:,.0f} examples/s, MFU "
-            f"{cnn['mfu']} (report {cnn['report']})"
+            f"{cnn['mfu']}, {_memory(cnn)} (report {cnn['report']})"
         )
         steps = 8 if args.quick else args.resnet_steps
         batch = 8 if args.quick else args.resnet_batch
@@ -112,27 +120,31 @@ def main() -> None:
         say(
             f"resnet50 synthetic 224×224, batch {batch}, {policy}: "
             f"{resnet['examples_per_sec']:,.1f} images/s, step p50 {resnet['p50_ms']:.2f} ms, "
-            f"MFU {resnet['mfu']} of {resnet['peak']}"
+            f"MFU {resnet['mfu']} of {resnet['peak']}, {_memory(resnet)}"
         )
         seed = _part("seed_base", backend, args)
-        tool = _part("seed_toolkit", backend, args)
-        record["seed_mlp"] = {"baseline": seed, "toolkit": tool, "settings": SEED_SETTINGS[backend]}
-        settings = ", ".join(f"{k}={v}" for k, v in SEED_SETTINGS[backend].items())
-        say(
-            speedup_line(
-                f"seed MLP on {backend} ({settings}), steady state per 1000 steps, "
-                "the seed's train_on_batch loop vs toolkit",
-                seed["step_s"] * 1000,
-                tool["step_s"] * 1000,
+        record["seed_mlp"] = {"baseline": seed, "toolkit": []}
+        candidates = SEED_SETTINGS[backend][: 1 if args.quick else None]  # quick: no compiles
+        for index, chosen_settings in enumerate(candidates):
+            tool = _part("seed_toolkit", backend, args, [f"--seed_setting={index}"])
+            record["seed_mlp"]["toolkit"].append({**tool, "settings": chosen_settings})
+            settings = ", ".join(f"{k}={v}" for k, v in chosen_settings.items())
+            say(
+                speedup_line(
+                    f"seed MLP on {backend} ({settings}), steady state per 1000 steps, "
+                    "the seed's train_on_batch loop vs toolkit",
+                    seed["step_s"] * 1000,
+                    tool["step_s"] * 1000,
+                )
             )
-        )
-        say(
-            speedup_line(
-                f"seed MLP on {backend}, the {args.seed_steps}-step loop with its compile",
-                seed["loop_s"],
-                tool["loop_s"],
+            say(
+                speedup_line(
+                    f"seed MLP on {backend} ({settings}), the {args.seed_steps}-step loop "
+                    "with its compile",
+                    seed["loop_s"],
+                    tool["loop_s"],
+                )
             )
-        )
         results[backend] = record
     from toolkit.files import atomic_write
 
@@ -145,6 +157,11 @@ def main() -> None:
 
 
 # ---------------------------------------------------------------------------- parent side
+
+
+def _memory(result: dict) -> str:
+    peak = result["device_peak_mb"]
+    return "device memory n/a" if peak is None else f"device memory peak {peak:,.0f} MiB"
 
 
 def _env(backend: str) -> dict[str, str]:
@@ -162,8 +179,9 @@ def _run(argv: list[str], backend: str) -> subprocess.CompletedProcess:
     return out
 
 
-def _part(name: str, backend: str, args: argparse.Namespace) -> dict:
+def _part(name: str, backend: str, args: argparse.Namespace, extra: list[str] = ()) -> dict:
     argv = [sys.executable, os.path.abspath(__file__), f"--part={name}", f"--backends={backend}"]
+    argv += list(extra)
     argv += [f"--seed_steps={args.seed_steps}"] + (["--quick"] if args.quick else [])
     return json.loads(_run(argv, backend).stdout.strip().splitlines()[-1])
 
@@ -171,7 +189,8 @@ def _part(name: str, backend: str, args: argparse.Namespace) -> dict:
 def _recipe(backend: str, recipe: str, out: str, args: argparse.Namespace, flags: list[str]):
     report_dir = os.path.abspath(os.path.join(out, f"{recipe}-{backend}"))
     argv = [sys.executable, "-m", f"recipes.{recipe}", f"--backend={backend}"]
-    argv += [f"--report_dir={report_dir}", *flags] + (["--smoke"] if args.quick else [])
+    argv += [f"--report_dir={report_dir}", "--memory_watch", *flags]
+    argv += ["--smoke"] if args.quick else []
     _run(argv, backend)
     (run_dir,) = sorted(os.listdir(report_dir))[-1:]
     path = os.path.join(report_dir, run_dir, "report.json")
@@ -180,7 +199,10 @@ def _recipe(backend: str, recipe: str, out: str, args: argparse.Namespace, flags
     steps, compute = report["steps"], report.get("compute") or {}
     mfu = compute.get("mfu")
     peak = compute.get("peak_flops_per_s")
+    readings = (report.get("memory") or {}).get("readings") or []
+    device_peaks = [d["peak_mb"] for r in readings for d in r["devices"].values()]
     return {
+        "device_peak_mb": max(device_peaks) if device_peaks else None,
         "report": path,
         "val_accuracy": report["metrics"].get("val_accuracy"),
         "p50_ms": (steps["p50_s"] or 0) * 1e3,
@@ -269,7 +291,7 @@ def _seed_toolkit(args: argparse.Namespace) -> dict:
         metrics=["accuracy"],
         num_classes=10,
     )
-    settings = SEED_SETTINGS[_backend_name()]
+    settings = SEED_SETTINGS[_backend_name()][args.seed_setting]
     config = TrainConfig(epochs=1, batch_size=batch, count_flops=False, report_dir=None, **settings)
     report = train.run(task, config).report
     after_first = [c for c in report.timeline if c[3] != "first"]

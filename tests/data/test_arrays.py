@@ -43,7 +43,7 @@ def _labels(batches, n):
     return [batches[i][1].tolist() for i in range(n)]
 
 
-def test_array_batches_shuffle_per_epoch_drop_and_repeat(keras):
+def test_array_batches_shuffle_per_epoch_drop_and_repeat(keras, monkeypatch):
     source = ArraySource(np.arange(10, dtype=np.float32)[:, None], np.arange(10))
     plain = array_batches(source, 4)
     assert plain.num_batches == 3 and _labels(plain, 3) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
@@ -56,6 +56,15 @@ def test_array_batches_shuffle_per_epoch_drop_and_repeat(keras):
     assert _labels(array_batches(source, 4, shuffle=True, seed=1, drop_remainder=True), 2) == first
     train.on_epoch_end()
     assert _labels(train, 2) != first  # a new order every epoch
+
+    # One order per pass, drawn once (not per batch), and a pass is every example once.
+    big = array_batches(ArraySource(np.zeros((1000, 1)), np.arange(1000)), 10, shuffle=True)
+    calls = []
+    real = np.random.default_rng
+    monkeypatch.setattr(np.random, "default_rng", lambda *a: calls.append(a) or real(*a))
+    labels = sorted(v for i in range(100) for v in big[i][1].tolist())
+    monkeypatch.undo()
+    assert labels == list(range(1000)) and len(calls) == 1
 
     endless = array_batches(source, 4, drop_remainder=True, repeat=True)
     assert endless.num_batches is None and _labels(endless, 3)[2] == [0, 1, 2, 3]

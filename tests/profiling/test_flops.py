@@ -11,6 +11,7 @@ from toolkit import machine
 from toolkit.profiling import flops, stats
 
 
+@pytest.mark.every_backend
 def test_dense_model_counts_match_the_matmul_arithmetic(keras):
     model = keras.Sequential(
         [keras.Input((256,)), keras.layers.Dense(512, activation="relu"), keras.layers.Dense(10)]
@@ -22,14 +23,20 @@ def test_dense_model_counts_match_the_matmul_arithmetic(keras):
     # Backward: weight gradients of both layers and the input gradient of the second.
     backward = 2 * 32 * (256 * 512 + 512 * 10) + 2 * 32 * 512 * 10
     assert count.train_step == pytest.approx(count.forward + backward, rel=0.03)
-    assert count.note is None and count.batch_size == 32
+    assert count.batch_size == 32
+    assert count.note is None or "element-wise ops not counted" in count.note  # PyTorch's
 
 
+@pytest.mark.every_backend
 def test_conv_flops_scale_with_the_batch(keras):
+    # Convolutions are what a GPU's compiled XLA module hides in cuDNN custom calls: on JAX the
+    # count comes from the module lowered for the CPU, the same on every machine.
     model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(8, 3)])
     one, four = flops.count_flops(model, 1), flops.count_flops(model, 4)
-    assert one.forward >= 2 * 14 * 14 * 8 * 3 * 3 * 3
+    conv = 2 * 14 * 14 * 8 * 3 * 3 * 3
+    assert conv <= one.forward <= 1.1 * conv
     assert four.forward == 4 * one.forward
+    assert one.train_step > one.forward
 
 
 def test_recurrent_layers_are_counted_on_an_unrolled_clone(keras):
