@@ -19,7 +19,10 @@ ROOT = pathlib.Path(toolkit.__file__).parent
 # Lower layers never import higher ones (README "Layout"). Modules of one layer may import each
 # other as long as there is no cycle.
 LAYERS = (
-    ("leaves", ("toolkit.version", "toolkit.compat", "toolkit.machine", "toolkit.files")),
+    (
+        "leaves",
+        ("toolkit.version", "toolkit.compat", "toolkit.machine", "toolkit.files", "toolkit.errors"),
+    ),
     ("arithmetic", ("toolkit.profiling.stats", "toolkit.profiling.events", "toolkit.profiling")),
     (
         "backends",

@@ -9,7 +9,9 @@ and :func:`recipe_from_flags`.
 
 Errors end the program with one line ``error: ...`` on stderr and no traceback: status 2 for a
 bad flag or setting (:class:`~toolkit.config.ConfigError`, :class:`UsageError`), 1 for a run
-that cannot start (bad data, missing files, a device that is not here).
+that cannot start (bad data, missing files, a device that is not here) or that stopped on an
+error (its partial summary first). ``--verbosity=1`` (absl's, also ``-v 1``) prints the
+traceback above the line.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sys
+import traceback
 import types
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -25,6 +28,7 @@ from absl import flags
 
 from toolkit import flags as tk_flags
 from toolkit.config import ConfigError, TrainConfig
+from toolkit.errors import one_line
 from toolkit.train import SetupError, Task, run
 
 __all__ = [
@@ -46,10 +50,30 @@ class UsageError(ValueError):
     """A command line that names something that is not there (a recipe, a function)."""
 
 
-def fail(error: BaseException, status: int = 1) -> NoReturn:
-    """Ends the program with one line ``error: ...`` on stderr and `status`."""
+def fail(error: BaseException, status: int = 1, cause: BaseException | None = None) -> NoReturn:
+    """Ends the program with one line ``error: ...`` on stderr and `status`; with
+    ``--verbosity=1`` or more, the traceback of `cause` (else of `error`) above it."""
+    if _wants_traceback():
+        traceback.print_exception(cause or error, file=sys.stderr)
     print(f"error: {error}", file=sys.stderr)
     raise SystemExit(status) from None
+
+
+def _wants_traceback() -> bool:
+    f = flags.FLAGS
+    return f.is_parsed() and "verbosity" in f and (f["verbosity"].value or 0) >= 1
+
+
+def _partial_summary(error: BaseException) -> str:
+    """The partial summary of a run that stopped on `error` (printed before the error line,
+    so that what was measured is not lost), and where its report is."""
+    for e in (error, error.__cause__):
+        report = getattr(e, "toolkit_report", None)
+        if report is not None:
+            print(report.summary())
+            run_dir = getattr(e, "toolkit_run_dir", None)
+            return f" (the partial report is in {run_dir})" if run_dir else ""
+    return ""
 
 
 def interrupted(error: KeyboardInterrupt) -> NoReturn:
@@ -135,8 +159,17 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
         result = run(
             task, config, args=tk_flags.flags_for_report(), diagnosis=diagnosis, tune=tuned
         )
-    except SetupError as e:  # an error in training itself keeps its traceback
+    except SetupError as e:
+        _partial_summary(e)  # its message already says where the partial report is
         fail(e)
+    except Exception as e:  # noqa: BLE001 - training stopped: what was measured, then one line
+        where = _partial_summary(e)
+        fail(
+            RuntimeError(
+                f"training stopped on {one_line(e)}{where}; --verbosity=1 shows the traceback"
+            ),
+            cause=e,
+        )
     print(result.report.summary())
     for kind, path in sorted(result.paths.items()):
         print(f"{kind}: {path}")

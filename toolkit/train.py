@@ -68,6 +68,9 @@ class Task:
         dataset: what the data is, for the report. Defaults to `None`.
         train_examples: the number of training examples where the dataset cannot say (a
             filtered one), for the checks before training. Defaults to `None`.
+        find_bad_file: after training stopped on an error reading the data, the file it
+            failed on as ``"PATH (why)"``, or None (``toolkit.data.catalog.Data``'s). Defaults
+            to `None`.
     """
 
     name: str
@@ -81,6 +84,7 @@ class Task:
     cache: bool = False
     dataset: str | None = None
     train_examples: int | None = None
+    find_bad_file: Callable[[BaseException], str | None] | None = None
 
 
 def classification_task(
@@ -107,6 +111,7 @@ def classification_task(
         cache=data.cache,
         dataset=data.description,
         train_examples=data.train_examples,
+        find_bad_file=data.find_bad_file,
     )
 
 
@@ -188,6 +193,12 @@ def _dataset(source: Any, config: TrainConfig, training: bool, task: Task | None
         count = task.train_examples  # a filtered dataset cannot count itself
     # Fused steps read fused_steps batches at once (one Keras batch), split inside the step.
     batch_size = config.batch_size * (config.fused_steps if training else 1)
+    if count == 0:  # an empty split or folder: no batch size would help
+        what = "training" if training else "validation"
+        raise ValueError(
+            f"the {what} data has no examples ({(task and task.dataset) or 'the dataset'}): "
+            "check the dataset and its split"
+        )
     if training and 0 <= count < batch_size:
         # drop_remainder would leave no batch at all; Keras would fail obscurely.
         fused = f" × --fused_steps={config.fused_steps}" if config.fused_steps > 1 else ""
@@ -483,61 +494,72 @@ def run(
             steps_per_execution=config.steps_per_execution,
         )
         backend.get().fuse_train_steps(model, config.fused_steps)
-    with profile(
-        task.name,
-        report_dir=report_dir,
-        batch_size=config.batch_size,
-        warmup_steps=config.warmup_steps,
-        trace_steps=config.profile_steps,
-        memory_watch=config.memory_watch,
-        log_steps=config.log_steps,
-        args=dict(args) if args is not None else dataclasses.asdict(config),
-    ) as prof:
-        resume = Resume(config.backup_dir) if config.backup_dir else None
-        prof.context = RunContext(
-            device=device,
-            backend=backend.name(),
-            precision=config.precision,
-            strategy=Strategy(
-                name=config.distribution_strategy,
-                replicas=strategy.num_replicas_in_sync,
-                global_batch=global_batch,
-                per_replica_batch=per_replica,
-                shard_policy=config.shard_policy,
-                data_service=config.data_service,
-                data_service_mode=config.data_service_mode if config.data_service else None,
-            ),
-            cluster=cluster,
-            preflight=tuple(findings),
-            dataset=task.dataset,
-            synthetic_data=config.use_synthetic_data,
-            smoke=config.smoke,
-            resume=resume,
-        )
-        prof.extra.update(extra or {})
-        prof.diagnosis = dict(diagnosis) if diagnosis is not None else None
-        prof.tune = dict(tune) if tune is not None else None
-        if config.count_flops:
-            prof.compute = compute_facts(model, config.batch_size, config.precision, device)
-        resilience = []
-        if resume is not None:
-            resilience = [
-                keras.callbacks.BackupAndRestore(resume.backup_dir),
-                resume_recorder(resume),
-            ]
-        history = model.fit(
-            train_ds,
-            epochs=config.epochs,
-            steps_per_epoch=(
-                config.steps_per_epoch // config.fused_steps if config.steps_per_epoch else None
-            ),
-            validation_data=val_ds,
-            shuffle=False,  # the pipeline shuffles; Keras would only warn about a Dataset
-            callbacks=[*resilience, *prof.callbacks, *callbacks],
-            verbose=config.verbose,
-        )
-        if prof.compute is not None:
-            recheck_peak(prof.compute, prof.timer.summary().p50_s, device)
+    try:
+        with profile(
+            task.name,
+            report_dir=report_dir,
+            batch_size=config.batch_size,
+            warmup_steps=config.warmup_steps,
+            trace_steps=config.profile_steps,
+            memory_watch=config.memory_watch,
+            log_steps=config.log_steps,
+            args=dict(args) if args is not None else dataclasses.asdict(config),
+        ) as prof:
+            resume = Resume(config.backup_dir) if config.backup_dir else None
+            prof.context = RunContext(
+                device=device,
+                backend=backend.name(),
+                precision=config.precision,
+                strategy=Strategy(
+                    name=config.distribution_strategy,
+                    replicas=strategy.num_replicas_in_sync,
+                    global_batch=global_batch,
+                    per_replica_batch=per_replica,
+                    shard_policy=config.shard_policy,
+                    data_service=config.data_service,
+                    data_service_mode=config.data_service_mode if config.data_service else None,
+                ),
+                cluster=cluster,
+                preflight=tuple(findings),
+                dataset=task.dataset,
+                synthetic_data=config.use_synthetic_data,
+                smoke=config.smoke,
+                resume=resume,
+            )
+            prof.extra.update(extra or {})
+            prof.diagnosis = dict(diagnosis) if diagnosis is not None else None
+            prof.tune = dict(tune) if tune is not None else None
+            if config.count_flops:
+                prof.compute = compute_facts(model, config.batch_size, config.precision, device)
+            resilience = []
+            if resume is not None:
+                resilience = [
+                    keras.callbacks.BackupAndRestore(resume.backup_dir),
+                    resume_recorder(resume),
+                ]
+            history = model.fit(
+                train_ds,
+                epochs=config.epochs,
+                steps_per_epoch=(
+                    config.steps_per_epoch // config.fused_steps if config.steps_per_epoch else None
+                ),
+                validation_data=val_ds,
+                shuffle=False,  # the pipeline shuffles; Keras would only warn about a Dataset
+                callbacks=[*resilience, *prof.callbacks, *callbacks],
+                verbose=config.verbose,
+            )
+            if prof.compute is not None:
+                recheck_peak(prof.compute, prof.timer.summary().p50_s, device)
+    except Exception as e:
+        bad = task.find_bad_file(e) if task.find_bad_file is not None else None
+        if bad is None:
+            raise
+        run_dir = getattr(e, "toolkit_run_dir", None)
+        where = f" (the partial report is in {run_dir})" if run_dir else ""
+        raise SetupError(
+            f"{task.dataset or 'the data'}: cannot read {bad}: remove or replace that "
+            f"file{where}"
+        ) from e
     return RunResult(prof.report, prof.paths, prof.run_dir, model, history, prof.write_error)
 
 

@@ -5,9 +5,12 @@ without TensorFlow, arrays in batches (``arrays``: a ``keras.utils.PyDataset``).
 from toolkit.data.arrays import ArraySource, array_batches, has_tensorflow, resize_images
 from toolkit.data.builder import PipelineWarning, describe_pipeline, infer_batch_size, pipeline
 from toolkit.data.sources import (
+    check_tfrecords,
     class_names,
     decode_image,
     digits,
+    find_unreadable_image,
+    find_unreadable_tfrecord,
     from_arrays,
     image_folder,
     normalize_images,
@@ -27,10 +30,13 @@ __all__ = [
     "PipelineWarning",
     "array_batches",
     "benchmark",
+    "check_tfrecords",
     "class_names",
     "decode_image",
     "describe_pipeline",
     "digits",
+    "find_unreadable_image",
+    "find_unreadable_tfrecord",
     "from_arrays",
     "has_tensorflow",
     "image_folder",

@@ -98,6 +98,9 @@ class Data:
         cache: whether the examples are small enough to keep in memory after the first epoch.
         train_examples: how many training examples there are, where the dataset cannot say
             (a filtered one); None when unknown.
+        find_bad_file: after reading failed with an error, the file it failed on as
+            ``"PATH (why)"`` (TensorFlow's decoder and TFRecord reader do not name it), or None
+            when every file reads; None where the data is not files.
     """
 
     train: Callable[[], Any]
@@ -106,6 +109,12 @@ class Data:
     description: str
     cache: bool = False
     train_examples: int | None = None
+    find_bad_file: Callable[[BaseException], str | None] | None = None
+
+
+def _read_error(error: BaseException) -> bool:
+    """Whether `error` is one TensorFlow raises for data it cannot read or decode."""
+    return type(error).__name__ in ("DataLossError", "InvalidArgumentError")
 
 
 def parse_dataset_spec(spec: str) -> tuple[str, str]:
@@ -227,14 +236,20 @@ def _tfds_num_classes(name: str, data_dir: str | None, key: str, default: int) -
 
 
 def _tfds_split(name: str, data_dir: str | None, split: str, what: str) -> Any:
+    where = data_dir or "the TFDS default data_dir"
     try:
-        return sources.tfds_dataset(name, split, data_dir=data_dir, download=False)
+        ds = sources.tfds_dataset(name, split, data_dir=data_dir, download=False)
     except Exception as e:  # TFDS raises many kinds for "not prepared"
         raise ValueError(
-            f"--dataset=tfds:{name}: cannot read its {what} split from "
-            f"{data_dir or 'the TFDS default data_dir'} ({type(e).__name__}: {e}); prepare it "
-            "with `tfds build` or point --data_dir at it"
+            f"--dataset=tfds:{name}: cannot read its {what} split from {where} "
+            f"({type(e).__name__}: {e}); prepare it with `tfds build` or point --data_dir at it"
         ) from e
+    if int(ds.cardinality()) == 0:
+        raise ValueError(
+            f"--dataset=tfds:{name}: its {what} split ({split!r}) in {where} has no examples: "
+            "prepare it again with `tfds build`, or point --data_dir at a complete copy"
+        )
+    return ds
 
 
 def _tfds_validation_split(name: str, data_dir: str | None) -> str | None:
@@ -353,17 +368,27 @@ def _folder(path: str, spec: ImageSpec, validation_fraction: float) -> Data:
         f"folder:{path} ({files} images in {len(names)} classes, every {k}th held out)",
         cache=_fits(files, spec),
         train_examples=train_count,
+        find_bad_file=lambda e: (
+            sources.find_unreadable_image(images, spec.channels) if _read_error(e) else None
+        ),
     )
 
 
 def _tfrecord(
     pattern: str, spec: ImageSpec | TokenSpec, validation_fraction: float, as_tokens: bool
 ) -> Data:
-    files = sorted(_glob.glob(pattern))
+    files = sorted(f for f in _glob.glob(pattern) if not f.endswith(sources.MANIFEST_SUFFIX))
     if not files:
         raise FileNotFoundError(
             f"--dataset=tfrecord:{pattern}: no files match; check the path and the glob pattern"
         )
+    records = sources.check_tfrecords(files, f"--dataset=tfrecord:{pattern}")
+    if records == 0:
+        raise ValueError(
+            f"--dataset=tfrecord:{pattern}: {len(files)} file(s) and no record in them: write "
+            "the data with toolkit.data.write_tfrecords"
+        )
+    k = max(2, round(1 / validation_fraction))
 
     def check_first_record() -> None:
         tf = _tf()
@@ -398,8 +423,9 @@ def _tfrecord(
         make(True),
         make(False),
         spec.num_classes,
-        f"tfrecord:{pattern} ({len(files)} files, every "
-        f"{max(2, round(1 / validation_fraction))}th record held out)",
+        f"tfrecord:{pattern} ({len(files)} files, {records} records, every {k}th held out)",
+        train_examples=records - -(-records // k),
+        find_bad_file=lambda e: sources.find_unreadable_tfrecord(files) if _read_error(e) else None,
     )
 
 

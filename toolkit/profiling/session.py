@@ -15,6 +15,7 @@ from typing import Any
 from absl import logging
 
 from toolkit import compat
+from toolkit.errors import one_line
 from toolkit.profiling.memory_watch import MemoryWatch
 from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS
 from toolkit.profiling.step_timer import StepTimer
@@ -138,7 +139,7 @@ class Profile:
                 signal.signal(signum, handler)
             self._old_handlers = {}
             self.timer.stop()
-            error = None if exc is None else (f"{type(exc).__name__}: {exc}".rstrip(": "))
+            error = None if exc is None else one_line(exc)
             error = error or self._guard.found  # a loss that went NaN: stopped, not complete
             self.report = RunReport.from_callbacks(
                 self.name,

@@ -396,7 +396,8 @@ class RunReport:
         ax_t.set_title(
             f"{self.name}: step time (first step {format_ms(self.steps.first_step_s)} off)"
         )
-        ax_t.legend(loc="upper right", fontsize=8)
+        if ax_t.get_legend_handles_labels()[0]:  # a run stopped before its first step has none
+            ax_t.legend(loc="upper right", fontsize=8)
         timed = series["timed"][1]
         if timed:
             ax_h.hist(timed, bins=min(60, max(5, len(timed) // 10)), color="tab:blue")
