@@ -96,10 +96,10 @@ def test_a_loss_that_goes_nan_is_a_failed_run_with_its_report(tmp_path):
     )  # fmt: skip
     assert out.returncode == 1, out.stderr[-2000:]
     last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: LossNotFinite: loss became nan in epoch 1")
-    assert f"the partial report is in {tmp_path}" in last and "Traceback" not in out.stderr
+    assert last.startswith("error: LossNotFinite: loss became nan at step 2 of epoch 1")
+    assert f"the report is in {tmp_path}" in last and "Traceback" not in out.stderr
     _, data = _report(tmp_path)
-    assert data["status"] == "partial" and "== mlp: partial" in out.stdout
+    assert data["status"] == "diverged" and "== mlp: diverged" in out.stdout
 
 
 def test_a_peak_measured_on_a_busy_machine_is_measured_again(tmp_path):

@@ -184,7 +184,8 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
             )
         )
     if result.report.status != "complete":  # e.g. a loss that went NaN: a failed run
-        where = f" (the partial report is in {result.run_dir})" if result.run_dir else ""
+        which = "report" if result.report.status == "diverged" else "partial report"
+        where = f" (the {which} is in {result.run_dir})" if result.run_dir else ""
         fail(RuntimeError(f"{result.report.error}{where}"))
 
 

@@ -62,6 +62,7 @@ class TrainConfig:
     use_synthetic_data: bool = False
     smoke: bool = False
     log_steps: int | None = None
+    stop_on_nan: bool = True
     count_flops: bool = True
     worker_hosts: str | None = None
     task_index: int = 0

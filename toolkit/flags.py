@@ -87,6 +87,12 @@ def define_common_flags(**defaults: Any) -> None:
     )
     flags.DEFINE_integer("log_steps", None, "Print step time and examples/s every N steps.")
     flags.DEFINE_bool(
+        "stop_on_nan",
+        True,
+        "Stop at the first step whose loss is NaN or infinite (the report says which); "
+        "--nostop_on_nan trains on (the run is still 'diverged').",
+    )
+    flags.DEFINE_bool(
         "diagnose",
         False,
         "First measure the input pipeline alone, the step alone and the real fit, and put the "
@@ -298,6 +304,7 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
         use_synthetic_data=f.use_synthetic_data,
         smoke=f.smoke,
         log_steps=f.log_steps,
+        stop_on_nan=f.stop_on_nan,
         count_flops=f.count_flops,
         worker_hosts=f.worker_hosts,
         task_index=f.task_index,

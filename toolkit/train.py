@@ -503,6 +503,7 @@ def run(
             trace_steps=config.profile_steps,
             memory_watch=config.memory_watch,
             log_steps=config.log_steps,
+            stop_on_nan=config.stop_on_nan,
             args=dict(args) if args is not None else dataclasses.asdict(config),
         ) as prof:
             resume = Resume(config.backup_dir) if config.backup_dir else None
@@ -557,8 +558,7 @@ def run(
         run_dir = getattr(e, "toolkit_run_dir", None)
         where = f" (the partial report is in {run_dir})" if run_dir else ""
         raise SetupError(
-            f"{task.dataset or 'the data'}: cannot read {bad}: remove or replace that "
-            f"file{where}"
+            f"{task.dataset or 'the data'}: cannot read {bad}: remove or replace that file{where}"
         ) from e
     return RunResult(prof.report, prof.paths, prof.run_dir, model, history, prof.write_error)
 

@@ -114,18 +114,24 @@ def test_custom_loop_with_profile(tmp_path):
     assert RunReport.load(p.paths["json"]).steps.first_step_steps == 1
 
 
-def test_a_loss_that_goes_nan_stops_the_run_and_the_report_says_so(
-    tmp_path, keras, make_model, make_dataset
+@pytest.mark.parametrize("stop", [True, False])
+def test_a_loss_that_goes_nan_stops_the_run_at_its_step_and_the_report_says_so(
+    tmp_path, keras, make_model, make_dataset, stop
 ):
     model = make_model()
     model.compile(
         optimizer=keras.optimizers.SGD(1e20),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
-    with profile("diverges", report_dir=tmp_path, batch_size=8, warmup_steps=1) as p:
-        history = model.fit(make_dataset(10), epochs=4, verbose=0, callbacks=p.callbacks)
-    assert len(history.history["loss"]) == 1  # stopped after the first epoch
+    kwargs = {"report_dir": tmp_path, "batch_size": 8, "warmup_steps": 1, "stop_on_nan": stop}
+    with profile("diverges", **kwargs) as p:
+        history = model.fit(make_dataset(50), epochs=4, verbose=0, callbacks=p.callbacks)
     report = RunReport.load(_only_run_dir(tmp_path))
-    assert report.status == "partial"
-    assert report.error.startswith("LossNotFinite: loss became nan in epoch 1")
+    if stop:  # stopped within a few steps of the first NaN, in the first epoch
+        assert len(history.history["loss"]) == 1 and report.steps.total_steps < 50
+    else:  # trained on to the end, and still a failed run
+        assert len(history.history["loss"]) == 4 and report.steps.total_steps == 200
+    assert report.status == "diverged" and report.partial
+    # SGD(1e20): the first update makes the weights huge, the second step's loss is NaN.
+    assert report.error.startswith("LossNotFinite: loss became nan at step 2 of epoch 1")
     assert "lower the learning rate" in report.error

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 from absl import logging
 
 from toolkit import compat
@@ -20,7 +21,7 @@ from toolkit.profiling.memory_watch import MemoryWatch
 from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS
 from toolkit.profiling.step_timer import StepTimer
 from toolkit.profiling.trace_window import TraceWindow
-from toolkit.report import COMPLETE, PARTIAL, RunContext, RunReport
+from toolkit.report import COMPLETE, DIVERGED, PARTIAL, RunContext, RunReport
 
 __all__ = ["Profile", "TrainingInterrupted", "new_run_dir", "profile"]
 
@@ -67,6 +68,9 @@ class Profile:
         args: the run's arguments/flags, recorded in the report.
         plot: write the PNG plot. Defaults to `True`.
         log_steps: print step time every this many steps. Defaults to `None`.
+        stop_on_nan: stop ``fit`` at the first step whose loss is NaN or infinite (within a
+            few steps of it: the check reads each step's loss off the training thread). Either
+            way the report's status is ``diverged`` and says at which step. Defaults to `True`.
 
     Inside the block, set ``.context`` (a ``toolkit.report.RunContext``: the runner's),
     ``.compute`` (``flops_per_step``, ``peak_flops_per_s``...: see ``toolkit.profiling.flops``),
@@ -87,6 +91,7 @@ class Profile:
         args: Mapping[str, Any] | None = None,
         plot: bool = True,
         log_steps: int | None = None,
+        stop_on_nan: bool = True,
     ) -> None:
         self.name = name
         self.report_dir = os.fspath(report_dir) if report_dir is not None else None
@@ -109,7 +114,7 @@ class Profile:
         self.write_error: str | None = None  # why the report files could not be written
         self._old_handlers: dict[int, Any] = {}
         self._stop = _StopOnSignal()
-        self._guard = _LossGuard()
+        self._guard = _LossGuard(stop=stop_on_nan)
 
     @property
     def callbacks(self) -> list[Any]:
@@ -140,14 +145,16 @@ class Profile:
             self._old_handlers = {}
             self.timer.stop()
             error = None if exc is None else one_line(exc)
-            error = error or self._guard.found  # a loss that went NaN: stopped, not complete
+            diverged = self._guard.found
+            status = PARTIAL if error else DIVERGED if diverged else COMPLETE
+            error = error or diverged  # a loss that went NaN: a failed run, not complete
             self.report = RunReport.from_callbacks(
                 self.name,
                 self.timer,
                 memory=self.memory,
                 trace=self.trace,
                 args=self.args,
-                status=COMPLETE if error is None else PARTIAL,
+                status=status,
                 error=error,
                 extra=self.extra,
                 compute=self.compute,
@@ -193,30 +200,90 @@ def _interruption(signum: int) -> BaseException:
 
 
 class _LossGuard(compat.keras().callbacks.Callback):
-    """Stops ``fit`` at the end of an epoch whose loss (or validation loss) is NaN or infinite,
-    as ``keras.callbacks.TerminateOnNaN`` would at a step, and records it: the report is then
-    ``partial`` with the reason, not ``complete`` with a NaN. It reads only the epoch's logs
-    (floats by then), so it adds nothing to a step."""
+    """Finds the first step whose loss is NaN or infinite and, by default, stops ``fit`` there,
+    as ``keras.callbacks.TerminateOnNaN`` would; the report is then ``diverged`` with the step,
+    not ``complete`` with a NaN.
+
+    Keras's loss in the logs is the epoch's running mean: once a step's loss is not finite,
+    every later mean is not either, so the first non-finite mean is the first bad step (with
+    ``steps_per_execution`` > 1, the last step of the first bad execution). It is
+    ``async_safe``: Keras 3 calls its batch-end hook off the training thread, where the logs
+    are read, so the check adds no sync to a step; ``fit`` stops within a few steps of the bad
+    one. Where the logs come as tensors (tf_keras, which has no such thread), each step's loss
+    is read one step later, once the next step is queued, so the host keeps a step of lead.
+    Validation losses are checked at each epoch's end."""
 
     async_safe = True
 
-    def __init__(self) -> None:
+    def __init__(self, stop: bool = True) -> None:
         super().__init__()
+        self._supports_tf_logs = True  # tf_keras: tensors, read a step later (above)
+        self._pending: tuple[int, Any] | None = None
+        self.stop = stop
         self.found: str | None = None
+        self._lock = threading.Lock()
+        self._epoch = 0
+        self._first: tuple[int, int, float] | None = None  # (epoch, step, value)
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self.found, self._first = None, None
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        loss = (logs or {}).get("loss")
+        if loss is not None and not isinstance(loss, (float, int, np.generic)):
+            previous = self._pending  # a tensor: read the step before this one instead
+            self._pending = (batch, loss)
+            if previous is None:
+                return
+            batch, loss = previous
+        self._check(batch, loss)
+
+    def _check(self, batch: int, loss: Any) -> None:
+        value = _float(loss)
+        if value is None or math.isfinite(value):
+            return
+        with self._lock:  # async hooks may run out of order: keep the earliest
+            if self._first is None or (self._epoch, batch) < self._first[:2]:
+                self._first = (self._epoch, batch, value)
+                self._describe("loss", value, f"at step {batch + 1} of epoch {self._epoch + 1}")
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        # Stop from the training thread, at a step boundary: set from Keras's async callback
+        # thread, the flag races the JAX trainer's loop (which then reads metric buffers the
+        # next step has already donated: "Array has been deleted").
+        if self.stop and self._first is not None:
+            self.model.stop_training = True
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if self._pending is not None:  # the epoch's last step, not read yet
+            self._check(*self._pending)
+            self._pending = None
         for key in ("loss", "val_loss"):
-            try:
-                value = float((logs or {})[key])
-            except (KeyError, TypeError, ValueError):
+            value = _float((logs or {}).get(key))
+            if value is None or math.isfinite(value):
                 continue
-            if not math.isfinite(value):
-                self.found = (
-                    f"LossNotFinite: {key} became {value} in epoch {epoch + 1}: lower the "
-                    "learning rate, look for NaN or inf in the data, or train in float32"
-                )
+            with self._lock:
+                if self.found is None:
+                    self._describe(key, value, f"in epoch {epoch + 1}")
+            if self.stop:
                 self.model.stop_training = True
-                return
+            return
+
+    def _describe(self, key: str, value: float, where: str) -> None:
+        self.found = (
+            f"LossNotFinite: {key} became {value} {where}: lower the learning rate, look for "
+            "NaN or inf in the data, or train in float32"
+        )
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 class _StopOnSignal(compat.keras().callbacks.Callback):

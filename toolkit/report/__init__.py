@@ -9,6 +9,7 @@ from toolkit.report.context import RunContext
 from toolkit.report.merge import merge_reports, render_merged
 from toolkit.report.run_report import (
     COMPLETE,
+    DIVERGED,
     PARTIAL,
     SCHEMA_VERSION,
     ReportError,
@@ -17,6 +18,7 @@ from toolkit.report.run_report import (
 
 __all__ = [
     "COMPLETE",
+    "DIVERGED",
     "PARTIAL",
     "SCHEMA_VERSION",
     "Comparison",

@@ -30,6 +30,7 @@ from toolkit.version import __version__
 
 __all__ = [
     "COMPLETE",
+    "DIVERGED",
     "PARTIAL",
     "REPORT_JSON",
     "REPORT_MD",
@@ -45,7 +46,8 @@ SCHEMA = "keras-perf-toolkit/run-report"
 SCHEMA_VERSION = 2
 MAX_TIMELINE = 50_000
 REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "steps.png"
-COMPLETE, PARTIAL = "complete", "partial"
+COMPLETE, PARTIAL, DIVERGED = "complete", "partial", "diverged"
+STATUSES = (COMPLETE, PARTIAL, DIVERGED)
 
 
 # ---------------------------------------------------------------------------- the report
@@ -85,8 +87,8 @@ class RunReport:
     def __post_init__(self) -> None:
         if not self.created_utc:
             self.created_utc = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        if self.status not in (COMPLETE, PARTIAL):
-            raise ValueError(f"status must be {COMPLETE!r} or {PARTIAL!r}, got {self.status!r}")
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
 
     # ------------------------------------------------------------ building
 
@@ -144,7 +146,8 @@ class RunReport:
 
     @property
     def partial(self) -> bool:
-        return self.status == PARTIAL
+        """Not a whole, sound run: stopped early, or its loss went NaN or infinite."""
+        return self.status != COMPLETE
 
     # ------------------------------------------------------------ JSON
 
