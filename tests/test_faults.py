@@ -82,7 +82,8 @@ def test_interrupted_run_leaves_a_partial_report(tmp_path, signum, status):
 
 
 def test_a_missing_device_is_one_line_and_nothing_is_written(tmp_path):
-    out = _run([f"--report_dir={tmp_path}", "--smoke", "--device=metal"], timeout=120)
+    runs = tmp_path / "new" / "runs"  # not there yet: the failed run must not make it
+    out = _run([f"--report_dir={runs}", "--smoke", "--device=metal"], timeout=120)
     assert out.returncode == 1
     assert out.stderr.strip().splitlines()[-1].startswith("error: unknown device 'metal'")
     assert "Traceback" not in out.stderr

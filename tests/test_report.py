@@ -130,7 +130,8 @@ def test_non_finite_values_become_null(tmp_path):
     [
         (None, "no report at"),
         ("{not json", "cannot read report"),
-        (json.dumps({"schema": "other"}), "not a run report"),
+        (json.dumps({"schema": "other"}), r"report.json': not a run report: schema is 'other'"),
+        ("[1, 2]", "is not a run report: it holds a JSON list"),
         (json.dumps({"schema": report_mod.SCHEMA, "schema_version": 99}), "newer than"),
     ],
 )

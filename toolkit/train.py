@@ -565,7 +565,8 @@ def run(
 
 def check_report_dir(report_dir: str | None) -> None:
     """Raises SetupError (one line) when runs cannot be written under `report_dir`: found
-    before anything trains, not after. Creates it when missing; leaves nothing else behind."""
+    before anything trains, not after. Leaves nothing behind (the run makes its directory
+    when it starts)."""
     if not report_dir:
         return
     path = os.path.expanduser(report_dir)
@@ -574,10 +575,17 @@ def check_report_dir(report_dir: str | None) -> None:
             f"--report_dir={report_dir}: it is a file, not a directory; choose a directory, "
             "or --report_dir= to write nothing"
         )
+    missing = []  # the directories this check makes, removed again: a run that fails before
+    parent = os.path.abspath(path)  # training leaves nothing behind
+    while not os.path.exists(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
     try:
         os.makedirs(path, exist_ok=True)
         probe = tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-")  # noqa: SIM115
         probe.close()
+        for made in missing:
+            os.rmdir(made)
     except OSError as e:
         raise SetupError(
             f"--report_dir={report_dir}: cannot write there ({e.strerror or e}); choose a "

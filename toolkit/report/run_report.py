@@ -202,9 +202,14 @@ class RunReport:
             ) from None
         except (OSError, json.JSONDecodeError) as e:
             raise ReportError(f"cannot read report {path!r}: {e}") from e
+        if not isinstance(data, dict):
+            kind = type(data).__name__
+            raise ReportError(f"{path!r} is not a run report: it holds a JSON {kind}")
         try:
             return cls.from_dict(data)
-        except (TypeError, KeyError) as e:
+        except ReportError as e:  # name the file: the caller may have given several
+            raise ReportError(f"{path!r}: {e}") from None
+        except (TypeError, KeyError, ValueError, AttributeError) as e:
             raise ReportError(f"report {path!r} is malformed: {e}") from e
 
     # ------------------------------------------------------------ writing
