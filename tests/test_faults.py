@@ -461,3 +461,16 @@ def test_one_line_finds_what_went_wrong_in_tensorflow_and_keras_errors(keras):
     assert "\n" not in line and "[Op:" not in line and "Detected at node" not in line
     assert one_line(ValueError("first\nsecond")) == "ValueError: first"
     assert one_line(KeyboardInterrupt()) == "KeyboardInterrupt"
+
+
+def test_verbs_name_a_damaged_file_as_recipes_do_and_fail_with_1(tmp_path):
+    paths = _records(tmp_path / "rec")
+    _damage_data(paths[1])
+    out = subprocess.run(
+        [sys.executable, "-m", "toolkit", "doctor", "--recipe", "mlp", "--batch_size=4",
+         f"--dataset=tfrecord:{tmp_path}/rec/*.tfrecord", "--diagnose_steps=10"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert f"cannot read {paths[1]} (corrupted record at" in _last(out)
+    assert "Traceback" not in out.stderr

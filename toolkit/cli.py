@@ -422,6 +422,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return args.func(args)
-    except (ReportError, ValueError, FileNotFoundError, flags.Error) as e:  # DeviceError too
+    except (ReportError, ValueError, FileNotFoundError, flags.Error) as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return 1 if _run_failed(e) else 2  # a run that could not start or read its data: 1
+
+
+def _run_failed(error: BaseException) -> bool:
+    """Whether `error` says a run failed (a device not here, data that cannot be read) rather
+    than that the command line was wrong. Looked up, not imported: ``show`` and ``compare``
+    must not start TensorFlow."""
+    kinds = [
+        getattr(sys.modules.get(module), name, None)
+        for module, name in (("toolkit.train", "SetupError"), ("toolkit.devices", "DeviceError"))
+    ]
+    return any(kind is not None and isinstance(error, kind) for kind in kinds)
