@@ -118,7 +118,12 @@ def test_smoke_shrinks_the_run():
     config = TrainConfig(epochs=50, warmup_steps=5, profile_steps=(3, 9), smoke=True)
     smoke = config.effective()
     assert (smoke.epochs, smoke.steps_per_epoch, smoke.warmup_steps) == (1, SMOKE_STEPS, 1)
-    assert smoke.profile_steps is None
+    # A trace window is kept where it fits the smoke run (clipped, with a warning), dropped
+    # with a warning where it cannot.
+    assert smoke.profile_steps == (3, SMOKE_STEPS)
+    late = TrainConfig(profile_steps=(SMOKE_STEPS, 30), smoke=True).effective()
+    assert late.profile_steps is None
+    assert TrainConfig(profile_steps=(2, 4), smoke=True).effective().profile_steps == (2, 4)
     assert TrainConfig(epochs=50).effective().epochs == 50
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from absl import logging
+
 from toolkit import backend, distribute
 from toolkit.devices import parse_device_spec
 from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS
@@ -150,10 +152,33 @@ class TrainConfig:
         if not self.smoke:
             return self
         steps = min(self.steps_per_epoch or SMOKE_STEPS, SMOKE_STEPS)
+        steps = -(-steps // self.fused_steps) * self.fused_steps  # whole calls
+        window = self.profile_steps
+        if window is not None:  # kept where it fits the smoke run, never dropped silently
+            start, stop = window
+            if start >= steps:
+                logging.warning(
+                    "--smoke: --profile_steps=%d,%d starts after the smoke run's %d steps: "
+                    "no trace (run without --smoke, or trace earlier steps)",
+                    start,
+                    stop,
+                    steps,
+                )
+                window = None
+            elif stop > steps:
+                logging.warning(
+                    "--smoke: --profile_steps=%d,%d traced as %d,%d (a smoke run has %d steps)",
+                    start,
+                    stop,
+                    start,
+                    steps,
+                    steps,
+                )
+                window = (start, steps)
         return dataclasses.replace(
             self,
             epochs=1,
-            steps_per_epoch=-(-steps // self.fused_steps) * self.fused_steps,  # whole calls
+            steps_per_epoch=steps,
             warmup_steps=min(self.warmup_steps, 1),
-            profile_steps=None,
+            profile_steps=window,
         )
