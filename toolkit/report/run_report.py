@@ -458,7 +458,8 @@ def _trace_line(trace: Mapping[str, Any]) -> str:
         return f"trace: requested steps {trace.get('requested_steps')} were not reached"
     return (
         f"trace: steps {steps[0]}–{steps[1]} in {where} ({len(files)} file(s)); "
-        f"view with `tensorboard --logdir {where}` (Profile tab) or XProf"
+        f"view with `tensorboard --logdir {where}` (Profile tab; the base install has no "
+        "TensorBoard: `pip install 'keras-perf-toolkit[profile]'` brings it and XProf)"
     )
 
 
