@@ -5,6 +5,8 @@ backend)."""
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from toolkit import MemoryWatch, StepTimer, TraceWindow, backend
@@ -63,3 +65,31 @@ def test_every_callback_survives_a_real_fit(
     history = model.fit(make_dataset(10), epochs=2, callbacks=callbacks, verbose=0)
     assert len(history.history["loss"]) == 2
     assert done()
+
+
+def test_step_timer_figures_reach_history_csv_logger_and_early_stopping(
+    tmp_path, keras, make_model, make_dataset
+):
+    """StepTimer's epoch figures land in Keras's epoch logs, for every callback after it; the
+    report's metrics stay the model's."""
+    timer = StepTimer(batch_size=8, warmup_steps=1)
+    csv = tmp_path / "log.csv"
+    stop = keras.callbacks.EarlyStopping(monitor="step_ms_p50", patience=100, mode="min")
+    model = make_model()
+    history = model.fit(
+        make_dataset(10), epochs=3, verbose=0,
+        callbacks=[timer, keras.callbacks.CSVLogger(str(csv)), stop],
+    )  # fmt: skip
+    p50s = history.history["step_ms_p50"]
+    assert len(p50s) == 3 and all(v > 0 for v in p50s)
+    assert len(history.history["examples_per_sec"]) == 3
+    # The first epoch's median is its timed steps' (8 of 10: the first and 1 warm-up left out).
+    first = [d / n * 1e3 for d, n, epoch, kind in timer.calls if epoch == 0 and kind == "timed"]
+    assert len(first) == 8 and p50s[0] == pytest.approx(statistics.median(first))
+    header = csv.read_text().splitlines()[0].split(",")
+    assert "step_ms_p50" in header and "examples_per_sec" in header
+    assert stop.best == pytest.approx(min(p50s))  # EarlyStopping monitored it
+    assert "step_ms_p50" not in timer.last_logs  # the model's metrics only, for the report
+    plain = StepTimer(batch_size=8, add_to_logs=False)
+    history = make_model().fit(make_dataset(4), epochs=1, verbose=0, callbacks=[plain])
+    assert "step_ms_p50" not in history.history

@@ -30,6 +30,11 @@ Where a step ends, per backend (``StepTimer.boundary``, per epoch):
   timed at batch ends instead, each step ending at the later of its end stamp (the earliest
   stamp of it or any later step) and the next begin. Either way the epoch's steps tile it.
 
+At each epoch's end StepTimer adds that epoch's ``step_ms_p50`` (median ms per timed step) and
+``examples_per_sec`` to Keras's epoch ``logs`` (:data:`LOG_KEYS`), so History, CSVLogger,
+EarlyStopping(monitor=...) and any logger after it see them; the report's metrics stay the
+model's. ``add_to_logs=False`` leaves the logs alone.
+
 With ``steps_per_execution = n`` Keras calls batch hooks once per execution, with the index of
 its first step; the number of steps in an execution comes from consecutive indices (and, for the
 last execution of an epoch, from ``params["steps"]``), so every figure is per step.
@@ -41,7 +46,7 @@ import contextlib
 import itertools
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from toolkit import compat
@@ -58,8 +63,12 @@ from toolkit.profiling.stats import (
 )
 
 __all__ = [
+    "LOG_KEYS",
     "StepTimer",
 ]
+
+# What StepTimer adds to Keras's epoch logs (History, CSVLogger, EarlyStopping read them).
+LOG_KEYS = ("step_ms_p50", "examples_per_sec")
 
 
 class StepTimer(compat.keras().callbacks.Callback):
@@ -80,6 +89,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         log_steps: print step time and examples/sec every this many steps (after the first
             execution; like Model Garden's ``--log_steps``). Defaults to `None` (silent).
         log_fn: where those lines go. Defaults to `print`.
+        add_to_logs: add each epoch's ``step_ms_p50`` and ``examples_per_sec`` to Keras's
+            epoch logs (:data:`LOG_KEYS`) for the callbacks after this one. Defaults to `True`.
 
     Example:
 
@@ -108,8 +119,10 @@ class StepTimer(compat.keras().callbacks.Callback):
         clock: Callable[[], float] = time.perf_counter,
         log_steps: int | None = None,
         log_fn: Callable[[str], Any] = print,
+        add_to_logs: bool = True,
     ) -> None:
         super().__init__()
+        self.add_to_logs = add_to_logs
         if log_steps is not None and log_steps < 1:
             raise ValueError(f"log_steps must be >= 1, got {log_steps}")
         if warmup_steps < 0:
@@ -341,8 +354,10 @@ class StepTimer(compat.keras().callbacks.Callback):
         if self._async:
             self._retime_at_ends()
         calls = self.calls[self._epoch_calls_start :]
-        metrics = _floats(logs)
+        metrics = _floats(logs)  # the model's: read before ours are added
         self.last_logs = metrics
+        if self.add_to_logs and isinstance(logs, MutableMapping):
+            logs.update(self._epoch_figures(calls))
         self.epochs.append(
             {
                 "epoch": epoch,
@@ -353,13 +368,25 @@ class StepTimer(compat.keras().callbacks.Callback):
             }
         )
 
+    def _epoch_figures(self, calls: list[tuple[float, int, int, str]]) -> dict[str, float]:
+        """The epoch's median ms per timed step and examples/s (empty before any timed step)."""
+        timed = [(d, n) for d, n, _, kind in calls if kind == TIMED and n]
+        if not timed:
+            return {}
+        figures = {"step_ms_p50": statistics.median(d / n for d, n in timed) * 1e3}
+        seconds = sum(d for d, _ in timed)
+        if self.batch_size and seconds > 0:
+            figures["examples_per_sec"] = self.batch_size * sum(n for _, n in timed) / seconds
+        return figures
+
     def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
         now = self._clock()
         self._close_last_in_epoch(now)
         self.train_end_time = now
         self._running = False
         if logs:
-            self.last_logs = {**self.last_logs, **_floats(logs)}
+            model = {k: v for k, v in _floats(logs).items() if k not in LOG_KEYS}
+            self.last_logs = {**self.last_logs, **model}
 
     # ------------------------------------------------------------------ custom loops
 
