@@ -365,7 +365,7 @@ def test_cli_devices_preflight_placement():
     assert out.returncode == 0 and "[warning] precision" in out.stdout
     out = _cli("preflight", "--device", "metal")
     last = out.stderr.strip().splitlines()[-1]
-    assert out.returncode == 1 and last.startswith("error: unknown device 'metal'")  # as recipes
+    assert out.returncode == 2 and last.startswith("error: unknown device 'metal'")
     out = _cli("placement", "--recipe", "mlp", "--device", "cpu")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "placement of one mlp training step" in out.stdout and "CPU:0:" in out.stdout

@@ -428,11 +428,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_failed(error: BaseException) -> bool:
-    """Whether `error` says a run failed (a device not here, data that cannot be read) rather
-    than that the command line was wrong. Looked up, not imported: ``show`` and ``compare``
-    must not start TensorFlow."""
-    kinds = [
-        getattr(sys.modules.get(module), name, None)
-        for module, name in (("toolkit.train", "SetupError"), ("toolkit.devices", "DeviceError"))
-    ]
-    return any(kind is not None and isinstance(error, kind) for kind in kinds)
+    """Whether `error` says a run failed to start or to read its data (``doctor``, ``tune``,
+    ``placement`` through the runner, as a recipe would) rather than that the command line was
+    wrong. Looked up, not imported: ``show`` and ``compare`` must not start TensorFlow."""
+    setup_error = getattr(sys.modules.get("toolkit.train"), "SetupError", None)
+    return setup_error is not None and isinstance(error, setup_error)
