@@ -200,15 +200,17 @@ def test_a_full_disk_keeps_the_summary_and_says_what_was_lost(small_disk, size, 
         assert "no plot: OSError" in (run_dir / "report.md").read_text()
 
 
-def _images(root, counts):
+def _images(root, counts, kind="png"):
+    """`counts[name]` real 8×8 RGB images per class folder, PNG or JPEG."""
     import tensorflow as tf
 
+    encode = {"png": tf.io.encode_png, "jpg": tf.io.encode_jpeg}[kind]
     rng = np.random.default_rng(0)
     for name, n in counts.items():
         (root / name).mkdir(parents=True)
         for i in range(n):
             pixels = tf.constant(rng.integers(0, 255, size=(8, 8, 3)), tf.uint8)
-            tf.io.write_file(str(root / name / f"{i}.png"), tf.io.encode_png(pixels))
+            tf.io.write_file(str(root / name / f"{i}.{kind}"), encode(pixels))
 
 
 @pytest.mark.parametrize(
@@ -363,14 +365,7 @@ def test_tfrecords_report_their_record_count_to_the_batch_size_check(tmp_path):
 
 
 def test_a_jpeg_damaged_past_its_header_is_named(tmp_path):
-    import tensorflow as tf
-
-    rng = np.random.default_rng(0)
-    for c in ("a", "b"):
-        (tmp_path / "img" / c).mkdir(parents=True)
-        for i in range(6):
-            pixels = tf.constant(rng.integers(0, 255, size=(12, 12, 3)), tf.uint8)
-            tf.io.write_file(str(tmp_path / "img" / c / f"{i}.jpg"), tf.io.encode_jpeg(pixels))
+    _images(tmp_path / "img", {"a": 6, "b": 6}, kind="jpg")
     bad = tmp_path / "img" / "b" / "3.jpg"
     bad.write_bytes(bad.read_bytes()[:40])  # a real JPEG header, then nothing
     out = _run(

@@ -64,16 +64,15 @@ def _wants_traceback() -> bool:
     return f.is_parsed() and "verbosity" in f and (f["verbosity"].value or 0) >= 1
 
 
-def _partial_summary(error: BaseException) -> str:
-    """The partial summary of a run that stopped on `error` (printed before the error line,
-    so that what was measured is not lost), and where its report is."""
+def _partial_summary(error: BaseException) -> str | None:
+    """Prints the partial summary of a run that stopped on `error` (before the error line, so
+    that what was measured is not lost) and returns where its report is, if it was written."""
     for e in (error, error.__cause__):
         report = getattr(e, "toolkit_report", None)
         if report is not None:
             print(report.summary())
-            run_dir = getattr(e, "toolkit_run_dir", None)
-            return f" (the partial report is in {run_dir})" if run_dir else ""
-    return ""
+            return getattr(e, "toolkit_run_dir", None)
+    return None
 
 
 def interrupted(error: KeyboardInterrupt) -> NoReturn:
@@ -81,10 +80,7 @@ def interrupted(error: KeyboardInterrupt) -> NoReturn:
     the partial report is, and 130 (SIGINT) or 143 (SIGTERM) as the shell would."""
     from toolkit.profiling.session import TrainingInterrupted
 
-    report = getattr(error, "toolkit_report", None)
-    if report is not None:
-        print(report.summary())
-    run_dir = getattr(error, "toolkit_run_dir", None)
+    run_dir = _partial_summary(error)
     sigterm = isinstance(error, TrainingInterrupted)
     where = f"the partial report is in {run_dir}" if run_dir else "no report was written"
     print(f"interrupted by {'SIGTERM' if sigterm else 'SIGINT'}: {where}", file=sys.stderr)
@@ -163,7 +159,8 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
         _partial_summary(e)  # its message already says where the partial report is
         fail(e)
     except Exception as e:  # noqa: BLE001 - training stopped: what was measured, then one line
-        where = _partial_summary(e)
+        run_dir = _partial_summary(e)
+        where = f" (the partial report is in {run_dir})" if run_dir else ""
         fail(
             RuntimeError(
                 f"training stopped on {one_line(e)}{where}; --verbosity=1 shows the traceback"

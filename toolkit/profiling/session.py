@@ -223,10 +223,10 @@ class _LossGuard(compat.keras().callbacks.Callback):
         self.found: str | None = None
         self._lock = threading.Lock()
         self._epoch = 0
-        self._first: tuple[int, int, float] | None = None  # (epoch, step, value)
+        self._first: tuple[int, int] | None = None  # (epoch, step) of the first bad loss
 
     def on_train_begin(self, logs: Any = None) -> None:
-        self.found, self._first = None, None
+        self.found, self._first, self._pending = None, None, None
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self._epoch = epoch
@@ -246,8 +246,8 @@ class _LossGuard(compat.keras().callbacks.Callback):
         if value is None or math.isfinite(value):
             return
         with self._lock:  # async hooks may run out of order: keep the earliest
-            if self._first is None or (self._epoch, batch) < self._first[:2]:
-                self._first = (self._epoch, batch, value)
+            if self._first is None or (self._epoch, batch) < self._first:
+                self._first = (self._epoch, batch)
                 self._describe("loss", value, f"at step {batch + 1} of epoch {self._epoch + 1}")
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
