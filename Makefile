@@ -1,6 +1,7 @@
 # Two commands for a new user: `make demo` and `make test`. Both create .venv when it is missing,
 # install the project into it (editable) once, and skip that on later runs: the install is redone
-# only when setup.py or pyproject.toml change.
+# only when setup.py, pyproject.toml or this file change. The [profile] extra (TensorBoard, XProf)
+# reads traces back into the report.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -63,9 +64,9 @@ install: $(STAMP)
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): setup.py pyproject.toml | $(PY)
+$(STAMP): setup.py pyproject.toml Makefile | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,report]'
+	$(PY) -m pip install --quiet -e '.[test,report,profile]'
 	touch $@
 
 clean:

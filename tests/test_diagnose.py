@@ -107,6 +107,27 @@ def test_real_runs_made_input_or_compute_bound(keras, slow_input, width, verdict
     if verdict == dg.INPUT_BOUND:
         assert any("parallel_generator" in a or "num_parallel_calls" in a for a in diagnosis.advice)
     assert json.loads(json.dumps(diagnosis.to_dict()))["verdict"] == verdict
+    # XProf's own reading of a trace of the fit (the [profile] extra), beside the rates'.
+    xprof = diagnosis.xprof
+    assert xprof is not None and xprof["verdict"] is not None, xprof
+    if verdict == dg.INPUT_BOUND:  # 64 ms of Python per batch against a tiny step
+        assert xprof["verdict"] == "highly input-bound" and xprof["input_percent"] > 50
+    assert xprof["agrees"] is True, xprof
+    assert "XProf: " in str(diagnosis) and "agrees with the rates" in str(diagnosis)
+
+
+def test_second_opinion_says_when_xprof_and_the_rates_disagree():
+    said = dg.second_opinion(
+        dg.COMPUTE_BOUND, {"verdict": "highly input-bound", "input_percent": 41.0}
+    )
+    assert said["agrees"] is False
+    assert "disagrees with the rates (compute-bound)" in said["line"] and "41.0%" in said["line"]
+    said = dg.second_opinion(dg.INPUT_BOUND, {"verdict": "not input-bound", "input_percent": 1.0})
+    assert said["agrees"] is False and "prefetching" in said["line"]
+    said = dg.second_opinion(dg.BALANCED, {"verdict": "moderately input-bound", "input_percent": 9})
+    assert said["agrees"] is True
+    said = dg.second_opinion(dg.INPUT_BOUND, {"error": "XProf found no step marker"})
+    assert said["agrees"] is None and said["line"] == "no verdict (XProf found no step marker)"
 
 
 def _python(*args, timeout=300):

@@ -3,6 +3,8 @@
 Verbs:
     compare A B          deltas of report B against baseline A, with a noise-aware verdict
     show REPORT          a report's summary (``--markdown`` for the full Markdown)
+    trace RUN_DIR        a run's profiler trace read back (step breakdown, XProf's input
+                         verdict, top ops); also any directory of TF/JAX/PyTorch traces
     devices              the devices TensorFlow sees, and a starting precision for each
     preflight            known traps for a device/precision/XLA choice, each with its fix
     placement --recipe R where each op of one training step of recipe R ran
@@ -49,6 +51,29 @@ def _show(args: argparse.Namespace) -> int:
     report = RunReport.load(args.report)
     print(report.to_markdown() if args.markdown else report.summary())
     return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from toolkit.report.trace import find_trace_files, read_trace, trace_lines
+
+    path = os.path.abspath(args.run)
+    if os.path.isfile(path) or os.path.isfile(os.path.join(path, "report.json")):
+        analysis = RunReport.load(path).read_trace()
+        where = f"the trace of {path}"
+    elif os.path.isdir(path):
+        files = find_trace_files(path)
+        analysis = read_trace(files) if files else None
+        where = f"{len(files)} trace file(s) under {path}"
+    else:
+        raise ReportError(f"{args.run!r}: no such run directory or report")
+    if analysis is None:
+        raise ReportError(
+            f"{path}: no profiler trace in it (*.xplane.pb, *.pt.trace.json): run the recipe "
+            "with --profile_steps=START,STOP to capture one"
+        )
+    print(f"{where}:")
+    print("\n".join(trace_lines(analysis, ops=args.ops)))
+    return 0 if analysis.get("steps") or any(analysis.get("top_ops", {}).values()) else 1
 
 
 def _devices(args: argparse.Namespace) -> int:
@@ -325,6 +350,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("report", help="report.json or its run directory")
     p.add_argument("--markdown", action="store_true", help="the full Markdown report")
     p.set_defaults(func=_show)
+
+    p = verbs.add_parser("trace", help="a run's profiler trace read back (XProf's verdict, ops)")
+    p.add_argument("run", help="run directory (or report.json), or any directory of traces")
+    p.add_argument("--ops", type=int, default=10, help="top ops to list per side (10)")
+    p.set_defaults(func=_trace)
 
     p = verbs.add_parser("devices", help="list devices with a precision hint, per backend")
     _add_backend(p, "the backend to ask (default: every installed one)")

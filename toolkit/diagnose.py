@@ -22,12 +22,23 @@ fit slower than both of its parts (input and step not overlapping, or per-step o
 :func:`advise` draws concrete advice from what was measured and what the pipeline is made of
 (Python generators, sequential maps, no cache, no prefetch, per-example maps), the step time,
 the settings and the devices. No profiler is needed, so it works on Metal too.
+
+A second opinion, where XProf is installed (the ``[profile]`` extra): the real fit runs
+:data:`TRACE_STEPS` more steps under the profiler, with step markers, after its timed steps
+(traced steps are never timed), and XProf's own reading of that trace (the share of step time
+spent waiting for input, and its verdict) is stated beside the rates' verdict;
+:func:`second_opinion` says whether the two agree, and why they may not. The rates compare what
+the pipeline and the step *can* do apart; XProf sees what a few steps of the real fit waited
+for, which prefetching hides and which a host busy with both hides less.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Iterable
+import importlib.util
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from toolkit import backend
@@ -42,6 +53,7 @@ __all__ = [
     "advise",
     "classify",
     "diagnose",
+    "second_opinion",
 ]
 
 INPUT_BOUND = "input-bound"
@@ -49,6 +61,7 @@ COMPUTE_BOUND = "compute-bound"
 BALANCED = "balanced"
 MARGIN = 0.2
 SMALL_STEP_S = 0.005
+TRACE_STEPS = 5  # steps of the real fit traced for XProf's reading, after the timed ones
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +95,7 @@ class Diagnosis:
     batch_size: int | None = None
     steps: int = 0
     pipeline: str = ""
+    xprof: dict[str, Any] | None = None  # XProf's reading of a trace of the fit, if taken
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -97,6 +111,8 @@ class Diagnosis:
         ]
         if not self.overlap_ok:
             out.append("  fit is slower than both of its parts: input and step don't overlap")
+        if self.xprof:
+            out.append(f"  XProf: {self.xprof['line']}")
         out += [f"  advice: {a}" for a in self.advice]
         return out
 
@@ -123,6 +139,78 @@ def classify(
         verdict = BALANCED
     overlap_ok = fit_rate >= min(input_rate, compute_rate) * (1 - margin)
     return verdict, overlap_ok
+
+
+# XProf's verdicts that a rates verdict contradicts (balanced contradicts none).
+_CONTRADICTS = {
+    INPUT_BOUND: ("not input-bound",),
+    COMPUTE_BOUND: ("highly input-bound",),
+}
+
+
+def second_opinion(verdict: str, analysis: Mapping[str, Any] | None) -> dict[str, Any]:
+    """XProf's reading of a trace of the fit (``toolkit.report.trace.read_trace``) set beside
+    the rates' `verdict`: ``verdict``, ``input_percent``, ``agrees`` (None when XProf gave no
+    verdict) and ``line``, one sentence that says which, and why they may differ."""
+    analysis = analysis or {}
+    theirs, share = analysis.get("verdict"), analysis.get("input_percent")
+    out: dict[str, Any] = {"verdict": theirs, "input_percent": share, "agrees": None}
+    if theirs is None or share is None:
+        why = analysis.get("error") or "XProf gave no verdict on the trace"
+        out["line"] = f"no verdict ({why})"
+        return out
+    said = f"{theirs}, {share:.1f}% of the traced steps' time waiting for input"
+    if theirs == "potentially input-bound":  # XProf's word for much unattributed time
+        said += " (XProf's 'potentially': much of the step is Python or other host time)"
+    if theirs in _CONTRADICTS.get(verdict, ()):
+        out["agrees"] = False
+        if verdict == INPUT_BOUND:
+            why = (
+                "the pipeline alone is slower than the step, yet the fit barely waited: "
+                "prefetching or the cache filled the gap while traced, or the pipeline "
+                "measured alone competed with nothing"
+            )
+        else:
+            why = (
+                "the pipeline alone outruns the step, yet the fit waited for it: the two "
+                "compete for the host's cores when they run together"
+            )
+        out["line"] = f"{said}; disagrees with the rates ({verdict}): {why}"
+    else:
+        out["agrees"] = True
+        out["line"] = f"{said}; agrees with the rates ({verdict})"
+    return out
+
+
+@contextlib.contextmanager
+def _fit_trace(start_step: int, steps: int) -> Iterator[list[Any]]:
+    """Callbacks that trace `steps` steps of a fit from `start_step`, in a directory removed
+    afterwards; none where XProf, which reads the trace, is not installed."""
+    from toolkit.profiling.trace_window import TraceWindow
+
+    if importlib.util.find_spec("xprof") is None:
+        yield []
+        return
+    with tempfile.TemporaryDirectory(prefix="toolkit-diagnose-") as tmp:
+        yield [TraceWindow(tmp, start_step=start_step, stop_step=start_step + steps)]
+
+
+def _read_now(trace: dict[str, Any], steps_per_execution: int) -> None:
+    """Reads the trace its TraceWindow took into `trace` (``taken``, ``analysis``) before the
+    directory it is in goes away."""
+    from toolkit.report.trace import read_trace
+
+    callbacks = trace.pop("callbacks")
+    trace["taken"] = bool(callbacks)
+    if not callbacks:
+        return
+    window = callbacks[0]
+    if window.error:
+        trace["analysis"] = {"error": window.error}
+    elif window.traced_steps is None:
+        trace["analysis"] = {"error": "the fit ended before the traced steps"}
+    else:
+        trace["analysis"] = read_trace(window.trace_files(), steps_per_execution)
 
 
 def _input_advice(facts: Facts, input_rate: float, compute_rate: float) -> list[str]:
@@ -282,7 +370,14 @@ def _diagnose_task(
     compute = train.run(task, dataclasses.replace(base, use_synthetic_data=True)).report
     dataset = train.input_pipeline(task, base)
     pipeline = benchmark(dataset, num_batches=steps, verbose=False)
-    fit = train.run(task, dataclasses.replace(base, use_synthetic_data=False)).report
+    traced = -(-TRACE_STEPS // config.fused_steps) * config.fused_steps
+    real = dataclasses.replace(base, use_synthetic_data=False)
+    with _fit_trace(total, traced) as tracing:
+        if tracing:
+            real = dataclasses.replace(real, steps_per_epoch=total + traced)
+        fit = train.run(task, real, callbacks=tracing).report
+        trace = {"callbacks": tracing}
+        _read_now(trace, config.steps_per_execution)
     # Rates per training step (a fused batch holds fused_steps steps' examples).
     device = compute.context.device if compute.context is not None else None
     return _conclude(
@@ -305,6 +400,7 @@ def _diagnose_task(
         device_kind=device.kind if device is not None else "cpu",
         steps=steps,
         devices_found=devices_found,
+        trace=trace,
     )
 
 
@@ -323,7 +419,19 @@ def _diagnose_model(
         one_batch = dataset.take(1).cache().repeat()
         compute = train.measured_fit(model, one_batch, total, warmup, batch_size=batch_size)
         pipeline = benchmark(dataset.repeat(), num_batches=steps, verbose=False)
-        fit = train.measured_fit(model, dataset, total, warmup, batch_size=batch_size)
+        spe = max(1, train.steps_per_execution(model))
+        traced = -(-TRACE_STEPS // spe) * spe
+        with _fit_trace(-(-total // spe) * spe, traced) as tracing:
+            fit = train.measured_fit(
+                model,
+                dataset,
+                total + (traced if tracing else 0),
+                warmup,
+                batch_size=batch_size,
+                callbacks=tracing,
+            )
+            trace = {"callbacks": tracing}
+            _read_now(trace, spe)
     finally:
         train.restore(model, saved)
     policy = getattr(getattr(model, "dtype_policy", None), "name", None)
@@ -346,6 +454,7 @@ def _diagnose_model(
         device_kind=gpus[0].kind if gpus else "cpu",
         steps=steps,
         devices_found=found,
+        trace=trace,
     )
 
 
@@ -361,11 +470,14 @@ def _conclude(
     device_kind: str,
     steps: int,
     devices_found: Iterable[Any] | None,
+    trace: Mapping[str, Any] | None = None,
 ) -> Diagnosis:
     from toolkit import devices
 
     compute_rate, fit_rate = _rate(compute), _rate(fit)
     verdict, overlap_ok = classify(input_rate, compute_rate, fit_rate)
+    analysis = (trace or {}).get("analysis")
+    xprof = second_opinion(verdict, analysis) if trace and trace.get("taken") else None
     found = list(devices_found) if devices_found is not None else devices.detect()
     chosen = next((d for d in found if d.kind == device_kind), None)
     recommended = devices.recommend_precision(chosen)[0] if chosen is not None else None
@@ -390,4 +502,5 @@ def _conclude(
         batch_size=batch_size,
         steps=steps,
         pipeline=described,
+        xprof=xprof,
     )

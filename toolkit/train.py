@@ -371,11 +371,12 @@ def measured_fit(
     *,
     batch_size: int | None = None,
     name: str = "measured-fit",
+    callbacks: Sequence[Any] = (),
 ) -> RunReport:
     """A short, quiet, measured ``fit`` of an already compiled `model` on batched `data`
     (repeated as often as `steps` needs): the report's step statistics leave out the first
     execution and `warmup_steps` more. Nothing is written. The model trains: callers that must
-    not change it restore its weights afterwards.
+    not change it restore its weights afterwards. `callbacks` run after the profiling ones.
     """
     steps_per_call = max(1, steps_per_execution(model))
     calls = -(-steps // steps_per_call)
@@ -386,7 +387,7 @@ def measured_fit(
             data.repeat(),
             epochs=1,
             steps_per_epoch=calls * steps_per_call,
-            callbacks=prof.callbacks,
+            callbacks=[*prof.callbacks, *callbacks],
             verbose=0,
         )
     return prof.report

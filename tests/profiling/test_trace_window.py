@@ -1,12 +1,15 @@
-"""TraceWindow in real fit runs: a trace lands on disk; a failing profiler never stops training."""
+"""TraceWindow in real fit runs: a trace lands on disk with a step marker per traced step (read
+back with XProf's own converter, or PyTorch's Chrome trace JSON); a failing profiler never stops
+training."""
 
 from __future__ import annotations
 
 import pytest
 
-from toolkit import backend
+from toolkit import backend, compat
 from toolkit.profiling.step_timer import StepTimer
 from toolkit.profiling.trace_window import TraceWindow
+from toolkit.report.trace import read_trace, trace_lines
 
 pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 
@@ -36,6 +39,70 @@ def test_trace_window_writes_a_trace_and_timer_excludes_traced_steps(
     assert result["traced_steps"] == [4, 7] and result["error"] is None
 
 
+def test_every_traced_step_is_marked_and_read_back(tmp_path, make_model, make_dataset):
+    """XProf's overview page (TF, JAX) sees one step row per traced step, with its time split
+    into input, compute and the rest, and an input-bound verdict; PyTorch's trace holds one
+    ProfilerStep range per traced step. Under tf_keras, fit marks its steps itself."""
+    trace = TraceWindow(tmp_path / "trace", start_step=3, stop_step=7)
+    make_model().fit(make_dataset(10), epochs=1, verbose=0, callbacks=[StepTimer(), trace])
+    assert trace.error is None and trace.traced_steps == (3, 7)
+    legacy = compat.keras_flavor() == "tf_keras"
+    assert trace.marked_steps == (0 if legacy else 4)
+    analysis = read_trace(trace.trace_files())
+    steps = analysis["steps"]
+    # tf_keras opens its marker before the batch-begin hook that starts the profiler, so the
+    # first traced step has none there.
+    assert len(steps) == (3 if legacy else 4), analysis
+    assert all(s["step_ms"] > 0 for s in steps)
+    assert analysis["step_ms"]["min"] <= analysis["step_ms"]["mean"] <= analysis["step_ms"]["max"]
+    lines = "\n".join(trace_lines(analysis))
+    assert f"trace steps: {len(steps)} marked" in lines
+    host_ops = analysis["top_ops"]["host"]
+    if backend.name() == "jax":  # XLA's CPU ops are not traced one by one; on a GPU they are
+        assert "XProf lists no op" in analysis["error"]
+    else:
+        assert host_ops and all(o["self_ms"] >= 0 and 0 <= o["share"] <= 1 for o in host_ops)
+    if backend.name() == "torch":
+        assert analysis["reader"] == "chrome trace json"
+        assert analysis["verdict"] is None and "no input-pipeline analysis" in analysis["error"]
+        assert [s["step"] for s in steps] == ["3", "4", "5", "6"]
+    else:
+        assert analysis["reader"].startswith("xprof ")
+        assert analysis["verdict"] in (
+            "highly input-bound",
+            "moderately input-bound",
+            "potentially input-bound",
+            "not input-bound",
+        )
+        assert 0 <= analysis["input_percent"] <= 100
+        parts = sum(v for v in analysis["breakdown_ms"].values())
+        assert parts == pytest.approx(analysis["step_ms"]["mean"], rel=0.05)
+        assert "XProf: " in lines and "waiting for input" in lines
+
+
+def test_a_trace_without_markers_still_gives_its_ops(tmp_path, make_model, make_dataset):
+    """A trace written by a profiler the toolkit did not wrap (no step marker): the ops are
+    read, and the missing step time is said, not made up."""
+    if backend.name() != "tensorflow":
+        pytest.skip("TensorFlow's profiler: JAX's CPU trace has no ops, PyTorch's is JSON")
+    profiler = backend.get()
+    model, data = make_model(), make_dataset(6)
+    model.fit(data, epochs=1, verbose=0)
+    profiler.start_trace(str(tmp_path / "plain"), 2, 0, 1)
+    try:
+        model.fit(data, epochs=1, verbose=0)
+    finally:
+        profiler.stop_trace()
+    trace = TraceWindow(tmp_path / "plain", start_step=0, stop_step=1)
+    analysis = read_trace(trace.trace_files())
+    if compat.keras_flavor() == "tf_keras":
+        assert analysis["steps"]  # tf_keras's fit marks its steps itself
+    else:
+        assert analysis["steps"] == [] and analysis["verdict"] is None
+        assert "no step marker" in analysis["error"]
+    assert analysis["top_ops"]["host"]
+
+
 def test_window_spanning_epochs_and_stopping_at_train_end(tmp_path, make_model, make_dataset):
     trace = TraceWindow(tmp_path / "t", start_step=3, stop_step=100)
     make_model().fit(make_dataset(4), epochs=2, verbose=0, callbacks=[trace])
@@ -55,10 +122,59 @@ def test_profiler_failure_is_logged_and_training_goes_on(tmp_path, make_model, m
     assert len(history.history["loss"]) == 1
     assert trace.error and "failed to start" in trace.error
     assert trace.traced_steps is None
-    assert timer.summary().excluded_steps == 0  # a trace that never ran excludes nothing
+    # Our trace never ran, but someone else's profiler ran through the whole fit: every step
+    # after the first was traced, so none is timed.
+    assert timer.summary().excluded_steps == 4 and timer.summary().timed_steps == 0
     assert timer.summary().total_steps == 5
 
 
 def test_bad_window():
     with pytest.raises(ValueError, match="start_step < stop_step"):
         TraceWindow("x", start_step=5, stop_step=5)
+
+
+class _UsersOwnProfiler:
+    """A user's callback that runs the backend's profiler over steps [start, stop) without
+    telling the toolkit (a ``tf.profiler`` / ``jax.profiler`` / ``torch.profiler`` session)."""
+
+    def __new__(cls, keras, logdir, start, stop):
+        class Profiler(keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch, logs=None):
+                if batch == start:
+                    backend.get().start_trace(str(logdir), 2, 0, 1)
+                elif batch == stop:
+                    backend.get().stop_trace()
+
+        return Profiler()
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["before-timer", "after-timer"])
+def test_steps_under_a_profiler_the_toolkit_did_not_start_are_left_out(
+    tmp_path, keras, make_model, make_dataset, first
+):
+    timer = StepTimer(warmup_steps=1)
+    users = _UsersOwnProfiler(keras, tmp_path / "users", 4, 8)
+    callbacks = [users, timer] if first else [timer, users]
+    make_model().fit(make_dataset(14), epochs=1, verbose=0, callbacks=callbacks)
+    s = timer.summary()
+    # Steps 4-7 ran under it; the step whose interval held the start (3, when the user's
+    # callback runs after the timer's begin) or the stop (step 7's, or 8's) is out too.
+    low = 4
+    high = 6 if timer.boundary == "end" else 5
+    assert low <= s.excluded_steps <= high, s
+    assert s.timed_steps == 14 - 1 - 1 - s.excluded_steps
+    kinds = [kind for *_, kind in timer.calls]
+    assert all(k == "excluded" for k in kinds[4:8]), kinds
+
+
+def test_keras_tensorboard_profiler_steps_are_left_out(tmp_path, keras, make_model, make_dataset):
+    if backend.name() == "torch":
+        pytest.skip("Keras's TensorBoard callback has no profiler on PyTorch")
+    timer = StepTimer(warmup_steps=1)
+    board = keras.callbacks.TensorBoard(str(tmp_path / "tb"), profile_batch=(4, 7))
+    make_model().fit(make_dataset(14), epochs=1, verbose=0, callbacks=[timer, board])
+    if not list((tmp_path / "tb").rglob("*.xplane.pb")):  # Keras 3.15 on JAX: Python >= 3.12
+        pytest.skip("Keras's TensorBoard callback did not profile on this backend and Python")
+    s = timer.summary()
+    assert 3 <= s.excluded_steps <= 6, (s, [k for *_, k in timer.calls])
+    assert s.timed_steps == 14 - 1 - 1 - s.excluded_steps

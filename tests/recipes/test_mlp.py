@@ -48,7 +48,7 @@ def test_performance_flags_trace_and_memory(tmp_path):
         ]
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    _run_dir, data = _report(tmp_path)
+    run_dir, data = _report(tmp_path)
     steps = data["steps"]
     assert steps["steps_per_execution"] == 4
     assert steps["first_step_steps"] + steps["warmup_steps"] + steps["excluded_steps"] + steps[
@@ -58,6 +58,22 @@ def test_performance_flags_trace_and_memory(tmp_path):
     assert data["trace"]["traced_steps"] == [4, 12]
     assert len(data["memory"]["readings"]) == 4
     assert "trace: steps 4–12" in out.stdout
+    # Read back with XProf: one marker per execution of 4 steps, but XProf's overview finds no
+    # step in a steps_per_execution > 1 trace: the report says so and lists the ops.
+    analysis = data["trace"]["analysis"]
+    assert data["trace"]["marked_steps"] == 2
+    assert analysis["steps"] == [] and "steps_per_execution=4" in analysis["error"]
+    assert analysis["top_ops"]["host"] and "top host ops" in out.stdout
+    assert "Top host ops by self time" in (run_dir / "report.md").read_text()
+    again = subprocess.run(
+        [sys.executable, "-m", "toolkit", "trace", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "top host ops" in again.stdout
+    assert again.stderr == ""  # XProf's C++ log lines kept off the terminal
 
 
 @pytest.mark.parametrize(

@@ -30,8 +30,10 @@ SEAM = (
     "fuse_train_steps",
     "intra_op_threads",
     "measure_matmul_peak",
+    "profiler_probe",
     "quiet_retracing",
     "start_trace",
+    "step_marker",
     "stop_trace",
     "trace_files",
 )

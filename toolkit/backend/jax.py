@@ -5,6 +5,7 @@
   ends, where Keras has read the step's logs (``toolkit.profiling.step_timer``). StepTimer adds
   no sync of its own;
 * traces: ``jax.profiler`` writes XSpace files (``*.xplane.pb``) that TensorBoard and XProf read;
+  each traced step is a ``jax.profiler.StepTraceAnnotation``, XProf's step marker;
 * FLOPs: XLA's cost analysis of the jitted forward pass and of its gradient, lowered for the
   host CPU whatever device trains: on a GPU the compiled module hands convolutions and matmuls
   to cuDNN and cuBLAS as custom calls, which its cost analysis does not count (ResNet-50 on an
@@ -87,6 +88,26 @@ def stop_trace() -> None:
 def trace_files(names: list[str]) -> list[str]:
     """Which of `names` are this profiler's traces: XSpace files."""
     return [n for n in names if n.endswith(".xplane.pb")]
+
+
+def step_marker(step: int) -> Any:
+    """A context manager around one training step that XProf reads as a step marker."""
+    import jax
+
+    return jax.profiler.StepTraceAnnotation("train", step_num=step)
+
+
+def profiler_probe() -> Any:
+    """A function, cheap enough to call at every step, that says whether ``jax.profiler`` is
+    tracing in this process (the toolkit's trace, Keras's TensorBoard profiler or a user's)."""
+    try:
+        from jax._src import profiler  # no public "is running"
+
+        state = profiler._profile_state
+        state.profile_session  # noqa: B018 - the attribute the probe reads must exist
+    except (ImportError, AttributeError):
+        return lambda: False
+    return lambda: state.profile_session is not None
 
 
 # ---------------------------------------------------------------------------- memory

@@ -4,7 +4,9 @@
   devices, for the report's environment.
 * :func:`check_config`: every setting runs here.
 * :func:`start_trace` / :func:`stop_trace` / :func:`trace_files`: the TF profiler
-  (``tf.profiler.experimental``) for TraceWindow.
+  (``tf.profiler.experimental``) for TraceWindow; :func:`step_marker`: the step marker XProf
+  needs for step time (``tf.profiler.experimental.Trace(..., step_num=, _r=1)``);
+  :func:`profiler_probe`: whether any TF profiler session is running, the user's included.
 * :func:`device_memory`: current and peak memory of each visible GPU, for MemoryWatch.
 * :func:`count_flops`: FLOPs of a forward pass and a training step, from TF's graph profiler.
 * :func:`measure_matmul_peak`: FLOP/s of chained large matmuls on one device.
@@ -95,6 +97,31 @@ def stop_trace() -> None:
 def trace_files(names: list[str]) -> list[str]:
     """Which of `names` are this profiler's traces: XSpace files (TensorBoard, XProf)."""
     return [n for n in names if n.endswith(".xplane.pb")]
+
+
+def step_marker(step: int) -> Any:
+    """A context manager around one training step that XProf reads as a step marker (its
+    overview and input-pipeline pages measure nothing without one; tf_keras's ``fit`` makes
+    them itself, Keras 3's does not)."""
+    import tensorflow as tf
+
+    return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
+
+
+def profiler_probe() -> Any:
+    """A function, cheap enough to call at every step, that says whether a TF profiler session
+    is running in this process: the toolkit's own, Keras's ``TensorBoard(profile_batch=...)``
+    or a user's ``tf.profiler.experimental.start``. (A capture through a profiler server,
+    ``tf.profiler.experimental.server``, leaves no trace in Python and is not seen.)"""
+    from tensorflow.python.profiler import profiler_v2  # no public "is running"
+
+    if not hasattr(profiler_v2, "_profiler"):
+        return _never
+    return lambda: profiler_v2._profiler is not None
+
+
+def _never() -> bool:
+    return False
 
 
 # ---------------------------------------------------------------------------- memory

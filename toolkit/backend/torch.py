@@ -5,7 +5,8 @@
   ends, where Keras has read the step's logs (``toolkit.profiling.step_timer``). StepTimer adds
   no sync of its own;
 * traces: ``torch.profiler`` writes Chrome trace JSON (``*.pt.trace.json``) that TensorBoard's
-  PyTorch plugin, Perfetto and ``chrome://tracing`` read;
+  PyTorch plugin, Perfetto and ``chrome://tracing`` read; each traced step is a
+  ``ProfilerStep#N`` range, the step marker those tools know;
 * FLOPs: ``torch.utils.flop_counter.FlopCounterMode`` over one forward and one forward +
   backward pass: it counts matmuls and convolutions (what dominates), not element-wise ops;
 * the matmul peak: chained matmuls issued back to back, waited on once per run.
@@ -118,6 +119,22 @@ def stop_trace() -> None:
 def trace_files(names: list[str]) -> list[str]:
     """Which of `names` are this profiler's traces: Chrome trace JSON."""
     return [n for n in names if n.endswith((".pt.trace.json", ".pt.trace.json.gz"))]
+
+
+def step_marker(step: int) -> Any:
+    """A context manager around one training step: the ``ProfilerStep#N`` range that
+    ``torch.profiler.profile.step()`` would record."""
+    import torch
+
+    return torch.profiler.record_function(f"ProfilerStep#{step}")
+
+
+def profiler_probe() -> Any:
+    """A function, cheap enough to call at every step, that says whether a PyTorch profiler
+    (autograd profiler or ``torch.profiler``) is recording in this process."""
+    import torch
+
+    return torch._C._autograd._profiler_enabled  # no public API; a C call
 
 
 # ---------------------------------------------------------------------------- memory

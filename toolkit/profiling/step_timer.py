@@ -16,6 +16,13 @@ How it stays out of the way of the step it measures:
   adding StepTimer to a tf_keras ``fit`` adds no per-step sync.
 * No hook calls a TensorFlow op or reads a tensor (a test checks this with a profiling hook).
 
+Steps that run under a profiler, or during which one starts or stops, are counted apart
+("excluded"), whoever started it: the toolkit's TraceWindow, Keras's own
+``TensorBoard(profile_batch=...)`` or a user's ``tf.profiler`` / ``jax.profiler`` /
+``torch.profiler`` session (the backend's ``profiler_probe``, a module-attribute read per hook).
+A capture through a profiler *server* (``tf.profiler.experimental.server`` and a remote client)
+leaves nothing in the process to read; its steps stay timed.
+
 Where a step ends, per backend (``StepTimer.boundary``, per epoch):
 
 * TensorFlow (and tf_keras): at the next batch *begin*. Keras 3 reads the logs at each batch
@@ -179,8 +186,13 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._begins: list[tuple[int, float, tuple[bool, int]]] = []
         self._epoch_state: tuple[Any, ...] = (self.warmup_steps, False)
         self._quiet = False
+        self._probe: Callable[[], bool] = _never  # set per fit: is any profiler running?
 
     # ------------------------------------------------------------------ recording
+
+    def _mark(self) -> tuple[bool, int]:
+        """The profiler's state now: (a trace is running, the toolkit's start/stop count)."""
+        return (PROFILER.active or self._probe(), PROFILER.generation)
 
     def _record(
         self,
@@ -192,7 +204,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         """Records one execution; `trace_mark` is the profiler's state (active, generation) where
         it began, `end_mark` where it ended (default: now)."""
         was_active, generation = trace_mark
-        now_active, now_generation = end_mark or (PROFILER.active, PROFILER.generation)
+        now_active, now_generation = end_mark or self._mark()
         tainted = was_active or now_active or generation != now_generation
         if not self._seen_first:
             kind = FIRST
@@ -230,7 +242,7 @@ class StepTimer(compat.keras().callbacks.Callback):
     def _open(self, batch: int, now: float) -> None:
         self._open_begin = batch
         self._open_time = now
-        self._open_trace = (PROFILER.active, PROFILER.generation)
+        self._open_trace = self._mark()
         self._epoch_begins += 1
         if self._async:
             self._begins.append((batch, now, self._open_trace))
@@ -315,6 +327,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._spe = _steps_per_execution(model)
         self._fused = max(1, int(getattr(model, FUSED_STEPS_ATTR, 1) or 1))
         self._async = _asynchronous()
+        self._probe = _profiler_probe()
         self.train_begin_time = self._clock()
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
@@ -341,7 +354,7 @@ class StepTimer(compat.keras().callbacks.Callback):
 
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         # May run on Keras 3's callback thread: append only (atomic), touch nothing else.
-        self._end_marks.append((batch, self._clock(), PROFILER.active, PROFILER.generation))
+        self._end_marks.append((batch, self._clock(), *self._mark()))
 
     def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
         # Validation inside fit: the epoch's last training execution ended before this.
@@ -394,8 +407,9 @@ class StepTimer(compat.keras().callbacks.Callback):
         """Starts timing a custom loop; the next :meth:`step` ends the first step."""
         self.reset()
         self._running = True
+        self._probe = _profiler_probe()
         self.train_begin_time = self._open_time = self._epoch_start = self._clock()
-        self._open_trace = (PROFILER.active, PROFILER.generation)
+        self._open_trace = self._mark()
         return self
 
     def step(self, steps: int = 1) -> None:
@@ -405,7 +419,7 @@ class StepTimer(compat.keras().callbacks.Callback):
             raise RuntimeError("StepTimer.step() called before start(); use `with timer:`")
         self._record(now - self._open_time, steps, self._open_trace)
         self._open_time = now
-        self._open_trace = (PROFILER.active, PROFILER.generation)
+        self._open_trace = self._mark()
 
     def stop(self) -> None:
         """Stops timing a custom loop. Time after the last :meth:`step` is not counted."""
@@ -442,6 +456,23 @@ class StepTimer(compat.keras().callbacks.Callback):
 # A backlog below this is the callback thread's lateness, not the device's (Python's switch
 # interval is 5 ms).
 BACKLOG_FLOOR_S = 0.02
+
+
+def _never() -> bool:
+    return False
+
+
+def _profiler_probe() -> Callable[[], bool]:
+    """The backend's check for a running profiler (any: the toolkit's, Keras's
+    ``TensorBoard(profile_batch=...)``, a user's), read once per fit; never one that raises."""
+    from toolkit import backend
+
+    try:
+        probe = backend.get().profiler_probe()
+        probe()
+    except Exception:  # noqa: BLE001 - no probe: only the toolkit's own traces are seen
+        return _never
+    return probe
 
 
 def _asynchronous() -> bool:

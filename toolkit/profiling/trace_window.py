@@ -1,8 +1,17 @@
 """TraceWindow: a profiler trace of a chosen range of training steps (the backend's profiler,
-through ``toolkit.backend``: TensorFlow's today)."""
+through ``toolkit.backend``), each traced step wrapped in the profiler's step marker.
+
+Without step markers XProf's overview and input-pipeline pages say "No step marker observed":
+Keras 3's ``fit`` makes none (tf_keras's does, so under tf_keras none is added). A marker opens
+at a step's batch begin and closes at the next batch begin (or at validation, epoch end or
+train end): the same boundaries StepTimer times, input wait included. Closing it at the next
+begin rather than at the batch end keeps TraceWindow off Keras's batch-end hooks, which on JAX
+and PyTorch run on a callback thread.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -77,6 +86,8 @@ class TraceWindow(compat.keras().callbacks.Callback):
         self._offset = 0  # steps in earlier epochs
         self._next_offset = 0
         self._started_at = 0
+        self._marker: Any = None  # the open step marker, while a traced step runs
+        self.marked_steps = 0
 
     def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
         self._offset = self._next_offset = 0
@@ -87,19 +98,45 @@ class TraceWindow(compat.keras().callbacks.Callback):
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         step = self._offset + batch
         self._next_offset = step + 1
+        self._close_marker()
         if self._active and step >= self.stop_step:
             self._stop(step)
         elif not self._active and not self._done and step >= self.start_step:
             self._start(step)
+        if self._active:
+            self._open_marker(step)
+
+    def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+        self._close_marker()  # validation is not part of the step
 
     def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+        self._close_marker()
         steps = (self.params or {}).get("steps")
         if steps:
             self._next_offset = self._offset + steps
 
     def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
+        self._close_marker()
         if self._active:
             self._stop(self._next_offset)
+
+    def _open_marker(self, step: int) -> None:
+        if compat.keras_flavor() != "keras3":
+            return  # tf_keras's fit marks its steps itself
+        try:
+            marker = backend.get().step_marker(step)
+            marker.__enter__()
+        except Exception as e:  # noqa: BLE001 - a marker is a nicety; the trace goes on
+            logging.warning("TraceWindow: no step marker for step %d: %s", step, e)
+            return
+        self._marker = marker
+        self.marked_steps += 1
+
+    def _close_marker(self) -> None:
+        marker, self._marker = self._marker, None
+        if marker is not None:
+            with contextlib.suppress(Exception):
+                marker.__exit__(None, None, None)
 
     def _start(self, step: int) -> None:
         self._done = True  # one window per fit, whatever happens
@@ -145,5 +182,6 @@ class TraceWindow(compat.keras().callbacks.Callback):
             "requested_steps": [self.start_step, self.stop_step],
             "traced_steps": list(self.traced_steps) if self.traced_steps else None,
             "files": self.trace_files(),
+            "marked_steps": self.marked_steps,
             "error": self.error,
         }

@@ -26,6 +26,7 @@ from toolkit import backend, machine
 from toolkit.files import ReportError, atomic_write, jsonable
 from toolkit.profiling.stats import StepStats, format_flops, format_ms, utilization
 from toolkit.report.context import RunContext
+from toolkit.report.trace import read_trace, trace_lines
 from toolkit.version import __version__
 
 __all__ = [
@@ -136,13 +137,23 @@ class RunReport:
             epochs=[dict(e) for e in timer.epochs],
             metrics=dict(timer.last_logs),
             memory=memory.result() if memory is not None else None,
-            trace=trace.result() if trace is not None else None,
+            trace=_read_back(trace.result(), steps) if trace is not None else None,
             compute=jsonable(dict(compute)) if compute is not None else None,
             context=context,
             diagnosis=jsonable(dict(diagnosis)) if diagnosis is not None else None,
             tune=jsonable(dict(tune)) if tune is not None else None,
             extra=jsonable(dict(extra or {})),
         )
+
+    def read_trace(self) -> dict[str, Any] | None:
+        """The run's trace read again from its files (what XProf makes of them now), or, when
+        they are gone, as it was read when the run ended; None for a run without a trace."""
+        if not self.trace:
+            return None
+        files = [f for f in self.trace.get("files") or [] if os.path.isfile(f)]
+        if not files:
+            return self.trace.get("analysis")
+        return _read_back({**self.trace, "files": files}, self.steps)["analysis"]
 
     @property
     def partial(self) -> bool:
@@ -263,6 +274,7 @@ class RunReport:
             lines += [f"memory warning: {w}" for w in self.memory["warnings"]]
         if self.trace:
             lines.append(_trace_line(self.trace))
+            lines += trace_lines(self.trace.get("analysis"))
         return "\n".join(lines)
 
     def to_markdown(self, png: str | None = None, note: str | None = None) -> str:
@@ -349,11 +361,14 @@ class RunReport:
                 w(f"\n**Warning:** {warning}\n")
         if self.trace:
             w(f"\n## Profiler trace\n\n{_trace_line(self.trace)}\n")
+            _trace_markdown(w, self.trace.get("analysis"))
         if self.diagnosis:
             d = self.diagnosis
             w(f"\n## Diagnosis\n\n{_diagnosis_line(d)}\n\n")
             if d.get("pipeline"):
                 w(f"- measured pipeline: `{d['pipeline']}`\n")
+            if d.get("xprof"):
+                w(f"- XProf, on a trace of the fit: {d['xprof']['line']}\n")
             for advice in d.get("advice") or []:
                 w(f"- advice: {advice}\n")
         if self.tune:
@@ -457,10 +472,48 @@ def _trace_line(trace: Mapping[str, Any]) -> str:
     if not steps:
         return f"trace: requested steps {trace.get('requested_steps')} were not reached"
     return (
-        f"trace: steps {steps[0]}–{steps[1]} in {where} ({len(files)} file(s)); "
-        f"view with `tensorboard --logdir {where}` (Profile tab; the base install has no "
-        "TensorBoard: `pip install 'keras-perf-toolkit[profile]'` brings it and XProf)"
+        f"trace: steps {steps[0]}–{steps[1]} in {where} ({len(files)} file(s)); view with "
+        f"`tensorboard --logdir {where}` (Profile tab) or read it with `python -m toolkit trace`;"
+        " TensorBoard and XProf come with `pip install 'keras-perf-toolkit[profile]'`, which "
+        "the base install leaves out"
     )
+
+
+def _read_back(trace: dict[str, Any], steps: StepStats) -> dict[str, Any]:
+    """A TraceWindow's result with what its files say (``analysis``, see
+    ``toolkit.report.trace``) when it wrote any."""
+    if trace.get("files"):
+        trace["analysis"] = read_trace(trace["files"], steps.steps_per_execution)
+    return trace
+
+
+def _trace_markdown(w: Any, analysis: Mapping[str, Any] | None) -> None:
+    if not analysis:
+        return
+    w(f"\nRead with {analysis.get('reader') or 'no reader'}.\n")
+    if analysis.get("statement"):
+        w(f"\n> XProf: {analysis['statement']}\n")
+    if analysis.get("error"):
+        w(f"\n_{analysis['error']}_\n")
+    steps = analysis.get("steps") or []
+    if steps:
+        names = list(analysis.get("breakdown_ms") or {})
+        w("\n| step | ms | " + " | ".join(names) + (" |" if names else "") + "\n")
+        w("|---" * (2 + len(names)) + "|\n")
+        for s in steps:
+            cells = " | ".join(f"{s.get(k, 0.0):.3f}" for k in names)
+            w(f"| {s['step']} | {s['step_ms']:.3f} | {cells}" + (" |" if names else "") + "\n")
+    for side in ("device", "host"):
+        top = (analysis.get("top_ops") or {}).get(side) or []
+        if top:
+            per = "per marked step" if steps else "in the whole trace"
+            w(f"\n**Top {side} ops by self time** ({per})\n\n")
+            w("| op | type | calls | self ms | share |\n|---|---|---:|---:|---:|\n")
+            for o in top:
+                w(
+                    f"| {cell(o['op'])} | {cell(o['type'])} | {o['count']} | "
+                    f"{o['self_ms']:.3f} | {o['share']:.1%} |\n"
+                )
 
 
 def _diagnosis_line(diagnosis: Mapping[str, Any]) -> str:
