@@ -39,6 +39,7 @@ LAYERS = (
         (
             "toolkit.profiling.step_timer",
             "toolkit.profiling.trace_window",
+            "toolkit.profiling.scalars",
             "toolkit.profiling.memory_watch",
             "toolkit.profiling.flops",
             "toolkit.profiling.inference",

@@ -52,6 +52,12 @@ def tiny_task(keras, n=100, features=6, validation=True):
     return task, traces, traces_at, SnapshotAfterFirstStep
 
 
+def test_tensorboard_needs_a_run_directory():
+    config = TrainConfig(tensorboard=True, report_dir=None)
+    with pytest.raises(ConfigError, match="--tensorboard writes into the run's directory"):
+        config.validate()
+
+
 @pytest.mark.parametrize(
     ("field", "value", "match"),
     [

@@ -10,6 +10,7 @@ own, so a bad value reads the same from a recipe, ``python -m toolkit tune`` or 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from typing import Any
 
 from absl import logging
@@ -55,6 +56,7 @@ class TrainConfig:
     warmup_steps: int = DEFAULT_WARMUP_STEPS
     profile_steps: tuple[int, int] | None = None
     memory_watch: bool = False
+    tensorboard: bool = False
     report_dir: str | None = "runs"
     seed: int | None = 0
     verbose: int = 0
@@ -100,6 +102,16 @@ class TrainConfig:
                 raise ConfigError(
                     f"--profile_steps must be start,stop with 0 <= start < stop, got {start},{stop}"
                 )
+        if self.tensorboard and not self.report_dir:
+            raise ConfigError(
+                "--tensorboard writes into the run's directory: give --report_dir "
+                "(TensorBoard then reads <report_dir>)"
+            )
+        if self.tensorboard and importlib.util.find_spec("tensorboard") is None:
+            raise ConfigError(
+                "--tensorboard needs TensorBoard, which the base install leaves out: "
+                "pip install 'keras-perf-toolkit[profile]'"
+            )
         if self.verbose not in (0, 1, 2):
             raise _bad("verbose", "0, 1 or 2", self.verbose)
         choices = (
@@ -142,6 +154,7 @@ class TrainConfig:
             smoke=False,
             profile_steps=None,
             memory_watch=False,
+            tensorboard=False,
             log_steps=None,
             verbose=0,
             backup_dir=None,

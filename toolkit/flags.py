@@ -206,6 +206,12 @@ def define_common_flags(**defaults: Any) -> None:
         "profile_steps", "", "Capture a profiler trace of steps 'start,stop' (e.g. '10,15')."
     )
     flags.DEFINE_bool("memory_watch", False, "Record host/device memory per epoch.")
+    flags.DEFINE_bool(
+        "tensorboard",
+        False,
+        "Write step time, p50/p90, examples/s, MFU, memory and the epoch metrics as "
+        "TensorBoard scalars in <run dir>/tensorboard (view: tensorboard --logdir <report_dir>).",
+    )
     flags.DEFINE_string(
         "report_dir", d["report_dir"], "Reports go to <report_dir>/<timestamp>/; '' for none."
     )
@@ -295,6 +301,7 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
         warmup_steps=f.warmup_steps,
         profile_steps=_parse_steps(f.profile_steps),
         memory_watch=f.memory_watch,
+        tensorboard=f.tensorboard,
         report_dir=_expand("report_dir", f.report_dir) or None,
         seed=f.seed,
         verbose=f.log_verbosity,

@@ -503,6 +503,7 @@ def run(
             warmup_steps=config.warmup_steps,
             trace_steps=config.profile_steps,
             memory_watch=config.memory_watch,
+            tensorboard=config.tensorboard,
             log_steps=config.log_steps,
             stop_on_nan=config.stop_on_nan,
             args=dict(args) if args is not None else dataclasses.asdict(config),

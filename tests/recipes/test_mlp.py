@@ -45,6 +45,7 @@ def test_performance_flags_trace_and_memory(tmp_path):
             "--jit_compile",
             "--profile_steps=4,12",
             "--memory_watch",
+            "--tensorboard",
         ]
     )
     assert out.returncode == 0, out.stderr[-2000:]
@@ -74,6 +75,15 @@ def test_performance_flags_trace_and_memory(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     assert "top host ops" in again.stdout
     assert again.stderr == ""  # XProf's C++ log lines kept off the terminal
+    # --tensorboard: the Scalars tab gets step time, the epoch metrics, MFU and memory.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"step_time/ms", "step_time/p50_ms", "epoch/loss", "epoch/val_accuracy"} <= tags
+    assert {"compute/mfu_percent", "memory/host_rss_mb"} <= tags, tags
+    assert len(events.Scalars("epoch/loss")) == 3
 
 
 @pytest.mark.parametrize(

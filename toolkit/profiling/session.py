@@ -18,6 +18,7 @@ from absl import logging
 from toolkit import compat
 from toolkit.errors import one_line
 from toolkit.profiling.memory_watch import MemoryWatch
+from toolkit.profiling.scalars import Scalars
 from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS
 from toolkit.profiling.step_timer import StepTimer
 from toolkit.profiling.trace_window import TraceWindow
@@ -65,6 +66,10 @@ class Profile:
         trace_steps: ``(start, stop)`` steps to capture with the TF profiler into
             ``<run dir>/trace``. Defaults to `None` (no trace).
         memory_watch: add a MemoryWatch. Defaults to `False`.
+        tensorboard: write TensorBoard scalars into ``<run dir>/tensorboard``: StepTimer's
+            step time, p50/p90 and examples/s and the model's epoch metrics at each epoch's
+            end, and MFU and memory at the end (``toolkit.profiling.scalars``). Needs a
+            `report_dir` and TensorBoard installed. Defaults to `False`.
         args: the run's arguments/flags, recorded in the report.
         plot: write the PNG plot. Defaults to `True`.
         log_steps: print step time every this many steps. Defaults to `None`.
@@ -88,6 +93,7 @@ class Profile:
         warmup_steps: int = DEFAULT_WARMUP_STEPS,
         trace_steps: tuple[int, int] | None = None,
         memory_watch: bool = False,
+        tensorboard: bool = False,
         args: Mapping[str, Any] | None = None,
         plot: bool = True,
         log_steps: int | None = None,
@@ -102,6 +108,11 @@ class Profile:
         self.context: RunContext | None = None
         self.diagnosis: dict[str, Any] | None = None
         self.tune: dict[str, Any] | None = None
+        if tensorboard and self.report_dir is None:
+            raise ValueError(
+                "profile(tensorboard=True) writes into the run's directory: give report_dir"
+            )
+        self._tensorboard = tensorboard
         self.timer = StepTimer(
             warmup_steps=warmup_steps, batch_size=batch_size, data=data, log_steps=log_steps
         )
@@ -129,6 +140,11 @@ class Profile:
     def __enter__(self) -> Profile:
         if self.report_dir is not None:
             self.run_dir = new_run_dir(self.report_dir)
+        if self._tensorboard and self.run_dir is not None:
+            self.timer.scalars = Scalars(
+                os.path.join(self.run_dir, "tensorboard"), self.timer.log_steps
+            )
+            self.timer.tensorboard_metrics = True
         if self._trace_steps is not None:
             start, stop = self._trace_steps
             logdir = os.path.join(self.run_dir or self.report_dir or ".", "trace")
@@ -162,6 +178,7 @@ class Profile:
                 diagnosis=self.diagnosis,
                 tune=self.tune,
             )
+            self._final_scalars()
             if exc is not None:  # the caller that catches it can say what was kept, and where
                 exc.toolkit_report = self.report  # type: ignore[union-attr]
                 exc.toolkit_run_dir = self.run_dir  # type: ignore[union-attr]
@@ -177,6 +194,29 @@ class Profile:
                 raise
             # Never let a reporting failure hide the training error that got us here.
             logging.exception("could not write the report of the failed run %s", self.name)
+
+    def _final_scalars(self) -> None:
+        """MFU and the memory readings as TensorBoard scalars, then the event file closed."""
+        scalars, report = self.timer.scalars, self.report
+        if scalars is None or report is None:
+            return
+        try:
+            ends, step = {}, 0
+            for e in self.timer.epochs:
+                step += e["steps"]
+                ends[e["epoch"]] = step
+            last = self.timer.global_step
+            mfu = (report.compute or {}).get("mfu")
+            if mfu is not None:
+                scalars.write("compute/mfu_percent", 100.0 * mfu, last)
+            for r in (report.memory or {}).get("readings", []):
+                at = ends.get(r.get("epoch"), 0) if r.get("epoch") is not None else 0
+                scalars.write("memory/host_rss_mb", r["host_rss_mb"], at)
+                for device, m in (r.get("devices") or {}).items():
+                    scalars.write(f"memory/{device}_peak_mb", m["peak_mb"], at)
+            scalars.close()
+        except Exception as e:  # noqa: BLE001 - the report matters more than the scalars
+            logging.warning("TensorBoard scalars not finished: %s: %s", type(e).__name__, e)
 
 
 def profile(name: str, **kwargs: Any) -> Profile:

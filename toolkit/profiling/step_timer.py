@@ -51,13 +51,17 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
+from absl import logging
+
 from toolkit import compat
 from toolkit.profiling.events import FUSED_STEPS_ATTR, PROFILER
+from toolkit.profiling.scalars import Scalars
 from toolkit.profiling.stats import (
     DEFAULT_WARMUP_STEPS,
     EXCLUDED,
@@ -98,6 +102,12 @@ class StepTimer(compat.keras().callbacks.Callback):
         log_fn: where those lines go. Defaults to `print`.
         add_to_logs: add each epoch's ``step_ms_p50`` and ``examples_per_sec`` to Keras's
             epoch logs (:data:`LOG_KEYS`) for the callbacks after this one. Defaults to `True`.
+        tensorboard_dir: write step time (per execution, or per `log_steps` window), p50/p90
+            and examples/s as TensorBoard scalars in this directory, at each epoch's end (never
+            per step; ``toolkit.profiling.scalars``). Needs TensorBoard installed. Defaults to
+            `None` (no event file).
+        tensorboard_metrics: also write the model's epoch metrics (``epoch/loss``...) there,
+            for a run without Keras's own TensorBoard callback. Defaults to `False`.
 
     Example:
 
@@ -127,6 +137,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         log_steps: int | None = None,
         log_fn: Callable[[str], Any] = print,
         add_to_logs: bool = True,
+        tensorboard_dir: str | os.PathLike[str] | None = None,
+        tensorboard_metrics: bool = False,
     ) -> None:
         super().__init__()
         self.add_to_logs = add_to_logs
@@ -149,6 +161,11 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._supports_tf_logs = True
         # Keras 3: our batch-end hook may run on Keras's callback thread.
         self.async_safe = True
+        self.scalars: Scalars | None = None
+        if tensorboard_dir is not None:
+            self.scalars = Scalars(tensorboard_dir, log_steps=log_steps)
+        self.tensorboard_metrics = tensorboard_metrics
+        self.global_step = 0  # steps written to TensorBoard so far, across fits
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -187,6 +204,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._epoch_state: tuple[Any, ...] = (self.warmup_steps, False)
         self._quiet = False
         self._probe: Callable[[], bool] = _never  # set per fit: is any profiler running?
+        self._scalars_done = 0  # calls already written to TensorBoard
+        self._steady = False  # first step and warm-up done, nothing to log: the fast path
 
     # ------------------------------------------------------------------ recording
 
@@ -217,6 +236,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         else:
             kind = TIMED
         self.calls.append((duration, steps, self._epoch, kind))
+        # From here on a plain timed step needs none of this (on_train_batch_begin's path).
+        self._steady = self._warmup_left <= 0 and not self.log_steps and not self._quiet
         if self._quiet:
             return
         if kind == FIRST:
@@ -238,14 +259,6 @@ class StepTimer(compat.keras().callbacks.Callback):
             f"step {self._log_steps_done}: {format_ms(seconds / count)}/step "
             f"over the last {count} steps{rate}"
         )
-
-    def _open(self, batch: int, now: float) -> None:
-        self._open_begin = batch
-        self._open_time = now
-        self._open_trace = self._mark()
-        self._epoch_begins += 1
-        if self._async:
-            self._begins.append((batch, now, self._open_trace))
 
     def _close_last_in_epoch(self, now: float) -> None:
         """Closes the epoch's last execution at epoch end or train end.
@@ -343,18 +356,32 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._epoch_state = (self._warmup_left, self._seen_first)
 
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        # The hottest code here: one clock read, one profiler mark shared by the execution
+        # that ends and the one that begins, and a plain append for a timed step.
         now = self._clock()
+        mark = (PROFILER.active or self._probe(), PROFILER.generation)
         begin = self._open_begin
         if begin is not None:
             gap = batch - begin
             if gap > 0:
                 self._prev_gap = gap
-                self._record(now - self._open_time, gap * self._fused, self._open_trace)
-        self._open(batch, now)
+                trace, seconds = self._open_trace, now - self._open_time
+                if self._steady and not (trace[0] or mark[0] or trace[1] != mark[1]):
+                    self.calls.append((seconds, gap * self._fused, self._epoch, TIMED))
+                else:
+                    self._record(seconds, gap * self._fused, trace, mark)
+        self._open_begin = batch
+        self._open_time = now
+        self._open_trace = mark
+        self._epoch_begins += 1
+        if self._async:
+            self._begins.append((batch, now, mark))
 
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         # May run on Keras 3's callback thread: append only (atomic), touch nothing else.
-        self._end_marks.append((batch, self._clock(), *self._mark()))
+        self._end_marks.append(
+            (batch, self._clock(), PROFILER.active or self._probe(), PROFILER.generation)
+        )
 
     def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
         # Validation inside fit: the epoch's last training execution ended before this.
@@ -371,6 +398,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self.last_logs = metrics
         if self.add_to_logs and isinstance(logs, MutableMapping):
             logs.update(self._epoch_figures(calls))
+        self._write_scalars(metrics)
         self.epochs.append(
             {
                 "epoch": epoch,
@@ -392,9 +420,30 @@ class StepTimer(compat.keras().callbacks.Callback):
             figures["examples_per_sec"] = self.batch_size * sum(n for _, n in timed) / seconds
         return figures
 
+    def _write_scalars(self, metrics: Mapping[str, float] | None = None) -> None:
+        """Writes the calls recorded since the last write to TensorBoard (at an epoch's end,
+        and when a custom loop stops). A writer that fails is dropped with a warning: it never
+        stops training."""
+        if self.scalars is None:
+            return
+        calls = self.calls[self._scalars_done :]
+        self._scalars_done = len(self.calls)
+        try:
+            self.global_step = self.scalars.epoch(
+                calls,
+                self.global_step,
+                self.batch_size,
+                metrics if self.tensorboard_metrics else None,
+            )
+        except Exception as e:  # noqa: BLE001 - a full disk must not stop training
+            logging.warning("StepTimer: TensorBoard scalars stopped: %s: %s", type(e).__name__, e)
+            self.scalars = None
+
     def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
         now = self._clock()
         self._close_last_in_epoch(now)
+        if self._scalars_done < len(self.calls):  # a fit stopped inside an epoch
+            self._write_scalars()
         self.train_end_time = now
         self._running = False
         if logs:
@@ -426,6 +475,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         if self._running:
             self.train_end_time = self._clock()
             self._running = False
+            self._write_scalars()
 
     def __enter__(self) -> StepTimer:
         return self.start()

@@ -1,0 +1,99 @@
+"""StepTimer's TensorBoard scalars, read back with TensorBoard's own event reader: what the
+Scalars tab shows is what StepTimer measured, written at epoch ends, never per step."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolkit.profiling.stats import TIMED
+from toolkit.profiling.step_timer import StepTimer
+
+pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
+
+
+def _scalars(logdir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: events.Scalars(tag) for tag in events.Tags()["scalars"]}
+
+
+def test_step_times_per_execution_and_epoch_figures(tmp_path, make_model, make_dataset):
+    timer = StepTimer(warmup_steps=2, batch_size=8, tensorboard_dir=tmp_path / "tb")
+    model = make_model()
+    model.fit(make_dataset(12), epochs=2, verbose=0, callbacks=[timer])
+    got = _scalars(tmp_path / "tb")
+    # One point per timed execution, at the global step it ended on, in ms per step.
+    points = got["step_time/ms"]
+    step, expected = 0, []
+    for seconds, n, _, kind in timer.calls:
+        step += n
+        if kind == TIMED:
+            expected.append((step, seconds / n * 1e3))
+    assert [(p.step, pytest.approx(p.value, rel=1e-5)) for p in points] == expected
+    # Per epoch: p50 / p90 / examples/s at the epoch's last step; Keras's logs say the same.
+    assert [p.step for p in got["step_time/p50_ms"]] == [12, 24]
+    p50 = [p.value for p in got["step_time/p50_ms"]]
+    assert p50 == pytest.approx(model.history.history["step_ms_p50"], rel=1e-5)
+    assert all(p.value > 0 for p in got["throughput/examples_per_sec"])
+    p90 = got["step_time/p90_ms"]
+    assert all(a.value <= b.value for a, b in zip(got["step_time/p50_ms"], p90, strict=True))
+    assert not any(tag.startswith("epoch/") for tag in got)  # metrics only when asked
+    assert timer.global_step == 24
+
+
+def test_log_steps_windows_and_epoch_metrics(tmp_path, make_model, make_dataset):
+    timer = StepTimer(
+        warmup_steps=0,
+        log_steps=4,
+        log_fn=lambda line: None,
+        tensorboard_dir=tmp_path,
+        tensorboard_metrics=True,
+    )
+    make_model().fit(make_dataset(9), epochs=1, verbose=0, callbacks=[timer])
+    got = _scalars(tmp_path)
+    # 8 timed steps after the first: windows of 4 end at steps 5 and 9.
+    assert [p.step for p in got["step_time/ms"]] == [5, 9]
+    assert [p.step for p in got["epoch/loss"]] == [9]
+    assert "step_ms_p50" not in " ".join(got)  # StepTimer's own figures are not "metrics"
+
+
+def test_a_custom_loop_writes_when_it_stops(tmp_path):
+    ticks = iter(range(100))
+    timer = StepTimer(warmup_steps=0, clock=lambda: next(ticks) * 0.01, tensorboard_dir=tmp_path)
+    with timer:
+        for _ in range(4):
+            timer.step()
+    got = _scalars(tmp_path)
+    assert [round(p.value, 6) for p in got["step_time/ms"]] == [10.0, 10.0, 10.0]
+
+
+def test_without_tensorboard_installed_the_error_says_what_to_install(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tensorboard(name, *args, **kwargs):
+        if name.startswith("tensorboard"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorboard)
+    with pytest.raises(ImportError, match=r"keras-perf-toolkit\[profile\]"):
+        StepTimer(tensorboard_dir=tmp_path)
+
+
+def test_a_long_epoch_is_written_in_at_most_max_points_windows(tmp_path):
+    from toolkit.profiling.scalars import MAX_POINTS, Scalars
+
+    scalars = Scalars(tmp_path)
+    calls = [(0.001, 1, 0, "first")] + [
+        (0.002 if k % 2 else 0.004, 1, 0, TIMED) for k in range(1000)
+    ]
+    assert scalars.epoch(calls, 0, batch_size=None) == 1001
+    scalars.close()
+    points = _scalars(tmp_path)["step_time/ms"]
+    assert len(points) == MAX_POINTS and points[-1].step == 1001
+    # Windows of 5 executions of 4, 2, 4, 2, 4 ms (or 2, 4, 2, 4, 2): means of 3.2 and 2.8.
+    assert sorted({round(p.value, 6) for p in points}) == [2.8, 3.2]
