@@ -47,6 +47,7 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/profiler_overhead.py
+	$(PY) benchmarks/foreign_profiler.py
 	$(PY) benchmarks/step_timer_accuracy.py
 	$(PY) benchmarks/pipeline_generator.py
 	$(PY) benchmarks/pipeline_images.py

@@ -195,22 +195,19 @@ def _fit_trace(start_step: int, steps: int) -> Iterator[list[Any]]:
         yield [TraceWindow(tmp, start_step=start_step, stop_step=start_step + steps)]
 
 
-def _read_now(trace: dict[str, Any], steps_per_execution: int) -> None:
-    """Reads the trace its TraceWindow took into `trace` (``taken``, ``analysis``) before the
-    directory it is in goes away."""
+def _read_trace(callbacks: list[Any], steps_per_execution: int) -> dict[str, Any] | None:
+    """What the trace `_fit_trace`'s callbacks took says (``toolkit.report.trace``), read
+    before its directory goes away; None when no trace was taken."""
     from toolkit.report.trace import read_trace
 
-    callbacks = trace.pop("callbacks")
-    trace["taken"] = bool(callbacks)
     if not callbacks:
-        return
+        return None
     window = callbacks[0]
     if window.error:
-        trace["analysis"] = {"error": window.error}
-    elif window.traced_steps is None:
-        trace["analysis"] = {"error": "the fit ended before the traced steps"}
-    else:
-        trace["analysis"] = read_trace(window.trace_files(), steps_per_execution)
+        return {"error": window.error}
+    if window.traced_steps is None:
+        return {"error": "the fit ended before the traced steps"}
+    return read_trace(window.trace_files(), steps_per_execution)
 
 
 def _input_advice(facts: Facts, input_rate: float, compute_rate: float) -> list[str]:
@@ -376,8 +373,7 @@ def _diagnose_task(
         if tracing:
             real = dataclasses.replace(real, steps_per_epoch=total + traced)
         fit = train.run(task, real, callbacks=tracing).report
-        trace = {"callbacks": tracing}
-        _read_now(trace, config.steps_per_execution)
+        trace = _read_trace(tracing, config.steps_per_execution)
     # Rates per training step (a fused batch holds fused_steps steps' examples).
     device = compute.context.device if compute.context is not None else None
     return _conclude(
@@ -430,8 +426,7 @@ def _diagnose_model(
                 batch_size=batch_size,
                 callbacks=tracing,
             )
-            trace = {"callbacks": tracing}
-            _read_now(trace, spe)
+            trace = _read_trace(tracing, spe)
     finally:
         train.restore(model, saved)
     policy = getattr(getattr(model, "dtype_policy", None), "name", None)
@@ -472,12 +467,13 @@ def _conclude(
     devices_found: Iterable[Any] | None,
     trace: Mapping[str, Any] | None = None,
 ) -> Diagnosis:
+    """The verdict and advice from the measured rates; `trace` is what a trace of the fit
+    said (None: none was taken)."""
     from toolkit import devices
 
     compute_rate, fit_rate = _rate(compute), _rate(fit)
     verdict, overlap_ok = classify(input_rate, compute_rate, fit_rate)
-    analysis = (trace or {}).get("analysis")
-    xprof = second_opinion(verdict, analysis) if trace and trace.get("taken") else None
+    xprof = second_opinion(verdict, trace) if trace is not None else None
     found = list(devices_found) if devices_found is not None else devices.detect()
     chosen = next((d for d in found if d.kind == device_kind), None)
     recommended = devices.recommend_precision(chosen)[0] if chosen is not None else None
