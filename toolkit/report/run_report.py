@@ -471,11 +471,13 @@ def _trace_line(trace: Mapping[str, Any]) -> str:
     where = trace.get("logdir")
     if not steps:
         return f"trace: requested steps {trace.get('requested_steps')} were not reached"
-    return (
-        f"trace: steps {steps[0]}–{steps[1]} in {where} ({len(files)} file(s)); view with "
-        f"`tensorboard --logdir {where}` (Profile tab) or read it with `python -m toolkit trace`;"
-        " TensorBoard and XProf come with `pip install 'keras-perf-toolkit[profile]'`, which "
-        "the base install leaves out"
+    head = f"trace: steps {steps[0]}–{steps[1]} in {where} ({len(files)} file(s)); "
+    if files and all(f.endswith((".json", ".json.gz")) for f in files):  # torch.profiler's
+        return head + "open it in https://ui.perfetto.dev or read it with `python -m toolkit trace`"
+    return head + (
+        f"view with `tensorboard --logdir {where}` (Profile tab) or read it with "
+        "`python -m toolkit trace`; TensorBoard and XProf come with "
+        "`pip install 'keras-perf-toolkit[profile]'`, which the base install leaves out"
     )
 
 

@@ -356,9 +356,12 @@ def trace_lines(analysis: Mapping[str, Any] | None, ops: int = 5) -> list[str]:
         )
     if analysis.get("input_percent") is not None:
         verdict = analysis.get("verdict") or "no verdict"
-        lines.append(
-            f"  XProf: {verdict}: {analysis['input_percent']:.1f}% of step time waiting for input"
-        )
+        share = analysis["input_percent"]
+        line = f"  XProf: {verdict}: {share:.1f}% of step time waiting for input"
+        other, mean = breakdown.get("other"), (step_ms or {}).get("mean")
+        if verdict == "potentially input-bound" and other and mean:
+            line += f", {100 * other / mean:.0f}% 'other' time (Python, I/O: outside any op)"
+        lines.append(line)
     for side in ("device", "host"):
         top = (analysis.get("top_ops") or {}).get(side) or []
         if top:
