@@ -154,6 +154,11 @@ def _read_xspace(files: list[str]) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - a trace XProf cannot read: say so, keep the run
         out["error"] = f"XProf could not read {files[0]}: {type(e).__name__}: {e}"
         return out
+    if not overview:
+        missing = [f for f in files if not os.path.isfile(f)]
+        why = "no such file" if missing else "not a profiler trace, or a damaged one"
+        out["error"] = f"XProf could not read {(missing or files)[0]}: {why}"
+        return out
     try:
         _overview(_tables(overview), out)
         out["top_ops"] = _op_stats(_tables(op_stats), max(1, len(out["steps"])))

@@ -1,0 +1,86 @@
+"""toolkit.report.trace on files a test writes: PyTorch's Chrome-trace JSON (steps from its
+ProfilerStep ranges, self time from the nesting of its ops), and the traces it cannot read,
+each said in one line rather than raised. XProf's reading of real TensorFlow and JAX traces is
+tested where those traces are written (tests/profiling/test_trace_window.py)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from toolkit.report.trace import find_trace_files, read_trace, trace_lines
+
+
+def _span(name, ts, dur, cat="cpu_op", tid=1):
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
+
+
+def _chrome_trace(path, gz=False):
+    events = [
+        _span("ProfilerStep#7", 0, 1000, cat="user_annotation"),
+        _span("ProfilerStep#8", 1000, 3000, cat="user_annotation"),
+        # step 7: a linear op holding a matmul; step 8: the same, twice as long
+        _span("aten::linear", 100, 600),
+        _span("aten::mm", 200, 400),
+        _span("aten::linear", 1100, 1200),
+        _span("aten::mm", 1200, 800),
+        _span("aten::relu", 2500, 100, tid=2),
+        _span("volta_sgemm", 300, 250, cat="kernel", tid=7),
+        {"ph": "M", "name": "process_name", "pid": 1},  # metadata events are ignored
+    ]
+    data = json.dumps({"traceEvents": events})
+    if gz:
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(data)
+    else:
+        path.write_text(data)
+    return path
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "json.gz"])
+def test_pytorch_trace_steps_and_self_times(tmp_path, gz):
+    name = "host.123.pt.trace.json" + (".gz" if gz else "")
+    analysis = read_trace([str(_chrome_trace(tmp_path / name, gz))])
+    assert [s["step"] for s in analysis["steps"]] == ["7", "8"]
+    assert analysis["step_ms"] == {"mean": 2.0, "min": 1.0, "max": 3.0}
+    host = {o["op"]: o for o in analysis["top_ops"]["host"]}
+    # linear's self time is its span less the matmul inside it: (600-400) + (1200-800) µs
+    assert host["aten::linear"]["self_ms"] == pytest.approx(0.6 / 2)  # per step, 2 steps
+    assert host["aten::mm"]["self_ms"] == pytest.approx(1.2 / 2) and host["aten::mm"]["count"] == 2
+    assert sum(o["share"] for o in host.values()) == pytest.approx(1.0)
+    assert analysis["top_ops"]["device"][0]["op"] == "volta_sgemm"
+    assert analysis["verdict"] is None and "no input-pipeline analysis" in analysis["error"]
+    lines = "\n".join(trace_lines(analysis))
+    assert "trace steps: 2 marked, 2.00 ms mean (1.00–3.00)" in lines
+    assert "top device ops" in lines and "aten::mm 0.600 ms (63%)" in lines
+
+
+def test_what_cannot_be_read_is_said(tmp_path):
+    assert read_trace([])["error"] == "no trace file was written"
+    bad = tmp_path / "vm.xplane.pb"
+    bad.write_bytes(b"not a trace")
+    said = read_trace([str(bad)])
+    assert said["error"] == f"XProf could not read {bad}: not a profiler trace, or a damaged one"
+    gone = read_trace([str(tmp_path / "gone.xplane.pb")])
+    assert gone["error"].endswith("gone.xplane.pb: no such file")
+    broken = tmp_path / "x.pt.trace.json"
+    broken.write_text("{cut sho")
+    assert read_trace([str(broken)])["error"].startswith(f"cannot read {broken}")
+    assert trace_lines(read_trace([str(broken)]))[-1].startswith("  note: cannot read")
+
+
+def test_find_trace_files_takes_the_newest_profiling_session(tmp_path):
+    import os
+    import time
+
+    old = tmp_path / "plugins" / "profile" / "2026_01_01_00_00_00"
+    new = tmp_path / "plugins" / "profile" / "2025_12_31_23_59_59"  # named older, made later
+    for d in (old, new):
+        d.mkdir(parents=True)
+        (d / "host.xplane.pb").write_bytes(b"")
+    past = time.time() - 3600
+    os.utime(old, (past, past))
+    assert find_trace_files(tmp_path) == [str(new / "host.xplane.pb")]
+    assert find_trace_files(tmp_path / "plugins" / "profile" / "none") == []
