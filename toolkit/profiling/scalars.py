@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from toolkit.profiling.stats import TIMED, summarize_calls
 
@@ -51,13 +52,17 @@ class Scalars:
             raise ImportError(f"TensorBoard scalars need TensorBoard: {INSTALL_HINT}") from None
         self.logdir = os.fspath(logdir)
         os.makedirs(self.logdir, exist_ok=True)
-        self._event, self._summary = Event, Summary
-        self._writer = EventFileWriter(self.logdir)
+        self._event, self._summary, self._file_writer = Event, Summary, EventFileWriter
+        self._writer: Any = None  # opened at the first write, closed by close()
         self.log_steps = log_steps
         self.written = 0
 
     def write(self, tag: str, value: float, step: int) -> None:
         """One scalar at global step `step`."""
+        if self._writer is None:
+            # A queue that holds an epoch's points: writing them never waits on the writer's
+            # thread (TensorBoard's default of 10 made each point a thread hand-off).
+            self._writer = self._file_writer(self.logdir, max_queue_size=MAX_POINTS + 32)
         summary = self._summary(value=[self._summary.Value(tag=tag, simple_value=float(value))])
         self._writer.add_event(self._event(wall_time=time.time(), step=int(step), summary=summary))
         self.written += 1
@@ -112,7 +117,12 @@ class Scalars:
         return end
 
     def flush(self) -> None:
-        self._writer.flush()
+        if self._writer is not None:
+            self._writer.flush()
 
     def close(self) -> None:
-        self._writer.close()
+        """Writes what is pending and closes the event file (and its writer thread); a later
+        write opens a new file in the same directory, which TensorBoard reads as one run."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

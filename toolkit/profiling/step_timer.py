@@ -444,6 +444,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._close_last_in_epoch(now)
         if self._scalars_done < len(self.calls):  # a fit stopped inside an epoch
             self._write_scalars()
+        if self.scalars is not None:
+            self.scalars.close()  # no writer thread outlives the fit; the next fit reopens
         self.train_end_time = now
         self._running = False
         if logs:
@@ -476,6 +478,8 @@ class StepTimer(compat.keras().callbacks.Callback):
             self.train_end_time = self._clock()
             self._running = False
             self._write_scalars()
+            if self.scalars is not None:
+                self.scalars.close()
 
     def __enter__(self) -> StepTimer:
         return self.start()
