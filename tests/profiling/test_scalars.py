@@ -95,5 +95,6 @@ def test_a_long_epoch_is_written_in_at_most_max_points_windows(tmp_path):
     scalars.close()
     points = _scalars(tmp_path)["step_time/ms"]
     assert len(points) == MAX_POINTS and points[-1].step == 1001
-    # Windows of 5 executions of 4, 2, 4, 2, 4 ms (or 2, 4, 2, 4, 2): means of 3.2 and 2.8.
-    assert sorted({round(p.value, 6) for p in points}) == [2.8, 3.2]
+    # Equal windows of alternating 4 and 2 ms steps: every window's mean is about 3 ms.
+    assert all(2.8 - 1e-9 <= p.value <= 3.2 + 1e-9 for p in points)
+    assert sum(p.value for p in points) / len(points) == pytest.approx(3.0, abs=0.05)

@@ -11,7 +11,7 @@ Tags (the x axis is the global training step):
 
 * ``step_time/ms``: ms per step of every timed execution, or the mean of each ``log_steps``
   window; an epoch of more than :data:`MAX_POINTS` timed executions is written in that many
-  equal windows (a point costs ~17 µs to write, and TensorBoard keeps 1,000 points per tag
+  equal windows (a point costs ~20 µs to write, and TensorBoard keeps 1,000 points per tag
   anyway). Warm-up, the first step and profiler-traced steps are left out, as in the
   statistics;
 * ``step_time/p50_ms``, ``step_time/p90_ms``, ``throughput/examples_per_sec``: per epoch;
@@ -33,7 +33,7 @@ from toolkit.profiling.stats import TIMED, summarize_calls
 __all__ = ["INSTALL_HINT", "Scalars"]
 
 INSTALL_HINT = "pip install 'keras-perf-toolkit[profile]' (or pip install tensorboard)"
-MAX_POINTS = 200  # step_time/ms points per epoch at most
+MAX_POINTS = 100  # step_time/ms points per epoch at most
 
 
 class Scalars:
