@@ -102,7 +102,7 @@ def find_trace_files(directory: str | os.PathLike[str]) -> list[str]:
     return sorted(found)
 
 
-def _empty(error: str, reader: str | None = None) -> dict[str, Any]:
+def _empty(error: str | None, reader: str | None = None) -> dict[str, Any]:
     return {
         "reader": reader,
         "steps": [],
@@ -145,8 +145,7 @@ def _read_xspace(files: list[str]) -> dict[str, Any]:
     except ImportError:
         return _empty(f"not read: XProf is not installed ({INSTALL_HINT})")
     reader = f"xprof {getattr(xprof_version, '__version__', '?')}"
-    out = _empty("", reader)
-    out["error"] = None
+    out = _empty(None, reader)
     try:
         with _quiet_stderr():
             overview, _ = raw_to_tool_data.xspace_to_tool_data(files, "overview_page", {})
@@ -170,6 +169,13 @@ def _read_xspace(files: list[str]) -> dict[str, Any]:
     except (ValueError, KeyError, TypeError) as e:
         out["error"] = f"XProf's output for {files[0]} was not as expected: {e}"
     return out
+
+
+def _spread(times: list[float]) -> dict[str, float] | None:
+    """Mean, min and max of per-step times (None without any)."""
+    if not times:
+        return None
+    return {"mean": sum(times) / len(times), "min": min(times), "max": max(times)}
 
 
 def _tables(raw: Any) -> list[dict[str, Any]]:
@@ -221,9 +227,8 @@ def _overview(tables: list[dict[str, Any]], out: dict[str, Any]) -> None:
             "(the ops below are still measured)"
         )
         return
-    times = [s["step_ms"] for s in steps]
-    total = sum(times)
-    out["step_ms"] = {"mean": total / len(times), "min": min(times), "max": max(times)}
+    total = sum(s["step_ms"] for s in steps)
+    out["step_ms"] = _spread([s["step_ms"] for s in steps])
     out["breakdown_ms"] = {
         name: sum(s[name] for s in steps) / len(steps)
         for _, name in _BREAKDOWN
@@ -260,8 +265,7 @@ def _op_stats(tables: list[dict[str, Any]], steps: int) -> dict[str, list[dict[s
 
 
 def _read_chrome(path: str) -> dict[str, Any]:
-    out = _empty("", "chrome trace json")
-    out["error"] = None
+    out = _empty(None, "chrome trace json")
     try:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8") as f:
@@ -281,9 +285,7 @@ def _read_chrome(path: str) -> dict[str, Any]:
         for e in markers
     ]
     out["steps"] = steps
-    if steps:
-        times = [s["step_ms"] for s in steps]
-        out["step_ms"] = {"mean": sum(times) / len(times), "min": min(times), "max": max(times)}
+    out["step_ms"] = _spread([s["step_ms"] for s in steps])
     host = [e for e in spans if e.get("cat") == "cpu_op"]
     device = [e for e in spans if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     count = max(1, len(steps))
@@ -291,9 +293,9 @@ def _read_chrome(path: str) -> dict[str, Any]:
     out["error"] = (
         "PyTorch's trace has no input-pipeline analysis (XProf reads TensorFlow's and JAX's "
         "traces only): step times and ops only"
+        if steps
+        else "no ProfilerStep# marker in the trace: ops only"
     )
-    if not steps:
-        out["error"] = "no ProfilerStep# marker in the trace: ops only"
     return out
 
 
