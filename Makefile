@@ -56,6 +56,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/recipe_mfu.py
 	$(PY) benchmarks/diagnose_accuracy.py
 	$(PY) benchmarks/tune_vs_defaults.py
+	$(PY) benchmarks/backends.py
 	$(PY) benchmarks/op_modes.py
 	$(PY) benchmarks/xla_fusion.py
 	$(PY) benchmarks/data_service.py

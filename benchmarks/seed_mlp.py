@@ -122,9 +122,9 @@ def main() -> None:
             wall,
         )
     )
-    ratio = seed_step / step
-    print(f"goal >= 10x (steady state): {'met' if ratio >= 10 else 'NOT met'} ({ratio:.2f}x)")
+    best = {"tensorflow": (step, fit)}
     for backend, (_, b_fit, b_step) in zip(others, medians[3:], strict=True):
+        best[backend] = (b_step, b_fit)
         settings = " ".join(BACKEND_SETTINGS[backend])
         print(
             speedup_line(
@@ -140,6 +140,19 @@ def main() -> None:
                 b_fit,
             )
         )
+    # The goals, on the backend the toolkit would pick for each (toolkit backends measures it).
+    fastest = min(best, key=lambda b: best[b][0])
+    steady_ratio = seed_step / best[fastest][0]
+    quickest = min(best, key=lambda b: best[b][1])
+    loop_ratio = seed_best / best[quickest][1]
+    print(
+        f"goal >= 20x in steady state: {'met' if steady_ratio >= 20 else 'NOT met'} "
+        f"({steady_ratio:.2f}x, on {fastest})"
+    )
+    print(
+        f"goal >= 5x for the 1000-step loop with its compile: "
+        f"{'met' if loop_ratio >= 5 else 'NOT met'} ({loop_ratio:.2f}x, on {quickest})"
+    )
     for backend in missing:
         print(f"{backend} backend: not installed (pip install 'keras-perf-toolkit[{backend}]')")
 

@@ -1,14 +1,17 @@
 """Training recipes: thin absl apps over ``toolkit.app``.
 
 ``--backend`` is read here, when the package is first imported and before any recipe imports
-Keras, which fixes its backend at import.
+Keras, which fixes its backend at import; ``--backend=auto`` becomes the winner that
+``python -m toolkit backends`` measured for the recipe and its flags on this machine.
 """
 
 import sys
 
 from toolkit import backend as _backend
+from toolkit import chooser as _chooser
 
 try:
+    sys.argv[:] = _chooser.resolve_auto(sys.argv)  # --backend=auto: the measured winner
     _backend.from_argv(sys.argv)
 except _backend.BackendError as _error:
     print(f"error: {_error}", file=sys.stderr)

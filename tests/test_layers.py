@@ -48,7 +48,7 @@ LAYERS = (
     ("report", ("toolkit.report",)),
     ("session", ("toolkit.profiling.session",)),
     ("runner", ("toolkit.config", "toolkit.train", "toolkit.flags")),
-    ("search", ("toolkit.diagnose", "toolkit.tune")),
+    ("search", ("toolkit.diagnose", "toolkit.tune", "toolkit.chooser")),
     ("app", ("toolkit.app", "toolkit.cli", "toolkit.__main__", "toolkit")),
 )
 

@@ -80,6 +80,67 @@ def test_never_slower_than_the_defaults():
     assert tn.choose([failed_defaults, slower]) == slower.candidate
 
 
+def _noisy(true_rates, lucky):
+    """Measurements of `true_rates` (label -> examples/s) where each candidate in `lucky` gets
+    one window 40 % too fast (its first: the search's), as a busy neighbour can give."""
+    seen = {}
+
+    def measure(c):
+        seen[c] = seen.get(c, 0) + 1
+        rate = true_rates.get(c, 100.0)
+        return rate * (1.4 if c in lucky and seen[c] == 1 else 1.0)
+
+    return measure
+
+
+def test_a_lucky_window_does_not_win_the_head_to_head():
+    lucky = tn.Candidate(fused_steps=8)  # really 2 % slower, but its one window was +40 %
+    measure = _noisy({tn.Candidate(): 100.0, lucky: 98.0}, {lucky})
+    trials, _ = tn.search(measure, SPACE, budget_s=1e9)
+    assert tn.choose(trials) == lucky  # one window each: fooled
+    pick, rounds, why, exhausted = tn.confirm(measure, trials, budget_s=1e9)
+    assert pick == tn.Candidate() and rounds and not exhausted  # head to head: not fooled
+    assert "defaults stay" in why
+    defaults = trials[0]
+    assert len(defaults.rates) == 1 + len(rounds) and defaults.spread() == "±0%"
+    lucky_trial = next(t for t in trials if t.candidate == lucky)
+    assert lucky_trial.spread() and lucky_trial.examples_per_sec == pytest.approx(98.0)
+
+
+def test_a_real_gain_is_confirmed_and_its_spread_reported():
+    modest = tn.Candidate(jit_compile=True)
+    measure = _noisy({tn.Candidate(): 100.0, modest: 110.0}, set())
+    trials, _ = tn.search(measure, SPACE, budget_s=1e9)
+    pick, rounds, why, _ = tn.confirm(measure, trials, budget_s=1e9)
+    assert pick == modest
+    assert 2 <= len(rounds) <= tn.MAX_ROUNDS and "won 2 of 2" in why  # +10 %: two rounds
+    # A large gain, in the search and again head to head, needs one round only.
+    measure = _noisy({tn.Candidate(): 100.0, modest: 150.0}, set())
+    big, _ = tn.search(measure, SPACE, budget_s=1e9)
+    pick, one, why_big, _ = tn.confirm(measure, big, budget_s=1e9)
+    assert pick == modest and len(one) == 1 and "one round" in why_big
+    result = tn.TuneResult(pick, trials, "k", False, 1.0, False, rounds, why)
+    table = result.table()
+    assert "| spread | runs |" in table and "head-to-head round(s)" in table
+    again = tn.TuneResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert again.confirm_rounds == rounds and again.trials[0].rates == trials[0].rates
+
+
+def test_the_budget_is_a_promise_not_a_start_deadline():
+    clock = Clock(step=0.0)
+
+    def measure(c):
+        clock.t += 4.0  # every candidate takes 4 s
+        return fake_rates(c)
+
+    trials, exhausted = tn.search(measure, SPACE, budget_s=13.0, clock=clock)
+    assert exhausted and len(trials) == 3 and clock.t <= 13.0  # a 4th would end at 16 s
+    pick, rounds, _, out = tn.confirm(measure, trials, budget_s=13.0, clock=clock, spent_s=clock.t)
+    assert out and not rounds and clock.t <= 13.0
+    # Nothing confirmed: only a gain beyond UNCONFIRMED_GAIN in one window is taken.
+    assert pick == tn.choose(trials, tn.UNCONFIRMED_GAIN)
+
+
 def test_space_follows_the_step_time(keras):
     from toolkit import devices
 
@@ -125,7 +186,7 @@ def test_cache_hit_miss_and_invalidation_when_tensorflow_changes(keras, tmp_path
     monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
     calls = []
 
-    def fake_measure(task, config, candidate, steps=48):
+    def fake_measure(task, config, candidate, steps=48, n_calls=3):
         calls.append(candidate)
         return fake_rates(candidate)
 
@@ -158,7 +219,10 @@ def test_a_real_tiny_search_on_the_cpu(keras, tmp_path, monkeypatch):
     assert result.trials[0].candidate == tn.Candidate()
     assert all(t.examples_per_sec and t.examples_per_sec > 0 for t in result.trials)
     assert result.best_rate >= result.defaults_rate  # never slower on the measured window
-    assert len(lines) == len(result.trials) and "examples/s" in lines[0]
+    runs = len(result.trials) + sum(len(r) for r in result.confirm_rounds)
+    assert len(lines) == runs and "examples/s" in lines[0]
+    if result.best != tn.Candidate():  # a pick is confirmed head to head, never one window
+        assert result.confirm_rounds and "head to head" in result.why
     tuned, cached = tn.autotune(_task(keras), config, space=space, progress=lines.append)
     assert cached.cache_hit and tuned.fused_steps == result.best.fused_steps
     assert "| settings | examples/s |" in result.table() and "--dtype=" in result.best.flags()

@@ -22,18 +22,21 @@ import sys
 import traceback
 import types
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from absl import flags
 
 from toolkit import flags as tk_flags
 from toolkit.config import ConfigError, TrainConfig
 from toolkit.errors import one_line
-from toolkit.train import SetupError, Task, run
+
+if TYPE_CHECKING:  # the runner imports Keras: loaded when a run starts, not with this module
+    from toolkit.train import Task
 
 __all__ = [
     "RECIPES_PACKAGE",
     "UsageError",
+    "check_recipe",
     "fail",
     "interrupted",
     "load_recipe",
@@ -96,8 +99,8 @@ def recipe_names() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.ispkg)
 
 
-def load_recipe(name: str) -> types.ModuleType:
-    """The recipe module ``recipes.<name>`` (importing it defines its flags).
+def check_recipe(name: str) -> str:
+    """`name` when ``recipes/<name>.py`` exists (nothing is imported).
 
     Raises:
         UsageError: no such recipe; the message lists the recipes there are.
@@ -107,7 +110,16 @@ def load_recipe(name: str) -> types.ModuleType:
         raise UsageError(
             f"--recipe: no recipe named {name!r}; the recipes are {', '.join(names) or 'none'}"
         )
-    return importlib.import_module(f"{RECIPES_PACKAGE}.{name}")
+    return name
+
+
+def load_recipe(name: str) -> types.ModuleType:
+    """The recipe module ``recipes.<name>`` (importing it defines its flags).
+
+    Raises:
+        UsageError: no such recipe; the message lists the recipes there are.
+    """
+    return importlib.import_module(f"{RECIPES_PACKAGE}.{check_recipe(name)}")
 
 
 def recipe_from_flags(
@@ -130,6 +142,8 @@ def recipe_from_flags(
 def run_recipe(build_task: Callable[..., Task]) -> None:
     """Runs a recipe whose flags are parsed: ``--autotune`` and ``--diagnose`` first when
     asked, then the run; prints the summary and the files written."""
+    from toolkit.train import SetupError, run
+
     f = flags.FLAGS
     try:
         config, task = recipe_from_flags(build_task)

@@ -10,13 +10,20 @@ Verbs:
     placement --recipe R where each op of one training step of recipe R ran
     tune --recipe R [recipe flags]   |   tune --model_fn MODULE:FUNCTION
                          the fastest measured settings for recipe R (or your own compiled
-                         model and pipeline, returned by FUNCTION) on this machine, cached
+                         model and pipeline, returned by FUNCTION) on this machine, cached;
+                         --across_backends: each installed backend searched, then head to head
+    backends --recipe R [recipe flags]   |   backends --model_fn MODULE:FUNCTION
+                         which Keras backend (and device) trains R fastest here: every
+                         installed one, each run a fresh process, same data and initial
+                         weights, interleaved rounds; cached (--backend=auto uses it)
     doctor --recipe R [recipe flags]   |   doctor --model_fn MODULE:FUNCTION
                          input-bound or compute-bound? the input alone, the step alone and
                          the real fit, measured, with a verdict and advice
-    ops [--ops A,B] [--modes eager,graph,xla] [--size tiny|default|full]
-                         the seed's per-op table (ms per call in eager/graph/XLA on every
-                         device), written as Markdown, CSV, PNG and JSON
+    ops [--ops A,B] [--modes eager,graph,xla,jax_jit,torch_eager,torch_compile|all]
+        [--size tiny|default|full]
+                         the seed's per-op table (ms per call in TensorFlow's eager/graph/XLA
+                         on every device, beside JAX's jit and PyTorch's eager/compile),
+                         written as Markdown, CSV, PNG and JSON
     ops --fusion         matmul + hard_swish and conv2d + bias + relu: what fused, and the
                          time it saved
     data-service --dispatcher --port P
@@ -28,6 +35,7 @@ Verbs:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -190,6 +198,8 @@ def _doctor(args: argparse.Namespace) -> int:
 def _tune(args: argparse.Namespace) -> int:
     from toolkit.tune import tune
 
+    if args.across_backends:
+        return _tune_across(args)
     what, flag_values, config, target = _target(args)
     if isinstance(target, tuple):
         model, data = target
@@ -198,6 +208,10 @@ def _tune(args: argparse.Namespace) -> int:
         result = tune(
             target, config=config, budget_s=flag_values.tune_budget, use_cache=not args.refresh
         )
+    if args.json_out:  # for tune --across_backends, which runs one tune per backend
+        from toolkit.files import atomic_write
+
+        atomic_write(args.json_out, json.dumps(result.to_dict()))
     source = "cache" if result.cache_hit else f"searched in {result.seconds:.1f} s"
     batch = "your pipeline's" if isinstance(target, tuple) else config.batch_size
     print(f"tune: {what}, batch {batch} ({source})")
@@ -210,17 +224,100 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune_across(args: argparse.Namespace) -> int:
+    from absl import flags
+
+    from toolkit import chooser
+    from toolkit import flags as tk_flags
+
+    target = _chooser_target(args)
+    tk_flags.define_common_flags()  # --tune_budget, parsed as tune would
+    budget = 120.0
+    value = chooser.flag_value(args.recipe_flags, "tune_budget")
+    if value is not None:
+        try:
+            budget = float(value)
+        except ValueError:
+            raise flags.IllegalFlagValueError(
+                f"--tune_budget={value!r}: a number of seconds"
+            ) from None
+    result = chooser.tune_across(target, budget_s=budget)
+    print(result.summary())
+    return 0
+
+
+def _chooser_target(args: argparse.Namespace) -> Any:
+    """The chooser's Target of ``--recipe R`` / ``--model_fn M:F`` and the recipe flags,
+    checked here in one line (not in every child)."""
+    from toolkit import app, chooser
+
+    if not args.model_fn:
+        app.check_recipe(args.recipe)  # an unknown recipe: one line listing them, now
+        return chooser.Target(args.recipe, None, tuple(args.recipe_flags))
+    import importlib.util
+
+    module, sep, function = args.model_fn.partition(":")
+    sys.path.insert(0, os.getcwd())  # as the children will (a module beside the user)
+    if not sep or not module or not function or importlib.util.find_spec(module) is None:
+        raise app.UsageError(
+            f"--model_fn={args.model_fn!r}: give module:function of a module importable from "
+            "here (e.g. mytrain:make)"
+        )
+    return chooser.Target(None, args.model_fn, tuple(args.recipe_flags))
+
+
+def _backends(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from toolkit import chooser
+
+    if args.child:  # one contender, in this fresh process (the parent reads the JSON file)
+        from toolkit.files import atomic_write, jsonable
+
+        _what, _flag_values, config, target = _target(args)
+        if isinstance(target, tuple):
+            figures = chooser.measure_model(*target, config, args.steps)
+        else:
+            figures = chooser.measure_task(target, config, args.steps)
+        atomic_write(args.child, json.dumps(jsonable(figures)))
+        return 0
+    target = _chooser_target(args)
+    result = chooser.compare(
+        target,
+        backends=_split(args.backends) or None,
+        steps=args.steps,
+        rounds=args.rounds,
+        use_cache=not args.refresh,
+    )
+    print(result.summary())
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = args.out or os.path.join("runs", f"backends-{stamp}")
+    try:
+        paths = result.write(out, plot=not args.no_plot)
+    except OSError as e:  # the table above is what was kept
+        print(
+            f"error: could not write under {out} ({e.strerror or e}); the table above is the "
+            "result",
+            file=sys.stderr,
+        )
+        return 1
+    print("written: " + ", ".join(paths[k] for k in ("markdown", "json", "png") if k in paths))
+    return 0
+
+
 def _split(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
 def _fusion(args: argparse.Namespace, found: list[Any], timing: dict[str, Any], out: str) -> int:
     from toolkit.bench import fusion
-    from toolkit.bench.measure import select_modes
+    from toolkit.bench.measure import MODES, select_modes
     from toolkit.profiling.flops import matmul_peak
     from toolkit.profiling.stats import format_flops
 
-    modes = select_modes(_split(args.modes))
+    modes = tuple(m for m in select_modes(_split(args.modes)) if m in MODES)
+    if not modes:
+        raise ValueError("ops --fusion: --modes must name TensorFlow's eager, graph or xla")
     demos = [
         demo
         for device in found
@@ -254,11 +351,14 @@ def _ops(args: argparse.Namespace) -> int:
     if args.fusion:
         return _fusion(args, found, timing, args.out or os.path.join("runs", f"fusion-{stamp}"))
 
-    from toolkit.bench.measure import benchmark
+    from toolkit.bench import frameworks
+    from toolkit.bench.measure import DEFAULT_MODES, MODES, benchmark, select_modes
 
+    # Default: TensorFlow's modes, and JAX's jit and PyTorch eager where they are installed.
+    default = [m for m in DEFAULT_MODES if m in MODES or not frameworks.missing(m)]
     table = benchmark(
         _split(args.ops),
-        _split(args.modes),
+        select_modes(_split(args.modes), default),
         size=args.size,
         devices=found,
         dtype=args.dtype,
@@ -389,7 +489,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     _add_target(p, "tune")
     p.add_argument("--refresh", action="store_true", help="search again, ignoring the cache")
+    p.add_argument(
+        "--across_backends",
+        action="store_true",
+        help="the backend as one more axis: a search per installed backend (each a fresh "
+        "process), then their winners and the defaults head to head",
+    )
+    p.add_argument("--json_out", help=argparse.SUPPRESS)
     p.set_defaults(func=_tune)
+
+    p = verbs.add_parser(
+        "backends",
+        help="which Keras backend trains a recipe fastest here (measured, cached)",
+        description="Recipe flags (--batch_size, --dataset, --device...) follow --recipe; "
+        "without --device every device each backend sees is a contender.",
+    )
+    _add_target(p, "compare")
+    p.add_argument("--backends", help="comma-separated (default: every installed one)")
+    p.add_argument("--steps", type=int, default=200, help="training steps per run (200)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (3)")
+    p.add_argument("--out", help="output directory (default runs/backends-<time>)")
+    p.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
+    p.add_argument("--no_plot", action="store_true", help="skip the PNG chart")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.set_defaults(func=_backends)
 
     p = verbs.add_parser(
         "ops",
@@ -398,7 +521,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "Grappler fuse. Writes Markdown, CSV, PNG and JSON under --out.",
     )
     p.add_argument("--ops", help="comma-separated op names (default: all 21)")
-    p.add_argument("--modes", help="comma-separated: eager,graph,xla (default: all three)")
+    p.add_argument(
+        "--modes",
+        help="comma-separated: eager,graph,xla (TensorFlow), jax_jit, torch_eager, "
+        "torch_compile, or all (default: TensorFlow's three, jax_jit and torch_eager where "
+        "installed; torch_compile compiles every case anew, seconds each: name it)",
+    )
     p.add_argument(
         "--size",
         choices=("tiny", "default", "full"),
@@ -436,15 +564,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("reports", nargs="+", help="report.json files or run directories")
     p.set_defaults(func=_merge)
 
-    from toolkit import backend
+    from toolkit import backend, chooser
 
+    argv = list(argv if argv is not None else sys.argv[1:])
     try:  # before anything imports Keras, which fixes its backend at import
-        backend.from_argv(list(argv if argv is not None else sys.argv[1:]))
+        recipe = chooser.flag_value(argv, "recipe") or "mlp"
+        argv = chooser.resolve_auto(["toolkit", *argv], recipe=recipe)[1:]
+        backend.from_argv(argv)
     except backend.BackendError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     args, rest = parser.parse_known_args(argv)
-    if args.verb in ("doctor", "tune"):
+    if args.verb in ("doctor", "tune", "backends"):
         args.recipe_flags = rest  # the recipe's own flags, parsed by absl
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")

@@ -75,6 +75,7 @@ class TrainConfig:
     data_service_mode: str = "parallel_epochs"
     backup_dir: str | None = None
     backend: str | None = None  # None: the one Keras trains on (toolkit.backend.name())
+    init_weights: str | None = None  # a .weights.h5 to start from (written first if missing)
 
     def validate(self) -> TrainConfig:
         """Returns self, or raises ConfigError naming the first bad setting and what it must
@@ -130,6 +131,9 @@ class TrainConfig:
                 f"--backend={self.backend}: Keras trains on {backend.name()} in this process; "
                 "give --backend on the command line, or set KERAS_BACKEND before importing Keras"
             )
+        weights = self.init_weights
+        if weights is not None and not str(weights).endswith(".weights.h5"):
+            raise _bad("init_weights", "a Keras weights file ending in .weights.h5", weights)
         try:
             parse_device_spec(self.device)
             if self.data_service is not None:

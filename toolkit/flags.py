@@ -142,8 +142,9 @@ def define_common_flags(**defaults: Any) -> None:
     flags.DEFINE_string(
         "backend",
         None,
-        "tensorflow | jax | torch: the Keras backend (default: KERAS_BACKEND, else tensorflow); "
-        "read from the command line before Keras loads.",
+        "tensorflow | jax | torch | auto: the Keras backend (default: KERAS_BACKEND, else "
+        "tensorflow); auto: the one python -m toolkit backends measured fastest for this recipe "
+        "and flags here. Read from the command line before Keras loads.",
     )
     flags.DEFINE_string(
         "device",
@@ -216,6 +217,13 @@ def define_common_flags(**defaults: Any) -> None:
         "report_dir", d["report_dir"], "Reports go to <report_dir>/<timestamp>/; '' for none."
     )
     flags.DEFINE_integer("seed", d["seed"], "Random seed (weights, shuffling).")
+    flags.DEFINE_string(
+        "init_weights",
+        None,
+        "Start from the weights in this .weights.h5 file; when it does not exist yet, the "
+        "run's own initial weights are written there first. The same file gives runs under "
+        "different backends the same start (python -m toolkit backends uses it).",
+    )
     flags.DEFINE_integer("log_verbosity", 0, "Keras fit verbosity: 0, 1 or 2.")
 
 
@@ -267,7 +275,7 @@ def kwargs_from_flags(
 
 # Flags that name paths: ``--report_dir=~/runs`` reaches the program with its ``~`` (no shell
 # expands it after ``=``), so the toolkit expands it.
-PATH_FLAGS = ("report_dir", "data_dir", "backup_dir")
+PATH_FLAGS = ("report_dir", "data_dir", "backup_dir", "init_weights")
 
 
 def _expand(name: str, value: Any) -> Any:
@@ -320,6 +328,7 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
         data_service_mode=f.data_service_mode,
         backup_dir=_expand("backup_dir", f.backup_dir),
         backend=f.backend,
+        init_weights=_expand("init_weights", f.init_weights),
     ).validate()
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "resume_recorder",
     "run",
     "setup_device",
+    "share_initial_weights",
     "snapshot",
     "steps_per_execution",
 ]
@@ -393,6 +394,39 @@ def measured_fit(
     return prof.report
 
 
+def share_initial_weights(model: Any, path: str) -> str:
+    """Gives `model` the weights in `path` (a ``.weights.h5`` file), or, when there is no such
+    file yet, writes the model's own initial weights there (atomically): the runs that share a
+    path start from the same weights, whatever backend each trains on (the file format is
+    Keras's own, backend-neutral). Returns ``"loaded"`` or ``"written"``.
+
+    Raises:
+        SetupError: the file holds the weights of another model, or cannot be written.
+    """
+    path = os.path.abspath(os.path.expanduser(path))
+    if os.path.exists(path):
+        try:
+            model.load_weights(path)
+        except Exception as e:  # h5py, shape and name errors alike: one line
+            raise SetupError(
+                f"--init_weights={path}: cannot load it into this model ({type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''}); it holds another model's "
+                "weights: delete it or give another path"
+            ) from e
+        return "loaded"
+    directory = os.path.dirname(path)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".init-", suffix=".weights.h5", dir=directory)
+        os.close(fd)
+        os.remove(tmp)  # Keras writes the file itself; an existing one would ask to overwrite
+        model.save_weights(tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise SetupError(f"--init_weights={path}: cannot write it ({e.strerror or e})") from e
+    return "written"
+
+
 def steps_per_execution(model: Any) -> int:
     """The compiled ``steps_per_execution`` of a Keras model (1 when not set)."""
     value = getattr(model, "steps_per_execution", None)
@@ -495,6 +529,8 @@ def run(
             steps_per_execution=config.steps_per_execution,
         )
         backend.get().fuse_train_steps(model, config.fused_steps)
+        if config.init_weights:
+            share_initial_weights(model, config.init_weights)
     try:
         with profile(
             task.name,

@@ -33,6 +33,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -51,6 +52,7 @@ __all__ = [
     "autotune",
     "cache_key",
     "choose",
+    "confirm",
     "default_space",
     "measure_candidate",
     "model_signature",
@@ -60,6 +62,13 @@ __all__ = [
 
 CACHE_FILE = "tune.json"
 MIN_GAIN = 0.02
+FINALISTS = 2  # the search's fastest candidates measured again against the defaults
+MAX_ROUNDS = 4  # head-to-head rounds at most (at least 2 when the budget allows)
+SEARCH_SHARE = 0.7  # of the budget for the search; the rest is for the head-to-head
+UNCONFIRMED_GAIN = 0.10  # the gain one window must show when no head-to-head fit the budget
+SEARCH_CALLS = 1  # timed executions per candidate in the search (at least `steps` steps)
+NEAR_LEADER = 0.8  # a finalist's search rate is at least this share of the leader's
+DECISIVE_GAIN = 0.25  # won by this much in the search and in round 1: one round is enough
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +170,23 @@ class Trial:
     examples_per_sec: float | None
     seconds: float
     error: str | None = None
+    rates: list[float] = dataclasses.field(default_factory=list)  # every measurement
+
+    def __post_init__(self) -> None:
+        if not self.rates and self.examples_per_sec is not None:
+            self.rates = [self.examples_per_sec]
+
+    def add(self, rate: float, seconds: float) -> None:
+        """One more measurement: the rate becomes the median of all of them."""
+        self.rates.append(rate)
+        self.examples_per_sec = statistics.median(self.rates)
+        self.seconds += seconds
+
+    def spread(self) -> str:
+        """``"±4%"``: half the min-max range of the rates, relative to their median."""
+        if len(self.rates) < 2 or not self.examples_per_sec:
+            return ""
+        return f"±{(max(self.rates) - min(self.rates)) / 2 / self.examples_per_sec:.0%}"
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "label": self.candidate.label()}
@@ -176,6 +202,9 @@ class TuneResult:
     cache_hit: bool
     seconds: float
     budget_exhausted: bool = False
+    # The head-to-head rounds after the search: [{label: examples/s}] per round.
+    confirm_rounds: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    why: str = ""
 
     @property
     def defaults_rate(self) -> float | None:
@@ -195,17 +224,26 @@ class TuneResult:
             "cache_hit": self.cache_hit,
             "seconds": self.seconds,
             "budget_exhausted": self.budget_exhausted,
+            "confirm_rounds": self.confirm_rounds,
+            "why": self.why,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], cache_hit: bool = True) -> TuneResult:
         trials = [
-            Trial(Candidate(**t["candidate"]), t["examples_per_sec"], t["seconds"], t["error"])
+            Trial(
+                Candidate(**t["candidate"]),
+                t["examples_per_sec"],
+                t["seconds"],
+                t["error"],
+                list(t.get("rates") or []),
+            )
             for t in d["trials"]
         ]
         return cls(
             Candidate(**d["best"]), trials, d["key"], cache_hit, d["seconds"],
-            d.get("budget_exhausted", False),
+            d.get("budget_exhausted", False), list(d.get("confirm_rounds") or []),
+            d.get("why", ""),
         )  # fmt: skip
 
     def table(self) -> str:
@@ -216,20 +254,28 @@ class TuneResult:
             key=lambda t: -(t.examples_per_sec or -1.0),
         )
         lines = [
-            "| settings | examples/s | vs defaults | note |",
-            "|---|---:|---:|---|",
+            "| settings | examples/s | spread | runs | vs defaults | note |",
+            "|---|---:|---:|---:|---:|---|",
         ]
         for t in rows:
             if t.examples_per_sec is None:
-                lines.append(f"| {t.candidate.label()} | — | — | failed: {t.error} |")
+                lines.append(f"| {t.candidate.label()} | — | — | 0 | — | failed: {t.error} |")
                 continue
             ratio = f"{t.examples_per_sec / base:.2f}×" if base else "—"
             note = "defaults" if t is self.trials[0] else ""
             if t.candidate == self.best:
                 note = (note + ", " if note else "") + "**chosen**"
             lines.append(
-                f"| {t.candidate.label()} | {t.examples_per_sec:,.1f} | {ratio} | {note} |"
+                f"| {t.candidate.label()} | {t.examples_per_sec:,.1f} | {t.spread() or '—'} | "
+                f"{len(t.rates)} | {ratio} | {note} |"
             )
+        if self.confirm_rounds:
+            lines.append(
+                f"\n{len(self.confirm_rounds)} head-to-head round(s) after the search "
+                f"(examples/s: median of every run; vs defaults: of all runs). {self.why}"
+            )
+        elif self.why:
+            lines.append(f"\n{self.why}")
         return "\n".join(lines)
 
 
@@ -299,10 +345,14 @@ def search(
         changed = False
         for name, values in space.axes():
             for value in values:
-                if clock() - start > budget_s:
+                # A candidate costs about what the median one did: one that would end past
+                # the budget is not started (the budget is a promise, not a start deadline).
+                cost = statistics.median(t.seconds for t in trials) if trials else 0.0
+                candidate = dataclasses.replace(best.candidate, **{name: value})
+                if candidate not in seen and clock() - start + cost > budget_s:
                     exhausted = True
                     break
-                trial = run(dataclasses.replace(best.candidate, **{name: value}))
+                trial = run(candidate)
                 if trial.examples_per_sec is not None and (
                     best.examples_per_sec is None or trial.examples_per_sec > best.examples_per_sec
                 ):
@@ -313,6 +363,119 @@ def search(
         if exhausted or not changed:
             break
     return trials, exhausted
+
+
+def _decide(
+    defaults: Trial, finalists: Sequence[Trial], rounds: Sequence[dict[str, float]], min_gain: float
+) -> tuple[Candidate, str]:
+    """The finalist with the best median ratio to the defaults over the head-to-head rounds,
+    when that median exceeds ``1 + min_gain`` and it won most rounds; else the defaults."""
+    base = defaults.candidate.label()
+    best, best_ratio, best_wins = defaults.candidate, 0.0, 0
+    for t in finalists:
+        label = t.candidate.label()
+        ratios = [
+            r[label] / r[base] for r in rounds if r.get(label) and r.get(base)
+        ]  # fmt: skip
+        if not ratios:
+            continue
+        ratio, wins = statistics.median(ratios), sum(x > 1 for x in ratios)
+        if ratio > 1 + min_gain and wins * 2 > len(ratios) and ratio > best_ratio:
+            best, best_ratio, best_wins = t.candidate, ratio, wins
+    n = len(rounds)
+    if best == defaults.candidate:
+        return best, (
+            f"no finalist beat the defaults by > {min_gain:.0%} in most of {n} head-to-head "
+            "round(s): the defaults stay"
+        )
+    return best, f"chosen: {best_ratio:.2f}× the defaults head to head, won {best_wins} of {n}"
+
+
+def _decisive(
+    defaults: Trial, pick: Candidate, trials: Sequence[Trial], got: dict[str, float]
+) -> bool:
+    """Whether `pick` beat the defaults by more than :data:`DECISIVE_GAIN` in its search
+    window and again in the first head-to-head round, and every other finalist of that round
+    by more than the noise (:data:`MIN_GAIN`): no second round would change the order."""
+    first = next(t for t in trials if t.candidate == pick).rates[0]
+    base, mine = defaults.candidate.label(), got.get(pick.label())
+    if not mine or not got.get(base) or first <= defaults.rates[0] * (1 + DECISIVE_GAIN):
+        return False
+    others = [v for k, v in got.items() if k not in (base, pick.label())]
+    return mine > got[base] * (1 + DECISIVE_GAIN) and all(mine > v * (1 + MIN_GAIN) for v in others)
+
+
+def confirm(
+    measure: Callable[[Candidate], float],
+    trials: list[Trial],
+    *,
+    budget_s: float,
+    min_gain: float = MIN_GAIN,
+    clock: Callable[[], float] = time.perf_counter,
+    progress: Callable[[str], Any] | None = None,
+    spent_s: float = 0.0,
+) -> tuple[Candidate, list[dict[str, float]], str, bool]:
+    """Measures the search's :data:`FINALISTS` fastest candidates again, interleaved with the
+    defaults (each round in a rotated order), until the pick is the same two rounds running,
+    :data:`MAX_ROUNDS` rounds, or the budget ends; picks with :func:`_decide`. One window per
+    candidate cannot tell a 10 % gain from a 10 % swing of a shared machine; the paired,
+    repeated rounds can.
+
+    Returns:
+        ``(pick, rounds as {label: examples/s}, why in words, whether the budget ran out)``.
+        The trials get the new measurements (their rate becomes the median).
+    """
+    start = clock() - spent_s
+    defaults = trials[0]
+    if defaults.examples_per_sec is None:
+        return choose(trials, min_gain), [], "the defaults failed: the fastest measured", False
+    finalists = sorted(
+        (t for t in trials[1:] if t.examples_per_sec and t.examples_per_sec > defaults.rates[0]),
+        key=lambda t: -t.examples_per_sec,
+    )[:FINALISTS]
+    # A runner-up far behind the leader cannot overtake it on noise: not measured again.
+    lead = finalists[0].rates[0] if finalists else 0.0
+    finalists = [t for t in finalists if t.rates[0] >= NEAR_LEADER * lead]
+    if not finalists:  # (the filter keeps the leader: empty only when nothing beat them)
+        return defaults.candidate, [], "nothing beat the defaults in the search", False
+    rounds: list[dict[str, float]] = []
+    previous, exhausted = None, False
+    pick, why = defaults.candidate, ""
+    for r in range(MAX_ROUNDS):
+        group = [defaults, *finalists]
+        cost = sum(t.seconds / max(1, len(t.rates)) for t in group)
+        if clock() - start + cost > budget_s:
+            exhausted = True
+            break
+        got: dict[str, float] = {}
+        for t in group[r % len(group) :] + group[: r % len(group)]:
+            t0 = clock()
+            try:
+                rate = float(measure(t.candidate))
+            except Exception:  # noqa: BLE001 - it ran in the search: a flaky candidate loses
+                continue
+            t.add(rate, clock() - t0)
+            got[t.candidate.label()] = rate
+            if progress is not None:
+                progress(
+                    f"[head to head {r + 1} | {clock() - start:.0f}/{budget_s:.0f} s] "
+                    f"{t.candidate.label()}: {rate:,.1f} examples/s"
+                )
+        rounds.append(got)
+        pick, why = _decide(defaults, finalists, rounds, min_gain)
+        if r >= 1 and pick == previous:
+            break
+        if r == 0 and pick != defaults.candidate and _decisive(defaults, pick, trials, got):
+            why += f" (by > {DECISIVE_GAIN:.0%} in the search and head to head: one round)"
+            break
+        previous = pick
+    if not rounds:
+        pick = choose(trials, UNCONFIRMED_GAIN)
+        why = (
+            "no head-to-head round fit the budget: the search's fastest, only if it beat the "
+            f"defaults by > {UNCONFIRMED_GAIN:.0%} in its one window"
+        )
+    return pick, rounds, why, exhausted
 
 
 # ---------------------------------------------------------------------------- keys and cache
@@ -399,21 +562,24 @@ def apply(config: Any, candidate: Candidate) -> Any:
     return dataclasses.replace(config, **changes)
 
 
-def window_steps(candidate: Candidate, steps: int) -> tuple[int, int]:
+def window_steps(candidate: Candidate, steps: int, calls: int = 3) -> tuple[int, int]:
     """``(warm-up steps, total steps)`` for a candidate: the first call and one more
-    execution are warm-up; then at least `steps` steps and 3 executions are timed."""
+    execution are warm-up; then at least `steps` steps and `calls` executions are timed (the
+    search times 1 where a call is long: its finalists are measured again with 3)."""
     per_call = candidate.steps_per_execution * candidate.fused_steps
-    timed = max(steps, 3 * per_call)
+    timed = max(steps, calls * per_call)
     timed += -timed % per_call
     return per_call, per_call + per_call + timed
 
 
-def measure_candidate(task: Any, config: Any, candidate: Candidate, steps: int = 48) -> float:
+def measure_candidate(
+    task: Any, config: Any, candidate: Candidate, steps: int = 48, calls: int = 3
+) -> float:
     """Examples/s of a short real run of `task` with the candidate's settings (the timed
     window after its own warm-up). Raises what the run raises."""
     from toolkit import train
 
-    warmup, total = window_steps(candidate, steps)
+    warmup, total = window_steps(candidate, steps, calls)
     cfg = apply(config, candidate).for_measurement(total, warmup)
     try:
         with backend.get().quiet_retracing():  # each candidate is a new model, not a retrace
@@ -490,17 +656,27 @@ def tune(
             if not isinstance(target, train.Task):
                 space = _model_space(space, defaults)
         trials, exhausted = search(
-            measure,
+            lambda c: measure(c, calls=SEARCH_CALLS),  # finalists get 3 calls head to head
             space,
-            budget_s=budget_s,
+            budget_s=budget_s * SEARCH_SHARE,
             progress=progress,
             first=first,
+            spent_s=time.perf_counter() - start,
+        )
+        best, rounds, why, out_of_time = confirm(
+            measure,
+            trials,
+            budget_s=budget_s,
+            progress=progress,
             spent_s=time.perf_counter() - start,
         )
     finally:
         if hasattr(measure, "restore"):
             measure.restore()
-    result = TuneResult(choose(trials), trials, key, False, time.perf_counter() - start, exhausted)
+    result = TuneResult(
+        best, trials, key, False, time.perf_counter() - start, exhausted or out_of_time,
+        rounds, why,
+    )  # fmt: skip
     if use_cache:
         store(result, facts)
     return result
@@ -517,8 +693,8 @@ def _task_measure(task: Any, config: TrainConfig, steps: int) -> tuple[Any, ...]
     del model
     compat.keras().backend.clear_session()
 
-    def measure(candidate: Candidate) -> float:
-        return measure_candidate(task, config, candidate, steps)
+    def measure(candidate: Candidate, calls: int = 3) -> float:
+        return measure_candidate(task, config, candidate, steps, calls)
 
     from toolkit import backend
 
@@ -538,11 +714,11 @@ class _ModelMeasure:
         self.compile_args = _compile_args(model)
         self.saved = snapshot(model)
 
-    def __call__(self, candidate: Candidate) -> float:
+    def __call__(self, candidate: Candidate, calls: int = 3) -> float:
         from toolkit import train
 
         self.model.compile(**{**self.compile_args, **candidate.compile_kwargs()})
-        warmup, total = window_steps(candidate, self.steps)
+        warmup, total = window_steps(candidate, self.steps, calls)
         with backend.get().quiet_retracing():
             stats = train.measured_fit(
                 self.model, self.dataset, total, warmup, batch_size=self.batch_size

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+from toolkit.bench import frameworks
+
 
 def _ops(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
@@ -22,14 +24,19 @@ def test_table_on_tiny_sizes_writes_every_view(tmp_path):
         "--size=tiny", "--ops=ReLU,Gather", "--repeats=2", "--min_time=0.001", f"--out={out}"
     )
     assert proc.returncode == 0, proc.stderr
-    assert "| Operation | cpu_eager | cpu_graph | cpu_xla |" in proc.stdout
+    # TensorFlow's modes, then JAX's jit and PyTorch eager where installed (by default).
+    others = [m for m in ("jax_jit", "torch_eager") if not frameworks.missing(m)]
+    header = " | ".join(["Operation", "cpu_eager", "cpu_graph", "cpu_xla"])
+    assert f"| {header} |" in proc.stdout
+    assert all(f"| cpu_{m} |" in proc.stdout or f" cpu_{m} |" in proc.stdout for m in others)
     assert "Average benchmark:" in proc.stdout and "| Gather |" in proc.stdout
-    assert "ops: ReLU: 2 cases x 3 modes x 1 device(s)" in proc.stderr  # progress
+    modes = 3 + len(others)
+    assert f"ops: ReLU: 2 cases x {modes} modes x 1 device(s)" in proc.stderr  # progress
     names = {p.name for p in out.iterdir()}
     assert names == {"ops.json", "ops.md", "ops.csv", "ops_average.csv", "ops.png"}
     record = json.loads((out / "ops.json").read_text())
     assert record["settings"]["size"] == "tiny" and record["environment"]["tensorflow"]
-    assert len(record["results"]) == (6 + 2) * 3
+    assert len(record["results"]) == (6 + 2) * modes
 
 
 def test_fusion_demo_on_tiny_sizes(tmp_path):
@@ -48,7 +55,8 @@ def test_fusion_demo_on_tiny_sizes(tmp_path):
 def test_bad_choices_are_one_line_errors(tmp_path):
     for args, message in (
         (["--ops=Nope"], "error: unknown op 'Nope': choose from Argmax"),
-        (["--modes=jit"], "error: unknown mode 'jit': use eager, graph, xla"),
+        (["--modes=jit"], "error: unknown mode 'jit': use eager, graph, xla, jax_jit"),
+        (["--fusion", "--modes=jax_jit"], "error: ops --fusion: --modes must name"),
         (["--device=tpu"], "error: unknown device 'tpu'"),
     ):
         proc = _ops(*args, f"--out={tmp_path / 'x'}", timeout=120)

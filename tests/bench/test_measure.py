@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from toolkit.bench import measure
@@ -115,6 +116,37 @@ def test_benchmark_runs_every_cell_on_the_cpu():
     assert all(m.timing and m.timing.ms > 0 for m in table.results)
     assert set(table.floors) == {"cpu_eager", "cpu_xla"} and all(table.floors.values())
     assert table.environment["tensorflow"]
+
+
+def test_framework_modes_beside_tensorflows(monkeypatch):
+    """JAX's jit and PyTorch eager as columns on their own device, with their per-call floor;
+    a framework that is not installed is n/a with what installs it."""
+    from toolkit import devices
+    from toolkit.bench import frameworks
+
+    assert measure.select_modes(["torch_eager", "eager"]) == ("eager", "torch_eager")
+    assert measure.select_modes(["all"]) == measure.ALL_MODES
+    wanted = [m for m in ("jax_jit", "torch_eager") if not frameworks.missing(m)]
+    if not wanted:
+        pytest.skip("neither JAX nor PyTorch is installed")
+    table = measure.benchmark(
+        ["MatMul"], ["xla", *wanted], size="tiny", devices=[devices.resolve("cpu")],
+        repeats=2, min_time_s=0.001,
+    )  # fmt: skip
+    assert table.columns == ["cpu_xla", *(f"cpu_{m}" for m in wanted)]
+    assert all(m.timing and m.timing.ms > 0 for m in table.results), [
+        m.reason for m in table.results
+    ]
+    assert all(table.floors[c] for c in table.columns)
+    assert table.settings["modes"] == ["xla", *wanted]
+    real = frameworks.importlib.util.find_spec
+    monkeypatch.setattr(
+        frameworks.importlib.util, "find_spec", lambda n, *a: None if n == "torch" else real(n, *a)
+    )
+    timing, reason = measure.run_framework_case(
+        "ReLU", None, [np.ones(3, "float32")], "torch_eager"
+    )
+    assert timing is None and "torch is not installed (pip install torch)" in reason
 
 
 def test_benchmark_rejects_bad_arguments():

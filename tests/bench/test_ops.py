@@ -110,3 +110,34 @@ def test_modes_agree_numerically(op):
                 np.testing.assert_allclose(
                     got, expected, rtol=1e-4, atol=1e-5 * scale, err_msg=f"{op.name} {mode}"
                 )
+
+
+@pytest.mark.parametrize("op", bench_ops.OPS, ids=lambda op: op.name)
+def test_the_other_frameworks_compute_the_same_op(op):
+    """JAX's and PyTorch's version of each op gives TensorFlow eager's result on the same
+    values (PyTorch's channels-first convolutions turned back to channels-last)."""
+    import tensorflow as tf
+
+    from toolkit import devices
+    from toolkit.bench import frameworks
+    from toolkit.bench.measure import inputs_on
+
+    modes = [m for m in ("jax_jit", "torch_eager") if not frameworks.missing(m)]
+    if not modes:
+        pytest.skip("neither JAX nor PyTorch is installed")
+    cpu = devices.resolve("cpu")
+    for case in op.cases:
+        shapes = case.shapes("tiny")
+        inputs = inputs_on(cpu, lambda rng, shapes=shapes: op.make_inputs(shapes, rng, tf.float32))
+        expected = op.build(case.axis)(*inputs).numpy()
+        arrays = [t.numpy() for t in inputs]
+        scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
+        for mode in modes:
+            fn = frameworks.build(op.name, case.axis, mode)
+            got = np.asarray(fn(*frameworks.to_framework(op.name, arrays, mode)))
+            if mode.startswith("torch") and op.name in ("Conv1d", "Conv2d"):
+                got = np.moveaxis(got, 1, -1)  # NC... -> N...C
+            assert got.shape == expected.shape, (op.name, mode, got.shape, expected.shape)
+            np.testing.assert_allclose(
+                got, expected, rtol=1e-4, atol=1e-5 * scale, err_msg=f"{op.name} {mode}"
+            )

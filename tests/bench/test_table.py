@@ -148,3 +148,23 @@ def test_not_an_ops_record():
 
     with pytest.raises(ReportError, match="not an op benchmark record"):
         OpTable.from_dict({"schema": "toolkit.report/1"})
+
+
+def test_framework_columns_compare_like_with_like():
+    """JAX's jit against TF's XLA, PyTorch eager against TF eager, torch.compile against
+    PyTorch eager, on one device; a framework on another device against the first's."""
+    columns = [
+        "cpu_eager", "cpu_graph", "cpu_xla", "cpu_jax_jit", "cpu_torch_eager",
+        "cpu_torch_compile", "cuda_jax_jit",
+    ]  # fmt: skip
+    table = OpTable(results=[], columns=columns)
+    assert table.speedup_pairs() == [
+        ("cpu_graph", "cpu_eager"),
+        ("cpu_xla", "cpu_graph"),
+        ("cpu_jax_jit", "cpu_xla"),
+        ("cpu_torch_eager", "cpu_eager"),
+        ("cpu_torch_compile", "cpu_torch_eager"),
+        ("cuda_jax_jit", "cpu_jax_jit"),
+    ]
+    only = OpTable(results=[], columns=["cpu_eager", "cpu_xla", "cpu_torch_compile"])
+    assert only.speedup_pairs() == [("cpu_xla", "cpu_eager"), ("cpu_torch_compile", "cpu_xla")]

@@ -27,11 +27,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolkit import backend, machine
+from toolkit.bench import frameworks
 from toolkit.bench.ops import OPS, select_ops
 from toolkit.bench.table import Measurement, OpTable, Timing
 from toolkit.profiling.stats import jitter, median
 
 __all__ = [
+    "ALL_MODES",
+    "DEFAULT_MODES",
     "MODES",
     "OPS",
     "benchmark",
@@ -41,17 +44,22 @@ __all__ = [
     "error_reason",
     "inputs_on",
     "run_case",
+    "run_framework_case",
     "select_modes",
     "sync",
     "time_calls",
     "unsupported",
 ]
 
-MODES = ("eager", "graph", "xla")
+MODES = ("eager", "graph", "xla")  # TensorFlow's
+ALL_MODES = (*MODES, *frameworks.FRAMEWORK_MODES)  # and the other frameworks' (frameworks.py)
+# torch.compile compiles every case anew (seconds each on a CPU): named, not defaulted.
+DEFAULT_MODES = tuple(m for m in ALL_MODES if m != "torch_compile")
 MODE_HELP = {
     "eager": "op by op, as written (TF2's default outside tf.function)",
     "graph": "tf.function: one graph, optimized by Grappler",
     "xla": "tf.function(jit_compile=True): compiled and fused by XLA",
+    **frameworks.MODE_HELP,
 }
 
 
@@ -127,15 +135,22 @@ def compile_fn(fn: Callable[..., Any], mode: str) -> Callable[..., Any]:
     raise ValueError(f"unknown mode {mode!r}: use {', '.join(MODES)}")
 
 
-def select_modes(names: Sequence[str] | None = None) -> tuple[str, ...]:
-    """The modes named, in eager/graph/xla order; all three for None/empty."""
+def select_modes(
+    names: Sequence[str] | None = None, default: Sequence[str] = MODES
+) -> tuple[str, ...]:
+    """The modes named (``all``: every one), in :data:`ALL_MODES` order; `default` for
+    None/empty."""
     if not names:
-        return MODES
-    unknown = [n for n in names if n.lower() not in MODES]
-    if unknown:
-        raise ValueError(f"unknown mode {', '.join(map(repr, unknown))}: use {', '.join(MODES)}")
+        return tuple(default)
     wanted = {n.lower() for n in names}
-    return tuple(m for m in MODES if m in wanted)
+    if "all" in wanted:
+        return ALL_MODES
+    unknown = [n for n in names if n.lower() not in ALL_MODES]
+    if unknown:
+        raise ValueError(
+            f"unknown mode {', '.join(map(repr, unknown))}: use {', '.join(ALL_MODES)} or all"
+        )
+    return tuple(m for m in ALL_MODES if m in wanted)
 
 
 def unsupported(device: Any, mode: str) -> str | None:
@@ -205,9 +220,31 @@ def run_case(
         return None, error_reason(e)
 
 
+def run_framework_case(
+    op: str, axis: int | None, arrays: Sequence[Any], mode: str, **timing_kwargs: Any
+) -> tuple[Timing | None, str | None]:
+    """``(timing, None)`` of `op` in another framework's `mode` (``jax_jit``,
+    ``torch_eager``, ``torch_compile``) on NumPy `arrays`, or ``(None, reason)``."""
+    reason = frameworks.missing(mode)
+    if reason:
+        return None, reason
+    try:
+        fn = frameworks.build(op, axis, mode)
+        inputs = frameworks.to_framework(op, arrays, mode)
+        return time_calls(lambda: fn(*inputs), wait=frameworks.waiter(mode), **timing_kwargs), None
+    except Exception as e:  # noqa: BLE001 - any framework's error: the cell is n/a, with why
+        return None, error_reason(e)
+
+
 def call_floor_ms(device: Any, mode: str, **timing_kwargs: Any) -> float | None:
     """Per-call time of ``x + 1`` on a scalar in `mode` on `device`: the dispatch cost every
     op of the table pays at least (None where the mode cannot run there)."""
+    if mode in frameworks.FRAMEWORK_MODES:
+        import numpy as np
+
+        arrays = [np.asarray(1.0, dtype=np.float32)]
+        timing, _ = run_framework_case("AddOne", None, arrays, mode, **timing_kwargs)
+        return timing.ms if timing else None
     import tensorflow as tf
 
     with tf.device(device.logical_name):
@@ -232,7 +269,9 @@ def benchmark(
 
     Args:
         ops: op names (see :data:`toolkit.bench.ops.OP_NAMES`). Defaults to all 21.
-        modes: ``eager``, ``graph``, ``xla``. Defaults to all three.
+        modes: TensorFlow's ``eager``, ``graph``, ``xla``, and the other frameworks'
+            ``jax_jit``, ``torch_eager``, ``torch_compile`` (each on its framework's default
+            device: ``toolkit.bench.frameworks``). Defaults to TensorFlow's three.
         size: ``tiny``, ``default`` (a few minutes on 2 CPU cores) or ``full`` (the seed's).
         devices: `toolkit.devices.DeviceInfo` list. Defaults to every device
             :func:`toolkit.devices.detect` finds.
@@ -251,6 +290,8 @@ def benchmark(
 
     chosen_ops = select_ops(ops)
     chosen_modes = select_modes(modes)
+    other_modes = [m for m in chosen_modes if m in frameworks.FRAMEWORK_MODES]
+    chosen_modes = tuple(m for m in chosen_modes if m in MODES)
     if size not in ("tiny", "default", "full"):
         raise ValueError(f"unknown size {size!r}: use tiny, default or full")
     try:
@@ -265,6 +306,12 @@ def benchmark(
         for device in found
         for mode in chosen_modes
     }
+    other_columns = {  # each framework's mode on its own default device
+        mode: f"{'n/a' if frameworks.missing(mode) else frameworks.device_kind(mode)}_{mode}"
+        for mode in other_modes
+    }
+    for mode, column in other_columns.items():
+        floors[column] = call_floor_ms(None, mode, **timing_kwargs)
     results: list[Measurement] = []
     for op in chosen_ops:
         start = time.perf_counter()
@@ -294,14 +341,31 @@ def benchmark(
                         )
                     )
                 del inputs
+            if other_modes:  # the same values (seed), made on the CPU, as NumPy
+                with tf.device("/device:CPU:0"):
+                    made = op.make_inputs(shapes, tf.random.Generator.from_seed(seed), tf_dtype)
+                arrays = [t.numpy() for t in made]
+                for mode, column in other_columns.items():
+                    timing, why = run_framework_case(
+                        op.name, case.axis, arrays, mode, **timing_kwargs
+                    )
+                    device_label = column.split("_", 1)[0]
+                    results.append(
+                        Measurement(op.name, index, label, device_label, mode, timing, why, flops)
+                    )
+                del arrays, made
         if progress:
             progress(
-                f"ops: {op.name}: {len(op.cases)} cases x {len(chosen_modes)} modes x "
+                f"ops: {op.name}: {len(op.cases)} cases x "
+                f"{len(chosen_modes) + len(other_modes)} modes x "
                 f"{len(found)} device(s) in {time.perf_counter() - start:.1f} s"
             )
     return OpTable(
         results=results,
-        columns=[f"{labels[d.name]}_{m}" for d in found for m in chosen_modes],
+        columns=[
+            *(f"{labels[d.name]}_{m}" for d in found for m in chosen_modes),
+            *other_columns.values(),
+        ],
         settings={
             "size": size,
             "dtype": dtype,
@@ -309,7 +373,7 @@ def benchmark(
             "min_time_s": min_time_s,
             "seed": seed,
             "ops": [op.name for op in chosen_ops],
-            "modes": list(chosen_modes),
+            "modes": [*chosen_modes, *other_modes],
         },
         devices=[{**d.to_dict(), "label": labels[d.name]} for d in found],
         environment=machine.capture_environment(backend.framework_facts()),

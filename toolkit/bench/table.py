@@ -26,6 +26,16 @@ from toolkit.profiling.stats import speedup_pct
 __all__ = ["Measurement", "OpTable", "Timing", "format_ms", "format_pct"]
 
 SCHEMA = "toolkit.ops/1"
+# What each mode's speedup column compares it with, on the same device, when both ran: TF's
+# modes each against the one before; JAX's XLA against TF's; PyTorch eager against TF eager;
+# torch.compile against PyTorch eager. Otherwise the column before it.
+BASELINE = {
+    "graph": "eager",
+    "xla": "graph",
+    "jax_jit": "xla",
+    "torch_eager": "eager",
+    "torch_compile": "torch_eager",
+}
 NOISY_PCT = 10.0
 MAX_LISTED = 12
 FILES = {
@@ -188,11 +198,14 @@ class OpTable:
         """``(new column, baseline column)`` of every speedup column, in display order."""
         by_device: dict[str, list[str]] = {}
         for column in self.columns:
-            device, mode = column.rsplit("_", 1)
+            device, mode = column.split("_", 1)  # a device label has no "_"; a mode may
             by_device.setdefault(device, []).append(mode)
         pairs = []
         for device, modes in by_device.items():
-            pairs += [(f"{device}_{b}", f"{device}_{a}") for a, b in itertools.pairwise(modes)]
+            for before, mode in itertools.pairwise(modes):
+                base = BASELINE.get(mode)
+                base = base if base in modes else before
+                pairs.append((f"{device}_{mode}", f"{device}_{base}"))
         devices = list(by_device)
         for device in devices[1:]:
             pairs += [

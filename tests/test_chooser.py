@@ -1,0 +1,247 @@
+"""The backends chooser: its rules with injected runs (the pick, the loss check, the order of
+the rounds, the cache, ``--backend=auto``), the shared initial weights, and one real comparison
+of every installed backend in fresh processes, whose winner a recipe then trains on."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from toolkit import chooser as ch
+from toolkit.config import ConfigError, TrainConfig
+
+TF, JAX, TORCH = ch.Contender("tensorflow"), ch.Contender("jax"), ch.Contender("torch")
+
+
+def row(contender, means, loss=1.0, error=None):
+    runs = [
+        {"mean_s": m, "p50_s": m * 0.9, "first_step_s": 0.5, "loss": loss, "round": i}
+        for i, m in enumerate(means)
+    ]
+    if error:
+        runs = [{"error": error, "round": 0}]
+    return ch.Row(contender, runs)
+
+
+def test_the_fastest_agreeing_contender_wins_by_its_paired_ratio():
+    rows = [row(TF, [1.0, 2.0, 1.0]), row(JAX, [0.5, 1.0, 0.5]), row(TORCH, [3.0, 3.0, 3.0])]
+    pick, why = ch.choose(rows)
+    assert pick == JAX and "2.00× the defaults" in why
+    # A machine that slowed down in round 2 slowed both: the paired ratio stays 2×.
+    result = ch.BackendsResult(ch.Target("mlp"), rows, pick, "k", 100, 3, 1.0)
+    assert result.ratio(rows[1]) == pytest.approx(2.0)
+
+
+def test_a_faster_backend_whose_loss_disagrees_is_not_chosen():
+    rows = [row(TF, [1.0] * 3, loss=1.0), row(JAX, [0.5] * 3, loss=1.5)]
+    assert ch.choose(rows)[0] == TF
+    result = ch.BackendsResult(ch.Target("mlp"), rows, TF, "k", 100, 3, 1.0)
+    assert result.loss_agrees(rows[1]) is False and "loss differs" in result.table()
+
+
+def test_within_the_minimum_gain_the_defaults_stay():
+    rows = [row(TF, [1.0] * 3), row(JAX, [0.99] * 3)]
+    pick, why = ch.choose(rows)
+    assert pick == TF and "defaults stay" in why
+
+
+def test_failed_defaults_hand_over_to_the_fastest_that_ran():
+    rows = [row(TF, [], error="boom"), row(JAX, [2.0]), row(TORCH, [1.0])]
+    pick, why = ch.choose(rows)
+    assert pick == TORCH and "boom" in why
+
+
+def test_contenders_every_backend_times_the_devices_it_sees_defaults_first(monkeypatch):
+    monkeypatch.setattr(ch.util, "find_spec", lambda name: object())
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    seen = {"tensorflow": ["cpu", "cuda"], "jax": ["cpu", "cuda"], "torch": ["cpu", "metal"]}
+    found = ch.contenders(probe=seen.get)
+    assert found[0] == ch.Contender("tensorflow", "cuda")  # the default device: its GPU
+    assert set(found) == {
+        ch.Contender(b, d) for b, kinds in seen.items() for d in kinds
+    }  # fmt: skip
+    only_cpu = ch.contenders(["--device=cpu", "--batch_size=8"], probe=seen.get)
+    assert only_cpu == [TF, JAX, TORCH]
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    assert ch.contenders(["--device", "cpu"], probe=seen.get)[0] == JAX
+    with pytest.raises(ch.ChooserError, match="unknown mxnet"):
+        ch.contenders(backends=["mxnet"])
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+    with pytest.raises(ch.ChooserError, match="tf_keras, which trains on TensorFlow only"):
+        ch.contenders(probe=seen.get)
+
+
+def test_compare_interleaves_rounds_shares_weights_and_caches(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+    speed = {"tensorflow": 1.0, "jax": 0.5, "torch": 2.0}
+
+    def runner(contender, extra):
+        calls.append((contender.backend, tuple(extra)))
+        m = speed[contender.backend]
+        return {"mean_s": m, "p50_s": m, "first_step_s": 0.1, "loss": 0.7, "mfu": 0.01}
+
+    target = ch.Target("mlp", None, ("--batch_size=64", "--epochs=5"))
+    lines = []
+    result = ch.compare(
+        target, backends=["tensorflow", "jax", "torch"], steps=50, rounds=3,
+        runner=runner, progress=lines.append,
+    )  # fmt: skip
+    order = [b for b, _ in calls]
+    assert order[:3] == ["tensorflow", "jax", "torch"] and order[3:6] == [
+        "jax",
+        "torch",
+        "tensorflow",
+    ]
+    assert len({extra for _, extra in calls}) == 1  # every run: the same initial weights
+    assert calls[0][1][0].startswith("--init_weights=") and calls[0][1][0].endswith(".weights.h5")
+    assert result.best == JAX and len(lines) == 9 and "[9/9" in lines[-1]
+    assert "**chosen**" in result.table() and "| jax | cpu |" in result.table()
+    paths = result.write(str(tmp_path / "out"))
+    with open(paths["json"]) as f:
+        assert json.load(f)["best"] == {"backend": "jax", "device": "cpu", "settings": []}
+    with open(paths["png"], "rb") as f:
+        assert f.read(4) == b"\x89PNG"
+    # The run length is not part of the key: a longer run reads the same answer.
+    longer = ch.Target("mlp", None, ("--epochs=20", "--batch_size=64"))
+    again = ch.compare(
+        longer, backends=["tensorflow", "jax", "torch"], steps=50, rounds=3, runner=runner,
+        progress=lines.append,
+    )  # fmt: skip
+    assert again.cache_hit and again.best == JAX and len(calls) == 9
+    # --backend=auto reads it, for the same recipe and flags, whatever the run length.
+    argv = ["/x/recipes/mlp.py", "--batch_size=64", "--backend=auto", "--train_steps=9"]
+    assert ch.resolve_auto(argv) == [*argv[:2], "--backend=jax", argv[3]]
+    other = ["/x/recipes/mlp.py", "--batch_size=32", "--backend", "auto"]
+    assert ch.resolve_auto(other)[-2:] == [
+        "--backend",
+        os.environ.get("KERAS_BACKEND", "tensorflow"),
+    ]
+    assert ch.resolve_auto(["prog", "--backend=jax"]) == ["prog", "--backend=jax"]
+
+
+def test_init_weights_must_be_a_keras_weights_file():
+    with pytest.raises(ConfigError, match=r"--init_weights must be a Keras weights file"):
+        TrainConfig(init_weights="/tmp/w.h5x").validate()
+    TrainConfig(init_weights="/tmp/w.weights.h5").validate()
+
+
+def test_share_initial_weights_writes_then_loads_and_rejects_another_model(keras, tmp_path):
+    from toolkit import train
+
+    def model(units):
+        return keras.Sequential([keras.Input((4,)), keras.layers.Dense(units)])
+
+    path = str(tmp_path / "w" / "initial.weights.h5")
+    first, second = model(3), model(3)
+    assert train.share_initial_weights(first, path) == "written"
+    assert train.share_initial_weights(second, path) == "loaded"
+    for a, b in zip(first.get_weights(), second.get_weights(), strict=True):
+        assert (a == b).all()
+    with pytest.raises(train.SetupError, match="another model's weights: delete it"):
+        train.share_initial_weights(model(5), path)
+
+
+def test_backends_cli_then_a_recipe_on_backend_auto(tmp_path):
+    """Every installed backend in fresh processes, the same start (the losses agree), the
+    table and files; then ``--backend=auto`` trains on the winner."""
+    env = {**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("KERAS_BACKEND", None)
+    flags = ["--batch_size=64", "--hidden_units=32", "--device=cpu"]
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkit", "backends", "--recipe", "mlp", "--steps", "40",
+         "--rounds", "1", "--out", str(tmp_path / "out"), *flags],
+        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = json.loads((tmp_path / "out" / "backends.json").read_text())
+    result = ch.BackendsResult.from_dict(saved, cache_hit=False)
+    assert {r.contender.backend for r in result.rows} == set(ch.installed_backends())
+    for r in result.rows:
+        assert r.error is None and r.runs[0]["timed_steps"] > 0, r.runs
+        assert r.runs[0]["backend"] == r.contender.backend  # it really trained there
+        assert result.loss_agrees(r), (r.contender, r.median("loss"))
+    assert "chosen: --backend=" in done.stdout
+    assert f"[{len(result.rows)}/{len(result.rows)}" in done.stderr
+    report_dir = tmp_path / "runs"
+    done = subprocess.run(
+        [sys.executable, "-m", "recipes.mlp", "--backend=auto", "--smoke", "--epochs=3",
+         f"--report_dir={report_dir}", *flags],
+        capture_output=True, text=True, timeout=300, env=env, cwd=os.getcwd(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"--backend=auto: {result.best.backend}" in done.stderr
+    (run,) = list(report_dir.iterdir())
+    report = json.loads((run / "report.json").read_text())
+    assert report["environment"]["keras_backend"] == result.best.backend
+
+
+def test_backends_cli_bad_input_is_one_line(tmp_path):
+    for argv, message in (
+        (["--recipe", "nope"], "no recipe named 'nope'; the recipes are"),
+        (["--model_fn", "nomodule_here:make"], "--model_fn='nomodule_here:make'"),
+        (["--backends", "mxnet"], "unknown mxnet"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "toolkit", "backends", *argv],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+            env={**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path)},
+        )  # fmt: skip
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_tune_across_backends_searches_each_then_meets_head_to_head(tmp_path):
+    """The backend as a tune axis: one search per installed backend (fresh processes), then
+    their winners and the untuned defaults head to head; the defaults always a contender."""
+    env = {**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("KERAS_BACKEND", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkit", "tune", "--recipe", "mlp", "--across_backends",
+         "--tune_budget=45", "--device=cpu", "--hidden_units=32", "--batch_size=64"],
+        capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "| tensorflow | cpu |" in out and "defaults" in out and "chosen: --backend=" in out
+    searched = [ln for ln in done.stderr.splitlines() if ln.startswith("tune ")]
+    assert len(searched) == len(ch.installed_backends()), done.stderr[-3000:]
+    assert all("--dtype=" in ln or "failed" in ln for ln in searched)
+
+
+def test_a_run_without_timed_steps_is_a_failed_run_not_a_crash(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
+
+    def runner(contender, extra):
+        if contender.settings:  # its calls ate every step: nothing timed
+            return {"mean_s": None, "p50_s": None, "loss": 0.7}
+        return {"mean_s": 1.0, "p50_s": 1.0, "first_step_s": 0.1, "loss": 0.7}
+
+    big = ch.Contender("tensorflow", "cpu", ("--steps_per_execution=512",))
+    result = ch.compare(
+        ch.Target("mlp"), candidates=[TF, big], steps=20, rounds=2, runner=runner,
+        progress=lambda line: None,
+    )  # fmt: skip
+    assert result.best == TF
+    assert "no timed steps in 20 steps: raise --steps" in result.row(big).error
+    assert "failed: no timed steps" in result.table()
+
+
+def test_a_target_from_a_name_a_spec_or_your_function(tmp_path, monkeypatch):
+    (tmp_path / "benchmarks_like.py").write_text("def make():\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from benchmarks_like import make  # a module-level function, importable by name
+
+    assert ch.Target.of("cnn", ["--batch_size=8"]) == ch.Target("cnn", None, ("--batch_size=8",))
+    assert ch.Target.of("mytrain:make").model_fn == "mytrain:make"
+    assert ch.Target.of(make).model_fn == "benchmarks_like:make"
+
+    def nested():
+        return None
+
+    with pytest.raises(ch.ChooserError, match="define it at the top of a module"):
+        ch.Target.of(nested)
