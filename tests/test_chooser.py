@@ -210,7 +210,9 @@ def test_tune_across_backends_searches_each_then_meets_head_to_head(tmp_path):
     assert "| tensorflow | cpu |" in out and "defaults" in out and "chosen: --backend=" in out
     searched = [ln for ln in done.stderr.splitlines() if ln.startswith("tune ")]
     assert len(searched) == len(ch.installed_backends()), done.stderr[-3000:]
-    assert all("--dtype=" in ln or "failed" in ln for ln in searched)
+    assert all(
+        ("--dtype=" in ln) or ("Keras defaults" in ln) or ("failed" in ln) for ln in searched
+    )
 
 
 def test_a_run_without_timed_steps_is_a_failed_run_not_a_crash(tmp_path, monkeypatch):
@@ -245,3 +247,15 @@ def test_a_target_from_a_name_a_spec_or_your_function(tmp_path, monkeypatch):
 
     with pytest.raises(ch.ChooserError, match="define it at the top of a module"):
         ch.Target.of(nested)
+
+
+def test_a_tuned_winner_that_is_the_defaults_is_the_plain_contender():
+    from toolkit import tune as tn
+
+    defaults = tn.Trial(tn.Candidate(), 100.0, 1.0)
+    faster = tn.Trial(tn.Candidate(steps_per_execution=8), 150.0, 1.0)
+    same = tn.TuneResult(tn.Candidate(), [defaults, faster], "k", False, 1.0)
+    assert ch.tuned_settings(json.loads(json.dumps(same.to_dict()))) == ()
+    won = tn.TuneResult(faster.candidate, [defaults, faster], "k", False, 1.0)
+    settings = ch.tuned_settings(won.to_dict())
+    assert "--steps_per_execution=8" in settings and "--nojit_compile" in settings

@@ -72,6 +72,7 @@ __all__ = [
     "measure_task",
     "resolve_auto",
     "tune_across",
+    "tuned_settings",
 ]
 
 CACHE_FILE = "backends.json"
@@ -690,6 +691,20 @@ def compare(
     return result
 
 
+def tuned_settings(result: dict[str, Any]) -> tuple[str, ...]:
+    """The recipe flags of a ``TuneResult.to_dict()``'s winner; ``()`` when the winner is the
+    search's defaults (its first trial): the same run as the backend's plain contender, which
+    must not stand in the final twice (two identical contenders measured 0.76× apart on the
+    small CNN: a pick between them would be a pick of noise)."""
+    from toolkit.tune import Candidate
+
+    best = Candidate(**result["best"])
+    trials = result.get("trials") or []
+    if trials and Candidate(**trials[0]["candidate"]) == best:
+        return ()
+    return tuple(best.flags().split())
+
+
 def tune_across(
     target: Target,
     *,
@@ -734,19 +749,17 @@ def tune_across(
                     argv, capture_output=True, text=True, timeout=timeout_s, check=False,
                     env={**env, "KERAS_BACKEND": c.backend},
                 )  # fmt: skip
-                best = read_json(out).get("best")
+                found = read_json(out)
             except subprocess.TimeoutExpired:
-                done, best = None, None
-        if not best:
+                done, found = None, {}
+        if not found.get("best"):
             why = (done.stderr.strip().splitlines() or ["?"])[-1] if done else "timed out"
             progress(f"tune {c.label()}: failed ({why}); its Keras defaults stay a contender")
             settings: tuple[str, ...] = ()
         else:
-            from toolkit.tune import Candidate
-
-            settings = tuple(Candidate(**best).flags().split())
+            settings = tuned_settings(found)
             progress(
-                f"tune {c.label()}: {' '.join(settings)} "
+                f"tune {c.label()}: {' '.join(settings) or 'Keras defaults'} "
                 f"({time.perf_counter() - t0:.0f} s of {share:.0f})"
             )
         contender = Contender(c.backend, c.device, settings)
