@@ -259,3 +259,12 @@ def test_a_tuned_winner_that_is_the_defaults_is_the_plain_contender():
     won = tn.TuneResult(faster.candidate, [defaults, faster], "k", False, 1.0)
     settings = ch.tuned_settings(won.to_dict())
     assert "--steps_per_execution=8" in settings and "--nojit_compile" in settings
+
+
+def test_tuned_settings_must_beat_their_own_backends_defaults_by_more_than_noise():
+    tuned = ch.Contender("jax", "cpu", ("--steps_per_execution=32",))
+    rows = [row(TF, [1.0] * 2), row(JAX, [0.50, 0.50]), row(tuned, [0.49, 0.49])]
+    pick, why = ch.choose(rows)
+    assert pick == JAX and "tuned settings were 1.02×" in why  # 2 %: noise, the plain one
+    rows = [row(TF, [1.0] * 2), row(JAX, [0.50, 0.50]), row(tuned, [0.40, 0.40])]
+    assert ch.choose(rows)[0] == tuned  # 25 %: kept
