@@ -50,8 +50,9 @@ from collections.abc import Callable, Sequence
 from importlib import metadata, util
 from typing import Any
 
-from toolkit import machine
-from toolkit.files import atomic_write, read_json
+from toolkit import compat, machine
+from toolkit.backend import flag_value
+from toolkit.files import atomic_write, read_json, update_json
 
 __all__ = [
     "CACHE_FILE",
@@ -67,7 +68,6 @@ __all__ = [
     "choose",
     "compare",
     "contenders",
-    "flag_value",
     "installed_backends",
     "measure_model",
     "measure_task",
@@ -426,15 +426,6 @@ def installed_backends() -> list[str]:
     return [b for b in BACKENDS if util.find_spec(b) is not None]
 
 
-def flag_value(argv: Sequence[str], name: str) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg.startswith(f"--{name}="):
-            return arg.split("=", 1)[1]
-        if arg == f"--{name}" and i + 1 < len(argv):
-            return argv[i + 1]
-    return None
-
-
 def _without(argv: Sequence[str], names: frozenset[str] | set[str]) -> list[str]:
     """`argv` without the flags in `names` (``--name=v``, ``--name v``, ``--[no]name``)."""
     out: list[str] = []
@@ -479,7 +470,7 @@ def contenders(
     """Every installed backend (or `backends`) × the devices it sees, the defaults first
     (Keras's default backend, on the default device: its accelerator if it has one). With
     ``--device=D`` in `flags`, only D."""
-    if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes", "on"):
+    if compat.use_legacy_keras():
         raise ChooserError(
             "TF_USE_LEGACY_KERAS=1 selects tf_keras, which trains on TensorFlow only: unset it "
             "to compare Keras 3's backends"
@@ -551,11 +542,8 @@ def cached(key: str) -> BackendsResult | None:
 
 
 def _store(result: BackendsResult, facts: dict[str, Any]) -> None:
-    path = _cache_path()
-    data = read_json(path)
-    data[result.key] = {"facts": facts, "result": result.to_dict(), "stored": time.time()}
-    with contextlib.suppress(OSError):
-        atomic_write(path, json.dumps(data, indent=1))
+    entry = {"facts": facts, "result": result.to_dict(), "stored": time.time()}
+    update_json(_cache_path(), result.key, entry)
 
 
 def _recipe_of_command(argv: Sequence[str]) -> str:

@@ -227,13 +227,13 @@ def _tune(args: argparse.Namespace) -> int:
 def _tune_across(args: argparse.Namespace) -> int:
     from absl import flags
 
-    from toolkit import chooser
+    from toolkit import backend, chooser
     from toolkit import flags as tk_flags
 
     target = _chooser_target(args)
     tk_flags.define_common_flags()  # --tune_budget, parsed as tune would
     budget = 120.0
-    value = chooser.flag_value(args.recipe_flags, "tune_budget")
+    value = backend.flag_value(args.recipe_flags, "tune_budget")
     if value is not None:
         try:
             budget = float(value)
@@ -568,7 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     argv = list(argv if argv is not None else sys.argv[1:])
     try:  # before anything imports Keras, which fixes its backend at import
-        recipe = chooser.flag_value(argv, "recipe") or "mlp"
+        recipe = backend.flag_value(argv, "recipe") or "mlp"
         argv = chooser.resolve_auto(["toolkit", *argv], recipe=recipe)[1:]
         backend.from_argv(argv)
     except backend.BackendError as e:

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ReportError", "atomic_write", "jsonable", "read_json"]
+__all__ = ["ReportError", "atomic_write", "jsonable", "read_json", "update_json"]
 
 
 class ReportError(ValueError):
@@ -58,6 +58,19 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def update_json(path: str | os.PathLike[str], key: str, value: Any) -> bool:
+    """Sets `key` to `value` in the JSON object in `path` (a cache: a missing or bad file starts
+    empty), written atomically; False when the file cannot be written (a read-only cache is
+    skipped, not an error)."""
+    data = read_json(path)
+    data[key] = value
+    try:
+        atomic_write(path, json.dumps(data, indent=1))
+    except OSError:
+        return False
+    return True
 
 
 def jsonable(value: Any) -> Any:

@@ -28,7 +28,6 @@ comparing CPU with GPU takes one process per device (``python -m toolkit tune --
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -41,7 +40,7 @@ from typing import Any
 
 from toolkit import backend, compat, machine
 from toolkit.config import TrainConfig
-from toolkit.files import atomic_write, read_json
+from toolkit.files import read_json, update_json
 
 __all__ = [
     "Candidate",
@@ -539,11 +538,8 @@ def cached(key: str) -> TuneResult | None:
 
 def store(result: TuneResult, facts: dict[str, Any]) -> None:
     """Caches `result` under its key (atomically; a read-only cache is skipped)."""
-    path = _cache_path()
-    data = read_json(path)
-    data[result.key] = {"facts": facts, "result": {**result.to_dict(), "cache_hit": False}}
-    with contextlib.suppress(OSError):
-        atomic_write(path, json.dumps(data, indent=1))
+    entry = {"facts": facts, "result": {**result.to_dict(), "cache_hit": False}}
+    update_json(_cache_path(), result.key, entry)
 
 
 # ---------------------------------------------------------------------------- with the runner

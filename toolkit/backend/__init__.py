@@ -27,6 +27,7 @@ __all__ = [
     "BACKENDS",
     "BackendError",
     "apple_gpu_backend",
+    "flag_value",
     "framework_facts",
     "from_argv",
     "get",
@@ -97,7 +98,9 @@ def select(backend: str) -> str:
     return backend
 
 
-def _flag(args: list[str], flag: str) -> str | None:
+def flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of ``--flag=V`` or ``--flag V`` in a command line, or None (read before
+    anything parses it: ``--backend`` must be known before Keras loads)."""
     for i, arg in enumerate(args):
         if arg.startswith(f"--{flag}="):
             return arg.split("=", 1)[1]
@@ -144,10 +147,10 @@ def from_argv(argv: Sequence[str]) -> str | None:
     the installed backend that reaches the Apple GPU (:func:`apple_gpu_backend`).
     """
     args = list(argv)
-    chosen = _flag(args, "backend")
+    chosen = flag_value(args, "backend")
     if chosen is not None:
         return select(chosen)
-    device = (_flag(args, "device") or "").strip().lower().split(":")[0]
+    device = (flag_value(args, "device") or "").strip().lower().split(":")[0]
     if device in ("mps", "metal") and not os.environ.get("KERAS_BACKEND"):
         apple = apple_gpu_backend()
         if apple is not None and "keras" not in sys.modules:
