@@ -18,6 +18,9 @@ NOT_APPLE_SILICON = 'sys_platform != "darwin" or platform_machine != "arm64"'
 LINUX_X86 = 'sys_platform == "linux" and platform_machine == "x86_64"'
 NOT_LINUX_X86 = 'sys_platform != "linux" or platform_machine != "x86_64"'
 
+# The project's home (its issues and docs hang off it); change it here if the project moves.
+HOME = "https://github.com/keras-perf-toolkit/keras-perf-toolkit"
+
 
 def _version() -> str:
     scope: dict[str, str] = {}
@@ -37,6 +40,16 @@ setup(
     description="Step-time profiling, input pipelines and measured tuning for Keras training.",
     long_description=_readme(),
     long_description_content_type="text/markdown",
+    url=HOME,
+    project_urls={
+        "Source": HOME,
+        "Documentation": f"{HOME}/blob/main/docs/guide.md",
+        "Issues": f"{HOME}/issues",
+        "Build and tested matrix": f"{HOME}/blob/main/BUILD.md",
+    },
+    license="Apache-2.0",
+    license_files=["LICENSE"],
+    keywords="keras tensorflow jax pytorch profiling performance tf.data benchmark mfu",
     python_requires=">=3.10",
     packages=find_packages(include=["toolkit", "toolkit.*", "recipes", "recipes.*"]),
     install_requires=[
@@ -46,6 +59,7 @@ setup(
         "absl-py>=2.0",
         "numpy>=1.26",
         "psutil>=5.9",
+        "tqdm>=4.60",  # progress bars on long work (doctor, tune, ops, backends)
         "scikit-learn>=1.3",  # ships the digits dataset the default recipe trains on, offline
     ],
     extras_require={
@@ -76,8 +90,20 @@ setup(
     },
     entry_points={"console_scripts": ["toolkit=toolkit.cli:main"]},
     classifiers=[
-        "Programming Language :: Python :: 3",
+        "Development Status :: 3 - Alpha",
+        "Environment :: Console",
+        "Environment :: GPU :: NVIDIA CUDA",
+        "Intended Audience :: Developers",
+        "Intended Audience :: Science/Research",
         "Operating System :: POSIX :: Linux",
         "Operating System :: MacOS",
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3 :: Only",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+        "Topic :: Software Development :: Testing",
+        "Topic :: System :: Benchmark",
     ],
 )

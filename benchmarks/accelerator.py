@@ -91,7 +91,7 @@ def main() -> None:
         say(f"## {backend}: {chosen} ({found['versions']})")
         say(f"   devices: {'; '.join(found['devices'])}; precision hint {policy}: {found['why']}")
         record = {"devices": found}
-        cnn = _recipe(backend, "cnn", out, args, [f"--dtype={policy}"])
+        cnn = _recipe(backend, "cnn", out, args, [f"--precision={policy}"])
         record["cnn"] = cnn
         accuracy = cnn["val_accuracy"]
         say(
@@ -113,7 +113,7 @@ def main() -> None:
                 f"--batch_size={batch}",
                 f"--train_steps={steps}",
                 "--epochs=1",
-                f"--dtype={policy}",
+                f"--precision={policy}",
             ],
         )
         record["resnet50"] = resnet

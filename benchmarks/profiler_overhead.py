@@ -44,6 +44,8 @@ import time
 
 from _common import mlp_fit_setup, quiet_gc, speedup_line
 
+from toolkit import progress
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -81,15 +83,20 @@ def main() -> None:
     times: dict[str, list[float]] = {k: [] for k in variants}
     names = list(variants)
     order = random.Random(0)
-    for _ in range(args.rounds):
-        order.shuffle(names)  # no variant always runs first, last, or after the same one
-        for name in names:
-            make = variants[name]
-            callbacks = make()
-            quiet_gc()
-            t0 = time.perf_counter()
-            model.fit(ds, epochs=1, verbose=0, callbacks=callbacks)
-            times[name].append(time.perf_counter() - t0)
+    progress.say(
+        f"profiler_overhead: {args.rounds} rounds of {len(names)} fits, {args.steps} steps each"
+    )
+    with progress.bar(args.rounds, "profiler_overhead", unit="round") as bar:
+        for _ in range(args.rounds):
+            order.shuffle(names)  # no variant always runs first, last, or after the same one
+            for name in names:
+                make = variants[name]
+                callbacks = make()
+                quiet_gc()
+                t0 = time.perf_counter()
+                model.fit(ds, epochs=1, verbose=0, callbacks=callbacks)
+                times[name].append(time.perf_counter() - t0)
+            bar.update()  # between rounds: outside every timed fit
 
     pairs = {
         k: [t / base for t, base in zip(v, times["none"], strict=True)] for k, v in times.items()

@@ -23,7 +23,7 @@ def main() -> None:
     parser.add_argument("--small_batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--jit_compile", action="store_true")
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--precision", "--dtype", dest="precision", default="float32")
     args = parser.parse_args()
 
     from recipes import mlp
@@ -39,7 +39,7 @@ def main() -> None:
             steps_per_epoch=steps,
             use_synthetic_data=True,
             jit_compile=args.jit_compile,
-            precision=args.dtype,
+            precision=args.precision,
             warmup_steps=3,
             report_dir=None,
         )
@@ -51,7 +51,7 @@ def main() -> None:
     c = big.compute
     print(
         f"# {compat.keras_flavor()} {compat.keras_version()}, mlp {args.hidden_units} wide, "
-        f"{args.dtype}, XLA {'on' if args.jit_compile else 'off'}; peak "
+        f"{args.precision}, XLA {'on' if args.jit_compile else 'off'}; peak "
         f"{format_flops(c['peak_flops_per_s'], True)} ({c['peak_dtype']} matmul, "
         f"{c['peak_source']})"
     )

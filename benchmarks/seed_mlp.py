@@ -43,6 +43,8 @@ import time
 
 from _common import quiet_gc, speedup_line
 
+from toolkit import progress
+
 # The toolkit's settings for the seed MLP on each other backend (see the module docstring).
 BACKEND_SETTINGS = {
     "jax": ["--fused_steps=1", "--steps_per_execution=50", "--jit_compile"],
@@ -83,11 +85,15 @@ def main() -> None:
     others = [b for b in args.backends.split(",") if b.strip()]
     missing = [b for b in others if importlib.util.find_spec(b) is None]
     others = [b for b in others if b not in missing]
-    rounds = [
-        [part(name) for name in ("seed", "seed_prefetch", "toolkit")]
-        + [part("toolkit", backend) for backend in others]
-        for _ in range(args.rounds)
-    ]
+    rounds = []
+    progress.say(f"seed_mlp: {args.rounds} rounds of {3 + len(others)} runs")
+    with progress.bar(args.rounds, "seed_mlp", unit="round") as bar:
+        for _ in range(args.rounds):
+            rounds.append(
+                [part(name) for name in ("seed", "seed_prefetch", "toolkit")]
+                + [part("toolkit", backend) for backend in others]
+            )
+            bar.update()
     medians = [
         [median(r[i][k] for r in rounds) for k in range(len(rounds[0][i]))]
         for i in range(len(rounds[0]))

@@ -26,15 +26,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from absl import app as absl_app
 from absl import flags
 
-from toolkit import app, compat, train
+from toolkit import app, compat
 from toolkit import flags as tk_flags
 from toolkit.config import TrainConfig
 from toolkit.data import catalog
+
+if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
+    from toolkit import train
 
 INFERENCE_SEQ_LENS = (64, 128, 256)
 LATENCY_BATCH, THROUGHPUT_BATCH = 1, 4
@@ -133,6 +135,8 @@ def build_task(
     seed: int = 0,
 ) -> train.Task:
     """The BERT-style classification task; usable without flags (e.g. from a notebook)."""
+    from toolkit import train
+
     if hidden_size % heads:
         raise ValueError(f"--hidden_size={hidden_size} must be a multiple of --heads={heads}")
     spec = catalog.TokenSpec(seq_len, vocab_size, num_classes)
@@ -168,6 +172,7 @@ def inference_table(
     and precision of `config` (with XLA when ``config.jit_compile``)."""
     import tensorflow as tf
 
+    from toolkit import train
     from toolkit.profiling.flops import count_flops
     from toolkit.profiling.inference import measure_inference
 
@@ -293,4 +298,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    absl_app.run(main)
+    app.run(main)

@@ -13,13 +13,14 @@ validation accuracy on 2 CPU cores in well under a minute::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from absl import app as absl_app
-
-from toolkit import app, compat, train
+from toolkit import app, compat
 from toolkit import flags as tk_flags
 from toolkit.data import catalog
+
+if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
+    from toolkit import train
 
 tk_flags.define_common_flags(epochs=8, batch_size=32, dataset="digits")
 tk_flags.define_image_flags(image_size=32, channels=1)
@@ -42,6 +43,8 @@ def build_task(
     seed: int = 0,
 ) -> train.Task:
     """The CNN task; usable without flags (e.g. from a notebook)."""
+    from toolkit import train
+
     keras = compat.keras()
     layers = keras.layers
     spec = catalog.ImageSpec(image_size, image_size, channels, num_classes)
@@ -82,4 +85,4 @@ def build_task(
 main = app.recipe_main(build_task)
 
 if __name__ == "__main__":
-    absl_app.run(main)
+    app.run(main)

@@ -8,7 +8,7 @@ offline), prints the step-time summary, and writes the report to ``runs/<timesta
     python -m recipes.mlp
     python -m recipes.mlp --epochs=5 --batch_size=64 --steps_per_execution=8 --jit_compile
     python -m recipes.mlp --profile_steps=10,15 --memory_watch --report_dir=/tmp/runs
-    python -m recipes.mlp --device=cpu --dtype=mixed_bfloat16 --distribution_strategy=mirrored
+    python -m recipes.mlp --device=cpu --precision=mixed_bfloat16 --distribution_strategy=mirrored
     python -m recipes.mlp --dataset=tfds:mnist --image_size=28 --data_dir=~/tensorflow_datasets
     python -m recipes.mlp --use_synthetic_data   # input cost ~0: the step's upper bound
     python -m recipes.mlp --smoke                # a few seconds, for tests
@@ -16,13 +16,14 @@ offline), prints the step-time summary, and writes the report to ``runs/<timesta
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from absl import app as absl_app
-
-from toolkit import app, compat, train
+from toolkit import app, compat
 from toolkit import flags as tk_flags
 from toolkit.data import catalog
+
+if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
+    from toolkit import train
 
 tk_flags.define_common_flags(epochs=20, batch_size=32, dataset="digits")
 tk_flags.define_image_flags(image_size=8, channels=1)
@@ -43,6 +44,8 @@ def build_task(
     seed: int = 0,
 ) -> train.Task:
     """The MLP task; usable without flags (e.g. from a notebook)."""
+    from toolkit import train
+
     keras = compat.keras()
     spec = catalog.ImageSpec(image_size, image_size, channels, num_classes)
     data = catalog.load(
@@ -67,4 +70,4 @@ def build_task(
 main = app.recipe_main(build_task)
 
 if __name__ == "__main__":
-    absl_app.run(main)
+    app.run(main)

@@ -13,13 +13,14 @@ with ResNet's. Defaults: the digits at 96×96 RGB (real, offline)::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from absl import app as absl_app
-
-from toolkit import app, compat, train
+from toolkit import app, compat
 from toolkit import flags as tk_flags
 from toolkit.data import catalog
+
+if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
+    from toolkit import train
 
 tk_flags.define_common_flags(epochs=3, batch_size=32, dataset="digits")
 tk_flags.define_image_flags(image_size=96, channels=3)
@@ -40,6 +41,8 @@ def build_task(
     seed: int = 0,
 ) -> train.Task:
     """The MobileNetV2 task; usable without flags (e.g. from a notebook)."""
+    from toolkit import train
+
     if image_size < 32:
         raise ValueError(f"--image_size: MobileNetV2 needs >= 32, got {image_size}")
     keras = compat.keras()
@@ -61,4 +64,4 @@ def build_task(
 main = app.recipe_main(build_task)
 
 if __name__ == "__main__":
-    absl_app.run(main)
+    app.run(main)

@@ -10,19 +10,20 @@ measures the model alone::
     python -m recipes.resnet                                   # ResNet-20 on digits
     python -m recipes.resnet --model=resnet56 --dataset=tfds:cifar10 --data_dir=~/tfds
     python -m recipes.resnet --model=resnet50 --dataset=synthetic --batch_size=64 \\
-        --train_steps=20 --dtype=mixed_bfloat16 --jit_compile
+        --train_steps=20 --precision=mixed_bfloat16 --jit_compile
     python -m recipes.resnet --smoke
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from absl import app as absl_app
-
-from toolkit import app, compat, train
+from toolkit import app, compat
 from toolkit import flags as tk_flags
 from toolkit.data import catalog
+
+if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
+    from toolkit import train
 
 MODELS = ("resnet20", "resnet32", "resnet56", "resnet110", "resnet50")
 
@@ -72,6 +73,8 @@ def build_task(
     seed: int = 0,
 ) -> train.Task:
     """The ResNet task; usable without flags (e.g. from a notebook)."""
+    from toolkit import train
+
     if model not in MODELS:
         raise ValueError(f"--model must be one of {', '.join(MODELS)}, got {model!r}")
     keras = compat.keras()
@@ -98,4 +101,4 @@ def build_task(
 main = app.recipe_main(build_task)
 
 if __name__ == "__main__":
-    absl_app.run(main)
+    app.run(main)

@@ -99,7 +99,8 @@ def test_compare_interleaves_rounds_shares_weights_and_caches(tmp_path, monkeypa
     ]
     assert len({extra for _, extra in calls}) == 1  # every run: the same initial weights
     assert calls[0][1][0].startswith("--init_weights=") and calls[0][1][0].endswith(".weights.h5")
-    assert result.best == JAX and len(lines) == 9 and "[9/9" in lines[-1]
+    assert lines[0].startswith("backends: asking each backend which devices it sees")
+    assert result.best == JAX and len(lines) == 10 and "[9/9" in lines[-1]
     assert "**chosen**" in result.table() and "| jax | cpu |" in result.table()
     paths = result.write(str(tmp_path / "out"))
     with open(paths["json"]) as f:
@@ -211,7 +212,7 @@ def test_tune_across_backends_searches_each_then_meets_head_to_head(tmp_path):
     searched = [ln for ln in done.stderr.splitlines() if ln.startswith("tune ")]
     assert len(searched) == len(ch.installed_backends()), done.stderr[-3000:]
     assert all(
-        ("--dtype=" in ln) or ("Keras defaults" in ln) or ("failed" in ln) for ln in searched
+        ("--precision=" in ln) or ("Keras defaults" in ln) or ("failed" in ln) for ln in searched
     )
 
 

@@ -56,10 +56,36 @@ def test_compute_advice_from_step_settings_and_devices():
     advice = " | ".join(dg.advise(dg.COMPUTE_BOUND, False, 900.0, 100.0, facts))
     for words in ("--fused_steps", "--jit_compile", "larger batch than 32", "--device=gpu"):
         assert words in advice
-    assert "--dtype=mixed_bfloat16" in advice and "prefetch" in advice  # overlap missing
+    assert "--precision=mixed_bfloat16" in advice and "prefetch" in advice  # overlap missing
     on_gpu = dg.Facts(step_s=0.001, device_kind="cuda", jit_compile=True, fused_steps=4)
     advice = " | ".join(dg.advise(dg.COMPUTE_BOUND, True, 900.0, 100.0, on_gpu))
     assert "--device=cpu" in advice and "--fused_steps" not in advice
+
+
+def test_overlap_advice_follows_from_the_pipeline_the_device_and_the_cores():
+    prefetched = frozenset({"_ParallelMapDataset", "_BatchDataset", "_PrefetchDataset"})
+    on_cpu = dg.Facts(device_kind="cpu", cpu_cores=2, pipeline_classes=prefetched)
+    # input 2 ms + step 1 ms, fit 2.9 ms: one after the other
+    advice = dg.overlap_advice(on_cpu, input_rate=500.0, compute_rate=1000.0, fit_rate=345.0)
+    text = " | ".join(advice)
+    assert "2.00 ms (input alone) + 1.00 ms (step alone) = 3.00 ms" in advice[0]
+    assert "one after the other" in advice[0]
+    assert "CPU contention" in text and "2 CPU core(s)" in text
+    assert "no prefetch" not in text and "prefetch(" not in text  # it has one: never advised
+    bare = dg.Facts(device_kind="cpu", pipeline_classes=frozenset({"_MapDataset", "_BatchDataset"}))
+    text = " | ".join(dg.overlap_advice(bare, 500.0, 1000.0, 345.0))
+    assert "no prefetch: end the pipeline with .prefetch(tf.data.AUTOTUNE)" in text
+    python = dg.Facts(
+        device_kind="cuda", pipeline_classes=prefetched, pipeline_ops=frozenset({"EagerPyFunc"})
+    )
+    text = " | ".join(dg.overlap_advice(python, 500.0, 1000.0, 345.0))
+    assert "GIL" in text and "CPU contention" not in text  # the step is on the GPU
+    plain = dg.Facts(device_kind="cuda", pipeline_classes=frozenset({"_PrefetchDataset"}))
+    text = " | ".join(dg.overlap_advice(plain, 500.0, 1000.0, 450.0))
+    assert "per-step overhead" in text and "partly one after the other" in text
+    # advise() puts it after the verdict's advice, only when the overlap is missing
+    assert not any("overlap" in a for a in dg.advise(dg.COMPUTE_BOUND, True, 900, 100, on_cpu))
+    assert any("CPU contention" in a for a in dg.advise(dg.COMPUTE_BOUND, False, 900, 100, on_cpu))
 
 
 def _task(keras, slow_input: bool, width: int):

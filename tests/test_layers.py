@@ -21,7 +21,14 @@ ROOT = pathlib.Path(toolkit.__file__).parent
 LAYERS = (
     (
         "leaves",
-        ("toolkit.version", "toolkit.compat", "toolkit.machine", "toolkit.files", "toolkit.errors"),
+        (
+            "toolkit.version",
+            "toolkit.compat",
+            "toolkit.machine",
+            "toolkit.files",
+            "toolkit.errors",
+            "toolkit.progress",
+        ),
     ),
     ("arithmetic", ("toolkit.profiling.stats", "toolkit.profiling.events", "toolkit.profiling")),
     (
@@ -43,6 +50,7 @@ LAYERS = (
             "toolkit.profiling.memory_watch",
             "toolkit.profiling.flops",
             "toolkit.profiling.inference",
+            "toolkit.profiling.fit_progress",
         ),
     ),
     ("report", ("toolkit.report",)),

@@ -225,7 +225,7 @@ def test_a_real_tiny_search_on_the_cpu(keras, tmp_path, monkeypatch):
         assert result.confirm_rounds and "head to head" in result.why
     tuned, cached = tn.autotune(_task(keras), config, space=space, progress=lines.append)
     assert cached.cache_hit and tuned.fused_steps == result.best.fused_steps
-    assert "| settings | examples/s |" in result.table() and "--dtype=" in result.best.flags()
+    assert "| settings | examples/s |" in result.table() and "--precision=" in result.best.flags()
 
 
 def test_tune_cli_then_a_recipe_with_autotune_reads_the_cache(tmp_path):
@@ -243,11 +243,11 @@ def test_tune_cli_then_a_recipe_with_autotune_reads_the_cache(tmp_path):
     out = python("-m", "toolkit", "tune", "--recipe", "mlp", "--tune_budget=8")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "tune: recipe mlp, batch 32 (searched in" in out.stdout
-    assert "best: --dtype=" in out.stdout
+    assert "best: --precision=" in out.stdout
     reports = tmp_path / "runs"
     out = python("-m", "recipes.mlp", "--smoke", "--autotune", f"--report_dir={reports}")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "cached result" in out.stderr and "autotune: --dtype=" in out.stdout
+    assert "cached result" in out.stderr and "autotune: --precision=" in out.stdout
     (run_dir,) = list(reports.iterdir())
     tuned = json.loads((run_dir / "report.json").read_text())["tune"]
     assert tuned["cache_hit"] is True and tuned["best_label"]

@@ -41,10 +41,14 @@ __all__ = [
     "interrupted",
     "load_recipe",
     "recipe_from_flags",
+    "recipe_help",
     "recipe_main",
     "recipe_names",
+    "run",
     "run_recipe",
 ]
+
+HELP_FLAGS = ("-h", "--help", "-?", "--helpshort")
 
 RECIPES_PACKAGE = "recipes"
 
@@ -134,7 +138,7 @@ def recipe_from_flags(
     """
     build_task = getattr(recipe, "build_task", recipe)
     if argv is not None:
-        flags.FLAGS(list(argv))
+        flags.FLAGS(tk_flags.canonical_argv(argv))
     config = tk_flags.config_from_flags()
     return config, build_task(**tk_flags.kwargs_from_flags(build_task))
 
@@ -200,6 +204,59 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
         fail(RuntimeError(f"{result.report.error}{where}"))
 
 
+def _module_name(module: types.ModuleType) -> str:
+    """``recipes.cnn`` for a recipe run as ``python -m recipes.cnn`` (its ``__name__`` is then
+    ``__main__``)."""
+    spec = getattr(module, "__spec__", None)
+    return getattr(spec, "name", None) or module.__name__
+
+
+def recipe_help(module: types.ModuleType) -> str:
+    """A recipe's ``--help``: its docstring, its own flags, then the shared flags by group.
+    Importing a recipe imports no framework, so this takes well under a second."""
+    name = _module_name(module)
+    own = tk_flags.own_flags(module.__name__) or tk_flags.own_flags(name)
+    short = name.rpartition(".")[2]
+    return tk_flags.help_text(f"python -m {name}", module.__doc__, own, title=f"{short} flags")
+
+
+def run(main: Callable[[list[str]], None]) -> None:
+    """Runs a recipe's absl `main` (what ``if __name__ == "__main__"`` calls): ``--help``
+    prints :func:`recipe_help` and exits 0 (``--helpfull`` is absl's, all flags); ``--version``
+    the toolkit's version; old flag spellings are renamed with a note; a closed stdout (``|
+    head``) ends quietly."""
+    from absl import app as absl_app
+
+    from toolkit.version import __version__
+
+    args = sys.argv[1:]
+    module = sys.modules[getattr(main, "__module__", "__main__")]
+    if any(a in HELP_FLAGS for a in args):
+        with_broken_pipe(lambda: print(recipe_help(module), end=""))
+        raise SystemExit(0)
+    if "--version" in args:
+        print(f"{_module_name(module)} (keras-perf-toolkit {__version__})")
+        raise SystemExit(0)
+    sys.argv[1:] = tk_flags.canonical_argv(args)
+    with_broken_pipe(lambda: absl_app.run(main))
+
+
+def with_broken_pipe(fn: Callable[[], object]) -> None:
+    """Calls `fn`; when the reader of stdout has gone (``| head``), ends quietly with 141
+    (128 + SIGPIPE), as a shell tool would, instead of a BrokenPipeError traceback."""
+    try:
+        try:
+            fn()
+        finally:  # also when fn ends the program (SystemExit): what it printed must get out
+            sys.stdout.flush()
+    except BrokenPipeError:
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)  # Python flushes stdout again at exit
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(141) from None
+
+
 def recipe_main(build_task: Callable[..., Task]) -> Callable[[list[str]], None]:
     """The absl ``main`` of a recipe: ``app.run(recipe_main(build_task))``."""
 
@@ -211,4 +268,5 @@ def recipe_main(build_task: Callable[..., Task]) -> Callable[[list[str]], None]:
         except KeyboardInterrupt as e:  # Ctrl-C (130) or SIGTERM (143): what was measured is kept
             interrupted(e)
 
+    main.__module__ = build_task.__module__  # app.run finds the recipe (its doc, its flags)
     return main

@@ -51,6 +51,7 @@ from importlib import metadata, util
 from typing import Any
 
 from toolkit import compat, machine
+from toolkit import progress as tk_progress
 from toolkit.backend import flag_value
 from toolkit.files import atomic_write, read_json, update_json
 
@@ -646,8 +647,8 @@ def compare(
     target = Target.of(target)
     if rounds < 1 or steps < 8:
         raise ChooserError("backends: --rounds must be >= 1 and --steps >= 8")
-    if progress is None:
-        progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    bar_wanted = progress is None  # the default: lines and, on a terminal, a bar of the runs
+    progress = progress or tk_progress.say
     key, facts = cache_key(target, steps)
     use_cache = use_cache and candidates is None
     if use_cache:
@@ -657,9 +658,15 @@ def compare(
             progress(f"backends: cached result for this target, flags and machine ({key})")
             return hit
     env = dict(os.environ)
-    listed = list(candidates or ()) or contenders(
-        target.flags, backends, probe=lambda b: _probe_devices(b, env, min(timeout_s, 300.0))
-    )
+    asked: list[str] = []
+
+    def probe(name: str) -> Any:
+        if not asked:  # once, after the backends named were checked
+            progress("backends: asking each backend which devices it sees (a process each)")
+        asked.append(name)
+        return _probe_devices(name, env, min(timeout_s, 300.0))
+
+    listed = list(candidates or ()) or contenders(target.flags, backends, probe=probe)
     rows = [Row(c) for c in listed]
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="toolkit-backends-") as tmp:
@@ -667,6 +674,7 @@ def compare(
         run = runner or (lambda c, extra: _child(target, c, steps, extra, env, timeout_s))
         total = rounds * len(rows)
         walls: list[float] = []
+        bar = tk_progress.bar(total, "backends", unit="run", enabled=bar_wanted)
         for r in range(rounds):
             order = rows[r % len(rows) :] + rows[: r % len(rows)]
             if r and budget_s is not None:  # whole rounds only: the pairs stay paired
@@ -677,7 +685,9 @@ def compare(
                     break
             for row in order:
                 t0 = time.perf_counter()
+                bar.describe(f"backends: round {r + 1}/{rounds} {row.contender.label()}")
                 figures = run(row.contender, [f"--init_weights={weights}"])
+                bar.update()
                 if not figures.get("error") and not figures.get("mean_s"):
                     figures = {"error": f"no timed steps in {steps} steps: raise --steps"}
                 figures["wall_s"] = time.perf_counter() - t0
@@ -695,6 +705,7 @@ def compare(
                     f"[{done}/{total} | {time.perf_counter() - start:.0f} s] round {r + 1}: "
                     f"{row.contender.label()}: {shown}"
                 )
+        bar.close()
     for row in rows:  # runs in round order, for the paired ratios
         row.runs.sort(key=lambda f: f["round"])
     best, why = choose(rows)
@@ -739,8 +750,7 @@ def tune_across(
     window can prefer settings that lose head to head (on JAX, steps_per_execution=32 won a
     search and was 0.90× of JAX's defaults in fresh processes).
     """
-    if progress is None:
-        progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    progress = progress or tk_progress.say
     start = time.perf_counter()
     env = dict(os.environ)
     listed = contenders(

@@ -1,4 +1,4 @@
-"""``python -m toolkit <verb>``: command-line entry points.
+"""The toolkit's command line (``toolkit VERB`` or ``python -m toolkit VERB``).
 
 Verbs:
     compare A B          deltas of report B against baseline A, with a noise-aware verdict
@@ -47,6 +47,53 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from toolkit.report import ReportError, RunReport, compare, merge_reports, render_merged
 
 __all__ = ["main"]
+
+DESCRIPTION = (
+    "How fast is a Keras training step, why is it not faster, and which settings make it "
+    "faster here: measured. Recipes train with `python -m recipes.NAME` (--help lists their "
+    "flags); these verbs measure, tune and read reports."
+)
+# Old spellings of verb options, still accepted with a one-line note.
+DEPRECATED_OPTIONS = {"min-rel": "min_rel"}
+TARGET_VERBS = ("doctor", "tune", "backends")
+
+
+def _prog() -> str:
+    """``toolkit`` when run as the console script, else ``python -m toolkit``."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return (
+        name if name and not name.startswith("__main__") and name != "-m" else "python -m toolkit"
+    )
+
+
+def _recipe_epilog(recipe: str | None) -> str:
+    """For ``doctor|tune|backends --help``: the recipes, and the recipe flags passed on
+    (the recipe's own when ``--recipe`` names one), grouped as a recipe's ``--help``."""
+    import textwrap
+
+    from toolkit import app
+    from toolkit import flags as tk_flags
+
+    names = app.recipe_names()
+    out = [f"recipes (--recipe): {', '.join(names)}; default mlp", ""]
+    own: list[str] = []
+    if recipe in names:
+        module = app.load_recipe(recipe)  # defines its flags; imports no framework
+        own = tk_flags.own_flags(module.__name__)
+    tk_flags.define_common_flags()
+    out += textwrap.wrap(
+        "Recipe flags follow --recipe and are passed on to it "
+        f"(python -m recipes.{recipe if recipe in names else 'NAME'} --help: each with its "
+        "default and meaning):",
+        96,
+    )
+    groups = ([(f"{recipe} flags", own)] if own else []) + [
+        (name, [n for n in group if n not in own]) for name, group in tk_flags.FLAG_GROUPS
+    ]
+    for name, group in groups:
+        line = " ".join(f"--{n}" for n in group)
+        out += textwrap.wrap(line, 96, initial_indent=f"  {name}: ", subsequent_indent="    ")
+    return "\n".join(out)
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -115,7 +162,10 @@ def _preflight(args: argparse.Namespace) -> int:
 
 
 def _placement(args: argparse.Namespace) -> int:
-    from toolkit import app, devices, train
+    from toolkit import app
+
+    app.check_recipe(args.recipe)  # before TensorFlow starts: one line listing the recipes
+    from toolkit import devices, train
     from toolkit.config import TrainConfig
 
     recipe = app.load_recipe(args.recipe)
@@ -351,6 +401,7 @@ def _ops(args: argparse.Namespace) -> int:
     if args.fusion:
         return _fusion(args, found, timing, args.out or os.path.join("runs", f"fusion-{stamp}"))
 
+    from toolkit import progress
     from toolkit.bench import frameworks
     from toolkit.bench.measure import DEFAULT_MODES, MODES, benchmark, select_modes
 
@@ -362,7 +413,7 @@ def _ops(args: argparse.Namespace) -> int:
         size=args.size,
         devices=found,
         dtype=args.dtype,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
+        progress=progress.say,  # a line per op; a bar of the cells on a terminal
         **timing,
     )
     paths = table.write(args.out or os.path.join("runs", f"ops-{stamp}"), plot=not args.no_plot)
@@ -413,7 +464,9 @@ def _merge(args: argparse.Namespace) -> int:
 
 def _add_target(parser: argparse.ArgumentParser, what: str) -> None:
     """``--recipe R`` or ``--model_fn module:function``: what doctor and tune measure."""
-    parser.add_argument("--recipe", default="mlp", help="recipe module under recipes/")
+    parser.add_argument(
+        "--recipe", default="mlp", help="a recipe under recipes/ (the list: below, or --help)"
+    )
     parser.add_argument(
         "--model_fn",
         help="module:function returning (your compiled Keras model, your batched tf.data "
@@ -436,14 +489,44 @@ def _add_backend(p: argparse.ArgumentParser, what: str | None = None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__.split("\n")[0])
+    """The command line; a closed stdout (``| head``) ends it quietly (status 141)."""
+    from toolkit.app import with_broken_pipe
+
+    status: list[int] = []
+    with_broken_pipe(lambda: status.append(_main(argv)))
+    return status[0]
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    from toolkit import flags as tk_flags
+    from toolkit.version import __version__
+
+    argv = list(argv if argv is not None else sys.argv[1:])
+    argv = tk_flags.canonical_argv(argv, DEPRECATED_OPTIONS)
+    wants_help = any(a in ("-h", "--help") for a in argv)
+    verb = next((a for a in argv if not a.startswith("-")), None)
+    parser = argparse.ArgumentParser(prog=_prog(), description=DESCRIPTION)
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s (keras-perf-toolkit {__version__})"
+    )
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    def target_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        """doctor, tune, backends: their --help lists the recipes and the flags passed on."""
+        epilog = None
+        if wants_help and verb == name:
+            from toolkit import backend as _backend
+
+            epilog = _recipe_epilog(_backend.flag_value(argv, "recipe") or "mlp")
+        return verbs.add_parser(
+            name, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs
+        )
 
     p = verbs.add_parser("compare", help="compare two run reports (B against baseline A)")
     p.add_argument("a", help="baseline: report.json or its run directory")
     p.add_argument("b", help="candidate: report.json or its run directory")
     p.add_argument("--z", type=float, default=3.0, help="standard errors a change must exceed")
-    p.add_argument("--min-rel", type=float, default=0.01, help="smallest relative change (0.01)")
+    p.add_argument("--min_rel", type=float, default=0.01, help="smallest relative change (0.01)")
     p.set_defaults(func=_compare)
 
     p = verbs.add_parser("show", help="print a run report")
@@ -469,12 +552,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     p = verbs.add_parser("placement", help="where each op of one training step ran")
     _add_backend(p)
-    p.add_argument("--recipe", default="mlp", help="recipe module under recipes/")
+    p.add_argument(
+        "--recipe", default="mlp", help="a recipe under recipes/ (doctor --help lists them)"
+    )
     p.add_argument("--device", default="auto", help="auto, cpu, gpu, cuda, metal (mps)[:index]")
     p.add_argument("--batch_size", type=int, default=32)
     p.set_defaults(func=_placement)
 
-    p = verbs.add_parser(
+    p = target_parser(
         "doctor",
         help="input-bound or compute-bound? measured, with advice",
         description="Recipe flags (--batch_size, --dataset, --jit_compile...) follow --recipe.",
@@ -482,7 +567,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_target(p, "diagnose")
     p.set_defaults(func=_doctor)
 
-    p = verbs.add_parser(
+    p = target_parser(
         "tune",
         help="the fastest measured settings for a recipe here (cached)",
         description="Recipe flags (--batch_size, --dataset, --device...) follow --recipe.",
@@ -498,7 +583,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json_out", help=argparse.SUPPRESS)
     p.set_defaults(func=_tune)
 
-    p = verbs.add_parser(
+    p = target_parser(
         "backends",
         help="which Keras backend trains a recipe fastest here (measured, cached)",
         description="Recipe flags (--batch_size, --dataset, --device...) follow --recipe; "
@@ -534,7 +619,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="shapes: default runs in minutes on 2 CPU cores, full = the seed's shapes",
     )
     p.add_argument("--device", default="all", help="all (default), cpu, gpu, cuda, metal[:i]")
-    p.add_argument("--dtype", default="float32", help="float32 (default), float16, bfloat16")
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        help="the tensors' dtype: float32 (default), float16, bfloat16 (a recipe's Keras "
+        "policy is --precision)",
+    )
     p.add_argument("--repeats", type=int, default=5, help="timed loops per cell (5)")
     p.add_argument("--min_time", type=float, default=0.05, help="shortest timed loop, s (0.05)")
     p.add_argument("--out", help="output directory (default runs/ops-<time>)")
@@ -566,7 +656,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from toolkit import backend, chooser
 
-    argv = list(argv if argv is not None else sys.argv[1:])
     try:  # before anything imports Keras, which fixes its backend at import
         recipe = backend.flag_value(argv, "recipe") or "mlp"
         argv = chooser.resolve_auto(["toolkit", *argv], recipe=recipe)[1:]

@@ -24,7 +24,7 @@ __all__ = ["PRECISIONS", "SMOKE_STEPS", "ConfigError", "TrainConfig", "flag_name
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 SMOKE_STEPS = 8
 # Python field -> flag, where they differ.
-_FLAGS = {"steps_per_epoch": "train_steps", "precision": "dtype", "verbose": "log_verbosity"}
+_FLAGS = {"steps_per_epoch": "train_steps", "verbose": "log_verbosity"}
 
 
 class ConfigError(ValueError):
@@ -59,7 +59,7 @@ class TrainConfig:
     tensorboard: bool = False
     report_dir: str | None = "runs"
     seed: int | None = 0
-    verbose: int = 0
+    verbose: int | None = None  # None: the toolkit's progress (toolkit.progress)
     device: str = "auto"
     precision: str = "float32"
     distribution_strategy: str = "default"
@@ -113,8 +113,8 @@ class TrainConfig:
                 "--tensorboard needs TensorBoard, which the base install leaves out: "
                 "pip install 'keras-perf-toolkit[profile]'"
             )
-        if self.verbose not in (0, 1, 2):
-            raise _bad("verbose", "0, 1 or 2", self.verbose)
+        if self.verbose not in (None, 0, 1, 2):
+            raise _bad("verbose", "0, 1 or 2 (or unset: the toolkit's progress)", self.verbose)
         choices = (
             ("precision", PRECISIONS),
             ("distribution_strategy", distribute.STRATEGIES),

@@ -43,6 +43,7 @@ from typing import Any
 
 from toolkit import backend
 from toolkit.config import TrainConfig
+from toolkit.progress import say
 
 __all__ = [
     "BALANCED",
@@ -80,6 +81,7 @@ class Facts:
     pipeline_ops: frozenset[str] = frozenset()
     recommended_precision: str | None = None
     backend: str = "tensorflow"
+    cpu_cores: int | None = None  # cores this process may run on (input and a CPU step share)
 
 
 @dataclasses.dataclass
@@ -109,8 +111,6 @@ class Diagnosis:
             f"  train step alone:     {self.compute_rate:,.1f} steps/s (one cached batch)",
             f"  real fit:             {self.fit_rate:,.1f} steps/s",
         ]
-        if not self.overlap_ok:
-            out.append("  fit is slower than both of its parts: input and step don't overlap")
         if self.xprof:
             out.append(f"  XProf: {self.xprof['line']}")
         out += [f"  advice: {a}" for a in self.advice]
@@ -274,14 +274,22 @@ def _compute_advice(facts: Facts) -> list[str]:
             "(small models are often faster there)"
         )
     if facts.recommended_precision and facts.recommended_precision != facts.precision:
-        out.append(f"try --dtype={facts.recommended_precision} (this device's hint; measure it)")
+        out.append(
+            f"try --precision={facts.recommended_precision} (this device's hint; measure it)"
+        )
     return out
 
 
 def advise(
-    verdict: str, overlap_ok: bool, input_rate: float, compute_rate: float, facts: Facts
+    verdict: str,
+    overlap_ok: bool,
+    input_rate: float,
+    compute_rate: float,
+    facts: Facts,
+    fit_rate: float | None = None,
 ) -> list[str]:
-    """Advice for a verdict, drawn from the measured rates and `facts`."""
+    """Advice for a verdict, drawn from the measured rates and `facts`; `fit_rate` (the real
+    fit's) lets the overlap advice say how far from side by side input and step ran."""
     out: list[str] = []
     if verdict == INPUT_BOUND:
         out += _input_advice(facts, input_rate, compute_rate)
@@ -295,11 +303,78 @@ def advise(
         out += _input_advice(facts, input_rate, compute_rate)[1:2]
         out += _compute_advice(facts)[:1]
     if not overlap_ok:
-        out.append(
-            "fit runs slower than both the pipeline alone and the step alone: make sure the "
-            "pipeline ends with prefetch so input overlaps the step"
-        )
+        out += overlap_advice(facts, input_rate, compute_rate, fit_rate)
     return out
+
+
+SERIAL = 0.8  # a fit step within 80 % of input + step ran them one after the other
+
+
+def overlap_advice(
+    facts: Facts, input_rate: float, compute_rate: float, fit_rate: float | None = None
+) -> list[str]:
+    """Why input and step did not overlap, from what the pipeline is made of, where the step
+    runs and how many cores there are: the likely causes, most likely first, each with its
+    fix. Never "add a prefetch" to a pipeline that has one."""
+    classes, ops = facts.pipeline_classes, facts.pipeline_ops
+    t_in, t_step = 1e3 / input_rate, 1e3 / compute_rate
+    if fit_rate:
+        t_fit = 1e3 / fit_rate
+        how = (
+            "one after the other"
+            if t_fit >= SERIAL * (t_in + t_step)
+            else "partly one after the other"
+        )
+        out = [
+            f"input and step don't overlap: the fit takes {t_fit:.2f} ms a step against "
+            f"{t_in:.2f} ms (input alone) + {t_step:.2f} ms (step alone) = "
+            f"{t_in + t_step:.2f} ms: they ran {how}"
+        ]
+    else:
+        out = ["input and step don't overlap: the fit is slower than both of its parts"]
+    python = bool(ops & {"EagerPyFunc", "PyFunc", "PyFuncStateless"}) or any(
+        "Generator" in c for c in classes
+    )
+    has_prefetch = any("Prefetch" in c for c in classes)
+    has_maps = any("Map" in c for c in classes) or python
+    causes: list[str] = []
+    if not has_prefetch:
+        causes.append(
+            "no prefetch: end the pipeline with .prefetch(tf.data.AUTOTUNE), so the next "
+            "batch is made while the step runs"
+        )
+    if python:
+        causes.append(
+            "Python in the pipeline (py_function / from_generator) holds the GIL while it "
+            "runs, and so does Keras's Python side of each step: they take turns; use "
+            "toolkit.data.parallel_generator or TF ops"
+        )
+    cores = facts.cpu_cores
+    if facts.device_kind == "cpu" and (has_maps or has_prefetch):
+        few = f"this process has {cores} CPU core(s)" if cores else "the cores are shared"
+        causes.append(
+            f"CPU contention: the step runs on the CPU too and {few}, so the pipeline's "
+            "threads and the step's ops take turns on them (a prefetch can't hide what has no "
+            "core to run on): cache what the maps make (the work before a cache runs once), "
+            "move the step to a GPU, or run on more cores"
+        )
+    if not causes:
+        causes.append(
+            "per-step overhead around the step (callbacks that read the loss every step, the "
+            "loop between calls): try --steps_per_execution, and check your callbacks"
+        )
+    out += [f"likely cause: {c}" for c in causes]
+    return out
+
+
+def _cpu_cores() -> int | None:
+    """The cores this process may run on (its affinity, where the OS says; else all)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
 
 
 def _pipeline_facts(dataset: Any) -> tuple[frozenset[str], frozenset[str]]:
@@ -364,14 +439,17 @@ def _diagnose_task(
     total += -total % config.fused_steps  # whole fused calls
     base = config.for_measurement(total, warmup)
     # The step alone first: it selects the device (before anything else starts TF's runtime).
+    say(f"diagnose: 1/3 the train step alone, {total} steps on one batch (the first compiles)")
     compute = train.run(task, dataclasses.replace(base, use_synthetic_data=True)).report
     dataset = train.input_pipeline(task, base)
+    say(f"diagnose: 2/3 the input pipeline alone, {steps} batches")
     pipeline = benchmark(dataset, num_batches=steps, verbose=False)
     traced = -(-TRACE_STEPS // config.fused_steps) * config.fused_steps
     real = dataclasses.replace(base, use_synthetic_data=False)
     with _fit_trace(total, traced) as tracing:
         if tracing:
             real = dataclasses.replace(real, steps_per_epoch=total + traced)
+        say(f"diagnose: 3/3 the real fit, {real.steps_per_epoch} steps")
         fit = train.run(task, real, callbacks=tracing).report
         trace = _read_trace(tracing, config.steps_per_execution)
     # Rates per training step (a fused batch holds fused_steps steps' examples).
@@ -413,11 +491,14 @@ def _diagnose_model(
     saved = train.snapshot(model)
     try:
         one_batch = dataset.take(1).cache().repeat()
+        say(f"diagnose: 1/3 the train step alone, {total} steps on one batch")
         compute = train.measured_fit(model, one_batch, total, warmup, batch_size=batch_size)
+        say(f"diagnose: 2/3 the input pipeline alone, {steps} batches")
         pipeline = benchmark(dataset.repeat(), num_batches=steps, verbose=False)
         spe = max(1, train.steps_per_execution(model))
         traced = -(-TRACE_STEPS // spe) * spe
         with _fit_trace(-(-total // spe) * spe, traced) as tracing:
+            say(f"diagnose: 3/3 the real fit, {total + (traced if tracing else 0)} steps")
             fit = train.measured_fit(
                 model,
                 dataset,
@@ -486,6 +567,7 @@ def _conclude(
         pipeline_classes=classes,
         pipeline_ops=ops,
         recommended_precision=recommended,
+        cpu_cores=_cpu_cores(),
         **settings,
     )
     return Diagnosis(
@@ -494,7 +576,7 @@ def _conclude(
         fit_rate=fit_rate,
         verdict=verdict,
         overlap_ok=overlap_ok,
-        advice=advise(verdict, overlap_ok, input_rate, compute_rate, facts),
+        advice=advise(verdict, overlap_ok, input_rate, compute_rate, facts, fit_rate),
         batch_size=batch_size,
         steps=steps,
         pipeline=described,

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable
+import shutil
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from absl import flags
@@ -22,13 +25,84 @@ from toolkit.distribute import SERVICE_MODES, STRATEGIES
 from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS
 
 __all__ = [
+    "DEPRECATED_FLAGS",
+    "FLAG_GROUPS",
+    "canonical_argv",
     "config_from_flags",
     "define_common_flags",
     "define_flag",
     "define_image_flags",
     "flags_for_report",
+    "help_text",
     "kwargs_from_flags",
+    "own_flags",
 ]
+
+# Old spellings still accepted, each with a one-line deprecation note (canonical_argv).
+DEPRECATED_FLAGS = {"dtype": "precision"}
+
+# The shared flags as --help groups them; tests check every shared flag is in one group.
+FLAG_GROUPS = (
+    (
+        "data",
+        ("dataset", "data_dir", "validation_fraction", "use_synthetic_data"),
+    ),
+    (
+        "training",
+        (
+            "epochs",
+            "batch_size",
+            "train_steps",
+            "seed",
+            "init_weights",
+            "stop_on_nan",
+            "backup_dir",
+            "smoke",
+        ),
+    ),
+    (
+        "speed settings (tune searches these)",
+        (
+            "precision",
+            "jit_compile",
+            "steps_per_execution",
+            "fused_steps",
+            "autotune",
+            "tune_budget",
+        ),
+    ),
+    ("backend and device", ("backend", "device")),
+    (
+        "distribution",
+        (
+            "distribution_strategy",
+            "worker_hosts",
+            "task_index",
+            "shard_policy",
+            "data_service",
+            "data_service_mode",
+        ),
+    ),
+    (
+        "measuring and the report",
+        (
+            "report_dir",
+            "warmup_steps",
+            "log_steps",
+            "log_verbosity",
+            "count_flops",
+            "profile_steps",
+            "memory_watch",
+            "tensorboard",
+            "diagnose",
+            "diagnose_steps",
+        ),
+    ),
+)
+
+# Flags each module (a recipe) asked for through define_flag / define_image_flags, defined by
+# it or (shared by an earlier recipe in this process) already there.
+_OWN: dict[str, list[str]] = {}
 
 
 def _parse_steps(value: str) -> tuple[int, int] | None:
@@ -152,9 +226,12 @@ def define_common_flags(**defaults: Any) -> None:
         "auto | cpu | gpu | cuda | metal (mps: the Apple GPU), optionally :index (e.g. gpu:1).",
     )
     flags.DEFINE_string(
-        "dtype", "float32", f"Precision policy (Keras mixed precision): {' | '.join(PRECISIONS)}."
+        "precision",
+        "float32",
+        f"Keras precision policy: {' | '.join(PRECISIONS)} (mixed: float16/bfloat16 compute, "
+        "float32 variables). --dtype is its old name.",
     )
-    flags.DEFINE_alias("precision", "dtype")
+    flags.DEFINE_alias("dtype", "precision")  # deprecated spelling: see DEPRECATED_FLAGS
     flags.DEFINE_string(
         "distribution_strategy",
         "default",
@@ -224,7 +301,33 @@ def define_common_flags(**defaults: Any) -> None:
         "run's own initial weights are written there first. The same file gives runs under "
         "different backends the same start (python -m toolkit backends uses it).",
     )
-    flags.DEFINE_integer("log_verbosity", 0, "Keras fit verbosity: 0, 1 or 2.")
+    flags.DEFINE_integer(
+        "log_verbosity",
+        None,
+        "Progress while training. Default: the toolkit's (a bar on a terminal; in a log, a line "
+        "every --log_steps steps, about ten a run when unset); 0: none; 1 or 2: Keras's own "
+        "(it reads the loss every step: a device sync per step).",
+    )
+
+
+def _caller(depth: int = 2) -> str:
+    return sys._getframe(depth).f_globals.get("__name__", "__main__")
+
+
+def _define(owner: str, kind: str, name: str, *args: Any, **kwargs: Any) -> None:
+    names = _OWN.setdefault(owner, [])
+    if name not in names:
+        names.append(name)
+    if name not in flags.FLAGS:
+        # Filed under the recipe (absl's --helpfull lists them under it, not toolkit.flags);
+        # absl names the main module by its path.
+        module = sys.argv[0] if owner == "__main__" else owner
+        getattr(flags, f"DEFINE_{kind}")(name, *args, module_name=module, **kwargs)
+
+
+def own_flags(module: str) -> list[str]:
+    """The flags module `module` (a recipe) defines for itself, in order."""
+    return list(_OWN.get(module, ()))
 
 
 def define_flag(kind: str, name: str, *args: Any, **kwargs: Any) -> None:
@@ -235,13 +338,14 @@ def define_flag(kind: str, name: str, *args: Any, **kwargs: Any) -> None:
     which only matters to flag parsing, and a process parses the flags of the one recipe it
     runs. ``build_task`` arguments carry each recipe's own defaults.
     """
-    if name not in flags.FLAGS:
-        getattr(flags, f"DEFINE_{kind}")(name, *args, **kwargs)
+    _define(_caller(), kind, name, *args, **kwargs)
 
 
 def define_image_flags(image_size: int | None, channels: int) -> None:
     """``--image_size`` and ``--channels`` for recipes whose model reads images."""
-    define_flag(
+    owner = _caller()
+    _define(
+        owner,
         "integer",
         "image_size",
         image_size,
@@ -249,9 +353,12 @@ def define_image_flags(image_size: int | None, channels: int) -> None:
         + ("." if image_size else " (default: the model's own)."),
         lower_bound=8,
     )
-    define_flag("integer", "channels", channels, "Image channels: 1 (grey) or 3 (RGB).")
-    flags.register_validator("channels", lambda v: v in (1, 3), "--channels must be 1 or 3")
-    define_flag(
+    new = "channels" not in flags.FLAGS
+    _define(owner, "integer", "channels", channels, "Image channels: 1 (grey) or 3 (RGB).")
+    if new:
+        flags.register_validator("channels", lambda v: v in (1, 3), "--channels must be 1 or 3")
+    _define(
+        owner,
         "integer",
         "num_classes",
         10,
@@ -314,7 +421,7 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
         seed=f.seed,
         verbose=f.log_verbosity,
         device=f.device,
-        precision=f.dtype,
+        precision=f.precision,
         distribution_strategy=f.distribution_strategy,
         use_synthetic_data=f.use_synthetic_data,
         smoke=f.smoke,
@@ -341,3 +448,84 @@ def flags_for_report(flag_values: flags.FlagValues = flags.FLAGS) -> dict[str, A
         for fl in module_flags:
             out[fl.name] = fl.value
     return dict(sorted(out.items()))
+
+
+def canonical_argv(
+    argv: Sequence[str],
+    renames: dict[str, str] | None = None,
+    note: Callable[[str], Any] | None = None,
+) -> list[str]:
+    """`argv` with deprecated flag spellings (``--dtype=X``, ``--dtype X``) replaced by their
+    current names (:data:`DEPRECATED_FLAGS` unless `renames`), and one note per old name on
+    stderr (or to `note`) saying what to write instead. Everything after ``--`` is kept."""
+    renames = DEPRECATED_FLAGS if renames is None else renames
+    say = note or (lambda line: print(line, file=sys.stderr))
+    out: list[str] = []
+    told: set[str] = set()
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            out += argv[i:]
+            break
+        dashes = "--" if arg.startswith("--") else "-" if arg.startswith("-") else ""
+        name, eq, value = arg[len(dashes) :].partition("=")
+        if dashes and name in renames:
+            new = renames[name]
+            if name not in told:
+                told.add(name)
+                say(f"note: --{name} is deprecated; use --{new} (--{name} still works for now)")
+            arg = f"{dashes}{new}{eq}{value}"
+        out.append(arg)
+    return out
+
+
+def _flag_line(fl: Any) -> str:
+    if fl.boolean:
+        state = {True: "on", False: "off"}.get(fl.default, "unset: see below")
+        return f"--[no]{fl.name} (default: {state})"
+    if fl.default is None or fl.default == "":
+        return f"--{fl.name}=... (default: unset)"
+    return f"--{fl.name}={fl.default_as_str.strip(chr(39))}"
+
+
+def help_text(
+    program: str,
+    doc: str | None,
+    own: Sequence[str],
+    flag_values: flags.FlagValues = flags.FLAGS,
+    *,
+    title: str = "this recipe's flags",
+    width: int | None = None,
+) -> str:
+    """A recipe's ``--help``: usage, its docstring, its own flags, then the shared ones in
+    :data:`FLAG_GROUPS`, each flag with its default and help, wrapped to the terminal."""
+    width = width or min(100, shutil.get_terminal_size((100, 24)).columns)
+    out = [f"usage: {program} [--flag=value ...]", ""]
+    if doc:
+        out += [textwrap.dedent(doc).strip(), ""]
+
+    def section(name: str, names: Sequence[str]) -> None:
+        present = [flag_values[n] for n in names if n in flag_values]
+        if not present:
+            return
+        out.append(f"{name}:")
+        for fl in present:
+            out.append(f"  {_flag_line(fl)}")
+            out.extend(
+                textwrap.wrap(
+                    " ".join((fl.help or "").split()),
+                    width=width,
+                    initial_indent="      ",
+                    subsequent_indent="      ",
+                )
+            )
+        out.append("")
+
+    section(title, own)
+    for name, names in FLAG_GROUPS:
+        section(name, [n for n in names if n not in own])
+    out.append(
+        "Old spellings still accepted: "
+        + ", ".join(f"--{old} (now --{new})" for old, new in DEPRECATED_FLAGS.items())
+        + ". --helpfull lists absl's own flags too."
+    )
+    return "\n".join(out).rstrip() + "\n"

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from toolkit import backend, compat, distribute
+from toolkit import backend, compat, distribute, progress
 from toolkit.config import TrainConfig
 from toolkit.profiling.session import profile
 from toolkit.report import RunReport
@@ -464,6 +464,56 @@ def _jit_compile(value: bool | None) -> bool | str | None:
     return value
 
 
+LOG_LINES_PER_RUN = 10  # in a log, the default progress: about this many step-time lines
+MIN_LOGGED_STEPS = 20  # shorter runs print only their summary
+
+
+def _nice(n: float) -> int:
+    """The smallest of 1, 2, 5, 10, 20, 50... that is >= `n`."""
+    scale = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale >= n:
+                return m * scale
+        scale *= 10
+
+
+def _steps_per_epoch(config: TrainConfig, train_ds: Any) -> int | None:
+    if config.steps_per_epoch:
+        return config.steps_per_epoch
+    try:
+        count = int(train_ds.cardinality()) if hasattr(train_ds, "cardinality") else len(train_ds)
+    except (TypeError, ValueError):
+        return None
+    return count * config.fused_steps if count > 0 else None  # a fused batch holds K steps
+
+
+def fit_progress(
+    config: TrainConfig, train_ds: Any, name: str
+) -> tuple[int, int | None, list[Any]]:
+    """``(Keras verbose, log_steps, callbacks)`` for the progress `config` asks for.
+
+    ``verbose`` set (0, 1, 2): exactly that, Keras's own. Unset (the default): the toolkit's
+    (``toolkit.progress``): on a terminal a :class:`FitProgress` bar, which reads no tensor per
+    step; in a log a step-time line every ``log_steps`` steps (about
+    :data:`LOG_LINES_PER_RUN` a run when ``--log_steps`` is not given); nothing when
+    ``TOOLKIT_PROGRESS=0``.
+    """
+    if config.verbose is not None:
+        return config.verbose, config.log_steps, []
+    shown = progress.mode()
+    if shown == progress.BAR:
+        from toolkit.profiling.fit_progress import FitProgress
+
+        return 0, config.log_steps, [FitProgress(name)]
+    if shown == progress.LINES and config.log_steps is None:
+        per_epoch = _steps_per_epoch(config, train_ds)
+        total = per_epoch * config.epochs if per_epoch else 0
+        if total >= MIN_LOGGED_STEPS:
+            return 0, _nice(total / LOG_LINES_PER_RUN), []
+    return 0, config.log_steps, []
+
+
 def run(
     task: Task,
     config: TrainConfig,
@@ -531,6 +581,7 @@ def run(
         backend.get().fuse_train_steps(model, config.fused_steps)
         if config.init_weights:
             share_initial_weights(model, config.init_weights)
+    verbose, log_steps, shown = fit_progress(config, train_ds, task.name)
     try:
         with profile(
             task.name,
@@ -540,7 +591,7 @@ def run(
             trace_steps=config.profile_steps,
             memory_watch=config.memory_watch,
             tensorboard=config.tensorboard,
-            log_steps=config.log_steps,
+            log_steps=log_steps,
             stop_on_nan=config.stop_on_nan,
             args=dict(args) if args is not None else dataclasses.asdict(config),
         ) as prof:
@@ -584,8 +635,8 @@ def run(
                 ),
                 validation_data=val_ds,
                 shuffle=False,  # the pipeline shuffles; Keras would only warn about a Dataset
-                callbacks=[*resilience, *prof.callbacks, *callbacks],
-                verbose=config.verbose,
+                callbacks=[*resilience, *prof.callbacks, *shown, *callbacks],
+                verbose=verbose,
             )
             if prof.compute is not None:
                 recheck_peak(prof.compute, prof.timer.summary().p50_s, device)

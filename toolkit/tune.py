@@ -33,12 +33,12 @@ import hashlib
 import json
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolkit import backend, compat, machine
+from toolkit import progress as tk_progress
 from toolkit.config import TrainConfig
 from toolkit.files import read_json, update_json
 
@@ -87,7 +87,7 @@ class Candidate:
     def flags(self) -> str:
         """The recipe flags that select these settings."""
         out = (
-            f"--dtype={self.precision} --{'' if self.jit_compile else 'no'}jit_compile "
+            f"--precision={self.precision} --{'' if self.jit_compile else 'no'}jit_compile "
             f"--steps_per_execution={self.steps_per_execution} --fused_steps={self.fused_steps}"
         )
         return out + (f" --batch_size={self.batch_size}" if self.batch_size else "")
@@ -617,15 +617,14 @@ def tune(
         budget_s: seconds the search may take (the defaults are always measured).
         steps: timed steps per candidate. Defaults to `48`.
         use_cache: read and write the cache. Defaults to `True`.
-        progress: called with one line per candidate. Defaults to printing to stderr.
+        progress: called with one line per candidate. Defaults to ``toolkit.progress.say``
+            (stderr) with a bar of the budget on a terminal.
     """
     from toolkit import train
 
     if isinstance(data, TrainConfig):
         config, data = data, None
     config = (config or TrainConfig()).validate()
-    if progress is None:
-        progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     start = time.perf_counter()
     if isinstance(target, train.Task):
         measure, defaults, key, facts, device = _task_measure(target, config, steps)
@@ -633,18 +632,27 @@ def tune(
         raise train.SetupError("tune(model, data): give the training data your model fits on")
     else:
         measure, defaults, key, facts, device = _model_measure(target, data, config, steps)
+    # A bar of the budget's seconds on a terminal; the lines above it (or alone, in a log).
+    budget_bar = tk_progress.bar(round(budget_s), "tune", unit="s", enabled=progress is None)
+    say = progress or tk_progress.say
+
+    def report(line: str) -> None:
+        say(line)
+        budget_bar.advance_to(min(time.perf_counter() - start, budget_s))
+
     try:
         if use_cache:
             hit = cached(key)
             if hit is not None:
-                progress(f"tune: cached result for this model, input and machine ({key})")
+                report(f"tune: cached result for this model, input and machine ({key})")
                 return hit
         first = None
         if space is None:  # measure the defaults first: their step time shapes the space
+            say(f"tune: measuring the defaults first (budget {budget_s:.0f} s)")
             t0 = time.perf_counter()
             rate = measure(defaults)
             first = Trial(defaults, rate, time.perf_counter() - t0)
-            progress(
+            report(
                 f"[1 | {first.seconds:.0f}/{budget_s:.0f} s] {defaults.label()}: "
                 f"{rate:,.1f} examples/s"
             )
@@ -655,7 +663,7 @@ def tune(
             lambda c: measure(c, calls=SEARCH_CALLS),  # finalists get 3 calls head to head
             space,
             budget_s=budget_s * SEARCH_SHARE,
-            progress=progress,
+            progress=report,
             first=first,
             spent_s=time.perf_counter() - start,
         )
@@ -663,10 +671,11 @@ def tune(
             measure,
             trials,
             budget_s=budget_s,
-            progress=progress,
+            progress=report,
             spent_s=time.perf_counter() - start,
         )
     finally:
+        budget_bar.close()
         if hasattr(measure, "restore"):
             measure.restore()
     result = TuneResult(

@@ -31,7 +31,10 @@ def test_table_on_tiny_sizes_writes_every_view(tmp_path):
     assert all(f"| cpu_{m} |" in proc.stdout or f" cpu_{m} |" in proc.stdout for m in others)
     assert "Average benchmark:" in proc.stdout and "| Gather |" in proc.stdout
     modes = 3 + len(others)
-    assert f"ops: ReLU: 2 cases x {modes} modes x 1 device(s)" in proc.stderr  # progress
+    cells = 8 * modes  # Gather 6 cases, ReLU 2
+    assert (
+        f"ops: ReLU ({cells}/{cells} cells): 2 cases x {modes} modes x 1 device(s)" in proc.stderr
+    )
     names = {p.name for p in out.iterdir()}
     assert names == {"ops.json", "ops.md", "ops.csv", "ops_average.csv", "ops.png"}
     record = json.loads((out / "ops.json").read_text())

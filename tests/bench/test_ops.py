@@ -141,3 +141,10 @@ def test_the_other_frameworks_compute_the_same_op(op):
             np.testing.assert_allclose(
                 got, expected, rtol=1e-4, atol=1e-5 * scale, err_msg=f"{op.name} {mode}"
             )
+
+
+def test_row_labels_are_unique_at_every_size():
+    for size in ("tiny", "default", "full"):
+        for op in bench_ops.OPS:
+            labels = [case.label(op.name, size) for case in op.cases]
+            assert len(labels) == len(set(labels)), (size, labels)

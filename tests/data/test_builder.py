@@ -229,21 +229,31 @@ def test_benchmark_reports_throughput_and_first_batch(arrays):
     assert d["batches"]["p50_s"] > 0 and d["examples_per_sec"] > 0
 
 
-def test_benchmark_with_injected_clock_and_progress_bar():
-    ticks = iter([0.0, 1.0] + [1.0 + 0.5 * i for i in range(1, 11)])
-    out = io.StringIO()
-    result = D.benchmark(
-        [b"batch"] * 20,
-        num_batches=10,
-        batch_size=2,
-        clock=lambda: next(ticks),
-        stream=out,
-        progress_after_s=1.0,
-    )
+def test_benchmark_with_injected_clock_and_progress_bar(monkeypatch, capsys):
+    def run(**kwargs):
+        ticks = iter([0.0, 1.0] + [1.0 + 0.5 * i for i in range(1, 11)])
+        out = io.StringIO()
+        result = D.benchmark(
+            [b"batch"] * 20,
+            num_batches=10,
+            batch_size=2,
+            clock=lambda: next(ticks),
+            stream=out,
+            progress_after_s=0.0,
+            **kwargs,
+        )
+        return result, out.getvalue(), capsys.readouterr().err
+
+    result, out, err = run()  # stderr is not a terminal here: no bar, no carriage return
     assert result.first_batch_s == 1.0
     assert result.total_s == pytest.approx(5.0)
     assert result.examples_per_sec == pytest.approx(4.0)
-    assert "[" in out.getvalue() and "10/10" in out.getvalue()
+    assert "examples/s" in out and "\r" not in out + err and "10/10" not in err
+    monkeypatch.setenv("TOOLKIT_PROGRESS", "1")  # as on a terminal: tqdm's bar on stderr
+    _, out, err = run()
+    assert "pipeline alone" in err and "/10 [" in err and "pipeline alone" not in out
+    _, out, err = run(verbose=False)  # asked to be quiet: no bar and no summary
+    assert err == "" and out == ""
 
 
 def test_benchmark_errors():

@@ -93,7 +93,7 @@ def test_performance_flags_trace_and_memory(tmp_path):
         ("--batch_size=-1", "--batch_size must be an integer >= 1, got -1"),
         ("--profile_steps=9,3", "--profile_steps must be start,stop with 0 <= start < stop"),
         ("--profile_steps=nine", "--profile_steps must be two integers"),
-        ("--dtype=float64", "--dtype (precision) must be one of float32"),
+        ("--dtype=float64", "--precision must be one of float32"),
         ("--device=tpu", "unknown device 'tpu'"),
         ("--distribution_strategy=tpu", "--distribution_strategy must be one of default"),
         ("--log_steps=0", "--log_steps must be >= 1, got 0"),

@@ -31,6 +31,7 @@ from toolkit.bench import frameworks
 from toolkit.bench.ops import OPS, select_ops
 from toolkit.bench.table import Measurement, OpTable, Timing
 from toolkit.profiling.stats import jitter, median
+from toolkit.progress import bar as progress_bar
 
 __all__ = [
     "ALL_MODES",
@@ -313,9 +314,14 @@ def benchmark(
     for mode, column in other_columns.items():
         floors[column] = call_floor_ms(None, mode, **timing_kwargs)
     results: list[Measurement] = []
+    cells = sum(len(op.cases) for op in chosen_ops) * (
+        len(found) * len(chosen_modes) + len(other_modes)
+    )
+    bar = progress_bar(cells, "ops", unit="cell")  # tqdm's, on a terminal only
     for op in chosen_ops:
         start = time.perf_counter()
         for index, case in enumerate(op.cases):
+            bar.describe(f"ops: {op.name} {index + 1}/{len(op.cases)}")
             shapes = case.shapes(size)
             label = case.label(op.name, size)
             flops = op.flops(shapes) if op.flops else None
@@ -340,6 +346,7 @@ def benchmark(
                             op.name, index, label, labels[device.name], mode, timing, why, flops
                         )
                     )
+                    bar.update()
                 del inputs
             if other_modes:  # the same values (seed), made on the CPU, as NumPy
                 with tf.device("/device:CPU:0"):
@@ -353,13 +360,15 @@ def benchmark(
                     results.append(
                         Measurement(op.name, index, label, device_label, mode, timing, why, flops)
                     )
+                    bar.update()
                 del arrays, made
         if progress:
             progress(
-                f"ops: {op.name}: {len(op.cases)} cases x "
+                f"ops: {op.name} ({len(results)}/{cells} cells): {len(op.cases)} cases x "
                 f"{len(chosen_modes) + len(other_modes)} modes x "
                 f"{len(found)} device(s) in {time.perf_counter() - start:.1f} s"
             )
+    bar.close()
     return OpTable(
         results=results,
         columns=[

@@ -63,11 +63,18 @@ class Case:
         raise ValueError(f"unknown size {size!r}: use one of {', '.join(SIZES)}")
 
     def label(self, op: str, size: str = "full") -> str:
-        """``"Argmax / dim=64x1024x128 axi=0"`` (the seed's row label) for these shapes."""
-        parts = [f"dim={'x'.join(str(d) for d in shape)}" for shape in self.shapes(size)]
+        """``"Argmax / dim=64x1024x128 axi=0"`` (the seed's row label) for these shapes.
+
+        The ``tiny`` preset caps every dimension, so different seed rows can shrink to the same
+        shapes: there the label also names the seed row's shapes, keeping labels unique."""
+        shapes = self.shapes(size)
+        parts = [f"dim={'x'.join(str(d) for d in shape)}" for shape in shapes]
         if self.axis is not None:
             parts.append(f"axi={self.axis}")
-        return f"{op} / {' '.join(parts)}"
+        label = f"{op} / {' '.join(parts)}"
+        if size == "tiny" and shapes != self.dims:
+            label += f" (seed {', '.join('x'.join(str(d) for d in s) for s in self.dims)})"
+        return label
 
 
 @dataclasses.dataclass(frozen=True)

@@ -419,7 +419,9 @@ class OpTable:
         )
 
     def plot_png(self) -> bytes:
-        """A horizontal grouped bar chart of the average table (ms per call, log scale)."""
+        """A horizontal grouped bar chart of the average table (ms per call, log scale; lower
+        is better), each column's per-call floor drawn as a dashed line of its colour: a bar
+        near its floor measures dispatch, not the op."""
         import matplotlib
 
         matplotlib.use("Agg", force=False)
@@ -427,21 +429,33 @@ class OpTable:
 
         average = self.average()
         n_ops, n_cols = len(average), max(1, len(self.columns))
-        fig = Figure(figsize=(9, 1.2 + 0.28 * n_ops * max(1, n_cols / 2)), dpi=100)
+        fig = Figure(figsize=(11, 1.8 + 0.28 * n_ops * max(1, n_cols / 2)), dpi=100)
         ax = fig.subplots()
         height = 0.8 / n_cols
+        colours = matplotlib.colormaps["tab10"]
         for j, column in enumerate(self.columns):
             ys = [i + (j - (n_cols - 1) / 2) * height for i in range(n_ops)]
             xs = [ms[j] if ms[j] is not None else 0.0 for _, ms, _ in average]
-            ax.barh(ys, xs, height=height, label=column)
+            ax.barh(ys, xs, height=height, label=column, color=colours(j % 10))
+            floor = self.floors.get(column)
+            if floor:
+                ax.axvline(floor, color=colours(j % 10), lw=1, ls="--", alpha=0.8)
         ax.set_yticks(range(n_ops))
         ax.set_yticklabels([op for op, _, _ in average])
         ax.invert_yaxis()
         if any(ms for _, row, _ in average for ms in row):
             ax.set_xscale("log")
-        ax.set_xlabel("ms per call (average over the op's shapes; log scale)")
-        ax.set_title(f"Operation benchmark ({self.settings.get('size', '?')} shapes)")
-        ax.legend(fontsize=8, loc="lower right")
+        ax.set_xlabel(
+            "ms per call, average over the op's shapes (log scale; lower is better)\n"
+            "dashed: each column's per-call floor (x + 1 on a scalar): bars near it time dispatch"
+        )
+        ax.set_title(
+            f"Time per op call ({self.settings.get('size', '?')} shapes, "
+            f"{self.settings.get('dtype', 'float32')}): lower is better"
+        )
+        if self.floors:
+            ax.plot([], [], color="grey", ls="--", lw=1, label="per-call floor")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="png")

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from toolkit import progress
 from toolkit.data.builder import infer_batch_size
 from toolkit.profiling.stats import StepStats, format_ms, summarize
 
@@ -67,15 +68,15 @@ def benchmark(
 
     The first batch is timed apart (it includes starting the iterator and filling buffers).
     Then `num_batches` batches are timed one by one. A run longer than `progress_after_s`
-    shows a progress bar on `stream`.
+    shows a progress bar (on a terminal's stderr, unless `verbose` is off).
 
     Args:
         dataset: a batched `tf.data.Dataset` (or any iterable of batches).
         num_batches: batches to time after the first. Defaults to `200`.
         batch_size: examples per batch. Defaults to `None` (read from the dataset).
-        verbose: print the summary line. Defaults to `True`.
+        verbose: print the summary line, and a progress bar on a terminal. Defaults to `True`.
         progress_after_s: seconds before the progress bar appears. Defaults to `2.0`.
-        stream: where the bar and summary go. Defaults to `sys.stderr` / `sys.stdout`.
+        stream: where the summary goes. Defaults to `sys.stdout`.
         clock: seconds. Defaults to `time.perf_counter`.
 
     Raises:
@@ -93,7 +94,10 @@ def benchmark(
         raise ValueError("dataset: produced no batch at all; is it empty?") from None
     t_prev = first_end = clock()
     durations: list[float] = []
-    bar = _Progress(num_batches, stream or sys.stderr)
+    # A bar on a terminal once the run has taken `progress_after_s` (toolkit.progress).
+    bar = progress.bar(
+        num_batches, "pipeline alone", "batch", enabled=verbose, delay=progress_after_s
+    )
     for _ in range(num_batches):
         try:
             next(iterator)
@@ -102,8 +106,7 @@ def benchmark(
         now = clock()
         durations.append(now - t_prev)
         t_prev = now
-        if now - first_end > progress_after_s:
-            bar.update(len(durations))
+        bar.update()
     bar.close()
     if not durations:
         raise ValueError("dataset: ended after its first batch; time more data or repeat()")
@@ -121,25 +124,3 @@ def benchmark(
     if verbose:
         print(result, file=stream or sys.stdout)
     return result
-
-
-class _Progress:
-    """A one-line text progress bar, redrawn at most ten times a second."""
-
-    def __init__(self, total: int, stream: TextIO) -> None:
-        self.total, self.stream, self.shown, self.last = total, stream, False, 0.0
-
-    def update(self, done: int) -> None:
-        now = time.monotonic()
-        if now - self.last < 0.1 and done < self.total:
-            return
-        self.last, self.shown = now, True
-        width = 30
-        filled = int(width * done / self.total)
-        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total}")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.shown:
-            self.stream.write("\n")
-            self.stream.flush()

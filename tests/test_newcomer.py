@@ -1,0 +1,229 @@
+"""A newcomer's first hour: --help on recipes and verbs, --version, the console script's name,
+one flag style, a closed pipe, progress that stays out of logs, and a package that says what it
+is. Real processes where the user would run one."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from absl import flags
+
+from toolkit import app, progress
+from toolkit import flags as tk_flags
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TIMEOUT = 300  # a loaded 2-core machine
+
+
+def run(*argv: str, env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT,
+        env={**os.environ, **(env or {})}, check=False, **kwargs,
+    )  # fmt: skip
+
+
+def test_recipe_help_lists_its_flags_then_the_shared_ones_rc_0_without_tensorflow():
+    done = run("-m", "recipes.cnn", "--help")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # no TensorFlow start-up lines: nothing imported it
+    out = done.stdout
+    assert out.startswith("usage: python -m recipes.cnn")
+    assert "A small CNN" in out  # the recipe's docstring
+    own = out.index("cnn flags:")
+    for flag in ("--filters=32", "--learning_rate=0.001", "--image_size=32", "--channels=1"):
+        assert flag in out[own : out.index("\ndata:")], flag
+    for group, _ in tk_flags.FLAG_GROUPS:
+        assert f"\n{group}:\n" in out
+    assert "--[no]jit_compile" in out and "--precision=float32" in out
+    assert "--dtype (now --precision)" in out
+    assert "Try --helpfull" not in out
+
+
+def test_importing_a_recipe_imports_no_framework():
+    code = (
+        "import sys, recipes.resnet; "
+        "print(sorted({'tensorflow', 'keras', 'jax', 'torch'} & set(sys.modules)))"
+    )
+    done = run("-c", code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("recipe", app.recipe_names())
+def test_every_recipe_help_names_every_flag_it_defines(recipe):
+    module = app.load_recipe(recipe)
+    own = tk_flags.own_flags(module.__name__)
+    assert own, f"{recipe} defines no flags of its own?"
+    text = app.recipe_help(module)
+    assert text.startswith(f"usage: python -m recipes.{recipe}")
+    section = text[text.index(f"{recipe} flags:") : text.index("\ndata:")]
+    for name in own:
+        assert f"--{name}=" in section or f"--[no]{name} " in section, name
+
+
+def test_every_shared_flag_is_in_exactly_one_help_group():
+    tk_flags.define_common_flags()
+    grouped = [n for _, names in tk_flags.FLAG_GROUPS for n in names]
+    assert len(grouped) == len(set(grouped))
+    shared = {f.name for f in flags.FLAGS.get_flags_for_module("toolkit.flags")}
+    aliases = {"enable_xla", *tk_flags.DEPRECATED_FLAGS}
+    assert shared - aliases - set(grouped) == set()
+
+
+def test_helpfull_stays_absls_with_the_recipes_flags_filed_under_it():
+    done = run("-m", "recipes.cnn", "--helpfull")
+    head = done.stdout[done.stdout.index("recipes/cnn.py:") :]
+    assert "--filters" in head.split("toolkit.flags:")[0]
+
+
+def test_version_of_a_recipe_and_of_the_command():
+    from toolkit.version import __version__
+
+    done = run("-m", "recipes.mlp", "--version")
+    assert done.returncode == 0 and __version__ in done.stdout
+    done = run("-m", "toolkit", "--version")
+    assert done.returncode == 0 and __version__ in done.stdout
+
+
+def test_the_console_script_calls_itself_by_its_name():
+    script = pathlib.Path(sys.executable).with_name("toolkit")
+    if not script.exists():
+        pytest.skip("the console script is not installed in this environment")
+    done = subprocess.run(
+        [str(script), "--help"], capture_output=True, text=True, timeout=TIMEOUT, check=False
+    )
+    assert done.returncode == 0
+    assert done.stdout.startswith("usage: toolkit ") and "``" not in done.stdout
+    done = run("-m", "toolkit", "--help")
+    assert done.stdout.startswith("usage: python -m toolkit ")
+
+
+def test_verb_help_lists_the_recipes_and_the_recipe_flags_it_passes_on():
+    done = run("-m", "toolkit", "tune", "--recipe", "cnn", "--help")
+    assert done.returncode == 0 and done.stderr == ""
+    out = done.stdout
+    assert "recipes (--recipe): " in out and all(r in out for r in app.recipe_names())
+    assert "cnn flags: --image_size" in out and "--filters" in out
+    assert "--tune_budget" in out and "--precision" in out
+    done = run("-m", "toolkit", "doctor", "--help")
+    assert "mlp flags:" in done.stdout and "--hidden_units" in done.stdout
+
+
+def test_an_unknown_recipe_lists_the_recipes_before_anything_starts():
+    for verb in ("placement", "doctor", "tune"):
+        done = run("-m", "toolkit", verb, "--recipe", "nope")
+        assert done.returncode == 2
+        assert done.stderr.strip().splitlines()[-1].startswith("error: --recipe: no recipe")
+        assert "mlp" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_old_flag_spellings_work_with_one_note():
+    notes: list[str] = []
+    argv = ["prog", "--dtype=mixed_float16", "--dtype", "float32", "--epochs=2", "--", "--dtype"]
+    out = tk_flags.canonical_argv(argv, note=notes.append)
+    assert out == ["prog", "--precision=mixed_float16", "--precision", "float32", "--epochs=2",
+                   "--", "--dtype"]  # fmt: skip
+    assert notes == ["note: --dtype is deprecated; use --precision (--dtype still works for now)"]
+    assert tk_flags.canonical_argv(["--min-rel=0.1"], {"min-rel": "min_rel"}, notes.append) == [
+        "--min_rel=0.1"
+    ]
+
+
+def test_compare_takes_min_rel_and_its_old_hyphen(tmp_path):
+    done = run("-m", "toolkit", "compare", "--min-rel", "0.05", "nope-a", "nope-b")
+    assert "note: --min-rel is deprecated; use --min_rel" in done.stderr
+    assert done.returncode == 2 and "no report at 'nope-a'" in done.stderr
+    done = run("-m", "toolkit", "compare", "--min_rel", "0.05", "nope-a", "nope-b")
+    assert "deprecated" not in done.stderr and done.returncode == 2
+
+
+def _closed_pipe(*argv: str) -> tuple[int, bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+    )
+    proc.stdout.close()  # `| head` that has read what it wanted, before anything was written
+    _, err = proc.communicate(timeout=TIMEOUT)
+    return proc.returncode, err
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    from tests.test_report import make_report
+
+    make_report(n=2000).write(tmp_path / "run", plot=False)
+    for argv in (
+        ("-m", "toolkit", "show", str(tmp_path / "run"), "--markdown"),
+        ("-m", "recipes.mlp", "--help"),
+    ):
+        status, err = _closed_pipe(*argv)
+        assert status == 141, (argv, err)  # 128 + SIGPIPE, as a shell tool ends
+        assert b"Traceback" not in err and b"BrokenPipeError" not in err, err
+
+
+def test_progress_modes(monkeypatch):
+    monkeypatch.setenv("TOOLKIT_PROGRESS", "0")
+    assert progress.mode() == progress.OFF
+    monkeypatch.setenv("TOOLKIT_PROGRESS", "1")
+    assert progress.mode() == progress.BAR
+    monkeypatch.delenv("TOOLKIT_PROGRESS")
+    assert progress.mode() == progress.LINES  # pytest's stderr is not a terminal
+    bar = progress.bar(10, "x")
+    assert not bar.shown  # in a log, no bar (and no carriage return)
+    bar.update(3)
+    bar.close()
+
+
+def test_fit_progress_defaults(monkeypatch):
+    from toolkit.config import TrainConfig
+    from toolkit.train import _nice, fit_progress
+
+    assert [_nice(n) for n in (0.3, 1, 3, 7, 12, 45, 101)] == [1, 1, 5, 10, 20, 50, 200]
+    data = list(range(45))  # 45 batches an epoch
+    monkeypatch.setenv("TOOLKIT_PROGRESS", "")
+    assert fit_progress(TrainConfig(epochs=20), data, "mlp") == (0, 100, [])  # 900 steps / 10
+    assert fit_progress(TrainConfig(epochs=20, log_steps=7), data, "mlp") == (0, 7, [])
+    assert fit_progress(TrainConfig(epochs=1, steps_per_epoch=8), data, "mlp") == (0, None, [])
+    assert fit_progress(TrainConfig(verbose=2), data, "mlp") == (2, None, [])
+    monkeypatch.setenv("TOOLKIT_PROGRESS", "0")
+    assert fit_progress(TrainConfig(epochs=20), data, "mlp") == (0, None, [])
+    monkeypatch.setenv("TOOLKIT_PROGRESS", "1")
+    verbose, log_steps, shown = fit_progress(TrainConfig(epochs=20), data, "mlp")
+    assert (verbose, log_steps) == (0, None) and type(shown[0]).__name__ == "FitProgress"
+
+
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
+def test_fit_progress_bar_counts_steps_and_reads_no_loss_per_step(monkeypatch, capsys):
+    import numpy as np
+
+    from toolkit import compat
+    from toolkit.profiling.fit_progress import FitProgress
+
+    keras = compat.keras()
+    monkeypatch.setenv("TOOLKIT_PROGRESS", "1")  # draw as on a terminal
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    spe = 1 if keras.backend.backend() == "torch" else 2  # Keras's PyTorch backend: 1 only
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=spe)
+    bar = FitProgress("demo")
+    assert bar.async_safe  # Keras 3 keeps dispatching batch ends off the training thread
+    x, y = np.zeros((40, 4), "float32"), np.zeros((40, 1), "float32")
+    model.fit(x, y, batch_size=4, epochs=3, verbose=0, callbacks=[bar])
+    assert bar.steps_done == 30 and bar.bar is None  # 10 steps x 3 epochs, closed at the end
+    err = capsys.readouterr().err
+    assert "demo epoch" in err and "/30" in err
+
+
+def test_package_metadata_says_what_it_is():
+    meta = importlib.metadata.metadata("keras-perf-toolkit")
+    assert "Apache License" in (ROOT / "LICENSE").read_text(encoding="utf-8")[:200]
+    assert meta["License"] == "Apache-2.0" or "Apache-2.0" in (meta["License-Expression"] or "")
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL") or [])
+    assert {"Source", "Documentation", "Issues"} <= set(urls)
+    classifiers = meta.get_all("Classifier") or []
+    assert any(c.startswith("Programming Language :: Python :: 3.1") for c in classifiers)
+    assert any(c.startswith("Topic :: ") for c in classifiers)
+    assert meta["Requires-Python"] == ">=3.10"
