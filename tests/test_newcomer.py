@@ -164,6 +164,16 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
         assert b"Traceback" not in err and b"BrokenPipeError" not in err, err
 
 
+def test_quiet_command_prints_results_and_no_progress(tmp_path):
+    done = run("-m", "toolkit", "--quiet", "ops", "--size=tiny", "--ops=ReLU", "--modes=eager",
+               "--out", str(tmp_path), "--no_plot", "--repeats=2", "--min_time=0.001")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "| ReLU" in done.stdout and "ops: ReLU" not in done.stderr
+    done = run("-m", "toolkit", "ops", "--size=tiny", "--ops=ReLU", "--modes=eager",
+               "--out", str(tmp_path), "--no_plot", "--repeats=2", "--min_time=0.001")  # fmt: skip
+    assert "ops: ReLU (2/2 cells)" in done.stderr and "\r" not in done.stderr  # a log: lines
+
+
 def test_progress_modes(monkeypatch):
     monkeypatch.setenv("TOOLKIT_PROGRESS", "0")
     assert progress.mode() == progress.OFF
@@ -215,6 +225,19 @@ def test_fit_progress_bar_counts_steps_and_reads_no_loss_per_step(monkeypatch, c
     assert bar.steps_done == 30 and bar.bar is None  # 10 steps x 3 epochs, closed at the end
     err = capsys.readouterr().err
     assert "demo epoch" in err and "/30" in err
+
+    class Untouchable(dict):  # a step's logs: reading one would be a device sync
+        def __getitem__(self, key):
+            raise AssertionError("FitProgress read the logs of a step")
+
+        items = get = keys = values = __iter__ = __getitem__
+
+    bar.on_train_begin()
+    bar.on_epoch_begin(0)
+    for step in range(5):
+        bar.on_train_batch_end(step, Untouchable())
+    bar.on_train_end()
+    assert bar.steps_done == 5
 
 
 def test_package_metadata_says_what_it_is():

@@ -17,6 +17,7 @@ traceback above the line.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
 import traceback
@@ -216,8 +217,13 @@ def recipe_help(module: types.ModuleType) -> str:
     Importing a recipe imports no framework, so this takes well under a second."""
     name = _module_name(module)
     own = tk_flags.own_flags(module.__name__) or tk_flags.own_flags(name)
-    short = name.rpartition(".")[2]
-    return tk_flags.help_text(f"python -m {name}", module.__doc__, own, title=f"{short} flags")
+    if name == "__main__":  # run as a file: python path/to/recipe.py
+        typed = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else None
+        path = typed or getattr(module, "__file__", None) or "recipe.py"
+        program, short = f"python {path}", os.path.splitext(os.path.basename(path))[0]
+    else:
+        program, short = f"python -m {name}", name.rpartition(".")[2]
+    return tk_flags.help_text(program, module.__doc__, own, title=f"{short} flags")
 
 
 def run(main: Callable[[list[str]], None]) -> None:
@@ -250,8 +256,6 @@ def with_broken_pipe(fn: Callable[[], object]) -> None:
         finally:  # also when fn ends the program (SystemExit): what it printed must get out
             sys.stdout.flush()
     except BrokenPipeError:
-        import os
-
         devnull = os.open(os.devnull, os.O_WRONLY)  # Python flushes stdout again at exit
         os.dup2(devnull, sys.stdout.fileno())
         raise SystemExit(141) from None

@@ -509,6 +509,12 @@ def _main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--version", action="version", version=f"%(prog)s (keras-perf-toolkit {__version__})"
     )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress bars or stage lines (as TOOLKIT_PROGRESS=0); results still print",
+    )
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     def target_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
@@ -664,6 +670,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     args, rest = parser.parse_known_args(argv)
+    if args.quiet:  # for this process and the ones it starts (backends, tune --across_backends)
+        os.environ["TOOLKIT_PROGRESS"] = "0"
     if args.verb in ("doctor", "tune", "backends"):
         args.recipe_flags = rest  # the recipe's own flags, parsed by absl
     elif rest:
