@@ -10,9 +10,11 @@ import sys
 from toolkit import backend as _backend
 from toolkit import chooser as _chooser
 
+_HELP = {"-h", "--help", "-?", "--helpshort", "--helpfull", "--version"}
 try:
-    sys.argv[:] = _chooser.resolve_auto(sys.argv)  # --backend=auto: the measured winner
-    _backend.from_argv(sys.argv)
+    if not _HELP & set(sys.argv[1:]):  # --help reads no cache, loads nothing, says nothing else
+        sys.argv[:] = _chooser.resolve_auto(sys.argv)  # --backend=auto: the measured winner
+        _backend.from_argv(sys.argv)
 except _backend.BackendError as _error:
     print(f"error: {_error}", file=sys.stderr)
     raise SystemExit(2) from None

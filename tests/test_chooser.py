@@ -209,8 +209,11 @@ def test_tune_across_backends_searches_each_then_meets_head_to_head(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "| tensorflow | cpu |" in out and "defaults" in out and "chosen: --backend=" in out
-    searched = [ln for ln in done.stderr.splitlines() if ln.startswith("tune ")]
+    lines = done.stderr.splitlines()
+    searched = [ln for ln in lines if ln.startswith("tune ") and ": searching" not in ln]
     assert len(searched) == len(ch.installed_backends()), done.stderr[-3000:]
+    # each search's progress, live, under its contender's name
+    assert any(ln.startswith("  tensorflow cpu [") for ln in lines), done.stderr[-3000:]
     assert all(
         ("--precision=" in ln) or ("Keras defaults" in ln) or ("failed" in ln) for ln in searched
     )

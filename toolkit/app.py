@@ -244,7 +244,19 @@ def run(main: Callable[[list[str]], None]) -> None:
         print(f"{_module_name(module)} (keras-perf-toolkit {__version__})")
         raise SystemExit(0)
     sys.argv[1:] = tk_flags.canonical_argv(args)
-    with_broken_pipe(lambda: absl_app.run(main))
+    program = recipe_help(module).splitlines()[0].removeprefix("usage: ").split(" [")[0]
+
+    def parse(argv: list[str]) -> list[str]:
+        """absl's parsing, with a bad flag in one ``error:`` line and status 2 (a usage
+        error, like a bad setting) instead of absl's two lines and status 1."""
+        try:
+            return flags.FLAGS(argv)
+        except flags.Error as e:
+            print(f"error: {' '.join(str(e).split())} ({program} --help lists the flags)",
+                  file=sys.stderr)  # fmt: skip
+            raise SystemExit(2) from None
+
+    with_broken_pipe(lambda: absl_app.run(main, flags_parser=parse))
 
 
 def with_broken_pipe(fn: Callable[[], object]) -> None:

@@ -769,16 +769,12 @@ def tune_across(
                 f"--tune_budget={max(share, 1.0):.0f}",
             ]  # fmt: skip
             t0 = time.perf_counter()
-            try:
-                done = subprocess.run(
-                    argv, capture_output=True, text=True, timeout=timeout_s, check=False,
-                    env={**env, "KERAS_BACKEND": c.backend},
-                )  # fmt: skip
-                found = read_json(out)
-            except subprocess.TimeoutExpired:
-                done, found = None, {}
+            progress(f"tune {c.label()}: searching, a fresh process ({share:.0f} s budget)")
+            lines = _follow(argv, {**env, "KERAS_BACKEND": c.backend}, timeout_s, progress,
+                            prefix=f"  {c.label()} ")  # fmt: skip
+            found = read_json(out) if lines is not None else {}
         if not found.get("best"):
-            why = (done.stderr.strip().splitlines() or ["?"])[-1] if done else "timed out"
+            why = (lines[-1] if lines else "?") if lines is not None else "timed out"
             progress(f"tune {c.label()}: failed ({why}); its Keras defaults stay a contender")
             settings: tuple[str, ...] = ()
         else:
@@ -795,6 +791,44 @@ def tune_across(
         target, steps=steps, rounds=rounds, progress=progress, timeout_s=timeout_s,
         candidates=tuned, budget_s=left, use_cache=False,
     )  # fmt: skip
+
+
+def _follow(
+    argv: list[str],
+    env: dict[str, str],
+    timeout_s: float,
+    progress: Callable[[str], Any],
+    prefix: str = "",
+) -> list[str] | None:
+    """Runs `argv`, passing its progress lines (``[n | ...]``, ``tune: ...``) on to `progress`
+    as they come, with `prefix`; returns its stderr's non-empty lines, or None when it ran
+    past `timeout_s` (then it is killed)."""
+    import threading
+
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    )
+    killed = threading.Event()
+
+    def kill() -> None:
+        killed.set()
+        proc.kill()
+
+    timer = threading.Timer(timeout_s, kill)
+    timer.start()
+    lines: list[str] = []
+    try:
+        for raw in proc.stderr:  # type: ignore[union-attr]
+            line = raw.rstrip()
+            if not line:
+                continue
+            lines.append(line)
+            if line.startswith(("[", "tune:")):
+                progress(prefix + line)
+        proc.wait()
+    finally:
+        timer.cancel()
+    return None if killed.is_set() else lines
 
 
 def _child(
