@@ -82,7 +82,7 @@ def _recipe_epilog(recipe: str | None) -> str:
         own = tk_flags.own_flags(module.__name__)
     tk_flags.define_common_flags()
     out += textwrap.wrap(
-        "Recipe flags follow --recipe and are passed on to it "
+        "Recipe flags follow --recipe (or --model_fn) and are passed on "
         f"(python -m recipes.{recipe if recipe in names else 'NAME'} --help: each with its "
         "default and meaning):",
         96,
@@ -523,7 +523,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         if wants_help and verb == name:
             from toolkit import backend as _backend
 
-            epilog = _recipe_epilog(_backend.flag_value(argv, "recipe") or "mlp")
+            model_fn = _backend.flag_value(argv, "model_fn")  # no recipe: the shared flags only
+            epilog = _recipe_epilog(
+                None if model_fn else _backend.flag_value(argv, "recipe") or "mlp"
+            )
         return verbs.add_parser(
             name, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs
         )
@@ -568,7 +571,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p = target_parser(
         "doctor",
         help="input-bound or compute-bound? measured, with advice",
-        description="Recipe flags (--batch_size, --dataset, --jit_compile...) follow --recipe.",
+        description="Recipe flags (--batch_size, --dataset, --jit_compile...) follow --recipe "
+        "or --model_fn.",
     )
     _add_target(p, "diagnose")
     p.set_defaults(func=_doctor)
@@ -576,7 +580,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p = target_parser(
         "tune",
         help="the fastest measured settings for a recipe here (cached)",
-        description="Recipe flags (--batch_size, --dataset, --device...) follow --recipe.",
+        description="Recipe flags (--batch_size, --dataset, --device...) follow --recipe or "
+        "--model_fn.",
     )
     _add_target(p, "tune")
     p.add_argument("--refresh", action="store_true", help="search again, ignoring the cache")
