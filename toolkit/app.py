@@ -212,17 +212,22 @@ def _module_name(module: types.ModuleType) -> str:
     return getattr(spec, "name", None) or module.__name__
 
 
+def _program(module: types.ModuleType) -> tuple[str, str]:
+    """``("python -m recipes.cnn", "cnn")``: how the recipe was run, and its short name
+    (``python path/to/cnn.py`` when run as a file)."""
+    name = _module_name(module)
+    if name != "__main__":
+        return f"python -m {name}", name.rpartition(".")[2]
+    typed = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else None
+    path = typed or getattr(module, "__file__", None) or "recipe.py"
+    return f"python {path}", os.path.splitext(os.path.basename(path))[0]
+
+
 def recipe_help(module: types.ModuleType) -> str:
     """A recipe's ``--help``: its docstring, its own flags, then the shared flags by group.
     Importing a recipe imports no framework, so this takes well under a second."""
-    name = _module_name(module)
-    own = tk_flags.own_flags(module.__name__) or tk_flags.own_flags(name)
-    if name == "__main__":  # run as a file: python path/to/recipe.py
-        typed = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else None
-        path = typed or getattr(module, "__file__", None) or "recipe.py"
-        program, short = f"python {path}", os.path.splitext(os.path.basename(path))[0]
-    else:
-        program, short = f"python -m {name}", name.rpartition(".")[2]
+    own = tk_flags.own_flags(module.__name__) or tk_flags.own_flags(_module_name(module))
+    program, short = _program(module)
     return tk_flags.help_text(program, module.__doc__, own, title=f"{short} flags")
 
 
@@ -244,7 +249,7 @@ def run(main: Callable[[list[str]], None]) -> None:
         print(f"{_module_name(module)} (keras-perf-toolkit {__version__})")
         raise SystemExit(0)
     sys.argv[1:] = tk_flags.canonical_argv(args)
-    program = recipe_help(module).splitlines()[0].removeprefix("usage: ").split(" [")[0]
+    program = _program(module)[0]
 
     def parse(argv: list[str]) -> list[str]:
         """absl's parsing, with a bad flag in one ``error:`` line and status 2 (a usage
