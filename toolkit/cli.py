@@ -55,7 +55,6 @@ DESCRIPTION = (
 )
 # Old spellings of verb options, still accepted with a one-line note.
 DEPRECATED_OPTIONS = {"min-rel": "min_rel"}
-TARGET_VERBS = ("doctor", "tune", "backends")
 
 
 def _prog() -> str:
