@@ -85,6 +85,12 @@ class Bar:
         if self._bar is not None:
             self._bar.update(n)
 
+    def skip_elapsed(self) -> None:
+        """Leaves the time since the last redraw out of the bar's rate and estimate (a
+        compile, a validation pass): tqdm's ``unpause``."""
+        if self._bar is not None:
+            self._bar.unpause()
+
     def advance_to(self, done: float) -> None:
         """Moves the bar to `done` (never back): for a bar of seconds or of a running total."""
         if self._bar is not None and done > self._bar.n:

@@ -44,7 +44,9 @@ class FitProgress(compat.keras().callbacks.Callback):
         steps = params.get("steps")
         total = steps * self._epochs if steps and self._epochs else None
         self.steps_done = 0
-        self.bar = progress.bar(total, self.name, unit="step")
+        # smoothing=0: the rate is steps over the time since the first call (validation
+        # passes included, as in the time left), not a moving average of a few redraws.
+        self.bar = progress.bar(total, self.name, unit="step", smoothing=0)
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self._in_epoch = 0
@@ -54,6 +56,8 @@ class FitProgress(compat.keras().callbacks.Callback):
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         done = batch + 1  # Keras passes the index of the call's last step
         if self.bar is not None and done > self._in_epoch:
+            if not self.steps_done:  # the run's first call compiles: out of the rate and ETA
+                self.bar.skip_elapsed()
             self.bar.update(done - self._in_epoch)
             self.steps_done += done - self._in_epoch
         self._in_epoch = max(self._in_epoch, done)
