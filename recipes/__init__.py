@@ -7,12 +7,13 @@ Keras, which fixes its backend at import; ``--backend=auto`` becomes the winner 
 
 import sys
 
+from toolkit import app as _app
 from toolkit import backend as _backend
 from toolkit import chooser as _chooser
 
-_HELP = {"-h", "--help", "-?", "--helpshort", "--helpfull", "--version"}
 try:
-    if not _HELP & set(sys.argv[1:]):  # --help reads no cache, loads nothing, says nothing else
+    # --help and --version read no cache, load nothing and say nothing else
+    if not set(_app.INFO_FLAGS) & set(sys.argv[1:]):
         sys.argv[:] = _chooser.resolve_auto(sys.argv)  # --backend=auto: the measured winner
         _backend.from_argv(sys.argv)
 except _backend.BackendError as _error:

@@ -50,6 +50,8 @@ __all__ = [
 ]
 
 HELP_FLAGS = ("-h", "--help", "-?", "--helpshort")
+# Flags that only print something (no training): the recipes package skips its backend set-up.
+INFO_FLAGS = (*HELP_FLAGS, "--helpfull", "--version")
 
 RECIPES_PACKAGE = "recipes"
 

@@ -38,9 +38,10 @@ def mode() -> str:
 
 def say(text: str) -> None:
     """One line of what is being done now, on stderr (above any bar); silent when off."""
-    if mode() == OFF:
+    shown = mode()
+    if shown == OFF:
         return
-    if mode() == BAR:
+    if shown == BAR:
         from tqdm.std import tqdm
 
         tqdm.write(text, file=sys.stderr)

@@ -55,12 +55,14 @@ class FitProgress(compat.keras().callbacks.Callback):
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         done = batch + 1  # Keras passes the index of the call's last step
-        if self.bar is not None and done > self._in_epoch:
+        if done <= self._in_epoch:
+            return
+        if self.bar is not None:
             if not self.steps_done:  # the run's first call compiles: out of the rate and ETA
                 self.bar.skip_elapsed()
             self.bar.update(done - self._in_epoch)
-            self.steps_done += done - self._in_epoch
-        self._in_epoch = max(self._in_epoch, done)
+        self.steps_done += done - self._in_epoch
+        self._in_epoch = done
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self.bar is None or not logs:
