@@ -65,7 +65,9 @@ setup(
     extras_require={
         "metal": [f"tensorflow-metal>=1.1,<1.2; {APPLE_SILICON}"],
         "report": ["matplotlib>=3.7"],
-        "profile": ["tensorboard>=2.16", "xprof>=2.19"],
+        # google-crc32c: the C CRC of the event files StepTimer writes (TensorBoard's own CRC
+        # is pure Python, ~50x slower: toolkit/profiling/scalars.py).
+        "profile": ["tensorboard>=2.16", "xprof>=2.19", "google-crc32c>=1.5"],
         "jax": ["jax>=0.4.34"],
         # Linux x86-64 gets PyTorch's CUDA build from PyPI unless a CPU build is asked for:
         # see BUILD.md for the CPU, CUDA and Mac installs.

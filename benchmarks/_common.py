@@ -12,7 +12,26 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from toolkit.profiling.stats import speedup_line
 
-__all__ = ["mlp_fit_setup", "quiet_gc", "speedup_line"]
+__all__ = ["mlp_fit_setup", "pin_cpus", "quiet_gc", "speedup_line"]
+
+
+def pin_cpus(which: str) -> str:
+    """Keeps this process (and every thread it starts from now on) on one core when `which`
+    is ``"one"``; ``"all"`` leaves it where the OS put it. Call it before TensorFlow starts
+    its threads. Returns what was done, for the benchmark's header line.
+
+    Why one core: on this 2-core VM a small fit spread over both cores ran 5-15 % slower and
+    3x noisier from fit to fit (paired ratios' middle half 0.05-0.065 wide, against
+    0.015-0.029 on one core, same fits), and a callback has no idle core there to hide its
+    own thread's work in: the harder and the quieter case to measure an overhead in.
+    """
+    if which == "all":
+        return f"all {os.cpu_count()} cores"
+    if not hasattr(os, "sched_setaffinity"):  # macOS, Windows: no affinity call
+        return f"all {os.cpu_count()} cores (this OS cannot pin a process to one)"
+    core = min(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {core})
+    return f"pinned to core {core}"
 
 
 def quiet_gc() -> None:

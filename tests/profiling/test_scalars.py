@@ -98,3 +98,46 @@ def test_a_long_epoch_is_written_in_at_most_max_points_windows(tmp_path):
     # Equal windows of alternating 4 and 2 ms steps: every window's mean is about 3 ms.
     assert all(2.8 - 1e-9 <= p.value <= 3.2 + 1e-9 for p in points)
     assert sum(p.value for p in points) / len(points) == pytest.approx(3.0, abs=0.05)
+
+
+def test_the_c_crc_frames_records_as_tensorboard_does():
+    # The event files' framing: the CRC used here must give TensorBoard's own numbers.
+    import random
+
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    from toolkit.profiling.scalars import masked_crc32c_function
+
+    crc = masked_crc32c_function()
+    rng = random.Random(0)
+    for n in (0, 1, 8, 57, 300):
+        data = bytes(rng.randrange(256) for _ in range(n))
+        assert crc(data) == masked_crc32c(data)
+
+
+def test_points_reach_the_file_at_flush_and_a_failed_write_keeps_them(tmp_path):
+    import threading
+
+    from toolkit.profiling.scalars import Scalars
+
+    threads = threading.active_count()
+    scalars = Scalars(tmp_path / "tb")
+    scalars.write("a", 1.0, 1)
+    assert scalars.path is None and not list((tmp_path / "tb").iterdir())  # nothing yet
+    (tmp_path / "tb").rmdir()
+    (tmp_path / "tb").write_text("")  # a file where the directory was: the write fails
+    with pytest.raises(OSError):
+        scalars.flush()
+    (tmp_path / "tb").unlink()
+    (tmp_path / "tb").mkdir()
+    scalars.write("a", 2.0, 2)
+    scalars.close()
+    scalars.write("a", 3.0, 3)  # after close: the same file, one run
+    scalars.flush()
+    assert threading.active_count() == threads  # written in the caller's thread, none left
+    assert len(list((tmp_path / "tb").iterdir())) == 1
+    assert [(p.step, p.value) for p in _scalars(tmp_path / "tb")["a"]] == [
+        (1, 1.0),
+        (2, 2.0),
+        (3, 3.0),
+    ]
