@@ -182,7 +182,9 @@ def test_model_signature_ignores_layer_names_but_not_the_architecture(keras):
     assert tn.model_signature(a) != tn.model_signature(_task(keras, features=7).build_model())
 
 
-def test_cache_hit_miss_and_invalidation_when_tensorflow_changes(keras, tmp_path, monkeypatch):
+def test_cache_hit_miss_and_invalidation_when_tensorflow_or_the_backend_changes(
+    keras, tmp_path, monkeypatch
+):
     monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
     calls = []
 
@@ -208,6 +210,13 @@ def test_cache_hit_miss_and_invalidation_when_tensorflow_changes(keras, tmp_path
     monkeypatch.setattr(tn, "_machine_facts", lambda: {**facts, "tensorflow": "9.99"})
     upgraded = tn.tune(_task(keras), config, space=space, progress=lambda line: None)
     assert not upgraded.cache_hit and upgraded.key != first.key
+    monkeypatch.setattr(tn, "_machine_facts", lambda: facts)
+    assert tn.tune(_task(keras), config, space=space, progress=lambda line: None).cache_hit
+    # Another Keras backend is another key: one backend's winner is no answer for another.
+    other_backend = "jax" if stored[first.key]["facts"]["backend"] != "jax" else "tensorflow"
+    monkeypatch.setattr(tn.backend, "name", lambda: other_backend)
+    moved = tn.tune(_task(keras), config, space=space, progress=lambda line: None)
+    assert not moved.cache_hit and moved.key != first.key
 
 
 def test_a_real_tiny_search_on_the_cpu(keras, tmp_path, monkeypatch):

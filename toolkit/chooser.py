@@ -756,11 +756,18 @@ def tune_across(
     listed = contenders(
         target.flags, backends, probe=lambda b: _probe_devices(b, env, min(timeout_s, 300.0))
     )
-    share = budget_s * 0.5 / len(listed)
+    searching_ends = start + budget_s * 0.5
+    overheads: list[float] = []  # each child's seconds beyond its search: start-up, build
     flags = _without(target.flags, {"device", "backend", "tune_budget"})
     what = ["--recipe", target.recipe] if target.recipe else ["--model_fn", str(target.model_fn)]
     tuned = [Contender(c.backend, c.device) for c in listed]  # Keras's defaults, the first first
-    for c in listed:
+    for i, c in enumerate(listed):
+        # What is left of the searches' half, shared by the searches still to run, less what a
+        # child spends outside its search (measured on the ones before): the budget holds
+        # whatever the device probes and the earlier children took.
+        left_s = searching_ends - time.perf_counter()
+        overhead = statistics.median(overheads) if overheads else 0.0
+        share = max(left_s / (len(listed) - i) - overhead, 1.0)
         with tempfile.TemporaryDirectory(prefix="toolkit-tune-") as tmp:
             out = os.path.join(tmp, "tune.json")
             argv = [
@@ -773,6 +780,7 @@ def tune_across(
             lines = _follow(argv, {**env, "KERAS_BACKEND": c.backend}, timeout_s, progress,
                             prefix=f"  {c.label()} ")  # fmt: skip
             found = read_json(out) if lines is not None else {}
+            overheads.append(max(time.perf_counter() - t0 - max(share, 1.0), 0.0))
         if not found.get("best"):
             why = (lines[-1] if lines else "?") if lines is not None else "timed out"
             progress(f"tune {c.label()}: failed ({why}); its Keras defaults stay a contender")
@@ -787,10 +795,18 @@ def tune_across(
         if contender not in tuned:
             tuned.append(contender)
     left = max(budget_s - (time.perf_counter() - start), 0.0)
-    return compare(
+    result = compare(
         target, steps=steps, rounds=rounds, progress=progress, timeout_s=timeout_s,
         candidates=tuned, budget_s=left, use_cache=False,
     )  # fmt: skip
+    took = time.perf_counter() - start
+    if took > budget_s * 1.05:
+        progress(
+            f"backends: the searches and the final took {took:.0f} s of a {budget_s:.0f} s "
+            f"budget: one head-to-head round of the {len(tuned)} contenders is the least it runs "
+            f"(a fresh process each); raise --tune_budget to give the searches more"
+        )
+    return result
 
 
 def _follow(

@@ -509,12 +509,18 @@ def model_signature(model: Any) -> str:
 
 
 def cache_key(model: Any, element_spec: Any, batch_size: int, device: Any) -> tuple[str, dict]:
-    """``(hash, what was hashed)`` for a model, its input and this machine."""
+    """``(hash, what was hashed)`` for a model, its input, the Keras backend and this machine.
+
+    The backend is part of the key: the same model and input give the same signature under
+    every backend, and one backend's winner can be far slower on another (TensorFlow's
+    ``--nojit_compile --steps_per_execution=8`` ran the MLP recipe 25x slower on JAX, where it
+    means eager execution)."""
     facts = {
         "model": hashlib.sha256(model_signature(model).encode()).hexdigest()[:16],
         "params": int(model.count_params()),
         "input": str(element_spec),
         "batch_size": batch_size,
+        "backend": backend.name(),
         "device": f"{device.kind}:{device.index}",
         "machine": _machine_facts(),
     }
