@@ -773,14 +773,14 @@ def tune_across(
             argv = [
                 sys.executable, "-m", "toolkit", "tune", *what, "--json_out", out,
                 f"--backend={c.backend}", f"--device={c.device}", *flags,
-                f"--tune_budget={max(share, 1.0):.0f}",
+                f"--tune_budget={share:.0f}",
             ]  # fmt: skip
             t0 = time.perf_counter()
             progress(f"tune {c.label()}: searching, a fresh process ({share:.0f} s budget)")
             lines = _follow(argv, {**env, "KERAS_BACKEND": c.backend}, timeout_s, progress,
                             prefix=f"  {c.label()} ")  # fmt: skip
             found = read_json(out) if lines is not None else {}
-            overheads.append(max(time.perf_counter() - t0 - max(share, 1.0), 0.0))
+            overheads.append(max(time.perf_counter() - t0 - share, 0.0))
         if not found.get("best"):
             why = (lines[-1] if lines else "?") if lines is not None else "timed out"
             progress(f"tune {c.label()}: failed ({why}); its Keras defaults stay a contender")
