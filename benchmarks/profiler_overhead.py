@@ -13,12 +13,15 @@ figure. A second no-callback fit measured the same way, the A/A control, shows w
 median does when there is nothing to find: the noise floor of the run. The process is pinned
 to one core (``--cpus one``, the default): on this 2-core VM a fit spread over both cores ran
 3x noisier from fit to fit and a callback's work on Keras's callback thread could hide in the
-idle core; on one core every microsecond of it is paid. A regression over 160 fits in a random
-order (own variant, the previous fit's, the neighbours' mean) put StepTimer's own cost there at
-0.87 % ± 0.30 % and the previous fit's effect at 0.0 %, before the last pass on its hooks.
+idle core; on one core every microsecond of it is paid. A regression over 240-300 fits in a
+random order (own variant, the previous fit's, the neighbours' mean) put StepTimer's cost there
+at 1.08 % ± 0.26 %, nearly all of it its batch-begin hook, and the previous fit's effect at
+0.0 %; since that hook only appends a clock reading (the rest is done at the epoch's end),
+this benchmark puts StepTimer at 1.006-1.008×.
 
-What else it prints: the cost of StepTimer's two batch hooks called in a loop (about 0.6 µs a
-step) and every hook timed inside a real fit (about 3x that: the fit leaves them out of cache),
+What else it prints: the cost of StepTimer's two batch hooks called in a loop (about 0.45 µs a
+step) and all its hooks timed inside a real fit (about 4x that a step, the epoch's end
+included: the fit leaves them out of cache),
 and each variant's fastest fit (noise only adds time). The data sits in memory with tf.data
 autotuning off, whose end-of-fit iterator teardown can otherwise add seconds to a random fit
 (see ``_common.py``).

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from toolkit.profiling import stats
-from toolkit.profiling.stats import StepStats, percentile, summarize, summarize_calls
+from toolkit.profiling.stats import (
+    StepStats,
+    epoch_figures,
+    percentile,
+    summarize,
+    summarize_calls,
+)
 
 pytestmark = pytest.mark.legacy_keras
 
@@ -93,6 +99,26 @@ def test_summarize_calls_classifies_kinds():
     s = summarize_calls(calls, batch_size=4)
     assert (s.first_step_s, s.warmup_steps, s.excluded_steps, s.timed_steps) == (1.0, 2, 1, 2)
     assert s.max_s == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize("batch_size", [None, 16])
+def test_epoch_figures_are_the_summary_s(batch_size):
+    """What StepTimer puts in Keras's logs and TensorBoard at an epoch's end is the report's
+    arithmetic, computed in one pass."""
+    rng = np.random.default_rng(1)
+    calls = [(1.0, 4, 0, "first"), (0.5, 4, 0, "excluded")]
+    steps = [4] * 100 + [3]
+    calls += [(float(d) * n, n, 0, "timed") for d, n in zip(rng.random(101), steps, strict=True)]
+    calls.insert(5, (0.02, 4, 0, "warmup"))
+    s = summarize_calls(calls, batch_size)
+    figures = epoch_figures(calls, batch_size)
+    assert figures["step_ms_p50"] == pytest.approx(s.p50_s * 1e3)
+    assert figures["step_ms_p90"] == pytest.approx(s.p90_s * 1e3)
+    if batch_size:
+        assert figures["examples_per_sec"] == pytest.approx(s.examples_per_sec)
+    else:
+        assert "examples_per_sec" not in figures
+    assert epoch_figures(calls[:2], batch_size) == {}  # nothing timed yet
 
 
 def test_stepstats_dict_roundtrip_and_lines():

@@ -249,11 +249,16 @@ def test_log_steps_prints_the_recent_window_without_the_first_step():
 
 @NO_SPE
 def test_log_steps_in_fit_with_steps_per_execution(make_model, make_dataset):
-    lines = []
+    lines, seen_before_epoch_end = [], []
     timer = StepTimer(warmup_steps=0, log_steps=4, log_fn=lines.append)
-    make_model(steps_per_execution=2).fit(make_dataset(12), callbacks=[timer], verbose=0)
+    # Runs before the timer's own epoch end: the lines came as the steps did, not at the end.
+    early = compat.keras().callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: seen_before_epoch_end.extend(lines)
+    )
+    make_model(steps_per_execution=2).fit(make_dataset(12), callbacks=[early, timer], verbose=0)
     # 6 executions of 2 steps; the first (steps 1-2) is apart, then a line per 4 steps.
     assert [line.split(":")[0] for line in lines] == ["step 6", "step 10"]
+    assert [line.split(":")[0] for line in seen_before_epoch_end] == ["step 6", "step 10"]
     assert all("ms/step over the last 4 steps" in line for line in lines)
 
 

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from toolkit.profiling.stats import TIMED, summarize_calls
+from toolkit.profiling.stats import TIMED, epoch_figures
 
 __all__ = ["INSTALL_HINT", "Scalars"]
 
@@ -67,7 +67,10 @@ class Scalars:
             raise ImportError(f"TensorBoard scalars need TensorBoard: {INSTALL_HINT}") from None
         self.logdir = os.fspath(logdir)
         os.makedirs(self.logdir, exist_ok=True)
-        self._event, self._summary = Event, Summary
+        self._event = Event
+        # One event, refilled for every point: building a fresh proto costs ~6x more.
+        self._point = Event(summary=Summary(value=[Summary.Value(tag="", simple_value=0.0)]))
+        self._value = self._point.summary.value[0]
         self._crc = masked_crc32c_function()
         self._pending: list[bytes] = []
         self.path: str | None = None  # the event file, named at the first flush
@@ -84,8 +87,9 @@ class Scalars:
 
     def write(self, tag: str, value: float, step: int) -> None:
         """One scalar at global step `step` (in the file at the next :meth:`flush`)."""
-        summary = self._summary(value=[self._summary.Value(tag=tag, simple_value=float(value))])
-        event = self._event(wall_time=time.time(), step=int(step), summary=summary)
+        event, point = self._point, self._value
+        event.wall_time, event.step = time.time(), int(step)
+        point.tag, point.simple_value = tag, float(value)
         self._pending.append(self._record(event))
         self.written += 1
 
@@ -123,16 +127,18 @@ class Scalars:
         first_step: int,
         batch_size: int | None,
         metrics: Mapping[str, float] | None = None,
+        figures: Mapping[str, float] | None = None,
     ) -> int:
-        """An epoch's per-step times, its p50/p90 and examples/s, and (when given) the model's
-        `metrics`. Returns the global step at the epoch's end."""
+        """An epoch's per-step times, its p50/p90 and examples/s (`figures`, as
+        :func:`~toolkit.profiling.stats.epoch_figures` gives them, computed from `calls` when
+        not given), and (when given) the model's `metrics`. Returns the global step at the
+        epoch's end."""
         end = self.steps(calls, first_step)
-        stats = summarize_calls(calls, batch_size)  # the report's own arithmetic
-        if stats.timed_steps:
-            self.write("step_time/p50_ms", stats.p50_s * 1e3, end)
-            self.write("step_time/p90_ms", stats.p90_s * 1e3, end)
-            if stats.examples_per_sec:
-                self.write("throughput/examples_per_sec", stats.examples_per_sec, end)
+        if figures is None:
+            figures = epoch_figures(calls, batch_size)
+        for key, tag in _EPOCH_TAGS:
+            if key in figures:
+                self.write(tag, figures[key], end)
         if metrics:
             self.write_many(metrics, end, prefix="epoch/")
         self.flush()
@@ -166,6 +172,11 @@ class Scalars:
 
 
 _VERSION = "brain.Event:2"
+_EPOCH_TAGS = (
+    ("step_ms_p50", "step_time/p50_ms"),
+    ("step_ms_p90", "step_time/p90_ms"),
+    ("examples_per_sec", "throughput/examples_per_sec"),
+)
 
 
 def masked_crc32c_function() -> Callable[[bytes], int]:

@@ -281,6 +281,27 @@ def summarize_calls(calls: Sequence[Sequence[Any]], batch_size: int | None = Non
     )
 
 
+def epoch_figures(
+    calls: Sequence[Sequence[Any]], batch_size: int | None = None
+) -> dict[str, float]:
+    """An epoch's ``step_ms_p50``, ``step_ms_p90`` (ms per step) and ``examples_per_sec`` from
+    its recorded executions ``(seconds, steps, epoch, kind)``: the figures of
+    :func:`summarize_calls` that StepTimer hands to Keras's logs and TensorBoard at each epoch's
+    end, computed in one pass (empty before any timed step)."""
+    durations = [(c[0], c[1]) for c in calls if c[3] == TIMED and c[1] > 0]
+    if not durations:
+        return {}
+    per_step = sorted(d / n for d, n in durations)
+    out = {
+        "step_ms_p50": percentile(per_step, 50) * 1e3,
+        "step_ms_p90": percentile(per_step, 90) * 1e3,
+    }
+    seconds = sum(d for d, _ in durations)
+    if batch_size and seconds > 0:
+        out["examples_per_sec"] = batch_size * sum(n for _, n in durations) / seconds
+    return out
+
+
 # ---------------------------------------------------------------------------- compute and ratios
 
 

@@ -69,6 +69,7 @@ from toolkit.profiling.stats import (
     TIMED,
     WARMUP,
     StepStats,
+    epoch_figures,
     format_ms,
     summarize_calls,
 )
@@ -172,8 +173,8 @@ class StepTimer(compat.keras().callbacks.Callback):
 
     def reset(self) -> None:
         """Forgets everything measured so far."""
-        # One tuple per execution: (duration_s, steps, epoch, kind).
-        self.calls: list[tuple[float, int, int, str]] = []
+        # One tuple per execution: (duration_s, steps, epoch, kind); read through `calls`.
+        self._calls: list[tuple[float, int, int, str]] = []
         # One dict per finished epoch.
         self.epochs: list[dict[str, Any]] = []
         self.last_logs: dict[str, float] = {}
@@ -182,8 +183,13 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._warmup_left = self.warmup_steps
         self._seen_first = False
         self._epoch = 0
-        # The open execution in a fit: (batch index, begin time, profiler mark at its begin).
-        self._open: tuple[int, float, tuple[bool, int]] | None = None
+        # A fit's batch begins this epoch, as the hook wrote them: (batch index, time, a
+        # profiler was running, the toolkit's profiler start/stop count). Turned into `calls`
+        # at the epoch's boundaries (and at every begin with `log_steps`): `_drained` of them
+        # so far, the last of which is the open execution, `_open`.
+        self._begins: list[tuple[int, float, bool, int]] = []
+        self._drained = 0
+        self._open: tuple[int, float, bool, int] | None = None
         self._open_time = 0.0  # custom loops: the open step's begin time and profiler mark
         self._open_trace = (False, 0)
         self._prev_gap = 0  # steps between the last two begins in this epoch
@@ -191,7 +197,6 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._fused = 1  # training steps per Keras batch (see the backend's fuse_train_steps)
         self._epoch_start = 0.0
         self._epoch_calls_start = 0
-        self._epoch_begins = 0
         self._end_marks: list[tuple[Any, ...]] = []  # (batch, time[, profiler state])
         self._boundary_time: float | None = None
         self._running = False
@@ -201,12 +206,12 @@ class StepTimer(compat.keras().callbacks.Callback):
         # from, and where the last epoch's steps ended ("begin" or "end").
         self.boundary = "begin"
         self._async = False
-        self._begins: list[tuple[int, float, tuple[bool, int]]] = []
         self._epoch_state: tuple[Any, ...] = (self.warmup_steps, False)
         self._quiet = False
         self._probe: Callable[[], bool] = _never  # set per fit: is any profiler running?
         self._scalars_done = 0  # calls already written to TensorBoard
         self._steady = False  # first step and warm-up done, nothing to log: the fast path
+        vars(self).pop("on_train_batch_begin", None)  # the per-fit hook (see on_train_begin)
 
     # ------------------------------------------------------------------ recording
 
@@ -236,7 +241,7 @@ class StepTimer(compat.keras().callbacks.Callback):
             kind = EXCLUDED
         else:
             kind = TIMED
-        self.calls.append((duration, steps, self._epoch, kind))
+        self._calls.append((duration, steps, self._epoch, kind))
         # From here on a plain timed step needs none of this (on_train_batch_begin's path).
         self._steady = self._warmup_left <= 0 and not self.log_steps and not self._quiet
         if self._quiet:
@@ -268,15 +273,16 @@ class StepTimer(compat.keras().callbacks.Callback):
         ``on_train_end``, so the count of finished executions is complete here (it is not yet at
         ``on_test_begin``, which only notes the time the boundary was reached).
         """
+        self._drain()
         if self._open is None:
             return
-        begin, begin_time, begin_mark = self._open
+        begin, begin_time, active, generation = self._open
         self._open = None
         boundary = self._boundary_time if self._boundary_time is not None else now
         self._boundary_time = None
         marks = list(self._end_marks)
         ends_after = [m[1] for m in marks if m[0] >= begin]
-        if len(marks) < self._epoch_begins and not ends_after:
+        if len(marks) < len(self._begins) and not ends_after:
             # Begun but never finished: the end-of-data probe of a dataset of unknown length,
             # or an execution that raised. No step completed; nothing to time.
             return
@@ -284,14 +290,39 @@ class StepTimer(compat.keras().callbacks.Callback):
         spe = max(self._spe, self._prev_gap)
         steps_in_epoch = (self.params or {}).get("steps")
         steps = min(spe, steps_in_epoch - begin) if steps_in_epoch else spe
-        self._record(end - begin_time, max(1, steps) * self._fused, begin_mark)
+        self._record(end - begin_time, max(1, steps) * self._fused, (active, generation))
+
+    def _drain(self) -> None:
+        """Turns the batch begins written since the last drain into executions: each begin
+        ends the execution the previous one opened (one full trip of the training loop)."""
+        begins = self._begins
+        done = self._drained
+        if done >= len(begins):
+            return
+        prev, calls, epoch, fused = self._open, self._calls, self._epoch, self._fused
+        for cur in begins[done:]:
+            done += 1
+            if prev is not None:
+                gap = cur[0] - prev[0]
+                if gap > 0:
+                    self._prev_gap = gap
+                    # Timed: no profiler at either end, and none started or stopped between.
+                    if self._steady and not (prev[2] or cur[2]) and prev[3] == cur[3]:
+                        calls.append((cur[1] - prev[1], gap * fused, epoch, TIMED))
+                    else:
+                        self._record(
+                            cur[1] - prev[1], gap * fused, (prev[2], prev[3]), (cur[2], cur[3])
+                        )
+            prev = cur
+        self._open = prev
+        self._drained = done
 
     def _retime_at_ends(self) -> None:
         """On an asynchronous backend, re-times the epoch just closed at its batch ends when the
         device was behind the host (see the module's docstring)."""
         self.boundary = "begin"
         begins, marks = self._begins, sorted(self._end_marks[:])
-        calls = self.calls[self._epoch_calls_start :]
+        calls = self._calls[self._epoch_calls_start :]
         if len(begins) < 2 or len(calls) != len(begins) or not marks:
             return
         intervals = [b[1] - a[1] for a, b in itertools.pairwise(begins)][1:]
@@ -299,7 +330,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         if backlog <= max(2 * statistics.median(intervals or [0.0]), BACKLOG_FLOOR_S):
             return  # the host was the bottleneck: its begins are the boundaries
         stamps: list[tuple[float, tuple[bool, int]]] = []
-        for k, (batch, _, _) in enumerate(begins):
+        for k, (batch, *_) in enumerate(begins):
             following = begins[k + 1][0] if k + 1 < len(begins) else None
             mine = [m for m in marks if m[0] >= batch and (following is None or m[0] < following)]
             if not mine:
@@ -318,10 +349,10 @@ class StepTimer(compat.keras().callbacks.Callback):
             # stamps say nothing about when those steps finished): keep the begins.
             return
         self._warmup_left, self._seen_first = self._epoch_state
-        del self.calls[self._epoch_calls_start :]
+        del self._calls[self._epoch_calls_start :]
         self._quiet = True
         try:
-            start, start_trace = begins[0][1], begins[0][2]
+            start, start_trace = begins[0][1], (begins[0][2], begins[0][3])
             for call, end, (_, end_trace) in zip(calls, bounds, stamps, strict=True):
                 self._record(end - start, call[1], start_trace, end_trace)
                 start, start_trace = end, end_trace
@@ -342,41 +373,38 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._fused = max(1, int(getattr(model, FUSED_STEPS_ATTR, 1) or 1))
         self._async = _asynchronous()
         self._probe = _profiler_probe()
+        if self.log_steps:  # its lines come as the steps do: each begin is drained at once
+            self.on_train_batch_begin = self._begin_and_drain
         self.train_begin_time = self._clock()
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         self._epoch = epoch
         self._epoch_start = self._clock()
-        self._epoch_calls_start = len(self.calls)
-        self._epoch_begins = 0
+        self._epoch_calls_start = len(self._calls)
         self._prev_gap = 0
         self._end_marks = []
         self._boundary_time = None
         self._open = None
         self._begins = []
+        self._drained = 0
         self._epoch_state = (self._warmup_left, self._seen_first)
 
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
-        # The hottest code here (0.4 µs a step called in a loop, 2-4 µs inside a real fit,
-        # where it runs out of cache: benchmarks/profiler_overhead.py): one clock read, one
-        # profiler mark shared by the execution that ends and the one that begins, one tuple
-        # for the open execution, and a plain append for a timed step.
-        now = self._clock()
-        mark = (PROFILER.active or self._probe(), PROFILER.generation)
-        prev = self._open
-        self._open = opened = (batch, now, mark)
-        self._epoch_begins += 1
-        if prev is not None:
-            gap = batch - prev[0]
-            if gap > 0:
-                self._prev_gap = gap
-                # Timed: no profiler at either end, and none started or stopped in between.
-                if self._steady and mark == prev[2] and not mark[0]:
-                    self.calls.append((now - prev[1], gap * self._fused, self._epoch, TIMED))
-                else:
-                    self._record(now - prev[1], gap * self._fused, prev[2], mark)
-        if self._async:
-            self._begins.append(opened)
+        # The hottest code here, and it runs where the fit has left it out of cache (0.3 µs a
+        # step called in a loop, several times that inside a fit): one clock read, the
+        # profiler's state, one append. Everything else waits for the epoch's boundaries
+        # (`_drain`, ~0.3 µs a step there): a begin hook that computed each step's duration,
+        # kind and profiler mark as it went cost 1.2 % of a 0.45 ms step in a real fit on one
+        # core, an append of a clock reading alone 0.3 %; the whole of StepTimer now costs
+        # 0.6-0.8 % there (benchmarks/profiler_overhead.py).
+        self._begins.append(
+            (batch, self._clock(), PROFILER.active or self._probe(), PROFILER.generation)
+        )
+
+    def _begin_and_drain(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        """The begin hook with ``log_steps``: each step is recorded as it ends."""
+        StepTimer.on_train_batch_begin(self, batch, logs)
+        self._drain()
 
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         # May run on Keras 3's callback thread: append only (atomic), touch nothing else. Only
@@ -391,7 +419,7 @@ class StepTimer(compat.keras().callbacks.Callback):
 
     def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
         # Validation inside fit: the epoch's last training execution ended before this.
-        if self._running and self._open is not None and self._boundary_time is None:
+        if self._running and self._begins and self._boundary_time is None:
             self._boundary_time = self._clock()
 
     def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
@@ -399,12 +427,13 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._close_last_in_epoch(now)
         if self._async:
             self._retime_at_ends()
-        calls = self.calls[self._epoch_calls_start :]
+        calls = self._calls[self._epoch_calls_start :]
         metrics = _floats(logs)  # the model's: read before ours are added
         self.last_logs = metrics
+        figures = epoch_figures(calls, self.batch_size)  # one sort for the logs and the scalars
         if self.add_to_logs and isinstance(logs, MutableMapping):
-            logs.update(self._epoch_figures(calls))
-        self._write_scalars(metrics)
+            logs.update({k: figures[k] for k in LOG_KEYS if k in figures})
+        self._write_scalars(metrics, figures)
         self.epochs.append(
             {
                 "epoch": epoch,
@@ -415,31 +444,25 @@ class StepTimer(compat.keras().callbacks.Callback):
             }
         )
 
-    def _epoch_figures(self, calls: list[tuple[float, int, int, str]]) -> dict[str, float]:
-        """The epoch's median ms per timed step and examples/s (empty before any timed step)."""
-        timed = [(d, n) for d, n, _, kind in calls if kind == TIMED and n]
-        if not timed:
-            return {}
-        figures = {"step_ms_p50": statistics.median(d / n for d, n in timed) * 1e3}
-        seconds = sum(d for d, _ in timed)
-        if self.batch_size and seconds > 0:
-            figures["examples_per_sec"] = self.batch_size * sum(n for _, n in timed) / seconds
-        return figures
-
-    def _write_scalars(self, metrics: Mapping[str, float] | None = None) -> None:
+    def _write_scalars(
+        self,
+        metrics: Mapping[str, float] | None = None,
+        figures: Mapping[str, float] | None = None,
+    ) -> None:
         """Writes the calls recorded since the last write to TensorBoard (at an epoch's end,
         and when a custom loop stops). A writer that fails is dropped with a warning: it never
         stops training."""
         if self.scalars is None:
             return
-        calls = self.calls[self._scalars_done :]
-        self._scalars_done = len(self.calls)
+        calls = self._calls[self._scalars_done :]
+        self._scalars_done = len(self._calls)
         try:
             self.global_step = self.scalars.epoch(
                 calls,
                 self.global_step,
                 self.batch_size,
                 metrics if self.tensorboard_metrics else None,
+                figures,
             )
         except Exception as e:  # noqa: BLE001 - a full disk must not stop training
             logging.warning("StepTimer: TensorBoard scalars stopped: %s: %s", type(e).__name__, e)
@@ -448,7 +471,7 @@ class StepTimer(compat.keras().callbacks.Callback):
     def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
         now = self._clock()
         self._close_last_in_epoch(now)
-        if self._scalars_done < len(self.calls):  # a fit stopped inside an epoch
+        if self._scalars_done < len(self._calls):  # a fit stopped inside an epoch
             self._write_scalars()  # (each write ends in the file: nothing is left open)
         self.train_end_time = now
         self._running = False
@@ -490,6 +513,16 @@ class StepTimer(compat.keras().callbacks.Callback):
         self.stop()
 
     # ------------------------------------------------------------------ results
+
+    @property
+    def calls(self) -> list[tuple[float, int, int, str]]:
+        """One ``(duration_s, steps, epoch, kind)`` per finished execution, kind one of
+        ``first``, ``warmup``, ``timed``, ``excluded`` (``toolkit.profiling.stats``). During a fit,
+        the steps begun since the epoch began are recorded when this is read (from the thread
+        that runs the fit, or after it: a fit that raised keeps the steps it finished) and at
+        the epoch's end."""
+        self._drain()
+        return self._calls
 
     @property
     def measured_s(self) -> float:
