@@ -300,22 +300,25 @@ class StepTimer(compat.keras().callbacks.Callback):
         if done >= len(begins):
             return
         prev, calls, epoch, fused = self._open, self._calls, self._epoch, self._fused
-        for cur in begins[done:]:
-            done += 1
-            if prev is not None:
-                gap = cur[0] - prev[0]
+        try:
+            for cur in begins[done:]:
+                # Consumed before it is recorded: a KeyboardInterrupt mid-way loses a step at
+                # most, and never records one twice.
+                last, prev, done = prev, cur, done + 1
+                if last is None:
+                    continue
+                gap = cur[0] - last[0]
                 if gap > 0:
                     self._prev_gap = gap
                     # Timed: no profiler at either end, and none started or stopped between.
-                    if self._steady and not (prev[2] or cur[2]) and prev[3] == cur[3]:
-                        calls.append((cur[1] - prev[1], gap * fused, epoch, TIMED))
+                    if self._steady and not (last[2] or cur[2]) and last[3] == cur[3]:
+                        calls.append((cur[1] - last[1], gap * fused, epoch, TIMED))
                     else:
                         self._record(
-                            cur[1] - prev[1], gap * fused, (prev[2], prev[3]), (cur[2], cur[3])
+                            cur[1] - last[1], gap * fused, (last[2], last[3]), (cur[2], cur[3])
                         )
-            prev = cur
-        self._open = prev
-        self._drained = done
+        finally:
+            self._open, self._drained = prev, done
 
     def _retime_at_ends(self) -> None:
         """On an asynchronous backend, re-times the epoch just closed at its batch ends when the
