@@ -31,6 +31,10 @@ Goal: StepTimer ≤ 1 % overhead (ratio ≤ 1.01).
 Run it under Keras 3 (default) and tf_keras (``TF_USE_LEGACY_KERAS=1``): Keras 3 on the
 TensorFlow backend already converts the logs to floats at every step for every fit, so the naive
 timer's read costs little there; tf_keras does not, so there the naive read adds a device sync.
+Under tf_keras a fit without callbacks skips the batch hooks altogether, and any callback that
+has them pays tf_keras's per-step dispatch: a callback whose begin hook only appends a clock
+reading measured 1.018× there (15 rounds), StepTimer 1.024× (its own code 0.38 % of the fit),
+so the ≤ 1.01 goal is Keras 3's.
 
     python benchmarks/profiler_overhead.py [--steps 1500 --rounds 40 --cpus one|all]
 """
