@@ -242,7 +242,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         else:
             kind = TIMED
         self._calls.append((duration, steps, self._epoch, kind))
-        # From here on a plain timed step needs none of this (on_train_batch_begin's path).
+        # From here on a plain timed step needs none of this (`_drain`'s fast path).
         self._steady = self._warmup_left <= 0 and not self.log_steps and not self._quiet
         if self._quiet:
             return
@@ -433,7 +433,9 @@ class StepTimer(compat.keras().callbacks.Callback):
         calls = self._calls[self._epoch_calls_start :]
         metrics = _floats(logs)  # the model's: read before ours are added
         self.last_logs = metrics
-        figures = epoch_figures(calls, self.batch_size)  # one sort for the logs and the scalars
+        figures = None  # one sort for the logs and the scalars, none when neither is on
+        if self.add_to_logs or self.scalars is not None:
+            figures = epoch_figures(calls, self.batch_size)
         if self.add_to_logs and isinstance(logs, MutableMapping):
             logs.update({k: figures[k] for k in LOG_KEYS if k in figures})
         self._write_scalars(metrics, figures)
