@@ -19,9 +19,10 @@ the step count while the steps do:
 * the whole ``run()`` call: data, model build, compile, training and the report.
 
 Then the same toolkit run under each other Keras backend that is installed (``--backends``),
-against the same seed figures: JAX with ``steps_per_execution=50`` and XLA (fused steps are a
-TensorFlow loop), PyTorch eager with one step per call (it has no ``steps_per_execution``;
-``torch.compile`` costs ~40 s here). On JAX and PyTorch a step is timed where it finished (its
+against the same seed figures: JAX with ``fused_steps=100`` (a ``jax.lax.scan`` of 100 steps
+in one jitted call; Keras's ``steps_per_execution=50`` there is a Python loop of jitted calls,
+about 2x slower a step here), PyTorch eager with one step per call (it has no
+``steps_per_execution``; ``torch.compile`` costs ~40 s here). On JAX and PyTorch a step is timed where it finished (its
 batch end), not where it was queued (docs/guide.md), so the steady-state sums are exact.
 
 The figures are medians of ``--rounds`` interleaved rounds (step times here drift by ±10 %
@@ -47,7 +48,7 @@ from toolkit import progress
 
 # The toolkit's settings for the seed MLP on each other backend (see the module docstring).
 BACKEND_SETTINGS = {
-    "jax": ["--fused_steps=1", "--steps_per_execution=50", "--jit_compile"],
+    "jax": ["--fused_steps=100", "--steps_per_execution=1", "--jit_compile"],
     "torch": ["--fused_steps=1", "--steps_per_execution=1", "--no-jit_compile"],
 }
 

@@ -71,9 +71,9 @@ def main() -> None:
         if args.only and key != args.only:
             continue
         task, config = make()
-
-        def measure(c: tn.Candidate, task=task, config=config) -> float:
-            return tn.measure_candidate(task, config, c, args.steps)
+        # The sweep and the final head-to-head build every candidate afresh, with the data
+        # made once (what tune's own measuring does), so the costs compare builds with builds.
+        measure = tn.TaskMeasure(task, config, args.steps)
 
         t0 = time.perf_counter()
         result = tn.tune(task, config, steps=args.steps, use_cache=False, budget_s=600)

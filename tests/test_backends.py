@@ -87,7 +87,7 @@ def test_a_recipe_trains_and_reports_under(name, tmp_path):
     [
         (["--backend=nope"], 2, "--backend=nope: use one of tensorflow, jax, torch"),
         (["--backend=torch", "--steps_per_execution=4"], 1, "runs one step per call"),
-        (["--backend=jax", "--fused_steps=2"], 1, "on --backend=jax use --steps_per_execution"),
+        (["--backend=torch", "--fused_steps=2"], 1, "--backend=torch does not compile"),
         (
             ["--backend=torch", "--distribution_strategy=mirrored"],
             1,

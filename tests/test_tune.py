@@ -46,6 +46,34 @@ def test_search_starts_from_defaults_and_finds_the_best_with_fewer_trials_than_t
     assert len({t.candidate for t in trials}) == len(trials)  # nothing measured twice
 
 
+def test_the_search_goes_to_the_loops_corner_first_then_each_knob_then_shorter_loops():
+    space = tn.Space(
+        jit_compile=(False, True), steps_per_execution=(1, 8, 32), fused_steps=(1, 8, 32)
+    )
+    assert len(space.grid()) == 16  # 18 less the two calls of 1024 steps (the cap)
+    assert all(c.steps_per_execution * c.fused_steps <= 256 for c in space.grid())
+
+    def overhead(c):  # examples/s of a 1 ms step with 10 ms of fixed cost a call
+        return 1000.0 / (1.0 + 10.0 / (c.steps_per_execution * c.fused_steps))
+
+    trials, _ = tn.search(lambda c: overhead(c) * (1.5 if c.jit_compile else 1.0), space)
+    order = [(t.candidate.jit_compile, t.candidate.steps_per_execution, t.candidate.fused_steps)
+             for t in trials]  # fmt: skip
+    # Defaults; the corner (fused steps longest, then steps per execution as the cap allows);
+    # XLA there; then each loop one value shorter, which loses.
+    assert order == [(False, 1, 1), (False, 8, 32), (True, 8, 32), (True, 1, 32), (True, 8, 8)]
+    assert tn.choose(trials) == tn.Candidate(jit_compile=True, steps_per_execution=8,
+                                             fused_steps=32)  # fmt: skip
+
+    # Where a longer loop does not help, the shorter one is taken, not a coin flip.
+    flat, _ = tn.search(lambda c: 100.0 + 10.0 * (c.fused_steps > 1), space)
+    assert (tn.choose(flat).steps_per_execution, tn.choose(flat).fused_steps) == (1, 8)
+    # A peak below the longest loop (8 fused steps: 32 spill out of a cache, say) is found.
+    peaked, _ = tn.search(lambda c: {1: 100.0, 8: 300.0, 32: 150.0}[c.fused_steps] +
+                          c.steps_per_execution, space)  # fmt: skip
+    assert tn.choose(peaked).fused_steps == 8 and len(peaked) < len(space.grid())
+
+
 def test_a_failing_candidate_is_recorded_and_skipped():
     def measure(c):
         if c.jit_compile:
@@ -126,6 +154,21 @@ def test_a_real_gain_is_confirmed_and_its_spread_reported():
     assert again.confirm_rounds == rounds and again.trials[0].rates == trials[0].rates
 
 
+def test_one_round_is_enough_only_when_the_search_and_the_round_agree_on_the_order():
+    a, b = tn.Candidate(fused_steps=8), tn.Candidate(jit_compile=True, fused_steps=8)
+    # b's search window is the fastest, its first round window the slowest: two windows
+    # that disagree on a and b are no verdict, however far both are ahead of the defaults.
+    sequences = {tn.Candidate(): [100.0] * 9, a: [300.0] * 9, b: [310.0, 200.0] + [290.0] * 7}
+
+    def measure(c):
+        return sequences.get(c, [50.0] * 9).pop(0)
+
+    space = tn.Space(jit_compile=(False, True), steps_per_execution=(1,), fused_steps=(1, 8))
+    trials, _ = tn.search(measure, space, budget_s=1e9)
+    pick, rounds, why, _ = tn.confirm(measure, trials, budget_s=1e9)
+    assert len(rounds) >= 2 and "one round" not in why and pick == a
+
+
 def test_the_budget_is_a_promise_not_a_start_deadline():
     clock = Clock(step=0.0)
 
@@ -154,6 +197,9 @@ def test_space_follows_the_step_time(keras):
 def test_window_steps_time_at_least_three_whole_calls():
     warmup, total = tn.window_steps(tn.Candidate(steps_per_execution=8, fused_steps=4), 48)
     assert warmup == 32 and total % 32 == 0 and total - 2 * 32 >= 3 * 32
+    # A call as long as the window: its first call is warm-up enough.
+    warmup, total = tn.window_steps(tn.Candidate(steps_per_execution=8, fused_steps=32), 48, 1)
+    assert warmup == 0 and total == 2 * 256
 
 
 def _task(keras, features=6):
@@ -186,20 +232,20 @@ def test_cache_hit_miss_and_invalidation_when_tensorflow_or_the_backend_changes(
     keras, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
-    calls = []
+    measured = []
 
-    def fake_measure(task, config, candidate, steps=48, n_calls=3):
-        calls.append(candidate)
+    def fake_measure(self, candidate, calls=3):
+        measured.append(candidate)
         return fake_rates(candidate)
 
-    monkeypatch.setattr(tn, "measure_candidate", fake_measure)
+    monkeypatch.setattr(tn.TaskMeasure, "__call__", fake_measure)
     config = TrainConfig(batch_size=16, report_dir=None)
     space = tn.Space(jit_compile=(False, True), steps_per_execution=(1, 8), fused_steps=(1,))
     first = tn.tune(_task(keras), config, space=space, progress=lambda line: None)
-    assert not first.cache_hit and calls and first.best.steps_per_execution == 8
-    n = len(calls)
+    assert not first.cache_hit and measured and first.best.steps_per_execution == 8
+    n = len(measured)
     again = tn.tune(_task(keras), config, space=space, progress=lambda line: None)
-    assert again.cache_hit and len(calls) == n and again.best == first.best
+    assert again.cache_hit and len(measured) == n and again.best == first.best
     stored = json.loads((tmp_path / tn.CACHE_FILE).read_text())
     assert stored[first.key]["facts"]["machine"]["tensorflow"]
     # Another model is another key.
@@ -217,6 +263,42 @@ def test_cache_hit_miss_and_invalidation_when_tensorflow_or_the_backend_changes(
     monkeypatch.setattr(tn.backend, "name", lambda: other_backend)
     moved = tn.tune(_task(keras), config, space=space, progress=lambda line: None)
     assert not moved.cache_hit and moved.key != first.key
+
+
+def test_kept_finalists_are_measured_again_without_a_rebuild_or_a_retrace(keras, monkeypatch):
+    task = _task(keras)
+    built, traces = [], []
+    build_model = task.build_model
+
+    def counted():
+        model = build_model()
+        built.append(model)
+        original = model.train_step
+
+        def counting_train_step(data):
+            traces.append(1)  # Python runs this only while tracing
+            return original(data)
+
+        model.train_step = counting_train_step
+        return model
+
+    task.build_model = counted
+    measure = tn.TaskMeasure(task, TrainConfig(batch_size=16, report_dir=None), 12, keep=1)
+    assert measure.task.validation is None  # a window times training steps only
+    defaults, loop = tn.Candidate(), tn.Candidate(steps_per_execution=4)
+    fused = tn.Candidate(fused_steps=2)
+    for c in (defaults, loop, fused):
+        assert measure(c) > 0
+    assert len(built) == 3
+    fastest = loop if measure.rates[loop] >= measure.rates[fused] else fused
+    assert set(measure.live) == {defaults, fastest}  # the first, and the `keep` fastest
+    model = measure.live[fastest][0]
+    steps_before, traced = int(model.optimizer.iterations.numpy()), len(traces)
+    assert measure(fastest) > 0 and measure(defaults) > 0
+    assert len(built) == 3 and len(traces) == traced  # no rebuild, no retrace
+    assert int(model.optimizer.iterations.numpy()) > steps_before  # the same model trained on
+    measure.close()
+    assert not measure.live
 
 
 def test_a_real_tiny_search_on_the_cpu(keras, tmp_path, monkeypatch):
@@ -296,8 +378,8 @@ def test_tune_your_own_compiled_model_on_your_pipeline(keras, tmp_path, monkeypa
 
 @pytest.mark.parametrize(
     ("name", "jit", "loops", "fused"),
-    [("tensorflow", (False, True), (1, 8, 32), (1, 8, 32)), ("jax", (True,), (1, 8, 32), (1,)),
-     ("torch", (False,), (1,), (1,))],
+    [("tensorflow", (False, True), (1, 8, 32), (1, 8, 32)),
+     ("jax", (True,), (1, 8, 32), (1, 8, 32)), ("torch", (False,), (1,), (1,))],
 )  # fmt: skip
 def test_the_search_space_is_what_the_backend_runs(monkeypatch, name, jit, loops, fused):
     from toolkit import backend

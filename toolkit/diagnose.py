@@ -249,7 +249,8 @@ def _compute_advice(facts: Facts) -> list[str]:
             + {
                 "tensorflow": "try --steps_per_execution and --fused_steps=K with "
                 "--jit_compile (the step loop inside one XLA program)",
-                "jax": "try --steps_per_execution=K (K jitted steps per call from Python)",
+                "jax": "try --fused_steps=K (K steps in one jitted call, a jax.lax.scan) and "
+                "--steps_per_execution",
                 "torch": "Keras's PyTorch backend runs one step per call, so a larger batch "
                 "or --backend=jax (with --steps_per_execution) is the way out",
             }.get(facts.backend, "try --steps_per_execution")

@@ -126,6 +126,7 @@ class RunResult:
     model: Any
     history: Any
     write_error: str | None = None  # why the report's files could not be written, if so
+    train_data: Any = None  # the training dataset `fit` read (tune measures a model again on it)
 
 
 def examples(source: Any):
@@ -151,10 +152,14 @@ def _array_dataset(source: Any, config: TrainConfig, training: bool, task: Task 
             f"training data of type {type(source).__name__} needs TensorFlow (tf.data), which "
             "is not installed here: give (features, labels) arrays"
         )
-    count, batch_size = len(source), config.batch_size
+    # Fused steps read fused_steps batches at once (one Keras batch), split inside the step.
+    count = len(source)
+    batch_size = config.batch_size * (config.fused_steps if training else 1)
     if training and count < batch_size:
+        fused = f" × --fused_steps={config.fused_steps}" if config.fused_steps > 1 else ""
         raise ValueError(
-            f"--batch_size={batch_size} is larger than the {count} training examples: lower it"
+            f"--batch_size={config.batch_size}{fused} is larger than the {count} training "
+            "examples: lower it"
         )
     if training and config.use_synthetic_data:
         # One random batch of the real shapes, read again and again (as the tf.data path).
@@ -553,6 +558,10 @@ def run(
         global_batch, per_replica = distribute.batch_sizes(
             config.batch_size, strategy.num_replicas_in_sync
         )
+        if config.seed is not None:
+            # Before the data: its shuffle's seed pairs with the global one, so a seeded run
+            # reads the same order whatever ran before it in the process.
+            compat.keras().utils.set_random_seed(config.seed)
         train_ds = _dataset(task.train, config, training=True, task=task)
         val_ds = None
         if task.validation is not None:
@@ -563,7 +572,7 @@ def run(
         raise SetupError(str(e)) from e
     keras = compat.keras()
     if config.seed is not None:
-        keras.utils.set_random_seed(config.seed)
+        keras.utils.set_random_seed(config.seed)  # again: the data's setup drew from it
     report_dir = config.report_dir
     if report_dir and not cluster.is_chief:  # each worker reports; the chief's is the run's
         report_dir = os.path.join(report_dir, f"worker{cluster.task_index}")
@@ -649,7 +658,9 @@ def run(
         raise SetupError(
             f"{task.dataset or 'the data'}: cannot read {bad}: remove or replace that file{where}"
         ) from e
-    return RunResult(prof.report, prof.paths, prof.run_dir, model, history, prof.write_error)
+    return RunResult(
+        prof.report, prof.paths, prof.run_dir, model, history, prof.write_error, train_ds
+    )
 
 
 def check_report_dir(report_dir: str | None) -> None:

@@ -6,16 +6,18 @@ MLP ``jit_compile`` with many steps per call is 3.9× faster. So :func:`tune` me
 
 * each candidate (precision policy, ``jit_compile``, ``steps_per_execution``, ``fused_steps``,
   optionally the batch size) is a short real ``fit`` through the runner: its own warm-up
-  (first call and one more execution left out), then a timed window; the rate is examples/s
-  over the window;
-* the Keras defaults are always the first candidate, and the winner must beat them by more
-  than `min_gain` (2 %) on the measured window, so the search never hands back settings
-  slower than the defaults;
+  (the first call, and one more where calls are short), then a timed window; the rate is
+  examples/s over the window (:class:`TaskMeasure`: the data made once for the search);
+* the Keras defaults are always the first candidate, and a pick must beat them by more than
+  `min_gain` (2 %) head to head, in rounds of the finalists kept built (:func:`confirm`), so
+  the search never hands back settings slower than the defaults and one lucky window wins
+  nothing;
 * a candidate that fails (XLA not available on the device, a precision the device can't
   run...) is recorded with the reason and skipped;
-* the search walks one setting at a time from the best so far (coordinate search: ~8
-  candidates where the full grid has 36), within a time budget, with a progress line per
-  candidate and a result table;
+* the search goes to the loops' longest corner first, then tries each other setting, then
+  shortens the loops while that is not slower (:func:`search`: 5 builds where the grid of
+  the seed MLP's space has 16), within a time budget, with a progress line per candidate
+  and a result table;
 * the winner is cached in ``$TOOLKIT_CACHE_DIR/tune.json`` under a key of the model's
   configuration, the input's spec and batch size, and the machine (CPU model, devices,
   TensorFlow, Keras and toolkit versions): a new TF version is a new key. ``autotune`` uses
@@ -31,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import statistics
 import time
@@ -45,6 +48,7 @@ from toolkit.files import read_json, update_json
 __all__ = [
     "Candidate",
     "Space",
+    "TaskMeasure",
     "Trial",
     "TuneResult",
     "apply",
@@ -66,6 +70,8 @@ MAX_ROUNDS = 4  # head-to-head rounds at most (at least 2 when the budget allows
 SEARCH_SHARE = 0.7  # of the budget for the search; the rest is for the head-to-head
 UNCONFIRMED_GAIN = 0.10  # the gain one window must show when no head-to-head fit the budget
 SEARCH_CALLS = 1  # timed executions per candidate in the search (at least `steps` steps)
+LIVE_WINDOW_S = 0.25  # a kept finalist's window when measured again, at least (seconds)
+LIVE_PARAMS = 50_000_000  # models with more weights are rebuilt, not kept, for the rounds
 NEAR_LEADER = 0.8  # a finalist's search rate is at least this share of the leader's
 DECISIVE_GAIN = 0.25  # won by this much in the search and in round 1: one round is enough
 
@@ -113,16 +119,28 @@ class Space:
     steps_per_execution: Sequence[int] = (1, 8, 32)
     fused_steps: Sequence[int] = (1, 8, 32)
     batch_size: Sequence[int | None] = (None,)
+    # Steps in one call at most (steps per execution × fused steps): a call's fixed cost
+    # (~1 ms here) spread over 256 steps is ~4 µs a step, and a longer call costs more to
+    # measure (one call is the shortest window) than it could gain. Not an axis.
+    max_steps_per_call: int = 256
 
     def axes(self) -> list[tuple[str, Sequence[Any]]]:
-        return [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)]
+        return [
+            (f.name, getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name != "max_steps_per_call"
+        ]
+
+    def allows(self, candidate: Candidate) -> bool:
+        per_call = candidate.steps_per_execution * candidate.fused_steps
+        return per_call == 1 or per_call <= self.max_steps_per_call
 
     def grid(self) -> list[Candidate]:
-        """Every combination (what an exhaustive sweep measures)."""
+        """Every combination the space allows (what an exhaustive sweep measures)."""
         out = [Candidate()]
         for name, values in self.axes():
             out = [dataclasses.replace(c, **{name: v}) for c in out for v in values]
-        return out
+        return [c for c in out if self.allows(c)]
 
     def defaults(self) -> Candidate:
         return Candidate(**{name: values[0] for name, values in self.axes()})
@@ -149,14 +167,14 @@ def default_space(
     # What each backend runs, its Keras default first: JAX jits every step (XLA off is far
     # slower, not a setting anyone wants); PyTorch has no steps_per_execution, and
     # torch.compile's first step (tens of seconds) outlasts a tune budget: measure it by hand.
-    # Fused steps are a TensorFlow loop.
+    # Fused steps are a loop inside the compiled step (a tf.while_loop, a jax.lax.scan).
     name = backend.name()
     jit = {"jax": (True,), "torch": (False,)}.get(name, (False, True))
     return Space(
         precision=precisions,
         jit_compile=jit,
         steps_per_execution=(1,) if name == "torch" else loops,
-        fused_steps=loops if name == "tensorflow" else (1,),
+        fused_steps=(1,) if name == "torch" else loops,
         batch_size=(None, *batch_sizes),
     )
 
@@ -281,6 +299,12 @@ class TuneResult:
 # ---------------------------------------------------------------------------- the search
 
 
+def _order(trial: Trial) -> tuple[float, int]:
+    """Faster first; at the same rate, the shorter loop (control back to Python sooner)."""
+    c = trial.candidate
+    return (trial.examples_per_sec or 0.0, -c.steps_per_execution * c.fused_steps)
+
+
 def choose(trials: Sequence[Trial], min_gain: float = MIN_GAIN) -> Candidate:
     """The fastest measured candidate, unless it beats the defaults (``trials[0]``) by no
     more than `min_gain`: then the defaults (never hand back something slower)."""
@@ -288,7 +312,7 @@ def choose(trials: Sequence[Trial], min_gain: float = MIN_GAIN) -> Candidate:
     measured = [t for t in trials if t.examples_per_sec is not None]
     if not measured:
         return defaults.candidate
-    best = max(measured, key=lambda t: t.examples_per_sec)
+    best = max(measured, key=_order)
     if defaults.examples_per_sec is None:
         return best.candidate
     if best.examples_per_sec > defaults.examples_per_sec * (1 + min_gain):
@@ -296,20 +320,36 @@ def choose(trials: Sequence[Trial], min_gain: float = MIN_GAIN) -> Candidate:
     return defaults.candidate
 
 
+LOOPS = ("steps_per_execution", "fused_steps")  # knobs that cut per-step overhead
+
+
 def search(
     measure: Callable[[Candidate], float],
     space: Space,
     *,
     budget_s: float = 120.0,
-    passes: int = 2,
+    passes: int = 1,
     clock: Callable[[], float] = time.perf_counter,
     progress: Callable[[str], Any] | None = None,
     first: Trial | None = None,
     spent_s: float = 0.0,
 ) -> tuple[list[Trial], bool]:
-    """Coordinate search: from the defaults, try each value of one knob with the others at
-    the best so far, keep the best, go on to the next knob; repeat for `passes` passes or
-    until nothing changes or the budget is spent.
+    """Loops first, at their longest; then each other knob; then the loops shorter.
+
+    1. The defaults (always; `first` when they are already measured).
+    2. The loops' corner: steps per execution and fused steps both at their largest value.
+       Loops cut the per-step overhead, and :func:`default_space` offers them only where a
+       step is short enough for that overhead to matter: there the longest loop usually
+       wins, and the other knobs are judged where overhead no longer hides their effect.
+    3. Each other knob (precision, XLA, batch size), every value, the rest at the best so far.
+    4. Each loop one value shorter, the rest at the best so far, and on down while that is
+       not slower: a shorter loop hands control back to Python (callbacks, logs) more
+       often. From a best whose loop is not the longest (the corner failed or lost), the
+       axis's other values are tried longest first.
+
+    With `passes` > 1, steps 3 and 4 again from the best while it changes. Each new
+    candidate is a build, a trace and a compile: this measures 4–6 where the grid of the
+    default space holds 18–36, and :func:`confirm` then settles the order of the fastest.
 
     `measure` returns examples/s or raises; a raise is recorded as a failed trial. `first`
     is the defaults' trial when already measured, `spent_s` the budget it used.
@@ -320,10 +360,19 @@ def search(
     start = clock() - spent_s
     trials: list[Trial] = [first] if first else []
     seen: dict[Candidate, Trial] = {first.candidate: first} if first else {}
+    exhausted = False
 
-    def run(candidate: Candidate) -> Trial:
+    def run(candidate: Candidate) -> Trial | None:
+        """The candidate's trial (measured now, or before); None when the budget is out."""
+        nonlocal exhausted
         if candidate in seen:
             return seen[candidate]
+        # A candidate costs about what the median one did: one that would end past the
+        # budget is not started (the budget is a promise, not a start deadline).
+        cost = statistics.median(t.seconds for t in trials) if trials else 0.0
+        if trials and clock() - start + cost > budget_s:
+            exhausted = True
+            return None
         t0 = clock()
         try:
             rate, error = float(measure(candidate)), None
@@ -339,27 +388,68 @@ def search(
         return trial
 
     best = run(space.defaults())
-    exhausted = False
+    assert best is not None  # the first candidate is always measured
+
+    def faster(trial: Trial | None, than: Trial, by: float = 0.0) -> bool:
+        if trial is None or trial.examples_per_sec is None:
+            return False
+        return than.examples_per_sec is None or trial.examples_per_sec > than.examples_per_sec * (
+            1 + by
+        )
+
+    def at_best(**changes: Any) -> Trial | None:
+        candidate = dataclasses.replace(best.candidate, **changes)
+        return run(candidate) if space.allows(candidate) else None
+
+    axes = dict(space.axes())
+    loops = [name for name in LOOPS if len(axes.get(name, ())) > 1]
+    # The corner: the in-program loop (fused steps) at its longest first, then the runtime
+    # loop (steps per execution) as long as the space allows with it.
+    longest = dataclasses.replace(best.candidate, steps_per_execution=1, fused_steps=1)
+    for name in reversed(loops):
+        fits = [
+            v for v in axes[name] if space.allows(dataclasses.replace(longest, **{name: v}))
+        ]  # fmt: skip
+        longest = dataclasses.replace(longest, **{name: max(fits)})
+    corner = at_best(**{name: getattr(longest, name) for name in loops}) if loops else None
+    if faster(corner, best):
+        best = corner
     for _ in range(passes):
-        changed = False
+        before = best.candidate
         for name, values in space.axes():
+            if name in loops or exhausted:
+                continue
             for value in values:
-                # A candidate costs about what the median one did: one that would end past
-                # the budget is not started (the budget is a promise, not a start deadline).
-                cost = statistics.median(t.seconds for t in trials) if trials else 0.0
-                candidate = dataclasses.replace(best.candidate, **{name: value})
-                if candidate not in seen and clock() - start + cost > budget_s:
-                    exhausted = True
-                    break
-                trial = run(candidate)
-                if trial.examples_per_sec is not None and (
-                    best.examples_per_sec is None or trial.examples_per_sec > best.examples_per_sec
-                ):
-                    changed = changed or trial.candidate != best.candidate
+                trial = at_best(**{name: value})
+                if faster(trial, best):
                     best = trial
+        for name in loops:
             if exhausted:
                 break
-        if exhausted or not changed:
+            values = [
+                v for v in sorted(axes[name])
+                if space.allows(dataclasses.replace(best.candidate, **{name: v}))
+            ]  # fmt: skip
+            current = getattr(best.candidate, name)
+            if current != values[-1]:  # not at the longest: the others, longest first
+                for value in reversed(values):
+                    trial = at_best(**{name: value})
+                    if faster(trial, best):
+                        best = trial
+                continue
+            # Down one value at a time while not slower: a shorter loop hands control back
+            # to Python (callbacks, logs) more often, and a peak below the longest (a fused
+            # batch that no longer fits a cache) is found where it usually is, near the top.
+            for value in reversed(values[:-1]):
+                trial = at_best(**{name: value})
+                if trial is None or trial.examples_per_sec is None:
+                    break
+                if best.examples_per_sec is not None and (
+                    trial.examples_per_sec < best.examples_per_sec
+                ):
+                    break
+                best = trial
+        if exhausted or best.candidate == before:
             break
     return trials, exhausted
 
@@ -394,14 +484,24 @@ def _decisive(
     defaults: Trial, pick: Candidate, trials: Sequence[Trial], got: dict[str, float]
 ) -> bool:
     """Whether `pick` beat the defaults by more than :data:`DECISIVE_GAIN` in its search
-    window and again in the first head-to-head round, and every other finalist of that round
-    by more than the noise (:data:`MIN_GAIN`): no second round would change the order."""
-    first = next(t for t in trials if t.candidate == pick).rates[0]
-    base, mine = defaults.candidate.label(), got.get(pick.label())
-    if not mine or not got.get(base) or first <= defaults.rates[0] * (1 + DECISIVE_GAIN):
+    window and again in the first head-to-head round, and every other finalist in both (by
+    more than the noise, :data:`MIN_GAIN`, in the round): the two windows agree on the whole
+    order, so a second round would not change it. (One slow window of a runner-up is no
+    verdict: a shared machine gave one finalist 36k examples/s in a round, 60k in the search.)"""
+    searched = {t.candidate.label(): t.rates[0] for t in trials if t.rates}
+    base, label = defaults.candidate.label(), pick.label()
+    first, mine = searched.get(label), got.get(label)
+    if (
+        not mine
+        or not first
+        or not got.get(base)
+        or first <= defaults.rates[0] * (1 + DECISIVE_GAIN)
+    ):
         return False
-    others = [v for k, v in got.items() if k not in (base, pick.label())]
-    return mine > got[base] * (1 + DECISIVE_GAIN) and all(mine > v * (1 + MIN_GAIN) for v in others)
+    others = [k for k in got if k not in (base, label)]
+    return mine > got[base] * (1 + DECISIVE_GAIN) and all(
+        mine > got[k] * (1 + MIN_GAIN) and first > searched.get(k, 0.0) for k in others
+    )
 
 
 def confirm(
@@ -430,7 +530,8 @@ def confirm(
         return choose(trials, min_gain), [], "the defaults failed: the fastest measured", False
     finalists = sorted(
         (t for t in trials[1:] if t.examples_per_sec and t.examples_per_sec > defaults.rates[0]),
-        key=lambda t: -t.examples_per_sec,
+        key=_order,
+        reverse=True,
     )[:FINALISTS]
     # A runner-up far behind the leader cannot overtake it on noise: not measured again.
     lead = finalists[0].rates[0] if finalists else 0.0
@@ -565,32 +666,111 @@ def apply(config: Any, candidate: Candidate) -> Any:
 
 
 def window_steps(candidate: Candidate, steps: int, calls: int = 3) -> tuple[int, int]:
-    """``(warm-up steps, total steps)`` for a candidate: the first call and one more
-    execution are warm-up; then at least `steps` steps and `calls` executions are timed (the
-    search times 1 where a call is long: its finalists are measured again with 3)."""
+    """``(warm-up steps, total steps)`` for a candidate: the first call is left out, and one
+    more execution where calls are shorter than `steps` (a call of a few steps still
+    settles after the first); then at least `steps` steps and `calls` executions are timed
+    (the search times 1 where a call is long: its finalists are measured again)."""
     per_call = candidate.steps_per_execution * candidate.fused_steps
     timed = max(steps, calls * per_call)
     timed += -timed % per_call
-    return per_call, per_call + per_call + timed
+    warmup = per_call if per_call < steps else 0
+    return warmup, per_call + warmup + timed
+
+
+def _rate(stats: Any) -> float:
+    if not stats.timed_steps or not stats.batch_size:
+        raise RuntimeError("no timed steps (or no batch size) in the window")
+    return stats.batch_size * stats.timed_steps / stats.total_s
+
+
+class TaskMeasure:
+    """Measures candidates of a Task with short real runs through the runner, in this
+    process: ``measure(candidate, calls=3)`` returns examples/s over the timed window after
+    the candidate's own warm-up (:func:`window_steps`), or raises what the run raised.
+
+    What does not change between candidates is made once: the training data (in-memory
+    arrays become one tf.data source, a data function is called once), and the validation
+    split is left out (a window times training steps only).
+
+    With `keep`, the first candidate measured (the defaults) and the `keep` fastest stay
+    built. Measuring one of those again runs its compiled step on its own pipeline for a
+    fresh window of at least :data:`LIVE_WINDOW_S` (its first call left out): no rebuild,
+    retrace or recompile, so :func:`confirm`'s rounds cost their windows, not builds. A
+    model with more than :data:`LIVE_PARAMS` weights is never kept (memory); it is rebuilt.
+    :meth:`close` lets the kept models go.
+    """
+
+    def __init__(self, task: Any, config: Any, steps: int = 48, keep: int = 0) -> None:
+        from toolkit import train
+        from toolkit.data import has_tensorflow
+
+        data = train.examples(task.train) if has_tensorflow() else task.train
+        self.task = dataclasses.replace(task, train=data, validation=None)
+        self.config, self.steps, self.keep = config, steps, keep
+        self.live: dict[Candidate, tuple[Any, Any]] = {}
+        self.rates: dict[Candidate, float] = {}  # each candidate's first (built) window
+        self.first: Candidate | None = None
+
+    def __call__(self, candidate: Candidate, calls: int = 3) -> float:
+        if candidate in self.live:
+            return self._again(candidate)
+        from toolkit import train
+
+        warmup, total = window_steps(candidate, self.steps, calls)
+        cfg = apply(self.config, candidate).for_measurement(total, warmup)
+        try:
+            with backend.get().quiet_retracing():  # each candidate is a new model, not a retrace
+                result = train.run(self.task, cfg)
+            rate = _rate(result.report.steps)
+            self._hold(candidate, rate, result)
+        finally:
+            compat.keras().backend.clear_session()
+        return rate
+
+    def _hold(self, candidate: Candidate, rate: float, result: Any) -> None:
+        """Keeps the candidate built when it is the first or among the `keep` fastest."""
+        self.rates[candidate] = rate
+        if self.first is None:
+            self.first = candidate
+        elif not self.keep:
+            return
+        if int(result.model.count_params()) > LIVE_PARAMS or result.train_data is None:
+            return
+        self.live[candidate] = (result.model, result.train_data)
+        others = sorted(
+            (c for c in self.live if c != self.first), key=lambda c: self.rates[c], reverse=True
+        )
+        for c in others[self.keep :]:
+            del self.live[c]
+
+    def _again(self, candidate: Candidate) -> float:
+        from toolkit import train
+
+        model, data = self.live[candidate]
+        per_call = candidate.steps_per_execution * candidate.fused_steps
+        batch = candidate.batch_size or self.config.batch_size
+        long_enough = math.ceil(LIVE_WINDOW_S * self.rates[candidate] / batch)
+        timed = max(self.steps, per_call, long_enough)
+        timed += -timed % per_call
+        with backend.get().quiet_retracing():
+            report = train.measured_fit(
+                model, data, (per_call + timed) // candidate.fused_steps, 0, batch_size=batch
+            )
+        return _rate(report.steps)
+
+    def close(self) -> None:
+        if self.live:
+            self.live.clear()
+            compat.keras().backend.clear_session()
 
 
 def measure_candidate(
     task: Any, config: Any, candidate: Candidate, steps: int = 48, calls: int = 3
 ) -> float:
     """Examples/s of a short real run of `task` with the candidate's settings (the timed
-    window after its own warm-up). Raises what the run raises."""
-    from toolkit import train
-
-    warmup, total = window_steps(candidate, steps, calls)
-    cfg = apply(config, candidate).for_measurement(total, warmup)
-    try:
-        with backend.get().quiet_retracing():  # each candidate is a new model, not a retrace
-            stats = train.run(task, cfg).report.steps
-    finally:
-        compat.keras().backend.clear_session()
-    if not stats.timed_steps:
-        raise RuntimeError("no timed steps in the window")
-    return stats.batch_size * stats.timed_steps / stats.total_s
+    window after its own warm-up). Raises what the run raises. To measure many, make one
+    :class:`TaskMeasure`: it makes the data once."""
+    return TaskMeasure(task, config, steps)(candidate, calls)
 
 
 def tune(
@@ -682,8 +862,7 @@ def tune(
         )
     finally:
         budget_bar.close()
-        if hasattr(measure, "restore"):
-            measure.restore()
+        measure.close()
     result = TuneResult(
         best, trials, key, False, time.perf_counter() - start, exhausted or out_of_time,
         rounds, why,
@@ -697,25 +876,20 @@ def _task_measure(task: Any, config: TrainConfig, steps: int) -> tuple[Any, ...]
     from toolkit import train
 
     device, _findings = train.setup_device(config)
+    measure = TaskMeasure(task, config, steps, keep=FINALISTS)
     with train.precision_policy("float32"):
         model = task.build_model()
-    spec = train.examples(task.train).element_spec
-    key, facts = cache_key(model, spec, config.batch_size, device)
+    key, facts = cache_key(model, train.examples(measure.task.train).element_spec,
+                           config.batch_size, device)  # fmt: skip
     del model
     compat.keras().backend.clear_session()
-
-    def measure(candidate: Candidate, calls: int = 3) -> float:
-        return measure_candidate(task, config, candidate, steps, calls)
-
-    from toolkit import backend
-
     # The Keras defaults as this backend runs them (JAX jits the step).
     return measure, Candidate(jit_compile=backend.name() == "jax"), key, facts, device
 
 
 class _ModelMeasure:
     """Measures candidates on a user's compiled model by recompiling it with each candidate's
-    settings (same optimizer, loss and metrics); :meth:`restore` puts back its compile
+    settings (same optimizer, loss and metrics); :meth:`close` puts back its compile
     settings, weights and optimizer state."""
 
     def __init__(self, model: Any, dataset: Any, batch_size: int | None, steps: int) -> None:
@@ -734,11 +908,9 @@ class _ModelMeasure:
             stats = train.measured_fit(
                 self.model, self.dataset, total, warmup, batch_size=self.batch_size
             ).steps
-        if not stats.timed_steps or not stats.batch_size:
-            raise RuntimeError("no timed steps (or no batch size) in the window")
-        return stats.batch_size * stats.timed_steps / stats.total_s
+        return _rate(stats)
 
-    def restore(self) -> None:
+    def close(self) -> None:
         from toolkit.train import restore
 
         self.model.compile(**self.compile_args)

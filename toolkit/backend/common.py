@@ -49,14 +49,15 @@ def calibrated_peak(timed: Callable[[int], float], size: int, seconds: float) ->
     return 2.0 * size**3 * n / best
 
 
-def refuse_tf_only(config: Any, backend: str) -> None:
-    """Raises ValueError (one line) for the settings only TensorFlow runs: fused steps (a
-    ``tf.while_loop`` inside the train step) and ``tf.distribute`` strategies."""
-    if config.fused_steps > 1:
-        instead = "--steps_per_execution" if backend != "torch" else "--fused_steps=1"
+def refuse_tf_only(config: Any, backend: str, fused: bool = False) -> None:
+    """Raises ValueError (one line) for the settings only TensorFlow runs: ``tf.distribute``
+    strategies, and fused steps (a loop inside the compiled train step) where the backend
+    has no such loop (`fused`: it has)."""
+    if config.fused_steps > 1 and not fused:
         raise ValueError(
-            f"--fused_steps={config.fused_steps}: fused steps are a TensorFlow loop inside the "
-            f"train step; on --backend={backend} use {instead} (or --backend=tensorflow)"
+            f"--fused_steps={config.fused_steps}: fused steps are a loop inside the compiled "
+            f"train step, which --backend={backend} does not compile; use --fused_steps=1 (or "
+            "--backend=tensorflow or jax)"
         )
     if config.distribution_strategy != "default":
         raise ValueError(
@@ -66,10 +67,10 @@ def refuse_tf_only(config: Any, backend: str) -> None:
 
 
 def one_step_per_batch(model: Any, steps: int) -> None:
-    """The training step as Keras compiles it, one step per batch (fused steps are
-    TensorFlow's: ``refuse_tf_only`` turned any other value away first)."""
+    """The training step as Keras compiles it, one step per batch (``refuse_tf_only``
+    turned fused steps away first on a backend without them)."""
     if steps != 1:
-        raise ValueError(f"--fused_steps={steps} needs --backend=tensorflow")
+        raise ValueError(f"--fused_steps={steps} needs --backend=tensorflow or jax")
     setattr(model, FUSED_STEPS_ATTR, 1)
 
 

@@ -13,8 +13,9 @@
   all (jax 0.11); the CPU's count of the lowered module is the same on every machine;
 * the matmul peak: chained matmuls in one jitted ``fori_loop``, waited on once per run.
 
-Not here: ``--fused_steps`` (a ``tf.while_loop``; use ``--steps_per_execution``) and
-``tf.distribute`` strategies: :func:`check_config` refuses them in one line.
+* fused steps: `steps` training steps in one jitted call, a ``jax.lax.scan`` over the step.
+
+Not here: ``tf.distribute`` strategies: :func:`check_config` refuses them in one line.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from toolkit.backend.common import (
     SEAM,
     calibrated_peak,
     no_retracing_noise,
-    one_step_per_batch,
     refuse_tf_only,
 )
 from toolkit.devices.selection import jax_device
+from toolkit.profiling.events import FUSED_STEPS_ATTR
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend.common.SEAM
 
@@ -52,7 +53,7 @@ def framework_facts() -> dict[str, Any]:
 
 def check_config(config: Any) -> None:
     """Raises ValueError (one line) for a setting JAX cannot run."""
-    refuse_tf_only(config, "jax")
+    refuse_tf_only(config, "jax", fused=True)
 
 
 def intra_op_threads() -> int:
@@ -224,6 +225,41 @@ def measure_matmul_peak(
     return calibrated_peak(timed, size, seconds)
 
 
-# The training step as Keras compiles it; nothing to silence.
-fuse_train_steps = one_step_per_batch
+# ---------------------------------------------------------------------------- training steps
+
+
+def fuse_train_steps(model: Any, steps: int) -> None:
+    """Makes each Keras training batch run `steps` training steps inside one jitted call.
+
+    Keras's JAX ``train_step`` is a pure function of ``(state, data)``; here it receives a
+    batch of ``steps × batch_size`` examples, splits it into `steps` batches and runs the
+    original step over them with ``jax.lax.scan``: one XLA program that holds the step once
+    (compiled once, whatever `steps` is), the state (weights, optimizer, metrics, seeds)
+    carried from step to step on the device. Keras's own ``steps_per_execution`` on JAX is a
+    Python loop of jitted calls, one dispatch per step. Logs are those of the last step.
+    Call it after ``compile``; StepTimer counts `steps` steps per batch.
+    """
+    if steps < 1:
+        raise ValueError(f"--fused_steps must be >= 1, got {steps}")
+    setattr(model, FUSED_STEPS_ATTR, steps)
+    if steps == 1:
+        return
+    import jax
+
+    original = model.train_step
+
+    def split(t: Any) -> Any:
+        return t.reshape((steps, t.shape[0] // steps, *t.shape[1:]))
+
+    def fused_train_step(state: Any, data: Any) -> Any:
+        def body(carry: Any, batch: Any) -> Any:
+            logs, carry = original(carry, batch)
+            return carry, logs
+
+        state, logs = jax.lax.scan(body, state, jax.tree_util.tree_map(split, data))
+        return jax.tree_util.tree_map(lambda t: t[-1], logs), state
+
+    model.train_step = fused_train_step
+
+
 quiet_retracing = no_retracing_noise
