@@ -22,8 +22,9 @@ Then the same toolkit run under each other Keras backend that is installed (``--
 against the same seed figures: JAX with ``fused_steps=100`` (a ``jax.lax.scan`` of 100 steps
 in one jitted call; Keras's ``steps_per_execution=50`` there is a Python loop of jitted calls,
 about 2x slower a step here), PyTorch eager with one step per call (it has no
-``steps_per_execution``; ``torch.compile`` costs ~40 s here). On JAX and PyTorch a step is timed where it finished (its
-batch end), not where it was queued (docs/guide.md), so the steady-state sums are exact.
+``steps_per_execution``; ``torch.compile`` costs ~40 s here). On JAX and PyTorch a step is
+timed where it finished (its batch end), not where it was queued (docs/guide.md), so the
+steady-state sums are exact.
 
 The figures are medians of ``--rounds`` interleaved rounds (step times here drift by ±10 %
 between runs), and each run gets a fresh process: a finished tf.data pipeline can leave

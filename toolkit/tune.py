@@ -337,10 +337,11 @@ def search(
     """Loops first, at their longest; then each other knob; then the loops shorter.
 
     1. The defaults (always; `first` when they are already measured).
-    2. The loops' corner: steps per execution and fused steps both at their largest value.
-       Loops cut the per-step overhead, and :func:`default_space` offers them only where a
-       step is short enough for that overhead to matter: there the longest loop usually
-       wins, and the other knobs are judged where overhead no longer hides their effect.
+    2. The loops' corner: fused steps at their longest, then steps per execution as long as
+       ``space.max_steps_per_call`` allows. Loops cut the per-step overhead, and
+       :func:`default_space` offers them only where a step is short enough for that
+       overhead to matter: there the longest loop usually wins, and the other knobs are
+       judged where overhead no longer hides their effect.
     3. Each other knob (precision, XLA, batch size), every value, the rest at the best so far.
     4. Each loop one value shorter, the rest at the best so far, and on down while that is
        not slower: a shorter loop hands control back to Python (callbacks, logs) more

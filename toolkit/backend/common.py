@@ -66,6 +66,15 @@ def refuse_tf_only(config: Any, backend: str, fused: bool = False) -> None:
         )
 
 
+def mark_fused_steps(model: Any, steps: int) -> bool:
+    """Records `steps` on `model` (StepTimer counts that many training steps per batch) and
+    says whether there is a loop to build (``steps > 1``). Raises ValueError below 1."""
+    if steps < 1:
+        raise ValueError(f"--fused_steps must be >= 1, got {steps}")
+    setattr(model, FUSED_STEPS_ATTR, steps)
+    return steps > 1
+
+
 def one_step_per_batch(model: Any, steps: int) -> None:
     """The training step as Keras compiles it, one step per batch (``refuse_tf_only``
     turned fused steps away first on a backend without them)."""

@@ -28,11 +28,11 @@ from toolkit.backend.common import (
     MB,
     SEAM,
     calibrated_peak,
+    mark_fused_steps,
     no_retracing_noise,
     refuse_tf_only,
 )
 from toolkit.devices.selection import jax_device
-from toolkit.profiling.events import FUSED_STEPS_ATTR
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend.common.SEAM
 
@@ -239,10 +239,7 @@ def fuse_train_steps(model: Any, steps: int) -> None:
     Python loop of jitted calls, one dispatch per step. Logs are those of the last step.
     Call it after ``compile``; StepTimer counts `steps` steps per batch.
     """
-    if steps < 1:
-        raise ValueError(f"--fused_steps must be >= 1, got {steps}")
-    setattr(model, FUSED_STEPS_ATTR, steps)
-    if steps == 1:
+    if not mark_fused_steps(model, steps):
         return
     import jax
 

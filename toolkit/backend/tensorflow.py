@@ -25,8 +25,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from toolkit.backend.common import MB, SEAM, calibrated_peak
-from toolkit.profiling.events import FUSED_STEPS_ATTR
+from toolkit.backend.common import MB, SEAM, calibrated_peak, mark_fused_steps
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend.common.SEAM
 
@@ -309,10 +308,7 @@ def fuse_train_steps(model: Any, steps: int) -> None:
     """
     import tensorflow as tf
 
-    if steps < 1:
-        raise ValueError(f"--fused_steps must be >= 1, got {steps}")
-    setattr(model, FUSED_STEPS_ATTR, steps)
-    if steps == 1:
+    if not mark_fused_steps(model, steps):
         return
     original = model.train_step
 
