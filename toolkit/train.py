@@ -558,10 +558,6 @@ def run(
         global_batch, per_replica = distribute.batch_sizes(
             config.batch_size, strategy.num_replicas_in_sync
         )
-        if config.seed is not None:
-            # Before the data: its shuffle's seed pairs with the global one, so a seeded run
-            # reads the same order whatever ran before it in the process.
-            compat.keras().utils.set_random_seed(config.seed)
         train_ds = _dataset(task.train, config, training=True, task=task)
         val_ds = None
         if task.validation is not None:
@@ -572,7 +568,7 @@ def run(
         raise SetupError(str(e)) from e
     keras = compat.keras()
     if config.seed is not None:
-        keras.utils.set_random_seed(config.seed)  # again: the data's setup drew from it
+        keras.utils.set_random_seed(config.seed)
     report_dir = config.report_dir
     if report_dir and not cluster.is_chief:  # each worker reports; the chief's is the run's
         report_dir = os.path.join(report_dir, f"worker{cluster.task_index}")
