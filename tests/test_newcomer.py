@@ -35,7 +35,7 @@ def test_recipe_help_lists_its_flags_then_the_shared_ones_rc_0_without_tensorflo
     assert out.startswith("usage: python -m recipes.cnn")
     assert "A small CNN" in out  # the recipe's docstring
     own = out.index("cnn flags:")
-    for flag in ("--filters=32", "--learning_rate=0.001", "--image_size=32", "--channels=1"):
+    for flag in ("--filters=32", "--learning_rate=0.002", "--image_size=32", "--channels=1"):
         assert flag in out[own : out.index("\ndata:")], flag
     for group, _ in tk_flags.FLAG_GROUPS:
         assert f"\n{group}:\n" in out

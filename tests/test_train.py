@@ -160,9 +160,6 @@ def test_fused_steps_train_exactly_like_separate_steps(keras):
             count_flops=False,
             seed=1,  # the same initial weights in both
         )
-        # The global seed set before the data too (run() sets it after building the data),
-        # so both runs shuffle alike whatever ran before them in the process.
-        keras.utils.set_random_seed(1)
         result = train.run(task, config, callbacks=[snapshot()])
         weights[fused] = [w.numpy() for w in result.model.weights]
         reports[fused] = result.report
@@ -174,6 +171,22 @@ def test_fused_steps_train_exactly_like_separate_steps(keras):
     assert s.total_steps == 24 and s.first_step_steps == 4 and s.batch_size == 5
     assert all(c[1] == 4 for c in reports[4].timeline)  # 4 steps per Keras batch
     assert reports[4].metrics["loss"] == pytest.approx(reports[1].metrics["loss"], rel=1e-4)
+
+
+def test_a_seeded_run_is_the_same_whatever_ran_before_it(keras):
+    """The global seed is set before the data: a seeded run shuffles the same order and ends
+    at the same weights after anything that left another global seed behind (a tf.data
+    shuffle seed pairs with the global one)."""
+    weights = []
+    for earlier in (7, 99):
+        keras.utils.set_random_seed(earlier)  # what an earlier run in the process left
+        task, *_ = tiny_task(keras, validation=False)
+        task.optimizer = lambda: keras.optimizers.SGD(0.1)
+        config = TrainConfig(epochs=2, batch_size=10, report_dir=None, count_flops=False, seed=3)
+        result = train.run(task, config)
+        weights.append([w.numpy() for w in result.model.weights])
+    for a, b in zip(*weights, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
 def test_fused_steps_settings():

@@ -60,8 +60,10 @@ def test_the_search_goes_to_the_loops_corner_first_then_each_knob_then_shorter_l
     order = [(t.candidate.jit_compile, t.candidate.steps_per_execution, t.candidate.fused_steps)
              for t in trials]  # fmt: skip
     # Defaults; the corner (fused steps longest, then steps per execution as the cap allows);
-    # XLA there; then each loop one value shorter, which loses.
-    assert order == [(False, 1, 1), (False, 8, 32), (True, 8, 32), (True, 1, 32), (True, 8, 8)]
+    # XLA there; then fused steps one value shorter, which loses. Steps per execution one
+    # shorter is not measured: the defaults and the corner put the call's overhead at 10 ms,
+    # so 32 steps a call would lose ~39 % (only noise could make it win).
+    assert order == [(False, 1, 1), (False, 8, 32), (True, 8, 32), (True, 8, 8)]
     assert tn.choose(trials) == tn.Candidate(jit_compile=True, steps_per_execution=8,
                                              fused_steps=32)  # fmt: skip
 
@@ -72,6 +74,52 @@ def test_the_search_goes_to_the_loops_corner_first_then_each_knob_then_shorter_l
     peaked, _ = tn.search(lambda c: {1: 100.0, 8: 300.0, 32: 150.0}[c.fused_steps] +
                           c.steps_per_execution, space)  # fmt: skip
     assert tn.choose(peaked).fused_steps == 8 and len(peaked) < len(space.grid())
+
+
+def test_the_knobs_interact_so_their_order_does_not_decide():
+    """bfloat16 wins without XLA and loses with it (an emulated dtype XLA cannot fuse): the
+    first knob set must not lock in what the next one overturns."""
+    space = tn.Space(
+        precision=("float32", "mixed_bfloat16"), jit_compile=(False, True),
+        steps_per_execution=(1, 8), fused_steps=(1, 8),
+    )  # fmt: skip
+
+    def rate(c):
+        xla, bf16 = c.jit_compile, c.precision == "mixed_bfloat16"
+        base = {(False, False): 100.0, (False, True): 120.0, (True, False): 300.0}
+        return base.get((xla, bf16), 200.0) * (1 + 0.5 * (c.fused_steps > 1))
+
+    trials, _ = tn.search(rate, space)
+    best = tn.choose(trials)
+    assert (best.precision, best.jit_compile, best.fused_steps) == ("float32", True, 8)
+    # bf16 with XLA is measured, loses, and float32 with XLA stays: no second pass needed.
+    seen = {(t.candidate.precision, t.candidate.jit_compile) for t in trials}
+    assert ("mixed_bfloat16", True) in seen and len(trials) < len(space.grid())
+
+    # When precision is set after XLA and changes the best, XLA is tried again at it.
+    def rate2(c):
+        xla, bf16 = c.jit_compile, c.precision == "mixed_bfloat16"
+        return {(False, False): 100.0, (True, False): 150.0, (True, True): 180.0}.get(
+            (xla, bf16), 400.0
+        )
+
+    trials, _ = tn.search(rate2, space)
+    best = tn.choose(trials)
+    assert (best.precision, best.jit_compile) == ("mixed_bfloat16", False)
+
+
+def test_a_shorter_steps_per_execution_is_measured_only_where_it_could_win():
+    space = tn.Space(jit_compile=(False,), steps_per_execution=(1, 8, 32), fused_steps=(1,))
+
+    def calls(overhead_ms):  # a 1 ms step and a call's fixed cost
+        return lambda c: 1000.0 / (1.0 + overhead_ms / c.steps_per_execution)
+
+    heavy, _ = tn.search(calls(5.0), space)  # 32 -> 8 steps a call: ~11 % slower
+    assert [t.candidate.steps_per_execution for t in heavy] == [1, 32]
+    assert tn.choose(heavy).steps_per_execution == 32
+    light, _ = tn.search(calls(0.05), space)  # 0.5 % slower, within the noise: measured
+    assert [t.candidate.steps_per_execution for t in light] == [1, 32, 8]
+    assert tn.call_overhead(light[0], light[1]) == pytest.approx(0.05e-3, rel=1e-6)  # seconds
 
 
 def test_a_failing_candidate_is_recorded_and_skipped():
@@ -299,6 +347,30 @@ def test_kept_finalists_are_measured_again_without_a_rebuild_or_a_retrace(keras,
     assert int(model.optimizer.iterations.numpy()) > steps_before  # the same model trained on
     measure.close()
     assert not measure.live
+
+
+def test_a_candidate_that_cannot_win_is_stopped_with_the_rate_it_showed(keras, monkeypatch):
+    """Once a run has taken HOPELESS times what the best so far needed for its whole window
+    (here at once: the floor off, and a best no real run comes near), it stops after its
+    second call and keeps the rate it showed after the first (the compile)."""
+    monkeypatch.setattr(tn, "HOPELESS_FLOOR_S", 0.0)
+    config = TrainConfig(batch_size=16, report_dir=None)
+    slow = tn.Candidate(steps_per_execution=2)
+
+    first = tn.TaskMeasure(_task(keras), config, 40, keep=1)
+    assert first(slow) > 0  # the first candidate has no best to lose to: its whole window
+    _warmup, total = tn.window_steps(slow, 40)
+    assert int(first.live[slow][0].optimizer.iterations.numpy()) == total
+    first.close()
+
+    measure = tn.TaskMeasure(_task(keras), config, 400, keep=1)
+    unbeatable = tn.Candidate(fused_steps=8)
+    measure.first, measure.rates[unbeatable] = unbeatable, 1e12
+    rate = measure(slow)
+    assert 0 < rate < 1e9
+    model = measure.live[slow][0]  # kept (the fastest really measured), so its steps show
+    assert int(model.optimizer.iterations.numpy()) == 4  # 2 calls of 2 steps, not 400+
+    measure.close()
 
 
 def test_a_real_tiny_search_on_the_cpu(keras, tmp_path, monkeypatch):

@@ -93,13 +93,25 @@ def classification_task(
     data: Any,
     build_model: Callable[[int], Any],
     learning_rate: float = 1e-3,
+    decay_steps: int | None = None,
 ) -> Task:
     """A Task for a classifier with integer labels and logits out, on a
     ``toolkit.data.catalog.Data``: sparse categorical cross-entropy, accuracy, Adam.
 
-    `build_model` receives the number of classes; keep its last layer float32.
+    `build_model` receives the number of classes; keep its last layer float32. With
+    `decay_steps`, the learning rate follows a cosine from `learning_rate` down to 1 % of it
+    over that many steps (then stays there): the last epochs move the weights little, so
+    the final accuracy is the converged one, not one point of a swing (batch norm's moving
+    statistics lag weights that still move fast).
     """
     keras = compat.keras()
+
+    def optimizer() -> Any:
+        rate = learning_rate
+        if decay_steps:
+            rate = keras.optimizers.schedules.CosineDecay(learning_rate, decay_steps, alpha=0.01)
+        return keras.optimizers.Adam(rate)
+
     return Task(
         name=name,
         build_model=lambda: build_model(data.num_classes),
@@ -107,7 +119,7 @@ def classification_task(
         validation=data.validation,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
-        optimizer=lambda: keras.optimizers.Adam(learning_rate),
+        optimizer=optimizer,
         num_classes=data.num_classes,
         cache=data.cache,
         dataset=data.description,
@@ -558,6 +570,10 @@ def run(
         global_batch, per_replica = distribute.batch_sizes(
             config.batch_size, strategy.num_replicas_in_sync
         )
+        if config.seed is not None:
+            # Before the data: its shuffle's seed pairs with the global one, so a seeded run
+            # reads the same order whatever ran before it in the process.
+            compat.keras().utils.set_random_seed(config.seed)
         train_ds = _dataset(task.train, config, training=True, task=task)
         val_ds = None
         if task.validation is not None:
@@ -568,7 +584,7 @@ def run(
         raise SetupError(str(e)) from e
     keras = compat.keras()
     if config.seed is not None:
-        keras.utils.set_random_seed(config.seed)
+        keras.utils.set_random_seed(config.seed)  # again: the data's setup drew from it
     report_dir = config.report_dir
     if report_dir and not cluster.is_chief:  # each worker reports; the chief's is the run's
         report_dir = os.path.join(report_dir, f"worker{cluster.task_index}")

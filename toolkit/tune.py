@@ -65,7 +65,7 @@ __all__ = [
 
 CACHE_FILE = "tune.json"
 MIN_GAIN = 0.02
-FINALISTS = 2  # the search's fastest candidates measured again against the defaults
+FINALISTS = 3  # the search's fastest candidates measured again against the defaults
 MAX_ROUNDS = 4  # head-to-head rounds at most (at least 2 when the budget allows)
 SEARCH_SHARE = 0.7  # of the budget for the search; the rest is for the head-to-head
 UNCONFIRMED_GAIN = 0.10  # the gain one window must show when no head-to-head fit the budget
@@ -74,6 +74,10 @@ LIVE_WINDOW_S = 0.25  # a kept finalist's window when measured again, at least (
 LIVE_PARAMS = 50_000_000  # models with more weights are rebuilt, not kept, for the rounds
 NEAR_LEADER = 0.8  # a finalist's search rate is at least this share of the leader's
 DECISIVE_GAIN = 0.25  # won by this much in the search and in round 1: one round is enough
+# A candidate whose run has taken this many times what the best so far needed for its whole
+# window is stopped: it cannot win (a small CNN's XLA candidate ran 35× slower, for 46 s).
+HOPELESS = 4.0
+HOPELESS_FLOOR_S = 2.0  # ...and never before this much of its run (after the first call)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,6 +325,26 @@ def choose(trials: Sequence[Trial], min_gain: float = MIN_GAIN) -> Candidate:
 
 
 LOOPS = ("steps_per_execution", "fused_steps")  # knobs that cut per-step overhead
+# The other knobs, in the order the search sets them: XLA first (it moves the step most, and
+# what it fuses changes what a precision costs), then precision, then the batch size.
+KNOBS = ("jit_compile", "precision", "batch_size")
+# A shorter steps_per_execution is not measured where the per-call overhead (estimated from
+# the defaults and the corner) says it would be slower by more than this: that loop changes
+# no per-step work, so only noise could make it win. (Where the corner's gain came from
+# fused steps alone, the estimate is too high and the longer loop stays: no slower, only
+# handing control back to Python less often.)
+PRUNE_LOSS = 0.04
+
+
+def call_overhead(a: Trial, b: Trial) -> float | None:
+    """Seconds per example a call costs over its steps, from two trials that differ only in
+    their loops (``t = s + o / L`` with L steps a call, t seconds an example); None when
+    the longer loop was not faster (nothing to estimate)."""
+    la, lb = (t.candidate.steps_per_execution * t.candidate.fused_steps for t in (a, b))
+    if la == lb or not a.examples_per_sec or not b.examples_per_sec:
+        return None
+    o = (1 / a.examples_per_sec - 1 / b.examples_per_sec) / (1 / la - 1 / lb)
+    return o if o > 0 else None
 
 
 def search(
@@ -342,15 +366,19 @@ def search(
        :func:`default_space` offers them only where a step is short enough for that
        overhead to matter: there the longest loop usually wins, and the other knobs are
        judged where overhead no longer hides their effect.
-    3. Each other knob (precision, XLA, batch size), every value, the rest at the best so far.
+    3. Each other knob (XLA, then precision, then batch size), every value, the rest at the
+       best so far; again while one of them changed the best (they interact: the order
+       they are set in must not decide).
     4. Each loop one value shorter, the rest at the best so far, and on down while that is
        not slower: a shorter loop hands control back to Python (callbacks, logs) more
-       often. From a best whose loop is not the longest (the corner failed or lost), the
-       axis's other values are tried longest first.
+       often. A shorter steps per execution changes no per-step work, so it is not measured
+       where the call overhead the defaults and the corner show says it would lose by more
+       than :data:`PRUNE_LOSS`. From a best whose loop is not the longest (the corner failed
+       or lost), the axis's other values are tried longest first.
 
     With `passes` > 1, steps 3 and 4 again from the best while it changes. Each new
     candidate is a build, a trace and a compile: this measures 4–6 where the grid of the
-    default space holds 18–36, and :func:`confirm` then settles the order of the fastest.
+    default space holds 16–32, and :func:`confirm` then settles the order of the fastest.
 
     `measure` returns examples/s or raises; a raise is recorded as a failed trial. `first`
     is the defaults' trial when already measured, `spent_s` the budget it used.
@@ -413,17 +441,36 @@ def search(
         ]  # fmt: skip
         longest = dataclasses.replace(longest, **{name: max(fits)})
     corner = at_best(**{name: getattr(longest, name) for name in loops}) if loops else None
+    overhead = call_overhead(best, corner) if corner is not None else None
     if faster(corner, best):
         best = corner
+    knobs = sorted(
+        (name for name, _ in space.axes() if name not in loops),
+        key=lambda n: KNOBS.index(n) if n in KNOBS else len(KNOBS),
+    )
+
+    def slower_for_sure(name: str, value: int) -> bool:
+        """Whether the call overhead says `name` = `value` loses (steps per execution only)."""
+        if name != "steps_per_execution" or overhead is None or not best.examples_per_sec:
+            return False
+        c = best.candidate
+        now = c.steps_per_execution * c.fused_steps
+        then = value * c.fused_steps
+        return overhead * (1 / then - 1 / now) * best.examples_per_sec > PRUNE_LOSS
+
     for _ in range(passes):
         before = best.candidate
-        for name, values in space.axes():
-            if name in loops or exhausted:
-                continue
-            for value in values:
-                trial = at_best(**{name: value})
-                if faster(trial, best):
-                    best = trial
+        # Each other knob at the best so far, and again while one changed the best: they
+        # interact (XLA fuses a precision's casts), so the order they are set in does not
+        # decide. Settings already measured cost nothing.
+        settled = None
+        while settled != best.candidate and not exhausted:
+            settled = best.candidate
+            for name in knobs:
+                for value in axes[name]:
+                    trial = at_best(**{name: value})
+                    if faster(trial, best):
+                        best = trial
         for name in loops:
             if exhausted:
                 break
@@ -442,6 +489,8 @@ def search(
             # to Python (callbacks, logs) more often, and a peak below the longest (a fused
             # batch that no longer fits a cache) is found where it usually is, near the top.
             for value in reversed(values[:-1]):
+                if slower_for_sure(name, value):
+                    break
                 trial = at_best(**{name: value})
                 if trial is None or trial.examples_per_sec is None:
                     break
@@ -719,10 +768,17 @@ class TaskMeasure:
 
         warmup, total = window_steps(candidate, self.steps, calls)
         cfg = apply(self.config, candidate).for_measurement(total, warmup)
+        per_call = candidate.steps_per_execution * candidate.fused_steps
+        batch = candidate.batch_size or self.config.batch_size
+        best = max(self.rates.values(), default=None)
+        stop = None
+        if best:  # what the best so far needed for this whole window, times HOPELESS
+            limit = max(HOPELESS * total * batch / best, HOPELESS_FLOOR_S)
+            stop = _hopeless_stop(per_call * batch, limit)
         try:
             with backend.get().quiet_retracing():  # each candidate is a new model, not a retrace
-                result = train.run(self.task, cfg)
-            rate = _rate(result.report.steps)
+                result = train.run(self.task, cfg, callbacks=[stop] if stop else ())
+            rate = stop.rate if stop is not None and stop.stopped else _rate(result.report.steps)
             self._hold(candidate, rate, result)
         finally:
             compat.keras().backend.clear_session()
@@ -763,6 +819,32 @@ class TaskMeasure:
         if self.live:
             self.live.clear()
             compat.keras().backend.clear_session()
+
+
+def _hopeless_stop(examples_per_call: int, limit_s: float) -> Any:
+    """A Keras callback that stops a measurement run once it has run `limit_s` after its
+    first call (the compile) and keeps the rate it showed since: ``.stopped``, ``.rate``
+    (examples/s). Keras calls a batch's end once an execution, so each end is one call."""
+
+    class HopelessStop(compat.keras().callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stopped, self.rate = False, 0.0
+            self.start: float | None = None
+            self.calls = 0
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            now = time.perf_counter()
+            if self.start is None:  # the first call ends: its compile is not the rate
+                self.start = now
+                return
+            self.calls += 1
+            if now - self.start > limit_s:
+                self.stopped = True
+                self.rate = self.calls * examples_per_call / (now - self.start)
+                self.model.stop_training = True
+
+    return HopelessStop()
 
 
 def measure_candidate(
