@@ -14,10 +14,11 @@ MLP ``jit_compile`` with many steps per call is 3.9× faster. So :func:`tune` me
   nothing;
 * a candidate that fails (XLA not available on the device, a precision the device can't
   run...) is recorded with the reason and skipped;
-* the search goes to the loops' longest corner first, then tries each other setting, then
-  shortens the loops while that is not slower (:func:`search`: 5 builds where the grid of
-  the seed MLP's space has 16), within a time budget, with a progress line per candidate
-  and a result table;
+* the search goes to the loops' longest corner first, then tries each other setting (again
+  while one changes the best), then shortens the loops while that is not slower and could
+  win (:func:`search`: 4-6 builds where the grid of the seed MLP's space has 16-32), within
+  a time budget, with a progress line per candidate and a result table; a run that cannot
+  win (already 4x what the best needed for its whole window) is stopped early;
 * the winner is cached in ``$TOOLKIT_CACHE_DIR/tune.json`` under a key of the model's
   configuration, the input's spec and batch size, and the machine (CPU model, devices,
   TensorFlow, Keras and toolkit versions): a new TF version is a new key. ``autotune`` uses
