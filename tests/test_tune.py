@@ -373,6 +373,18 @@ def test_a_candidate_that_cannot_win_is_stopped_with_the_rate_it_showed(keras, m
     measure.close()
 
 
+def test_a_run_past_the_deadline_stops_after_its_current_call(keras):
+    config = TrainConfig(batch_size=16, report_dir=None)
+    c = tn.Candidate(steps_per_execution=2)
+    measure = tn.TaskMeasure(_task(keras), config, 400, keep=1)
+    measure.deadline = 0.0  # long past: its first call ends after it
+    with pytest.raises(RuntimeError, match="budget ended in its first call"):
+        measure(c)
+    measure.deadline = None
+    assert measure(c) > 0  # no deadline: the whole window
+    measure.close()
+
+
 def test_a_real_tiny_search_on_the_cpu(keras, tmp_path, monkeypatch):
     monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
     lines = []

@@ -761,6 +761,10 @@ class TaskMeasure:
         self.live: dict[Candidate, tuple[Any, Any]] = {}
         self.rates: dict[Candidate, float] = {}  # each candidate's first (built) window
         self.first: Candidate | None = None
+        # A run still going at this time.perf_counter() stops after its current call (a
+        # budget's end; None: no end). One that has not finished its first call by then
+        # raises: it has no rate to show.
+        self.deadline: float | None = None
 
     def __call__(self, candidate: Candidate, calls: int = 3) -> float:
         if candidate in self.live:
@@ -772,14 +776,17 @@ class TaskMeasure:
         per_call = candidate.steps_per_execution * candidate.fused_steps
         batch = candidate.batch_size or self.config.batch_size
         best = max(self.rates.values(), default=None)
-        stop = None
+        limit = math.inf
         if best:  # what the best so far needed for this whole window, times HOPELESS
             limit = max(HOPELESS * total * batch / best, HOPELESS_FLOOR_S)
-            stop = _hopeless_stop(per_call * batch, limit)
+        deadline = math.inf if self.deadline is None else self.deadline
+        stop = _hopeless_stop(per_call * batch, limit, deadline)
         try:
             with backend.get().quiet_retracing():  # each candidate is a new model, not a retrace
-                result = train.run(self.task, cfg, callbacks=[stop] if stop else ())
-            rate = stop.rate if stop is not None and stop.stopped else _rate(result.report.steps)
+                result = train.run(self.task, cfg, callbacks=[stop])
+            if stop.stopped and not stop.rate:
+                raise RuntimeError("the budget ended in its first call (the compile)")
+            rate = stop.rate if stop.stopped else _rate(result.report.steps)
             self._hold(candidate, rate, result)
         finally:
             compat.keras().backend.clear_session()
@@ -822,10 +829,11 @@ class TaskMeasure:
             compat.keras().backend.clear_session()
 
 
-def _hopeless_stop(examples_per_call: int, limit_s: float) -> Any:
+def _hopeless_stop(examples_per_call: int, limit_s: float, deadline: float) -> Any:
     """A Keras callback that stops a measurement run once it has run `limit_s` after its
-    first call (the compile) and keeps the rate it showed since: ``.stopped``, ``.rate``
-    (examples/s). Keras calls a batch's end once an execution, so each end is one call."""
+    first call (the compile), or at the `deadline` (``time.perf_counter``), and keeps the
+    rate it showed after the first call: ``.stopped``, ``.rate`` (examples/s; 0 when it
+    stopped at the first call). Keras ends a batch once an execution: each end is a call."""
 
     class HopelessStop(compat.keras().callbacks.Callback):
         def __init__(self) -> None:
@@ -838,9 +846,11 @@ def _hopeless_stop(examples_per_call: int, limit_s: float) -> Any:
             now = time.perf_counter()
             if self.start is None:  # the first call ends: its compile is not the rate
                 self.start = now
+                if now > deadline:
+                    self.stopped = self.model.stop_training = True
                 return
             self.calls += 1
-            if now - self.start > limit_s:
+            if now - self.start > limit_s or now > deadline:
                 self.stopped = True
                 self.rate = self.calls * examples_per_call / (now - self.start)
                 self.model.stop_training = True
@@ -929,14 +939,24 @@ def tune(
             space = default_space(device, step_s=(defaults.batch_size or config.batch_size) / rate)
             if not isinstance(target, train.Task):
                 space = _model_space(space, defaults)
+
+        def searching(candidate: Candidate) -> float:
+            # A run past the search's share of the budget stops after its current call
+            # (the defaults always run whole: every pick is judged against them).
+            if isinstance(measure, TaskMeasure) and candidate not in (defaults, space.defaults()):
+                measure.deadline = start + budget_s * SEARCH_SHARE
+            return measure(candidate, calls=SEARCH_CALLS)  # finalists: 3 calls head to head
+
         trials, exhausted = search(
-            lambda c: measure(c, calls=SEARCH_CALLS),  # finalists get 3 calls head to head
+            searching,
             space,
             budget_s=budget_s * SEARCH_SHARE,
             progress=report,
             first=first,
             spent_s=time.perf_counter() - start,
         )
+        if isinstance(measure, TaskMeasure):
+            measure.deadline = start + budget_s
         best, rounds, why, out_of_time = confirm(
             measure,
             trials,
