@@ -151,6 +151,20 @@ def examples(source: Any):
     return from_arrays(*source) if isinstance(source, tuple) else source
 
 
+def resident(source: Any) -> Any:
+    """A Task's data made once for many runs: in-memory ``(features, labels)`` arrays as
+    tensors (each run's pipeline gathers its batches from them, with no copy), anything else
+    as a dataset of single examples."""
+    import tensorflow as tf
+
+    if isinstance(source, tuple):
+        return tuple(
+            None if part is None else tf.nest.map_structure(tf.convert_to_tensor, part)
+            for part in source
+        )
+    return examples(source)
+
+
 def _array_dataset(source: Any, config: TrainConfig, training: bool, task: Task | None) -> Any:
     """:func:`_dataset` without TensorFlow: arrays in batches (``toolkit.data.array_batches``)."""
     import numpy as np
@@ -202,11 +216,19 @@ def _array_dataset(source: Any, config: TrainConfig, training: bool, task: Task 
 
 def _dataset(source: Any, config: TrainConfig, training: bool, task: Task | None = None):
     from toolkit.data import has_tensorflow, pipeline, synthetic
+    from toolkit.data.sources import array_examples
 
+    if callable(source):
+        source = source()
     if not has_tensorflow():
-        return _array_dataset(source() if callable(source) else source, config, training, task)
-    source = examples(source)
-    count = int(source.cardinality())
+        return _array_dataset(source, config, training, task)
+    # In-memory arrays stay arrays: the pipeline batches them by gathering (toolkit.data).
+    arrays = source if isinstance(source, tuple) else None
+    if arrays is not None:
+        count = array_examples(*arrays)
+    else:
+        source = examples(source)
+        count = int(source.cardinality())
     if count < 0 and training and task is not None and task.train_examples is not None:
         count = task.train_examples  # a filtered dataset cannot count itself
     # Fused steps read fused_steps batches at once (one Keras batch), split inside the step.
@@ -233,7 +255,7 @@ def _dataset(source: Any, config: TrainConfig, training: bool, task: Task | None
                 "--use_synthetic_data: the training data's length is unknown, so an epoch "
                 "would never end; give --train_steps"
             )
-        features, labels = source.element_spec
+        features, labels = examples(source).element_spec
         batches = max(1, count // batch_size) if count > 0 else None
         return _distributed(
             synthetic(
@@ -248,7 +270,7 @@ def _dataset(source: Any, config: TrainConfig, training: bool, task: Task | None
             training,
         )
     built = pipeline(
-        source,
+        source if arrays is None else arrays,
         batch_size,
         cache=bool(task and task.cache),
         shuffle=training,

@@ -740,7 +740,7 @@ class TaskMeasure:
     the candidate's own warm-up (:func:`window_steps`), or raises what the run raised.
 
     What does not change between candidates is made once: the training data (in-memory
-    arrays become one tf.data source, a data function is called once), and the validation
+    arrays become tensors once, a data function is called once), and the validation
     split is left out (a window times training steps only).
 
     With `keep`, the first candidate measured (the defaults) and the `keep` fastest stay
@@ -755,7 +755,9 @@ class TaskMeasure:
         from toolkit import train
         from toolkit.data import has_tensorflow
 
-        data = train.examples(task.train) if has_tensorflow() else task.train
+        data = task.train() if callable(task.train) else task.train
+        if has_tensorflow():
+            data = train.resident(data)
         self.task = dataclasses.replace(task, train=data, validation=None)
         self.config, self.steps, self.keep = config, steps, keep
         self.live: dict[Candidate, tuple[Any, Any]] = {}

@@ -302,3 +302,86 @@ def test_a_batch_larger_than_the_data_with_drop_remainder_warns():
     assert any("leaves no batch at all" in m and "batch_size=64" in m for m in messages)
     assert not any("no batch" in m for m in _warnings_of(lambda: pipeline(data, 2)))
     assert not any("no batch" in m for m in _warnings_of(lambda: pipeline(data, 64, repeat=True)))
+
+
+# ---------------------------------------------------------------- in-memory arrays: gathered
+
+
+def _labels_of(ds, batches=None):
+    taken = ds if batches is None else ds.take(batches)
+    return [b[1].numpy().tolist() for b in taken]
+
+
+def test_arrays_are_batched_by_gathering_with_no_per_example_stage():
+    x, y = np.arange(40, dtype="float32").reshape(20, 2), np.arange(20)
+    ops, _ = dataset_ops(pipeline((x, y), 4, seed=0))
+    per_example = {"_ShuffleDataset", "_BatchDataset", "_TensorSliceDataset", "_ShuffleDatasetV3"}
+    assert not ops & per_example, ops
+    first = next(iter(pipeline((x, y), 4, seed=0)))
+    np.testing.assert_array_equal(first[0].numpy()[:, 0] / 2, first[1].numpy())  # rows stay paired
+
+
+def test_each_epoch_of_arrays_is_a_new_permutation_of_every_example():
+    y = np.arange(10)
+    ds = pipeline((np.zeros((10, 3), "float32"), y), 4, seed=1, drop_remainder=False)
+    assert int(ds.cardinality()) == 3
+    epochs = [sum(_labels_of(ds), []) for _ in range(3)]
+    for order in epochs:
+        assert sorted(order) == list(range(10))
+    assert len({tuple(order) for order in epochs}) == 3  # reshuffled each iteration
+    again = pipeline((np.zeros((10, 3), "float32"), y), 4, seed=1, drop_remainder=False)
+    assert [sum(_labels_of(again), []) for _ in range(3)] == epochs  # the seed fixes the draws
+    plain = pipeline((np.zeros((10, 3), "float32"), y), 4, shuffle=False, drop_remainder=False)
+    assert _labels_of(plain) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_gathered_batches_keep_static_shapes_when_the_remainder_is_dropped():
+    x = {"a": np.zeros((10, 3), "float32"), "b": np.zeros((10,), "int32")}
+    ds = pipeline((x, np.arange(10)), 4, seed=0)
+    assert int(ds.cardinality()) == 2
+    features, labels = ds.element_spec
+    assert features["a"].shape == (4, 3) and features["b"].shape == (4,)
+    assert labels.shape == (4,)
+    only = pipeline((np.zeros((10, 3), "float32"), None), 4, shuffle=False)
+    assert only.element_spec.shape == (4, 3)
+
+
+def test_repeated_arrays_carry_an_epochs_leftover_into_the_next_batch():
+    """As repeat-then-batch: no example skipped, no partial batch, epoch after epoch."""
+    y = np.arange(10)
+    for shuffle in (False, True):
+        ds = pipeline((np.zeros((10, 1), "float32"), y), 4, shuffle=shuffle, seed=2, repeat=True)
+        assert int(ds.cardinality()) == tf.data.INFINITE_CARDINALITY
+        batches = _labels_of(ds, 15)  # 60 examples: 6 epochs
+        assert all(len(b) == 4 for b in batches)
+        stream = sum(batches, [])
+        for epoch in range(6):
+            assert sorted(stream[epoch * 10 : (epoch + 1) * 10]) == list(range(10))
+    tiny = pipeline((np.zeros((3, 1), "float32"), np.arange(3)), 8, shuffle=False, repeat=True)
+    assert _labels_of(tiny, 1) == [[0, 1, 2, 0, 1, 2, 0, 1]]
+
+
+def test_arrays_with_a_per_example_map_go_through_single_examples(arrays):
+    ds = pipeline(arrays, 8, augment=lambda x, y: (x + 1.0, y), seed=0)
+    ops, _ = dataset_ops(ds)
+    assert "_BatchDataset" in ops
+    assert sum(int(b[1].shape[0]) for b in ds) == len(arrays[1]) // 8 * 8
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ((np.zeros((4, 2)), np.zeros(3)), "got 3 labels for 4 examples"),
+        ((np.zeros((0, 2)), np.zeros(0)), "no examples"),
+        ((np.zeros((4, 2)),), "must be \\(features, labels\\)"),
+    ],
+)
+def test_bad_arrays_name_what_is_wrong(data, match):
+    with pytest.raises(ValueError, match=match):
+        pipeline(data, 2)
+
+
+def test_too_few_arrays_for_one_batch_warns():
+    data = (np.zeros((3, 2), "float32"), np.zeros(3, "int32"))
+    assert any("leaves no batch at all" in m for m in _warnings_of(lambda: pipeline(data, 65)))
+    assert not any("no batch" in m for m in _warnings_of(lambda: pipeline(data, 65, repeat=True)))

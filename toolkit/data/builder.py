@@ -5,6 +5,12 @@
 Order: preprocess (parallel map) -> cache -> shuffle -> repeat -> augment (parallel map) ->
 batch -> batch_map (vectorized) -> options -> prefetch.
 
+In-memory arrays given as ``(features, labels)`` with no per-example map take a shorter road:
+each epoch is one permutation of the example indices, cut into batches, and a batch is one
+gather from the arrays. The per-example stages (slicing, a shuffle buffer, batching) cost a
+few microseconds an example on the CPU that also trains; a gather costs that per batch, and
+the shuffle is uniform over the whole epoch with no buffer to fill before the first batch.
+
 It warns once, in plain words, about traps it can see in the dataset it is given: caching after
 a random map (the "random" examples would be frozen), a shuffle buffer or a memory cache that
 would not fit in RAM, and ``from_generator`` read on one thread where
@@ -270,7 +276,11 @@ def pipeline(
     """Builds the training input pipeline from a dataset of single examples.
 
     Args:
-        dataset: a `tf.data.Dataset` of single examples (e.g. from `toolkit.data` sources).
+        dataset: a `tf.data.Dataset` of single examples (e.g. from `toolkit.data` sources),
+            or a ``(features, labels)`` tuple of in-memory arrays or tensors (features may be
+            a dict of them; labels may be None). Without `preprocess` and `augment`, arrays
+            are batched by gathering: an epoch is one uniform permutation of the indices
+            (`shuffle_buffer` and `cache` have nothing to do there), and a batch is one gather.
         batch_size: examples per batch.
         preprocess: per-example map with no randomness (decode, resize, normalize); runs in
             parallel before the cache, so its work is done once.
@@ -310,6 +320,17 @@ def pipeline(
             raise ValueError(f"{name}: must be >= 1, got {value}")
     budget = parse_bytes(ram_budget, "ram_budget") if ram_budget is not None else None
     parallel = num_parallel_calls or tf.data.AUTOTUNE
+    if isinstance(dataset, tuple):
+        from toolkit.data.sources import from_arrays
+
+        if preprocess is None and augment is None:
+            ds = _gathered_batches(
+                dataset, batch_size, shuffle, seed, repeat, drop_remainder, parallel, deterministic
+            )
+            return _finish(
+                ds, batch_map, parallel, deterministic, private_threads, budget, cpu_budget
+            )
+        dataset = from_arrays(*dataset)  # a per-example map needs single examples
     ds = dataset
 
     chain, inner_ops = dataset_ops(ds)
@@ -363,6 +384,21 @@ def pipeline(
             "drop_remainder=False",
         )
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+    return _finish(ds, batch_map, parallel, deterministic, private_threads, budget, cpu_budget)
+
+
+def _finish(
+    ds: Any,
+    batch_map: Callable[..., Any] | None,
+    parallel: int,
+    deterministic: bool | None,
+    private_threads: int | None,
+    budget: int | None,
+    cpu_budget: int | None,
+) -> Any:
+    """The stages after batching: batch_map, options, prefetch."""
+    import tensorflow as tf
+
     if batch_map is not None:
         # Vectorized: one op over the whole batch instead of batch_size small ones.
         ds = ds.map(batch_map, num_parallel_calls=parallel, deterministic=deterministic)
@@ -379,6 +415,91 @@ def pipeline(
     ds = ds.with_options(options)
     # Prefetch last: while the model trains on batch N, the pipeline prepares N+1.
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _gathered_batches(
+    arrays: tuple[Any, ...],
+    batch_size: int,
+    shuffle: bool,
+    seed: int | None,
+    repeat: bool,
+    drop_remainder: bool,
+    parallel: int,
+    deterministic: bool | None,
+) -> Any:
+    """Batches of in-memory ``(features, labels)``: per epoch, one permutation of the indices
+    (the identity without `shuffle`) cut into batches of indices; per batch, one gather."""
+    import tensorflow as tf
+
+    from toolkit.data.sources import array_examples
+
+    if len(arrays) != 2:
+        raise ValueError(
+            f"dataset: a tuple must be (features, labels) arrays, got {len(arrays)} items"
+        )
+    features, labels = arrays
+    n = array_examples(features, labels)
+    data = tf.nest.map_structure(
+        tf.convert_to_tensor, features if labels is None else (features, labels)
+    )
+    full, rest = divmod(n, batch_size)
+    last = 0 if drop_remainder else rest
+    if drop_remainder and not repeat and full == 0:
+        warn_once(
+            f"no-batch-{n}-{batch_size}",
+            f"drop_remainder with {n} examples and batch_size={batch_size} leaves no batch "
+            "at all: an epoch would train nothing; lower batch_size or pass "
+            "drop_remainder=False",
+        )
+    if shuffle:
+        # A new draw each time the dataset is iterated (each epoch Keras reads it anew),
+        # the same sequence of draws for the same seed (paired with the global seed).
+        epochs = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
+    else:
+        epochs = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
+    if not repeat:
+        epochs = epochs.take(1)
+
+    def order(draw: Any) -> Any:
+        indices = tf.range(n, dtype=tf.int64)
+        if not shuffle:
+            return indices
+        return tf.random.experimental.stateless_shuffle(
+            indices, seed=tf.stack([draw, tf.constant(0, tf.int64)])
+        )
+
+    if repeat:
+        # An endless stream, as repeat-then-batch gives: the examples left over at an epoch's
+        # end open the next epoch's first batch (no example is skipped, no batch is partial).
+        def cut(leftover: Any, draw: Any) -> Any:
+            stream = tf.concat([leftover, order(draw)], 0)
+            whole = tf.shape(stream, out_type=tf.int64)[0] // batch_size * batch_size
+            return stream[whole:], tf.reshape(stream[:whole], [-1, batch_size])
+
+        ds = (
+            epochs.scan(tf.zeros([0], tf.int64), cut)
+            .flat_map(tf.data.Dataset.from_tensor_slices)
+            .apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
+        )
+    else:
+
+        def epoch(draw: Any) -> Any:
+            indices = order(draw)
+            batches = tf.data.Dataset.from_tensor_slices(
+                tf.reshape(indices[: full * batch_size], [full, batch_size])
+            )
+            if last:
+                tail = tf.data.Dataset.from_tensors(indices[full * batch_size :])
+                batches = batches.concatenate(tail)
+            return batches
+
+        per_epoch = full + (1 if last else 0)
+        ds = epochs.flat_map(epoch).apply(tf.data.experimental.assert_cardinality(per_epoch))
+
+    def gather(indices: Any) -> Any:
+        return tf.nest.map_structure(lambda t: tf.gather(t, indices), data)
+
+    return ds.map(gather, num_parallel_calls=parallel, deterministic=deterministic)
 
 
 def _shuffle_examples(ds: Any, shuffle_buffer: int | str | None, budget: int | None) -> int:

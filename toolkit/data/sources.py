@@ -69,7 +69,17 @@ def from_arrays(features: Any, labels: Any = None):
         ValueError: no examples, or labels that don't match the features in number.
     """
     tf = _tf()
-    leaves = tf.nest.flatten(features)
+    array_examples(features, labels)
+    if labels is None:
+        return tf.data.Dataset.from_tensor_slices(features)
+    return tf.data.Dataset.from_tensor_slices((features, labels))
+
+
+def array_examples(features: Any, labels: Any = None) -> int:
+    """The number of examples in in-memory `features` (an array, a tensor, or a dict of them)
+    and their `labels`; raises ValueError (one line) when there are none or the lengths
+    differ."""
+    leaves = _tf().nest.flatten(features)
     if not leaves:
         raise ValueError("features: nothing given; pass an array or a dict of arrays")
     n_x = len(leaves[0])
@@ -81,15 +91,12 @@ def from_arrays(features: Any, labels: Any = None):
             )
     if n_x == 0:
         raise ValueError("features: no examples (empty array)")
-    if labels is None:
-        return tf.data.Dataset.from_tensor_slices(features)
-    n_y = len(labels)
-    if n_x != n_y:
+    if labels is not None and len(labels) != n_x:
         raise ValueError(
-            f"labels: got {n_y} labels for {n_x} examples; features and labels must have the "
-            "same first dimension"
+            f"labels: got {len(labels)} labels for {n_x} examples; features and labels must "
+            "have the same first dimension"
         )
-    return tf.data.Dataset.from_tensor_slices((features, labels))
+    return n_x
 
 
 def _as_spec(spec: Any, dtype: Any = "float32"):
