@@ -272,3 +272,27 @@ def test_tuned_settings_must_beat_their_own_backends_defaults_by_more_than_noise
     assert pick == JAX and "tuned settings were 1.02×" in why  # 2 %: noise, the plain one
     rows = [row(TF, [1.0] * 2), row(JAX, [0.50, 0.50]), row(tuned, [0.40, 0.40])]
     assert ch.choose(rows)[0] == tuned  # 25 %: kept
+
+
+def test_the_searches_leave_one_round_of_the_final_inside_the_budget():
+    """tune --across_backends: the final's least round (every backend's defaults and its
+    tuned winner, a fresh process each) is reserved from the searches' part of the budget."""
+    # Before any search has run: half the budget, shared equally.
+    assert ch.search_share(0.0, 90.0, 3, [], [], finalists=6) == pytest.approx(15.0)
+    # Cheap final runs: the half holds; what the first search took beyond its share is
+    # taken off the next ones.
+    assert ch.search_share(20.0, 90.0, 2, [5.0], [3.0], finalists=6) == pytest.approx(7.5)
+    # Final runs of 10 s: one round is 60 s, so the searches may use 30 s in all.
+    assert ch.search_share(20.0, 90.0, 2, [5.0], [10.0], finalists=6) == pytest.approx(1.0)
+    assert ch.search_share(0.0, 200.0, 2, [2.0], [10.0], finalists=6) == pytest.approx(48.0)
+    assert ch.search_share(0.0, 200.0, 2, [2.0], [30.0], finalists=6) == pytest.approx(8.0)
+    # Never below 1 s: the search then measures the defaults alone.
+    assert ch.search_share(80.0, 90.0, 1, [5.0], [20.0], finalists=6) == 1.0
+
+
+def test_a_final_run_is_estimated_from_its_search_child():
+    found = {"seconds": 12.0, "trials": [{"seconds": 4.0}, {"seconds": 3.0}]}
+    # 6 s outside the search (start-up, data, report) + the defaults' build, compile, window
+    assert ch.final_run_estimate(found, wall_s=18.0) == pytest.approx(10.0)
+    assert ch.final_run_estimate({}, wall_s=18.0) is None
+    assert ch.final_run_estimate({"seconds": 1.0, "trials": []}, wall_s=3.0) is None

@@ -742,10 +742,11 @@ def tune_across(
     timeout_s: float = 900.0,
 ) -> BackendsResult:
     """The backend as one more axis of ``tune``: each contender (backend × device) runs its own
-    ``tune`` search in a fresh process (half of `budget_s`, shared equally), then every
+    ``tune`` search in a fresh process (at most half of `budget_s`, shared equally, less what
+    one round of the final is estimated to need: :func:`search_share`), then every
     contender with Keras's default settings (the defaults among them: always a candidate) and
     every contender's tuned winner meet head to head in :func:`compare`'s interleaved rounds
-    (same data, same initial weights; the other half of the budget), and :func:`choose`'s
+    (same data, same initial weights; the rest of the budget), and :func:`choose`'s
     never-slower rule picks. A backend's Keras defaults stay in the final: a search's one
     window can prefer settings that lose head to head (on JAX, steps_per_execution=32 won a
     search and was 0.90× of JAX's defaults in fresh processes).
@@ -756,18 +757,19 @@ def tune_across(
     listed = contenders(
         target.flags, backends, probe=lambda b: _probe_devices(b, env, min(timeout_s, 300.0))
     )
-    searching_ends = start + budget_s * 0.5
     overheads: list[float] = []  # each child's seconds beyond its search: start-up, build
+    runs: list[float] = []  # what one run of the final costs, estimated from each child
     flags = _without(target.flags, {"device", "backend", "tune_budget"})
     what = ["--recipe", target.recipe] if target.recipe else ["--model_fn", str(target.model_fn)]
     tuned = [Contender(c.backend, c.device) for c in listed]  # Keras's defaults, the first first
     for i, c in enumerate(listed):
-        # What is left of the searches' half, shared by the searches still to run, less what a
+        # What is left of the searches' part, shared by the searches still to run, less what a
         # child spends outside its search (measured on the ones before): the budget holds
-        # whatever the device probes and the earlier children took.
-        left_s = searching_ends - time.perf_counter()
-        overhead = statistics.median(overheads) if overheads else 0.0
-        share = max(left_s / (len(listed) - i) - overhead, 1.0)
+        # whatever the device probes, the earlier children and the final's least round take.
+        share = search_share(
+            time.perf_counter() - start, budget_s, len(listed) - i, overheads, runs,
+            finalists=2 * len(listed),
+        )  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="toolkit-tune-") as tmp:
             out = os.path.join(tmp, "tune.json")
             argv = [
@@ -780,7 +782,11 @@ def tune_across(
             lines = _follow(argv, {**env, "KERAS_BACKEND": c.backend}, timeout_s, progress,
                             prefix=f"  {c.label()} ")  # fmt: skip
             found = read_json(out) if lines is not None else {}
-            overheads.append(max(time.perf_counter() - t0 - share, 0.0))
+            wall = time.perf_counter() - t0
+            overheads.append(max(wall - share, 0.0))
+            run = final_run_estimate(found, wall)
+            if run is not None:
+                runs.append(run)
         if not found.get("best"):
             why = (lines[-1] if lines else "?") if lines is not None else "timed out"
             progress(f"tune {c.label()}: failed ({why}); its Keras defaults stay a contender")
@@ -807,6 +813,41 @@ def tune_across(
             f"(a fresh process each); raise --tune_budget to give the searches more"
         )
     return result
+
+
+def search_share(
+    elapsed_s: float,
+    budget_s: float,
+    searches_left: int,
+    overheads: Sequence[float],
+    runs: Sequence[float],
+    finalists: int,
+) -> float:
+    """The ``--tune_budget`` of the next backend's search in :func:`tune_across`.
+
+    The searches get at most half of `budget_s`, and never the time one round of the final
+    needs: `finalists` runs (a backend's defaults and its tuned winner each) at the median of
+    `runs` (each search's estimate of one final run, :func:`final_run_estimate`). What is left
+    is shared by the `searches_left`, less what a child spends outside its search (the median
+    of `overheads`: start-up, data, report). Never below 1 s: a search then measures the
+    defaults alone.
+    """
+    final_round = statistics.median(runs) * finalists if runs else 0.0
+    searching = min(budget_s * 0.5, budget_s - final_round)
+    overhead = statistics.median(overheads) if overheads else 0.0
+    return max((searching - elapsed_s) / searches_left - overhead, 1.0)
+
+
+def final_run_estimate(found: dict[str, Any], wall_s: float) -> float | None:
+    """Seconds one fresh-process run of the final will take for this contender, from its
+    search's child: the child's time outside its search (start-up, data, report) plus the
+    search's first trial (the defaults: build, compile, one window). None when the search
+    did not say."""
+    trials = found.get("trials") or []
+    seconds = found.get("seconds")
+    if not trials or seconds is None or trials[0].get("seconds") is None:
+        return None
+    return max(wall_s - seconds, 0.0) + trials[0]["seconds"]
 
 
 def _follow(
