@@ -16,6 +16,7 @@ try:
     if not set(_app.INFO_FLAGS) & set(sys.argv[1:]):
         sys.argv[:] = _chooser.resolve_auto(sys.argv)  # --backend=auto: the measured winner
         _backend.from_argv(sys.argv)
+        _backend.compile_cache_from_argv(sys.argv)  # before anything starts TensorFlow
 except _backend.BackendError as _error:
     print(f"error: {_error}", file=sys.stderr)
     raise SystemExit(2) from None

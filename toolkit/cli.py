@@ -670,6 +670,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         recipe = backend.flag_value(argv, "recipe") or "mlp"
         argv = chooser.resolve_auto(["toolkit", *argv], recipe=recipe)[1:]
         backend.from_argv(argv)
+        backend.compile_cache_from_argv(argv)  # before anything starts TensorFlow
     except backend.BackendError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

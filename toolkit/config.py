@@ -52,6 +52,7 @@ class TrainConfig:
     steps_per_execution: int = 1
     fused_steps: int = 1
     jit_compile: bool | None = None  # None: Keras's "auto" (XLA on JAX; off on a TF CPU, torch)
+    compile_cache: bool = False  # compiled programs kept on disk for the next run
     steps_per_epoch: int | None = None
     warmup_steps: int = DEFAULT_WARMUP_STEPS
     profile_steps: tuple[int, int] | None = None

@@ -67,6 +67,7 @@ FLAG_GROUPS = (
             "jit_compile",
             "steps_per_execution",
             "fused_steps",
+            "compile_cache",
             "autotune",
             "tune_budget",
         ),
@@ -213,6 +214,13 @@ def define_common_flags(**defaults: Any) -> None:
         "Keras's choice (on for JAX; off for TensorFlow on a CPU and for PyTorch).",
     )
     flags.DEFINE_alias("enable_xla", "jit_compile")
+    flags.DEFINE_bool(
+        "compile_cache",
+        False,
+        "Keep compiled programs on disk ($TOOLKIT_CACHE_DIR/compiled/<backend>): a later run of "
+        "the same model and settings reads them instead of compiling (JAX: every program; "
+        "TensorFlow and PyTorch: what --jit_compile compiles). The first step then shows a read.",
+    )
     flags.DEFINE_string(
         "backend",
         None,
@@ -412,6 +420,7 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
         steps_per_execution=f.steps_per_execution,
         fused_steps=f.fused_steps,
         jit_compile=f.jit_compile,
+        compile_cache=f.compile_cache,
         steps_per_epoch=f.train_steps,
         warmup_steps=f.warmup_steps,
         profile_steps=_parse_steps(f.profile_steps),

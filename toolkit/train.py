@@ -585,6 +585,8 @@ def run(
         config = config.validate().effective()
         check_report_dir(config.report_dir)
         backend.get().check_config(config)  # what this Keras backend cannot run: one line
+        if config.compile_cache:  # before anything compiles (a command line set it earlier)
+            backend.use_compile_cache()
         cluster = distribute.cluster_from_flags(config.worker_hosts, config.task_index)
         device, findings = setup_device(config)
         # Before any dataset: a multi-worker strategy configures collective ops at start-up.

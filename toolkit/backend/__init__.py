@@ -69,6 +69,36 @@ def name() -> str:
     return os.environ.get("KERAS_BACKEND", "tensorflow").strip().lower() or "tensorflow"
 
 
+def use_compile_cache() -> str:
+    """Keeps this backend's compiled programs on disk, in
+    ``$TOOLKIT_CACHE_DIR/compiled/<backend>`` (``--compile_cache``), so that a later process
+    compiling the same program reads it. On TensorFlow it holds only when set before any
+    TensorFlow op: the recipes and ``python -m toolkit`` set it from their command line
+    (:func:`compile_cache_from_argv`) before anything else runs. Returns what it did, in
+    words."""
+    from toolkit import machine
+
+    directory = os.path.join(machine.cache_dir(), "compiled", name())
+    os.makedirs(directory, exist_ok=True)  # TensorFlow makes only the last directory
+    return get().use_compile_cache(directory)
+
+
+def compile_cache_from_argv(argv: Sequence[str]) -> None:
+    """Applies ``--compile_cache`` (``--compile_cache=true``; ``--nocompile_cache`` or
+    ``=false`` undoes it; the last one counts) from a command line, before anything starts
+    TensorFlow (its XLA reads the cache's place once)."""
+    on = False
+    for arg in argv:
+        if arg == "--compile_cache":
+            on = True
+        elif arg == "--nocompile_cache":
+            on = False
+        elif arg.startswith("--compile_cache="):
+            on = arg.split("=", 1)[1].strip().lower() in ("1", "true", "t", "yes", "y")
+    if on:
+        use_compile_cache()
+
+
 def select(backend: str) -> str:
     """Makes `backend` the one Keras will train on in this process (``KERAS_BACKEND``), before
     Keras is imported.

@@ -36,6 +36,7 @@ SEAM = (
     "step_marker",
     "stop_trace",
     "trace_files",
+    "use_compile_cache",
 )
 
 

@@ -56,6 +56,18 @@ def check_config(config: Any) -> None:
     refuse_tf_only(config, "jax", fused=True)
 
 
+def use_compile_cache(directory: str) -> str:
+    """Keeps every program JAX compiles in `directory` (JAX's persistent compilation cache,
+    whatever the compile took), so that a later process compiling the same program reads it
+    instead. Returns what it did, in words."""
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", directory)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return f"JAX's persistent compilation cache in {directory}"
+
+
 def intra_op_threads() -> int:
     """JAX has no thread setting of its own (XLA's CPU client decides): 0."""
     return 0

@@ -59,6 +59,41 @@ def framework_facts() -> dict[str, Any]:
     return facts
 
 
+def use_compile_cache(directory: str) -> str:
+    """Keeps the XLA programs TensorFlow compiles (``jit_compile``) in `directory`: XLA's
+    persistent cache. TensorFlow reads it from ``TF_XLA_FLAGS`` once, early (before its
+    devices start, sometimes before its first op), so it holds only when set first thing: the
+    recipes and ``python -m toolkit`` set it from their command line before anything else.
+    Once TensorFlow has started its devices the cache stays off in this process, and a
+    warning says so. Returns what it did, in words."""
+    import os
+
+    from absl import logging
+
+    current = os.environ.get("TF_XLA_FLAGS", "")
+    if "--tf_xla_persistent_cache_directory=" in current:
+        return "XLA's persistent cache (TF_XLA_FLAGS)"
+    if _devices_started():
+        logging.warning(
+            "--compile_cache: TensorFlow started before the cache was set, so XLA compiles "
+            "without it in this process; set it first (toolkit.backend.use_compile_cache() "
+            "before any TensorFlow op) or export TF_XLA_FLAGS=--tf_xla_persistent_cache_"
+            "directory=%s",
+            directory,
+        )
+        return "off: TensorFlow had started its devices before it was set"
+    flag = f"--tf_xla_persistent_cache_directory={directory}"
+    os.environ["TF_XLA_FLAGS"] = f"{current} {flag}".strip()
+    return f"XLA's persistent cache in {directory} (programs compiled with --jit_compile)"
+
+
+def _devices_started() -> bool:
+    """Whether TensorFlow's eager context (its devices, its XLA flags) is initialized."""
+    from tensorflow.python.eager import context
+
+    return context.context()._context_handle is not None  # no public probe
+
+
 def intra_op_threads() -> int:
     """TensorFlow's intra-op thread setting (0: its default)."""
     import tensorflow as tf

@@ -67,6 +67,16 @@ def check_config(config: Any) -> None:
     refuse_tf_only(config, "torch")
 
 
+def use_compile_cache(directory: str) -> str:
+    """Keeps what ``torch.compile`` builds in `directory` (Inductor's FX-graph cache), unless
+    ``TORCHINDUCTOR_CACHE_DIR`` already names a place. Returns what it did, in words."""
+    import os
+
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", directory)
+    where = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    return f"torch.compile's Inductor cache in {where} (programs compiled with --jit_compile)"
+
+
 def intra_op_threads() -> int:
     """PyTorch's intra-op thread count."""
     import torch

@@ -303,7 +303,8 @@ class RunReport:
             ("examples/s", f"{s.examples_per_sec:,.1f}" if s.examples_per_sec else "n/a"),
             (
                 "first step (trace/compile)",
-                f"{format_ms(s.first_step_s)} over {s.first_step_steps}",
+                f"{format_ms(s.first_step_s)} over {s.first_step_steps}"
+                + (" (compile cache on: may be a read)" if self.args.get("compile_cache") else ""),
             ),
             ("warm-up steps excluded", s.warmup_steps),
             ("other steps excluded (profiler)", s.excluded_steps),
