@@ -135,6 +135,62 @@ def test_every_backend_module_implements_the_whole_seam():
         assert not missing, f"toolkit.backend.{name} lacks {missing}"
 
 
+@pytest.mark.parametrize("name", ["tensorflow", "jax"])
+def test_a_later_run_reads_its_compiled_programs_from_the_compile_cache(name, tmp_path):
+    """--compile_cache: the first run writes its compiled programs; a later run of the same
+    recipe reads them (it writes no new one). On TensorFlow a program's key holds its traced
+    function's name, which depends on what the process traced before (the first run also
+    measured the matmul peak): the second run may write again, the third reads."""
+    cache = tmp_path / "cache"
+    compiled = cache / "compiled" / name
+
+    def run() -> set[str]:
+        out = _python(
+            "-m", "recipes.mlp", f"--backend={name}", "--smoke", "--jit_compile",
+            "--compile_cache", f"--report_dir={tmp_path / 'runs'}",
+            TOOLKIT_CACHE_DIR=str(cache),
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "--compile_cache" not in out.stderr  # no "set too late" warning
+        return {p.name for p in compiled.iterdir()}
+
+    first = run()
+    assert first, f"nothing written under {compiled}"
+    second = run()
+    later = run() if name == "tensorflow" else second
+    assert later == second == run()  # everything read, nothing compiled anew
+    reports = sorted((tmp_path / "runs").glob("*/report.md"))
+    assert "(compile cache on: may be a read)" in reports[-1].read_text()
+
+
+@pytest.mark.parametrize(
+    ("argv", "on"),
+    [
+        (["--compile_cache"], True),
+        (["--compile_cache=true"], True),
+        (["--compile_cache", "--nocompile_cache"], False),
+        (["--compile_cache=false"], False),
+        (["--jit_compile"], False),
+    ],
+)
+def test_compile_cache_is_read_from_the_command_line(argv, on, monkeypatch):
+    calls = []
+    monkeypatch.setattr(backend, "use_compile_cache", lambda: calls.append(1) or "")
+    backend.compile_cache_from_argv(["prog", *argv])
+    assert bool(calls) is on
+
+
+def test_tensorflow_started_before_the_compile_cache_says_it_is_off(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    from toolkit.backend import tensorflow as tf_backend
+
+    tf.constant(1.0) + 1.0  # TensorFlow has started its devices
+    monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
+    said = tf_backend.use_compile_cache(str(tmp_path))
+    assert said.startswith("off:") and "TF_XLA_FLAGS" not in os.environ
+
+
 RECIPES = ["mlp", "cnn", "lstm", "resnet", "mobilenet", "bert"]
 
 

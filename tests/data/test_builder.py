@@ -312,6 +312,10 @@ def _labels_of(ds, batches=None):
     return [b[1].numpy().tolist() for b in taken]
 
 
+def _epoch(ds):
+    return [label for batch in _labels_of(ds) for label in batch]
+
+
 def test_arrays_are_batched_by_gathering_with_no_per_example_stage():
     x, y = np.arange(40, dtype="float32").reshape(20, 2), np.arange(20)
     ops, _ = dataset_ops(pipeline((x, y), 4, seed=0))
@@ -325,12 +329,12 @@ def test_each_epoch_of_arrays_is_a_new_permutation_of_every_example():
     y = np.arange(10)
     ds = pipeline((np.zeros((10, 3), "float32"), y), 4, seed=1, drop_remainder=False)
     assert int(ds.cardinality()) == 3
-    epochs = [sum(_labels_of(ds), []) for _ in range(3)]
+    epochs = [_epoch(ds) for _ in range(3)]
     for order in epochs:
         assert sorted(order) == list(range(10))
     assert len({tuple(order) for order in epochs}) == 3  # reshuffled each iteration
     again = pipeline((np.zeros((10, 3), "float32"), y), 4, seed=1, drop_remainder=False)
-    assert [sum(_labels_of(again), []) for _ in range(3)] == epochs  # the seed fixes the draws
+    assert [_epoch(again) for _ in range(3)] == epochs  # the seed fixes the draws
     plain = pipeline((np.zeros((10, 3), "float32"), y), 4, shuffle=False, drop_remainder=False)
     assert _labels_of(plain) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
@@ -354,7 +358,7 @@ def test_repeated_arrays_carry_an_epochs_leftover_into_the_next_batch():
         assert int(ds.cardinality()) == tf.data.INFINITE_CARDINALITY
         batches = _labels_of(ds, 15)  # 60 examples: 6 epochs
         assert all(len(b) == 4 for b in batches)
-        stream = sum(batches, [])
+        stream = [label for batch in batches for label in batch]
         for epoch in range(6):
             assert sorted(stream[epoch * 10 : (epoch + 1) * 10]) == list(range(10))
     tiny = pipeline((np.zeros((3, 1), "float32"), np.arange(3)), 8, shuffle=False, repeat=True)
