@@ -153,8 +153,8 @@ def examples(source: Any):
 
 def resident(source: Any) -> Any:
     """A Task's data made once for many runs: in-memory ``(features, labels)`` arrays as
-    tensors (each run's pipeline gathers its batches from them, with no copy), anything else
-    as a dataset of single examples."""
+    tensors (each run's pipeline gathers its batches from them; nothing is copied per run),
+    anything else as a dataset of single examples."""
     import tensorflow as tf
 
     if isinstance(source, tuple):
