@@ -427,6 +427,7 @@ def measured_fit(
             data.repeat(),
             epochs=1,
             steps_per_epoch=calls * steps_per_call,
+            shuffle=False,  # batched data: Keras would only warn that it cannot shuffle it
             callbacks=[*prof.callbacks, *callbacks],
             verbose=0,
         )
