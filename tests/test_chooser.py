@@ -282,10 +282,12 @@ def test_the_searches_leave_one_round_of_the_final_inside_the_budget():
     # Cheap final runs: the half holds; what the first search took beyond its share is
     # taken off the next ones.
     assert ch.search_share(20.0, 90.0, 2, [5.0], [3.0], finalists=6) == pytest.approx(7.5)
-    # Final runs of 10 s: one round is 60 s, so the searches may use 30 s in all.
-    assert ch.search_share(20.0, 90.0, 2, [5.0], [10.0], finalists=6) == pytest.approx(1.0)
-    assert ch.search_share(0.0, 200.0, 2, [2.0], [10.0], finalists=6) == pytest.approx(48.0)
-    assert ch.search_share(0.0, 200.0, 2, [2.0], [30.0], finalists=6) == pytest.approx(8.0)
+    # Final runs of 8 s: one round is 48 s, 60 s with the margin, so the searches may use
+    # 30 s in all.
+    assert ch.FINAL_MARGIN == 1.25
+    assert ch.search_share(20.0, 90.0, 2, [5.0], [8.0], finalists=6) == pytest.approx(1.0)
+    assert ch.search_share(0.0, 200.0, 2, [2.0], [8.0], finalists=6) == pytest.approx(48.0)
+    assert ch.search_share(0.0, 200.0, 2, [2.0], [24.0], finalists=6) == pytest.approx(8.0)
     # Never below 1 s: the search then measures the defaults alone.
     assert ch.search_share(80.0, 90.0, 1, [5.0], [20.0], finalists=6) == 1.0
 
