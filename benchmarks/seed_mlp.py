@@ -42,7 +42,6 @@ import argparse
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -83,7 +82,9 @@ def main() -> None:
         print(json.dumps(measure(args)))
         return
 
-    cache_dir = tempfile.mkdtemp(prefix="seed-mlp-compiled-")  # --compile_cache's, this run's
+    # --compile_cache's, this run's; removed at exit even when a part fails
+    cache = tempfile.TemporaryDirectory(prefix="seed-mlp-compiled-")
+    cache_dir = cache.name
 
     def part(name: str, backend: str = "tensorflow") -> list[float]:
         argv = [sys.executable, __file__, *sys.argv[1:], f"--part={name}"]
@@ -117,7 +118,7 @@ def main() -> None:
             if args.compile_cache:
                 cached.append([part("cached", backend) for backend in backends])
             bar.update()
-    shutil.rmtree(cache_dir, ignore_errors=True)
+    cache.cleanup()
     medians = [
         [median(r[i][k] for r in rounds) for k in range(len(rounds[0][i]))]
         for i in range(len(rounds[0]))
