@@ -16,6 +16,8 @@ the step count while the steps do:
 
 * steady state: time per 1000 steps after the first call, on both sides (the goal, >= 10×);
 * the seed's timed region: the training loop, first call (tracing/compilation) included;
+  on the toolkit's side the whole ``fit`` call, timed around it (its data adapter, the
+  optimizer's variables, the first call's compile, the steps, the iterator's end);
 * the whole ``run()`` call: data, model build, compile, training and the report;
 * with ``--compile_cache`` (each backend, a later run of the same script): the training loop
   with its compile read from the toolkit's cache of compiled programs. Not the first run, so
@@ -28,6 +30,12 @@ about 2x slower a step here), PyTorch eager with one step per call (it has no
 ``steps_per_execution``; ``torch.compile`` costs ~40 s here). On JAX and PyTorch a step is
 timed where it finished (its batch end), not where it was queued (docs/guide.md), so the
 steady-state sums are exact.
+
+And, where JAX is installed, a floor: the same step written by hand in JAX (``floor_run``: no
+Keras, no toolkit, no metric, the data on the device first), and the ratios it reaches. On
+this 2-core CPU that floor is what bounds the ratios, not the toolkit: the toolkit's steady
+state on TensorFlow matches it, and XLA's compile of this step (0.4 s by hand) is already a
+fifth of the seed's whole loop.
 
 The figures are medians of ``--rounds`` interleaved rounds (step times here drift by ±10 %
 between runs), and each run gets a fresh process: a finished tf.data pipeline can leave
@@ -75,9 +83,14 @@ def main() -> None:
         help="also time each backend's later runs, their compile read from --compile_cache",
     )
     parser.add_argument(
-        "--part", choices=["seed", "seed_prefetch", "toolkit", "cached"], help=argparse.SUPPRESS
+        "--part",
+        choices=["seed", "seed_prefetch", "toolkit", "cached", "floor"],
+        help=argparse.SUPPRESS,
     )
     args = parser.parse_args()
+    if args.part == "floor":
+        print(json.dumps(floor_run(args.steps, args.fused_steps)))
+        return
     if args.part:
         print(json.dumps(measure(args)))
         return
@@ -101,13 +114,15 @@ def main() -> None:
     others = [b for b in args.backends.split(",") if b.strip()]
     missing = [b for b in others if importlib.util.find_spec(b) is None]
     others = [b for b in others if b not in missing]
-    rounds, cached = [], []
+    # the floor's steady state needs a call after its first (its 100 steps a call, as on JAX)
+    has_jax = importlib.util.find_spec("jax") is not None and args.steps >= 200
+    rounds, cached, floors = [], [], []
     backends = [b for b in ["tensorflow", *others] if b != "torch"]  # torch: eager here
     if args.compile_cache:  # untimed runs that fill the cache (the key holds the trace order)
         for backend in backends:
             for _ in range(2):
                 part("cached", backend)
-    runs = 3 + len(others) + (len(backends) if args.compile_cache else 0)
+    runs = 3 + len(others) + (len(backends) if args.compile_cache else 0) + has_jax
     progress.say(f"seed_mlp: {args.rounds} rounds of {runs} runs")
     with progress.bar(args.rounds, "seed_mlp", unit="round") as bar:
         for _ in range(args.rounds):
@@ -117,6 +132,8 @@ def main() -> None:
             )
             if args.compile_cache:
                 cached.append([part("cached", backend) for backend in backends])
+            if has_jax:
+                floors.append(part("floor", "jax"))
             bar.update()
     cache.cleanup()
     medians = [
@@ -143,7 +160,9 @@ def main() -> None:
     )
     print(
         speedup_line(
-            "training loop, first call (compile) included, vs the seed's best", seed_best, fit
+            "training loop (the fit call), first call (compile) included, vs the seed's best",
+            seed_best,
+            fit,
         )
     )
     print(
@@ -182,6 +201,15 @@ def main() -> None:
                     c_fit,
                 )
             )
+    if floors:
+        f_loop, f_compile, f_step = (median(f[k] for f in floors) for k in range(3))
+        print(
+            f"floor, the same step written by hand in JAX (no Keras, no metric, data already "
+            f"on the device): {f_step * 1e3:.3f} ms/step after its first call; its trace and "
+            f"compile {f_compile:.2f} s; its {args.steps}-step loop {f_loop:.2f} s. Against the "
+            f"seed, by hand: {seed_step / f_step:.2f}x in steady state, "
+            f"{seed_best / f_loop:.2f}x for the loop"
+        )
     # The goals, on the backend the toolkit would pick for each (toolkit backends measures it).
     fastest = min(best, key=lambda b: best[b][0])
     steady_ratio = seed_step / best[fastest][0]
@@ -197,6 +225,70 @@ def main() -> None:
     )
     for backend in missing:
         print(f"{backend} backend: not installed (pip install 'keras-perf-toolkit[{backend}]')")
+
+
+def floor_run(steps: int, fused_steps: int) -> list[float]:
+    """The floor: the seed's MLP step written by hand in JAX (no Keras, no toolkit, no
+    metric): dense-relu-dense, softmax cross-entropy, Adam with Keras's defaults, `fused_steps`
+    steps in one jitted ``lax.scan``, the data on the device before the clock starts. Returns
+    (the loop: trace, compile and every step; the trace and compile alone; time per step
+    after the first call)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    batch_size = 32
+    calls = steps // fused_steps
+    rng = np.random.default_rng(0)
+    xs = jax.device_put(rng.random((calls, fused_steps, batch_size, 256), dtype=np.float32))
+    ys = jax.device_put(rng.integers(0, 10, (calls, fused_steps, batch_size)).astype(np.int32))
+
+    def glorot(key, fan_in, fan_out):
+        limit = np.sqrt(6 / (fan_in + fan_out))
+        return jax.random.uniform(key, (fan_in, fan_out), jnp.float32, -limit, limit)
+
+    k1, k2 = jax.random.split(jax.random.key(0))
+    params = {
+        "w1": glorot(k1, 256, 512),
+        "b1": jnp.zeros(512),
+        "w2": glorot(k2, 512, 10),
+        "b2": jnp.zeros(10),
+    }
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    state = (params, zeros, zeros, jnp.zeros((), jnp.float32))
+    lr, beta1, beta2, eps = 1e-3, 0.9, 0.999, 1e-7  # keras.optimizers.Adam's defaults
+
+    def loss_fn(p, x, y):
+        h = jax.nn.relu(x @ p["w1"] + p["b1"])
+        logp = jax.nn.log_softmax(h @ p["w2"] + p["b2"])
+        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+
+    def step(carry, batch):
+        p, m, v, t = carry
+        loss, g = jax.value_and_grad(loss_fn)(p, *batch)
+        t = t + 1
+        m = jax.tree.map(lambda m, g: beta1 * m + (1 - beta1) * g, m, g)
+        v = jax.tree.map(lambda v, g: beta2 * v + (1 - beta2) * g * g, v, g)
+        rate = lr * jnp.sqrt(1 - beta2**t) / (1 - beta1**t)
+        p = jax.tree.map(lambda p, m, v: p - rate * m / (jnp.sqrt(v) + eps), p, m, v)
+        return (p, m, v, t), loss
+
+    @jax.jit
+    def fused(carry, x, y):
+        return jax.lax.scan(step, carry, (x, y))
+
+    start = time.perf_counter()
+    compiled = fused.lower(state, xs[0], ys[0]).compile()
+    compile_s = time.perf_counter() - start
+    state, losses = compiled(state, xs[0], ys[0])
+    losses.block_until_ready()
+    after_first = time.perf_counter()
+    for i in range(1, calls):
+        state, losses = compiled(state, xs[i], ys[i])
+    losses.block_until_ready()
+    end = time.perf_counter()
+    assert np.isfinite(float(losses[-1]))
+    return [end - start, compile_s, (end - after_first) / (steps - fused_steps)]
 
 
 def measure(args: argparse.Namespace) -> list[float]:
@@ -249,14 +341,33 @@ def measure(args: argparse.Namespace) -> list[float]:
         return end - start, (last - after_first) / (steps - 1)
 
     def toolkit_run() -> tuple[float, float, float]:
-        """(the whole run() call, fit's wall time, time per step after the first call)."""
+        """(the whole run() call, the fit call's wall time, time per step after the first
+        call). The fit call is timed around it, as the seed's loop is: its setup (the data
+        adapter, the optimizer's variables), the first call's trace and compile, the steps,
+        and the iterator's end, not only from its train-begin to its train-end callback."""
+        fit_calls: list[float] = []
+
+        def timed_mlp():
+            model = mlp()
+            fit = model.fit
+
+            def timed_fit(*args, **kwargs):
+                begin = time.perf_counter()
+                try:
+                    return fit(*args, **kwargs)
+                finally:
+                    fit_calls.append(time.perf_counter() - begin)
+
+            model.fit = timed_fit
+            return model
+
         start = time.perf_counter()
         rng = np.random.default_rng(0)
         x = rng.random((steps * batch_size, 256), dtype=np.float32)
         y = rng.integers(0, 10, steps * batch_size).astype(np.int32)
         task = train.Task(
             name="seed-mlp",
-            build_model=mlp,
+            build_model=timed_mlp,
             train=(x, y),
             loss="sparse_categorical_crossentropy",
             metrics=["accuracy"],
@@ -277,9 +388,10 @@ def measure(args: argparse.Namespace) -> list[float]:
         report = result.report
         assert report.steps.total_steps == steps, report.steps.total_steps
         assert int(result.model.optimizer.iterations.numpy()) == steps
+        assert len(fit_calls) == 1, fit_calls
         after_first = [c for c in report.timeline if c[3] != "first"]
         steady = sum(c[0] for c in after_first) / sum(c[1] for c in after_first)
-        return wall, report.fit_seconds, steady
+        return wall, fit_calls[0], steady
 
     quiet_gc()
     if args.part in ("toolkit", "cached"):
