@@ -41,6 +41,24 @@ def test_a_faster_backend_whose_loss_disagrees_is_not_chosen():
     assert ch.choose(rows)[0] == TF
     result = ch.BackendsResult(ch.Target("mlp"), rows, TF, "k", 100, 3, 1.0)
     assert result.loss_agrees(rows[1]) is False and "loss differs" in result.table()
+    assert "more than 5% off: jax cpu (50.0% off)" in result.summary()
+
+
+def test_the_summary_states_the_loss_tolerance_and_who_has_no_loss():
+    rows = [
+        row(TF, [1.0] * 3, loss=2.0),
+        row(JAX, [0.5] * 3, loss=2.04),
+        row(TORCH, [], error="no torch here"),
+    ]
+    result = ch.BackendsResult(ch.Target("mlp"), rows, JAX, "k", 100, 3, 1.0)
+    line = result.loss_line()
+    assert line == (
+        "losses: the defaults' final loss 2; every other agrees within 5%; no loss from torch cpu"
+    )
+    assert line in result.summary()
+    nan = [row(TF, [1.0] * 3, loss=2.0), row(JAX, [0.5] * 3, loss=float("nan"))]
+    result = ch.BackendsResult(ch.Target("mlp"), nan, TF, "k", 100, 3, 1.0)
+    assert result.loss_line().endswith("more than 5% off: jax cpu (NaN off)")
 
 
 def test_within_the_minimum_gain_the_defaults_stay():

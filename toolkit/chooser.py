@@ -300,8 +300,34 @@ class BackendsResult:
             f"backends: {self.target.label()}, {self.steps} steps per run, medians of "
             f"{self.rounds} interleaved rounds, each run a fresh process ({source})\n"
             f"{self.table()}\n"
+            f"{self.loss_line()}\n"
             f"chosen: {self.best.flags()} ({self.why})"
         )
+
+    def loss_line(self) -> str:
+        """Whether every contender's final loss agrees with the defaults' within
+        ``LOSS_RTOL`` (same data, same initial weights: a backend that disagrees computes
+        something else, and is never chosen)."""
+        base = self.defaults.median("loss")
+        if base is None or base != base:
+            return "losses: the defaults have no final loss to compare with"
+        differ, unknown = [], []
+        for row in self.rows[1:]:
+            agrees = self.loss_agrees(row)
+            if agrees is None:
+                unknown.append(row.contender.label())
+            elif not agrees:
+                loss = row.median("loss")
+                gap = "NaN" if loss != loss else f"{abs(loss - base) / max(abs(base), 1e-12):.1%}"
+                differ.append(f"{row.contender.label()} ({gap} off)")
+        line = f"losses: the defaults' final loss {base:.4g}; "
+        if differ:
+            line += f"more than {LOSS_RTOL:.0%} off: {', '.join(differ)}"
+        else:
+            line += f"every other agrees within {LOSS_RTOL:.0%}"
+        if unknown:
+            line += f"; no loss from {', '.join(unknown)}"
+        return line
 
     def write(self, out_dir: str, plot: bool = True) -> dict[str, str]:
         """``backends.json``, ``backends.md`` and (with matplotlib) ``backends.png`` under
