@@ -152,6 +152,7 @@ def test_a_later_run_reads_its_compiled_programs_from_the_compile_cache(name, tm
         )  # fmt: skip
         assert out.returncode == 0, out.stderr[-3000:]
         assert "--compile_cache" not in out.stderr  # no "set too late" warning
+        assert "compile cache on: may be a read" in out.stdout + out.stderr  # the summary
         return {p.name for p in compiled.iterdir()}
 
     first = run()

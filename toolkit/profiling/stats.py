@@ -137,8 +137,9 @@ class StepStats:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
-    def lines(self) -> list[str]:
-        """Human-readable summary, one figure per line."""
+    def lines(self, compile_cache: bool = False) -> list[str]:
+        """Human-readable summary, one figure per line. `compile_cache`: the run read compiled
+        programs from a cache (``--compile_cache``), so its first step may not have compiled."""
         out = []
         if self.timed_steps == 0:
             out.append(
@@ -173,7 +174,9 @@ class StepStats:
         if self.first_step_s is not None:
             out.append(
                 f"first step: {format_ms(self.first_step_s)} over {self.first_step_steps} step(s) "
-                "(tracing/compilation, not in the statistics)"
+                "(tracing/compilation"
+                + ("; compile cache on: may be a read" if compile_cache else "")
+                + ", not in the statistics)"
             )
         excluded = [f"warm-up {self.warmup_steps}"]
         if self.excluded_steps:

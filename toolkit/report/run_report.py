@@ -258,7 +258,7 @@ class RunReport:
         lines = [head]
         if self.context is not None:
             lines += self.context.lines()
-        lines += self.steps.lines()
+        lines += self.steps.lines(compile_cache=bool(self.args.get("compile_cache")))
         if self.compute:
             lines.append(_compute_line(self.compute))
         if self.diagnosis:
