@@ -41,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [HERE, ROOT]
 
-from _common import speedup_line  # noqa: E402
+from _common import speedup_line, timed_fit  # noqa: E402
 
 BACKENDS = ("jax", "torch", "tensorflow")
 # The toolkit's settings for the seed MLP per backend (PyTorch has no steps_per_execution), then
@@ -279,6 +279,8 @@ def _seed_toolkit(args: argparse.Namespace) -> dict:
     from toolkit.config import TrainConfig
 
     np, _, model = _seed_mlp()
+    fit_calls: list[float] = []
+    timed_fit(model, fit_calls)  # the loop is the whole fit call, as the seed's is
     steps, batch = (200 if args.quick else args.seed_steps), 32
     rng = np.random.default_rng(0)
     x = rng.random((steps * batch, 256), dtype=np.float32)
@@ -296,7 +298,7 @@ def _seed_toolkit(args: argparse.Namespace) -> dict:
     report = train.run(task, config).report
     after_first = [c for c in report.timeline if c[3] != "first"]
     steady = sum(c[0] for c in after_first) / sum(c[1] for c in after_first)
-    return {"loop_s": report.fit_seconds, "step_s": steady}
+    return {"loop_s": fit_calls[0], "step_s": steady}
 
 
 def _backend_name() -> str:

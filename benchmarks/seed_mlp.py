@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 
-from _common import quiet_gc, speedup_line
+from _common import quiet_gc, speedup_line, timed_fit
 
 from toolkit import progress
 
@@ -346,28 +346,13 @@ def measure(args: argparse.Namespace) -> list[float]:
         adapter, the optimizer's variables), the first call's trace and compile, the steps,
         and the iterator's end, not only from its train-begin to its train-end callback."""
         fit_calls: list[float] = []
-
-        def timed_mlp():
-            model = mlp()
-            fit = model.fit
-
-            def timed_fit(*args, **kwargs):
-                begin = time.perf_counter()
-                try:
-                    return fit(*args, **kwargs)
-                finally:
-                    fit_calls.append(time.perf_counter() - begin)
-
-            model.fit = timed_fit
-            return model
-
         start = time.perf_counter()
         rng = np.random.default_rng(0)
         x = rng.random((steps * batch_size, 256), dtype=np.float32)
         y = rng.integers(0, 10, steps * batch_size).astype(np.int32)
         task = train.Task(
             name="seed-mlp",
-            build_model=timed_mlp,
+            build_model=lambda: timed_fit(mlp(), fit_calls),
             train=(x, y),
             loss="sparse_categorical_crossentropy",
             metrics=["accuracy"],
