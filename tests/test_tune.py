@@ -224,12 +224,40 @@ def test_the_budget_is_a_promise_not_a_start_deadline():
         clock.t += 4.0  # every candidate takes 4 s
         return fake_rates(c)
 
-    trials, exhausted = tn.search(measure, SPACE, budget_s=13.0, clock=clock)
+    space = tn.Space(
+        precision=("float32", "mixed_bfloat16"), steps_per_execution=(1, 8), fused_steps=(1, 8)
+    )
+    trials, exhausted = tn.search(measure, space, budget_s=13.0, clock=clock)
     assert exhausted and len(trials) == 3 and clock.t <= 13.0  # a 4th would end at 16 s
     pick, rounds, _, out = tn.confirm(measure, trials, budget_s=13.0, clock=clock, spent_s=clock.t)
     assert out and not rounds and clock.t <= 13.0
     # Nothing confirmed: only a gain beyond UNCONFIRMED_GAIN in one window is taken.
     assert pick == tn.choose(trials, tn.UNCONFIRMED_GAIN)
+
+
+def test_the_first_xla_candidate_is_expected_to_cost_more_and_then_what_xla_cost():
+    """XLA's compile is not known until an XLA candidate ran: the first is expected to cost
+    XLA_FIRST_COST times the slowest candidate so far, and is not started where that would
+    end past the budget; after one ran, XLA candidates are expected to cost what XLA did."""
+    clock = Clock(step=0.0)
+    cost = {False: 3.0, True: 12.0}  # a CNN here: graph trials 3 s, its XLA trial far more
+
+    def measure(c):
+        clock.t += cost[c.jit_compile]
+        return fake_rates(c)
+
+    # 6 s spent; the first XLA candidate is expected at 3 × 3 s: past a 14 s budget, so
+    # it is not started, while the graph candidates after it (3 s) still are.
+    trials, exhausted = tn.search(measure, SPACE, budget_s=14.0, clock=clock)
+    assert exhausted and clock.t <= 14.0 and len(trials) >= 3
+    assert not any(t.candidate.jit_compile for t in trials)
+    # With room for it, it runs (and wins); the next XLA candidate is then expected to take
+    # 12 s too, and is not started past the budget.
+    clock.t = 0.0
+    trials, exhausted = tn.search(measure, SPACE, budget_s=25.0, clock=clock)
+    assert exhausted and clock.t == 18.0
+    assert [t.candidate.jit_compile for t in trials] == [False, False, True]
+    assert tn._expected_cost(tn.Candidate(jit_compile=True), trials) == 12.0
 
 
 def test_space_follows_the_step_time(keras):

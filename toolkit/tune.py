@@ -79,6 +79,11 @@ DECISIVE_GAIN = 0.25  # won by this much in the search and in round 1: one round
 # window is stopped: it cannot win (a small CNN's XLA candidate ran 35× slower, for 46 s).
 HOPELESS = 4.0
 HOPELESS_FLOOR_S = 2.0  # ...and never before this much of its run (after the first call)
+# The first XLA candidate's cost, unknown until one is measured, is taken as this many times
+# the slowest candidate without XLA: XLA compiles far longer than a graph traces, and its
+# first call cannot be stopped (here a small CNN's first XLA trial took 22 s after trials of
+# 3-4 s, and ran a 20 s budget 9 s over; an LSTM's took 1.6x).
+XLA_FIRST_COST = 3.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -397,10 +402,10 @@ def search(
         nonlocal exhausted
         if candidate in seen:
             return seen[candidate]
-        # A candidate costs about what the median one did: one that would end past the
-        # budget is not started (the budget is a promise, not a start deadline).
-        cost = statistics.median(t.seconds for t in trials) if trials else 0.0
-        if trials and clock() - start + cost > budget_s:
+        # A candidate costs about what the median one of its kind (XLA or not) did: one that
+        # would end past the budget is not started (the budget is a promise, not a start
+        # deadline).
+        if trials and clock() - start + _expected_cost(candidate, trials) > budget_s:
             exhausted = True
             return None
         t0 = clock()
@@ -503,6 +508,18 @@ def search(
         if exhausted or best.candidate == before:
             break
     return trials, exhausted
+
+
+def _expected_cost(candidate: Candidate, trials: Sequence[Trial]) -> float:
+    """What measuring `candidate` should take, from the `trials` so far: the median of those
+    with its XLA setting; for the first XLA candidate, :data:`XLA_FIRST_COST` times the
+    slowest without."""
+    same = [t.seconds for t in trials if t.candidate.jit_compile == candidate.jit_compile]
+    if same:
+        return statistics.median(same)
+    if candidate.jit_compile:
+        return XLA_FIRST_COST * max(t.seconds for t in trials)
+    return statistics.median(t.seconds for t in trials)
 
 
 def _decide(
