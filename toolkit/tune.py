@@ -79,10 +79,10 @@ DECISIVE_GAIN = 0.25  # won by this much in the search and in round 1: one round
 # window is stopped: it cannot win (a small CNN's XLA candidate ran 35× slower, for 46 s).
 HOPELESS = 4.0
 HOPELESS_FLOOR_S = 2.0  # ...and never before this much of its run (after the first call)
-# The first XLA candidate's cost, unknown until one is measured, is taken as this many times
-# the slowest candidate without XLA: XLA compiles far longer than a graph traces, and its
-# first call cannot be stopped (here a small CNN's first XLA trial took 22 s after trials of
-# 3-4 s, and ran a 20 s budget 9 s over; an LSTM's took 1.6x).
+# The first jit_compile candidate's cost (XLA; on PyTorch, torch.compile), unknown until one
+# is measured, is taken as this many times the slowest candidate without: a compile takes far
+# longer than a graph trace, and a first call cannot be stopped (here a small CNN's first XLA
+# trial took 22 s after trials of 3-5 s, and ran a 20 s budget 9 s over; an LSTM's took 1.6x).
 XLA_FIRST_COST = 3.0
 
 
