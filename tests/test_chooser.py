@@ -251,8 +251,32 @@ def test_a_run_without_timed_steps_is_a_failed_run_not_a_crash(tmp_path, monkeyp
         progress=lambda line: None,
     )  # fmt: skip
     assert result.best == TF
-    assert "no timed steps in 20 steps: raise --steps" in result.row(big).error
+    assert "no timed steps in 2560 steps: raise --steps" in result.row(big).error
     assert "failed: no timed steps" in result.table()
+
+
+def test_every_contender_trains_as_many_steps_since_their_losses_are_compared():
+    tuned = ch.Contender("tensorflow", "cpu", ("--jit_compile", "--steps_per_execution=8",
+                                               "--fused_steps=32"))  # fmt: skip
+    three = ch.Contender("jax", "cpu", ("--fused_steps=3",))
+    # 5 calls of the longest (256 steps) and a whole number of every contender's calls
+    assert ch.run_steps(200, [TF, tuned], ()) == 1280
+    assert ch.run_steps(200, [TF, tuned, three], ()) == 1536  # lcm(256, 3) = 768
+    assert ch.run_steps(200, [TF, JAX], ()) == 200
+    # the target's flags are every contender's, unless its settings say otherwise
+    assert ch.run_steps(200, [TF, JAX], ("--fused_steps", "64")) == 320
+    assert ch.run_steps(200, [TF, tuned], ("--fused_steps=64",)) == 1280
+
+    def runner(contender, extra):
+        return {"mean_s": 1.0, "p50_s": 1.0, "first_step_s": 0.1, "loss": 0.7}
+
+    lines = []
+    result = ch.compare(
+        ch.Target("mlp"), candidates=[TF, tuned], steps=200, rounds=1, runner=runner,
+        progress=lines.append,
+    )  # fmt: skip
+    assert result.steps == 1280 and "1280 steps per run" in result.summary()
+    assert any("1280 steps per run, not 200" in ln for ln in lines)
 
 
 def test_a_target_from_a_name_a_spec_or_your_function(tmp_path, monkeypatch):

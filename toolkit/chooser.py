@@ -697,10 +697,17 @@ def compare(
 
     listed = list(candidates or ()) or contenders(target.flags, backends, probe=probe)
     rows = [Row(c) for c in listed]
+    length = run_steps(steps, listed, target.flags)
+    if length != steps:
+        progress(
+            f"backends: {length} steps per run, not {steps}: every contender trains as many "
+            "steps (their final losses are compared), at least 5 of its longest calls, a "
+            "whole number of every contender's calls"
+        )
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="toolkit-backends-") as tmp:
         weights = os.path.join(tmp, "initial.weights.h5")
-        run = runner or (lambda c, extra: _child(target, c, steps, extra, env, timeout_s))
+        run = runner or (lambda c, extra: _child(target, c, length, extra, env, timeout_s))
         total = rounds * len(rows)
         walls: list[float] = []
         bar = tk_progress.bar(total, "backends", unit="run", enabled=bar_wanted)
@@ -718,7 +725,7 @@ def compare(
                 figures = run(row.contender, [f"--init_weights={weights}"])
                 bar.update()
                 if not figures.get("error") and not figures.get("mean_s"):
-                    figures = {"error": f"no timed steps in {steps} steps: raise --steps"}
+                    figures = {"error": f"no timed steps in {length} steps: raise --steps"}
                 figures["wall_s"] = time.perf_counter() - t0
                 walls.append(figures["wall_s"])
                 figures["round"] = r
@@ -739,11 +746,34 @@ def compare(
         row.runs.sort(key=lambda f: f["round"])
     best, why = choose(rows)
     result = BackendsResult(
-        target, rows, best, key, steps, rounds, time.perf_counter() - start, False, why
+        target, rows, best, key, length, rounds, time.perf_counter() - start, False, why
     )
     if use_cache:
         _store(result, facts)
     return result
+
+
+def run_steps(steps: int, listed: Sequence[Contender], flags: Sequence[str]) -> int:
+    """How many steps each of `listed` trains in :func:`compare`: the same for all, since
+    their final losses are compared (a contender with 256 steps a call that trained 1280
+    steps, against 200 for the others, ended at a loss 75 % lower and was turned away as
+    computing something else). At least `steps` and 5 calls of the longest call (the first
+    call, a warm-up and timed ones), a whole number of every contender's calls (steps per
+    execution × fused steps, from its settings, else `flags`)."""
+    import math
+
+    def per_call(c: Contender) -> int:
+        n = 1
+        for name in ("steps_per_execution", "fused_steps"):
+            value = flag_value(c.settings, name) or flag_value(flags, name)
+            with contextlib.suppress(TypeError, ValueError):
+                n *= max(1, int(value))  # type: ignore[arg-type]
+        return n
+
+    calls = [per_call(c) for c in listed] or [1]
+    every = math.lcm(*calls)
+    least = max(steps, 5 * max(calls))
+    return -(-least // every) * every
 
 
 def tuned_settings(result: dict[str, Any]) -> tuple[str, ...]:
