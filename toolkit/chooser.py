@@ -843,7 +843,7 @@ def tune_across(
             found = read_json(out) if lines is not None else {}
             wall = time.perf_counter() - t0
             overheads.append(max(wall - share, 0.0))
-            run = final_run_estimate(found, wall)
+            run = final_run_estimate(found, wall, steps, flags)
             if run is not None:
                 runs.append(run)
         if not found.get("best"):
@@ -898,16 +898,33 @@ def search_share(
     return max((searching - elapsed_s) / searches_left - overhead, 1.0)
 
 
-def final_run_estimate(found: dict[str, Any], wall_s: float) -> float | None:
+def final_run_estimate(
+    found: dict[str, Any], wall_s: float, steps: int = DEFAULT_STEPS, flags: Sequence[str] = ()
+) -> float | None:
     """Seconds one fresh-process run of the final will take for this contender, from its
     search's child: the child's time outside its search (start-up, data, report) plus the
-    search's first trial (the defaults: build, compile, one window). None when the search
+    search's first trial (the defaults: build, compile, one window), plus, where the winner's
+    calls make every final run longer than `steps` (:func:`run_steps`), the defaults' steps
+    beyond it (from the batch size the child reports, ``batch_size``). None when the search
     did not say."""
     trials = found.get("trials") or []
     seconds = found.get("seconds")
     if not trials or seconds is None or trials[0].get("seconds") is None:
         return None
-    return max(wall_s - seconds, 0.0) + trials[0]["seconds"]
+    run = max(wall_s - seconds, 0.0) + trials[0]["seconds"]
+    rate, batch, best = (
+        trials[0].get("examples_per_sec"),
+        found.get("batch_size"),
+        found.get("best"),
+    )
+    if rate and batch and best:
+        winner = Contender("", "", (
+            f"--steps_per_execution={best.get('steps_per_execution', 1)}",
+            f"--fused_steps={best.get('fused_steps', 1)}",
+        ))  # fmt: skip
+        longer = run_steps(steps, [winner], flags) - steps
+        run += max(longer, 0) * batch / rate
+    return run
 
 
 def _follow(

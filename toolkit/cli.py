@@ -260,7 +260,8 @@ def _tune(args: argparse.Namespace) -> int:
     if args.json_out:  # for tune --across_backends, which runs one tune per backend
         from toolkit.files import atomic_write
 
-        atomic_write(args.json_out, json.dumps(result.to_dict()))
+        batch = None if isinstance(target, tuple) else config.batch_size
+        atomic_write(args.json_out, json.dumps({**result.to_dict(), "batch_size": batch}))
     source = "cache" if result.cache_hit else f"searched in {result.seconds:.1f} s"
     batch = "your pipeline's" if isinstance(target, tuple) else config.batch_size
     print(f"tune: {what}, batch {batch} ({source})")
