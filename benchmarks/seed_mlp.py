@@ -205,7 +205,8 @@ def main() -> None:
         f_loop, f_compile, f_step = (median(f[k] for f in floors) for k in range(3))
         print(
             f"floor, the same step written by hand in JAX (no Keras, no metric, data already "
-            f"on the device): {f_step * 1e3:.3f} ms/step after its first call; its trace and "
+            f"on the device): {f_step * 1e3:.3f} ms/step after its first call (fastest of 5 "
+            f"passes); its trace and "
             f"compile {f_compile:.2f} s; its {args.steps}-step loop {f_loop:.2f} s. Against the "
             f"seed, by hand: {seed_step / f_step:.2f}x in steady state, "
             f"{seed_best / f_loop:.2f}x for the loop"
@@ -232,7 +233,7 @@ def floor_run(steps: int, fused_steps: int) -> list[float]:
     metric): dense-relu-dense, softmax cross-entropy, Adam with Keras's defaults, `fused_steps`
     steps in one jitted ``lax.scan``, the data on the device before the clock starts. Returns
     (the loop: trace, compile and every step; the trace and compile alone; time per step
-    after the first call)."""
+    after the first call, the fastest of 5 passes)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -287,8 +288,17 @@ def floor_run(steps: int, fused_steps: int) -> list[float]:
         state, losses = compiled(state, xs[i], ys[i])
     losses.block_until_ready()
     end = time.perf_counter()
+    # A floor is the best the step can do: the steady state is the fastest of this pass and
+    # 4 more of the same calls (one pass is ~0.15 s, short enough for a neighbour to move it).
+    passes = [end - after_first]
+    for _ in range(4):
+        begin = time.perf_counter()
+        for i in range(1, calls):
+            state, losses = compiled(state, xs[i], ys[i])
+        losses.block_until_ready()
+        passes.append(time.perf_counter() - begin)
     assert np.isfinite(float(losses[-1]))
-    return [end - start, compile_s, (end - after_first) / (steps - fused_steps)]
+    return [end - start, compile_s, min(passes) / (steps - fused_steps)]
 
 
 def measure(args: argparse.Namespace) -> list[float]:
