@@ -701,8 +701,8 @@ def compare(
     if length != steps:
         progress(
             f"backends: {length} steps per run, not {steps}: every contender trains as many "
-            "steps (their final losses are compared), at least 5 of its longest calls, a "
-            "whole number of every contender's calls"
+            "steps (their final losses are compared): at least 5 calls of the longest call, "
+            "and a whole number of every contender's calls"
         )
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="toolkit-backends-") as tmp:

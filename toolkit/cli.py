@@ -257,14 +257,14 @@ def _tune(args: argparse.Namespace) -> int:
         result = tune(
             target, config=config, budget_s=flag_values.tune_budget, use_cache=not args.refresh
         )
+    batch = None if isinstance(target, tuple) else config.batch_size  # None: your pipeline's
     if args.json_out:  # for tune --across_backends, which runs one tune per backend
         from toolkit.files import atomic_write
 
-        batch = None if isinstance(target, tuple) else config.batch_size
         atomic_write(args.json_out, json.dumps({**result.to_dict(), "batch_size": batch}))
     source = "cache" if result.cache_hit else f"searched in {result.seconds:.1f} s"
-    batch = "your pipeline's" if isinstance(target, tuple) else config.batch_size
-    print(f"tune: {what}, batch {batch} ({source})")
+    shown = "your pipeline's" if batch is None else batch
+    print(f"tune: {what}, batch {shown} ({source})")
     print(result.table())
     if isinstance(target, tuple):
         kwargs = ", ".join(f"{k}={v!r}" for k, v in result.best.compile_kwargs().items())
