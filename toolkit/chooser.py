@@ -760,7 +760,6 @@ def run_steps(steps: int, listed: Sequence[Contender], flags: Sequence[str]) -> 
     computing something else). At least `steps` and 5 calls of the longest call (the first
     call, a warm-up and timed ones), a whole number of every contender's calls (steps per
     execution × fused steps, from its settings, else `flags`)."""
-    import math
 
     def per_call(c: Contender) -> int:
         n = 1
@@ -770,7 +769,14 @@ def run_steps(steps: int, listed: Sequence[Contender], flags: Sequence[str]) -> 
                 n *= max(1, int(value))  # type: ignore[arg-type]
         return n
 
-    calls = [per_call(c) for c in listed] or [1]
+    return _common_length(steps, [per_call(c) for c in listed])
+
+
+def _common_length(steps: int, calls: Sequence[int]) -> int:
+    """At least `steps` and 5 of the longest of `calls` (steps a call), a multiple of each."""
+    import math
+
+    calls = list(calls) or [1]
     every = math.lcm(*calls)
     least = max(steps, 5 * max(calls))
     return -(-least // every) * every
@@ -843,7 +849,7 @@ def tune_across(
             found = read_json(out) if lines is not None else {}
             wall = time.perf_counter() - t0
             overheads.append(max(wall - share, 0.0))
-            run = final_run_estimate(found, wall, steps, flags)
+            run = final_run_estimate(found, wall, steps)
             if run is not None:
                 runs.append(run)
         if not found.get("best"):
@@ -899,7 +905,7 @@ def search_share(
 
 
 def final_run_estimate(
-    found: dict[str, Any], wall_s: float, steps: int = DEFAULT_STEPS, flags: Sequence[str] = ()
+    found: dict[str, Any], wall_s: float, steps: int = DEFAULT_STEPS
 ) -> float | None:
     """Seconds one fresh-process run of the final will take for this contender, from its
     search's child: the child's time outside its search (start-up, data, report) plus the
@@ -917,13 +923,9 @@ def final_run_estimate(
         found.get("batch_size"),
         found.get("best"),
     )
-    if rate and batch and best:
-        winner = Contender("", "", (
-            f"--steps_per_execution={best.get('steps_per_execution', 1)}",
-            f"--fused_steps={best.get('fused_steps', 1)}",
-        ))  # fmt: skip
-        longer = run_steps(steps, [winner], flags) - steps
-        run += max(longer, 0) * batch / rate
+    if rate and batch and best:  # the winner's settings, the recipe's flags applied
+        call = best.get("steps_per_execution", 1) * best.get("fused_steps", 1)
+        run += (_common_length(steps, [call]) - steps) * batch / rate
     return run
 
 
