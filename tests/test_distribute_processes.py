@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -78,6 +79,24 @@ def _free_ports(n: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+def _read_until(proc: subprocess.Popen, prefix: str, timeout: float) -> tuple[bool, str]:
+    """Reads `proc`'s output until a line starts with `prefix`, the output ends, or `timeout`
+    seconds pass. Returns whether the line came, and what was read (for the failure message)."""
+    said, seen = [], threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            said.append(line)
+            if line.startswith(prefix):
+                seen.set()
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return seen.is_set(), "".join(said)
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -245,10 +264,14 @@ def test_a_killed_worker_restarts_and_the_cluster_resumes_to_the_requested_steps
 
     procs = [start(0), start(1)]
     try:
-        for line in procs[1].stdout:
-            if line.startswith("epoch 1"):
-                procs[1].send_signal(signal.SIGKILL)
-                break
+        seen, said = _read_until(procs[1], "epoch 1", timeout=240)
+        if not seen:
+            _stop(procs)
+            pytest.fail(
+                "worker 1 did not end epoch 1 within 240 s\n== worker 0:\n"
+                f"{procs[0].stdout.read()[-3000:]}\n== worker 1:\n{said[-3000:]}"
+            )
+        procs[1].send_signal(signal.SIGKILL)
         procs[1].wait(timeout=60)
         assert procs[1].returncode == -signal.SIGKILL, "worker 1 ended before it was killed"
         procs[0].communicate(timeout=180)  # the survivor must fail, not hang

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -143,6 +144,32 @@ def test_a_report_dir_that_cannot_be_written_is_found_before_training(tmp_path, 
     assert last.startswith(f"error: --report_dir={tmp_path / where}: {words}")
     assert "Traceback" not in out.stderr and "== mlp" not in out.stdout  # nothing trained
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_runs_started_together_with_one_new_report_dir_all_pass_its_check(tmp_path):
+    """The workers of a cluster start at once with the same --report_dir: each one's check
+    must pass, whatever the others' checks are doing, and leave nothing behind."""
+    from toolkit.train import check_report_dir
+
+    n, rounds = 8, 40
+    barrier, failures = threading.Barrier(n), []
+
+    def check(where):
+        barrier.wait()
+        try:
+            check_report_dir(str(where))
+        except Exception as e:  # noqa: BLE001 - every failure is collected and shown
+            failures.append(repr(e))
+
+    for r in range(rounds):
+        where = tmp_path / f"round{r}" / "runs"
+        threads = [threading.Thread(target=check, args=(where,)) for _ in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert not failures, failures[:3]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_tilde_in_a_path_flag_is_the_home_directory(tmp_path):

@@ -702,27 +702,30 @@ def run(
 
 def check_report_dir(report_dir: str | None) -> None:
     """Raises SetupError (one line) when runs cannot be written under `report_dir`: found
-    before anything trains, not after. Leaves nothing behind (the run makes its directory
-    when it starts)."""
+    before anything trains, not after.
+
+    It makes nothing: a file with a unique name is created and removed again in the directory,
+    or, when the directory is still missing, in its nearest existing ancestor (where the run
+    will make it). So processes started together with one report directory (the workers of a
+    cluster) cannot trip over each other's checks, and a run that fails before training leaves
+    nothing behind.
+    """
     if not report_dir:
         return
-    path = os.path.expanduser(report_dir)
+    path = os.path.abspath(os.path.expanduser(report_dir))
     if os.path.exists(path) and not os.path.isdir(path):
         raise SetupError(
             f"--report_dir={report_dir}: it is a file, not a directory; choose a directory, "
             "or --report_dir= to write nothing"
         )
-    missing = []  # the directories this check makes, removed again: a run that fails before
-    parent = os.path.abspath(path)  # training leaves nothing behind
-    while not os.path.exists(parent):
-        missing.append(parent)
-        parent = os.path.dirname(parent)
+    where = path
+    while not os.path.exists(where):
+        where = os.path.dirname(where)
     try:
-        os.makedirs(path, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-")  # noqa: SIM115
+        if not os.path.isdir(where):
+            raise NotADirectoryError(0, f"{where} is a file, not a directory")
+        probe = tempfile.NamedTemporaryFile(dir=where, prefix=".write-test-")  # noqa: SIM115
         probe.close()
-        for made in missing:
-            os.rmdir(made)
     except OSError as e:
         raise SetupError(
             f"--report_dir={report_dir}: cannot write there ({e.strerror or e}); choose a "
