@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 
 def run_python(code: str, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -11,6 +12,24 @@ def run_python(code: str, timeout: int = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
     )
+
+
+def read_until(proc: subprocess.Popen, prefix: str, timeout: float) -> tuple[bool, str]:
+    """Reads `proc`'s output until a line starts with `prefix`, the output ends, or `timeout`
+    seconds pass. Returns whether the line came, and what was read (for the failure message)."""
+    said, seen = [], threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            said.append(line)
+            if line.startswith(prefix):
+                seen.set()
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return seen.is_set(), "".join(said)
 
 
 # What a machine without TensorFlow lacks (the GPU machines carry JAX and PyTorch only).

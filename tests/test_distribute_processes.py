@@ -14,12 +14,13 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.helpers import read_until
 
 WORKER = """
 import sys
@@ -79,24 +80,6 @@ def _free_ports(n: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
-
-
-def _read_until(proc: subprocess.Popen, prefix: str, timeout: float) -> tuple[bool, str]:
-    """Reads `proc`'s output until a line starts with `prefix`, the output ends, or `timeout`
-    seconds pass. Returns whether the line came, and what was read (for the failure message)."""
-    said, seen = [], threading.Event()
-
-    def read():
-        for line in proc.stdout:
-            said.append(line)
-            if line.startswith(prefix):
-                seen.set()
-                return
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(timeout)
-    return seen.is_set(), "".join(said)
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -264,7 +247,7 @@ def test_a_killed_worker_restarts_and_the_cluster_resumes_to_the_requested_steps
 
     procs = [start(0), start(1)]
     try:
-        seen, said = _read_until(procs[1], "epoch 1", timeout=240)
+        seen, said = read_until(procs[1], "epoch 1", timeout=240)
         if not seen:
             _stop(procs)
             pytest.fail(

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import run_python
+from tests.helpers import read_until, run_python
 from toolkit.data import check_tfrecords, write_tfrecords
 
 RECIPE = [sys.executable, "-m", "recipes.mlp"]
@@ -60,12 +60,10 @@ def test_interrupted_run_leaves_a_partial_report(tmp_path, signum, status):
         env=env,
     )
     try:
-        seen = []
-        for line in proc.stdout:  # blocks until the recipe prints: no timing guess
-            seen.append(line)
-            if line.startswith("step "):
-                break
-        assert proc.poll() is None, "".join(seen) + proc.stderr.read()[-2000:]
+        seen, said = read_until(proc, "step ", timeout=300)  # no timing guess: it printed
+        if not seen or proc.poll() is not None:
+            proc.kill()
+            pytest.fail(f"no step in 300 s, or it ended:\n{said}{proc.stderr.read()[-2000:]}")
         proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=300)
     finally:
