@@ -94,6 +94,7 @@ def test_multi_worker_under_keras3_is_a_one_line_error():
         ({"data_service_mode": "sharded"}, "--data_service_mode must be one of"),
         ({"worker_hosts": "a:1,b:2", "task_index": 5}, "--task_index=5 is not a worker"),
         ({"distribution_strategy": "parameter_server"}, "--distribution_strategy must be one"),
+        ({"cluster_wait": -1}, "--cluster_wait must be a number of seconds >= 0"),
     ],
 )
 def test_bad_distribution_settings_fail_validation(settings, message):
@@ -139,3 +140,15 @@ def test_a_dispatcher_that_is_not_there_is_one_line_not_a_hang():
         distribute.DistributeError, match=rf"no dispatcher answered at 127.0.0.1:{free}"
     ):
         distribute.wait_for_dispatcher(f"grpc://127.0.0.1:{free}", timeout=1)
+
+
+def test_silent_workers_are_the_others_that_accept_no_connection():
+    import socket
+
+    with socket.socket() as up, socket.socket() as gone:
+        up.bind(("127.0.0.1", 0))
+        up.listen()
+        gone.bind(("127.0.0.1", 0))  # bound, never listening: a worker that has not started
+        hosts = [f"127.0.0.1:{s.getsockname()[1]}" for s in (up, gone)]
+        me = distribute.Cluster("worker", 2, (*hosts, "127.0.0.1:1"))
+        assert distribute.silent_workers(me, timeout=2) == [f"worker 1 at {hosts[1]}"]

@@ -182,6 +182,28 @@ def test_data_service_serves_the_same_elements_as_the_local_pipeline(tmp_path):
         _stop(procs)
 
 
+@pytest.mark.parametrize("alone", [0, 1])
+def test_a_worker_whose_peer_never_starts_fails_in_one_line_after_cluster_wait(tmp_path, alone):
+    """TensorFlow alone would wait an hour on worker 1 and for ever on worker 0, silently."""
+    hosts = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+    out = subprocess.run(
+        [
+            sys.executable, "-m", "recipes.mlp", "--distribution_strategy=multi_worker_mirrored",
+            f"--worker_hosts={','.join(hosts)}", f"--task_index={alone}", "--cluster_wait=10",
+            "--count_flops=false", f"--report_dir={tmp_path / 'runs'}",
+        ],
+        capture_output=True, text=True, timeout=300, env=_env(TF_USE_LEGACY_KERAS="1"),
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr[-3000:]
+    # TensorFlow's coordination agent logs its shutdown after it: the error is the one line
+    (said,) = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+    peer = 1 - alone
+    assert said.startswith(f"error: --cluster_wait=10: worker {alone} of 2 waited 10 s"), said
+    assert f"worker {peer} at {hosts[peer]} does not answer" in said
+    assert "Traceback" not in out.stderr and "== mlp" not in out.stdout  # nothing trained
+    assert not (tmp_path / "runs").exists()
+
+
 def _metadata_epoch(backup_dir) -> int:
     path = backup_dir / "training_metadata.json"
     try:

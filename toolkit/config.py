@@ -71,6 +71,7 @@ class TrainConfig:
     count_flops: bool = True
     worker_hosts: str | None = None
     task_index: int = 0
+    cluster_wait: float = distribute.CLUSTER_WAIT_S  # seconds; 0: no bound
     shard_policy: str = "data"
     data_service: str | None = None
     data_service_mode: str = "parallel_epochs"
@@ -98,6 +99,9 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise _bad(name, ">= 0", value)
+        wait = self.cluster_wait
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
+            raise _bad("cluster_wait", "a number of seconds >= 0 (0: no bound)", wait)
         if self.profile_steps is not None:
             start, stop = self.profile_steps
             if start < 0 or stop <= start:

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "CLUSTER_WAIT_S",
     "SERVICE_MODES",
     "SHARD_POLICIES",
     "STRATEGIES",
@@ -49,6 +50,7 @@ __all__ = [
     "serve_worker",
     "service_address",
     "shard",
+    "silent_workers",
     "spawn_data_service",
     "tf_config",
     "through_data_service",
@@ -153,20 +155,84 @@ def cluster_from_flags(
     return Cluster("worker", config["task"]["index"], tuple(config["cluster"]["worker"]))
 
 
+# How long a worker waits for every worker of the cluster to join (--cluster_wait) before it
+# fails. TensorFlow's own wait is silent: an hour on the other workers, unbounded on worker 0.
+CLUSTER_WAIT_S = 600.0
+
+
+def silent_workers(cluster: Cluster, timeout: float = 1.0) -> list[str]:
+    """The other workers of `cluster` that accept no connection at their address, as
+    ``"worker I at host:port"``."""
+    import socket
+
+    silent = []
+    for index, address in enumerate(cluster.workers):
+        if index == cluster.task_index and cluster.task_type == "worker":
+            continue
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout):
+                pass
+        except (OSError, ValueError):
+            silent.append(f"worker {index} at {address}")
+    return silent
+
+
+def _bound_cluster_wait(seconds: float) -> bool:
+    """Configures TensorFlow's coordination service as ``MultiWorkerMirroredStrategy`` would
+    (a standalone service led by the chief, or worker 0), with one change: every task's
+    registration is a barrier that times out after `seconds`, worker 0's included. Returns
+    whether it could (it reaches into TensorFlow's eager context, which has no public API for
+    this; without it the wait is TensorFlow's own)."""
+    try:
+        import tensorflow as tf
+        from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+        from tensorflow.python.eager import context
+
+        spec = tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec()
+        jobs = [j for j in ("chief", "worker") if j in spec.jobs]
+        if not jobs or context.context().coordination_service is not None:
+            return False
+        context.context().configure_coordination_service(
+            service_type="standalone",
+            service_leader=f"/job:{jobs[0]}/replica:0/task:0",
+            coordinated_jobs=[
+                coordination_config_pb2.CoordinatedJob(name=j, num_tasks=spec.num_tasks(j))
+                for j in jobs
+            ],
+            cluster_register_timeout_in_ms=int(seconds * 1000),
+        )
+        context.context().coordination_service.cluster_register_with_barrier = True
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return False
+    return True
+
+
 # ---------------------------------------------------------------------------- strategies
 
 
-def make_strategy(name: str, device: Any = None) -> Any:
+def make_strategy(
+    name: str,
+    device: Any = None,
+    *,
+    cluster: Cluster | None = None,
+    cluster_wait: float = CLUSTER_WAIT_S,
+) -> Any:
     """The ``tf.distribute`` strategy `name` (see :data:`STRATEGIES`).
 
     ``multi_worker_mirrored`` must be made before TensorFlow runs its first op (collective ops
     are configured at start-up), after ``TF_CONFIG`` is set (:func:`cluster_from_flags`).
 
+    ``multi_worker_mirrored`` blocks until every worker has joined: at most `cluster_wait`
+    seconds (0: TensorFlow's own wait, an hour on most workers and unbounded on worker 0).
+    `cluster` (this process's, :func:`cluster_from_flags`) names the workers that did not.
+
     On JAX and PyTorch (``default`` only: the backends refuse the others first) it is
     :class:`NoStrategy`: one replica, no scope.
 
     Raises:
-        DistributeError: an unknown name, or ``multi_worker_mirrored`` under Keras 3.
+        DistributeError: an unknown name, ``multi_worker_mirrored`` under Keras 3, or a
+            cluster that did not join within `cluster_wait` seconds (naming who is missing).
     """
     from toolkit import backend, compat
 
@@ -190,7 +256,29 @@ def make_strategy(name: str, device: Any = None) -> Any:
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.AUTO
         )
-        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        bounded = cluster_wait > 0 and _bound_cluster_wait(cluster_wait)
+        try:
+            return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        except tf.errors.DeadlineExceededError:
+            if not bounded:
+                raise
+            here = cluster if cluster is not None else cluster_from_flags(set_env=False)
+            silent = silent_workers(here)
+            verb = " does not answer" if len(silent) == 1 else " do not answer"
+            why = (
+                "; ".join(silent) + verb
+                if silent
+                else (
+                    "every other worker answers at its address, but the cluster did not form: are "
+                    "they all started with the same --worker_hosts and their own --task_index?"
+                )
+            )
+            raise DistributeError(
+                f"--cluster_wait={cluster_wait:g}: worker {here.task_index} of "
+                f"{here.num_workers} waited {cluster_wait:g} s for the cluster of --worker_hosts "
+                f"to join; {why}. Start every worker, or give --cluster_wait more seconds (0: "
+                "TensorFlow's own wait)"
+            ) from None
     raise DistributeError(f"--distribution_strategy must be one of {', '.join(STRATEGIES)}")
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from absl import flags
 
 from toolkit.config import PRECISIONS, SMOKE_STEPS, ConfigError, TrainConfig
-from toolkit.distribute import SERVICE_MODES, STRATEGIES
+from toolkit.distribute import CLUSTER_WAIT_S, SERVICE_MODES, STRATEGIES
 from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS
 
 __all__ = [
@@ -79,6 +79,7 @@ FLAG_GROUPS = (
             "distribution_strategy",
             "worker_hosts",
             "task_index",
+            "cluster_wait",
             "shard_policy",
             "data_service",
             "data_service_mode",
@@ -252,6 +253,12 @@ def define_common_flags(**defaults: Any) -> None:
         "it TF_CONFIG is read from the environment). Worker 0 is the chief.",
     )
     flags.DEFINE_integer("task_index", 0, "Multi-worker: this worker's index.")
+    flags.DEFINE_float(
+        "cluster_wait",
+        CLUSTER_WAIT_S,
+        "Multi-worker: seconds a worker waits for every worker of --worker_hosts to join; "
+        "then it fails in one line naming those that do not answer (0: no bound).",
+    )
     flags.DEFINE_string(
         "shard_policy",
         "data",
@@ -439,6 +446,7 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
         count_flops=f.count_flops,
         worker_hosts=f.worker_hosts,
         task_index=f.task_index,
+        cluster_wait=f.cluster_wait,
         shard_policy=f.shard_policy,
         data_service=f.data_service,
         data_service_mode=f.data_service_mode,

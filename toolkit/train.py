@@ -591,7 +591,12 @@ def run(
         cluster = distribute.cluster_from_flags(config.worker_hosts, config.task_index)
         device, findings = setup_device(config)
         # Before any dataset: a multi-worker strategy configures collective ops at start-up.
-        strategy = distribute.make_strategy(config.distribution_strategy, device)
+        strategy = distribute.make_strategy(
+            config.distribution_strategy,
+            device,
+            cluster=cluster,
+            cluster_wait=config.cluster_wait,
+        )
         global_batch, per_replica = distribute.batch_sizes(
             config.batch_size, strategy.num_replicas_in_sync
         )
