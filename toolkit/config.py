@@ -71,7 +71,7 @@ class TrainConfig:
     count_flops: bool = True
     worker_hosts: str | None = None
     task_index: int = 0
-    cluster_wait: float = distribute.CLUSTER_WAIT_S  # seconds; 0: no bound
+    cluster_wait: float = distribute.CLUSTER_WAIT_S  # seconds; 0: TensorFlow's own wait
     shard_policy: str = "data"
     data_service: str | None = None
     data_service_mode: str = "parallel_epochs"
@@ -101,7 +101,7 @@ class TrainConfig:
                 raise _bad(name, ">= 0", value)
         wait = self.cluster_wait
         if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
-            raise _bad("cluster_wait", "a number of seconds >= 0 (0: no bound)", wait)
+            raise _bad("cluster_wait", "a number of seconds >= 0 (0: TensorFlow's own wait)", wait)
         if self.profile_steps is not None:
             start, stop = self.profile_steps
             if start < 0 or stop <= start:

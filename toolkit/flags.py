@@ -257,7 +257,7 @@ def define_common_flags(**defaults: Any) -> None:
         "cluster_wait",
         CLUSTER_WAIT_S,
         "Multi-worker: seconds a worker waits for every worker of --worker_hosts to join; "
-        "then it fails in one line naming those that do not answer (0: no bound).",
+        "then it fails in one line naming those that do not answer (0: TensorFlow's own wait).",
     )
     flags.DEFINE_string(
         "shard_policy",
