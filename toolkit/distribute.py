@@ -160,22 +160,28 @@ def cluster_from_flags(
 CLUSTER_WAIT_S = 600.0
 
 
+def _refused(address: str, timeout: float) -> OSError | ValueError | None:
+    """Why nothing accepts a connection at `address` (``host:port``), or None when something
+    does."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout):
+            return None
+    except (OSError, ValueError) as e:
+        return e
+
+
 def silent_workers(cluster: Cluster, timeout: float = 1.0) -> list[str]:
     """The other workers of `cluster` that accept no connection at their address, as
     ``"worker I at host:port"``."""
-    import socket
-
-    silent = []
-    for index, address in enumerate(cluster.workers):
-        if index == cluster.task_index and cluster.task_type == "worker":
-            continue
-        host, _, port = address.rpartition(":")
-        try:
-            with socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout):
-                pass
-        except (OSError, ValueError):
-            silent.append(f"worker {index} at {address}")
-    return silent
+    return [
+        f"worker {index} at {address}"
+        for index, address in enumerate(cluster.workers)
+        if not (index == cluster.task_index and cluster.task_type == "worker")
+        and _refused(address, timeout) is not None
+    ]
 
 
 def _bound_cluster_wait(seconds: float) -> bool:
@@ -350,22 +356,16 @@ def wait_for_dispatcher(address: str, timeout: float = DISPATCHER_WAIT_S) -> Non
     Raises:
         DistributeError: nothing answered within `timeout` seconds (naming the address).
     """
-    import socket
     import time
 
     _, rest = service_address(address)
     host, _, port = rest.rpartition(":")
     host = host.strip("[]") or "localhost"
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection((host, int(port)), timeout=2.0):
-                return
-        except (OSError, ValueError) as e:
-            why = e
-        if time.monotonic() >= deadline:
-            break
+    while (why := _refused(rest, timeout=2.0)) is not None and time.monotonic() < deadline:
         time.sleep(0.5)  # polling a port: there is no event to wait on
+    if why is None:
+        return
     raise DistributeError(
         f"--data_service={address}: no dispatcher answered at {host}:{port} within "
         f"{timeout:.0f} s ({why}); start one with python -m toolkit data-service --dispatcher "
