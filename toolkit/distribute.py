@@ -270,15 +270,14 @@ def make_strategy(
                 raise
             here = cluster if cluster is not None else cluster_from_flags(set_env=False)
             silent = silent_workers(here)
-            verb = " does not answer" if len(silent) == 1 else " do not answer"
-            why = (
-                "; ".join(silent) + verb
-                if silent
-                else (
+            if silent:
+                named = ", ".join(silent[:-1]) + " and " if len(silent) > 1 else ""
+                why = named + silent[-1] + (" do" if len(silent) > 1 else " does") + " not answer"
+            else:
+                why = (
                     "every other worker answers at its address, but the cluster did not form: are "
                     "they all started with the same --worker_hosts and their own --task_index?"
                 )
-            )
             raise DistributeError(
                 f"--cluster_wait={cluster_wait:g}: worker {here.task_index} of "
                 f"{here.num_workers} waited {cluster_wait:g} s for the cluster of --worker_hosts "
