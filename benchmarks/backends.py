@@ -4,10 +4,10 @@ Three workloads: the seed's MLP (256 -> 512 -> 10, batch 32, data in memory: you
 through ``--model_fn``), the small CNN (the cnn recipe, 16 filters on 16×16 digits, batch 128)
 and the LSTM recipe (its defaults). For each:
 
-1. ``toolkit.chooser.compare`` (what ``python -m toolkit backends`` runs; no cache) measures
+1. ``toolkit.search.chooser.compare`` (what ``python -m toolkit backends`` runs; no cache) measures
    every installed backend on the CPU, each run a fresh process with the same data and the
    same initial weights, in interleaved rounds, and picks a backend;
-2. ``toolkit.chooser.tune_across`` (``python -m toolkit tune --across_backends``, budget
+2. ``toolkit.search.chooser.tune_across`` (``python -m toolkit tune --across_backends``, budget
    ``--tune_budget``) searches each backend's settings and picks a backend with settings;
 3. an independent head-to-head measures, in new processes and new rounds, every backend with
    Keras's defaults and the tune pick;
@@ -55,7 +55,7 @@ def main() -> None:
     # Every search searches: no answer cached by an earlier run of this benchmark.
     os.environ["TOOLKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-backends-")
 
-    from toolkit import chooser
+    from toolkit.search import chooser, standings
 
     def quiet(_line: str) -> None:
         pass
@@ -68,7 +68,7 @@ def main() -> None:
     for key, (name, recipe, model_fn, flags) in WORKLOADS.items():
         if args.only and key != args.only:
             continue
-        target = chooser.Target(recipe, model_fn, (*flags, "--device=cpu"))
+        target = standings.Target(recipe, model_fn, (*flags, "--device=cpu"))
         picked = chooser.compare(
             target, steps=args.steps, rounds=args.rounds, use_cache=False, progress=quiet
         )
@@ -81,7 +81,7 @@ def main() -> None:
             print(f"tune --across_backends ({time.perf_counter() - t0:.0f} s, budget "
                   f"{args.tune_budget:.0f} s): {tuned.best.flags()} ({tuned.why})")  # fmt: skip
             picks["tune's pick"] = tuned.best
-        plain = [chooser.Contender(r.contender.backend, r.contender.device) for r in picked.rows]
+        plain = [standings.Contender(r.contender.backend, r.contender.device) for r in picked.rows]
         contenders = list(dict.fromkeys([*plain, *picks.values()]))
         check = chooser.compare(
             target, steps=args.steps, rounds=args.rounds, use_cache=False, progress=quiet,

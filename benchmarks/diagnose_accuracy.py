@@ -27,8 +27,9 @@ def main() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from toolkit import compat, diagnose, train
+    from toolkit import compat, train
     from toolkit.config import TrainConfig
+    from toolkit.search import diagnose
 
     keras = compat.keras()
     rng = np.random.default_rng(0)

@@ -36,8 +36,10 @@ def main() -> None:
 
     from recipes import cnn
     from toolkit import compat, devices, train
-    from toolkit import tune as tn
     from toolkit.config import TrainConfig
+    from toolkit.search import tune as tn
+    from toolkit.search.engine import Candidate
+    from toolkit.search.workload import TaskWorkload
 
     keras = compat.keras()
     device = devices.select("cpu")
@@ -73,7 +75,10 @@ def main() -> None:
         task, config = make()
         # The sweep and the final head-to-head build every candidate afresh, with the data
         # made once (what tune's own measuring does), so the costs compare builds with builds.
-        measure = tn.TaskMeasure(task, config, args.steps)
+        work = TaskWorkload(task, config, resident=True)
+
+        def measure(c: Candidate) -> float:
+            return work.rate(c, args.steps)
 
         t0 = time.perf_counter()
         result = tn.tune(task, config, steps=args.steps, use_cache=False, budget_s=600)
@@ -89,10 +94,10 @@ def main() -> None:
                 print(f"  sweep: {c.label()} failed: {e}")
         sweep_s = time.perf_counter() - t0
         sweep_best = max(sweep, key=sweep.get)
-        contenders = {"defaults": tn.Candidate(), "tuned": result.best, "sweep": sweep_best}
+        contenders = {"defaults": Candidate(), "tuned": result.best, "sweep": sweep_best}
         # Identical settings are measured once: their ratio is 1 by definition, not by luck.
         distinct = list(dict.fromkeys(contenders.values()))
-        runs: dict[tn.Candidate, list[float]] = {c: [] for c in distinct}
+        runs: dict[Candidate, list[float]] = {c: [] for c in distinct}
         for _ in range(args.rounds):
             for c in distinct:
                 runs[c].append(measure(c))

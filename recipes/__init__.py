@@ -9,7 +9,7 @@ import sys
 
 from toolkit import app as _app
 from toolkit import backend as _backend
-from toolkit import chooser as _chooser
+from toolkit.search import chooser as _chooser
 
 try:
     # --help and --version read no cache, load nothing and say nothing else

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from toolkit import chooser as ch
+from toolkit.search import chooser as ch
 from toolkit.config import ConfigError, TrainConfig
 
 TF, JAX, TORCH = ch.Contender("tensorflow"), ch.Contender("jax"), ch.Contender("torch")
@@ -296,13 +296,14 @@ def test_a_target_from_a_name_a_spec_or_your_function(tmp_path, monkeypatch):
 
 
 def test_a_tuned_winner_that_is_the_defaults_is_the_plain_contender():
-    from toolkit import tune as tn
+    from toolkit.search.engine import Candidate, Trial
+    from toolkit.search.tune import TuneResult
 
-    defaults = tn.Trial(tn.Candidate(), 100.0, 1.0)
-    faster = tn.Trial(tn.Candidate(steps_per_execution=8), 150.0, 1.0)
-    same = tn.TuneResult(tn.Candidate(), [defaults, faster], "k", False, 1.0)
+    defaults = Trial(Candidate(), 100.0, 1.0)
+    faster = Trial(Candidate(steps_per_execution=8), 150.0, 1.0)
+    same = TuneResult(Candidate(), [defaults, faster], "k", False, 1.0)
     assert ch.tuned_settings(json.loads(json.dumps(same.to_dict()))) == ()
-    won = tn.TuneResult(faster.candidate, [defaults, faster], "k", False, 1.0)
+    won = TuneResult(faster.candidate, [defaults, faster], "k", False, 1.0)
     settings = ch.tuned_settings(won.to_dict())
     assert "--steps_per_execution=8" in settings and "--nojit_compile" in settings
 

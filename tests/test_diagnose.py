@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from toolkit import diagnose as dg
+from toolkit.search import diagnose as dg
 from toolkit import train
 from toolkit.config import TrainConfig
 

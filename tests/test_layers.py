@@ -28,6 +28,7 @@ LAYERS = (
             "toolkit.files",
             "toolkit.errors",
             "toolkit.progress",
+            "toolkit.cache",
         ),
     ),
     ("arithmetic", ("toolkit.profiling.stats", "toolkit.profiling.events", "toolkit.profiling")),
@@ -56,7 +57,7 @@ LAYERS = (
     ("report", ("toolkit.report",)),
     ("session", ("toolkit.profiling.session",)),
     ("runner", ("toolkit.config", "toolkit.train", "toolkit.flags")),
-    ("search", ("toolkit.diagnose", "toolkit.tune", "toolkit.chooser")),
+    ("search", ("toolkit.search",)),
     ("app", ("toolkit.app", "toolkit.cli", "toolkit.__main__", "toolkit")),
 )
 

@@ -2,9 +2,9 @@
 faster here.
 
 The public API is :data:`_EXPORTS` below; ``__all__`` is derived from it, so the two cannot
-drift. The tools themselves are modules: ``toolkit.diagnose.diagnose``, ``toolkit.tune.tune``,
-``toolkit.devices``, ``toolkit.data``. Names are imported on first use (PEP 562), so that
-``import toolkit`` and the report tools (``toolkit.report``, ``python -m toolkit compare``) load
+drift. The measuring tools are functions here (``toolkit.diagnose``, ``toolkit.tune``); the
+rest are modules (``toolkit.devices``, ``toolkit.data``). Names are imported on first use (PEP
+562), so that ``import toolkit`` and the report tools (``toolkit.report``, ``python -m toolkit compare``) load
 no framework; the callbacks load Keras when first touched.
 """
 
@@ -18,7 +18,6 @@ from toolkit.version import __version__
 if TYPE_CHECKING:
     from toolkit.config import TrainConfig
     from toolkit.data.builder import infer_batch_size
-    from toolkit.diagnose import Diagnosis
     from toolkit.machine import capture_environment
     from toolkit.profiling.memory_watch import MemoryWatch
     from toolkit.profiling.session import Profile, TrainingInterrupted, profile
@@ -26,8 +25,9 @@ if TYPE_CHECKING:
     from toolkit.profiling.step_timer import StepTimer
     from toolkit.profiling.trace_window import TraceWindow
     from toolkit.report import Comparison, ReportError, RunContext, RunReport, compare
+    from toolkit.search.diagnose import Diagnosis, diagnose
+    from toolkit.search.tune import TuneResult, autotune, tune
     from toolkit.train import RunResult, Task, run
-    from toolkit.tune import TuneResult
 
 # Public name -> the module that defines it (the one place each lives).
 _EXPORTS = {
@@ -50,8 +50,11 @@ _EXPORTS = {
     "Task": "toolkit.train",
     "RunResult": "toolkit.train",
     "run": "toolkit.train",
-    "Diagnosis": "toolkit.diagnose",
-    "TuneResult": "toolkit.tune",
+    "Diagnosis": "toolkit.search.diagnose",
+    "diagnose": "toolkit.search.diagnose",
+    "TuneResult": "toolkit.search.tune",
+    "tune": "toolkit.search.tune",
+    "autotune": "toolkit.search.tune",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])

@@ -161,14 +161,14 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
     tuned = diagnosis = None
     try:
         if f.autotune:
-            from toolkit.tune import autotune
+            from toolkit.search.tune import autotune
 
             config, result = autotune(task, config, budget_s=f.tune_budget)
             print(result.table())
             print(f"autotune: {result.best.flags()}")
             tuned = result.to_dict()
         if f.diagnose:
-            from toolkit.diagnose import diagnose
+            from toolkit.search.diagnose import diagnose
 
             found = diagnose(task, config, steps=f.diagnose_steps)
             print(found)

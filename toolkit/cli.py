@@ -231,7 +231,7 @@ def _target(args: argparse.Namespace) -> tuple[str, Any, Any, Any]:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from toolkit.diagnose import diagnose
+    from toolkit.search.diagnose import diagnose
 
     what, flag_values, config, target = _target(args)
     if isinstance(target, tuple):
@@ -245,7 +245,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from toolkit.tune import tune
+    from toolkit.search.tune import tune
 
     if args.across_backends:
         return _tune_across(args)
@@ -277,8 +277,9 @@ def _tune(args: argparse.Namespace) -> int:
 def _tune_across(args: argparse.Namespace) -> int:
     from absl import flags
 
-    from toolkit import backend, chooser
+    from toolkit import backend
     from toolkit import flags as tk_flags
+    from toolkit.search import chooser
 
     target = _chooser_target(args)
     tk_flags.define_common_flags()  # --tune_budget, parsed as tune would
@@ -299,11 +300,12 @@ def _tune_across(args: argparse.Namespace) -> int:
 def _chooser_target(args: argparse.Namespace) -> Any:
     """The chooser's Target of ``--recipe R`` / ``--model_fn M:F`` and the recipe flags,
     checked here in one line (not in every child)."""
-    from toolkit import app, chooser
+    from toolkit import app
+    from toolkit.search.standings import Target
 
     if not args.model_fn:
         app.check_recipe(args.recipe)  # an unknown recipe: one line listing them, now
-        return chooser.Target(args.recipe, None, tuple(args.recipe_flags))
+        return Target(args.recipe, None, tuple(args.recipe_flags))
     import importlib.util
 
     module, sep, function = args.model_fn.partition(":")
@@ -313,22 +315,21 @@ def _chooser_target(args: argparse.Namespace) -> Any:
             f"--model_fn={args.model_fn!r}: give module:function of a module importable from "
             "here (e.g. mytrain:make)"
         )
-    return chooser.Target(None, args.model_fn, tuple(args.recipe_flags))
+    return Target(None, args.model_fn, tuple(args.recipe_flags))
 
 
 def _backends(args: argparse.Namespace) -> int:
     import datetime as dt
 
-    from toolkit import chooser
+    from toolkit.search import chooser
 
     if args.child:  # one contender, in this fresh process (the parent reads the JSON file)
         from toolkit.files import atomic_write, jsonable
+        from toolkit.search.workload import workload
 
         _what, _flag_values, config, target = _target(args)
-        if isinstance(target, tuple):
-            figures = chooser.measure_model(*target, config, args.steps)
-        else:
-            figures = chooser.measure_task(target, config, args.steps)
+        work = workload(*target, config) if isinstance(target, tuple) else workload(target, config)
+        figures = work.figures(args.steps, count_flops=config.count_flops)
         atomic_write(args.child, json.dumps(jsonable(figures)))
         return 0
     target = _chooser_target(args)
@@ -665,7 +666,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("reports", nargs="+", help="report.json files or run directories")
     p.set_defaults(func=_merge)
 
-    from toolkit import backend, chooser
+    from toolkit import backend
+    from toolkit.search import chooser
 
     try:  # before anything imports Keras, which fixes its backend at import
         recipe = backend.flag_value(argv, "recipe") or "mlp"

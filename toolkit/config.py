@@ -17,7 +17,7 @@ from absl import logging
 
 from toolkit import backend, distribute
 from toolkit.devices import parse_device_spec
-from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS
+from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS, whole_calls
 
 __all__ = ["PRECISIONS", "SMOKE_STEPS", "ConfigError", "TrainConfig", "flag_name"]
 
@@ -174,7 +174,7 @@ class TrainConfig:
         if not self.smoke:
             return self
         steps = min(self.steps_per_epoch or SMOKE_STEPS, SMOKE_STEPS)
-        steps = -(-steps // self.fused_steps) * self.fused_steps  # whole calls
+        steps = whole_calls(steps, self.fused_steps)
         window = self.profile_steps
         if window is not None:  # kept where it fits the smoke run, never dropped silently
             start, stop = window

@@ -19,6 +19,7 @@ from typing import Any
 
 from toolkit import backend, compat, distribute, progress
 from toolkit.config import TrainConfig
+from toolkit.profiling import flops
 from toolkit.profiling.session import profile
 from toolkit.report import RunReport
 from toolkit.report.context import Resume, RunContext, Strategy
@@ -27,20 +28,9 @@ __all__ = [
     "RunResult",
     "SetupError",
     "Task",
-    "as_batches",
     "classification_task",
-    "compute_facts",
-    "examples",
     "input_pipeline",
-    "measured_fit",
-    "precision_policy",
-    "restore",
-    "resume_recorder",
     "run",
-    "setup_device",
-    "share_initial_weights",
-    "snapshot",
-    "steps_per_execution",
 ]
 
 
@@ -149,20 +139,6 @@ def examples(source: Any):
     if callable(source):
         source = source()
     return from_arrays(*source) if isinstance(source, tuple) else source
-
-
-def resident(source: Any) -> Any:
-    """A Task's data made once for many runs: in-memory ``(features, labels)`` arrays as
-    tensors (each run's pipeline gathers its batches from them; nothing is copied per run),
-    anything else as a dataset of single examples."""
-    import tensorflow as tf
-
-    if isinstance(source, tuple):
-        return tuple(
-            None if part is None else tf.nest.map_structure(tf.convert_to_tensor, part)
-            for part in source
-        )
-    return examples(source)
 
 
 def _array_dataset(source: Any, config: TrainConfig, training: bool, task: Task | None) -> Any:
@@ -356,84 +332,6 @@ def setup_device(config: TrainConfig) -> tuple[Any, list[Any]]:
     return device, findings
 
 
-def compute_facts(model: Any, batch_size: int, precision: str, device: Any) -> dict[str, Any]:
-    """FLOPs per step of `model` at `batch_size` and the device's matmul peak in the compute
-    dtype of `precision` (cached per machine), for the report's compute section."""
-    from toolkit.profiling import flops
-
-    count = flops.count_flops(model, batch_size)
-    dtype = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}.get(precision, "float32")
-    facts: dict[str, Any] = {
-        "flops_per_step": count.train_step,
-        "flops_forward": count.forward,
-        "batch_size": batch_size,
-        "method": count.method,
-        "note": count.note,
-        "peak_dtype": dtype,
-    }
-    if count.train_step is None:
-        return facts
-    try:
-        peak = flops.matmul_peak(device, dtype)
-    except Exception as e:  # noqa: BLE001 - MFU is a nicety; training goes on
-        facts["note"] = f"no matmul peak: {type(e).__name__}: {e}"
-        return facts
-    facts["peak_flops_per_s"] = peak["flops_per_s"]
-    facts["peak_source"] = peak["source"]
-    return facts
-
-
-def as_batches(data: Any, batch_size: int | None = None) -> tuple[Any, str]:
-    """A user's training data as batches, and in words what it is.
-
-    `data` is a batched ``tf.data.Dataset`` (used exactly as it is) or ``(features, labels)``
-    arrays (batched by `batch_size`, default 32, in tf.data, as ``fit`` would batch them).
-    """
-    from toolkit.data import describe_pipeline, from_arrays
-
-    if isinstance(data, tuple):
-        size = batch_size or 32
-        dataset = from_arrays(*data).batch(size)
-        return dataset, f"your arrays, batched by {size} in tf.data: {describe_pipeline(dataset)}"
-    if not hasattr(data, "element_spec"):
-        raise SetupError(
-            f"data: expected a batched tf.data.Dataset or (features, labels) arrays, got "
-            f"{type(data).__name__}"
-        )
-    return data, f"your pipeline: {describe_pipeline(data)}"
-
-
-def measured_fit(
-    model: Any,
-    data: Any,
-    steps: int,
-    warmup_steps: int,
-    *,
-    batch_size: int | None = None,
-    name: str = "measured-fit",
-    callbacks: Sequence[Any] = (),
-) -> RunReport:
-    """A short, quiet, measured ``fit`` of an already compiled `model` on batched `data`
-    (repeated as often as `steps` needs): the report's step statistics leave out the first
-    execution and `warmup_steps` more. Nothing is written. The model trains: callers that must
-    not change it restore its weights afterwards. `callbacks` run after the profiling ones.
-    """
-    steps_per_call = max(1, steps_per_execution(model))
-    calls = -(-steps // steps_per_call)
-    with profile(
-        name, report_dir=None, batch_size=batch_size, data=data, warmup_steps=warmup_steps
-    ) as prof:
-        model.fit(
-            data.repeat(),
-            epochs=1,
-            steps_per_epoch=calls * steps_per_call,
-            shuffle=False,  # batched data: Keras would only warn that it cannot shuffle it
-            callbacks=[*prof.callbacks, *callbacks],
-            verbose=0,
-        )
-    return prof.report
-
-
 def share_initial_weights(model: Any, path: str) -> str:
     """Gives `model` the weights in `path` (a ``.weights.h5`` file), or, when there is no such
     file yet, writes the model's own initial weights there (atomically): the runs that share a
@@ -465,35 +363,6 @@ def share_initial_weights(model: Any, path: str) -> str:
     except OSError as e:
         raise SetupError(f"--init_weights={path}: cannot write it ({e.strerror or e})") from e
     return "written"
-
-
-def steps_per_execution(model: Any) -> int:
-    """The compiled ``steps_per_execution`` of a Keras model (1 when not set)."""
-    value = getattr(model, "steps_per_execution", None)
-    if value is None:
-        value = getattr(model, "_steps_per_execution", 1)
-    try:
-        return int(value.numpy()) if hasattr(value, "numpy") else int(value)
-    except (TypeError, ValueError):
-        return 1
-
-
-def snapshot(model: Any) -> tuple[list[Any], list[Any]]:
-    """The model's weights and its optimizer's variables, as arrays (for :func:`restore`)."""
-    optimizer = getattr(model, "optimizer", None)
-    variables = getattr(optimizer, "variables", []) if optimizer is not None else []
-    variables = list(variables() if callable(variables) else variables)
-    return model.get_weights(), [(v, v.numpy()) for v in variables]
-
-
-def restore(model: Any, saved: tuple[list[Any], list[Any]]) -> None:
-    """Puts back what :func:`snapshot` saved, and resets the model's metrics."""
-    weights, optimizer_state = saved
-    model.set_weights(weights)
-    for variable, value in optimizer_state:
-        variable.assign(value)
-    if hasattr(model, "reset_metrics"):
-        model.reset_metrics()
 
 
 def _jit_compile(value: bool | None) -> bool | str | None:
@@ -671,7 +540,9 @@ def run(
             prof.diagnosis = dict(diagnosis) if diagnosis is not None else None
             prof.tune = dict(tune) if tune is not None else None
             if config.count_flops:
-                prof.compute = compute_facts(model, config.batch_size, config.precision, device)
+                prof.compute = flops.compute_facts(
+                    model, config.batch_size, config.precision, device
+                )
             resilience = []
             if resume is not None:
                 resilience = [
@@ -690,7 +561,7 @@ def run(
                 verbose=verbose,
             )
             if prof.compute is not None:
-                recheck_peak(prof.compute, prof.timer.summary().p50_s, device)
+                flops.recheck_peak(prof.compute, prof.timer.summary().p50_s, device)
     except Exception as e:
         bad = task.find_bad_file(e) if task.find_bad_file is not None else None
         if bad is None:
@@ -736,29 +607,3 @@ def check_report_dir(report_dir: str | None) -> None:
             f"--report_dir={report_dir}: cannot write there ({e.strerror or e}); choose a "
             "writable directory, or --report_dir= to write nothing"
         ) from None
-
-
-def recheck_peak(compute: dict[str, Any], step_s: float | None, device: Any) -> None:
-    """When the run's median step does more FLOP/s than the cached matmul peak, that peak was
-    measured on a busy machine: measure it again (the cache keeps the higher one) and, if the
-    run still beats it, say so in the compute section's note rather than show MFU > 100 %
-    without a word."""
-    from toolkit.profiling import flops
-
-    peak, work = compute.get("peak_flops_per_s"), compute.get("flops_per_step")
-    if not peak or not work or not step_s or work / step_s <= peak:
-        return
-    if compute.get("peak_source") == "cache":
-        try:
-            fresh = flops.matmul_peak(device, compute.get("peak_dtype", "float32"), refresh=True)
-        except Exception:  # noqa: BLE001 - MFU is a nicety
-            fresh = {}
-        if fresh.get("flops_per_s", 0) > peak:
-            compute["peak_flops_per_s"] = peak = fresh["flops_per_s"]
-            compute["peak_source"] = "measured again (the cached peak was lower than the run)"
-    if work / step_s > peak:
-        compute["note"] = (
-            "the run's median step beat the measured matmul peak (MFU over 100 %): the peak "
-            "is a lower bound here (a busy machine when measured, or a count that misses the "
-            "work); read MFU as relative"
-        )

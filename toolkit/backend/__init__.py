@@ -31,6 +31,7 @@ __all__ = [
     "framework_facts",
     "from_argv",
     "get",
+    "jits_by_default",
     "name",
     "select",
 ]
@@ -201,6 +202,14 @@ def get(backend: str | None = None) -> types.ModuleType:
             f"(implemented: {', '.join(IMPLEMENTED)}): set KERAS_BACKEND=tensorflow"
         )
     return importlib.import_module(f"toolkit.backend.{backend}")
+
+
+def jits_by_default(backend: str | None = None) -> bool:
+    """Whether `backend`'s train step is compiled when ``--jit_compile`` is unset (Keras's
+    ``"auto"``), as the toolkit's measurements start from: JAX jits every step; PyTorch runs
+    eagerly; TensorFlow runs a graph without XLA on a CPU (where the search and the advice
+    offer XLA as a setting to measure)."""
+    return (backend or name()) == "jax"
 
 
 def framework_facts() -> dict[str, Any]:

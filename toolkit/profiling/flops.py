@@ -17,19 +17,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as _dt
-import json
-import os
 from typing import Any
 
 from toolkit import backend, machine
-from toolkit.files import atomic_write, read_json
+from toolkit.cache import Cache
 
-__all__ = ["PEAK_FILE", "FlopCount", "count_flops", "matmul_peak"]
+__all__ = ["PEAK_FILE", "FlopCount", "compute_facts", "count_flops", "matmul_peak", "recheck_peak"]
 
 PEAK_FILE = "matmul_peak.json"
+_CACHE = Cache(PEAK_FILE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,15 +93,14 @@ def matmul_peak(
 
     device = device or devices.select("auto")
     facts = _peak_facts(device, dtype)
-    key = machine.machine_key(facts)
-    path = os.path.join(machine.cache_dir(), PEAK_FILE)
-    cached = read_json(path)
-    if not refresh and isinstance(cached.get(key), dict):
-        return {**cached[key], "source": "cache"}
+    key = _CACHE.key(facts)
+    cached = _CACHE.get(key)
+    if not refresh and cached is not None:
+        return {**cached, "source": "cache"}
     size = 2048 if device.kind == "cpu" else 8192
     measured = backend.get().measure_matmul_peak(device, dtype, size)
-    if isinstance(cached.get(key), dict):  # a peak is the most the device did: keep the higher
-        measured = max(measured, float(cached[key].get("flops_per_s") or 0.0))
+    if cached is not None:  # a peak is the most the device did: keep the higher
+        measured = max(measured, float(cached.get("flops_per_s") or 0.0))
     record = {
         "flops_per_s": measured,
         "dtype": dtype,
@@ -112,6 +109,54 @@ def matmul_peak(
         "facts": facts,
         "measured_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    with contextlib.suppress(OSError):  # a read-only home still gets the number
-        atomic_write(path, json.dumps({**read_json(path), key: record}, indent=1))
+    _CACHE.put(key, facts, record)  # a read-only home still gets the number
     return {**record, "source": "measured"}
+
+
+def compute_facts(model: Any, batch_size: int, precision: str, device: Any) -> dict[str, Any]:
+    """FLOPs per step of `model` at `batch_size` and the device's matmul peak in the compute
+    dtype of `precision` (cached per machine), for the report's compute section."""
+    count = count_flops(model, batch_size)
+    dtype = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}.get(precision, "float32")
+    facts: dict[str, Any] = {
+        "flops_per_step": count.train_step,
+        "flops_forward": count.forward,
+        "batch_size": batch_size,
+        "method": count.method,
+        "note": count.note,
+        "peak_dtype": dtype,
+    }
+    if count.train_step is None:
+        return facts
+    try:
+        peak = matmul_peak(device, dtype)
+    except Exception as e:  # noqa: BLE001 - MFU is a nicety; training goes on
+        facts["note"] = f"no matmul peak: {type(e).__name__}: {e}"
+        return facts
+    facts["peak_flops_per_s"] = peak["flops_per_s"]
+    facts["peak_source"] = peak["source"]
+    return facts
+
+
+def recheck_peak(compute: dict[str, Any], step_s: float | None, device: Any) -> None:
+    """When the run's median step does more FLOP/s than the cached matmul peak, that peak was
+    measured on a busy machine: measure it again (the cache keeps the higher one) and, if the
+    run still beats it, say so in the compute section's note rather than show MFU > 100 %
+    without a word."""
+    peak, work = compute.get("peak_flops_per_s"), compute.get("flops_per_step")
+    if not peak or not work or not step_s or work / step_s <= peak:
+        return
+    if compute.get("peak_source") == "cache":
+        try:
+            fresh = matmul_peak(device, compute.get("peak_dtype", "float32"), refresh=True)
+        except Exception:  # noqa: BLE001 - MFU is a nicety
+            fresh = {}
+        if fresh.get("flops_per_s", 0) > peak:
+            compute["peak_flops_per_s"] = peak = fresh["flops_per_s"]
+            compute["peak_source"] = "measured again (the cached peak was lower than the run)"
+    if work / step_s > peak:
+        compute["note"] = (
+            "the run's median step beat the measured matmul peak (MFU over 100 %): the peak "
+            "is a lower bound here (a busy machine when measured, or a count that misses the "
+            "work); read MFU as relative"
+        )

@@ -34,6 +34,7 @@ __all__ = [
     "summarize",
     "summarize_calls",
     "utilization",
+    "whole_calls",
 ]
 
 
@@ -43,6 +44,13 @@ DEFAULT_WARMUP_STEPS = 5
 
 # What a recorded execution counts as.
 FIRST, WARMUP, EXCLUDED, TIMED = "first", "warmup", "excluded", "timed"
+
+
+def whole_calls(steps: int, per_call: int) -> int:
+    """`steps` rounded up to whole calls of `per_call` steps (steps per execution × fused
+    steps): Keras runs a compiled call whole, so a run, a window or a trace is a multiple."""
+    per_call = max(1, int(per_call))
+    return -(-int(steps) // per_call) * per_call
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:

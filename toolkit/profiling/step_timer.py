@@ -372,7 +372,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self.reset()
         self._running = True
         model = getattr(self, "model", None)
-        self._spe = _steps_per_execution(model)
+        self._spe = steps_per_execution(model)
         self._fused = max(1, int(getattr(model, FUSED_STEPS_ATTR, 1) or 1))
         self._async = _asynchronous()
         self._probe = _profiler_probe()
@@ -577,7 +577,7 @@ def _asynchronous() -> bool:
     return compat.keras_flavor() == "keras3" and backend.name() in ("jax", "torch")
 
 
-def _steps_per_execution(model: Any) -> int:
+def steps_per_execution(model: Any) -> int:
     """The model's steps_per_execution, read once per fit (not per step)."""
     if model is None:
         return 1

@@ -41,9 +41,10 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from toolkit import backend
 from toolkit.config import TrainConfig
+from toolkit.profiling.stats import whole_calls
 from toolkit.progress import say
+from toolkit.search.workload import workload
 
 __all__ = [
     "BALANCED",
@@ -403,7 +404,8 @@ def diagnose(
 
     ``diagnose(task, config)`` diagnoses a recipe's Task as the runner would train it;
     ``diagnose(model, data)`` diagnoses your own compiled Keras model on your own batched
-    ``tf.data`` pipeline (or ``(x, y)`` arrays, batched by ``config.batch_size``).
+    ``tf.data`` pipeline (or ``(x, y)`` arrays, batched by ``config.batch_size``), and puts
+    back its weights and optimizer state afterwards.
 
     Args:
         target: a ``toolkit.train.Task``, or a compiled Keras model.
@@ -417,120 +419,47 @@ def diagnose(
     Raises:
         toolkit.train.SetupError: a setting or data that cannot work.
     """
+    from toolkit.data import benchmark, describe_pipeline
     from toolkit.train import SetupError, Task
 
     if isinstance(data, TrainConfig):
         config, data = data, None
-    config = (config or TrainConfig()).validate()
-    if isinstance(target, Task):
-        return _diagnose_task(target, config, steps, devices_found)
-    if data is None:
+    if data is None and not isinstance(target, Task):
         raise SetupError("diagnose(model, data): give the training data your model fits on")
-    return _diagnose_model(target, data, config, steps, devices_found)
-
-
-def _diagnose_task(
-    task: Any, config: TrainConfig, steps: int, devices_found: Iterable[Any] | None
-) -> Diagnosis:
-    from toolkit import train
-    from toolkit.data import benchmark, describe_pipeline
-
-    warmup = max(1, min(config.warmup_steps, 10))
-    total = warmup + 1 + steps
-    total += -total % config.fused_steps  # whole fused calls
-    base = config.for_measurement(total, warmup)
-    # The step alone first: it selects the device (before anything else starts TF's runtime).
-    say(f"diagnose: 1/3 the train step alone, {total} steps on one batch (the first compiles)")
-    compute = train.run(task, dataclasses.replace(base, use_synthetic_data=True)).report
-    dataset = train.input_pipeline(task, base)
-    say(f"diagnose: 2/3 the input pipeline alone, {steps} batches")
-    pipeline = benchmark(dataset, num_batches=steps, verbose=False)
-    traced = -(-TRACE_STEPS // config.fused_steps) * config.fused_steps
-    real = dataclasses.replace(base, use_synthetic_data=False)
-    with _fit_trace(total, traced) as tracing:
-        if tracing:
-            real = dataclasses.replace(real, steps_per_epoch=total + traced)
-        say(f"diagnose: 3/3 the real fit, {real.steps_per_epoch} steps")
-        fit = train.run(task, real, callbacks=tracing).report
-        trace = _read_trace(tracing, config.steps_per_execution)
-    # Rates per training step (a fused batch holds fused_steps steps' examples).
-    device = compute.context.device if compute.context is not None else None
-    return _conclude(
-        input_rate=pipeline.batches_per_sec * config.fused_steps,
-        compute=compute.steps,
-        fit=fit.steps,
-        dataset=dataset,
-        described=f"{task.name}'s pipeline, as the runner builds it: {describe_pipeline(dataset)}",
-        settings={
-            "steps_per_execution": config.steps_per_execution,
-            "fused_steps": config.fused_steps,
-            # None is Keras's "auto": XLA on JAX, eager on PyTorch and TensorFlow's CPU.
-            "jit_compile": bool(config.jit_compile)
-            if config.jit_compile is not None
-            else backend.name() == "jax",
-            "precision": config.precision,
-            "backend": backend.name(),
-        },
-        batch_size=config.batch_size,
-        device_kind=device.kind if device is not None else "cpu",
-        steps=steps,
-        devices_found=devices_found,
-        trace=trace,
-    )
-
-
-def _diagnose_model(
-    model: Any, data: Any, config: TrainConfig, steps: int, devices_found: Iterable[Any] | None
-) -> Diagnosis:
-    from toolkit import devices, train
-    from toolkit.data import benchmark, infer_batch_size
-
-    dataset, described = train.as_batches(data, config.batch_size)
-    batch_size = infer_batch_size(dataset)
-    warmup = max(1, min(config.warmup_steps, 10))
-    total = warmup + 1 + steps
-    saved = train.snapshot(model)
-    try:
-        one_batch = dataset.take(1).cache().repeat()
-        say(f"diagnose: 1/3 the train step alone, {total} steps on one batch")
-        compute = train.measured_fit(model, one_batch, total, warmup, batch_size=batch_size)
+    config = (config or TrainConfig()).validate()
+    # The step alone first: a Task's workload selects the device before anything else starts
+    # TensorFlow's runtime.
+    with workload(target, data, config) as work:
+        per_call = work.per_call
+        warmup = max(1, min(config.warmup_steps, 10))
+        total = whole_calls(warmup + 1 + steps, per_call)
+        say(f"diagnose: 1/3 the train step alone, {total} steps on one batch (the first compiles)")
+        compute = work.fit(steps=total, warmup=warmup, one_batch=True)
+        dataset = work.pipeline()
         say(f"diagnose: 2/3 the input pipeline alone, {steps} batches")
         pipeline = benchmark(dataset.repeat(), num_batches=steps, verbose=False)
-        spe = max(1, train.steps_per_execution(model))
-        traced = -(-TRACE_STEPS // spe) * spe
-        with _fit_trace(-(-total // spe) * spe, traced) as tracing:
-            say(f"diagnose: 3/3 the real fit, {total + (traced if tracing else 0)} steps")
-            fit = train.measured_fit(
-                model,
-                dataset,
-                total + (traced if tracing else 0),
-                warmup,
-                batch_size=batch_size,
-                callbacks=tracing,
-            )
-            trace = _read_trace(tracing, spe)
-    finally:
-        train.restore(model, saved)
-    policy = getattr(getattr(model, "dtype_policy", None), "name", None)
-    found = list(devices_found) if devices_found is not None else devices.detect()
-    gpus = [d for d in found if d.is_gpu]
+        traced = whole_calls(TRACE_STEPS, per_call)
+        with _fit_trace(total, traced) as tracing:
+            real = total + (traced if tracing else 0)
+            say(f"diagnose: 3/3 the real fit, {real} steps")
+            fit = work.fit(steps=real, warmup=warmup, callbacks=tracing)
+            trace = _read_trace(tracing, work.defaults().steps_per_execution)
+    described = work.described
+    if not work.is_model:
+        described += f": {describe_pipeline(dataset)}"
+    settings = work.settings()
     return _conclude(
-        input_rate=pipeline.batches_per_sec,
+        # Rates per training step (a fused batch holds fused_steps steps' examples).
+        input_rate=pipeline.batches_per_sec * settings["fused_steps"],
         compute=compute.steps,
         fit=fit.steps,
         dataset=dataset,
         described=described,
-        settings={
-            "steps_per_execution": train.steps_per_execution(model),
-            "fused_steps": 1,
-            "jit_compile": bool(getattr(model, "jit_compile", False)),
-            "precision": str(policy or "float32"),
-            "backend": backend.name(),
-        },
-        batch_size=batch_size,
-        device_kind=gpus[0].kind if gpus else "cpu",
+        settings=settings,
+        batch_size=work.batch_size,
+        device_kind=work.device.kind,
         steps=steps,
-        devices_found=found,
+        devices_found=devices_found,
         trace=trace,
     )
 

@@ -1,0 +1,266 @@
+"""The search engine with injected measurements and clocks: the search's order, the budget,
+failures, the never-slower rule, the head-to-head rounds and the choice. No framework runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from toolkit.search import engine as en
+from toolkit.search.tune import TuneResult
+
+SPACE = en.Space(
+    precision=("float32", "mixed_bfloat16"),
+    jit_compile=(False, True),
+    steps_per_execution=(1, 8),
+    fused_steps=(1, 8),
+)
+
+
+def fake_rates(c: en.Candidate) -> float:
+    rate = 100.0
+    rate *= 1.5 if c.jit_compile else 1.0
+    rate *= 2.0 if c.steps_per_execution == 8 else 1.0
+    rate *= 0.5 if c.precision == "mixed_bfloat16" else 1.0
+    return rate
+
+
+class Clock:
+    def __init__(self, step=1.0):
+        self.t, self.step = 0.0, step
+
+    def __call__(self):
+        self.t += self.step
+        return self.t
+
+
+def test_search_starts_from_defaults_and_finds_the_best_with_fewer_trials_than_the_grid():
+    trials, exhausted = en.search(fake_rates, SPACE, budget_s=1e9)
+    assert trials[0].candidate == en.Candidate() and not exhausted
+    best = en.choose(trials)
+    assert best == en.Candidate(jit_compile=True, steps_per_execution=8)
+    assert len(trials) < len(SPACE.grid()) == 16
+    assert len({t.candidate for t in trials}) == len(trials)  # nothing measured twice
+
+
+def test_the_search_goes_to_the_loops_corner_first_then_each_knob_then_shorter_loops():
+    space = en.Space(
+        jit_compile=(False, True), steps_per_execution=(1, 8, 32), fused_steps=(1, 8, 32)
+    )
+    assert len(space.grid()) == 16  # 18 less the two calls of 1024 steps (the cap)
+    assert all(c.steps_per_execution * c.fused_steps <= 256 for c in space.grid())
+
+    def overhead(c):  # examples/s of a 1 ms step with 10 ms of fixed cost a call
+        return 1000.0 / (1.0 + 10.0 / (c.steps_per_execution * c.fused_steps))
+
+    trials, _ = en.search(lambda c: overhead(c) * (1.5 if c.jit_compile else 1.0), space)
+    order = [(t.candidate.jit_compile, t.candidate.steps_per_execution, t.candidate.fused_steps)
+             for t in trials]  # fmt: skip
+    # Defaults; the corner (fused steps longest, then steps per execution as the cap allows);
+    # XLA there; then fused steps one value shorter, which loses. Steps per execution one
+    # shorter is not measured: the defaults and the corner put the call's overhead at 10 ms,
+    # so 32 steps a call would lose ~39 % (only noise could make it win).
+    assert order == [(False, 1, 1), (False, 8, 32), (True, 8, 32), (True, 8, 8)]
+    assert en.choose(trials) == en.Candidate(jit_compile=True, steps_per_execution=8,
+                                             fused_steps=32)  # fmt: skip
+
+    # Where a longer loop does not help, the shorter one is taken, not a coin flip.
+    flat, _ = en.search(lambda c: 100.0 + 10.0 * (c.fused_steps > 1), space)
+    assert (en.choose(flat).steps_per_execution, en.choose(flat).fused_steps) == (1, 8)
+    # A peak below the longest loop (8 fused steps: 32 spill out of a cache, say) is found.
+    peaked, _ = en.search(lambda c: {1: 100.0, 8: 300.0, 32: 150.0}[c.fused_steps] +
+                          c.steps_per_execution, space)  # fmt: skip
+    assert en.choose(peaked).fused_steps == 8 and len(peaked) < len(space.grid())
+
+
+def test_the_knobs_interact_so_their_order_does_not_decide():
+    """bfloat16 wins without XLA and loses with it (an emulated dtype XLA cannot fuse): the
+    first knob set must not lock in what the next one overturns."""
+    space = en.Space(
+        precision=("float32", "mixed_bfloat16"), jit_compile=(False, True),
+        steps_per_execution=(1, 8), fused_steps=(1, 8),
+    )  # fmt: skip
+
+    def rate(c):
+        xla, bf16 = c.jit_compile, c.precision == "mixed_bfloat16"
+        base = {(False, False): 100.0, (False, True): 120.0, (True, False): 300.0}
+        return base.get((xla, bf16), 200.0) * (1 + 0.5 * (c.fused_steps > 1))
+
+    trials, _ = en.search(rate, space)
+    best = en.choose(trials)
+    assert (best.precision, best.jit_compile, best.fused_steps) == ("float32", True, 8)
+    # bf16 with XLA is measured, loses, and float32 with XLA stays: no second pass needed.
+    seen = {(t.candidate.precision, t.candidate.jit_compile) for t in trials}
+    assert ("mixed_bfloat16", True) in seen and len(trials) < len(space.grid())
+
+    # When precision is set after XLA and changes the best, XLA is tried again at it.
+    def rate2(c):
+        xla, bf16 = c.jit_compile, c.precision == "mixed_bfloat16"
+        return {(False, False): 100.0, (True, False): 150.0, (True, True): 180.0}.get(
+            (xla, bf16), 400.0
+        )
+
+    trials, _ = en.search(rate2, space)
+    best = en.choose(trials)
+    assert (best.precision, best.jit_compile) == ("mixed_bfloat16", False)
+
+
+def test_a_shorter_steps_per_execution_is_measured_only_where_it_could_win():
+    space = en.Space(jit_compile=(False,), steps_per_execution=(1, 8, 32), fused_steps=(1,))
+
+    def calls(overhead_ms):  # a 1 ms step and a call's fixed cost
+        return lambda c: 1000.0 / (1.0 + overhead_ms / c.steps_per_execution)
+
+    heavy, _ = en.search(calls(5.0), space)  # 32 -> 8 steps a call: ~11 % slower
+    assert [t.candidate.steps_per_execution for t in heavy] == [1, 32]
+    assert en.choose(heavy).steps_per_execution == 32
+    light, _ = en.search(calls(0.05), space)  # 0.5 % slower, within the noise: measured
+    assert [t.candidate.steps_per_execution for t in light] == [1, 32, 8]
+    assert en.call_overhead(light[0], light[1]) == pytest.approx(0.05e-3, rel=1e-6)  # seconds
+
+
+def test_a_failing_candidate_is_recorded_and_skipped():
+    def measure(c):
+        if c.jit_compile:
+            raise RuntimeError("XLA is not available on this device\nmore detail")
+        return fake_rates(c)
+
+    trials, _ = en.search(measure, SPACE, budget_s=1e9)
+    failed = [t for t in trials if t.error]
+    assert failed and failed[0].error == "RuntimeError: XLA is not available on this device"
+    assert failed[0].examples_per_sec is None
+    assert en.choose(trials).jit_compile is False
+    result = TuneResult(en.choose(trials), trials, "k", False, 1.0)
+    assert "failed: RuntimeError: XLA is not available" in result.table()
+
+
+def test_the_budget_stops_the_search_but_the_defaults_are_always_measured():
+    trials, exhausted = en.search(fake_rates, SPACE, budget_s=2.5, clock=Clock())
+    assert exhausted and trials[0].candidate == en.Candidate() and len(trials) <= 3
+    trials, exhausted = en.search(fake_rates, SPACE, budget_s=0.0, clock=Clock())
+    assert exhausted and [t.candidate for t in trials] == [en.Candidate()]
+
+
+def test_never_slower_than_the_defaults():
+    d = en.Trial(en.Candidate(), 100.0, 1.0)
+    slower = en.Trial(en.Candidate(jit_compile=True), 90.0, 1.0)
+    noise = en.Trial(en.Candidate(steps_per_execution=8), 101.5, 1.0)
+    faster = en.Trial(en.Candidate(fused_steps=8), 130.0, 1.0)
+    assert en.choose([d, slower]) == en.Candidate()
+    assert en.choose([d, slower, noise]) == en.Candidate()  # within 2 %: keep the defaults
+    assert en.choose([d, slower, noise, faster]) == en.Candidate(fused_steps=8)
+    failed_defaults = en.Trial(en.Candidate(), None, 1.0, "boom")
+    assert en.choose([failed_defaults, slower]) == slower.candidate
+
+
+def _noisy(true_rates, lucky):
+    """Measurements of `true_rates` (label -> examples/s) where each candidate in `lucky` gets
+    one window 40 % too fast (its first: the search's), as a busy neighbour can give."""
+    seen = {}
+
+    def measure(c):
+        seen[c] = seen.get(c, 0) + 1
+        rate = true_rates.get(c, 100.0)
+        return rate * (1.4 if c in lucky and seen[c] == 1 else 1.0)
+
+    return measure
+
+
+def test_a_lucky_window_does_not_win_the_head_to_head():
+    lucky = en.Candidate(fused_steps=8)  # really 2 % slower, but its one window was +40 %
+    measure = _noisy({en.Candidate(): 100.0, lucky: 98.0}, {lucky})
+    trials, _ = en.search(measure, SPACE, budget_s=1e9)
+    assert en.choose(trials) == lucky  # one window each: fooled
+    pick, rounds, why, exhausted = en.confirm(measure, trials, budget_s=1e9)
+    assert pick == en.Candidate() and rounds and not exhausted  # head to head: not fooled
+    assert "defaults stay" in why
+    defaults = trials[0]
+    assert len(defaults.rates) == 1 + len(rounds) and defaults.spread() == "±0%"
+    lucky_trial = next(t for t in trials if t.candidate == lucky)
+    assert lucky_trial.spread() and lucky_trial.examples_per_sec == pytest.approx(98.0)
+
+
+def test_a_real_gain_is_confirmed_and_its_spread_reported():
+    modest = en.Candidate(jit_compile=True)
+    measure = _noisy({en.Candidate(): 100.0, modest: 110.0}, set())
+    trials, _ = en.search(measure, SPACE, budget_s=1e9)
+    pick, rounds, why, _ = en.confirm(measure, trials, budget_s=1e9)
+    assert pick == modest
+    assert 2 <= len(rounds) <= en.MAX_ROUNDS and "won 2 of 2" in why  # +10 %: two rounds
+    # A large gain, in the search and again head to head, needs one round only.
+    measure = _noisy({en.Candidate(): 100.0, modest: 150.0}, set())
+    big, _ = en.search(measure, SPACE, budget_s=1e9)
+    pick, one, why_big, _ = en.confirm(measure, big, budget_s=1e9)
+    assert pick == modest and len(one) == 1 and "one round" in why_big
+    result = TuneResult(pick, trials, "k", False, 1.0, False, rounds, why)
+    table = result.table()
+    assert "| spread | runs |" in table and "head-to-head round(s)" in table
+    again = TuneResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert again.confirm_rounds == rounds and again.trials[0].rates == trials[0].rates
+
+
+def test_one_round_is_enough_only_when_the_search_and_the_round_agree_on_the_order():
+    a, b = en.Candidate(fused_steps=8), en.Candidate(jit_compile=True, fused_steps=8)
+    # b's search window is the fastest, its first round window the slowest: two windows
+    # that disagree on a and b are no verdict, however far both are ahead of the defaults.
+    sequences = {en.Candidate(): [100.0] * 9, a: [300.0] * 9, b: [310.0, 200.0] + [290.0] * 7}
+
+    def measure(c):
+        return sequences.get(c, [50.0] * 9).pop(0)
+
+    space = en.Space(jit_compile=(False, True), steps_per_execution=(1,), fused_steps=(1, 8))
+    trials, _ = en.search(measure, space, budget_s=1e9)
+    pick, rounds, why, _ = en.confirm(measure, trials, budget_s=1e9)
+    assert len(rounds) >= 2 and "one round" not in why and pick == a
+
+
+def test_the_budget_is_a_promise_not_a_start_deadline():
+    clock = Clock(step=0.0)
+
+    def measure(c):
+        clock.t += 4.0  # every candidate takes 4 s
+        return fake_rates(c)
+
+    space = en.Space(
+        precision=("float32", "mixed_bfloat16"), steps_per_execution=(1, 8), fused_steps=(1, 8)
+    )
+    trials, exhausted = en.search(measure, space, budget_s=13.0, clock=clock)
+    assert exhausted and len(trials) == 3 and clock.t <= 13.0  # a 4th would end at 16 s
+    pick, rounds, _, out = en.confirm(measure, trials, budget_s=13.0, clock=clock, spent_s=clock.t)
+    assert out and not rounds and clock.t <= 13.0
+    # Nothing confirmed: only a gain beyond UNCONFIRMED_GAIN in one window is taken.
+    assert pick == en.choose(trials, en.UNCONFIRMED_GAIN)
+
+
+def test_the_first_xla_candidate_is_expected_to_cost_more_and_then_what_xla_cost():
+    """XLA's compile is not known until an XLA candidate ran: the first is expected to cost
+    XLA_FIRST_COST times the slowest candidate so far, and is not started where that would
+    end past the budget; after one ran, XLA candidates are expected to cost what XLA did."""
+    clock = Clock(step=0.0)
+    cost = {False: 3.0, True: 12.0}  # a CNN here: graph trials 3 s, its XLA trial far more
+
+    def measure(c):
+        clock.t += cost[c.jit_compile]
+        return fake_rates(c)
+
+    # 6 s spent; the first XLA candidate is expected at 3 × 3 s: past a 14 s budget, so
+    # it is not started, while the graph candidates after it (3 s) still are.
+    trials, exhausted = en.search(measure, SPACE, budget_s=14.0, clock=clock)
+    assert exhausted and clock.t <= 14.0 and len(trials) >= 3
+    assert not any(t.candidate.jit_compile for t in trials)
+    # With room for it, it runs (and wins); the next XLA candidate is then expected to take
+    # 12 s too, and is not started past the budget.
+    clock.t = 0.0
+    trials, exhausted = en.search(measure, SPACE, budget_s=25.0, clock=clock)
+    assert exhausted and clock.t == 18.0
+    assert [t.candidate.jit_compile for t in trials] == [False, False, True]
+    assert en._expected_cost(en.Candidate(jit_compile=True), trials) == 12.0
+
+
+def test_window_steps_time_at_least_three_whole_calls():
+    warmup, total = en.window_steps(en.Candidate(steps_per_execution=8, fused_steps=4), 48)
+    assert warmup == 32 and total % 32 == 0 and total - 2 * 32 >= 3 * 32
+    # A call as long as the window: its first call is warm-up enough.
+    warmup, total = en.window_steps(en.Candidate(steps_per_execution=8, fused_steps=32), 48, 1)
+    assert warmup == 0 and total == 2 * 256
