@@ -77,7 +77,7 @@ def main() -> None:
         # made once (what tune's own measuring does), so the costs compare builds with builds.
         work = TaskWorkload(task, config, resident=True)
 
-        def measure(c: Candidate) -> float:
+        def measure(c: Candidate, work: TaskWorkload = work) -> float:
             return work.rate(c, args.steps)
 
         t0 = time.perf_counter()

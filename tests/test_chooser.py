@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from toolkit.search import chooser as ch
 from toolkit.config import ConfigError, TrainConfig
+from toolkit.search import chooser as ch
 
 TF, JAX, TORCH = ch.Contender("tensorflow"), ch.Contender("jax"), ch.Contender("torch")
 

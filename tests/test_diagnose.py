@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from toolkit.search import diagnose as dg
 from toolkit import train
 from toolkit.config import TrainConfig
+from toolkit.search import diagnose as dg
 
 
 @pytest.mark.parametrize(

@@ -264,3 +264,66 @@ def test_window_steps_time_at_least_three_whole_calls():
     # A call as long as the window: its first call is warm-up enough.
     warmup, total = en.window_steps(en.Candidate(steps_per_execution=8, fused_steps=32), 48, 1)
     assert warmup == 0 and total == 2 * 256
+
+
+def test_rounds_rotate_the_order_and_stop_on_the_budget_or_when_settled():
+    clock = Clock()
+    order = []
+
+    def measure(entrant, r):
+        order.append((r, entrant))
+        if entrant == "flaky" and r == 1:
+            raise RuntimeError("one bad run")
+        return 1.0
+
+    rounds, exhausted = en.interleaved_rounds(
+        ["a", "b", "flaky"], measure, max_rounds=3, clock=clock
+    )
+    assert not exhausted and len(rounds) == 3
+    assert [e for r, e in order if r == 1] == ["b", "flaky", "a"]  # rotated by one
+    assert "flaky" not in rounds[1] and rounds[2]["flaky"] == 1.0  # a raise: no result, no crash
+    # A round that would end past the budget is not started; the first may be exempt (None).
+    rounds, exhausted = en.interleaved_rounds(
+        ["a", "b"], lambda e, r: 1.0, max_rounds=5, budget_s=20,
+        round_cost=lambda r: None if r == 0 else 20.0, clock=Clock(step=5.0),
+    )  # fmt: skip
+    assert exhausted and len(rounds) == 1
+    rounds, _ = en.interleaved_rounds(
+        ["a"], lambda e, r: 1.0, max_rounds=5, settled=lambda done: len(done) == 2
+    )
+    assert len(rounds) == 2
+
+
+def test_decide_needs_the_median_gain_and_most_rounds_won():
+    rounds = [{"d": 100.0, "x": 110.0, "y": 150.0}, {"d": 100.0, "x": 111.0, "y": 90.0},
+              {"d": 100.0, "x": 109.0, "y": 95.0}]  # fmt: skip
+    verdict = en.decide("d", ["x", "y"], rounds)
+    assert verdict.pick == "x" and verdict.won and verdict.wins == 3 and verdict.rounds == 3
+    assert en.paired_ratios(rounds, "d", "y") == [1.5, 0.9, 0.95]  # y lost most rounds
+    close = [{"d": 100.0, "x": 101.0}, {"d": 100.0, "x": 101.5}]
+    verdict = en.decide("d", ["x"], close)  # won every round, by less than MIN_GAIN
+    assert verdict.pick == "d" and verdict.leader == "x" and not verdict.won
+    assert en.decide("d", ["x"], rounds, eligible=lambda e: e != "x").leader is None
+    # Speeds from step times: the lower time is the faster.
+    times = [{"d": {"mean_s": 0.02}, "x": {"mean_s": 0.01}}]
+    assert en.decide("d", ["x"], times, speed=lambda f: 1 / f["mean_s"]).ratio == 2.0
+
+
+def test_the_cache_is_keyed_by_facts_and_a_bad_file_is_a_miss(tmp_path, monkeypatch):
+    from toolkit.cache import Cache
+
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    cache = Cache("answers.json")
+    key = cache.key({"model": "m", "cpu": "x"})
+    assert key == cache.key({"cpu": "x", "model": "m"}) != cache.key({"model": "n", "cpu": "x"})
+    assert cache.get(key) is None and list(cache.entries()) == []
+    assert cache.put(key, {"model": "m"}, {"best": 1})
+    assert cache.get(key) == {"best": 1}
+    (entry,) = cache.entries()
+    assert entry["facts"] == {"model": "m"} and entry["stored"] > 0
+    (tmp_path / "cache" / "answers.json").write_text("{not json")
+    assert cache.get(key) is None  # a corrupt file is a miss, not an error
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(blocked / "sub"))
+    assert cache.put(key, {}, {"best": 2}) is False  # a read-only cache is skipped

@@ -4,8 +4,8 @@ faster here.
 The public API is :data:`_EXPORTS` below; ``__all__`` is derived from it, so the two cannot
 drift. The measuring tools are functions here (``toolkit.diagnose``, ``toolkit.tune``); the
 rest are modules (``toolkit.devices``, ``toolkit.data``). Names are imported on first use (PEP
-562), so that ``import toolkit`` and the report tools (``toolkit.report``, ``python -m toolkit compare``) load
-no framework; the callbacks load Keras when first touched.
+562), so that ``import toolkit`` and the report tools (``toolkit.report``, ``python -m toolkit
+compare``) load no framework; the callbacks load Keras when first touched.
 """
 
 from __future__ import annotations

@@ -58,6 +58,9 @@ class Cache:
     def entries(self) -> Iterator[dict[str, Any]]:
         """Every well-formed entry (``{"facts", "result", "stored"}``), in file order."""
         for entry in read_json(self.path).values():
-            if isinstance(entry, dict) and isinstance(entry.get("facts"), dict):
-                if isinstance(entry.get("result"), dict):
-                    yield entry
+            if (
+                isinstance(entry, dict)
+                and isinstance(entry.get("facts"), dict)
+                and isinstance(entry.get("result"), dict)
+            ):
+                yield entry
