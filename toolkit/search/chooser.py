@@ -1,9 +1,9 @@
 """Which Keras backend trains this model fastest on this machine: measured, not guessed.
 
 Keras 3 trains on TensorFlow, JAX and PyTorch, and which is fastest depends on the model and
-the machine (on this 2-core CPU the seed MLP's step is ~0.35 ms on JAX, ~0.7 ms on TensorFlow
-and ~1.9 ms on PyTorch; Keras's own A100 benchmarks find TensorFlow fastest for some models and
-JAX for others). :func:`compare` answers for a recipe or for your own model-building function:
+the machine (benchmarks/README.md has this machine's figures; Keras's own GPU benchmarks find
+TensorFlow fastest for some models and JAX for others). :func:`compare` answers for a recipe or
+for your own model-building function:
 
 * every installed backend × device (``cpu``; ``cuda``, ``metal`` or ``gpu`` where that backend
   sees one; or only the ``--device`` given) is a *contender*;
@@ -11,28 +11,29 @@ JAX for others). :func:`compare` answers for a recipe or for your own model-buil
   would eat into the next one's cores), the same recipe and flags, the same data order (the
   seed), and the same initial weights: the first run writes them to a ``.weights.h5`` file
   that every later run loads (``--init_weights``, Keras's backend-neutral format);
-* the contenders run in interleaved rounds (each round all of them, in a rotated order), so
-  that a machine that slows down for a while slows every contender alike;
+* the contenders run in the engine's interleaved rounds (``toolkit.search.engine``: each
+  round all of them, in a rotated order), so that a machine that slows down for a while slows
+  every contender alike;
 * per contender: the first step (tracing / compilation), the steady p50 and mean ms/step
   (medians over the rounds, the mean's spread), examples/s, MFU, and the final training
-  loss, which must
-  agree with the defaults' within ``LOSS_RTOL`` (different backends round differently; a
-  larger gap says that they did not train the same model the same way);
+  loss, which must agree with the defaults' within ``LOSS_RTOL`` (different backends round
+  differently; a larger gap says that they did not train the same model the same way);
 * the winner is the fastest by the median of its per-round ratios to the defaults (Keras's
   default backend on the default device) of the *mean* step time: the time training takes.
   The p50 alone flatters a backend whose steps stall now and then (JAX's asynchronous
-  dispatch here: p50 0.33 ms, mean 0.58 ms on the digits MLP). It must beat them by more than
-  ``MIN_GAIN`` and
-  train to an agreeing loss, else the defaults stay: the chooser never hands back something
-  slower than not choosing.
+  dispatch). It must win most rounds, beat them by more than the engine's ``MIN_GAIN`` and
+  train to an agreeing loss (:func:`~toolkit.search.engine.decide`), else the defaults stay:
+  the chooser never hands back something slower than not choosing.
 
-The result is cached in ``$TOOLKIT_CACHE_DIR/backends.json`` under a key of the target, its
-flags (run-length and output flags left out), the device asked for and the machine (CPU,
-installed framework versions), and written as JSON, Markdown and a PNG. A recipe run with
-``--backend=auto`` trains on the cached winner (:func:`resolve_auto`).
+The result is cached (``toolkit.cache``, ``$TOOLKIT_CACHE_DIR/backends.json``) under a key of
+the target, its flags (run-length and output flags left out), the device asked for and the
+machine (CPU, installed framework versions), and written as JSON, Markdown and a PNG. A
+recipe run with ``--backend=auto`` trains on the cached winner (:func:`resolve_auto`).
 
 This module imports no framework: the measuring happens in the child processes
-(``python -m toolkit backends --child``), through :func:`measure_task` / :func:`measure_model`.
+(``python -m toolkit backends --child``, ``toolkit.search.processes``), through the measured
+target's ``figures`` (``toolkit.search.workload``); the result and its table are
+``toolkit.search.standings``.
 """
 
 from __future__ import annotations
@@ -83,13 +84,13 @@ __all__ = [
 CACHE_FILE = "backends.json"
 _CACHE = Cache(CACHE_FILE)
 # Tuned settings must beat their own backend's defaults by this much to be kept: one round of
-# a final can swing ~10 % (JAX with steps_per_execution=32 measured 1.03× and 0.91× of plain
-# JAX on the seed MLP in two runs).
+# a final can swing by more than MIN_GAIN between identical fresh processes.
 SETTINGS_GAIN = 0.05
 DEFAULT_STEPS = 200
 DEFAULT_ROUNDS = 3
 # tune --across_backends: the final's first round is reserved at this many times its estimate
-# (on the small CNN, an estimate without margin let a 90 s budget run 95 s).
+# (a final run also times more steps than the search's trial; without a margin the budget
+# overran).
 FINAL_MARGIN = 1.25
 # Flags that change how long a run is or what it writes, not how fast a step is: left out of
 # the cache key, and overridden in the children.
