@@ -1,4 +1,10 @@
-"""TrainConfig: how to train, and the one validator of every setting.
+"""TrainConfig: how to train, the one table of settings, and the one validator of every setting.
+
+Each training setting is declared once, as a :class:`TrainConfig` field made by
+:func:`setting`: its default, flag, help, help group, whether tune may search it, whether it
+changes how fast a step is, its value in a measurement run. The shared flags, their ``--help``
+groups, ``config_from_flags`` (``toolkit.flags``), ``for_measurement``, tune's knobs and the
+backends chooser's run flags are derived from that table (:data:`SETTINGS`).
 
 The command line (``toolkit.flags``) and the Python API build the same :class:`TrainConfig`,
 and both get the same checks from :meth:`TrainConfig.validate`, whose messages name the flag
@@ -19,12 +25,70 @@ from toolkit import backend, distribute
 from toolkit.devices import parse_device_spec
 from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS, whole_calls
 
-__all__ = ["PRECISIONS", "SMOKE_STEPS", "ConfigError", "TrainConfig", "flag_name"]
+__all__ = [
+    "GROUPS",
+    "PRECISIONS",
+    "SETTINGS",
+    "SMOKE_STEPS",
+    "ConfigError",
+    "TrainConfig",
+    "flag_name",
+    "flag_of",
+]
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 SMOKE_STEPS = 8
-# Python field -> flag, where they differ.
-_FLAGS = {"steps_per_epoch": "train_steps", "verbose": "log_verbosity"}
+
+# The help groups, in the order ``--help`` shows them.
+DATA, TRAINING, SPEED, WHERE, DISTRIBUTION, MEASURING = (
+    "data",
+    "training",
+    "speed settings (tune searches these)",
+    "backend and device",
+    "distribution",
+    "measuring and the report",
+)
+GROUPS = (DATA, TRAINING, SPEED, WHERE, DISTRIBUTION, MEASURING)
+
+
+def setting(
+    default: Any,
+    help: str,
+    group: str,
+    *,
+    flag: str | None = None,
+    flag_default: Any = None,
+    aliases: tuple[str, ...] = (),
+    deprecated: tuple[str, ...] = (),
+    searched: bool = False,
+    speed: bool = True,
+    quiet: Any = dataclasses.MISSING,
+    path: bool = False,
+) -> Any:
+    """A :class:`TrainConfig` field with everything else that is said of it, once.
+
+    Args:
+        default: the field's default (and the flag's, unless `flag_default`).
+        help: the flag's help.
+        group: its ``--help`` group (:data:`GROUPS`).
+        flag: the flag's name where it differs from the field's.
+        flag_default: the flag's default where it is spelled differently (``""`` for unset).
+        aliases: other names of the flag.
+        deprecated: old names of the flag, still accepted with a note.
+        searched: tune may search it.
+        speed: it changes how fast a step is; False: only how long a run is or what it writes
+            (left out of the backends chooser's cache key, and overridden in its children).
+        quiet: its value in a short measurement run (:meth:`TrainConfig.for_measurement`).
+        path: a path (a leading ``~`` is expanded).
+    """
+    meta = {
+        "help": help, "group": group, "flag": flag or None, "flag_default": flag_default,
+        "aliases": aliases, "deprecated": deprecated, "searched": searched, "speed": speed,
+        "path": path,
+    }  # fmt: skip
+    if quiet is not dataclasses.MISSING:
+        meta["quiet"] = quiet
+    return dataclasses.field(default=default, metadata=meta)
 
 
 class ConfigError(ValueError):
@@ -32,52 +96,201 @@ class ConfigError(ValueError):
     it must be."""
 
 
-def flag_name(field: str) -> str:
-    """``--train_steps (steps_per_epoch)`` for a field whose flag is named differently, else
-    ``--batch_size``."""
-    flag = _FLAGS.get(field)
-    return f"--{flag} ({field})" if flag else f"--{field}"
-
-
-def _bad(field: str, what: str, value: Any) -> ConfigError:
-    return ConfigError(f"{flag_name(field)} must be {what}, got {value!r}")
-
-
 @dataclasses.dataclass
 class TrainConfig:
-    """How to train. :meth:`validate` checks every field (the runner calls it)."""
+    """How to train: every training setting, declared once with its flag, help, help group and
+    what the tools may do with it (:func:`setting`). :meth:`validate` checks every field (the
+    runner calls it); ``toolkit.flags`` derives the shared flags from these fields."""
 
-    epochs: int = 1
-    batch_size: int = 32
-    steps_per_execution: int = 1
-    fused_steps: int = 1
-    jit_compile: bool | None = None  # None: Keras's "auto" (XLA on JAX; off on a TF CPU, torch)
-    compile_cache: bool = False  # compiled programs kept on disk for the next run
-    steps_per_epoch: int | None = None
-    warmup_steps: int = DEFAULT_WARMUP_STEPS
-    profile_steps: tuple[int, int] | None = None
-    memory_watch: bool = False
-    tensorboard: bool = False
-    report_dir: str | None = "runs"
-    seed: int | None = 0
-    verbose: int | None = None  # None: the toolkit's progress (toolkit.progress)
-    device: str = "auto"
-    precision: str = "float32"
-    distribution_strategy: str = "default"
-    use_synthetic_data: bool = False
-    smoke: bool = False
-    log_steps: int | None = None
-    stop_on_nan: bool = True
-    count_flops: bool = True
-    worker_hosts: str | None = None
-    task_index: int = 0
-    cluster_wait: float = distribute.CLUSTER_WAIT_S  # seconds; 0: TensorFlow's own wait
-    shard_policy: str = "data"
-    data_service: str | None = None
-    data_service_mode: str = "parallel_epochs"
-    backup_dir: str | None = None
-    backend: str | None = None  # None: the one Keras trains on (toolkit.backend.name())
-    init_weights: str | None = None  # a .weights.h5 to start from (written first if missing)
+    use_synthetic_data: bool = setting(
+        False,
+        "Train on one random batch of the real spec, repeated: input costs ~0 (an upper bound "
+        "for the step).",
+        DATA,
+    )
+    epochs: int = setting(1, "Training epochs.", TRAINING, speed=False, quiet=1)
+    batch_size: int = setting(32, "Global batch size (examples per step).", TRAINING, searched=True)
+    steps_per_epoch: int | None = setting(
+        None,
+        "Steps per epoch (repeats the data); default: one pass.",
+        TRAINING,
+        flag="train_steps",
+        speed=False,
+    )
+    seed: int | None = setting(0, "Random seed (weights, shuffling).", TRAINING)
+    init_weights: str | None = setting(
+        None,
+        "Start from the weights in this .weights.h5 file; when it does not exist yet, the "
+        "run's own initial weights are written there first. The same file gives runs under "
+        "different backends the same start (python -m toolkit backends uses it).",
+        TRAINING,
+        speed=False,
+        path=True,
+    )  # a .weights.h5 to start from (written first if missing)
+    stop_on_nan: bool = setting(
+        True,
+        "Stop at the first step whose loss is NaN or infinite (the report says which); "
+        "--nostop_on_nan trains on (the run is still 'diverged').",
+        TRAINING,
+        speed=False,
+    )
+    backup_dir: str | None = setting(
+        None,
+        "Back up the training state every epoch (keras BackupAndRestore); a restarted run "
+        "resumes from the last backup.",
+        TRAINING,
+        speed=False,
+        quiet=None,  # a measurement must not resume a run
+        path=True,
+    )
+    smoke: bool = setting(
+        False,
+        f"A seconds-long run: 1 epoch of {SMOKE_STEPS} steps.",
+        TRAINING,
+        speed=False,
+        quiet=False,
+    )
+    precision: str = setting(
+        "float32",
+        f"Keras precision policy: {' | '.join(PRECISIONS)} (mixed: float16/bfloat16 compute, "
+        "float32 variables). --dtype is its old name.",
+        SPEED,
+        deprecated=("dtype",),
+        searched=True,
+    )
+    jit_compile: bool | None = setting(
+        None,
+        "Compile the train step: XLA on TensorFlow and JAX, torch.compile on PyTorch. Default: "
+        "Keras's choice (on for JAX; off for TensorFlow on a CPU and for PyTorch).",
+        SPEED,
+        aliases=("enable_xla",),
+        searched=True,
+    )  # None: Keras's "auto" (toolkit.backend.jits_by_default)
+    steps_per_execution: int = setting(
+        1,
+        "Training steps per call of the compiled function (Keras batch hooks run once per call).",
+        SPEED,
+        searched=True,
+    )
+    fused_steps: int = setting(
+        1,
+        "Training steps fused into one compiled train step (a loop inside it; with "
+        "--jit_compile one XLA program): cuts per-step overhead for small models.",
+        SPEED,
+        searched=True,
+    )
+    compile_cache: bool = setting(
+        False,
+        "Keep compiled programs on disk ($TOOLKIT_CACHE_DIR/compiled/<backend>): a later run of "
+        "the same model and settings reads them instead of compiling (JAX: every program; "
+        "TensorFlow and PyTorch: what --jit_compile compiles). The first step then shows a read.",
+        SPEED,
+    )
+    backend: str | None = setting(
+        None,
+        "tensorflow | jax | torch | auto: the Keras backend (default: KERAS_BACKEND, else "
+        "tensorflow); auto: the one python -m toolkit backends measured fastest for this recipe "
+        "and flags here. Read from the command line before Keras loads.",
+        WHERE,
+        speed=False,  # each contender of the backends chooser sets its own
+    )  # None: the one Keras trains on (toolkit.backend.name())
+    device: str = setting(
+        "auto",
+        "auto | cpu | gpu | cuda | metal (mps: the Apple GPU), optionally :index (e.g. gpu:1).",
+        WHERE,
+    )
+    distribution_strategy: str = setting(
+        "default", f"tf.distribute strategy: {' | '.join(distribute.STRATEGIES)}.", DISTRIBUTION
+    )
+    worker_hosts: str | None = setting(
+        None,
+        "Multi-worker: comma-separated host:port of every worker (builds TF_CONFIG; without "
+        "it TF_CONFIG is read from the environment). Worker 0 is the chief.",
+        DISTRIBUTION,
+    )
+    task_index: int = setting(0, "Multi-worker: this worker's index.", DISTRIBUTION)
+    cluster_wait: float = setting(
+        distribute.CLUSTER_WAIT_S,
+        "Multi-worker: seconds a worker waits for every worker of --worker_hosts to join; "
+        "then it fails in one line naming those that do not answer (0: TensorFlow's own wait).",
+        DISTRIBUTION,
+    )
+    shard_policy: str = setting(
+        "data",
+        "How a multi-worker strategy splits the input: data (every worker reads it all and "
+        "keeps its share), file (workers read different files), auto, off.",
+        DISTRIBUTION,
+    )
+    data_service: str | None = setting(
+        None,
+        "grpc://host:port of a tf.data service dispatcher: the input pipeline runs on its "
+        "workers (python -m toolkit data-service).",
+        DISTRIBUTION,
+    )
+    data_service_mode: str = setting(
+        "parallel_epochs",
+        f"{' | '.join(distribute.SERVICE_MODES)}. parallel_epochs: every trainer gets the whole "
+        "dataset; distributed_epoch: trainers split one epoch's elements.",
+        DISTRIBUTION,
+    )
+    report_dir: str | None = setting(
+        "runs",
+        "Reports go to <report_dir>/<timestamp>/; '' for none.",
+        MEASURING,
+        speed=False,
+        quiet=None,
+        path=True,
+    )
+    warmup_steps: int = setting(
+        DEFAULT_WARMUP_STEPS,
+        "Steps after the first left out of the step-time statistics.",
+        MEASURING,
+        speed=False,
+    )
+    log_steps: int | None = setting(
+        None,
+        "Print step time and examples/s every N steps.",
+        MEASURING,
+        speed=False,
+        quiet=None,
+    )
+    verbose: int | None = setting(
+        None,
+        "Progress while training. Default: the toolkit's (a bar on a terminal; in a log, a line "
+        "every --log_steps steps, about ten a run when unset); 0: none; 1 or 2: Keras's own "
+        "(it reads the loss every step: a device sync per step).",
+        MEASURING,
+        flag="log_verbosity",
+        speed=False,
+        quiet=0,
+    )  # None: the toolkit's progress (toolkit.progress)
+    count_flops: bool = setting(
+        True,
+        "Count model FLOPs per step; report achieved FLOP/s and MFU against the measured "
+        "matmul peak (measured once per machine, ~2 s, then cached).",
+        MEASURING,
+        speed=False,
+        quiet=False,
+    )
+    profile_steps: tuple[int, int] | None = setting(
+        None,
+        "Capture a profiler trace of steps 'start,stop' (e.g. '10,15').",
+        MEASURING,
+        flag_default="",
+        speed=False,
+        quiet=None,
+    )
+    memory_watch: bool = setting(
+        False, "Record host/device memory per epoch.", MEASURING, speed=False, quiet=False
+    )
+    tensorboard: bool = setting(
+        False,
+        "Write step time, p50/p90, examples/s, MFU, memory and the epoch metrics as "
+        "TensorBoard scalars in <run dir>/tensorboard (view: tensorboard --logdir <report_dir>).",
+        MEASURING,
+        speed=False,
+        quiet=False,
+    )
 
     def validate(self) -> TrainConfig:
         """Returns self, or raises ConfigError naming the first bad setting and what it must
@@ -153,21 +366,8 @@ class TrainConfig:
         """This config as a short, quiet measurement run (diagnose, tune): one epoch of
         `steps` steps with `warmup_steps` left out, and no report, trace, memory watch, FLOP
         count, smoke shrinking, logging or backup (a measurement must not resume a run)."""
-        return dataclasses.replace(
-            self,
-            epochs=1,
-            steps_per_epoch=steps,
-            warmup_steps=warmup_steps,
-            report_dir=None,
-            count_flops=False,
-            smoke=False,
-            profile_steps=None,
-            memory_watch=False,
-            tensorboard=False,
-            log_steps=None,
-            verbose=0,
-            backup_dir=None,
-        )
+        quiet = {f.name: f.metadata["quiet"] for f in SETTINGS if "quiet" in f.metadata}
+        return dataclasses.replace(self, **quiet, steps_per_epoch=steps, warmup_steps=warmup_steps)
 
     def effective(self) -> TrainConfig:
         """The config a run really uses: ``smoke`` shrinks it to a seconds-long run."""
@@ -204,3 +404,26 @@ class TrainConfig:
             warmup_steps=min(self.warmup_steps, 1),
             profile_steps=window,
         )
+
+
+# Every training setting, in its help group's order: the one table the flags, their help, the
+# measurement config, tune's knobs and the backends chooser's run flags derive from.
+SETTINGS: tuple[dataclasses.Field, ...] = dataclasses.fields(TrainConfig)
+SEARCHED = tuple(f.name for f in SETTINGS if f.metadata["searched"])
+
+
+def flag_of(field: str) -> str:
+    """The flag of a TrainConfig field (``steps_per_epoch`` -> ``train_steps``)."""
+    meta = TrainConfig.__dataclass_fields__[field].metadata
+    return meta.get("flag") or field
+
+
+def flag_name(field: str) -> str:
+    """``--train_steps (steps_per_epoch)`` for a field whose flag is named differently, else
+    ``--batch_size``."""
+    flag = flag_of(field)
+    return f"--{flag} ({field})" if flag != field else f"--{field}"
+
+
+def _bad(field: str, what: str, value: Any) -> ConfigError:
+    return ConfigError(f"{flag_name(field)} must be {what}, got {value!r}")

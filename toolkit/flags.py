@@ -1,6 +1,10 @@
 """The absl flags every recipe shares, and the TrainConfig they make. Nothing else: the app
 main that runs a recipe is ``toolkit.app``.
 
+The flags are derived, not written: one per TrainConfig field (``toolkit.config``'s table of
+settings: name, default, help, group, aliases) and one per :data:`APP_FLAGS` entry (what to
+train on, whether to diagnose or tune first). Adding a setting is one field there.
+
 Names follow TensorFlow Model Garden where it has one (``--batch_size`` is the global batch).
 The training settings carry no bounds here: :func:`config_from_flags` hands them to
 ``TrainConfig.validate`` (``toolkit.config``), the one validator, whose messages name the flag.
@@ -10,6 +14,7 @@ absl when parsed.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import shutil
@@ -20,13 +25,21 @@ from typing import Any
 
 from absl import flags
 
-from toolkit.config import PRECISIONS, SMOKE_STEPS, ConfigError, TrainConfig
-from toolkit.distribute import CLUSTER_WAIT_S, SERVICE_MODES, STRATEGIES
-from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS
+from toolkit.config import (
+    DATA,
+    GROUPS,
+    MEASURING,
+    SETTINGS,
+    SPEED,
+    ConfigError,
+    TrainConfig,
+    flag_of,
+)
 
 __all__ = [
     "DEPRECATED_FLAGS",
     "FLAG_GROUPS",
+    "RUN_FLAGS",
     "canonical_argv",
     "config_from_flags",
     "define_common_flags",
@@ -39,67 +52,102 @@ __all__ = [
 ]
 
 # Old spellings still accepted, each with a one-line deprecation note (canonical_argv).
-DEPRECATED_FLAGS = {"dtype": "precision"}
+DEPRECATED_FLAGS = {old: flag_of(f.name) for f in SETTINGS for old in f.metadata["deprecated"]}
 
-# The shared flags as --help groups them; tests check every shared flag is in one group.
-FLAG_GROUPS = (
-    (
-        "data",
-        ("dataset", "data_dir", "validation_fraction", "use_synthetic_data"),
+
+def _valid_dataset(value: str) -> bool:
+    from toolkit.data.catalog import parse_dataset_spec
+
+    try:
+        parse_dataset_spec(value)
+    except ValueError as e:
+        raise flags.ValidationError(str(e)) from None
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class AppFlag:
+    """A shared flag that is not a training setting (what to train on, whether to diagnose
+    or tune first): it reaches ``build_task`` or the app main, never a TrainConfig."""
+
+    name: str
+    kind: str  # absl's DEFINE_<kind>
+    default: Any
+    help: str
+    group: str
+    speed: bool = False  # see ``toolkit.config.setting``
+    lead: bool = False  # listed before the group's training settings in --help
+    path: bool = False
+    bounds: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+APP_FLAGS = (
+    AppFlag(
+        "dataset", "string", "synthetic",
+        "synthetic | digits | tfds:NAME | folder:PATH | tfrecord:GLOB (see toolkit.data.catalog).",
+        DATA, speed=True, lead=True,
     ),
+    AppFlag(
+        "data_dir", "string", None, "TFDS data directory for --dataset=tfds:NAME.", DATA,
+        speed=True, lead=True, path=True,
+    ),
+    AppFlag(
+        "validation_fraction", "float", 0.2,
+        "Share of digits / folder / tfrecord examples held out for validation.", DATA,
+        speed=True, lead=True, bounds={"lower_bound": 0.01, "upper_bound": 0.9},
+    ),
+    AppFlag(
+        "autotune", "bool", False,
+        "Use the fastest measured settings (precision, XLA, steps per execution, fused "
+        "steps) for this model, input and machine: from the cache, or search now.", SPEED,
+    ),
+    AppFlag(
+        "tune_budget", "float", 120.0, "Seconds the --autotune search may take.", SPEED,
+        bounds={"lower_bound": 1.0},
+    ),
+    AppFlag(
+        "diagnose", "bool", False,
+        "First measure the input pipeline alone, the step alone and the real fit, and put the "
+        "verdict (input-bound / compute-bound / balanced) with advice into the report.",
+        MEASURING,
+    ),
+    AppFlag(
+        "diagnose_steps", "integer", 60, "Steps per measurement of --diagnose.", MEASURING,
+        bounds={"lower_bound": 5},
+    ),
+)  # fmt: skip
+
+
+def _kind(field: dataclasses.Field) -> str:
+    """absl's DEFINE_<kind> for a TrainConfig field, from its type (a window of steps is
+    written ``start,stop``)."""
+    kind = str(field.type).split("[")[0].split(" ")[0]
+    return {"bool": "bool", "int": "integer", "float": "float"}.get(kind, "string")
+
+
+# The shared flags as --help groups them: every setting in its group (toolkit.config), the
+# app's own leading the data group.
+FLAG_GROUPS = tuple(
     (
-        "training",
-        (
-            "epochs",
-            "batch_size",
-            "train_steps",
-            "seed",
-            "init_weights",
-            "stop_on_nan",
-            "backup_dir",
-            "smoke",
+        group,
+        tuple(
+            [a.name for a in APP_FLAGS if a.group == group and a.lead]
+            + [flag_of(f.name) for f in SETTINGS if f.metadata["group"] == group]
+            + [a.name for a in APP_FLAGS if a.group == group and not a.lead]
         ),
-    ),
-    (
-        "speed settings (tune searches these)",
-        (
-            "precision",
-            "jit_compile",
-            "steps_per_execution",
-            "fused_steps",
-            "compile_cache",
-            "autotune",
-            "tune_budget",
-        ),
-    ),
-    ("backend and device", ("backend", "device")),
-    (
-        "distribution",
-        (
-            "distribution_strategy",
-            "worker_hosts",
-            "task_index",
-            "cluster_wait",
-            "shard_policy",
-            "data_service",
-            "data_service_mode",
-        ),
-    ),
-    (
-        "measuring and the report",
-        (
-            "report_dir",
-            "warmup_steps",
-            "log_steps",
-            "log_verbosity",
-            "count_flops",
-            "profile_steps",
-            "memory_watch",
-            "tensorboard",
-            "diagnose",
-            "diagnose_steps",
-        ),
-    ),
+    )
+    for group in GROUPS
+)
+# Flags that name paths: ``--report_dir=~/runs`` reaches the program with its ``~`` (no shell
+# expands it after ``=``), so the toolkit expands it.
+PATH_FLAGS = tuple(
+    [flag_of(f.name) for f in SETTINGS if f.metadata["path"]]
+    + [a.name for a in APP_FLAGS if a.path]
+)
+# Flags that change how long a run is or what it writes, not how fast a step is.
+RUN_FLAGS = frozenset(
+    [flag_of(f.name) for f in SETTINGS if not f.metadata["speed"]]
+    + [a.name for a in APP_FLAGS if not a.speed]
 )
 
 # Flags each module (a recipe) asked for through define_flag / define_image_flags, defined by
@@ -119,210 +167,25 @@ def _parse_steps(value: str) -> tuple[int, int] | None:
     return start, stop
 
 
-def _valid_dataset(value: str) -> bool:
-    from toolkit.data.catalog import parse_dataset_spec
-
-    try:
-        parse_dataset_spec(value)
-    except ValueError as e:
-        raise flags.ValidationError(str(e)) from None
-    return True
-
-
 def define_common_flags(**defaults: Any) -> None:
-    """Defines the shared flags once per process; `defaults` overrides a recipe's defaults.
+    """Defines the shared flags once per process (from the settings table, ``toolkit.config``,
+    and :data:`APP_FLAGS`); `defaults` overrides a recipe's defaults, by flag name.
 
     Importing a recipe only defines flags (nothing is parsed), so a notebook can import one and
     call its ``build_task`` whatever its own argv holds (``-f kernel.json``).
     """
     if "steps_per_execution" in flags.FLAGS:
         return
-    d = {
-        "epochs": 1,
-        "batch_size": 32,
-        "steps_per_execution": 1,
-        "jit_compile": None,
-        "report_dir": "runs",
-        "seed": 0,
-        "dataset": "synthetic",
-        **defaults,
-    }
-    flags.DEFINE_string(
-        "dataset",
-        d["dataset"],
-        "synthetic | digits | tfds:NAME | folder:PATH | tfrecord:GLOB (see toolkit.data.catalog).",
-    )
+    for a in APP_FLAGS:
+        define = getattr(flags, f"DEFINE_{a.kind}")
+        define(a.name, defaults.get(a.name, a.default), a.help, **a.bounds)
     flags.register_validator("dataset", _valid_dataset, "bad --dataset")
-    flags.DEFINE_string("data_dir", None, "TFDS data directory for --dataset=tfds:NAME.")
-    flags.DEFINE_float(
-        "validation_fraction",
-        0.2,
-        "Share of digits / folder / tfrecord examples held out for validation.",
-        lower_bound=0.01,
-        upper_bound=0.9,
-    )
-    flags.DEFINE_integer("log_steps", None, "Print step time and examples/s every N steps.")
-    flags.DEFINE_bool(
-        "stop_on_nan",
-        True,
-        "Stop at the first step whose loss is NaN or infinite (the report says which); "
-        "--nostop_on_nan trains on (the run is still 'diverged').",
-    )
-    flags.DEFINE_bool(
-        "diagnose",
-        False,
-        "First measure the input pipeline alone, the step alone and the real fit, and put the "
-        "verdict (input-bound / compute-bound / balanced) with advice into the report.",
-    )
-    flags.DEFINE_integer(
-        "diagnose_steps", 60, "Steps per measurement of --diagnose.", lower_bound=5
-    )
-    flags.DEFINE_bool(
-        "autotune",
-        False,
-        "Use the fastest measured settings (precision, XLA, steps per execution, fused "
-        "steps) for this model, input and machine: from the cache, or search now.",
-    )
-    flags.DEFINE_float(
-        "tune_budget", 120.0, "Seconds the --autotune search may take.", lower_bound=1.0
-    )
-    flags.DEFINE_bool(
-        "count_flops",
-        True,
-        "Count model FLOPs per step; report achieved FLOP/s and MFU against the measured "
-        "matmul peak (measured once per machine, ~2 s, then cached).",
-    )
-    flags.DEFINE_integer("epochs", d["epochs"], "Training epochs.")
-    flags.DEFINE_integer("batch_size", d["batch_size"], "Global batch size (examples per step).")
-    flags.DEFINE_integer(
-        "steps_per_execution",
-        d["steps_per_execution"],
-        "Training steps per call of the compiled function (Keras batch hooks run once per call).",
-    )
-    flags.DEFINE_integer(
-        "fused_steps",
-        1,
-        "Training steps fused into one compiled train step (a loop inside it; with "
-        "--jit_compile one XLA program): cuts per-step overhead for small models.",
-    )
-    flags.DEFINE_integer(
-        "train_steps", None, "Steps per epoch (repeats the data); default: one pass."
-    )
-    flags.DEFINE_bool(
-        "jit_compile",
-        d["jit_compile"],
-        "Compile the train step: XLA on TensorFlow and JAX, torch.compile on PyTorch. Default: "
-        "Keras's choice (on for JAX; off for TensorFlow on a CPU and for PyTorch).",
-    )
-    flags.DEFINE_alias("enable_xla", "jit_compile")
-    flags.DEFINE_bool(
-        "compile_cache",
-        False,
-        "Keep compiled programs on disk ($TOOLKIT_CACHE_DIR/compiled/<backend>): a later run of "
-        "the same model and settings reads them instead of compiling (JAX: every program; "
-        "TensorFlow and PyTorch: what --jit_compile compiles). The first step then shows a read.",
-    )
-    flags.DEFINE_string(
-        "backend",
-        None,
-        "tensorflow | jax | torch | auto: the Keras backend (default: KERAS_BACKEND, else "
-        "tensorflow); auto: the one python -m toolkit backends measured fastest for this recipe "
-        "and flags here. Read from the command line before Keras loads.",
-    )
-    flags.DEFINE_string(
-        "device",
-        "auto",
-        "auto | cpu | gpu | cuda | metal (mps: the Apple GPU), optionally :index (e.g. gpu:1).",
-    )
-    flags.DEFINE_string(
-        "precision",
-        "float32",
-        f"Keras precision policy: {' | '.join(PRECISIONS)} (mixed: float16/bfloat16 compute, "
-        "float32 variables). --dtype is its old name.",
-    )
-    flags.DEFINE_alias("dtype", "precision")  # deprecated spelling: see DEPRECATED_FLAGS
-    flags.DEFINE_string(
-        "distribution_strategy",
-        "default",
-        f"tf.distribute strategy: {' | '.join(STRATEGIES)}.",
-    )
-    flags.DEFINE_string(
-        "worker_hosts",
-        None,
-        "Multi-worker: comma-separated host:port of every worker (builds TF_CONFIG; without "
-        "it TF_CONFIG is read from the environment). Worker 0 is the chief.",
-    )
-    flags.DEFINE_integer("task_index", 0, "Multi-worker: this worker's index.")
-    flags.DEFINE_float(
-        "cluster_wait",
-        CLUSTER_WAIT_S,
-        "Multi-worker: seconds a worker waits for every worker of --worker_hosts to join; "
-        "then it fails in one line naming those that do not answer (0: TensorFlow's own wait).",
-    )
-    flags.DEFINE_string(
-        "shard_policy",
-        "data",
-        "How a multi-worker strategy splits the input: data (every worker reads it all and "
-        "keeps its share), file (workers read different files), auto, off.",
-    )
-    flags.DEFINE_string(
-        "data_service",
-        None,
-        "grpc://host:port of a tf.data service dispatcher: the input pipeline runs on its "
-        "workers (python -m toolkit data-service).",
-    )
-    flags.DEFINE_string(
-        "data_service_mode",
-        "parallel_epochs",
-        f"{' | '.join(SERVICE_MODES)}. parallel_epochs: every trainer gets the whole "
-        "dataset; distributed_epoch: trainers split one epoch's elements.",
-    )
-    flags.DEFINE_string(
-        "backup_dir",
-        None,
-        "Back up the training state every epoch (keras BackupAndRestore); a restarted run "
-        "resumes from the last backup.",
-    )
-    flags.DEFINE_bool(
-        "use_synthetic_data",
-        False,
-        "Train on one random batch of the real spec, repeated: "
-        "input costs ~0 (an upper bound for the step).",
-    )
-    flags.DEFINE_bool("smoke", False, f"A seconds-long run: 1 epoch of {SMOKE_STEPS} steps.")
-    flags.DEFINE_integer(
-        "warmup_steps",
-        DEFAULT_WARMUP_STEPS,
-        "Steps after the first left out of the step-time statistics.",
-    )
-    flags.DEFINE_string(
-        "profile_steps", "", "Capture a profiler trace of steps 'start,stop' (e.g. '10,15')."
-    )
-    flags.DEFINE_bool("memory_watch", False, "Record host/device memory per epoch.")
-    flags.DEFINE_bool(
-        "tensorboard",
-        False,
-        "Write step time, p50/p90, examples/s, MFU, memory and the epoch metrics as "
-        "TensorBoard scalars in <run dir>/tensorboard (view: tensorboard --logdir <report_dir>).",
-    )
-    flags.DEFINE_string(
-        "report_dir", d["report_dir"], "Reports go to <report_dir>/<timestamp>/; '' for none."
-    )
-    flags.DEFINE_integer("seed", d["seed"], "Random seed (weights, shuffling).")
-    flags.DEFINE_string(
-        "init_weights",
-        None,
-        "Start from the weights in this .weights.h5 file; when it does not exist yet, the "
-        "run's own initial weights are written there first. The same file gives runs under "
-        "different backends the same start (python -m toolkit backends uses it).",
-    )
-    flags.DEFINE_integer(
-        "log_verbosity",
-        None,
-        "Progress while training. Default: the toolkit's (a bar on a terminal; in a log, a line "
-        "every --log_steps steps, about ten a run when unset); 0: none; 1 or 2: Keras's own "
-        "(it reads the loss every step: a device sync per step).",
-    )
+    for f in SETTINGS:
+        name, meta = flag_of(f.name), f.metadata
+        default = meta["flag_default"] if meta["flag_default"] is not None else f.default
+        getattr(flags, f"DEFINE_{_kind(f)}")(name, defaults.get(name, default), meta["help"])
+        for alias in (*meta["aliases"], *meta["deprecated"]):
+            flags.DEFINE_alias(alias, name)
 
 
 def _caller(depth: int = 2) -> str:
@@ -395,11 +258,6 @@ def kwargs_from_flags(
     return {name: _expand(name, flag_values[name].value) for name in names if name in flag_values}
 
 
-# Flags that name paths: ``--report_dir=~/runs`` reaches the program with its ``~`` (no shell
-# expands it after ``=``), so the toolkit expands it.
-PATH_FLAGS = ("report_dir", "data_dir", "backup_dir", "init_weights")
-
-
 def _expand(name: str, value: Any) -> Any:
     """`value` with a leading ``~`` expanded for path flags (and ``folder:~/...`` or
     ``tfrecord:~/...`` datasets)."""
@@ -415,45 +273,22 @@ def _expand(name: str, value: Any) -> Any:
 
 
 def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfig:
-    """A validated TrainConfig from parsed flags.
+    """A validated TrainConfig from parsed flags: every setting from its flag (paths with
+    their ``~`` expanded, ``''`` for none; a window of steps parsed from ``start,stop``).
 
     Raises:
         ConfigError: a bad setting, in one line naming the flag.
     """
-    f = flag_values
-    return TrainConfig(
-        epochs=f.epochs,
-        batch_size=f.batch_size,
-        steps_per_execution=f.steps_per_execution,
-        fused_steps=f.fused_steps,
-        jit_compile=f.jit_compile,
-        compile_cache=f.compile_cache,
-        steps_per_epoch=f.train_steps,
-        warmup_steps=f.warmup_steps,
-        profile_steps=_parse_steps(f.profile_steps),
-        memory_watch=f.memory_watch,
-        tensorboard=f.tensorboard,
-        report_dir=_expand("report_dir", f.report_dir) or None,
-        seed=f.seed,
-        verbose=f.log_verbosity,
-        device=f.device,
-        precision=f.precision,
-        distribution_strategy=f.distribution_strategy,
-        use_synthetic_data=f.use_synthetic_data,
-        smoke=f.smoke,
-        log_steps=f.log_steps,
-        stop_on_nan=f.stop_on_nan,
-        count_flops=f.count_flops,
-        worker_hosts=f.worker_hosts,
-        task_index=f.task_index,
-        cluster_wait=f.cluster_wait,
-        shard_policy=f.shard_policy,
-        data_service=f.data_service,
-        data_service_mode=f.data_service_mode,
-        backup_dir=_expand("backup_dir", f.backup_dir),
-        backend=f.backend,
-        init_weights=_expand("init_weights", f.init_weights),
-    ).validate()
+    values: dict[str, Any] = {}
+    for f in SETTINGS:
+        name = flag_of(f.name)
+        value = flag_values[name].value
+        if f.metadata["path"]:
+            value = _expand(name, value) or None
+        elif str(f.type).startswith("tuple"):
+            value = _parse_steps(value)
+        values[f.name] = value
+    return TrainConfig(**values).validate()
 
 
 def flags_for_report(flag_values: flags.FlagValues = flags.FLAGS) -> dict[str, Any]:

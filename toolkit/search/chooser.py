@@ -50,6 +50,7 @@ from importlib import metadata, util
 from typing import Any
 
 from toolkit import compat, machine
+from toolkit import flags as tk_flags
 from toolkit import progress as tk_progress
 from toolkit.backend import BACKENDS, flag_value
 from toolkit.cache import Cache
@@ -92,16 +93,10 @@ DEFAULT_ROUNDS = 3
 # (a final run also times more steps than the search's trial; without a margin the budget
 # overran).
 FINAL_MARGIN = 1.25
-# Flags that change how long a run is or what it writes, not how fast a step is: left out of
-# the cache key, and overridden in the children.
-RUN_FLAGS = frozenset(
-    {
-        "epochs", "train_steps", "report_dir", "log_steps", "log_verbosity", "tensorboard",
-        "profile_steps", "memory_watch", "smoke", "warmup_steps", "backup_dir", "diagnose",
-        "diagnose_steps", "autotune", "tune_budget", "init_weights", "backend", "verbosity",
-        "v", "count_flops", "stop_on_nan",
-    }
-)  # fmt: skip
+# Flags that change how long a run is or what it writes, not how fast a step is (the settings
+# table says which), and absl's logging flags: left out of the cache key, and overridden in the
+# children.
+RUN_FLAGS = tk_flags.RUN_FLAGS | {"verbosity", "v"}
 _DISTRIBUTIONS = ("tensorflow", "keras", "tf_keras", "jax", "jaxlib", "torch")
 
 

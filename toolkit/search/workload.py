@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from toolkit import backend, compat
-from toolkit.config import TrainConfig
+from toolkit.config import SEARCHED, TrainConfig
 from toolkit.profiling.stats import utilization, whole_calls
 from toolkit.search.engine import Candidate, window_steps
 
@@ -155,15 +155,8 @@ def workload(target: Any, data: Any = None, config: TrainConfig | None = None, *
 
 def apply(config: TrainConfig, candidate: Candidate) -> TrainConfig:
     """`config` with the candidate's settings."""
-    changes: dict[str, Any] = {
-        "precision": candidate.precision,
-        "jit_compile": candidate.jit_compile,
-        "steps_per_execution": candidate.steps_per_execution,
-        "fused_steps": candidate.fused_steps,
-    }
-    if candidate.batch_size:
-        changes["batch_size"] = candidate.batch_size
-    return dataclasses.replace(config, **changes)
+    values = {name: getattr(candidate, name) for name in SEARCHED}
+    return dataclasses.replace(config, **{k: v for k, v in values.items() if v is not None})
 
 
 # ---------------------------------------------------------------------------- a recipe's Task
