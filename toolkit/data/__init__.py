@@ -5,18 +5,20 @@ without TensorFlow, arrays in batches (``arrays``: a ``keras.utils.PyDataset``).
 from toolkit.data.arrays import ArraySource, array_batches, has_tensorflow, resize_images
 from toolkit.data.builder import PipelineWarning, describe_pipeline, infer_batch_size, pipeline
 from toolkit.data.sources import (
-    check_tfrecords,
     class_names,
     decode_image,
     digits,
     find_unreadable_image,
-    find_unreadable_tfrecord,
     from_arrays,
     image_folder,
     normalize_images,
     parallel_generator,
     synthetic,
     tfds_dataset,
+)
+from toolkit.data.tfrecord import (
+    check_tfrecords,
+    find_unreadable_tfrecord,
     tfrecord_parser,
     tfrecord_records,
     tfrecords,

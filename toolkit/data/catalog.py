@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.data import sources
+from toolkit.data import sources, tfrecord
 from toolkit.data.arrays import ArraySource, has_tensorflow, resize_images
 
 __all__ = [
@@ -377,12 +377,12 @@ def _folder(path: str, spec: ImageSpec, validation_fraction: float) -> Data:
 def _tfrecord(
     pattern: str, spec: ImageSpec | TokenSpec, validation_fraction: float, as_tokens: bool
 ) -> Data:
-    files = sorted(f for f in _glob.glob(pattern) if not f.endswith(sources.MANIFEST_SUFFIX))
+    files = sorted(f for f in _glob.glob(pattern) if not f.endswith(tfrecord.MANIFEST_SUFFIX))
     if not files:
         raise FileNotFoundError(
             f"--dataset=tfrecord:{pattern}: no files match; check the path and the glob pattern"
         )
-    records = sources.check_tfrecords(files, f"--dataset=tfrecord:{pattern}")
+    records = tfrecord.check_tfrecords(files, f"--dataset=tfrecord:{pattern}")
     if records == 0:
         raise ValueError(
             f"--dataset=tfrecord:{pattern}: {len(files)} file(s) and no record in them: write "
@@ -412,7 +412,7 @@ def _tfrecord(
         def build() -> Any:
             tf = _tf()
             check_first_record()
-            ds = sources.tfrecords(files, spec.shape, deterministic=True)
+            ds = tfrecord.tfrecords(files, spec.shape, deterministic=True)
             if as_tokens:
                 ds = ds.map(lambda x, y: (tf.cast(x, tf.int32), y))
             return _holdout(ds, validation_fraction, keep)
@@ -425,7 +425,9 @@ def _tfrecord(
         spec.num_classes,
         f"tfrecord:{pattern} ({len(files)} files, {records} records, every {k}th held out)",
         train_examples=records - -(-records // k),
-        find_bad_file=lambda e: sources.find_unreadable_tfrecord(files) if _read_error(e) else None,
+        find_bad_file=lambda e: (
+            tfrecord.find_unreadable_tfrecord(files) if _read_error(e) else None
+        ),
     )
 
 
