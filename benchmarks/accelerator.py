@@ -13,8 +13,8 @@ it loads):
 3. ResNet-50 on synthetic 224×224 images (``recipes.resnet --model=resnet50``): images/s and
    MFU against the matmul peak the toolkit measured on the device in the same dtype;
 4. the seed MLP (256→512→10, batch 32, 1000 steps): the seed's way (NumPy batches from a Python
-   generator, one ``train_on_batch`` per step) against ``toolkit.train.run`` with the toolkit's
-   settings for the backend (and on PyTorch again with ``torch.compile``), as
+   generator, one ``train_on_batch`` per step) against ``toolkit.runner.train.run`` with the
+   toolkit's settings for the backend (and on PyTorch again with ``torch.compile``), as
    ``name: X.XX× (baseline A s, toolkit B s)`` lines, steady state and the whole loop with its
    compile.
 
@@ -146,7 +146,7 @@ def main() -> None:
                 )
             )
         results[backend] = record
-    from toolkit.files import atomic_write
+    from toolkit.core.files import atomic_write
 
     atomic_write(os.path.join(out, "accelerator.json"), json.dumps(results, indent=1))
     atomic_write(
@@ -236,7 +236,7 @@ def _devices(args: argparse.Namespace) -> dict:
 def _seed_mlp():
     import numpy as np
 
-    from toolkit import compat
+    from toolkit.core import compat
 
     keras = compat.keras()
     keras.utils.set_random_seed(0)
@@ -274,9 +274,9 @@ def _seed_base(args: argparse.Namespace) -> dict:
 
 
 def _seed_toolkit(args: argparse.Namespace) -> dict:
-    """The same model and steps through toolkit.train.run with the backend's settings."""
-    from toolkit import train
-    from toolkit.config import TrainConfig
+    """The same model and steps through toolkit.runner.train.run with the backend's settings."""
+    from toolkit.runner import train
+    from toolkit.runner.config import TrainConfig
 
     np, _, model = _seed_mlp()
     fit_calls: list[float] = []

@@ -27,8 +27,9 @@ def main() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from toolkit import compat, train
-    from toolkit.config import TrainConfig
+    from toolkit.core import compat
+    from toolkit.runner import train
+    from toolkit.runner.config import TrainConfig
     from toolkit.search import diagnose
 
     keras = compat.keras()

@@ -32,8 +32,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 
-    from toolkit import compat
-    from toolkit.profiling.stats import EXCLUDED, TIMED, summarize_calls
+    from toolkit.core import compat
+    from toolkit.core.stats import EXCLUDED, TIMED, summarize_calls
     from toolkit.profiling.step_timer import StepTimer
 
     keras, model, ds = mlp_fit_setup(args.steps)

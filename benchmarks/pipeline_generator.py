@@ -31,7 +31,8 @@ def main() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from toolkit import compat, data
+    from toolkit import data
+    from toolkit.core import compat
 
     n, signature = args.batches, tf.TensorSpec((32, 256), tf.float32)
 

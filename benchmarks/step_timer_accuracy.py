@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 
-    from toolkit import compat
+    from toolkit.core import compat
     from toolkit.profiling.step_timer import StepTimer
 
     print(f"# {compat.keras_flavor()} {compat.keras_version()}, {args.steps} steps per fit")

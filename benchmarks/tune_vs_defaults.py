@@ -35,8 +35,10 @@ def main() -> None:
     import numpy as np
 
     from recipes import cnn
-    from toolkit import compat, devices, train
-    from toolkit.config import TrainConfig
+    from toolkit import devices
+    from toolkit.core import compat
+    from toolkit.runner import train
+    from toolkit.runner.config import TrainConfig
     from toolkit.search import tune as tn
     from toolkit.search.engine import Candidate
     from toolkit.search.workload import TaskWorkload

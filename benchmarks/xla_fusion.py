@@ -29,8 +29,8 @@ def main() -> None:
     from toolkit import devices
     from toolkit.bench.fusion import fusion_demos
     from toolkit.bench.kernels import kernels_text
+    from toolkit.core.stats import format_flops
     from toolkit.profiling.flops import matmul_peak
-    from toolkit.profiling.stats import format_flops
 
     device = devices.resolve("auto")
     rounds = [

@@ -30,13 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 from absl import flags
 
-from toolkit import app, compat
-from toolkit import flags as tk_flags
-from toolkit.config import TrainConfig
+from toolkit import app
+from toolkit.core import compat
 from toolkit.data import catalog
+from toolkit.runner import flags as tk_flags
+from toolkit.runner.config import TrainConfig
 
 if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
-    from toolkit import train
+    from toolkit.runner import train
 
 INFERENCE_SEQ_LENS = (64, 128, 256)
 LATENCY_BATCH, THROUGHPUT_BATCH = 1, 4
@@ -135,7 +136,7 @@ def build_task(
     seed: int = 0,
 ) -> train.Task:
     """The BERT-style classification task; usable without flags (e.g. from a notebook)."""
-    from toolkit import train
+    from toolkit.runner import train
 
     if hidden_size % heads:
         raise ValueError(f"--hidden_size={hidden_size} must be a multiple of --heads={heads}")
@@ -172,9 +173,9 @@ def inference_table(
     and precision of `config` (with XLA when ``config.jit_compile``)."""
     import tensorflow as tf
 
-    from toolkit import train
     from toolkit.profiling.flops import count_flops
     from toolkit.profiling.inference import measure_inference
+    from toolkit.runner import train
 
     device, findings = train.setup_device(config)
     rows = []
@@ -241,9 +242,9 @@ def format_inference_table(table: dict[str, Any]) -> str:
 
 def _inference_main() -> None:
     from toolkit import backend
-    from toolkit.files import atomic_write
-    from toolkit.machine import capture_environment
-    from toolkit.profiling.session import new_run_dir
+    from toolkit.core.files import atomic_write
+    from toolkit.core.machine import capture_environment
+    from toolkit.runner.session import new_run_dir
 
     try:
         config = tk_flags.config_from_flags()

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from toolkit import app, compat
-from toolkit import flags as tk_flags
+from toolkit import app
+from toolkit.core import compat
 from toolkit.data import catalog
+from toolkit.runner import flags as tk_flags
 
 if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
-    from toolkit import train
+    from toolkit.runner import train
 
 tk_flags.define_common_flags(epochs=8, batch_size=32, dataset="digits")
 tk_flags.define_image_flags(image_size=32, channels=1)
@@ -52,7 +53,7 @@ def build_task(
     train_steps: int | None = None,
 ) -> train.Task:
     """The CNN task; usable without flags (e.g. from a notebook)."""
-    from toolkit import train
+    from toolkit.runner import train
 
     keras = compat.keras()
     layers = keras.layers

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from toolkit import app, compat
-from toolkit import flags as tk_flags
+from toolkit import app
+from toolkit.core import compat
 from toolkit.data import catalog
+from toolkit.runner import flags as tk_flags
 
 if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
-    from toolkit import train
+    from toolkit.runner import train
 
 MODELS = ("resnet20", "resnet32", "resnet56", "resnet110", "resnet50")
 
@@ -73,7 +74,7 @@ def build_task(
     seed: int = 0,
 ) -> train.Task:
     """The ResNet task; usable without flags (e.g. from a notebook)."""
-    from toolkit import train
+    from toolkit.runner import train
 
     if model not in MODELS:
         raise ValueError(f"--model must be one of {', '.join(MODELS)}, got {model!r}")

@@ -26,7 +26,7 @@ def test_unknown_name_is_an_attribute_error():
 
 def test_importing_toolkit_and_report_does_not_load_tensorflow():
     code = (
-        "import sys, toolkit, toolkit.report, toolkit.profiling.stats, toolkit.__main__; "
+        "import sys, toolkit, toolkit.report, toolkit.core.stats, toolkit.__main__; "
         "print('tensorflow' in sys.modules)"
     )
     out = run_python(code, timeout=60)

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from toolkit import backend
-from toolkit.config import ConfigError, TrainConfig
+from toolkit.runner.config import ConfigError, TrainConfig
 
 from .helpers import site_without_tensorflow
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from toolkit.config import ConfigError, TrainConfig
+from toolkit.runner.config import ConfigError, TrainConfig
 from toolkit.search import chooser as ch
 
 TF, JAX, TORCH = ch.Contender("tensorflow"), ch.Contender("jax"), ch.Contender("torch")
@@ -150,7 +150,7 @@ def test_init_weights_must_be_a_keras_weights_file():
 
 
 def test_share_initial_weights_writes_then_loads_and_rejects_another_model(keras, tmp_path):
-    from toolkit import train
+    from toolkit.runner import train
 
     def model(units):
         return keras.Sequential([keras.Input((4,)), keras.layers.Dense(units)])

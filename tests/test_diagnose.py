@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from toolkit import train
-from toolkit.config import TrainConfig
+from toolkit.runner import train
+from toolkit.runner.config import TrainConfig
 from toolkit.search import diagnose as dg
 
 
@@ -248,7 +248,7 @@ def test_your_own_arrays_are_batched_as_fit_would(keras):
 MODEL_FN = """
 import numpy as np
 import tensorflow as tf
-from toolkit import compat
+from toolkit.core import compat
 
 def make():
     keras = compat.keras()

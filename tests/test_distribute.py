@@ -7,9 +7,10 @@ import os
 
 import pytest
 
-from toolkit import compat, distribute
-from toolkit.config import TrainConfig
+from toolkit import distribute
+from toolkit.core import compat
 from toolkit.report import render_merged
+from toolkit.runner.config import TrainConfig
 
 
 def test_tf_config_from_worker_hosts():

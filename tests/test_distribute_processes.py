@@ -26,8 +26,8 @@ WORKER = """
 import sys
 import numpy as np
 from recipes import mlp
-from toolkit import train
-from toolkit.config import TrainConfig
+from toolkit.runner import train
+from toolkit.runner.config import TrainConfig
 
 index, hosts, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 config = TrainConfig(
@@ -49,8 +49,9 @@ def _load(path: str) -> dict:
 RESUMABLE_WORKER = """
 import sys
 from recipes import mlp
-from toolkit import compat, train
-from toolkit.config import TrainConfig
+from toolkit.core import compat
+from toolkit.runner import train
+from toolkit.runner.config import TrainConfig
 
 index, hosts, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 keras = compat.keras()
@@ -147,8 +148,9 @@ def test_two_workers_train_in_sync_and_their_reports_merge(tmp_path):
 
 def test_data_service_serves_the_same_elements_as_the_local_pipeline(tmp_path):
     from recipes import mlp
-    from toolkit import distribute, train
-    from toolkit.config import TrainConfig
+    from toolkit import distribute
+    from toolkit.runner import train
+    from toolkit.runner.config import TrainConfig
 
     procs = []
     try:

@@ -310,7 +310,7 @@ def test_decide_needs_the_median_gain_and_most_rounds_won():
 
 
 def test_the_cache_is_keyed_by_facts_and_a_bad_file_is_a_miss(tmp_path, monkeypatch):
-    from toolkit.cache import Cache
+    from toolkit.core.cache import Cache
 
     monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
     cache = Cache("answers.json")

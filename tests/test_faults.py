@@ -147,7 +147,7 @@ def test_a_report_dir_that_cannot_be_written_is_found_before_training(tmp_path, 
 def test_runs_started_together_with_one_new_report_dir_all_pass_its_check(tmp_path):
     """The workers of a cluster start at once with the same --report_dir: each one's check
     must pass, whatever the others' checks are doing, and leave nothing behind."""
-    from toolkit.train import check_report_dir
+    from toolkit.runner.train import check_report_dir
 
     n, rounds = 8, 40
     barrier, failures = threading.Barrier(n), []
@@ -407,8 +407,8 @@ def test_an_empty_tfds_split_is_one_line_before_training(tmp_path):
     code = f"""
 import tensorflow_datasets as tfds
 from recipes import cnn
-from toolkit import train
-from toolkit.config import TrainConfig
+from toolkit.runner import train
+from toolkit.runner.config import TrainConfig
 with tfds.testing.mock_data(num_examples=0):
     try:
         train.run(cnn.build_task("tfds:mnist", image_size=16),
@@ -427,8 +427,10 @@ with tfds.testing.mock_data(num_examples=0):
 FAILING_RECIPE = """
 from absl import app
 import numpy as np
-from toolkit import app as tk_app, compat, train
-from toolkit import flags as tk_flags
+from toolkit import app as tk_app
+from toolkit.core import compat
+from toolkit.runner import train
+from toolkit.runner import flags as tk_flags
 
 tk_flags.define_common_flags(epochs=1, batch_size=8)
 
@@ -468,7 +470,7 @@ def test_any_error_in_training_is_one_line_unless_verbosity_asks(tmp_path, verbo
 def test_one_line_finds_what_went_wrong_in_tensorflow_and_keras_errors(keras):
     import tensorflow as tf
 
-    from toolkit.errors import one_line
+    from toolkit.core.errors import one_line
 
     @tf.function(input_signature=[tf.TensorSpec(None, tf.float32)])  # fails when run
     def reshape(x):

@@ -19,19 +19,7 @@ ROOT = pathlib.Path(toolkit.__file__).parent
 # Lower layers never import higher ones (README "Layout"). Modules of one layer may import each
 # other as long as there is no cycle.
 LAYERS = (
-    (
-        "leaves",
-        (
-            "toolkit.version",
-            "toolkit.compat",
-            "toolkit.machine",
-            "toolkit.files",
-            "toolkit.errors",
-            "toolkit.progress",
-            "toolkit.cache",
-        ),
-    ),
-    ("arithmetic", ("toolkit.profiling.stats", "toolkit.profiling.events", "toolkit.profiling")),
+    ("core", ("toolkit.version", "toolkit.core")),
     (
         "backends",
         (
@@ -42,21 +30,9 @@ LAYERS = (
             "toolkit.bench",
         ),
     ),
-    (
-        "measure",
-        (
-            "toolkit.profiling.step_timer",
-            "toolkit.profiling.trace_window",
-            "toolkit.profiling.scalars",
-            "toolkit.profiling.memory_watch",
-            "toolkit.profiling.flops",
-            "toolkit.profiling.inference",
-            "toolkit.profiling.fit_progress",
-        ),
-    ),
+    ("measure", ("toolkit.profiling",)),
     ("report", ("toolkit.report",)),
-    ("session", ("toolkit.profiling.session",)),
-    ("runner", ("toolkit.config", "toolkit.train", "toolkit.flags")),
+    ("runner", ("toolkit.runner",)),
     ("search", ("toolkit.search",)),
     ("app", ("toolkit.app", "toolkit.cli", "toolkit._verbs", "toolkit.__main__", "toolkit")),
 )
@@ -73,6 +49,7 @@ def _modules() -> dict[str, pathlib.Path]:
 
 
 MODULES = _modules()
+NAMESPACES = ("toolkit.profiling", "toolkit.core", "toolkit.runner")
 
 
 def _is_type_checking(node: ast.If) -> bool:
@@ -306,7 +283,7 @@ def test_the_report_side_and_step_timer_run_where_tensorflow_cannot_be_imported(
 def test_reading_reports_needs_no_framework_at_all():
     code = BLOCK_TF + (
         "import sys\n"
-        "import toolkit, toolkit.report, toolkit.files, toolkit.machine, toolkit.cli\n"
+        "import toolkit, toolkit.report, toolkit.core.files, toolkit.core.machine, toolkit.cli\n"
         "from toolkit.report import compare, merge_reports\n"
         "loaded = [m for m in ('tensorflow', 'keras', 'jax', 'torch') if m in sys.modules]\n"
         "print(loaded)\n"
@@ -316,7 +293,7 @@ def test_reading_reports_needs_no_framework_at_all():
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("module", ["toolkit.report", "toolkit.profiling.stats"])
+@pytest.mark.parametrize("module", ["toolkit.report", "toolkit.core.stats"])
 def test_report_side_modules_import_no_framework_at_import_time(module):
     for dep in GRAPH[module]:
         assert _layer(dep) <= _layer(module)

@@ -13,8 +13,9 @@ import sys
 import pytest
 from absl import flags
 
-from toolkit import app, progress
-from toolkit import flags as tk_flags
+from toolkit import app
+from toolkit.core import progress
+from toolkit.runner import flags as tk_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TIMEOUT = 300  # a loaded 2-core machine
@@ -70,7 +71,7 @@ def test_every_shared_flag_is_in_exactly_one_help_group():
     tk_flags.define_common_flags()
     grouped = [n for _, names in tk_flags.FLAG_GROUPS for n in names]
     assert len(grouped) == len(set(grouped))
-    shared = {f.name for f in flags.FLAGS.get_flags_for_module("toolkit.flags")}
+    shared = {f.name for f in flags.FLAGS.get_flags_for_module("toolkit.runner.flags")}
     aliases = {"enable_xla", *tk_flags.DEPRECATED_FLAGS}
     assert shared - aliases - set(grouped) == set()
 
@@ -78,7 +79,7 @@ def test_every_shared_flag_is_in_exactly_one_help_group():
 def test_helpfull_stays_absls_with_the_recipes_flags_filed_under_it():
     done = run("-m", "recipes.cnn", "--helpfull")
     head = done.stdout[done.stdout.index("recipes/cnn.py:") :]
-    assert "--filters" in head.split("toolkit.flags:")[0]
+    assert "--filters" in head.split("toolkit.runner.flags:")[0]
 
 
 def test_version_of_a_recipe_and_of_the_command():
@@ -188,8 +189,8 @@ def test_progress_modes(monkeypatch):
 
 
 def test_fit_progress_defaults(monkeypatch):
-    from toolkit.config import TrainConfig
-    from toolkit.train import _nice, fit_progress
+    from toolkit.runner.config import TrainConfig
+    from toolkit.runner.train import _nice, fit_progress
 
     assert [_nice(n) for n in (0.3, 1, 3, 7, 12, 45, 101)] == [1, 1, 5, 10, 20, 50, 200]
     data = list(range(45))  # 45 batches an epoch
@@ -210,7 +211,7 @@ def test_fit_progress_defaults(monkeypatch):
 def test_fit_progress_bar_counts_steps_and_reads_no_loss_per_step(monkeypatch, capsys):
     import numpy as np
 
-    from toolkit import compat
+    from toolkit.core import compat
     from toolkit.profiling.fit_progress import FitProgress
 
     keras = compat.keras()

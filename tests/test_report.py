@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolkit.files import atomic_write
-from toolkit.machine import capture_environment
-from toolkit.profiling.stats import summarize_calls
+from toolkit.core.files import atomic_write
+from toolkit.core.machine import capture_environment
+from toolkit.core.stats import summarize_calls
 from toolkit.report import ReportError, RunReport, compare
 from toolkit.report import run_report as report_mod
 
@@ -63,7 +63,7 @@ def test_json_round_trip(tmp_path):
 
 def test_environment_without_tensorflow_loaded_skips_tf_facts():
     code = (
-        "import sys; import toolkit.report; from toolkit.machine import capture_environment; "
+        "import sys; import toolkit.report; from toolkit.core.machine import capture_environment; "
         "env = capture_environment(); "
         "assert 'tensorflow' not in sys.modules, 'report imported TensorFlow'; "
         "assert 'tensorflow' not in env and env['python']; print('ok')"
@@ -328,7 +328,7 @@ def test_context_round_trips_through_json(tmp_path):
 
 
 def test_report_files_follow_the_umask(tmp_path):
-    from toolkit.files import atomic_write
+    from toolkit.core.files import atomic_write
 
     old = os.umask(0o022)
     try:

@@ -1,4 +1,4 @@
-"""toolkit.train: config validation, and real runs of the one runner on a tiny task."""
+"""toolkit.runner.train: config validation, and real runs of the one runner on a tiny task."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from toolkit import train
-from toolkit.config import SMOKE_STEPS, ConfigError, TrainConfig
 from toolkit.report import RunReport
+from toolkit.runner import train
+from toolkit.runner.config import SMOKE_STEPS, ConfigError, TrainConfig
 
 
 def tiny_task(keras, n=100, features=6, validation=True):

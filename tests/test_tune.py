@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from toolkit import train
-from toolkit.config import TrainConfig
 from toolkit.profiling.step_timer import steps_per_execution
+from toolkit.runner import train
+from toolkit.runner.config import TrainConfig
 from toolkit.search import engine as en
 from toolkit.search import tune as tn
 from toolkit.search import workload as wl

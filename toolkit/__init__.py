@@ -16,40 +16,40 @@ from typing import TYPE_CHECKING, Any
 from toolkit.version import __version__
 
 if TYPE_CHECKING:
-    from toolkit.config import TrainConfig
+    from toolkit.core.machine import capture_environment
+    from toolkit.core.stats import StepStats, summarize
     from toolkit.data.builder import infer_batch_size
-    from toolkit.machine import capture_environment
     from toolkit.profiling.memory_watch import MemoryWatch
-    from toolkit.profiling.session import Profile, TrainingInterrupted, profile
-    from toolkit.profiling.stats import StepStats, summarize
     from toolkit.profiling.step_timer import StepTimer
     from toolkit.profiling.trace_window import TraceWindow
     from toolkit.report import Comparison, ReportError, RunContext, RunReport, compare
+    from toolkit.runner.config import TrainConfig
+    from toolkit.runner.session import Profile, TrainingInterrupted, profile
+    from toolkit.runner.train import RunResult, Task, run
     from toolkit.search.diagnose import Diagnosis, diagnose
     from toolkit.search.tune import TuneResult, autotune, tune
-    from toolkit.train import RunResult, Task, run
 
 # Public name -> the module that defines it (the one place each lives).
 _EXPORTS = {
     "StepTimer": "toolkit.profiling.step_timer",
     "TraceWindow": "toolkit.profiling.trace_window",
     "MemoryWatch": "toolkit.profiling.memory_watch",
-    "StepStats": "toolkit.profiling.stats",
-    "summarize": "toolkit.profiling.stats",
-    "Profile": "toolkit.profiling.session",
-    "profile": "toolkit.profiling.session",
-    "TrainingInterrupted": "toolkit.profiling.session",
+    "StepStats": "toolkit.core.stats",
+    "summarize": "toolkit.core.stats",
+    "Profile": "toolkit.runner.session",
+    "profile": "toolkit.runner.session",
+    "TrainingInterrupted": "toolkit.runner.session",
     "infer_batch_size": "toolkit.data.builder",
     "RunReport": "toolkit.report.run_report",
-    "ReportError": "toolkit.files",
+    "ReportError": "toolkit.core.files",
     "RunContext": "toolkit.report.context",
     "Comparison": "toolkit.report.comparison",
     "compare": "toolkit.report.comparison",
-    "capture_environment": "toolkit.machine",
-    "TrainConfig": "toolkit.config",
-    "Task": "toolkit.train",
-    "RunResult": "toolkit.train",
-    "run": "toolkit.train",
+    "capture_environment": "toolkit.core.machine",
+    "TrainConfig": "toolkit.runner.config",
+    "Task": "toolkit.runner.train",
+    "RunResult": "toolkit.runner.train",
+    "run": "toolkit.runner.train",
     "Diagnosis": "toolkit.search.diagnose",
     "diagnose": "toolkit.search.diagnose",
     "TuneResult": "toolkit.search.tune",

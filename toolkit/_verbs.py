@@ -48,7 +48,7 @@ def resolve_target(args: argparse.Namespace) -> tuple[str, Any, Any, Any]:
     from toolkit import app
 
     if args.model_fn:
-        from toolkit import flags as tk_flags
+        from toolkit.runner import flags as tk_flags
 
         tk_flags.define_common_flags()
         flags.FLAGS(["toolkit", *args.recipe_flags])
@@ -88,7 +88,7 @@ def tune(args: argparse.Namespace) -> int:
         )
     batch = None if isinstance(target, tuple) else config.batch_size  # None: your pipeline's
     if args.json_out:  # for tune --across_backends, which runs one tune per backend
-        from toolkit.files import atomic_write
+        from toolkit.core.files import atomic_write
 
         atomic_write(args.json_out, json.dumps({**result.to_dict(), "batch_size": batch}))
     source = "cache" if result.cache_hit else f"searched in {result.seconds:.1f} s"
@@ -107,7 +107,7 @@ def tune_across(args: argparse.Namespace) -> int:
     from absl import flags
 
     from toolkit import backend
-    from toolkit import flags as tk_flags
+    from toolkit.runner import flags as tk_flags
     from toolkit.search import chooser
 
     target = chooser_target(args)
@@ -153,7 +153,7 @@ def backends(args: argparse.Namespace) -> int:
     from toolkit.search import chooser
 
     if args.child:  # one contender, in this fresh process (the parent reads the JSON file)
-        from toolkit.files import atomic_write, jsonable
+        from toolkit.core.files import atomic_write, jsonable
         from toolkit.search.workload import workload
 
         _what, _flag_values, config, target = resolve_target(args)

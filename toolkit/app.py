@@ -8,7 +8,7 @@ flags to a validated config, the task from the flags named like ``build_task``'s
 and :func:`recipe_from_flags`.
 
 Errors end the program with one line ``error: ...`` on stderr and no traceback: status 2 for a
-bad flag or setting (:class:`~toolkit.config.ConfigError`, :class:`UsageError`), 1 for a run
+bad flag or setting (:class:`~toolkit.runner.config.ConfigError`, :class:`UsageError`), 1 for a run
 that cannot start (bad data, missing files, a device that is not here) or that stopped on an
 error (its partial summary first). ``--verbosity=1`` (absl's, also ``-v 1``) prints the
 traceback above the line.
@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, NoReturn
 
 from absl import flags
 
-from toolkit import flags as tk_flags
-from toolkit.config import ConfigError, TrainConfig
-from toolkit.errors import one_line
+from toolkit.core.errors import one_line
+from toolkit.runner import flags as tk_flags
+from toolkit.runner.config import ConfigError, TrainConfig
 
 if TYPE_CHECKING:  # the runner imports Keras: loaded when a run starts, not with this module
-    from toolkit.train import Task
+    from toolkit.runner.train import Task
 
 __all__ = [
     "RECIPES_PACKAGE",
@@ -88,7 +88,7 @@ def _partial_summary(error: BaseException) -> str | None:
 def interrupted(error: KeyboardInterrupt) -> NoReturn:
     """Ends an interrupted run: the partial summary on stdout, one line on stderr saying where
     the partial report is, and 130 (SIGINT) or 143 (SIGTERM) as the shell would."""
-    from toolkit.profiling.session import TrainingInterrupted
+    from toolkit.runner.session import TrainingInterrupted
 
     run_dir = _partial_summary(error)
     sigterm = isinstance(error, TrainingInterrupted)
@@ -149,7 +149,7 @@ def recipe_from_flags(
 def run_recipe(build_task: Callable[..., Task]) -> None:
     """Runs a recipe whose flags are parsed: ``--autotune`` and ``--diagnose`` first when
     asked, then the run; prints the summary and the files written."""
-    from toolkit.train import SetupError, run
+    from toolkit.runner.train import SetupError, run
 
     f = flags.FLAGS
     try:

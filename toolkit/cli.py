@@ -71,7 +71,7 @@ def _recipe_epilog(recipe: str | None) -> str:
     import textwrap
 
     from toolkit import app
-    from toolkit import flags as tk_flags
+    from toolkit.runner import flags as tk_flags
 
     names = app.recipe_names()
     out = [f"recipes (--recipe): {', '.join(names)}; default mlp", ""]
@@ -164,8 +164,9 @@ def _placement(args: argparse.Namespace) -> int:
     from toolkit import app
 
     app.check_recipe(args.recipe)  # before TensorFlow starts: one line listing the recipes
-    from toolkit import devices, train
-    from toolkit.config import TrainConfig
+    from toolkit import devices
+    from toolkit.runner import train
+    from toolkit.runner.config import TrainConfig
 
     recipe = app.load_recipe(args.recipe)
     device = devices.select(args.device)
@@ -189,8 +190,8 @@ def _placement(args: argparse.Namespace) -> int:
 def _fusion(args: argparse.Namespace, found: list[Any], timing: dict[str, Any], out: str) -> int:
     from toolkit.bench import fusion
     from toolkit.bench.measure import MODES, select_modes
+    from toolkit.core.stats import format_flops
     from toolkit.profiling.flops import matmul_peak
-    from toolkit.profiling.stats import format_flops
 
     modes = tuple(m for m in select_modes(_verbs.split(args.modes)) if m in MODES)
     if not modes:
@@ -228,9 +229,9 @@ def _ops(args: argparse.Namespace) -> int:
     if args.fusion:
         return _fusion(args, found, timing, args.out or os.path.join("runs", f"fusion-{stamp}"))
 
-    from toolkit import progress
     from toolkit.bench import frameworks
     from toolkit.bench.measure import DEFAULT_MODES, MODES, benchmark, select_modes
+    from toolkit.core import progress
 
     # Default: TensorFlow's modes, and JAX's jit and PyTorch eager where they are installed.
     default = [m for m in DEFAULT_MODES if m in MODES or not frameworks.missing(m)]
@@ -325,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    from toolkit import flags as tk_flags
+    from toolkit.runner import flags as tk_flags
     from toolkit.version import __version__
 
     argv = list(argv if argv is not None else sys.argv[1:])
@@ -523,5 +524,5 @@ def _run_failed(error: BaseException) -> bool:
     """Whether `error` says a run failed to start or to read its data (``doctor``, ``tune``,
     ``placement`` through the runner, as a recipe would) rather than that the command line was
     wrong. Looked up, not imported: ``show`` and ``compare`` must not start TensorFlow."""
-    setup_error = getattr(sys.modules.get("toolkit.train"), "SetupError", None)
+    setup_error = getattr(sys.modules.get("toolkit.runner.train"), "SetupError", None)
     return setup_error is not None and isinstance(error, setup_error)

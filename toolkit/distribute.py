@@ -240,7 +240,8 @@ def make_strategy(
         DistributeError: an unknown name, ``multi_worker_mirrored`` under Keras 3, or a
             cluster that did not join within `cluster_wait` seconds (naming who is missing).
     """
-    from toolkit import backend, compat
+    from toolkit import backend
+    from toolkit.core import compat
 
     if name == "default" and backend.name() != "tensorflow":
         return NoStrategy()

@@ -266,7 +266,7 @@ def test_benchmark_errors():
 
 
 def test_benchmark_result_embeds_in_a_run_report(tmp_path, arrays):
-    from toolkit.profiling.stats import summarize
+    from toolkit.core.stats import summarize
     from toolkit.report import RunReport
 
     result = D.benchmark(pipeline(D.from_arrays(*arrays), 4, repeat=True), 10, verbose=False)

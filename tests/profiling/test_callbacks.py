@@ -10,9 +10,9 @@ import statistics
 import pytest
 
 from toolkit import MemoryWatch, StepTimer, TraceWindow, backend
-from toolkit.profiling.session import profile
 from toolkit.report.context import Resume
-from toolkit.train import resume_recorder
+from toolkit.runner.session import profile
+from toolkit.runner.train import resume_recorder
 
 pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 

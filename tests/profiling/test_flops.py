@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from toolkit import machine
-from toolkit.profiling import flops, stats
+from toolkit.core import machine, stats
+from toolkit.profiling import flops
 
 
 @pytest.mark.every_backend

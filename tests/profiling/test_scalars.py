@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.profiling.stats import TIMED
+from toolkit.core.stats import TIMED
 from toolkit.profiling.step_timer import StepTimer
 
 pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]

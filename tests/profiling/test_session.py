@@ -8,9 +8,9 @@ import signal
 
 import pytest
 
-from toolkit import compat
-from toolkit.profiling.session import TrainingInterrupted, profile
+from toolkit.core import compat
 from toolkit.report import RunReport
+from toolkit.runner.session import TrainingInterrupted, profile
 
 pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from toolkit import backend, compat
+from toolkit import backend
+from toolkit.core import compat
 from toolkit.data import infer_batch_size
 from toolkit.profiling.step_timer import StepTimer
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit import backend, compat
+from toolkit import backend
+from toolkit.core import compat
 from toolkit.profiling.step_timer import StepTimer
 from toolkit.profiling.trace_window import TraceWindow
 from toolkit.report.trace import read_trace, trace_lines

@@ -145,8 +145,8 @@ def test_recipes_import_into_a_notebook_whatever_its_argv(tmp_path):
 import sys
 sys.argv = ["ipykernel_launcher.py", "-f", "/tmp/kernel-1.json"]
 from recipes import bert, cnn, mlp  # several recipes in one process
-from toolkit import train
-from toolkit.config import TrainConfig
+from toolkit.runner import train
+from toolkit.runner.config import TrainConfig
 config = TrainConfig(smoke=True, report_dir={str(tmp_path)!r}, count_flops=False)
 result = train.run(cnn.build_task(image_size=16), config)
 print("OK", result.report.status, result.report.steps.total_steps)
@@ -174,8 +174,8 @@ def test_a_recipe_on_tfds_under_mock_data(tmp_path):
     import tensorflow_datasets as tfds
 
     from recipes import cnn
-    from toolkit import train
-    from toolkit.config import TrainConfig
+    from toolkit.runner import train
+    from toolkit.runner.config import TrainConfig
 
     config = TrainConfig(smoke=True, batch_size=8, report_dir=str(tmp_path))
     with tfds.testing.mock_data(num_examples=64):

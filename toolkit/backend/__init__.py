@@ -77,7 +77,7 @@ def use_compile_cache() -> str:
     TensorFlow op: the recipes and ``python -m toolkit`` set it from their command line
     (:func:`compile_cache_from_argv`) before anything else runs. Returns what it did, in
     words."""
-    from toolkit import machine
+    from toolkit.core import machine
 
     directory = os.path.join(machine.cache_dir(), "compiled", name())
     os.makedirs(directory, exist_ok=True)  # TensorFlow makes only the last directory
@@ -221,7 +221,7 @@ def framework_facts() -> dict[str, Any]:
     if backend in IMPLEMENTED and backend in sys.modules:
         facts.update(get(backend).framework_facts())
     if "keras" in sys.modules or "tf_keras" in sys.modules:
-        from toolkit import compat
+        from toolkit.core import compat
 
         facts.update(keras=compat.keras_version(), keras_flavor=compat.keras_flavor())
     return facts

@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from toolkit.profiling.events import FUSED_STEPS_ATTR
+from toolkit.core.events import FUSED_STEPS_ATTR
 
 __all__ = [
     "MB",

@@ -23,7 +23,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from toolkit import compat
 from toolkit.backend.common import (
     MB,
     SEAM,
@@ -32,6 +31,7 @@ from toolkit.backend.common import (
     no_retracing_noise,
     refuse_tf_only,
 )
+from toolkit.core import compat
 from toolkit.devices.selection import jax_device
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend.common.SEAM

@@ -21,7 +21,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from toolkit import compat
 from toolkit.backend.common import (
     MB,
     SEAM,
@@ -30,6 +29,7 @@ from toolkit.backend.common import (
     one_step_per_batch,
     refuse_tf_only,
 )
+from toolkit.core import compat
 from toolkit.devices.selection import torch_device_name
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend.common.SEAM

@@ -20,12 +20,13 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from toolkit import backend, machine
+from toolkit import backend
 from toolkit.bench.kernels import Kernels, graph_kernels, kernels_text, op_types, xla_kernels
 from toolkit.bench.measure import MODES, inputs_on, run_case
 from toolkit.bench.table import Timing, format_ms
-from toolkit.files import atomic_write, jsonable
-from toolkit.profiling.stats import speedup_line
+from toolkit.core import machine
+from toolkit.core.files import atomic_write, jsonable
+from toolkit.core.stats import speedup_line
 
 __all__ = [
     "FusionDemo",

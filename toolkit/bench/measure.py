@@ -26,12 +26,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from toolkit import backend, machine
+from toolkit import backend
 from toolkit.bench import frameworks
 from toolkit.bench.ops import OPS, select_ops
 from toolkit.bench.table import Measurement, OpTable, Timing
-from toolkit.profiling.stats import jitter, median
-from toolkit.progress import bar as progress_bar
+from toolkit.core import machine
+from toolkit.core.progress import bar as progress_bar
+from toolkit.core.stats import jitter, median
 
 __all__ = [
     "ALL_MODES",

@@ -20,8 +20,8 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from toolkit.files import ReportError, atomic_write, jsonable
-from toolkit.profiling.stats import speedup_pct
+from toolkit.core.files import ReportError, atomic_write, jsonable
+from toolkit.core.stats import speedup_pct
 
 __all__ = ["Measurement", "OpTable", "Timing", "format_ms", "format_pct"]
 
@@ -167,7 +167,7 @@ class OpTable:
         columns: ``"<device>_<mode>"`` in display order.
         settings: size preset, dtype, repeats, min_time_s, seed, ops, modes.
         devices: each device's facts and its column label.
-        environment: :func:`toolkit.machine.capture_environment` of the run.
+        environment: :func:`toolkit.core.machine.capture_environment` of the run.
         floors: per column, the per-call time of ``x + 1`` on a scalar (dispatch cost).
         created_utc: when the table was made.
     """

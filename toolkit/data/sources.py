@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.errors import what_went_wrong
+from toolkit.core.errors import what_went_wrong
 
 __all__ = [
     "DEFAULT_CHUNK",

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from toolkit.errors import what_went_wrong
+from toolkit.core.errors import what_went_wrong
 
 __all__ = [
     "MANIFEST_SUFFIX",
@@ -88,7 +88,7 @@ def write_tfrecords(
     finally:
         for w in writers:
             w.close()
-    from toolkit.files import atomic_write
+    from toolkit.core.files import atomic_write
 
     counts = [len(range(i, len(features), num_shards)) for i in range(num_shards)]
     manifest = {

@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from toolkit import progress
+from toolkit.core import progress
+from toolkit.core.stats import StepStats, format_ms, summarize
 from toolkit.data.builder import infer_batch_size
-from toolkit.profiling.stats import StepStats, format_ms, summarize
 
 __all__ = [
     "PipelineBenchmark",
@@ -94,7 +94,7 @@ def benchmark(
         raise ValueError("dataset: produced no batch at all; is it empty?") from None
     t_prev = first_end = clock()
     durations: list[float] = []
-    # A bar on a terminal once the run has taken `progress_after_s` (toolkit.progress).
+    # A bar on a terminal once the run has taken `progress_after_s` (toolkit.core.progress).
     bar = progress.bar(
         num_batches, "pipeline alone", "batch", enabled=verbose, delay=progress_after_s
     )

@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from toolkit import backend as backends
-from toolkit import compat
+from toolkit.core import compat
 from toolkit.devices.selection import DeviceInfo, resolve
 
 __all__ = [

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toolkit import backend as backends
-from toolkit.machine import cpu_model
+from toolkit.core.machine import cpu_model
 
 __all__ = [
     "DeviceError",

@@ -1,4 +1,4 @@
-"""Step-time profiling: pure statistics (``stats``) and the callbacks' shared state (``events``),
-the StepTimer / TraceWindow / MemoryWatch callbacks, FLOPs and MFU (``flops``), and
-``profile()`` (``session``), which ties them to a RunReport. Import the submodules directly;
-none imports TensorFlow at import time (the backend seam, ``toolkit.backend``, calls it)."""
+"""The measure layer: the callbacks (StepTimer, TraceWindow, MemoryWatch, the fit progress bar),
+the TensorBoard scalars, FLOPs and MFU (``flops``) and inference timing. They import Keras, not
+TensorFlow (the backend seam, ``toolkit.backend``, calls the framework). Import the submodules
+directly."""

@@ -3,7 +3,7 @@
 Keras's own bar (``verbose=1``) reads the loss after every step, which converts it to a
 Python number: a device sync per step on a GPU, and one more thing on the timed path
 everywhere. This callback counts steps from the batch index Keras hands every callback, draws
-tqdm's bar on a terminal (``toolkit.progress``: nothing in a log or when
+tqdm's bar on a terminal (``toolkit.core.progress``: nothing in a log or when
 ``TOOLKIT_PROGRESS=0``) and shows the loss and metrics only at each epoch's end, where Keras
 has already read them. ``async_safe``: Keras 3 keeps dispatching batch ends off the training
 thread with it in the list.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkit import compat, progress
+from toolkit.core import compat, progress
 
 __all__ = ["FitProgress"]
 

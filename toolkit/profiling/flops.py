@@ -7,12 +7,12 @@
   next to the gradients); recurrent layers are counted on an unrolled clone of the model.
 * :func:`matmul_peak` measures what a large matmul achieves on a device in a compute dtype,
   once per machine: the result is cached in ``$TOOLKIT_CACHE_DIR`` (default
-  ``~/.cache/keras-perf-toolkit``) under the machine key (``toolkit.machine``) with the backend
+  ``~/.cache/keras-perf-toolkit``) under the machine key (``toolkit.core.machine``) with the backend
   that measured it, the device, dtype and thread setting. A measured peak, not a datasheet one:
   MFU then says how much of what this machine really does on its best-case kernel the training
   step gets.
 * The arithmetic (achieved FLOP/s, MFU, formatting) is pure and lives beside the step
-  statistics: ``toolkit.profiling.stats.utilization`` and ``format_flops``.
+  statistics: ``toolkit.core.stats.utilization`` and ``format_flops``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import dataclasses
 import datetime as _dt
 from typing import Any
 
-from toolkit import backend, machine
-from toolkit.cache import Cache
+from toolkit import backend
+from toolkit.core import machine
+from toolkit.core.cache import Cache
 
 __all__ = ["PEAK_FILE", "FlopCount", "compute_facts", "count_flops", "matmul_peak", "recheck_peak"]
 

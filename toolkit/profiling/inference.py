@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from toolkit.profiling.stats import StepStats, summarize
+from toolkit.core.stats import StepStats, summarize
 
 __all__ = [
     "InferenceTiming",

@@ -8,7 +8,8 @@ from typing import Any
 
 from absl import logging
 
-from toolkit import backend, compat
+from toolkit import backend
+from toolkit.core import compat
 
 __all__ = [
     "MB",

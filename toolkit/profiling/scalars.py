@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from toolkit.profiling.stats import TIMED, epoch_figures
+from toolkit.core.stats import TIMED, epoch_figures
 
 __all__ = ["INSTALL_HINT", "Scalars"]
 
@@ -130,7 +130,7 @@ class Scalars:
         figures: Mapping[str, float] | None = None,
     ) -> int:
         """An epoch's per-step times, its p50/p90 and examples/s (`figures`, as
-        :func:`~toolkit.profiling.stats.epoch_figures` gives them, computed from `calls` when
+        :func:`~toolkit.core.stats.epoch_figures` gives them, computed from `calls` when
         not given), and (when given) the model's `metrics`. Returns the global step at the
         epoch's end."""
         end = self.steps(calls, first_step)

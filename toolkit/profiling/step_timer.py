@@ -59,10 +59,9 @@ from typing import Any
 
 from absl import logging
 
-from toolkit import compat
-from toolkit.profiling.events import FUSED_STEPS_ATTR, PROFILER
-from toolkit.profiling.scalars import Scalars
-from toolkit.profiling.stats import (
+from toolkit.core import compat
+from toolkit.core.events import FUSED_STEPS_ATTR, PROFILER
+from toolkit.core.stats import (
     DEFAULT_WARMUP_STEPS,
     EXCLUDED,
     FIRST,
@@ -73,6 +72,7 @@ from toolkit.profiling.stats import (
     format_ms,
     summarize_calls,
 )
+from toolkit.profiling.scalars import Scalars
 
 __all__ = [
     "LOG_KEYS",
@@ -522,7 +522,7 @@ class StepTimer(compat.keras().callbacks.Callback):
     @property
     def calls(self) -> list[tuple[float, int, int, str]]:
         """One ``(duration_s, steps, epoch, kind)`` per finished execution, kind one of
-        ``first``, ``warmup``, ``timed``, ``excluded`` (``toolkit.profiling.stats``). During a fit,
+        ``first``, ``warmup``, ``timed``, ``excluded`` (``toolkit.core.stats``). During a fit,
         the steps begun since the epoch began are recorded when this is read (from the thread
         that runs the fit, or after it: a fit that raised keeps the steps it finished) and at
         the epoch's end."""

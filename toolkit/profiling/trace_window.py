@@ -18,9 +18,10 @@ from typing import Any
 
 from absl import logging
 
-from toolkit import backend, compat
-from toolkit.profiling.events import PROFILER
-from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS
+from toolkit import backend
+from toolkit.core import compat
+from toolkit.core.events import PROFILER
+from toolkit.core.stats import DEFAULT_WARMUP_STEPS
 
 __all__ = [
     "DEFAULT_TRACE_STEPS",

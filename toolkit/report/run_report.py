@@ -2,7 +2,7 @@
 
 The report side imports neither TensorFlow nor Keras, so reading and comparing old reports
 (from a notebook, or ``python -m toolkit compare``) is instant and works anywhere. Files are
-written atomically (``toolkit.files``): a reader never sees half a report, and an interrupted
+written atomically (``toolkit.core.files``): a reader never sees half a report, and an interrupted
 write leaves the previous file intact. A report renders every section itself from typed data;
 the schema is documented in ``docs/report.md``.
 
@@ -22,9 +22,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from toolkit import backend, machine
-from toolkit.files import ReportError, atomic_write, jsonable
-from toolkit.profiling.stats import StepStats, format_flops, format_ms, utilization
+from toolkit import backend
+from toolkit.core import machine
+from toolkit.core.files import ReportError, atomic_write, jsonable
+from toolkit.core.stats import StepStats, format_flops, format_ms, utilization
 from toolkit.report.context import RunContext
 from toolkit.report.trace import read_trace, trace_lines
 from toolkit.version import __version__

@@ -25,7 +25,7 @@ for your own model-building function:
   train to an agreeing loss (:func:`~toolkit.search.engine.decide`), else the defaults stay:
   the chooser never hands back something slower than not choosing.
 
-The result is cached (``toolkit.cache``, ``$TOOLKIT_CACHE_DIR/backends.json``) under a key of
+The result is cached (``toolkit.core.cache``, ``$TOOLKIT_CACHE_DIR/backends.json``) under a key of
 the target, its flags (run-length and output flags left out), the device asked for and the
 machine (CPU, installed framework versions), and written as JSON, Markdown and a PNG. A
 recipe run with ``--backend=auto`` trains on the cached winner (:func:`resolve_auto`).
@@ -49,13 +49,13 @@ from collections.abc import Callable, Sequence
 from importlib import metadata, util
 from typing import Any
 
-from toolkit import compat, machine
-from toolkit import flags as tk_flags
-from toolkit import progress as tk_progress
 from toolkit.backend import BACKENDS, flag_value
-from toolkit.cache import Cache
-from toolkit.files import read_json
-from toolkit.profiling.stats import whole_calls
+from toolkit.core import compat, machine
+from toolkit.core import progress as tk_progress
+from toolkit.core.cache import Cache
+from toolkit.core.files import read_json
+from toolkit.core.stats import whole_calls
+from toolkit.runner import flags as tk_flags
 from toolkit.search.engine import MIN_GAIN, Candidate, decide, interleaved_rounds
 from toolkit.search.processes import child_run, follow, probe_devices, without
 from toolkit.search.standings import (

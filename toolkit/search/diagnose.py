@@ -41,9 +41,9 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from toolkit.config import TrainConfig
-from toolkit.profiling.stats import whole_calls
-from toolkit.progress import say
+from toolkit.core.progress import say
+from toolkit.core.stats import whole_calls
+from toolkit.runner.config import TrainConfig
 from toolkit.search.workload import workload
 
 __all__ = [
@@ -408,7 +408,7 @@ def diagnose(
     back its weights and optimizer state afterwards.
 
     Args:
-        target: a ``toolkit.train.Task``, or a compiled Keras model.
+        target: a ``toolkit.runner.train.Task``, or a compiled Keras model.
         data: with a model, its training data (required); with a Task, a TrainConfig may
             stand here for `config`.
         config: with a Task, the ``TrainConfig`` to diagnose (device, precision, batch
@@ -417,10 +417,10 @@ def diagnose(
         devices_found: the devices present (defaults to ``toolkit.devices.detect()``).
 
     Raises:
-        toolkit.train.SetupError: a setting or data that cannot work.
+        toolkit.runner.train.SetupError: a setting or data that cannot work.
     """
     from toolkit.data import benchmark, describe_pipeline
-    from toolkit.train import SetupError, Task
+    from toolkit.runner.train import SetupError, Task
 
     if isinstance(data, TrainConfig):
         config, data = data, None

@@ -14,7 +14,7 @@ Two front ends drive it. ``toolkit.search.tune`` searches settings in one proces
 * :func:`decide`: the median of each entrant's per-round ratios to the defaults (the rounds
   pair them), and it must have won most rounds: one lucky window wins nothing.
 
-The results are cached by the front ends in ``toolkit.cache`` (the one keyed cache).
+The results are cached by the front ends in ``toolkit.core.cache`` (the one keyed cache).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from toolkit.profiling.stats import whole_calls
+from toolkit.core.stats import whole_calls
 
 __all__ = [
     "MIN_GAIN",

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from toolkit.files import read_json
+from toolkit.core.files import read_json
 from toolkit.search.standings import Contender, Target
 
 __all__ = ["child_run", "follow", "probe_devices", "without"]

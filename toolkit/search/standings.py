@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from importlib import util
 from typing import Any
 
-from toolkit.files import atomic_write
+from toolkit.core.files import atomic_write
 from toolkit.search.engine import MIN_GAIN, paired_ratios
 
 __all__ = ["LOSS_RTOL", "BackendsResult", "ChooserError", "Contender", "Row", "Target"]

@@ -15,7 +15,7 @@ front end over two shared parts:
   settings slower than the defaults and one lucky window wins nothing; a candidate that fails
   (XLA not available on the device, a precision the device can't run...) is recorded with the
   reason and skipped; a run that cannot win is stopped early;
-* the winner is cached (``toolkit.cache``, ``$TOOLKIT_CACHE_DIR/tune.json``) under a key of the
+* the winner is cached (``toolkit.core.cache``, ``$TOOLKIT_CACHE_DIR/tune.json``) under a key of the
   model's configuration, the input's spec and batch size, the backend, and the machine (CPU
   model, devices, framework and toolkit versions): a new TF version is a new key.
   ``autotune`` uses the cache or runs the search.
@@ -32,10 +32,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from toolkit import backend, machine
-from toolkit import progress as tk_progress
-from toolkit.cache import Cache
-from toolkit.config import TrainConfig
+from toolkit import backend
+from toolkit.core import machine
+from toolkit.core import progress as tk_progress
+from toolkit.core.cache import Cache
+from toolkit.runner.config import TrainConfig
 from toolkit.search.engine import Candidate, Space, Trial, confirm, search
 from toolkit.search.workload import Workload, apply, workload
 
@@ -189,7 +190,7 @@ def tune(
     apply the winner with ``model.compile(..., **result.best.compile_kwargs())``.
 
     Args:
-        target: a ``toolkit.train.Task``, or a compiled Keras model.
+        target: a ``toolkit.runner.train.Task``, or a compiled Keras model.
         data: with a model, its batched ``tf.data`` pipeline or ``(x, y)`` arrays (required);
             with a Task, a TrainConfig may stand here for `config`.
         config: the base ``TrainConfig`` (device, batch size, data...). Defaults to
@@ -198,10 +199,10 @@ def tune(
         budget_s: seconds the search may take (the defaults are always measured).
         steps: timed steps per candidate. Defaults to `48`.
         use_cache: read and write the cache. Defaults to `True`.
-        progress: called with one line per candidate. Defaults to ``toolkit.progress.say``
+        progress: called with one line per candidate. Defaults to ``toolkit.core.progress.say``
             (stderr) with a bar of the budget on a terminal.
     """
-    from toolkit import train
+    from toolkit.runner import train
 
     if isinstance(data, TrainConfig):
         config, data = data, None

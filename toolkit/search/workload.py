@@ -5,9 +5,10 @@ and the backends chooser's child processes) asks the same question, "how fast do
 train under these settings, for N steps?", of two kinds of target. A :class:`Workload` answers
 it once for both:
 
-* :class:`TaskWorkload`: a recipe's Task, trained by the one runner (``toolkit.train.run``) with a
-  short, quiet measurement config (``TrainConfig.for_measurement``); each candidate is a new
-  build, so the search can change precision and fused steps;
+* :class:`TaskWorkload`: a recipe's Task, trained by the one runner
+  (``toolkit.runner.train.run``) with a short, quiet measurement config
+  (``TrainConfig.for_measurement``); each candidate is a new build, so the search can change
+  precision and fused steps;
 * :class:`ModelWorkload`: your compiled model on your batched data, measured with a quiet
   ``fit`` (:func:`measured_fit`); a candidate recompiles it (same optimizer, loss, metrics), and
   :meth:`~Workload.close` puts back its compile settings, weights and optimizer state.
@@ -29,9 +30,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from toolkit import backend, compat
-from toolkit.config import SEARCHED, TrainConfig
-from toolkit.profiling.stats import utilization, whole_calls
+from toolkit import backend
+from toolkit.core import compat
+from toolkit.core.stats import utilization, whole_calls
+from toolkit.runner.config import SEARCHED, TrainConfig
 from toolkit.search.engine import Candidate, window_steps
 
 __all__ = ["ModelWorkload", "TaskWorkload", "Workload", "measured_fit", "workload"]
@@ -135,13 +137,13 @@ class Workload:
 
 
 def workload(target: Any, data: Any = None, config: TrainConfig | None = None, **kw: Any):
-    """The :class:`Workload` of a ``toolkit.train.Task`` (with `config`; a TrainConfig may
+    """The :class:`Workload` of a ``toolkit.runner.train.Task`` (with `config`; a TrainConfig may
     stand as `data`) or of a compiled model with its `data`.
 
     Raises:
-        toolkit.train.SetupError: a model without data, data that is not batches.
+        toolkit.runner.train.SetupError: a model without data, data that is not batches.
     """
-    from toolkit import train
+    from toolkit.runner import train
 
     if isinstance(data, TrainConfig):
         config, data = data, None
@@ -174,8 +176,8 @@ class TaskWorkload(Workload):
     def __init__(
         self, task: Any, config: TrainConfig, *, resident: bool = False, keep: int = 0
     ) -> None:
-        from toolkit import train
         from toolkit.data import has_tensorflow
+        from toolkit.runner import train
 
         self.config = config.validate()
         self.device, _findings = train.setup_device(self.config)
@@ -201,7 +203,7 @@ class TaskWorkload(Workload):
         return base.for_measurement(whole_calls(steps, base.fused_steps), warmup)
 
     def fit(self, candidate=None, *, steps, warmup, one_batch=False, callbacks=()):
-        from toolkit import train
+        from toolkit.runner import train
 
         cfg = dataclasses.replace(
             self._config(candidate, steps, warmup), use_synthetic_data=one_batch
@@ -209,14 +211,14 @@ class TaskWorkload(Workload):
         return train.run(self.task, cfg, callbacks=callbacks).report
 
     def pipeline(self) -> Any:
-        from toolkit import train
+        from toolkit.runner import train
 
         return train.input_pipeline(self.task, self._config(None, self.per_call, 0))
 
     def rate(self, candidate: Candidate, steps: int = 48, calls: int = 3) -> float:
         if candidate in self.live:
             return self._again(candidate, steps)
-        from toolkit import train
+        from toolkit.runner import train
 
         warmup, total = window_steps(candidate, steps, calls)
         batch = candidate.batch_size or self.config.batch_size
@@ -268,7 +270,7 @@ class TaskWorkload(Workload):
         return _rate(report.steps)
 
     def figures(self, steps: int, *, count_flops: bool = True) -> dict[str, Any]:
-        from toolkit import train
+        from toolkit.runner import train
 
         per_call = self.per_call
         total = whole_calls(max(steps, 5 * per_call), per_call)
@@ -278,7 +280,7 @@ class TaskWorkload(Workload):
         return _figures(train.run(self.task, cfg).report)
 
     def _signature(self) -> tuple[Any, Any]:
-        from toolkit import train
+        from toolkit.runner import train
 
         with train.precision_policy("float32"):
             model = self.task.build_model()
@@ -303,7 +305,7 @@ def _resident(source: Any) -> Any:
     anything else as a dataset of single examples."""
     import tensorflow as tf
 
-    from toolkit import train
+    from toolkit.runner import train
 
     if isinstance(source, tuple):
         return tuple(
@@ -384,8 +386,8 @@ class ModelWorkload(Workload):
         return self.dataset
 
     def figures(self, steps: int, *, count_flops: bool = True) -> dict[str, Any]:
-        from toolkit import train
         from toolkit.profiling import flops
+        from toolkit.runner import train
 
         if self.config.init_weights:
             train.share_initial_weights(self.model, self.config.init_weights)
@@ -420,7 +422,7 @@ def compile_args(model: Any) -> dict[str, Any]:
     getter = getattr(model, "_get_compile_args", None)
     if getter is not None:
         return dict(getter())
-    from toolkit.train import SetupError
+    from toolkit.runner.train import SetupError
 
     raise SetupError("(model, data): compile the model first (model.compile(...))")
 
@@ -432,7 +434,7 @@ def as_batches(data: Any, batch_size: int | None = None) -> tuple[Any, str]:
     arrays (batched by `batch_size`, default 32, in tf.data, as ``fit`` would batch them).
     """
     from toolkit.data import describe_pipeline, from_arrays
-    from toolkit.train import SetupError
+    from toolkit.runner.train import SetupError
 
     if isinstance(data, tuple):
         size = batch_size or 32
@@ -462,8 +464,8 @@ def measured_fit(
     callers that must not change it restore its weights afterwards. `callbacks` run after
     the profiling ones. Returns the RunReport.
     """
-    from toolkit.profiling.session import profile
     from toolkit.profiling.step_timer import steps_per_execution
+    from toolkit.runner.session import profile
 
     with profile(
         name, report_dir=None, batch_size=batch_size, data=data, warmup_steps=warmup_steps

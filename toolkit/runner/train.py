@@ -17,12 +17,13 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from toolkit import backend, compat, distribute, progress
-from toolkit.config import TrainConfig
+from toolkit import backend, distribute
+from toolkit.core import compat, progress
 from toolkit.profiling import flops
-from toolkit.profiling.session import profile
 from toolkit.report import RunReport
 from toolkit.report.context import Resume, RunContext, Strategy
+from toolkit.runner.config import TrainConfig
+from toolkit.runner.session import profile
 
 __all__ = [
     "RunResult",
@@ -403,7 +404,7 @@ def fit_progress(
     """``(Keras verbose, log_steps, callbacks)`` for the progress `config` asks for.
 
     ``verbose`` set (0, 1, 2): exactly that, Keras's own. Unset (the default): the toolkit's
-    (``toolkit.progress``): on a terminal a :class:`FitProgress` bar, which reads no tensor per
+    (``toolkit.core.progress``): on a terminal a :class:`FitProgress` bar, which reads no tensor per
     step; in a log a step-time line every ``log_steps`` steps (about
     :data:`LOG_LINES_PER_RUN` a run when ``--log_steps`` is not given); nothing when
     ``TOOLKIT_PROGRESS=0``.

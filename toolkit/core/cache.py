@@ -2,7 +2,7 @@
 
 A measurement is only true for what it measured (a model, its input, a backend, this machine and
 its software), so each answer is stored under the key of exactly those facts
-(``toolkit.machine.machine_key``) in one JSON file per kind of answer under
+(``toolkit.core.machine.machine_key``) in one JSON file per kind of answer under
 ``$TOOLKIT_CACHE_DIR``. An entry is ``{"facts", "result", "stored"}``: the facts stay readable
 beside the hash, so a person (or ``--backend=auto``) can see what a result was measured for.
 
@@ -17,14 +17,14 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from toolkit import machine
-from toolkit.files import read_json, update_json
+from toolkit.core import machine
+from toolkit.core.files import read_json, update_json
 
 __all__ = ["Cache"]
 
 
 class Cache:
-    """One file of keyed entries under :func:`toolkit.machine.cache_dir`.
+    """One file of keyed entries under :func:`toolkit.core.machine.cache_dir`.
 
     ``cache = Cache("tune.json")``, ``key = cache.key(facts)``, then ``cache.get(key)`` or,
     after measuring, ``cache.put(key, facts, result)``.

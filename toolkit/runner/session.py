@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from toolkit import compat
-from toolkit.errors import one_line
+from toolkit.core import compat
+from toolkit.core.errors import one_line
+from toolkit.core.stats import DEFAULT_WARMUP_STEPS
 from toolkit.profiling.memory_watch import MemoryWatch
 from toolkit.profiling.scalars import Scalars
-from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS
 from toolkit.profiling.step_timer import StepTimer
 from toolkit.profiling.trace_window import TraceWindow
 from toolkit.report import COMPLETE, DIVERGED, PARTIAL, RunContext, RunReport

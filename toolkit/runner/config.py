@@ -3,10 +3,10 @@
 Each training setting is declared once, as a :class:`TrainConfig` field made by
 :func:`setting`: its default, flag, help, help group, whether tune may search it, whether it
 changes how fast a step is, its value in a measurement run. The shared flags, their ``--help``
-groups, ``config_from_flags`` (``toolkit.flags``), ``for_measurement``, tune's knobs and the
+groups, ``config_from_flags`` (``toolkit.runner.flags``), ``for_measurement``, tune's knobs and the
 backends chooser's run flags are derived from that table (:data:`SETTINGS`).
 
-The command line (``toolkit.flags``) and the Python API build the same :class:`TrainConfig`,
+The command line (``toolkit.runner.flags``) and the Python API build the same :class:`TrainConfig`,
 and both get the same checks from :meth:`TrainConfig.validate`, whose messages name the flag
 (``--train_steps``) and, where the Python field is called differently, the field too
 (``--train_steps (steps_per_epoch) must be >= 1, got 0``). The flags define no bounds of their
@@ -22,8 +22,8 @@ from typing import Any
 from absl import logging
 
 from toolkit import backend, distribute
+from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
 from toolkit.devices import parse_device_spec
-from toolkit.profiling.stats import DEFAULT_WARMUP_STEPS, whole_calls
 
 __all__ = [
     "GROUPS",
@@ -100,7 +100,7 @@ class ConfigError(ValueError):
 class TrainConfig:
     """How to train: every training setting, declared once with its flag, help, help group and
     what the tools may do with it (:func:`setting`). :meth:`validate` checks every field (the
-    runner calls it); ``toolkit.flags`` derives the shared flags from these fields."""
+    runner calls it); ``toolkit.runner.flags`` derives the shared flags from these fields."""
 
     use_synthetic_data: bool = setting(
         False,
@@ -263,7 +263,7 @@ class TrainConfig:
         flag="log_verbosity",
         speed=False,
         quiet=0,
-    )  # None: the toolkit's progress (toolkit.progress)
+    )  # None: the toolkit's progress (toolkit.core.progress)
     count_flops: bool = setting(
         True,
         "Count model FLOPs per step; report achieved FLOP/s and MFU against the measured "

@@ -1,14 +1,14 @@
 """The absl flags every recipe shares, and the TrainConfig they make. Nothing else: the app
 main that runs a recipe is ``toolkit.app``.
 
-The flags are derived, not written: one per TrainConfig field (``toolkit.config``'s table of
+The flags are derived, not written: one per TrainConfig field (``toolkit.runner.config``'s table of
 settings: name, default, help, group, aliases) and one per :data:`APP_FLAGS` entry (what to
 train on, whether to diagnose or tune first). Adding a setting is one field there.
 
 Names follow TensorFlow Model Garden where it has one (``--batch_size`` is the global batch).
 The training settings carry no bounds here: :func:`config_from_flags` hands them to
-``TrainConfig.validate`` (``toolkit.config``), the one validator, whose messages name the flag.
-Flags that are not training settings (the dataset spec, image sizes, budgets) are checked by
+``TrainConfig.validate`` (``toolkit.runner.config``), the one validator, whose messages name the
+flag. Flags that are not training settings (the dataset spec, image sizes, budgets) are checked by
 absl when parsed.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from absl import flags
 
-from toolkit.config import (
+from toolkit.runner.config import (
     DATA,
     GROUPS,
     MEASURING,
@@ -75,7 +75,7 @@ class AppFlag:
     default: Any
     help: str
     group: str
-    speed: bool = False  # see ``toolkit.config.setting``
+    speed: bool = False  # see ``toolkit.runner.config.setting``
     lead: bool = False  # listed before the group's training settings in --help
     path: bool = False
     bounds: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -125,7 +125,7 @@ def _kind(field: dataclasses.Field) -> str:
     return {"bool": "bool", "int": "integer", "float": "float"}.get(kind, "string")
 
 
-# The shared flags as --help groups them: every setting in its group (toolkit.config), the
+# The shared flags as --help groups them: every setting in its group (toolkit.runner.config), the
 # app's own leading the data group.
 FLAG_GROUPS = tuple(
     (
@@ -168,8 +168,9 @@ def _parse_steps(value: str) -> tuple[int, int] | None:
 
 
 def define_common_flags(**defaults: Any) -> None:
-    """Defines the shared flags once per process (from the settings table, ``toolkit.config``,
-    and :data:`APP_FLAGS`); `defaults` overrides a recipe's defaults, by flag name.
+    """Defines the shared flags once per process (from the settings table,
+    ``toolkit.runner.config``, and :data:`APP_FLAGS`); `defaults` overrides a recipe's
+    defaults, by flag name.
 
     Importing a recipe only defines flags (nothing is parsed), so a notebook can import one and
     call its ``build_task`` whatever its own argv holds (``-f kernel.json``).
@@ -197,7 +198,7 @@ def _define(owner: str, kind: str, name: str, *args: Any, **kwargs: Any) -> None
     if name not in names:
         names.append(name)
     if name not in flags.FLAGS:
-        # Filed under the recipe (absl's --helpfull lists them under it, not toolkit.flags);
+        # Filed under the recipe (absl's --helpfull lists them under it, not toolkit.runner.flags);
         # absl names the main module by its path.
         module = sys.argv[0] if owner == "__main__" else owner
         getattr(flags, f"DEFINE_{kind}")(name, *args, module_name=module, **kwargs)

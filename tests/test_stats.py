@@ -1,12 +1,12 @@
-"""toolkit.profiling.stats with injected durations (no clocks, no sleeps, no TensorFlow)."""
+"""toolkit.core.stats with injected durations (no clocks, no sleeps, no TensorFlow)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from toolkit.profiling import stats
-from toolkit.profiling.stats import (
+from toolkit.core import stats
+from toolkit.core.stats import (
     StepStats,
     epoch_figures,
     percentile,
