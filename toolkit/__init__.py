@@ -21,10 +21,11 @@ if TYPE_CHECKING:
     from toolkit.data.builder import infer_batch_size
     from toolkit.profiling.memory_watch import MemoryWatch
     from toolkit.profiling.step_timer import StepTimer
+    from toolkit.profiling.stop_on_signal import TrainingInterrupted
     from toolkit.profiling.trace_window import TraceWindow
     from toolkit.report import Comparison, ReportError, RunContext, RunReport, compare
     from toolkit.runner.config import TrainConfig
-    from toolkit.runner.session import Profile, TrainingInterrupted, profile
+    from toolkit.runner.session import Profile, profile
     from toolkit.runner.train import RunResult, Task, run
     from toolkit.search.diagnose import Diagnosis, diagnose
     from toolkit.search.tune import TuneResult, autotune, tune
@@ -38,7 +39,7 @@ _EXPORTS = {
     "summarize": "toolkit.core.stats",
     "Profile": "toolkit.runner.session",
     "profile": "toolkit.runner.session",
-    "TrainingInterrupted": "toolkit.runner.session",
+    "TrainingInterrupted": "toolkit.profiling.stop_on_signal",
     "infer_batch_size": "toolkit.data.builder",
     "RunReport": "toolkit.report.run_report",
     "ReportError": "toolkit.core.files",

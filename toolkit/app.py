@@ -88,7 +88,7 @@ def _partial_summary(error: BaseException) -> str | None:
 def interrupted(error: KeyboardInterrupt) -> NoReturn:
     """Ends an interrupted run: the partial summary on stdout, one line on stderr saying where
     the partial report is, and 130 (SIGINT) or 143 (SIGTERM) as the shell would."""
-    from toolkit.runner.session import TrainingInterrupted
+    from toolkit.profiling.stop_on_signal import TrainingInterrupted
 
     run_dir = _partial_summary(error)
     sigterm = isinstance(error, TrainingInterrupted)

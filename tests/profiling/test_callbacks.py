@@ -10,9 +10,9 @@ import statistics
 import pytest
 
 from toolkit import MemoryWatch, StepTimer, TraceWindow, backend
+from toolkit.profiling.resume_recorder import ResumeRecorder
 from toolkit.report.context import Resume
 from toolkit.runner.session import profile
-from toolkit.runner.train import resume_recorder
 
 pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 
@@ -34,7 +34,7 @@ def _memory_watch(tmp_path):
 
 def _resume_recorder(tmp_path):
     resume = Resume(str(tmp_path / "backup"))
-    return [resume_recorder(resume)], lambda: resume.steps_total == 20 and not resume.resumed
+    return [ResumeRecorder(resume)], lambda: resume.steps_total == 20 and not resume.resumed
 
 
 def _profile_callbacks(tmp_path):

@@ -9,8 +9,9 @@ import signal
 import pytest
 
 from toolkit.core import compat
+from toolkit.profiling.stop_on_signal import TrainingInterrupted
 from toolkit.report import RunReport
-from toolkit.runner.session import TrainingInterrupted, profile
+from toolkit.runner.session import profile
 
 pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 

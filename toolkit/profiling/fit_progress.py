@@ -7,6 +7,10 @@ tqdm's bar on a terminal (``toolkit.core.progress``: nothing in a log or when
 ``TOOLKIT_PROGRESS=0``) and shows the loss and metrics only at each epoch's end, where Keras
 has already read them. ``async_safe``: Keras 3 keeps dispatching batch ends off the training
 thread with it in the list.
+
+```python
+model.fit(dataset, epochs=3, verbose=0, callbacks=[FitProgress("my-model")])
+```
 """
 
 from __future__ import annotations

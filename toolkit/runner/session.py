@@ -5,30 +5,25 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import math
 import os
 import signal
 import threading
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 from absl import logging
 
-from toolkit.core import compat
 from toolkit.core.errors import one_line
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS
+from toolkit.profiling.loss_guard import LossGuard
 from toolkit.profiling.memory_watch import MemoryWatch
 from toolkit.profiling.scalars import Scalars
 from toolkit.profiling.step_timer import StepTimer
+from toolkit.profiling.stop_on_signal import StopOnSignal
 from toolkit.profiling.trace_window import TraceWindow
 from toolkit.report import COMPLETE, DIVERGED, PARTIAL, RunContext, RunReport
 
-__all__ = ["Profile", "TrainingInterrupted", "new_run_dir", "profile"]
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Raised in the training thread when the process receives SIGTERM during a profiled run."""
+__all__ = ["Profile", "new_run_dir", "profile"]
 
 
 def new_run_dir(report_dir: str | os.PathLike[str]) -> str:
@@ -51,7 +46,7 @@ class Profile:
     Use ``profile(...)`` to get one. Inside the ``with`` block pass ``callbacks`` to ``fit``
     (or drive ``timer`` around a custom loop). On exit the report is built and, when a
     `report_dir` was given, written atomically as JSON, Markdown and PNG. If the block raised
-    (an error, Ctrl-C, or SIGTERM, which is turned into :class:`TrainingInterrupted` while the
+    (an error, Ctrl-C, or SIGTERM, which is turned into ``TrainingInterrupted`` while the
     block runs) the report is marked ``partial`` with the error, written, and the exception
     goes on. During a ``fit`` with these callbacks, Ctrl-C and SIGTERM stop training at the
     next step boundary (a second one at once), so no framework op is cut in half.
@@ -124,8 +119,8 @@ class Profile:
         self.paths: dict[str, str] = {}
         self.write_error: str | None = None  # why the report files could not be written
         self._old_handlers: dict[int, Any] = {}
-        self._stop = _StopOnSignal()
-        self._guard = _LossGuard(stop=stop_on_nan)
+        self._stop = StopOnSignal()
+        self._guard = LossGuard(stop=stop_on_nan)
 
     @property
     def callbacks(self) -> list[Any]:
@@ -231,138 +226,3 @@ def profile(name: str, **kwargs: Any) -> Profile:
     ```
     """
     return Profile(name, **kwargs)
-
-
-def _interruption(signum: int) -> BaseException:
-    if signum == signal.SIGINT:
-        return KeyboardInterrupt()
-    return TrainingInterrupted(f"signal {signal.Signals(signum).name}")
-
-
-class _LossGuard(compat.keras().callbacks.Callback):
-    """Finds the first step whose loss is NaN or infinite and, by default, stops ``fit`` there,
-    as ``keras.callbacks.TerminateOnNaN`` would; the report is then ``diverged`` with the step,
-    not ``complete`` with a NaN.
-
-    Keras's loss in the logs is the epoch's running mean: once a step's loss is not finite,
-    every later mean is not either, so the first non-finite mean is the first bad step (with
-    ``steps_per_execution`` > 1, the last step of the first bad execution). It is
-    ``async_safe``: Keras 3 calls its batch-end hook off the training thread, where the logs
-    are read, so the check adds no sync to a step; ``fit`` stops within a few steps of the bad
-    one. Where the logs come as tensors (tf_keras, which has no such thread), each step's loss
-    is read one step later, once the next step is queued, so the host keeps a step of lead.
-    Validation losses are checked at each epoch's end."""
-
-    async_safe = True
-
-    def __init__(self, stop: bool = True) -> None:
-        super().__init__()
-        self._supports_tf_logs = True  # tf_keras: tensors, read a step later (above)
-        self._pending: tuple[int, Any] | None = None
-        self.stop = stop
-        self.found: str | None = None
-        self._lock = threading.Lock()
-        self._epoch = 0
-        self._first: tuple[int, int] | None = None  # (epoch, step) of the first bad loss
-
-    def on_train_begin(self, logs: Any = None) -> None:
-        self.found, self._first, self._pending = None, None, None
-
-    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-        self._epoch = epoch
-
-    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        loss = (logs or {}).get("loss")
-        if loss is not None and not isinstance(loss, (float, int, np.generic)):
-            previous = self._pending  # a tensor: read the step before this one instead
-            self._pending = (batch, loss)
-            if previous is None:
-                return
-            batch, loss = previous
-        self._check(batch, loss)
-
-    def _check(self, batch: int, loss: Any) -> None:
-        value = _float(loss)
-        if value is None or math.isfinite(value):
-            return
-        with self._lock:  # async hooks may run out of order: keep the earliest
-            if self._first is None or (self._epoch, batch) < self._first:
-                self._first = (self._epoch, batch)
-                self._describe("loss", value, f"at step {batch + 1} of epoch {self._epoch + 1}")
-
-    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        # Stop from the training thread, at a step boundary: set from Keras's async callback
-        # thread, the flag races the JAX trainer's loop (which then reads metric buffers the
-        # next step has already donated: "Array has been deleted").
-        if self.stop and self._first is not None:
-            self.model.stop_training = True
-
-    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        if self._pending is not None:  # the epoch's last step, not read yet
-            self._check(*self._pending)
-            self._pending = None
-        for key in ("loss", "val_loss"):
-            value = _float((logs or {}).get(key))
-            if value is None or math.isfinite(value):
-                continue
-            with self._lock:
-                if self.found is None:
-                    self._describe(key, value, f"in epoch {epoch + 1}")
-            if self.stop:
-                self.model.stop_training = True
-            return
-
-    def _describe(self, key: str, value: float, where: str) -> None:
-        self.found = (
-            f"LossNotFinite: {key} became {value} {where}: lower the learning rate, look for "
-            "NaN or inf in the data, or train in float32"
-        )
-
-
-def _float(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-class _StopOnSignal(compat.keras().callbacks.Callback):
-    """SIGINT (Ctrl-C) or SIGTERM during a profiled ``fit`` stops it at the next step boundary:
-    the handler only records the signal, and this callback raises it from ``on_train_batch_begin``
-    (or an epoch hook), where no framework op is in flight, so the run unwinds cleanly and its
-    partial report is written. A second signal, or one outside ``fit``, raises at once."""
-
-    async_safe = True  # overrides no batch-end hook: Keras keeps its async dispatch
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._supports_tf_logs = True
-        self.pending: int | None = None
-        self.in_fit = False
-
-    def on_signal(self, signum: int, frame: Any) -> None:
-        if self.pending is not None or not self.in_fit:
-            raise _interruption(signum)
-        self.pending = signum
-
-    def _check(self) -> None:
-        if self.pending is not None:
-            signum, self.pending = self.pending, None
-            raise _interruption(signum)
-
-    def on_train_begin(self, logs: Any = None) -> None:
-        self.in_fit = True
-        self._check()
-
-    def on_train_end(self, logs: Any = None) -> None:
-        self.in_fit = False
-        self._check()
-
-    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-        self._check()
-
-    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        self._check()
-
-    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        self._check()

@@ -20,6 +20,7 @@ from typing import Any
 from toolkit import backend, distribute
 from toolkit.core import compat, progress
 from toolkit.profiling import flops
+from toolkit.profiling.resume_recorder import ResumeRecorder
 from toolkit.report import RunReport
 from toolkit.report.context import Resume, RunContext, Strategy
 from toolkit.runner.config import TrainConfig
@@ -275,30 +276,6 @@ def input_pipeline(task: Task, config: TrainConfig) -> Any:
     return _dataset(task.train, config.validate().effective(), training=True, task=task)
 
 
-def resume_recorder(resume: Resume) -> Any:
-    """A callback, placed after ``BackupAndRestore``, that fills in `resume`: whether the run
-    resumed from a backup and from where (the optimizer's step count right after the restore,
-    read once at the start, and the first epoch this process ran)."""
-    keras = compat.keras()
-
-    class ResumeRecorder(keras.callbacks.Callback):
-        def _steps(self) -> int:
-            return int(self.model.optimizer.iterations.numpy())
-
-        def on_train_begin(self, logs: Any = None) -> None:
-            resume.steps_before = self._steps()
-            resume.resumed = resume.steps_before > 0
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            if resume.from_epoch is None:
-                resume.from_epoch = epoch
-
-        def on_train_end(self, logs: Any = None) -> None:
-            resume.steps_total = self._steps()
-
-    return ResumeRecorder()
-
-
 @contextlib.contextmanager
 def precision_policy(name: str) -> Iterator[None]:
     """Keras's global mixed-precision policy for the block, restored afterwards."""
@@ -548,7 +525,7 @@ def run(
             if resume is not None:
                 resilience = [
                     keras.callbacks.BackupAndRestore(resume.backup_dir),
-                    resume_recorder(resume),
+                    ResumeRecorder(resume),
                 ]
             history = model.fit(
                 train_ds,

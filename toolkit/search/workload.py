@@ -26,7 +26,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -218,6 +217,7 @@ class TaskWorkload(Workload):
     def rate(self, candidate: Candidate, steps: int = 48, calls: int = 3) -> float:
         if candidate in self.live:
             return self._again(candidate, steps)
+        from toolkit.profiling.hopeless_stop import HopelessStop
         from toolkit.runner import train
 
         warmup, total = window_steps(candidate, steps, calls)
@@ -227,7 +227,7 @@ class TaskWorkload(Workload):
         if best:  # what the best so far needed for this whole window, times HOPELESS
             limit = max(HOPELESS * total * batch / best, HOPELESS_FLOOR_S)
         deadline = math.inf if self.deadline is None else self.deadline
-        stop = _hopeless_stop(candidate.per_call * batch, limit, deadline)
+        stop = HopelessStop(candidate.per_call * batch, limit, deadline)
         try:
             with backend.get().quiet_retracing():  # each candidate is a new model, not a retrace
                 result = train.run(
@@ -313,35 +313,6 @@ def _resident(source: Any) -> Any:
             for part in source
         )
     return train.examples(source)
-
-
-def _hopeless_stop(examples_per_call: int, limit_s: float, deadline: float) -> Any:
-    """A Keras callback that stops a measurement run once it has run `limit_s` after its
-    first call (the compile), or at the `deadline` (``time.perf_counter``), and keeps the
-    rate it showed after the first call: ``.stopped``, ``.rate`` (examples/s; 0 when it
-    stopped at the first call). Keras ends a batch once an execution: each end is a call."""
-
-    class HopelessStop(compat.keras().callbacks.Callback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.stopped, self.rate = False, 0.0
-            self.start: float | None = None
-            self.calls = 0
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            now = time.perf_counter()
-            if self.start is None:  # the first call ends: its compile is not the rate
-                self.start = now
-                if now > deadline:
-                    self.stopped = self.model.stop_training = True
-                return
-            self.calls += 1
-            if now - self.start > limit_s or now > deadline:
-                self.stopped = True
-                self.rate = self.calls * examples_per_call / (now - self.start)
-                self.model.stop_training = True
-
-    return HopelessStop()
 
 
 # ---------------------------------------------------------------------------- your own model
