@@ -32,7 +32,6 @@ from toolkit.backend.common import (
     refuse_tf_only,
 )
 from toolkit.core import compat
-from toolkit.devices.selection import jax_device
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend.common.SEAM
 
@@ -213,12 +212,13 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
 def measure_matmul_peak(
     device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.25
 ) -> float:
-    """FLOP/s of the best of 5 timed runs of chained ``size``² matmuls on `device`, in one
-    jitted loop whose result is waited on once per run."""
+    """FLOP/s of the best of 5 timed runs of chained ``size``² matmuls on `device` (a
+    ``jax.Device``: ``toolkit.devices.framework_device``), in one jitted loop whose result is
+    waited on once per run."""
     import jax
     import jax.numpy as jnp
 
-    target = jax_device(device)
+    target = device
     a = jax.device_put(jax.random.normal(jax.random.PRNGKey(0), (size, size)).astype(dtype), target)
     b = jax.device_put(
         (jax.random.normal(jax.random.PRNGKey(1), (size, size)) * size**-0.5).astype(dtype), target

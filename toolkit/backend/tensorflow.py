@@ -297,15 +297,15 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
 def measure_matmul_peak(
     device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.25
 ) -> float:
-    """FLOP/s of the best of 5 timed runs of chained ``size``² matmuls on `device` (a
-    ``toolkit.devices.DeviceInfo``).
+    """FLOP/s of the best of 5 timed runs of chained ``size``² matmuls on `device` (TensorFlow's
+    logical device name: ``toolkit.devices.framework_device``).
 
     The matmuls are chained (each multiplies the last result) inside one ``tf.function`` so no
     optimizer can hoist or drop them, and the result is read back once per run, not per matmul.
     """
     import tensorflow as tf
 
-    with tf.device(device.logical_name):
+    with tf.device(device):
         rng = tf.random.Generator.from_seed(0)
         a = tf.cast(rng.normal((size, size)), dtype)
         # Entries ~N(0, 1/size): products stay ~N(0, 1), no overflow in float16 / bfloat16.

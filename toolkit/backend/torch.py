@@ -30,7 +30,6 @@ from toolkit.backend.common import (
     refuse_tf_only,
 )
 from toolkit.core import compat
-from toolkit.devices.selection import torch_device_name
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend.common.SEAM
 
@@ -208,11 +207,12 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
 def measure_matmul_peak(
     device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.25
 ) -> float:
-    """FLOP/s of the best of 5 timed runs of chained ``size``² matmuls on `device`, issued
-    back to back and waited on once per run."""
+    """FLOP/s of the best of 5 timed runs of chained ``size``² matmuls on `device` (a name
+    such as ``cuda:0``: ``toolkit.devices.framework_device``), issued back to back and waited
+    on once per run."""
     import torch
 
-    target = torch.device(torch_device_name(device))
+    target = torch.device(device)
     generator = torch.Generator().manual_seed(0)
     kind = getattr(torch, dtype)
     a = torch.randn(size, size, generator=generator).to(target, kind)

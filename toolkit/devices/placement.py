@@ -25,10 +25,9 @@ from toolkit import backend as backends
 from toolkit.devices.selection import (
     DeviceInfo,
     detect,
-    jax_device,
+    framework_device,
     parse_device_spec,
     resolve,
-    torch_device_name,
 )
 
 __all__ = ["PlacementReport", "augmentation_device", "on", "placement_report"]
@@ -49,8 +48,7 @@ def on(spec: str, *, backend: str | None = None) -> Iterator[DeviceInfo]:
         import keras
 
         chosen = resolve(wanted, backend=backend)
-        handle = jax_device(chosen) if backend == "jax" else torch_device_name(chosen)
-        with keras.device(handle):
+        with keras.device(framework_device(chosen, backend)):
             yield chosen
         return
     import tensorflow as tf

@@ -27,6 +27,7 @@ __all__ = [
     "DeviceError",
     "DeviceInfo",
     "detect",
+    "framework_device",
     "jax_device",
     "jax_device_info",
     "parse_device_spec",
@@ -408,6 +409,19 @@ def torch_device_name(device: DeviceInfo) -> str:
     if device.is_gpu:
         return f"cuda:{device.index}"
     return "cpu"
+
+
+def framework_device(device: DeviceInfo, backend: str | None = None) -> Any:
+    """`device` as `backend`'s own API names it (the backend seam, ``toolkit.backend``, takes
+    this, so that every framework's device code stays here): a ``jax.Device`` on JAX, a name
+    such as ``cuda:1`` on PyTorch, and TensorFlow's logical device name
+    (``/device:GPU:0``)."""
+    backend = backend or backends.name()
+    if backend == "jax":
+        return jax_device(device)
+    if backend == "torch":
+        return torch_device_name(device)
+    return device.logical_name
 
 
 def _set_torch_device(name: str) -> None:

@@ -99,7 +99,7 @@ def matmul_peak(
     if not refresh and cached is not None:
         return {**cached, "source": "cache"}
     size = 2048 if device.kind == "cpu" else 8192
-    measured = backend.get().measure_matmul_peak(device, dtype, size)
+    measured = backend.get().measure_matmul_peak(devices.framework_device(device), dtype, size)
     if cached is not None:  # a peak is the most the device did: keep the higher
         measured = max(measured, float(cached.get("flops_per_s") or 0.0))
     record = {
