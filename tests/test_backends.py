@@ -127,12 +127,12 @@ def test_the_digits_demo_learns_under(name, jitted, tmp_path):
 def test_every_backend_module_implements_the_whole_seam():
     import importlib
 
-    from toolkit.backend.common import SEAM
+    from toolkit.backend._common import SEAM
 
     for name in backend.BACKENDS:  # importing them imports no framework
-        module = importlib.import_module(f"toolkit.backend.{name}")
+        module = importlib.import_module(f"toolkit.backend._{name}")
         missing = [f for f in SEAM if not callable(getattr(module, f, None))]
-        assert not missing, f"toolkit.backend.{name} lacks {missing}"
+        assert not missing, f"toolkit.backend._{name} lacks {missing}"
 
 
 @pytest.mark.parametrize("name", ["tensorflow", "jax"])
@@ -184,7 +184,7 @@ def test_compile_cache_is_read_from_the_command_line(argv, on, monkeypatch):
 def test_tensorflow_started_before_the_compile_cache_says_it_is_off(tmp_path, monkeypatch):
     import tensorflow as tf
 
-    from toolkit.backend import tensorflow as tf_backend
+    from toolkit.backend import _tensorflow as tf_backend
 
     tf.constant(1.0) + 1.0  # TensorFlow has started its devices
     monkeypatch.delenv("TF_XLA_FLAGS", raising=False)

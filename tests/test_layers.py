@@ -313,3 +313,21 @@ def test_no_package_attribute_hides_one_of_its_submodules():
         if value is not None and value is not importlib.import_module(module):
             hidden.append(f"{package}.{leaf} is {value!r}, not the submodule {module}")
     assert not hidden, "\n".join(hidden)
+
+
+def test_the_public_surface_is_small_and_reviewed():
+    """``__all__`` is the reviewed public surface: what users call. Helpers shared inside the
+    package stay out of it (or in private modules), so the surface does not grow with them.
+    A name re-exported by a package front counts once."""
+    import importlib
+
+    things = set()
+    for module in MODULES:
+        if any(part.startswith("_") for part in module.split(".")[1:]):
+            continue
+        mod = importlib.import_module(module)
+        for name in getattr(mod, "__all__", ()):
+            obj = getattr(mod, name)
+            defined = getattr(obj, "__module__", None) if callable(obj) else None
+            things.add((defined, getattr(obj, "__qualname__", name)) if defined else (module, name))
+    assert len(things) <= 200, f"{len(things)} public names: keep helpers out of __all__"

@@ -35,14 +35,7 @@ if TYPE_CHECKING:  # the runner imports Keras: loaded when a run starts, not wit
     from toolkit.runner.train import Task
 
 __all__ = [
-    "RECIPES_PACKAGE",
     "UsageError",
-    "check_recipe",
-    "fail",
-    "interrupted",
-    "load_recipe",
-    "recipe_from_flags",
-    "recipe_help",
     "recipe_main",
     "recipe_names",
     "run",

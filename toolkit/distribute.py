@@ -36,25 +36,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
-    "CLUSTER_WAIT_S",
     "SERVICE_MODES",
     "SHARD_POLICIES",
     "STRATEGIES",
     "Cluster",
     "DistributeError",
-    "NoStrategy",
     "batch_sizes",
-    "cluster_from_flags",
     "make_strategy",
     "serve_dispatcher",
     "serve_worker",
-    "service_address",
     "shard",
-    "silent_workers",
-    "spawn_data_service",
     "tf_config",
     "through_data_service",
-    "wait_for_dispatcher",
 ]
 
 

@@ -3,7 +3,7 @@
 The measuring core (StepTimer, TraceWindow, MemoryWatch, FLOP counting, the matmul peak, the
 report's environment) never calls a framework itself: it asks :func:`get` for the module of
 the backend Keras trains on and calls the same functions on it: ``tensorflow``, ``jax`` and
-``torch``, one module each, with the same functions: ``toolkit.backend.common.SEAM``, which
+``torch``, one module each, with the same functions: ``toolkit.backend._common.SEAM``, which
 each module's ``__all__`` is (a test checks that every one is implemented).
 
 Importing this package imports no framework. :func:`name` reads Keras's choice from an
@@ -26,8 +26,6 @@ from typing import Any
 __all__ = [
     "BACKENDS",
     "BackendError",
-    "apple_gpu_backend",
-    "flag_value",
     "framework_facts",
     "from_argv",
     "get",
@@ -201,7 +199,7 @@ def get(backend: str | None = None) -> types.ModuleType:
             f"the Keras backend {backend!r} is not measured by this toolkit yet "
             f"(implemented: {', '.join(IMPLEMENTED)}): set KERAS_BACKEND=tensorflow"
         )
-    return importlib.import_module(f"toolkit.backend.{backend}")
+    return importlib.import_module(f"toolkit.backend._{backend}")
 
 
 def jits_by_default(backend: str | None = None) -> bool:

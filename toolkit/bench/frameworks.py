@@ -28,12 +28,6 @@ from typing import Any
 
 __all__ = [
     "FRAMEWORK_MODES",
-    "MODE_HELP",
-    "build",
-    "device_kind",
-    "missing",
-    "to_framework",
-    "waiter",
 ]
 
 # mode -> the framework (import name) that runs it

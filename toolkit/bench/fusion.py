@@ -30,12 +30,7 @@ from toolkit.core.stats import speedup_line
 
 __all__ = [
     "FusionDemo",
-    "Variant",
-    "conv_bias_relu",
     "fusion_demos",
-    "hard_swish",
-    "matmul_hard_swish",
-    "write",
 ]
 
 # ---------------------------------------------------------------------------- the demos

@@ -23,12 +23,7 @@ from toolkit.bench.measure import error_reason, sync
 
 __all__ = [
     "Kernels",
-    "graph_kernels",
-    "hlo_kernels",
     "kernels_text",
-    "op_types",
-    "parse_hlo",
-    "xla_kernels",
 ]
 
 # Graph nodes that move or name data rather than compute.

@@ -28,29 +28,16 @@ from typing import Any
 
 from toolkit import backend
 from toolkit.bench import frameworks
-from toolkit.bench.ops import OPS, select_ops
+from toolkit.bench.ops import select_ops
 from toolkit.bench.table import Measurement, OpTable, Timing
 from toolkit.core import machine
 from toolkit.core.progress import bar as progress_bar
 from toolkit.core.stats import jitter, median
 
 __all__ = [
-    "ALL_MODES",
-    "DEFAULT_MODES",
     "MODES",
-    "OPS",
     "benchmark",
-    "call_floor_ms",
-    "compile_fn",
-    "device_labels",
-    "error_reason",
-    "inputs_on",
-    "run_case",
-    "run_framework_case",
     "select_modes",
-    "sync",
-    "time_calls",
-    "unsupported",
 ]
 
 MODES = ("eager", "graph", "xla")  # TensorFlow's

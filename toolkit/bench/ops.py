@@ -26,12 +26,8 @@ from typing import Any
 
 __all__ = [
     "OPS",
-    "OP_NAMES",
-    "SIZES",
-    "TINY_CAP",
     "Case",
     "Op",
-    "select_ops",
 ]
 
 

@@ -23,7 +23,11 @@ from typing import Any
 from toolkit.core.files import ReportError, atomic_write, jsonable
 from toolkit.core.stats import speedup_pct
 
-__all__ = ["Measurement", "OpTable", "Timing", "format_ms", "format_pct"]
+__all__ = [
+    "Measurement",
+    "OpTable",
+    "Timing",
+]
 
 SCHEMA = "toolkit.ops/1"
 # What each mode's speedup column compares it with, on the same device, when both ran: TF's

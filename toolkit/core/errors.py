@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["one_line", "what_went_wrong"]
+__all__ = [
+    "one_line",
+]
 
 _NOISE = (
     "[[",

@@ -8,7 +8,7 @@ them out of its statistics and count them apart. Only plain Python values are re
 
 from __future__ import annotations
 
-__all__ = ["FUSED_STEPS_ATTR", "PROFILER", "ProfilerState"]
+__all__: list[str] = []
 
 # Set on a model whose every Keras batch runs this many training steps (fused in one call).
 FUSED_STEPS_ATTR = "_toolkit_fused_steps"

@@ -14,7 +14,10 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ReportError", "atomic_write", "jsonable", "read_json", "update_json"]
+__all__ = [
+    "ReportError",
+    "atomic_write",
+]
 
 
 class ReportError(ValueError):

@@ -24,8 +24,6 @@ __all__ = [
     "CACHE_ENV",
     "cache_dir",
     "capture_environment",
-    "cpu_model",
-    "framework_versions",
     "machine_facts",
     "machine_key",
 ]

@@ -14,7 +14,10 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["Bar", "bar", "mode", "say"]
+__all__ = [
+    "bar",
+    "say",
+]
 
 OFF, BAR, LINES = "off", "bar", "lines"
 _FALSE = ("0", "off", "false", "no", "quiet")

@@ -22,15 +22,8 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_WARMUP_STEPS",
-    "MAD_TO_SIGMA",
     "StepStats",
-    "format_flops",
-    "format_ms",
-    "jitter",
-    "median",
-    "percentile",
     "speedup_line",
-    "speedup_pct",
     "summarize",
     "summarize_calls",
     "utilization",

@@ -29,15 +29,10 @@ from typing import Any
 from absl import logging
 
 __all__ = [
-    "DEFAULT_SHUFFLE_EXAMPLES",
     "PipelineWarning",
-    "dataset_ops",
     "describe_pipeline",
-    "element_bytes",
     "infer_batch_size",
-    "parse_bytes",
     "pipeline",
-    "warn_once",
 ]
 
 

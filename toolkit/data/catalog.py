@@ -40,12 +40,7 @@ from toolkit.data import sources, tfrecord
 from toolkit.data.arrays import ArraySource, has_tensorflow, resize_images
 
 __all__ = [
-    "CACHE_LIMIT_BYTES",
-    "KINDS",
-    "SYNTHETIC_EXAMPLES",
     "Data",
-    "ImageSpec",
-    "TokenSpec",
     "load",
     "parse_dataset_spec",
 ]

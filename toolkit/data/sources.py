@@ -17,8 +17,6 @@ import numpy as np
 from toolkit.core.errors import what_went_wrong
 
 __all__ = [
-    "DEFAULT_CHUNK",
-    "IMAGE_EXTENSIONS",
     "class_names",
     "decode_image",
     "digits",

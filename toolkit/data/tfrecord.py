@@ -21,7 +21,6 @@ import numpy as np
 from toolkit.core.errors import what_went_wrong
 
 __all__ = [
-    "MANIFEST_SUFFIX",
     "check_tfrecords",
     "find_unreadable_tfrecord",
     "tfrecord_parser",

@@ -21,7 +21,6 @@ from toolkit.core import compat
 from toolkit.devices.selection import DeviceInfo, resolve
 
 __all__ = [
-    "APPLE_GPU_PATHS",
     "METAL_COMPATIBILITY",
     "Finding",
     "cpu_has_fast_bf16",

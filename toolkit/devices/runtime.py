@@ -1,6 +1,6 @@
 """Runtime settings that must come before TensorFlow starts its runtime: thread pools.
 
-(Device memory readings are the backend's: ``toolkit.backend.tensorflow.device_memory``.)
+(Device memory readings are the backend's: ``toolkit.backend._tensorflow.device_memory``.)
 """
 
 from __future__ import annotations

@@ -28,13 +28,9 @@ __all__ = [
     "DeviceInfo",
     "detect",
     "framework_device",
-    "jax_device",
-    "jax_device_info",
     "parse_device_spec",
     "resolve",
     "select",
-    "torch_device_infos",
-    "torch_device_name",
 ]
 
 MB = 1024.0 * 1024.0

@@ -25,7 +25,12 @@ from toolkit import backend
 from toolkit.core import machine
 from toolkit.core.cache import Cache
 
-__all__ = ["PEAK_FILE", "FlopCount", "compute_facts", "count_flops", "matmul_peak", "recheck_peak"]
+__all__ = [
+    "FlopCount",
+    "compute_facts",
+    "count_flops",
+    "matmul_peak",
+]
 
 PEAK_FILE = "matmul_peak.json"
 _CACHE = Cache(PEAK_FILE)

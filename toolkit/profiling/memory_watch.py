@@ -12,10 +12,7 @@ from toolkit import backend
 from toolkit.core import compat
 
 __all__ = [
-    "MB",
     "MemoryWatch",
-    "host_rss_mb",
-    "steady_growth",
 ]
 
 

@@ -39,7 +39,9 @@ from typing import Any
 
 from toolkit.core.stats import TIMED, epoch_figures
 
-__all__ = ["INSTALL_HINT", "Scalars"]
+__all__ = [
+    "Scalars",
+]
 
 INSTALL_HINT = "pip install 'keras-perf-toolkit[profile]' (or pip install tensorboard)"
 MAX_POINTS = 100  # step_time/ms points per epoch at most

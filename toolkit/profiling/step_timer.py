@@ -75,7 +75,6 @@ from toolkit.core.stats import (
 from toolkit.profiling.scalars import Scalars
 
 __all__ = [
-    "LOG_KEYS",
     "StepTimer",
 ]
 

@@ -24,7 +24,6 @@ from toolkit.core.events import PROFILER
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS
 
 __all__ = [
-    "DEFAULT_TRACE_STEPS",
     "TraceWindow",
 ]
 

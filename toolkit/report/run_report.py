@@ -34,14 +34,9 @@ __all__ = [
     "COMPLETE",
     "DIVERGED",
     "PARTIAL",
-    "REPORT_JSON",
-    "REPORT_MD",
-    "REPORT_PNG",
-    "SCHEMA",
     "SCHEMA_VERSION",
     "ReportError",
     "RunReport",
-    "cell",
 ]
 
 SCHEMA = "keras-perf-toolkit/run-report"

@@ -27,7 +27,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 __all__ = [
-    "INSTALL_HINT",
     "find_trace_files",
     "read_trace",
     "trace_lines",

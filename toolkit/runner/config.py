@@ -26,14 +26,10 @@ from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
 from toolkit.devices import parse_device_spec
 
 __all__ = [
-    "GROUPS",
     "PRECISIONS",
     "SETTINGS",
-    "SMOKE_STEPS",
     "ConfigError",
     "TrainConfig",
-    "flag_name",
-    "flag_of",
 ]
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")

@@ -37,18 +37,12 @@ from toolkit.runner.config import (
 )
 
 __all__ = [
-    "DEPRECATED_FLAGS",
     "FLAG_GROUPS",
-    "RUN_FLAGS",
-    "canonical_argv",
     "config_from_flags",
     "define_common_flags",
     "define_flag",
     "define_image_flags",
-    "flags_for_report",
-    "help_text",
     "kwargs_from_flags",
-    "own_flags",
 ]
 
 # Old spellings still accepted, each with a one-line deprecation note (canonical_argv).

@@ -23,7 +23,10 @@ from toolkit.profiling.stop_on_signal import StopOnSignal
 from toolkit.profiling.trace_window import TraceWindow
 from toolkit.report import COMPLETE, DIVERGED, PARTIAL, RunContext, RunReport
 
-__all__ = ["Profile", "new_run_dir", "profile"]
+__all__ = [
+    "Profile",
+    "profile",
+]
 
 
 def new_run_dir(report_dir: str | os.PathLike[str]) -> str:

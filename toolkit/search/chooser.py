@@ -31,7 +31,7 @@ machine (CPU, installed framework versions), and written as JSON, Markdown and a
 recipe run with ``--backend=auto`` trains on the cached winner (:func:`resolve_auto`).
 
 This module imports no framework: the measuring happens in the child processes
-(``python -m toolkit backends --child``, ``toolkit.search.processes``), through the measured
+(``python -m toolkit backends --child``, ``toolkit.search._processes``), through the measured
 target's ``figures`` (``toolkit.search.workload``); the result and its table are
 ``toolkit.search.standings``.
 """
@@ -56,8 +56,8 @@ from toolkit.core.cache import Cache
 from toolkit.core.files import read_json
 from toolkit.core.stats import whole_calls
 from toolkit.runner import flags as tk_flags
+from toolkit.search._processes import child_run, follow, probe_devices, without
 from toolkit.search.engine import MIN_GAIN, Candidate, decide, interleaved_rounds
-from toolkit.search.processes import child_run, follow, probe_devices, without
 from toolkit.search.standings import (
     BackendsResult,
     ChooserError,
@@ -72,9 +72,6 @@ from toolkit.search.standings import (
 )
 
 __all__ = [
-    "CACHE_FILE",
-    "cached",
-    "choose",
     "compare",
     "contenders",
     "installed_backends",

@@ -51,11 +51,7 @@ __all__ = [
     "COMPUTE_BOUND",
     "INPUT_BOUND",
     "Diagnosis",
-    "Facts",
-    "advise",
-    "classify",
     "diagnose",
-    "second_opinion",
 ]
 
 INPUT_BOUND = "input-bound"

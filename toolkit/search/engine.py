@@ -33,13 +33,10 @@ __all__ = [
     "Space",
     "Trial",
     "Verdict",
-    "choose",
     "confirm",
     "decide",
     "interleaved_rounds",
-    "paired_ratios",
     "search",
-    "window_steps",
 ]
 
 E = TypeVar("E", bound=Hashable)

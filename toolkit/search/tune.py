@@ -40,7 +40,12 @@ from toolkit.runner.config import TrainConfig
 from toolkit.search.engine import Candidate, Space, Trial, confirm, search
 from toolkit.search.workload import Workload, apply, workload
 
-__all__ = ["CACHE_FILE", "TuneResult", "autotune", "cached", "default_space", "tune"]
+__all__ = [
+    "TuneResult",
+    "autotune",
+    "default_space",
+    "tune",
+]
 
 CACHE_FILE = "tune.json"
 _CACHE = Cache(CACHE_FILE)

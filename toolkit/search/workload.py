@@ -35,7 +35,12 @@ from toolkit.core.stats import utilization, whole_calls
 from toolkit.runner.config import SEARCHED, TrainConfig
 from toolkit.search.engine import Candidate, window_steps
 
-__all__ = ["ModelWorkload", "TaskWorkload", "Workload", "measured_fit", "workload"]
+__all__ = [
+    "ModelWorkload",
+    "TaskWorkload",
+    "Workload",
+    "workload",
+]
 
 LIVE_WINDOW_S = 0.25  # a kept finalist's window when measured again, at least (seconds)
 LIVE_PARAMS = 50_000_000  # models with more weights are rebuilt, not kept, for the rounds

@@ -25,9 +25,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from toolkit.backend.common import MB, SEAM, calibrated_peak, mark_fused_steps
+from toolkit.backend._common import MB, SEAM, calibrated_peak, mark_fused_steps
 
-__all__ = list(SEAM)  # the seam's contract: toolkit.backend.common.SEAM
+__all__ = list(SEAM)  # the seam's contract: toolkit.backend._common.SEAM
 
 METHOD = "tf.profiler float_operation on the traced graph"
 _WHILE_OPS = frozenset({"While", "StatelessWhile"})

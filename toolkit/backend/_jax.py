@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from toolkit.backend.common import (
+from toolkit.backend._common import (
     MB,
     SEAM,
     calibrated_peak,
@@ -33,7 +33,7 @@ from toolkit.backend.common import (
 )
 from toolkit.core import compat
 
-__all__ = list(SEAM)  # the seam's contract: toolkit.backend.common.SEAM
+__all__ = list(SEAM)  # the seam's contract: toolkit.backend._common.SEAM
 
 METHOD = "XLA cost analysis of the forward pass and its gradient, lowered for the CPU (JAX)"
 

@@ -20,7 +20,7 @@ from typing import Any
 from toolkit.core.files import read_json
 from toolkit.search.standings import Contender, Target
 
-__all__ = ["child_run", "follow", "probe_devices", "without"]
+__all__: list[str] = []
 
 
 def without(argv: Sequence[str], names: frozenset[str] | set[str]) -> list[str]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from toolkit.backend.common import (
+from toolkit.backend._common import (
     MB,
     SEAM,
     calibrated_peak,
@@ -31,7 +31,7 @@ from toolkit.backend.common import (
 )
 from toolkit.core import compat
 
-__all__ = list(SEAM)  # the seam's contract: toolkit.backend.common.SEAM
+__all__ = list(SEAM)  # the seam's contract: toolkit.backend._common.SEAM
 
 METHOD = "torch.utils.flop_counter.FlopCounterMode (matmuls and convolutions)"
 _TRACE: list[Any] = []  # the running torch.profiler.profile, while a trace is on
