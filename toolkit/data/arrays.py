@@ -111,8 +111,8 @@ def array_batches(
         def __init__(self) -> None:
             super().__init__()
             self.epoch = 0
-            # The order of the pass being read: a permutation per batch cost more than the step
-            # (0.7 ms a batch of the seed MLP on an H100, twice Keras's own array path).
+            # The order of the pass being read: a permutation per batch cost more than a small
+            # model's step on a GPU.
             self._cached: tuple[tuple[int, int], np.ndarray] | None = None
 
         @property

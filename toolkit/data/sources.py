@@ -162,11 +162,11 @@ def parallel_generator(
     TensorFlow `chunk_size` at a time (stacked with NumPy, split again by ``unbatch`` in C++).
 
     Where the speed comes from, honestly: Python code holds the GIL, so generators on several
-    threads do not run Python in parallel (measured here on the seed's NumPy generator: threads
-    alone 1.0-1.2x over ``from_generator``). What does scale is (1) paying
-    ``from_generator``'s per-element cost (a Python call through ``py_func`` plus conversion,
-    ~0.4 ms here, far more than NumPy's ~0.05 ms to make a 32x256 batch) once per chunk, and (2)
-    overlapping the parts that release the GIL (NumPy on large arrays, file and network I/O).
+    threads do not run Python in parallel (threads alone gain little over ``from_generator``).
+    What does scale is (1) paying ``from_generator``'s per-element cost (a Python call through
+    ``py_func`` plus conversion, often more than NumPy needs to make a whole batch) once per
+    chunk, and (2) overlapping the parts that release the GIL (NumPy on large arrays, file and
+    network I/O).
     ``benchmarks/pipeline_generator.py`` prints both. For a generator whose Python work
     dominates, move the work into TensorFlow ops or into processes.
 

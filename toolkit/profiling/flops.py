@@ -83,7 +83,7 @@ def _peak_facts(device: Any, dtype: str) -> dict[str, Any]:
 def matmul_peak(
     device: Any = None, dtype: str = "float32", *, refresh: bool = False
 ) -> dict[str, Any]:
-    """The measured matmul peak of `device` in `dtype`, from the cache or measured now (~2 s).
+    """The measured matmul peak of `device` in `dtype`, from the cache or measured now (seconds).
 
     Args:
         device: a `toolkit.devices.DeviceInfo`. Defaults to `None` (the selected device).

@@ -392,13 +392,11 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._epoch_state = (self._warmup_left, self._seen_first)
 
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
-        # The hottest code here, and it runs where the fit has left it out of cache (0.3 µs a
-        # step called in a loop, several times that inside a fit): one clock read, the
-        # profiler's state, one append. Everything else waits for the epoch's boundaries
-        # (`_drain`, ~0.3 µs a step there): a begin hook that computed each step's duration,
-        # kind and profiler mark as it went cost 1.2 % of a 0.45 ms step in a real fit on one
-        # core, an append of a clock reading alone 0.3 %; the whole of StepTimer now costs
-        # 0.6-0.8 % there (benchmarks/profiler_overhead.py).
+        # The hottest code here, and it runs where the fit has left it out of cache: one clock
+        # read, the profiler's state, one append. Everything else waits for the epoch's
+        # boundaries (`_drain`): a begin hook that computed each step's duration, kind and
+        # profiler mark as it went cost several times as much of a short step
+        # (benchmarks/profiler_overhead.py measures what StepTimer costs now).
         self._begins.append(
             (batch, self._clock(), PROFILER.active or self._probe(), PROFILER.generation)
         )

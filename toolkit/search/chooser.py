@@ -444,8 +444,8 @@ def _common_length(steps: int, calls: Sequence[int]) -> int:
 def tuned_settings(result: dict[str, Any]) -> tuple[str, ...]:
     """The recipe flags of a ``TuneResult.to_dict()``'s winner; ``()`` when the winner is the
     search's defaults (its first trial): the same run as the backend's plain contender, which
-    must not stand in the final twice (two identical contenders measured 0.76× apart on the
-    small CNN: a pick between them would be a pick of noise)."""
+    must not stand in the final twice (two identical contenders in fresh processes can measure
+    far apart: a pick between them would be a pick of noise)."""
     best = Candidate(**result["best"])
     trials = result.get("trials") or []
     if trials and Candidate(**trials[0]["candidate"]) == best:
@@ -470,8 +470,7 @@ def tune_across(
     every contender's tuned winner meet head to head in :func:`compare`'s interleaved rounds
     (same data, same initial weights; the rest of the budget), and :func:`choose`'s
     never-slower rule picks. A backend's Keras defaults stay in the final: a search's one
-    window can prefer settings that lose head to head (on JAX, steps_per_execution=32 won a
-    search and was 0.90× of JAX's defaults in fresh processes).
+    window can prefer settings that lose head to head in fresh processes.
     """
     progress = progress or tk_progress.say
     start = time.perf_counter()

@@ -104,7 +104,7 @@ class Space:
     fused_steps: Sequence[int] = (1, 8, 32)
     batch_size: Sequence[int | None] = (None,)
     # Steps in one call at most (steps per execution × fused steps): a call's fixed cost
-    # (~1 ms here) spread over 256 steps is ~4 µs a step, and a longer call costs more to
+    # spread over 256 steps is already a few µs a step, and a longer call costs more to
     # measure (one call is the shortest window) than it could gain. Not an axis.
     max_steps_per_call: int = 256
 
