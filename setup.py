@@ -24,7 +24,7 @@ HOME = "https://github.com/keras-perf-toolkit/keras-perf-toolkit"
 
 def _version() -> str:
     scope: dict[str, str] = {}
-    with open("toolkit/version.py", encoding="utf-8") as f:
+    with open("toolkit/core/version.py", encoding="utf-8") as f:
         exec(f.read(), scope)  # our own one-line version file
     return scope["__version__"]
 

@@ -19,7 +19,7 @@ ROOT = pathlib.Path(toolkit.__file__).parent
 # Lower layers never import higher ones (README "Layout"). Modules of one layer may import each
 # other as long as there is no cycle.
 LAYERS = (
-    ("core", ("toolkit.version", "toolkit.core")),
+    ("core", ("toolkit.core",)),
     (
         "backends",
         (

@@ -83,7 +83,7 @@ def test_helpfull_stays_absls_with_the_recipes_flags_filed_under_it():
 
 
 def test_version_of_a_recipe_and_of_the_command():
-    from toolkit.version import __version__
+    from toolkit.core.version import __version__
 
     done = run("-m", "recipes.mlp", "--version")
     assert done.returncode == 0 and __version__ in done.stdout

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from toolkit.version import __version__
+from toolkit.core.version import __version__
 
 if TYPE_CHECKING:
     from toolkit.core.machine import capture_environment

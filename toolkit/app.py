@@ -233,7 +233,7 @@ def run(main: Callable[[list[str]], None]) -> None:
     head``) ends quietly."""
     from absl import app as absl_app
 
-    from toolkit.version import __version__
+    from toolkit.core.version import __version__
 
     args = sys.argv[1:]
     module = sys.modules[getattr(main, "__module__", "__main__")]

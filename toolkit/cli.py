@@ -326,8 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
+    from toolkit.core.version import __version__
     from toolkit.runner import flags as tk_flags
-    from toolkit.version import __version__
 
     argv = list(argv if argv is not None else sys.argv[1:])
     argv = tk_flags.canonical_argv(argv, DEPRECATED_OPTIONS)

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from toolkit.version import __version__
+from toolkit.core.version import __version__
 
 __all__ = [
     "CACHE_ENV",

@@ -26,9 +26,9 @@ from toolkit import backend
 from toolkit.core import machine
 from toolkit.core.files import ReportError, atomic_write, jsonable
 from toolkit.core.stats import StepStats, format_flops, format_ms, utilization
+from toolkit.core.version import __version__
 from toolkit.report.context import RunContext
 from toolkit.report.trace import read_trace, trace_lines
-from toolkit.version import __version__
 
 __all__ = [
     "COMPLETE",
