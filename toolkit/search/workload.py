@@ -54,6 +54,7 @@ class Workload:
     """What every target offers the tools that measure it (see the module docstring)."""
 
     name: str
+    config: TrainConfig  # the settings it measures from (validated)
     batch_size: int | None  # examples per training step (None: the data does not say)
     device: Any  # the DeviceInfo it trains on
     described: str  # the input pipeline, in words
