@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from tests.helpers import fake_rates
 from toolkit.search import engine as en
 from toolkit.search.tune import TuneResult
 
@@ -16,14 +17,6 @@ SPACE = en.Space(
     steps_per_execution=(1, 8),
     fused_steps=(1, 8),
 )
-
-
-def fake_rates(c: en.Candidate) -> float:
-    rate = 100.0
-    rate *= 1.5 if c.jit_compile else 1.0
-    rate *= 2.0 if c.steps_per_execution == 8 else 1.0
-    rate *= 0.5 if c.precision == "mixed_bfloat16" else 1.0
-    return rate
 
 
 class Clock:

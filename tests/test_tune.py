@@ -8,20 +8,13 @@ import json
 import numpy as np
 import pytest
 
+from tests.helpers import fake_rates
 from toolkit.profiling.step_timer import steps_per_execution
 from toolkit.runner import train
 from toolkit.runner.config import TrainConfig
 from toolkit.search import engine as en
 from toolkit.search import tune as tn
 from toolkit.search import workload as wl
-
-
-def fake_rates(c: en.Candidate) -> float:
-    rate = 100.0
-    rate *= 1.5 if c.jit_compile else 1.0
-    rate *= 2.0 if c.steps_per_execution == 8 else 1.0
-    rate *= 0.5 if c.precision == "mixed_bfloat16" else 1.0
-    return rate
 
 
 def test_space_follows_the_step_time(keras):

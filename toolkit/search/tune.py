@@ -37,7 +37,7 @@ from toolkit.core import machine
 from toolkit.core import progress as tk_progress
 from toolkit.core.cache import Cache
 from toolkit.runner.config import TrainConfig
-from toolkit.search.engine import Candidate, Space, Trial, confirm, search
+from toolkit.search.engine import FINALISTS, Candidate, Space, Trial, confirm, search
 from toolkit.search.workload import Workload, apply, workload
 
 __all__ = [
@@ -51,7 +51,6 @@ CACHE_FILE = "tune.json"
 _CACHE = Cache(CACHE_FILE)
 SEARCH_SHARE = 0.7  # of the budget for the search; the rest is for the head-to-head
 SEARCH_CALLS = 1  # timed executions per candidate in the search (at least `steps` steps)
-FINALISTS = 3  # candidates kept built for the head-to-head rounds (engine.FINALISTS)
 
 
 def default_space(
