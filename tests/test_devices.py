@@ -413,7 +413,11 @@ def test_jax_devices_faked_cuda_and_metal(monkeypatch):
         for i in range(2)
     ]
     monkeypatch.setattr(
-        jax, "devices", lambda p=None: {"gpu": h100}.get(p) or (_ for _ in ()).throw(RuntimeError)
+        jax,
+        "local_devices",
+        lambda process_index=None, backend=None: (
+            {"gpu": h100}.get(backend) or (_ for _ in ()).throw(RuntimeError)
+        ),
     )
     found = devices.detect("jax")
     assert [d.spec for d in found] == ["cpu:0", "cuda:0", "cuda:1"]

@@ -56,9 +56,12 @@ class UsageError(ValueError):
 def fail(error: BaseException, status: int = 1, cause: BaseException | None = None) -> NoReturn:
     """Ends the program with one line ``error: ...`` on stderr and `status`; with
     ``--verbosity=1`` or more, the traceback of `cause` (else of `error`) above it."""
+    from toolkit.distribute import processes
+
     if _wants_traceback():
         traceback.print_exception(cause or error, file=sys.stderr)
     print(f"error: {error}", file=sys.stderr)
+    processes.leave(status)  # a process of a cluster ends here: its peers may be gone
     raise SystemExit(status) from None
 
 
@@ -87,6 +90,9 @@ def interrupted(error: KeyboardInterrupt) -> NoReturn:
     sigterm = isinstance(error, TrainingInterrupted)
     where = f"the partial report is in {run_dir}" if run_dir else "no report was written"
     print(f"interrupted by {'SIGTERM' if sigterm else 'SIGINT'}: {where}", file=sys.stderr)
+    from toolkit.distribute import processes
+
+    processes.leave(143 if sigterm else 130)
     raise SystemExit(143 if sigterm else 130) from None
 
 
@@ -175,6 +181,12 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
     except Exception as e:  # noqa: BLE001 - training stopped: what was measured, then one line
         run_dir = _partial_summary(e)
         where = f" (the partial report is in {run_dir})" if run_dir else ""
+        from toolkit.distribute import processes
+
+        report = getattr(e, "toolkit_report", None)
+        lost = processes.lost_peer(e, report.steps.total_steps if report is not None else None)
+        if lost is not None:
+            fail(RuntimeError(f"{lost}{where}"), cause=e)
         fail(
             RuntimeError(
                 f"training stopped on {one_line(e)}{where}; --verbosity=1 shows the traceback"

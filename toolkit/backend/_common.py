@@ -15,6 +15,7 @@ __all__ = [
     "MB",
     "SEAM",
     "calibrated_peak",
+    "digest",
     "no_retracing_noise",
     "one_step_per_batch",
     "refuse_tf_only",
@@ -25,18 +26,23 @@ MB = 1024.0 * 1024.0
 SEAM = (
     "check_config",
     "count_flops",
+    "data_parallel",
     "device_memory",
     "framework_facts",
     "fuse_train_steps",
+    "gather_processes",
     "intra_op_threads",
     "measure_matmul_peak",
+    "processes",
     "profiler_probe",
     "quiet_retracing",
+    "start_processes",
     "start_trace",
     "step_marker",
     "stop_trace",
     "trace_files",
     "use_compile_cache",
+    "weights_digest",
 )
 
 
@@ -60,10 +66,11 @@ def refuse_tf_only(config: Any, backend: str, fused: bool = False) -> None:
             f"train step, which --backend={backend} does not compile; use --fused_steps=1 (or "
             "--backend=tensorflow or jax)"
         )
-    if config.distribution_strategy != "default":
+    if config.distribution_strategy not in ("default", "data_parallel"):
         raise ValueError(
             f"--distribution_strategy={config.distribution_strategy} is tf.distribute's: on "
-            f"--backend={backend} train with the default strategy (or use --backend=tensorflow)"
+            f"--backend={backend} train with the default strategy or data_parallel (or use "
+            "--backend=tensorflow)"
         )
 
 
@@ -87,3 +94,18 @@ def one_step_per_batch(model: Any, steps: int) -> None:
 def no_retracing_noise() -> contextlib.AbstractContextManager:
     """Nothing to silence: only TensorFlow warns about retracing."""
     return contextlib.nullcontext()
+
+
+def digest(arrays: Any) -> str:
+    """A fingerprint of `arrays` (NumPy, in order): processes whose weights are the same
+    have the same one."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(str((a.shape, a.dtype.str)).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()

@@ -21,12 +21,14 @@ Not here: ``tf.distribute`` strategies: :func:`check_config` refuses them in one
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from toolkit.backend._common import (
     MB,
     SEAM,
     calibrated_peak,
+    digest,
     mark_fused_steps,
     no_retracing_noise,
     refuse_tf_only,
@@ -272,3 +274,74 @@ def fuse_train_steps(model: Any, steps: int) -> None:
 
 
 quiet_retracing = no_retracing_noise
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+def start_processes(
+    coordinator: str,
+    num_processes: int,
+    process_id: int,
+    wait_s: float,
+    before: Callable[[], Any] = lambda: None,
+) -> None:
+    """Joins the JAX cluster of `num_processes` processes coordinated at `coordinator`
+    (``jax.distributed``; on CPUs its collectives are gloo's). Before anything else of JAX
+    runs: the devices of every process are known from then on. `before` runs first (the
+    toolkit's join: every process is there), so `wait_s` only bounds a late one."""
+    before()
+    import jax
+
+    jax.distributed.initialize(
+        coordinator_address=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+        initialization_timeout=max(60, int(wait_s)),
+    )
+
+
+def data_parallel() -> tuple[Any, int]:
+    """``(distribution, replicas)``: ``keras.distribution.DataParallel`` over every device of
+    every process, set for the whole process; each process feeds its own slice of the global
+    batch (``auto_shard_dataset=False``: Keras's auto-sharding takes only tf.data)."""
+    import jax
+    import keras
+
+    devices = jax.devices()
+    distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
+    keras.distribution.set_distribution(distribution)
+    return distribution, len(devices)
+
+
+def processes() -> tuple[int, int]:
+    """``(this process's index, processes)`` of the JAX cluster; ``(0, 1)`` alone."""
+    import jax
+
+    return jax.process_index(), jax.process_count()
+
+
+def gather_processes(values: list[float]) -> list[list[float]]:
+    """Every process's `values` (the same length everywhere), in process order: one
+    collective, called by every process at the same point."""
+    import jax
+
+    if jax.process_count() < 2:
+        return [list(values)]
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    gathered = multihost_utils.process_allgather(np.asarray(values, np.float32))
+    return np.asarray(gathered).reshape(jax.process_count(), -1).tolist()
+
+
+def weights_digest(model: Any) -> str:
+    """A fingerprint of this process's copy of `model`'s weights."""
+    import numpy as np
+
+    def local(v: Any) -> Any:
+        value = v.value
+        shards = getattr(value, "addressable_shards", None)
+        return np.asarray(shards[0].data) if shards else np.asarray(value)
+
+    return digest(local(v) for v in model.weights)

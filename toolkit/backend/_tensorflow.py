@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from toolkit.backend._common import MB, SEAM, calibrated_peak, mark_fused_steps
+from toolkit.backend._common import MB, SEAM, calibrated_peak, digest, mark_fused_steps
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend._common.SEAM
 
@@ -383,3 +383,47 @@ def quiet_retracing() -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+def start_processes(
+    coordinator: str,
+    num_processes: int,
+    process_id: int,
+    wait_s: float,
+    before: Callable[[], Any] = lambda: None,
+) -> None:
+    """Refuses in one line: Keras 3 on TensorFlow has no training over processes (its
+    distribution API places on one process's devices, and its ``fit`` cannot train under
+    ``MultiWorkerMirroredStrategy``); tf_keras trains there with ``multi_worker_mirrored``."""
+    raise ValueError(
+        f"--distribution_strategy=data_parallel over {num_processes} processes: Keras 3 on "
+        "TensorFlow cannot train over processes (keras-team/keras#20585); use --backend=jax, "
+        "or TF_USE_LEGACY_KERAS=1 (tf_keras), where data_parallel is MultiWorkerMirroredStrategy"
+    )
+
+
+def data_parallel() -> tuple[Any, int]:
+    """``(MirroredStrategy, replicas)``: tf.distribute's data parallelism over this
+    process's devices (one CPU, or every GPU)."""
+    import tensorflow as tf
+
+    strategy = tf.distribute.MirroredStrategy()
+    return strategy, strategy.num_replicas_in_sync
+
+
+def processes() -> tuple[int, int]:
+    """One process: tf.distribute's workers report each on its own (``toolkit merge``)."""
+    return 0, 1
+
+
+def gather_processes(values: list[float]) -> list[list[float]]:
+    """One process: its own `values`."""
+    return [list(values)]
+
+
+def weights_digest(model: Any) -> str:
+    """A fingerprint of `model`'s weights."""
+    return digest(w for w in model.get_weights())

@@ -19,12 +19,14 @@ is ``torch.compile`` (Keras's own switch).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from toolkit.backend._common import (
     MB,
     SEAM,
     calibrated_peak,
+    digest,
     no_retracing_noise,
     one_step_per_batch,
     refuse_tf_only,
@@ -234,3 +236,96 @@ def measure_matmul_peak(
 # The training step as Keras compiles it; nothing to silence.
 fuse_train_steps = one_step_per_batch
 quiet_retracing = no_retracing_noise
+
+
+# ---------------------------------------------------------------------------- processes
+
+# Where a Keras whose PyTorch backend trains ``fit`` under DistributedDataParallel keeps it
+# (Keras's master has it for its next release; 3.15 has none). Found, never assumed from the
+# version.
+_KERAS_TORCH_DISTRIBUTION = "keras.src.backend.torch.distribution_lib"
+
+
+def _keras_distribution_lib() -> Any:
+    """Keras's PyTorch distribution module, or ValueError (one line) naming what is missing."""
+    import importlib
+    import importlib.util
+
+    import keras
+
+    module = None
+    if importlib.util.find_spec(_KERAS_TORCH_DISTRIBUTION) is not None:
+        module = importlib.import_module(_KERAS_TORCH_DISTRIBUTION)
+    if module is None or not callable(getattr(module, "initialize", None)):
+        raise ValueError(
+            f"--distribution_strategy=data_parallel on --backend=torch: the installed Keras "
+            f"{keras.__version__} has no keras.distribution for PyTorch "
+            f"({_KERAS_TORCH_DISTRIBUTION}.initialize); use --backend=jax, or a Keras whose "
+            "PyTorch backend trains under DistributedDataParallel"
+        )
+    return module
+
+
+def start_processes(
+    coordinator: str,
+    num_processes: int,
+    process_id: int,
+    wait_s: float,
+    before: Callable[[], Any] = lambda: None,
+) -> None:
+    """Joins the PyTorch process group through Keras (torchrun's environment: the
+    coordinator's host and port, the world size and this rank; gloo on CPUs, NCCL on
+    GPUs), where the installed Keras has it (`before` runs first: the toolkit's join); else
+    one line naming what is missing."""
+    import os
+
+    _keras_distribution_lib()
+    before()
+    import keras
+
+    host, _, port = coordinator.rpartition(":")
+    os.environ.update(
+        MASTER_ADDR=host.strip("[]"),
+        MASTER_PORT=port,
+        WORLD_SIZE=str(num_processes),
+        RANK=str(process_id),
+        LOCAL_RANK=os.environ.get("LOCAL_RANK", "0"),
+    )
+    keras.distribution.initialize(coordinator, num_processes, process_id)
+
+
+def data_parallel() -> tuple[Any, int]:
+    """``(keras.distribution.DataParallel, replicas)`` where the installed Keras trains PyTorch
+    under it, set for the whole process; else one line naming what is missing."""
+    _keras_distribution_lib()
+    import keras
+
+    devices = keras.distribution.list_devices()
+    distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
+    keras.distribution.set_distribution(distribution)
+    return distribution, len(devices)
+
+
+def processes() -> tuple[int, int]:
+    """``(rank, world size)`` of an initialized process group; ``(0, 1)`` alone."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def gather_processes(values: list[float]) -> list[list[float]]:
+    """Every process's `values`, in rank order (one collective)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return [list(values)]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, list(values))
+    return [list(v) for v in out]
+
+
+def weights_digest(model: Any) -> str:
+    """A fingerprint of `model`'s weights."""
+    return digest(w for w in model.get_weights())

@@ -227,8 +227,8 @@ def _detect_jax() -> list[DeviceInfo]:
 
     found = [_host_cpu()]
     for platform_name in ("gpu", "METAL"):
-        try:
-            devices = jax.devices(platform_name)
+        try:  # this process's own: over processes, jax.devices() holds the others' too
+            devices = jax.local_devices(backend=platform_name)
         except RuntimeError:  # this JAX has no such platform
             continue
         found += [jax_device_info(d, i) for i, d in enumerate(devices)]
@@ -394,7 +394,7 @@ def jax_device(device: DeviceInfo) -> Any:
     import jax
 
     platform_name = {"cpu": "cpu", "metal": "METAL"}.get(device.kind, "gpu")
-    found = jax.devices(platform_name)
+    found = jax.local_devices(backend=platform_name)  # a process places on its own only
     return found[min(device.index, len(found) - 1)]
 
 

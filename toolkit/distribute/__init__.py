@@ -5,8 +5,9 @@ Everything here is TensorFlow's own distributed engine, not something new:
 
 * :func:`make_strategy`: ``default`` | ``one_device`` | ``mirrored`` |
   ``multi_worker_mirrored`` (synchronous data parallelism over processes, all-reduce by ring on
-  CPUs and NCCL on GPUs). ``parameter_server`` is not offered: Keras's ``fit`` needs a
-  ``ClusterCoordinator`` setup this project cannot test end to end here.
+  CPUs and NCCL on GPUs) | ``data_parallel`` (Keras's own, any backend).
+  ``parameter_server`` is not offered: Keras's ``fit`` needs a ``ClusterCoordinator`` setup
+  this project cannot test end to end here.
 * :func:`cluster_from_flags`: ``TF_CONFIG`` built from Model Garden-style ``--worker_hosts``
   and ``--task_index``, or taken from the environment. Worker 0 is the chief.
 * :func:`batch_sizes`: ``--batch_size`` is the *global* batch (what one step of the whole
@@ -23,7 +24,9 @@ Everything here is TensorFlow's own distributed engine, not something new:
 
 Keras 3 cannot train under ``MultiWorkerMirroredStrategy`` (``fit`` fails converting a
 ``PerReplica`` value: keras-team/keras#20585, tensorflow/tensorflow#72388); tf_keras can, so
-multi-worker runs use ``TF_USE_LEGACY_KERAS=1``. :func:`make_strategy` says so in one line.
+tf.distribute's multi-worker runs use ``TF_USE_LEGACY_KERAS=1``. :func:`make_strategy` says so
+in one line. Keras 3's own way past one machine is ``data_parallel`` (``keras.distribution``
+over ``jax.distributed``): :mod:`toolkit.distribute.processes`.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ __all__ = [
 ]
 
 
-STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored")
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored", "data_parallel")
 SHARD_POLICIES = ("data", "file", "auto", "off")
 SERVICE_MODES = ("parallel_epochs", "distributed_epoch")
 
@@ -70,10 +73,11 @@ class Cluster:
     task_type: str = "worker"
     task_index: int = 0
     workers: tuple[str, ...] = ()
+    size: int = 0  # the processes, where `workers` names only the coordinator (Keras's env)
 
     @property
     def num_workers(self) -> int:
-        return max(1, len(self.workers))
+        return max(1, self.size or len(self.workers))
 
     @property
     def is_chief(self) -> bool:
@@ -83,10 +87,13 @@ class Cluster:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Cluster:
         """A Cluster from :meth:`to_dict`'s output (a report's JSON)."""
+        workers = tuple(data.get("workers") or ())
+        count = int(data.get("num_workers") or 0)
         return cls(
             str(data.get("task_type", "worker")),
             int(data.get("task_index") or 0),
-            tuple(data.get("workers") or ()),
+            workers,
+            count if count != len(workers) and count > 1 else 0,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -226,8 +233,11 @@ def make_strategy(
     seconds (0: TensorFlow's own wait, an hour on most workers and unbounded on worker 0).
     `cluster` (this process's, :func:`cluster_from_flags`) names the workers that did not.
 
-    On JAX and PyTorch (``default`` only: the backends refuse the others first) it is
-    :class:`NoStrategy`: one replica, no scope.
+    On JAX and PyTorch ``default`` is :class:`NoStrategy`: one replica, no scope (the
+    backends refuse tf.distribute's strategies first). ``data_parallel`` is Keras's own
+    distribution over every device of every process (``toolkit.distribute.processes``; on
+    TensorFlow, ``MirroredStrategy`` over this process's devices, and under tf_keras with a
+    cluster ``MultiWorkerMirroredStrategy``).
 
     Raises:
         DistributeError: an unknown name, ``multi_worker_mirrored`` under Keras 3, or a
@@ -236,6 +246,20 @@ def make_strategy(
     from toolkit import backend
     from toolkit.core import compat
 
+    if name == "data_parallel":
+        if compat.keras_flavor() == "tf_keras":  # tf.distribute's data parallelism
+            here = cluster if cluster is not None else cluster_from_flags(set_env=False)
+            name = "multi_worker_mirrored" if here.num_workers > 1 else "mirrored"
+        else:
+            seam = backend.get()
+            try:
+                distribution, replicas = seam.data_parallel()
+            except ValueError as e:  # the backend's refusal: one line
+                raise DistributeError(str(e)) from None
+            if backend.name() == "tensorflow":
+                return distribution  # MirroredStrategy: its scope places the variables
+            index, count = seam.processes()
+            return ProcessStrategy(replicas, count, index, distribution)
     if name == "default" and backend.name() != "tensorflow":
         return NoStrategy()
     import tensorflow as tf
@@ -286,6 +310,21 @@ class NoStrategy:
     one replica in sync, and a scope that changes nothing."""
 
     num_replicas_in_sync = 1
+
+    def scope(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+
+@dataclasses.dataclass
+class ProcessStrategy:
+    """What the runner asks of a strategy, for a Keras distribution over processes: the
+    replicas in sync (every device of every process), this process's place, and a scope (the
+    distribution is set for the whole process, so the scope changes nothing)."""
+
+    num_replicas_in_sync: int
+    processes: int = 1
+    process_index: int = 0
+    distribution: Any = None  # the framework's own (keras.distribution.DataParallel)
 
     def scope(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()

@@ -31,7 +31,8 @@ def _known(cls: type, data: Mapping[str, Any] | None) -> dict[str, Any]:
 @dataclasses.dataclass(frozen=True)
 class Strategy:
     """The distribution strategy and the batch it splits. ``global_batch`` is what one step of
-    the whole cluster consumes; each replica gets ``per_replica_batch``."""
+    the whole cluster consumes; each replica (device) gets ``per_replica_batch``, and each
+    process ``per_process_batch``."""
 
     name: str = "default"
     replicas: int = 1
@@ -40,6 +41,8 @@ class Strategy:
     shard_policy: str = "data"
     data_service: str | None = None
     data_service_mode: str | None = None
+    processes: int = 1  # data_parallel: the processes the replicas are spread over
+    per_process_batch: int | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Strategy:
@@ -144,7 +147,14 @@ class RunContext:
             )
         if self.dataset:
             out.append(f"data: {self.dataset}")
-        if self.cluster.num_workers > 1:
+        if s.processes > 1:
+            out.append(
+                f"cluster: process {self.cluster.task_index} of {s.processes}"
+                + (" (chief)" if self.cluster.is_chief else "")
+                + f", {s.replicas} devices in all, global batch {s.global_batch} "
+                f"({s.per_process_batch} per process, {s.per_replica_batch} per device)"
+            )
+        elif self.cluster.num_workers > 1:
             out.append(
                 f"cluster: worker {self.cluster.task_index} of {self.cluster.num_workers}"
                 + (" (chief)" if self.cluster.is_chief else "")

@@ -9,18 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from toolkit.report._cluster import cluster_view, render_cluster
 from toolkit.report.run_report import COMPLETE, RunReport
 
 __all__ = ["merge_reports", "render_merged"]
 
 
 def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
-    """The workers' reports of one multi-worker run, side by side.
-
-    Each worker's StepTimer counts the global batch per step (what the whole cluster trained),
-    so the cluster's examples/sec is the *slowest* worker's (synchronous training goes at the
-    pace of the last replica to finish a step), and a worker much slower than the others is
-    named as the straggler.
+    """The workers' reports of one multi-worker run, side by side (:func:`cluster_view`).
 
     Args:
         reports: the workers' reports (load them with ``RunReport.load``).
@@ -43,37 +39,27 @@ def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
                 "examples_per_sec": report.steps.examples_per_sec,
             }
         )
-    rows.sort(key=lambda r: (r["task_index"] is None, r["task_index"]))
-    rates = [r["examples_per_sec"] for r in rows if r["examples_per_sec"]]
-    p50s = [r["p50_ms"] for r in rows if r["p50_ms"]]
-    straggler = None
-    if len(p50s) > 1:
-        slowest = max(rows, key=lambda r: r["p50_ms"] or 0)
-        others = sorted(p for p in p50s if p != slowest["p50_ms"]) or p50s
-        if slowest["p50_ms"] > 1.2 * others[len(others) // 2]:
-            straggler = slowest["task_index"]
-    return {
-        "workers": rows,
-        "num_workers": len(rows),
-        "cluster_examples_per_sec": min(rates) if rates else None,
-        "straggler": straggler,
-        "all_complete": all(r["status"] == COMPLETE for r in rows),
-    }
+    merged = cluster_view(rows)
+    merged["all_complete"] = all(r["status"] == COMPLETE for r in rows)
+    return merged
+
+
+def render_merged(merged: dict[str, Any]) -> str:
+    """A Markdown table of :func:`merge_reports`' result, and its one line."""
+    return render_cluster(merged)
 
 
 def _check_one_cluster(reports: Sequence[RunReport]) -> None:
     clusters = [r.context.cluster if r.context is not None else None for r in reports]
-    if any(c is None or len(c.workers) < 2 for c in clusters):
+    if any(c is None or c.num_workers < 2 for c in clusters):
         alone = [
-            r.name
-            for r, c in zip(reports, clusters, strict=True)
-            if c is None or len(c.workers) < 2
+            r.name for r, c in zip(reports, clusters, strict=True) if c is None or c.num_workers < 2
         ]
         raise ValueError(
             f"merge: {', '.join(alone)} ran on one machine, not as a worker of a cluster: merge "
             "takes the reports of one multi-worker run (--worker_hosts)"
         )
-    hosts = {tuple(c.workers) for c in clusters}
+    hosts = {(tuple(c.workers), c.num_workers) for c in clusters}
     names = {r.name for r in reports}
     if len(hosts) > 1 or len(names) > 1:
         raise ValueError(
@@ -83,26 +69,3 @@ def _check_one_cluster(reports: Sequence[RunReport]) -> None:
     indices = [c.task_index for c in clusters]
     if len(set(indices)) < len(indices):
         raise ValueError(f"merge: worker {max(indices, key=indices.count)} is given twice")
-
-
-def render_merged(merged: dict[str, Any]) -> str:
-    """A Markdown table of :func:`merge_reports`' result."""
-    lines = [
-        "| worker | chief | status | steps | p50 ms | examples/s |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in merged["workers"]:
-        rate = f"{r['examples_per_sec']:,.1f}" if r["examples_per_sec"] else "n/a"
-        p50 = f"{r['p50_ms']:.2f}" if r["p50_ms"] else "n/a"
-        lines.append(
-            f"| {r['task_index']} | {'yes' if r['is_chief'] else ''} | {r['status']} | "
-            f"{r['steps']} | {p50} | {rate} |"
-        )
-    rate = merged["cluster_examples_per_sec"]
-    lines.append("")
-    lines.append(
-        f"cluster: {merged['num_workers']} workers, "
-        f"{f'{rate:,.1f}' if rate else 'n/a'} examples/s (the slowest worker's pace)"
-        + (f"; straggler: worker {merged['straggler']}" if merged["straggler"] is not None else "")
-    )
-    return "\n".join(lines)

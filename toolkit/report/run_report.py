@@ -27,6 +27,7 @@ from toolkit.core import machine
 from toolkit.core.files import ReportError, atomic_write, jsonable
 from toolkit.core.stats import StepStats, format_flops, format_ms, utilization
 from toolkit.core.version import __version__
+from toolkit.report._cluster import cluster_line, render_cluster
 from toolkit.report.context import RunContext
 from toolkit.report.trace import read_trace, trace_lines
 
@@ -77,6 +78,7 @@ class RunReport:
     context: RunContext | None = None
     diagnosis: dict[str, Any] | None = None
     tune: dict[str, Any] | None = None
+    cluster: dict[str, Any] | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     toolkit_version: str = __version__
     schema_version: int = SCHEMA_VERSION
@@ -105,6 +107,7 @@ class RunReport:
         context: RunContext | None = None,
         diagnosis: Mapping[str, Any] | None = None,
         tune: Mapping[str, Any] | None = None,
+        cluster: Mapping[str, Any] | None = None,
     ) -> RunReport:
         """A report from a StepTimer (and optionally a MemoryWatch and a TraceWindow).
 
@@ -138,6 +141,7 @@ class RunReport:
             context=context,
             diagnosis=jsonable(dict(diagnosis)) if diagnosis is not None else None,
             tune=jsonable(dict(tune)) if tune is not None else None,
+            cluster=jsonable(dict(cluster)) if cluster is not None else None,
             extra=jsonable(dict(extra or {})),
         )
 
@@ -261,6 +265,8 @@ class RunReport:
             lines.append(_diagnosis_line(self.diagnosis))
         if self.tune:
             lines.append(_tune_line(self.tune))
+        if self.cluster:
+            lines.append(_processes_line(self.cluster))
         if self.epochs:
             secs = sum(e.get("seconds", 0.0) for e in self.epochs)
             lines.append(f"epochs: {len(self.epochs)} in {secs:.2f} s")
@@ -376,6 +382,9 @@ class RunReport:
                 shown = f"{rate:,.1f}" if rate is not None else "—"
                 note = f"failed: {t.get('error')}" if rate is None else ""
                 w(f"| {t.get('label')} | {shown} | {note} |\n")
+        if self.cluster:
+            w(f"\n## Cluster\n\n{_processes_line(self.cluster)}\n\n")
+            w(render_cluster(self.cluster).split("\n\n")[0] + "\n")
         sections = (
             ("Run", self.context.to_dict() if self.context else {}),
             ("Environment", self.environment),
@@ -535,6 +544,17 @@ def _trace_markdown(w: Any, analysis: Mapping[str, Any] | None) -> None:
                     f"| {cell(o['op'])} | {cell(o['type'])} | {o['count']} | "
                     f"{o['self_ms']:.3f} | {o['share']:.1%} |\n"
                 )
+
+
+def _processes_line(cluster: Mapping[str, Any]) -> str:
+    """The cluster's figures, as every process sent them to the chief when training ended."""
+    line = cluster_line(dict(cluster), unit="process")
+    same = cluster.get("same_weights")
+    if same is not None:
+        line += "; weights " + (
+            "identical on every process" if same else "DIFFER between processes"
+        )
+    return line
 
 
 def _diagnosis_line(diagnosis: Mapping[str, Any]) -> str:

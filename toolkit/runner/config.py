@@ -133,7 +133,8 @@ class TrainConfig:
     backup_dir: str | None = setting(
         None,
         "Back up the training state every epoch (keras BackupAndRestore); a restarted run "
-        "resumes from the last backup.",
+        "resumes from the last backup. Over processes: a directory every worker reads; the "
+        "chief writes it.",
         TRAINING,
         speed=False,
         quiet=None,  # a measurement must not resume a run
@@ -196,19 +197,25 @@ class TrainConfig:
         WHERE,
     )
     distribution_strategy: str = setting(
-        "default", f"tf.distribute strategy: {' | '.join(distribute.STRATEGIES)}.", DISTRIBUTION
+        "default",
+        f"{' | '.join(distribute.STRATEGIES)}: data_parallel is Keras's own over every device "
+        "of every process (any backend); the others are tf.distribute's.",
+        DISTRIBUTION,
     )
     worker_hosts: str | None = setting(
         None,
-        "Multi-worker: comma-separated host:port of every worker (builds TF_CONFIG; without "
-        "it TF_CONFIG is read from the environment). Worker 0 is the chief.",
+        "Multi-worker: comma-separated host:port of every worker; worker 0 is the chief (and "
+        "for data_parallel the coordinator: its port is the one that listens). Without it, "
+        "TF_CONFIG (tf.distribute) or KERAS_DISTRIBUTION_* (data_parallel) is read from the "
+        "environment.",
         DISTRIBUTION,
     )
     task_index: int = setting(0, "Multi-worker: this worker's index.", DISTRIBUTION)
     cluster_wait: float = setting(
         distribute.CLUSTER_WAIT_S,
         "Multi-worker: seconds a worker waits for every worker of --worker_hosts to join; "
-        "then it fails in one line naming those that do not answer (0: TensorFlow's own wait).",
+        "then it fails in one line naming those that do not answer (0: the framework's own "
+        "wait).",
         DISTRIBUTION,
     )
     shard_policy: str = setting(
@@ -310,7 +317,9 @@ class TrainConfig:
                 raise _bad(name, ">= 0", value)
         wait = self.cluster_wait
         if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
-            raise _bad("cluster_wait", "a number of seconds >= 0 (0: TensorFlow's own wait)", wait)
+            raise _bad(
+                "cluster_wait", "a number of seconds >= 0 (0: the framework's own wait)", wait
+            )
         if self.profile_steps is not None:
             start, stop = self.profile_steps
             if start < 0 or stop <= start:

@@ -158,6 +158,7 @@ class Profile:
                 signal.signal(signum, handler)
             self._old_handlers = {}
             self.timer.stop()
+            cluster = self._cluster() if exc is None else None
             error = None if exc is None else one_line(exc)
             diverged = self._guard.found
             status = PARTIAL if error else DIVERGED if diverged else COMPLETE
@@ -175,6 +176,7 @@ class Profile:
                 context=self.context,
                 diagnosis=self.diagnosis,
                 tune=self.tune,
+                cluster=cluster,
             )
             self._final_scalars()
             if exc is not None:  # the caller that catches it can say what was kept, and where
@@ -192,6 +194,43 @@ class Profile:
                 raise
             # Never let a reporting failure hide the training error that got us here.
             logging.exception("could not write the report of the failed run %s", self.name)
+
+    def _cluster(self) -> dict[str, Any] | None:
+        """Over processes (a data-parallel run), every process's figures at the chief: one
+        gather when training has ended on every process (none per step), with a fingerprint
+        of each one's weights. None for one process."""
+        from toolkit import backend
+        from toolkit.report._cluster import cluster_view
+
+        seam = backend.get()
+        index, count = seam.processes()
+        if count < 2:
+            return None
+        s = self.timer.summary()
+        model = getattr(self.timer, "model", None)
+        digest = seam.weights_digest(model) if model is not None else "0" * 24
+        # float32 on the wire: the fingerprint goes as six exact 16-bit pieces.
+        pieces = [int(digest[i : i + 4], 16) for i in range(0, 24, 4)]
+        values = [s.total_steps, s.p50_s or 0.0, s.examples_per_sec or 0.0, *pieces]
+        rows, prints = [], set()
+        for i, got in enumerate(seam.gather_processes([float(v) for v in values])):
+            weights = "".join(f"{int(p):04x}" for p in got[3:])
+            prints.add(weights)
+            rows.append(
+                {
+                    "task_index": i,
+                    "is_chief": i == 0,
+                    "status": COMPLETE,
+                    "steps": int(got[0]),
+                    "p50_ms": got[1] * 1e3 or None,
+                    "examples_per_sec": got[2] or None,
+                    "weights": weights if model is not None else None,
+                }
+            )
+        view = cluster_view(rows)
+        view["process_index"] = index
+        view["same_weights"] = len(prints) == 1 if model is not None else None
+        return view
 
     def _final_scalars(self) -> None:
         """MFU and the memory readings as TensorBoard scalars, then the event file closed."""

@@ -143,7 +143,9 @@ def examples(source: Any):
     return from_arrays(*source) if isinstance(source, tuple) else source
 
 
-def _array_dataset(source: Any, config: TrainConfig, training: bool, task: Task | None) -> Any:
+def _array_dataset(
+    source: Any, config: TrainConfig, training: bool, task: Task | None, whole: bool
+) -> Any:
     """:func:`_dataset` without TensorFlow: arrays in batches (``toolkit.data.array_batches``)."""
     import numpy as np
 
@@ -187,19 +189,39 @@ def _array_dataset(source: Any, config: TrainConfig, training: bool, task: Task 
         batch_size,
         shuffle=training,
         seed=config.seed,
-        drop_remainder=training,
+        drop_remainder=whole,
         repeat=training and config.steps_per_epoch is not None,
     )
 
 
-def _dataset(source: Any, config: TrainConfig, training: bool, task: Task | None = None):
+def _dataset(
+    source: Any,
+    config: TrainConfig,
+    training: bool,
+    task: Task | None = None,
+    share: tuple[int, int] = (0, 1),
+):
+    """`source` in batches as `config` says; with `share` ``(index, processes)``, process
+    `index`'s slice of every global batch (validation too, without its last partial batch:
+    a batch placed over processes splits evenly)."""
+    from toolkit.distribute.processes import process_slice
+
+    index, processes = share
+    return process_slice(
+        _batches(source, config, training, task, whole=training or processes > 1),
+        index,
+        processes,
+    )
+
+
+def _batches(source: Any, config: TrainConfig, training: bool, task: Task | None, whole: bool):
     from toolkit.data import has_tensorflow, pipeline, synthetic
     from toolkit.data.sources import array_examples
 
     if callable(source):
         source = source()
     if not has_tensorflow():
-        return _array_dataset(source, config, training, task)
+        return _array_dataset(source, config, training, task, whole)
     # In-memory arrays stay arrays: the pipeline batches them by gathering (toolkit.data).
     arrays = source if isinstance(source, tuple) else None
     if arrays is not None:
@@ -253,8 +275,9 @@ def _dataset(source: Any, config: TrainConfig, training: bool, task: Task | None
         cache=bool(task and task.cache),
         shuffle=training,
         seed=config.seed,
-        # Validation keeps its last partial batch: every example counts in the metrics.
-        drop_remainder=training,
+        # Validation keeps its last partial batch (every example counts in the metrics), but
+        # over processes: a batch placed over processes splits evenly.
+        drop_remainder=whole,
         repeat=training and config.steps_per_epoch is not None,
     )
     return _distributed(built, config, training)
@@ -435,7 +458,7 @@ def run(
         backend.get().check_config(config)  # what this Keras backend cannot run: one line
         if config.compile_cache:  # before anything compiles (a command line set it earlier)
             backend.use_compile_cache()
-        cluster = distribute.cluster_from_flags(config.worker_hosts, config.task_index)
+        cluster = _start_cluster(task, config)
         device, findings = setup_device(config)
         # Before any dataset: a multi-worker strategy configures collective ops at start-up.
         strategy = distribute.make_strategy(
@@ -447,14 +470,15 @@ def run(
         global_batch, per_replica = distribute.batch_sizes(
             config.batch_size, strategy.num_replicas_in_sync
         )
+        share = (getattr(strategy, "process_index", 0), getattr(strategy, "processes", 1))
         if config.seed is not None:
             # Before the data: its shuffle's seed pairs with the global one, so a seeded run
             # reads the same order whatever ran before it in the process.
             compat.keras().utils.set_random_seed(config.seed)
-        train_ds = _dataset(task.train, config, training=True, task=task)
+        train_ds = _dataset(task.train, config, training=True, task=task, share=share)
         val_ds = None
         if task.validation is not None:
-            val_ds = _dataset(task.validation, config, training=False, task=task)
+            val_ds = _dataset(task.validation, config, training=False, task=task, share=share)
     except SetupError:
         raise
     except (ValueError, FileNotFoundError) as e:  # a bad setting (ConfigError), too little data
@@ -503,6 +527,8 @@ def run(
                     replicas=strategy.num_replicas_in_sync,
                     global_batch=global_batch,
                     per_replica_batch=per_replica,
+                    processes=share[1],
+                    per_process_batch=global_batch // share[1],
                     shard_policy=config.shard_policy,
                     data_service=config.data_service,
                     data_service_mode=config.data_service_mode if config.data_service else None,
@@ -523,10 +549,21 @@ def run(
                 )
             resilience = []
             if resume is not None:
-                resilience = [
-                    keras.callbacks.BackupAndRestore(resume.backup_dir),
-                    ResumeRecorder(resume),
-                ]
+                backups = [keras.callbacks.BackupAndRestore(resume.backup_dir)]
+                if share[0] > 0:
+                    # Over processes the weights are one: the chief backs them up, as
+                    # tf.distribute's chief does, and every process restores from its
+                    # backup (a directory they all read); two writers would race, and
+                    # backups of two epochs would start the processes apart. Saving reads
+                    # the weights with a collective every process must join: the others
+                    # save too, into a scratch directory of their own.
+                    backups = [
+                        keras.callbacks.BackupAndRestore(
+                            resume.backup_dir, save_freq=2**62, delete_checkpoint=False
+                        ),
+                        keras.callbacks.BackupAndRestore(tempfile.mkdtemp(prefix="backup-")),
+                    ]
+                resilience = [*backups, ResumeRecorder(resume)]
             history = model.fit(
                 train_ds,
                 epochs=config.epochs,
@@ -552,6 +589,44 @@ def run(
     return RunResult(
         prof.report, prof.paths, prof.run_dir, model, history, prof.write_error, train_ds
     )
+
+
+def _start_cluster(task: Task, config: TrainConfig) -> distribute.Cluster:
+    """This process's cluster, started: tf.distribute's (``TF_CONFIG``, read by the strategy
+    when it is made) or, for ``data_parallel`` on Keras 3, the processes joined and the
+    framework's cluster started, before anything asks the framework for its devices."""
+    from toolkit.distribute import processes
+
+    if config.distribution_strategy != processes.DATA_PARALLEL or compat.keras_flavor() == (
+        "tf_keras"
+    ):
+        return distribute.cluster_from_flags(config.worker_hosts, config.task_index)
+    cluster = processes.cluster(config.worker_hosts, config.task_index)
+    if cluster.num_workers > 1 and config.seed is None:
+        raise SetupError(
+            "--seed: data_parallel over processes needs one seed on every process (the same "
+            "initial weights and the same order of the data); give --seed=N"
+        )
+    if cluster.num_workers > 1 and config.data_service:
+        raise SetupError(
+            "--data_service: data_parallel over processes reads each process's slice of the "
+            "local pipeline; drop --data_service (or use tf.distribute's multi_worker_mirrored "
+            "under TF_USE_LEGACY_KERAS=1)"
+        )
+    # What must agree on every process (the hosts are added by the join).
+    agreed = {
+        "run": task.name,
+        "backend": backend.name(),
+        "batch_size": config.batch_size,
+        "epochs": config.epochs,
+        "train_steps": config.steps_per_epoch,
+        "steps_per_execution": config.steps_per_execution,
+        "fused_steps": config.fused_steps,
+        "precision": config.precision,
+        "seed": config.seed,
+    }
+    processes.start(cluster, agreed, config.cluster_wait or distribute.CLUSTER_WAIT_S)
+    return cluster
 
 
 def check_report_dir(report_dir: str | None) -> None:

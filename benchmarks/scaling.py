@@ -1,0 +1,151 @@
+"""Weak scaling past one process: the cnn and mlp recipes on JAX, one process against two
+processes on 127.0.0.1 (``--distribution_strategy=data_parallel``), each process pinned to a
+core of its own and reading the same per-process batch. The two-process cluster trains twice
+the examples per step; if the all-reduce of the gradients cost nothing, its examples/s would
+be 2.00× the one process's.
+
+For each recipe it prints the cluster's examples/s (the chief's report: the slowest process's
+pace) against the one process's, and the part of the two-process step that is not the one
+process's step: the all-reduce of the gradients over gloo and the wait for the slower
+process, measured as the difference of the median steps (the same work per process, so the
+rest is the cost of being two).
+
+    python benchmarks/scaling.py [--recipes cnn,mlp] [--batch_per_process 64] [--rounds 2]
+
+The one-process baseline and the cluster alternate, ``--rounds`` times each; each side's best
+round counts (the quiet round: noise only ever slows a run down).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _pinned(core: int):
+    def pin() -> None:
+        if hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, {core})
+
+    return pin
+
+
+def _launch(recipe: str, flags: list[str], cores: list[int], out: Path) -> list[dict]:
+    """Runs `recipe` as ``len(cores)`` processes (one per core) and returns their reports."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "TF_CONFIG" and not k.startswith("KERAS_DISTRIBUTION_")
+    }
+    env.update(TF_CPP_MIN_LOG_LEVEL="2", TOOLKIT_PROGRESS="0", KERAS_BACKEND="jax")
+    cluster: list[str] = []
+    if len(cores) > 1:
+        hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(len(cores)))
+        cluster = ["--distribution_strategy=data_parallel", f"--worker_hosts={hosts}"]
+    procs = []
+    for index, core in enumerate(cores):
+        command = [
+            sys.executable, "-m", f"recipes.{recipe}", "--backend=jax", "--count_flops=false",
+            f"--report_dir={out}", *flags, *cluster,
+            *([f"--task_index={index}"] if cluster else []),
+        ]  # fmt: skip
+        log = open(out / f"log{index}.txt", "w")  # noqa: SIM115 - closed below
+        procs.append(
+            (
+                subprocess.Popen(
+                    command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                    preexec_fn=_pinned(core),
+                ),  # fmt: skip
+                log,
+            )
+        )
+    reports = []
+    for index, (proc, log) in enumerate(procs):
+        proc.wait(timeout=900)
+        log.close()
+        said = (out / f"log{index}.txt").read_text()
+        if proc.returncode != 0:
+            raise SystemExit(f"scaling: {recipe} process {index} failed:\n{said[-3000:]}")
+        reports.append(json.loads(Path(said.split("json: ")[1].split()[0]).read_text()))
+    return reports
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--recipes", default="cnn,mlp")
+    parser.add_argument("--batch_per_process", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=60, help="steps per epoch")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0, 1]
+    if len(cores) < 2:
+        raise SystemExit("scaling: needs 2 cores, one per process")
+    print(f"# JAX, 1 process (core {cores[0]}) vs 2 processes on 127.0.0.1 (cores {cores[0]}, "
+          f"{cores[1]}), {args.batch_per_process} examples per process and step")  # fmt: skip
+    for recipe in args.recipes.split(","):
+        common = [f"--epochs={args.epochs}", f"--train_steps={args.steps}"]
+        best = {"one": None, "two": None}
+        for _ in range(args.rounds):
+            with tempfile.TemporaryDirectory() as tmp:
+                one_dir, two_dir = Path(tmp, "one"), Path(tmp, "two")
+                one_dir.mkdir()
+                two_dir.mkdir()
+                (one,) = _launch(
+                    recipe, [*common, f"--batch_size={args.batch_per_process}"], cores[:1], one_dir
+                )
+                two = _launch(
+                    recipe,
+                    [*common, f"--batch_size={2 * args.batch_per_process}"],
+                    cores[:2],
+                    two_dir,
+                )
+            rate = one["steps"]["examples_per_sec"]
+            cluster = two[0]["cluster"]
+            if best["one"] is None or rate > best["one"][0]:
+                best["one"] = (rate, one["steps"]["p50_s"])
+            slowest = max(r["p50_ms"] for r in cluster["workers"]) / 1e3
+            if best["two"] is None or cluster["cluster_examples_per_sec"] > best["two"][0]:
+                best["two"] = (cluster["cluster_examples_per_sec"], slowest)
+        (one_rate, one_step), (two_rate, two_step) = best["one"], best["two"]
+        ratio = two_rate / one_rate
+        extra = max(0.0, two_step - one_step)
+        share = extra / two_step if two_step else 0.0
+        print(
+            f"{recipe}: 2 processes vs 1, cluster examples/s: {ratio:.2f}× "
+            f"(baseline {one_rate:,.0f}, toolkit {two_rate:,.0f})"
+        )
+        verdict = (
+            "communication dominates: too small a model to scale"
+            if share > 0.5
+            else "the step scales; communication is the smaller part"
+        )
+        print(
+            f"{recipe}: median step {one_step * 1e3:.2f} ms alone, {two_step * 1e3:.2f} ms in "
+            f"the cluster: the all-reduce and the wait for the slower process took "
+            f"{extra * 1e3:.2f} ms, {share:.0%} of the step ({verdict})"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,396 @@
+"""Data parallelism over processes on Keras 3 (``--distribution_strategy=data_parallel``), for
+real: recipes started as two processes on 127.0.0.1 over JAX's gloo collectives, the way a
+user starts them in two shells. Every process is bounded in time and stopped in ``finally``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from toolkit.distribute import DistributeError, processes
+
+pytest.importorskip("jax")
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("TF_USE_LEGACY_KERAS") == "1", reason="Keras 3's own distribution"
+)
+
+
+def _free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "TF_CONFIG" and not k.startswith("KERAS_DISTRIBUTION_")
+    }
+    env.update(extra)
+    return env
+
+
+def _recipe(hosts: str | None, index: int, *flags: str, recipe: str = "mlp") -> list[str]:
+    cluster = [f"--worker_hosts={hosts}", f"--task_index={index}"] if hosts else []
+    return [
+        sys.executable, "-m", f"recipes.{recipe}", "--backend=jax",
+        "--distribution_strategy=data_parallel", *cluster, "--count_flops=false", *flags,
+    ]  # fmt: skip
+
+
+def _start(command: list[str], **env: str) -> subprocess.Popen:
+    """The process, its output going to files: a pipe nobody reads yet would fill and block
+    it, and with it every other process of the cluster."""
+    import tempfile
+
+    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")  # noqa: SIM115
+    proc = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=_env(**env))
+    proc.files = (out, err)  # type: ignore[attr-defined]
+    return proc
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """Waits for `proc` (at most `timeout` s) and returns its ``(stdout, stderr)``."""
+    proc.wait(timeout=timeout)
+    said = []
+    for f in proc.files:  # type: ignore[attr-defined]
+        f.seek(0)
+        said.append(f.read())
+    return said[0], said[1]
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=30)
+        for f in getattr(p, "files", ()):
+            f.close()
+
+
+def _errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error: ")]
+
+
+def _report(stdout: str) -> dict:
+    return json.loads(Path(stdout.split("json: ")[1].split()[0]).read_text())
+
+
+# ------------------------------------------------------------------------- no framework
+
+
+def test_the_cluster_comes_from_the_flags_or_from_keras_environment(monkeypatch):
+    for name in processes._ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    assert processes.cluster(None, 0).num_workers == 1
+    here = processes.cluster("127.0.0.1:1,127.0.0.1:2", 1)
+    assert (here.task_index, here.num_workers, here.is_chief) == (1, 2, False)
+
+    # A cluster manager may name the coordinator alone, with the count.
+    monkeypatch.setenv("KERAS_DISTRIBUTION_JOB_ADDRESSES", "10.0.0.1:1234")
+    monkeypatch.setenv("KERAS_DISTRIBUTION_NUM_PROCESSES", "4")
+    monkeypatch.setenv("KERAS_DISTRIBUTION_PROCESS_ID", "3")
+    here = processes.cluster(None, 0)
+    assert (here.task_index, here.num_workers, here.workers) == (3, 4, ("10.0.0.1:1234",))
+    monkeypatch.setenv("KERAS_DISTRIBUTION_PROCESS_ID", "4")
+    with pytest.raises(DistributeError, match="KERAS_DISTRIBUTION_PROCESS_ID=4 is not a process"):
+        processes.cluster(None, 0)
+    monkeypatch.setenv("KERAS_DISTRIBUTION_JOB_ADDRESSES", "a:1,b:2")
+    with pytest.raises(DistributeError, match="names 2 processes but"):
+        processes.cluster(None, 0)
+
+
+def test_a_global_batch_that_does_not_split_over_the_processes_says_what_would():
+    assert processes._per_process_batch(64, 2) == 32
+    with pytest.raises(DistributeError, match=r"--batch_size=65 .* 2 processes: use 64 or 66"):
+        processes._per_process_batch(65, 2)
+
+
+def test_each_process_reads_its_own_slice_of_every_global_batch():
+    """Over the processes the slices are every example of the batch, once."""
+    import numpy as np
+    import tensorflow as tf
+
+    x = np.arange(24, dtype="float32").reshape(12, 2)
+    y = np.arange(12)
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(6)
+    slices = [list(processes.process_slice(batches, i, 3)) for i in range(3)]
+    for b in range(2):
+        got = np.concatenate([slices[i][b][1].numpy() for i in range(3)])
+        np.testing.assert_array_equal(got, y[b * 6 : (b + 1) * 6])
+        assert all(len(slices[i][b][1]) == 2 for i in range(3))
+
+    from toolkit.data import array_batches
+
+    arrays = array_batches((x, y), 6, drop_remainder=True)
+    mine = processes.process_slice(arrays, 1, 2)
+    assert mine.num_batches == 2 and mine.batch_size == 3
+    np.testing.assert_array_equal(mine[1][1], y[9:12])
+
+
+# ------------------------------------------------------------------------- real processes
+
+
+def test_two_processes_train_one_model_and_the_chief_reports_the_cluster(tmp_path):
+    """Worker 0 from the flags, worker 1 from the environment a cluster manager sets for
+    Keras: both end with the same weights, and the chief's report is the cluster's."""
+    hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
+    flags = ["--epochs=2", "--train_steps=12", "--batch_size=32", f"--report_dir={tmp_path}"]
+    procs = [
+        _start(_recipe(hosts, 0, *flags)),
+        _start(
+            _recipe(None, 0, *flags),
+            KERAS_DISTRIBUTION_JOB_ADDRESSES=hosts,
+            KERAS_DISTRIBUTION_NUM_PROCESSES="2",
+            KERAS_DISTRIBUTION_PROCESS_ID="1",
+        ),
+    ]
+    try:
+        outputs = [_finish(p, timeout=300) for p in procs]
+    finally:
+        _stop(procs)
+    for p, (_, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    chief_out = outputs[0][0]
+    assert "cluster: process 0 of 2 (chief), 2 devices in all, global batch 32 (16 per " in (
+        chief_out
+    )
+    assert "cluster: 2 processes, " in chief_out and "examples/s (the slowest process's" in (
+        chief_out
+    )
+    assert "weights identical on every process" in chief_out
+
+    chief, other = _report(outputs[0][0]), _report(outputs[1][0])
+    assert "/worker1/" in outputs[1][0].split("json: ")[1].split()[0]
+    strategy = chief["context"]["strategy"]
+    assert (strategy["name"], strategy["processes"], strategy["replicas"]) == (
+        "data_parallel",
+        2,
+        2,
+    )
+    assert (strategy["global_batch"], strategy["per_process_batch"]) == (32, 16)
+    assert chief["steps"]["batch_size"] == 32  # examples/s counts the cluster's batch
+    cluster = chief["cluster"]
+    assert cluster["num_workers"] == 2 and cluster["cluster_examples_per_sec"] > 0
+    assert cluster["slowest"] in (0, 1) and cluster["spread"] >= 1.0
+    # Both processes trained 24 steps and hold the same weights (their fingerprints, sent to
+    # every process when training ended), and both say so.
+    rows = cluster["workers"]
+    assert [r["steps"] for r in rows] == [24, 24]
+    assert rows[0]["weights"] == rows[1]["weights"] and len(rows[0]["weights"]) == 24
+    assert other["cluster"]["workers"][1]["weights"] == rows[0]["weights"]
+    assert chief["metrics"] == other["metrics"]  # the same global loss, on both
+
+    merged = subprocess.run(
+        [sys.executable, "-m", "toolkit", "merge", *(o.split("json: ")[1].split()[0]
+                                                      for o, _ in outputs)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert merged.returncode == 0, merged.stderr
+    assert "cluster: 2 workers" in merged.stdout
+
+
+@pytest.mark.parametrize("alone", [0, 1])
+def test_a_worker_that_never_joins_is_named_in_one_line_after_cluster_wait(tmp_path, alone):
+    hosts = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+    out = subprocess.run(
+        _recipe(",".join(hosts), alone, "--cluster_wait=3", f"--report_dir={tmp_path / 'r'}"),
+        capture_output=True, text=True, timeout=180, env=_env(),
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr[-3000:]
+    (said,) = _errors(out.stderr)
+    if alone == 0:
+        assert f"worker 1 at {hosts[1]} did not join within --cluster_wait=3 s" in said, said
+    else:
+        assert f"worker 0 (the coordinator, at {hosts[0]}) did not answer within" in said, said
+    assert "Traceback" not in out.stderr and not (tmp_path / "r").exists()
+
+
+def test_the_coordinator_port_in_use_is_one_line(tmp_path):
+    hosts = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+    holder = socket.socket()
+    holder.bind(("", int(hosts[0].rsplit(":", 1)[1])))
+    holder.listen(1)
+    try:
+        out = subprocess.run(
+            _recipe(",".join(hosts), 0, "--cluster_wait=5", f"--report_dir={tmp_path}"),
+            capture_output=True, text=True, timeout=180, env=_env(),
+        )  # fmt: skip
+    finally:
+        holder.close()
+    assert out.returncode == 1, out.stderr[-3000:]
+    (said,) = _errors(out.stderr)
+    assert f"worker 0 listens at {hosts[0]}, but port" in said and "is in use" in said, said
+
+
+def test_workers_started_with_other_hosts_or_batch_both_say_what_differs(tmp_path):
+    a, b, c = (f"127.0.0.1:{p}" for p in _free_ports(3))
+    procs = [
+        _start(_recipe(f"{a},{b}", 0, "--cluster_wait=60", f"--report_dir={tmp_path}")),
+        _start(
+            _recipe(
+                f"{a},{c}", 1, "--cluster_wait=60", "--batch_size=64", f"--report_dir={tmp_path}"
+            )
+        ),
+    ]
+    try:
+        outputs = [_finish(p, timeout=180) for p in procs]
+    finally:
+        _stop(procs)
+    for p, (_, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 1, err[-3000:]
+        (said,) = _errors(err)
+        assert "worker 1 was started with --batch_size=64 (worker 0 has 32)" in said, said
+        assert f"--worker_hosts={a},{c} (worker 0 has {a},{b})" in said, said
+
+
+def test_a_batch_that_does_not_split_over_the_processes_fails_before_anyone_waits(tmp_path):
+    hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
+    start = time.monotonic()
+    out = subprocess.run(
+        _recipe(hosts, 1, "--batch_size=33", f"--report_dir={tmp_path}"),
+        capture_output=True, text=True, timeout=180, env=_env(),
+    )  # fmt: skip
+    assert out.returncode == 1
+    (said,) = _errors(out.stderr)
+    assert "--batch_size=33 (the global batch) must split evenly over the 2 processes" in said
+    assert time.monotonic() - start < 120  # the default --cluster_wait is 600 s
+
+
+def _backup_epoch(backup: Path) -> int:
+    try:
+        return int(json.loads((backup / "training_metadata.json").read_text())["epoch"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def test_a_killed_worker_ends_the_others_in_one_line_and_the_restarted_cluster_resumes(
+    tmp_path,
+):
+    backup = tmp_path / "backup"
+    flags = [
+        "--epochs=8", "--train_steps=40", "--batch_size=64", f"--backup_dir={backup}",
+        f"--report_dir={tmp_path / 'runs'}",
+    ]  # fmt: skip
+    hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
+    procs = [_start(_recipe(hosts, i, *flags)) for i in range(2)]
+    try:
+        deadline = time.monotonic() + 240
+        while _backup_epoch(backup) < 2 and all(p.poll() is None for p in procs):
+            assert time.monotonic() < deadline, "no backup of epoch 2 within 240 s"
+            time.sleep(0.01)
+        procs[1].send_signal(signal.SIGKILL)  # a lost machine: no report, no goodbye
+        killed = time.monotonic()
+        _, err = _finish(procs[0], timeout=120)
+        ended_in = time.monotonic() - killed
+    finally:
+        _stop(procs)
+    assert procs[1].returncode == -signal.SIGKILL, "worker 1 ended before it could be killed"
+    assert procs[0].returncode == 1, err[-3000:]
+    (said,) = _errors(err)
+    assert "worker 0 of 2: another process of the cluster is gone, so training stopped" in said
+    assert "the partial report is in" in said and ended_in < 60
+    killed_at = _backup_epoch(backup)
+    assert 2 <= killed_at < 8
+
+    hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))  # the old ports may linger
+    procs = [_start(_recipe(hosts, i, *flags)) for i in range(2)]
+    try:
+        outputs = [_finish(p, timeout=300) for p in procs]
+    finally:
+        _stop(procs)
+    for p, (_, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    chief = _report(outputs[0][0])
+    resume = chief["context"]["resume"]
+    assert resume["resumed"] and resume["from_epoch"] == killed_at
+    assert chief["steps"]["total_steps"] == (8 - killed_at) * 40
+    assert chief["cluster"]["same_weights"] is True
+    assert f"resumed from epoch {killed_at}" in outputs[1][0]  # worker 1 restored it too
+
+
+def test_a_killed_coordinator_ends_the_others_within_seconds(tmp_path):
+    """JAX's coordination service lives in worker 0: when it dies the others are ended by
+    JAX itself (a fatal log line, not ours), at once and without a hang."""
+    hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
+    flags = ["--epochs=50", "--train_steps=40", f"--report_dir={tmp_path}"]
+    procs = [_start(_recipe(hosts, i, *flags)) for i in range(2)]
+    try:
+        deadline = time.monotonic() + 240
+        while not list(tmp_path.glob("*/")) and procs[0].poll() is None:
+            assert time.monotonic() < deadline, "worker 0 made no run directory within 240 s"
+            time.sleep(0.05)
+        time.sleep(2.0)  # into training: the run directory is made as fit starts
+        procs[0].send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        procs[1].wait(timeout=120)
+        ended_in = time.monotonic() - killed
+    finally:
+        _stop(procs)
+    assert procs[1].returncode != 0 and ended_in < 60
+
+
+OWN_MODEL = """
+import json, os, sys
+os.environ["KERAS_BACKEND"] = "jax"
+index, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+import keras
+keras.distribution.initialize(f"127.0.0.1:{port}", 2, index)
+import jax
+import numpy as np
+from toolkit import profile
+from toolkit.data import array_batches
+from toolkit.distribute.processes import process_slice
+
+keras.utils.set_random_seed(1)
+keras.distribution.set_distribution(
+    keras.distribution.DataParallel(devices=jax.devices(), auto_shard_dataset=False)
+)
+rng = np.random.default_rng(0)
+x, y = rng.normal(size=(512, 8)).astype("float32"), rng.integers(0, 2, 512)
+data = process_slice(array_batches((x, y), 32, drop_remainder=True), index, 2)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                          keras.layers.Dense(2)])
+model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+with profile("own", report_dir=out, batch_size=32, warmup_steps=1) as prof:
+    model.fit(data, epochs=2, callbacks=prof.callbacks, verbose=0)
+print("CLUSTER", json.dumps(prof.report.cluster))
+"""
+
+
+def test_your_own_model_over_processes_gets_the_cluster_report_from_profile(tmp_path):
+    script = tmp_path / "own.py"
+    script.write_text(OWN_MODEL)
+    (port,) = _free_ports(1)
+    procs = [
+        _start([sys.executable, str(script), str(i), str(port), str(tmp_path / f"r{i}")])
+        for i in range(2)
+    ]
+    try:
+        outputs = [_finish(p, timeout=300) for p in procs]
+    finally:
+        _stop(procs)
+    for p, (_, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    clusters = [json.loads(out.split("CLUSTER ")[1]) for out, _ in outputs]
+    assert clusters[0]["num_workers"] == 2 and clusters[0]["same_weights"] is True
+    assert [r["steps"] for r in clusters[0]["workers"]] == [32, 32]  # 16 batches × 2 epochs
+    assert clusters[1]["process_index"] == 1 and clusters[0]["cluster_examples_per_sec"] > 0
