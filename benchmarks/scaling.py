@@ -69,15 +69,15 @@ def _launch(recipe: str, flags: list[str], cores: list[int], out: Path) -> list[
             *([f"--task_index={index}"] if cluster else []),
         ]  # fmt: skip
         log = open(out / f"log{index}.txt", "w")  # noqa: SIM115 - closed below
-        procs.append(
-            (
-                subprocess.Popen(
-                    command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                    preexec_fn=_pinned(core),
-                ),  # fmt: skip
-                log,
-            )
+        proc = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+            preexec_fn=_pinned(core),
         )
+        procs.append((proc, log))
     reports = []
     for index, (proc, log) in enumerate(procs):
         proc.wait(timeout=900)
