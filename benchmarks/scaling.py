@@ -8,7 +8,10 @@ For each recipe it prints the cluster's examples/s (the chief's report: the slow
 pace) against the one process's, and the part of the two-process step that is not the one
 process's step: the all-reduce of the gradients over gloo and the wait for the slower
 process, measured as the difference of the median steps (the same work per process, so the
-rest is the cost of being two).
+rest is the cost of being two). It also prints what the machine itself allows: two
+independent one-process runs at once, one per core, with no communication at all. On a VM
+whose two cores share one physical core, or its memory bandwidth, that ceiling is well below
+2.00×, and no all-reduce can beat it.
 
     python benchmarks/scaling.py [--recipes cnn,mlp] [--batch_per_process 64] [--rounds 2]
 
@@ -49,8 +52,11 @@ def _pinned(core: int):
     return pin
 
 
-def _launch(recipe: str, flags: list[str], cores: list[int], out: Path) -> list[dict]:
-    """Runs `recipe` as ``len(cores)`` processes (one per core) and returns their reports."""
+def _launch(
+    recipe: str, flags: list[str], cores: list[int], out: Path, cluster_of: bool = True
+) -> list[dict]:
+    """Runs `recipe` as ``len(cores)`` processes (one per core) and returns their reports:
+    one cluster, or (`cluster_of` False) independent runs side by side."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -58,14 +64,14 @@ def _launch(recipe: str, flags: list[str], cores: list[int], out: Path) -> list[
     }
     env.update(TF_CPP_MIN_LOG_LEVEL="2", TOOLKIT_PROGRESS="0", KERAS_BACKEND="jax")
     cluster: list[str] = []
-    if len(cores) > 1:
+    if len(cores) > 1 and cluster_of:
         hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(len(cores)))
         cluster = ["--distribution_strategy=data_parallel", f"--worker_hosts={hosts}"]
     procs = []
     for index, core in enumerate(cores):
         command = [
             sys.executable, "-m", f"recipes.{recipe}", "--backend=jax", "--count_flops=false",
-            f"--report_dir={out}", *flags, *cluster,
+            f"--report_dir={out / str(index)}", *flags, *cluster,
             *([f"--task_index={index}"] if cluster else []),
         ]  # fmt: skip
         log = open(out / f"log{index}.txt", "w")  # noqa: SIM115 - closed below
@@ -105,21 +111,22 @@ def main() -> None:
           f"{cores[1]}), {args.batch_per_process} examples per process and step")  # fmt: skip
     for recipe in args.recipes.split(","):
         common = [f"--epochs={args.epochs}", f"--train_steps={args.steps}"]
-        best = {"one": None, "two": None}
+        best = {"one": None, "two": None, "apart": 0.0}
+        alone = [*common, f"--batch_size={args.batch_per_process}"]
         for _ in range(args.rounds):
             with tempfile.TemporaryDirectory() as tmp:
-                one_dir, two_dir = Path(tmp, "one"), Path(tmp, "two")
-                one_dir.mkdir()
-                two_dir.mkdir()
-                (one,) = _launch(
-                    recipe, [*common, f"--batch_size={args.batch_per_process}"], cores[:1], one_dir
-                )
+                dirs = [Path(tmp, name) for name in ("one", "two", "apart")]
+                for d in dirs:
+                    d.mkdir()
+                (one,) = _launch(recipe, alone, cores[:1], dirs[0])
                 two = _launch(
                     recipe,
                     [*common, f"--batch_size={2 * args.batch_per_process}"],
                     cores[:2],
-                    two_dir,
+                    dirs[1],
                 )
+                apart = _launch(recipe, alone, cores[:2], dirs[2], cluster_of=False)
+            best["apart"] = max(best["apart"], sum(r["steps"]["examples_per_sec"] for r in apart))
             rate = one["steps"]["examples_per_sec"]
             cluster = two[0]["cluster"]
             if best["one"] is None or rate > best["one"][0]:
@@ -134,6 +141,10 @@ def main() -> None:
         print(
             f"{recipe}: 2 processes vs 1, cluster examples/s: {ratio:.2f}× "
             f"(baseline {one_rate:,.0f}, toolkit {two_rate:,.0f})"
+        )
+        print(
+            f"{recipe}: the machine's ceiling, 2 independent processes at once (no all-reduce): "
+            f"{best['apart'] / one_rate:.2f}× ({best['apart']:,.0f} examples/s in all)"
         )
         verdict = (
             "communication dominates: too small a model to scale"

@@ -84,3 +84,35 @@ def test_find_trace_files_takes_the_newest_profiling_session(tmp_path):
     os.utime(old, (past, past))
     assert find_trace_files(tmp_path) == [str(new / "host.xplane.pb")]
     assert find_trace_files(tmp_path / "plugins" / "profile" / "none") == []
+
+
+def _chart(columns, rows, **props):
+    """A Google-Charts data table as XProf's tools write them."""
+    return {
+        "cols": [{"id": c} for c in columns],
+        "rows": [{"c": [{"v": v} for v in row]} for row in rows],
+        "p": props,
+    }
+
+
+def test_the_all_reduce_share_of_the_step_is_read_where_the_trace_shows_it():
+    """On GPUs XProf's step table has a collectives column; where the ops are listed one by
+    one (CPU collectives, NCCL kernels), their self time is the share."""
+    from toolkit.report import trace
+
+    columns = ["stepnum", "stepTimeMs", "deviceComputeTimeMs", "deviceCollectivesTimeMs"]
+    out = trace._empty(None, "xprof test")
+    trace._overview([_chart(columns, [["1", 10.0, 6.0, 4.0], ["2", 10.0, 7.0, 3.0]])], out)
+    assert out["collectives_percent"] == pytest.approx(35.0)
+    assert any("collectives (the all-reduce" in line and "35.0%" in line
+               for line in trace.trace_lines(out))  # fmt: skip
+
+    out = trace._empty(None, "xprof test")
+    trace._overview([_chart(columns[:3], [["1", 10.0, 10.0], ["2", 10.0, 10.0]])], out)
+    assert out.get("collectives_percent") is None
+    ops = _chart(
+        ["operation", "type", "host_or_device", "total_self_time"],
+        [["all-reduce.6", "all-reduce", "Device", 5000.0], ["dot.3", "dot", "Device", 9000.0],
+         ["AllReduce", "NcclAllReduce", "Host", 99000.0]],
+    )  # fmt: skip
+    assert trace._collective_ops_percent([ops], out) == pytest.approx(25.0)  # 2.5 of 10 ms

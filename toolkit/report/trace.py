@@ -55,7 +55,9 @@ def read_trace(files: Sequence[str], steps_per_execution: int = 1) -> dict[str, 
 
     Returns a dict with ``reader``, ``steps`` (one row per marked step: ``step``,
     ``step_ms`` and the breakdown in ms), ``step_ms`` (mean/min/max), ``breakdown_ms`` (mean
-    per step), ``input_percent``, ``verdict`` (XProf's: ``highly input-bound``, ``moderately
+    per step), ``input_percent``, ``collectives_percent`` (the all-reduce's share of the step,
+    from XProf's collectives column or the collective ops' self time; None where the trace
+    shows none), ``verdict`` (XProf's: ``highly input-bound``, ``moderately
     input-bound``, ``potentially input-bound`` (much "other" time: Python or I/O), ``not
     input-bound``, or None), ``statement``, ``top_ops`` (``host`` and
     ``device`` lists of ``{op, type, count, self_ms, share}``: ms per marked step, or in the
@@ -108,6 +110,7 @@ def _empty(error: str | None, reader: str | None = None) -> dict[str, Any]:
         "step_ms": None,
         "breakdown_ms": {},
         "input_percent": None,
+        "collectives_percent": None,
         "verdict": None,
         "statement": None,
         "top_ops": {"host": [], "device": []},
@@ -160,6 +163,8 @@ def _read_xspace(files: list[str]) -> dict[str, Any]:
     try:
         _overview(_tables(overview), out)
         out["top_ops"] = _op_stats(_tables(op_stats), max(1, len(out["steps"])))
+        if out.get("collectives_percent") is None:
+            out["collectives_percent"] = _collective_ops_percent(_tables(op_stats), out)
         if not any(out["top_ops"].values()) and out["error"] is None:
             out["error"] = (
                 "XProf lists no op in this trace (XLA on a CPU is not traced op by op): "
@@ -234,6 +239,35 @@ def _overview(tables: list[dict[str, Any]], out: dict[str, Any]) -> None:
         if any(s[name] for s in steps)
     }
     out["input_percent"] = 100.0 * sum(s["input"] for s in steps) / total if total > 0 else None
+    collectives = sum(s["collectives"] for s in steps)
+    if collectives > 0 and total > 0:  # XProf's own column: all-reduces on GPUs and TPUs
+        out["collectives_percent"] = 100.0 * collectives / total
+
+
+_COLLECTIVE = re.compile(
+    r"all[-_]?reduce|all[-_]?gather|reduce[-_]?scatter|all[-_]?to[-_]?all|collective|nccl|gloo|"
+    r"psum",
+    re.IGNORECASE,
+)
+
+
+def _collective_ops_percent(tables: list[dict[str, Any]], out: dict[str, Any]) -> float | None:
+    """The all-reduce's (and every other collective's) share of the step, from the ops' self
+    times where the trace lists them op by op; None when it lists none."""
+    table = next((t for t in reversed(tables) if "total_self_time" in _columns(t)), None)
+    step_ms = (out.get("step_ms") or {}).get("mean")
+    if table is None or not step_ms:
+        return None
+    rows = [
+        r
+        for r in _rows(table)
+        if _COLLECTIVE.search(f"{r.get('operation')} {r.get('type')}")
+        and str(r.get("host_or_device", "")).lower() == "device"
+    ]
+    if not rows:
+        return None
+    per_step = sum(float(r.get("total_self_time") or 0) for r in rows) / 1e3 / len(out["steps"])
+    return min(100.0, 100.0 * per_step / step_ms)
 
 
 def _op_stats(tables: list[dict[str, Any]], steps: int) -> dict[str, list[dict[str, Any]]]:
@@ -368,6 +402,11 @@ def trace_lines(analysis: Mapping[str, Any] | None, ops: int = 5) -> list[str]:
         if verdict == "potentially input-bound" and other and mean:
             line += f", {100 * other / mean:.0f}% 'other' time (Python, I/O: outside any op)"
         lines.append(line)
+    if analysis.get("collectives_percent"):
+        lines.append(
+            f"  collectives (the all-reduce of the gradients, ...): "
+            f"{analysis['collectives_percent']:.1f}% of step time"
+        )
     for side in ("device", "host"):
         top = (analysis.get("top_ops") or {}).get(side) or []
         if top:
