@@ -44,19 +44,25 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
-def _pinned(core: int):
+def _pinned(cores: set[int]):
     def pin() -> None:
         if hasattr(os, "sched_setaffinity"):
-            os.sched_setaffinity(0, {core})
+            os.sched_setaffinity(0, cores)
 
     return pin
 
 
 def _launch(
-    recipe: str, flags: list[str], cores: list[int], out: Path, cluster_of: bool = True
+    recipe: str,
+    flags: list[str],
+    cores: list[int],
+    out: Path,
+    cluster_of: bool = True,
+    pin: bool = True,
 ) -> list[dict]:
-    """Runs `recipe` as ``len(cores)`` processes (one per core) and returns their reports:
-    one cluster, or (`cluster_of` False) independent runs side by side."""
+    """Runs `recipe` as ``len(cores)`` processes (one per core, or with `pin` False each on
+    all of `cores`) and returns their reports: one cluster, or (`cluster_of` False)
+    independent runs side by side."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -81,7 +87,7 @@ def _launch(
             stderr=subprocess.STDOUT,
             env=env,
             cwd=ROOT,
-            preexec_fn=_pinned(core),
+            preexec_fn=_pinned({core} if pin else set(cores)),
         )
         procs.append((proc, log))
     reports = []
@@ -99,7 +105,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--recipes", default="cnn,mlp")
     parser.add_argument("--batch_per_process", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=60, help="steps per epoch")
+    parser.add_argument("--steps", type=int, default=64, help="steps per epoch")
+    parser.add_argument(
+        "--fused_steps",
+        type=int,
+        default=8,
+        help="training steps per launch, on both sides (1: one launch per step)",
+    )
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
@@ -108,14 +120,19 @@ def main() -> None:
     if len(cores) < 2:
         raise SystemExit("scaling: needs 2 cores, one per process")
     print(f"# JAX, 1 process (core {cores[0]}) vs 2 processes on 127.0.0.1 (cores {cores[0]}, "
-          f"{cores[1]}), {args.batch_per_process} examples per process and step")  # fmt: skip
+          f"{cores[1]}), {args.batch_per_process} examples per process and step, "
+          f"--fused_steps={args.fused_steps} on both sides")  # fmt: skip
     for recipe in args.recipes.split(","):
-        common = [f"--epochs={args.epochs}", f"--train_steps={args.steps}"]
-        best = {"one": None, "two": None, "apart": 0.0}
+        common = [
+            f"--epochs={args.epochs}",
+            f"--train_steps={args.steps}",
+            f"--fused_steps={args.fused_steps}",
+        ]
+        best = {"one": None, "two": None, "apart": 0.0, "free": 0.0}
         alone = [*common, f"--batch_size={args.batch_per_process}"]
         for _ in range(args.rounds):
             with tempfile.TemporaryDirectory() as tmp:
-                dirs = [Path(tmp, name) for name in ("one", "two", "apart")]
+                dirs = [Path(tmp, name) for name in ("one", "two", "apart", "free")]
                 for d in dirs:
                     d.mkdir()
                 (one,) = _launch(recipe, alone, cores[:1], dirs[0])
@@ -126,6 +143,14 @@ def main() -> None:
                     dirs[1],
                 )
                 apart = _launch(recipe, alone, cores[:2], dirs[2], cluster_of=False)
+                free = _launch(
+                    recipe,
+                    [*common, f"--batch_size={2 * args.batch_per_process}"],
+                    cores[:2],
+                    dirs[3],
+                    pin=False,
+                )
+            best["free"] = max(best["free"], free[0]["cluster"]["cluster_examples_per_sec"])
             best["apart"] = max(best["apart"], sum(r["steps"]["examples_per_sec"] for r in apart))
             rate = one["steps"]["examples_per_sec"]
             cluster = two[0]["cluster"]
@@ -145,6 +170,10 @@ def main() -> None:
         print(
             f"{recipe}: the machine's ceiling, 2 independent processes at once (no all-reduce): "
             f"{best['apart'] / one_rate:.2f}× ({best['apart']:,.0f} examples/s in all)"
+        )
+        print(
+            f"{recipe}: the same 2 processes not pinned (the scheduler shares both cores "
+            f"between them): {best['free'] / one_rate:.2f}× ({best['free']:,.0f} examples/s)"
         )
         verdict = (
             "communication dominates: too small a model to scale"

@@ -3,6 +3,7 @@ cannot work, and a recipe trained, timed, counted and reported under JAX and PyT
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -92,6 +93,24 @@ def test_a_recipe_trains_and_reports_under(name, tmp_path):
             ["--backend=torch", "--distribution_strategy=mirrored"],
             1,
             "--distribution_strategy=mirrored is tf.distribute's",
+        ),
+        pytest.param(
+            ["--backend=torch", "--distribution_strategy=data_parallel"],
+            1,
+            "has no keras.distribution for PyTorch",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("keras.src.backend.torch.distribution_lib") is not None,
+                reason="this Keras trains PyTorch under DDP",
+            ),
+        ),
+        (
+            [
+                "--backend=tensorflow",
+                "--distribution_strategy=data_parallel",
+                "--worker_hosts=127.0.0.1:1,127.0.0.1:2",
+            ],
+            1,
+            "Keras 3 on TensorFlow cannot train over processes",
         ),
     ],
 )

@@ -146,6 +146,92 @@ def test_each_process_reads_its_own_slice_of_every_global_batch():
     np.testing.assert_array_equal(mine[1][1], y[9:12])
 
 
+def test_fused_steps_over_devices_see_the_global_batches_they_would_see_unfused():
+    """A fused batch (3 steps) over 4 devices, 2 per process: each process's part, device by
+    device, is that device's share of every step; put back together and unfolded as the
+    fused step does, step s is exactly the s-th global batch, whatever the data's form."""
+    import numpy as np
+    import tensorflow as tf
+
+    from toolkit.data import array_batches
+
+    steps, devices, rows = 3, 4, 2
+    y = np.arange(steps * devices * rows * 2)  # two fused batches
+    x = np.stack([y, -y], axis=1).astype("float32")
+    fused_batch = steps * devices * rows
+    forms = {
+        "tf.data": lambda: tf.data.Dataset.from_tensor_slices((x, y)).batch(fused_batch),
+        "PyDataset": lambda: array_batches((x, y), fused_batch, drop_remainder=True),
+    }
+    for form, data in forms.items():
+        parts = [
+            list(processes.process_slice(data(), i, 2, fused=steps, shards=devices))
+            for i in range(2)
+        ]
+        for b in range(2):
+            for k in (0, 1):  # features and labels keep their rows together
+                whole = np.concatenate([np.asarray(parts[i][b][k]) for i in range(2)])
+                unfolded = whole.reshape(devices, steps, rows, -1).swapaxes(0, 1)
+                for s in range(steps):
+                    start = (b * steps + s) * devices * rows
+                    want = (x if k == 0 else y[:, None])[start : start + devices * rows]
+                    got = unfolded[s].reshape(devices * rows, -1)
+                    np.testing.assert_array_equal(got, want, err_msg=f"{form}, step {s}")
+    # One process over several local devices lays its own batch out the same way.
+    (alone,) = [list(processes.process_slice(forms["tf.data"](), 0, 1, steps, devices))]
+    assert np.asarray(alone[0][1]).tolist()[:4] == [0, 1, 8, 9]  # device 0: steps 0 and 1
+    assert processes.process_slice(forms["tf.data"](), 0, 1, fused=steps) is not None
+
+
+FUSED_OVER_DEVICES = """
+import json, os, sys
+os.environ["KERAS_BACKEND"] = "jax"
+import numpy as np
+import keras
+from toolkit.runner import train
+from toolkit.runner.config import TrainConfig
+
+rng = np.random.default_rng(0)
+x = rng.normal(size=(256, 6)).astype("float32")
+y = (x[:, 0] > 0).astype("int32")
+weights = {}
+for fused in (1, 4):
+    task = train.Task(
+        name="tiny",
+        build_model=lambda: keras.Sequential(
+            [keras.Input((6,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)]
+        ),
+        train=(x, y),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=lambda: keras.optimizers.SGD(0.1),
+    )
+    config = TrainConfig(epochs=1, batch_size=16, fused_steps=fused, steps_per_epoch=8,
+                         warmup_steps=0, report_dir=None, count_flops=False, seed=1,
+                         distribution_strategy="data_parallel")
+    result = train.run(task, config)
+    assert result.report.context.strategy.replicas == 2, result.report.context
+    weights[fused] = [np.asarray(w) for w in result.model.weights]
+print("MAX_DIFF", max(float(np.abs(a - b).max()) for a, b in zip(weights[1], weights[4])))
+"""
+
+
+def test_fused_steps_over_local_devices_train_exactly_like_separate_steps(tmp_path):
+    """One process, two devices (``JAX_NUM_CPU_DEVICES``): 4 steps fused in one call end at
+    the weights of 4 separate data-parallel steps (the same batches, split the same way)."""
+    script = tmp_path / "fused.py"
+    script.write_text(FUSED_OVER_DEVICES)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env=_env(JAX_NUM_CPU_DEVICES="2", JAX_PLATFORMS="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert float(done.stdout.split("MAX_DIFF ")[1]) < 1e-5
+
+
 # ------------------------------------------------------------------------- real processes
 
 

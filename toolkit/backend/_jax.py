@@ -247,30 +247,58 @@ def fuse_train_steps(model: Any, steps: int) -> None:
 
     Keras's JAX ``train_step`` is a pure function of ``(state, data)``; here it receives a
     batch of ``steps × batch_size`` examples, splits it into `steps` batches and runs the
-    original step over them with ``jax.lax.scan``: one XLA program that holds the step once
-    (compiled once, whatever `steps` is), the state (weights, optimizer, metrics, seeds)
-    carried from step to step on the device. Keras's own ``steps_per_execution`` on JAX is a
-    Python loop of jitted calls, one dispatch per step. Logs are those of the last step.
-    Call it after ``compile``; StepTimer counts `steps` steps per batch.
+    original step over them with ``jax.lax.scan``: one XLA program, the state (weights,
+    optimizer, metrics, seeds) carried from step to step on the device. Keras's own
+    ``steps_per_execution`` on JAX is a Python loop of jitted calls, one dispatch per step.
+    Logs are those of the last step. Call it after ``compile``; StepTimer counts `steps`
+    steps per batch.
+
+    Under a ``keras.distribution`` the batch is split over D devices, each holding its share
+    of every step, ``(D, steps, rows)`` (``distribute.processes.process_slice`` lays it out):
+    unfolding it keeps each row on its device, where a plain ``(steps, …)`` split would put
+    whole steps on one device and move the batch between devices on every call.
     """
     if not mark_fused_steps(model, steps):
         return
     import jax
 
     original = model.train_step
+    shards = _batch_shards()
+    # XLA's CPU compiler runs a convolution inside a loop body many times slower than the
+    # same convolution in straight-line code (docs/guide.md, "--fused_steps"), so on CPUs
+    # the loop is unrolled: a longer compile, each step as fast as an unfused one. GPUs
+    # keep the loop: the step compiled once, whatever `steps` is.
+    unroll = steps if jax.default_backend() == "cpu" else 1
 
     def split(t: Any) -> Any:
-        return t.reshape((steps, t.shape[0] // steps, *t.shape[1:]))
+        rows = t.shape[0] // (steps * shards)
+        t = t.reshape((shards, steps, rows, *t.shape[1:])).swapaxes(0, 1)
+        return t.reshape((steps, shards * rows, *t.shape[3:]))
 
     def fused_train_step(state: Any, data: Any) -> Any:
         def body(carry: Any, batch: Any) -> Any:
             logs, carry = original(carry, batch)
             return carry, logs
 
-        state, logs = jax.lax.scan(body, state, jax.tree_util.tree_map(split, data))
+        state, logs = jax.lax.scan(body, state, jax.tree_util.tree_map(split, data), unroll=unroll)
         return jax.tree_util.tree_map(lambda t: t[-1], logs), state
 
     model.train_step = fused_train_step
+
+
+def _batch_shards() -> int:
+    """How many devices the global batch is split over: the batch axis of the
+    ``keras.distribution`` in force (1 without one)."""
+    import keras
+
+    distribution = keras.distribution.distribution()
+    if distribution is None:
+        return 1
+    mesh = distribution.device_mesh
+    axis = getattr(distribution, "batch_dim_name", None)
+    if axis in mesh.axis_names:
+        return int(mesh.shape[mesh.axis_names.index(axis)])
+    return 1
 
 
 quiet_retracing = no_retracing_noise

@@ -30,7 +30,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from toolkit.distribute import Cluster, DistributeError, tf_config
@@ -357,36 +357,52 @@ def _say_hello(
 # ---------------------------------------------------------------------------- the data
 
 
-def process_slice(data: Any, index: int, count: int) -> Any:
+def process_slice(data: Any, index: int, count: int, fused: int = 1, shards: int = 0) -> Any:
     """`data` (batches of the global batch: a ``tf.data.Dataset`` or a Keras ``PyDataset``)
-    with only process `index`'s slice of each batch, of `count` processes: rows
-    ``[index × b/count, (index + 1) × b/count)``. Every process must read the same batches
-    in the same order (the same seed)."""
-    if count < 2:
+    with only process `index`'s part of each batch, of `count` processes. Every process must
+    read the same batches in the same order (the same seed).
+
+    A batch is `fused` training steps' batches one after another (``--fused_steps``), each
+    split over `shards` devices in all (``count`` unless said), a process holding
+    ``shards / count`` of them. A process's part is, device by device, that device's share
+    of every step: the layout ``(devices, steps, rows)`` that the fused step unfolds again
+    (``backend.fuse_train_steps``), so each step sees the global batch it would see unfused
+    and no row crosses a device. Unfused, that is rows ``[index × b/count, (index + 1) ×
+    b/count)`` of each batch."""
+    shards = shards or count
+    if count < 2 and (fused < 2 or shards < 2):
         return data
+    if shards % count:
+        raise ValueError(f"{shards} devices do not split over {count} processes")
+    mine = shards // count
+
+    def cut(t: Any) -> Any:  # a NumPy array
+        rows = t.shape[0] // (fused * shards)
+        t = t.reshape((fused, shards, rows, *t.shape[1:]))[:, index * mine : (index + 1) * mine]
+        return t.swapaxes(0, 1).reshape((mine * fused * rows, *t.shape[3:]))
+
     if hasattr(data, "element_spec"):  # a tf.data.Dataset
         import tensorflow as tf
 
-        def mine(*batch: Any) -> Any:
-            def cut(t: Any) -> Any:
-                share = tf.shape(t)[0] // count
-                return t[index * share : (index + 1) * share]
+        def part(*batch: Any) -> Any:
+            def one(t: Any) -> Any:
+                shape = tf.shape(t)
+                rows = shape[0] // (fused * shards)
+                t = tf.reshape(t, tf.concat([[fused, shards, rows], shape[1:]], 0))
+                t = t[:, index * mine : (index + 1) * mine]
+                t = tf.transpose(t, tf.concat([[1, 0], tf.range(2, tf.rank(t))], 0))
+                return tf.reshape(t, tf.concat([[mine * fused * rows], shape[1:]], 0))
 
-            sliced = tf.nest.map_structure(cut, batch)
+            sliced = tf.nest.map_structure(one, batch)
             return sliced if len(sliced) > 1 else sliced[0]
 
-        return data.map(mine, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
-    return _sliced_batches(data, index, count)
+        return data.map(part, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    return _sliced_batches(data, index, count, cut)
 
 
-def _sliced_batches(batches: Any, index: int, count: int) -> Any:
+def _sliced_batches(batches: Any, index: int, count: int, cut: Callable[[Any], Any]) -> Any:
     import keras
     import numpy as np
-
-    def cut(t: Any) -> Any:
-        t = np.asarray(t)
-        share = t.shape[0] // count
-        return t[index * share : (index + 1) * share]
 
     class ProcessSlice(keras.utils.PyDataset):
         def __init__(self) -> None:
@@ -397,7 +413,9 @@ def _sliced_batches(batches: Any, index: int, count: int) -> Any:
             return batches.num_batches
 
         def __getitem__(self, i: int) -> Any:
-            return tuple(keras.tree.map_structure(cut, part) for part in batches[i])
+            return tuple(
+                keras.tree.map_structure(lambda t: cut(np.asarray(t)), part) for part in batches[i]
+            )
 
         def on_epoch_end(self) -> None:
             batches.on_epoch_end()

@@ -199,18 +199,21 @@ def _dataset(
     config: TrainConfig,
     training: bool,
     task: Task | None = None,
-    share: tuple[int, int] = (0, 1),
+    share: tuple[int, int, int] = (0, 1, 1),
 ):
-    """`source` in batches as `config` says; with `share` ``(index, processes)``, process
-    `index`'s slice of every global batch (validation too, without its last partial batch:
-    a batch placed over processes splits evenly)."""
+    """`source` in batches as `config` says; with `share` ``(index, processes, devices)``
+    of a ``keras.distribution``, process `index`'s part of every global batch, laid out as
+    the fused step reads it (validation too, without its last partial batch: a batch placed
+    over processes splits evenly)."""
     from toolkit.distribute.processes import process_slice
 
-    index, processes = share
+    index, processes, devices = share
     return process_slice(
         _batches(source, config, training, task, whole=training or processes > 1),
         index,
         processes,
+        fused=config.fused_steps if training else 1,
+        shards=devices,
     )
 
 
@@ -470,7 +473,9 @@ def run(
         global_batch, per_replica = distribute.batch_sizes(
             config.batch_size, strategy.num_replicas_in_sync
         )
-        share = (getattr(strategy, "process_index", 0), getattr(strategy, "processes", 1))
+        share = (0, 1, 1)
+        if isinstance(strategy, distribute.ProcessStrategy):  # a keras.distribution
+            share = (strategy.process_index, strategy.processes, strategy.num_replicas_in_sync)
         if config.seed is not None:
             # Before the data: its shuffle's seed pairs with the global one, so a seeded run
             # reads the same order whatever ran before it in the process.
