@@ -11,9 +11,15 @@ process, measured as the difference of the median steps (the same work per proce
 rest is the cost of being two). It also prints what the machine itself allows: two
 independent one-process runs at once, one per core, with no communication at all. On a VM
 whose two cores share one physical core, or its memory bandwidth, that ceiling is well below
-2.00×, and no all-reduce can beat it.
+2.00×, and no all-reduce can beat it. And it runs the same cluster unpinned, each process free
+to use both cores: gloo's TCP transport has a thread of its own that must run for every
+collective, and pinned to one core it waits for the compute thread's turn on that core.
+
+Both sides fuse ``--fused_steps`` training steps into one launch (8 by default): a launch of a
+multi-process JAX program costs milliseconds of coordination of its own, paid once per launch.
 
     python benchmarks/scaling.py [--recipes cnn,mlp] [--batch_per_process 64] [--rounds 2]
+        [--fused_steps 8]
 
 The one-process baseline and the cluster alternate, ``--rounds`` times each; each side's best
 round counts (the quiet round: noise only ever slows a run down).
@@ -175,11 +181,12 @@ def main() -> None:
             f"{recipe}: the same 2 processes not pinned (the scheduler shares both cores "
             f"between them): {best['free'] / one_rate:.2f}× ({best['free']:,.0f} examples/s)"
         )
-        verdict = (
-            "communication dominates: too small a model to scale"
-            if share > 0.5
-            else "the step scales; communication is the smaller part"
-        )
+        if share > 0.5:
+            verdict = "communication dominates: too small a model to scale"
+        elif ratio < 0.85 * best["apart"] / one_rate:
+            verdict = "the rest of the step scales; communication keeps the cluster from it"
+        else:
+            verdict = "the step scales; communication is the smaller part"
         print(
             f"{recipe}: median step {one_step * 1e3:.2f} ms alone, {two_step * 1e3:.2f} ms in "
             f"the cluster: the all-reduce and the wait for the slower process took "

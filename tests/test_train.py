@@ -196,6 +196,29 @@ def test_fused_steps_settings():
     assert smoke.steps_per_epoch == 9  # 8 rounded up to whole fused calls
 
 
+def test_a_call_longer_than_the_epoch_runs_the_epoch_and_ends(keras, caplog):
+    """``--steps_per_execution`` past an epoch's steps on a repeated dataset would run every
+    step of the call (a million for 1000000): it becomes one call per epoch, with a note."""
+    config = TrainConfig(steps_per_epoch=20, steps_per_execution=1_000_000)
+    assert config.effective().steps_per_execution == 20
+    assert TrainConfig(steps_per_epoch=20, fused_steps=4, steps_per_execution=99).effective(
+    ).steps_per_execution == 5  # fmt: skip
+    assert TrainConfig(steps_per_execution=99).effective().steps_per_execution == 99  # one pass
+    assert TrainConfig(steps_per_epoch=20, steps_per_execution=20).effective() == TrainConfig(
+        steps_per_epoch=20, steps_per_execution=20
+    )
+    task, *_ = tiny_task(keras, validation=False)
+    config = TrainConfig(
+        epochs=2, batch_size=10, steps_per_epoch=6, steps_per_execution=1_000_000,
+        warmup_steps=0, report_dir=None, count_flops=False,
+    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        result = train.run(task, config)
+    assert result.report.steps.total_steps == 12
+    assert int(result.model.optimizer.iterations.numpy()) == 12
+    assert "--steps_per_execution=1000000 is more than an epoch's 6 steps" in caplog.text
+
+
 def test_precision_strategy_synthetic_data_and_the_report(tmp_path, keras):
     task, *_ = tiny_task(keras)
     task.num_classes = 2

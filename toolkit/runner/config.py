@@ -375,9 +375,31 @@ class TrainConfig:
         return dataclasses.replace(self, **quiet, steps_per_epoch=steps, warmup_steps=warmup_steps)
 
     def effective(self) -> TrainConfig:
-        """The config a run really uses: ``smoke`` shrinks it to a seconds-long run."""
-        if not self.smoke:
+        """The config a run really uses: ``smoke`` shrinks it to a seconds-long run, and
+        ``steps_per_execution`` is at most an epoch's calls."""
+        return (self._smoked() if self.smoke else self)._within_epoch()
+
+    def _within_epoch(self) -> TrainConfig:
+        """A call of more steps than an epoch holds would not end with the epoch: on a
+        repeated dataset (``--train_steps``) Keras runs every step of the call, a million
+        steps for ``--steps_per_execution=1000000``. So one call runs the whole epoch."""
+        if self.steps_per_epoch is None:
             return self
+        calls = self.steps_per_epoch // self.fused_steps  # Keras batches in an epoch
+        if self.steps_per_execution <= calls:
+            return self
+        fused = f" ({calls} of --fused_steps={self.fused_steps})" if self.fused_steps > 1 else ""
+        logging.warning(
+            "--steps_per_execution=%d is more than an epoch's %d steps%s: "
+            "--steps_per_execution=%d, one call per epoch",
+            self.steps_per_execution,
+            self.steps_per_epoch,
+            fused,
+            calls,
+        )
+        return dataclasses.replace(self, steps_per_execution=calls)
+
+    def _smoked(self) -> TrainConfig:
         steps = min(self.steps_per_epoch or SMOKE_STEPS, SMOKE_STEPS)
         steps = whole_calls(steps, self.fused_steps)
         window = self.profile_steps
