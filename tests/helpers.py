@@ -14,13 +14,16 @@ def run_python(code: str, timeout: int = 120) -> subprocess.CompletedProcess:
     )
 
 
-def read_until(proc: subprocess.Popen, prefix: str, timeout: float) -> tuple[bool, str]:
-    """Reads `proc`'s output until a line starts with `prefix`, the output ends, or `timeout`
-    seconds pass. Returns whether the line came, and what was read (for the failure message)."""
+def read_until(
+    proc: subprocess.Popen, prefix: str, timeout: float, stream: str = "stdout"
+) -> tuple[bool, str]:
+    """Reads `proc`'s output (its `stream`) until a line starts with `prefix`, the output
+    ends, or `timeout` seconds pass. Returns whether the line came, and what was read (for
+    the failure message)."""
     said, seen = [], threading.Event()
 
     def read():
-        for line in proc.stdout:
+        for line in getattr(proc, stream):
             said.append(line)
             if line.startswith(prefix):
                 seen.set()

@@ -60,10 +60,11 @@ def test_interrupted_run_leaves_a_partial_report(tmp_path, signum, status):
         env=env,
     )
     try:
-        seen, said = read_until(proc, "step ", timeout=300)  # no timing guess: it printed
+        # No timing guess: it printed a step line (on stderr: stdout is for results).
+        seen, said = read_until(proc, "step ", timeout=300, stream="stderr")
         if not seen or proc.poll() is not None:
             proc.kill()
-            pytest.fail(f"no step in 300 s, or it ended:\n{said}{proc.stderr.read()[-2000:]}")
+            pytest.fail(f"no step in 300 s, or it ended:\n{said[-2000:]}{proc.stdout.read()}")
         proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=300)
     finally:

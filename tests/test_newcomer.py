@@ -165,6 +165,23 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
         assert b"Traceback" not in err and b"BrokenPipeError" not in err, err
 
 
+def test_a_recipe_under_head_trains_to_the_end_its_step_lines_on_stderr(tmp_path):
+    """``python -m recipes.mlp | head``: step lines are progress (stderr), so a reader of
+    stdout that has gone stops nothing; only the summary at the end meets the closed pipe."""
+    import json
+
+    status, err = _closed_pipe(
+        "-m", "recipes.mlp", "--epochs=1", "--train_steps=40", "--log_steps=10",
+        "--count_flops=false", f"--report_dir={tmp_path}",
+    )  # fmt: skip
+    assert status == 141, err[-2000:]
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err, err[-2000:]
+    assert b"\nstep 21: " in err  # the step lines went to stderr
+    (report,) = tmp_path.glob("*/report.json")
+    data = json.loads(report.read_text())
+    assert data["status"] == "complete" and data["steps"]["total_steps"] == 40
+
+
 def test_quiet_command_prints_results_and_no_progress(tmp_path):
     done = run("-m", "toolkit", "--quiet", "ops", "--size=tiny", "--ops=ReLU", "--modes=eager",
                "--out", str(tmp_path), "--no_plot", "--repeats=2", "--min_time=0.001")  # fmt: skip

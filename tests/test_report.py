@@ -227,6 +227,36 @@ def test_cli_compare_and_show(tmp_path):
     assert out.stderr.strip().count("\n") == 0 and "no report at" in out.stderr
 
 
+def test_cli_compare_fails_a_regression_on_request_and_both_verbs_write_json(tmp_path):
+    """``--fail_on_slower``: status 1 when B is slower beyond the noise band, 0 when it is
+    faster or within it; ``--json`` on compare and show is plain data for a CI script."""
+    dirs = {}
+    for name, step_s, seed in (("a", 0.002, 0), ("slow", 0.003, 9), ("same", 0.002, 5)):
+        dirs[name] = tmp_path / name
+        make_report(name, step_s=step_s, seed=seed).write(dirs[name], plot=False)
+
+    def cli(*argv):
+        return subprocess.run(
+            [sys.executable, "-m", "toolkit", *argv], capture_output=True, text=True, timeout=60
+        )
+
+    out = cli("compare", str(dirs["a"]), str(dirs["slow"]), "--fail_on_slower")
+    assert out.returncode == 1, out.stderr
+    assert "verdict: B is slower" in out.stdout
+    assert out.stderr.strip().count("\n") == 0 and "--fail_on_slower" in out.stderr
+    assert cli("compare", str(dirs["slow"]), str(dirs["a"]), "--fail-on-slower").returncode == 0
+    out = cli("compare", str(dirs["a"]), str(dirs["same"]), "--fail_on_slower", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["verdict"] == "within noise" and data["a"] == "a" and data["b"] == "same"
+    assert 0.98 < data["speed_ratio"] < 1.02 and data["noise_band"] > 0
+    p50 = next(f for f in data["figures"] if f["figure"].startswith("step p50"))
+    assert p50["unit"] and abs(p50["change"]) < 0.02
+    assert cli("compare", str(dirs["a"]), str(dirs["slow"])).returncode == 0  # not asked
+    out = cli("show", str(dirs["slow"]), "--json")
+    assert out.returncode == 0 and RunReport.from_dict(json.loads(out.stdout)).name == "slow"
+
+
 def test_compute_section_adds_achieved_flops_and_mfu_from_the_median_step(tmp_path):
     from toolkit.profiling.step_timer import StepTimer
 

@@ -2,7 +2,8 @@
 
 Verbs:
     compare A B          deltas of report B against baseline A, with a noise-aware verdict
-    show REPORT          a report's summary (``--markdown`` for the full Markdown)
+                         (``--json``; ``--fail_on_slower``: status 1 on a regression)
+    show REPORT          a report's summary (``--markdown`` for the full Markdown, ``--json``)
     trace RUN_DIR        a run's profiler trace read back (step breakdown, XProf's input
                          verdict, top ops); also any directory of TF/JAX/PyTorch traces
     devices              the devices TensorFlow sees, and a starting precision for each
@@ -35,6 +36,7 @@ Verbs:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -96,14 +98,27 @@ def _recipe_epilog(recipe: str | None) -> str:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    """Status 1 with ``--fail_on_slower`` when B is slower beyond the noise band: a
+    regression fails the CI job that asked, as pytest-benchmark's and asv's do."""
     a, b = RunReport.load(args.a), RunReport.load(args.b)
-    print(compare(a, b, z=args.z, min_rel=args.min_rel).render())
+    result = compare(a, b, z=args.z, min_rel=args.min_rel)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.render())
+    if args.fail_on_slower and result.verdict == "slower":
+        print(
+            f"compare: B is slower than A beyond the noise band ({result.ratio:.2f}× A's "
+            "speed): failing, as --fail_on_slower asks",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
     report = RunReport.load(args.report)
-    print(report.to_markdown() if args.markdown else report.summary())
+    if args.json:
+        print(report.to_json())
+    else:
+        print(report.to_markdown() if args.markdown else report.summary())
     return 0
 
 
@@ -364,11 +379,19 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("b", help="candidate: report.json or its run directory")
     p.add_argument("--z", type=float, default=3.0, help="standard errors a change must exceed")
     p.add_argument("--min_rel", type=float, default=0.01, help="smallest relative change (0.01)")
+    p.add_argument("--json", action="store_true", help="the comparison as JSON, on stdout")
+    p.add_argument(
+        "--fail_on_slower",
+        "--fail-on-slower",
+        action="store_true",
+        help="exit 1 when B is slower than A beyond the noise band (a regression in CI)",
+    )
     p.set_defaults(func=_compare)
 
     p = verbs.add_parser("show", help="print a run report")
     p.add_argument("report", help="report.json or its run directory")
     p.add_argument("--markdown", action="store_true", help="the full Markdown report")
+    p.add_argument("--json", action="store_true", help="the report's JSON, as report.json holds")
     p.set_defaults(func=_show)
 
     p = verbs.add_parser("trace", help="a run's profiler trace read back (XProf's verdict, ops)")

@@ -58,7 +58,7 @@ def test_every_recipe_runs_its_smoke_mode_and_reports_every_design_field(tmp_pat
     assert 0 < compute["mfu"] < 1.5
     assert {"device", "precision", "strategy", "preflight", "dataset"} <= set(data["context"])
     assert "compute: " in out.stdout and "MFU" in out.stdout
-    assert out.stdout.count("/step over the last 2 steps") == 3  # steps 3, 5, 7 (after 1st)
+    assert out.stderr.count("/step over the last 2 steps") == 3  # steps 3, 5, 7 (after 1st)
 
 
 def test_cnn_defaults_reach_095_on_digits(tmp_path):

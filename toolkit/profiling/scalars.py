@@ -21,7 +21,7 @@ Tags (the x axis is the global training step):
   equal windows (TensorBoard keeps 1,000 points per tag anyway). Warm-up, the first step
   and profiler-traced steps are left out, as in the statistics;
 * ``step_time/p50_ms``, ``step_time/p90_ms``, ``throughput/examples_per_sec``: per epoch;
-* ``compute/mfu`` (percent) and ``memory/...`` (MiB) when the run measured them
+* ``compute/mfu_percent`` and ``memory/...`` (MiB) when the run measured them
   (``toolkit.profile`` writes those at its end);
 * ``epoch/<metric>``: the model's epoch metrics, when asked (the recipes' ``--tensorboard``,
   so that their Scalars tab has the loss without Keras's TensorBoard callback).

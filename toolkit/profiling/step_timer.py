@@ -53,6 +53,7 @@ import contextlib
 import itertools
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
@@ -99,7 +100,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         clock: a function returning seconds. Defaults to `time.perf_counter`.
         log_steps: print step time and examples/sec every this many steps (after the first
             execution; like Model Garden's ``--log_steps``). Defaults to `None` (silent).
-        log_fn: where those lines go. Defaults to `print`.
+        log_fn: where those lines go. Defaults to stderr, with the progress: stdout is for
+            results (``python train.py | head`` must not stop training).
         add_to_logs: add each epoch's ``step_ms_p50`` and ``examples_per_sec`` to Keras's
             epoch logs (:data:`LOG_KEYS`) for the callbacks after this one. Defaults to `True`.
         tensorboard_dir: write step time (per execution, or per `log_steps` window), p50/p90
@@ -135,7 +137,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         data: Any = None,
         clock: Callable[[], float] = time.perf_counter,
         log_steps: int | None = None,
-        log_fn: Callable[[str], Any] = print,
+        log_fn: Callable[[str], Any] | None = None,
         add_to_logs: bool = True,
         tensorboard_dir: str | os.PathLike[str] | None = None,
         tensorboard_metrics: bool = False,
@@ -156,7 +158,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self.batch_size = batch_size
         self._clock = clock
         self.log_steps = log_steps
-        self._log_fn = log_fn
+        self._log_fn = log_fn or _to_stderr
         # tf_keras: keep logs as tensors for us (no conversion, no sync).
         self._supports_tf_logs = True
         # Keras 3: our batch-end hook may run on Keras's callback thread.
@@ -547,6 +549,10 @@ class StepTimer(compat.keras().callbacks.Callback):
 # A backlog below this is the callback thread's lateness, not the device's (Python's switch
 # interval is 5 ms).
 BACKLOG_FLOOR_S = 0.02
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _never() -> bool:

@@ -58,6 +58,29 @@ class Comparison:
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
+    def to_dict(self) -> dict[str, object]:
+        """The comparison as plain data (``toolkit compare --json``): each figure's A, B, unit
+        and relative change, the verdict, B's speed as a multiple of A's and the noise band."""
+        return {
+            "a": self.a_name,
+            "b": self.b_name,
+            "figures": [
+                {
+                    "figure": label,
+                    "a": a,
+                    "b": b,
+                    "unit": unit,
+                    "change": (b - a) / a if (a and b is not None) else None,
+                }
+                for label, a, b, unit in self.rows
+            ],
+            "verdict": self.verdict,
+            "speed_ratio": self.ratio,
+            "basis": self.basis,
+            "noise_band": self.noise,
+            "notes": list(self.notes),
+        }
+
     def __str__(self) -> str:
         return self.render()
 

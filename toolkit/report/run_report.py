@@ -19,7 +19,7 @@ import datetime as _dt
 import io
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from toolkit import backend
@@ -334,7 +334,7 @@ class RunReport:
             w(f"\n![step times]({png})\n")
         if note:
             w(f"\n_{note}_\n")
-        if self.epochs:
+        if self.epochs:  # numbered from 1, as Keras's progress counts (the JSON keeps 0)
             keys = sorted({k for e in self.epochs for k in e.get("metrics", {})})
             w("\n## Epochs\n\n| epoch | seconds | steps | in steps (s) | ")
             w(" | ".join(keys) + (" |" if keys else "") + "\n")
@@ -343,7 +343,7 @@ class RunReport:
                 m = e.get("metrics", {})
                 cells = [f"{m[k]:.4g}" if k in m else "" for k in keys]
                 w(
-                    f"| {e['epoch']} | {e['seconds']:.3f} | {e['steps']} | "
+                    f"| {e['epoch'] + 1} | {e['seconds']:.3f} | {e['steps']} | "
                     f"{e['step_seconds']:.3f} | " + " | ".join(cells) + (" |" if keys else "")
                 )
                 w("\n")
@@ -358,7 +358,7 @@ class RunReport:
                     f"{k}: {v['current_mb']:.0f} MiB (peak {v['peak_mb']:.0f})"
                     for k, v in r.get("devices", {}).items()
                 )
-                epoch = "start" if r.get("epoch") is None else r["epoch"]
+                epoch = "start" if r.get("epoch") is None else r["epoch"] + 1
                 w(f"| {epoch} | {r['host_rss_mb']:.1f} | {devs or '—'} |\n")
             for warning in self.memory.get("warnings", []):
                 w(f"\n**Warning:** {warning}\n")
@@ -393,7 +393,7 @@ class RunReport:
         for title, mapping in sections:
             if mapping:
                 w(f"\n## {title}\n\n| key | value |\n|---|---|\n")
-                for k, v in mapping.items():
+                for k, v in _flat(mapping):
                     w(f"| {k} | {cell(v)} |\n")
         if self.extra:
             w("\n## Extra\n\n```json\n" + json.dumps(self.extra, indent=1) + "\n```\n")
@@ -483,6 +483,33 @@ def _compute_line(c: Mapping[str, Any]) -> str:
             f"{format_flops(c.get('peak_flops_per_s'), True)}"
         )
     return line
+
+
+def _flat(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``(key, value)`` rows for a table people read: nested mappings as dotted keys
+    (``strategy.global_batch``), a list of records (preflight findings) as one cell of
+    ``key=value`` records, other lists as comma-separated values."""
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            yield from _flat(value, f"{name}.")
+        elif (
+            isinstance(value, list | tuple) and value and all(isinstance(v, Mapping) for v in value)
+        ):
+            yield (
+                name,
+                "; ".join(
+                    ", ".join(f"{k}={_plain(v)}" for k, v in record.items()) for record in value
+                ),
+            )
+        elif isinstance(value, list | tuple):
+            yield name, ", ".join(_plain(v) for v in value) if value else "—"
+        else:
+            yield name, "—" if value is None or value == {} else value
+
+
+def _plain(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(jsonable(value), default=str)
 
 
 def cell(value: Any) -> str:

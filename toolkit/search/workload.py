@@ -286,11 +286,11 @@ class TaskWorkload(Workload):
         return _figures(train.run(self.task, cfg).report)
 
     def _signature(self) -> tuple[Any, Any]:
-        from toolkit.runner import train
+        from toolkit.runner import _data, train
 
         with train.precision_policy("float32"):
             model = self.task.build_model()
-        spec = train.examples(self.task.train).element_spec
+        spec = _data.examples(self.task.train).element_spec
         return model, spec
 
     def cache_facts(self) -> dict[str, Any]:
@@ -311,14 +311,14 @@ def _resident(source: Any) -> Any:
     anything else as a dataset of single examples."""
     import tensorflow as tf
 
-    from toolkit.runner import train
+    from toolkit.runner import _data
 
     if isinstance(source, tuple):
         return tuple(
             None if part is None else tf.nest.map_structure(tf.convert_to_tensor, part)
             for part in source
         )
-    return train.examples(source)
+    return _data.examples(source)
 
 
 # ---------------------------------------------------------------------------- your own model
