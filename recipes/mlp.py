@@ -2,8 +2,8 @@
 
 Trains a two-hidden-layer perceptron on the 8×8 digits that ship with scikit-learn (real data,
 offline), prints the step-time summary, and writes the report to ``runs/<timestamp>/``
-(report.json, report.md, steps.png). The defaults reach >= 0.95 validation accuracy in about
-5 s on 2 CPU cores (``make demo``)::
+(report.json, report.md, steps.png). The defaults reach >= 0.95 validation accuracy
+(``make demo``)::
 
     python -m recipes.mlp
     python -m recipes.mlp --epochs=5 --batch_size=64 --steps_per_execution=8 --jit_compile

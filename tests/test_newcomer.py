@@ -5,8 +5,10 @@ is. Real processes where the user would run one."""
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -177,9 +179,123 @@ def test_a_recipe_under_head_trains_to_the_end_its_step_lines_on_stderr(tmp_path
     assert status == 141, err[-2000:]
     assert b"Traceback" not in err and b"BrokenPipeError" not in err, err[-2000:]
     assert b"\nstep 21: " in err  # the step lines went to stderr
+    # the first screen: our line first, within a second of starting; TensorFlow's C++
+    # start-up lines (oneDNN, "no cuda drivers", cuInit's error without a GPU) held back
+    assert err.startswith(b"mlp: loading TensorFlow and Keras (tensorflow)"), err[:500]
+    for noise in (b"I0000 ", b"E0000 ", b"W0000 ", b"absl::InitializeLog", b"cuInit"):
+        assert noise not in err, err[:2000]
     (report,) = tmp_path.glob("*/report.json")
     data = json.loads(report.read_text())
     assert data["status"] == "complete" and data["steps"]["total_steps"] == 40
+
+
+def test_on_a_terminal_each_epoch_keeps_a_line_and_tensorflow_logs_show_when_asked(tmp_path):
+    """Keras leaves a line per epoch above its bar; so does the toolkit's bar. A user who sets
+    TF_CPP_MIN_LOG_LEVEL themselves sees TensorFlow's start-up lines again."""
+    done = run(
+        "-m", "recipes.mlp", "--epochs=2", "--train_steps=20", "--count_flops=false",
+        f"--report_dir={tmp_path}",
+        env={"TOOLKIT_PROGRESS": "1", "TF_CPP_MIN_LOG_LEVEL": "0"},  # a bar, as on a terminal
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stderr.replace("\r", "\n").split("\n")
+    kept = [line for line in lines if line.startswith("mlp epoch ") and " steps in " in line]
+    assert [line.split(":")[0] for line in kept] == ["mlp epoch 1/2", "mlp epoch 2/2"], kept
+    assert all("val_loss" in line and "%|" not in line for line in kept), kept
+    assert any(re.match(r"[IWE]\d{4} \d\d:\d\d:", line) for line in lines), done.stderr[:2000]
+    assert "== mlp: complete" in done.stdout
+
+
+def test_held_start_up_lines_drop_the_chatter_and_keep_what_matters(capfd, monkeypatch):
+    from toolkit.core import native_logs
+
+    env: dict[str, str] = {}
+    assert native_logs.configure(["prog"], env) and env == {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    assert logging.getLogger("jax").level == logging.WARNING  # JAX's INFO lines: held too
+    env = {}
+    assert not native_logs.configure(["prog", "--verbosity=0"], env)
+    assert env == {"TF_CPP_MIN_LOG_LEVEL": "0"}  # --verbosity shows everything
+    assert not native_logs.configure(["prog", "-v", "1"], {})
+    assert not native_logs.configure(["prog"], {"TF_CPP_MIN_LOG_LEVEL": "1"})  # the user's
+    assert native_logs.configure(["prog"], {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    chatter = (
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+        "I0000 00:00:1795550774.614952   30216 port.cc:153] oneDNN custom operations are on.",
+        "W0000 00:00:1795550774.6   30216 session_manager.cc:55] delay_ms expects an i value.",
+        "E0000 00:00:1795550776.031322   30216 cuda_platform.cc:52] failed call to cuInit: x",
+        "To enable the following instructions: AVX2 AVX512F FMA, in other operations, rebuild",
+    )
+    matters = (
+        "E0000 00:00:1795550776.031322   30216 op_kernel.cc:1857] OP_REQUIRES failed: bad",
+        "F0000 00:00:1795550776.031322   30216 client.cc:12] Terminating process: peer lost",
+        "a Python warning that is not TensorFlow's",
+    )
+    assert all(native_logs.is_noise(line) for line in chatter)
+    assert not any(native_logs.is_noise(line) for line in matters)
+    with pytest.raises(RuntimeError), native_logs.held():
+        for line in (*chatter, *matters):
+            os.write(2, (line + "\n").encode())  # where C++ writes: the file descriptor
+        raise RuntimeError("the block failed: what it wrote still comes back")
+    err = capfd.readouterr().err
+    assert err.splitlines() == list(matters)
+
+
+def _without(monkeypatch, *modules: str) -> None:
+    """As on a machine where `modules` are not installed (``find_spec`` finds none)."""
+    for name in modules:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+def test_a_missing_extra_is_one_line_naming_the_install_that_works_from_a_wheel(
+    monkeypatch, capsys, tmp_path
+):
+    from tests.test_report import make_report
+    from toolkit.core import _extras as extras
+    from toolkit.report import run_report
+    from toolkit.search import chooser, diagnose
+
+    assert extras.why_missing("report") is None  # the test extras install every one
+    _without(monkeypatch, "matplotlib", "xprof", "jax")
+    hint = "matplotlib is not installed (pip install 'keras-perf-toolkit[report]')"
+    assert extras.why_missing("report") == hint
+    assert extras.note_missing("report", "demo: no chart") is True
+    assert extras.note_missing("report", "demo: no chart") is True  # said once per process
+    assert capsys.readouterr().err == f"demo: no chart: {hint}\n"
+    # the report's Markdown says why there is no plot, with an install that works anywhere
+    paths = make_report().write(tmp_path / "run")
+    assert "png" not in paths and hint in pathlib.Path(paths["markdown"]).read_text()
+    # the trace hint names the [profile] extra only while it is missing
+    trace = {"traced_steps": [3, 5], "logdir": "t", "files": ["t/x.xplane.pb"]}
+    assert "pip install 'keras-perf-toolkit[profile]'" in run_report._trace_line(trace)
+    monkeypatch.delitem(sys.modules, "xprof")
+    assert "pip install" not in run_report._trace_line(trace)
+    assert "base install leaves out" not in run_report._trace_line(trace)
+    # backends: a contender that vanishes says so; doctor: its cross-check, when XProf is gone
+    contenders = chooser.contenders()
+    assert [c.backend for c in contenders] == ["tensorflow", "torch"]
+    _without(monkeypatch, "xprof")
+    with diagnose._fit_trace(3, 2) as callbacks:
+        assert callbacks == []
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "backends: no jax contender: jax is not installed (pip install 'keras-perf-toolkit[jax]')",
+        "diagnose: no XProf cross-check: xprof is not installed "
+        "(pip install 'keras-perf-toolkit[profile]')",
+    ]
+
+
+def test_ops_says_which_columns_it_leaves_out_when_their_framework_is_missing(tmp_path):
+    prelude = "import sys; sys.modules.update(jax=None, torch=None); "
+    done = run(
+        "-c", prelude + "from toolkit.cli import main; sys.exit(main())", "ops", "--size=tiny",
+        "--ops=ReLU", "--out", str(tmp_path), "--no_plot", "--repeats=2", "--min_time=0.001",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| ReLU" in done.stdout
+    lines = done.stderr.splitlines()
+    assert "ops: no jax_jit column: jax is not installed " in done.stderr, done.stderr
+    assert "ops: no torch_eager column: torch is not installed " in done.stderr, done.stderr
+    assert sum("no jax_jit column" in line for line in lines) == 1
 
 
 def test_quiet_command_prints_results_and_no_progress(tmp_path):
@@ -243,6 +359,10 @@ def test_fit_progress_bar_counts_steps_and_reads_no_loss_per_step(monkeypatch, c
     assert bar.steps_done == 30 and bar.bar is None  # 10 steps x 3 epochs, closed at the end
     err = capsys.readouterr().err
     assert "demo epoch" in err and "/30" in err
+    kept = [x for x in err.replace("\r", "\n").split("\n") if " steps in " in x]
+    assert [x.split(":")[0] for x in kept] == [f"demo epoch {e}/3" for e in (1, 2, 3)], kept
+    assert all(x.startswith(f"demo epoch {i + 1}/3: 10 steps in ") for i, x in enumerate(kept))
+    assert all("loss " in x for x in kept), kept  # the epoch's logs, read once Keras has them
 
     class Untouchable(dict):  # a step's logs: reading one would be a device sync
         def __getitem__(self, key):

@@ -277,7 +277,7 @@ def test_compute_section_adds_achieved_flops_and_mfu_from_the_median_step(tmp_pa
     assert r.compute["mfu"] == pytest.approx(0.5)
     assert "MFU 50.0% of the measured float32 matmul peak 400 GFLOP/s" in r.summary()
     paths = r.write(tmp_path, plot=False)
-    assert "| MFU | 50.0% |" in Path(paths["markdown"]).read_text()
+    assert "| MFU, of the measured peak | 50.0% |" in Path(paths["markdown"]).read_text()
     assert RunReport.load(paths["json"]) == r
     uncounted = RunReport.from_callbacks(
         "u", timer, compute={"flops_per_step": None, "note": "a while loop"}

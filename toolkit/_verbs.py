@@ -16,7 +16,7 @@ __all__: list[str] = []  # the command line's own; nothing here is API
 
 
 def model_fn(spec: str) -> tuple[Any, Any]:
-    """``(compiled model, batched data)`` from ``--model_fn module:function``."""
+    """``(compiled model, data in any form fit takes)`` from ``--model_fn module:function``."""
     import importlib
 
     from toolkit.app import UsageError

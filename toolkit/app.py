@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from absl import flags
 
+from toolkit.core import progress
 from toolkit.core.errors import one_line
 from toolkit.runner import flags as tk_flags
 from toolkit.runner.config import ConfigError, TrainConfig
@@ -147,7 +148,16 @@ def recipe_from_flags(
 
 def run_recipe(build_task: Callable[..., Task]) -> None:
     """Runs a recipe whose flags are parsed: ``--autotune`` and ``--diagnose`` first when
-    asked, then the run; prints the summary and the files written."""
+    asked, then the run; prints the summary and the files written.
+
+    Its first line (stderr) comes before the frameworks load, which takes seconds: what is
+    happening, not silence."""
+    from toolkit.devices import runtime
+
+    short = _program(sys.modules.get(build_task.__module__) or types.ModuleType("recipe"))[1]
+    backend_name = os.environ.get("KERAS_BACKEND", "tensorflow")
+    progress.say(f"{short}: loading TensorFlow and Keras ({backend_name}), then data and model")
+    runtime.load_tensorflow()  # its C++ start-up lines held back, errors kept
     from toolkit.runner.train import SetupError, run
 
     f = flags.FLAGS

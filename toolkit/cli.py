@@ -42,11 +42,20 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-# TensorFlow's start-up INFO lines would bury the one line a command prints; still overridable.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from toolkit.core import native_logs
 
-from toolkit import _verbs
-from toolkit.report import ReportError, RunReport, compare, merge_reports, render_merged
+# TensorFlow's start-up lines would bury the one line a command prints (TF_CPP_MIN_LOG_LEVEL=2,
+# and lines held while it loads); a TF_CPP_MIN_LOG_LEVEL the user set, or --verbosity, wins.
+native_logs.configure(sys.argv[1:])
+
+from toolkit import _verbs  # noqa: E402 - after the log level, before anything loads TensorFlow
+from toolkit.report import (  # noqa: E402
+    ReportError,
+    RunReport,
+    compare,
+    merge_reports,
+    render_merged,
+)
 
 __all__ = ["main"]
 
@@ -55,6 +64,12 @@ DESCRIPTION = (
     "faster here: measured. Recipes train with `python -m recipes.NAME` (--help lists their "
     "flags); these verbs measure, tune and read reports."
 )
+# Verbs that start TensorFlow in this process: it loads first, its start-up lines held back.
+LOADS_TENSORFLOW = frozenset(
+    ("devices", "preflight", "placement", "doctor", "tune", "ops", "data-service")
+)
+# --size tiny's (repeats, shortest loop in s): a smoke run, not a measurement to keep.
+TINY_TIMING = (3, 0.005)
 # Old spellings of verb options, still accepted with a one-line note.
 DEPRECATED_OPTIONS = {"min-rel": "min_rel"}
 
@@ -239,17 +254,26 @@ def _ops(args: argparse.Namespace) -> int:
     found = devices.detect("tensorflow")  # the op table measures TensorFlow's modes
     if args.device != "all":
         found = [devices.resolve(args.device, found, backend="tensorflow")]
-    timing = {"repeats": args.repeats, "min_time_s": args.min_time}
+    # --size tiny is a smoke run (seconds): fewer, shorter loops unless asked otherwise.
+    repeats, min_time = TINY_TIMING if args.size == "tiny" else (5, 0.05)
+    timing = {
+        "repeats": repeats if args.repeats is None else args.repeats,
+        "min_time_s": min_time if args.min_time is None else args.min_time,
+    }
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     if args.fusion:
         return _fusion(args, found, timing, args.out or os.path.join("runs", f"fusion-{stamp}"))
 
     from toolkit.bench import frameworks
     from toolkit.bench.measure import DEFAULT_MODES, MODES, benchmark, select_modes
+    from toolkit.core import _extras as extras
     from toolkit.core import progress
 
     # Default: TensorFlow's modes, and JAX's jit and PyTorch eager where they are installed.
     default = [m for m in DEFAULT_MODES if m in MODES or not frameworks.missing(m)]
+    for mode in DEFAULT_MODES:
+        if mode not in default and not args.modes:  # a column that vanished, said once
+            extras.note_missing(frameworks.FRAMEWORK_MODES[mode], f"ops: no {mode} column")
     table = benchmark(
         _verbs.split(args.ops),
         select_modes(_verbs.split(args.modes), default),
@@ -312,8 +336,9 @@ def _add_target(parser: argparse.ArgumentParser, what: str) -> None:
     )
     parser.add_argument(
         "--model_fn",
-        help="module:function returning (your compiled Keras model, your batched tf.data "
-        f"pipeline or (x, y) arrays): {what} those instead of a recipe",
+        help="module:function returning (your compiled Keras model, your data in any form fit "
+        f"takes: a tf.data pipeline, (x, y), x alone, a PyDataset...): {what} those instead of "
+        "a recipe",
     )
 
 
@@ -487,8 +512,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         help="the tensors' dtype: float32 (default), float16, bfloat16 (a recipe's Keras "
         "policy is --precision)",
     )
-    p.add_argument("--repeats", type=int, default=5, help="timed loops per cell (5)")
-    p.add_argument("--min_time", type=float, default=0.05, help="shortest timed loop, s (0.05)")
+    p.add_argument("--repeats", type=int, help="timed loops per cell (5; --size tiny: 3)")
+    p.add_argument(
+        "--min_time", type=float, help="shortest timed loop, s (0.05; --size tiny: 0.005)"
+    )
     p.add_argument("--out", help="output directory (default runs/ops-<time>)")
     p.add_argument("--no_plot", action="store_true", help="skip the PNG chart")
     p.add_argument("--fusion", action="store_true", help="the fusion demo instead of the table")
@@ -536,6 +563,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     from absl import flags
 
+    if args.verb in LOADS_TENSORFLOW:
+        from toolkit.devices import runtime
+
+        runtime.load_tensorflow()  # its C++ start-up lines held back, errors kept
     try:
         return args.func(args)
     except (ReportError, ValueError, FileNotFoundError, flags.Error) as e:

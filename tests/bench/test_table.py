@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from toolkit.bench.table import Measurement, OpTable, Timing, format_ms, format_pct, speedup_pct
+from toolkit.bench.table import Measurement, OpTable, Timing, format_ms, format_speedup, speedup_pct
 
 
 def _t(ms: float, spread: float = 1.0) -> Timing:
@@ -53,7 +53,8 @@ def _table(devices=("cpu",), missing=()) -> OpTable:
 
 def test_formatting():
     assert speedup_pct(1.68, 1.54) == pytest.approx(9.09, abs=0.01)
-    assert format_pct(9.09) == "+9%" and format_pct(-55.2) == "-55%" and format_pct(None) == "n/a"
+    assert format_speedup(9.09) == "1.09×" and format_speedup(-55.2) == "0.45×"
+    assert format_speedup(None) == "n/a" and format_speedup(310.4) == "4.10×"  # not +310%
     assert format_ms(1.684) == "1.68" and format_ms(0.0123) == "0.012" and format_ms(None) == "n/a"
 
 
@@ -63,11 +64,11 @@ def test_header_and_rows_in_the_seeds_layout():
         "| Operation | cpu_eager | cpu_graph | cpu_xla | cpu_graph/cpu_eager speedup | "
         "cpu_xla/cpu_graph speedup |"
     ) in md
-    assert "| Argmax / dim=64x1024x128 axi=0 | 2.00 | 1.68 | 1.54 | +19% | +9% |" in md
-    assert "| ReLU / dim=128x16x1024 | 0.44 | 0.40 | 0.22 | +10% | +82% |" in md
+    assert "| Argmax / dim=64x1024x128 axi=0 | 2.00 | 1.68 | 1.54 | 1.19× | 1.09× |" in md
+    assert "| ReLU / dim=128x16x1024 | 0.44 | 0.40 | 0.22 | 1.10× | 1.82× |" in md
     assert "Average benchmark:" in md
     # Argmax average: eager (2.00+1.50)/2, graph (1.68+1.62)/2, xla 1.54.
-    assert "| Argmax | 1.75 | 1.65 | 1.54 | +6% | +7% |" in md
+    assert "| Argmax | 1.75 | 1.65 | 1.54 | 1.06× | 1.07× |" in md
     assert md.index("| Argmax / dim") < md.index("Average benchmark:") < md.index("| Argmax |")
 
 
@@ -98,10 +99,10 @@ def test_a_second_device_adds_cross_device_speedups():
 def test_na_cells_have_their_reason_and_do_not_skew_averages():
     table = _table(missing={("Argmax", 1, "cpu", "xla")})
     md = table.to_markdown()
-    assert "| Argmax / dim=64x1024x128 axi=1 | 1.50 | 1.62 | n/a | -7% | n/a |" in md
+    assert "| Argmax / dim=64x1024x128 axi=1 | 1.50 | 1.62 | n/a | 0.93× | n/a |" in md
     assert "- `cpu_xla` Argmax / dim=64x1024x128 axi=1: no kernel" in md
     # xla's Argmax average is row 0 only, and xla/graph compares row 0 only (1.68 vs 1.54).
-    assert "| Argmax | 1.75 | 1.65 | 1.54 | +6% | +9% |" in md
+    assert "| Argmax | 1.75 | 1.65 | 1.54 | 1.06× | 1.09× |" in md
 
 
 def test_noisy_cells_are_listed():

@@ -23,6 +23,8 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
+from toolkit.core import _extras as extras
+
 __all__ = [
     "BACKENDS",
     "BackendError",
@@ -40,8 +42,8 @@ IMPLEMENTED = BACKENDS
 # Backend -> (the module it imports, what installs it).
 _INSTALL = {
     "tensorflow": ("tensorflow", "pip install keras-perf-toolkit (TensorFlow is a dependency)"),
-    "jax": ("jax", "pip install 'keras-perf-toolkit[jax]'"),
-    "torch": ("torch", "pip install 'keras-perf-toolkit[torch]' (BUILD.md: CPU, CUDA, Mac)"),
+    "jax": ("jax", extras.install_hint("jax")),
+    "torch": ("torch", f"{extras.install_hint('torch')} (BUILD.md: CPU, CUDA, Mac)"),
 }
 _LEGACY = ("1", "true", "yes", "on")
 

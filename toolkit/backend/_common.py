@@ -46,14 +46,28 @@ SEAM = (
 )
 
 
-def calibrated_peak(timed: Callable[[int], float], size: int, seconds: float) -> float:
-    """FLOP/s of chained ``size``² matmuls: `timed(n)` runs n of them and waits once. The first
-    call compiles and warms up, the loop length is calibrated to about `seconds`, and the best
-    of 5 timed runs counts."""
+PEAK_RUNS = 7
+
+
+def calibrated_peak(timed: Callable[[int], float], size: int, seconds: float) -> dict[str, Any]:
+    """FLOP/s of chained ``size``² matmuls: `timed(n)` runs n of them and waits once.
+
+    The first call compiles, the loop length is calibrated to about `seconds`, one full-length
+    run is left out (clocks and thread pools still ramping up), and the best of
+    :data:`PEAK_RUNS` timed runs counts: a peak is the most the device did. ``spread_pct``
+    (how much slower the median run was than the best) says how far to trust it: a busy
+    machine measures low and spread out.
+    """
     timed(1)
     n = max(1, round(seconds / max(timed(2) / 2, 1e-6)))
-    best = min(timed(n) for _ in range(5))
-    return 2.0 * size**3 * n / best
+    timed(n)
+    runs = sorted(timed(n) for _ in range(PEAK_RUNS))
+    best, median = runs[0], runs[len(runs) // 2]
+    return {
+        "flops_per_s": 2.0 * size**3 * n / best,
+        "spread_pct": (median / best - 1.0) * 100.0,
+        "runs": PEAK_RUNS,
+    }
 
 
 def refuse_tf_only(config: Any, backend: str, fused: bool = False) -> None:

@@ -295,9 +295,10 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
 
 
 def measure_matmul_peak(
-    device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.25
-) -> float:
-    """FLOP/s of the best of 5 timed runs of chained ``size``² matmuls on `device` (TensorFlow's
+    device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.15
+) -> dict[str, Any]:
+    """The peak FLOP/s of chained ``size``² matmuls (``calibrated_peak``: the best of 7 runs,
+    and their spread) on `device` (TensorFlow's
     logical device name: ``toolkit.devices.framework_device``).
 
     The matmuls are chained (each multiplies the last result) inside one ``tf.function`` so no

@@ -22,9 +22,10 @@ Imports no framework until a column is measured.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from toolkit.core import _extras as extras
 
 __all__ = [
     "FRAMEWORK_MODES",
@@ -37,15 +38,11 @@ MODE_HELP = {
     "torch_eager": "the op in PyTorch, op by op",
     "torch_compile": "torch.compile of it (TorchInductor)",
 }
-_INSTALL = {"jax": "pip install 'keras-perf-toolkit[jax]'", "torch": "pip install torch"}
 
 
 def missing(mode: str) -> str | None:
     """Why `mode` cannot run here at all (its framework is not installed), or None."""
-    framework = FRAMEWORK_MODES[mode]
-    if importlib.util.find_spec(framework) is None:
-        return f"{framework} is not installed ({_INSTALL[framework]})"
-    return None
+    return extras.why_missing(FRAMEWORK_MODES[mode])
 
 
 def device_kind(mode: str) -> str:

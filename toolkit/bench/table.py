@@ -1,11 +1,12 @@
 """The per-op results as the seed's two tables (Markdown and CSV), a bar chart, and JSON.
 
 Layout (the seed's): one row per operation and shape, one column per device and mode with
-milliseconds per call, then speedup columns as percentages, ``+9%`` meaning the first-named
-column is 9 % faster (``baseline ms / ms - 1``); then the same per operation, averaged over its
-shapes. The speedup columns are, for each device, each mode against the one before it
-(``graph/eager``: what ``tf.function`` buys; ``xla/graph``: what ``jit_compile`` adds), and for
-each further device, each mode against the first device's (``cuda_xla/cpu_xla``).
+milliseconds per call, then speedup columns as ratios, ``1.09×`` meaning the first-named
+column is 9 % faster (``baseline ms / ms``; the seed wrote ``+9%``, the CSV and JSON keep that
+number); then the same per operation, averaged over its shapes. The speedup columns are, for
+each device, each mode against the one before it (``graph/eager``: what ``tf.function`` buys;
+``xla/graph``: what ``jit_compile`` adds), and for each further device, each mode against the
+first device's (``cuda_xla/cpu_xla``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from toolkit.core import _extras as extras
 from toolkit.core.files import ReportError, atomic_write, jsonable
 from toolkit.core.stats import speedup_pct
 
@@ -58,9 +60,11 @@ def format_ms(ms: float | None) -> str:
     return f"{ms:.3f}" if ms < 0.1 else f"{ms:.2f}"
 
 
-def format_pct(pct: float | None) -> str:
-    """``+9%`` / ``-55%``; ``n/a`` if missing."""
-    return "n/a" if pct is None else f"{pct:+.0f}%"
+def format_speedup(pct: float | None) -> str:
+    """A speedup in % as the ratio the toolkit prints everywhere (tune, backends, benchmarks):
+    ``+9%`` is ``1.09×``, ``-55%`` is ``0.45×`` (above 1: the first column of the pair is
+    faster); ``n/a`` if missing. The CSV and JSON keep the % as plain numbers."""
+    return "n/a" if pct is None else f"{1.0 + pct / 100.0:.2f}×"
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -323,14 +327,17 @@ class OpTable:
         out += self._md_table(
             self.header(),
             (
-                [label, *map(format_ms, ms), *map(format_pct, pct)]
+                [label, *map(format_ms, ms), *map(format_speedup, pct)]
                 for label, ms, pct in self.detailed()
             ),
         )
         out += ["", "Average benchmark:", ""]
         out += self._md_table(
             self.header(),
-            ([op, *map(format_ms, ms), *map(format_pct, pct)] for op, ms, pct in self.average()),
+            (
+                [op, *map(format_ms, ms), *map(format_speedup, pct)]
+                for op, ms, pct in self.average()
+            ),
         )
         missing = self.unavailable()
         if missing:
@@ -480,8 +487,8 @@ class OpTable:
         if plot:
             try:
                 paths["png"] = atomic_write(path("png"), self.plot_png())
-            except ImportError:
-                note = "no chart: matplotlib is not installed (`pip install .[report]`)"
+            except ImportError as e:
+                note = f"no chart: {extras.why_missing('report', ('matplotlib',)) or e}"
             except Exception as e:  # noqa: BLE001 - the chart is a view; the record is safe
                 note = f"no chart: {type(e).__name__}: {e}"
         markdown = self.to_markdown(png=FILES["png"] if "png" in paths else None, note=note)

@@ -105,6 +105,14 @@ class Bar:
         if self._bar is not None:
             self._bar.set_description_str(text, refresh=refresh)
 
+    def keep(self, text: str) -> None:
+        """A line written above the bar, where it stays once the bar is gone (Keras's line per
+        epoch)."""
+        if self._bar is not None:
+            from tqdm.std import tqdm
+
+            tqdm.write(text, file=sys.stderr)
+
     def postfix(self, text: str) -> None:
         if self._bar is not None:
             self._bar.set_postfix_str(text, refresh=True)

@@ -122,6 +122,25 @@ _STAGE_NAMES = {
 _HIDDEN_STAGES = {"OptionsDataset", "_OptionsDataset"}
 
 
+def _first_batch_size(data: Any) -> int | None:
+    """The leading dimension of a ``PyDataset``'s first batch (it is made of batches; reading
+    one costs one batch); None for anything else (arrays: ``fit`` batches them)."""
+    if isinstance(data, dict | list | tuple) or hasattr(data, "shape"):
+        return None
+    if not (hasattr(data, "__getitem__") and hasattr(data, "__len__")):
+        return None
+    try:
+        first = data[0] if len(data) else None
+    except Exception:  # noqa: BLE001 - only a hint for examples/s
+        return None
+    while isinstance(first, tuple | list) and first:
+        first = first[0]
+    if isinstance(first, dict) and first:
+        first = next(iter(first.values()))
+    shape = getattr(first, "shape", None)
+    return int(shape[0]) if shape else None
+
+
 def infer_batch_size(data: Any) -> int | None:
     """Examples per step of a ``tf.data.Dataset``, without iterating it.
 
@@ -133,7 +152,9 @@ def infer_batch_size(data: Any) -> int | None:
     spec = getattr(data, "element_spec", None)
     if spec is None:  # a PyDataset of toolkit.data.array_batches says it
         size = getattr(data, "batch_size", None)
-        return size if isinstance(size, int) else None
+        if isinstance(size, int):
+            return size
+        return _first_batch_size(data)
     shape = getattr(_first_leaf(spec), "shape", None)
     rank = getattr(shape, "rank", None) if hasattr(shape, "rank") else None
     if shape is not None and not hasattr(shape, "rank"):

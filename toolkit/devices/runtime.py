@@ -1,4 +1,5 @@
-"""Runtime settings that must come before TensorFlow starts its runtime: thread pools.
+"""Runtime settings that must come before TensorFlow starts its runtime: thread pools; and
+loading TensorFlow with its native start-up lines held (:func:`load_tensorflow`).
 
 (Device memory readings are the backend's: ``toolkit.backend._tensorflow.device_memory``.)
 """
@@ -7,9 +8,27 @@ from __future__ import annotations
 
 import os
 
+from toolkit.core import native_logs
 from toolkit.devices.selection import DeviceError
 
-__all__ = ["configure_threads"]
+__all__ = ["configure_threads", "load_tensorflow"]
+
+
+def load_tensorflow() -> bool:
+    """Imports TensorFlow and lists its devices, the two calls that write its C++ start-up
+    lines, with those lines held back (:mod:`toolkit.core.native_logs`); False where it is
+    not installed.
+
+    Listing devices does not start the runtime: thread pools and visible devices can still
+    be set afterwards.
+    """
+    with native_logs.held():
+        try:
+            import tensorflow as tf
+        except ImportError:
+            return False
+        tf.config.list_physical_devices()
+    return True
 
 
 def configure_threads(

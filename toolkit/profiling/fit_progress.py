@@ -5,7 +5,8 @@ Python number: a device sync per step on a GPU, and one more thing on the timed 
 everywhere. This callback counts steps from the batch index Keras hands every callback, draws
 tqdm's bar on a terminal (``toolkit.core.progress``: nothing in a log or when
 ``TOOLKIT_PROGRESS=0``) and shows the loss and metrics only at each epoch's end, where Keras
-has already read them. ``async_safe``: Keras 3 keeps dispatching batch ends off the training
+has already read them: beside the bar, and in a line kept above it, one per epoch, as Keras's
+own bar leaves them. ``async_safe``: Keras 3 keeps dispatching batch ends off the training
 thread with it in the list.
 
 ```python
@@ -15,6 +16,7 @@ model.fit(dataset, epochs=3, verbose=0, callbacks=[FitProgress("my-model")])
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from toolkit.core import compat, progress
@@ -41,6 +43,7 @@ class FitProgress(compat.keras().callbacks.Callback):
         self.steps_done = 0  # Keras steps finished, all epochs
         self._in_epoch = 0  # Keras steps finished in this epoch
         self._epochs = 0
+        self._epoch_began = 0.0
 
     def on_train_begin(self, logs: Any = None) -> None:
         params = self.params or {}
@@ -54,6 +57,7 @@ class FitProgress(compat.keras().callbacks.Callback):
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self._in_epoch = 0
+        self._epoch_began = time.perf_counter()
         if self.bar is not None:
             self.bar.describe(f"{self.name} epoch {epoch + 1}/{self._epochs or '?'}")
 
@@ -69,15 +73,19 @@ class FitProgress(compat.keras().callbacks.Callback):
         self._in_epoch = done
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        if self.bar is None or not logs:
+        if self.bar is None:
             return
         shown = []
-        for key, value in list(logs.items())[:SHOWN_METRICS]:
+        for key, value in (logs or {}).items():
             try:
                 shown.append(f"{key} {float(value):.4g}")
             except (TypeError, ValueError):
                 continue
-        self.bar.postfix(", ".join(shown))
+        self.bar.postfix(", ".join(shown[:SHOWN_METRICS]))
+        took = time.perf_counter() - self._epoch_began
+        kept = f"{self.name} epoch {epoch + 1}/{self._epochs or '?'}: {self._in_epoch} steps"
+        kept += f" in {took:.1f} s" + (f"; {', '.join(shown)}" if shown else "")
+        self.bar.keep(kept)
 
     def on_train_end(self, logs: Any = None) -> None:
         if self.bar is not None:

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from toolkit import backend
+from toolkit.core import _extras as extras
 from toolkit.core import machine
 from toolkit.core.files import ReportError, atomic_write, jsonable
 from toolkit.core.stats import StepStats, format_flops, format_ms, utilization
@@ -240,8 +241,8 @@ class RunReport:
         if plot:
             try:
                 paths["png"] = atomic_write(os.path.join(directory, REPORT_PNG), self.plot_png())
-            except ImportError:
-                png_note = "no plot: matplotlib is not installed (`pip install .[report]`)"
+            except ImportError as e:
+                png_note = f"no plot: {extras.why_missing('report', ('matplotlib',)) or e}"
             except Exception as e:  # noqa: BLE001 - the plot is a view; the record is safe
                 png_note = f"no plot: {type(e).__name__}: {e}"
         markdown = self.to_markdown(png=REPORT_PNG if "png" in paths else None, note=png_note)
@@ -323,9 +324,9 @@ class RunReport:
                 ("achieved (at p50 step)", format_flops(c.get("achieved_flops_per_s"), True)),
                 (
                     f"measured {c.get('peak_dtype', '')} matmul peak",
-                    format_flops(c.get("peak_flops_per_s"), True),
+                    format_flops(c.get("peak_flops_per_s"), True) + _peak_spread(c),
                 ),
-                ("MFU", f"{mfu:.1%}" if mfu is not None else "n/a"),
+                ("MFU, of the measured peak", f"{mfu:.1%}" if mfu is not None else "n/a"),
                 ("how", c.get("method") or "—"),
                 ("note", c.get("note") or "—"),
             ):
@@ -480,9 +481,15 @@ def _compute_line(c: Mapping[str, Any]) -> str:
     if c.get("mfu") is not None:
         line += (
             f", MFU {c['mfu']:.1%} of the measured {c.get('peak_dtype', '')} matmul peak "
-            f"{format_flops(c.get('peak_flops_per_s'), True)}"
+            f"{format_flops(c.get('peak_flops_per_s'), True)}{_peak_spread(c)}"
         )
     return line
+
+
+def _peak_spread(c: Mapping[str, Any]) -> str:
+    """`` (runs within 3%)``: how far the peak's timed runs were apart (how much to trust it)."""
+    spread = c.get("peak_spread_pct")
+    return "" if spread is None else f" (runs within {spread:.0f}%)"
 
 
 def _flat(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -529,11 +536,12 @@ def _trace_line(trace: Mapping[str, Any]) -> str:
     head = f"trace: steps {steps[0]}–{steps[1]} in {where} ({len(files)} file(s)); "
     if files and all(f.endswith((".json", ".json.gz")) for f in files):  # torch.profiler's
         return head + "open it in https://ui.perfetto.dev or read it with `python -m toolkit trace`"
-    return head + (
+    line = head + (
         f"view with `tensorboard --logdir {where}` (Profile tab) or read it with "
-        "`python -m toolkit trace`; TensorBoard and XProf come with "
-        "`pip install 'keras-perf-toolkit[profile]'`, which the base install leaves out"
+        "`python -m toolkit trace`"
     )
+    why = extras.why_missing("profile")
+    return line + (f"; {why}" if why else "")
 
 
 def _read_back(trace: dict[str, Any], steps: StepStats) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from importlib import metadata, util
 from typing import Any
 
 from toolkit.backend import BACKENDS, flag_value
+from toolkit.core import _extras as extras
 from toolkit.core import compat, machine
 from toolkit.core import progress as tk_progress
 from toolkit.core.cache import Cache
@@ -173,6 +174,8 @@ def contenders(
             "to compare Keras 3's backends"
         )
     names = list(backends) if backends else installed_backends()
+    for absent in () if backends else sorted(set(BACKENDS) - set(names) & set(extras.EXTRAS)):
+        extras.note_missing(absent, f"backends: no {absent} contender")
     if not names:
         raise ChooserError("no Keras backend is installed (pip install tensorflow, jax or torch)")
     unknown = [b for b in names if b not in BACKENDS]
@@ -181,8 +184,7 @@ def contenders(
     missing = [b for b in names if util.find_spec(b) is None]
     if missing:
         raise ChooserError(
-            f"--backends: {', '.join(missing)} not installed (pip install "
-            f"'keras-perf-toolkit[{missing[0]}]')"
+            f"--backends: {', '.join(missing)} not installed ({extras.install_hint(missing[0])})"
         )
     asked = flag_value(flags, "device")
     default = os.environ.get("KERAS_BACKEND", "tensorflow")

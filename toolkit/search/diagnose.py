@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from toolkit.core import _extras as extras
 from toolkit.core.progress import say
 from toolkit.core.stats import whole_calls
 from toolkit.runner.config import TrainConfig
@@ -185,7 +185,7 @@ def _fit_trace(start_step: int, steps: int) -> Iterator[list[Any]]:
     afterwards; none where XProf, which reads the trace, is not installed."""
     from toolkit.profiling.trace_window import TraceWindow
 
-    if importlib.util.find_spec("xprof") is None:
+    if extras.note_missing("profile", "diagnose: no XProf cross-check", needs=("xprof",)):
         yield []
         return
     with tempfile.TemporaryDirectory(prefix="toolkit-diagnose-") as tmp:

@@ -13,9 +13,9 @@ import json
 import os
 import statistics
 from collections.abc import Sequence
-from importlib import util
 from typing import Any
 
+from toolkit.core import _extras as extras
 from toolkit.core.files import atomic_write
 from toolkit.search.engine import MIN_GAIN, paired_ratios
 
@@ -172,7 +172,7 @@ class BackendsResult:
         """The contenders as a Markdown table, fastest first, failures last."""
         lines = [
             "| backend | device | first step s | p50 ms/step | mean ms/step (spread) | "
-            "examples/s | MFU | vs defaults | final loss | note |",
+            "examples/s | MFU (of measured peak) | vs defaults | final loss | note |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
 
@@ -245,7 +245,9 @@ class BackendsResult:
                 gap = "NaN" if loss != loss else f"{abs(loss - base) / max(abs(base), 1e-12):.1%}"
                 differ.append(f"{row.contender.label()} ({gap} off)")
         line = f"losses: the defaults' final loss {base:.4g}; "
-        if differ:
+        if len(self.rows) == 1:
+            line += "no other contender ran to compare it with"
+        elif differ:
             line += f"more than {LOSS_RTOL:.0%} off: {', '.join(differ)}"
         else:
             line += f"every other agrees within {LOSS_RTOL:.0%}"
@@ -264,7 +266,7 @@ class BackendsResult:
                 os.path.join(out_dir, "backends.md"), f"# Backends\n\n{self.summary()}\n"
             ),
         }
-        if plot and util.find_spec("matplotlib") is not None:
+        if plot and not extras.note_missing("report", "backends: no PNG chart", ("matplotlib",)):
             paths["png"] = atomic_write(os.path.join(out_dir, "backends.png"), self._png())
         return paths
 

@@ -325,18 +325,25 @@ def _resident(source: Any) -> Any:
 
 
 class ModelWorkload(Workload):
-    """Your compiled model on your batched data (a ``tf.data.Dataset`` used exactly as it is,
-    or ``(features, labels)`` arrays batched by ``config.batch_size``)."""
+    """Your compiled model on your data, in any form ``fit`` takes (``toolkit.data._fit_data``:
+    a ``tf.data.Dataset`` used exactly as it is, arrays batched by ``config.batch_size``, ``x``
+    alone, sample weights, a ``PyDataset``, a generator)."""
 
     is_model = True
 
     def __init__(self, model: Any, data: Any, config: TrainConfig) -> None:
         from toolkit import devices
-        from toolkit.data import infer_batch_size
 
         self.model, self.config = model, config
-        self.dataset, self.described = as_batches(data, config.batch_size)
-        self.batch_size = infer_batch_size(self.dataset)
+        from toolkit.data import _fit_data
+        from toolkit.runner.train import SetupError
+
+        try:
+            self.dataset, self.described, self.batch_size = _fit_data.fit_dataset(
+                data, config.batch_size
+            )
+        except ValueError as e:  # a form fit would refuse too: one line, naming the data
+            raise SetupError(str(e)) from None
         self.name = str(getattr(model, "name", None) or "model")
         self.device = devices.resolve(config.device)
         self.saved = snapshot(model)
@@ -402,27 +409,6 @@ def compile_args(model: Any) -> dict[str, Any]:
     from toolkit.runner.train import SetupError
 
     raise SetupError("(model, data): compile the model first (model.compile(...))")
-
-
-def as_batches(data: Any, batch_size: int | None = None) -> tuple[Any, str]:
-    """A user's training data as batches, and in words what it is.
-
-    `data` is a batched ``tf.data.Dataset`` (used exactly as it is) or ``(features, labels)``
-    arrays (batched by `batch_size`, default 32, in tf.data, as ``fit`` would batch them).
-    """
-    from toolkit.data import describe_pipeline, from_arrays
-    from toolkit.runner.train import SetupError
-
-    if isinstance(data, tuple):
-        size = batch_size or 32
-        dataset = from_arrays(*data).batch(size)
-        return dataset, f"your arrays, batched by {size} in tf.data: {describe_pipeline(dataset)}"
-    if not hasattr(data, "element_spec"):
-        raise SetupError(
-            f"data: expected a batched tf.data.Dataset or (features, labels) arrays, got "
-            f"{type(data).__name__}"
-        )
-    return data, f"your pipeline: {describe_pipeline(data)}"
 
 
 def measured_fit(

@@ -1,0 +1,67 @@
+"""What each optional extra brings, and the one line that says so when it is missing.
+
+A feature that an extra brings never vanishes without a word: where it is left out, one line
+on stderr says what is missing and the install that brings it, once per process. The install
+names the distribution (``pip install 'keras-perf-toolkit[report]'``), which works from PyPI
+or a wheel as well as in a source checkout, where ``.[report]`` alone would.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+__all__ = ["install_hint", "missing", "note_missing", "why_missing"]
+
+DISTRIBUTION = "keras-perf-toolkit"
+
+# extra -> the modules it installs that features look for
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "report": ("matplotlib",),
+    "profile": ("tensorboard", "xprof"),
+    "jax": ("jax",),
+    "torch": ("torch",),
+}
+
+_said: set[str] = set()
+
+
+def install_hint(extra: str) -> str:
+    """``pip install 'keras-perf-toolkit[extra]'``."""
+    return f"pip install '{DISTRIBUTION}[{extra}]'"
+
+
+def missing(extra: str, needs: tuple[str, ...] | None = None) -> list[str]:
+    """The modules of `extra` (or of them, those a feature `needs`) that cannot be imported
+    here; empty when it is installed."""
+    gone = []
+    for name in needs or EXTRAS[extra]:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a broken install, or a module set to None
+            found = False
+        if not found:
+            gone.append(name)
+    return gone
+
+
+def why_missing(extra: str, needs: tuple[str, ...] | None = None) -> str | None:
+    """``"matplotlib is not installed (pip install 'keras-perf-toolkit[report]')"``, or None
+    when `extra` (what of it a feature `needs`) is installed."""
+    gone = missing(extra, needs)
+    if not gone:
+        return None
+    verb = "is" if len(gone) == 1 else "are"
+    return f"{' and '.join(gone)} {verb} not installed ({install_hint(extra)})"
+
+
+def note_missing(extra: str, what: str, needs: tuple[str, ...] | None = None) -> bool:
+    """One line on stderr, ``"<what>: <why_missing>"``, once per process and `what`, when
+    `extra` (what of it a feature `needs`) is missing; returns whether it is missing."""
+    why = why_missing(extra, needs)
+    if why is None:
+        return False
+    if what not in _said:
+        _said.add(what)
+        print(f"{what}: {why}", file=sys.stderr, flush=True)
+    return True

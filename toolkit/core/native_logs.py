@@ -1,0 +1,132 @@
+"""The frameworks' native start-up lines, held back so the first screen is the toolkit's.
+
+TensorFlow 2.21 logs through absl's C++ logging and never calls ``absl::InitializeLog``, so
+the lines it writes while its libraries load (oneDNN, "Could not find cuda drivers", the CPU
+instructions it was not built for) reach stderr whatever ``TF_CPP_MIN_LOG_LEVEL`` says, and
+its first device listing adds ``failed call to cuInit`` as an error on every machine without
+a GPU. ``TF_CPP_MIN_LOG_LEVEL=2`` does quiet what comes later (the profiler's ``delay_ms``
+warnings, XLA's "Compiled cluster" notes).
+
+So :func:`held` catches file descriptor 2 (C++ writes there, not to ``sys.stderr``) for the
+few calls that load a framework, and writes back every line that is not start-up noise:
+an error that matters still shows, once the call returns. It holds nothing when the user
+asked to see the framework's logs: ``TF_CPP_MIN_LOG_LEVEL`` set below 2 in the environment,
+or ``--verbosity`` (``-v``) 0 or more on the command line (:func:`configure`). JAX's own INFO
+lines (no TPU found, its distributed service starting) are held back the same way, by its
+``jax`` logger's level.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+
+__all__ = ["configure", "held"]
+
+LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"
+QUIET_LEVEL = "2"  # INFO and WARNING out; errors stay
+
+# absl's lines: a severity letter, MMDD, the time, the thread, file:line]. INFO and WARNING
+# lines are start-up chatter; an error line is noise only where it says "no GPU here".
+_ABSL = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [\w./-]+:\d+\] ")
+_CHATTER = re.compile(r"^[IW]\d{4} ")
+_NO_GPU = re.compile(
+    r"cuInit|cuda_platform|Unable to register cu(DNN|FFT|BLAS) factory|TF-TRT Warning"
+)
+_PLAIN = (
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    "To enable the following instructions:",  # the second line of cpu_feature_guard's INFO
+)
+
+_state = {"hold": True}
+
+
+def configure(argv: Sequence[str], env: dict[str, str] | None = None) -> bool:
+    """Decides, before any framework loads, whether start-up lines are held; returns it.
+
+    Sets ``TF_CPP_MIN_LOG_LEVEL=2`` unless the environment already sets it (the user's choice
+    stands) or `argv` asks for ``--verbosity`` 0 or more (then ``0``: everything shows).
+    """
+    env = os.environ if env is None else env
+    verbose = _verbosity(argv) >= 0
+    if verbose:
+        env.setdefault(LEVEL_VAR, "0")
+    else:
+        env.setdefault(LEVEL_VAR, QUIET_LEVEL)
+    try:
+        level = int(env[LEVEL_VAR])
+    except ValueError:
+        level = 0
+    _state["hold"] = not verbose and level >= int(QUIET_LEVEL)
+    if _state["hold"]:  # JAX's own INFO lines (no TPU here, the distributed service's start)
+        logging.getLogger("jax").setLevel(logging.WARNING)
+    return _state["hold"]
+
+
+def _verbosity(argv: Sequence[str]) -> int:
+    """absl's ``--verbosity``/``-v`` as given on the command line (-1, absl's default, when
+    absent or unreadable: absl itself says what was wrong with it)."""
+    args = list(argv)
+    for i, arg in enumerate(args):
+        for name in ("--verbosity", "-v"):
+            value = None
+            if arg.startswith(name + "="):
+                value = arg[len(name) + 1 :]
+            elif arg == name and i + 1 < len(args):
+                value = args[i + 1]
+            if value is not None:
+                try:
+                    return int(value)
+                except ValueError:
+                    return {"debug": 1, "info": 0}.get(value.lower(), -1)
+    return -1
+
+
+def is_noise(line: str) -> bool:
+    """Whether `line` is a framework's start-up chatter (never an error that matters)."""
+    text = line.rstrip("\r\n")
+    if text.startswith(_PLAIN):
+        return True
+    if _ABSL.match(text):
+        return bool(_CHATTER.match(text) or _NO_GPU.search(text))
+    return False
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Holds what is written to file descriptor 2 inside the block; afterwards writes back
+    every line that is not :func:`is_noise`, even when the block raises.
+
+    A no-op when :func:`configure` decided to show everything, or where fd 2 cannot be
+    duplicated (an embedding host without one).
+    """
+    if not _state["hold"]:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode("utf-8", errors="replace")
+            kept = [line for line in text.splitlines(keepends=True) if not is_noise(line)]
+            if kept:
+                with contextlib.suppress(OSError, ValueError):
+                    sys.stderr.write("".join(kept))
+                    sys.stderr.flush()
