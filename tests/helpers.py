@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import json
+import os
+import socket
 import subprocess
 import sys
 import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
 
 
 def run_python(code: str, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -79,3 +88,91 @@ def fake_rates(candidate) -> float:
     rate *= 2.0 if candidate.steps_per_execution == 8 else 1.0
     rate *= 0.5 if candidate.precision == "mixed_bfloat16" else 1.0
     return rate
+
+
+def _tensorboard_run(logdir: str | os.PathLike[str]) -> Any:
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+
+    events = EventAccumulator(os.fspath(logdir), size_guidance={"tensors": 0})
+    events.Reload()
+    return events
+
+
+def read_scalars(logdir: str | os.PathLike[str]) -> dict[str, list[Any]]:
+    """The scalars of one TensorBoard run directory, read with TensorBoard's own reader (the
+    one its plugins use): ``{tag: [point with .step, .value]}``."""
+    from types import SimpleNamespace
+
+    from tensorboard.util import tensor_util
+
+    events = _tensorboard_run(logdir)
+    return {
+        tag: [
+            SimpleNamespace(step=e.step, value=float(tensor_util.make_ndarray(e.tensor_proto)))
+            for e in events.Tensors(tag)
+        ]
+        for tag in events.Tags()["tensors"]
+    }
+
+
+def scalar_descriptions(logdir: str | os.PathLike[str]) -> dict[str, str]:
+    """``{tag: its description}`` in one TensorBoard run directory, as TensorBoard reads it."""
+    events = _tensorboard_run(logdir)
+    return {
+        tag: events.SummaryMetadata(tag).summary_description for tag in events.Tags()["tensors"]
+    }
+
+
+@contextlib.contextmanager
+def tensorboard_server(logdir: str | os.PathLike[str], timeout: float = 120) -> Iterator[str]:
+    """The real ``tensorboard`` program (its Rust data server included) serving `logdir` on a
+    port of its choosing; yields its base URL, and stops it after the block."""
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "tensorboard.main"),
+            *("--logdir", os.fspath(logdir), "--host", "127.0.0.1", "--port", "0"),
+            *("--reload_interval", "1"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        came, said = read_until(proc, "TensorBoard ", timeout, stream="stderr")
+        assert came, f"tensorboard did not start: {said[-2000:]}"
+        line = said.splitlines()[-1]
+        yield line.split(" at ", 1)[1].split()[0].rstrip("/")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def get_json(url: str, until: Callable[[Any], bool], timeout: float = 120) -> Any:
+    """GETs `url` as JSON until `until(reply)` holds (a server still loading answers with less)
+    or `timeout` seconds pass; returns the last reply."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(url, timeout=30) as reply:
+            body = reply.read()
+            if reply.headers.get("Content-Encoding") == "gzip":  # XProf's plugin sends it so
+                body = gzip.decompress(body)
+        got = json.loads(body)
+        if until(got) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.5)
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` ports free on 127.0.0.1 now (for a cluster's addresses)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import free_ports
 from toolkit.distribute import DistributeError, processes
 
 pytest.importorskip("jax")
@@ -24,17 +25,6 @@ pytest.importorskip("jax")
 pytestmark = pytest.mark.skipif(
     os.environ.get("TF_USE_LEGACY_KERAS") == "1", reason="Keras 3's own distribution"
 )
-
-
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -238,7 +228,7 @@ def test_fused_steps_over_local_devices_train_exactly_like_separate_steps(tmp_pa
 def test_two_processes_train_one_model_and_the_chief_reports_the_cluster(tmp_path):
     """Worker 0 from the flags, worker 1 from the environment a cluster manager sets for
     Keras: both end with the same weights, and the chief's report is the cluster's."""
-    hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
+    hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
     flags = ["--epochs=2", "--train_steps=12", "--batch_size=32", f"--report_dir={tmp_path}"]
     procs = [
         _start(_recipe(hosts, 0, *flags)),
@@ -296,7 +286,7 @@ def test_two_processes_train_one_model_and_the_chief_reports_the_cluster(tmp_pat
 
 @pytest.mark.parametrize("alone", [0, 1])
 def test_a_worker_that_never_joins_is_named_in_one_line_after_cluster_wait(tmp_path, alone):
-    hosts = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+    hosts = [f"127.0.0.1:{p}" for p in free_ports(2)]
     out = subprocess.run(
         _recipe(",".join(hosts), alone, "--cluster_wait=3", f"--report_dir={tmp_path / 'r'}"),
         capture_output=True, text=True, timeout=180, env=_env(),
@@ -311,7 +301,7 @@ def test_a_worker_that_never_joins_is_named_in_one_line_after_cluster_wait(tmp_p
 
 
 def test_the_coordinator_port_in_use_is_one_line(tmp_path):
-    hosts = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+    hosts = [f"127.0.0.1:{p}" for p in free_ports(2)]
     holder = socket.socket()
     holder.bind(("", int(hosts[0].rsplit(":", 1)[1])))
     holder.listen(1)
@@ -328,7 +318,7 @@ def test_the_coordinator_port_in_use_is_one_line(tmp_path):
 
 
 def test_workers_started_with_other_hosts_or_batch_both_say_what_differs(tmp_path):
-    a, b, c = (f"127.0.0.1:{p}" for p in _free_ports(3))
+    a, b, c = (f"127.0.0.1:{p}" for p in free_ports(3))
     procs = [
         _start(_recipe(f"{a},{b}", 0, "--cluster_wait=60", f"--report_dir={tmp_path}")),
         _start(
@@ -349,7 +339,7 @@ def test_workers_started_with_other_hosts_or_batch_both_say_what_differs(tmp_pat
 
 
 def test_a_batch_that_does_not_split_over_the_processes_fails_before_anyone_waits(tmp_path):
-    hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
+    hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
     start = time.monotonic()
     out = subprocess.run(
         _recipe(hosts, 1, "--batch_size=33", f"--report_dir={tmp_path}"),
@@ -376,7 +366,7 @@ def test_a_killed_worker_ends_the_others_in_one_line_and_the_restarted_cluster_r
         "--epochs=8", "--train_steps=40", "--batch_size=64", f"--backup_dir={backup}",
         f"--report_dir={tmp_path / 'runs'}",
     ]  # fmt: skip
-    hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
+    hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
     procs = [_start(_recipe(hosts, i, *flags)) for i in range(2)]
     try:
         deadline = time.monotonic() + 240
@@ -397,7 +387,7 @@ def test_a_killed_worker_ends_the_others_in_one_line_and_the_restarted_cluster_r
     killed_at = _backup_epoch(backup)
     assert 2 <= killed_at < 8
 
-    hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))  # the old ports may linger
+    hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))  # the old ports may linger
     procs = [_start(_recipe(hosts, i, *flags)) for i in range(2)]
     try:
         outputs = [_finish(p, timeout=300) for p in procs]
@@ -416,7 +406,7 @@ def test_a_killed_worker_ends_the_others_in_one_line_and_the_restarted_cluster_r
 def test_a_killed_coordinator_ends_the_others_within_seconds(tmp_path):
     """JAX's coordination service lives in worker 0: when it dies the others are ended by
     JAX itself (a fatal log line, not ours), at once and without a hang."""
-    hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
+    hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
     flags = ["--epochs=50", "--train_steps=40", f"--report_dir={tmp_path}"]
     procs = [_start(_recipe(hosts, i, *flags)) for i in range(2)]
     try:
@@ -465,7 +455,7 @@ print("CLUSTER", json.dumps(prof.report.cluster))
 def test_your_own_model_over_processes_gets_the_cluster_report_from_profile(tmp_path):
     script = tmp_path / "own.py"
     script.write_text(OWN_MODEL)
-    (port,) = _free_ports(1)
+    (port,) = free_ports(1)
     procs = [
         _start([sys.executable, str(script), str(i), str(port), str(tmp_path / f"r{i}")])
         for i in range(2)

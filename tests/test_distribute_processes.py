@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import read_until
+from tests.helpers import free_ports, read_until
 
 WORKER = """
 import sys
@@ -72,17 +71,6 @@ print("report", result.paths["json"], flush=True)
 """
 
 
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     env.update(extra)
@@ -104,7 +92,7 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 def test_two_workers_train_in_sync_and_their_reports_merge(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
+    hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), str(i), hosts, str(tmp_path)],
@@ -187,7 +175,7 @@ def test_data_service_serves_the_same_elements_as_the_local_pipeline(tmp_path):
 @pytest.mark.parametrize("alone", [0, 1])
 def test_a_worker_whose_peer_never_starts_fails_in_one_line_after_cluster_wait(tmp_path, alone):
     """TensorFlow alone would wait an hour on worker 1 and for ever on worker 0, silently."""
-    hosts = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+    hosts = [f"127.0.0.1:{p}" for p in free_ports(2)]
     out = subprocess.run(
         [
             sys.executable, "-m", "recipes.mlp", "--distribution_strategy=multi_worker_mirrored",
@@ -258,7 +246,7 @@ def test_a_killed_worker_restarts_and_the_cluster_resumes_to_the_requested_steps
     again, as a cluster manager would: they resume from epoch 2 and end at 4 x 50 steps."""
     script = tmp_path / "worker.py"
     script.write_text(RESUMABLE_WORKER)
-    hosts = ",".join(f"127.0.0.1:{p}" for p in _free_ports(2))
+    hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
 
     def start(index: int) -> subprocess.Popen:
         return subprocess.Popen(

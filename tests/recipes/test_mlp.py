@@ -76,14 +76,39 @@ def test_performance_flags_trace_and_memory(tmp_path):
     assert "top host ops" in again.stdout
     assert again.stderr == ""  # XProf's C++ log lines kept off the terminal
     # --tensorboard: the Scalars tab gets step time, the epoch metrics, MFU and memory.
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tests.helpers import read_scalars
 
-    events = EventAccumulator(str(run_dir / "tensorboard"))
-    events.Reload()
-    tags = set(events.Tags()["scalars"])
-    assert {"step_time/ms", "step_time/p50_ms", "epoch/loss", "epoch/val_accuracy"} <= tags
-    assert {"compute/mfu_percent", "memory/host_rss_mb"} <= tags, tags
-    assert len(events.Scalars("epoch/loss")) == 3
+    train = read_scalars(run_dir / "train")
+    tags = set(train)
+    assert {"Step time/ms", "Step time/p50_ms", "epoch_loss", "epoch_accuracy"} <= tags
+    assert {"Throughput/mfu_percent", "memory/host_rss_mb"} <= tags, tags
+    assert [e.step for e in train["epoch_loss"]] == [0, 1, 2]
+    assert len(train["Throughput/mfu_percent"]) == 3  # a line, not one dot
+    assert set(read_scalars(run_dir / "validation")) == {"epoch_loss", "epoch_accuracy"}
+    # One run directory holds both TensorBoard runs and the trace (in train, as Keras puts
+    # it), and the one viewing command names the report directory.
+    assert list((run_dir / "train").rglob("*.xplane.pb"))
+    view = f"tensorboard --logdir {tmp_path}"
+    assert data["tensorboard"]["view"] == view and data["trace"]["view"] == view
+    assert data["tensorboard"]["runs"] == ["train", "validation"]
+    assert f"tensorboard: runs train, validation in {run_dir}; view with `{view}`" in out.stdout
+    # What the real TensorBoard serves from that command (its Rust data server, as a browser
+    # gets it; docs/tensorboard.md has the screenshots): the run's two runs, the headline
+    # groups first, a description on every card, and the trace in the train run.
+    from tests.helpers import get_json, tensorboard_server
+
+    stamp = run_dir.name
+    with tensorboard_server(tmp_path) as url:
+        runs = get_json(f"{url}/data/runs", lambda got: len(got) == 2)
+        assert runs == [f"{stamp}/train", f"{stamp}/validation"]
+        cards = get_json(f"{url}/data/plugin/scalars/tags", lambda got: len(got) == 2)
+        groups = sorted({tag.split("/")[0] for tag in cards[f"{stamp}/train"]})
+        assert groups[:2] == ["Step time", "Throughput"], groups
+        assert set(cards[f"{stamp}/validation"]) == {"epoch_loss", "epoch_accuracy"}
+        described = [card["description"] for run in cards.values() for card in run.values()]
+        assert all(len(d) > 30 for d in described), cards
+        profiles = get_json(f"{url}/data/plugin/profile/runs", lambda got: bool(got))
+        assert [p.rsplit("/", 1)[0] for p in profiles] == [f"{stamp}/train"]
 
 
 @pytest.mark.parametrize(

@@ -105,10 +105,13 @@ class StepTimer(compat.keras().callbacks.Callback):
         add_to_logs: add each epoch's ``step_ms_p50`` and ``examples_per_sec`` to Keras's
             epoch logs (:data:`LOG_KEYS`) for the callbacks after this one. Defaults to `True`.
         tensorboard_dir: write step time (per execution, or per `log_steps` window), p50/p90
-            and examples/s as TensorBoard scalars in this directory, at each epoch's end (never
-            per step; ``toolkit.profiling.scalars``). Needs TensorBoard installed. Defaults to
-            `None` (no event file).
-        tensorboard_metrics: also write the model's epoch metrics (``epoch/loss``...) there,
+            and examples/s as TensorBoard scalars into this directory's ``train`` run, as
+            ``keras.callbacks.TensorBoard(log_dir)`` lays out its own (give both the same
+            directory and the points join Keras's), at each epoch's end (never per step;
+            ``toolkit.profiling.scalars``). Needs TensorBoard installed. Defaults to `None`
+            (no event file).
+        tensorboard_metrics: also write the model's epoch metrics as Keras names them
+            (``epoch_loss`` in ``train``, ``val_loss`` as ``epoch_loss`` in ``validation``),
             for a run without Keras's own TensorBoard callback. Defaults to `False`.
 
     Example:
@@ -437,7 +440,7 @@ class StepTimer(compat.keras().callbacks.Callback):
             figures = epoch_figures(calls, self.batch_size)
         if self.add_to_logs and isinstance(logs, MutableMapping):
             logs.update({k: figures[k] for k in LOG_KEYS if k in figures})
-        self._write_scalars(metrics, figures)
+        self._write_scalars(metrics, figures, epoch)
         self.epochs.append(
             {
                 "epoch": epoch,
@@ -452,6 +455,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self,
         metrics: Mapping[str, float] | None = None,
         figures: Mapping[str, float] | None = None,
+        epoch: int | None = None,
     ) -> None:
         """Writes the calls recorded since the last write to TensorBoard (at an epoch's end,
         and when a custom loop stops). A writer that fails is dropped with a warning: it never
@@ -467,6 +471,7 @@ class StepTimer(compat.keras().callbacks.Callback):
                 self.batch_size,
                 metrics if self.tensorboard_metrics else None,
                 figures,
+                epoch,
             )
         except Exception as e:  # noqa: BLE001 - a full disk must not stop training
             logging.warning("StepTimer: TensorBoard scalars stopped: %s: %s", type(e).__name__, e)

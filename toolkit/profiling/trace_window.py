@@ -53,8 +53,9 @@ class TraceWindow(compat.keras().callbacks.Callback):
     Example:
 
     ```python
-    model.fit(dataset, epochs=2, callbacks=[StepTimer(), TraceWindow("runs/trace")])
-    # then: tensorboard --logdir runs/trace   (Profile tab)
+    model.fit(dataset, epochs=2, callbacks=[StepTimer(), TraceWindow("logs/train")])
+    # then: tensorboard --logdir logs   (Profile tab; "train" is where Keras's TensorBoard
+    # callback puts its trace, so both land in one run)
     ```
     """
 

@@ -80,6 +80,7 @@ class RunReport:
     diagnosis: dict[str, Any] | None = None
     tune: dict[str, Any] | None = None
     cluster: dict[str, Any] | None = None
+    tensorboard: dict[str, Any] | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     toolkit_version: str = __version__
     schema_version: int = SCHEMA_VERSION
@@ -275,6 +276,8 @@ class RunReport:
             lines.append("final: " + ", ".join(f"{k} {v:.4g}" for k, v in self.metrics.items()))
         if self.memory and self.memory.get("warnings"):
             lines += [f"memory warning: {w}" for w in self.memory["warnings"]]
+        if self.tensorboard:
+            lines.append(_tensorboard_line(self.tensorboard))
         if self.trace:
             lines.append(_trace_line(self.trace))
             lines += trace_lines(self.trace.get("analysis"))
@@ -363,6 +366,8 @@ class RunReport:
                 w(f"| {epoch} | {r['host_rss_mb']:.1f} | {devs or '—'} |\n")
             for warning in self.memory.get("warnings", []):
                 w(f"\n**Warning:** {warning}\n")
+        if self.tensorboard:
+            w(f"\n## TensorBoard\n\n{_tensorboard_line(self.tensorboard)}\n")
         if self.trace:
             w(f"\n## Profiler trace\n\n{_trace_line(self.trace)}\n")
             _trace_markdown(w, self.trace.get("analysis"))
@@ -525,6 +530,14 @@ def cell(value: Any) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _tensorboard_line(board: Mapping[str, Any]) -> str:
+    runs = ", ".join(board.get("runs") or [])
+    return (
+        f"tensorboard: runs {runs} in {board.get('logdir')}; "
+        f"view with `{board.get('view')}` (Scalars tab)"
+    )
+
+
 def _trace_line(trace: Mapping[str, Any]) -> str:
     if trace.get("error"):
         return f"trace: failed ({trace['error']})"
@@ -536,10 +549,8 @@ def _trace_line(trace: Mapping[str, Any]) -> str:
     head = f"trace: steps {steps[0]}–{steps[1]} in {where} ({len(files)} file(s)); "
     if files and all(f.endswith((".json", ".json.gz")) for f in files):  # torch.profiler's
         return head + "open it in https://ui.perfetto.dev or read it with `python -m toolkit trace`"
-    line = head + (
-        f"view with `tensorboard --logdir {where}` (Profile tab) or read it with "
-        "`python -m toolkit trace`"
-    )
+    view = trace.get("view") or f"tensorboard --logdir {where}"
+    line = head + f"view with `{view}` (Profile tab) or read it with `python -m toolkit trace`"
     why = extras.why_missing("profile")
     return line + (f"; {why}" if why else "")
 

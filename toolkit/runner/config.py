@@ -289,7 +289,8 @@ class TrainConfig:
     tensorboard: bool = setting(
         False,
         "Write step time, p50/p90, examples/s, MFU, memory and the epoch metrics as "
-        "TensorBoard scalars in <run dir>/tensorboard (view: tensorboard --logdir <report_dir>).",
+        "TensorBoard scalars in the run dir's train and validation runs, as Keras lays them out "
+        "(view: tensorboard --logdir <report_dir>).",
         MEASURING,
         speed=False,
         quiet=False,

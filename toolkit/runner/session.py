@@ -17,7 +17,7 @@ from toolkit.core.errors import one_line
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS
 from toolkit.profiling.loss_guard import LossGuard
 from toolkit.profiling.memory_watch import MemoryWatch
-from toolkit.profiling.scalars import Scalars
+from toolkit.profiling.scalars import HOST_RSS, TRAIN, Scalars, viewing_hint
 from toolkit.profiling.step_timer import StepTimer
 from toolkit.profiling.stop_on_signal import StopOnSignal
 from toolkit.profiling.trace_window import TraceWindow
@@ -61,13 +61,17 @@ class Profile:
         batch_size: examples per step, for examples/sec. Defaults to `None` (from `data`).
         data: a `tf.data.Dataset` to read the batch size from.
         warmup_steps: steps left out after the first. Defaults to `5`.
-        trace_steps: ``(start, stop)`` steps to capture with the TF profiler into
-            ``<run dir>/trace``. Defaults to `None` (no trace).
+        trace_steps: ``(start, stop)`` steps to capture with the profiler into
+            ``<run dir>/train`` (where Keras's TensorBoard callback puts its trace, beside the
+            scalars), or ``<report_dir or .>/trace`` with no run directory. Defaults to `None`
+            (no trace).
         memory_watch: add a MemoryWatch. Defaults to `False`.
-        tensorboard: write TensorBoard scalars into ``<run dir>/tensorboard``: StepTimer's
+        tensorboard: write TensorBoard scalars into the run directory's ``train`` and
+            ``validation`` runs, as Keras's TensorBoard callback lays them out: StepTimer's
             step time, p50/p90 and examples/s and the model's epoch metrics at each epoch's
-            end, and MFU and memory at the end (``toolkit.profiling.scalars``). Needs a
-            `report_dir` and TensorBoard installed. Defaults to `False`.
+            end, and MFU and memory per epoch at the end (``toolkit.profiling.scalars``).
+            ``tensorboard --logdir <report_dir>`` shows them. Needs a `report_dir` and
+            TensorBoard installed. Defaults to `False`.
         args: the run's arguments/flags, recorded in the report.
         plot: write the PNG plot. Defaults to `True`.
         log_steps: print step time every this many steps. Defaults to `None`.
@@ -139,13 +143,14 @@ class Profile:
         if self.report_dir is not None:
             self.run_dir = new_run_dir(self.report_dir)
         if self._tensorboard and self.run_dir is not None:
-            self.timer.scalars = Scalars(
-                os.path.join(self.run_dir, "tensorboard"), self.timer.log_steps
-            )
+            self.timer.scalars = Scalars(self.run_dir, self.timer.log_steps)
             self.timer.tensorboard_metrics = True
         if self._trace_steps is not None:
             start, stop = self._trace_steps
-            logdir = os.path.join(self.run_dir or self.report_dir or ".", "trace")
+            if self.run_dir is not None:  # beside the scalars, in Keras's train run
+                logdir = os.path.join(self.run_dir, TRAIN)
+            else:
+                logdir = os.path.join(self.report_dir or ".", "trace")
             self.trace = TraceWindow(logdir, start_step=start, stop_step=stop)
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
@@ -179,6 +184,7 @@ class Profile:
                 cluster=cluster,
             )
             self._final_scalars()
+            self._viewing(self.report)
             if exc is not None:  # the caller that catches it can say what was kept, and where
                 exc.toolkit_report = self.report  # type: ignore[union-attr]
                 exc.toolkit_run_dir = self.run_dir  # type: ignore[union-attr]
@@ -232,8 +238,21 @@ class Profile:
         view["same_weights"] = len(prints) == 1 if model is not None else None
         return view
 
+    def _viewing(self, report: RunReport) -> None:
+        """Where the run's TensorBoard runs are, and the one command that shows them (every
+        run under `report_dir` side by side), in the report and its trace line."""
+        if self.run_dir is None or self.report_dir is None:
+            return
+        view = viewing_hint(self.report_dir)
+        if report.trace is not None:
+            report.trace["view"] = view
+        scalars = self.timer.scalars
+        if scalars is not None and scalars.runs:
+            report.tensorboard = {"logdir": self.run_dir, "runs": scalars.runs, "view": view}
+
     def _final_scalars(self) -> None:
-        """MFU and the memory readings as TensorBoard scalars, then the event file closed."""
+        """MFU per epoch and the memory readings as TensorBoard scalars, then the files
+        closed."""
         scalars, report = self.timer.scalars, self.report
         if scalars is None or report is None:
             return
@@ -242,13 +261,11 @@ class Profile:
             for e in self.timer.epochs:
                 step += e["steps"]
                 ends[e["epoch"]] = step
-            last = self.timer.global_step
-            mfu = (report.compute or {}).get("mfu")
-            if mfu is not None:
-                scalars.write("compute/mfu_percent", 100.0 * mfu, last)
+            compute = report.compute or {}
+            scalars.utilization(compute.get("flops_per_step"), compute.get("peak_flops_per_s"))
             for r in (report.memory or {}).get("readings", []):
                 at = ends.get(r.get("epoch"), 0) if r.get("epoch") is not None else 0
-                scalars.write("memory/host_rss_mb", r["host_rss_mb"], at)
+                scalars.write(HOST_RSS, r["host_rss_mb"], at)
                 for device, m in (r.get("devices") or {}).items():
                     scalars.write(f"memory/{device}_peak_mb", m["peak_mb"], at)
             scalars.close()
