@@ -11,7 +11,8 @@ it loads):
    ``keras.utils.PyDataset`` where TensorFlow is absent) under the hinted policy: validation
    accuracy, step time, examples/s and MFU, the report written under ``--out``;
 3. ResNet-50 on synthetic 224×224 images (``recipes.resnet --model=resnet50``): images/s and
-   MFU against the matmul peak the toolkit measured on the device in the same dtype;
+   MFU against the matmul peak the toolkit measured on the device in the same dtype, and on a
+   GPU the datasheet table lists, against the datasheet's dense figure too;
 4. the seed MLP (256→512→10, batch 32, 1000 steps): the seed's way (NumPy batches from a Python
    generator, one ``train_on_batch`` per step) against ``toolkit.runner.train.run`` with the
    toolkit's settings for the backend (and on PyTorch again with ``torch.compile``), as
@@ -120,7 +121,7 @@ def main() -> None:
         say(
             f"resnet50 synthetic 224×224, batch {batch}, {policy}: "
             f"{resnet['examples_per_sec']:,.1f} images/s, step p50 {resnet['p50_ms']:.2f} ms, "
-            f"MFU {resnet['mfu']} of {resnet['peak']}, {_memory(resnet)}"
+            f"MFU {resnet['mfu']} of {resnet['peak']}{resnet['datasheet']}, {_memory(resnet)}"
         )
         seed = _part("seed_base", backend, args)
         record["seed_mlp"] = {"baseline": seed, "toolkit": []}
@@ -157,6 +158,15 @@ def main() -> None:
 
 
 # ---------------------------------------------------------------------------- parent side
+
+
+def _datasheet(compute: dict) -> str:
+    """``; 7.5% of the datasheet 989.4 TFLOP/s (NVIDIA H100 SXM, dense float16)`` on a GPU the
+    toolkit's datasheet table lists, else nothing."""
+    mfu, sheet = compute.get("datasheet_mfu"), compute.get("datasheet_peak_flops_per_s")
+    if mfu is None or not sheet:
+        return ""
+    return f"; {mfu:.1%} of the datasheet {sheet / 1e12:.1f} TFLOP/s ({compute['datasheet_peak']})"
 
 
 def _memory(result: dict) -> str:
@@ -209,6 +219,7 @@ def _recipe(backend: str, recipe: str, out: str, args: argparse.Namespace, flags
         "examples_per_sec": steps["examples_per_sec"] or 0.0,
         "mfu": f"{mfu:.1%}" if mfu is not None else "n/a",
         "peak": f"{peak / 1e12:.1f} TFLOP/s {compute.get('peak_dtype')}" if peak else "n/a",
+        "datasheet": _datasheet(compute),
         "first_step_s": steps["first_step_s"],
     }
 

@@ -279,6 +279,23 @@ def test_compute_section_adds_achieved_flops_and_mfu_from_the_median_step(tmp_pa
     paths = r.write(tmp_path, plot=False)
     assert "| MFU, of the measured peak | 50.0% |" in Path(paths["markdown"]).read_text()
     assert RunReport.load(paths["json"]) == r
+    # On a GPU the datasheet lists, its dense figure beside the measured one (MFU as
+    # published figures give it); elsewhere, no datasheet words at all.
+    sheet = {
+        **compute,
+        "datasheet_peak_flops_per_s": 4e12,
+        "datasheet_peak": "NVIDIA H100 SXM, dense tf32",
+    }
+    gpu = RunReport.from_callbacks("g", timer, compute=sheet)
+    assert gpu.compute["datasheet_mfu"] == pytest.approx(0.05)
+    assert (
+        "MFU 50.0% of the measured float32 matmul peak 400 GFLOP/s; 5.0% of the datasheet peak "
+        "4 TFLOP/s (NVIDIA H100 SXM, dense tf32)"
+    ) in gpu.summary()
+    markdown = gpu.to_markdown()
+    assert "| datasheet peak (NVIDIA H100 SXM, dense tf32) | 4 TFLOP/s |" in markdown
+    assert "| MFU, of the datasheet peak | 5.0% |" in markdown
+    assert "datasheet peak" not in r.summary() + r.to_markdown()
     uncounted = RunReport.from_callbacks(
         "u", timer, compute={"flops_per_step": None, "note": "a while loop"}
     )

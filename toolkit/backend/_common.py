@@ -28,6 +28,7 @@ SEAM = (
     "count_flops",
     "data_parallel",
     "device_memory",
+    "float32_matmul_precision",
     "framework_facts",
     "fuse_train_steps",
     "gather_processes",

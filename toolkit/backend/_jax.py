@@ -74,6 +74,16 @@ def intra_op_threads() -> int:
     return 0
 
 
+def float32_matmul_precision() -> str:
+    """``"float32"`` when JAX's default matmul precision is the highest (``float32``,
+    ``highest``), else ``"tf32"`` (its default on GPUs with TF32 tensor cores): which
+    datasheet figure a float32 step is compared with."""
+    import jax
+
+    precision = str(jax.config.jax_default_matmul_precision or "default").lower()
+    return "float32" if precision in ("highest", "float32") else "tf32"
+
+
 # ---------------------------------------------------------------------------- traces
 
 

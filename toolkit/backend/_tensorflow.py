@@ -12,7 +12,8 @@
 * :func:`measure_matmul_peak`: FLOP/s of chained large matmuls on one device.
 * :func:`fuse_train_steps`: several training steps inside one compiled ``train_step``.
 * :func:`quiet_retracing`: silences TF's retracing warning while many short runs build models.
-* :func:`intra_op_threads`: the thread setting a measured peak depends on.
+* :func:`intra_op_threads`: the thread setting a measured peak depends on;
+  :func:`float32_matmul_precision`: whether float32 matmuls may run on TF32 tensor cores.
 
 TensorFlow is imported inside each function, so importing this module is free; its callers run
 in processes that train on TensorFlow.
@@ -99,6 +100,15 @@ def intra_op_threads() -> int:
     import tensorflow as tf
 
     return int(tf.config.threading.get_intra_op_parallelism_threads())
+
+
+def float32_matmul_precision() -> str:
+    """``"tf32"`` when TensorFlow lets float32 matmuls run on TF32 tensor cores (its default,
+    on GPUs that have them), else ``"float32"``: which datasheet figure a float32 step is
+    compared with."""
+    import tensorflow as tf
+
+    return "tf32" if tf.config.experimental.tensor_float_32_execution_enabled() else "float32"
 
 
 def check_config(config: Any) -> None:

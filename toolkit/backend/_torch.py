@@ -85,6 +85,15 @@ def intra_op_threads() -> int:
     return int(torch.get_num_threads())
 
 
+def float32_matmul_precision() -> str:
+    """``"float32"`` under PyTorch's default float32 matmul precision (``highest``: no TF32),
+    ``"tf32"`` when it was lowered (``high``, ``medium``): which datasheet figure a float32
+    step is compared with."""
+    import torch
+
+    return "float32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+
+
 def _sync(target: Any) -> None:
     import torch
 

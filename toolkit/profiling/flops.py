@@ -10,7 +10,9 @@
   ``~/.cache/keras-perf-toolkit``) under the machine key (``toolkit.core.machine``) with the backend
   that measured it, the device, dtype and thread setting. A measured peak, not a datasheet one:
   MFU then says how much of what this machine really does on its best-case kernel the training
-  step gets.
+  step gets. On a GPU the datasheet lists (``toolkit.devices._datasheet``), the datasheet's
+  dense peak for the math the step runs is recorded beside it, for MFU as published figures
+  give it.
 * The arithmetic (achieved FLOP/s, MFU, formatting) is pure and lives beside the step
   statistics: ``toolkit.core.stats.utilization`` and ``format_flops``.
 """
@@ -150,6 +152,7 @@ def compute_facts(model: Any, batch_size: int, precision: str, device: Any) -> d
     }
     if count.train_step is None:
         return facts
+    facts.update(_datasheet(device, dtype))
     try:
         peak = matmul_peak(device, dtype)
     except Exception as e:  # noqa: BLE001 - MFU is a nicety; training goes on
@@ -159,6 +162,29 @@ def compute_facts(model: Any, batch_size: int, precision: str, device: Any) -> d
     facts["peak_source"] = peak["source"]
     facts["peak_spread_pct"] = peak.get("spread_pct")
     return facts
+
+
+def _datasheet(device: Any, dtype: str) -> dict[str, Any]:
+    """The GPU's datasheet peak for the math the step runs (``toolkit.devices._datasheet``),
+    beside the measured one: ``datasheet_peak_flops_per_s`` and ``datasheet_peak`` (what it is
+    the figure of), or nothing where the table has none."""
+    from toolkit.devices._datasheet import datasheet_peak
+
+    if device is None:
+        return {}
+    math = "float32"
+    if dtype == "float32":
+        try:
+            math = backend.get().float32_matmul_precision()
+        except Exception:  # noqa: BLE001 - a nicety: the measured MFU stands without it
+            math = "float32"
+    sheet = datasheet_peak(device, dtype, math)
+    if sheet is None:
+        return {}
+    return {
+        "datasheet_peak_flops_per_s": sheet["flops_per_s"],
+        "datasheet_peak": f"{sheet['product']}, dense {sheet['math']}",
+    }
 
 
 def recheck_peak(compute: dict[str, Any], step_s: float | None, device: Any) -> None:

@@ -119,12 +119,11 @@ class RunReport:
         calls = [[round(d, 9), n, e, k] for d, n, e, k in timer.calls]
         steps = timer.summary()
         if compute is not None:
-            compute = {
-                **compute,
-                **utilization(
-                    compute.get("flops_per_step"), steps.p50_s, compute.get("peak_flops_per_s")
-                ),
-            }
+            work = compute.get("flops_per_step")
+            compute = {**compute, **utilization(work, steps.p50_s, compute.get("peak_flops_per_s"))}
+            if compute.get("datasheet_peak_flops_per_s"):
+                sheet = compute["datasheet_peak_flops_per_s"]
+                compute["datasheet_mfu"] = utilization(work, steps.p50_s, sheet)["mfu"]
         return cls(
             name=name,
             steps=steps,
@@ -330,6 +329,7 @@ class RunReport:
                     format_flops(c.get("peak_flops_per_s"), True) + _peak_spread(c),
                 ),
                 ("MFU, of the measured peak", f"{mfu:.1%}" if mfu is not None else "n/a"),
+                *_datasheet_rows(c),
                 ("how", c.get("method") or "—"),
                 ("note", c.get("note") or "—"),
             ):
@@ -488,7 +488,27 @@ def _compute_line(c: Mapping[str, Any]) -> str:
             f", MFU {c['mfu']:.1%} of the measured {c.get('peak_dtype', '')} matmul peak "
             f"{format_flops(c.get('peak_flops_per_s'), True)}{_peak_spread(c)}"
         )
+    if c.get("datasheet_mfu") is not None:
+        line += (
+            f"; {c['datasheet_mfu']:.1%} of the datasheet peak "
+            f"{format_flops(c.get('datasheet_peak_flops_per_s'), True)} "
+            f"({c.get('datasheet_peak')})"
+        )
     return line
+
+
+def _datasheet_rows(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The datasheet's peak and the MFU of it, where the GPU is in the table."""
+    if not c.get("datasheet_peak_flops_per_s"):
+        return []
+    mfu = c.get("datasheet_mfu")
+    return [
+        (
+            f"datasheet peak ({c.get('datasheet_peak')})",
+            format_flops(c["datasheet_peak_flops_per_s"], True),
+        ),
+        ("MFU, of the datasheet peak", f"{mfu:.1%}" if mfu is not None else "n/a"),
+    ]
 
 
 def _peak_spread(c: Mapping[str, Any]) -> str:
