@@ -2,31 +2,31 @@
 
 from __future__ import annotations
 
-import toolkit
+import keras_perf
 
 from .helpers import run_python
 
 
 def test_every_public_name_exists_and_is_documented():
-    assert toolkit.__all__ == sorted(toolkit.__all__)
-    for name in toolkit.__all__:
-        obj = getattr(toolkit, name)
+    assert keras_perf.__all__ == sorted(keras_perf.__all__)
+    for name in keras_perf.__all__:
+        obj = getattr(keras_perf, name)
         if name != "__version__":
-            assert (obj.__doc__ or "").strip(), f"toolkit.{name} has no docstring"
+            assert (obj.__doc__ or "").strip(), f"keras_perf.{name} has no docstring"
 
 
 def test_unknown_name_is_an_attribute_error():
     try:
-        toolkit.NoSuchThing  # noqa: B018
+        keras_perf.NoSuchThing  # noqa: B018
     except AttributeError as e:
         assert "NoSuchThing" in str(e)
     else:
         raise AssertionError("expected AttributeError")
 
 
-def test_importing_toolkit_and_report_does_not_load_tensorflow():
+def test_importing_the_package_and_report_does_not_load_tensorflow():
     code = (
-        "import sys, toolkit, toolkit.report, toolkit.core.stats, toolkit.__main__; "
+        "import sys, keras_perf, keras_perf.report, keras_perf.core.stats, keras_perf.__main__; "
         "print('tensorflow' in sys.modules)"
     )
     out = run_python(code, timeout=60)
@@ -35,8 +35,10 @@ def test_importing_toolkit_and_report_does_not_load_tensorflow():
 
 
 def test_data_api_names_exist_and_are_documented():
-    from toolkit import data
+    from keras_perf import data
 
     assert data.__all__ == sorted(data.__all__)
     for name in data.__all__:
-        assert (getattr(data, name).__doc__ or "").strip(), f"toolkit.data.{name} has no docstring"
+        assert (getattr(data, name).__doc__ or "").strip(), (
+            f"keras_perf.data.{name} has no docstring"
+        )

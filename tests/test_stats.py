@@ -1,12 +1,12 @@
-"""toolkit.core.stats with injected durations (no clocks, no sleeps, no TensorFlow)."""
+"""keras_perf.core.stats with injected durations (no clocks, no sleeps, no TensorFlow)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from toolkit.core import stats
-from toolkit.core.stats import (
+from keras_perf.core import stats
+from keras_perf.core.stats import (
     StepStats,
     epoch_figures,
     percentile,

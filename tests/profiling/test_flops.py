@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from toolkit.core import machine, stats
-from toolkit.profiling import flops
+from keras_perf.core import machine, stats
+from keras_perf.profiling import flops
 
 
 @pytest.mark.every_backend
@@ -65,7 +65,7 @@ def test_utilization_arithmetic_and_missing_inputs():
 
 
 def test_matmul_peak_is_measured_once_then_read_from_the_cache(tmp_path, monkeypatch):
-    from toolkit import devices
+    from keras_perf import devices
 
     monkeypatch.setenv(machine.CACHE_ENV, str(tmp_path))
     cpu = devices.select("cpu")
@@ -102,7 +102,7 @@ def test_matmul_peak_is_measured_once_then_read_from_the_cache(tmp_path, monkeyp
 
 
 def test_an_unwritable_cache_still_returns_the_peak(tmp_path, monkeypatch):
-    from toolkit import devices
+    from keras_perf import devices
 
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")

@@ -1,0 +1,134 @@
+"""Progress on long work: a bar on a terminal, a line per stage in a log, nothing when asked.
+
+Bars are tqdm's (``tqdm.std``, installed with the toolkit; it also comes with
+tensorflow-datasets): they draw on stderr only when stderr is a terminal, so a log or a pipe
+gets no carriage returns, only the stage lines :func:`say` prints (one per stage, each saying
+how much is left). ``TOOLKIT_PROGRESS=0`` silences both; ``TOOLKIT_PROGRESS=1`` draws bars even
+when stderr is not a terminal (a notebook's stderr, ``script``). Results always go to stdout;
+progress never does, so ``keras-perf ... > table.md`` stays clean.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+__all__ = [
+    "bar",
+    "say",
+]
+
+OFF, BAR, LINES = "off", "bar", "lines"
+_FALSE = ("0", "off", "false", "no", "quiet")
+_TRUE = ("1", "on", "true", "yes", "bar")
+
+
+def mode() -> str:
+    """``"bar"`` (stderr is a terminal, or ``TOOLKIT_PROGRESS=1``), ``"lines"`` (a log or a
+    pipe) or ``"off"`` (``TOOLKIT_PROGRESS=0``)."""
+    value = os.environ.get("TOOLKIT_PROGRESS", "").strip().lower()
+    if value in _FALSE:
+        return OFF
+    if value in _TRUE:
+        return BAR
+    isatty = getattr(sys.stderr, "isatty", None)
+    try:
+        return BAR if isatty is not None and isatty() else LINES
+    except ValueError:  # a closed stream
+        return LINES
+
+
+def say(text: str) -> None:
+    """One line of what is being done now, on stderr (above any bar); silent when off."""
+    shown = mode()
+    if shown == OFF:
+        return
+    if shown == BAR:
+        from tqdm.std import tqdm
+
+        tqdm.write(text, file=sys.stderr)
+    else:
+        print(text, file=sys.stderr, flush=True)
+
+
+class Bar:
+    """A tqdm bar on a terminal, nothing elsewhere: ``update(n)``, ``describe(text)``,
+    ``close()``; a context manager. Redraws at most five times a second, so updating it every
+    step costs well under a microsecond between redraws."""
+
+    def __init__(
+        self,
+        total: float | None,
+        desc: str,
+        unit: str = "it",
+        *,
+        enabled: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        self._bar: Any = None
+        if enabled and mode() == BAR:
+            from tqdm.std import tqdm
+
+            self._bar = tqdm(
+                total=total,
+                desc=desc,
+                unit=unit,
+                file=sys.stderr,
+                leave=False,
+                dynamic_ncols=True,
+                mininterval=0.2,
+                **kwargs,
+            )
+
+    @property
+    def shown(self) -> bool:
+        return self._bar is not None
+
+    def update(self, n: float = 1) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def skip_elapsed(self) -> None:
+        """Leaves the time since the last redraw out of the bar's rate and estimate (a
+        compile, a validation pass): tqdm's ``unpause``."""
+        if self._bar is not None:
+            self._bar.unpause()
+
+    def advance_to(self, done: float) -> None:
+        """Moves the bar to `done` (never back): for a bar of seconds or of a running total."""
+        if self._bar is not None and done > self._bar.n:
+            self._bar.update(done - self._bar.n)
+
+    def describe(self, text: str, refresh: bool = True) -> None:
+        """A new label (a stage, an epoch): redrawn now unless `refresh` is off."""
+        if self._bar is not None:
+            self._bar.set_description_str(text, refresh=refresh)
+
+    def keep(self, text: str) -> None:
+        """A line written above the bar, where it stays once the bar is gone (Keras's line per
+        epoch)."""
+        if self._bar is not None:
+            from tqdm.std import tqdm
+
+            tqdm.write(text, file=sys.stderr)
+
+    def postfix(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix_str(text, refresh=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> Bar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def bar(total: float | None, desc: str, unit: str = "it", **kwargs: Any) -> Bar:
+    """A :class:`Bar` of `total` `unit`s described by `desc` (``enabled=False``: none)."""
+    return Bar(total, desc, unit, **kwargs)
