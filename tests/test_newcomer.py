@@ -94,14 +94,14 @@ def test_version_of_a_recipe_and_of_the_command():
 
 
 def test_the_console_script_calls_itself_by_its_name():
-    script = pathlib.Path(sys.executable).with_name("toolkit")
+    script = pathlib.Path(sys.executable).with_name("keras-perf")
     if not script.exists():
         pytest.skip("the console script is not installed in this environment")
     done = subprocess.run(
         [str(script), "--help"], capture_output=True, text=True, timeout=TIMEOUT, check=False
     )
     assert done.returncode == 0
-    assert done.stdout.startswith("usage: toolkit ") and "``" not in done.stdout
+    assert done.stdout.startswith("usage: keras-perf ") and "``" not in done.stdout
     done = run("-m", "keras_perf", "--help")
     assert done.stdout.startswith("usage: python -m keras_perf ")
 
@@ -393,11 +393,18 @@ def test_package_metadata_says_what_it_is():
 def test_the_wheel_installs_one_package_named_for_the_project(tmp_path):
     # 0.1 installed top-level `toolkit` and `recipes`, names other distributions use: the wheel
     # holds one package now, with the recipes and their `python -m` entry points inside it.
+    import shutil
     import zipfile
 
+    # Built from a copy: setuptools leaves build/ beside setup.py, and a stale build/lib from an
+    # older checkout would end up in the wheel.
+    source = tmp_path / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "runs", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
+    ))  # fmt: skip
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(tmp_path), str(ROOT)],
+         "-w", str(tmp_path), str(source)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert built.returncode == 0, built.stderr[-2000:]
