@@ -61,9 +61,8 @@ __all__ = ["main"]
 
 DESCRIPTION = (
     "How fast is a Keras training step, why is it not faster, and which settings make it "
-    "faster here: measured. Recipes train with `python -m keras_perf.recipes.NAME` (--help lists "
-    "their "
-    "flags); these verbs measure, tune and read reports."
+    "faster here: measured. Recipes train with `python -m keras_perf.recipes.NAME` (--help "
+    "lists their flags); these verbs measure, tune and read reports."
 )
 # Verbs that start TensorFlow in this process: it loads first, its start-up lines held back.
 LOADS_TENSORFLOW = frozenset(
@@ -103,8 +102,7 @@ def _recipe_epilog(recipe: str | None) -> str:
     out += textwrap.wrap(
         "Recipe flags follow --recipe (or --model_fn) and are passed on "
         f"(python -m keras_perf.recipes.{recipe if recipe in names else 'NAME'} --help: "
-        "each with its "
-        "default and meaning):",
+        "each with its default and meaning):",
         96,
     )
     groups = ([(f"{recipe} flags", own)] if own else []) + [
