@@ -11,7 +11,7 @@ PYTEST_FLAGS ?= -q
 .PHONY: demo test lint format bench accelerator accelerator-wheels install clean
 
 demo: $(STAMP)
-	$(PY) -m keras_perf.recipes.mlp
+	$(PY) -m recipes.mlp
 
 test: $(STAMP)
 	$(PY) -m ruff check .

@@ -24,7 +24,7 @@ HOME = "https://github.com/keras-perf-toolkit/keras-perf-toolkit"
 
 def _version() -> str:
     scope: dict[str, str] = {}
-    with open("keras_perf/core/version.py", encoding="utf-8") as f:
+    with open("toolkit/core/version.py", encoding="utf-8") as f:
         exec(f.read(), scope)  # our own one-line version file
     return scope["__version__"]
 
@@ -51,7 +51,7 @@ setup(
     license_files=["LICENSE"],
     keywords="keras tensorflow jax pytorch profiling performance tf.data benchmark mfu",
     python_requires=">=3.10",
-    packages=find_packages(include=["keras_perf", "keras_perf.*"]),
+    packages=find_packages(include=["toolkit", "toolkit.*", "recipes", "recipes.*"]),
     install_requires=[
         f"tensorflow>=2.16,<2.22; {NOT_APPLE_SILICON}",
         f"tensorflow-macos>=2.15,<2.17; {APPLE_SILICON}",
@@ -66,7 +66,7 @@ setup(
         "metal": [f"tensorflow-metal>=1.1,<1.2; {APPLE_SILICON}"],
         "report": ["matplotlib>=3.7"],
         # google-crc32c: the C CRC of the event files StepTimer writes (TensorBoard's own CRC
-        # is pure Python, ~50x slower: keras_perf/profiling/scalars.py).
+        # is pure Python, ~50x slower: toolkit/profiling/scalars.py).
         "profile": ["tensorboard>=2.16", "xprof>=2.19", "google-crc32c>=1.5"],
         "jax": ["jax>=0.4.34"],
         # Linux x86-64 gets PyTorch's CUDA build from PyPI unless a CPU build is asked for:
@@ -90,7 +90,7 @@ setup(
             f"torch>=2.3; {NOT_LINUX_X86}",
         ],
     },
-    entry_points={"console_scripts": ["keras-perf=keras_perf.cli:main"]},
+    entry_points={"console_scripts": ["keras-perf=toolkit.cli:main"]},
     classifiers=[
         "Development Status :: 3 - Alpha",
         "Environment :: Console",

@@ -1,7 +1,7 @@
 """Shared setup for the benchmarks: one ≈1 ms/step MLP fit, and the one ratio line.
 
 Every benchmark prints ``name: X.XX× (baseline A s, toolkit B s)`` through
-``keras_perf.core.stats.speedup_line``, with X = baseline / toolkit time: X > 1 means the
+``toolkit.core.stats.speedup_line``, with X = baseline / toolkit time: X > 1 means the
 toolkit's side is faster, X < 1 that it costs time (an overhead)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from keras_perf.core.stats import speedup_line
+from toolkit.core.stats import speedup_line
 
 __all__ = ["mlp_fit_setup", "pin_cpus", "quiet_gc", "speedup_line", "timed_fit"]
 
@@ -66,7 +66,7 @@ def mlp_fit_setup(steps: int, batch_size: int = 32, width: int = 64, features: i
     import numpy as np
     import tensorflow as tf
 
-    from keras_perf.core import compat
+    from toolkit.core import compat
 
     keras = compat.keras()
     keras.utils.set_random_seed(0)

@@ -12,7 +12,7 @@ def seed_mlp(steps: int = 2000, batch_size: int = 32):
     import numpy as np
     import tensorflow as tf
 
-    from keras_perf.core import compat
+    from toolkit.core import compat
 
     keras = compat.keras()
     rng = np.random.default_rng(0)

@@ -6,15 +6,15 @@ installed backend (``--backends``), each part in a fresh process (Keras fixes it
 it loads):
 
 1. detect and select: the devices the backend sees, the one ``--device=auto`` picks, and its
-   precision hint (``keras_perf.devices.recommend_precision``);
-2. a mixed-precision recipe with its report: ``keras_perf.recipes.cnn`` on the digits (arrays in a
+   precision hint (``toolkit.devices.recommend_precision``);
+2. a mixed-precision recipe with its report: ``recipes.cnn`` on the digits (arrays in a
    ``keras.utils.PyDataset`` where TensorFlow is absent) under the hinted policy: validation
    accuracy, step time, examples/s and MFU, the report written under ``--out``;
-3. ResNet-50 on synthetic 224×224 images (``keras_perf.recipes.resnet --model=resnet50``): images/s
+3. ResNet-50 on synthetic 224×224 images (``recipes.resnet --model=resnet50``): images/s
    and MFU against the matmul peak the toolkit measured on the device in the same dtype, and on a
    GPU the datasheet table lists, against the datasheet's dense figure too;
 4. the seed MLP (256→512→10, batch 32, 1000 steps): the seed's way (NumPy batches from a Python
-   generator, one ``train_on_batch`` per step) against ``keras_perf.runner.train.run`` with the
+   generator, one ``train_on_batch`` per step) against ``toolkit.runner.train.run`` with the
    toolkit's settings for the backend (and on PyTorch again with ``torch.compile``), as
    ``name: X.XX× (baseline A s, toolkit B s)`` lines, steady state and the whole loop with its
    compile.
@@ -147,7 +147,7 @@ def main() -> None:
                 )
             )
         results[backend] = record
-    from keras_perf.core.files import atomic_write
+    from toolkit.core.files import atomic_write
 
     atomic_write(os.path.join(out, "accelerator.json"), json.dumps(results, indent=1))
     atomic_write(
@@ -198,7 +198,7 @@ def _part(name: str, backend: str, args: argparse.Namespace, extra: list[str] = 
 
 def _recipe(backend: str, recipe: str, out: str, args: argparse.Namespace, flags: list[str]):
     report_dir = os.path.abspath(os.path.join(out, f"{recipe}-{backend}"))
-    argv = [sys.executable, "-m", f"keras_perf.recipes.{recipe}", f"--backend={backend}"]
+    argv = [sys.executable, "-m", f"recipes.{recipe}", f"--backend={backend}"]
     argv += [f"--report_dir={report_dir}", "--memory_watch", *flags]
     argv += ["--smoke"] if args.quick else []
     _run(argv, backend)
@@ -228,7 +228,7 @@ def _recipe(backend: str, recipe: str, out: str, args: argparse.Namespace, flags
 
 
 def _devices(args: argparse.Namespace) -> dict:
-    from keras_perf import backend, devices
+    from toolkit import backend, devices
 
     name = backend.name()
     module = importlib.import_module(name)
@@ -247,7 +247,7 @@ def _devices(args: argparse.Namespace) -> dict:
 def _seed_mlp():
     import numpy as np
 
-    from keras_perf.core import compat
+    from toolkit.core import compat
 
     keras = compat.keras()
     keras.utils.set_random_seed(0)
@@ -285,9 +285,9 @@ def _seed_base(args: argparse.Namespace) -> dict:
 
 
 def _seed_toolkit(args: argparse.Namespace) -> dict:
-    """The same model and steps through keras_perf.runner.train.run with the backend's settings."""
-    from keras_perf.runner import train
-    from keras_perf.runner.config import TrainConfig
+    """The same model and steps through toolkit.runner.train.run with the backend's settings."""
+    from toolkit.runner import train
+    from toolkit.runner.config import TrainConfig
 
     np, _, model = _seed_mlp()
     fit_calls: list[float] = []
@@ -313,7 +313,7 @@ def _seed_toolkit(args: argparse.Namespace) -> dict:
 
 
 def _backend_name() -> str:
-    from keras_perf import backend
+    from toolkit import backend
 
     return backend.name()
 

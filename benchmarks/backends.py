@@ -4,10 +4,10 @@ Three workloads: the seed's MLP (256 -> 512 -> 10, batch 32, data in memory: you
 through ``--model_fn``), the small CNN (the cnn recipe, 16 filters on 16×16 digits, batch 128)
 and the LSTM recipe (its defaults). For each:
 
-1. ``keras_perf.search.chooser.compare`` (what ``python -m keras_perf backends`` runs; no cache)
+1. ``toolkit.search.chooser.compare`` (what ``python -m toolkit backends`` runs; no cache)
    measures every installed backend on the CPU, each run a fresh process with the same data and the
    same initial weights, in interleaved rounds, and picks a backend;
-2. ``keras_perf.search.chooser.tune_across`` (``python -m keras_perf tune --across_backends``,
+2. ``toolkit.search.chooser.tune_across`` (``python -m toolkit tune --across_backends``,
    budget ``--tune_budget``) searches each backend's settings and picks a backend with settings;
 3. an independent head-to-head measures, in new processes and new rounds, every backend with
    Keras's defaults and the tune pick;
@@ -55,7 +55,7 @@ def main() -> None:
     # Every search searches: no answer cached by an earlier run of this benchmark.
     os.environ["TOOLKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-backends-")
 
-    from keras_perf.search import chooser, standings
+    from toolkit.search import chooser, standings
 
     def quiet(_line: str) -> None:
         pass

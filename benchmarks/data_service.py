@@ -2,8 +2,8 @@
 
 The pipeline: 128x128 images, each blurred by a chain of eight 3x3 convolutions (a stand-in
 for decode + augment), batched by 32. Baseline: the pipeline in this process (parallel map,
-AUTOTUNE). Toolkit: the same pipeline through `keras_perf.distribute.through_data_service`, served
-by `python -m keras_perf data-service` processes (a dispatcher and one worker) on 127.0.0.1. Each
+AUTOTUNE). Toolkit: the same pipeline through `toolkit.distribute.through_data_service`, served
+by `python -m toolkit data-service` processes (a dispatcher and one worker) on 127.0.0.1. Each
 is timed reading `--batches` batches, alone and with a simulated training step (a CPU matmul)
 consuming every batch. Both run in interleaved rounds; the medians are reported.
 
@@ -61,7 +61,7 @@ def main() -> None:
 
     import tensorflow as tf
 
-    from keras_perf.distribute import spawn_data_service, through_data_service
+    from toolkit.distribute import spawn_data_service, through_data_service
 
     weights = tf.random.normal((512, 512))
 

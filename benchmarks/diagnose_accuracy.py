@@ -5,7 +5,7 @@
   pipeline feeds it;
 * compute-bound: a 2048-wide MLP on in-memory data (no input work to speak of).
 
-For each, ``keras_perf.diagnose`` measures the input alone, the step alone and the real fit and
+For each, ``toolkit.diagnose`` measures the input alone, the step alone and the real fit and
 must give the expected verdict. Also printed, as ratios: how much faster the step alone runs
 than the real fit (input-bound: large; compute-bound: ~1).
 
@@ -27,10 +27,10 @@ def main() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from keras_perf.core import compat
-    from keras_perf.runner import train
-    from keras_perf.runner.config import TrainConfig
-    from keras_perf.search import diagnose
+    from toolkit.core import compat
+    from toolkit.runner import train
+    from toolkit.runner.config import TrainConfig
+    from toolkit.search import diagnose
 
     keras = compat.keras()
     rng = np.random.default_rng(0)

@@ -32,9 +32,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 
-    from keras_perf.core import compat
-    from keras_perf.core.stats import EXCLUDED, TIMED, summarize_calls
-    from keras_perf.profiling.step_timer import StepTimer
+    from toolkit.core import compat
+    from toolkit.core.stats import EXCLUDED, TIMED, summarize_calls
+    from toolkit.profiling.step_timer import StepTimer
 
     keras, model, ds = mlp_fit_setup(args.steps)
     model.fit(ds, epochs=1, verbose=0)  # trace and warm up

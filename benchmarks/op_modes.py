@@ -1,6 +1,6 @@
 """The per-op table's modes against each other: what tf.function and XLA buy, op by op.
 
-Runs `keras_perf.bench.measure.benchmark` on the default (scaled-down) shapes of all 21 ops and
+Runs `toolkit.bench.measure.benchmark` on the default (scaled-down) shapes of all 21 ops and
 compares modes on the per-op averages: baseline = the first-named mode, toolkit = the second.
 The sums are over the 21 ops' average time per call, times 1000 calls (seconds), so a slow op
 weighs more; the count says on how many ops the second mode was faster.
@@ -23,8 +23,8 @@ def main() -> None:
     parser.add_argument("--out", default="runs/ops-bench")
     args = parser.parse_args()
 
-    from keras_perf import devices
-    from keras_perf.bench.measure import benchmark
+    from toolkit import devices
+    from toolkit.bench.measure import benchmark
 
     device = devices.resolve("auto")
     table = benchmark(size=args.size, devices=[device], min_time_s=args.min_time)

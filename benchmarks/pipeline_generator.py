@@ -1,10 +1,10 @@
-"""The seed's Python generator, read by from_generator vs keras_perf.data.parallel_generator.
+"""The seed's Python generator, read by from_generator vs toolkit.data.parallel_generator.
 
 The workload is the seed post's: batches of 32×256 float32 made by NumPy in a Python generator.
 Baseline: ``from_generator(...).prefetch(AUTOTUNE)`` as the seed writes it. Toolkit:
 ``parallel_generator(factory, shards, signature)`` (shards interleaved in parallel, crossing
 into TensorFlow 16 elements at a time) with the same prefetch. Both are iterated alone with
-``keras_perf.data.benchmark``. Goal: >= 1.8× on 2 cores.
+``toolkit.data.benchmark``. Goal: >= 1.8× on 2 cores.
 
 The GIL, measured rather than assumed: the same parallel source with ``chunk_size=1`` (threads
 only) shows what parallel threads alone buy for this Python-heavy generator.
@@ -31,8 +31,8 @@ def main() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from keras_perf import data
-    from keras_perf.core import compat
+    from toolkit import data
+    from toolkit.core import compat
 
     n, signature = args.batches, tf.TensorSpec((32, 256), tf.float32)
 

@@ -1,7 +1,7 @@
 """A folder of JPEGs: naive sequential decode/resize/batch vs the toolkit's image pipeline.
 
 Writes a few thousand JPEGs (``--images``, class per sub-folder) to a temporary folder, then
-iterates each pipeline alone with ``keras_perf.data.benchmark``:
+iterates each pipeline alone with ``toolkit.data.benchmark``:
   * baseline, as commonly written: ``from_tensor_slices(paths).map(load).batch(32)``, one
     image at a time, no parallel map, no prefetch, no cache;
   * toolkit: ``image_folder(root, size, dtype="uint8")`` (parallel decode+resize, pixels kept
@@ -55,7 +55,7 @@ def main() -> None:
 
     import tensorflow as tf
 
-    from keras_perf import data
+    from toolkit import data
 
     target = (args.target, args.target)
     with tempfile.TemporaryDirectory() as root:

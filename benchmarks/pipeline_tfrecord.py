@@ -1,7 +1,7 @@
 """TFRecord parsing: one record at a time vs a whole batch in one op (batch, then parse).
 
 Writes ``--records`` ``(features, label)`` records (``--features`` float32 each) over 4 files,
-then iterates each pipeline alone with ``keras_perf.data.benchmark``:
+then iterates each pipeline alone with ``toolkit.data.benchmark``:
   * baseline: ``tfrecords(...)`` parses each record (``parse_single_example``), then batches;
   * toolkit: ``pipeline(tfrecord_records(...), batch_map=tfrecord_parser(...))`` batches the
     serialized records and parses them with one ``parse_example`` per batch.
@@ -27,7 +27,7 @@ def main() -> None:
 
     import numpy as np
 
-    from keras_perf import data
+    from toolkit import data
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(args.records, args.features)).astype("float32")

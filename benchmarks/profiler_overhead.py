@@ -49,7 +49,7 @@ import time
 
 from _common import mlp_fit_setup, pin_cpus, quiet_gc, speedup_line
 
-from keras_perf.core import progress
+from toolkit.core import progress
 
 
 def main() -> None:
@@ -68,8 +68,8 @@ def main() -> None:
     args = parser.parse_args()
     cores = pin_cpus(args.cpus)  # before TensorFlow starts its threads
 
-    from keras_perf.core import compat
-    from keras_perf.profiling.step_timer import StepTimer
+    from toolkit.core import compat
+    from toolkit.profiling.step_timer import StepTimer
 
     keras, model, ds = mlp_fit_setup(args.steps)
 

@@ -3,7 +3,7 @@
 The MLP recipe made wide (``--hidden_units=2048``) on input that costs nothing
 (``--use_synthetic_data``) is nearly all matmul: at batch 1024 the step should get most of what
 the best-case matmul gets. The same model at batch 32 shows why small steps can't: per-op
-overhead and small matmuls. Both go through ``keras_perf.runner.train.run`` (the recipe's runner)
+overhead and small matmuls. Both go through ``toolkit.runner.train.run`` (the recipe's runner)
 and report FLOPs per step, achieved FLOP/s and MFU from the run's own report. Goal: >= 50 % MFU.
 
     python benchmarks/recipe_mfu.py [--hidden_units 2048] [--batch_size 1024] [--steps 30]
@@ -26,11 +26,11 @@ def main() -> None:
     parser.add_argument("--precision", "--dtype", dest="precision", default="float32")
     args = parser.parse_args()
 
-    from keras_perf.core import compat
-    from keras_perf.core.stats import format_flops
-    from keras_perf.recipes import mlp
-    from keras_perf.runner import train
-    from keras_perf.runner.config import TrainConfig
+    from recipes import mlp
+    from toolkit.core import compat
+    from toolkit.core.stats import format_flops
+    from toolkit.runner import train
+    from toolkit.runner.config import TrainConfig
 
     def run(batch_size: int, steps: int):
         task = mlp.build_task("digits", hidden_units=args.hidden_units)

@@ -82,7 +82,7 @@ def _launch(
     procs = []
     for index, core in enumerate(cores):
         command = [
-            sys.executable, "-m", f"keras_perf.recipes.{recipe}", "--backend=jax",
+            sys.executable, "-m", f"recipes.{recipe}", "--backend=jax",
             "--count_flops=false",
             f"--report_dir={out / str(index)}", *flags, *cluster,
             *([f"--task_index={index}"] if cluster else []),

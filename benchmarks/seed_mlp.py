@@ -1,5 +1,5 @@
 """The seed post's MLP training code vs the same model and step count through
-keras_perf.runner.train.
+toolkit.runner.train.
 
 Seed (as published): MLP 256 -> 512 -> 10, batch 32, batches made by NumPy in a Python
 generator read with ``from_generator``, one ``train_on_batch`` call per step, 1000 steps; run
@@ -7,7 +7,7 @@ without and with its ``.prefetch(AUTOTUNE)``. The seed's timer covers the loop, 
 (tracing) included.
 
 Toolkit: the same model, optimizer, metrics, batch size and number of steps through
-``keras_perf.runner.train.run`` with its fast settings: the same amount of random data made once
+``toolkit.runner.train.run`` with its fast settings: the same amount of random data made once
 with NumPy and fed by the builder (``pipeline``: batch, prefetch), ``fit`` instead of a Python loop,
 ``fused_steps=100`` (100 training steps inside one compiled train step) and ``jit_compile``
 (so each 100-step loop is one XLA program). FLOP counting is off: it is not training.
@@ -58,7 +58,7 @@ import time
 
 from _common import quiet_gc, speedup_line, timed_fit
 
-from keras_perf.core import progress
+from toolkit.core import progress
 
 # The toolkit's settings for the seed MLP on each other backend (see the module docstring).
 BACKEND_SETTINGS = {
@@ -110,7 +110,7 @@ def main() -> None:
 
     from statistics import median
 
-    from keras_perf.core import compat
+    from toolkit.core import compat
 
     others = [b for b in args.backends.split(",") if b.strip()]
     missing = [b for b in others if importlib.util.find_spec(b) is None]
@@ -168,8 +168,7 @@ def main() -> None:
     )
     print(
         speedup_line(
-            "whole keras_perf.runner.train.run call (data, build, compile, report) "
-            "vs the seed's best",
+            "whole toolkit.runner.train.run call (data, build, compile, report) vs the seed's best",
             seed_best,
             wall,
         )
@@ -310,9 +309,9 @@ def measure(args: argparse.Namespace) -> list[float]:
     import numpy as np
     import tensorflow as tf
 
-    from keras_perf.core import compat
-    from keras_perf.runner import train
-    from keras_perf.runner.config import TrainConfig
+    from toolkit.core import compat
+    from toolkit.runner import train
+    from toolkit.runner.config import TrainConfig
 
     keras = compat.keras()
     batch_size, steps = 32, args.steps

@@ -31,8 +31,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 
-    from keras_perf.core import compat
-    from keras_perf.profiling.step_timer import StepTimer
+    from toolkit.core import compat
+    from toolkit.profiling.step_timer import StepTimer
 
     print(f"# {compat.keras_flavor()} {compat.keras_version()}, {args.steps} steps per fit")
     ratios = []

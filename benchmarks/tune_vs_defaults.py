@@ -1,4 +1,4 @@
-"""keras_perf.tune vs Keras defaults vs the best of an exhaustive sweep of the same space.
+"""toolkit.tune vs Keras defaults vs the best of an exhaustive sweep of the same space.
 
 Two workloads: the seed's MLP (256 -> 512 -> 10, batch 32, data in memory) and a small CNN
 (the cnn recipe with 16 filters on 16×16 digits, batch 128). For each:
@@ -34,14 +34,14 @@ def main() -> None:
 
     import numpy as np
 
-    from keras_perf import devices
-    from keras_perf.core import compat
-    from keras_perf.recipes import cnn
-    from keras_perf.runner import train
-    from keras_perf.runner.config import TrainConfig
-    from keras_perf.search import tune as tn
-    from keras_perf.search.engine import Candidate
-    from keras_perf.search.workload import TaskWorkload
+    from recipes import cnn
+    from toolkit import devices
+    from toolkit.core import compat
+    from toolkit.runner import train
+    from toolkit.runner.config import TrainConfig
+    from toolkit.search import tune as tn
+    from toolkit.search.engine import Candidate
+    from toolkit.search.workload import TaskWorkload
 
     keras = compat.keras()
     device = devices.select("cpu")

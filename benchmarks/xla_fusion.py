@@ -26,11 +26,11 @@ def main() -> None:
 
     import tensorflow as tf
 
-    from keras_perf import devices
-    from keras_perf.bench.fusion import fusion_demos
-    from keras_perf.bench.kernels import kernels_text
-    from keras_perf.core.stats import format_flops
-    from keras_perf.profiling.flops import matmul_peak
+    from toolkit import devices
+    from toolkit.bench.fusion import fusion_demos
+    from toolkit.bench.kernels import kernels_text
+    from toolkit.core.stats import format_flops
+    from toolkit.profiling.flops import matmul_peak
 
     device = devices.resolve("auto")
     rounds = [

@@ -16,7 +16,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def keras():
-    from keras_perf.core import compat
+    from toolkit.core import compat
 
     return compat.keras()
 

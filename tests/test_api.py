@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import keras_perf
+import toolkit
 
 from .helpers import run_python
 
 
 def test_every_public_name_exists_and_is_documented():
-    assert keras_perf.__all__ == sorted(keras_perf.__all__)
-    for name in keras_perf.__all__:
-        obj = getattr(keras_perf, name)
+    assert toolkit.__all__ == sorted(toolkit.__all__)
+    for name in toolkit.__all__:
+        obj = getattr(toolkit, name)
         if name != "__version__":
-            assert (obj.__doc__ or "").strip(), f"keras_perf.{name} has no docstring"
+            assert (obj.__doc__ or "").strip(), f"toolkit.{name} has no docstring"
 
 
 def test_unknown_name_is_an_attribute_error():
     try:
-        keras_perf.NoSuchThing  # noqa: B018
+        toolkit.NoSuchThing  # noqa: B018
     except AttributeError as e:
         assert "NoSuchThing" in str(e)
     else:
@@ -26,7 +26,7 @@ def test_unknown_name_is_an_attribute_error():
 
 def test_importing_the_package_and_report_does_not_load_tensorflow():
     code = (
-        "import sys, keras_perf, keras_perf.report, keras_perf.core.stats, keras_perf.__main__; "
+        "import sys, toolkit, toolkit.report, toolkit.core.stats, toolkit.__main__; "
         "print('tensorflow' in sys.modules)"
     )
     out = run_python(code, timeout=60)
@@ -35,10 +35,8 @@ def test_importing_the_package_and_report_does_not_load_tensorflow():
 
 
 def test_data_api_names_exist_and_are_documented():
-    from keras_perf import data
+    from toolkit import data
 
     assert data.__all__ == sorted(data.__all__)
     for name in data.__all__:
-        assert (getattr(data, name).__doc__ or "").strip(), (
-            f"keras_perf.data.{name} has no docstring"
-        )
+        assert (getattr(data, name).__doc__ or "").strip(), f"toolkit.data.{name} has no docstring"

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from keras_perf.runner.config import ConfigError, TrainConfig
-from keras_perf.search import chooser as ch
+from toolkit.runner.config import ConfigError, TrainConfig
+from toolkit.search import chooser as ch
 
 TF, JAX, TORCH = ch.Contender("tensorflow"), ch.Contender("jax"), ch.Contender("torch")
 
@@ -134,13 +134,13 @@ def test_compare_interleaves_rounds_shares_weights_and_caches(tmp_path, monkeypa
     assert again.cache_hit and again.best == JAX and len(calls) == 9
     # --backend=auto reads it, for the same recipe and flags, whatever the run length.
     argv = [
-        "/x/keras_perf/recipes/mlp.py",
+        "/x/recipes/mlp.py",
         "--batch_size=64",
         "--backend=auto",
         "--train_steps=9",
     ]
     assert ch.resolve_auto(argv) == [*argv[:2], "--backend=jax", argv[3]]
-    other = ["/x/keras_perf/recipes/mlp.py", "--batch_size=32", "--backend", "auto"]
+    other = ["/x/recipes/mlp.py", "--batch_size=32", "--backend", "auto"]
     assert ch.resolve_auto(other)[-2:] == [
         "--backend",
         os.environ.get("KERAS_BACKEND", "tensorflow"),
@@ -155,7 +155,7 @@ def test_init_weights_must_be_a_keras_weights_file():
 
 
 def test_share_initial_weights_writes_then_loads_and_rejects_another_model(keras, tmp_path):
-    from keras_perf.runner import train
+    from toolkit.runner import train
 
     def model(units):
         return keras.Sequential([keras.Input((4,)), keras.layers.Dense(units)])
@@ -177,7 +177,7 @@ def test_backends_cli_then_a_recipe_on_backend_auto(tmp_path):
     env.pop("KERAS_BACKEND", None)
     flags = ["--batch_size=64", "--hidden_units=32", "--device=cpu"]
     done = subprocess.run(
-        [sys.executable, "-m", "keras_perf", "backends", "--recipe", "mlp", "--steps", "40",
+        [sys.executable, "-m", "toolkit", "backends", "--recipe", "mlp", "--steps", "40",
          "--rounds", "1", "--out", str(tmp_path / "out"), *flags],
         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
     )  # fmt: skip
@@ -193,7 +193,7 @@ def test_backends_cli_then_a_recipe_on_backend_auto(tmp_path):
     assert f"[{len(result.rows)}/{len(result.rows)}" in done.stderr
     report_dir = tmp_path / "runs"
     done = subprocess.run(
-        [sys.executable, "-m", "keras_perf.recipes.mlp", "--backend=auto", "--smoke", "--epochs=3",
+        [sys.executable, "-m", "recipes.mlp", "--backend=auto", "--smoke", "--epochs=3",
          f"--report_dir={report_dir}", *flags],
         capture_output=True, text=True, timeout=300, env=env, cwd=os.getcwd(),
     )  # fmt: skip
@@ -211,7 +211,7 @@ def test_backends_cli_bad_input_is_one_line(tmp_path):
         (["--backends", "mxnet"], "unknown mxnet"),
     ):
         done = subprocess.run(
-            [sys.executable, "-m", "keras_perf", "backends", *argv],
+            [sys.executable, "-m", "toolkit", "backends", *argv],
             capture_output=True, text=True, timeout=120, cwd=tmp_path,
             env={**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path)},
         )  # fmt: skip
@@ -225,7 +225,7 @@ def test_tune_across_backends_searches_each_then_meets_head_to_head(tmp_path):
     env = {**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("KERAS_BACKEND", None)
     done = subprocess.run(
-        [sys.executable, "-m", "keras_perf", "tune", "--recipe", "mlp", "--across_backends",
+        [sys.executable, "-m", "toolkit", "tune", "--recipe", "mlp", "--across_backends",
          "--tune_budget=45", "--device=cpu", "--hidden_units=32", "--batch_size=64"],
         capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path,
     )  # fmt: skip
@@ -301,8 +301,8 @@ def test_a_target_from_a_name_a_spec_or_your_function(tmp_path, monkeypatch):
 
 
 def test_a_tuned_winner_that_is_the_defaults_is_the_plain_contender():
-    from keras_perf.search.engine import Candidate, Trial
-    from keras_perf.search.tune import TuneResult
+    from toolkit.search.engine import Candidate, Trial
+    from toolkit.search.tune import TuneResult
 
     defaults = Trial(Candidate(), 100.0, 1.0)
     faster = Trial(Candidate(steps_per_execution=8), 150.0, 1.0)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from keras_perf.distribute import DistributeError, processes
 from tests.helpers import free_ports
+from toolkit.distribute import DistributeError, processes
 
 pytest.importorskip("jax")
 
@@ -40,7 +40,7 @@ def _env(**extra: str) -> dict[str, str]:
 def _recipe(hosts: str | None, index: int, *flags: str, recipe: str = "mlp") -> list[str]:
     cluster = [f"--worker_hosts={hosts}", f"--task_index={index}"] if hosts else []
     return [
-        sys.executable, "-m", f"keras_perf.recipes.{recipe}", "--backend=jax",
+        sys.executable, "-m", f"recipes.{recipe}", "--backend=jax",
         "--distribution_strategy=data_parallel", *cluster, "--count_flops=false", *flags,
     ]  # fmt: skip
 
@@ -128,7 +128,7 @@ def test_each_process_reads_its_own_slice_of_every_global_batch():
         np.testing.assert_array_equal(got, y[b * 6 : (b + 1) * 6])
         assert all(len(slices[i][b][1]) == 2 for i in range(3))
 
-    from keras_perf.data import array_batches
+    from toolkit.data import array_batches
 
     arrays = array_batches((x, y), 6, drop_remainder=True)
     mine = processes.process_slice(arrays, 1, 2)
@@ -143,7 +143,7 @@ def test_fused_steps_over_devices_see_the_global_batches_they_would_see_unfused(
     import numpy as np
     import tensorflow as tf
 
-    from keras_perf.data import array_batches
+    from toolkit.data import array_batches
 
     steps, devices, rows = 3, 4, 2
     y = np.arange(steps * devices * rows * 2)  # two fused batches
@@ -178,8 +178,8 @@ import json, os, sys
 os.environ["KERAS_BACKEND"] = "jax"
 import numpy as np
 import keras
-from keras_perf.runner import train
-from keras_perf.runner.config import TrainConfig
+from toolkit.runner import train
+from toolkit.runner.config import TrainConfig
 
 rng = np.random.default_rng(0)
 x = rng.normal(size=(256, 6)).astype("float32")
@@ -276,7 +276,7 @@ def test_two_processes_train_one_model_and_the_chief_reports_the_cluster(tmp_pat
     assert chief["metrics"] == other["metrics"]  # the same global loss, on both
 
     merged = subprocess.run(
-        [sys.executable, "-m", "keras_perf", "merge", *(o.split("json: ")[1].split()[0]
+        [sys.executable, "-m", "toolkit", "merge", *(o.split("json: ")[1].split()[0]
                                                       for o, _ in outputs)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -432,9 +432,9 @@ import keras
 keras.distribution.initialize(f"127.0.0.1:{port}", 2, index)
 import jax
 import numpy as np
-from keras_perf import profile
-from keras_perf.data import array_batches
-from keras_perf.distribute.processes import process_slice
+from toolkit import profile
+from toolkit.data import array_batches
+from toolkit.distribute.processes import process_slice
 
 keras.utils.set_random_seed(1)
 keras.distribution.set_distribution(

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from keras_perf.devices import DeviceInfo
-from keras_perf.devices._datasheet import datasheet_peak
+from toolkit.devices import DeviceInfo
+from toolkit.devices._datasheet import datasheet_peak
 
 
 def _gpu(name, capability=(9, 0)):
@@ -58,7 +58,7 @@ def test_float32_without_tf32_is_compared_with_the_float32_figure():
 
 @pytest.mark.every_backend
 def test_each_backend_says_how_it_runs_float32_matmuls():
-    from keras_perf import backend
+    from toolkit import backend
 
     seam = backend.get()
     expected = {"tensorflow": "tf32", "jax": "tf32", "torch": "float32"}[backend.name()]
@@ -75,8 +75,8 @@ def test_each_backend_says_how_it_runs_float32_matmuls():
 
 @pytest.mark.every_backend
 def test_compute_facts_put_the_datasheet_figure_of_the_math_the_backend_runs():
-    from keras_perf import backend
-    from keras_perf.profiling.flops import _datasheet
+    from toolkit import backend
+    from toolkit.profiling.flops import _datasheet
 
     facts = _datasheet(_gpu("NVIDIA H100 80GB HBM3"), "float32")
     math = backend.get().float32_matmul_precision()

@@ -1,4 +1,4 @@
-"""keras_perf.devices: real CPU paths for real; CUDA and Metal on faked device lists."""
+"""toolkit.devices: real CPU paths for real; CUDA and Metal on faked device lists."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_perf import devices
-from keras_perf.devices import DeviceError, DeviceInfo, preflight
-from keras_perf.devices import compatibility as device_preflight
-from keras_perf.devices import placement as device_placement
-from keras_perf.devices import selection as device_select
+from toolkit import devices
+from toolkit.devices import DeviceError, DeviceInfo, preflight
+from toolkit.devices import compatibility as device_preflight
+from toolkit.devices import placement as device_placement
+from toolkit.devices import selection as device_select
 
 from .helpers import run_python
 
@@ -76,7 +76,7 @@ def test_detect_real_cpu():
 
 def test_select_cpu_in_a_fresh_process_and_gpu_is_a_clear_error():
     code = (
-        "from keras_perf import devices; d = devices.select('cpu'); print(d.kind, d.logical_name)\n"
+        "from toolkit import devices; d = devices.select('cpu'); print(d.kind, d.logical_name)\n"
         "import tensorflow as tf; print(tf.config.get_visible_devices('GPU'))\n"
         "try:\n    devices.select('metal')\nexcept devices.DeviceError as e:\n    print('ERR', e)\n"
     )
@@ -334,7 +334,7 @@ def test_cpu_xla_is_an_info_finding():
 
 def test_configure_threads_in_a_fresh_process_and_too_late_here():
     code = (
-        "from keras_perf import devices; import tensorflow as tf\n"
+        "from toolkit import devices; import tensorflow as tf\n"
         "plan = devices.configure_threads(cores=2)\n"
         "print(plan, tf.config.threading.get_intra_op_parallelism_threads(),"
         " tf.config.threading.get_inter_op_parallelism_threads())\n"
@@ -351,7 +351,7 @@ def test_configure_threads_in_a_fresh_process_and_too_late_here():
 
 def _cli(*args):
     return subprocess.run(
-        [sys.executable, "-m", "keras_perf", *args], capture_output=True, text=True, timeout=180
+        [sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, timeout=180
     )
 
 
@@ -381,7 +381,7 @@ def test_cli_devices_preflight_placement():
 
 
 class _FakeJaxDevice:
-    """What keras_perf.devices reads of a ``jax.Device``."""
+    """What toolkit.devices reads of a ``jax.Device``."""
 
     def __init__(self, platform, id, kind, cc=None, limit=None, version="cuda 12.8"):
         self.platform, self.id, self.device_kind = platform, id, kind
@@ -592,7 +592,7 @@ def test_mps_findings(keras, monkeypatch):
 
 
 def test_device_mps_picks_the_backend_that_reaches_the_apple_gpu(monkeypatch):
-    from keras_perf import backend as backends
+    from toolkit import backend as backends
 
     monkeypatch.delenv("KERAS_BACKEND", raising=False)
     monkeypatch.setattr(backends, "apple_gpu_backend", lambda: "torch")

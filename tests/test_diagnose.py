@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_perf.runner import train
-from keras_perf.runner.config import TrainConfig
-from keras_perf.search import diagnose as dg
+from toolkit.runner import train
+from toolkit.runner.config import TrainConfig
+from toolkit.search import diagnose as dg
 
 
 @pytest.mark.parametrize(
@@ -168,7 +168,7 @@ def _python(*args, timeout=300):
 
 def test_recipe_diagnose_flag_puts_the_verdict_in_the_report(tmp_path):
     out = _python(
-        "-m", "keras_perf.recipes.mlp", "--smoke", "--diagnose", "--diagnose_steps=10",
+        "-m", "recipes.mlp", "--smoke", "--diagnose", "--diagnose_steps=10",
         f"--report_dir={tmp_path}",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
@@ -179,12 +179,12 @@ def test_recipe_diagnose_flag_puts_the_verdict_in_the_report(tmp_path):
 
 
 def test_doctor_cli(tmp_path):
-    out = _python("-m", "keras_perf", "doctor", "--recipe", "mlp", "--diagnose_steps=10")
+    out = _python("-m", "toolkit", "doctor", "--recipe", "mlp", "--diagnose_steps=10")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "doctor: recipe mlp" in out.stdout and "verdict: " in out.stdout
-    bad = _python("-m", "keras_perf", "doctor", "--recipe", "mlp", "--batch_size=0", timeout=120)
+    bad = _python("-m", "toolkit", "doctor", "--recipe", "mlp", "--batch_size=0", timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: ")
-    missing = _python("-m", "keras_perf", "doctor", "--recipe", "nope", timeout=120)
+    missing = _python("-m", "toolkit", "doctor", "--recipe", "nope", timeout=120)
     assert missing.returncode == 2 and "no recipe named 'nope'" in missing.stderr
 
 
@@ -248,7 +248,7 @@ def test_your_own_arrays_are_batched_as_fit_would(keras):
 MODEL_FN = """
 import numpy as np
 import tensorflow as tf
-from keras_perf.core import compat
+from toolkit.core import compat
 
 def make():
     keras = compat.keras()
@@ -263,7 +263,7 @@ def make():
 def test_doctor_cli_on_your_own_model_fn(tmp_path):
     (tmp_path / "mytrain.py").write_text(MODEL_FN)
     out = subprocess.run(
-        [sys.executable, "-m", "keras_perf", "doctor", "--model_fn", "mytrain:make",
+        [sys.executable, "-m", "toolkit", "doctor", "--model_fn", "mytrain:make",
          "--diagnose_steps=6"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
@@ -274,7 +274,7 @@ def test_doctor_cli_on_your_own_model_fn(tmp_path):
         out.stdout
     )
     tuned = subprocess.run(
-        [sys.executable, "-m", "keras_perf", "tune", "--model_fn", "mytrain:make",
+        [sys.executable, "-m", "toolkit", "tune", "--model_fn", "mytrain:make",
          "--tune_budget=5"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TOOLKIT_CACHE_DIR": str(tmp_path)},
@@ -283,7 +283,7 @@ def test_doctor_cli_on_your_own_model_fn(tmp_path):
     assert "tune: --model_fn mytrain:make, batch your pipeline's" in tuned.stdout
     assert "best: model.compile(..., jit_compile=" in tuned.stdout
     bad = subprocess.run(
-        [sys.executable, "-m", "keras_perf", "doctor", "--model_fn", "mytrain:nope"],
+        [sys.executable, "-m", "toolkit", "doctor", "--model_fn", "mytrain:nope"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )  # fmt: skip
     assert bad.returncode == 2 and "has no function 'nope'" in bad.stderr.splitlines()[-1]

@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from keras_perf import distribute
-from keras_perf.core import compat
-from keras_perf.report import render_merged
-from keras_perf.runner.config import TrainConfig
+from toolkit import distribute
+from toolkit.core import compat
+from toolkit.report import render_merged
+from toolkit.runner.config import TrainConfig
 
 
 def test_tf_config_from_worker_hosts():

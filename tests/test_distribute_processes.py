@@ -2,7 +2,7 @@
 
 Every process is started by the test, bounded in time and stopped in ``finally``.
 MultiWorkerMirroredStrategy runs under tf_keras (``TF_USE_LEGACY_KERAS=1``): Keras 3's fit
-cannot train under it (see keras_perf.distribute).
+cannot train under it (see toolkit.distribute).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from tests.helpers import free_ports, read_until
 WORKER = """
 import sys
 import numpy as np
-from keras_perf.recipes import mlp
-from keras_perf.runner import train
-from keras_perf.runner.config import TrainConfig
+from recipes import mlp
+from toolkit.runner import train
+from toolkit.runner.config import TrainConfig
 
 index, hosts, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 config = TrainConfig(
@@ -47,10 +47,10 @@ def _load(path: str) -> dict:
 
 RESUMABLE_WORKER = """
 import sys
-from keras_perf.recipes import mlp
-from keras_perf.core import compat
-from keras_perf.runner import train
-from keras_perf.runner.config import TrainConfig
+from recipes import mlp
+from toolkit.core import compat
+from toolkit.runner import train
+from toolkit.runner.config import TrainConfig
 
 index, hosts, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 keras = compat.keras()
@@ -123,7 +123,7 @@ def test_two_workers_train_in_sync_and_their_reports_merge(tmp_path):
     assert chief["context"]["strategy"]["per_replica_batch"] == 16
     assert chief["steps"]["batch_size"] == 32  # the global batch: examples/sec is the cluster's
     merged = subprocess.run(
-        [sys.executable, "-m", "keras_perf", "merge", *reports],
+        [sys.executable, "-m", "toolkit", "merge", *reports],
         capture_output=True,
         text=True,
         timeout=60,
@@ -135,10 +135,10 @@ def test_two_workers_train_in_sync_and_their_reports_merge(tmp_path):
 
 
 def test_data_service_serves_the_same_elements_as_the_local_pipeline(tmp_path):
-    from keras_perf import distribute
-    from keras_perf.recipes import mlp
-    from keras_perf.runner import train
-    from keras_perf.runner.config import TrainConfig
+    from recipes import mlp
+    from toolkit import distribute
+    from toolkit.runner import train
+    from toolkit.runner.config import TrainConfig
 
     procs = []
     try:
@@ -159,7 +159,7 @@ def test_data_service_serves_the_same_elements_as_the_local_pipeline(tmp_path):
 
         run = subprocess.run(
             [
-                sys.executable, "-m", "keras_perf.recipes.mlp", "--smoke", "--count_flops=false",
+                sys.executable, "-m", "recipes.mlp", "--smoke", "--count_flops=false",
                 f"--data_service={address}", f"--report_dir={tmp_path}",
             ],
             capture_output=True, text=True, timeout=180, env=_env(),
@@ -178,7 +178,7 @@ def test_a_worker_whose_peer_never_starts_fails_in_one_line_after_cluster_wait(t
     hosts = [f"127.0.0.1:{p}" for p in free_ports(2)]
     out = subprocess.run(
         [
-            sys.executable, "-m", "keras_perf.recipes.mlp",
+            sys.executable, "-m", "recipes.mlp",
             "--distribution_strategy=multi_worker_mirrored",
             f"--worker_hosts={','.join(hosts)}", f"--task_index={alone}", "--cluster_wait=10",
             "--count_flops=false", f"--report_dir={tmp_path / 'runs'}",
@@ -210,7 +210,7 @@ def test_a_killed_run_resumes_from_its_backup_and_ends_at_the_requested_steps(tm
     backup, reports = tmp_path / "backup", tmp_path / "runs"
     epochs, steps = 6, 150
     command = [
-        sys.executable, "-m", "keras_perf.recipes.mlp", f"--epochs={epochs}",
+        sys.executable, "-m", "recipes.mlp", f"--epochs={epochs}",
         f"--train_steps={steps}",
         "--batch_size=256", "--count_flops=false", f"--backup_dir={backup}",
         f"--report_dir={reports}",

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from keras_perf.search import engine as en
-from keras_perf.search.tune import TuneResult
 from tests.helpers import fake_rates
+from toolkit.search import engine as en
+from toolkit.search.tune import TuneResult
 
 SPACE = en.Space(
     precision=("float32", "mixed_bfloat16"),
@@ -303,7 +303,7 @@ def test_decide_needs_the_median_gain_and_most_rounds_won():
 
 
 def test_the_cache_is_keyed_by_facts_and_a_bad_file_is_a_miss(tmp_path, monkeypatch):
-    from keras_perf.core.cache import Cache
+    from toolkit.core.cache import Cache
 
     monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
     cache = Cache("answers.json")

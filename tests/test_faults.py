@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from keras_perf.data import check_tfrecords, write_tfrecords
 from tests.helpers import read_until, run_python
+from toolkit.data import check_tfrecords, write_tfrecords
 
-RECIPE = [sys.executable, "-m", "keras_perf.recipes.mlp"]
-CNN = [sys.executable, "-m", "keras_perf.recipes.cnn"]
+RECIPE = [sys.executable, "-m", "recipes.mlp"]
+CNN = [sys.executable, "-m", "recipes.cnn"]
 
 
 def _run(args, timeout=300, **kwargs):
@@ -148,7 +148,7 @@ def test_a_report_dir_that_cannot_be_written_is_found_before_training(tmp_path, 
 def test_runs_started_together_with_one_new_report_dir_all_pass_its_check(tmp_path):
     """The workers of a cluster start at once with the same --report_dir: each one's check
     must pass, whatever the others' checks are doing, and leave nothing behind."""
-    from keras_perf.runner.train import check_report_dir
+    from toolkit.runner.train import check_report_dir
 
     n, rounds = 8, 40
     barrier, failures = threading.Barrier(n), []
@@ -407,9 +407,9 @@ def test_a_jpeg_damaged_past_its_header_is_named(tmp_path):
 def test_an_empty_tfds_split_is_one_line_before_training(tmp_path):
     code = f"""
 import tensorflow_datasets as tfds
-from keras_perf.recipes import cnn
-from keras_perf.runner import train
-from keras_perf.runner.config import TrainConfig
+from recipes import cnn
+from toolkit.runner import train
+from toolkit.runner.config import TrainConfig
 with tfds.testing.mock_data(num_examples=0):
     try:
         train.run(cnn.build_task("tfds:mnist", image_size=16),
@@ -428,10 +428,10 @@ with tfds.testing.mock_data(num_examples=0):
 FAILING_RECIPE = """
 from absl import app
 import numpy as np
-from keras_perf import app as tk_app
-from keras_perf.core import compat
-from keras_perf.runner import train
-from keras_perf.runner import flags as tk_flags
+from toolkit import app as tk_app
+from toolkit.core import compat
+from toolkit.runner import train
+from toolkit.runner import flags as tk_flags
 
 tk_flags.define_common_flags(epochs=1, batch_size=8)
 
@@ -471,7 +471,7 @@ def test_any_error_in_training_is_one_line_unless_verbosity_asks(tmp_path, verbo
 def test_one_line_finds_what_went_wrong_in_tensorflow_and_keras_errors(keras):
     import tensorflow as tf
 
-    from keras_perf.core.errors import one_line
+    from toolkit.core.errors import one_line
 
     @tf.function(input_signature=[tf.TensorSpec(None, tf.float32)])  # fails when run
     def reshape(x):
@@ -490,7 +490,7 @@ def test_verbs_name_a_damaged_file_as_recipes_do_and_fail_with_1(tmp_path):
     paths = _records(tmp_path / "rec")
     _damage_data(paths[1])
     out = subprocess.run(
-        [sys.executable, "-m", "keras_perf", "doctor", "--recipe", "mlp", "--batch_size=4",
+        [sys.executable, "-m", "toolkit", "doctor", "--recipe", "mlp", "--batch_size=4",
          f"--dataset=tfrecord:{tmp_path}/rec/*.tfrecord", "--diagnose_steps=10"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

@@ -12,57 +12,60 @@ import sys
 
 import pytest
 
-import keras_perf
+import toolkit
 
-ROOT = pathlib.Path(keras_perf.__file__).parent
+ROOT = pathlib.Path(toolkit.__file__).parent
+# The card's two top-level packages: the toolkit, and the recipes a user runs with python -m.
+PACKAGES = (ROOT, ROOT.parent / "recipes")
 
 # Lower layers never import higher ones (README "Layout"). Modules of one layer may import each
 # other as long as there is no cycle.
 LAYERS = (
-    ("core", ("keras_perf.core",)),
+    ("core", ("toolkit.core",)),
     (
         "backends",
         (
-            "keras_perf.backend",
-            "keras_perf.devices",
-            "keras_perf.data",
-            "keras_perf.distribute",
-            "keras_perf.bench",
+            "toolkit.backend",
+            "toolkit.devices",
+            "toolkit.data",
+            "toolkit.distribute",
+            "toolkit.bench",
         ),
     ),
-    ("measure", ("keras_perf.profiling",)),
-    ("report", ("keras_perf.report",)),
-    ("runner", ("keras_perf.runner",)),
-    ("search", ("keras_perf.search",)),
+    ("measure", ("toolkit.profiling",)),
+    ("report", ("toolkit.report",)),
+    ("runner", ("toolkit.runner",)),
+    ("search", ("toolkit.search",)),
     (
         "app",
         (
-            "keras_perf.app",
-            "keras_perf.cli",
-            "keras_perf._verbs",
-            "keras_perf.__main__",
-            "keras_perf",
+            "toolkit.app",
+            "toolkit.cli",
+            "toolkit._verbs",
+            "toolkit.__main__",
+            "toolkit",
         ),
     ),
-    ("recipes", ("keras_perf.recipes",)),  # what a user runs: loaded by name, never imported below
+    ("recipes", ("recipes",)),  # what a user runs: loaded by name, never imported below
 )
 
 
 def _modules() -> dict[str, pathlib.Path]:
     out = {}
-    for path in ROOT.rglob("*.py"):
-        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = path
+    for package in PACKAGES:
+        for path in package.rglob("*.py"):
+            parts = list(path.relative_to(package.parent).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
     return out
 
 
 MODULES = _modules()
-# The recipes are programs (``python -m keras_perf.recipes.mlp``), not API: each offers
+# The recipes are programs (``python -m recipes.mlp``), not API: each offers
 # ``build_task`` and ``main`` to the app, and none is part of the reviewed surface.
-PROGRAMS = ("keras_perf.recipes",)
-NAMESPACES = ("keras_perf.profiling", "keras_perf.core", "keras_perf.runner")
+PROGRAMS = ("recipes",)
+NAMESPACES = ("toolkit.profiling", "toolkit.core", "toolkit.runner")
 
 
 def _is_type_checking(node: ast.If) -> bool:
@@ -72,9 +75,10 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(module: str) -> list[tuple[str, list[str], int]]:
-    """``(imported keras_perf module, names imported from it, line)`` for every import of
-    `module`, those inside functions included (``if TYPE_CHECKING`` blocks left out)."""
+def _imports(module: str, type_checking: bool = False) -> list[tuple[str, list[str], int]]:
+    """``(imported toolkit module, names imported from it, line)`` for every import of
+    `module`, those inside functions included; ``if TYPE_CHECKING`` blocks only when
+    `type_checking` (a cycle through them is still a cycle: the two modules need each other)."""
     path = MODULES[module]
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
@@ -82,7 +86,7 @@ def _imports(module: str) -> list[tuple[str, list[str], int]]:
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
+            if isinstance(child, ast.If) and _is_type_checking(child) and not type_checking:
                 for sub in child.orelse:
                     visit(sub)
                 continue
@@ -94,20 +98,20 @@ def _imports(module: str) -> list[tuple[str, list[str], int]]:
                     anchor = package.split(".")[: len(package.split(".")) - child.level + 1]
                     base = ".".join([*anchor, base] if base else anchor)
                 names = [a.name for a in child.names]
-                found.append((base, names, child.lineno))
-                for name in names:  # `from keras_perf import train` imports the submodule
-                    if f"{base}.{name}" in MODULES:
-                        found.append((f"{base}.{name}", [], child.lineno))
+                # `from toolkit import train` imports the submodule; the package itself only
+                # where a name comes from it (its lazy export table loads nothing else).
+                subs = [n for n in names if f"{base}.{n}" in MODULES]
+                if len(subs) < len(names) or base != "toolkit":
+                    found.append((base, [n for n in names if n not in subs], child.lineno))
+                found.extend((f"{base}.{name}", [], child.lineno) for name in subs)
             visit(child)
 
     visit(tree)
-    return [
-        (m, n, line) for m, n, line in found if m == "keras_perf" or m.startswith("keras_perf.")
-    ]
+    return [(m, n, line) for m, n, line in found if m.split(".")[0] in ("toolkit", "recipes")]
 
 
 def _owner(name: str) -> str:
-    """The keras_perf module `name` resolves to (the longest known prefix)."""
+    """The toolkit module `name` resolves to (the longest known prefix)."""
     while name not in MODULES:
         name = name.rpartition(".")[0]
     return name
@@ -115,6 +119,11 @@ def _owner(name: str) -> str:
 
 GRAPH = {
     module: sorted({_owner(m) for m, _, _ in _imports(module)} - {module}) for module in MODULES
+}
+# With the type checker's imports: what each module needs to be read, not only to run.
+TYPED_GRAPH = {
+    module: sorted({_owner(m) for m, _, _ in _imports(module, type_checking=True)} - {module})
+    for module in MODULES
 }
 
 
@@ -135,7 +144,7 @@ def test_the_import_graph_has_no_cycle():
     def walk(module: str) -> None:
         state[module] = 1
         stack.append(module)
-        for dep in GRAPH[module]:
+        for dep in TYPED_GRAPH[module]:
             if state.get(dep) == 1:
                 cycle = [*stack[stack.index(dep) :], dep]
                 raise AssertionError("import cycle: " + " -> ".join(cycle))
@@ -151,11 +160,11 @@ def test_the_import_graph_has_no_cycle():
 
 def test_imports_point_down_the_layers():
     upward = []
-    for module, deps in GRAPH.items():
-        if module == "keras_perf":  # the package's lazy export table names every layer
+    for module, deps in TYPED_GRAPH.items():
+        if module == "toolkit":  # the package's lazy export table names every layer
             continue
         for dep in deps:
-            if dep != "keras_perf" and _layer(dep) > _layer(module):
+            if dep != "toolkit" and _layer(dep) > _layer(module):
                 upward.append(
                     f"{module} ({LAYERS[_layer(module)][0]}) imports {dep} "
                     f"({LAYERS[_layer(dep)][0]})"
@@ -164,7 +173,7 @@ def test_imports_point_down_the_layers():
 
 
 def test_no_private_name_crosses_a_module():
-    """A private module (``keras_perf._verbs``) is the package's own implementation, shared
+    """A private module (``toolkit._verbs``) is the package's own implementation, shared
     inside it behind a public front; a private name (``_helper``) is its module's alone."""
     crossing = [
         f"{module}:{line} imports {name} from {source}"
@@ -181,14 +190,14 @@ def test_public_modules_declare_all_and_it_names_what_is_there():
 
     missing = []
     for module in sorted(MODULES):
-        if module.rpartition(".")[2].startswith("_") and module != "keras_perf.__main__":
+        if module.rpartition(".")[2].startswith("_") and module != "toolkit.__main__":
             continue
-        if module == "keras_perf.__main__" or module.startswith(PROGRAMS):
+        if module == "toolkit.__main__" or module.startswith(PROGRAMS):
             continue
         mod = importlib.import_module(module)
         names = getattr(mod, "__all__", None)
         if names is None:
-            if MODULES[module].name == "__init__.py" and module == "keras_perf.profiling":
+            if MODULES[module].name == "__init__.py" and module == "toolkit.profiling":
                 continue  # a namespace of submodules, nothing of its own
             missing.append(f"{module} has no __all__")
             continue
@@ -198,13 +207,13 @@ def test_public_modules_declare_all_and_it_names_what_is_there():
 
 
 def test_the_lazy_exports_are_the_public_api():
-    assert keras_perf.__all__ == sorted([*keras_perf._EXPORTS, "__version__"])
-    for name, module in keras_perf._EXPORTS.items():
-        assert module in MODULES, f"keras_perf.{name} points at a missing module {module}"
+    assert toolkit.__all__ == sorted([*toolkit._EXPORTS, "__version__"])
+    for name, module in toolkit._EXPORTS.items():
+        assert module in MODULES, f"toolkit.{name} points at a missing module {module}"
         # The export points at the module that defines the name, the one place it lives.
-        obj = getattr(keras_perf, name)
+        obj = getattr(toolkit, name)
         defined = getattr(obj, "__module__", module)
-        assert defined == module, f"keras_perf.{name} is defined in {defined}, not {module}"
+        assert defined == module, f"toolkit.{name} is defined in {defined}, not {module}"
 
 
 BLOCK_TF = """
@@ -227,9 +236,9 @@ except ImportError:
 else:
     raise SystemExit("tensorflow imported")
 
-from keras_perf import MemoryWatch, StepTimer, TraceWindow, compare, profile
-from keras_perf.cli import main as cli
-from keras_perf.report import RunContext, RunReport, merge_reports, render_merged
+from toolkit import MemoryWatch, StepTimer, TraceWindow, compare, profile
+from toolkit.cli import main as cli
+from toolkit.report import RunContext, RunReport, merge_reports, render_merged
 
 assert issubclass(TraceWindow, sys.modules["keras"].callbacks.Callback) and MemoryWatch
 
@@ -248,7 +257,7 @@ paths = report.write(out, plot=False)
 loaded = RunReport.load(out)
 assert loaded == report and loaded.steps.timed_steps == 10, loaded.steps
 print(compare(loaded, report).verdict)
-from keras_perf.distribute import Cluster
+from toolkit.distribute import Cluster
 
 hosts = ("a:1", "b:1")
 workers = [
@@ -298,9 +307,9 @@ def test_the_report_side_and_step_timer_run_where_tensorflow_cannot_be_imported(
 def test_reading_reports_needs_no_framework_at_all():
     code = BLOCK_TF + (
         "import sys\n"
-        "import keras_perf, keras_perf.report, keras_perf.core.files, keras_perf.core.machine\n"
-        "import keras_perf.cli\n"
-        "from keras_perf.report import compare, merge_reports\n"
+        "import toolkit, toolkit.report, toolkit.core.files, toolkit.core.machine\n"
+        "import toolkit.cli\n"
+        "from toolkit.report import compare, merge_reports\n"
         "loaded = [m for m in ('tensorflow', 'keras', 'jax', 'torch') if m in sys.modules]\n"
         "print(loaded)\n"
     )
@@ -309,14 +318,14 @@ def test_reading_reports_needs_no_framework_at_all():
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("module", ["keras_perf.report", "keras_perf.core.stats"])
+@pytest.mark.parametrize("module", ["toolkit.report", "toolkit.core.stats"])
 def test_report_side_modules_import_no_framework_at_import_time(module):
     for dep in GRAPH[module]:
         assert _layer(dep) <= _layer(module)
 
 
 def test_no_package_attribute_hides_one_of_its_submodules():
-    """``from keras_perf.devices import select`` must not mean two things: a package never
+    """``from toolkit.devices import select`` must not mean two things: a package never
     exports a name that is also one of its submodules."""
     import importlib
 

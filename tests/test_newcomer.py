@@ -15,9 +15,9 @@ import sys
 import pytest
 from absl import flags
 
-from keras_perf import app
-from keras_perf.core import progress
-from keras_perf.runner import flags as tk_flags
+from toolkit import app
+from toolkit.core import progress
+from toolkit.runner import flags as tk_flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TIMEOUT = 300  # a loaded 2-core machine
@@ -31,11 +31,11 @@ def run(*argv: str, env: dict[str, str] | None = None, **kwargs) -> subprocess.C
 
 
 def test_recipe_help_lists_its_flags_then_the_shared_ones_rc_0_without_tensorflow():
-    done = run("-m", "keras_perf.recipes.cnn", "--help")
+    done = run("-m", "recipes.cnn", "--help")
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # no TensorFlow start-up lines: nothing imported it
     out = done.stdout
-    assert out.startswith("usage: python -m keras_perf.recipes.cnn")
+    assert out.startswith("usage: python -m recipes.cnn")
     assert "A small CNN" in out  # the recipe's docstring
     own = out.index("cnn flags:")
     for flag in ("--filters=32", "--learning_rate=0.002", "--image_size=32", "--channels=1"):
@@ -49,7 +49,7 @@ def test_recipe_help_lists_its_flags_then_the_shared_ones_rc_0_without_tensorflo
 
 def test_importing_a_recipe_imports_no_framework():
     code = (
-        "import sys, keras_perf.recipes.resnet; "
+        "import sys, recipes.resnet; "
         "print(sorted({'tensorflow', 'keras', 'jax', 'torch'} & set(sys.modules)))"
     )
     done = run("-c", code)
@@ -63,7 +63,7 @@ def test_every_recipe_help_names_every_flag_it_defines(recipe):
     own = tk_flags.own_flags(module.__name__)
     assert own, f"{recipe} defines no flags of its own?"
     text = app.recipe_help(module)
-    assert text.startswith(f"usage: python -m keras_perf.recipes.{recipe}")
+    assert text.startswith(f"usage: python -m recipes.{recipe}")
     section = text[text.index(f"{recipe} flags:") : text.index("\ndata:")]
     for name in own:
         assert f"--{name}=" in section or f"--[no]{name} " in section, name
@@ -73,23 +73,23 @@ def test_every_shared_flag_is_in_exactly_one_help_group():
     tk_flags.define_common_flags()
     grouped = [n for _, names in tk_flags.FLAG_GROUPS for n in names]
     assert len(grouped) == len(set(grouped))
-    shared = {f.name for f in flags.FLAGS.get_flags_for_module("keras_perf.runner.flags")}
+    shared = {f.name for f in flags.FLAGS.get_flags_for_module("toolkit.runner.flags")}
     aliases = {"enable_xla", *tk_flags.DEPRECATED_FLAGS}
     assert shared - aliases - set(grouped) == set()
 
 
 def test_helpfull_stays_absls_with_the_recipes_flags_filed_under_it():
-    done = run("-m", "keras_perf.recipes.cnn", "--helpfull")
-    head = done.stdout[done.stdout.index("keras_perf/recipes/cnn.py:") :]
-    assert "--filters" in head.split("keras_perf.runner.flags:")[0]
+    done = run("-m", "recipes.cnn", "--helpfull")
+    head = done.stdout[done.stdout.index("recipes/cnn.py:") :]
+    assert "--filters" in head.split("toolkit.runner.flags:")[0]
 
 
 def test_version_of_a_recipe_and_of_the_command():
-    from keras_perf.core.version import __version__
+    from toolkit.core.version import __version__
 
-    done = run("-m", "keras_perf.recipes.mlp", "--version")
+    done = run("-m", "recipes.mlp", "--version")
     assert done.returncode == 0 and __version__ in done.stdout
-    done = run("-m", "keras_perf", "--version")
+    done = run("-m", "toolkit", "--version")
     assert done.returncode == 0 and __version__ in done.stdout
 
 
@@ -102,24 +102,24 @@ def test_the_console_script_calls_itself_by_its_name():
     )
     assert done.returncode == 0
     assert done.stdout.startswith("usage: keras-perf ") and "``" not in done.stdout
-    done = run("-m", "keras_perf", "--help")
-    assert done.stdout.startswith("usage: python -m keras_perf ")
+    done = run("-m", "toolkit", "--help")
+    assert done.stdout.startswith("usage: python -m toolkit ")
 
 
 def test_verb_help_lists_the_recipes_and_the_recipe_flags_it_passes_on():
-    done = run("-m", "keras_perf", "tune", "--recipe", "cnn", "--help")
+    done = run("-m", "toolkit", "tune", "--recipe", "cnn", "--help")
     assert done.returncode == 0 and done.stderr == ""
     out = done.stdout
     assert "recipes (--recipe): " in out and all(r in out for r in app.recipe_names())
     assert "cnn flags: --image_size" in out and "--filters" in out
     assert "--tune_budget" in out and "--precision" in out
-    done = run("-m", "keras_perf", "doctor", "--help")
+    done = run("-m", "toolkit", "doctor", "--help")
     assert "mlp flags:" in done.stdout and "--hidden_units" in done.stdout
 
 
 def test_an_unknown_recipe_lists_the_recipes_before_anything_starts():
     for verb in ("placement", "doctor", "tune"):
-        done = run("-m", "keras_perf", verb, "--recipe", "nope")
+        done = run("-m", "toolkit", verb, "--recipe", "nope")
         assert done.returncode == 2
         assert done.stderr.strip().splitlines()[-1].startswith("error: --recipe: no recipe")
         assert "mlp" in done.stderr and "Traceback" not in done.stderr
@@ -138,10 +138,10 @@ def test_old_flag_spellings_work_with_one_note():
 
 
 def test_compare_takes_min_rel_and_its_old_hyphen(tmp_path):
-    done = run("-m", "keras_perf", "compare", "--min-rel", "0.05", "nope-a", "nope-b")
+    done = run("-m", "toolkit", "compare", "--min-rel", "0.05", "nope-a", "nope-b")
     assert "note: --min-rel is deprecated; use --min_rel" in done.stderr
     assert done.returncode == 2 and "no report at 'nope-a'" in done.stderr
-    done = run("-m", "keras_perf", "compare", "--min_rel", "0.05", "nope-a", "nope-b")
+    done = run("-m", "toolkit", "compare", "--min_rel", "0.05", "nope-a", "nope-b")
     assert "deprecated" not in done.stderr and done.returncode == 2
 
 
@@ -159,8 +159,8 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
 
     make_report(n=2000).write(tmp_path / "run", plot=False)
     for argv in (
-        ("-m", "keras_perf", "show", str(tmp_path / "run"), "--markdown"),
-        ("-m", "keras_perf.recipes.mlp", "--help"),
+        ("-m", "toolkit", "show", str(tmp_path / "run"), "--markdown"),
+        ("-m", "recipes.mlp", "--help"),
     ):
         status, err = _closed_pipe(*argv)
         assert status == 141, (argv, err)  # 128 + SIGPIPE, as a shell tool ends
@@ -168,12 +168,12 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
 
 
 def test_a_recipe_under_head_trains_to_the_end_its_step_lines_on_stderr(tmp_path):
-    """``python -m keras_perf.recipes.mlp | head``: step lines are progress (stderr), so a reader of
+    """``python -m recipes.mlp | head``: step lines are progress (stderr), so a reader of
     stdout that has gone stops nothing; only the summary at the end meets the closed pipe."""
     import json
 
     status, err = _closed_pipe(
-        "-m", "keras_perf.recipes.mlp", "--epochs=1", "--train_steps=40", "--log_steps=10",
+        "-m", "recipes.mlp", "--epochs=1", "--train_steps=40", "--log_steps=10",
         "--count_flops=false", f"--report_dir={tmp_path}",
     )  # fmt: skip
     assert status == 141, err[-2000:]
@@ -193,7 +193,7 @@ def test_on_a_terminal_each_epoch_keeps_a_line_and_tensorflow_logs_show_when_ask
     """Keras leaves a line per epoch above its bar; so does the toolkit's bar. A user who sets
     TF_CPP_MIN_LOG_LEVEL themselves sees TensorFlow's start-up lines again."""
     done = run(
-        "-m", "keras_perf.recipes.mlp", "--epochs=2", "--train_steps=20", "--count_flops=false",
+        "-m", "recipes.mlp", "--epochs=2", "--train_steps=20", "--count_flops=false",
         f"--report_dir={tmp_path}",
         env={"TOOLKIT_PROGRESS": "1", "TF_CPP_MIN_LOG_LEVEL": "0"},  # a bar, as on a terminal
     )  # fmt: skip
@@ -207,7 +207,7 @@ def test_on_a_terminal_each_epoch_keeps_a_line_and_tensorflow_logs_show_when_ask
 
 
 def test_held_start_up_lines_drop_the_chatter_and_keep_what_matters(capfd, monkeypatch):
-    from keras_perf.core import native_logs
+    from toolkit.core import native_logs
 
     env: dict[str, str] = {}
     assert native_logs.configure(["prog"], env) and env == {"TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -249,10 +249,10 @@ def _without(monkeypatch, *modules: str) -> None:
 def test_a_missing_extra_is_one_line_naming_the_install_that_works_from_a_wheel(
     monkeypatch, capsys, tmp_path
 ):
-    from keras_perf.core import _extras as extras
-    from keras_perf.report import run_report
-    from keras_perf.search import chooser, diagnose
     from tests.test_report import make_report
+    from toolkit.core import _extras as extras
+    from toolkit.report import run_report
+    from toolkit.search import chooser, diagnose
 
     assert extras.why_missing("report") is None  # the test extras install every one
     _without(monkeypatch, "matplotlib", "xprof", "jax")
@@ -287,7 +287,7 @@ def test_a_missing_extra_is_one_line_naming_the_install_that_works_from_a_wheel(
 def test_ops_says_which_columns_it_leaves_out_when_their_framework_is_missing(tmp_path):
     prelude = "import sys; sys.modules.update(jax=None, torch=None); "
     done = run(
-        "-c", prelude + "from keras_perf.cli import main; sys.exit(main())", "ops", "--size=tiny",
+        "-c", prelude + "from toolkit.cli import main; sys.exit(main())", "ops", "--size=tiny",
         "--ops=ReLU", "--out", str(tmp_path), "--no_plot", "--repeats=2", "--min_time=0.001",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
@@ -299,11 +299,11 @@ def test_ops_says_which_columns_it_leaves_out_when_their_framework_is_missing(tm
 
 
 def test_quiet_command_prints_results_and_no_progress(tmp_path):
-    done = run("-m", "keras_perf", "--quiet", "ops", "--size=tiny", "--ops=ReLU", "--modes=eager",
+    done = run("-m", "toolkit", "--quiet", "ops", "--size=tiny", "--ops=ReLU", "--modes=eager",
                "--out", str(tmp_path), "--no_plot", "--repeats=2", "--min_time=0.001")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "| ReLU" in done.stdout and "ops: ReLU" not in done.stderr
-    done = run("-m", "keras_perf", "ops", "--size=tiny", "--ops=ReLU", "--modes=eager",
+    done = run("-m", "toolkit", "ops", "--size=tiny", "--ops=ReLU", "--modes=eager",
                "--out", str(tmp_path), "--no_plot", "--repeats=2", "--min_time=0.001")  # fmt: skip
     assert "ops: ReLU (2/2 cells)" in done.stderr and "\r" not in done.stderr  # a log: lines
 
@@ -322,8 +322,8 @@ def test_progress_modes(monkeypatch):
 
 
 def test_fit_progress_defaults(monkeypatch):
-    from keras_perf.runner.config import TrainConfig
-    from keras_perf.runner.train import _nice, fit_progress
+    from toolkit.runner.config import TrainConfig
+    from toolkit.runner.train import _nice, fit_progress
 
     assert [_nice(n) for n in (0.3, 1, 3, 7, 12, 45, 101)] == [1, 1, 5, 10, 20, 50, 200]
     data = list(range(45))  # 45 batches an epoch
@@ -344,8 +344,8 @@ def test_fit_progress_defaults(monkeypatch):
 def test_fit_progress_bar_counts_steps_and_reads_no_loss_per_step(monkeypatch, capsys):
     import numpy as np
 
-    from keras_perf.core import compat
-    from keras_perf.profiling.fit_progress import FitProgress
+    from toolkit.core import compat
+    from toolkit.profiling.fit_progress import FitProgress
 
     keras = compat.keras()
     monkeypatch.setenv("TOOLKIT_PROGRESS", "1")  # draw as on a terminal
@@ -390,9 +390,9 @@ def test_package_metadata_says_what_it_is():
     assert meta["Requires-Python"] == ">=3.10"
 
 
-def test_the_wheel_installs_one_package_named_for_the_project(tmp_path):
-    # 0.1 installed top-level `toolkit` and `recipes`, names other distributions use: the wheel
-    # holds one package now, with the recipes and their `python -m` entry points inside it.
+def test_the_wheel_installs_the_cards_two_packages_and_the_console_script(tmp_path):
+    # The project's card fixes the top level: `toolkit` (import it into a training script) and
+    # `recipes` (`python -m recipes.mlp`), nothing else; 0.2's `keras_perf` is gone.
     import shutil
     import zipfile
 
@@ -411,8 +411,9 @@ def test_the_wheel_installs_one_package_named_for_the_project(tmp_path):
     (wheel,) = tmp_path.glob("keras_perf_toolkit-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {
-        "keras_perf"
+        "toolkit",
+        "recipes",
     }
-    assert "keras_perf/recipes/mlp.py" in names
+    assert {"toolkit/__main__.py", "recipes/mlp.py", "recipes/__init__.py"} <= set(names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "keras-perf = keras_perf.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "keras-perf = toolkit.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from keras_perf.core.files import atomic_write
-from keras_perf.core.machine import capture_environment
-from keras_perf.core.stats import summarize_calls
-from keras_perf.report import ReportError, RunReport, compare
-from keras_perf.report import run_report as report_mod
+from toolkit.core.files import atomic_write
+from toolkit.core.machine import capture_environment
+from toolkit.core.stats import summarize_calls
+from toolkit.report import ReportError, RunReport, compare
+from toolkit.report import run_report as report_mod
 
 from .helpers import run_python
 
@@ -63,8 +63,8 @@ def test_json_round_trip(tmp_path):
 
 def test_environment_without_tensorflow_loaded_skips_tf_facts():
     code = (
-        "import sys; import keras_perf.report; "
-        "from keras_perf.core.machine import capture_environment; "
+        "import sys; import toolkit.report; "
+        "from toolkit.core.machine import capture_environment; "
         "env = capture_environment(); "
         "assert 'tensorflow' not in sys.modules, 'report imported TensorFlow'; "
         "assert 'tensorflow' not in env and env['python']; print('ok')"
@@ -207,7 +207,7 @@ def test_cli_compare_and_show(tmp_path):
     a_dir, b_dir = tmp_path / "a", tmp_path / "b"
     make_report("a", step_s=0.002).write(a_dir, plot=False)
     make_report("b", step_s=0.001, seed=9).write(b_dir, plot=False)
-    run = [sys.executable, "-m", "keras_perf"]
+    run = [sys.executable, "-m", "toolkit"]
     out = subprocess.run(
         [*run, "compare", str(a_dir), str(b_dir / "report.json")],
         capture_output=True,
@@ -238,7 +238,7 @@ def test_cli_compare_fails_a_regression_on_request_and_both_verbs_write_json(tmp
 
     def cli(*argv):
         return subprocess.run(
-            [sys.executable, "-m", "keras_perf", *argv], capture_output=True, text=True, timeout=60
+            [sys.executable, "-m", "toolkit", *argv], capture_output=True, text=True, timeout=60
         )
 
     out = cli("compare", str(dirs["a"]), str(dirs["slow"]), "--fail_on_slower")
@@ -259,7 +259,7 @@ def test_cli_compare_fails_a_regression_on_request_and_both_verbs_write_json(tmp
 
 
 def test_compute_section_adds_achieved_flops_and_mfu_from_the_median_step(tmp_path):
-    from keras_perf.profiling.step_timer import StepTimer
+    from toolkit.profiling.step_timer import StepTimer
 
     class Clock:
         t = 0.0
@@ -320,10 +320,10 @@ def _as_schema_1(report: RunReport) -> dict:
 
 
 def test_schema_1_reports_load_into_the_typed_context_and_compare(tmp_path):
-    from keras_perf.devices import DeviceInfo, Finding
-    from keras_perf.distribute import Cluster
-    from keras_perf.report import RunContext
-    from keras_perf.report.context import Resume, Strategy
+    from toolkit.devices import DeviceInfo, Finding
+    from toolkit.distribute import Cluster
+    from toolkit.report import RunContext
+    from toolkit.report.context import Resume, Strategy
 
     context = RunContext(
         device=DeviceInfo("cpu", "/physical_device:CPU:0", 0, "Some CPU", 1024.0),
@@ -351,7 +351,7 @@ def test_schema_1_reports_load_into_the_typed_context_and_compare(tmp_path):
     assert result.verdict == "within noise" and not any("differs" in n for n in result.notes)
     new.write(tmp_path / "v2")
     out = subprocess.run(
-        [sys.executable, "-m", "keras_perf", "compare", str(path), str(tmp_path / "v2")],
+        [sys.executable, "-m", "toolkit", "compare", str(path), str(tmp_path / "v2")],
         capture_output=True,
         text=True,
         timeout=120,
@@ -360,8 +360,8 @@ def test_schema_1_reports_load_into_the_typed_context_and_compare(tmp_path):
 
 
 def test_context_round_trips_through_json(tmp_path):
-    from keras_perf.devices import DeviceInfo
-    from keras_perf.report import RunContext
+    from toolkit.devices import DeviceInfo
+    from toolkit.report import RunContext
 
     context = RunContext(
         device=DeviceInfo("cuda", "/physical_device:GPU:0", 0, "H100", None, (9, 0)),
@@ -376,7 +376,7 @@ def test_context_round_trips_through_json(tmp_path):
 
 
 def test_report_files_follow_the_umask(tmp_path):
-    from keras_perf.core.files import atomic_write
+    from toolkit.core.files import atomic_write
 
     old = os.umask(0o022)
     try:
@@ -387,7 +387,7 @@ def test_report_files_follow_the_umask(tmp_path):
 
 
 def test_compare_says_when_the_two_runs_are_different_models():
-    from keras_perf.report import compare
+    from toolkit.report import compare
 
     a = make_report("mlp", compute={"flops_per_step": 4_407_040})
     b = make_report("cnn", compute={"flops_per_step": 4_370_000_000})

@@ -1,12 +1,12 @@
-"""keras_perf.core.stats with injected durations (no clocks, no sleeps, no TensorFlow)."""
+"""toolkit.core.stats with injected durations (no clocks, no sleeps, no TensorFlow)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from keras_perf.core import stats
-from keras_perf.core.stats import (
+from toolkit.core import stats
+from toolkit.core.stats import (
     StepStats,
     epoch_figures,
     percentile,

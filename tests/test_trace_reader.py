@@ -1,4 +1,4 @@
-"""keras_perf.report.trace on files a test writes: PyTorch's Chrome-trace JSON (steps from its
+"""toolkit.report.trace on files a test writes: PyTorch's Chrome-trace JSON (steps from its
 ProfilerStep ranges, self time from the nesting of its ops), and the traces it cannot read,
 each said in one line rather than raised. XProf's reading of real TensorFlow and JAX traces is
 tested where those traces are written (tests/profiling/test_trace_window.py)."""
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from keras_perf.report.trace import find_trace_files, read_trace, trace_lines
+from toolkit.report.trace import find_trace_files, read_trace, trace_lines
 
 
 def _span(name, ts, dur, cat="cpu_op", tid=1):
@@ -98,7 +98,7 @@ def _chart(columns, rows, **props):
 def test_the_all_reduce_share_of_the_step_is_read_where_the_trace_shows_it():
     """On GPUs XProf's step table has a collectives column; where the ops are listed one by
     one (CPU collectives, NCCL kernels), their self time is the share."""
-    from keras_perf.report import trace
+    from toolkit.report import trace
 
     columns = ["stepnum", "stepTimeMs", "deviceComputeTimeMs", "deviceCollectivesTimeMs"]
     out = trace._empty(None, "xprof test")

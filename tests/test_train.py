@@ -1,4 +1,4 @@
-"""keras_perf.runner.train: config validation, and real runs of the one runner on a tiny task."""
+"""toolkit.runner.train: config validation, and real runs of the one runner on a tiny task."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_perf.report import RunReport
-from keras_perf.runner import train
-from keras_perf.runner.config import SMOKE_STEPS, ConfigError, TrainConfig
+from toolkit.report import RunReport
+from toolkit.runner import train
+from toolkit.runner.config import SMOKE_STEPS, ConfigError, TrainConfig
 
 
 def tiny_task(keras, n=100, features=6, validation=True):
@@ -142,7 +142,7 @@ def test_fused_steps_train_exactly_like_separate_steps(keras):
     """K steps fused in one compiled call (a tf.while_loop; a jax.lax.scan) see the same
     batches in the same order and end at the same weights as K separate steps; StepTimer and
     the optimizer count every step, and the step is traced once."""
-    from keras_perf import backend
+    from toolkit import backend
 
     if backend.name() == "torch":
         pytest.skip("Keras's PyTorch backend compiles no step to put a loop in")

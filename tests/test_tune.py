@@ -8,17 +8,17 @@ import json
 import numpy as np
 import pytest
 
-from keras_perf.profiling.step_timer import steps_per_execution
-from keras_perf.runner import train
-from keras_perf.runner.config import TrainConfig
-from keras_perf.search import engine as en
-from keras_perf.search import tune as tn
-from keras_perf.search import workload as wl
 from tests.helpers import fake_rates
+from toolkit.profiling.step_timer import steps_per_execution
+from toolkit.runner import train
+from toolkit.runner.config import TrainConfig
+from toolkit.search import engine as en
+from toolkit.search import tune as tn
+from toolkit.search import workload as wl
 
 
 def test_space_follows_the_step_time(keras):
-    from keras_perf import devices
+    from toolkit import devices
 
     cpu = devices.select("cpu")
     assert tn.default_space(cpu, step_s=0.0005).fused_steps == (1, 8, 32)
@@ -204,18 +204,18 @@ def test_tune_cli_then_a_recipe_with_autotune_reads_the_cache(tmp_path):
             [sys.executable, *args], capture_output=True, text=True, timeout=300, env=env
         )
 
-    out = python("-m", "keras_perf", "tune", "--recipe", "mlp", "--tune_budget=8")
+    out = python("-m", "toolkit", "tune", "--recipe", "mlp", "--tune_budget=8")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "tune: recipe mlp, batch 32 (searched in" in out.stdout
     assert "best: --precision=" in out.stdout
     reports = tmp_path / "runs"
-    out = python("-m", "keras_perf.recipes.mlp", "--smoke", "--autotune", f"--report_dir={reports}")
+    out = python("-m", "recipes.mlp", "--smoke", "--autotune", f"--report_dir={reports}")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "cached result" in out.stderr and "autotune: --precision=" in out.stdout
     (run_dir,) = list(reports.iterdir())
     tuned = json.loads((run_dir / "report.json").read_text())["tune"]
     assert tuned["cache_hit"] is True and tuned["best_label"]
-    bad = python("-m", "keras_perf", "tune", "--recipe", "mlp", "--dataset=nope")
+    bad = python("-m", "toolkit", "tune", "--recipe", "mlp", "--dataset=nope")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: ")
 
 
@@ -255,8 +255,8 @@ def test_tune_your_own_compiled_model_on_your_pipeline(keras, tmp_path, monkeypa
      ("jax", (True,), (1, 8, 32), (1, 8, 32)), ("torch", (False,), (1,), (1,))],
 )  # fmt: skip
 def test_the_search_space_is_what_the_backend_runs(monkeypatch, name, jit, loops, fused):
-    from keras_perf import backend
-    from keras_perf.devices import DeviceInfo
+    from toolkit import backend
+    from toolkit.devices import DeviceInfo
 
     monkeypatch.setattr(backend, "name", lambda: name)
     space = tn.default_space(DeviceInfo("cpu", "cpu", 0, "a CPU"), step_s=0.001)

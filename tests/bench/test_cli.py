@@ -1,4 +1,4 @@
-"""``python -m keras_perf ops`` smoke runs on tiny sizes, in real subprocesses."""
+"""``python -m toolkit ops`` smoke runs on tiny sizes, in real subprocesses."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import json
 import subprocess
 import sys
 
-from keras_perf.bench import frameworks
+from toolkit.bench import frameworks
 
 
 def _ops(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "keras_perf", "ops", *args],
+        [sys.executable, "-m", "toolkit", "ops", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -51,7 +51,7 @@ def test_fusion_demo_on_tiny_sizes(tmp_path):
     )
     assert "conv2d + bias + relu" in proc.stdout
     record = json.loads((out / "fusion.json").read_text())
-    assert record["schema"] == "keras_perf.fusion/1" and len(record["demos"]) == 2
+    assert record["schema"] == "toolkit.fusion/1" and len(record["demos"]) == 2
     assert (out / "fusion.md").exists()
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from keras_perf.bench import fusion
-from keras_perf.bench import kernels as bench_kernels
+from toolkit.bench import fusion
+from toolkit.bench import kernels as bench_kernels
 
 # Trimmed from TF 2.21's optimized HLO of matmul + hard_swish on the CPU.
 HLO = """HloModule a_inference_hs_37__.1, is_scheduled=true

@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from keras_perf.bench import measure
-from keras_perf.devices import DeviceInfo
+from toolkit.bench import measure
+from toolkit.devices import DeviceInfo
 
 METAL = DeviceInfo("metal", "/physical_device:GPU:0", 0, "METAL")
 
@@ -90,7 +90,7 @@ def test_xla_on_metal_is_na_with_the_reason_before_trying():
 def test_a_mode_that_fails_is_na_with_the_error_not_a_crash():
     import tensorflow as tf
 
-    from keras_perf import devices
+    from toolkit import devices
 
     def host_only(x):  # py_function cannot be compiled by XLA
         return tf.py_function(lambda v: v * 2, [x], tf.float32)
@@ -103,7 +103,7 @@ def test_a_mode_that_fails_is_na_with_the_error_not_a_crash():
 
 
 def test_benchmark_runs_every_cell_on_the_cpu():
-    from keras_perf import devices
+    from toolkit import devices
 
     table = measure.benchmark(
         ["ReLU", "Sort"],
@@ -123,8 +123,8 @@ def test_benchmark_runs_every_cell_on_the_cpu():
 def test_framework_modes_beside_tensorflows(monkeypatch):
     """JAX's jit and PyTorch eager as columns on their own device, with their per-call floor;
     a framework that is not installed is n/a with what installs it."""
-    from keras_perf import devices
-    from keras_perf.bench import frameworks
+    from toolkit import devices
+    from toolkit.bench import frameworks
 
     assert measure.select_modes(["torch_eager", "eager"]) == ("eager", "torch_eager")
     assert measure.select_modes(["all"]) == measure.ALL_MODES

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from keras_perf.bench import ops as bench_ops
+from toolkit.bench import ops as bench_ops
 
 # The seed table's rows per operation (MLX / PyTorch-MPS benchmark on an M3 Max).
 SEED_ROWS = {
@@ -90,8 +90,8 @@ def test_modes_agree_numerically(op):
     """Each op's result in graph and XLA mode equals eager's, on the same tiny inputs."""
     import tensorflow as tf
 
-    from keras_perf import devices
-    from keras_perf.bench.measure import MODES, compile_fn, inputs_on
+    from toolkit import devices
+    from toolkit.bench.measure import MODES, compile_fn, inputs_on
 
     cpu = devices.resolve("cpu")
     for case in op.cases:
@@ -118,9 +118,9 @@ def test_the_other_frameworks_compute_the_same_op(op):
     values (PyTorch's channels-first convolutions turned back to channels-last)."""
     import tensorflow as tf
 
-    from keras_perf import devices
-    from keras_perf.bench import frameworks
-    from keras_perf.bench.measure import inputs_on
+    from toolkit import devices
+    from toolkit.bench import frameworks
+    from toolkit.bench.measure import inputs_on
 
     modes = [m for m in ("jax_jit", "torch_eager") if not frameworks.missing(m)]
     if not modes:

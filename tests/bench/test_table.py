@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from keras_perf.bench.table import (
+from toolkit.bench.table import (
     Measurement,
     OpTable,
     Timing,
@@ -136,7 +136,7 @@ def test_csv_detailed_and_average():
 def test_json_round_trip_and_files(tmp_path):
     table = _table(missing={("ReLU", 0, "cpu", "xla")})
     record = json.loads(table.to_json())
-    assert record["schema"] == "keras_perf.ops/1" and len(record["results"]) == 9
+    assert record["schema"] == "toolkit.ops/1" and len(record["results"]) == 9
     again = OpTable.from_dict(record)
     assert again.to_markdown() == table.to_markdown()
     paths = table.write(tmp_path / "ops")
@@ -152,10 +152,10 @@ def test_json_round_trip_and_files(tmp_path):
 
 
 def test_not_an_ops_record():
-    from keras_perf.report import ReportError
+    from toolkit.report import ReportError
 
     with pytest.raises(ReportError, match="not an op benchmark record"):
-        OpTable.from_dict({"schema": "keras_perf.report/1"})
+        OpTable.from_dict({"schema": "toolkit.report/1"})
 
 
 def test_framework_columns_compare_like_with_like():

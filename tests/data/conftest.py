@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_perf.data import builder as pipeline_mod
+from toolkit.data import builder as pipeline_mod
 
 FEATURES = 6
 N = 48
@@ -20,7 +20,7 @@ def arrays():
 
 @pytest.fixture(scope="session")
 def tfrecord_dir(tmp_path_factory, arrays):
-    from keras_perf.data import write_tfrecords
+    from toolkit.data import write_tfrecords
 
     directory = tmp_path_factory.mktemp("tfrecords")
     write_tfrecords(directory, *arrays, num_shards=3)

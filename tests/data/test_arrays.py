@@ -1,4 +1,4 @@
-"""keras_perf.data.arrays: the data path of a machine without TensorFlow, checked against the
+"""toolkit.data.arrays: the data path of a machine without TensorFlow, checked against the
 tf.data path it stands in for."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_perf.data import ArraySource, array_batches, catalog, resize_images
+from toolkit.data import ArraySource, array_batches, catalog, resize_images
 
 
 @pytest.mark.parametrize(("size", "channels"), [((32, 32), 1), ((96, 80), 3), ((4, 4), 1)])

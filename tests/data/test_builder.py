@@ -1,4 +1,4 @@
-"""keras_perf.data.pipeline: stage order, options, budgets, and its warnings firing (and not)."""
+"""toolkit.data.pipeline: stage order, options, budgets, and its warnings firing (and not)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_perf import data as D
-from keras_perf.data import PipelineWarning, pipeline
-from keras_perf.data.builder import dataset_ops, element_bytes, parse_bytes
+from toolkit import data as D
+from toolkit.data import PipelineWarning, pipeline
+from toolkit.data.builder import dataset_ops, element_bytes, parse_bytes
 
 pytestmark = pytest.mark.legacy_keras
 
@@ -144,7 +144,7 @@ def test_warns_once_on_cache_after_random_map(arrays):
     assert _warnings_of(lambda: pipeline(randomized, 4, cache=True)) == []  # once
     # Randomness passed as a preprocess step is also caught; as augment it is the right way.
     noisy = lambda x, y: (x + tf.random.stateless_uniform((), seed=[1, 2]), y)  # noqa: E731
-    from keras_perf.data import builder
+    from toolkit.data import builder
 
     builder._warned.clear()
     assert _warnings_of(lambda: pipeline(D.from_arrays(*arrays), 4, preprocess=noisy, cache=True))
@@ -266,8 +266,8 @@ def test_benchmark_errors():
 
 
 def test_benchmark_result_embeds_in_a_run_report(tmp_path, arrays):
-    from keras_perf.core.stats import summarize
-    from keras_perf.report import RunReport
+    from toolkit.core.stats import summarize
+    from toolkit.report import RunReport
 
     result = D.benchmark(pipeline(D.from_arrays(*arrays), 4, repeat=True), 10, verbose=False)
     report = RunReport(

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from keras_perf.data import catalog, write_tfrecords
+from toolkit.data import catalog, write_tfrecords
 
 IMAGE = catalog.ImageSpec(12, 12, 3, num_classes=10)
 TOKENS = catalog.TokenSpec(seq_len=40, vocab_size=100, num_classes=2)

@@ -10,15 +10,15 @@ import sys
 import numpy as np
 import pytest
 
-from keras_perf.data import _fit_data
-from keras_perf.runner.config import TrainConfig
+from toolkit.data import _fit_data
+from toolkit.runner.config import TrainConfig
 
 N, D = 96, 8
 
 
 @pytest.fixture(scope="module")
 def keras():
-    from keras_perf.core import compat
+    from toolkit.core import compat
 
     return compat.keras()
 
@@ -128,7 +128,7 @@ def test_a_torch_dataloader_is_read_again_on_every_pass(keras):
 
 def test_diagnose_a_model_trained_on_x_alone(keras):
     """The keras-io VAE's shape: ``model.fit(x)``, no labels, its loss its own."""
-    from keras_perf.search import diagnose as dg
+    from toolkit.search import diagnose as dg
 
     x, _ = _xy()
     model = _self_supervised(keras)
@@ -144,9 +144,9 @@ def test_diagnose_a_model_trained_on_x_alone(keras):
 def test_tune_a_model_on_its_pydataset_and_profile_one_fed_by_a_generator(
     keras, monkeypatch, tmp_path
 ):
-    from keras_perf import profile
-    from keras_perf.search import engine as en
-    from keras_perf.search import tune as tn
+    from toolkit import profile
+    from toolkit.search import engine as en
+    from toolkit.search import tune as tn
 
     monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
     x, y = _xy()
@@ -171,7 +171,7 @@ def test_tune_a_model_on_its_pydataset_and_profile_one_fed_by_a_generator(
 
 MODEL_FN = """
 import numpy as np
-from keras_perf.core import compat
+from toolkit.core import compat
 
 def make():
     keras = compat.keras()
@@ -194,14 +194,14 @@ def test_doctor_and_backends_take_a_model_fn_whose_data_is_x_alone(tmp_path):
     env = {**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path / "cache"), "KERAS_BACKEND": ""}
     env.pop("KERAS_BACKEND")
     doctor = subprocess.run(
-        [sys.executable, "-m", "keras_perf", "doctor", "--model_fn", "selfsup:make",
+        [sys.executable, "-m", "toolkit", "doctor", "--model_fn", "selfsup:make",
          "--diagnose_steps=6", "--batch_size=32"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,
     )  # fmt: skip
     assert doctor.returncode == 0, doctor.stderr[-3000:]
     assert "x alone" in doctor.stdout
     backends = subprocess.run(
-        [sys.executable, "-m", "keras_perf", "backends", "--model_fn", "selfsup:make",
+        [sys.executable, "-m", "toolkit", "backends", "--model_fn", "selfsup:make",
          "--backends", "tensorflow", "--steps", "20", "--rounds", "1", "--no_plot",
          "--out", str(tmp_path / "out")],
         capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env,

@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from keras_perf import data as D
-from keras_perf.data import pipeline
+from toolkit import data as D
+from toolkit.data import pipeline
 
 from .conftest import FEATURES, N
 

@@ -9,10 +9,10 @@ import statistics
 
 import pytest
 
-from keras_perf import MemoryWatch, StepTimer, TraceWindow, backend
-from keras_perf.profiling.resume_recorder import ResumeRecorder
-from keras_perf.report.context import Resume
-from keras_perf.runner.session import profile
+from toolkit import MemoryWatch, StepTimer, TraceWindow, backend
+from toolkit.profiling.resume_recorder import ResumeRecorder
+from toolkit.report.context import Resume
+from toolkit.runner.session import profile
 
 pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from keras_perf.core import machine, stats
-from keras_perf.profiling import flops
+from toolkit.core import machine, stats
+from toolkit.profiling import flops
 
 
 @pytest.mark.every_backend
@@ -65,7 +65,7 @@ def test_utilization_arithmetic_and_missing_inputs():
 
 
 def test_matmul_peak_is_measured_once_then_read_from_the_cache(tmp_path, monkeypatch):
-    from keras_perf import devices
+    from toolkit import devices
 
     monkeypatch.setenv(machine.CACHE_ENV, str(tmp_path))
     cpu = devices.select("cpu")
@@ -102,10 +102,35 @@ def test_matmul_peak_is_measured_once_then_read_from_the_cache(tmp_path, monkeyp
 
 
 def test_an_unwritable_cache_still_returns_the_peak(tmp_path, monkeypatch):
-    from keras_perf import devices
+    from toolkit import devices
 
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
     monkeypatch.setenv(machine.CACHE_ENV, str(blocked / "sub"))
     peak = flops.matmul_peak(devices.select("cpu"), "float32")
     assert peak["source"] == "measured" and not os.path.exists(blocked / "sub")
+
+
+def test_a_peak_left_pending_before_fit_is_measured_after_it(tmp_path, monkeypatch, keras):
+    """With --compile_cache the runner reads the peak from the cache only before fit (an op run
+    then would rename the programs XLA's cache keys) and recheck_peak measures it after."""
+    from toolkit import devices
+
+    monkeypatch.setenv(machine.CACHE_ENV, str(tmp_path))
+    cpu = devices.select("cpu")
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+    compute = flops.compute_facts(model, 32, "float32", cpu, measure_peak=False)
+    assert compute["flops_per_step"] and "peak_flops_per_s" not in compute
+    assert compute["peak_pending"] and not (tmp_path / flops.PEAK_FILE).exists()
+    flops.recheck_peak(compute, 0.01, cpu)
+    assert compute["peak_flops_per_s"] > 1e8 and compute["peak_source"] == "measured"
+    assert "peak_pending" not in compute  # nothing of it reaches the report
+    # Now cached: read before fit; a steady one leaves nothing for after fit, one measured on
+    # a busy machine is read too (MFU per epoch) and measured again after fit.
+    stored = json.loads((tmp_path / flops.PEAK_FILE).read_text())
+    for spread, pending in ((2.0, False), (40.0, True)):
+        for entry in stored.values():
+            entry["result"]["spread_pct"] = spread
+        (tmp_path / flops.PEAK_FILE).write_text(json.dumps(stored))
+        cached = flops.compute_facts(model, 32, "float32", cpu, measure_peak=False)
+        assert cached["peak_source"] == "cache" and cached.get("peak_pending", False) is pending

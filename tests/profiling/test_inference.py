@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 
-from keras_perf.profiling.inference import measure_inference
+from toolkit.profiling.inference import measure_inference
 
 pytestmark = pytest.mark.legacy_keras
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from keras_perf.profiling.memory_watch import MemoryWatch, steady_growth
+from toolkit.profiling.memory_watch import MemoryWatch, steady_growth
 
 pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 

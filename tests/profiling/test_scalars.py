@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from keras_perf.core.stats import TIMED
-from keras_perf.profiling.step_timer import StepTimer
 from tests.helpers import read_scalars, scalar_descriptions
+from toolkit.core.stats import TIMED
+from toolkit.profiling.step_timer import StepTimer
 
 pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 
@@ -84,7 +84,7 @@ def test_without_tensorboard_installed_the_error_says_what_to_install(tmp_path, 
 
 
 def test_a_long_epoch_is_written_in_at_most_max_points_windows(tmp_path):
-    from keras_perf.profiling.scalars import MAX_POINTS, Scalars
+    from toolkit.profiling.scalars import MAX_POINTS, Scalars
 
     scalars = Scalars(tmp_path)
     calls = [(0.001, 1, 0, "first")] + [
@@ -105,7 +105,7 @@ def test_the_c_crc_frames_records_as_tensorboard_does():
 
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
-    from keras_perf.profiling.scalars import masked_crc32c_function
+    from toolkit.profiling.scalars import masked_crc32c_function
 
     crc = masked_crc32c_function()
     rng = random.Random(0)
@@ -117,7 +117,7 @@ def test_the_c_crc_frames_records_as_tensorboard_does():
 def test_points_reach_the_file_at_flush_and_a_failed_write_keeps_them(tmp_path):
     import threading
 
-    from keras_perf.profiling.scalars import Scalars
+    from toolkit.profiling.scalars import Scalars
 
     threads = threading.active_count()
     scalars = Scalars(tmp_path / "tb")
@@ -143,7 +143,7 @@ def test_points_reach_the_file_at_flush_and_a_failed_write_keeps_them(tmp_path):
 def test_keras_layout_overlays_validation_and_every_tag_is_described(tmp_path):
     # Keras's TensorBoard callback: epoch_<metric> in train/, val_<metric> as the same tag in
     # validation/, x the epoch; TensorBoard's reader finds a description on each tag.
-    from keras_perf.profiling.scalars import Scalars, viewing_hint
+    from toolkit.profiling.scalars import Scalars, viewing_hint
 
     scalars = Scalars(tmp_path)
     calls = [(0.5, 1, 0, "first")] + [(0.01, 1, 0, TIMED)] * 4

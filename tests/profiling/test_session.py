@@ -8,10 +8,10 @@ import signal
 
 import pytest
 
-from keras_perf.core import compat
-from keras_perf.profiling.stop_on_signal import TrainingInterrupted
-from keras_perf.report import RunReport
-from keras_perf.runner.session import profile
+from toolkit.core import compat
+from toolkit.profiling.stop_on_signal import TrainingInterrupted
+from toolkit.report import RunReport
+from toolkit.runner.session import profile
 
 pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 

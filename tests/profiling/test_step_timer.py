@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_perf import backend
-from keras_perf.core import compat
-from keras_perf.data import infer_batch_size
-from keras_perf.profiling.step_timer import StepTimer
+from toolkit import backend
+from toolkit.core import compat
+from toolkit.data import infer_batch_size
+from toolkit.profiling.step_timer import StepTimer
 
 pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 TORCH = backend.name() == "torch"
@@ -196,7 +196,7 @@ def test_batch_hooks_call_no_tensorflow_in_a_real_fit(make_model, make_dataset):
     """Every function the batch hooks call, traced in a real fit: none is a framework, Keras or
     NumPy, so none can sync a device, on any backend. The one exception is the backend's
     profiler probe, which reads a flag (PyTorch's is a C function of ``torch._C``)."""
-    from keras_perf import backend
+    from toolkit import backend
 
     probe_module = getattr(backend.get().profiler_probe(), "__module__", None)
     timer = StepTimer(warmup_steps=1)
@@ -315,7 +315,7 @@ def _drive(timer, begins, ends, steps=4):
 def test_asynchronous_epochs_are_timed_where_steps_ended(
     monkeypatch, begins, ends, boundary, durations
 ):
-    from keras_perf.profiling import step_timer
+    from toolkit.profiling import step_timer
 
     monkeypatch.setattr(step_timer, "_asynchronous", lambda: True)
     reads = [0.0]  # train begin

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from keras_perf import backend
-from keras_perf.core import compat
-from keras_perf.profiling.step_timer import StepTimer
-from keras_perf.profiling.trace_window import TraceWindow
-from keras_perf.report.trace import read_trace, trace_lines
+from toolkit import backend
+from toolkit.core import compat
+from toolkit.profiling.step_timer import StepTimer
+from toolkit.profiling.trace_window import TraceWindow
+from toolkit.report.trace import read_trace, trace_lines
 
 pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 

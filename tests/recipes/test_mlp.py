@@ -1,4 +1,4 @@
-"""keras_perf/recipes/mlp.py as a user runs it: a real process, real digits, real flags and
+"""recipes/mlp.py as a user runs it: a real process, real digits, real flags and
 signals."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-RECIPE = [sys.executable, "-m", "keras_perf.recipes.mlp"]
+RECIPE = [sys.executable, "-m", "recipes.mlp"]
 
 
 def _run(args, timeout=240):
@@ -68,7 +68,7 @@ def test_performance_flags_trace_and_memory(tmp_path):
     assert analysis["top_ops"]["host"] and "top host ops" in out.stdout
     assert "Top host ops by self time" in (run_dir / "report.md").read_text()
     again = subprocess.run(
-        [sys.executable, "-m", "keras_perf", "trace", str(run_dir)],
+        [sys.executable, "-m", "toolkit", "trace", str(run_dir)],
         capture_output=True,
         text=True,
         timeout=120,

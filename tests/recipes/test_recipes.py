@@ -18,7 +18,7 @@ RECIPES = ["mlp", "cnn", "lstm", "resnet", "mobilenet", "bert"]
 
 def _recipe(name, *args, timeout=300):
     return subprocess.run(
-        [sys.executable, "-m", f"keras_perf.recipes.{name}", *args],
+        [sys.executable, "-m", f"recipes.{name}", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -91,7 +91,7 @@ def test_bert_inference_table(tmp_path):
 def test_folder_and_tfrecord_datasets_from_files_the_test_writes(tmp_path):
     import tensorflow as tf
 
-    from keras_perf.data import write_tfrecords
+    from toolkit.data import write_tfrecords
 
     rng = np.random.default_rng(0)
     for c in ("a", "b"):
@@ -137,18 +137,16 @@ def test_a_bad_dataset_spec_fails_at_parsing(tmp_path):
     out = _recipe("cnn", f"--report_dir={tmp_path}", "--dataset=imagenet", timeout=120)
     assert out.returncode == 2, out.stderr[-1000:]
     (line,) = [x for x in out.stderr.splitlines() if x.startswith("error: ")]
-    assert (
-        "unknown dataset 'imagenet'" in line and "python -m keras_perf.recipes.cnn --help" in line
-    )
+    assert "unknown dataset 'imagenet'" in line and "python -m recipes.cnn --help" in line
 
 
 def test_recipes_import_into_a_notebook_whatever_its_argv(tmp_path):
     code = f"""
 import sys
 sys.argv = ["ipykernel_launcher.py", "-f", "/tmp/kernel-1.json"]
-from keras_perf.recipes import bert, cnn, mlp  # several recipes in one process
-from keras_perf.runner import train
-from keras_perf.runner.config import TrainConfig
+from recipes import bert, cnn, mlp  # several recipes in one process
+from toolkit.runner import train
+from toolkit.runner.config import TrainConfig
 config = TrainConfig(smoke=True, report_dir={str(tmp_path)!r}, count_flops=False)
 result = train.run(cnn.build_task(image_size=16), config)
 print("OK", result.report.status, result.report.steps.total_steps)
@@ -160,8 +158,8 @@ print("OK", train.run(bert.build_task("digits", seq_len=65, vocab_size=32), conf
 
 
 def test_resnet50_is_resnet50_by_its_flop_count():
-    from keras_perf.profiling.flops import count_flops
-    from keras_perf.recipes import resnet
+    from recipes import resnet
+    from toolkit.profiling.flops import count_flops
 
     task = resnet.build_task("synthetic", model="resnet50")
     model = task.build_model()
@@ -171,13 +169,13 @@ def test_resnet50_is_resnet50_by_its_flop_count():
     assert 7.5e9 < count.forward < 8.5e9 and count.train_step > 2.5 * count.forward
 
 
-@pytest.mark.filterwarnings("ignore::keras_perf.data.PipelineWarning")  # mock data is a generator
+@pytest.mark.filterwarnings("ignore::toolkit.data.PipelineWarning")  # mock data is a generator
 def test_a_recipe_on_tfds_under_mock_data(tmp_path):
     import tensorflow_datasets as tfds
 
-    from keras_perf.recipes import cnn
-    from keras_perf.runner import train
-    from keras_perf.runner.config import TrainConfig
+    from recipes import cnn
+    from toolkit.runner import train
+    from toolkit.runner.config import TrainConfig
 
     config = TrainConfig(smoke=True, batch_size=8, report_dir=str(tmp_path))
     with tfds.testing.mock_data(num_examples=64):

@@ -1,4 +1,0 @@
-"""The measure layer: the callbacks (StepTimer, TraceWindow, MemoryWatch, the fit progress bar),
-the TensorBoard scalars, FLOPs and MFU (``flops``) and inference timing. They import Keras, not
-TensorFlow (the backend seam, ``keras_perf.backend``, calls the framework). Import the submodules
-directly."""

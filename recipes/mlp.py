@@ -1,0 +1,77 @@
+"""MLP on scikit-learn's handwritten digits, with step-time profiling.
+
+Trains a two-hidden-layer perceptron on the 8×8 digits that ship with scikit-learn (real data,
+offline), prints the step-time summary, and writes the report to ``runs/<timestamp>/``
+(report.json, report.md, steps.png). The defaults reach >= 0.95 validation accuracy
+(``make demo``)::
+
+    python -m recipes.mlp
+    python -m recipes.mlp --epochs=5 --batch_size=64 --steps_per_execution=8 \\
+        --jit_compile
+    python -m recipes.mlp --profile_steps=10,15 --memory_watch --report_dir=/tmp/runs
+    python -m recipes.mlp --device=cpu --precision=mixed_bfloat16 \\
+        --distribution_strategy=mirrored
+    python -m recipes.mlp --dataset=tfds:mnist --image_size=28 \\
+        --data_dir=~/tensorflow_datasets
+    python -m recipes.mlp --use_synthetic_data   # input cost ~0: the step's upper bound
+    python -m recipes.mlp --smoke                # a few seconds, for tests
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from toolkit import app
+from toolkit.core import compat
+from toolkit.data import catalog
+from toolkit.runner import flags as tk_flags
+
+if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
+    from toolkit.runner import train
+
+tk_flags.define_common_flags(epochs=20, batch_size=32, dataset="digits")
+tk_flags.define_image_flags(image_size=8, channels=1)
+tk_flags.define_flag("integer", "hidden_units", 128, "Units in each hidden layer.", lower_bound=1)
+tk_flags.define_flag("float", "learning_rate", 1e-3, "Adam learning rate.", lower_bound=0.0)
+
+
+def build_task(
+    dataset: str = "digits",
+    *,
+    image_size: int = 8,
+    channels: int = 1,
+    num_classes: int = 10,
+    hidden_units: int = 128,
+    learning_rate: float = 1e-3,
+    data_dir: str | None = None,
+    validation_fraction: float = 0.2,
+    seed: int = 0,
+) -> train.Task:
+    """The MLP task; usable without flags (e.g. from a notebook)."""
+    from toolkit.runner import train
+
+    keras = compat.keras()
+    spec = catalog.ImageSpec(image_size, image_size, channels, num_classes)
+    data = catalog.load(
+        dataset, spec, data_dir=data_dir, validation_fraction=validation_fraction, seed=seed
+    )
+
+    def build_model(classes: int) -> Any:
+        return keras.Sequential(
+            [
+                keras.Input(spec.shape),
+                keras.layers.Flatten(),
+                keras.layers.Dense(hidden_units, activation="relu"),
+                keras.layers.Dense(hidden_units, activation="relu"),
+                keras.layers.Dense(classes, dtype="float32"),  # float32 logits
+            ],
+            name="mlp",
+        )
+
+    return train.classification_task("mlp", data, build_model, learning_rate)
+
+
+main = app.recipe_main(build_task)
+
+if __name__ == "__main__":
+    app.run(main)

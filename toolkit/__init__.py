@@ -1,0 +1,75 @@
+"""Keras training-performance toolkit: how fast is my step, why not faster, which settings are
+faster here.
+
+The public API is :data:`_EXPORTS` below; ``__all__`` is derived from it, so the two cannot
+drift. The measuring tools are functions here (``toolkit.diagnose``, ``toolkit.tune``); the
+rest are modules (``toolkit.devices``, ``toolkit.data``). Names are imported on first use (PEP
+562), so that ``import toolkit`` and the report tools (``toolkit.report``, ``python -m
+toolkit compare``) load no framework; the callbacks load Keras when first touched.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from toolkit.core.version import __version__
+
+if TYPE_CHECKING:
+    from toolkit.core.machine import capture_environment
+    from toolkit.core.stats import StepStats, summarize
+    from toolkit.data.builder import infer_batch_size
+    from toolkit.profiling.memory_watch import MemoryWatch
+    from toolkit.profiling.step_timer import StepTimer
+    from toolkit.profiling.stop_on_signal import TrainingInterrupted
+    from toolkit.profiling.trace_window import TraceWindow
+    from toolkit.report import Comparison, ReportError, RunContext, RunReport, compare
+    from toolkit.runner.config import TrainConfig
+    from toolkit.runner.session import Profile, profile
+    from toolkit.runner.task import Task
+    from toolkit.runner.train import RunResult, run
+    from toolkit.search.diagnose import Diagnosis, diagnose
+    from toolkit.search.tune import TuneResult, autotune, tune
+
+# Public name -> the module that defines it (the one place each lives).
+_EXPORTS = {
+    "StepTimer": "toolkit.profiling.step_timer",
+    "TraceWindow": "toolkit.profiling.trace_window",
+    "MemoryWatch": "toolkit.profiling.memory_watch",
+    "StepStats": "toolkit.core.stats",
+    "summarize": "toolkit.core.stats",
+    "Profile": "toolkit.runner.session",
+    "profile": "toolkit.runner.session",
+    "TrainingInterrupted": "toolkit.profiling.stop_on_signal",
+    "infer_batch_size": "toolkit.data.builder",
+    "RunReport": "toolkit.report.run_report",
+    "ReportError": "toolkit.core.files",
+    "RunContext": "toolkit.report.context",
+    "Comparison": "toolkit.report.comparison",
+    "compare": "toolkit.report.comparison",
+    "capture_environment": "toolkit.core.machine",
+    "TrainConfig": "toolkit.runner.config",
+    "Task": "toolkit.runner.task",
+    "RunResult": "toolkit.runner.train",
+    "run": "toolkit.runner.train",
+    "Diagnosis": "toolkit.search.diagnose",
+    "diagnose": "toolkit.search.diagnose",
+    "TuneResult": "toolkit.search.tune",
+    "tune": "toolkit.search.tune",
+    "autotune": "toolkit.search.tune",
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'toolkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,310 @@
+"""The one app main: load a recipe, parse its flags, build its task, and run it.
+
+A recipe (``recipes/<name>.py``) describes *what* to train as a ``build_task``
+function and ends with ``main = app.recipe_main(build_task)``; everything else a recipe run does is
+here, once: flags to a validated config, the task from the flags named like ``build_task``'s
+parameters, ``--autotune`` and ``--diagnose`` when asked, the runner, the summary and the files.
+``python -m toolkit tune|doctor|placement --recipe R`` load recipes through :func:`load_recipe`
+and :func:`recipe_from_flags`.
+
+Errors end the program with one line ``error: ...`` on stderr and no traceback: status 2 for a
+bad flag or setting (:class:`~toolkit.runner.config.ConfigError`, :class:`UsageError`), 1 for a
+run that cannot start (bad data, missing files, a device that is not here) or that stopped on an
+error (its partial summary first). ``--verbosity=1`` (absl's, also ``-v 1``) prints the
+traceback above the line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import sys
+import traceback
+import types
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NoReturn
+
+from absl import flags
+
+from toolkit.core import progress
+from toolkit.core.errors import one_line
+from toolkit.runner import flags as tk_flags
+from toolkit.runner.config import ConfigError, TrainConfig
+
+if TYPE_CHECKING:  # the runner imports Keras: loaded when a run starts, not with this module
+    from toolkit.runner.train import Task
+
+__all__ = [
+    "UsageError",
+    "recipe_main",
+    "recipe_names",
+    "run",
+    "run_recipe",
+]
+
+HELP_FLAGS = ("-h", "--help", "-?", "--helpshort")
+# Flags that only print something (no training): the recipes package skips its backend set-up.
+INFO_FLAGS = (*HELP_FLAGS, "--helpfull", "--version")
+
+RECIPES_PACKAGE = "recipes"
+
+
+class UsageError(ValueError):
+    """A command line that names something that is not there (a recipe, a function)."""
+
+
+def fail(error: BaseException, status: int = 1, cause: BaseException | None = None) -> NoReturn:
+    """Ends the program with one line ``error: ...`` on stderr and `status`; with
+    ``--verbosity=1`` or more, the traceback of `cause` (else of `error`) above it."""
+    from toolkit.distribute import processes
+
+    if _wants_traceback():
+        traceback.print_exception(cause or error, file=sys.stderr)
+    print(f"error: {error}", file=sys.stderr)
+    processes.leave(status)  # a process of a cluster ends here: its peers may be gone
+    raise SystemExit(status) from None
+
+
+def _wants_traceback() -> bool:
+    f = flags.FLAGS
+    return f.is_parsed() and "verbosity" in f and (f["verbosity"].value or 0) >= 1
+
+
+def _partial_summary(error: BaseException) -> str | None:
+    """Prints the partial summary of a run that stopped on `error` (before the error line, so
+    that what was measured is not lost) and returns where its report is, if it was written."""
+    for e in (error, error.__cause__):
+        report = getattr(e, "toolkit_report", None)
+        if report is not None:
+            print(report.summary())
+            return getattr(e, "toolkit_run_dir", None)
+    return None
+
+
+def interrupted(error: KeyboardInterrupt) -> NoReturn:
+    """Ends an interrupted run: the partial summary on stdout, one line on stderr saying where
+    the partial report is, and 130 (SIGINT) or 143 (SIGTERM) as the shell would."""
+    from toolkit.profiling.stop_on_signal import TrainingInterrupted
+
+    run_dir = _partial_summary(error)
+    sigterm = isinstance(error, TrainingInterrupted)
+    where = f"the partial report is in {run_dir}" if run_dir else "no report was written"
+    print(f"interrupted by {'SIGTERM' if sigterm else 'SIGINT'}: {where}", file=sys.stderr)
+    from toolkit.distribute import processes
+
+    processes.leave(143 if sigterm else 130)
+    raise SystemExit(143 if sigterm else 130) from None
+
+
+def recipe_names() -> list[str]:
+    """The recipes under ``recipes/``, sorted."""
+    try:
+        package = importlib.import_module(RECIPES_PACKAGE)
+    except ModuleNotFoundError:
+        return []
+    return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.ispkg)
+
+
+def check_recipe(name: str) -> str:
+    """`name` when ``recipes/<name>.py`` exists (nothing is imported).
+
+    Raises:
+        UsageError: no such recipe; the message lists the recipes there are.
+    """
+    names = recipe_names()
+    if name not in names:
+        raise UsageError(
+            f"--recipe: no recipe named {name!r}; the recipes are {', '.join(names) or 'none'}"
+        )
+    return name
+
+
+def load_recipe(name: str) -> types.ModuleType:
+    """The recipe module ``recipes.<name>`` (importing it defines its flags).
+
+    Raises:
+        UsageError: no such recipe; the message lists the recipes there are.
+    """
+    return importlib.import_module(f"{RECIPES_PACKAGE}.{check_recipe(name)}")
+
+
+def recipe_from_flags(
+    recipe: types.ModuleType | Callable[..., Task], argv: Sequence[str] | None = None
+) -> tuple[TrainConfig, Task]:
+    """``(config, task)`` of a recipe from its flags: parsed from `argv` when given (as
+    ``[program, --flag=value, ...]``), else the flags already parsed.
+
+    Raises:
+        ConfigError: a bad training setting (one line naming the flag).
+        ValueError, FileNotFoundError: the recipe's data or settings (from ``build_task``).
+    """
+    build_task = getattr(recipe, "build_task", recipe)
+    if argv is not None:
+        flags.FLAGS(tk_flags.canonical_argv(argv))
+    config = tk_flags.config_from_flags()
+    return config, build_task(**tk_flags.kwargs_from_flags(build_task))
+
+
+def run_recipe(build_task: Callable[..., Task]) -> None:
+    """Runs a recipe whose flags are parsed: ``--autotune`` and ``--diagnose`` first when
+    asked, then the run; prints the summary and the files written.
+
+    Its first line (stderr) comes before the frameworks load, which takes seconds: what is
+    happening, not silence."""
+    from toolkit.devices import runtime
+
+    short = _program(sys.modules.get(build_task.__module__) or types.ModuleType("recipe"))[1]
+    backend_name = os.environ.get("KERAS_BACKEND", "tensorflow")
+    progress.say(f"{short}: loading TensorFlow and Keras ({backend_name}), then data and model")
+    runtime.load_tensorflow()  # its C++ start-up lines held back, errors kept
+    from toolkit.runner.train import SetupError, run
+
+    f = flags.FLAGS
+    try:
+        config, task = recipe_from_flags(build_task)
+    except ConfigError as e:
+        fail(e, 2)
+    except (ValueError, FileNotFoundError) as e:  # data and paths are checked here
+        fail(e)
+    tuned = diagnosis = None
+    try:
+        if f.autotune:
+            from toolkit.search.tune import autotune
+
+            config, result = autotune(task, config, budget_s=f.tune_budget)
+            print(result.table())
+            print(f"autotune: {result.best.flags()}")
+            tuned = result.to_dict()
+        if f.diagnose:
+            from toolkit.search.diagnose import diagnose
+
+            found = diagnose(task, config, steps=f.diagnose_steps)
+            print(found)
+            diagnosis = found.to_dict()
+        result = run(
+            task, config, args=tk_flags.flags_for_report(), diagnosis=diagnosis, tune=tuned
+        )
+    except SetupError as e:
+        _partial_summary(e)  # its message already says where the partial report is
+        fail(e)
+    except Exception as e:  # noqa: BLE001 - training stopped: what was measured, then one line
+        run_dir = _partial_summary(e)
+        where = f" (the partial report is in {run_dir})" if run_dir else ""
+        from toolkit.distribute import processes
+
+        report = getattr(e, "toolkit_report", None)
+        lost = processes.lost_peer(e, report.steps.total_steps if report is not None else None)
+        if lost is not None:
+            fail(RuntimeError(f"{lost}{where}"), cause=e)
+        fail(
+            RuntimeError(
+                f"training stopped on {one_line(e)}{where}; --verbosity=1 shows the traceback"
+            ),
+            cause=e,
+        )
+    print(result.report.summary())
+    for kind, path in sorted(result.paths.items()):
+        print(f"{kind}: {path}")
+    if result.paths and "png" not in result.paths:
+        print("png: not written (report.md says why)")
+    if result.write_error:  # the summary above is on stdout: nothing measured is lost
+        fail(
+            RuntimeError(
+                f"the report could not be written under {result.run_dir} "
+                f"({result.write_error}): the summary above is what was kept; free space or "
+                "choose another --report_dir"
+            )
+        )
+    if result.report.status != "complete":  # e.g. a loss that went NaN: a failed run
+        which = "report" if result.report.status == "diverged" else "partial report"
+        where = f" (the {which} is in {result.run_dir})" if result.run_dir else ""
+        fail(RuntimeError(f"{result.report.error}{where}"))
+
+
+def _module_name(module: types.ModuleType) -> str:
+    """``recipes.cnn`` for a recipe run as ``python -m recipes.cnn`` (its
+    ``__name__`` is then ``__main__``)."""
+    spec = getattr(module, "__spec__", None)
+    return getattr(spec, "name", None) or module.__name__
+
+
+def _program(module: types.ModuleType) -> tuple[str, str]:
+    """``("python -m recipes.cnn", "cnn")``: how the recipe was run, and its short name
+    (``python path/to/cnn.py`` when run as a file)."""
+    name = _module_name(module)
+    if name != "__main__":
+        return f"python -m {name}", name.rpartition(".")[2]
+    typed = sys.argv[0] if sys.argv and sys.argv[0].endswith(".py") else None
+    path = typed or getattr(module, "__file__", None) or "recipe.py"
+    return f"python {path}", os.path.splitext(os.path.basename(path))[0]
+
+
+def recipe_help(module: types.ModuleType) -> str:
+    """A recipe's ``--help``: its docstring, its own flags, then the shared flags by group.
+    Importing a recipe imports no framework, so this takes well under a second."""
+    own = tk_flags.own_flags(module.__name__) or tk_flags.own_flags(_module_name(module))
+    program, short = _program(module)
+    return tk_flags.help_text(program, module.__doc__, own, title=f"{short} flags")
+
+
+def run(main: Callable[[list[str]], None]) -> None:
+    """Runs a recipe's absl `main` (what ``if __name__ == "__main__"`` calls): ``--help``
+    prints :func:`recipe_help` and exits 0 (``--helpfull`` is absl's, all flags); ``--version``
+    the toolkit's version; old flag spellings are renamed with a note; a closed stdout (``|
+    head``) ends quietly."""
+    from absl import app as absl_app
+
+    from toolkit.core.version import __version__
+
+    args = sys.argv[1:]
+    module = sys.modules[getattr(main, "__module__", "__main__")]
+    if any(a in HELP_FLAGS for a in args):
+        with_broken_pipe(lambda: print(recipe_help(module), end=""))
+        raise SystemExit(0)
+    if "--version" in args:
+        print(f"{_module_name(module)} (keras-perf-toolkit {__version__})")
+        raise SystemExit(0)
+    sys.argv[1:] = tk_flags.canonical_argv(args)
+    program = _program(module)[0]
+
+    def parse(argv: list[str]) -> list[str]:
+        """absl's parsing, with a bad flag in one ``error:`` line and status 2 (a usage
+        error, like a bad setting) instead of absl's two lines and status 1."""
+        try:
+            return flags.FLAGS(argv)
+        except flags.Error as e:
+            print(f"error: {' '.join(str(e).split())} ({program} --help lists the flags)",
+                  file=sys.stderr)  # fmt: skip
+            raise SystemExit(2) from None
+
+    with_broken_pipe(lambda: absl_app.run(main, flags_parser=parse))
+
+
+def with_broken_pipe(fn: Callable[[], object]) -> None:
+    """Calls `fn`; when the reader of stdout has gone (``| head``), ends quietly with 141
+    (128 + SIGPIPE), as a shell tool would, instead of a BrokenPipeError traceback."""
+    try:
+        try:
+            fn()
+        finally:  # also when fn ends the program (SystemExit): what it printed must get out
+            sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)  # Python flushes stdout again at exit
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(141) from None
+
+
+def recipe_main(build_task: Callable[..., Task]) -> Callable[[list[str]], None]:
+    """The absl ``main`` of a recipe: ``app.run(recipe_main(build_task))``."""
+
+    def main(argv: list[str]) -> None:
+        if len(argv) > 1:
+            fail(UsageError(f"unexpected arguments: {' '.join(argv[1:])}"), 2)
+        try:
+            run_recipe(build_task)
+        except KeyboardInterrupt as e:  # Ctrl-C (130) or SIGTERM (143): what was measured is kept
+            interrupted(e)
+
+    main.__module__ = build_task.__module__  # app.run finds the recipe (its doc, its flags)
+    return main

@@ -1,0 +1,126 @@
+"""What the three backend modules share: the seam's contract (:data:`SEAM`, the functions each
+implements), the matmul peak's calibrated timing protocol, and for JAX and PyTorch the
+one-step-per-batch training step and the settings only TensorFlow runs. No framework is
+imported here."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from toolkit.core.events import FUSED_STEPS_ATTR
+
+__all__ = [
+    "MB",
+    "SEAM",
+    "calibrated_peak",
+    "digest",
+    "no_retracing_noise",
+    "one_step_per_batch",
+    "refuse_tf_only",
+]
+
+MB = 1024.0 * 1024.0
+# The functions every backend module implements: the seam's contract (each module's __all__).
+SEAM = (
+    "check_config",
+    "count_flops",
+    "data_parallel",
+    "device_memory",
+    "float32_matmul_precision",
+    "framework_facts",
+    "fuse_train_steps",
+    "gather_processes",
+    "intra_op_threads",
+    "measure_matmul_peak",
+    "processes",
+    "profiler_probe",
+    "quiet_retracing",
+    "start_processes",
+    "start_trace",
+    "step_marker",
+    "stop_trace",
+    "trace_files",
+    "use_compile_cache",
+    "weights_digest",
+)
+
+
+PEAK_RUNS = 7
+
+
+def calibrated_peak(timed: Callable[[int], float], size: int, seconds: float) -> dict[str, Any]:
+    """FLOP/s of chained ``size``² matmuls: `timed(n)` runs n of them and waits once.
+
+    The first call compiles, the loop length is calibrated to about `seconds`, one full-length
+    run is left out (clocks and thread pools still ramping up), and the best of
+    :data:`PEAK_RUNS` timed runs counts: a peak is the most the device did. ``spread_pct``
+    (how much slower the median run was than the best) says how far to trust it: a busy
+    machine measures low and spread out.
+    """
+    timed(1)
+    n = max(1, round(seconds / max(timed(2) / 2, 1e-6)))
+    timed(n)
+    runs = sorted(timed(n) for _ in range(PEAK_RUNS))
+    best, median = runs[0], runs[len(runs) // 2]
+    return {
+        "flops_per_s": 2.0 * size**3 * n / best,
+        "spread_pct": (median / best - 1.0) * 100.0,
+        "runs": PEAK_RUNS,
+    }
+
+
+def refuse_tf_only(config: Any, backend: str, fused: bool = False) -> None:
+    """Raises ValueError (one line) for the settings only TensorFlow runs: ``tf.distribute``
+    strategies, and fused steps (a loop inside the compiled train step) where the backend
+    has no such loop (`fused`: it has)."""
+    if config.fused_steps > 1 and not fused:
+        raise ValueError(
+            f"--fused_steps={config.fused_steps}: fused steps are a loop inside the compiled "
+            f"train step, which --backend={backend} does not compile; use --fused_steps=1 (or "
+            "--backend=tensorflow or jax)"
+        )
+    if config.distribution_strategy not in ("default", "data_parallel"):
+        raise ValueError(
+            f"--distribution_strategy={config.distribution_strategy} is tf.distribute's: on "
+            f"--backend={backend} train with the default strategy or data_parallel (or use "
+            "--backend=tensorflow)"
+        )
+
+
+def mark_fused_steps(model: Any, steps: int) -> bool:
+    """Records `steps` on `model` (StepTimer counts that many training steps per batch) and
+    says whether there is a loop to build (``steps > 1``). Raises ValueError below 1."""
+    if steps < 1:
+        raise ValueError(f"--fused_steps must be >= 1, got {steps}")
+    setattr(model, FUSED_STEPS_ATTR, steps)
+    return steps > 1
+
+
+def one_step_per_batch(model: Any, steps: int) -> None:
+    """The training step as Keras compiles it, one step per batch (``refuse_tf_only``
+    turned fused steps away first on a backend without them)."""
+    if steps != 1:
+        raise ValueError(f"--fused_steps={steps} needs --backend=tensorflow or jax")
+    setattr(model, FUSED_STEPS_ATTR, 1)
+
+
+def no_retracing_noise() -> contextlib.AbstractContextManager:
+    """Nothing to silence: only TensorFlow warns about retracing."""
+    return contextlib.nullcontext()
+
+
+def digest(arrays: Any) -> str:
+    """A fingerprint of `arrays` (NumPy, in order): processes whose weights are the same
+    have the same one."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(str((a.shape, a.dtype.str)).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()

@@ -1,0 +1,386 @@
+"""JAX behind the seam: what the backend-neutral core needs when Keras trains on JAX.
+
+* a step boundary: dispatch is asynchronous (JAX always; PyTorch on CUDA and MPS), so a batch
+  begin only queues a step; when the device was behind, StepTimer re-times the epoch at batch
+  ends, where Keras has read the step's logs (``toolkit.profiling.step_timer``). StepTimer adds
+  no sync of its own;
+* traces: ``jax.profiler`` writes XSpace files (``*.xplane.pb``) that TensorBoard and XProf read;
+  each traced step is a ``jax.profiler.StepTraceAnnotation``, XProf's step marker;
+* FLOPs: XLA's cost analysis of the jitted forward pass and of its gradient, lowered for the
+  host CPU whatever device trains: on a GPU the compiled module hands convolutions and matmuls
+  to cuDNN and cuBLAS as custom calls, which its cost analysis does not count (ResNet-50 on an
+  H100 came out at 2 % of its FLOPs), and a module lowered for the GPU gets no cost analysis at
+  all (jax 0.11); the CPU's count of the lowered module is the same on every machine;
+* the matmul peak: chained matmuls in one jitted ``fori_loop``, waited on once per run.
+
+* fused steps: `steps` training steps in one jitted call, a ``jax.lax.scan`` over the step.
+
+Not here: ``tf.distribute`` strategies: :func:`check_config` refuses them in one line.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from toolkit.backend._common import (
+    MB,
+    SEAM,
+    calibrated_peak,
+    digest,
+    mark_fused_steps,
+    no_retracing_noise,
+    refuse_tf_only,
+)
+from toolkit.core import compat
+
+__all__ = list(SEAM)  # the seam's contract: toolkit.backend._common.SEAM
+
+METHOD = "XLA cost analysis of the forward pass and its gradient, lowered for the CPU (JAX)"
+
+
+def framework_facts() -> dict[str, Any]:
+    """JAX and Keras versions and the devices JAX sees."""
+    import jax
+
+    facts: dict[str, Any] = {"jax": jax.__version__}
+    try:
+        facts["devices"] = [{"name": str(d), "type": d.platform} for d in jax.devices()]
+    except Exception as e:  # noqa: BLE001
+        facts["devices"] = [{"error": str(e)}]
+    return facts
+
+
+def check_config(config: Any) -> None:
+    """Raises ValueError (one line) for a setting JAX cannot run."""
+    refuse_tf_only(config, "jax", fused=True)
+
+
+def use_compile_cache(directory: str) -> str:
+    """Keeps every program JAX compiles in `directory` (JAX's persistent compilation cache,
+    whatever the compile took), so that a later process compiling the same program reads it
+    instead. Returns what it did, in words."""
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", directory)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return f"JAX's persistent compilation cache in {directory}"
+
+
+def intra_op_threads() -> int:
+    """JAX has no thread setting of its own (XLA's CPU client decides): 0."""
+    return 0
+
+
+def float32_matmul_precision() -> str:
+    """``"float32"`` when JAX's default matmul precision is the highest (``float32``,
+    ``highest``), else ``"tf32"`` (its default on GPUs with TF32 tensor cores): which
+    datasheet figure a float32 step is compared with."""
+    import jax
+
+    precision = str(jax.config.jax_default_matmul_precision or "default").lower()
+    return "float32" if precision in ("highest", "float32") else "tf32"
+
+
+# ---------------------------------------------------------------------------- traces
+
+
+def start_trace(logdir: str, host_level: int, python_level: int, device_level: int) -> None:
+    """Starts ``jax.profiler`` writing to `logdir`. Raises what the profiler raises."""
+    import jax
+
+    options = None
+    if hasattr(jax.profiler, "ProfileOptions"):
+        options = jax.profiler.ProfileOptions()
+        options.host_tracer_level = host_level
+        options.python_tracer_level = python_level
+    if options is not None:
+        jax.profiler.start_trace(logdir, profiler_options=options)
+    else:
+        jax.profiler.start_trace(logdir)
+
+
+def stop_trace() -> None:
+    """Stops ``jax.profiler`` and writes the trace."""
+    import jax
+
+    jax.profiler.stop_trace()
+
+
+def trace_files(names: list[str]) -> list[str]:
+    """Which of `names` are this profiler's traces: XSpace files."""
+    return [n for n in names if n.endswith(".xplane.pb")]
+
+
+def step_marker(step: int) -> Any:
+    """A context manager around one training step that XProf reads as a step marker."""
+    import jax
+
+    return jax.profiler.StepTraceAnnotation("train", step_num=step)
+
+
+def profiler_probe() -> Any:
+    """A function, cheap enough to call at every step, that says whether ``jax.profiler`` is
+    tracing in this process (the toolkit's trace, Keras's TensorBoard profiler or a user's)."""
+    try:
+        from jax._src import profiler  # no public "is running"
+
+        state = profiler._profile_state
+        state.profile_session  # noqa: B018 - the attribute the probe reads must exist
+    except (ImportError, AttributeError):
+        return lambda: False
+    return lambda: state.profile_session is not None
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
+    """Current and peak memory of each accelerator JAX sees, in MiB, where it reports them
+    (``Device.memory_stats``; CPUs report nothing useful and are left out). JAX keeps no
+    resettable peak: `reset_peak` is accepted and has no effect."""
+    import jax
+
+    out: dict[str, dict[str, float]] = {}
+    for device in jax.local_devices():
+        if device.platform == "cpu":
+            continue
+        try:
+            stats = device.memory_stats() or {}
+        except Exception:  # noqa: BLE001 - some plugins expose no stats
+            continue
+        if "bytes_in_use" in stats:
+            current = stats["bytes_in_use"] / MB
+            peak = stats.get("peak_bytes_in_use", stats["bytes_in_use"]) / MB
+            out[f"{device.platform.upper()}:{device.id}"] = {"current_mb": current, "peak_mb": peak}
+    return out
+
+
+# ---------------------------------------------------------------------------- FLOPs
+
+
+def _flops(lowered: Any) -> int:
+    analysis = lowered.cost_analysis()
+    if isinstance(analysis, (list, tuple)):
+        analysis = analysis[0] if analysis else {}
+    return int((analysis or {}).get("flops", 0))
+
+
+def _on_cpu(tree: Any) -> Any:
+    """`tree`'s arrays as shapes placed on the host CPU, so that ``jit`` lowers for the CPU."""
+    import jax
+
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+    return jax.tree_util.tree_map(
+        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), tree
+    )
+
+
+def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, str, str | None]:
+    """``(forward FLOPs, train-step FLOPs, method, note)`` of a built Keras model, from XLA's
+    cost analysis of its jitted forward pass and of the gradient of its summed outputs (the
+    optimizer update left out), lowered for the CPU and not compiled (see the module's
+    docstring). Never raises."""
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        keras = compat.keras()
+        inputs = getattr(model, "inputs", None)
+        if not inputs:
+            return None, None, METHOD, "the model has no symbolic inputs (use keras.Input)"
+        xs = [keras.ops.zeros((batch_size, *tuple(i.shape)[1:]), dtype=i.dtype) for i in inputs]
+        trainable = [v.value for v in model.trainable_variables]
+        non_trainable = [v.value for v in model.non_trainable_variables]
+
+        def call(tv: Any, ntv: Any, xs: Any, training: bool) -> Any:
+            out, _ = model.stateless_call(tv, ntv, xs if len(xs) > 1 else xs[0], training=training)
+            return out
+
+        def forward(tv: Any, ntv: Any, xs: Any) -> Any:
+            return call(tv, ntv, xs, False)
+
+        def summed(tv: Any, ntv: Any, xs: Any) -> Any:
+            leaves = jax.tree_util.tree_leaves(call(tv, ntv, xs, True))
+            return sum(jnp.sum(leaf.astype("float32")) for leaf in leaves)
+
+        args = _on_cpu((trainable, non_trainable, xs))
+        forward_flops = _flops(jax.jit(forward).lower(*args))
+        # value_and_grad: a step computes its loss, also where the gradient alone would not
+        # need the forward pass (a linear model).
+        train_flops = _flops(jax.jit(jax.value_and_grad(summed)).lower(*args))
+    except Exception as e:  # noqa: BLE001 - a count is a nicety; training goes on
+        return None, None, METHOD, f"not counted: {type(e).__name__}: {e}"
+    if not train_flops:
+        return None, None, METHOD, "XLA's cost analysis counted no FLOPs"
+    return forward_flops, train_flops, METHOD, None
+
+
+# ---------------------------------------------------------------------------- matmul peak
+
+
+def measure_matmul_peak(
+    device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.15
+) -> dict[str, Any]:
+    """The peak FLOP/s of chained ``size``² matmuls (``calibrated_peak``: the best of 7 runs,
+    and their spread) on `device` (a
+    ``jax.Device``: ``toolkit.devices.framework_device``), in one jitted loop whose result is
+    waited on once per run."""
+    import jax
+    import jax.numpy as jnp
+
+    target = device
+    a = jax.device_put(jax.random.normal(jax.random.PRNGKey(0), (size, size)).astype(dtype), target)
+    b = jax.device_put(
+        (jax.random.normal(jax.random.PRNGKey(1), (size, size)) * size**-0.5).astype(dtype), target
+    )
+
+    @jax.jit
+    def chain(a: Any, b: Any, n: Any) -> Any:
+        c = jax.lax.fori_loop(0, n, lambda _, c: c @ b, a)
+        return jnp.sum(c[:1, :1].astype(jnp.float32))
+
+    def timed(n: int) -> float:
+        start = time.perf_counter()
+        chain(a, b, n).block_until_ready()
+        return time.perf_counter() - start
+
+    return calibrated_peak(timed, size, seconds)
+
+
+# ---------------------------------------------------------------------------- training steps
+
+
+def fuse_train_steps(model: Any, steps: int) -> None:
+    """Makes each Keras training batch run `steps` training steps inside one jitted call.
+
+    Keras's JAX ``train_step`` is a pure function of ``(state, data)``; here it receives a
+    batch of ``steps × batch_size`` examples, splits it into `steps` batches and runs the
+    original step over them with ``jax.lax.scan``: one XLA program, the state (weights,
+    optimizer, metrics, seeds) carried from step to step on the device. Keras's own
+    ``steps_per_execution`` on JAX is a Python loop of jitted calls, one dispatch per step.
+    Logs are those of the last step. Call it after ``compile``; StepTimer counts `steps`
+    steps per batch.
+
+    Under a ``keras.distribution`` the batch is split over D devices, each holding its share
+    of every step, ``(D, steps, rows)`` (``distribute.processes.process_slice`` lays it out):
+    unfolding it keeps each row on its device, where a plain ``(steps, …)`` split would put
+    whole steps on one device and move the batch between devices on every call.
+    """
+    if not mark_fused_steps(model, steps):
+        return
+    import jax
+
+    original = model.train_step
+    shards = _batch_shards()
+    # XLA's CPU compiler runs a convolution inside a loop body many times slower than the
+    # same convolution in straight-line code (docs/guide.md, "--fused_steps"), so on CPUs
+    # the loop is unrolled: a longer compile, each step as fast as an unfused one. GPUs
+    # keep the loop: the step compiled once, whatever `steps` is.
+    unroll = steps if jax.default_backend() == "cpu" else 1
+
+    def split(t: Any) -> Any:
+        rows = t.shape[0] // (steps * shards)
+        t = t.reshape((shards, steps, rows, *t.shape[1:])).swapaxes(0, 1)
+        return t.reshape((steps, shards * rows, *t.shape[3:]))
+
+    def fused_train_step(state: Any, data: Any) -> Any:
+        def body(carry: Any, batch: Any) -> Any:
+            logs, carry = original(carry, batch)
+            return carry, logs
+
+        state, logs = jax.lax.scan(body, state, jax.tree_util.tree_map(split, data), unroll=unroll)
+        return jax.tree_util.tree_map(lambda t: t[-1], logs), state
+
+    model.train_step = fused_train_step
+
+
+def _batch_shards() -> int:
+    """How many devices the global batch is split over: the batch axis of the
+    ``keras.distribution`` in force (1 without one)."""
+    import keras
+
+    distribution = keras.distribution.distribution()
+    if distribution is None:
+        return 1
+    mesh = distribution.device_mesh
+    axis = getattr(distribution, "batch_dim_name", None)
+    if axis in mesh.axis_names:
+        return int(mesh.shape[mesh.axis_names.index(axis)])
+    return 1
+
+
+quiet_retracing = no_retracing_noise
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+def start_processes(
+    coordinator: str,
+    num_processes: int,
+    process_id: int,
+    wait_s: float,
+    before: Callable[[], Any] = lambda: None,
+) -> None:
+    """Joins the JAX cluster of `num_processes` processes coordinated at `coordinator`
+    (``jax.distributed``; on CPUs its collectives are gloo's). Before anything else of JAX
+    runs: the devices of every process are known from then on. `before` runs first (the
+    toolkit's join: every process is there), so `wait_s` only bounds a late one."""
+    before()
+    import jax
+
+    jax.distributed.initialize(
+        coordinator_address=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+        initialization_timeout=max(60, int(wait_s)),
+    )
+
+
+def data_parallel() -> tuple[Any, int]:
+    """``(distribution, replicas)``: ``keras.distribution.DataParallel`` over every device of
+    every process, set for the whole process; each process feeds its own slice of the global
+    batch (``auto_shard_dataset=False``: Keras's auto-sharding takes only tf.data)."""
+    import jax
+    import keras
+
+    devices = jax.devices()
+    distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
+    keras.distribution.set_distribution(distribution)
+    return distribution, len(devices)
+
+
+def processes() -> tuple[int, int]:
+    """``(this process's index, processes)`` of the JAX cluster; ``(0, 1)`` alone."""
+    import jax
+
+    return jax.process_index(), jax.process_count()
+
+
+def gather_processes(values: list[float]) -> list[list[float]]:
+    """Every process's `values` (the same length everywhere), in process order: one
+    collective, called by every process at the same point."""
+    import jax
+
+    if jax.process_count() < 2:
+        return [list(values)]
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    gathered = multihost_utils.process_allgather(np.asarray(values, np.float32))
+    return np.asarray(gathered).reshape(jax.process_count(), -1).tolist()
+
+
+def weights_digest(model: Any) -> str:
+    """A fingerprint of this process's copy of `model`'s weights."""
+    import numpy as np
+
+    def local(v: Any) -> Any:
+        value = v.value
+        shards = getattr(value, "addressable_shards", None)
+        return np.asarray(shards[0].data) if shards else np.asarray(value)
+
+    return digest(local(v) for v in model.weights)

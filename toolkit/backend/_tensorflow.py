@@ -1,0 +1,440 @@
+"""TensorFlow behind the seam: what the backend-neutral core needs from TensorFlow, in one place.
+
+* :func:`framework_facts`: TensorFlow and Keras versions, the build (CUDA or not), the logical
+  devices, for the report's environment.
+* :func:`check_config`: every setting runs here.
+* :func:`start_trace` / :func:`stop_trace` / :func:`trace_files`: the TF profiler
+  (``tf.profiler.experimental``) for TraceWindow; :func:`step_marker`: the step marker XProf
+  needs for step time (``tf.profiler.experimental.Trace(..., step_num=, _r=1)``);
+  :func:`profiler_probe`: whether any TF profiler session is running, the user's included.
+* :func:`device_memory`: current and peak memory of each visible GPU, for MemoryWatch.
+* :func:`count_flops`: FLOPs of a forward pass and a training step, from TF's graph profiler.
+* :func:`measure_matmul_peak`: FLOP/s of chained large matmuls on one device.
+* :func:`fuse_train_steps`: several training steps inside one compiled ``train_step``.
+* :func:`quiet_retracing`: silences TF's retracing warning while many short runs build models.
+* :func:`intra_op_threads`: the thread setting a measured peak depends on;
+  :func:`float32_matmul_precision`: whether float32 matmuls may run on TF32 tensor cores.
+
+TensorFlow is imported inside each function, so importing this module is free; its callers run
+in processes that train on TensorFlow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from toolkit.backend._common import MB, SEAM, calibrated_peak, digest, mark_fused_steps
+
+__all__ = list(SEAM)  # the seam's contract: toolkit.backend._common.SEAM
+
+METHOD = "tf.profiler float_operation on the traced graph"
+_WHILE_OPS = frozenset({"While", "StatelessWhile"})
+
+
+# ---------------------------------------------------------------------------- environment
+
+
+def framework_facts() -> dict[str, Any]:
+    """TensorFlow/Keras versions, the build's CUDA facts and the logical devices."""
+    import tensorflow as tf
+
+    facts: dict[str, Any] = {
+        "tensorflow": tf.__version__,
+    }
+    try:
+        build = tf.sysconfig.get_build_info()
+        facts["tf_build"] = {
+            k: build.get(k) for k in ("is_cuda_build", "cuda_version", "cudnn_version")
+        }
+    except Exception:  # noqa: BLE001 - build info is a nicety
+        pass
+    try:
+        facts["devices"] = [
+            {"name": d.name, "type": d.device_type} for d in tf.config.list_logical_devices()
+        ]
+    except Exception as e:  # noqa: BLE001
+        facts["devices"] = [{"error": str(e)}]
+    return facts
+
+
+def use_compile_cache(directory: str) -> str:
+    """Keeps the XLA programs TensorFlow compiles (``jit_compile``) in `directory`: XLA's
+    persistent cache. TensorFlow reads it from ``TF_XLA_FLAGS`` once, early (before its
+    devices start, sometimes before its first op), so it holds only when set first thing: the
+    recipes and ``python -m toolkit`` set it from their command line before anything else.
+    Once TensorFlow has started its devices the cache stays off in this process, and a
+    warning says so. Returns what it did, in words."""
+    import os
+
+    from absl import logging
+
+    current = os.environ.get("TF_XLA_FLAGS", "")
+    if "--tf_xla_persistent_cache_directory=" in current:
+        return "XLA's persistent cache (TF_XLA_FLAGS)"
+    if _devices_started():
+        logging.warning(
+            "--compile_cache: TensorFlow started before the cache was set, so XLA compiles "
+            "without it in this process; set it first (toolkit.backend.use_compile_cache() "
+            "before any TensorFlow op) or export TF_XLA_FLAGS=--tf_xla_persistent_cache_"
+            "directory=%s",
+            directory,
+        )
+        return "off: TensorFlow had started its devices before it was set"
+    flag = f"--tf_xla_persistent_cache_directory={directory}"
+    os.environ["TF_XLA_FLAGS"] = f"{current} {flag}".strip()
+    return f"XLA's persistent cache in {directory} (programs compiled with --jit_compile)"
+
+
+def _devices_started() -> bool:
+    """Whether TensorFlow's eager context (its devices, its XLA flags) is initialized."""
+    from tensorflow.python.eager import context
+
+    return context.context()._context_handle is not None  # no public probe
+
+
+def intra_op_threads() -> int:
+    """TensorFlow's intra-op thread setting (0: its default)."""
+    import tensorflow as tf
+
+    return int(tf.config.threading.get_intra_op_parallelism_threads())
+
+
+def float32_matmul_precision() -> str:
+    """``"tf32"`` when TensorFlow lets float32 matmuls run on TF32 tensor cores (its default,
+    on GPUs that have them), else ``"float32"``: which datasheet figure a float32 step is
+    compared with."""
+    import tensorflow as tf
+
+    return "tf32" if tf.config.experimental.tensor_float_32_execution_enabled() else "float32"
+
+
+def check_config(config: Any) -> None:
+    """Every setting runs on TensorFlow: nothing to refuse."""
+
+
+# ---------------------------------------------------------------------------- traces
+
+
+def start_trace(logdir: str, host_level: int, python_level: int, device_level: int) -> None:
+    """Starts the TF profiler writing to `logdir` (TensorBoard/XProf read
+    ``logdir/plugins/profile``). Raises what the profiler raises."""
+    import tensorflow as tf
+
+    options = tf.profiler.experimental.ProfilerOptions(
+        host_tracer_level=host_level,
+        python_tracer_level=python_level,
+        device_tracer_level=device_level,
+    )
+    tf.profiler.experimental.start(logdir, options=options)
+
+
+def stop_trace() -> None:
+    """Stops the TF profiler and writes the trace. Raises what the profiler raises."""
+    import tensorflow as tf
+
+    tf.profiler.experimental.stop()
+
+
+def trace_files(names: list[str]) -> list[str]:
+    """Which of `names` are this profiler's traces: XSpace files (TensorBoard, XProf)."""
+    return [n for n in names if n.endswith(".xplane.pb")]
+
+
+def step_marker(step: int) -> Any:
+    """A context manager around one training step that XProf reads as a step marker (its
+    overview and input-pipeline pages measure nothing without one; tf_keras's ``fit`` makes
+    them itself, Keras 3's does not)."""
+    import tensorflow as tf
+
+    return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
+
+
+def profiler_probe() -> Any:
+    """A function, cheap enough to call at every step, that says whether a TF profiler session
+    is running in this process: the toolkit's own, Keras's ``TensorBoard(profile_batch=...)``
+    or a user's ``tf.profiler.experimental.start``. (A capture through a profiler server,
+    ``tf.profiler.experimental.server``, leaves no trace in Python and is not seen.)"""
+    from tensorflow.python.profiler import profiler_v2  # no public "is running"
+
+    if not hasattr(profiler_v2, "_profiler"):
+        return _never
+    return lambda: profiler_v2._profiler is not None
+
+
+def _never() -> bool:
+    return False
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
+    """Current and peak memory of each visible GPU, in MiB, where TensorFlow exposes it.
+
+    Args:
+        reset_peak: reset each device's peak counter after reading it, so the next reading's
+            peak covers only the time in between. Defaults to `False`.
+
+    Returns:
+        ``{"GPU:0": {"current_mb": ..., "peak_mb": ...}}``; empty when no GPU reports memory
+        (CPU-only TensorFlow reports zeros for the CPU, which says nothing, so it is left out).
+    """
+    import tensorflow as tf
+
+    out: dict[str, dict[str, float]] = {}
+    for dev in tf.config.list_logical_devices("GPU"):
+        name = dev.name.split("device:")[-1]
+        try:
+            info = tf.config.experimental.get_memory_info(name)
+        except (ValueError, tf.errors.OpError, NotImplementedError):
+            continue  # e.g. tensorflow-metal exposes no memory info
+        out[name] = {"current_mb": info["current"] / MB, "peak_mb": info["peak"] / MB}
+        if reset_peak:
+            with contextlib.suppress(ValueError, tf.errors.OpError, NotImplementedError):
+                tf.config.experimental.reset_memory_stats(name)
+    return out
+
+
+# ---------------------------------------------------------------------------- FLOPs
+
+
+def _graph_flops(graph: Any) -> int:
+    from tensorflow.python.profiler import model_analyzer, option_builder
+    from tensorflow.python.util import deprecation
+
+    builder = option_builder.ProfileOptionBuilder
+    options = builder(builder.float_operation()).with_empty_output().build()
+    with deprecation.silence():  # the v1 profiler warns about its own shape helper
+        return int(model_analyzer.profile(graph, options=options).total_float_ops)
+
+
+def _has_loop(graph: Any) -> bool:
+    return any(op.type in _WHILE_OPS for op in graph.get_operations())
+
+
+def _set_unroll(config: Any) -> bool:
+    """Sets every ``unroll: False`` in a (nested) layer config to True; says if any was."""
+    found = False
+    if isinstance(config, dict):
+        for key, value in config.items():
+            if key == "unroll" and value is False:
+                config[key] = True
+                found = True
+            else:
+                found = _set_unroll(value) or found
+    elif isinstance(config, list):
+        for value in config:
+            found = _set_unroll(value) or found
+    return found
+
+
+def _unrolled_clone(model: Any) -> Any | None:
+    try:
+        config = model.get_config()
+    except Exception:  # noqa: BLE001 - a subclassed model may not serialize its config
+        return None
+    if not _set_unroll(config):
+        return None
+    try:
+        return type(model).from_config(config)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _traced_graphs(model: Any, batch_size: int) -> tuple[Any, Any]:
+    import tensorflow as tf
+
+    inputs = getattr(model, "inputs", None)
+    if not inputs:
+        raise ValueError("the model has no symbolic inputs (build it with keras.Input)")
+    specs = [tf.TensorSpec((batch_size, *tuple(i.shape)[1:]), i.dtype) for i in inputs]
+
+    def call(xs: tuple[Any, ...], training: bool) -> Any:
+        return model(list(xs) if len(xs) > 1 else xs[0], training=training)
+
+    @tf.function(autograph=False)
+    def forward(*xs: Any) -> Any:
+        return call(xs, False)
+
+    @tf.function(autograph=False)
+    def train_step(*xs: Any) -> Any:
+        with tf.GradientTape() as tape:
+            outputs = tf.nest.flatten(call(xs, True))
+            loss = tf.add_n([tf.reduce_sum(tf.cast(o, tf.float32)) for o in outputs])
+        return tape.gradient(loss, model.trainable_variables)
+
+    return (
+        forward.get_concrete_function(*specs).graph,
+        train_step.get_concrete_function(*specs).graph,
+    )
+
+
+def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, str, str | None]:
+    """``(forward FLOPs, train-step FLOPs, method, note)`` of a built Keras model, counted by
+    TensorFlow's graph profiler (``float_operation``) on the traced graphs.
+
+    Never raises: a model TF cannot count gets `None` numbers and a note saying why.
+    """
+    try:
+        forward_graph, train_graph = _traced_graphs(model, batch_size)
+        note = None
+        if _has_loop(forward_graph) or _has_loop(train_graph):
+            clone = _unrolled_clone(model)
+            if clone is None:
+                return (
+                    None,
+                    None,
+                    METHOD,
+                    "the model runs a tf.while_loop (e.g. an RNN) whose iterations TF's "
+                    "graph profiler cannot count, and it could not be unrolled for counting",
+                )
+            forward_graph, train_graph = _traced_graphs(clone, batch_size)
+            note = "recurrent layers counted on an unrolled clone of the model"
+        forward, train_step = _graph_flops(forward_graph), _graph_flops(train_graph)
+    except Exception as e:  # noqa: BLE001 - a count is a nicety; training goes on
+        return None, None, METHOD, f"not counted: {type(e).__name__}: {e}"
+    if train_step == 0:
+        return None, None, METHOD, "TF's profiler counted no FLOPs"
+    return forward, train_step, METHOD, note
+
+
+# ---------------------------------------------------------------------------- matmul peak
+
+
+def measure_matmul_peak(
+    device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.15
+) -> dict[str, Any]:
+    """The peak FLOP/s of chained ``size``² matmuls (``calibrated_peak``: the best of 7 runs,
+    and their spread) on `device` (TensorFlow's
+    logical device name: ``toolkit.devices.framework_device``).
+
+    The matmuls are chained (each multiplies the last result) inside one ``tf.function`` so no
+    optimizer can hoist or drop them, and the result is read back once per run, not per matmul.
+    """
+    import tensorflow as tf
+
+    with tf.device(device):
+        rng = tf.random.Generator.from_seed(0)
+        a = tf.cast(rng.normal((size, size)), dtype)
+        # Entries ~N(0, 1/size): products stay ~N(0, 1), no overflow in float16 / bfloat16.
+        b = tf.cast(rng.normal((size, size), stddev=size**-0.5), dtype)
+
+        @tf.function
+        def chain(n: Any) -> Any:
+            c = a
+            for _ in tf.range(n):
+                c = tf.matmul(c, b)
+            return tf.reduce_sum(tf.cast(c[:1, :1], tf.float32))
+
+        def timed(n: int) -> float:
+            start = time.perf_counter()
+            chain(tf.constant(n)).numpy()
+            return time.perf_counter() - start
+
+        return calibrated_peak(timed, size, seconds)
+
+
+# ---------------------------------------------------------------------------- training steps
+
+
+def fuse_train_steps(model: Any, steps: int) -> None:
+    """Makes each Keras training batch run `steps` training steps inside one compiled call.
+
+    The model's ``train_step`` (the one Keras compiles, with ``jit_compile`` as one XLA
+    program) receives a batch of ``steps × batch_size`` examples, splits it into `steps`
+    batches and runs the original ``train_step`` on each in a ``tf.while_loop``: forward,
+    backward, optimizer update and metrics, `steps` times, with no return to the host in
+    between. ``steps_per_execution`` still loops *around* the compiled step, in the TF
+    runtime, paying a launch, an iterator read and a few control ops per step; this loop
+    pays them once per `steps`. Logs are those of the last step (metrics accumulate as
+    usual). Call it after ``compile``; StepTimer counts `steps` steps per batch.
+    """
+    import tensorflow as tf
+
+    if not mark_fused_steps(model, steps):
+        return
+    original = model.train_step
+
+    def split(t: Any) -> Any:
+        if t is None:
+            return None
+        n = t.shape[0]
+        return tf.reshape(t, (steps, n // steps if n is not None else -1, *t.shape[1:]))
+
+    def fused_train_step(data: Any) -> Any:
+        batches = tf.nest.map_structure(split, data)
+
+        def step(i: Any) -> Any:
+            return original(tf.nest.map_structure(lambda t: None if t is None else t[i], batches))
+
+        # The first step outside the loop creates any lazily built state (optimizer slots,
+        # metric variables): variables can't be created inside a while loop.
+        first = step(0)
+        _, logs = tf.while_loop(
+            lambda i, _: i < steps, lambda i, _: (i + 1, step(i)), (tf.constant(1), first)
+        )
+        return logs
+
+    model.train_step = fused_train_step
+
+
+@contextlib.contextmanager
+def quiet_retracing() -> Iterator[None]:
+    """TF's logger at ERROR for the block: its "frequent retracing" warning counts many short
+    runs, each with a new model, as one function retracing, which they aren't."""
+    import tensorflow as tf
+
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel("ERROR")
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+def start_processes(
+    coordinator: str,
+    num_processes: int,
+    process_id: int,
+    wait_s: float,
+    before: Callable[[], Any] = lambda: None,
+) -> None:
+    """Refuses in one line: Keras 3 on TensorFlow has no training over processes (its
+    distribution API places on one process's devices, and its ``fit`` cannot train under
+    ``MultiWorkerMirroredStrategy``); tf_keras trains there with ``multi_worker_mirrored``."""
+    raise ValueError(
+        f"--distribution_strategy=data_parallel over {num_processes} processes: Keras 3 on "
+        "TensorFlow cannot train over processes (keras-team/keras#20585); use --backend=jax, "
+        "or TF_USE_LEGACY_KERAS=1 (tf_keras), where data_parallel is MultiWorkerMirroredStrategy"
+    )
+
+
+def data_parallel() -> tuple[Any, int]:
+    """``(MirroredStrategy, replicas)``: tf.distribute's data parallelism over this
+    process's devices (one CPU, or every GPU)."""
+    import tensorflow as tf
+
+    strategy = tf.distribute.MirroredStrategy()
+    return strategy, strategy.num_replicas_in_sync
+
+
+def processes() -> tuple[int, int]:
+    """One process: tf.distribute's workers report each on its own (``keras-perf merge``)."""
+    return 0, 1
+
+
+def gather_processes(values: list[float]) -> list[list[float]]:
+    """One process: its own `values`."""
+    return [list(values)]
+
+
+def weights_digest(model: Any) -> str:
+    """A fingerprint of `model`'s weights."""
+    return digest(w for w in model.get_weights())

@@ -1,0 +1,341 @@
+"""PyTorch behind the seam: what the backend-neutral core needs when Keras trains on PyTorch.
+
+* a step boundary: dispatch is asynchronous (JAX always; PyTorch on CUDA and MPS), so a batch
+  begin only queues a step; when the device was behind, StepTimer re-times the epoch at batch
+  ends, where Keras has read the step's logs (``toolkit.profiling.step_timer``). StepTimer adds
+  no sync of its own;
+* traces: ``torch.profiler`` writes Chrome trace JSON (``*.pt.trace.json``) that TensorBoard's
+  PyTorch plugin, Perfetto and ``chrome://tracing`` read; each traced step is a
+  ``ProfilerStep#N`` range, the step marker those tools know;
+* FLOPs: ``torch.utils.flop_counter.FlopCounterMode`` over one forward and one forward +
+  backward pass: it counts matmuls and convolutions (what dominates), not element-wise ops;
+* the matmul peak: chained matmuls issued back to back, waited on once per run.
+
+Not here: ``--steps_per_execution`` (Keras's PyTorch backend has none), ``--fused_steps`` and
+``tf.distribute`` strategies: :func:`check_config` refuses them in one line. ``--jit_compile``
+is ``torch.compile`` (Keras's own switch).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from toolkit.backend._common import (
+    MB,
+    SEAM,
+    calibrated_peak,
+    digest,
+    no_retracing_noise,
+    one_step_per_batch,
+    refuse_tf_only,
+)
+from toolkit.core import compat
+
+__all__ = list(SEAM)  # the seam's contract: toolkit.backend._common.SEAM
+
+METHOD = "torch.utils.flop_counter.FlopCounterMode (matmuls and convolutions)"
+_TRACE: list[Any] = []  # the running torch.profiler.profile, while a trace is on
+
+
+def framework_facts() -> dict[str, Any]:
+    """PyTorch and Keras versions, its CUDA build, and the devices it sees."""
+    import torch
+
+    devices = [{"name": "cpu", "type": "CPU"}]
+    if torch.cuda.is_available():
+        devices += [
+            {"name": f"cuda:{i} {torch.cuda.get_device_name(i)}", "type": "GPU"}
+            for i in range(torch.cuda.device_count())
+        ]
+    if torch.backends.mps.is_available():
+        devices.append({"name": "mps", "type": "GPU"})
+    return {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "devices": devices,
+    }
+
+
+def check_config(config: Any) -> None:
+    """Raises ValueError (one line) for a setting Keras's PyTorch backend cannot run."""
+    if config.steps_per_execution > 1:
+        raise ValueError(
+            f"--steps_per_execution={config.steps_per_execution}: Keras's PyTorch backend runs "
+            "one step per call; use --steps_per_execution=1 (or --backend=jax / tensorflow)"
+        )
+    refuse_tf_only(config, "torch")
+
+
+def use_compile_cache(directory: str) -> str:
+    """Keeps what ``torch.compile`` builds in `directory` (Inductor's FX-graph cache), unless
+    ``TORCHINDUCTOR_CACHE_DIR`` already names a place. Returns what it did, in words."""
+    import os
+
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", directory)
+    where = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    return f"torch.compile's Inductor cache in {where} (programs compiled with --jit_compile)"
+
+
+def intra_op_threads() -> int:
+    """PyTorch's intra-op thread count."""
+    import torch
+
+    return int(torch.get_num_threads())
+
+
+def float32_matmul_precision() -> str:
+    """``"float32"`` under PyTorch's default float32 matmul precision (``highest``: no TF32),
+    ``"tf32"`` when it was lowered (``high``, ``medium``): which datasheet figure a float32
+    step is compared with."""
+    import torch
+
+    return "float32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+
+
+def _sync(target: Any) -> None:
+    import torch
+
+    if target.type == "cuda":
+        torch.cuda.synchronize(target)
+    elif target.type == "mps":
+        torch.mps.synchronize()
+
+
+# ---------------------------------------------------------------------------- traces
+
+
+def start_trace(logdir: str, host_level: int, python_level: int, device_level: int) -> None:
+    """Starts ``torch.profiler`` (CPU, and CUDA when there is one) writing to `logdir`.
+
+    Raises:
+        RuntimeError: another profiler is already running in this process (a second one would
+            crash PyTorch rather than fail).
+    """
+    import torch
+
+    if torch._C._autograd._profiler_enabled():  # no public API; checked before torch crashes
+        raise RuntimeError("another PyTorch profiler is already running in this process")
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device_level and torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    profiler = torch.profiler.profile(
+        activities=activities,
+        with_stack=python_level > 0,
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(logdir),
+    )
+    profiler.start()
+    _TRACE.append(profiler)
+
+
+def stop_trace() -> None:
+    """Stops ``torch.profiler`` and writes the trace."""
+    if _TRACE:
+        _TRACE.pop().stop()
+
+
+def trace_files(names: list[str]) -> list[str]:
+    """Which of `names` are this profiler's traces: Chrome trace JSON."""
+    return [n for n in names if n.endswith((".pt.trace.json", ".pt.trace.json.gz"))]
+
+
+def step_marker(step: int) -> Any:
+    """A context manager around one training step: the ``ProfilerStep#N`` range that
+    ``torch.profiler.profile.step()`` would record."""
+    import torch
+
+    return torch.profiler.record_function(f"ProfilerStep#{step}")
+
+
+def profiler_probe() -> Any:
+    """A function, cheap enough to call at every step, that says whether a PyTorch profiler
+    (autograd profiler or ``torch.profiler``) is recording in this process."""
+    import torch
+
+    return torch._C._autograd._profiler_enabled  # no public API; a C call
+
+
+# ---------------------------------------------------------------------------- memory
+
+
+def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
+    """Current and peak memory of each CUDA GPU (and the MPS allocator's current), in MiB."""
+    import torch
+
+    out: dict[str, dict[str, float]] = {}
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            out[f"GPU:{i}"] = {
+                "current_mb": torch.cuda.memory_allocated(i) / MB,
+                "peak_mb": torch.cuda.max_memory_allocated(i) / MB,
+            }
+            if reset_peak:
+                torch.cuda.reset_peak_memory_stats(i)
+    if torch.backends.mps.is_available():
+        current = torch.mps.current_allocated_memory() / MB
+        out["MPS:0"] = {"current_mb": current, "peak_mb": current}
+    return out
+
+
+# ---------------------------------------------------------------------------- FLOPs
+
+
+def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, str, str | None]:
+    """``(forward FLOPs, train-step FLOPs, method, note)`` of a built Keras model: one forward
+    pass, then one forward + backward pass of its summed outputs, under ``FlopCounterMode``.
+    Never raises; the gradients it makes are cleared."""
+    try:
+        import torch
+        from torch.utils.flop_counter import FlopCounterMode
+
+        keras = compat.keras()
+        inputs = getattr(model, "inputs", None)
+        if not inputs:
+            return None, None, METHOD, "the model has no symbolic inputs (use keras.Input)"
+        xs = [keras.ops.zeros((batch_size, *tuple(i.shape)[1:]), dtype=i.dtype) for i in inputs]
+        x = xs if len(xs) > 1 else xs[0]
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(x, training=False)
+        forward = int(counter.get_total_flops())
+        with FlopCounterMode(display=False) as counter:
+            leaves = torch.utils._pytree.tree_leaves(model(x, training=True))
+            sum(leaf.float().sum() for leaf in leaves).backward()
+        train = int(counter.get_total_flops())
+        for variable in model.trainable_variables:
+            variable.value.grad = None
+    except Exception as e:  # noqa: BLE001 - a count is a nicety; training goes on
+        return None, None, METHOD, f"not counted: {type(e).__name__}: {e}"
+    if not train:
+        return None, None, METHOD, "FlopCounterMode counted no FLOPs"
+    return forward, train, METHOD, "matmuls and convolutions only (element-wise ops not counted)"
+
+
+# ---------------------------------------------------------------------------- matmul peak
+
+
+def measure_matmul_peak(
+    device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.15
+) -> dict[str, Any]:
+    """The peak FLOP/s of chained ``size``² matmuls (``calibrated_peak``: the best of 7 runs,
+    and their spread) on `device` (a name
+    such as ``cuda:0``: ``toolkit.devices.framework_device``), issued back to back and waited
+    on once per run."""
+    import torch
+
+    target = torch.device(device)
+    generator = torch.Generator().manual_seed(0)
+    kind = getattr(torch, dtype)
+    a = torch.randn(size, size, generator=generator).to(target, kind)
+    b = (torch.randn(size, size, generator=generator) * size**-0.5).to(target, kind)
+
+    def timed(n: int) -> float:
+        with torch.inference_mode():
+            _sync(target)
+            start = time.perf_counter()
+            c = a
+            for _ in range(n):
+                c = c @ b
+            float(c[0, 0])  # one element back: waits for the chain
+            return time.perf_counter() - start
+
+    return calibrated_peak(timed, size, seconds)
+
+
+# The training step as Keras compiles it; nothing to silence.
+fuse_train_steps = one_step_per_batch
+quiet_retracing = no_retracing_noise
+
+
+# ---------------------------------------------------------------------------- processes
+
+# Where a Keras whose PyTorch backend trains ``fit`` under DistributedDataParallel keeps it
+# (Keras's master has it for its next release; 3.15 has none). Found, never assumed from the
+# version.
+_KERAS_TORCH_DISTRIBUTION = "keras.src.backend.torch.distribution_lib"
+
+
+def _keras_distribution_lib() -> Any:
+    """Keras's PyTorch distribution module, or ValueError (one line) naming what is missing."""
+    import importlib
+    import importlib.util
+
+    import keras
+
+    module = None
+    if importlib.util.find_spec(_KERAS_TORCH_DISTRIBUTION) is not None:
+        module = importlib.import_module(_KERAS_TORCH_DISTRIBUTION)
+    if module is None or not callable(getattr(module, "initialize", None)):
+        raise ValueError(
+            f"--distribution_strategy=data_parallel on --backend=torch: the installed Keras "
+            f"{keras.__version__} has no keras.distribution for PyTorch "
+            f"({_KERAS_TORCH_DISTRIBUTION}.initialize); use --backend=jax, or a Keras whose "
+            "PyTorch backend trains under DistributedDataParallel"
+        )
+    return module
+
+
+def start_processes(
+    coordinator: str,
+    num_processes: int,
+    process_id: int,
+    wait_s: float,
+    before: Callable[[], Any] = lambda: None,
+) -> None:
+    """Joins the PyTorch process group through Keras (torchrun's environment: the
+    coordinator's host and port, the world size and this rank; gloo on CPUs, NCCL on
+    GPUs), where the installed Keras has it (`before` runs first: the toolkit's join); else
+    one line naming what is missing."""
+    import os
+
+    _keras_distribution_lib()
+    before()
+    import keras
+
+    host, _, port = coordinator.rpartition(":")
+    os.environ.update(
+        MASTER_ADDR=host.strip("[]"),
+        MASTER_PORT=port,
+        WORLD_SIZE=str(num_processes),
+        RANK=str(process_id),
+        LOCAL_RANK=os.environ.get("LOCAL_RANK", "0"),
+    )
+    keras.distribution.initialize(coordinator, num_processes, process_id)
+
+
+def data_parallel() -> tuple[Any, int]:
+    """``(keras.distribution.DataParallel, replicas)`` where the installed Keras trains PyTorch
+    under it, set for the whole process; else one line naming what is missing."""
+    _keras_distribution_lib()
+    import keras
+
+    devices = keras.distribution.list_devices()
+    distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
+    keras.distribution.set_distribution(distribution)
+    return distribution, len(devices)
+
+
+def processes() -> tuple[int, int]:
+    """``(rank, world size)`` of an initialized process group; ``(0, 1)`` alone."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def gather_processes(values: list[float]) -> list[list[float]]:
+    """Every process's `values`, in rank order (one collective)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return [list(values)]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, list(values))
+    return [list(v) for v in out]
+
+
+def weights_digest(model: Any) -> str:
+    """A fingerprint of `model`'s weights."""
+    return digest(w for w in model.get_weights())

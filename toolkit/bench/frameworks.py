@@ -1,0 +1,219 @@
+"""The op table's other frameworks: the seed's ops in JAX and PyTorch, beside TensorFlow's modes.
+
+Seed 003 compares frameworks and their compile modes side by side; these are the columns that
+make the toolkit's table do the same:
+
+* ``jax_jit``: ``jax.jit`` of the op written in ``jax.numpy`` / ``jax.lax`` (XLA, as TF's
+  ``xla`` column, through another front end);
+* ``torch_eager``: the op in PyTorch, op by op;
+* ``torch_compile``: ``torch.compile`` of it (TorchInductor; its compile is the first call,
+  timed apart like XLA's).
+
+Each framework runs on its own default device (the column says which: ``cuda_jax_jit``), on
+the same input values as TensorFlow's columns (the same tensors, through NumPy), in the
+framework's native layout where it differs (PyTorch convolutions are channels-first: the
+inputs are transposed once, before timing, as a PyTorch user's data would already be). The
+timing is :func:`toolkit.bench.measure.time_calls`, waiting on the framework's own way
+(``jax.block_until_ready``, ``torch.cuda.synchronize``). An op a framework lacks, or a
+framework that is not installed, is ``n/a`` with the reason.
+
+Imports no framework until a column is measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from toolkit.core import _extras as extras
+
+__all__ = [
+    "FRAMEWORK_MODES",
+]
+
+# mode -> the framework (import name) that runs it
+FRAMEWORK_MODES = {"jax_jit": "jax", "torch_eager": "torch", "torch_compile": "torch"}
+MODE_HELP = {
+    "jax_jit": "jax.jit of the op in jax.numpy: XLA through JAX",
+    "torch_eager": "the op in PyTorch, op by op",
+    "torch_compile": "torch.compile of it (TorchInductor)",
+}
+
+
+def missing(mode: str) -> str | None:
+    """Why `mode` cannot run here at all (its framework is not installed), or None."""
+    return extras.why_missing(FRAMEWORK_MODES[mode])
+
+
+def device_kind(mode: str) -> str:
+    """The kind of the framework's default device: ``cpu``, ``cuda``, ``metal`` or ``gpu``."""
+    if FRAMEWORK_MODES[mode] == "jax":
+        import jax
+
+        platform = jax.devices()[0].platform.lower()
+        return {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda", "metal": "metal"}.get(platform, "gpu")
+    import torch
+
+    if torch.cuda.is_available():
+        return "gpu" if getattr(torch.version, "hip", None) else "cuda"
+    if torch.backends.mps.is_available():
+        return "metal"
+    return "cpu"
+
+
+def _torch_device() -> Any:
+    import torch
+
+    kind = device_kind("torch_eager")
+    return torch.device({"cuda": "cuda", "gpu": "cuda", "metal": "mps"}.get(kind, "cpu"))
+
+
+def to_framework(op: str, arrays: Sequence[Any], mode: str) -> tuple[Any, ...]:
+    """NumPy copies of TensorFlow's inputs as the framework's arrays on its device, in its
+    layout (PyTorch: channels-first convolutions, int64 indices, flat scatter indices)."""
+    import numpy as np
+
+    arrays = [np.asarray(a) for a in arrays]
+    if op in ("Scatter", "ScatterSum", "ScatterMax"):
+        arrays[1] = arrays[1].reshape(-1)  # (count, 1) row indices -> (count,)
+    if FRAMEWORK_MODES[mode] == "jax":
+        import jax.numpy as jnp
+
+        return tuple(jnp.asarray(a) for a in arrays)
+    import torch
+
+    if op == "Conv1d":  # NWC, WIO -> NCW, OIW
+        arrays = [arrays[0].transpose(0, 2, 1), arrays[1].transpose(2, 1, 0)]
+    elif op == "Conv2d":  # NHWC, HWIO -> NCHW, OIHW
+        arrays = [arrays[0].transpose(0, 3, 1, 2), arrays[1].transpose(3, 2, 0, 1)]
+    device = _torch_device()
+    out = []
+    for a in arrays:
+        if a.dtype.kind in "iu":
+            out.append(torch.from_numpy(np.ascontiguousarray(a.astype(np.int64))).to(device))
+            continue
+        dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(
+            str(a.dtype), torch.float32
+        )  # fmt: skip
+        tensor = torch.from_numpy(np.ascontiguousarray(a.astype(np.float32)))
+        out.append(tensor.to(device=device, dtype=dtype))
+    return tuple(out)
+
+
+def build(op: str, axis: int | None, mode: str) -> Callable[..., Any]:
+    """The op's computation in `mode`'s framework, compiled as the mode says.
+
+    Raises:
+        NotImplementedError: the framework has no such op.
+    """
+    if FRAMEWORK_MODES[mode] == "jax":
+        import jax
+
+        return jax.jit(_jax_op(op, axis))
+    fn = _torch_op(op, axis)
+    if mode == "torch_compile":
+        import torch
+
+        return torch.compile(fn, dynamic=False)
+    return fn
+
+
+def waiter(mode: str) -> Callable[[Any], None]:
+    """Blocks until a result of `mode` exists (JAX and PyTorch on a GPU run asynchronously)."""
+    if FRAMEWORK_MODES[mode] == "jax":
+        import jax
+
+        return lambda out: jax.block_until_ready(out)
+    import torch
+
+    kind = device_kind(mode)
+    if kind in ("cuda", "gpu"):
+        return lambda out: torch.cuda.synchronize()
+    if kind == "metal":
+        return lambda out: torch.mps.synchronize()
+    return lambda out: None  # PyTorch on the CPU: a call returns when it is done
+
+
+def _jax_op(op: str, axis: int | None) -> Callable[..., Any]:
+    import jax
+    import jax.numpy as jnp
+
+    def bce(p: Any, t: Any) -> Any:
+        p = jnp.clip(p, 1e-7, 1 - 1e-7)
+        return -jnp.mean(t * jnp.log(p) + (1 - t) * jnp.log(1 - p))
+
+    def conv(x: Any, w: Any) -> Any:
+        spec = ("NWC", "WIO", "NWC") if x.ndim == 3 else ("NHWC", "HWIO", "NHWC")
+        return jax.lax.conv_general_dilated(
+            x, w, (1,) * (x.ndim - 2), "VALID", dimension_numbers=spec
+        )
+
+    table: dict[str, Callable[..., Any]] = {
+        "Argmax": lambda x: jnp.argmax(x, axis=axis),
+        "BCE": bce,
+        "Concat": lambda a, b: jnp.concatenate([a, b], axis=axis),
+        "Conv1d": conv,
+        "Conv2d": conv,
+        "Gather": lambda t, i: jnp.take(t, i, axis=0),
+        "LeakyReLU": lambda x: jax.nn.leaky_relu(x, 0.01),
+        "Linear": lambda x, w, b: jnp.matmul(x, w) + b,
+        "MatMul": jnp.matmul,
+        "PReLU": lambda x, a: jnp.maximum(x, 0) + a * jnp.minimum(x, 0),
+        "ReLU": jax.nn.relu,
+        "Scatter": lambda t, i, u: t.at[i].set(u),
+        "ScatterSum": lambda t, i, u: t.at[i].add(u),
+        "ScatterMax": lambda t, i, u: t.at[i].max(u),
+        "SeLU": jax.nn.selu,
+        "Sigmoid": jax.nn.sigmoid,
+        "Softmax": lambda x: jax.nn.softmax(x, axis=axis),
+        "Softplus": jax.nn.softplus,
+        "Sort": lambda x: jnp.sort(x, axis=axis),
+        "Sum": lambda x: jnp.sum(x, axis=axis),
+        "SumAll": jnp.sum,
+        "AddOne": lambda x: x + 1,  # the per-call floor
+    }
+    if op not in table:
+        raise NotImplementedError(f"no JAX version of {op}")
+    return table[op]
+
+
+def _torch_op(op: str, axis: int | None) -> Callable[..., Any]:
+    import warnings
+
+    import torch
+    import torch.nn.functional as F
+
+    # index_reduce is PyTorch's scatter-max; its "beta" warning would be printed once per case.
+    warnings.filterwarnings("ignore", message=r"index_reduce\(\) is in beta")
+
+    def bce(p: Any, t: Any) -> Any:
+        p = torch.clamp(p, 1e-7, 1 - 1e-7)
+        return -torch.mean(t * torch.log(p) + (1 - t) * torch.log(1 - p))
+
+    table: dict[str, Callable[..., Any]] = {
+        "Argmax": lambda x: torch.argmax(x, dim=axis),
+        "BCE": bce,
+        "Concat": lambda a, b: torch.cat([a, b], dim=axis),
+        "Conv1d": lambda x, w: F.conv1d(x, w),
+        "Conv2d": lambda x, w: F.conv2d(x, w),
+        "Gather": lambda t, i: torch.index_select(t, 0, i),
+        "LeakyReLU": lambda x: F.leaky_relu(x, 0.01),
+        "Linear": lambda x, w, b: torch.matmul(x, w) + b,
+        "MatMul": torch.matmul,
+        "PReLU": lambda x, a: torch.clamp(x, min=0) + a * torch.clamp(x, max=0),
+        "ReLU": torch.relu,
+        "Scatter": lambda t, i, u: t.index_copy(0, i, u),
+        "ScatterSum": lambda t, i, u: t.index_add(0, i, u),
+        "ScatterMax": lambda t, i, u: t.index_reduce(0, i, u, "amax"),
+        "SeLU": torch.selu,
+        "Sigmoid": torch.sigmoid,
+        "Softmax": lambda x: torch.softmax(x, dim=axis),
+        "Softplus": F.softplus,
+        "Sort": lambda x: torch.sort(x, dim=axis).values,
+        "Sum": lambda x: torch.sum(x, dim=axis),
+        "SumAll": torch.sum,
+        "AddOne": lambda x: x + 1,  # the per-call floor
+    }
+    if op not in table:
+        raise NotImplementedError(f"no PyTorch version of {op}")
+    return table[op]

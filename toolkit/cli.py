@@ -1,0 +1,586 @@
+"""The toolkit's command line (``keras-perf VERB`` or ``python -m toolkit VERB``).
+
+Verbs:
+    compare A B          deltas of report B against baseline A, with a noise-aware verdict
+                         (``--json``; ``--fail_on_slower``: status 1 on a regression)
+    show REPORT          a report's summary (``--markdown`` for the full Markdown, ``--json``)
+    trace RUN_DIR        a run's profiler trace read back (step breakdown, XProf's input
+                         verdict, top ops); also any directory of TF/JAX/PyTorch traces
+    devices              the devices TensorFlow sees, and a starting precision for each
+    preflight            known traps for a device/precision/XLA choice, each with its fix
+    placement --recipe R where each op of one training step of recipe R ran
+    tune --recipe R [recipe flags]   |   tune --model_fn MODULE:FUNCTION
+                         the fastest measured settings for recipe R (or your own compiled
+                         model and pipeline, returned by FUNCTION) on this machine, cached;
+                         --across_backends: each installed backend searched, then head to head
+    backends --recipe R [recipe flags]   |   backends --model_fn MODULE:FUNCTION
+                         which Keras backend (and device) trains R fastest here: every
+                         installed one, each run a fresh process, same data and initial
+                         weights, interleaved rounds; cached (--backend=auto uses it)
+    doctor --recipe R [recipe flags]   |   doctor --model_fn MODULE:FUNCTION
+                         input-bound or compute-bound? the input alone, the step alone and
+                         the real fit, measured, with a verdict and advice
+    ops [--ops A,B] [--modes eager,graph,xla,jax_jit,torch_eager,torch_compile|all]
+        [--size tiny|default|full]
+                         the seed's per-op table (ms per call in TensorFlow's eager/graph/XLA
+                         on every device, beside JAX's jit and PyTorch's eager/compile),
+                         written as Markdown, CSV, PNG and JSON
+    ops --fusion         matmul + hard_swish and conv2d + bias + relu: what fused, and the
+                         time it saved
+    data-service --dispatcher --port P
+    data-service --worker --dispatcher grpc://HOST:P [--port Q]
+                         a tf.data service dispatcher or worker, serving until stopped
+    merge REPORT...      the workers' reports of one multi-worker run, side by side
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from toolkit.core import native_logs
+
+# TensorFlow's start-up lines would bury the one line a command prints (TF_CPP_MIN_LOG_LEVEL=2,
+# and lines held while it loads); a TF_CPP_MIN_LOG_LEVEL the user set, or --verbosity, wins.
+native_logs.configure(sys.argv[1:])
+
+from toolkit import _verbs  # noqa: E402 - after the log level, before anything loads TensorFlow
+from toolkit.report import (  # noqa: E402
+    ReportError,
+    RunReport,
+    compare,
+    merge_reports,
+    render_merged,
+)
+
+__all__ = ["main"]
+
+DESCRIPTION = (
+    "How fast is a Keras training step, why is it not faster, and which settings make it "
+    "faster here: measured. Recipes train with `python -m recipes.NAME` (--help "
+    "lists their flags); these verbs measure, tune and read reports."
+)
+# Verbs that start TensorFlow in this process: it loads first, its start-up lines held back.
+LOADS_TENSORFLOW = frozenset(
+    ("devices", "preflight", "placement", "doctor", "tune", "ops", "data-service")
+)
+# --size tiny's (repeats, shortest loop in s): a smoke run, not a measurement to keep.
+TINY_TIMING = (3, 0.005)
+# Old spellings of verb options, still accepted with a one-line note.
+DEPRECATED_OPTIONS = {"min-rel": "min_rel"}
+
+
+def _prog() -> str:
+    """``keras-perf`` when run as the console script, else ``python -m toolkit``."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return (
+        name if name and not name.startswith("__main__") and name != "-m" else "python -m toolkit"
+    )
+
+
+def _recipe_epilog(recipe: str | None) -> str:
+    """For ``doctor|tune|backends --help``: the recipes, and the recipe flags passed on
+    (the recipe's own when ``--recipe`` names one), grouped as a recipe's ``--help``."""
+    import textwrap
+
+    from toolkit import app
+    from toolkit.runner import flags as tk_flags
+
+    names = app.recipe_names()
+    out = [f"recipes (--recipe): {', '.join(names)}; default mlp", ""]
+    own: list[str] = []
+    if recipe in names:
+        module = app.load_recipe(recipe)  # defines its flags; imports no framework
+        own = tk_flags.own_flags(module.__name__)
+    tk_flags.define_common_flags()
+    out += textwrap.wrap(
+        "Recipe flags follow --recipe (or --model_fn) and are passed on "
+        f"(python -m recipes.{recipe if recipe in names else 'NAME'} --help: "
+        "each with its default and meaning):",
+        96,
+    )
+    groups = ([(f"{recipe} flags", own)] if own else []) + [
+        (name, [n for n in group if n not in own]) for name, group in tk_flags.FLAG_GROUPS
+    ]
+    for name, group in groups:
+        line = " ".join(f"--{n}" for n in group)
+        out += textwrap.wrap(line, 96, initial_indent=f"  {name}: ", subsequent_indent="    ")
+    return "\n".join(out)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """Status 1 with ``--fail_on_slower`` when B is slower beyond the noise band: a
+    regression fails the CI job that asked, as pytest-benchmark's and asv's do."""
+    a, b = RunReport.load(args.a), RunReport.load(args.b)
+    result = compare(a, b, z=args.z, min_rel=args.min_rel)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.render())
+    if args.fail_on_slower and result.verdict == "slower":
+        print(
+            f"compare: B is slower than A beyond the noise band ({result.ratio:.2f}× A's "
+            "speed): failing, as --fail_on_slower asks",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    report = RunReport.load(args.report)
+    if args.json:
+        print(report.to_json())
+    else:
+        print(report.to_markdown() if args.markdown else report.summary())
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from toolkit.report.trace import find_trace_files, read_trace, trace_lines
+
+    path = os.path.abspath(args.run)
+    if os.path.isfile(path) or os.path.isfile(os.path.join(path, "report.json")):
+        analysis = RunReport.load(path).read_trace()
+        where = f"the trace of {path}"
+    elif os.path.isdir(path):
+        files = find_trace_files(path)
+        analysis = read_trace(files) if files else None
+        where = f"{len(files)} trace file(s) under {path}"
+    else:
+        raise ReportError(f"{args.run!r}: no such run directory or report")
+    if analysis is None:
+        raise ReportError(
+            f"{path}: no profiler trace in it (*.xplane.pb, *.pt.trace.json): run the recipe "
+            "with --profile_steps=START,STOP to capture one"
+        )
+    print(f"{where}:")
+    print("\n".join(trace_lines(analysis, ops=args.ops)))
+    return 0 if analysis.get("steps") or any(analysis.get("top_ops", {}).values()) else 1
+
+
+def _devices(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from toolkit import backend, devices
+
+    if args.backend:
+        chosen = [args.backend]
+    else:  # every installed backend, each as it sees this machine
+        chosen = [b for b in backend.BACKENDS if importlib.util.find_spec(b) is not None]
+    for name in chosen:
+        print(f"--backend={name}")
+        for device in devices.detect(name):
+            policy, why = devices.recommend_precision(device)
+            print(f"  {device}\n      precision hint: {policy} ({why})")
+    return 0
+
+
+def _preflight(args: argparse.Namespace) -> int:
+    from toolkit import devices
+
+    device = devices.resolve(args.device)
+    findings = devices.preflight(device, policy=args.precision, jit_compile=args.jit_compile)
+    print(f"preflight for {device} on --backend={backend_name()}")
+    for finding in findings:
+        print(f"  {finding}")
+    if not findings:
+        print("  no known traps")
+    return 1 if any(f.severity == "error" for f in findings) else 0
+
+
+def _placement(args: argparse.Namespace) -> int:
+    from toolkit import app
+
+    app.check_recipe(args.recipe)  # before TensorFlow starts: one line listing the recipes
+    from toolkit import devices
+    from toolkit.runner import train
+    from toolkit.runner.config import TrainConfig
+
+    recipe = app.load_recipe(args.recipe)
+    device = devices.select(args.device)
+    task = recipe.build_task()
+    model = task.build_model()
+    model.compile(optimizer="adam", loss=task.loss, metrics=list(task.metrics))
+    # The runner's own input: tf.data, or array batches (a PyDataset) without TensorFlow.
+    pipeline = train.input_pipeline(task, TrainConfig(batch_size=args.batch_size))
+    if hasattr(pipeline, "as_numpy_iterator"):
+        batch = next(pipeline.as_numpy_iterator())
+    else:
+        batch = pipeline[0]
+    report = devices.placement_report(
+        lambda: model.train_on_batch(*batch), gpu_selected=device.is_gpu
+    )
+    print(f"placement of one {args.recipe} training step on {device} (--backend={backend_name()})")
+    print(report.render())
+    return 0
+
+
+def _fusion(args: argparse.Namespace, found: list[Any], timing: dict[str, Any], out: str) -> int:
+    from toolkit.bench import fusion
+    from toolkit.bench.measure import MODES, select_modes
+    from toolkit.core.stats import format_flops
+    from toolkit.profiling.flops import matmul_peak
+
+    modes = tuple(m for m in select_modes(_verbs.split(args.modes)) if m in MODES)
+    if not modes:
+        raise ValueError("ops --fusion: --modes must name TensorFlow's eager, graph or xla")
+    demos = [
+        demo
+        for device in found
+        for demo in fusion.fusion_demos(
+            args.size, device=device, dtype=args.dtype, modes=modes, **timing
+        )
+    ]
+    for demo in demos:
+        print(demo.render() + "\n")
+    for device in found:
+        peak = matmul_peak(device, args.dtype)
+        print(
+            f"for scale: {device.kind}:{device.index}'s measured {args.dtype} matmul peak is "
+            f"{format_flops(peak['flops_per_s'], per_second=True)} ({peak['source']})"
+        )
+    paths = fusion.write(demos, out, {"size": args.size, "dtype": args.dtype, **timing})
+    print(f"written: {paths['markdown']}, {paths['json']}")
+    return 0
+
+
+def _ops(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from toolkit import devices
+
+    found = devices.detect("tensorflow")  # the op table measures TensorFlow's modes
+    if args.device != "all":
+        found = [devices.resolve(args.device, found, backend="tensorflow")]
+    # --size tiny is a smoke run (seconds): fewer, shorter loops unless asked otherwise.
+    repeats, min_time = TINY_TIMING if args.size == "tiny" else (5, 0.05)
+    timing = {
+        "repeats": repeats if args.repeats is None else args.repeats,
+        "min_time_s": min_time if args.min_time is None else args.min_time,
+    }
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if args.fusion:
+        return _fusion(args, found, timing, args.out or os.path.join("runs", f"fusion-{stamp}"))
+
+    from toolkit.bench import frameworks
+    from toolkit.bench.measure import DEFAULT_MODES, MODES, benchmark, select_modes
+    from toolkit.core import _extras as extras
+    from toolkit.core import progress
+
+    # Default: TensorFlow's modes, and JAX's jit and PyTorch eager where they are installed.
+    default = [m for m in DEFAULT_MODES if m in MODES or not frameworks.missing(m)]
+    for mode in DEFAULT_MODES:
+        if mode not in default and not args.modes:  # a column that vanished, said once
+            extras.note_missing(frameworks.FRAMEWORK_MODES[mode], f"ops: no {mode} column")
+    table = benchmark(
+        _verbs.split(args.ops),
+        select_modes(_verbs.split(args.modes), default),
+        size=args.size,
+        devices=found,
+        dtype=args.dtype,
+        progress=progress.say,  # a line per op; a bar of the cells on a terminal
+        **timing,
+    )
+    paths = table.write(args.out or os.path.join("runs", f"ops-{stamp}"), plot=not args.no_plot)
+    print(table.to_markdown(png=None))
+    print(
+        "written: " + ", ".join(paths[k] for k in ("markdown", "csv", "json", "png") if k in paths)
+    )
+    return 0
+
+
+def _data_service(args: argparse.Namespace) -> int:
+    import contextlib
+    import signal
+    import time
+
+    from toolkit import distribute
+
+    if args.worker:
+        if not args.dispatcher:
+            raise ValueError("data-service --worker: give --dispatcher grpc://host:port")
+        distribute.service_address(args.dispatcher)
+        server = distribute.serve_worker(args.dispatcher, args.port, args.host)
+        what = f"worker of {args.dispatcher}"
+    elif args.dispatcher == "":
+        server = distribute.serve_dispatcher(args.port, args.work_dir)
+        what = f"dispatcher at grpc://{args.host}:{server.target.rsplit(':', 1)[-1]}"
+    else:
+        raise ValueError(
+            "data-service: give --dispatcher (to run one) or --worker --dispatcher "
+            "grpc://host:port (to serve one)"
+        )
+    # The server runs on its own threads. The main thread waits in Python, not in join() (C++,
+    # where signal handlers never run), so SIGTERM and Ctrl-C stop it at once.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"data-service: {what} serving (Ctrl-C to stop)", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            time.sleep(0.5)
+    del server
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    merged = merge_reports([RunReport.load(path) for path in args.reports])
+    print(render_merged(merged))
+    return 0 if merged["all_complete"] else 1
+
+
+def _add_target(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--recipe R`` or ``--model_fn module:function``: what doctor and tune measure."""
+    parser.add_argument(
+        "--recipe",
+        default="mlp",
+        help="a recipe under recipes/ (the list: below, or --help)",
+    )
+    parser.add_argument(
+        "--model_fn",
+        help="module:function returning (your compiled Keras model, your data in any form fit "
+        f"takes: a tf.data pipeline, (x, y), x alone, a PyDataset...): {what} those instead of "
+        "a recipe",
+    )
+
+
+def backend_name() -> str:
+    from toolkit import backend
+
+    return backend.name()
+
+
+def _add_backend(p: argparse.ArgumentParser, what: str | None = None) -> None:
+    p.add_argument(
+        "--backend",
+        choices=("tensorflow", "jax", "torch"),
+        help=what or "Keras backend (default: KERAS_BACKEND, else tensorflow)",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; a closed stdout (``| head``) ends it quietly (status 141)."""
+    from toolkit.app import with_broken_pipe
+
+    status: list[int] = []
+    with_broken_pipe(lambda: status.append(_main(argv)))
+    return status[0]
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    from toolkit.core.version import __version__
+    from toolkit.runner import flags as tk_flags
+
+    argv = list(argv if argv is not None else sys.argv[1:])
+    argv = tk_flags.canonical_argv(argv, DEPRECATED_OPTIONS)
+    wants_help = any(a in ("-h", "--help") for a in argv)
+    verb = next((a for a in argv if not a.startswith("-")), None)
+    parser = argparse.ArgumentParser(prog=_prog(), description=DESCRIPTION)
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s (keras-perf-toolkit {__version__})"
+    )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress bars or stage lines (as TOOLKIT_PROGRESS=0); results still print",
+    )
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    def target_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        """doctor, tune, backends: their --help lists the recipes and the flags passed on."""
+        epilog = None
+        if wants_help and verb == name:
+            from toolkit import backend as _backend
+
+            model_fn = _backend.flag_value(argv, "model_fn")  # no recipe: the shared flags only
+            epilog = _recipe_epilog(
+                None if model_fn else _backend.flag_value(argv, "recipe") or "mlp"
+            )
+        return verbs.add_parser(
+            name, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs
+        )
+
+    p = verbs.add_parser("compare", help="compare two run reports (B against baseline A)")
+    p.add_argument("a", help="baseline: report.json or its run directory")
+    p.add_argument("b", help="candidate: report.json or its run directory")
+    p.add_argument("--z", type=float, default=3.0, help="standard errors a change must exceed")
+    p.add_argument("--min_rel", type=float, default=0.01, help="smallest relative change (0.01)")
+    p.add_argument("--json", action="store_true", help="the comparison as JSON, on stdout")
+    p.add_argument(
+        "--fail_on_slower",
+        "--fail-on-slower",
+        action="store_true",
+        help="exit 1 when B is slower than A beyond the noise band (a regression in CI)",
+    )
+    p.set_defaults(func=_compare)
+
+    p = verbs.add_parser("show", help="print a run report")
+    p.add_argument("report", help="report.json or its run directory")
+    p.add_argument("--markdown", action="store_true", help="the full Markdown report")
+    p.add_argument("--json", action="store_true", help="the report's JSON, as report.json holds")
+    p.set_defaults(func=_show)
+
+    p = verbs.add_parser("trace", help="a run's profiler trace read back (XProf's verdict, ops)")
+    p.add_argument("run", help="run directory (or report.json), or any directory of traces")
+    p.add_argument("--ops", type=int, default=10, help="top ops to list per side (10)")
+    p.set_defaults(func=_trace)
+
+    p = verbs.add_parser("devices", help="list devices with a precision hint, per backend")
+    _add_backend(p, "the backend to ask (default: every installed one)")
+    p.set_defaults(func=_devices)
+
+    p = verbs.add_parser("preflight", help="check for known device/precision/XLA traps")
+    _add_backend(p)
+    p.add_argument("--device", default="auto", help="auto, cpu, gpu, cuda, metal (mps)[:index]")
+    p.add_argument("--precision", default="float32", help="float32, mixed_float16, mixed_bfloat16")
+    p.add_argument("--jit_compile", action="store_true", help="the run will compile with XLA")
+    p.set_defaults(func=_preflight)
+
+    p = verbs.add_parser("placement", help="where each op of one training step ran")
+    _add_backend(p)
+    p.add_argument(
+        "--recipe",
+        default="mlp",
+        help="a recipe under recipes/ (doctor --help lists them)",
+    )
+    p.add_argument("--device", default="auto", help="auto, cpu, gpu, cuda, metal (mps)[:index]")
+    p.add_argument("--batch_size", type=int, default=32)
+    p.set_defaults(func=_placement)
+
+    p = target_parser(
+        "doctor",
+        help="input-bound or compute-bound? measured, with advice",
+        description="Recipe flags (--batch_size, --dataset, --jit_compile...) follow --recipe "
+        "or --model_fn.",
+    )
+    _add_target(p, "diagnose")
+    p.set_defaults(func=_verbs.doctor)
+
+    p = target_parser(
+        "tune",
+        help="the fastest measured settings for a recipe here (cached)",
+        description="Recipe flags (--batch_size, --dataset, --device...) follow --recipe or "
+        "--model_fn.",
+    )
+    _add_target(p, "tune")
+    p.add_argument("--refresh", action="store_true", help="search again, ignoring the cache")
+    p.add_argument(
+        "--across_backends",
+        action="store_true",
+        help="the backend as one more axis: a search per installed backend (each a fresh "
+        "process), then their winners and the defaults head to head",
+    )
+    p.add_argument("--json_out", help=argparse.SUPPRESS)
+    p.set_defaults(func=_verbs.tune)
+
+    p = target_parser(
+        "backends",
+        help="which Keras backend trains a recipe fastest here (measured, cached)",
+        description="Recipe flags (--batch_size, --dataset, --device...) follow --recipe; "
+        "without --device every device each backend sees is a contender.",
+    )
+    _add_target(p, "compare")
+    p.add_argument("--backends", help="comma-separated (default: every installed one)")
+    p.add_argument("--steps", type=int, default=200, help="training steps per run (200)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (3)")
+    p.add_argument("--out", help="output directory (default runs/backends-<time>)")
+    p.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
+    p.add_argument("--no_plot", action="store_true", help="skip the PNG chart")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.set_defaults(func=_verbs.backends)
+
+    p = verbs.add_parser(
+        "ops",
+        help="per-op benchmark in eager/graph/XLA on every device (or --fusion)",
+        description="The seed's per-op table for TensorFlow, or with --fusion what XLA and "
+        "Grappler fuse. Writes Markdown, CSV, PNG and JSON under --out.",
+    )
+    p.add_argument("--ops", help="comma-separated op names (default: all 21)")
+    p.add_argument(
+        "--modes",
+        help="comma-separated: eager,graph,xla (TensorFlow), jax_jit, torch_eager, "
+        "torch_compile, or all (default: TensorFlow's three, jax_jit and torch_eager where "
+        "installed; torch_compile compiles every case anew, seconds each: name it)",
+    )
+    p.add_argument(
+        "--size",
+        choices=("tiny", "default", "full"),
+        default="default",
+        help="shapes: default runs in minutes on 2 CPU cores, full = the seed's shapes",
+    )
+    p.add_argument("--device", default="all", help="all (default), cpu, gpu, cuda, metal[:i]")
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        help="the tensors' dtype: float32 (default), float16, bfloat16 (a recipe's Keras "
+        "policy is --precision)",
+    )
+    p.add_argument("--repeats", type=int, help="timed loops per cell (5; --size tiny: 3)")
+    p.add_argument(
+        "--min_time", type=float, help="shortest timed loop, s (0.05; --size tiny: 0.005)"
+    )
+    p.add_argument("--out", help="output directory (default runs/ops-<time>)")
+    p.add_argument("--no_plot", action="store_true", help="skip the PNG chart")
+    p.add_argument("--fusion", action="store_true", help="the fusion demo instead of the table")
+    p.set_defaults(func=_ops)
+
+    p = verbs.add_parser(
+        "data-service",
+        help="run a tf.data service dispatcher or worker",
+        description="Recipes read through it with --data_service=grpc://host:port.",
+    )
+    p.add_argument(
+        "--dispatcher",
+        nargs="?",
+        const="",
+        default=None,
+        help="alone: run a dispatcher; with --worker: the dispatcher's grpc://host:port",
+    )
+    p.add_argument("--worker", action="store_true", help="run a worker")
+    p.add_argument("--port", type=int, default=0, help="port to listen on (0: any free one)")
+    p.add_argument("--host", default="localhost", help="the name others reach this host by")
+    p.add_argument("--work_dir", help="dispatcher: journal dir (restarts keep their jobs)")
+    p.set_defaults(func=_data_service)
+
+    p = verbs.add_parser("merge", help="the workers' reports of a multi-worker run")
+    p.add_argument("reports", nargs="+", help="report.json files or run directories")
+    p.set_defaults(func=_merge)
+
+    from toolkit import backend
+    from toolkit.search import chooser
+
+    try:  # before anything imports Keras, which fixes its backend at import
+        recipe = backend.flag_value(argv, "recipe") or "mlp"
+        argv = chooser.resolve_auto(["keras-perf", *argv], recipe=recipe)[1:]
+        backend.from_argv(argv)
+        backend.compile_cache_from_argv(argv)  # before anything starts TensorFlow
+    except backend.BackendError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    args, rest = parser.parse_known_args(argv)
+    if args.quiet:  # for this process and the ones it starts (backends, tune --across_backends)
+        os.environ["TOOLKIT_PROGRESS"] = "0"
+    if args.verb in ("doctor", "tune", "backends"):
+        args.recipe_flags = rest  # the recipe's own flags, parsed by absl
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    from absl import flags
+
+    if args.verb in LOADS_TENSORFLOW:
+        from toolkit.devices import runtime
+
+        runtime.load_tensorflow()  # its C++ start-up lines held back, errors kept
+    try:
+        return args.func(args)
+    except (ReportError, ValueError, FileNotFoundError, flags.Error) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1 if _run_failed(e) else 2  # a run that could not start or read its data: 1
+
+
+def _run_failed(error: BaseException) -> bool:
+    """Whether `error` says a run failed to start or to read its data (``doctor``, ``tune``,
+    ``placement`` through the runner, as a recipe would) rather than that the command line was
+    wrong. Looked up, not imported: ``show`` and ``compare`` must not start TensorFlow."""
+    setup_error = getattr(sys.modules.get("toolkit.runner.train"), "SetupError", None)
+    return setup_error is not None and isinstance(error, setup_error)

@@ -1,0 +1,139 @@
+"""Machine identity: the CPU model, the environment a run had, the cache directory, and the one
+machine key that every per-machine cache (the matmul peak, tune) is keyed by.
+
+A leaf: it imports nothing of the toolkit but the version, and no framework. Framework versions
+are read from modules that are already loaded (``sys.modules``), never by importing them, so
+capturing the environment of a report reader stays instant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from toolkit.core.version import __version__
+
+__all__ = [
+    "CACHE_ENV",
+    "cache_dir",
+    "capture_environment",
+    "machine_facts",
+    "machine_key",
+]
+
+CACHE_ENV = "TOOLKIT_CACHE_DIR"
+ENV_VARS = (
+    "TF_USE_LEGACY_KERAS",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "TF_XLA_FLAGS",
+    "TF_GPU_ALLOCATOR",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "KERAS_BACKEND",
+)
+# Import name -> how the report calls it. Only modules already imported are read.
+_FRAMEWORKS = (
+    ("tensorflow", "tensorflow"),
+    ("keras", "keras"),
+    ("tf_keras", "tf_keras"),
+    ("jax", "jax"),
+    ("torch", "torch"),
+)
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name, e.g. ``Apple M2 Pro`` or ``Intel(R) Xeon(R) ...``."""
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                for line in f:
+                    if line.lower().startswith(("model name", "hardware", "cpu model")):
+                        return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+    elif sys.platform == "darwin":
+        try:
+            out = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=True,
+            )
+            return out.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def framework_versions() -> dict[str, str]:
+    """``{"tensorflow": "2.21.0", "keras": "3.15.1", ...}`` for the frameworks this process has
+    already imported (none is imported here)."""
+    out = {}
+    for module, label in _FRAMEWORKS:
+        loaded = sys.modules.get(module)
+        version = getattr(loaded, "__version__", None) if loaded is not None else None
+        if version:
+            out[label] = str(version)
+    return out
+
+
+def capture_environment(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Python, platform, CPU, toolkit version, argv, the performance-relevant environment
+    variables and the versions of the frameworks already loaded.
+
+    Args:
+        extra: more facts merged in (the framework's own, such as TensorFlow's device list and
+            build: ``toolkit.backend.framework_facts()``).
+    """
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "system": platform.system(),
+        "machine": platform.machine(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "hostname": socket.gethostname(),
+        "toolkit_version": __version__,
+        "argv": list(sys.argv),
+        "env_vars": {k: os.environ[k] for k in ENV_VARS if k in os.environ},
+        **framework_versions(),
+    }
+    env.update(extra or {})
+    return env
+
+
+def cache_dir() -> str:
+    """Where measured machine facts are cached: ``$TOOLKIT_CACHE_DIR`` or
+    ``~/.cache/keras-perf-toolkit``."""
+    return os.environ.get(CACHE_ENV) or os.path.join(
+        os.path.expanduser("~"), ".cache", "keras-perf-toolkit"
+    )
+
+
+def machine_facts(**more: Any) -> dict[str, Any]:
+    """What makes a measurement valid only on this machine and software: CPU model and count,
+    toolkit version, the loaded frameworks' versions, and `more` (a device, a dtype...)."""
+    return {
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "toolkit": __version__,
+        **framework_versions(),
+        **more,
+    }
+
+
+def machine_key(facts: Mapping[str, Any]) -> str:
+    """A short stable hash of `facts` (:func:`machine_facts`, with what else the cached value
+    depends on): the one key the per-machine caches use, so a new CPU, TensorFlow or Keras
+    version is a new key."""
+    text = json.dumps(dict(facts), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]

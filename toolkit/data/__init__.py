@@ -1,0 +1,56 @@
+"""Input pipelines: sources that return ``tf.data.Dataset``s, the one builder that orders
+shuffle/cache/map/batch/prefetch and checks for traps, and a pipeline-only throughput benchmark;
+without TensorFlow, arrays in batches (``arrays``: a ``keras.utils.PyDataset``)."""
+
+from toolkit.data.arrays import ArraySource, array_batches, has_tensorflow, resize_images
+from toolkit.data.builder import PipelineWarning, describe_pipeline, infer_batch_size, pipeline
+from toolkit.data.sources import (
+    class_names,
+    decode_image,
+    digits,
+    find_unreadable_image,
+    from_arrays,
+    image_folder,
+    normalize_images,
+    parallel_generator,
+    synthetic,
+    tfds_dataset,
+)
+from toolkit.data.tfrecord import (
+    check_tfrecords,
+    find_unreadable_tfrecord,
+    tfrecord_parser,
+    tfrecord_records,
+    tfrecords,
+    write_tfrecords,
+)
+from toolkit.data.throughput import PipelineBenchmark, benchmark
+
+__all__ = [
+    "ArraySource",
+    "PipelineBenchmark",
+    "PipelineWarning",
+    "array_batches",
+    "benchmark",
+    "check_tfrecords",
+    "class_names",
+    "decode_image",
+    "describe_pipeline",
+    "digits",
+    "find_unreadable_image",
+    "find_unreadable_tfrecord",
+    "from_arrays",
+    "has_tensorflow",
+    "image_folder",
+    "infer_batch_size",
+    "normalize_images",
+    "parallel_generator",
+    "pipeline",
+    "resize_images",
+    "synthetic",
+    "tfds_dataset",
+    "tfrecord_parser",
+    "tfrecord_records",
+    "tfrecords",
+    "write_tfrecords",
+]

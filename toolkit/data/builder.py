@@ -1,0 +1,561 @@
+"""The one pipeline builder. The order of its stages matters; each is commented with why.
+
+(The module is named builder.py so that it does not shadow the ``pipeline`` function.)
+
+Order: preprocess (parallel map) -> cache -> shuffle -> repeat -> augment (parallel map) ->
+batch -> batch_map (vectorized) -> options -> prefetch.
+
+In-memory arrays given as ``(features, labels)`` with no per-example map take a shorter road:
+each epoch is one permutation of the example indices, cut into batches, and a batch is one
+gather from the arrays. The per-example stages (slicing, a shuffle buffer, batching) cost a
+few microseconds an example on the CPU that also trains; a gather costs that per batch, and
+the shuffle is uniform over the whole epoch with no buffer to fill before the first batch.
+
+It warns once, in plain words, about traps it can see in the dataset it is given: caching after
+a random map (the "random" examples would be frozen), a shuffle buffer or a memory cache that
+would not fit in RAM, and ``from_generator`` read on one thread where
+:func:`toolkit.data.parallel_generator` applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from absl import logging
+
+__all__ = [
+    "PipelineWarning",
+    "describe_pipeline",
+    "infer_batch_size",
+    "pipeline",
+]
+
+
+DEFAULT_SHUFFLE_EXAMPLES = 10_000
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+}
+_warned: set[str] = set()
+
+
+class PipelineWarning(UserWarning):
+    """A known input-pipeline trap spotted by :func:`pipeline`."""
+
+
+def warn_once(key: str, message: str) -> None:
+    """Warns (PipelineWarning + absl log) the first time `key` is seen in this process."""
+    if key in _warned:
+        return
+    _warned.add(key)
+    logging.warning("toolkit.data: %s", message)
+    warnings.warn(message, PipelineWarning, stacklevel=3)
+
+
+def parse_bytes(value: int | str, name: str) -> int:
+    """``1_000_000``, ``"64MB"``, ``"1.5GiB"`` -> bytes. Raises ValueError naming `name`."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: expected bytes as an int or a string like '64MB', got {value!r}")
+    if isinstance(value, int):
+        n = value
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMG]I?B|B)?\s*", str(value), re.IGNORECASE)
+        if not m:
+            raise ValueError(
+                f"{name}: cannot read {value!r} as a size; use an int or e.g. '64MB', '2GiB'"
+            )
+        n = int(float(m.group(1)) * _UNITS[(m.group(2) or "").upper()])
+    if n < 1:
+        raise ValueError(f"{name}: must be a positive size, got {value!r}")
+    return n
+
+
+def element_bytes(element_spec: Any) -> int | None:
+    """Bytes of one element when every shape is static, else None."""
+    import tensorflow as tf
+
+    total = 0
+    for spec in tf.nest.flatten(element_spec):
+        shape = getattr(spec, "shape", None)
+        if shape is None or not shape.is_fully_defined() or spec.dtype == tf.string:
+            return None
+        total += math.prod(shape.as_list()) * spec.dtype.size
+    return total
+
+
+_STAGE_NAMES = {
+    "TensorSliceDataset": "from_tensor_slices",
+    "TensorDataset": "from_tensors",
+    "GeneratorDataset": "from_generator",
+    "FlatMapDataset": "flat_map",
+    "MapDataset": "map",
+    "ParallelMapDataset": "map(parallel)",
+    "BatchDataset": "batch",
+    "ParallelBatchDataset": "batch(parallel)",
+    "PaddedBatchDataset": "padded_batch",
+    "ShuffleDataset": "shuffle",
+    "CacheDataset": "cache",
+    "MemoryCacheDataset": "cache",
+    "RepeatDataset": "repeat",
+    "PrefetchDataset": "prefetch",
+    "TakeDataset": "take",
+    "SkipDataset": "skip",
+    "FilterDataset": "filter",
+    "InterleaveDataset": "interleave",
+    "ParallelInterleaveDataset": "interleave(parallel)",
+    "TFRecordDatasetV2": "TFRecordDataset",
+    "RangeDataset": "range",
+    "ZipDataset": "zip",
+    "UnbatchDataset": "unbatch",
+}
+_HIDDEN_STAGES = {"OptionsDataset", "_OptionsDataset"}
+
+
+def _first_batch_size(data: Any) -> int | None:
+    """The leading dimension of a ``PyDataset``'s first batch (it is made of batches; reading
+    one costs one batch); None for anything else (arrays: ``fit`` batches them)."""
+    if isinstance(data, dict | list | tuple) or hasattr(data, "shape"):
+        return None
+    if not (hasattr(data, "__getitem__") and hasattr(data, "__len__")):
+        return None
+    try:
+        first = data[0] if len(data) else None
+    except Exception:  # noqa: BLE001 - only a hint for examples/s
+        return None
+    while isinstance(first, tuple | list) and first:
+        first = first[0]
+    if isinstance(first, dict) and first:
+        first = next(iter(first.values()))
+    shape = getattr(first, "shape", None)
+    return int(shape[0]) if shape else None
+
+
+def infer_batch_size(data: Any) -> int | None:
+    """Examples per step of a ``tf.data.Dataset``, without iterating it.
+
+    Uses the static batch dimension of the first element when it is known (``drop_remainder``
+    batching), else the ``batch_size`` of the nearest batching stage (the nominal size: the last
+    batch of an epoch may be smaller). Returns None when it cannot tell (e.g. NumPy arrays: give
+    ``batch_size`` explicitly then).
+    """
+    spec = getattr(data, "element_spec", None)
+    if spec is None:  # a PyDataset of toolkit.data.array_batches says it
+        size = getattr(data, "batch_size", None)
+        if isinstance(size, int):
+            return size
+        return _first_batch_size(data)
+    shape = getattr(_first_leaf(spec), "shape", None)
+    rank = getattr(shape, "rank", None) if hasattr(shape, "rank") else None
+    if shape is not None and not hasattr(shape, "rank"):
+        rank = len(shape)
+    if rank:
+        dim = next(iter(shape))
+        if dim is not None:
+            return int(dim)
+    node, hops = data, 0
+    while node is not None and hops < 64:
+        size = getattr(node, "_batch_size", None)
+        if size is not None:
+            try:
+                return int(size)
+            except (TypeError, ValueError):
+                return None
+        node, hops = getattr(node, "_input_dataset", None), hops + 1
+    return None
+
+
+def _first_leaf(structure: Any) -> Any:
+    """The first leaf of a nested spec in ``tf.nest`` order (dicts by sorted key), without
+    importing a framework."""
+    while isinstance(structure, (tuple, list, dict)):
+        if not structure:
+            return None
+        structure = structure[sorted(structure)[0]] if isinstance(structure, dict) else structure[0]
+    return structure
+
+
+def describe_pipeline(dataset: Any) -> str:
+    """The stages of a tf.data pipeline from its source to its end, in words:
+    ``from_tensor_slices → shuffle → map → batch(32) → prefetch``. Walks the Python dataset
+    objects along their first input; nothing runs. (Array batches describe themselves.)"""
+    if isinstance(getattr(dataset, "description", None), str):
+        return dataset.description
+    stages: list[str] = []
+    node, hops = dataset, 0
+    while node is not None and hops < 256:
+        cls = type(node).__name__.lstrip("_")
+        if cls not in _HIDDEN_STAGES and type(node).__name__ not in _HIDDEN_STAGES:
+            stage = _STAGE_NAMES.get(cls, cls)
+            size = getattr(node, "_batch_size", None)
+            if size is not None and "batch" in stage:
+                with contextlib.suppress(TypeError, ValueError):
+                    stage += f"({int(size)})"
+            stages.append(stage)
+        try:
+            inputs = node._inputs()
+        except Exception:  # noqa: BLE001 - not a tf.data dataset
+            break
+        node, hops = (inputs[0] if inputs else None), hops + 1
+    return " → ".join(reversed(stages)) or type(dataset).__name__
+
+
+def dataset_ops(dataset: Any) -> tuple[set[str], set[str]]:
+    """What a dataset is made of: (the dataset classes along its input chain, the op types
+    inside their functions, nested functions included).
+
+    It walks the Python dataset objects rather than serializing the dataset graph, which would
+    copy every array a ``from_tensor_slices`` holds (seconds for a large array).
+    """
+    chain: set[str] = set()
+    inner: set[str] = set()
+    stack, seen = [dataset], set()
+    while stack:
+        ds = stack.pop()
+        if id(ds) in seen:
+            continue
+        seen.add(id(ds))
+        chain.add(type(ds).__name__)
+        for value in vars(ds).values():
+            graph = getattr(getattr(value, "function", None), "graph", None)
+            if graph is None:
+                continue
+            try:
+                graph_def = graph.as_graph_def()
+            except Exception:  # noqa: BLE001 - an unusual function: skip it, don't fail
+                continue
+            inner.update(n.op for n in graph_def.node)
+            inner.update(n.op for f in graph_def.library.function for n in f.node_def)
+        try:
+            stack.extend(ds._inputs())
+        except Exception:  # noqa: BLE001 - not a tf.data dataset
+            continue
+    return chain, inner
+
+
+def _is_random(op: str) -> bool:
+    return ("Random" in op and not op.endswith("Dataset")) or op in (
+        "Multinomial",
+        "TruncatedNormal",
+        "StatelessTruncatedNormalV2",
+    )
+
+
+def _available_ram() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def _over_budget(nbytes: int, budget: int | None) -> int | None:
+    """The limit `nbytes` exceeds (the RAM budget, else available RAM), or None if it fits."""
+    limit = budget if budget is not None else _available_ram()
+    return limit if nbytes > limit else None
+
+
+def _human(nbytes: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:,.1f} {unit}"
+    return f"{nbytes:,.0f} bytes"
+
+
+def pipeline(
+    dataset: Any,
+    batch_size: int,
+    *,
+    preprocess: Callable[..., Any] | None = None,
+    augment: Callable[..., Any] | None = None,
+    batch_map: Callable[..., Any] | None = None,
+    cache: bool | str = False,
+    shuffle: bool = True,
+    shuffle_buffer: int | str | None = None,
+    seed: int | None = None,
+    repeat: bool = False,
+    drop_remainder: bool = True,
+    num_parallel_calls: int | None = None,
+    deterministic: bool | None = None,
+    private_threads: int | None = None,
+    ram_budget: int | str | None = None,
+    cpu_budget: int | None = None,
+):
+    """Builds the training input pipeline from a dataset of single examples.
+
+    Args:
+        dataset: a `tf.data.Dataset` of single examples (e.g. from `toolkit.data` sources),
+            or a ``(features, labels)`` tuple of in-memory arrays or tensors (features may be
+            a dict of them; labels may be None). Without `preprocess` and `augment`, arrays
+            are batched by gathering: an epoch is one uniform permutation of the indices
+            (`shuffle_buffer` and `cache` have nothing to do there), and a batch is one gather.
+        batch_size: examples per batch.
+        preprocess: per-example map with no randomness (decode, resize, normalize); runs in
+            parallel before the cache, so its work is done once.
+        augment: per-example random map; runs in parallel after cache and shuffle, so every
+            epoch sees new randomness.
+        batch_map: map applied to whole batches (vectorized: one op per batch, e.g.
+            ``tfrecord_parser`` or batch augmentation).
+        cache: `True` or ``"memory"`` keeps examples in memory after the first epoch; a path
+            caches to that file. Defaults to `False`.
+        shuffle: shuffle examples. Defaults to `True`.
+        shuffle_buffer: buffer in examples (int) or in bytes (``"64MB"``; divided by the size
+            of one example). Defaults to the dataset's size when known and below 10 000,
+            else 10 000.
+        seed: shuffle seed. Defaults to `None`.
+        repeat: repeat forever (pair with ``steps_per_epoch``). Defaults to `False`.
+        drop_remainder: drop a last partial batch. Defaults to `True`: static shapes (a compiled
+            step is never retraced for an odd last batch) and exact examples/sec.
+        num_parallel_calls: parallelism of the maps. Defaults to `None` (AUTOTUNE).
+        deterministic: keep element order in parallel stages (``tf.data.Options``); `False`
+            lets a fast element overtake a slow one. Defaults to `None` (TF's default: on).
+        private_threads: size of a private thread pool for this pipeline. Defaults to `None`.
+        ram_budget: autotune RAM budget, bytes or ``"2GB"``; also the limit the warnings check
+            buffers and caches against. Defaults to `None` (TF's default, available RAM).
+        cpu_budget: cores autotune may use. Defaults to `None` (all).
+
+    Raises:
+        ValueError: a size or budget that is not positive, or an unreadable size string.
+    """
+    import tensorflow as tf
+
+    if batch_size is None or batch_size < 1:
+        raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
+    if num_parallel_calls not in (None, tf.data.AUTOTUNE) and num_parallel_calls < 1:
+        raise ValueError(f"num_parallel_calls: must be >= 1 or AUTOTUNE, got {num_parallel_calls}")
+    for name, value in (("private_threads", private_threads), ("cpu_budget", cpu_budget)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name}: must be >= 1, got {value}")
+    budget = parse_bytes(ram_budget, "ram_budget") if ram_budget is not None else None
+    parallel = num_parallel_calls or tf.data.AUTOTUNE
+    if isinstance(dataset, tuple):
+        from toolkit.data.sources import from_arrays
+
+        if preprocess is None and augment is None:
+            ds = _gathered_batches(
+                dataset, batch_size, shuffle, seed, repeat, drop_remainder, parallel, deterministic
+            )
+            return _finish(
+                ds, batch_map, parallel, deterministic, private_threads, budget, cpu_budget
+            )
+        dataset = from_arrays(*dataset)  # a per-example map needs single examples
+    ds = dataset
+
+    chain, inner_ops = dataset_ops(ds)
+    # from_generator is a flat_map whose function builds a GeneratorDataset. Inside another
+    # function (parallel_generator's interleave), it is not on this chain.
+    if any("FlatMap" in name for name in chain) and "GeneratorDataset" in inner_ops:
+        warn_once(
+            "from_generator",
+            "this dataset reads a Python generator with from_generator on one thread, one "
+            "element per Python call; toolkit.data.parallel_generator(factory, shards, "
+            "signature) reads shards in parallel and crosses into TensorFlow in chunks",
+        )
+
+    if preprocess is not None:
+        # Deterministic per-example work (decode, resize) in parallel, before the cache, so it
+        # is paid once, not every epoch.
+        ds = ds.map(preprocess, num_parallel_calls=parallel, deterministic=deterministic)
+
+    if cache:
+        upstream = dataset_ops(ds)
+        if any(_is_random(op) for op in upstream[0] | upstream[1]):
+            warn_once(
+                "cache-after-random",
+                "cache() comes after a random map: the first epoch's random values would be "
+                "replayed every epoch, freezing the augmentation; pass the random map as "
+                "augment= (it runs after the cache) or do not cache",
+            )
+        if cache is True or cache == "memory":
+            _check_cache_fits(ds, budget)
+            # No file: the cache lives in memory after the first full pass.
+            ds = ds.cache()
+        else:
+            ds = ds.cache(str(cache))
+
+    if shuffle:
+        buffer = _shuffle_examples(ds, shuffle_buffer, budget)
+        # Shuffle before repeat so epochs don't blur into each other, and after the cache so
+        # each epoch gets a new order.
+        ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
+    if augment is not None:
+        # Random per-example work after cache and shuffle: new randomness every epoch.
+        ds = ds.map(augment, num_parallel_calls=parallel, deterministic=deterministic)
+    count = int(ds.cardinality())
+    if drop_remainder and not repeat and 0 <= count < batch_size:
+        warn_once(
+            f"no-batch-{count}-{batch_size}",
+            f"drop_remainder with {count} examples and batch_size={batch_size} leaves no batch "
+            "at all: an epoch would train nothing; lower batch_size or pass "
+            "drop_remainder=False",
+        )
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+    return _finish(ds, batch_map, parallel, deterministic, private_threads, budget, cpu_budget)
+
+
+def _finish(
+    ds: Any,
+    batch_map: Callable[..., Any] | None,
+    parallel: int,
+    deterministic: bool | None,
+    private_threads: int | None,
+    budget: int | None,
+    cpu_budget: int | None,
+) -> Any:
+    """The stages after batching: batch_map, options, prefetch."""
+    import tensorflow as tf
+
+    if batch_map is not None:
+        # Vectorized: one op over the whole batch instead of batch_size small ones.
+        ds = ds.map(batch_map, num_parallel_calls=parallel, deterministic=deterministic)
+
+    options = tf.data.Options()
+    if deterministic is not None:
+        options.deterministic = deterministic
+    if private_threads is not None:
+        options.threading.private_threadpool_size = private_threads
+    if budget is not None:
+        options.autotune.ram_budget = budget
+    if cpu_budget is not None:
+        options.autotune.cpu_budget = cpu_budget
+    ds = ds.with_options(options)
+    # Prefetch last: while the model trains on batch N, the pipeline prepares N+1.
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _gathered_batches(
+    arrays: tuple[Any, ...],
+    batch_size: int,
+    shuffle: bool,
+    seed: int | None,
+    repeat: bool,
+    drop_remainder: bool,
+    parallel: int,
+    deterministic: bool | None,
+) -> Any:
+    """Batches of in-memory ``(features, labels)``: per epoch, one permutation of the indices
+    (the identity without `shuffle`) cut into batches of indices; per batch, one gather."""
+    import tensorflow as tf
+
+    from toolkit.data.sources import array_examples
+
+    if len(arrays) != 2:
+        raise ValueError(
+            f"dataset: a tuple must be (features, labels) arrays, got {len(arrays)} items"
+        )
+    features, labels = arrays
+    n = array_examples(features, labels)
+    data = tf.nest.map_structure(
+        tf.convert_to_tensor, features if labels is None else (features, labels)
+    )
+    full, rest = divmod(n, batch_size)
+    last = 0 if drop_remainder else rest
+    if drop_remainder and not repeat and full == 0:
+        warn_once(
+            f"no-batch-{n}-{batch_size}",
+            f"drop_remainder with {n} examples and batch_size={batch_size} leaves no batch "
+            "at all: an epoch would train nothing; lower batch_size or pass "
+            "drop_remainder=False",
+        )
+    if shuffle:
+        # A new draw each time the dataset is iterated (each epoch Keras reads it anew),
+        # the same sequence of draws for the same seed (paired with the global seed).
+        epochs = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
+    else:
+        epochs = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
+    if not repeat:
+        epochs = epochs.take(1)
+
+    def order(draw: Any) -> Any:
+        indices = tf.range(n, dtype=tf.int64)
+        if not shuffle:
+            return indices
+        return tf.random.experimental.stateless_shuffle(
+            indices, seed=tf.stack([draw, tf.constant(0, tf.int64)])
+        )
+
+    if repeat:
+        # An endless stream, as repeat-then-batch gives: the examples left over at an epoch's
+        # end open the next epoch's first batch (no example is skipped, no batch is partial).
+        def cut(leftover: Any, draw: Any) -> Any:
+            stream = tf.concat([leftover, order(draw)], 0)
+            whole = tf.shape(stream, out_type=tf.int64)[0] // batch_size * batch_size
+            return stream[whole:], tf.reshape(stream[:whole], [-1, batch_size])
+
+        ds = (
+            epochs.scan(tf.zeros([0], tf.int64), cut)
+            .flat_map(tf.data.Dataset.from_tensor_slices)
+            .apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
+        )
+    else:
+
+        def epoch(draw: Any) -> Any:
+            indices = order(draw)
+            batches = tf.data.Dataset.from_tensor_slices(
+                tf.reshape(indices[: full * batch_size], [full, batch_size])
+            )
+            if last:
+                tail = tf.data.Dataset.from_tensors(indices[full * batch_size :])
+                batches = batches.concatenate(tail)
+            return batches
+
+        per_epoch = full + (1 if last else 0)
+        ds = epochs.flat_map(epoch).apply(tf.data.experimental.assert_cardinality(per_epoch))
+
+    def gather(indices: Any) -> Any:
+        return tf.nest.map_structure(lambda t: tf.gather(t, indices), data)
+
+    return ds.map(gather, num_parallel_calls=parallel, deterministic=deterministic)
+
+
+def _shuffle_examples(ds: Any, shuffle_buffer: int | str | None, budget: int | None) -> int:
+    size = element_bytes(ds.element_spec)
+    if isinstance(shuffle_buffer, str):
+        nbytes = parse_bytes(shuffle_buffer, "shuffle_buffer")
+        if size is None:
+            raise ValueError(
+                "shuffle_buffer: given in bytes, but the examples have no static size; "
+                "give it in examples (an int)"
+            )
+        buffer = max(1, nbytes // size)
+    elif shuffle_buffer is not None:
+        if isinstance(shuffle_buffer, bool) or shuffle_buffer < 1:
+            raise ValueError(f"shuffle_buffer: must be >= 1 example, got {shuffle_buffer!r}")
+        buffer = int(shuffle_buffer)
+    else:
+        n = int(ds.cardinality())
+        buffer = n if 0 < n <= DEFAULT_SHUFFLE_EXAMPLES else DEFAULT_SHUFFLE_EXAMPLES
+    limit = _over_budget(buffer * size, budget) if size is not None else None
+    if limit is not None:
+        warn_once(
+            "shuffle-buffer-ram",
+            f"the shuffle buffer of {buffer:,} examples × {size:,} bytes = "
+            f"{_human(buffer * size)} would not fit in the RAM budget of {_human(limit)}; "
+            "give shuffle_buffer in bytes (e.g. '256MB') or shuffle file order instead",
+        )
+    return buffer
+
+
+def _check_cache_fits(ds: Any, budget: int | None) -> None:
+    n = int(ds.cardinality())
+    size = element_bytes(ds.element_spec)
+    if n <= 0 or size is None:
+        return  # unknown or infinite size: nothing to check against
+    limit = _over_budget(n * size, budget)
+    if limit is not None:
+        warn_once(
+            "cache-ram",
+            f"cache() in memory would hold {n:,} examples × {size:,} bytes = "
+            f"{_human(n * size)}, more than the {_human(limit)} available; cache to a file "
+            "(cache='/path/to/cache') or do not cache",
+        )

@@ -1,0 +1,52 @@
+"""Devices: detect, select, place, report where ops ran, preflight, runtime. Metal, CUDA, CPU.
+
+Every platform-specific device call of the toolkit lives in this package, one job a module:
+
+* ``selection``: :func:`detect` (CPUs and GPUs as :class:`DeviceInfo`, Metal told from CUDA),
+  :func:`resolve`, and :func:`select`, ML Compute's ``set_mlc_device`` for TensorFlow;
+* ``placement``: :func:`on`, :func:`augmentation_device`, :func:`placement_report`;
+* ``compatibility``: :func:`preflight` and its :data:`METAL_COMPATIBILITY` table,
+  :func:`recommend_precision`;
+* ``runtime``: :func:`configure_threads`.
+
+Everything public is re-exported here: ``from toolkit import devices; devices.select("gpu")``.
+"""
+
+from toolkit.devices.compatibility import (
+    METAL_COMPATIBILITY,
+    Finding,
+    cpu_has_fast_bf16,
+    preflight,
+    recommend_precision,
+)
+from toolkit.devices.placement import PlacementReport, augmentation_device, on, placement_report
+from toolkit.devices.runtime import configure_threads
+from toolkit.devices.selection import (
+    DeviceError,
+    DeviceInfo,
+    detect,
+    framework_device,
+    parse_device_spec,
+    resolve,
+    select,
+)
+
+__all__ = [
+    "METAL_COMPATIBILITY",
+    "DeviceError",
+    "DeviceInfo",
+    "Finding",
+    "PlacementReport",
+    "augmentation_device",
+    "configure_threads",
+    "cpu_has_fast_bf16",
+    "detect",
+    "framework_device",
+    "on",
+    "parse_device_spec",
+    "placement_report",
+    "preflight",
+    "recommend_precision",
+    "resolve",
+    "select",
+]

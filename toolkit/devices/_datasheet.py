@@ -1,0 +1,87 @@
+"""GPU vendors' datasheet peaks, dense, so that MFU can also be read as Lightning and Composer
+users read it: of the figure the chip is sold on.
+
+The toolkit's own MFU is of the matmul peak it measured on the machine
+(``toolkit.profiling.flops``): what this device really reaches, comparable across runs here.
+The datasheet's figure is higher (clocks under load, a best-case kernel nobody's model runs),
+and it is the same for every machine with that GPU, so it compares across machines and with
+published MFU figures. The figures are NVIDIA's own, for dense math: where a datasheet gives
+a tensor-core figure "with sparsity", it is halved here. A device that is not in the table gets
+no figure (no guess from a similar name), and the report says only the measured one.
+
+float32 is the subtle one: on GPUs of compute capability 8.0 and later (Ampere, Hopper...), a
+framework may run float32 matmuls on TF32 tensor cores, about 8x the float32 rate.
+TensorFlow and JAX do so by default; PyTorch does not unless its float32 matmul precision is
+lowered. The backend says which (``float32_matmul_precision``), and the datasheet figure is
+for the math the step actually ran.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = [
+    "datasheet_peak",
+]
+
+# (pattern on the device's name, the product, {math: dense TFLOP/s}); the first match counts,
+# so a PCIe or NVL variant comes before the name it extends.
+_TABLE: tuple[tuple[str, str, dict[str, float]], ...] = (
+    (
+        r"H100.*PCIe",
+        "NVIDIA H100 PCIe",
+        {"float32": 51.2, "tf32": 378.0, "bfloat16": 756.0, "float16": 756.0},
+    ),
+    (
+        r"H100(?!.*NVL)",
+        "NVIDIA H100 SXM",
+        {"float32": 66.9, "tf32": 494.7, "bfloat16": 989.4, "float16": 989.4},
+    ),
+    (
+        r"H200(?!.*NVL)",
+        "NVIDIA H200 SXM",
+        {"float32": 66.9, "tf32": 494.7, "bfloat16": 989.4, "float16": 989.4},
+    ),
+    (r"A100", "NVIDIA A100", {"float32": 19.5, "tf32": 156.0, "bfloat16": 312.0, "float16": 312.0}),
+    (r"L40S", "NVIDIA L40S", {"float32": 91.6, "tf32": 183.0, "bfloat16": 362.0, "float16": 362.0}),
+    (r"\bL4\b", "NVIDIA L4", {"float32": 30.3, "tf32": 60.0, "bfloat16": 121.0, "float16": 121.0}),
+    (
+        r"\bA10\b",
+        "NVIDIA A10",
+        {"float32": 31.2, "tf32": 62.5, "bfloat16": 125.0, "float16": 125.0},
+    ),
+    (r"V100.*PCIE", "NVIDIA V100 PCIe", {"float32": 14.0, "float16": 112.0}),
+    (r"V100", "NVIDIA V100 SXM2", {"float32": 15.7, "float16": 125.0}),
+    (r"\bT4\b", "NVIDIA T4", {"float32": 8.1, "float16": 65.0}),
+)
+_TF32_CAPABILITY = (8, 0)  # Ampere: the first GPUs with TF32 tensor cores
+
+
+def datasheet_peak(device: Any, dtype: str, float32_math: str = "float32") -> dict[str, Any] | None:
+    """The datasheet's dense peak of `device` (a ``DeviceInfo``) for matmuls in `dtype`
+    (``float32``, ``float16``, ``bfloat16``), or None where the table has no figure (CPUs,
+    Apple GPUs, GPUs not listed, or a dtype the GPU has no fast path for).
+
+    Args:
+        float32_math: how the backend runs float32 matmuls: ``"tf32"`` where it lets tensor
+            cores do them (used only on a GPU that has TF32), else ``"float32"``.
+
+    Returns:
+        ``{"flops_per_s", "math", "product"}``: the figure, the math it is for (``tf32``
+        for float32 on tensor cores), and the product it was read for.
+    """
+    if getattr(device, "kind", None) != "cuda":
+        return None
+    name = str(getattr(device, "human_name", ""))
+    found = next((row for row in _TABLE if re.search(row[0], name, flags=re.IGNORECASE)), None)
+    if found is None:
+        return None
+    _, product, figures = found
+    math = dtype
+    capability = getattr(device, "compute_capability", None) or (0, 0)
+    if dtype == "float32" and float32_math == "tf32" and tuple(capability) >= _TF32_CAPABILITY:
+        math = "tf32" if "tf32" in figures else "float32"
+    if math not in figures:
+        return None
+    return {"flops_per_s": figures[math] * 1e12, "math": math, "product": product}

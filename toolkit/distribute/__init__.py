@@ -1,0 +1,491 @@
+"""Past one device and one machine: strategies, the cluster, batch sizes, sharding, the
+tf.data service and fault tolerance (merging the workers' reports is ``toolkit.report.merge``).
+
+Everything here is TensorFlow's own distributed engine, not something new:
+
+* :func:`make_strategy`: ``default`` | ``one_device`` | ``mirrored`` |
+  ``multi_worker_mirrored`` (synchronous data parallelism over processes, all-reduce by ring on
+  CPUs and NCCL on GPUs) | ``data_parallel`` (Keras's own, any backend).
+  ``parameter_server`` is not offered: Keras's ``fit`` needs a ``ClusterCoordinator`` setup
+  this project cannot test end to end here.
+* :func:`cluster_from_flags`: ``TF_CONFIG`` built from Model Garden-style ``--worker_hosts``
+  and ``--task_index``, or taken from the environment. Worker 0 is the chief.
+* :func:`batch_sizes`: ``--batch_size`` is the *global* batch (what one step of the whole
+  cluster consumes, and what examples/sec counts); each replica gets ``global / replicas``.
+* :func:`shard`: the dataset's auto-shard policy is set explicitly (``DATA`` by default: every
+  worker reads the input and keeps its share of each batch, which works for every source; use
+  ``FILE`` for many TFRecord files).
+* :func:`through_data_service`: the input pipeline runs on tf.data service workers
+  (``python -m toolkit data-service``) and the trainer only reads batches. Processing mode
+  ``parallel_epochs`` (default): every trainer gets the whole dataset from the service, exactly
+  what its local pipeline would produce. ``distributed_epoch``: one epoch's elements are split
+  among the trainers, each element processed once (needs a splittable source: arrays, ranges,
+  files; not Python generators).
+
+Keras 3 cannot train under ``MultiWorkerMirroredStrategy`` (``fit`` fails converting a
+``PerReplica`` value: keras-team/keras#20585, tensorflow/tensorflow#72388); tf_keras can, so
+tf.distribute's multi-worker runs use ``TF_USE_LEGACY_KERAS=1``. :func:`make_strategy` says so
+in one line. Keras 3's own way past one machine is ``data_parallel`` (``keras.distribution``
+over ``jax.distributed``): :mod:`toolkit.distribute.processes`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "SERVICE_MODES",
+    "SHARD_POLICIES",
+    "STRATEGIES",
+    "Cluster",
+    "DistributeError",
+    "batch_sizes",
+    "make_strategy",
+    "serve_dispatcher",
+    "serve_worker",
+    "shard",
+    "tf_config",
+    "through_data_service",
+]
+
+
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored", "data_parallel")
+SHARD_POLICIES = ("data", "file", "auto", "off")
+SERVICE_MODES = ("parallel_epochs", "distributed_epoch")
+
+
+class DistributeError(ValueError):
+    """A cluster or service setting that cannot work, with what to do instead."""
+
+
+# ---------------------------------------------------------------------------- the cluster
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """This process's place in the cluster (a single process is worker 0 of 1)."""
+
+    task_type: str = "worker"
+    task_index: int = 0
+    workers: tuple[str, ...] = ()
+    size: int = 0  # the processes, where `workers` names only the coordinator (Keras's env)
+
+    @property
+    def num_workers(self) -> int:
+        return max(1, self.size or len(self.workers))
+
+    @property
+    def is_chief(self) -> bool:
+        """Worker 0 (or an explicit ``chief`` task) writes the run's report and checkpoints."""
+        return self.task_type == "chief" or (self.task_type == "worker" and self.task_index == 0)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Cluster:
+        """A Cluster from :meth:`to_dict`'s output (a report's JSON)."""
+        workers = tuple(data.get("workers") or ())
+        count = int(data.get("num_workers") or 0)
+        return cls(
+            str(data.get("task_type", "worker")),
+            int(data.get("task_index") or 0),
+            workers,
+            count if count != len(workers) and count > 1 else 0,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task_type": self.task_type,
+            "task_index": self.task_index,
+            "num_workers": self.num_workers,
+            "is_chief": self.is_chief,
+            "workers": list(self.workers),
+        }
+
+
+def tf_config(worker_hosts: Sequence[str], task_index: int) -> dict[str, Any]:
+    """The ``TF_CONFIG`` of worker `task_index` in a cluster of `worker_hosts`."""
+    hosts = [h.strip() for h in worker_hosts if h.strip()]
+    if not hosts:
+        raise DistributeError("--worker_hosts is empty: give host:port,host:port,...")
+    for host in hosts:
+        name, _, port = host.rpartition(":")
+        if not name or not port.isdigit():
+            raise DistributeError(f"--worker_hosts: {host!r} is not host:port")
+    if not 0 <= task_index < len(hosts):
+        raise DistributeError(
+            f"--task_index={task_index} is not a worker of --worker_hosts "
+            f"({len(hosts)} workers: 0..{len(hosts) - 1})"
+        )
+    return {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": task_index}}
+
+
+def cluster_from_flags(
+    worker_hosts: str | None = None, task_index: int | None = None, *, set_env: bool = True
+) -> Cluster:
+    """This process's cluster: from ``--worker_hosts``/``--task_index`` (and then written to
+    ``TF_CONFIG``, which the strategy reads) or from an existing ``TF_CONFIG``.
+
+    Raises:
+        DistributeError: a malformed host list, index or ``TF_CONFIG``.
+    """
+    if worker_hosts:
+        config = tf_config(worker_hosts.split(","), task_index or 0)
+        if set_env:
+            os.environ["TF_CONFIG"] = json.dumps(config)
+    else:
+        raw = os.environ.get("TF_CONFIG")
+        if not raw:
+            return Cluster()
+        try:
+            config = json.loads(raw)
+            workers = config.get("cluster", {}).get("worker", [])
+            task = config["task"]
+            task_type, index = str(task["type"]), int(task["index"])
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise DistributeError(
+                f"TF_CONFIG is not valid ({type(e).__name__}: {e}); it must be JSON like "
+                '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", '
+                '"index": 0}}'
+            ) from None
+        return Cluster(task_type, index, tuple(workers))
+    return Cluster("worker", config["task"]["index"], tuple(config["cluster"]["worker"]))
+
+
+# How long a worker waits for every worker of the cluster to join (--cluster_wait) before it
+# fails. TensorFlow's own wait is silent: an hour on the other workers, unbounded on worker 0.
+CLUSTER_WAIT_S = 600.0
+
+
+def _refused(address: str, timeout: float) -> OSError | ValueError | None:
+    """Why nothing accepts a connection at `address` (``host:port``), or None when something
+    does."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout):
+            return None
+    except (OSError, ValueError) as e:
+        return e
+
+
+def silent_workers(cluster: Cluster, timeout: float = 1.0) -> list[str]:
+    """The other workers of `cluster` that accept no connection at their address, as
+    ``"worker I at host:port"``."""
+    return [
+        f"worker {index} at {address}"
+        for index, address in enumerate(cluster.workers)
+        if not (index == cluster.task_index and cluster.task_type == "worker")
+        and _refused(address, timeout) is not None
+    ]
+
+
+def _bound_cluster_wait(seconds: float) -> bool:
+    """Configures TensorFlow's coordination service as ``MultiWorkerMirroredStrategy`` would
+    (a standalone service led by the chief, or worker 0), with one change: every task's
+    registration is a barrier that times out after `seconds`, worker 0's included. Returns
+    whether it could (it reaches into TensorFlow's eager context, which has no public API for
+    this; without it the wait is TensorFlow's own)."""
+    try:
+        import tensorflow as tf
+        from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+        from tensorflow.python.eager import context
+
+        spec = tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec()
+        jobs = [j for j in ("chief", "worker") if j in spec.jobs]
+        if not jobs or context.context().coordination_service is not None:
+            return False
+        context.context().configure_coordination_service(
+            service_type="standalone",
+            service_leader=f"/job:{jobs[0]}/replica:0/task:0",
+            coordinated_jobs=[
+                coordination_config_pb2.CoordinatedJob(name=j, num_tasks=spec.num_tasks(j))
+                for j in jobs
+            ],
+            cluster_register_timeout_in_ms=int(seconds * 1000),
+        )
+        context.context().coordination_service.cluster_register_with_barrier = True
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------- strategies
+
+
+def make_strategy(
+    name: str,
+    device: Any = None,
+    *,
+    cluster: Cluster | None = None,
+    cluster_wait: float = CLUSTER_WAIT_S,
+) -> Any:
+    """The ``tf.distribute`` strategy `name` (see :data:`STRATEGIES`).
+
+    ``multi_worker_mirrored`` must be made before TensorFlow runs its first op (collective ops
+    are configured at start-up), after ``TF_CONFIG`` is set (:func:`cluster_from_flags`).
+
+    ``multi_worker_mirrored`` blocks until every worker has joined: at most `cluster_wait`
+    seconds (0: TensorFlow's own wait, an hour on most workers and unbounded on worker 0).
+    `cluster` (this process's, :func:`cluster_from_flags`) names the workers that did not.
+
+    On JAX and PyTorch ``default`` is :class:`NoStrategy`: one replica, no scope (the
+    backends refuse tf.distribute's strategies first). ``data_parallel`` is Keras's own
+    distribution over every device of every process (``toolkit.distribute.processes``; on
+    TensorFlow, ``MirroredStrategy`` over this process's devices, and under tf_keras with a
+    cluster ``MultiWorkerMirroredStrategy``).
+
+    Raises:
+        DistributeError: an unknown name, ``multi_worker_mirrored`` under Keras 3, or a
+            cluster that did not join within `cluster_wait` seconds (naming who is missing).
+    """
+    from toolkit import backend
+    from toolkit.core import compat
+
+    if name == "data_parallel":
+        if compat.keras_flavor() == "tf_keras":  # tf.distribute's data parallelism
+            here = cluster if cluster is not None else cluster_from_flags(set_env=False)
+            name = "multi_worker_mirrored" if here.num_workers > 1 else "mirrored"
+        else:
+            seam = backend.get()
+            try:
+                distribution, replicas = seam.data_parallel()
+            except ValueError as e:  # the backend's refusal: one line
+                raise DistributeError(str(e)) from None
+            if backend.name() == "tensorflow":
+                return distribution  # MirroredStrategy: its scope places the variables
+            index, count = seam.processes()
+            return ProcessStrategy(replicas, count, index, distribution)
+    if name == "default" and backend.name() != "tensorflow":
+        return NoStrategy()
+    import tensorflow as tf
+
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "one_device":
+        return tf.distribute.OneDeviceStrategy(device.logical_name if device else "/cpu:0")
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if name == "multi_worker_mirrored":
+        if compat.keras_flavor() != "tf_keras":
+            raise DistributeError(
+                "--distribution_strategy=multi_worker_mirrored: Keras 3's fit cannot train "
+                "under MultiWorkerMirroredStrategy (keras-team/keras#20585); run with "
+                "TF_USE_LEGACY_KERAS=1 (tf_keras, installed with the toolkit)"
+            )
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=tf.distribute.experimental.CommunicationImplementation.AUTO
+        )
+        bounded = cluster_wait > 0 and _bound_cluster_wait(cluster_wait)
+        try:
+            return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        except tf.errors.DeadlineExceededError:
+            if not bounded:
+                raise
+            here = cluster if cluster is not None else cluster_from_flags(set_env=False)
+            silent = silent_workers(here)
+            if silent:
+                named = ", ".join(silent[:-1]) + " and " if len(silent) > 1 else ""
+                why = named + silent[-1] + (" do" if len(silent) > 1 else " does") + " not answer"
+            else:
+                why = (
+                    "every other worker answers at its address, but the cluster did not form: are "
+                    "they all started with the same --worker_hosts and their own --task_index?"
+                )
+            raise DistributeError(
+                f"--cluster_wait={cluster_wait:g}: worker {here.task_index} of "
+                f"{here.num_workers} waited {cluster_wait:g} s for the cluster of --worker_hosts "
+                f"to join; {why}. Start every worker, or give --cluster_wait more seconds (0: "
+                "TensorFlow's own wait)"
+            ) from None
+    raise DistributeError(f"--distribution_strategy must be one of {', '.join(STRATEGIES)}")
+
+
+class NoStrategy:
+    """What the runner asks of a strategy, on a backend that trains without ``tf.distribute``:
+    one replica in sync, and a scope that changes nothing."""
+
+    num_replicas_in_sync = 1
+
+    def scope(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+
+@dataclasses.dataclass
+class ProcessStrategy:
+    """What the runner asks of a strategy, for a Keras distribution over processes: the
+    replicas in sync (every device of every process), this process's place, and a scope (the
+    distribution is set for the whole process, so the scope changes nothing)."""
+
+    num_replicas_in_sync: int
+    processes: int = 1
+    process_index: int = 0
+    distribution: Any = None  # the framework's own (keras.distribution.DataParallel)
+
+    def scope(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+
+def batch_sizes(global_batch: int, replicas: int) -> tuple[int, int]:
+    """``(global, per_replica)``: the one place the two are related.
+
+    Raises:
+        DistributeError: the global batch does not split evenly over the replicas.
+    """
+    if replicas < 1 or global_batch % replicas:
+        raise DistributeError(
+            f"--batch_size={global_batch} (the global batch) must be a multiple of the "
+            f"{replicas} replicas in sync; use {max(1, global_batch // replicas) * replicas}"
+        )
+    return global_batch, global_batch // replicas
+
+
+def shard(dataset: Any, policy: str = "data") -> Any:
+    """`dataset` with its auto-shard policy set explicitly (``data``, ``file``, ``auto``,
+    ``off``); what a multi-worker strategy does with it when distributing."""
+    import tensorflow as tf
+
+    policies = {
+        "data": tf.data.experimental.AutoShardPolicy.DATA,
+        "file": tf.data.experimental.AutoShardPolicy.FILE,
+        "auto": tf.data.experimental.AutoShardPolicy.AUTO,
+        "off": tf.data.experimental.AutoShardPolicy.OFF,
+    }
+    if policy not in policies:
+        raise DistributeError(f"--shard_policy must be one of {', '.join(SHARD_POLICIES)}")
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = policies[policy]
+    return dataset.with_options(options)
+
+
+# ---------------------------------------------------------------------------- tf.data service
+
+
+def service_address(address: str) -> tuple[str, str]:
+    """``grpc://host:port`` -> ``("grpc", "host:port")``."""
+    protocol, sep, rest = address.partition("://")
+    if not sep or protocol not in ("grpc", "grpc+loas") or ":" not in rest:
+        raise DistributeError(
+            f"--data_service={address!r}: give the dispatcher as grpc://host:port "
+            "(start one with python -m toolkit data-service --dispatcher --port P)"
+        )
+    return protocol, rest
+
+
+# How long a trainer waits for the dispatcher of --data_service to answer before it gives up
+# (a dispatcher started at the same time as the trainer gets this long to come up).
+DISPATCHER_WAIT_S = 20.0
+
+
+def wait_for_dispatcher(address: str, timeout: float = DISPATCHER_WAIT_S) -> None:
+    """Returns once something accepts connections at `address`'s host and port; tf.data would
+    otherwise retry a dispatcher that is not there forever, silently.
+
+    Raises:
+        DistributeError: nothing answered within `timeout` seconds (naming the address).
+    """
+    import time
+
+    _, rest = service_address(address)
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]") or "localhost"
+    deadline = time.monotonic() + timeout
+    while (why := _refused(rest, timeout=2.0)) is not None and time.monotonic() < deadline:
+        time.sleep(0.5)  # polling a port: there is no event to wait on
+    if why is None:
+        return
+    raise DistributeError(
+        f"--data_service={address}: no dispatcher answered at {host}:{port} within "
+        f"{timeout:.0f} s ({why}); start one with python -m toolkit data-service --dispatcher "
+        f"--port {port}, or drop --data_service"
+    )
+
+
+def through_data_service(
+    dataset: Any, address: str, mode: str = "parallel_epochs", job_name: str | None = None
+) -> Any:
+    """`dataset` processed by the tf.data service at `address` and read back here, with a local
+    prefetch so the trainer never waits on the network for the next batch.
+
+    Args:
+        dataset: the whole pipeline (maps, batching): all of it runs on the service workers.
+        address: ``grpc://host:port`` of the dispatcher.
+        mode: ``parallel_epochs`` or ``distributed_epoch`` (see the module docstring).
+        job_name: trainers that give the same name share one job (and, in
+            ``distributed_epoch``, split its elements). Defaults to `None` (a job of its own).
+
+    Raises:
+        DistributeError: a malformed address, an unknown mode, or no dispatcher answering at
+            the address (:func:`wait_for_dispatcher`).
+    """
+    import tensorflow as tf
+
+    service_address(address)
+    if mode not in SERVICE_MODES:
+        raise DistributeError(f"--data_service_mode must be one of {', '.join(SERVICE_MODES)}")
+    wait_for_dispatcher(address)
+    distributed = dataset.apply(
+        tf.data.experimental.service.distribute(
+            processing_mode=mode, service=address, job_name=job_name
+        )
+    )
+    return distributed.prefetch(tf.data.AUTOTUNE)
+
+
+def serve_dispatcher(port: int, work_dir: str | None = None) -> Any:
+    """Starts a tf.data service dispatcher on `port` (0: any free port) and returns it."""
+    import tensorflow as tf
+
+    config = tf.data.experimental.service.DispatcherConfig(
+        port=port, work_dir=work_dir, fault_tolerant_mode=bool(work_dir)
+    )
+    return tf.data.experimental.service.DispatchServer(config)
+
+
+def serve_worker(dispatcher: str, port: int = 0, host: str = "localhost") -> Any:
+    """Starts a tf.data service worker registered with `dispatcher` (``grpc://host:port`` or
+    ``host:port``) and returns it."""
+    import tensorflow as tf
+
+    target = dispatcher.partition("://")[2] or dispatcher
+    config = tf.data.experimental.service.WorkerConfig(
+        dispatcher_address=target, worker_address=f"{host}:%port%", port=port
+    )
+    return tf.data.experimental.service.WorkerServer(config)
+
+
+def spawn_data_service(*args: str, env: dict[str, str] | None = None) -> tuple[Any, str]:
+    """Starts ``python -m toolkit data-service ARGS`` in a new process and waits for it to
+    serve; returns ``(process, address)``, the address being the dispatcher's
+    ``grpc://host:port`` (for a worker, its dispatcher's). Stop it with ``terminate()``.
+
+    Raises:
+        DistributeError: the process ended before it served (its output is in the message).
+    """
+    import subprocess
+    import sys
+    import tempfile
+
+    # TF logs to stderr for the server's whole life, and a pipe nobody reads would fill and
+    # block it: a file (open as long as the process runs) keeps the start-up errors instead.
+    errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolkit", "data-service", *args],
+        stdout=subprocess.PIPE,
+        stderr=errors,
+        text=True,
+        env=env,
+    )
+    for line in proc.stdout:  # the one line the server prints, once it serves
+        if line.startswith("data-service:") and "serving" in line:
+            return proc, next(w for w in line.split() if w.startswith("grpc://"))
+    proc.wait()
+    errors.seek(0)
+    tail = errors.read()[-500:]
+    raise DistributeError(
+        f"data-service {' '.join(args)} did not start (exit {proc.returncode}): {tail}"
+    )

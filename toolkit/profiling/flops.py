@@ -1,0 +1,247 @@
+"""Model FLOPs per training step, the machine's measured matmul peak, and MFU.
+
+* :func:`count_flops` asks the backend (``toolkit.backend``) to count one forward pass and one
+  forward + backward pass of the model at the real batch size. On TensorFlow that is the graph
+  profiler's registered FLOP statistics of every op (MatMul, Conv2D and their gradients,
+  element-wise ops...); the optimizer update is left out (a few FLOPs per weight: negligible
+  next to the gradients); recurrent layers are counted on an unrolled clone of the model.
+* :func:`matmul_peak` measures what a large matmul achieves on a device in a compute dtype,
+  once per machine: the result is cached in ``$TOOLKIT_CACHE_DIR`` (default
+  ``~/.cache/keras-perf-toolkit``) under the machine key (``toolkit.core.machine``) with the
+  backend that measured it, the device, dtype and thread setting. A measured peak, not a datasheet
+  one: MFU then says how much of what this machine really does on its best-case kernel the training
+  step gets. On a GPU the datasheet lists (``toolkit.devices._datasheet``), the datasheet's
+  dense peak for the math the step runs is recorded beside it, for MFU as published figures
+  give it.
+* The arithmetic (achieved FLOP/s, MFU, formatting) is pure and lives beside the step
+  statistics: ``toolkit.core.stats.utilization`` and ``format_flops``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from typing import Any
+
+from toolkit import backend
+from toolkit.core import machine
+from toolkit.core.cache import Cache
+
+__all__ = [
+    "FlopCount",
+    "compute_facts",
+    "count_flops",
+    "matmul_peak",
+]
+
+PEAK_FILE = "matmul_peak.json"
+# A peak whose median run was more than this much slower than its best was measured on a busy
+# machine: not trusted from the cache.
+STEADY_SPREAD_PCT = 10.0
+MAX_MEASUREMENTS = 3  # a machine that is never quiet reads its cache after that
+_CACHE = Cache(PEAK_FILE)
+
+
+@dataclasses.dataclass(frozen=True)
+class FlopCount:
+    """FLOPs of one step at a given batch size, or why they could not be counted.
+
+    Attributes:
+        batch_size: examples the count is for.
+        forward: FLOPs of one forward pass (inference).
+        train_step: FLOPs of one forward + backward pass (a training step without the
+            optimizer update).
+        method: how the numbers were obtained.
+        note: caveats, or why the count is missing (then the numbers are `None`).
+    """
+
+    batch_size: int
+    forward: int | None
+    train_step: int | None
+    method: str = ""
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def count_flops(model: Any, batch_size: int) -> FlopCount:
+    """FLOPs of one forward pass and one training step of a built Keras model.
+
+    Never raises: a model the backend cannot count gets `None` numbers and a `note` saying why.
+    """
+    try:
+        forward, train_step, method, note = backend.get().count_flops(model, batch_size)
+    except backend.BackendError as e:
+        return FlopCount(batch_size, None, None, "", f"not counted: {e}")
+    return FlopCount(batch_size, forward, train_step, method, note)
+
+
+def _peak_facts(device: Any, dtype: str) -> dict[str, Any]:
+    return machine.machine_facts(
+        backend=backend.name(),
+        device=f"{device.kind}:{device.index} {device.human_name}",
+        dtype=dtype,
+        intra_op=backend.get().intra_op_threads() or "default",
+    )
+
+
+def matmul_peak(
+    device: Any = None, dtype: str = "float32", *, refresh: bool = False
+) -> dict[str, Any]:
+    """The measured matmul peak of `device` in `dtype`, from the cache or measured now (seconds).
+
+    Args:
+        device: a `toolkit.devices.DeviceInfo`. Defaults to `None` (the selected device).
+        dtype: compute dtype: ``"float32"``, ``"float16"`` or ``"bfloat16"``.
+        refresh: measure again even when cached (the cache keeps the higher of the two: a
+            busy machine measures low).
+
+    Returns:
+        ``{"flops_per_s", "spread_pct", "runs", "measurements", "dtype", "size", "key", "facts",
+        "measured_utc", "source"}``, source being ``"cache"`` or ``"measured"``; ``spread_pct``
+        is how much slower the median timed run was than the best.
+    """
+    from toolkit import devices
+
+    device = device or devices.select("auto")
+    facts = _peak_facts(device, dtype)
+    key = _CACHE.key(facts)
+    cached = _CACHE.get(key)
+    tries = int(cached.get("measurements", 1)) if cached is not None else 0
+    if not refresh and _settled(cached):
+        return {**cached, "source": "cache"}
+    size = 2048 if device.kind == "cpu" else 8192
+    measured = backend.get().measure_matmul_peak(devices.framework_device(device), dtype, size)
+    if cached is not None and float(cached.get("flops_per_s") or 0.0) > measured["flops_per_s"]:
+        measured = {  # a peak is the most the device did: keep the higher, with its spread
+            "flops_per_s": float(cached["flops_per_s"]),
+            "spread_pct": min(measured["spread_pct"], float(cached.get("spread_pct", 100.0))),
+            "runs": measured["runs"],
+        }
+    record = {
+        **measured,
+        "measurements": tries + 1,
+        "dtype": dtype,
+        "size": size,
+        "key": key,
+        "facts": facts,
+        "measured_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    _CACHE.put(key, facts, record)  # a read-only home still gets the number
+    return {**record, "source": "measured"}
+
+
+def _settled(cached: dict[str, Any] | None) -> bool:
+    """Whether a cached peak stands. One measured with its runs spread out (a busy machine) is
+    measured again, up to MAX_MEASUREMENTS times: otherwise the first, low reading would set
+    every later MFU."""
+    if cached is None:
+        return False
+    tries = int(cached.get("measurements", 1))
+    return float(cached.get("spread_pct", 100.0)) <= STEADY_SPREAD_PCT or tries >= MAX_MEASUREMENTS
+
+
+def cached_peak(device: Any, dtype: str = "float32") -> dict[str, Any] | None:
+    """The cached matmul peak of `device` in `dtype` (``source`` ``"cache"``), settled or not,
+    or None; measures nothing, so it runs no framework op."""
+    cached = _CACHE.get(_CACHE.key(_peak_facts(device, dtype)))
+    return None if cached is None else {**cached, "source": "cache", "settled": _settled(cached)}
+
+
+def compute_facts(
+    model: Any, batch_size: int, precision: str, device: Any, *, measure_peak: bool = True
+) -> dict[str, Any]:
+    """FLOPs per step of `model` at `batch_size` and the device's matmul peak in the compute
+    dtype of `precision` (cached per machine), for the report's compute section.
+
+    `measure_peak=False` (the runner with ``--compile_cache``, before ``fit``) takes the peak
+    from the cache only and leaves measuring it to :func:`recheck_peak` after ``fit``: every op
+    TensorFlow runs, eager ones too, takes a number from the process-wide counter that names the
+    functions it traces next, and XLA's persistent cache keys a program by that name, so a run
+    that measured the peak before its first step would miss every program that a run with a
+    cached peak wrote (and a busy machine's peak is measured again, up to MAX_MEASUREMENTS
+    times)."""
+    count = count_flops(model, batch_size)
+    dtype = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}.get(precision, "float32")
+    facts: dict[str, Any] = {
+        "flops_per_step": count.train_step,
+        "flops_forward": count.forward,
+        "batch_size": batch_size,
+        "method": count.method,
+        "note": count.note,
+        "peak_dtype": dtype,
+    }
+    if count.train_step is None:
+        return facts
+    facts.update(_datasheet(device, dtype))
+    try:
+        peak = matmul_peak(device, dtype) if measure_peak else cached_peak(device, dtype)
+    except Exception as e:  # noqa: BLE001 - MFU is a nicety; training goes on
+        facts["note"] = f"no matmul peak: {type(e).__name__}: {e}"
+        return facts
+    if peak is not None:
+        _set_peak(facts, peak)
+    if not measure_peak and (peak is None or not peak["settled"]):
+        facts["peak_pending"] = True  # recheck_peak measures it after fit
+    return facts
+
+
+def _set_peak(facts: dict[str, Any], peak: dict[str, Any]) -> None:
+    facts["peak_flops_per_s"] = peak["flops_per_s"]
+    facts["peak_source"] = peak["source"]
+    facts["peak_spread_pct"] = peak.get("spread_pct")
+
+
+def _datasheet(device: Any, dtype: str) -> dict[str, Any]:
+    """The GPU's datasheet peak for the math the step runs (``toolkit.devices._datasheet``),
+    beside the measured one: ``datasheet_peak_flops_per_s`` and ``datasheet_peak`` (what it is
+    the figure of), or nothing where the table has none."""
+    from toolkit.devices._datasheet import datasheet_peak
+
+    if device is None:
+        return {}
+    math = "float32"
+    if dtype == "float32":
+        try:
+            math = backend.get().float32_matmul_precision()
+        except Exception:  # noqa: BLE001 - a nicety: the measured MFU stands without it
+            math = "float32"
+    sheet = datasheet_peak(device, dtype, math)
+    if sheet is None:
+        return {}
+    return {
+        "datasheet_peak_flops_per_s": sheet["flops_per_s"],
+        "datasheet_peak": f"{sheet['product']}, dense {sheet['math']}",
+    }
+
+
+def recheck_peak(compute: dict[str, Any], step_s: float | None, device: Any) -> None:
+    """When the run's median step does more FLOP/s than the cached matmul peak, that peak was
+    measured on a busy machine: measure it again (the cache keeps the higher one) and, if the
+    run still beats it, say so in the compute section's note rather than show MFU > 100 %
+    without a word. A peak :func:`compute_facts` left pending (none cached, or one not
+    settled) is measured here first."""
+    if compute.pop("peak_pending", False):
+        try:
+            _set_peak(compute, matmul_peak(device, compute.get("peak_dtype", "float32")))
+        except Exception as e:  # noqa: BLE001 - MFU is a nicety
+            compute["note"] = f"no matmul peak: {type(e).__name__}: {e}"
+            return
+    peak, work = compute.get("peak_flops_per_s"), compute.get("flops_per_step")
+    if not peak or not work or not step_s or work / step_s <= peak:
+        return
+    if compute.get("peak_source") == "cache":
+        try:
+            fresh = matmul_peak(device, compute.get("peak_dtype", "float32"), refresh=True)
+        except Exception:  # noqa: BLE001 - MFU is a nicety
+            fresh = {}
+        if fresh.get("flops_per_s", 0) > peak:
+            compute["peak_flops_per_s"] = peak = fresh["flops_per_s"]
+            compute["peak_source"] = "measured again (the cached peak was lower than the run)"
+    if work / step_s > peak:
+        compute["note"] = (
+            "the run's median step beat the measured matmul peak (MFU over 100 %): the peak "
+            "is a lower bound here (a busy machine when measured, or a count that misses the "
+            "work); read MFU as relative"
+        )

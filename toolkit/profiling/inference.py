@@ -1,0 +1,98 @@
+"""Inference latency and throughput of a compiled model function, measured honestly.
+
+* Latency (what one request waits): every call is timed on its own *including* reading the
+  result back to the host, because a request is not served until its answer exists.
+* Throughput (what a busy server sustains): ``runs`` calls are issued back to back and the
+  results are read once at the end, so the device never waits for the host between calls.
+
+Both exclude the first call (tracing/compilation, reported apart) and `warmup` more calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from toolkit.core.stats import StepStats, summarize
+
+__all__ = [
+    "InferenceTiming",
+    "measure_inference",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceTiming:
+    """Latency statistics (per call, synced) and sustained throughput of one input shape."""
+
+    batch_size: int
+    latency: StepStats
+    throughput_calls: int
+    throughput_s: float
+
+    @property
+    def examples_per_sec(self) -> float:
+        return self.batch_size * self.throughput_calls / self.throughput_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch_size": self.batch_size,
+            "latency": self.latency.to_dict(),
+            "throughput_calls": self.throughput_calls,
+            "throughput_s": self.throughput_s,
+            "examples_per_sec": self.examples_per_sec,
+        }
+
+
+def _materialize(result: Any) -> None:
+    import tensorflow as tf
+
+    for t in tf.nest.flatten(result):
+        t.numpy()
+
+
+def measure_inference(
+    fn: Callable[[Any], Any],
+    inputs: Any,
+    *,
+    batch_size: int,
+    warmup: int = 5,
+    runs: int = 30,
+    clock: Callable[[], float] = time.perf_counter,
+) -> InferenceTiming:
+    """Latency of `runs` single synced calls and throughput of `runs` back-to-back calls.
+
+    Args:
+        fn: the function to time (a ``tf.function`` of the model, usually).
+        inputs: its argument; the same tensor every call.
+        batch_size: examples in `inputs`, for examples/sec.
+        warmup: calls after the first left out. Defaults to `5`.
+        runs: timed calls for each of latency and throughput. Defaults to `30`.
+        clock: seconds. Defaults to `time.perf_counter`.
+    """
+    if runs < 1 or warmup < 0:
+        raise ValueError(f"runs must be >= 1 and warmup >= 0, got {runs} and {warmup}")
+    start = clock()
+    _materialize(fn(inputs))
+    first = clock() - start
+    for _ in range(warmup):
+        _materialize(fn(inputs))
+    durations = []
+    for _ in range(runs):
+        start = clock()
+        _materialize(fn(inputs))
+        durations.append(clock() - start)
+    start = clock()
+    results = [fn(inputs) for _ in range(runs)]
+    _materialize(results)
+    throughput_s = clock() - start
+    latency = summarize(
+        durations,
+        batch_size=batch_size,
+        first_step_s=first,
+        first_step_steps=1,
+        warmup_steps=warmup,
+    )
+    return InferenceTiming(batch_size, latency, runs, throughput_s)

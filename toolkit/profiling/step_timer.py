@@ -1,0 +1,608 @@
+"""StepTimer: per-step wall times of a Keras ``fit`` or of a custom training loop.
+
+How it stays out of the way of the step it measures:
+
+* Timestamps are taken in ``on_train_batch_begin``, which Keras calls synchronously right before
+  it invokes the training function. The time between two consecutive begins is one full trip of
+  the training loop (input, step, callbacks), which is what throughput sees. The last execution
+  of an epoch ends at its batch-end hook or at the next boundary (validation start, epoch end),
+  whichever comes first.
+* Keras 3 dispatches batch ends to a worker thread on thread-safe backends (JAX) unless a
+  callback that overrides ``on_train_batch_end`` is not ``async_safe``; StepTimer's batch-end
+  hook only records the batch index and a clock reading, so it is ``async_safe``. (On the
+  TensorFlow backend Keras 3 converts the logs to floats at every batch end whatever the
+  callbacks are; that sync is Keras's own and already in a run without callbacks.)
+* Under tf_keras, ``_supports_tf_logs = True`` keeps Keras from converting logs for us, so
+  adding StepTimer to a tf_keras ``fit`` adds no per-step sync.
+* No hook calls a TensorFlow op or reads a tensor (a test checks this with a profiling hook).
+
+Steps that run under a profiler, or during which one starts or stops, are counted apart
+("excluded"), whoever started it: the toolkit's TraceWindow, Keras's own
+``TensorBoard(profile_batch=...)`` or a user's ``tf.profiler`` / ``jax.profiler`` /
+``torch.profiler`` session (the backend's ``profiler_probe``, a module-attribute read per hook).
+A capture through a profiler *server* (``tf.profiler.experimental.server`` and a remote client)
+leaves nothing in the process to read; its steps stay timed.
+
+Where a step ends, per backend (``StepTimer.boundary``, per epoch):
+
+* TensorFlow (and tf_keras): at the next batch *begin*. Keras 3 reads the logs at each batch
+  end, which waits for the step.
+* JAX and PyTorch (on CUDA and MPS) dispatch asynchronously: a batch begin only says when a
+  step was *queued*, and begins can run many steps ahead of the device. Keras reads each step's
+  logs before its batch-end hooks (on its callback thread), which waits for the step, so a
+  batch end says when the step's results existed, stamped when that thread next runs (up to
+  Python's switch interval late while the host is busy). So at each epoch's end StepTimer looks
+  at the backlog, the time from the last begin to the last end: when it is small (the host
+  was the bottleneck), begins stay the boundaries; when the device was behind, the epoch is
+  timed at batch ends instead, each step ending at the later of its end stamp (the earliest
+  stamp of it or any later step) and the next begin. Either way the epoch's steps tile it.
+
+At each epoch's end StepTimer adds that epoch's ``step_ms_p50`` (median ms per timed step) and
+``examples_per_sec`` to Keras's epoch ``logs`` (:data:`LOG_KEYS`), so History, CSVLogger,
+EarlyStopping(monitor=...) and any logger after it see them; the report's metrics stay the
+model's. ``add_to_logs=False`` leaves the logs alone.
+
+With ``steps_per_execution = n`` Keras calls batch hooks once per execution, with the index of
+its first step; the number of steps in an execution comes from consecutive indices (and, for the
+last execution of an epoch, from ``params["steps"]``), so every figure is per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
+
+from absl import logging
+
+from toolkit.core import compat
+from toolkit.core.events import FUSED_STEPS_ATTR, PROFILER
+from toolkit.core.stats import (
+    DEFAULT_WARMUP_STEPS,
+    EXCLUDED,
+    FIRST,
+    TIMED,
+    WARMUP,
+    StepStats,
+    epoch_figures,
+    format_ms,
+    summarize_calls,
+)
+from toolkit.profiling.scalars import Scalars
+
+__all__ = [
+    "StepTimer",
+]
+
+# What StepTimer adds to Keras's epoch logs (History, CSVLogger, EarlyStopping read them).
+LOG_KEYS = ("step_ms_p50", "examples_per_sec")
+
+
+class StepTimer(compat.keras().callbacks.Callback):
+    """Measures per-step training time, with warm-up and the first (tracing) step apart.
+
+    Use it in ``model.fit`` to learn how fast a training step really is: p50/p90/p99 step time,
+    jitter, examples/sec and epoch times, per step also when ``steps_per_execution > 1``. It
+    never syncs the device or reads a tensor per step, so it measures the run it is part of
+    rather than a slower one. It also works around a custom loop (``start``/``step``/``stop``
+    or as a context manager).
+
+    Args:
+        warmup_steps: steps after the first execution left out of the statistics (they are
+            counted). Defaults to `5`.
+        batch_size: examples per step, for examples/sec. Defaults to `None` (taken from `data`).
+        data: a `tf.data.Dataset` to read the batch size from when `batch_size` is not given.
+        clock: a function returning seconds. Defaults to `time.perf_counter`.
+        log_steps: print step time and examples/sec every this many steps (after the first
+            execution; like Model Garden's ``--log_steps``). Defaults to `None` (silent).
+        log_fn: where those lines go. Defaults to stderr, with the progress: stdout is for
+            results (``python train.py | head`` must not stop training).
+        add_to_logs: add each epoch's ``step_ms_p50`` and ``examples_per_sec`` to Keras's
+            epoch logs (:data:`LOG_KEYS`) for the callbacks after this one. Defaults to `True`.
+        tensorboard_dir: write step time (per execution, or per `log_steps` window), p50/p90
+            and examples/s as TensorBoard scalars into this directory's ``train`` run, as
+            ``keras.callbacks.TensorBoard(log_dir)`` lays out its own (give both the same
+            directory and the points join Keras's), at each epoch's end (never per step;
+            ``toolkit.profiling.scalars``). Needs TensorBoard installed. Defaults to `None`
+            (no event file).
+        tensorboard_metrics: also write the model's epoch metrics as Keras names them
+            (``epoch_loss`` in ``train``, ``val_loss`` as ``epoch_loss`` in ``validation``),
+            for a run without Keras's own TensorBoard callback. Defaults to `False`.
+
+    Example:
+
+    ```python
+    timer = StepTimer(batch_size=64)
+    model.fit(dataset, epochs=3, callbacks=[timer])
+    print(timer.summary())
+    ```
+
+    Around a custom loop:
+
+    ```python
+    with StepTimer(batch_size=64) as timer:
+        for x, y in dataset:
+            train_step(x, y)
+            timer.step()
+    print(timer.summary())
+    ```
+    """
+
+    def __init__(
+        self,
+        warmup_steps: int = DEFAULT_WARMUP_STEPS,
+        batch_size: int | None = None,
+        data: Any = None,
+        clock: Callable[[], float] = time.perf_counter,
+        log_steps: int | None = None,
+        log_fn: Callable[[str], Any] | None = None,
+        add_to_logs: bool = True,
+        tensorboard_dir: str | os.PathLike[str] | None = None,
+        tensorboard_metrics: bool = False,
+    ) -> None:
+        super().__init__()
+        self.add_to_logs = add_to_logs
+        if log_steps is not None and log_steps < 1:
+            raise ValueError(f"log_steps must be >= 1, got {log_steps}")
+        if warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if batch_size is None and data is not None:
+            from toolkit.data.builder import infer_batch_size  # tf.data's internals
+
+            batch_size = infer_batch_size(data)
+        self.warmup_steps = warmup_steps
+        self.batch_size = batch_size
+        self._clock = clock
+        self.log_steps = log_steps
+        self._log_fn = log_fn or _to_stderr
+        # tf_keras: keep logs as tensors for us (no conversion, no sync).
+        self._supports_tf_logs = True
+        # Keras 3: our batch-end hook may run on Keras's callback thread.
+        self.async_safe = True
+        self.scalars: Scalars | None = None
+        if tensorboard_dir is not None:
+            self.scalars = Scalars(tensorboard_dir, log_steps=log_steps)
+        self.tensorboard_metrics = tensorboard_metrics
+        self.global_step = 0  # steps written to TensorBoard so far, across fits
+        self.reset()
+
+    # ------------------------------------------------------------------ state
+
+    def reset(self) -> None:
+        """Forgets everything measured so far."""
+        # One tuple per execution: (duration_s, steps, epoch, kind); read through `calls`.
+        self._calls: list[tuple[float, int, int, str]] = []
+        # One dict per finished epoch.
+        self.epochs: list[dict[str, Any]] = []
+        self.last_logs: dict[str, float] = {}
+        self.train_begin_time: float | None = None
+        self.train_end_time: float | None = None
+        self._warmup_left = self.warmup_steps
+        self._seen_first = False
+        self._epoch = 0
+        # A fit's batch begins this epoch, as the hook wrote them: (batch index, time, a
+        # profiler was running, the toolkit's profiler start/stop count). Turned into `calls`
+        # at the epoch's boundaries (and at every begin with `log_steps`): `_drained` of them
+        # so far, the last of which is the open execution, `_open`.
+        self._begins: list[tuple[int, float, bool, int]] = []
+        self._drained = 0
+        self._open: tuple[int, float, bool, int] | None = None
+        self._open_time = 0.0  # custom loops: the open step's begin time and profiler mark
+        self._open_trace = (False, 0)
+        self._prev_gap = 0  # steps between the last two begins in this epoch
+        self._spe = 1
+        self._fused = 1  # training steps per Keras batch (see the backend's fuse_train_steps)
+        self._epoch_start = 0.0
+        self._epoch_calls_start = 0
+        self._end_marks: list[tuple[Any, ...]] = []  # (batch, time[, profiler state])
+        self._boundary_time: float | None = None
+        self._running = False
+        self._log_steps_done = 0  # steps finished in this fit
+        self._log_mark = (0, 0.0)  # (steps, seconds) at the last log line
+        # Asynchronous backends (JAX, PyTorch): this epoch's begins, the state to re-time it
+        # from, and where the last epoch's steps ended ("begin" or "end").
+        self.boundary = "begin"
+        self._async = False
+        self._epoch_state: tuple[Any, ...] = (self.warmup_steps, False)
+        self._quiet = False
+        self._probe: Callable[[], bool] = _never  # set per fit: is any profiler running?
+        self._scalars_done = 0  # calls already written to TensorBoard
+        self._steady = False  # first step and warm-up done, nothing to log: the fast path
+        vars(self).pop("on_train_batch_begin", None)  # the per-fit hook (see on_train_begin)
+
+    # ------------------------------------------------------------------ recording
+
+    def _mark(self) -> tuple[bool, int]:
+        """The profiler's state now: (a trace is running, the toolkit's start/stop count)."""
+        return (PROFILER.active or self._probe(), PROFILER.generation)
+
+    def _record(
+        self,
+        duration: float,
+        steps: int,
+        trace_mark: tuple[bool, int],
+        end_mark: tuple[bool, int] | None = None,
+    ) -> None:
+        """Records one execution; `trace_mark` is the profiler's state (active, generation) where
+        it began, `end_mark` where it ended (default: now)."""
+        was_active, generation = trace_mark
+        now_active, now_generation = end_mark or self._mark()
+        tainted = was_active or now_active or generation != now_generation
+        if not self._seen_first:
+            kind = FIRST
+            self._seen_first = True
+        elif self._warmup_left > 0:
+            kind = WARMUP
+            self._warmup_left -= steps
+        elif tainted:
+            kind = EXCLUDED
+        else:
+            kind = TIMED
+        self._calls.append((duration, steps, self._epoch, kind))
+        # From here on a plain timed step needs none of this (`_drain`'s fast path).
+        self._steady = self._warmup_left <= 0 and not self.log_steps and not self._quiet
+        if self._quiet:
+            return
+        if kind == FIRST:
+            self._log_steps_done = steps
+        elif self.log_steps:
+            self._log(duration, steps)
+
+    def _log(self, duration: float, steps: int) -> None:
+        """Prints once `log_steps` steps after the first execution have gathered."""
+        self._log_steps_done += steps
+        count, seconds = self._log_mark
+        count, seconds = count + steps, seconds + duration
+        if count < self.log_steps:
+            self._log_mark = (count, seconds)
+            return
+        self._log_mark = (0, 0.0)
+        rate = f", {self.batch_size * count / seconds:,.1f} examples/s" if self.batch_size else ""
+        self._log_fn(
+            f"step {self._log_steps_done}: {format_ms(seconds / count)}/step "
+            f"over the last {count} steps{rate}"
+        )
+
+    def _close_last_in_epoch(self, now: float) -> None:
+        """Closes the epoch's last execution at epoch end or train end.
+
+        Keras 3 delivers batch ends on a thread and flushes them before ``on_epoch_end`` and
+        ``on_train_end``, so the count of finished executions is complete here (it is not yet at
+        ``on_test_begin``, which only notes the time the boundary was reached).
+        """
+        self._drain()
+        if self._open is None:
+            return
+        begin, begin_time, active, generation = self._open
+        self._open = None
+        boundary = self._boundary_time if self._boundary_time is not None else now
+        self._boundary_time = None
+        marks = list(self._end_marks)
+        ends_after = [m[1] for m in marks if m[0] >= begin]
+        if len(marks) < len(self._begins) and not ends_after:
+            # Begun but never finished: the end-of-data probe of a dataset of unknown length,
+            # or an execution that raised. No step completed; nothing to time.
+            return
+        end = min([boundary, *ends_after])
+        spe = max(self._spe, self._prev_gap)
+        steps_in_epoch = (self.params or {}).get("steps")
+        steps = min(spe, steps_in_epoch - begin) if steps_in_epoch else spe
+        self._record(end - begin_time, max(1, steps) * self._fused, (active, generation))
+
+    def _drain(self) -> None:
+        """Turns the batch begins written since the last drain into executions: each begin
+        ends the execution the previous one opened (one full trip of the training loop)."""
+        begins = self._begins
+        done = self._drained
+        if done >= len(begins):
+            return
+        prev, calls, epoch, fused = self._open, self._calls, self._epoch, self._fused
+        try:
+            for cur in begins[done:]:
+                # Consumed before it is recorded: a KeyboardInterrupt mid-way loses a step at
+                # most, and never records one twice.
+                last, prev, done = prev, cur, done + 1
+                if last is None:
+                    continue
+                gap = cur[0] - last[0]
+                if gap > 0:
+                    self._prev_gap = gap
+                    # Timed: no profiler at either end, and none started or stopped between.
+                    if self._steady and not (last[2] or cur[2]) and last[3] == cur[3]:
+                        calls.append((cur[1] - last[1], gap * fused, epoch, TIMED))
+                    else:
+                        self._record(
+                            cur[1] - last[1], gap * fused, (last[2], last[3]), (cur[2], cur[3])
+                        )
+        finally:
+            self._open, self._drained = prev, done
+
+    def _retime_at_ends(self) -> None:
+        """On an asynchronous backend, re-times the epoch just closed at its batch ends when the
+        device was behind the host (see the module's docstring)."""
+        self.boundary = "begin"
+        begins, marks = self._begins, sorted(self._end_marks[:])
+        calls = self._calls[self._epoch_calls_start :]
+        if len(begins) < 2 or len(calls) != len(begins) or not marks:
+            return
+        intervals = [b[1] - a[1] for a, b in itertools.pairwise(begins)][1:]
+        backlog = max(m[1] for m in marks) - begins[-1][1]
+        if backlog <= max(2 * statistics.median(intervals or [0.0]), BACKLOG_FLOOR_S):
+            return  # the host was the bottleneck: its begins are the boundaries
+        stamps: list[tuple[float, tuple[bool, int]]] = []
+        for k, (batch, *_) in enumerate(begins):
+            following = begins[k + 1][0] if k + 1 < len(begins) else None
+            mine = [m for m in marks if m[0] >= batch and (following is None or m[0] < following)]
+            if not mine:
+                return  # an execution without its end: keep the begins
+            last = max(mine, key=lambda m: m[1])
+            stamps.append((last[1], (last[2], last[3])))
+        for k in range(len(stamps) - 2, -1, -1):  # a step ends no later than any later one
+            if stamps[k + 1][0] < stamps[k][0]:
+                stamps[k] = stamps[k + 1]
+        bounds, start = [], begins[0][1]
+        for k, (stamp, _) in enumerate(stamps):
+            start = max(stamp, start, begins[k + 1][1] if k + 1 < len(begins) else stamp)
+            bounds.append(start)
+        if any(b <= a for a, b in itertools.pairwise(bounds)):
+            # Ends stamped together: the callback thread was held up, not the device (the
+            # stamps say nothing about when those steps finished): keep the begins.
+            return
+        self._warmup_left, self._seen_first = self._epoch_state
+        del self._calls[self._epoch_calls_start :]
+        self._quiet = True
+        try:
+            start, start_trace = begins[0][1], (begins[0][2], begins[0][3])
+            for call, end, (_, end_trace) in zip(calls, bounds, stamps, strict=True):
+                self._record(end - start, call[1], start_trace, end_trace)
+                start, start_trace = end, end_trace
+        finally:
+            self._quiet = False
+        self.boundary = "end"
+
+    # ------------------------------------------------------------------ Keras hooks
+
+    def set_params(self, params: Mapping[str, Any]) -> None:
+        self.params = dict(params or {})
+
+    def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+        self.reset()
+        self._running = True
+        model = getattr(self, "model", None)
+        self._spe = steps_per_execution(model)
+        self._fused = max(1, int(getattr(model, FUSED_STEPS_ATTR, 1) or 1))
+        self._async = _asynchronous()
+        self._probe = _profiler_probe()
+        if self.log_steps:  # its lines come as the steps do: each begin is drained at once
+            self.on_train_batch_begin = self._begin_and_drain
+        self.train_begin_time = self._clock()
+
+    def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+        self._epoch = epoch
+        self._epoch_start = self._clock()
+        self._epoch_calls_start = len(self._calls)
+        self._prev_gap = 0
+        self._end_marks = []
+        self._boundary_time = None
+        self._open = None
+        self._begins = []
+        self._drained = 0
+        self._epoch_state = (self._warmup_left, self._seen_first)
+
+    def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        # The hottest code here, and it runs where the fit has left it out of cache: one clock
+        # read, the profiler's state, one append. Everything else waits for the epoch's
+        # boundaries (`_drain`): a begin hook that computed each step's duration, kind and
+        # profiler mark as it went cost several times as much of a short step
+        # (benchmarks/profiler_overhead.py measures what StepTimer costs now).
+        self._begins.append(
+            (batch, self._clock(), PROFILER.active or self._probe(), PROFILER.generation)
+        )
+
+    def _begin_and_drain(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        """The begin hook with ``log_steps``: each step is recorded as it ends."""
+        StepTimer.on_train_batch_begin(self, batch, logs)
+        self._drain()
+
+    def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        # May run on Keras 3's callback thread: append only (atomic), touch nothing else. Only
+        # an asynchronous backend's re-timing reads the profiler's state at the ends; elsewhere
+        # the ends only close an epoch's last execution, so they cost a clock read.
+        if self._async:
+            self._end_marks.append(
+                (batch, self._clock(), PROFILER.active or self._probe(), PROFILER.generation)
+            )
+        else:
+            self._end_marks.append((batch, self._clock()))
+
+    def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+        # Validation inside fit: the epoch's last training execution ended before this.
+        if self._running and self._begins and self._boundary_time is None:
+            self._boundary_time = self._clock()
+
+    def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+        now = self._clock()
+        self._close_last_in_epoch(now)
+        if self._async:
+            self._retime_at_ends()
+        calls = self._calls[self._epoch_calls_start :]
+        metrics = _floats(logs)  # the model's: read before ours are added
+        self.last_logs = metrics
+        figures = None  # one sort for the logs and the scalars, none when neither is on
+        if self.add_to_logs or self.scalars is not None:
+            figures = epoch_figures(calls, self.batch_size)
+        if self.add_to_logs and isinstance(logs, MutableMapping):
+            logs.update({k: figures[k] for k in LOG_KEYS if k in figures})
+        self._write_scalars(metrics, figures, epoch)
+        self.epochs.append(
+            {
+                "epoch": epoch,
+                "seconds": now - self._epoch_start,
+                "steps": sum(c[1] for c in calls),
+                "step_seconds": sum(c[0] for c in calls),
+                "metrics": metrics,
+            }
+        )
+
+    def _write_scalars(
+        self,
+        metrics: Mapping[str, float] | None = None,
+        figures: Mapping[str, float] | None = None,
+        epoch: int | None = None,
+    ) -> None:
+        """Writes the calls recorded since the last write to TensorBoard (at an epoch's end,
+        and when a custom loop stops). A writer that fails is dropped with a warning: it never
+        stops training."""
+        if self.scalars is None:
+            return
+        calls = self._calls[self._scalars_done :]
+        self._scalars_done = len(self._calls)
+        try:
+            self.global_step = self.scalars.epoch(
+                calls,
+                self.global_step,
+                self.batch_size,
+                metrics if self.tensorboard_metrics else None,
+                figures,
+                epoch,
+            )
+        except Exception as e:  # noqa: BLE001 - a full disk must not stop training
+            logging.warning("StepTimer: TensorBoard scalars stopped: %s: %s", type(e).__name__, e)
+            self.scalars = None
+
+    def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
+        now = self._clock()
+        self._close_last_in_epoch(now)
+        if self._scalars_done < len(self._calls):  # a fit stopped inside an epoch
+            self._write_scalars()  # (each write ends in the file: nothing is left open)
+        self.train_end_time = now
+        self._running = False
+        if logs:
+            model = {k: v for k, v in _floats(logs).items() if k not in LOG_KEYS}
+            self.last_logs = {**self.last_logs, **model}
+
+    # ------------------------------------------------------------------ custom loops
+
+    def start(self) -> StepTimer:
+        """Starts timing a custom loop; the next :meth:`step` ends the first step."""
+        self.reset()
+        self._running = True
+        self._probe = _profiler_probe()
+        self.train_begin_time = self._open_time = self._epoch_start = self._clock()
+        self._open_trace = self._mark()
+        return self
+
+    def step(self, steps: int = 1) -> None:
+        """Marks the end of ``steps`` training steps done since the previous mark."""
+        now = self._clock()
+        if not self._running:
+            raise RuntimeError("StepTimer.step() called before start(); use `with timer:`")
+        self._record(now - self._open_time, steps, self._open_trace)
+        self._open_time = now
+        self._open_trace = self._mark()
+
+    def stop(self) -> None:
+        """Stops timing a custom loop. Time after the last :meth:`step` is not counted."""
+        if self._running:
+            self.train_end_time = self._clock()
+            self._running = False
+            self._write_scalars()
+
+    def __enter__(self) -> StepTimer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ results
+
+    @property
+    def calls(self) -> list[tuple[float, int, int, str]]:
+        """One ``(duration_s, steps, epoch, kind)`` per finished execution, kind one of
+        ``first``, ``warmup``, ``timed``, ``excluded`` (``toolkit.core.stats``). During a fit,
+        the steps begun since the epoch began are recorded when this is read (from the thread
+        that runs the fit, or after it: a fit that raised keeps the steps it finished) and at
+        the epoch's end."""
+        self._drain()
+        return self._calls
+
+    @property
+    def measured_s(self) -> float:
+        """Seconds of every recorded execution after the first (warm-up included)."""
+        return sum(c[0] for c in self.calls if c[3] != FIRST)
+
+    @property
+    def fit_seconds(self) -> float | None:
+        """Wall time from train begin to train end (or to now while running)."""
+        if self.train_begin_time is None:
+            return None
+        end = self.train_end_time if self.train_end_time is not None else self._clock()
+        return end - self.train_begin_time
+
+    def summary(self) -> StepStats:
+        """The step statistics of everything recorded so far."""
+        return summarize_calls(self.calls, self.batch_size)
+
+
+# A backlog below this is the callback thread's lateness, not the device's (Python's switch
+# interval is 5 ms).
+BACKLOG_FLOOR_S = 0.02
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _never() -> bool:
+    return False
+
+
+def _profiler_probe() -> Callable[[], bool]:
+    """The backend's check for a running profiler (any: the toolkit's, Keras's
+    ``TensorBoard(profile_batch=...)``, a user's), read once per fit; never one that raises."""
+    from toolkit import backend
+
+    try:
+        probe = backend.get().profiler_probe()
+        probe()
+    except Exception:  # noqa: BLE001 - no probe: only the toolkit's own traces are seen
+        return _never
+    return probe
+
+
+def _asynchronous() -> bool:
+    """Whether the backend Keras trains on queues steps ahead of the device (Keras 3 on JAX or
+    PyTorch)."""
+    from toolkit import backend
+
+    return compat.keras_flavor() == "keras3" and backend.name() in ("jax", "torch")
+
+
+def steps_per_execution(model: Any) -> int:
+    """The model's steps_per_execution, read once per fit (not per step)."""
+    if model is None:
+        return 1
+    value = getattr(model, "steps_per_execution", None)  # Keras 3: a plain int
+    if value is None:
+        value = getattr(model, "_steps_per_execution", None)  # tf_keras: a tf.Variable
+    if value is None:
+        return 1
+    with contextlib.suppress(TypeError, ValueError, AttributeError):
+        return max(1, int(value.numpy() if hasattr(value, "numpy") else value))
+    return 1
+
+
+def _floats(logs: Mapping[str, Any] | None) -> dict[str, float]:
+    """Epoch-level logs as floats (once per epoch; Keras has already synced them by then)."""
+    out = {}
+    for k, v in (logs or {}).items():
+        with contextlib.suppress(TypeError, ValueError):
+            out[str(k)] = float(v)
+    return out

@@ -1,0 +1,75 @@
+"""StopOnSignal: Ctrl-C or SIGTERM ends a ``fit`` at the next step boundary, so that nothing is
+cut in half and the run's partial report is written. ``profile()`` installs its handler; by hand:
+
+```python
+import signal
+
+stop = StopOnSignal()
+signal.signal(signal.SIGTERM, stop.on_signal)
+try:
+    model.fit(dataset, epochs=3, callbacks=[stop])
+except TrainingInterrupted:
+    ...  # stopped between two steps: save what you need
+```
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from toolkit.core import compat
+
+__all__ = ["StopOnSignal", "TrainingInterrupted"]
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Raised in the training thread when the process receives SIGTERM during a profiled run."""
+
+
+def _interruption(signum: int) -> BaseException:
+    if signum == signal.SIGINT:
+        return KeyboardInterrupt()
+    return TrainingInterrupted(f"signal {signal.Signals(signum).name}")
+
+
+class StopOnSignal(compat.keras().callbacks.Callback):
+    """SIGINT (Ctrl-C) or SIGTERM during a profiled ``fit`` stops it at the next step boundary:
+    the handler only records the signal, and this callback raises it from ``on_train_batch_begin``
+    (or an epoch hook), where no framework op is in flight, so the run unwinds cleanly and its
+    partial report is written. A second signal, or one outside ``fit``, raises at once."""
+
+    async_safe = True  # overrides no batch-end hook: Keras keeps its async dispatch
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._supports_tf_logs = True
+        self.pending: int | None = None
+        self.in_fit = False
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        if self.pending is not None or not self.in_fit:
+            raise _interruption(signum)
+        self.pending = signum
+
+    def _check(self) -> None:
+        if self.pending is not None:
+            signum, self.pending = self.pending, None
+            raise _interruption(signum)
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self.in_fit = True
+        self._check()
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self.in_fit = False
+        self._check()
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self._check()
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self._check()
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self._check()

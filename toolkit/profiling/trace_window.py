@@ -1,0 +1,188 @@
+"""TraceWindow: a profiler trace of a chosen range of training steps (the backend's profiler,
+through ``toolkit.backend``), each traced step wrapped in the profiler's step marker.
+
+Without step markers XProf's overview and input-pipeline pages say "No step marker observed":
+Keras 3's ``fit`` makes none (tf_keras's does, so under tf_keras none is added). A marker opens
+at a step's batch begin and closes at the next batch begin (or at validation, epoch end or
+train end): the same boundaries StepTimer times, input wait included. Closing it at the next
+begin rather than at the batch end keeps TraceWindow off Keras's batch-end hooks, which on JAX
+and PyTorch run on a callback thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from absl import logging
+
+from toolkit import backend
+from toolkit.core import compat
+from toolkit.core.events import PROFILER
+from toolkit.core.stats import DEFAULT_WARMUP_STEPS
+
+__all__ = [
+    "TraceWindow",
+]
+
+
+DEFAULT_TRACE_STEPS = 5
+
+
+class TraceWindow(compat.keras().callbacks.Callback):
+    """Captures a TF profiler trace of steps ``[start_step, stop_step)`` of a ``fit``.
+
+    Use it to see what one training step does (op times, input waits, host/device overlap) in
+    TensorBoard's Profile tab or XProf, without tracing the whole run: tracing slows every step
+    it covers and its files grow fast. Steps are counted across epochs from 0; with
+    ``steps_per_execution > 1`` the window opens and closes at execution boundaries. The default
+    window starts right after StepTimer's warm-up, and StepTimer leaves traced steps out of its
+    statistics. A profiler that fails to start or stop is logged and recorded in `error`; it
+    never stops training.
+
+    Args:
+        logdir: directory for the trace (TensorBoard/XProf read ``logdir/plugins/profile``).
+        start_step: first traced step. Defaults to `6` (warm-up + 1).
+        stop_step: step at which tracing stops (exclusive). Defaults to `start_step + 5`.
+        host_tracer_level: 1 (user events) to 3 (verbose). Defaults to `2`.
+        python_tracer_level: 1 traces Python calls (slow). Defaults to `0`.
+        device_tracer_level: 1 traces GPU kernels where a GPU runs. Defaults to `1`.
+
+    Example:
+
+    ```python
+    model.fit(dataset, epochs=2, callbacks=[StepTimer(), TraceWindow("logs/train")])
+    # then: tensorboard --logdir logs   (Profile tab; "train" is where Keras's TensorBoard
+    # callback puts its trace, so both land in one run)
+    ```
+    """
+
+    def __init__(
+        self,
+        logdir: str | os.PathLike[str],
+        start_step: int = DEFAULT_WARMUP_STEPS + 1,
+        stop_step: int | None = None,
+        host_tracer_level: int = 2,
+        python_tracer_level: int = 0,
+        device_tracer_level: int = 1,
+    ) -> None:
+        super().__init__()
+        if stop_step is None:
+            stop_step = start_step + DEFAULT_TRACE_STEPS
+        if start_step < 0 or stop_step <= start_step:
+            raise ValueError(
+                f"TraceWindow needs 0 <= start_step < stop_step, got {start_step} and {stop_step}"
+            )
+        self.logdir = os.fspath(logdir)
+        self.start_step = start_step
+        self.stop_step = stop_step
+        self._levels = (host_tracer_level, python_tracer_level, device_tracer_level)
+        self._supports_tf_logs = True
+        self.error: str | None = None
+        self.traced_steps: tuple[int, int] | None = None
+        self._active = False
+        self._done = False
+        self._offset = 0  # steps in earlier epochs
+        self._next_offset = 0
+        self._started_at = 0
+        self._marker: Any = None  # the open step marker, while a traced step runs
+        self.marked_steps = 0
+
+    def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+        self._offset = self._next_offset = 0
+
+    def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+        self._offset = self._next_offset
+
+    def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        step = self._offset + batch
+        self._next_offset = step + 1
+        self._close_marker()
+        if self._active and step >= self.stop_step:
+            self._stop(step)
+        elif not self._active and not self._done and step >= self.start_step:
+            self._start(step)
+        if self._active:
+            self._open_marker(step)
+
+    def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+        self._close_marker()  # validation is not part of the step
+
+    def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+        self._close_marker()
+        steps = (self.params or {}).get("steps")
+        if steps:
+            self._next_offset = self._offset + steps
+
+    def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
+        self._close_marker()
+        if self._active:
+            self._stop(self._next_offset)
+
+    def _open_marker(self, step: int) -> None:
+        if compat.keras_flavor() != "keras3":
+            return  # tf_keras's fit marks its steps itself
+        try:
+            marker = backend.get().step_marker(step)
+            marker.__enter__()
+        except Exception as e:  # noqa: BLE001 - a marker is a nicety; the trace goes on
+            logging.warning("TraceWindow: no step marker for step %d: %s", step, e)
+            return
+        self._marker = marker
+        self.marked_steps += 1
+
+    def _close_marker(self) -> None:
+        marker, self._marker = self._marker, None
+        if marker is not None:
+            with contextlib.suppress(Exception):
+                marker.__exit__(None, None, None)
+
+    def _start(self, step: int) -> None:
+        self._done = True  # one window per fit, whatever happens
+        try:
+            os.makedirs(self.logdir, exist_ok=True)
+            backend.get().start_trace(self.logdir, *self._levels)
+        except Exception as e:  # noqa: BLE001 - a profiler failure must never kill training
+            self.error = f"profiler failed to start at step {step}: {type(e).__name__}: {e}"
+            logging.warning("TraceWindow: %s; training continues without a trace", self.error)
+            return
+        # Announced after a successful start: StepTimer leaves out the step this one ran in.
+        PROFILER.started()
+        self._active = True
+        self._started_at = step
+
+    def _stop(self, step: int) -> None:
+        self._active = False
+        try:
+            backend.get().stop_trace()
+            self.traced_steps = (self._started_at, step)
+        except Exception as e:  # noqa: BLE001
+            self.error = f"profiler failed to stop at step {step}: {type(e).__name__}: {e}"
+            logging.warning("TraceWindow: %s", self.error)
+        finally:
+            PROFILER.stopped()
+
+    def trace_files(self) -> list[str]:
+        """The trace files under `logdir` (``*.xplane.pb`` from TensorFlow and JAX, Chrome
+        trace JSON from PyTorch)."""
+        found = []
+        for root, _, files in os.walk(self.logdir):
+            try:
+                ours = backend.get().trace_files(sorted(files))
+            except backend.BackendError:
+                ours = []
+            found += [os.path.join(root, f) for f in ours]
+        return sorted(found)
+
+    def result(self) -> dict[str, Any]:
+        """What the report records about the trace."""
+        return {
+            "logdir": self.logdir,
+            "requested_steps": [self.start_step, self.stop_step],
+            "traced_steps": list(self.traced_steps) if self.traced_steps else None,
+            "files": self.trace_files(),
+            "marked_steps": self.marked_steps,
+            "error": self.error,
+        }

@@ -1,0 +1,162 @@
+"""compare(): report B against baseline A, figure by figure, with a noise-aware verdict.
+
+Reads only the reports: no framework is imported, so comparing runs from another machine or an
+old toolkit version (schema 1 or 2) works anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from toolkit.report.run_report import RunReport, cell
+
+__all__ = ["Comparison", "compare"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """The deltas of report `b` against report `a`, with a noise-aware verdict.
+
+    The verdict compares the median time per example (per step when a batch size is unknown).
+    A difference counts only when it exceeds both `z` standard errors of the two medians
+    combined — each estimated from the run's jitter as ``1.2533 · jitter / sqrt(samples)`` —
+    and `min_rel` of the baseline, a floor for the drift between runs that no single run's
+    jitter shows (other processes, clocks, thermals).
+    """
+
+    a_name: str
+    b_name: str
+    rows: tuple[tuple[str, float | None, float | None, str], ...]
+    verdict: str  # "faster" | "slower" | "within noise" | "unknown"
+    ratio: float | None  # a_time / b_time: > 1 means b is faster
+    basis: str
+    noise: float | None
+    notes: tuple[str, ...] = ()
+
+    def render(self) -> str:
+        width = max(len(r[0]) for r in self.rows) if self.rows else 10
+        lines = [f"{'':{width}}  {'A':>14}  {'B':>14}  {'B vs A':>10}"]
+        for label, a, b, unit in self.rows:
+            delta = f"{(b - a) / a * 100:+.1f}%" if (a and b is not None) else "n/a"
+            lines.append(f"{label:{width}}  {_fmt(a, unit):>14}  {_fmt(b, unit):>14}  {delta:>10}")
+        lines.append("")
+        lines.append(f"A: {self.a_name}")
+        lines.append(f"B: {self.b_name}")
+        if self.verdict == "unknown":
+            lines.append("verdict: unknown (a report has no timed steps)")
+        elif self.verdict == "within noise":
+            lines.append(
+                f"verdict: within noise — B/A {1 / self.ratio:.3f}× {self.basis}, "
+                f"noise band ±{self.noise * 100:.1f}%"
+            )
+        else:
+            lines.append(
+                f"verdict: B is {self.verdict}: {self.ratio:.2f}× A's speed ({self.basis}, "
+                f"beyond the ±{self.noise * 100:.1f}% noise band)"
+            )
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, object]:
+        """The comparison as plain data (``keras-perf compare --json``): each figure's A, B, unit
+        and relative change, the verdict, B's speed as a multiple of A's and the noise band."""
+        return {
+            "a": self.a_name,
+            "b": self.b_name,
+            "figures": [
+                {
+                    "figure": label,
+                    "a": a,
+                    "b": b,
+                    "unit": unit,
+                    "change": (b - a) / a if (a and b is not None) else None,
+                }
+                for label, a, b, unit in self.rows
+            ],
+            "verdict": self.verdict,
+            "speed_ratio": self.ratio,
+            "basis": self.basis,
+            "noise_band": self.noise,
+            "notes": list(self.notes),
+        }
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -> Comparison:
+    """Compares report `b` with baseline `a`: per-figure deltas and a noise-aware verdict.
+
+    Args:
+        a: the baseline report.
+        b: the candidate report.
+        z: standard errors a difference must exceed. Defaults to `3.0`.
+        min_rel: smallest relative difference that counts. Defaults to `0.01` (1 %).
+    """
+    sa, sb = a.steps, b.steps
+    rows = (
+        ("step p50", sa.p50_s, sb.p50_s, "ms"),
+        ("step mean", sa.mean_s, sb.mean_s, "ms"),
+        ("step p90", sa.p90_s, sb.p90_s, "ms"),
+        ("step p99", sa.p99_s, sb.p99_s, "ms"),
+        ("jitter", sa.jitter_s, sb.jitter_s, "ms"),
+        ("examples/s", sa.examples_per_sec, sb.examples_per_sec, "/s"),
+        ("first step", sa.first_step_s, sb.first_step_s, "ms"),
+        ("batch size", sa.batch_size, sb.batch_size, ""),
+        ("timed steps", sa.timed_steps, sb.timed_steps, ""),
+        ("fit wall time", a.fit_seconds, b.fit_seconds, "s"),
+    )
+    notes = []
+    for key in ("keras_backend", "tensorflow", "keras_flavor", "cpu_model", "devices", "hostname"):
+        va, vb = a.environment.get(key), b.environment.get(key)
+        if va != vb and va is not None and vb is not None:
+            notes.append(f"{key} differs: {cell(va)} vs {cell(vb)}")
+    if a.name != b.name:
+        notes.append(
+            f"different runs: A is {a.name!r}, B is {b.name!r}; the comparison is between two "
+            "models or tasks, not two settings of one"
+        )
+    fa, fb = (a.compute or {}).get("flops_per_step"), (b.compute or {}).get("flops_per_step")
+    if fa and fb and abs(fa - fb) > 0.01 * max(fa, fb):
+        notes.append(f"the models differ: {fa:,} vs {fb:,} FLOPs per step")
+    ca, cb = a.context, b.context
+    if ca is not None and cb is not None and ca.dataset != cb.dataset:
+        notes.append(f"dataset differs: {cell(ca.dataset)} vs {cell(cb.dataset)}")
+    if ca is not None and cb is not None:
+        for key in ("device", "precision", "strategy"):
+            va, vb = getattr(ca, key), getattr(cb, key)
+            if va != vb:
+                shown = (va.label(), vb.label()) if key == "device" and va and vb else (va, vb)
+                notes.append(f"{key} differs: {cell(shown[0])} vs {cell(shown[1])}")
+    for report, label in ((a, "A"), (b, "B")):
+        if report.partial:
+            notes.append(f"{label} is a partial run ({report.error or 'interrupted'})")
+
+    if not (sa.p50_s and sb.p50_s and sa.samples and sb.samples):
+        return Comparison(a.name, b.name, rows, "unknown", None, "", None, tuple(notes))
+    if sa.batch_size and sb.batch_size:
+        ta, tb, basis = sa.p50_s / sa.batch_size, sb.p50_s / sb.batch_size, "median time/example"
+        ja, jb = (sa.jitter_s or 0) / sa.batch_size, (sb.jitter_s or 0) / sb.batch_size
+    else:
+        ta, tb, basis = sa.p50_s, sb.p50_s, "median time/step"
+        ja, jb = sa.jitter_s or 0.0, sb.jitter_s or 0.0
+        if sa.batch_size != sb.batch_size:
+            notes.append("batch size unknown for one report: compared per step, not per example")
+    se = math.hypot(1.2533 * ja / math.sqrt(sa.samples), 1.2533 * jb / math.sqrt(sb.samples))
+    noise = max(z * se / ta, min_rel)
+    rel = (tb - ta) / ta
+    verdict = "within noise" if abs(rel) <= noise else ("faster" if rel < 0 else "slower")
+    return Comparison(a.name, b.name, rows, verdict, ta / tb, basis, noise, tuple(notes))
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "ms":
+        return f"{value * 1e3:.3f} ms"
+    if unit == "s":
+        return f"{value:.3f} s"
+    if unit == "/s":
+        return f"{value:,.1f}/s"
+    return f"{value:g}" if isinstance(value, float) else str(value)

@@ -1,0 +1,171 @@
+"""RunContext: the facts about how a run was set up, typed, written once by the runner.
+
+The records are plain dataclasses: the device, the preflight findings and the cluster are the
+records their producers return (``toolkit.devices``' ``DeviceInfo`` and ``Finding``,
+``toolkit.distribute``'s ``Cluster``; their modules import no framework at import time).
+The report renders them (``RunReport.summary``, the Markdown's "Run" section); other tools read
+them by attribute, not by dictionary key. In ``report.json`` (schema 2) they are the
+``context`` object; a schema-1 report kept the same facts in ``extra`` and is read into a
+RunContext on load (:meth:`RunContext.from_v1_extra`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from toolkit.devices.compatibility import Finding
+from toolkit.devices.selection import DeviceInfo
+from toolkit.distribute import Cluster
+
+__all__ = ["Resume", "RunContext", "Strategy"]
+
+
+def _known(cls: type, data: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The entries of `data` that are fields of dataclass `cls` (newer files may hold more)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in (data or {}).items() if k in names}
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    """The distribution strategy and the batch it splits. ``global_batch`` is what one step of
+    the whole cluster consumes; each replica (device) gets ``per_replica_batch``, and each
+    process ``per_process_batch``."""
+
+    name: str = "default"
+    replicas: int = 1
+    global_batch: int | None = None
+    per_replica_batch: int | None = None
+    shard_policy: str = "data"
+    data_service: str | None = None
+    data_service_mode: str | None = None
+    processes: int = 1  # data_parallel: the processes the replicas are spread over
+    per_process_batch: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Strategy:
+        return cls(**_known(cls, data))
+
+
+@dataclasses.dataclass
+class Resume:
+    """Whether a run with a backup directory resumed, and from where. Filled in while ``fit``
+    runs (the backup is restored when training begins), hence not frozen."""
+
+    backup_dir: str
+    resumed: bool = False
+    steps_before: int = 0
+    from_epoch: int | None = None
+    steps_total: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Resume:
+        return cls(**_known(cls, data))
+
+
+@dataclasses.dataclass
+class RunContext:
+    """How a run was set up: device, backend, precision, strategy, cluster, preflight
+    findings, data, and whether it resumed from a backup.
+
+    Attributes:
+        device: where it trained; None when the run was not set up by the runner (a
+            ``profile()`` around a user's own ``fit``).
+        backend: the Keras backend (``tensorflow``, ``jax``, ``torch``).
+        precision: the Keras precision policy.
+        strategy: the distribution strategy.
+        cluster: this process among the workers.
+        preflight: the findings of the device/precision/XLA checks.
+        dataset: what the data was, in words (``digits (1437 train / 360 validation ...)``).
+        synthetic_data: trained on one batch of the real spec, repeated.
+        smoke: a seconds-long smoke run.
+        resume: the resume record when a backup directory was given.
+    """
+
+    device: DeviceInfo | None = None
+    backend: str = "tensorflow"
+    precision: str = "float32"
+    strategy: Strategy = dataclasses.field(default_factory=Strategy)
+    cluster: Cluster = dataclasses.field(default_factory=Cluster)
+    preflight: tuple[Finding, ...] = ()
+    dataset: str | None = None
+    synthetic_data: bool = False
+    smoke: bool = False
+    resume: Resume | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device.to_dict() if self.device is not None else None,
+            "backend": self.backend,
+            "precision": self.precision,
+            "strategy": dataclasses.asdict(self.strategy),
+            "cluster": self.cluster.to_dict(),
+            "preflight": [f.to_dict() for f in self.preflight],
+            "dataset": self.dataset,
+            "synthetic_data": self.synthetic_data,
+            "smoke": self.smoke,
+            "resume": dataclasses.asdict(self.resume) if self.resume is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> RunContext:
+        data = data or {}
+        known = _known(cls, data)
+        if known.get("device"):
+            known["device"] = DeviceInfo.from_dict(known["device"])
+        else:
+            known["device"] = None
+        known["strategy"] = Strategy.from_dict(known.get("strategy") or {})
+        known["cluster"] = Cluster.from_dict(known.get("cluster") or {})
+        known["preflight"] = tuple(Finding.from_dict(f) for f in known.get("preflight") or ())
+        known["resume"] = Resume.from_dict(known["resume"]) if known.get("resume") else None
+        return cls(**known)
+
+    @classmethod
+    def from_v1_extra(cls, extra: Mapping[str, Any]) -> tuple[RunContext | None, dict[str, Any]]:
+        """A schema-1 report's ``extra``, split into its RunContext (None when the run was not
+        set up by the runner) and the entries that are not context."""
+        keys = {f.name for f in dataclasses.fields(cls)}
+        context = {k: v for k, v in extra.items() if k in keys}
+        rest = {k: v for k, v in extra.items() if k not in keys}
+        if not context:
+            return None, rest
+        return cls.from_dict(context), rest
+
+    def lines(self) -> list[str]:
+        """The context as summary lines (none for a bare ``profile()`` run)."""
+        out = []
+        s = self.strategy
+        if self.device is not None:
+            out.append(
+                f"device: {self.device.label()} ({self.backend}), precision {self.precision}, "
+                f"strategy {s.name} ({s.replicas} replica(s))"
+                + (", synthetic data" if self.synthetic_data else "")
+                + (f", data from the tf.data service {s.data_service}" if s.data_service else "")
+            )
+        if self.dataset:
+            out.append(f"data: {self.dataset}")
+        if s.processes > 1:
+            out.append(
+                f"cluster: process {self.cluster.task_index} of {s.processes}"
+                + (" (chief)" if self.cluster.is_chief else "")
+                + f", {s.replicas} devices in all, global batch {s.global_batch} "
+                f"({s.per_process_batch} per process, {s.per_replica_batch} per device)"
+            )
+        elif self.cluster.num_workers > 1:
+            out.append(
+                f"cluster: worker {self.cluster.task_index} of {self.cluster.num_workers}"
+                + (" (chief)" if self.cluster.is_chief else "")
+                + f", global batch {s.global_batch} ({s.per_replica_batch} per replica)"
+            )
+        r = self.resume
+        if r is not None and r.resumed:
+            out.append(
+                f"resumed from epoch {r.from_epoch} of the backup in {r.backup_dir} "
+                f"({r.steps_before} steps done before; "
+                f"{r.steps_total if r.steps_total is not None else '?'} in all)"
+            )
+        out += [f"preflight [{f.severity}] {f.code}: {f.message}" for f in self.preflight]
+        return out

@@ -1,0 +1,71 @@
+"""merge_reports(): the workers' reports of one multi-worker run, side by side.
+
+Reads only the reports (each worker's RunContext says which worker it was): no framework is
+imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from toolkit.report._cluster import cluster_view, render_cluster
+from toolkit.report.run_report import COMPLETE, RunReport
+
+__all__ = ["merge_reports", "render_merged"]
+
+
+def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
+    """The workers' reports of one multi-worker run, side by side (:func:`cluster_view`).
+
+    Args:
+        reports: the workers' reports (load them with ``RunReport.load``).
+
+    Raises:
+        ValueError: reports that are not the workers of one cluster's run (no cluster record,
+            different clusters or runs, or one worker twice), naming what differs.
+    """
+    _check_one_cluster(reports)
+    rows = []
+    for report in reports:
+        cluster = report.context.cluster if report.context is not None else None
+        rows.append(
+            {
+                "task_index": cluster.task_index if cluster else None,
+                "is_chief": cluster.is_chief if cluster else None,
+                "status": report.status,
+                "steps": report.steps.total_steps,
+                "p50_ms": (report.steps.p50_s or 0) * 1e3 or None,
+                "examples_per_sec": report.steps.examples_per_sec,
+            }
+        )
+    merged = cluster_view(rows)
+    merged["all_complete"] = all(r["status"] == COMPLETE for r in rows)
+    return merged
+
+
+def render_merged(merged: dict[str, Any]) -> str:
+    """A Markdown table of :func:`merge_reports`' result, and its one line."""
+    return render_cluster(merged)
+
+
+def _check_one_cluster(reports: Sequence[RunReport]) -> None:
+    clusters = [r.context.cluster if r.context is not None else None for r in reports]
+    if any(c is None or c.num_workers < 2 for c in clusters):
+        alone = [
+            r.name for r, c in zip(reports, clusters, strict=True) if c is None or c.num_workers < 2
+        ]
+        raise ValueError(
+            f"merge: {', '.join(alone)} ran on one machine, not as a worker of a cluster: merge "
+            "takes the reports of one multi-worker run (--worker_hosts)"
+        )
+    hosts = {(tuple(c.workers), c.num_workers) for c in clusters}
+    names = {r.name for r in reports}
+    if len(hosts) > 1 or len(names) > 1:
+        raise ValueError(
+            f"merge: these reports come from different runs ({len(names)} run names, "
+            f"{len(hosts)} clusters): give the workers' reports of one run"
+        )
+    indices = [c.task_index for c in clusters]
+    if len(set(indices)) < len(indices):
+        raise ValueError(f"merge: worker {max(indices, key=indices.count)} is given twice")

@@ -1,0 +1,635 @@
+"""RunReport: what one training run measured, as versioned JSON, Markdown and a PNG plot.
+
+The report side imports neither TensorFlow nor Keras, so reading and comparing old reports
+(from a notebook, or ``python -m toolkit compare``) is instant and works anywhere. Files are
+written atomically (``toolkit.core.files``): a reader never sees half a report, and an
+interrupted write leaves the previous file intact. A report renders every section itself from typed
+data; the schema is documented in ``docs/report.md``.
+
+Schema 2 (``schema_version`` 2) adds ``context`` (a :class:`~toolkit.report.context.RunContext`:
+device, backend, precision, strategy, cluster, preflight, dataset, resume), ``diagnosis`` and
+``tune``, which schema 1 kept in the free-form ``extra``; schema-1 files still load (their
+``extra`` is split into those fields) and compare.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import io
+import json
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from toolkit import backend
+from toolkit.core import _extras as extras
+from toolkit.core import machine
+from toolkit.core.files import ReportError, atomic_write, jsonable
+from toolkit.core.stats import StepStats, format_flops, format_ms, utilization
+from toolkit.core.version import __version__
+from toolkit.report._cluster import cluster_line, render_cluster
+from toolkit.report.context import RunContext
+from toolkit.report.trace import read_trace, trace_lines
+
+__all__ = [
+    "COMPLETE",
+    "DIVERGED",
+    "PARTIAL",
+    "SCHEMA_VERSION",
+    "ReportError",
+    "RunReport",
+]
+
+SCHEMA = "keras-perf-toolkit/run-report"
+SCHEMA_VERSION = 2
+MAX_TIMELINE = 50_000
+REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "steps.png"
+COMPLETE, PARTIAL, DIVERGED = "complete", "partial", "diverged"
+STATUSES = (COMPLETE, PARTIAL, DIVERGED)
+
+
+# ---------------------------------------------------------------------------- the report
+
+
+@dataclasses.dataclass
+class RunReport:
+    """Everything one run measured. Build it with :meth:`from_callbacks` or :meth:`load`.
+
+    ``context`` is how the run was set up (typed; written by the runner, None around a user's
+    own ``fit``), ``compute`` the FLOPs and MFU, ``diagnosis`` and ``tune`` what those tools
+    found (their ``to_dict()``), ``extra`` free-form facts a user adds.
+    """
+
+    name: str
+    steps: StepStats
+    status: str = COMPLETE
+    error: str | None = None
+    created_utc: str = ""
+    fit_seconds: float | None = None
+    environment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    timeline: list[list[Any]] = dataclasses.field(default_factory=list)
+    timeline_truncated: bool = False
+    epochs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    memory: dict[str, Any] | None = None
+    trace: dict[str, Any] | None = None
+    compute: dict[str, Any] | None = None
+    context: RunContext | None = None
+    diagnosis: dict[str, Any] | None = None
+    tune: dict[str, Any] | None = None
+    cluster: dict[str, Any] | None = None
+    tensorboard: dict[str, Any] | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    toolkit_version: str = __version__
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if not self.created_utc:
+            self.created_utc = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+
+    # ------------------------------------------------------------ building
+
+    @classmethod
+    def from_callbacks(
+        cls,
+        name: str,
+        timer: Any,
+        *,
+        memory: Any = None,
+        trace: Any = None,
+        args: Mapping[str, Any] | None = None,
+        status: str = COMPLETE,
+        error: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+        compute: Mapping[str, Any] | None = None,
+        context: RunContext | None = None,
+        diagnosis: Mapping[str, Any] | None = None,
+        tune: Mapping[str, Any] | None = None,
+        cluster: Mapping[str, Any] | None = None,
+    ) -> RunReport:
+        """A report from a StepTimer (and optionally a MemoryWatch and a TraceWindow).
+
+        `compute` holds ``flops_per_step`` and ``peak_flops_per_s`` (see
+        ``toolkit.profiling.flops``); achieved FLOP/s and MFU are added from the median step.
+        """
+        calls = [[round(d, 9), n, e, k] for d, n, e, k in timer.calls]
+        steps = timer.summary()
+        if compute is not None:
+            work = compute.get("flops_per_step")
+            compute = {**compute, **utilization(work, steps.p50_s, compute.get("peak_flops_per_s"))}
+            if compute.get("datasheet_peak_flops_per_s"):
+                sheet = compute["datasheet_peak_flops_per_s"]
+                compute["datasheet_mfu"] = utilization(work, steps.p50_s, sheet)["mfu"]
+        return cls(
+            name=name,
+            steps=steps,
+            status=status,
+            error=error,
+            fit_seconds=timer.fit_seconds,
+            environment=machine.capture_environment(backend.framework_facts()),
+            args=jsonable(dict(args or {})),
+            timeline=calls[:MAX_TIMELINE],
+            timeline_truncated=len(calls) > MAX_TIMELINE,
+            epochs=[dict(e) for e in timer.epochs],
+            metrics=dict(timer.last_logs),
+            memory=memory.result() if memory is not None else None,
+            trace=_read_back(trace.result(), steps) if trace is not None else None,
+            compute=jsonable(dict(compute)) if compute is not None else None,
+            context=context,
+            diagnosis=jsonable(dict(diagnosis)) if diagnosis is not None else None,
+            tune=jsonable(dict(tune)) if tune is not None else None,
+            cluster=jsonable(dict(cluster)) if cluster is not None else None,
+            extra=jsonable(dict(extra or {})),
+        )
+
+    def read_trace(self) -> dict[str, Any] | None:
+        """The run's trace read again from its files (what XProf makes of them now), or, when
+        they are gone, as it was read when the run ended; None for a run without a trace."""
+        if not self.trace:
+            return None
+        files = [f for f in self.trace.get("files") or [] if os.path.isfile(f)]
+        if not files:
+            return self.trace.get("analysis")
+        return _read_back({**self.trace, "files": files}, self.steps)["analysis"]
+
+    @property
+    def partial(self) -> bool:
+        """Not a whole, sound run: stopped early, or its loss went NaN or infinite."""
+        return self.status != COMPLETE
+
+    # ------------------------------------------------------------ JSON
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["steps"] = self.steps.to_dict()
+        d["context"] = self.context.to_dict() if self.context is not None else None
+        return {"schema": SCHEMA, **d}
+
+    def to_json(self) -> str:
+        return json.dumps(jsonable(self.to_dict()), indent=1, sort_keys=False, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RunReport:
+        if d.get("schema") != SCHEMA:
+            raise ReportError(f"not a run report: schema is {d.get('schema')!r}, not {SCHEMA!r}")
+        version = d.get("schema_version")
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise ReportError(
+                f"report schema_version {version!r} is newer than this toolkit reads "
+                f"({SCHEMA_VERSION}): upgrade keras-perf-toolkit"
+            )
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in names}
+        kwargs["steps"] = StepStats.from_dict(d.get("steps") or {})
+        if version < 2:  # schema 1 kept the context, diagnosis and tune in extra
+            extra = dict(kwargs.get("extra") or {})
+            kwargs["diagnosis"] = extra.pop("diagnosis", None)
+            kwargs["tune"] = extra.pop("tune", None)
+            kwargs["context"], kwargs["extra"] = RunContext.from_v1_extra(extra)
+            kwargs["schema_version"] = SCHEMA_VERSION  # read into this version's fields
+        elif kwargs.get("context") is not None:
+            kwargs["context"] = RunContext.from_dict(kwargs["context"])
+        return cls(**kwargs)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> RunReport:
+        """Reads a report from its JSON file, or from a run directory holding ``report.json``.
+
+        Raises:
+            ReportError: the file is missing, not JSON, or not a run report this version reads.
+        """
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            path = os.path.join(path, REPORT_JSON)
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            raise ReportError(
+                f"no report at {path!r}: give a report.json or a run directory"
+            ) from None
+        except (OSError, json.JSONDecodeError) as e:
+            raise ReportError(f"cannot read report {path!r}: {e}") from e
+        if not isinstance(data, dict):
+            kind = type(data).__name__
+            raise ReportError(f"{path!r} is not a run report: it holds a JSON {kind}")
+        try:
+            return cls.from_dict(data)
+        except ReportError as e:  # name the file: the caller may have given several
+            raise ReportError(f"{path!r}: {e}") from None
+        except (TypeError, KeyError, ValueError, AttributeError) as e:
+            raise ReportError(f"report {path!r} is malformed: {e}") from e
+
+    # ------------------------------------------------------------ writing
+
+    def write(self, directory: str | os.PathLike[str], plot: bool = True) -> dict[str, str]:
+        """Writes ``report.json``, ``report.md`` and (with matplotlib) ``steps.png``, atomically.
+
+        The JSON is written first: it is the record; Markdown and PNG are views of it. A failing
+        plot is noted in the Markdown and never loses the JSON.
+
+        Returns:
+            ``{"json": path, "markdown": path, "png": path}`` for the files written.
+        """
+        directory = os.fspath(directory)
+        paths = {"json": atomic_write(os.path.join(directory, REPORT_JSON), self.to_json())}
+        png_note = None
+        if plot:
+            try:
+                paths["png"] = atomic_write(os.path.join(directory, REPORT_PNG), self.plot_png())
+            except ImportError as e:
+                png_note = f"no plot: {extras.why_missing('report', ('matplotlib',)) or e}"
+            except Exception as e:  # noqa: BLE001 - the plot is a view; the record is safe
+                png_note = f"no plot: {type(e).__name__}: {e}"
+        markdown = self.to_markdown(png=REPORT_PNG if "png" in paths else None, note=png_note)
+        paths["markdown"] = atomic_write(os.path.join(directory, REPORT_MD), markdown)
+        return paths
+
+    # ------------------------------------------------------------ views
+
+    def summary(self) -> str:
+        """A few lines for a terminal: status, step statistics, final metrics."""
+        head = f"== {self.name}: {self.status}"
+        if self.error:
+            head += f" ({self.error})"
+        lines = [head]
+        if self.context is not None:
+            lines += self.context.lines()
+        lines += self.steps.lines(compile_cache=bool(self.args.get("compile_cache")))
+        if self.compute:
+            lines.append(_compute_line(self.compute))
+        if self.diagnosis:
+            lines.append(_diagnosis_line(self.diagnosis))
+        if self.tune:
+            lines.append(_tune_line(self.tune))
+        if self.cluster:
+            lines.append(_processes_line(self.cluster))
+        if self.epochs:
+            secs = sum(e.get("seconds", 0.0) for e in self.epochs)
+            lines.append(f"epochs: {len(self.epochs)} in {secs:.2f} s")
+        if self.metrics:
+            lines.append("final: " + ", ".join(f"{k} {v:.4g}" for k, v in self.metrics.items()))
+        if self.memory and self.memory.get("warnings"):
+            lines += [f"memory warning: {w}" for w in self.memory["warnings"]]
+        if self.tensorboard:
+            lines.append(_tensorboard_line(self.tensorboard))
+        if self.trace:
+            lines.append(_trace_line(self.trace))
+            lines += trace_lines(self.trace.get("analysis"))
+        return "\n".join(lines)
+
+    def to_markdown(self, png: str | None = None, note: str | None = None) -> str:
+        s = self.steps
+        out = io.StringIO()
+        w = out.write
+        w(f"# Run report: {self.name}\n\n")
+        w(f"- status: **{self.status}**" + (f" — {self.error}" if self.error else "") + "\n")
+        w(f"- created: {self.created_utc} · toolkit {self.toolkit_version}")
+        w(f" · schema {self.schema_version}\n")
+        if self.fit_seconds is not None:
+            w(f"- fit wall time: {self.fit_seconds:.3f} s\n")
+        w("\n## Step time\n\n| figure | value |\n|---|---|\n")
+        rows = [
+            ("timed steps", s.timed_steps),
+            ("samples (executions)", s.samples),
+            ("steps_per_execution", s.steps_per_execution),
+            ("mean", format_ms(s.mean_s)),
+            ("p50", format_ms(s.p50_s)),
+            ("p90", format_ms(s.p90_s)),
+            ("p99", format_ms(s.p99_s)),
+            ("min", format_ms(s.min_s)),
+            ("max", format_ms(s.max_s)),
+            ("jitter (1.4826·MAD)", format_ms(s.jitter_s)),
+            ("batch size", s.batch_size if s.batch_size else "unknown"),
+            ("examples/s", f"{s.examples_per_sec:,.1f}" if s.examples_per_sec else "n/a"),
+            (
+                "first step (trace/compile)",
+                f"{format_ms(s.first_step_s)} over {s.first_step_steps}"
+                + (" (compile cache on: may be a read)" if self.args.get("compile_cache") else ""),
+            ),
+            ("warm-up steps excluded", s.warmup_steps),
+            ("other steps excluded (profiler)", s.excluded_steps),
+        ]
+        for k, v in rows:
+            w(f"| {k} | {v} |\n")
+        if self.compute:
+            c = self.compute
+            mfu = c.get("mfu")
+            w("\n## Compute\n\n| figure | value |\n|---|---|\n")
+            for k, v in (
+                ("FLOPs per step (forward + backward)", format_flops(c.get("flops_per_step"))),
+                ("FLOPs per forward pass", format_flops(c.get("flops_forward"))),
+                ("achieved (at p50 step)", format_flops(c.get("achieved_flops_per_s"), True)),
+                (
+                    f"measured {c.get('peak_dtype', '')} matmul peak",
+                    format_flops(c.get("peak_flops_per_s"), True) + _peak_spread(c),
+                ),
+                ("MFU, of the measured peak", f"{mfu:.1%}" if mfu is not None else "n/a"),
+                *_datasheet_rows(c),
+                ("how", c.get("method") or "—"),
+                ("note", c.get("note") or "—"),
+            ):
+                w(f"| {k} | {v} |\n")
+        if png:
+            w(f"\n![step times]({png})\n")
+        if note:
+            w(f"\n_{note}_\n")
+        if self.epochs:  # numbered from 1, as Keras's progress counts (the JSON keeps 0)
+            keys = sorted({k for e in self.epochs for k in e.get("metrics", {})})
+            w("\n## Epochs\n\n| epoch | seconds | steps | in steps (s) | ")
+            w(" | ".join(keys) + (" |" if keys else "") + "\n")
+            w("|---" * (4 + len(keys)) + "|\n")
+            for e in self.epochs:
+                m = e.get("metrics", {})
+                cells = [f"{m[k]:.4g}" if k in m else "" for k in keys]
+                w(
+                    f"| {e['epoch'] + 1} | {e['seconds']:.3f} | {e['steps']} | "
+                    f"{e['step_seconds']:.3f} | " + " | ".join(cells) + (" |" if keys else "")
+                )
+                w("\n")
+        if self.metrics:
+            w("\n## Final metrics\n\n| metric | value |\n|---|---|\n")
+            for k, v in self.metrics.items():
+                w(f"| {k} | {v:.6g} |\n")
+        if self.memory:
+            w("\n## Memory\n\n| epoch | host RSS (MiB) | devices |\n|---|---|---|\n")
+            for r in self.memory.get("readings", []):
+                devs = ", ".join(
+                    f"{k}: {v['current_mb']:.0f} MiB (peak {v['peak_mb']:.0f})"
+                    for k, v in r.get("devices", {}).items()
+                )
+                epoch = "start" if r.get("epoch") is None else r["epoch"] + 1
+                w(f"| {epoch} | {r['host_rss_mb']:.1f} | {devs or '—'} |\n")
+            for warning in self.memory.get("warnings", []):
+                w(f"\n**Warning:** {warning}\n")
+        if self.tensorboard:
+            w(f"\n## TensorBoard\n\n{_tensorboard_line(self.tensorboard)}\n")
+        if self.trace:
+            w(f"\n## Profiler trace\n\n{_trace_line(self.trace)}\n")
+            _trace_markdown(w, self.trace.get("analysis"))
+        if self.diagnosis:
+            d = self.diagnosis
+            w(f"\n## Diagnosis\n\n{_diagnosis_line(d)}\n\n")
+            if d.get("pipeline"):
+                w(f"- measured pipeline: `{d['pipeline']}`\n")
+            if d.get("xprof"):
+                w(f"- XProf, on a trace of the fit: {d['xprof']['line']}\n")
+            for advice in d.get("advice") or []:
+                w(f"- advice: {advice}\n")
+        if self.tune:
+            w(f"\n## Tune\n\n{_tune_line(self.tune)}\n\n| settings | examples/s | note |\n")
+            w("|---|---:|---|\n")
+            for t in self.tune.get("trials") or []:
+                rate = t.get("examples_per_sec")
+                shown = f"{rate:,.1f}" if rate is not None else "—"
+                note = f"failed: {t.get('error')}" if rate is None else ""
+                w(f"| {t.get('label')} | {shown} | {note} |\n")
+        if self.cluster:
+            w(f"\n## Cluster\n\n{_processes_line(self.cluster)}\n\n")
+            w(render_cluster(self.cluster).split("\n\n")[0] + "\n")
+        sections = (
+            ("Run", self.context.to_dict() if self.context else {}),
+            ("Environment", self.environment),
+            ("Arguments", self.args),
+        )
+        for title, mapping in sections:
+            if mapping:
+                w(f"\n## {title}\n\n| key | value |\n|---|---|\n")
+                for k, v in _flat(mapping):
+                    w(f"| {k} | {cell(v)} |\n")
+        if self.extra:
+            w("\n## Extra\n\n```json\n" + json.dumps(self.extra, indent=1) + "\n```\n")
+        return out.getvalue()
+
+    def plot_png(self) -> bytes:
+        """Step time over the run and a histogram of the timed steps, as PNG bytes.
+
+        Left: every execution's time per step, timed steps small and blue, warm-up and
+        left-out steps (profiled, or a profiler the toolkit did not start) large and marked so
+        a handful stands out among thousands; the p50 dashed. Right: how the timed steps'
+        times spread, with integer counts. Titles say in words what was left out."""
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
+
+        fig = Figure(figsize=(11, 4.2), dpi=100)
+        ax_t, ax_h = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2, 1]})
+        styles = {  # kind: (label, marker, size, colour)
+            "timed": ("timed", ".", 3, "tab:blue"),
+            "warmup": ("warm-up (left out)", "o", 5, "tab:orange"),
+            "excluded": ("profiled (left out)", "X", 7, "tab:red"),
+        }
+        x = 0
+        series: dict[str, tuple[list[int], list[float]]] = {k: ([], []) for k in styles}
+        for seconds, steps, _, kind in self.timeline:
+            x += steps
+            if kind in series:
+                series[kind][0].append(x)
+                series[kind][1].append(seconds / steps * 1e3)
+        for kind, (xs, ys) in series.items():
+            if xs:
+                label, marker, size, colour = styles[kind]
+                small = kind == "timed" and len(xs) > 500
+                ax_t.plot(
+                    xs, ys, marker, ms=2 if small else size, color=colour,
+                    label=f"{label}: {len(xs):,}", zorder=3 if kind != "timed" else 2,
+                )  # fmt: skip
+        if self.steps.p50_s:
+            p50 = self.steps.p50_s * 1e3
+            ax_t.axhline(p50, color="k", lw=0.8, ls="--", label=f"p50 {p50:.3g} ms")
+        ax_t.set_xlabel("training step")
+        ax_t.set_ylabel("ms per step")
+        ax_t.xaxis.set_major_locator(MaxNLocator(integer=True))
+        first = self.steps.first_step_s
+        left_out = f"\n(the first step, {format_ms(first)} with compiling, is left out)"
+        title = f"{self.name}: time per training step{left_out if first else ''}"
+        ax_t.set_title(title, fontsize=10)
+        if ax_t.get_legend_handles_labels()[0]:  # a run stopped before its first step has none
+            ax_t.legend(loc="upper right", fontsize=8)
+        timed = series["timed"][1]
+        if timed:
+            bins = min(60, max(5, len(timed) // 10)) if len(timed) >= 20 else max(1, len(timed))
+            ax_h.hist(timed, bins=bins, color="tab:blue")
+            for q, val, style in (
+                ("p50", self.steps.p50_s, "--"),
+                ("p90", self.steps.p90_s, ":"),
+                ("p99", self.steps.p99_s, "-."),
+            ):
+                if val:
+                    ax_h.axvline(val * 1e3, color="k", lw=0.8, ls=style, label=q)
+            ax_h.legend(fontsize=8)
+        ax_h.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax_h.set_xlabel("ms per step")
+        ax_h.set_ylabel("timed steps")
+        ax_h.set_title(f"spread of the {len(timed):,} timed steps", fontsize=10)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _compute_line(c: Mapping[str, Any]) -> str:
+    if c.get("flops_per_step") is None:
+        return f"compute: FLOPs not counted ({c.get('note') or 'unknown'})"
+    line = f"compute: {format_flops(c['flops_per_step'])}/step"
+    if c.get("achieved_flops_per_s") is not None:
+        line += f", achieved {format_flops(c['achieved_flops_per_s'], True)}"
+    if c.get("mfu") is not None:
+        line += (
+            f", MFU {c['mfu']:.1%} of the measured {c.get('peak_dtype', '')} matmul peak "
+            f"{format_flops(c.get('peak_flops_per_s'), True)}{_peak_spread(c)}"
+        )
+    if c.get("datasheet_mfu") is not None:
+        line += (
+            f"; {c['datasheet_mfu']:.1%} of the datasheet peak "
+            f"{format_flops(c.get('datasheet_peak_flops_per_s'), True)} "
+            f"({c.get('datasheet_peak')})"
+        )
+    return line
+
+
+def _datasheet_rows(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The datasheet's peak and the MFU of it, where the GPU is in the table."""
+    if not c.get("datasheet_peak_flops_per_s"):
+        return []
+    mfu = c.get("datasheet_mfu")
+    return [
+        (
+            f"datasheet peak ({c.get('datasheet_peak')})",
+            format_flops(c["datasheet_peak_flops_per_s"], True),
+        ),
+        ("MFU, of the datasheet peak", f"{mfu:.1%}" if mfu is not None else "n/a"),
+    ]
+
+
+def _peak_spread(c: Mapping[str, Any]) -> str:
+    """`` (runs within 3%)``: how far the peak's timed runs were apart (how much to trust it)."""
+    spread = c.get("peak_spread_pct")
+    return "" if spread is None else f" (runs within {spread:.0f}%)"
+
+
+def _flat(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``(key, value)`` rows for a table people read: nested mappings as dotted keys
+    (``strategy.global_batch``), a list of records (preflight findings) as one cell of
+    ``key=value`` records, other lists as comma-separated values."""
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            yield from _flat(value, f"{name}.")
+        elif (
+            isinstance(value, list | tuple) and value and all(isinstance(v, Mapping) for v in value)
+        ):
+            yield (
+                name,
+                "; ".join(
+                    ", ".join(f"{k}={_plain(v)}" for k, v in record.items()) for record in value
+                ),
+            )
+        elif isinstance(value, list | tuple):
+            yield name, ", ".join(_plain(v) for v in value) if value else "—"
+        else:
+            yield name, "—" if value is None or value == {} else value
+
+
+def _plain(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(jsonable(value), default=str)
+
+
+def cell(value: Any) -> str:
+    """`value` as one Markdown table cell (JSON for structures, pipes escaped)."""
+    text = value if isinstance(value, str) else json.dumps(jsonable(value), default=str)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _tensorboard_line(board: Mapping[str, Any]) -> str:
+    runs = ", ".join(board.get("runs") or [])
+    return (
+        f"tensorboard: runs {runs} in {board.get('logdir')}; "
+        f"view with `{board.get('view')}` (Scalars tab)"
+    )
+
+
+def _trace_line(trace: Mapping[str, Any]) -> str:
+    if trace.get("error"):
+        return f"trace: failed ({trace['error']})"
+    steps = trace.get("traced_steps")
+    files = trace.get("files") or []
+    where = trace.get("logdir")
+    if not steps:
+        return f"trace: requested steps {trace.get('requested_steps')} were not reached"
+    head = f"trace: steps {steps[0]}–{steps[1]} in {where} ({len(files)} file(s)); "
+    if files and all(f.endswith((".json", ".json.gz")) for f in files):  # torch.profiler's
+        return head + "open it in https://ui.perfetto.dev or read it with `python -m toolkit trace`"
+    view = trace.get("view") or f"tensorboard --logdir {where}"
+    line = head + f"view with `{view}` (Profile tab) or read it with `python -m toolkit trace`"
+    why = extras.why_missing("profile")
+    return line + (f"; {why}" if why else "")
+
+
+def _read_back(trace: dict[str, Any], steps: StepStats) -> dict[str, Any]:
+    """A TraceWindow's result with what its files say (``analysis``, see
+    ``toolkit.report.trace``) when it wrote any."""
+    if trace.get("files"):
+        trace["analysis"] = read_trace(trace["files"], steps.steps_per_execution)
+    return trace
+
+
+def _trace_markdown(w: Any, analysis: Mapping[str, Any] | None) -> None:
+    if not analysis:
+        return
+    w(f"\nRead with {analysis.get('reader') or 'no reader'}.\n")
+    if analysis.get("statement"):
+        w(f"\n> XProf: {analysis['statement']}\n")
+    if analysis.get("error"):
+        w(f"\n_{analysis['error']}_\n")
+    steps = analysis.get("steps") or []
+    if steps:
+        names = list(analysis.get("breakdown_ms") or {})
+        w("\n| step | ms | " + " | ".join(names) + (" |" if names else "") + "\n")
+        w("|---" * (2 + len(names)) + "|\n")
+        for s in steps:
+            cells = " | ".join(f"{s.get(k, 0.0):.3f}" for k in names)
+            w(f"| {s['step']} | {s['step_ms']:.3f} | {cells}" + (" |" if names else "") + "\n")
+    for side in ("device", "host"):
+        top = (analysis.get("top_ops") or {}).get(side) or []
+        if top:
+            per = "per marked step" if steps else "in the whole trace"
+            w(f"\n**Top {side} ops by self time** ({per})\n\n")
+            w("| op | type | calls | self ms | share |\n|---|---|---:|---:|---:|\n")
+            for o in top:
+                w(
+                    f"| {cell(o['op'])} | {cell(o['type'])} | {o['count']} | "
+                    f"{o['self_ms']:.3f} | {o['share']:.1%} |\n"
+                )
+
+
+def _processes_line(cluster: Mapping[str, Any]) -> str:
+    """The cluster's figures, as every process sent them to the chief when training ended."""
+    line = cluster_line(dict(cluster), unit="process")
+    same = cluster.get("same_weights")
+    if same is not None:
+        line += "; weights " + (
+            "identical on every process" if same else "DIFFER between processes"
+        )
+    return line
+
+
+def _diagnosis_line(diagnosis: Mapping[str, Any]) -> str:
+    return (
+        f"diagnosis: {diagnosis['verdict']} (input {diagnosis['input_rate']:,.1f}, step "
+        f"{diagnosis['compute_rate']:,.1f}, fit {diagnosis['fit_rate']:,.1f} steps/s)"
+    )
+
+
+def _tune_line(tune: Mapping[str, Any]) -> str:
+    source = "from the cache" if tune.get("cache_hit") else f"searched in {tune['seconds']:.1f} s"
+    return f"tune: {tune.get('best_label')} ({source}, {len(tune.get('trials') or [])} trials)"

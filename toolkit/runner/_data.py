@@ -1,0 +1,185 @@
+"""The runner's data: a Task's examples batched as a run's settings say (tf.data when
+TensorFlow is here, Keras ``PyDataset`` batches of arrays when not), each process's part of
+every global batch over processes, and the tf.data service and auto-shard policy."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from toolkit import distribute
+from toolkit.runner.config import TrainConfig
+
+if TYPE_CHECKING:
+    from toolkit.runner.task import Task
+
+__all__ = ["array_dataset", "batches", "dataset", "distributed", "examples", "input_pipeline"]
+
+
+def examples(source: Any):
+    """A Task's data (arrays, a dataset, or a function returning either) as a dataset of
+    single examples."""
+    from toolkit.data import from_arrays
+
+    if callable(source):
+        source = source()
+    return from_arrays(*source) if isinstance(source, tuple) else source
+
+
+def array_dataset(
+    source: Any, config: TrainConfig, training: bool, task: Task | None, whole: bool
+) -> Any:
+    """:func:`_dataset` without TensorFlow: arrays in batches
+    (``toolkit.data.array_batches``)."""
+    import numpy as np
+
+    from toolkit.data import ArraySource, array_batches
+
+    if isinstance(source, tuple) and len(source) == 2:
+        source = ArraySource(np.asarray(source[0]), np.asarray(source[1]))
+    if not isinstance(source, ArraySource):
+        raise ValueError(
+            f"training data of type {type(source).__name__} needs TensorFlow (tf.data), which "
+            "is not installed here: give (features, labels) arrays"
+        )
+    # Fused steps read fused_steps batches at once (one Keras batch), split inside the step.
+    count = len(source)
+    batch_size = config.batch_size * (config.fused_steps if training else 1)
+    if training and count < batch_size:
+        fused = f" × --fused_steps={config.fused_steps}" if config.fused_steps > 1 else ""
+        raise ValueError(
+            f"--batch_size={config.batch_size}{fused} is larger than the {count} training "
+            "examples: lower it"
+        )
+    if training and config.use_synthetic_data:
+        # One random batch of the real shapes, read again and again (as the tf.data path).
+        x, y = source.take(np.arange(batch_size))
+        rng = np.random.default_rng(config.seed or 0)
+        classes = (task.num_classes if task else None) or 2
+        fake = ArraySource(
+            rng.integers(0, classes, x.shape).astype(x.dtype)
+            if np.issubdtype(x.dtype, np.integer)
+            else rng.standard_normal(x.shape).astype(x.dtype),
+            rng.integers(0, classes, y.shape).astype(y.dtype),
+        )
+        return array_batches(
+            fake,
+            batch_size,
+            repeat=config.steps_per_epoch is not None,
+            batches_per_epoch=max(1, count // batch_size),
+        )
+    return array_batches(
+        source,
+        batch_size,
+        shuffle=training,
+        seed=config.seed,
+        drop_remainder=whole,
+        repeat=training and config.steps_per_epoch is not None,
+    )
+
+
+def dataset(
+    source: Any,
+    config: TrainConfig,
+    training: bool,
+    task: Task | None = None,
+    share: tuple[int, int, int] = (0, 1, 1),
+):
+    """`source` in batches as `config` says; with `share` ``(index, processes, devices)``
+    of a ``keras.distribution``, process `index`'s part of every global batch, laid out as
+    the fused step reads it (validation too, without its last partial batch: a batch placed
+    over processes splits evenly)."""
+    from toolkit.distribute.processes import process_slice
+
+    index, processes, devices = share
+    return process_slice(
+        batches(source, config, training, task, whole=training or processes > 1),
+        index,
+        processes,
+        fused=config.fused_steps if training else 1,
+        shards=devices,
+    )
+
+
+def batches(source: Any, config: TrainConfig, training: bool, task: Task | None, whole: bool):
+    from toolkit.data import has_tensorflow, pipeline, synthetic
+    from toolkit.data.sources import array_examples
+
+    if callable(source):
+        source = source()
+    if not has_tensorflow():
+        return array_dataset(source, config, training, task, whole)
+    # In-memory arrays stay arrays: the pipeline batches them by gathering (toolkit.data).
+    arrays = source if isinstance(source, tuple) else None
+    if arrays is not None:
+        count = array_examples(*arrays)
+    else:
+        source = examples(source)
+        count = int(source.cardinality())
+    if count < 0 and training and task is not None and task.train_examples is not None:
+        count = task.train_examples  # a filtered dataset cannot count itself
+    # Fused steps read fused_steps batches at once (one Keras batch), split inside the step.
+    batch_size = config.batch_size * (config.fused_steps if training else 1)
+    if count == 0:  # an empty split or folder: no batch size would help
+        what = "training" if training else "validation"
+        raise ValueError(
+            f"the {what} data has no examples ({(task and task.dataset) or 'the dataset'}): "
+            "check the dataset and its split"
+        )
+    if training and 0 <= count < batch_size:
+        # drop_remainder would leave no batch at all; Keras would fail obscurely.
+        fused = f" × --fused_steps={config.fused_steps}" if config.fused_steps > 1 else ""
+        raise ValueError(
+            f"--batch_size={config.batch_size}{fused} is larger than the {count} training "
+            "examples: lower it"
+        )
+    if training and config.use_synthetic_data:
+        # One random batch of the real spec, repeated: the input costs ~nothing, so the step
+        # time is an upper bound for what this model can do here.
+        if count < 0 and config.steps_per_epoch is None:
+            # Synthetic data repeats; without a known epoch length fit would never end.
+            raise ValueError(
+                "--use_synthetic_data: the training data's length is unknown, so an epoch "
+                "would never end; give --train_steps"
+            )
+        features, labels = examples(source).element_spec
+        batches = max(1, count // batch_size) if count > 0 else None
+        return distributed(
+            synthetic(
+                features,
+                labels,
+                num_classes=(task.num_classes if task else None) or 2,
+                num_examples=None if config.steps_per_epoch else batches,
+                batch_size=batch_size,
+                seed=config.seed or 0,
+            ),
+            config,
+            training,
+        )
+    built = pipeline(
+        source if arrays is None else arrays,
+        batch_size,
+        cache=bool(task and task.cache),
+        shuffle=training,
+        seed=config.seed,
+        # Validation keeps its last partial batch (every example counts in the metrics), but
+        # over processes: a batch placed over processes splits evenly.
+        drop_remainder=whole,
+        repeat=training and config.steps_per_epoch is not None,
+    )
+    return distributed(built, config, training)
+
+
+def distributed(dataset: Any, config: TrainConfig, training: bool) -> Any:
+    """The training data through the tf.data service when asked, and every dataset with its
+    auto-shard policy set explicitly."""
+    if training and config.data_service:
+        dataset = distribute.through_data_service(
+            dataset, config.data_service, config.data_service_mode
+        )
+    return distribute.shard(dataset, config.shard_policy)
+
+
+def input_pipeline(task: Task, config: TrainConfig) -> Any:
+    """The training input pipeline :func:`run` builds for `task` under `config`: batched
+    (``fused_steps × batch_size`` with fused steps), shuffled, prefetched."""
+    return dataset(task.train, config.validate().effective(), training=True, task=task)

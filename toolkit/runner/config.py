@@ -1,0 +1,457 @@
+"""TrainConfig: how to train, the one table of settings, and the one validator of every setting.
+
+Each training setting is declared once, as a :class:`TrainConfig` field made by
+:func:`setting`: its default, flag, help, help group, whether tune may search it, whether it
+changes how fast a step is, its value in a measurement run. The shared flags, their ``--help``
+groups, ``config_from_flags`` (``toolkit.runner.flags``), ``for_measurement``, tune's knobs and
+the backends chooser's run flags are derived from that table (:data:`SETTINGS`).
+
+The command line (``toolkit.runner.flags``) and the Python API build the same
+:class:`TrainConfig`, and both get the same checks from :meth:`TrainConfig.validate`, whose messages
+name the flag (``--train_steps``) and, where the Python field is called differently, the field too
+(``--train_steps (steps_per_epoch) must be >= 1, got 0``). The flags define no bounds of their
+own, so a bad value reads the same from a recipe, ``python -m toolkit tune`` or a notebook.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from typing import Any
+
+from absl import logging
+
+from toolkit import backend, distribute
+from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
+from toolkit.devices import parse_device_spec
+
+__all__ = [
+    "PRECISIONS",
+    "SETTINGS",
+    "ConfigError",
+    "TrainConfig",
+]
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+SMOKE_STEPS = 8
+
+# The help groups, in the order ``--help`` shows them.
+DATA, TRAINING, SPEED, WHERE, DISTRIBUTION, MEASURING = (
+    "data",
+    "training",
+    "speed settings (tune searches these)",
+    "backend and device",
+    "distribution",
+    "measuring and the report",
+)
+GROUPS = (DATA, TRAINING, SPEED, WHERE, DISTRIBUTION, MEASURING)
+
+
+def setting(
+    default: Any,
+    help: str,
+    group: str,
+    *,
+    flag: str | None = None,
+    flag_default: Any = None,
+    aliases: tuple[str, ...] = (),
+    deprecated: tuple[str, ...] = (),
+    searched: bool = False,
+    speed: bool = True,
+    quiet: Any = dataclasses.MISSING,
+    path: bool = False,
+) -> Any:
+    """A :class:`TrainConfig` field with everything else that is said of it, once.
+
+    Args:
+        default: the field's default (and the flag's, unless `flag_default`).
+        help: the flag's help.
+        group: its ``--help`` group (:data:`GROUPS`).
+        flag: the flag's name where it differs from the field's.
+        flag_default: the flag's default where it is spelled differently (``""`` for unset).
+        aliases: other names of the flag.
+        deprecated: old names of the flag, still accepted with a note.
+        searched: tune may search it.
+        speed: it changes how fast a step is; False: only how long a run is or what it writes
+            (left out of the backends chooser's cache key, and overridden in its children).
+        quiet: its value in a short measurement run (:meth:`TrainConfig.for_measurement`).
+        path: a path (a leading ``~`` is expanded).
+    """
+    meta = {
+        "help": help, "group": group, "flag": flag or None, "flag_default": flag_default,
+        "aliases": aliases, "deprecated": deprecated, "searched": searched, "speed": speed,
+        "path": path,
+    }  # fmt: skip
+    if quiet is not dataclasses.MISSING:
+        meta["quiet"] = quiet
+    return dataclasses.field(default=default, metadata=meta)
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work: one line naming the flag (and field), the value, and what
+    it must be."""
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """How to train: every training setting, declared once with its flag, help, help group and
+    what the tools may do with it (:func:`setting`). :meth:`validate` checks every field (the
+    runner calls it); ``toolkit.runner.flags`` derives the shared flags from these fields."""
+
+    use_synthetic_data: bool = setting(
+        False,
+        "Train on one random batch of the real spec, repeated: input costs ~0 (an upper bound "
+        "for the step).",
+        DATA,
+    )
+    epochs: int = setting(1, "Training epochs.", TRAINING, speed=False, quiet=1)
+    batch_size: int = setting(32, "Global batch size (examples per step).", TRAINING, searched=True)
+    steps_per_epoch: int | None = setting(
+        None,
+        "Steps per epoch (repeats the data); default: one pass.",
+        TRAINING,
+        flag="train_steps",
+        speed=False,
+    )
+    seed: int | None = setting(0, "Random seed (weights, shuffling).", TRAINING)
+    init_weights: str | None = setting(
+        None,
+        "Start from the weights in this .weights.h5 file; when it does not exist yet, the "
+        "run's own initial weights are written there first. The same file gives runs under "
+        "different backends the same start (python -m toolkit backends uses it).",
+        TRAINING,
+        speed=False,
+        path=True,
+    )  # a .weights.h5 to start from (written first if missing)
+    stop_on_nan: bool = setting(
+        True,
+        "Stop at the first step whose loss is NaN or infinite (the report says which); "
+        "--nostop_on_nan trains on (the run is still 'diverged').",
+        TRAINING,
+        speed=False,
+    )
+    backup_dir: str | None = setting(
+        None,
+        "Back up the training state every epoch (keras BackupAndRestore); a restarted run "
+        "resumes from the last backup. Over processes: a directory every worker reads; the "
+        "chief writes it.",
+        TRAINING,
+        speed=False,
+        quiet=None,  # a measurement must not resume a run
+        path=True,
+    )
+    smoke: bool = setting(
+        False,
+        f"A seconds-long run: 1 epoch of {SMOKE_STEPS} steps.",
+        TRAINING,
+        speed=False,
+        quiet=False,
+    )
+    precision: str = setting(
+        "float32",
+        f"Keras precision policy: {' | '.join(PRECISIONS)} (mixed: float16/bfloat16 compute, "
+        "float32 variables). --dtype is its old name.",
+        SPEED,
+        deprecated=("dtype",),
+        searched=True,
+    )
+    jit_compile: bool | None = setting(
+        None,
+        "Compile the train step: XLA on TensorFlow and JAX, torch.compile on PyTorch. Default: "
+        "Keras's choice (on for JAX; off for TensorFlow on a CPU and for PyTorch).",
+        SPEED,
+        aliases=("enable_xla",),
+        searched=True,
+    )  # None: Keras's "auto" (toolkit.backend.jits_by_default)
+    steps_per_execution: int = setting(
+        1,
+        "Training steps per call of the compiled function (Keras batch hooks run once per call).",
+        SPEED,
+        searched=True,
+    )
+    fused_steps: int = setting(
+        1,
+        "Training steps fused into one compiled train step (a loop inside it; with "
+        "--jit_compile one XLA program): cuts per-step overhead for small models.",
+        SPEED,
+        searched=True,
+    )
+    compile_cache: bool = setting(
+        False,
+        "Keep compiled programs on disk ($TOOLKIT_CACHE_DIR/compiled/<backend>): a later run of "
+        "the same model and settings reads them instead of compiling (JAX: every program; "
+        "TensorFlow and PyTorch: what --jit_compile compiles). The first step then shows a read.",
+        SPEED,
+    )
+    backend: str | None = setting(
+        None,
+        "tensorflow | jax | torch | auto: the Keras backend (default: KERAS_BACKEND, else "
+        "tensorflow); auto: the one python -m toolkit backends measured fastest for this recipe "
+        "and flags here. Read from the command line before Keras loads.",
+        WHERE,
+        speed=False,  # each contender of the backends chooser sets its own
+    )  # None: the one Keras trains on (toolkit.backend.name())
+    device: str = setting(
+        "auto",
+        "auto | cpu | gpu | cuda | metal (mps: the Apple GPU), optionally :index (e.g. gpu:1).",
+        WHERE,
+    )
+    distribution_strategy: str = setting(
+        "default",
+        f"{' | '.join(distribute.STRATEGIES)}: data_parallel is Keras's own over every device "
+        "of every process (any backend); the others are tf.distribute's.",
+        DISTRIBUTION,
+    )
+    worker_hosts: str | None = setting(
+        None,
+        "Multi-worker: comma-separated host:port of every worker; worker 0 is the chief (and "
+        "for data_parallel the coordinator: its port is the one that listens). Without it, "
+        "TF_CONFIG (tf.distribute) or KERAS_DISTRIBUTION_* (data_parallel) is read from the "
+        "environment.",
+        DISTRIBUTION,
+    )
+    task_index: int = setting(0, "Multi-worker: this worker's index.", DISTRIBUTION)
+    cluster_wait: float = setting(
+        distribute.CLUSTER_WAIT_S,
+        "Multi-worker: seconds a worker waits for every worker of --worker_hosts to join; "
+        "then it fails in one line naming those that do not answer (0: the framework's own "
+        "wait).",
+        DISTRIBUTION,
+    )
+    shard_policy: str = setting(
+        "data",
+        "How a multi-worker strategy splits the input: data (every worker reads it all and "
+        "keeps its share), file (workers read different files), auto, off.",
+        DISTRIBUTION,
+    )
+    data_service: str | None = setting(
+        None,
+        "grpc://host:port of a tf.data service dispatcher: the input pipeline runs on its "
+        "workers (python -m toolkit data-service).",
+        DISTRIBUTION,
+    )
+    data_service_mode: str = setting(
+        "parallel_epochs",
+        f"{' | '.join(distribute.SERVICE_MODES)}. parallel_epochs: every trainer gets the whole "
+        "dataset; distributed_epoch: trainers split one epoch's elements.",
+        DISTRIBUTION,
+    )
+    report_dir: str | None = setting(
+        "runs",
+        "Reports go to <report_dir>/<timestamp>/; '' for none.",
+        MEASURING,
+        speed=False,
+        quiet=None,
+        path=True,
+    )
+    warmup_steps: int = setting(
+        DEFAULT_WARMUP_STEPS,
+        "Steps after the first left out of the step-time statistics.",
+        MEASURING,
+        speed=False,
+    )
+    log_steps: int | None = setting(
+        None,
+        "Print step time and examples/s every N steps.",
+        MEASURING,
+        speed=False,
+        quiet=None,
+    )
+    verbose: int | None = setting(
+        None,
+        "Progress while training. Default: the toolkit's (a bar on a terminal; in a log, a line "
+        "every --log_steps steps, about ten a run when unset); 0: none; 1 or 2: Keras's own "
+        "(it reads the loss every step: a device sync per step).",
+        MEASURING,
+        flag="log_verbosity",
+        speed=False,
+        quiet=0,
+    )  # None: the toolkit's progress (toolkit.core.progress)
+    count_flops: bool = setting(
+        True,
+        "Count model FLOPs per step; report achieved FLOP/s and MFU against the measured "
+        "matmul peak (measured once per machine, ~2 s, then cached).",
+        MEASURING,
+        speed=False,
+        quiet=False,
+    )
+    profile_steps: tuple[int, int] | None = setting(
+        None,
+        "Capture a profiler trace of steps 'start,stop' (e.g. '10,15').",
+        MEASURING,
+        flag_default="",
+        speed=False,
+        quiet=None,
+    )
+    memory_watch: bool = setting(
+        False, "Record host/device memory per epoch.", MEASURING, speed=False, quiet=False
+    )
+    tensorboard: bool = setting(
+        False,
+        "Write step time, p50/p90, examples/s, MFU, memory and the epoch metrics as "
+        "TensorBoard scalars in the run dir's train and validation runs, as Keras lays them out "
+        "(view: tensorboard --logdir <report_dir>).",
+        MEASURING,
+        speed=False,
+        quiet=False,
+    )
+
+    def validate(self) -> TrainConfig:
+        """Returns self, or raises ConfigError naming the first bad setting and what it must
+        be."""
+        for name in ("epochs", "batch_size", "steps_per_execution", "fused_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise _bad(name, "an integer >= 1", value)
+        for name in ("steps_per_epoch", "log_steps"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise _bad(name, ">= 1", value)
+        if self.steps_per_epoch is not None and self.steps_per_epoch % self.fused_steps:
+            raise ConfigError(
+                f"--train_steps={self.steps_per_epoch} must be a multiple of "
+                f"--fused_steps={self.fused_steps}"
+            )
+        for name in ("warmup_steps", "task_index"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise _bad(name, ">= 0", value)
+        wait = self.cluster_wait
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
+            raise _bad(
+                "cluster_wait", "a number of seconds >= 0 (0: the framework's own wait)", wait
+            )
+        if self.profile_steps is not None:
+            start, stop = self.profile_steps
+            if start < 0 or stop <= start:
+                raise ConfigError(
+                    f"--profile_steps must be start,stop with 0 <= start < stop, got {start},{stop}"
+                )
+        if self.tensorboard and not self.report_dir:
+            raise ConfigError(
+                "--tensorboard writes into the run's directory: give --report_dir "
+                "(TensorBoard then reads <report_dir>)"
+            )
+        if self.tensorboard and importlib.util.find_spec("tensorboard") is None:
+            raise ConfigError(
+                "--tensorboard needs TensorBoard, which the base install leaves out: "
+                "pip install 'keras-perf-toolkit[profile]'"
+            )
+        if self.verbose not in (None, 0, 1, 2):
+            raise _bad("verbose", "0, 1 or 2 (or unset: the toolkit's progress)", self.verbose)
+        choices = (
+            ("precision", PRECISIONS),
+            ("distribution_strategy", distribute.STRATEGIES),
+            ("shard_policy", distribute.SHARD_POLICIES),
+            ("data_service_mode", distribute.SERVICE_MODES),
+        )
+        for name, allowed in choices:
+            if getattr(self, name) not in allowed:
+                raise _bad(name, f"one of {', '.join(allowed)}", getattr(self, name))
+        if self.backend is not None and self.backend not in backend.BACKENDS:
+            raise _bad("backend", f"one of {', '.join(backend.BACKENDS)}", self.backend)
+        if self.backend is not None and self.backend != backend.name():
+            raise ConfigError(
+                f"--backend={self.backend}: Keras trains on {backend.name()} in this process; "
+                "give --backend on the command line, or set KERAS_BACKEND before importing Keras"
+            )
+        weights = self.init_weights
+        if weights is not None and not str(weights).endswith(".weights.h5"):
+            raise _bad("init_weights", "a Keras weights file ending in .weights.h5", weights)
+        try:
+            parse_device_spec(self.device)
+            if self.data_service is not None:
+                distribute.service_address(self.data_service)
+            if self.worker_hosts:
+                distribute.tf_config(self.worker_hosts.split(","), self.task_index)
+        except ValueError as e:  # DeviceError, DistributeError: already one line with the flag
+            raise ConfigError(str(e)) from None
+        return self
+
+    def for_measurement(self, steps: int, warmup_steps: int) -> TrainConfig:
+        """This config as a short, quiet measurement run (diagnose, tune): one epoch of
+        `steps` steps with `warmup_steps` left out, and no report, trace, memory watch, FLOP
+        count, smoke shrinking, logging or backup (a measurement must not resume a run)."""
+        quiet = {f.name: f.metadata["quiet"] for f in SETTINGS if "quiet" in f.metadata}
+        return dataclasses.replace(self, **quiet, steps_per_epoch=steps, warmup_steps=warmup_steps)
+
+    def effective(self) -> TrainConfig:
+        """The config a run really uses: ``smoke`` shrinks it to a seconds-long run, and
+        ``steps_per_execution`` is at most an epoch's calls."""
+        return (self._smoked() if self.smoke else self)._within_epoch()
+
+    def _within_epoch(self) -> TrainConfig:
+        """A call of more steps than an epoch holds would not end with the epoch: on a
+        repeated dataset (``--train_steps``) Keras runs every step of the call, a million
+        steps for ``--steps_per_execution=1000000``. So one call runs the whole epoch."""
+        if self.steps_per_epoch is None:
+            return self
+        calls = self.steps_per_epoch // self.fused_steps  # Keras batches in an epoch
+        if self.steps_per_execution <= calls:
+            return self
+        fused = f" ({calls} of --fused_steps={self.fused_steps})" if self.fused_steps > 1 else ""
+        logging.warning(
+            "--steps_per_execution=%d is more than an epoch's %d steps%s: "
+            "--steps_per_execution=%d, one call per epoch",
+            self.steps_per_execution,
+            self.steps_per_epoch,
+            fused,
+            calls,
+        )
+        return dataclasses.replace(self, steps_per_execution=calls)
+
+    def _smoked(self) -> TrainConfig:
+        steps = min(self.steps_per_epoch or SMOKE_STEPS, SMOKE_STEPS)
+        steps = whole_calls(steps, self.fused_steps)
+        window = self.profile_steps
+        if window is not None:  # kept where it fits the smoke run, never dropped silently
+            start, stop = window
+            if start >= steps:
+                logging.warning(
+                    "--smoke: --profile_steps=%d,%d starts after the smoke run's %d steps: "
+                    "no trace (run without --smoke, or trace earlier steps)",
+                    start,
+                    stop,
+                    steps,
+                )
+                window = None
+            elif stop > steps:
+                logging.warning(
+                    "--smoke: --profile_steps=%d,%d traced as %d,%d (a smoke run has %d steps)",
+                    start,
+                    stop,
+                    start,
+                    steps,
+                    steps,
+                )
+                window = (start, steps)
+        return dataclasses.replace(
+            self,
+            epochs=1,
+            steps_per_epoch=steps,
+            warmup_steps=min(self.warmup_steps, 1),
+            profile_steps=window,
+        )
+
+
+# Every training setting, in its help group's order: the one table the flags, their help, the
+# measurement config, tune's knobs and the backends chooser's run flags derive from.
+SETTINGS: tuple[dataclasses.Field, ...] = dataclasses.fields(TrainConfig)
+SEARCHED = tuple(f.name for f in SETTINGS if f.metadata["searched"])
+
+
+def flag_of(field: str) -> str:
+    """The flag of a TrainConfig field (``steps_per_epoch`` -> ``train_steps``)."""
+    meta = TrainConfig.__dataclass_fields__[field].metadata
+    return meta.get("flag") or field
+
+
+def flag_name(field: str) -> str:
+    """``--train_steps (steps_per_epoch)`` for a field whose flag is named differently, else
+    ``--batch_size``."""
+    flag = flag_of(field)
+    return f"--{flag} ({field})" if flag != field else f"--{field}"
+
+
+def _bad(field: str, what: str, value: Any) -> ConfigError:
+    return ConfigError(f"{flag_name(field)} must be {what}, got {value!r}")

@@ -1,0 +1,287 @@
+"""profile(): StepTimer (+ MemoryWatch, TraceWindow) around a user's own fit, and a report that
+lands on disk however the run ends."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import signal
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from absl import logging
+
+from toolkit.core.errors import one_line
+from toolkit.core.stats import DEFAULT_WARMUP_STEPS
+from toolkit.profiling.loss_guard import LossGuard
+from toolkit.profiling.memory_watch import MemoryWatch
+from toolkit.profiling.scalars import HOST_RSS, TRAIN, Scalars, viewing_hint
+from toolkit.profiling.step_timer import StepTimer
+from toolkit.profiling.stop_on_signal import StopOnSignal
+from toolkit.profiling.trace_window import TraceWindow
+from toolkit.report import COMPLETE, DIVERGED, PARTIAL, RunContext, RunReport
+
+__all__ = [
+    "Profile",
+    "profile",
+]
+
+
+def new_run_dir(report_dir: str | os.PathLike[str]) -> str:
+    """Creates and returns ``report_dir/<YYYYmmdd-HHMMSS>`` (suffixed ``-2``, ... when taken)."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = os.path.join(os.fspath(report_dir), stamp)
+    path, n = base, 1
+    while True:
+        try:
+            os.makedirs(path)
+            return path
+        except FileExistsError:
+            n += 1
+            path = f"{base}-{n}"
+
+
+class Profile:
+    """Profiles one run and writes its RunReport, also when training raises or is interrupted.
+
+    Use ``profile(...)`` to get one. Inside the ``with`` block pass ``callbacks`` to ``fit``
+    (or drive ``timer`` around a custom loop). On exit the report is built and, when a
+    `report_dir` was given, written atomically as JSON, Markdown and PNG. If the block raised
+    (an error, Ctrl-C, or SIGTERM, which is turned into ``TrainingInterrupted`` while the
+    block runs) the report is marked ``partial`` with the error, written, and the exception
+    goes on. During a ``fit`` with these callbacks, Ctrl-C and SIGTERM stop training at the
+    next step boundary (a second one at once), so no framework op is cut in half.
+
+    Args:
+        name: run name in the report.
+        report_dir: parent directory; the run gets its own timestamped subdirectory. Defaults
+            to `None` (nothing written; the report is still in ``.report``).
+        batch_size: examples per step, for examples/sec. Defaults to `None` (from `data`).
+        data: a `tf.data.Dataset` to read the batch size from.
+        warmup_steps: steps left out after the first. Defaults to `5`.
+        trace_steps: ``(start, stop)`` steps to capture with the profiler into
+            ``<run dir>/train`` (where Keras's TensorBoard callback puts its trace, beside the
+            scalars), or ``<report_dir or .>/trace`` with no run directory. Defaults to `None`
+            (no trace).
+        memory_watch: add a MemoryWatch. Defaults to `False`.
+        tensorboard: write TensorBoard scalars into the run directory's ``train`` and
+            ``validation`` runs, as Keras's TensorBoard callback lays them out: StepTimer's
+            step time, p50/p90 and examples/s and the model's epoch metrics at each epoch's
+            end, and MFU and memory per epoch at the end (``toolkit.profiling.scalars``).
+            ``tensorboard --logdir <report_dir>`` shows them. Needs a `report_dir` and
+            TensorBoard installed. Defaults to `False`.
+        args: the run's arguments/flags, recorded in the report.
+        plot: write the PNG plot. Defaults to `True`.
+        log_steps: print step time every this many steps. Defaults to `None`.
+        stop_on_nan: stop ``fit`` at the first step whose loss is NaN or infinite (within a
+            few steps of it: the check reads each step's loss off the training thread). Either
+            way the report's status is ``diverged`` and says at which step. Defaults to `True`.
+
+    Inside the block, set ``.context`` (a ``toolkit.report.RunContext``: the runner's),
+    ``.compute`` (``flops_per_step``, ``peak_flops_per_s``...: see ``toolkit.profiling.flops``),
+    ``.diagnosis`` / ``.tune`` (those tools' ``to_dict()``) and ``.extra`` (free-form facts);
+    they go into the report.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        report_dir: str | os.PathLike[str] | None = None,
+        batch_size: int | None = None,
+        data: Any = None,
+        warmup_steps: int = DEFAULT_WARMUP_STEPS,
+        trace_steps: tuple[int, int] | None = None,
+        memory_watch: bool = False,
+        tensorboard: bool = False,
+        args: Mapping[str, Any] | None = None,
+        plot: bool = True,
+        log_steps: int | None = None,
+        stop_on_nan: bool = True,
+    ) -> None:
+        self.name = name
+        self.report_dir = os.fspath(report_dir) if report_dir is not None else None
+        self.args = dict(args or {})
+        self.plot = plot
+        self.extra: dict[str, Any] = {}
+        self.compute: dict[str, Any] | None = None
+        self.context: RunContext | None = None
+        self.diagnosis: dict[str, Any] | None = None
+        self.tune: dict[str, Any] | None = None
+        if tensorboard and self.report_dir is None:
+            raise ValueError(
+                "profile(tensorboard=True) writes into the run's directory: give report_dir"
+            )
+        self._tensorboard = tensorboard
+        self.timer = StepTimer(
+            warmup_steps=warmup_steps, batch_size=batch_size, data=data, log_steps=log_steps
+        )
+        self.memory = MemoryWatch() if memory_watch else None
+        self._trace_steps = trace_steps
+        self.trace: TraceWindow | None = None
+        self.run_dir: str | None = None
+        self.report: RunReport | None = None
+        self.paths: dict[str, str] = {}
+        self.write_error: str | None = None  # why the report files could not be written
+        self._old_handlers: dict[int, Any] = {}
+        self._stop = StopOnSignal()
+        self._guard = LossGuard(stop=stop_on_nan)
+
+    @property
+    def callbacks(self) -> list[Any]:
+        """The callbacks to pass to ``fit``: the signal stop, StepTimer, MemoryWatch and
+        TraceWindow, and the guard that stops a run whose loss went NaN or infinite."""
+        return [
+            cb
+            for cb in (self._stop, self.timer, self.memory, self.trace, self._guard)
+            if cb is not None
+        ]
+
+    def __enter__(self) -> Profile:
+        if self.report_dir is not None:
+            self.run_dir = new_run_dir(self.report_dir)
+        if self._tensorboard and self.run_dir is not None:
+            self.timer.scalars = Scalars(self.run_dir, self.timer.log_steps)
+            self.timer.tensorboard_metrics = True
+        if self._trace_steps is not None:
+            start, stop = self._trace_steps
+            if self.run_dir is not None:  # beside the scalars, in Keras's train run
+                logdir = os.path.join(self.run_dir, TRAIN)
+            else:
+                logdir = os.path.join(self.report_dir or ".", "trace")
+            self.trace = TraceWindow(logdir, start_step=start, stop_step=stop)
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._old_handlers[signum] = signal.signal(signum, self._stop.on_signal)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        try:
+            for signum, handler in self._old_handlers.items():
+                signal.signal(signum, handler)
+            self._old_handlers = {}
+            self.timer.stop()
+            cluster = self._cluster() if exc is None else None
+            error = None if exc is None else one_line(exc)
+            diverged = self._guard.found
+            status = PARTIAL if error else DIVERGED if diverged else COMPLETE
+            error = error or diverged  # a loss that went NaN: a failed run, not complete
+            self.report = RunReport.from_callbacks(
+                self.name,
+                self.timer,
+                memory=self.memory,
+                trace=self.trace,
+                args=self.args,
+                status=status,
+                error=error,
+                extra=self.extra,
+                compute=self.compute,
+                context=self.context,
+                diagnosis=self.diagnosis,
+                tune=self.tune,
+                cluster=cluster,
+            )
+            self._final_scalars()
+            self._viewing(self.report)
+            if exc is not None:  # the caller that catches it can say what was kept, and where
+                exc.toolkit_report = self.report  # type: ignore[union-attr]
+                exc.toolkit_run_dir = self.run_dir  # type: ignore[union-attr]
+            if self.run_dir is not None:
+                try:
+                    self.paths = self.report.write(self.run_dir, plot=self.plot)
+                except OSError as e:  # a full disk, a directory gone: the report stays here
+                    self.write_error = f"{e.strerror or e}"
+                    with contextlib.suppress(OSError):
+                        os.rmdir(self.run_dir)  # only if nothing made it there
+        except Exception:
+            if exc is None:
+                raise
+            # Never let a reporting failure hide the training error that got us here.
+            logging.exception("could not write the report of the failed run %s", self.name)
+
+    def _cluster(self) -> dict[str, Any] | None:
+        """Over processes (a data-parallel run), every process's figures at the chief: one
+        gather when training has ended on every process (none per step), with a fingerprint
+        of each one's weights. None for one process."""
+        from toolkit import backend
+        from toolkit.report._cluster import cluster_view
+
+        seam = backend.get()
+        index, count = seam.processes()
+        if count < 2:
+            return None
+        s = self.timer.summary()
+        model = getattr(self.timer, "model", None)
+        digest = seam.weights_digest(model) if model is not None else "0" * 24
+        # float32 on the wire: the fingerprint goes as six exact 16-bit pieces.
+        pieces = [int(digest[i : i + 4], 16) for i in range(0, 24, 4)]
+        values = [s.total_steps, s.p50_s or 0.0, s.examples_per_sec or 0.0, *pieces]
+        rows, prints = [], set()
+        for i, got in enumerate(seam.gather_processes([float(v) for v in values])):
+            weights = "".join(f"{int(p):04x}" for p in got[3:])
+            prints.add(weights)
+            rows.append(
+                {
+                    "task_index": i,
+                    "is_chief": i == 0,
+                    "status": COMPLETE,
+                    "steps": int(got[0]),
+                    "p50_ms": got[1] * 1e3 or None,
+                    "examples_per_sec": got[2] or None,
+                    "weights": weights if model is not None else None,
+                }
+            )
+        view = cluster_view(rows)
+        view["process_index"] = index
+        view["same_weights"] = len(prints) == 1 if model is not None else None
+        return view
+
+    def _viewing(self, report: RunReport) -> None:
+        """Where the run's TensorBoard runs are, and the one command that shows them (every
+        run under `report_dir` side by side), in the report and its trace line."""
+        if self.run_dir is None or self.report_dir is None:
+            return
+        view = viewing_hint(self.report_dir)
+        if report.trace is not None:
+            report.trace["view"] = view
+        scalars = self.timer.scalars
+        if scalars is not None and scalars.runs:
+            report.tensorboard = {"logdir": self.run_dir, "runs": scalars.runs, "view": view}
+
+    def _final_scalars(self) -> None:
+        """MFU per epoch and the memory readings as TensorBoard scalars, then the files
+        closed."""
+        scalars, report = self.timer.scalars, self.report
+        if scalars is None or report is None:
+            return
+        try:
+            ends, step = {}, 0
+            for e in self.timer.epochs:
+                step += e["steps"]
+                ends[e["epoch"]] = step
+            compute = report.compute or {}
+            scalars.utilization(compute.get("flops_per_step"), compute.get("peak_flops_per_s"))
+            for r in (report.memory or {}).get("readings", []):
+                at = ends.get(r.get("epoch"), 0) if r.get("epoch") is not None else 0
+                scalars.write(HOST_RSS, r["host_rss_mb"], at)
+                for device, m in (r.get("devices") or {}).items():
+                    scalars.write(f"memory/{device}_peak_mb", m["peak_mb"], at)
+            scalars.close()
+        except Exception as e:  # noqa: BLE001 - the report matters more than the scalars
+            logging.warning("TensorBoard scalars not finished: %s: %s", type(e).__name__, e)
+
+
+def profile(name: str, **kwargs: Any) -> Profile:
+    """Profiles a run in a ``with`` block; see :class:`Profile` for the arguments.
+
+    Example:
+
+    ```python
+    with profile("my-model", report_dir="runs", batch_size=64) as prof:
+        model.fit(dataset, epochs=3, callbacks=prof.callbacks)
+    print(prof.report.summary())   # also in runs/<timestamp>/report.{json,md} and steps.png
+    ```
+    """
+    return Profile(name, **kwargs)

@@ -1,0 +1,423 @@
+"""The one training runner every recipe uses: device, strategy, data, compile, fit, report.
+
+A recipe describes *what* to train as a :class:`Task` (model builder, loss, metrics, data);
+:func:`run` decides *how*: it selects the device (``toolkit.devices``), runs the preflight
+checks, builds the distribution strategy, sets the precision policy, builds the input pipeline
+(``toolkit.data``, or synthetic data of the same spec), compiles under the strategy scope with
+the chosen ``jit_compile`` and ``steps_per_execution``, fits with StepTimer (and MemoryWatch /
+TraceWindow when asked), and writes a RunReport, also when ``fit`` raises or is interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from toolkit import backend, distribute
+from toolkit.core import compat, progress
+from toolkit.profiling import flops
+from toolkit.profiling.resume_recorder import ResumeRecorder
+from toolkit.report import RunReport
+from toolkit.report.context import Resume, RunContext, Strategy
+from toolkit.runner import _data
+from toolkit.runner._data import input_pipeline
+from toolkit.runner.config import TrainConfig
+from toolkit.runner.session import profile
+from toolkit.runner.task import SetupError, Task, classification_task
+
+__all__ = [
+    "RunResult",
+    "SetupError",
+    "Task",
+    "classification_task",
+    "input_pipeline",
+    "run",
+]
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What :func:`run` returns."""
+
+    report: RunReport
+    paths: dict[str, str]
+    run_dir: str | None
+    model: Any
+    history: Any
+    write_error: str | None = None  # why the report's files could not be written, if so
+    train_data: Any = None  # the training dataset `fit` read (tune measures a model again on it)
+
+
+@contextlib.contextmanager
+def precision_policy(name: str) -> Iterator[None]:
+    """Keras's global mixed-precision policy for the block, restored afterwards."""
+    keras = compat.keras()
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(name)
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
+def setup_device(config: TrainConfig) -> tuple[Any, list[Any]]:
+    """Selects `config`'s device (first: visible devices can't change once TensorFlow's
+    runtime starts) and runs the preflight checks for its precision and XLA setting.
+
+    Returns:
+        ``(device, findings)``.
+
+    Raises:
+        SetupError: the device is not here (the message lists what is) or can't be selected.
+    """
+    from toolkit import devices
+
+    try:
+        device = devices.select(config.device)
+        findings = devices.preflight(
+            device, policy=config.precision, jit_compile=bool(config.jit_compile)
+        )
+    except ValueError as e:  # DeviceError
+        raise SetupError(str(e)) from e
+    return device, findings
+
+
+def share_initial_weights(model: Any, path: str) -> str:
+    """Gives `model` the weights in `path` (a ``.weights.h5`` file), or, when there is no such
+    file yet, writes the model's own initial weights there (atomically): the runs that share a
+    path start from the same weights, whatever backend each trains on (the file format is
+    Keras's own, backend-neutral). Returns ``"loaded"`` or ``"written"``.
+
+    Raises:
+        SetupError: the file holds the weights of another model, or cannot be written.
+    """
+    path = os.path.abspath(os.path.expanduser(path))
+    if os.path.exists(path):
+        try:
+            model.load_weights(path)
+        except Exception as e:  # h5py, shape and name errors alike: one line
+            raise SetupError(
+                f"--init_weights={path}: cannot load it into this model ({type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''}); it holds another model's "
+                "weights: delete it or give another path"
+            ) from e
+        return "loaded"
+    directory = os.path.dirname(path)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".init-", suffix=".weights.h5", dir=directory)
+        os.close(fd)
+        os.remove(tmp)  # Keras writes the file itself; an existing one would ask to overwrite
+        model.save_weights(tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise SetupError(f"--init_weights={path}: cannot write it ({e.strerror or e})") from e
+    return "written"
+
+
+def _jit_compile(value: bool | None) -> bool | str | None:
+    """`--jit_compile` for ``compile``: None is Keras 3's ``"auto"`` (its per-backend choice);
+    tf_keras knows no ``"auto"`` (a truthy string there would turn XLA on), so None stays."""
+    if value is None and compat.keras_flavor() == "keras3":
+        return "auto"
+    return value
+
+
+LOG_LINES_PER_RUN = 10  # in a log, the default progress: about this many step-time lines
+MIN_LOGGED_STEPS = 20  # shorter runs print only their summary
+
+
+def _nice(n: float) -> int:
+    """The smallest of 1, 2, 5, 10, 20, 50... that is >= `n`."""
+    scale = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale >= n:
+                return m * scale
+        scale *= 10
+
+
+def _steps_per_epoch(config: TrainConfig, train_ds: Any) -> int | None:
+    if config.steps_per_epoch:
+        return config.steps_per_epoch
+    try:
+        count = int(train_ds.cardinality()) if hasattr(train_ds, "cardinality") else len(train_ds)
+    except (TypeError, ValueError):
+        return None
+    return count * config.fused_steps if count > 0 else None  # a fused batch holds K steps
+
+
+def fit_progress(
+    config: TrainConfig, train_ds: Any, name: str
+) -> tuple[int, int | None, list[Any]]:
+    """``(Keras verbose, log_steps, callbacks)`` for the progress `config` asks for.
+
+    ``verbose`` set (0, 1, 2): exactly that, Keras's own. Unset (the default): the toolkit's
+    (``toolkit.core.progress``): on a terminal a :class:`FitProgress` bar, which reads no tensor
+    per step; in a log a step-time line every ``log_steps`` steps (about
+    :data:`LOG_LINES_PER_RUN` a run when ``--log_steps`` is not given); nothing when
+    ``TOOLKIT_PROGRESS=0``.
+    """
+    if config.verbose is not None:
+        return config.verbose, config.log_steps, []
+    shown = progress.mode()
+    if shown == progress.BAR:
+        from toolkit.profiling.fit_progress import FitProgress
+
+        return 0, config.log_steps, [FitProgress(name)]
+    if shown == progress.LINES and config.log_steps is None:
+        per_epoch = _steps_per_epoch(config, train_ds)
+        total = per_epoch * config.epochs if per_epoch else 0
+        if total >= MIN_LOGGED_STEPS:
+            return 0, _nice(total / LOG_LINES_PER_RUN), []
+    return 0, config.log_steps, []
+
+
+def run(
+    task: Task,
+    config: TrainConfig,
+    args: Mapping[str, Any] | None = None,
+    callbacks: Sequence[Any] = (),
+    extra: Mapping[str, Any] | None = None,
+    *,
+    diagnosis: Mapping[str, Any] | None = None,
+    tune: Mapping[str, Any] | None = None,
+) -> RunResult:
+    """Trains `task` as `config` says, with step-time profiling, and writes the report.
+
+    Args:
+        task: what to train.
+        config: how to train.
+        args: the flags/arguments to record in the report. Defaults to the config's fields.
+        callbacks: more Keras callbacks, run after the profiling ones.
+        extra: free-form facts for the report's ``extra``.
+        diagnosis: a ``Diagnosis.to_dict()`` for the report's diagnosis section.
+        tune: a ``TuneResult.to_dict()`` for the report's tune section.
+
+    Returns:
+        The report, the files written, the run directory, the trained model and the History.
+
+    Raises:
+        SetupError: a bad setting (naming the flag), a device that is not here (listing what
+            is), or too little data, before anything trains.
+    """
+    try:
+        config = config.validate().effective()
+        check_report_dir(config.report_dir)
+        backend.get().check_config(config)  # what this Keras backend cannot run: one line
+        if config.compile_cache:  # before anything compiles (a command line set it earlier)
+            backend.use_compile_cache()
+        cluster = _start_cluster(task, config)
+        device, findings = setup_device(config)
+        # Before any dataset: a multi-worker strategy configures collective ops at start-up.
+        strategy = distribute.make_strategy(
+            config.distribution_strategy,
+            device,
+            cluster=cluster,
+            cluster_wait=config.cluster_wait,
+        )
+        global_batch, per_replica = distribute.batch_sizes(
+            config.batch_size, strategy.num_replicas_in_sync
+        )
+        share = (0, 1, 1)
+        if isinstance(strategy, distribute.ProcessStrategy):  # a keras.distribution
+            share = (strategy.process_index, strategy.processes, strategy.num_replicas_in_sync)
+        if config.seed is not None:
+            # Before the data: its shuffle's seed pairs with the global one, so a seeded run
+            # reads the same order whatever ran before it in the process.
+            compat.keras().utils.set_random_seed(config.seed)
+        train_ds = _data.dataset(task.train, config, training=True, task=task, share=share)
+        val_ds = None
+        if task.validation is not None:
+            val_ds = _data.dataset(task.validation, config, training=False, task=task, share=share)
+    except SetupError:
+        raise
+    except (ValueError, FileNotFoundError) as e:  # a bad setting (ConfigError), too little data
+        raise SetupError(str(e)) from e
+    keras = compat.keras()
+    if config.seed is not None:
+        keras.utils.set_random_seed(config.seed)  # again: the data's setup drew from it
+    report_dir = config.report_dir
+    if report_dir and not cluster.is_chief:  # each worker reports; the chief's is the run's
+        report_dir = os.path.join(report_dir, f"worker{cluster.task_index}")
+
+    with precision_policy(config.precision), strategy.scope():
+        model = task.build_model()
+        optimizer = task.optimizer() if task.optimizer else keras.optimizers.Adam()
+        model.compile(
+            optimizer=optimizer,
+            loss=task.loss,
+            metrics=list(task.metrics),
+            jit_compile=_jit_compile(config.jit_compile),
+            steps_per_execution=config.steps_per_execution,
+        )
+        backend.get().fuse_train_steps(model, config.fused_steps)
+        if config.init_weights:
+            share_initial_weights(model, config.init_weights)
+    verbose, log_steps, shown = fit_progress(config, train_ds, task.name)
+    try:
+        with profile(
+            task.name,
+            report_dir=report_dir,
+            batch_size=config.batch_size,
+            warmup_steps=config.warmup_steps,
+            trace_steps=config.profile_steps,
+            memory_watch=config.memory_watch,
+            tensorboard=config.tensorboard,
+            log_steps=log_steps,
+            stop_on_nan=config.stop_on_nan,
+            args=dict(args) if args is not None else dataclasses.asdict(config),
+        ) as prof:
+            resume = Resume(config.backup_dir) if config.backup_dir else None
+            prof.context = RunContext(
+                device=device,
+                backend=backend.name(),
+                precision=config.precision,
+                strategy=Strategy(
+                    name=config.distribution_strategy,
+                    replicas=strategy.num_replicas_in_sync,
+                    global_batch=global_batch,
+                    per_replica_batch=per_replica,
+                    processes=share[1],
+                    per_process_batch=global_batch // share[1],
+                    shard_policy=config.shard_policy,
+                    data_service=config.data_service,
+                    data_service_mode=config.data_service_mode if config.data_service else None,
+                ),
+                cluster=cluster,
+                preflight=tuple(findings),
+                dataset=task.dataset,
+                synthetic_data=config.use_synthetic_data,
+                smoke=config.smoke,
+                resume=resume,
+            )
+            prof.extra.update(extra or {})
+            prof.diagnosis = dict(diagnosis) if diagnosis is not None else None
+            prof.tune = dict(tune) if tune is not None else None
+            if config.count_flops:
+                # With --compile_cache a peak not in its cache is measured after fit: ops run
+                # before the first step would change the compiled programs' keys.
+                prof.compute = flops.compute_facts(
+                    model,
+                    config.batch_size,
+                    config.precision,
+                    device,
+                    measure_peak=not config.compile_cache,
+                )
+            resilience = []
+            if resume is not None:
+                backups = [keras.callbacks.BackupAndRestore(resume.backup_dir)]
+                if share[0] > 0:
+                    # Over processes the weights are one: the chief backs them up, as
+                    # tf.distribute's chief does, and every process restores from its
+                    # backup (a directory they all read); two writers would race, and
+                    # backups of two epochs would start the processes apart. Saving reads
+                    # the weights with a collective every process must join: the others
+                    # save too, into a scratch directory of their own.
+                    backups = [
+                        keras.callbacks.BackupAndRestore(
+                            resume.backup_dir, save_freq=2**62, delete_checkpoint=False
+                        ),
+                        keras.callbacks.BackupAndRestore(tempfile.mkdtemp(prefix="backup-")),
+                    ]
+                resilience = [*backups, ResumeRecorder(resume)]
+            history = model.fit(
+                train_ds,
+                epochs=config.epochs,
+                steps_per_epoch=(
+                    config.steps_per_epoch // config.fused_steps if config.steps_per_epoch else None
+                ),
+                validation_data=val_ds,
+                shuffle=False,  # the pipeline shuffles; Keras would only warn about a Dataset
+                callbacks=[*resilience, *prof.callbacks, *shown, *callbacks],
+                verbose=verbose,
+            )
+            if prof.compute is not None:
+                flops.recheck_peak(prof.compute, prof.timer.summary().p50_s, device)
+    except Exception as e:
+        bad = task.find_bad_file(e) if task.find_bad_file is not None else None
+        if bad is None:
+            raise
+        run_dir = getattr(e, "toolkit_run_dir", None)
+        where = f" (the partial report is in {run_dir})" if run_dir else ""
+        raise SetupError(
+            f"{task.dataset or 'the data'}: cannot read {bad}: remove or replace that file{where}"
+        ) from e
+    return RunResult(
+        prof.report, prof.paths, prof.run_dir, model, history, prof.write_error, train_ds
+    )
+
+
+def _start_cluster(task: Task, config: TrainConfig) -> distribute.Cluster:
+    """This process's cluster, started: tf.distribute's (``TF_CONFIG``, read by the strategy
+    when it is made) or, for ``data_parallel`` on Keras 3, the processes joined and the
+    framework's cluster started, before anything asks the framework for its devices."""
+    from toolkit.distribute import processes
+
+    if config.distribution_strategy != processes.DATA_PARALLEL or compat.keras_flavor() == (
+        "tf_keras"
+    ):
+        return distribute.cluster_from_flags(config.worker_hosts, config.task_index)
+    cluster = processes.cluster(config.worker_hosts, config.task_index)
+    if cluster.num_workers > 1 and config.seed is None:
+        raise SetupError(
+            "--seed: data_parallel over processes needs one seed on every process (the same "
+            "initial weights and the same order of the data); give --seed=N"
+        )
+    if cluster.num_workers > 1 and config.data_service:
+        raise SetupError(
+            "--data_service: data_parallel over processes reads each process's slice of the "
+            "local pipeline; drop --data_service (or use tf.distribute's multi_worker_mirrored "
+            "under TF_USE_LEGACY_KERAS=1)"
+        )
+    # What must agree on every process (the hosts are added by the join).
+    agreed = {
+        "run": task.name,
+        "backend": backend.name(),
+        "batch_size": config.batch_size,
+        "epochs": config.epochs,
+        "train_steps": config.steps_per_epoch,
+        "steps_per_execution": config.steps_per_execution,
+        "fused_steps": config.fused_steps,
+        "precision": config.precision,
+        "seed": config.seed,
+    }
+    processes.start(cluster, agreed, config.cluster_wait or distribute.CLUSTER_WAIT_S)
+    return cluster
+
+
+def check_report_dir(report_dir: str | None) -> None:
+    """Raises SetupError (one line) when runs cannot be written under `report_dir`: found
+    before anything trains, not after.
+
+    It makes nothing: a file with a unique name is created and removed again in the directory,
+    or, when the directory is still missing, in its nearest existing ancestor (where the run
+    will make it). So processes started together with one report directory (the workers of a
+    cluster) cannot trip over each other's checks, and a run that fails before training leaves
+    nothing behind.
+    """
+    if not report_dir:
+        return
+    path = os.path.abspath(os.path.expanduser(report_dir))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise SetupError(
+            f"--report_dir={report_dir}: it is a file, not a directory; choose a directory, "
+            "or --report_dir= to write nothing"
+        )
+    where = path
+    while not os.path.exists(where):
+        where = os.path.dirname(where)
+    try:
+        if not os.path.isdir(where):
+            raise NotADirectoryError(0, f"{where} is a file, not a directory")
+        probe = tempfile.NamedTemporaryFile(dir=where, prefix=".write-test-")  # noqa: SIM115
+        probe.close()
+    except OSError as e:
+        raise SetupError(
+            f"--report_dir={report_dir}: cannot write there ({e.strerror or e}); choose a "
+            "writable directory, or --report_dir= to write nothing"
+        ) from None

@@ -1,0 +1,590 @@
+"""Which Keras backend trains this model fastest on this machine: measured, not guessed.
+
+Keras 3 trains on TensorFlow, JAX and PyTorch, and which is fastest depends on the model and
+the machine (benchmarks/README.md has this machine's figures; Keras's own GPU benchmarks find
+TensorFlow fastest for some models and JAX for others). :func:`compare` answers for a recipe or
+for your own model-building function:
+
+* every installed backend × device (``cpu``; ``cuda``, ``metal`` or ``gpu`` where that backend
+  sees one; or only the ``--device`` given) is a *contender*;
+* each run is a fresh process (Keras fixes its backend at import, and a finished run's threads
+  would eat into the next one's cores), the same recipe and flags, the same data order (the
+  seed), and the same initial weights: the first run writes them to a ``.weights.h5`` file
+  that every later run loads (``--init_weights``, Keras's backend-neutral format);
+* the contenders run in the engine's interleaved rounds (``toolkit.search.engine``: each
+  round all of them, in a rotated order), so that a machine that slows down for a while slows
+  every contender alike;
+* per contender: the first step (tracing / compilation), the steady p50 and mean ms/step
+  (medians over the rounds, the mean's spread), examples/s, MFU, and the final training
+  loss, which must agree with the defaults' within ``LOSS_RTOL`` (different backends round
+  differently; a larger gap says that they did not train the same model the same way);
+* the winner is the fastest by the median of its per-round ratios to the defaults (Keras's
+  default backend on the default device) of the *mean* step time: the time training takes.
+  The p50 alone flatters a backend whose steps stall now and then (JAX's asynchronous
+  dispatch). It must win most rounds, beat them by more than the engine's ``MIN_GAIN`` and
+  train to an agreeing loss (:func:`~toolkit.search.engine.decide`), else the defaults stay:
+  the chooser never hands back something slower than not choosing.
+
+The result is cached (``toolkit.core.cache``, ``$TOOLKIT_CACHE_DIR/backends.json``) under a key
+of the target, its flags (run-length and output flags left out), the device asked for and the
+machine (CPU, installed framework versions), and written as JSON, Markdown and a PNG. A
+recipe run with ``--backend=auto`` trains on the cached winner (:func:`resolve_auto`).
+
+This module imports no framework: the measuring happens in the child processes
+(``python -m toolkit backends --child``, ``toolkit.search._processes``), through the measured
+target's ``figures`` (``toolkit.search.workload``); the result and its table are
+``toolkit.search.standings``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from importlib import metadata, util
+from typing import Any
+
+from toolkit.backend import BACKENDS, flag_value
+from toolkit.core import _extras as extras
+from toolkit.core import compat, machine
+from toolkit.core import progress as tk_progress
+from toolkit.core.cache import Cache
+from toolkit.core.files import read_json
+from toolkit.core.stats import whole_calls
+from toolkit.runner import flags as tk_flags
+from toolkit.search._processes import child_run, follow, probe_devices, without
+from toolkit.search.engine import MIN_GAIN, Candidate, decide, interleaved_rounds
+from toolkit.search.standings import (
+    BackendsResult,
+    ChooserError,
+    Contender,
+    Row,
+    Target,
+    loss_agrees,
+    num,
+    paired_ratio,
+    rounds_of,
+    speed,
+)
+
+__all__ = [
+    "compare",
+    "contenders",
+    "installed_backends",
+    "resolve_auto",
+    "tune_across",
+]
+
+CACHE_FILE = "backends.json"
+_CACHE = Cache(CACHE_FILE)
+# Tuned settings must beat their own backend's defaults by this much to be kept: one round of
+# a final can swing by more than MIN_GAIN between identical fresh processes.
+SETTINGS_GAIN = 0.05
+DEFAULT_STEPS = 200
+DEFAULT_ROUNDS = 3
+# tune --across_backends: the final's first round is reserved at this many times its estimate
+# (a final run also times more steps than the search's trial; without a margin the budget
+# overran).
+FINAL_MARGIN = 1.25
+# Flags that change how long a run is or what it writes, not how fast a step is (the settings
+# table says which), and absl's logging flags: left out of the cache key, and overridden in the
+# children.
+RUN_FLAGS = tk_flags.RUN_FLAGS | {"verbosity", "v"}
+_DISTRIBUTIONS = ("tensorflow", "keras", "tf_keras", "jax", "jaxlib", "torch")
+
+
+def choose(rows: Sequence[Row], min_gain: float = MIN_GAIN) -> tuple[Contender, str]:
+    """The fastest contender whose median paired ratio to the defaults (``rows[0]``) exceeds
+    ``1 + min_gain`` and whose loss agrees with theirs; else the defaults. Returns the pick and
+    why, in words."""
+    defaults = rows[0]
+    if defaults.error is not None:
+        measured = [r for r in rows if r.error is None]
+        if not measured:
+            return defaults.contender, "no contender ran"
+        best = min(measured, key=lambda r: r.median("mean_s") or float("inf"))
+        return best.contender, f"the defaults failed ({defaults.error}); fastest of the rest"
+    agrees = {r.contender: loss_agrees(defaults, r) is not False for r in rows}
+    verdict = decide(
+        defaults.contender,
+        [r.contender for r in rows[1:]],
+        rounds_of(rows),
+        speed=speed,
+        min_gain=min_gain,
+        eligible=agrees.__getitem__,
+    )
+    if verdict.leader is None:
+        return defaults.contender, "no contender beat the defaults"
+    if not verdict.won:
+        return defaults.contender, (
+            f"{verdict.leader.label()} was only {verdict.ratio:.2f}× the defaults (needs > "
+            f"{1 + min_gain:.2f}×): the defaults stay"
+        )
+    best, best_ratio = next(r for r in rows if r.contender == verdict.pick), verdict.ratio
+    plain = _plain_twin(rows, best)
+    if plain is not None:
+        edge = paired_ratio(plain, best)
+        plain_ratio = paired_ratio(defaults, plain)
+        if (edge is None or edge <= 1 + SETTINGS_GAIN) and (plain_ratio or 0) > 1 + min_gain:
+            return plain.contender, (
+                f"{plain_ratio:.2f}× the defaults' mean step, loss agrees; its tuned settings "
+                f"were {edge or 0:.2f}× of it (need > {1 + SETTINGS_GAIN:.2f}×): not kept"
+            )
+    return best.contender, f"{best_ratio:.2f}× the defaults' mean step, loss agrees"
+
+
+def _plain_twin(rows: Sequence[Row], row: Row) -> Row | None:
+    """The same backend and device with Keras's default settings, when `row` has tuned ones
+    and its twin ran with an agreeing loss."""
+    c = row.contender
+    if not c.settings:
+        return None
+    for other in rows:
+        o = other.contender
+        if (o.backend, o.device, o.settings) == (c.backend, c.device, ()) and other.error is None:
+            return other if loss_agrees(rows[0], other) is not False else None
+    return None
+
+
+# ---------------------------------------------------------------------------- what to compare
+
+
+def installed_backends() -> list[str]:
+    """Keras's backends whose framework is installed (none is imported)."""
+    return [b for b in BACKENDS if util.find_spec(b) is not None]
+
+
+def contenders(
+    flags: Sequence[str] = (),
+    backends: Sequence[str] | None = None,
+    *,
+    probe: Callable[[str], list[str]] | None = None,
+) -> list[Contender]:
+    """Every installed backend (or `backends`) × the devices it sees, the defaults first
+    (Keras's default backend, on the default device: its accelerator if it has one). With
+    ``--device=D`` in `flags`, only D."""
+    if compat.use_legacy_keras():
+        raise ChooserError(
+            "TF_USE_LEGACY_KERAS=1 selects tf_keras, which trains on TensorFlow only: unset it "
+            "to compare Keras 3's backends"
+        )
+    names = list(backends) if backends else installed_backends()
+    for absent in () if backends else sorted(set(BACKENDS) - set(names) & set(extras.EXTRAS)):
+        extras.note_missing(absent, f"backends: no {absent} contender")
+    if not names:
+        raise ChooserError("no Keras backend is installed (pip install tensorflow, jax or torch)")
+    unknown = [b for b in names if b not in BACKENDS]
+    if unknown:
+        raise ChooserError(f"--backends: unknown {', '.join(unknown)}; use {', '.join(BACKENDS)}")
+    missing = [b for b in names if util.find_spec(b) is None]
+    if missing:
+        raise ChooserError(
+            f"--backends: {', '.join(missing)} not installed ({extras.install_hint(missing[0])})"
+        )
+    asked = flag_value(flags, "device")
+    default = os.environ.get("KERAS_BACKEND", "tensorflow")
+    names.sort(key=lambda b: (b != default, BACKENDS.index(b)))
+    out = []
+    for name in names:
+        if asked and asked.strip().lower() != "auto":
+            kinds = [asked.strip().lower()]
+        else:
+            kinds = (probe or (lambda b: ["cpu"]))(name)
+            # The default device is the accelerator when there is one: the defaults run there.
+            kinds = [*kinds[1:], kinds[0]] if len(kinds) > 1 and name == names[0] else kinds
+        out.extend(Contender(name, kind) for kind in kinds)
+    return out
+
+
+# ---------------------------------------------------------------------------- keys and cache
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for dist in _DISTRIBUTIONS:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[dist] = metadata.version(dist)
+    return out
+
+
+def cache_key(target: Target, steps: int) -> tuple[str, dict[str, Any]]:
+    """``(hash, what was hashed)``: the target, its flags without the run-length and output
+    ones, the steps per run, and this machine (CPU, installed framework versions)."""
+    flags = sorted(without(target.flags, RUN_FLAGS))
+    facts = {
+        "target": target.recipe or target.model_fn,
+        "flags": flags,
+        "steps": steps,
+        "machine": machine.machine_facts(**_versions()),
+        "legacy": os.environ.get("TF_USE_LEGACY_KERAS", ""),
+    }
+    return _CACHE.key(facts), facts
+
+
+def cached(key: str) -> BackendsResult | None:
+    """The cached comparison for `key`, if any."""
+    entry = _CACHE.get(key)
+    try:
+        return BackendsResult.from_dict(entry) if entry is not None else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+RECIPES = "recipes."  # the recipes' package (toolkit.app loads them by name)
+
+
+def _recipe_of_command(argv: Sequence[str]) -> str:
+    """The recipe this process runs: ``python -m recipes.R`` (while the package imports,
+    ``sys.argv[0]`` is still ``-m``: the interpreter's own command line says which), or a
+    recipe file run by path."""
+    command = list(getattr(sys, "orig_argv", []))
+    if "-m" in command[:-1]:
+        module = command[command.index("-m") + 1]
+        if module.startswith(RECIPES):
+            return module[len(RECIPES) :]
+    return os.path.splitext(os.path.basename(argv[0]))[0]
+
+
+def resolve_auto(argv: Sequence[str], recipe: str | None = None) -> list[str]:
+    """`argv` with ``--backend=auto`` replaced by the cached winner for this recipe and its
+    flags (any run length), or by Keras's default when nothing is cached (said on stderr).
+    Reads the cache only: imports no framework. Other command lines come back unchanged."""
+    argv = list(argv)
+    if (flag_value(argv[1:], "backend") or "").strip().lower() != "auto":
+        return argv
+    name = recipe or _recipe_of_command(argv)
+    rest = without(argv[1:], {"backend"})
+    best = None
+    wanted = sorted(without(rest, RUN_FLAGS))
+    machine_now = machine.machine_facts(**_versions())
+    found = [
+        e for e in _CACHE.entries()
+        if e["facts"].get("target") == name
+        and e["facts"].get("flags") == wanted and e["facts"].get("machine") == machine_now
+        and e["facts"].get("legacy", "") == os.environ.get("TF_USE_LEGACY_KERAS", "")
+    ]  # fmt: skip
+    if found:
+        newest = max(found, key=lambda e: e.get("stored", 0))
+        with contextlib.suppress(KeyError, TypeError):
+            best = Contender(**newest["result"]["best"])
+    if best is None:
+        chosen = os.environ.get("KERAS_BACKEND", "tensorflow")
+        print(
+            f"--backend=auto: no measured winner for {name} with these flags on this machine; "
+            f"training on {chosen} (measure: python -m toolkit backends --recipe {name} ...)",
+            file=sys.stderr,
+        )
+    else:
+        chosen = best.backend
+        print(
+            f"--backend=auto: {chosen} (measured fastest for {name} here, on {best.device}; "
+            "python -m toolkit backends shows the table)",
+            file=sys.stderr,
+        )
+    out = []
+    for arg in argv:  # in place: a verb's flags stay after the verb
+        if arg.startswith("--backend=") and arg.split("=", 1)[1].strip().lower() == "auto":
+            arg = f"--backend={chosen}"
+        elif arg == "auto" and out and out[-1] == "--backend":
+            arg = chosen
+        out.append(arg)
+    return out
+
+
+# ---------------------------------------------------------------------------- the comparison
+
+
+def compare(
+    target: Target | str | Callable[..., Any],
+    *,
+    backends: Sequence[str] | None = None,
+    steps: int = DEFAULT_STEPS,
+    rounds: int = DEFAULT_ROUNDS,
+    use_cache: bool = True,
+    progress: Callable[[str], Any] | None = None,
+    timeout_s: float = 900.0,
+    runner: Callable[[Contender, list[str]], dict[str, Any]] | None = None,
+    candidates: Sequence[Contender] | None = None,
+    budget_s: float | None = None,
+) -> BackendsResult:
+    """Runs `target` under every contender in interleaved rounds (module docstring).
+
+    Args:
+        target: the recipe or model function, with its flags: a :class:`Target`, a recipe
+            name, ``"module:function"`` or the function itself (:meth:`Target.of`).
+        backends: the backends to compare. Defaults to every installed one.
+        steps: training steps per run (the first execution and the warm-up are left out of
+            the steady figures). Defaults to `200`.
+        rounds: interleaved rounds. Defaults to `3`.
+        use_cache: read and write the cache. Defaults to `True`.
+        progress: called with a line per run. Defaults to printing to stderr.
+        timeout_s: the longest one run may take. Defaults to `900`.
+        runner: runs one contender with the given extra flags and returns its figures
+            (default: a fresh ``python -m toolkit backends --child`` process).
+        candidates: the contenders, the defaults first (default: :func:`contenders`); given,
+            nothing is cached.
+        budget_s: seconds the rounds may take: after the first round, a run that would end
+            past it (judged by the median run so far) is not started. Defaults to no limit.
+
+    Raises:
+        ChooserError: nothing to compare (no backend installed, an unknown one).
+    """
+    target = Target.of(target)
+    if rounds < 1 or steps < 8:
+        raise ChooserError("backends: --rounds must be >= 1 and --steps >= 8")
+    bar_wanted = progress is None  # the default: lines and, on a terminal, a bar of the runs
+    progress = progress or tk_progress.say
+    key, facts = cache_key(target, steps)
+    use_cache = use_cache and candidates is None
+    if use_cache:
+        hit = cached(key)
+        if hit is not None and (not backends or {r.contender.backend for r in hit.rows}
+                                == set(backends)):  # fmt: skip
+            progress(f"backends: cached result for this target, flags and machine ({key})")
+            return hit
+    env = dict(os.environ)
+    asked: list[str] = []
+
+    def probe(name: str) -> Any:
+        if not asked:  # once, after the backends named were checked
+            progress("backends: asking each backend which devices it sees (a process each)")
+        asked.append(name)
+        return probe_devices(name, env, min(timeout_s, 300.0))
+
+    listed = list(candidates or ()) or contenders(target.flags, backends, probe=probe)
+    rows = [Row(c) for c in listed]
+    length = run_steps(steps, listed, target.flags)
+    if length != steps:
+        progress(
+            f"backends: {length} steps per run, not {steps}: every contender trains as many "
+            "steps (their final losses are compared): at least 5 calls of the longest call, "
+            "and a whole number of every contender's calls"
+        )
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="toolkit-backends-") as tmp:
+        weights = os.path.join(tmp, "initial.weights.h5")
+        run = runner or (lambda c, extra: child_run(target, c, length, extra, env, timeout_s))
+        total = rounds * len(rows)
+        walls: list[float] = []
+        by_contender = {row.contender: row for row in rows}
+        bar = tk_progress.bar(total, "backends", unit="run", enabled=bar_wanted)
+
+        def one_run(contender: Contender, r: int) -> dict[str, Any]:
+            row = by_contender[contender]
+            t0 = time.perf_counter()
+            bar.describe(f"backends: round {r + 1}/{rounds} {contender.label()}")
+            figures = run(contender, [f"--init_weights={weights}"])
+            bar.update()
+            if not figures.get("error") and not figures.get("mean_s"):
+                figures = {"error": f"no timed steps in {length} steps: raise --steps"}
+            figures["wall_s"] = time.perf_counter() - t0
+            walls.append(figures["wall_s"])
+            figures["round"] = r
+            row.runs.append(figures)
+            done = sum(len(x.runs) for x in rows)
+            shown = (
+                f"failed: {figures['error']}" if figures.get("error")
+                else f"mean {figures['mean_s'] * 1e3:.3f} ms/step (p50 "
+                f"{num(figures.get('p50_s') and figures['p50_s'] * 1e3, '.3f')}), first "
+                f"step {num(figures.get('first_step_s'), '.3f')} s"
+            )  # fmt: skip
+            progress(
+                f"[{done}/{total} | {time.perf_counter() - start:.0f} s] round {r + 1}: "
+                f"{contender.label()}: {shown}"
+            )
+            return figures
+
+        def round_cost(r: int) -> float | None:  # the first round always runs
+            return statistics.median(walls) * len(rows) if r else None
+
+        ran, out_of_budget = interleaved_rounds(
+            list(by_contender), one_run, max_rounds=rounds, budget_s=budget_s,
+            round_cost=round_cost, spent_s=time.perf_counter() - start,
+        )  # fmt: skip
+        if out_of_budget:
+            progress(f"backends: the budget ({budget_s:.0f} s) ends after {len(ran)} round(s)")
+        rounds = len(ran)
+        bar.close()
+    for row in rows:  # runs in round order, for the paired ratios
+        row.runs.sort(key=lambda f: f["round"])
+    best, why = choose(rows)
+    result = BackendsResult(
+        target, rows, best, key, length, rounds, time.perf_counter() - start, False, why
+    )
+    if use_cache:
+        _CACHE.put(result.key, facts, result.to_dict())
+    return result
+
+
+def run_steps(steps: int, listed: Sequence[Contender], flags: Sequence[str]) -> int:
+    """How many steps each of `listed` trains in :func:`compare`: the same for all, since
+    their final losses are compared (a contender with 256 steps a call that trained 1280
+    steps, against 200 for the others, ended at a loss 75 % lower and was turned away as
+    computing something else). At least `steps` and 5 calls of the longest call (the first
+    call, a warm-up and timed ones), a whole number of every contender's calls (steps per
+    execution × fused steps, from its settings, else `flags`)."""
+
+    def per_call(c: Contender) -> int:
+        n = 1
+        for name in ("steps_per_execution", "fused_steps"):
+            value = flag_value(c.settings, name) or flag_value(flags, name)
+            with contextlib.suppress(TypeError, ValueError):
+                n *= max(1, int(value))  # type: ignore[arg-type]
+        return n
+
+    return _common_length(steps, [per_call(c) for c in listed])
+
+
+def _common_length(steps: int, calls: Sequence[int]) -> int:
+    """At least `steps` and 5 of the longest of `calls` (steps a call), a multiple of each."""
+    calls = list(calls) or [1]
+    return whole_calls(max(steps, 5 * max(calls)), math.lcm(*calls))
+
+
+def tuned_settings(result: dict[str, Any]) -> tuple[str, ...]:
+    """The recipe flags of a ``TuneResult.to_dict()``'s winner; ``()`` when the winner is the
+    search's defaults (its first trial): the same run as the backend's plain contender, which
+    must not stand in the final twice (two identical contenders in fresh processes can measure
+    far apart: a pick between them would be a pick of noise)."""
+    best = Candidate(**result["best"])
+    trials = result.get("trials") or []
+    if trials and Candidate(**trials[0]["candidate"]) == best:
+        return ()
+    return tuple(best.flags().split())
+
+
+def tune_across(
+    target: Target,
+    *,
+    budget_s: float = 240.0,
+    backends: Sequence[str] | None = None,
+    steps: int = DEFAULT_STEPS,
+    rounds: int = DEFAULT_ROUNDS,
+    progress: Callable[[str], Any] | None = None,
+    timeout_s: float = 900.0,
+) -> BackendsResult:
+    """The backend as one more axis of ``tune``: each contender (backend × device) runs its own
+    ``tune`` search in a fresh process (at most half of `budget_s`, shared equally, less what
+    one round of the final is estimated to need: :func:`search_share`), then every
+    contender with Keras's default settings (the defaults among them: always a candidate) and
+    every contender's tuned winner meet head to head in :func:`compare`'s interleaved rounds
+    (same data, same initial weights; the rest of the budget), and :func:`choose`'s
+    never-slower rule picks. A backend's Keras defaults stay in the final: a search's one
+    window can prefer settings that lose head to head in fresh processes.
+    """
+    progress = progress or tk_progress.say
+    start = time.perf_counter()
+    env = dict(os.environ)
+    listed = contenders(
+        target.flags, backends, probe=lambda b: probe_devices(b, env, min(timeout_s, 300.0))
+    )
+    overheads: list[float] = []  # each child's seconds beyond its search: start-up, build
+    runs: list[float] = []  # what one run of the final costs, estimated from each child
+    flags = without(target.flags, {"device", "backend", "tune_budget"})
+    what = ["--recipe", target.recipe] if target.recipe else ["--model_fn", str(target.model_fn)]
+    tuned = [Contender(c.backend, c.device) for c in listed]  # Keras's defaults, the first first
+    for i, c in enumerate(listed):
+        # What is left of the searches' part, shared by the searches still to run, less what a
+        # child spends outside its search (measured on the ones before): the budget holds
+        # whatever the device probes, the earlier children and the final's least round take.
+        share = search_share(
+            time.perf_counter() - start, budget_s, len(listed) - i, overheads, runs,
+            finalists=2 * len(listed),
+        )  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="toolkit-tune-") as tmp:
+            out = os.path.join(tmp, "tune.json")
+            argv = [
+                sys.executable, "-m", "toolkit", "tune", *what, "--json_out", out,
+                f"--backend={c.backend}", f"--device={c.device}", *flags,
+                f"--tune_budget={share:.0f}",
+            ]  # fmt: skip
+            t0 = time.perf_counter()
+            progress(f"tune {c.label()}: searching, a fresh process ({share:.0f} s budget)")
+            lines = follow(argv, {**env, "KERAS_BACKEND": c.backend}, timeout_s, progress,
+                            prefix=f"  {c.label()} ")  # fmt: skip
+            found = read_json(out) if lines is not None else {}
+            wall = time.perf_counter() - t0
+            overheads.append(max(wall - share, 0.0))
+            run = final_run_estimate(found, wall, steps)
+            if run is not None:
+                runs.append(run)
+        if not found.get("best"):
+            why = (lines[-1] if lines else "?") if lines is not None else "timed out"
+            progress(f"tune {c.label()}: failed ({why}); its Keras defaults stay a contender")
+            settings: tuple[str, ...] = ()
+        else:
+            settings = tuned_settings(found)
+            progress(
+                f"tune {c.label()}: {' '.join(settings) or 'Keras defaults'} "
+                f"({time.perf_counter() - t0:.0f} s of {share:.0f})"
+            )
+        contender = Contender(c.backend, c.device, settings)
+        if contender not in tuned:
+            tuned.append(contender)
+    left = max(budget_s - (time.perf_counter() - start), 0.0)
+    result = compare(
+        target, steps=steps, rounds=rounds, progress=progress, timeout_s=timeout_s,
+        candidates=tuned, budget_s=left, use_cache=False,
+    )  # fmt: skip
+    took = time.perf_counter() - start
+    if took > budget_s * 1.05:
+        progress(
+            f"backends: the searches and the final took {took:.0f} s of a {budget_s:.0f} s "
+            f"budget: one head-to-head round of the {len(tuned)} contenders is the least it runs "
+            f"(a fresh process each); raise --tune_budget to give the searches more"
+        )
+    return result
+
+
+def search_share(
+    elapsed_s: float,
+    budget_s: float,
+    searches_left: int,
+    overheads: Sequence[float],
+    runs: Sequence[float],
+    finalists: int,
+) -> float:
+    """The ``--tune_budget`` of the next backend's search in :func:`tune_across`.
+
+    The searches get at most half of `budget_s`, and never the time one round of the final
+    needs: `finalists` runs (a backend's defaults and its tuned winner each) at the median of
+    `runs` (each search's estimate of one final run, :func:`final_run_estimate`), with
+    :data:`FINAL_MARGIN` to spare (a final run also times more steps than the trial). What is left
+    is shared by the `searches_left`, less what a child spends outside its search (the median
+    of `overheads`: start-up, data, report). Never below 1 s: a search then measures the
+    defaults alone.
+    """
+    final_round = statistics.median(runs) * finalists * FINAL_MARGIN if runs else 0.0
+    searching = min(budget_s * 0.5, budget_s - final_round)
+    overhead = statistics.median(overheads) if overheads else 0.0
+    return max((searching - elapsed_s) / searches_left - overhead, 1.0)
+
+
+def final_run_estimate(
+    found: dict[str, Any], wall_s: float, steps: int = DEFAULT_STEPS
+) -> float | None:
+    """Seconds one fresh-process run of the final will take for this contender, from its
+    search's child: the child's time outside its search (start-up, data, report) plus the
+    search's first trial (the defaults: build, compile, one window), plus, where the winner's
+    calls make every final run longer than `steps` (:func:`run_steps`), the defaults' steps
+    beyond it (from the batch size the child reports, ``batch_size``). None when the search
+    did not say."""
+    trials = found.get("trials") or []
+    seconds = found.get("seconds")
+    if not trials or seconds is None or trials[0].get("seconds") is None:
+        return None
+    run = max(wall_s - seconds, 0.0) + trials[0]["seconds"]
+    rate, batch, best = (
+        trials[0].get("examples_per_sec"),
+        found.get("batch_size"),
+        found.get("best"),
+    )
+    if rate and batch and best:  # the winner's settings, the recipe's flags applied
+        call = best.get("steps_per_execution", 1) * best.get("fused_steps", 1)
+        run += (_common_length(steps, [call]) - steps) * batch / rate
+    return run

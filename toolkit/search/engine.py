@@ -1,0 +1,605 @@
+"""The search engine: candidates and spaces, the search, interleaved head-to-head rounds and
+the never-slower choice. Framework-free: it measures through a function it is handed, so every
+rule here is tested with injected clocks and rates (tests/test_engine.py).
+
+Two front ends drive it. ``toolkit.search.tune`` searches settings in one process
+(:class:`Candidate` over a :class:`Space`, :func:`search`, then :func:`confirm`);
+``toolkit.search.chooser`` compares backends in fresh processes (its contenders run through
+:func:`interleaved_rounds` and are judged by :func:`decide`). What they share lives once:
+
+* :data:`MIN_GAIN`, the one minimum gain: a pick must beat the defaults by more than it, head
+  to head, or the defaults stay, so a measured choice is never slower than not choosing;
+* :func:`interleaved_rounds`: every entrant once a round, each round in an order rotated by
+  one, so a machine that slows down for a while slows every entrant alike;
+* :func:`decide`: the median of each entrant's per-round ratios to the defaults (the rounds
+  pair them), and it must have won most rounds: one lucky window wins nothing.
+
+The results are cached by the front ends in ``toolkit.core.cache`` (the one keyed cache).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from toolkit.core.stats import whole_calls
+
+__all__ = [
+    "MIN_GAIN",
+    "Candidate",
+    "Space",
+    "Trial",
+    "Verdict",
+    "confirm",
+    "decide",
+    "interleaved_rounds",
+    "search",
+]
+
+E = TypeVar("E", bound=Hashable)
+
+# A pick must beat the defaults by more than this (a ratio of 1.02) head to head: below it a
+# shared machine's noise decides, and handing back something no faster is worse than nothing.
+MIN_GAIN = 0.02
+FINALISTS = 3  # the search's fastest candidates measured again against the defaults
+MAX_ROUNDS = 4  # head-to-head rounds at most (at least 2 when the budget allows)
+UNCONFIRMED_GAIN = 0.10  # the gain one window must show when no head-to-head fit the budget
+NEAR_LEADER = 0.8  # a finalist's search rate is at least this share of the leader's
+DECISIVE_GAIN = 0.25  # won by this much in the search and in round 1: one round is enough
+# The first jit_compile candidate's cost (XLA; on PyTorch, torch.compile), unknown until one
+# is measured, is taken as this many times the slowest candidate without: a compile takes far
+# longer than a graph trace, and a first call cannot be stopped.
+XLA_FIRST_COST = 3.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One setting of the knobs the search turns."""
+
+    precision: str = "float32"
+    jit_compile: bool = False
+    steps_per_execution: int = 1
+    fused_steps: int = 1
+    batch_size: int | None = None  # None: the config's
+
+    @property
+    def per_call(self) -> int:
+        """Training steps in one call of the compiled function."""
+        return self.steps_per_execution * self.fused_steps
+
+    def compile_kwargs(self) -> dict[str, Any]:
+        """The ``model.compile`` arguments that select these settings for your own model."""
+        return {"jit_compile": self.jit_compile, "steps_per_execution": self.steps_per_execution}
+
+    def flags(self) -> str:
+        """The recipe flags that select these settings."""
+        out = (
+            f"--precision={self.precision} --{'' if self.jit_compile else 'no'}jit_compile "
+            f"--steps_per_execution={self.steps_per_execution} --fused_steps={self.fused_steps}"
+        )
+        return out + (f" --batch_size={self.batch_size}" if self.batch_size else "")
+
+    def label(self) -> str:
+        parts = [
+            self.precision,
+            "xla" if self.jit_compile else "no-xla",
+            f"spe={self.steps_per_execution}",
+            f"fused={self.fused_steps}",
+        ]
+        if self.batch_size:
+            parts.append(f"batch={self.batch_size}")
+        return " ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class Space:
+    """The values each knob may take; the first value of each is the Keras default."""
+
+    precision: Sequence[str] = ("float32",)
+    jit_compile: Sequence[bool] = (False, True)
+    steps_per_execution: Sequence[int] = (1, 8, 32)
+    fused_steps: Sequence[int] = (1, 8, 32)
+    batch_size: Sequence[int | None] = (None,)
+    # Steps in one call at most (steps per execution × fused steps): a call's fixed cost
+    # spread over 256 steps is already a few µs a step, and a longer call costs more to
+    # measure (one call is the shortest window) than it could gain. Not an axis.
+    max_steps_per_call: int = 256
+
+    def axes(self) -> list[tuple[str, Sequence[Any]]]:
+        return [
+            (f.name, getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name != "max_steps_per_call"
+        ]
+
+    def allows(self, candidate: Candidate) -> bool:
+        return candidate.per_call == 1 or candidate.per_call <= self.max_steps_per_call
+
+    def grid(self) -> list[Candidate]:
+        """Every combination the space allows (what an exhaustive sweep measures)."""
+        out = [Candidate()]
+        for name, values in self.axes():
+            out = [dataclasses.replace(c, **{name: v}) for c in out for v in values]
+        return [c for c in out if self.allows(c)]
+
+    def defaults(self) -> Candidate:
+        return Candidate(**{name: values[0] for name, values in self.axes()})
+
+
+@dataclasses.dataclass
+class Trial:
+    """One measured (or failed) candidate."""
+
+    candidate: Candidate
+    examples_per_sec: float | None
+    seconds: float
+    error: str | None = None
+    rates: list[float] = dataclasses.field(default_factory=list)  # every measurement
+
+    def __post_init__(self) -> None:
+        if not self.rates and self.examples_per_sec is not None:
+            self.rates = [self.examples_per_sec]
+
+    def add(self, rate: float, seconds: float) -> None:
+        """One more measurement: the rate becomes the median of all of them."""
+        self.rates.append(rate)
+        self.examples_per_sec = statistics.median(self.rates)
+        self.seconds += seconds
+
+    def spread(self) -> str:
+        """``"±4%"``: half the min-max range of the rates, relative to their median."""
+        if len(self.rates) < 2 or not self.examples_per_sec:
+            return ""
+        return f"±{(max(self.rates) - min(self.rates)) / 2 / self.examples_per_sec:.0%}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "label": self.candidate.label()}
+
+
+def _order(trial: Trial) -> tuple[float, int]:
+    """Faster first; at the same rate, the shorter loop (control back to Python sooner)."""
+    return (trial.examples_per_sec or 0.0, -trial.candidate.per_call)
+
+
+def choose(trials: Sequence[Trial], min_gain: float = MIN_GAIN) -> Candidate:
+    """The fastest measured candidate, unless it beats the defaults (``trials[0]``) by no
+    more than `min_gain`: then the defaults (never hand back something slower)."""
+    defaults = trials[0]
+    measured = [t for t in trials if t.examples_per_sec is not None]
+    if not measured:
+        return defaults.candidate
+    best = max(measured, key=_order)
+    if defaults.examples_per_sec is None:
+        return best.candidate
+    if best.examples_per_sec > defaults.examples_per_sec * (1 + min_gain):
+        return best.candidate
+    return defaults.candidate
+
+
+LOOPS = ("steps_per_execution", "fused_steps")  # knobs that cut per-step overhead
+# The other knobs, in the order the search sets them: XLA first (it moves the step most, and
+# what it fuses changes what a precision costs), then precision, then the batch size.
+KNOBS = ("jit_compile", "precision", "batch_size")
+# A shorter steps_per_execution is not measured where the per-call overhead (estimated from
+# the defaults and the corner) says it would be slower by more than this: that loop changes
+# no per-step work, so only noise could make it win. (Where the corner's gain came from
+# fused steps alone, the estimate is too high and the longer loop stays: no slower, only
+# handing control back to Python less often.)
+PRUNE_LOSS = 0.04
+
+
+def call_overhead(a: Trial, b: Trial) -> float | None:
+    """Seconds per example a call costs over its steps, from two trials that differ only in
+    their loops (``t = s + o / L`` with L steps a call, t seconds an example); None when
+    the longer loop was not faster (nothing to estimate)."""
+    la, lb = (t.candidate.per_call for t in (a, b))
+    if la == lb or not a.examples_per_sec or not b.examples_per_sec:
+        return None
+    o = (1 / a.examples_per_sec - 1 / b.examples_per_sec) / (1 / la - 1 / lb)
+    return o if o > 0 else None
+
+
+def search(
+    measure: Callable[[Candidate], float],
+    space: Space,
+    *,
+    budget_s: float = 120.0,
+    passes: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+    progress: Callable[[str], Any] | None = None,
+    first: Trial | None = None,
+    spent_s: float = 0.0,
+) -> tuple[list[Trial], bool]:
+    """Loops first, at their longest; then each other knob; then the loops shorter.
+
+    1. The defaults (always; `first` when they are already measured).
+    2. The loops' corner: fused steps at their longest, then steps per execution as long as
+       ``space.max_steps_per_call`` allows. Loops cut the per-step overhead, and
+       :func:`default_space` offers them only where a step is short enough for that
+       overhead to matter: there the longest loop usually wins, and the other knobs are
+       judged where overhead no longer hides their effect.
+    3. Each other knob (XLA, then precision, then batch size), every value, the rest at the
+       best so far; again while one of them changed the best (they interact: the order
+       they are set in must not decide).
+    4. Each loop one value shorter, the rest at the best so far, and on down while that is
+       not slower: a shorter loop hands control back to Python (callbacks, logs) more
+       often. A shorter steps per execution changes no per-step work, so it is not measured
+       where the call overhead the defaults and the corner show says it would lose by more
+       than :data:`PRUNE_LOSS`. From a best whose loop is not the longest (the corner failed
+       or lost), the axis's other values are tried longest first.
+
+    With `passes` > 1, steps 3 and 4 again from the best while it changes. Each new
+    candidate is a build, a trace and a compile: this measures 4–6 where the grid of the
+    default space holds 16–32, and :func:`confirm` then settles the order of the fastest.
+
+    `measure` returns examples/s or raises; a raise is recorded as a failed trial. `first`
+    is the defaults' trial when already measured, `spent_s` the budget it used.
+
+    Returns:
+        The trials in the order run (defaults first) and whether the budget ran out.
+    """
+    start = clock() - spent_s
+    trials: list[Trial] = [first] if first else []
+    seen: dict[Candidate, Trial] = {first.candidate: first} if first else {}
+    exhausted = False
+
+    def run(candidate: Candidate) -> Trial | None:
+        """The candidate's trial (measured now, or before); None when the budget is out."""
+        nonlocal exhausted
+        if candidate in seen:
+            return seen[candidate]
+        # A candidate costs about what the median one of its kind (XLA or not) did: one that
+        # would end past the budget is not started (the budget is a promise, not a start
+        # deadline).
+        if trials and clock() - start + _expected_cost(candidate, trials) > budget_s:
+            exhausted = True
+            return None
+        t0 = clock()
+        try:
+            rate, error = float(measure(candidate)), None
+        except Exception as e:  # noqa: BLE001 - a failing candidate is a result, not a crash
+            rate, error = None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        trial = Trial(candidate, rate, clock() - t0, error)
+        seen[candidate] = trial
+        trials.append(trial)
+        if progress is not None:
+            shown = f"{rate:,.1f} examples/s" if rate is not None else f"failed ({error})"
+            spent = clock() - start
+            progress(f"[{len(trials)} | {spent:.0f}/{budget_s:.0f} s] {candidate.label()}: {shown}")
+        return trial
+
+    best = run(space.defaults())
+    assert best is not None  # the first candidate is always measured
+
+    def faster(trial: Trial | None, than: Trial, by: float = 0.0) -> bool:
+        if trial is None or trial.examples_per_sec is None:
+            return False
+        return than.examples_per_sec is None or trial.examples_per_sec > than.examples_per_sec * (
+            1 + by
+        )
+
+    def at_best(**changes: Any) -> Trial | None:
+        candidate = dataclasses.replace(best.candidate, **changes)
+        return run(candidate) if space.allows(candidate) else None
+
+    axes = dict(space.axes())
+    loops = [name for name in LOOPS if len(axes.get(name, ())) > 1]
+    # The corner: the in-program loop (fused steps) at its longest first, then the runtime
+    # loop (steps per execution) as long as the space allows with it.
+    longest = dataclasses.replace(best.candidate, steps_per_execution=1, fused_steps=1)
+    for name in reversed(loops):
+        fits = [
+            v for v in axes[name] if space.allows(dataclasses.replace(longest, **{name: v}))
+        ]  # fmt: skip
+        longest = dataclasses.replace(longest, **{name: max(fits)})
+    corner = at_best(**{name: getattr(longest, name) for name in loops}) if loops else None
+    overhead = call_overhead(best, corner) if corner is not None else None
+    if faster(corner, best):
+        best = corner
+    knobs = sorted(
+        (name for name, _ in space.axes() if name not in loops),
+        key=lambda n: KNOBS.index(n) if n in KNOBS else len(KNOBS),
+    )
+
+    def slower_for_sure(name: str, value: int) -> bool:
+        """Whether the call overhead says `name` = `value` loses (steps per execution only)."""
+        if name != "steps_per_execution" or overhead is None or not best.examples_per_sec:
+            return False
+        c = best.candidate
+        now = c.per_call
+        then = value * c.fused_steps
+        return overhead * (1 / then - 1 / now) * best.examples_per_sec > PRUNE_LOSS
+
+    for _ in range(passes):
+        before = best.candidate
+        # Each other knob at the best so far, and again while one changed the best: they
+        # interact (XLA fuses a precision's casts), so the order they are set in does not
+        # decide. Settings already measured cost nothing.
+        settled = None
+        while settled != best.candidate and not exhausted:
+            settled = best.candidate
+            for name in knobs:
+                for value in axes[name]:
+                    trial = at_best(**{name: value})
+                    if faster(trial, best):
+                        best = trial
+        for name in loops:
+            if exhausted:
+                break
+            values = [
+                v for v in sorted(axes[name])
+                if space.allows(dataclasses.replace(best.candidate, **{name: v}))
+            ]  # fmt: skip
+            current = getattr(best.candidate, name)
+            if current != values[-1]:  # not at the longest: the others, longest first
+                for value in reversed(values):
+                    trial = at_best(**{name: value})
+                    if faster(trial, best):
+                        best = trial
+                continue
+            # Down one value at a time while not slower: a shorter loop hands control back
+            # to Python (callbacks, logs) more often, and a peak below the longest (a fused
+            # batch that no longer fits a cache) is found where it usually is, near the top.
+            for value in reversed(values[:-1]):
+                if slower_for_sure(name, value):
+                    break
+                trial = at_best(**{name: value})
+                if trial is None or trial.examples_per_sec is None:
+                    break
+                if best.examples_per_sec is not None and (
+                    trial.examples_per_sec < best.examples_per_sec
+                ):
+                    break
+                best = trial
+        if exhausted or best.candidate == before:
+            break
+    return trials, exhausted
+
+
+def _expected_cost(candidate: Candidate, trials: Sequence[Trial]) -> float:
+    """What measuring `candidate` should take, from the `trials` so far: the median of those
+    with its XLA setting; for the first XLA candidate, :data:`XLA_FIRST_COST` times the
+    slowest without."""
+    same = [t.seconds for t in trials if t.candidate.jit_compile == candidate.jit_compile]
+    if same:
+        return statistics.median(same)
+    if candidate.jit_compile:
+        return XLA_FIRST_COST * max(t.seconds for t in trials)
+    return statistics.median(t.seconds for t in trials)
+
+
+def _decisive(
+    defaults: Trial, pick: Candidate, trials: Sequence[Trial], got: dict[str, float]
+) -> bool:
+    """Whether `pick` beat the defaults by more than :data:`DECISIVE_GAIN` in its search
+    window and again in the first head-to-head round, and every other finalist in both (by
+    more than the noise, :data:`MIN_GAIN`, in the round): the two windows agree on the whole
+    order, so a second round would not change it. (One slow window of a runner-up is no
+    verdict: a shared machine gave one finalist 36k examples/s in a round, 60k in the search.)"""
+    searched = {t.candidate.label(): t.rates[0] for t in trials if t.rates}
+    base, label = defaults.candidate.label(), pick.label()
+    first, mine = searched.get(label), got.get(label)
+    if (
+        not mine
+        or not first
+        or not got.get(base)
+        or first <= defaults.rates[0] * (1 + DECISIVE_GAIN)
+    ):
+        return False
+    others = [k for k in got if k not in (base, label)]
+    return mine > got[base] * (1 + DECISIVE_GAIN) and all(
+        mine > got[k] * (1 + MIN_GAIN) and first > searched.get(k, 0.0) for k in others
+    )
+
+
+def confirm(
+    measure: Callable[[Candidate], float],
+    trials: list[Trial],
+    *,
+    budget_s: float,
+    min_gain: float = MIN_GAIN,
+    clock: Callable[[], float] = time.perf_counter,
+    progress: Callable[[str], Any] | None = None,
+    spent_s: float = 0.0,
+) -> tuple[Candidate, list[dict[str, float]], str, bool]:
+    """Measures the search's :data:`FINALISTS` fastest candidates again, interleaved with the
+    defaults (:func:`interleaved_rounds`), until the pick is the same two rounds running,
+    :data:`MAX_ROUNDS` rounds, or the budget ends; picks with :func:`decide`. One window per
+    candidate cannot tell a 10 % gain from a 10 % swing of a shared machine; the paired,
+    repeated rounds can.
+
+    Returns:
+        ``(pick, rounds as {label: examples/s}, why in words, whether the budget ran out)``.
+        The trials get the new measurements (their rate becomes the median).
+    """
+    start = clock() - spent_s
+    defaults = trials[0]
+    if defaults.examples_per_sec is None:
+        return choose(trials, min_gain), [], "the defaults failed: the fastest measured", False
+    finalists = sorted(
+        (t for t in trials[1:] if t.examples_per_sec and t.examples_per_sec > defaults.rates[0]),
+        key=_order,
+        reverse=True,
+    )[:FINALISTS]
+    # A runner-up far behind the leader cannot overtake it on noise: not measured again.
+    lead = finalists[0].rates[0] if finalists else 0.0
+    finalists = [t for t in finalists if t.rates[0] >= NEAR_LEADER * lead]
+    if not finalists:  # (the filter keeps the leader: empty only when nothing beat them)
+        return defaults.candidate, [], "nothing beat the defaults in the search", False
+    group = {t.candidate: t for t in (defaults, *finalists)}
+    base = defaults.candidate
+    verdict = Verdict(base, None, None, 0, 0)
+    why = ""
+
+    def again(candidate: Candidate, r: int) -> float:
+        t0 = clock()
+        rate = float(measure(candidate))
+        group[candidate].add(rate, clock() - t0)
+        if progress is not None:
+            progress(
+                f"[head to head {r + 1} | {clock() - start:.0f}/{budget_s:.0f} s] "
+                f"{candidate.label()}: {rate:,.1f} examples/s"
+            )
+        return rate
+
+    def cost(r: int) -> float:
+        return sum(t.seconds / max(1, len(t.rates)) for t in group.values())
+
+    def settled(rounds: list[dict[Candidate, float]]) -> bool:
+        nonlocal verdict, why
+        previous = verdict.pick
+        verdict = decide(base, group, rounds, min_gain=min_gain)
+        why = _why(verdict, min_gain)
+        if len(rounds) >= 2 and verdict.pick == previous:
+            return True
+        if (
+            len(rounds) == 1
+            and verdict.pick != base
+            and _decisive(
+                defaults, verdict.pick, trials, {c.label(): v for c, v in rounds[0].items()}
+            )
+        ):
+            why += f" (by > {DECISIVE_GAIN:.0%} in the search and head to head: one round)"
+            return True
+        return False
+
+    rounds, exhausted = interleaved_rounds(
+        list(group), again, max_rounds=MAX_ROUNDS, budget_s=budget_s, round_cost=cost,
+        settled=settled, clock=clock, spent_s=clock() - start,
+    )  # fmt: skip
+    if not rounds:
+        return choose(trials, UNCONFIRMED_GAIN), [], (
+            "no head-to-head round fit the budget: the search's fastest, only if it beat the "
+            f"defaults by > {UNCONFIRMED_GAIN:.0%} in its one window"
+        ), exhausted  # fmt: skip
+    labelled = [{c.label(): rate for c, rate in got.items()} for got in rounds]
+    return verdict.pick, labelled, why, exhausted
+
+
+def _why(verdict: Verdict, min_gain: float) -> str:
+    if not verdict.won:
+        return (
+            f"no finalist beat the defaults by > {min_gain:.0%} in most of {verdict.rounds} "
+            "head-to-head round(s): the defaults stay"
+        )
+    return (
+        f"chosen: {verdict.ratio:.2f}× the defaults head to head, won {verdict.wins} of "
+        f"{verdict.rounds}"
+    )
+
+
+# ---------------------------------------------------------------------------- head to head
+
+
+def interleaved_rounds(
+    entrants: Sequence[E],
+    measure: Callable[[E, int], Any],
+    *,
+    max_rounds: int,
+    budget_s: float | None = None,
+    round_cost: Callable[[int], float | None] | None = None,
+    settled: Callable[[list[dict[E, Any]]], bool] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    spent_s: float = 0.0,
+) -> tuple[list[dict[E, Any]], bool]:
+    """Measures every entrant once a round, round ``r`` in the order rotated by ``r``.
+
+    `measure` ``(entrant, round)`` returns the entrant's result, or raises (it then has none
+    that round: a flaky entrant loses, it does not crash the rounds). Before round ``r``,
+    `round_cost` ``(r)`` estimates its seconds (None: the round runs whatever the budget);
+    a round that would end past `budget_s` is not started: whole rounds only, so the pairs
+    stay paired. After each round `settled` ``(rounds)`` may end them.
+
+    Returns:
+        ``(rounds as [{entrant: result}], whether the budget ended them)``.
+    """
+    start = clock() - spent_s
+    rounds: list[dict[E, Any]] = []
+    for r in range(max_rounds):
+        cost = round_cost(r) if round_cost is not None else None
+        if budget_s is not None and cost is not None and clock() - start + cost > budget_s:
+            return rounds, True
+        got: dict[E, Any] = {}
+        shift = r % len(entrants) if entrants else 0
+        for entrant in [*entrants[shift:], *entrants[:shift]]:
+            try:
+                got[entrant] = measure(entrant, r)
+            except Exception:  # noqa: BLE001 - no result this round; the others go on
+                continue
+        rounds.append(got)
+        if settled is not None and settled(rounds):
+            break
+    return rounds, False
+
+
+def paired_ratios(
+    rounds: Iterable[dict[Any, Any]],
+    base: Any,
+    entrant: Any,
+    speed: Callable[[Any], float | None] = lambda x: x,
+) -> list[float]:
+    """``speed(entrant's result) / speed(base's result)`` in every round where both have a
+    speed (> 1: the entrant was faster that round)."""
+    out = []
+    for got in rounds:
+        if base not in got or entrant not in got:
+            continue
+        a, b = speed(got[base]), speed(got[entrant])
+        if a and b:
+            out.append(b / a)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What :func:`decide` found: the `pick` (the base unless an entrant won), and the leader
+    among the entrants that won most rounds (None: none did) with its median ratio and wins
+    of `rounds`."""
+
+    pick: Any
+    leader: Any
+    ratio: float | None
+    wins: int
+    rounds: int
+
+    @property
+    def won(self) -> bool:
+        return self.leader is not None and self.pick == self.leader
+
+
+def decide(
+    base: Any,
+    entrants: Iterable[Any],
+    rounds: Sequence[dict[Any, Any]],
+    *,
+    speed: Callable[[Any], float | None] = lambda x: x,
+    min_gain: float = MIN_GAIN,
+    eligible: Callable[[Any], bool] | None = None,
+) -> Verdict:
+    """The never-slower rule. Among the (eligible) entrants that were faster than `base` in
+    most of the rounds they both ran, the one with the highest median paired ratio leads; it
+    is picked when that median exceeds ``1 + min_gain``, else `base` stays."""
+    leader, best, wins = None, 0.0, 0
+    for entrant in entrants:
+        if entrant == base or (eligible is not None and not eligible(entrant)):
+            continue
+        ratios = paired_ratios(rounds, base, entrant, speed)
+        won = sum(x > 1 for x in ratios)
+        if ratios and won * 2 > len(ratios) and statistics.median(ratios) > best:
+            leader, best, wins = entrant, statistics.median(ratios), won
+    pick = leader if leader is not None and best > 1 + min_gain else base
+    return Verdict(pick, leader, best if leader is not None else None, wins, len(rounds))
+
+
+def window_steps(candidate: Candidate, steps: int, calls: int = 3) -> tuple[int, int]:
+    """``(warm-up steps, total steps)`` for a candidate: the first call is left out, and one
+    more execution where calls are shorter than `steps` (a call of a few steps still
+    settles after the first); then at least `steps` steps and `calls` executions are timed
+    (the search times 1 where a call is long: its finalists are measured again)."""
+    per_call = candidate.per_call
+    timed = whole_calls(max(steps, calls * per_call), per_call)
+    warmup = per_call if per_call < steps else 0
+    return warmup, per_call + warmup + timed

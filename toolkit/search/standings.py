@@ -1,0 +1,335 @@
+"""The backends comparison's result: what ran (:class:`Target`, :class:`Contender`), each
+contender's runs (:class:`Row`), and :class:`BackendsResult` with its table, chart and JSON.
+
+Framework-free: the runs happen in child processes (``toolkit.search.chooser``); this module
+reads their figures. The rounds pair the contenders, so every ratio here is the median of
+per-round ratios to the defaults (``toolkit.search.engine.paired_ratios``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from toolkit.core import _extras as extras
+from toolkit.core.files import atomic_write
+from toolkit.search.engine import MIN_GAIN, paired_ratios
+
+__all__ = ["LOSS_RTOL", "BackendsResult", "ChooserError", "Contender", "Row", "Target"]
+
+# The defaults' final loss and a contender's must agree within this share: the same data and
+# initial weights trained the same way differ by rounding only; a larger gap says a contender
+# computes something else, and it is never chosen.
+LOSS_RTOL = 0.05
+
+
+class ChooserError(ValueError):
+    """A comparison that cannot run (nothing to compare, a bad target): one line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What to train: a recipe (``recipe``) or ``module:function`` returning your compiled
+    model and batched data (``model_fn``), and the flags the runs get."""
+
+    recipe: str | None = None
+    model_fn: str | None = None
+    flags: tuple[str, ...] = ()
+
+    def label(self) -> str:
+        return f"recipe {self.recipe}" if self.recipe else f"--model_fn {self.model_fn}"
+
+    @classmethod
+    def of(cls, what: Any, flags: Sequence[str] = ()) -> Target:
+        """A Target from a recipe name, ``"module:function"``, or your model-building function
+        itself (returning ``(compiled model, batched data)``; it must be importable by name:
+        defined at the top of a module, not in ``__main__``, the children import it)."""
+        if isinstance(what, Target):
+            return what
+        if callable(what):
+            module, name = getattr(what, "__module__", None), getattr(what, "__qualname__", "")
+            if not module or module == "__main__" or "<" in name:
+                raise ChooserError(
+                    f"{name or what!r}: the runs import your function by name in fresh "
+                    "processes: define it at the top of a module (not __main__, not nested)"
+                )
+            return cls(None, f"{module}:{name}", tuple(flags))
+        if isinstance(what, str) and ":" in what:
+            return cls(None, what, tuple(flags))
+        return cls(str(what), None, tuple(flags))
+
+    def argv(self) -> list[str]:
+        what = ["--recipe", self.recipe] if self.recipe else ["--model_fn", str(self.model_fn)]
+        return [*what, *self.flags]
+
+
+@dataclasses.dataclass(frozen=True)
+class Contender:
+    """One backend on one kind of device, optionally with tuned settings (recipe flags such
+    as ``--steps_per_execution=32``: ``tune --across_backends``)."""
+
+    backend: str
+    device: str = "cpu"
+    settings: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "settings", tuple(self.settings))
+
+    def label(self) -> str:
+        return f"{self.backend} {self.device}" + (" tuned" if self.settings else "")
+
+    def flags(self) -> str:
+        return " ".join([f"--backend={self.backend}", f"--device={self.device}", *self.settings])
+
+
+@dataclasses.dataclass
+class Row:
+    """One contender's runs (one per round; a failed run has ``error``)."""
+
+    contender: Contender
+    runs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def ok(self) -> list[dict[str, Any]]:
+        return [r for r in self.runs if not r.get("error") and r.get("mean_s")]
+
+    def median(self, key: str) -> float | None:
+        values = [r[key] for r in self.ok() if r.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    def spread(self, key: str = "mean_s") -> tuple[float, float] | None:
+        values = [r[key] for r in self.ok() if r.get(key) is not None]
+        return (min(values), max(values)) if values else None
+
+    @property
+    def error(self) -> str | None:
+        return None if self.ok() else next((r["error"] for r in self.runs if r.get("error")), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"contender": dataclasses.asdict(self.contender), "runs": self.runs}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Row:
+        return cls(Contender(**d["contender"]), list(d["runs"]))
+
+
+@dataclasses.dataclass
+class BackendsResult:
+    """Every contender's runs, the winner, and where the answer came from. ``rows[0]`` is the
+    defaults (Keras's default backend on the default device)."""
+
+    target: Target
+    rows: list[Row]
+    best: Contender
+    key: str
+    steps: int
+    rounds: int
+    seconds: float
+    cache_hit: bool = False
+    why: str = ""
+
+    @property
+    def defaults(self) -> Row:
+        return self.rows[0]
+
+    def row(self, contender: Contender) -> Row:
+        return next(r for r in self.rows if r.contender == contender)
+
+    def ratio(self, row: Row) -> float | None:
+        """The median over rounds of the defaults' mean step / this row's (> 1: faster)."""
+        return paired_ratio(self.defaults, row)
+
+    def loss_agrees(self, row: Row) -> bool | None:
+        return loss_agrees(self.defaults, row)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": dataclasses.asdict(self.target),
+            "rows": [r.to_dict() for r in self.rows],
+            "best": dataclasses.asdict(self.best),
+            "key": self.key,
+            "steps": self.steps,
+            "rounds": self.rounds,
+            "seconds": self.seconds,
+            "why": self.why,
+            "loss_rtol": LOSS_RTOL,
+            "min_gain": MIN_GAIN,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], cache_hit: bool = True) -> BackendsResult:
+        t = d["target"]
+        target = Target(t.get("recipe"), t.get("model_fn"), tuple(t.get("flags") or ()))
+        return cls(
+            target, [Row.from_dict(r) for r in d["rows"]], Contender(**d["best"]), d["key"],
+            d["steps"], d["rounds"], d["seconds"], cache_hit, d.get("why", ""),
+        )  # fmt: skip
+
+    def table(self) -> str:
+        """The contenders as a Markdown table, fastest first, failures last."""
+        lines = [
+            "| backend | device | first step s | p50 ms/step | mean ms/step (spread) | "
+            "examples/s | MFU (of measured peak) | vs defaults | final loss | note |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+
+        def order(row: Row) -> float:
+            mean = row.median("mean_s")
+            return mean if mean is not None else float("inf")
+
+        for row in sorted(self.rows, key=order):
+            c = row.contender
+            if row.error is not None:
+                lines.append(f"| {c.backend} | {c.device} | — | — | — | — | — | — | — | "
+                             f"failed: {row.error} |")  # fmt: skip
+                continue
+            lo, hi = row.spread() or (0.0, 0.0)
+            p50, mean = row.median("p50_s"), row.median("mean_s") or 0.0
+            first, eps, mfu = (
+                row.median("first_step_s"),
+                row.median("examples_per_sec"),
+                (row.median("mfu")),
+            )
+            loss = row.median("loss")
+            agrees = self.loss_agrees(row)
+            notes = []
+            if row is self.defaults:
+                notes.append("defaults")
+            if c == self.best:
+                notes.append("**chosen**")
+            if c.settings:
+                notes.append(" ".join(c.settings))
+            if agrees is False:
+                notes.append(f"loss differs > {LOSS_RTOL:.0%}")
+            failed = len(row.runs) - len(row.ok())
+            if failed:
+                notes.append(f"{failed} run(s) failed")
+            ratio = self.ratio(row)
+            lines.append(
+                f"| {c.backend} | {c.device} | {num(first, '.3f')} | "
+                f"{num(p50 and p50 * 1e3, '.3f')} | "
+                f"{mean * 1e3:.3f} ({lo * 1e3:.3f}–{hi * 1e3:.3f}) | {num(eps, ',.0f')} | "
+                f"{'n/a' if mfu is None else f'{mfu:.1%}'} | "
+                f"{'—' if ratio is None else f'{ratio:.2f}×'} | {num(loss, '.4g')} | "
+                f"{', '.join(notes)} |"
+            )
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        source = "cache" if self.cache_hit else f"measured in {self.seconds:.0f} s"
+        return (
+            f"backends: {self.target.label()}, {self.steps} steps per run, medians of "
+            f"{self.rounds} interleaved rounds, each run a fresh process ({source})\n"
+            f"{self.table()}\n"
+            f"{self.loss_line()}\n"
+            f"chosen: {self.best.flags()} ({self.why})"
+        )
+
+    def loss_line(self) -> str:
+        """Whether every contender's final loss agrees with the defaults' within
+        ``LOSS_RTOL`` (same data, same initial weights: a backend that disagrees computes
+        something else, and is never chosen)."""
+        base = self.defaults.median("loss")
+        if base is None or base != base:
+            return "losses: the defaults have no final loss to compare with"
+        differ, unknown = [], []
+        for row in self.rows[1:]:
+            agrees = self.loss_agrees(row)
+            if agrees is None:
+                unknown.append(row.contender.label())
+            elif not agrees:
+                loss = row.median("loss")
+                gap = "NaN" if loss != loss else f"{abs(loss - base) / max(abs(base), 1e-12):.1%}"
+                differ.append(f"{row.contender.label()} ({gap} off)")
+        line = f"losses: the defaults' final loss {base:.4g}; "
+        if len(self.rows) == 1:
+            line += "no other contender ran to compare it with"
+        elif differ:
+            line += f"more than {LOSS_RTOL:.0%} off: {', '.join(differ)}"
+        else:
+            line += f"every other agrees within {LOSS_RTOL:.0%}"
+        if unknown:
+            line += f"; no loss from {', '.join(unknown)}"
+        return line
+
+    def write(self, out_dir: str, plot: bool = True) -> dict[str, str]:
+        """``backends.json``, ``backends.md`` and (with matplotlib) ``backends.png`` under
+        `out_dir`, each written atomically."""
+        paths = {
+            "json": atomic_write(
+                os.path.join(out_dir, "backends.json"), json.dumps(self.to_dict(), indent=1)
+            ),
+            "markdown": atomic_write(
+                os.path.join(out_dir, "backends.md"), f"# Backends\n\n{self.summary()}\n"
+            ),
+        }
+        if plot and not extras.note_missing("report", "backends: no PNG chart", ("matplotlib",)):
+            paths["png"] = atomic_write(os.path.join(out_dir, "backends.png"), self._png())
+        return paths
+
+    def _png(self) -> bytes:
+        import io
+
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        from matplotlib.figure import Figure
+
+        rows = [r for r in self.rows if r.error is None]
+        rows.sort(key=lambda r: r.median("mean_s") or 0.0)
+        fig = Figure(figsize=(7, 1.2 + 0.5 * max(1, len(rows))))
+        ax = fig.subplots()
+        labels = [r.contender.label() for r in rows]
+        p50 = [1e3 * (r.median("mean_s") or 0.0) for r in rows]
+        spread = [r.spread() or (0.0, 0.0) for r in rows]
+        err = [
+            [p - 1e3 * lo for p, (lo, _) in zip(p50, spread, strict=True)],
+            [1e3 * hi - p for p, (_, hi) in zip(p50, spread, strict=True)],
+        ]
+        colors = ["tab:green" if r.contender == self.best else "tab:blue" for r in rows]
+        ax.barh(labels, p50, xerr=err, color=colors, capsize=3)
+        ax.invert_yaxis()
+        ax.set_xlabel("mean ms per training step, median of rounds (whiskers: min–max); "
+                      "lower is better")  # fmt: skip
+        ax.set_title(f"{self.target.label()}: which backend trains fastest here")
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=100)
+        return buffer.getvalue()
+
+
+def num(value: float | None, fmt: str) -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def paired_ratio(base: Row, row: Row) -> float | None:
+    """Median over the rounds both ran of base mean step / row mean step."""
+    ratios = paired_ratios(rounds_of([base, row]), base.contender, row.contender, speed)
+    return statistics.median(ratios) if ratios else None
+
+
+def loss_agrees(base: Row, row: Row) -> bool | None:
+    a, b = base.median("loss"), row.median("loss")
+    if a is None or b is None:
+        return None
+    if a != a or b != b:  # NaN: no agreement
+        return False
+    return abs(b - a) <= LOSS_RTOL * max(abs(a), 1e-12)
+
+
+def rounds_of(rows: Sequence[Row]) -> list[dict[Contender, dict[str, Any]]]:
+    """The rows' runs as rounds, ``[{contender: figures}]`` (a run's ``round``, else its
+    place), for the engine's paired ratios."""
+    rounds: dict[int, dict[Contender, dict[str, Any]]] = {}
+    for row in rows:
+        for i, run in enumerate(row.runs):
+            rounds.setdefault(run.get("round", i), {})[row.contender] = run
+    return [rounds[r] for r in sorted(rounds)]
+
+
+def speed(run: dict[str, Any]) -> float | None:
+    """Steps per second of a run by its mean step (None: it failed)."""
+    return None if run.get("error") or not run.get("mean_s") else 1.0 / run["mean_s"]

@@ -1,0 +1,339 @@
+"""A measured search for the fastest training settings, cached per model, input and machine.
+
+Folklore says XLA and mixed precision make training faster; on a small CPU they often make it
+slower, while for a small MLP ``jit_compile`` with many steps per call can be several times
+faster (benchmarks/README.md has the figures). So :func:`tune` measures, and this module is its
+front end over two shared parts:
+
+* the target is a :class:`~toolkit.search.workload.Workload` (a recipe's Task, or your compiled
+  model on your data): each candidate (precision policy, ``jit_compile``,
+  ``steps_per_execution``, ``fused_steps``, optionally the batch size) is a short real ``fit``,
+  its own warm-up, then a timed window; the rate is examples/s over the window;
+* the search, the head-to-head rounds and the never-slower choice are the engine's
+  (``toolkit.search.engine``): the Keras defaults are always the first candidate, and a pick
+  must beat them by more than ``MIN_GAIN`` head to head, so the search never hands back
+  settings slower than the defaults and one lucky window wins nothing; a candidate that fails
+  (XLA not available on the device, a precision the device can't run...) is recorded with the
+  reason and skipped; a run that cannot win is stopped early;
+* the winner is cached (``toolkit.core.cache``, ``$TOOLKIT_CACHE_DIR/tune.json``) under a key of
+  the model's configuration, the input's spec and batch size, the backend, and the machine (CPU
+  model, devices, framework and toolkit versions): a new TF version is a new key.
+  ``autotune`` uses the cache or runs the search.
+
+The device is the config's: visible devices are fixed once TensorFlow's runtime starts, so
+comparing CPU with GPU takes one process per device (``python -m toolkit tune --recipe R
+--device=cpu`` and ``--device=gpu``, each cached under its own key).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from toolkit import backend
+from toolkit.core import machine
+from toolkit.core import progress as tk_progress
+from toolkit.core.cache import Cache
+from toolkit.runner.config import TrainConfig
+from toolkit.search.engine import FINALISTS, Candidate, Space, Trial, confirm, search
+from toolkit.search.workload import Workload, apply, workload
+
+__all__ = [
+    "TuneResult",
+    "autotune",
+    "default_space",
+    "tune",
+]
+
+CACHE_FILE = "tune.json"
+_CACHE = Cache(CACHE_FILE)
+SEARCH_SHARE = 0.7  # of the budget for the search; the rest is for the head-to-head
+SEARCH_CALLS = 1  # timed executions per candidate in the search (at least `steps` steps)
+
+
+def default_space(
+    device: Any, step_s: float | None = None, batch_sizes: Sequence[int] = ()
+) -> Space:
+    """The search space for a device: float32 plus the device's fast policy, XLA on/off, and
+    optionally batch sizes. Steps per execution and fused steps only pay where the per-step
+    overhead is a real share of the step, so their values follow the measured default step
+    time `step_s`: up to 32 below 10 ms, up to 4 below 50 ms, none above."""
+    from toolkit.devices import recommend_precision
+
+    fast, _why = recommend_precision(device)
+    precisions = ("float32", fast) if fast != "float32" else ("float32",)
+    loops: tuple[int, ...] = (1, 8, 32)
+    if step_s is not None and step_s >= 0.05:
+        loops = (1,)
+    elif step_s is not None and step_s >= 0.01:
+        loops = (1, 4)
+    # What each backend runs, its Keras default first: JAX jits every step (XLA off is far
+    # slower, not a setting anyone wants); PyTorch has no steps_per_execution, and
+    # torch.compile's first step (tens of seconds) outlasts a tune budget: measure it by hand.
+    # Fused steps are a loop inside the compiled step (a tf.while_loop, a jax.lax.scan).
+    name = backend.name()
+    jit = (
+        (True,) if backend.jits_by_default(name) else (False,) if name == "torch" else (False, True)
+    )
+    return Space(
+        precision=precisions,
+        jit_compile=jit,
+        steps_per_execution=(1,) if name == "torch" else loops,
+        fused_steps=(1,) if name == "torch" else loops,
+        batch_size=(None, *batch_sizes),
+    )
+
+
+@dataclasses.dataclass
+class TuneResult:
+    """The winner, every trial, and where the answer came from."""
+
+    best: Candidate
+    trials: list[Trial]
+    key: str
+    cache_hit: bool
+    seconds: float
+    budget_exhausted: bool = False
+    # The head-to-head rounds after the search: [{label: examples/s}] per round.
+    confirm_rounds: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    why: str = ""
+
+    @property
+    def defaults_rate(self) -> float | None:
+        return self.trials[0].examples_per_sec if self.trials else None
+
+    @property
+    def best_rate(self) -> float | None:
+        rates = [t.examples_per_sec for t in self.trials if t.candidate == self.best]
+        return rates[0] if rates else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "best": dataclasses.asdict(self.best),
+            "best_label": self.best.label(),
+            "trials": [t.to_dict() for t in self.trials],
+            "key": self.key,
+            "cache_hit": self.cache_hit,
+            "seconds": self.seconds,
+            "budget_exhausted": self.budget_exhausted,
+            "confirm_rounds": self.confirm_rounds,
+            "why": self.why,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], cache_hit: bool = True) -> TuneResult:
+        trials = [
+            Trial(
+                Candidate(**t["candidate"]),
+                t["examples_per_sec"],
+                t["seconds"],
+                t["error"],
+                list(t.get("rates") or []),
+            )
+            for t in d["trials"]
+        ]
+        return cls(
+            Candidate(**d["best"]), trials, d["key"], cache_hit, d["seconds"],
+            d.get("budget_exhausted", False), list(d.get("confirm_rounds") or []),
+            d.get("why", ""),
+        )  # fmt: skip
+
+    def table(self) -> str:
+        """The trials as a Markdown table, fastest first, failures last."""
+        base = self.defaults_rate
+        rows = sorted(
+            self.trials,
+            key=lambda t: -(t.examples_per_sec or -1.0),
+        )
+        lines = [
+            "| settings | examples/s | spread | runs | vs defaults | note |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
+        for t in rows:
+            if t.examples_per_sec is None:
+                lines.append(f"| {t.candidate.label()} | — | — | 0 | — | failed: {t.error} |")
+                continue
+            ratio = f"{t.examples_per_sec / base:.2f}×" if base else "—"
+            note = "defaults" if t is self.trials[0] else ""
+            if t.candidate == self.best:
+                note = (note + ", " if note else "") + "**chosen**"
+            lines.append(
+                f"| {t.candidate.label()} | {t.examples_per_sec:,.1f} | {t.spread() or '—'} | "
+                f"{len(t.rates)} | {ratio} | {note} |"
+            )
+        if self.confirm_rounds:
+            lines.append(
+                f"\n{len(self.confirm_rounds)} head-to-head round(s) after the search "
+                f"(examples/s: median of every run; vs defaults: of all runs). {self.why}"
+            )
+        elif self.why:
+            lines.append(f"\n{self.why}")
+        return "\n".join(lines)
+
+
+def tune(
+    target: Any,
+    data: Any = None,
+    *,
+    config: TrainConfig | None = None,
+    space: Space | None = None,
+    budget_s: float = 120.0,
+    steps: int = 48,
+    use_cache: bool = True,
+    progress: Callable[[str], Any] | None = None,
+) -> TuneResult:
+    """Finds the fastest settings for a recipe's Task, or for your own compiled model on your
+    own batched data (see the module docstring).
+
+    ``tune(task, config)`` searches precision, XLA, steps per execution and fused steps with
+    the runner; ``tune(model, data)`` searches what a compiled model can change without being
+    rebuilt (XLA and steps per execution, from its current settings as the defaults), on
+    exactly your pipeline, and restores the model's compile settings and weights afterwards:
+    apply the winner with ``model.compile(..., **result.best.compile_kwargs())``.
+
+    Args:
+        target: a ``toolkit.runner.train.Task``, or a compiled Keras model.
+        data: with a model, its batched ``tf.data`` pipeline or ``(x, y)`` arrays (required);
+            with a Task, a TrainConfig may stand here for `config`.
+        config: the base ``TrainConfig`` (device, batch size, data...). Defaults to
+            ``TrainConfig()``.
+        space: what to search. Defaults to :func:`default_space` for the device.
+        budget_s: seconds the search may take (the defaults are always measured).
+        steps: timed steps per candidate. Defaults to `48`.
+        use_cache: read and write the cache. Defaults to `True`.
+        progress: called with one line per candidate. Defaults to ``toolkit.core.progress.say``
+            (stderr) with a bar of the budget on a terminal.
+    """
+    from toolkit.runner import train
+
+    if isinstance(data, TrainConfig):
+        config, data = data, None
+    start = time.perf_counter()
+    is_task = isinstance(target, train.Task)
+    if data is None and not is_task:
+        raise train.SetupError("tune(model, data): give the training data your model fits on")
+    # A Task's data is made once for the search, and its finalists stay built for the rounds.
+    work = workload(
+        target, data, config, **({"resident": True, "keep": FINALISTS} if is_task else {})
+    )
+    config = work.config
+    defaults = work.defaults()
+    key, facts = cache_key(work)
+
+    def measure(candidate: Candidate, calls: int = 3) -> float:
+        return work.rate(candidate, steps, calls)
+
+    # A bar of the budget's seconds on a terminal; the lines above it (or alone, in a log).
+    budget_bar = tk_progress.bar(round(budget_s), "tune", unit="s", enabled=progress is None)
+    say = progress or tk_progress.say
+
+    def report(line: str) -> None:
+        say(line)
+        budget_bar.advance_to(min(time.perf_counter() - start, budget_s))
+
+    try:
+        if use_cache:
+            hit = cached(key)
+            if hit is not None:
+                report(f"tune: cached result for this model, input and machine ({key})")
+                return hit
+        first = None
+        if space is None:  # measure the defaults first: their step time shapes the space
+            say(f"tune: measuring the defaults first (budget {budget_s:.0f} s)")
+            t0 = time.perf_counter()
+            rate = measure(defaults)
+            first = Trial(defaults, rate, time.perf_counter() - t0)
+            report(
+                f"[1 | {first.seconds:.0f}/{budget_s:.0f} s] {defaults.label()}: "
+                f"{rate:,.1f} examples/s"
+            )
+            space = default_space(
+                work.device, step_s=(defaults.batch_size or config.batch_size) / rate
+            )
+            if work.is_model:
+                space = _model_space(space, defaults)
+
+        def searching(candidate: Candidate) -> float:
+            # A run past the search's share of the budget stops after its current call
+            # (the defaults always run whole: every pick is judged against them).
+            if candidate not in (defaults, space.defaults()):
+                work.deadline = start + budget_s * SEARCH_SHARE
+            return measure(candidate, calls=SEARCH_CALLS)  # finalists: 3 calls head to head
+
+        trials, exhausted = search(
+            searching,
+            space,
+            budget_s=budget_s * SEARCH_SHARE,
+            progress=report,
+            first=first,
+            spent_s=time.perf_counter() - start,
+        )
+        work.deadline = start + budget_s
+        best, rounds, why, out_of_time = confirm(
+            measure,
+            trials,
+            budget_s=budget_s,
+            progress=report,
+            spent_s=time.perf_counter() - start,
+        )
+    finally:
+        budget_bar.close()
+        work.close()
+    result = TuneResult(
+        best, trials, key, False, time.perf_counter() - start, exhausted or out_of_time,
+        rounds, why,
+    )  # fmt: skip
+    if use_cache:
+        _CACHE.put(result.key, facts, {**result.to_dict(), "cache_hit": False})
+    return result
+
+
+def cache_key(work: Workload) -> tuple[str, dict[str, Any]]:
+    """``(hash, what was hashed)`` for a workload's model, input, backend and this machine.
+
+    The backend is part of the key: the same model and input give the same signature under
+    every backend, and one backend's winner can be far slower on another (TensorFlow's
+    ``--nojit_compile --steps_per_execution=8`` means eager execution on JAX)."""
+    facts = {**work.cache_facts(), "machine": _machine_facts()}
+    return _CACHE.key(facts), facts
+
+
+def _machine_facts() -> dict[str, Any]:
+    from toolkit import devices
+
+    return machine.machine_facts(
+        devices=[f"{d.kind}:{d.index} {d.human_name}" for d in devices.detect()]
+    )
+
+
+def cached(key: str) -> TuneResult | None:
+    """The cached result for `key`, if any."""
+    entry = _CACHE.get(key)
+    try:
+        return TuneResult.from_dict(entry) if entry is not None else None
+    except (KeyError, TypeError):
+        return None
+
+
+def _model_space(space: Space, defaults: Candidate) -> Space:
+    """`space` cut to what a compiled model can change without a rebuild, with the model's
+    own settings as each knob's first value (the defaults)."""
+
+    def first(value: Any, values: Sequence[Any]) -> tuple[Any, ...]:
+        return (value, *(v for v in values if v != value))
+
+    return Space(
+        precision=(defaults.precision,),
+        jit_compile=first(defaults.jit_compile, space.jit_compile),
+        steps_per_execution=first(defaults.steps_per_execution, space.steps_per_execution),
+        fused_steps=(1,),
+        batch_size=(None,),
+    )
+
+
+def autotune(task: Any, config: Any, **kwargs: Any) -> tuple[Any, TuneResult]:
+    """``(config with the best settings, the TuneResult)``: from the cache, or searched."""
+    result = tune(task, config=config, **kwargs)
+    return apply(config, result.best), result
