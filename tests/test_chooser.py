@@ -133,19 +133,14 @@ def test_compare_interleaves_rounds_shares_weights_and_caches(tmp_path, monkeypa
     )  # fmt: skip
     assert again.cache_hit and again.best == JAX and len(calls) == 9
     # --backend=auto reads it, for the same recipe and flags, whatever the run length.
-    argv = [
-        "/x/recipes/mlp.py",
-        "--batch_size=64",
-        "--backend=auto",
-        "--train_steps=9",
-    ]
-    assert ch.resolve_auto(argv) == [*argv[:2], "--backend=jax", argv[3]]
-    other = ["/x/recipes/mlp.py", "--batch_size=32", "--backend", "auto"]
-    assert ch.resolve_auto(other)[-2:] == [
+    argv = ["--batch_size=64", "--backend=auto", "--train_steps=9"]
+    assert ch.resolve_auto(argv, "mlp") == [argv[0], "--backend=jax", argv[2]]
+    other = ["--batch_size=32", "--backend", "auto"]
+    assert ch.resolve_auto(other, "mlp")[-2:] == [
         "--backend",
         os.environ.get("KERAS_BACKEND", "tensorflow"),
     ]
-    assert ch.resolve_auto(["prog", "--backend=jax"]) == ["prog", "--backend=jax"]
+    assert ch.resolve_auto(["--backend=jax"], "mlp") == ["--backend=jax"]
 
 
 def test_init_weights_must_be_a_keras_weights_file():
@@ -359,3 +354,35 @@ def test_a_final_run_is_estimated_from_its_search_child():
     assert ch.final_run_estimate(found, wall_s=18.0, steps=200) == pytest.approx(10.016)
     found["best"] = {"steps_per_execution": 1, "fused_steps": 1}
     assert ch.final_run_estimate(found, wall_s=18.0, steps=200) == pytest.approx(10.0)
+
+
+def test_a_child_gets_one_spec_and_answers_in_json(tmp_path):
+    """What a fresh process measures is one serialisable spec handed to ``python -m
+    toolkit._child``, not a command line of hidden options; a spec it cannot use is one line."""
+    from toolkit.search._processes import ChildSpec, run_child
+
+    target = ch.Target("mlp", None, ("--device=gpu", "--backend=jax", "--tune_budget=9", "--x=1"))
+    spec = ChildSpec("figures", target, "tensorflow", "cpu", ("--jit_compile",), ("--y=2",), 30)
+    assert ChildSpec.from_json(spec.to_json()) == spec
+    assert spec.recipe_flags() == [
+        "--backend=tensorflow", "--device=cpu", "--x=1", "--jit_compile", "--y=2",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="child job"):
+        ChildSpec("train", target, "jax")
+    with pytest.raises(ValueError, match="malformed child spec"):
+        ChildSpec.from_json('{"job": "tune"}')
+    env = {**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path)}
+    bad = ChildSpec("figures", ch.Target("nope"), "tensorflow", steps=10)
+    assert "no recipe named 'nope'" in run_child(bad, env, timeout_s=300)["error"]
+    run = ChildSpec("figures", ch.Target("mlp", None, ("--hidden_units=16",)), "tensorflow",
+                    steps=20)  # fmt: skip
+    figures = run_child(run, env, timeout_s=300)
+    assert figures.get("timed_steps", 0) > 0 and figures["backend"] == "tensorflow", figures
+    (tmp_path / "spec.json").write_text("{not json")
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkit._child", str(tmp_path / "spec.json"), str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert (
+        done.returncode == 2 and done.stderr.startswith("error:") and "Traceback" not in done.stderr
+    )

@@ -42,6 +42,7 @@ LAYERS = (
             "toolkit.app",
             "toolkit.cli",
             "toolkit._verbs",
+            "toolkit._child",
             "toolkit.__main__",
             "toolkit",
         ),
@@ -361,3 +362,27 @@ def test_the_public_surface_is_small_and_reviewed():
                 continue
             things.add((defined, getattr(obj, "__qualname__", name)))
     assert len(things) <= 200, f"{len(things)} public names: keep helpers out of __all__"
+
+
+def test_importing_the_recipes_changes_nothing():
+    """A recipe's start-up (the backend before Keras loads, --backend=auto, the log level, the
+    compile cache) is toolkit.app.start, run by the program that starts: importing a recipe, as
+    a notebook or the search does, leaves sys.argv, the environment and the modules alone."""
+    code = (
+        "import os, sys\n"
+        "sys.argv = ['kernel.py', '--backend=auto', '--compile_cache', '-f', 'x.json']\n"
+        "before = (list(sys.argv), dict(os.environ))\n"
+        "import recipes, recipes.mlp, recipes.cnn\n"
+        "assert (list(sys.argv), dict(os.environ)) == before, (sys.argv, set(os.environ) ^ "
+        "set(before[1]))\n"
+        "loaded = [m for m in ('tensorflow', 'keras', 'jax', 'torch') if m in sys.modules]\n"
+        "print(loaded)\n"
+    )
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL")
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "[]" and out.stderr == ""

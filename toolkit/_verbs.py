@@ -7,7 +7,6 @@ the other verbs, exit codes) is ``toolkit.cli``'s.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
@@ -40,29 +39,35 @@ def model_fn(spec: str) -> tuple[Any, Any]:
     return made
 
 
-def resolve_target(args: argparse.Namespace) -> tuple[str, Any, Any, Any]:
+def resolve_target(
+    recipe: str | None, model_fn_spec: str | None, recipe_flags: list[str]
+) -> tuple[str, Any, Any, Any]:
     """``(what, flag values, config, task or (model, data))`` of ``--recipe R [flags]`` or
     ``--model_fn module:function [flags]``."""
     from absl import flags
 
     from toolkit import app
 
-    if args.model_fn:
+    if model_fn_spec:
         from toolkit.runner import flags as tk_flags
 
         tk_flags.define_common_flags()
-        flags.FLAGS(["keras-perf", *args.recipe_flags])
+        flags.FLAGS(["keras-perf", *recipe_flags])
         config = tk_flags.config_from_flags()
-        return f"--model_fn {args.model_fn}", flags.FLAGS, config, model_fn(args.model_fn)
-    recipe = app.load_recipe(args.recipe)
-    config, task = app.recipe_from_flags(recipe, [f"recipes.{args.recipe}", *args.recipe_flags])
-    return f"recipe {args.recipe}", flags.FLAGS, config, task
+        return f"--model_fn {model_fn_spec}", flags.FLAGS, config, model_fn(model_fn_spec)
+    module = app.load_recipe(recipe or "mlp")
+    config, task = app.recipe_from_flags(module, [f"recipes.{recipe}", *recipe_flags])
+    return f"recipe {recipe}", flags.FLAGS, config, task
+
+
+def _target_of(args: argparse.Namespace) -> tuple[str, Any, Any, Any]:
+    return resolve_target(args.recipe, args.model_fn, args.recipe_flags)
 
 
 def doctor(args: argparse.Namespace) -> int:
     from toolkit.search.diagnose import diagnose
 
-    what, flag_values, config, target = resolve_target(args)
+    what, flag_values, config, target = _target_of(args)
     if isinstance(target, tuple):
         model, data = target
         diagnosis = diagnose(model, data, steps=flag_values.diagnose_steps)
@@ -74,23 +79,10 @@ def doctor(args: argparse.Namespace) -> int:
 
 
 def tune(args: argparse.Namespace) -> int:
-    from toolkit.search import tune as tn
-
     if args.across_backends:
         return tune_across(args)
-    what, flag_values, config, target = resolve_target(args)
-    if isinstance(target, tuple):
-        model, data = target
-        result = tn.tune(model, data, budget_s=flag_values.tune_budget, use_cache=not args.refresh)
-    else:
-        result = tn.tune(
-            target, config=config, budget_s=flag_values.tune_budget, use_cache=not args.refresh
-        )
-    batch = None if isinstance(target, tuple) else config.batch_size  # None: your pipeline's
-    if args.json_out:  # for tune --across_backends, which runs one tune per backend
-        from toolkit.core.files import atomic_write
-
-        atomic_write(args.json_out, json.dumps({**result.to_dict(), "batch_size": batch}))
+    what, flag_values, config, target = _target_of(args)
+    result, batch = tune_target(target, config, flag_values.tune_budget, not args.refresh)
     source = "cache" if result.cache_hit else f"searched in {result.seconds:.1f} s"
     shown = "your pipeline's" if batch is None else batch
     print(f"tune: {what}, batch {shown} ({source})")
@@ -101,6 +93,18 @@ def tune(args: argparse.Namespace) -> int:
     else:
         print(f"best: {result.best.flags()}")
     return 0
+
+
+def tune_target(target: Any, config: Any, budget_s: float, use_cache: bool) -> tuple[Any, Any]:
+    """``(TuneResult, batch size)`` of a task or your ``(model, data)`` (batch size None: your
+    pipeline's)."""
+    from toolkit.search import tune as tn
+
+    if isinstance(target, tuple):
+        model, data = target
+        return tn.tune(model, data, budget_s=budget_s, use_cache=use_cache), None
+    result = tn.tune(target, config=config, budget_s=budget_s, use_cache=use_cache)
+    return result, config.batch_size
 
 
 def tune_across(args: argparse.Namespace) -> int:
@@ -152,15 +156,6 @@ def backends(args: argparse.Namespace) -> int:
 
     from toolkit.search import chooser
 
-    if args.child:  # one contender, in this fresh process (the parent reads the JSON file)
-        from toolkit.core.files import atomic_write, jsonable
-        from toolkit.search.workload import workload
-
-        _what, _flag_values, config, target = resolve_target(args)
-        work = workload(*target, config) if isinstance(target, tuple) else workload(target, config)
-        figures = work.figures(args.steps, count_flops=config.count_flops)
-        atomic_write(args.child, json.dumps(jsonable(figures)))
-        return 0
     target = chooser_target(args)
     result = chooser.compare(
         target,

@@ -255,6 +255,7 @@ def run(main: Callable[[list[str]], None]) -> None:
     head``) ends quietly."""
     from absl import app as absl_app
 
+    from toolkit.backend import BackendError
     from toolkit.core.version import __version__
 
     args = sys.argv[1:]
@@ -265,8 +266,12 @@ def run(main: Callable[[list[str]], None]) -> None:
     if "--version" in args:
         print(f"{_module_name(module)} (keras-perf-toolkit {__version__})")
         raise SystemExit(0)
-    sys.argv[1:] = tk_flags.canonical_argv(args)
-    program = _program(module)[0]
+    program, short = _program(module)
+    try:
+        sys.argv[1:] = start(tk_flags.canonical_argv(args), recipe=short)
+    except BackendError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
     def parse(argv: list[str]) -> list[str]:
         """absl's parsing, with a bad flag in one ``error:`` line and status 2 (a usage
@@ -279,6 +284,34 @@ def run(main: Callable[[list[str]], None]) -> None:
             raise SystemExit(2) from None
 
     with_broken_pipe(lambda: absl_app.run(main, flags_parser=parse))
+
+
+def start(argv: Sequence[str], recipe: str) -> list[str]:
+    """The start-up of every program here, a recipe or a verb, first thing and once: Keras
+    fixes its backend when it is imported, and TensorFlow reads its log level and XLA's flags
+    when it loads, so these are read from the command line before anything parses it.
+
+    TensorFlow's C++ start-up lines are held back (``toolkit.core.native_logs``: a
+    ``TF_CPP_MIN_LOG_LEVEL`` of the user's, or ``--verbosity``, wins); ``--backend=auto``
+    becomes the winner that ``python -m toolkit backends`` measured for `recipe` and these
+    flags here; ``--backend`` (or ``--device=mps``) is selected; ``--compile_cache`` is set.
+
+    Returns:
+        `argv` (without the program's name) with ``--backend=auto`` resolved.
+
+    Raises:
+        toolkit.backend.BackendError: a backend that is not installed, tf_keras with another
+            backend, Keras already loaded with another.
+    """
+    from toolkit import backend
+    from toolkit.core import native_logs
+    from toolkit.search import chooser
+
+    native_logs.configure(list(argv))
+    argv = chooser.resolve_auto(argv, recipe)
+    backend.from_argv(argv)
+    backend.compile_cache_from_argv(argv)  # before anything starts TensorFlow
+    return argv
 
 
 def with_broken_pipe(fn: Callable[[], object]) -> None:

@@ -42,14 +42,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from toolkit.core import native_logs
-
-# TensorFlow's start-up lines would bury the one line a command prints (TF_CPP_MIN_LOG_LEVEL=2,
-# and lines held while it loads); a TF_CPP_MIN_LOG_LEVEL the user set, or --verbosity, wins.
-native_logs.configure(sys.argv[1:])
-
-from toolkit import _verbs  # noqa: E402 - after the log level, before anything loads TensorFlow
-from toolkit.report import (  # noqa: E402
+from toolkit import _verbs
+from toolkit.report import (
     ReportError,
     RunReport,
     compare,
@@ -471,7 +465,6 @@ def _main(argv: Sequence[str] | None = None) -> int:
         help="the backend as one more axis: a search per installed backend (each a fresh "
         "process), then their winners and the defaults head to head",
     )
-    p.add_argument("--json_out", help=argparse.SUPPRESS)
     p.set_defaults(func=_verbs.tune)
 
     p = target_parser(
@@ -487,7 +480,6 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", help="output directory (default runs/backends-<time>)")
     p.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
     p.add_argument("--no_plot", action="store_true", help="skip the PNG chart")
-    p.add_argument("--child", help=argparse.SUPPRESS)
     p.set_defaults(func=_verbs.backends)
 
     p = verbs.add_parser(
@@ -547,14 +539,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("reports", nargs="+", help="report.json files or run directories")
     p.set_defaults(func=_merge)
 
-    from toolkit import backend
-    from toolkit.search import chooser
+    from toolkit import app, backend
 
     try:  # before anything imports Keras, which fixes its backend at import
-        recipe = backend.flag_value(argv, "recipe") or "mlp"
-        argv = chooser.resolve_auto(["keras-perf", *argv], recipe=recipe)[1:]
-        backend.from_argv(argv)
-        backend.compile_cache_from_argv(argv)  # before anything starts TensorFlow
+        argv = app.start(argv, recipe=backend.flag_value(argv, "recipe") or "mlp")
     except backend.BackendError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,6 +1,8 @@
-"""The backends chooser's fresh processes: each contender's run (``python -m toolkit backends
---child``), each backend's device probe, and a child whose progress lines are passed on as they
-come. Each is bounded by a timeout and reports a failure as one line, never a traceback.
+"""The search's fresh processes: what one must measure (a :class:`ChildSpec`: a contender's
+run, or a backend's ``tune`` search), handed to the one private entry point ``python -m
+toolkit._child`` as JSON, its figures read back as JSON; and each backend's device probe. Each
+is bounded by a timeout and reports a failure as one line, never a traceback; a child's
+progress lines are passed on as they come.
 
 A fresh process per run: Keras fixes its backend when it is imported, and a finished run's
 threads would eat into the next one's cores.
@@ -8,7 +10,7 @@ threads would eat into the next one's cores.
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -17,10 +19,61 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from toolkit.core.files import read_json
-from toolkit.search.standings import Contender, Target
+from toolkit.core.files import atomic_write, read_json
+from toolkit.search.standings import Target
 
 __all__: list[str] = []
+
+CHILD = "toolkit._child"  # the entry point every child runs: python -m toolkit._child SPEC OUT
+JOBS = ("figures", "tune")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildSpec:
+    """What one fresh process measures, whole: the target (a recipe with its flags, or
+    ``module:function``), the backend and device it runs on, the contender's settings, and the
+    job: ``figures`` (one run of `steps` steps: ``Workload.figures``) or ``tune`` (a search of
+    `budget_s` seconds: ``TuneResult.to_dict()`` and the batch size). `extra` holds the run's
+    own recipe flags (``--init_weights``: the same start for every contender)."""
+
+    job: str
+    target: Target
+    backend: str
+    device: str = "cpu"
+    settings: tuple[str, ...] = ()
+    extra: tuple[str, ...] = ()
+    steps: int = 0
+    budget_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.job not in JOBS:
+            raise ValueError(f"child job {self.job!r}: one of {', '.join(JOBS)}")
+
+    def recipe_flags(self) -> list[str]:
+        """The flags the child's run parses as a recipe's (absl's, at the child's edge): the
+        target's, with this backend and device in place of the target's own, then the
+        settings and the run's own."""
+        own = without(self.target.flags, {"device", "backend", "tune_budget"})
+        return [
+            f"--backend={self.backend}", f"--device={self.device}", *own, *self.settings,
+            *self.extra,
+        ]  # fmt: skip
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ChildSpec:
+        """Raises ValueError (a malformed spec)."""
+        try:
+            raw = json.loads(text)
+            target = raw.pop("target")
+            return cls(
+                target=Target(target["recipe"], target["model_fn"], tuple(target["flags"])),
+                **{**raw, "settings": tuple(raw["settings"]), "extra": tuple(raw["extra"])},
+            )
+        except (TypeError, KeyError, AttributeError, ValueError) as e:
+            raise ValueError(f"a malformed child spec: {e}") from None
 
 
 def without(argv: Sequence[str], names: frozenset[str] | set[str]) -> list[str]:
@@ -96,44 +149,32 @@ def follow(
     return None if killed.is_set() else lines
 
 
-def child_run(
-    target: Target,
-    contender: Contender,
-    steps: int,
-    extra: list[str],
+def run_child(
+    spec: ChildSpec,
     env: dict[str, str],
     timeout_s: float,
+    progress: Callable[[str], Any] | None = None,
+    prefix: str = "",
 ) -> dict[str, Any]:
-    """One run in a fresh ``python -m toolkit backends --child`` process: its figures, or
-    ``{"error": ...}`` with the child's last error line."""
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        out = f.name
-    flags = without(target.flags, {"device", "backend"})
-    argv = [
-        sys.executable, "-m", "toolkit", "backends", "--child", out, "--steps", str(steps),
-        *(["--recipe", target.recipe] if target.recipe else ["--model_fn", str(target.model_fn)]),
-        f"--backend={contender.backend}", f"--device={contender.device}", *flags,
-        *contender.settings, *extra,
-    ]  # fmt: skip
-    child_env = {**env, "KERAS_BACKEND": contender.backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    if target.model_fn:  # the user's module imports in the child as it does here
+    """Runs `spec` in a fresh ``python -m toolkit._child`` process: its JSON result, or
+    ``{"error": ...}`` with the child's last error line (or the timeout). The child's progress
+    lines (``[n | ...]``, ``tune: ...``) go to `progress` as they come, after `prefix`."""
+    child_env = {**env, "KERAS_BACKEND": spec.backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    if spec.target.model_fn:  # the user's module imports in the child as it does here
         paths = [p for p in sys.path if p and os.path.isdir(p)]
         child_env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")]).strip(
             os.pathsep
         )
-    try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout_s, env=child_env, check=False
-        )
+    with tempfile.TemporaryDirectory(prefix="toolkit-child-") as tmp:
+        spec_path, out = os.path.join(tmp, "spec.json"), os.path.join(tmp, "out.json")
+        atomic_write(spec_path, spec.to_json())
+        argv = [sys.executable, "-m", CHILD, spec_path, out]
+        lines = follow(argv, child_env, timeout_s, progress or (lambda _line: None), prefix)
+        if lines is None:
+            return {"error": f"no result within {timeout_s:.0f} s"}
         figures = read_json(out)
-        if done.returncode != 0 or not figures:
-            lines = [ln for ln in (done.stderr or "").splitlines() if ln.strip()]
-            errors = [ln for ln in lines if ln.startswith("error:")]
-            why = (errors or lines or [f"exit status {done.returncode}"])[-1]
-            return {"error": why.removeprefix("error: ").strip()}
-        return figures
-    except subprocess.TimeoutExpired:
-        return {"error": f"no result within {timeout_s:.0f} s"}
-    finally:
-        with contextlib.suppress(OSError):
-            os.remove(out)
+    if not figures:
+        errors = [ln for ln in lines if ln.startswith("error:")]
+        why = (errors or lines or ["no result"])[-1]
+        return {"error": why.removeprefix("error: ").strip()}
+    return figures

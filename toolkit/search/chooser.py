@@ -31,7 +31,7 @@ machine (CPU, installed framework versions), and written as JSON, Markdown and a
 recipe run with ``--backend=auto`` trains on the cached winner (:func:`resolve_auto`).
 
 This module imports no framework: the measuring happens in the child processes
-(``python -m toolkit backends --child``, ``toolkit.search._processes``), through the measured
+(``python -m toolkit._child``, ``toolkit.search._processes``), through the measured
 target's ``figures`` (``toolkit.search.workload``); the result and its table are
 ``toolkit.search.standings``.
 """
@@ -54,10 +54,9 @@ from toolkit.core import _extras as extras
 from toolkit.core import compat, machine
 from toolkit.core import progress as tk_progress
 from toolkit.core.cache import Cache
-from toolkit.core.files import read_json
 from toolkit.core.stats import whole_calls
 from toolkit.runner import flags as tk_flags
-from toolkit.search._processes import child_run, follow, probe_devices, without
+from toolkit.search._processes import ChildSpec, probe_devices, run_child, without
 from toolkit.search.engine import MIN_GAIN, Candidate, decide, interleaved_rounds
 from toolkit.search.standings import (
     BackendsResult,
@@ -235,36 +234,21 @@ def cached(key: str) -> BackendsResult | None:
         return None
 
 
-RECIPES = "recipes."  # the recipes' package (toolkit.app loads them by name)
-
-
-def _recipe_of_command(argv: Sequence[str]) -> str:
-    """The recipe this process runs: ``python -m recipes.R`` (while the package imports,
-    ``sys.argv[0]`` is still ``-m``: the interpreter's own command line says which), or a
-    recipe file run by path."""
-    command = list(getattr(sys, "orig_argv", []))
-    if "-m" in command[:-1]:
-        module = command[command.index("-m") + 1]
-        if module.startswith(RECIPES):
-            return module[len(RECIPES) :]
-    return os.path.splitext(os.path.basename(argv[0]))[0]
-
-
-def resolve_auto(argv: Sequence[str], recipe: str | None = None) -> list[str]:
-    """`argv` with ``--backend=auto`` replaced by the cached winner for this recipe and its
-    flags (any run length), or by Keras's default when nothing is cached (said on stderr).
-    Reads the cache only: imports no framework. Other command lines come back unchanged."""
-    argv = list(argv)
-    if (flag_value(argv[1:], "backend") or "").strip().lower() != "auto":
+def resolve_auto(args: Sequence[str], recipe: str) -> list[str]:
+    """`args` (a command line without its program) with ``--backend=auto`` replaced by the
+    cached winner for `recipe` and its flags (any run length), or by Keras's default when
+    nothing is cached (said on stderr). Reads the cache only: imports no framework. Other
+    command lines come back unchanged."""
+    argv = list(args)
+    if (flag_value(argv, "backend") or "").strip().lower() != "auto":
         return argv
-    name = recipe or _recipe_of_command(argv)
-    rest = without(argv[1:], {"backend"})
+    rest = without(argv, {"backend"})
     best = None
     wanted = sorted(without(rest, RUN_FLAGS))
     machine_now = machine.machine_facts(**_versions())
     found = [
         e for e in _CACHE.entries()
-        if e["facts"].get("target") == name
+        if e["facts"].get("target") == recipe
         and e["facts"].get("flags") == wanted and e["facts"].get("machine") == machine_now
         and e["facts"].get("legacy", "") == os.environ.get("TF_USE_LEGACY_KERAS", "")
     ]  # fmt: skip
@@ -275,14 +259,14 @@ def resolve_auto(argv: Sequence[str], recipe: str | None = None) -> list[str]:
     if best is None:
         chosen = os.environ.get("KERAS_BACKEND", "tensorflow")
         print(
-            f"--backend=auto: no measured winner for {name} with these flags on this machine; "
-            f"training on {chosen} (measure: python -m toolkit backends --recipe {name} ...)",
+            f"--backend=auto: no measured winner for {recipe} with these flags on this machine; "
+            f"training on {chosen} (measure: python -m toolkit backends --recipe {recipe} ...)",
             file=sys.stderr,
         )
     else:
         chosen = best.backend
         print(
-            f"--backend=auto: {chosen} (measured fastest for {name} here, on {best.device}; "
+            f"--backend=auto: {chosen} (measured fastest for {recipe} here, on {best.device}; "
             "python -m toolkit backends shows the table)",
             file=sys.stderr,
         )
@@ -325,7 +309,7 @@ def compare(
         progress: called with a line per run. Defaults to printing to stderr.
         timeout_s: the longest one run may take. Defaults to `900`.
         runner: runs one contender with the given extra flags and returns its figures
-            (default: a fresh ``python -m toolkit backends --child`` process).
+            (default: a fresh ``python -m toolkit._child`` process).
         candidates: the contenders, the defaults first (default: :func:`contenders`); given,
             nothing is cached.
         budget_s: seconds the rounds may take: after the first round, a run that would end
@@ -368,7 +352,13 @@ def compare(
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="toolkit-backends-") as tmp:
         weights = os.path.join(tmp, "initial.weights.h5")
-        run = runner or (lambda c, extra: child_run(target, c, length, extra, env, timeout_s))
+
+        def child(c: Contender, extra: list[str]) -> dict[str, Any]:
+            spec = ChildSpec("figures", target, c.backend, c.device, c.settings, tuple(extra),
+                             steps=length)  # fmt: skip
+            return run_child(spec, env, timeout_s)
+
+        run = runner or child
         total = rounds * len(rows)
         walls: list[float] = []
         by_contender = {row.contender: row for row in rows}
@@ -485,8 +475,6 @@ def tune_across(
     )
     overheads: list[float] = []  # each child's seconds beyond its search: start-up, build
     runs: list[float] = []  # what one run of the final costs, estimated from each child
-    flags = without(target.flags, {"device", "backend", "tune_budget"})
-    what = ["--recipe", target.recipe] if target.recipe else ["--model_fn", str(target.model_fn)]
     tuned = [Contender(c.backend, c.device) for c in listed]  # Keras's defaults, the first first
     for i, c in enumerate(listed):
         # What is left of the searches' part, shared by the searches still to run, less what a
@@ -496,25 +484,17 @@ def tune_across(
             time.perf_counter() - start, budget_s, len(listed) - i, overheads, runs,
             finalists=2 * len(listed),
         )  # fmt: skip
-        with tempfile.TemporaryDirectory(prefix="toolkit-tune-") as tmp:
-            out = os.path.join(tmp, "tune.json")
-            argv = [
-                sys.executable, "-m", "toolkit", "tune", *what, "--json_out", out,
-                f"--backend={c.backend}", f"--device={c.device}", *flags,
-                f"--tune_budget={share:.0f}",
-            ]  # fmt: skip
-            t0 = time.perf_counter()
-            progress(f"tune {c.label()}: searching, a fresh process ({share:.0f} s budget)")
-            lines = follow(argv, {**env, "KERAS_BACKEND": c.backend}, timeout_s, progress,
-                            prefix=f"  {c.label()} ")  # fmt: skip
-            found = read_json(out) if lines is not None else {}
-            wall = time.perf_counter() - t0
-            overheads.append(max(wall - share, 0.0))
-            run = final_run_estimate(found, wall, steps)
-            if run is not None:
-                runs.append(run)
+        t0 = time.perf_counter()
+        progress(f"tune {c.label()}: searching, a fresh process ({share:.0f} s budget)")
+        spec = ChildSpec("tune", target, c.backend, c.device, budget_s=round(share))
+        found = run_child(spec, env, timeout_s, progress, prefix=f"  {c.label()} ")
+        wall = time.perf_counter() - t0
+        overheads.append(max(wall - share, 0.0))
+        run = final_run_estimate(found, wall, steps)
+        if run is not None:
+            runs.append(run)
         if not found.get("best"):
-            why = (lines[-1] if lines else "?") if lines is not None else "timed out"
+            why = found.get("error") or "no result"
             progress(f"tune {c.label()}: failed ({why}); its Keras defaults stay a contender")
             settings: tuple[str, ...] = ()
         else:

@@ -62,10 +62,6 @@ class Target:
             return cls(None, what, tuple(flags))
         return cls(str(what), None, tuple(flags))
 
-    def argv(self) -> list[str]:
-        what = ["--recipe", self.recipe] if self.recipe else ["--model_fn", str(self.model_fn)]
-        return [*what, *self.flags]
-
 
 @dataclasses.dataclass(frozen=True)
 class Contender:
