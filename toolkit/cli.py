@@ -1,45 +1,21 @@
 """The toolkit's command line (``keras-perf VERB`` or ``python -m toolkit VERB``).
 
-Verbs:
-    compare A B          deltas of report B against baseline A, with a noise-aware verdict
-                         (``--json``; ``--fail_on_slower``: status 1 on a regression)
-    show REPORT          a report's summary (``--markdown`` for the full Markdown, ``--json``)
-    trace RUN_DIR        a run's profiler trace read back (step breakdown, XProf's input
-                         verdict, top ops); also any directory of TF/JAX/PyTorch traces
-    devices              the devices TensorFlow sees, and a starting precision for each
-    preflight            known traps for a device/precision/XLA choice, each with its fix
-    placement --recipe R where each op of one training step of recipe R ran
-    tune --recipe R [recipe flags]   |   tune --model_fn MODULE:FUNCTION
-                         the fastest measured settings for recipe R (or your own compiled
-                         model and pipeline, returned by FUNCTION) on this machine, cached;
-                         --across_backends: each installed backend searched, then head to head
-    backends --recipe R [recipe flags]   |   backends --model_fn MODULE:FUNCTION
-                         which Keras backend (and device) trains R fastest here: every
-                         installed one, each run a fresh process, same data and initial
-                         weights, interleaved rounds; cached (--backend=auto uses it)
-    doctor --recipe R [recipe flags]   |   doctor --model_fn MODULE:FUNCTION
-                         input-bound or compute-bound? the input alone, the step alone and
-                         the real fit, measured, with a verdict and advice
-    ops [--ops A,B] [--modes eager,graph,xla,jax_jit,torch_eager,torch_compile|all]
-        [--size tiny|default|full]
-                         the seed's per-op table (ms per call in TensorFlow's eager/graph/XLA
-                         on every device, beside JAX's jit and PyTorch's eager/compile),
-                         written as Markdown, CSV, PNG and JSON
-    ops --fusion         matmul + hard_swish and conv2d + bias + relu: what fused, and the
-                         time it saved
-    data-service --dispatcher --port P
-    data-service --worker --dispatcher grpc://HOST:P [--port Q]
-                         a tf.data service dispatcher or worker, serving until stopped
-    merge REPORT...      the workers' reports of one multi-worker run, side by side
+The verbs are one table, :data:`VERBS`: each verb's options, what it runs, whether it loads
+TensorFlow first and whether the flags after its target go on to a recipe (``doctor``,
+``tune``, ``backends``); the parser, ``--help`` and the verb lists come from it. The README's
+verb table says what each does. Measuring verbs live in ``toolkit._verbs``; results go to
+stdout, progress to stderr, and an error is one ``error:`` line with status 2 (the command
+line) or 1 (a run that could not start).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolkit import _verbs
@@ -58,10 +34,6 @@ DESCRIPTION = (
     "faster here: measured. Recipes train with `python -m recipes.NAME` (--help "
     "lists their flags); these verbs measure, tune and read reports."
 )
-# Verbs that start TensorFlow in this process: it loads first, its start-up lines held back.
-LOADS_TENSORFLOW = frozenset(
-    ("devices", "preflight", "placement", "doctor", "tune", "ops", "data-service")
-)
 # --size tiny's (repeats, shortest loop in s): a smoke run, not a measurement to keep.
 TINY_TIMING = (3, 0.005)
 # Old spellings of verb options, still accepted with a one-line note.
@@ -79,10 +51,13 @@ def _prog() -> str:
 def _recipe_epilog(recipe: str | None) -> str:
     """For ``doctor|tune|backends --help``: the recipes, and the recipe flags passed on
     (the recipe's own when ``--recipe`` names one), grouped as a recipe's ``--help``."""
+    import shutil
     import textwrap
 
     from toolkit import app
     from toolkit.runner import flags as tk_flags
+
+    width = min(shutil.get_terminal_size().columns, 100) - 2  # argparse's own margin
 
     names = app.recipe_names()
     out = [f"recipes (--recipe): {', '.join(names)}; default mlp", ""]
@@ -95,14 +70,14 @@ def _recipe_epilog(recipe: str | None) -> str:
         "Recipe flags follow --recipe (or --model_fn) and are passed on "
         f"(python -m recipes.{recipe if recipe in names else 'NAME'} --help: "
         "each with its default and meaning):",
-        96,
+        width,
     )
     groups = ([(f"{recipe} flags", own)] if own else []) + [
         (name, [n for n in group if n not in own]) for name, group in tk_flags.FLAG_GROUPS
     ]
     for name, group in groups:
         line = " ".join(f"--{n}" for n in group)
-        out += textwrap.wrap(line, 96, initial_indent=f"  {name}: ", subsequent_indent="    ")
+        out += textwrap.wrap(line, width, initial_indent=f"  {name}: ", subsequent_indent="    ")
     return "\n".join(out)
 
 
@@ -345,57 +320,19 @@ def backend_name() -> str:
 
 
 def _add_backend(p: argparse.ArgumentParser, what: str | None = None) -> None:
+    from toolkit import backend
+
     p.add_argument(
         "--backend",
-        choices=("tensorflow", "jax", "torch"),
+        choices=backend.BACKENDS,
         help=what or "Keras backend (default: KERAS_BACKEND, else tensorflow)",
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; a closed stdout (``| head``) ends it quietly (status 141)."""
-    from toolkit.app import with_broken_pipe
-
-    status: list[int] = []
-    with_broken_pipe(lambda: status.append(_main(argv)))
-    return status[0]
+# ---------------------------------------------------------------------------- each verb's options
 
 
-def _main(argv: Sequence[str] | None = None) -> int:
-    from toolkit.core.version import __version__
-    from toolkit.runner import flags as tk_flags
-
-    argv = list(argv if argv is not None else sys.argv[1:])
-    argv = tk_flags.canonical_argv(argv, DEPRECATED_OPTIONS)
-    wants_help = any(a in ("-h", "--help") for a in argv)
-    verb = next((a for a in argv if not a.startswith("-")), None)
-    parser = argparse.ArgumentParser(prog=_prog(), description=DESCRIPTION)
-    parser.add_argument(
-        "--version", action="version", version=f"%(prog)s (keras-perf-toolkit {__version__})"
-    )
-    parser.add_argument(
-        "-q",
-        "--quiet",
-        action="store_true",
-        help="no progress bars or stage lines (as TOOLKIT_PROGRESS=0); results still print",
-    )
-    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-
-    def target_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
-        """doctor, tune, backends: their --help lists the recipes and the flags passed on."""
-        epilog = None
-        if wants_help and verb == name:
-            from toolkit import backend as _backend
-
-            model_fn = _backend.flag_value(argv, "model_fn")  # no recipe: the shared flags only
-            epilog = _recipe_epilog(
-                None if model_fn else _backend.flag_value(argv, "recipe") or "mlp"
-            )
-        return verbs.add_parser(
-            name, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs
-        )
-
-    p = verbs.add_parser("compare", help="compare two run reports (B against baseline A)")
+def _compare_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", help="baseline: report.json or its run directory")
     p.add_argument("b", help="candidate: report.json or its run directory")
     p.add_argument("--z", type=float, default=3.0, help="standard errors a change must exceed")
@@ -407,56 +344,44 @@ def _main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="exit 1 when B is slower than A beyond the noise band (a regression in CI)",
     )
-    p.set_defaults(func=_compare)
 
-    p = verbs.add_parser("show", help="print a run report")
+
+def _show_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("report", help="report.json or its run directory")
     p.add_argument("--markdown", action="store_true", help="the full Markdown report")
     p.add_argument("--json", action="store_true", help="the report's JSON, as report.json holds")
-    p.set_defaults(func=_show)
 
-    p = verbs.add_parser("trace", help="a run's profiler trace read back (XProf's verdict, ops)")
+
+def _trace_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run directory (or report.json), or any directory of traces")
     p.add_argument("--ops", type=int, default=10, help="top ops to list per side (10)")
-    p.set_defaults(func=_trace)
 
-    p = verbs.add_parser("devices", help="list devices with a precision hint, per backend")
+
+def _devices_options(p: argparse.ArgumentParser) -> None:
     _add_backend(p, "the backend to ask (default: every installed one)")
-    p.set_defaults(func=_devices)
 
-    p = verbs.add_parser("preflight", help="check for known device/precision/XLA traps")
+
+def _preflight_options(p: argparse.ArgumentParser) -> None:
     _add_backend(p)
     p.add_argument("--device", default="auto", help="auto, cpu, gpu, cuda, metal (mps)[:index]")
     p.add_argument("--precision", default="float32", help="float32, mixed_float16, mixed_bfloat16")
     p.add_argument("--jit_compile", action="store_true", help="the run will compile with XLA")
-    p.set_defaults(func=_preflight)
 
-    p = verbs.add_parser("placement", help="where each op of one training step ran")
+
+def _placement_options(p: argparse.ArgumentParser) -> None:
     _add_backend(p)
     p.add_argument(
-        "--recipe",
-        default="mlp",
-        help="a recipe under recipes/ (doctor --help lists them)",
+        "--recipe", default="mlp", help="a recipe under recipes/ (doctor --help lists them)"
     )
     p.add_argument("--device", default="auto", help="auto, cpu, gpu, cuda, metal (mps)[:index]")
     p.add_argument("--batch_size", type=int, default=32)
-    p.set_defaults(func=_placement)
 
-    p = target_parser(
-        "doctor",
-        help="input-bound or compute-bound? measured, with advice",
-        description="Recipe flags (--batch_size, --dataset, --jit_compile...) follow --recipe "
-        "or --model_fn.",
-    )
+
+def _doctor_options(p: argparse.ArgumentParser) -> None:
     _add_target(p, "diagnose")
-    p.set_defaults(func=_verbs.doctor)
 
-    p = target_parser(
-        "tune",
-        help="the fastest measured settings for a recipe here (cached)",
-        description="Recipe flags (--batch_size, --dataset, --device...) follow --recipe or "
-        "--model_fn.",
-    )
+
+def _tune_options(p: argparse.ArgumentParser) -> None:
     _add_target(p, "tune")
     p.add_argument("--refresh", action="store_true", help="search again, ignoring the cache")
     p.add_argument(
@@ -465,14 +390,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
         help="the backend as one more axis: a search per installed backend (each a fresh "
         "process), then their winners and the defaults head to head",
     )
-    p.set_defaults(func=_verbs.tune)
 
-    p = target_parser(
-        "backends",
-        help="which Keras backend trains a recipe fastest here (measured, cached)",
-        description="Recipe flags (--batch_size, --dataset, --device...) follow --recipe; "
-        "without --device every device each backend sees is a contender.",
-    )
+
+def _backends_options(p: argparse.ArgumentParser) -> None:
     _add_target(p, "compare")
     p.add_argument("--backends", help="comma-separated (default: every installed one)")
     p.add_argument("--steps", type=int, default=200, help="training steps per run (200)")
@@ -480,14 +400,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", help="output directory (default runs/backends-<time>)")
     p.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
     p.add_argument("--no_plot", action="store_true", help="skip the PNG chart")
-    p.set_defaults(func=_verbs.backends)
 
-    p = verbs.add_parser(
-        "ops",
-        help="per-op benchmark in eager/graph/XLA on every device (or --fusion)",
-        description="The seed's per-op table for TensorFlow, or with --fusion what XLA and "
-        "Grappler fuse. Writes Markdown, CSV, PNG and JSON under --out.",
-    )
+
+def _ops_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ops", help="comma-separated op names (default: all 21)")
     p.add_argument(
         "--modes",
@@ -515,13 +430,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", help="output directory (default runs/ops-<time>)")
     p.add_argument("--no_plot", action="store_true", help="skip the PNG chart")
     p.add_argument("--fusion", action="store_true", help="the fusion demo instead of the table")
-    p.set_defaults(func=_ops)
 
-    p = verbs.add_parser(
-        "data-service",
-        help="run a tf.data service dispatcher or worker",
-        description="Recipes read through it with --data_service=grpc://host:port.",
-    )
+
+def _data_service_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dispatcher",
         nargs="?",
@@ -533,29 +444,126 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=0, help="port to listen on (0: any free one)")
     p.add_argument("--host", default="localhost", help="the name others reach this host by")
     p.add_argument("--work_dir", help="dispatcher: journal dir (restarts keep their jobs)")
-    p.set_defaults(func=_data_service)
 
-    p = verbs.add_parser("merge", help="the workers' reports of a multi-worker run")
+
+def _merge_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("reports", nargs="+", help="report.json files or run directories")
-    p.set_defaults(func=_merge)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verb:
+    """One verb of the command line: its parser's options and what it runs. The parser, the
+    help and which verbs load TensorFlow or pass flags on to a recipe all come from
+    :data:`VERBS`."""
+
+    name: str
+    help: str
+    run: Callable[[argparse.Namespace], int]
+    options: Callable[[argparse.ArgumentParser], None]
+    description: str | None = None
+    loads_tensorflow: bool = False  # it loads first, its start-up lines held back
+    recipe_flags: bool = False  # the flags after the target go to the recipe (absl parses them)
+
+
+_PASSED_ON = "Recipe flags (--batch_size, --dataset...) follow --recipe or --model_fn."
+VERBS = (
+    Verb("compare", "compare two run reports (B against baseline A)", _compare, _compare_options),
+    Verb("show", "print a run report", _show, _show_options),
+    Verb("trace", "a run's profiler trace read back (XProf's verdict, ops)", _trace,
+         _trace_options),
+    Verb("devices", "list devices with a precision hint, per backend", _devices,
+         _devices_options, loads_tensorflow=True),
+    Verb("preflight", "check for known device/precision/XLA traps", _preflight,
+         _preflight_options, loads_tensorflow=True),
+    Verb("placement", "where each op of one training step ran", _placement, _placement_options,
+         loads_tensorflow=True),
+    Verb("doctor", "input-bound or compute-bound? measured, with advice", _verbs.doctor,
+         _doctor_options, _PASSED_ON, loads_tensorflow=True, recipe_flags=True),
+    Verb("tune", "the fastest measured settings for a recipe here (cached)", _verbs.tune,
+         _tune_options, _PASSED_ON, loads_tensorflow=True, recipe_flags=True),
+    Verb("backends", "which Keras backend trains a recipe fastest here (measured, cached)",
+         _verbs.backends, _backends_options,
+         "Recipe flags (--batch_size, --dataset, --device...) follow --recipe;\nwithout "
+         "--device every device each backend sees is a contender.", recipe_flags=True),
+    Verb("ops", "per-op benchmark in eager/graph/XLA on every device (or --fusion)", _ops,
+         _ops_options,
+         "The seed's per-op table for TensorFlow, or with --fusion what XLA and Grappler fuse. "
+         "Writes Markdown, CSV, PNG and JSON under --out.", loads_tensorflow=True),
+    Verb("data-service", "run a tf.data service dispatcher or worker", _data_service,
+         _data_service_options,
+         "Recipes read through it with --data_service=grpc://host:port.", loads_tensorflow=True),
+    Verb("merge", "the workers' reports of a multi-worker run", _merge, _merge_options),
+)  # fmt: skip
+BY_NAME = {verb.name: verb for verb in VERBS}
+
+
+def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The command line's parser, a subparser per verb of :data:`VERBS`. With ``--help`` in
+    `argv`, a verb that passes flags on to a recipe lists the recipes and those flags."""
+    from toolkit import backend
+    from toolkit.core.version import __version__
+
+    wants_help = any(a in ("-h", "--help") for a in argv)
+    named = next((a for a in argv if not a.startswith("-")), None)
+    root = argparse.ArgumentParser(prog=_prog(), description=DESCRIPTION)
+    root.add_argument(
+        "--version", action="version", version=f"%(prog)s (keras-perf-toolkit {__version__})"
+    )
+    root.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress bars or stage lines (as TOOLKIT_PROGRESS=0); results still print",
+    )
+    verbs = root.add_subparsers(dest="verb", required=True, metavar="VERB")
+    for verb in VERBS:
+        epilog = None
+        if verb.recipe_flags and wants_help and named == verb.name:
+            no_recipe = backend.flag_value(argv, "model_fn")  # the shared flags only
+            epilog = _recipe_epilog(
+                None if no_recipe else backend.flag_value(argv, "recipe") or "mlp"
+            )
+        raw = {"formatter_class": argparse.RawDescriptionHelpFormatter} if epilog else {}
+        p = verbs.add_parser(
+            verb.name, help=verb.help, description=verb.description, epilog=epilog, **raw
+        )
+        verb.options(p)
+        p.set_defaults(func=verb.run)
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; a closed stdout (``| head``) ends it quietly (status 141)."""
+    from toolkit.app import with_broken_pipe
+
+    status: list[int] = []
+    with_broken_pipe(lambda: status.append(_main(argv)))
+    return status[0]
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    from absl import flags
 
     from toolkit import app, backend
+    from toolkit.runner import flags as tk_flags
 
+    argv = list(argv if argv is not None else sys.argv[1:])
+    argv = tk_flags.canonical_argv(argv, DEPRECATED_OPTIONS)
+    root = parser(argv)
     try:  # before anything imports Keras, which fixes its backend at import
         argv = app.start(argv, recipe=backend.flag_value(argv, "recipe") or "mlp")
     except backend.BackendError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    args, rest = parser.parse_known_args(argv)
+    args, rest = root.parse_known_args(argv)
+    verb = BY_NAME[args.verb]
     if args.quiet:  # for this process and the ones it starts (backends, tune --across_backends)
         os.environ["TOOLKIT_PROGRESS"] = "0"
-    if args.verb in ("doctor", "tune", "backends"):
+    if verb.recipe_flags:
         args.recipe_flags = rest  # the recipe's own flags, parsed by absl
     elif rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    from absl import flags
-
-    if args.verb in LOADS_TENSORFLOW:
+        root.error(f"unrecognized arguments: {' '.join(rest)}")
+    if verb.loads_tensorflow:
         from toolkit.devices import runtime
 
         runtime.load_tensorflow()  # its C++ start-up lines held back, errors kept

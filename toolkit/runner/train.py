@@ -205,6 +205,97 @@ def run(
         SetupError: a bad setting (naming the flag), a device that is not here (listing what
             is), or too little data, before anything trains.
     """
+    setup = _set_up(task, config)
+    config, train_ds = setup.config, setup.train_ds
+    keras = compat.keras()
+    if config.seed is not None:
+        keras.utils.set_random_seed(config.seed)  # again: the data's setup drew from it
+    report_dir = config.report_dir
+    if report_dir and not setup.cluster.is_chief:  # each worker reports; the chief's is the run's
+        report_dir = os.path.join(report_dir, f"worker{setup.cluster.task_index}")
+    model = _compiled_model(task, config, setup.strategy)
+    verbose, log_steps, shown = fit_progress(config, train_ds, task.name)
+    try:
+        with profile(
+            task.name,
+            report_dir=report_dir,
+            batch_size=config.batch_size,
+            warmup_steps=config.warmup_steps,
+            trace_steps=config.profile_steps,
+            memory_watch=config.memory_watch,
+            tensorboard=config.tensorboard,
+            log_steps=log_steps,
+            stop_on_nan=config.stop_on_nan,
+            args=dict(args) if args is not None else dataclasses.asdict(config),
+        ) as prof:
+            resume = Resume(config.backup_dir) if config.backup_dir else None
+            prof.context = _context(task, setup, resume)
+            prof.extra.update(extra or {})
+            prof.diagnosis = dict(diagnosis) if diagnosis is not None else None
+            prof.tune = dict(tune) if tune is not None else None
+            if config.count_flops:
+                # With --compile_cache a peak not in its cache is measured after fit: ops run
+                # before the first step would change the compiled programs' keys.
+                prof.compute = flops.compute_facts(
+                    model,
+                    config.batch_size,
+                    config.precision,
+                    setup.device,
+                    measure_peak=not config.compile_cache,
+                )
+            history = model.fit(
+                train_ds,
+                epochs=config.epochs,
+                steps_per_epoch=(
+                    config.steps_per_epoch // config.fused_steps if config.steps_per_epoch else None
+                ),
+                validation_data=setup.val_ds,
+                shuffle=False,  # the pipeline shuffles; Keras would only warn about a Dataset
+                callbacks=[
+                    *_resilience(resume, setup.share[0]),
+                    *prof.callbacks,
+                    *shown,
+                    *callbacks,
+                ],
+                verbose=verbose,
+            )
+            if prof.compute is not None:
+                flops.recheck_peak(prof.compute, prof.timer.summary().p50_s, setup.device)
+    except Exception as e:
+        bad = task.find_bad_file(e) if task.find_bad_file is not None else None
+        if bad is None:
+            raise
+        run_dir = getattr(e, "toolkit_run_dir", None)
+        where = f" (the partial report is in {run_dir})" if run_dir else ""
+        raise SetupError(
+            f"{task.dataset or 'the data'}: cannot read {bad}: remove or replace that file{where}"
+        ) from e
+    return RunResult(
+        prof.report, prof.paths, prof.run_dir, model, history, prof.write_error, train_ds
+    )
+
+
+@dataclasses.dataclass
+class _Setup:
+    """What :func:`run` settles before the model is built: the effective config, the cluster,
+    the device (and its preflight findings), the strategy and its batch sizes, this process's
+    share of the data (index, processes, replicas) and the datasets."""
+
+    config: TrainConfig
+    cluster: distribute.Cluster
+    device: Any
+    findings: list[Any]
+    strategy: Any
+    global_batch: int
+    per_replica: int
+    share: tuple[int, int, int]
+    train_ds: Any
+    val_ds: Any
+
+
+def _set_up(task: Task, config: TrainConfig) -> _Setup:
+    """Everything before the model, in the order the frameworks need it. Raises SetupError
+    (one line) for a bad setting, a device that is not here or too little data."""
     try:
         config = config.validate().effective()
         check_report_dir(config.report_dir)
@@ -238,13 +329,16 @@ def run(
         raise
     except (ValueError, FileNotFoundError) as e:  # a bad setting (ConfigError), too little data
         raise SetupError(str(e)) from e
-    keras = compat.keras()
-    if config.seed is not None:
-        keras.utils.set_random_seed(config.seed)  # again: the data's setup drew from it
-    report_dir = config.report_dir
-    if report_dir and not cluster.is_chief:  # each worker reports; the chief's is the run's
-        report_dir = os.path.join(report_dir, f"worker{cluster.task_index}")
+    return _Setup(
+        config, cluster, device, findings, strategy, global_batch, per_replica, share, train_ds,
+        val_ds,
+    )  # fmt: skip
 
+
+def _compiled_model(task: Task, config: TrainConfig, strategy: Any) -> Any:
+    """The task's model, built and compiled under the strategy's scope and the precision
+    policy, with the config's compile settings (and the shared initial weights)."""
+    keras = compat.keras()
     with precision_policy(config.precision), strategy.scope():
         model = task.build_model()
         optimizer = task.optimizer() if task.optimizer else keras.optimizers.Adam()
@@ -258,98 +352,55 @@ def run(
         backend.get().fuse_train_steps(model, config.fused_steps)
         if config.init_weights:
             share_initial_weights(model, config.init_weights)
-    verbose, log_steps, shown = fit_progress(config, train_ds, task.name)
-    try:
-        with profile(
-            task.name,
-            report_dir=report_dir,
-            batch_size=config.batch_size,
-            warmup_steps=config.warmup_steps,
-            trace_steps=config.profile_steps,
-            memory_watch=config.memory_watch,
-            tensorboard=config.tensorboard,
-            log_steps=log_steps,
-            stop_on_nan=config.stop_on_nan,
-            args=dict(args) if args is not None else dataclasses.asdict(config),
-        ) as prof:
-            resume = Resume(config.backup_dir) if config.backup_dir else None
-            prof.context = RunContext(
-                device=device,
-                backend=backend.name(),
-                precision=config.precision,
-                strategy=Strategy(
-                    name=config.distribution_strategy,
-                    replicas=strategy.num_replicas_in_sync,
-                    global_batch=global_batch,
-                    per_replica_batch=per_replica,
-                    processes=share[1],
-                    per_process_batch=global_batch // share[1],
-                    shard_policy=config.shard_policy,
-                    data_service=config.data_service,
-                    data_service_mode=config.data_service_mode if config.data_service else None,
-                ),
-                cluster=cluster,
-                preflight=tuple(findings),
-                dataset=task.dataset,
-                synthetic_data=config.use_synthetic_data,
-                smoke=config.smoke,
-                resume=resume,
-            )
-            prof.extra.update(extra or {})
-            prof.diagnosis = dict(diagnosis) if diagnosis is not None else None
-            prof.tune = dict(tune) if tune is not None else None
-            if config.count_flops:
-                # With --compile_cache a peak not in its cache is measured after fit: ops run
-                # before the first step would change the compiled programs' keys.
-                prof.compute = flops.compute_facts(
-                    model,
-                    config.batch_size,
-                    config.precision,
-                    device,
-                    measure_peak=not config.compile_cache,
-                )
-            resilience = []
-            if resume is not None:
-                backups = [keras.callbacks.BackupAndRestore(resume.backup_dir)]
-                if share[0] > 0:
-                    # Over processes the weights are one: the chief backs them up, as
-                    # tf.distribute's chief does, and every process restores from its
-                    # backup (a directory they all read); two writers would race, and
-                    # backups of two epochs would start the processes apart. Saving reads
-                    # the weights with a collective every process must join: the others
-                    # save too, into a scratch directory of their own.
-                    backups = [
-                        keras.callbacks.BackupAndRestore(
-                            resume.backup_dir, save_freq=2**62, delete_checkpoint=False
-                        ),
-                        keras.callbacks.BackupAndRestore(tempfile.mkdtemp(prefix="backup-")),
-                    ]
-                resilience = [*backups, ResumeRecorder(resume)]
-            history = model.fit(
-                train_ds,
-                epochs=config.epochs,
-                steps_per_epoch=(
-                    config.steps_per_epoch // config.fused_steps if config.steps_per_epoch else None
-                ),
-                validation_data=val_ds,
-                shuffle=False,  # the pipeline shuffles; Keras would only warn about a Dataset
-                callbacks=[*resilience, *prof.callbacks, *shown, *callbacks],
-                verbose=verbose,
-            )
-            if prof.compute is not None:
-                flops.recheck_peak(prof.compute, prof.timer.summary().p50_s, device)
-    except Exception as e:
-        bad = task.find_bad_file(e) if task.find_bad_file is not None else None
-        if bad is None:
-            raise
-        run_dir = getattr(e, "toolkit_run_dir", None)
-        where = f" (the partial report is in {run_dir})" if run_dir else ""
-        raise SetupError(
-            f"{task.dataset or 'the data'}: cannot read {bad}: remove or replace that file{where}"
-        ) from e
-    return RunResult(
-        prof.report, prof.paths, prof.run_dir, model, history, prof.write_error, train_ds
+    return model
+
+
+def _context(task: Task, setup: _Setup, resume: Resume | None) -> RunContext:
+    """The report's account of where and how the run trained."""
+    config = setup.config
+    return RunContext(
+        device=setup.device,
+        backend=backend.name(),
+        precision=config.precision,
+        strategy=Strategy(
+            name=config.distribution_strategy,
+            replicas=setup.strategy.num_replicas_in_sync,
+            global_batch=setup.global_batch,
+            per_replica_batch=setup.per_replica,
+            processes=setup.share[1],
+            per_process_batch=setup.global_batch // setup.share[1],
+            shard_policy=config.shard_policy,
+            data_service=config.data_service,
+            data_service_mode=config.data_service_mode if config.data_service else None,
+        ),
+        cluster=setup.cluster,
+        preflight=tuple(setup.findings),
+        dataset=task.dataset,
+        synthetic_data=config.use_synthetic_data,
+        smoke=config.smoke,
+        resume=resume,
     )
+
+
+def _resilience(resume: Resume | None, process_index: int) -> list[Any]:
+    """``--backup_dir``'s callbacks: Keras's BackupAndRestore and the resume recorder."""
+    if resume is None:
+        return []
+    keras = compat.keras()
+    backups = [keras.callbacks.BackupAndRestore(resume.backup_dir)]
+    if process_index > 0:
+        # Over processes the weights are one: the chief backs them up, as tf.distribute's
+        # chief does, and every process restores from its backup (a directory they all read);
+        # two writers would race, and backups of two epochs would start the processes apart.
+        # Saving reads the weights with a collective every process must join: the others save
+        # too, into a scratch directory of their own.
+        backups = [
+            keras.callbacks.BackupAndRestore(
+                resume.backup_dir, save_freq=2**62, delete_checkpoint=False
+            ),
+            keras.callbacks.BackupAndRestore(tempfile.mkdtemp(prefix="backup-")),
+        ]
+    return [*backups, ResumeRecorder(resume)]
 
 
 def _start_cluster(task: Task, config: TrainConfig) -> distribute.Cluster:
