@@ -241,122 +241,152 @@ def search(
     Returns:
         The trials in the order run (defaults first) and whether the budget ran out.
     """
-    start = clock() - spent_s
-    trials: list[Trial] = [first] if first else []
-    seen: dict[Candidate, Trial] = {first.candidate: first} if first else {}
-    exhausted = False
-
-    def run(candidate: Candidate) -> Trial | None:
-        """The candidate's trial (measured now, or before); None when the budget is out."""
-        nonlocal exhausted
-        if candidate in seen:
-            return seen[candidate]
-        # A candidate costs about what the median one of its kind (XLA or not) did: one that
-        # would end past the budget is not started (the budget is a promise, not a start
-        # deadline).
-        if trials and clock() - start + _expected_cost(candidate, trials) > budget_s:
-            exhausted = True
-            return None
-        t0 = clock()
-        try:
-            rate, error = float(measure(candidate)), None
-        except Exception as e:  # noqa: BLE001 - a failing candidate is a result, not a crash
-            rate, error = None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        trial = Trial(candidate, rate, clock() - t0, error)
-        seen[candidate] = trial
-        trials.append(trial)
-        if progress is not None:
-            shown = f"{rate:,.1f} examples/s" if rate is not None else f"failed ({error})"
-            spent = clock() - start
-            progress(f"[{len(trials)} | {spent:.0f}/{budget_s:.0f} s] {candidate.label()}: {shown}")
-        return trial
-
-    best = run(space.defaults())
-    assert best is not None  # the first candidate is always measured
-
-    def faster(trial: Trial | None, than: Trial, by: float = 0.0) -> bool:
-        if trial is None or trial.examples_per_sec is None:
-            return False
-        return than.examples_per_sec is None or trial.examples_per_sec > than.examples_per_sec * (
-            1 + by
-        )
-
-    def at_best(**changes: Any) -> Trial | None:
-        candidate = dataclasses.replace(best.candidate, **changes)
-        return run(candidate) if space.allows(candidate) else None
-
+    state = _Search(measure, space, budget_s, clock, progress, first, spent_s)
     axes = dict(space.axes())
     loops = [name for name in LOOPS if len(axes.get(name, ())) > 1]
-    # The corner: the in-program loop (fused steps) at its longest first, then the runtime
-    # loop (steps per execution) as long as the space allows with it.
-    longest = dataclasses.replace(best.candidate, steps_per_execution=1, fused_steps=1)
-    for name in reversed(loops):
-        fits = [
-            v for v in axes[name] if space.allows(dataclasses.replace(longest, **{name: v}))
-        ]  # fmt: skip
-        longest = dataclasses.replace(longest, **{name: max(fits)})
-    corner = at_best(**{name: getattr(longest, name) for name in loops}) if loops else None
-    overhead = call_overhead(best, corner) if corner is not None else None
-    if faster(corner, best):
-        best = corner
+    state.corner(loops, axes)
     knobs = sorted(
         (name for name, _ in space.axes() if name not in loops),
         key=lambda n: KNOBS.index(n) if n in KNOBS else len(KNOBS),
     )
-
-    def slower_for_sure(name: str, value: int) -> bool:
-        """Whether the call overhead says `name` = `value` loses (steps per execution only)."""
-        if name != "steps_per_execution" or overhead is None or not best.examples_per_sec:
-            return False
-        c = best.candidate
-        now = c.per_call
-        then = value * c.fused_steps
-        return overhead * (1 / then - 1 / now) * best.examples_per_sec > PRUNE_LOSS
-
     for _ in range(passes):
-        before = best.candidate
-        # Each other knob at the best so far, and again while one changed the best: they
-        # interact (XLA fuses a precision's casts), so the order they are set in does not
-        # decide. Settings already measured cost nothing.
+        before = state.best.candidate
+        state.knobs(knobs, axes)
+        for name in loops:
+            if state.exhausted:
+                break
+            state.loop(name, axes[name])
+        if state.exhausted or state.best.candidate == before:
+            break
+    return state.trials, state.exhausted
+
+
+def _faster(trial: Trial | None, than: Trial) -> bool:
+    if trial is None or trial.examples_per_sec is None:
+        return False
+    return than.examples_per_sec is None or trial.examples_per_sec > than.examples_per_sec
+
+
+class _Search:
+    """One :func:`search`'s state: the trials so far (each candidate measured once), the best,
+    the call overhead the corner showed, and whether the budget ran out."""
+
+    def __init__(
+        self,
+        measure: Callable[[Candidate], float],
+        space: Space,
+        budget_s: float,
+        clock: Callable[[], float],
+        progress: Callable[[str], Any] | None,
+        first: Trial | None,
+        spent_s: float,
+    ) -> None:
+        self.measure, self.space, self.budget_s = measure, space, budget_s
+        self.clock, self.progress = clock, progress
+        self.start = clock() - spent_s
+        self.trials: list[Trial] = [first] if first else []
+        self.seen: dict[Candidate, Trial] = {first.candidate: first} if first else {}
+        self.exhausted = False
+        self.overhead: float | None = None
+        best = self.run(space.defaults())
+        assert best is not None  # the first candidate is always measured
+        self.best = best
+
+    def run(self, candidate: Candidate) -> Trial | None:
+        """The candidate's trial (measured now, or before); None when the budget is out."""
+        if candidate in self.seen:
+            return self.seen[candidate]
+        # A candidate costs about what the median one of its kind (XLA or not) did: one that
+        # would end past the budget is not started (the budget is a promise, not a start
+        # deadline).
+        trials, clock = self.trials, self.clock
+        if trials and clock() - self.start + _expected_cost(candidate, trials) > self.budget_s:
+            self.exhausted = True
+            return None
+        t0 = clock()
+        try:
+            rate, error = float(self.measure(candidate)), None
+        except Exception as e:  # noqa: BLE001 - a failing candidate is a result, not a crash
+            rate, error = None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        trial = Trial(candidate, rate, clock() - t0, error)
+        self.seen[candidate] = trial
+        trials.append(trial)
+        if self.progress is not None:
+            shown = f"{rate:,.1f} examples/s" if rate is not None else f"failed ({error})"
+            spent = clock() - self.start
+            self.progress(
+                f"[{len(trials)} | {spent:.0f}/{self.budget_s:.0f} s] {candidate.label()}: {shown}"
+            )
+        return trial
+
+    def at_best(self, **changes: Any) -> Trial | None:
+        candidate = dataclasses.replace(self.best.candidate, **changes)
+        return self.run(candidate) if self.space.allows(candidate) else None
+
+    def take_if_faster(self, trial: Trial | None) -> None:
+        if _faster(trial, self.best):
+            self.best = trial  # type: ignore[assignment]
+
+    def corner(self, loops: list[str], axes: dict[str, Sequence[Any]]) -> None:
+        """The in-program loop (fused steps) at its longest first, then the runtime loop
+        (steps per execution) as long as the space allows with it; the call overhead it and
+        the defaults show."""
+        if not loops:
+            return
+        longest = dataclasses.replace(self.best.candidate, steps_per_execution=1, fused_steps=1)
+        for name in reversed(loops):
+            fits = [
+                v for v in axes[name]
+                if self.space.allows(dataclasses.replace(longest, **{name: v}))
+            ]  # fmt: skip
+            longest = dataclasses.replace(longest, **{name: max(fits)})
+        corner = self.at_best(**{name: getattr(longest, name) for name in loops})
+        self.overhead = call_overhead(self.best, corner) if corner is not None else None
+        self.take_if_faster(corner)
+
+    def knobs(self, knobs: list[str], axes: dict[str, Sequence[Any]]) -> None:
+        """Each other knob at the best so far, and again while one changed the best: they
+        interact (XLA fuses a precision's casts), so the order they are set in does not
+        decide. Settings already measured cost nothing."""
         settled = None
-        while settled != best.candidate and not exhausted:
-            settled = best.candidate
+        while settled != self.best.candidate and not self.exhausted:
+            settled = self.best.candidate
             for name in knobs:
                 for value in axes[name]:
-                    trial = at_best(**{name: value})
-                    if faster(trial, best):
-                        best = trial
-        for name in loops:
-            if exhausted:
+                    self.take_if_faster(self.at_best(**{name: value}))
+
+    def loop(self, name: str, axis: Sequence[Any]) -> None:
+        """One loop from the best: down one value at a time while not slower (a shorter loop
+        hands control back to Python, callbacks and logs, more often, and a peak below the
+        longest, a fused batch that no longer fits a cache, is found where it usually is,
+        near the top); from a best not at the longest, the other values longest first."""
+        values = [
+            v for v in sorted(axis)
+            if self.space.allows(dataclasses.replace(self.best.candidate, **{name: v}))
+        ]  # fmt: skip
+        if getattr(self.best.candidate, name) != values[-1]:
+            for value in reversed(values):
+                self.take_if_faster(self.at_best(**{name: value}))
+            return
+        for value in reversed(values[:-1]):
+            if self.slower_for_sure(name, value):
                 break
-            values = [
-                v for v in sorted(axes[name])
-                if space.allows(dataclasses.replace(best.candidate, **{name: v}))
-            ]  # fmt: skip
-            current = getattr(best.candidate, name)
-            if current != values[-1]:  # not at the longest: the others, longest first
-                for value in reversed(values):
-                    trial = at_best(**{name: value})
-                    if faster(trial, best):
-                        best = trial
-                continue
-            # Down one value at a time while not slower: a shorter loop hands control back
-            # to Python (callbacks, logs) more often, and a peak below the longest (a fused
-            # batch that no longer fits a cache) is found where it usually is, near the top.
-            for value in reversed(values[:-1]):
-                if slower_for_sure(name, value):
-                    break
-                trial = at_best(**{name: value})
-                if trial is None or trial.examples_per_sec is None:
-                    break
-                if best.examples_per_sec is not None and (
-                    trial.examples_per_sec < best.examples_per_sec
-                ):
-                    break
-                best = trial
-        if exhausted or best.candidate == before:
-            break
-    return trials, exhausted
+            trial = self.at_best(**{name: value})
+            if trial is None or trial.examples_per_sec is None:
+                break
+            if self.best.examples_per_sec is not None and (
+                trial.examples_per_sec < self.best.examples_per_sec
+            ):
+                break
+            self.best = trial
+
+    def slower_for_sure(self, name: str, value: int) -> bool:
+        """Whether the call overhead says `name` = `value` loses (steps per execution only)."""
+        best = self.best
+        if name != "steps_per_execution" or self.overhead is None or not best.examples_per_sec:
+            return False
+        now, then = best.candidate.per_call, value * best.candidate.fused_steps
+        return self.overhead * (1 / then - 1 / now) * best.examples_per_sec > PRUNE_LOSS
 
 
 def _expected_cost(candidate: Candidate, trials: Sequence[Trial]) -> float:

@@ -242,18 +242,7 @@ def tune(
         first = None
         if space is None:  # measure the defaults first: their step time shapes the space
             say(f"tune: measuring the defaults first (budget {budget_s:.0f} s)")
-            t0 = time.perf_counter()
-            rate = measure(defaults)
-            first = Trial(defaults, rate, time.perf_counter() - t0)
-            report(
-                f"[1 | {first.seconds:.0f}/{budget_s:.0f} s] {defaults.label()}: "
-                f"{rate:,.1f} examples/s"
-            )
-            space = default_space(
-                work.device, step_s=(defaults.batch_size or config.batch_size) / rate
-            )
-            if work.is_model:
-                space = _model_space(space, defaults)
+            first, space = _defaults_then_space(work, measure, budget_s, report)
 
         def searching(candidate: Candidate) -> float:
             # A run past the search's share of the budget stops after its current call
@@ -288,6 +277,25 @@ def tune(
     if use_cache:
         _CACHE.put(result.key, facts, {**result.to_dict(), "cache_hit": False})
     return result
+
+
+def _defaults_then_space(
+    work: Workload,
+    measure: Callable[[Candidate], float],
+    budget_s: float,
+    report: Callable[[str], Any],
+) -> tuple[Trial, Space]:
+    """The defaults' trial, and the space their step time shapes (cut, for your compiled
+    model, to what it can change without a rebuild)."""
+    defaults = work.defaults()
+    t0 = time.perf_counter()
+    rate = measure(defaults)
+    first = Trial(defaults, rate, time.perf_counter() - t0)
+    report(f"[1 | {first.seconds:.0f}/{budget_s:.0f} s] {defaults.label()}: {rate:,.1f} examples/s")
+    space = default_space(
+        work.device, step_s=(defaults.batch_size or work.config.batch_size) / rate
+    )
+    return first, (_model_space(space, defaults) if work.is_model else space)
 
 
 def cache_key(work: Workload) -> tuple[str, dict[str, Any]]:
