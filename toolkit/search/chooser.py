@@ -359,47 +359,10 @@ def compare(
             return run_child(spec, env, timeout_s)
 
         run = runner or child
-        total = rounds * len(rows)
-        walls: list[float] = []
-        by_contender = {row.contender: row for row in rows}
-        bar = tk_progress.bar(total, "backends", unit="run", enabled=bar_wanted)
-
-        def one_run(contender: Contender, r: int) -> dict[str, Any]:
-            row = by_contender[contender]
-            t0 = time.perf_counter()
-            bar.describe(f"backends: round {r + 1}/{rounds} {contender.label()}")
-            figures = run(contender, [f"--init_weights={weights}"])
-            bar.update()
-            if not figures.get("error") and not figures.get("mean_s"):
-                figures = {"error": f"no timed steps in {length} steps: raise --steps"}
-            figures["wall_s"] = time.perf_counter() - t0
-            walls.append(figures["wall_s"])
-            figures["round"] = r
-            row.runs.append(figures)
-            done = sum(len(x.runs) for x in rows)
-            shown = (
-                f"failed: {figures['error']}" if figures.get("error")
-                else f"mean {figures['mean_s'] * 1e3:.3f} ms/step (p50 "
-                f"{num(figures.get('p50_s') and figures['p50_s'] * 1e3, '.3f')}), first "
-                f"step {num(figures.get('first_step_s'), '.3f')} s"
-            )  # fmt: skip
-            progress(
-                f"[{done}/{total} | {time.perf_counter() - start:.0f} s] round {r + 1}: "
-                f"{contender.label()}: {shown}"
-            )
-            return figures
-
-        def round_cost(r: int) -> float | None:  # the first round always runs
-            return statistics.median(walls) * len(rows) if r else None
-
-        ran, out_of_budget = interleaved_rounds(
-            list(by_contender), one_run, max_rounds=rounds, budget_s=budget_s,
-            round_cost=round_cost, spent_s=time.perf_counter() - start,
+        rounds = _rounds(
+            rows, lambda c: run(c, [f"--init_weights={weights}"]), rounds, budget_s, length,
+            progress, bar_wanted, start,
         )  # fmt: skip
-        if out_of_budget:
-            progress(f"backends: the budget ({budget_s:.0f} s) ends after {len(ran)} round(s)")
-        rounds = len(ran)
-        bar.close()
     for row in rows:  # runs in round order, for the paired ratios
         row.runs.sort(key=lambda f: f["round"])
     best, why = choose(rows)
@@ -409,6 +372,61 @@ def compare(
     if use_cache:
         _CACHE.put(result.key, facts, result.to_dict())
     return result
+
+
+def _rounds(
+    rows: list[Row],
+    run: Callable[[Contender], dict[str, Any]],
+    rounds: int,
+    budget_s: float | None,
+    length: int,
+    progress: Callable[[str], Any],
+    bar_wanted: bool,
+    start: float,
+) -> int:
+    """:func:`compare`'s interleaved rounds: each contender's run appended to its row, a line
+    (and on a terminal a bar) per run. Returns how many rounds ran (the budget may end them)."""
+    total = rounds * len(rows)
+    walls: list[float] = []
+    by_contender = {row.contender: row for row in rows}
+    bar = tk_progress.bar(total, "backends", unit="run", enabled=bar_wanted)
+
+    def one_run(contender: Contender, r: int) -> dict[str, Any]:
+        row = by_contender[contender]
+        t0 = time.perf_counter()
+        bar.describe(f"backends: round {r + 1}/{rounds} {contender.label()}")
+        figures = run(contender)
+        bar.update()
+        if not figures.get("error") and not figures.get("mean_s"):
+            figures = {"error": f"no timed steps in {length} steps: raise --steps"}
+        figures["wall_s"] = time.perf_counter() - t0
+        walls.append(figures["wall_s"])
+        figures["round"] = r
+        row.runs.append(figures)
+        done = sum(len(x.runs) for x in rows)
+        shown = (
+            f"failed: {figures['error']}" if figures.get("error")
+            else f"mean {figures['mean_s'] * 1e3:.3f} ms/step (p50 "
+            f"{num(figures.get('p50_s') and figures['p50_s'] * 1e3, '.3f')}), first "
+            f"step {num(figures.get('first_step_s'), '.3f')} s"
+        )  # fmt: skip
+        progress(
+            f"[{done}/{total} | {time.perf_counter() - start:.0f} s] round {r + 1}: "
+            f"{contender.label()}: {shown}"
+        )
+        return figures
+
+    def round_cost(r: int) -> float | None:  # the first round always runs
+        return statistics.median(walls) * len(rows) if r else None
+
+    ran, out_of_budget = interleaved_rounds(
+        list(by_contender), one_run, max_rounds=rounds, budget_s=budget_s,
+        round_cost=round_cost, spent_s=time.perf_counter() - start,
+    )  # fmt: skip
+    if out_of_budget:
+        progress(f"backends: the budget ({budget_s:.0f} s) ends after {len(ran)} round(s)")
+    bar.close()
+    return len(ran)
 
 
 def run_steps(steps: int, listed: Sequence[Contender], flags: Sequence[str]) -> int:
