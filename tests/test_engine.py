@@ -320,3 +320,35 @@ def test_the_cache_is_keyed_by_facts_and_a_bad_file_is_a_miss(tmp_path, monkeypa
     blocked.write_text("")
     monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(blocked / "sub"))
     assert cache.put(key, {}, {"best": 2}) is False  # a read-only cache is skipped
+
+
+def test_the_knobs_derive_from_the_settings_table():
+    """A searched setting is declared once, in the settings table, with how tune searches it:
+    the candidate's field and default, its label, its flag, whether it is a compile argument,
+    and its axis in the space all come from there (here with --compile_cache as one more)."""
+    from toolkit.runner.config import SEARCHED, SEARCHED_SETTINGS, SearchContext, Searched
+
+    assert [name for name, _ in en.Candidate.SEARCHED] == list(SEARCHED)
+    c = en.Candidate(jit_compile=True, steps_per_execution=8)
+    assert c.flags() == "--precision=float32 --jit_compile --steps_per_execution=8 --fused_steps=1"
+    assert c.label() == "float32 xla spe=8 fused=1"
+    assert c.compile_kwargs() == {"jit_compile": True, "steps_per_execution": 8}
+    assert en.Space().defaults() == en.Candidate()
+    # One more searched setting: a field of the table (here --compile_cache) with how.
+    extra = Searched(
+        lambda ctx: (False, True) if ctx is None or not ctx.step_s else (False,),
+        lambda v: "cached" if v else None,
+        default=False,
+    )
+    candidate, space = en.knob_types([*SEARCHED_SETTINGS, ("compile_cache", extra)])
+    k = candidate(compile_cache=True)
+    assert k.compile_cache is True and candidate().compile_cache is False
+    assert k.label().endswith(" cached") and candidate().label() == en.Candidate().label()
+    assert k.flags().endswith("--compile_cache") and candidate().flags().endswith(
+        "--nocompile_cache"
+    )
+    assert "compile_cache" not in k.compile_kwargs()  # not a model.compile argument
+    assert space().compile_cache == (False, True)
+    small = space(jit_compile=(False,), steps_per_execution=(1,), fused_steps=(1,))
+    assert {c.compile_cache for c in small.grid()} == {False, True}
+    assert extra.values(SearchContext(step_s=0.5)) == (False,)

@@ -208,8 +208,9 @@ def jits_by_default(backend: str | None = None) -> bool:
     """Whether `backend`'s train step is compiled when ``--jit_compile`` is unset (Keras's
     ``"auto"``), as the toolkit's measurements start from: JAX jits every step; PyTorch runs
     eagerly; TensorFlow runs a graph without XLA on a CPU (where the search and the advice
-    offer XLA as a setting to measure)."""
-    return (backend or name()) == "jax"
+    offer XLA as a setting to measure). The seam's first ``jit_compile`` value for tune is
+    Keras's default."""
+    return bool(get(backend).searched_jit()[0])
 
 
 def framework_facts() -> dict[str, Any]:

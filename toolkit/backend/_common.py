@@ -37,6 +37,8 @@ SEAM = (
     "processes",
     "profiler_probe",
     "quiet_retracing",
+    "runs_step_loops",
+    "searched_jit",
     "start_processes",
     "start_trace",
     "step_marker",

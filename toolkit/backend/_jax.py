@@ -384,3 +384,15 @@ def weights_digest(model: Any) -> str:
         return np.asarray(shards[0].data) if shards else np.asarray(value)
 
     return digest(local(v) for v in model.weights)
+
+
+def searched_jit() -> tuple[bool, ...]:
+    """The ``jit_compile`` values tune tries here: JAX jits every step, and XLA off (op by op)
+    is far slower, not a setting anyone wants."""
+    return (True,)
+
+
+def runs_step_loops() -> bool:
+    """Whether ``steps_per_execution`` and fused steps (a ``jax.lax.scan`` inside the jitted
+    step) run here: yes."""
+    return True

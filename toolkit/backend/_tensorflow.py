@@ -438,3 +438,15 @@ def gather_processes(values: list[float]) -> list[list[float]]:
 def weights_digest(model: Any) -> str:
     """A fingerprint of `model`'s weights."""
     return digest(w for w in model.get_weights())
+
+
+def searched_jit() -> tuple[bool, ...]:
+    """The ``jit_compile`` values tune tries here, Keras's default first: a graph without XLA
+    (on a CPU), then XLA."""
+    return (False, True)
+
+
+def runs_step_loops() -> bool:
+    """Whether ``steps_per_execution`` (a loop around the compiled step) and fused steps (a
+    ``tf.while_loop`` inside it) run here: yes."""
+    return True

@@ -339,3 +339,15 @@ def gather_processes(values: list[float]) -> list[list[float]]:
 def weights_digest(model: Any) -> str:
     """A fingerprint of `model`'s weights."""
     return digest(w for w in model.get_weights())
+
+
+def searched_jit() -> tuple[bool, ...]:
+    """The ``jit_compile`` values tune tries here: eager only; torch.compile's first step (tens
+    of seconds) outlasts a tune budget, so it is measured by hand."""
+    return (False,)
+
+
+def runs_step_loops() -> bool:
+    """Whether ``steps_per_execution`` and fused steps run here: no (Keras on PyTorch has no
+    loop around its step, and the toolkit none inside it)."""
+    return False

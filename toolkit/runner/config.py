@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+from collections.abc import Callable
 from typing import Any
 
 from absl import logging
@@ -47,6 +48,67 @@ DATA, TRAINING, SPEED, WHERE, DISTRIBUTION, MEASURING = (
 GROUPS = (DATA, TRAINING, SPEED, WHERE, DISTRIBUTION, MEASURING)
 
 
+@dataclasses.dataclass(frozen=True)
+class SearchContext:
+    """What a searched setting's candidate values may depend on: the device, the defaults'
+    measured step time, the backend, and batch sizes asked for. ``None`` (no context): the
+    generic values, those of a search not yet fitted to a machine."""
+
+    device: Any = None
+    step_s: float | None = None
+    backend: str = "tensorflow"
+    batch_sizes: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Searched:
+    """How tune searches a setting, said where the setting is declared: the values it tries
+    (`values`, a rule of a :class:`SearchContext`, the Keras default first), how a candidate
+    shows it (`label`; None: not shown), the candidate's default, and whether it is a
+    ``model.compile`` argument (what ``tune(model, data)`` can change without a rebuild).
+    ``toolkit.search.engine`` derives its ``Candidate``, ``Space``, labels, flags and compile
+    arguments from these; ``toolkit.search.workload.apply`` puts a candidate into a config."""
+
+    values: Callable[[SearchContext | None], tuple[Any, ...]]
+    label: Callable[[Any], str | None]
+    default: Any = None
+    compile_arg: bool = False
+
+
+# Steps in one call at most where a step is fast (below TIGHT_STEP_S); 50 ms and more: none.
+TIGHT_STEP_S, SLOW_STEP_S = 0.01, 0.05
+
+
+def _precisions(ctx: SearchContext | None) -> tuple[str, ...]:
+    """float32, and the device's fast policy where it has one."""
+    if ctx is None or ctx.device is None:
+        return ("float32",)
+    from toolkit.devices import recommend_precision
+
+    fast, _why = recommend_precision(ctx.device)
+    return ("float32", fast) if fast != "float32" else ("float32",)
+
+
+def _jit(ctx: SearchContext | None) -> tuple[bool, ...]:
+    """What the backend compiles, its Keras default first (the seam says)."""
+    return (False, True) if ctx is None else backend.get(ctx.backend).searched_jit()
+
+
+def _loops(ctx: SearchContext | None) -> tuple[int, ...]:
+    """Steps per execution and fused steps pay only where the per-step overhead is a real
+    share of the step: up to 32 below 10 ms, up to 4 below 50 ms, none above, and none where
+    the backend has no loop around or inside its compiled step (PyTorch)."""
+    if ctx is None:
+        return (1, 8, 32)
+    if not backend.get(ctx.backend).runs_step_loops():
+        return (1,)
+    if ctx.step_s is not None and ctx.step_s >= SLOW_STEP_S:
+        return (1,)
+    if ctx.step_s is not None and ctx.step_s >= TIGHT_STEP_S:
+        return (1, 4)
+    return (1, 8, 32)
+
+
 def setting(
     default: Any,
     help: str,
@@ -56,7 +118,7 @@ def setting(
     flag_default: Any = None,
     aliases: tuple[str, ...] = (),
     deprecated: tuple[str, ...] = (),
-    searched: bool = False,
+    searched: Searched | None = None,
     speed: bool = True,
     quiet: Any = dataclasses.MISSING,
     path: bool = False,
@@ -71,7 +133,7 @@ def setting(
         flag_default: the flag's default where it is spelled differently (``""`` for unset).
         aliases: other names of the flag.
         deprecated: old names of the flag, still accepted with a note.
-        searched: tune may search it.
+        searched: how tune searches it (:class:`Searched`); None: it does not.
         speed: it changes how fast a step is; False: only how long a run is or what it writes
             (left out of the backends chooser's cache key, and overridden in its children).
         quiet: its value in a short measurement run (:meth:`TrainConfig.for_measurement`).
@@ -105,7 +167,15 @@ class TrainConfig:
         DATA,
     )
     epochs: int = setting(1, "Training epochs.", TRAINING, speed=False, quiet=1)
-    batch_size: int = setting(32, "Global batch size (examples per step).", TRAINING, searched=True)
+    batch_size: int = setting(
+        32,
+        "Global batch size (examples per step).",
+        TRAINING,
+        searched=Searched(  # None: the config's
+            lambda ctx: (None, *(ctx.batch_sizes if ctx else ())),
+            lambda v: f"batch={v}" if v else None,
+        ),
+    )
     steps_per_epoch: int | None = setting(
         None,
         "Steps per epoch (repeats the data); default: one pass.",
@@ -153,7 +223,7 @@ class TrainConfig:
         "float32 variables). --dtype is its old name.",
         SPEED,
         deprecated=("dtype",),
-        searched=True,
+        searched=Searched(_precisions, str, default="float32"),
     )
     jit_compile: bool | None = setting(
         None,
@@ -161,20 +231,22 @@ class TrainConfig:
         "Keras's choice (on for JAX; off for TensorFlow on a CPU and for PyTorch).",
         SPEED,
         aliases=("enable_xla",),
-        searched=True,
+        searched=Searched(
+            _jit, lambda v: "xla" if v else "no-xla", default=False, compile_arg=True
+        ),
     )  # None: Keras's "auto" (toolkit.backend.jits_by_default)
     steps_per_execution: int = setting(
         1,
         "Training steps per call of the compiled function (Keras batch hooks run once per call).",
         SPEED,
-        searched=True,
+        searched=Searched(_loops, lambda v: f"spe={v}", default=1, compile_arg=True),
     )
     fused_steps: int = setting(
         1,
         "Training steps fused into one compiled train step (a loop inside it; with "
         "--jit_compile one XLA program): cuts per-step overhead for small models.",
         SPEED,
-        searched=True,
+        searched=Searched(_loops, lambda v: f"fused={v}", default=1),
     )
     compile_cache: bool = setting(
         False,
@@ -437,7 +509,14 @@ class TrainConfig:
 # Every training setting, in its help group's order: the one table the flags, their help, the
 # measurement config, tune's knobs and the backends chooser's run flags derive from.
 SETTINGS: tuple[dataclasses.Field, ...] = dataclasses.fields(TrainConfig)
-SEARCHED = tuple(f.name for f in SETTINGS if f.metadata["searched"])
+# The settings tune searches, each with how (:class:`Searched`): the speed settings first, in
+# the table's order, then the others (the batch size), as a candidate's label and flags read.
+SEARCHED_SETTINGS: tuple[tuple[str, Searched], ...] = tuple(
+    (f.name, f.metadata["searched"])
+    for f in sorted(SETTINGS, key=lambda f: f.metadata["group"] != SPEED)
+    if f.metadata["searched"] is not None
+)
+SEARCHED = tuple(name for name, _ in SEARCHED_SETTINGS)
 
 
 def flag_of(field: str) -> str:

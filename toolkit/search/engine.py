@@ -26,6 +26,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from toolkit.core.stats import whole_calls
+from toolkit.runner.config import SEARCHED_SETTINGS, Searched, flag_of
 
 __all__ = [
     "MIN_GAIN",
@@ -55,78 +56,103 @@ DECISIVE_GAIN = 0.25  # won by this much in the search and in round 1: one round
 XLA_FIRST_COST = 3.0
 
 
-@dataclasses.dataclass(frozen=True)
-class Candidate:
-    """One setting of the knobs the search turns."""
+class _Candidate:
+    """One setting of the knobs the search turns: a field per searched setting of the
+    settings table (``toolkit.runner.config.SEARCHED_SETTINGS``), each setting's default, and
+    its label, flags and compile arguments derived from what the table says of it."""
 
-    precision: str = "float32"
-    jit_compile: bool = False
-    steps_per_execution: int = 1
-    fused_steps: int = 1
-    batch_size: int | None = None  # None: the config's
+    SEARCHED: tuple[tuple[str, Searched], ...] = ()
 
     @property
     def per_call(self) -> int:
         """Training steps in one call of the compiled function."""
-        return self.steps_per_execution * self.fused_steps
+        calls = 1
+        for name in LOOPS:
+            calls *= getattr(self, name, 1)
+        return calls
 
     def compile_kwargs(self) -> dict[str, Any]:
         """The ``model.compile`` arguments that select these settings for your own model."""
-        return {"jit_compile": self.jit_compile, "steps_per_execution": self.steps_per_execution}
+        return {name: getattr(self, name) for name, how in self.SEARCHED if how.compile_arg}
 
     def flags(self) -> str:
-        """The recipe flags that select these settings."""
-        out = (
-            f"--precision={self.precision} --{'' if self.jit_compile else 'no'}jit_compile "
-            f"--steps_per_execution={self.steps_per_execution} --fused_steps={self.fused_steps}"
-        )
-        return out + (f" --batch_size={self.batch_size}" if self.batch_size else "")
+        """The recipe flags that select these settings (a setting left at None: the
+        config's, no flag)."""
+        out = []
+        for name, _how in self.SEARCHED:
+            value, flag = getattr(self, name), flag_of(name)
+            if value is None:
+                continue
+            out.append(f"--{'' if value else 'no'}{flag}" if isinstance(value, bool)
+                       else f"--{flag}={value}")  # fmt: skip
+        return " ".join(out)
 
     def label(self) -> str:
-        parts = [
-            self.precision,
-            "xla" if self.jit_compile else "no-xla",
-            f"spe={self.steps_per_execution}",
-            f"fused={self.fused_steps}",
-        ]
-        if self.batch_size:
-            parts.append(f"batch={self.batch_size}")
-        return " ".join(parts)
+        shown = (how.label(getattr(self, name)) for name, how in self.SEARCHED)
+        return " ".join(part for part in shown if part is not None)
 
 
-@dataclasses.dataclass(frozen=True)
-class Space:
-    """The values each knob may take; the first value of each is the Keras default."""
+class _Space:
+    """The values each knob may take; the first value of each is the Keras default. A field
+    per searched setting (default: the setting's generic values), and ``max_steps_per_call``:
+    steps in one call at most (steps per execution × fused steps): a call's fixed cost spread
+    over 256 steps is already a few µs a step, and a longer call costs more to measure (one
+    call is the shortest window) than it could gain. Not an axis."""
 
-    precision: Sequence[str] = ("float32",)
-    jit_compile: Sequence[bool] = (False, True)
-    steps_per_execution: Sequence[int] = (1, 8, 32)
-    fused_steps: Sequence[int] = (1, 8, 32)
-    batch_size: Sequence[int | None] = (None,)
-    # Steps in one call at most (steps per execution × fused steps): a call's fixed cost
-    # spread over 256 steps is already a few µs a step, and a longer call costs more to
-    # measure (one call is the shortest window) than it could gain. Not an axis.
-    max_steps_per_call: int = 256
+    SEARCHED: tuple[tuple[str, Searched], ...] = ()
+    CANDIDATE: type = _Candidate
 
     def axes(self) -> list[tuple[str, Sequence[Any]]]:
-        return [
-            (f.name, getattr(self, f.name))
-            for f in dataclasses.fields(self)
-            if f.name != "max_steps_per_call"
-        ]
+        return [(name, getattr(self, name)) for name, _how in self.SEARCHED]
 
-    def allows(self, candidate: Candidate) -> bool:
-        return candidate.per_call == 1 or candidate.per_call <= self.max_steps_per_call
+    def allows(self, candidate: Any) -> bool:
+        return candidate.per_call == 1 or candidate.per_call <= self.max_steps_per_call  # type: ignore[attr-defined]
 
-    def grid(self) -> list[Candidate]:
+    def grid(self) -> list[Any]:
         """Every combination the space allows (what an exhaustive sweep measures)."""
-        out = [Candidate()]
+        out = [self.CANDIDATE()]
         for name, values in self.axes():
             out = [dataclasses.replace(c, **{name: v}) for c in out for v in values]
         return [c for c in out if self.allows(c)]
 
-    def defaults(self) -> Candidate:
-        return Candidate(**{name: values[0] for name, values in self.axes()})
+    def defaults(self) -> Any:
+        return self.CANDIDATE(**{name: values[0] for name, values in self.axes()})
+
+
+def knob_types(searched: Sequence[tuple[str, Searched]]) -> tuple[type, type]:
+    """``(Candidate, Space)`` for a table of searched settings: the search's types are derived,
+    so a setting added to the table (with how it is searched) is a knob everywhere, its label,
+    flags and compile argument included."""
+    table = tuple(searched)
+    candidate = dataclasses.make_dataclass(
+        "Candidate",
+        [(name, Any, dataclasses.field(default=how.default)) for name, how in table],
+        bases=(_Candidate,),
+        frozen=True,
+        namespace={"SEARCHED": table, "__module__": __name__, "__doc__": _Candidate.__doc__},
+    )
+    space = dataclasses.make_dataclass(
+        "Space",
+        [
+            *(
+                (name, Sequence[Any], dataclasses.field(default=how.values(None)))
+                for name, how in table
+            ),
+            ("max_steps_per_call", int, dataclasses.field(default=256)),
+        ],
+        bases=(_Space,),
+        frozen=True,
+        namespace={
+            "SEARCHED": table,
+            "CANDIDATE": candidate,
+            "__module__": __name__,
+            "__doc__": _Space.__doc__,
+        },
+    )
+    return candidate, space
+
+
+Candidate, Space = knob_types(SEARCHED_SETTINGS)
 
 
 @dataclasses.dataclass

@@ -36,7 +36,7 @@ from toolkit import backend
 from toolkit.core import machine
 from toolkit.core import progress as tk_progress
 from toolkit.core.cache import Cache
-from toolkit.runner.config import TrainConfig
+from toolkit.runner.config import SEARCHED_SETTINGS, SearchContext, TrainConfig
 from toolkit.search.engine import FINALISTS, Candidate, Space, Trial, confirm, search
 from toolkit.search.workload import Workload, apply, workload
 
@@ -56,34 +56,13 @@ SEARCH_CALLS = 1  # timed executions per candidate in the search (at least `step
 def default_space(
     device: Any, step_s: float | None = None, batch_sizes: Sequence[int] = ()
 ) -> Space:
-    """The search space for a device: float32 plus the device's fast policy, XLA on/off, and
-    optionally batch sizes. Steps per execution and fused steps only pay where the per-step
-    overhead is a real share of the step, so their values follow the measured default step
-    time `step_s`: up to 32 below 10 ms, up to 4 below 50 ms, none above."""
-    from toolkit.devices import recommend_precision
-
-    fast, _why = recommend_precision(device)
-    precisions = ("float32", fast) if fast != "float32" else ("float32",)
-    loops: tuple[int, ...] = (1, 8, 32)
-    if step_s is not None and step_s >= 0.05:
-        loops = (1,)
-    elif step_s is not None and step_s >= 0.01:
-        loops = (1, 4)
-    # What each backend runs, its Keras default first: JAX jits every step (XLA off is far
-    # slower, not a setting anyone wants); PyTorch has no steps_per_execution, and
-    # torch.compile's first step (tens of seconds) outlasts a tune budget: measure it by hand.
-    # Fused steps are a loop inside the compiled step (a tf.while_loop, a jax.lax.scan).
-    name = backend.name()
-    jit = (
-        (True,) if backend.jits_by_default(name) else (False,) if name == "torch" else (False, True)
-    )
-    return Space(
-        precision=precisions,
-        jit_compile=jit,
-        steps_per_execution=(1,) if name == "torch" else loops,
-        fused_steps=(1,) if name == "torch" else loops,
-        batch_size=(None, *batch_sizes),
-    )
+    """The search space for a device, each axis from its setting's rule in the settings table
+    (``toolkit.runner.config``): float32 plus the device's fast policy, what the backend
+    compiles, steps per execution and fused steps where the measured default step time
+    `step_s` says the per-step overhead is a real share of the step, and optionally batch
+    sizes."""
+    ctx = SearchContext(device, step_s, backend.name(), tuple(batch_sizes))
+    return Space(**{name: how.values(ctx) for name, how in SEARCHED_SETTINGS})
 
 
 @dataclasses.dataclass
@@ -326,19 +305,17 @@ def cached(key: str) -> TuneResult | None:
 
 
 def _model_space(space: Space, defaults: Candidate) -> Space:
-    """`space` cut to what a compiled model can change without a rebuild, with the model's
-    own settings as each knob's first value (the defaults)."""
+    """`space` cut to what a compiled model can change without a rebuild (its compile
+    arguments), with the model's own settings as each knob's first value (the defaults)."""
 
     def first(value: Any, values: Sequence[Any]) -> tuple[Any, ...]:
         return (value, *(v for v in values if v != value))
 
-    return Space(
-        precision=(defaults.precision,),
-        jit_compile=first(defaults.jit_compile, space.jit_compile),
-        steps_per_execution=first(defaults.steps_per_execution, space.steps_per_execution),
-        fused_steps=(1,),
-        batch_size=(None,),
-    )
+    return Space(**{
+        name: first(getattr(defaults, name), values) if how.compile_arg
+        else (getattr(defaults, name),)
+        for (name, values), (_, how) in zip(space.axes(), SEARCHED_SETTINGS, strict=True)
+    })  # fmt: skip
 
 
 def autotune(task: Any, config: Any, **kwargs: Any) -> tuple[Any, TuneResult]:

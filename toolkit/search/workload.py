@@ -73,15 +73,11 @@ class Workload:
         return self.defaults().per_call
 
     def settings(self) -> dict[str, Any]:
-        """Its speed settings in words, for the diagnosis's advice."""
+        """Its speed settings in words, for the diagnosis's advice (a setting left to the
+        config, such as the batch size, is not one)."""
         d = self.defaults()
-        return {
-            "steps_per_execution": d.steps_per_execution,
-            "fused_steps": d.fused_steps,
-            "jit_compile": d.jit_compile,
-            "precision": d.precision,
-            "backend": backend.name(),
-        }
+        values = {name: getattr(d, name) for name in SEARCHED}
+        return {**{k: v for k, v in values.items() if v is not None}, "backend": backend.name()}
 
     def fit(
         self,
@@ -199,9 +195,14 @@ class TaskWorkload(Workload):
         self.first: Candidate | None = None
 
     def defaults(self) -> Candidate:
+        """The config's searched settings (those whose candidate default is None, the batch
+        size, stay the config's), with Keras's own choice of compilation where it is unset."""
         c = self.config
+        values = {
+            name: getattr(c, name) for name in SEARCHED if getattr(Candidate(), name) is not None
+        }
         jit = c.jit_compile if c.jit_compile is not None else backend.jits_by_default()
-        return Candidate(c.precision, bool(jit), c.steps_per_execution, c.fused_steps)
+        return Candidate(**{**values, "jit_compile": bool(jit)})
 
     def _config(self, candidate: Candidate | None, steps: int, warmup: int) -> TrainConfig:
         base = self.config if candidate is None else apply(self.config, candidate)
@@ -354,7 +355,11 @@ class ModelWorkload(Workload):
 
         policy = getattr(getattr(self.model, "dtype_policy", None), "name", None)
         jit = getattr(self.model, "jit_compile", False)
-        return Candidate(str(policy or "float32"), jit is True, steps_per_execution(self.model))
+        return Candidate(
+            precision=str(policy or "float32"),
+            jit_compile=jit is True,
+            steps_per_execution=steps_per_execution(self.model),
+        )
 
     def fit(self, candidate=None, *, steps, warmup, one_batch=False, callbacks=()):
         if candidate is not None:
