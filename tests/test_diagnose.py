@@ -280,7 +280,7 @@ def test_doctor_cli_on_your_own_model_fn(tmp_path):
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TOOLKIT_CACHE_DIR": str(tmp_path)},
     )  # fmt: skip
     assert tuned.returncode == 0, tuned.stderr[-3000:]
-    assert "tune: --model_fn mytrain:make, batch your pipeline's" in tuned.stdout
+    assert "tune: --model_fn mytrain:make, batch 16, your pipeline's" in tuned.stdout
     assert "best: model.compile(..., jit_compile=" in tuned.stdout
     bad = subprocess.run(
         [sys.executable, "-m", "toolkit", "doctor", "--model_fn", "mytrain:nope"],

@@ -9,6 +9,7 @@ import pytest
 
 from tests.helpers import fake_rates
 from toolkit.search import engine as en
+from toolkit.search import rounds as rd
 from toolkit.search.tune import TuneResult
 
 SPACE = en.Space(
@@ -165,7 +166,7 @@ def test_a_lucky_window_does_not_win_the_head_to_head():
     measure = _noisy({en.Candidate(): 100.0, lucky: 98.0}, {lucky})
     trials, _ = en.search(measure, SPACE, budget_s=1e9)
     assert en.choose(trials) == lucky  # one window each: fooled
-    pick, rounds, why, exhausted = en.confirm(measure, trials, budget_s=1e9)
+    pick, rounds, why, exhausted = rd.confirm(measure, trials, budget_s=1e9)
     assert pick == en.Candidate() and rounds and not exhausted  # head to head: not fooled
     assert "defaults stay" in why
     defaults = trials[0]
@@ -178,13 +179,13 @@ def test_a_real_gain_is_confirmed_and_its_spread_reported():
     modest = en.Candidate(jit_compile=True)
     measure = _noisy({en.Candidate(): 100.0, modest: 110.0}, set())
     trials, _ = en.search(measure, SPACE, budget_s=1e9)
-    pick, rounds, why, _ = en.confirm(measure, trials, budget_s=1e9)
+    pick, rounds, why, _ = rd.confirm(measure, trials, budget_s=1e9)
     assert pick == modest
-    assert 2 <= len(rounds) <= en.MAX_ROUNDS and "won 2 of 2" in why  # +10 %: two rounds
+    assert 2 <= len(rounds) <= rd.MAX_ROUNDS and "won 2 of 2" in why  # +10 %: two rounds
     # A large gain, in the search and again head to head, needs one round only.
     measure = _noisy({en.Candidate(): 100.0, modest: 150.0}, set())
     big, _ = en.search(measure, SPACE, budget_s=1e9)
-    pick, one, why_big, _ = en.confirm(measure, big, budget_s=1e9)
+    pick, one, why_big, _ = rd.confirm(measure, big, budget_s=1e9)
     assert pick == modest and len(one) == 1 and "one round" in why_big
     result = TuneResult(pick, trials, "k", False, 1.0, False, rounds, why)
     table = result.table()
@@ -204,7 +205,7 @@ def test_one_round_is_enough_only_when_the_search_and_the_round_agree_on_the_ord
 
     space = en.Space(jit_compile=(False, True), steps_per_execution=(1,), fused_steps=(1, 8))
     trials, _ = en.search(measure, space, budget_s=1e9)
-    pick, rounds, why, _ = en.confirm(measure, trials, budget_s=1e9)
+    pick, rounds, why, _ = rd.confirm(measure, trials, budget_s=1e9)
     assert len(rounds) >= 2 and "one round" not in why and pick == a
 
 
@@ -220,10 +221,10 @@ def test_the_budget_is_a_promise_not_a_start_deadline():
     )
     trials, exhausted = en.search(measure, space, budget_s=13.0, clock=clock)
     assert exhausted and len(trials) == 3 and clock.t <= 13.0  # a 4th would end at 16 s
-    pick, rounds, _, out = en.confirm(measure, trials, budget_s=13.0, clock=clock, spent_s=clock.t)
+    pick, rounds, _, out = rd.confirm(measure, trials, budget_s=13.0, clock=clock, spent_s=clock.t)
     assert out and not rounds and clock.t <= 13.0
     # Nothing confirmed: only a gain beyond UNCONFIRMED_GAIN in one window is taken.
-    assert pick == en.choose(trials, en.UNCONFIRMED_GAIN)
+    assert pick == en.choose(trials, rd.UNCONFIRMED_GAIN)
 
 
 def test_the_first_xla_candidate_is_expected_to_cost_more_and_then_what_xla_cost():
@@ -269,19 +270,19 @@ def test_rounds_rotate_the_order_and_stop_on_the_budget_or_when_settled():
             raise RuntimeError("one bad run")
         return 1.0
 
-    rounds, exhausted = en.interleaved_rounds(
+    rounds, exhausted = rd.interleaved_rounds(
         ["a", "b", "flaky"], measure, max_rounds=3, clock=clock
     )
     assert not exhausted and len(rounds) == 3
     assert [e for r, e in order if r == 1] == ["b", "flaky", "a"]  # rotated by one
     assert "flaky" not in rounds[1] and rounds[2]["flaky"] == 1.0  # a raise: no result, no crash
     # A round that would end past the budget is not started; the first may be exempt (None).
-    rounds, exhausted = en.interleaved_rounds(
+    rounds, exhausted = rd.interleaved_rounds(
         ["a", "b"], lambda e, r: 1.0, max_rounds=5, budget_s=20,
         round_cost=lambda r: None if r == 0 else 20.0, clock=Clock(step=5.0),
     )  # fmt: skip
     assert exhausted and len(rounds) == 1
-    rounds, _ = en.interleaved_rounds(
+    rounds, _ = rd.interleaved_rounds(
         ["a"], lambda e, r: 1.0, max_rounds=5, settled=lambda done: len(done) == 2
     )
     assert len(rounds) == 2
@@ -290,16 +291,16 @@ def test_rounds_rotate_the_order_and_stop_on_the_budget_or_when_settled():
 def test_decide_needs_the_median_gain_and_most_rounds_won():
     rounds = [{"d": 100.0, "x": 110.0, "y": 150.0}, {"d": 100.0, "x": 111.0, "y": 90.0},
               {"d": 100.0, "x": 109.0, "y": 95.0}]  # fmt: skip
-    verdict = en.decide("d", ["x", "y"], rounds)
+    verdict = rd.decide("d", ["x", "y"], rounds)
     assert verdict.pick == "x" and verdict.won and verdict.wins == 3 and verdict.rounds == 3
-    assert en.paired_ratios(rounds, "d", "y") == [1.5, 0.9, 0.95]  # y lost most rounds
+    assert rd.paired_ratios(rounds, "d", "y") == [1.5, 0.9, 0.95]  # y lost most rounds
     close = [{"d": 100.0, "x": 101.0}, {"d": 100.0, "x": 101.5}]
-    verdict = en.decide("d", ["x"], close)  # won every round, by less than MIN_GAIN
+    verdict = rd.decide("d", ["x"], close)  # won every round, by less than MIN_GAIN
     assert verdict.pick == "d" and verdict.leader == "x" and not verdict.won
-    assert en.decide("d", ["x"], rounds, eligible=lambda e: e != "x").leader is None
+    assert rd.decide("d", ["x"], rounds, eligible=lambda e: e != "x").leader is None
     # Speeds from step times: the lower time is the faster.
     times = [{"d": {"mean_s": 0.02}, "x": {"mean_s": 0.01}}]
-    assert en.decide("d", ["x"], times, speed=lambda f: 1 / f["mean_s"]).ratio == 2.0
+    assert rd.decide("d", ["x"], times, speed=lambda f: 1 / f["mean_s"]).ratio == 2.0
 
 
 def test_the_cache_is_keyed_by_facts_and_a_bad_file_is_a_miss(tmp_path, monkeypatch):

@@ -20,16 +20,18 @@ def _job(spec: Any, recipe_flags: list[str]) -> dict[str, Any]:
     from toolkit import _verbs
     from toolkit.core.files import jsonable
 
-    _what, _flags, config, target = _verbs.resolve_target(
+    _what, _flags, config, target, data = _verbs.resolve_target(
         spec.target.recipe, spec.target.model_fn, recipe_flags
     )
     if spec.job == "figures":
         from toolkit.search.workload import workload
 
-        work = workload(*target, config) if isinstance(target, tuple) else workload(target, config)
-        return jsonable(work.figures(spec.steps, count_flops=config.count_flops))
-    result, batch = _verbs.tune_target(target, config, spec.budget_s, use_cache=True)
-    return {**result.to_dict(), "batch_size": batch}
+        with workload(target, data, config) as work:
+            return jsonable(work.figures(spec.steps, count_flops=config.count_flops))
+    from toolkit.search.tune import tune
+
+    result = tune(target, data, config=config, budget_s=spec.budget_s)
+    return {**result.to_dict(), "batch_size": result.batch_size}
 
 
 def main(argv: Sequence[str]) -> int:

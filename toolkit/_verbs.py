@@ -41,9 +41,10 @@ def model_fn(spec: str) -> tuple[Any, Any]:
 
 def resolve_target(
     recipe: str | None, model_fn_spec: str | None, recipe_flags: list[str]
-) -> tuple[str, Any, Any, Any]:
-    """``(what, flag values, config, task or (model, data))`` of ``--recipe R [flags]`` or
-    ``--model_fn module:function [flags]``."""
+) -> tuple[str, Any, Any, Any, Any]:
+    """``(what, flag values, config, target, data)`` of ``--recipe R [flags]`` (a Task, data
+    None) or ``--model_fn module:function [flags]`` (your compiled model and its data): what
+    ``toolkit.search.workload.workload`` makes the one Workload of."""
     from absl import flags
 
     from toolkit import app
@@ -54,57 +55,41 @@ def resolve_target(
         tk_flags.define_common_flags()
         flags.FLAGS(["keras-perf", *recipe_flags])
         config = tk_flags.config_from_flags()
-        return f"--model_fn {model_fn_spec}", flags.FLAGS, config, model_fn(model_fn_spec)
+        model, data = model_fn(model_fn_spec)
+        return f"--model_fn {model_fn_spec}", flags.FLAGS, config, model, data
     module = app.load_recipe(recipe or "mlp")
     config, task = app.recipe_from_flags(module, [f"recipes.{recipe}", *recipe_flags])
-    return f"recipe {recipe}", flags.FLAGS, config, task
+    return f"recipe {recipe}", flags.FLAGS, config, task, None
 
 
-def _target_of(args: argparse.Namespace) -> tuple[str, Any, Any, Any]:
+def _target_of(args: argparse.Namespace) -> tuple[str, Any, Any, Any, Any]:
     return resolve_target(args.recipe, args.model_fn, args.recipe_flags)
 
 
 def doctor(args: argparse.Namespace) -> int:
     from toolkit.search.diagnose import diagnose
 
-    what, flag_values, config, target = _target_of(args)
-    if isinstance(target, tuple):
-        model, data = target
-        diagnosis = diagnose(model, data, steps=flag_values.diagnose_steps)
-    else:
-        diagnosis = diagnose(target, config=config, steps=flag_values.diagnose_steps)
+    what, flag_values, config, target, data = _target_of(args)
+    diagnosis = diagnose(target, data, config=config, steps=flag_values.diagnose_steps)
     print(f"doctor: {what}, batch {diagnosis.batch_size}, {diagnosis.steps} steps each")
     print(diagnosis)
     return 0
 
 
 def tune(args: argparse.Namespace) -> int:
+    from toolkit.search.tune import tune as search
+
     if args.across_backends:
         return tune_across(args)
-    what, flag_values, config, target = _target_of(args)
-    result, batch = tune_target(target, config, flag_values.tune_budget, not args.refresh)
+    what, flag_values, config, target, data = _target_of(args)
+    result = search(
+        target, data, config=config, budget_s=flag_values.tune_budget, use_cache=not args.refresh
+    )
     source = "cache" if result.cache_hit else f"searched in {result.seconds:.1f} s"
-    shown = "your pipeline's" if batch is None else batch
-    print(f"tune: {what}, batch {shown} ({source})")
+    print(f"tune: {what}, batch {result.batch_words} ({source})")
     print(result.table())
-    if isinstance(target, tuple):
-        kwargs = ", ".join(f"{k}={v!r}" for k, v in result.best.compile_kwargs().items())
-        print(f"best: model.compile(..., {kwargs})")
-    else:
-        print(f"best: {result.best.flags()}")
+    print(f"best: {result.how_to_apply}")
     return 0
-
-
-def tune_target(target: Any, config: Any, budget_s: float, use_cache: bool) -> tuple[Any, Any]:
-    """``(TuneResult, batch size)`` of a task or your ``(model, data)`` (batch size None: your
-    pipeline's)."""
-    from toolkit.search import tune as tn
-
-    if isinstance(target, tuple):
-        model, data = target
-        return tn.tune(model, data, budget_s=budget_s, use_cache=use_cache), None
-    result = tn.tune(target, config=config, budget_s=budget_s, use_cache=use_cache)
-    return result, config.batch_size
 
 
 def tune_across(args: argparse.Namespace) -> int:

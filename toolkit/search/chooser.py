@@ -22,7 +22,7 @@ for your own model-building function:
   default backend on the default device) of the *mean* step time: the time training takes.
   The p50 alone flatters a backend whose steps stall now and then (JAX's asynchronous
   dispatch). It must win most rounds, beat them by more than the engine's ``MIN_GAIN`` and
-  train to an agreeing loss (:func:`~toolkit.search.engine.decide`), else the defaults stay:
+  train to an agreeing loss (:func:`~toolkit.search.rounds.decide`), else the defaults stay:
   the chooser never hands back something slower than not choosing.
 
 The result is cached (``toolkit.core.cache``, ``$TOOLKIT_CACHE_DIR/backends.json``) under a key
@@ -57,7 +57,8 @@ from toolkit.core.cache import Cache
 from toolkit.core.stats import whole_calls
 from toolkit.runner import flags as tk_flags
 from toolkit.search._processes import ChildSpec, probe_devices, run_child, without
-from toolkit.search.engine import MIN_GAIN, Candidate, decide, interleaved_rounds
+from toolkit.search.engine import MIN_GAIN, Candidate
+from toolkit.search.rounds import decide, interleaved_rounds
 from toolkit.search.standings import (
     BackendsResult,
     ChooserError,

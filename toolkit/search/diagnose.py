@@ -416,16 +416,11 @@ def diagnose(
         toolkit.runner.train.SetupError: a setting or data that cannot work.
     """
     from toolkit.data import benchmark, describe_pipeline
-    from toolkit.runner.train import SetupError, Task
 
-    if isinstance(data, TrainConfig):
-        config, data = data, None
-    if data is None and not isinstance(target, Task):
-        raise SetupError("diagnose(model, data): give the training data your model fits on")
-    config = (config or TrainConfig()).validate()
     # The step alone first: a Task's workload selects the device before anything else starts
     # TensorFlow's runtime.
     with workload(target, data, config) as work:
+        config = work.config
         per_call = work.per_call
         warmup = max(1, min(config.warmup_steps, 10))
         total = whole_calls(warmup + 1 + steps, per_call)

@@ -3,7 +3,7 @@ contender's runs (:class:`Row`), and :class:`BackendsResult` with its table, cha
 
 Framework-free: the runs happen in child processes (``toolkit.search.chooser``); this module
 reads their figures. The rounds pair the contenders, so every ratio here is the median of
-per-round ratios to the defaults (``toolkit.search.engine.paired_ratios``).
+per-round ratios to the defaults (``toolkit.search.rounds.paired_ratios``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any
 
 from toolkit.core import _extras as extras
 from toolkit.core.files import atomic_write
-from toolkit.search.engine import MIN_GAIN, paired_ratios
+from toolkit.search.engine import MIN_GAIN
+from toolkit.search.rounds import paired_ratios
 
 __all__ = ["LOSS_RTOL", "BackendsResult", "ChooserError", "Contender", "Row", "Target"]
 

@@ -37,7 +37,8 @@ from toolkit.core import machine
 from toolkit.core import progress as tk_progress
 from toolkit.core.cache import Cache
 from toolkit.runner.config import SEARCHED_SETTINGS, SearchContext, TrainConfig
-from toolkit.search.engine import FINALISTS, Candidate, Space, Trial, confirm, search
+from toolkit.search.engine import FINALISTS, Candidate, Space, Trial, search
+from toolkit.search.rounds import confirm
 from toolkit.search.workload import Workload, apply, workload
 
 __all__ = [
@@ -78,6 +79,20 @@ class TuneResult:
     # The head-to-head rounds after the search: [{label: examples/s}] per round.
     confirm_rounds: list[dict[str, float]] = dataclasses.field(default_factory=list)
     why: str = ""
+    # For the target it answers (not kept in the cache or the report): how to apply the
+    # winner (a recipe's flags, or your model's compile arguments) and the batch in words.
+    how_to_apply: str = dataclasses.field(default="", compare=False)
+    batch_size: int | None = dataclasses.field(default=None, compare=False)
+    batch_words: str = dataclasses.field(default="", compare=False)
+
+    def applied_to(self, work: Workload) -> TuneResult:
+        """This result, saying how to apply it to `work` and with its batch size."""
+        return dataclasses.replace(
+            self,
+            how_to_apply=work.how_to_apply(self.best),
+            batch_size=work.batch_size,
+            batch_words=work.batch_words(),
+        )
 
     @property
     def defaults_rate(self) -> float | None:
@@ -185,18 +200,9 @@ def tune(
         progress: called with one line per candidate. Defaults to ``toolkit.core.progress.say``
             (stderr) with a bar of the budget on a terminal.
     """
-    from toolkit.runner import train
-
-    if isinstance(data, TrainConfig):
-        config, data = data, None
     start = time.perf_counter()
-    is_task = isinstance(target, train.Task)
-    if data is None and not is_task:
-        raise train.SetupError("tune(model, data): give the training data your model fits on")
     # A Task's data is made once for the search, and its finalists stay built for the rounds.
-    work = workload(
-        target, data, config, **({"resident": True, "keep": FINALISTS} if is_task else {})
-    )
+    work = workload(target, data, config, resident=True, keep=FINALISTS)
     config = work.config
     defaults = work.defaults()
     key, facts = cache_key(work)
@@ -217,7 +223,7 @@ def tune(
             hit = cached(key)
             if hit is not None:
                 report(f"tune: cached result for this model, input and machine ({key})")
-                return hit
+                return hit.applied_to(work)
         first = None
         if space is None:  # measure the defaults first: their step time shapes the space
             say(f"tune: measuring the defaults first (budget {budget_s:.0f} s)")
@@ -255,7 +261,7 @@ def tune(
     )  # fmt: skip
     if use_cache:
         _CACHE.put(result.key, facts, {**result.to_dict(), "cache_hit": False})
-    return result
+    return result.applied_to(work)
 
 
 def _defaults_then_space(

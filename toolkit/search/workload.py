@@ -119,6 +119,15 @@ class Workload:
             "device": f"{self.device.kind}:{self.device.index}",
         }
 
+    def how_to_apply(self, candidate: Candidate) -> str:
+        """How a user applies `candidate` to this target: a recipe's flags, or the
+        ``model.compile`` arguments of your model."""
+        raise NotImplementedError
+
+    def batch_words(self) -> str:
+        """Its batch size in words, for a verb's first line."""
+        return str(self.batch_size)
+
     def figures(self, steps: int, *, count_flops: bool = True) -> dict[str, Any]:
         """One run of at least `steps` steps and five calls, as the backends chooser compares
         them: first step, p50, mean, examples/s, MFU and the final training loss."""
@@ -139,7 +148,9 @@ class Workload:
 
 def workload(target: Any, data: Any = None, config: TrainConfig | None = None, **kw: Any):
     """The :class:`Workload` of a ``toolkit.runner.train.Task`` (with `config`; a TrainConfig may
-    stand as `data`) or of a compiled model with its `data`.
+    stand as `data`) or of a compiled model with its `data`: the one place that asks which kind
+    a target is (tune, diagnose, doctor and backends take the Workload). `kw` (``resident``,
+    ``keep``) are a Task's: your model is built already and its data is yours.
 
     Raises:
         toolkit.runner.train.SetupError: a model without data, data that is not batches.
@@ -193,6 +204,9 @@ class TaskWorkload(Workload):
         self.live: dict[Candidate, tuple[Any, Any]] = {}
         self.rates: dict[Candidate, float] = {}  # each candidate's first (built) window
         self.first: Candidate | None = None
+
+    def how_to_apply(self, candidate: Candidate) -> str:
+        return candidate.flags()
 
     def defaults(self) -> Candidate:
         """The config's searched settings (those whose candidate default is None, the batch
@@ -349,6 +363,13 @@ class ModelWorkload(Workload):
         self.device = devices.resolve(config.device)
         self.saved = snapshot(model)
         self.compile_args: dict[str, Any] | None = None  # kept when a candidate recompiles
+
+    def how_to_apply(self, candidate: Candidate) -> str:
+        kwargs = ", ".join(f"{k}={v!r}" for k, v in candidate.compile_kwargs().items())
+        return f"model.compile(..., {kwargs})"
+
+    def batch_words(self) -> str:
+        return f"{self.batch_size}, your pipeline's" if self.batch_size else "your pipeline's"
 
     def defaults(self) -> Candidate:
         from toolkit.profiling.step_timer import steps_per_execution

@@ -1,0 +1,247 @@
+"""Head to head: the search's fastest candidates measured again against the defaults in
+interleaved rounds (:func:`confirm`), the rounds themselves (:func:`interleaved_rounds`, which
+the backends chooser runs too), their paired ratios and the never-slower verdict
+(:func:`decide`). Its own module beside ``toolkit.search.engine``, which finds the candidates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from toolkit.search.engine import FINALISTS, MIN_GAIN, Candidate, Trial, choose, order
+
+__all__ = ["Verdict", "confirm", "decide", "interleaved_rounds"]
+
+E = TypeVar("E", bound=Hashable)
+
+MAX_ROUNDS = 4  # head-to-head rounds at most (at least 2 when the budget allows)
+UNCONFIRMED_GAIN = 0.10  # the gain one window must show when no head-to-head fit the budget
+NEAR_LEADER = 0.8  # a finalist's search rate is at least this share of the leader's
+DECISIVE_GAIN = 0.25  # won by this much in the search and in round 1: one round is enough
+
+
+def _decisive(
+    defaults: Trial, pick: Candidate, trials: Sequence[Trial], got: dict[str, float]
+) -> bool:
+    """Whether `pick` beat the defaults by more than :data:`DECISIVE_GAIN` in its search
+    window and again in the first head-to-head round, and every other finalist in both (by
+    more than the noise, :data:`MIN_GAIN`, in the round): the two windows agree on the whole
+    order, so a second round would not change it. (One slow window of a runner-up is no
+    verdict: a shared machine gave one finalist 36k examples/s in a round, 60k in the search.)"""
+    searched = {t.candidate.label(): t.rates[0] for t in trials if t.rates}
+    base, label = defaults.candidate.label(), pick.label()
+    first, mine = searched.get(label), got.get(label)
+    if (
+        not mine
+        or not first
+        or not got.get(base)
+        or first <= defaults.rates[0] * (1 + DECISIVE_GAIN)
+    ):
+        return False
+    others = [k for k in got if k not in (base, label)]
+    return mine > got[base] * (1 + DECISIVE_GAIN) and all(
+        mine > got[k] * (1 + MIN_GAIN) and first > searched.get(k, 0.0) for k in others
+    )
+
+
+def confirm(
+    measure: Callable[[Candidate], float],
+    trials: list[Trial],
+    *,
+    budget_s: float,
+    min_gain: float = MIN_GAIN,
+    clock: Callable[[], float] = time.perf_counter,
+    progress: Callable[[str], Any] | None = None,
+    spent_s: float = 0.0,
+) -> tuple[Candidate, list[dict[str, float]], str, bool]:
+    """Measures the search's :data:`FINALISTS` fastest candidates again, interleaved with the
+    defaults (:func:`interleaved_rounds`), until the pick is the same two rounds running,
+    :data:`MAX_ROUNDS` rounds, or the budget ends; picks with :func:`decide`. One window per
+    candidate cannot tell a 10 % gain from a 10 % swing of a shared machine; the paired,
+    repeated rounds can.
+
+    Returns:
+        ``(pick, rounds as {label: examples/s}, why in words, whether the budget ran out)``.
+        The trials get the new measurements (their rate becomes the median).
+    """
+    start = clock() - spent_s
+    defaults = trials[0]
+    if defaults.examples_per_sec is None:
+        return choose(trials, min_gain), [], "the defaults failed: the fastest measured", False
+    finalists = sorted(
+        (t for t in trials[1:] if t.examples_per_sec and t.examples_per_sec > defaults.rates[0]),
+        key=order,
+        reverse=True,
+    )[:FINALISTS]
+    # A runner-up far behind the leader cannot overtake it on noise: not measured again.
+    lead = finalists[0].rates[0] if finalists else 0.0
+    finalists = [t for t in finalists if t.rates[0] >= NEAR_LEADER * lead]
+    if not finalists:  # (the filter keeps the leader: empty only when nothing beat them)
+        return defaults.candidate, [], "nothing beat the defaults in the search", False
+    group = {t.candidate: t for t in (defaults, *finalists)}
+    base = defaults.candidate
+    verdict = Verdict(base, None, None, 0, 0)
+    why = ""
+
+    def again(candidate: Candidate, r: int) -> float:
+        t0 = clock()
+        rate = float(measure(candidate))
+        group[candidate].add(rate, clock() - t0)
+        if progress is not None:
+            progress(
+                f"[head to head {r + 1} | {clock() - start:.0f}/{budget_s:.0f} s] "
+                f"{candidate.label()}: {rate:,.1f} examples/s"
+            )
+        return rate
+
+    def cost(r: int) -> float:
+        return sum(t.seconds / max(1, len(t.rates)) for t in group.values())
+
+    def settled(rounds: list[dict[Candidate, float]]) -> bool:
+        nonlocal verdict, why
+        previous = verdict.pick
+        verdict = decide(base, group, rounds, min_gain=min_gain)
+        why = _why(verdict, min_gain)
+        if len(rounds) >= 2 and verdict.pick == previous:
+            return True
+        if (
+            len(rounds) == 1
+            and verdict.pick != base
+            and _decisive(
+                defaults, verdict.pick, trials, {c.label(): v for c, v in rounds[0].items()}
+            )
+        ):
+            why += f" (by > {DECISIVE_GAIN:.0%} in the search and head to head: one round)"
+            return True
+        return False
+
+    rounds, exhausted = interleaved_rounds(
+        list(group), again, max_rounds=MAX_ROUNDS, budget_s=budget_s, round_cost=cost,
+        settled=settled, clock=clock, spent_s=clock() - start,
+    )  # fmt: skip
+    if not rounds:
+        return choose(trials, UNCONFIRMED_GAIN), [], (
+            "no head-to-head round fit the budget: the search's fastest, only if it beat the "
+            f"defaults by > {UNCONFIRMED_GAIN:.0%} in its one window"
+        ), exhausted  # fmt: skip
+    labelled = [{c.label(): rate for c, rate in got.items()} for got in rounds]
+    return verdict.pick, labelled, why, exhausted
+
+
+def _why(verdict: Verdict, min_gain: float) -> str:
+    if not verdict.won:
+        return (
+            f"no finalist beat the defaults by > {min_gain:.0%} in most of {verdict.rounds} "
+            "head-to-head round(s): the defaults stay"
+        )
+    return (
+        f"chosen: {verdict.ratio:.2f}× the defaults head to head, won {verdict.wins} of "
+        f"{verdict.rounds}"
+    )
+
+
+# ---------------------------------------------------------------------------- head to head
+
+
+def interleaved_rounds(
+    entrants: Sequence[E],
+    measure: Callable[[E, int], Any],
+    *,
+    max_rounds: int,
+    budget_s: float | None = None,
+    round_cost: Callable[[int], float | None] | None = None,
+    settled: Callable[[list[dict[E, Any]]], bool] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    spent_s: float = 0.0,
+) -> tuple[list[dict[E, Any]], bool]:
+    """Measures every entrant once a round, round ``r`` in the order rotated by ``r``.
+
+    `measure` ``(entrant, round)`` returns the entrant's result, or raises (it then has none
+    that round: a flaky entrant loses, it does not crash the rounds). Before round ``r``,
+    `round_cost` ``(r)`` estimates its seconds (None: the round runs whatever the budget);
+    a round that would end past `budget_s` is not started: whole rounds only, so the pairs
+    stay paired. After each round `settled` ``(rounds)`` may end them.
+
+    Returns:
+        ``(rounds as [{entrant: result}], whether the budget ended them)``.
+    """
+    start = clock() - spent_s
+    rounds: list[dict[E, Any]] = []
+    for r in range(max_rounds):
+        cost = round_cost(r) if round_cost is not None else None
+        if budget_s is not None and cost is not None and clock() - start + cost > budget_s:
+            return rounds, True
+        got: dict[E, Any] = {}
+        shift = r % len(entrants) if entrants else 0
+        for entrant in [*entrants[shift:], *entrants[:shift]]:
+            try:
+                got[entrant] = measure(entrant, r)
+            except Exception:  # noqa: BLE001 - no result this round; the others go on
+                continue
+        rounds.append(got)
+        if settled is not None and settled(rounds):
+            break
+    return rounds, False
+
+
+def paired_ratios(
+    rounds: Iterable[dict[Any, Any]],
+    base: Any,
+    entrant: Any,
+    speed: Callable[[Any], float | None] = lambda x: x,
+) -> list[float]:
+    """``speed(entrant's result) / speed(base's result)`` in every round where both have a
+    speed (> 1: the entrant was faster that round)."""
+    out = []
+    for got in rounds:
+        if base not in got or entrant not in got:
+            continue
+        a, b = speed(got[base]), speed(got[entrant])
+        if a and b:
+            out.append(b / a)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What :func:`decide` found: the `pick` (the base unless an entrant won), and the leader
+    among the entrants that won most rounds (None: none did) with its median ratio and wins
+    of `rounds`."""
+
+    pick: Any
+    leader: Any
+    ratio: float | None
+    wins: int
+    rounds: int
+
+    @property
+    def won(self) -> bool:
+        return self.leader is not None and self.pick == self.leader
+
+
+def decide(
+    base: Any,
+    entrants: Iterable[Any],
+    rounds: Sequence[dict[Any, Any]],
+    *,
+    speed: Callable[[Any], float | None] = lambda x: x,
+    min_gain: float = MIN_GAIN,
+    eligible: Callable[[Any], bool] | None = None,
+) -> Verdict:
+    """The never-slower rule. Among the (eligible) entrants that were faster than `base` in
+    most of the rounds they both ran, the one with the highest median paired ratio leads; it
+    is picked when that median exceeds ``1 + min_gain``, else `base` stays."""
+    leader, best, wins = None, 0.0, 0
+    for entrant in entrants:
+        if entrant == base or (eligible is not None and not eligible(entrant)):
+            continue
+        ratios = paired_ratios(rounds, base, entrant, speed)
+        won = sum(x > 1 for x in ratios)
+        if ratios and won * 2 > len(ratios) and statistics.median(ratios) > best:
+            leader, best, wins = entrant, statistics.median(ratios), won
+    pick = leader if leader is not None and best > 1 + min_gain else base
+    return Verdict(pick, leader, best if leader is not None else None, wins, len(rounds))
