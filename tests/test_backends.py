@@ -52,8 +52,9 @@ def test_backend_is_read_from_the_command_line_before_keras_loads():
     code = (
         "import sys\n"
         "from toolkit import backend\n"
-        "assert backend.from_argv(['prog', '--epochs=2']) is None\n"
-        "assert backend.from_argv(['prog', '--backend', 'jax']) == 'jax'\n"
+        "from toolkit.runner import flags as tk_flags\n"
+        "assert tk_flags.backend_from_argv(['prog', '--epochs=2']) is None\n"
+        "assert tk_flags.backend_from_argv(['prog', '--backend', 'jax']) == 'jax'\n"
         "import keras\n"
         "print(keras.config.backend(), backend.name())\n"
     )
@@ -198,8 +199,10 @@ def test_a_later_run_reads_its_compiled_programs_from_the_compile_cache(name, tm
 )
 def test_compile_cache_is_read_from_the_command_line(argv, on, monkeypatch):
     calls = []
+    from toolkit.runner import flags as tk_flags
+
     monkeypatch.setattr(backend, "use_compile_cache", lambda: calls.append(1) or "")
-    backend.compile_cache_from_argv(["prog", *argv])
+    tk_flags.compile_cache_from_argv(["prog", *argv])
     assert bool(calls) is on
 
 

@@ -593,17 +593,18 @@ def test_mps_findings(keras, monkeypatch):
 
 def test_device_mps_picks_the_backend_that_reaches_the_apple_gpu(monkeypatch):
     from toolkit import backend as backends
+    from toolkit.runner import flags as tk_flags
 
     monkeypatch.delenv("KERAS_BACKEND", raising=False)
     monkeypatch.setattr(backends, "apple_gpu_backend", lambda: "torch")
     chosen = []
     monkeypatch.setattr(backends, "select", lambda b: chosen.append(b) or b)
     monkeypatch.delitem(sys.modules, "keras", raising=False)
-    assert backends.from_argv(["--device=mps"]) == "torch" and chosen == ["torch"]
-    assert backends.from_argv(["--device", "cpu"]) is None
-    assert backends.from_argv(["--backend=jax", "--device=mps"]) == "jax"
+    assert tk_flags.backend_from_argv(["--device=mps"]) == "torch" and chosen == ["torch"]
+    assert tk_flags.backend_from_argv(["--device", "cpu"]) is None
+    assert tk_flags.backend_from_argv(["--backend=jax", "--device=mps"]) == "jax"
     monkeypatch.setenv("KERAS_BACKEND", "tensorflow")  # an explicit choice stays
-    assert backends.from_argv(["--device=metal"]) is None
+    assert tk_flags.backend_from_argv(["--device=metal"]) is None
     monkeypatch.undo()
     if sys.platform != "darwin":
         assert backends.apple_gpu_backend() is None  # no Apple GPU off a Mac

@@ -95,14 +95,13 @@ def tune(args: argparse.Namespace) -> int:
 def tune_across(args: argparse.Namespace) -> int:
     from absl import flags
 
-    from toolkit import backend
     from toolkit.runner import flags as tk_flags
     from toolkit.search import chooser
 
     target = chooser_target(args)
     tk_flags.define_common_flags()  # --tune_budget, parsed as tune would
     budget = 120.0
-    value = backend.flag_value(args.recipe_flags, "tune_budget")
+    value = tk_flags.flag_value(args.recipe_flags, "tune_budget")
     if value is not None:
         try:
             budget = float(value)

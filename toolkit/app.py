@@ -303,14 +303,13 @@ def start(argv: Sequence[str], recipe: str) -> list[str]:
         toolkit.backend.BackendError: a backend that is not installed, tf_keras with another
             backend, Keras already loaded with another.
     """
-    from toolkit import backend
     from toolkit.core import native_logs
     from toolkit.search import chooser
 
     native_logs.configure(list(argv))
     argv = chooser.resolve_auto(argv, recipe)
-    backend.from_argv(argv)
-    backend.compile_cache_from_argv(argv)  # before anything starts TensorFlow
+    tk_flags.backend_from_argv(argv)
+    tk_flags.compile_cache_from_argv(argv)  # before anything starts TensorFlow
     return argv
 
 

@@ -500,8 +500,8 @@ BY_NAME = {verb.name: verb for verb in VERBS}
 def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The command line's parser, a subparser per verb of :data:`VERBS`. With ``--help`` in
     `argv`, a verb that passes flags on to a recipe lists the recipes and those flags."""
-    from toolkit import backend
     from toolkit.core.version import __version__
+    from toolkit.runner import flags as tk_flags
 
     wants_help = any(a in ("-h", "--help") for a in argv)
     named = next((a for a in argv if not a.startswith("-")), None)
@@ -519,9 +519,9 @@ def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     for verb in VERBS:
         epilog = None
         if verb.recipe_flags and wants_help and named == verb.name:
-            no_recipe = backend.flag_value(argv, "model_fn")  # the shared flags only
+            no_recipe = tk_flags.flag_value(argv, "model_fn")  # the shared flags only
             epilog = _recipe_epilog(
-                None if no_recipe else backend.flag_value(argv, "recipe") or "mlp"
+                None if no_recipe else tk_flags.flag_value(argv, "recipe") or "mlp"
             )
         raw = {"formatter_class": argparse.RawDescriptionHelpFormatter} if epilog else {}
         p = verbs.add_parser(
@@ -551,7 +551,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     argv = tk_flags.canonical_argv(argv, DEPRECATED_OPTIONS)
     root = parser(argv)
     try:  # before anything imports Keras, which fixes its backend at import
-        argv = app.start(argv, recipe=backend.flag_value(argv, "recipe") or "mlp")
+        argv = app.start(argv, recipe=tk_flags.flag_value(argv, "recipe") or "mlp")
     except backend.BackendError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

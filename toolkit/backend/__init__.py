@@ -10,7 +10,7 @@ Importing this package imports no framework. :func:`name` reads Keras's choice f
 already-imported Keras, else from ``KERAS_BACKEND``. Keras fixes its backend when it is
 imported, so :func:`select` (``--backend``) must run before anything imports Keras: recipes
 and ``python -m toolkit`` read ``--backend`` from the command line first thing
-(:func:`from_argv`).
+(``toolkit.runner.flags.backend_from_argv``, which ``toolkit.app.start`` calls).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import importlib.util
 import os
 import sys
 import types
-from collections.abc import Sequence
 from typing import Any
 
 from toolkit.core import _extras as extras
@@ -29,7 +28,6 @@ __all__ = [
     "BACKENDS",
     "BackendError",
     "framework_facts",
-    "from_argv",
     "get",
     "jits_by_default",
     "name",
@@ -75,29 +73,13 @@ def use_compile_cache() -> str:
     ``$TOOLKIT_CACHE_DIR/compiled/<backend>`` (``--compile_cache``), so that a later process
     compiling the same program reads it. On TensorFlow it holds only when set before any
     TensorFlow op: the recipes and ``python -m toolkit`` set it from their command line
-    (:func:`compile_cache_from_argv`) before anything else runs. Returns what it did, in
-    words."""
+    (``toolkit.runner.flags.compile_cache_from_argv``) before anything else runs. Returns
+    what it did, in words."""
     from toolkit.core import machine
 
     directory = os.path.join(machine.cache_dir(), "compiled", name())
     os.makedirs(directory, exist_ok=True)  # TensorFlow makes only the last directory
     return get().use_compile_cache(directory)
-
-
-def compile_cache_from_argv(argv: Sequence[str]) -> None:
-    """Applies ``--compile_cache`` (``--compile_cache=true``; ``--nocompile_cache`` or
-    ``=false`` undoes it; the last one counts) from a command line, before anything starts
-    TensorFlow (its XLA reads the cache's place once)."""
-    on = False
-    for arg in argv:
-        if arg == "--compile_cache":
-            on = True
-        elif arg == "--nocompile_cache":
-            on = False
-        elif arg.startswith("--compile_cache="):
-            on = arg.split("=", 1)[1].strip().lower() in ("1", "true", "t", "yes", "y")
-    if on:
-        use_compile_cache()
 
 
 def select(backend: str) -> str:
@@ -129,17 +111,6 @@ def select(backend: str) -> str:
     return backend
 
 
-def flag_value(args: Sequence[str], flag: str) -> str | None:
-    """The value of ``--flag=V`` or ``--flag V`` in a command line, or None (read before
-    anything parses it: ``--backend`` must be known before Keras loads)."""
-    for i, arg in enumerate(args):
-        if arg.startswith(f"--{flag}="):
-            return arg.split("=", 1)[1]
-        if arg == f"--{flag}" and i + 1 < len(args):
-            return args[i + 1]
-    return None
-
-
 def apple_gpu_backend() -> str | None:
     """The first installed backend that reaches this Mac's GPU: PyTorch's MPS (maintained),
     then jax-metal, then tensorflow-metal (before TensorFlow 2.18); None elsewhere. Imports
@@ -167,25 +138,6 @@ def apple_gpu_backend() -> str | None:
     minor = tf_version.split(".")[1] if tf_version.count(".") >= 1 else ""
     if installed("tensorflow-metal") and minor.isdigit() and int(minor) < 18:
         return "tensorflow"
-    return None
-
-
-def from_argv(argv: Sequence[str]) -> str | None:
-    """Applies ``--backend=NAME`` (or ``--backend NAME``) from a command line, if there is one,
-    with :func:`select`; returns the backend chosen, or None.
-
-    Without ``--backend`` (and without ``KERAS_BACKEND``), ``--device=mps`` or ``metal`` picks
-    the installed backend that reaches the Apple GPU (:func:`apple_gpu_backend`).
-    """
-    args = list(argv)
-    chosen = flag_value(args, "backend")
-    if chosen is not None:
-        return select(chosen)
-    device = (flag_value(args, "device") or "").strip().lower().split(":")[0]
-    if device in ("mps", "metal") and not os.environ.get("KERAS_BACKEND"):
-        apple = apple_gpu_backend()
-        if apple is not None and "keras" not in sys.modules:
-            return select(apple)
     return None
 
 

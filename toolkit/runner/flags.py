@@ -25,6 +25,7 @@ from typing import Any
 
 from absl import flags
 
+from toolkit import backend
 from toolkit.runner.config import (
     DATA,
     GROUPS,
@@ -376,3 +377,72 @@ def help_text(
         + ". --helpfull lists absl's own flags too."
     )
     return "\n".join(out).rstrip() + "\n"
+
+
+# ---------------------------------------------------------------------------- read before parsing
+# What must be known before anything parses the command line (Keras fixes its backend when it
+# loads; TensorFlow reads XLA's cache directory once), and the search's edits of a target's
+# recipe flags: the only hand-reading of a command line, here beside the flags it reads.
+
+
+def flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of ``--flag=V`` or ``--flag V`` in a command line, or None (read before
+    anything parses it: ``--backend`` must be known before Keras loads)."""
+    for i, arg in enumerate(args):
+        if arg.startswith(f"--{flag}="):
+            return arg.split("=", 1)[1]
+        if arg == f"--{flag}" and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def without(argv: Sequence[str], names: frozenset[str] | set[str]) -> list[str]:
+    """`argv` without the flags in `names` (``--name=v``, ``--name v``, ``--[no]name``)."""
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        flag = arg[2:].split("=", 1)[0] if arg.startswith("--") else None
+        if flag is not None and (flag in names or (flag[:2] == "no" and flag[2:] in names)):
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            skip = "=" not in arg and flag in names and nxt is not None and not nxt.startswith("-")
+            continue
+        out.append(arg)
+    return out
+
+
+def backend_from_argv(argv: Sequence[str]) -> str | None:
+    """Applies ``--backend=NAME`` (or ``--backend NAME``) from a command line, if there is one,
+    with ``toolkit.backend.select``; returns the backend chosen, or None.
+
+    Without ``--backend`` (and without ``KERAS_BACKEND``), ``--device=mps`` or ``metal`` picks
+    the installed backend that reaches the Apple GPU (``toolkit.backend.apple_gpu_backend``).
+    """
+    args = list(argv)
+    chosen = flag_value(args, "backend")
+    if chosen is not None:
+        return backend.select(chosen)
+    device = (flag_value(args, "device") or "").strip().lower().split(":")[0]
+    if device in ("mps", "metal") and not os.environ.get("KERAS_BACKEND"):
+        apple = backend.apple_gpu_backend()
+        if apple is not None and "keras" not in sys.modules:
+            return backend.select(apple)
+    return None
+
+
+def compile_cache_from_argv(argv: Sequence[str]) -> None:
+    """Applies ``--compile_cache`` (``--compile_cache=true``; ``--nocompile_cache`` or
+    ``=false`` undoes it; the last one counts) from a command line, before anything starts
+    TensorFlow (its XLA reads the cache's place once)."""
+    on = False
+    for arg in argv:
+        if arg == "--compile_cache":
+            on = True
+        elif arg == "--nocompile_cache":
+            on = False
+        elif arg.startswith("--compile_cache="):
+            on = arg.split("=", 1)[1].strip().lower() in ("1", "true", "t", "yes", "y")
+    if on:
+        backend.use_compile_cache()

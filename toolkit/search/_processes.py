@@ -16,10 +16,11 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from toolkit.core.files import atomic_write, read_json
+from toolkit.runner.flags import without
 from toolkit.search.standings import Target
 
 __all__: list[str] = []
@@ -74,23 +75,6 @@ class ChildSpec:
             )
         except (TypeError, KeyError, AttributeError, ValueError) as e:
             raise ValueError(f"a malformed child spec: {e}") from None
-
-
-def without(argv: Sequence[str], names: frozenset[str] | set[str]) -> list[str]:
-    """`argv` without the flags in `names` (``--name=v``, ``--name v``, ``--[no]name``)."""
-    out: list[str] = []
-    skip = False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        flag = arg[2:].split("=", 1)[0] if arg.startswith("--") else None
-        if flag is not None and (flag in names or (flag[:2] == "no" and flag[2:] in names)):
-            nxt = argv[i + 1] if i + 1 < len(argv) else None
-            skip = "=" not in arg and flag in names and nxt is not None and not nxt.startswith("-")
-            continue
-        out.append(arg)
-    return out
 
 
 def probe_devices(backend: str, env: dict[str, str], timeout: float) -> list[str]:

@@ -49,14 +49,14 @@ from collections.abc import Callable, Sequence
 from importlib import metadata, util
 from typing import Any
 
-from toolkit.backend import BACKENDS, flag_value
+from toolkit.backend import BACKENDS
 from toolkit.core import _extras as extras
 from toolkit.core import compat, machine
 from toolkit.core import progress as tk_progress
 from toolkit.core.cache import Cache
 from toolkit.core.stats import whole_calls
 from toolkit.runner import flags as tk_flags
-from toolkit.search._processes import ChildSpec, probe_devices, run_child, without
+from toolkit.search._processes import ChildSpec, probe_devices, run_child
 from toolkit.search.engine import MIN_GAIN, Candidate
 from toolkit.search.rounds import decide, interleaved_rounds
 from toolkit.search.standings import (
@@ -186,7 +186,7 @@ def contenders(
         raise ChooserError(
             f"--backends: {', '.join(missing)} not installed ({extras.install_hint(missing[0])})"
         )
-    asked = flag_value(flags, "device")
+    asked = tk_flags.flag_value(flags, "device")
     default = os.environ.get("KERAS_BACKEND", "tensorflow")
     names.sort(key=lambda b: (b != default, BACKENDS.index(b)))
     out = []
@@ -215,7 +215,7 @@ def _versions() -> dict[str, str]:
 def cache_key(target: Target, steps: int) -> tuple[str, dict[str, Any]]:
     """``(hash, what was hashed)``: the target, its flags without the run-length and output
     ones, the steps per run, and this machine (CPU, installed framework versions)."""
-    flags = sorted(without(target.flags, RUN_FLAGS))
+    flags = sorted(tk_flags.without(target.flags, RUN_FLAGS))
     facts = {
         "target": target.recipe or target.model_fn,
         "flags": flags,
@@ -241,11 +241,11 @@ def resolve_auto(args: Sequence[str], recipe: str) -> list[str]:
     nothing is cached (said on stderr). Reads the cache only: imports no framework. Other
     command lines come back unchanged."""
     argv = list(args)
-    if (flag_value(argv, "backend") or "").strip().lower() != "auto":
+    if (tk_flags.flag_value(argv, "backend") or "").strip().lower() != "auto":
         return argv
-    rest = without(argv, {"backend"})
+    rest = tk_flags.without(argv, {"backend"})
     best = None
-    wanted = sorted(without(rest, RUN_FLAGS))
+    wanted = sorted(tk_flags.without(rest, RUN_FLAGS))
     machine_now = machine.machine_facts(**_versions())
     found = [
         e for e in _CACHE.entries()
@@ -441,7 +441,7 @@ def run_steps(steps: int, listed: Sequence[Contender], flags: Sequence[str]) -> 
     def per_call(c: Contender) -> int:
         n = 1
         for name in ("steps_per_execution", "fused_steps"):
-            value = flag_value(c.settings, name) or flag_value(flags, name)
+            value = tk_flags.flag_value(c.settings, name) or tk_flags.flag_value(flags, name)
             with contextlib.suppress(TypeError, ValueError):
                 n *= max(1, int(value))  # type: ignore[arg-type]
         return n
