@@ -386,3 +386,15 @@ def test_importing_the_recipes_changes_nothing():
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "[]" and out.stderr == ""
+
+
+def test_a_recipe_s_info_flags_start_nothing(tmp_path):
+    """--helpfull and --version print and end: no backend chosen, no cache read."""
+    for flag in ("--helpfull", "--version"):
+        out = subprocess.run(
+            [sys.executable, "-m", "recipes.mlp", flag, "--backend=auto"],
+            capture_output=True, text=True, timeout=120,
+            env={**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path)},
+        )  # fmt: skip
+        assert out.returncode in (0, 1) and out.stdout, out.stderr[-2000:]  # absl's --helpfull: 1
+        assert "--backend=auto" not in out.stderr and "Traceback" not in out.stderr

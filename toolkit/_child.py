@@ -56,7 +56,8 @@ def main(argv: Sequence[str]) -> int:
 
     try:
         recipe_flags = app.start(spec.recipe_flags(), recipe=spec.target.recipe or "model_fn")
-        runtime.load_tensorflow()  # its C++ start-up lines held back, errors kept
+        if spec.job == "tune":  # as the tune verb: TensorFlow first, its C++ lines held back
+            runtime.load_tensorflow()
         result = _job(spec, recipe_flags)
     except (BackendError, ReportError, ValueError, FileNotFoundError, flags.Error) as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)

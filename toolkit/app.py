@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 HELP_FLAGS = ("-h", "--help", "-?", "--helpshort")
-# Flags that only print something (no training): the recipes package skips its backend set-up.
+# Flags that only print something (no training): a recipe starts nothing for them (start()).
 INFO_FLAGS = (*HELP_FLAGS, "--helpfull", "--version")
 
 RECIPES_PACKAGE = "recipes"
@@ -267,8 +267,9 @@ def run(main: Callable[[list[str]], None]) -> None:
         print(f"{_module_name(module)} (keras-perf-toolkit {__version__})")
         raise SystemExit(0)
     program, short = _program(module)
-    try:
-        sys.argv[1:] = start(tk_flags.canonical_argv(args), recipe=short)
+    try:  # --helpfull (absl's) starts nothing either; start() reads the argv as typed
+        started = args if set(INFO_FLAGS) & set(args) else start(args, recipe=short)
+        sys.argv[1:] = tk_flags.canonical_argv(started)
     except BackendError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

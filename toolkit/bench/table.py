@@ -32,6 +32,7 @@ __all__ = [
 ]
 
 SCHEMA = "toolkit.ops/1"
+READABLE = (SCHEMA, "keras_perf.ops/1")  # 0.2 wrote its tables under the package's name then
 # What each mode's speedup column compares it with, on the same device, when both ran: TF's
 # modes each against the one before; JAX's XLA against TF's; PyTorch eager against TF eager;
 # torch.compile against PyTorch eager. Otherwise the column before it.
@@ -417,7 +418,7 @@ class OpTable:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> OpTable:
-        if data.get("schema") != SCHEMA:
+        if data.get("schema") not in READABLE:
             raise ReportError(f"not an op benchmark record (schema {data.get('schema')!r})")
         return cls(
             results=[Measurement.from_dict(r) for r in data["results"]],

@@ -183,7 +183,7 @@ def compute_facts(
     if peak is not None:
         _set_peak(facts, peak)
     if not measure_peak and (peak is None or not peak["settled"]):
-        facts["peak_pending"] = True  # recheck_peak measures it after fit
+        facts["peak_pending"] = True  # for the runner: recheck_peak(pending=True) after fit
     return facts
 
 
@@ -216,13 +216,15 @@ def _datasheet(device: Any, dtype: str) -> dict[str, Any]:
     }
 
 
-def recheck_peak(compute: dict[str, Any], step_s: float | None, device: Any) -> None:
+def recheck_peak(
+    compute: dict[str, Any], step_s: float | None, device: Any, *, pending: bool = False
+) -> None:
     """When the run's median step does more FLOP/s than the cached matmul peak, that peak was
     measured on a busy machine: measure it again (the cache keeps the higher one) and, if the
     run still beats it, say so in the compute section's note rather than show MFU > 100 %
-    without a word. A peak :func:`compute_facts` left pending (none cached, or one not
-    settled) is measured here first."""
-    if compute.pop("peak_pending", False):
+    without a word. With `pending` (:func:`compute_facts` said ``peak_pending``: none cached,
+    or one not settled), the peak is measured here first."""
+    if pending:
         try:
             _set_peak(compute, matmul_peak(device, compute.get("peak_dtype", "float32")))
         except Exception as e:  # noqa: BLE001 - MFU is a nicety

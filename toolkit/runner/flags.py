@@ -1,5 +1,7 @@
-"""The absl flags every recipe shares, and the TrainConfig they make. Nothing else: the app
-main that runs a recipe is ``toolkit.app``.
+"""The absl flags every recipe shares, the TrainConfig they make, and the few readings of a
+command line that must come before anything parses it (the backend, the compile cache) or
+that edit a target's recipe flags (the search): the command line's one module. The app main
+that runs a recipe is ``toolkit.app``.
 
 The flags are derived, not written: one per TrainConfig field (``toolkit.runner.config``'s table
 of settings: name, default, help, group, aliases) and one per :data:`APP_FLAGS` entry (what to

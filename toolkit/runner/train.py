@@ -243,6 +243,8 @@ def run(
                     setup.device,
                     measure_peak=not config.compile_cache,
                 )
+                # Not for the report, which is written even when fit stops on an error.
+                pending = prof.compute.pop("peak_pending", False)
             history = model.fit(
                 train_ds,
                 epochs=config.epochs,
@@ -260,7 +262,8 @@ def run(
                 verbose=verbose,
             )
             if prof.compute is not None:
-                flops.recheck_peak(prof.compute, prof.timer.summary().p50_s, setup.device)
+                p50 = prof.timer.summary().p50_s
+                flops.recheck_peak(prof.compute, p50, setup.device, pending=pending)
     except Exception as e:
         bad = task.find_bad_file(e) if task.find_bad_file is not None else None
         if bad is None:

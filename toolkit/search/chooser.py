@@ -11,7 +11,7 @@ for your own model-building function:
   would eat into the next one's cores), the same recipe and flags, the same data order (the
   seed), and the same initial weights: the first run writes them to a ``.weights.h5`` file
   that every later run loads (``--init_weights``, Keras's backend-neutral format);
-* the contenders run in the engine's interleaved rounds (``toolkit.search.engine``: each
+* the contenders run in the interleaved rounds (``toolkit.search.rounds``: each
   round all of them, in a rotated order), so that a machine that slows down for a while slows
   every contender alike;
 * per contender: the first step (tracing / compilation), the steady p50 and mean ms/step

@@ -245,7 +245,7 @@ def search(
 
     With `passes` > 1, steps 3 and 4 again from the best while it changes. Each new
     candidate is a build, a trace and a compile: this measures 4–6 where the grid of the
-    default space holds 16–32, and :func:`confirm` then settles the order of the fastest.
+    default space holds 16–32, and ``rounds.confirm`` then settles the order of the fastest.
 
     `measure` returns examples/s or raises; a raise is recorded as a failed trial. `first`
     is the defaults' trial when already measured, `spent_s` the budget it used.

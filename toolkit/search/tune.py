@@ -9,12 +9,12 @@ front end over two shared parts:
   model on your data): each candidate (precision policy, ``jit_compile``,
   ``steps_per_execution``, ``fused_steps``, optionally the batch size) is a short real ``fit``,
   its own warm-up, then a timed window; the rate is examples/s over the window;
-* the search, the head-to-head rounds and the never-slower choice are the engine's
-  (``toolkit.search.engine``): the Keras defaults are always the first candidate, and a pick
-  must beat them by more than ``MIN_GAIN`` head to head, so the search never hands back
-  settings slower than the defaults and one lucky window wins nothing; a candidate that fails
-  (XLA not available on the device, a precision the device can't run...) is recorded with the
-  reason and skipped; a run that cannot win is stopped early;
+* the search and the never-slower choice are the engine's (``toolkit.search.engine``), the
+  head-to-head rounds ``toolkit.search.rounds``'s: the Keras defaults are always the first
+  candidate, and a pick must beat them by more than ``MIN_GAIN`` head to head, so the search
+  never hands back settings slower than the defaults and one lucky window wins nothing; a
+  candidate that fails (XLA not available on the device, a precision the device can't run...)
+  is recorded with the reason and skipped; a run that cannot win is stopped early;
 * the winner is cached (``toolkit.core.cache``, ``$TOOLKIT_CACHE_DIR/tune.json``) under a key of
   the model's configuration, the input's spec and batch size, the backend, and the machine (CPU
   model, devices, framework and toolkit versions): a new TF version is a new key.
