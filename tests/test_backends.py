@@ -3,12 +3,14 @@ cannot work, and a recipe trained, timed, counted and reported under JAX and PyT
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from toolkit import backend
@@ -38,8 +40,11 @@ def test_select_refuses_what_cannot_work_in_one_line(keras, monkeypatch):
     with pytest.raises(backend.BackendError, match="already loaded with the tensorflow backend"):
         backend.select("jax")
     assert backend.select("tensorflow") == "tensorflow"
-    monkeypatch.setitem(backend._INSTALL, "torch", ("no_such_torch", "pip install 'x[torch]'"))
-    with pytest.raises(backend.BackendError, match=r"not installed; pip install 'x\[torch\]'"):
+    gone = dataclasses.replace(backend.REGISTRY["torch"], framework="no_such_torch", extra="x")
+    monkeypatch.setitem(backend.REGISTRY, "torch", gone)
+    with pytest.raises(
+        backend.BackendError, match=r"not installed; pip install 'keras-perf-toolkit\[x\]'"
+    ):
         backend.select("torch")
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
     with pytest.raises(backend.BackendError, match="tf_keras, which trains on TensorFlow only"):
@@ -144,15 +149,74 @@ def test_the_digits_demo_learns_under(name, jitted, tmp_path):
     assert float(accuracy) >= 0.95 and jit == str(jitted) and used == name
 
 
-def test_every_backend_module_implements_the_whole_seam():
+def _implements_the_seam(module_name: str) -> None:
     import importlib
 
     from toolkit.backend._common import SEAM
 
-    for name in backend.BACKENDS:  # importing them imports no framework
-        module = importlib.import_module(f"toolkit.backend._{name}")
-        missing = [f for f in SEAM if not callable(getattr(module, f, None))]
-        assert not missing, f"toolkit.backend._{name} lacks {missing}"
+    module = importlib.import_module(module_name)
+    missing = [f for f in SEAM if not callable(getattr(module, f, None))]
+    assert not missing, f"{module_name} lacks {missing}"
+    assert list(module.__all__) == list(SEAM), f"{module_name}: __all__ is not the seam's"
+
+
+def test_every_backend_module_implements_the_whole_seam():
+    for name in backend.names():  # importing them imports no framework
+        _implements_the_seam(backend.info(name).module)
+
+
+@pytest.fixture
+def fourth(monkeypatch):
+    """A fourth backend, registered as a new one would be: its module and one registry line
+    (``tests/fake_backend.py``; NumPy is its framework, ``fake`` its extra)."""
+    entry = backend.Backend("fake", "Fake", "tests.fake_backend", "numpy", "fake", ("numpy",))
+    monkeypatch.setitem(backend.REGISTRY, "fake", entry)
+    return entry
+
+
+def test_a_fourth_backend_is_its_module_and_one_registry_line(fourth, keras):
+    """What the rest of the toolkit asks of a backend, it asks the seam: with nothing but the
+    module and its registry line, the new backend is listed, installed, checked for the whole
+    seam, and its devices are detected, resolved, selected, placed on, reported and
+    preflighted; the config, the command line and the search's advice know it."""
+    from tests import fake_backend
+    from toolkit import cli, devices
+    from toolkit.devices import compatibility
+    from toolkit.runner.config import ConfigError, TrainConfig
+    from toolkit.search import diagnose
+
+    assert backend.names()[-1] == "fake" and "fake" in backend.installed()
+    assert backend.info("fake").install_hint() == "pip install 'keras-perf-toolkit[fake]'"
+    _implements_the_seam("tests.fake_backend")
+    assert backend.get("fake") is fake_backend and not backend.jits_by_default("fake")
+    # devices: every call goes through the seam
+    found = devices.detect("fake")
+    assert [d.spec for d in found] == ["cpu:0", "gpu:0"]
+    assert devices.resolve("auto", backend="fake") == fake_backend.ACCELERATOR
+    with pytest.raises(devices.DeviceError, match=r"--backend=fake: the fake backend has no CUDA"):
+        devices.resolve("cuda", backend="fake")
+    with pytest.raises(devices.DeviceError, match=r"'gpu:3' on --backend=fake: Fake sees no GPU"):
+        devices.resolve("gpu:3", backend="fake")
+    assert devices.select("gpu", backend="fake").human_name == "Fake accelerator"
+    assert devices.framework_device(found[1], "fake") == "fake:0"
+    with devices.on("cpu", backend="fake") as chosen:
+        report = devices.placement_report(lambda: np.ones(3), backend="fake")
+    assert chosen.kind == "cpu" and report.ops == (("result[0]", "float64[3]", "cpu"),)
+    report = devices.placement_report(lambda: np.ones(3), backend="fake")
+    assert report.gpu_selected and report.ops[0][2] == "fake:0"  # select()'s device again
+    codes = {f.code for f in devices.preflight(found[1], jit_compile=True, backend="fake")}
+    assert codes == {"fake-jit"}
+    assert compatibility.apple_gpu_paths()["fake"][0] == "broken"
+    peak = fake_backend.measure_matmul_peak(devices.framework_device(found[1], "fake"))
+    assert peak["flops_per_s"] > 0
+    # the config and the command line take it; the advice is the seam's
+    with pytest.raises(ConfigError, match="--backend=fake: Keras trains on tensorflow"):
+        TrainConfig(backend="fake").validate()
+    assert cli.parser().parse_args(["devices", "--backend", "fake"]).backend == "fake"
+    facts = diagnose.Facts(backend="fake", step_s=1e-4, jit_compile=False, batch_size=8)
+    advice = diagnose.advise(diagnose.COMPUTE_BOUND, True, 1e4, 1e3, facts)
+    assert any(fake_backend.loop_advice() in line for line in advice)
+    assert not any("--jit_compile" in line for line in advice)  # its jit_advice: none
 
 
 @pytest.mark.parametrize("name", ["tensorflow", "jax"])

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from toolkit import backend
 from toolkit.runner.config import ConfigError, TrainConfig
 from toolkit.search import chooser as ch
 
@@ -74,7 +75,7 @@ def test_failed_defaults_hand_over_to_the_fastest_that_ran():
 
 
 def test_contenders_every_backend_times_the_devices_it_sees_defaults_first(monkeypatch):
-    monkeypatch.setattr(ch.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(backend.Backend, "installed", lambda self: True)
     monkeypatch.delenv("KERAS_BACKEND", raising=False)
     seen = {"tensorflow": ["cpu", "cuda"], "jax": ["cpu", "cuda"], "torch": ["cpu", "metal"]}
     found = ch.contenders(probe=seen.get)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -10,10 +11,12 @@ import pytest
 import tensorflow as tf
 
 from toolkit import devices
+from toolkit.backend import _torch as torch_seam
+from toolkit.backend._jax.devices import device_info as jax_device_info
+from toolkit.backend._torch.devices import MPS_FALLBACK_DEVICE, device_infos
+from toolkit.core import _device_types as device_types
 from toolkit.devices import DeviceError, DeviceInfo, preflight
 from toolkit.devices import compatibility as device_preflight
-from toolkit.devices import placement as device_placement
-from toolkit.devices import selection as device_select
 
 from .helpers import run_python
 
@@ -57,7 +60,7 @@ def fake(monkeypatch):
         )
         if apple:
             monkeypatch.setattr(sys, "platform", "darwin")
-            monkeypatch.setattr(device_select.platform, "machine", lambda: "arm64")
+            monkeypatch.setattr(device_types.platform, "machine", lambda: "arm64")
         return calls
 
     return install
@@ -132,7 +135,7 @@ def test_placement_report_of_a_real_step():
     assert set(report.by_device()) == {"CPU:0"}
     assert report.cpu_fallbacks() == [] and "WARNING" not in report.render()
     # The same ops, judged as if a GPU had been selected: every compute op is a CPU fallback.
-    flagged = devices.PlacementReport(report.ops, gpu_selected=True)
+    flagged = dataclasses.replace(report, gpu_selected=True)  # the backend's plumbing kept
     fallback_types = {t for _, t in flagged.cpu_fallbacks()}
     assert "RandomUniform" in fallback_types and "_Arg" not in fallback_types
     assert "ran on the CPU while a GPU was selected" in flagged.render()
@@ -425,9 +428,9 @@ def test_jax_devices_faked_cuda_and_metal(monkeypatch):
     assert devices.resolve("gpu:1", found, backend="jax").name == "gpu:1"
     with pytest.raises(DeviceError, match=r"JAX sees no METAL device.*--backend=torch"):
         devices.resolve("mps", found, backend="jax")
-    rocm = device_select.jax_device_info(_FakeJaxDevice("gpu", 0, "MI300X", version="rocm 6"), 0)
+    rocm = jax_device_info(_FakeJaxDevice("gpu", 0, "MI300X", version="rocm 6"), 0)
     assert rocm.kind == "gpu" and rocm.compute_capability is None
-    metal = device_select.jax_device_info(_FakeJaxDevice("METAL", 0, "Metal"), 0)
+    metal = jax_device_info(_FakeJaxDevice("METAL", 0, "Metal"), 0)
     assert metal.kind == "metal" and metal.memory_mb  # unified memory: the host's
 
 
@@ -449,14 +452,14 @@ def test_torch_devices_faked_cuda_and_mps(monkeypatch):
         (),
         {"name": "NVIDIA A100-SXM4-40GB", "total_memory": 40 * 2**30, "major": 8, "minor": 0},
     )
-    found = device_select.torch_device_infos([props, props], mps=False)
+    found = device_infos([props, props], mps=False)
     assert [d.spec for d in found] == ["cpu:0", "cuda:0", "cuda:1"]
     assert found[2].name == "cuda:1" and found[2].compute_capability == (8, 0)
-    assert device_select.torch_device_name(found[2]) == "cuda:1"
-    mac = device_select.torch_device_infos([], mps=True)
+    assert torch_seam.framework_device(found[2]) == "cuda:1"
+    mac = device_infos([], mps=True)
     assert [d.spec for d in mac] == ["cpu:0", "metal:0"]
     assert devices.resolve("mps", mac, backend="torch").name == "mps"
-    assert device_select.torch_device_name(devices.resolve("metal", mac, backend="torch")) == "mps"
+    assert torch_seam.framework_device(devices.resolve("metal", mac, backend="torch")) == "mps"
     with pytest.raises(DeviceError, match="PyTorch sees no CUDA GPU"):
         devices.resolve("cuda", mac, backend="torch")
 
@@ -471,9 +474,7 @@ def test_torch_devices_faked_cuda_and_mps(monkeypatch):
 def test_torch_select_sets_keras_torch_device(monkeypatch):
     from keras.src.backend.common import global_state
 
-    monkeypatch.setattr(
-        device_select, "detect", lambda b=None: device_select.torch_device_infos([], mps=True)
-    )
+    monkeypatch.setattr(torch_seam, "detect_devices", lambda: device_infos([], mps=True))
     try:
         assert devices.select("mps", backend="torch").kind == "metal"
         assert global_state.get_global_attribute("torch_device") == "mps"
@@ -524,7 +525,7 @@ def test_torch_placement_flags_mps_fallbacks():
     assert "aten::relu" in names
     moved = devices.PlacementReport(
         tuple(
-            (n, op, device_placement.MPS_FALLBACK_DEVICE if op == "aten::relu" else "mps:0")
+            (n, op, MPS_FALLBACK_DEVICE if op == "aten::relu" else "mps:0")
             for n, op, _ in report.ops
         ),
         gpu_selected=True,

@@ -76,11 +76,14 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(module: str, type_checking: bool = False) -> list[tuple[str, list[str], int]]:
+def _imports(
+    module: str, type_checking: bool = False, path: pathlib.Path | None = None
+) -> list[tuple[str, list[str], int]]:
     """``(imported toolkit module, names imported from it, line)`` for every import of
-    `module`, those inside functions included; ``if TYPE_CHECKING`` blocks only when
-    `type_checking` (a cycle through them is still a cycle: the two modules need each other)."""
-    path = MODULES[module]
+    `module` (read from `path`, default its file), those inside functions included;
+    ``if TYPE_CHECKING`` blocks only when `type_checking` (a cycle through them is still a
+    cycle: the two modules need each other)."""
+    path = path or MODULES[module]
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = []
@@ -171,6 +174,28 @@ def test_imports_point_down_the_layers():
                     f"({LAYERS[_layer(dep)][0]})"
                 )
     assert not upward, "\n".join(upward)
+
+
+def test_a_fourth_backend_module_keeps_the_house_rules():
+    """The fake fourth backend of the seam test (``tests/fake_backend.py``), read as if it were
+    ``toolkit.backend._fake``: it imports nothing above its layer, no private name, and nothing
+    that imports a backend module back (no cycle)."""
+    fake = pathlib.Path(__file__).parent / "fake_backend.py"
+    module = "toolkit.backend._fake"
+    imports = _imports(module, type_checking=True, path=fake)
+    assert imports, "the fake backend imports the seam's helpers"
+    for source, names, line in imports:
+        owner = _owner(source)
+        assert _layer(owner) <= _layer(module), f"fake_backend.py:{line} imports {owner}"
+        assert owner == "toolkit.backend._common" or owner.startswith("toolkit.core"), (
+            f"fake_backend.py:{line}: a backend module builds on core and the seam's helpers, "
+            f"not {owner}"
+        )
+        private = [n for n in names if n.startswith("_") and f"{source}.{n}" not in MODULES]
+        assert not private, f"fake_backend.py:{line} imports {private} from {source}"
+        assert not any(
+            dep.startswith("toolkit.backend._") and dep != owner for dep in TYPED_GRAPH[owner]
+        ), f"{owner} imports a backend module"
 
 
 def test_no_private_name_crosses_a_module():

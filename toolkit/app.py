@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from absl import flags
 
+from toolkit import backend
 from toolkit.core import progress
 from toolkit.core.errors import one_line
 from toolkit.runner import flags as tk_flags
@@ -155,7 +156,7 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
     from toolkit.devices import runtime
 
     short = _program(sys.modules.get(build_task.__module__) or types.ModuleType("recipe"))[1]
-    backend_name = os.environ.get("KERAS_BACKEND", "tensorflow")
+    backend_name = backend.name()
     progress.say(f"{short}: loading TensorFlow and Keras ({backend_name}), then data and model")
     runtime.load_tensorflow()  # its C++ start-up lines held back, errors kept
     from toolkit.runner.train import SetupError, run

@@ -130,14 +130,10 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _devices(args: argparse.Namespace) -> int:
-    import importlib.util
-
     from toolkit import backend, devices
 
-    if args.backend:
-        chosen = [args.backend]
-    else:  # every installed backend, each as it sees this machine
-        chosen = [b for b in backend.BACKENDS if importlib.util.find_spec(b) is not None]
+    # one backend, or every installed one, each as it sees this machine
+    chosen = [args.backend] if args.backend else list(backend.installed())
     for name in chosen:
         print(f"--backend={name}")
         for device in devices.detect(name):
@@ -235,14 +231,13 @@ def _ops(args: argparse.Namespace) -> int:
 
     from toolkit.bench import frameworks
     from toolkit.bench.measure import DEFAULT_MODES, MODES, benchmark, select_modes
-    from toolkit.core import _extras as extras
     from toolkit.core import progress
 
     # Default: TensorFlow's modes, and JAX's jit and PyTorch eager where they are installed.
     default = [m for m in DEFAULT_MODES if m in MODES or not frameworks.missing(m)]
     for mode in DEFAULT_MODES:
         if mode not in default and not args.modes:  # a column that vanished, said once
-            extras.note_missing(frameworks.FRAMEWORK_MODES[mode], f"ops: no {mode} column")
+            frameworks.note_missing(mode, f"ops: no {mode} column")
     table = benchmark(
         _verbs.split(args.ops),
         select_modes(_verbs.split(args.modes), default),
@@ -324,7 +319,7 @@ def _add_backend(p: argparse.ArgumentParser, what: str | None = None) -> None:
 
     p.add_argument(
         "--backend",
-        choices=backend.BACKENDS,
+        choices=backend.names(),
         help=what or "Keras backend (default: KERAS_BACKEND, else tensorflow)",
     )
 

@@ -1,10 +1,13 @@
 """The seam between the backend-neutral core and a framework.
 
 The measuring core (StepTimer, TraceWindow, MemoryWatch, FLOP counting, the matmul peak, the
-report's environment) never calls a framework itself: it asks :func:`get` for the module of
-the backend Keras trains on and calls the same functions on it: ``tensorflow``, ``jax`` and
-``torch``, one module each, with the same functions: ``toolkit.backend._common.SEAM``, which
-each module's ``__all__`` is (a test checks that every one is implemented).
+report's environment) and ``toolkit.devices`` (detection, selection, placement, preflight)
+never call a framework themselves, and never compare a backend's name: they ask :func:`get`
+for the module of the backend Keras trains on and call the same functions on it:
+``toolkit.backend._common.SEAM``, which each module's ``__all__`` is (a test checks that every
+one is implemented, for a fake fourth backend too). Each backend is one folder,
+``_tensorflow``, ``_jax``, ``_torch`` (its devices in ``devices.py``), and one line of
+:data:`REGISTRY`.
 
 Importing this package imports no framework. :func:`name` reads Keras's choice from an
 already-imported Keras, else from ``KERAS_BACKEND``. Keras fixes its backend when it is
@@ -15,6 +18,7 @@ and ``python -m toolkit`` read ``--backend`` from the command line first thing
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -25,25 +29,93 @@ from typing import Any
 from toolkit.core import _extras as extras
 
 __all__ = [
-    "BACKENDS",
+    "Backend",
     "BackendError",
-    "framework_facts",
     "get",
-    "jits_by_default",
+    "info",
+    "installed",
     "name",
+    "names",
+    "register",
     "select",
 ]
 
-# Keras 3's training backends, in the toolkit's order of preference.
-BACKENDS = ("tensorflow", "jax", "torch")
-IMPLEMENTED = BACKENDS
-# Backend -> (the module it imports, what installs it).
-_INSTALL = {
-    "tensorflow": ("tensorflow", "pip install keras-perf-toolkit (TensorFlow is a dependency)"),
-    "jax": ("jax", extras.install_hint("jax")),
-    "torch": ("torch", f"{extras.install_hint('torch')} (BUILD.md: CPU, CUDA, Mac)"),
-}
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """One Keras backend the toolkit measures on: what the rest of the toolkit may know about
+    it without asking its seam module.
+
+    Attributes:
+        name: Keras's name for it (``KERAS_BACKEND``).
+        title: how a person reads it (``PyTorch``).
+        module: the seam module that implements :data:`toolkit.backend._common.SEAM` for it.
+        framework: the module whose presence means it is installed.
+        extra: the ``setup.py`` extra that installs it; None: a dependency of the toolkit.
+        distributions: what a fingerprint of the installed frameworks reads for it.
+    """
+
+    name: str
+    title: str
+    module: str
+    framework: str
+    extra: str | None = None
+    distributions: tuple[str, ...] = ()
+
+    def install_hint(self) -> str:
+        if self.extra is None:
+            return f"pip install {extras.DISTRIBUTION} ({self.title} is a dependency)"
+        return extras.install_hint(self.extra)
+
+    def installed(self) -> bool:
+        try:
+            return importlib.util.find_spec(self.framework) is not None
+        except (ImportError, ValueError):  # a broken install, or a module set to None
+            return False
+
+
+# Keras 3's training backends, in the toolkit's order of preference: the one registry. A new
+# backend is its seam module, one line here, and its extra in setup.py.
+REGISTRY: dict[str, Backend] = {}
+
+
+def register(backend: Backend) -> Backend:
+    """Adds `backend` to :data:`REGISTRY` (last in preference); returns it."""
+    REGISTRY[backend.name] = backend
+    return backend
+
+
+register(Backend("tensorflow", "TensorFlow", "toolkit.backend._tensorflow", "tensorflow", None,
+                 ("tensorflow", "keras", "tf_keras")))  # fmt: skip
+register(Backend("jax", "JAX", "toolkit.backend._jax", "jax", "jax", ("jax", "jaxlib")))
+register(Backend("torch", "PyTorch", "toolkit.backend._torch", "torch", "torch", ("torch",)))
+DEFAULT = "tensorflow"  # Keras's own default backend
 _LEGACY = ("1", "true", "yes", "on")
+
+
+def names() -> tuple[str, ...]:
+    """The registered backends' names, in order of preference."""
+    return tuple(REGISTRY)
+
+
+def installed() -> tuple[str, ...]:
+    """The registered backends installed here, in order of preference."""
+    return tuple(b.name for b in REGISTRY.values() if b.installed())
+
+
+def info(backend: str | None = None) -> Backend:
+    """The registry's entry for `backend` (default: :func:`name`).
+
+    Raises:
+        BackendError: a backend the toolkit does not implement, naming those it does.
+    """
+    backend = backend or name()
+    if backend not in REGISTRY:
+        raise BackendError(
+            f"the Keras backend {backend!r} is not measured by this toolkit yet "
+            f"(implemented: {', '.join(REGISTRY)}): set KERAS_BACKEND={DEFAULT}"
+        )
+    return REGISTRY[backend]
 
 
 class BackendError(ValueError):
@@ -65,7 +137,7 @@ def name() -> str:
             return str(config.backend())
         except Exception:  # noqa: BLE001 - a half-imported Keras: fall back to the variable
             pass
-    return os.environ.get("KERAS_BACKEND", "tensorflow").strip().lower() or "tensorflow"
+    return os.environ.get("KERAS_BACKEND", DEFAULT).strip().lower() or DEFAULT
 
 
 def use_compile_cache() -> str:
@@ -91,10 +163,12 @@ def select(backend: str) -> str:
             installs it), tf_keras with another backend, or Keras already loaded with another.
     """
     backend = backend.strip().lower()
-    if backend not in BACKENDS:
-        raise BackendError(f"--backend={backend}: use one of {', '.join(BACKENDS)}")
-    if importlib.util.find_spec(_INSTALL[backend][0]) is None:
-        raise BackendError(f"--backend={backend}: it is not installed; {_INSTALL[backend][1]}")
+    if backend not in REGISTRY:
+        raise BackendError(f"--backend={backend}: use one of {', '.join(REGISTRY)}")
+    if not REGISTRY[backend].installed():
+        raise BackendError(
+            f"--backend={backend}: it is not installed; {REGISTRY[backend].install_hint()}"
+        )
     legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in _LEGACY
     if legacy and backend != "tensorflow":
         raise BackendError(
@@ -112,32 +186,18 @@ def select(backend: str) -> str:
 
 
 def apple_gpu_backend() -> str | None:
-    """The first installed backend that reaches this Mac's GPU: PyTorch's MPS (maintained),
-    then jax-metal, then tensorflow-metal (before TensorFlow 2.18); None elsewhere. Imports
-    PyTorch to ask it, nothing else."""
-    import platform
-    from importlib import metadata
+    """The installed backend that best reaches this Mac's GPU, by how well its path is kept
+    (each seam's ``apple_gpu_path``: PyTorch's MPS is maintained, jax-metal experimental,
+    tensorflow-metal broken from TensorFlow 2.18 on) and whether it reaches it here
+    (``reaches_apple_gpu``); None off Apple silicon."""
+    from toolkit.core._device_types import is_apple_silicon
 
-    if sys.platform != "darwin" or platform.machine() != "arm64":
+    if not is_apple_silicon():
         return None
-
-    def installed(dist: str) -> str | None:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
-
-    if importlib.util.find_spec("torch") is not None:
-        import torch
-
-        if torch.backends.mps.is_available():
-            return "torch"
-    if installed("jax-metal"):
-        return "jax"
-    tf_version = installed("tensorflow") or installed("tensorflow-macos") or ""
-    minor = tf_version.split(".")[1] if tf_version.count(".") >= 1 else ""
-    if installed("tensorflow-metal") and minor.isdigit() and int(minor) < 18:
-        return "tensorflow"
+    rank = {"maintained": 0, "experimental": 1}
+    for backend in sorted(installed(), key=lambda b: rank.get(get(b).apple_gpu_path()[0], 2)):
+        if get(backend).reaches_apple_gpu():
+            return backend
     return None
 
 
@@ -147,13 +207,7 @@ def get(backend: str | None = None) -> types.ModuleType:
     Raises:
         BackendError: a backend the toolkit does not implement, naming those it does.
     """
-    backend = backend or name()
-    if backend not in IMPLEMENTED:
-        raise BackendError(
-            f"the Keras backend {backend!r} is not measured by this toolkit yet "
-            f"(implemented: {', '.join(IMPLEMENTED)}): set KERAS_BACKEND=tensorflow"
-        )
-    return importlib.import_module(f"toolkit.backend._{backend}")
+    return importlib.import_module(info(backend).module)
 
 
 def jits_by_default(backend: str | None = None) -> bool:
@@ -171,7 +225,7 @@ def framework_facts() -> dict[str, Any]:
     report never imports one)."""
     backend = name()
     facts: dict[str, Any] = {"keras_backend": backend}
-    if backend in IMPLEMENTED and backend in sys.modules:
+    if backend in REGISTRY and REGISTRY[backend].framework in sys.modules:
         facts.update(get(backend).framework_facts())
     if "keras" in sys.modules or "tf_keras" in sys.modules:
         from toolkit.core import compat

@@ -16,6 +16,7 @@ __all__ = [
     "SEAM",
     "calibrated_peak",
     "digest",
+    "has_float64",
     "no_retracing_noise",
     "one_step_per_batch",
     "refuse_tf_only",
@@ -24,6 +25,24 @@ __all__ = [
 MB = 1024.0 * 1024.0
 # The functions every backend module implements: the seam's contract (each module's __all__).
 SEAM = (
+    # devices: toolkit.devices asks these (each module's devices.py)
+    "apple_gpu_path",
+    "augmentation_scope",
+    "detect_devices",
+    "device_scope",
+    "framework_device",
+    "placement",
+    "preflight",
+    "reaches_apple_gpu",
+    "select_device",
+    "visible_devices",
+    "why_no_device",
+    # how it trains: what the search's advice, StepTimer and toolkit.distribute ask
+    "dispatches_asynchronously",
+    "jit_advice",
+    "loop_advice",
+    "trains_under_tf_distribute",
+    # measuring
     "check_config",
     "count_flops",
     "data_parallel",
@@ -111,6 +130,25 @@ def one_step_per_batch(model: Any, steps: int) -> None:
 def no_retracing_noise() -> contextlib.AbstractContextManager:
     """Nothing to silence: only TensorFlow warns about retracing."""
     return contextlib.nullcontext()
+
+
+def has_float64(model: Any) -> bool:
+    """Whether Keras computes in float64 (``floatx``) or `model` holds a float64 weight: the
+    Apple GPUs have no float64 kernels."""
+    from toolkit.core import compat
+
+    try:
+        if str(compat.keras().config.floatx()) == "float64":
+            return True
+    except Exception:  # noqa: BLE001 - tf_keras spells it keras.backend.floatx
+        try:
+            if str(compat.keras().backend.floatx()) == "float64":
+                return True
+        except Exception:  # noqa: BLE001
+            pass
+    if model is None:
+        return False
+    return any("float64" in str(getattr(w, "dtype", "")) for w in getattr(model, "weights", []))
 
 
 def digest(arrays: Any) -> str:

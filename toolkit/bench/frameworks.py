@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from toolkit import backend as backends
 from toolkit.core import _extras as extras
 
 __all__ = [
@@ -40,25 +41,30 @@ MODE_HELP = {
 }
 
 
+def _extra(mode: str) -> tuple[str, tuple[str, ...]]:
+    """The extra that installs `mode`'s framework (a Keras backend's: its registry entry),
+    and the module it brings."""
+    entry = backends.info(FRAMEWORK_MODES[mode])
+    return entry.extra or entry.name, (entry.framework,)
+
+
 def missing(mode: str) -> str | None:
     """Why `mode` cannot run here at all (its framework is not installed), or None."""
-    return extras.why_missing(FRAMEWORK_MODES[mode])
+    return extras.why_missing(*_extra(mode))
+
+
+def note_missing(mode: str, what: str) -> bool:
+    """One line on stderr, once, when `mode`'s framework is missing; whether it is."""
+    extra, needs = _extra(mode)
+    return extras.note_missing(extra, what, needs)
 
 
 def device_kind(mode: str) -> str:
-    """The kind of the framework's default device: ``cpu``, ``cuda``, ``metal`` or ``gpu``."""
-    if FRAMEWORK_MODES[mode] == "jax":
-        import jax
+    """The kind of the framework's default device (``cpu``, ``cuda``, ``metal`` or ``gpu``),
+    as its backend's seam detects it: its first GPU, else the CPU."""
+    from toolkit import devices
 
-        platform = jax.devices()[0].platform.lower()
-        return {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda", "metal": "metal"}.get(platform, "gpu")
-    import torch
-
-    if torch.cuda.is_available():
-        return "gpu" if getattr(torch.version, "hip", None) else "cuda"
-    if torch.backends.mps.is_available():
-        return "metal"
-    return "cpu"
+    return devices.resolve("auto", backend=FRAMEWORK_MODES[mode]).kind
 
 
 def _torch_device() -> Any:

@@ -15,12 +15,11 @@ __all__ = ["install_hint", "missing", "note_missing", "why_missing"]
 
 DISTRIBUTION = "keras-perf-toolkit"
 
-# extra -> the modules it installs that features look for
+# extra -> the modules it installs that features look for (a backend's extra is its registry
+# entry's: toolkit.backend.REGISTRY)
 EXTRAS: dict[str, tuple[str, ...]] = {
     "report": ("matplotlib",),
     "profile": ("tensorboard", "xprof"),
-    "jax": ("jax",),
-    "torch": ("torch",),
 }
 
 _said: set[str] = set()

@@ -1,12 +1,13 @@
 """Devices: detect, select, place, report where ops ran, preflight, runtime. Metal, CUDA, CPU.
 
-Every platform-specific device call of the toolkit lives in this package, one job a module:
+The backend-neutral front, one job a module; each backend's own device calls and rules sit with
+its seam module (``toolkit.backend._<name>.devices``), which these ask:
 
 * ``selection``: :func:`detect` (CPUs and GPUs as :class:`DeviceInfo`, Metal told from CUDA),
-  :func:`resolve`, and :func:`select`, ML Compute's ``set_mlc_device`` for TensorFlow;
+  :func:`resolve`, and :func:`select`, ML Compute's ``set_mlc_device`` for each backend;
 * ``placement``: :func:`on`, :func:`augmentation_device`, :func:`placement_report`;
-* ``compatibility``: :func:`preflight` and its :data:`METAL_COMPATIBILITY` table,
-  :func:`recommend_precision`;
+* ``compatibility``: :func:`preflight` (the backend's rules, then the device's precision and
+  XLA rules; TensorFlow's :data:`METAL_COMPATIBILITY` table), :func:`recommend_precision`;
 * ``runtime``: :func:`configure_threads`.
 
 Everything public is re-exported here: ``from toolkit import devices; devices.select("gpu")``.
@@ -15,7 +16,6 @@ Everything public is re-exported here: ``from toolkit import devices; devices.se
 from toolkit.devices.compatibility import (
     METAL_COMPATIBILITY,
     Finding,
-    cpu_has_fast_bf16,
     preflight,
     recommend_precision,
 )
@@ -39,7 +39,6 @@ __all__ = [
     "PlacementReport",
     "augmentation_device",
     "configure_threads",
-    "cpu_has_fast_bf16",
     "detect",
     "framework_device",
     "on",

@@ -256,11 +256,11 @@ def make_strategy(
                 distribution, replicas = seam.data_parallel()
             except ValueError as e:  # the backend's refusal: one line
                 raise DistributeError(str(e)) from None
-            if backend.name() == "tensorflow":
+            if seam.trains_under_tf_distribute():
                 return distribution  # MirroredStrategy: its scope places the variables
             index, count = seam.processes()
             return ProcessStrategy(replicas, count, index, distribution)
-    if name == "default" and backend.name() != "tensorflow":
+    if name == "default" and not backend.get().trains_under_tf_distribute():
         return NoStrategy()
     import tensorflow as tf
 

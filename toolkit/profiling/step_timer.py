@@ -582,7 +582,7 @@ def _asynchronous() -> bool:
     PyTorch)."""
     from toolkit import backend
 
-    return compat.keras_flavor() == "keras3" and backend.name() in ("jax", "torch")
+    return compat.keras_flavor() == "keras3" and backend.get().dispatches_asynchronously()
 
 
 def steps_per_execution(model: Any) -> int:

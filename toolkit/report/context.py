@@ -15,8 +15,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from toolkit.devices.compatibility import Finding
-from toolkit.devices.selection import DeviceInfo
+from toolkit.core._device_types import DeviceInfo, Finding
 from toolkit.distribute import Cluster
 
 __all__ = ["Resume", "RunContext", "Strategy"]

@@ -420,8 +420,8 @@ class TrainConfig:
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
                 raise _bad(name, f"one of {', '.join(allowed)}", getattr(self, name))
-        if self.backend is not None and self.backend not in backend.BACKENDS:
-            raise _bad("backend", f"one of {', '.join(backend.BACKENDS)}", self.backend)
+        if self.backend is not None and self.backend not in backend.names():
+            raise _bad("backend", f"one of {', '.join(backend.names())}", self.backend)
         if self.backend is not None and self.backend != backend.name():
             raise ConfigError(
                 f"--backend={self.backend}: Keras trains on {backend.name()} in this process; "

@@ -46,10 +46,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from importlib import metadata, util
+from importlib import metadata
 from typing import Any
 
-from toolkit.backend import BACKENDS
+from toolkit import backend as tk_backend
 from toolkit.core import _extras as extras
 from toolkit.core import compat, machine
 from toolkit.core import progress as tk_progress
@@ -95,7 +95,6 @@ FINAL_MARGIN = 1.25
 # table says which), and absl's logging flags: left out of the cache key, and overridden in the
 # children.
 RUN_FLAGS = tk_flags.RUN_FLAGS | {"verbosity", "v"}
-_DISTRIBUTIONS = ("tensorflow", "keras", "tf_keras", "jax", "jaxlib", "torch")
 
 
 def choose(rows: Sequence[Row], min_gain: float = MIN_GAIN) -> tuple[Contender, str]:
@@ -156,7 +155,7 @@ def _plain_twin(rows: Sequence[Row], row: Row) -> Row | None:
 
 def installed_backends() -> list[str]:
     """Keras's backends whose framework is installed (none is imported)."""
-    return [b for b in BACKENDS if util.find_spec(b) is not None]
+    return list(tk_backend.installed())
 
 
 def contenders(
@@ -174,21 +173,29 @@ def contenders(
             "to compare Keras 3's backends"
         )
     names = list(backends) if backends else installed_backends()
-    for absent in () if backends else sorted(set(BACKENDS) - set(names) & set(extras.EXTRAS)):
-        extras.note_missing(absent, f"backends: no {absent} contender")
+    known = tk_backend.names()
+    if not backends:
+        for absent in (b for b in known if b not in names and tk_backend.info(b).extra):
+            extras.note_missing(
+                tk_backend.info(absent).extra, f"backends: no {absent} contender",
+                (tk_backend.info(absent).framework,),
+            )  # fmt: skip
     if not names:
-        raise ChooserError("no Keras backend is installed (pip install tensorflow, jax or torch)")
-    unknown = [b for b in names if b not in BACKENDS]
+        raise ChooserError(
+            f"no Keras backend is installed (pip install {', '.join(known[:-1])} or {known[-1]})"
+        )
+    unknown = [b for b in names if b not in known]
     if unknown:
-        raise ChooserError(f"--backends: unknown {', '.join(unknown)}; use {', '.join(BACKENDS)}")
-    missing = [b for b in names if util.find_spec(b) is None]
+        raise ChooserError(f"--backends: unknown {', '.join(unknown)}; use {', '.join(known)}")
+    missing = [b for b in names if not tk_backend.info(b).installed()]
     if missing:
         raise ChooserError(
-            f"--backends: {', '.join(missing)} not installed ({extras.install_hint(missing[0])})"
+            f"--backends: {', '.join(missing)} not installed "
+            f"({tk_backend.info(missing[0]).install_hint()})"
         )
     asked = tk_flags.flag_value(flags, "device")
-    default = os.environ.get("KERAS_BACKEND", "tensorflow")
-    names.sort(key=lambda b: (b != default, BACKENDS.index(b)))
+    default = os.environ.get("KERAS_BACKEND", tk_backend.DEFAULT)  # a fresh process's
+    names.sort(key=lambda b: (b != default, known.index(b)))
     out = []
     for name in names:
         if asked and asked.strip().lower() != "auto":
@@ -206,7 +213,8 @@ def contenders(
 
 def _versions() -> dict[str, str]:
     out = {}
-    for dist in _DISTRIBUTIONS:
+    registered = (d for b in tk_backend.names() for d in tk_backend.info(b).distributions)
+    for dist in dict.fromkeys((*registered, "keras")):
         with contextlib.suppress(metadata.PackageNotFoundError):
             out[dist] = metadata.version(dist)
     return out
@@ -258,7 +266,7 @@ def resolve_auto(args: Sequence[str], recipe: str) -> list[str]:
         with contextlib.suppress(KeyError, TypeError):
             best = Contender(**newest["result"]["best"])
     if best is None:
-        chosen = os.environ.get("KERAS_BACKEND", "tensorflow")
+        chosen = os.environ.get("KERAS_BACKEND", tk_backend.DEFAULT)
         print(
             f"--backend=auto: no measured winner for {recipe} with these flags on this machine; "
             f"training on {chosen} (measure: python -m toolkit backends --recipe {recipe} ...)",

@@ -40,6 +40,7 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from toolkit import backend as backends
 from toolkit.core import _extras as extras
 from toolkit.core.progress import say
 from toolkit.core.stats import whole_calls
@@ -238,27 +239,15 @@ def _input_advice(facts: Facts, input_rate: float, compute_rate: float) -> list[
 
 def _compute_advice(facts: Facts) -> list[str]:
     out = []
+    # What to try differs between backends: each seam says (a report's unknown one: nothing).
+    seam = backends.get(facts.backend) if facts.backend in backends.names() else None
     step = facts.step_s
     if step is not None and step < SMALL_STEP_S and facts.fused_steps == 1:
         short = f"the step is short ({step * 1e3:.2f} ms): per-step overhead counts; "
-        out.append(
-            short
-            + {
-                "tensorflow": "try --steps_per_execution and --fused_steps=K with "
-                "--jit_compile (the step loop inside one XLA program)",
-                "jax": "try --fused_steps=K (K steps in one jitted call, a jax.lax.scan) and "
-                "--steps_per_execution",
-                "torch": "Keras's PyTorch backend runs one step per call, so a larger batch "
-                "or --backend=jax (with --steps_per_execution) is the way out",
-            }.get(facts.backend, "try --steps_per_execution")
-        )
-    if not facts.jit_compile and facts.backend == "torch":
-        out.append(
-            "try --jit_compile (torch.compile: its first step compiles for tens of seconds; "
-            "measure whether the steps win it back)"
-        )
-    elif not facts.jit_compile and facts.backend != "jax":  # JAX's steps are always jitted
-        out.append("try --jit_compile (measure: XLA is sometimes slower; toolkit.tune does)")
+        out.append(short + (seam.loop_advice() if seam else "try --steps_per_execution"))
+    jit = seam.jit_advice() if seam else None  # None: always compiled (JAX)
+    if not facts.jit_compile and jit:
+        out.append(jit)
     if facts.batch_size is not None:
         out.append(
             f"a larger batch than {facts.batch_size} (if memory and convergence allow) does "

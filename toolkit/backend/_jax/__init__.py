@@ -33,6 +33,19 @@ from toolkit.backend._common import (
     no_retracing_noise,
     refuse_tf_only,
 )
+from toolkit.backend._jax.devices import (
+    apple_gpu_path,
+    augmentation_scope,
+    detect_devices,
+    device_scope,
+    framework_device,
+    placement,
+    preflight,
+    reaches_apple_gpu,
+    select_device,
+    visible_devices,
+    why_no_device,
+)
 from toolkit.core import compat
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend._common.SEAM
@@ -396,3 +409,25 @@ def runs_step_loops() -> bool:
     """Whether ``steps_per_execution`` and fused steps (a ``jax.lax.scan`` inside the jitted
     step) run here: yes."""
     return True
+
+
+def dispatches_asynchronously() -> bool:
+    """Whether a batch begin only queues the step (StepTimer then re-times at batch ends):
+    yes, JAX dispatches asynchronously."""
+    return True
+
+
+def trains_under_tf_distribute() -> bool:
+    """No: Keras's own distribution (``keras.distribution``) over ``jax.distributed``."""
+    return False
+
+
+def loop_advice() -> str:
+    return (
+        "try --fused_steps=K (K steps in one jitted call, a jax.lax.scan) and --steps_per_execution"
+    )
+
+
+def jit_advice() -> str | None:
+    """None: JAX's steps are always jitted."""
+    return None

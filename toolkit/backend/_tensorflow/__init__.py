@@ -27,6 +27,19 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from toolkit.backend._common import MB, SEAM, calibrated_peak, digest, mark_fused_steps
+from toolkit.backend._tensorflow.devices import (
+    apple_gpu_path,
+    augmentation_scope,
+    detect_devices,
+    device_scope,
+    framework_device,
+    placement,
+    preflight,
+    reaches_apple_gpu,
+    select_device,
+    visible_devices,
+    why_no_device,
+)
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend._common.SEAM
 
@@ -450,3 +463,28 @@ def runs_step_loops() -> bool:
     """Whether ``steps_per_execution`` (a loop around the compiled step) and fused steps (a
     ``tf.while_loop`` inside it) run here: yes."""
     return True
+
+
+def dispatches_asynchronously() -> bool:
+    """Whether a batch begin only queues the step (StepTimer then re-times at batch ends): no,
+    Keras reads each step's logs under TensorFlow before the next batch begins."""
+    return False
+
+
+def trains_under_tf_distribute() -> bool:
+    """Whether fit runs under a ``tf.distribute`` strategy's scope here: yes (``default`` is
+    TensorFlow's default strategy, ``data_parallel`` a MirroredStrategy)."""
+    return True
+
+
+def loop_advice() -> str:
+    """What to try when the step is short and per-step overhead counts."""
+    return (
+        "try --steps_per_execution and --fused_steps=K with --jit_compile (the step loop "
+        "inside one XLA program)"
+    )
+
+
+def jit_advice() -> str | None:
+    """What to try when the step is not compiled."""
+    return "try --jit_compile (measure: XLA is sometimes slower; toolkit.tune does)"

@@ -31,6 +31,19 @@ from toolkit.backend._common import (
     one_step_per_batch,
     refuse_tf_only,
 )
+from toolkit.backend._torch.devices import (
+    apple_gpu_path,
+    augmentation_scope,
+    detect_devices,
+    device_scope,
+    framework_device,
+    placement,
+    preflight,
+    reaches_apple_gpu,
+    select_device,
+    visible_devices,
+    why_no_device,
+)
 from toolkit.core import compat
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend._common.SEAM
@@ -351,3 +364,28 @@ def runs_step_loops() -> bool:
     """Whether ``steps_per_execution`` and fused steps run here: no (Keras on PyTorch has no
     loop around its step, and the toolkit none inside it)."""
     return False
+
+
+def dispatches_asynchronously() -> bool:
+    """Whether a batch begin only queues the step (StepTimer then re-times at batch ends):
+    yes on CUDA and MPS, and harmless on the CPU (the re-timing finds nothing to move)."""
+    return True
+
+
+def trains_under_tf_distribute() -> bool:
+    """No: Keras's own distribution (DDP in Keras's next release)."""
+    return False
+
+
+def loop_advice() -> str:
+    return (
+        "Keras's PyTorch backend runs one step per call, so a larger batch or --backend=jax "
+        "(with --steps_per_execution) is the way out"
+    )
+
+
+def jit_advice() -> str | None:
+    return (
+        "try --jit_compile (torch.compile: its first step compiles for tens of seconds; "
+        "measure whether the steps win it back)"
+    )
