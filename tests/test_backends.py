@@ -58,8 +58,9 @@ def test_backend_is_read_from_the_command_line_before_keras_loads():
         "import sys\n"
         "from toolkit import backend\n"
         "from toolkit.runner import flags as tk_flags\n"
-        "assert tk_flags.backend_from_argv(['prog', '--epochs=2']) is None\n"
-        "assert tk_flags.backend_from_argv(['prog', '--backend', 'jax']) == 'jax'\n"
+        "assert tk_flags.start_backend(tk_flags.start_flags(['prog', '--epochs=2'])) is None\n"
+        "start = tk_flags.start_flags(['prog', '--epochs', '2', '--backend', 'jax'])\n"
+        "assert tk_flags.start_backend(start) == 'jax'\n"
         "import keras\n"
         "print(keras.config.backend(), backend.name())\n"
     )
@@ -259,6 +260,8 @@ def test_a_later_run_reads_its_compiled_programs_from_the_compile_cache(name, tm
         (["--compile_cache", "--nocompile_cache"], False),
         (["--compile_cache=false"], False),
         (["--jit_compile"], False),
+        (["--epochs", "3", "--out", "x", "--compile_cache"], True),  # others' flags left alone
+        (["--compile_cache=maybe"], False),  # unreadable: the full parse says why, later
     ],
 )
 def test_compile_cache_is_read_from_the_command_line(argv, on, monkeypatch):
@@ -266,7 +269,7 @@ def test_compile_cache_is_read_from_the_command_line(argv, on, monkeypatch):
     from toolkit.runner import flags as tk_flags
 
     monkeypatch.setattr(backend, "use_compile_cache", lambda: calls.append(1) or "")
-    tk_flags.compile_cache_from_argv(["prog", *argv])
+    tk_flags.apply_start_flags(tk_flags.start_flags(["prog", *argv]))
     assert bool(calls) is on
 
 

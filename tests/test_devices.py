@@ -601,11 +601,15 @@ def test_device_mps_picks_the_backend_that_reaches_the_apple_gpu(monkeypatch):
     chosen = []
     monkeypatch.setattr(backends, "select", lambda b: chosen.append(b) or b)
     monkeypatch.delitem(sys.modules, "keras", raising=False)
-    assert tk_flags.backend_from_argv(["--device=mps"]) == "torch" and chosen == ["torch"]
-    assert tk_flags.backend_from_argv(["--device", "cpu"]) is None
-    assert tk_flags.backend_from_argv(["--backend=jax", "--device=mps"]) == "jax"
+
+    def chosen_by(*argv: str) -> str | None:
+        return tk_flags.start_backend(tk_flags.start_flags(argv))
+
+    assert chosen_by("--device=mps") == "torch" and chosen == ["torch"]
+    assert chosen_by("--device", "cpu") is None
+    assert chosen_by("--backend=jax", "--device=mps") == "jax"
     monkeypatch.setenv("KERAS_BACKEND", "tensorflow")  # an explicit choice stays
-    assert tk_flags.backend_from_argv(["--device=metal"]) is None
+    assert chosen_by("--device=metal") is None
     monkeypatch.undo()
     if sys.platform != "darwin":
         assert backends.apple_gpu_backend() is None  # no Apple GPU off a Mac

@@ -208,16 +208,22 @@ def test_on_a_terminal_each_epoch_keeps_a_line_and_tensorflow_logs_show_when_ask
 
 def test_held_start_up_lines_drop_the_chatter_and_keep_what_matters(capfd, monkeypatch):
     from toolkit.core import native_logs
+    from toolkit.runner.flags import start_flags
+
+    def verbosity(*argv: str) -> int:
+        return start_flags(argv).verbosity
 
     env: dict[str, str] = {}
-    assert native_logs.configure(["prog"], env) and env == {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    assert native_logs.configure(verbosity("prog"), env) and env == {"TF_CPP_MIN_LOG_LEVEL": "2"}
     assert logging.getLogger("jax").level == logging.WARNING  # JAX's INFO lines: held too
     env = {}
-    assert not native_logs.configure(["prog", "--verbosity=0"], env)
+    assert not native_logs.configure(verbosity("prog", "--verbosity=0"), env)
     assert env == {"TF_CPP_MIN_LOG_LEVEL": "0"}  # --verbosity shows everything
-    assert not native_logs.configure(["prog", "-v", "1"], {})
-    assert not native_logs.configure(["prog"], {"TF_CPP_MIN_LOG_LEVEL": "1"})  # the user's
-    assert native_logs.configure(["prog"], {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert not native_logs.configure(verbosity("prog", "-v", "1"), {})
+    assert not native_logs.configure(verbosity("--verbosity", "debug"), {})
+    assert native_logs.configure(verbosity("--verbosity=nonsense"), {})  # absl says why, later
+    assert not native_logs.configure(verbosity("prog"), {"TF_CPP_MIN_LOG_LEVEL": "1"})  # theirs
+    assert native_logs.configure(verbosity("prog"), {"TF_CPP_MIN_LOG_LEVEL": "3"})
     chatter = (
         "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
         "I0000 00:00:1795550774.614952   30216 port.cc:153] oneDNN custom operations are on.",

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import fake_rates
-from toolkit.profiling.step_timer import steps_per_execution
+from toolkit.core.compat import steps_per_execution
 from toolkit.runner import train
 from toolkit.runner.config import TrainConfig
 from toolkit.search import engine as en

@@ -308,10 +308,10 @@ def start(argv: Sequence[str], recipe: str) -> list[str]:
     from toolkit.core import native_logs
     from toolkit.search import chooser
 
-    native_logs.configure(list(argv))
-    argv = chooser.resolve_auto(argv, recipe)
-    tk_flags.backend_from_argv(argv)
-    tk_flags.compile_cache_from_argv(argv)  # before anything starts TensorFlow
+    argv = chooser.resolve_auto(argv, recipe)  # reads a cache: no framework
+    start = tk_flags.start_flags(argv)
+    native_logs.configure(start.verbosity)
+    tk_flags.apply_start_flags(start)  # before anything starts a framework
     return argv
 
 

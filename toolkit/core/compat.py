@@ -9,14 +9,17 @@ rejects it, so every toolkit module that needs Keras gets it from here.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import types
+from typing import Any
 
 __all__ = [
     "keras",
     "keras_flavor",
     "keras_version",
+    "steps_per_execution",
     "use_legacy_keras",
 ]
 
@@ -61,3 +64,18 @@ def keras_flavor() -> str:
 
 def keras_version() -> str:
     return str(getattr(keras(), "__version__", "unknown"))
+
+
+def steps_per_execution(model: Any) -> int:
+    """The model's steps_per_execution (Keras 3: a plain int; tf_keras: a ``tf.Variable``),
+    1 when it has none; read once per fit, not per step."""
+    if model is None:
+        return 1
+    value = getattr(model, "steps_per_execution", None)
+    if value is None:
+        value = getattr(model, "_steps_per_execution", None)
+    if value is None:
+        return 1
+    with contextlib.suppress(TypeError, ValueError, AttributeError):
+        return max(1, int(value.numpy() if hasattr(value, "numpy") else value))
+    return 1

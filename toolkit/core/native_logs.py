@@ -24,7 +24,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 __all__ = ["configure", "held"]
 
@@ -46,14 +46,15 @@ _PLAIN = (
 _state = {"hold": True}
 
 
-def configure(argv: Sequence[str], env: dict[str, str] | None = None) -> bool:
+def configure(verbosity: int = -1, env: dict[str, str] | None = None) -> bool:
     """Decides, before any framework loads, whether start-up lines are held; returns it.
 
     Sets ``TF_CPP_MIN_LOG_LEVEL=2`` unless the environment already sets it (the user's choice
-    stands) or `argv` asks for ``--verbosity`` 0 or more (then ``0``: everything shows).
+    stands) or absl's `verbosity` (``--verbosity``, read at the start:
+    ``toolkit.runner.flags.start_flags``) is 0 or more (then ``0``: everything shows).
     """
     env = os.environ if env is None else env
-    verbose = _verbosity(argv) >= 0
+    verbose = verbosity >= 0
     if verbose:
         env.setdefault(LEVEL_VAR, "0")
     else:
@@ -66,25 +67,6 @@ def configure(argv: Sequence[str], env: dict[str, str] | None = None) -> bool:
     if _state["hold"]:  # JAX's own INFO lines (no TPU here, the distributed service's start)
         logging.getLogger("jax").setLevel(logging.WARNING)
     return _state["hold"]
-
-
-def _verbosity(argv: Sequence[str]) -> int:
-    """absl's ``--verbosity``/``-v`` as given on the command line (-1, absl's default, when
-    absent or unreadable: absl itself says what was wrong with it)."""
-    args = list(argv)
-    for i, arg in enumerate(args):
-        for name in ("--verbosity", "-v"):
-            value = None
-            if arg.startswith(name + "="):
-                value = arg[len(name) + 1 :]
-            elif arg == name and i + 1 < len(args):
-                value = args[i + 1]
-            if value is not None:
-                try:
-                    return int(value)
-                except ValueError:
-                    return {"debug": 1, "info": 0}.get(value.lower(), -1)
-    return -1
 
 
 def is_noise(line: str) -> bool:

@@ -376,7 +376,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self.reset()
         self._running = True
         model = getattr(self, "model", None)
-        self._spe = steps_per_execution(model)
+        self._spe = compat.steps_per_execution(model)
         self._fused = max(1, int(getattr(model, FUSED_STEPS_ATTR, 1) or 1))
         self._async = _asynchronous()
         self._probe = _profiler_probe()
@@ -583,20 +583,6 @@ def _asynchronous() -> bool:
     from toolkit import backend
 
     return compat.keras_flavor() == "keras3" and backend.get().dispatches_asynchronously()
-
-
-def steps_per_execution(model: Any) -> int:
-    """The model's steps_per_execution, read once per fit (not per step)."""
-    if model is None:
-        return 1
-    value = getattr(model, "steps_per_execution", None)  # Keras 3: a plain int
-    if value is None:
-        value = getattr(model, "_steps_per_execution", None)  # tf_keras: a tf.Variable
-    if value is None:
-        return 1
-    with contextlib.suppress(TypeError, ValueError, AttributeError):
-        return max(1, int(value.numpy() if hasattr(value, "numpy") else value))
-    return 1
 
 
 def _floats(logs: Mapping[str, Any] | None) -> dict[str, float]:

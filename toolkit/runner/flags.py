@@ -1,6 +1,7 @@
-"""The absl flags every recipe shares, the TrainConfig they make, and the few readings of a
-command line that must come before anything parses it (the backend, the compile cache) or
-that edit a target's recipe flags (the search): the command line's one module. The app main
+"""The absl flags every recipe shares, the TrainConfig they make, the flags that must act before
+Keras loads (:class:`StartFlags`: the backend, the device, the compile cache, the verbosity;
+parsed by absl with the same definitions) and the readings that edit a target's recipe flags
+(the search): the command line's one module. The app main
 that runs a recipe is ``toolkit.app``.
 
 The flags are derived, not written: one per TrainConfig field (``toolkit.runner.config``'s table
@@ -415,18 +416,73 @@ def without(argv: Sequence[str], names: frozenset[str] | set[str]) -> list[str]:
     return out
 
 
-def backend_from_argv(argv: Sequence[str]) -> str | None:
-    """Applies ``--backend=NAME`` (or ``--backend NAME``) from a command line, if there is one,
-    with ``toolkit.backend.select``; returns the backend chosen, or None.
+@dataclasses.dataclass(frozen=True)
+class StartFlags:
+    """What the command line says that must act before Keras loads (Keras fixes its backend
+    when imported; TensorFlow reads its log level and XLA's cache place once): read at the
+    program's start by :func:`start_flags`, acted on by :func:`apply_start_flags`.
 
-    Without ``--backend`` (and without ``KERAS_BACKEND``), ``--device=mps`` or ``metal`` picks
-    the installed backend that reaches the Apple GPU (``toolkit.backend.apple_gpu_backend``).
+    Attributes:
+        backend: ``--backend``, None when not given.
+        device: ``--device``, None when not given.
+        compile_cache: ``--compile_cache`` (``--nocompile_cache`` or ``=false`` undo it).
+        verbosity: absl's ``--verbosity``/``-v`` (-1, its default, when not given).
     """
-    args = list(argv)
-    chosen = flag_value(args, "backend")
-    if chosen is not None:
-        return backend.select(chosen)
-    device = (flag_value(args, "device") or "").strip().lower().split(":")[0]
+
+    backend: str | None = None
+    device: str | None = None
+    compile_cache: bool = False
+    verbosity: int = -1
+
+
+_START_SETTINGS = ("backend", "device", "compile_cache")
+_LEVELS = {"debug": 1, "info": 0, "warning": -1, "error": -2, "fatal": -3}
+
+
+def _start_flag(argv: Sequence[str], name: str) -> Any:
+    """`name`'s value in `argv`, parsed by absl as the settings table defines it (its own
+    FlagValues, unknown flags left alone); None when absent or unreadable (the full parse,
+    later, says what is wrong with it)."""
+    values = flags.FlagValues()
+    if name == "verbosity":
+        flags.DEFINE_string(name, None, "", flag_values=values)
+        flags.DEFINE_alias("v", name, flag_values=values)
+    else:
+        field = next(f for f in SETTINGS if flag_of(f.name) == name)
+        getattr(flags, f"DEFINE_{_kind(field)}")(name, None, "", flag_values=values)
+        for alias in (*field.metadata["aliases"], *field.metadata["deprecated"]):
+            flags.DEFINE_alias(alias, name, flag_values=values)
+    try:
+        values(["start", *argv], known_only=True)
+    except flags.Error:
+        return None
+    return values[name].value
+
+
+def start_flags(argv: Sequence[str]) -> StartFlags:
+    """The :class:`StartFlags` of a command line (without the program's name), read by absl's
+    parser with the settings table's definitions, before anything else parses it."""
+    verbosity = _start_flag(argv, "verbosity")
+    if verbosity is not None:
+        try:
+            verbosity = int(verbosity)
+        except ValueError:
+            verbosity = _LEVELS.get(verbosity.strip().lower())
+    return StartFlags(
+        backend=_start_flag(argv, "backend"),
+        device=_start_flag(argv, "device"),
+        compile_cache=bool(_start_flag(argv, "compile_cache")),
+        verbosity=-1 if verbosity is None else verbosity,
+    )
+
+
+def start_backend(start: StartFlags) -> str | None:
+    """Selects ``--backend`` with ``toolkit.backend.select``; returns the backend chosen, or
+    None. Without ``--backend`` (and without ``KERAS_BACKEND``), ``--device=mps`` or ``metal``
+    picks the installed backend that reaches the Apple GPU (``backend.apple_gpu_backend``)."""
+    if start.backend is not None:
+        return backend.select(start.backend)
+    device = (start.device or "").strip().lower().split(":")[0]
     if device in ("mps", "metal") and not os.environ.get("KERAS_BACKEND"):
         apple = backend.apple_gpu_backend()
         if apple is not None and "keras" not in sys.modules:
@@ -434,17 +490,11 @@ def backend_from_argv(argv: Sequence[str]) -> str | None:
     return None
 
 
-def compile_cache_from_argv(argv: Sequence[str]) -> None:
-    """Applies ``--compile_cache`` (``--compile_cache=true``; ``--nocompile_cache`` or
-    ``=false`` undoes it; the last one counts) from a command line, before anything starts
-    TensorFlow (its XLA reads the cache's place once)."""
-    on = False
-    for arg in argv:
-        if arg == "--compile_cache":
-            on = True
-        elif arg == "--nocompile_cache":
-            on = False
-        elif arg.startswith("--compile_cache="):
-            on = arg.split("=", 1)[1].strip().lower() in ("1", "true", "t", "yes", "y")
-    if on:
+def apply_start_flags(start: StartFlags) -> str | None:
+    """Acts on `start` before anything loads a framework: the backend (:func:`start_backend`),
+    then the compile cache (TensorFlow's XLA reads its place once). Returns the backend
+    chosen, or None."""
+    chosen = start_backend(start)
+    if start.compile_cache:
         backend.use_compile_cache()
+    return chosen

@@ -372,7 +372,7 @@ class ModelWorkload(Workload):
         return f"{self.batch_size}, your pipeline's" if self.batch_size else "your pipeline's"
 
     def defaults(self) -> Candidate:
-        from toolkit.profiling.step_timer import steps_per_execution
+        from toolkit.core.compat import steps_per_execution
 
         policy = getattr(getattr(self.model, "dtype_policy", None), "name", None)
         jit = getattr(self.model, "jit_compile", False)
@@ -453,7 +453,7 @@ def measured_fit(
     callers that must not change it restore its weights afterwards. `callbacks` run after
     the profiling ones. Returns the RunReport.
     """
-    from toolkit.profiling.step_timer import steps_per_execution
+    from toolkit.core.compat import steps_per_execution
     from toolkit.runner.session import profile
 
     with profile(
