@@ -249,6 +249,83 @@ def test_tune_your_own_compiled_model_on_your_pipeline(keras, tmp_path, monkeypa
     assert again.cache_hit and again.best == result.best
 
 
+def _gan(keras):
+    """A conditional-GAN-style model as Keras's examples write it: subclassed, two sub-models,
+    its own ``compile`` (two optimizers) and ``train_step``; the outer model is never built."""
+    import tensorflow as tf
+
+    class GAN(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.generator = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8)])
+            self.discriminator = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+
+        def compile(self, d_optimizer, g_optimizer, loss_fn):
+            super().compile()
+            self.d_optimizer, self.g_optimizer, self.loss_fn = d_optimizer, g_optimizer, loss_fn
+
+        def train_step(self, real):
+            batch = tf.shape(real)[0]
+            noise = tf.random.normal((batch, 4))
+            with tf.GradientTape() as tape:
+                logits = self.discriminator(tf.concat([self.generator(noise), real], 0))
+                labels = tf.concat([tf.zeros((batch, 1)), tf.ones((batch, 1))], 0)
+                d_loss = self.loss_fn(labels, logits)
+            weights = self.discriminator.trainable_weights
+            self.d_optimizer.apply_gradients(
+                zip(tape.gradient(d_loss, weights), weights, strict=True)
+            )
+            with tf.GradientTape() as tape:
+                fake = self.discriminator(self.generator(noise))
+                g_loss = self.loss_fn(tf.ones((batch, 1)), fake)
+            weights = self.generator.trainable_weights
+            self.g_optimizer.apply_gradients(
+                zip(tape.gradient(g_loss, weights), weights, strict=True)
+            )
+            return {"d_loss": d_loss, "g_loss": g_loss}
+
+    gan = GAN()
+    gan.compile(
+        keras.optimizers.SGD(0.01),
+        keras.optimizers.SGD(0.01),
+        keras.losses.BinaryCrossentropy(from_logits=True),
+    )
+    return gan
+
+
+def test_tune_a_subclassed_model_with_its_own_compile_and_train_step(keras, tmp_path, monkeypatch):
+    """Nothing assumes a built model or Keras's own compile: its parameters are counted from
+    its variables, and each candidate's settings are set in place (its compile takes two
+    optimizers nobody else can pass), then its own put back."""
+    import tensorflow as tf
+
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
+    gan = _gan(keras)
+    with pytest.raises(ValueError, match="isn't built"):
+        gan.count_params()  # what the cache's facts used to call
+    x = np.random.default_rng(0).normal(size=(512, 8)).astype("float32")
+    ds = tf.data.Dataset.from_tensor_slices(x).batch(32)
+    with wl.workload(gan, ds) as work:
+        assert work.cache_facts()["params"] == (4 * 8 + 8) + (8 + 1)
+    space = en.Space(jit_compile=(False,), steps_per_execution=(1, 4), fused_steps=(1,))
+    result = tn.tune(gan, ds, space=space, steps=16, progress=lambda line: None)
+    assert [t.candidate.steps_per_execution for t in result.trials] == [1, 4]
+    assert all(t.error is None and t.examples_per_sec for t in result.trials)
+    assert steps_per_execution(gan) == 1 and gan.jit_compile is False  # its own, back
+    assert {"d_loss", "g_loss"} <= set(gan.fit(ds, epochs=1, verbose=0).history)
+
+
+def test_an_uncompiled_model_is_one_line_before_anything_runs(keras):
+    import tensorflow as tf
+
+    from toolkit.runner.task import SetupError
+
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+    ds = tf.data.Dataset.from_tensor_slices(np.zeros((8, 8), "float32")).batch(4)
+    with pytest.raises(SetupError, match=r"compile Sequential first \(model.compile\)"):
+        wl.workload(model, ds)
+
+
 @pytest.mark.parametrize(
     ("name", "jit", "loops", "fused"),
     [("tensorflow", (False, True), (1, 8, 32), (1, 8, 32)),

@@ -142,6 +142,23 @@ def test_infer_batch_size(make_dataset):
     assert infer_batch_size(fixed) == 4  # static dimension
     assert infer_batch_size(tf.data.Dataset.range(3)) is None  # unbatched
     assert infer_batch_size(np.zeros((4, 2))) is None
+    # A mixup pipeline: two batched datasets zipped, a map over the pairs (batch -> zip -> map).
+    x = tf.data.Dataset.from_tensor_slices(np.zeros((50, 3), "float32")).shuffle(8).batch(16)
+    mixed = tf.data.Dataset.zip((x, x)).map(lambda a, b: (0.5 * a + 0.5 * b, a)).prefetch(2)
+    assert infer_batch_size(mixed) == 16
+    assert infer_batch_size(x.concatenate(x).repeat()) == 16
+
+
+def test_a_pipeline_that_hides_its_batch_takes_the_batch_size_you_pass():
+    from toolkit.data._fit_data import fit_dataset
+
+    rows = tf.data.Dataset.from_generator(
+        lambda: iter([np.zeros((8, 3), "float32")] * 4),
+        output_signature=tf.TensorSpec((None, 3), tf.float32),
+    )
+    assert infer_batch_size(rows) is None
+    assert fit_dataset(rows)[2] is None
+    assert fit_dataset(rows, batch_size=8)[2] == 8  # yours, used where the pipeline is silent
 
 
 # ---------------------------------------------------------------------------- structural promises
@@ -328,3 +345,38 @@ def test_asynchronous_epochs_are_timed_where_steps_ended(
     assert timer.boundary == boundary
     assert [c[0] for c in timer.calls] == pytest.approx(durations, abs=1e-9)
     assert sum(c[0] for c in timer.calls) == pytest.approx(sum(durations), abs=1e-9)
+
+
+def test_a_trace_that_waited_for_the_device_leaves_out_only_its_steps(monkeypatch):
+    """The device behind the host (JAX): steps 0-3 dispatched 1 ms apart, 100 ms each on the
+    device, a trace started at
+    batch 4's begin after waiting for the device (``PROFILER.synced``), and the end hooks of
+    steps 0-3 delivered late, after the start, as Keras's callback thread does. Those steps
+    ended before the trace: only steps 4 and 5, traced, are left out."""
+    from collections import Counter
+
+    from toolkit.core.events import PROFILER
+    from toolkit.profiling import step_timer
+
+    monkeypatch.setattr(step_timer, "_asynchronous", lambda: True)
+    monkeypatch.setattr(PROFILER, "synced", {})
+    begins = [0.0, 0.001, 0.002, 0.003, 0.401, 0.402]
+    ends = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    timer = StepTimer(warmup_steps=0, clock=FakeClock([0.0, 0.0, *begins, *ends, *[0.601] * 3]))
+    timer.set_params({"steps": 6, "epochs": 1})
+    timer.on_train_begin()
+    timer.on_epoch_begin(0)
+    try:
+        for batch in range(6):
+            timer.on_train_batch_begin(batch)
+            if batch == 4:  # TraceWindow's start, after StepTimer's hook and the device's wait
+                PROFILER.started(synced_at=0.4005)
+        for batch in range(6):  # the callback thread, behind
+            timer.on_train_batch_end(batch)
+        timer.on_epoch_end(0)
+        timer.on_train_end()
+    finally:
+        PROFILER.stopped()
+    assert timer.boundary == "end"
+    assert Counter(c[3] for c in timer.calls) == {"first": 1, "timed": 3, "excluded": 2}
+    assert [c[3] for c in timer.calls][4:] == ["excluded", "excluded"]

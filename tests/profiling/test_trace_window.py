@@ -4,6 +4,7 @@ training."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from toolkit import backend
@@ -38,6 +39,29 @@ def test_trace_window_writes_a_trace_and_timer_excludes_traced_steps(
     assert s.total_steps == 12 and s.timed_steps == 12 - 1 - 2 - s.excluded_steps
     result = trace.result()
     assert result["traced_steps"] == [4, 7] and result["error"] is None
+
+
+def test_a_device_behind_the_host_has_only_its_traced_steps_left_out(tmp_path, keras):
+    """A model heavy enough that JAX's host runs steps ahead of the device: the window waits
+    for the device before it starts and stops (the backend's ``wait_for_device``), so the steps
+    queued before it run outside the trace, and StepTimer leaves out the traced steps only
+    (their end hooks, which come late on the callback thread, notwithstanding)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(12 * 128, 512)).astype("float32")
+    y = rng.integers(0, 2, size=12 * 128)
+    model = keras.Sequential(
+        [keras.Input((512,)), keras.layers.Dense(1024, activation="relu"),
+         keras.layers.Dense(1024, activation="relu"), keras.layers.Dense(2)]
+    )  # fmt: skip
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    timer = StepTimer(warmup_steps=2)
+    trace = TraceWindow(tmp_path / "trace", start_step=6, stop_step=9)
+    model.fit(x, y, batch_size=128, epochs=1, verbose=0, callbacks=[timer, trace])
+    assert trace.error is None and trace.traced_steps == (6, 9)
+    s = timer.summary()
+    # steps 6, 7, 8 traced; timed at batch begins, step 9's interval also holds the stop.
+    assert 3 <= s.excluded_steps <= 4, (timer.boundary, [k for *_, k in timer.calls])
+    assert s.timed_steps == 12 - 1 - 2 - s.excluded_steps
 
 
 def test_every_traced_step_is_marked_and_read_back(tmp_path, make_model, make_dataset):

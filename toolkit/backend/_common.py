@@ -64,6 +64,7 @@ SEAM = (
     "stop_trace",
     "trace_files",
     "use_compile_cache",
+    "wait_for_device",
     "weights_digest",
 )
 

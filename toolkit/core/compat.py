@@ -19,6 +19,7 @@ __all__ = [
     "keras",
     "keras_flavor",
     "keras_version",
+    "set_compile_settings",
     "steps_per_execution",
     "use_legacy_keras",
 ]
@@ -79,3 +80,31 @@ def steps_per_execution(model: Any) -> int:
     with contextlib.suppress(TypeError, ValueError, AttributeError):
         return max(1, int(value.numpy() if hasattr(value, "numpy") else value))
     return 1
+
+
+def compile_settings(model: Any) -> dict[str, Any]:
+    """A compiled model's ``jit_compile`` and ``steps_per_execution``, as
+    :func:`set_compile_settings` takes them back."""
+    return {
+        "jit_compile": getattr(model, "jit_compile", False) is True,
+        "steps_per_execution": steps_per_execution(model),
+    }
+
+
+def set_compile_settings(model: Any, **settings: Any) -> None:
+    """Changes a compiled model's ``jit_compile`` and ``steps_per_execution`` in place, as
+    ``compile`` would set them, without compiling it again: a model's own ``compile`` may take
+    arguments of its own (a GAN's two optimizers) that nobody else can pass. Its next ``fit``
+    traces its step anew. Keras 3 keeps the loop length in an attribute, tf_keras in a
+    variable."""
+    if "jit_compile" in settings:
+        model.jit_compile = bool(settings["jit_compile"])
+    if "steps_per_execution" in settings:
+        loops = max(1, int(settings["steps_per_execution"]))
+        variable = getattr(model, "_steps_per_execution", None)
+        if hasattr(variable, "assign"):
+            variable.assign(loops)
+        else:
+            model.steps_per_execution = loops
+    for name in ("train_function", "test_function", "predict_function"):
+        setattr(model, name, None)

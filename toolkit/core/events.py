@@ -15,21 +15,35 @@ FUSED_STEPS_ATTR = "_toolkit_fused_steps"
 
 
 class ProfilerState:
-    """Whether a trace is running, and a counter bumped at every start and stop."""
+    """Whether a trace is running, a counter bumped at every start and stop, and which of those
+    came after the device had finished its queue.
 
-    __slots__ = ("active", "generation")
+    ``synced[g]`` is ``(active before, perf_counter time)`` for a start or stop (the one that
+    made generation ``g``) that waited for the device first: every step dispatched before it
+    had ended by that time, whenever an asynchronous backend's batch-end hook got to say so.
+    """
+
+    __slots__ = ("active", "generation", "synced")
+    KEEP = 64  # synced events remembered (two per trace window)
 
     def __init__(self) -> None:
         self.active = False
         self.generation = 0
+        self.synced: dict[int, tuple[bool, float]] = {}
 
-    def started(self) -> None:
-        self.active = True
+    def _changed(self, active: bool, synced_at: float | None) -> None:
+        before, self.active = self.active, active
         self.generation += 1
+        if synced_at is not None:
+            self.synced[self.generation] = (before, synced_at)
+            for old in sorted(self.synced)[: -self.KEEP]:
+                del self.synced[old]
 
-    def stopped(self) -> None:
-        self.active = False
-        self.generation += 1
+    def started(self, synced_at: float | None = None) -> None:
+        self._changed(True, synced_at)
+
+    def stopped(self, synced_at: float | None = None) -> None:
+        self._changed(False, synced_at)
 
 
 PROFILER = ProfilerState()

@@ -99,8 +99,9 @@ def fit_dataset(data: Any, batch_size: int | None = None) -> tuple[Any, str, int
     from toolkit.data.sources import array_examples
 
     tf = _tf()
-    if hasattr(data, "element_spec"):  # tf.data, used as it is
-        return data, f"your pipeline: {describe_pipeline(data)}", infer_batch_size(data)
+    if hasattr(data, "element_spec"):  # tf.data, used as it is; its batch is what fit reads
+        size = infer_batch_size(data) or batch_size  # yours where the pipeline does not say
+        return data, f"your pipeline: {describe_pipeline(data)}", size
     if _is_arrays(data):
         parts = _as_fit_tuple(data)
         n = array_examples(parts[0], parts[1] if len(parts) > 1 else None)

@@ -171,8 +171,23 @@ def infer_batch_size(data: Any) -> int | None:
                 return int(size)
             except (TypeError, ValueError):
                 return None
-        node, hops = getattr(node, "_input_dataset", None), hops + 1
+        node, hops = _upstream(node), hops + 1
     return None
+
+
+def _upstream(node: Any) -> Any:
+    """The dataset `node` reads from: its input, or the first of its inputs (``zip``,
+    ``concatenate``, ``sample_from_datasets``: a mixup pipeline zips two batched datasets and
+    maps over the pairs, each batch as large as its first input's)."""
+    found = getattr(node, "_input_dataset", None)
+    if found is not None:
+        return found
+    inputs = getattr(node, "_inputs", None)
+    try:
+        listed = inputs() if callable(inputs) else []
+    except Exception:  # noqa: BLE001 - a dataset class of tf.data's own without the method
+        return None
+    return listed[0] if listed else None
 
 
 def _first_leaf(structure: Any) -> Any:

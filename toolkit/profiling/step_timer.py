@@ -342,8 +342,8 @@ class StepTimer(compat.keras().callbacks.Callback):
             mine = [m for m in marks if m[0] >= batch and (following is None or m[0] < following)]
             if not mine:
                 return  # an execution without its end: keep the begins
-            last = max(mine, key=lambda m: m[1])
-            stamps.append((last[1], (last[2], last[3])))
+            following = begins[k + 1] if k + 1 < len(begins) else None
+            stamps.append(self._settled(max(mine, key=lambda m: m[1]), following))
         for k in range(len(stamps) - 2, -1, -1):  # a step ends no later than any later one
             if stamps[k + 1][0] < stamps[k][0]:
                 stamps[k] = stamps[k + 1]
@@ -366,6 +366,23 @@ class StepTimer(compat.keras().callbacks.Callback):
         finally:
             self._quiet = False
         self.boundary = "end"
+
+    def _settled(
+        self, end: tuple[Any, ...], following: tuple[Any, ...] | None
+    ) -> tuple[float, tuple[bool, int]]:
+        """A step's end stamp, ``(time, profiler state)``, as its batch-end hook wrote it, unless
+        a trace edge that waited for the device (``PROFILER.synced``) came after the step was
+        dispatched (before the next batch begin): the step had ended by then, whenever the
+        callback thread got to its hook, so it ran outside what that edge started or stopped."""
+        at, mark = end[1], (end[2], end[3])
+        if following is not None:
+            for generation in sorted(PROFILER.synced):
+                if following[3] < generation <= mark[1]:
+                    before, synced_at = PROFILER.synced[generation]
+                    if self._clock is time.perf_counter:
+                        at = min(at, synced_at)
+                    return at, (before, generation - 1)
+        return at, mark
 
     # ------------------------------------------------------------------ Keras hooks
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -143,26 +144,35 @@ class TraceWindow(compat.keras().callbacks.Callback):
         self._done = True  # one window per fit, whatever happens
         try:
             os.makedirs(self.logdir, exist_ok=True)
-            backend.get().start_trace(self.logdir, *self._levels)
+            seam = backend.get()
+            # On an asynchronous backend the host runs ahead: without the wait, the steps
+            # still queued would run inside the trace (and StepTimer would leave them out).
+            seam.wait_for_device()
+            synced_at = time.perf_counter()
+            seam.start_trace(self.logdir, *self._levels)
         except Exception as e:  # noqa: BLE001 - a profiler failure must never kill training
             self.error = f"profiler failed to start at step {step}: {type(e).__name__}: {e}"
             logging.warning("TraceWindow: %s; training continues without a trace", self.error)
             return
         # Announced after a successful start: StepTimer leaves out the step this one ran in.
-        PROFILER.started()
+        PROFILER.started(synced_at)
         self._active = True
         self._started_at = step
 
     def _stop(self, step: int) -> None:
         self._active = False
+        synced_at = None
         try:
-            backend.get().stop_trace()
+            seam = backend.get()
+            seam.wait_for_device()  # the traced steps' device work ends inside the trace
+            synced_at = time.perf_counter()
+            seam.stop_trace()
             self.traced_steps = (self._started_at, step)
         except Exception as e:  # noqa: BLE001
             self.error = f"profiler failed to stop at step {step}: {type(e).__name__}: {e}"
             logging.warning("TraceWindow: %s", self.error)
         finally:
-            PROFILER.stopped()
+            PROFILER.stopped(synced_at)
 
     def trace_files(self) -> list[str]:
         """The trace files under `logdir` (``*.xplane.pb`` from TensorFlow and JAX, Chrome

@@ -373,7 +373,10 @@ def _pipeline_facts(dataset: Any) -> tuple[frozenset[str], frozenset[str]]:
 
 def _rate(stats: Any) -> float:
     if not stats.timed_steps:
-        raise ValueError("no timed steps: give more --diagnose_steps")
+        raise ValueError(
+            "no timed steps: measure more steps (diagnose(..., steps=N); on the command line "
+            "--diagnose_steps=N)"
+        )
     return 1.0 / stats.mean_s
 
 

@@ -112,7 +112,7 @@ class Workload:
         model, spec = self._signature()
         return {
             "model": hashlib.sha256(model_signature(model).encode()).hexdigest()[:16],
-            "params": int(model.count_params()),
+            "params": param_count(model),
             "input": str(spec),
             "batch_size": self.batch_size or 0,
             "backend": backend.name(),
@@ -269,7 +269,7 @@ class TaskWorkload(Workload):
             self.first = candidate
         elif not self.keep:
             return
-        if int(result.model.count_params()) > LIVE_PARAMS or result.train_data is None:
+        if param_count(result.model) > LIVE_PARAMS or result.train_data is None:
             return
         self.live[candidate] = (result.model, result.train_data)
         others = sorted(
@@ -353,6 +353,10 @@ class ModelWorkload(Workload):
         from toolkit.data import _fit_data
         from toolkit.runner.train import SetupError
 
+        if not (getattr(model, "compiled", False) or getattr(model, "_is_compiled", False)):
+            # Keras 3 says `compiled`, tf_keras `_is_compiled`
+            raise SetupError(f"(model, data): compile {type(model).__name__} first (model.compile)")
+
         try:
             self.dataset, self.described, self.batch_size = _fit_data.fit_dataset(
                 data, config.batch_size
@@ -362,7 +366,7 @@ class ModelWorkload(Workload):
         self.name = str(getattr(model, "name", None) or "model")
         self.device = devices.resolve(config.device)
         self.saved = snapshot(model)
-        self.compile_args: dict[str, Any] | None = None  # kept when a candidate recompiles
+        self.compiled: dict[str, Any] | None = None  # its settings, while a candidate's run
 
     def how_to_apply(self, candidate: Candidate) -> str:
         kwargs = ", ".join(f"{k}={v!r}" for k, v in candidate.compile_kwargs().items())
@@ -384,9 +388,9 @@ class ModelWorkload(Workload):
 
     def fit(self, candidate=None, *, steps, warmup, one_batch=False, callbacks=()):
         if candidate is not None:
-            if self.compile_args is None:
-                self.compile_args = compile_args(self.model)
-            self.model.compile(**{**self.compile_args, **candidate.compile_kwargs()})
+            if self.compiled is None:
+                self.compiled = compat.compile_settings(self.model)
+            compat.set_compile_settings(self.model, **candidate.compile_kwargs())
         data = self.dataset.take(1).cache().repeat() if one_batch else self.dataset
         return measured_fit(
             self.model, data, steps, warmup, batch_size=self.batch_size, callbacks=callbacks
@@ -418,23 +422,9 @@ class ModelWorkload(Workload):
         return self.model, self.dataset.element_spec
 
     def close(self) -> None:
-        if self.compile_args is not None:
-            self.model.compile(**self.compile_args)
+        if self.compiled is not None:
+            compat.set_compile_settings(self.model, **self.compiled)
         restore(self.model, self.saved)
-
-
-def compile_args(model: Any) -> dict[str, Any]:
-    """The arguments `model` was compiled with (Keras 3 keeps them in ``_compile_config``,
-    tf_keras returns them from ``_get_compile_args``: neither has a public accessor)."""
-    config = getattr(model, "_compile_config", None)
-    if config is not None and getattr(config, "config", None):
-        return dict(config.config)
-    getter = getattr(model, "_get_compile_args", None)
-    if getter is not None:
-        return dict(getter())
-    from toolkit.runner.train import SetupError
-
-    raise SetupError("(model, data): compile the model first (model.compile(...))")
 
 
 def measured_fit(
@@ -486,6 +476,19 @@ def restore(model: Any, saved: tuple[list[Any], list[Any]]) -> None:
         variable.assign(value)
     if hasattr(model, "reset_metrics"):
         model.reset_metrics()
+
+
+def param_count(model: Any) -> int:
+    """The model's parameters, its sub-models' included, counted from its variables: a
+    subclassed model that ``fit`` builds through its own ``train_step`` (a GAN) has no
+    ``count_params()`` until it is called, and a measurement must not build it."""
+    count = 0
+    for weight in model.weights:
+        size = 1
+        for dim in weight.shape:
+            size *= int(dim)
+        count += size
+    return count
 
 
 def model_signature(model: Any) -> str:

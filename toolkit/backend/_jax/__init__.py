@@ -431,3 +431,11 @@ def loop_advice() -> str:
 def jit_advice() -> str | None:
     """None: JAX's steps are always jitted."""
     return None
+
+
+def wait_for_device() -> None:
+    """Returns when the work JAX has queued so far is done: every live array is ready (the
+    host runs ahead of the device; a trace's edges then fall between steps)."""
+    import jax
+
+    jax.block_until_ready(jax.live_arrays())

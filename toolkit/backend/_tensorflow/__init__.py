@@ -488,3 +488,13 @@ def loop_advice() -> str:
 def jit_advice() -> str | None:
     """What to try when the step is not compiled."""
     return "try --jit_compile (measure: XLA is sometimes slower; toolkit.tune does)"
+
+
+def wait_for_device() -> None:
+    """Returns when every GPU has finished the work queued so far (a trace's edges then fall
+    between steps); on the CPU TensorFlow's steps have finished when fit's hooks run."""
+    import tensorflow as tf
+
+    if tf.config.list_logical_devices("GPU"):
+        with contextlib.suppress(Exception):  # a plugin without the call: nothing to wait on
+            tf.test.experimental.sync_devices()

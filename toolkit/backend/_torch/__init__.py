@@ -389,3 +389,14 @@ def jit_advice() -> str | None:
         "try --jit_compile (torch.compile: its first step compiles for tens of seconds; "
         "measure whether the steps win it back)"
     )
+
+
+def wait_for_device() -> None:
+    """Returns when the CUDA or MPS device has finished the work queued so far (a trace's
+    edges then fall between steps); on the CPU PyTorch runs each op to its end."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    elif torch.backends.mps.is_available():
+        torch.mps.synchronize()
