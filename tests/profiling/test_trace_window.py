@@ -42,10 +42,11 @@ def test_trace_window_writes_a_trace_and_timer_excludes_traced_steps(
 
 
 def test_a_device_behind_the_host_has_only_its_traced_steps_left_out(tmp_path, keras):
-    """A model heavy enough that JAX's host runs steps ahead of the device: the window waits
-    for the device before it starts and stops (the backend's ``wait_for_device``), so the steps
-    queued before it run outside the trace, and StepTimer leaves out the traced steps only
-    (their end hooks, which come late on the callback thread, notwithstanding)."""
+    """A model heavy enough that, on JAX, the host runs steps ahead of the device: the window
+    waits for the device before it starts and stops (the backend's ``wait_for_device``), so the
+    steps queued before it run outside the trace, and StepTimer leaves out the traced steps only
+    (their end hooks, which come late on the callback thread, notwithstanding). On every other
+    backend (this module runs on each) the same count holds."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(12 * 128, 512)).astype("float32")
     y = rng.integers(0, 2, size=12 * 128)

@@ -53,6 +53,7 @@ class Backend:
         framework: the module whose presence means it is installed.
         extra: the ``setup.py`` extra that installs it; None: a dependency of the toolkit.
         distributions: what a fingerprint of the installed frameworks reads for it.
+        install_note: said after its install line (where the install differs by machine).
     """
 
     name: str
@@ -61,11 +62,14 @@ class Backend:
     framework: str
     extra: str | None = None
     distributions: tuple[str, ...] = ()
+    install_note: str = ""
 
     def install_hint(self) -> str:
         if self.extra is None:
-            return f"pip install {extras.DISTRIBUTION} ({self.title} is a dependency)"
-        return extras.install_hint(self.extra)
+            hint = f"pip install {extras.DISTRIBUTION} ({self.title} is a dependency)"
+        else:
+            hint = extras.install_hint(self.extra)
+        return f"{hint} ({self.install_note})" if self.install_note else hint
 
     def installed(self) -> bool:
         try:
@@ -88,7 +92,8 @@ def register(backend: Backend) -> Backend:
 register(Backend("tensorflow", "TensorFlow", "toolkit.backend._tensorflow", "tensorflow", None,
                  ("tensorflow", "keras", "tf_keras")))  # fmt: skip
 register(Backend("jax", "JAX", "toolkit.backend._jax", "jax", "jax", ("jax", "jaxlib")))
-register(Backend("torch", "PyTorch", "toolkit.backend._torch", "torch", "torch", ("torch",)))
+register(Backend("torch", "PyTorch", "toolkit.backend._torch", "torch", "torch", ("torch",),
+                 "BUILD.md: CPU, CUDA, Mac"))  # fmt: skip
 DEFAULT = "tensorflow"  # Keras's own default backend
 _LEGACY = ("1", "true", "yes", "on")
 

@@ -22,6 +22,7 @@ Imports no framework until a column is measured.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -59,6 +60,7 @@ def note_missing(mode: str, what: str) -> bool:
     return extras.note_missing(extra, what, needs)
 
 
+@functools.cache
 def device_kind(mode: str) -> str:
     """The kind of the framework's default device (``cpu``, ``cuda``, ``metal`` or ``gpu``),
     as its backend's seam detects it: its first GPU, else the CPU."""

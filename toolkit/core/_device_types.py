@@ -4,8 +4,8 @@
 (:class:`PreflightContext`).
 
 They sit below both: each backend module (``toolkit.backend._<name>``) detects, selects and
-places with them, and ``toolkit.devices`` offers the backend-neutral front, so that neither
-imports the other's internals and a new backend needs no change here.
+places with them, and ``toolkit.devices`` offers the backend-neutral front, which asks the
+seam; a new backend needs no change here.
 """
 
 from __future__ import annotations

@@ -19,8 +19,6 @@ __all__ = [
     "keras",
     "keras_flavor",
     "keras_version",
-    "set_compile_settings",
-    "steps_per_execution",
     "use_legacy_keras",
 ]
 

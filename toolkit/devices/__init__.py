@@ -4,7 +4,8 @@ The backend-neutral front, one job a module; each backend's own device calls and
 its seam module (``toolkit.backend._<name>.devices``), which these ask:
 
 * ``selection``: :func:`detect` (CPUs and GPUs as :class:`DeviceInfo`, Metal told from CUDA),
-  :func:`resolve`, and :func:`select`, ML Compute's ``set_mlc_device`` for each backend;
+  :func:`resolve`, and :func:`select` (as ML Compute's ``set_mlc_device``), which each
+  backend makes its own way;
 * ``placement``: :func:`on`, :func:`augmentation_device`, :func:`placement_report`;
 * ``compatibility``: :func:`preflight` (the backend's rules, then the device's precision and
   XLA rules; TensorFlow's :data:`METAL_COMPATIBILITY` table), :func:`recommend_precision`;

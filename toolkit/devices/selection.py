@@ -1,5 +1,6 @@
 """Detect and select devices: CPUs, CUDA GPUs and Apple GPUs, as the backend Keras trains on
-sees them, and ML Compute's ``set_mlc_device`` for each backend.
+sees them, and a selection like ML Compute's ``set_mlc_device``, made by each backend its own
+way.
 
 * :func:`detect` lists CPUs and GPUs as :class:`DeviceInfo`, each backend asked its own way by
   its seam module (``toolkit.backend._<name>.devices``): an Apple GPU is kind ``metal``

@@ -260,7 +260,9 @@ def make_strategy(
                 return distribution  # MirroredStrategy: its scope places the variables
             index, count = seam.processes()
             return ProcessStrategy(replicas, count, index, distribution)
-    if name == "default" and not backend.get().trains_under_tf_distribute():
+    if name == "default" and (
+        backend.name() not in backend.names() or not backend.get().trains_under_tf_distribute()
+    ):
         return NoStrategy()
     import tensorflow as tf
 

@@ -599,7 +599,9 @@ def _asynchronous() -> bool:
     PyTorch)."""
     from toolkit import backend
 
-    return compat.keras_flavor() == "keras3" and backend.get().dispatches_asynchronously()
+    if compat.keras_flavor() != "keras3" or backend.name() not in backend.names():
+        return False  # tf_keras; a Keras backend the toolkit does not measure on (numpy)
+    return backend.get().dispatches_asynchronously()
 
 
 def _floats(logs: Mapping[str, Any] | None) -> dict[str, float]:

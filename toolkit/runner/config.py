@@ -257,9 +257,9 @@ class TrainConfig:
     )
     backend: str | None = setting(
         None,
-        "tensorflow | jax | torch | auto: the Keras backend (default: KERAS_BACKEND, else "
-        "tensorflow); auto: the one python -m toolkit backends measured fastest for this recipe "
-        "and flags here. Read from the command line before Keras loads.",
+        f"{' | '.join(backend.names())} | auto: the Keras backend (default: KERAS_BACKEND, else "
+        f"{backend.DEFAULT}); auto: the one python -m toolkit backends measured fastest for this "
+        "recipe and flags here. Read from the command line before Keras loads.",
         WHERE,
         speed=False,  # each contender of the backends chooser sets its own
     )  # None: the one Keras trains on (toolkit.backend.name())

@@ -181,9 +181,7 @@ def contenders(
                 (tk_backend.info(absent).framework,),
             )  # fmt: skip
     if not names:
-        raise ChooserError(
-            f"no Keras backend is installed (pip install {', '.join(known[:-1])} or {known[-1]})"
-        )
+        raise ChooserError(f"no Keras backend is installed (pip install one of {', '.join(known)})")
     unknown = [b for b in names if b not in known]
     if unknown:
         raise ChooserError(f"--backends: unknown {', '.join(unknown)}; use {', '.join(known)}")
