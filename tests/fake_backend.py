@@ -18,6 +18,7 @@ from toolkit.backend._common import (
     SEAM,
     calibrated_peak,
     digest,
+    no_augmentation_pin,
     no_retracing_noise,
     one_step_per_batch,
     refuse_tf_only,
@@ -73,8 +74,7 @@ def device_scope(device: DeviceInfo) -> Iterator[None]:
         _state["device"] = before
 
 
-def augmentation_scope(device: DeviceInfo | None) -> contextlib.AbstractContextManager:
-    return contextlib.nullcontext()
+augmentation_scope = no_augmentation_pin  # NumPy runs no random ops of tf.data's
 
 
 def placement(

@@ -215,6 +215,14 @@ def get(backend: str | None = None) -> types.ModuleType:
     return importlib.import_module(info(backend).module)
 
 
+def find(backend: str | None = None) -> types.ModuleType | None:
+    """The module implementing `backend` (default: :func:`name`), or None for a Keras backend
+    the toolkit does not measure on (``numpy``, ``openvino``): what a callback or a default
+    asks, where it must fall back rather than refuse."""
+    backend = backend or name()
+    return get(backend) if backend in REGISTRY else None
+
+
 def jits_by_default(backend: str | None = None) -> bool:
     """Whether `backend`'s train step is compiled when ``--jit_compile`` is unset (Keras's
     ``"auto"``), as the toolkit's measurements start from: JAX jits every step; PyTorch runs

@@ -17,6 +17,8 @@ __all__ = [
     "calibrated_peak",
     "digest",
     "has_float64",
+    "keras_device_scope",
+    "no_augmentation_pin",
     "no_retracing_noise",
     "one_step_per_batch",
     "refuse_tf_only",
@@ -126,6 +128,20 @@ def one_step_per_batch(model: Any, steps: int) -> None:
     if steps != 1:
         raise ValueError(f"--fused_steps={steps} needs --backend=tensorflow or jax")
     setattr(model, FUSED_STEPS_ATTR, 1)
+
+
+def keras_device_scope(framework_device: Any) -> contextlib.AbstractContextManager:
+    """``keras.device``: where a block's ops go on a backend without a device context of its
+    own (JAX, PyTorch), given the framework's name for the device."""
+    import keras
+
+    return keras.device(framework_device)
+
+
+def no_augmentation_pin(device: Any) -> contextlib.AbstractContextManager:
+    """Nothing to pin: tf.data's random ops run on the CPU whatever device trains (only
+    tensorflow-metal lacks their kernels)."""
+    return contextlib.nullcontext()
 
 
 def no_retracing_noise() -> contextlib.AbstractContextManager:

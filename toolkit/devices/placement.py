@@ -48,9 +48,8 @@ def augmentation_device(device: DeviceInfo | None = None) -> contextlib.Abstract
     kernels for ops such as ``RngReadAndSkip`` / ``StatelessRandomGetKeyCounter``, so they
     would bounce between devices), anywhere else a no-op (tf.data's ops run on the CPU under
     JAX and PyTorch in any case)."""
-    if backends.name() not in backends.names():  # a Keras backend the toolkit lacks (numpy)
-        return contextlib.nullcontext()
-    return backends.get().augmentation_scope(device)
+    seam = backends.find()  # None: a Keras backend the toolkit does not measure on (numpy)
+    return seam.augmentation_scope(device) if seam is not None else contextlib.nullcontext()
 
 
 def placement_report(

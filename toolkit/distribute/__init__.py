@@ -260,9 +260,8 @@ def make_strategy(
                 return distribution  # MirroredStrategy: its scope places the variables
             index, count = seam.processes()
             return ProcessStrategy(replicas, count, index, distribution)
-    if name == "default" and (
-        backend.name() not in backend.names() or not backend.get().trains_under_tf_distribute()
-    ):
+    seam = backend.find()  # None: a Keras backend the toolkit does not measure on (numpy)
+    if name == "default" and not (seam is not None and seam.trains_under_tf_distribute()):
         return NoStrategy()
     import tensorflow as tf
 

@@ -337,13 +337,15 @@ class StepTimer(compat.keras().callbacks.Callback):
         if backlog <= max(2 * statistics.median(intervals or [0.0]), BACKLOG_FLOOR_S):
             return  # the host was the bottleneck: its begins are the boundaries
         stamps: list[tuple[float, tuple[bool, int]]] = []
+        edges = sorted(PROFILER.synced.items())  # the trace edges that waited for the device
         for k, (batch, *_) in enumerate(begins):
-            following = begins[k + 1][0] if k + 1 < len(begins) else None
-            mine = [m for m in marks if m[0] >= batch and (following is None or m[0] < following)]
+            following = begins[k + 1] if k + 1 < len(begins) else None
+            mine = [
+                m for m in marks if m[0] >= batch and (following is None or m[0] < following[0])
+            ]
             if not mine:
                 return  # an execution without its end: keep the begins
-            following = begins[k + 1] if k + 1 < len(begins) else None
-            stamps.append(self._settled(max(mine, key=lambda m: m[1]), following))
+            stamps.append(self._settled(max(mine, key=lambda m: m[1]), following, edges))
         for k in range(len(stamps) - 2, -1, -1):  # a step ends no later than any later one
             if stamps[k + 1][0] < stamps[k][0]:
                 stamps[k] = stamps[k + 1]
@@ -368,7 +370,10 @@ class StepTimer(compat.keras().callbacks.Callback):
         self.boundary = "end"
 
     def _settled(
-        self, end: tuple[Any, ...], following: tuple[Any, ...] | None
+        self,
+        end: tuple[Any, ...],
+        following: tuple[Any, ...] | None,
+        edges: list[tuple[int, tuple[bool, float]]],
     ) -> tuple[float, tuple[bool, int]]:
         """A step's end stamp, ``(time, profiler state)``, as its batch-end hook wrote it, unless
         a trace edge that waited for the device (``PROFILER.synced``) came after the step was
@@ -376,9 +381,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         callback thread got to its hook, so it ran outside what that edge started or stopped."""
         at, mark = end[1], (end[2], end[3])
         if following is not None:
-            for generation in sorted(PROFILER.synced):
+            for generation, (before, synced_at) in edges:
                 if following[3] < generation <= mark[1]:
-                    before, synced_at = PROFILER.synced[generation]
                     if self._clock is time.perf_counter:
                         at = min(at, synced_at)
                     return at, (before, generation - 1)
@@ -599,9 +603,10 @@ def _asynchronous() -> bool:
     PyTorch)."""
     from toolkit import backend
 
-    if compat.keras_flavor() != "keras3" or backend.name() not in backend.names():
-        return False  # tf_keras; a Keras backend the toolkit does not measure on (numpy)
-    return backend.get().dispatches_asynchronously()
+    seam = backend.find()  # None: a Keras backend the toolkit does not measure on (numpy)
+    return (
+        compat.keras_flavor() == "keras3" and seam is not None and seam.dispatches_asynchronously()
+    )
 
 
 def _floats(logs: Mapping[str, Any] | None) -> dict[str, float]:

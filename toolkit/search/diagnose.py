@@ -240,7 +240,7 @@ def _input_advice(facts: Facts, input_rate: float, compute_rate: float) -> list[
 def _compute_advice(facts: Facts) -> list[str]:
     out = []
     # What to try differs between backends: each seam says (a report's unknown one: nothing).
-    seam = backends.get(facts.backend) if facts.backend in backends.names() else None
+    seam = backends.find(facts.backend)
     step = facts.step_s
     if step is not None and step < SMALL_STEP_S and facts.fused_steps == 1:
         short = f"the step is short ({step * 1e3:.2f} ms): per-step overhead counts; "

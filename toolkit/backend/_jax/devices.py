@@ -13,6 +13,8 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from toolkit.backend._common import keras_device_scope
+from toolkit.backend._common import no_augmentation_pin as augmentation_scope
 from toolkit.core._device_types import (
     MB,
     DeviceInfo,
@@ -130,14 +132,7 @@ def visible_devices() -> list[DeviceInfo]:
 
 
 def device_scope(device: DeviceInfo) -> contextlib.AbstractContextManager:
-    import keras
-
-    return keras.device(framework_device(device))
-
-
-def augmentation_scope(device: DeviceInfo | None) -> contextlib.AbstractContextManager:
-    """Nothing: tf.data's random ops run on the CPU under JAX in any case."""
-    return contextlib.nullcontext()
+    return keras_device_scope(framework_device(device))
 
 
 def placement(

@@ -16,7 +16,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from toolkit.backend._common import has_float64
+from toolkit.backend._common import has_float64, keras_device_scope
+from toolkit.backend._common import no_augmentation_pin as augmentation_scope
 from toolkit.core._device_types import (
     MB,
     DeviceInfo,
@@ -125,14 +126,7 @@ def visible_devices() -> list[DeviceInfo]:
 
 
 def device_scope(device: DeviceInfo) -> contextlib.AbstractContextManager:
-    import keras
-
-    return keras.device(framework_device(device))
-
-
-def augmentation_scope(device: DeviceInfo | None) -> contextlib.AbstractContextManager:
-    """Nothing: tf.data's random ops run on the CPU under PyTorch in any case."""
-    return contextlib.nullcontext()
+    return keras_device_scope(framework_device(device))
 
 
 def placement(
