@@ -57,6 +57,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/diagnose_accuracy.py
 	$(PY) benchmarks/tune_vs_defaults.py
 	$(PY) benchmarks/backends.py
+	$(PY) benchmarks/own_models.py
 	$(PY) benchmarks/scaling.py
 	$(PY) benchmarks/op_modes.py
 	$(PY) benchmarks/xla_fusion.py

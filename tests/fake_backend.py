@@ -212,6 +212,10 @@ def step_marker(step: int) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
+def fit_batches(model: Any, fit_data: dict[str, Any]) -> tuple[str, Iterator[Any]] | None:
+    return None  # no Keras trainer of its own: the toolkit times its tf.data form
+
+
 def wait_for_device() -> None:
     """NumPy runs each call to its end: nothing is queued."""
 

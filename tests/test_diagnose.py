@@ -224,7 +224,10 @@ def test_your_own_model_and_batched_pipeline_are_measured_as_they_are(keras):
     before = [w.copy() for w in model.get_weights()]
     diagnosis = dg.diagnose(model, ds, steps=8)
     assert diagnosis.verdict == dg.INPUT_BOUND, str(diagnosis)
-    assert diagnosis.pipeline == "your pipeline: from_tensor_slices → batch(32) → map → prefetch"
+    assert diagnosis.pipeline == (
+        "your pipeline: from_tensor_slices → batch(32) → map → prefetch, read by Keras's "
+        "TFDatasetAdapter as fit reads it"
+    )
     assert "measured pipeline: your pipeline: " in str(diagnosis)
     assert diagnosis.batch_size == 32
     # The diagnosis trained the model on the way; its weights are back as they were.
@@ -240,7 +243,10 @@ def test_your_own_arrays_are_batched_as_fit_would(keras):
         dg.COMPUTE_BOUND,
         dg.BALANCED,
     )
-    assert diagnosis.pipeline.startswith("your arrays, batched by 64 in tf.data:")
+    assert (
+        diagnosis.pipeline
+        == "your arrays, batched by 64, read by Keras's ArrayDataAdapter as fit reads it"
+    )
     with pytest.raises(train.SetupError, match="give the training data"):
         dg.diagnose(_your_model(keras))
 
@@ -300,3 +306,116 @@ def test_compute_advice_names_only_what_the_backend_runs():
     torch_advice = " ".join(dg._compute_advice(dg.Facts(step_s=0.001, backend="torch")))
     assert "one step per call" in torch_advice and "torch.compile" in torch_advice
     assert "--fused_steps" not in torch_advice and "--steps_per_execution=K" not in torch_advice
+
+
+class _Batches:
+    """A user's PyDataset of `count` batches of (x, y) that records which it was asked for
+    and sleeps `sleep_s` in each (a slow input on purpose)."""
+
+    @staticmethod
+    def make(keras, x, y, count, size, sleep_s=0.0):
+        class Batches(keras.utils.PyDataset):
+            def __init__(self):
+                super().__init__()
+                self.asked = []
+
+            def __len__(self):
+                return count
+
+            def __getitem__(self, i):
+                self.asked.append(i)
+                if sleep_s:
+                    time.sleep(sleep_s)
+                return x[i * size : (i + 1) * size], y[i * size : (i + 1) * size]
+
+        return Batches()
+
+
+def _epoch(work, count):
+    """The first `count` batches the backend's fit would read, and the words for them."""
+    from toolkit.search.workload import ModelWorkload
+
+    assert isinstance(work, ModelWorkload)
+    words, batches = work.input_batches()
+    try:
+        return words, [next(batches) for _ in range(count)]
+    finally:
+        batches.close()
+
+
+def _rows(batch):
+    from toolkit.core import compat
+
+    return np.asarray(compat.keras().ops.convert_to_numpy(batch[0]))
+
+
+@pytest.mark.every_backend
+def test_your_arrays_pydataset_and_generator_are_read_through_keras_s_adapter(keras):
+    """The input phase reads what fit reads: Keras's own adapter for the form you give, as
+    this backend's epoch iterator hands it to the step; a generator is read once."""
+    from toolkit.search.workload import workload
+
+    _, (x, y) = _your_pipeline(slow=False)  # 512 examples
+    # Arrays: batched by 64, one epoch = 8 batches covering every example once (shuffled,
+    # as fit does by default); the ninth batch starts the next epoch.
+    with workload(_your_model(keras), (x, y), TrainConfig(batch_size=64)) as work:
+        words, batches = _epoch(work, 9)
+    assert "Keras's ArrayDataAdapter" in words
+    assert [len(_rows(b)) for b in batches] == [64] * 9
+    epoch = np.concatenate([_rows(b) for b in batches[:8]])
+    assert sorted(map(tuple, epoch)) == sorted(map(tuple, x))
+    # A PyDataset: read through its own __getitem__, every index of a pass, then the next.
+    data = _Batches.make(keras, x, y, count=4, size=32)
+    with workload(_your_model(keras), data, TrainConfig()) as work:
+        data.asked.clear()
+        words, batches = _epoch(work, 5)
+    assert "Keras's PyDatasetAdapter" in words and set(data.asked) == {0, 1, 2, 3}
+    assert [len(_rows(b)) for b in batches] == [32] * 5
+    # The diagnosis names the adapter it timed and puts your model back.
+    model = _your_model(keras)
+    before = [w.copy() for w in model.get_weights()]
+    diagnosis = dg.diagnose(model, _Batches.make(keras, x, y, 4, 32), steps=4)
+    assert diagnosis.pipeline == (
+        "your Batches, read by Keras's PyDatasetAdapter as fit reads it"
+    ), diagnosis.pipeline
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights(), strict=True))
+    # A generator, read once: each pass replays what was read and reads on, so it is never
+    # asked again for a batch, and the diagnosis reads it through Keras's generator adapter.
+    made = []
+
+    def generator():
+        for i in range(40):
+            made.append(i)
+            yield x[i * 8 : (i + 1) * 8], y[i * 8 : (i + 1) * 8]
+
+    diagnosis = dg.diagnose(_your_model(keras), generator(), steps=4)
+    assert "read by Keras's GeneratorDataAdapter as fit reads it" in diagnosis.pipeline
+    assert "your generator, read once" in diagnosis.pipeline
+    assert made == list(range(len(made))) and len(made) <= 40  # each batch made once
+    assert diagnosis.input_rate > 0 and diagnosis.compute_rate > 0
+
+
+@pytest.mark.every_backend
+def test_a_slow_pydataset_against_a_tiny_step_is_input_bound(keras):
+    """300 ms in each __getitem__ against a tiny step: the input phase times the PyDataset
+    as fit reads it (not a copy of its batches), so the verdict is input-bound."""
+    _, (x, y) = _your_pipeline(slow=False)
+    slow = _Batches.make(keras, x, y, count=8, size=32, sleep_s=0.3)
+    diagnosis = dg.diagnose(_your_model(keras), slow, steps=4)
+    assert diagnosis.verdict == dg.INPUT_BOUND, str(diagnosis)
+    assert diagnosis.input_rate < 1 / 0.3 * 1.01  # no faster than its sleeps allow
+
+
+@pytest.mark.every_backend
+def test_the_step_alone_reads_no_pipeline(keras):
+    """The compute phase hands the step one batch as the backend's train function receives
+    it, again and again (a Keras adapter repeating it), not a cached tf.data pipeline
+    iterated each step."""
+    from toolkit.search.workload import workload
+
+    _, (x, y) = _your_pipeline(slow=False)
+    with workload(_your_model(keras), (x, y), TrainConfig(batch_size=64)) as work:
+        repeated = work._one_batch()
+        report = work.fit(steps=6, warmup=1, one_batch=True)
+    assert type(repeated).__name__ == "RepeatedBatch" and repeated.batch_size == 64
+    assert report.steps.timed_steps >= 1

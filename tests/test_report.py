@@ -395,3 +395,40 @@ def test_compare_says_when_the_two_runs_are_different_models():
     assert "different runs: A is 'mlp', B is 'cnn'" in notes
     assert "the models differ: 4,407,040 vs 4,370,000,000 FLOPs per step" in notes
     assert not compare(a, make_report("mlp", seed=1, compute={"flops_per_step": 4_407_040})).notes
+
+
+FIT_CALL = {"from": "fit call", "whole_s": 9.0, "start_up_s": 1.0, "steps_s": 2.0, "exit_s": 6.0}
+
+
+def test_the_fit_call_round_trips_and_shows_its_parts(tmp_path):
+    r = make_report(fit_call=dict(FIT_CALL))
+    paths = r.write(tmp_path, plot=False)
+    loaded = RunReport.load(paths["json"])
+    assert loaded == r and loaded.fit_call == FIT_CALL
+    line = "fit call: 9.00 s = start-up 1.00 s + steps 2.00 s + exit 6.00 s"
+    assert line in loaded.summary() and line in Path(paths["markdown"]).read_text()
+    # An exit that is most of the call names its likely cause; a short one does not.
+    assert "iterator's teardown" in loaded.summary()
+    quick = {**FIT_CALL, "whole_s": 3.01, "exit_s": 0.01}
+    assert "teardown" not in make_report(fit_call=quick).summary()
+
+
+def test_a_report_written_before_the_fit_call_was_measured_still_reads(tmp_path):
+    data = make_report(fit_call=dict(FIT_CALL)).to_dict()
+    del data["fit_call"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    old = RunReport.load(path)
+    assert old.fit_call is None
+    assert "fit call" not in old.summary() and "fit call" not in old.to_markdown()
+    assert compare(old, make_report(fit_call=dict(FIT_CALL))).verdict
+    # A value this version cannot read is left out, not a failure.
+    data["fit_call"] = "9 s"
+    path.write_text(json.dumps(data))
+    assert RunReport.load(path).fit_call is None
+
+
+def test_a_fit_call_timed_from_train_begin_says_its_exit_was_not_timed():
+    parts = {"from": "train begin", "whole_s": 3.0, "start_up_s": 0.5, "steps_s": 2.5}
+    line = "fit from train begin: 3.00 s = start-up 0.50 s + steps 2.50 s (exit not timed"
+    assert line in make_report(fit_call={**parts, "exit_s": None}).summary()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -270,3 +272,22 @@ def test_setup_problems_are_one_clear_error(keras):
     task.train = unknown_length
     with pytest.raises(train.SetupError, match="length is unknown.*give --train_steps"):
         train.run(task, TrainConfig(use_synthetic_data=True, report_dir=None))
+
+
+def test_the_report_accounts_for_the_whole_fit_call(tmp_path, keras):
+    # Repeated data (steps_per_epoch): one input iterator lives through the fit and is
+    # destroyed as fit returns, the exit the report shows beside the start-up and the steps.
+    task, _, _, _ = tiny_task(keras)
+    config = TrainConfig(
+        epochs=2, batch_size=10, steps_per_epoch=5, report_dir=str(tmp_path), warmup_steps=1
+    )
+    report = train.run(task, config).report
+    parts = report.fit_call
+    assert parts["from"] == "fit call"
+    shown = [parts["start_up_s"], parts["steps_s"], parts["exit_s"]]
+    assert all(v is not None and v >= 0 for v in shown), parts
+    assert sum(shown) == pytest.approx(parts["whole_s"], abs=1e-9)
+    assert sum(row[0] for row in report.timeline) <= parts["steps_s"] + 1e-6
+    assert report.fit_seconds <= parts["whole_s"]
+    assert "fit call: " in report.summary()
+    assert RunReport.load(tmp_path / os.listdir(tmp_path)[0]) == report

@@ -3,6 +3,7 @@ never-slower rule, the cache and its invalidation), then one real tiny search.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -76,7 +77,7 @@ def test_cache_hit_miss_and_invalidation_when_tensorflow_or_the_backend_changes(
         return fake_rates(candidate)
 
     monkeypatch.setattr(wl.TaskWorkload, "rate", fake_measure)
-    config = TrainConfig(batch_size=16, report_dir=None)
+    config = TrainConfig(batch_size=16, epochs=10, report_dir=None)
     space = en.Space(jit_compile=(False, True), steps_per_execution=(1, 8), fused_steps=(1,))
     first = tn.tune(_task(keras), config, space=space, progress=lambda line: None)
     assert not first.cache_hit and measured and first.best.steps_per_execution == 8
@@ -100,6 +101,13 @@ def test_cache_hit_miss_and_invalidation_when_tensorflow_or_the_backend_changes(
     monkeypatch.setattr(tn.backend, "name", lambda: other_backend)
     moved = tn.tune(_task(keras), config, space=space, progress=lambda line: None)
     assert not moved.cache_hit and moved.key != first.key
+    # A cached pick is applied only where its run times steps: one epoch of 16 steps cannot
+    # time 8 a call, so the same key is searched again for that run (issue 44, item 4).
+    lines = []
+    one_epoch = dataclasses.replace(config, epochs=1)
+    short = tn.tune(_task(keras), one_epoch, space=space, progress=lines.append)
+    assert not short.cache_hit and short.best.steps_per_execution == 1
+    assert any("does not fit this run" in line for line in lines)
 
 
 def test_kept_finalists_are_measured_again_without_a_rebuild_or_a_retrace(keras, monkeypatch):
@@ -204,7 +212,8 @@ def test_tune_cli_then_a_recipe_with_autotune_reads_the_cache(tmp_path):
             [sys.executable, *args], capture_output=True, text=True, timeout=300, env=env
         )
 
-    out = python("-m", "toolkit", "tune", "--recipe", "mlp", "--tune_budget=8")
+    # Both for a smoke run (8 steps): the pick must be one that run can time.
+    out = python("-m", "toolkit", "tune", "--recipe", "mlp", "--smoke", "--tune_budget=8")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "tune: recipe mlp, batch 32 (searched in" in out.stdout
     assert "best: --precision=" in out.stdout
@@ -235,7 +244,12 @@ def test_tune_your_own_compiled_model_on_your_pipeline(keras, tmp_path, monkeypa
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).prefetch(2)
     before = [w.copy() for w in model.get_weights()]
     space = en.Space(jit_compile=(False,), steps_per_execution=(1, 4), fused_steps=(1,))
-    result = tn.tune(model, ds, space=space, steps=16, progress=lambda line: None)
+    # Your fit runs 10 epochs of the pipeline's 8 batches (one epoch: 4 steps a call would
+    # leave it no timed call, so it is not searched: item 4 of issue 44).
+    yours = TrainConfig(epochs=10)
+    one_epoch = tn.tune(model, ds, space=space, steps=16, use_cache=False, progress=print)
+    assert [t.candidate.steps_per_execution for t in one_epoch.trials] == [1]
+    result = tn.tune(model, ds, config=yours, space=space, steps=16, progress=lambda line: None)
     assert [t.candidate.steps_per_execution for t in result.trials] == [1, 4]
     assert all(t.examples_per_sec for t in result.trials)
     assert result.best.compile_kwargs()["steps_per_execution"] in (1, 4)
@@ -245,7 +259,7 @@ def test_tune_your_own_compiled_model_on_your_pipeline(keras, tmp_path, monkeypa
     assert steps_per_execution(model) == 1
     history = model.fit(ds, epochs=1, verbose=0)  # still compiled with its own loss and metrics
     assert "accuracy" in history.history
-    again = tn.tune(model, ds, space=space, steps=16, progress=lambda line: None)
+    again = tn.tune(model, ds, config=yours, space=space, steps=16, progress=lambda line: None)
     assert again.cache_hit and again.best == result.best
 
 
@@ -308,7 +322,9 @@ def test_tune_a_subclassed_model_with_its_own_compile_and_train_step(keras, tmp_
     with wl.workload(gan, ds) as work:
         assert work.cache_facts()["params"] == (4 * 8 + 8) + (8 + 1)
     space = en.Space(jit_compile=(False,), steps_per_execution=(1, 4), fused_steps=(1,))
-    result = tn.tune(gan, ds, space=space, steps=16, progress=lambda line: None)
+    result = tn.tune(
+        gan, ds, config=TrainConfig(epochs=5), space=space, steps=16, progress=lambda line: None
+    )
     assert [t.candidate.steps_per_execution for t in result.trials] == [1, 4]
     assert all(t.error is None and t.examples_per_sec for t in result.trials)
     assert steps_per_execution(gan) == 1 and gan.jit_compile is False  # its own, back

@@ -27,7 +27,12 @@ def _job(spec: Any, recipe_flags: list[str]) -> dict[str, Any]:
         from toolkit.search.workload import workload
 
         with workload(target, data, config) as work:
-            return jsonable(work.figures(spec.steps, count_flops=config.count_flops))
+            # Your model's settings come as flags: applied as a recompile would (a recipe's
+            # config carries them already).
+            candidate = work.candidate_of(config) if work.is_model and spec.settings else None
+            return jsonable(
+                work.figures(spec.steps, count_flops=config.count_flops, candidate=candidate)
+            )
     from toolkit.search.tune import tune
 
     result = tune(target, data, config=config, budget_s=spec.budget_s)

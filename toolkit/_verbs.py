@@ -83,8 +83,9 @@ def tune(args: argparse.Namespace) -> int:
         return tune_across(args)
     what, flag_values, config, target, data = _target_of(args)
     result = search(
-        target, data, config=config, budget_s=flag_values.tune_budget, use_cache=not args.refresh
-    )
+        target, data, config=config, budget_s=flag_values.tune_budget,
+        use_cache=not args.refresh, fresh=chooser_target(args),
+    )  # fmt: skip
     source = "cache" if result.cache_hit else f"searched in {result.seconds:.1f} s"
     print(f"tune: {what}, batch {result.batch_words} ({source})")
     print(result.table())

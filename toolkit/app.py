@@ -23,7 +23,7 @@ import sys
 import traceback
 import types
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from absl import flags
 
@@ -173,7 +173,9 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
         if f.autotune:
             from toolkit.search.tune import autotune
 
-            config, result = autotune(task, config, budget_s=f.tune_budget)
+            config, result = autotune(
+                task, config, budget_s=f.tune_budget, fresh=_fresh_target(build_task)
+            )
             print(result.table())
             print(f"autotune: {result.best.flags()}")
             tuned = result.to_dict()
@@ -228,6 +230,22 @@ def _module_name(module: types.ModuleType) -> str:
     ``__name__`` is then ``__main__``)."""
     spec = getattr(module, "__spec__", None)
     return getattr(spec, "name", None) or module.__name__
+
+
+def _fresh_target(build_task: Callable[..., Task]) -> Any:
+    """Where ``--autotune`` confirms its pick in fresh processes: this recipe with this
+    command line (less the flags that would start another search); None for a recipe that
+    is not in ``recipes/`` (a child could not load it by name)."""
+    from toolkit.search.standings import Target
+
+    name = _module_name(sys.modules.get(build_task.__module__) or types.ModuleType("recipe"))
+    package, _, short = name.rpartition(".")
+    if package != RECIPES_PACKAGE or short not in recipe_names():
+        return None
+    argv = tk_flags.without(
+        sys.argv[1:], {"autotune", "tune_budget", "diagnose", "diagnose_steps", "report_dir"}
+    )
+    return Target(short, None, tuple(argv))
 
 
 def _program(module: types.ModuleType) -> tuple[str, str]:

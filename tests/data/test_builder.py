@@ -389,3 +389,22 @@ def test_too_few_arrays_for_one_batch_warns():
     data = (np.zeros((3, 2), "float32"), np.zeros(3, "int32"))
     assert any("leaves no batch at all" in m for m in _warnings_of(lambda: pipeline(data, 65)))
     assert not any("no batch" in m for m in _warnings_of(lambda: pipeline(data, 65, repeat=True)))
+
+
+def test_the_toolkit_s_pipelines_run_without_the_autotune_model(arrays):
+    # Its thread made destroying the iterator (as fit returns) wait up to its period, seconds
+    # after the last step; the maps' AUTOTUNE parallelism and prefetch's buffer do without it.
+    built = [
+        pipeline(arrays, 4),  # in memory: batches gathered
+        pipeline(D.from_arrays(*arrays), 4, augment=lambda x, y: (x, y), repeat=True),
+        D.synthetic((3,), batch_size=4),
+    ]
+    for ds in built:
+        assert ds.options().autotune.enabled is False
+        next(iter(ds))  # and it runs
+    budgeted = pipeline(arrays, 4, cpu_budget=2).options().autotune
+    assert budgeted.initial_parallelism == 2 and budgeted.cpu_budget == 2
+    # Yours to turn back on: later options win.
+    back = tf.data.Options()
+    back.autotune.enabled = True
+    assert built[0].with_options(back).options().autotune.enabled is True

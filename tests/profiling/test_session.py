@@ -139,3 +139,82 @@ def test_a_loss_that_goes_nan_stops_the_run_at_its_step_and_the_report_says_so(
     # SGD(1e20): the first update makes the weights huge, the second step's loss is NaN.
     assert report.error.startswith("LossNotFinite: loss became nan at step 2 of epoch 1")
     assert "lower the learning rate" in report.error
+
+
+def _adds_up(parts, timeline=()):
+    """The fit call's parts: none negative, and together the whole; the steps hold every
+    execution StepTimer timed."""
+    shown = [parts[k] for k in ("start_up_s", "steps_s", "exit_s") if parts[k] is not None]
+    assert all(v >= 0 for v in shown), parts
+    assert sum(shown) == pytest.approx(parts["whole_s"], abs=1e-9), parts
+    assert sum(row[0] for row in timeline) <= parts["steps_s"] + 1e-6, parts
+
+
+def test_prof_fit_times_the_whole_call_start_up_steps_and_exit(tmp_path, make_model, make_dataset):
+    import time
+
+    seen = []
+
+    class Mine(compat.keras().callbacks.Callback):
+        def on_train_end(self, logs=None):
+            seen.append("train end")
+
+    ds = make_dataset(6).repeat()
+    with profile("whole", report_dir=tmp_path, batch_size=8, warmup_steps=1) as p:
+        before = time.perf_counter()
+        history = p.fit(
+            make_model(), ds, epochs=2, steps_per_epoch=6, verbose=0, callbacks=[Mine()]
+        )
+        after = time.perf_counter()
+    assert seen == ["train end"] and len(history.history["loss"]) == 2  # yours ran, History back
+    report = p.report
+    parts = report.fit_call
+    assert parts["from"] == "fit call" and parts["exit_s"] is not None
+    _adds_up(parts, report.timeline)
+    # Inside the clock around the call, and around what StepTimer saw from train begin to end.
+    assert report.fit_seconds <= parts["whole_s"] <= after - before
+    assert parts["steps_s"] <= report.fit_seconds
+    assert "fit call: " in report.summary() and "+ exit " in report.summary()
+    assert "fit call: " in report.to_markdown()
+    loaded = RunReport.load(p.paths["json"])
+    assert loaded.fit_call == pytest.approx(parts) and loaded == report
+
+
+def test_callbacks_alone_count_the_call_from_train_begin_without_its_exit(make_model, make_dataset):
+    with profile("callbacks", batch_size=8) as p:
+        make_model().fit(make_dataset(4), epochs=2, verbose=0, callbacks=p.callbacks)
+    parts = p.report.fit_call
+    assert parts["from"] == "train begin" and parts["exit_s"] is None
+    _adds_up(parts, p.report.timeline)
+    assert parts["whole_s"] == pytest.approx(p.report.fit_seconds)
+    assert "exit not timed" in p.report.summary()
+
+
+def test_a_fit_that_raises_is_accounted_up_to_where_it_raised(make_model, make_dataset):
+    with pytest.raises(RuntimeError), profile("raised", batch_size=8) as p:
+        p.fit(
+            make_model(),
+            make_dataset(5),
+            epochs=2,
+            verbose=0,
+            callbacks=[_raise_at(1, 2, RuntimeError("boom"))],
+        )
+    parts = p.report.fit_call
+    assert p.report.status == "partial" and parts["from"] == "fit call"
+    assert parts["exit_s"] is None and parts["steps_s"] > 0  # epoch 0 trained, then it raised
+    _adds_up(parts, p.report.timeline)
+
+
+def test_an_earlier_timed_fit_is_not_taken_for_a_later_untimed_one(make_model, make_dataset):
+    model, ds = make_model(), make_dataset(3)
+    with profile("two fits", batch_size=8) as p:
+        p.fit(model, ds, epochs=1, verbose=0)
+        model.fit(ds, epochs=1, verbose=0, callbacks=p.callbacks)  # the report is this one's
+    assert p.report.fit_call["from"] == "train begin"
+
+
+def test_a_custom_loop_has_no_fit_call():
+    with profile("loop", batch_size=4) as p, p.timer:
+        for _ in range(3):
+            p.timer.step()
+    assert p.report.fit_call is None and "fit call" not in p.report.summary()

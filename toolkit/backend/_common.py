@@ -49,6 +49,7 @@ SEAM = (
     "count_flops",
     "data_parallel",
     "device_memory",
+    "fit_batches",
     "float32_matmul_precision",
     "framework_facts",
     "fuse_train_steps",

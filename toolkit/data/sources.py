@@ -139,7 +139,11 @@ def synthetic(
         return tf.cast(gen.normal(shape), spec.dtype)
 
     element = make(f_spec) if l_spec is None else (make(f_spec), make(l_spec))
-    return tf.data.Dataset.from_tensors(element).repeat(num_examples)
+    # Nothing to tune, and the autotune model's thread would hold up the end of fit (see
+    # toolkit.data.builder.no_autotune_model).
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return tf.data.Dataset.from_tensors(element).repeat(num_examples).with_options(options)
 
 
 # ---------------------------------------------------------------------------- Python generators

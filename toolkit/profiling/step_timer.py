@@ -53,9 +53,8 @@ import contextlib
 import itertools
 import os
 import statistics
-import sys
 import time
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from absl import logging
@@ -73,11 +72,17 @@ from toolkit.core.stats import (
     format_ms,
     summarize_calls,
 )
+from toolkit.profiling._timing import (
+    fit_call_parts,
+    floats,
+    never,
+    profiler_probe,
+    settled,
+    to_stderr,
+)
 from toolkit.profiling.scalars import Scalars
 
-__all__ = [
-    "StepTimer",
-]
+__all__ = ["StepTimer"]
 
 # What StepTimer adds to Keras's epoch logs (History, CSVLogger, EarlyStopping read them).
 LOG_KEYS = ("step_ms_p50", "examples_per_sec")
@@ -161,7 +166,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self.batch_size = batch_size
         self._clock = clock
         self.log_steps = log_steps
-        self._log_fn = log_fn or _to_stderr
+        self._log_fn = log_fn or to_stderr
         # tf_keras: keep logs as tensors for us (no conversion, no sync).
         self._supports_tf_logs = True
         # Keras 3: our batch-end hook may run on Keras's callback thread.
@@ -171,6 +176,8 @@ class StepTimer(compat.keras().callbacks.Callback):
             self.scalars = Scalars(tensorboard_dir, log_steps=log_steps)
         self.tensorboard_metrics = tensorboard_metrics
         self.global_step = 0  # steps written to TensorBoard so far, across fits
+        # (called, returned) of the last fit timed by `around_fit`; kept across reset().
+        self._fit_span: tuple[float | None, float | None] = (None, None)
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -183,6 +190,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self.epochs: list[dict[str, Any]] = []
         self.last_logs: dict[str, float] = {}
         self.train_begin_time: float | None = None
+        self.first_begin_time: float | None = None  # the fit's first batch begin
         self.train_end_time: float | None = None
         self._warmup_left = self.warmup_steps
         self._seen_first = False
@@ -194,13 +202,12 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._begins: list[tuple[int, float, bool, int]] = []
         self._drained = 0
         self._open: tuple[int, float, bool, int] | None = None
-        self._open_time = 0.0  # custom loops: the open step's begin time and profiler mark
-        self._open_trace = (False, 0)
+        # Custom loops: the open step's begin time and profiler mark.
+        self._open_time, self._open_trace = 0.0, (False, 0)
         self._prev_gap = 0  # steps between the last two begins in this epoch
         self._spe = 1
         self._fused = 1  # training steps per Keras batch (see the backend's fuse_train_steps)
-        self._epoch_start = 0.0
-        self._epoch_calls_start = 0
+        self._epoch_start, self._epoch_calls_start = 0.0, 0
         self._end_marks: list[tuple[Any, ...]] = []  # (batch, time[, profiler state])
         self._boundary_time: float | None = None
         self._running = False
@@ -212,7 +219,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._async = False
         self._epoch_state: tuple[Any, ...] = (self.warmup_steps, False)
         self._quiet = False
-        self._probe: Callable[[], bool] = _never  # set per fit: is any profiler running?
+        self._probe: Callable[[], bool] = never  # set per fit: is any profiler running?
         self._scalars_done = 0  # calls already written to TensorBoard
         self._steady = False  # first step and warm-up done, nothing to log: the fast path
         vars(self).pop("on_train_batch_begin", None)  # the per-fit hook (see on_train_begin)
@@ -277,6 +284,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         ``on_train_end``, so the count of finished executions is complete here (it is not yet at
         ``on_test_begin``, which only notes the time the boundary was reached).
         """
+        self._note_first_begin()
         self._drain()
         if self._open is None:
             return
@@ -295,6 +303,10 @@ class StepTimer(compat.keras().callbacks.Callback):
         steps_in_epoch = (self.params or {}).get("steps")
         steps = min(spe, steps_in_epoch - begin) if steps_in_epoch else spe
         self._record(end - begin_time, max(1, steps) * self._fused, (active, generation))
+
+    def _note_first_begin(self) -> None:  # the first epoch's begins go at its end
+        if self.first_begin_time is None and self._begins:
+            self.first_begin_time = self._begins[0][1]
 
     def _drain(self) -> None:
         """Turns the batch begins written since the last drain into executions: each begin
@@ -345,7 +357,8 @@ class StepTimer(compat.keras().callbacks.Callback):
             ]
             if not mine:
                 return  # an execution without its end: keep the begins
-            stamps.append(self._settled(max(mine, key=lambda m: m[1]), following, edges))
+            end = max(mine, key=lambda m: m[1])
+            stamps.append(settled(end, following, edges, self._clock is time.perf_counter))
         for k in range(len(stamps) - 2, -1, -1):  # a step ends no later than any later one
             if stamps[k + 1][0] < stamps[k][0]:
                 stamps[k] = stamps[k + 1]
@@ -369,25 +382,6 @@ class StepTimer(compat.keras().callbacks.Callback):
             self._quiet = False
         self.boundary = "end"
 
-    def _settled(
-        self,
-        end: tuple[Any, ...],
-        following: tuple[Any, ...] | None,
-        edges: list[tuple[int, tuple[bool, float]]],
-    ) -> tuple[float, tuple[bool, int]]:
-        """A step's end stamp, ``(time, profiler state)``, as its batch-end hook wrote it, unless
-        a trace edge that waited for the device (``PROFILER.synced``) came after the step was
-        dispatched (before the next batch begin): the step had ended by then, whenever the
-        callback thread got to its hook, so it ran outside what that edge started or stopped."""
-        at, mark = end[1], (end[2], end[3])
-        if following is not None:
-            for generation, (before, synced_at) in edges:
-                if following[3] < generation <= mark[1]:
-                    if self._clock is time.perf_counter:
-                        at = min(at, synced_at)
-                    return at, (before, generation - 1)
-        return at, mark
-
     # ------------------------------------------------------------------ Keras hooks
 
     def set_params(self, params: Mapping[str, Any]) -> None:
@@ -400,7 +394,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._spe = compat.steps_per_execution(model)
         self._fused = max(1, int(getattr(model, FUSED_STEPS_ATTR, 1) or 1))
         self._async = _asynchronous()
-        self._probe = _profiler_probe()
+        self._probe = profiler_probe()
         if self.log_steps:  # its lines come as the steps do: each begin is drained at once
             self.on_train_batch_begin = self._begin_and_drain
         self.train_begin_time = self._clock()
@@ -454,7 +448,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         if self._async:
             self._retime_at_ends()
         calls = self._calls[self._epoch_calls_start :]
-        metrics = _floats(logs)  # the model's: read before ours are added
+        metrics = floats(logs)  # the model's: read before ours are added
         self.last_logs = metrics
         figures = None  # one sort for the logs and the scalars, none when neither is on
         if self.add_to_logs or self.scalars is not None:
@@ -506,7 +500,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self.train_end_time = now
         self._running = False
         if logs:
-            model = {k: v for k, v in _floats(logs).items() if k not in LOG_KEYS}
+            model = {k: v for k, v in floats(logs).items() if k not in LOG_KEYS}
             self.last_logs = {**self.last_logs, **model}
 
     # ------------------------------------------------------------------ custom loops
@@ -515,7 +509,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         """Starts timing a custom loop; the next :meth:`step` ends the first step."""
         self.reset()
         self._running = True
-        self._probe = _profiler_probe()
+        self._probe = profiler_probe()
         self.train_begin_time = self._open_time = self._epoch_start = self._clock()
         self._open_trace = self._mark()
         return self
@@ -567,6 +561,24 @@ class StepTimer(compat.keras().callbacks.Callback):
         end = self.train_end_time if self.train_end_time is not None else self._clock()
         return end - self.train_begin_time
 
+    @contextlib.contextmanager
+    def around_fit(self) -> Iterator[StepTimer]:
+        """Times the ``fit`` call it wraps (raising or not) for :meth:`fit_call`."""
+        self._fit_span = (self._clock(), None)
+        try:
+            yield self
+        finally:
+            self._fit_span = (self._fit_span[0], self._clock())
+
+    def fit_call(self) -> dict[str, Any] | None:
+        """The last fit's whole call as start-up + steps + exit (``_timing.fit_call_parts``;
+        from train begin and without the exit unless :meth:`around_fit` timed the call)."""
+        if not getattr(self, "params", None):  # a custom loop: no fit (Keras sets params)
+            return None
+        self._note_first_begin()
+        begin, end = self.train_begin_time, self.train_end_time
+        return fit_call_parts(begin, self.first_begin_time, end, *self._fit_span)
+
     def summary(self) -> StepStats:
         """The step statistics of everything recorded so far."""
         return summarize_calls(self.calls, self.batch_size)
@@ -575,27 +587,6 @@ class StepTimer(compat.keras().callbacks.Callback):
 # A backlog below this is the callback thread's lateness, not the device's (Python's switch
 # interval is 5 ms).
 BACKLOG_FLOOR_S = 0.02
-
-
-def _to_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def _never() -> bool:
-    return False
-
-
-def _profiler_probe() -> Callable[[], bool]:
-    """The backend's check for a running profiler (any: the toolkit's, Keras's
-    ``TensorBoard(profile_batch=...)``, a user's), read once per fit; never one that raises."""
-    from toolkit import backend
-
-    try:
-        probe = backend.get().profiler_probe()
-        probe()
-    except Exception:  # noqa: BLE001 - no probe: only the toolkit's own traces are seen
-        return _never
-    return probe
 
 
 def _asynchronous() -> bool:
@@ -607,12 +598,3 @@ def _asynchronous() -> bool:
     return (
         compat.keras_flavor() == "keras3" and seam is not None and seam.dispatches_asynchronously()
     )
-
-
-def _floats(logs: Mapping[str, Any] | None) -> dict[str, float]:
-    """Epoch-level logs as floats (once per epoch; Keras has already synced them by then)."""
-    out = {}
-    for k, v in (logs or {}).items():
-        with contextlib.suppress(TypeError, ValueError):
-            out[str(k)] = float(v)
-    return out

@@ -29,6 +29,7 @@ from toolkit.core.files import ReportError, atomic_write, jsonable
 from toolkit.core.stats import StepStats, format_flops, format_ms, utilization
 from toolkit.core.version import __version__
 from toolkit.report._cluster import cluster_line, render_cluster
+from toolkit.report._fit_call import fit_call_line
 from toolkit.report.context import RunContext
 from toolkit.report.trace import read_trace, trace_lines
 
@@ -67,6 +68,9 @@ class RunReport:
     error: str | None = None
     created_utc: str = ""
     fit_seconds: float | None = None
+    # The whole fit call as start-up + steps + exit (``StepTimer.fit_call``); None in reports
+    # written before it was measured.
+    fit_call: dict[str, Any] | None = None
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     args: dict[str, Any] = dataclasses.field(default_factory=dict)
     timeline: list[list[Any]] = dataclasses.field(default_factory=list)
@@ -130,6 +134,7 @@ class RunReport:
             status=status,
             error=error,
             fit_seconds=timer.fit_seconds,
+            fit_call=timer.fit_call(),
             environment=machine.capture_environment(backend.framework_facts()),
             args=jsonable(dict(args or {})),
             timeline=calls[:MAX_TIMELINE],
@@ -185,6 +190,8 @@ class RunReport:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in names}
         kwargs["steps"] = StepStats.from_dict(d.get("steps") or {})
+        if not isinstance(kwargs.get("fit_call"), dict):  # absent before it was measured
+            kwargs["fit_call"] = None
         if version < 2:  # schema 1 kept the context, diagnosis and tune in extra
             extra = dict(kwargs.get("extra") or {})
             kwargs["diagnosis"] = extra.pop("diagnosis", None)
@@ -271,6 +278,8 @@ class RunReport:
         if self.epochs:
             secs = sum(e.get("seconds", 0.0) for e in self.epochs)
             lines.append(f"epochs: {len(self.epochs)} in {secs:.2f} s")
+        if self.fit_call:
+            lines.append(fit_call_line(self.fit_call))
         if self.metrics:
             lines.append("final: " + ", ".join(f"{k} {v:.4g}" for k, v in self.metrics.items()))
         if self.memory and self.memory.get("warnings"):
@@ -292,6 +301,8 @@ class RunReport:
         w(f" · schema {self.schema_version}\n")
         if self.fit_seconds is not None:
             w(f"- fit wall time: {self.fit_seconds:.3f} s\n")
+        if self.fit_call:
+            w(f"- {fit_call_line(self.fit_call)}\n")
         w("\n## Step time\n\n| figure | value |\n|---|---|\n")
         rows = [
             ("timed steps", s.timed_steps),
@@ -575,4 +586,6 @@ def _diagnosis_line(diagnosis: Mapping[str, Any]) -> str:
 
 def _tune_line(tune: Mapping[str, Any]) -> str:
     source = "from the cache" if tune.get("cache_hit") else f"searched in {tune['seconds']:.1f} s"
-    return f"tune: {tune.get('best_label')} ({source}, {len(tune.get('trials') or [])} trials)"
+    line = f"tune: {tune.get('best_label')} ({source}, {len(tune.get('trials') or [])} trials)"
+    gain = tune.get("gain_words")  # the claimed gain with its spread and where it was measured
+    return f"{line}; claimed {gain}" if isinstance(gain, str) and gain else line

@@ -8,7 +8,7 @@ import datetime as _dt
 import os
 import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from absl import logging
@@ -46,8 +46,10 @@ def new_run_dir(report_dir: str | os.PathLike[str]) -> str:
 class Profile:
     """Profiles one run and writes its RunReport, also when training raises or is interrupted.
 
-    Use ``profile(...)`` to get one. Inside the ``with`` block pass ``callbacks`` to ``fit``
-    (or drive ``timer`` around a custom loop). On exit the report is built and, when a
+    Use ``profile(...)`` to get one. Inside the ``with`` block call ``prof.fit(model, ...)``,
+    which times the whole call (the report then shows its start-up before the first step and
+    its exit after the last one, not only the steps), or pass ``callbacks`` to your ``fit``, or
+    drive ``timer`` around a custom loop. On exit the report is built and, when a
     `report_dir` was given, written atomically as JSON, Markdown and PNG. If the block raised
     (an error, Ctrl-C, or SIGTERM, which is turned into ``TrainingInterrupted`` while the
     block runs) the report is marked ``partial`` with the error, written, and the exception
@@ -138,6 +140,14 @@ class Profile:
             for cb in (self._stop, self.timer, self.memory, self.trace, self._guard)
             if cb is not None
         ]
+
+    def fit(self, model: Any, *args: Any, callbacks: Sequence[Any] = (), **kwargs: Any) -> Any:
+        """``model.fit(*args, **kwargs)`` with this profile's callbacks (then `callbacks`),
+        the whole call timed (``StepTimer.around_fit``): the report's ``fit_call`` shows the
+        start-up before the first step and the exit after the last one (on TensorFlow, a
+        tf.data iterator's teardown), which callbacks alone cannot see. Returns the History."""
+        with self.timer.around_fit():
+            return model.fit(*args, callbacks=[*self.callbacks, *callbacks], **kwargs)
 
     def __enter__(self) -> Profile:
         if self.report_dir is not None:
@@ -280,7 +290,7 @@ def profile(name: str, **kwargs: Any) -> Profile:
 
     ```python
     with profile("my-model", report_dir="runs", batch_size=64) as prof:
-        model.fit(dataset, epochs=3, callbacks=prof.callbacks)
+        prof.fit(model, dataset, epochs=3)  # or model.fit(..., callbacks=prof.callbacks)
     print(prof.report.summary())   # also in runs/<timestamp>/report.{json,md} and steps.png
     ```
     """

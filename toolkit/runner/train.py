@@ -245,22 +245,26 @@ def run(
                 )
                 # Not for the report, which is written even when fit stops on an error.
                 pending = prof.compute.pop("peak_pending", False)
-            history = model.fit(
-                train_ds,
-                epochs=config.epochs,
-                steps_per_epoch=(
-                    config.steps_per_epoch // config.fused_steps if config.steps_per_epoch else None
-                ),
-                validation_data=setup.val_ds,
-                shuffle=False,  # the pipeline shuffles; Keras would only warn about a Dataset
-                callbacks=[
-                    *_resilience(resume, setup.share[0]),
-                    *prof.callbacks,
-                    *shown,
-                    *callbacks,
-                ],
-                verbose=verbose,
-            )
+            # The whole call timed: the report shows its start-up and exit beside the steps.
+            with prof.timer.around_fit():
+                history = model.fit(
+                    train_ds,
+                    epochs=config.epochs,
+                    steps_per_epoch=(
+                        config.steps_per_epoch // config.fused_steps
+                        if config.steps_per_epoch
+                        else None
+                    ),
+                    validation_data=setup.val_ds,
+                    shuffle=False,  # the pipeline shuffles; Keras would only warn about a Dataset
+                    callbacks=[
+                        *_resilience(resume, setup.share[0]),
+                        *prof.callbacks,
+                        *shown,
+                        *callbacks,
+                    ],
+                    verbose=verbose,
+                )
             if prof.compute is not None:
                 p50 = prof.timer.summary().p50_s
                 flops.recheck_peak(prof.compute, p50, setup.device, pending=pending)

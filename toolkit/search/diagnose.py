@@ -420,14 +420,24 @@ def diagnose(
         compute = work.fit(steps=total, warmup=warmup, one_batch=True)
         dataset = work.pipeline()
         say(f"diagnose: 2/3 the input pipeline alone, {steps} batches")
-        pipeline = benchmark(dataset.repeat(), num_batches=steps, verbose=False)
+        read = work.input_batches()  # what the backend's fit reads; None: the pipeline is
+        if read is None:
+            pipeline = benchmark(dataset.repeat(), num_batches=steps, verbose=False)
+        else:
+            words, batches = read
+            try:
+                pipeline = benchmark(
+                    batches, num_batches=steps, batch_size=work.batch_size, verbose=False
+                )
+            finally:
+                batches.close()
         traced = whole_calls(TRACE_STEPS, per_call)
         with _fit_trace(total, traced) as tracing:
             real = total + (traced if tracing else 0)
             say(f"diagnose: 3/3 the real fit, {real} steps")
             fit = work.fit(steps=real, warmup=warmup, callbacks=tracing)
             trace = _read_trace(tracing, work.defaults().steps_per_execution)
-    described = work.described
+    described = work.described if read is None else words
     if not work.is_model:
         described += f": {describe_pipeline(dataset)}"
     settings = work.settings()

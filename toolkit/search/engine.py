@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from toolkit.core.stats import whole_calls
+from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
 from toolkit.runner.config import SEARCHED_SETTINGS, Searched, flag_of
 
 __all__ = [
@@ -40,6 +40,69 @@ FINALISTS = 3  # the search's fastest candidates measured again against the defa
 # is measured, is taken as this many times the slowest candidate without: a compile takes far
 # longer than a graph trace, and a first call cannot be stopped.
 XLA_FIRST_COST = 3.0
+# A pick must leave the run it is applied to at least this many timed calls of the compiled
+# function (after the first and the warm-up): fewer, and its report has no mean to show.
+MIN_TIMED_CALLS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class RunShape:
+    """The run a pick will be applied to: its epochs, and an epoch's length, fixed
+    (``steps_per_epoch``, ``--train_steps``) or one pass over `examples` at `batch_size`.
+
+    A loop longer than an epoch cannot run (Keras ends a call with the epoch, so the pick
+    would silently be cut), and a loop whose run is one first call and a warm-up times
+    nothing: 256 steps a call on a 160-step epoch left a tuned run with no timed step. So the
+    search offers, and autotune applies, only what the run can time (:meth:`allows`).
+    Unknown lengths (an endless pipeline) constrain nothing."""
+
+    epochs: int = 1
+    steps_per_epoch: int | None = None
+    examples: int | None = None
+    batch_size: int | None = None
+    warmup_steps: int = DEFAULT_WARMUP_STEPS
+
+    def epoch_batches(self, candidate: Any) -> int | None:
+        """Keras batches in one epoch under `candidate` (a fused batch holds
+        ``fused_steps`` steps; a one-pass epoch drops its last partial batch)."""
+        fused = max(1, candidate.fused_steps or 1)
+        if self.steps_per_epoch is not None:
+            return self.steps_per_epoch // fused
+        batch = candidate.batch_size or self.batch_size
+        if self.examples is None or not batch:
+            return None
+        return self.examples // (batch * fused)
+
+    def timed_calls(self, candidate: Any) -> int | None:
+        """Calls StepTimer times in the whole run (None: the run's length is unknown)."""
+        batches = self.epoch_batches(candidate)
+        if batches is None:
+            return None
+        if batches < 1:
+            return 0
+        per_execution = min(max(1, candidate.steps_per_execution or 1), batches)
+        calls = self.epochs * -(-batches // per_execution)
+        per_call = per_execution * max(1, candidate.fused_steps or 1)
+        return max(0, calls - 1 - -(-self.warmup_steps // per_call))
+
+    def why_not(self, candidate: Any) -> str | None:
+        """Why the run cannot take `candidate` in words; None when it can."""
+        fused = max(1, candidate.fused_steps or 1)
+        if self.steps_per_epoch is not None and self.steps_per_epoch % fused:
+            return f"{self.steps_per_epoch} steps an epoch are not a multiple of {fused} fused"
+        timed = self.timed_calls(candidate)
+        if timed is not None and timed < MIN_TIMED_CALLS:
+            return (
+                f"{candidate.per_call} steps a call leave the run {timed} timed call(s) "
+                f"after its first and warm-up (at least {MIN_TIMED_CALLS})"
+            )
+        return None
+
+    def allows(self, candidate: Any) -> bool:
+        return self.why_not(candidate) is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 class _Candidate:
@@ -83,7 +146,8 @@ class _Space:
     per searched setting (default: the setting's generic values), and ``max_steps_per_call``:
     steps in one call at most (steps per execution × fused steps): a call's fixed cost spread
     over 256 steps is already a few µs a step, and a longer call costs more to measure (one
-    call is the shortest window) than it could gain. Not an axis."""
+    call is the shortest window) than it could gain. Not an axis. And ``run``: the
+    :class:`RunShape` of the run the pick is for (None: unknown): only loops it can time."""
 
     SEARCHED: tuple[tuple[str, Searched], ...] = ()
     CANDIDATE: type = _Candidate
@@ -92,6 +156,12 @@ class _Space:
         return [(name, getattr(self, name)) for name, _how in self.SEARCHED]
 
     def allows(self, candidate: Any) -> bool:
+        """Within ``max_steps_per_call``, and a loop the run it is for can time (`run`, a
+        :class:`RunShape`; None: any)."""
+        run = self.run  # type: ignore[attr-defined]
+        changes_run = candidate.per_call > 1 or candidate.batch_size
+        if run is not None and changes_run and not run.allows(candidate):
+            return False
         return candidate.per_call == 1 or candidate.per_call <= self.max_steps_per_call  # type: ignore[attr-defined]
 
     def grid(self) -> list[Any]:
@@ -125,6 +195,7 @@ def knob_types(searched: Sequence[tuple[str, Searched]]) -> tuple[type, type]:
                 for name, how in table
             ),
             ("max_steps_per_call", int, dataclasses.field(default=256)),
+            ("run", Any, dataclasses.field(default=None)),
         ],
         bases=(_Space,),
         frozen=True,

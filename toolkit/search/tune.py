@@ -38,6 +38,7 @@ from toolkit.core import progress as tk_progress
 from toolkit.core.cache import Cache
 from toolkit.runner.config import SEARCHED_SETTINGS, SearchContext, TrainConfig
 from toolkit.search.engine import FINALISTS, Candidate, Space, Trial, search
+from toolkit.search.fresh import FRESH, THIS_PROCESS, Gain, confirm_fresh, fresh_steps
 from toolkit.search.rounds import confirm
 from toolkit.search.workload import Workload, apply, workload
 
@@ -79,6 +80,11 @@ class TuneResult:
     # The head-to-head rounds after the search: [{label: examples/s}] per round.
     confirm_rounds: list[dict[str, float]] = dataclasses.field(default_factory=list)
     why: str = ""
+    # What it claims: the pick's gain over the defaults with its spread and rounds, from fresh
+    # processes where it could run them, else from this process's rounds (None: no pick).
+    gain: Gain | None = None
+    # The fresh-process rounds that confirmed (or refused) the pick: [{label: examples/s}].
+    fresh_rounds: list[dict[str, float]] = dataclasses.field(default_factory=list)
     # For the target it answers (not kept in the cache or the report): how to apply the
     # winner (a recipe's flags, or your model's compile arguments) and the batch in words.
     how_to_apply: str = dataclasses.field(default="", compare=False)
@@ -114,6 +120,9 @@ class TuneResult:
             "budget_exhausted": self.budget_exhausted,
             "confirm_rounds": self.confirm_rounds,
             "why": self.why,
+            "gain": self.gain.to_dict() if self.gain is not None else None,
+            "gain_words": self.gain.words() if self.gain is not None else None,
+            "fresh_rounds": self.fresh_rounds,
         }
 
     @classmethod
@@ -131,7 +140,7 @@ class TuneResult:
         return cls(
             Candidate(**d["best"]), trials, d["key"], cache_hit, d["seconds"],
             d.get("budget_exhausted", False), list(d.get("confirm_rounds") or []),
-            d.get("why", ""),
+            d.get("why", ""), Gain.from_dict(d.get("gain")), list(d.get("fresh_rounds") or []),
         )  # fmt: skip
 
     def table(self) -> str:
@@ -164,6 +173,8 @@ class TuneResult:
             )
         elif self.why:
             lines.append(f"\n{self.why}")
+        if self.gain is not None and self.best != self.trials[0].candidate:
+            lines.append(f"claimed gain: {self.gain.words()}")
         return "\n".join(lines)
 
 
@@ -177,6 +188,7 @@ def tune(
     steps: int = 48,
     use_cache: bool = True,
     progress: Callable[[str], Any] | None = None,
+    fresh: Any = None,
 ) -> TuneResult:
     """Finds the fastest settings for a recipe's Task, or for your own compiled model on your
     own batched data (see the module docstring).
@@ -199,6 +211,15 @@ def tune(
         use_cache: read and write the cache. Defaults to `True`.
         progress: called with one line per candidate. Defaults to ``toolkit.core.progress.say``
             (stderr) with a bar of the budget on a terminal.
+        fresh: where the pick is confirmed in fresh processes before it is cached
+            (``toolkit.search.fresh``): the recipe's name, ``"module:function"`` returning
+            your compiled model and data, that function, or a ``Target`` with the recipe
+            flags. The verbs and ``--autotune`` pass it. None: your model in memory cannot be
+            rebuilt elsewhere, so the gain claimed is this process's rounds, and says so.
+
+    Only settings the run they are for can time are searched, picked and applied: a loop
+    longer than an epoch, or one whose run is a first call and a warm-up, is left out
+    (``engine.RunShape``, from ``config.epochs`` and the epoch's length).
     """
     start = time.perf_counter()
     # A Task's data is made once for the search, and its finalists stay built for the rounds.
@@ -206,6 +227,7 @@ def tune(
     config = work.config
     defaults = work.defaults()
     key, facts = cache_key(work)
+    run = work.run_shape()
 
     def measure(candidate: Candidate, calls: int = 3) -> float:
         return work.rate(candidate, steps, calls)
@@ -221,13 +243,18 @@ def tune(
     try:
         if use_cache:
             hit = cached(key)
-            if hit is not None:
+            why_not = run.why_not(hit.best) if hit is not None and run is not None else None
+            if hit is not None and why_not is None:
                 report(f"tune: cached result for this model, input and machine ({key})")
                 return hit.applied_to(work)
+            if why_not is not None:
+                report(f"tune: the cached pick does not fit this run ({why_not}): searching")
         first = None
         if space is None:  # measure the defaults first: their step time shapes the space
             say(f"tune: measuring the defaults first (budget {budget_s:.0f} s)")
             first, space = _defaults_then_space(work, measure, budget_s, report)
+        if run is not None and space.run is None:  # only loops the run can time
+            space = dataclasses.replace(space, run=run)
 
         def searching(candidate: Candidate) -> float:
             # A run past the search's share of the budget stops after its current call
@@ -255,13 +282,59 @@ def tune(
     finally:
         budget_bar.close()
         work.close()
+    gain = _in_process_gain(rounds, defaults, best)
+    fresh_rounds: list[dict[str, float]] = []
+    if best != defaults and fresh is not None:
+        best, gain, fresh_rounds, words = _confirm_fresh(
+            fresh, work, trials, defaults, best, steps, say
+        )
+        why = f"{why}; {words}" if why else words
+    elif best != defaults:
+        why += f"; not run in fresh processes ({_NO_FRESH})"
     result = TuneResult(
         best, trials, key, False, time.perf_counter() - start, exhausted or out_of_time,
-        rounds, why,
+        rounds, why, gain, fresh_rounds,
     )  # fmt: skip
     if use_cache:
         _CACHE.put(result.key, facts, {**result.to_dict(), "cache_hit": False})
     return result.applied_to(work)
+
+
+_NO_FRESH = "your model in memory: give tune fresh='module:function' to confirm it there"
+
+
+def _in_process_gain(
+    rounds: list[dict[str, float]], defaults: Candidate, best: Candidate
+) -> Gain | None:
+    """The pick's paired ratios over this process's head-to-head rounds."""
+    if best == defaults:
+        return None
+    base, mine = defaults.label(), best.label()
+    ratios = [r[mine] / r[base] for r in rounds if r.get(base) and r.get(mine)]
+    return Gain.of(ratios, THIS_PROCESS)
+
+
+def _confirm_fresh(
+    fresh: Any,
+    work: Workload,
+    trials: list[Trial],
+    defaults: Candidate,
+    best: Candidate,
+    steps: int,
+    say: Callable[[str], Any],
+) -> tuple[Candidate, Gain | None, list[dict[str, float]], str]:
+    """The pick against the defaults in fresh processes (``toolkit.search.fresh``)."""
+    from toolkit.search.standings import Target
+
+    rates = {t.candidate: t.examples_per_sec for t in trials}
+    batch = work.batch_size or work.config.batch_size
+    slowest = min((r for r in (rates.get(defaults), rates.get(best)) if r), default=None)
+    length = max(fresh_steps(c, slowest, batch, steps) for c in (defaults, best))
+    say(f"tune: confirming {best.label()} against the defaults in {FRESH}")
+    return confirm_fresh(
+        Target.of(fresh), defaults, best, backend=backend.name(), device=work.config.device,
+        steps=length, progress=say,
+    )  # fmt: skip
 
 
 def _defaults_then_space(

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -32,8 +31,17 @@ from typing import Any
 from toolkit import backend
 from toolkit.core import compat
 from toolkit.core.stats import utilization, whole_calls
-from toolkit.runner.config import SEARCHED, TrainConfig
-from toolkit.search.engine import Candidate, window_steps
+from toolkit.runner.config import SEARCHED, SEARCHED_SETTINGS, TrainConfig
+from toolkit.search._model_fit import (
+    figures_of,
+    measured_fit,
+    model_signature,
+    param_count,
+    rate_of,
+    restore,
+    snapshot,
+)
+from toolkit.search.engine import Candidate, RunShape, window_steps
 
 __all__ = [
     "ModelWorkload",
@@ -42,6 +50,7 @@ __all__ = [
     "workload",
 ]
 
+_COMPILE_ARGS = frozenset(name for name, how in SEARCHED_SETTINGS if how.compile_arg)
 LIVE_WINDOW_S = 0.25  # a kept finalist's window when measured again, at least (seconds)
 LIVE_PARAMS = 50_000_000  # models with more weights are rebuilt, not kept, for the rounds
 # A candidate whose run has taken this many times what the best so far needed for its whole
@@ -99,12 +108,18 @@ class Workload:
         ``fused_steps`` steps)."""
         raise NotImplementedError
 
+    def input_batches(self) -> tuple[str, Any] | None:
+        """``(the input in words, its batches)`` read exactly as this backend's ``fit`` reads
+        them (Keras's own data adapter and epoch iterator; close the iterator when done), or
+        None where :meth:`pipeline` is what fit reads."""
+        return None
+
     def rate(self, candidate: Candidate, steps: int = 48, calls: int = 3) -> float:
         """Examples/s over a timed window of at least `steps` steps and `calls` calls, after
         the candidate's own warm-up (:func:`~toolkit.search.engine.window_steps`)."""
         warmup, total = window_steps(candidate, steps, calls)
         with backend.get().quiet_retracing():
-            return _rate(self.fit(candidate, steps=total, warmup=warmup).steps)
+            return rate_of(self.fit(candidate, steps=total, warmup=warmup).steps)
 
     def cache_facts(self) -> dict[str, Any]:
         """What a cached answer for it depends on: the model's architecture, its input's spec
@@ -124,14 +139,31 @@ class Workload:
         ``model.compile`` arguments of your model."""
         raise NotImplementedError
 
+    def run_shape(self) -> RunShape | None:
+        """The run a pick is applied to (its epochs and epoch length), so that the search
+        offers only loops that run can time; None: unknown."""
+        return None
+
     def batch_words(self) -> str:
         """Its batch size in words, for a verb's first line."""
         return str(self.batch_size)
 
-    def figures(self, steps: int, *, count_flops: bool = True) -> dict[str, Any]:
+    def figures(
+        self, steps: int, *, count_flops: bool = True, candidate: Candidate | None = None
+    ) -> dict[str, Any]:
         """One run of at least `steps` steps and five calls, as the backends chooser compares
-        them: first step, p50, mean, examples/s, MFU and the final training loss."""
+        them: first step, p50, mean, examples/s, MFU and the final training loss. With
+        `candidate`, under its settings (a fresh process confirming tune's pick)."""
         raise NotImplementedError
+
+    def candidate_of(self, config: TrainConfig) -> Candidate:
+        """The settings `config` gives this target, over its own (flags handed to a fresh
+        process for your model: what a recompile can change)."""
+        values = {name: getattr(config, name) for name in SEARCHED}
+        return dataclasses.replace(
+            self.defaults(),
+            **{k: v for k, v in values.items() if v is not None and k in _COMPILE_ARGS},
+        )
 
     def close(self) -> None:
         """Lets go of what measuring held (and puts your model back as it was)."""
@@ -208,6 +240,18 @@ class TaskWorkload(Workload):
     def how_to_apply(self, candidate: Candidate) -> str:
         return candidate.flags()
 
+    def run_shape(self) -> RunShape:
+        """The config's run: ``--epochs``, and ``--train_steps`` or one pass over the
+        task's training examples (a smoke run as it really runs)."""
+        c = self.config._smoked() if self.config.smoke else self.config
+        return RunShape(
+            epochs=c.epochs,
+            steps_per_epoch=c.steps_per_epoch,
+            examples=None if c.steps_per_epoch else _count_examples(self.task),
+            batch_size=c.batch_size,
+            warmup_steps=c.warmup_steps,
+        )
+
     def defaults(self) -> Candidate:
         """The config's searched settings (those whose candidate default is None, the batch
         size, stay the config's), with Keras's own choice of compilation where it is unset."""
@@ -256,7 +300,7 @@ class TaskWorkload(Workload):
                 )
             if stop.stopped and not stop.rate:
                 raise RuntimeError("the budget ended in its first call (the compile)")
-            rate = stop.rate if stop.stopped else _rate(result.report.steps)
+            rate = stop.rate if stop.stopped else rate_of(result.report.steps)
             self._hold(candidate, rate, result)
         finally:
             compat.keras().backend.clear_session()
@@ -288,17 +332,18 @@ class TaskWorkload(Workload):
             report = measured_fit(
                 model, data, (per_call + timed) // candidate.fused_steps, 0, batch_size=batch
             )
-        return _rate(report.steps)
+        return rate_of(report.steps)
 
-    def figures(self, steps: int, *, count_flops: bool = True) -> dict[str, Any]:
+    def figures(self, steps, *, count_flops=True, candidate=None):
         from toolkit.runner import train
 
-        per_call = self.per_call
+        base = self.config if candidate is None else apply(self.config, candidate)
+        per_call = candidate.per_call if candidate is not None else self.per_call
         total = whole_calls(max(steps, 5 * per_call), per_call)
         cfg = dataclasses.replace(
-            self.config.for_measurement(total, self.config.warmup_steps), count_flops=count_flops
+            base.for_measurement(total, self.config.warmup_steps), count_flops=count_flops
         )
-        return _figures(train.run(self.task, cfg).report)
+        return figures_of(train.run(self.task, cfg).report)
 
     def _signature(self) -> tuple[Any, Any]:
         from toolkit.runner import _data, train
@@ -318,6 +363,20 @@ class TaskWorkload(Workload):
         if self.live:
             self.live.clear()
             compat.keras().backend.clear_session()
+
+
+def _count_examples(task: Any) -> int | None:
+    """The task's training examples where they can be counted without reading them."""
+    source = task.train() if callable(task.train) else task.train
+    try:
+        if isinstance(source, tuple):
+            from toolkit.data.sources import array_examples
+
+            return int(array_examples(*source))
+        count = int(source.cardinality())
+    except (AttributeError, TypeError, ValueError, ImportError):
+        count = -1
+    return count if count >= 0 else task.train_examples
 
 
 def _resident(source: Any) -> Any:
@@ -357,12 +416,26 @@ class ModelWorkload(Workload):
             # Keras 3 says `compiled`, tf_keras `_is_compiled`
             raise SetupError(f"(model, data): compile {type(model).__name__} first (model.compile)")
 
+        from toolkit.data import _fit_input
+
+        kind = type(data).__name__
+        if _fit_input.is_generator(data):  # read once: each measurement replays it, reads on
+            data = _fit_input.Replay(data)
+        self.data = data
         try:
             self.dataset, self.described, self.batch_size = _fit_data.fit_dataset(
                 data, config.batch_size
             )
         except ValueError as e:  # a form fit would refuse too: one line, naming the data
             raise SetupError(str(e)) from None
+        self.data_words = self.described.partition(" in tf.data")[0]  # arrays, batched by N
+        if isinstance(data, _fit_input.Replay):
+            self.described = self.data_words = (
+                f"your {kind}, read once: each measurement replays the batches read so far "
+                f"and reads on (at most {data.hold} held)"
+            )
+        elif not hasattr(data, "element_spec") and "batched by" not in self.data_words:
+            self.data_words = f"your {kind}"
         self.name = str(getattr(model, "name", None) or "model")
         self.device = devices.resolve(config.device)
         self.saved = snapshot(model)
@@ -374,6 +447,22 @@ class ModelWorkload(Workload):
 
     def batch_words(self) -> str:
         return f"{self.batch_size}, your pipeline's" if self.batch_size else "your pipeline's"
+
+    def run_shape(self) -> RunShape | None:
+        """Your fit: ``config.epochs`` epochs (1 unless you say) of ``config.steps_per_epoch``
+        batches, or of one pass over your pipeline where it can count its batches."""
+        steps = self.config.steps_per_epoch
+        if steps is None:
+            try:
+                count = int(self.dataset.cardinality())
+            except (AttributeError, TypeError, ValueError):
+                count = -1
+            steps = count if count > 0 else None
+        if steps is None:
+            return None
+        return RunShape(
+            epochs=self.config.epochs, steps_per_epoch=steps, warmup_steps=self.config.warmup_steps
+        )
 
     def defaults(self) -> Candidate:
         from toolkit.core.compat import steps_per_execution
@@ -391,7 +480,7 @@ class ModelWorkload(Workload):
             if self.compiled is None:
                 self.compiled = compat.compile_settings(self.model)
             compat.set_compile_settings(self.model, **candidate.compile_kwargs())
-        data = self.dataset.take(1).cache().repeat() if one_batch else self.dataset
+        data = self._one_batch() if one_batch else self.dataset
         return measured_fit(
             self.model, data, steps, warmup, batch_size=self.batch_size, callbacks=callbacks
         )
@@ -399,15 +488,42 @@ class ModelWorkload(Workload):
     def pipeline(self) -> Any:
         return self.dataset
 
-    def figures(self, steps: int, *, count_flops: bool = True) -> dict[str, Any]:
+    def input_batches(self) -> tuple[str, Any] | None:
+        from toolkit.data import _fit_input
+
+        args = _fit_input.fit_arguments(self.data, self.batch_size)
+        read = None if args is None else backend.get().fit_batches(self.model, args)
+        if read is None:
+            return None
+        adapter, batches = read
+        form = self.described.rpartition("; ")[2] if "; " in self.described else ""
+        said = f"{self.data_words}, read by Keras's {adapter} as fit reads it"
+        return said + (f"; {form}" if form else ""), batches  # "; x alone": what fit gets
+
+    def _one_batch(self) -> Any:
+        """One batch, handed to the step again and again as the backend's train function
+        receives it (no pipeline iterated between steps: the step alone)."""
+        from toolkit.data import _fit_input
+
+        read = self.input_batches()
+        if read is None:
+            return self.dataset.take(1).cache().repeat()
+        batches = read[1]
+        try:
+            first = next(batches)
+        finally:
+            batches.close()
+        return _fit_input.repeated_batch(first, self.batch_size)
+
+    def figures(self, steps, *, count_flops=True, candidate=None):
         from toolkit.profiling import flops
         from toolkit.runner import train
 
         if self.config.init_weights:
             train.share_initial_weights(self.model, self.config.init_weights)
-        per_call = self.per_call
+        per_call = (candidate or self.defaults()).per_call
         total = whole_calls(max(steps, 5 * per_call), per_call)
-        out = _figures(self.fit(steps=total, warmup=self.config.warmup_steps))
+        out = figures_of(self.fit(candidate, steps=total, warmup=self.config.warmup_steps))
         if count_flops and self.batch_size and out["p50_s"]:
             with contextlib.suppress(Exception):
                 facts = flops.compute_facts(
@@ -425,110 +541,3 @@ class ModelWorkload(Workload):
         if self.compiled is not None:
             compat.set_compile_settings(self.model, **self.compiled)
         restore(self.model, self.saved)
-
-
-def measured_fit(
-    model: Any,
-    data: Any,
-    steps: int,
-    warmup_steps: int,
-    *,
-    batch_size: int | None = None,
-    name: str = "measured-fit",
-    callbacks: Sequence[Any] = (),
-) -> Any:
-    """A short, quiet, measured ``fit`` of an already compiled `model` on batched `data`
-    (repeated as often as `steps` needs, in whole calls): the report's step statistics leave
-    out the first execution and `warmup_steps` more. Nothing is written. The model trains:
-    callers that must not change it restore its weights afterwards. `callbacks` run after
-    the profiling ones. Returns the RunReport.
-    """
-    from toolkit.core.compat import steps_per_execution
-    from toolkit.runner.session import profile
-
-    with profile(
-        name, report_dir=None, batch_size=batch_size, data=data, warmup_steps=warmup_steps
-    ) as prof:
-        model.fit(
-            data.repeat(),
-            epochs=1,
-            steps_per_epoch=whole_calls(steps, steps_per_execution(model)),
-            shuffle=False,  # batched data: Keras would only warn that it cannot shuffle it
-            callbacks=[*prof.callbacks, *callbacks],
-            verbose=0,
-        )
-    return prof.report
-
-
-def snapshot(model: Any) -> tuple[list[Any], list[Any]]:
-    """The model's weights and its optimizer's variables, as arrays (for :func:`restore`)."""
-    optimizer = getattr(model, "optimizer", None)
-    variables = getattr(optimizer, "variables", []) if optimizer is not None else []
-    variables = list(variables() if callable(variables) else variables)
-    return model.get_weights(), [(v, v.numpy()) for v in variables]
-
-
-def restore(model: Any, saved: tuple[list[Any], list[Any]]) -> None:
-    """Puts back what :func:`snapshot` saved, and resets the model's metrics."""
-    weights, optimizer_state = saved
-    model.set_weights(weights)
-    for variable, value in optimizer_state:
-        variable.assign(value)
-    if hasattr(model, "reset_metrics"):
-        model.reset_metrics()
-
-
-def param_count(model: Any) -> int:
-    """The model's parameters, its sub-models' included, counted from its variables: a
-    subclassed model that ``fit`` builds through its own ``train_step`` (a GAN) has no
-    ``count_params()`` until it is called, and a measurement must not build it."""
-    count = 0
-    for weight in model.weights:
-        size = 1
-        for dim in weight.shape:
-            size *= int(dim)
-        count += size
-    return count
-
-
-def model_signature(model: Any) -> str:
-    """The architecture as text: every layer's class and configuration (layer names left out:
-    Keras numbers them per process) and the shapes of the weights."""
-    parts: list[Any] = []
-    skip = {"name", "layers", "input_layers", "output_layers"}
-
-    def walk(layer: Any) -> None:
-        try:
-            config = {k: v for k, v in layer.get_config().items() if k not in skip}
-        except Exception:  # noqa: BLE001 - a subclassed layer may not serialize its config
-            config = {}
-        parts.append([type(layer).__qualname__, config])
-        for sub in getattr(layer, "layers", None) or []:
-            walk(sub)
-
-    walk(model)
-    parts.append([list(w.shape) for w in model.weights])
-    return json.dumps(parts, sort_keys=True, default=str)
-
-
-def _rate(stats: Any) -> float:
-    """Examples/s over the timed window."""
-    if not stats.timed_steps or not stats.batch_size:
-        raise RuntimeError("no timed steps (or no batch size) in the window")
-    return stats.batch_size * stats.timed_steps / stats.total_s
-
-
-def _figures(report: Any) -> dict[str, Any]:
-    steps, compute, metrics = report.steps, report.compute or {}, report.metrics or {}
-    loss = metrics.get("loss")
-    return {
-        "backend": backend.name(),
-        "first_step_s": steps.first_step_s,
-        "p50_s": steps.p50_s,
-        "mean_s": steps.mean_s,
-        "examples_per_sec": steps.examples_per_sec,
-        "timed_steps": steps.timed_steps,
-        "batch_size": steps.batch_size,
-        "mfu": compute.get("mfu"),
-        "loss": float(loss) if loss is not None else None,
-    }

@@ -21,7 +21,7 @@ Not here: ``tf.distribute`` strategies: :func:`check_config` refuses them in one
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from toolkit.backend._common import (
@@ -281,6 +281,9 @@ def fuse_train_steps(model: Any, steps: int) -> None:
     of every step, ``(D, steps, rows)`` (``distribute.processes.process_slice`` lays it out):
     unfolding it keeps each row on its device, where a plain ``(steps, …)`` split would put
     whole steps on one device and move the batch between devices on every call.
+
+    How the scan is compiled, rolled or unrolled, is :func:`scan_unroll`'s rule, decided when
+    the step is traced (on a CPU, from whether the step convolves: :func:`step_convolves`).
     """
     if not mark_fused_steps(model, steps):
         return
@@ -288,11 +291,6 @@ def fuse_train_steps(model: Any, steps: int) -> None:
 
     original = model.train_step
     shards = _batch_shards()
-    # XLA's CPU compiler runs a convolution inside a loop body many times slower than the
-    # same convolution in straight-line code (docs/guide.md, "--fused_steps"), so on CPUs
-    # the loop is unrolled: a longer compile, each step as fast as an unfused one. GPUs
-    # keep the loop: the step compiled once, whatever `steps` is.
-    unroll = steps if jax.default_backend() == "cpu" else 1
 
     def split(t: Any) -> Any:
         rows = t.shape[0] // (steps * shards)
@@ -304,10 +302,73 @@ def fuse_train_steps(model: Any, steps: int) -> None:
             logs, carry = original(carry, batch)
             return carry, logs
 
-        state, logs = jax.lax.scan(body, state, jax.tree_util.tree_map(split, data), unroll=unroll)
+        batches = jax.tree_util.tree_map(split, data)
+        platform = training_platform()
+        # Only a CPU's rule asks about convolutions: elsewhere the step is not traced twice.
+        convolves = platform == "cpu" and step_convolves(original, state, batches)
+        unroll = scan_unroll(steps, platform, convolves)
+        state, logs = jax.lax.scan(body, state, batches, unroll=unroll)
         return jax.tree_util.tree_map(lambda t: t[-1], logs), state
 
     model.train_step = fused_train_step
+
+
+def scan_unroll(steps: int, platform: str, convolves: bool) -> int:
+    """How many of `steps` fused training steps one iteration of the ``lax.scan`` runs: 1 (a
+    rolled loop, the step compiled once) unless the step convolves on a CPU, then all of
+    them (straight-line code, no loop left).
+
+    Why, measured on the seed MLP (``benchmarks/seed_mlp.py``) and a small CNN on JAX's CPU
+    (the figures: docs/guide.md, "--fused_steps"): XLA's CPU compiler leaves a convolution's
+    gradient inside a loop body in a layout its fast convolution does not take (jax-ml/jax
+    #12868), so such a step runs many times slower in the loop than unfused, and any loop
+    left (a partial unroll) is as slow as the rolled one: only a full unroll brings it back.
+    Without a convolution, unrolling buys no step time that could be measured (every unroll
+    from 1 to all ran the MLP's step within noise of the others) while the compile grows with
+    the unroll, to more than the whole seed run's 1000 steps when all 100 are unrolled. Off
+    a CPU the loop stays rolled: the step compiled once, whatever `steps` is."""
+    return steps if platform == "cpu" and convolves else 1
+
+
+def step_convolves(step: Callable[..., Any], state: Any, batches: Any) -> bool:
+    """Whether the program of `step` (Keras's pure ``train_step(state, batch)``) holds a
+    convolution, in its jaxpr or any jaxpr nested in it (a ``jit``, a ``cond``, a custom
+    gradient). `batches` are the fused step's, one batch per leading index; the step is
+    traced on shapes only (its jaxpr, not compiled), so the arrays are neither read nor
+    kept."""
+    import jax
+
+    def spec(t: Any, drop: int = 0) -> Any:
+        return jax.ShapeDtypeStruct(t.shape[drop:], t.dtype)
+
+    batch = jax.tree_util.tree_map(lambda t: spec(t, 1), batches)
+    jaxpr = jax.make_jaxpr(step)(jax.tree_util.tree_map(spec, state), batch)
+    return _holds(jaxpr.jaxpr, "conv_general_dilated")
+
+
+def _holds(jaxpr: Any, primitive: str) -> bool:
+    """Whether `jaxpr`, or a jaxpr in one of its equations' parameters, applies `primitive`."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == primitive:
+            return True
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, tuple | list) else (value,):
+                inner = getattr(inner, "jaxpr", inner)  # a ClosedJaxpr's Jaxpr
+                if hasattr(inner, "eqns") and _holds(inner, primitive):
+                    return True
+    return False
+
+
+def training_platform() -> str:
+    """The platform (``cpu``, ``gpu``, ``tpu``) of the device JAX computes on: the
+    ``jax_default_device`` the toolkit selected (``select_device``), else JAX's default
+    backend."""
+    import jax
+
+    device = jax.config.jax_default_device
+    if device is None:
+        return jax.default_backend()
+    return device if isinstance(device, str) else device.platform
 
 
 def _batch_shards() -> int:
@@ -431,6 +492,18 @@ def loop_advice() -> str:
 def jit_advice() -> str | None:
     """None: JAX's steps are always jitted."""
     return None
+
+
+def fit_batches(model: Any, fit_data: dict[str, Any]) -> tuple[str, Iterator[Any]] | None:
+    """What `model`'s ``fit`` reads for `fit_data` (``x``, ``y``, ``sample_weight``,
+    ``batch_size``, ``shuffle``): the name of the Keras data adapter it picks and its batches,
+    one a step, as Keras's ``JAXEpochIterator`` hands them to the jitted step (NumPy on the
+    CPU; on an accelerator already put on it, one batch ahead, or sharded)."""
+    from keras.src.backend.jax.trainer import JAXEpochIterator
+
+    from toolkit.backend._fit_input import read_as_fit
+
+    return read_as_fit(JAXEpochIterator, next, fit_data)
 
 
 def wait_for_device() -> None:

@@ -364,6 +364,10 @@ def fuse_train_steps(model: Any, steps: int) -> None:
     runtime, paying a launch, an iterator read and a few control ops per step; this loop
     pays them once per `steps`. Logs are those of the last step (metrics accumulate as
     usual). Call it after ``compile``; StepTimer counts `steps` steps per batch.
+
+    Where :func:`unrolls_fused_steps` says so (XLA on a CPU, a step that convolves), the
+    steps after the first are calls of the step traced once more as a ``tf.function``, in
+    straight-line code that XLA inlines, instead of the loop.
     """
     import tensorflow as tf
 
@@ -380,18 +384,54 @@ def fuse_train_steps(model: Any, steps: int) -> None:
     def fused_train_step(data: Any) -> Any:
         batches = tf.nest.map_structure(split, data)
 
-        def step(i: Any) -> Any:
-            return original(tf.nest.map_structure(lambda t: None if t is None else t[i], batches))
+        def batch(i: Any) -> Any:
+            return tf.nest.map_structure(lambda t: None if t is None else t[i], batches)
 
         # The first step outside the loop creates any lazily built state (optimizer slots,
         # metric variables): variables can't be created inside a while loop.
-        first = step(0)
+        graph = tf.compat.v1.get_default_graph()
+        before = len(graph.get_operations())
+        first = original(batch(0))
+        xla = getattr(model, "jit_compile", False) is True
+        platform = "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
+        if unrolls_fused_steps(xla, platform, ops_convolve(graph.get_operations()[before:])):
+            # Traced once, called `steps - 1` times: a Python loop of `original` would trace
+            # the step `steps` times.
+            later, logs = tf.function(original), first
+            for i in range(1, steps):
+                logs = later(batch(i))
+            return logs
         _, logs = tf.while_loop(
-            lambda i, _: i < steps, lambda i, _: (i + 1, step(i)), (tf.constant(1), first)
+            lambda i, _: i < steps,
+            lambda i, _: (i + 1, original(batch(i))),
+            (tf.constant(1), first),
         )
         return logs
 
     model.train_step = fused_train_step
+
+
+def unrolls_fused_steps(xla: bool, platform: str, convolves: bool) -> bool:
+    """Whether fused steps run as straight-line calls rather than in a ``tf.while_loop``:
+    only under XLA (``jit_compile``) on a CPU, for a step that convolves.
+
+    Why, measured on a small CNN (docs/guide.md, "--fused_steps"): XLA's CPU compiler leaves
+    a convolution's gradient inside a loop body in a layout its fast convolution does not
+    take (jax-ml/jax #12868, the same compiler as JAX's), so such a step runs many times
+    slower in the loop than unfused; straight-line calls run it as fast as unfused, at the
+    price of a longer compile that grows with `steps`. Without XLA, TensorFlow's own kernels
+    run the loop's convolutions at full speed, and without a convolution the loop costs no
+    step time, while XLA compiles the step twice (the first step, the loop's body) instead of
+    `steps` times."""
+    return xla and platform == "cpu" and convolves
+
+
+def ops_convolve(ops: Any) -> bool:
+    """Whether any of `ops` (a traced step's graph operations) is a convolution, forward or
+    gradient (``Conv``, ``Conv2D``, ``Conv3DBackpropFilterV2``, ``DepthwiseConv2dNative``…)."""
+    import re
+
+    return any(re.match(r"(Depthwise)?Conv([123]D|$)", op.type, re.IGNORECASE) for op in ops)
 
 
 @contextlib.contextmanager
@@ -488,6 +528,24 @@ def loop_advice() -> str:
 def jit_advice() -> str | None:
     """What to try when the step is not compiled."""
     return "try --jit_compile (measure: XLA is sometimes slower; toolkit.tune does)"
+
+
+def fit_batches(model: Any, fit_data: dict[str, Any]) -> tuple[str, Iterator[Any]] | None:
+    """What `model`'s ``fit`` reads for `fit_data` (``x``, ``y``, ``sample_weight``,
+    ``batch_size``, ``shuffle``): the name of the Keras data adapter it picks and its batches,
+    one a step, from the distributed dataset its train function pulls from (Keras's
+    ``TFEpochIterator``); None on tf_keras, whose fit reads its data its own way."""
+    from toolkit.backend._fit_input import read_as_fit
+    from toolkit.core import compat
+
+    if compat.keras_flavor() != "keras3":
+        return None
+    from keras.src.backend.tensorflow.trainer import TFEpochIterator
+
+    def epochs(**kwargs: Any) -> Any:
+        return TFEpochIterator(distribute_strategy=model.distribute_strategy, **kwargs)
+
+    return read_as_fit(epochs, next, fit_data)
 
 
 def wait_for_device() -> None:

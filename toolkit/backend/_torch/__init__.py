@@ -19,7 +19,7 @@ is ``torch.compile`` (Keras's own switch).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from toolkit.backend._common import (
@@ -389,6 +389,17 @@ def jit_advice() -> str | None:
         "try --jit_compile (torch.compile: its first step compiles for tens of seconds; "
         "measure whether the steps win it back)"
     )
+
+
+def fit_batches(model: Any, fit_data: dict[str, Any]) -> tuple[str, Iterator[Any]] | None:
+    """What `model`'s ``fit`` reads for `fit_data` (``x``, ``y``, ``sample_weight``,
+    ``batch_size``, ``shuffle``): the name of the Keras data adapter it picks and its batches,
+    one a step, from the ``DataLoader`` Keras's ``TorchEpochIterator`` reads (tensors)."""
+    from keras.src.backend.torch.trainer import TorchEpochIterator
+
+    from toolkit.backend._fit_input import read_as_fit
+
+    return read_as_fit(TorchEpochIterator, lambda handed: handed[0], fit_data)
 
 
 def wait_for_device() -> None:

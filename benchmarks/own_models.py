@@ -1,0 +1,250 @@
+"""Your own model, measured right: StepTimer, ``diagnose`` and ``tune`` on models and pipelines
+written as users write them (``benchmarks/_own_models.py``: a GAN with its own
+``train_step``, a contrastive model, a zipped and mapped mixup pipeline, a multi-input model
+fed dicts, a bidirectional LSTM, a vision transformer with augmentation layers), on every
+backend where each runs, each figure printed beside an independent measurement made in fresh
+processes with a clock of this script's own:
+
+* **StepTimer**: examples/s of a fit's steps after a warm-up, against a plain
+  ``time.perf_counter`` at each batch end in the same fit (this script's callback);
+* **diagnose**: its verdict, against fresh-process fits of the real pipeline and of one batch
+  repeated (input costs nothing): the real fit at least 0.9× the step alone is
+  compute-bound, below 0.8× input-bound, between balanced;
+* **tune**: the gain it claims (with ``fresh=``: confirmed in fresh processes), against
+  interleaved fresh-process fits of the defaults and its pick, timed by this script's clock.
+
+Lines like ``mixup/tensorflow: tune claims 1.31× (1.22–1.40, 2 rounds in fresh processes),
+fresh processes 1.27×``. The goal: no errors, every verdict agreeing, every claimed gain
+within ±10 % of the fresh-process ratio, no tuned setting slower.
+
+    python benchmarks/own_models.py [--models mixup,gan] [--backends tensorflow,jax]
+        [--tune_budget 30] [--rounds 3] [--steps 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+WARMUP = 10  # steps before this script's clock starts (the first call compiles)
+COMPUTE_AT, INPUT_BELOW = 0.9, 0.8  # the independent verdict's lines (fit / step alone)
+
+
+# ---------------------------------------------------------------------------- in a child
+
+
+def _build(name: str):
+    sys.path.insert(0, HERE)
+    import _own_models
+
+    return getattr(_own_models, f"make_{name}")()
+
+
+class _Clock:
+    """This script's own clock: ``time.perf_counter`` at every batch end."""
+
+    def __init__(self):
+        from toolkit.core import compat
+
+        keras = compat.keras()
+        stamps = self.stamps = []
+
+        class Stamp(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                stamps.append(time.perf_counter())
+
+        self.callback = Stamp()
+
+    def rate(self, batch_size: int, spe: int = 1) -> float:
+        """Examples/s from the batch end after the warm-up to the last."""
+        first = max(1, -(-WARMUP // spe))
+        ends = self.stamps[first:]
+        return batch_size * spe * (len(ends) - 1) / (ends[-1] - ends[0])
+
+
+def _batch_size(data) -> int:
+    import tensorflow as tf
+
+    first = tf.nest.flatten(next(iter(data.take(1))))[0]
+    return int(first.shape[0])
+
+
+def _fit(model, data, steps: int, callbacks=(), spe: int = 1):
+    model.fit(data.repeat(), epochs=1, steps_per_epoch=-(-steps // spe) * spe,
+              callbacks=list(callbacks), verbose=0)  # fmt: skip
+
+
+def child(job: dict) -> dict:
+    """One fresh process's measurement (``job["kind"]``)."""
+    model, data = _build(job["model"])
+    batch = _batch_size(data)
+    steps = WARMUP + job["steps"]
+    if job["kind"] == "clock":  # StepTimer beside this clock, then the step alone
+        from toolkit import profile
+
+        clock = _Clock()
+        with profile("own", report_dir=None, batch_size=batch, data=data, warmup_steps=WARMUP) \
+                as prof:  # fmt: skip
+            _fit(model, data, steps, [*prof.callbacks, clock.callback])
+        alone = _Clock()
+        _fit(model, data.take(1).cache(), steps, [alone.callback])
+        return {"steptimer": prof.report.steps.examples_per_sec, "clock": clock.rate(batch),
+                "alone": alone.rate(batch), "batch": batch}  # fmt: skip
+    if job["kind"] == "settings":  # a candidate's compile settings, this clock only
+        from toolkit.core import compat
+
+        settings = job["settings"]
+        compat.set_compile_settings(model, **settings)
+        spe = int(settings.get("steps_per_execution", 1))
+        clock = _Clock()
+        _fit(model, data, steps, [clock.callback], spe=spe)
+        return {"clock": clock.rate(batch, spe)}
+    if job["kind"] == "diagnose":
+        from toolkit import diagnose
+
+        found = diagnose(model, data, steps=job["steps"])
+        return {"verdict": found.verdict, "input": found.input_rate,
+                "compute": found.compute_rate, "fit": found.fit_rate}  # fmt: skip
+    if job["kind"] == "tune":
+        from toolkit import tune
+
+        result = tune(
+            model, data, budget_s=job["budget"], use_cache=False,
+            fresh=f"_own_models:make_{job['model']}",
+        )  # fmt: skip
+        gain = result.gain
+        return {"best": result.best.compile_kwargs(), "label": result.best.label(),
+                "defaults": result.trials[0].candidate.compile_kwargs(),
+                "gain": gain.ratio if gain else None, "low": gain.low if gain else None,
+                "high": gain.high if gain else None,
+                "words": gain.words() if gain else None, "why": result.why}  # fmt: skip
+    raise ValueError(job["kind"])
+
+
+# ---------------------------------------------------------------------------- the parent
+
+
+def run(job: dict, backend: str, timeout: float = 1800.0) -> dict:
+    path = os.pathsep.join([HERE, ROOT, os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2",
+           "PYTHONPATH": path}  # fmt: skip
+    try:
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", json.dumps(job)], capture_output=True,
+            text=True, timeout=timeout, env=env, cwd=HERE,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result within {timeout:.0f} s"}
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode or not lines:
+        tail = [ln for ln in out.stderr.splitlines() if ln.strip()][-1:] or ["no output"]
+        return {"error": tail[0][:200]}
+    return json.loads(lines[-1])
+
+
+def verdict_of(fit: float, alone: float) -> str:
+    ratio = fit / alone
+    if ratio >= COMPUTE_AT:
+        return "compute-bound"
+    return "input-bound" if ratio < INPUT_BELOW else "balanced"
+
+
+def agrees(said: str, independent: str) -> bool:
+    return said == independent or "balanced" in (said, independent)
+
+
+def one(name: str, backend: str, args, tally: dict) -> None:
+    tag = f"{name}/{backend}"
+    base = {"model": name, "steps": args.steps}
+    t0 = time.perf_counter()
+    clock = run({**base, "kind": "clock"}, backend)
+    if "error" in clock:
+        tally["errors"] += 1
+        print(f"{tag}: error: {clock['error']}", flush=True)
+        return
+    st, own = clock["steptimer"], clock["clock"]
+    ok = abs(st / own - 1) <= 0.05
+    tally["checks"] += 1
+    tally["ok"] += ok
+    print(f"{tag}: StepTimer {st:,.1f} examples/s, this script's clock {own:,.1f}: "
+          f"{st / own:.3f}× {'agrees' if ok else 'DISAGREES'}", flush=True)  # fmt: skip
+    independent = verdict_of(own, clock["alone"])
+    found = run({**base, "kind": "diagnose", "steps": min(args.steps, 40)}, backend)
+    if "error" in found:
+        tally["errors"] += 1
+        print(f"{tag}: diagnose error: {found['error']}", flush=True)
+    else:
+        ok = agrees(found["verdict"], independent)
+        tally["checks"] += 1
+        tally["ok"] += ok
+        print(f"{tag}: diagnose says {found['verdict']} (input {found['input']:,.1f}, step "
+              f"{found['compute']:,.1f}, fit {found['fit']:,.1f} batches/s); fresh processes: "
+              f"fit {own / clock['alone']:.2f}× the step alone, {independent}: "
+              f"{'agrees' if ok else 'DISAGREES'}", flush=True)  # fmt: skip
+    if args.tune_budget <= 0:
+        return
+    tuned = run({**base, "kind": "tune", "budget": args.tune_budget}, backend)
+    if "error" in tuned:
+        tally["errors"] += 1
+        print(f"{tag}: tune error: {tuned['error']}", flush=True)
+        return
+    tally["checks"] += 1
+    if tuned["best"] == tuned["defaults"]:  # nothing handed back: nothing to be slower
+        tally["ok"] += 1
+        print(f"{tag}: tune keeps the defaults ({tuned['why'][:100]})", flush=True)
+        print(f"{tag}: {time.perf_counter() - t0:.0f} s", flush=True)
+        return
+    pair = [tuned["defaults"], tuned["best"]]
+    rates: list[list[float]] = [[], []]
+    for r in range(args.rounds):
+        for k in (r % 2, 1 - r % 2):
+            got = run({**base, "kind": "settings", "settings": pair[k]}, backend)
+            if "error" not in got:
+                rates[k].append(got["clock"])
+    paired = [b / a for a, b in zip(*rates, strict=False)]
+    fresh = statistics.median(paired) if paired else float("nan")
+    ok = tuned["gain"] is not None and abs(tuned["gain"] / fresh - 1) <= 0.10 and fresh >= 1
+    low, high = tuned.get("low"), tuned.get("high")
+    inside = low is not None and low <= fresh <= high
+    print(f"{tag}: tune claims {tuned['words']} for {tuned['label']}, fresh processes "
+          f"{fresh:.2f}× ({', '.join(f'{x:.2f}' for x in paired)}): "
+          f"{'within ±10%' if ok else 'OFF by more than 10%'}"
+          f"{', inside the claimed range' if inside else ''}", flush=True)  # fmt: skip
+    tally["ok"] += ok
+    print(f"{tag}: {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        print(json.dumps(child(json.loads(sys.argv[2]))))
+        return
+    sys.path.insert(0, HERE)
+    import _own_models
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(_own_models.MODELS))
+    parser.add_argument("--backends", default="tensorflow,jax,torch")
+    parser.add_argument("--tune_budget", type=float, default=30.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=60)
+    args = parser.parse_args()
+    tally = {"checks": 0, "ok": 0, "errors": 0}
+    for name in args.models.split(","):
+        for backend in args.backends.split(","):
+            if name in _own_models.TF_ONLY and backend != "tensorflow":
+                print(f"{name}/{backend}: not run (its train_step is TensorFlow's)")
+                continue
+            one(name, backend, args, tally)
+    print(f"own models: {tally['ok']} of {tally['checks']} checks agree, "
+          f"{tally['errors']} error(s)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""tune's claim is what a fresh process gets (issue 44, item 5), and a pick its own run can
+time (item 4): the fresh-process rounds with injected runs, then once with real child
+processes on your own model (``--model_fn``), and the run shape that bounds the loops."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from toolkit.search import engine as en
+from toolkit.search import fresh as fr
+from toolkit.search.standings import Target
+
+DEFAULTS = en.Candidate()
+PICK = en.Candidate(steps_per_execution=8)
+
+
+def runs(ratios):
+    """A runner whose pick runs `ratios[r]` times the defaults' 1000 examples/s in round r."""
+    seen = []
+
+    def runner(candidate, r):
+        seen.append((candidate, r))
+        return {"examples_per_sec": 1000.0 * (ratios[r] if candidate == PICK else 1.0)}
+
+    return runner, seen
+
+
+def test_a_gain_is_said_with_its_spread_and_rounds_and_one_round_is_not_confirmed():
+    gain = fr.Gain.of([1.22, 1.31, 1.27], fr.FRESH)
+    assert gain.words() == "1.27× (1.22–1.31, 3 rounds in fresh processes)" and gain.confirmed
+    one = fr.Gain.of([1.76], fr.THIS_PROCESS)
+    assert one.words() == "1.76× (1 round in this process: not confirmed)" and not one.confirmed
+    assert fr.Gain.from_dict(gain.to_dict()) == gain
+    assert fr.Gain.from_dict({"ratio": "fast"}) is None and fr.Gain.of([], fr.FRESH) is None
+
+
+def test_a_pick_that_wins_every_fresh_round_stands_with_the_fresh_gain():
+    runner, seen = runs([1.25, 1.20, 1.3])
+    pick, gain, rounds, why = fr.confirm_fresh(
+        Target("mlp"), DEFAULTS, PICK, backend="tensorflow", device="cpu", steps=48,
+        runner=runner,
+    )  # fmt: skip
+    assert pick == PICK and gain.where == fr.FRESH
+    assert gain.rounds == 2 and (gain.low, gain.high) == (1.20, 1.25)  # two agreeing rounds
+    assert [r for _, r in seen] == [0, 0, 1, 1]  # interleaved, each round both
+    assert [c for c, _ in seen] == [DEFAULTS, PICK, PICK, DEFAULTS]  # the order rotates
+    assert set(rounds[0]) == {DEFAULTS.label(), PICK.label()}
+    assert why.startswith("confirmed in fresh processes: 1.23×")
+
+
+def test_a_gain_the_fresh_processes_do_not_show_leaves_the_defaults():
+    runner, _ = runs([1.01, 0.97, 1.0])  # the search said 1.74×; a new process says ~1.0
+    pick, gain, _, why = fr.confirm_fresh(
+        Target("mlp"), DEFAULTS, PICK, backend="tensorflow", device="cpu", steps=48,
+        runner=runner,
+    )  # fmt: skip
+    assert pick == DEFAULTS and gain.ratio == pytest.approx(0.99) and gain.rounds == 2
+    assert "not confirmed in fresh processes" in why and "the defaults stay" in why
+
+
+def test_a_pick_whose_fresh_runs_fail_is_not_handed_back():
+    def runner(candidate, r):
+        return {"error": "out of memory"} if candidate == PICK else {"examples_per_sec": 1.0}
+
+    pick, gain, _, why = fr.confirm_fresh(
+        Target("mlp"), DEFAULTS, PICK, backend="tensorflow", device="cpu", steps=48,
+        runner=runner,
+    )  # fmt: skip
+    assert pick == DEFAULTS and gain is None and "could not be measured" in why
+
+
+def test_a_run_shape_allows_only_loops_its_run_can_time():
+    # The case found: 256 steps a call for a run whose epoch has 160 steps.
+    one_epoch = en.RunShape(epochs=1, steps_per_epoch=160)
+    assert not one_epoch.allows(en.Candidate(steps_per_execution=8, fused_steps=32))
+    assert "0 timed call(s)" in one_epoch.why_not(
+        en.Candidate(steps_per_execution=8, fused_steps=32)
+    )
+    assert one_epoch.allows(en.Candidate(steps_per_execution=8, fused_steps=1))  # 20 calls
+    # --train_steps=30: fused steps must divide the epoch, and fit in it.
+    thirty = en.RunShape(epochs=5, steps_per_epoch=30)
+    assert not thirty.allows(en.Candidate(fused_steps=32))
+    assert "not a multiple of 8" in thirty.why_not(en.Candidate(fused_steps=8))
+    # A one-pass epoch: its batches depend on the candidate's batch size.
+    digits = en.RunShape(epochs=20, examples=1437, batch_size=32)
+    assert digits.timed_calls(en.Candidate(fused_steps=32)) == 20 - 1 - 1
+    assert not en.RunShape(epochs=1, examples=1437, batch_size=32).allows(
+        en.Candidate(fused_steps=32)
+    )
+    assert en.RunShape(epochs=1).timed_calls(PICK) is None  # an endless pipeline: no bound
+
+
+def test_the_search_never_measures_a_loop_the_run_cannot_time():
+    space = en.Space(
+        jit_compile=(False, True), steps_per_execution=(1, 8, 32), fused_steps=(1, 8, 32),
+        run=en.RunShape(epochs=1, steps_per_epoch=160),
+    )  # fmt: skip
+    measured = []
+
+    def rate(c):
+        measured.append(c)
+        return 1000.0 / (1.0 + 10.0 / c.per_call)  # longer loops always faster
+
+    trials, _ = en.search(rate, space, budget_s=1e9)
+    assert all(space.run.allows(c) for c in measured[1:])
+    best = en.choose(trials)
+    assert space.run.timed_calls(best) >= en.MIN_TIMED_CALLS and best.per_call > 1
+
+
+MODEL_FN = """
+import numpy as np
+import tensorflow as tf
+from toolkit.core import compat
+
+def make():
+    keras = compat.keras()
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True))
+    x = np.random.default_rng(0).normal(size=(4096, 8)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+    return model, tf.data.Dataset.from_tensor_slices((x, y)).batch(16).prefetch(2)
+"""
+
+
+def test_fresh_processes_run_your_model_with_each_candidate_s_settings(tmp_path, monkeypatch):
+    (tmp_path / "freshtrain.py").write_text(MODEL_FN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    monkeypatch.chdir(tmp_path)
+    seen = []
+    from toolkit.search import _processes
+
+    def child(candidate, r):
+        spec = _processes.ChildSpec(
+            "figures", Target.of("freshtrain:make"), "tensorflow", "cpu",
+            tuple(candidate.flags().split()), steps=32,
+        )  # fmt: skip
+        got = _processes.run_child(spec, dict(os.environ), 600.0)
+        seen.append((candidate, got))
+        return got
+
+    pick, gain, rounds, _why = fr.confirm_fresh(
+        Target.of("freshtrain:make"), DEFAULTS, PICK, backend="tensorflow", device="cpu",
+        steps=32, rounds=2, runner=child,
+    )  # fmt: skip
+    assert len(rounds) == 2 and all(set(r) == {DEFAULTS.label(), PICK.label()} for r in rounds)
+    assert gain is not None and gain.rounds == 2 and gain.where == fr.FRESH
+    assert pick in (DEFAULTS, PICK)
+    # Each fresh process ran its candidate's settings on your model: the calls it timed
+    # held that many steps.
+    for candidate, figures in seen:
+        assert figures["steps_per_call"] == candidate.steps_per_execution, figures
+        assert figures["timed_steps"] > 0 and figures["examples_per_sec"] > 0
+    assert sys.modules.get("freshtrain") is None  # built only in the children

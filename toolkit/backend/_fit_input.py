@@ -1,0 +1,54 @@
+"""The input ``fit`` reads, read as ``fit`` reads it: the shared half of the seam's
+``fit_batches`` (each backend names its own Keras ``EpochIterator`` and how its train function
+takes a batch from it).
+
+Timing a look-alike pipeline (``from_tensor_slices → batch`` for arrays) measured a different
+input: Keras's array adapter on TensorFlow, its NumPy slicing on JAX and its DataLoader on
+PyTorch each run at their own rate. So the batches come from Keras's own data adapter
+(``get_data_adapter``, the one ``fit`` picks for arrays, a ``tf.data.Dataset``, a
+``PyDataset``, a generator, a ``DataLoader`` or a Grain dataset), through the backend's own
+``EpochIterator`` (TensorFlow's distributes the dataset, JAX's puts batches on an accelerator
+one ahead), epoch after epoch as ``fit`` reads them, each ending in the adapter's
+``on_epoch_end`` (a ``PyDataset``'s workers stop there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["read_as_fit"]
+
+
+def read_as_fit(
+    make_epochs: Callable[..., Any], take: Callable[[Any], Any], fit_data: dict[str, Any]
+) -> tuple[str, Iterator[Any]]:
+    """``(the adapter's class name, the batches one by one)``: `make_epochs(**kwargs)` is the
+    backend's ``EpochIterator`` for `fit_data` (``x``, ``y``, ``sample_weight``,
+    ``batch_size``, ``shuffle``, as ``fit`` takes them) and `take` what its train function
+    does with what the iterator hands it each step. Data of unknown length (a generator, read
+    once) is read for one pass; the rest epoch after epoch, without end. Close the iterator
+    when done (its ``finally`` ends the epoch for the adapter)."""
+    epochs = make_epochs(**fit_data, steps_per_epoch=None, steps_per_execution=1)
+    adapter = epochs.data_adapter
+    once = adapter.num_batches is None
+
+    def batches() -> Iterator[Any]:
+        epochs.reset()
+        ended = True
+        try:
+            while True:
+                read, ended = 0, False
+                with epochs.catch_stop_iteration():
+                    for _, _, handed in epochs:
+                        batch = take(handed)  # StopIteration at the end: caught by the with
+                        read += 1
+                        yield batch
+                ended = True
+                if once or not read:
+                    return
+        finally:
+            if not ended:  # stopped mid-epoch: end it as fit would (stops a PyDataset's workers)
+                adapter.on_epoch_end()
+
+    return type(adapter).__name__, batches()

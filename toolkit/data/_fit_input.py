@@ -1,0 +1,142 @@
+"""Your data as ``fit`` takes it, for Keras's own data adapter (``diagnose`` times the input
+``fit`` reads, not a look-alike pipeline), and one batch handed to the step again and again.
+
+* :func:`fit_arguments`: the ``fit`` arguments (``x``, ``y``, ``sample_weight``,
+  ``batch_size``, ``shuffle``) for data in a form Keras's ``fit`` takes as it is (arrays, a
+  ``tf.data.Dataset``, a ``PyDataset``, a ``DataLoader``, a Grain dataset, a generator);
+  None for the forms only the toolkit takes (a bare ``Sequence``, an iterator that is not a
+  generator, tf_keras), which are read through their ``tf.data`` form;
+* :class:`Replay`: a generator is read once, but a diagnosis reads its data several times, so
+  each pass replays the batches read so far and reads on from your generator (up to
+  ``HELD_BATCHES``, then a pass ends): the first pass that gets that far times your
+  generator's own work;
+* :func:`repeated_batch`: a Keras data adapter handing one batch, as the backend's train
+  function receives it, again and again: ``fit`` on it is the step alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import types
+from collections.abc import Iterator
+from typing import Any
+
+from toolkit.data._fit_data import HELD_BATCHES
+
+__all__ = ["Forever", "Replay", "fit_arguments", "is_generator", "repeated_batch"]
+
+
+class Replay:
+    """A generator read once, re-readable: each ``iter()`` is a new generator that replays
+    the batches held so far, then reads on from the live one, holding what it reads, until
+    `hold` batches are held or the live one ends."""
+
+    def __init__(self, generator: Iterator[Any], hold: int = HELD_BATCHES) -> None:
+        self.live: Iterator[Any] | None = generator
+        self.held: list[Any] = []
+        self.hold = hold
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._read()
+
+    def _read(self) -> Iterator[Any]:
+        i = 0
+        while True:
+            if i == len(self.held):
+                if self.live is None or i >= self.hold:
+                    return
+                try:
+                    self.held.append(next(self.live))
+                except StopIteration:
+                    self.live = None
+                    return
+            yield self.held[i]
+            i += 1
+
+
+def fit_arguments(data: Any, batch_size: int | None) -> dict[str, Any] | None:
+    """The arguments ``fit`` gets for `data` (in-memory arrays batched by `batch_size`, 32 by
+    default, and shuffled, as ``fit`` does by default), or None where Keras's ``fit`` would
+    not take `data` as it is (the module docstring)."""
+    from toolkit.core import compat
+
+    if compat.keras_flavor() != "keras3":
+        return None
+    from keras.src.trainers.data_adapters.array_data_adapter import can_convert_arrays
+
+    parts = (tuple(data) + (None,) * 3)[:3] if isinstance(data, tuple) else (data, None, None)
+    if can_convert_arrays(parts):  # the first form Keras's get_data_adapter tries
+        x, y, weights = parts
+        return {
+            "x": x, "y": y, "sample_weight": weights, "batch_size": batch_size or 32,
+            "shuffle": True,
+        }  # fmt: skip
+    from keras.src.trainers.data_adapters import (
+        is_grain_dataset,
+        is_tf_dataset,
+        is_torch_dataloader,
+    )
+    from keras.utils import PyDataset
+
+    if isinstance(data, Replay):
+        return {"x": iter(data), "shuffle": False}
+    if isinstance(data, PyDataset):
+        return {"x": data, "shuffle": True}  # fit's default: a finite PyDataset's order shuffled
+    if is_tf_dataset(data) or is_torch_dataloader(data) or is_grain_dataset(data):
+        return {"x": data, "shuffle": False}  # already shuffled or not, as you made it
+    return None
+
+
+def repeated_batch(batch: Any, batch_size: int | None) -> Any:
+    """A Keras data adapter that hands `batch` (one batch as the backend's train function
+    receives it) again and again, in every backend's form: ``fit`` on it runs the step alone,
+    with no input work between steps (no pipeline iterated, no conversion)."""
+    from keras.src.trainers.data_adapters.data_adapter import DataAdapter
+
+    class RepeatedBatch(DataAdapter):
+        def get_numpy_iterator(self) -> Iterator[Any]:
+            return itertools.repeat(batch)
+
+        def get_jax_iterator(self) -> Iterator[Any]:
+            return itertools.repeat(batch)
+
+        def get_torch_dataloader(self) -> Any:
+            return Forever(batch)
+
+        def get_tf_dataset(self) -> Any:
+            import tensorflow as tf
+
+            return tf.data.Dataset.from_tensors(batch).repeat()
+
+        @property
+        def num_batches(self) -> None:
+            return None
+
+        @property
+        def batch_size(self) -> int | None:
+            return batch_size
+
+        @property
+        def has_partial_batch(self) -> bool:
+            return False
+
+        @property
+        def partial_batch_size(self) -> None:
+            return None
+
+    return RepeatedBatch()
+
+
+class Forever:
+    """An iterable (what PyTorch's EpochIterator iterates) of one batch, repeated."""
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.repeat(self.batch)
+
+
+def is_generator(data: Any) -> bool:
+    """A Python generator: what Keras's fit reads once, through its generator adapter."""
+    return isinstance(data, types.GeneratorType)

@@ -1,0 +1,116 @@
+"""StepTimer's helpers that need none of its state: where its log lines go, the profiler probe,
+epoch logs as floats, a late batch-end stamp settled against a trace edge, and the parts of the
+whole ``fit`` call (start-up, steps, exit).
+
+Imports no framework at import time (the probe asks the backend seam when it is called).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = [
+    "fit_call_parts",
+    "floats",
+    "never",
+    "profiler_probe",
+    "settled",
+    "to_stderr",
+]
+
+
+def to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def never() -> bool:
+    return False
+
+
+def profiler_probe() -> Callable[[], bool]:
+    """The backend's check for a running profiler (any: the toolkit's, Keras's
+    ``TensorBoard(profile_batch=...)``, a user's), read once per fit; never one that raises."""
+    from toolkit import backend
+
+    try:
+        probe = backend.get().profiler_probe()
+        probe()
+    except Exception:  # noqa: BLE001 - no probe: only the toolkit's own traces are seen
+        return never
+    return probe
+
+
+def floats(logs: Mapping[str, Any] | None) -> dict[str, float]:
+    """Epoch-level logs as floats (once per epoch; Keras has already synced them by then)."""
+    out = {}
+    for k, v in (logs or {}).items():
+        with contextlib.suppress(TypeError, ValueError):
+            out[str(k)] = float(v)
+    return out
+
+
+def settled(
+    end: tuple[Any, ...],
+    following: tuple[Any, ...] | None,
+    edges: list[tuple[int, tuple[bool, float]]],
+    same_clock: bool,
+) -> tuple[float, tuple[bool, int]]:
+    """A step's end stamp, ``(time, profiler state)``, as its batch-end hook wrote it, unless
+    a trace edge that waited for the device (``PROFILER.synced``) came after the step was
+    dispatched (before the next batch begin): the step had ended by then, whenever the
+    callback thread got to its hook, so it ran outside what that edge started or stopped.
+    `same_clock`: the edges' times are on the timer's clock (``time.perf_counter``)."""
+    at, mark = end[1], (end[2], end[3])
+    if following is not None:
+        for generation, (before, synced_at) in edges:
+            if following[3] < generation <= mark[1]:
+                if same_clock:
+                    at = min(at, synced_at)
+                return at, (before, generation - 1)
+    return at, mark
+
+
+def fit_call_parts(
+    begin: float | None,
+    first: float | None,
+    end: float | None,
+    called: float | None = None,
+    returned: float | None = None,
+) -> dict[str, Any] | None:
+    """The whole ``fit`` call in three parts that add up: ``start_up_s`` (fit called -> the
+    first batch begins: data adapter, build, callbacks' train begin, the iterator), ``steps_s``
+    (the first batch begins -> train end: steps, validation, epoch ends) and ``exit_s`` (train
+    end -> fit returned: the end of fit, where the input iterator is destroyed).
+
+    Why apart: a StepTimer sees train begin to train end; what fit costs before and after is
+    wall time every user pays that no step shows (a tf.data iterator's teardown took seconds).
+    `begin`, `first` and `end` are StepTimer's clock at train begin, the first batch begin and
+    train end; `called` and `returned` bracket the fit call where something wrapped it
+    (``profile().fit``, the runner), on the same clock. Without them the start-up is counted
+    from train begin (``"from": "train begin"``) and the exit is None. A pair that does not
+    hold this fit's train begin (one timed around an earlier fit) is ignored; a train end after
+    the call returned is a fit that raised, whose timer was stopped later. None: no fit.
+    """
+    if called is None or returned is None or begin is None or not called <= begin <= returned:
+        called = returned = None
+    elif end is not None and end > returned:
+        end = None
+    start = called if called is not None else begin
+    if start is None:
+        return None
+    stop = returned if returned is not None else end
+    if stop is None:
+        return None
+    last = end if end is not None else stop  # a fit that raised ends where it returned
+    first = first if first is not None else last  # no batch began: all of it was start-up
+    whole = stop - start
+    return {
+        "from": "fit call" if called is not None else "train begin",
+        "whole_s": whole,
+        "start_up_s": first - start,
+        "steps_s": last - first,
+        "exit_s": stop - last if returned is not None and end is not None else None,
+    }

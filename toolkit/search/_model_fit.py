@@ -1,0 +1,124 @@
+"""A measured fit of a compiled model and what measuring a model needs around it: its state
+put back afterwards, its size and architecture for the cache, and the figures of a run.
+Beside ``toolkit.search.workload``, whose two kinds of target share them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from toolkit import backend
+from toolkit.core.stats import whole_calls
+
+__all__: list[str] = []  # the workloads' own
+
+
+def measured_fit(
+    model: Any,
+    data: Any,
+    steps: int,
+    warmup_steps: int,
+    *,
+    batch_size: int | None = None,
+    name: str = "measured-fit",
+    callbacks: Sequence[Any] = (),
+) -> Any:
+    """A short, quiet, measured ``fit`` of an already compiled `model` on batched `data`
+    (repeated as often as `steps` needs, in whole calls): the report's step statistics leave
+    out the first execution and `warmup_steps` more. Nothing is written. The model trains:
+    callers that must not change it restore its weights afterwards. `callbacks` run after
+    the profiling ones. Returns the RunReport.
+    """
+    from toolkit.core.compat import steps_per_execution
+    from toolkit.runner.session import profile
+
+    with profile(
+        name, report_dir=None, batch_size=batch_size, data=data, warmup_steps=warmup_steps
+    ) as prof:
+        prof.fit(  # the whole call timed: its report shows the start-up and the exit too
+            model,
+            data.repeat() if hasattr(data, "repeat") else data,  # a Keras adapter: endless
+            epochs=1,
+            steps_per_epoch=whole_calls(steps, steps_per_execution(model)),
+            shuffle=False,  # batched data: Keras would only warn that it cannot shuffle it
+            callbacks=callbacks,
+            verbose=0,
+        )
+    return prof.report
+
+
+def snapshot(model: Any) -> tuple[list[Any], list[Any]]:
+    """The model's weights and its optimizer's variables, as arrays (for :func:`restore`)."""
+    optimizer = getattr(model, "optimizer", None)
+    variables = getattr(optimizer, "variables", []) if optimizer is not None else []
+    variables = list(variables() if callable(variables) else variables)
+    return model.get_weights(), [(v, v.numpy()) for v in variables]
+
+
+def restore(model: Any, saved: tuple[list[Any], list[Any]]) -> None:
+    """Puts back what :func:`snapshot` saved, and resets the model's metrics."""
+    weights, optimizer_state = saved
+    model.set_weights(weights)
+    for variable, value in optimizer_state:
+        variable.assign(value)
+    if hasattr(model, "reset_metrics"):
+        model.reset_metrics()
+
+
+def param_count(model: Any) -> int:
+    """The model's parameters, its sub-models' included, counted from its variables: a
+    subclassed model that ``fit`` builds through its own ``train_step`` (a GAN) has no
+    ``count_params()`` until it is called, and a measurement must not build it."""
+    count = 0
+    for weight in model.weights:
+        size = 1
+        for dim in weight.shape:
+            size *= int(dim)
+        count += size
+    return count
+
+
+def model_signature(model: Any) -> str:
+    """The architecture as text: every layer's class and configuration (layer names left out:
+    Keras numbers them per process) and the shapes of the weights."""
+    parts: list[Any] = []
+    skip = {"name", "layers", "input_layers", "output_layers"}
+
+    def walk(layer: Any) -> None:
+        try:
+            config = {k: v for k, v in layer.get_config().items() if k not in skip}
+        except Exception:  # noqa: BLE001 - a subclassed layer may not serialize its config
+            config = {}
+        parts.append([type(layer).__qualname__, config])
+        for sub in getattr(layer, "layers", None) or []:
+            walk(sub)
+
+    walk(model)
+    parts.append([list(w.shape) for w in model.weights])
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def rate_of(stats: Any) -> float:
+    """Examples/s over the timed window."""
+    if not stats.timed_steps or not stats.batch_size:
+        raise RuntimeError("no timed steps (or no batch size) in the window")
+    return stats.batch_size * stats.timed_steps / stats.total_s
+
+
+def figures_of(report: Any) -> dict[str, Any]:
+    steps, compute, metrics = report.steps, report.compute or {}, report.metrics or {}
+    loss = metrics.get("loss")
+    return {
+        "backend": backend.name(),
+        "first_step_s": steps.first_step_s,
+        "p50_s": steps.p50_s,
+        "mean_s": steps.mean_s,
+        "examples_per_sec": steps.examples_per_sec,
+        "timed_steps": steps.timed_steps,
+        "steps_per_call": steps.steps_per_execution,
+        "batch_size": steps.batch_size,
+        "mfu": compute.get("mfu"),
+        "loss": float(loss) if loss is not None else None,
+    }

@@ -1,0 +1,162 @@
+"""A pick confirmed where the user will run it: in fresh processes, and its gain with its spread.
+
+One process measuring every candidate in turn flatters some of them: the defaults run first,
+on a cold machine, the finalists stay built and warm, and a short window in a long-lived
+process sees none of what a new run pays. On a mixup pipeline the search's head-to-head said
+1.74× where alternating fresh-process runs measured 1.20×. So before a pick is cached,
+:func:`confirm_fresh` runs the defaults and the pick in new processes (``python -m
+toolkit._child``, the backends chooser's entry point: the same recipe flags or
+``module:function``, each setting as a flag), alternating them in rounds
+(``rounds.interleaved_rounds``), and judges them by the one never-slower rule
+(``rounds.decide``): the pick stays only when it beat the defaults in most rounds by more than
+``MIN_GAIN`` and was faster in every one of them (a pick that lost a fresh round is not yet
+shown faster than the defaults). What tune then claims is :class:`Gain`: the median of the
+paired ratios with their range and the number of rounds, and where they were measured, never
+one lucky number.
+
+Your own model in memory cannot be rebuilt in another process: there the claim comes from
+the in-process rounds and says so ("this process"). Hand tune a ``module:function`` that
+returns the model and data (``tune(..., fresh="mytrain:make")``, ``--model_fn``) for the
+fresh-process check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from toolkit.search.engine import MIN_GAIN, Candidate
+from toolkit.search.rounds import decide, interleaved_rounds, paired_ratios
+
+__all__: list[str] = []  # the search's own: tune hands back its Gain (TuneResult.gain)
+
+FRESH_ROUNDS = 3  # fresh-process rounds at most (2 when the first two agree)
+FRESH_WINDOW_S = 1.5  # a fresh run's timed window, at least (seconds at the search's rate)
+FRESH_TIMEOUT_S = 600.0  # one fresh run, at most
+THIS_PROCESS, FRESH = "this process", "fresh processes"
+
+
+@dataclasses.dataclass(frozen=True)
+class Gain:
+    """A claimed speed-up: the median paired ratio to the defaults, the lowest and highest
+    round's, how many rounds, and where they ran (:data:`FRESH` or :data:`THIS_PROCESS`)."""
+
+    ratio: float
+    low: float
+    high: float
+    rounds: int
+    where: str
+
+    @classmethod
+    def of(cls, ratios: Sequence[float], where: str) -> Gain | None:
+        if not ratios:
+            return None
+        return cls(statistics.median(ratios), min(ratios), max(ratios), len(ratios), where)
+
+    @property
+    def confirmed(self) -> bool:
+        """Measured in two rounds or more, every one of them faster than the defaults."""
+        return self.rounds >= 2 and self.low > 1.0
+
+    def words(self) -> str:
+        """``1.27× (1.22–1.31, 3 rounds in fresh processes)``; one round is said as
+        unconfirmed."""
+        if self.rounds < 2:
+            return f"{self.ratio:.2f}× (1 round in {self.where}: not confirmed)"
+        spread = f"{self.low:.2f}–{self.high:.2f}"
+        return f"{self.ratio:.2f}× ({spread}, {self.rounds} rounds in {self.where})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Gain | None:
+        try:
+            return cls(
+                float(d["ratio"]), float(d["low"]), float(d["high"]), int(d["rounds"]),
+                str(d["where"]),
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def fresh_steps(candidate: Candidate, rate: float | None, batch_size: int, steps: int) -> int:
+    """Timed steps for a fresh run: at least `steps`, and enough for :data:`FRESH_WINDOW_S`
+    at the rate the search measured (a new process's short window is noisier still)."""
+    enough = math.ceil(FRESH_WINDOW_S * rate / batch_size) if rate and batch_size else steps
+    return max(steps, enough, 5 * candidate.per_call)
+
+
+def confirm_fresh(
+    target: Any,
+    defaults: Candidate,
+    pick: Candidate,
+    *,
+    backend: str,
+    device: str,
+    steps: int,
+    rounds: int = FRESH_ROUNDS,
+    progress: Callable[[str], Any] | None = None,
+    runner: Callable[[Candidate, int], dict[str, Any]] | None = None,
+) -> tuple[Candidate, Gain | None, list[dict[str, float]], str]:
+    """Runs the defaults and `pick` alternately in fresh processes, `rounds` rounds at most (2
+    when both agree on the winner), each a run of `steps` timed steps of `target` (a
+    ``standings.Target``).
+
+    `runner` ``(candidate, round)`` returns a run's figures (tests inject it); by default a
+    ``python -m toolkit._child`` process.
+
+    Returns:
+        ``(the pick that stands, its fresh Gain or None, rounds as {label: examples/s}, why in
+        words)``; the defaults stand when the pick's median gain is not above ``MIN_GAIN``,
+        when it lost any round, or when no round measured both.
+    """
+    from toolkit.search._processes import ChildSpec, run_child
+
+    env = dict(os.environ)
+
+    def child(candidate: Candidate, _round: int) -> dict[str, Any]:
+        spec = ChildSpec(
+            "figures", target, backend, device, tuple(candidate.flags().split()), steps=steps
+        )
+        return run_child(spec, env, FRESH_TIMEOUT_S)
+
+    run = runner or child
+
+    def measure(candidate: Candidate, r: int) -> float:
+        figures = run(candidate, r)
+        rate = figures.get("examples_per_sec")
+        if not rate:
+            raise RuntimeError(figures.get("error") or "no timed steps")
+        if progress is not None:
+            progress(
+                f"[fresh process {r + 1}/{rounds}] {candidate.label()}: {rate:,.1f} examples/s"
+            )
+        return float(rate)
+
+    def settled(done: list[dict[Candidate, float]]) -> bool:
+        if len(done) < 2:
+            return False
+        ratios = paired_ratios(done, defaults, pick)
+        return len(ratios) >= 2 and (all(x > 1 + MIN_GAIN for x in ratios) or all(
+            x <= 1 + MIN_GAIN for x in ratios
+        ))  # fmt: skip
+
+    done, _ = interleaved_rounds([defaults, pick], measure, max_rounds=rounds, settled=settled)
+    gain = Gain.of(paired_ratios(done, defaults, pick), FRESH)
+    labelled = [{c.label(): rate for c, rate in got.items()} for got in done]
+    if gain is None:
+        return defaults, None, labelled, (
+            "the pick could not be measured against the defaults in fresh processes: the "
+            "defaults stay"
+        )  # fmt: skip
+    verdict = decide(defaults, [pick], done)
+    if verdict.pick == pick and gain.confirmed:  # and faster in every round, not most
+        return pick, gain, labelled, f"confirmed in fresh processes: {gain.words()}"
+    return defaults, gain, labelled, (
+        f"not confirmed in fresh processes ({pick.label()}: {gain.words()}): the defaults stay"
+    )  # fmt: skip
