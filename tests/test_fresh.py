@@ -76,8 +76,17 @@ def test_a_run_shape_allows_only_loops_its_run_can_time():
     # The case found: 256 steps a call for a run whose epoch has 160 steps.
     one_epoch = en.RunShape(epochs=1, steps_per_epoch=160)
     assert not one_epoch.allows(en.Candidate(steps_per_execution=8, fused_steps=32))
-    assert "0 timed call(s)" in one_epoch.why_not(
+    assert "more than an epoch's 5 batches" in one_epoch.why_not(
         en.Candidate(steps_per_execution=8, fused_steps=32)
+    )
+    # Even over many epochs, a call Keras would cut at the epoch's end is not a pick.
+    assert not en.RunShape(epochs=10, steps_per_epoch=160).allows(
+        en.Candidate(steps_per_execution=256)
+    )
+    # A run too short for any loop still takes its own settings (a cached defaults pick).
+    assert en.RunShape(epochs=1, steps_per_epoch=8).allows(DEFAULTS)
+    assert "0 timed call(s)" in en.RunShape(epochs=1, steps_per_epoch=16).why_not(
+        en.Candidate(fused_steps=8)
     )
     assert one_epoch.allows(en.Candidate(steps_per_execution=8, fused_steps=1))  # 20 calls
     # --train_steps=30: fused steps must divide the epoch, and fit in it.
@@ -155,3 +164,23 @@ def test_fresh_processes_run_your_model_with_each_candidate_s_settings(tmp_path,
         assert figures["steps_per_call"] == candidate.steps_per_execution, figures
         assert figures["timed_steps"] > 0 and figures["examples_per_sec"] > 0
     assert sys.modules.get("freshtrain") is None  # built only in the children
+
+
+def test_a_generator_is_read_once_before_tune_measures_so_no_candidate_pays_it_alone():
+    from toolkit.data._fit_input import Replay
+
+    made = []
+
+    def batches():
+        for i in range(100):
+            made.append(i)
+            yield i
+
+    replay = Replay(batches(), hold=40)
+    replay.fill(30)
+    assert made == list(range(30))
+    first = list(zip(range(30), replay, strict=False))
+    second = list(zip(range(30), replay, strict=False))
+    assert first == second and len(made) == 30  # both passes replayed, none read on
+    replay.fill(500)  # never past what it holds at most
+    assert len(made) == 40

@@ -147,7 +147,7 @@ class Profile:
         start-up before the first step and the exit after the last one (on TensorFlow, a
         tf.data iterator's teardown), which callbacks alone cannot see. Returns the History."""
         with self.timer.around_fit():
-            return model.fit(*args, callbacks=[*self.callbacks, *callbacks], **kwargs)
+            return model.fit(*args, callbacks=[*self.callbacks, *(callbacks or ())], **kwargs)
 
     def __enter__(self) -> Profile:
         if self.report_dir is not None:

@@ -86,10 +86,17 @@ class RunShape:
         return max(0, calls - 1 - -(-self.warmup_steps // per_call))
 
     def why_not(self, candidate: Any) -> str | None:
-        """Why the run cannot take `candidate` in words; None when it can."""
+        """Why the run cannot take `candidate` in words; None when it can. One step a call
+        at the config's batch size is the run as it was set: always taken."""
+        if candidate.per_call == 1 and not candidate.batch_size:
+            return None
         fused = max(1, candidate.fused_steps or 1)
         if self.steps_per_epoch is not None and self.steps_per_epoch % fused:
             return f"{self.steps_per_epoch} steps an epoch are not a multiple of {fused} fused"
+        batches = self.epoch_batches(candidate)
+        spe = max(1, candidate.steps_per_execution or 1)
+        if batches is not None and 0 < batches < spe:  # Keras would cut every call short
+            return f"{spe} steps per execution are more than an epoch's {batches} batches"
         timed = self.timed_calls(candidate)
         if timed is not None and timed < MIN_TIMED_CALLS:
             return (
@@ -159,8 +166,7 @@ class _Space:
         """Within ``max_steps_per_call``, and a loop the run it is for can time (`run`, a
         :class:`RunShape`; None: any)."""
         run = self.run  # type: ignore[attr-defined]
-        changes_run = candidate.per_call > 1 or candidate.batch_size
-        if run is not None and changes_run and not run.allows(candidate):
+        if run is not None and not run.allows(candidate):
             return False
         return candidate.per_call == 1 or candidate.per_call <= self.max_steps_per_call  # type: ignore[attr-defined]
 

@@ -117,7 +117,9 @@ def confirm_fresh(
     """
     from toolkit.search._processes import ChildSpec, run_child
 
-    env = dict(os.environ)
+    # The searching process still holds its device memory: a child must take only what it
+    # needs (JAX would otherwise reserve 75 % of a GPU up front and fail on what is left).
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
     def child(candidate: Candidate, _round: int) -> dict[str, Any]:
         spec = ChildSpec(
@@ -126,12 +128,14 @@ def confirm_fresh(
         return run_child(spec, env, FRESH_TIMEOUT_S)
 
     run = runner or child
+    errors: list[str] = []
 
     def measure(candidate: Candidate, r: int) -> float:
         figures = run(candidate, r)
         rate = figures.get("examples_per_sec")
         if not rate:
-            raise RuntimeError(figures.get("error") or "no timed steps")
+            errors.append(f"{candidate.label()}: {figures.get('error') or 'no timed steps'}")
+            raise RuntimeError(errors[-1])
         if progress is not None:
             progress(
                 f"[fresh process {r + 1}/{rounds}] {candidate.label()}: {rate:,.1f} examples/s"
@@ -150,9 +154,10 @@ def confirm_fresh(
     gain = Gain.of(paired_ratios(done, defaults, pick), FRESH)
     labelled = [{c.label(): rate for c, rate in got.items()} for got in done]
     if gain is None:
+        last = f" ({errors[-1]})" if errors else ""
         return defaults, None, labelled, (
-            "the pick could not be measured against the defaults in fresh processes: the "
-            "defaults stay"
+            f"the pick could not be measured against the defaults in fresh processes{last}: "
+            "the defaults stay"
         )  # fmt: skip
     verdict = decide(defaults, [pick], done)
     if verdict.pick == pick and gain.confirmed:  # and faster in every round, not most

@@ -101,6 +101,11 @@ class TuneResult:
         )
 
     @property
+    def picked(self) -> bool:
+        """Whether it hands back settings other than the defaults."""
+        return bool(self.trials) and self.best != self.trials[0].candidate
+
+    @property
     def defaults_rate(self) -> float | None:
         return self.trials[0].examples_per_sec if self.trials else None
 
@@ -121,7 +126,9 @@ class TuneResult:
             "confirm_rounds": self.confirm_rounds,
             "why": self.why,
             "gain": self.gain.to_dict() if self.gain is not None else None,
-            "gain_words": self.gain.words() if self.gain is not None else None,
+            # What is claimed: only for a pick handed back (a refused pick's figures stay in
+            # "gain" and "why", not as a claim).
+            "gain_words": self.gain.words() if self.gain is not None and self.picked else None,
             "fresh_rounds": self.fresh_rounds,
         }
 
@@ -173,7 +180,7 @@ class TuneResult:
             )
         elif self.why:
             lines.append(f"\n{self.why}")
-        if self.gain is not None and self.best != self.trials[0].candidate:
+        if self.gain is not None and self.picked:
             lines.append(f"claimed gain: {self.gain.words()}")
         return "\n".join(lines)
 
@@ -206,7 +213,8 @@ def tune(
         config: the base ``TrainConfig`` (device, batch size, data...). Defaults to
             ``TrainConfig()``.
         space: what to search. Defaults to :func:`default_space` for the device.
-        budget_s: seconds the search may take (the defaults are always measured).
+        budget_s: seconds the search may take (the defaults are always measured). The
+            fresh-process check of a pick comes after it: 2–3 rounds of two runs.
         steps: timed steps per candidate. Defaults to `48`.
         use_cache: read and write the cache. Defaults to `True`.
         progress: called with one line per candidate. Defaults to ``toolkit.core.progress.say``
@@ -222,6 +230,7 @@ def tune(
     (``engine.RunShape``, from ``config.epochs`` and the epoch's length).
     """
     start = time.perf_counter()
+    fresh_target = _fresh_target(fresh)  # a bad one is refused now, not after the search
     # A Task's data is made once for the search, and its finalists stay built for the rounds.
     work = workload(target, data, config, resident=True, keep=FINALISTS)
     config = work.config
@@ -249,6 +258,7 @@ def tune(
                 return hit.applied_to(work)
             if why_not is not None:
                 report(f"tune: the cached pick does not fit this run ({why_not}): searching")
+        work.prepare(steps)  # (your generator: read once here, replayed by every candidate)
         first = None
         if space is None:  # measure the defaults first: their step time shapes the space
             say(f"tune: measuring the defaults first (budget {budget_s:.0f} s)")
@@ -284,13 +294,14 @@ def tune(
         work.close()
     gain = _in_process_gain(rounds, defaults, best)
     fresh_rounds: list[dict[str, float]] = []
-    if best != defaults and fresh is not None:
+    if best != defaults and fresh_target is not None:
         best, gain, fresh_rounds, words = _confirm_fresh(
-            fresh, work, trials, defaults, best, steps, say
+            fresh_target, work, trials, defaults, best, steps, say
         )
         why = f"{why}; {words}" if why else words
     elif best != defaults:
-        why += f"; not run in fresh processes ({_NO_FRESH})"
+        words = f"not run in fresh processes ({_no_fresh(work)})"
+        why = f"{why}; {words}" if why else words
     result = TuneResult(
         best, trials, key, False, time.perf_counter() - start, exhausted or out_of_time,
         rounds, why, gain, fresh_rounds,
@@ -300,7 +311,22 @@ def tune(
     return result.applied_to(work)
 
 
-_NO_FRESH = "your model in memory: give tune fresh='module:function' to confirm it there"
+def _fresh_target(fresh: Any) -> Any:
+    """The ``standings.Target`` that `fresh` names (None: none).
+
+    Raises:
+        toolkit.search.standings.ChooserError: one a fresh process could not import."""
+    if fresh is None:
+        return None
+    from toolkit.search.standings import Target
+
+    return Target.of(fresh)
+
+
+def _no_fresh(work: Workload) -> str:
+    if work.is_model:
+        return "your model lives in this process: give tune fresh='module:function' for that"
+    return "give tune fresh= the recipe's name and flags (a Target) for that"
 
 
 def _in_process_gain(
@@ -324,15 +350,13 @@ def _confirm_fresh(
     say: Callable[[str], Any],
 ) -> tuple[Candidate, Gain | None, list[dict[str, float]], str]:
     """The pick against the defaults in fresh processes (``toolkit.search.fresh``)."""
-    from toolkit.search.standings import Target
-
     rates = {t.candidate: t.examples_per_sec for t in trials}
     batch = work.batch_size or work.config.batch_size
     slowest = min((r for r in (rates.get(defaults), rates.get(best)) if r), default=None)
     length = max(fresh_steps(c, slowest, batch, steps) for c in (defaults, best))
     say(f"tune: confirming {best.label()} against the defaults in {FRESH}")
     return confirm_fresh(
-        Target.of(fresh), defaults, best, backend=backend.name(), device=work.config.device,
+        fresh, defaults, best, backend=backend.name(), device=work.config.device,
         steps=length, progress=say,
     )  # fmt: skip
 
