@@ -103,7 +103,7 @@ def child(job: dict) -> dict:
         settings = job["settings"]
         compat.set_compile_settings(model, **settings)
         spe = int(settings.get("steps_per_execution", 1))
-        clock = _Clock()
+        clock = _Clock()  # both sides of a pair time as many steps (job["steps"])
         _fit(model, data, steps, [clock.callback], spe=spe)
         return {"clock": clock.rate(batch, spe)}
     if job["kind"] == "diagnose":
@@ -202,6 +202,9 @@ def one(name: str, backend: str, args, tally: dict) -> None:
         print(f"{tag}: {time.perf_counter() - t0:.0f} s", flush=True)
         return
     pair = [tuned["defaults"], tuned["best"]]
+    # Both sides time as many steps: at least 10 calls of the longer one (a call is a stamp).
+    longest = max(int(p.get("steps_per_execution", 1)) for p in pair)
+    base = {**base, "steps": max(args.steps, 10 * longest)}
     rates: list[list[float]] = [[], []]
     for r in range(args.rounds):
         for k in (r % 2, 1 - r % 2):
