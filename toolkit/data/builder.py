@@ -331,7 +331,7 @@ def pipeline(
             step is never retraced for an odd last batch) and exact examples/sec.
         num_parallel_calls: parallelism of the maps. Defaults to `None` (AUTOTUNE: one call
             per core, up to 16 or `cpu_budget`; tf.data's autotune model is off, see
-            :func:`no_autotune_model`).
+            :func:`toolkit.data.sources.no_autotune_model`).
         deterministic: keep element order in parallel stages (``tf.data.Options``); `False`
             lets a fast element overtake a slow one. Defaults to `None` (TF's default: on).
         private_threads: size of a private thread pool for this pipeline. Defaults to `None`.
@@ -437,6 +437,8 @@ def _finish(
         # Vectorized: one op over the whole batch instead of batch_size small ones.
         ds = ds.map(batch_map, num_parallel_calls=parallel, deterministic=deterministic)
 
+    from toolkit.data.sources import no_autotune_model
+
     options = no_autotune_model()
     if deterministic is not None:
         options.deterministic = deterministic
@@ -450,25 +452,6 @@ def _finish(
     ds = ds.with_options(options)
     # Prefetch last: while the model trains on batch N, the pipeline prepares N+1.
     return ds.prefetch(tf.data.AUTOTUNE)
-
-
-def no_autotune_model() -> Any:
-    """``tf.data.Options`` with tf.data's autotune *model* off, for the toolkit's pipelines.
-
-    Why: the model runs on a thread of its own that sleeps between optimizations, its period
-    doubling from 10 ms up to a minute; destroying the iterator (when ``fit`` returns) wakes
-    it to stop, and often it misses the wake-up and sleeps out its period first, so ``fit``
-    returned up to that period after its last step (2.5, 5.1, 10.2, 20.5 s seen). What it
-    tunes costs little to fix: with the model off, a map given AUTOTUNE runs one call per core
-    (up to 16, or ``initial_parallelism``), as the model starts it, and ``prefetch(AUTOTUNE)``
-    still grows its buffer when the consumer waits, within the RAM budget. A pipeline that
-    wants the model back: ``ds.with_options(o)`` with ``o.autotune.enabled = True``.
-    """
-    import tensorflow as tf
-
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return options
 
 
 def _gathered_batches(

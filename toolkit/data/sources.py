@@ -139,11 +139,29 @@ def synthetic(
         return tf.cast(gen.normal(shape), spec.dtype)
 
     element = make(f_spec) if l_spec is None else (make(f_spec), make(l_spec))
-    # Nothing to tune, and the autotune model's thread would hold up the end of fit (see
-    # toolkit.data.builder.no_autotune_model).
+    # Nothing to tune, and the autotune model's thread would hold up the end of fit.
+    return (
+        tf.data.Dataset.from_tensors(element).repeat(num_examples).with_options(no_autotune_model())
+    )
+
+
+def no_autotune_model() -> Any:
+    """``tf.data.Options`` with tf.data's autotune *model* off, for the toolkit's pipelines.
+
+    Why: the model runs on a thread of its own that sleeps between optimizations, its period
+    doubling from 10 ms up to a minute; destroying the iterator (when ``fit`` returns) wakes
+    it to stop, and often it misses the wake-up and sleeps out its period first, so ``fit``
+    returned up to that period after its last step (2.5, 5.1, 10.2, 20.5 s seen). What it
+    tunes costs little to fix: with the model off, a map given AUTOTUNE runs one call per core
+    (up to 16, or ``initial_parallelism``), as the model starts it, and ``prefetch(AUTOTUNE)``
+    still grows its buffer when the consumer waits, within the RAM budget. A pipeline that
+    wants the model back: ``ds.with_options(o)`` with ``o.autotune.enabled = True``.
+    """
+    import tensorflow as tf
+
     options = tf.data.Options()
     options.autotune.enabled = False
-    return tf.data.Dataset.from_tensors(element).repeat(num_examples).with_options(options)
+    return options
 
 
 # ---------------------------------------------------------------------------- Python generators

@@ -25,6 +25,18 @@ def examples(source: Any):
     return from_arrays(*source) if isinstance(source, tuple) else source
 
 
+def example_count(source: Any, known: int | None = None) -> int:
+    """The examples in in-memory ``(features, labels)`` arrays or a dataset of examples,
+    without reading them; `known` where the dataset cannot count itself (a filtered one), else
+    -1 (unknown)."""
+    from toolkit.data.sources import array_examples
+
+    if isinstance(source, tuple):
+        return array_examples(*source)
+    count = int(source.cardinality())
+    return known if count < 0 and known is not None else count
+
+
 def array_dataset(
     source: Any, config: TrainConfig, training: bool, task: Task | None, whole: bool
 ) -> Any:
@@ -102,7 +114,6 @@ def dataset(
 
 def batches(source: Any, config: TrainConfig, training: bool, task: Task | None, whole: bool):
     from toolkit.data import has_tensorflow, pipeline, synthetic
-    from toolkit.data.sources import array_examples
 
     if callable(source):
         source = source()
@@ -110,13 +121,9 @@ def batches(source: Any, config: TrainConfig, training: bool, task: Task | None,
         return array_dataset(source, config, training, task, whole)
     # In-memory arrays stay arrays: the pipeline batches them by gathering (toolkit.data).
     arrays = source if isinstance(source, tuple) else None
-    if arrays is not None:
-        count = array_examples(*arrays)
-    else:
+    if arrays is None:
         source = examples(source)
-        count = int(source.cardinality())
-    if count < 0 and training and task is not None and task.train_examples is not None:
-        count = task.train_examples  # a filtered dataset cannot count itself
+    count = example_count(source, task.train_examples if training and task else None)
     # Fused steps read fused_steps batches at once (one Keras batch), split inside the step.
     batch_size = config.batch_size * (config.fused_steps if training else 1)
     if count == 0:  # an empty split or folder: no batch size would help

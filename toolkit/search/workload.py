@@ -371,17 +371,16 @@ class TaskWorkload(Workload):
 
 
 def _count_examples(task: Any) -> int | None:
-    """The task's training examples where they can be counted without reading them."""
+    """The task's training examples where they can be counted without reading them (the
+    runner's own count); None: unknown."""
+    from toolkit.runner import _data
+
     source = task.train() if callable(task.train) else task.train
     try:
-        if isinstance(source, tuple):
-            from toolkit.data.sources import array_examples
-
-            return int(array_examples(*source))
-        count = int(source.cardinality())
+        count = _data.example_count(source, task.train_examples)
     except (AttributeError, TypeError, ValueError, ImportError):
-        count = -1
-    return count if count >= 0 else task.train_examples
+        return task.train_examples
+    return count if count >= 0 else None
 
 
 def _resident(source: Any) -> Any:
