@@ -257,7 +257,8 @@ def tune(
                 report(f"tune: cached result for this model, input and machine ({key})")
                 return hit.applied_to(work)
             if why_not is not None:
-                report(f"tune: the cached pick does not fit this run ({why_not}): searching")
+                report("tune: the cached pick does not fit this run: searching")
+                report(f"  ({why_not})")  # its own line: each fits an 80-column terminal
         work.prepare(steps)  # (your generator: read once here, replayed by every candidate)
         first = None
         if space is None:  # measure the defaults first: their step time shapes the space
@@ -354,7 +355,7 @@ def _confirm_fresh(
     batch = work.batch_size or work.config.batch_size
     slowest = min((r for r in (rates.get(defaults), rates.get(best)) if r), default=None)
     length = max(fresh_steps(c, slowest, batch, steps) for c in (defaults, best))
-    say(f"tune: confirming {best.label()} against the defaults in {FRESH}")
+    say(f"tune: confirming {best.label()} in {FRESH}")
     return confirm_fresh(
         fresh, defaults, best, backend=backend.name(), device=work.config.device,
         steps=length, progress=say,
