@@ -51,6 +51,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/step_timer_accuracy.py
 	$(PY) benchmarks/pipeline_generator.py
 	$(PY) benchmarks/pipeline_images.py
+	$(PY) benchmarks/pipeline_grain.py
 	$(PY) benchmarks/pipeline_tfrecord.py
 	$(PY) benchmarks/seed_mlp.py
 	$(PY) benchmarks/recipe_mfu.py

@@ -60,6 +60,7 @@ setup(
         "numpy>=1.26",
         "psutil>=5.9",
         "tqdm>=4.60",  # progress bars on long work (doctor, tune, ops, backends)
+        "rich>=13",  # tables on a terminal (Keras 3 draws its own summaries with it too)
         "scikit-learn>=1.3",  # ships the digits dataset the default recipe trains on, offline
     ],
     extras_require={
@@ -72,9 +73,14 @@ setup(
         # Linux x86-64 gets PyTorch's CUDA build from PyPI unless a CPU build is asked for:
         # see BUILD.md for the CPU, CUDA and Mac installs.
         "torch": ["torch>=2.3"],
+        # Grain pipelines (toolkit.data.pipeline(..., loader="grain"), --data_loader=grain):
+        # JAX's data loader, which Keras 3's fit reads on every backend.
+        "grain": ["grain>=0.2.18"],
         "test": [
             "pytest>=8",
             "ruff>=0.5",
+            # A VT100 emulator: the screen tests read what a terminal shows (tests/terminal.py).
+            "pyte>=0.8",
             "matplotlib>=3.7",
             # tf_keras must match the TensorFlow minor version; CI runs the profiling tests
             # a second time under TF_USE_LEGACY_KERAS=1 with it.
@@ -88,6 +94,8 @@ setup(
             "jax>=0.4.34",
             f"torch==2.13.0; {LINUX_X86}",
             f"torch>=2.3; {NOT_LINUX_X86}",
+            # The Grain pipelines are tested with real Grain on all three backends.
+            "grain>=0.2.18",
         ],
     },
     entry_points={"console_scripts": ["keras-perf=toolkit.cli:main"]},

@@ -34,6 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 WARMUP = 10  # steps before this script's clock starts (the first call compiles)
+WINDOW_S = 3.0  # a tune pair's timed window, at least (as tune's fresh runs: fresh.py)
 COMPUTE_AT, INPUT_BELOW = 0.9, 0.8  # the independent verdict's lines (fit / step alone)
 
 
@@ -202,9 +203,11 @@ def one(name: str, backend: str, args, tally: dict) -> None:
         print(f"{tag}: {time.perf_counter() - t0:.0f} s", flush=True)
         return
     pair = [tuned["defaults"], tuned["best"]]
-    # Both sides time as many steps: at least 10 calls of the longer one (a call is a stamp).
+    # Both sides time as many steps: at least 10 calls of the longer one (a call is a stamp),
+    # and a window as long as tune's own fresh runs (3 s at the defaults' rate, or more).
     longest = max(int(p.get("steps_per_execution", 1)) for p in pair)
-    base = {**base, "steps": max(args.steps, 10 * longest)}
+    window = -(-WINDOW_S * own // clock["batch"])
+    base = {**base, "steps": int(max(args.steps, 10 * longest, window))}
     rates: list[list[float]] = [[], []]
     for r in range(args.rounds):
         for k in (r % 2, 1 - r % 2):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -227,7 +228,8 @@ def test_tune_across_backends_searches_each_then_meets_head_to_head(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
-    assert "| tensorflow | cpu |" in out and "defaults" in out and "chosen: --backend=" in out
+    assert re.search(r"^tensorflow +cpu ", out, re.M), out  # the table, as a terminal shows it
+    assert "defaults" in out and "chosen: --backend=" in out
     lines = done.stderr.splitlines()
     searched = [ln for ln in lines if ln.startswith("tune ") and ": searching" not in ln]
     assert len(searched) == len(ch.installed_backends()), done.stderr[-3000:]
@@ -387,3 +389,29 @@ def test_a_child_gets_one_spec_and_answers_in_json(tmp_path):
     assert (
         done.returncode == 2 and done.stderr.startswith("error:") and "Traceback" not in done.stderr
     )
+
+
+def test_backends_png_reads_when_one_bar_is_far_longer(tmp_path, monkeypatch):
+    """A contender 50× slower than the rest: a log axis (the others no slivers), each bar's
+    value printed, and a legend for the colours (green: the chosen one)."""
+    from matplotlib.figure import Figure
+
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    speed = {"tensorflow": 0.0014, "jax": 0.00078, "torch": 0.043}
+
+    def runner(contender, extra):
+        m = speed[contender.backend]
+        return {"mean_s": m, "p50_s": m, "first_step_s": 0.1, "loss": 0.7, "mfu": 0.01}
+
+    result = ch.compare(
+        ch.Target("mlp", None, ()), backends=["tensorflow", "jax", "torch"], steps=50,
+        rounds=1, runner=runner, progress=lambda line: None,
+    )  # fmt: skip
+    figures, save = [], Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda f, *a, **k: (figures.append(f), save(f, *a, **k)))
+    result.write(str(tmp_path / "out"))
+    ax = figures[-1].axes[0]
+    assert ax.get_xscale() == "log" and "log scale" in ax.get_xlabel()
+    values = {t.get_text() for t in ax.texts}
+    assert {"0.78 ms", "1.4 ms", "43 ms"} <= values, values
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["chosen", "other"]

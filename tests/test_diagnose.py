@@ -3,6 +3,8 @@ made input-bound and compute-bound on purpose."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import os
 import subprocess
@@ -15,6 +17,7 @@ import tensorflow as tf
 
 from toolkit.runner import train
 from toolkit.runner.config import TrainConfig
+from toolkit.search import advice as adv
 from toolkit.search import diagnose as dg
 
 
@@ -36,7 +39,7 @@ def test_classify(rates, verdict, overlap):
 
 
 def test_a_fast_pipeline_that_holds_the_fit_back_is_advised_as_such():
-    advice = dg.advise(dg.INPUT_BOUND, False, 500.0, 100.0, dg.Facts(), 40.0)
+    advice = adv.advise(dg.INPUT_BOUND, False, 500.0, 100.0, adv.Facts(), 40.0)
     assert "reading the input inside the fit costs the step" in advice[0]
     assert not any("speed up the input before the model" in a for a in advice)
 
@@ -47,53 +50,84 @@ def test_classify_rejects_a_zero_rate():
 
 
 def test_input_advice_names_what_the_pipeline_is_made_of():
-    facts = dg.Facts(
+    facts = adv.Facts(
         pipeline_classes=frozenset({"_GeneratorDataset", "_MapDataset", "BatchDataset"}),
         pipeline_ops=frozenset({"EagerPyFunc"}),
     )
-    advice = " | ".join(dg.advise(dg.INPUT_BOUND, True, 10.0, 100.0, facts))
+    advice = " | ".join(adv.advise(dg.INPUT_BOUND, True, 10.0, 100.0, facts))
     for words in ("parallel_generator", "num_parallel_calls", "cache", "batch_map", "prefetch"):
         assert words in advice
-    good = dg.Facts(pipeline_classes=frozenset({"CacheDataset", "PrefetchDataset", "Batch"}))
-    advice = dg.advise(dg.INPUT_BOUND, True, 10.0, 100.0, good)
+    good = adv.Facts(pipeline_classes=frozenset({"CacheDataset", "PrefetchDataset", "Batch"}))
+    advice = adv.advise(dg.INPUT_BOUND, True, 10.0, 100.0, good)
     assert len(advice) == 1 and "speed up the input" in advice[0]
 
 
+def test_data_keras_reads_itself_gets_its_own_levers_not_tf_data_s():
+    """A PyDataset, a generator, arrays or a DataLoader that fit reads through Keras's own
+    adapter: the advice names that form's levers (workers, a PyDataset), never a tf.data op
+    of the form the toolkit times beside it, even where that form has a map and no prefetch."""
+    tf_form = dict(
+        pipeline_classes=frozenset({"_GeneratorDataset", "_MapDataset", "BatchDataset"}),
+        pipeline_ops=frozenset({"EagerPyFunc"}),
+    )
+    expect = {
+        "PyDatasetAdapter": "super().__init__(workers=N, use_multiprocessing=True",
+        "GeneratorDataAdapter": "keras.utils.PyDataset with workers",
+        "ArrayDataAdapter": "a larger batch",
+        "TorchDataLoaderAdapter": "num_workers=N",
+        "GrainDatasetAdapter": "grain.MultiprocessingOptions(num_workers=N)",
+    }
+    for adapter, words in expect.items():
+        facts = adv.Facts(adapter=adapter, device_kind="cpu", cpu_cores=2, **tf_form)
+        for advice in (
+            adv.advise(dg.INPUT_BOUND, True, 10.0, 100.0, facts),
+            adv.overlap_advice(facts, 500.0, 1000.0, 300.0),
+        ):
+            said = " | ".join(advice)
+            assert words in said, (adapter, said)
+            for tf_words in ("num_parallel_calls", ".prefetch(", "batch_map"):
+                assert tf_words not in said, (adapter, said)
+    more = adv.Facts(adapter="PyDatasetAdapter", input_workers=4)
+    assert "more than its 4 workers" in " | ".join(adv.advise(dg.INPUT_BOUND, True, 1, 9, more))
+
+
 def test_compute_advice_from_step_settings_and_devices():
-    facts = dg.Facts(step_s=0.001, batch_size=32, gpus=1, recommended_precision="mixed_bfloat16")
-    advice = " | ".join(dg.advise(dg.COMPUTE_BOUND, False, 900.0, 100.0, facts))
+    facts = adv.Facts(step_s=0.001, batch_size=32, gpus=1, recommended_precision="mixed_bfloat16")
+    advice = " | ".join(adv.advise(dg.COMPUTE_BOUND, False, 900.0, 100.0, facts))
     for words in ("--fused_steps", "--jit_compile", "larger batch than 32", "--device=gpu"):
         assert words in advice
     assert "--precision=mixed_bfloat16" in advice and "prefetch" in advice  # overlap missing
-    on_gpu = dg.Facts(step_s=0.001, device_kind="cuda", jit_compile=True, fused_steps=4)
-    advice = " | ".join(dg.advise(dg.COMPUTE_BOUND, True, 900.0, 100.0, on_gpu))
+    on_gpu = adv.Facts(step_s=0.001, device_kind="cuda", jit_compile=True, fused_steps=4)
+    advice = " | ".join(adv.advise(dg.COMPUTE_BOUND, True, 900.0, 100.0, on_gpu))
     assert "--device=cpu" in advice and "--fused_steps" not in advice
 
 
 def test_overlap_advice_follows_from_the_pipeline_the_device_and_the_cores():
     prefetched = frozenset({"_ParallelMapDataset", "_BatchDataset", "_PrefetchDataset"})
-    on_cpu = dg.Facts(device_kind="cpu", cpu_cores=2, pipeline_classes=prefetched)
+    on_cpu = adv.Facts(device_kind="cpu", cpu_cores=2, pipeline_classes=prefetched)
     # input 2 ms + step 1 ms, fit 2.9 ms: one after the other
-    advice = dg.overlap_advice(on_cpu, input_rate=500.0, compute_rate=1000.0, fit_rate=345.0)
+    advice = adv.overlap_advice(on_cpu, input_rate=500.0, compute_rate=1000.0, fit_rate=345.0)
     text = " | ".join(advice)
     assert "2.00 ms (input alone) + 1.00 ms (step alone) = 3.00 ms" in advice[0]
     assert "one after the other" in advice[0]
     assert "CPU contention" in text and "2 CPU core(s)" in text
     assert "no prefetch" not in text and "prefetch(" not in text  # it has one: never advised
-    bare = dg.Facts(device_kind="cpu", pipeline_classes=frozenset({"_MapDataset", "_BatchDataset"}))
-    text = " | ".join(dg.overlap_advice(bare, 500.0, 1000.0, 345.0))
+    bare = adv.Facts(
+        device_kind="cpu", pipeline_classes=frozenset({"_MapDataset", "_BatchDataset"})
+    )
+    text = " | ".join(adv.overlap_advice(bare, 500.0, 1000.0, 345.0))
     assert "no prefetch: end the pipeline with .prefetch(tf.data.AUTOTUNE)" in text
-    python = dg.Facts(
+    python = adv.Facts(
         device_kind="cuda", pipeline_classes=prefetched, pipeline_ops=frozenset({"EagerPyFunc"})
     )
-    text = " | ".join(dg.overlap_advice(python, 500.0, 1000.0, 345.0))
+    text = " | ".join(adv.overlap_advice(python, 500.0, 1000.0, 345.0))
     assert "GIL" in text and "CPU contention" not in text  # the step is on the GPU
-    plain = dg.Facts(device_kind="cuda", pipeline_classes=frozenset({"_PrefetchDataset"}))
-    text = " | ".join(dg.overlap_advice(plain, 500.0, 1000.0, 450.0))
+    plain = adv.Facts(device_kind="cuda", pipeline_classes=frozenset({"_PrefetchDataset"}))
+    text = " | ".join(adv.overlap_advice(plain, 500.0, 1000.0, 450.0))
     assert "per-step overhead" in text and "partly one after the other" in text
     # advise() puts it after the verdict's advice, only when the overlap is missing
-    assert not any("overlap" in a for a in dg.advise(dg.COMPUTE_BOUND, True, 900, 100, on_cpu))
-    assert any("CPU contention" in a for a in dg.advise(dg.COMPUTE_BOUND, False, 900, 100, on_cpu))
+    assert not any("overlap" in a for a in adv.advise(dg.COMPUTE_BOUND, True, 900, 100, on_cpu))
+    assert any("CPU contention" in a for a in adv.advise(dg.COMPUTE_BOUND, False, 900, 100, on_cpu))
 
 
 def _task(keras, slow_input: bool, width: int):
@@ -309,14 +343,14 @@ def test_doctor_cli_on_your_own_model_fn(tmp_path):
 
 
 def test_compute_advice_names_only_what_the_backend_runs():
-    tf_advice = " ".join(dg._compute_advice(dg.Facts(step_s=0.001)))
+    tf_advice = " ".join(adv._compute_advice(adv.Facts(step_s=0.001)))
     assert "--fused_steps=K" in tf_advice and "try --jit_compile (measure: XLA" in tf_advice
     jax_advice = " ".join(
-        dg._compute_advice(dg.Facts(step_s=0.001, jit_compile=True, backend="jax"))
+        adv._compute_advice(adv.Facts(step_s=0.001, jit_compile=True, backend="jax"))
     )
     assert "--fused_steps=K" in jax_advice and "jax.lax.scan" in jax_advice
     assert "--jit_compile" not in jax_advice
-    torch_advice = " ".join(dg._compute_advice(dg.Facts(step_s=0.001, backend="torch")))
+    torch_advice = " ".join(adv._compute_advice(adv.Facts(step_s=0.001, backend="torch")))
     assert "one step per call" in torch_advice and "torch.compile" in torch_advice
     assert "--fused_steps" not in torch_advice and "--steps_per_execution=K" not in torch_advice
 
@@ -432,3 +466,74 @@ def test_the_step_alone_reads_no_pipeline(keras):
         report = work.fit(steps=6, warmup=1, one_batch=True)
     assert type(repeated).__name__ == "RepeatedBatch" and repeated.batch_size == 64
     assert report.steps.timed_steps >= 1
+
+
+@pytest.mark.every_backend
+def test_the_real_fit_reads_your_data_as_fit_reads_it(keras):
+    """The real fit of your model reads your data through Keras's own adapter, epoch after
+    epoch (each ending as fit ends it), not the tf.data form the toolkit builds: a
+    PyDataset's own __getitem__ is asked for every step, pass after pass, and arrays are
+    sliced by the adapter fit picks for them on this backend."""
+    from toolkit.data import _fit_input
+    from toolkit.search.workload import workload
+
+    _, (x, y) = _your_pipeline(slow=False)  # 512 examples
+    data = _Batches.make(keras, x, y, count=4, size=32)
+    ended = []
+    data.on_epoch_end = lambda: ended.append(len(data.asked))
+    with workload(_your_model(keras), data, TrainConfig()) as work:
+        data.asked.clear()
+        report = work.fit(steps=10, warmup=1)
+    assert report.steps.timed_steps >= 1 and report.steps.batch_size == 32
+    assert len(data.asked) >= 10 and set(data.asked) == {0, 1, 2, 3}
+    assert len(ended) >= 2  # 10 steps over 4 batches: at least two epochs ended, as fit ends them
+    with workload(_your_model(keras), (x, y), TrainConfig(batch_size=64)) as work:
+        report = work.fit(steps=20, warmup=1)  # 2.5 epochs of 8 batches
+        assert type(work.endless).__name__ == "EndlessEpochs"
+    assert report.steps.timed_steps >= 1 and report.steps.batch_size == 64
+    # The same reader, asked directly: one epoch of arrays is every example once.
+    reader = _fit_input.as_fit_reads((x, y), 64)
+    first = list(itertools.islice(reader.get_numpy_iterator(), 9))
+    epoch = np.concatenate([np.asarray(b[0]) for b in first[:8]])
+    assert sorted(map(tuple, epoch)) == sorted(map(tuple, x)) and len(first[8][0]) == 64
+
+
+def test_second_opinion_that_agrees_speaks_with_one_verdict():
+    """XProf's 'potentially input-bound' beside compute-bound rates that it agrees with: the
+    line gives XProf's share and its label as a label, and one verdict, the rates'."""
+    said = dg.second_opinion(
+        dg.COMPUTE_BOUND, {"verdict": "potentially input-bound", "input_percent": 1.9}
+    )
+    assert said["agrees"] is True
+    assert said["line"].startswith("1.9% of the traced steps' time waiting for input")
+    assert said["line"].endswith("agrees with the rates: compute-bound")
+    assert not said["line"].startswith("potentially")
+
+
+def test_advice_for_your_own_model_is_said_in_python():
+    from toolkit.search.python_advice import as_python
+
+    said = as_python("try --jit_compile (measure: XLA is sometimes slower; toolkit.tune does)")
+    assert said.startswith("try model.compile(..., jit_compile=True)") and "--" not in said
+    assert as_python("try --steps_per_execution") == (
+        "try model.compile(..., steps_per_execution=8)"
+    )
+    said = as_python("try --precision=mixed_bfloat16 (this device's hint; measure it)")
+    assert "keras.mixed_precision.set_global_policy('mixed_bfloat16')" in said
+    shown = dg.Diagnosis(1.0, 2.0, 1.0, dg.COMPUTE_BOUND, True, ["try --jit_compile"], python=True)
+    assert "advice: try model.compile(..., jit_compile=True)" in str(shown)
+    recipe = dataclasses.replace(shown, python=False)
+    assert "advice: try --jit_compile" in str(recipe)
+
+
+def test_empty_data_is_said_as_empty_by_diagnose_and_tune(keras):
+    """A pipeline that yields nothing (``take(0)``, or a filter that drops everything, whose
+    length tf.data cannot tell) is one SetupError naming it, not a window with no timed steps
+    or a bare StopIteration."""
+    from toolkit import tune
+
+    pipeline, _ = _your_pipeline(slow=False)
+    for empty in (pipeline.take(0), pipeline.filter(lambda *batch: False)):
+        for measure in (dg.diagnose, tune):
+            with pytest.raises(train.SetupError, match=r"it yields no batches \(empty\)$"):
+                measure(_your_model(keras), empty)

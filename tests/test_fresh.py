@@ -51,6 +51,20 @@ def test_a_pick_that_wins_every_fresh_round_stands_with_the_fresh_gain():
     assert why.startswith("confirmed in fresh processes: 1.23×")
 
 
+def test_two_rounds_far_apart_get_a_third_and_the_claim_is_their_median():
+    """1.15× then 1.60×: both faster, but a median of two ratios that far apart is no better
+    than either, so a third round is run and the claim carries all three."""
+    runner, seen = runs([1.15, 1.60, 1.30])
+    pick, gain, rounds, why = fr.confirm_fresh(
+        Target("mlp"), DEFAULTS, PICK, backend="tensorflow", device="cpu", steps=48,
+        runner=runner,
+    )  # fmt: skip
+    assert pick == PICK and len(rounds) == 3 and len(seen) == 6
+    assert gain.rounds == 3 and gain.ratio == pytest.approx(1.30)
+    assert (gain.low, gain.high) == (1.15, 1.60)
+    assert why == "confirmed in fresh processes: 1.30× (1.15–1.60, 3 rounds in fresh processes)"
+
+
 def test_a_gain_the_fresh_processes_do_not_show_leaves_the_defaults():
     runner, _ = runs([1.01, 0.97, 1.0])  # the search said 1.74×; a new process says ~1.0
     pick, gain, _, why = fr.confirm_fresh(

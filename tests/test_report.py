@@ -3,6 +3,7 @@ Reports are built from injected step times; nothing here trains."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -90,6 +91,9 @@ def test_markdown_and_png(tmp_path):
     ):
         assert text in md
     assert Path(paths["png"]).read_bytes()[:4] == b"\x89PNG"
+    # It opens with the run in one line, and leaves the machine's name to report.json.
+    assert md.splitlines()[2].startswith("**r complete: p50 ") and " examples/s" in md[:200]
+    assert "hostname" not in md and "hostname" in r.to_json()
 
 
 def test_plot_failure_never_loses_the_json(tmp_path, monkeypatch):
@@ -432,3 +436,92 @@ def test_a_fit_call_timed_from_train_begin_says_its_exit_was_not_timed():
     parts = {"from": "train begin", "whole_s": 3.0, "start_up_s": 0.5, "steps_s": 2.5}
     line = "fit from train begin: 3.00 s = start-up 0.50 s + steps 2.50 s (exit not timed"
     assert line in make_report(fit_call={**parts, "exit_s": None}).summary()
+
+
+def test_compare_says_only_real_differences_and_which_settings_differ():
+    from toolkit.report import compare
+
+    a = make_report("mlp", compute={"flops_per_step": 4_407_040}, args={"fused_steps": 1})
+    b = make_report(
+        "mlp", seed=1, compute={"flops_per_step": 4_407_040},
+        args={"fused_steps": 32, "report_dir": "elsewhere"},
+    )  # fmt: skip
+    # Device records that differ only in what a note would not show (a memory figure).
+    a.environment = {**a.environment, "devices": [{"name": "cpu:0", "memory_mb": 24105.5625}]}
+    b.environment = {**b.environment, "devices": [{"name": "cpu:0", "memory_mb": 24105.5}]}
+    c = compare(a, b)
+    assert not c.notes, c.notes  # the same values, however they were built: no note
+    assert c.settings == (("fused_steps", 1, 32),)  # where the report went is no setting
+    assert "settings that differ (A → B): --fused_steps 1 → 32" in c.render()
+    # A first call of 32 fused steps is counted per step, like against like.
+    b.steps = dataclasses.replace(b.steps, first_step_s=3.2, first_step_steps=32)
+    row = dict((r[0], r[1:3]) for r in compare(a, b).rows)["first call/step"]
+    assert row == (pytest.approx(0.5), pytest.approx(0.1))
+    # Two workloads: said plainly, and no speed verdict however far apart they are.
+    cnn = make_report("cnn", step_s=0.05, compute={"flops_per_step": 4_370_000_000})
+    other = compare(a, cnn)
+    assert other.verdict == "different workloads" and other.ratio is None
+    assert "verdict: none: A and B are different workloads" in other.render()
+    assert "noise band" not in other.render()
+
+
+def test_a_gate_does_not_pass_on_two_workloads_it_cannot_compare(tmp_path, capsys):
+    from toolkit import cli
+
+    a = make_report("mlp", compute={"flops_per_step": 4_407_040})
+    b = make_report("cnn", step_s=0.05, compute={"flops_per_step": 4_370_000_000})
+    a.write(tmp_path / "a", plot=False)
+    b.write(tmp_path / "b", plot=False)
+    pair = [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert cli.main(["compare", *pair]) == 0  # said plainly, no verdict: not a failure
+    assert cli.main(["compare", "--fail_on_slower", *pair]) == 1  # but no gate passes on it
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said.startswith("compare: cannot tell whether B is slower (A and B are different")
+
+
+def _drawn(monkeypatch):
+    """The matplotlib figures saved while the block runs (to read their legends and axes)."""
+    from matplotlib.figure import Figure
+
+    figures, save = [], Figure.savefig
+
+    def keep(self, *args, **kwargs):
+        figures.append(self)
+        return save(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return figures
+
+
+def test_steps_png_explains_itself(monkeypatch):
+    """Values on the percentile lines, the epochs marked, and a run of several steps per call
+    labelled by call, not by step."""
+    figures = _drawn(monkeypatch)
+    make_report().plot_png()
+    timeline, hist = figures[-1].axes
+    said = [t.get_text() for t in hist.get_legend().get_texts()]
+    assert [s.split()[0] for s in said] == ["p50", "p90", "p99"] and all(" ms" in s for s in said)
+    assert "epoch ends (2 epochs)" in [t.get_text() for t in timeline.get_legend().get_texts()]
+    assert hist.get_ylabel() == "timed steps"
+    calls = [[0.5, 8, 0, "first"], *[[0.008, 8, i // 10, "timed"] for i in range(20)]]
+    fused = RunReport(name="f", steps=summarize_calls(calls, 32), timeline=calls)
+    fused.plot_png()
+    timeline, hist = figures[-1].axes
+    assert hist.get_ylabel() == "timed calls" and "(160 steps)" in hist.get_title()
+    assert "a dot: one call of up to 8 steps" in timeline.get_ylabel()
+
+
+def test_the_report_records_our_flags_not_the_frameworks_own():
+    from absl import flags
+
+    from toolkit.runner.flags import flags_for_report
+
+    values = flags.FlagValues()
+    flags.DEFINE_integer("epochs", 3, "ours", flag_values=values, module_name="recipes.mlp")
+    flags.DEFINE_string(
+        "tt_check_filter", None, "TensorFlow's", flag_values=values,
+        module_name="tensorflow.python.tpu.tensor_tracer_flags",
+    )  # fmt: skip
+    flags.DEFINE_bool("alsologtostderr", False, "absl's", flag_values=values, module_name="absl.x")
+    values(["prog"])
+    assert flags_for_report(values) == {"epochs": 3}

@@ -54,7 +54,24 @@ def test_pytorch_trace_steps_and_self_times(tmp_path, gz):
     assert analysis["verdict"] is None and "no input-pipeline analysis" in analysis["error"]
     lines = "\n".join(trace_lines(analysis))
     assert "trace steps: 2 marked, 2.00 ms mean (1.00–3.00)" in lines
-    assert "top device ops" in lines and "aten::mm 0.600 ms (63%)" in lines
+    assert "top device ops" in lines and "\n       0.600 ms  63%  aten::mm\n" in lines
+
+
+def test_top_ops_one_per_line_named_by_what_identifies_them():
+    from toolkit.report.trace import OP_NAME_CHARS, short_op
+
+    long = (
+        "StatefulPartitionedCall/StatefulPartitionedCall_1/gradient_tape/sequential_1/"
+        "dense_1/MatMul/MatMul_1"
+    )
+    assert short_op(long) == "∇ sequential_1/dense_1/MatMul/MatMul_1"
+    assert short_op("Iterator::Root::Prefetch::BatchV2") == "Iterator::Root::Prefetch::BatchV2"
+    cut = short_op("a/" * 60 + "Conv2D")
+    assert len(cut) == OP_NAME_CHARS and cut.startswith("…") and cut.endswith("/Conv2D")
+    ops = [{"op": long + str(i), "self_ms": 0.1, "share": 0.1, "count": 1} for i in range(5)]
+    shown = trace_lines({"top_ops": {"host": ops, "device": []}, "steps": [1]})
+    assert shown[0] == "  top host ops (self time per step):" and len(shown) == 6
+    assert all(len(line) <= 80 for line in shown), shown
 
 
 def test_what_cannot_be_read_is_said(tmp_path):
@@ -116,3 +133,10 @@ def test_the_all_reduce_share_of_the_step_is_read_where_the_trace_shows_it():
          ["AllReduce", "NcclAllReduce", "Host", 99000.0]],
     )  # fmt: skip
     assert trace._collective_ops_percent([ops], out) == pytest.approx(25.0)  # 2.5 of 10 ms
+
+
+def test_trace_steps_are_counted_against_the_window():
+    analysis = {"steps": [{"step": str(i)} for i in range(8)], "step_ms": {
+        "mean": 1.0, "min": 0.8, "max": 1.3}}  # fmt: skip
+    assert trace_lines(analysis, window=10)[0].startswith("trace steps: 8 of the 10 traced marked")
+    assert trace_lines(analysis, window=8)[0].startswith("trace steps: 8 marked,")

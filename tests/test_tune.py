@@ -110,6 +110,30 @@ def test_cache_hit_miss_and_invalidation_when_tensorflow_or_the_backend_changes(
     assert any("does not fit this run" in line for line in lines)
 
 
+def test_a_cached_search_answers_only_a_search_no_more_thorough(keras, tmp_path, monkeypatch):
+    """A search that ran out of a 10 s budget does not answer a 30 s one (it searches again
+    and says why); it does answer a smaller budget; the progress lines count one budget."""
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(wl.TaskWorkload, "rate", lambda self, c, steps=48, calls=3: fake_rates(c))
+    config = TrainConfig(batch_size=16, epochs=10, report_dir=None)
+    space = en.Space(jit_compile=(False, True), steps_per_execution=(1, 8), fused_steps=(1,))
+    lines: list[str] = []
+    first = tn.tune(_task(keras), config, space=space, budget_s=10, progress=lines.append)
+    stages = [line.split("]")[0] for line in lines if line.startswith("[") and " s]" in line]
+    assert stages and all(s.endswith("/10 s") for s in stages), lines
+    path = tmp_path / tn.CACHE_FILE
+    stored = json.loads(path.read_text())
+    assert stored[first.key]["result"]["budget_s"] == 10
+    stored[first.key]["result"]["budget_exhausted"] = True  # as a short budget ends
+    path.write_text(json.dumps(stored))
+    lines.clear()
+    deeper = tn.tune(_task(keras), config, space=space, budget_s=30, progress=lines.append)
+    assert not deeper.cache_hit
+    assert "tune: the cached search ran out of 10 s: searching again" in lines
+    assert tn.tune(_task(keras), config, space=space, budget_s=20, progress=print).cache_hit
+    assert tn.tune(_task(keras), config, space=space, budget_s=5, progress=print).cache_hit
+
+
 def test_kept_finalists_are_measured_again_without_a_rebuild_or_a_retrace(keras, monkeypatch):
     task = _task(keras)
     built, traces = [], []

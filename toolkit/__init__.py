@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 from toolkit.core.version import __version__
 
 if TYPE_CHECKING:
+    from toolkit.core.interrupts import TrainingInterrupted
     from toolkit.core.machine import capture_environment
     from toolkit.core.stats import StepStats, summarize
     from toolkit.data.builder import infer_batch_size
     from toolkit.profiling.memory_watch import MemoryWatch
     from toolkit.profiling.step_timer import StepTimer
-    from toolkit.profiling.stop_on_signal import TrainingInterrupted
     from toolkit.profiling.trace_window import TraceWindow
     from toolkit.report import Comparison, ReportError, RunContext, RunReport, compare
     from toolkit.runner.config import TrainConfig
@@ -40,7 +40,7 @@ _EXPORTS = {
     "summarize": "toolkit.core.stats",
     "Profile": "toolkit.runner.session",
     "profile": "toolkit.runner.session",
-    "TrainingInterrupted": "toolkit.profiling.stop_on_signal",
+    "TrainingInterrupted": "toolkit.core.interrupts",
     "infer_batch_size": "toolkit.data.builder",
     "RunReport": "toolkit.report.run_report",
     "ReportError": "toolkit.core.files",
@@ -73,3 +73,15 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+def _start() -> None:
+    """``python -m toolkit`` or ``keras-perf`` starting: Ctrl-C and SIGTERM held from the
+    first import until the command line can say what they stopped (``toolkit.cli.main``)."""
+    from toolkit.core import interrupts
+
+    if interrupts.starting("toolkit"):
+        interrupts.install(early=True)
+
+
+_start()

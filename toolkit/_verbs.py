@@ -7,9 +7,13 @@ the other verbs, exit codes) is ``toolkit.cli``'s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
+
+from toolkit.core import terminal
 
 __all__: list[str] = []  # the command line's own; nothing here is API
 
@@ -18,6 +22,7 @@ def model_fn(spec: str) -> tuple[Any, Any]:
     """``(compiled model, data in any form fit takes)`` from ``--model_fn module:function``."""
     import importlib
 
+    from toolkit import app
     from toolkit.app import UsageError
 
     module_name, sep, function = spec.partition(":")
@@ -31,10 +36,11 @@ def model_fn(spec: str) -> tuple[Any, Any]:
     fn = getattr(module, function, None)
     if not callable(fn):
         raise UsageError(f"--model_fn={spec!r}: {module_name} has no function {function!r}")
-    made = fn()
-    if not (isinstance(made, tuple) and len(made) == 2):
-        raise UsageError(
-            f"--model_fn={spec!r}: {function}() must return (compiled_model, batched_dataset)"
+    made = app.call_user(fn, f"--model_fn={spec!r}: {function}()")
+    if not (isinstance(made, tuple) and len(made) == 2):  # it ran, and gave the wrong thing
+        raise app.UserCodeError(
+            f"--model_fn={spec!r}: {function}() returned {type(made).__name__}; it must return "
+            "(compiled_model, batched_dataset)"
         )
     return made
 
@@ -72,7 +78,7 @@ def doctor(args: argparse.Namespace) -> int:
     what, flag_values, config, target, data = _target_of(args)
     diagnosis = diagnose(target, data, config=config, steps=flag_values.diagnose_steps)
     print(f"doctor: {what}, batch {diagnosis.batch_size}, {diagnosis.steps} steps each")
-    print(diagnosis)
+    print(terminal.show(str(diagnosis)))
     return 0
 
 
@@ -88,8 +94,8 @@ def tune(args: argparse.Namespace) -> int:
     )  # fmt: skip
     source = "cache" if result.cache_hit else f"searched in {result.seconds:.1f} s"
     print(f"tune: {what}, batch {result.batch_words} ({source})")
-    print(result.table())
-    print(f"best: {result.how_to_apply}")
+    print(terminal.show(result.table()))
+    print(f"best: {result.how_to_apply}")  # whole: a command line to copy
     return 0
 
 
@@ -111,7 +117,7 @@ def tune_across(args: argparse.Namespace) -> int:
                 f"--tune_budget={value!r}: a number of seconds"
             ) from None
     result = chooser.tune_across(target, budget_s=budget)
-    print(result.summary())
+    print(terminal.show(result.summary()))
     return 0
 
 
@@ -149,7 +155,7 @@ def backends(args: argparse.Namespace) -> int:
         rounds=args.rounds,
         use_cache=not args.refresh,
     )
-    print(result.summary())
+    print(terminal.show(result.summary()))
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = args.out or os.path.join("runs", f"backends-{stamp}")
     try:
@@ -167,3 +173,101 @@ def backends(args: argparse.Namespace) -> int:
 
 def split(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def data_service(args: argparse.Namespace) -> int:
+    import signal
+    import time
+
+    from toolkit import distribute
+
+    if args.worker:
+        if not args.dispatcher:
+            raise ValueError("data-service --worker: give --dispatcher grpc://host:port")
+        distribute.service_address(args.dispatcher, "--dispatcher")
+        with _port_taken(args.port):
+            server = distribute.serve_worker(args.dispatcher, args.port, args.host)
+        what = f"worker of {args.dispatcher}"
+    elif args.dispatcher == "":
+        with _port_taken(args.port):
+            server = distribute.serve_dispatcher(args.port, args.work_dir)
+        what = f"dispatcher at grpc://{args.host}:{server.target.rsplit(':', 1)[-1]}"
+    else:
+        raise ValueError(
+            "data-service: give --dispatcher (to run one) or --worker --dispatcher "
+            "grpc://host:port (to serve one)"
+        )
+    # The server runs on its own threads. The main thread waits in Python, not in join() (C++,
+    # where signal handlers never run), so SIGTERM and Ctrl-C stop it at once.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"data-service: {what} serving (Ctrl-C to stop)", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            time.sleep(0.5)
+    del server
+    return 0
+
+
+def data_service_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dispatcher",
+        nargs="?",
+        const="",
+        default=None,
+        help="alone: run a dispatcher; with --worker: the dispatcher's grpc://host:port",
+    )
+    p.add_argument("--worker", action="store_true", help="run a worker")
+    p.add_argument("--port", type=int, default=0, help="port to listen on (0: any free one)")
+    p.add_argument("--host", default="localhost", help="the name others reach this host by")
+    p.add_argument("--work_dir", help="dispatcher: journal dir (restarts keep their jobs)")
+
+
+@contextlib.contextmanager
+def _port_taken(port: int) -> Iterator[None]:
+    """TensorFlow's "Could not start gRPC server" (a port in use, or not this host's to
+    bind) as one line naming --port (gRPC's own line about it held back)."""
+    from toolkit.core import native_logs
+
+    try:
+        with native_logs.held():
+            yield
+    except RuntimeError as e:
+        if "grpc" not in str(e).lower():
+            raise
+        from toolkit.runner.task import SetupError  # a run that cannot start: status 1
+
+        raise SetupError(
+            f"data-service: --port={port}: could not listen there (in use by another "
+            "process?): choose another port, or 0 for any free one"
+        ) from None
+
+
+# A verb's options that the command line's parser types but does not bound: checked before
+# anything runs, in the settings' words (toolkit.runner.config.check_number). backends'
+# --steps and --rounds are its own function's to check (toolkit.search.chooser).
+OPTION_CHECKS: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
+    "compare": (("z", {"above": 0}), ("min_rel", {"least": 0})),
+    "trace": (("ops", {"integer": True, "least": 0}),),
+    "placement": (("batch_size", {"integer": True, "least": 1}),),
+    "ops": (("repeats", {"integer": True, "least": 1}), ("min_time", {"above": 0})),
+    "data-service": (("port", {"integer": True, "least": 0, "most": 65535}),),
+}
+
+
+def check_options(verb: str, args: argparse.Namespace) -> None:
+    """ConfigError naming the first of `verb`'s options out of its range (a port past 65535,
+    --z that is not a positive number), before anything loads or runs."""
+    from toolkit.runner.config import PRECISIONS, ConfigError, check_number
+
+    for name, bounds in OPTION_CHECKS.get(verb, ()):
+        check_number(f"--{name}", getattr(args, name, None), **bounds)
+    if verb == "preflight" and args.precision not in PRECISIONS:
+        raise ConfigError(
+            f"--precision must be one of {', '.join(PRECISIONS)}, got {args.precision!r}"
+        )
+    if verb == "data-service" and args.host is not None and not args.host.strip():
+        raise ConfigError("--host must name this host as others reach it, got ''")
+    if verb == "data-service" and args.worker and args.dispatcher:
+        from toolkit import distribute
+
+        distribute.service_address(args.dispatcher, "--dispatcher")

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from absl import flags
 
 from toolkit import backend
-from toolkit.core import progress
+from toolkit.core import interrupts, progress, terminal
 from toolkit.core.errors import one_line
 from toolkit.runner import flags as tk_flags
 from toolkit.runner.config import ConfigError, TrainConfig
@@ -49,10 +49,31 @@ HELP_FLAGS = ("-h", "--help", "-?", "--helpshort")
 INFO_FLAGS = (*HELP_FLAGS, "--helpfull", "--version")
 
 RECIPES_PACKAGE = "recipes"
+# The exit status of a run that ended with no step timed (the report's status "untimed"):
+# neither a pass (0) nor a failed run (1).
+UNTIMED_STATUS = 3
 
 
 class UsageError(ValueError):
     """A command line that names something that is not there (a recipe, a function)."""
+
+
+class UserCodeError(RuntimeError):
+    """A user's function (``--model_fn``, a recipe's ``build_task``) raised: one line naming
+    it and its exception, status 1; ``--verbosity=1`` shows the traceback."""
+
+
+def call_user(fn: Callable[[], Any], what: str, passes: tuple[type, ...] = ()) -> Any:
+    """``fn()``; an exception from it (but `passes`, the one-line errors of the toolkit's own
+    checks it calls) becomes :class:`UserCodeError` naming `what` (``mytrain.make()``)."""
+    try:
+        return fn()
+    except passes:
+        raise
+    except Exception as e:
+        raise UserCodeError(
+            f"{what} raised {one_line(e)}; --verbosity=1 shows the traceback"
+        ) from e
 
 
 def fail(error: BaseException, status: int = 1, cause: BaseException | None = None) -> NoReturn:
@@ -60,14 +81,15 @@ def fail(error: BaseException, status: int = 1, cause: BaseException | None = No
     ``--verbosity=1`` or more, the traceback of `cause` (else of `error`) above it."""
     from toolkit.distribute import processes
 
-    if _wants_traceback():
+    if wants_traceback():
         traceback.print_exception(cause or error, file=sys.stderr)
     print(f"error: {error}", file=sys.stderr)
     processes.leave(status)  # a process of a cluster ends here: its peers may be gone
     raise SystemExit(status) from None
 
 
-def _wants_traceback() -> bool:
+def wants_traceback() -> bool:
+    """Whether ``--verbosity`` (absl's, parsed) asks for tracebacks above error lines."""
     f = flags.FLAGS
     return f.is_parsed() and "verbosity" in f and (f["verbosity"].value or 0) >= 1
 
@@ -83,15 +105,20 @@ def _partial_summary(error: BaseException) -> str | None:
     return None
 
 
-def interrupted(error: KeyboardInterrupt) -> NoReturn:
+def interrupted(error: KeyboardInterrupt, what: Any = None) -> NoReturn:
     """Ends an interrupted run: the partial summary on stdout, one line on stderr saying where
     the partial report is, and 130 (SIGINT) or 143 (SIGTERM) as the shell would."""
-    from toolkit.profiling.stop_on_signal import TrainingInterrupted
-
-    run_dir = _partial_summary(error)
-    sigterm = isinstance(error, TrainingInterrupted)
+    # Not a module that imports Keras: the interrupt may have come while it was loading.
+    run_dir = _partial_summary(error) if what is None else None  # a verb's: not a run's
+    sigterm = isinstance(error, interrupts.TrainingInterrupted)
     where = f"the partial report is in {run_dir}" if run_dir else "no report was written"
+    report = getattr(error, "toolkit_report", None)
+    if report is not None and report.status == "complete" and run_dir:  # as it was written
+        where = f"the run had ended: its report is in {run_dir}"
+    if what is not None:  # a verb (its object): nothing of a run to say
+        where = f"{what.name} stopped before it finished"
     print(f"interrupted by {'SIGTERM' if sigterm else 'SIGINT'}: {where}", file=sys.stderr)
+    interrupts.said()  # one more signal on the way out: no second line
     from toolkit.distribute import processes
 
     processes.leave(143 if sigterm else 130)
@@ -121,6 +148,25 @@ def check_recipe(name: str) -> str:
     return name
 
 
+def check_started_recipe() -> None:
+    """``python -m recipes.NAME`` with no recipe NAME (or ``python -m recipes``): one line
+    listing the recipes, status 2, in place of Python's ``No module named``. Called by the
+    recipes package while Python starts it (``sys.orig_argv`` says which module)."""
+    argv = list(getattr(sys, "orig_argv", ()))
+    if "-m" not in argv[:-1]:
+        return
+    package, _, name = argv[argv.index("-m") + 1].partition(".")
+    if package != RECIPES_PACKAGE or name in recipe_names():
+        return
+    try:
+        check_recipe(name or "")
+    except UsageError as e:
+        said = f"no recipe named {name!r}" if name else "give a recipe"
+        listed = str(e).split("; ", 1)[-1]
+        print(f"error: python -m recipes.NAME: {said}; {listed}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def load_recipe(name: str) -> types.ModuleType:
     """The recipe module ``recipes.<name>`` (importing it defines its flags).
 
@@ -144,7 +190,11 @@ def recipe_from_flags(
     if argv is not None:
         flags.FLAGS(tk_flags.canonical_argv(argv))
     config = tk_flags.config_from_flags()
-    return config, build_task(**tk_flags.kwargs_from_flags(build_task))
+    kwargs = tk_flags.kwargs_from_flags(build_task)
+    name = f"{_module_name(sys.modules.get(build_task.__module__) or types.ModuleType('recipe'))}"
+    return config, call_user(
+        lambda: build_task(**kwargs), f"{name}.build_task()", (ValueError, OSError)
+    )
 
 
 def run_recipe(build_task: Callable[..., Task]) -> None:
@@ -157,8 +207,12 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
 
     short = _program(sys.modules.get(build_task.__module__) or types.ModuleType("recipe"))[1]
     backend_name = backend.name()
-    progress.say(f"{short}: loading TensorFlow and Keras ({backend_name}), then data and model")
-    runtime.load_tensorflow()  # its C++ start-up lines held back, errors kept
+    with interrupts.held():  # Ctrl-C mid-import would leave modules half loaded: after it
+        progress.say(f"{short}: loading TensorFlow and Keras ({backend_name}), then data and model")
+        runtime.load_tensorflow()  # its C++ start-up lines held back, errors kept
+        from toolkit.core import compat
+
+        compat.keras()
     from toolkit.runner.train import SetupError, run
 
     f = flags.FLAGS
@@ -166,7 +220,7 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
         config, task = recipe_from_flags(build_task)
     except ConfigError as e:
         fail(e, 2)
-    except (ValueError, FileNotFoundError) as e:  # data and paths are checked here
+    except (ValueError, FileNotFoundError, UserCodeError) as e:  # data and paths: checked here
         fail(e)
     tuned = diagnosis = None
     try:
@@ -176,18 +230,21 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
             config, result = autotune(
                 task, config, budget_s=f.tune_budget, fresh=_fresh_target(build_task)
             )
-            print(result.table())
+            print(terminal.show(result.table()))
             print(f"autotune: {result.best.flags()}")
             tuned = result.to_dict()
         if f.diagnose:
             from toolkit.search.diagnose import diagnose
 
             found = diagnose(task, config, steps=f.diagnose_steps)
-            print(found)
+            print(terminal.show(str(found)))
             diagnosis = found.to_dict()
         result = run(
             task, config, args=tk_flags.flags_for_report(), diagnosis=diagnosis, tune=tuned
         )
+        # From here a signal is said as the program ends (130, 143), what was kept first.
+        where = f"its report is in {result.run_dir}" if result.run_dir else "no report dir"
+        interrupts.ending(f"the run had ended: {where}")
     except SetupError as e:
         _partial_summary(e)  # its message already says where the partial report is
         fail(e)
@@ -200,13 +257,28 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
         lost = processes.lost_peer(e, report.steps.total_steps if report is not None else None)
         if lost is not None:
             fail(RuntimeError(f"{lost}{where}"), cause=e)
+        if isinstance(e, MemoryError) or type(e).__name__ == "ResourceExhaustedError":
+            stage = "training" if report is not None else "setting up the data and model"
+            fail(
+                RuntimeError(
+                    f"out of memory while {stage} ({one_line(e, 160)}){where}: lower "
+                    "--batch_size, the image or model size, or free memory"
+                ),
+                cause=e,
+            )
         fail(
             RuntimeError(
                 f"training stopped on {one_line(e)}{where}; --verbosity=1 shows the traceback"
             ),
             cause=e,
         )
-    print(result.report.summary())
+    _said(result, smoke=config.smoke)
+
+
+def _said(result: Any, smoke: bool = False) -> None:
+    """A finished run's summary and files; one line when it failed or was not written. A
+    ``--smoke`` run that timed nothing passes (it checks that the run runs): a note says so."""
+    print(terminal.fit(result.report.summary(), terminal.width()))  # folded on a terminal
     for kind, path in sorted(result.paths.items()):
         print(f"{kind}: {path}")
     if result.paths and "png" not in result.paths:
@@ -220,9 +292,14 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
             )
         )
     if result.report.status != "complete":  # e.g. a loss that went NaN: a failed run
-        which = "report" if result.report.status == "diverged" else "partial report"
+        which = "partial report" if result.report.status == "partial" else "report"
         where = f" (the {which} is in {result.run_dir})" if result.run_dir else ""
-        fail(RuntimeError(f"{result.report.error}{where}"))
+        # Timed nothing: not a pass for a script that checks the status (UNTIMED_STATUS).
+        untimed = result.report.status == "untimed"
+        if untimed and smoke:
+            print(f"note: a --smoke run: it ran, and timed nothing{where}", file=sys.stderr)
+            return
+        fail(RuntimeError(f"{result.report.error}{where}"), UNTIMED_STATUS if untimed else 1)
 
 
 def _module_name(module: types.ModuleType) -> str:
@@ -271,7 +348,18 @@ def run(main: Callable[[list[str]], None]) -> None:
     """Runs a recipe's absl `main` (what ``if __name__ == "__main__"`` calls): ``--help``
     prints :func:`recipe_help` and exits 0 (``--helpfull`` is absl's, all flags); ``--version``
     the toolkit's version; old flag spellings are renamed with a note; a closed stdout (``|
-    head``) ends quietly."""
+    head``) ends quietly; Ctrl-C and SIGTERM, at any moment, end it in one line (130, 143)."""
+    try:
+        interrupts.install()  # raises one that came while the program was imported
+        _run(main)
+        interrupts.check()  # one dropped on the way (in a gc callback) is not lost
+    except KeyboardInterrupt as e:
+        interrupted(e)
+    finally:
+        interrupts.ending()  # one during the frameworks' exit: said after it, 130 or 143
+
+
+def _run(main: Callable[[list[str]], None]) -> None:
     from absl import app as absl_app
 
     from toolkit.backend import BackendError
@@ -323,12 +411,15 @@ def start(argv: Sequence[str], recipe: str) -> list[str]:
         toolkit.backend.BackendError: a backend that is not installed, tf_keras with another
             backend, Keras already loaded with another.
     """
+    import logging as std_logging
+
     from toolkit.core import native_logs
     from toolkit.search import chooser
 
     argv = chooser.resolve_auto(argv, recipe)  # reads a cache: no framework
     start = tk_flags.start_flags(argv)
     native_logs.configure(start.verbosity)
+    std_logging.getLogger("toolkit").setLevel(std_logging.WARNING)  # they print the files
     tk_flags.apply_start_flags(start)  # before anything starts a framework
     return argv
 

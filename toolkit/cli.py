@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolkit import _verbs
+from toolkit.core import terminal
 from toolkit.report import (
     ReportError,
     RunReport,
@@ -86,11 +87,23 @@ def _compare(args: argparse.Namespace) -> int:
     regression fails the CI job that asked, as pytest-benchmark's and asv's do."""
     a, b = RunReport.load(args.a), RunReport.load(args.b)
     result = compare(a, b, z=args.z, min_rel=args.min_rel)
-    print(json.dumps(result.to_dict(), indent=2) if args.json else result.render())
+    print(json.dumps(result.to_dict(), indent=2) if args.json else terminal.show(result.render()))
     if args.fail_on_slower and result.verdict == "slower":
         print(
             f"compare: B is slower than A beyond the noise band ({result.ratio:.2f}× A's "
             "speed): failing, as --fail_on_slower asks",
+            file=sys.stderr,
+        )
+        return 1
+    if args.fail_on_slower and result.verdict in ("unknown", "different workloads"):
+        # A gate does not pass on nothing, nor on two runs it cannot compare.
+        why = (
+            "a report has no timed steps"
+            if result.verdict == "unknown"
+            else "A and B are different workloads"
+        )
+        print(
+            f"compare: cannot tell whether B is slower ({why}): failing, as --fail_on_slower asks",
             file=sys.stderr,
         )
         return 1
@@ -102,7 +115,8 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print(report.to_json())
     else:
-        print(report.to_markdown() if args.markdown else report.summary())
+        shown = terminal.fit(report.summary(), terminal.width())
+        print(report.to_markdown() if args.markdown else shown)
     return 0
 
 
@@ -125,7 +139,7 @@ def _trace(args: argparse.Namespace) -> int:
             "with --profile_steps=START,STOP to capture one"
         )
     print(f"{where}:")
-    print("\n".join(trace_lines(analysis, ops=args.ops)))
+    print(terminal.fit("\n".join(trace_lines(analysis, ops=args.ops)), terminal.width()))
     return 0 if analysis.get("steps") or any(analysis.get("top_ops", {}).values()) else 1
 
 
@@ -248,42 +262,9 @@ def _ops(args: argparse.Namespace) -> int:
         **timing,
     )
     paths = table.write(args.out or os.path.join("runs", f"ops-{stamp}"), plot=not args.no_plot)
-    print(table.to_markdown(png=None))
-    print(
-        "written: " + ", ".join(paths[k] for k in ("markdown", "csv", "json", "png") if k in paths)
-    )
-    return 0
-
-
-def _data_service(args: argparse.Namespace) -> int:
-    import contextlib
-    import signal
-    import time
-
-    from toolkit import distribute
-
-    if args.worker:
-        if not args.dispatcher:
-            raise ValueError("data-service --worker: give --dispatcher grpc://host:port")
-        distribute.service_address(args.dispatcher)
-        server = distribute.serve_worker(args.dispatcher, args.port, args.host)
-        what = f"worker of {args.dispatcher}"
-    elif args.dispatcher == "":
-        server = distribute.serve_dispatcher(args.port, args.work_dir)
-        what = f"dispatcher at grpc://{args.host}:{server.target.rsplit(':', 1)[-1]}"
-    else:
-        raise ValueError(
-            "data-service: give --dispatcher (to run one) or --worker --dispatcher "
-            "grpc://host:port (to serve one)"
-        )
-    # The server runs on its own threads. The main thread waits in Python, not in join() (C++,
-    # where signal handlers never run), so SIGTERM and Ctrl-C stop it at once.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    print(f"data-service: {what} serving (Ctrl-C to stop)", flush=True)
-    with contextlib.suppress(KeyboardInterrupt):
-        while True:
-            time.sleep(0.5)
-    del server
+    print(table.to_terminal())  # the average table; the whole one is in ops.md
+    written = [os.path.basename(paths[k]) for k in ("csv", "json", "png") if k in paths]
+    print(f"whole table: {paths['markdown']} (beside it: {', '.join(written)})")
     return 0
 
 
@@ -337,7 +318,8 @@ def _compare_options(p: argparse.ArgumentParser) -> None:
         "--fail_on_slower",
         "--fail-on-slower",
         action="store_true",
-        help="exit 1 when B is slower than A beyond the noise band (a regression in CI)",
+        help="exit 1 when B is slower than A beyond the noise band (a regression in CI), or "
+        "when that cannot be told (no timed steps, different workloads)",
     )
 
 
@@ -427,20 +409,6 @@ def _ops_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fusion", action="store_true", help="the fusion demo instead of the table")
 
 
-def _data_service_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--dispatcher",
-        nargs="?",
-        const="",
-        default=None,
-        help="alone: run a dispatcher; with --worker: the dispatcher's grpc://host:port",
-    )
-    p.add_argument("--worker", action="store_true", help="run a worker")
-    p.add_argument("--port", type=int, default=0, help="port to listen on (0: any free one)")
-    p.add_argument("--host", default="localhost", help="the name others reach this host by")
-    p.add_argument("--work_dir", help="dispatcher: journal dir (restarts keep their jobs)")
-
-
 def _merge_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("reports", nargs="+", help="report.json files or run directories")
 
@@ -484,8 +452,8 @@ VERBS = (
          _ops_options,
          "The seed's per-op table for TensorFlow, or with --fusion what XLA and Grappler fuse. "
          "Writes Markdown, CSV, PNG and JSON under --out.", loads_tensorflow=True),
-    Verb("data-service", "run a tf.data service dispatcher or worker", _data_service,
-         _data_service_options,
+    Verb("data-service", "run a tf.data service dispatcher or worker", _verbs.data_service,
+         _verbs.data_service_options,
          "Recipes read through it with --data_service=grpc://host:port.", loads_tensorflow=True),
     Verb("merge", "the workers' reports of a multi-worker run", _merge, _merge_options),
 )  # fmt: skip
@@ -528,11 +496,22 @@ def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; a closed stdout (``| head``) ends it quietly (status 141)."""
-    from toolkit.app import with_broken_pipe
+    """The command line; a closed stdout (``| head``) ends it quietly (status 141), Ctrl-C
+    and SIGTERM in one line (130, 143)."""
+    from toolkit.app import interrupted, with_broken_pipe
+    from toolkit.core import interrupts
 
     status: list[int] = []
-    with_broken_pipe(lambda: status.append(_main(argv)))
+    try:
+        if argv is None:  # the program itself, not a call from Python
+            interrupts.install()
+        with_broken_pipe(lambda: status.append(_main(argv)))
+        interrupts.check()  # one dropped on the way (in a gc callback) is not lost
+    except KeyboardInterrupt as e:
+        interrupted(e, what=BY_NAME.get(next((a for a in sys.argv[1:] if a in BY_NAME), "")))
+    finally:
+        if argv is None:
+            interrupts.ending()  # one during the frameworks' exit: said after it, 130 or 143
     return status[0]
 
 
@@ -558,12 +537,32 @@ def _main(argv: Sequence[str] | None = None) -> int:
         args.recipe_flags = rest  # the recipe's own flags, parsed by absl
     elif rest:
         root.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        _verbs.check_options(verb.name, args)  # before anything loads: one line, status 2
+    except ValueError as e:
+        print(f"error: {verb.name}: {e}", file=sys.stderr)
+        return 2
+    from toolkit.core import progress
+
+    if (verb.loads_tensorflow or verb.name == "backends") and progress.mode() == progress.BAR:
+        # A first line within a second, for a person at a terminal (a log gets the stages)
+        first = "; loading TensorFlow and Keras first" if verb.loads_tensorflow else ""
+        progress.say(f"{verb.name}: {verb.help}{first}")
     if verb.loads_tensorflow:
+        from toolkit.core import interrupts
         from toolkit.devices import runtime
 
-        runtime.load_tensorflow()  # its C++ start-up lines held back, errors kept
+        with interrupts.held():  # Ctrl-C mid-import would leave modules half loaded: after it
+            runtime.load_tensorflow()  # its C++ start-up lines held back, errors kept
     try:
         return args.func(args)
+    except app.UserCodeError as e:  # --model_fn, a recipe's build_task: named, status 1
+        if app.wants_traceback():
+            import traceback
+
+            traceback.print_exception(e, file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except (ReportError, ValueError, FileNotFoundError, flags.Error) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1 if _run_failed(e) else 2  # a run that could not start or read its data: 1
@@ -573,5 +572,5 @@ def _run_failed(error: BaseException) -> bool:
     """Whether `error` says a run failed to start or to read its data (``doctor``, ``tune``,
     ``placement`` through the runner, as a recipe would) rather than that the command line was
     wrong. Looked up, not imported: ``show`` and ``compare`` must not start TensorFlow."""
-    setup_error = getattr(sys.modules.get("toolkit.runner.train"), "SetupError", None)
+    setup_error = getattr(sys.modules.get("toolkit.runner.task"), "SetupError", None)
     return setup_error is not None and isinstance(error, setup_error)

@@ -36,7 +36,7 @@ def test_digit_images_and_tokens_match_the_tf_data_path(monkeypatch):
     synthetic = catalog.load("synthetic", image_spec).train()
     assert len(synthetic) == catalog.SYNTHETIC_EXAMPLES and synthetic.features.strides[0] == 0
     with pytest.raises(ValueError, match="needs tf.data, and TensorFlow is not installed"):
-        catalog.load("folder:/tmp", image_spec)
+        catalog.load("tfds:mnist", image_spec)
 
 
 def _labels(batches, n):

@@ -45,6 +45,7 @@ BASELINE = {
 }
 NOISY_PCT = 10.0
 MAX_LISTED = 12
+SPEEDUP_LEGEND = "`A/B` = ms of B ÷ ms of A (1.09× means A is 9% faster, 0.50× half as fast)"
 FILES = {
     "json": "ops.json",
     "markdown": "ops.md",
@@ -322,7 +323,7 @@ class OpTable:
         out = ["# Operation benchmark: milliseconds per call", ""]
         out += [f"- {line}" for line in self._describe()]
         out += [
-            "- speedup columns: `A/B speedup` = ms of B / ms of A - 1 (+9% means A is 9% faster)",
+            f"- speedup columns: {SPEEDUP_LEGEND}",
             "",
         ]
         out += self._md_table(
@@ -366,6 +367,38 @@ class OpTable:
         if note:
             out += ["", note]
         return "\n".join(out) + "\n"
+
+    def to_terminal(self, columns: int | None = None) -> str:
+        """What ``ops`` prints: the settings in a line or two, the per-op average table (the
+        whole table is ``ops.md``), how to read its ratio columns, and how many cells were
+        n/a or noisy; as wide as the terminal (`columns`, default its width)."""
+        from toolkit.core import terminal
+
+        columns = columns if columns is not None else terminal.width()
+        devices = {c.split("_", 1)[0] for c in self.columns}
+
+        def short(column: str) -> str:  # one device: its name is in the line above
+            return column.split("_", 1)[1] if len(devices) == 1 else column
+
+        times = ["op", *map(short, self.columns)]
+        ratios = [f"{short(new)}/\n{short(base)}" for new, base in self.speedup_pairs()]
+        average = self.average()
+        rows = [[op, *map(format_ms, ms), *map(format_speedup, pct)] for op, ms, pct in average]
+        right = range(1, len(times) + len(ratios))
+        shown = terminal.table([*times, *ratios], rows, columns=columns, right=right)
+        said = [
+            "ms per call, each op averaged over its shapes; " + self._describe()[0],
+            *self._describe()[1:2],
+            shown,
+            "ratios: " + SPEEDUP_LEGEND.replace("`", ""),
+        ]
+        missing, noisy = len(self.unavailable()), len(self.noisy())
+        if missing or noisy:
+            said.append(
+                f"{missing} cell(s) n/a, {noisy} noisy (spread > {NOISY_PCT:g}%): "
+                "ops.md lists them, with every shape"
+            )
+        return terminal.fit("\n".join(said), columns)
 
     def to_csv(self, average: bool = False) -> str:
         """The detailed (or average) table as CSV: ms and speedup % as plain numbers, empty

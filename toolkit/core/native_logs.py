@@ -38,6 +38,8 @@ _CHATTER = re.compile(r"^[IW]\d{4} ")
 _NO_GPU = re.compile(
     r"cuInit|cuda_platform|Unable to register cu(DNN|FFT|BLAS) factory|TF-TRT Warning"
 )
+# Errors a caller says again in its own words (data-service: a --port it cannot listen on).
+_SAID = re.compile(r"add_port\.cc:\d+\] Failed to add port")
 _PLAIN = (
     "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
     "To enable the following instructions:",  # the second line of cpu_feature_guard's INFO
@@ -64,9 +66,33 @@ def configure(verbosity: int = -1, env: dict[str, str] | None = None) -> bool:
     except ValueError:
         level = 0
     _state["hold"] = not verbose and level >= int(QUIET_LEVEL)
+    _matplotlib_config(env)
     if _state["hold"]:  # JAX's own INFO lines (no TPU here, the distributed service's start)
         logging.getLogger("jax").setLevel(logging.WARNING)
+        # TFDS's through absl's logger (its namespace config, a package index it cannot
+        # reach offline, the split it constructs): chatter before the toolkit's own line.
+        absl = logging.getLogger("absl")
+        if _quiet_tfds not in absl.filters:
+            absl.addFilter(_quiet_tfds)
     return _state["hold"]
+
+
+def _matplotlib_config(env: dict[str, str] | os._Environ[str]) -> None:
+    """Where matplotlib's config directory cannot be made (a read-only home), a temporary
+    one, as matplotlib would pick, without its two warning lines before the toolkit's own."""
+    if "MPLCONFIGDIR" in env:
+        return
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    where = os.path.join(base, "matplotlib")
+    while not os.path.exists(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    if not os.access(where, os.W_OK):
+        env["MPLCONFIGDIR"] = tempfile.mkdtemp(prefix="matplotlib-")
+
+
+def _quiet_tfds(record: logging.LogRecord) -> bool:
+    """absl's logger keeps TFDS's errors only (while start-up lines are held)."""
+    return record.levelno >= logging.ERROR or "tensorflow_datasets" not in record.pathname
 
 
 def is_noise(line: str) -> bool:
@@ -75,7 +101,7 @@ def is_noise(line: str) -> bool:
     if text.startswith(_PLAIN):
         return True
     if _ABSL.match(text):
-        return bool(_CHATTER.match(text) or _NO_GPU.search(text))
+        return bool(_CHATTER.match(text) or _NO_GPU.search(text) or _SAID.search(text))
     return False
 
 

@@ -100,6 +100,16 @@ class Bar:
         if self._bar is not None and done > self._bar.n:
             self._bar.update(done - self._bar.n)
 
+    def reset(self, total: float | None, desc: str, bar_format: str | None = None) -> None:
+        """Starts the bar again from zero of `total` (`None`: unknown) under `desc` (a bar per
+        epoch): its count, elapsed time and rate are the new stretch's alone."""
+        if self._bar is not None:
+            self._bar.set_description_str(desc, refresh=False)
+            self._bar.total = total  # tqdm's reset keeps the old total when given None
+            if bar_format is not None:
+                self._bar.bar_format = bar_format
+            self._bar.reset(total=total)
+
     def describe(self, text: str, refresh: bool = True) -> None:
         """A new label (a stage, an epoch): redrawn now unless `refresh` is off."""
         if self._bar is not None:

@@ -164,12 +164,12 @@ class StepStats:
             )
             if self.examples_per_sec is not None:
                 out.append(
-                    f"throughput: {self.examples_per_sec:,.1f} examples/s "
-                    f"(batch {self.batch_size}), {self.steps_per_sec:,.1f} steps/s"
+                    f"throughput: {format_rate(self.examples_per_sec)} examples/s "
+                    f"(batch {self.batch_size}), {format_rate(self.steps_per_sec)} steps/s"
                 )
             else:
                 out.append(
-                    f"throughput: {self.steps_per_sec:,.1f} steps/s "
+                    f"throughput: {format_rate(self.steps_per_sec)} steps/s "
                     "(batch size unknown: pass batch_size for examples/s)"
                 )
         if self.first_step_s is not None:
@@ -192,6 +192,31 @@ class StepStats:
 def format_ms(seconds: float | None) -> str:
     """Seconds as ``"1.234 ms"``, or ``"n/a"``."""
     return "n/a" if seconds is None else f"{seconds * 1e3:.3f} ms"
+
+
+def format_rate(per_second: float | None) -> str:
+    """A rate as the summary prints it, ``"22,221.5"`` (``"n/a"`` for None): never ``2.2e+04``."""
+    return "n/a" if per_second is None else f"{per_second:,.1f}"
+
+
+def format_metric(value: float | None) -> str:
+    """A model metric as the summary's ``final:`` line prints it (4 significant digits), with
+    large values in thousands' groups rather than an exponent; ``n/a`` for None (a NaN kept
+    in JSON)."""
+    if value is None:
+        return "n/a"
+    return f"{value:,.1f}" if math.isfinite(value) and abs(value) >= 1e4 else f"{value:.4g}"
+
+
+def format_figure(key: str, value: float | None) -> str:
+    """``key value`` for one entry of an epoch's logs, formatted as the summary formats it:
+    StepTimer's ``step_ms_*`` as ``p50 0.956 ms/step``, ``examples_per_sec`` as
+    ``22,221.5 examples/s``, a metric as ``loss 0.04868``."""
+    if key.startswith("step_ms_") and value is not None:
+        return f"{key[len('step_ms_') :]} {format_ms(value / 1e3)}/step"
+    if key == "examples_per_sec":
+        return f"{format_rate(value)} examples/s"
+    return f"{key} {format_metric(value)}"
 
 
 def summarize(

@@ -1,6 +1,8 @@
 """Input pipelines: sources that return ``tf.data.Dataset``s, the one builder that orders
 shuffle/cache/map/batch/prefetch and checks for traps, and a pipeline-only throughput benchmark;
-without TensorFlow, arrays in batches (``arrays``: a ``keras.utils.PyDataset``)."""
+without TensorFlow, arrays in batches (``arrays``: a ``keras.utils.PyDataset``); Grain
+pipelines by the same rules (``pipeline(..., loader="grain")``, ``image_folder(...,
+loader="grain")``; ``toolkit.data._grain``, the one module that imports Grain)."""
 
 from toolkit.data.arrays import ArraySource, array_batches, has_tensorflow, resize_images
 from toolkit.data.builder import PipelineWarning, describe_pipeline, infer_batch_size, pipeline

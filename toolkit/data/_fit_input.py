@@ -11,7 +11,11 @@
   ``HELD_BATCHES``, then a pass ends): the first pass that gets that far times your
   generator's own work;
 * :func:`repeated_batch`: a Keras data adapter handing one batch, as the backend's train
-  function receives it, again and again: ``fit`` on it is the step alone.
+  function receives it, again and again: ``fit`` on it is the step alone;
+* :func:`as_fit_reads`: your data through Keras's own adapter, epoch after epoch without
+  end: ``fit`` on it is the real fit, reading your data as ``fit`` reads it (Keras's array
+  slicing on JAX, its DataLoader on PyTorch, its ``tf.data`` conversion on TensorFlow), for
+  as many steps as a measurement needs.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from typing import Any
 
 from toolkit.data._fit_data import HELD_BATCHES
 
-__all__ = ["Forever", "Replay", "fit_arguments", "is_generator", "repeated_batch"]
+__all__ = [
+    "Forever", "Replay", "as_fit_reads", "fit_arguments", "is_generator", "repeated_batch",
+]  # fmt: skip
 
 
 class Replay:
@@ -132,6 +138,88 @@ def repeated_batch(batch: Any, batch_size: int | None) -> Any:
             return None
 
     return RepeatedBatch()
+
+
+def as_fit_reads(data: Any, batch_size: int | None) -> Any:
+    """A Keras data adapter reading `data` as ``fit`` reads it, epoch after epoch without end
+    (None where Keras's ``fit`` would not take `data` as it is: :func:`fit_arguments`).
+
+    Each pass is an epoch of Keras's own adapter for `data` (the one ``fit`` picks), ending
+    in its ``on_epoch_end`` as ``fit`` ends it (a ``PyDataset``'s workers stop there, arrays
+    are shuffled again); data read once (a replayed generator) gets a new adapter each pass.
+    """
+    from keras.src.trainers.data_adapters import get_data_adapter
+    from keras.src.trainers.data_adapters.data_adapter import DataAdapter
+
+    if fit_arguments(data, batch_size) is None:
+        return None
+
+    def adapter() -> Any:
+        return get_data_adapter(**fit_arguments(data, batch_size))
+
+    first = adapter()
+
+    class EndlessEpochs(DataAdapter):
+        def _passes(self, read: Any) -> Iterator[Any]:
+            current = first
+            while True:
+                count = 0
+                for batch in read(current):
+                    count += 1
+                    yield batch
+                current.on_epoch_end()
+                if not count:  # empty data: fit says it ran out, as yours would
+                    return
+                if current.num_batches is None:  # read once: the next pass reads anew
+                    current = adapter()
+
+        def get_numpy_iterator(self) -> Iterator[Any]:
+            return self._passes(lambda a: a.get_numpy_iterator())
+
+        def get_jax_iterator(self) -> Iterator[Any]:
+            return self._passes(lambda a: a.get_jax_iterator())
+
+        def get_torch_dataloader(self) -> Any:
+            return _Iterable(lambda: self._passes(lambda a: a.get_torch_dataloader()))
+
+        def get_tf_dataset(self) -> Any:
+            ends = type(first).on_epoch_end is not DataAdapter.on_epoch_end
+            if first.num_batches is not None and not ends:  # its own tf.data form, repeated
+                return first.get_tf_dataset().repeat()
+            import tensorflow as tf
+
+            # Epochs ending as fit ends them (a PyDataset's), or read anew (a generator):
+            # the passes, in tf.data as Keras reads these forms (its get_tf_dataset does too).
+            spec = first.get_tf_dataset().element_spec  # from the batches it peeked at
+            return tf.data.Dataset.from_generator(self.get_numpy_iterator, output_signature=spec)
+
+        @property
+        def num_batches(self) -> None:
+            return None
+
+        @property
+        def batch_size(self) -> int | None:
+            return first.batch_size or batch_size
+
+        @property
+        def has_partial_batch(self) -> bool:
+            return False
+
+        @property
+        def partial_batch_size(self) -> None:
+            return None
+
+    return EndlessEpochs()
+
+
+class _Iterable:
+    """An iterable whose every ``iter()`` is a new iterator from `make`."""
+
+    def __init__(self, make: Any) -> None:
+        self.make = make
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.make()
 
 
 class Forever:

@@ -53,6 +53,59 @@ class ArraySource:
         return tuple(self.take(np.arange(1))[0].shape[1:])
 
 
+@dataclasses.dataclass(frozen=True)
+class ImageFiles:
+    """JPEG/PNG files as examples, decoded when read (Pillow), without TensorFlow: ``self[i]``
+    is ``(image, label)``, the image resized to `size` as :func:`resize_images` (and
+    ``tf.image.resize``) does, float32 in [0, 1] or uint8 (``dtype``). What Grain's workers
+    read in parallel (``pipeline(..., loader="grain")``), and what :func:`array_batches` reads
+    a batch of at a time (:meth:`take`)."""
+
+    paths: tuple[str, ...]
+    labels: np.ndarray
+    size: tuple[int, int]
+    channels: int = 3
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if len(self.paths) != len(self.labels):
+            raise ValueError(f"paths and labels differ: {len(self.paths)} vs {len(self.labels)}")
+        if self.channels not in (1, 3, 4):
+            raise ValueError(f"channels: must be 1, 3 or 4, got {self.channels}")
+        if self.dtype not in ("float32", "uint8"):
+            raise ValueError(f"dtype: must be 'float32' or 'uint8', got {self.dtype!r}")
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        from PIL import Image
+
+        with Image.open(self.paths[int(index)]) as image:
+            pixels = np.asarray(image.convert({1: "L", 3: "RGB", 4: "RGBA"}[self.channels]))
+        pixels = pixels.reshape(*pixels.shape[:2], self.channels)
+        out = resize_images(pixels[None], *self.size)[0]  # float32, 0-255
+        if self.dtype == "uint8":
+            out = np.clip(np.round(out), 0, 255).astype(np.uint8)
+        else:
+            out = out / np.float32(255.0)
+        return out, np.asarray(self.labels[int(index)])
+
+    def subset(self, indices: Any) -> ImageFiles:
+        """The files at `indices` (a split)."""
+        indices = np.asarray(indices, dtype=np.int64)
+        paths = tuple(self.paths[i] for i in indices)
+        return dataclasses.replace(self, paths=paths, labels=np.asarray(self.labels)[indices])
+
+    def take(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The examples at `indices`, decoded: one batch."""
+        pairs = [self[i] for i in indices]
+        return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+
+    def element_shape(self) -> tuple[int, ...]:
+        return (*self.size, self.channels)
+
+
 def resize_images(images: np.ndarray, height: int, width: int) -> np.ndarray:
     """Bilinear resize of ``(n, h, w, c)`` images with half-pixel centres, as
     ``tf.image.resize`` does (no antialiasing): float32 out."""
@@ -75,7 +128,7 @@ def resize_images(images: np.ndarray, height: int, width: int) -> np.ndarray:
 
 
 def array_batches(
-    source: ArraySource | tuple[Any, Any],
+    source: ArraySource | ImageFiles | tuple[Any, Any],
     batch_size: int,
     *,
     shuffle: bool = False,
@@ -87,7 +140,7 @@ def array_batches(
     """A ``keras.utils.PyDataset`` of ``(features, labels)`` batches of `source`.
 
     Args:
-        source: an :class:`ArraySource` or ``(features, labels)`` arrays.
+        source: an :class:`ArraySource`, :class:`ImageFiles` or ``(features, labels)`` arrays.
         batch_size: examples per batch.
         shuffle: a new order every epoch (from `seed`; the same seed, the same orders).
         drop_remainder: leave out the last partial batch of each pass.
@@ -141,7 +194,8 @@ def array_batches(
 
     batches = ArrayBatches()
     batches.batch_size = batch_size  # what the profiler reads for examples/s
-    stages = ["arrays", *(["transform"] if source.transform else [])]
+    stages = ["image files (decode)"] if isinstance(source, ImageFiles) else ["arrays"]
+    stages += ["transform"] if getattr(source, "transform", None) else []
     stages += [*(["shuffle"] if shuffle else []), f"batch({batch_size})"]
     stages += ["repeat"] if repeat else []
     batches.description = " → ".join(stages) + " (keras.utils.PyDataset)"

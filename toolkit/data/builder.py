@@ -150,10 +150,14 @@ def infer_batch_size(data: Any) -> int | None:
     ``batch_size`` explicitly then).
     """
     spec = getattr(data, "element_spec", None)
-    if spec is None:  # a PyDataset of toolkit.data.array_batches says it
+    if spec is None:  # a PyDataset of toolkit.data.array_batches says it (a Grain one too)
         size = getattr(data, "batch_size", None)
         if isinstance(size, int):
             return size
+        if type(data).__module__.startswith("grain"):  # its nearest batch stage
+            from toolkit.data._grain import grain_batch_size
+
+            return grain_batch_size(data)
         return _first_batch_size(data)
     shape = getattr(_first_leaf(spec), "shape", None)
     rank = getattr(shape, "rank", None) if hasattr(shape, "rank") else None
@@ -206,6 +210,10 @@ def describe_pipeline(dataset: Any) -> str:
     objects along their first input; nothing runs. (Array batches describe themselves.)"""
     if isinstance(getattr(dataset, "description", None), str):
         return dataset.description
+    if type(dataset).__module__.startswith("grain"):
+        from toolkit.data._grain import describe_grain
+
+        return describe_grain(dataset)
     stages: list[str] = []
     node, hops = dataset, 0
     while node is not None and hops < 256:
@@ -303,8 +311,15 @@ def pipeline(
     private_threads: int | None = None,
     ram_budget: int | str | None = None,
     cpu_budget: int | None = None,
+    loader: str = "tf_data",
+    workers: int = 0,
 ):
     """Builds the training input pipeline from a dataset of single examples.
+
+    ``loader="grain"``: a Grain pipeline by the same rules (``toolkit.data._grain`` says how):
+    `dataset` is random-access examples (arrays, ``image_folder(..., loader="grain")``), the
+    maps take NumPy (`augment` a generator last), `num_parallel_calls` is its threads and
+    `workers` its processes, `repeat` one endless stream (``len()``: an epoch's batches).
 
     Args:
         dataset: a `tf.data.Dataset` of single examples (e.g. from `toolkit.data` sources),
@@ -343,6 +358,13 @@ def pipeline(
     Raises:
         ValueError: a size or budget that is not positive, or an unreadable size string.
     """
+    if loader == "grain":  # the same rules, Grain's stages
+        settings = dict(locals())
+        from toolkit.data._grain import from_builder
+
+        return from_builder(**settings)
+    if loader != "tf_data" or workers:
+        raise ValueError(f"loader: 'tf_data' (no workers) or 'grain', got {loader!r}")
     import tensorflow as tf
 
     if batch_size is None or batch_size < 1:

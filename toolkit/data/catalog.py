@@ -13,7 +13,8 @@ whose examples have exactly that shape, whatever the source:
   ``train`` split for training and ``test`` (or ``validation``) for validation. Images are
   scaled to [0, 1] and resized; text is lower-cased, split on whitespace and hashed into the
   vocabulary.
-* ``folder:PATH``: ``PATH/<class>/*.jpg|png`` (see ``image_folder``), decoded to the spec.
+* ``folder:PATH``: ``PATH/<class>/*.jpg|png`` (see ``image_folder``), decoded to the spec
+  (by tf.data, or by Pillow for Grain and without TensorFlow: ``ImageFiles``).
 * ``tfrecord:GLOB``: records written by ``write_tfrecords`` whose features hold one example of
   the spec (checked against the first record).
 
@@ -23,7 +24,9 @@ built lazily (:attr:`Data.train` is a function) so the runner can choose the dev
 
 Without TensorFlow (JAX or PyTorch alone), ``digits`` and ``synthetic`` come as
 :class:`~toolkit.data.arrays.ArraySource` arrays, prepared the same way in NumPy (images
-resized per batch); ``tfds``, ``folder`` and ``tfrecord`` need tf.data and say so.
+resized per batch), and ``folder`` as :class:`~toolkit.data.arrays.ImageFiles`; ``tfds`` and
+``tfrecord`` need tf.data and say so. :attr:`Data.examples` gives the same examples in these
+random-access forms where TensorFlow is installed too: what Grain reads.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.data import sources, tfrecord
-from toolkit.data.arrays import ArraySource, has_tensorflow, resize_images
+from toolkit.data.arrays import ArraySource, ImageFiles, has_tensorflow, resize_images
 
 __all__ = [
     "Data",
@@ -96,6 +99,8 @@ class Data:
         find_bad_file: after reading failed with an error, the file it failed on as
             ``"PATH (why)"`` (TensorFlow's decoder and TFRecord reader do not name it), or None
             when every file reads; None where the data is not files.
+        examples: ``examples(training)``: the training (True) or validation (False) split
+            as an ``ArraySource`` or ``ImageFiles``, what Grain reads; None: tf.data only.
     """
 
     train: Callable[[], Any]
@@ -105,6 +110,7 @@ class Data:
     cache: bool = False
     train_examples: int | None = None
     find_bad_file: Callable[[BaseException], str | None] | None = None
+    examples: Callable[[bool], Any] | None = None
 
 
 def _read_error(error: BaseException) -> bool:
@@ -138,12 +144,17 @@ def _tf():
     return tf
 
 
-def _holdout(ds: Any, fraction: float, keep: bool) -> Any:
-    """Every k-th example (k = round(1 / fraction)) for validation, the rest for training."""
+def _holdout(ds: Any, fraction: float, keep: bool, total: int | None = None) -> Any:
+    """Every k-th example (k = round(1 / fraction)) for validation, the rest for training;
+    with `total` known, its length said (Keras then never "runs out of data")."""
     tf = _tf()
     k = max(2, round(1.0 / fraction))
     kept = ds.enumerate().filter(lambda i, _: tf.equal(i % k, 0) != keep)
-    return kept.map(lambda _, example: example)
+    kept = kept.map(lambda _, example: example)
+    if total is None:
+        return kept
+    held = -(-total // k)  # every k-th from the first
+    return kept.apply(tf.data.experimental.assert_cardinality(total - held if keep else held))
 
 
 def _fits(examples: int, spec: ImageSpec | TokenSpec) -> bool:
@@ -200,6 +211,10 @@ def _digit_images(spec: ImageSpec, validation_fraction: float, seed: int) -> Dat
 
         return build
 
+    def arrays(training: bool) -> ArraySource:
+        x, y = (x_tr, y_tr) if training else (x_va, y_va)
+        return ArraySource(x.reshape(-1, 8, 8, 1), y, transform=lambda b: _image_batch(b, spec))
+
     return Data(
         make(x_tr, y_tr),
         make(x_va, y_va),
@@ -207,6 +222,7 @@ def _digit_images(spec: ImageSpec, validation_fraction: float, seed: int) -> Dat
         f"digits (scikit-learn, {len(x_tr)} train / {len(x_va)} validation), "
         f"8×8 grey to {spec.height}×{spec.width}×{spec.channels}",
         cache=_fits(len(x_tr), spec),
+        examples=arrays,
     )
 
 
@@ -317,7 +333,6 @@ def _folder(path: str, spec: ImageSpec, validation_fraction: float) -> Data:
         names = sources.class_names(path)
     except ValueError as e:
         raise ValueError(f"--dataset=folder:{path}: {str(e).removeprefix('root: ')}") from e
-    tf = _tf()
     images = [
         os.path.join(path, name, f)
         for name in names
@@ -344,13 +359,22 @@ def _folder(path: str, spec: ImageSpec, validation_fraction: float) -> Data:
             f"--dataset=folder:{path}: {files} image(s), all held out for validation (every "
             f"{k}th): add images, or raise --validation_fraction's denominator"
         )
+    empty = sorted(set(names) - {os.path.basename(os.path.dirname(p)) for p in images})
+    if empty:  # a class with no example: trained as one that never occurs, silently
+        kinds = "/".join(sources.IMAGE_EXTENSIONS)
+        raise ValueError(f"--dataset=folder:{path}: class folder(s) {', '.join(empty)} hold no "
+                         f"{kinds} files: add images or remove the folder(s)")  # fmt: skip
 
     def make(keep: bool) -> Callable[[], Any]:
+        if not has_tensorflow():  # decoded with Pillow, a batch at a time
+            return lambda: _image_files(images, names, spec, k, keep)
+
         def build() -> Any:
+            tf = _tf()
             ds = sources.image_folder(
                 path, (spec.height, spec.width), channels=spec.channels, deterministic=True
             )
-            return _holdout(ds, validation_fraction, keep).map(
+            return _holdout(ds, validation_fraction, keep, files).map(
                 lambda x, y: (tf.ensure_shape(x, spec.shape), y)
             )
 
@@ -366,7 +390,20 @@ def _folder(path: str, spec: ImageSpec, validation_fraction: float) -> Data:
         find_bad_file=lambda e: (
             sources.find_unreadable_image(images, spec.channels) if _read_error(e) else None
         ),
+        examples=lambda training: _image_files(images, names, spec, k, training),
     )
+
+
+def _image_files(
+    images: list[str], names: list[str], spec: ImageSpec, k: int, training: bool
+) -> ImageFiles:
+    """The folder's split as :class:`ImageFiles`: every k-th image, from the first, held out
+    (as ``_holdout`` on the tf.data side), decoded to the spec when read."""
+    labels = np.asarray([names.index(os.path.basename(os.path.dirname(p))) for p in images])
+    size = (spec.height, spec.width)
+    files = ImageFiles(tuple(images), labels.astype(np.int32), size, spec.channels)
+    index = np.arange(len(images))
+    return files.subset(index[(index % k != 0) if training else (index % k == 0)])
 
 
 def _tfrecord(
@@ -410,7 +447,7 @@ def _tfrecord(
             ds = tfrecord.tfrecords(files, spec.shape, deterministic=True)
             if as_tokens:
                 ds = ds.map(lambda x, y: (tf.cast(x, tf.int32), y))
-            return _holdout(ds, validation_fraction, keep)
+            return _holdout(ds, validation_fraction, keep, records)
 
         return build
 
@@ -460,6 +497,7 @@ def _synthetic(spec: ImageSpec | TokenSpec, seed: int) -> Data:
         None,
         spec.num_classes,
         f"synthetic ({SYNTHETIC_EXAMPLES} copies of one random example)",
+        examples=lambda training: _synthetic_arrays(spec, seed) if training else None,
     )
 
 
@@ -517,6 +555,9 @@ def _digit_tokens(spec: TokenSpec, validation_fraction: float, seed: int) -> Dat
         f"digits as tokens ([CLS] + 64 pixel intensities, {len(x_tr)} train / "
         f"{len(x_va)} validation)",
         cache=True,
+        examples=lambda training: ArraySource(
+            _token_rows(x_tr if training else x_va, spec.seq_len), y_tr if training else y_va
+        ),
     )
 
 
@@ -550,11 +591,11 @@ def load(
         raise ValueError(f"--validation_fraction must be in (0, 1), got {validation_fraction}")
     if kind == "synthetic":
         return _synthetic(input_spec, seed)
-    if kind != "digits" and not has_tensorflow():
+    if kind not in ("digits", "folder") and not has_tensorflow():
         raise ValueError(
             f"--dataset={spec}: reading it needs tf.data, and TensorFlow is not installed "
-            "here; use --dataset=digits or synthetic, pass your own arrays, or install "
-            "tensorflow"
+            "here; use --dataset=digits, synthetic or folder:PATH, pass your own arrays, or "
+            "install tensorflow"
         )
     if kind == "tfrecord":
         return _tfrecord(arg, input_spec, validation_fraction, isinstance(input_spec, TokenSpec))

@@ -320,8 +320,13 @@ def image_folder(
     shuffle_files: bool = False,
     seed: int | None = None,
     deterministic: bool | None = None,
+    loader: str = "tf_data",
 ):
     """``(image, label)`` from ``root/<class>/*.{jpg,jpeg,png}``, decoded and resized in parallel.
+
+    ``loader="grain"``: the same files, labels and pixels as an ``ImageFiles`` (decoded with
+    Pillow when read, what ``pipeline(..., loader="grain")`` reads in its threads or
+    workers); `shuffle_files`, `seed` and `deterministic` are the pipeline's business there.
 
     Labels are the index of the class folder in sorted order (:func:`class_names`). With
     ``dtype="uint8"`` images stay 0-255 bytes (see :func:`decode_image`), the fast choice when
@@ -331,7 +336,6 @@ def image_folder(
         FileNotFoundError: `root` does not exist.
         ValueError: no class folders, no images, or a bad `image_size`/`channels`.
     """
-    tf = _tf()
     if len(image_size) != 2 or min(image_size) < 1:
         raise ValueError(f"image_size: expected (height, width) >= 1, got {image_size!r}")
     if channels not in (1, 3, 4):
@@ -348,10 +352,15 @@ def image_folder(
                 labels.append(label)
     if not paths:
         raise ValueError(f"root: no {'/'.join(IMAGE_EXTENSIONS)} files under {os.fspath(root)!r}")
+    size = tuple(int(s) for s in image_size)
+    if loader == "grain":
+        from toolkit.data.arrays import ImageFiles
+
+        return ImageFiles(tuple(paths), np.asarray(labels, np.int32), size, channels, dtype)
+    tf = _tf()
     ds = tf.data.Dataset.from_tensor_slices((paths, np.asarray(labels, np.int32)))
     if shuffle_files:
         ds = ds.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-    size = tuple(int(s) for s in image_size)
     return ds.map(
         lambda path, label: (decode_image(tf.io.read_file(path), size, channels, dtype), label),
         num_parallel_calls=tf.data.AUTOTUNE,

@@ -366,12 +366,21 @@ def shard(dataset: Any, policy: str = "data") -> Any:
 # ---------------------------------------------------------------------------- tf.data service
 
 
-def service_address(address: str) -> tuple[str, str]:
-    """``grpc://host:port`` -> ``("grpc", "host:port")``."""
+def service_address(address: str, flag: str = "--data_service") -> tuple[str, str]:
+    """``grpc://host:port`` -> ``("grpc", "host:port")``; DistributeError naming `flag`
+    otherwise (a port that is not a number in 1..65535 included)."""
     protocol, sep, rest = address.partition("://")
-    if not sep or protocol not in ("grpc", "grpc+loas") or ":" not in rest:
+    host, colon, port = rest.rpartition(":")
+    if (
+        not sep
+        or protocol not in ("grpc", "grpc+loas")
+        or not colon
+        or not host.strip("[]")
+        or not port.isdigit()
+        or not 0 < int(port) < 65536
+    ):
         raise DistributeError(
-            f"--data_service={address!r}: give the dispatcher as grpc://host:port "
+            f"{flag}={address!r}: give the dispatcher as grpc://host:port "
             "(start one with python -m toolkit data-service --dispatcher --port P)"
         )
     return protocol, rest

@@ -4,10 +4,16 @@ Keras's own bar (``verbose=1``) reads the loss after every step, which converts 
 Python number: a device sync per step on a GPU, and one more thing on the timed path
 everywhere. This callback counts steps from the batch index Keras hands every callback, draws
 tqdm's bar on a terminal (``toolkit.core.progress``: nothing in a log or when
-``TOOLKIT_PROGRESS=0``) and shows the loss and metrics only at each epoch's end, where Keras
-has already read them: beside the bar, and in a line kept above it, one per epoch, as Keras's
-own bar leaves them. ``async_safe``: Keras 3 keeps dispatching batch ends off the training
-thread with it in the list.
+``TOOLKIT_PROGRESS=0``), one bar per epoch (this epoch's steps, time and rate), and at each
+epoch's end, where Keras has already read the metrics, keeps one line above it, as Keras's own
+bar leaves them: the epoch's steps, time, step time and throughput, then its metrics, numbers
+formatted as the run's summary formats them, folded at the terminal's width (never inside a
+number). ``async_safe``: Keras 3 keeps dispatching batch ends off the training thread with it
+in the list.
+
+A "step" is one training step, everywhere: with ``--fused_steps=K`` each Keras batch holds K of
+them (the model's mark, ``toolkit.core.events.FUSED_STEPS_ATTR``), and the bar and the lines
+count K per batch, as StepTimer and the summary do.
 
 ```python
 model.fit(dataset, epochs=3, verbose=0, callbacks=[FitProgress("my-model")])
@@ -16,18 +22,55 @@ model.fit(dataset, epochs=3, verbose=0, callbacks=[FitProgress("my-model")])
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
-from toolkit.core import compat, progress
+from toolkit.core import compat, progress, terminal
+from toolkit.core.events import FUSED_STEPS_ATTR
+from toolkit.core.stats import format_figure
 
 __all__ = ["FitProgress"]
 
-SHOWN_METRICS = 4  # loss, accuracy, val_loss, val_accuracy: the first few fit logs
+TIMING_KEYS = ("step_ms_p50", "examples_per_sec")  # StepTimer's, first after the epoch's count
+# The bar: label, percentage, the bar (what the width leaves it), this epoch's count, time and
+# rate; no postfix, so the bar never shrinks to a sliver behind a long tail.
+BAR_FORMAT = (
+    "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]"
+)
+COUNT_FORMAT = "{desc}: {n_fmt} steps [{elapsed}, {rate_fmt}]"  # an epoch of unknown length
+
+
+def epoch_line(
+    name: str,
+    epoch: int,
+    epochs: int | None,
+    steps: int,
+    seconds: float,
+    logs: Any,
+    columns: int | None = None,
+) -> str:
+    """The line kept for one epoch: ``mlp epoch 3/20: 44 steps in 0.1 s, p50 0.956 ms/step,
+    22,221.5 examples/s; accuracy 0.94, loss 0.2679, ...``, folded to `columns` (`None`: one
+    line). `epoch` counts from 1; `steps` are training steps."""
+    numbers = {}
+    for key, value in (logs or {}).items():
+        try:
+            numbers[key] = float(value)
+        except (TypeError, ValueError):
+            continue
+    head = [f"{name} epoch {epoch}/{epochs or '?'}: {steps} steps in {seconds:.1f} s"]
+    head += [format_figure(k, numbers[k]) for k in TIMING_KEYS if k in numbers]
+    rest = [
+        format_figure(k, v)
+        for k, v in numbers.items()
+        if k not in TIMING_KEYS and not k.startswith("step_ms_")
+    ]
+    return terminal.fit_groups([head, rest], columns)
 
 
 class FitProgress(compat.keras().callbacks.Callback):
-    """A bar of the run's steps, ``epoch E/N`` beside it, the epoch's metrics after it.
+    """A bar of each epoch's steps, ``epoch E/N`` beside it, a line per epoch kept above it.
 
     Args:
         name: the bar's label (e.g. the recipe's name). Defaults to `"fit"`.
@@ -40,52 +83,71 @@ class FitProgress(compat.keras().callbacks.Callback):
         self.name = name
         self._supports_tf_logs = True  # tf_keras: leave the logs alone (no conversion per step)
         self.bar: progress.Bar | None = None
-        self.steps_done = 0  # Keras steps finished, all epochs
-        self._in_epoch = 0  # Keras steps finished in this epoch
+        self.steps_done = 0  # training steps finished, all epochs
+        self._in_epoch = 0  # Keras batches finished in this epoch
         self._epochs = 0
+        self._per_epoch: int | None = None  # training steps in an epoch, when Keras knows
+        self._fused = 1  # training steps per Keras batch
         self._epoch_began = 0.0
 
     def on_train_begin(self, logs: Any = None) -> None:
         params = self.params or {}
         self._epochs = int(params.get("epochs") or 0)
+        self._fused = max(1, int(getattr(self.model, FUSED_STEPS_ATTR, 1) or 1))
         steps = params.get("steps")
-        total = steps * self._epochs if steps and self._epochs else None
+        self._per_epoch = steps * self._fused if steps else None
         self.steps_done = 0
-        # smoothing=0: the rate is steps over the time since the first call (validation
-        # passes included, as in the time left), not a moving average of a few redraws.
-        self.bar = progress.bar(total, self.name, unit="step", smoothing=0)
+        # smoothing=0: the rate is the epoch's steps over its time so far (after the first
+        # epoch's compile), not a moving average of a few redraws.
+        self.bar = progress.bar(
+            self._per_epoch, self.name, unit="step", smoothing=0, bar_format=self._format()
+        )
+
+    def _format(self) -> str:
+        return BAR_FORMAT if self._per_epoch else COUNT_FORMAT
+
+    def _label(self, epoch: int) -> str:
+        return f"{self.name} epoch {epoch + 1}/{self._epochs or '?'}"
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        steps = (self.params or {}).get("steps")
+        if steps:
+            self._per_epoch = steps * self._fused
+        elif self._in_epoch:  # a dataset of unknown length: as long as the epoch before
+            self._per_epoch = self._in_epoch * self._fused
         self._in_epoch = 0
         self._epoch_began = time.perf_counter()
         if self.bar is not None:
-            self.bar.describe(f"{self.name} epoch {epoch + 1}/{self._epochs or '?'}")
+            self.bar.reset(self._per_epoch, self._label(epoch), self._format())
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        done = batch + 1  # Keras passes the index of the call's last step
+        done = batch + 1  # Keras passes the index of the call's last batch
+        if self._per_epoch:  # ...past the epoch's end for a last call that ran short of it
+            done = min(done, self._per_epoch // self._fused)
         if done <= self._in_epoch:
             return
+        steps = (done - self._in_epoch) * self._fused
         if self.bar is not None:
             if not self.steps_done:  # the run's first call compiles: out of the rate and ETA
                 self.bar.skip_elapsed()
-            self.bar.update(done - self._in_epoch)
-        self.steps_done += done - self._in_epoch
+            self.bar.update(steps)
+        self.steps_done += steps
         self._in_epoch = done
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self.bar is None:
             return
-        shown = []
-        for key, value in (logs or {}).items():
-            try:
-                shown.append(f"{key} {float(value):.4g}")
-            except (TypeError, ValueError):
-                continue
-        self.bar.postfix(", ".join(shown[:SHOWN_METRICS]))
         took = time.perf_counter() - self._epoch_began
-        kept = f"{self.name} epoch {epoch + 1}/{self._epochs or '?'}: {self._in_epoch} steps"
-        kept += f" in {took:.1f} s" + (f"; {', '.join(shown)}" if shown else "")
-        self.bar.keep(kept)
+        line = epoch_line(
+            self.name,
+            epoch + 1,
+            self._epochs,
+            self._in_epoch * self._fused,
+            took,
+            logs,
+            terminal.width(sys.stderr),
+        )
+        self.bar.keep(line)
 
     def on_train_end(self, logs: Any = None) -> None:
         if self.bar is not None:

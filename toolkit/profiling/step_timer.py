@@ -85,7 +85,7 @@ from toolkit.profiling.scalars import Scalars
 __all__ = ["StepTimer"]
 
 # What StepTimer adds to Keras's epoch logs (History, CSVLogger, EarlyStopping read them).
-LOG_KEYS = ("step_ms_p50", "examples_per_sec")
+LOG_KEYS = {"step_ms_p50": 3, "examples_per_sec": 1}  # each rounded to these decimals
 
 
 class StepTimer(compat.keras().callbacks.Callback):
@@ -454,7 +454,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         if self.add_to_logs or self.scalars is not None:
             figures = epoch_figures(calls, self.batch_size)
         if self.add_to_logs and isinstance(logs, MutableMapping):
-            logs.update({k: figures[k] for k in LOG_KEYS if k in figures})
+            logs.update({k: round(figures[k], LOG_KEYS[k]) for k in LOG_KEYS if k in figures})
         self._write_scalars(metrics, figures, epoch)
         self.epochs.append(
             {

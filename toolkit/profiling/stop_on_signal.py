@@ -15,22 +15,12 @@ except TrainingInterrupted:
 
 from __future__ import annotations
 
-import signal
 from typing import Any
 
-from toolkit.core import compat
+from toolkit.core import compat, interrupts
+from toolkit.core.interrupts import TrainingInterrupted, interruption
 
 __all__ = ["StopOnSignal", "TrainingInterrupted"]
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Raised in the training thread when the process receives SIGTERM during a profiled run."""
-
-
-def _interruption(signum: int) -> BaseException:
-    if signum == signal.SIGINT:
-        return KeyboardInterrupt()
-    return TrainingInterrupted(f"signal {signal.Signals(signum).name}")
 
 
 class StopOnSignal(compat.keras().callbacks.Callback):
@@ -49,13 +39,16 @@ class StopOnSignal(compat.keras().callbacks.Callback):
 
     def on_signal(self, signum: int, frame: Any) -> None:
         if self.pending is not None or not self.in_fit:
-            raise _interruption(signum)
+            interrupts.handle(signum, frame)  # at once, unless Python would drop it there
+            return
+        interrupts.note(signum)  # raised again by interrupts.check() if it is dropped
         self.pending = signum
 
     def _check(self) -> None:
         if self.pending is not None:
             signum, self.pending = self.pending, None
-            raise _interruption(signum)
+            interrupts.clear()  # raised now, not again by interrupts.check()
+            raise interruption(signum)
 
     def on_train_begin(self, logs: Any = None) -> None:
         self.in_fit = True

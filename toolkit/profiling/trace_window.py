@@ -20,7 +20,7 @@ from typing import Any
 from absl import logging
 
 from toolkit import backend
-from toolkit.core import compat
+from toolkit.core import compat, native_logs
 from toolkit.core.events import PROFILER
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS
 
@@ -148,7 +148,8 @@ class TraceWindow(compat.keras().callbacks.Callback):
             # On an asynchronous backend the host runs ahead: without the wait, the steps
             # still queued would run inside the trace (and StepTimer would leave them out).
             synced_at = _waited(seam)
-            seam.start_trace(self.logdir, *self._levels)
+            with native_logs.held():  # the profiler's C++ notes stay out of Keras's bar
+                seam.start_trace(self.logdir, *self._levels)
         except Exception as e:  # noqa: BLE001 - a profiler failure must never kill training
             self.error = f"profiler failed to start at step {step}: {type(e).__name__}: {e}"
             logging.warning("TraceWindow: %s; training continues without a trace", self.error)
@@ -164,7 +165,8 @@ class TraceWindow(compat.keras().callbacks.Callback):
         try:
             seam = backend.get()
             synced_at = _waited(seam)  # the traced steps' device work ends inside the trace
-            seam.stop_trace()
+            with native_logs.held():
+                seam.stop_trace()
             self.traced_steps = (self._started_at, step)
         except Exception as e:  # noqa: BLE001
             self.error = f"profiler failed to stop at step {step}: {type(e).__name__}: {e}"

@@ -27,9 +27,13 @@ def steps_png(report: Any) -> bytes:
         "warmup": ("warm-up (left out)", "o", 5, "tab:orange"),
         "excluded": ("profiled (left out)", "X", 7, "tab:red"),
     }
-    x = 0
+    per = report.steps.steps_per_execution  # > 1: a dot is a call of several steps
+    x, epoch, bounds = 0, None, []
     series: dict[str, tuple[list[int], list[float]]] = {k: ([], []) for k in styles}
-    for seconds, steps, _, kind in report.timeline:
+    for seconds, steps, at, kind in report.timeline:
+        if epoch is not None and at != epoch:
+            bounds.append(x)  # an epoch ends after step x
+        epoch = at
         x += steps
         if kind in series:
             series[kind][0].append(x)
@@ -40,16 +44,20 @@ def steps_png(report: Any) -> bytes:
             small = kind == "timed" and len(xs) > 500
             ax_t.plot(
                 xs, ys, marker, ms=2 if small else size, color=colour,
-                label=f"{label}: {len(xs):,}", zorder=3 if kind != "timed" else 2,
+                label=f"{label}{' calls' if per > 1 else ''}: {len(xs):,}",
+                zorder=3 if kind != "timed" else 2,
             )  # fmt: skip
     if report.steps.p50_s:
         p50 = report.steps.p50_s * 1e3
         ax_t.axhline(p50, color="k", lw=0.8, ls="--", label=f"p50 {p50:.3g} ms")
+    for n, at in enumerate(bounds):  # where each epoch ends (validation, the data's start)
+        label = f"epoch ends ({len(bounds) + 1} epochs)" if n == 0 else None
+        ax_t.axvline(at, color="0.6", lw=0.6, ls=":", zorder=1, label=label)
     ax_t.set_xlabel("training step")
-    ax_t.set_ylabel("ms per step")
+    ax_t.set_ylabel("ms per step" + (f" (a dot: one call of up to {per} steps)" if per > 1 else ""))
     ax_t.xaxis.set_major_locator(MaxNLocator(integer=True))
     first = report.steps.first_step_s
-    left_out = f"\n(the first step, {format_ms(first)} with compiling, is left out)"
+    left_out = f"\n(the first call, {format_ms(first)} with compiling, is left out)"
     title = f"{report.name}: time per training step{left_out if first else ''}"
     ax_t.set_title(title, fontsize=10)
     if ax_t.get_legend_handles_labels()[0]:  # a run stopped before its first step has none
@@ -64,12 +72,15 @@ def steps_png(report: Any) -> bytes:
             ("p99", report.steps.p99_s, "-."),
         ):
             if val:
-                ax_h.axvline(val * 1e3, color="k", lw=0.8, ls=style, label=q)
+                label = f"{q} {val * 1e3:.3g} ms"
+                ax_h.axvline(val * 1e3, color="k", lw=0.8, ls=style, label=label)
         ax_h.legend(fontsize=8)
     ax_h.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax_h.set_xlabel("ms per step")
-    ax_h.set_ylabel("timed steps")
-    ax_h.set_title(f"spread of the {len(timed):,} timed steps", fontsize=10)
+    what = "calls" if per > 1 else "steps"  # one value per call: a fused call is one
+    ax_h.set_ylabel(f"timed {what}")
+    of = f" ({report.steps.timed_steps:,} steps)" if per > 1 else ""
+    ax_h.set_title(f"spread of the {len(timed):,} timed {what}{of}", fontsize=10)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")

@@ -28,11 +28,12 @@ class Comparison:
     a_name: str
     b_name: str
     rows: tuple[tuple[str, float | None, float | None, str], ...]
-    verdict: str  # "faster" | "slower" | "within noise" | "unknown"
+    verdict: str  # "faster" | "slower" | "within noise" | "unknown" | "different workloads"
     ratio: float | None  # a_time / b_time: > 1 means b is faster
     basis: str
     noise: float | None
     notes: tuple[str, ...] = ()
+    settings: tuple[tuple[str, object, object], ...] = ()  # (flag, A's, B's) where they differ
 
     def render(self) -> str:
         width = max(len(r[0]) for r in self.rows) if self.rows else 10
@@ -43,7 +44,17 @@ class Comparison:
         lines.append("")
         lines.append(f"A: {self.a_name}")
         lines.append(f"B: {self.b_name}")
-        if self.verdict == "unknown":
+        if self.settings:
+            lines.append(
+                "settings that differ (A → B): "
+                + ", ".join(f"--{k} {cell(va)} → {cell(vb)}" for k, va, vb in self.settings)
+            )
+        if self.verdict == DIFFERENT:
+            lines.append(
+                "verdict: none: A and B are different workloads (see the notes); the figures "
+                "stand side by side, they do not say which is faster"
+            )
+        elif self.verdict == "unknown":
             lines.append("verdict: unknown (a report has no timed steps)")
         elif self.verdict == "within noise":
             lines.append(
@@ -79,6 +90,7 @@ class Comparison:
             "basis": self.basis,
             "noise_band": self.noise,
             "notes": list(self.notes),
+            "settings": [{"flag": k, "a": va, "b": vb} for k, va, vb in self.settings],
         }
 
     def __str__(self) -> str:
@@ -102,39 +114,45 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
         ("step p99", sa.p99_s, sb.p99_s, "ms"),
         ("jitter", sa.jitter_s, sb.jitter_s, "ms"),
         ("examples/s", sa.examples_per_sec, sb.examples_per_sec, "/s"),
-        ("first step", sa.first_step_s, sb.first_step_s, "ms"),
+        ("first call/step", _per_step(sa), _per_step(sb), "ms"),  # a fused call: per step
         ("batch size", sa.batch_size, sb.batch_size, ""),
         ("timed steps", sa.timed_steps, sb.timed_steps, ""),
         ("fit wall time", a.fit_seconds, b.fit_seconds, "s"),
     )
     notes = []
     for key in ("keras_backend", "tensorflow", "keras_flavor", "cpu_model", "devices", "hostname"):
-        va, vb = a.environment.get(key), b.environment.get(key)
-        if va != vb and va is not None and vb is not None:
-            notes.append(f"{key} differs: {cell(va)} vs {cell(vb)}")
+        va, vb = (_shown(key, r.environment.get(key)) for r in (a, b))
+        if va != vb and va is not None and vb is not None:  # as shown: a note says a difference
+            notes.append(f"{key} differs: {va} vs {vb}")
     if a.name != b.name:
         notes.append(
             f"different runs: A is {a.name!r}, B is {b.name!r}; the comparison is between two "
             "models or tasks, not two settings of one"
         )
     fa, fb = (a.compute or {}).get("flops_per_step"), (b.compute or {}).get("flops_per_step")
-    if fa and fb and abs(fa - fb) > 0.01 * max(fa, fb):
+    different = bool(fa and fb and abs(fa - fb) > 0.01 * max(fa, fb))
+    if different:
         notes.append(f"the models differ: {fa:,} vs {fb:,} FLOPs per step")
     ca, cb = a.context, b.context
-    if ca is not None and cb is not None and ca.dataset != cb.dataset:
+    if ca is not None and cb is not None and cell(ca.dataset) != cell(cb.dataset):
+        different = True
         notes.append(f"dataset differs: {cell(ca.dataset)} vs {cell(cb.dataset)}")
     if ca is not None and cb is not None:
         for key in ("device", "precision", "strategy"):
             va, vb = getattr(ca, key), getattr(cb, key)
-            if va != vb:
-                shown = (va.label(), vb.label()) if key == "device" and va and vb else (va, vb)
+            shown = (va.label(), vb.label()) if key == "device" and va and vb else (va, vb)
+            if cell(shown[0]) != cell(shown[1]):
                 notes.append(f"{key} differs: {cell(shown[0])} vs {cell(shown[1])}")
     for report, label in ((a, "A"), (b, "B")):
         if report.partial:
-            notes.append(f"{label} is a partial run ({report.error or 'interrupted'})")
+            an = "an" if report.status[0] in "aeiou" else "a"
+            notes.append(f"{label} is {an} {report.status} run ({report.error or 'interrupted'})")
 
+    settings = _settings(a.args, b.args)
     if not (sa.p50_s and sb.p50_s and sa.samples and sb.samples):
-        return Comparison(a.name, b.name, rows, "unknown", None, "", None, tuple(notes))
+        return Comparison(a.name, b.name, rows, "unknown", None, "", None, tuple(notes), settings)
+    if different:  # two workloads: no speed verdict
+        return Comparison(a.name, b.name, rows, DIFFERENT, None, "", None, tuple(notes), settings)
     if sa.batch_size and sb.batch_size:
         ta, tb, basis = sa.p50_s / sa.batch_size, sb.p50_s / sb.batch_size, "median time/example"
         ja, jb = (sa.jitter_s or 0) / sa.batch_size, (sb.jitter_s or 0) / sb.batch_size
@@ -147,7 +165,33 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
     noise = max(z * se / ta, min_rel)
     rel = (tb - ta) / ta
     verdict = "within noise" if abs(rel) <= noise else ("faster" if rel < 0 else "slower")
-    return Comparison(a.name, b.name, rows, verdict, ta / tb, basis, noise, tuple(notes))
+    return Comparison(a.name, b.name, rows, verdict, ta / tb, basis, noise, tuple(notes), settings)
+
+
+DIFFERENT = "different workloads"
+# Flags that say where a run went or how it was shown, not how it trained.
+NOT_SETTINGS = frozenset({"report_dir", "log_steps", "log_verbosity", "tensorboard", "backup_dir"})
+
+
+def _per_step(steps: object) -> float | None:
+    first, n = getattr(steps, "first_step_s", None), getattr(steps, "first_step_steps", 0)
+    return first / max(1, n) if first is not None else None
+
+
+def _shown(key: str, value: object) -> str | None:
+    """An environment value as a note shows it: the devices by name, the rest as a cell."""
+    if value is None:
+        return None
+    if key == "devices" and isinstance(value, list):
+        names = [d.get("name") or d.get("label") or "?" for d in value if isinstance(d, dict)]
+        return ", ".join(map(str, names)) or cell(value)
+    return cell(value)
+
+
+def _settings(a: dict, b: dict) -> tuple[tuple[str, object, object], ...]:
+    """The flags both runs recorded with different values (where they went aside)."""
+    keys = sorted((set(a) & set(b)) - NOT_SETTINGS)
+    return tuple((k, a[k], b[k]) for k in keys if a[k] != b[k])
 
 
 def _fmt(value: float | None, unit: str) -> str:

@@ -26,9 +26,18 @@ from toolkit import backend
 from toolkit.core import _extras as extras
 from toolkit.core import machine
 from toolkit.core.files import ReportError, atomic_write, jsonable
-from toolkit.core.stats import StepStats, format_flops, format_ms, utilization
+from toolkit.core.stats import (
+    StepStats,
+    format_figure,
+    format_flops,
+    format_metric,
+    format_ms,
+    format_rate,
+    utilization,
+)
 from toolkit.core.version import __version__
 from toolkit.report._cluster import cluster_line, render_cluster
+from toolkit.report._fields import check_report, context_error, read_checked
 from toolkit.report._fit_call import fit_call_line
 from toolkit.report.context import RunContext
 from toolkit.report.trace import read_trace, trace_lines
@@ -45,9 +54,11 @@ __all__ = [
 SCHEMA = "keras-perf-toolkit/run-report"
 SCHEMA_VERSION = 2
 MAX_TIMELINE = 50_000
+PRIVATE_KEYS = ("hostname",)  # in report.json only: report.md is for sharing
 REPORT_JSON, REPORT_MD, REPORT_PNG = "report.json", "report.md", "steps.png"
 COMPLETE, PARTIAL, DIVERGED = "complete", "partial", "diverged"
-STATUSES = (COMPLETE, PARTIAL, DIVERGED)
+UNTIMED = "untimed"  # it ended, but every step was a first call or warm-up: nothing measured
+STATUSES = (COMPLETE, PARTIAL, DIVERGED, UNTIMED)
 
 
 # ---------------------------------------------------------------------------- the report
@@ -187,6 +198,7 @@ class RunReport:
                 f"report schema_version {version!r} is newer than this toolkit reads "
                 f"({SCHEMA_VERSION}): upgrade keras-perf-toolkit"
             )
+        check_report(d, STATUSES)  # values too: one line naming the field, not a TypeError
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in names}
         kwargs["steps"] = StepStats.from_dict(d.get("steps") or {})
@@ -199,7 +211,10 @@ class RunReport:
             kwargs["context"], kwargs["extra"] = RunContext.from_v1_extra(extra)
             kwargs["schema_version"] = SCHEMA_VERSION  # read into this version's fields
         elif kwargs.get("context") is not None:
-            kwargs["context"] = RunContext.from_dict(kwargs["context"])
+            try:
+                kwargs["context"] = RunContext.from_dict(kwargs["context"])
+            except (TypeError, ValueError, KeyError, AttributeError) as e:
+                raise context_error(e) from None
         return cls(**kwargs)
 
     @classmethod
@@ -212,24 +227,7 @@ class RunReport:
         path = os.fspath(path)
         if os.path.isdir(path):
             path = os.path.join(path, REPORT_JSON)
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            raise ReportError(
-                f"no report at {path!r}: give a report.json or a run directory"
-            ) from None
-        except (OSError, json.JSONDecodeError) as e:
-            raise ReportError(f"cannot read report {path!r}: {e}") from e
-        if not isinstance(data, dict):
-            kind = type(data).__name__
-            raise ReportError(f"{path!r} is not a run report: it holds a JSON {kind}")
-        try:
-            return cls.from_dict(data)
-        except ReportError as e:  # name the file: the caller may have given several
-            raise ReportError(f"{path!r}: {e}") from None
-        except (TypeError, KeyError, ValueError, AttributeError) as e:
-            raise ReportError(f"report {path!r} is malformed: {e}") from e
+        return read_checked(path, cls.from_dict, lambda r: (r.summary(), r.to_markdown()))
 
     # ------------------------------------------------------------ writing
 
@@ -258,6 +256,14 @@ class RunReport:
 
     # ------------------------------------------------------------ views
 
+    def verdict_line(self) -> str:
+        """The run in one line: status, median step time and throughput, where it ran."""
+        device = self.context.device if self.context else None
+        s, where = self.steps, device.label() if device else None
+        rate = f", {format_rate(s.examples_per_sec)} examples/s" if s.examples_per_sec else ""
+        timing = f"p50 {format_ms(s.p50_s)}/step{rate}" if s.timed_steps else "no timed steps"
+        return f"{self.name} {self.status}: {timing}" + (f" on {where}" if where else "")
+
     def summary(self) -> str:
         """A few lines for a terminal: status, step statistics, final metrics."""
         head = f"== {self.name}: {self.status}"
@@ -281,21 +287,22 @@ class RunReport:
         if self.fit_call:
             lines.append(fit_call_line(self.fit_call))
         if self.metrics:
-            lines.append("final: " + ", ".join(f"{k} {v:.4g}" for k, v in self.metrics.items()))
+            lines.append("final: " + ", ".join(format_figure(*m) for m in self.metrics.items()))
         if self.memory and self.memory.get("warnings"):
             lines += [f"memory warning: {w}" for w in self.memory["warnings"]]
         if self.tensorboard:
             lines.append(_tensorboard_line(self.tensorboard))
         if self.trace:
             lines.append(_trace_line(self.trace))
-            lines += trace_lines(self.trace.get("analysis"))
+            held = self.trace.get("traced_steps") or (0, 0)
+            lines += trace_lines(self.trace.get("analysis"), window=held[1] - held[0])
         return "\n".join(lines)
 
     def to_markdown(self, png: str | None = None, note: str | None = None) -> str:
         s = self.steps
         out = io.StringIO()
         w = out.write
-        w(f"# Run report: {self.name}\n\n")
+        w(f"# Run report: {self.name}\n\n**{self.verdict_line()}**\n\n")
         w(f"- status: **{self.status}**" + (f" — {self.error}" if self.error else "") + "\n")
         w(f"- created: {self.created_utc} · toolkit {self.toolkit_version}")
         w(f" · schema {self.schema_version}\n")
@@ -316,7 +323,7 @@ class RunReport:
             ("max", format_ms(s.max_s)),
             ("jitter (1.4826·MAD)", format_ms(s.jitter_s)),
             ("batch size", s.batch_size if s.batch_size else "unknown"),
-            ("examples/s", f"{s.examples_per_sec:,.1f}" if s.examples_per_sec else "n/a"),
+            ("examples/s", format_rate(s.examples_per_sec)),
             (
                 "first step (trace/compile)",
                 f"{format_ms(s.first_step_s)} over {s.first_step_steps}"
@@ -356,7 +363,7 @@ class RunReport:
             w("|---" * (4 + len(keys)) + "|\n")
             for e in self.epochs:
                 m = e.get("metrics", {})
-                cells = [f"{m[k]:.4g}" if k in m else "" for k in keys]
+                cells = [format_metric(m[k]) if k in m else "" for k in keys]
                 w(
                     f"| {e['epoch'] + 1} | {e['seconds']:.3f} | {e['steps']} | "
                     f"{e['step_seconds']:.3f} | " + " | ".join(cells) + (" |" if keys else "")
@@ -365,7 +372,7 @@ class RunReport:
         if self.metrics:
             w("\n## Final metrics\n\n| metric | value |\n|---|---|\n")
             for k, v in self.metrics.items():
-                w(f"| {k} | {v:.6g} |\n")
+                w(f"| {k} | {format_metric(v)} |\n")
         if self.memory:
             w("\n## Memory\n\n| epoch | host RSS (MiB) | devices |\n|---|---|---|\n")
             for r in self.memory.get("readings", []):
@@ -411,7 +418,8 @@ class RunReport:
             if mapping:
                 w(f"\n## {title}\n\n| key | value |\n|---|---|\n")
                 for k, v in _flat(mapping):
-                    w(f"| {k} | {cell(v)} |\n")
+                    if k not in PRIVATE_KEYS:  # report.md is shared; report.json keeps them
+                        w(f"| {k} | {cell(v)} |\n")
         if self.extra:
             w("\n## Extra\n\n```json\n" + json.dumps(self.extra, indent=1) + "\n```\n")
         return out.getvalue()

@@ -377,16 +377,40 @@ def _top(events: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------- views
 
 
-def trace_lines(analysis: Mapping[str, Any] | None, ops: int = 5) -> list[str]:
-    """The trace section for a terminal: step time and breakdown, XProf's verdict, top ops."""
+# Scopes that wrap every op of a step and say nothing about which op it is.
+_WRAPPERS = re.compile(
+    r"^(StatefulPartitionedCall|PartitionedCall|while|body|cond|.*_fn|__inference.*|"
+    r"one_step_on.*|multi_step_on.*|jit\(.*\)|pjit|Iterator)(_\d+)?$"
+)
+OP_NAME_CHARS = 56  # the longest op name a trace line shows
+
+
+def short_op(name: str, limit: int = OP_NAME_CHARS) -> str:
+    """An op's name shortened to what identifies it: the wrapping scopes (``StatefulPartitioned
+    Call``, ``while/body``, ``__inference_...``) dropped, ``gradient_tape/`` said as ``∇``, the
+    last scopes kept, the front cut with ``…`` past `limit` characters."""
+    parts = [p for p in name.split("/") if p and not _WRAPPERS.match(p)]
+    grad = "gradient_tape" in parts or "gradients" in parts
+    parts = [p for p in parts if p not in ("gradient_tape", "gradients")]
+    shown = ("∇ " if grad else "") + "/".join(parts or [name])
+    return shown if len(shown) <= limit else "…" + shown[-(limit - 1) :]
+
+
+def trace_lines(
+    analysis: Mapping[str, Any] | None, ops: int = 5, window: int | None = None
+) -> list[str]:
+    """The trace section for a terminal: step time and breakdown, XProf's verdict, top ops.
+    `window`: the steps the trace window held, so the count of steps XProf read whole (its
+    markers at both ends inside the trace) is said against it."""
     if not analysis:
         return []
     lines = []
     step_ms = analysis.get("step_ms")
     if step_ms:
         n = len(analysis.get("steps") or [])
+        of = f" of the {window} traced" if window and window != n else ""
         lines.append(
-            f"trace steps: {n} marked, {step_ms['mean']:.2f} ms mean "
+            f"trace steps: {n}{of} marked, {step_ms['mean']:.2f} ms mean "
             f"({step_ms['min']:.2f}–{step_ms['max']:.2f})"
         )
     breakdown = analysis.get("breakdown_ms") or {}
@@ -410,11 +434,12 @@ def trace_lines(analysis: Mapping[str, Any] | None, ops: int = 5) -> list[str]:
     for side in ("device", "host"):
         top = (analysis.get("top_ops") or {}).get(side) or []
         if top:
-            shown = "; ".join(
-                f"{o['op']} {o['self_ms']:.3f} ms ({o['share']:.0%})" for o in top[:ops]
-            )
             per = "per step" if analysis.get("steps") else "in the whole trace"
-            lines.append(f"  top {side} ops (self time {per}): {shown}")
+            lines.append(f"  top {side} ops (self time {per}):")
+            lines += [
+                f"    {o['self_ms']:8.3f} ms {o['share']:4.0%}  {short_op(o['op'])}"
+                for o in top[:ops]
+            ]
     if analysis.get("error"):
         lines.append(f"  note: {analysis['error']}")
     return lines

@@ -1,6 +1,6 @@
-"""The runner's data: a Task's examples batched as a run's settings say (tf.data when
-TensorFlow is here, Keras ``PyDataset`` batches of arrays when not), each process's part of
-every global batch over processes, and the tf.data service and auto-shard policy."""
+"""The runner's data: a Task's examples batched as a run's settings say (``--data_loader``:
+tf.data, Grain, or Keras ``PyDataset`` batches of arrays where neither is here), each process's
+part of every global batch over processes, and the tf.data service and auto-shard policy."""
 
 from __future__ import annotations
 
@@ -12,7 +12,16 @@ from toolkit.runner.config import TrainConfig
 if TYPE_CHECKING:
     from toolkit.runner.task import Task
 
-__all__ = ["array_dataset", "batches", "dataset", "distributed", "examples", "input_pipeline"]
+__all__ = [
+    "array_dataset",
+    "batches",
+    "data_loader",
+    "dataset",
+    "distributed",
+    "epoch_steps",
+    "examples",
+    "input_pipeline",
+]
 
 
 def examples(source: Any):
@@ -37,18 +46,81 @@ def example_count(source: Any, known: int | None = None) -> int:
     return known if count < 0 and known is not None else count
 
 
+def _random_access(source: Any, task: Task | None, training: bool, call: bool) -> Any:
+    """The data as random-access examples (what Grain reads): the task's own form
+    (``Task.examples``), or `source` when it is arrays; None when there is none (a tf.data
+    dataset). A function is called only when `call`."""
+    from toolkit.data.arrays import ArraySource, ImageFiles
+
+    if task is not None and task.examples is not None:
+        found = task.examples(training)
+        if found is not None:
+            return found
+    if callable(source) and call:
+        source = source()
+    if isinstance(source, tuple):
+        return source if len(source) == 2 else None
+    return source if isinstance(source, ArraySource | ImageFiles) else None
+
+
+def data_loader(
+    config: TrainConfig,
+    source: Any = None,
+    task: Task | None = None,
+    training: bool = True,
+    share: tuple[int, int, int] = (0, 1, 1),
+) -> str:
+    """What builds this run's pipeline: ``tf_data``, ``grain`` or ``arrays`` (NumPy batches
+    without TensorFlow), ``--data_loader`` resolved. auto: tf.data on TensorFlow; Grain on
+    JAX and PyTorch where it is installed and reads the data in one process; else tf.data,
+    or arrays without TensorFlow."""
+    from toolkit import backend
+    from toolkit.data import has_tensorflow
+    from toolkit.data._grain import has_grain
+
+    alone = share[1] < 2 and not (config.fused_steps > 1 and share[2] > 1)
+    if config.data_loader == "grain":
+        if not alone or config.data_service:
+            raise ValueError(
+                "--data_loader=grain: over several processes or devices with fused steps, or "
+                "through the tf.data service, the toolkit's input is tf.data: "
+                "--data_loader=tf_data"
+            )
+        return "grain"
+    if config.data_loader == "tf_data" or backend.name() == "tensorflow":
+        return "tf_data" if has_tensorflow() else "arrays"
+    readable = _random_access(source, task, training, call=False) is not None
+    if has_grain() and alone and not config.data_service and readable:
+        return "grain"
+    return "tf_data" if has_tensorflow() else "arrays"
+
+
+def epoch_steps(data: Any) -> int | None:
+    """``fit``'s steps per epoch for a toolkit Grain pipeline, which runs on from epoch to
+    epoch (Keras's Grain adapter knows no batch count: without it, ``fit`` warns that the
+    input ran out of data each epoch); None for anything else."""
+    if getattr(data, "endless", False) and "grain" in getattr(data, "description", ""):
+        return len(data)
+    return None
+
+
 def array_dataset(
-    source: Any, config: TrainConfig, training: bool, task: Task | None, whole: bool
+    source: Any,
+    config: TrainConfig,
+    training: bool,
+    task: Task | None,
+    whole: bool,
+    grain: bool = False,
 ) -> Any:
-    """:func:`_dataset` without TensorFlow: arrays in batches
-    (``toolkit.data.array_batches``)."""
+    """:func:`_dataset` without tf.data: arrays or image files in batches
+    (``toolkit.data.array_batches``, or with `grain` a Grain pipeline)."""
     import numpy as np
 
-    from toolkit.data import ArraySource, array_batches
+    from toolkit.data.arrays import ArraySource, ImageFiles, array_batches
 
     if isinstance(source, tuple) and len(source) == 2:
         source = ArraySource(np.asarray(source[0]), np.asarray(source[1]))
-    if not isinstance(source, ArraySource):
+    if not isinstance(source, ArraySource | ImageFiles):
         raise ValueError(
             f"training data of type {type(source).__name__} needs TensorFlow (tf.data), which "
             "is not installed here: give (features, labels) arrays"
@@ -73,12 +145,16 @@ def array_dataset(
             else rng.standard_normal(x.shape).astype(x.dtype),
             rng.integers(0, classes, y.shape).astype(y.dtype),
         )
+        if grain:
+            return _grain(fake, batch_size, False, None, True, max(1, count // batch_size))
         return array_batches(
             fake,
             batch_size,
             repeat=config.steps_per_epoch is not None,
             batches_per_epoch=max(1, count // batch_size),
         )
+    if grain:
+        return _grain(source, batch_size, training, config.seed, whole, None)
     return array_batches(
         source,
         batch_size,
@@ -86,6 +162,23 @@ def array_dataset(
         seed=config.seed,
         drop_remainder=whole,
         repeat=training and config.steps_per_epoch is not None,
+    )
+
+
+def _grain(
+    source: Any, batch_size: int, shuffle: bool, seed: int | None, whole: bool, per_epoch: Any
+) -> Any:
+    """A Grain pipeline the runner's ``fit`` reads: endless, ``len()`` steps an epoch."""
+    from toolkit.data._grain import grain_pipeline
+
+    return grain_pipeline(
+        source,
+        batch_size,
+        shuffle=shuffle,
+        seed=seed,
+        drop_remainder=whole,
+        endless=True,
+        batches_per_epoch=per_epoch,
     )
 
 
@@ -103,8 +196,9 @@ def dataset(
     from toolkit.distribute.processes import process_slice
 
     index, processes, devices = share
+    loader = data_loader(config, source, task, training, share)  # Grain: one process, checked
     return process_slice(
-        batches(source, config, training, task, whole=training or processes > 1),
+        batches(source, config, training, task, whole=training or processes > 1, loader=loader),
         index,
         processes,
         fused=config.fused_steps if training else 1,
@@ -112,12 +206,29 @@ def dataset(
     )
 
 
-def batches(source: Any, config: TrainConfig, training: bool, task: Task | None, whole: bool):
-    from toolkit.data import has_tensorflow, pipeline, synthetic
+def batches(
+    source: Any,
+    config: TrainConfig,
+    training: bool,
+    task: Task | None,
+    whole: bool,
+    loader: str | None = None,
+):
+    from toolkit.data import pipeline, synthetic
 
+    loader = loader or data_loader(config, source, task, training)
+    if loader == "grain":
+        readable = _random_access(source, task, training, call=True)
+        if readable is None:
+            raise ValueError(
+                f"--data_loader=grain: {(task and task.dataset) or 'this data'} is read by "
+                "tf.data only (a tfds or tfrecord dataset, or a tf.data.Dataset): "
+                "--data_loader=tf_data"
+            )
+        return array_dataset(readable, config, training, task, whole, grain=True)
     if callable(source):
         source = source()
-    if not has_tensorflow():
+    if loader == "arrays":
         return array_dataset(source, config, training, task, whole)
     # In-memory arrays stay arrays: the pipeline batches them by gathering (toolkit.data).
     arrays = source if isinstance(source, tuple) else None

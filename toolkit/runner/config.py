@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ __all__ = [
 ]
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+DATA_LOADERS = ("auto", "tf_data", "grain")
 SMOKE_STEPS = 8
 
 # The help groups, in the order ``--help`` shows them.
@@ -164,6 +166,14 @@ class TrainConfig:
         False,
         "Train on one random batch of the real spec, repeated: input costs ~0 (an upper bound "
         "for the step).",
+        DATA,
+    )
+    data_loader: str = setting(
+        "auto",
+        f"{' | '.join(DATA_LOADERS)}: what builds the input pipeline (tf_data: tf.data; grain: "
+        "Grain, which reads arrays, digits, synthetic and image folders). auto: tf.data on "
+        "TensorFlow; Grain on JAX and PyTorch where it is installed and reads the data; else "
+        "tf.data, or NumPy arrays without TensorFlow.",
         DATA,
     )
     epochs: int = setting(1, "Training epochs.", TRAINING, speed=False, quiet=1)
@@ -416,10 +426,21 @@ class TrainConfig:
             ("distribution_strategy", distribute.STRATEGIES),
             ("shard_policy", distribute.SHARD_POLICIES),
             ("data_service_mode", distribute.SERVICE_MODES),
+            ("data_loader", DATA_LOADERS),
         )
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
                 raise _bad(name, f"one of {', '.join(allowed)}", getattr(self, name))
+        if self.data_loader == "grain" and importlib.util.find_spec("grain") is None:
+            raise ConfigError(
+                "--data_loader=grain needs Grain, which is not installed: "
+                "pip install 'keras-perf-toolkit[grain]'"
+            )
+        if self.data_loader == "tf_data" and importlib.util.find_spec("tensorflow") is None:
+            raise ConfigError(
+                "--data_loader=tf_data needs TensorFlow, which is not installed here: "
+                "--data_loader=auto or grain, or install tensorflow"
+            )
         if self.backend is not None and self.backend not in backend.names():
             raise _bad("backend", f"one of {', '.join(backend.names())}", self.backend)
         if self.backend is not None and self.backend != backend.name():
@@ -530,6 +551,34 @@ def flag_name(field: str) -> str:
     ``--batch_size``."""
     flag = flag_of(field)
     return f"--{flag} ({field})" if flag != field else f"--{field}"
+
+
+def check_number(
+    flag: str,
+    value: Any,
+    *,
+    integer: bool = False,
+    least: float | None = None,
+    most: float | None = None,
+    above: float | None = None,
+) -> None:
+    """The settings' check for an option parsed elsewhere (a verb's ``--port``, ``--steps``):
+    ConfigError in the same words, naming `flag`, unless `value` is a finite number (an
+    integer with `integer`) in range; None passes (an option left unset)."""
+    if value is None:
+        return
+    kind = "an integer" if integer else "a finite number"
+    bounds = [f">= {least:g}"] if least is not None else []
+    bounds += [f"> {above:g}"] if above is not None else []
+    bounds += [f"<= {most:g}"] if most is not None else []
+    what = f"{kind} {' and '.join(bounds)}".strip()
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or (integer and not isinstance(value, int)) or not math.isfinite(value):
+        raise ConfigError(f"{flag} must be {what}, got {value!r}")
+    if (least is not None and value < least) or (most is not None and value > most):
+        raise ConfigError(f"{flag} must be {what}, got {value!r}")
+    if above is not None and value <= above:
+        raise ConfigError(f"{flag} must be {what}, got {value!r}")
 
 
 def _bad(field: str, what: str, value: Any) -> ConfigError:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import os
 import shutil
 import sys
@@ -48,6 +49,9 @@ __all__ = [
     "define_image_flags",
     "kwargs_from_flags",
 ]
+
+# The shortest search (--tune_budget, tune(budget_s=)): the defaults alone take about that.
+MIN_TUNE_BUDGET_S = 1.0
 
 # Old spellings still accepted, each with a one-line deprecation note (canonical_argv).
 DEPRECATED_FLAGS = {old: flag_of(f.name) for f in SETTINGS for old in f.metadata["deprecated"]}
@@ -101,7 +105,7 @@ APP_FLAGS = (
     ),
     AppFlag(
         "tune_budget", "float", 120.0, "Seconds the --autotune search may take.", SPEED,
-        bounds={"lower_bound": 1.0},
+        bounds={"lower_bound": MIN_TUNE_BUDGET_S},
     ),
     AppFlag(
         "diagnose", "bool", False,
@@ -178,6 +182,7 @@ def define_common_flags(**defaults: Any) -> None:
     for a in APP_FLAGS:
         define = getattr(flags, f"DEFINE_{a.kind}")
         define(a.name, defaults.get(a.name, a.default), a.help, **a.bounds)
+        _finite(a.kind, a.name)
     flags.register_validator("dataset", _valid_dataset, "bad --dataset")
     for f in SETTINGS:
         name, meta = flag_of(f.name), f.metadata
@@ -200,6 +205,15 @@ def _define(owner: str, kind: str, name: str, *args: Any, **kwargs: Any) -> None
         # toolkit.runner.flags); absl names the main module by its path.
         module = sys.argv[0] if owner == "__main__" else owner
         getattr(flags, f"DEFINE_{kind}")(name, *args, module_name=module, **kwargs)
+        _finite(kind, name)
+
+
+def _finite(kind: str, name: str) -> None:
+    """absl's float bounds let nan and inf through (no comparison holds): refused here."""
+    if kind == "float":
+        flags.register_validator(
+            name, lambda v: v is None or math.isfinite(v), f"--{name} must be a finite number"
+        )
 
 
 def own_flags(module: str) -> list[str]:
@@ -290,11 +304,15 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
     return TrainConfig(**values).validate()
 
 
+FOREIGN_FLAG_MODULES = ("absl.", "tensorflow", "tf_keras", "keras", "jax", "torch")
+
+
 def flags_for_report(flag_values: flags.FlagValues = flags.FLAGS) -> dict[str, Any]:
-    """Every flag's value except absl's own (logging and the like), for the report."""
+    """Every flag's value except absl's own (logging and the like) and those the frameworks
+    define for themselves (TensorFlow's ``tt_check_filter``, ...), for the report."""
     out: dict[str, Any] = {}
     for module, module_flags in flag_values.flags_by_module_dict().items():
-        if module.startswith("absl."):
+        if module.startswith(FOREIGN_FLAG_MODULES):
             continue
         for fl in module_flags:
             out[fl.name] = fl.value

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import logging as std_logging
 import os
 import signal
 import threading
@@ -13,6 +14,7 @@ from typing import Any
 
 from absl import logging
 
+from toolkit.core import interrupts
 from toolkit.core.errors import one_line
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS
 from toolkit.profiling.loss_guard import LossGuard
@@ -22,6 +24,7 @@ from toolkit.profiling.step_timer import StepTimer
 from toolkit.profiling.stop_on_signal import StopOnSignal
 from toolkit.profiling.trace_window import TraceWindow
 from toolkit.report import COMPLETE, DIVERGED, PARTIAL, RunContext, RunReport
+from toolkit.report.run_report import UNTIMED
 
 __all__ = [
     "Profile",
@@ -150,6 +153,7 @@ class Profile:
             return model.fit(*args, callbacks=[*self.callbacks, *(callbacks or ())], **kwargs)
 
     def __enter__(self) -> Profile:
+        interrupts.check()  # a signal dropped before training (in a gc callback) ends it here
         if self.report_dir is not None:
             self.run_dir = new_run_dir(self.report_dir)
         if self._tensorboard and self.run_dir is not None:
@@ -168,10 +172,19 @@ class Profile:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        for signum, handler in self._old_handlers.items():
+            signal.signal(signum, handler)
+        self._old_handlers = {}
+        with interrupts.held(raise_after=False):  # the report is not cut in half by a signal
+            self._finish(exc)
+        if exc is None:  # one that came while it was written: raised now, the report said
+            interrupts.check(toolkit_report=self.report, toolkit_run_dir=self.run_dir)
+        elif isinstance(exc, KeyboardInterrupt):  # already going out as one: not again later
+            interrupts.clear()
+
+    def _finish(self, exc: BaseException | None) -> None:
+        """Builds the report (partial when `exc`) and writes it."""
         try:
-            for signum, handler in self._old_handlers.items():
-                signal.signal(signum, handler)
-            self._old_handlers = {}
             self.timer.stop()
             cluster = self._cluster() if exc is None else None
             error = None if exc is None else one_line(exc)
@@ -193,6 +206,9 @@ class Profile:
                 tune=self.tune,
                 cluster=cluster,
             )
+            if status == COMPLETE and not self.report.steps.timed_steps:  # nothing measured
+                self.report.status = UNTIMED
+                self.report.error = _untimed(self.report.steps, self.timer)
             self._final_scalars()
             self._viewing(self.report)
             if exc is not None:  # the caller that catches it can say what was kept, and where
@@ -201,6 +217,7 @@ class Profile:
             if self.run_dir is not None:
                 try:
                     self.paths = self.report.write(self.run_dir, plot=self.plot)
+                    _said_where(self.name, self.run_dir, self.paths)
                 except OSError as e:  # a full disk, a directory gone: the report stays here
                     self.write_error = f"{e.strerror or e}"
                     with contextlib.suppress(OSError):
@@ -281,6 +298,30 @@ class Profile:
             scalars.close()
         except Exception as e:  # noqa: BLE001 - the report matters more than the scalars
             logging.warning("TensorBoard scalars not finished: %s: %s", type(e).__name__, e)
+
+
+def _said_where(name: str, run_dir: str, paths: Mapping[str, str]) -> None:
+    """One line, through the ``toolkit`` logger at INFO, saying where the report landed. Where
+    nothing configured logging, the line goes to stderr as it is (a handler on the ``toolkit``
+    logger alone); ``logging.getLogger("toolkit").setLevel(logging.WARNING)`` silences it (the
+    recipes do: they print the files themselves)."""
+    log = std_logging.getLogger("toolkit")
+    if log.level == std_logging.NOTSET and not log.hasHandlers():
+        handler = std_logging.StreamHandler()
+        handler.setFormatter(std_logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(std_logging.INFO)
+    files = ", ".join(os.path.basename(p) for _, p in sorted(paths.items()))
+    log.info("%s: report in %s (%s)", name, run_dir, files)
+
+
+def _untimed(steps: Any, timer: StepTimer) -> str:
+    """Why a run that ended timed nothing, and what to change (the runner's flags)."""
+    return (
+        f"NoTimedSteps: all {steps.total_steps} step(s) were the first call, the "
+        f"{timer.warmup_steps} warm-up step(s) or left out: nothing was timed; run more steps "
+        "(--train_steps, --epochs) or lower --warmup_steps"
+    )
 
 
 def profile(name: str, **kwargs: Any) -> Profile:

@@ -42,6 +42,10 @@ class Task:
         find_bad_file: after training stopped on an error reading the data, the file it
             failed on as ``"PATH (why)"``, or None (``toolkit.data.catalog.Data``'s). Defaults
             to `None`.
+        examples: ``examples(training)``: the training (True) or validation (False) data as
+            random-access examples (``toolkit.data.catalog.Data``'s), what a Grain pipeline
+            reads (``--data_loader``); None: Grain reads `train` / `validation` when they are
+            arrays. Defaults to `None`.
     """
 
     name: str
@@ -56,6 +60,7 @@ class Task:
     dataset: str | None = None
     train_examples: int | None = None
     find_bad_file: Callable[[BaseException], str | None] | None = None
+    examples: Callable[[bool], Any] | None = None
 
 
 def classification_task(
@@ -95,4 +100,5 @@ def classification_task(
         dataset=data.description,
         train_examples=data.train_examples,
         find_bad_file=data.find_bad_file,
+        examples=data.examples,
     )

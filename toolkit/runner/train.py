@@ -96,6 +96,8 @@ def share_initial_weights(model: Any, path: str) -> str:
         SetupError: the file holds the weights of another model, or cannot be written.
     """
     path = os.path.abspath(os.path.expanduser(path))
+    if os.path.isdir(path):
+        raise SetupError(f"--init_weights={path}: it is a directory, not a .weights.h5 file")
     if os.path.exists(path):
         try:
             model.load_weights(path)
@@ -213,6 +215,8 @@ def run(
     report_dir = config.report_dir
     if report_dir and not setup.cluster.is_chief:  # each worker reports; the chief's is the run's
         report_dir = os.path.join(report_dir, f"worker{setup.cluster.task_index}")
+    if progress.mode() == progress.BAR:  # a terminal: no long silence before the first bar
+        progress.say(f"{task.name}: data ready; building the model, then the first step compiles")
     model = _compiled_model(task, config, setup.strategy)
     verbose, log_steps, shown = fit_progress(config, train_ds, task.name)
     try:
@@ -253,9 +257,10 @@ def run(
                     steps_per_epoch=(
                         config.steps_per_epoch // config.fused_steps
                         if config.steps_per_epoch
-                        else None
+                        else _data.epoch_steps(train_ds)  # a Grain pipeline's epoch
                     ),
                     validation_data=setup.val_ds,
+                    validation_steps=_data.epoch_steps(setup.val_ds),
                     shuffle=False,  # the pipeline shuffles; Keras would only warn about a Dataset
                     callbacks=[
                         *_resilience(resume, setup.share[0]),
@@ -306,6 +311,7 @@ def _set_up(task: Task, config: TrainConfig) -> _Setup:
     try:
         config = config.validate().effective()
         check_report_dir(config.report_dir)
+        check_report_dir(config.backup_dir, "--backup_dir", "or leave --backup_dir out")
         backend.get().check_config(config)  # what this Keras backend cannot run: one line
         if config.compile_cache:  # before anything compiles (a command line set it earlier)
             backend.use_compile_cache()
@@ -448,8 +454,13 @@ def _start_cluster(task: Task, config: TrainConfig) -> distribute.Cluster:
     return cluster
 
 
-def check_report_dir(report_dir: str | None) -> None:
-    """Raises SetupError (one line) when runs cannot be written under `report_dir`: found
+def check_report_dir(
+    report_dir: str | None,
+    flag: str = "--report_dir",
+    instead: str = "or --report_dir= to write nothing",
+) -> None:
+    """Raises SetupError (one line, naming `flag`, with `instead` as the other way out) when
+    runs cannot be written under `report_dir` (or a backup under ``--backup_dir``): found
     before anything trains, not after.
 
     It makes nothing: a file with a unique name is created and removed again in the directory,
@@ -463,8 +474,7 @@ def check_report_dir(report_dir: str | None) -> None:
     path = os.path.abspath(os.path.expanduser(report_dir))
     if os.path.exists(path) and not os.path.isdir(path):
         raise SetupError(
-            f"--report_dir={report_dir}: it is a file, not a directory; choose a directory, "
-            "or --report_dir= to write nothing"
+            f"{flag}={report_dir}: it is a file, not a directory; choose a directory, {instead}"
         )
     where = path
     while not os.path.exists(where):
@@ -476,6 +486,6 @@ def check_report_dir(report_dir: str | None) -> None:
         probe.close()
     except OSError as e:
         raise SetupError(
-            f"--report_dir={report_dir}: cannot write there ({e.strerror or e}); choose a "
-            "writable directory, or --report_dir= to write nothing"
+            f"{flag}={report_dir}: cannot write there ({e.strerror or e}); choose a "
+            f"writable directory, {instead}"
         ) from None

@@ -376,8 +376,8 @@ def compare(
     result = BackendsResult(
         target, rows, best, key, length, rounds, time.perf_counter() - start, False, why
     )
-    if use_cache:
-        _CACHE.put(result.key, facts, result.to_dict())
+    if use_cache and not _CACHE.put(result.key, facts, result.to_dict()):
+        progress(f"backends: not cached: cannot write {_CACHE.path} (set TOOLKIT_CACHE_DIR)")
     return result
 
 
@@ -492,6 +492,9 @@ def tune_across(
     never-slower rule picks. A backend's Keras defaults stay in the final: a search's one
     window can prefer settings that lose head to head in fresh processes.
     """
+    from toolkit.search.tune import check_budget
+
+    check_budget(budget_s)  # refused as --tune_budget is, before any process starts
     progress = progress or tk_progress.say
     start = time.perf_counter()
     env = dict(os.environ)

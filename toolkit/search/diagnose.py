@@ -19,11 +19,12 @@ pipeline a diagnosis measured is named in its output (``measured pipeline: ...``
 input-bound when the pipeline alone can't keep up with the step, or when the real fit runs
 slower than the step alone (the input as the fit reads it holds the step back), compute-bound
 when the pipeline has headroom and the fit keeps up, balanced when the two are within the
-margin. A fourth finding, *overlap*, flags a
-fit slower than both of its parts (input and step not overlapping, or per-step overhead).
-:func:`advise` draws concrete advice from what was measured and what the pipeline is made of
-(Python generators, sequential maps, no cache, no prefetch, per-example maps), the step time,
-the settings and the devices. No profiler is needed, so it works on Metal too.
+margin. A fourth finding, *overlap*, flags a fit slower than both of its parts (input and step
+not overlapping, or per-step overhead). ``toolkit.search.advice`` draws concrete advice from
+what was measured and what the input is (Python generators, sequential maps, no cache, no
+prefetch, per-example maps; or the Keras adapter that reads your data: a PyDataset's workers,
+a Grain pipeline's), the step time, the settings and the devices. No profiler is needed, so it
+works on Metal too.
 
 A second opinion, where XProf is installed (the ``[profile]`` extra): a short fit of its
 own runs :data:`TRACE_STEPS` steps under the profiler, with step markers, after the timed
@@ -39,15 +40,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from toolkit import backend as backends
 from toolkit.core import _extras as extras
 from toolkit.core.progress import say
 from toolkit.core.stats import whole_calls
 from toolkit.runner.config import TrainConfig
+from toolkit.search.advice import (
+    BALANCED,
+    COMPUTE_BOUND,
+    INPUT_BOUND,
+    MARGIN,
+    Facts,
+    advise,
+)
+from toolkit.search.python_advice import as_python
 from toolkit.search.workload import workload
 
 __all__ = [
@@ -58,31 +68,9 @@ __all__ = [
     "diagnose",
 ]
 
-INPUT_BOUND = "input-bound"
-COMPUTE_BOUND = "compute-bound"
-BALANCED = "balanced"
-MARGIN = 0.2
-SMALL_STEP_S = 0.005
+MIN_WINDOW_S = 0.5  # each timed window of a diagnosis, at least (at the step alone's rate)
+MAX_WINDOW_STEPS = 2000  # ... but no more steps than this
 TRACE_STEPS = 5  # steps of the real fit traced for XProf's reading, after the timed ones
-
-
-@dataclasses.dataclass(frozen=True)
-class Facts:
-    """What advice is drawn from, besides the rates. All optional."""
-
-    step_s: float | None = None
-    batch_size: int | None = None
-    steps_per_execution: int = 1
-    fused_steps: int = 1
-    jit_compile: bool = False
-    precision: str = "float32"
-    device_kind: str = "cpu"
-    gpus: int = 0
-    pipeline_classes: frozenset[str] = frozenset()
-    pipeline_ops: frozenset[str] = frozenset()
-    recommended_precision: str | None = None
-    backend: str = "tensorflow"
-    cpu_cores: int | None = None  # cores this process may run on (input and a CPU step share)
 
 
 @dataclasses.dataclass
@@ -99,6 +87,7 @@ class Diagnosis:
     steps: int = 0
     pipeline: str = ""
     xprof: dict[str, Any] | None = None  # XProf's reading of a trace of the fit, if taken
+    python: bool = False  # your own model (diagnose(model, data)): advice in Python, not flags
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -114,7 +103,7 @@ class Diagnosis:
         ]
         if self.xprof:
             out.append(f"  XProf: {self.xprof['line']}")
-        out += [f"  advice: {a}" for a in self.advice]
+        out += [f"  advice: {as_python(a) if self.python else a}" for a in self.advice]
         return out
 
     def __str__(self) -> str:
@@ -170,6 +159,14 @@ def second_opinion(verdict: str, analysis: Mapping[str, Any] | None) -> dict[str
     said = f"{theirs}, {share:.1f}% of the traced steps' time waiting for input"
     if theirs == "potentially input-bound":  # XProf's word for much unattributed time
         said += " (XProf's 'potentially': much of the step is Python or other host time)"
+    positive = not theirs.startswith("not ")
+    clash = (verdict == COMPUTE_BOUND and positive) or (verdict == INPUT_BOUND and not positive)
+    if clash and theirs not in _CONTRADICTS.get(verdict, ()):  # one verdict's words: the rates'
+        host = "; much of the step is Python or other host time" if "potentially" in theirs else ""
+        said = (
+            f"{share:.1f}% of the traced steps' time waiting for input (XProf labels it "
+            f"'{theirs}'{host})"
+        )
     if theirs in _CONTRADICTS.get(verdict, ()):
         out["agrees"] = False
         if verdict == INPUT_BOUND:
@@ -186,7 +183,7 @@ def second_opinion(verdict: str, analysis: Mapping[str, Any] | None) -> dict[str
         out["line"] = f"{said}; disagrees with the rates ({verdict}): {why}"
     else:
         out["agrees"] = True
-        out["line"] = f"{said}; agrees with the rates ({verdict})"
+        out["line"] = f"{said}; agrees with the rates: {verdict}"
     return out
 
 
@@ -216,158 +213,6 @@ def _read_trace(callbacks: list[Any], steps_per_execution: int) -> dict[str, Any
     if window.traced_steps is None:
         return {"error": "the fit ended before the traced steps"}
     return read_trace(window.trace_files(), steps_per_execution)
-
-
-def _input_advice(facts: Facts, input_rate: float, compute_rate: float) -> list[str]:
-    classes, ops = facts.pipeline_classes, facts.pipeline_ops
-    out = [
-        f"the pipeline makes {input_rate:,.1f} batches/s, the step could take "
-        f"{compute_rate:,.1f}/s: speed up the input before the model"
-    ]
-    if ops & {"EagerPyFunc", "PyFunc", "PyFuncStateless"} or any("Generator" in c for c in classes):
-        out.append(
-            "Python runs per element (from_generator / py_function): use "
-            "toolkit.data.parallel_generator (reads shards in parallel, crosses into TF in "
-            "chunks) or express the work in TF ops"
-        )
-    if any(c.lstrip("_") == "MapDataset" for c in classes):
-        out.append("a map runs on one thread: num_parallel_calls=tf.data.AUTOTUNE")
-    if not any("Cache" in c for c in classes):
-        out.append(
-            "nothing is cached: cache the decoded examples if they fit in RAM "
-            "(toolkit.data.pipeline(cache=True)); work before the cache is done once"
-        )
-    if any("Batch" in c for c in classes) and any("Map" in c for c in classes):
-        out.append(
-            "vectorize: batch first and map whole batches (pipeline(batch_map=...)): one op "
-            "per batch instead of one per example"
-        )
-    if not any("Prefetch" in c for c in classes):
-        out.append("no prefetch: end the pipeline with .prefetch(tf.data.AUTOTUNE)")
-    return out
-
-
-def _compute_advice(facts: Facts) -> list[str]:
-    out = []
-    # What to try differs between backends: each seam says (a report's unknown one: nothing).
-    seam = backends.find(facts.backend)
-    step = facts.step_s
-    if step is not None and step < SMALL_STEP_S and facts.fused_steps == 1:
-        short = f"the step is short ({step * 1e3:.2f} ms): per-step overhead counts; "
-        out.append(short + (seam.loop_advice() if seam else "try --steps_per_execution"))
-    jit = seam.jit_advice() if seam else None  # None: always compiled (JAX)
-    if not facts.jit_compile and jit:
-        out.append(jit)
-    if facts.batch_size is not None:
-        out.append(
-            f"a larger batch than {facts.batch_size} (if memory and convergence allow) does "
-            "more work per step overhead"
-        )
-    if facts.device_kind == "cpu" and facts.gpus:
-        out.append(f"{facts.gpus} GPU(s) are here but the step runs on the CPU: try --device=gpu")
-    if facts.device_kind != "cpu" and step is not None and step < SMALL_STEP_S:
-        out.append(
-            "a small step on a GPU: launch latency may dominate; try --device=cpu too "
-            "(small models are often faster there)"
-        )
-    if facts.recommended_precision and facts.recommended_precision != facts.precision:
-        out.append(
-            f"try --precision={facts.recommended_precision} (this device's hint; measure it)"
-        )
-    return out
-
-
-def advise(
-    verdict: str,
-    overlap_ok: bool,
-    input_rate: float,
-    compute_rate: float,
-    facts: Facts,
-    fit_rate: float | None = None,
-) -> list[str]:
-    """Advice for a verdict, drawn from the measured rates and `facts`; `fit_rate` (the real
-    fit's) lets the overlap advice say how far from side by side input and step ran."""
-    out: list[str] = []
-    if verdict == INPUT_BOUND and input_rate >= compute_rate * (1 - MARGIN) and fit_rate:
-        out.append(
-            f"the pipeline alone makes {input_rate:,.1f} batches/s and the step could take "
-            f"{compute_rate:,.1f}/s, yet the fit ran {fit_rate:,.1f}/s: reading the input "
-            "inside the fit costs the step (input and step share the cores or don't overlap)"
-        )
-    elif verdict == INPUT_BOUND:
-        out += _input_advice(facts, input_rate, compute_rate)
-    elif verdict == COMPUTE_BOUND:
-        out += _compute_advice(facts)
-    else:
-        out.append(
-            "input and step are about as fast as each other: speeding up only one gains "
-            f"at most {MARGIN:.0%}; both lists apply"
-        )
-        out += _input_advice(facts, input_rate, compute_rate)[1:2]
-        out += _compute_advice(facts)[:1]
-    if not overlap_ok:
-        out += overlap_advice(facts, input_rate, compute_rate, fit_rate)
-    return out
-
-
-SERIAL = 0.8  # a fit step within 80 % of input + step ran them one after the other
-
-
-def overlap_advice(
-    facts: Facts, input_rate: float, compute_rate: float, fit_rate: float | None = None
-) -> list[str]:
-    """Why input and step did not overlap, from what the pipeline is made of, where the step
-    runs and how many cores there are: the likely causes, most likely first, each with its
-    fix. Never "add a prefetch" to a pipeline that has one."""
-    classes, ops = facts.pipeline_classes, facts.pipeline_ops
-    t_in, t_step = 1e3 / input_rate, 1e3 / compute_rate
-    if fit_rate:
-        t_fit = 1e3 / fit_rate
-        how = (
-            "one after the other"
-            if t_fit >= SERIAL * (t_in + t_step)
-            else "partly one after the other"
-        )
-        out = [
-            f"input and step don't overlap: the fit takes {t_fit:.2f} ms a step against "
-            f"{t_in:.2f} ms (input alone) + {t_step:.2f} ms (step alone) = "
-            f"{t_in + t_step:.2f} ms: they ran {how}"
-        ]
-    else:
-        out = ["input and step don't overlap: the fit is slower than both of its parts"]
-    python = bool(ops & {"EagerPyFunc", "PyFunc", "PyFuncStateless"}) or any(
-        "Generator" in c for c in classes
-    )
-    has_prefetch = any("Prefetch" in c for c in classes)
-    has_maps = any("Map" in c for c in classes) or python
-    causes: list[str] = []
-    if not has_prefetch:
-        causes.append(
-            "no prefetch: end the pipeline with .prefetch(tf.data.AUTOTUNE), so the next "
-            "batch is made while the step runs"
-        )
-    if python:
-        causes.append(
-            "Python in the pipeline (py_function / from_generator) holds the GIL while it "
-            "runs, and so does Keras's Python side of each step: they take turns; use "
-            "toolkit.data.parallel_generator or TF ops"
-        )
-    cores = facts.cpu_cores
-    if facts.device_kind == "cpu" and (has_maps or has_prefetch):
-        few = f"this process has {cores} CPU core(s)" if cores else "the cores are shared"
-        causes.append(
-            f"CPU contention: the step runs on the CPU too and {few}, so the pipeline's "
-            "threads and the step's ops take turns on them (a prefetch can't hide what has no "
-            "core to run on): cache what the maps make (the work before a cache runs once), "
-            "move the step to a GPU, or run on more cores"
-        )
-    if not causes:
-        causes.append(
-            "per-step overhead around the step (callbacks that read the loss every step, the "
-            "loop between calls): try --steps_per_execution, and check your callbacks"
-        )
-    out += [f"likely cause: {c}" for c in causes]
-    return out
 
 
 def _cpu_cores() -> int | None:
@@ -426,7 +271,9 @@ def diagnose(
             stand here for `config`.
         config: with a Task, the ``TrainConfig`` to diagnose (device, precision, batch
             size...). Defaults to ``TrainConfig()``.
-        steps: steps (and batches) per measurement, after the warm-up. Defaults to `60`.
+        steps: steps (and batches) per measurement, after the warm-up, at least: more
+            where they would take under ``MIN_WINDOW_S`` at the step's rate. Defaults to
+            `60`.
         devices_found: the devices present (defaults to ``toolkit.devices.detect()``).
 
     Raises:
@@ -443,6 +290,13 @@ def diagnose(
         total = whole_calls(warmup + 1 + steps, per_call)
         say(f"diagnose: 1/3 the train step alone, {total} steps on one batch (the first compiles)")
         compute = work.fit(steps=total, warmup=warmup, one_batch=True)
+        # Windows long enough to hold still on a shared machine: at least MIN_WINDOW_S at
+        # the step's own rate (40 steps of a 4 ms step are 0.16 s, and one scheduler hiccup
+        # in either of two such windows moved a fit from 0.92× the step alone to 0.71×).
+        if compute.steps.timed_steps and compute.steps.mean_s:
+            enough = math.ceil(MIN_WINDOW_S / compute.steps.mean_s)
+            steps = max(steps, min(enough, MAX_WINDOW_STEPS))
+            total = whole_calls(warmup + 1 + steps, per_call)
         dataset = work.pipeline()
         say(f"diagnose: 2/3 the input pipeline alone, {steps} batches")
         read = work.input_batches()  # what the backend's fit reads; None: the pipeline is
@@ -488,6 +342,9 @@ def diagnose(
         steps=steps,
         devices_found=devices_found,
         trace=trace,
+        adapter=work.adapter,
+        input_workers=work.input_workers,
+        python=work.is_model,
     )
 
 
@@ -504,9 +361,12 @@ def _conclude(
     steps: int,
     devices_found: Iterable[Any] | None,
     trace: Mapping[str, Any] | None = None,
+    adapter: str | None = None,
+    input_workers: int | None = None,
+    python: bool = False,
 ) -> Diagnosis:
     """The verdict and advice from the measured rates; `trace` is what a trace of the fit
-    said (None: none was taken)."""
+    said (None: none was taken); `python`: your own model, its advice said in Python."""
     from toolkit import devices
 
     compute_rate, fit_rate = _rate(compute), _rate(fit)
@@ -525,6 +385,8 @@ def _conclude(
         pipeline_ops=ops,
         recommended_precision=recommended,
         cpu_cores=_cpu_cores(),
+        adapter=adapter,
+        input_workers=input_workers,
         **settings,
     )
     return Diagnosis(
@@ -538,4 +400,5 @@ def _conclude(
         steps=steps,
         pipeline=described,
         xprof=xprof,
+        python=python,
     )

@@ -301,6 +301,7 @@ def search(
     progress: Callable[[str], Any] | None = None,
     first: Trial | None = None,
     spent_s: float = 0.0,
+    shown_budget_s: float | None = None,
 ) -> tuple[list[Trial], bool]:
     """Loops first, at their longest; then each other knob; then the loops shorter.
 
@@ -326,11 +327,13 @@ def search(
 
     `measure` returns examples/s or raises; a raise is recorded as a failed trial. `first`
     is the defaults' trial when already measured, `spent_s` the budget it used.
+    `shown_budget_s`: the budget the progress lines count against (the whole one of which
+    this search has a share: every line of one tune says the same denominator).
 
     Returns:
         The trials in the order run (defaults first) and whether the budget ran out.
     """
-    state = _Search(measure, space, budget_s, clock, progress, first, spent_s)
+    state = _Search(measure, space, budget_s, clock, progress, first, spent_s, shown_budget_s)
     axes = dict(space.axes())
     loops = [name for name in LOOPS if len(axes.get(name, ())) > 1]
     state.corner(loops, axes)
@@ -369,8 +372,10 @@ class _Search:
         progress: Callable[[str], Any] | None,
         first: Trial | None,
         spent_s: float,
+        shown_budget_s: float | None = None,
     ) -> None:
         self.measure, self.space, self.budget_s = measure, space, budget_s
+        self.shown_budget_s = shown_budget_s or budget_s
         self.clock, self.progress = clock, progress
         self.start = clock() - spent_s
         self.trials: list[Trial] = [first] if first else []
@@ -404,7 +409,8 @@ class _Search:
             shown = f"{rate:,.1f} examples/s" if rate is not None else f"failed ({error})"
             spent = clock() - self.start
             self.progress(
-                f"[{len(trials)} | {spent:.0f}/{self.budget_s:.0f} s] {candidate.label()}: {shown}"
+                f"[{len(trials)} | {spent:.0f}/{self.shown_budget_s:.0f} s] {candidate.label()}: "
+                + shown
             )
         return trial
 

@@ -34,8 +34,9 @@ from toolkit.search.rounds import decide, interleaved_rounds, paired_ratios
 
 __all__: list[str] = []  # the search's own: tune hands back its Gain (TuneResult.gain)
 
-FRESH_ROUNDS = 3  # fresh-process rounds at most (2 when the first two agree)
-FRESH_WINDOW_S = 1.5  # a fresh run's timed window, at least (seconds at the search's rate)
+FRESH_ROUNDS = 3  # fresh-process rounds at most (2 when the first two agree: AGREE)
+AGREE = 0.10  # two rounds agree when on the same side and within 10 % of each other
+FRESH_WINDOW_S = 3.0  # a fresh run's timed window, at least (seconds at the search's rate)
 FRESH_TIMEOUT_S = 600.0  # one fresh run, at most
 THIS_PROCESS, FRESH = "this process", "fresh processes"
 
@@ -104,7 +105,8 @@ def confirm_fresh(
     runner: Callable[[Candidate, int], dict[str, Any]] | None = None,
 ) -> tuple[Candidate, Gain | None, list[dict[str, float]], str]:
     """Runs the defaults and `pick` alternately in fresh processes, `rounds` rounds at most (2
-    when both agree on the winner), each a run of `steps` timed steps of `target` (a
+    when both rounds agree on the winner and on the gain within :data:`AGREE`: a median of
+    two ratios far apart is no better than either), each a run of `steps` timed steps of `target` (a
     ``standings.Target``).
 
     `runner` ``(candidate, round)`` returns a run's figures (tests inject it); by default a
@@ -146,9 +148,9 @@ def confirm_fresh(
         if len(done) < 2:
             return False
         ratios = paired_ratios(done, defaults, pick)
-        return len(ratios) >= 2 and (all(x > 1 + MIN_GAIN for x in ratios) or all(
-            x <= 1 + MIN_GAIN for x in ratios
-        ))  # fmt: skip
+        faster = [x > 1 + MIN_GAIN for x in ratios]
+        same_side = all(faster) or not any(faster)
+        return len(ratios) >= 2 and same_side and max(ratios) <= min(ratios) * (1 + AGREE)
 
     done, _ = interleaved_rounds([defaults, pick], measure, max_rounds=rounds, settled=settled)
     gain = Gain.of(paired_ratios(done, defaults, pick), FRESH)

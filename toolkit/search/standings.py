@@ -277,7 +277,7 @@ class BackendsResult:
 
         rows = [r for r in self.rows if r.error is None]
         rows.sort(key=lambda r: r.median("mean_s") or 0.0)
-        fig = Figure(figsize=(7, 1.2 + 0.5 * max(1, len(rows))))
+        fig = Figure(figsize=(8, 1.6 + 0.5 * max(1, len(rows))))
         ax = fig.subplots()
         labels = [r.contender.label() for r in rows]
         p50 = [1e3 * (r.median("mean_s") or 0.0) for r in rows]
@@ -287,10 +287,21 @@ class BackendsResult:
             [1e3 * hi - p for p, (_, hi) in zip(p50, spread, strict=True)],
         ]
         colors = ["tab:green" if r.contender == self.best else "tab:blue" for r in rows]
-        ax.barh(labels, p50, xerr=err, color=colors, capsize=3)
+        bars = ax.barh(labels, p50, xerr=err, color=colors, capsize=3)
+        ax.bar_label(bars, labels=[f"{v:.3g} ms" for v in p50], padding=4, fontsize=8)
+        shown = [v for v in p50 if v > 0]
+        log = bool(shown) and max(shown) > 10 * min(shown)  # slivers on a linear axis
+        if log:
+            ax.set_xscale("log")
+        if shown:  # room right of the longest bar for its value, and for the legend
+            ax.set_xlim(right=max(shown) * (4 if log else 1.3))
         ax.invert_yaxis()
-        ax.set_xlabel("mean ms per training step, median of rounds (whiskers: min–max); "
-                      "lower is better")  # fmt: skip
+        from matplotlib.patches import Patch
+
+        keys = [Patch(color="tab:green", label="chosen"), Patch(color="tab:blue", label="other")]
+        ax.legend(handles=keys, fontsize=8, loc="upper right")
+        ax.set_xlabel("mean ms per training step, median of rounds (whiskers: min–max)\n"
+                      "lower is better" + ("; log scale" if log else ""))  # fmt: skip
         ax.set_title(f"{self.target.label()}: which backend trains fastest here")
         fig.tight_layout()
         buffer = io.BytesIO()

@@ -185,6 +185,23 @@ class TuneResult:
         return "\n".join(lines)
 
 
+def check_budget(budget_s: Any, steps: Any = 1) -> None:
+    """ValueError naming the argument (and its flag) for a budget or step count a search
+    cannot run on: below --tune_budget's least, not finite, not a number."""
+    import math
+
+    from toolkit.runner.flags import MIN_TUNE_BUDGET_S
+
+    number = isinstance(budget_s, int | float) and not isinstance(budget_s, bool)
+    if not (number and math.isfinite(budget_s) and budget_s >= MIN_TUNE_BUDGET_S):
+        raise ValueError(
+            f"tune: budget_s must be a number of seconds >= {MIN_TUNE_BUDGET_S:g} (as "
+            f"--tune_budget), got {budget_s!r}"
+        )
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"tune: steps must be an integer >= 1, got {steps!r}")
+
+
 def tune(
     target: Any,
     data: Any = None,
@@ -229,6 +246,7 @@ def tune(
     longer than an epoch, or one whose run is a first call and a warm-up, is left out
     (``engine.RunShape``, from ``config.epochs`` and the epoch's length).
     """
+    check_budget(budget_s, steps)  # as the command line refuses them, before anything runs
     start = time.perf_counter()
     fresh_target = _fresh_target(fresh)  # a bad one is refused now, not after the search
     # A Task's data is made once for the search, and its finalists stay built for the rounds.
@@ -247,18 +265,21 @@ def tune(
 
     def report(line: str) -> None:
         say(line)
-        budget_bar.advance_to(min(time.perf_counter() - start, budget_s))
+        budget_bar.advance_to(int(min(time.perf_counter() - start, budget_s)))  # whole seconds
 
     try:
         if use_cache:
             hit = cached(key)
             why_not = run.why_not(hit.best) if hit is not None and run is not None else None
-            if hit is not None and why_not is None:
+            shallower = _shallower(key, budget_s) if hit is not None else None
+            if hit is not None and why_not is None and shallower is None:
                 report(f"tune: cached result for this model, input and machine ({key})")
                 return hit.applied_to(work)
             if why_not is not None:
                 report("tune: the cached pick does not fit this run: searching")
                 report(f"  ({why_not})")  # its own line: each fits an 80-column terminal
+            elif shallower is not None:
+                report(f"tune: the cached search {shallower}: searching again")
         work.prepare(steps)  # (your generator: read once here, replayed by every candidate)
         first = None
         if space is None:  # measure the defaults first: their step time shapes the space
@@ -281,6 +302,7 @@ def tune(
             progress=report,
             first=first,
             spent_s=time.perf_counter() - start,
+            shown_budget_s=budget_s,
         )
         work.deadline = start + budget_s
         best, rounds, why, out_of_time = confirm(
@@ -307,8 +329,10 @@ def tune(
         best, trials, key, False, time.perf_counter() - start, exhausted or out_of_time,
         rounds, why, gain, fresh_rounds,
     )  # fmt: skip
-    if use_cache:
-        _CACHE.put(result.key, facts, {**result.to_dict(), "cache_hit": False})
+    if use_cache:  # with the budget it had: a later, more thorough search is not answered by it
+        entry = {**result.to_dict(), "cache_hit": False, "budget_s": budget_s}
+        if not _CACHE.put(result.key, facts, entry):
+            say(f"tune: not cached: cannot write {_CACHE.path} (set TOOLKIT_CACHE_DIR)")
     return result.applied_to(work)
 
 
@@ -397,6 +421,17 @@ def _machine_facts() -> dict[str, Any]:
     return machine.machine_facts(
         devices=[f"{d.kind}:{d.index} {d.human_name}" for d in devices.detect()]
     )
+
+
+def _shallower(key: str, budget_s: float) -> str | None:
+    """Why the cached search for `key` does not answer a search of `budget_s` (None: it
+    does): it ran out of a smaller budget (a search that covered its whole space within its
+    budget answers any larger one)."""
+    entry = _CACHE.get(key) or {}
+    had = entry.get("budget_s")
+    if not entry.get("budget_exhausted") or (had is not None and had >= budget_s):
+        return None
+    return f"ran out of {had:.0f} s" if had is not None else "ran out of its budget"
 
 
 def cached(key: str) -> TuneResult | None:

@@ -68,6 +68,10 @@ class Workload:
     device: Any  # the DeviceInfo it trains on
     described: str  # the input pipeline, in words
     is_model: bool = False  # your own compiled model: only what a recompile changes is searchable
+    # The Keras data adapter fit reads your data through, once input_batches has read it
+    # (None: a pipeline of the toolkit's, or tf_keras), and the workers your data was given.
+    adapter: str | None = None
+    input_workers: int | None = None
     # A run still going at this time.perf_counter() stops after its current call (a budget's
     # end; None: no end). One that has not finished its first call by then raises.
     deadline: float | None = None
@@ -420,7 +424,7 @@ class ModelWorkload(Workload):
             # Keras 3 says `compiled`, tf_keras `_is_compiled`
             raise SetupError(f"(model, data): compile {type(model).__name__} first (model.compile)")
 
-        from toolkit.data import _fit_input
+        from toolkit.data import _fit_input, _grain
 
         kind = type(data).__name__
         if _fit_input.is_generator(data):  # read once: each measurement replays it, reads on
@@ -433,17 +437,24 @@ class ModelWorkload(Workload):
         except ValueError as e:  # a form fit would refuse too: one line, naming the data
             raise SetupError(str(e)) from None
         self.data_words = self.described.partition(" in tf.data")[0]  # arrays, batched by N
+        if _is_empty(self.dataset):  # nothing to time: said as such, not as an empty window
+            raise SetupError(f"(model, data): {self.data_words}: it yields no batches (empty)")
         if isinstance(data, _fit_input.Replay):
             self.described = self.data_words = (
                 f"your {kind}, read once: each measurement replays the batches read so far "
                 f"and reads on (at most {data.hold} held)"
             )
+        elif _grain.is_grain_dataset(data):  # its stages, as describe_pipeline says them
+            from toolkit.data import describe_pipeline
+
+            self.data_words = f"your Grain pipeline: {describe_pipeline(data)}"
         elif not hasattr(data, "element_spec") and "batched by" not in self.data_words:
             self.data_words = f"your {kind}"
         self.name = str(getattr(model, "name", None) or "model")
         self.device = devices.resolve(config.device)
         self.saved = snapshot(model)
         self.compiled: dict[str, Any] | None = None  # its settings, while a candidate's run
+        self.endless: Any = None  # your data as fit reads it, built at the first real fit
 
     def how_to_apply(self, candidate: Candidate) -> str:
         kwargs = ", ".join(f"{k}={v!r}" for k, v in candidate.compile_kwargs().items())
@@ -457,10 +468,7 @@ class ModelWorkload(Workload):
         batches, or of one pass over your pipeline where it can count its batches."""
         steps = self.config.steps_per_epoch
         if steps is None:
-            try:
-                count = int(self.dataset.cardinality())
-            except (AttributeError, TypeError, ValueError):
-                count = -1
+            count = _cardinality(self.dataset)
             steps = count if count > 0 else None
         if steps is None:
             return None
@@ -484,7 +492,7 @@ class ModelWorkload(Workload):
             if self.compiled is None:
                 self.compiled = compat.compile_settings(self.model)
             compat.set_compile_settings(self.model, **candidate.compile_kwargs())
-        data = self._one_batch() if one_batch else self.dataset
+        data = self._one_batch() if one_batch else self._as_fit_reads()
         return measured_fit(
             self.model, data, steps, warmup, batch_size=self.batch_size, callbacks=callbacks
         )
@@ -511,9 +519,25 @@ class ModelWorkload(Workload):
         if read is None:
             return None
         adapter, batches = read
+        self.adapter = adapter
+        workers = getattr(self.data, "workers", None) or getattr(self.data, "num_workers", None)
+        self.input_workers = workers if isinstance(workers, int) else None
         form = self.described.rpartition("; ")[2] if "; " in self.described else ""
         said = f"{self.data_words}, read by Keras's {adapter} as fit reads it"
         return said + (f"; {form}" if form else ""), batches  # "; x alone": what fit gets
+
+    def _as_fit_reads(self) -> Any:
+        """Your data as ``fit`` reads it, without end (Keras's own adapter, epoch after epoch):
+        a real fit of your model reads what yours reads, not the ``tf.data`` form the toolkit
+        builds (on JAX Keras slices arrays in NumPy; on PyTorch it reads a DataLoader)."""
+        from toolkit.data import _fit_input
+
+        if self.endless is None:
+            try:
+                self.endless = _fit_input.as_fit_reads(self.data, self.batch_size) or False
+            except (ImportError, AttributeError, TypeError, ValueError):
+                self.endless = False  # another Keras version: the tf.data form, as before
+        return self.endless or self.dataset
 
     def _one_batch(self) -> Any:
         """One batch, handed to the step again and again as the backend's train function
@@ -526,6 +550,12 @@ class ModelWorkload(Workload):
         batches = read[1]
         try:
             first = next(batches)
+        except StopIteration:
+            from toolkit.runner.train import SetupError
+
+            raise SetupError(
+                f"(model, data): {self.data_words}: it yields no batches (empty)"
+            ) from None
         finally:
             batches.close()
         try:
@@ -559,3 +589,21 @@ class ModelWorkload(Workload):
         if self.compiled is not None:
             compat.set_compile_settings(self.model, **self.compiled)
         restore(self.model, self.saved)
+
+
+def _cardinality(dataset: Any) -> int:
+    """The batches a tf.data pipeline says it holds (negative: endless, or it cannot say)."""
+    try:
+        return int(dataset.cardinality())
+    except (AttributeError, TypeError, ValueError):
+        return -2  # tf.data.UNKNOWN_CARDINALITY
+
+
+def _is_empty(dataset: Any) -> bool:
+    """No batch at all: by its count, or where tf.data cannot count it (a filter, a generator)
+    by reading for the first batch (your data's own work for one batch; a generator's batch is
+    held and replayed)."""
+    count = _cardinality(dataset)
+    if count != -2 or not hasattr(dataset, "take"):
+        return count == 0
+    return next(iter(dataset.take(1)), None) is None

@@ -1,0 +1,187 @@
+"""Ctrl-C and SIGTERM at any moment of a program's life: one exception, never lost.
+
+A program here (a recipe, a verb) calls :func:`install` first thing: SIGINT raises
+``KeyboardInterrupt`` and SIGTERM :class:`TrainingInterrupted` (a ``KeyboardInterrupt``), so
+both end in the app's one line and 130 or 143, not in a kill by signal. Every signal is also
+recorded, because Python drops an exception raised inside a garbage-collector callback
+(``Exception ignored in: <function _xla_gc_callback>``): :func:`check`, at the points where
+a program moves on (before training, before it says it is done), raises one that was lost.
+
+While the frameworks load or a report is written the signal is held (:func:`held`): an
+exception in the middle of ``import tensorflow`` leaves modules half registered, and a report
+cut in half is no report. It is raised when the block ends; a second signal raises at once.
+
+Pure Python: the handler and what it raises import nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["TrainingInterrupted"]  # the rest: the programs' start-up, not API
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_state: dict[str, Any] = {"received": None, "holding": 0, "early": False, "ending": None}
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Raised in the main thread when the process receives SIGTERM (exit 143, as a shell
+    reports a process ended by it); Ctrl-C raises a plain ``KeyboardInterrupt`` (130)."""
+
+
+def interruption(signum: int) -> KeyboardInterrupt:
+    """The exception that `signum` raises: ``KeyboardInterrupt`` for SIGINT, else
+    :class:`TrainingInterrupted` naming the signal."""
+    if signum == signal.SIGINT:
+        return KeyboardInterrupt()
+    return TrainingInterrupted(f"signal {signal.Signals(signum).name}")
+
+
+def note(signum: int) -> None:
+    """Records `signum` as received (a handler of its own that also raises it calls this, so
+    that :func:`check` raises it again if it was dropped)."""
+    _state["received"] = signum
+
+
+def clear() -> None:
+    """Forgets a recorded signal: its exception is being raised now (a caller that catches
+    it, as a notebook or a test does, goes on without it coming back)."""
+    _state["received"] = None
+
+
+def _dropped_here(frame: Any) -> bool:
+    """Whether an exception raised in `frame` would be dropped by Python (printed as
+    ``Exception ignored in``): inside a garbage-collector callback or a ``__del__``."""
+    import gc
+
+    callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
+    while frame is not None:
+        if frame.f_code in callbacks or frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def handle(signum: int, frame: Any) -> None:
+    """The handler: records `signum`, then raises it unless it is held or Python would drop
+    it where it came (:func:`check` raises it then)."""
+    again = _state["received"] is not None
+    note(signum)
+    held = _state["holding"] and not again
+    if held or _state["ending"] is not None or _dropped_here(frame):
+        return  # raised when the held block ends, or by the next check()
+    clear()
+    raise interruption(signum)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def install(early: bool = False) -> None:
+    """SIGINT and SIGTERM raise (see the module's doc) from here on; in the main thread only
+    (elsewhere signals cannot be handled), first thing in a program, where it can say what an
+    interrupt did. `early`: held until that call (a program's first imports, outside any
+    ``try``), which then raises one that came."""
+    if not _main_thread():
+        return
+    for signum in _SIGNALS:
+        signal.signal(signum, handle)
+    if not _state.get("installed"):  # registered first: runs last, after every exit hook
+        _state["installed"] = True
+        atexit.register(_at_exit)
+    if early and not _state["early"]:
+        _state["early"] = True
+        _state["holding"] += 1
+    elif not early and _state["early"]:
+        _state["early"] = False
+        _state["holding"] -= 1
+        check()
+
+
+def ending(said: str = "it was ending: what it printed above stands") -> None:
+    """The program is ending (its run over, its report written, the frameworks' exit hooks
+    still to run): a signal from here on is recorded, never raised, and ends the process with
+    130 or 143 after the last exit hook, with one line ``interrupted by SIG...: `said```."""
+    if _state["ending"] is None:
+        _state["ending"] = said
+
+
+def said() -> None:
+    """The program has said it was interrupted (its one line, its status 130 or 143): a
+    signal from here to its end adds no second line."""
+    clear()
+    _state["ending"] = ""
+
+
+def _at_exit() -> None:
+    signum = _state["received"]
+    if signum is None or not _state["ending"]:
+        return
+    name = signal.Signals(signum).name
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"interrupted by {name}: {_state['ending']}\n")
+        sys.stderr.flush()
+    os._exit(128 + signum)
+
+
+def starting(program: str) -> bool:
+    """Whether Python is starting `program` itself: ``python -m recipes.NAME`` for
+    ``recipes``, ``python -m toolkit`` or ``keras-perf`` for ``toolkit`` (not another
+    module under it, such as the search's ``toolkit._child``). ``python -m`` sets
+    ``sys.argv[0]`` to ``"-m"`` while it imports the module's package; ``sys.orig_argv``
+    names the module."""
+    first = sys.argv[0] if sys.argv else ""
+    if program == "toolkit" and os.path.basename(first) == "keras-perf":
+        return True
+    original = list(getattr(sys, "orig_argv", ()))
+    if first != "-m" or "-m" not in original[:-1]:
+        return False
+    target = original[original.index("-m") + 1]
+    return target == program if program == "toolkit" else target.split(".")[0] == program
+
+
+def check(**attrs: Any) -> None:
+    """Raises a signal that was received but whose exception did not reach the program's end
+    (dropped in a garbage-collector callback, or held), with `attrs` set on it (where the
+    report is); nothing when none is pending."""
+    signum, _state["received"] = _state["received"], None
+    if signum is None:
+        return
+    error = interruption(signum)
+    for name, value in attrs.items():
+        setattr(error, name, value)
+    raise error
+
+
+@contextlib.contextmanager
+def held(raise_after: bool = True) -> Iterator[None]:
+    """A block that a first signal does not cut: it is raised when the block ends (unless the
+    block raised; with `raise_after` False, by the caller's :func:`check`); a second signal
+    raises at once. Outside the main thread, a plain block."""
+    if not _main_thread():
+        yield
+        return
+    old = {signum: signal.getsignal(signum) for signum in _SIGNALS}
+    _state["holding"] += 1
+    for signum in _SIGNALS:
+        signal.signal(signum, handle)
+    try:
+        yield
+    finally:
+        _state["holding"] -= 1
+        for signum, handler in old.items():
+            with contextlib.suppress(TypeError, ValueError):  # None: set outside Python
+                signal.signal(signum, handler)
+    if raise_after:
+        check()

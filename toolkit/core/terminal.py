@@ -1,0 +1,252 @@
+"""What a person reads on a terminal: its width, lines that fit it, and tables.
+
+* :func:`width` is the terminal's width (``COLUMNS`` first, as the shell sets it), or `None`
+  where the stream is a file or a pipe: there nothing is folded or cut, a log keeps one line
+  per thing.
+* :func:`fit` folds a text's too-long lines at word boundaries, each continuation indented
+  under the line it continues, so nothing wraps mid-number at the terminal's edge.
+* :func:`table` renders rows as an aligned, width-aware table with rich (the library Keras 3
+  itself draws its summaries with, so it is always installed); Markdown stays for ``.md``
+  files (:func:`markdown_table`).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import sys
+import textwrap
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+__all__: list[str] = []  # the toolkit's own helpers (fit, fit_groups, show, table, width)
+
+MIN_WIDTH = 40  # narrower than this, folding helps nobody: lines are left as they are
+
+
+def width(stream: TextIO | None = None) -> int | None:
+    """The width of the terminal `stream` (default stdout) is shown on, or `None` when it is
+    not a terminal (a log, a pipe, a file). ``COLUMNS`` wins where it is set, as for every
+    program that reads it."""
+    stream = sys.stdout if stream is None else stream
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        return None
+    if not tty:
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return shutil.get_terminal_size((80, 24)).columns
+
+
+def fit(text: str, columns: int | None = None, indent: str = "  ") -> str:
+    """`text` with each line longer than `columns` folded at spaces, the continuation rows
+    indented by `indent` past the line's own leading blanks. `columns` `None`: unchanged."""
+    if columns is None or columns < MIN_WIDTH:
+        return text
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= columns:
+            out.append(line)
+            continue
+        lead = line[: len(line) - len(line.lstrip(" "))]
+        out += textwrap.wrap(
+            line,
+            width=columns,
+            initial_indent="",
+            subsequent_indent=lead + indent,
+            break_on_hyphens=False,
+            break_long_words=False,  # a path or a command stays whole
+        ) or [line]
+    return "\n".join(out)
+
+
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    columns: int | None = None,
+    right: Sequence[int] = (),
+    title: str | None = None,
+) -> str:
+    """`rows` under `headers` as a terminal table at most `columns` wide (default: the
+    terminal's, or as wide as the rows need when stdout is no terminal); the cells of the
+    column indexes in `right` aligned right (numbers). A cell is never cut inside a word or a
+    number: headers wrap at spaces, text at spaces, and where even that cannot fit, the table
+    comes in parts one under the other, each repeating the first column. Plain text, no
+    colour: what a person and a log both read."""
+    heads = [str(h) for h in headers]
+    body = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    if columns is None:
+        columns = width()
+    need = [_least(n, heads, body, n in right) for n in range(len(heads))]
+    parts: list[list[int]] = [list(range(len(heads)))]
+    if columns is not None and sum(need) + GAP * (len(need) - 1) > columns and len(heads) > 2:
+        parts, used = [[0]], need[0]
+        for n in range(1, len(heads)):
+            if len(parts[-1]) > 1 and used + GAP + need[n] > columns:
+                parts.append([0])
+                used = need[0]
+            parts[-1].append(n)
+            used += GAP + need[n]
+    return "\n\n".join(
+        _render(
+            [heads[n] for n in part],
+            [[row[n] if n < len(row) else "" for n in part] for row in body],
+            _widths(part, heads, body, need, columns),
+            [i for i, n in enumerate(part) if n in right],
+            columns,
+            title if k == 0 else None,
+        )
+        for k, part in enumerate(parts)
+    )
+
+
+def _widths(
+    part: list[int],
+    heads: list[str],
+    body: list[list[str]],
+    need: list[int],
+    columns: int | None,
+) -> list[int]:
+    """Each column's width: as wide as its longest cell or header, narrowed where the table
+    would pass `columns` (the widest first, a character at a time, never below its least)."""
+    widths = [max([len(heads[n]), *(len(r[n]) for r in body if n < len(r))]) for n in part]
+    least = [need[n] for n in part]
+    if columns is None:
+        return widths
+    while sum(widths) + GAP * (len(widths) - 1) > columns:
+        slack = [w - m for w, m in zip(widths, least, strict=True)]
+        if max(slack) <= 0:
+            break
+        widths[slack.index(max(slack))] -= 1
+    return widths
+
+
+GAP = 2  # spaces between two columns
+
+
+def _least(n: int, heads: list[str], body: list[list[str]], number: bool) -> int:
+    """The narrowest column `n` can be: its longest number (whole), or its longest word."""
+    cells = [row[n] for row in body if n < len(row)]
+    words = [w for text in [heads[n], *cells] for w in text.split()]
+    if number:
+        words += cells
+    return min(max((len(w) for w in words), default=1), 30)
+
+
+def _render(
+    heads: list[str],
+    body: list[list[str]],
+    widths: list[int],
+    right: list[int],
+    columns: int | None,
+    title: str | None,
+) -> str:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    shown = Table(
+        title=title,
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+        title_justify="left",
+    )
+    for i, header in enumerate(heads):
+        shown.add_column(
+            header,
+            justify="right" if i in right else "left",
+            overflow="fold",
+            width=widths[i],
+        )
+    for row in body:
+        shown.add_row(*row)
+    out = io.StringIO()
+    console = Console(
+        file=out,
+        width=columns or 10_000,
+        color_system=None,
+        force_terminal=False,
+        highlight=False,
+        emoji=False,
+        markup=False,
+        legacy_windows=False,
+    )
+    console.print(shown, crop=columns is not None)
+    return "\n".join(line.rstrip() for line in out.getvalue().rstrip("\n").split("\n"))
+
+
+def widest(text: str) -> int:
+    """The longest line of `text`, in characters."""
+    return max((len(line) for line in text.split("\n")), default=0)
+
+
+def markdown_table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()
+) -> str:
+    """The same rows as a Markdown table (for ``.md`` files)."""
+    line = "| " + " | ".join(str(h) for h in headers) + " |"
+    rule = "|" + "|".join("---:" if i in right else "---" for i in range(len(headers))) + "|"
+    body = ["| " + " | ".join("" if c is None else str(c) for c in row) + " |" for row in rows]
+    return "\n".join([line, rule, *body])
+
+
+def fit_groups(groups: Sequence[Sequence[str]], columns: int | None, indent: str = "  ") -> str:
+    """Groups of items as one line, ``a, b; c, d``, or where `columns` is set and that is too
+    wide, folded at group boundaries (each later group on a row of its own, indented), and a
+    group still too wide folded between its items: never inside an item, so a number is never
+    split. `columns` `None` (a log): always one line."""
+    groups = [list(g) for g in groups if g]
+    line = "; ".join(", ".join(g) for g in groups)
+    if columns is None or len(line) <= columns or columns < MIN_WIDTH:
+        return line
+    rows: list[str] = []
+    for n, group in enumerate(groups):
+        row = indent if n else ""
+        for i, item in enumerate(group):
+            piece = item + ("," if i < len(group) - 1 else "")
+            if row.strip() and len(row) + 1 + len(piece) > columns:
+                rows.append(row)
+                row = indent * (2 if n else 1) + piece
+            else:
+                row = f"{row} {piece}" if row.strip() else row + piece
+        rows.append(row)
+    return "\n".join(rows)
+
+
+_RULE = re.compile(r"^\|(\s*:?-{3,}:?\s*\|)+\s*$")
+
+
+def _cells(line: str) -> list[str]:
+    cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+    return [c.replace("**", "").replace("`", "") for c in cells]
+
+
+def show(text: str, columns: int | None = None) -> str:
+    """`text` (Markdown: the ``.md`` files' tables, lines) as a terminal shows it: each
+    Markdown table rendered by :func:`table` (right-aligned where its rule says ``---:``),
+    every other line folded by :func:`fit`. `columns` default: the terminal's (`None` where
+    stdout is no terminal: the tables as wide as they need, lines left whole)."""
+    columns = columns if columns is not None else width()
+    lines, out, i = text.split("\n"), [], 0
+    while i < len(lines):
+        if lines[i].startswith("|") and i + 1 < len(lines) and _RULE.match(lines[i + 1]):
+            rule = lines[i + 1].strip().strip("|").split("|")
+            right = [n for n, r in enumerate(rule) if r.strip().endswith(":")]
+            body, j = [], i + 2
+            while j < len(lines) and lines[j].startswith("|"):
+                body.append(_cells(lines[j]))
+                j += 1
+            out.append(table(_cells(lines[i]), body, columns=columns, right=right))
+            i = j
+            continue
+        out.append(fit(lines[i], columns))
+        i += 1
+    return "\n".join(out)

@@ -1,0 +1,413 @@
+"""Grain pipelines (JAX's data loader, which Keras 3's ``fit`` reads on every backend), built
+with the rules of the tf.data builder: read, shuffle per epoch from the seed, map, batch,
+prefetch. The one module of the toolkit that imports ``grain``, and only when a pipeline is
+built: without the ``[grain]`` extra the rest of the toolkit works, and asking for Grain is
+one line naming the extra.
+
+The order of examples is the toolkit's own, not Grain's ``shuffle``: epoch `e` reads the
+permutation ``numpy.random.default_rng([seed, e, 0]).permutation(n)``, the order
+:func:`toolkit.data.array_batches` reads (the arrays path on JAX and PyTorch without
+TensorFlow), so the two loaders feed a model the same batches in the same order from the same
+seed. In-memory arrays with no per-example map are read a batch at a time (one gather per
+batch, as the tf.data builder's gathered road); files and per-example maps go example by
+example, each batch made whole by one reader: one of ``num_threads`` threads
+(``grain.ReadOptions``) or of `workers` processes (``grain.MultiprocessingOptions``).
+
+Keras's Grain adapter knows no batch count: fed a finite Grain dataset, ``fit`` warns that
+the input "ran out of data" every epoch and shows no progress total. A pipeline built with
+``endless=True`` is one stream of epoch after epoch (each its own order; its worker processes
+live on from one epoch to the next) and says its epoch's length (``len(ds)``): give ``fit``
+that as ``steps_per_epoch`` (and ``validation_steps``), as the recipes do. Without it, each
+iteration of the dataset (``fit``'s epoch) is the next epoch, once read to its end (Keras's
+two batches read to infer the spec move nothing on).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from toolkit.data.arrays import ArraySource
+
+# A private module: its public front is ``toolkit.data.pipeline(..., loader="grain")`` and
+# ``toolkit.data.image_folder(..., loader="grain")``; the runner builds with grain_pipeline.
+__all__ = ["describe_grain", "grain_pipeline", "has_grain"]
+
+GRAIN_EXTRA = "pip install 'keras-perf-toolkit[grain]'"
+MAX_THREADS = 16
+
+
+def has_grain() -> bool:
+    """Whether Grain is installed, without importing it."""
+    return importlib.util.find_spec("grain") is not None
+
+
+def require_grain() -> Any:
+    """The ``grain`` module, or ImportError in one line naming the extra."""
+    try:
+        import grain
+    except ImportError:
+        raise ImportError(
+            f"Grain pipelines need the grain package, which is not installed: {GRAIN_EXTRA}"
+        ) from None
+    return grain
+
+
+def is_grain_dataset(data: Any) -> bool:
+    """Whether `data` is a Grain dataset or loader (what Keras's Grain adapter takes)."""
+    return any(c.__module__.split(".")[0] == "grain" for c in type(data).__mro__)
+
+
+_GRAIN_STAGES = {
+    "SourceMapDataset": "source",
+    "RangeMapDataset": "range",
+    "ShuffleMapDataset": "shuffle",
+    "MapMapDataset": "map",
+    "MapIterDataset": "map",
+    "RandomMapMapDataset": "random_map",
+    "RandomMapIterDataset": "random_map",
+    "FilterMapDataset": "filter",
+    "FilterIterDataset": "filter",
+    "RepeatMapDataset": "repeat",
+    "SliceMapDataset": "slice",
+    "BatchMapDataset": "batch",
+    "BatchIterDataset": "batch",
+    "PrefetchIterDataset": "prefetch",
+    "InterleaveIterDataset": "mp_prefetch",
+}
+_HIDDEN = {"WithOptionsIterDataset", "_WithSeedMapDataset", "_WithSeedIterDataset"}
+
+
+def describe_grain(dataset: Any) -> str:
+    """The stages of a Grain dataset from its source to its end, in words:
+    ``source → shuffle → map → batch(32) → prefetch(8 threads)``. Walks the dataset objects
+    along their first parent; nothing runs. (A toolkit pipeline says its own.)"""
+    if isinstance(getattr(dataset, "description", None), str):
+        return dataset.description
+    stages: list[str] = []
+    node, hops = dataset, 0
+    while node is not None and hops < 256:
+        cls = type(node).__name__
+        if cls not in _HIDDEN:
+            stage = _GRAIN_STAGES.get(cls, cls)
+            size = getattr(node, "_batch_size", None)
+            threads = getattr(getattr(node, "_read_options", None), "num_threads", None)
+            stage += f"({size})" if size is not None else ""
+            stage += f"({threads} threads)" if threads is not None else ""
+            stages.append(stage)
+        parents = getattr(node, "parents", ())
+        node, hops = (parents[0] if parents else None), hops + 1
+    return " → ".join(reversed(stages)) + " (grain)"
+
+
+def grain_batch_size(dataset: Any) -> int | None:
+    """The batch size of a Grain dataset's nearest batching stage, without reading it."""
+    node, hops = dataset, 0
+    while node is not None and hops < 256:
+        size = getattr(node, "_batch_size", None)
+        if isinstance(size, int):
+            return size
+        parents = getattr(node, "parents", ())
+        node, hops = (parents[0] if parents else None), hops + 1
+    return None
+
+
+def _grain_flags_readable() -> None:
+    """Grain's worker processes read its absl flags' values, which absl refuses before the
+    program parsed its flags (a notebook, pytest, any non-absl program): there each of Grain's
+    flags is marked given, at its default value, and nothing else changes."""
+    from absl import flags
+
+    if flags.FLAGS.is_parsed():
+        return
+    for name in flags.FLAGS:
+        if name.startswith("grain_") and not flags.FLAGS[name].present:
+            flags.FLAGS[name].present = 1
+
+
+class _Order:
+    """Example indices by position in a stream of epochs: epoch `e`'s permutation from the
+    seed (cached one at a time: each worker process or reader has its own copy)."""
+
+    def __init__(self, count: int, shuffle: bool, seed: int | None) -> None:
+        self.count, self.shuffle, self.seed = count, shuffle, seed or 0
+        self._cached: tuple[int, np.ndarray] | None = None
+
+    def epoch(self, epoch: int) -> np.ndarray:
+        cached = self._cached  # one read: reader threads call this concurrently
+        if cached is not None and cached[0] == epoch:
+            return cached[1]
+        if self.shuffle:
+            order = np.random.default_rng([self.seed, epoch, 0]).permutation(self.count)
+        else:
+            order = np.arange(self.count)
+        self._cached = (epoch, order)
+        return order
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_cached": None}
+
+
+def _stack(examples: list[Any]) -> Any:
+    """Examples (tuples, dicts or arrays of the same structure) stacked into one batch."""
+    first = examples[0]
+    if isinstance(first, dict):
+        return {k: _stack([e[k] for e in examples]) for k in first}
+    if isinstance(first, tuple | list):
+        return tuple(_stack(list(column)) for column in zip(*examples, strict=True))
+    return np.stack([np.asarray(e) for e in examples])
+
+
+def _batches(
+    grain: Any,
+    source: Any,
+    order: _Order,
+    stream: tuple[int, int],
+    batch_size: int,
+    per_epoch: int,
+    gathered: bool,
+    maps: tuple[Callable[..., Any] | None, Callable[..., Any] | None],
+) -> Any:
+    """Batches ``stream[0]`` to ``stream[1]`` of the stream of epochs, as a
+    ``grain.MapDataset`` whose element `i` is batch ``i % per_epoch`` of epoch
+    ``i // per_epoch``: one dataset for every epoch, so worker processes outlive an epoch.
+    A batch is made in one reader (a thread or a worker), example by example (read,
+    preprocess, augment) then stacked, or with arrays and no per-example map, one gather."""
+    preprocess, augment = maps
+
+    def positions(i: int) -> tuple[int, int, np.ndarray]:
+        epoch, j = divmod(int(i), per_epoch)
+        return epoch, j * batch_size, order.epoch(epoch)[j * batch_size : (j + 1) * batch_size]
+
+    def gather(i: int) -> Any:
+        return source.take(positions(i)[2])
+
+    if isinstance(source, ArraySource):
+        read = lambda i: tuple(part[0] for part in source.take(np.asarray([i])))  # noqa: E731
+    else:
+        read = source.__getitem__
+
+    def build(i: int) -> Any:
+        epoch, start, indices = positions(i)
+        examples = []
+        for k, index in enumerate(indices):
+            example = read(int(index))
+            if preprocess is not None:
+                example = preprocess(*example)
+            if augment is not None:  # a generator per example: the seed, epoch, position
+                rng = np.random.default_rng([order.seed, epoch, start + k])
+                example = augment(*example, rng)
+            examples.append(example)
+        return _stack(examples)
+
+    return grain.MapDataset.range(*stream).map(gather if gathered else build)
+
+
+def grain_pipeline(
+    source: Any,
+    batch_size: int,
+    *,
+    preprocess: Callable[..., Any] | None = None,
+    augment: Callable[..., Any] | None = None,
+    batch_map: Callable[..., Any] | None = None,
+    shuffle: bool = True,
+    seed: int | None = None,
+    drop_remainder: bool = True,
+    endless: bool = False,
+    num_threads: int | None = None,
+    workers: int = 0,
+    prefetch: int | None = None,
+    batches_per_epoch: int | None = None,
+) -> Any:
+    """A Grain pipeline of ``(features, labels)`` batches, an ``IterDataset`` ``fit`` takes.
+
+    Args:
+        source: random-access examples: an :class:`~toolkit.data.ArraySource`,
+            ``(features, labels)`` arrays, an ``ImageFiles`` (``image_folder(...,
+            loader="grain")``), or any sequence whose items are ``(features, label)``.
+        batch_size: examples per batch.
+        preprocess: ``f(features, label) -> (features, label)`` per example, no randomness.
+        augment: ``f(features, label, rng) -> (features, label)`` per example, with a NumPy
+            generator seeded from `seed`, the epoch and the example's position.
+        batch_map: ``f(batch) -> batch`` on whole batches (vectorized NumPy).
+        shuffle: a new permutation every epoch, from `seed`. Defaults to `True`.
+        seed: the shuffle's seed. Defaults to `None` (0).
+        drop_remainder: leave out a last partial batch. Defaults to `True`.
+        endless: one epoch after another (``len(ds)`` is an epoch's batches: ``fit``'s
+            ``steps_per_epoch``); otherwise each iteration reads the next epoch once.
+        num_threads: threads making batches (``grain.ReadOptions``). Defaults to `None`
+            (one per core, up to 16).
+        workers: processes making batches (``grain.MultiprocessingOptions``), each with
+            `num_threads` threads; 0: in this process. Defaults to `0`.
+        prefetch: batches read ahead (per worker with workers). Defaults to `None` (two
+            per thread).
+        batches_per_epoch: ``len(ds)`` of an endless pipeline when an epoch is not one pass
+            (one synthetic batch read again and again). Defaults to `None` (one pass).
+
+    Raises:
+        ImportError: Grain is not installed (one line naming the ``[grain]`` extra).
+        ValueError: a bad size, or a source that is not random access.
+    """
+    grain = require_grain()
+    if batch_size is None or batch_size < 1:
+        raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
+    if isinstance(source, tuple):
+        if len(source) != 2:
+            raise ValueError(f"source: a tuple must be (features, labels), got {len(source)} items")
+        source = ArraySource(np.asarray(source[0]), np.asarray(source[1]))
+    readable = isinstance(source, ArraySource) or hasattr(source, "__getitem__")
+    if not (readable and hasattr(source, "__len__")):
+        raise ValueError(
+            f"source: Grain reads examples by index; {type(source).__name__} has no len() and "
+            "[i]: give arrays, an ImageFiles or a sequence (a tf.data.Dataset: use tf.data)"
+        )
+    for name, value in (("num_threads", num_threads), ("prefetch", prefetch)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name}: must be >= 1, got {value}")
+    if workers < 0:
+        raise ValueError(f"workers: must be >= 0, got {workers}")
+    count = len(source)
+    per_epoch = count // batch_size if drop_remainder else -(-count // batch_size)
+    if per_epoch < 1:
+        raise ValueError(
+            f"batch_size={batch_size} is larger than the {count} examples with drop_remainder: "
+            "lower it or pass drop_remainder=False"
+        )
+    threads = num_threads or max(1, min(MAX_THREADS, os.cpu_count() or 1))
+    ahead = prefetch or 2 * threads
+    gathered = isinstance(source, ArraySource) and preprocess is None and augment is None
+    order = _Order(count, shuffle, seed)
+
+    maps = (preprocess, augment)
+
+    def make(epoch: int | None) -> Any:
+        """Epoch `epoch`'s batches; None: every epoch's, one after another, endlessly."""
+        stream = (0, sys.maxsize) if epoch is None else (epoch * per_epoch, (epoch + 1) * per_epoch)
+        ds = _batches(grain, source, order, stream, batch_size, per_epoch, gathered, maps)
+        if batch_map is not None:
+            ds = ds.map(batch_map)
+        it = ds.to_iter_dataset(grain.ReadOptions(num_threads=threads, prefetch_buffer_size=ahead))
+        if workers:
+            _grain_flags_readable()
+            it = it.mp_prefetch(
+                grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=ahead)
+            )
+        return it
+
+    read = "arrays (one gather per batch)" if gathered else f"{type(source).__name__} (by index)"
+    stages = [read, f"shuffle(per epoch, seed {seed or 0})" if shuffle else None]
+    stages += [
+        "map(preprocess)" if preprocess else None,
+        "random_map(augment)" if augment else None,
+    ]
+    stages += [f"batch({batch_size})", "map(batch_map)" if batch_map else None]
+    where = f"{workers} processes × {threads} threads" if workers else f"{threads} threads"
+    stages += [f"prefetch({ahead}, {where})", "endless" if endless else None]
+    description = " → ".join(s for s in stages if s) + " (grain)"
+    length = batches_per_epoch if endless and batches_per_epoch else per_epoch
+    return _epochs_class(grain)(make, length, batch_size, endless, description)
+
+
+def from_builder(
+    dataset: Any,
+    batch_size: int,
+    *,
+    num_parallel_calls: int | None,
+    cpu_budget: int | None,
+    repeat: bool,
+    loader: str,
+    workers: int,
+    **settings: Any,
+) -> Any:
+    """``toolkit.data.pipeline(..., loader="grain")``: its settings as a Grain pipeline's;
+    the tf.data-only ones refused in one line."""
+    tf_only = ("cache", "shuffle_buffer", "deterministic", "private_threads", "ram_budget")
+    given = [name for name in tf_only if settings.pop(name) not in (None, False)]
+    if given:
+        raise ValueError(f"{given[0]}: a tf.data setting, which a Grain pipeline has not")
+    threads = num_parallel_calls if num_parallel_calls and num_parallel_calls > 0 else None
+    return grain_pipeline(
+        dataset,
+        batch_size,
+        endless=repeat,
+        num_threads=threads or cpu_budget,
+        workers=workers,
+        **settings,
+    )
+
+
+_EPOCHS: dict[int, type] = {}
+
+
+def _epochs_class(grain: Any) -> type:
+    """The ``grain.IterDataset`` of epochs (defined once Grain is imported)."""
+    if id(grain) in _EPOCHS:
+        return _EPOCHS[id(grain)]
+
+    class EpochIterator(grain.DatasetIterator):
+        """Reads epoch after epoch of its dataset; an epoch read to its end moves the
+        dataset's epoch on (a partial read, as Keras's two batches to infer the spec, does
+        not)."""
+
+        def __init__(self, owner: Any) -> None:
+            self._owner = owner
+            super().__init__(owner._make(owner.epoch).__iter__())
+
+        def __next__(self) -> Any:
+            try:
+                return next(self._parents[0])
+            except StopIteration:
+                self._owner.epoch += 1
+                raise
+
+        def get_state(self) -> dict[str, Any]:
+            return {"epoch": self._owner.epoch, "inner": self._parents[0].get_state()}
+
+        def set_state(self, state: dict[str, Any]) -> None:
+            self._owner.epoch = state["epoch"]
+            self._parents = (self._owner._make(self._owner.epoch).__iter__(),)
+            self._parents[0].set_state(state["inner"])
+
+        def close(self) -> None:
+            self._parents[0].close()
+
+    class GrainEpochs(grain.IterDataset):
+        """A toolkit Grain pipeline: ``len()`` is an epoch's batches, ``batch_size`` and
+        ``description`` say what it reads (``toolkit.data.describe_pipeline``)."""
+
+        def __init__(
+            self, make: Callable[[int], Any], batches: int, size: int, endless: bool, text: str
+        ) -> None:
+            super().__init__()
+            self._make, self._batches = make, batches
+            self.batch_size, self.endless, self.description = size, endless, text
+            self.epoch = 0
+
+        def __len__(self) -> int:
+            return self._batches
+
+        def repeat(self, count: int | None = None) -> Any:
+            """Endless (``count`` None), as ``tf.data.Dataset.repeat()``: code written for
+            tf.data that repeats a pipeline to time it reads this one the same way."""
+            if count is not None:
+                raise ValueError("repeat: a toolkit Grain pipeline repeats endlessly or not")
+            if self.endless:
+                return self
+            text = self.description.replace(" (grain)", " → endless (grain)")
+            return type(self)(self._make, self._batches, self.batch_size, True, text)
+
+        def __iter__(self) -> Any:
+            # Endless: one stream of every epoch (its worker processes live on); else the
+            # next epoch, which moves on when read to its end.
+            return self._make(None).__iter__() if self.endless else EpochIterator(self)
+
+        def __str__(self) -> str:
+            return self.description
+
+    _EPOCHS[id(grain)] = GrainEpochs
+    return GrainEpochs

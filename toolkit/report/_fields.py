@@ -1,0 +1,207 @@
+"""A report's values checked as it is read: each field the views and ``compare`` use has the
+kind they need (a number where a figure is formatted, a list of records where a table is
+drawn). A report edited by hand, cut by another tool or written by another version fails here
+in one line naming the field (``steps.p50_s``), not later in a ``TypeError`` from a view.
+
+The step statistics are checked from :class:`~toolkit.core.stats.StepStats`'s own fields, so a
+field added there is checked without a line here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from toolkit.core.errors import one_line
+from toolkit.core.files import ReportError
+from toolkit.core.stats import StepStats
+
+__all__: list[str] = []  # the report reader's own
+
+# Figures under compute, diagnosis and tune that the views format as numbers.
+COMPUTE_NUMBERS = (
+    "flops_per_step", "flops_forward", "achieved_flops_per_s", "peak_flops_per_s", "mfu",
+    "datasheet_peak_flops_per_s", "datasheet_mfu", "peak_spread_pct",
+)  # fmt: skip
+DIAGNOSIS_NUMBERS = ("input_rate", "compute_rate", "fit_rate")
+EPOCH_NUMBERS = ("seconds", "step_seconds")
+EPOCH_COUNTS = ("epoch", "steps")
+
+
+def read_checked(path: str, from_dict: Callable[[Any], Any], views: Callable[[Any], object]) -> Any:
+    """The report in the JSON file `path`, read with `from_dict` (which checks its values)
+    and shown once with `views`; every way it can fail is one ReportError naming the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise ReportError(f"no report at {path!r}: give a report.json or a run directory") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ReportError(f"cannot read report {path!r}: {e}") from e
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise ReportError(f"{path!r} is not a run report: it holds a JSON {kind}")
+    try:
+        report = from_dict(data)
+        check_views(report, views)
+        return report
+    except ReportError as e:  # name the file: the caller may have given several
+        fix = ": fix that field, or run again for a new report" if "field " in str(e) else ""
+        raise ReportError(f"{path!r}: {e}{fix}") from None
+    except (TypeError, KeyError, ValueError, AttributeError) as e:
+        raise ReportError(f"report {path!r} is malformed: {one_line(e)}") from e
+
+
+def _bad(field: str, value: Any, what: str) -> ReportError:
+    if value is None:
+        return ReportError(f"field {field} is missing or null, not {what}")
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "…"
+    return ReportError(f"field {field} is {shown}, not {what}")
+
+
+def _number(field: str, value: Any, optional: bool = False, counts: bool = False) -> None:
+    if value is None and optional:
+        return
+    kinds = "an integer" if counts else "a number"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _bad(field, value, f"{kinds}{' or null' if optional else ''}")
+    if counts and not isinstance(value, int):
+        raise _bad(field, value, "an integer")
+    if not math.isfinite(value) or value < 0:
+        raise _bad(field, value, f"{kinds} >= 0")
+
+
+def _mapping(field: str, value: Any, optional: bool = True) -> Mapping[str, Any]:
+    if value is None and optional:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _bad(field, value, "an object" + (" or null" if optional else ""))
+    return value
+
+
+def _records(field: str, value: Any) -> list[Mapping[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(r, Mapping) for r in value):
+        raise _bad(field, value, "a list of objects")
+    return value
+
+
+def check_steps(d: Any) -> None:
+    """The ``steps`` object: every StepStats field there (or defaulted) and of its kind."""
+    steps = _mapping("steps", d, optional=False)
+    for f in dataclasses.fields(StepStats):
+        required = f.default is dataclasses.MISSING
+        if f.name not in steps:
+            if required:
+                raise ReportError(f"field steps.{f.name} is missing")
+            continue
+        kind = str(f.type)
+        _number(f"steps.{f.name}", steps[f.name], "None" in kind, kind.startswith("int"))
+
+
+def check_report(d: Mapping[str, Any], statuses: tuple[str, ...]) -> None:
+    """Raises ReportError naming the first field of `d` (a report's JSON) whose value is not
+    of the kind the views need."""
+    for name in ("name", "status"):
+        if not isinstance(d.get(name), str):
+            raise _bad(name, d.get(name), "a string")
+    if d["status"] not in statuses:
+        raise _bad("status", d["status"], f"one of {', '.join(statuses)}")
+    for name in ("error", "created_utc"):
+        if d.get(name) is not None and not isinstance(d[name], str):
+            raise _bad(name, d[name], "a string or null")
+    check_steps(d.get("steps"))
+    _number("fit_seconds", d.get("fit_seconds"), optional=True)
+    for name in ("environment", "args", "extra", "memory", "trace", "context",
+                 "diagnosis", "tune", "cluster", "tensorboard"):  # fmt: skip
+        _mapping(name, d.get(name))
+    for key, value in _mapping("metrics", d.get("metrics")).items():
+        _number_or_nan(f"metrics.{key}", value)
+    for i, epoch in enumerate(_records("epochs", d.get("epochs"))):
+        for key in EPOCH_COUNTS:
+            _number(f"epochs[{i}].{key}", epoch.get(key), counts=True)
+        for key in EPOCH_NUMBERS:
+            _number(f"epochs[{i}].{key}", epoch.get(key, 0.0))
+        for key, value in _mapping(f"epochs[{i}].metrics", epoch.get("metrics")).items():
+            _number_or_nan(f"epochs[{i}].metrics.{key}", value)
+    timeline = d.get("timeline") or []
+    if not isinstance(timeline, list) or not all(
+        isinstance(c, list) and len(c) == 4 for c in timeline
+    ):
+        raise _bad("timeline", timeline, "a list of [seconds, steps, epoch, kind] entries")
+    compute = _mapping("compute", d.get("compute"))
+    for key in COMPUTE_NUMBERS:
+        _number(f"compute.{key}", compute.get(key), optional=True)
+    diagnosis = _mapping("diagnosis", d.get("diagnosis"))
+    if diagnosis:
+        if not isinstance(diagnosis.get("verdict"), str):
+            raise _bad("diagnosis.verdict", diagnosis.get("verdict"), "a string")
+        for key in DIAGNOSIS_NUMBERS:
+            _number(f"diagnosis.{key}", diagnosis.get(key))
+    tune = _mapping("tune", d.get("tune"))
+    if tune:
+        _number("tune.seconds", tune.get("seconds", 0.0))
+        for i, trial in enumerate(_records("tune.trials", tune.get("trials"))):
+            _number(f"tune.trials[{i}].examples_per_sec", trial.get("examples_per_sec"), True)
+    trace = _mapping("trace", d.get("trace"))
+    files = trace.get("files")
+    if files is not None and not (
+        isinstance(files, list) and all(isinstance(f, str) for f in files)
+    ):
+        raise _bad("trace.files", files, "a list of file names")
+    memory = _mapping("memory", d.get("memory"))
+    for i, reading in enumerate(_records("memory.readings", memory.get("readings"))):
+        _number(f"memory.readings[{i}].host_rss_mb", reading.get("host_rss_mb"))
+        for device, m in _mapping(f"memory.readings[{i}].devices", reading.get("devices")).items():
+            where = f"memory.readings[{i}].devices.{device}"
+            for key in ("current_mb", "peak_mb"):
+                _number(f"{where}.{key}", _mapping(where, m, optional=False).get(key))
+
+
+def _number_or_nan(field: str, value: Any) -> None:
+    """A metric: any number (a loss may be NaN, an R² negative; null where it was not
+    finite), as Keras logs it."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise _bad(field, value, "a number")
+
+
+_PARTS = {"DeviceInfo": "device", "Strategy": "strategy", "Cluster": "cluster",
+          "Finding": "preflight", "Resume": "resume"}  # fmt: skip
+
+
+def context_error(error: BaseException) -> ReportError:
+    """`error` from reading the ``context`` object, as the field it is about."""
+    text = str(error)
+    found = re.match(r"(\w+)\.__init__\(\) (.*)", text)
+    if found:
+        part = _PARTS.get(found.group(1))
+        where = f"context.{part}" if part else "context"
+        return ReportError(f"field {where} is malformed: {found.group(2)}")
+    return ReportError(f"field context is malformed ({one_line(error)})")
+
+
+def check_views(report: Any, views: Callable[[Any], object]) -> None:
+    """Raises ReportError naming the top-level field whose value `views(report)` (the
+    summary and the Markdown) cannot show: the one without which they render."""
+    try:
+        views(report)
+        return
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+        error = e
+    for f in dataclasses.fields(report):
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            continue
+        empty = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        try:
+            views(dataclasses.replace(report, **{f.name: empty}))
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError):
+            continue
+        raise ReportError(
+            f"field {f.name} holds a value this toolkit cannot show ({one_line(error)})"
+        )
+    raise ReportError(f"a field holds a value this toolkit cannot show ({one_line(error)})")

@@ -1,0 +1,240 @@
+"""What to change, from what a diagnosis measured: the verdict's words and the advice drawn from
+the rates and the :class:`Facts` (what the pipeline is made of, or which Keras adapter reads
+your data; the step time, the settings, the devices, the cores).
+
+Beside ``toolkit.search.diagnose``, which measures and calls :func:`advise`: pure functions of
+their arguments, tested with injected rates and facts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from toolkit import backend as backends
+
+__all__: list[str] = []  # diagnose's own (its verdict names are re-exported there)
+
+INPUT_BOUND = "input-bound"
+COMPUTE_BOUND = "compute-bound"
+BALANCED = "balanced"
+MARGIN = 0.2
+SMALL_STEP_S = 0.005
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """What advice is drawn from, besides the rates. All optional."""
+
+    step_s: float | None = None
+    batch_size: int | None = None
+    steps_per_execution: int = 1
+    fused_steps: int = 1
+    jit_compile: bool = False
+    precision: str = "float32"
+    device_kind: str = "cpu"
+    gpus: int = 0
+    pipeline_classes: frozenset[str] = frozenset()
+    pipeline_ops: frozenset[str] = frozenset()
+    recommended_precision: str | None = None
+    backend: str = "tensorflow"
+    cpu_cores: int | None = None  # cores this process may run on (input and a CPU step share)
+    adapter: str | None = None  # the Keras adapter fit reads your data through (None: tf.data)
+    input_workers: int | None = None  # the workers your PyDataset or DataLoader was given
+
+
+def _adapter_advice(facts: Facts) -> list[str] | None:
+    """Advice for data that Keras reads through its own adapter (a PyDataset, a generator,
+    arrays, a DataLoader): its own levers, not those of the tf.data form the toolkit times
+    it beside (None: a tf.data pipeline, whose ops say what to change)."""
+    workers = facts.input_workers or 1
+    more = f"more than its {workers} " if workers > 1 else ""
+    return {
+        "PyDatasetAdapter": [
+            f"give your PyDataset {more}workers to read ahead of the step: "
+            "super().__init__(workers=N, use_multiprocessing=True, max_queue_size=...) "
+            "(threads, without multiprocessing, where __getitem__ releases the GIL)",
+            "build each batch in __getitem__ with whole-array operations, not a Python loop "
+            "per example",
+        ],
+        "GeneratorDataAdapter": [
+            "a generator makes one batch at a time in the training process, never ahead of "
+            "the step: make it a keras.utils.PyDataset with workers, or read it through "
+            "toolkit.data.parallel_generator (shards in parallel, prefetched)",
+        ],
+        "ArrayDataAdapter": [
+            "Keras slices your arrays batch by batch in the training process: a larger batch "
+            "slices less often, and toolkit.data.pipeline (tf.data, prefetched) reads ahead",
+        ],
+        "GrainDatasetAdapter": [
+            "give your Grain pipeline more readers: to_iter_dataset(grain.ReadOptions("
+            "num_threads=N)) where its work releases the GIL (decoding, NumPy), "
+            ".mp_prefetch(grain.MultiprocessingOptions(num_workers=N)) where Python holds it; "
+            "toolkit.data.pipeline(..., loader='grain', workers=N) builds either",
+            "batch first and map whole batches where the map allows (one call per batch, not "
+            "one per example)",
+        ],
+        "TorchDataLoaderAdapter": [
+            f"give your DataLoader {more}worker processes: DataLoader(..., num_workers=N, "
+            "persistent_workers=True), pin_memory=True where the step runs on a GPU",
+        ],
+    }.get(facts.adapter or "")
+
+
+def _input_advice(facts: Facts, input_rate: float, compute_rate: float) -> list[str]:
+    classes, ops = facts.pipeline_classes, facts.pipeline_ops
+    out = [
+        f"the pipeline makes {input_rate:,.1f} batches/s, the step could take "
+        f"{compute_rate:,.1f}/s: speed up the input before the model"
+    ]
+    own = _adapter_advice(facts)
+    if own is not None:
+        return out + own
+    if ops & {"EagerPyFunc", "PyFunc", "PyFuncStateless"} or any("Generator" in c for c in classes):
+        out.append(
+            "Python runs per element (from_generator / py_function): use "
+            "toolkit.data.parallel_generator (reads shards in parallel, crosses into TF in "
+            "chunks) or express the work in TF ops"
+        )
+    if any(c.lstrip("_") == "MapDataset" for c in classes):
+        out.append("a map runs on one thread: num_parallel_calls=tf.data.AUTOTUNE")
+    if not any("Cache" in c for c in classes):
+        out.append(
+            "nothing is cached: cache the decoded examples if they fit in RAM "
+            "(toolkit.data.pipeline(cache=True)); work before the cache is done once"
+        )
+    if any("Batch" in c for c in classes) and any("Map" in c for c in classes):
+        out.append(
+            "vectorize: batch first and map whole batches (pipeline(batch_map=...)): one op "
+            "per batch instead of one per example"
+        )
+    if not any("Prefetch" in c for c in classes):
+        out.append("no prefetch: end the pipeline with .prefetch(tf.data.AUTOTUNE)")
+    return out
+
+
+def _compute_advice(facts: Facts) -> list[str]:
+    out = []
+    # What to try differs between backends: each seam says (a report's unknown one: nothing).
+    seam = backends.find(facts.backend)
+    step = facts.step_s
+    if step is not None and step < SMALL_STEP_S and facts.fused_steps == 1:
+        short = f"the step is short ({step * 1e3:.2f} ms): per-step overhead counts; "
+        out.append(short + (seam.loop_advice() if seam else "try --steps_per_execution"))
+    jit = seam.jit_advice() if seam else None  # None: always compiled (JAX)
+    if not facts.jit_compile and jit:
+        out.append(jit)
+    if facts.batch_size is not None:
+        out.append(
+            f"a larger batch than {facts.batch_size} (if memory and convergence allow) does "
+            "more work per step overhead"
+        )
+    if facts.device_kind == "cpu" and facts.gpus:
+        out.append(f"{facts.gpus} GPU(s) are here but the step runs on the CPU: try --device=gpu")
+    if facts.device_kind != "cpu" and step is not None and step < SMALL_STEP_S:
+        out.append(
+            "a small step on a GPU: launch latency may dominate; try --device=cpu too "
+            "(small models are often faster there)"
+        )
+    if facts.recommended_precision and facts.recommended_precision != facts.precision:
+        out.append(
+            f"try --precision={facts.recommended_precision} (this device's hint; measure it)"
+        )
+    return out
+
+
+def advise(
+    verdict: str,
+    overlap_ok: bool,
+    input_rate: float,
+    compute_rate: float,
+    facts: Facts,
+    fit_rate: float | None = None,
+) -> list[str]:
+    """Advice for a verdict, drawn from the measured rates and `facts`; `fit_rate` (the real
+    fit's) lets the overlap advice say how far from side by side input and step ran."""
+    out: list[str] = []
+    if verdict == INPUT_BOUND and input_rate >= compute_rate * (1 - MARGIN) and fit_rate:
+        out.append(
+            f"the pipeline alone makes {input_rate:,.1f} batches/s and the step could take "
+            f"{compute_rate:,.1f}/s, yet the fit ran {fit_rate:,.1f}/s: reading the input "
+            "inside the fit costs the step (input and step share the cores or don't overlap)"
+        )
+    elif verdict == INPUT_BOUND:
+        out += _input_advice(facts, input_rate, compute_rate)
+    elif verdict == COMPUTE_BOUND:
+        out += _compute_advice(facts)
+    else:
+        out.append(
+            "input and step are about as fast as each other: speeding up only one gains "
+            f"at most {MARGIN:.0%}; both lists apply"
+        )
+        out += _input_advice(facts, input_rate, compute_rate)[1:2]
+        out += _compute_advice(facts)[:1]
+    if not overlap_ok:
+        out += overlap_advice(facts, input_rate, compute_rate, fit_rate)
+    return out
+
+
+SERIAL = 0.8  # a fit step within 80 % of input + step ran them one after the other
+
+
+def overlap_advice(
+    facts: Facts, input_rate: float, compute_rate: float, fit_rate: float | None = None
+) -> list[str]:
+    """Why input and step did not overlap, from what the pipeline is made of, where the step
+    runs and how many cores there are: the likely causes, most likely first, each with its
+    fix. Never "add a prefetch" to a pipeline that has one."""
+    classes, ops = facts.pipeline_classes, facts.pipeline_ops
+    t_in, t_step = 1e3 / input_rate, 1e3 / compute_rate
+    if fit_rate:
+        t_fit = 1e3 / fit_rate
+        how = (
+            "one after the other"
+            if t_fit >= SERIAL * (t_in + t_step)
+            else "partly one after the other"
+        )
+        out = [
+            f"input and step don't overlap: the fit takes {t_fit:.2f} ms a step against "
+            f"{t_in:.2f} ms (input alone) + {t_step:.2f} ms (step alone) = "
+            f"{t_in + t_step:.2f} ms: they ran {how}"
+        ]
+    else:
+        out = ["input and step don't overlap: the fit is slower than both of its parts"]
+    python = bool(ops & {"EagerPyFunc", "PyFunc", "PyFuncStateless"}) or any(
+        "Generator" in c for c in classes
+    )
+    has_prefetch = any("Prefetch" in c for c in classes)
+    has_maps = any("Map" in c for c in classes) or python
+    causes: list[str] = []
+    own = _adapter_advice(facts)
+    if own is not None:  # read by Keras's own adapter: its levers, not the tf.data form's
+        python = facts.adapter in {"PyDatasetAdapter", "GeneratorDataAdapter"}
+        has_prefetch, has_maps = True, python
+        causes.append(own[0])
+    if not has_prefetch:
+        causes.append(
+            "no prefetch: end the pipeline with .prefetch(tf.data.AUTOTUNE), so the next "
+            "batch is made while the step runs"
+        )
+    if python:
+        causes.append(
+            "Python in the pipeline (py_function / from_generator) holds the GIL while it "
+            "runs, and so does Keras's Python side of each step: they take turns; use "
+            "toolkit.data.parallel_generator or TF ops"
+        )
+    cores = facts.cpu_cores
+    if facts.device_kind == "cpu" and (has_maps or has_prefetch):
+        few = f"this process has {cores} CPU core(s)" if cores else "the cores are shared"
+        causes.append(
+            f"CPU contention: the step runs on the CPU too and {few}, so the pipeline's "
+            "threads and the step's ops take turns on them (a prefetch can't hide what has no "
+            "core to run on): cache what the maps make (the work before a cache runs once), "
+            "move the step to a GPU, or run on more cores"
+        )
+    if not causes:
+        causes.append(
+            "per-step overhead around the step (callbacks that read the loss every step, the "
+            "loop between calls): try --steps_per_execution, and check your callbacks"
+        )
+    out += [f"likely cause: {c}" for c in causes]
+    return out
