@@ -76,7 +76,9 @@ def doctor(args: argparse.Namespace) -> int:
     from toolkit.search.diagnose import diagnose
 
     what, flag_values, config, target, data = _target_of(args)
-    diagnosis = diagnose(target, data, config=config, steps=flag_values.diagnose_steps)
+    asked = flag_values["diagnose_steps"].present  # else 60, or more for a 0.5 s window
+    steps = flag_values.diagnose_steps if asked else None
+    diagnosis = diagnose(target, data, config=config, steps=steps)
     print(f"doctor: {what}, batch {diagnosis.batch_size}, {diagnosis.steps} steps each")
     print(terminal.show(str(diagnosis)))
     return 0

@@ -76,6 +76,19 @@ def call_user(fn: Callable[[], Any], what: str, passes: tuple[type, ...] = ()) -
         ) from e
 
 
+_OURS = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), package, "")
+    for package in ("toolkit", "recipes")
+)
+
+
+def _is_ours(fn: Callable[..., Any]) -> bool:
+    """Whether `fn` is the toolkit's or its recipes' own code (its errors are input errors,
+    already one line naming the flag), not a user's (whose errors are named as theirs)."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and os.path.abspath(code.co_filename).startswith(_OURS)
+
+
 def fail(error: BaseException, status: int = 1, cause: BaseException | None = None) -> NoReturn:
     """Ends the program with one line ``error: ...`` on stderr and `status`; with
     ``--verbosity=1`` or more, the traceback of `cause` (else of `error`) above it."""
@@ -184,7 +197,9 @@ def recipe_from_flags(
 
     Raises:
         ConfigError: a bad training setting (one line naming the flag).
-        ValueError, FileNotFoundError: the recipe's data or settings (from ``build_task``).
+        ValueError, FileNotFoundError: the toolkit's recipes' data or settings (from
+            ``build_task``).
+        UserCodeError: a recipe of yours whose ``build_task`` raised, naming it.
     """
     build_task = getattr(recipe, "build_task", recipe)
     if argv is not None:
@@ -192,9 +207,10 @@ def recipe_from_flags(
     config = tk_flags.config_from_flags()
     kwargs = tk_flags.kwargs_from_flags(build_task)
     name = f"{_module_name(sys.modules.get(build_task.__module__) or types.ModuleType('recipe'))}"
-    return config, call_user(
-        lambda: build_task(**kwargs), f"{name}.build_task()", (ValueError, OSError)
-    )
+    # The recipes' own: bad data or settings they say in one line (exit 2); a recipe of yours
+    # that raises anything is named with what it raised (exit 1).
+    ours = (ValueError, OSError) if _is_ours(build_task) else (ConfigError,)
+    return config, call_user(lambda: build_task(**kwargs), f"{name}.build_task()", ours)
 
 
 def run_recipe(build_task: Callable[..., Task]) -> None:
@@ -236,7 +252,8 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
         if f.diagnose:
             from toolkit.search.diagnose import diagnose
 
-            found = diagnose(task, config, steps=f.diagnose_steps)
+            asked = f["diagnose_steps"].present  # else 60, or more for a 0.5 s window
+            found = diagnose(task, config, steps=f.diagnose_steps if asked else None)
             print(terminal.show(str(found)))
             diagnosis = found.to_dict()
         result = run(

@@ -28,7 +28,9 @@ from typing import Any
 __all__ = ["TrainingInterrupted"]  # the rest: the programs' start-up, not API
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_state: dict[str, Any] = {"received": None, "holding": 0, "early": False, "ending": None}
+_state: dict[str, Any] = {
+    "received": None, "holding": 0, "early": False, "ending": None, "exited": False,
+}  # fmt: skip
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -74,6 +76,8 @@ def handle(signum: int, frame: Any) -> None:
     it where it came (:func:`check` raises it then)."""
     again = _state["received"] is not None
     note(signum)
+    if _state["ending"] is not None and (again or _state["exited"]):
+        _exit_now(signum)  # a second while ending (a hang in exit), or one after the last hook
     held = _state["holding"] and not again
     if held or _state["ending"] is not None or _dropped_here(frame):
         return  # raised when the held block ends, or by the next check()
@@ -122,16 +126,24 @@ def said() -> None:
 
 
 def _at_exit() -> None:
+    _state["exited"] = True
     signum = _state["received"]
-    if signum is None or not _state["ending"]:
+    if signum is None or _state["ending"] is None:
         return
-    name = signal.Signals(signum).name
+    _exit_now(signum)
+
+
+def _exit_now(signum: int) -> None:
+    """Ends the process with 128 + `signum`, after one line (none where the program has said
+    it was interrupted already)."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    with contextlib.suppress(Exception):
-        sys.stderr.write(f"interrupted by {name}: {_state['ending']}\n")
-        sys.stderr.flush()
+    if _state["ending"]:
+        with contextlib.suppress(Exception):
+            name = signal.Signals(signum).name
+            sys.stderr.write(f"interrupted by {name}: {_state['ending']}\n")
+            sys.stderr.flush()
     os._exit(128 + signum)
 
 

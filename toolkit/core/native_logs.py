@@ -86,8 +86,14 @@ def _matplotlib_config(env: dict[str, str] | os._Environ[str]) -> None:
     where = os.path.join(base, "matplotlib")
     while not os.path.exists(where) and os.path.dirname(where) != where:
         where = os.path.dirname(where)
-    if not os.access(where, os.W_OK):
-        env["MPLCONFIGDIR"] = tempfile.mkdtemp(prefix="matplotlib-")
+    if not os.access(where, os.W_OK):  # one directory per user, reused by every process
+        uid = os.getuid() if hasattr(os, "getuid") else "user"
+        shared = os.path.join(tempfile.gettempdir(), f"keras-perf-matplotlib-{uid}")
+        try:
+            os.makedirs(shared, mode=0o700, exist_ok=True)
+        except OSError:
+            return  # no temporary directory either: matplotlib says so itself
+        env["MPLCONFIGDIR"] = shared
 
 
 def _quiet_tfds(record: logging.LogRecord) -> bool:

@@ -148,11 +148,12 @@ def as_fit_reads(data: Any, batch_size: int | None) -> Any:
     in its ``on_epoch_end`` as ``fit`` ends it (a ``PyDataset``'s workers stop there, arrays
     are shuffled again); data read once (a replayed generator) gets a new adapter each pass.
     """
+    if fit_arguments(data, batch_size) is None:  # tf_keras, or a form fit does not take
+        return None
     from keras.src.trainers.data_adapters import get_data_adapter
     from keras.src.trainers.data_adapters.data_adapter import DataAdapter
 
-    if fit_arguments(data, batch_size) is None:
-        return None
+    once = isinstance(data, Replay)  # a generator: read once, so each pass reads anew
 
     def adapter() -> Any:
         return get_data_adapter(**fit_arguments(data, batch_size))
@@ -170,7 +171,7 @@ def as_fit_reads(data: Any, batch_size: int | None) -> Any:
                 current.on_epoch_end()
                 if not count:  # empty data: fit says it ran out, as yours would
                     return
-                if current.num_batches is None:  # read once: the next pass reads anew
+                if once:
                     current = adapter()
 
         def get_numpy_iterator(self) -> Iterator[Any]:
@@ -184,7 +185,7 @@ def as_fit_reads(data: Any, batch_size: int | None) -> Any:
 
         def get_tf_dataset(self) -> Any:
             ends = type(first).on_epoch_end is not DataAdapter.on_epoch_end
-            if first.num_batches is not None and not ends:  # its own tf.data form, repeated
+            if not once and not ends:  # its own tf.data form (yours, for tf.data), repeated
                 return first.get_tf_dataset().repeat()
             import tensorflow as tf
 

@@ -114,7 +114,9 @@ APP_FLAGS = (
         MEASURING,
     ),
     AppFlag(
-        "diagnose_steps", "integer", 60, "Steps per measurement of --diagnose.", MEASURING,
+        "diagnose_steps", "integer", 60,
+        "Steps per measurement of --diagnose (unset: 60, or more for a 0.5 s window).",
+        MEASURING,
         bounds={"lower_bound": 5},
     ),
 )  # fmt: skip
@@ -304,7 +306,9 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
     return TrainConfig(**values).validate()
 
 
-FOREIGN_FLAG_MODULES = ("absl.", "tensorflow", "tf_keras", "keras", "jax", "torch")
+# The packages whose flags are their own (absl's logging, TensorFlow's tt_check_filter, ...):
+# matched on the package, so a script of yours named jax_train.py keeps its flags.
+FOREIGN_FLAG_PACKAGES = frozenset({"absl", "tensorflow", "tf_keras", "keras", "jax", "torch"})
 
 
 def flags_for_report(flag_values: flags.FlagValues = flags.FLAGS) -> dict[str, Any]:
@@ -312,7 +316,7 @@ def flags_for_report(flag_values: flags.FlagValues = flags.FLAGS) -> dict[str, A
     define for themselves (TensorFlow's ``tt_check_filter``, ...), for the report."""
     out: dict[str, Any] = {}
     for module, module_flags in flag_values.flags_by_module_dict().items():
-        if module.startswith(FOREIGN_FLAG_MODULES):
+        if module.split(".")[0] in FOREIGN_FLAG_PACKAGES:
             continue
         for fl in module_flags:
             out[fl.name] = fl.value

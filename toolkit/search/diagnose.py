@@ -68,6 +68,7 @@ __all__ = [
     "diagnose",
 ]
 
+DEFAULT_STEPS = 60  # steps per measurement, at least, unless you give a number
 MIN_WINDOW_S = 0.5  # each timed window of a diagnosis, at least (at the step alone's rate)
 MAX_WINDOW_STEPS = 2000  # ... but no more steps than this
 TRACE_STEPS = 5  # steps of the real fit traced for XProf's reading, after the timed ones
@@ -232,6 +233,28 @@ def _pipeline_facts(dataset: Any) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(classes), frozenset(ops)
 
 
+def _window(rate: float) -> int:
+    """Steps (or batches) that last :data:`MIN_WINDOW_S` at `rate` per second, at most
+    :data:`MAX_WINDOW_STEPS`."""
+    return min(MAX_WINDOW_STEPS, math.ceil(MIN_WINDOW_S * rate)) if rate > 0 else 0
+
+
+def _input_alone(work: Any, dataset: Any, batches: int) -> tuple[Any, str | None]:
+    """The input alone, `batches` of it, as the backend's fit reads it (Keras's own adapter;
+    None for the words where the pipeline itself is read): ``(benchmark result, words)``."""
+    from toolkit.data import benchmark
+
+    read = work.input_batches()
+    if read is None:
+        return benchmark(dataset.repeat(), num_batches=batches, verbose=False), None
+    words, reader = read
+    try:
+        result = benchmark(reader, num_batches=batches, batch_size=work.batch_size, verbose=False)
+    finally:
+        reader.close()
+    return result, words
+
+
 def _faster(a: Any, b: Any) -> Any:
     """Of two reports of the same measurement, the one whose timed steps ran faster."""
     if not b.steps.timed_steps:
@@ -255,7 +278,7 @@ def diagnose(
     data: Any = None,
     *,
     config: TrainConfig | None = None,
-    steps: int = 60,
+    steps: int | None = None,
     devices_found: Iterable[Any] | None = None,
 ) -> Diagnosis:
     """Measures the input pipeline alone, the step alone and the real fit; returns the verdict.
@@ -271,18 +294,20 @@ def diagnose(
             stand here for `config`.
         config: with a Task, the ``TrainConfig`` to diagnose (device, precision, batch
             size...). Defaults to ``TrainConfig()``.
-        steps: steps (and batches) per measurement, after the warm-up, at least: more
-            where they would take under ``MIN_WINDOW_S`` at the step's rate. Defaults to
-            `60`.
+        steps: steps (and batches) per measurement, after the warm-up. Defaults to `None`:
+            60, or more where 60 would take under ``MIN_WINDOW_S`` at the step's rate (a
+            short window does not hold still on a shared machine); a number you give is
+            used as it is.
         devices_found: the devices present (defaults to ``toolkit.devices.detect()``).
 
     Raises:
         toolkit.runner.train.SetupError: a setting or data that cannot work.
     """
-    from toolkit.data import benchmark, describe_pipeline
+    from toolkit.data import describe_pipeline
 
     # The step alone first: a Task's workload selects the device before anything else starts
     # TensorFlow's runtime.
+    auto, steps = steps is None, DEFAULT_STEPS if steps is None else steps
     with workload(target, data, config) as work:
         config = work.config
         per_call = work.per_call
@@ -290,33 +315,31 @@ def diagnose(
         total = whole_calls(warmup + 1 + steps, per_call)
         say(f"diagnose: 1/3 the train step alone, {total} steps on one batch (the first compiles)")
         compute = work.fit(steps=total, warmup=warmup, one_batch=True)
-        # Windows long enough to hold still on a shared machine: at least MIN_WINDOW_S at
-        # the step's own rate (40 steps of a 4 ms step are 0.16 s, and one scheduler hiccup
-        # in either of two such windows moved a fit from 0.92× the step alone to 0.71×).
-        if compute.steps.timed_steps and compute.steps.mean_s:
-            enough = math.ceil(MIN_WINDOW_S / compute.steps.mean_s)
-            steps = max(steps, min(enough, MAX_WINDOW_STEPS))
-            total = whole_calls(warmup + 1 + steps, per_call)
         dataset = work.pipeline()
         say(f"diagnose: 2/3 the input pipeline alone, {steps} batches")
-        read = work.input_batches()  # what the backend's fit reads; None: the pipeline is
-        if read is None:
-            pipeline = benchmark(dataset.repeat(), num_batches=steps, verbose=False)
-        else:
-            words, batches = read
-            try:
-                pipeline = benchmark(
-                    batches, num_batches=steps, batch_size=work.batch_size, verbose=False
-                )
-            finally:
-                batches.close()
-        say(f"diagnose: 3/3 the real fit, {total} steps, then both again")
-        fit = work.fit(steps=total, warmup=warmup)
+        pipeline, words = _input_alone(work, dataset, steps)
+        # Windows long enough to hold still on a shared machine (unless you gave `steps`):
+        # 40 steps of a 4 ms step are 0.16 s, and one scheduler hiccup in either of two such
+        # windows moved a fit from 0.92× the step alone to 0.71×. Each part is measured again
+        # over MIN_WINDOW_S at its own measured rate, the real fit at the slower of the two.
+        alone_total = fit_total = total
+        probe = False  # the step alone's first run only sized the windows: it is not kept
+        if auto and compute.steps.timed_steps and compute.steps.mean_s:
+            step_rate, batch_rate = 1.0 / compute.steps.mean_s, pipeline.batches_per_sec
+            if _window(batch_rate) > steps:
+                pipeline, words = _input_alone(work, dataset, _window(batch_rate))
+            probe = _window(step_rate) > steps
+            alone_total = whole_calls(warmup + 1 + max(steps, _window(step_rate)), per_call)
+            fit_steps = max(steps, _window(min(step_rate, batch_rate)))
+            fit_total = whole_calls(warmup + 1 + fit_steps, per_call)
+        say(f"diagnose: 3/3 the real fit, {fit_total} steps, then both again")
+        fit = work.fit(steps=fit_total, warmup=warmup)
         # The step alone and the real fit once more each, now that the process is warm: a
         # first fit's steps after its compile still run cold (JAX's step alone ran at 0.44×
         # of a later run's). Each keeps its faster run, so the two are compared as warm.
-        compute = _faster(compute, work.fit(steps=total, warmup=warmup, one_batch=True))
-        fit = _faster(fit, work.fit(steps=total, warmup=warmup))
+        again = work.fit(steps=alone_total, warmup=warmup, one_batch=True)
+        compute = again if probe else _faster(compute, again)
+        fit = _faster(fit, work.fit(steps=fit_total, warmup=warmup))
         # XProf's reading comes from a short fit of its own: the trace's edges wait for the
         # device, and in the timed fit that wait would leave the queued steps' device time
         # out of the timed window where the host runs ahead (JAX: 1.3× the fit's real rate).
@@ -325,7 +348,7 @@ def diagnose(
             if tracing:
                 work.fit(steps=per_call + traced, warmup=0, callbacks=tracing)
             trace = _read_trace(tracing, work.defaults().steps_per_execution)
-    described = work.described if read is None else words
+    described = work.described if words is None else words
     if not work.is_model:
         described += f": {describe_pipeline(dataset)}"
     settings = work.settings()

@@ -15,7 +15,8 @@ __all__: list[str] = []  # diagnose's own helper (as_python)
 # A recipe's flag, and what the same advice says to a script's own model and fit.
 _AS_PYTHON = (
     (r"--jit_compile\b", "model.compile(..., jit_compile=True)"),
-    (r"--steps_per_execution(=\d+)?\b", "model.compile(..., steps_per_execution=8)"),
+    (r"--steps_per_execution=(\d+)\b", r"model.compile(..., steps_per_execution=\1)"),
+    (r"--steps_per_execution\b", "model.compile(..., steps_per_execution=8)"),
     (r"--fused_steps=K\b", "fused steps (K steps in one compiled call; recipes: --fused_steps)"),
     (r"--precision=([\w-]+)", r"keras.mixed_precision.set_global_policy('\1')"),
     (r"--device=(\w+)", r"with keras.device('\1'): around building, compile and fit"),

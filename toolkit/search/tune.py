@@ -28,6 +28,7 @@ comparing CPU with GPU takes one process per device (``python -m toolkit tune --
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -428,8 +429,14 @@ def _shallower(key: str, budget_s: float) -> str | None:
     does): it ran out of a smaller budget (a search that covered its whole space within its
     budget answers any larger one)."""
     entry = _CACHE.get(key) or {}
-    had = entry.get("budget_s")
-    if not entry.get("budget_exhausted") or (had is not None and had >= budget_s):
+    had = entry.get("budget_s") if isinstance(entry, dict) else None
+    if not isinstance(had, (int, float)) or isinstance(had, bool) or not math.isfinite(had):
+        had = None  # a cache from elsewhere (hand-edited, another version): its budget unknown
+    if (
+        not isinstance(entry, dict)
+        or not entry.get("budget_exhausted")
+        or (had is not None and had >= budget_s)
+    ):
         return None
     return f"ran out of {had:.0f} s" if had is not None else "ran out of its budget"
 
