@@ -197,7 +197,7 @@ for fused in (1, 4):
     )
     config = TrainConfig(epochs=1, batch_size=16, fused_steps=fused, steps_per_epoch=8,
                          warmup_steps=0, report_dir=None, count_flops=False, seed=1,
-                         distribution_strategy="data_parallel")
+                         distribution_strategy="data_parallel", data_loader="tf_data")
     result = train.run(task, config)
     assert result.report.context.strategy.replicas == 2, result.report.context
     weights[fused] = [np.asarray(w) for w in result.model.weights]

@@ -182,12 +182,15 @@ def _placement(args: argparse.Namespace) -> int:
     task = recipe.build_task()
     model = task.build_model()
     model.compile(optimizer="adam", loss=task.loss, metrics=list(task.metrics))
-    # The runner's own input: tf.data, or array batches (a PyDataset) without TensorFlow.
+    # The runner's own input: tf.data, array batches (a PyDataset) without TensorFlow, or a
+    # Grain pipeline (--data_loader).
     pipeline = train.input_pipeline(task, TrainConfig(batch_size=args.batch_size))
     if hasattr(pipeline, "as_numpy_iterator"):
         batch = next(pipeline.as_numpy_iterator())
-    else:
+    elif hasattr(pipeline, "__getitem__"):
         batch = pipeline[0]
+    else:
+        batch = next(iter(pipeline))
     report = devices.placement_report(
         lambda: model.train_on_batch(*batch), gpu_selected=device.is_gpu
     )
