@@ -104,9 +104,8 @@ def repeated_batch(batch: Any, batch_size: int | None) -> Any:
     """A Keras data adapter that hands `batch` (one batch as the backend's train function
     receives it) again and again, in every backend's form: ``fit`` on it runs the step alone,
     with no input work between steps (no pipeline iterated, no conversion)."""
-    from keras.src.trainers.data_adapters.data_adapter import DataAdapter
 
-    class RepeatedBatch(DataAdapter):
+    class RepeatedBatch(_endless(batch_size)):
         def get_numpy_iterator(self) -> Iterator[Any]:
             return itertools.repeat(batch)
 
@@ -120,22 +119,6 @@ def repeated_batch(batch: Any, batch_size: int | None) -> Any:
             import tensorflow as tf
 
             return tf.data.Dataset.from_tensors(batch).repeat()
-
-        @property
-        def num_batches(self) -> None:
-            return None
-
-        @property
-        def batch_size(self) -> int | None:
-            return batch_size
-
-        @property
-        def has_partial_batch(self) -> bool:
-            return False
-
-        @property
-        def partial_batch_size(self) -> None:
-            return None
 
     return RepeatedBatch()
 
@@ -160,7 +143,7 @@ def as_fit_reads(data: Any, batch_size: int | None) -> Any:
 
     first = adapter()
 
-    class EndlessEpochs(DataAdapter):
+    class EndlessEpochs(_endless(first.batch_size or batch_size)):
         def _passes(self, read: Any) -> Iterator[Any]:
             current = first
             while True:
@@ -194,13 +177,22 @@ def as_fit_reads(data: Any, batch_size: int | None) -> Any:
             spec = first.get_tf_dataset().element_spec  # from the batches it peeked at
             return tf.data.Dataset.from_generator(self.get_numpy_iterator, output_signature=spec)
 
+    return EndlessEpochs()
+
+
+def _endless(batch_size: int | None) -> type:
+    """A Keras data adapter base of no length (``fit`` reads it for as many steps as it is
+    told) and whole batches of `batch_size` examples."""
+    from keras.src.trainers.data_adapters.data_adapter import DataAdapter
+
+    class Endless(DataAdapter):
         @property
         def num_batches(self) -> None:
             return None
 
         @property
         def batch_size(self) -> int | None:
-            return first.batch_size or batch_size
+            return batch_size
 
         @property
         def has_partial_batch(self) -> bool:
@@ -210,7 +202,7 @@ def as_fit_reads(data: Any, batch_size: int | None) -> Any:
         def partial_batch_size(self) -> None:
             return None
 
-    return EndlessEpochs()
+    return Endless
 
 
 class _Iterable:
