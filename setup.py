@@ -75,7 +75,8 @@ setup(
         "torch": ["torch>=2.3"],
         # Grain pipelines (toolkit.data.pipeline(..., loader="grain"), --data_loader=grain):
         # JAX's data loader, which Keras 3's fit reads on every backend.
-        "grain": ["grain>=0.2.18"],
+        # array_record: ArrayRecord files (toolkit.data.write_array_records, ArrayRecords).
+        "grain": ["grain>=0.2.18", "array_record>=0.8"],
         "test": [
             "pytest>=8",
             "ruff>=0.5",
@@ -96,6 +97,7 @@ setup(
             f"torch>=2.3; {NOT_LINUX_X86}",
             # The Grain pipelines are tested with real Grain on all three backends.
             "grain>=0.2.18",
+            "array_record>=0.8",
         ],
     },
     entry_points={"console_scripts": ["keras-perf=toolkit.cli:main"]},

@@ -75,6 +75,58 @@ def test_failed_defaults_hand_over_to_the_fastest_that_ran():
     assert pick == TORCH and "boom" in why
 
 
+def test_a_contender_with_a_failed_run_is_never_chosen():
+    """The fastest by far, but one of its three runs failed: what failed it may fail the run
+    it is chosen for. The table says why it was passed over."""
+    lost = row(JAX, [0.2, 0.2, 0.2])
+    lost.runs[1] = {"error": "killed by SIGKILL", "interrupted": True, "round": 1}
+    rows = [row(TF, [1.0] * 3), lost, row(TORCH, [0.5] * 3)]
+    pick, why = ch.choose(rows)
+    assert pick == TORCH and "2.00×" in why
+    result = ch.BackendsResult(ch.Target("mlp"), rows, pick, "k", 100, 3, 1.0)
+    assert "1 run(s) failed: not chosen" in result.table()
+    rows[0] = row(TF, [], error="boom")  # the defaults failed: still not the one that failed
+    assert ch.choose(rows)[0] == TORCH
+
+
+def test_a_run_a_signal_ended_keeps_the_result_out_of_the_cache(tmp_path, monkeypatch):
+    """A contender's child killed (the OOM killer, a user's kill): the answer is not its
+    own, so nothing is cached and the next comparison measures again."""
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+
+    def runner(contender, extra):
+        calls.append(contender)
+        if contender == JAX and len(calls) == 2:
+            return {"error": "killed by SIGKILL", "interrupted": True}
+        return {"mean_s": 1.0, "p50_s": 1.0, "first_step_s": 0.1, "loss": 0.7}
+
+    lines = []
+    result = ch.compare(
+        ch.Target("mlp"), backends=["tensorflow", "jax"], steps=20, rounds=2, runner=runner,
+        progress=lines.append,
+    )  # fmt: skip
+    assert result.best == TF and len(calls) == 4 and ch.cached(result.key) is None
+    said = [line for line in lines if line.startswith("backends: not cached")]
+    assert said == [
+        "backends: not cached: 1 run(s) ended by a signal or the timeout measured nothing; run "
+        "again for an answer to keep"
+    ]
+
+
+def test_a_child_killed_by_a_signal_is_said_so_and_marked_interrupted(tmp_path, monkeypatch):
+    """A real child that a signal ends (here its own SIGKILL, as the OOM killer's)."""
+    from toolkit.search._processes import ChildSpec, run_child
+
+    (tmp_path / "dies.py").write_text(
+        "import os, signal\n\ndef build():\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = ChildSpec("figures", ch.Target(None, "dies:build"), "tensorflow", steps=10)
+    got = run_child(spec, {**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path)}, timeout_s=300)
+    assert got == {"error": "killed by SIGKILL", "interrupted": True}
+
+
 def test_contenders_every_backend_times_the_devices_it_sees_defaults_first(monkeypatch):
     monkeypatch.setattr(backend.Backend, "installed", lambda self: True)
     monkeypatch.delenv("KERAS_BACKEND", raising=False)

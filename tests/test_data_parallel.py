@@ -185,7 +185,7 @@ rng = np.random.default_rng(0)
 x = rng.normal(size=(256, 6)).astype("float32")
 y = (x[:, 0] > 0).astype("int32")
 weights = {}
-for fused in (1, 4):
+for loader, fused in [(loader, fused) for loader in ("tf_data", "grain") for fused in (1, 4)]:
     task = train.Task(
         name="tiny",
         build_model=lambda: keras.Sequential(
@@ -197,17 +197,20 @@ for fused in (1, 4):
     )
     config = TrainConfig(epochs=1, batch_size=16, fused_steps=fused, steps_per_epoch=8,
                          warmup_steps=0, report_dir=None, count_flops=False, seed=1,
-                         distribution_strategy="data_parallel", data_loader="tf_data")
+                         distribution_strategy="data_parallel", data_loader=loader)
     result = train.run(task, config)
     assert result.report.context.strategy.replicas == 2, result.report.context
-    weights[fused] = [np.asarray(w) for w in result.model.weights]
-print("MAX_DIFF", max(float(np.abs(a - b).max()) for a, b in zip(weights[1], weights[4])))
+    weights[loader, fused] = [np.asarray(w) for w in result.model.weights]
+for loader in ("tf_data", "grain"):
+    pairs = zip(weights[loader, 1], weights[loader, 4])
+    print(loader, "MAX_DIFF", max(float(np.abs(a - b).max()) for a, b in pairs))
 """
 
 
 def test_fused_steps_over_local_devices_train_exactly_like_separate_steps(tmp_path):
     """One process, two devices (``JAX_NUM_CPU_DEVICES``): 4 steps fused in one call end at
-    the weights of 4 separate data-parallel steps (the same batches, split the same way)."""
+    the weights of 4 separate data-parallel steps (the same batches, split the same way),
+    from tf.data and from Grain."""
     script = tmp_path / "fused.py"
     script.write_text(FUSED_OVER_DEVICES)
     done = subprocess.run(
@@ -219,7 +222,9 @@ def test_fused_steps_over_local_devices_train_exactly_like_separate_steps(tmp_pa
         cwd=Path(__file__).resolve().parents[1],
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert float(done.stdout.split("MAX_DIFF ")[1]) < 1e-5
+    diffs = dict(line.split(" MAX_DIFF ") for line in done.stdout.splitlines() if "MAX_" in line)
+    assert set(diffs) == {"tf_data", "grain"}, done.stdout
+    assert all(float(d) < 1e-5 for d in diffs.values()), diffs
 
 
 # ------------------------------------------------------------------------- real processes

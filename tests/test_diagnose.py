@@ -537,3 +537,41 @@ def test_empty_data_is_said_as_empty_by_diagnose_and_tune(keras):
         for measure in (dg.diagnose, tune):
             with pytest.raises(train.SetupError, match=r"it yields no batches \(empty\)$"):
                 measure(_your_model(keras), empty)
+
+
+def test_advice_that_a_cached_tune_search_measured_slower_here_is_held_back(
+    keras, tmp_path, monkeypatch
+):
+    """tune's real search writes its cache (its rates injected); diagnose finds it under tune's
+    own key for the same workload, and advises nothing tune measured and did not pick: one line
+    says so instead. What tune picked (XLA) is still advised."""
+    from tests.helpers import fake_rates
+    from toolkit.search import engine as en
+    from toolkit.search import tune as tn
+    from toolkit.search import workload as wl
+
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(wl.TaskWorkload, "rate", lambda self, c, steps=48, calls=3: fake_rates(c))
+    config = TrainConfig(batch_size=16, epochs=10, report_dir=None)
+    space = en.Space(
+        precision=("float32", "mixed_bfloat16"), jit_compile=(False, True),
+        steps_per_execution=(1,), fused_steps=(1,),
+    )  # fmt: skip
+    task = _task(keras, slow_input=False, width=8)
+    picked = tn.tune(task, config, space=space, progress=lambda line: None)
+    assert picked.best.jit_compile and picked.best.precision == "float32"
+    with wl.workload(task, config) as work:
+        tuned = dg._tuned(work)
+    assert tuned is not None and tuned.chosen["jit_compile"] is True
+    facts = adv.Facts(
+        step_s=0.001, batch_size=16, recommended_precision="mixed_bfloat16", tuned=tuned
+    )
+    advice = adv.advise(dg.COMPUTE_BOUND, True, 900.0, 100.0, facts)
+    assert not any("--precision=mixed_bfloat16" in a for a in advice), advice
+    held = [a for a in advice if a.startswith("mixed_bfloat16: tune measured it at best")]
+    assert len(held) == 1 and held[0].endswith("s search), not advised"), advice
+    assert "0.75× the defaults' speed here (cached" in held[0]  # XLA and bf16: 1.5 × 0.5
+    assert any(a.startswith("try --jit_compile") for a in advice)  # tune picked it
+    # Nothing cached for another workload: the rule of thumb stands.
+    with wl.workload(_task(keras, slow_input=False, width=9), config) as work:
+        assert dg._tuned(work) is None

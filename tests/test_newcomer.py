@@ -423,3 +423,34 @@ def test_the_wheel_installs_the_cards_two_packages_and_the_console_script(tmp_pa
     assert {"toolkit/__main__.py", "recipes/mlp.py", "recipes/__init__.py"} <= set(names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "keras-perf = toolkit.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_every_verb_says_first_what_it_is_doing(tmp_path):
+    """Each verb's first line, on a terminal, names the verb and what it does, before any
+    other output (a result, an error) and before a framework loads. Each process is stopped
+    once it has said its first line: what comes after is other tests'."""
+    from toolkit.cli import VERBS
+
+    needs = {"compare": ["a", "b"], "show": ["a"], "trace": ["a"], "merge": ["a"]}
+    started = {
+        verb.name: subprocess.Popen(
+            [sys.executable, "-m", "toolkit", verb.name, *needs.get(verb.name, [])],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=tmp_path,
+            env={**os.environ, "TOOLKIT_PROGRESS": "1", "PYTHONPATH": str(ROOT)},
+        )
+        for verb in VERBS
+    }
+    first = {}
+    for verb in VERBS:
+        process = started[verb.name]
+        try:
+            first[verb.name] = process.stdout.readline().strip()
+        finally:
+            process.kill()
+            process.communicate()
+    for verb in VERBS:
+        assert first[verb.name].startswith(f"{verb.name}: {verb.help}"), first
+        assert ("loading TensorFlow and Keras first" in first[verb.name]) == verb.loads_tensorflow

@@ -525,3 +525,31 @@ def test_the_report_records_our_flags_not_the_frameworks_own():
     flags.DEFINE_bool("alsologtostderr", False, "absl's", flag_values=values, module_name="absl.x")
     values(["prog"])
     assert flags_for_report(values) == {"epochs": 3}
+
+
+def test_a_noise_band_too_wide_to_bound_a_change_gives_no_verdict_and_no_slower_gate(
+    tmp_path, capsys
+):
+    """A ±100% band or wider bounds no ratio: "too noisy to tell", never "beyond the band",
+    with the remedy; --fail_on_slower says it cannot tell rather than that B is slower."""
+    from toolkit import cli
+    from toolkit.report import compare
+
+    a = make_report("mlp", step_s=0.002, jitter_s=0.0005, n=4)
+    b = make_report("mlp", step_s=0.1, jitter_s=0.2, n=4, seed=3)  # far slower, far noisier
+    c = compare(a, b)
+    assert c.noise >= 1.0 and c.verdict == "too noisy"
+    said = c.render()
+    assert "beyond" not in said and "verdict: none: the runs are too noisy to tell" in said
+    assert "time more steps" in said
+    # The same slowdown measured steadily is a verdict again: the rule is the band's width.
+    steady = compare(a, make_report("mlp", step_s=0.1, jitter_s=0.0005, n=4, seed=3))
+    assert steady.noise < 1.0 and steady.verdict == "slower"
+    a.write(tmp_path / "a", plot=False)
+    b.write(tmp_path / "b", plot=False)
+    pair = [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert cli.main(["compare", *pair]) == 0
+    assert cli.main(["compare", "--fail_on_slower", *pair]) == 1  # no gate passes on it
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("compare: cannot tell whether B is slower (the runs are too noisy")
+    assert "slower than A beyond" not in err

@@ -182,3 +182,25 @@ def test_text_and_tables_fit_the_width_without_cutting_a_number():
     wide = [f"column {i}" for i in range(12)]
     parts = terminal.table(["op", *wide], [["MatMul", *range(12)]], columns=80, right=range(1, 13))
     assert all(len(line) <= 80 for line in parts.split("\n")) and parts.count("MatMul") == 2
+
+
+DIAGNOSIS = """
+from toolkit.search.diagnose import COMPUTE_BOUND, Diagnosis
+
+advice = ["try --jit_compile (measure: XLA is sometimes slower; toolkit.tune does) " * 3]
+shown = Diagnosis(1.0, 2.0, 1.0, COMPUTE_BOUND, True, advice, pipeline="x " * 70, python=True)
+print(shown)
+print("longest:", max(len(line) for line in str(shown).splitlines()))
+"""
+
+
+def test_a_diagnosis_printed_in_python_fits_the_terminal(tmp_path):
+    """``print(diagnose(...))`` in your own script, at 80 columns: the long advice and
+    pipeline lines folded at words, under the line they continue; nothing wraps."""
+    shown = _screen(["-c", DIAGNOSIS], 80, tmp_path, timeout=120)
+    assert shown.rc == 0, shown.text[-3000:]
+    assert not shown.wrapped, shown.wrapped
+    assert int(re.search(r"^longest: (\d+)$", shown.text, re.M).group(1)) <= 80, shown.text
+    assert "  advice: try model.compile(..., jit_compile=True)" in shown.text
+    folded = [line for line in shown.lines if line.startswith("    ")]  # continuation rows
+    assert folded, shown.text

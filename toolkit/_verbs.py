@@ -80,7 +80,7 @@ def doctor(args: argparse.Namespace) -> int:
     steps = flag_values.diagnose_steps if asked else None
     diagnosis = diagnose(target, data, config=config, steps=steps)
     print(f"doctor: {what}, batch {diagnosis.batch_size}, {diagnosis.steps} steps each")
-    print(terminal.show(str(diagnosis)))
+    print(terminal.show("\n".join(diagnosis.lines())))
     return 0
 
 

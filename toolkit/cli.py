@@ -95,13 +95,14 @@ def _compare(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    if args.fail_on_slower and result.verdict in ("unknown", "different workloads"):
-        # A gate does not pass on nothing, nor on two runs it cannot compare.
-        why = (
-            "a report has no timed steps"
-            if result.verdict == "unknown"
-            else "A and B are different workloads"
-        )
+    if args.fail_on_slower and result.verdict in ("unknown", "different workloads", "too noisy"):
+        # A gate does not pass on nothing, nor on two runs it cannot compare; nor does it say
+        # "slower" where the noise band is too wide to say anything.
+        why = {
+            "unknown": "a report has no timed steps",
+            "different workloads": "A and B are different workloads",
+            "too noisy": f"the runs are too noisy: a ±{(result.noise or 0) * 100:.1f}% noise band",
+        }[result.verdict]
         print(
             f"compare: cannot tell whether B is slower ({why}): failing, as --fail_on_slower asks",
             file=sys.stderr,
@@ -322,7 +323,8 @@ def _compare_options(p: argparse.ArgumentParser) -> None:
         "--fail-on-slower",
         action="store_true",
         help="exit 1 when B is slower than A beyond the noise band (a regression in CI), or "
-        "when that cannot be told (no timed steps, different workloads)",
+        "when that cannot be told (no timed steps, different workloads, a noise band of ±100%% "
+        "or wider)",
     )
 
 
@@ -547,8 +549,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return 2
     from toolkit.core import progress
 
-    if (verb.loads_tensorflow or verb.name == "backends") and progress.mode() == progress.BAR:
-        # A first line within a second, for a person at a terminal (a log gets the stages)
+    if progress.mode() == progress.BAR:
+        # Every verb's first line within a second, before anything heavy loads (a framework,
+        # XProf's reader), for a person at a terminal; a log gets the stages.
         first = "; loading TensorFlow and Keras first" if verb.loads_tensorflow else ""
         progress.say(f"{verb.name}: {verb.help}{first}")
     if verb.loads_tensorflow:

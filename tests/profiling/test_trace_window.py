@@ -4,6 +4,8 @@ training."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,7 @@ from toolkit import backend
 from toolkit.core import compat
 from toolkit.profiling.step_timer import StepTimer
 from toolkit.profiling.trace_window import TraceWindow
-from toolkit.report.trace import read_trace, trace_lines
+from toolkit.report.trace import left_out_line, read_trace, trace_lines
 
 pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 
@@ -37,6 +39,17 @@ def test_trace_window_writes_a_trace_and_timer_excludes_traced_steps(
     low, high = (4, 4) if timer.boundary == "begin" else (3, 5)
     assert low <= s.excluded_steps <= high, s
     assert s.total_steps == 12 and s.timed_steps == 12 - 1 - 2 - s.excluded_steps
+    # The summary's counts add up to the steps run, and the steps left out are explained
+    # against the 3 traced (one more where a trace's start or stop fell in a step's interval).
+    said = "\n".join(s.lines())
+    run = re.search(r"^steps run: (\d+) = first (\d+) \+ warm-up (\d+) \+ profiler (\d+) "
+                    r"\+ timed (\d+)$", said, re.M)  # fmt: skip
+    assert run, said
+    total, *kinds = map(int, run.groups())
+    assert total == 12 == sum(kinds) and kinds[2] == s.excluded_steps, said
+    left = left_out_line(s.excluded_steps, 3)
+    assert left.startswith(f"  left out of the timing: {s.excluded_steps} steps, the 3 traced")
+    assert ("whose interval held the trace's start or stop" in left) == (s.excluded_steps > 3)
     result = trace.result()
     assert result["traced_steps"] == [4, 7] and result["error"] is None
 

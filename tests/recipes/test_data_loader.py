@@ -82,7 +82,16 @@ y = np.arange(40, dtype=np.int32)
 config = TrainConfig(batch_size=8, seed=5)
 assert _data.data_loader(config, (x, y)) == "grain"
 assert _data.data_loader(TrainConfig(data_loader="tf_data"), (x, y)) == "tf_data"
-assert _data.data_loader(config, (x, y), share=(0, 2, 2)) == "tf_data"  # two processes
+# Over processes and devices with fused steps, each process reads its part of every batch
+# laid out as the fused step unfolds it: the part the arrays path gives.
+from toolkit.distribute.processes import process_slice
+fused = TrainConfig(batch_size=4, seed=5, fused_steps=2)
+for index in range(2):
+    mine = _data.dataset((x, y), fused, training=True, share=(index, 2, 2))
+    assert "slice" in mine.description and mine.batch_size == 4, mine.description
+    whole = array_batches((x, y), 8, shuffle=True, seed=5, drop_remainder=True)
+    ref = process_slice(whole, index, 2, fused=2, shards=2)
+    assert next(iter(mine))[1].tolist() == ref[0][1].tolist()
 ds = _data.dataset((x, y), config, training=True)
 assert "(grain)" in ds.description and _data.epoch_steps(ds) == len(ds) == 5
 stream = iter(ds)

@@ -180,9 +180,18 @@ class StepStats:
                 + ", not in the statistics)"
             )
         excluded = [f"warm-up {self.warmup_steps}"]
-        if self.excluded_steps:
-            excluded.append(f"other {self.excluded_steps} (profiler trace)")
+        profiler = f"profiler {self.excluded_steps}" if self.excluded_steps else ""
+        if profiler:  # a trace slows what it covers: those steps are counted, not timed
+            excluded.append(profiler + " (a trace ran in them, or started or stopped)")
         out.append("excluded steps: " + ", ".join(excluded))
+        # The four kinds of step add up to every step run: the count is checkable at a glance.
+        parts = [
+            f"first {self.first_step_steps}",
+            excluded[0],
+            profiler,
+            f"timed {self.timed_steps}",
+        ]
+        out.append(f"steps run: {self.total_steps} = " + " + ".join(p for p in parts if p))
         return out
 
     def __str__(self) -> str:

@@ -2,15 +2,16 @@
 shuffle/cache/map/batch/prefetch and checks for traps, and a pipeline-only throughput benchmark;
 without TensorFlow, arrays in batches (``arrays``: a ``keras.utils.PyDataset``); Grain
 pipelines by the same rules (``pipeline(..., loader="grain")``, ``image_folder(...,
-loader="grain")``; ``toolkit.data._grain``, the one module that imports Grain)."""
+loader="grain")``, ArrayRecord files: ``write_array_records`` and ``ArrayRecords``;
+``toolkit.data._grain``, the one module that imports Grain)."""
 
+from toolkit.data._array_record import ArrayRecords, write_array_records
 from toolkit.data.arrays import ArraySource, array_batches, has_tensorflow, resize_images
 from toolkit.data.builder import PipelineWarning, describe_pipeline, infer_batch_size, pipeline
 from toolkit.data.sources import (
     class_names,
     decode_image,
     digits,
-    find_unreadable_image,
     from_arrays,
     image_folder,
     normalize_images,
@@ -29,6 +30,7 @@ from toolkit.data.tfrecord import (
 from toolkit.data.throughput import PipelineBenchmark, benchmark
 
 __all__ = [
+    "ArrayRecords",
     "ArraySource",
     "PipelineBenchmark",
     "PipelineWarning",
@@ -39,7 +41,6 @@ __all__ = [
     "decode_image",
     "describe_pipeline",
     "digits",
-    "find_unreadable_image",
     "find_unreadable_tfrecord",
     "from_arrays",
     "has_tensorflow",
@@ -54,5 +55,6 @@ __all__ = [
     "tfrecord_parser",
     "tfrecord_records",
     "tfrecords",
+    "write_array_records",
     "write_tfrecords",
 ]

@@ -8,8 +8,9 @@ The order of examples is the toolkit's own, not Grain's ``shuffle``: epoch `e` r
 permutation ``numpy.random.default_rng([seed, e, 0]).permutation(n)``, the order
 :func:`toolkit.data.array_batches` reads (the arrays path on JAX and PyTorch without
 TensorFlow), so the two loaders feed a model the same batches in the same order from the same
-seed. In-memory arrays with no per-example map are read a batch at a time (one gather per
-batch, as the tf.data builder's gathered road); files and per-example maps go example by
+seed. In-memory arrays and ArrayRecord files (:class:`toolkit.data.ArrayRecords`) with no
+per-example map are read a batch at a time (one gather or one read per batch, as the tf.data
+builder's gathered road); image files and per-example maps go example by
 example, each batch made whole by one reader: one of ``num_threads`` threads
 (``grain.ReadOptions``) or of `workers` processes (``grain.MultiprocessingOptions``).
 
@@ -32,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from toolkit.data._array_record import ArrayRecords
 from toolkit.data.arrays import ArraySource
 
 # A private module: its public front is ``toolkit.data.pipeline(..., loader="grain")`` and
@@ -229,7 +231,8 @@ def grain_pipeline(
     Args:
         source: random-access examples: an :class:`~toolkit.data.ArraySource`,
             ``(features, labels)`` arrays, an ``ImageFiles`` (``image_folder(...,
-            loader="grain")``), or any sequence whose items are ``(features, label)``.
+            loader="grain")``), an ``ArrayRecords`` (files), or any sequence whose items are
+            ``(features, label)``.
         batch_size: examples per batch.
         preprocess: ``f(features, label) -> (features, label)`` per example, no randomness.
         augment: ``f(features, label, rng) -> (features, label)`` per example, with a NumPy
@@ -280,7 +283,9 @@ def grain_pipeline(
         )
     threads = num_threads or max(1, min(MAX_THREADS, os.cpu_count() or 1))
     ahead = prefetch or 2 * threads
-    gathered = isinstance(source, ArraySource) and preprocess is None and augment is None
+    # Arrays and ArrayRecord files read a batch in one call (ArrayRecords.take: one read).
+    batched = isinstance(source, ArraySource | ArrayRecords)
+    gathered = batched and preprocess is None and augment is None
     order = _Order(count, shuffle, seed)
 
     maps = (preprocess, augment)
@@ -299,7 +304,12 @@ def grain_pipeline(
             )
         return it
 
-    read = "arrays (one gather per batch)" if gathered else f"{type(source).__name__} (by index)"
+    read = f"{type(source).__name__} (by index)"
+    if isinstance(source, ArrayRecords):
+        files = f"ArrayRecord files ({len(source.paths)})"
+        read = f"{files} (one read per batch)" if gathered else f"{files} (by index)"
+    elif gathered:
+        read = "arrays (one gather per batch)"
     stages = [read, f"shuffle(per epoch, seed {seed or 0})" if shuffle else None]
     stages += [
         "map(preprocess)" if preprocess else None,
@@ -400,6 +410,16 @@ def _epochs_class(grain: Any) -> type:
                 return self
             text = self.description.replace(" (grain)", " → endless (grain)")
             return type(self)(self._make, self._batches, self.batch_size, True, text)
+
+        def map_batches(self, fn: Callable[[Any], Any], note: str, size: int) -> Any:
+            """This pipeline with `fn` applied to every batch as it is read (after the
+            prefetch, in the reading process: `fn` need not pickle), batches of `size`
+            examples; `note` joins the description."""
+            make = self._make
+            text = self.description.replace(" (grain)", f" → {note} (grain)")
+            return type(self)(
+                lambda epoch: make(epoch).map(fn), self._batches, size, self.endless, text
+            )
 
         def __iter__(self) -> Any:
             # Endless: one stream of every epoch (its worker processes live on); else the

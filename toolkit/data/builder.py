@@ -317,7 +317,8 @@ def pipeline(
     """Builds the training input pipeline from a dataset of single examples.
 
     ``loader="grain"``: a Grain pipeline by the same rules (``toolkit.data._grain`` says how):
-    `dataset` is random-access examples (arrays, ``image_folder(..., loader="grain")``), the
+    `dataset` is random-access examples (arrays, ``image_folder(..., loader="grain")``,
+    ``ArrayRecords``), the
     maps take NumPy (`augment` a generator last), `num_parallel_calls` is its threads and
     `workers` its processes, `repeat` one endless stream (``len()``: an epoch's batches).
 
@@ -365,6 +366,10 @@ def pipeline(
         return from_builder(**settings)
     if loader != "tf_data" or workers:
         raise ValueError(f"loader: 'tf_data' (no workers) or 'grain', got {loader!r}")
+    from toolkit.data._array_record import ArrayRecords
+
+    if isinstance(dataset, ArrayRecords):
+        raise ValueError("dataset: ArrayRecord files are read by Grain: pass loader='grain'")
     import tensorflow as tf
 
     if batch_size is None or batch_size < 1:

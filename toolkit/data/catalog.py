@@ -45,7 +45,6 @@ from toolkit.data.arrays import ArraySource, ImageFiles, has_tensorflow, resize_
 __all__ = [
     "Data",
     "load",
-    "parse_dataset_spec",
 ]
 
 

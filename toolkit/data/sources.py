@@ -20,7 +20,6 @@ __all__ = [
     "class_names",
     "decode_image",
     "digits",
-    "find_unreadable_image",
     "from_arrays",
     "image_folder",
     "normalize_images",

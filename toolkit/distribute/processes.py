@@ -358,7 +358,8 @@ def _say_hello(
 
 
 def process_slice(data: Any, index: int, count: int, fused: int = 1, shards: int = 0) -> Any:
-    """`data` (batches of the global batch: a ``tf.data.Dataset`` or a Keras ``PyDataset``)
+    """`data` (batches of the global batch: a ``tf.data.Dataset``, a Keras ``PyDataset`` or a
+    toolkit Grain pipeline)
     with only process `index`'s part of each batch, of `count` processes. Every process must
     read the same batches in the same order (the same seed).
 
@@ -381,6 +382,16 @@ def process_slice(data: Any, index: int, count: int, fused: int = 1, shards: int
         t = t.reshape((fused, shards, rows, *t.shape[1:]))[:, index * mine : (index + 1) * mine]
         return t.swapaxes(0, 1).reshape((mine * fused * rows, *t.shape[3:]))
 
+    if hasattr(data, "map_batches"):  # a toolkit Grain pipeline (toolkit.data._grain)
+        import keras
+        import numpy as np
+
+        note = f"slice {index + 1} of {count}" if count > 1 else f"rows by device ({shards})"
+        return data.map_batches(
+            lambda batch: keras.tree.map_structure(lambda t: cut(np.asarray(t)), batch),
+            note,
+            (getattr(data, "batch_size", 0) or 0) // count,
+        )
     if hasattr(data, "element_spec"):  # a tf.data.Dataset
         import tensorflow as tf
 

@@ -23,12 +23,17 @@ class Comparison:
     combined — each estimated from the run's jitter as ``1.2533 · jitter / sqrt(samples)`` —
     and `min_rel` of the baseline, a floor for the drift between runs that no single run's
     jitter shows (other processes, clocks, thermals).
+
+    A band of ±100% of the baseline or wider gives no verdict at all ("too noisy"): its lower
+    edge would pass a time of zero, so it could only ever find B slower, never faster, and the
+    normal approximation behind it no longer holds — the runs' jitter is as large as the time
+    being compared. The band narrows as 1/√(timed steps), so more timed steps is the remedy.
     """
 
     a_name: str
     b_name: str
     rows: tuple[tuple[str, float | None, float | None, str], ...]
-    verdict: str  # "faster" | "slower" | "within noise" | "unknown" | "different workloads"
+    verdict: str  # "faster" | "slower" | "within noise" | "too noisy" | "unknown" | DIFFERENT
     ratio: float | None  # a_time / b_time: > 1 means b is faster
     basis: str
     noise: float | None
@@ -56,6 +61,12 @@ class Comparison:
             )
         elif self.verdict == "unknown":
             lines.append("verdict: unknown (a report has no timed steps)")
+        elif self.verdict == TOO_NOISY:
+            lines.append(
+                f"verdict: none: the runs are too noisy to tell (a ±{self.noise * 100:.1f}% noise "
+                f"band, B/A {1 / self.ratio:.3f}× {self.basis}); time more steps for a narrower "
+                "band (4× the timed steps halve it)"
+            )
         elif self.verdict == "within noise":
             lines.append(
                 f"verdict: within noise — B/A {1 / self.ratio:.3f}× {self.basis}, "
@@ -164,11 +175,18 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
     se = math.hypot(1.2533 * ja / math.sqrt(sa.samples), 1.2533 * jb / math.sqrt(sb.samples))
     noise = max(z * se / ta, min_rel)
     rel = (tb - ta) / ta
-    verdict = "within noise" if abs(rel) <= noise else ("faster" if rel < 0 else "slower")
+    if noise >= MAX_BAND:  # a band this wide bounds no ratio: no verdict either way
+        verdict = TOO_NOISY
+    else:
+        verdict = "within noise" if abs(rel) <= noise else ("faster" if rel < 0 else "slower")
     return Comparison(a.name, b.name, rows, verdict, ta / tb, basis, noise, tuple(notes), settings)
 
 
 DIFFERENT = "different workloads"
+TOO_NOISY = "too noisy"
+# The widest noise band (a fraction of A's time) that still bounds a change: at ±100% its lower
+# edge is a time of zero, past which "faster" could never be said and "slower" means nothing.
+MAX_BAND = 1.0
 # Flags that say where a run went or how it was shown, not how it trained.
 NOT_SETTINGS = frozenset({"report_dir", "log_steps", "log_verbosity", "tensorboard", "backup_dir"})
 

@@ -40,7 +40,7 @@ from toolkit.report._cluster import cluster_line, render_cluster
 from toolkit.report._fields import check_report, context_error, read_checked
 from toolkit.report._fit_call import fit_call_line
 from toolkit.report.context import RunContext
-from toolkit.report.trace import read_trace, trace_lines
+from toolkit.report.trace import left_out_line, read_trace, trace_lines
 
 __all__ = [
     "COMPLETE",
@@ -295,6 +295,7 @@ class RunReport:
         if self.trace:
             lines.append(_trace_line(self.trace))
             held = self.trace.get("traced_steps") or (0, 0)
+            lines += filter(None, [left_out_line(self.steps.excluded_steps, held[1] - held[0])])
             lines += trace_lines(self.trace.get("analysis"), window=held[1] - held[0])
         return "\n".join(lines)
 

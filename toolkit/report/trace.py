@@ -396,6 +396,20 @@ def short_op(name: str, limit: int = OP_NAME_CHARS) -> str:
     return shown if len(shown) <= limit else "…" + shown[-(limit - 1) :]
 
 
+def left_out_line(excluded: int, window: int | None) -> str | None:
+    """How the steps left out of the timing relate to the `window` of traced steps: the
+    traced ones, and those whose interval held the trace's start or stop (a step is timed
+    from its begin to the next, so the step the trace stopped at held the stop). None: no
+    step was left out."""
+    if not excluded:
+        return None
+    if not window or excluded < window:
+        return f"  left out of the timing: {excluded} steps (under a profiler)"
+    extra = excluded - window
+    edge = f" and {extra} whose interval held the trace's start or stop" if extra else ""
+    return f"  left out of the timing: {excluded} steps, the {window} traced{edge}"
+
+
 def trace_lines(
     analysis: Mapping[str, Any] | None, ops: int = 5, window: int | None = None
 ) -> list[str]:
@@ -408,9 +422,13 @@ def trace_lines(
     step_ms = analysis.get("step_ms")
     if step_ms:
         n = len(analysis.get("steps") or [])
-        of = f" of the {window} traced" if window and window != n else ""
+        of, why = (
+            (f" of the {window} traced", " (XProf leaves out steps at the trace's edges)")
+            if window and window != n
+            else ("", "")
+        )
         lines.append(
-            f"trace steps: {n}{of} marked, {step_ms['mean']:.2f} ms mean "
+            f"trace steps: {n}{of} marked{why}, {step_ms['mean']:.2f} ms mean "
             f"({step_ms['min']:.2f}–{step_ms['max']:.2f})"
         )
     breakdown = analysis.get("breakdown_ms") or {}

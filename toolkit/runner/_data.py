@@ -68,29 +68,28 @@ def data_loader(
     source: Any = None,
     task: Task | None = None,
     training: bool = True,
-    share: tuple[int, int, int] = (0, 1, 1),
 ) -> str:
     """What builds this run's pipeline: ``tf_data``, ``grain`` or ``arrays`` (NumPy batches
     without TensorFlow), ``--data_loader`` resolved. auto: tf.data on TensorFlow; Grain on
-    JAX and PyTorch where it is installed and reads the data in one process; else tf.data,
-    or arrays without TensorFlow."""
+    JAX and PyTorch where it is installed and reads the data (random access, not through the
+    tf.data service); else tf.data, or arrays without TensorFlow. Every loader feeds each
+    process its part of every global batch, laid out for fused steps over devices
+    (``process_slice``)."""
     from toolkit import backend
     from toolkit.data import has_tensorflow
     from toolkit.data._grain import has_grain
 
-    alone = share[1] < 2 and not (config.fused_steps > 1 and share[2] > 1)
     if config.data_loader == "grain":
-        if not alone or config.data_service:
+        if config.data_service:
             raise ValueError(
-                "--data_loader=grain: over several processes or devices with fused steps, or "
-                "through the tf.data service, the toolkit's input is tf.data: "
-                "--data_loader=tf_data"
+                "--data_loader=grain: the tf.data service serves tf.data pipelines: "
+                "--data_loader=tf_data, or leave out --data_service"
             )
         return "grain"
     if config.data_loader == "tf_data" or backend.name() == "tensorflow":
         return "tf_data" if has_tensorflow() else "arrays"
     readable = _random_access(source, task, training, call=False) is not None
-    if has_grain() and alone and not config.data_service and readable:
+    if has_grain() and not config.data_service and readable:
         return "grain"
     return "tf_data" if has_tensorflow() else "arrays"
 
@@ -196,7 +195,7 @@ def dataset(
     from toolkit.distribute.processes import process_slice
 
     index, processes, devices = share
-    loader = data_loader(config, source, task, training, share)  # Grain: one process, checked
+    loader = data_loader(config, source, task, training)
     return process_slice(
         batches(source, config, training, task, whole=training or processes > 1, loader=loader),
         index,

@@ -27,6 +27,7 @@ __all__: list[str] = []
 
 CHILD = "toolkit._child"  # the entry point every child runs: python -m toolkit._child SPEC OUT
 JOBS = ("figures", "tune")
+KILLED = "killed by"  # the line follow() adds for a child a signal ended
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,8 +104,9 @@ def follow(
     prefix: str = "",
 ) -> list[str] | None:
     """Runs `argv`, passing its progress lines (``[n | ...]``, ``tune: ...``) on to `progress`
-    as they come, with `prefix`; returns its stderr's non-empty lines, or None when it ran
-    past `timeout_s` (then it is killed)."""
+    as they come, with `prefix`; returns its stderr's non-empty lines (the last one
+    ``killed by SIGKILL`` when a signal ended it), or None when it ran past `timeout_s` (then
+    it is killed)."""
     import threading
 
     proc = subprocess.Popen(
@@ -130,7 +132,17 @@ def follow(
         proc.wait()
     finally:
         timer.cancel()
-    return None if killed.is_set() else lines
+    if killed.is_set():
+        return None
+    if proc.returncode < 0:  # the OOM killer, a user's kill: not the contender's own failure
+        import signal
+
+        try:
+            name = signal.Signals(-proc.returncode).name
+        except ValueError:
+            name = f"signal {-proc.returncode}"
+        lines.append(f"{KILLED} {name}")
+    return lines
 
 
 def run_child(
@@ -141,7 +153,9 @@ def run_child(
     prefix: str = "",
 ) -> dict[str, Any]:
     """Runs `spec` in a fresh ``python -m toolkit._child`` process: its JSON result, or
-    ``{"error": ...}`` with the child's last error line (or the timeout). The child's progress
+    ``{"error": ...}`` with the child's last error line; a child killed by a signal or past
+    `timeout_s` also has ``"interrupted": True`` (what it would have measured is unknown, not
+    failed: such a result is not cached). The child's progress
     lines (``[n | ...]``, ``tune: ...``) go to `progress` as they come, after `prefix`."""
     child_env = {**env, "KERAS_BACKEND": spec.backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
     if spec.target.model_fn:  # the user's module imports in the child as it does here
@@ -155,9 +169,11 @@ def run_child(
         argv = [sys.executable, "-m", CHILD, spec_path, out]
         lines = follow(argv, child_env, timeout_s, progress or (lambda _line: None), prefix)
         if lines is None:
-            return {"error": f"no result within {timeout_s:.0f} s"}
+            return {"error": f"no result within {timeout_s:.0f} s", "interrupted": True}
         figures = read_json(out)
     if not figures:
+        if lines and lines[-1].startswith(KILLED):
+            return {"error": lines[-1], "interrupted": True}
         errors = [ln for ln in lines if ln.startswith("error:")]
         why = (errors or lines or ["no result"])[-1]
         return {"error": why.removeprefix("error: ").strip()}

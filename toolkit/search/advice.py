@@ -9,6 +9,8 @@ their arguments, tested with injected rates and facts.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from toolkit import backend as backends
 
@@ -40,6 +42,56 @@ class Facts:
     cpu_cores: int | None = None  # cores this process may run on (input and a CPU step share)
     adapter: str | None = None  # the Keras adapter fit reads your data through (None: tf.data)
     input_workers: int | None = None  # the workers your PyDataset or DataLoader was given
+    tuned: Tuned | None = None  # what a cached tune search measured for this workload here
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuned:
+    """What a cached tune search measured for this workload on this machine: each trial's
+    settings, rate (examples/s; None: it failed) and error, the defaults' rate, the pick's
+    settings and how long the search ran. Advice that it measured and did not pick is held
+    back: a search on this machine outweighs a rule of thumb."""
+
+    trials: tuple[tuple[Mapping[str, Any], float | None, str | None], ...]
+    defaults_rate: float | None
+    chosen: Mapping[str, Any]
+    seconds: float
+
+    @classmethod
+    def of(cls, result: Any) -> Tuned:
+        """From a ``toolkit.search.tune.TuneResult``."""
+        return cls(
+            tuple((dataclasses.asdict(t.candidate), t.examples_per_sec, t.error)
+                  for t in result.trials),
+            result.defaults_rate, dataclasses.asdict(result.best), result.seconds,
+        )  # fmt: skip
+
+    def held_back(self, what: str, tried: Callable[[Mapping[str, Any]], bool]) -> str | None:
+        """One line saying why advice for `what` is not given, where the search measured
+        settings for which `tried` holds and picked none of them; None: give the advice (not
+        measured, or picked)."""
+        measured = [(rate, error) for c, rate, error in self.trials if tried(c)]
+        if not measured or tried(self.chosen):
+            return None
+        source = f"cached {self.seconds:.0f} s search"
+        rates = [rate for rate, _ in measured if rate is not None]
+        if not rates:
+            return f"{what}: tune could not run it here ({measured[0][1]}; {source}), not advised"
+        best = max(rates) / self.defaults_rate if self.defaults_rate else None
+        speed = f"{best:.2f}× the defaults' speed" if best else "no faster than the defaults"
+        return f"{what}: tune measured it at best {speed} here ({source}), not advised"
+
+
+def _unless_tuned(
+    facts: Facts, advice: str, what: str, tried: Callable[[Mapping[str, Any]], bool]
+) -> str:
+    """`advice`, or the line that says tune measured it here and did not pick it."""
+    said = facts.tuned.held_back(what, tried) if facts.tuned is not None else None
+    return said or advice
+
+
+def _per_call(c: Mapping[str, Any]) -> int:
+    return (c.get("steps_per_execution") or 1) * (c.get("fused_steps") or 1)
 
 
 def _adapter_advice(facts: Facts) -> list[str] | None:
@@ -119,15 +171,20 @@ def _compute_advice(facts: Facts) -> list[str]:
     step = facts.step_s
     if step is not None and step < SMALL_STEP_S and facts.fused_steps == 1:
         short = f"the step is short ({step * 1e3:.2f} ms): per-step overhead counts; "
-        out.append(short + (seam.loop_advice() if seam else "try --steps_per_execution"))
+        loop = short + (seam.loop_advice() if seam else "try --steps_per_execution")
+        what = "more steps per call (steps_per_execution, fused_steps)"
+        out.append(_unless_tuned(facts, loop, what, lambda c: _per_call(c) > 1))
     jit = seam.jit_advice() if seam else None  # None: always compiled (JAX)
     if not facts.jit_compile and jit:
-        out.append(jit)
+        out.append(_unless_tuned(facts, jit, "jit_compile", lambda c: bool(c.get("jit_compile"))))
     if facts.batch_size is not None:
-        out.append(
+        larger = (
             f"a larger batch than {facts.batch_size} (if memory and convergence allow) does "
             "more work per step overhead"
         )
+        size = facts.batch_size
+        what = f"a batch larger than {size}"
+        out.append(_unless_tuned(facts, larger, what, lambda c: (c.get("batch_size") or 0) > size))
     if facts.device_kind == "cpu" and facts.gpus:
         out.append(f"{facts.gpus} GPU(s) are here but the step runs on the CPU: try --device=gpu")
     if facts.device_kind != "cpu" and step is not None and step < SMALL_STEP_S:
@@ -135,10 +192,10 @@ def _compute_advice(facts: Facts) -> list[str]:
             "a small step on a GPU: launch latency may dominate; try --device=cpu too "
             "(small models are often faster there)"
         )
-    if facts.recommended_precision and facts.recommended_precision != facts.precision:
-        out.append(
-            f"try --precision={facts.recommended_precision} (this device's hint; measure it)"
-        )
+    hint = facts.recommended_precision
+    if hint and hint != facts.precision:
+        advice = f"try --precision={hint} (this device's hint; measure it)"
+        out.append(_unless_tuned(facts, advice, hint, lambda c: c.get("precision") == hint))
     return out
 
 

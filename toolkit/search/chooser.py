@@ -103,12 +103,13 @@ def choose(rows: Sequence[Row], min_gain: float = MIN_GAIN) -> tuple[Contender, 
     why, in words."""
     defaults = rows[0]
     if defaults.error is not None:
-        measured = [r for r in rows if r.error is None]
+        measured = [r for r in rows if not r.failed]
         if not measured:
             return defaults.contender, "no contender ran"
         best = min(measured, key=lambda r: r.median("mean_s") or float("inf"))
         return best.contender, f"the defaults failed ({defaults.error}); fastest of the rest"
-    agrees = {r.contender: loss_agrees(defaults, r) is not False for r in rows}
+    # A contender with a failed run is never chosen; nor one whose loss disagrees.
+    agrees = {r.contender: not r.failed and loss_agrees(defaults, r) is not False for r in rows}
     verdict = decide(
         defaults.contender,
         [r.contender for r in rows[1:]],
@@ -145,7 +146,7 @@ def _plain_twin(rows: Sequence[Row], row: Row) -> Row | None:
         return None
     for other in rows:
         o = other.contender
-        if (o.backend, o.device, o.settings) == (c.backend, c.device, ()) and other.error is None:
+        if (o.backend, o.device, o.settings) == (c.backend, c.device, ()) and not other.failed:
             return other if loss_agrees(rows[0], other) is not False else None
     return None
 
@@ -376,7 +377,13 @@ def compare(
     result = BackendsResult(
         target, rows, best, key, length, rounds, time.perf_counter() - start, False, why
     )
-    if use_cache and not _CACHE.put(result.key, facts, result.to_dict()):
+    interrupted = sum(row.interrupted for row in rows)
+    if use_cache and interrupted:
+        progress(
+            f"backends: not cached: {interrupted} run(s) ended by a signal or the timeout "
+            "measured nothing; run again for an answer to keep"
+        )
+    elif use_cache and not _CACHE.put(result.key, facts, result.to_dict()):
         progress(f"backends: not cached: cannot write {_CACHE.path} (set TOOLKIT_CACHE_DIR)")
     return result
 

@@ -23,7 +23,9 @@ margin. A fourth finding, *overlap*, flags a fit slower than both of its parts (
 not overlapping, or per-step overhead). ``toolkit.search.advice`` draws concrete advice from
 what was measured and what the input is (Python generators, sequential maps, no cache, no
 prefetch, per-example maps; or the Keras adapter that reads your data: a PyDataset's workers,
-a Grain pipeline's), the step time, the settings and the devices. No profiler is needed, so it
+a Grain pipeline's), the step time, the settings and the devices. Where a cached tune search
+measured this workload on this machine (tune's own cache key), a setting it measured and did
+not pick is not advised: one line says what it measured instead. No profiler is needed, so it
 works on Metal too.
 
 A second opinion, where XProf is installed (the ``[profile]`` extra): a short fit of its
@@ -46,6 +48,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from toolkit.core import _extras as extras
+from toolkit.core import terminal
 from toolkit.core.progress import say
 from toolkit.core.stats import whole_calls
 from toolkit.runner.config import TrainConfig
@@ -55,6 +58,7 @@ from toolkit.search.advice import (
     INPUT_BOUND,
     MARGIN,
     Facts,
+    Tuned,
     advise,
 )
 from toolkit.search.python_advice import as_python
@@ -108,7 +112,9 @@ class Diagnosis:
         return out
 
     def __str__(self) -> str:
-        return "\n".join(self.lines())
+        # Folded to the terminal's width (COLUMNS first), where stdout is one: a print in a
+        # script then never wraps mid-word; in a notebook or a log, one line per finding.
+        return terminal.fit("\n".join(self.lines()), terminal.width())
 
 
 def classify(
@@ -348,6 +354,7 @@ def diagnose(
             if tracing:
                 work.fit(steps=per_call + traced, warmup=0, callbacks=tracing)
             trace = _read_trace(tracing, work.defaults().steps_per_execution)
+        tuned = _tuned(work)
     described = work.described if words is None else words
     if not work.is_model:
         described += f": {describe_pipeline(dataset)}"
@@ -368,7 +375,17 @@ def diagnose(
         adapter=work.adapter,
         input_workers=work.input_workers,
         python=work.is_model,
+        tuned=tuned,
     )
+
+
+def _tuned(work: Any) -> Tuned | None:
+    """What a cached tune search measured for this workload on this machine (under tune's
+    own key: the same model, input, backend, device and machine); None: nothing cached."""
+    from toolkit.search import tune
+
+    result = tune.cached(tune.cache_key(work)[0])
+    return Tuned.of(result) if result is not None and result.trials else None
 
 
 def _conclude(
@@ -387,9 +404,11 @@ def _conclude(
     adapter: str | None = None,
     input_workers: int | None = None,
     python: bool = False,
+    tuned: Tuned | None = None,
 ) -> Diagnosis:
     """The verdict and advice from the measured rates; `trace` is what a trace of the fit
-    said (None: none was taken); `python`: your own model, its advice said in Python."""
+    said (None: none was taken); `python`: your own model, its advice said in Python;
+    `tuned`: what a cached tune search measured here (its losers are not advised)."""
     from toolkit import devices
 
     compute_rate, fit_rate = _rate(compute), _rate(fit)
@@ -410,6 +429,7 @@ def _conclude(
         cpu_cores=_cpu_cores(),
         adapter=adapter,
         input_workers=input_workers,
+        tuned=tuned,
         **settings,
     )
     return Diagnosis(

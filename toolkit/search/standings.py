@@ -105,6 +105,18 @@ class Row:
     def error(self) -> str | None:
         return None if self.ok() else next((r["error"] for r in self.runs if r.get("error")), None)
 
+    @property
+    def failed(self) -> int:
+        """Runs that measured nothing: a contender with one is never chosen (what made it
+        fail may make it fail again, as the settings it was run with)."""
+        return len(self.runs) - len(self.ok())
+
+    @property
+    def interrupted(self) -> int:
+        """Runs a signal or the timeout ended: not the contender's answer, so a result
+        holding one is not cached."""
+        return sum(1 for r in self.runs if r.get("interrupted"))
+
     def to_dict(self) -> dict[str, Any]:
         return {"contender": dataclasses.asdict(self.contender), "runs": self.runs}
 
@@ -201,9 +213,8 @@ class BackendsResult:
                 notes.append(" ".join(c.settings))
             if agrees is False:
                 notes.append(f"loss differs > {LOSS_RTOL:.0%}")
-            failed = len(row.runs) - len(row.ok())
-            if failed:
-                notes.append(f"{failed} run(s) failed")
+            if row.failed:
+                notes.append(f"{row.failed} run(s) failed: not chosen")
             ratio = self.ratio(row)
             lines.append(
                 f"| {c.backend} | {c.device} | {num(first, '.3f')} | "
