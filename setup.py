@@ -79,6 +79,9 @@ setup(
         "grain": ["grain>=0.2.18", "array_record>=0.8"],
         "test": [
             "pytest>=8",
+            # Two test workers (`make test`): most tests wait on the processes they start, so
+            # two halve the suite's time on a 2-core machine.
+            "pytest-xdist>=3.6",
             "ruff>=0.5",
             # A VT100 emulator: the screen tests read what a terminal shows (tests/terminal.py).
             "pyte>=0.8",

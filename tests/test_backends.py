@@ -363,7 +363,7 @@ def test_the_accelerator_benchmark_runs_without_tensorflow(no_tensorflow, tmp_pa
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
     assert "## torch: cpu:0" in text and "precision hint" in text
-    assert "cnn on digits" in text and "resnet50 synthetic 224×224" in text
+    assert "cnn on digits" in text and "resnet50 synthetic 64×64" in text
     assert text.count("device memory") == 2  # n/a on a CPU, the peak on a GPU
     assert text.count("seed MLP on torch") == 2 and "× (baseline " in text
     assert "nope: not installed, skipped" in text

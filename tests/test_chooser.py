@@ -275,7 +275,7 @@ def test_tune_across_backends_searches_each_then_meets_head_to_head(tmp_path):
     env.pop("KERAS_BACKEND", None)
     done = subprocess.run(
         [sys.executable, "-m", "toolkit", "tune", "--recipe", "mlp", "--across_backends",
-         "--tune_budget=45", "--device=cpu", "--hidden_units=32", "--batch_size=64"],
+         "--tune_budget=25", "--device=cpu", "--hidden_units=32", "--batch_size=64"],
         capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
