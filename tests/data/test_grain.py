@@ -148,3 +148,29 @@ def test_without_grain_the_toolkit_works_and_asking_for_it_is_one_line(monkeypat
         TrainConfig(data_loader="grain").validate()
     with pytest.raises(ConfigError, match="--data_loader must be one of auto, tf_data, grain"):
         TrainConfig(data_loader="pytorch").validate()
+
+
+def test_auto_readers_are_measured_once_then_read_from_the_cache(image_dir, tmp_path, monkeypatch):
+    """``workers="auto"``: arrays gathered a batch at a time get threads without a
+    measurement; image files are read both ways, the faster kept (either may win on a shared
+    machine: the test checks the measurement, the cache and the batches, not the winner)."""
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
+    x, y = np.zeros((16, 2), "float32"), np.arange(16)
+    said = D.describe_pipeline(_grain((x, y), 4, workers="auto"))
+    assert "auto: arrays gathered a batch at a time: threads" in said, said
+    assert not (tmp_path / "grain_readers.json").exists()
+
+    files = D.image_folder(image_dir, (8, 8), loader="grain")
+    first = D.describe_pipeline(_grain(files, 4, num_parallel_calls=1, workers="auto", seed=2))
+    assert "; auto: " in first and "examples/s on 1 threads" in first, first
+    assert (tmp_path / "grain_readers.json").exists()
+    again = _grain(files, 4, num_parallel_calls=1, workers="auto", seed=2)
+    said = D.describe_pipeline(again)
+    assert said.endswith(", cached) (grain)") or ", cached" in said, said
+    chosen = first.split("; auto: ")[1].split(":")[0]
+    assert said.split("; auto: ")[1].split(":")[0] == chosen  # the same readers
+    plain = _grain(files, 4, num_parallel_calls=1, seed=2)  # readers never change the order
+    for a, b in zip(list(plain), list(again), strict=True):
+        np.testing.assert_array_equal(np.asarray(a[1]), np.asarray(b[1]))
+    with pytest.raises(ValueError, match="workers: must be >= 0 or 'auto', got 'many'"):
+        _grain(files, 4, workers="many")

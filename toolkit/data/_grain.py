@@ -222,7 +222,7 @@ def grain_pipeline(
     drop_remainder: bool = True,
     endless: bool = False,
     num_threads: int | None = None,
-    workers: int = 0,
+    workers: int | str = 0,
     prefetch: int | None = None,
     batches_per_epoch: int | None = None,
 ) -> Any:
@@ -246,7 +246,9 @@ def grain_pipeline(
         num_threads: threads making batches (``grain.ReadOptions``). Defaults to `None`
             (one per core, up to 16).
         workers: processes making batches (``grain.MultiprocessingOptions``), each with
-            `num_threads` threads; 0: in this process. Defaults to `0`.
+            `num_threads` threads; 0: in this process; ``"auto"``: threads or processes,
+            whichever reads this pipeline faster here, measured once per machine
+            (``toolkit.data._grain_readers``). Defaults to `0`.
         prefetch: batches read ahead (per worker with workers). Defaults to `None` (two
             per thread).
         batches_per_epoch: ``len(ds)`` of an endless pipeline when an epoch is not one pass
@@ -272,8 +274,8 @@ def grain_pipeline(
     for name, value in (("num_threads", num_threads), ("prefetch", prefetch)):
         if value is not None and value < 1:
             raise ValueError(f"{name}: must be >= 1, got {value}")
-    if workers < 0:
-        raise ValueError(f"workers: must be >= 0, got {workers}")
+    if workers != "auto" and (not isinstance(workers, int) or workers < 0):
+        raise ValueError(f"workers: must be >= 0 or 'auto', got {workers!r}")
     count = len(source)
     per_epoch = count // batch_size if drop_remainder else -(-count // batch_size)
     if per_epoch < 1:
@@ -287,6 +289,21 @@ def grain_pipeline(
     batched = isinstance(source, ArraySource | ArrayRecords)
     gathered = batched and preprocess is None and augment is None
     order = _Order(count, shuffle, seed)
+    chosen = ""
+    if workers == "auto":
+        from toolkit.data._grain_readers import choose_readers
+
+        def trial(t: int, w: int) -> Any:
+            return grain_pipeline(
+                source, batch_size, preprocess=preprocess, augment=augment, batch_map=batch_map,
+                shuffle=shuffle, seed=seed, drop_remainder=drop_remainder, endless=True,
+                num_threads=t, workers=w, prefetch=prefetch,
+            )  # fmt: skip
+
+        readers = choose_readers(
+            source, batch_size, threads, gathered, (preprocess, augment, batch_map), trial
+        )
+        threads, workers, chosen = readers.threads, readers.workers, f"; auto: {readers.why}"
 
     maps = (preprocess, augment)
 
@@ -317,6 +334,7 @@ def grain_pipeline(
     ]
     stages += [f"batch({batch_size})", "map(batch_map)" if batch_map else None]
     where = f"{workers} processes × {threads} threads" if workers else f"{threads} threads"
+    where += chosen
     stages += [f"prefetch({ahead}, {where})", "endless" if endless else None]
     description = " → ".join(s for s in stages if s) + " (grain)"
     length = batches_per_epoch if endless and batches_per_epoch else per_epoch
@@ -331,7 +349,7 @@ def from_builder(
     cpu_budget: int | None,
     repeat: bool,
     loader: str,
-    workers: int,
+    workers: int | str,
     **settings: Any,
 ) -> Any:
     """``toolkit.data.pipeline(..., loader="grain")``: its settings as a Grain pipeline's;

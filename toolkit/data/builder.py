@@ -312,7 +312,7 @@ def pipeline(
     ram_budget: int | str | None = None,
     cpu_budget: int | None = None,
     loader: str = "tf_data",
-    workers: int = 0,
+    workers: int | str = 0,
 ):
     """Builds the training input pipeline from a dataset of single examples.
 
@@ -320,7 +320,8 @@ def pipeline(
     `dataset` is random-access examples (arrays, ``image_folder(..., loader="grain")``,
     ``ArrayRecords``), the
     maps take NumPy (`augment` a generator last), `num_parallel_calls` is its threads and
-    `workers` its processes, `repeat` one endless stream (``len()``: an epoch's batches).
+    `workers` its processes (``"auto"``: threads or processes, measured), `repeat` one endless
+    stream (``len()``: an epoch's batches).
 
     Args:
         dataset: a `tf.data.Dataset` of single examples (e.g. from `toolkit.data` sources),

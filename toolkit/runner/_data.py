@@ -167,7 +167,8 @@ def array_dataset(
 def _grain(
     source: Any, batch_size: int, shuffle: bool, seed: int | None, whole: bool, per_epoch: Any
 ) -> Any:
-    """A Grain pipeline the runner's ``fit`` reads: endless, ``len()`` steps an epoch."""
+    """A Grain pipeline the runner's ``fit`` reads: endless, ``len()`` steps an epoch, its
+    readers (threads or processes) chosen by measurement."""
     from toolkit.data._grain import grain_pipeline
 
     return grain_pipeline(
@@ -178,6 +179,7 @@ def _grain(
         drop_remainder=whole,
         endless=True,
         batches_per_epoch=per_epoch,
+        workers="auto",  # threads or processes, measured once per machine (arrays: threads)
     )
 
 
