@@ -383,3 +383,82 @@ def test_the_search_space_is_what_the_backend_runs(monkeypatch, name, jit, loops
     space = tn.default_space(DeviceInfo("cpu", "cpu", 0, "a CPU"), step_s=0.001)
     assert space.jit_compile == jit and space.defaults().jit_compile is jit[0]
     assert space.steps_per_execution == loops and space.fused_steps == fused
+
+
+def _tune_on_grain() -> dict:
+    """Tunes a tiny compiled model on Grain pipelines as your data (this process's backend):
+    the toolkit's endless one (an epoch's ``len()``) and a plain finite Grain dataset of five
+    batches, whose windows outlast it (read again as fit reads its next epoch); the batch size
+    of each, and of a plain Grain ``IterDataset``, inferred. Returns what the test asserts."""
+    import grain
+
+    from toolkit import backend, tune
+    from toolkit.core import compat
+    from toolkit.data import infer_batch_size, pipeline
+
+    keras = compat.keras()
+
+    def model():
+        m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dense(2)])
+        m.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True))
+        return m
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(160, 8)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+    ours = pipeline((x, y), 32, loader="grain", repeat=True)
+    plain = grain.MapDataset.source(list(zip(x, y, strict=True))).shuffle(seed=0)
+    plain = plain.map(lambda e: (e[0], e[1])).batch(32)  # 5 batches, then it ends
+    jit = (backend.jits_by_default(),)
+    space = en.Space(jit_compile=jit, steps_per_execution=(1, 4), fused_steps=(1,))
+    quiet = {"steps": 8, "use_cache": False, "progress": lambda line: None}
+    endless = tune(model(), ours, config=TrainConfig(epochs=10), space=space, **quiet)
+    finite = tune(model(), plain, config=TrainConfig(epochs=10), space=space, **quiet)
+    one_epoch = tune(model(), plain, space=space, **quiet)  # 4 steps a call: no timed call
+
+    def said(result):
+        return {
+            "batch": result.batch_size,
+            "loops": [t.candidate.steps_per_execution for t in result.trials],
+            "rates": [t.examples_per_sec for t in result.trials],
+            "errors": [t.error for t in result.trials],
+            "best": result.best.compile_kwargs()["steps_per_execution"],
+        }
+
+    return {
+        "inferred": [infer_batch_size(d) for d in (ours, plain, plain.to_iter_dataset())],
+        "endless": said(endless),
+        "finite": said(finite),
+        "one_epoch": said(one_epoch),
+    }
+
+
+def test_tune_your_model_on_a_grain_pipeline_on_this_backend_and_on_jax(keras, tmp_path):
+    """Keras reads Grain on every backend: the search runs here and, on another backend than
+    JAX, on JAX in a fresh process (the backend is fixed once Keras is imported)."""
+    pytest.importorskip("grain")
+    from tests.helpers import run_python
+    from toolkit import backend
+    from toolkit.core import compat
+
+    if compat.keras_flavor() != "keras3":
+        pytest.skip("tf_keras's fit does not read Grain datasets")
+    results = {backend.name(): _tune_on_grain()}
+    if backend.name() != "jax":
+        out = run_python(
+            "import os, json\nos.environ['KERAS_BACKEND'] = 'jax'\n"
+            f"os.environ['TOOLKIT_CACHE_DIR'] = {str(tmp_path)!r}\n"
+            "from tests.test_tune import _tune_on_grain\n"
+            "print('RESULT', json.dumps(_tune_on_grain()))\n"
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        line = next(s for s in out.stdout.splitlines() if s.startswith("RESULT "))
+        results["jax"] = json.loads(line.removeprefix("RESULT "))
+    for name, got in results.items():
+        assert got["inferred"] == [32, 32, 32], (name, got)
+        for run in ("endless", "finite"):  # both loops timed over many epochs: an answer
+            assert got[run]["loops"] == [1, 4] and got[run]["batch"] == 32, (name, got)
+            assert all(got[run]["rates"]) and not any(got[run]["errors"]), (name, got)
+            assert got[run]["best"] in (1, 4)
+        # One epoch of 5 batches times no call of 4 steps: the Grain dataset's len() says so.
+        assert got["one_epoch"]["loops"] == [1] and got["one_epoch"]["rates"][0], (name, got)

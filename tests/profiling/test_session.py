@@ -218,3 +218,31 @@ def test_a_custom_loop_has_no_fit_call():
         for _ in range(3):
             p.timer.step()
     assert p.report.fit_call is None and "fit call" not in p.report.summary()
+
+
+def test_profile_a_fit_on_grain_pipelines_reads_their_batch_size(tmp_path, make_model):
+    """profile(data=...) takes the batch size from a Grain pipeline without reading it: the
+    toolkit's endless one (fit told its epoch's ``len()``) and a plain finite one of yours
+    (each epoch read anew to its end); the report says examples/s."""
+    grain = pytest.importorskip("grain")
+    if compat.keras_flavor() != "keras3":
+        pytest.skip("tf_keras's fit does not read Grain datasets")
+    import numpy as np
+
+    from toolkit.data import pipeline
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 8)).astype("float32")
+    y = rng.integers(0, 3, size=40).astype("int32")
+    ours = pipeline((x, y), 8, loader="grain", repeat=True)
+    plain = grain.MapDataset.source(list(zip(x, y, strict=True))).shuffle(seed=0)
+    plain = plain.map(lambda e: (e[0], e[1])).batch(8)
+    for name, data, told in (("ours", ours, {"steps_per_epoch": len(ours)}), ("plain", plain, {})):
+        with profile(name, report_dir=tmp_path / name, data=data, warmup_steps=1) as p:
+            p.fit(make_model(), data, epochs=2, verbose=0, **told)
+        steps = RunReport.load(p.paths["json"]).steps
+        assert steps.batch_size == 8 and steps.total_steps == 10, (name, steps)
+        assert (steps.first_step_steps, steps.warmup_steps, steps.timed_steps) == (1, 1, 8)
+        assert steps.examples_per_sec == pytest.approx(8 / steps.mean_s)
+        assert p.report.fit_call["exit_s"] is not None  # the whole call timed, its exit too
+        assert "examples/s" in p.report.to_markdown()

@@ -161,6 +161,36 @@ def test_a_pipeline_that_hides_its_batch_takes_the_batch_size_you_pass():
     assert fit_dataset(rows, batch_size=8)[2] == 8  # yours, used where the pipeline is silent
 
 
+def _plain_grain(batches: int, batch_size: int = 8):
+    """A plain Grain dataset of your own (Keras 3's fit reads it through its Grain adapter):
+    source, shuffle, map, batch; the model of ``conftest``'s ``make_model`` fits on it."""
+    grain = pytest.importorskip("grain")
+    if compat.keras_flavor() != "keras3":
+        pytest.skip("tf_keras's fit does not read Grain datasets")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batches * batch_size, 8)).astype("float32")
+    y = rng.integers(0, 3, size=len(x)).astype("int32")
+    examples = grain.MapDataset.source(list(zip(x, y, strict=True))).shuffle(seed=0)
+    return examples.map(lambda e: (e[0], e[1])).batch(batch_size)
+
+
+def test_fit_on_a_plain_grain_dataset_counts_every_step_with_examples_per_sec(make_model):
+    """The batch size read from your Grain dataset's batch stage (a MapDataset, and the
+    IterDataset it becomes), without reading it: examples/s in the summary and the logs."""
+    plain = _plain_grain(5)
+    for data in (plain, plain.to_iter_dataset()):
+        timer = StepTimer(warmup_steps=1, data=data)
+        # Each epoch reads it anew to its end (with steps_per_epoch, Keras on TensorFlow
+        # reads on from where the last epoch stopped: a finite dataset runs out).
+        history = make_model().fit(data, epochs=2, verbose=0, callbacks=[timer])
+        s = timer.summary()
+        assert s.batch_size == 8 and s.total_steps == 10, (type(data).__name__, s)
+        assert (s.first_step_steps, s.warmup_steps, s.timed_steps) == (1, 1, 8)
+        assert [e["steps"] for e in timer.epochs] == [5, 5]
+        assert s.examples_per_sec == pytest.approx(8 / s.mean_s)
+        assert len(history.history["examples_per_sec"]) == 2
+
+
 # ---------------------------------------------------------------------------- structural promises
 
 

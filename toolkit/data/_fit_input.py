@@ -15,7 +15,9 @@
 * :func:`as_fit_reads`: your data through Keras's own adapter, epoch after epoch without
   end: ``fit`` on it is the real fit, reading your data as ``fit`` reads it (Keras's array
   slicing on JAX, its DataLoader on PyTorch, its ``tf.data`` conversion on TensorFlow), for
-  as many steps as a measurement needs.
+  as many steps as a measurement needs;
+* :func:`epoch_batches`: an epoch's batches where your data says it unread (a Grain
+  dataset's ``len()``), so tune offers only loops that epoch can time.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from typing import Any
 from toolkit.data._fit_data import HELD_BATCHES
 
 __all__ = [
-    "Forever", "Replay", "as_fit_reads", "fit_arguments", "is_generator", "repeated_batch",
+    "Forever", "Replay", "as_fit_reads", "epoch_batches", "fit_arguments", "is_generator",
+    "repeated_batch",
 ]  # fmt: skip
 
 
@@ -223,6 +226,22 @@ class Forever:
 
     def __iter__(self) -> Iterator[Any]:
         return itertools.repeat(self.batch)
+
+
+def epoch_batches(data: Any) -> int | None:
+    """The batches an epoch of `data` holds where it says so without being read: a batched
+    Grain dataset's ``len()`` (the toolkit's endless one says an epoch's, which you give
+    ``fit`` as ``steps_per_epoch``; a finite one ends its epoch there). None: it cannot say (a
+    Grain ``IterDataset`` of your own, unbatched data, any other form)."""
+    from toolkit.data import _grain
+    from toolkit.data.builder import infer_batch_size
+
+    if not _grain.is_grain_dataset(data) or not infer_batch_size(data):
+        return None
+    try:
+        return len(data) or None
+    except TypeError:  # an IterDataset of Grain's own has no length
+        return None
 
 
 def is_generator(data: Any) -> bool:

@@ -27,8 +27,11 @@ from toolkit.core.cache import Cache
 __all__ = ["Readers", "choose_readers"]
 
 _CACHE = Cache("grain_readers.json")
-WINDOW_S = 1.0  # each side's steady window, at least (seconds), after its first batch
-MIN_BATCHES = 3  # and at least this many batches
+WINDOW_S = 1.5  # each side's steady window, at least (seconds), after its warm-up
+MIN_BATCHES = 5  # and at least this many batches
+# Batches read untimed after the first: workers start one after another, and their first
+# windows swung from 0.4× to 1.2× their steady rate here (2,000 JPEGs, 2 cores).
+WARMUP_BATCHES = 4
 MAX_WORKERS = 4
 # Workers must beat threads by this much to be kept: they hold a process each and copy every
 # batch; within a few percent the two are the same to the fit, and threads start at once.
@@ -67,13 +70,15 @@ def _facts(source: Any, batch_size: int, maps: tuple[Any, ...], threads: int) ->
 
 
 def _rate(build: Callable[[], Any]) -> tuple[float, float]:
-    """``(batches per second after the first, seconds to the first batch)`` of the endless
+    """``(batches per second after a warm-up, seconds to the first batch)`` of the endless
     pipeline `build` makes, read for at least :data:`WINDOW_S` and :data:`MIN_BATCHES`."""
     start = time.perf_counter()
     it = iter(build())
     try:
         next(it)
         first_s = time.perf_counter() - start
+        for _ in range(WARMUP_BATCHES):
+            next(it)
         count, begin = 0, time.perf_counter()
         while count < MIN_BATCHES or time.perf_counter() - begin < WINDOW_S:
             next(it)

@@ -465,11 +465,14 @@ class ModelWorkload(Workload):
 
     def run_shape(self) -> RunShape | None:
         """Your fit: ``config.epochs`` epochs (1 unless you say) of ``config.steps_per_epoch``
-        batches, or of one pass over your pipeline where it can count its batches."""
+        batches, or of one pass over your pipeline where it can count its batches (a Grain
+        dataset's, whose tf.data form cannot count them)."""
+        from toolkit.data import _fit_input
+
         steps = self.config.steps_per_epoch
         if steps is None:
             count = _cardinality(self.dataset)
-            steps = count if count > 0 else None
+            steps = count if count > 0 else _fit_input.epoch_batches(self.data)
         if steps is None:
             return None
         return RunShape(
