@@ -17,6 +17,8 @@ APPLE_SILICON = 'sys_platform == "darwin" and platform_machine == "arm64"'
 NOT_APPLE_SILICON = 'sys_platform != "darwin" or platform_machine != "arm64"'
 LINUX_X86 = 'sys_platform == "linux" and platform_machine == "x86_64"'
 NOT_LINUX_X86 = 'sys_platform != "linux" or platform_machine != "x86_64"'
+# array_record (ArrayRecord files) has no Windows wheels; Grain itself needs it only off Windows.
+NOT_WINDOWS = 'sys_platform != "win32"'
 
 # The project's home (its issues and docs hang off it); change it here if the project moves.
 HOME = "https://github.com/keras-perf-toolkit/keras-perf-toolkit"
@@ -76,7 +78,7 @@ setup(
         # Grain pipelines (toolkit.data.pipeline(..., loader="grain"), --data_loader=grain):
         # JAX's data loader, which Keras 3's fit reads on every backend.
         # array_record: ArrayRecord files (toolkit.data.write_array_records, ArrayRecords).
-        "grain": ["grain>=0.2.18", "array_record>=0.8"],
+        "grain": ["grain>=0.2.18", f"array_record>=0.8; {NOT_WINDOWS}"],
         "test": [
             "pytest>=8",
             # Two test workers (`make test`): most tests wait on the processes they start, so
@@ -100,7 +102,7 @@ setup(
             f"torch>=2.3; {NOT_LINUX_X86}",
             # The Grain pipelines are tested with real Grain on all three backends.
             "grain>=0.2.18",
-            "array_record>=0.8",
+            f"array_record>=0.8; {NOT_WINDOWS}",
         ],
     },
     entry_points={"console_scripts": ["keras-perf=toolkit.cli:main"]},

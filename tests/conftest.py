@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# Measured machine facts (the matmul peak) go to a per-session cache, shared with the recipe
-# subprocesses, so a test run measures the peak at most once and never touches ~/.cache.
-os.environ.setdefault("TOOLKIT_CACHE_DIR", tempfile.mkdtemp(prefix="toolkit-test-cache-"))
+# Measured machine facts (the matmul peak) go to a cache of this test process's own, shared
+# with the subprocesses its tests start, so a worker measures the peak at most once and nothing
+# touches ~/.cache. Each pytest-xdist worker gets its own (the controller's, which it inherits,
+# is marked as the tests' own): two workers writing one file would lose each other's entries.
+# Removed at exit. A TOOLKIT_CACHE_DIR you set is kept.
+if os.environ.get("TOOLKIT_CACHE_DIR") in (None, os.environ.get("TOOLKIT_TEST_CACHE")):
+    _cache = tempfile.mkdtemp(prefix="toolkit-test-cache-")
+    os.environ["TOOLKIT_CACHE_DIR"] = os.environ["TOOLKIT_TEST_CACHE"] = _cache
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
 import numpy as np
 import pytest

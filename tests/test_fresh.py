@@ -86,6 +86,23 @@ def test_a_pick_whose_fresh_runs_fail_is_not_handed_back():
     assert pick == DEFAULTS and gain is None and "could not be measured" in why
 
 
+def test_fresh_runs_a_signal_ended_are_named_for_the_cache_to_leave_out():
+    """The OOM killer ended the pick's run: "the defaults stay" is not the pick's answer, so
+    its label is handed back and tune does not cache the search."""
+
+    def runner(candidate, r):
+        if candidate == PICK and r == 0:
+            return {"error": "killed by SIGKILL", "interrupted": True}
+        return {"examples_per_sec": 1000.0 * (1.3 if candidate == PICK else 1.0)}
+
+    lost: list[str] = []
+    fr.confirm_fresh(
+        Target("mlp"), DEFAULTS, PICK, backend="tensorflow", device="cpu", steps=48,
+        runner=runner, interrupted=lost,
+    )  # fmt: skip
+    assert lost == [PICK.label()]
+
+
 def test_a_run_shape_allows_only_loops_its_run_can_time():
     # The case found: 256 steps a call for a run whose epoch has 160 steps.
     one_epoch = en.RunShape(epochs=1, steps_per_epoch=160)

@@ -545,6 +545,13 @@ def test_a_noise_band_too_wide_to_bound_a_change_gives_no_verdict_and_no_slower_
     # The same slowdown measured steadily is a verdict again: the rule is the band's width.
     steady = compare(a, make_report("mlp", step_s=0.1, jitter_s=0.0005, n=4, seed=3))
     assert steady.noise < 1.0 and steady.verdict == "slower"
+    # A wide band that B's slowdown still passes: "slower" stands (it can only err the other
+    # way); inside the band there is no verdict.
+    jumpy = make_report("mlp", step_s=0.002, jitter_s=0.006, n=4)
+    wide = compare(jumpy, make_report("mlp", step_s=0.1, jitter_s=0.0005, n=4, seed=3))
+    assert wide.noise >= 1.0 and wide.verdict == "slower", (wide.noise, wide.ratio)
+    near = compare(jumpy, make_report("mlp", step_s=0.003, jitter_s=0.0005, n=4, seed=3))
+    assert near.verdict == "too noisy"
     a.write(tmp_path / "a", plot=False)
     b.write(tmp_path / "b", plot=False)
     pair = [str(tmp_path / "a"), str(tmp_path / "b")]

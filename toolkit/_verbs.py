@@ -248,7 +248,8 @@ def _port_taken(port: int) -> Iterator[None]:
 # anything runs, in the settings' words (toolkit.runner.config.check_number). backends'
 # --steps and --rounds are its own function's to check (toolkit.search.chooser).
 OPTION_CHECKS: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
-    "compare": (("z", {"above": 0}), ("min_rel", {"least": 0})),
+    # --min_rel of 1 or more would make every band too wide for a verdict (report.comparison)
+    "compare": (("z", {"above": 0}), ("min_rel", {"least": 0, "most": 0.9})),
     "trace": (("ops", {"integer": True, "least": 0}),),
     "placement": (("batch_size", {"integer": True, "least": 1}),),
     "ops": (("repeats", {"integer": True, "least": 1}), ("min_time", {"above": 0})),

@@ -18,9 +18,11 @@ Imports ``array_record`` (the ``[grain]`` extra) only when files are written or 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import math
 import os
+import tempfile
 from typing import Any
 
 import numpy as np
@@ -108,14 +110,21 @@ def write_array_records(
     paths, written = [], {}
     for shard, run in enumerate(runs):
         name = _shard_name(prefix, shard, num_shards)
-        path, partial = os.path.join(folder, name), os.path.join(folder, f".tmp-{name}")
-        writer = module.ArrayRecordWriter(partial, WRITER_OPTIONS)
+        path = os.path.join(folder, name)
+        handle, partial = tempfile.mkstemp(prefix=f".tmp-{name}-", dir=folder)
+        os.close(handle)  # a name of this writer's own: two writers never share one
         try:
-            for i in run:
-                writer.write(np.ascontiguousarray(features[i]).tobytes() + labels[i].tobytes())
-        finally:
-            writer.close()
-        os.replace(partial, path)  # never a half-written file under the final name
+            writer = module.ArrayRecordWriter(partial, WRITER_OPTIONS)
+            try:
+                for i in run:
+                    writer.write(np.ascontiguousarray(features[i]).tobytes() + labels[i].tobytes())
+            finally:
+                writer.close()
+            os.replace(partial, path)  # never a half-written file under the final name
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+            raise
         paths.append(path)
         written[name] = len(run)
     sidecar = {
@@ -194,11 +203,14 @@ class ArrayRecords:
             raise ValueError(f"directory: {path} is missing: write the files again")
         try:  # Riegeli's errors (a bad footer, a chunk's hash) come as RuntimeError
             reader = module.ArrayRecordReader(path, "readahead_buffer_size:0")
-            if not reader.ok():  # a file cut short opens, not ok, with no records
-                raise RuntimeError("cut short, or not an ArrayRecord file")
-            records = reader.num_records()
-            first = reader.read([0])[0] if records else b""
-            reader.close()
+            try:
+                if not reader.ok():  # a file cut short opens, not ok, with no records
+                    raise RuntimeError("cut short, or not an ArrayRecord file")
+                records = reader.num_records()
+                first = reader.read([0])[0] if records else b""
+            finally:
+                with contextlib.suppress(RuntimeError):  # a bad file fails its close too
+                    reader.close()
         except RuntimeError as e:
             why = what_went_wrong(e) or "cut short, or not an ArrayRecord file"
             raise ValueError(f"directory: {path} is damaged ({why}): write it again") from None
@@ -224,7 +236,13 @@ class ArrayRecords:
 
     def _read(self, indices: list[int]) -> list[bytes]:
         try:
-            records = self._source.__getitems__(indices)
+            # One record: read directly (the batch read starts a thread pool per call, about
+            # 18× the time of one record).
+            records = (
+                [self._source[indices[0]]]
+                if len(indices) == 1
+                else self._source.__getitems__(indices)
+            )
         except RuntimeError as e:  # Riegeli's checksum caught damaged bytes
             raise ValueError(
                 f"directory: {self._damaged(indices)} is damaged ({what_went_wrong(e)}): "
@@ -255,8 +273,10 @@ class ArrayRecords:
         return self._decode(self._read([index])[0])
 
     def _decode(self, record: bytes) -> tuple[np.ndarray, np.ndarray]:
-        x = np.frombuffer(record, self.feature_dtype, math.prod(self.feature_shape))
-        y = np.frombuffer(record, self.label_dtype, offset=self._feature_bytes)
+        # A writable copy, as arrays and image files give: a map may change it in place.
+        data = bytearray(record)
+        x = np.frombuffer(data, self.feature_dtype, math.prod(self.feature_shape))
+        y = np.frombuffer(data, self.label_dtype, offset=self._feature_bytes)
         return x.reshape(self.feature_shape), y.reshape(self.label_shape)
 
     def take(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -239,9 +240,10 @@ def epoch_batches(data: Any) -> int | None:
     if not _grain.is_grain_dataset(data) or not infer_batch_size(data):
         return None
     try:
-        return len(data) or None
+        count = len(data)
     except TypeError:  # an IterDataset of Grain's own has no length
         return None
+    return count if 0 < count < sys.maxsize else None  # .repeat(): sys.maxsize, no epoch
 
 
 def is_generator(data: Any) -> bool:

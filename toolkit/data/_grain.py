@@ -301,7 +301,7 @@ def grain_pipeline(
             )  # fmt: skip
 
         readers = choose_readers(
-            source, batch_size, threads, gathered, (preprocess, augment, batch_map), trial
+            source, batch_size, threads, gathered, (preprocess, augment, batch_map), trial, ahead
         )
         threads, workers, chosen = readers.threads, readers.workers, f"; auto: {readers.why}"
 

@@ -29,9 +29,11 @@ __all__ = ["Readers", "choose_readers"]
 _CACHE = Cache("grain_readers.json")
 WINDOW_S = 1.5  # each side's steady window, at least (seconds), after its warm-up
 MIN_BATCHES = 5  # and at least this many batches
-# Batches read untimed after the first: workers start one after another, and their first
-# windows swung from 0.4× to 1.2× their steady rate here (2,000 JPEGs, 2 cores).
-WARMUP_BATCHES = 4
+# Read untimed after the first batch: every buffer ahead of the reader (threads: the prefetch;
+# workers: one buffer in each worker and one here), filled while the rest started, would
+# otherwise count as made in the window; workers' first windows swung from 0.4× to 1.2× their
+# steady rate here (2,000 JPEGs, 2 cores).
+MIN_WARMUP = 4
 MAX_WORKERS = 4
 # Workers must beat threads by this much to be kept: they hold a process each and copy every
 # batch; within a few percent the two are the same to the fit, and threads start at once.
@@ -69,7 +71,7 @@ def _facts(source: Any, batch_size: int, maps: tuple[Any, ...], threads: int) ->
     }
 
 
-def _rate(build: Callable[[], Any]) -> tuple[float, float]:
+def _rate(build: Callable[[], Any], warmup: int) -> tuple[float, float]:
     """``(batches per second after a warm-up, seconds to the first batch)`` of the endless
     pipeline `build` makes, read for at least :data:`WINDOW_S` and :data:`MIN_BATCHES`."""
     start = time.perf_counter()
@@ -77,7 +79,7 @@ def _rate(build: Callable[[], Any]) -> tuple[float, float]:
     try:
         next(it)
         first_s = time.perf_counter() - start
-        for _ in range(WARMUP_BATCHES):
+        for _ in range(max(MIN_WARMUP, warmup)):
             next(it)
         count, begin = 0, time.perf_counter()
         while count < MIN_BATCHES or time.perf_counter() - begin < WINDOW_S:
@@ -97,9 +99,11 @@ def choose_readers(
     gathered: bool,
     maps: tuple[Any, ...],
     build: Callable[[int, int], Any],
+    ahead: int,
 ) -> Readers:
     """The readers for a pipeline over `source`: `build(threads, workers)` makes it endless
-    with those readers (``grain_pipeline``). Cached per machine (module docstring)."""
+    with those readers (``grain_pipeline``), `ahead` batches prefetched per reader. Cached
+    per machine (module docstring)."""
     if gathered:
         return Readers(threads, 0, "arrays gathered a batch at a time: threads")
     facts = _facts(source, batch_size, maps, threads)
@@ -108,10 +112,10 @@ def choose_readers(
     if known is not None and {"threads", "workers", "why"} <= set(known):
         return Readers(int(known["threads"]), int(known["workers"]), f"{known['why']}, cached")
     workers = max(2, min(MAX_WORKERS, os.cpu_count() or 1))
-    on_threads, _ = _rate(lambda: build(threads, 0))
+    on_threads, _ = _rate(lambda: build(threads, 0), ahead)
     each = batch_size
     try:
-        on_workers, start_s = _rate(lambda: build(threads, workers))
+        on_workers, start_s = _rate(lambda: build(threads, workers), 2 * workers * ahead)
     except Exception as e:  # noqa: BLE001 - a source that cannot go to a process: threads
         why = f"threads: {workers} processes could not read it ({type(e).__name__}: {e})"
         return Readers(threads, 0, why.splitlines()[0])  # not cached: may be passing

@@ -365,8 +365,13 @@ def pipeline(
         from toolkit.data._grain import from_builder
 
         return from_builder(**settings)
-    if loader != "tf_data" or workers:
-        raise ValueError(f"loader: 'tf_data' (no workers) or 'grain', got {loader!r}")
+    if loader != "tf_data":
+        raise ValueError(f"loader: 'tf_data' or 'grain', got {loader!r}")
+    if workers:
+        raise ValueError(
+            f"workers={workers!r}: worker processes are Grain's (loader='grain'); tf.data's "
+            "parallelism is num_parallel_calls"
+        )
     from toolkit.data._array_record import ArrayRecords
 
     if isinstance(dataset, ArrayRecords):

@@ -24,10 +24,10 @@ class Comparison:
     and `min_rel` of the baseline, a floor for the drift between runs that no single run's
     jitter shows (other processes, clocks, thermals).
 
-    A band of ±100% of the baseline or wider gives no verdict at all ("too noisy"): its lower
-    edge would pass a time of zero, so it could only ever find B slower, never faster, and the
-    normal approximation behind it no longer holds — the runs' jitter is as large as the time
-    being compared. The band narrows as 1/√(timed steps), so more timed steps is the remedy.
+    A band of ±100% of the baseline or wider: its lower edge passes a time of zero, so B can
+    never be found faster, and "within noise" would only say that the runs' jitter is as large
+    as the time compared. A change inside such a band is "too noisy" (no verdict, with the
+    remedy: the band narrows as 1/√(timed steps)); B slower past it is still "slower".
     """
 
     a_name: str
@@ -175,10 +175,12 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
     se = math.hypot(1.2533 * ja / math.sqrt(sa.samples), 1.2533 * jb / math.sqrt(sb.samples))
     noise = max(z * se / ta, min_rel)
     rel = (tb - ta) / ta
-    if noise >= MAX_BAND:  # a band this wide bounds no ratio: no verdict either way
+    if rel > noise:  # B slower past the band: said whatever its width
+        verdict = "slower"
+    elif noise >= MAX_BAND:  # "faster" can no longer be told, nor "within noise" be meant
         verdict = TOO_NOISY
     else:
-        verdict = "within noise" if abs(rel) <= noise else ("faster" if rel < 0 else "slower")
+        verdict = "within noise" if abs(rel) <= noise else "faster"
     return Comparison(a.name, b.name, rows, verdict, ta / tb, basis, noise, tuple(notes), settings)
 
 

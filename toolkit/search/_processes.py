@@ -28,6 +28,9 @@ __all__: list[str] = []
 CHILD = "toolkit._child"  # the entry point every child runs: python -m toolkit._child SPEC OUT
 JOBS = ("figures", "tune")
 KILLED = "killed by"  # the line follow() adds for a child a signal ended
+# Signals from outside (the OOM killer's SIGKILL, a user's kill or Ctrl-C, a closed terminal):
+# what the child would have measured is unknown. SIGSEGV, SIGABRT and the like are its own.
+_INTERRUPTING = frozenset({9, 15, 2, 1, 3})  # SIGKILL, SIGTERM, SIGINT, SIGHUP, SIGQUIT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,15 +137,22 @@ def follow(
         timer.cancel()
     if killed.is_set():
         return None
-    if proc.returncode < 0:  # the OOM killer, a user's kill: not the contender's own failure
-        import signal
+    if -proc.returncode in _INTERRUPTING:  # the OOM killer, a user's kill: not the contender's
+        import signal  # own failure (a crash, SIGSEGV or SIGABRT, is: its last line says so)
 
-        try:
-            name = signal.Signals(-proc.returncode).name
-        except ValueError:
-            name = f"signal {-proc.returncode}"
-        lines.append(f"{KILLED} {name}")
+        lines.append(f"{KILLED} {signal.Signals(-proc.returncode).name}")
+    elif proc.returncode < 0:
+        lines.append(f"error: crashed ({_signal_name(-proc.returncode)})")
     return lines
+
+
+def _signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def run_child(

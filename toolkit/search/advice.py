@@ -77,9 +77,13 @@ class Tuned:
         rates = [rate for rate, _ in measured if rate is not None]
         if not rates:
             return f"{what}: tune could not run it here ({measured[0][1]}; {source}), not advised"
-        best = max(rates) / self.defaults_rate if self.defaults_rate else None
-        speed = f"{best:.2f}× the defaults' speed" if best else "no faster than the defaults"
-        return f"{what}: tune measured it at best {speed} here ({source}), not advised"
+        if not self.defaults_rate:
+            return f"{what}: tune measured it and did not pick it here ({source}), not advised"
+        best = max(rates) / self.defaults_rate
+        return (
+            f"{what}: tune measured it at best {best:.2f}× the defaults' speed here ({source}), "
+            "not advised"
+        )
 
 
 def _unless_tuned(

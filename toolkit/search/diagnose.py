@@ -384,7 +384,10 @@ def _tuned(work: Any) -> Tuned | None:
     own key: the same model, input, backend, device and machine); None: nothing cached."""
     from toolkit.search import tune
 
-    result = tune.cached(tune.cache_key(work)[0])
+    try:
+        result = tune.cached(tune.cache_key(work)[0])
+    except Exception:  # noqa: BLE001 - a nicety: the diagnosis stands without it
+        return None
     return Tuned.of(result) if result is not None and result.trials else None
 
 

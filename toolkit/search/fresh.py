@@ -103,6 +103,7 @@ def confirm_fresh(
     rounds: int = FRESH_ROUNDS,
     progress: Callable[[str], Any] | None = None,
     runner: Callable[[Candidate, int], dict[str, Any]] | None = None,
+    interrupted: list[str] | None = None,
 ) -> tuple[Candidate, Gain | None, list[dict[str, float]], str]:
     """Runs the defaults and `pick` alternately in fresh processes, `rounds` rounds at most (2
     when both rounds agree on the winner and on the gain within :data:`AGREE`: a median of
@@ -110,7 +111,9 @@ def confirm_fresh(
     ``standings.Target``).
 
     `runner` ``(candidate, round)`` returns a run's figures (tests inject it); by default a
-    ``python -m toolkit._child`` process.
+    ``python -m toolkit._child`` process. Each run a signal or the timeout ended is added to
+    `interrupted` (its candidate's label): such an answer is not the candidates' own, and tune
+    does not cache it.
 
     Returns:
         ``(the pick that stands, its fresh Gain or None, rounds as {label: examples/s}, why in
@@ -135,6 +138,8 @@ def confirm_fresh(
     def measure(candidate: Candidate, r: int) -> float:
         figures = run(candidate, r)
         rate = figures.get("examples_per_sec")
+        if figures.get("interrupted") and interrupted is not None:
+            interrupted.append(candidate.label())
         if not rate:
             errors.append(f"{candidate.label()}: {figures.get('error') or 'no timed steps'}")
             raise RuntimeError(errors[-1])

@@ -318,9 +318,10 @@ def tune(
         work.close()
     gain = _in_process_gain(rounds, defaults, best)
     fresh_rounds: list[dict[str, float]] = []
+    interrupted: list[str] = []  # fresh runs a signal or the timeout ended
     if best != defaults and fresh_target is not None:
         best, gain, fresh_rounds, words = _confirm_fresh(
-            fresh_target, work, trials, defaults, best, steps, say
+            fresh_target, work, trials, defaults, best, steps, say, interrupted
         )
         why = f"{why}; {words}" if why else words
     elif best != defaults:
@@ -330,7 +331,12 @@ def tune(
         best, trials, key, False, time.perf_counter() - start, exhausted or out_of_time,
         rounds, why, gain, fresh_rounds,
     )  # fmt: skip
-    if use_cache:  # with the budget it had: a later, more thorough search is not answered by it
+    if use_cache and interrupted:
+        say(
+            f"tune: not cached: {len(interrupted)} fresh run(s) ended by a signal or the "
+            "timeout measured nothing; run again for an answer to keep"
+        )
+    elif use_cache:  # with the budget it had: a more thorough search is not answered by it
         entry = {**result.to_dict(), "cache_hit": False, "budget_s": budget_s}
         if not _CACHE.put(result.key, facts, entry):
             say(f"tune: not cached: cannot write {_CACHE.path} (set TOOLKIT_CACHE_DIR)")
@@ -374,8 +380,10 @@ def _confirm_fresh(
     best: Candidate,
     steps: int,
     say: Callable[[str], Any],
+    interrupted: list[str],
 ) -> tuple[Candidate, Gain | None, list[dict[str, float]], str]:
-    """The pick against the defaults in fresh processes (``toolkit.search.fresh``)."""
+    """The pick against the defaults in fresh processes (``toolkit.search.fresh``); runs a
+    signal or the timeout ended go to `interrupted`."""
     rates = {t.candidate: t.examples_per_sec for t in trials}
     batch = work.batch_size or work.config.batch_size
     slowest = min((r for r in (rates.get(defaults), rates.get(best)) if r), default=None)
@@ -383,7 +391,7 @@ def _confirm_fresh(
     say(f"tune: confirming {best.label()} in {FRESH}")
     return confirm_fresh(
         fresh, defaults, best, backend=backend.name(), device=work.config.device,
-        steps=length, progress=say,
+        steps=length, progress=say, interrupted=interrupted,
     )  # fmt: skip
 
 
