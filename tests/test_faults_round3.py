@@ -253,7 +253,14 @@ def test_a_model_fn_that_returns_the_wrong_thing_and_a_build_task_that_raises(
 VERB_OPTIONS = [
     ("compare a b --z=-1", "compare: --z must be a finite number > 0, got -1.0"),
     ("compare a b --z=nan", "compare: --z must be a finite number > 0, got nan"),
-    ("compare a b --min_rel=-0.1", "compare: --min_rel must be a finite number >= 0, got -0.1"),
+    (
+        "compare a b --min_rel=-0.1",
+        "compare: --min_rel must be a finite number >= 0 and <= 0.9, got -0.1",
+    ),
+    (
+        "compare a b --min_rel=1",
+        "compare: --min_rel must be a finite number >= 0 and <= 0.9, got 1.0",
+    ),
     ("trace x --ops=-3", "trace: --ops must be an integer >= 0, got -3"),
     ("placement --batch_size=0", "placement: --batch_size must be an integer >= 1, got 0"),
     ("ops --repeats=0", "ops: --repeats must be an integer >= 1, got 0"),
