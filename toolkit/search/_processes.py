@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,7 +31,9 @@ JOBS = ("figures", "tune")
 KILLED = "killed by"  # the line follow() adds for a child a signal ended
 # Signals from outside (the OOM killer's SIGKILL, a user's kill or Ctrl-C, a closed terminal):
 # what the child would have measured is unknown. SIGSEGV, SIGABRT and the like are its own.
-_INTERRUPTING = frozenset({9, 15, 2, 1, 3})  # SIGKILL, SIGTERM, SIGINT, SIGHUP, SIGQUIT
+_INTERRUPTING = frozenset(
+    int(s) for s in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,17 +141,14 @@ def follow(
     if killed.is_set():
         return None
     if -proc.returncode in _INTERRUPTING:  # the OOM killer, a user's kill: not the contender's
-        import signal  # own failure (a crash, SIGSEGV or SIGABRT, is: its last line says so)
-
-        lines.append(f"{KILLED} {signal.Signals(-proc.returncode).name}")
+        # own failure (a crash, SIGSEGV or SIGABRT, is: its last line says so)
+        lines.append(f"{KILLED} {_signal_name(-proc.returncode)}")
     elif proc.returncode < 0:
         lines.append(f"error: crashed ({_signal_name(-proc.returncode)})")
     return lines
 
 
 def _signal_name(number: int) -> str:
-    import signal
-
     try:
         return signal.Signals(number).name
     except ValueError:
