@@ -167,6 +167,25 @@ def test_profiler_failure_is_logged_and_training_goes_on(tmp_path, make_model, m
     assert timer.summary().total_steps == 5
 
 
+def test_a_profiler_is_seen_from_keras_s_callback_thread(tmp_path):
+    """Keras 3 calls batch ends on its own thread, where StepTimer reads the profiler's state
+    when it re-times an epoch at the ends: the backend's probe must see a profiler started on
+    the training thread from any thread (PyTorch's C check alone sees it only on the thread
+    that started it)."""
+    import concurrent.futures
+
+    profiler = backend.get()
+    probe = profiler.profiler_probe()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        assert not probe() and not pool.submit(probe).result()
+        profiler.start_trace(str(tmp_path / "t"), 2, 0, 1)
+        try:
+            assert probe() and pool.submit(probe).result()
+        finally:
+            profiler.stop_trace()
+        assert not probe() and not pool.submit(probe).result()
+
+
 def test_bad_window():
     with pytest.raises(ValueError, match="start_step < stop_step"):
         TraceWindow("x", start_step=5, stop_step=5)

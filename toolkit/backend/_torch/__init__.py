@@ -128,7 +128,7 @@ def start_trace(logdir: str, host_level: int, python_level: int, device_level: i
     """
     import torch
 
-    if torch._C._autograd._profiler_enabled():  # no public API; checked before torch crashes
+    if profiler_probe()():  # checked before a second profiler crashes torch
         raise RuntimeError("another PyTorch profiler is already running in this process")
 
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -164,10 +164,21 @@ def step_marker(step: int) -> Any:
 
 def profiler_probe() -> Any:
     """A function, cheap enough to call at every step, that says whether a PyTorch profiler
-    (autograd profiler or ``torch.profiler``) is recording in this process."""
-    import torch
+    (autograd profiler or ``torch.profiler``) is recording in this process.
 
-    return torch._C._autograd._profiler_enabled  # no public API; a C call
+    Two reads, neither public: ``torch.autograd.profiler._is_profiler_enabled``, the
+    process-wide flag every Python entry point sets, and the C check, which sees a profiler
+    started without them but only on the thread that started it. The flag is what Keras 3's
+    callback thread can see: StepTimer reads the profiler's state at batch ends there, and with
+    the C check alone a loaded machine (where the ends re-time the epoch) timed every traced
+    step."""
+    import torch
+    from torch.autograd import profiler
+
+    enabled = torch._C._autograd._profiler_enabled
+    if not hasattr(profiler, "_is_profiler_enabled"):
+        return enabled
+    return lambda: profiler._is_profiler_enabled or enabled()
 
 
 # ---------------------------------------------------------------------------- memory
