@@ -166,8 +166,50 @@ def get_json(url: str, until: Callable[[Any], bool], timeout: float = 120) -> An
         time.sleep(0.5)
 
 
+PORTS_PER_WORKER = 1000  # each pytest-xdist worker's own block of ports, below the ephemeral
+_next_port: list[int] = []  # this worker's cursor in its block
+
+
+def _port_block() -> int | None:
+    """The first of this worker's :data:`PORTS_PER_WORKER` ports: below the kernel's ephemeral
+    range, which a port the kernel picks (``bind(0)``, any outgoing connection) comes from, and
+    apart from every other xdist worker's. None where that range leaves no room."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]
+    index = int(worker) if worker.isdigit() else 0
+    first = ephemeral_low - PORTS_PER_WORKER * (index + 1)
+    return first if first >= 10000 else None
+
+
 def free_ports(n: int) -> list[int]:
-    """`n` ports free on 127.0.0.1 now (for a cluster's addresses)."""
+    """`n` ports free on 127.0.0.1 now (for a cluster's addresses).
+
+    A port found free is closed before the cluster binds it: with ports the kernel picks,
+    another pytest worker's sockets could take it in between. Each worker takes its own block
+    below the ephemeral range instead (`_port_block`), in turn, so no other test's process is
+    handed the same port; the kernel picks where there is no such block."""
+    first = _port_block()
+    if first is None:
+        return _kernel_ports(n)
+    if not _next_port:
+        _next_port.append(first + os.getpid() % PORTS_PER_WORKER)
+    ports: list[int] = []
+    for _ in range(PORTS_PER_WORKER):
+        port = _next_port[0]
+        _next_port[0] = first + (port + 1 - first) % PORTS_PER_WORKER
+        with contextlib.suppress(OSError), socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+            ports.append(port)
+            if len(ports) == n:
+                return ports
+    return _kernel_ports(n)
+
+
+def _kernel_ports(n: int) -> list[int]:
     sockets = [socket.socket() for _ in range(n)]
     try:
         for s in sockets:

@@ -29,7 +29,9 @@ from toolkit.search import diagnose as dg
         ((105.0, 100.0, 97.0), dg.BALANCED, True),
         # The fit far below both parts: its input, as the fit reads it, holds the step back.
         ((500.0, 100.0, 40.0), dg.INPUT_BOUND, False),
-        ((500.0, 100.0, 85.0), dg.COMPUTE_BOUND, True),  # the fit keeps up with the step
+        ((500.0, 100.0, 92.0), dg.COMPUTE_BOUND, True),  # the fit keeps up with the step
+        # A fast pipeline, yet the fit loses 15 % to reading it: both sides matter.
+        ((500.0, 100.0, 85.0), dg.BALANCED, True),
         ((81.0, 100.0, 80.0), dg.BALANCED, True),  # inside the 20 % margin
         ((79.0, 100.0, 78.0), dg.INPUT_BOUND, True),
     ],
@@ -42,6 +44,14 @@ def test_a_fast_pipeline_that_holds_the_fit_back_is_advised_as_such():
     advice = adv.advise(dg.INPUT_BOUND, False, 500.0, 100.0, adv.Facts(), 40.0)
     assert "reading the input inside the fit costs the step" in advice[0]
     assert not any("speed up the input before the model" in a for a in advice)
+
+
+def test_a_fast_pipeline_that_costs_the_fit_a_little_is_balanced_and_says_why():
+    advice = adv.advise(dg.BALANCED, True, 500.0, 100.0, adv.Facts(), 85.0)
+    assert "0.85× the step alone" in advice[0] and "about as fast" not in advice[0]
+    assert adv.advise(dg.BALANCED, True, 105.0, 100.0, adv.Facts(), 97.0)[0].startswith(
+        "input and step are about as fast as each other"
+    )
 
 
 def test_classify_rejects_a_zero_rate():

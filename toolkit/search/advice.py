@@ -224,6 +224,15 @@ def advise(
         out += _input_advice(facts, input_rate, compute_rate)
     elif verdict == COMPUTE_BOUND:
         out += _compute_advice(facts)
+    elif input_rate > compute_rate * (1 + MARGIN) and fit_rate:
+        out.append(
+            f"the pipeline alone makes {input_rate:,.1f} batches/s, well above the step's "
+            f"{compute_rate:,.1f}/s, yet the fit ran {fit_rate:,.1f}/s "
+            f"({fit_rate / compute_rate:.2f}× the step alone): reading the input inside the "
+            "fit costs the step part of its time; both lists apply"
+        )
+        out += _input_advice(facts, input_rate, compute_rate)[1:2]
+        out += _compute_advice(facts)[:1]
     else:
         out.append(
             "input and step are about as fast as each other: speeding up only one gains "

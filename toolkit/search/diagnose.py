@@ -123,7 +123,9 @@ def classify(
     """``(verdict, overlap_ok)`` from the three rates (any common unit, e.g. steps/s):
     input-bound when the pipeline alone is slower than the step alone, or when the real fit
     is (its input as the fit reads it costs the step); compute-bound when the pipeline has
-    headroom and the fit keeps up with the step; balanced between.
+    headroom and the fit keeps up with the step (within half the margin); balanced between:
+    a fit 0.8–0.9× the step alone loses a tenth to a fifth of its time to its input, however
+    fast the pipeline is alone, and both sides are worth speeding up.
 
     Raises:
         ValueError: a rate that is not positive.
@@ -137,7 +139,7 @@ def classify(
     # that pipeline is alone.
     if input_rate < compute_rate * (1 - margin) or fit_rate < compute_rate * (1 - margin):
         verdict = INPUT_BOUND
-    elif input_rate > compute_rate * (1 + margin):
+    elif input_rate > compute_rate * (1 + margin) and fit_rate >= compute_rate * (1 - margin / 2):
         verdict = COMPUTE_BOUND
     else:
         verdict = BALANCED
