@@ -8,8 +8,9 @@ processes with a clock of this script's own:
 * **StepTimer**: examples/s of a fit's steps after a warm-up, against a plain
   ``time.perf_counter`` at each batch end in the same fit (this script's callback);
 * **diagnose**: its verdict, against fresh-process fits of the real pipeline and of one batch
-  repeated (input costs nothing): the real fit at least 0.9× the step alone is
-  compute-bound, below 0.8× input-bound, between balanced;
+  repeated (input costs nothing), each over a window of at least 3 s after a warm-up fit,
+  twice in turn (the faster kept), in ``--rounds`` processes (the median ratio): the real fit
+  at least 0.9× the step alone is compute-bound, below 0.8× input-bound, between balanced;
 * **tune**: the gain it claims (with ``fresh=``: confirmed in fresh processes), against
   interleaved fresh-process fits of the defaults and its pick, timed by this script's clock.
 
@@ -82,11 +83,32 @@ def _fit(model, data, steps: int, callbacks=(), spe: int = 1):
               callbacks=list(callbacks), verbose=0)  # fmt: skip
 
 
+def _fit_alone(model, data, steps: int, callbacks=()):
+    """The step alone: one batch, handed to the step again and again as the backend's train
+    function takes it. On TensorFlow a cached tf.data batch (its native form); on JAX and
+    PyTorch, Keras converts every tf.data batch to NumPy (the input's cost, as fit reads it), so
+    the one batch is converted once and a generator hands it back."""
+    from keras import backend
+
+    if backend.backend() == "tensorflow":
+        _fit(model, data.take(1).cache(), steps, callbacks)
+        return
+    import tensorflow as tf
+
+    batch = tf.nest.map_structure(lambda t: t.numpy(), next(iter(data.take(1))))
+
+    def again():
+        while True:
+            yield batch
+
+    model.fit(again(), epochs=1, steps_per_epoch=steps, callbacks=list(callbacks), verbose=0)
+
+
 def child(job: dict) -> dict:
     """One fresh process's measurement (``job["kind"]``)."""
     model, data = _build(job["model"])
     batch = _batch_size(data)
-    steps = WARMUP + job["steps"]
+    steps = WARMUP + job["steps"] if isinstance(job["steps"], int) else 0
     if job["kind"] == "clock":  # StepTimer beside this clock, then the step alone
         from toolkit import profile
 
@@ -98,6 +120,19 @@ def child(job: dict) -> dict:
         _fit(model, data.take(1).cache(), steps, [alone.callback])
         return {"steptimer": prof.report.steps.examples_per_sec, "clock": clock.rate(batch),
                 "alone": alone.rate(batch), "batch": batch}  # fmt: skip
+    if job["kind"] == "verdict":  # the real fit against the step alone, both warm
+        clocks: dict[str, list[float]] = {"fit": [], "alone": []}
+        _fit(model, data, WARMUP)  # the compile, and a first fit's cold steps, out of the way
+        for _ in range(2):
+            for side in ("fit", "alone"):
+                clock = _Clock()
+                steps = WARMUP + job["steps"][side]
+                if side == "fit":
+                    _fit(model, data, steps, [clock.callback])
+                else:
+                    _fit_alone(model, data, steps, [clock.callback])
+                clocks[side].append(clock.rate(batch))
+        return {"fit": max(clocks["fit"]), "alone": max(clocks["alone"])}
     if job["kind"] == "settings":  # a candidate's compile settings, this clock only
         from toolkit.core import compat
 
@@ -125,7 +160,8 @@ def child(job: dict) -> dict:
                 "defaults": result.trials[0].candidate.compile_kwargs(),
                 "gain": gain.ratio if gain else None, "low": gain.low if gain else None,
                 "high": gain.high if gain else None,
-                "words": gain.words() if gain else None, "why": result.why}  # fmt: skip
+                "words": gain.words() if gain else None, "why": result.why,
+                "fresh_rounds": result.fresh_rounds}  # fmt: skip
     raise ValueError(job["kind"])
 
 
@@ -176,7 +212,20 @@ def one(name: str, backend: str, args, tally: dict) -> None:
     tally["ok"] += ok
     print(f"{tag}: StepTimer {st:,.1f} examples/s, this script's clock {own:,.1f}: "
           f"{st / own:.3f}× {'agrees' if ok else 'DISAGREES'}", flush=True)  # fmt: skip
-    independent = verdict_of(own, clock["alone"])
+    # The verdict's reference: each side timed for WINDOW_S at its own rate (a window of 60
+    # steps of a fast step is a tenth of a second, and one scheduler hiccup moves it by 20 %).
+    windows = {side: int(max(args.steps, -(-WINDOW_S * clock[key] // clock["batch"])))
+               for side, key in (("fit", "clock"), ("alone", "alone"))}  # fmt: skip
+    ratios = []
+    for _ in range(args.rounds):
+        got = run({**base, "kind": "verdict", "steps": windows}, backend)
+        if "error" in got:
+            print(f"{tag}: verdict round error: {got['error']}", flush=True)
+        else:
+            ratios.append(got["fit"] / got["alone"])
+    ratio = statistics.median(ratios) if ratios else own / clock["alone"]
+    independent = verdict_of(ratio, 1.0)
+    spread = ", ".join(f"{x:.2f}" for x in ratios)
     found = run({**base, "kind": "diagnose"}, backend)
     if "error" in found:
         tally["errors"] += 1
@@ -187,7 +236,7 @@ def one(name: str, backend: str, args, tally: dict) -> None:
         tally["ok"] += ok
         print(f"{tag}: diagnose says {found['verdict']} (input {found['input']:,.1f}, step "
               f"{found['compute']:,.1f}, fit {found['fit']:,.1f} batches/s); fresh processes: "
-              f"fit {own / clock['alone']:.2f}× the step alone, {independent}: "
+              f"fit {ratio:.2f}× the step alone ({spread}), {independent}: "
               f"{'agrees' if ok else 'DISAGREES'}", flush=True)  # fmt: skip
     if args.tune_budget <= 0:
         return
@@ -224,6 +273,11 @@ def one(name: str, backend: str, args, tally: dict) -> None:
           f"{'within ±10%' if ok else 'OFF by more than 10%'}"
           f"{', inside the claimed range' if inside else ''}", flush=True)  # fmt: skip
     tally["ok"] += ok
+    said = [list(r.values()) for r in tuned.get("fresh_rounds") or []]
+    print(f"{tag}: tune's rounds in examples/s (its clock: StepTimer), "
+          f"{'; '.join(', '.join(f'{x:,.0f}' for x in r) for r in said)}", flush=True)  # fmt: skip
+    print(f"{tag}: rounds in examples/s, defaults {', '.join(f'{x:,.0f}' for x in rates[0])}; "
+          f"pick {', '.join(f'{x:,.0f}' for x in rates[1])}", flush=True)  # fmt: skip
     print(f"{tag}: {time.perf_counter() - t0:.0f} s", flush=True)
 
 

@@ -348,6 +348,8 @@ def diagnose(
         again = work.fit(steps=alone_total, warmup=warmup, one_batch=True)
         compute = again if probe else _faster(compute, again)
         fit = _faster(fit, work.fit(steps=fit_total, warmup=warmup))
+        if probe:  # the first only sized the windows: the faster of two, as the fit's
+            compute = _faster(compute, work.fit(steps=alone_total, warmup=warmup, one_batch=True))
         # XProf's reading comes from a short fit of its own: the trace's edges wait for the
         # device, and in the timed fit that wait would leave the queued steps' device time
         # out of the timed window where the host runs ahead (JAX: 1.3× the fit's real rate).
