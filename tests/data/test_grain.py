@@ -108,8 +108,24 @@ def test_worker_processes_start_once_and_a_script_exits_clean(image_dir, tmp_pat
     epochs = [first, _labels(ds), _labels(ds)]
     assert ds._stream is stream and stream is not None  # the same workers, three epochs
     assert first == reference and epochs[1] != first and ds.epoch == 3
+    # Two readers at once would take each other's batches: the older one is refused.
+    older = iter(ds)
+    next(older)
+    newer = iter(ds)
+    next(newer)  # the newer one reads
+    with pytest.raises(RuntimeError, match="a later iter"):
+        next(older)
     ds.close()
     assert ds._stream is None
+    # A batch from worker processes keeps its structure (a namedtuple too) as plain arrays.
+    from collections import namedtuple
+
+    from toolkit.data._grain import _own_arrays
+
+    pair = namedtuple("Pair", "x y")(np.ones(2), {"k": np.zeros(1)})
+    owned = _own_arrays(pair)
+    assert type(owned) is type(pair) and owned.x.tolist() == [1.0, 1.0]
+    assert owned.y["k"].tolist() == [0.0]
     script = tmp_path / "train.py"
     script.write_text(
         "from toolkit import data as D\n"

@@ -236,3 +236,22 @@ def test_keras_tensorboard_profiler_steps_are_left_out(tmp_path, keras, make_mod
     s = timer.summary()
     assert 3 <= s.excluded_steps <= 6, (s, [k for *_, k in timer.calls])
     assert s.timed_steps == 14 - 1 - 1 - s.excluded_steps
+
+
+def test_a_pytorch_profiler_that_failed_to_start_leaves_no_profiler_behind(tmp_path, monkeypatch):
+    """PyTorch sets its process-wide "profiler running" flag before its profiler starts: a
+    start that raised (a Kineto failure) must not leave the probe saying "profiling", or every
+    later step would be left out of the timing and every later trace refused."""
+    torch = pytest.importorskip("torch")
+    from torch.autograd import profiler as autograd_profiler
+
+    from toolkit.backend import _torch
+
+    def broken_start(self):
+        autograd_profiler._run_on_profiler_start()  # as PyTorch does, before the C call
+        raise RuntimeError("kineto failed")
+
+    monkeypatch.setattr(torch.profiler.profile, "start", broken_start)
+    with pytest.raises(RuntimeError, match="kineto failed"):
+        _torch.start_trace(str(tmp_path / "t"), 2, 0, 0)
+    assert not _torch.profiler_probe()()

@@ -152,9 +152,12 @@ def _own_arrays(batch: Any) -> Any:
     step) or still queued on that thread was never unlinked: the resource tracker warned of
     leaked shared memory at every exit, and an array that outlived Grain's module raised in
     its delete at teardown. Copied here (one copy of each batch, against its decode) and
-    unlinked at once, nothing is left to Grain's thread or to the exit."""
+    unlinked at once, nothing a batch read is left to Grain's thread or to the exit (batches
+    read ahead and never read are Grain's to release, as it does when its readers stop)."""
     if isinstance(batch, dict):
-        return {k: _own_arrays(v) for k, v in batch.items()}
+        return type(batch)((k, _own_arrays(v)) for k, v in batch.items())
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
+        return type(batch)(*(_own_arrays(v) for v in batch))
     if isinstance(batch, tuple | list):
         return type(batch)(_own_arrays(v) for v in batch)
     shm = getattr(batch, "shm", None)
@@ -162,9 +165,9 @@ def _own_arrays(batch: Any) -> Any:
         return batch
     own = np.array(batch)  # a plain ndarray: no shared memory behind it
     if getattr(batch, "_unlink_on_del", False):
-        with contextlib.suppress(OSError, AttributeError):
+        batch._unlink_on_del = False  # no public API: Grain's own flag (its delete now closes)
+        with contextlib.suppress(OSError):
             shm.unlink()  # the name goes now; the mapping closes when `batch` goes
-            batch._unlink_on_del = False  # no public API: Grain's own flag
     return own
 
 
@@ -449,10 +452,16 @@ def _epochs_class(grain: Any) -> type:
             self._owner = owner
             self._left = owner._batches
             super().__init__(owner._stream_at(owner.epoch))
+            owner._reader = self  # the stream's one reader: an older one may not read on
 
         def __next__(self) -> Any:
             if self._left <= 0:
                 raise StopIteration
+            if self._owner._reader is not self:
+                raise RuntimeError(
+                    "a later iter() of this Grain pipeline reads its stream now: read its "
+                    "epochs one at a time (or give each reader a pipeline of its own)"
+                )
             item = next(self._parents[0])
             self._left -= 1
             self._owner._at += 1
@@ -475,6 +484,7 @@ def _epochs_class(grain: Any) -> type:
             _close_at_exit(owner)
             owner._stream.set_state(state["inner"])
             owner.epoch, self._left = int(state["epoch"]), int(state["left"])
+            owner._reader = self
             # Where the stream reads next (an epoch read to its end has moved `epoch` on).
             done = owner._batches - self._left if self._left else 0
             owner._at = owner.epoch * owner._batches + done
@@ -511,6 +521,7 @@ def _epochs_class(grain: Any) -> type:
             self._from = 0
             self._at = 0  # the position (batches since epoch 0) the stream reads next
             self._starts: dict[int, Any] = {}  # position: the stream's state there
+            self._reader: Any = None  # the EpochIterator reading the stream
 
         def __len__(self) -> int:
             return self._batches

@@ -139,14 +139,32 @@ def start_trace(logdir: str, host_level: int, python_level: int, device_level: i
         with_stack=python_level > 0,
         on_trace_ready=torch.profiler.tensorboard_trace_handler(logdir),
     )
-    profiler.start()
+    try:
+        profiler.start()
+    except BaseException:
+        _clear_flag()
+        raise
     _TRACE.append(profiler)
+
+
+def _clear_flag() -> None:
+    """PyTorch sets its process-wide "profiler running" flag before it starts the profiler and
+    clears it after the profiler stops: a start or stop that raised would leave it set, and
+    every later step would read as traced (:func:`profiler_probe`)."""
+    import torch
+    from torch.autograd import profiler
+
+    if not torch._C._autograd._profiler_enabled() and hasattr(profiler, "_is_profiler_enabled"):
+        profiler._is_profiler_enabled = False
 
 
 def stop_trace() -> None:
     """Stops ``torch.profiler`` and writes the trace."""
     if _TRACE:
-        _TRACE.pop().stop()
+        try:
+            _TRACE.pop().stop()
+        finally:
+            _clear_flag()
 
 
 def trace_files(names: list[str]) -> list[str]:
