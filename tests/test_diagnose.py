@@ -32,6 +32,10 @@ from toolkit.search import diagnose as dg
         ((500.0, 100.0, 92.0), dg.COMPUTE_BOUND, True),  # the fit keeps up with the step
         # A fast pipeline, yet the fit loses 15 % to reading it: both sides matter.
         ((500.0, 100.0, 85.0), dg.BALANCED, True),
+        # ... unless the pipeline is too fast to cost it that (CI: 5,289, 108.8, 90.3/s).
+        ((5000.0, 100.0, 85.0), dg.COMPUTE_BOUND, True),
+        ((5288.7, 108.8, 90.3), dg.COMPUTE_BOUND, True),
+        ((5471.5, 344.9, 292.0), dg.BALANCED, True),  # 0.53 ms lost, the input 0.18 ms alone
         ((81.0, 100.0, 80.0), dg.BALANCED, True),  # inside the 20 % margin
         ((79.0, 100.0, 78.0), dg.INPUT_BOUND, True),
     ],
@@ -51,6 +55,14 @@ def test_a_fast_pipeline_that_costs_the_fit_a_little_is_balanced_and_says_why():
     assert "0.85× the step alone" in advice[0] and "about as fast" not in advice[0]
     assert adv.advise(dg.BALANCED, True, 105.0, 100.0, adv.Facts(), 97.0)[0].startswith(
         "input and step are about as fast as each other"
+    )
+
+
+def test_a_fit_that_trails_a_step_its_fast_pipeline_cannot_explain_says_so():
+    advice = adv.advise(dg.COMPUTE_BOUND, True, 5000.0, 100.0, adv.Facts(), 85.0)
+    assert "0.85× the step alone" in advice[0] and "too fast to cost it that" in advice[0]
+    assert not any(
+        "too fast" in a for a in adv.advise(dg.COMPUTE_BOUND, True, 5e3, 100.0, adv.Facts(), 95.0)
     )
 
 

@@ -20,6 +20,10 @@ INPUT_BOUND = "input-bound"
 COMPUTE_BOUND = "compute-bound"
 BALANCED = "balanced"
 MARGIN = 0.2
+# How many times its own time alone the input can cost a fit's step: its threads take the
+# step's cores, and on JAX and PyTorch Keras converts every batch as well. A fit that trails
+# the step alone by more than that is not waiting on its input (classify).
+INPUT_COST_BOUND = 4.0
 SMALL_STEP_S = 0.005
 
 
@@ -223,6 +227,13 @@ def advise(
     elif verdict == INPUT_BOUND:
         out += _input_advice(facts, input_rate, compute_rate)
     elif verdict == COMPUTE_BOUND:
+        if fit_rate and fit_rate < compute_rate * (1 - MARGIN / 2):
+            out.append(
+                f"the fit ran {fit_rate:,.1f} steps/s ({fit_rate / compute_rate:.2f}× the "
+                f"step alone), yet the pipeline alone makes {input_rate:,.1f} batches/s, too "
+                "fast to cost it that: the rest is the fit's own per-step work or a busy "
+                "machine; the step is what to speed up"
+            )
         out += _compute_advice(facts)
     elif input_rate > compute_rate * (1 + MARGIN) and fit_rate:
         out.append(

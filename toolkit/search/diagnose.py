@@ -57,6 +57,7 @@ from toolkit.search.advice import (
     BALANCED,
     COMPUTE_BOUND,
     INPUT_BOUND,
+    INPUT_COST_BOUND,
     MARGIN,
     Facts,
     Tuned,
@@ -125,8 +126,11 @@ def classify(
     input-bound when the pipeline alone is slower than the step alone, or when the real fit
     is (its input as the fit reads it costs the step); compute-bound when the pipeline has
     headroom and the fit keeps up with the step (within half the margin); balanced between:
-    a fit 0.8–0.9× the step alone loses a tenth to a fifth of its time to its input, however
-    fast the pipeline is alone, and both sides are worth speeding up.
+    a fit 0.8–0.9× the step alone loses a tenth to a fifth of its time to its input, and
+    both sides are worth speeding up. That holds only where the input could cost that much:
+    a fit that trails its step by more than `INPUT_COST_BOUND` times the pipeline's own time
+    per batch lost the time elsewhere (the fit's per-step work, a busy machine), and a
+    pipeline fifty times faster than the step leaves it compute-bound.
 
     Raises:
         ValueError: a rate that is not positive.
@@ -138,9 +142,12 @@ def classify(
     # slower than it by more than the margin is held back by its input, as the fit reads it
     # (the pipeline sharing the cores with the step, or not overlapping it), however fast
     # that pipeline is alone.
+    input_could_cost = 1 / fit_rate - 1 / compute_rate <= INPUT_COST_BOUND / input_rate
     if input_rate < compute_rate * (1 - margin) or fit_rate < compute_rate * (1 - margin):
         verdict = INPUT_BOUND
-    elif input_rate > compute_rate * (1 + margin) and fit_rate >= compute_rate * (1 - margin / 2):
+    elif input_rate > compute_rate * (1 + margin) and (
+        fit_rate >= compute_rate * (1 - margin / 2) or not input_could_cost
+    ):
         verdict = COMPUTE_BOUND
     else:
         verdict = BALANCED
