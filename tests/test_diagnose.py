@@ -28,7 +28,11 @@ from toolkit.search import diagnose as dg
         ((500.0, 100.0, 98.0), dg.COMPUTE_BOUND, True),
         ((105.0, 100.0, 97.0), dg.BALANCED, True),
         # The fit far below both parts: its input, as the fit reads it, holds the step back.
-        ((500.0, 100.0, 40.0), dg.INPUT_BOUND, False),
+        ((500.0, 100.0, 60.0), dg.INPUT_BOUND, False),
+        # ... where the input could cost that much: 15 ms lost against 2 ms of input is not.
+        ((500.0, 100.0, 40.0), dg.COMPUTE_BOUND, False),
+        ((6853.0, 39.1, 30.0), dg.COMPUTE_BOUND, False),  # a BiLSTM (fresh: 1.06x)
+        ((1567.3, 175.0, 134.2), dg.INPUT_BOUND, False),  # contrastive/torch (fresh: 0.73x)
         ((500.0, 100.0, 92.0), dg.COMPUTE_BOUND, True),  # the fit keeps up with the step
         # A fast pipeline, yet the fit loses 15 % to reading it: both sides matter.
         ((500.0, 100.0, 85.0), dg.BALANCED, True),
@@ -192,11 +196,10 @@ def _task(keras, slow_input: bool, width: int):
 def test_real_runs_made_input_or_compute_bound(keras, slow_input, width, verdict):
     config = TrainConfig(batch_size=32, warmup_steps=1, report_dir=None)
     diagnosis = dg.diagnose(_task(keras, slow_input, width), config, steps=8)
-    if verdict == dg.COMPUTE_BOUND and diagnosis.fit_rate < 0.8 * diagnosis.compute_rate:
-        # A shared machine slowed the fit's few steps against the step alone's: the rule
-        # then reads the input as the fit reads it (classify), and says so.
-        verdict = dg.INPUT_BOUND
-        assert any("reading the input inside the fit" in a for a in diagnosis.advice)
+    if verdict == dg.COMPUTE_BOUND and diagnosis.fit_rate < 0.9 * diagnosis.compute_rate:
+        # A shared machine slowed the fit's few steps against the step alone's: a pipeline
+        # this fast cannot have cost it that (classify), and the advice says so.
+        assert any("too fast to cost it that" in a for a in diagnosis.advice), str(diagnosis)
     assert diagnosis.verdict == verdict, str(diagnosis)
     assert diagnosis.input_rate > 0 and diagnosis.compute_rate > 0 and diagnosis.fit_rate > 0
     if slow_input:

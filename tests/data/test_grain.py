@@ -94,8 +94,9 @@ def test_image_files_decode_as_tf_data_does_in_threads_and_in_worker_processes(i
 def test_worker_processes_start_once_and_a_script_exits_clean(image_dir, tmp_path):
     """Epoch after epoch (fit's iterations) read one stream: the worker processes started for
     the first epoch serve the next (a new pair per epoch cost 1.6 s of each 1.7 s epoch), a
-    partial read still restarts the epoch, and a script that still holds a batch at exit
-    leaves no shared memory to the resource tracker and no error at teardown."""
+    partial read still restarts the epoch, and a script that still holds a batch (and an
+    endless stream) at exit leaves no shared memory to the resource tracker and no error at
+    teardown."""
     import subprocess
 
     files = D.image_folder(image_dir, (8, 8), loader="grain")
@@ -135,6 +136,8 @@ def test_worker_processes_start_once_and_a_script_exits_clean(image_dir, tmp_pat
         "    for epoch in range(2):\n"
         "        for batch in ds:\n"
         "            pass\n"
+        "    endless = iter(ds.repeat())  # a stream of its own, still open at exit\n"
+        "    more = [next(endless) for _ in range(3)]\n"
         "    held = batch  # still referenced when the interpreter exits\n"
         "    print('done', type(held[0]).__name__, flush=True)\n"
     )

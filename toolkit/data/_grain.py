@@ -175,10 +175,10 @@ _OPEN_STREAMS: Any = None  # weakref.WeakSet of the pipelines whose stream is op
 
 
 def _close_at_exit(owner: Any) -> None:
-    """Closes `owner`'s stream when the interpreter exits, if it is still open then: Grain's
-    own clean-up at exit runs after the modules it needs are gone ("handle is closed",
-    batches in flight never unlinked). Registered after ``multiprocessing``'s, so it runs
-    first."""
+    """Closes `owner` (a pipeline's stream, or an endless iterator: anything with
+    ``close()``) when the interpreter exits, if it is still alive then: Grain's own clean-up
+    at exit runs after the modules it needs are gone ("handle is closed", batches in flight
+    never unlinked). Registered after ``multiprocessing``'s, so it runs first."""
     global _OPEN_STREAMS
     if _OPEN_STREAMS is None:
         import atexit
@@ -494,6 +494,33 @@ def _epochs_class(grain: Any) -> type:
             """Nothing to stop: the stream (and its worker processes) serves the next epoch;
             the dataset's ``close()`` stops it."""
 
+    class EndlessIterator(grain.DatasetIterator):
+        """Every epoch from the first, one after another, from a stream of its own. Closing
+        it, or the interpreter's exit, stops the stream's readers and worker processes and
+        lets go of it: Grain's own iterator, collected at the interpreter's teardown instead,
+        fails there once the modules it needs are gone ("Exception ignored in
+        DatasetIterator.__del__")."""
+
+        def __init__(self, stream: Any) -> None:
+            super().__init__(stream)
+            _close_at_exit(self)
+
+        def __next__(self) -> Any:
+            if not self._parents:
+                raise ValueError("this Grain pipeline's endless stream was closed")
+            return next(self._parents[0])
+
+        def get_state(self) -> dict[str, Any]:
+            return self._parents[0].get_state()
+
+        def set_state(self, state: dict[str, Any]) -> None:
+            self._parents[0].set_state(state)
+
+        def close(self) -> None:
+            parents, self._parents = self._parents, ()
+            for parent in parents:
+                parent.close()
+
     class GrainEpochs(grain.IterDataset):
         """A toolkit Grain pipeline: ``len()`` is an epoch's batches, ``batch_size`` and
         ``description`` say what it reads (``toolkit.data.describe_pipeline``).
@@ -578,8 +605,11 @@ def _epochs_class(grain: Any) -> type:
 
         def __iter__(self) -> Any:
             # Endless: a stream of every epoch of its own (closing it stops its worker
-            # processes); else the next epoch, from the dataset's one stream.
-            return self._make(0, True).__iter__() if self.endless else EpochIterator(self)
+            # processes; so does the interpreter's exit, before Grain's own clean-up); else
+            # the next epoch, from the dataset's one stream.
+            if not self.endless:
+                return EpochIterator(self)
+            return EndlessIterator(self._make(0, True).__iter__())
 
         def __str__(self) -> str:
             return self.description

@@ -127,10 +127,14 @@ def classify(
     is (its input as the fit reads it costs the step); compute-bound when the pipeline has
     headroom and the fit keeps up with the step (within half the margin); balanced between:
     a fit 0.8–0.9× the step alone loses a tenth to a fifth of its time to its input, and
-    both sides are worth speeding up. That holds only where the input could cost that much:
-    a fit that trails its step by more than `INPUT_COST_BOUND` times the pipeline's own time
-    per batch lost the time elsewhere (the fit's per-step work, a busy machine), and a
-    pipeline fifty times faster than the step leaves it compute-bound.
+    both sides are worth speeding up.
+
+    A fit's shortfall is put down to its input only where the input could cost that much:
+    at most `INPUT_COST_BOUND` times the pipeline's own time per batch (its threads share the
+    step's cores). A fit that trails its step by more than that, beside a pipeline fifty
+    times faster than the step, lost the time elsewhere (a busy machine over the fit's
+    window, the fit's own per-step work): the step is still what limits, so it is
+    compute-bound, and the advice says so.
 
     Raises:
         ValueError: a rate that is not positive.
@@ -143,7 +147,9 @@ def classify(
     # (the pipeline sharing the cores with the step, or not overlapping it), however fast
     # that pipeline is alone.
     input_could_cost = 1 / fit_rate - 1 / compute_rate <= INPUT_COST_BOUND / input_rate
-    if input_rate < compute_rate * (1 - margin) or fit_rate < compute_rate * (1 - margin):
+    if input_rate < compute_rate * (1 - margin) or (
+        fit_rate < compute_rate * (1 - margin) and input_could_cost
+    ):
         verdict = INPUT_BOUND
     elif input_rate > compute_rate * (1 + margin) and (
         fit_rate >= compute_rate * (1 - margin / 2) or not input_could_cost
