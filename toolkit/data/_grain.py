@@ -505,19 +505,23 @@ def _epochs_class(grain: Any) -> type:
             super().__init__(stream)
             _close_at_exit(self)
 
-        def __next__(self) -> Any:
-            if not self._parents:
+        def _stream(self) -> Any:
+            parents = self._parents  # once: the exit's close may run on another thread
+            if not parents:
                 raise ValueError("this Grain pipeline's endless stream was closed")
-            return next(self._parents[0])
+            return parents[0]
+
+        def __next__(self) -> Any:
+            return next(self._stream())
 
         def get_state(self) -> dict[str, Any]:
-            return self._parents[0].get_state()
+            return self._stream().get_state()
 
         def set_state(self, state: dict[str, Any]) -> None:
-            self._parents[0].set_state(state)
+            self._stream().set_state(state)
 
         def close(self) -> None:
-            parents, self._parents = self._parents, ()
+            parents, self._parents, self._closed = self._parents, (), True
             for parent in parents:
                 parent.close()
 

@@ -129,12 +129,13 @@ def classify(
     a fit 0.8–0.9× the step alone loses a tenth to a fifth of its time to its input, and
     both sides are worth speeding up.
 
-    A fit's shortfall is put down to its input only where the input could cost that much:
-    at most `INPUT_COST_BOUND` times the pipeline's own time per batch (its threads share the
-    step's cores). A fit that trails its step by more than that, beside a pipeline fifty
-    times faster than the step, lost the time elsewhere (a busy machine over the fit's
-    window, the fit's own per-step work): the step is still what limits, so it is
-    compute-bound, and the advice says so.
+    Beside a pipeline with headroom (more than the margin faster than the step), a fit's
+    shortfall is put down to its input only where the input could cost that much: at most
+    `INPUT_COST_BOUND` times the pipeline's own time per batch (its threads share the
+    step's cores). A fit that trails its step by more than that lost the time elsewhere (a
+    busy machine over the fit's window, the fit's own per-step work): the step is still
+    what limits, so it is compute-bound, its overlap is not in question, and the advice says
+    where the time went.
 
     Raises:
         ValueError: a rate that is not positive.
@@ -143,21 +144,23 @@ def classify(
         if not rate > 0:
             raise ValueError(f"{name} rate must be > 0, got {rate}")
     # The step-alone run is a real fit too, on one batch repeated: a real fit that runs
-    # slower than it by more than the margin is held back by its input, as the fit reads it
-    # (the pipeline sharing the cores with the step, or not overlapping it), however fast
-    # that pipeline is alone.
+    # slower than it by more than the margin is held back by its input as the fit reads it
+    # (the pipeline sharing the cores with the step, or not overlapping it), where that
+    # input could cost it the time lost.
     input_could_cost = 1 / fit_rate - 1 / compute_rate <= INPUT_COST_BOUND / input_rate
+    headroom = input_rate > compute_rate * (1 + margin)
+    shortfall_is_input = input_could_cost or not headroom
     if input_rate < compute_rate * (1 - margin) or (
-        fit_rate < compute_rate * (1 - margin) and input_could_cost
+        fit_rate < compute_rate * (1 - margin) and shortfall_is_input
     ):
         verdict = INPUT_BOUND
-    elif input_rate > compute_rate * (1 + margin) and (
-        fit_rate >= compute_rate * (1 - margin / 2) or not input_could_cost
-    ):
+    elif headroom and (fit_rate >= compute_rate * (1 - margin / 2) or not input_could_cost):
         verdict = COMPUTE_BOUND
     else:
         verdict = BALANCED
-    overlap_ok = fit_rate >= min(input_rate, compute_rate) * (1 - margin)
+    overlap_ok = fit_rate >= min(input_rate, compute_rate) * (1 - margin) or not (
+        shortfall_is_input
+    )
     return verdict, overlap_ok
 
 
