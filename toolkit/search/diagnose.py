@@ -17,9 +17,10 @@ pipeline a diagnosis measured is named in its output (``measured pipeline: ...``
 
 :func:`classify` turns the rates into a verdict (pure, tested with injected rates):
 input-bound when the pipeline alone can't keep up with the step, or when the real fit runs
-slower than the step alone (the input as the fit reads it holds the step back), compute-bound
-when the pipeline has headroom and the fit keeps up (at least 0.9× the step alone), balanced
-between (the two within the margin, or a fast pipeline whose fit runs 0.8–0.9× the step).
+slower than the step alone (the input as the fit reads it holds the step back, where it could
+cost that much), compute-bound when the pipeline has headroom and the fit keeps up (at least
+0.9× the step alone) or lost more than its input could cost, balanced between (the two within
+the margin, or a fast pipeline whose fit runs 0.8–0.9× the step).
 A fourth finding, *overlap*, flags a fit slower than both of its parts (input and step not
 overlapping, or per-step overhead). ``toolkit.search.advice`` draws concrete advice from
 what was measured and what the input is (Python generators, sequential maps, no cache, no
