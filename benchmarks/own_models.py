@@ -12,7 +12,8 @@ processes with a clock of this script's own:
   twice in turn (the faster kept), in ``--rounds`` processes (the median ratio): the real fit
   at least 0.9× the step alone is compute-bound, below 0.8× input-bound, between balanced;
 * **tune**: the gain it claims (with ``fresh=``: confirmed in fresh processes), against
-  interleaved fresh-process fits of the defaults and its pick, timed by this script's clock.
+  interleaved fresh-process fits of the defaults and its pick, timed by this script's clock,
+  each for as long as tune's own fresh runs (``FRESH_WINDOW_S``) at its own rate.
 
 Lines like ``mixup/tensorflow: tune claims 1.31× (1.22–1.40, 2 rounds in fresh processes),
 fresh processes 1.27×``. The goal: no errors, every verdict agreeing, every claimed gain
@@ -32,10 +33,12 @@ import subprocess
 import sys
 import time
 
+from toolkit.search.fresh import FRESH_WINDOW_S  # a tune pair's window: as tune's fresh runs
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 WARMUP = 10  # steps before this script's clock starts (the first call compiles)
-WINDOW_S = 3.0  # a tune pair's timed window, at least (as tune's fresh runs: fresh.py)
+WINDOW_S = 3.0  # the verdict reference's timed windows, at least
 COMPUTE_AT, INPUT_BELOW = 0.9, 0.8  # the independent verdict's lines (fit / step alone)
 
 
@@ -50,17 +53,22 @@ def _build(name: str):
 
 
 class _Clock:
-    """This script's own clock: ``time.perf_counter`` at every batch end."""
+    """This script's own clock: ``time.perf_counter`` at every batch end. With `window_s`, it
+    ends the fit once that long has passed after the warm-up, with `min_calls` timed calls."""
 
-    def __init__(self):
+    def __init__(self, window_s: float | None = None, spe: int = 1, min_calls: int = 10):
         from toolkit.core import compat
 
         keras = compat.keras()
         stamps = self.stamps = []
+        first = max(1, -(-WARMUP // spe))  # the stamp the timed window starts at
 
         class Stamp(keras.callbacks.Callback):
             def on_train_batch_end(self, batch, logs=None):
                 stamps.append(time.perf_counter())
+                timed = len(stamps) - 1 - first
+                if window_s and timed >= min_calls and stamps[-1] - stamps[first] >= window_s:
+                    self.model.stop_training = True
 
         self.callback = Stamp()
 
@@ -139,8 +147,10 @@ def child(job: dict) -> dict:
         settings = job["settings"]
         compat.set_compile_settings(model, **settings)
         spe = int(settings.get("steps_per_execution", 1))
-        clock = _Clock()  # both sides of a pair time as many steps (job["steps"])
-        _fit(model, data, steps, [clock.callback], spe=spe)
+        # Each side timed for as long, at its own rate (as tune's fresh runs): sized by the
+        # defaults' rate, a 2× pick timed half the window, where one second moves by ±15 %.
+        clock = _Clock(window_s=FRESH_WINDOW_S, spe=spe)
+        _fit(model, data, 10**7, [clock.callback], spe=spe)
         return {"clock": clock.rate(batch, spe)}
     if job["kind"] == "diagnose":
         from toolkit import diagnose
@@ -248,15 +258,10 @@ def one(name: str, backend: str, args, tally: dict) -> None:
     tally["checks"] += 1
     if tuned["best"] == tuned["defaults"]:  # nothing handed back: nothing to be slower
         tally["ok"] += 1
-        print(f"{tag}: tune keeps the defaults ({tuned['why'][:100]})", flush=True)
+        print(f"{tag}: tune keeps the defaults ({tuned['why']})", flush=True)
         print(f"{tag}: {time.perf_counter() - t0:.0f} s", flush=True)
         return
     pair = [tuned["defaults"], tuned["best"]]
-    # Both sides time as many steps: at least 10 calls of the longer one (a call is a stamp),
-    # and a window as long as tune's own fresh runs (3 s at the defaults' rate, or more).
-    longest = max(int(p.get("steps_per_execution", 1)) for p in pair)
-    window = -(-WINDOW_S * own // clock["batch"])
-    base = {**base, "steps": int(max(args.steps, 10 * longest, window))}
     rates: list[list[float]] = [[], []]
     for r in range(args.rounds):
         for k in (r % 2, 1 - r % 2):

@@ -33,6 +33,9 @@ from toolkit.search import diagnose as dg
         ((500.0, 100.0, 40.0), dg.COMPUTE_BOUND, True),
         ((6853.0, 39.1, 30.0), dg.COMPUTE_BOUND, True),  # a BiLSTM (fresh: 1.06x)
         ((1567.3, 175.0, 134.2), dg.INPUT_BOUND, False),  # contrastive/torch (fresh: 0.73x)
+        # multi_input/torch (fresh: 0.79x): its fit lost 4.3x the input's own time, read
+        # through Keras's adapter into torch tensors, a dict of them.
+        ((1977.6, 194.3, 136.4), dg.INPUT_BOUND, False),
         ((500.0, 100.0, 92.0), dg.COMPUTE_BOUND, True),  # the fit keeps up with the step
         # A fast pipeline, yet the fit loses 15 % to reading it: both sides matter.
         ((500.0, 100.0, 85.0), dg.BALANCED, True),
@@ -204,8 +207,11 @@ def test_real_runs_made_input_or_compute_bound(keras, slow_input, width, verdict
         # input could have cost it that (balanced: both lists), the advice says it did not.
         gap = 1 / diagnosis.fit_rate - 1 / diagnosis.compute_rate
         if gap <= adv.INPUT_COST_BOUND / diagnosis.input_rate:
-            verdict = dg.BALANCED
-            assert "both lists apply" in diagnosis.advice[0], str(diagnosis)
+            if diagnosis.fit_rate < (1 - adv.MARGIN) * diagnosis.compute_rate:
+                verdict = dg.INPUT_BOUND  # a window slowed that far reads as its input's
+            else:
+                verdict = dg.BALANCED
+                assert "both lists apply" in diagnosis.advice[0], str(diagnosis)
         else:
             assert "too fast to cost it that" in diagnosis.advice[0], str(diagnosis)
     assert diagnosis.verdict == verdict, str(diagnosis)
@@ -361,8 +367,8 @@ def test_doctor_cli_on_your_own_model_fn(tmp_path):
     )
     tuned = subprocess.run(
         [sys.executable, "-m", "toolkit", "tune", "--model_fn", "mytrain:make",
-         "--tune_budget=5"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+         "--tune_budget=5"],  # a pick's fresh check: up to 5 rounds of two runs of 6 s
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TOOLKIT_CACHE_DIR": str(tmp_path)},
     )  # fmt: skip
     assert tuned.returncode == 0, tuned.stderr[-3000:]

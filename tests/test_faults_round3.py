@@ -339,7 +339,7 @@ def test_a_backup_dir_or_cache_that_cannot_be_written_is_said(tmp_path, read_onl
     env = {k: v for k, v in os.environ.items() if k not in ("TOOLKIT_CACHE_DIR", "MPLCONFIGDIR")}
     tune = subprocess.run(
         [sys.executable, "-m", "toolkit", "tune", "--recipe", "mlp", "--tune_budget=1"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=900,  # with a pick's fresh check (≤ 5 rounds)
         env={**env, "HOME": str(read_only_dir), "TF_CPP_MIN_LOG_LEVEL": "2"},
     )  # fmt: skip
     assert tune.returncode == 0, tune.stderr[-2000:]

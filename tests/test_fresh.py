@@ -4,7 +4,6 @@ processes on your own model (``--model_fn``), and the run shape that bounds the 
 
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
@@ -51,18 +50,37 @@ def test_a_pick_that_wins_every_fresh_round_stands_with_the_fresh_gain():
     assert why.startswith("confirmed in fresh processes: 1.23×")
 
 
-def test_two_rounds_far_apart_get_a_third_and_the_claim_is_their_median():
+def test_two_rounds_far_apart_get_more_until_the_claim_is_known_and_it_is_their_median():
     """1.15× then 1.60×: both faster, but a median of two ratios that far apart is no better
-    than either, so a third round is run and the claim carries all three."""
-    runner, seen = runs([1.15, 1.60, 1.30])
+    than either, so rounds go on; these never get within ±5 %, so all five are run and the
+    claim carries them."""
+    runner, seen = runs([1.15, 1.60, 1.30, 1.25, 1.35])
     pick, gain, rounds, why = fr.confirm_fresh(
         Target("mlp"), DEFAULTS, PICK, backend="tensorflow", device="cpu", steps=48,
         runner=runner,
     )  # fmt: skip
-    assert pick == PICK and len(rounds) == 3 and len(seen) == 6
-    assert gain.rounds == 3 and gain.ratio == pytest.approx(1.30)
+    assert pick == PICK and len(rounds) == fr.FRESH_ROUNDS == 5 and len(seen) == 10
+    assert gain.rounds == 5 and gain.ratio == pytest.approx(1.30)
     assert (gain.low, gain.high) == (1.15, 1.60)
-    assert why == "confirmed in fresh processes: 1.30× (1.15–1.60, 3 rounds in fresh processes)"
+    assert why == "confirmed in fresh processes: 1.30× (1.15–1.60, 5 rounds in fresh processes)"
+
+
+def test_rounds_end_once_the_claim_is_known_to_about_five_percent():
+    # Two 5 % apart: the mean log-ratio's standard error is 2.4 %.
+    assert fr.known([1.25, 1.19]) and not fr.known([1.25, 1.18])
+    # 1.20 and 1.30 need a third: 1.25 settles it (2.3 %), 1.45 does not.
+    assert not fr.known([1.20, 1.30]) and fr.known([1.20, 1.30, 1.25])
+    assert not fr.known([1.20, 1.30, 1.45])
+    # A pick that lost a round cannot be confirmed: nothing more to learn.
+    assert fr.known([1.40, 0.98])
+    # Both sides of the noise line (1 + MIN_GAIN) is not settled, however close.
+    assert not fr.known([1.01, 1.03]) and fr.known([1.03, 1.04]) and not fr.known([1.3])
+    runner, seen = runs([1.20, 1.30, 1.25, 9.0, 9.0])
+    pick, gain, _, _ = fr.confirm_fresh(
+        Target("mlp"), DEFAULTS, PICK, backend="tensorflow", device="cpu", steps=48,
+        runner=runner,
+    )  # fmt: skip
+    assert pick == PICK and gain.rounds == 3 and len(seen) == 6 and gain.ratio == 1.25
 
 
 def test_a_gain_the_fresh_processes_do_not_show_leaves_the_defaults():
@@ -75,15 +93,20 @@ def test_a_gain_the_fresh_processes_do_not_show_leaves_the_defaults():
     assert "not confirmed in fresh processes" in why and "the defaults stay" in why
 
 
-def test_a_pick_whose_fresh_runs_fail_is_not_handed_back():
-    def runner(candidate, r):
-        return {"error": "out of memory"} if candidate == PICK else {"examples_per_sec": 1.0}
+@pytest.mark.parametrize("failed", [{"error": "out of memory"}, {"examples_per_sec": float("nan")}])
+def test_a_pick_whose_fresh_runs_fail_is_not_handed_back(failed):
+    seen = []
 
-    pick, gain, _, why = fr.confirm_fresh(
+    def runner(candidate, r):
+        seen.append(candidate)
+        return failed if candidate == PICK else {"examples_per_sec": 1.0}
+
+    pick, gain, rounds, why = fr.confirm_fresh(
         Target("mlp"), DEFAULTS, PICK, backend="tensorflow", device="cpu", steps=48,
         runner=runner,
     )  # fmt: skip
     assert pick == DEFAULTS and gain is None and "could not be measured" in why
+    assert len(rounds) == 1 and len(seen) == 2  # it cannot be confirmed: no more rounds
 
 
 def test_fresh_runs_a_signal_ended_are_named_for_the_cache_to_leave_out():
@@ -101,6 +124,15 @@ def test_fresh_runs_a_signal_ended_are_named_for_the_cache_to_leave_out():
         runner=runner, interrupted=lost,
     )  # fmt: skip
     assert lost == [PICK.label()]
+
+
+def test_each_fresh_run_is_sized_at_its_own_rate():
+    """A 2× pick sized at the defaults' rate timed half the window (where one second moves by
+    ±15 %): each candidate gets steps for FRESH_WINDOW_S at its own rate."""
+    defaults, pick = fr.fresh_steps(DEFAULTS, 1000.0, 10, 48), fr.fresh_steps(PICK, 2000.0, 10, 48)
+    assert pick == 2 * defaults == 2 * round(fr.FRESH_WINDOW_S * 100)
+    assert fr.fresh_steps(PICK, None, 10, 48) == 48  # no rate: the steps asked for
+    assert fr.fresh_steps(en.Candidate(fused_steps=32), 1.0, 10, 48) == 160  # 5 calls at least
 
 
 def test_a_run_shape_allows_only_loops_its_run_can_time():
@@ -173,25 +205,28 @@ def test_fresh_processes_run_your_model_with_each_candidate_s_settings(tmp_path,
     seen = []
     from toolkit.search import _processes
 
-    def child(candidate, r):
-        spec = _processes.ChildSpec(
-            "figures", Target.of("freshtrain:make"), "tensorflow", "cpu",
-            tuple(candidate.flags().split()), steps=32,
-        )  # fmt: skip
-        got = _processes.run_child(spec, dict(os.environ), 600.0)
-        seen.append((candidate, got))
+    real = _processes.run_child
+
+    def watched(spec, env, timeout):  # the real child process, its spec and figures kept
+        got = real(spec, env, timeout)
+        seen.append((spec, got))
         return got
 
+    monkeypatch.setattr(_processes, "run_child", watched)
+    steps = {DEFAULTS: 24, PICK: 48}  # each candidate's own length (tune: its own rate)
     pick, gain, rounds, _why = fr.confirm_fresh(
         Target.of("freshtrain:make"), DEFAULTS, PICK, backend="tensorflow", device="cpu",
-        steps=32, rounds=2, runner=child,
+        steps=steps, rounds=2,
     )  # fmt: skip
     assert len(rounds) == 2 and all(set(r) == {DEFAULTS.label(), PICK.label()} for r in rounds)
     assert gain is not None and gain.rounds == 2 and gain.where == fr.FRESH
     assert pick in (DEFAULTS, PICK)
-    # Each fresh process ran its candidate's settings on your model: the calls it timed
-    # held that many steps.
-    for candidate, figures in seen:
+    # Each fresh process ran its candidate's settings on your model, for its own steps: the
+    # calls it timed held that many steps.
+    assert sorted(spec.steps for spec, _ in seen) == [24, 24, 48, 48]
+    for spec, figures in seen:
+        candidate = PICK if "--steps_per_execution=8" in spec.settings else DEFAULTS
+        assert spec.steps == steps[candidate], (spec, figures)
         assert figures["steps_per_call"] == candidate.steps_per_execution, figures
         assert figures["timed_steps"] > 0 and figures["examples_per_sec"] > 0
     assert sys.modules.get("freshtrain") is None  # built only in the children

@@ -233,8 +233,8 @@ def test_tune_cli_then_a_recipe_with_autotune_reads_the_cache(tmp_path):
 
     def python(*args):
         return subprocess.run(
-            [sys.executable, *args], capture_output=True, text=True, timeout=300, env=env
-        )
+            [sys.executable, *args], capture_output=True, text=True, timeout=900, env=env
+        )  # a pick's fresh check: up to 5 rounds of two runs of 6 s each, on a busy machine
 
     # Both for a smoke run (8 steps): the pick must be one that run can time.
     out = python("-m", "toolkit", "tune", "--recipe", "mlp", "--smoke", "--tune_budget=8")

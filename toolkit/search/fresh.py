@@ -14,6 +14,13 @@ shown faster than the defaults). What tune then claims is :class:`Gain`: the med
 paired ratios with their range and the number of rounds, and where they were measured, never
 one lucky number.
 
+How long and how often: a fit whose input and step share two cores moves by ±15 % from one
+second to the next within one process (a contrastive model's pick, 1-s windows: 52k to 68k
+examples/s; its step alone, the input cached: ±3 %), so each run times at least
+:data:`FRESH_WINDOW_S` at its own rate (a window sized at the defaults' rate gave a 2× pick
+1.5 s), and rounds go on until the claim is known to about ±5 %
+(:data:`PRECISION`), :data:`FRESH_ROUNDS` at most.
+
 Your own model in memory cannot be rebuilt in another process: there the claim comes from
 the in-process rounds and says so ("this process"). Hand tune a ``module:function`` that
 returns the model and data (``tune(..., fresh="mytrain:make")``, ``--model_fn``) for the
@@ -26,7 +33,7 @@ import dataclasses
 import math
 import os
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from toolkit.search.engine import MIN_GAIN, Candidate
@@ -34,10 +41,11 @@ from toolkit.search.rounds import decide, interleaved_rounds, paired_ratios
 
 __all__: list[str] = []  # the search's own: tune hands back its Gain (TuneResult.gain)
 
-FRESH_ROUNDS = 3  # fresh-process rounds at most (2 when the first two agree: AGREE)
-AGREE = 0.05  # two rounds agree when on the same side and within 5 % of each other (two 9 %
-# apart, 2.35× and 2.56×, left a claim 12 % off what five more fresh processes measured)
-FRESH_WINDOW_S = 3.0  # a fresh run's timed window, at least (seconds at the search's rate)
+FRESH_ROUNDS = 5  # fresh-process rounds at most (fewer once PRECISION is reached)
+PRECISION = 0.025  # rounds end when the mean log-ratio's standard error is at most this (a
+# claim known to about ±5 %; two rounds meet it when within 5 % of each other: two 9 % apart,
+# 2.35× and 2.56×, left a claim 12 % off what five more fresh processes measured)
+FRESH_WINDOW_S = 6.0  # a fresh run's timed window, at least (seconds at its own rate)
 FRESH_TIMEOUT_S = 600.0  # one fresh run, at most
 THIS_PROCESS, FRESH = "this process", "fresh processes"
 
@@ -87,10 +95,26 @@ class Gain:
 
 
 def fresh_steps(candidate: Candidate, rate: float | None, batch_size: int, steps: int) -> int:
-    """Timed steps for a fresh run: at least `steps`, and enough for :data:`FRESH_WINDOW_S`
-    at the rate the search measured (a new process's short window is noisier still)."""
+    """Timed steps for `candidate`'s fresh run: at least `steps`, and enough for
+    :data:`FRESH_WINDOW_S` at `rate`, the rate the search measured for it (a new process's
+    short window is noisier still)."""
     enough = math.ceil(FRESH_WINDOW_S * rate / batch_size) if rate and batch_size else steps
     return max(steps, enough, 5 * candidate.per_call)
+
+
+def known(ratios: Sequence[float]) -> bool:
+    """Whether fresh rounds with these paired ratios (pick / defaults) can end: two at least,
+    and either the pick lost one (it cannot be confirmed, whatever follows) or all are on one
+    side of ``1 + MIN_GAIN`` with the mean log-ratio's standard error at most
+    :data:`PRECISION`."""
+    if len(ratios) < 2:
+        return False
+    if min(ratios) <= 1.0:
+        return True
+    faster = [x > 1 + MIN_GAIN for x in ratios]
+    logs = [math.log(x) for x in ratios]
+    error = statistics.stdev(logs) / math.sqrt(len(logs))
+    return (all(faster) or not any(faster)) and error <= PRECISION
 
 
 def confirm_fresh(
@@ -100,16 +124,17 @@ def confirm_fresh(
     *,
     backend: str,
     device: str,
-    steps: int,
+    steps: int | Mapping[Candidate, int],
     rounds: int = FRESH_ROUNDS,
     progress: Callable[[str], Any] | None = None,
     runner: Callable[[Candidate, int], dict[str, Any]] | None = None,
     interrupted: list[str] | None = None,
 ) -> tuple[Candidate, Gain | None, list[dict[str, float]], str]:
-    """Runs the defaults and `pick` alternately in fresh processes, `rounds` rounds at most (2
-    when both rounds agree on the winner and on the gain within :data:`AGREE`: a median of
-    two ratios far apart is no better than either), each a run of `steps` timed steps of `target` (a
-    ``standings.Target``).
+    """Runs the defaults and `pick` alternately in fresh processes, `rounds` rounds at most,
+    fewer once :func:`known` says the rounds so far settle it (a median of two ratios far
+    apart is no better than either), each a run of `steps` timed steps of `target` (a
+    ``standings.Target``): one count for both, or each candidate's own (its
+    :func:`fresh_steps`).
 
     `runner` ``(candidate, round)`` returns a run's figures (tests inject it); by default a
     ``python -m toolkit._child`` process. Each run a signal or the timeout ended is added to
@@ -128,8 +153,9 @@ def confirm_fresh(
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
     def child(candidate: Candidate, _round: int) -> dict[str, Any]:
+        n = steps[candidate] if isinstance(steps, Mapping) else steps
         spec = ChildSpec(
-            "figures", target, backend, device, tuple(candidate.flags().split()), steps=steps
+            "figures", target, backend, device, tuple(candidate.flags().split()), steps=n
         )
         return run_child(spec, env, FRESH_TIMEOUT_S)
 
@@ -141,22 +167,19 @@ def confirm_fresh(
         rate = figures.get("examples_per_sec")
         if figures.get("interrupted") and interrupted is not None:
             interrupted.append(candidate.label())
-        if not rate:
+        if not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
             errors.append(f"{candidate.label()}: {figures.get('error') or 'no timed steps'}")
             raise RuntimeError(errors[-1])
         if progress is not None:
             progress(
-                f"[fresh process {r + 1}/{rounds}] {candidate.label()}: {rate:,.1f} examples/s"
+                f"[fresh round {r + 1} of ≤{rounds}] {candidate.label()}: {rate:,.1f} examples/s"
             )
         return float(rate)
 
     def settled(done: list[dict[Candidate, float]]) -> bool:
-        if len(done) < 2:
-            return False
-        ratios = paired_ratios(done, defaults, pick)
-        faster = [x > 1 + MIN_GAIN for x in ratios]
-        same_side = all(faster) or not any(faster)
-        return len(ratios) >= 2 and same_side and max(ratios) <= min(ratios) * (1 + AGREE)
+        # A pick that failed where the defaults ran cannot be confirmed: no more rounds.
+        lost = pick not in done[-1] and defaults in done[-1]
+        return lost or known(paired_ratios(done, defaults, pick))
 
     done, _ = interleaved_rounds([defaults, pick], measure, max_rounds=rounds, settled=settled)
     gain = Gain.of(paired_ratios(done, defaults, pick), FRESH)

@@ -232,7 +232,7 @@ def tune(
             ``TrainConfig()``.
         space: what to search. Defaults to :func:`default_space` for the device.
         budget_s: seconds the search may take (the defaults are always measured). The
-            fresh-process check of a pick comes after it: 2–3 rounds of two runs.
+            fresh-process check of a pick comes after it: 2–5 rounds of two runs.
         steps: timed steps per candidate. Defaults to `48`.
         use_cache: read and write the cache. Defaults to `True`.
         progress: called with one line per candidate. Defaults to ``toolkit.core.progress.say``
@@ -386,8 +386,13 @@ def _confirm_fresh(
     signal or the timeout ended go to `interrupted`."""
     rates = {t.candidate: t.examples_per_sec for t in trials}
     batch = work.batch_size or work.config.batch_size
-    slowest = min((r for r in (rates.get(defaults), rates.get(best)) if r), default=None)
-    length = max(fresh_steps(c, slowest, batch, steps) for c in (defaults, best))
+    # Each run's window at its own rate (sized at the defaults', a 2× pick timed half of it)
+    # and its own batch; a candidate the search did not time takes the slower known rate.
+    known = [r for r in (rates.get(defaults), rates.get(best)) if r]
+    length = {
+        c: fresh_steps(c, rates.get(c) or min(known, default=None), c.batch_size or batch, steps)
+        for c in (defaults, best)
+    }
     say(f"tune: confirming {best.label()} in {FRESH}")
     return confirm_fresh(
         fresh, defaults, best, backend=backend.name(), device=work.config.device,
