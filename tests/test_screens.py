@@ -205,3 +205,48 @@ def test_a_diagnosis_printed_in_python_fits_the_terminal(tmp_path):
     assert "  advice: try model.compile(..., jit_compile=True)" in shown.text
     folded = [line for line in shown.lines if line.startswith("    ")]  # continuation rows
     assert folded, shown.text
+
+
+PROGRESS_AND_COMMAND = """
+import sys
+from toolkit.core import progress, terminal
+
+progress.say("tune: the fastest measured settings for a recipe here (cached); loading "
+             "TensorFlow and Keras first")
+progress.say("[head to head 1 | 7/10 s] mixed_bfloat16 no-xla spe=1 fused=32: 77,586.0 "
+             "examples/s")
+print(terminal.fit_command("best: --precision=mixed_bfloat16 --nojit_compile "
+                           "--steps_per_execution=1 --fused_steps=32", terminal.width()))
+"""
+
+
+def test_progress_lines_and_a_command_to_copy_fit_80_columns(tmp_path):
+    """tune's stage lines (its first line, a head-to-head round) and its ``best:`` command
+    line, at 80 columns: folded, nothing wraps, and the command folds with backslashes, so
+    it still pastes whole."""
+    shown = _screen(["-c", PROGRESS_AND_COMMAND], 80, tmp_path, timeout=120)
+    assert shown.rc == 0, shown.text[-3000:]
+    assert not shown.wrapped, shown.wrapped
+    lines = shown.lines
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("tune: the fastest"))
+    assert lines[first + 1].startswith("  ") and "Keras first" in lines[first + 1], lines
+    rows = [ln for ln in shown.lines if ln.startswith("best: ") or ln.startswith("  --")]
+    assert rows[0].startswith("best: ") and all(r.endswith(" \\") for r in rows[:-1]), rows
+    pasted = " ".join(r.removesuffix(" \\").strip() for r in rows)
+    assert pasted == ("best: --precision=mixed_bfloat16 --nojit_compile "
+                      "--steps_per_execution=1 --fused_steps=32")  # fmt: skip
+
+
+def test_a_log_keeps_each_progress_line_and_command_whole(tmp_path):
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-c", PROGRESS_AND_COMMAND], capture_output=True, text=True,
+        timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "; loading TensorFlow and Keras first\n" in out.stderr
+    assert out.stdout == (
+        "best: --precision=mixed_bfloat16 --nojit_compile --steps_per_execution=1 "
+        "--fused_steps=32\n"
+    )

@@ -97,7 +97,8 @@ def tune(args: argparse.Namespace) -> int:
     source = "cache" if result.cache_hit else f"searched in {result.seconds:.1f} s"
     print(f"tune: {what}, batch {result.batch_words} ({source})")
     print(terminal.show(result.table()))
-    print(f"best: {result.how_to_apply}")  # whole: a command line to copy
+    # A command line to copy: whole in a log, folded with "\\" on a terminal (pastes whole).
+    print(terminal.fit_command(f"best: {result.how_to_apply}", terminal.width()))
     return 0
 
 

@@ -44,6 +44,9 @@ def say(text: str) -> None:
     shown = mode()
     if shown == OFF:
         return
+    from toolkit.core import terminal
+
+    text = terminal.fit(text, terminal.width(sys.stderr))  # a terminal's width; a log: whole
     if shown == BAR:
         from tqdm.std import tqdm
 

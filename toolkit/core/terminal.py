@@ -5,6 +5,8 @@
   per thing.
 * :func:`fit` folds a text's too-long lines at word boundaries, each continuation indented
   under the line it continues, so nothing wraps mid-number at the terminal's edge.
+* :func:`fit_command` folds a command line the same way, each folded row ending in ``\\``,
+  so it still pastes whole.
 * :func:`table` renders rows as an aligned, width-aware table with rich (the library Keras 3
   itself draws its summaries with, so it is always installed); Markdown stays for ``.md``
   files (:func:`markdown_table`).
@@ -63,6 +65,19 @@ def fit(text: str, columns: int | None = None, indent: str = "  ") -> str:
             break_long_words=False,  # a path or a command stays whole
         ) or [line]
     return "\n".join(out)
+
+
+def fit_command(text: str, columns: int | None = None, indent: str = "  ") -> str:
+    """A command line (or a call) folded at spaces to `columns`, each folded row ending in
+    `` \\`` so that it still pastes whole into a shell or Python. `columns` `None`:
+    unchanged."""
+    if columns is None or columns < MIN_WIDTH or len(text) <= columns:
+        return text
+    rows = textwrap.wrap(
+        text, width=columns - 2, subsequent_indent=indent, break_on_hyphens=False,
+        break_long_words=False,
+    )  # fmt: skip
+    return " \\\n".join(rows)
 
 
 def table(
