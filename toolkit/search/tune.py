@@ -388,9 +388,9 @@ def _confirm_fresh(
     batch = work.batch_size or work.config.batch_size
     # Each run's window at its own rate (sized at the defaults', a 2× pick timed half of it)
     # and its own batch; a candidate the search did not time takes the slower known rate.
-    known = [r for r in (rates.get(defaults), rates.get(best)) if r]
+    timed = [r for r in (rates.get(defaults), rates.get(best)) if r]
     length = {
-        c: fresh_steps(c, rates.get(c) or min(known, default=None), c.batch_size or batch, steps)
+        c: fresh_steps(c, rates.get(c) or min(timed, default=None), c.batch_size or batch, steps)
         for c in (defaults, best)
     }
     say(f"tune: confirming {best.label()} in {FRESH}")
