@@ -16,6 +16,7 @@ from typing import Any
 
 from toolkit.backend._common import (
     SEAM,
+    CompileWatch,
     calibrated_peak,
     digest,
     no_augmentation_pin,
@@ -248,3 +249,7 @@ def gather_processes(values: list[float]) -> list[list[float]]:
 
 def weights_digest(model: Any) -> str:
     return digest(model.get_weights())
+
+
+def compile_watch(model: Any, clock: Callable[[], float]) -> CompileWatch:
+    return CompileWatch(model, clock)  # NumPy compiles nothing

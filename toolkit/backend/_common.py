@@ -14,6 +14,7 @@ from toolkit.core.events import FUSED_STEPS_ATTR
 __all__ = [
     "MB",
     "SEAM",
+    "CompileWatch",
     "calibrated_peak",
     "digest",
     "has_float64",
@@ -22,6 +23,7 @@ __all__ = [
     "no_retracing_noise",
     "one_step_per_batch",
     "refuse_tf_only",
+    "shape_change",
 ]
 
 MB = 1024.0 * 1024.0
@@ -46,6 +48,7 @@ SEAM = (
     "trains_under_tf_distribute",
     # measuring
     "check_config",
+    "compile_watch",
     "count_flops",
     "data_parallel",
     "device_memory",
@@ -182,3 +185,65 @@ def digest(arrays: Any) -> str:
         h.update(str((a.shape, a.dtype.str)).encode())
         h.update(a.tobytes())
     return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------- compiles
+
+
+class CompileWatch:
+    """What a backend says of one fit's compiles, and of the time its input took, for the
+    ledger (``toolkit.profiling._ledger``). This base sees nothing: a backend without a signal.
+
+    Each backend's ``compile_watch(model, clock)`` returns a subclass that reads the backend's
+    own signal (TensorFlow: the traced functions' tracing counts; JAX: its monitoring events;
+    PyTorch: TorchDynamo's counters). It never syncs the device.
+
+    Attributes:
+        signal: how compiles are found, in words, for the report.
+        input_seen: where the input's time is measured: ``"inside"`` (each batch read is
+            timed inside the train function: :attr:`input_spans`), ``"between"`` (Keras
+            fetches the batch between two steps: the ledger times the gaps) or ``""`` (the
+            batch is read inside the traced step, where only a profiler sees it).
+        events: one dict per compile found: ``at`` (the clock when it happened, or None where
+            the signal is a counter read at :meth:`poll`), ``seconds`` (the backend's own
+            duration, or None), ``function`` (``train``, ``evaluate`` or None), ``cause``
+            (words, or None) and ``where`` (the :meth:`poll` label it was found at).
+        input_spans: ``(start, seconds)`` of each batch read timed inside a train function.
+    """
+
+    signal = "none: only each function's first call is counted as a compile"
+    input_seen = ""
+
+    def __init__(self, model: Any = None, clock: Callable[[], float] | None = None) -> None:
+        self.model = model
+        self.events: list[dict[str, Any]] = []
+        self.input_spans: list[tuple[float, float]] = []
+
+    def start(self) -> None:
+        """Called at the fit's train begin."""
+
+    def poll(self, where: str) -> None:
+        """Reads counter-based signals: compiles since the last poll happened in `where`
+        (``train epoch 3``, ``validation 2``), an interval the ledger knows."""
+
+    def test_begin(self) -> None:
+        """Called at each validation's begin (the evaluation function exists by then)."""
+
+    def stop(self) -> None:
+        """Called when the fit has ended (also after one that raised); undoes what
+        :meth:`start` changed."""
+
+
+def shape_change(before: Any, now: Any) -> str | None:
+    """Words for how a batch's ``((shape, dtype), ...)`` signature changed, or None: ``input
+    shape (17, 8) (was (32, 8))``, ``input dtype float64 (was float32)``."""
+    if before is None or now is None or before == now:
+        return None
+    if len(before) != len(now):
+        return f"input structure: {len(now)} arrays (was {len(before)})"
+    for (s0, d0), (s1, d1) in zip(before, now, strict=True):
+        if s0 != s1:
+            return f"input shape {tuple(s1)} (was {tuple(s0)})"
+        if d0 != d1:
+            return f"input dtype {d1} (was {d0})"
+    return None

@@ -18,6 +18,8 @@ Tags, each with a description (TensorBoard shows it on the card):
   statistics. ``Step time/p50_ms`` and ``Step time/p90_ms``: per epoch, at its last step;
 * ``Throughput/examples_per_sec`` per epoch, and ``Throughput/mfu_percent`` per epoch when the
   run measured FLOPs and the peak (``toolkit.profile`` writes it at the end);
+* ``Ledger/where the time went`` (Images tab): the run's ledger as one stacked bar, written
+  when the run ends (``toolkit.profile``);
 * ``memory/host_rss_mb`` and ``memory/<device>_peak_mb`` when the run watched memory;
 * ``epoch_<metric>``: the model's epoch metrics when asked (the recipes' ``--tensorboard``), as
   Keras names them: ``epoch_loss`` in ``train/``, and ``val_loss`` as ``epoch_loss`` in
@@ -174,6 +176,23 @@ class Scalars:
         self._pending.setdefault(run, []).append(record)
         self.written += 1
 
+    def image(self, tag: str, png: bytes, step: int, description: str, run: str = TRAIN) -> None:
+        """One PNG picture at step `step` of `run` (TensorBoard's Images tab), written now."""
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        size = _png_size(png)
+        value = Summary.Value(
+            tag=tag,
+            image=Summary.Image(
+                height=size[1], width=size[0], colorspace=4, encoded_image_string=png
+            ),
+        )
+        value.metadata.summary_description = description
+        value.metadata.plugin_data.plugin_name = "images"
+        event = self._event(wall_time=time.time(), step=int(step), summary=Summary(value=[value]))
+        self._pending.setdefault(run, []).append(self._record(event))
+        self.flush()
+
     def metrics(self, values: Mapping[str, float], epoch: int) -> None:
         """The model's epoch metrics as Keras writes them: ``loss`` as ``epoch_loss`` in
         ``train``, ``val_loss`` as ``epoch_loss`` in ``validation``, at step `epoch`."""
@@ -278,6 +297,13 @@ _EPOCH_TAGS = (
     ("step_ms_p90", STEP_P90),
     ("examples_per_sec", EXAMPLES),
 )
+
+
+def _png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) from a PNG's header."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n" or len(png) < 24:
+        return (0, 0)
+    return struct.unpack(">II", png[16:24])
 
 
 def masked_crc32c_function() -> Callable[[bytes], int]:

@@ -72,6 +72,7 @@ from toolkit.core.stats import (
     format_ms,
     summarize_calls,
 )
+from toolkit.profiling._ledger import FitLedger, epoch_gaps
 from toolkit.profiling._timing import (
     fit_call_parts,
     floats,
@@ -178,6 +179,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self.global_step = 0  # steps written to TensorBoard so far, across fits
         # (called, returned) of the last fit timed by `around_fit`; kept across reset().
         self._fit_span: tuple[float | None, float | None] = (None, None)
+        self._ledger = FitLedger(clock)  # the whole fit's parts (``toolkit.profiling._ledger``)
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -398,6 +400,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         if self.log_steps:  # its lines come as the steps do: each begin is drained at once
             self.on_train_batch_begin = self._begin_and_drain
         self.train_begin_time = self._clock()
+        self._ledger.begin(self, model, self.train_begin_time)
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         self._epoch = epoch
@@ -410,6 +413,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._begins = []
         self._drained = 0
         self._epoch_state = (self._warmup_left, self._seen_first)
+        self._ledger.epoch_begin(epoch)
 
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         # The hottest code here, and it runs where the fit has left it out of cache: one clock
@@ -439,8 +443,20 @@ class StepTimer(compat.keras().callbacks.Callback):
 
     def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
         # Validation inside fit: the epoch's last training execution ended before this.
-        if self._running and self._begins and self._boundary_time is None:
-            self._boundary_time = self._clock()
+        if not self._running:
+            return
+        now = self._clock()
+        if self._begins and self._boundary_time is None:
+            self._boundary_time = now
+        self._ledger.test_begin(now, None)
+
+    def on_test_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        if self._running:  # the ledger's validation executions (a clock read and an append)
+            self._ledger.test_batch(batch, self._clock())
+
+    def on_test_end(self, logs: Mapping[str, Any] | None = None) -> None:
+        if self._running:
+            self._ledger.test_end(self._clock())
 
     def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         now = self._clock()
@@ -456,6 +472,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         if self.add_to_logs and isinstance(logs, MutableMapping):
             logs.update({k: round(figures[k], LOG_KEYS[k]) for k in LOG_KEYS if k in figures})
         self._write_scalars(metrics, figures, epoch)
+        self._ledger_epoch(epoch, calls, now)
         self.epochs.append(
             {
                 "epoch": epoch,
@@ -465,6 +482,21 @@ class StepTimer(compat.keras().callbacks.Callback):
                 "metrics": metrics,
             }
         )
+
+    def _epoch_span(self, calls: list[tuple[float, int, int, str]]) -> tuple[Any, Any]:
+        """The epoch's first batch begin and the end of its last recorded execution (its
+        executions tile that span)."""
+        if not self._begins:
+            return None, None
+        first = self._begins[0][1]
+        return first, first + sum(c[0] for c in calls)
+
+    def _ledger_epoch(self, epoch: int, calls: list[Any], now: float) -> None:
+        first, steps_end = self._epoch_span(calls)
+        watch = self._ledger.watch
+        between = getattr(watch, "input_seen", "") == "between"
+        gaps = epoch_gaps(self._begins, self._end_marks) if between else []
+        self._ledger.epoch_end(epoch, self._epoch_start, first, steps_end, now, gaps)
 
     def _write_scalars(
         self,
@@ -499,6 +531,7 @@ class StepTimer(compat.keras().callbacks.Callback):
             self._write_scalars()  # (each write ends in the file: nothing is left open)
         self.train_end_time = now
         self._running = False
+        self._ledger.end(now)
         if logs:
             model = {k: v for k, v in floats(logs).items() if k not in LOG_KEYS}
             self.last_logs = {**self.last_logs, **model}
@@ -525,6 +558,7 @@ class StepTimer(compat.keras().callbacks.Callback):
 
     def stop(self) -> None:
         """Stops timing a custom loop. Time after the last :meth:`step` is not counted."""
+        self._ledger.finish()
         if self._running:
             self.train_end_time = self._clock()
             self._running = False
@@ -569,6 +603,7 @@ class StepTimer(compat.keras().callbacks.Callback):
             yield self
         finally:
             self._fit_span = (self._fit_span[0], self._clock())
+            self._ledger.finish()  # a fit that raised never reached train end
 
     def fit_call(self) -> dict[str, Any] | None:
         """The last fit's whole call as start-up + steps + exit (``_timing.fit_call_parts``;
@@ -578,6 +613,23 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._note_first_begin()
         begin, end = self.train_begin_time, self.train_end_time
         return fit_call_parts(begin, self.first_begin_time, end, *self._fit_span)
+
+    def ledger(self) -> dict[str, Any] | None:
+        """The last fit's ledger: its wall time in parts that add up to it (start-up,
+        compile, steps, input, validation, callbacks by name, exit, other), every compile
+        with its step and cause (``toolkit.profiling._ledger``); partial for a fit that
+        raised or stopped. None: no fit (a custom loop)."""
+        if not getattr(self, "params", None):
+            return None
+        calls = self.calls
+        current = None
+        if self._running or (self.train_end_time is None and self._begins):
+            done = {e["epoch"] for e in self._ledger.epochs}
+            if self._epoch not in done and self._begins:
+                mine = [c for c in calls if c[2] == self._epoch]
+                first, steps_end = self._epoch_span(mine)
+                current = {"epoch": self._epoch, "first": first, "steps_end": steps_end}
+        return self._ledger.result(calls, self._fit_span, current, self.params, self._clock())
 
     def summary(self) -> StepStats:
         """The step statistics of everything recorded so far."""

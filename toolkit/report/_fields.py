@@ -118,8 +118,9 @@ def check_report(d: Mapping[str, Any], statuses: tuple[str, ...]) -> None:
     check_steps(d.get("steps"))
     _number("fit_seconds", d.get("fit_seconds"), optional=True)
     for name in ("environment", "args", "extra", "memory", "trace", "context",
-                 "diagnosis", "tune", "cluster", "tensorboard"):  # fmt: skip
+                 "diagnosis", "tune", "cluster", "tensorboard", "ledger"):  # fmt: skip
         _mapping(name, d.get(name))
+    check_ledger(d.get("ledger"))
     for key, value in _mapping("metrics", d.get("metrics")).items():
         _number_or_nan(f"metrics.{key}", value)
     for i, epoch in enumerate(_records("epochs", d.get("epochs"))):
@@ -161,6 +162,26 @@ def check_report(d: Mapping[str, Any], statuses: tuple[str, ...]) -> None:
             where = f"memory.readings[{i}].devices.{device}"
             for key in ("current_mb", "peak_mb"):
                 _number(f"{where}.{key}", _mapping(where, m, optional=False).get(key))
+
+
+def check_ledger(value: Any) -> None:
+    """The ``ledger`` object (``docs/report.md``): its wall time and each part a number of
+    seconds (a part may be null: not seen), its callbacks and compiles records."""
+    ledger = _mapping("ledger", value)
+    if not ledger:
+        return
+    _number("ledger.wall_s", ledger.get("wall_s"))
+    for key, part in _mapping("ledger.parts", ledger.get("parts"), optional=False).items():
+        if part is not None and (isinstance(part, bool) or not isinstance(part, int | float)):
+            raise _bad(f"ledger.parts.{key}", part, "a number of seconds or null")
+    for name, c in _mapping("ledger.callbacks", ledger.get("callbacks")).items():
+        _number(f"ledger.callbacks.{name}.seconds", _mapping(name, c, False).get("seconds"))
+    for i, c in enumerate(_records("ledger.compiles", ledger.get("compiles"))):
+        _number(f"ledger.compiles[{i}].seconds", c.get("seconds"))
+    for i, f in enumerate(_records("ledger.fixes", ledger.get("fixes"))):
+        if not isinstance(f.get("words"), str):
+            raise _bad(f"ledger.fixes[{i}].words", f.get("words"), "a string")
+        _number(f"ledger.fixes[{i}].saves_s", f.get("saves_s"), optional=True)
 
 
 def _number_or_nan(field: str, value: Any) -> None:

@@ -10,6 +10,62 @@ from toolkit.core.stats import format_ms
 
 __all__: list[str] = []
 
+# One colour per part of the ledger, the same in every picture.
+COLOURS = {
+    "start-up": "tab:gray",
+    "compile": "tab:red",
+    "steps": "tab:blue",
+    "input": "tab:orange",
+    "validation": "tab:green",
+    "callbacks": "tab:purple",
+    "exit": "tab:brown",
+    "other": "0.8",
+}
+
+
+def ledger_bar(ax: Any, ledger: Any) -> None:
+    """The ledger as one stacked horizontal bar on `ax`: each part's seconds, labelled inside
+    when it is wide enough, every part in the legend with its seconds and share."""
+    from toolkit.report._ledger import bar_segments, format_s
+
+    wall = float(ledger.get("wall_s") or 0.0)
+    left = 0.0
+    for label, seconds in bar_segments(ledger):
+        share = seconds / wall if wall else 0.0
+        ax.barh(
+            0, seconds, left=left, color=COLOURS.get(label, "0.5"), edgecolor="white",
+            label=f"{label} {format_s(seconds)} ({share:.0%})",
+        )  # fmt: skip
+        if share >= 0.08:
+            ax.text(left + seconds / 2, 0, label, ha="center", va="center", fontsize=8,
+                    color="white" if label not in ("other",) else "black")  # fmt: skip
+        left += seconds
+    ax.set_xlim(0, max(wall, left) or 1.0)
+    ax.set_yticks([])
+    ax.set_xlabel("seconds of the fit call" if ledger.get("from") == "fit call"
+                  else "seconds from train begin")  # fmt: skip
+    partial = " (partial: the fit stopped early)" if ledger.get("partial") else ""
+    n = int(ledger.get("recompiles") or 0)
+    recompiles = f", {n} recompile{'s' if n != 1 else ''}" if n else ""
+    ax.set_title(f"where the fit's {format_s(wall)} went{partial}{recompiles}", fontsize=10)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.55), ncol=4, fontsize=8,
+              frameon=False)  # fmt: skip
+
+
+def ledger_png(ledger: Any, name: str) -> bytes:
+    """The ledger's bar alone, as PNG bytes (TensorBoard's Images tab shows it)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 3.0), dpi=100)
+    ledger_bar(fig.add_axes((0.03, 0.52, 0.94, 0.26)), ledger)  # its legend goes below
+    fig.suptitle(name, fontsize=10, x=0.01, ha="left")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
 
 def steps_png(report: Any) -> bytes:
     """``RunReport.plot_png``'s chart of `report` (a RunReport: its timeline and step
@@ -20,8 +76,15 @@ def steps_png(report: Any) -> bytes:
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    fig = Figure(figsize=(11, 4.2), dpi=100)
-    ax_t, ax_h = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2, 1]})
+    ledger = getattr(report, "ledger", None)
+    if ledger and ledger.get("wall_s"):
+        fig = Figure(figsize=(11, 5.6), dpi=100)
+        grid = fig.add_gridspec(2, 2, width_ratios=[2, 1], height_ratios=[4.2, 1.4])
+        ax_t, ax_h = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
+        ledger_bar(fig.add_subplot(grid[1, :]), ledger)
+    else:
+        fig = Figure(figsize=(11, 4.2), dpi=100)
+        ax_t, ax_h = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2, 1]})
     styles = {  # kind: (label, marker, size, colour)
         "timed": ("timed", ".", 3, "tab:blue"),
         "warmup": ("warm-up (left out)", "o", 5, "tab:orange"),

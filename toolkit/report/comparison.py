@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from toolkit.report._ledger import compare_ledgers
 from toolkit.report.run_report import RunReport, cell
 
 __all__ = ["Comparison", "compare"]
@@ -39,6 +40,8 @@ class Comparison:
     noise: float | None
     notes: tuple[str, ...] = ()
     settings: tuple[tuple[str, object, object], ...] = ()  # (flag, A's, B's) where they differ
+    ledger: str | None = None  # the two runs' ledgers, part by part (compare_ledgers)
+    ledgers: tuple[dict | None, dict | None] = (None, None)  # each run's parts, for to_dict
 
     def render(self) -> str:
         width = max(len(r[0]) for r in self.rows) if self.rows else 10
@@ -77,6 +80,8 @@ class Comparison:
                 f"verdict: B is {self.verdict}: {self.ratio:.2f}× A's speed ({self.basis}, "
                 f"beyond the ±{self.noise * 100:.1f}% noise band)"
             )
+        if self.ledger:
+            lines.append(self.ledger)
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -102,6 +107,11 @@ class Comparison:
             "noise_band": self.noise,
             "notes": list(self.notes),
             "settings": [{"flag": k, "a": va, "b": vb} for k, va, vb in self.settings],
+            "ledger": {
+                "line": self.ledger,
+                "a": self.ledgers[0],
+                "b": self.ledgers[1],
+            },
         }
 
     def __str__(self) -> str:
@@ -160,10 +170,23 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
             notes.append(f"{label} is {an} {report.status} run ({report.error or 'interrupted'})")
 
     settings = _settings(a.args, b.args)
+    both = {
+        "ledger": compare_ledgers(a.ledger, b.ledger),
+        "ledgers": tuple(
+            {**(r.ledger.get("parts") or {}), "wall_s": r.ledger.get("wall_s")}
+            if r.ledger
+            else None
+            for r in (a, b)
+        ),
+    }
     if not (sa.p50_s and sb.p50_s and sa.samples and sb.samples):
-        return Comparison(a.name, b.name, rows, "unknown", None, "", None, tuple(notes), settings)
+        return Comparison(
+            a.name, b.name, rows, "unknown", None, "", None, tuple(notes), settings, **both
+        )
     if different:  # two workloads: no speed verdict
-        return Comparison(a.name, b.name, rows, DIFFERENT, None, "", None, tuple(notes), settings)
+        return Comparison(
+            a.name, b.name, rows, DIFFERENT, None, "", None, tuple(notes), settings, **both
+        )
     if sa.batch_size and sb.batch_size:
         ta, tb, basis = sa.p50_s / sa.batch_size, sb.p50_s / sb.batch_size, "median time/example"
         ja, jb = (sa.jitter_s or 0) / sa.batch_size, (sb.jitter_s or 0) / sb.batch_size
@@ -181,7 +204,9 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
         verdict = TOO_NOISY
     else:
         verdict = "within noise" if abs(rel) <= noise else "faster"
-    return Comparison(a.name, b.name, rows, verdict, ta / tb, basis, noise, tuple(notes), settings)
+    return Comparison(
+        a.name, b.name, rows, verdict, ta / tb, basis, noise, tuple(notes), settings, **both
+    )
 
 
 DIFFERENT = "different workloads"

@@ -39,6 +39,7 @@ from toolkit.core.version import __version__
 from toolkit.report._cluster import cluster_line, render_cluster
 from toolkit.report._fields import check_report, context_error, read_checked
 from toolkit.report._fit_call import fit_call_line
+from toolkit.report._ledger import fix_lines, fixes, ledger_line, ledger_markdown
 from toolkit.report.context import RunContext
 from toolkit.report.trace import left_out_line, read_trace, trace_lines
 
@@ -82,6 +83,10 @@ class RunReport:
     # The whole fit call as start-up + steps + exit (``StepTimer.fit_call``); None in reports
     # written before it was measured.
     fit_call: dict[str, Any] | None = None
+    # The whole fit's ledger: its parts, callbacks by name, compiles and the fixes with their
+    # predicted savings (``toolkit.profiling._ledger``, ``toolkit.report._ledger``); None in
+    # reports written before it was measured, and for a custom loop.
+    ledger: dict[str, Any] | None = None
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     args: dict[str, Any] = dataclasses.field(default_factory=dict)
     timeline: list[list[Any]] = dataclasses.field(default_factory=list)
@@ -133,6 +138,10 @@ class RunReport:
         """
         calls = [[round(d, 9), n, e, k] for d, n, e, k in timer.calls]
         steps = timer.summary()
+        ledger = timer.ledger() if hasattr(timer, "ledger") else None
+        if ledger is not None:
+            ledger["partial"] = bool(ledger.get("partial")) or status != COMPLETE
+            ledger["fixes"] = fixes(ledger)
         if compute is not None:
             work = compute.get("flops_per_step")
             compute = {**compute, **utilization(work, steps.p50_s, compute.get("peak_flops_per_s"))}
@@ -146,6 +155,7 @@ class RunReport:
             error=error,
             fit_seconds=timer.fit_seconds,
             fit_call=timer.fit_call(),
+            ledger=jsonable(ledger) if ledger is not None else None,
             environment=machine.capture_environment(backend.framework_facts()),
             args=jsonable(dict(args or {})),
             timeline=calls[:MAX_TIMELINE],
@@ -204,6 +214,8 @@ class RunReport:
         kwargs["steps"] = StepStats.from_dict(d.get("steps") or {})
         if not isinstance(kwargs.get("fit_call"), dict):  # absent before it was measured
             kwargs["fit_call"] = None
+        if not isinstance(kwargs.get("ledger"), dict):  # absent before it was measured
+            kwargs["ledger"] = None
         if version < 2:  # schema 1 kept the context, diagnosis and tune in extra
             extra = dict(kwargs.get("extra") or {})
             kwargs["diagnosis"] = extra.pop("diagnosis", None)
@@ -284,7 +296,10 @@ class RunReport:
         if self.epochs:
             secs = sum(e.get("seconds", 0.0) for e in self.epochs)
             lines.append(f"epochs: {len(self.epochs)} in {secs:.2f} s")
-        if self.fit_call:
+        if self.ledger:
+            lines.append(ledger_line(self.ledger))
+            lines += fix_lines(self.ledger)
+        elif self.fit_call:
             lines.append(fit_call_line(self.fit_call))
         if self.metrics:
             lines.append("final: " + ", ".join(format_figure(*m) for m in self.metrics.items()))
@@ -353,6 +368,8 @@ class RunReport:
                 ("note", c.get("note") or "—"),
             ):
                 w(f"| {k} | {v} |\n")
+        if self.ledger:
+            w(f"\n## Where the time went\n\n{ledger_markdown(self.ledger)}")
         if png:
             w(f"\n![step times]({png})\n")
         if note:

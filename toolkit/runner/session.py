@@ -26,6 +26,8 @@ from toolkit.profiling.trace_window import TraceWindow
 from toolkit.report import COMPLETE, DIVERGED, PARTIAL, RunContext, RunReport
 from toolkit.report.run_report import UNTIMED
 
+LEDGER_TAG = "Ledger/where the time went"
+
 __all__ = [
     "Profile",
     "profile",
@@ -265,6 +267,25 @@ class Profile:
         view["same_weights"] = len(prints) == 1 if model is not None else None
         return view
 
+    @staticmethod
+    def _ledger_image(scalars: Scalars, report: RunReport, step: int) -> None:
+        """The ledger's bar as a picture in TensorBoard (Images tab), at the last step; none
+        without matplotlib (the ``[report]`` extra), which the report says already."""
+        try:
+            from toolkit.report._plot import ledger_png
+
+            png = ledger_png(report.ledger, report.name)
+        except ImportError:
+            return
+        scalars.image(
+            LEDGER_TAG,
+            png,
+            step,
+            "The whole fit's wall time as one bar: start-up, compile, steps, input, "
+            "validation, callbacks, exit and other, adding up to the fit call "
+            "(report.md has the table and the fixes).",
+        )
+
     def _viewing(self, report: RunReport) -> None:
         """Where the run's TensorBoard runs are, and the one command that shows them (every
         run under `report_dir` side by side), in the report and its trace line."""
@@ -290,6 +311,8 @@ class Profile:
                 ends[e["epoch"]] = step
             compute = report.compute or {}
             scalars.utilization(compute.get("flops_per_step"), compute.get("peak_flops_per_s"))
+            if report.ledger and report.ledger.get("wall_s"):
+                self._ledger_image(scalars, report, step)
             for r in (report.memory or {}).get("readings", []):
                 at = ends.get(r.get("epoch"), 0) if r.get("epoch") is not None else 0
                 scalars.write(HOST_RSS, r["host_rss_mb"], at)

@@ -33,6 +33,7 @@ from toolkit.backend._common import (
     no_retracing_noise,
     refuse_tf_only,
 )
+from toolkit.backend._jax.compiles import JaxCompiles
 from toolkit.backend._jax.devices import (
     apple_gpu_path,
     augmentation_scope,
@@ -512,3 +513,9 @@ def wait_for_device() -> None:
     import jax
 
     jax.block_until_ready(jax.live_arrays())
+
+
+def compile_watch(model: Any, clock: Callable[[], float]) -> JaxCompiles:
+    """This backend's signal of a fit's compiles and input time, for the ledger
+    (``jax/compiles.py``)."""
+    return JaxCompiles(model, clock)

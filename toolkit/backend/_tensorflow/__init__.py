@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from toolkit.backend._common import MB, SEAM, calibrated_peak, digest, mark_fused_steps
+from toolkit.backend._tensorflow.compiles import TracingCounts
 from toolkit.backend._tensorflow.devices import (
     apple_gpu_path,
     augmentation_scope,
@@ -556,3 +557,9 @@ def wait_for_device() -> None:
     if tf.config.list_logical_devices("GPU"):
         with contextlib.suppress(Exception):  # a plugin without the call: nothing to wait on
             tf.test.experimental.sync_devices()
+
+
+def compile_watch(model: Any, clock: Callable[[], float]) -> TracingCounts:
+    """This backend's signal of a fit's compiles and input time, for the ledger
+    (``tensorflow/compiles.py``)."""
+    return TracingCounts(model, clock)

@@ -31,6 +31,7 @@ from toolkit.backend._common import (
     one_step_per_batch,
     refuse_tf_only,
 )
+from toolkit.backend._torch.compiles import DynamoCounters
 from toolkit.backend._torch.devices import (
     apple_gpu_path,
     augmentation_scope,
@@ -440,3 +441,9 @@ def wait_for_device() -> None:
         torch.cuda.synchronize()
     elif torch.backends.mps.is_available():
         torch.mps.synchronize()
+
+
+def compile_watch(model: Any, clock: Callable[[], float]) -> DynamoCounters:
+    """This backend's signal of a fit's compiles and input time, for the ledger
+    (``torch/compiles.py``)."""
+    return DynamoCounters(model, clock)
