@@ -112,6 +112,7 @@ def read_scalars(logdir: str | os.PathLike[str]) -> dict[str, list[Any]]:
             for e in events.Tensors(tag)
         ]
         for tag in events.Tags()["tensors"]
+        if events.SummaryMetadata(tag).plugin_data.plugin_name == "scalars"  # not the pictures
     }
 
 
@@ -119,7 +120,22 @@ def scalar_descriptions(logdir: str | os.PathLike[str]) -> dict[str, str]:
     """``{tag: its description}`` in one TensorBoard run directory, as TensorBoard reads it."""
     events = _tensorboard_run(logdir)
     return {
-        tag: events.SummaryMetadata(tag).summary_description for tag in events.Tags()["tensors"]
+        tag: events.SummaryMetadata(tag).summary_description
+        for tag in events.Tags()["tensors"]
+        if events.SummaryMetadata(tag).plugin_data.plugin_name == "scalars"
+    }
+
+
+def read_images(logdir: str | os.PathLike[str]) -> dict[str, list[bytes]]:
+    """``{tag: [each picture's encoded bytes]}`` in one TensorBoard run directory, read with
+    TensorBoard's own reader (the images plugin's: width, height, then the pictures)."""
+    from tensorboard.util import tensor_util
+
+    events = _tensorboard_run(logdir)
+    return {
+        tag: [bytes(tensor_util.make_ndarray(e.tensor_proto)[2]) for e in events.Tensors(tag)]
+        for tag in events.Tags()["tensors"]
+        if events.SummaryMetadata(tag).plugin_data.plugin_name == "images"
     }
 
 

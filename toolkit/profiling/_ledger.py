@@ -81,6 +81,15 @@ def keras_callbacks(me: Any) -> list[Any] | None:
     return None
 
 
+def _base(cb: Any, hook: str) -> bool:
+    """Whether `hook` of `cb` is Keras's own no-op, the base ``Callback``'s (tf_keras does not
+    mark its no-ops as Keras 3 does)."""
+    if hook in getattr(cb, "__dict__", {}):
+        return False
+    owner = next((k for k in type(cb).__mro__ if hook in vars(k)), None)
+    return owner is not None and owner.__name__ == "Callback"
+
+
 class CallbackClock:
     """Times other callbacks' hooks in place, by class name, for the ledger."""
 
@@ -100,7 +109,7 @@ class CallbackClock:
             self.names.append(name)
             for hook in HOOKS:
                 method = getattr(cb, hook, None)
-                if method is None or getattr(method, "_is_default", False):
+                if method is None or getattr(method, "_is_default", False) or _base(cb, hook):
                     continue  # Keras's no-op: nothing to time, and its async choice stays
                 if getattr(method, "_toolkit_timed", False):
                     continue
@@ -361,8 +370,8 @@ class FitLedger:
         if not input_seen:
             # Nothing was moved into it: the input is inside the steps, unseen.
             parts["input"] = None
-        if returned is None or train_end is None:
-            parts["exit"] = None if returned is None else parts["exit"]
+        if returned is None or train_end is None:  # not timed, or the fit never ended
+            parts["exit"] = None
         unseen = []
         if called is None:
             unseen.append(

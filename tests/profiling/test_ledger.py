@@ -1,0 +1,299 @@
+"""The run's ledger on real fits, each with waste planted in it: every part found where it
+was put, every part adding up to the fit call's wall clock, on every backend (``make test``
+runs the ``every_backend`` ones again under JAX and PyTorch, the ``legacy_keras`` ones under
+tf_keras)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from tests.helpers import read_images
+from toolkit import backend
+from toolkit.core import compat
+from toolkit.report import RunReport, compare
+from toolkit.report._ledger import fixes, ledger_line
+from toolkit.runner.session import LEDGER_TAG, profile
+
+PARTS = ("start_up", "compile", "steps", "input", "validation", "callbacks", "exit", "other")
+
+
+def _arrays(n: int, features: int = 8, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, features)).astype("float32")
+    y = rng.integers(0, 3, size=n).astype("int32")
+    return x, y
+
+
+def _busy(seconds: float) -> None:
+    """Real work on the host (a loop, not a sleep): what a heavy callback does."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        sum(i * i for i in range(200))
+
+
+def _adds_up(ledger, outside_s: float | None = None) -> None:
+    """Every part >= 0 (a part nobody could see is None), all of them the wall time, and the
+    wall time inside an outside clock around the call."""
+    parts = ledger["parts"]
+    assert set(parts) == set(PARTS), parts
+    shown = [v for v in parts.values() if v is not None]
+    assert all(v >= -1e-6 for v in shown), parts
+    assert sum(shown) == pytest.approx(ledger["wall_s"], abs=1e-4), parts
+    if outside_s is not None:
+        assert ledger["wall_s"] <= outside_s + 1e-6
+        assert ledger["wall_s"] >= 0.9 * outside_s, (ledger["wall_s"], outside_s)
+
+
+def _timed_fit(p, model, *args, **kwargs):
+    start = time.perf_counter()
+    history = p.fit(model, *args, **kwargs)
+    return history, time.perf_counter() - start
+
+
+@pytest.mark.every_backend
+@pytest.mark.legacy_keras
+def test_a_callback_doing_real_work_at_epoch_end_is_timed_by_name(make_model):
+    keras = compat.keras()
+
+    class Heavy(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            _busy(0.15)
+
+    x, y = _arrays(64)
+    heavy = Heavy()
+    with profile("heavy", batch_size=8) as p:
+        _, outside = _timed_fit(
+            p, make_model(), x, y, batch_size=8, epochs=3, verbose=0, callbacks=[heavy]
+        )
+    ledger = p.report.ledger
+    _adds_up(ledger, outside)
+    assert ledger["from"] == "fit call" and not ledger["partial"]
+    mine = ledger["callbacks"]["Heavy"]
+    assert mine["calls"] == 3 and mine["seconds"] >= 3 * 0.15
+    assert next(iter(ledger["callbacks"])) == "Heavy"  # the largest first
+    assert ledger["parts"]["callbacks"] >= 3 * 0.15
+    found = [f for f in ledger["fixes"] if f["item"] == "callback Heavy"]
+    assert found and "Heavy spends" in found[0]["words"], ledger["fixes"]
+    assert found[0]["saves_s"] == pytest.approx(mine["seconds"], rel=1e-3)
+    # The timers are out again: the callback is as it was before the fit.
+    assert "on_epoch_end" not in vars(heavy)
+    assert "Heavy" in ledger_line(ledger)
+
+
+@pytest.mark.every_backend
+@pytest.mark.legacy_keras
+def test_validation_much_larger_than_training_is_the_largest_part(make_model):
+    x, y = _arrays(64)
+    vx, vy = _arrays(64 * 40, seed=1)
+    with profile("validation", batch_size=8) as p:
+        _, outside = _timed_fit(
+            p, make_model(), x, y, batch_size=8, epochs=4, verbose=0, validation_data=(vx, vy)
+        )
+    ledger = p.report.ledger
+    _adds_up(ledger, outside)
+    parts = ledger["parts"]
+    assert parts["validation"] > parts["steps"], parts
+    assert ledger["validations"] == 4 and len(ledger["validation_runs_s"]) == 4
+    assert ledger["validation_batches"] == [320] * 4
+    evaluate = [c for c in ledger["compiles"] if c["function"] == "evaluate" and c["first"]]
+    assert len(evaluate) == 1  # the evaluation function's first call, apart
+    fix = next(f for f in ledger["fixes"] if f["item"] == "validation")
+    assert fix["fix"] == "validation_freq=4" and 0 < fix["saves_s"] < parts["validation"]
+
+
+@pytest.mark.every_backend
+def test_a_ragged_last_batch_is_found_where_the_backend_compiles_for_shapes(make_model):
+    x, y = _arrays(8 * 6 + 3)  # six batches of 8 and one of 3, every epoch
+    with profile("ragged", batch_size=8) as p:
+        _, outside = _timed_fit(p, make_model(), x, y, batch_size=8, epochs=3, verbose=0)
+    ledger = p.report.ledger
+    _adds_up(ledger, outside)
+    again = [c for c in ledger["compiles"] if not c["first"]]
+    if backend.name() == "jax":  # JAX compiles for each shape: once, in the first epoch
+        assert len(again) == 1 and ledger["recompiles"] == 1, ledger["compiles"]
+        ragged = again[0]
+        assert ragged["function"] == "train" and ragged["epoch"] == 0 and ragged["step"] == 6
+        assert ragged["cause"] == "input shape (3, 8) (was (8, 8))"
+        assert ragged["seconds"] > 0 and ragged["backend_seconds"] > 0
+        assert ledger["parts"]["input"] is not None  # JAX's batch reads are timed
+    else:  # TensorFlow traces with the batch dimension unknown; PyTorch runs eagerly
+        assert not again, ledger["compiles"]
+    first = [c for c in ledger["compiles"] if c["first"]]
+    assert [c["function"] for c in first] == ["train"]
+
+
+@pytest.mark.every_backend
+@pytest.mark.legacy_keras
+def test_model_checkpoint_every_epoch_is_a_callback_of_its_own(make_model, tmp_path):
+    keras = compat.keras()
+    x, y = _arrays(64)
+    path = str(tmp_path / ("m.keras" if compat.keras_flavor() == "keras3" else "m.h5"))
+    checkpoint = keras.callbacks.ModelCheckpoint(path)
+    with profile("checkpoint", batch_size=8) as p:
+        _, outside = _timed_fit(
+            p, make_model(), x, y, batch_size=8, epochs=3, verbose=0, callbacks=[checkpoint]
+        )
+    ledger = p.report.ledger
+    _adds_up(ledger, outside)
+    saved = ledger["callbacks"]["ModelCheckpoint"]
+    assert saved["seconds"] > 0 and saved["calls"] >= 3
+    assert (tmp_path / path.rsplit("/", 1)[1]).exists()
+    assert not any(h in vars(checkpoint) for h in ("on_epoch_end", "on_train_batch_end"))
+
+
+@pytest.mark.every_backend
+def test_a_compile_heavy_setting_on_a_short_run_is_mostly_compile(make_model):
+    if backend.name() == "torch":
+        pytest.skip("torch.compile takes half a minute on this CPU: the eager step compiles none")
+    x, y = _arrays(32)
+    with profile("compile", batch_size=8) as p:
+        _, outside = _timed_fit(
+            p, make_model(jit_compile=True), x, y, batch_size=8, epochs=1, verbose=0
+        )
+    ledger = p.report.ledger
+    _adds_up(ledger, outside)
+    parts = ledger["parts"]
+    assert max(parts, key=lambda k: parts[k] or 0.0) == "compile", parts
+    assert ledger["jit_compile"] == "True"
+    fix = next(f for f in ledger["fixes"] if f["item"] == "compile")
+    assert "pays for itself only if XLA saves" in fix["words"] and fix["break_even_ms"] > 0
+
+
+@pytest.mark.every_backend
+@pytest.mark.legacy_keras
+def test_a_callback_that_raises_is_timed_and_the_ledger_is_partial(make_model):
+    keras = compat.keras()
+
+    class Breaks(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            _busy(0.05)
+            if epoch == 1:
+                raise RuntimeError("callback broke")
+
+    x, y = _arrays(32)
+    breaks = Breaks()
+    with pytest.raises(RuntimeError, match="callback broke"), profile("raises", batch_size=8) as p:
+        p.fit(make_model(), x, y, batch_size=8, epochs=4, verbose=0, callbacks=[breaks])
+    ledger = p.report.ledger
+    assert p.report.status == "partial" and ledger["partial"]
+    _adds_up(ledger)
+    assert ledger["callbacks"]["Breaks"]["calls"] == 2  # the hook that raised is timed too
+    assert ledger["callbacks"]["Breaks"]["seconds"] >= 0.1
+    assert ledger["parts"]["exit"] is None and "raised before its end" in ledger_line(ledger)
+    assert "on_epoch_end" not in vars(breaks)  # taken out though train end never came
+
+
+@pytest.mark.every_backend
+def test_a_fit_without_validation_or_a_timed_call_still_gets_a_ledger(make_model, make_dataset):
+    model = make_model()
+    with profile("plain", batch_size=8) as p:
+        model.fit(make_dataset(6), epochs=2, verbose=0, callbacks=p.callbacks)
+    ledger = p.report.ledger
+    _adds_up(ledger)
+    assert ledger["from"] == "train begin" and ledger["parts"]["exit"] is None
+    assert ledger["parts"]["validation"] == 0 and ledger["validations"] == 0
+    assert any("profile().fit" in u for u in ledger["unseen"])
+    assert "exit not timed" in ledger_line(ledger)
+
+
+def test_the_ledger_lands_in_every_view(tmp_path, make_model):
+    x, y = _arrays(64)
+    vx, vy = _arrays(640, seed=1)
+    with profile("views", report_dir=tmp_path, batch_size=8, tensorboard=True) as p:
+        p.fit(make_model(), x, y, batch_size=8, epochs=2, verbose=0, validation_data=(vx, vy))
+    report = p.report
+    assert "run ledger (fit call " in report.summary()
+    markdown = (tmp_path / p.run_dir.rsplit("/", 1)[1] / "report.md").read_text()
+    assert "## Where the time went" in markdown and "| **fit** |" in markdown
+    loaded = RunReport.load(p.paths["json"])
+    assert loaded.ledger == report.ledger and loaded.ledger["fixes"] == report.ledger["fixes"]
+    # TensorBoard: the bar as a picture in the train run, read back with its own reader.
+    pictures = read_images(f"{p.run_dir}/train")
+    assert list(pictures) == [LEDGER_TAG] and pictures[LEDGER_TAG][0][:4] == b"\x89PNG"
+    # compare: ledger against ledger, part by part.
+    slower = RunReport.from_dict(report.to_dict())
+    slower.ledger = {
+        **report.ledger,
+        "wall_s": report.ledger["wall_s"] + 5.0,
+        "parts": {**report.ledger["parts"], "compile": report.ledger["parts"]["compile"] + 5.0},
+    }
+    line = compare(report, slower).ledger
+    assert line.startswith("ledger, B vs A: compile +5.00 s") and "fit +5.00 s" in line
+    assert compare(report, slower).to_dict()["ledger"]["line"] == line
+
+
+# ---------------------------------------------------------------------------- the fixes
+
+
+def _ledger(**over):
+    base = {
+        "from": "fit call",
+        "partial": False,
+        "wall_s": 20.0,
+        "parts": dict.fromkeys(PARTS, 0.0),
+        "callbacks": {},
+        "compiles": [],
+        "recompiles": 0,
+        "epochs": 20,
+        "steps": 2000,
+        "validations": 0,
+        "validation_runs_s": [],
+        "backend": "jax",
+        "jit_compile": "True",
+    }
+    base.update(over)
+    return base
+
+
+def test_each_fix_predicts_its_saving_from_the_run_s_own_figures():
+    ragged = {"function": "train", "first": False, "epoch": 0, "step": 31, "seconds": 3.0,
+              "cause": "input shape (17, 8) (was (32, 8))"}  # fmt: skip
+    ledger = _ledger(
+        parts={**dict.fromkeys(PARTS, 0.0), "validation": 8.0, "callbacks": 2.4, "compile": 3.0},
+        compiles=[ragged],
+        validations=20,
+        validation_runs_s=[0.4] * 20,
+        callbacks={"ModelCheckpoint": {"seconds": 2.4, "calls": 20}},
+    )
+    found = {f["item"]: f for f in fixes(ledger)}
+    assert found["recompile (train)"]["saves_s"] == 3.0
+    assert "drop_remainder=True" in found["recompile (train)"]["words"]
+    assert found["validation"]["fix"] == "validation_freq=5"
+    assert found["validation"]["saves_s"] == pytest.approx(0.4 * 16)  # 20 runs -> 4
+    checkpoint = found["callback ModelCheckpoint"]
+    assert checkpoint["saves_s"] == pytest.approx(0.12 * 16)  # 20 saves -> 4
+    assert "0.120 s per epoch" in checkpoint["words"]
+    assert next(f["item"] for f in fixes(ledger)) == "validation"  # the largest saving first
+
+
+def test_xla_s_compile_says_when_it_pays_for_itself_and_no_fix_for_noise():
+    ledger = _ledger(
+        wall_s=12.0,
+        parts={**dict.fromkeys(PARTS, 0.0), "compile": 9.4, "steps": 2.6},
+        compiles=[{"function": "train", "first": True, "seconds": 9.4, "epoch": 0, "step": 0}],
+    )
+    (fix,) = fixes(ledger)
+    assert fix["break_even_ms"] == pytest.approx(4.7) and fix["saves_s"] is None
+    assert "over this run's 2,000 steps" in fix["words"]
+    assert fixes(_ledger(parts={**dict.fromkeys(PARTS, 0.0), "steps": 20.0})) == []
+    quiet = _ledger(callbacks={"CSVLogger": {"seconds": 0.05, "calls": 20}})
+    assert fixes(quiet) == []  # under 0.1 s and 5 % of the run: no line
+
+
+def test_a_malformed_ledger_is_one_line_naming_its_field():
+    from tests.test_report import make_report
+    from toolkit.core.files import ReportError
+
+    data = make_report().to_dict()
+    for bad, field in (
+        ({"parts": {"steps": "fast"}}, "ledger.parts.steps"),
+        ({"wall_s": -1.0}, "ledger.wall_s"),
+        ({"compiles": [{"seconds": "x"}]}, r"ledger.compiles\[0\].seconds"),
+        ({"fixes": [{"words": 3}]}, r"ledger.fixes\[0\].words"),
+    ):
+        with pytest.raises(ReportError, match=field):
+            RunReport.from_dict({**data, "ledger": _ledger(**bad)})
+    assert RunReport.from_dict({**data, "ledger": None}).ledger is None  # older reports
