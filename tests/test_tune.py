@@ -222,6 +222,12 @@ def test_a_real_tiny_search_on_the_cpu(keras, tmp_path, monkeypatch):
     tuned, cached = tn.autotune(_task(keras), config, space=space, progress=lines.append)
     assert cached.cache_hit and tuned.fused_steps == result.best.fused_steps
     assert "| settings | examples/s |" in result.table() and "--precision=" in result.best.flags()
+    # Each candidate's compile is measured, and a recipe's run has a length: the whole run
+    # ranks a pick, or its words say why not.
+    assert all(t.compile_s is not None and t.compile_s >= 0 for t in result.trials)
+    assert "| compile |" in result.table()
+    if result.best != en.Candidate():
+        assert result.run is not None and "whole run of" in result.why
 
 
 def test_tune_cli_then_a_recipe_with_autotune_reads_the_cache(tmp_path):
@@ -462,3 +468,28 @@ def test_tune_your_model_on_a_grain_pipeline_on_this_backend_and_on_jax(keras, t
             assert got[run]["best"] in (1, 4)
         # One epoch of 5 batches times no call of 4 steps: the Grain dataset's len() says so.
         assert got["one_epoch"]["loops"] == [1] and got["one_epoch"]["rates"][0], (name, got)
+
+
+def test_a_pick_that_compiles_longer_than_the_run_pays_back_hands_the_defaults_back():
+    """The whole run ranks where its length is known: compile, plus steps at each rate."""
+    from toolkit.search.engine import Candidate, Trial
+    from toolkit.search.tune import whole_run_choice
+
+    defaults = Candidate(precision="float32", jit_compile=False, steps_per_execution=1)
+    xla = Candidate(precision="float32", jit_compile=True, steps_per_execution=1)
+    trials = [Trial(defaults, 1000.0, 1.0, compile_s=0.5), Trial(xla, 2000.0, 1.0, compile_s=9.5)]
+    # 9 s more compile; 0.5 ms less an example: it pays for itself after 18,000 examples,
+    # 563 steps of 32. A run of 100 steps is too short: the defaults come back.
+    best, words, run = whole_run_choice(trials, defaults, xla, 100, 32)
+    assert best == defaults and run["break_even_steps"] == 563 and not run["pick_wins"]
+    assert "pays for itself after 563 steps: the defaults finish this run first" in words
+    assert run["pick_s"] == pytest.approx(9.5 + 3200 / 2000)
+    # 2,000 steps: the pick wins the run, and says where its compile paid off.
+    best, words, run = whole_run_choice(trials, defaults, xla, 2000, 32)
+    assert best == xla and run["pick_wins"]
+    assert words.startswith("its compile costs 9.00 s more and pays for itself after 563 steps")
+    # Unknown length, or an unmeasured compile: the steady state ranks, and says so.
+    best, words, run = whole_run_choice(trials, defaults, xla, None, 32)
+    assert best == xla and run is None and "the run's length is unknown" in words
+    unmeasured = [Trial(defaults, 1000.0, 1.0), trials[1]]
+    assert "not measured" in whole_run_choice(unmeasured, defaults, xla, 100, 32)[1]

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from toolkit.core import terminal
+from toolkit.core.files import ReportError
 
 __all__: list[str] = []  # the command line's own; nothing here is API
 
@@ -73,8 +74,20 @@ def _target_of(args: argparse.Namespace) -> tuple[str, Any, Any, Any, Any]:
 
 
 def doctor(args: argparse.Namespace) -> int:
-    from toolkit.search.diagnose import diagnose
+    from toolkit.search.diagnose import diagnose, whole_run_lines
 
+    if args.report:  # a whole run's ledger and its fixes, read from its report alone
+        from toolkit.report import RunReport
+
+        report = RunReport.load(args.report)
+        if not report.ledger:
+            raise ReportError(
+                f"{args.report}: this report has no ledger (written before the ledger was "
+                "measured, or by a custom loop): run the recipe again and pass its run directory"
+            )
+        print(f"doctor: the run {report.name} in {args.report}")
+        print(terminal.show("\n".join(whole_run_lines(report.ledger))))
+        return 0
     what, flag_values, config, target, data = _target_of(args)
     asked = flag_values["diagnose_steps"].present  # else 60, or more for a 0.5 s window
     steps = flag_values.diagnose_steps if asked else None

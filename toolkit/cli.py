@@ -361,6 +361,11 @@ def _placement_options(p: argparse.ArgumentParser) -> None:
 
 def _doctor_options(p: argparse.ArgumentParser) -> None:
     _add_target(p, "diagnose")
+    p.add_argument(
+        "--report",
+        help="a run's report.json or run directory: where that whole run's time went and what "
+        "each fix would save (its ledger), read from the report alone; nothing is measured",
+    )
 
 
 def _tune_options(p: argparse.ArgumentParser) -> None:

@@ -169,6 +169,8 @@ class FitLedger:
         self.model: Any = None
         self.watch: Any = None
         self.backend = ""
+        self.overlaps = False  # the backend dispatches asynchronously: reads overlap steps
+        self._per_step: dict[str, float] = {}
         self._epoch = 0
 
     # ------------------------------------------------------------ fed by StepTimer
@@ -184,6 +186,7 @@ class FitLedger:
         try:
             seam = backend.get()
             self.backend = backend.name()
+            self.overlaps = bool(seam.dispatches_asynchronously())
             self.watch = seam.compile_watch(model, self._clock)
         except Exception:  # noqa: BLE001 - a backend the toolkit does not measure: no signal
             self.watch = CompileWatch(model, self._clock)
@@ -293,7 +296,12 @@ class FitLedger:
         spans: list[tuple[float, float, str]] = []
         first = next((e["first"] for e in epochs if e.get("first") is not None), None)
         spans.append((start, first if first is not None else (train_end or stop), "start_up"))
-        gaps = sorted(self.gaps)
+        # On a backend that queues steps ahead of the device, the host reads the next batch
+        # while the device runs the last step: its reads are not a wait the run paid. They are
+        # said apart (``input_read_s``), and the input part is left unseen.
+        read_s = sum(d for _, d in self.gaps)
+        read_s += sum(d for _, d in getattr(watch, "input_spans", []) if watch is not None)
+        gaps = [] if self.overlaps else sorted(self.gaps)
         for e in epochs:
             a, b = e.get("first"), e.get("steps_end")
             if a is None or b is None:
@@ -334,6 +342,16 @@ class FitLedger:
         totals = dict.fromkeys(PARTS, 0.0)
         for a, b, part in tiles:
             totals[part] += b - a
+        # Where the unexplained time sits, the largest first: between which parts.
+        others = sorted(
+            (
+                (b - a, tiles[i - 1][2] if i else "the fit's call", tiles[i + 1][2]
+                 if i + 1 < len(tiles) else "the end")
+                for i, (a, b, part) in enumerate(tiles)
+                if part == "other"
+            ),
+            reverse=True,
+        )[:3]  # fmt: skip
         starts = [t[0] for t in tiles]
 
         def part_at(t: float) -> str | None:
@@ -356,7 +374,9 @@ class FitLedger:
             overlapped[name] = overlapped.get(name, 0.0) + dt
         # The input read inside the train function (JAX): out of the steps.
         input_seen = getattr(watch, "input_seen", "") if watch is not None else ""
-        for t0, dt in getattr(watch, "input_spans", []) if watch is not None else []:
+        if self.overlaps:
+            input_seen = ""
+        for t0, dt in getattr(watch, "input_spans", []) if input_seen else []:
             part = part_at(t0)
             if part is not None:
                 totals[part] -= dt
@@ -378,7 +398,13 @@ class FitLedger:
                 "the fit call before train begin and after train end (call fit through "
                 "profile().fit, or wrap it in StepTimer.around_fit())"
             )
-        if not input_seen:
+        if self.overlaps:
+            unseen.append(
+                f"the input's wait: the host read its batches for {read_s:.3f} s while the "
+                "device ran queued steps (an asynchronous backend), so how long the steps "
+                "waited for them is not known without a device sync (diagnose measures it)"
+            )
+        elif not input_seen:
             unseen.append(
                 "the input: read inside the traced step, in its time (diagnose measures the "
                 "pipeline alone; a trace shows it)"
@@ -409,9 +435,16 @@ class FitLedger:
             "validations": len(ran),
             "validation_batches": [len(v["begins"]) for v in ran],
             "validation_runs_s": runs_s,
+            # The median execution's seconds a step, per function (a fix's unit of time).
+            "step_s": {k: round(v, 6) for k, v in getattr(self, "_per_step", {}).items()},
             "backend": self.backend,
             "jit_compile": _jit(model),
             "unseen": unseen,
+            "input_read_s": round(read_s, 6) if read_s else None,
+            "other_where": [
+                {"seconds": round(d, 6), "after": before, "before": after}
+                for d, before, after in others
+            ],
         }
 
     def _compiles(
@@ -448,6 +481,7 @@ class FitLedger:
             val_runs.append(run)
         runs = runs + val_runs
         per_step: dict[str, float] = {}
+        self._per_step = per_step
         for function in ("train", "evaluate"):
             rest = [
                 x[1] / x[2]

@@ -91,7 +91,10 @@ def ledger_line(ledger: Mapping[str, Any]) -> str:
     head = "fit call" if ledger.get("from") == "fit call" else "from train begin"
     partial = ", partial" if ledger.get("partial") else ""
     line = f"run ledger ({head} {format_s(wall)}{partial}): " + ", ".join(bits)
-    if parts.get("input") is None:
+    if parts.get("input") is None and ledger.get("input_read_s"):
+        read = float(ledger["input_read_s"])
+        line += f"; input read in the steps {_share(read, wall)} (overlapping the device)"
+    elif parts.get("input") is None:
         line += "; input inside the steps"
     if ledger.get("from") != "fit call":
         line += "; exit not timed: call fit through profile().fit"
@@ -119,17 +122,23 @@ def fixes(ledger: Mapping[str, Any]) -> list[dict[str, Any]]:
             continue
         data = "training" if function == "train" else "validation"
         n = len(mine)
+        # Whole batches only: the recompile goes, and so does the partial batch of each epoch
+        # (or each validation), a step at the median step's time.
+        step = float((ledger.get("step_s") or {}).get(function) or 0.0)
+        runs = epochs if function == "train" else int(ledger.get("validations") or 0)
+        saves = seconds + runs * step
         out.append(
             {
                 "item": f"recompile ({function})",
                 "seconds": seconds,
-                "saves_s": seconds,
+                "saves_s": saves,
                 "fix": f"drop_remainder=True on the {data} data's batching",
                 "words": (
                     f"{n} recompile{'s' if n != 1 else ''} of the {function} step for a new "
                     f"input shape ({mine[0].get('cause')}, epoch {_n(mine[0].get('epoch'))}) "
                     f"cost {format_s(seconds)}: drop_remainder=True on the {data} data's "
-                    f"batching (or a batch size that divides it) saves ~{format_s(seconds)}"
+                    f"batching (or a batch size that divides it) saves ~{format_s(saves)} "
+                    "(the recompile, and the partial batch each pass)"
                 ),
             }
         )
@@ -221,6 +230,22 @@ def fixes(ledger: Mapping[str, Any]) -> list[dict[str, Any]]:
                     f"the steps waited {format_s(input_s)} for their input "
                     f"({_share(input_s, wall)} of the run): cache, prefetch or more workers "
                     "save up to that much"
+                ),
+            }
+        )
+
+    read = ledger.get("input_read_s")
+    if parts.get("input") is None and read and read >= 0.2 * wall:
+        out.append(
+            {
+                "item": "input",
+                "seconds": read,
+                "saves_s": None,
+                "fix": "cache, prefetch or more input workers (diagnose measures the pipeline)",
+                "words": (
+                    f"the host spent {format_s(read)} ({_share(read, wall)} of the run) reading "
+                    "batches while the device ran the steps: diagnose says whether the steps "
+                    "waited for them"
                 ),
             }
         )

@@ -193,6 +193,13 @@ class TrainConfig:
         flag="train_steps",
         speed=False,
     )
+    validation_freq: int = setting(
+        1,
+        "Validate every this many epochs (Keras's validation_freq): where validation is a "
+        "large share of the run, the report's ledger says what a larger one saves.",
+        TRAINING,
+        speed=False,
+    )
     seed: int | None = setting(0, "Random seed (weights, shuffling).", TRAINING)
     init_weights: str | None = setting(
         None,
@@ -381,7 +388,13 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         """Returns self, or raises ConfigError naming the first bad setting and what it must
         be."""
-        for name in ("epochs", "batch_size", "steps_per_execution", "fused_steps"):
+        for name in (
+            "epochs",
+            "batch_size",
+            "steps_per_execution",
+            "fused_steps",
+            "validation_freq",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise _bad(name, "an integer >= 1", value)

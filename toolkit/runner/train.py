@@ -261,6 +261,7 @@ def run(
                     ),
                     validation_data=setup.val_ds,
                     validation_steps=_data.epoch_steps(setup.val_ds),
+                    validation_freq=config.validation_freq,
                     shuffle=False,  # the pipeline shuffles; Keras would only warn about a Dataset
                     callbacks=[
                         *_resilience(resume, setup.share[0]),

@@ -107,6 +107,15 @@ def rate_of(stats: Any) -> float:
     return stats.batch_size * stats.timed_steps / stats.total_s
 
 
+def compile_cost(stats: Any) -> float | None:
+    """Seconds the first call took beyond its steps at the median step: its trace and
+    compile (None: no first call or no timed step to set it against)."""
+    first, n, p50 = stats.first_step_s, stats.first_step_steps, stats.p50_s
+    if first is None or not n or not p50:
+        return None
+    return max(0.0, first - n * p50)
+
+
 def figures_of(report: Any) -> dict[str, Any]:
     steps, compute, metrics = report.steps, report.compute or {}, report.metrics or {}
     loss = metrics.get("loss")

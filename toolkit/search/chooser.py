@@ -135,7 +135,23 @@ def choose(rows: Sequence[Row], min_gain: float = MIN_GAIN) -> tuple[Contender, 
                 f"{plain_ratio:.2f}× the defaults' mean step, loss agrees; its tuned settings "
                 f"were {edge or 0:.2f}× of it (need > {1 + SETTINGS_GAIN:.2f}×): not kept"
             )
-    return best.contender, f"{best_ratio:.2f}× the defaults' mean step, loss agrees"
+    words = f"{best_ratio:.2f}× the defaults' mean step, loss agrees"
+    return best.contender, words + _break_even(defaults, best)
+
+
+def _break_even(defaults: Row, best: Row) -> str:
+    """Where the pick's longer first step (its trace and compile) pays for itself, in words;
+    the chooser knows the steps it ran, not the run's length, so the steady state ranks."""
+    first_d, first_b = defaults.median("first_step_s"), best.median("first_step_s")
+    mean_d, mean_b = defaults.median("mean_s"), best.median("mean_s")
+    if None in (first_d, first_b, mean_d, mean_b) or first_b <= first_d:
+        return "; ranked by the steady state (the run's length is not known here)"
+    gain = mean_d - mean_b
+    after = f"after {math.ceil((first_b - first_d) / gain):,} steps" if gain > 0 else "never"
+    return (
+        f"; its first step costs {first_b - first_d:.2f} s more and pays for itself {after} "
+        "(ranked by the steady state: the run's length is not known here)"
+    )
 
 
 def _plain_twin(rows: Sequence[Row], row: Row) -> Row | None:

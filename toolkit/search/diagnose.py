@@ -53,6 +53,7 @@ from toolkit.core import _extras as extras
 from toolkit.core import terminal
 from toolkit.core.progress import say
 from toolkit.core.stats import whole_calls
+from toolkit.report._ledger import fixes, ledger_line
 from toolkit.runner.config import TrainConfig
 from toolkit.search.advice import (
     BALANCED,
@@ -96,6 +97,9 @@ class Diagnosis:
     pipeline: str = ""
     xprof: dict[str, Any] | None = None  # XProf's reading of a trace of the fit, if taken
     python: bool = False  # your own model (diagnose(model, data)): advice in Python, not flags
+    # A whole run's ledger handed in (``ledger=``): where that run's time went, and its fixes
+    # with the seconds each would save (``toolkit.report._ledger``).
+    ledger: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -112,6 +116,8 @@ class Diagnosis:
         if self.xprof:
             out.append(f"  XProf: {self.xprof['line']}")
         out += [f"  advice: {as_python(a) if self.python else a}" for a in self.advice]
+        if self.ledger:
+            out += [f"  {line}" for line in whole_run_lines(self.ledger)]
         return out
 
     def __str__(self) -> str:
@@ -306,6 +312,7 @@ def diagnose(
     config: TrainConfig | None = None,
     steps: int | None = None,
     devices_found: Iterable[Any] | None = None,
+    ledger: Any = None,
 ) -> Diagnosis:
     """Measures the input pipeline alone, the step alone and the real fit; returns the verdict.
 
@@ -325,6 +332,10 @@ def diagnose(
             short window does not hold still on a shared machine); a number you give is
             used as it is.
         devices_found: the devices present (defaults to ``toolkit.devices.detect()``).
+        ledger: a whole run of this model, as a StepTimer that timed its fit, a RunReport or
+            its ``ledger``: the diagnosis then also says where that run's time went and
+            what each fix would save over it (a diagnosis's own short fits cannot: they
+            have no epochs, validation or callbacks). Defaults to `None`.
 
     Raises:
         toolkit.runner.train.SetupError: a setting or data that cannot work.
@@ -381,7 +392,7 @@ def diagnose(
     if not work.is_model:
         described += f": {describe_pipeline(dataset)}"
     settings = work.settings()
-    return _conclude(
+    found = _conclude(
         # Rates per training step (a fused batch holds fused_steps steps' examples).
         input_rate=pipeline.batches_per_sec * settings["fused_steps"],
         compute=compute.steps,
@@ -399,6 +410,40 @@ def diagnose(
         python=work.is_model,
         tuned=tuned,
     )
+    found.ledger = ledger_of(ledger)
+    return found
+
+
+def ledger_of(run: Any) -> dict[str, Any] | None:
+    """The ledger of `run`: a StepTimer that timed a fit, a RunReport, or a ledger already;
+    with its fixes (``toolkit.report._ledger.fixes``)."""
+    if run is None:
+        return None
+    if isinstance(run, Mapping):
+        ledger = dict(run)
+    elif callable(getattr(run, "ledger", None)):  # a StepTimer
+        ledger = run.ledger()
+    else:  # a RunReport
+        ledger = getattr(run, "ledger", None)
+    if not isinstance(ledger, Mapping) or not ledger.get("wall_s"):
+        raise ValueError(
+            "ledger= takes a StepTimer that timed a fit, a RunReport with a ledger, or a "
+            "ledger: this one has none"
+        )
+    ledger = dict(ledger)
+    if not isinstance(ledger.get("fixes"), list):
+        ledger["fixes"] = fixes(ledger)
+    return ledger
+
+
+def whole_run_lines(ledger: Mapping[str, Any]) -> list[str]:
+    """A whole run's ledger line and every fix it found, for a diagnosis and ``doctor``."""
+    found = ledger.get("fixes") if isinstance(ledger.get("fixes"), list) else fixes(ledger)
+    lines = [ledger_line(ledger)]
+    lines += [f"fix: {f['words']}" for f in found if isinstance(f, Mapping)]
+    if not found:
+        lines.append("fix: none: no part of that run is worth a fix (each under 5 % or 0.1 s)")
+    return lines
 
 
 def _tuned(work: Any) -> Tuned | None:

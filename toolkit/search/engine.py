@@ -16,6 +16,7 @@ The results are cached by the front ends in ``toolkit.core.cache`` (the one keye
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -227,6 +228,7 @@ class Trial:
     seconds: float
     error: str | None = None
     rates: list[float] = dataclasses.field(default_factory=list)  # every measurement
+    compile_s: float | None = None  # its first call beyond its steps (None: not measured)
 
     def __post_init__(self) -> None:
         if not self.rates and self.examples_per_sec is not None:
@@ -278,6 +280,37 @@ KNOBS = ("jit_compile", "precision", "batch_size")
 # fused steps alone, the estimate is too high and the longer loop stays: no slower, only
 # handing control back to Python less often.)
 PRUNE_LOSS = 0.04
+
+
+def whole_run(
+    defaults: Trial, best: Trial, examples: int | None, batch: int
+) -> dict[str, Any] | None:
+    """The two candidates over a whole run of `examples` examples: each one's compile plus
+    its steps at its rate, and where the faster step's extra compile pays for itself
+    (``break_even_steps``, in steps of `batch`; None where its compile costs no more). None
+    where the run's length or either compile cost is unknown."""
+    if not examples or defaults.examples_per_sec is None or best.examples_per_sec is None:
+        return None
+    if defaults.compile_s is None or best.compile_s is None:
+        return None
+    seconds = {
+        "defaults": defaults.compile_s + examples / defaults.examples_per_sec,
+        "pick": best.compile_s + examples / best.examples_per_sec,
+    }
+    extra = best.compile_s - defaults.compile_s
+    gain = 1 / defaults.examples_per_sec - 1 / best.examples_per_sec  # s an example
+    even = None
+    if extra > 0:
+        even = math.ceil(extra / gain / batch) if gain > 0 else None
+    return {
+        "examples": examples,
+        "steps": -(-examples // batch),
+        "defaults_s": seconds["defaults"],
+        "pick_s": seconds["pick"],
+        "extra_compile_s": extra,
+        "break_even_steps": even,
+        "pick_wins": seconds["pick"] < seconds["defaults"],
+    }
 
 
 def call_overhead(a: Trial, b: Trial) -> float | None:

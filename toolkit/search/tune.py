@@ -37,8 +37,9 @@ from toolkit import backend
 from toolkit.core import machine
 from toolkit.core import progress as tk_progress
 from toolkit.core.cache import Cache
+from toolkit.report._ledger import format_s
 from toolkit.runner.config import SEARCHED_SETTINGS, SearchContext, TrainConfig
-from toolkit.search.engine import FINALISTS, Candidate, Space, Trial, search
+from toolkit.search.engine import FINALISTS, Candidate, Space, Trial, search, whole_run
 from toolkit.search.fresh import FRESH, THIS_PROCESS, Gain, confirm_fresh, fresh_steps
 from toolkit.search.rounds import confirm
 from toolkit.search.workload import Workload, apply, workload
@@ -86,6 +87,10 @@ class TuneResult:
     gain: Gain | None = None
     # The fresh-process rounds that confirmed (or refused) the pick: [{label: examples/s}].
     fresh_rounds: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    # The fastest step and the defaults over the whole run (``engine.whole_run``): each one's
+    # compile plus its steps, and where a longer compile pays for itself; None where the
+    # run's length or a compile cost is unknown (ranked by the steady state, and said so).
+    run: dict[str, Any] | None = None
     # For the target it answers (not kept in the cache or the report): how to apply the
     # winner (a recipe's flags, or your model's compile arguments) and the batch in words.
     how_to_apply: str = dataclasses.field(default="", compare=False)
@@ -131,6 +136,7 @@ class TuneResult:
             # "gain" and "why", not as a claim).
             "gain_words": self.gain.words() if self.gain is not None and self.picked else None,
             "fresh_rounds": self.fresh_rounds,
+            "run": self.run,
         }
 
     @classmethod
@@ -142,6 +148,7 @@ class TuneResult:
                 t["seconds"],
                 t["error"],
                 list(t.get("rates") or []),
+                t.get("compile_s"),
             )
             for t in d["trials"]
         ]
@@ -149,6 +156,7 @@ class TuneResult:
             Candidate(**d["best"]), trials, d["key"], cache_hit, d["seconds"],
             d.get("budget_exhausted", False), list(d.get("confirm_rounds") or []),
             d.get("why", ""), Gain.from_dict(d.get("gain")), list(d.get("fresh_rounds") or []),
+            d.get("run") if isinstance(d.get("run"), dict) else None,
         )  # fmt: skip
 
     def table(self) -> str:
@@ -159,20 +167,21 @@ class TuneResult:
             key=lambda t: -(t.examples_per_sec or -1.0),
         )
         lines = [
-            "| settings | examples/s | spread | runs | vs defaults | note |",
-            "|---|---:|---:|---:|---:|---|",
+            "| settings | examples/s | spread | runs | vs defaults | compile | note |",
+            "|---|---:|---:|---:|---:|---:|---|",
         ]
         for t in rows:
             if t.examples_per_sec is None:
-                lines.append(f"| {t.candidate.label()} | — | — | 0 | — | failed: {t.error} |")
+                lines.append(f"| {t.candidate.label()} | — | — | 0 | — | — | failed: {t.error} |")
                 continue
             ratio = f"{t.examples_per_sec / base:.2f}×" if base else "—"
             note = "defaults" if t is self.trials[0] else ""
             if t.candidate == self.best:
                 note = (note + ", " if note else "") + "**chosen**"
+            compiled = format_s(t.compile_s) if t.compile_s is not None else "—"
             lines.append(
                 f"| {t.candidate.label()} | {t.examples_per_sec:,.1f} | {t.spread() or '—'} | "
-                f"{len(t.rates)} | {ratio} | {note} |"
+                f"{len(t.rates)} | {ratio} | {compiled} | {note} |"
             )
         if self.confirm_rounds:
             lines.append(
@@ -249,6 +258,7 @@ def tune(
     """
     check_budget(budget_s, steps)  # as the command line refuses them, before anything runs
     start = time.perf_counter()
+    said_how_long = config is not None  # your model's run is as long as its config says
     fresh_target = _fresh_target(fresh)  # a bad one is refused now, not after the search
     # A Task's data is made once for the search, and its finalists stay built for the rounds.
     work = workload(target, data, config, resident=True, keep=FINALISTS)
@@ -256,6 +266,7 @@ def tune(
     defaults = work.defaults()
     key, facts = cache_key(work)
     run = work.run_shape()
+    length_known = said_how_long or not work.is_model  # a recipe's run is its config's
 
     def measure(candidate: Candidate, calls: int = 3) -> float:
         return work.rate(candidate, steps, calls)
@@ -316,6 +327,12 @@ def tune(
     finally:
         budget_bar.close()
         work.close()
+    for t in trials:
+        t.compile_s = work.compile_s(t.candidate)
+    batch = defaults.batch_size or work.batch_size or work.config.batch_size
+    steps_run = work.run_steps(defaults) if length_known else None
+    best, run_words, run_facts = whole_run_choice(trials, defaults, best, steps_run, batch)
+    why = f"{why}; {run_words}" if why and run_words else why or run_words
     gain = _in_process_gain(rounds, defaults, best)
     fresh_rounds: list[dict[str, float]] = []
     interrupted: list[str] = []  # fresh runs a signal or the timeout ended
@@ -329,7 +346,7 @@ def tune(
         why = f"{why}; {words}" if why else words
     result = TuneResult(
         best, trials, key, False, time.perf_counter() - start, exhausted or out_of_time,
-        rounds, why, gain, fresh_rounds,
+        rounds, why, gain, fresh_rounds, run_facts,
     )  # fmt: skip
     if use_cache and interrupted:
         say(
@@ -341,6 +358,43 @@ def tune(
         if not _CACHE.put(result.key, facts, entry):
             say(f"tune: not cached: cannot write {_CACHE.path} (set TOOLKIT_CACHE_DIR)")
     return result.applied_to(work)
+
+
+def whole_run_choice(
+    trials: Sequence[Trial],
+    defaults: Candidate,
+    best: Candidate,
+    steps: int | None,
+    batch: int,
+) -> tuple[Candidate, str, dict[str, Any] | None]:
+    """The pick against the defaults over a whole run of `steps` steps of `batch` examples
+    (``engine.whole_run``): a pick whose longer compile the run is too short to pay back
+    hands the defaults back. Returns the choice, its words and the figures (None: ranked by
+    the steady state, the words say why)."""
+    if best == defaults:
+        return best, "", None
+    by = {t.candidate: t for t in trials}
+    mine, base = by.get(best), by.get(defaults)
+    examples = steps * batch if steps else None
+    facts = whole_run(base, mine, examples, best.batch_size or batch) if mine and base else None
+    if facts is None:
+        why = "the run's length is unknown" if not steps else "a compile cost was not measured"
+        return best, f"ranked by the steady state ({why})", None
+    run = f"whole run of {facts['steps']:,} steps: {format_s(facts['pick_s'])} vs the defaults' "
+    run += format_s(facts["defaults_s"])
+    even, extra = facts["break_even_steps"], facts["extra_compile_s"]
+    if not facts["pick_wins"]:
+        after = f"after {even:,} steps" if even else "never"
+        return defaults, (
+            f"{best.label()} is faster a step, but its compile costs {format_s(extra)} more "
+            f"and pays for itself {after}: the defaults finish this run first ({run})"
+        ), facts
+    if extra > 0 and even:
+        return best, (
+            f"its compile costs {format_s(extra)} more and pays for itself after {even:,} "
+            f"steps ({run})"
+        ), facts
+    return best, run, facts
 
 
 def _fresh_target(fresh: Any) -> Any:

@@ -33,6 +33,7 @@ from toolkit.core import compat
 from toolkit.core.stats import utilization, whole_calls
 from toolkit.runner.config import SEARCHED, SEARCHED_SETTINGS, TrainConfig
 from toolkit.search._model_fit import (
+    compile_cost,
     figures_of,
     measured_fit,
     model_signature,
@@ -79,6 +80,28 @@ class Workload:
     def defaults(self) -> Candidate:
         """The settings it trains with now, as this backend runs them (the search's first)."""
         raise NotImplementedError
+
+    def note_compile(self, candidate: Candidate, stats: Any) -> None:
+        """Keeps what the candidate's first call cost beyond its steps (its trace and
+        compile: ``compile_cost``), from its first measured run only: a later run of the
+        same built model compiles nothing."""
+        costs = self.__dict__.setdefault("compiles", {})
+        if candidate not in costs:
+            cost = compile_cost(stats)
+            if cost is not None:
+                costs[candidate] = cost
+
+    def compile_s(self, candidate: Candidate) -> float | None:
+        """The candidate's compile cost as first measured (None: not measured)."""
+        return self.__dict__.get("compiles", {}).get(candidate)
+
+    def run_steps(self, candidate: Candidate) -> int | None:
+        """Training steps of the whole run `candidate` would be applied to (None: unknown)."""
+        shape = self.run_shape()
+        batches = shape.epoch_batches(candidate) if shape is not None else None
+        if batches is None:
+            return None
+        return shape.epochs * batches * max(1, candidate.fused_steps or 1)
 
     @property
     def per_call(self) -> int:
@@ -128,7 +151,9 @@ class Workload:
         the candidate's own warm-up (:func:`~toolkit.search.engine.window_steps`)."""
         warmup, total = window_steps(candidate, steps, calls)
         with backend.get().quiet_retracing():
-            return rate_of(self.fit(candidate, steps=total, warmup=warmup).steps)
+            stats = self.fit(candidate, steps=total, warmup=warmup).steps
+        self.note_compile(candidate, stats)
+        return rate_of(stats)
 
     def cache_facts(self) -> dict[str, Any]:
         """What a cached answer for it depends on: the model's architecture, its input's spec
@@ -310,6 +335,7 @@ class TaskWorkload(Workload):
             if stop.stopped and not stop.rate:
                 raise RuntimeError("the budget ended in its first call (the compile)")
             rate = stop.rate if stop.stopped else rate_of(result.report.steps)
+            self.note_compile(candidate, result.report.steps)
             self._hold(candidate, rate, result)
         finally:
             compat.keras().backend.clear_session()
