@@ -61,6 +61,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/seed_mlp.py
 	$(PY) benchmarks/recipe_mfu.py
 	$(PY) benchmarks/diagnose_accuracy.py
+	$(PY) benchmarks/ledger.py
 	$(PY) benchmarks/tune_vs_defaults.py
 	$(PY) benchmarks/backends.py
 	$(PY) benchmarks/own_models.py

@@ -167,7 +167,7 @@ def _text(fix: dict | None, fit_s: list[float]) -> dict:
         .map(lambda x, y: (vectorize(x), y))
         .cache()
     )
-    sample = vectorize(tf.constant(texts[:1500])).numpy()
+    sample = vectorize(tf.constant(texts)).numpy()
 
     class SampleScore(keras.callbacks.Callback):
         """Scores a held-out sample at each epoch's end (predictions and a threshold sweep),
@@ -176,7 +176,7 @@ def _text(fix: dict | None, fit_s: list[float]) -> dict:
         def on_epoch_end(self, epoch, logs=None):
             scores = self.model.predict(sample, batch_size=64, verbose=0).ravel()
             for threshold in np.linspace(0.05, 0.95, 400):
-                np.mean((scores > threshold) == (labels[:1500] > 0.5))
+                np.mean((scores > threshold) == (labels > 0.5))
 
     inputs = keras.Input((100,), dtype="int64")
     x = keras.layers.Embedding(5000, 64)(inputs)

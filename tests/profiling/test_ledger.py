@@ -298,3 +298,15 @@ def test_a_malformed_ledger_is_one_line_naming_its_field():
         with pytest.raises(ReportError, match=field):
             RunReport.from_dict({**data, "ledger": _ledger(**bad)})
     assert RunReport.from_dict({**data, "ledger": None}).ledger is None  # older reports
+
+
+def test_a_fit_stopped_early_on_purpose_is_whole(make_model, make_dataset):
+    keras = compat.keras()
+    stop = keras.callbacks.EarlyStopping(monitor="loss", min_delta=1e9, patience=0)
+    with profile("early", batch_size=8) as p:
+        p.fit(make_model(), make_dataset(4), epochs=6, verbose=0, callbacks=[stop])
+    ledger = p.report.ledger
+    assert ledger["epochs"] < ledger["epochs_planned"] == 6
+    assert not ledger["partial"] and ledger["parts"]["exit"] is not None
+    assert "EarlyStopping" in ledger["callbacks"]
+    _adds_up(ledger)

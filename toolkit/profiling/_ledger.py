@@ -282,9 +282,10 @@ class FitLedger:
         if train_end is not None and returned is not None and train_end > returned:
             train_end = None
         stop = returned if returned is not None else train_end if train_end is not None else now
-        partial = self.train_end is None or (
-            bool(params) and len(self.epochs) < int((params or {}).get("epochs") or 0)
-        )
+        # A fit that never reached train end (it raised, or is still running); one that
+        # stopped early on purpose (EarlyStopping) ended whole. The report marks a stopped
+        # run partial too.
+        partial = self.train_end is None
         epochs = list(self.epochs)
         if current is not None and current.get("first") is not None:
             epochs.append({"epoch": current["epoch"], **current})
@@ -342,16 +343,11 @@ class FitLedger:
         totals = dict.fromkeys(PARTS, 0.0)
         for a, b, part in tiles:
             totals[part] += b - a
-        # Where the unexplained time sits, the largest first: between which parts.
+        # Where the unexplained time sits, the largest first, said by where in the fit it is.
         others = sorted(
-            (
-                (b - a, tiles[i - 1][2] if i else "the fit's call", tiles[i + 1][2]
-                 if i + 1 < len(tiles) else "the end")
-                for i, (a, b, part) in enumerate(tiles)
-                if part == "other"
-            ),
-            reverse=True,
-        )[:3]  # fmt: skip
+            ((b - a, _where(a, b, epochs)) for a, b, part in tiles if part == "other"),
+            key=lambda o: -o[0],
+        )[:3]
         starts = [t[0] for t in tiles]
 
         def part_at(t: float) -> str | None:
@@ -425,7 +421,7 @@ class FitLedger:
                 for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]["seconds"])
             },
             "overlapped": {k: round(v, 6) for k, v in overlapped.items()},
-            "compiles": compiles,
+            "compiles": _largest(compiles),
             "recompiles": sum(1 for c in compiles if not c["first"]),
             "signal": getattr(watch, "signal", None) if watch is not None else None,
             "epochs": done_epochs,
@@ -441,10 +437,7 @@ class FitLedger:
             "jit_compile": _jit(model),
             "unseen": unseen,
             "input_read_s": round(read_s, 6) if read_s else None,
-            "other_where": [
-                {"seconds": round(d, 6), "after": before, "before": after}
-                for d, before, after in others
-            ],
+            "other_where": [{"seconds": round(d, 6), "where": where} for d, where in others],
         }
 
     def _compiles(
@@ -589,6 +582,37 @@ class FitLedger:
             for x, ev in zip(sorted(slowest, key=lambda x: x[0]), found, strict=False):
                 add(x, False, _first_line(ev.get("cause")) or "a new trace", None)
         return [c for c in out if c["seconds"] > 0 or c["first"]]
+
+
+MAX_COMPILES = 100  # compiles listed in a ledger at most (the largest; all are counted)
+
+
+def _where(a: float, b: float, epochs: list[dict[str, Any]]) -> str:
+    """Where in the fit the unexplained span ``[a, b)`` lies, in words."""
+    mid = (a + b) / 2
+    for k, e in enumerate(epochs):
+        n = e["epoch"] + 1
+        first, end = e.get("first"), e.get("end")
+        if first is not None and e.get("begin") is not None and e["begin"] <= mid < first:
+            return f"the start of epoch {n}: its input iterator, before the first step"
+        if end is not None and first is not None and first <= mid < end:
+            return f"the end of epoch {n}: Keras's epoch logs and the callbacks before StepTimer"
+        following = epochs[k + 1]["begin"] if k + 1 < len(epochs) else None
+        if end is not None and mid >= end and (following is None or mid < following):
+            return f"after epoch {n}: the callbacks after StepTimer and Keras's epoch end"
+    return "between the fit's parts"
+
+
+def _largest(compiles: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first calls and the :data:`MAX_COMPILES` largest recompiles, in the order they
+    happened (a step recompiled at every batch would fill the report)."""
+    if len(compiles) <= MAX_COMPILES:
+        return compiles
+    keep = {
+        id(c)
+        for c in sorted(compiles, key=lambda c: (not c["first"], -c["seconds"]))[:MAX_COMPILES]
+    }
+    return [c for c in compiles if id(c) in keep]
 
 
 def _first_line(cause: Any) -> str | None:
