@@ -106,23 +106,26 @@ def test_validation_much_larger_than_training_is_the_largest_part(make_model):
 
 @pytest.mark.every_backend
 def test_a_ragged_last_batch_is_found_where_the_backend_compiles_for_shapes(make_model):
-    x, y = _arrays(8 * 6 + 3)  # six batches of 8 and one of 3, every epoch
+    # Six batches of 8 and one of 3, every epoch; 5 features, a model of this test's own (JAX
+    # keeps the steps it compiled for a model of the same structure within a process).
+    x, y = _arrays(8 * 6 + 3, features=5)
     with profile("ragged", batch_size=8) as p:
-        _, outside = _timed_fit(p, make_model(), x, y, batch_size=8, epochs=3, verbose=0)
+        _, outside = _timed_fit(p, make_model(features=5), x, y, batch_size=8, epochs=3, verbose=0)
     ledger = p.report.ledger
     _adds_up(ledger, outside)
     again = [c for c in ledger["compiles"] if not c["first"]]
+    steps_only = [c for c in ledger["compiles"] if not c.get("outside_steps")]
     if backend.name() == "jax":  # JAX compiles for each shape: once, in the first epoch
         assert len(again) == 1 and ledger["recompiles"] == 1, ledger["compiles"]
         ragged = again[0]
         assert ragged["function"] == "train" and ragged["epoch"] == 0 and ragged["step"] == 6
-        assert ragged["cause"] == "input shape (3, 8) (was (8, 8))"
+        assert ragged["cause"] == "input shape (3, 5) (was (8, 5))"
         assert ragged["seconds"] > 0 and ragged["backend_seconds"] > 0
         # JAX's batch reads are timed, but overlap the queued steps: said apart, not a wait.
         assert ledger["parts"]["input"] is None and ledger["input_read_s"] > 0
     else:  # TensorFlow traces with the batch dimension unknown; PyTorch runs eagerly
         assert not again, ledger["compiles"]
-    first = [c for c in ledger["compiles"] if c["first"]]
+    first = [c for c in steps_only if c["first"]]
     assert [c["function"] for c in first] == ["train"]
 
 
@@ -310,3 +313,29 @@ def test_a_fit_stopped_early_on_purpose_is_whole(make_model, make_dataset):
     assert not ledger["partial"] and ledger["parts"]["exit"] is not None
     assert "EarlyStopping" in ledger["callbacks"]
     _adds_up(ledger)
+
+
+def test_tensorflow_s_tracing_counts_find_a_retrace_after_the_first_call(make_model):
+    """A new input signature (here float64 batches) traces the train step again: the watch
+    counts it from the end of the first call, never the first call's own traces."""
+    if backend.name() != "tensorflow":
+        pytest.skip("TensorFlow's signal")
+    import tensorflow as tf
+
+    from toolkit.backend._tensorflow.compiles import TracingCounts
+
+    model = make_model()
+    x, y = _arrays(32)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)  # traced: its first call is behind it
+    watch = TracingCounts(model)
+    watch.start()  # counted from now
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    watch.poll("train epoch 0")
+    assert watch.events == []  # the same signature: no trace
+    again = iter(tf.data.Dataset.from_tensor_slices((x.astype("float64"), y)).batch(8))
+    model.train_function(again)
+    watch.poll("train epoch 1")
+    assert [e["where"] for e in watch.events] == ["train epoch 1"]
+    assert watch.events[0]["function"] == "train"
+    watch.stop()
+    assert not getattr(model.train_function, "_toolkit_watched", False)  # put back

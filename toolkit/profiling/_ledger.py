@@ -555,7 +555,7 @@ class FitLedger:
                     out.append(
                         {
                             "function": ev.get("function") or part.replace("_", "-"),
-                            "first": False,
+                            "first": True,  # a function of Keras's own, compiled once
                             "epoch": None,
                             "step": None,
                             "seconds": round(seconds, 6),

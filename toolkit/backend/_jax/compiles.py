@@ -137,6 +137,11 @@ class JaxCompiles(CompileWatch):
             finally:
                 self._current = None
                 self._pending = None
+                if function not in self._last_sig:
+                    # The first call's shapes, also where JAX compiled nothing for it (the
+                    # same step traced before, for a model of the same structure): the
+                    # baseline a later compile's cause is read against.
+                    self._last_sig[function] = signature(batches.last)
 
         watched._toolkit_watched = True  # type: ignore[attr-defined]
         setattr(self.model, attr, watched)
