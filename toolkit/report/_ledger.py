@@ -193,7 +193,10 @@ def fixes(ledger: Mapping[str, Any]) -> list[dict[str, Any]]:
         else:
             saves = seconds
             fix = f"call {name} less often, or make it cheaper"
-            words = f"{head}: without it the run is ~{format_s(seconds)} shorter"
+            words = (
+                f"{head}: without it the run is up to ~{format_s(seconds)} shorter (less "
+                "where it overlapped other work, such as tf.data's between epochs)"
+            )
         out.append(
             {"item": f"callback {name}", "seconds": seconds, "saves_s": saves, "fix": fix,
              "words": words}
@@ -260,15 +263,16 @@ def fixes(ledger: Mapping[str, Any]) -> list[dict[str, Any]]:
         words = (
             f"compile takes {_share(compile_s, wall)} of the run ({format_s(first_s)} for "
             f"XLA's first call): over this run's {steps:,} steps it pays for itself only if "
-            f"XLA saves {per_step * 1e3:.3g} ms a step; jit_compile=False compiles less "
-            "(tune measures both)"
+            f"XLA saves {per_step * 1e3:.3g} ms a step (tune measures jit_compile both ways "
+            "over the run)"
         )
         out.append(
             {"item": "compile", "seconds": compile_s, "saves_s": None,
              "fix": "jit_compile=False, or a longer run", "words": words,
              "break_even_ms": per_step * 1e3}
         )  # fmt: skip
-    out.sort(key=lambda f: -(f["saves_s"] if f["saves_s"] is not None else f["seconds"] / 2))
+    # A fix with a saving first, the largest first; then what only says where time went.
+    out.sort(key=lambda f: (f["saves_s"] is None, -(f["saves_s"] or f["seconds"])))
     return [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in f.items()} for f in out]
 
 
@@ -322,6 +326,9 @@ def ledger_markdown(ledger: Mapping[str, Any]) -> str:
     if found:
         out.append("")
         out += [f"- fix: {f['words']}" for f in found]
+    for o in ledger.get("other_where") or []:
+        if isinstance(o, Mapping) and float(o.get("seconds") or 0.0) >= 0.01 * wall:
+            out.append(f"\nOther: {format_s(o.get('seconds'))} at {o.get('where')}.")
     for what in ledger.get("unseen") or []:
         out.append(f"\n_Not seen: {what}._")
     return "\n".join(out) + "\n"

@@ -59,8 +59,8 @@ def ledger_png(ledger: Any, name: str) -> bytes:
     matplotlib.use("Agg", force=False)
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9, 3.0), dpi=100)
-    ledger_bar(fig.add_axes((0.03, 0.52, 0.94, 0.26)), ledger)  # its legend goes below
+    fig = Figure(figsize=(9, 2.5), dpi=100)
+    ledger_bar(fig.add_axes((0.03, 0.48, 0.94, 0.3)), ledger)  # its legend goes below
     fig.suptitle(name, fontsize=10, x=0.01, ha="left")
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
