@@ -339,3 +339,51 @@ def test_tensorflow_s_tracing_counts_find_a_retrace_after_the_first_call(make_mo
     assert watch.events[0]["function"] == "train"
     watch.stop()
     assert not getattr(model.train_function, "_toolkit_watched", False)  # put back
+
+
+def test_doctor_reads_a_saved_run_s_ledger_and_every_fix(tmp_path):
+    """``keras-perf doctor --report``: a whole run's ledger and its fixes from the report alone;
+    a report without one is one line and status 2."""
+    import subprocess
+    import sys
+
+    from tests.test_report import make_report
+
+    ragged = {"function": "train", "first": False, "epoch": 0, "step": 31, "seconds": 3.0,
+              "cause": "input shape (17, 8) (was (32, 8))"}  # fmt: skip
+    ledger = _ledger(
+        parts={**dict.fromkeys(PARTS, 0.0), "validation": 8.0, "compile": 3.0, "steps": 9.0},
+        compiles=[ragged],
+        validations=20,
+        validation_runs_s=[0.4] * 20,
+    )
+    make_report("with", ledger={**ledger, "fixes": fixes(ledger)}).write(tmp_path / "a", False)
+    make_report("without").write(tmp_path / "b", plot=False)
+    run = [sys.executable, "-m", "toolkit", "doctor", "--report"]
+    out = subprocess.run([*run, str(tmp_path / "a")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[1].startswith("run ledger (fit call 20.0 s): steps 45%, validation 40%")
+    assert any("validation_freq=5 saves ~6.40 s" in line for line in lines)
+    assert any("drop_remainder=True" in line for line in lines)
+    out = subprocess.run([*run, str(tmp_path / "b")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "this report has no ledger" in out.stderr.strip().splitlines()[-1]
+
+
+def test_a_diagnosis_says_where_a_whole_run_went(make_model):
+    """``diagnose(..., ledger=timer)``: the run's ledger line and its fixes under the rates."""
+    from toolkit.search.diagnose import Diagnosis, ledger_of
+
+    x, y = _arrays(64)
+    vx, vy = _arrays(64 * 40, seed=1)
+    with profile("diagnosed", batch_size=8) as p:
+        p.fit(make_model(), x, y, batch_size=8, epochs=3, verbose=0, validation_data=(vx, vy))
+    for run in (p.timer, p.report, p.report.ledger):
+        assert ledger_of(run)["wall_s"] == pytest.approx(p.report.ledger["wall_s"], rel=0.05)
+    d = Diagnosis(1.0, 2.0, 1.0, "input-bound", True, [], ledger=ledger_of(p.report))
+    lines = d.lines()
+    assert any(line.startswith("  run ledger (fit call ") for line in lines)
+    assert any("validation_freq=3" in line for line in lines), lines
+    with pytest.raises(ValueError, match="ledger= takes a StepTimer that timed a fit"):
+        ledger_of({"parts": {}})
