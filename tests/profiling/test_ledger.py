@@ -97,7 +97,7 @@ def test_validation_much_larger_than_training_is_the_largest_part(make_model):
     parts = ledger["parts"]
     assert parts["validation"] > parts["steps"], parts
     assert ledger["validations"] == 4 and len(ledger["validation_runs_s"]) == 4
-    assert ledger["validation_batches"] == [320] * 4
+    assert ledger["validation_calls"] == [320] * 4
     evaluate = [c for c in ledger["compiles"] if c["function"] == "evaluate" and c["first"]]
     assert len(evaluate) == 1  # the evaluation function's first call, apart
     fix = next(f for f in ledger["fixes"] if f["item"] == "validation")
@@ -387,3 +387,53 @@ def test_a_diagnosis_says_where_a_whole_run_went(make_model):
     assert any("validation_freq=3" in line for line in lines), lines
     with pytest.raises(ValueError, match="ledger= takes a StepTimer that timed a fit"):
         ledger_of({"parts": {}})
+
+
+@pytest.mark.every_backend
+def test_a_callback_s_train_end_after_steptimer_and_a_fit_cut_mid_epoch_are_attributed(
+    make_model,
+):
+    keras = compat.keras()
+
+    class Closing(keras.callbacks.Callback):  # after StepTimer: its train end ends the fit
+        def on_train_end(self, logs=None):
+            _busy(0.3)
+
+    class Cut(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if self.model is not None and batch == 5 and getattr(self, "epoch", 0) == 1:
+                raise KeyboardInterrupt
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+    x, y = _arrays(80)
+    closing = Closing()
+    with profile("closing", batch_size=8) as p:
+        p.fit(make_model(), x, y, batch_size=8, epochs=2, verbose=0, callbacks=[closing])
+    ledger = p.report.ledger
+    assert ledger["callbacks"]["Closing"]["seconds"] >= 0.3
+    assert ledger["parts"]["exit"] < 0.3, ledger["parts"]  # not the tf.data teardown's
+    assert not any(f["item"] == "exit" for f in ledger["fixes"])
+    assert "on_train_end" not in vars(closing)  # taken out once it ran
+
+    with pytest.raises(KeyboardInterrupt), profile("cut", batch_size=8) as p:
+        p.fit(make_model(), x, y, batch_size=8, epochs=3, verbose=0, callbacks=[Cut()])
+    ledger = p.report.ledger
+    _adds_up(ledger)
+    timed = sum(row[0] for row in p.report.timeline)
+    assert any(row[2] == 1 for row in p.report.timeline)  # the cut epoch's steps were kept
+    inside = ledger["parts"]["steps"] + ledger["parts"]["compile"] + ledger["parts"]["callbacks"]
+    assert inside >= 0.9 * timed, (ledger["parts"], timed)  # in the steps, not in "other"
+
+
+def test_a_fix_that_saves_nothing_is_not_proposed_nor_put_first():
+    thinned = _ledger(
+        epochs=10,
+        validations=2,
+        validation_runs_s=[0.5, 0.5],
+        parts={**dict.fromkeys(PARTS, 0.0), "validation": 6.0, "callbacks": 1.0},
+        callbacks={"ModelCheckpoint": {"seconds": 1.0, "calls": 10}},
+    )
+    found = fixes(thinned)
+    assert [f["item"] for f in found] == ["callback ModelCheckpoint"]  # validation_freq is set

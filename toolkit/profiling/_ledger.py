@@ -81,6 +81,14 @@ def keras_callbacks(me: Any) -> list[Any] | None:
     return None
 
 
+def _restore(cb: Any, hook: str, previous: Any) -> None:
+    with contextlib.suppress(AttributeError):
+        if previous is _MISSING:
+            delattr(cb, hook)
+        else:
+            setattr(cb, hook, previous)
+
+
 def _base(cb: Any, hook: str) -> bool:
     """Whether `hook` of `cb` is Keras's own no-op, the base ``Callback``'s (tf_keras does not
     mark its no-ops as Keras 3 does)."""
@@ -115,12 +123,14 @@ class CallbackClock:
                     continue
                 previous = vars(cb).get(hook, _MISSING) if hasattr(cb, "__dict__") else _MISSING
                 try:
-                    setattr(cb, hook, self._timed(method, name, main))
+                    setattr(cb, hook, self._timed(method, name, main, cb, hook))
                 except (AttributeError, TypeError):  # __slots__, a frozen object: untimed
                     continue
                 self._patched.append((cb, hook, previous))
 
-    def _timed(self, method: Callable[..., Any], name: str, main: int) -> Callable[..., Any]:
+    def _timed(
+        self, method: Callable[..., Any], name: str, main: int, cb: Any, hook: str
+    ) -> Callable[..., Any]:
         clock, records, off, ident = self._clock, self.records, self.off, threading.get_ident
 
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -132,22 +142,31 @@ class CallbackClock:
                     records.append((t0, clock() - t0, name))
                 else:
                     off.append((name, clock() - t0))
+                if hook == "on_train_end":  # the fit's last hook: out it goes
+                    self._take_out(cb)
 
         timed._toolkit_timed = True  # type: ignore[attr-defined]
         timed.__wrapped__ = method  # type: ignore[attr-defined]
         return timed
 
-    def release(self) -> None:
-        """Takes every timing wrapper out again."""
+    def _take_out(self, owner: Any) -> None:
+        for entry in list(self._patched):
+            cb, hook, previous = entry
+            if cb is owner and hook == "on_train_end":
+                _restore(cb, hook, previous)
+                self._patched.remove(entry)
+
+    def release(self, but_train_end: bool = False) -> None:
+        """Takes every timing wrapper out again; with `but_train_end` (StepTimer's own train
+        end, which callbacks listed after it have not reached yet) each ``on_train_end`` one
+        stays, and takes itself out once it has run."""
+        kept = []
         for cb, hook, previous in reversed(self._patched):
-            try:
-                if previous is _MISSING:
-                    delattr(cb, hook)
-                else:
-                    setattr(cb, hook, previous)
-            except AttributeError:
+            if but_train_end and hook == "on_train_end":
+                kept.append((cb, hook, previous))
                 continue
-        self._patched = []
+            _restore(cb, hook, previous)
+        self._patched = kept[::-1]
 
 
 class FitLedger:
@@ -244,17 +263,18 @@ class FitLedger:
     def end(self, at: float) -> None:
         self.train_end = at
         self._poll(f"train epoch {self._epoch}")
-        self.finish()
+        self.finish(but_train_end=True)  # the callbacks after StepTimer end the fit after it
 
-    def finish(self) -> None:
+    def finish(self, but_train_end: bool = False) -> None:
         """Stops the backend's watch and takes the callbacks' timers out (idempotent; also
-        after a fit that raised, where Keras never called train end)."""
+        after a fit that raised, where Keras never called train end; `but_train_end`: see
+        :meth:`CallbackClock.release`)."""
         watch, self.watch = self.watch, None
         if watch is not None:
             with contextlib.suppress(Exception):  # never stops training
                 watch.stop()
             self._stopped = watch
-        self.callbacks.release()
+        self.callbacks.release(but_train_end)
 
     # ------------------------------------------------------------ the ledger
 
@@ -379,6 +399,11 @@ class FitLedger:
                 totals["input"] += dt
 
         compiles = self._compiles(calls, epochs, validations, watch, part_at, totals)
+        if runs_s:  # each validation's own time: the first without its compile
+            first_eval = sum(
+                c["seconds"] for c in compiles if c["function"] == "evaluate" and c["first"]
+            )
+            runs_s[0] = round(max(0.0, runs_s[0] - first_eval), 6)
         named = sum(v for k, v in totals.items() if k != "other")
         wall = stop - start
         totals["other"] = wall - named
@@ -429,7 +454,7 @@ class FitLedger:
             "steps": steps,
             "steps_per_epoch": (params or {}).get("steps"),
             "validations": len(ran),
-            "validation_batches": [len(v["begins"]) for v in ran],
+            "validation_calls": [len(v["begins"]) for v in ran],
             "validation_runs_s": runs_s,
             # The median execution's seconds a step, per function (a fix's unit of time).
             "step_s": {k: round(v, 6) for k, v in getattr(self, "_per_step", {}).items()},
@@ -485,6 +510,8 @@ class FitLedger:
             ]
             if function == "train":  # StepTimer's own steady steps when it has them
                 rest = [d / n for d, n, _, kind in calls if kind != FIRST and n] or rest
+            elif not rest:  # one execution a validation: the later validations' executions
+                rest = [x[1] / x[2] for run in val_runs[1:] for x in run]
             if rest:
                 per_step[function] = statistics.median(rest)
         out: list[dict[str, Any]] = []
@@ -597,7 +624,7 @@ def _where(a: float, b: float, epochs: list[dict[str, Any]]) -> str:
             return f"the start of epoch {n}: its input iterator, before the first step"
         if end is not None and first is not None and first <= mid < end:
             return f"the end of epoch {n}: Keras's epoch logs and the callbacks before StepTimer"
-        following = epochs[k + 1]["begin"] if k + 1 < len(epochs) else None
+        following = epochs[k + 1].get("begin") if k + 1 < len(epochs) else None
         if end is not None and mid >= end and (following is None or mid < following):
             return f"after epoch {n}: the callbacks after StepTimer and Keras's epoch end"
     return "between the fit's parts"

@@ -623,12 +623,17 @@ class StepTimer(compat.keras().callbacks.Callback):
             return None
         calls = self.calls
         current = None
-        if self._running or (self.train_end_time is None and self._begins):
+        if self._ledger.train_end is None and self._begins:  # stopped inside an epoch
             done = {e["epoch"] for e in self._ledger.epochs}
             if self._epoch not in done and self._begins:
                 mine = [c for c in calls if c[2] == self._epoch]
                 first, steps_end = self._epoch_span(mine)
-                current = {"epoch": self._epoch, "first": first, "steps_end": steps_end}
+                current = {
+                    "epoch": self._epoch,
+                    "begin": self._epoch_start,
+                    "first": first,
+                    "steps_end": steps_end,
+                }
         return self._ledger.result(calls, self._fit_span, current, self.params, self._clock())
 
     def summary(self) -> StepStats:

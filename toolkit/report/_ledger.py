@@ -17,6 +17,7 @@ prints the predicted saving beside the measured one):
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -161,11 +162,16 @@ def fixes(ledger: Mapping[str, Any]) -> list[dict[str, Any]]:
     validation = parts.get("validation")
     runs_s = [float(x) for x in ledger.get("validation_runs_s") or []]
     runs = len(runs_s)
-    if validation and runs >= 2 and validation >= VALIDATION_SHARE * wall and epochs >= 2:
+    # Only a run validated every epoch (one already thinned has its own validation_freq).
+    every_epoch = runs == epochs
+    if validation and every_epoch and runs >= 2 and validation >= VALIDATION_SHARE * wall:
         k = min(EVERY, epochs)
         kept = epochs // k
-        per_run = sorted(runs_s)[len(runs_s) // 2]
+        per_run = statistics.median(runs_s)
         saves = per_run * max(0, runs - kept)
+    else:
+        saves = 0.0
+    if saves >= MIN_S:
         out.append(
             {
                 "item": "validation",
@@ -272,7 +278,12 @@ def fixes(ledger: Mapping[str, Any]) -> list[dict[str, Any]]:
              "break_even_ms": per_step * 1e3}
         )  # fmt: skip
     # A fix with a saving first, the largest first; then what only says where time went.
-    out.sort(key=lambda f: (f["saves_s"] is None, -(f["saves_s"] or f["seconds"])))
+    out.sort(
+        key=lambda f: (
+            f["saves_s"] is None,
+            -(f["saves_s"] if f["saves_s"] is not None else f["seconds"]),
+        )
+    )
     return [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in f.items()} for f in out]
 
 

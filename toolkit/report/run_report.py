@@ -138,10 +138,15 @@ class RunReport:
         """
         calls = [[round(d, 9), n, e, k] for d, n, e, k in timer.calls]
         steps = timer.summary()
-        ledger = timer.ledger() if hasattr(timer, "ledger") else None
-        if ledger is not None:
-            ledger["partial"] = bool(ledger.get("partial")) or status != COMPLETE
-            ledger["fixes"] = fixes(ledger)
+        ledger = None
+        try:
+            ledger = timer.ledger() if hasattr(timer, "ledger") else None
+            if ledger is not None:
+                ledger["partial"] = bool(ledger.get("partial")) or status != COMPLETE
+                ledger["fixes"] = fixes(ledger)
+        except Exception as e:  # noqa: BLE001 - a view of the run: never costs the report
+            ledger = None
+            extra = {**(extra or {}), "ledger_error": f"{type(e).__name__}: {e}"}
         if compute is not None:
             work = compute.get("flops_per_step")
             compute = {**compute, **utilization(work, steps.p50_s, compute.get("peak_flops_per_s"))}
