@@ -385,15 +385,23 @@ def whole_run_choice(
     even, extra = facts["break_even_steps"], facts["extra_compile_s"]
     if not facts["pick_wins"]:
         after = f"after {even:,} steps" if even else "never"
-        return defaults, (
-            f"{best.label()} is faster a step, but its compile costs {format_s(extra)} more "
-            f"and pays for itself {after}: the defaults finish this run first ({run})"
-        ), facts
+        return (
+            defaults,
+            (
+                f"{best.label()} is faster a step, but its compile costs {format_s(extra)} more "
+                f"and pays for itself {after}: the defaults finish this run first ({run})"
+            ),
+            facts,
+        )
     if extra > 0 and even:
-        return best, (
-            f"its compile costs {format_s(extra)} more and pays for itself after {even:,} "
-            f"steps ({run})"
-        ), facts
+        return (
+            best,
+            (
+                f"its compile costs {format_s(extra)} more and pays for itself after {even:,} "
+                f"steps ({run})"
+            ),
+            facts,
+        )
     return best, run, facts
 
 
