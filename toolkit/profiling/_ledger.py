@@ -105,7 +105,6 @@ class CallbackClock:
         self._clock = clock
         self.records: list[tuple[float, float, str]] = []  # (start, seconds, name), fit thread
         self.off: list[tuple[str, float]] = []  # (name, seconds) on another thread
-        self.names: list[str] = []
         self._patched: list[tuple[Any, str, Any]] = []
 
     def watch(self, callbacks: Sequence[Any], skip: Any) -> None:
@@ -114,7 +113,6 @@ class CallbackClock:
             if cb is skip:
                 continue
             name = type(cb).__name__
-            self.names.append(name)
             for hook in HOOKS:
                 method = getattr(cb, hook, None)
                 if method is None or getattr(method, "_is_default", False) or _base(cb, hook):
@@ -187,6 +185,7 @@ class FitLedger:
         self.found_callbacks = False
         self.model: Any = None
         self.watch: Any = None
+        self._stopped: Any = None  # the watch after finish(), for the result's reading
         self.backend = ""
         self.overlaps = False  # the backend dispatches asynchronously: reads overlap steps
         self._per_step: dict[str, float] = {}
@@ -241,7 +240,7 @@ class FitLedger:
         )
         self.gaps.extend(gaps)
 
-    def test_begin(self, at: float, epoch_steps_end: float | None) -> None:
+    def test_begin(self, at: float) -> None:
         self._poll(f"train epoch {self._epoch}")
         if self.watch is not None:
             with contextlib.suppress(Exception):  # never stops training
@@ -293,7 +292,7 @@ class FitLedger:
         end of its last recorded execution), `params` Keras's."""
         if self.train_begin is None:
             return None
-        watch = self.watch or getattr(self, "_stopped", None)
+        watch = self.watch or self._stopped
         called, returned = span
         if called is None or returned is None or not called <= self.train_begin <= returned:
             called = returned = None

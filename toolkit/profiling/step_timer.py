@@ -448,7 +448,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         now = self._clock()
         if self._begins and self._boundary_time is None:
             self._boundary_time = now
-        self._ledger.test_begin(now, None)
+        self._ledger.test_begin(now)
 
     def on_test_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         if self._running:  # the ledger's validation executions (a clock read and an append)
