@@ -33,11 +33,11 @@ import time
 from _common import speedup_line
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKLOADS = {
-    "mlp": ("seed MLP", None, "_workloads:seed_mlp", []),
-    "cnn": ("small CNN", "cnn", None, ["--dataset=digits", "--image_size=16", "--filters=16",
-                                       "--batch_size=128"]),
-    "lstm": ("LSTM recipe", "lstm", None, []),
+WORKLOADS = {  # (name, recipe, model_fn, the recipe's arguments, the settings)
+    "mlp": ("seed MLP", None, "_workloads:seed_mlp", {}, {}),
+    "cnn": ("small CNN", "cnn", None, {"dataset": "digits", "image_size": 16, "filters": 16},
+            {"batch_size": 128}),
+    "lstm": ("LSTM recipe", "lstm", None, {}, {}),
 }  # fmt: skip
 
 
@@ -65,10 +65,10 @@ def main() -> None:
         f"# backends: {', '.join(backends)}; {args.steps} steps per run, {args.rounds} "
         "interleaved rounds, each run a fresh process; times per 1000 steps (mean step)"
     )
-    for key, (name, recipe, model_fn, flags) in WORKLOADS.items():
+    for key, (name, recipe, model_fn, params, settings) in WORKLOADS.items():
         if args.only and key != args.only:
             continue
-        target = standings.Target(recipe, model_fn, (*flags, "--device=cpu"))
+        target = standings.Target(recipe, model_fn, params, {**settings, "device": "cpu"})
         picked = chooser.compare(
             target, steps=args.steps, rounds=args.rounds, use_cache=False, progress=quiet
         )

@@ -78,9 +78,9 @@ def main() -> None:
 
     procs = []
     try:
-        dispatcher, address = spawn_data_service("--dispatcher", "--port=0")
+        dispatcher, address = spawn_data_service(port=0)
         procs.append(dispatcher)
-        procs.append(spawn_data_service("--worker", f"--dispatcher={address}")[0])
+        procs.append(spawn_data_service(dispatcher=address)[0])
         results: dict[str, list[float]] = {}
         for _ in range(args.rounds):
             for name, step in (("alone", no_step), ("with a training step", train_step)):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from absl import flags
 
@@ -36,32 +36,13 @@ from toolkit.core import compat
 from toolkit.data import catalog
 from toolkit.runner import flags as tk_flags
 from toolkit.runner.config import TrainConfig
+from toolkit.runner.flags import Flag
 
 if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
     from toolkit.runner import train
 
 INFERENCE_SEQ_LENS = (64, 128, 256)
 LATENCY_BATCH, THROUGHPUT_BATCH = 1, 4
-
-tk_flags.define_common_flags(epochs=1, batch_size=32, dataset="synthetic")
-tk_flags.define_flag("enum", "mode", "train", ["train", "inference"], "Train, or time inference.")
-tk_flags.define_flag("integer", "layers", 2, "Encoder blocks.", lower_bound=1)
-tk_flags.define_flag(
-    "integer", "hidden_size", 128, "Hidden size (a multiple of --heads).", lower_bound=8
-)
-tk_flags.define_flag("integer", "heads", 2, "Attention heads.", lower_bound=1)
-tk_flags.define_flag("integer", "seq_len", 128, "Tokens per example (training).", lower_bound=2)
-tk_flags.define_flag(
-    "integer", "vocab_size", 30522, "Vocabulary size (BERT's uncased: 30522).", lower_bound=19
-)
-tk_flags.define_flag(
-    "integer", "num_classes", 2, "Classes, when the dataset does not say.", lower_bound=2
-)
-tk_flags.define_flag("float", "dropout", 0.1, "Dropout rate.", lower_bound=0.0, upper_bound=0.9)
-tk_flags.define_flag("float", "learning_rate", 1e-4, "Adam learning rate.", lower_bound=0.0)
-tk_flags.define_flag(
-    "integer", "inference_runs", 30, "Timed calls per inference figure.", lower_bound=1
-)
 FLAGS = flags.FLAGS
 
 
@@ -124,19 +105,22 @@ def bert_encoder(
 def build_task(
     dataset: str = "synthetic",
     *,
-    seq_len: int = 128,
-    vocab_size: int = 30522,
-    num_classes: int = 2,
-    layers: int = 2,
-    hidden_size: int = 128,
-    heads: int = 2,
-    dropout: float = 0.1,
+    layers: Annotated[int, Flag("Encoder blocks.", lower_bound=1)] = 2,
+    hidden_size: Annotated[int, Flag("Hidden size (a multiple of --heads).", lower_bound=8)] = 128,
+    heads: Annotated[int, Flag("Attention heads.", lower_bound=1)] = 2,
+    seq_len: Annotated[int, Flag("Tokens per example (training).", lower_bound=2)] = 128,
+    vocab_size: Annotated[
+        int, Flag("Vocabulary size (BERT's uncased: 30522).", lower_bound=19)
+    ] = 30522,
+    num_classes: Annotated[int, Flag("Classes, when the dataset does not say.", lower_bound=2)] = 2,
+    dropout: Annotated[float, Flag("Dropout rate.", lower_bound=0.0, upper_bound=0.9)] = 0.1,
     learning_rate: float = 1e-4,
     data_dir: str | None = None,
     validation_fraction: float = 0.2,
     seed: int = 0,
 ) -> train.Task:
-    """The BERT-style classification task; usable without flags (e.g. from a notebook)."""
+    """The BERT-style classification task; usable without flags (e.g. from a notebook). Its
+    parameters are the recipe's flags (``tk_flags.define_task_flags`` below)."""
     from toolkit.runner import train
 
     if hidden_size % heads:
@@ -158,6 +142,15 @@ def build_task(
         )
 
     return train.classification_task("bert", data, build_model, learning_rate)
+
+
+# Flags read by main, not build_task: defined here, so that --help lists --mode before the task's
+# flags and --inference_runs after them.
+tk_flags.define_flag("enum", "mode", "train", ["train", "inference"], "Train, or time inference.")
+tk_flags.define_task_flags(build_task, epochs=1, batch_size=32)
+tk_flags.define_flag(
+    "integer", "inference_runs", 30, "Timed calls per inference figure.", lower_bound=1
+)
 
 
 def inference_table(

@@ -14,28 +14,16 @@ validation accuracy on 2 CPU cores in well under a minute::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from toolkit import app
 from toolkit.core import compat
 from toolkit.data import catalog
 from toolkit.runner import flags as tk_flags
+from toolkit.runner.flags import Flag
 
 if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
     from toolkit.runner import train
-
-tk_flags.define_common_flags(epochs=8, batch_size=32, dataset="digits")
-tk_flags.define_image_flags(image_size=32, channels=1)
-tk_flags.define_flag(
-    "integer", "filters", 32, "Filters of the first conv block (doubled in the second)."
-)
-tk_flags.define_flag(
-    "float",
-    "learning_rate",
-    2e-3,
-    "Adam peak learning rate (cosine decay over the run).",
-    lower_bound=0.0,
-)
 
 
 def build_task(
@@ -44,8 +32,10 @@ def build_task(
     image_size: int = 32,
     channels: int = 1,
     num_classes: int = 10,
-    filters: int = 32,
-    learning_rate: float = 2e-3,
+    filters: Annotated[int, Flag("Filters of the first conv block (doubled in the second).")] = 32,
+    learning_rate: Annotated[
+        float, Flag("Adam peak learning rate (cosine decay over the run).", lower_bound=0.0)
+    ] = 2e-3,
     data_dir: str | None = None,
     validation_fraction: float = 0.2,
     seed: int = 0,
@@ -53,7 +43,9 @@ def build_task(
     batch_size: int = 32,
     train_steps: int | None = None,
 ) -> train.Task:
-    """The CNN task; usable without flags (e.g. from a notebook)."""
+    """The CNN task; usable without flags (e.g. from a notebook). Its parameters are the
+    recipe's flags (``tk_flags.define_task_flags`` below); `epochs`, `batch_size` and
+    `train_steps` are the run's settings, read to decay the learning rate over the run."""
     from toolkit.runner import train
 
     keras = compat.keras()
@@ -106,6 +98,7 @@ def build_task(
     return train.classification_task("cnn", data, build_model, learning_rate, decay)
 
 
+tk_flags.define_task_flags(build_task, epochs=8, batch_size=32)
 main = app.recipe_main(build_task)
 
 if __name__ == "__main__":

@@ -15,21 +15,16 @@ graph profiler sees a ``tf.while_loop`` body once)::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from toolkit import app
 from toolkit.core import compat
 from toolkit.data import catalog
 from toolkit.runner import flags as tk_flags
+from toolkit.runner.flags import Flag
 
 if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
     from toolkit.runner import train
-
-tk_flags.define_common_flags(epochs=15, batch_size=32, dataset="digits")
-tk_flags.define_image_flags(image_size=8, channels=1)
-tk_flags.define_flag("integer", "units", 64, "LSTM units.", lower_bound=1)
-tk_flags.define_flag("integer", "lstm_layers", 1, "Stacked LSTM layers.", lower_bound=1)
-tk_flags.define_flag("float", "learning_rate", 3e-3, "Adam learning rate.", lower_bound=0.0)
 
 
 def build_task(
@@ -38,14 +33,15 @@ def build_task(
     image_size: int = 8,
     channels: int = 1,
     num_classes: int = 10,
-    units: int = 64,
-    lstm_layers: int = 1,
+    units: Annotated[int, Flag("LSTM units.", lower_bound=1)] = 64,
+    lstm_layers: Annotated[int, Flag("Stacked LSTM layers.", lower_bound=1)] = 1,
     learning_rate: float = 3e-3,
     data_dir: str | None = None,
     validation_fraction: float = 0.2,
     seed: int = 0,
 ) -> train.Task:
-    """The row-by-row LSTM task; usable without flags (e.g. from a notebook)."""
+    """The row-by-row LSTM task; usable without flags (e.g. from a notebook). Its parameters are the
+    recipe's flags (``tk_flags.define_task_flags`` below)."""
     from toolkit.runner import train
 
     keras = compat.keras()
@@ -72,6 +68,7 @@ def build_task(
     return train.classification_task("lstm", data, build_model, learning_rate)
 
 
+tk_flags.define_task_flags(build_task, epochs=15, batch_size=32)
 main = app.recipe_main(build_task)
 
 if __name__ == "__main__":

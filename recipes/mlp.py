@@ -19,20 +19,16 @@ offline), prints the step-time summary, and writes the report to ``runs/<timesta
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from toolkit import app
 from toolkit.core import compat
 from toolkit.data import catalog
 from toolkit.runner import flags as tk_flags
+from toolkit.runner.flags import Flag
 
 if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
     from toolkit.runner import train
-
-tk_flags.define_common_flags(epochs=20, batch_size=32, dataset="digits")
-tk_flags.define_image_flags(image_size=8, channels=1)
-tk_flags.define_flag("integer", "hidden_units", 128, "Units in each hidden layer.", lower_bound=1)
-tk_flags.define_flag("float", "learning_rate", 1e-3, "Adam learning rate.", lower_bound=0.0)
 
 
 def build_task(
@@ -41,13 +37,14 @@ def build_task(
     image_size: int = 8,
     channels: int = 1,
     num_classes: int = 10,
-    hidden_units: int = 128,
+    hidden_units: Annotated[int, Flag("Units in each hidden layer.", lower_bound=1)] = 128,
     learning_rate: float = 1e-3,
     data_dir: str | None = None,
     validation_fraction: float = 0.2,
     seed: int = 0,
 ) -> train.Task:
-    """The MLP task; usable without flags (e.g. from a notebook)."""
+    """The MLP task; usable without flags (e.g. from a notebook). Its parameters are the
+    recipe's flags (``tk_flags.define_task_flags`` below)."""
     from toolkit.runner import train
 
     keras = compat.keras()
@@ -71,6 +68,7 @@ def build_task(
     return train.classification_task("mlp", data, build_model, learning_rate)
 
 
+tk_flags.define_task_flags(build_task, epochs=20, batch_size=32)
 main = app.recipe_main(build_task)
 
 if __name__ == "__main__":

@@ -13,20 +13,16 @@ with ResNet's. Defaults: the digits at 96×96 RGB (real, offline)::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from toolkit import app
 from toolkit.core import compat
 from toolkit.data import catalog
 from toolkit.runner import flags as tk_flags
+from toolkit.runner.flags import Flag
 
 if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
     from toolkit.runner import train
-
-tk_flags.define_common_flags(epochs=3, batch_size=32, dataset="digits")
-tk_flags.define_image_flags(image_size=96, channels=3)
-tk_flags.define_flag("float", "alpha", 0.5, "Width multiplier (0.35, 0.5, 0.75, 1.0, 1.3, 1.4).")
-tk_flags.define_flag("float", "learning_rate", 1e-3, "Adam learning rate.", lower_bound=0.0)
 
 
 def build_task(
@@ -35,13 +31,14 @@ def build_task(
     image_size: int = 96,
     channels: int = 3,
     num_classes: int = 10,
-    alpha: float = 0.5,
+    alpha: Annotated[float, Flag("Width multiplier (0.35, 0.5, 0.75, 1.0, 1.3, 1.4).")] = 0.5,
     learning_rate: float = 1e-3,
     data_dir: str | None = None,
     validation_fraction: float = 0.2,
     seed: int = 0,
 ) -> train.Task:
-    """The MobileNetV2 task; usable without flags (e.g. from a notebook)."""
+    """The MobileNetV2 task; usable without flags (e.g. from a notebook). Its parameters are the
+    recipe's flags (``tk_flags.define_task_flags`` below)."""
     from toolkit.runner import train
 
     if image_size < 32:
@@ -62,6 +59,7 @@ def build_task(
     return train.classification_task("mobilenet", data, build_model, learning_rate)
 
 
+tk_flags.define_task_flags(build_task, epochs=3, batch_size=32)
 main = app.recipe_main(build_task)
 
 if __name__ == "__main__":

@@ -16,22 +16,18 @@ measures the model alone::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from toolkit import app
 from toolkit.core import compat
 from toolkit.data import catalog
 from toolkit.runner import flags as tk_flags
+from toolkit.runner.flags import Flag
 
 if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
     from toolkit.runner import train
 
 MODELS = ("resnet20", "resnet32", "resnet56", "resnet110", "resnet50")
-
-tk_flags.define_common_flags(epochs=5, batch_size=32, dataset="digits")
-tk_flags.define_image_flags(image_size=None, channels=3)
-tk_flags.define_flag("enum", "model", "resnet20", list(MODELS), "Which ResNet.")
-tk_flags.define_flag("float", "learning_rate", 1e-3, "Adam learning rate.", lower_bound=0.0)
 
 
 def cifar_resnet(keras: Any, input_shape: tuple[int, ...], depth: int, classes: int) -> Any:
@@ -64,16 +60,22 @@ def cifar_resnet(keras: Any, input_shape: tuple[int, ...], depth: int, classes: 
 def build_task(
     dataset: str = "digits",
     *,
-    model: str = "resnet20",
-    image_size: int | None = None,
+    image_size: Annotated[
+        int | None,
+        Flag(
+            "Height and width the images are resized to (default: the model's own).", lower_bound=8
+        ),
+    ] = None,
     channels: int = 3,
     num_classes: int = 10,
+    model: Annotated[str, Flag("Which ResNet.", choices=MODELS)] = "resnet20",
     learning_rate: float = 1e-3,
     data_dir: str | None = None,
     validation_fraction: float = 0.2,
     seed: int = 0,
 ) -> train.Task:
-    """The ResNet task; usable without flags (e.g. from a notebook)."""
+    """The ResNet task; usable without flags (e.g. from a notebook). Its parameters are the
+    recipe's flags (``tk_flags.define_task_flags`` below)."""
     from toolkit.runner import train
 
     if model not in MODELS:
@@ -99,6 +101,7 @@ def build_task(
     return train.classification_task(model, data, build_model, learning_rate)
 
 
+tk_flags.define_task_flags(build_task, epochs=5, batch_size=32)
 main = app.recipe_main(build_task)
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def test_a_run_a_signal_ended_keeps_the_result_out_of_the_cache(tmp_path, monkey
     monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
     calls = []
 
-    def runner(contender, extra):
+    def runner(contender, target):
         calls.append(contender)
         if contender == JAX and len(calls) == 2:
             return {"error": "killed by SIGKILL", "interrupted": True}
@@ -122,7 +122,7 @@ def test_a_child_killed_by_a_signal_is_said_so_and_marked_interrupted(tmp_path, 
         "import os, signal\n\ndef build():\n    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    spec = ChildSpec("figures", ch.Target(None, "dies:build"), "tensorflow", steps=10)
+    spec = ChildSpec("figures", "tensorflow", target=ch.Target(None, "dies:build"), steps=10)
     got = run_child(spec, {**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path)}, timeout_s=300)
     assert got == {"error": "killed by SIGKILL", "interrupted": True}
 
@@ -136,10 +136,10 @@ def test_contenders_every_backend_times_the_devices_it_sees_defaults_first(monke
     assert set(found) == {
         ch.Contender(b, d) for b, kinds in seen.items() for d in kinds
     }  # fmt: skip
-    only_cpu = ch.contenders(["--device=cpu", "--batch_size=8"], probe=seen.get)
+    only_cpu = ch.contenders("cpu", probe=seen.get)
     assert only_cpu == [TF, JAX, TORCH]
     monkeypatch.setenv("KERAS_BACKEND", "jax")
-    assert ch.contenders(["--device", "cpu"], probe=seen.get)[0] == JAX
+    assert ch.contenders("cpu", probe=seen.get)[0] == JAX
     with pytest.raises(ch.ChooserError, match="unknown mxnet"):
         ch.contenders(backends=["mxnet"])
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
@@ -152,12 +152,12 @@ def test_compare_interleaves_rounds_shares_weights_and_caches(tmp_path, monkeypa
     calls = []
     speed = {"tensorflow": 1.0, "jax": 0.5, "torch": 2.0}
 
-    def runner(contender, extra):
-        calls.append((contender.backend, tuple(extra)))
+    def runner(contender, target):
+        calls.append((contender.backend, target.config["init_weights"]))
         m = speed[contender.backend]
         return {"mean_s": m, "p50_s": m, "first_step_s": 0.1, "loss": 0.7, "mfu": 0.01}
 
-    target = ch.Target("mlp", None, ("--batch_size=64", "--epochs=5"))
+    target = ch.Target("mlp", None, {}, {"batch_size": 64, "epochs": 5})
     lines = []
     result = ch.compare(
         target, backends=["tensorflow", "jax", "torch"], steps=50, rounds=3,
@@ -169,8 +169,8 @@ def test_compare_interleaves_rounds_shares_weights_and_caches(tmp_path, monkeypa
         "torch",
         "tensorflow",
     ]
-    assert len({extra for _, extra in calls}) == 1  # every run: the same initial weights
-    assert calls[0][1][0].startswith("--init_weights=") and calls[0][1][0].endswith(".weights.h5")
+    assert len({weights for _, weights in calls}) == 1  # every run: the same initial weights
+    assert calls[0][1].endswith("initial.weights.h5")
     assert lines[0].startswith("backends: asking each backend which devices it sees")
     assert result.best == JAX and len(lines) == 10 and "[9/9" in lines[-1]
     assert "**chosen**" in result.table() and "| jax | cpu |" in result.table()
@@ -180,21 +180,20 @@ def test_compare_interleaves_rounds_shares_weights_and_caches(tmp_path, monkeypa
     with open(paths["png"], "rb") as f:
         assert f.read(4) == b"\x89PNG"
     # The run length is not part of the key: a longer run reads the same answer.
-    longer = ch.Target("mlp", None, ("--epochs=20", "--batch_size=64"))
+    longer = ch.Target("mlp", None, {}, {"epochs": 20, "batch_size": 64})
     again = ch.compare(
         longer, backends=["tensorflow", "jax", "torch"], steps=50, rounds=3, runner=runner,
         progress=lines.append,
     )  # fmt: skip
     assert again.cache_hit and again.best == JAX and len(calls) == 9
-    # --backend=auto reads it, for the same recipe and flags, whatever the run length.
-    argv = ["--batch_size=64", "--backend=auto", "--train_steps=9"]
-    assert ch.resolve_auto(argv, "mlp") == [argv[0], "--backend=jax", argv[2]]
-    other = ["--batch_size=32", "--backend", "auto"]
-    assert ch.resolve_auto(other, "mlp")[-2:] == [
-        "--backend",
-        os.environ.get("KERAS_BACKEND", "tensorflow"),
-    ]
-    assert ch.resolve_auto(["--backend=jax"], "mlp") == ["--backend=jax"]
+    # --backend=auto reads it, for the same recipe and settings, whatever the run length.
+    auto = ch.Target("mlp", None, {}, {"batch_size": 64, "backend": "auto", "steps_per_epoch": 9})
+    assert ch.resolve_auto(auto) == "jax"
+    other = ch.Target("mlp", None, {}, {"batch_size": 32})
+    assert ch.resolve_auto(other) == os.environ.get("KERAS_BACKEND", "tensorflow")
+    assert ch.resolve_auto(ch.Target("mlp", None, {"hidden_units": 7}, {"batch_size": 64})) == (
+        os.environ.get("KERAS_BACKEND", "tensorflow")
+    )  # another recipe argument: another model
 
 
 def test_init_weights_must_be_a_keras_weights_file():
@@ -295,12 +294,12 @@ def test_tune_across_backends_searches_each_then_meets_head_to_head(tmp_path):
 def test_a_run_without_timed_steps_is_a_failed_run_not_a_crash(tmp_path, monkeypatch):
     monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
 
-    def runner(contender, extra):
+    def runner(contender, target):
         if contender.settings:  # its calls ate every step: nothing timed
             return {"mean_s": None, "p50_s": None, "loss": 0.7}
         return {"mean_s": 1.0, "p50_s": 1.0, "first_step_s": 0.1, "loss": 0.7}
 
-    big = ch.Contender("tensorflow", "cpu", ("--steps_per_execution=512",))
+    big = ch.Contender("tensorflow", "cpu", (("steps_per_execution", 512),))
     result = ch.compare(
         ch.Target("mlp"), candidates=[TF, big], steps=20, rounds=2, runner=runner,
         progress=lambda line: None,
@@ -311,18 +310,20 @@ def test_a_run_without_timed_steps_is_a_failed_run_not_a_crash(tmp_path, monkeyp
 
 
 def test_every_contender_trains_as_many_steps_since_their_losses_are_compared():
-    tuned = ch.Contender("tensorflow", "cpu", ("--jit_compile", "--steps_per_execution=8",
-                                               "--fused_steps=32"))  # fmt: skip
-    three = ch.Contender("jax", "cpu", ("--fused_steps=3",))
+    tuned = ch.Contender("tensorflow", "cpu", {"jit_compile": True, "steps_per_execution": 8,
+                                               "fused_steps": 32})  # fmt: skip
+    three = ch.Contender("jax", "cpu", {"fused_steps": 3})
+    plain = ch.Target("mlp")
     # 5 calls of the longest (256 steps) and a whole number of every contender's calls
-    assert ch.run_steps(200, [TF, tuned], ()) == 1280
-    assert ch.run_steps(200, [TF, tuned, three], ()) == 1536  # lcm(256, 3) = 768
-    assert ch.run_steps(200, [TF, JAX], ()) == 200
-    # the target's flags are every contender's, unless its settings say otherwise
-    assert ch.run_steps(200, [TF, JAX], ("--fused_steps", "64")) == 320
-    assert ch.run_steps(200, [TF, tuned], ("--fused_steps=64",)) == 1280
+    assert ch.run_steps(200, [TF, tuned], plain) == 1280
+    assert ch.run_steps(200, [TF, tuned, three], plain) == 1536  # lcm(256, 3) = 768
+    assert ch.run_steps(200, [TF, JAX], plain) == 200
+    # the target's settings are every contender's, unless its own say otherwise
+    fused = ch.Target("mlp", None, {}, {"fused_steps": 64})
+    assert ch.run_steps(200, [TF, JAX], fused) == 320
+    assert ch.run_steps(200, [TF, tuned], fused) == 1280
 
-    def runner(contender, extra):
+    def runner(contender, target):
         return {"mean_s": 1.0, "p50_s": 1.0, "first_step_s": 0.1, "loss": 0.7}
 
     lines = []
@@ -339,7 +340,11 @@ def test_a_target_from_a_name_a_spec_or_your_function(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     from benchmarks_like import make  # a module-level function, importable by name
 
-    assert ch.Target.of("cnn", ["--batch_size=8"]) == ch.Target("cnn", None, ("--batch_size=8",))
+    from toolkit.runner.config import TrainConfig
+
+    made = ch.Target.of("cnn", {"filters": 8}, TrainConfig(batch_size=8))
+    assert made == ch.Target("cnn", None, {"filters": 8}, TrainConfig(batch_size=8).to_dict())
+    assert ch.Target.from_dict(json.loads(json.dumps(made.to_dict()))) == made
     assert ch.Target.of("mytrain:make").model_fn == "mytrain:make"
     assert ch.Target.of(make).model_fn == "benchmarks_like:make"
 
@@ -359,12 +364,15 @@ def test_a_tuned_winner_that_is_the_defaults_is_the_plain_contender():
     same = TuneResult(Candidate(), [defaults, faster], "k", False, 1.0)
     assert ch.tuned_settings(json.loads(json.dumps(same.to_dict()))) == ()
     won = TuneResult(faster.candidate, [defaults, faster], "k", False, 1.0)
-    settings = ch.tuned_settings(won.to_dict())
-    assert "--steps_per_execution=8" in settings and "--nojit_compile" in settings
+    settings = dict(ch.tuned_settings(won.to_dict()))
+    assert settings["steps_per_execution"] == 8 and settings["jit_compile"] is False
+    tuned = ch.Contender("jax", "cpu", ch.tuned_settings(won.to_dict()))
+    assert "--steps_per_execution=8" in tuned.settings_words()
+    assert "--nojit_compile" in tuned.flags() and tuned.flags().startswith("--backend=jax")
 
 
 def test_tuned_settings_must_beat_their_own_backends_defaults_by_more_than_noise():
-    tuned = ch.Contender("jax", "cpu", ("--steps_per_execution=32",))
+    tuned = ch.Contender("jax", "cpu", {"steps_per_execution": 32})
     rows = [row(TF, [1.0] * 2), row(JAX, [0.50, 0.50]), row(tuned, [0.49, 0.49])]
     pick, why = ch.choose(rows)
     assert pick == JAX and "tuned settings were 1.02×" in why  # 2 %: noise, the plain one
@@ -416,20 +424,22 @@ def test_a_child_gets_one_spec_and_answers_in_json(tmp_path):
     toolkit._child``, not a command line of hidden options; a spec it cannot use is one line."""
     from toolkit.search._processes import ChildSpec, run_child
 
-    target = ch.Target("mlp", None, ("--device=gpu", "--backend=jax", "--tune_budget=9", "--x=1"))
-    spec = ChildSpec("figures", target, "tensorflow", "cpu", ("--jit_compile",), ("--y=2",), 30)
+    target = ch.Target("mlp", None, {"hidden_units": 16}, {"device": "gpu", "backend": "jax"})
+    spec = ChildSpec("figures", "tensorflow", "cpu", target, {"jit_compile": True}, 30)
     assert ChildSpec.from_json(spec.to_json()) == spec
-    assert spec.recipe_flags() == [
-        "--backend=tensorflow", "--device=cpu", "--x=1", "--jit_compile", "--y=2",
-    ]  # fmt: skip
+    assert "--" not in spec.to_json()  # typed values, no command line
+    # The child runs on the spec's backend and device, whatever the target's config said.
+    assert spec.config() == {"device": "cpu", "backend": "tensorflow"}
     with pytest.raises(ValueError, match="child job"):
-        ChildSpec("train", target, "jax")
+        ChildSpec("train", "jax", target=target)
+    with pytest.raises(ValueError, match="a target is for figures and tune"):
+        ChildSpec("devices", "jax", target=target)
     with pytest.raises(ValueError, match="malformed child spec"):
         ChildSpec.from_json('{"job": "tune"}')
     env = {**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path)}
-    bad = ChildSpec("figures", ch.Target("nope"), "tensorflow", steps=10)
+    bad = ChildSpec("figures", "tensorflow", target=ch.Target("nope"), steps=10)
     assert "no recipe named 'nope'" in run_child(bad, env, timeout_s=300)["error"]
-    run = ChildSpec("figures", ch.Target("mlp", None, ("--hidden_units=16",)), "tensorflow",
+    run = ChildSpec("figures", "tensorflow", target=ch.Target("mlp", None, {"hidden_units": 16}),
                     steps=20)  # fmt: skip
     figures = run_child(run, env, timeout_s=300)
     assert figures.get("timed_steps", 0) > 0 and figures["backend"] == "tensorflow", figures
@@ -451,12 +461,12 @@ def test_backends_png_reads_when_one_bar_is_far_longer(tmp_path, monkeypatch):
     monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
     speed = {"tensorflow": 0.0014, "jax": 0.00078, "torch": 0.043}
 
-    def runner(contender, extra):
+    def runner(contender, target):
         m = speed[contender.backend]
         return {"mean_s": m, "p50_s": m, "first_step_s": 0.1, "loss": 0.7, "mfu": 0.01}
 
     result = ch.compare(
-        ch.Target("mlp", None, ()), backends=["tensorflow", "jax", "torch"], steps=50,
+        ch.Target("mlp"), backends=["tensorflow", "jax", "torch"], steps=50,
         rounds=1, runner=runner, progress=lambda line: None,
     )  # fmt: skip
     figures, save = [], Figure.savefig

@@ -593,8 +593,8 @@ def test_mps_findings(keras, monkeypatch):
 
 
 def test_device_mps_picks_the_backend_that_reaches_the_apple_gpu(monkeypatch):
+    from toolkit import _argv
     from toolkit import backend as backends
-    from toolkit.runner import flags as tk_flags
 
     monkeypatch.delenv("KERAS_BACKEND", raising=False)
     monkeypatch.setattr(backends, "apple_gpu_backend", lambda: "torch")
@@ -603,7 +603,7 @@ def test_device_mps_picks_the_backend_that_reaches_the_apple_gpu(monkeypatch):
     monkeypatch.delitem(sys.modules, "keras", raising=False)
 
     def chosen_by(*argv: str) -> str | None:
-        return tk_flags.start_backend(tk_flags.start_flags(argv))
+        return _argv.start_backend(_argv.start_flags(argv))
 
     assert chosen_by("--device=mps") == "torch" and chosen == ["torch"]
     assert chosen_by("--device", "cpu") is None

@@ -126,7 +126,7 @@ def test_merge_renders_workers_and_the_cluster_pace():
 
 def test_a_data_service_that_cannot_start_says_why():
     with pytest.raises(distribute.DistributeError, match=r"did not start \(exit 2\).*--dispatcher"):
-        distribute.spawn_data_service("--worker")
+        distribute.spawn_data_service(dispatcher="grpc://nowhere")
 
 
 def test_a_dispatcher_that_is_not_there_is_one_line_not_a_hang():

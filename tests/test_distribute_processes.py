@@ -142,9 +142,9 @@ def test_data_service_serves_the_same_elements_as_the_local_pipeline(tmp_path):
 
     procs = []
     try:
-        dispatcher, address = distribute.spawn_data_service("--dispatcher", "--port=0", env=_env())
+        dispatcher, address = distribute.spawn_data_service(port=0, env=_env())
         procs.append(dispatcher)
-        worker, _ = distribute.spawn_data_service("--worker", f"--dispatcher={address}", env=_env())
+        worker, _ = distribute.spawn_data_service(dispatcher=address, env=_env())
         procs.append(worker)
 
         task = mlp.build_task(hidden_units=16)

@@ -17,6 +17,7 @@ import pytest
 
 from tests.helpers import read_until, run_python
 from tests.test_faults import FAILING_RECIPE, RECIPE, _images, _last, _report, _run
+from toolkit import app
 
 # ---------------------------------------------------------------------------- interrupts
 
@@ -227,12 +228,13 @@ def test_a_model_fn_that_raises_is_named_in_one_line(tmp_path):
 def test_a_model_fn_that_returns_the_wrong_thing_and_a_build_task_that_raises(
     tmp_path, monkeypatch
 ):
-    from toolkit import _verbs, app
+    from toolkit import app
+    from toolkit.verbs import _target
 
     (tmp_path / "mf.py").write_text(USER_MODULE)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(app.UserCodeError, match=r"returns_none\(\) returned NoneType; it must"):
-        _verbs.model_fn("mf:returns_none")
+        _target.model_fn("mf:returns_none")
     script = tmp_path / "broken_task.py"
     script.write_text(
         FAILING_RECIPE.replace(
@@ -372,8 +374,8 @@ def test_errors_stand_alone_and_a_misspelled_recipe_lists_the_recipes(tmp_path):
     that is not there lists the ones that are."""
     out = _run([sys.executable, "-m", "recipes.mlpp", "--smoke"])
     assert out.returncode == 2 and out.stderr == (
-        "error: python -m recipes.NAME: no recipe named 'mlpp'; the recipes are bert, cnn, "
-        "lstm, mlp, mobilenet, resnet\n"
+        "error: python -m recipes.NAME: no recipe named 'mlpp'; the recipes are "
+        f"{', '.join(app.recipe_names())}\n"
     )
     out = _run(["--smoke", "--dataset=tfds:nosuch", f"--report_dir={tmp_path / 'runs'}"])
     assert out.returncode == 1 and out.stderr.splitlines() == [

@@ -225,7 +225,7 @@ def test_fresh_processes_run_your_model_with_each_candidate_s_settings(tmp_path,
     # calls it timed held that many steps.
     assert sorted(spec.steps for spec, _ in seen) == [24, 24, 48, 48]
     for spec, figures in seen:
-        candidate = PICK if "--steps_per_execution=8" in spec.settings else DEFAULTS
+        candidate = PICK if spec.candidate == PICK.to_dict() else DEFAULTS
         assert spec.steps == steps[candidate], (spec, figures)
         assert figures["steps_per_call"] == candidate.steps_per_execution, figures
         assert figures["timed_steps"] > 0 and figures["examples_per_sec"] > 0

@@ -41,7 +41,7 @@ LAYERS = (
         (
             "toolkit.app",
             "toolkit.cli",
-            "toolkit._verbs",
+            "toolkit.verbs",
             "toolkit._child",
             "toolkit.__main__",
             "toolkit",
@@ -199,7 +199,7 @@ def test_a_fourth_backend_module_keeps_the_house_rules():
 
 
 def test_no_private_name_crosses_a_module():
-    """A private module (``toolkit._verbs``) is the package's own implementation, shared
+    """A private module (``toolkit.verbs._target``) is the package's own implementation, shared
     inside it behind a public front; a private name (``_helper``) is its module's alone."""
     crossing = [
         f"{module}:{line} imports {name} from {source}"

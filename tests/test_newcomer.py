@@ -16,7 +16,7 @@ import sys
 import pytest
 from absl import flags
 
-from toolkit import app
+from toolkit import _argv, app
 from toolkit.core import progress
 from toolkit.runner import flags as tk_flags
 
@@ -129,11 +129,11 @@ def test_an_unknown_recipe_lists_the_recipes_before_anything_starts():
 def test_old_flag_spellings_work_with_one_note():
     notes: list[str] = []
     argv = ["prog", "--dtype=mixed_float16", "--dtype", "float32", "--epochs=2", "--", "--dtype"]
-    out = tk_flags.canonical_argv(argv, note=notes.append)
+    out = _argv.canonical_argv(argv, note=notes.append)
     assert out == ["prog", "--precision=mixed_float16", "--precision", "float32", "--epochs=2",
                    "--", "--dtype"]  # fmt: skip
     assert notes == ["note: --dtype is deprecated; use --precision (--dtype still works for now)"]
-    assert tk_flags.canonical_argv(["--min-rel=0.1"], {"min-rel": "min_rel"}, notes.append) == [
+    assert _argv.canonical_argv(["--min-rel=0.1"], {"min-rel": "min_rel"}, notes.append) == [
         "--min_rel=0.1"
     ]
 
@@ -208,8 +208,8 @@ def test_on_a_terminal_each_epoch_keeps_a_line_and_tensorflow_logs_show_when_ask
 
 
 def test_held_start_up_lines_drop_the_chatter_and_keep_what_matters(capfd, monkeypatch):
+    from toolkit._argv import start_flags
     from toolkit.core import native_logs
-    from toolkit.runner.flags import start_flags
 
     def verbosity(*argv: str) -> int:
         return start_flags(argv).verbosity

@@ -1,7 +1,9 @@
 """The private entry point of the search's fresh processes: ``python -m toolkit._child SPEC
-OUT``. SPEC is a JSON file of a ``toolkit.search._processes.ChildSpec`` (the target, backend,
-device, settings, and the job: one run's figures or one backend's ``tune`` search); the result
-is written to OUT as JSON, atomically. It has no options of its own: what to measure is the
+OUT``. SPEC is a JSON file of a ``toolkit.search._processes.ChildSpec`` (the job: one run's
+figures, one backend's ``tune`` search, or the devices a backend sees; the backend, device,
+target with its config, and candidate, all typed values); the result is written to OUT as JSON,
+atomically. No command line is rebuilt: the config is ``TrainConfig.from_dict`` and a recipe's
+task its ``build_task(**params)``. It has no options of its own: what to measure is the
 spec, which only the search writes. An error ends it with one ``error:`` line on stderr (the
 parent reports that line) and status 1, or 2 for a spec it cannot read.
 """
@@ -16,20 +18,20 @@ from typing import Any
 __all__: list[str] = []  # the search's own; nothing here is API
 
 
-def _job(spec: Any, recipe_flags: list[str]) -> dict[str, Any]:
-    from toolkit import _verbs
+def _figures_or_tune(spec: Any) -> dict[str, Any]:
+    """The spec's job on its target: the config and the task (or your model and data) made
+    from its typed values, absl left alone."""
     from toolkit.core.files import jsonable
+    from toolkit.runner.config import TrainConfig
+    from toolkit.search.engine import Candidate
+    from toolkit.search.workload import workload
+    from toolkit.verbs._target import made
 
-    _what, _flags, config, target, data = _verbs.resolve_target(
-        spec.target.recipe, spec.target.model_fn, recipe_flags
-    )
+    config = TrainConfig.from_dict(spec.config()).validate()
+    target, data = made(spec.target)
     if spec.job == "figures":
-        from toolkit.search.workload import workload
-
+        candidate = Candidate.from_dict(spec.candidate) if spec.candidate else None
         with workload(target, data, config) as work:
-            # Your model's settings come as flags: applied as a recompile would (a recipe's
-            # config carries them already).
-            candidate = work.candidate_of(config) if work.is_model and spec.settings else None
             return jsonable(
                 work.figures(spec.steps, count_flops=config.count_flops, candidate=candidate)
             )
@@ -37,6 +39,27 @@ def _job(spec: Any, recipe_flags: list[str]) -> dict[str, Any]:
 
     result = tune(target, data, config=config, budget_s=spec.budget_s)
     return {**result.to_dict(), "batch_size": result.batch_size}
+
+
+def _devices(spec: Any) -> dict[str, Any]:
+    """The device kinds the spec's backend sees here."""
+    from toolkit import devices
+
+    return {"kinds": sorted({d.kind for d in devices.detect(spec.backend)})}
+
+
+def _job(spec: Any) -> dict[str, Any]:
+    """Starts as a program here starts (the backend before Keras loads), then the job."""
+    if spec.job == "devices":
+        return _devices(spec)
+    from toolkit import _argv, app
+    from toolkit.devices import runtime
+
+    cache = bool((spec.target.config or {}).get("compile_cache"))
+    app.begin(_argv.StartFlags(spec.backend, spec.device, compile_cache=cache))
+    if spec.job == "tune":  # as the tune verb: TensorFlow first, its C++ lines held back
+        runtime.load_tensorflow()
+    return _figures_or_tune(spec)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -51,20 +74,14 @@ def main(argv: Sequence[str]) -> int:
     except (OSError, ValueError) as e:
         print(f"error: {argv[1]}: {e}", file=sys.stderr)
         return 2
-    from absl import flags
-
-    from toolkit import app
+    from toolkit.app import UserCodeError
     from toolkit.backend import BackendError
     from toolkit.core.files import atomic_write
-    from toolkit.devices import runtime
     from toolkit.report import ReportError
 
     try:
-        recipe_flags = app.start(spec.recipe_flags(), recipe=spec.target.recipe or "model_fn")
-        if spec.job == "tune":  # as the tune verb: TensorFlow first, its C++ lines held back
-            runtime.load_tensorflow()
-        result = _job(spec, recipe_flags)
-    except (BackendError, ReportError, ValueError, FileNotFoundError, flags.Error) as e:
+        result = _job(spec)
+    except (BackendError, ReportError, UserCodeError, ValueError, FileNotFoundError) as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 1
     atomic_write(argv[2], json.dumps(result))

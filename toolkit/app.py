@@ -16,7 +16,10 @@ traceback above the line.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import importlib
+import inspect
 import os
 import pkgutil
 import sys
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from absl import flags
 
-from toolkit import backend
+from toolkit import _argv, backend
 from toolkit.core import interrupts, progress, terminal
 from toolkit.core.errors import one_line
 from toolkit.runner import flags as tk_flags
@@ -35,6 +38,7 @@ from toolkit.runner.config import ConfigError, TrainConfig
 
 if TYPE_CHECKING:  # the runner imports Keras: loaded when a run starts, not with this module
     from toolkit.runner.train import Task
+    from toolkit.search.standings import Target
 
 __all__ = [
     "UsageError",
@@ -203,59 +207,60 @@ def recipe_from_flags(
     """
     build_task = getattr(recipe, "build_task", recipe)
     if argv is not None:
-        flags.FLAGS(tk_flags.canonical_argv(argv))
+        flags.FLAGS(_argv.canonical_argv(argv))
     config = tk_flags.config_from_flags()
-    kwargs = tk_flags.kwargs_from_flags(build_task)
+    return config, recipe_task(build_task, tk_flags.kwargs_from_flags(build_task))
+
+
+def recipe_task(build_task: Callable[..., Task], params: dict[str, Any]) -> Task:
+    """``build_task(**params)``, its errors said as its own.
+
+    Raises:
+        ValueError, FileNotFoundError: the toolkit's recipes' data or settings.
+        UserCodeError: a recipe of yours whose ``build_task`` raised, naming it.
+    """
     name = f"{_module_name(sys.modules.get(build_task.__module__) or types.ModuleType('recipe'))}"
     # The recipes' own: bad data or settings they say in one line (exit 2); a recipe of yours
     # that raises anything is named with what it raised (exit 1).
     ours = (ValueError, OSError) if _is_ours(build_task) else (ConfigError,)
-    return config, call_user(lambda: build_task(**kwargs), f"{name}.build_task()", ours)
+    return call_user(lambda: build_task(**params), f"{name}.build_task()", ours)
+
+
+def recipe_target(
+    recipe: str | None,
+    model_fn: str | None,
+    build_task: Callable[..., Task] | None,
+    flag_values: flags.FlagValues,
+    config: TrainConfig,
+) -> Target:
+    """The ``standings.Target`` a fresh process rebuilds this run from, read once from parsed
+    flags: a recipe's name and the ``build_task`` arguments its flags change from their
+    defaults (or ``module:function``), and the whole config."""
+    from toolkit.search.standings import Target
+
+    params: dict[str, Any] = {}
+    if build_task is not None:
+        given = tk_flags.kwargs_from_flags(build_task, flag_values)
+        signature = inspect.signature(build_task).parameters
+        params = {k: v for k, v in given.items() if k not in signature
+                  or v != signature[k].default}  # fmt: skip
+    return Target(recipe, model_fn, params, config.to_dict())
 
 
 def run_recipe(build_task: Callable[..., Task]) -> None:
     """Runs a recipe whose flags are parsed: ``--autotune`` and ``--diagnose`` first when
-    asked, then the run; prints the summary and the files written.
-
-    Its first line (stderr) comes before the frameworks load, which takes seconds: what is
-    happening, not silence."""
-    from toolkit.devices import runtime
-
-    short = _program(sys.modules.get(build_task.__module__) or types.ModuleType("recipe"))[1]
-    backend_name = backend.name()
-    with interrupts.held():  # Ctrl-C mid-import would leave modules half loaded: after it
-        progress.say(f"{short}: loading TensorFlow and Keras ({backend_name}), then data and model")
-        runtime.load_tensorflow()  # its C++ start-up lines held back, errors kept
-        from toolkit.core import compat
-
-        compat.keras()
+    asked, then the run; prints the summary and the files written."""
+    _load_frameworks(build_task)
     from toolkit.runner.train import SetupError, run
 
-    f = flags.FLAGS
     try:
         config, task = recipe_from_flags(build_task)
     except ConfigError as e:
         fail(e, 2)
     except (ValueError, FileNotFoundError, UserCodeError) as e:  # data and paths: checked here
         fail(e)
-    tuned = diagnosis = None
     try:
-        if f.autotune:
-            from toolkit.search.tune import autotune
-
-            config, result = autotune(
-                task, config, budget_s=f.tune_budget, fresh=_fresh_target(build_task)
-            )
-            print(terminal.show(result.table()))
-            print(f"autotune: {result.best.flags()}")
-            tuned = result.to_dict()
-        if f.diagnose:
-            from toolkit.search.diagnose import diagnose
-
-            asked = f["diagnose_steps"].present  # else 60, or more for a 0.5 s window
-            found = diagnose(task, config, steps=f.diagnose_steps if asked else None)
-            print(terminal.show(str(found)))
-            diagnosis = found.to_dict()
+        config, tuned, diagnosis = _before_the_run(build_task, task, config)
         result = run(
             task, config, args=tk_flags.flags_for_report(), diagnosis=diagnosis, tune=tuned
         )
@@ -266,30 +271,79 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
         _partial_summary(e)  # its message already says where the partial report is
         fail(e)
     except Exception as e:  # noqa: BLE001 - training stopped: what was measured, then one line
-        run_dir = _partial_summary(e)
-        where = f" (the partial report is in {run_dir})" if run_dir else ""
-        from toolkit.distribute import processes
+        _stopped(e)
+    _said(result, smoke=config.smoke)
 
-        report = getattr(e, "toolkit_report", None)
-        lost = processes.lost_peer(e, report.steps.total_steps if report is not None else None)
-        if lost is not None:
-            fail(RuntimeError(f"{lost}{where}"), cause=e)
-        if isinstance(e, MemoryError) or type(e).__name__ == "ResourceExhaustedError":
-            stage = "training" if report is not None else "setting up the data and model"
-            fail(
-                RuntimeError(
-                    f"out of memory while {stage} ({one_line(e, 160)}){where}: lower "
-                    "--batch_size, the image or model size, or free memory"
-                ),
-                cause=e,
-            )
+
+def _load_frameworks(build_task: Callable[..., Task]) -> None:
+    """TensorFlow and Keras loaded, their C++ start-up lines held back: the first line (stderr)
+    comes before they load, which takes seconds: what is happening, not silence. Ctrl-C
+    mid-import would leave modules half loaded: it is said after."""
+    from toolkit.devices import runtime
+
+    short = _program(sys.modules.get(build_task.__module__) or types.ModuleType("recipe"))[1]
+    with interrupts.held():
+        progress.say(
+            f"{short}: loading TensorFlow and Keras ({backend.name()}), then data and model"
+        )
+        runtime.load_tensorflow()  # its C++ start-up lines held back, errors kept
+        from toolkit.core import compat
+
+        compat.keras()
+
+
+def _before_the_run(
+    build_task: Callable[..., Task], task: Task, config: TrainConfig
+) -> tuple[TrainConfig, dict[str, Any] | None, dict[str, Any] | None]:
+    """``--autotune`` (the config with the pick) and ``--diagnose`` when asked: ``(config,
+    tune's result, the diagnosis)`` for the run and its report."""
+    f = flags.FLAGS
+    tuned = diagnosis = None
+    if f.autotune:
+        from toolkit.search.tune import autotune
+
+        config, result = autotune(
+            task, config, budget_s=f.tune_budget, fresh=_fresh_target(build_task, config)
+        )
+        print(terminal.show(result.table()))
+        print(f"autotune: {result.best.flags()}")
+        tuned = result.to_dict()
+    if f.diagnose:
+        from toolkit.search.diagnose import diagnose
+
+        asked = f["diagnose_steps"].present  # else 60, or more for a 0.5 s window
+        found = diagnose(task, config, steps=f.diagnose_steps if asked else None)
+        print(terminal.show(str(found)))
+        diagnosis = found.to_dict()
+    return config, tuned, diagnosis
+
+
+def _stopped(e: Exception) -> NoReturn:
+    """Training stopped on `e`: the partial summary, then one line saying why (a lost peer,
+    memory, or the error itself) and where the partial report is."""
+    run_dir = _partial_summary(e)
+    where = f" (the partial report is in {run_dir})" if run_dir else ""
+    from toolkit.distribute import processes
+
+    report = getattr(e, "toolkit_report", None)
+    lost = processes.lost_peer(e, report.steps.total_steps if report is not None else None)
+    if lost is not None:
+        fail(RuntimeError(f"{lost}{where}"), cause=e)
+    if isinstance(e, MemoryError) or type(e).__name__ == "ResourceExhaustedError":
+        stage = "training" if report is not None else "setting up the data and model"
         fail(
             RuntimeError(
-                f"training stopped on {one_line(e)}{where}; --verbosity=1 shows the traceback"
+                f"out of memory while {stage} ({one_line(e, 160)}){where}: lower "
+                "--batch_size, the image or model size, or free memory"
             ),
             cause=e,
         )
-    _said(result, smoke=config.smoke)
+    fail(
+        RuntimeError(
+            f"training stopped on {one_line(e)}{where}; --verbosity=1 shows the traceback"
+        ),
+        cause=e,
+    )
 
 
 def _said(result: Any, smoke: bool = False) -> None:
@@ -326,20 +380,15 @@ def _module_name(module: types.ModuleType) -> str:
     return getattr(spec, "name", None) or module.__name__
 
 
-def _fresh_target(build_task: Callable[..., Task]) -> Any:
-    """Where ``--autotune`` confirms its pick in fresh processes: this recipe with this
-    command line (less the flags that would start another search); None for a recipe that
-    is not in ``recipes/`` (a child could not load it by name)."""
-    from toolkit.search.standings import Target
-
+def _fresh_target(build_task: Callable[..., Task], config: TrainConfig) -> Target | None:
+    """Where ``--autotune`` confirms its pick in fresh processes: this recipe with this run's
+    arguments and settings; None for a recipe that is not in ``recipes/`` (a child could not
+    load it by name)."""
     name = _module_name(sys.modules.get(build_task.__module__) or types.ModuleType("recipe"))
     package, _, short = name.rpartition(".")
     if package != RECIPES_PACKAGE or short not in recipe_names():
         return None
-    argv = tk_flags.without(
-        sys.argv[1:], {"autotune", "tune_budget", "diagnose", "diagnose_steps", "report_dir"}
-    )
-    return Target(short, None, tuple(argv))
+    return recipe_target(short, None, build_task, flags.FLAGS, config)
 
 
 def _program(module: types.ModuleType) -> tuple[str, str]:
@@ -392,8 +441,8 @@ def _run(main: Callable[[list[str]], None]) -> None:
         raise SystemExit(0)
     program, short = _program(module)
     try:  # --helpfull (absl's) starts nothing either; start() reads the argv as typed
-        started = args if set(INFO_FLAGS) & set(args) else start(args, recipe=short)
-        sys.argv[1:] = tk_flags.canonical_argv(started)
+        started = args if set(INFO_FLAGS) & set(args) else start(args, short, build_task=main)
+        sys.argv[1:] = _argv.canonical_argv(started)
     except BackendError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -411,15 +460,19 @@ def _run(main: Callable[[list[str]], None]) -> None:
     with_broken_pipe(lambda: absl_app.run(main, flags_parser=parse))
 
 
-def start(argv: Sequence[str], recipe: str) -> list[str]:
+def start(
+    argv: Sequence[str],
+    recipe: str | None,
+    model_fn: str | None = None,
+    build_task: Callable[..., Any] | None = None,
+) -> list[str]:
     """The start-up of every program here, a recipe or a verb, first thing and once: Keras
     fixes its backend when it is imported, and TensorFlow reads its log level and XLA's flags
     when it loads, so these are read from the command line before anything parses it.
 
-    TensorFlow's C++ start-up lines are held back (``toolkit.core.native_logs``: a
-    ``TF_CPP_MIN_LOG_LEVEL`` of the user's, or ``--verbosity``, wins); ``--backend=auto``
-    becomes the winner that ``python -m toolkit backends`` measured for `recipe` and these
-    flags here; ``--backend`` (or ``--device=mps``) is selected; ``--compile_cache`` is set.
+    ``--backend=auto`` becomes the winner that ``python -m toolkit backends`` measured for this
+    target (`recipe`, or `model_fn`; a recipe's own `build_task` where it was not loaded by
+    name) and its settings here; then :func:`begin`.
 
     Returns:
         `argv` (without the program's name) with ``--backend=auto`` resolved.
@@ -428,17 +481,55 @@ def start(argv: Sequence[str], recipe: str) -> list[str]:
         toolkit.backend.BackendError: a backend that is not installed, tf_keras with another
             backend, Keras already loaded with another.
     """
+    started = _argv.start_flags(argv)
+    if (started.backend or "").strip().lower() == "auto":
+        from toolkit.search import chooser
+
+        target = _auto_target(argv, recipe, model_fn, build_task)
+        chosen = chooser.resolve_auto(target)  # reads a cache: no framework
+        argv = _argv.with_value(argv, "backend", "auto", chosen)
+        started = dataclasses.replace(started, backend=chosen)
+    begin(started)
+    return list(argv)
+
+
+def begin(started: _argv.StartFlags) -> None:
+    """Acts on what must come before a framework loads: TensorFlow's C++ start-up lines held
+    back (``toolkit.core.native_logs``: a ``TF_CPP_MIN_LOG_LEVEL`` of the user's, or
+    ``--verbosity``, wins), the backend (or ``--device=mps``) selected, ``--compile_cache``
+    set. The search's fresh processes call it with the StartFlags of their spec."""
     import logging as std_logging
 
     from toolkit.core import native_logs
-    from toolkit.search import chooser
 
-    argv = chooser.resolve_auto(argv, recipe)  # reads a cache: no framework
-    start = tk_flags.start_flags(argv)
-    native_logs.configure(start.verbosity)
+    native_logs.configure(started.verbosity)
     std_logging.getLogger("toolkit").setLevel(std_logging.WARNING)  # they print the files
-    tk_flags.apply_start_flags(start)  # before anything starts a framework
-    return argv
+    _argv.apply_start_flags(started)  # before anything starts a framework
+
+
+def _auto_target(
+    argv: Sequence[str],
+    recipe: str | None,
+    model_fn: str | None,
+    build_task: Callable[..., Any] | None,
+) -> Target:
+    """The target ``--backend=auto`` asks about, read from `argv` by absl into a copy of the
+    flags (the real parse comes later, and says what is wrong with a bad flag): a recipe's
+    arguments and the settings, as the backends verb keyed its answer."""
+    from toolkit.search.standings import Target
+
+    recipe = None if model_fn else recipe
+    if build_task is None and recipe in recipe_names():
+        build_task = getattr(load_recipe(str(recipe)), "build_task", None)
+    build_task = getattr(build_task, "toolkit_build_task", build_task)
+    tk_flags.define_common_flags()
+    values = copy.deepcopy(flags.FLAGS)
+    try:
+        values(["start", *_argv.canonical_argv(argv, note=lambda _line: None)], known_only=True)
+        config = tk_flags.config_from_flags(values, validate=False)
+    except (flags.Error, ConfigError):
+        return Target(recipe, model_fn)
+    return recipe_target(recipe, model_fn, build_task, values, config)
 
 
 def with_broken_pipe(fn: Callable[[], object]) -> None:
@@ -467,4 +558,5 @@ def recipe_main(build_task: Callable[..., Task]) -> Callable[[list[str]], None]:
             interrupted(e)
 
     main.__module__ = build_task.__module__  # app.run finds the recipe (its doc, its flags)
+    main.toolkit_build_task = build_task  # type: ignore[attr-defined]  # start() reads its target
     return main

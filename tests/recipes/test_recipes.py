@@ -1,5 +1,6 @@
 """Every recipe as a user runs it (a real process, real flags): smoke mode, the report's
-fields, the dataset flags, BERT's inference table, and importing recipes into a notebook."""
+fields, the dataset flags, BERT's inference table, importing recipes into a notebook, and each
+recipe's flags being its build_task's parameters."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ import numpy as np
 import pytest
 
 from tests.helpers import run_python
+from toolkit import app
+from toolkit.runner import flags as tk_flags
 
-RECIPES = ["mlp", "cnn", "lstm", "resnet", "mobilenet", "bert"]
+RECIPES = app.recipe_names()  # found, not listed: a new recipe is tested as it lands
+# Flags a recipe's main reads that are no build_task parameter (BERT's inference table).
+MAIN_FLAGS = {"bert": ("mode", "inference_runs")}
 
 
 def _recipe(name, *args, timeout=300):
@@ -183,3 +188,65 @@ def test_a_recipe_on_tfds_under_mock_data(tmp_path):
     assert result.report.status == "complete" and result.report.steps.total_steps == 8
     assert result.report.context.dataset.startswith("tfds:mnist")
     assert "val_accuracy" in result.report.metrics
+
+
+def test_the_recipes_are_found_and_their_main_flags_are_theirs():
+    assert {"mlp", "cnn", "bert"} <= set(RECIPES) and set(MAIN_FLAGS) <= set(RECIPES)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_a_recipe_s_flags_are_its_build_task_s_parameters(recipe):
+    """A recipe declares each parameter once, in its build_task's signature: its own flags are
+    exactly the parameters that are not shared flags, in order, with the parameters' defaults,
+    and what to train on (--dataset ...) defaults to the signature's. Each recipe alone in a
+    process: two recipes in one keep a shared flag's first default."""
+    code = f"""
+import inspect, json
+from absl import flags
+from recipes import {recipe} as recipe
+from toolkit.runner import flags as tk_flags
+params = inspect.signature(recipe.build_task).parameters
+print(json.dumps({{
+    "own": tk_flags.own_flags(recipe.__name__),
+    "params": {{n: p.default for n, p in params.items()}},
+    "flags": {{n: flags.FLAGS[n].default for n in params if n in flags.FLAGS}},
+}}))
+"""
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    params, defaults = got["params"], got["flags"]
+    shared = {name for _, names in tk_flags.FLAG_GROUPS for name in names}
+    main = MAIN_FLAGS.get(recipe, ())
+    assert set(defaults) == set(params)  # every parameter is a flag
+    assert [n for n in got["own"] if n not in main] == [n for n in params if n not in shared]
+    assert set(main) <= set(got["own"]) and not set(main) & set(params)
+    inputs = {a.name for a in tk_flags.APP_FLAGS}  # settings (CNN's epochs) keep their own
+    for name, default in params.items():
+        if name not in shared or name in inputs:
+            assert defaults[name] == default, name
+
+
+def test_a_build_task_parameter_without_help_or_a_default_is_refused_at_import():
+    code = """
+from typing import Annotated
+from toolkit.runner import flags as tk_flags
+def no_help(*, units: int = 3): ...
+def no_default(units: Annotated[int, tk_flags.Flag("Units.")]): ...
+def ok(*, units: Annotated[int, tk_flags.Flag("Units.", lower_bound=1)] = 3): ...
+for fn, kwargs in ((no_help, {}), (no_default, {}), (ok, {"dataset": "digits"})):
+    try:
+        tk_flags.define_task_flags(fn, **kwargs)
+    except TypeError as e:
+        print(e)
+tk_flags.define_task_flags(ok, epochs=2)
+from absl import flags
+print(tk_flags.own_flags("__main__"), flags.FLAGS["units"].default, flags.FLAGS["epochs"].default)
+"""
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("__main__.no_help(units): no help for its flag; annotate it as")
+    assert lines[1].startswith("__main__.no_default(units): every parameter needs a default")
+    assert lines[2].startswith("define_task_flags(__main__.ok, dataset=...): not a run setting")
+    assert lines[3] == "['units'] 3 2"

@@ -13,7 +13,7 @@ Importing this package imports no framework. :func:`name` reads Keras's choice f
 already-imported Keras, else from ``KERAS_BACKEND``. Keras fixes its backend when it is
 imported, so :func:`select` (``--backend``) must run before anything imports Keras: recipes
 and ``python -m toolkit`` read ``--backend`` from the command line first thing
-(``toolkit.runner.flags.start_flags``, which ``toolkit.app.start`` reads and acts on).
+(``toolkit._argv.start_flags``, which ``toolkit.app.start`` reads and acts on).
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def use_compile_cache() -> str:
     ``$TOOLKIT_CACHE_DIR/compiled/<backend>`` (``--compile_cache``), so that a later process
     compiling the same program reads it. On TensorFlow it holds only when set before any
     TensorFlow op: the recipes and ``python -m toolkit`` set it from their command line
-    (``toolkit.runner.flags.apply_start_flags``) before anything else runs. Returns
+    (``toolkit._argv.apply_start_flags``) before anything else runs. Returns
     what it did, in words."""
     from toolkit.core import machine
 

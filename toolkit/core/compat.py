@@ -80,15 +80,6 @@ def steps_per_execution(model: Any) -> int:
     return 1
 
 
-def compile_settings(model: Any) -> dict[str, Any]:
-    """A compiled model's ``jit_compile`` and ``steps_per_execution``, as
-    :func:`set_compile_settings` takes them back."""
-    return {
-        "jit_compile": getattr(model, "jit_compile", False) is True,
-        "steps_per_execution": steps_per_execution(model),
-    }
-
-
 def set_compile_settings(model: Any, **settings: Any) -> None:
     """Changes a compiled model's ``jit_compile`` and ``steps_per_execution`` in place, as
     ``compile`` would set them, without compiling it again: a model's own ``compile`` may take

@@ -53,7 +53,7 @@ def configure(verbosity: int = -1, env: dict[str, str] | None = None) -> bool:
 
     Sets ``TF_CPP_MIN_LOG_LEVEL=2`` unless the environment already sets it (the user's choice
     stands) or absl's `verbosity` (``--verbosity``, read at the start:
-    ``toolkit.runner.flags.start_flags``) is 0 or more (then ``0``: everything shows).
+    ``toolkit._argv.start_flags``) is 0 or more (then ``0``: everything shows).
     """
     env = os.environ if env is None else env
     verbose = verbosity >= 0

@@ -468,14 +468,32 @@ def serve_worker(dispatcher: str, port: int = 0, host: str = "localhost") -> Any
     return tf.data.experimental.service.WorkerServer(config)
 
 
-def spawn_data_service(*args: str, env: dict[str, str] | None = None) -> tuple[Any, str]:
-    """Starts ``python -m toolkit data-service ARGS`` in a new process and waits for it to
-    serve; returns ``(process, address)``, the address being the dispatcher's
+def spawn_data_service(
+    *,
+    dispatcher: str | None = None,
+    port: int = 0,
+    host: str | None = None,
+    work_dir: str | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[Any, str]:
+    """Starts a tf.data service server in a new process, the one a user starts with ``python
+    -m toolkit data-service``, and waits for it to serve: a dispatcher on `port` (0: any free
+    one; `work_dir` its journal), or, given `dispatcher` (``grpc://host:port``), a worker of
+    it reached as `host`. Returns ``(process, address)``, the address being the dispatcher's
     ``grpc://host:port`` (for a worker, its dispatcher's). Stop it with ``terminate()``.
+
+    Typed values in, and the verb's own options made of them here, once: the caller never
+    writes a command line.
 
     Raises:
         DistributeError: the process ended before it served (its output is in the message).
     """
+    args = ["--worker", f"--dispatcher={dispatcher}"] if dispatcher else ["--dispatcher"]
+    args.append(f"--port={port}")
+    if host is not None:
+        args.append(f"--host={host}")
+    if work_dir is not None:
+        args.append(f"--work_dir={work_dir}")
     import subprocess
     import sys
     import tempfile

@@ -215,29 +215,72 @@ def batches(
     whole: bool,
     loader: str | None = None,
 ):
-    from toolkit.data import pipeline, synthetic
+    """`source` in batches as `config` says, by `loader` (``grain``, ``arrays`` or ``tf_data``;
+    None: :func:`data_loader`'s choice), only whole batches when `whole`: every process's
+    batches, before :func:`dataset` takes a process's part.
 
+    Raises:
+        ValueError: data the loader cannot read, or too little of it for a batch.
+    """
     loader = loader or data_loader(config, source, task, training)
     if loader == "grain":
-        readable = _random_access(source, task, training, call=True)
-        if readable is None:
-            raise ValueError(
-                f"--data_loader=grain: {(task and task.dataset) or 'this data'} is read by "
-                "tf.data only (a tfds or tfrecord dataset, or a tf.data.Dataset): "
-                "--data_loader=tf_data"
-            )
-        return array_dataset(readable, config, training, task, whole, grain=True)
+        return _grain_batches(source, config, training, task, whole)
     if callable(source):
         source = source()
     if loader == "arrays":
         return array_dataset(source, config, training, task, whole)
+    return _tf_data_batches(source, config, training, task, whole)
+
+
+def _grain_batches(
+    source: Any, config: TrainConfig, training: bool, task: Task | None, whole: bool
+) -> Any:
+    """A Grain pipeline of the data's random-access examples (Grain reads nothing else)."""
+    readable = _random_access(source, task, training, call=True)
+    if readable is None:
+        raise ValueError(
+            f"--data_loader=grain: {(task and task.dataset) or 'this data'} is read by "
+            "tf.data only (a tfds or tfrecord dataset, or a tf.data.Dataset): "
+            "--data_loader=tf_data"
+        )
+    return array_dataset(readable, config, training, task, whole, grain=True)
+
+
+def _tf_data_batches(
+    source: Any, config: TrainConfig, training: bool, task: Task | None, whole: bool
+) -> Any:
+    """A tf.data pipeline of `source` (arrays or a dataset of examples), checked to hold a
+    batch, or with ``--use_synthetic_data`` a random batch of its spec, repeated."""
+    from toolkit.data import pipeline
+
     # In-memory arrays stay arrays: the pipeline batches them by gathering (toolkit.data).
-    arrays = source if isinstance(source, tuple) else None
-    if arrays is None:
+    if not isinstance(source, tuple):
         source = examples(source)
     count = example_count(source, task.train_examples if training and task else None)
     # Fused steps read fused_steps batches at once (one Keras batch), split inside the step.
     batch_size = config.batch_size * (config.fused_steps if training else 1)
+    _check_enough(count, batch_size, config, training, task)
+    if training and config.use_synthetic_data:
+        return _synthetic_batches(source, count, batch_size, config, task)
+    built = pipeline(
+        source,
+        batch_size,
+        cache=bool(task and task.cache),
+        shuffle=training,
+        seed=config.seed,
+        # Validation keeps its last partial batch (every example counts in the metrics), but
+        # over processes: a batch placed over processes splits evenly.
+        drop_remainder=whole,
+        repeat=training and config.steps_per_epoch is not None,
+    )
+    return distributed(built, config, training)
+
+
+def _check_enough(
+    count: int, batch_size: int, config: TrainConfig, training: bool, task: Task | None
+) -> None:
+    """Raises ValueError (one line) when the data has no examples, or (training) fewer than
+    one batch: found before Keras would fail on it obscurely. `count` < 0: unknown, passes."""
     if count == 0:  # an empty split or folder: no batch size would help
         what = "training" if training else "validation"
         raise ValueError(
@@ -251,41 +294,35 @@ def batches(
             f"--batch_size={config.batch_size}{fused} is larger than the {count} training "
             "examples: lower it"
         )
-    if training and config.use_synthetic_data:
-        # One random batch of the real spec, repeated: the input costs ~nothing, so the step
-        # time is an upper bound for what this model can do here.
-        if count < 0 and config.steps_per_epoch is None:
-            # Synthetic data repeats; without a known epoch length fit would never end.
-            raise ValueError(
-                "--use_synthetic_data: the training data's length is unknown, so an epoch "
-                "would never end; give --train_steps"
-            )
-        features, labels = examples(source).element_spec
-        batches = max(1, count // batch_size) if count > 0 else None
-        return distributed(
-            synthetic(
-                features,
-                labels,
-                num_classes=(task.num_classes if task else None) or 2,
-                num_examples=None if config.steps_per_epoch else batches,
-                batch_size=batch_size,
-                seed=config.seed or 0,
-            ),
-            config,
-            training,
+
+
+def _synthetic_batches(
+    source: Any, count: int, batch_size: int, config: TrainConfig, task: Task | None
+) -> Any:
+    """``--use_synthetic_data``: one random batch of the real spec, repeated: the input costs
+    ~nothing, so the step time is an upper bound for what this model can do here."""
+    from toolkit.data import synthetic
+
+    if count < 0 and config.steps_per_epoch is None:
+        # Synthetic data repeats; without a known epoch length fit would never end.
+        raise ValueError(
+            "--use_synthetic_data: the training data's length is unknown, so an epoch "
+            "would never end; give --train_steps"
         )
-    built = pipeline(
-        source if arrays is None else arrays,
-        batch_size,
-        cache=bool(task and task.cache),
-        shuffle=training,
-        seed=config.seed,
-        # Validation keeps its last partial batch (every example counts in the metrics), but
-        # over processes: a batch placed over processes splits evenly.
-        drop_remainder=whole,
-        repeat=training and config.steps_per_epoch is not None,
+    features, labels = examples(source).element_spec
+    per_epoch = max(1, count // batch_size) if count > 0 else None
+    return distributed(
+        synthetic(
+            features,
+            labels,
+            num_classes=(task.num_classes if task else None) or 2,
+            num_examples=None if config.steps_per_epoch else per_epoch,
+            batch_size=batch_size,
+            seed=config.seed or 0,
+        ),
+        config,
+        training=True,
     )
-    return distributed(built, config, training)
 
 
 def distributed(dataset: Any, config: TrainConfig, training: bool) -> Any:

@@ -24,6 +24,7 @@ from typing import Any
 from absl import logging
 
 from toolkit import backend, distribute
+from toolkit.core import compat
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
 from toolkit.devices import parse_device_spec
 
@@ -62,19 +63,51 @@ class SearchContext:
     batch_sizes: tuple[int, ...] = ()
 
 
+LOOP, KNOB = "loop", "knob"  # a searched setting's role (Searched.role)
+
+
 @dataclasses.dataclass(frozen=True)
 class Searched:
-    """How tune searches a setting, said where the setting is declared: the values it tries
-    (`values`, a rule of a :class:`SearchContext`, the Keras default first), how a candidate
-    shows it (`label`; None: not shown), the candidate's default, and whether it is a
-    ``model.compile`` argument (what ``tune(model, data)`` can change without a rebuild).
-    ``toolkit.search.engine`` derives its ``Candidate``, ``Space``, labels, flags and compile
-    arguments from these; ``toolkit.search.workload.apply`` puts a candidate into a config."""
+    """How tune searches a setting, said where the setting is declared, and nowhere else:
+
+    * `values`: the values it tries, a rule of a :class:`SearchContext` (the Keras default
+      first); `label`: how a candidate shows it (None: not shown); `default`: the candidate's
+      default (None: the config's own value);
+    * `role`: :data:`LOOP` (it runs more steps in one call, cutting the per-step overhead:
+      searched first, at its longest; a candidate's steps per call is the product of its
+      loops) or :data:`KNOB` (set one after the other, in `order`, lowest first);
+    * `read`: the setting on your compiled model (None: your model does not say; the
+      candidate's default); `write`: puts a value into your compiled model without a rebuild
+      (a ``model.compile`` argument: what ``tune(model, data)`` can change). None: only a
+      rebuild changes it, so it is searched for recipes alone.
+
+    ``toolkit.search.engine`` derives its ``Candidate``, ``Space``, loops, knob order, labels,
+    flags and compile arguments from these; ``toolkit.search.workload`` reads, writes and
+    applies them. A new searched setting is its field here and the runner line where it
+    takes effect."""
 
     values: Callable[[SearchContext | None], tuple[Any, ...]]
     label: Callable[[Any], str | None]
     default: Any = None
-    compile_arg: bool = False
+    role: str = KNOB
+    order: int = 0
+    read: Callable[[Any], Any] | None = None
+    write: Callable[[Any, Any], None] | None = None
+
+    @property
+    def compile_arg(self) -> bool:
+        """A ``model.compile`` argument: applied to your compiled model as it is."""
+        return self.write is not None
+
+
+def _policy_of(model: Any) -> str:
+    return str(getattr(getattr(model, "dtype_policy", None), "name", None) or "float32")
+
+
+def _compile_arg(name: str) -> Callable[[Any, Any], None]:
+    """Writes `name` into a compiled model as ``compile`` would set it, without compiling it
+    again (``compat.set_compile_settings``)."""
+    return lambda model, value: compat.set_compile_settings(model, **{name: value})
 
 
 # Steps in one call at most where a step is fast (below TIGHT_STEP_S); 50 ms and more: none.
@@ -184,6 +217,7 @@ class TrainConfig:
         searched=Searched(  # None: the config's
             lambda ctx: (None, *(ctx.batch_sizes if ctx else ())),
             lambda v: f"batch={v}" if v else None,
+            order=3,  # last: it changes what every other setting is measured at
         ),
     )
     steps_per_epoch: int | None = setting(
@@ -240,7 +274,7 @@ class TrainConfig:
         "float32 variables). --dtype is its old name.",
         SPEED,
         deprecated=("dtype",),
-        searched=Searched(_precisions, str, default="float32"),
+        searched=Searched(_precisions, str, default="float32", order=2, read=_policy_of),
     )
     jit_compile: bool | None = setting(
         None,
@@ -248,22 +282,34 @@ class TrainConfig:
         "Keras's choice (on for JAX; off for TensorFlow on a CPU and for PyTorch).",
         SPEED,
         aliases=("enable_xla",),
-        searched=Searched(
-            _jit, lambda v: "xla" if v else "no-xla", default=False, compile_arg=True
+        searched=Searched(  # first: it moves the step most, and changes what precision costs
+            _jit,
+            lambda v: "xla" if v else "no-xla",
+            default=False,
+            order=1,
+            read=lambda model: getattr(model, "jit_compile", False) is True,
+            write=_compile_arg("jit_compile"),
         ),
     )  # None: Keras's "auto" (toolkit.backend.jits_by_default)
     steps_per_execution: int = setting(
         1,
         "Training steps per call of the compiled function (Keras batch hooks run once per call).",
         SPEED,
-        searched=Searched(_loops, lambda v: f"spe={v}", default=1, compile_arg=True),
+        searched=Searched(
+            _loops,
+            lambda v: f"spe={v}",
+            default=1,
+            role=LOOP,
+            read=compat.steps_per_execution,
+            write=_compile_arg("steps_per_execution"),
+        ),
     )
     fused_steps: int = setting(
         1,
         "Training steps fused into one compiled train step (a loop inside it; with "
         "--jit_compile one XLA program): cuts per-step overhead for small models.",
         SPEED,
-        searched=Searched(_loops, lambda v: f"fused={v}", default=1),
+        searched=Searched(_loops, lambda v: f"fused={v}", default=1, role=LOOP),
     )
     compile_cache: bool = setting(
         False,
@@ -388,6 +434,17 @@ class TrainConfig:
     def validate(self) -> TrainConfig:
         """Returns self, or raises ConfigError naming the first bad setting and what it must
         be."""
+        # In this order: the first bad setting found is the one reported.
+        self._check_counts()
+        self._check_measuring()
+        self._check_choices()
+        self._check_available()
+        self._check_specs()
+        return self
+
+    def _check_counts(self) -> None:
+        """The numbers: steps, batches, epochs and indices are whole counts in range (a
+        bool is no count), ``--train_steps`` whole fused steps, the cluster wait seconds."""
         for name in (
             "epochs",
             "batch_size",
@@ -416,6 +473,10 @@ class TrainConfig:
             raise _bad(
                 "cluster_wait", "a number of seconds >= 0 (0: the framework's own wait)", wait
             )
+
+    def _check_measuring(self) -> None:
+        """What the measuring settings need: a trace window that is one, a report directory
+        and TensorBoard installed for ``--tensorboard``, a progress Keras knows."""
         if self.profile_steps is not None:
             start, stop = self.profile_steps
             if start < 0 or stop <= start:
@@ -434,6 +495,9 @@ class TrainConfig:
             )
         if self.verbose not in (None, 0, 1, 2):
             raise _bad("verbose", "0, 1 or 2 (or unset: the toolkit's progress)", self.verbose)
+
+    def _check_choices(self) -> None:
+        """The settings that name one of a few choices name one of them."""
         choices = (
             ("precision", PRECISIONS),
             ("distribution_strategy", distribute.STRATEGIES),
@@ -444,6 +508,11 @@ class TrainConfig:
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
                 raise _bad(name, f"one of {', '.join(allowed)}", getattr(self, name))
+
+    def _check_available(self) -> None:
+        """What this process can give: the data loader asked for is installed, and the
+        backend asked for is the one Keras already trains on (it is chosen before Keras
+        loads, so a config cannot switch it)."""
         if self.data_loader == "grain" and importlib.util.find_spec("grain") is None:
             raise ConfigError(
                 "--data_loader=grain needs Grain, which is not installed: "
@@ -461,6 +530,10 @@ class TrainConfig:
                 f"--backend={self.backend}: Keras trains on {backend.name()} in this process; "
                 "give --backend on the command line, or set KERAS_BACKEND before importing Keras"
             )
+
+    def _check_specs(self) -> None:
+        """The names that must parse: the weights file's, the device, the tf.data service's
+        address and the workers' hosts (checked without reaching them)."""
         weights = self.init_weights
         if weights is not None and not str(weights).endswith(".weights.h5"):
             raise _bad("init_weights", "a Keras weights file ending in .weights.h5", weights)
@@ -472,7 +545,23 @@ class TrainConfig:
                 distribute.tf_config(self.worker_hosts.split(","), self.task_index)
         except ValueError as e:  # DeviceError, DistributeError: already one line with the flag
             raise ConfigError(str(e)) from None
-        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every setting by field name, as JSON holds it (what crosses to a fresh process)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """The config :meth:`to_dict` wrote (not validated: :meth:`validate` is the runner's).
+
+        Raises:
+            ConfigError: a name that is no setting.
+        """
+        unknown = sorted(set(values) - {f.name for f in SETTINGS})
+        if unknown:
+            raise ConfigError(f"unknown settings: {', '.join(unknown)}")
+        window = values.get("profile_steps")
+        return cls(**{**values, "profile_steps": tuple(window) if window else None})
 
     def for_measurement(self, steps: int, warmup_steps: int) -> TrainConfig:
         """This config as a short, quiet measurement run (diagnose, tune): one epoch of
@@ -551,6 +640,34 @@ SEARCHED_SETTINGS: tuple[tuple[str, Searched], ...] = tuple(
     if f.metadata["searched"] is not None
 )
 SEARCHED = tuple(name for name, _ in SEARCHED_SETTINGS)
+
+
+def model_settings(model: Any) -> dict[str, Any]:
+    """The searched settings your compiled model says it has (each setting's `read`)."""
+    return {name: how.read(model) for name, how in SEARCHED_SETTINGS if how.read is not None}
+
+
+def set_model_settings(model: Any, values: dict[str, Any]) -> None:
+    """Writes the compile arguments among `values` into your compiled model (each setting's
+    `write`); the others need a rebuild and are left."""
+    for name, how in SEARCHED_SETTINGS:
+        if how.write is not None and name in values:
+            how.write(model, values[name])
+
+
+def as_flags(values: dict[str, Any]) -> str:
+    """The command-line flags that select these settings, as a user types them
+    (``--steps_per_execution=8 --jit_compile``; a setting at None is the config's: no flag).
+    The one place a setting is spelled as a flag for people to read; programs hand each other
+    the values."""
+    out = []
+    for name, value in values.items():
+        if value is None:
+            continue
+        flag = flag_of(name)
+        out.append(f"--{'' if value else 'no'}{flag}" if isinstance(value, bool)
+                   else f"--{flag}={value}")  # fmt: skip
+    return " ".join(out)
 
 
 def flag_of(field: str) -> str:

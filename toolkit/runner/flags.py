@@ -1,12 +1,13 @@
-"""The absl flags every recipe shares, the TrainConfig they make, the flags that must act before
-Keras loads (:class:`StartFlags`: the backend, the device, the compile cache, the verbosity;
-parsed by absl with the same definitions) and the readings that edit a target's recipe flags
-(the search): the command line's one module. The app main
-that runs a recipe is ``toolkit.app``.
+"""The flag definitions: the absl flags every recipe shares, the TrainConfig they make, a
+recipe's own flags from its ``build_task``, and their ``--help``. Reading a command line before
+absl parses it (old spellings, the flags that must act before Keras loads, ``--backend=auto``)
+is the app layer's (``toolkit._argv``); the app main that runs a recipe is ``toolkit.app``.
 
 The flags are derived, not written: one per TrainConfig field (``toolkit.runner.config``'s table
 of settings: name, default, help, group, aliases) and one per :data:`APP_FLAGS` entry (what to
-train on, whether to diagnose or tune first). Adding a setting is one field there.
+train on, whether to diagnose or tune first). Adding a setting is one field there. A recipe's
+own flags are its ``build_task``'s parameters (:func:`define_task_flags`): adding one is one
+parameter there.
 
 Names follow TensorFlow Model Garden where it has one (``--batch_size`` is the global batch).
 The training settings carry no bounds here: :func:`config_from_flags` hands them to
@@ -24,12 +25,13 @@ import os
 import shutil
 import sys
 import textwrap
+import types
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from absl import flags
 
-from toolkit import backend
 from toolkit.runner.config import (
     DATA,
     GROUPS,
@@ -43,11 +45,11 @@ from toolkit.runner.config import (
 
 __all__ = [
     "FLAG_GROUPS",
+    "Flag",
     "config_from_flags",
     "define_common_flags",
     "define_flag",
-    "define_image_flags",
-    "kwargs_from_flags",
+    "define_task_flags",
 ]
 
 # The shortest search (--tune_budget, tune(budget_s=)): the defaults alone take about that.
@@ -122,7 +124,7 @@ APP_FLAGS = (
 )  # fmt: skip
 
 
-def _kind(field: dataclasses.Field) -> str:
+def setting_kind(field: dataclasses.Field) -> str:
     """absl's DEFINE_<kind> for a TrainConfig field, from its type (a window of steps is
     written ``start,stop``)."""
     kind = str(field.type).split("[")[0].split(" ")[0]
@@ -154,7 +156,7 @@ RUN_FLAGS = frozenset(
     + [a.name for a in APP_FLAGS if not a.speed]
 )
 
-# Flags each module (a recipe) asked for through define_flag / define_image_flags, defined by
+# Flags each module (a recipe) asked for through define_task_flags / define_flag, defined by
 # it or (shared by an earlier recipe in this process) already there.
 _OWN: dict[str, list[str]] = {}
 
@@ -189,7 +191,7 @@ def define_common_flags(**defaults: Any) -> None:
     for f in SETTINGS:
         name, meta = flag_of(f.name), f.metadata
         default = meta["flag_default"] if meta["flag_default"] is not None else f.default
-        getattr(flags, f"DEFINE_{_kind(f)}")(name, defaults.get(name, default), meta["help"])
+        getattr(flags, f"DEFINE_{setting_kind(f)}")(name, defaults.get(name, default), meta["help"])
         for alias in (*meta["aliases"], *meta["deprecated"]):
             flags.DEFINE_alias(alias, name)
 
@@ -198,16 +200,19 @@ def _caller(depth: int = 2) -> str:
     return sys._getframe(depth).f_globals.get("__name__", "__main__")
 
 
-def _define(owner: str, kind: str, name: str, *args: Any, **kwargs: Any) -> None:
+def _define(owner: str, kind: str, name: str, *args: Any, **kwargs: Any) -> bool:
+    """Files flag `name` under `owner` and defines it unless defined; True when it did."""
     names = _OWN.setdefault(owner, [])
     if name not in names:
         names.append(name)
-    if name not in flags.FLAGS:
-        # Filed under the recipe (absl's --helpfull lists them under it, not
-        # toolkit.runner.flags); absl names the main module by its path.
-        module = sys.argv[0] if owner == "__main__" else owner
-        getattr(flags, f"DEFINE_{kind}")(name, *args, module_name=module, **kwargs)
-        _finite(kind, name)
+    if name in flags.FLAGS:
+        return False
+    # Filed under the recipe (absl's --helpfull lists them under it, not
+    # toolkit.runner.flags); absl names the main module by its path.
+    module = sys.argv[0] if owner == "__main__" else owner
+    getattr(flags, f"DEFINE_{kind}")(name, *args, module_name=module, **kwargs)
+    _finite(kind, name)
+    return True
 
 
 def _finite(kind: str, name: str) -> None:
@@ -226,38 +231,161 @@ def own_flags(module: str) -> list[str]:
 def define_flag(kind: str, name: str, *args: Any, **kwargs: Any) -> None:
     """``flags.DEFINE_<kind>(name, *args, **kwargs)`` unless `name` is already defined.
 
-    Recipes define their own flags through this, so several recipes can be imported into one
-    process (a notebook, a test): a flag two recipes share keeps the first one's default,
-    which only matters to flag parsing, and a process parses the flags of the one recipe it
-    runs. ``build_task`` arguments carry each recipe's own defaults.
+    For a recipe's flags that are no ``build_task`` parameter (BERT's ``--mode``, read by its
+    main); its parameters' flags come from its signature (:func:`define_task_flags`). Several
+    recipes can be imported into one process (a notebook, a test): a flag two recipes share
+    keeps the first one's default, which only matters to flag parsing, and a process parses
+    the flags of the one recipe it runs. ``build_task`` arguments carry each recipe's own
+    defaults.
     """
     _define(_caller(), kind, name, *args, **kwargs)
 
 
-def define_image_flags(image_size: int | None, channels: int) -> None:
-    """``--image_size`` and ``--channels`` for recipes whose model reads images."""
-    owner = _caller()
-    _define(
-        owner,
-        "integer",
-        "image_size",
-        image_size,
-        "Height and width the images are resized to"
-        + ("." if image_size else " (default: the model's own)."),
-        lower_bound=8,
-    )
-    new = "channels" not in flags.FLAGS
-    _define(owner, "integer", "channels", channels, "Image channels: 1 (grey) or 3 (RGB).")
-    if new:
-        flags.register_validator("channels", lambda v: v in (1, 3), "--channels must be 1 or 3")
-    _define(
-        owner,
-        "integer",
-        "num_classes",
-        10,
-        "Classes, when the dataset does not say (synthetic, tfrecord).",
-        lower_bound=2,
-    )
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """What a ``build_task`` parameter's flag says besides its name, type and default (those
+    are the parameter's): its help, absl's bounds, its choices, a check of its own.
+
+    Written in the parameter's annotation, so that the signature is the one declaration of a
+    recipe's parameters, callable without flags (a notebook, the search's processes) and made
+    into flags by :func:`define_task_flags`::
+
+        hidden_units: Annotated[int, Flag("Units in each hidden layer.", lower_bound=1)] = 128
+
+    Attributes:
+        help: the flag's help.
+        lower_bound: the least value absl accepts (a number), None for none.
+        upper_bound: the greatest, None for none.
+        choices: the values of an enum flag (a ``Literal[...]`` annotation gives them too).
+        check: ``(predicate, message)``, a validator absl runs when it parses the flag.
+    """
+
+    help: str
+    lower_bound: float | None = None
+    upper_bound: float | None = None
+    choices: tuple[str, ...] | None = None
+    check: tuple[Callable[[Any], bool], str] | None = None
+
+
+# Parameters many recipes take, their help said once: a build_task names one without a Flag
+# (``channels: int = 1``) and gives only its default. A Flag in its annotation replaces the
+# one here (ResNet's image_size, unset for the model's own; BERT's num_classes).
+SHARED_TASK_FLAGS = {
+    "image_size": Flag("Height and width the images are resized to.", lower_bound=8),
+    "channels": Flag(
+        "Image channels: 1 (grey) or 3 (RGB).",
+        check=(lambda v: v in (1, 3), "--channels must be 1 or 3"),
+    ),
+    "num_classes": Flag(
+        "Classes, when the dataset does not say (synthetic, tfrecord).", lower_bound=2
+    ),
+    "learning_rate": Flag("Adam learning rate.", lower_bound=0.0),
+}
+_KINDS = {bool: "bool", int: "integer", float: "float", str: "string"}
+# The shared flags a build_task parameter may be named after: what to train on (its default
+# is the recipe's), and the run's settings (their defaults are the settings table's).
+_APP_NAMES = frozenset(a.name for a in APP_FLAGS)
+_SETTING_NAMES = frozenset(flag_of(f.name) for f in SETTINGS)
+
+
+def define_task_flags(build_task: Callable[..., Any], **settings: Any) -> None:
+    """A recipe's flags, from its ``build_task``'s signature (the one declaration of its
+    parameters), and the shared ones (:func:`define_common_flags`). Called when the recipe is
+    imported, so that ``--help`` lists them; :func:`kwargs_from_flags` hands the parsed values
+    back by name.
+
+    Each parameter is a flag of its name, default and type (``int``, ``float``, ``str``,
+    ``bool``, each maybe ``| None``; a ``Literal`` or a ``Flag(choices=)`` makes an enum),
+    with the help and bounds of the :class:`Flag` in its annotation, else of
+    :data:`SHARED_TASK_FLAGS`. A parameter named like a shared flag is that flag: what to
+    train on (``dataset``, ``data_dir``, ``validation_fraction``) takes the signature's
+    default as this recipe's; a run setting (``seed``, or CNN's ``epochs``, which sizes its
+    learning-rate schedule) keeps the settings table's default, or the one in `settings`.
+
+    Args:
+        build_task: the recipe's ``build_task``; its flags are filed under its module.
+        **settings: the recipe's defaults for run settings, by flag name (``epochs=20``).
+
+    Raises:
+        TypeError: a parameter without a default, help or a type a flag can have; a name in
+            `settings` that is no run setting (what to train on is a parameter's default).
+    """
+    where = f"{build_task.__module__}.{build_task.__qualname__}"
+    unknown = sorted(set(settings) - _SETTING_NAMES)
+    if unknown:
+        raise TypeError(
+            f"define_task_flags({where}, {unknown[0]}=...): not a run setting (epochs, "
+            "batch_size, ...); give a parameter's default in the signature"
+        )
+    params = inspect.signature(build_task).parameters
+    for name, p in params.items():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError(f"{where}(*{name}): a flag is one named parameter; name each one")
+        if p.default is p.empty:
+            raise TypeError(
+                f"{where}({name}): every parameter needs a default, so that {where}() "
+                "runs without flags (a notebook, the search's processes)"
+            )
+    hints = _parameter_hints(build_task)
+    own = []  # all read before any is defined: a recipe that is refused defines nothing
+    for name, p in params.items():
+        if name in _APP_NAMES or name in _SETTING_NAMES:
+            continue
+        kind, spec = _flag_of_parameter(f"{where}({name})", name, hints.get(name))
+        bounds = {"lower_bound": spec.lower_bound, "upper_bound": spec.upper_bound}
+        bounds = {k: v for k, v in bounds.items() if v is not None}
+        if bounds and kind not in ("integer", "float"):
+            raise TypeError(f"{where}({name}): bounds on a {kind} flag")
+        args = (p.default, spec.help)
+        if kind == "enum":
+            args = (p.default, list(spec.choices), spec.help)
+        own.append((kind, name, args, bounds, spec.check))
+    inputs = {name: p.default for name, p in params.items() if name in _APP_NAMES}
+    define_common_flags(**inputs, **settings)
+    for kind, name, args, bounds, check in own:
+        if _define(build_task.__module__, kind, name, *args, **bounds) and check:
+            flags.register_validator(name, *check)
+
+
+def _parameter_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """`fn`'s parameter annotations, evaluated (``from __future__ import annotations`` makes
+    them strings) with their ``Annotated`` extras; its return annotation is left alone (a
+    recipe's ``train.Task`` names a module imported only for type checkers: it loads Keras)."""
+    own = {k: v for k, v in getattr(fn, "__annotations__", {}).items() if k != "return"}
+    if not own:
+        return {}
+    holder = types.SimpleNamespace(__annotations__=own)
+    return typing.get_type_hints(holder, globalns=fn.__globals__, include_extras=True)
+
+
+def _flag_of_parameter(where: str, name: str, hint: Any) -> tuple[str, Flag]:
+    """absl's kind (``integer``, ``enum``, ...) for a parameter annotated `hint`, and its
+    :class:`Flag` (the annotation's, else the shared one)."""
+    spec = None
+    if typing.get_origin(hint) is typing.Annotated:
+        spec = next((m for m in hint.__metadata__ if isinstance(m, Flag)), None)
+        hint = hint.__origin__
+    spec = spec or SHARED_TASK_FLAGS.get(name)
+    if spec is None:
+        raise TypeError(
+            f"{where}: no help for its flag; annotate it as "
+            f"Annotated[<type>, Flag('What it is.')] (toolkit.runner.flags.Flag)"
+        )
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # int | None: may be unset
+        kinds = [t for t in typing.get_args(hint) if t is not type(None)]
+        hint = kinds[0] if len(kinds) == 1 else hint
+    if typing.get_origin(hint) is typing.Literal:
+        spec = dataclasses.replace(spec, choices=spec.choices or typing.get_args(hint))
+        hint = str
+    if spec.choices is not None:
+        if hint is not str:
+            raise TypeError(f"{where}: an enum flag's values are strings, not {hint!r}")
+        return "enum", spec
+    if hint not in _KINDS:
+        raise TypeError(
+            f"{where}: a flag is an int, float, str or bool (maybe | None), not {hint!r}"
+        )
+    return _KINDS[hint], spec
 
 
 def kwargs_from_flags(
@@ -287,9 +415,13 @@ def _expand(name: str, value: Any) -> Any:
     return value
 
 
-def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfig:
+def config_from_flags(
+    flag_values: flags.FlagValues = flags.FLAGS, validate: bool = True
+) -> TrainConfig:
     """A validated TrainConfig from parsed flags: every setting from its flag (paths with
     their ``~`` expanded, ``''`` for none; a window of steps parsed from ``start,stop``).
+    `validate` False: as the flags say, unchecked (``--backend=auto`` read before it is
+    resolved).
 
     Raises:
         ConfigError: a bad setting, in one line naming the flag.
@@ -303,7 +435,8 @@ def config_from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> TrainConfi
         elif str(f.type).startswith("tuple"):
             value = _parse_steps(value)
         values[f.name] = value
-    return TrainConfig(**values).validate()
+    config = TrainConfig(**values)
+    return config.validate() if validate else config
 
 
 # The packages whose flags are their own (absl's logging, TensorFlow's tt_check_filter, ...):
@@ -321,34 +454,6 @@ def flags_for_report(flag_values: flags.FlagValues = flags.FLAGS) -> dict[str, A
         for fl in module_flags:
             out[fl.name] = fl.value
     return dict(sorted(out.items()))
-
-
-def canonical_argv(
-    argv: Sequence[str],
-    renames: dict[str, str] | None = None,
-    note: Callable[[str], Any] | None = None,
-) -> list[str]:
-    """`argv` with deprecated flag spellings (``--dtype=X``, ``--dtype X``) replaced by their
-    current names (:data:`DEPRECATED_FLAGS` unless `renames`), and one note per old name on
-    stderr (or to `note`) saying what to write instead. Everything after ``--`` is kept."""
-    renames = DEPRECATED_FLAGS if renames is None else renames
-    say = note or (lambda line: print(line, file=sys.stderr))
-    out: list[str] = []
-    told: set[str] = set()
-    for i, arg in enumerate(argv):
-        if arg == "--":
-            out += argv[i:]
-            break
-        dashes = "--" if arg.startswith("--") else "-" if arg.startswith("-") else ""
-        name, eq, value = arg[len(dashes) :].partition("=")
-        if dashes and name in renames:
-            new = renames[name]
-            if name not in told:
-                told.add(name)
-                say(f"note: --{name} is deprecated; use --{new} (--{name} still works for now)")
-            arg = f"{dashes}{new}{eq}{value}"
-        out.append(arg)
-    return out
 
 
 def _flag_line(fl: Any) -> str:
@@ -408,115 +513,3 @@ def help_text(
 # What must be known before anything parses the command line (Keras fixes its backend when it
 # loads; TensorFlow reads XLA's cache directory once), and the search's edits of a target's
 # recipe flags: the only hand-reading of a command line, here beside the flags it reads.
-
-
-def flag_value(args: Sequence[str], flag: str) -> str | None:
-    """The value of ``--flag=V`` or ``--flag V`` in a command line, or None (read before
-    anything parses it: ``--backend`` must be known before Keras loads)."""
-    for i, arg in enumerate(args):
-        if arg.startswith(f"--{flag}="):
-            return arg.split("=", 1)[1]
-        if arg == f"--{flag}" and i + 1 < len(args):
-            return args[i + 1]
-    return None
-
-
-def without(argv: Sequence[str], names: frozenset[str] | set[str]) -> list[str]:
-    """`argv` without the flags in `names` (``--name=v``, ``--name v``, ``--[no]name``)."""
-    out: list[str] = []
-    skip = False
-    for i, arg in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        flag = arg[2:].split("=", 1)[0] if arg.startswith("--") else None
-        if flag is not None and (flag in names or (flag[:2] == "no" and flag[2:] in names)):
-            nxt = argv[i + 1] if i + 1 < len(argv) else None
-            skip = "=" not in arg and flag in names and nxt is not None and not nxt.startswith("-")
-            continue
-        out.append(arg)
-    return out
-
-
-@dataclasses.dataclass(frozen=True)
-class StartFlags:
-    """What the command line says that must act before Keras loads (Keras fixes its backend
-    when imported; TensorFlow reads its log level and XLA's cache place once): read at the
-    program's start by :func:`start_flags`, acted on by :func:`apply_start_flags`.
-
-    Attributes:
-        backend: ``--backend``, None when not given.
-        device: ``--device``, None when not given.
-        compile_cache: ``--compile_cache`` (``--nocompile_cache`` or ``=false`` undo it).
-        verbosity: absl's ``--verbosity``/``-v`` (-1, its default, when not given).
-    """
-
-    backend: str | None = None
-    device: str | None = None
-    compile_cache: bool = False
-    verbosity: int = -1
-
-
-_START_SETTINGS = ("backend", "device", "compile_cache")
-_LEVELS = {"debug": 1, "info": 0, "warning": -1, "error": -2, "fatal": -3}
-
-
-def _start_flag(argv: Sequence[str], name: str) -> Any:
-    """`name`'s value in `argv`, parsed by absl as the settings table defines it (its own
-    FlagValues, unknown flags left alone); None when absent or unreadable (the full parse,
-    later, says what is wrong with it)."""
-    values = flags.FlagValues()
-    if name == "verbosity":
-        flags.DEFINE_string(name, None, "", flag_values=values)
-        flags.DEFINE_alias("v", name, flag_values=values)
-    else:
-        field = next(f for f in SETTINGS if flag_of(f.name) == name)
-        getattr(flags, f"DEFINE_{_kind(field)}")(name, None, "", flag_values=values)
-        for alias in (*field.metadata["aliases"], *field.metadata["deprecated"]):
-            flags.DEFINE_alias(alias, name, flag_values=values)
-    try:
-        values(["start", *argv], known_only=True)
-    except flags.Error:
-        return None
-    return values[name].value
-
-
-def start_flags(argv: Sequence[str]) -> StartFlags:
-    """The :class:`StartFlags` of a command line (without the program's name), read by absl's
-    parser with the settings table's definitions, before anything else parses it."""
-    verbosity = _start_flag(argv, "verbosity")
-    if verbosity is not None:
-        try:
-            verbosity = int(verbosity)
-        except ValueError:
-            verbosity = _LEVELS.get(verbosity.strip().lower())
-    return StartFlags(
-        backend=_start_flag(argv, "backend"),
-        device=_start_flag(argv, "device"),
-        compile_cache=bool(_start_flag(argv, "compile_cache")),
-        verbosity=-1 if verbosity is None else verbosity,
-    )
-
-
-def start_backend(start: StartFlags) -> str | None:
-    """Selects ``--backend`` with ``toolkit.backend.select``; returns the backend chosen, or
-    None. Without ``--backend`` (and without ``KERAS_BACKEND``), ``--device=mps`` or ``metal``
-    picks the installed backend that reaches the Apple GPU (``backend.apple_gpu_backend``)."""
-    if start.backend is not None:
-        return backend.select(start.backend)
-    device = (start.device or "").strip().lower().split(":")[0]
-    if device in ("mps", "metal") and not os.environ.get("KERAS_BACKEND"):
-        apple = backend.apple_gpu_backend()
-        if apple is not None and "keras" not in sys.modules:
-            return backend.select(apple)
-    return None
-
-
-def apply_start_flags(start: StartFlags) -> str | None:
-    """Acts on `start` before anything loads a framework: the backend (:func:`start_backend`),
-    then the compile cache (TensorFlow's XLA reads its place once). Returns the backend
-    chosen, or None."""
-    chosen = start_backend(start)
-    if start.compile_cache:
-        backend.use_compile_cache()
-    return chosen

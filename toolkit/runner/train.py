@@ -209,82 +209,126 @@ def run(
     """
     setup = _set_up(task, config)
     config, train_ds = setup.config, setup.train_ds
-    keras = compat.keras()
     if config.seed is not None:
-        keras.utils.set_random_seed(config.seed)  # again: the data's setup drew from it
-    report_dir = config.report_dir
-    if report_dir and not setup.cluster.is_chief:  # each worker reports; the chief's is the run's
-        report_dir = os.path.join(report_dir, f"worker{setup.cluster.task_index}")
+        compat.keras().utils.set_random_seed(config.seed)  # again: the data's setup drew from it
     if progress.mode() == progress.BAR:  # a terminal: no long silence before the first bar
         progress.say(f"{task.name}: data ready; building the model, then the first step compiles")
     model = _compiled_model(task, config, setup.strategy)
     verbose, log_steps, shown = fit_progress(config, train_ds, task.name)
     try:
-        with profile(
-            task.name,
-            report_dir=report_dir,
-            batch_size=config.batch_size,
-            warmup_steps=config.warmup_steps,
-            trace_steps=config.profile_steps,
-            memory_watch=config.memory_watch,
-            tensorboard=config.tensorboard,
-            log_steps=log_steps,
-            stop_on_nan=config.stop_on_nan,
-            args=dict(args) if args is not None else dataclasses.asdict(config),
-        ) as prof:
+        with _profiling(task, setup, args, log_steps) as prof:
             resume = Resume(config.backup_dir) if config.backup_dir else None
-            prof.context = _context(task, setup, resume)
-            prof.extra.update(extra or {})
-            prof.diagnosis = dict(diagnosis) if diagnosis is not None else None
-            prof.tune = dict(tune) if tune is not None else None
-            if config.count_flops:
-                # With --compile_cache a peak not in its cache is measured after fit: ops run
-                # before the first step would change the compiled programs' keys.
-                prof.compute = flops.compute_facts(
-                    model,
-                    config.batch_size,
-                    config.precision,
-                    setup.device,
-                    measure_peak=not config.compile_cache,
-                )
-                # Not for the report, which is written even when fit stops on an error.
-                pending = prof.compute.pop("peak_pending", False)
-            # The whole call timed: the report shows its start-up and exit beside the steps.
-            with prof.timer.around_fit():
-                history = model.fit(
-                    train_ds,
-                    epochs=config.epochs,
-                    steps_per_epoch=(
-                        config.steps_per_epoch // config.fused_steps
-                        if config.steps_per_epoch
-                        else _data.epoch_steps(train_ds)  # a Grain pipeline's epoch
-                    ),
-                    validation_data=setup.val_ds,
-                    validation_steps=_data.epoch_steps(setup.val_ds),
-                    validation_freq=config.validation_freq,
-                    shuffle=False,  # the pipeline shuffles; Keras would only warn about a Dataset
-                    callbacks=[
-                        *_resilience(resume, setup.share[0]),
-                        *prof.callbacks,
-                        *shown,
-                        *callbacks,
-                    ],
-                    verbose=verbose,
-                )
+            _describe(prof, _context(task, setup, resume), extra, diagnosis, tune)
+            pending = _count_flops(prof, model, setup)
+            resilience = _resilience(resume, setup.share[0])
+            fit_callbacks = [*resilience, *prof.callbacks, *shown, *callbacks]
+            history = _fit(model, setup, prof.timer, fit_callbacks, verbose)
             if prof.compute is not None:
                 p50 = prof.timer.summary().p50_s
                 flops.recheck_peak(prof.compute, p50, setup.device, pending=pending)
     except Exception as e:
-        bad = task.find_bad_file(e) if task.find_bad_file is not None else None
-        if bad is None:
+        unreadable = _unreadable_file(task, e)
+        if unreadable is None:
             raise
-        run_dir = getattr(e, "toolkit_run_dir", None)
-        where = f" (the partial report is in {run_dir})" if run_dir else ""
-        raise SetupError(
-            f"{task.dataset or 'the data'}: cannot read {bad}: remove or replace that file{where}"
-        ) from e
+        raise unreadable from e
     return RunResult(
         prof.report, prof.paths, prof.run_dir, model, history, prof.write_error, train_ds
+    )
+
+
+def _profiling(
+    task: Task, setup: _Setup, args: Mapping[str, Any] | None, log_steps: int | None
+) -> Any:
+    """The run's profiling session (``profile``), not yet entered: step times, the trace, the
+    memory watch, TensorBoard and the report, written where this process reports (each worker
+    of a cluster into its own directory; the chief's is the run's)."""
+    config = setup.config
+    report_dir = config.report_dir
+    if report_dir and not setup.cluster.is_chief:  # each worker reports; the chief's is the run's
+        report_dir = os.path.join(report_dir, f"worker{setup.cluster.task_index}")
+    return profile(
+        task.name,
+        report_dir=report_dir,
+        batch_size=config.batch_size,
+        warmup_steps=config.warmup_steps,
+        trace_steps=config.profile_steps,
+        memory_watch=config.memory_watch,
+        tensorboard=config.tensorboard,
+        log_steps=log_steps,
+        stop_on_nan=config.stop_on_nan,
+        args=dict(args) if args is not None else dataclasses.asdict(config),
+    )
+
+
+def _describe(
+    prof: Any,
+    context: RunContext,
+    extra: Mapping[str, Any] | None,
+    diagnosis: Mapping[str, Any] | None,
+    tune: Mapping[str, Any] | None,
+) -> None:
+    """The report's account of the run, set before it trains (the report is written even when
+    ``fit`` stops on an error): where and how it trains, the caller's facts, and the diagnosis
+    and tune sections."""
+    prof.context = context
+    prof.extra.update(extra or {})
+    prof.diagnosis = dict(diagnosis) if diagnosis is not None else None
+    prof.tune = dict(tune) if tune is not None else None
+
+
+def _count_flops(prof: Any, model: Any, setup: _Setup) -> bool:
+    """With ``--count_flops``, the model's FLOPs per step and the device's peak into the
+    report's compute facts (``prof.compute``). Returns whether the peak is still to be
+    measured after ``fit`` (``flops.recheck_peak``)."""
+    config = setup.config
+    if not config.count_flops:
+        return False
+    # With --compile_cache a peak not in its cache is measured after fit: ops run
+    # before the first step would change the compiled programs' keys.
+    prof.compute = flops.compute_facts(
+        model,
+        config.batch_size,
+        config.precision,
+        setup.device,
+        measure_peak=not config.compile_cache,
+    )
+    # Not for the report, which is written even when fit stops on an error.
+    return prof.compute.pop("peak_pending", False)
+
+
+def _fit(model: Any, setup: _Setup, timer: Any, callbacks: list[Any], verbose: int) -> Any:
+    """``model.fit`` on the set-up data with `callbacks`; returns its History. The whole call
+    is timed: the report shows its start-up and exit beside the steps."""
+    config, train_ds = setup.config, setup.train_ds
+    with timer.around_fit():
+        return model.fit(
+            train_ds,
+            epochs=config.epochs,
+            steps_per_epoch=(
+                config.steps_per_epoch // config.fused_steps
+                if config.steps_per_epoch
+                else _data.epoch_steps(train_ds)  # a Grain pipeline's epoch
+            ),
+            validation_data=setup.val_ds,
+            validation_steps=_data.epoch_steps(setup.val_ds),
+            validation_freq=config.validation_freq,
+            shuffle=False,  # the pipeline shuffles; Keras would only warn about a Dataset
+            callbacks=callbacks,
+            verbose=verbose,
+        )
+
+
+def _unreadable_file(task: Task, error: Exception) -> SetupError | None:
+    """A one-line SetupError naming the data file that `error` (raised while training) could
+    not read, as the task's ``find_bad_file`` finds it; None when it finds none (the error
+    then goes on as it is)."""
+    bad = task.find_bad_file(error) if task.find_bad_file is not None else None
+    if bad is None:
+        return None
+    run_dir = getattr(error, "toolkit_run_dir", None)
+    where = f" (the partial report is in {run_dir})" if run_dir else ""
+    return SetupError(
+        f"{task.dataset or 'the data'}: cannot read {bad}: remove or replace that file{where}"
     )
 
 

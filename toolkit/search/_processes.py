@@ -21,13 +21,12 @@ from collections.abc import Callable
 from typing import Any
 
 from toolkit.core.files import atomic_write, read_json
-from toolkit.runner.flags import without
 from toolkit.search.standings import Target
 
 __all__: list[str] = []
 
 CHILD = "toolkit._child"  # the entry point every child runs: python -m toolkit._child SPEC OUT
-JOBS = ("figures", "tune")
+JOBS = ("figures", "tune", "devices")
 KILLED = "killed by"  # the line follow() adds for a child a signal ended
 # Signals from outside (the OOM killer's SIGKILL, a user's kill or Ctrl-C, a closed terminal):
 # what the child would have measured is unknown. SIGSEGV, SIGABRT and the like are its own.
@@ -38,37 +37,42 @@ _INTERRUPTING = frozenset(
 
 @dataclasses.dataclass(frozen=True)
 class ChildSpec:
-    """What one fresh process measures, whole: the target (a recipe with its flags, or
-    ``module:function``), the backend and device it runs on, the contender's settings, and the
-    job: ``figures`` (one run of `steps` steps: ``Workload.figures``) or ``tune`` (a search of
-    `budget_s` seconds: ``TuneResult.to_dict()`` and the batch size). `extra` holds the run's
-    own recipe flags (``--init_weights``: the same start for every contender)."""
+    """What one fresh process does, whole, in typed values (JSON in, JSON out; never a
+    command line): the job, the backend and device it runs on, and
+
+    * ``figures``: one run of `steps` steps of `target` (``Workload.figures``), under
+      `candidate` (a search's ``Candidate.to_dict()``; None: the target's own settings);
+    * ``tune``: `target`'s ``tune`` search of `budget_s` seconds (``TuneResult.to_dict()``
+      and the batch size);
+    * ``devices``: the device kinds `backend` sees (no target).
+
+    The target (``standings.Target``) carries the run's ``TrainConfig`` as its dict and a
+    recipe's arguments: the child builds its config and task from them, without absl."""
 
     job: str
-    target: Target
     backend: str
     device: str = "cpu"
-    settings: tuple[str, ...] = ()
-    extra: tuple[str, ...] = ()
+    target: Target | None = None
+    candidate: dict[str, Any] | None = None
     steps: int = 0
     budget_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.job not in JOBS:
             raise ValueError(f"child job {self.job!r}: one of {', '.join(JOBS)}")
+        if (self.target is None) != (self.job == "devices"):
+            raise ValueError(f"child job {self.job!r}: a target is for figures and tune alone")
 
-    def recipe_flags(self) -> list[str]:
-        """The flags the child's run parses as a recipe's (absl's, at the child's edge): the
-        target's, with this backend and device in place of the target's own, then the
-        settings and the run's own."""
-        own = without(self.target.flags, {"device", "backend", "tune_budget"})
-        return [
-            f"--backend={self.backend}", f"--device={self.device}", *own, *self.settings,
-            *self.extra,
-        ]  # fmt: skip
+    def config(self) -> dict[str, Any]:
+        """The run's settings: the target's, on this backend and device."""
+        own = self.target.config if self.target is not None else {}
+        return {**own, "backend": self.backend, "device": self.device}
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
+        return json.dumps({
+            **dataclasses.asdict(self),
+            "target": None if self.target is None else self.target.to_dict(),
+        })  # fmt: skip
 
     @classmethod
     def from_json(cls, text: str) -> ChildSpec:
@@ -76,30 +80,18 @@ class ChildSpec:
         try:
             raw = json.loads(text)
             target = raw.pop("target")
-            return cls(
-                target=Target(target["recipe"], target["model_fn"], tuple(target["flags"])),
-                **{**raw, "settings": tuple(raw["settings"]), "extra": tuple(raw["extra"])},
-            )
+            return cls(target=None if target is None else Target.from_dict(target), **raw)
         except (TypeError, KeyError, AttributeError, ValueError) as e:
             raise ValueError(f"a malformed child spec: {e}") from None
 
 
 def probe_devices(backend: str, env: dict[str, str], timeout: float) -> list[str]:
     """The device kinds `backend` sees here, asked in a fresh process (``cpu`` first)."""
-    code = (
-        "import json, sys\n"
-        "from toolkit import devices\n"
-        f"print(json.dumps(sorted({{d.kind for d in devices.detect({backend!r})}})))\n"
-    )
-    try:
-        out = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-            env={**env, "KERAS_BACKEND": backend}, check=True,
-        )  # fmt: skip
-        kinds = json.loads(out.stdout.strip().splitlines()[-1])
-    except (subprocess.SubprocessError, OSError, ValueError, IndexError):
+    found = run_child(ChildSpec("devices", backend), env, timeout)
+    kinds = found.get("kinds") if isinstance(found, dict) else None
+    if not isinstance(kinds, list):
         return ["cpu"]
-    return ["cpu", *(k for k in kinds if k != "cpu")]
+    return ["cpu", *(str(k) for k in kinds if k != "cpu")]
 
 
 def follow(
@@ -168,7 +160,8 @@ def run_child(
     failed: such a result is not cached). The child's progress
     lines (``[n | ...]``, ``tune: ...``) go to `progress` as they come, after `prefix`."""
     child_env = {**env, "KERAS_BACKEND": spec.backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    if spec.target.model_fn:  # the user's module imports in the child as it does here
+    # The user's module imports in the child as it does here.
+    if spec.target is not None and spec.target.model_fn:
         paths = [p for p in sys.path if p and os.path.isdir(p)]
         child_env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")]).strip(
             os.pathsep

@@ -26,9 +26,10 @@ for your own model-building function:
   the chooser never hands back something slower than not choosing.
 
 The result is cached (``toolkit.core.cache``, ``$TOOLKIT_CACHE_DIR/backends.json``) under a key
-of the target, its flags (run-length and output flags left out), the device asked for and the
-machine (CPU, installed framework versions), and written as JSON, Markdown and a PNG. A
-recipe run with ``--backend=auto`` trains on the cached winner (:func:`resolve_auto`).
+of the target, its recipe's arguments and the speed settings it changes (run length and
+output left out), the device asked for and the machine (CPU, installed framework versions),
+and written as JSON, Markdown and a PNG. A recipe run with ``--backend=auto`` trains on the
+cached winner (:func:`resolve_auto`).
 
 This module imports no framework: the measuring happens in the child processes
 (``python -m toolkit._child``, ``toolkit.search._processes``), through the measured
@@ -39,6 +40,7 @@ target's ``figures`` (``toolkit.search.workload``); the result and its table are
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import statistics
@@ -55,7 +57,7 @@ from toolkit.core import compat, machine
 from toolkit.core import progress as tk_progress
 from toolkit.core.cache import Cache
 from toolkit.core.stats import whole_calls
-from toolkit.runner import flags as tk_flags
+from toolkit.runner.config import SEARCHED, SETTINGS
 from toolkit.search._processes import ChildSpec, probe_devices, run_child
 from toolkit.search.engine import MIN_GAIN, Candidate
 from toolkit.search.rounds import decide, interleaved_rounds
@@ -91,10 +93,9 @@ DEFAULT_ROUNDS = 3
 # (a final run also times more steps than the search's trial; without a margin the budget
 # overran).
 FINAL_MARGIN = 1.25
-# Flags that change how long a run is or what it writes, not how fast a step is (the settings
-# table says which), and absl's logging flags: left out of the cache key, and overridden in the
-# children.
-RUN_FLAGS = tk_flags.RUN_FLAGS | {"verbosity", "v"}
+# The settings that change how fast a step is (the settings table says which: not how long a
+# run is or what it writes), but those each contender sets for itself: the cache key's.
+KEYED = tuple(f for f in SETTINGS if f.metadata["speed"] and f.name not in ("backend", "device"))
 
 
 def choose(rows: Sequence[Row], min_gain: float = MIN_GAIN) -> tuple[Contender, str]:
@@ -176,14 +177,14 @@ def installed_backends() -> list[str]:
 
 
 def contenders(
-    flags: Sequence[str] = (),
+    device: str | None = None,
     backends: Sequence[str] | None = None,
     *,
     probe: Callable[[str], list[str]] | None = None,
 ) -> list[Contender]:
     """Every installed backend (or `backends`) × the devices it sees, the defaults first
-    (Keras's default backend, on the default device: its accelerator if it has one). With
-    ``--device=D`` in `flags`, only D."""
+    (Keras's default backend, on the default device: its accelerator if it has one). With a
+    `device` (the config's, but ``auto``), only that one."""
     if compat.use_legacy_keras():
         raise ChooserError(
             "TF_USE_LEGACY_KERAS=1 selects tf_keras, which trains on TensorFlow only: unset it "
@@ -208,7 +209,7 @@ def contenders(
             f"--backends: {', '.join(missing)} not installed "
             f"({tk_backend.info(missing[0]).install_hint()})"
         )
-    asked = tk_flags.flag_value(flags, "device")
+    asked = device
     default = os.environ.get("KERAS_BACKEND", tk_backend.DEFAULT)  # a fresh process's
     names.sort(key=lambda b: (b != default, known.index(b)))
     out = []
@@ -235,13 +236,28 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def keyed(target: Target) -> dict[str, Any]:
+    """What about `target` decides which backend is fastest: its recipe's arguments, the
+    speed settings it changes from the defaults (a run's length and its output are not) and
+    the device it asks for (None: each backend's own)."""
+    config = target.config
+    return {
+        "target": target.name,
+        "params": dict(sorted(target.params.items())),
+        "settings": {
+            f.name: config[f.name]
+            for f in KEYED
+            if f.name in config and config[f.name] != f.default
+        },
+        "device": _device(target),
+    }
+
+
 def cache_key(target: Target, steps: int) -> tuple[str, dict[str, Any]]:
-    """``(hash, what was hashed)``: the target, its flags without the run-length and output
-    ones, the steps per run, and this machine (CPU, installed framework versions)."""
-    flags = sorted(tk_flags.without(target.flags, RUN_FLAGS))
+    """``(hash, what was hashed)``: :func:`keyed` of the target, the steps per run, and this
+    machine (CPU, installed framework versions)."""
     facts = {
-        "target": target.recipe or target.model_fn,
-        "flags": flags,
+        **keyed(target),
         "steps": steps,
         "machine": machine.machine_facts(**_versions()),
         "legacy": os.environ.get("TF_USE_LEGACY_KERAS", ""),
@@ -258,28 +274,24 @@ def cached(key: str) -> BackendsResult | None:
         return None
 
 
-def resolve_auto(args: Sequence[str], recipe: str) -> list[str]:
-    """`args` (a command line without its program) with ``--backend=auto`` replaced by the
-    cached winner for `recipe` and its flags (any run length), or by Keras's default when
-    nothing is cached (said on stderr). Reads the cache only: imports no framework. Other
-    command lines come back unchanged."""
-    argv = list(args)
-    if (tk_flags.flag_value(argv, "backend") or "").strip().lower() != "auto":
-        return argv
-    rest = tk_flags.without(argv, {"backend"})
+def resolve_auto(target: Target) -> str:
+    """The backend ``--backend=auto`` trains `target` on: the cached winner for it (any run
+    length), or Keras's default when nothing is cached (said on stderr). Reads the cache
+    only: imports no framework."""
     best = None
-    wanted = sorted(tk_flags.without(rest, RUN_FLAGS))
+    wanted = keyed(target)
     machine_now = machine.machine_facts(**_versions())
     found = [
         e for e in _CACHE.entries()
-        if e["facts"].get("target") == recipe
-        and e["facts"].get("flags") == wanted and e["facts"].get("machine") == machine_now
+        if all(e["facts"].get(k) == v for k, v in wanted.items())
+        and e["facts"].get("machine") == machine_now
         and e["facts"].get("legacy", "") == os.environ.get("TF_USE_LEGACY_KERAS", "")
     ]  # fmt: skip
     if found:
         newest = max(found, key=lambda e: e.get("stored", 0))
-        with contextlib.suppress(KeyError, TypeError):
+        with contextlib.suppress(KeyError, TypeError, ValueError):
             best = Contender(**newest["result"]["best"])
+    recipe = target.name
     if best is None:
         chosen = os.environ.get("KERAS_BACKEND", tk_backend.DEFAULT)
         print(
@@ -287,21 +299,13 @@ def resolve_auto(args: Sequence[str], recipe: str) -> list[str]:
             f"training on {chosen} (measure: python -m toolkit backends --recipe {recipe} ...)",
             file=sys.stderr,
         )
-    else:
-        chosen = best.backend
-        print(
-            f"--backend=auto: {chosen} (measured fastest for {recipe} here, on {best.device}; "
-            "python -m toolkit backends shows the table)",
-            file=sys.stderr,
-        )
-    out = []
-    for arg in argv:  # in place: a verb's flags stay after the verb
-        if arg.startswith("--backend=") and arg.split("=", 1)[1].strip().lower() == "auto":
-            arg = f"--backend={chosen}"
-        elif arg == "auto" and out and out[-1] == "--backend":
-            arg = chosen
-        out.append(arg)
-    return out
+        return chosen
+    print(
+        f"--backend=auto: {best.backend} (measured fastest for {recipe} here, on {best.device}; "
+        "python -m toolkit backends shows the table)",
+        file=sys.stderr,
+    )
+    return best.backend
 
 
 # ---------------------------------------------------------------------------- the comparison
@@ -316,15 +320,16 @@ def compare(
     use_cache: bool = True,
     progress: Callable[[str], Any] | None = None,
     timeout_s: float = 900.0,
-    runner: Callable[[Contender, list[str]], dict[str, Any]] | None = None,
+    runner: Callable[[Contender, Target], dict[str, Any]] | None = None,
     candidates: Sequence[Contender] | None = None,
     budget_s: float | None = None,
 ) -> BackendsResult:
     """Runs `target` under every contender in interleaved rounds (module docstring).
 
     Args:
-        target: the recipe or model function, with its flags: a :class:`Target`, a recipe
-            name, ``"module:function"`` or the function itself (:meth:`Target.of`).
+        target: the recipe or model function, with its arguments and settings: a
+            :class:`Target`, a recipe name, ``"module:function"`` or the function itself
+            (:meth:`Target.of`).
         backends: the backends to compare. Defaults to every installed one.
         steps: training steps per run (the first execution and the warm-up are left out of
             the steady figures). Defaults to `200`.
@@ -332,8 +337,9 @@ def compare(
         use_cache: read and write the cache. Defaults to `True`.
         progress: called with a line per run. Defaults to printing to stderr.
         timeout_s: the longest one run may take. Defaults to `900`.
-        runner: runs one contender with the given extra flags and returns its figures
-            (default: a fresh ``python -m toolkit._child`` process).
+        runner: runs one contender on the given target (the shared initial weights in its
+            config) and returns its figures (default: a fresh ``python -m toolkit._child``
+            process).
         candidates: the contenders, the defaults first (default: :func:`contenders`); given,
             nothing is cached.
         budget_s: seconds the rounds may take: after the first round, a run that would end
@@ -349,24 +355,15 @@ def compare(
     progress = progress or tk_progress.say
     key, facts = cache_key(target, steps)
     use_cache = use_cache and candidates is None
-    if use_cache:
-        hit = cached(key)
-        if hit is not None and (not backends or {r.contender.backend for r in hit.rows}
-                                == set(backends)):  # fmt: skip
-            progress(f"backends: cached result for this target, flags and machine ({key})")
-            return hit
+    hit = cached(key) if use_cache else None
+    if hit is not None and (not backends or {r.contender.backend for r in hit.rows}
+                            == set(backends)):  # fmt: skip
+        progress(f"backends: cached result for this target, flags and machine ({key})")
+        return hit
     env = dict(os.environ)
-    asked: list[str] = []
-
-    def probe(name: str) -> Any:
-        if not asked:  # once, after the backends named were checked
-            progress("backends: asking each backend which devices it sees (a process each)")
-        asked.append(name)
-        return probe_devices(name, env, min(timeout_s, 300.0))
-
-    listed = list(candidates or ()) or contenders(target.flags, backends, probe=probe)
+    listed = list(candidates or ()) or _listed(target, backends, env, timeout_s, progress)
     rows = [Row(c) for c in listed]
-    length = run_steps(steps, listed, target.flags)
+    length = run_steps(steps, listed, target)
     if length != steps:
         progress(
             f"backends: {length} steps per run, not {steps}: every contender trains as many "
@@ -375,33 +372,82 @@ def compare(
         )
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="toolkit-backends-") as tmp:
-        weights = os.path.join(tmp, "initial.weights.h5")
+        # The same initial weights for every contender: the first run writes them.
+        shared = _with_settings(target, init_weights=os.path.join(tmp, "initial.weights.h5"))
 
-        def child(c: Contender, extra: list[str]) -> dict[str, Any]:
-            spec = ChildSpec("figures", target, c.backend, c.device, c.settings, tuple(extra),
-                             steps=length)  # fmt: skip
+        def child(c: Contender, on: Target) -> dict[str, Any]:
+            candidate = dict(c.settings) or None
+            spec = ChildSpec("figures", c.backend, c.device, on, candidate, steps=length)
             return run_child(spec, env, timeout_s)
 
         run = runner or child
         rounds = _rounds(
-            rows, lambda c: run(c, [f"--init_weights={weights}"]), rounds, budget_s, length,
-            progress, bar_wanted, start,
+            rows, lambda c: run(c, shared), rounds, budget_s, length, progress, bar_wanted,
+            start,
         )  # fmt: skip
-    for row in rows:  # runs in round order, for the paired ratios
+    result = _result(target, rows, key, length, rounds, start)
+    if use_cache:
+        _store(result, facts, rows, progress)
+    return result
+
+
+def _with_settings(target: Target, **settings: Any) -> Target:
+    """`target` with these settings over its config's."""
+    return dataclasses.replace(target, config={**target.config, **settings})
+
+
+def _listed(
+    target: Target,
+    backends: Sequence[str] | None,
+    env: dict[str, str],
+    timeout_s: float,
+    progress: Callable[[str], Any],
+) -> list[Contender]:
+    """:func:`contenders` for `target`, each backend's devices asked in a fresh process."""
+    asked: list[str] = []
+
+    def probe(name: str) -> Any:
+        if not asked:  # once, after the backends named were checked
+            progress("backends: asking each backend which devices it sees (a process each)")
+        asked.append(name)
+        return probe_devices(name, env, min(timeout_s, 300.0))
+
+    return contenders(_device(target), backends, probe=probe)
+
+
+def _device(target: Target) -> str | None:
+    """The device `target`'s config asks for; None for ``auto`` (each backend's own)."""
+    device = str(target.config.get("device") or "auto").strip().lower()
+    return None if device == "auto" else device
+
+
+def _result(
+    target: Target, rows: list[Row], key: str, length: int, rounds: int, start: float
+) -> BackendsResult:
+    """The comparison's result: the runs in round order (for the paired ratios), the pick."""
+    for row in rows:
         row.runs.sort(key=lambda f: f["round"])
     best, why = choose(rows)
-    result = BackendsResult(
+    return BackendsResult(
         target, rows, best, key, length, rounds, time.perf_counter() - start, False, why
     )
+
+
+def _store(
+    result: BackendsResult,
+    facts: dict[str, Any],
+    rows: Sequence[Row],
+    progress: Callable[[str], Any],
+) -> None:
+    """Caches `result`, unless a signal or the timeout ended one of its runs."""
     interrupted = sum(row.interrupted for row in rows)
-    if use_cache and interrupted:
+    if interrupted:
         progress(
             f"backends: not cached: {interrupted} run(s) ended by a signal or the timeout "
             "measured nothing; run again for an answer to keep"
         )
-    elif use_cache and not _CACHE.put(result.key, facts, result.to_dict()):
+    elif not _CACHE.put(result.key, facts, result.to_dict()):
         progress(f"backends: not cached: cannot write {_CACHE.path} (set TOOLKIT_CACHE_DIR)")
-    return result
 
 
 def _rounds(
@@ -459,21 +505,17 @@ def _rounds(
     return len(ran)
 
 
-def run_steps(steps: int, listed: Sequence[Contender], flags: Sequence[str]) -> int:
+def run_steps(steps: int, listed: Sequence[Contender], target: Target) -> int:
     """How many steps each of `listed` trains in :func:`compare`: the same for all, since
     their final losses are compared (a contender with 256 steps a call that trained 1280
     steps, against 200 for the others, ended at a loss 75 % lower and was turned away as
     computing something else). At least `steps` and 5 calls of the longest call (the first
-    call, a warm-up and timed ones), a whole number of every contender's calls (steps per
-    execution × fused steps, from its settings, else `flags`)."""
+    call, a warm-up and timed ones), a whole number of every contender's calls (its
+    candidate's steps per call: its settings over `target`'s config)."""
+    own = {k: target.config[k] for k in SEARCHED if target.config.get(k) is not None}
 
     def per_call(c: Contender) -> int:
-        n = 1
-        for name in ("steps_per_execution", "fused_steps"):
-            value = tk_flags.flag_value(c.settings, name) or tk_flags.flag_value(flags, name)
-            with contextlib.suppress(TypeError, ValueError):
-                n *= max(1, int(value))  # type: ignore[arg-type]
-        return n
+        return Candidate(**{**own, **dict(c.settings)}).per_call
 
     return _common_length(steps, [per_call(c) for c in listed])
 
@@ -484,16 +526,16 @@ def _common_length(steps: int, calls: Sequence[int]) -> int:
     return whole_calls(max(steps, 5 * max(calls)), math.lcm(*calls))
 
 
-def tuned_settings(result: dict[str, Any]) -> tuple[str, ...]:
-    """The recipe flags of a ``TuneResult.to_dict()``'s winner; ``()`` when the winner is the
-    search's defaults (its first trial): the same run as the backend's plain contender, which
-    must not stand in the final twice (two identical contenders in fresh processes can measure
-    far apart: a pick between them would be a pick of noise)."""
-    best = Candidate(**result["best"])
+def tuned_settings(result: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The settings of a ``TuneResult.to_dict()``'s winner, as ``(name, value)`` pairs; ``()``
+    when the winner is the search's defaults (its first trial): the same run as the backend's
+    plain contender, which must not stand in the final twice (two identical contenders in
+    fresh processes can measure far apart: a pick between them would be a pick of noise)."""
+    best = Candidate.from_dict(result["best"])
     trials = result.get("trials") or []
-    if trials and Candidate(**trials[0]["candidate"]) == best:
+    if trials and Candidate.from_dict(trials[0]["candidate"]) == best:
         return ()
-    return tuple(best.flags().split())
+    return tuple((k, v) for k, v in best.values().items() if v is not None)
 
 
 def tune_across(
@@ -517,44 +559,18 @@ def tune_across(
     """
     from toolkit.search.tune import check_budget
 
+    target = Target.of(target)
     check_budget(budget_s)  # refused as --tune_budget is, before any process starts
     progress = progress or tk_progress.say
     start = time.perf_counter()
     env = dict(os.environ)
     listed = contenders(
-        target.flags, backends, probe=lambda b: probe_devices(b, env, min(timeout_s, 300.0))
+        _device(target), backends, probe=lambda b: probe_devices(b, env, min(timeout_s, 300.0))
     )
-    overheads: list[float] = []  # each child's seconds beyond its search: start-up, build
-    runs: list[float] = []  # what one run of the final costs, estimated from each child
+    searches = _Searches(target, budget_s, len(listed), env, timeout_s, progress, start)
     tuned = [Contender(c.backend, c.device) for c in listed]  # Keras's defaults, the first first
-    for i, c in enumerate(listed):
-        # What is left of the searches' part, shared by the searches still to run, less what a
-        # child spends outside its search (measured on the ones before): the budget holds
-        # whatever the device probes, the earlier children and the final's least round take.
-        share = search_share(
-            time.perf_counter() - start, budget_s, len(listed) - i, overheads, runs,
-            finalists=2 * len(listed),
-        )  # fmt: skip
-        t0 = time.perf_counter()
-        progress(f"tune {c.label()}: searching, a fresh process ({share:.0f} s budget)")
-        spec = ChildSpec("tune", target, c.backend, c.device, budget_s=round(share))
-        found = run_child(spec, env, timeout_s, progress, prefix=f"  {c.label()} ")
-        wall = time.perf_counter() - t0
-        overheads.append(max(wall - share, 0.0))
-        run = final_run_estimate(found, wall, steps)
-        if run is not None:
-            runs.append(run)
-        if not found.get("best"):
-            why = found.get("error") or "no result"
-            progress(f"tune {c.label()}: failed ({why}); its Keras defaults stay a contender")
-            settings: tuple[str, ...] = ()
-        else:
-            settings = tuned_settings(found)
-            progress(
-                f"tune {c.label()}: {' '.join(settings) or 'Keras defaults'} "
-                f"({time.perf_counter() - t0:.0f} s of {share:.0f})"
-            )
-        contender = Contender(c.backend, c.device, settings)
+    for c in listed:
+        contender = searches.run(c, steps)
         if contender not in tuned:
             tuned.append(contender)
     left = max(budget_s - (time.perf_counter() - start), 0.0)
@@ -570,6 +586,57 @@ def tune_across(
             f"(a fresh process each); raise --tune_budget to give the searches more"
         )
     return result
+
+
+class _Searches:
+    """:func:`tune_across`'s searches, one fresh process per contender, each given its share
+    of the budget as it starts (:func:`search_share`): what is left of the searches' part,
+    shared by the searches still to run, less what a child spends outside its search
+    (measured on the ones before). The budget holds whatever the device probes, the earlier
+    children and the final's least round take."""
+
+    def __init__(
+        self,
+        target: Target,
+        budget_s: float,
+        count: int,
+        env: dict[str, str],
+        timeout_s: float,
+        progress: Callable[[str], Any],
+        start: float,
+    ) -> None:
+        self.target, self.budget_s, self.count, self.env = target, budget_s, count, env
+        self.timeout_s, self.progress, self.start = timeout_s, progress, start
+        self.overheads: list[float] = []  # each child's seconds beyond its search
+        self.runs: list[float] = []  # what one run of the final costs, estimated by each
+        self.done = 0
+
+    def run(self, c: Contender, steps: int) -> Contender:
+        """`c` with the settings its search picked (none: its Keras defaults)."""
+        share = search_share(
+            time.perf_counter() - self.start, self.budget_s, self.count - self.done,
+            self.overheads, self.runs, finalists=2 * self.count,
+        )  # fmt: skip
+        self.done += 1
+        t0 = time.perf_counter()
+        self.progress(f"tune {c.label()}: searching, a fresh process ({share:.0f} s budget)")
+        spec = ChildSpec("tune", c.backend, c.device, self.target, budget_s=round(share))
+        found = run_child(spec, self.env, self.timeout_s, self.progress, f"  {c.label()} ")
+        wall = time.perf_counter() - t0
+        self.overheads.append(max(wall - share, 0.0))
+        run = final_run_estimate(found, wall, steps)
+        if run is not None:
+            self.runs.append(run)
+        if not found.get("best"):
+            why = found.get("error") or "no result"
+            self.progress(f"tune {c.label()}: failed ({why}); its Keras defaults stay a contender")
+            return Contender(c.backend, c.device)
+        tuned = Contender(c.backend, c.device, tuned_settings(found))
+        self.progress(
+            f"tune {c.label()}: {tuned.settings_words() or 'Keras defaults'} "
+            f"({time.perf_counter() - t0:.0f} s of {share:.0f})"
+        )
+        return tuned
 
 
 def search_share(

@@ -340,78 +340,138 @@ def diagnose(
     Raises:
         toolkit.runner.train.SetupError: a setting or data that cannot work.
     """
-    from toolkit.data import describe_pipeline
 
     # The step alone first: a Task's workload selects the device before anything else starts
     # TensorFlow's runtime.
     auto, steps = steps is None, DEFAULT_STEPS if steps is None else steps
     with workload(target, data, config) as work:
-        config = work.config
-        per_call = work.per_call
-        warmup = max(1, min(config.warmup_steps, 10))
-        total = whole_calls(warmup + 1 + steps, per_call)
+        measured = _Measurements(work, steps)
+        measured.step_alone()
+        measured.input_alone()
+        windows = measured.windows() if auto else measured.unsized()
+        measured.real_fit_then_both_again(windows)
+        measured.xprof_trace()
+        measured.tuned = _tuned(work)
+    found = measured.conclude(devices_found)
+    found.ledger = ledger_of(ledger)
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class _Windows:
+    """The timed fits' lengths, in steps: the step alone's and the real fit's; `probe`: the
+    step alone's first run only sized them, so it is measured twice more and not kept."""
+
+    alone_total: int
+    fit_total: int
+    probe: bool = False
+
+
+class _Measurements:
+    """A diagnosis's measurements of one workload, one phase per method, called in the order
+    :func:`diagnose` takes them: each phase reads what the ones before it measured (the
+    windows are sized from the first two rates), so their state is kept here, not passed."""
+
+    def __init__(self, work: Any, steps: int) -> None:
+        self.work, self.steps = work, steps
+        self.per_call = work.per_call
+        self.warmup = max(1, min(work.config.warmup_steps, 10))
+        self.total = whole_calls(self.warmup + 1 + steps, self.per_call)
+        self.compute: Any = None  # the step alone's report
+        self.dataset: Any = None  # the pipeline measured, alone and in the real fit
+        self.pipeline: Any = None  # the input alone's benchmark
+        self.words: str | None = None  # the adapter's words for it (None: the pipeline's own)
+        self.fit: Any = None  # the real fit's report
+        self.trace: dict[str, Any] | None = None
+        self.tuned: Tuned | None = None
+
+    def step_alone(self) -> None:
+        """1/3: the step alone on one batch repeated, the upper bound for this model here."""
+        total = self.total
         say(f"diagnose: 1/3 the train step alone, {total} steps on one batch (the first compiles)")
-        compute = work.fit(steps=total, warmup=warmup, one_batch=True)
-        dataset = work.pipeline()
-        say(f"diagnose: 2/3 the input pipeline alone, {steps} batches")
-        pipeline, words = _input_alone(work, dataset, steps)
+        self.compute = self.work.fit(steps=total, warmup=self.warmup, one_batch=True)
+
+    def input_alone(self) -> None:
+        """2/3: the input pipeline alone, as fast as it makes batches."""
+        self.dataset = self.work.pipeline()
+        say(f"diagnose: 2/3 the input pipeline alone, {self.steps} batches")
+        self.pipeline, self.words = _input_alone(self.work, self.dataset, self.steps)
+
+    def unsized(self) -> _Windows:
+        """The windows as the steps given: one length for both, no probe."""
+        return _Windows(self.total, self.total)
+
+    def windows(self) -> _Windows:
+        """Windows sized from the two rates measured alone, long enough to hold still on a
+        shared machine; the input alone is measured again where its window grew."""
         # Windows long enough to hold still on a shared machine (unless you gave `steps`):
         # 40 steps of a 4 ms step are 0.16 s, and one scheduler hiccup in either of two such
         # windows moved a fit from 0.92× the step alone to 0.71×. Each part is measured again
         # over MIN_WINDOW_S at its own measured rate, the real fit at the slower of the two.
-        alone_total = fit_total = total
-        probe = False  # the step alone's first run only sized the windows: it is not kept
-        if auto and compute.steps.timed_steps and compute.steps.mean_s:
-            step_rate, batch_rate = 1.0 / compute.steps.mean_s, pipeline.batches_per_sec
-            if _window(batch_rate) > steps:
-                pipeline, words = _input_alone(work, dataset, _window(batch_rate))
-            probe = _window(step_rate) > steps
-            alone_total = whole_calls(warmup + 1 + max(steps, _window(step_rate)), per_call)
-            fit_steps = max(steps, _window(min(step_rate, batch_rate)))
-            fit_total = whole_calls(warmup + 1 + fit_steps, per_call)
+        steps, warmup, per_call = self.steps, self.warmup, self.per_call
+        if not (self.compute.steps.timed_steps and self.compute.steps.mean_s):
+            return self.unsized()
+        step_rate, batch_rate = 1.0 / self.compute.steps.mean_s, self.pipeline.batches_per_sec
+        if _window(batch_rate) > steps:
+            self.pipeline, self.words = _input_alone(self.work, self.dataset, _window(batch_rate))
+        # The step alone's first run only sized the windows where its own grew: it is not kept.
+        probe = _window(step_rate) > steps
+        alone_total = whole_calls(warmup + 1 + max(steps, _window(step_rate)), per_call)
+        fit_steps = max(steps, _window(min(step_rate, batch_rate)))
+        return _Windows(alone_total, whole_calls(warmup + 1 + fit_steps, per_call), probe)
+
+    def real_fit_then_both_again(self, windows: _Windows) -> None:
+        """3/3: the real fit, then the step alone and the real fit again, now warm; each
+        keeps its faster run."""
+        work, warmup = self.work, self.warmup
+        alone_total, fit_total = windows.alone_total, windows.fit_total
         say(f"diagnose: 3/3 the real fit, {fit_total} steps, then both again")
         fit = work.fit(steps=fit_total, warmup=warmup)
         # The step alone and the real fit once more each, now that the process is warm: a
         # first fit's steps after its compile still run cold (JAX's step alone ran at 0.44×
         # of a later run's). Each keeps its faster run, so the two are compared as warm.
         again = work.fit(steps=alone_total, warmup=warmup, one_batch=True)
-        compute = again if probe else _faster(compute, again)
-        fit = _faster(fit, work.fit(steps=fit_total, warmup=warmup))
-        if probe:  # the first only sized the windows: the faster of two, as the fit's
+        compute = again if windows.probe else _faster(self.compute, again)
+        self.fit = _faster(fit, work.fit(steps=fit_total, warmup=warmup))
+        if windows.probe:  # the first only sized the windows: the faster of two, as the fit's
             compute = _faster(compute, work.fit(steps=alone_total, warmup=warmup, one_batch=True))
+        self.compute = compute
+
+    def xprof_trace(self) -> None:
+        """XProf's reading of a few traced steps of a fit (None where XProf is missing)."""
         # XProf's reading comes from a short fit of its own: the trace's edges wait for the
         # device, and in the timed fit that wait would leave the queued steps' device time
         # out of the timed window where the host runs ahead (JAX: 1.3× the fit's real rate).
+        work, per_call = self.work, self.per_call
         traced = whole_calls(TRACE_STEPS, per_call)
         with _fit_trace(per_call, traced) as tracing:
             if tracing:
                 work.fit(steps=per_call + traced, warmup=0, callbacks=tracing)
-            trace = _read_trace(tracing, work.defaults().steps_per_execution)
-        tuned = _tuned(work)
-    described = work.described if words is None else words
-    if not work.is_model:
-        described += f": {describe_pipeline(dataset)}"
-    settings = work.settings()
-    found = _conclude(
-        # Rates per training step (a fused batch holds fused_steps steps' examples).
-        input_rate=pipeline.batches_per_sec * settings["fused_steps"],
-        compute=compute.steps,
-        fit=fit.steps,
-        dataset=dataset,
-        described=described,
-        settings=settings,
-        batch_size=work.batch_size,
-        device_kind=work.device.kind,
-        steps=steps,
-        devices_found=devices_found,
-        trace=trace,
-        adapter=work.adapter,
-        input_workers=work.input_workers,
-        python=work.is_model,
-        tuned=tuned,
-    )
-    found.ledger = ledger_of(ledger)
-    return found
+            self.trace = _read_trace(tracing, work.defaults().steps_per_execution)
+
+    def conclude(self, devices_found: Iterable[Any] | None) -> Diagnosis:
+        """The verdict and advice from what was measured, once the workload is put back."""
+        work = self.work
+        described = work.input_words(self.dataset) if self.words is None else self.words
+        settings = work.settings()
+        return _conclude(
+            # Rates per training step (a fused batch holds fused_steps steps' examples).
+            input_rate=self.pipeline.batches_per_sec * settings["fused_steps"],
+            compute=self.compute.steps,
+            fit=self.fit.steps,
+            dataset=self.dataset,
+            described=described,
+            settings=settings,
+            batch_size=work.batch_size,
+            device_kind=work.device.kind,
+            steps=self.steps,
+            devices_found=devices_found,
+            trace=self.trace,
+            adapter=work.adapter,
+            input_workers=work.input_workers,
+            python=work.applies_in_python,
+            tuned=self.tuned,
+        )
 
 
 def ledger_of(run: Any) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
-from toolkit.runner.config import SEARCHED_SETTINGS, Searched, flag_of
+from toolkit.runner.config import LOOP, SEARCHED_SETTINGS, Searched, as_flags
 
 __all__ = [
     "MIN_GAIN",
@@ -122,27 +122,34 @@ class _Candidate:
 
     @property
     def per_call(self) -> int:
-        """Training steps in one call of the compiled function."""
+        """Training steps in one call of the compiled function: the product of its loops."""
         calls = 1
-        for name in LOOPS:
-            calls *= getattr(self, name, 1)
+        for name, how in self.SEARCHED:
+            if how.role == LOOP:
+                calls *= getattr(self, name) or 1
         return calls
+
+    def values(self) -> dict[str, Any]:
+        """Each searched setting's value, by name (None: the config's own)."""
+        return {name: getattr(self, name) for name, _how in self.SEARCHED}
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON holds it (what crosses to a fresh process)."""
+        return self.values()
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Any:
+        """The candidate :meth:`to_dict` wrote (names it does not search are refused)."""
+        return cls(**values)
 
     def compile_kwargs(self) -> dict[str, Any]:
         """The ``model.compile`` arguments that select these settings for your own model."""
         return {name: getattr(self, name) for name, how in self.SEARCHED if how.compile_arg}
 
     def flags(self) -> str:
-        """The recipe flags that select these settings (a setting left at None: the
-        config's, no flag)."""
-        out = []
-        for name, _how in self.SEARCHED:
-            value, flag = getattr(self, name), flag_of(name)
-            if value is None:
-                continue
-            out.append(f"--{'' if value else 'no'}{flag}" if isinstance(value, bool)
-                       else f"--{flag}={value}")  # fmt: skip
-        return " ".join(out)
+        """The recipe flags that select these settings, for people to read (a setting left
+        at None: the config's, no flag)."""
+        return as_flags(self.values())
 
     def label(self) -> str:
         shown = (how.label(getattr(self, name)) for name, how in self.SEARCHED)
@@ -270,10 +277,6 @@ def choose(trials: Sequence[Trial], min_gain: float = MIN_GAIN) -> Candidate:
     return defaults.candidate
 
 
-LOOPS = ("steps_per_execution", "fused_steps")  # knobs that cut per-step overhead
-# The other knobs, in the order the search sets them: XLA first (it moves the step most, and
-# what it fuses changes what a precision costs), then precision, then the batch size.
-KNOBS = ("jit_compile", "precision", "batch_size")
 # A shorter steps_per_execution is not measured where the per-call overhead (estimated from
 # the defaults and the corner) says it would be slower by more than this: that loop changes
 # no per-step work, so only noise could make it win. (Where the corner's gain came from
@@ -368,12 +371,14 @@ def search(
     """
     state = _Search(measure, space, budget_s, clock, progress, first, spent_s, shown_budget_s)
     axes = dict(space.axes())
-    loops = [name for name in LOOPS if len(axes.get(name, ())) > 1]
+    # The roles and the order are the settings table's (toolkit.runner.config.Searched).
+    loops = [name for name, how in space.SEARCHED if how.role == LOOP and len(axes[name]) > 1]
     state.corner(loops, axes)
-    knobs = sorted(
-        (name for name, _ in space.axes() if name not in loops),
-        key=lambda n: KNOBS.index(n) if n in KNOBS else len(KNOBS),
-    )
+    knobs = [
+        name
+        for name, how in sorted(space.SEARCHED, key=lambda item: item[1].order)
+        if how.role != LOOP
+    ]
     for _ in range(passes):
         before = state.best.candidate
         state.knobs(knobs, axes)

@@ -5,8 +5,8 @@ on a cold machine, the finalists stay built and warm, and a short window in a lo
 process sees none of what a new run pays. On a mixup pipeline the search's head-to-head said
 1.74× where alternating fresh-process runs measured 1.20×. So before a pick is cached,
 :func:`confirm_fresh` runs the defaults and the pick in new processes (``python -m
-toolkit._child``, the backends chooser's entry point: the same recipe flags or
-``module:function``, each setting as a flag), alternating them in rounds
+toolkit._child``, the backends chooser's entry point: the same recipe and settings, or
+``module:function``, and the candidate, as one typed spec), alternating them in rounds
 (``rounds.interleaved_rounds``), and judges them by the one never-slower rule
 (``rounds.decide``): the pick stays only when it beat the defaults in most rounds by more than
 ``MIN_GAIN`` and was faster in every one of them (a pick that lost a fresh round is not yet
@@ -146,46 +146,15 @@ def confirm_fresh(
         words)``; the defaults stand when the pick's median gain is not above ``MIN_GAIN``,
         when it lost any round, or when no round measured both.
     """
-    from toolkit.search._processes import ChildSpec, run_child
-
-    # The searching process still holds its device memory: a child must take only what it
-    # needs (JAX would otherwise reserve 75 % of a GPU up front and fail on what is left).
-    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-
-    def child(candidate: Candidate, _round: int) -> dict[str, Any]:
-        n = steps[candidate] if isinstance(steps, Mapping) else steps
-        spec = ChildSpec(
-            "figures", target, backend, device, tuple(candidate.flags().split()), steps=n
-        )
-        return run_child(spec, env, FRESH_TIMEOUT_S)
-
-    run = runner or child
-    errors: list[str] = []
-
-    def measure(candidate: Candidate, r: int) -> float:
-        figures = run(candidate, r)
-        rate = figures.get("examples_per_sec")
-        if figures.get("interrupted") and interrupted is not None:
-            interrupted.append(candidate.label())
-        if not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
-            errors.append(f"{candidate.label()}: {figures.get('error') or 'no timed steps'}")
-            raise RuntimeError(errors[-1])
-        if progress is not None:
-            progress(
-                f"[fresh round {r + 1} of ≤{rounds}] {candidate.label()}: {rate:,.1f} examples/s"
-            )
-        return float(rate)
-
-    def settled(done: list[dict[Candidate, float]]) -> bool:
-        # A pick that failed where the defaults ran cannot be confirmed: no more rounds.
-        lost = pick not in done[-1] and defaults in done[-1]
-        return lost or known(paired_ratios(done, defaults, pick))
-
-    done, _ = interleaved_rounds([defaults, pick], measure, max_rounds=rounds, settled=settled)
+    child = _child_runner(target, backend=backend, device=device, steps=steps)
+    fresh = _FreshRounds(runner or child, defaults, pick, rounds, progress, interrupted)
+    done, _ = interleaved_rounds(
+        [defaults, pick], fresh.measure, max_rounds=rounds, settled=fresh.settled
+    )
     gain = Gain.of(paired_ratios(done, defaults, pick), FRESH)
     labelled = [{c.label(): rate for c, rate in got.items()} for got in done]
     if gain is None:
-        last = f" ({errors[-1]})" if errors else ""
+        last = f" ({fresh.errors[-1]})" if fresh.errors else ""
         return defaults, None, labelled, (
             f"the pick could not be measured against the defaults in fresh processes{last}: "
             "the defaults stay"
@@ -196,3 +165,64 @@ def confirm_fresh(
     return defaults, gain, labelled, (
         f"not confirmed in fresh processes ({pick.label()}: {gain.words()}): the defaults stay"
     )  # fmt: skip
+
+
+def _child_runner(
+    target: Any, *, backend: str, device: str, steps: int | Mapping[Candidate, int]
+) -> Callable[[Candidate, int], dict[str, Any]]:
+    """The default runner of :func:`confirm_fresh`: ``(candidate, round)`` runs `candidate`
+    on `target` in a new ``python -m toolkit._child`` process and returns its figures."""
+    from toolkit.search._processes import ChildSpec, run_child
+
+    # The searching process still holds its device memory: a child must take only what it
+    # needs (JAX would otherwise reserve 75 % of a GPU up front and fail on what is left).
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+    def child(candidate: Candidate, _round: int) -> dict[str, Any]:
+        n = steps[candidate] if isinstance(steps, Mapping) else steps
+        spec = ChildSpec("figures", backend, device, target, candidate.to_dict(), steps=n)
+        return run_child(spec, env, FRESH_TIMEOUT_S)
+
+    return child
+
+
+class _FreshRounds:
+    """The defaults and the pick's fresh rounds, as :func:`interleaved_rounds` calls them:
+    `measure` turns one run's figures into its rate (a run without one raises, so it has no
+    result that round, and its error is kept for the words), and `settled` ends the rounds
+    once :func:`known` says they settle it."""
+
+    def __init__(
+        self,
+        run: Callable[[Candidate, int], dict[str, Any]],
+        defaults: Candidate,
+        pick: Candidate,
+        rounds: int,
+        progress: Callable[[str], Any] | None,
+        interrupted: list[str] | None,
+    ) -> None:
+        self.run, self.defaults, self.pick, self.rounds = run, defaults, pick, rounds
+        self.progress, self.interrupted = progress, interrupted
+        self.errors: list[str] = []
+
+    def measure(self, candidate: Candidate, r: int) -> float:
+        """`candidate`'s rate in round `r`, said; raises where its run measured none."""
+        figures = self.run(candidate, r)
+        rate = figures.get("examples_per_sec")
+        if figures.get("interrupted") and self.interrupted is not None:
+            self.interrupted.append(candidate.label())
+        if not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
+            self.errors.append(f"{candidate.label()}: {figures.get('error') or 'no timed steps'}")
+            raise RuntimeError(self.errors[-1])
+        if self.progress is not None:
+            self.progress(
+                f"[fresh round {r + 1} of ≤{self.rounds}] {candidate.label()}: "
+                f"{rate:,.1f} examples/s"
+            )
+        return float(rate)
+
+    def settled(self, done: list[dict[Candidate, float]]) -> bool:
+        """Whether the rounds so far end them: the pick lost the latest, or they are known."""
+        # A pick that failed where the defaults ran cannot be confirmed: no more rounds.
+        lost = self.pick not in done[-1] and self.defaults in done[-1]
+        return lost or known(paired_ratios(done, self.defaults, self.pick))

@@ -72,56 +72,16 @@ def confirm(
     defaults = trials[0]
     if defaults.examples_per_sec is None:
         return choose(trials, min_gain), [], "the defaults failed: the fastest measured", False
-    finalists = sorted(
-        (t for t in trials[1:] if t.examples_per_sec and t.examples_per_sec > defaults.rates[0]),
-        key=order,
-        reverse=True,
-    )[:FINALISTS]
-    # A runner-up far behind the leader cannot overtake it on noise: not measured again.
-    lead = finalists[0].rates[0] if finalists else 0.0
-    finalists = [t for t in finalists if t.rates[0] >= NEAR_LEADER * lead]
+    finalists = _finalists(defaults, trials)
     if not finalists:  # (the filter keeps the leader: empty only when nothing beat them)
         return defaults.candidate, [], "nothing beat the defaults in the search", False
-    group = {t.candidate: t for t in (defaults, *finalists)}
-    base = defaults.candidate
-    verdict = Verdict(base, None, None, 0, 0)
-    why = ""
-
-    def again(candidate: Candidate, r: int) -> float:
-        t0 = clock()
-        rate = float(measure(candidate))
-        group[candidate].add(rate, clock() - t0)
-        if progress is not None:
-            progress(
-                f"[head to head {r + 1} | {clock() - start:.0f}/{budget_s:.0f} s] "
-                f"{candidate.label()}: {rate:,.1f} examples/s"
-            )
-        return rate
-
-    def cost(r: int) -> float:
-        return sum(t.seconds / max(1, len(t.rates)) for t in group.values())
-
-    def settled(rounds: list[dict[Candidate, float]]) -> bool:
-        nonlocal verdict, why
-        previous = verdict.pick
-        verdict = decide(base, group, rounds, min_gain=min_gain)
-        why = _why(verdict, min_gain)
-        if len(rounds) >= 2 and verdict.pick == previous:
-            return True
-        if (
-            len(rounds) == 1
-            and verdict.pick != base
-            and _decisive(
-                defaults, verdict.pick, trials, {c.label(): v for c, v in rounds[0].items()}
-            )
-        ):
-            why += f" (by > {DECISIVE_GAIN:.0%} in the search and head to head: one round)"
-            return True
-        return False
-
+    head = _HeadToHead(
+        measure, defaults, finalists, trials, budget_s=budget_s, min_gain=min_gain,
+        clock=clock, start=start, progress=progress,
+    )  # fmt: skip
     rounds, exhausted = interleaved_rounds(
-        list(group), again, max_rounds=MAX_ROUNDS, budget_s=budget_s, round_cost=cost,
-        settled=settled, clock=clock, spent_s=clock() - start,
+        list(head.group), head.again, max_rounds=MAX_ROUNDS, budget_s=budget_s,
+        round_cost=head.cost, settled=head.settled, clock=clock, spent_s=clock() - start,
     )  # fmt: skip
     if not rounds:
         return choose(trials, UNCONFIRMED_GAIN), [], (
@@ -129,7 +89,88 @@ def confirm(
             f"defaults by > {UNCONFIRMED_GAIN:.0%} in its one window"
         ), exhausted  # fmt: skip
     labelled = [{c.label(): rate for c, rate in got.items()} for got in rounds]
-    return verdict.pick, labelled, why, exhausted
+    return head.verdict.pick, labelled, head.why, exhausted
+
+
+def _finalists(defaults: Trial, trials: Sequence[Trial]) -> list[Trial]:
+    """The search's :data:`FINALISTS` fastest that beat the defaults, fastest first, and near
+    enough the leader (:data:`NEAR_LEADER`) that the rounds could change the order: only
+    these are worth a head-to-head window each."""
+    finalists = sorted(
+        (t for t in trials[1:] if t.examples_per_sec and t.examples_per_sec > defaults.rates[0]),
+        key=order,
+        reverse=True,
+    )[:FINALISTS]
+    # A runner-up far behind the leader cannot overtake it on noise: not measured again.
+    lead = finalists[0].rates[0] if finalists else 0.0
+    return [t for t in finalists if t.rates[0] >= NEAR_LEADER * lead]
+
+
+class _HeadToHead:
+    """The head-to-head rounds of :func:`confirm`, as :func:`interleaved_rounds` calls them:
+    `again` measures one entrant (its trial keeps the rate), `cost` estimates a round, and
+    `settled` decides after each. The verdict and its words after the latest round are kept
+    here: whether the rounds settle depends on the verdict before it."""
+
+    def __init__(
+        self,
+        measure: Callable[[Candidate], float],
+        defaults: Trial,
+        finalists: Sequence[Trial],
+        trials: Sequence[Trial],
+        *,
+        budget_s: float,
+        min_gain: float,
+        clock: Callable[[], float],
+        start: float,
+        progress: Callable[[str], Any] | None,
+    ) -> None:
+        self.measure, self.defaults, self.trials = measure, defaults, trials
+        self.budget_s, self.min_gain, self.clock, self.start = budget_s, min_gain, clock, start
+        self.progress = progress
+        self.group = {t.candidate: t for t in (defaults, *finalists)}
+        self.base = defaults.candidate
+        self.verdict = Verdict(self.base, None, None, 0, 0)
+        self.why = ""
+
+    def again(self, candidate: Candidate, r: int) -> float:
+        """`candidate` measured once more in round `r`, added to its trial, and said."""
+        clock = self.clock
+        t0 = clock()
+        rate = float(self.measure(candidate))
+        self.group[candidate].add(rate, clock() - t0)
+        if self.progress is not None:
+            self.progress(
+                f"[head to head {r + 1} | {clock() - self.start:.0f}/{self.budget_s:.0f} s] "
+                f"{candidate.label()}: {rate:,.1f} examples/s"
+            )
+        return rate
+
+    def cost(self, r: int) -> float:
+        """A round's seconds: every entrant's mean window so far."""
+        return sum(t.seconds / max(1, len(t.rates)) for t in self.group.values())
+
+    def settled(self, rounds: list[dict[Candidate, float]]) -> bool:
+        """Whether the rounds so far settle the pick: the same two rounds running, or one
+        round that agrees with a decisive search (:func:`_decisive`)."""
+        previous = self.verdict.pick
+        self.verdict = decide(self.base, self.group, rounds, min_gain=self.min_gain)
+        self.why = _why(self.verdict, self.min_gain)
+        if len(rounds) >= 2 and self.verdict.pick == previous:
+            return True
+        if (
+            len(rounds) == 1
+            and self.verdict.pick != self.base
+            and _decisive(
+                self.defaults,
+                self.verdict.pick,
+                self.trials,
+                {c.label(): v for c, v in rounds[0].items()},
+            )
+        ):
+            self.why += f" (by > {DECISIVE_GAIN:.0%} in the search and head to head: one round)"
+            return True
+        return False
 
 
 def _why(verdict: Verdict, min_gain: float) -> str:

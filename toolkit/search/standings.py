@@ -17,6 +17,7 @@ from typing import Any
 
 from toolkit.core import _extras as extras
 from toolkit.core.files import atomic_write
+from toolkit.runner.config import as_flags
 from toolkit.search.engine import MIN_GAIN
 from toolkit.search.rounds import paired_ratios
 
@@ -34,23 +35,44 @@ class ChooserError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """What to train: a recipe (``recipe``) or ``module:function`` returning your compiled
-    model and batched data (``model_fn``), and the flags the runs get."""
+    """What to train, as a fresh process rebuilds it: a recipe (``recipe``, with ``params``,
+    the arguments of its ``build_task`` that differ from their defaults) or
+    ``module:function`` returning your compiled model and batched data (``model_fn``); and the
+    run's settings (``config``: ``TrainConfig.to_dict()``; empty: the defaults). Typed values,
+    never a command line: a child builds its task and config from these alone."""
 
     recipe: str | None = None
     model_fn: str | None = None
-    flags: tuple[str, ...] = ()
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    config: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def label(self) -> str:
         return f"recipe {self.recipe}" if self.recipe else f"--model_fn {self.model_fn}"
 
+    @property
+    def name(self) -> str:
+        """The recipe's name or ``module:function``."""
+        return str(self.recipe or self.model_fn)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"recipe": self.recipe, "model_fn": self.model_fn, "params": dict(self.params),
+                "config": dict(self.config)}  # fmt: skip
+
     @classmethod
-    def of(cls, what: Any, flags: Sequence[str] = ()) -> Target:
+    def from_dict(cls, d: Any) -> Target:
+        """Raises KeyError, TypeError (a malformed target)."""
+        return cls(d["recipe"], d["model_fn"], dict(d.get("params") or {}),
+                   dict(d.get("config") or {}))  # fmt: skip
+
+    @classmethod
+    def of(cls, what: Any, params: dict[str, Any] | None = None, config: Any = None) -> Target:
         """A Target from a recipe name, ``"module:function"``, or your model-building function
         itself (returning ``(compiled model, batched data)``; it must be importable by name:
-        defined at the top of a module, not in ``__main__``, the children import it)."""
+        defined at the top of a module, not in ``__main__``, the children import it); with a
+        recipe's `params` and a ``TrainConfig`` (or its dict) as `config`."""
         if isinstance(what, Target):
             return what
+        settings = config.to_dict() if hasattr(config, "to_dict") else dict(config or {})
         if callable(what):
             module, name = getattr(what, "__module__", None), getattr(what, "__qualname__", "")
             if not module or module == "__main__" or "<" in name:
@@ -58,29 +80,40 @@ class Target:
                     f"{name or what!r}: the runs import your function by name in fresh "
                     "processes: define it at the top of a module (not __main__, not nested)"
                 )
-            return cls(None, f"{module}:{name}", tuple(flags))
+            return cls(None, f"{module}:{name}", {}, settings)
         if isinstance(what, str) and ":" in what:
-            return cls(None, what, tuple(flags))
-        return cls(str(what), None, tuple(flags))
+            return cls(None, what, {}, settings)
+        return cls(str(what), None, dict(params or {}), settings)
 
 
 @dataclasses.dataclass(frozen=True)
 class Contender:
-    """One backend on one kind of device, optionally with tuned settings (recipe flags such
-    as ``--steps_per_execution=32``: ``tune --across_backends``)."""
+    """One backend on one kind of device, optionally with tuned settings (``(name, value)``
+    pairs of a search's ``Candidate``, such as ``steps_per_execution`` 32: ``tune
+    --across_backends``)."""
 
     backend: str
     device: str = "cpu"
-    settings: tuple[str, ...] = ()
+    settings: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "settings", tuple(self.settings))
+        pairs = self.settings.items() if isinstance(self.settings, dict) else self.settings
+        object.__setattr__(self, "settings", tuple((str(k), v) for k, v in pairs))
 
     def label(self) -> str:
         return f"{self.backend} {self.device}" + (" tuned" if self.settings else "")
 
     def flags(self) -> str:
-        return " ".join([f"--backend={self.backend}", f"--device={self.device}", *self.settings])
+        """How a user selects it, as flags to read (``--backend=jax --device=cpu ...``)."""
+        return as_flags({"backend": self.backend, "device": self.device, **dict(self.settings)})
+
+    def settings_words(self) -> str:
+        """Its tuned settings as the flags that select them (empty: Keras's defaults)."""
+        return as_flags(dict(self.settings))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "device": self.device,
+                "settings": [list(pair) for pair in self.settings]}  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -118,7 +151,7 @@ class Row:
         return sum(1 for r in self.runs if r.get("interrupted"))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"contender": dataclasses.asdict(self.contender), "runs": self.runs}
+        return {"contender": self.contender.to_dict(), "runs": self.runs}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Row:
@@ -156,9 +189,9 @@ class BackendsResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "target": dataclasses.asdict(self.target),
+            "target": self.target.to_dict(),
             "rows": [r.to_dict() for r in self.rows],
-            "best": dataclasses.asdict(self.best),
+            "best": self.best.to_dict(),
             "key": self.key,
             "steps": self.steps,
             "rounds": self.rounds,
@@ -170,10 +203,9 @@ class BackendsResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], cache_hit: bool = True) -> BackendsResult:
-        t = d["target"]
-        target = Target(t.get("recipe"), t.get("model_fn"), tuple(t.get("flags") or ()))
         return cls(
-            target, [Row.from_dict(r) for r in d["rows"]], Contender(**d["best"]), d["key"],
+            Target.from_dict(d["target"]), [Row.from_dict(r) for r in d["rows"]],
+            Contender(**d["best"]), d["key"],
             d["steps"], d["rounds"], d["seconds"], cache_hit, d.get("why", ""),
         )  # fmt: skip
 
@@ -210,7 +242,7 @@ class BackendsResult:
             if c == self.best:
                 notes.append("**chosen**")
             if c.settings:
-                notes.append(" ".join(c.settings))
+                notes.append(c.settings_words())
             if agrees is False:
                 notes.append(f"loss differs > {LOSS_RTOL:.0%}")
             if row.failed:

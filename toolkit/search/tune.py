@@ -257,107 +257,160 @@ def tune(
     (``engine.RunShape``, from ``config.epochs`` and the epoch's length).
     """
     check_budget(budget_s, steps)  # as the command line refuses them, before anything runs
-    start = time.perf_counter()
-    said_how_long = config is not None  # your model's run is as long as its config says
     fresh_target = _fresh_target(fresh)  # a bad one is refused now, not after the search
     # A Task's data is made once for the search, and its finalists stay built for the rounds.
     work = workload(target, data, config, resident=True, keep=FINALISTS)
-    config = work.config
-    defaults = work.defaults()
-    key, facts = cache_key(work)
-    run = work.run_shape()
-    length_known = said_how_long or not work.is_model  # a recipe's run is its config's
-
-    def measure(candidate: Candidate, calls: int = 3) -> float:
-        return work.rate(candidate, steps, calls)
-
-    # A bar of the budget's seconds on a terminal; the lines above it (or alone, in a log).
-    budget_bar = tk_progress.bar(round(budget_s), "tune", unit="s", enabled=progress is None)
-    say = progress or tk_progress.say
-
-    def report(line: str) -> None:
-        say(line)
-        budget_bar.advance_to(int(min(time.perf_counter() - start, budget_s)))  # whole seconds
-
+    run = _Tuning(
+        work, budget_s, steps, progress, length_known=work.length_known(config is not None)
+    )
     try:
-        if use_cache:
-            hit = cached(key)
-            why_not = run.why_not(hit.best) if hit is not None and run is not None else None
-            shallower = _shallower(key, budget_s) if hit is not None else None
-            if hit is not None and why_not is None and shallower is None:
-                report(f"tune: cached result for this model, input and machine ({key})")
-                return hit.applied_to(work)
-            if why_not is not None:
-                report("tune: the cached pick does not fit this run: searching")
-                report(f"  ({why_not})")  # its own line: each fits an 80-column terminal
-            elif shallower is not None:
-                report(f"tune: the cached search {shallower}: searching again")
-        work.prepare(steps)  # (your generator: read once here, replayed by every candidate)
+        hit = run.cached() if use_cache else None
+        if hit is not None:
+            return hit.applied_to(work)
+        trials, best, rounds, why, exhausted = run.search(space)
+    finally:
+        run.close()
+    result = run.settle(trials, best, rounds, why, exhausted, fresh_target)
+    if use_cache:
+        run.store(result)
+    return result.applied_to(work)
+
+
+class _Tuning:
+    """One :func:`tune`'s phases over its workload, in order: the cached answer, if it
+    answers this run; the search and its head-to-head rounds; the pick settled over the whole
+    run and in fresh processes; the answer cached. Holds what they share: the clock, the
+    budget, the progress lines and the bar of the budget's seconds (on a terminal)."""
+
+    def __init__(
+        self,
+        work: Workload,
+        budget_s: float,
+        steps: int,
+        progress: Callable[[str], Any] | None,
+        length_known: bool,
+    ) -> None:
+        self.work, self.budget_s, self.steps = work, budget_s, steps
+        self.start = time.perf_counter()
+        self.defaults = work.defaults()
+        self.key, self.facts = cache_key(work)
+        self.shape = work.run_shape()
+        self.length_known = length_known  # your model's run is as long as its config says
+        self.bar = tk_progress.bar(round(budget_s), "tune", unit="s", enabled=progress is None)
+        self.say = progress or tk_progress.say
+        self.interrupted: list[str] = []  # fresh runs a signal or the timeout ended
+
+    def report(self, line: str) -> None:
+        """A progress line, and the bar moved to the seconds spent (whole ones)."""
+        self.say(line)
+        self.bar.advance_to(int(min(time.perf_counter() - self.start, self.budget_s)))
+
+    def measure(self, candidate: Candidate, calls: int = 3) -> float:
+        return self.work.rate(candidate, self.steps, calls)
+
+    def close(self) -> None:
+        self.bar.close()
+        self.work.close()
+
+    def cached(self) -> TuneResult | None:
+        """The cached answer when it fits this run and came from a search no shallower."""
+        hit = cached(self.key)
+        if hit is None:
+            return None
+        why_not = self.shape.why_not(hit.best) if self.shape is not None else None
+        shallower = _shallower(self.key, self.budget_s)
+        if why_not is None and shallower is None:
+            self.report(f"tune: cached result for this model, input and machine ({self.key})")
+            return hit
+        if why_not is not None:
+            self.report("tune: the cached pick does not fit this run: searching")
+            self.report(f"  ({why_not})")  # its own line: each fits an 80-column terminal
+        else:
+            self.report(f"tune: the cached search {shallower}: searching again")
+        return None
+
+    def search(
+        self, space: Space | None
+    ) -> tuple[list[Trial], Candidate, list[dict[str, float]], str, bool]:
+        """The search in its share of the budget, then the head-to-head rounds in the rest:
+        ``(trials, pick, rounds, why, whether the budget ran out)``."""
+        work, budget_s = self.work, self.budget_s
+        work.prepare(self.steps)  # (your generator: read once here, replayed by every candidate)
         first = None
         if space is None:  # measure the defaults first: their step time shapes the space
-            say(f"tune: measuring the defaults first (budget {budget_s:.0f} s)")
-            first, space = _defaults_then_space(work, measure, budget_s, report)
-        if run is not None and space.run is None:  # only loops the run can time
-            space = dataclasses.replace(space, run=run)
+            self.say(f"tune: measuring the defaults first (budget {budget_s:.0f} s)")
+            first, space = _defaults_then_space(work, self.measure, budget_s, self.report)
+        if self.shape is not None and space.run is None:  # only loops the run can time
+            space = dataclasses.replace(space, run=self.shape)
+        own = (self.defaults, space.defaults())
 
         def searching(candidate: Candidate) -> float:
             # A run past the search's share of the budget stops after its current call
             # (the defaults always run whole: every pick is judged against them).
-            if candidate not in (defaults, space.defaults()):
-                work.deadline = start + budget_s * SEARCH_SHARE
-            return measure(candidate, calls=SEARCH_CALLS)  # finalists: 3 calls head to head
+            if candidate not in own:
+                work.deadline = self.start + budget_s * SEARCH_SHARE
+            return self.measure(candidate, calls=SEARCH_CALLS)  # finalists: 3 calls head to head
 
         trials, exhausted = search(
-            searching,
-            space,
-            budget_s=budget_s * SEARCH_SHARE,
-            progress=report,
-            first=first,
-            spent_s=time.perf_counter() - start,
-            shown_budget_s=budget_s,
-        )
-        work.deadline = start + budget_s
+            searching, space, budget_s=budget_s * SEARCH_SHARE, progress=self.report,
+            first=first, spent_s=time.perf_counter() - self.start, shown_budget_s=budget_s,
+        )  # fmt: skip
+        work.deadline = self.start + budget_s
         best, rounds, why, out_of_time = confirm(
-            measure,
-            trials,
-            budget_s=budget_s,
-            progress=report,
-            spent_s=time.perf_counter() - start,
-        )
-    finally:
-        budget_bar.close()
-        work.close()
-    for t in trials:
-        t.compile_s = work.compile_s(t.candidate)
-    batch = defaults.batch_size or work.batch_size or work.config.batch_size
-    steps_run = work.run_steps(defaults) if length_known else None
-    best, run_words, run_facts = whole_run_choice(trials, defaults, best, steps_run, batch)
-    why = f"{why}; {run_words}" if why and run_words else why or run_words
-    gain = _in_process_gain(rounds, defaults, best)
-    fresh_rounds: list[dict[str, float]] = []
-    interrupted: list[str] = []  # fresh runs a signal or the timeout ended
-    if best != defaults and fresh_target is not None:
-        best, gain, fresh_rounds, words = _confirm_fresh(
-            fresh_target, work, trials, defaults, best, steps, say, interrupted
-        )
-        why = f"{why}; {words}" if why else words
-    elif best != defaults:
-        words = f"not run in fresh processes ({_no_fresh(work)})"
-        why = f"{why}; {words}" if why else words
-    result = TuneResult(
-        best, trials, key, False, time.perf_counter() - start, exhausted or out_of_time,
-        rounds, why, gain, fresh_rounds, run_facts,
-    )  # fmt: skip
-    if use_cache and interrupted:
-        say(
-            f"tune: not cached: {len(interrupted)} fresh run(s) ended by a signal or the "
-            "timeout measured nothing; run again for an answer to keep"
-        )
-    elif use_cache:  # with the budget it had: a more thorough search is not answered by it
-        entry = {**result.to_dict(), "cache_hit": False, "budget_s": budget_s}
-        if not _CACHE.put(result.key, facts, entry):
-            say(f"tune: not cached: cannot write {_CACHE.path} (set TOOLKIT_CACHE_DIR)")
-    return result.applied_to(work)
+            self.measure, trials, budget_s=budget_s, progress=self.report,
+            spent_s=time.perf_counter() - self.start,
+        )  # fmt: skip
+        return trials, best, rounds, why, exhausted or out_of_time
+
+    def settle(
+        self,
+        trials: list[Trial],
+        best: Candidate,
+        rounds: list[dict[str, float]],
+        why: str,
+        exhausted: bool,
+        fresh_target: Any,
+    ) -> TuneResult:
+        """The pick over the whole run (a compile the run cannot pay back hands the defaults
+        back), then confirmed in fresh processes where the target can be rebuilt there."""
+        work, defaults = self.work, self.defaults
+        for t in trials:
+            t.compile_s = work.compile_s(t.candidate)
+        batch = defaults.batch_size or work.batch_size or work.config.batch_size
+        steps_run = work.run_steps(defaults) if self.length_known else None
+        best, run_words, run_facts = whole_run_choice(trials, defaults, best, steps_run, batch)
+        why = _joined(why, run_words)
+        gain = _in_process_gain(rounds, defaults, best)
+        fresh_rounds: list[dict[str, float]] = []
+        if best != defaults and fresh_target is not None:
+            best, gain, fresh_rounds, words = _confirm_fresh(
+                fresh_target, work, trials, defaults, best, self.steps, self.say,
+                self.interrupted,
+            )  # fmt: skip
+            why = _joined(why, words)
+        elif best != defaults:
+            why = _joined(why, f"not run in fresh processes ({work.fresh_words()})")
+        return TuneResult(
+            best, trials, self.key, False, time.perf_counter() - self.start, exhausted,
+            rounds, why, gain, fresh_rounds, run_facts,
+        )  # fmt: skip
+
+    def store(self, result: TuneResult) -> None:
+        """Caches `result` with the budget it had (a more thorough search is not answered
+        by it), unless a signal or the timeout ended one of its fresh runs."""
+        if self.interrupted:
+            self.say(
+                f"tune: not cached: {len(self.interrupted)} fresh run(s) ended by a signal or "
+                "the timeout measured nothing; run again for an answer to keep"
+            )
+            return
+        entry = {**result.to_dict(), "cache_hit": False, "budget_s": self.budget_s}
+        if not _CACHE.put(result.key, self.facts, entry):
+            self.say(f"tune: not cached: cannot write {_CACHE.path} (set TOOLKIT_CACHE_DIR)")
+
+
+def _joined(why: str, words: str) -> str:
+    return f"{why}; {words}" if why and words else why or words
 
 
 def whole_run_choice(
@@ -417,12 +470,6 @@ def _fresh_target(fresh: Any) -> Any:
     return Target.of(fresh)
 
 
-def _no_fresh(work: Workload) -> str:
-    if work.is_model:
-        return "your model lives in this process: give tune fresh='module:function' for that"
-    return "give tune fresh= the recipe's name and flags (a Target) for that"
-
-
 def _in_process_gain(
     rounds: list[dict[str, float]], defaults: Candidate, best: Candidate
 ) -> Gain | None:
@@ -478,7 +525,7 @@ def _defaults_then_space(
     space = default_space(
         work.device, step_s=(defaults.batch_size or work.config.batch_size) / rate
     )
-    return first, (_model_space(space, defaults) if work.is_model else space)
+    return first, work.space(space, defaults)
 
 
 def cache_key(work: Workload) -> tuple[str, dict[str, Any]]:
@@ -523,20 +570,6 @@ def cached(key: str) -> TuneResult | None:
         return TuneResult.from_dict(entry) if entry is not None else None
     except (KeyError, TypeError):
         return None
-
-
-def _model_space(space: Space, defaults: Candidate) -> Space:
-    """`space` cut to what a compiled model can change without a rebuild (its compile
-    arguments), with the model's own settings as each knob's first value (the defaults)."""
-
-    def first(value: Any, values: Sequence[Any]) -> tuple[Any, ...]:
-        return (value, *(v for v in values if v != value))
-
-    return Space(**{
-        name: first(getattr(defaults, name), values) if how.compile_arg
-        else (getattr(defaults, name),)
-        for (name, values), (_, how) in zip(space.axes(), SEARCHED_SETTINGS, strict=True)
-    })  # fmt: skip
 
 
 def autotune(task: Any, config: Any, **kwargs: Any) -> tuple[Any, TuneResult]:

@@ -31,7 +31,12 @@ from typing import Any
 from toolkit import backend
 from toolkit.core import compat
 from toolkit.core.stats import utilization, whole_calls
-from toolkit.runner.config import SEARCHED, SEARCHED_SETTINGS, TrainConfig
+from toolkit.runner.config import (
+    SEARCHED,
+    TrainConfig,
+    model_settings,
+    set_model_settings,
+)
 from toolkit.search._model_fit import (
     compile_cost,
     figures_of,
@@ -42,7 +47,7 @@ from toolkit.search._model_fit import (
     restore,
     snapshot,
 )
-from toolkit.search.engine import Candidate, RunShape, window_steps
+from toolkit.search.engine import Candidate, RunShape, Space, window_steps
 
 __all__ = [
     "ModelWorkload",
@@ -51,7 +56,6 @@ __all__ = [
     "workload",
 ]
 
-_COMPILE_ARGS = frozenset(name for name, how in SEARCHED_SETTINGS if how.compile_arg)
 LIVE_WINDOW_S = 0.25  # a kept finalist's window when measured again, at least (seconds)
 LIVE_PARAMS = 50_000_000  # models with more weights are rebuilt, not kept, for the rounds
 # A candidate whose run has taken this many times what the best so far needed for its whole
@@ -68,7 +72,9 @@ class Workload:
     batch_size: int | None  # examples per training step (None: the data does not say)
     device: Any  # the DeviceInfo it trains on
     described: str  # the input pipeline, in words
-    is_model: bool = False  # your own compiled model: only what a recompile changes is searchable
+    # How a user applies a setting: a recipe's flags (False), or Python, your model's compile
+    # arguments (True): the diagnosis's advice is said in those words.
+    applies_in_python: bool = False
     # The Keras data adapter fit reads your data through, once input_batches has read it
     # (None: a pipeline of the toolkit's, or tf_keras), and the workers your data was given.
     adapter: str | None = None
@@ -190,14 +196,22 @@ class Workload:
         `candidate`, under its settings (a fresh process confirming tune's pick)."""
         raise NotImplementedError
 
-    def candidate_of(self, config: TrainConfig) -> Candidate:
-        """The settings `config` gives this target, over its own (flags handed to a fresh
-        process for your model: what a recompile can change)."""
-        values = {name: getattr(config, name) for name in SEARCHED}
-        return dataclasses.replace(
-            self.defaults(),
-            **{k: v for k, v in values.items() if v is not None and k in _COMPILE_ARGS},
-        )
+    def space(self, space: Space, defaults: Candidate) -> Space:
+        """What the search may change of `space` for this target, the `defaults` first."""
+        raise NotImplementedError
+
+    def length_known(self, config_given: bool) -> bool:
+        """Whether the whole run a pick is for has a known length (:meth:`run_steps`), when
+        the caller did or did not give a config (`config_given`)."""
+        raise NotImplementedError
+
+    def fresh_words(self) -> str:
+        """Why tune did not confirm a pick in fresh processes, and what would."""
+        raise NotImplementedError
+
+    def input_words(self, dataset: Any) -> str:
+        """Its input in words for the diagnosis, `dataset` being :meth:`pipeline`'s."""
+        return self.described
 
     def close(self) -> None:
         """Lets go of what measuring held (and puts your model back as it was)."""
@@ -273,6 +287,22 @@ class TaskWorkload(Workload):
 
     def how_to_apply(self, candidate: Candidate) -> str:
         return candidate.flags()
+
+    def space(self, space: Space, defaults: Candidate) -> Space:
+        """Every setting: each candidate is a new build."""
+        return space
+
+    def length_known(self, config_given: bool) -> bool:
+        """Always: a recipe's run is its config's."""
+        return True
+
+    def fresh_words(self) -> str:
+        return "give tune fresh= the recipe's name and settings (a Target) for that"
+
+    def input_words(self, dataset: Any) -> str:
+        from toolkit.data import describe_pipeline
+
+        return f"{self.described}: {describe_pipeline(dataset)}"
 
     def run_shape(self) -> RunShape:
         """The config's run: ``--epochs``, and ``--train_steps`` or one pass over the
@@ -437,7 +467,7 @@ class ModelWorkload(Workload):
     a ``tf.data.Dataset`` used exactly as it is, arrays batched by ``config.batch_size``, ``x``
     alone, sample weights, a ``PyDataset``, a generator)."""
 
-    is_model = True
+    applies_in_python = True
 
     def __init__(self, model: Any, data: Any, config: TrainConfig) -> None:
         from toolkit import devices
@@ -489,6 +519,27 @@ class ModelWorkload(Workload):
     def batch_words(self) -> str:
         return f"{self.batch_size}, your pipeline's" if self.batch_size else "your pipeline's"
 
+    def space(self, space: Space, defaults: Candidate) -> Space:
+        """`space` cut to what a compiled model can change without a rebuild (its compile
+        arguments), with the model's own settings as each knob's first value (the
+        defaults)."""
+
+        def first(value: Any, values: Sequence[Any]) -> tuple[Any, ...]:
+            return (value, *(v for v in values if v != value))
+
+        return dataclasses.replace(space, **{
+            name: first(getattr(defaults, name), values) if how.compile_arg
+            else (getattr(defaults, name),)
+            for (name, values), (_, how) in zip(space.axes(), space.SEARCHED, strict=True)
+        })  # fmt: skip
+
+    def length_known(self, config_given: bool) -> bool:
+        """Only as long as the config you gave says: your fit's length is yours."""
+        return config_given
+
+    def fresh_words(self) -> str:
+        return "your model lives in this process: give tune fresh='module:function' for that"
+
     def run_shape(self) -> RunShape | None:
         """Your fit: ``config.epochs`` epochs (1 unless you say) of ``config.steps_per_epoch``
         batches, or of one pass over your pipeline where it can count its batches (a Grain
@@ -506,21 +557,14 @@ class ModelWorkload(Workload):
         )
 
     def defaults(self) -> Candidate:
-        from toolkit.core.compat import steps_per_execution
-
-        policy = getattr(getattr(self.model, "dtype_policy", None), "name", None)
-        jit = getattr(self.model, "jit_compile", False)
-        return Candidate(
-            precision=str(policy or "float32"),
-            jit_compile=jit is True,
-            steps_per_execution=steps_per_execution(self.model),
-        )
+        """The settings your compiled model has (those it does not say: the defaults)."""
+        return Candidate(**model_settings(self.model))
 
     def fit(self, candidate=None, *, steps, warmup, one_batch=False, callbacks=()):
         if candidate is not None:
             if self.compiled is None:
-                self.compiled = compat.compile_settings(self.model)
-            compat.set_compile_settings(self.model, **candidate.compile_kwargs())
+                self.compiled = model_settings(self.model)
+            set_model_settings(self.model, candidate.compile_kwargs())
         data = self._one_batch() if one_batch else self._as_fit_reads()
         return measured_fit(
             self.model, data, steps, warmup, batch_size=self.batch_size, callbacks=callbacks
@@ -616,7 +660,7 @@ class ModelWorkload(Workload):
 
     def close(self) -> None:
         if self.compiled is not None:
-            compat.set_compile_settings(self.model, **self.compiled)
+            set_model_settings(self.model, self.compiled)
         restore(self.model, self.saved)
 
 

@@ -1,0 +1,105 @@
+"""The command line's verbs, one module each under ``toolkit/verbs/``: every module found there
+is registered in the parser and declares the verbs' interface, and neither the command line
+nor a verb branches on a verb's name. Read from the source and the parser; nothing runs."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import inspect
+import pathlib
+import pkgutil
+
+import pytest
+
+from toolkit import cli, verbs
+
+VERB_DIR = pathlib.Path(verbs.__file__).parent
+# The verb modules, found, not listed: a new file under toolkit/verbs/ is held to these rules.
+FOUND = sorted(m.name for m in pkgutil.iter_modules(verbs.__path__) if not m.name.startswith("_"))
+SOURCES = [pathlib.Path(cli.__file__), *sorted(VERB_DIR.glob("*.py"))]
+MAX_FUNCTION_LINES = 60
+
+
+def _parser_verbs() -> dict[str, argparse.ArgumentParser]:
+    root = cli.parser()
+    action = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_the_verbs_are_found():
+    assert {"compare", "show", "doctor", "tune", "data_service", "merge"} <= set(FOUND)
+
+
+@pytest.mark.parametrize("name", FOUND)
+def test_every_verb_module_declares_the_interface(name):
+    module = importlib.import_module(f"toolkit.verbs.{name}")
+    assert module.__all__ == [], "a verb is the command line's own, not API"
+    assert isinstance(module.NAME, str) and module.NAME.replace("-", "_") == name
+    assert isinstance(module.HELP, str) and module.HELP
+    assert module.DESCRIPTION is None or isinstance(module.DESCRIPTION, str)
+    assert isinstance(module.LOADS_TENSORFLOW, bool)
+    assert isinstance(module.RECIPE_FLAGS, bool)
+    for function in ("options", "check", "run"):
+        assert len(inspect.signature(getattr(module, function)).parameters) == 1, function
+
+
+@pytest.mark.parametrize("name", FOUND)
+def test_every_verb_module_is_registered_in_the_parser(name):
+    module = importlib.import_module(f"toolkit.verbs.{name}")
+    assert module in verbs.MODULES
+    registered = _parser_verbs()
+    assert module.NAME in registered
+    verb = cli.BY_NAME[module.NAME]
+    assert (verb.run, verb.check, verb.options) == (module.run, module.check, module.options)
+
+
+def test_the_parser_has_no_verb_without_a_module():
+    assert sorted(_parser_verbs()) == sorted(m.NAME for m in verbs.MODULES)
+    assert len(verbs.MODULES) == len(FOUND) == len(verbs.VERBS)
+
+
+def _names_a_verb(node: ast.AST) -> bool:
+    """`verb`, `args.verb`, `verb.name`, `NAME`: an expression that is a verb's name."""
+    if isinstance(node, ast.Name):
+        return node.id in ("verb", "NAME")
+    if isinstance(node, ast.Attribute):
+        return node.attr in ("verb", "name", "NAME")
+    return False
+
+
+def _is_literal(node: ast.AST) -> bool:
+    """A string constant, or a tuple/list/set/dict of them."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_is_literal(e) for e in node.elts)
+    return isinstance(node, ast.Dict)
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+def test_nothing_branches_on_a_verb_s_name(path):
+    """What a verb does, checks or needs is its module's to declare: no ``if verb ==
+    "preflight"``, no ``args.verb in (...)``, no table keyed by verb names."""
+    source = path.read_text(encoding="utf-8")
+    said = [w for w in ("verb ==", "args.verb in") if w in source]
+    assert not said, f"{path.name} compares a verb's name: {said}"
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_names_a_verb(s) for s in sides) and any(_is_literal(s) for s in sides):
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+def test_no_function_of_the_command_line_is_long(path):
+    long = [
+        f"{path.name}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, "split into named phases:\n" + "\n".join(long)

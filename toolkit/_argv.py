@@ -1,0 +1,184 @@
+"""The command line, read at the edge: what a program does with its argv before absl parses it,
+and nothing below the app layer does at all.
+
+* :func:`canonical_argv`: old flag spellings renamed, with a note;
+* :func:`flag_value`, :func:`without`, :func:`with_value`: one flag read, dropped or set in an
+  argv, by the app layer alone (``--recipe`` before the parser knows the recipe, the
+  ``--backend=auto`` a start resolves);
+* :class:`StartFlags`: what must act before Keras loads, read by :func:`start_flags` and
+  acted on by :func:`apply_start_flags` (the typed half: a fresh process of the search builds
+  its StartFlags from its spec, no argv).
+
+The layers test (``tests/test_edges.py``) holds the rest of the toolkit to handing typed values
+(``TrainConfig``, ``Candidate``, ``standings.Target``) instead of flag strings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from absl import flags
+
+from toolkit import backend
+from toolkit.runner.config import SETTINGS, flag_of
+from toolkit.runner.flags import DEPRECATED_FLAGS, setting_kind
+
+__all__: list[str] = []  # the app layer's own; nothing here is API
+
+
+def canonical_argv(
+    argv: Sequence[str],
+    renames: dict[str, str] | None = None,
+    note: Callable[[str], Any] | None = None,
+) -> list[str]:
+    """`argv` with deprecated flag spellings (``--dtype=X``, ``--dtype X``) replaced by their
+    current names (``toolkit.runner.flags.DEPRECATED_FLAGS`` unless `renames`), and one note
+    per old name on stderr (or to `note`) saying what to write instead. Everything after
+    ``--`` is kept."""
+    renames = DEPRECATED_FLAGS if renames is None else renames
+    say = note or (lambda line: print(line, file=sys.stderr))
+    out: list[str] = []
+    told: set[str] = set()
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            out += argv[i:]
+            break
+        dashes = "--" if arg.startswith("--") else "-" if arg.startswith("-") else ""
+        name, eq, value = arg[len(dashes) :].partition("=")
+        if dashes and name in renames:
+            new = renames[name]
+            if name not in told:
+                told.add(name)
+                say(f"note: --{name} is deprecated; use --{new} (--{name} still works for now)")
+            arg = f"{dashes}{new}{eq}{value}"
+        out.append(arg)
+    return out
+
+
+def flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of ``--flag=V`` or ``--flag V`` in a command line, or None (read before
+    anything parses it: ``--backend`` must be known before Keras loads)."""
+    for i, arg in enumerate(args):
+        if arg.startswith(f"--{flag}="):
+            return arg.split("=", 1)[1]
+        if arg == f"--{flag}" and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
+def without(argv: Sequence[str], names: frozenset[str] | set[str]) -> list[str]:
+    """`argv` without the flags in `names` (``--name=v``, ``--name v``, ``--[no]name``)."""
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        flag = arg[2:].split("=", 1)[0] if arg.startswith("--") else None
+        if flag is not None and (flag in names or (flag[:2] == "no" and flag[2:] in names)):
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            skip = "=" not in arg and flag in names and nxt is not None and not nxt.startswith("-")
+            continue
+        out.append(arg)
+    return out
+
+
+def with_value(argv: Sequence[str], flag: str, old: str, new: str) -> list[str]:
+    """`argv` with ``--flag=old`` (or ``--flag old``, any case) now saying `new`, in place: a
+    verb's options stay after the verb."""
+    out: list[str] = []
+    for arg in argv:
+        if arg.startswith(f"--{flag}=") and arg.split("=", 1)[1].strip().lower() == old:
+            arg = f"--{flag}={new}"
+        elif arg.strip().lower() == old and out and out[-1] == f"--{flag}":
+            arg = new
+        out.append(arg)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class StartFlags:
+    """What must act before Keras loads (Keras fixes its backend when imported; TensorFlow
+    reads its log level and XLA's cache place once): read from a command line by
+    :func:`start_flags`, or made from a fresh process's spec; acted on by
+    :func:`apply_start_flags`.
+
+    Attributes:
+        backend: ``--backend``, None when not given.
+        device: ``--device``, None when not given.
+        compile_cache: ``--compile_cache`` (``--nocompile_cache`` or ``=false`` undo it).
+        verbosity: absl's ``--verbosity``/``-v`` (-1, its default, when not given).
+    """
+
+    backend: str | None = None
+    device: str | None = None
+    compile_cache: bool = False
+    verbosity: int = -1
+
+
+_LEVELS = {"debug": 1, "info": 0, "warning": -1, "error": -2, "fatal": -3}
+
+
+def _start_flag(argv: Sequence[str], name: str) -> Any:
+    """`name`'s value in `argv`, parsed by absl as the settings table defines it (its own
+    FlagValues, unknown flags left alone); None when absent or unreadable (the full parse,
+    later, says what is wrong with it)."""
+    values = flags.FlagValues()
+    if name == "verbosity":
+        flags.DEFINE_string(name, None, "", flag_values=values)
+        flags.DEFINE_alias("v", name, flag_values=values)
+    else:
+        field = next(f for f in SETTINGS if flag_of(f.name) == name)
+        getattr(flags, f"DEFINE_{setting_kind(field)}")(name, None, "", flag_values=values)
+        for alias in (*field.metadata["aliases"], *field.metadata["deprecated"]):
+            flags.DEFINE_alias(alias, name, flag_values=values)
+    try:
+        values(["start", *argv], known_only=True)
+    except flags.Error:
+        return None
+    return values[name].value
+
+
+def start_flags(argv: Sequence[str]) -> StartFlags:
+    """The :class:`StartFlags` of a command line (without the program's name), read by absl's
+    parser with the settings table's definitions, before anything else parses it."""
+    verbosity = _start_flag(argv, "verbosity")
+    if verbosity is not None:
+        try:
+            verbosity = int(verbosity)
+        except ValueError:
+            verbosity = _LEVELS.get(verbosity.strip().lower())
+    return StartFlags(
+        backend=_start_flag(argv, "backend"),
+        device=_start_flag(argv, "device"),
+        compile_cache=bool(_start_flag(argv, "compile_cache")),
+        verbosity=-1 if verbosity is None else verbosity,
+    )
+
+
+def start_backend(start: StartFlags) -> str | None:
+    """Selects ``--backend`` with ``toolkit.backend.select``; returns the backend chosen, or
+    None. Without ``--backend`` (and without ``KERAS_BACKEND``), ``--device=mps`` or ``metal``
+    picks the installed backend that reaches the Apple GPU (``backend.apple_gpu_backend``)."""
+    if start.backend is not None:
+        return backend.select(start.backend)
+    device = (start.device or "").strip().lower().split(":")[0]
+    if device in ("mps", "metal") and not os.environ.get("KERAS_BACKEND"):
+        apple = backend.apple_gpu_backend()
+        if apple is not None and "keras" not in sys.modules:
+            return backend.select(apple)
+    return None
+
+
+def apply_start_flags(start: StartFlags) -> str | None:
+    """Acts on `start` before anything loads a framework: the backend (:func:`start_backend`),
+    then the compile cache (TensorFlow's XLA reads its place once). Returns the backend
+    chosen, or None."""
+    chosen = start_backend(start)
+    if start.compile_cache:
+        backend.use_compile_cache()
+    return chosen

@@ -1,0 +1,186 @@
+"""What the measuring verbs (``doctor``, ``tune``, ``backends``) measure: ``--recipe R
+[flags]`` or ``--model_fn module:function [flags]``, its options and ``--help`` epilog, made
+into a task or your ``(model, data)`` (:func:`resolve_target`, also the search's fresh
+processes' in ``toolkit._child``) or the backends chooser's target (:func:`chooser_target`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from typing import Any
+
+__all__: list[str] = []  # the command line's own; nothing here is API
+
+
+def add_target(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--recipe R`` or ``--model_fn module:function``: what doctor and tune measure."""
+    parser.add_argument(
+        "--recipe",
+        default="mlp",
+        help="a recipe under recipes/ (the list: below, or --help)",
+    )
+    parser.add_argument(
+        "--model_fn",
+        help="module:function returning (your compiled Keras model, your data in any form fit "
+        f"takes: a tf.data pipeline, (x, y), x alone, a PyDataset...): {what} those instead of "
+        "a recipe",
+    )
+
+
+def recipe_epilog(recipe: str | None) -> str:
+    """For ``doctor|tune|backends --help``: the recipes, and the recipe flags passed on
+    (the recipe's own when ``--recipe`` names one), grouped as a recipe's ``--help``."""
+    import shutil
+    import textwrap
+
+    from toolkit import app
+    from toolkit.runner import flags as tk_flags
+
+    width = min(shutil.get_terminal_size().columns, 100) - 2  # argparse's own margin
+
+    names = app.recipe_names()
+    out = [f"recipes (--recipe): {', '.join(names)}; default mlp", ""]
+    own: list[str] = []
+    if recipe in names:
+        module = app.load_recipe(recipe)  # defines its flags; imports no framework
+        own = tk_flags.own_flags(module.__name__)
+    tk_flags.define_common_flags()
+    out += textwrap.wrap(
+        "Recipe flags follow --recipe (or --model_fn) and are passed on "
+        f"(python -m recipes.{recipe if recipe in names else 'NAME'} --help: "
+        "each with its default and meaning):",
+        width,
+    )
+    groups = ([(f"{recipe} flags", own)] if own else []) + [
+        (name, [n for n in group if n not in own]) for name, group in tk_flags.FLAG_GROUPS
+    ]
+    for name, group in groups:
+        line = " ".join(f"--{n}" for n in group)
+        out += textwrap.wrap(line, width, initial_indent=f"  {name}: ", subsequent_indent="    ")
+    return "\n".join(out)
+
+
+def model_fn(spec: str) -> tuple[Any, Any]:
+    """``(compiled model, data in any form fit takes)`` from ``--model_fn module:function``."""
+    import importlib
+
+    from toolkit import app
+    from toolkit.app import UsageError
+
+    module_name, sep, function = spec.partition(":")
+    if not sep or not module_name or not function:
+        raise UsageError(f"--model_fn={spec!r}: give module:function (e.g. mytrain:make)")
+    sys.path.insert(0, os.getcwd())  # a module beside the user, as `python -m` would find it
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        raise UsageError(f"--model_fn={spec!r}: cannot import {module_name!r} ({e})") from None
+    fn = getattr(module, function, None)
+    if not callable(fn):
+        raise UsageError(f"--model_fn={spec!r}: {module_name} has no function {function!r}")
+    made = app.call_user(fn, f"--model_fn={spec!r}: {function}()")
+    if not (isinstance(made, tuple) and len(made) == 2):  # it ran, and gave the wrong thing
+        raise app.UserCodeError(
+            f"--model_fn={spec!r}: {function}() returned {type(made).__name__}; it must return "
+            "(compiled_model, batched_dataset)"
+        )
+    return made
+
+
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+    """A measuring verb's target read from its command line, once: what it is in words, the
+    parsed flag values (``--diagnose_steps``, ``--tune_budget``), the validated config, and the
+    typed ``standings.Target`` (what a fresh process rebuilds it from)."""
+
+    what: str
+    flag_values: Any
+    config: Any
+    target: Any
+
+
+def parse_target(recipe: str | None, model_fn_spec: str | None, recipe_flags: list[str]) -> Parsed:
+    """``--recipe R [flags]`` or ``--model_fn module:function [flags]`` parsed by absl (the
+    recipe's flags defined by importing it: no framework, no data), before anything is built.
+
+    Raises:
+        UsageError: no such recipe.
+        ConfigError: a bad setting (one line naming the flag); absl's flags.Error: a flag
+            that is not there or cannot be read.
+    """
+    from absl import flags
+
+    from toolkit import _argv, app
+    from toolkit.runner import flags as tk_flags
+
+    build_task = None
+    if model_fn_spec:
+        tk_flags.define_common_flags()
+        what, program, recipe = f"--model_fn {model_fn_spec}", "keras-perf", None
+    else:
+        build_task = app.load_recipe(recipe or "mlp").build_task
+        what, program, recipe = f"recipe {recipe}", f"recipes.{recipe}", recipe or "mlp"
+    flags.FLAGS([program, *_argv.canonical_argv(recipe_flags)])
+    config = tk_flags.config_from_flags()
+    target = app.recipe_target(recipe, model_fn_spec, build_task, flags.FLAGS, config)
+    return Parsed(what, flags.FLAGS, config, target)
+
+
+def made(target: Any) -> tuple[Any, Any]:
+    """``(what workload() measures, its data)`` of a ``standings.Target``: a recipe's Task
+    (``build_task(**params)``, data None) or your compiled model and its data (``module:
+    function`` called). The search's fresh processes build theirs here, from the spec alone.
+
+    Raises:
+        UsageError, UserCodeError: as :func:`model_fn`; ValueError, FileNotFoundError: a
+            recipe's data or settings.
+    """
+    from toolkit import app
+
+    if target.model_fn:
+        return model_fn(target.model_fn)
+    module = app.load_recipe(str(target.recipe))
+    return app.recipe_task(module.build_task, dict(target.params)), None
+
+
+def resolve_target(
+    recipe: str | None, model_fn_spec: str | None, recipe_flags: list[str]
+) -> tuple[Parsed, Any, Any]:
+    """``(parsed, what to measure, its data)`` of a verb's target: :func:`parse_target`, then
+    :func:`made` (a Task, data None; or your compiled model and its data): what
+    ``toolkit.search.workload.workload`` makes the one Workload of."""
+    parsed = parse_target(recipe, model_fn_spec, recipe_flags)
+    measured, data = made(parsed.target)
+    return parsed, measured, data
+
+
+def target_of(args: argparse.Namespace) -> tuple[Parsed, Any, Any]:
+    """:func:`resolve_target` of a verb's ``--recipe``, ``--model_fn`` and recipe flags."""
+    return resolve_target(args.recipe, args.model_fn, args.recipe_flags)
+
+
+def chooser_target(args: argparse.Namespace) -> Parsed:
+    """The backends chooser's target of a verb's ``--recipe R`` / ``--model_fn M:F`` and the
+    recipe flags, parsed and checked here in one line (not in every child); nothing built."""
+    if args.model_fn:
+        _check_model_fn(args.model_fn)
+    return parse_target(args.recipe, args.model_fn, args.recipe_flags)
+
+
+def _check_model_fn(spec: str) -> None:
+    """A ``module:function`` of a module importable from here, or UsageError (the children
+    import it as this process would: a module beside the user)."""
+    import importlib.util
+
+    from toolkit import app
+
+    module, sep, function = spec.partition(":")
+    sys.path.insert(0, os.getcwd())
+    if not sep or not module or not function or importlib.util.find_spec(module) is None:
+        raise app.UsageError(
+            f"--model_fn={spec!r}: give module:function of a module importable from "
+            "here (e.g. mytrain:make)"
+        )

@@ -1,0 +1,66 @@
+"""``backends``: which Keras backend trains a recipe or your ``--model_fn`` fastest here,
+each backend in a fresh process, measured in interleaved rounds (cached)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from toolkit.core import terminal
+from toolkit.verbs._options import split
+from toolkit.verbs._target import add_target, chooser_target
+
+__all__: list[str] = []  # the command line's own; nothing here is API
+
+NAME = "backends"
+HELP = "which Keras backend trains a recipe fastest here (measured, cached)"
+DESCRIPTION = (
+    "Recipe flags (--batch_size, --dataset, --device...) follow --recipe;\nwithout "
+    "--device every device each backend sees is a contender."
+)
+LOADS_TENSORFLOW = False
+RECIPE_FLAGS = True
+
+
+def options(p: argparse.ArgumentParser) -> None:
+    add_target(p, "compare")
+    p.add_argument("--backends", help="comma-separated (default: every installed one)")
+    p.add_argument("--steps", type=int, default=200, help="training steps per run (200)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (3)")
+    p.add_argument("--out", help="output directory (default runs/backends-<time>)")
+    p.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
+    p.add_argument("--no_plot", action="store_true", help="skip the PNG chart")
+
+
+def check(args: argparse.Namespace) -> None:
+    """Nothing to bound here: --steps and --rounds are the chooser's own to check
+    (``toolkit.search.chooser``)."""
+
+
+def run(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from toolkit.search import chooser
+
+    result = chooser.compare(
+        chooser_target(args).target,
+        backends=split(args.backends) or None,
+        steps=args.steps,
+        rounds=args.rounds,
+        use_cache=not args.refresh,
+    )
+    print(terminal.show(result.summary()))
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = args.out or os.path.join("runs", f"backends-{stamp}")
+    try:
+        paths = result.write(out, plot=not args.no_plot)
+    except OSError as e:  # the table above is what was kept
+        print(
+            f"error: could not write under {out} ({e.strerror or e}); the table above is the "
+            "result",
+            file=sys.stderr,
+        )
+        return 1
+    print("written: " + ", ".join(paths[k] for k in ("markdown", "json", "png") if k in paths))
+    return 0

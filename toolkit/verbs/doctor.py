@@ -1,0 +1,61 @@
+"""``doctor``: is a recipe or your ``--model_fn`` input-bound or compute-bound? Measured,
+with advice; or, with ``--report``, where a whole run's time went, read from its report."""
+
+from __future__ import annotations
+
+import argparse
+
+from toolkit.core import terminal
+from toolkit.core.files import ReportError
+from toolkit.verbs._target import add_target, target_of
+
+__all__: list[str] = []  # the command line's own; nothing here is API
+
+NAME = "doctor"
+HELP = "input-bound or compute-bound? measured, with advice"
+DESCRIPTION = "Recipe flags (--batch_size, --dataset...) follow --recipe or --model_fn."
+LOADS_TENSORFLOW = True
+RECIPE_FLAGS = True
+
+
+def options(p: argparse.ArgumentParser) -> None:
+    add_target(p, "diagnose")
+    p.add_argument(
+        "--report",
+        help="a run's report.json or run directory: where that whole run's time went and what "
+        "each fix would save (its ledger), read from the report alone; nothing is measured",
+    )
+
+
+def check(args: argparse.Namespace) -> None:
+    """Nothing to bound here: the recipe flags are the recipe's to check."""
+
+
+def run(args: argparse.Namespace) -> int:
+    from toolkit.search.diagnose import diagnose
+
+    if args.report:  # a whole run's ledger and its fixes, read from its report alone
+        return _whole_run(args.report)
+    parsed, measured, data = target_of(args)
+    asked = parsed.flag_values["diagnose_steps"].present  # else 60, or more for a 0.5 s window
+    steps = parsed.flag_values.diagnose_steps if asked else None
+    diagnosis = diagnose(measured, data, config=parsed.config, steps=steps)
+    print(f"doctor: {parsed.what}, batch {diagnosis.batch_size}, {diagnosis.steps} steps each")
+    print(terminal.show("\n".join(diagnosis.lines())))
+    return 0
+
+
+def _whole_run(path: str) -> int:
+    """``--report``: the run's ledger and what each fix would save; nothing is measured."""
+    from toolkit.report import RunReport
+    from toolkit.search.diagnose import whole_run_lines
+
+    report = RunReport.load(path)
+    if not report.ledger:
+        raise ReportError(
+            f"{path}: this report has no ledger (written before the ledger was "
+            "measured, or by a custom loop): run the recipe again and pass its run directory"
+        )
+    print(f"doctor: the run {report.name} in {path}")
+    print(terminal.show("\n".join(whole_run_lines(report.ledger))))
+    return 0

@@ -1,0 +1,30 @@
+"""``merge REPORT...``: the workers' reports of one multi-worker run as the cluster's; status
+1 unless every worker's run completed."""
+
+from __future__ import annotations
+
+import argparse
+
+from toolkit.report import RunReport, merge_reports, render_merged
+
+__all__: list[str] = []  # the command line's own; nothing here is API
+
+NAME = "merge"
+HELP = "the workers' reports of a multi-worker run"
+DESCRIPTION = None
+LOADS_TENSORFLOW = False
+RECIPE_FLAGS = False
+
+
+def options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("reports", nargs="+", help="report.json files or run directories")
+
+
+def check(args: argparse.Namespace) -> None:
+    """Nothing to bound: the reports are checked as they load and merge."""
+
+
+def run(args: argparse.Namespace) -> int:
+    merged = merge_reports([RunReport.load(path) for path in args.reports])
+    print(render_merged(merged))
+    return 0 if merged["all_complete"] else 1

@@ -1,0 +1,59 @@
+"""``tune``: the fastest measured settings for a recipe or your ``--model_fn`` here (cached);
+with ``--across_backends`` the backend is one more axis, a search per installed backend."""
+
+from __future__ import annotations
+
+import argparse
+
+from toolkit.core import terminal
+from toolkit.verbs._target import add_target, chooser_target, target_of
+
+__all__: list[str] = []  # the command line's own; nothing here is API
+
+NAME = "tune"
+HELP = "the fastest measured settings for a recipe here (cached)"
+DESCRIPTION = "Recipe flags (--batch_size, --dataset...) follow --recipe or --model_fn."
+LOADS_TENSORFLOW = True
+RECIPE_FLAGS = True
+
+
+def options(p: argparse.ArgumentParser) -> None:
+    add_target(p, "tune")
+    p.add_argument("--refresh", action="store_true", help="search again, ignoring the cache")
+    p.add_argument(
+        "--across_backends",
+        action="store_true",
+        help="the backend as one more axis: a search per installed backend (each a fresh "
+        "process), then their winners and the defaults head to head",
+    )
+
+
+def check(args: argparse.Namespace) -> None:
+    """Nothing to bound here: the recipe flags (--tune_budget...) are checked as they parse."""
+
+
+def run(args: argparse.Namespace) -> int:
+    from toolkit.search.tune import tune as search
+
+    if args.across_backends:
+        return _across_backends(args)
+    parsed, measured, data = target_of(args)
+    result = search(
+        measured, data, config=parsed.config, budget_s=parsed.flag_values.tune_budget,
+        use_cache=not args.refresh, fresh=parsed.target,
+    )  # fmt: skip
+    source = "cache" if result.cache_hit else f"searched in {result.seconds:.1f} s"
+    print(f"tune: {parsed.what}, batch {result.batch_words} ({source})")
+    print(terminal.show(result.table()))
+    # A command line to copy: whole in a log, folded with "\\" on a terminal (pastes whole).
+    print(terminal.fit_command(f"best: {result.how_to_apply}", terminal.width()))
+    return 0
+
+
+def _across_backends(args: argparse.Namespace) -> int:
+    from toolkit.search import chooser
+
+    parsed = chooser_target(args)  # --tune_budget parsed with the rest, as tune reads it
+    result = chooser.tune_across(parsed.target, budget_s=parsed.flag_values.tune_budget)
+    print(terminal.show(result.summary()))
+    return 0
