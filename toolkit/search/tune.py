@@ -248,8 +248,8 @@ def tune(
             (stderr) with a bar of the budget on a terminal.
         fresh: where the pick is confirmed in fresh processes before it is cached
             (``toolkit.search.fresh``): the recipe's name, ``"module:function"`` returning
-            your compiled model and data, that function, or a ``Target`` with the recipe
-            flags. The verbs and ``--autotune`` pass it. None: your model in memory cannot be
+            your compiled model and data, that function, or a ``Target`` with the recipe's
+            arguments and settings. The verbs and ``--autotune`` pass it. None: your model in memory cannot be
             rebuilt elsewhere, so the gain claimed is this process's rounds, and says so.
 
     Only settings the run they are for can time are searched, picked and applied: a loop
