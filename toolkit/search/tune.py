@@ -249,8 +249,9 @@ def tune(
         fresh: where the pick is confirmed in fresh processes before it is cached
             (``toolkit.search.fresh``): the recipe's name, ``"module:function"`` returning
             your compiled model and data, that function, or a ``Target`` with the recipe's
-            arguments and settings. The verbs and ``--autotune`` pass it. None: your model in memory cannot be
-            rebuilt elsewhere, so the gain claimed is this process's rounds, and says so.
+            arguments and settings. The verbs and ``--autotune`` pass it. None: your model in
+            memory cannot be rebuilt elsewhere, so the gain claimed is this process's rounds,
+            and says so.
 
     Only settings the run they are for can time are searched, picked and applied: a loop
     longer than an epoch, or one whose run is a first call and a warm-up, is left out
