@@ -78,6 +78,49 @@ def test_a_device_behind_the_host_has_only_its_traced_steps_left_out(tmp_path, k
     assert s.timed_steps == 12 - 1 - 2 - s.excluded_steps
 
 
+def test_the_profiler_is_never_seen_running_before_its_start_is_counted(
+    tmp_path, monkeypatch, make_model, make_dataset
+):
+    """A batch-end hook reads the profiler's state at any moment, from Keras's callback thread
+    on JAX: the backend's probe and the toolkit's start count (``PROFILER.generation``) are two
+    reads. A profiler seen running under the count of before its start made the step before
+    it look traced too (CI left out 5 steps of 3 traced), so the start is counted first: at
+    every moment the probe says a trace runs, the count already has it, up to its stop."""
+    from toolkit.core.events import PROFILER
+    from toolkit.profiling._timing import profiler_probe
+
+    seam, probe, seen = backend.get(), profiler_probe(), []
+    real_start, real_stop = seam.start_trace, seam.stop_trace
+
+    def start_trace(*args):
+        seen.append(("before start", probe(), PROFILER.active, PROFILER.generation))
+        real_start(*args)
+        seen.append(("after start", probe(), PROFILER.active, PROFILER.generation))
+
+    def stop_trace():
+        seen.append(("before stop", probe(), PROFILER.active, PROFILER.generation))
+        real_stop()
+        seen.append(("after stop", probe(), PROFILER.active, PROFILER.generation))
+
+    monkeypatch.setattr(seam, "start_trace", start_trace)
+    monkeypatch.setattr(seam, "stop_trace", stop_trace)
+    counted = PROFILER.generation
+    trace = TraceWindow(tmp_path / "trace", start_step=2, stop_step=4)
+    make_model().fit(make_dataset(6), epochs=1, verbose=0, callbacks=[StepTimer(), trace])
+    assert trace.error is None and [s[0] for s in seen][::3] == ["before start", "after stop"]
+    # Counted before the profiler runs, and still marked active until it is counted stopped.
+    assert seen[0][2:] == (True, counted + 1) and seen[1][1:] == (True, True, counted + 1)
+    assert seen[2][2:] == (True, counted + 1) and seen[3][2:] == (True, counted + 1)
+    assert PROFILER.generation == counted + 2 and not PROFILER.active
+    # A start that fails is counted as a stop too: the step it cost is left out, nothing more.
+    monkeypatch.setattr(seam, "start_trace", lambda *a: (_ for _ in ()).throw(RuntimeError("x")))
+    timer, failed = StepTimer(warmup_steps=0), TraceWindow(tmp_path / "t2", start_step=2)
+    make_model().fit(make_dataset(6), epochs=1, verbose=0, callbacks=[timer, failed])
+    assert failed.error and "failed to start at step 2: RuntimeError: x" in failed.error
+    assert not PROFILER.active and PROFILER.generation == counted + 4
+    assert timer.summary().excluded_steps == 1, [c[3] for c in timer.calls]
+
+
 def test_every_traced_step_is_marked_and_read_back(tmp_path, make_model, make_dataset):
     """XProf's overview page (TF, JAX) sees one step row per traced step, with its time split
     into input, compute and the rest, and an input-bound verdict; PyTorch's trace holds one

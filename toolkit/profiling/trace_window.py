@@ -148,16 +148,27 @@ class TraceWindow(compat.keras().callbacks.Callback):
             # On an asynchronous backend the host runs ahead: without the wait, the steps
             # still queued would run inside the trace (and StepTimer would leave them out).
             synced_at = _waited(seam)
+        except Exception as e:  # noqa: BLE001 - a profiler failure must never kill training
+            self._failed(step, e)
+            return
+        # Announced *before* the profiler runs: a batch-end hook on Keras's callback thread
+        # may read the backend's probe at any moment, and a running profiler seen under the
+        # old generation looked like a trace over the step before this one (StepTimer then
+        # left it out too). StepTimer leaves out the step this one ran in.
+        PROFILER.started(synced_at)
+        try:
             with native_logs.held():  # the profiler's C++ notes stay out of Keras's bar
                 seam.start_trace(self.logdir, *self._levels)
-        except Exception as e:  # noqa: BLE001 - a profiler failure must never kill training
-            self.error = f"profiler failed to start at step {step}: {type(e).__name__}: {e}"
-            logging.warning("TraceWindow: %s; training continues without a trace", self.error)
+        except Exception as e:  # noqa: BLE001
+            PROFILER.stopped(synced_at)  # the attempt's cost stays in this step, left out
+            self._failed(step, e)
             return
-        # Announced after a successful start: StepTimer leaves out the step this one ran in.
-        PROFILER.started(synced_at)
         self._active = True
         self._started_at = step
+
+    def _failed(self, step: int, e: Exception) -> None:
+        self.error = f"profiler failed to start at step {step}: {type(e).__name__}: {e}"
+        logging.warning("TraceWindow: %s; training continues without a trace", self.error)
 
     def _stop(self, step: int) -> None:
         self._active = False
