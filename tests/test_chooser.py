@@ -477,3 +477,15 @@ def test_backends_png_reads_when_one_bar_is_far_longer(tmp_path, monkeypatch):
     values = {t.get_text() for t in ax.texts}
     assert {"0.78 ms", "1.4 ms", "43 ms"} <= values, values
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["chosen", "other"]
+
+
+def test_what_a_backend_s_search_left_untried_is_said_with_the_whole_budget_that_tries_it():
+    """``tune --across_backends``: a backend's search had a share of the budget; what it left
+    untried is said with the --tune_budget whose share would have tried it."""
+    untried = [{"candidate": {}, "needs_s": 9.0, "compile_s": 6.0, "spent_s": 11.0},
+               {"candidate": {}, "needs_s": 4.0, "compile_s": None, "spent_s": 11.0,
+                "reserve_s": 3.0}]  # fmt: skip
+    # The costliest needed 20 s of a 15 s share: a 120 s budget's share is 15 × 120 / 90.
+    assert ch.untried_budget(untried, share=15.0, budget_s=90.0) == (2, 120)
+    assert ch.untried_budget([], share=15.0, budget_s=90.0) is None
+    assert ch.untried_budget([{"spent_s": "?"}], share=15.0, budget_s=90.0) is None

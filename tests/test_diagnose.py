@@ -228,6 +228,31 @@ def test_real_runs_made_input_or_compute_bound(keras, slow_input, width, verdict
     assert "XProf: " in str(diagnosis) and "agrees with the rates" in str(diagnosis)
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.parametrize("form", ["arrays", "timeseries"])
+def test_xprof_reads_the_trace_of_a_step_that_runs_a_loop(keras, form):
+    """An LSTM, whose step runs its recurrence as a ``tf.while_loop``, on numpy arrays and on
+    a ``timeseries_dataset_from_array`` pipeline: the cross-check reads XProf's verdict from
+    the traced steps (``toolkit.report.trace`` folds the loop into them), where it said "no
+    step marker" though every traced step had one."""
+    rng = np.random.default_rng(0)
+    model = keras.Sequential([keras.Input((16, 7)), keras.layers.LSTM(8), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    if form == "arrays":
+        x = rng.normal(size=(160, 16, 7)).astype("float32")
+        data = (x, x[:, -1, :1])
+    else:
+        series = rng.normal(size=(200, 7)).astype("float32")
+        data = keras.utils.timeseries_dataset_from_array(
+            series[:-16], series[16:, :1], sequence_length=16, batch_size=16
+        )
+    diagnosis = dg.diagnose(model, data, config=TrainConfig(batch_size=16), steps=6)
+    xprof = diagnosis.xprof
+    assert xprof is not None and xprof["verdict"] is not None, xprof
+    assert 0 <= xprof["input_percent"] <= 100 and xprof["agrees"] in (True, False), xprof
+    assert f"  XProf: {xprof['line']}" in diagnosis.lines() and "no verdict" not in xprof["line"]
+
+
 def test_second_opinion_says_when_xprof_and_the_rates_disagree():
     said = dg.second_opinion(
         dg.COMPUTE_BOUND, {"verdict": "highly input-bound", "input_percent": 41.0}
@@ -236,6 +261,13 @@ def test_second_opinion_says_when_xprof_and_the_rates_disagree():
     assert "disagrees with the rates (compute-bound)" in said["line"] and "41.0%" in said["line"]
     said = dg.second_opinion(dg.INPUT_BOUND, {"verdict": "not input-bound", "input_percent": 1.0})
     assert said["agrees"] is False and "prefetching" in said["line"]
+    # Input-bound because the real fit trails the step alone, its pipeline alone faster:
+    # the line does not say the pipeline was slower.
+    said = dg.second_opinion(
+        dg.INPUT_BOUND, {"verdict": "not input-bound", "input_percent": 1.1}, False
+    )
+    assert said["agrees"] is False and "the pipeline alone outruns the step" in said["line"]
+    assert "slower than the step" not in said["line"]
     said = dg.second_opinion(dg.BALANCED, {"verdict": "moderately input-bound", "input_percent": 9})
     assert said["agrees"] is True
     said = dg.second_opinion(dg.INPUT_BOUND, {"error": "XProf found no step marker"})

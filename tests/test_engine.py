@@ -252,6 +252,103 @@ def test_the_first_xla_candidate_is_expected_to_cost_more_and_then_what_xla_cost
     assert en._expected_cost(en.Candidate(jit_compile=True), trials) == 12.0
 
 
+def test_a_candidate_the_budget_cannot_hold_is_left_untried_and_the_cheaper_ones_run():
+    """The budget is spent on what fits: XLA's first compile is expected from the compiles
+    measured (XLA_COMPILE_FACTOR times the longest), and its window from the others'. Where
+    that does not fit, the search goes on with the cheaper candidates, and says what it left
+    and the budget that would have tried it."""
+    clock = Clock(step=0.0)
+    compile_s = {False: 1.0, True: 6.0}  # a graph trace 1 s, XLA 6 s; each window 2 s
+
+    def measure(c):
+        clock.t += compile_s[c.jit_compile] + 2.0
+        return fake_rates(c)
+
+    space = en.Space(jit_compile=(False, True), steps_per_execution=(1, 8), fused_steps=(1,))
+    compiles = {False: 1.0, True: 6.0}
+    trials, untried = en.search(
+        measure, space, budget_s=8.0, clock=clock,
+        compile_of=lambda c: compiles[c.jit_compile],
+    )  # fmt: skip
+    # Defaults (3 s) and spe=8 (3 s) fit; XLA, expected at 4 × 1 s + 2 s, does not.
+    assert [t.candidate.jit_compile for t in trials] == [False, False] and clock.t == 6.0
+    assert [u.candidate.jit_compile for u in untried] == [True]
+    (xla,) = untried
+    assert (xla.compile_s, xla.needs_s, xla.spent_s) == (4.0, 6.0, 6.0)
+    assert xla.budget_s() == 12.0  # what would have started it
+    # With a budget that holds it, it runs, and is then expected to cost what it took.
+    clock.t = 0.0
+    trials, untried = en.search(
+        measure, space, budget_s=60.0, clock=clock,
+        compile_of=lambda c: compiles[c.jit_compile],
+    )  # fmt: skip
+    assert not untried and any(t.candidate.jit_compile for t in trials)
+    assert en.expected_cost(en.Candidate(jit_compile=True), trials) == (6.0, 2.0)
+
+
+def test_a_candidate_whose_window_does_not_fit_is_sampled_over_a_shorter_one():
+    clock = Clock(step=0.0)
+    sampled = []
+
+    def measure(c):
+        clock.t += 1.0 + 8.0  # 1 s compile, 8 s window
+        return fake_rates(c)
+
+    def sample(c, window_s):
+        sampled.append((c, window_s))
+        clock.t += 1.0 + window_s
+        return fake_rates(c)
+
+    space = en.Space(jit_compile=(False,), steps_per_execution=(1, 8), fused_steps=(1,))
+    trials, untried = en.search(
+        measure, space, budget_s=14.0, clock=clock, compile_of=lambda c: 1.0, sample=sample
+    )
+    # 9 s spent: spe=8's 9 s does not fit the 5 s left, a 4 s window (half of 8 s) does.
+    assert not untried and [c.steps_per_execution for c, _ in sampled] == [8]
+    assert sampled[0][1] == 4.0 and trials[1].sampled and not trials[0].sampled
+    assert clock.t <= 14.0
+    # A window under SAMPLE_SHARE of the usual is no measurement: left untried.
+    clock.t, sampled[:] = 0.0, []
+    trials, untried = en.search(
+        measure, space, budget_s=11.5, clock=clock, compile_of=lambda c: 1.0, sample=sample
+    )
+    assert not sampled and len(untried) == 1 and len(trials) == 1
+
+
+def test_the_rounds_reserve_is_spent_on_the_search_only_while_nothing_beats_the_defaults():
+    clock = Clock(step=0.0)
+
+    def measure(c):
+        clock.t += 4.0
+        return 100.0 if c == en.Candidate() else 90.0  # nothing beats the defaults
+
+    space = en.Space(jit_compile=(False, True), steps_per_execution=(1, 8), fused_steps=(1,))
+    free = {"compile_of": lambda c: 0.0, "clock": clock, "budget_s": 12.0, "reserve_s": 6.0}
+    trials, untried = en.search(measure, space, **free)
+    assert len(trials) == 3 and not untried  # no round to hold time for: all 12 s searched
+
+    def winning(c):  # spe=8 beats the defaults: 6 s are kept for the rounds
+        clock.t += 4.0
+        return fake_rates(c)
+
+    clock.t = 0.0
+    trials, untried = en.search(winning, space, **free)
+    assert clock.t == 8.0 and untried and all(u.reserve_s == 6.0 for u in untried)
+    assert all(u.budget_s() == 18.0 for u in untried)
+
+
+def test_nothing_beat_the_defaults_is_said_only_when_something_was_measured_against_them():
+    alone = [en.Trial(en.Candidate(), 100.0, 1.0)]
+    assert rd.confirm(lambda c: 100.0, alone, budget_s=1e9)[2] == "only the defaults were measured"
+    failed = [*alone, en.Trial(en.Candidate(jit_compile=True), None, 1.0, "XlaRuntimeError")]
+    said = rd.confirm(lambda c: 100.0, failed, budget_s=1e9)[2]
+    assert said == "only the defaults were measured (1 other setting(s) failed)"
+    slower = [*alone, en.Trial(en.Candidate(jit_compile=True), 90.0, 1.0)]
+    assert rd.confirm(lambda c: 100.0, slower, budget_s=1e9)[2] == (
+        "nothing beat the defaults in the search"
+    )
+
+
 def test_window_steps_time_at_least_three_whole_calls():
     warmup, total = en.window_steps(en.Candidate(steps_per_execution=8, fused_steps=4), 48)
     assert warmup == 32 and total % 32 == 0 and total - 2 * 32 >= 3 * 32

@@ -493,3 +493,59 @@ def test_a_pick_that_compiles_longer_than_the_run_pays_back_hands_the_defaults_b
     assert best == xla and run is None and "the run's length is unknown" in words
     unmeasured = [Trial(defaults, 1000.0, 1.0), trials[1]]
     assert "not measured" in whole_run_choice(unmeasured, defaults, xla, 100, 32)[1]
+
+
+BUILD = """
+import numpy as np
+import keras
+
+
+def make():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile("sgd", "mse")
+    x = np.zeros((64, 4), "float32")
+    return model, (x, np.zeros((64, 2), "float32"))
+"""
+
+
+def test_tune_of_your_build_function_is_confirmed_where_fresh_processes_can_call_it(
+    tmp_path, monkeypatch
+):
+    """``tune(build)``: the function is called here, and fresh processes call it again by
+    name; one they cannot import (nested, ``__main__``) leaves the pick unconfirmed, said why.
+    A function that does not return (model, data) is one clear error."""
+    (tmp_path / "mybuild.py").write_text(BUILD)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import mybuild
+
+    model, data, fresh, why = tn._built(mybuild.make, None, None)
+    assert hasattr(model, "fit") and isinstance(data, tuple) and why is None
+    assert fresh.model_fn == "mybuild:make" and fresh.recipe is None
+
+    def nested():
+        return mybuild.make()
+
+    model, data, fresh, why = tn._built(nested, None, None)
+    assert fresh is None and "define it at the top of a module" in why
+    # A model with its data, or a fresh target named, is left as it is.
+    assert tn._built(model, data, None) == (model, data, None, None)
+    named = tn._fresh_target("mybuild:make")
+    assert tn._built(nested, None, named)[2] is named
+    with pytest.raises(train.SetupError, match=r"must return \(compiled model, data\), got list"):
+        tn._built(lambda: [1, 2], None, None)
+
+
+def test_what_the_budget_left_untried_is_said_with_the_budget_that_tries_it_and_kept():
+    defaults = en.Candidate(precision="float32", jit_compile=False, steps_per_execution=1)
+    xla = dataclasses.replace(defaults, jit_compile=True, steps_per_execution=4)
+    untried = [en.Untried(xla, needs_s=14.2, compile_s=9.1, spent_s=21.0, reserve_s=9.0)]
+    words = tn.untried_words(untried, defaults)
+    assert words == "xla spe=4 not tried: its compile needs about 9 s; a 50 s budget tries it"
+    window = [en.Untried(dataclasses.replace(defaults, steps_per_execution=8), 6.0, 1.0, 20.0)]
+    assert tn.untried_words(window, defaults) == (
+        "spe=8 not tried: it needs about 6 s; a 30 s budget tries it"
+    )
+    trials = [en.Trial(defaults, 100.0, 12.0, compile_s=2.0)]
+    result = tn.TuneResult(defaults, trials, "k", False, 21.0, True, untried=untried)
+    again = tn.TuneResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert again.untried == untried and again.budget_exhausted

@@ -60,11 +60,13 @@ def test_performance_flags_trace_and_memory(tmp_path):
     assert data["trace"]["traced_steps"] == [4, 12]
     assert len(data["memory"]["readings"]) == 4
     assert "trace: steps 4–12" in out.stdout
-    # Read back with XProf: one marker per execution of 4 steps, but XProf's overview finds no
-    # step in a steps_per_execution > 1 trace: the report says so and lists the ops.
+    # Read back with XProf: one marker per execution of 4 steps, each run in Keras's loop (a
+    # tf.while_loop, folded into the marked steps for XProf): a row per call, times per step.
     analysis = data["trace"]["analysis"]
     assert data["trace"]["marked_steps"] == 2
-    assert analysis["steps"] == [] and "steps_per_execution=4" in analysis["error"]
+    assert len(analysis["steps"]) == 2 and analysis["steps_per_row"] == 4, analysis
+    assert "one call of 4 steps" in analysis["error"] and analysis["verdict"] is not None
+    assert "trace steps: 8 marked in 2 calls of 4" in out.stdout
     assert analysis["top_ops"]["host"] and "top host ops" in out.stdout
     assert "Top host ops by self time" in (run_dir / "report.md").read_text()
     again = subprocess.run(

@@ -6,7 +6,10 @@ Keras 3's ``fit`` makes none (tf_keras's does, so under tf_keras none is added).
 at a step's batch begin and closes at the next batch begin (or at validation, epoch end or
 train end): the same boundaries StepTimer times, input wait included. Closing it at the next
 begin rather than at the batch end keeps TraceWindow off Keras's batch-end hooks, which on JAX
-and PyTorch run on a callback thread.
+and PyTorch run on a callback thread. With ``steps_per_execution > 1`` a marker holds one call.
+A TensorFlow step that runs a loop (an LSTM's recurrence, the ``steps_per_execution`` loop)
+makes XProf take the loop's iterations for the steps instead of the markers: the trace is
+written as it is, and ``toolkit.report.trace`` reads it with the loop folded into them.
 """
 
 from __future__ import annotations

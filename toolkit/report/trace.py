@@ -6,7 +6,11 @@ XSpace files (``*.xplane.pb``, written by TensorFlow's and JAX's profilers) are 
 own converter (``xprof.convert.raw_to_tool_data``, the ``[profile]`` extra): its overview page
 gives the per-step breakdown and the input-bound verdict that TensorBoard's Profile tab shows
 ("HIGHLY input-bound" from 20 % of step time waiting for input, "MODERATELY" from 5 %), its
-framework op stats the ops. Nothing here re-derives what XProf computes. PyTorch's profiler
+framework op stats the ops. Nothing here re-derives what XProf computes. A TensorFlow step that
+runs a loop (an LSTM's or GRU's recurrence, ``tf.map_fn``, Keras's own loop of
+``steps_per_execution`` steps) leads XProf to time the loop's iterations as steps and none of
+the step markers: such a trace is read from a copy with the loop folded into the marked steps
+(:func:`_loops_folded`). PyTorch's profiler
 writes Chrome trace JSON instead, which XProf does not read: its ``ProfilerStep#N`` ranges give
 the step times and its ops' nesting gives self times (host ops and device kernels); there is
 no input-pipeline analysis for it, and the section says so.
@@ -18,11 +22,14 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
+import functools
 import gzip
 import json
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -54,15 +61,17 @@ def read_trace(files: Sequence[str], steps_per_execution: int = 1) -> dict[str, 
     run with `steps_per_execution` steps per Keras batch.
 
     Returns a dict with ``reader``, ``steps`` (one row per marked step: ``step``,
-    ``step_ms`` and the breakdown in ms), ``step_ms`` (mean/min/max), ``breakdown_ms`` (mean
-    per step), ``input_percent``, ``collectives_percent`` (the all-reduce's share of the step,
-    from XProf's collectives column or the collective ops' self time; None where the trace
-    shows none), ``verdict`` (XProf's: ``highly input-bound``, ``moderately
-    input-bound``, ``potentially input-bound`` (much "other" time: Python or I/O), ``not
-    input-bound``, or None), ``statement``, ``top_ops`` (``host`` and
-    ``device`` lists of ``{op, type, count, self_ms, share}``: ms per marked step, or in the
-    whole trace when no step is marked) and ``error`` (why something
-    could not be read: the rest is kept). Never raises for a bad or missing file.
+    ``step_ms`` and the breakdown in ms; with `steps_per_execution` > 1, one per marked call,
+    its times per step, and ``steps_per_row`` says how many), ``step_ms`` (mean/min/max),
+    ``breakdown_ms`` (mean per step), ``input_percent``, ``collectives_percent`` (the
+    all-reduce's share of the step, from XProf's collectives column or the collective ops'
+    self time; None where the trace shows none), ``verdict`` (XProf's: ``highly
+    input-bound``, ``moderately input-bound``, ``potentially input-bound`` (much "other"
+    time: Python or I/O), ``not input-bound``, or None), ``statement``, ``top_ops``
+    (``host`` and ``device`` lists of ``{op, type, count, self_ms, share}``: ms per marked
+    step, or in the whole trace when no step is marked) and ``error`` (why something could
+    not be read, in words, or how it was read: the rest is kept). Never raises for a bad or
+    missing file.
     """
     files = [os.fspath(f) for f in files]
     if not files:
@@ -70,16 +79,7 @@ def read_trace(files: Sequence[str], steps_per_execution: int = 1) -> dict[str, 
     xspace = [f for f in files if f.endswith(".xplane.pb")]
     chrome = [f for f in files if f.endswith((".json", ".json.gz"))]
     if xspace:
-        out = _read_xspace(xspace)
-        if not out["steps"] and steps_per_execution > 1 and out["reader"]:
-            # Seen with TF 2.21 and XProf 2.24: Keras 3 runs several steps per call through
-            # get_next_as_optional, and XProf's overview finds no step in such a trace.
-            out["error"] = (
-                f"XProf finds no step in a trace of steps_per_execution={steps_per_execution}"
-                " (its step time and input analysis need --steps_per_execution=1 while "
-                "tracing); the ops are measured"
-            )
-        return out
+        return _read_xspace(xspace, steps_per_execution)
     if chrome:
         return _read_chrome(chrome[-1])
     return _empty(f"no reader for {os.path.basename(files[0])}")
@@ -140,39 +140,256 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def _read_xspace(files: list[str]) -> dict[str, Any]:
+def _read_xspace(files: list[str], steps_per_execution: int = 1) -> dict[str, Any]:
+    """XProf's reading of the XSpace `files`. Where it finds no step, a copy with the trace's
+    TensorFlow loop folded into the marked steps is read instead (:func:`_loops_folded`);
+    where that finds none either, the error says why in words (:func:`_why_no_step`), from
+    what the trace holds, not a bare "no step marker" that a trace full of markers
+    contradicts."""
     try:
         from xprof import version as xprof_version
-        from xprof.convert import raw_to_tool_data
+        from xprof.convert import raw_to_tool_data  # noqa: F401 - here: its absence said
     except ImportError:
         return _empty(f"not read: XProf is not installed ({INSTALL_HINT})")
     reader = f"xprof {getattr(xprof_version, '__version__', '?')}"
+    per_row = max(1, steps_per_execution)
+    out = _xprof_reading(files, reader, per_row)
+    if out["steps"] or out["error"] != _NO_STEP:  # read, or not readable at all
+        return out
+    with tempfile.TemporaryDirectory(prefix="toolkit-trace-") as tmp:
+        held, folded = _loops_folded(files, tmp)
+        if folded:
+            again = _xprof_reading(folded, reader, per_row, named=files)
+            if again["steps"]:
+                said = (
+                    "read from a copy of the trace with its TensorFlow loop folded into the "
+                    f"marked steps ({held.iterations} executor events in loop iterations past "
+                    "the first): as written, XProf (and TensorBoard's Profile tab) groups it "
+                    "by the loop's iterations, not by the step markers, and finds no step"
+                )
+                again["error"] = "; ".join(filter(None, (said, again["error"])))
+                return again
+    out["error"] = _why_no_step(held, steps_per_execution)
+    return out
+
+
+def _xprof_reading(
+    files: list[str], reader: str, per_row: int, named: list[str] | None = None
+) -> dict[str, Any]:
+    """XProf's overview page and framework op stats of `files`; each of XProf's steps is one
+    marked Keras call of `per_row` steps (``steps_per_execution``), so its times are divided
+    by `per_row`. `named`: the files to name in an error (a folded copy's originals)."""
+    from xprof.convert import raw_to_tool_data
+
+    named = named or files
     out = _empty(None, reader)
     try:
         with _quiet_stderr():
             overview, _ = raw_to_tool_data.xspace_to_tool_data(files, "overview_page", {})
             op_stats, _ = raw_to_tool_data.xspace_to_tool_data(files, "framework_op_stats", {})
     except Exception as e:  # noqa: BLE001 - a trace XProf cannot read: say so, keep the run
-        out["error"] = f"XProf could not read {files[0]}: {type(e).__name__}: {e}"
+        out["error"] = f"XProf could not read {named[0]}: {type(e).__name__}: {e}"
         return out
     if not overview:
-        missing = [f for f in files if not os.path.isfile(f)]
+        missing = [f for f in named if not os.path.isfile(f)]
         why = "no such file" if missing else "not a profiler trace, or a damaged one"
-        out["error"] = f"XProf could not read {(missing or files)[0]}: {why}"
+        out["error"] = f"XProf could not read {(missing or named)[0]}: {why}"
         return out
     try:
-        _overview(_tables(overview), out)
-        out["top_ops"] = _op_stats(_tables(op_stats), max(1, len(out["steps"])))
+        _overview(_tables(overview), out, per_row)
+        out["top_ops"] = _op_stats(_tables(op_stats), max(1, len(out["steps"]) * per_row))
         if out.get("collectives_percent") is None:
             out["collectives_percent"] = _collective_ops_percent(_tables(op_stats), out)
-        if not any(out["top_ops"].values()) and out["error"] is None:
-            out["error"] = (
-                "XProf lists no op in this trace (XLA on a CPU is not traced op by op): "
-                "step times only"
-            )
     except (ValueError, KeyError, TypeError) as e:
-        out["error"] = f"XProf's output for {files[0]} was not as expected: {e}"
+        out["error"] = f"XProf's output for {named[0]} was not as expected: {e}"
+        return out
+    notes = [out["error"]]
+    if out.get("steps_per_row"):  # Keras marks a call, not each of its steps
+        notes.append(
+            f"each of XProf's steps is one call of {per_row} steps (steps_per_execution): "
+            f"times are per step, the call's divided by {per_row}"
+        )
+    if not any(out["top_ops"].values()) and out["error"] is None:
+        notes.append(
+            "XProf lists no op in this trace (XLA on a CPU is not traced op by op): step times only"
+        )
+    out["error"] = "; ".join(filter(None, notes)) or None
     return out
+
+
+# ---------------------------------------------------------------------------- loops in a step
+
+# What XProf's overview page says of a trace in which it found no step (replaced by why).
+_NO_STEP = "XProf found no step in the trace"
+# XProf's own test of a step marker (tsl's IsExplicitHostStepMarker): a host event so named.
+_MARKER = re.compile(r"^(train|test|TraceContext)[^/]*$")
+# TensorFlow's loop-op events: a trace holding any is not grouped into steps at all (tsl's
+# CheckLoopOp, in XProf 2.24).
+_LOOP_OPS = frozenset(
+    {"WhileOp-EvalCond", "WhileOp-StartBody", "ForOp", "ParallelForOp", "ForeverOp"}
+)
+_STILL_MEASURED = "no step time or input share (the ops below are still measured)"
+
+
+@dataclasses.dataclass
+class _Held:
+    """What a trace holds that XProf's steps depend on: step markers (on the host; `roots`:
+    those with the root stat ``_r`` that XProf groups a step's events by), executor events in a
+    TensorFlow loop's iterations past the first, and TensorFlow's loop-op events by name."""
+
+    markers: int = 0
+    roots: int = 0
+    iterations: int = 0
+    loop_ops: set[str] = dataclasses.field(default_factory=set)
+
+
+@functools.cache
+def _xspace_type() -> Any:
+    """XSpace, the profiler's trace file, as a protobuf message of the fields read here; every
+    other field is kept as an unknown one, so a trace parsed and written again is the same
+    trace but for what was changed. Built from a descriptor: XProf ships no Python module for
+    XSpace, and TensorFlow's comes with ``import tensorflow``, which this module never does.
+    A map field is a repeated message of ``key`` and ``value`` on the wire."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    field = descriptor_pb2.FieldDescriptorProto
+    one, many = field.LABEL_OPTIONAL, field.LABEL_REPEATED
+    messages = {  # name: (field name, number, label, scalar type or message name)
+        "XSpace": [("planes", 1, many, "XPlane")],
+        "XPlane": [
+            ("name", 2, one, field.TYPE_STRING),
+            ("lines", 3, many, "XLine"),
+            ("event_metadata", 4, many, "Entry"),
+            ("stat_metadata", 5, many, "Entry"),
+        ],
+        "Entry": [("key", 1, one, field.TYPE_INT64), ("value", 2, one, "Metadata")],
+        "Metadata": [("id", 1, one, field.TYPE_INT64), ("name", 2, one, field.TYPE_STRING)],
+        "XLine": [("events", 4, many, "XEvent")],
+        "XEvent": [("metadata_id", 1, one, field.TYPE_INT64), ("stats", 4, many, "XStat")],
+        "XStat": [
+            ("metadata_id", 1, one, field.TYPE_INT64),
+            ("uint64_value", 3, one, field.TYPE_UINT64),
+            ("int64_value", 4, one, field.TYPE_INT64),
+        ],
+    }
+    package = "toolkit_trace_xspace"
+    file = descriptor_pb2.FileDescriptorProto(
+        name=f"{package}.proto", package=package, syntax="proto2"
+    )
+    for name, fields in messages.items():
+        message = file.message_type.add(name=name)
+        for fname, number, label, kind in fields:
+            f = message.field.add(name=fname, number=number, label=label)
+            if isinstance(kind, str):
+                f.type, f.type_name = field.TYPE_MESSAGE, f".{package}.{kind}"
+            else:
+                f.type = kind
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.XSpace"))
+
+
+def _loops_folded(files: list[str], into: str) -> tuple[_Held | None, list[str] | None]:
+    """What the XSpace `files` hold that XProf's steps depend on, and, where they hold step
+    markers and a TensorFlow loop's iterations, a copy of each under `into` with every
+    executor event's loop iteration number set to 0: the loop folded into the step it ran in.
+    (None, None) where the files cannot be read here; a None copy where there is nothing to
+    fold.
+
+    Why: XProf groups a TensorFlow trace's events into steps from its roots, and where any
+    executor event (``ExecutorState::Process``) runs a loop iteration past the first
+    (``iter_num`` > 0), it takes each loop iteration as a root in place of every other
+    (tsl's ``EventForest::ProcessTensorFlowLoop``, for a training loop written as a
+    ``tf.while_loop``). A step that runs a loop of its own (an LSTM's recurrence over 120
+    time steps, ``tf.map_fn``, Keras's loop of ``steps_per_execution`` steps) then leaves
+    the step markers in no group, and the overview page finds no step. Folded, the trace is
+    grouped as a loop-free one is: by its step markers.
+    """
+    try:
+        space_type = _xspace_type()
+        from google.protobuf.message import DecodeError
+    except ImportError:  # protobuf comes with XProf; a reader without it folds nothing
+        return None, None
+    held, spaces = _Held(), []
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                space = space_type.FromString(f.read())
+        except (OSError, DecodeError):
+            return None, None
+        for plane in space.planes:
+            _fold_plane(plane, held)
+        spaces.append(space)
+    if not (held.iterations and held.markers):
+        return held, None
+    copies = []
+    for i, (path, space) in enumerate(zip(files, spaces, strict=True)):
+        name = os.path.basename(path)  # XProf names a host by its file
+        copy = os.path.join(into, name if i == 0 else f"{i}-{name}")
+        with open(copy, "wb") as f:
+            f.write(space.SerializeToString())
+        copies.append(copy)
+    return held, copies
+
+
+def _fold_plane(plane: Any, held: _Held) -> None:
+    """Counts what `plane` holds into `held` (step markers on the host plane), and sets the
+    loop iteration number of each of its executor events to 0."""
+    events = {e.key: e.value.name for e in plane.event_metadata}
+    stats = {e.value.name: e.key for e in plane.stat_metadata}
+    held.loop_ops |= _LOOP_OPS.intersection(events.values())
+    executor = {k for k, name in events.items() if name == "ExecutorState::Process"}
+    host = plane.name == "/host:CPU"
+    markers = {k for k, name in events.items() if host and _MARKER.match(name)}
+    iter_num, root = stats.get("iter_num"), stats.get("_r")
+    for line in plane.lines:
+        for event in line.events:
+            if event.metadata_id in markers:
+                held.markers += 1
+                held.roots += any(s.metadata_id == root for s in event.stats)
+            elif event.metadata_id in executor:
+                for stat in event.stats:
+                    if stat.metadata_id == iter_num and (stat.int64_value or stat.uint64_value):
+                        held.iterations += 1
+                        if stat.HasField("uint64_value"):
+                            stat.uint64_value = 0
+                        else:
+                            stat.int64_value = 0
+
+
+def _why_no_step(held: _Held | None, steps_per_execution: int) -> str:
+    """Why XProf found no step in a trace that `held` describes (None: not read here), in
+    words: what the trace lacks, or what in it keeps XProf from grouping its steps."""
+    if held is None:
+        why = "XProf found no step in the trace"
+    elif not held.markers:
+        why = (
+            "the trace holds no step marker: XProf times a step by a 'train' event around "
+            "it, which Keras 3's fit does not make (TraceWindow and --profile_steps mark "
+            "each traced step)"
+        )
+    elif held.loop_ops:
+        why = (
+            f"the trace holds {held.markers} step markers, and TensorFlow loop-op events "
+            f"({', '.join(sorted(held.loop_ops))}): XProf groups no event into steps in a "
+            "trace that has any (a loop TensorFlow ran as an op, not lowered into the graph)"
+        )
+    elif not held.roots:
+        why = (
+            f"the trace holds {held.markers} step markers, none with the root stat '_r' "
+            "that XProf groups a step's events by (tf.profiler.experimental.Trace(..., "
+            "step_num=N, _r=1) makes one)"
+        )
+    elif held.iterations:
+        why = (
+            f"the trace holds {held.markers} step markers and a TensorFlow loop; XProf found "
+            "no step even with the loop folded into them"
+        )
+    else:
+        why = f"the trace holds {held.markers} step markers, yet XProf made no step of them"
+    if steps_per_execution > 1 and held is not None and held.markers:
+        why += f" (steps_per_execution={steps_per_execution}: each marker is one call)"
+    return f"{why}: {_STILL_MEASURED}"
 
 
 def _spread(times: list[float]) -> dict[str, float] | None:
@@ -208,7 +425,7 @@ def _rows(table: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _overview(tables: list[dict[str, Any]], out: dict[str, Any]) -> None:
+def _overview(tables: list[dict[str, Any]], out: dict[str, Any], per_row: int = 1) -> None:
     step_table = next((t for t in tables if "stepTimeMs" in _columns(t)), None)
     advice = next((t for t in tables if "bottleneck" in (t.get("p") or {})), {})
     props = (step_table or {}).get("p") or {}
@@ -219,17 +436,19 @@ def _overview(tables: list[dict[str, Any]], out: dict[str, Any]) -> None:
     out["bottleneck"] = (advice.get("p") or {}).get("bottleneck")
     rows = _rows(step_table) if step_table is not None else []
     steps = []
-    for row in rows:
-        step = {"step": str(row.get("stepnum")), "step_ms": float(row.get("stepTimeMs") or 0)}
+    for row in rows:  # a row per marked call, of per_row steps: its times per step
+        step = {
+            "step": str(row.get("stepnum")),
+            "step_ms": float(row.get("stepTimeMs") or 0) / per_row,
+        }
         for column, name in _BREAKDOWN:
-            step[name] = float(row.get(column) or 0)
+            step[name] = float(row.get(column) or 0) / per_row
         steps.append(step)
     out["steps"] = steps
+    if per_row > 1 and steps:
+        out["steps_per_row"] = per_row
     if not steps:
-        out["error"] = (
-            "XProf found no step marker in the trace: no step time or input share "
-            "(the ops below are still measured)"
-        )
+        out["error"] = _NO_STEP
         return
     total = sum(s["step_ms"] for s in steps)
     out["step_ms"] = _spread([s["step_ms"] for s in steps])
@@ -421,14 +640,17 @@ def trace_lines(
     lines = []
     step_ms = analysis.get("step_ms")
     if step_ms:
-        n = len(analysis.get("steps") or [])
+        calls = len(analysis.get("steps") or [])
+        per = analysis.get("steps_per_row") or 1  # Keras marks a call of that many steps
+        n = calls * per
         of, why = (
             (f" of the {window} traced", " (XProf leaves out steps at the trace's edges)")
             if window and window != n
             else ("", "")
         )
+        held = f" in {calls} calls of {per}" if per > 1 else ""
         lines.append(
-            f"trace steps: {n}{of} marked{why}, {step_ms['mean']:.2f} ms mean "
+            f"trace steps: {n}{of} marked{held}{why}, {step_ms['mean']:.2f} ms mean "
             f"({step_ms['min']:.2f}–{step_ms['max']:.2f})"
         )
     breakdown = analysis.get("breakdown_ms") or {}

@@ -636,7 +636,31 @@ class _Searches:
             f"tune {c.label()}: {tuned.settings_words() or 'Keras defaults'} "
             f"({time.perf_counter() - t0:.0f} s of {share:.0f})"
         )
+        left = untried_budget(found.get("untried"), share, self.budget_s)
+        if left is not None:
+            count, more = left
+            self.progress(  # indented: the line above's, one per search
+                f"  {count} setting(s) left untried in its {share:.0f} s; "
+                f"--tune_budget={more} tries them"
+            )
         return tuned
+
+
+def untried_budget(untried: Any, share: float, budget_s: float) -> tuple[int, int] | None:
+    """``(how many, the --tune_budget that tries them)`` of what a backend's search left
+    untried (``engine.Untried.to_dict()`` each): its search share grown to what the costliest
+    needed, the whole budget in proportion, in tens of seconds. None: nothing left."""
+    needed = []
+    for u in untried if isinstance(untried, list) else []:
+        try:
+            needed.append(
+                float(u["spent_s"]) + float(u["needs_s"]) + float(u.get("reserve_s") or 0)
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+    if not needed or share <= 0:
+        return None
+    return len(needed), 10 * math.ceil(budget_s * max(needed) / share / 10)
 
 
 def search_share(

@@ -178,10 +178,14 @@ _CONTRADICTS = {
 }
 
 
-def second_opinion(verdict: str, analysis: Mapping[str, Any] | None) -> dict[str, Any]:
+def second_opinion(
+    verdict: str, analysis: Mapping[str, Any] | None, pipeline_slower: bool = True
+) -> dict[str, Any]:
     """XProf's reading of a trace of the fit (``toolkit.report.trace.read_trace``) set beside
     the rates' `verdict`: ``verdict``, ``input_percent``, ``agrees`` (None when XProf gave no
-    verdict) and ``line``, one sentence that says which, and why they may differ."""
+    verdict) and ``line``, one sentence that says which, and why they may differ.
+    `pipeline_slower`: the pipeline alone was slower than the step alone (an input-bound
+    verdict without it came from the real fit trailing the step alone)."""
     analysis = analysis or {}
     theirs, share = analysis.get("verdict"), analysis.get("input_percent")
     out: dict[str, Any] = {"verdict": theirs, "input_percent": share, "agrees": None}
@@ -202,11 +206,17 @@ def second_opinion(verdict: str, analysis: Mapping[str, Any] | None) -> dict[str
         )
     if theirs in _CONTRADICTS.get(verdict, ()):
         out["agrees"] = False
-        if verdict == INPUT_BOUND:
+        if verdict == INPUT_BOUND and pipeline_slower:
             why = (
                 "the pipeline alone is slower than the step, yet the fit barely waited: "
                 "prefetching or the cache filled the gap while traced, or the pipeline "
                 "measured alone competed with nothing"
+            )
+        elif verdict == INPUT_BOUND:
+            why = (
+                "the pipeline alone outruns the step, but the real fit trails the step "
+                "alone: its input's threads take the step's cores, which XProf counts as "
+                "step time, not as waiting"
             )
         else:
             why = (
@@ -543,7 +553,8 @@ def _conclude(
 
     compute_rate, fit_rate = _rate(compute), _rate(fit)
     verdict, overlap_ok = classify(input_rate, compute_rate, fit_rate)
-    xprof = second_opinion(verdict, trace) if trace is not None else None
+    slower = input_rate < compute_rate
+    xprof = second_opinion(verdict, trace, slower) if trace is not None else None
     found = list(devices_found) if devices_found is not None else devices.detect()
     chosen = next((d for d in found if d.kind == device_kind), None)
     recommended = devices.recommend_precision(chosen)[0] if chosen is not None else None

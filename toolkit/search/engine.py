@@ -37,10 +37,20 @@ __all__ = [
 # shared machine's noise decides, and handing back something no faster is worse than nothing.
 MIN_GAIN = 0.02
 FINALISTS = 3  # the search's fastest candidates measured again against the defaults
-# The first jit_compile candidate's cost (XLA; on PyTorch, torch.compile), unknown until one
-# is measured, is taken as this many times the slowest candidate without: a compile takes far
-# longer than a graph trace, and a first call cannot be stopped.
+# The first jit_compile candidate's compile (XLA; on PyTorch, torch.compile), unknown until
+# one ran, is expected to take this many times the longest compile measured without (a graph
+# trace): on TensorFlow on 2 cores XLA took 1.6-4.0× the graph's first call (an MLP 1.86 s
+# against 0.47 s, a CNN 2.70 s against 0.79 s, an LSTM 3.10 s against 1.81 s). Its window is
+# expected to take what the others' did. A first call cannot be stopped, so the estimate errs
+# long. Where no compile was measured, the whole first XLA run is taken as XLA_FIRST_COST
+# times the slowest candidate's.
+XLA_COMPILE_FACTOR = 4.0
 XLA_FIRST_COST = 3.0
+# A candidate whose whole window does not fit what is left of the budget is measured over a
+# shorter one where one of at least this share of the others' windows fits after its compile
+# (its rate is noisier: the head-to-head rounds measure it again if it leads); otherwise it is
+# left untried, and the result says so with the budget that would try it.
+SAMPLE_SHARE = 0.25
 # A pick must leave the run it is applied to at least this many timed calls of the compiled
 # function (after the first and the warm-up): fewer, and its report has no mean to show.
 MIN_TIMED_CALLS = 3
@@ -155,6 +165,15 @@ class _Candidate:
         shown = (how.label(getattr(self, name)) for name, how in self.SEARCHED)
         return " ".join(part for part in shown if part is not None)
 
+    def changes(self, base: Any) -> str:
+        """What it sets other than `base`, as its label says it (``xla spe=4``)."""
+        shown = (
+            how.label(getattr(self, name))
+            for name, how in self.SEARCHED
+            if getattr(self, name) != getattr(base, name)
+        )
+        return " ".join(part for part in shown if part is not None) or self.label()
+
 
 class _Space:
     """The values each knob may take; the first value of each is the Keras default. A field
@@ -226,6 +245,27 @@ def knob_types(searched: Sequence[tuple[str, Searched]]) -> tuple[type, type]:
 Candidate, Space = knob_types(SEARCHED_SETTINGS)
 
 
+@dataclasses.dataclass(frozen=True)
+class Untried:
+    """A candidate the budget had no room for: what measuring it was expected to take
+    (``needs_s``, of which ``compile_s`` its first call: None where no compile was measured)
+    and the search's seconds spent when it was left (with ``needs_s``: the search budget that
+    would have started it)."""
+
+    candidate: Any
+    needs_s: float
+    compile_s: float | None
+    spent_s: float
+    reserve_s: float = 0.0  # held back then for the head-to-head rounds
+
+    def budget_s(self) -> float:
+        """The budget that would have measured it."""
+        return self.spent_s + self.needs_s + self.reserve_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "candidate": self.candidate.to_dict()}
+
+
 @dataclasses.dataclass
 class Trial:
     """One measured (or failed) candidate."""
@@ -236,6 +276,7 @@ class Trial:
     error: str | None = None
     rates: list[float] = dataclasses.field(default_factory=list)  # every measurement
     compile_s: float | None = None  # its first call beyond its steps (None: not measured)
+    sampled: bool = False  # measured over a window shorter than the others' (the budget's)
 
     def __post_init__(self) -> None:
         if not self.rates and self.examples_per_sec is not None:
@@ -338,7 +379,10 @@ def search(
     first: Trial | None = None,
     spent_s: float = 0.0,
     shown_budget_s: float | None = None,
-) -> tuple[list[Trial], bool]:
+    compile_of: Callable[[Candidate], float | None] | None = None,
+    sample: Callable[[Candidate, float], float] | None = None,
+    reserve_s: float = 0.0,
+) -> tuple[list[Trial], list[Untried]]:
     """Loops first, at their longest; then each other knob; then the loops shorter.
 
     1. The defaults (always; `first` when they are already measured).
@@ -361,15 +405,30 @@ def search(
     candidate is a build, a trace and a compile: this measures 4–6 where the grid of the
     default space holds 16–32, and ``rounds.confirm`` then settles the order of the fastest.
 
+    The budget is spent on what fits: a candidate is started only where what it is expected
+    to take (:func:`expected_cost`: what its kind took, or for the first XLA candidate its
+    compile estimated from the compiles measured) ends within the budget; one that does not
+    fit is measured over a shorter window where `sample` is given and one of at least
+    :data:`SAMPLE_SHARE` of the usual fits, else left untried, and the search goes on with
+    the cheaper ones.
+
     `measure` returns examples/s or raises; a raise is recorded as a failed trial. `first`
     is the defaults' trial when already measured, `spent_s` the budget it used.
     `shown_budget_s`: the budget the progress lines count against (the whole one of which
     this search has a share: every line of one tune says the same denominator).
+    `compile_of`: a measured candidate's compile cost (its first call beyond its steps; None:
+    unknown). `sample(candidate, window_s)`: examples/s over a window of about `window_s`.
+    `reserve_s`: seconds of `budget_s` held back for the head-to-head rounds, only while a
+    candidate beats the defaults (with nothing to confirm, the search may spend them).
 
     Returns:
-        The trials in the order run (defaults first) and whether the budget ran out.
+        The trials in the order run (defaults first) and the candidates left untried (empty:
+        the budget held everything the search wanted to measure).
     """
-    state = _Search(measure, space, budget_s, clock, progress, first, spent_s, shown_budget_s)
+    state = _Search(
+        measure, space, budget_s, clock, progress, first, spent_s, shown_budget_s,
+        compile_of=compile_of, sample=sample, reserve_s=reserve_s,
+    )  # fmt: skip
     axes = dict(space.axes())
     # The roles and the order are the settings table's (toolkit.runner.config.Searched).
     loops = [name for name, how in space.SEARCHED if how.role == LOOP and len(axes[name]) > 1]
@@ -383,12 +442,10 @@ def search(
         before = state.best.candidate
         state.knobs(knobs, axes)
         for name in loops:
-            if state.exhausted:
-                break
             state.loop(name, axes[name])
-        if state.exhausted or state.best.candidate == before:
+        if state.best.candidate == before:
             break
-    return state.trials, state.exhausted
+    return state.trials, list(state.untried.values())
 
 
 def _faster(trial: Trial | None, than: Trial) -> bool:
@@ -411,6 +468,10 @@ class _Search:
         first: Trial | None,
         spent_s: float,
         shown_budget_s: float | None = None,
+        *,
+        compile_of: Callable[[Candidate], float | None] | None = None,
+        sample: Callable[[Candidate, float], float] | None = None,
+        reserve_s: float = 0.0,
     ) -> None:
         self.measure, self.space, self.budget_s = measure, space, budget_s
         self.shown_budget_s = shown_budget_s or budget_s
@@ -418,33 +479,58 @@ class _Search:
         self.start = clock() - spent_s
         self.trials: list[Trial] = [first] if first else []
         self.seen: dict[Candidate, Trial] = {first.candidate: first} if first else {}
-        self.exhausted = False
+        self.untried: dict[Candidate, Untried] = {}
+        self.compile_of, self.sample, self.reserve_s = compile_of, sample, reserve_s
         self.overhead: float | None = None
         best = self.run(space.defaults())
         assert best is not None  # the first candidate is always measured
         self.best = best
 
+    @property
+    def exhausted(self) -> bool:
+        """Whether the budget left a candidate the search wanted untried."""
+        return bool(self.untried)
+
     def run(self, candidate: Candidate) -> Trial | None:
-        """The candidate's trial (measured now, or before); None when the budget is out."""
+        """The candidate's trial (measured now, or before); None where the budget has no
+        room for it (left untried; the search goes on with cheaper ones)."""
         if candidate in self.seen:
             return self.seen[candidate]
-        # A candidate costs about what the median one of its kind (XLA or not) did: one that
-        # would end past the budget is not started (the budget is a promise, not a start
-        # deadline).
-        trials, clock = self.trials, self.clock
-        if trials and clock() - self.start + _expected_cost(candidate, trials) > self.budget_s:
-            self.exhausted = True
+        if candidate in self.untried:
             return None
+        # The budget is a promise, not a start deadline: a candidate that would end past it
+        # is not started, or is measured over the shorter window that fits.
+        trials, clock = self.trials, self.clock
+        window_s = None
+        if trials:
+            spent = clock() - self.start
+            compile_s, window = expected_cost(candidate, trials)
+            reserve = self.reserve_s if self.best.candidate != trials[0].candidate else 0.0
+            left = self.budget_s - reserve - spent
+            if compile_s + window > left:
+                short = left - compile_s
+                if self.sample is None or window <= 0 or short < SAMPLE_SHARE * window:
+                    cost = Untried(candidate, compile_s + window, compile_s or None, spent, reserve)
+                    self.untried[candidate] = cost
+                    return None
+                window_s = short
         t0 = clock()
         try:
-            rate, error = float(self.measure(candidate)), None
+            if window_s is None:
+                rate, error = float(self.measure(candidate)), None
+            else:
+                rate, error = float(self.sample(candidate, window_s)), None  # type: ignore[misc]
         except Exception as e:  # noqa: BLE001 - a failing candidate is a result, not a crash
             rate, error = None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        trial = Trial(candidate, rate, clock() - t0, error)
+        trial = Trial(candidate, rate, clock() - t0, error, sampled=window_s is not None)
+        if self.compile_of is not None and rate is not None:
+            trial.compile_s = self.compile_of(candidate)
         self.seen[candidate] = trial
         trials.append(trial)
         if self.progress is not None:
             shown = f"{rate:,.1f} examples/s" if rate is not None else f"failed ({error})"
+            if window_s is not None and rate is not None:
+                shown += f" (a {window_s:.0f} s window: what the budget held)"
             spent = clock() - self.start
             self.progress(
                 f"[{len(trials)} | {spent:.0f}/{self.shown_budget_s:.0f} s] {candidate.label()}: "
@@ -482,7 +568,7 @@ class _Search:
         interact (XLA fuses a precision's casts), so the order they are set in does not
         decide. Settings already measured cost nothing."""
         settled = None
-        while settled != self.best.candidate and not self.exhausted:
+        while settled != self.best.candidate:
             settled = self.best.candidate
             for name in knobs:
                 for value in axes[name]:
@@ -522,16 +608,28 @@ class _Search:
         return self.overhead * (1 / then - 1 / now) * best.examples_per_sec > PRUNE_LOSS
 
 
+def expected_cost(candidate: Candidate, trials: Sequence[Trial]) -> tuple[float, float]:
+    """``(compile, window)``: what measuring `candidate` should take, from the `trials` so
+    far. Of its kind (XLA or not) measured before: their median, split at their median
+    compile. For the first XLA candidate: :data:`XLA_COMPILE_FACTOR` times the longest
+    compile measured without, and the others' median window; where no compile was measured,
+    :data:`XLA_FIRST_COST` times the slowest trial, all of it compile (it cannot be cut)."""
+    whole = [t for t in trials if t.seconds > 0 and not t.sampled] or list(trials)
+    same = [t for t in whole if t.candidate.jit_compile == candidate.jit_compile]
+    compiles = [t.compile_s for t in (same or whole) if t.compile_s is not None]
+    if same or not candidate.jit_compile:
+        total = statistics.median(t.seconds for t in (same or whole))
+        compile_s = min(statistics.median(compiles), total) if compiles else 0.0
+        return compile_s, total - compile_s
+    if not compiles:
+        return XLA_FIRST_COST * max(t.seconds for t in whole), 0.0
+    windows = [max(t.seconds - (t.compile_s or 0.0), 0.0) for t in whole]
+    return XLA_COMPILE_FACTOR * max(compiles), statistics.median(windows)
+
+
 def _expected_cost(candidate: Candidate, trials: Sequence[Trial]) -> float:
-    """What measuring `candidate` should take, from the `trials` so far: the median of those
-    with its XLA setting; for the first XLA candidate, :data:`XLA_FIRST_COST` times the
-    slowest without."""
-    same = [t.seconds for t in trials if t.candidate.jit_compile == candidate.jit_compile]
-    if same:
-        return statistics.median(same)
-    if candidate.jit_compile:
-        return XLA_FIRST_COST * max(t.seconds for t in trials)
-    return statistics.median(t.seconds for t in trials)
+    """What measuring `candidate` should take in all (:func:`expected_cost`)."""
+    return sum(expected_cost(candidate, trials))
 
 
 def window_steps(candidate: Candidate, steps: int, calls: int = 3) -> tuple[int, int]:

@@ -74,7 +74,12 @@ def confirm(
         return choose(trials, min_gain), [], "the defaults failed: the fastest measured", False
     finalists = _finalists(defaults, trials)
     if not finalists:  # (the filter keeps the leader: empty only when nothing beat them)
-        return defaults.candidate, [], "nothing beat the defaults in the search", False
+        others = [t for t in trials[1:] if t.examples_per_sec is not None]
+        failed = len(trials) - 1 - len(others)
+        if others:
+            return defaults.candidate, [], "nothing beat the defaults in the search", False
+        said = f" ({failed} other setting(s) failed)" if failed else ""
+        return defaults.candidate, [], f"only the defaults were measured{said}", False
     head = _HeadToHead(
         measure, defaults, finalists, trials, budget_s=budget_s, min_gain=min_gain,
         clock=clock, start=start, progress=progress,

@@ -39,7 +39,15 @@ from toolkit.core import progress as tk_progress
 from toolkit.core.cache import Cache
 from toolkit.report._ledger import format_s
 from toolkit.runner.config import SEARCHED_SETTINGS, SearchContext, TrainConfig
-from toolkit.search.engine import FINALISTS, Candidate, Space, Trial, search, whole_run
+from toolkit.search.engine import (
+    FINALISTS,
+    Candidate,
+    Space,
+    Trial,
+    Untried,
+    search,
+    whole_run,
+)
 from toolkit.search.fresh import FRESH, THIS_PROCESS, Gain, confirm_fresh, fresh_steps
 from toolkit.search.rounds import confirm
 from toolkit.search.workload import Workload, apply, workload
@@ -93,6 +101,9 @@ class TuneResult:
     run: dict[str, Any] | None = None
     # For the target it answers (not kept in the cache or the report): how to apply the
     # winner (a recipe's flags, or your model's compile arguments) and the batch in words.
+    # What the budget had no room for (``engine.Untried``): said in `why` with the budget
+    # that would try it.
+    untried: list[Untried] = dataclasses.field(default_factory=list)
     how_to_apply: str = dataclasses.field(default="", compare=False)
     batch_size: int | None = dataclasses.field(default=None, compare=False)
     batch_words: str = dataclasses.field(default="", compare=False)
@@ -137,6 +148,7 @@ class TuneResult:
             "gain_words": self.gain.words() if self.gain is not None and self.picked else None,
             "fresh_rounds": self.fresh_rounds,
             "run": self.run,
+            "untried": [u.to_dict() for u in self.untried],
         }
 
     @classmethod
@@ -157,6 +169,7 @@ class TuneResult:
             d.get("budget_exhausted", False), list(d.get("confirm_rounds") or []),
             d.get("why", ""), Gain.from_dict(d.get("gain")), list(d.get("fresh_rounds") or []),
             d.get("run") if isinstance(d.get("run"), dict) else None,
+            _untried_of(d.get("untried")),
         )  # fmt: skip
 
     def table(self) -> str:
@@ -193,6 +206,38 @@ class TuneResult:
         if self.gain is not None and self.picked:
             lines.append(f"claimed gain: {self.gain.words()}")
         return "\n".join(lines)
+
+
+def _untried_of(entries: Any) -> list[Untried]:
+    """The untried candidates a cached result holds (a malformed entry is dropped)."""
+    out = []
+    for u in entries if isinstance(entries, list) else []:
+        try:
+            compile_s = None if u.get("compile_s") is None else float(u["compile_s"])
+            needs, spent, reserve = (
+                float(u.get(k) or 0.0) for k in ("needs_s", "spent_s", "reserve_s")
+            )
+            out.append(Untried(Candidate(**u["candidate"]), needs, compile_s, spent, reserve))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def untried_words(untried: Sequence[Untried], defaults: Candidate) -> str:
+    """What the budget left untried, each with what it needs and the budget that tries it:
+    ``xla not tried: its compile needs about 9 s; a 60 s budget tries it``."""
+    said = []
+    for u in sorted(untried, key=lambda u: u.needs_s)[:3]:
+        needs = (
+            f"its compile needs about {u.compile_s:.0f} s"
+            if u.compile_s is not None and u.compile_s >= u.needs_s / 2
+            else f"it needs about {u.needs_s:.0f} s"
+        )
+        budget = 10 * math.ceil(u.budget_s() / 10)
+        tries = f"a {budget} s budget tries it"
+        said.append(f"{u.candidate.changes(defaults)} not tried: {needs}; {tries}")
+    more = len(untried) - len(said)
+    return "; ".join(said) + (f" (and {more} more)" if more > 0 else "")
 
 
 def check_budget(budget_s: Any, steps: Any = 1) -> None:
@@ -233,15 +278,21 @@ def tune(
     exactly your pipeline, and restores the model's compile settings and weights afterwards:
     apply the winner with ``model.compile(..., **result.best.compile_kwargs())``.
 
+    ``tune(build)``, with `build` a function at the top of your module that returns your
+    compiled model and its data, does the same and confirms the pick in fresh processes that
+    call `build` again (``result.gain.trusted``): what one process measures alone is said as
+    unconfirmed, since rounds in the process that searched favoured the pick by up to 1.4×.
+
     Args:
-        target: a ``toolkit.runner.train.Task``, or a compiled Keras model.
+        target: a ``toolkit.runner.train.Task``, a compiled Keras model, or a function
+            returning ``(compiled model, data)`` (`data` then left out).
         data: with a model, its batched ``tf.data`` pipeline or ``(x, y)`` arrays (required);
             with a Task, a TrainConfig may stand here for `config`.
         config: the base ``TrainConfig`` (device, batch size, data...). Defaults to
             ``TrainConfig()``.
         space: what to search. Defaults to :func:`default_space` for the device.
         budget_s: seconds the search may take (the defaults are always measured). The
-            fresh-process check of a pick comes after it: 2–5 rounds of two runs.
+            fresh-process check of a pick comes after it: 3–5 rounds of two runs.
         steps: timed steps per candidate. Defaults to `48`.
         use_cache: read and write the cache. Defaults to `True`.
         progress: called with one line per candidate. Defaults to ``toolkit.core.progress.say``
@@ -259,19 +310,21 @@ def tune(
     """
     check_budget(budget_s, steps)  # as the command line refuses them, before anything runs
     fresh_target = _fresh_target(fresh)  # a bad one is refused now, not after the search
+    target, data, fresh_target, no_fresh = _built(target, data, fresh_target)
     # A Task's data is made once for the search, and its finalists stay built for the rounds.
     work = workload(target, data, config, resident=True, keep=FINALISTS)
     run = _Tuning(
         work, budget_s, steps, progress, length_known=work.length_known(config is not None)
     )
+    run.no_fresh = no_fresh or work.fresh_words()
     try:
         hit = run.cached() if use_cache else None
         if hit is not None:
             return hit.applied_to(work)
-        trials, best, rounds, why, exhausted = run.search(space)
+        trials, best, rounds, why, untried = run.search(space)
     finally:
         run.close()
-    result = run.settle(trials, best, rounds, why, exhausted, fresh_target)
+    result = run.settle(trials, best, rounds, why, untried, fresh_target)
     if use_cache:
         run.store(result)
     return result.applied_to(work)
@@ -300,6 +353,7 @@ class _Tuning:
         self.bar = tk_progress.bar(round(budget_s), "tune", unit="s", enabled=progress is None)
         self.say = progress or tk_progress.say
         self.interrupted: list[str] = []  # fresh runs a signal or the timeout ended
+        self.no_fresh = work.fresh_words()  # why no fresh process confirms a pick
 
     def report(self, line: str) -> None:
         """A progress line, and the bar moved to the seconds spent (whole ones)."""
@@ -332,9 +386,10 @@ class _Tuning:
 
     def search(
         self, space: Space | None
-    ) -> tuple[list[Trial], Candidate, list[dict[str, float]], str, bool]:
+    ) -> tuple[list[Trial], Candidate, list[dict[str, float]], str, list[Untried] | None]:
         """The search in its share of the budget, then the head-to-head rounds in the rest:
-        ``(trials, pick, rounds, why, whether the budget ran out)``."""
+        ``(trials, pick, rounds, why, what the budget left untried)``: None where only the
+        rounds ran out of it."""
         work, budget_s = self.work, self.budget_s
         work.prepare(self.steps)  # (your generator: read once here, replayed by every candidate)
         first = None
@@ -345,23 +400,36 @@ class _Tuning:
             space = dataclasses.replace(space, run=self.shape)
         own = (self.defaults, space.defaults())
 
-        def searching(candidate: Candidate) -> float:
+        pace = {}  # the defaults' rate: a sampled window's seconds in steps
+
+        def searching(candidate: Candidate, steps: int | None = None) -> float:
             # A run past the search's share of the budget stops after its current call
             # (the defaults always run whole: every pick is judged against them).
-            if candidate not in own:
-                work.deadline = self.start + budget_s * SEARCH_SHARE
-            return self.measure(candidate, calls=SEARCH_CALLS)  # finalists: 3 calls head to head
+            if candidate not in own:  # (the rounds' share, where nothing beat the defaults)
+                work.deadline = self.start + budget_s
+            rate = self.work.rate(candidate, steps or self.steps, SEARCH_CALLS)
+            pace.setdefault("rate", rate)  # finalists: 3 calls head to head
+            return rate
 
-        trials, exhausted = search(
-            searching, space, budget_s=budget_s * SEARCH_SHARE, progress=self.report,
-            first=first, spent_s=time.perf_counter() - self.start, shown_budget_s=budget_s,
+        def sampling(candidate: Candidate, window_s: float) -> float:
+            """A window of about `window_s` at the defaults' pace (its steps and warm-up)."""
+            batch = candidate.batch_size or work.batch_size or work.config.batch_size
+            steps = int(window_s * pace.get("rate", 0.0) / max(batch, 1) / 2)
+            return searching(candidate, max(1, min(steps, self.steps)))
+
+        if first is not None:
+            pace["rate"] = first.examples_per_sec
+        trials, untried = search(
+            searching, space, budget_s=budget_s, progress=self.report, first=first,
+            spent_s=time.perf_counter() - self.start, compile_of=work.compile_s,
+            sample=sampling, reserve_s=budget_s * (1 - SEARCH_SHARE),
         )  # fmt: skip
         work.deadline = self.start + budget_s
         best, rounds, why, out_of_time = confirm(
             self.measure, trials, budget_s=budget_s, progress=self.report,
             spent_s=time.perf_counter() - self.start,
         )  # fmt: skip
-        return trials, best, rounds, why, exhausted or out_of_time
+        return trials, best, rounds, why, untried if untried or not out_of_time else None
 
     def settle(
         self,
@@ -369,7 +437,7 @@ class _Tuning:
         best: Candidate,
         rounds: list[dict[str, float]],
         why: str,
-        exhausted: bool,
+        untried: list[Untried] | None,
         fresh_target: Any,
     ) -> TuneResult:
         """The pick over the whole run (a compile the run cannot pay back hands the defaults
@@ -380,8 +448,8 @@ class _Tuning:
         batch = defaults.batch_size or work.batch_size or work.config.batch_size
         steps_run = work.run_steps(defaults) if self.length_known else None
         best, run_words, run_facts = whole_run_choice(trials, defaults, best, steps_run, batch)
-        why = _joined(why, run_words)
-        gain = _in_process_gain(rounds, defaults, best)
+        why = _joined(_joined(why, run_words), untried_words(untried or [], defaults))
+        gain = _in_process_gain(rounds, defaults, best, trials)
         fresh_rounds: list[dict[str, float]] = []
         if best != defaults and fresh_target is not None:
             best, gain, fresh_rounds, words = _confirm_fresh(
@@ -390,10 +458,10 @@ class _Tuning:
             )  # fmt: skip
             why = _joined(why, words)
         elif best != defaults:
-            why = _joined(why, f"not run in fresh processes ({work.fresh_words()})")
+            why = _joined(why, f"not run in fresh processes ({self.no_fresh})")
         return TuneResult(
-            best, trials, self.key, False, time.perf_counter() - self.start, exhausted,
-            rounds, why, gain, fresh_rounds, run_facts,
+            best, trials, self.key, False, time.perf_counter() - self.start, untried != [],
+            rounds, why, gain, fresh_rounds, run_facts, list(untried or []),
         )  # fmt: skip
 
     def store(self, result: TuneResult) -> None:
@@ -459,6 +527,31 @@ def whole_run_choice(
     return best, run, facts
 
 
+def _built(target: Any, data: Any, fresh: Any) -> tuple[Any, Any, Any, str | None]:
+    """``(target, data, fresh target, why none)``: a `target` that is your function returning
+    ``(compiled model, data)`` is called, and is what fresh processes call again unless
+    `fresh` names another (one they cannot import leaves the pick unconfirmed, said why)."""
+    from toolkit.runner import train
+    from toolkit.search.standings import ChooserError, Target
+
+    if data is not None or not callable(target) or hasattr(target, "fit"):
+        return target, data, fresh, None
+    if isinstance(target, train.Task):
+        return target, data, fresh, None
+    built = target()
+    if not (isinstance(built, tuple) and len(built) == 2):
+        raise train.SetupError(
+            f"tune({getattr(target, '__name__', target)!r}): a function given to tune must "
+            f"return (compiled model, data), got {type(built).__name__}"
+        )
+    if fresh is not None:
+        return *built, fresh, None
+    try:
+        return *built, Target.of(target), None
+    except ChooserError as e:
+        return *built, None, str(e)
+
+
 def _fresh_target(fresh: Any) -> Any:
     """The ``standings.Target`` that `fresh` names (None: none).
 
@@ -472,13 +565,21 @@ def _fresh_target(fresh: Any) -> Any:
 
 
 def _in_process_gain(
-    rounds: list[dict[str, float]], defaults: Candidate, best: Candidate
+    rounds: list[dict[str, float]],
+    defaults: Candidate,
+    best: Candidate,
+    trials: Sequence[Trial] = (),
 ) -> Gain | None:
-    """The pick's paired ratios over this process's head-to-head rounds."""
+    """The pick's paired ratios over this process's head-to-head rounds (none ran: its
+    search window's, one round, said as not confirmed)."""
     if best == defaults:
         return None
     base, mine = defaults.label(), best.label()
     ratios = [r[mine] / r[base] for r in rounds if r.get(base) and r.get(mine)]
+    if not ratios and trials:  # no round fit the budget: the search's one window each
+        by = {t.candidate: t.examples_per_sec for t in trials}
+        if by.get(defaults) and by.get(best):
+            ratios = [by[best] / by[defaults]]
     return Gain.of(ratios, THIS_PROCESS)
 
 
@@ -521,7 +622,7 @@ def _defaults_then_space(
     defaults = work.defaults()
     t0 = time.perf_counter()
     rate = measure(defaults)
-    first = Trial(defaults, rate, time.perf_counter() - t0)
+    first = Trial(defaults, rate, time.perf_counter() - t0, compile_s=work.compile_s(defaults))
     report(f"[1 | {first.seconds:.0f}/{budget_s:.0f} s] {defaults.label()}: {rate:,.1f} examples/s")
     space = default_space(
         work.device, step_s=(defaults.batch_size or work.config.batch_size) / rate
