@@ -8,9 +8,10 @@ process per side per round, so no side inherits another's threads, caches or com
   (b) naive: a Grain pipeline as commonly first written, decoding in the main thread
       (``MapDataset.source(files).map(decode).batch(b)``, ``ReadOptions(num_threads=0)``);
   (c) toolkit-grain: ``toolkit.data.pipeline(image_folder(root, size, loader="grain"), b,
-      loader="grain", workers="auto")``, decoding in reader threads or worker processes,
-      whichever its measurement picks (once per machine: the first round measures, cached in
-      a cache directory of the benchmark's own, so later rounds read the answer);
+      loader="grain", workers="auto")``, decoding in reader threads or worker processes as
+      auto picks for the fit (here, the step on the CPU: one reader thread; beside a GPU's
+      step, measured once per machine and cached in a cache directory of the benchmark's own,
+      so later rounds read the answer; ``toolkit.data._grain_readers``);
   (d) toolkit-tf.data: ``toolkit.data.pipeline(image_folder(root, size), b)`` (tf.data's
       parallel decode).
 
@@ -18,7 +19,8 @@ Each side's time is its epochs after the first (the first compiles the step), me
 rounds. Printed as ``name: X.XX× (baseline A, toolkit B)``, X = baseline / toolkit time: (c)
 against (b), against (a), and against (d). With ``--input_share``, each side also times its
 input alone (``toolkit.data.benchmark``) so the line says what share of the step the input
-takes; ``--grain_workers=N`` gives (c) N worker processes (0: threads). Goals (issue 47):
+takes; ``--grain_workers=N`` gives (c) N worker processes (0: threads); ``--backend`` fits on
+another Keras backend (default JAX, the case of issue 47's goals). Goals (issue 47):
 (c) ≥ 1.8× (b), ≥ 1.0× (a), ≥ 0.9× (d).
 
     python benchmarks/pipeline_grain.py [--images 2000 --size 96 --target 64 --rounds 3]
@@ -37,6 +39,7 @@ import tempfile
 import time
 
 SIDES = ("keras", "naive", "toolkit-grain", "toolkit-tf.data")
+TITLES = {"jax": "JAX", "tensorflow": "TensorFlow", "torch": "PyTorch"}
 
 
 def write_images(root: str, count: int, size: int, classes: int = 4) -> None:
@@ -133,8 +136,9 @@ def main() -> None:
         "--grain_workers",
         type=lambda v: v if v == "auto" else int(v),
         default="auto",
-        help="(c)'s worker processes, or auto (measured)",
+        help="(c)'s worker processes, or auto (chosen for the fit)",
     )
+    parser.add_argument("--backend", choices=tuple(TITLES), default="jax", help="Keras's")
     parser.add_argument("--quick", action="store_true", help="a smoke-sized run")
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
@@ -147,7 +151,7 @@ def main() -> None:
 
     times: dict[str, list[float]] = {side: [] for side in SIDES}
     inputs: dict[str, float | None] = {}
-    env = {**os.environ, "KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {**os.environ, "KERAS_BACKEND": args.backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
     with tempfile.TemporaryDirectory() as root, tempfile.TemporaryDirectory() as cache:
         env["TOOLKIT_CACHE_DIR"] = cache  # auto's answer, for this run only
         write_images(root, args.images, args.size)
@@ -167,7 +171,7 @@ def main() -> None:
                 print(f"# round {r + 1} {side}: {result['later_s']:.3f} s", flush=True)
     s = {side: statistics.median(t) for side, t in times.items()}
     label = (f"{args.images} images {args.size}px -> {args.target}px, batch {args.batch_size}, "
-             f"{args.epochs - 1} epochs after the first, JAX fit")  # fmt: skip
+             f"{args.epochs - 1} epochs after the first, {TITLES[args.backend]} fit")  # fmt: skip
     ours = s["toolkit-grain"]
     for baseline, name, goal in (
         ("naive", "toolkit Grain vs naive Grain (main-thread decode)", 1.8),

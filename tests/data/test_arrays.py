@@ -17,6 +17,11 @@ def test_resize_matches_tf_image_resize(size, channels):
     theirs = tf.image.resize(images, size).numpy()
     assert ours.shape == theirs.shape and ours.dtype == np.float32
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
+    # uint8 pixels (a decoded file) are interpolated as they are: the values of float32 ones.
+    pixels = np.random.default_rng(1).integers(0, 256, (3, 8, 8, channels), dtype=np.uint8)
+    as_float = resize_images(pixels.astype(np.float32), *size)
+    np.testing.assert_array_equal(resize_images(pixels, *size), as_float)
+    np.testing.assert_allclose(as_float, tf.image.resize(pixels, size).numpy(), atol=1e-3)
 
 
 def test_digit_images_and_tokens_match_the_tf_data_path(monkeypatch):

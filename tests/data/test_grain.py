@@ -5,6 +5,7 @@ benchmark and diagnose read them."""
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
@@ -209,23 +210,48 @@ def test_without_grain_the_toolkit_works_and_asking_for_it_is_one_line(monkeypat
         TrainConfig(data_loader="pytorch").validate()
 
 
-def test_auto_readers_are_measured_once_then_read_from_the_cache(image_dir, tmp_path, monkeypatch):
-    """``workers="auto"``: arrays gathered a batch at a time get threads without a
-    measurement; image files are read both ways, the faster kept (either may win on a shared
-    machine: the test checks the measurement, the cache and the batches, not the winner)."""
+def test_auto_readers_are_chosen_by_the_fit_they_feed(image_dir, tmp_path, monkeypatch):
+    """``workers="auto"`` is judged by the fit the pipeline feeds: arrays gathered a batch at
+    a time get threads; where the step computes on the CPU, or beside a device's step on one
+    usable core, one reader thread and never worker processes, nothing measured (a reader's
+    core is the step's); beside a device's step, threads and a process per spare core are
+    measured once, then read from the cache (either may win on a shared machine: the test
+    checks the rule, the measurement and the cache, not the winner)."""
+    from toolkit import devices
+    from toolkit.data import _grain_readers as readers
+
     monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
     x, y = np.zeros((16, 2), "float32"), np.arange(16)
     said = D.describe_pipeline(_grain((x, y), 4, workers="auto"))
     assert "auto: arrays gathered a batch at a time: threads" in said, said
-    assert not (tmp_path / "grain_readers.json").exists()
+    assert readers.step_device() in {"cpu"} | {d.kind for d in devices.detect()}
+    assert 1 <= readers.usable_cores() <= (os.cpu_count() or 1)
 
     files = D.image_folder(image_dir, (8, 8), loader="grain")
-    first = D.describe_pipeline(_grain(files, 4, num_parallel_calls=1, workers="auto", seed=2))
+    monkeypatch.setattr(readers, "step_device", lambda: "cpu")
+    for cores in (1, 2, 64):  # the step on the CPU: one thread, however many cores
+        monkeypatch.setattr(readers, "usable_cores", lambda cores=cores: cores)
+        said = D.describe_pipeline(_grain(files, 4, workers="auto", seed=2))
+        assert "prefetch(2, 1 threads; auto: 1 thread: the step computes on the CPU" in said
+        assert "none spare for another reader" in said, said
+        assert "processes ×" not in said and "measured" not in said, said
+    given = D.describe_pipeline(_grain(files, 4, num_parallel_calls=3, workers="auto"))
+    assert "(6, 3 threads; auto: 3 threads: the step computes on the CPU" in given, given
+    assert "none spare for worker processes" in given, given
+    monkeypatch.setattr(readers, "step_device", lambda: "cuda")
+    monkeypatch.setattr(readers, "usable_cores", lambda: 1)  # one core, and it feeds the device
+    said = D.describe_pipeline(_grain(files, 4, workers="auto"))
+    assert "1 threads; auto: 1 thread: 1 usable core, none spare beside the step" in said, said
+    assert not (tmp_path / "grain_readers.json").exists()  # nothing was measured
+
+    monkeypatch.setattr(readers, "usable_cores", lambda: 2)  # one spare: measured
+    first = D.describe_pipeline(_grain(files, 4, workers="auto", seed=2))
     assert "; auto: " in first and "examples/s on 1 threads" in first, first
+    assert "on 1 processes" in first and "the step on cuda, 1 of 2 cores spare" in first, first
     assert (tmp_path / "grain_readers.json").exists()
-    again = _grain(files, 4, num_parallel_calls=1, workers="auto", seed=2)
+    again = _grain(files, 4, workers="auto", seed=2)
     said = D.describe_pipeline(again)
-    assert said.endswith(", cached) (grain)") or ", cached" in said, said
+    assert ", cached" in said, said
     chosen = first.split("; auto: ")[1].split(":")[0]
     assert said.split("; auto: ")[1].split(":")[0] == chosen  # the same readers
     plain = _grain(files, 4, num_parallel_calls=1, seed=2)  # readers never change the order

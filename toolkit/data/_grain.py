@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.data._array_record import ArrayRecords
+from toolkit.data._grain_readers import MAX_THREADS
 from toolkit.data.arrays import ArraySource
 
 # A private module: its public front is ``toolkit.data.pipeline(..., loader="grain")`` and
@@ -42,7 +43,6 @@ from toolkit.data.arrays import ArraySource
 __all__ = ["describe_grain", "grain_pipeline", "has_grain"]
 
 GRAIN_EXTRA = "pip install 'keras-perf-toolkit[grain]'"
-MAX_THREADS = 16
 
 
 def has_grain() -> bool:
@@ -307,11 +307,13 @@ def grain_pipeline(
         endless: one epoch after another (``len(ds)`` is an epoch's batches: ``fit``'s
             ``steps_per_epoch``); otherwise each iteration reads the next epoch once.
         num_threads: threads making batches (``grain.ReadOptions``). Defaults to `None`
-            (one per core, up to 16).
+            (one per core, up to 16; with ``workers="auto"``, its choice).
         workers: processes making batches (``grain.MultiprocessingOptions``), each with
-            `num_threads` threads; 0: in this process; ``"auto"``: threads or processes,
-            whichever reads this pipeline faster here, measured once per machine
-            (``toolkit.data._grain_readers``). Defaults to `0`.
+            `num_threads` threads; 0: in this process; ``"auto"``: by the fit it feeds
+            (``toolkit.data._grain_readers``): one thread where the step computes on the
+            CPU (a core taken by a reader is taken from the step), else threads or
+            processes, whichever reads it faster, measured once per machine. Defaults to
+            `0`.
         prefetch: batches read ahead (per worker with workers). Defaults to `None` (two
             per thread).
         batches_per_epoch: ``len(ds)`` of an endless pipeline when an epoch is not one pass
@@ -347,7 +349,6 @@ def grain_pipeline(
             "lower it or pass drop_remainder=False"
         )
     threads = num_threads or max(1, min(MAX_THREADS, os.cpu_count() or 1))
-    ahead = prefetch or 2 * threads
     # Arrays and ArrayRecord files read a batch in one call (ArrayRecords.take: one read).
     batched = isinstance(source, ArraySource | ArrayRecords)
     gathered = batched and preprocess is None and augment is None
@@ -364,9 +365,11 @@ def grain_pipeline(
             )  # fmt: skip
 
         readers = choose_readers(
-            source, batch_size, threads, gathered, (preprocess, augment, batch_map), trial, ahead
-        )
+            source, batch_size, num_threads, gathered, (preprocess, augment, batch_map), trial,
+            prefetch,
+        )  # fmt: skip
         threads, workers, chosen = readers.threads, readers.workers, f"; auto: {readers.why}"
+    ahead = prefetch or 2 * threads
 
     maps = (preprocess, augment)
 

@@ -1,17 +1,35 @@
-"""Who makes a Grain pipeline's batches, chosen by measurement (``workers="auto"``): reader
-threads in this process, or worker processes.
+"""Who makes a Grain pipeline's batches (``workers="auto"``), judged by the fit the pipeline
+feeds, not by the pipeline read alone: reader threads in this process, or worker processes.
 
-Threads cost nothing to start but share the GIL: a batch made in Python (Pillow's decode and a
-NumPy resize hold the GIL for much of their time) gains little from a second thread. Worker
-processes scale past the GIL but start in seconds and copy every batch back. Which wins
-depends on the source, the maps and the machine, so it is measured, not guessed: the same
-pipeline read for a window with threads, then with workers, and the workers kept only when
-their steady rate beats the threads' by :data:`WORKER_GAIN` (they pay their start once, since an
-endless pipeline keeps them from epoch to epoch). Arrays gathered a batch at a time (no
-per-example map) are one NumPy call per batch: threads, without measuring.
+Read alone, a pipeline is fastest on every core it can take. A fit is not: its step needs
+cores too, and each core a reader takes is one the step loses. Into a JAX fit on 2 cores
+(``benchmarks/pipeline_grain.py``, 2,000 JPEG/PNG files decoded to 64 px), 2 worker processes,
+which read the files alone 1.2-1.4× as fast as threads, ran the fit 0.85-0.95× a naive
+pipeline decoding on the main thread; 2 reader threads 0.83-0.95× (they contend for the GIL:
+a batch cost 40 % more CPU time than on one thread); one reader thread 0.98-1.00×, and
+1.00-1.22× once :func:`toolkit.data.resize_images` was made cheaper. So the choice starts from
+where the step computes and the cores this process may use (``os.sched_getaffinity``):
 
-The answer is cached per machine (``toolkit.core.cache``, ``grain_readers.json``) under the
-source's kind and size, the batch size and the maps' names, so it is measured once.
+- **Arrays gathered a batch at a time** (no per-example map): one NumPy call a batch: threads,
+  nothing to measure.
+- **The step computes on the CPU** (no GPU that the backend sees): every backend runs it on a
+  pool of threads over all the cores (XLA's, TensorFlow's intra-op pool, PyTorch's), so no core
+  is spare: **one reader thread**, no worker processes, nothing measured. One thread does the
+  work a main-thread decode does, no more, and does it while the step runs rather than in the
+  training loop's thread, so it costs the fit no more than decoding on the main thread; a
+  second thread or a process only adds contention for the cores the step is using.
+- **One usable core:** one thread, for the same reason: nothing is spare.
+- **The step computes on an accelerator:** it keeps one core to feed the device; the others are
+  spare, and the pipeline is measured as it will run: the same pipeline read for a window with
+  threads, then with a worker process per spare core (up to :data:`MAX_WORKERS`), the workers
+  kept only when their steady rate beats the threads' by :data:`WORKER_GAIN` (they pay their
+  start once: an endless pipeline keeps them from epoch to epoch). Cached per machine
+  (``toolkit.core.cache``, ``grain_readers.json``) under the source's kind and size, the batch
+  size, the maps' names, the cores and the step's device, so it is measured once.
+
+Threads given (``num_parallel_calls``) are kept; only the processes are chosen. ``workers=N``
+is not ``"auto"``: it is the user's, whatever the step. Every answer says why in words
+(:attr:`Readers.why`, in ``describe_pipeline``).
 """
 
 from __future__ import annotations
@@ -24,9 +42,10 @@ from typing import Any
 
 from toolkit.core.cache import Cache
 
-__all__ = ["Readers", "choose_readers"]
+__all__ = ["Readers", "choose_readers", "step_device", "usable_cores"]
 
 _CACHE = Cache("grain_readers.json")
+MAX_THREADS = 16
 WINDOW_S = 1.5  # each side's steady window, at least (seconds), after its warm-up
 MIN_BATCHES = 5  # and at least this many batches
 # Read untimed after the first batch: every buffer ahead of the reader (threads: the prefetch;
@@ -56,9 +75,33 @@ def _name(fn: Callable[..., Any] | None) -> str | None:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
 
 
-def _facts(source: Any, batch_size: int, maps: tuple[Any, ...], threads: int) -> dict[str, Any]:
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a container's or ``taskset``'s
+    limit), not the machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # macOS and Windows have no affinity call
+        return max(1, os.cpu_count() or 1)
+
+
+def step_device() -> str:
+    """Where the backend Keras trains on computes the step: ``"cpu"``, or the kind of the
+    first GPU it sees (``"cuda"``, ``"metal"``, ...). A backend that cannot say (none
+    installed, a broken install) counts as the CPU: the choice that takes no core."""
+    try:
+        from toolkit.devices import detect
+
+        gpus = [d for d in detect() if d.is_gpu]
+    except Exception:  # noqa: BLE001 - any failure to ask: the CPU, the cautious answer
+        return "cpu"
+    return gpus[0].kind if gpus else "cpu"
+
+
+def _facts(
+    source: Any, batch_size: int, maps: tuple[Any, ...], threads: int, cores: int, device: str
+) -> dict[str, Any]:
     """What the answer depends on: the source's kind and size (an image folder's image size),
-    the batch, the maps, the threads and the cores."""
+    the batch, the maps, the threads, the usable cores and where the step computes."""
     return {
         "what": "grain readers",
         "source": type(source).__name__,
@@ -67,7 +110,8 @@ def _facts(source: Any, batch_size: int, maps: tuple[Any, ...], threads: int) ->
         "batch_size": batch_size,
         "maps": [_name(fn) for fn in maps],
         "threads": threads,
-        "cpus": os.cpu_count(),
+        "cores": cores,
+        "step_device": device,
     }
 
 
@@ -95,33 +139,51 @@ def _rate(build: Callable[[], Any], warmup: int) -> tuple[float, float]:
 def choose_readers(
     source: Any,
     batch_size: int,
-    threads: int,
+    num_threads: int | None,
     gathered: bool,
     maps: tuple[Any, ...],
     build: Callable[[int, int], Any],
-    ahead: int,
+    prefetch: int | None,
 ) -> Readers:
-    """The readers for a pipeline over `source`: `build(threads, workers)` makes it endless
-    with those readers (``grain_pipeline``), `ahead` batches prefetched per reader. Cached
-    per machine (module docstring)."""
+    """The readers for a pipeline over `source` by the rule in the module docstring:
+    `build(threads, workers)` makes it endless with those readers (``grain_pipeline``),
+    `num_threads` the threads given (None: chosen here), `prefetch` the batches read ahead
+    per reader (None: two per thread)."""
+    cores = usable_cores()
     if gathered:
+        threads = num_threads or min(cores, MAX_THREADS)
         return Readers(threads, 0, "arrays gathered a batch at a time: threads")
-    facts = _facts(source, batch_size, maps, threads)
+    device = step_device()
+    if device == "cpu":
+        threads = num_threads or 1
+        given = "worker processes" if num_threads else "another reader"
+        why = (
+            f"{threads} thread{'s' if threads > 1 else ''}: the step computes on the CPU's "
+            f"{cores} core{'s' if cores > 1 else ''}, none spare for {given}"
+        )
+        return Readers(threads, 0, why)
+    spare = cores - 1  # one core feeds the device
+    if spare < 1:
+        threads = num_threads or 1
+        return Readers(threads, 0, f"{threads} thread: 1 usable core, none spare beside the step")
+    threads = num_threads or min(spare, MAX_THREADS)
+    facts = _facts(source, batch_size, maps, threads, cores, device)
     key = _CACHE.key(facts)
     known = _CACHE.get(key)
     if known is not None and {"threads", "workers", "why"} <= set(known):
         return Readers(int(known["threads"]), int(known["workers"]), f"{known['why']}, cached")
-    workers = max(2, min(MAX_WORKERS, os.cpu_count() or 1))
+    workers = min(MAX_WORKERS, spare)
+    ahead = prefetch or 2 * threads
     on_threads, _ = _rate(lambda: build(threads, 0), ahead)
-    each = batch_size
     try:
         on_workers, start_s = _rate(lambda: build(threads, workers), 2 * workers * ahead)
     except Exception as e:  # noqa: BLE001 - a source that cannot go to a process: threads
         why = f"threads: {workers} processes could not read it ({type(e).__name__}: {e})"
         return Readers(threads, 0, why.splitlines()[0])  # not cached: may be passing
     measured = (
-        f"measured {on_threads * each:,.0f} examples/s on {threads} threads, "
-        f"{on_workers * each:,.0f} on {workers} processes (first batch {start_s:.1f} s)"
+        f"measured {on_threads * batch_size:,.0f} examples/s on {threads} threads, "
+        f"{on_workers * batch_size:,.0f} on {workers} processes (first batch {start_s:.1f} s; "
+        f"the step on {device}, {spare} of {cores} cores spare)"
     )
     if on_workers > on_threads * (1 + WORKER_GAIN):
         chosen = Readers(threads, workers, f"{workers} processes: {measured}")

