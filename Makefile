@@ -39,7 +39,7 @@ accelerator-wheels: $(STAMP)
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version $(WHEEL_PYTHON) \
 	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 	  --platform manylinux2014_x86_64 -d .whl \
-	  keras==$$($(PY) -c "import importlib.metadata as m; print(m.version('keras'))") namex optree
+	  keras==$$($(PY) -c "import importlib.metadata as m; print(m.version('keras'))") namex optree filelock
 	@ls .whl
 
 lint: $(STAMP)

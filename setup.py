@@ -64,6 +64,9 @@ setup(
         "tqdm>=4.60",  # progress bars on long work (doctor, tune, ops, backends)
         "rich>=13",  # tables on a terminal (Keras 3 draws its own summaries with it too)
         "scikit-learn>=1.3",  # ships the digits dataset the default recipe trains on, offline
+        # a lock around a cache's read-modify-write (tune, backends, matmul peak), so that
+        # processes updating one cache at once all keep their entry (toolkit/core/files.py)
+        "filelock>=3.12",
     ],
     extras_require={
         "metal": [f"tensorflow-metal>=1.1,<1.2; {APPLE_SILICON}"],

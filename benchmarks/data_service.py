@@ -3,9 +3,10 @@
 The pipeline: 128x128 images, each blurred by a chain of eight 3x3 convolutions (a stand-in
 for decode + augment), batched by 32. Baseline: the pipeline in this process (parallel map,
 AUTOTUNE). Toolkit: the same pipeline through `toolkit.distribute.through_data_service`, served
-by `python -m toolkit data-service` processes (a dispatcher and one worker) on 127.0.0.1. Each
-is timed reading `--batches` batches, alone and with a simulated training step (a CPU matmul)
-consuming every batch. Both run in interleaved rounds; the medians are reported.
+by `python -m toolkit data-service` processes (a dispatcher and one worker) reached on
+127.0.0.1 (they listen on every interface, TensorFlow's only choice: run it where the network
+is private). Each is timed reading `--batches` batches, alone and with a simulated training
+step (a CPU matmul) consuming every batch. Both run in interleaved rounds; the medians are reported.
 
 What to expect on a 2-core machine: the service adds no cores here (the worker shares the
 same two), so the ratio shows its cost (serialization and a gRPC hop per batch) and, with a

@@ -35,7 +35,7 @@ from toolkit import app
 from toolkit.core import compat
 from toolkit.data import catalog
 from toolkit.runner import flags as tk_flags
-from toolkit.runner.config import TrainConfig
+from toolkit.runner.config import ConfigError, TrainConfig
 from toolkit.runner.flags import Flag
 
 if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
@@ -58,7 +58,7 @@ def bert_encoder(
 ) -> Any:
     """A BERT-style classifier on ``(batch, seq_len)`` int32 token ids (0 = padding)."""
     if hidden_size % heads:
-        raise ValueError(f"--hidden_size={hidden_size} must be a multiple of --heads={heads}")
+        raise ConfigError(f"--hidden_size={hidden_size} must be a multiple of --heads={heads}")
     keras = compat.keras()
     L = keras.layers
     if compat.keras_flavor() == "keras3":
@@ -124,7 +124,7 @@ def build_task(
     from toolkit.runner import train
 
     if hidden_size % heads:
-        raise ValueError(f"--hidden_size={hidden_size} must be a multiple of --heads={heads}")
+        raise ConfigError(f"--hidden_size={hidden_size} must be a multiple of --heads={heads}")
     spec = catalog.TokenSpec(seq_len, vocab_size, num_classes)
     data = catalog.load(
         dataset, spec, data_dir=data_dir, validation_fraction=validation_fraction, seed=seed

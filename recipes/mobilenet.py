@@ -19,6 +19,7 @@ from toolkit import app
 from toolkit.core import compat
 from toolkit.data import catalog
 from toolkit.runner import flags as tk_flags
+from toolkit.runner.config import ConfigError
 from toolkit.runner.flags import Flag
 
 if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
@@ -42,7 +43,7 @@ def build_task(
     from toolkit.runner import train
 
     if image_size < 32:
-        raise ValueError(f"--image_size: MobileNetV2 needs >= 32, got {image_size}")
+        raise ConfigError(f"--image_size: MobileNetV2 needs >= 32, got {image_size}")
     keras = compat.keras()
     spec = catalog.ImageSpec(image_size, image_size, channels, num_classes)
     data = catalog.load(

@@ -22,6 +22,7 @@ from toolkit import app
 from toolkit.core import compat
 from toolkit.data import catalog
 from toolkit.runner import flags as tk_flags
+from toolkit.runner.config import ConfigError
 from toolkit.runner.flags import Flag
 
 if TYPE_CHECKING:  # the runner imports Keras: loaded when a task is built
@@ -33,7 +34,7 @@ MODELS = ("resnet20", "resnet32", "resnet56", "resnet110", "resnet50")
 def cifar_resnet(keras: Any, input_shape: tuple[int, ...], depth: int, classes: int) -> Any:
     """ResNet-`depth` for small images (depth = 6n + 2), as a functional Keras model."""
     if (depth - 2) % 6:
-        raise ValueError(f"--model: a CIFAR ResNet's depth must be 6n + 2, got {depth}")
+        raise ConfigError(f"--model: a CIFAR ResNet's depth must be 6n + 2, got {depth}")
     layers = keras.layers
     blocks = (depth - 2) // 6
 
@@ -79,11 +80,11 @@ def build_task(
     from toolkit.runner import train
 
     if model not in MODELS:
-        raise ValueError(f"--model must be one of {', '.join(MODELS)}, got {model!r}")
+        raise ConfigError(f"--model must be one of {', '.join(MODELS)}, got {model!r}")
     keras = compat.keras()
     size = image_size or (224 if model == "resnet50" else 32)
     if model == "resnet50" and size < 32:
-        raise ValueError(f"--image_size: ResNet-50 needs >= 32, got {size}")
+        raise ConfigError(f"--image_size: ResNet-50 needs >= 32, got {size}")
     spec = catalog.ImageSpec(size, size, channels, num_classes)
     data = catalog.load(
         dataset, spec, data_dir=data_dir, validation_fraction=validation_fraction, seed=seed

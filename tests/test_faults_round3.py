@@ -296,7 +296,7 @@ def test_a_data_service_port_in_use_is_one_line(tmp_path):
         taken.listen()
         port = taken.getsockname()[1]
         out = _run([sys.executable, "-m", "toolkit", "data-service", "--dispatcher",
-                    f"--port={port}"], timeout=120)  # fmt: skip
+                    f"--port={port}", "--all_interfaces"], timeout=120)  # fmt: skip
     assert out.returncode == 1, out.stderr[-2000:]
     assert out.stderr.strip().splitlines()[-1] == (
         f"error: data-service: --port={port}: could not listen there (in use by another "

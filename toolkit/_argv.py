@@ -166,6 +166,11 @@ def start_backend(start: StartFlags) -> str | None:
     picks the installed backend that reaches the Apple GPU (``backend.apple_gpu_backend``)."""
     if start.backend is not None:
         return backend.select(start.backend)
+    named = os.environ.get("KERAS_BACKEND", "").strip().lower()
+    if named and "keras" not in sys.modules and named not in backend.REGISTRY:
+        raise backend.BackendError(
+            f"KERAS_BACKEND={named}: use one of {', '.join(backend.REGISTRY)}, or give --backend"
+        )
     device = (start.device or "").strip().lower().split(":")[0]
     if device in ("mps", "metal") and not os.environ.get("KERAS_BACKEND"):
         apple = backend.apple_gpu_backend()

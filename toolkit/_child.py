@@ -10,6 +10,7 @@ parent reports that line) and status 1, or 2 for a spec it cannot read.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -63,6 +64,39 @@ def _job(spec: Any) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str]) -> int:
+    """The child's run: bound to its parent first (it ends with it, however the parent
+    ended), SIGINT, SIGTERM, SIGHUP and SIGQUIT unwinding it (its own temporary files
+    removed), then ending it as the signal would (the parent reads ``killed by SIG...``)."""
+    from toolkit.core import children, interrupts
+
+    children.bind_to_parent()
+    interrupts.install()
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as e:
+        _die_of(interrupts.signal_of(e))
+        raise
+
+
+def _die_of(signum: int) -> None:
+    """Ends this process by `signum` itself (its default action), as an unhandled signal
+    would have: its parent reads ``-signum`` (interrupted, not failed). The exit hooks run
+    first: the frameworks' temporary files (TensorFlow's autograph modules) are removed."""
+    import atexit
+    import os
+    import signal
+
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)  # a signal whose default is not to end: as a shell would report it
+
+
+def _main(argv: Sequence[str]) -> int:
     from toolkit.search._processes import ChildSpec
 
     if len(argv) != 3:
@@ -76,7 +110,7 @@ def main(argv: Sequence[str]) -> int:
         return 2
     from toolkit.app import UserCodeError
     from toolkit.backend import BackendError
-    from toolkit.core.files import atomic_write
+    from toolkit.core import children
     from toolkit.report import ReportError
 
     try:
@@ -84,7 +118,8 @@ def main(argv: Sequence[str]) -> int:
     except (BackendError, ReportError, UserCodeError, ValueError, FileNotFoundError) as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 1
-    atomic_write(argv[2], json.dumps(result))
+    # Into the parent's temporary directory, never made again once the parent removed it.
+    children.write_result(argv[2], json.dumps(result))
     return 0
 
 

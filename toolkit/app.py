@@ -16,6 +16,7 @@ traceback above the line.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import importlib
@@ -124,22 +125,38 @@ def _partial_summary(error: BaseException) -> str | None:
 
 def interrupted(error: KeyboardInterrupt, what: Any = None) -> NoReturn:
     """Ends an interrupted run: the partial summary on stdout, one line on stderr saying where
-    the partial report is, and 130 (SIGINT) or 143 (SIGTERM) as the shell would."""
+    the partial report is, and 128 + the signal's number as the shell would: 130 (SIGINT),
+    143 (SIGTERM), 129 (SIGHUP), 131 (SIGQUIT)."""
+    import signal
+
     # Not a module that imports Keras: the interrupt may have come while it was loading.
-    run_dir = _partial_summary(error) if what is None else None  # a verb's: not a run's
-    sigterm = isinstance(error, interrupts.TrainingInterrupted)
+    run_dir = _partial_summary_kept(error) if what is None else None  # a verb's: not a run's
+    signum = interrupts.signal_of(error)
     where = f"the partial report is in {run_dir}" if run_dir else "no report was written"
     report = getattr(error, "toolkit_report", None)
     if report is not None and report.status == "complete" and run_dir:  # as it was written
         where = f"the run had ended: its report is in {run_dir}"
     if what is not None:  # a verb (its object): nothing of a run to say
         where = f"{what.name} stopped before it finished"
-    print(f"interrupted by {'SIGTERM' if sigterm else 'SIGINT'}: {where}", file=sys.stderr)
+    with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+        print(f"interrupted by {signal.Signals(signum).name}: {where}", file=sys.stderr)
     interrupts.said()  # one more signal on the way out: no second line
     from toolkit.distribute import processes
 
-    processes.leave(143 if sigterm else 130)
-    raise SystemExit(143 if sigterm else 130) from None
+    processes.leave(128 + signum)
+    raise SystemExit(128 + signum) from None
+
+
+def _partial_summary_kept(error: BaseException) -> str | None:
+    """:func:`_partial_summary`, where the report is said even when stdout cannot take the
+    summary (a terminal closed by SIGHUP, a reader gone): the report is on disk either way."""
+    try:
+        return _partial_summary(error)
+    except OSError:
+        for e in (error, error.__cause__):
+            if getattr(e, "toolkit_report", None) is not None:
+                return getattr(e, "toolkit_run_dir", None)
+        return None
 
 
 def recipe_names() -> list[str]:
@@ -532,18 +549,51 @@ def _auto_target(
     return recipe_target(recipe, model_fn, build_task, values, config)
 
 
-def with_broken_pipe(fn: Callable[[], object]) -> None:
+def with_broken_pipe(fn: Callable[[], int | None]) -> None:
     """Calls `fn`; when the reader of stdout has gone (``| head``), ends quietly with 141
-    (128 + SIGPIPE), as a shell tool would, instead of a BrokenPipeError traceback."""
+    (128 + SIGPIPE), as a shell tool would, instead of a BrokenPipeError traceback. A stdout
+    closed from the start (``>&-``) is the same reader gone: the program runs and writes its
+    report, and ends with 141 where it would have ended with 0 (`fn`'s status, or its
+    ``SystemExit``). A stream that cannot encode ``×`` spells it ``x``."""
+    closed = _fill_closed_streams()
+    terminal.plain_streams()
+    status = None
     try:
         try:
-            fn()
+            status = fn()
         finally:  # also when fn ends the program (SystemExit): what it printed must get out
             sys.stdout.flush()
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)  # Python flushes stdout again at exit
         os.dup2(devnull, sys.stdout.fileno())
         raise SystemExit(141) from None
+    except SystemExit as e:
+        if closed and e.code in (0, None):
+            raise SystemExit(141) from None
+        raise
+    if closed and not status:
+        raise SystemExit(141)
+
+
+def _fill_closed_streams() -> bool:
+    """Puts /dev/null on a standard stream's descriptor that was closed when the process
+    started (``>&-``, ``2>&-``), where Python set ``sys.stdout`` or ``sys.stderr`` to None:
+    otherwise the next file the program opens takes descriptor 1 or 2, and what is printed,
+    or what a framework logs to descriptor 2, lands in a report. Whether stdout was closed."""
+    closed = False
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        setattr(sys, name, open(fd, "w", encoding="utf-8", closefd=False))  # noqa: SIM115
+        closed = closed or fd == 1
+    return closed
 
 
 def recipe_main(build_task: Callable[..., Task]) -> Callable[[list[str]], None]:

@@ -84,8 +84,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     status: list[int] = []
     try:
         if argv is None:  # the program itself, not a call from Python
+            from toolkit.core import children
+
+            children.bind_to_parent()  # started by the toolkit (data-service): ends with it
             interrupts.install()
-        with_broken_pipe(lambda: status.append(_main(argv)))
+
+        def verb() -> int:
+            status.append(_main(argv))
+            return status[-1]
+
+        with_broken_pipe(verb)
         interrupts.check()  # one dropped on the way (in a gc callback) is not lost
     except KeyboardInterrupt as e:
         interrupted(e, what=BY_NAME.get(next((a for a in sys.argv[1:] if a in BY_NAME), "")))
@@ -103,6 +111,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
     verb, args = parsed
     try:
         verb.check(args)  # before anything loads: one line, status 2
+        if getattr(args, "model_fn", None):
+            from toolkit.verbs._target import check_spec
+
+            check_spec(args.model_fn)
     except ValueError as e:
         print(f"error: {verb.name}: {e}", file=sys.stderr)
         return 2

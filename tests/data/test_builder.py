@@ -114,7 +114,7 @@ def test_parse_bytes_errors_name_the_argument(value):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        (dict(batch_size=0), "^batch_size: must be >= 1"),
+        (dict(batch_size=0), "^pipeline: batch_size must be an integer >= 1, got 0"),
         (dict(batch_size=4, shuffle_buffer=0), "^shuffle_buffer: must be >= 1"),
         (dict(batch_size=4, shuffle_buffer="x"), "^shuffle_buffer: cannot read"),
         (dict(batch_size=4, num_parallel_calls=0), "^num_parallel_calls"),
@@ -296,10 +296,10 @@ def test_trap_detection_does_not_copy_the_arrays_a_dataset_holds(monkeypatch):
     assert calls == [], f"pipeline() serialized dataset graphs: {calls}"
 
 
-def test_a_batch_larger_than_the_data_with_drop_remainder_warns():
+def test_a_batch_larger_than_the_data_with_drop_remainder_is_refused():
     data = D.from_arrays(np.zeros((3, 2), "float32"), np.zeros(3, "int32"))
-    messages = _warnings_of(lambda: pipeline(data, 64))
-    assert any("leaves no batch at all" in m and "batch_size=64" in m for m in messages)
+    with pytest.raises(ValueError, match="batch_size=64 is larger than the 3 examples"):
+        pipeline(data, 64)
     assert not any("no batch" in m for m in _warnings_of(lambda: pipeline(data, 2)))
     assert not any("no batch" in m for m in _warnings_of(lambda: pipeline(data, 64, repeat=True)))
 
@@ -385,9 +385,10 @@ def test_bad_arrays_name_what_is_wrong(data, match):
         pipeline(data, 2)
 
 
-def test_too_few_arrays_for_one_batch_warns():
+def test_too_few_arrays_for_one_batch_is_refused():
     data = (np.zeros((3, 2), "float32"), np.zeros(3, "int32"))
-    assert any("leaves no batch at all" in m for m in _warnings_of(lambda: pipeline(data, 65)))
+    with pytest.raises(ValueError, match="batch_size=65 is larger than the 3 examples"):
+        pipeline(data, 65)
     assert not any("no batch" in m for m in _warnings_of(lambda: pipeline(data, 65, repeat=True)))
 
 

@@ -151,12 +151,26 @@ def use_compile_cache() -> str:
     compiling the same program reads it. On TensorFlow it holds only when set before any
     TensorFlow op: the recipes and ``python -m toolkit`` set it from their command line
     (``toolkit._argv.apply_start_flags``) before anything else runs. Returns
-    what it did, in words."""
+    what it did, in words. A cache directory that cannot be made (``$TOOLKIT_CACHE_DIR`` a
+    file, a read-only place) is a cache skipped, said in one line, never a failed run."""
     from toolkit.core import machine
 
     directory = os.path.join(machine.cache_dir(), "compiled", name())
-    os.makedirs(directory, exist_ok=True)  # TensorFlow makes only the last directory
+    try:
+        os.makedirs(directory, exist_ok=True)  # TensorFlow makes only the last directory
+    except OSError as e:
+        words = (
+            f"compile cache: not cached: cannot make {directory} ({e.strerror or e}); "
+            "set TOOLKIT_CACHE_DIR to a writable directory"
+        )
+        if directory not in _SKIPPED_CACHES:  # said once: the runner asks again
+            _SKIPPED_CACHES.add(directory)
+            print(words, file=sys.stderr)
+        return words
     return get().use_compile_cache(directory)
+
+
+_SKIPPED_CACHES: set[str] = set()
 
 
 def select(backend: str) -> str:

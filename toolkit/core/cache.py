@@ -7,20 +7,44 @@ its software), so each answer is stored under the key of exactly those facts
 beside the hash, so a person (or ``--backend=auto``) can see what a result was measured for.
 
 A cache is a convenience, never a failure: a missing, unreadable or corrupt file is a miss, and
-a read-only cache directory is skipped when writing. A leaf: standard library only.
+a read-only cache directory (or one that is a file) is skipped when writing, and an entry
+damaged by hand is named once and read as a miss (:meth:`Cache.read`). Writers hold a lock
+around their read-modify-write (``toolkit.core.files.update_json``): processes filling one
+cache at once keep every entry. A leaf: standard library only, and ``filelock``.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from toolkit.core import machine
+from toolkit.core.errors import one_line
 from toolkit.core.files import read_json, update_json
 
 __all__ = ["Cache"]
+
+T = TypeVar("T")
+
+
+class _Damaged(ValueError):
+    """An entry that is no ``{"facts", "result", "stored"}`` object at all."""
+
+
+def _result_of(entry: Any) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise _Damaged(f"it is {_shown(entry)}, not an object")
+    if not isinstance(entry.get("result"), dict):
+        raise _Damaged(f"field result is {_shown(entry.get('result'))}, not an object")
+    return entry["result"]
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 class Cache:
@@ -48,6 +72,29 @@ class Cache:
         entry = read_json(self.path).get(key)
         result = entry.get("result") if isinstance(entry, dict) else None
         return result if isinstance(result, dict) else None
+
+    def read(self, key: str, parse: Callable[[dict[str, Any]], T]) -> T | None:
+        """The result under `key` as `parse` makes it, or None: a miss, also where the entry
+        is damaged (valid JSON with a field missing or of the wrong kind: a hand edit, a
+        version that wrote otherwise). That is said in one line on stderr naming the file,
+        the key and the field (`parse` raises ValueError naming it, or KeyError with it), and
+        never goes further: a cache is a convenience, never a failure."""
+        entry = read_json(self.path).get(key)
+        if entry is None:
+            return None
+        try:
+            return parse(_result_of(entry))
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            if isinstance(e, _Damaged):
+                why = str(e)
+            elif isinstance(e, KeyError) and e.args:
+                why = f"field result.{e.args[0]} is missing"
+            elif isinstance(e, ValueError) and str(e).startswith("field "):
+                why = str(e).replace("field ", "field result.", 1)
+            else:
+                why = one_line(e)
+            print(f"{self.path}: damaged entry {key} ({why}): treated as a miss", file=sys.stderr)
+            return None
 
     def put(self, key: str, facts: Mapping[str, Any], result: Mapping[str, Any]) -> bool:
         """Stores `result` under `key` with the `facts` it was measured for (atomically);

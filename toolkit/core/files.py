@@ -1,7 +1,8 @@
 """Files that are never half-written, and values that are always valid JSON.
 
-A leaf: standard library only. (Named ``files``, not ``io``, so that no module of the package
-can shadow the standard library's ``io`` when a file is run as a script.)
+A leaf: standard library only, and ``filelock`` for a cache's read-modify-write. (Named
+``files``, not ``io``, so that no module of the package can shadow the standard library's
+``io`` when a file is run as a script.)
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ import contextlib
 import json
 import math
 import os
+import secrets
+import stat
 import tempfile
 from collections.abc import Mapping
-from typing import Any
+from typing import IO, Any
 
 __all__ = [
     "ReportError",
@@ -20,24 +23,35 @@ __all__ = [
 ]
 
 
+LOCK_TIMEOUT_S = 60.0  # how long a cache write waits for another process's
+
+
 class ReportError(ValueError):
     """A report or result file that is missing, unreadable, or of an unknown schema."""
 
 
-def atomic_write(path: str | os.PathLike[str], data: str | bytes) -> str:
+def atomic_write(path: str | os.PathLike[str], data: str | bytes, make_dirs: bool = True) -> str:
     """Writes `data` to `path` so that readers see the old file or the new one, never a mix:
-    a temporary file in the same directory, fsync, rename. Returns the path."""
+    a temporary file in the same directory, fsync, rename. Returns the path. `make_dirs`
+    False: a missing directory is FileNotFoundError, never made again (a child's result into
+    its parent's temporary directory, which the parent removed when it stopped waiting).
+
+    The temporary file is made by ``os.open(..., 0o666)`` under a fresh name, so the kernel
+    applies the umask as it does to any file (a report follows it: 0644 under 022), rather
+    than ``mkstemp`` (0600) and a chmod from the umask, which can only be read by setting it:
+    a process-wide change under which another thread's new file would come out 0666.
+    """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    mode = "wb" if isinstance(data, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix="-" + os.path.basename(path), dir=directory)
+    if make_dirs:
+        os.makedirs(directory, exist_ok=True)
+    fd, tmp = _new_file(directory, os.path.basename(path))
     try:
-        with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as f:
-            f.write(data)
+        raw = data if isinstance(data, bytes) else data.encode("utf-8")
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; a report follows the umask
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -46,10 +60,58 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes) -> str:
     return path
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _new_file(directory: str, name: str) -> tuple[int, str]:
+    """A new file ``.tmp-<random>-<name>`` in `directory`, opened for writing: created
+    exclusively (never an existing file, never through a symlink), mode 0666 less the umask."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = os.path.join(directory, f".tmp-{secrets.token_hex(6)}-{name}")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name for {name} in {directory}")
+
+
+def private_dir(name: str) -> str | None:
+    """A directory under the temporary directory, named `name`, that only this user can
+    read or write, reused by every process of this user; None where there is none.
+
+    A predictable name in a shared ``/tmp`` may already be taken by someone else: a symlink
+    to their world-writable directory, or a directory they own. It is used only when it is
+    a real directory (not a symlink), owned by this uid and not writable by group or others
+    (one this function made is ``0700``); anything else is None, and the caller does
+    without it (a ``tempfile.mkdtemp`` of its own, or the library's default), never follows
+    it. In a sticky ``/tmp`` nobody else can swap a directory of ours after the check.
+    """
+    path = os.path.join(tempfile.gettempdir(), name)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    ours = not hasattr(os, "getuid") or st.st_uid == os.getuid()
+    if stat.S_ISDIR(st.st_mode) and ours and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return path
+    return None
+
+
+def parse_json(source: str | bytes | IO[str]) -> Any:
+    """``json.loads`` of a text, or ``json.load`` of an open file, with a value nested past
+    Python's recursion limit (``[[[[...`` from a damaged file or a peer) a ValueError like
+    any other bad JSON, not a RecursionError that no reader expects."""
+    try:
+        if isinstance(source, str | bytes | bytearray):
+            return json.loads(source)
+        return json.load(source)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read") from None
 
 
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -57,7 +119,7 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     an object (for caches, where a bad file is a miss, not an error)."""
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+            data = parse_json(f)
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -65,13 +127,25 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def update_json(path: str | os.PathLike[str], key: str, value: Any) -> bool:
     """Sets `key` to `value` in the JSON object in `path` (a cache: a missing or bad file starts
-    empty), written atomically; False when the file cannot be written (a read-only cache is
-    skipped, not an error)."""
-    data = read_json(path)
-    data[key] = value
+    empty), written atomically; False when the file cannot be written (a read-only cache, a
+    cache directory that is a file: skipped, not an error).
+
+    The read, the change and the write hold ``<path>.lock`` (``filelock``: ``flock`` on
+    POSIX, ``LockFileEx`` on Windows), so processes updating one cache at once each keep
+    their entry: without it each wrote back what it had read, less the others' entries. A
+    lock not had within :data:`LOCK_TIMEOUT_S` seconds (a process stopped while holding it)
+    is a skip too: a cache is never worth a hang.
+    """
+    import filelock  # a dependency (setup.py), imported here: only a cache write needs it
+
+    path = os.fspath(path)
     try:
-        atomic_write(path, json.dumps(data, indent=1))
-    except OSError:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with filelock.FileLock(path + ".lock", timeout=LOCK_TIMEOUT_S):
+            data = read_json(path)
+            data[key] = value
+            atomic_write(path, json.dumps(data, indent=1))
+    except OSError:  # filelock.Timeout is one too
         return False
     return True
 

@@ -1,11 +1,14 @@
-"""Ctrl-C and SIGTERM at any moment of a program's life: one exception, never lost.
+"""Ctrl-C, SIGTERM, SIGHUP and SIGQUIT at any moment of a program's life: one exception,
+never lost.
 
 A program here (a recipe, a verb) calls :func:`install` first thing: SIGINT raises
-``KeyboardInterrupt`` and SIGTERM :class:`TrainingInterrupted` (a ``KeyboardInterrupt``), so
-both end in the app's one line and 130 or 143, not in a kill by signal. Every signal is also
-recorded, because Python drops an exception raised inside a garbage-collector callback
-(``Exception ignored in: <function _xla_gc_callback>``): :func:`check`, at the points where
-a program moves on (before training, before it says it is done), raises one that was lost.
+``KeyboardInterrupt``, and SIGTERM, SIGHUP (a closed terminal or ssh session) and SIGQUIT
+(Ctrl-\\) :class:`TrainingInterrupted` (a ``KeyboardInterrupt``) naming it, so each ends in
+the app's one line and 128 + its number (130, 143, 129, 131), not in a kill by signal. Every
+signal is also recorded, because Python drops an exception raised inside a garbage-collector
+callback (``Exception ignored in: <function _xla_gc_callback>``): :func:`check`, at the points
+where a program moves on (before training, before it says it is done), raises one that was
+lost.
 
 While the frameworks load or a report is written the signal is held (:func:`held`): an
 exception in the middle of ``import tensorflow`` leaves modules half registered, and a report
@@ -27,23 +30,52 @@ from typing import Any
 
 __all__ = ["TrainingInterrupted"]  # the rest: the programs' start-up, not API
 
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Every signal that ends a program by default and that a user or the system sends to stop
+# it: each is handled alike (the partial report, one line, 128 + its number). SIGHUP and
+# SIGQUIT are POSIX only.
+SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+    if hasattr(signal, name)
+)  # fmt: skip
+_SIGNALS = SIGNALS
 _state: dict[str, Any] = {
     "received": None, "holding": 0, "early": False, "ending": None, "exited": False,
+    "firm": None, "cuts": 0,
 }  # fmt: skip
+FIRM_CUT = 3  # the signals that cut a firm block (a report being written): an escape, not one
 
 
 class TrainingInterrupted(KeyboardInterrupt):
     """Raised in the main thread when the process receives SIGTERM (exit 143, as a shell
-    reports a process ended by it); Ctrl-C raises a plain ``KeyboardInterrupt`` (130)."""
+    reports a process ended by it), SIGHUP (129) or SIGQUIT (131); its ``signum`` says
+    which. Ctrl-C raises a plain ``KeyboardInterrupt`` (130)."""
+
+    signum: int = int(signal.SIGTERM)
+
+
+def handled() -> list[int]:
+    """The :data:`SIGNALS` this program handles: those not ignored. A program started with
+    one ignored (``nohup`` ignores SIGHUP; a shell, SIGINT for a job in the background) keeps
+    it ignored, as Python itself does for SIGINT."""
+    return [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
 
 
 def interruption(signum: int) -> KeyboardInterrupt:
     """The exception that `signum` raises: ``KeyboardInterrupt`` for SIGINT, else
-    :class:`TrainingInterrupted` naming the signal."""
+    :class:`TrainingInterrupted` naming the signal (its ``signum`` set)."""
     if signum == signal.SIGINT:
         return KeyboardInterrupt()
-    return TrainingInterrupted(f"signal {signal.Signals(signum).name}")
+    error = TrainingInterrupted(f"signal {signal.Signals(signum).name}")
+    error.signum = int(signum)
+    return error
+
+
+def signal_of(error: BaseException) -> int:
+    """The signal that `error` (an interrupt) stands for: SIGINT for a plain
+    ``KeyboardInterrupt``, the one a :class:`TrainingInterrupted` names."""
+    if isinstance(error, TrainingInterrupted):
+        return int(getattr(error, "signum", signal.SIGTERM))
+    return int(signal.SIGINT)
 
 
 def note(signum: int) -> None:
@@ -76,6 +108,12 @@ def handle(signum: int, frame: Any) -> None:
     it where it came (:func:`check` raises it then)."""
     again = _state["received"] is not None
     note(signum)
+    if _state["firm"] is not None:  # a report being written: not cut by a second signal
+        _state["cuts"] += 1
+        if _state["cuts"] < FIRM_CUT:
+            return
+        _state["ending"] = f"{FIRM_CUT} signals while {_state['firm']}: it may be incomplete"
+        _exit_now(signum)
     if _state["ending"] is not None and (again or _state["exited"]):
         _exit_now(signum)  # a second while ending (a hang in exit), or one after the last hook
     held = _state["holding"] and not again
@@ -90,13 +128,13 @@ def _main_thread() -> bool:
 
 
 def install(early: bool = False) -> None:
-    """SIGINT and SIGTERM raise (see the module's doc) from here on; in the main thread only
-    (elsewhere signals cannot be handled), first thing in a program, where it can say what an
-    interrupt did. `early`: held until that call (a program's first imports, outside any
-    ``try``), which then raises one that came."""
+    """SIGINT, SIGTERM, SIGHUP and SIGQUIT raise (see the module's doc) from here on; in the
+    main thread only (elsewhere signals cannot be handled), first thing in a program, where it
+    can say what an interrupt did. `early`: held until that call (a program's first imports,
+    outside any ``try``), which then raises one that came."""
     if not _main_thread():
         return
-    for signum in _SIGNALS:
+    for signum in handled():
         signal.signal(signum, handle)
     if not _state.get("installed"):  # registered first: runs last, after every exit hook
         _state["installed"] = True
@@ -177,21 +215,31 @@ def check(**attrs: Any) -> None:
 
 
 @contextlib.contextmanager
-def held(raise_after: bool = True) -> Iterator[None]:
+def held(raise_after: bool = True, firm: str | None = None) -> Iterator[None]:
     """A block that a first signal does not cut: it is raised when the block ends (unless the
     block raised; with `raise_after` False, by the caller's :func:`check`); a second signal
-    raises at once. Outside the main thread, a plain block."""
+    raises at once. Outside the main thread, a plain block.
+
+    `firm` (what the block does, in words: ``"the report was being written"``): a second
+    signal does not cut it either (a report cut by an impatient second Ctrl-C was lost, and the
+    program said nothing of it); the :data:`FIRM_CUT`-th ends the process at once, with one
+    line saying so (a write that hangs can still be left)."""
     if not _main_thread():
         yield
         return
-    old = {signum: signal.getsignal(signum) for signum in _SIGNALS}
+    old = {signum: signal.getsignal(signum) for signum in handled()}
     _state["holding"] += 1
-    for signum in _SIGNALS:
+    outer = _state["firm"]
+    if firm is not None and outer is None:
+        _state["firm"], _state["cuts"] = firm, 1 if _state["received"] is not None else 0
+    for signum in old:
         signal.signal(signum, handle)
     try:
         yield
     finally:
         _state["holding"] -= 1
+        if outer is None:
+            _state["firm"], _state["cuts"] = None, 0
         for signum, handler in old.items():
             with contextlib.suppress(TypeError, ValueError):  # None: set outside Python
                 signal.signal(signum, handler)

@@ -26,6 +26,8 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
+from toolkit.core.files import private_dir
+
 __all__ = ["configure", "held"]
 
 LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"
@@ -79,7 +81,9 @@ def configure(verbosity: int = -1, env: dict[str, str] | None = None) -> bool:
 
 def _matplotlib_config(env: dict[str, str] | os._Environ[str]) -> None:
     """Where matplotlib's config directory cannot be made (a read-only home), a temporary
-    one, as matplotlib would pick, without its two warning lines before the toolkit's own."""
+    one, as matplotlib would pick, without its two warning lines before the toolkit's own:
+    private to this user (:func:`toolkit.core.files.private_dir`), since matplotlib reads
+    its config (``matplotlibrc``) and font cache from there."""
     if "MPLCONFIGDIR" in env:
         return
     base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
@@ -88,11 +92,9 @@ def _matplotlib_config(env: dict[str, str] | os._Environ[str]) -> None:
         where = os.path.dirname(where)
     if not os.access(where, os.W_OK):  # one directory per user, reused by every process
         uid = os.getuid() if hasattr(os, "getuid") else "user"
-        shared = os.path.join(tempfile.gettempdir(), f"keras-perf-matplotlib-{uid}")
-        try:
-            os.makedirs(shared, mode=0o700, exist_ok=True)
-        except OSError:
-            return  # no temporary directory either: matplotlib says so itself
+        shared = private_dir(f"keras-perf-matplotlib-{uid}")
+        if shared is None:  # taken by someone else, or none can be made: matplotlib's own
+            return  # temporary directory then (it says so itself), never theirs
         env["MPLCONFIGDIR"] = shared
 
 

@@ -265,3 +265,40 @@ def show(text: str, columns: int | None = None) -> str:
         out.append(fit(lines[i], columns))
         i += 1
     return "\n".join(out)
+
+
+# What the toolkit prints beyond ASCII, spelled for a stream that cannot encode it
+# (``PYTHONIOENCODING=ascii``, a C locale): the figures stay readable, nothing is lost.
+_ASCII = {
+    "×": "x", "—": "-", "–": "-", "→": "->", "±": "+/-", "…": "...", "·": "-", "²": "^2",
+    "−": "-", "∇": "grad ", "≤": "<=", "≥": ">=", "√": "sqrt", "÷": "/", "µ": "u", "█": "#",
+    "░": ".", "━": "-", "╸": "-", "╺": "-", "│": "|", "─": "-", "┃": "|",
+}  # fmt: skip
+_ERRORS = "toolkit-ascii"
+
+
+def _spelled(error: UnicodeError) -> tuple[str, int]:
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    text = error.object[error.start : error.end]
+    return "".join(_ASCII.get(c, "?") for c in text), error.end
+
+
+def plain_streams() -> None:
+    """Makes stdout and stderr spell what their encoding cannot (``×`` as ``x``, ``µ`` as
+    ``u``) instead of raising UnicodeEncodeError in the middle of a summary. For a program's
+    start (its own streams); a stream that can encode them is left as it is."""
+    import codecs
+
+    try:
+        codecs.lookup_error(_ERRORS)
+    except LookupError:
+        codecs.register_error(_ERRORS, _spelled)
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None)
+        if not encoding or not hasattr(stream, "reconfigure"):
+            continue
+        try:
+            "×µ→".encode(encoding)
+        except (UnicodeEncodeError, LookupError):
+            stream.reconfigure(errors=_ERRORS)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.core.errors import what_went_wrong
-from toolkit.core.files import atomic_write
+from toolkit.core.files import atomic_write, parse_json
 
 __all__ = ["ArrayRecords", "write_array_records"]
 
@@ -164,7 +164,7 @@ class ArrayRecords:
             )
         try:
             with open(sidecar, encoding="utf-8") as f:
-                said = json.load(f)
+                said = parse_json(f)
             if said["format"] != FORMAT:
                 raise ValueError(f"format {said['format']!r}, not {FORMAT!r}")
             self.feature_dtype = np.dtype(said["features"]["dtype"])

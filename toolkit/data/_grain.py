@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from toolkit.core.checks import ConfigError, argument, check_batch_fits, check_number
 from toolkit.data._array_record import ArrayRecords
 from toolkit.data._grain_readers import MAX_THREADS
 from toolkit.data.arrays import ArraySource
@@ -134,13 +135,66 @@ def _grain_flags_readable() -> None:
 
 
 def _worker_ignores_interrupts(_index: int, _count: int) -> None:
-    """Each Grain worker process's start: Ctrl-C reaches the whole process group, and a worker
-    it kills mid-batch leaves that batch's shared memory to the resource tracker (a "leaked
-    shared_memory objects" warning at exit). The workers ignore it; the training process
-    takes the interrupt and closes its iterator, which stops them and frees what they made."""
+    """Each Grain worker process's start: Ctrl-C (and a closed terminal's SIGHUP, Ctrl-\\'s
+    SIGQUIT) reaches the whole process group, and a worker it kills mid-batch leaves that
+    batch's shared memory to the resource tracker (a "leaked shared_memory objects" warning
+    at exit). The workers ignore them; the training process takes the interrupt and closes
+    its iterator, which stops them and frees what they made. They were started with these
+    signals blocked (:func:`_signals_blocked`): one that came while they started is dropped
+    here, and SIGTERM, kept, ends a worker now that its start is read whole. A worker ends
+    with the process that started it, however that one ended (``toolkit.core.children``)."""
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from toolkit.core import children
+
+    for signum in _group_signals():
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _blocked_signals())
+    children.end_with_parent()
+
+
+def _group_signals() -> list[int]:
+    """The signals a terminal sends to its whole foreground process group."""
+    import signal
+
+    return [getattr(signal, n) for n in ("SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, n)]
+
+
+def _blocked_signals() -> list[int]:
+    """Every signal that ends a program here (``toolkit.core.interrupts``)."""
+    from toolkit.core import interrupts
+
+    return list(interrupts.SIGNALS)
+
+
+@contextlib.contextmanager
+def _signals_blocked() -> Any:
+    """A block where this thread, and every thread and process it starts, holds the signals
+    that end a program (a pending one is raised here when the block ends, by the main
+    thread's handler): Grain starts its worker processes from threads of its own, which
+    inherit the mask, and a process inherits it through ``exec``.
+
+    A worker that a Ctrl-C to the process group killed while Python started it left its
+    parent hung for good: ``multiprocessing`` writes the worker's pickled start (the pipeline,
+    often more than a pipe holds) holding the pipe's read end open itself, so the write
+    never fails; closing the pipeline then waited on that thread. Started with the signals
+    blocked, a worker reads its start whole, then drops them
+    (:func:`_worker_ignores_interrupts`). ``multiprocessing``'s resource tracker is started
+    first, here: starting it (on Grain's thread, with its first worker) unblocks SIGINT and
+    SIGTERM in the thread that starts it."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no masks (and no fork)
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _blocked_signals())
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _own_arrays(batch: Any) -> Any:
@@ -189,10 +243,23 @@ def _close_at_exit(owner: Any) -> None:
     _OPEN_STREAMS.add(owner)
 
 
+_CLOSE_AT_EXIT_S = 60.0  # at most this long to stop the readers at exit; then exit anyway
+
+
 def _close_open_streams() -> None:
-    for owner in list(_OPEN_STREAMS or ()):
-        with contextlib.suppress(Exception):  # exiting: the next one still gets closed
-            owner.close()
+    """Closes what is open, bounded: an exit never hangs on Grain's stop (a worker that
+    does not answer; each worker ends with this process by itself, see
+    :func:`_worker_ignores_interrupts`)."""
+    import threading
+
+    def close_all() -> None:
+        for owner in list(_OPEN_STREAMS or ()):
+            with contextlib.suppress(Exception):  # exiting: the next one still gets closed
+                owner.close()
+
+    closing = threading.Thread(target=close_all, name="toolkit-grain-close", daemon=True)
+    closing.start()
+    closing.join(_CLOSE_AT_EXIT_S)
 
 
 class _Order:
@@ -324,8 +391,9 @@ def grain_pipeline(
         ValueError: a bad size, or a source that is not random access.
     """
     grain = require_grain()
-    if batch_size is None or batch_size < 1:
-        raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
+    check_number(argument("pipeline", "batch_size"), batch_size, integer=True, least=1)
+    if batch_size is None:
+        raise ConfigError("pipeline: batch_size must be an integer >= 1, got None")
     if isinstance(source, tuple):
         if len(source) != 2:
             raise ValueError(f"source: a tuple must be (features, labels), got {len(source)} items")
@@ -342,12 +410,9 @@ def grain_pipeline(
     if workers != "auto" and (not isinstance(workers, int) or workers < 0):
         raise ValueError(f"workers: must be >= 0 or 'auto', got {workers!r}")
     count = len(source)
+    if drop_remainder:
+        check_batch_fits("pipeline", batch_size, count)
     per_epoch = count // batch_size if drop_remainder else -(-count // batch_size)
-    if per_epoch < 1:
-        raise ValueError(
-            f"batch_size={batch_size} is larger than the {count} examples with drop_remainder: "
-            "lower it or pass drop_remainder=False"
-        )
     threads = num_threads or max(1, min(MAX_THREADS, os.cpu_count() or 1))
     # Arrays and ArrayRecord files read a batch in one call (ArrayRecords.take: one read).
     batched = isinstance(source, ArraySource | ArrayRecords)
@@ -384,9 +449,11 @@ def grain_pipeline(
         it = ds.to_iter_dataset(grain.ReadOptions(num_threads=threads, prefetch_buffer_size=ahead))
         if workers:
             _grain_flags_readable()
-            it = it.mp_prefetch(
-                grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=ahead),
-                worker_init_fn=_worker_ignores_interrupts,
+            it = _started_masked(grain)(
+                it.mp_prefetch(
+                    grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=ahead),
+                    worker_init_fn=_worker_ignores_interrupts,
+                )
             ).map(_own_arrays)  # in this process, as each batch arrives
         return it
 
@@ -438,7 +505,49 @@ def from_builder(
     )
 
 
-_EPOCHS: dict[int, type] = {}
+_EPOCHS: dict[Any, type] = {}  # per Grain module: its epochs' class, its masked start
+
+
+def _started_masked(grain: Any) -> type:
+    """The ``grain.IterDataset`` that starts `grain`'s worker processes (its parent, an
+    ``mp_prefetch``) with the signals blocked (:func:`_signals_blocked`): its iterator's
+    creation, first batch and ``set_state`` (which may start them again); the batches after
+    are read as they are."""
+    if ("masked", id(grain)) in _EPOCHS:
+        return _EPOCHS[("masked", id(grain))]
+
+    class MaskedStartIterator(grain.DatasetIterator):
+        def __init__(self, parent: Any) -> None:
+            super().__init__(parent)
+            self._started = False
+
+        def __next__(self) -> Any:
+            if self._started:
+                return next(self._parent)
+            with _signals_blocked():
+                item = next(self._parent)
+            self._started = True
+            return item
+
+        def get_state(self) -> dict[str, Any]:
+            return self._parent.get_state()
+
+        def set_state(self, state: dict[str, Any]) -> None:
+            with _signals_blocked():
+                self._parent.set_state(state)
+
+        def close(self) -> None:
+            close = getattr(self._parent, "close", None)
+            if close is not None:
+                close()
+
+    class MaskedStart(grain.IterDataset):
+        def __iter__(self) -> Any:
+            with _signals_blocked():
+                return MaskedStartIterator(self._parent.__iter__())
+
+    _EPOCHS[("masked", id(grain))] = MaskedStart
+    return MaskedStart
 
 
 def _epochs_class(grain: Any) -> type:

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from toolkit.core.checks import ConfigError, argument, check_number
+
 __all__ = ["ArraySource", "array_batches", "has_tensorflow", "resize_images"]
 
 
@@ -186,6 +188,9 @@ def array_batches(
     """
     import keras
 
+    check_number(argument("array_batches", "batch_size"), batch_size, integer=True, least=1)
+    if batch_size is None:
+        raise ConfigError("array_batches: batch_size must be an integer >= 1, got None")
     if isinstance(source, tuple):
         source = ArraySource(np.asarray(source[0]), np.asarray(source[1]))
     count = len(source)

@@ -28,6 +28,8 @@ from typing import Any
 
 from absl import logging
 
+from toolkit.core.checks import ConfigError, argument, check_batch_fits, check_number
+
 __all__ = [
     "PipelineWarning",
     "describe_pipeline",
@@ -359,7 +361,9 @@ def pipeline(
         cpu_budget: cores the maps use (AUTOTUNE's parallelism). Defaults to `None` (all).
 
     Raises:
-        ValueError: a size or budget that is not positive, or an unreadable size string.
+        ValueError: a size or budget that is not positive, or an unreadable size string;
+            a batch size larger than a known count of examples with `drop_remainder` (an
+            epoch of no batch: Keras's ``fit`` would only warn that the input ran out).
     """
     if loader == "grain":  # the same rules, Grain's stages
         settings = dict(locals())
@@ -379,8 +383,9 @@ def pipeline(
         raise ValueError("dataset: ArrayRecord files are read by Grain: pass loader='grain'")
     import tensorflow as tf
 
-    if batch_size is None or batch_size < 1:
-        raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
+    check_number(argument("pipeline", "batch_size"), batch_size, integer=True, least=1)
+    if batch_size is None:
+        raise ConfigError("pipeline: batch_size must be an integer >= 1, got None")
     if num_parallel_calls not in (None, tf.data.AUTOTUNE) and num_parallel_calls < 1:
         raise ValueError(f"num_parallel_calls: must be >= 1 or AUTOTUNE, got {num_parallel_calls}")
     for name, value in (("private_threads", private_threads), ("cpu_budget", cpu_budget)):
@@ -443,14 +448,8 @@ def pipeline(
     if augment is not None:
         # Random per-example work after cache and shuffle: new randomness every epoch.
         ds = ds.map(augment, num_parallel_calls=parallel, deterministic=deterministic)
-    count = int(ds.cardinality())
-    if drop_remainder and not repeat and 0 <= count < batch_size:
-        warn_once(
-            f"no-batch-{count}-{batch_size}",
-            f"drop_remainder with {count} examples and batch_size={batch_size} leaves no batch "
-            "at all: an epoch would train nothing; lower batch_size or pass "
-            "drop_remainder=False",
-        )
+    if drop_remainder and not repeat:  # a count tf.data knows (not a filter's, -2)
+        check_batch_fits("pipeline", batch_size, int(ds.cardinality()))
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     return _finish(ds, batch_map, parallel, deterministic, private_threads, budget, cpu_budget)
 
@@ -515,13 +514,8 @@ def _gathered_batches(
     )
     full, rest = divmod(n, batch_size)
     last = 0 if drop_remainder else rest
-    if drop_remainder and not repeat and full == 0:
-        warn_once(
-            f"no-batch-{n}-{batch_size}",
-            f"drop_remainder with {n} examples and batch_size={batch_size} leaves no batch "
-            "at all: an epoch would train nothing; lower batch_size or pass "
-            "drop_remainder=False",
-        )
+    if drop_remainder and not repeat:
+        check_batch_fits("pipeline", batch_size, n)
     if shuffle:
         # A new draw each time the dataset is iterated (each epoch Keras reads it anew),
         # the same sequence of draws for the same seed (paired with the global seed).

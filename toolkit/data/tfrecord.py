@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.core.errors import what_went_wrong
+from toolkit.core.files import parse_json
 
 __all__ = [
     "check_tfrecords",
@@ -164,7 +165,7 @@ def _manifest_entries(files: Sequence[str]) -> dict[str, tuple[dict[str, int], s
         ):
             try:
                 with open(manifest, encoding="utf-8") as f:
-                    listed = json.load(f).get("files", {})
+                    listed = parse_json(f).get("files", {})
             except (OSError, ValueError, AttributeError):
                 continue  # not ours, or unreadable: the header walk still runs
             for name, entry in listed.items():

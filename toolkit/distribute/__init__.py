@@ -38,6 +38,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from toolkit.core.files import parse_json
+
 __all__ = [
     "SERVICE_MODES",
     "SHARD_POLICIES",
@@ -141,7 +143,7 @@ def cluster_from_flags(
         if not raw:
             return Cluster()
         try:
-            config = json.loads(raw)
+            config = parse_json(raw)
             workers = config.get("cluster", {}).get("worker", [])
             task = config["task"]
             task_type, index = str(task["type"]), int(task["index"])
@@ -282,6 +284,7 @@ def make_strategy(
             implementation=tf.distribute.experimental.CommunicationImplementation.AUTO
         )
         bounded = cluster_wait > 0 and _bound_cluster_wait(cluster_wait)
+        _say_worker_server(cluster if cluster is not None else cluster_from_flags(set_env=False))
         try:
             return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         except tf.errors.DeadlineExceededError:
@@ -304,6 +307,20 @@ def make_strategy(
                 "TensorFlow's own wait)"
             ) from None
     raise DistributeError(f"--distribution_strategy must be one of {', '.join(STRATEGIES)}")
+
+
+def _say_worker_server(here: Cluster) -> None:
+    """Says the port this worker's TensorFlow server opens: every interface, whatever host
+    ``--worker_hosts`` names (TensorFlow's gRPC server binds ``0.0.0.0:<port>``, with no
+    option for one address; see docs/guide.md)."""
+    import sys
+
+    if here.task_type != "worker" or not 0 <= here.task_index < len(here.workers):
+        return
+    port = here.workers[here.task_index].rpartition(":")[2]
+    if port.isdigit():
+        who = f"worker {here.task_index}"
+        print(f"cluster: {listening_line(who, '*', int(port))}", file=sys.stderr, flush=True)
 
 
 class NoStrategy:
@@ -446,8 +463,14 @@ def through_data_service(
     return distributed.prefetch(tf.data.AUTOTUNE)
 
 
+# TensorFlow's tf.data service takes a port only: its gRPC server binds "0.0.0.0:<port>" (every
+# interface, IPv4 and IPv6), with no option for one address and no authentication. The verb
+# starts one only when asked for every interface (--all_interfaces); see docs/guide.md.
+
+
 def serve_dispatcher(port: int, work_dir: str | None = None) -> Any:
-    """Starts a tf.data service dispatcher on `port` (0: any free port) and returns it."""
+    """Starts a tf.data service dispatcher on `port` (0: any free port) and returns it. It
+    listens on every interface (TensorFlow offers no other)."""
     import tensorflow as tf
 
     config = tf.data.experimental.service.DispatcherConfig(
@@ -458,7 +481,8 @@ def serve_dispatcher(port: int, work_dir: str | None = None) -> Any:
 
 def serve_worker(dispatcher: str, port: int = 0, host: str = "localhost") -> Any:
     """Starts a tf.data service worker registered with `dispatcher` (``grpc://host:port`` or
-    ``host:port``) and returns it."""
+    ``host:port``) and returns it. It listens on every interface (TensorFlow offers no
+    other); `host` is only the name it tells the dispatcher."""
     import tensorflow as tf
 
     target = dispatcher.partition("://")[2] or dispatcher
@@ -466,6 +490,29 @@ def serve_worker(dispatcher: str, port: int = 0, host: str = "localhost") -> Any
         dispatcher_address=target, worker_address=f"{host}:%port%", port=port
     )
     return tf.data.experimental.service.WorkerServer(config)
+
+
+def reach(ip: str) -> str:
+    """How far a server listening on `ip` (an address, or ``*`` for every one) can be reached,
+    in words: what the toolkit says of every port it opens."""
+    import ipaddress
+
+    if ip in ("*", ""):
+        return "every interface"
+    try:
+        address = ipaddress.ip_address(ip.strip("[]").split("%")[0])
+    except ValueError:
+        return "the addresses of that name"
+    if address.is_unspecified:
+        return "every interface"
+    return "loopback only" if address.is_loopback else "that interface only"
+
+
+def listening_line(who: str, ip: str, port: int) -> str:
+    """``<who> listens on <ip>:<port> (<reach>, no authentication)``: the line said when a
+    server of the toolkit's starts (under 80 columns for IPv4 and a short `who`)."""
+    shown = f"[{ip}]" if ":" in ip else ip
+    return f"{who} listens on {shown}:{port} ({reach(ip)}, no authentication)"
 
 
 def spawn_data_service(
@@ -482,6 +529,9 @@ def spawn_data_service(
     it reached as `host`. Returns ``(process, address)``, the address being the dispatcher's
     ``grpc://host:port`` (for a worker, its dispatcher's). Stop it with ``terminate()``.
 
+    The server listens on every interface, the only way TensorFlow's tf.data service listens:
+    calling this asks for that (the verb's ``--all_interfaces``).
+
     Typed values in, and the verb's own options made of them here, once: the caller never
     writes a command line.
 
@@ -489,7 +539,7 @@ def spawn_data_service(
         DistributeError: the process ended before it served (its output is in the message).
     """
     args = ["--worker", f"--dispatcher={dispatcher}"] if dispatcher else ["--dispatcher"]
-    args.append(f"--port={port}")
+    args += [f"--port={port}", "--all_interfaces"]
     if host is not None:
         args.append(f"--host={host}")
     if work_dir is not None:
@@ -501,7 +551,9 @@ def spawn_data_service(
     # TF logs to stderr for the server's whole life, and a pipe nobody reads would fill and
     # block it: a file (open as long as the process runs) keeps the start-up errors instead.
     errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
-    proc = subprocess.Popen(
+    from toolkit.core import children
+
+    proc = children.spawn(  # bound to this process: it ends with it, however this one ends
         [sys.executable, "-m", "toolkit", "data-service", *args],
         stdout=subprocess.PIPE,
         stderr=errors,

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from toolkit.core.files import parse_json
 from toolkit.distribute import Cluster, DistributeError, tf_config
 
 __all__ = [
@@ -212,7 +213,7 @@ def _receive(conn: socket.socket, deadline: float) -> dict[str, Any] | None:
             return None
         data += chunk
     try:
-        return json.loads(data)
+        return parse_json(data)
     except ValueError:
         return None
 
@@ -251,20 +252,69 @@ def _join(here: Cluster, settings: Mapping[str, Any], wait_s: float) -> float:
     return time.monotonic() - started
 
 
+# JAX's own setting for where its coordinator listens (``jax.distributed.initialize``'s
+# ``coordinator_bind_address``): the join listens there too. Unset: worker 0's address as named.
+BIND_ENV = "JAX_COORDINATOR_BIND_ADDRESS"
+
+
+def bind_address(coordinator: str) -> str:
+    """Where worker 0 listens, as ``host:port``: the host named for it (``localhost`` or
+    ``127.0.0.1``: loopback only), or :data:`BIND_ENV` where set; never every interface
+    unless that is the address named.
+
+    Raises:
+        DistributeError: :data:`BIND_ENV` is set but not ``host:port``.
+    """
+    bind = os.environ.get(BIND_ENV, "").strip()
+    if not bind:
+        return coordinator
+    host, _, port = bind.rpartition(":")
+    if not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+        raise DistributeError(
+            f"{BIND_ENV}={bind!r}: give the address worker 0 listens on as ip:port (or unset "
+            "it: worker 0 then listens at its address in --worker_hosts)"
+        )
+    return bind
+
+
 def _listen(coordinator: str) -> socket.socket:
-    host, port = _address(coordinator)
-    server = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    import errno
+    import sys
+
+    from toolkit.distribute import listening_line
+
+    bind = bind_address(coordinator)
+    host, port = _address(bind)
+    named = f"worker 0 listens at {bind}" + (f" ({BIND_ENV})" if bind != coordinator else "")
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise DistributeError(
+            f"--worker_hosts: {named}, but {host!r} names no address here ({e}); give worker 0 "
+            "an address of this machine"
+        ) from None
+    server = socket.socket(family, kind, proto)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        server.bind(("", port))
+        server.bind(where)
     except OSError as e:
         server.close()
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise DistributeError(
+                f"--worker_hosts: {named}, but {host} is not an address of this machine "
+                f"({e.strerror or e}); run worker 0 where {host} is, or set {BIND_ENV}=ip:port "
+                "to an address of this one"
+            ) from None
         raise DistributeError(
-            f"--worker_hosts: worker 0 listens at {coordinator}, but port {port} is in use "
+            f"--worker_hosts: {named}, but port {port} is in use "
             f"here ({e.strerror or e}); stop what holds it, or give worker 0 another port "
             "(on every worker)"
         ) from None
     server.listen(64)
+    # Said once, for the join and JAX's coordinator after it (the same address and port).
+    print(f"cluster: {listening_line('worker 0', where[0], port)}", file=sys.stderr, flush=True)
     return server
 
 

@@ -60,6 +60,7 @@ from typing import Any
 from absl import logging
 
 from toolkit.core import compat
+from toolkit.core.checks import ConfigError, argument, check_number
 from toolkit.core.events import FUSED_STEPS_ATTR, PROFILER
 from toolkit.core.stats import (
     DEFAULT_WARMUP_STEPS,
@@ -102,6 +103,9 @@ class StepTimer(compat.keras().callbacks.Callback):
         warmup_steps: steps after the first execution left out of the statistics (they are
             counted). Defaults to `5`.
         batch_size: examples per step, for examples/sec. Defaults to `None` (taken from `data`).
+            Each ``fit`` also reads its own data's batch (Keras's data adapter): a timer reused
+            for a fit at another batch size reports that fit's rate, and every finished fit's
+            statistics stay in :attr:`fits` (:meth:`summary` is the last fit's).
         data: a `tf.data.Dataset` to read the batch size from when `batch_size` is not given.
         clock: a function returning seconds. Defaults to `time.perf_counter`.
         log_steps: print step time and examples/sec every this many steps (after the first
@@ -153,18 +157,23 @@ class StepTimer(compat.keras().callbacks.Callback):
     ) -> None:
         super().__init__()
         self.add_to_logs = add_to_logs
-        if log_steps is not None and log_steps < 1:
-            raise ValueError(f"log_steps must be >= 1, got {log_steps}")
-        if warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        check_number(argument("StepTimer", "log_steps"), log_steps, integer=True, least=1)
+        check_number(argument("StepTimer", "warmup_steps"), warmup_steps, integer=True, least=0)
+        if warmup_steps is None:
+            raise ConfigError("StepTimer: warmup_steps must be an integer >= 0, got None")
+        check_number(argument("StepTimer", "batch_size"), batch_size, integer=True, least=1)
         if batch_size is None and data is not None:
             from toolkit.data.builder import infer_batch_size  # tf.data's internals
 
             batch_size = infer_batch_size(data)
         self.warmup_steps = warmup_steps
-        self.batch_size = batch_size
+        # Examples per step: the one given (or read from `data`), and per fit the one its data
+        # says (`_fit_batch_size`), scaled as the first fit relates them: a timer reused for a
+        # fit at another batch size reports that fit's rate.
+        self.batch_size = self._batch_size_given = batch_size
+        self._batch_reference: tuple[int, int] | None = None  # (examples/step, fit's batch)
+        # Each finished fit's statistics, oldest first; `summary()` is the last fit's.
+        self.fits: list[StepStats] = []
         self._clock = clock
         self.log_steps = log_steps
         self._log_fn = log_fn or to_stderr
@@ -185,7 +194,13 @@ class StepTimer(compat.keras().callbacks.Callback):
     # ------------------------------------------------------------------ state
 
     def reset(self) -> None:
-        """Forgets everything measured so far."""
+        """Forgets everything measured so far, earlier fits' statistics (:attr:`fits`) too."""
+        self.fits = []
+        self._new_fit()
+
+    def _new_fit(self) -> None:
+        """Starts the statistics of a new fit (or custom loop); the earlier fits' stay in
+        :attr:`fits`."""
         # One tuple per execution: (duration_s, steps, epoch, kind); read through `calls`.
         self._calls: list[tuple[float, int, int, str]] = []
         # One dict per finished epoch.
@@ -224,6 +239,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._probe: Callable[[], bool] = never  # set per fit: is any profiler running?
         self._scalars_done = 0  # calls already written to TensorBoard
         self._steady = False  # first step and warm-up done, nothing to log: the fast path
+        self._fit_kept = False  # this fit's statistics are in `fits`
         vars(self).pop("on_train_batch_begin", None)  # the per-fit hook (see on_train_begin)
 
     # ------------------------------------------------------------------ recording
@@ -390,11 +406,14 @@ class StepTimer(compat.keras().callbacks.Callback):
         self.params = dict(params or {})
 
     def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
-        self.reset()
+        if self._calls and not self._fit_kept:  # a fit that raised: keep what it measured
+            self.fits.append(self.summary())
+        self._new_fit()
         self._running = True
         model = getattr(self, "model", None)
         self._spe = compat.steps_per_execution(model)
         self._fused = max(1, int(getattr(model, FUSED_STEPS_ATTR, 1) or 1))
+        self.batch_size = self._per_step(_fit_batch_size(model))
         self._async = _asynchronous()
         self._probe = profiler_probe()
         if self.log_steps:  # its lines come as the steps do: each begin is drained at once
@@ -535,12 +554,29 @@ class StepTimer(compat.keras().callbacks.Callback):
         if logs:
             model = {k: v for k, v in floats(logs).items() if k not in LOG_KEYS}
             self.last_logs = {**self.last_logs, **model}
+        self.fits.append(self.summary())
+        self._fit_kept = True
+
+    def _per_step(self, read: int | None) -> int | None:
+        """Examples per step in this fit, from `read` (examples in one of its Keras batches;
+        None: unknown): the first fit where it is known relates it to the batch size given
+        (a process's slice of a global batch, ``fused_steps`` steps per batch), and later
+        fits keep that relation; with none given, `read` over the fused steps."""
+        given = self._batch_size_given
+        if read is None or read < 1:
+            return given
+        if self._batch_reference is None:
+            per_step = given or (read // self._fused if read % self._fused == 0 else read)
+            self._batch_reference = (per_step, read)
+        per_step, first = self._batch_reference
+        scaled, left = divmod(per_step * read, first)
+        return scaled if not left and scaled >= 1 else given
 
     # ------------------------------------------------------------------ custom loops
 
     def start(self) -> StepTimer:
         """Starts timing a custom loop; the next :meth:`step` ends the first step."""
-        self.reset()
+        self._new_fit()
         self._running = True
         self._probe = profiler_probe()
         self.train_begin_time = self._open_time = self._epoch_start = self._clock()
@@ -644,6 +680,41 @@ class StepTimer(compat.keras().callbacks.Callback):
 # A backlog below this is the callback thread's lateness, not the device's (Python's switch
 # interval is 5 ms).
 BACKLOG_FLOOR_S = 0.02
+
+
+def _fit_batch_size(model: Any) -> int | None:
+    """Examples in one batch of the data the running ``fit`` of `model` reads, as Keras 3's
+    data adapter (or the toolkit's pipeline) says it; None where it cannot tell (tf_keras,
+    a generator, a dataset without a batching stage). Keras hands callbacks no batch size, so
+    this reads ``fit``'s own epoch iterator from its frame, once per fit (``sys._getframe``:
+    the frames above ``on_train_begin``)."""
+    import sys
+
+    frame, hops = sys._getframe(1), 0
+    while frame is not None and hops < 16:
+        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
+            break
+        frame, hops = frame.f_back, hops + 1
+    else:
+        return None
+    if frame is None:
+        return None
+    found = frame.f_locals
+    adapter = getattr(found.get("epoch_iterator"), "data_adapter", None)
+    try:
+        size = getattr(adapter, "batch_size", None)
+    except Exception:  # noqa: BLE001 - a hint for examples/s, never a failed fit
+        size = None
+    if not isinstance(size, int):
+        data = getattr(adapter, "_dataset", None)
+        data = data if data is not None else found.get("x")
+        if getattr(data, "element_spec", None) is not None or isinstance(
+            getattr(data, "batch_size", None), int
+        ):
+            from toolkit.data.builder import infer_batch_size
+
+            size = infer_batch_size(data)
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
 def _asynchronous() -> bool:

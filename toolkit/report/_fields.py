@@ -10,14 +10,14 @@ field added there is checked without a line here.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
+import os
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from toolkit.core.errors import one_line
-from toolkit.core.files import ReportError
+from toolkit.core.files import ReportError, parse_json
 from toolkit.core.stats import StepStats
 
 __all__: list[str] = []  # the report reader's own
@@ -37,10 +37,10 @@ def read_checked(path: str, from_dict: Callable[[Any], Any], views: Callable[[An
     and shown once with `views`; every way it can fail is one ReportError naming the file."""
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+            data = parse_json(f)
     except FileNotFoundError:
         raise ReportError(f"no report at {path!r}: give a report.json or a run directory") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (OSError, ValueError) as e:  # JSON, UTF-8, nested too deep
         raise ReportError(f"cannot read report {path!r}: {e}") from e
     if not isinstance(data, dict):
         kind = type(data).__name__
@@ -54,6 +54,30 @@ def read_checked(path: str, from_dict: Callable[[Any], Any], views: Callable[[An
         raise ReportError(f"{path!r}: {e}{fix}") from None
     except (TypeError, KeyError, ValueError, AttributeError) as e:
         raise ReportError(f"report {path!r} is malformed: {one_line(e)}") from e
+
+
+def inside_run(run_dir: str, name: str, field: str, report: str) -> str:
+    """The real path of `name` (a file named in the report `report`'s `field`), which must lie
+    inside `run_dir`: a relative name is taken from the run directory, not the current one,
+    and symlinks are resolved before the check. A report is data anyone may have edited or
+    sent, and reading what it names (``trace`` prints what a trace file holds) must not
+    reach ``../../secret.json``, ``/etc/...`` or a symlink leading out of the run.
+
+    Raises:
+        ReportError: `name` is empty or leads outside `run_dir` (one line naming the report,
+            the field and the name).
+    """
+    root = os.path.realpath(run_dir)
+    sound = bool(name) and "\0" not in name
+    real = os.path.realpath(os.path.join(root, name)) if sound else root
+    if real == root or os.path.commonpath([root, real]) != root:
+        plain = os.path.normpath(os.path.join(root, name)) if sound else real
+        link = f" (a symbolic link to {real})" if plain != real else ""
+        raise ReportError(
+            f"{report!r}: field {field} names {name!r}{link}, outside its run directory "
+            f"{root}: a report's files are read only from inside its own run directory"
+        )
+    return real
 
 
 def _bad(field: str, value: Any, what: str) -> ReportError:

@@ -165,11 +165,14 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
             if cell(shown[0]) != cell(shown[1]):
                 notes.append(f"{key} differs: {cell(shown[0])} vs {cell(shown[1])}")
     for report, label in ((a, "A"), (b, "B")):
+        for finding in report.context.preflight if report.context is not None else ():
+            if finding.code == "fused_steps_remainder":  # it trained fewer batches an epoch
+                notes.append(f"{label}: {finding.message}")
         if report.partial:
             an = "an" if report.status[0] in "aeiou" else "a"
             notes.append(f"{label} is {an} {report.status} run ({report.error or 'interrupted'})")
 
-    settings = _settings(a.args, b.args)
+    settings = _settings(_ran(a), _ran(b))
     both = {
         "ledger": compare_ledgers(a.ledger, b.ledger),
         "ledgers": tuple(
@@ -231,6 +234,20 @@ def _shown(key: str, value: object) -> str | None:
         names = [d.get("name") or d.get("label") or "?" for d in value if isinstance(d, dict)]
         return ", ".join(map(str, names)) or cell(value)
     return cell(value)
+
+
+def _ran(report: RunReport) -> dict:
+    """The run's recorded flags, with what it really ran where a flag shrank it: a
+    ``--smoke`` run records the ``--epochs`` and ``--train_steps`` asked for, and ran one
+    epoch of a few steps (``TrainConfig.effective``): its epochs as recorded say so."""
+    args = dict(report.args or {})
+    epochs = [e for e in (report.epochs or []) if isinstance(e, dict)]
+    if args.get("smoke") is True and epochs:
+        args["epochs"] = len(epochs)
+        steps = epochs[0].get("steps")
+        if isinstance(steps, int) and steps > 0:
+            args["train_steps"] = steps
+    return args
 
 
 def _settings(a: dict, b: dict) -> tuple[tuple[str, object, object], ...]:

@@ -37,7 +37,7 @@ from toolkit.core.stats import (
 )
 from toolkit.core.version import __version__
 from toolkit.report._cluster import cluster_line, render_cluster
-from toolkit.report._fields import check_report, context_error, read_checked
+from toolkit.report._fields import check_report, context_error, inside_run, read_checked
 from toolkit.report._fit_call import fit_call_line
 from toolkit.report._ledger import fix_lines, fixes, ledger_line, ledger_markdown
 from toolkit.report.context import RunContext
@@ -177,12 +177,28 @@ class RunReport:
             extra=jsonable(dict(extra or {})),
         )
 
-    def read_trace(self) -> dict[str, Any] | None:
+    def read_trace(self, run_dir: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
         """The run's trace read again from its files (what XProf makes of them now), or, when
-        they are gone, as it was read when the run ended; None for a run without a trace."""
+        they are gone, as it was read when the run ended; None for a run without a trace.
+
+        Only files inside `run_dir` are read (by default the directory of the report.json
+        this report was loaded from; a report not loaded from a file reads none and gives
+        the trace as it was read when the run ended): the names come from a file that
+        anyone may have edited, and a relative name is taken from the run directory.
+
+        Raises:
+            ReportError: ``trace.files`` names a file outside the run directory.
+        """
         if not self.trace:
             return None
-        files = [f for f in self.trace.get("files") or [] if os.path.isfile(f)]
+        source = getattr(self, "_source", None)
+        if run_dir is None and source is None:
+            return self.trace.get("analysis")
+        where = os.fspath(run_dir) if run_dir is not None else os.path.dirname(source)
+        named = self.trace.get("files") or []
+        report = source or os.path.join(where, REPORT_JSON)
+        real = [inside_run(where, f, f"trace.files[{i}]", report) for i, f in enumerate(named)]
+        files = [f for f in real if os.path.isfile(f)]
         if not files:
             return self.trace.get("analysis")
         return _read_back({**self.trace, "files": files}, self.steps)["analysis"]
@@ -244,7 +260,9 @@ class RunReport:
         path = os.fspath(path)
         if os.path.isdir(path):
             path = os.path.join(path, REPORT_JSON)
-        return read_checked(path, cls.from_dict, lambda r: (r.summary(), r.to_markdown()))
+        report = read_checked(path, cls.from_dict, lambda r: (r.summary(), r.to_markdown()))
+        report._source = os.path.abspath(path)  # where the files it names must lie (read_trace)
+        return report
 
     # ------------------------------------------------------------ writing
 

@@ -25,13 +25,15 @@ import contextlib
 import dataclasses
 import functools
 import gzip
-import json
 import os
 import re
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+
+from toolkit.core.files import ReportError, parse_json
+from toolkit.report._fields import inside_run
 
 __all__ = [
     "find_trace_files",
@@ -88,19 +90,29 @@ def read_trace(files: Sequence[str], steps_per_execution: int = 1) -> dict[str, 
 def find_trace_files(directory: str | os.PathLike[str]) -> list[str]:
     """The profiler trace files under `directory`: XSpace (TensorFlow, JAX) or PyTorch's
     Chrome trace JSON. Of XSpace files, those of the newest profiling session only (each
-    session is a timestamped folder under ``plugins/profile``)."""
+    session is a timestamped folder under ``plugins/profile``). A symlink whose file lies
+    outside `directory` is left out: what is read is what the directory holds."""
     found = []
     for root, _, names in os.walk(os.fspath(directory)):
         found += [
             os.path.join(root, n)
             for n in names
             if n.endswith((".xplane.pb", ".pt.trace.json", ".pt.trace.json.gz"))
+            and _inside(os.fspath(directory), os.path.join(root, n))
         ]
     xspace = [f for f in found if f.endswith(".xplane.pb")]
     if xspace:
         newest = max((os.path.dirname(f) for f in xspace), key=os.path.getmtime)
         return sorted(f for f in xspace if os.path.dirname(f) == newest)
     return sorted(found)
+
+
+def _inside(directory: str, path: str) -> bool:
+    try:
+        inside_run(directory, path, "", directory)
+    except ReportError:
+        return False
+    return True
 
 
 def _empty(error: str | None, reader: str | None = None) -> dict[str, Any]:
@@ -404,7 +416,7 @@ def _tables(raw: Any) -> list[dict[str, Any]]:
     ``p``)."""
     if not raw:
         raise ValueError("empty output")
-    data = json.loads(raw)
+    data = parse_json(raw)
     if isinstance(data, dict):
         data = [data]
     return [t for t in data if isinstance(t, dict)]
@@ -521,7 +533,7 @@ def _read_chrome(path: str) -> dict[str, Any]:
     try:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8") as f:
-            events = json.load(f)
+            events = parse_json(f)
         if isinstance(events, dict):
             events = events.get("traceEvents", [])
     except (OSError, ValueError) as e:

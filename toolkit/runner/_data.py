@@ -110,6 +110,7 @@ def array_dataset(
     task: Task | None,
     whole: bool,
     grain: bool = False,
+    notes: list[tuple[str, str]] | None = None,
 ) -> Any:
     """:func:`_dataset` without tf.data: arrays or image files in batches
     (``toolkit.data.array_batches``, or with `grain` a Grain pipeline)."""
@@ -133,6 +134,7 @@ def array_dataset(
             f"--batch_size={config.batch_size}{fused} is larger than the {count} training "
             "examples: lower it"
         )
+    _note_fused_leftover(count, config, training, whole, notes)
     if training and config.use_synthetic_data:
         # One random batch of the real shapes, read again and again (as the tf.data path).
         x, y = source.take(np.arange(batch_size))
@@ -189,6 +191,7 @@ def dataset(
     training: bool,
     task: Task | None = None,
     share: tuple[int, int, int] = (0, 1, 1),
+    notes: list[tuple[str, str]] | None = None,
 ):
     """`source` in batches as `config` says; with `share` ``(index, processes, devices)``
     of a ``keras.distribution``, process `index`'s part of every global batch, laid out as
@@ -199,7 +202,15 @@ def dataset(
     index, processes, devices = share
     loader = data_loader(config, source, task, training)
     return process_slice(
-        batches(source, config, training, task, whole=training or processes > 1, loader=loader),
+        batches(
+            source,
+            config,
+            training,
+            task,
+            whole=training or processes > 1,
+            loader=loader,
+            notes=notes,
+        ),
         index,
         processes,
         fused=config.fused_steps if training else 1,
@@ -214,6 +225,7 @@ def batches(
     task: Task | None,
     whole: bool,
     loader: str | None = None,
+    notes: list[tuple[str, str]] | None = None,
 ):
     """`source` in batches as `config` says, by `loader` (``grain``, ``arrays`` or ``tf_data``;
     None: :func:`data_loader`'s choice), only whole batches when `whole`: every process's
@@ -224,16 +236,21 @@ def batches(
     """
     loader = loader or data_loader(config, source, task, training)
     if loader == "grain":
-        return _grain_batches(source, config, training, task, whole)
+        return _grain_batches(source, config, training, task, whole, notes)
     if callable(source):
         source = source()
     if loader == "arrays":
-        return array_dataset(source, config, training, task, whole)
-    return _tf_data_batches(source, config, training, task, whole)
+        return array_dataset(source, config, training, task, whole, notes=notes)
+    return _tf_data_batches(source, config, training, task, whole, notes)
 
 
 def _grain_batches(
-    source: Any, config: TrainConfig, training: bool, task: Task | None, whole: bool
+    source: Any,
+    config: TrainConfig,
+    training: bool,
+    task: Task | None,
+    whole: bool,
+    notes: list[tuple[str, str]] | None = None,
 ) -> Any:
     """A Grain pipeline of the data's random-access examples (Grain reads nothing else)."""
     readable = _random_access(source, task, training, call=True)
@@ -243,11 +260,16 @@ def _grain_batches(
             "tf.data only (a tfds or tfrecord dataset, or a tf.data.Dataset): "
             "--data_loader=tf_data"
         )
-    return array_dataset(readable, config, training, task, whole, grain=True)
+    return array_dataset(readable, config, training, task, whole, grain=True, notes=notes)
 
 
 def _tf_data_batches(
-    source: Any, config: TrainConfig, training: bool, task: Task | None, whole: bool
+    source: Any,
+    config: TrainConfig,
+    training: bool,
+    task: Task | None,
+    whole: bool,
+    notes: list[tuple[str, str]] | None = None,
 ) -> Any:
     """A tf.data pipeline of `source` (arrays or a dataset of examples), checked to hold a
     batch, or with ``--use_synthetic_data`` a random batch of its spec, repeated."""
@@ -260,6 +282,7 @@ def _tf_data_batches(
     # Fused steps read fused_steps batches at once (one Keras batch), split inside the step.
     batch_size = config.batch_size * (config.fused_steps if training else 1)
     _check_enough(count, batch_size, config, training, task)
+    _note_fused_leftover(count, config, training, whole, notes)
     if training and config.use_synthetic_data:
         return _synthetic_batches(source, count, batch_size, config, task)
     built = pipeline(
@@ -274,6 +297,37 @@ def _tf_data_batches(
         repeat=training and config.steps_per_epoch is not None,
     )
     return distributed(built, config, training)
+
+
+def _note_fused_leftover(
+    count: int,
+    config: TrainConfig,
+    training: bool,
+    whole: bool,
+    notes: list[tuple[str, str]] | None,
+) -> None:
+    """Adds to `notes` (what, fix) what fused steps leave out of each epoch: a fused batch
+    holds ``fused_steps`` batches, so a pass of 44 batches at ``--fused_steps=5`` trains 40 and
+    drops 4 (the compiled loop runs a fixed count; a remainder step would be a second compiled
+    step, compiled for a few batches an epoch). Said once, in the progress and the report,
+    never silently; nothing to say with ``--train_steps`` (it repeats the data) or an unknown
+    count."""
+    fused = config.fused_steps
+    if notes is None or not training or not whole or fused <= 1 or count < 0:
+        return
+    if config.steps_per_epoch is not None or config.use_synthetic_data:
+        return
+    batches = count // config.batch_size
+    trained = count // (config.batch_size * fused) * fused
+    if trained < batches:
+        notes.append(
+            (
+                f"--fused_steps={fused}: an epoch trains {trained} of its {batches} batches "
+                f"of {config.batch_size} (whole fused steps of {fused} batches: the last "
+                f"{batches - trained} are left out each epoch)",
+                f"a --fused_steps that divides {batches}, or --train_steps, trains every batch",
+            )
+        )
 
 
 def _check_enough(

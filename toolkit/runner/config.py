@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +24,7 @@ from absl import logging
 
 from toolkit import backend, distribute
 from toolkit.core import compat
+from toolkit.core.checks import ConfigError, check_number  # the one validator, re-exported
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
 from toolkit.devices import parse_device_spec
 
@@ -182,11 +182,6 @@ def setting(
     if quiet is not dataclasses.MISSING:
         meta["quiet"] = quiet
     return dataclasses.field(default=default, metadata=meta)
-
-
-class ConfigError(ValueError):
-    """A setting that cannot work: one line naming the flag (and field), the value, and what
-    it must be."""
 
 
 @dataclasses.dataclass
@@ -452,9 +447,9 @@ class TrainConfig:
             "fused_steps",
             "validation_freq",
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise _bad(name, "an integer >= 1", value)
+            check_number(flag_name(name), getattr(self, name), integer=True, least=1)
+            if getattr(self, name) is None:
+                raise _bad(name, "an integer >= 1", None)
         for name in ("steps_per_epoch", "log_steps"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -464,6 +459,9 @@ class TrainConfig:
                 f"--train_steps={self.steps_per_epoch} must be a multiple of "
                 f"--fused_steps={self.fused_steps}"
             )
+        # NumPy's and scikit-learn's generators take 0 ..  2**32 - 1; their own words for a
+        # seed out of range name no flag.
+        check_number(flag_name("seed"), self.seed, integer=True, least=0, most=2**32 - 1)
         for name in ("warmup_steps", "task_index"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
@@ -545,6 +543,14 @@ class TrainConfig:
                 distribute.tf_config(self.worker_hosts.split(","), self.task_index)
         except ValueError as e:  # DeviceError, DistributeError: already one line with the flag
             raise ConfigError(str(e)) from None
+        for host in (self.worker_hosts or "").split(","):
+            # A port no socket can have (99999) would otherwise end the run at the bind, after
+            # everything loaded, as "training stopped on OverflowError".
+            port = host.strip().rpartition(":")[2]
+            if port.isdigit() and not 1 <= int(port) <= 65535:
+                raise ConfigError(
+                    f"--worker_hosts: {host.strip()!r} has port {port}: a port is 1..65535"
+                )
 
     def to_dict(self) -> dict[str, Any]:
         """Every setting by field name, as JSON holds it (what crosses to a fresh process)."""
@@ -681,34 +687,6 @@ def flag_name(field: str) -> str:
     ``--batch_size``."""
     flag = flag_of(field)
     return f"--{flag} ({field})" if flag != field else f"--{field}"
-
-
-def check_number(
-    flag: str,
-    value: Any,
-    *,
-    integer: bool = False,
-    least: float | None = None,
-    most: float | None = None,
-    above: float | None = None,
-) -> None:
-    """The settings' check for an option parsed elsewhere (a verb's ``--port``, ``--steps``):
-    ConfigError in the same words, naming `flag`, unless `value` is a finite number (an
-    integer with `integer`) in range; None passes (an option left unset)."""
-    if value is None:
-        return
-    kind = "an integer" if integer else "a finite number"
-    bounds = [f">= {least:g}"] if least is not None else []
-    bounds += [f"> {above:g}"] if above is not None else []
-    bounds += [f"<= {most:g}"] if most is not None else []
-    what = f"{kind} {' and '.join(bounds)}".strip()
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if not number or (integer and not isinstance(value, int)) or not math.isfinite(value):
-        raise ConfigError(f"{flag} must be {what}, got {value!r}")
-    if (least is not None and value < least) or (most is not None and value > most):
-        raise ConfigError(f"{flag} must be {what}, got {value!r}")
-    if above is not None and value <= above:
-        raise ConfigError(f"{flag} must be {what}, got {value!r}")
 
 
 def _bad(field: str, what: str, value: Any) -> ConfigError:

@@ -169,7 +169,7 @@ class Profile:
                 logdir = os.path.join(self.report_dir or ".", "trace")
             self.trace = TraceWindow(logdir, start_step=start, stop_step=stop)
         if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum in interrupts.handled():  # every one the program handles
                 self._old_handlers[signum] = signal.signal(signum, self._stop.on_signal)
         return self
 
@@ -177,7 +177,8 @@ class Profile:
         for signum, handler in self._old_handlers.items():
             signal.signal(signum, handler)
         self._old_handlers = {}
-        with interrupts.held(raise_after=False):  # the report is not cut in half by a signal
+        # The report is not cut by a signal, nor by a second (an impatient Ctrl-C Ctrl-C).
+        with interrupts.held(raise_after=False, firm="the report was being written"):
             self._finish(exc)
         if exc is None:  # one that came while it was written: raised now, the report said
             interrupts.check(toolkit_report=self.report, toolkit_run_dir=self.run_dir)
@@ -294,6 +295,10 @@ class Profile:
         view = viewing_hint(self.report_dir)
         if report.trace is not None:
             report.trace["view"] = view
+            # Named from the run directory: a run copied or moved elsewhere still reads its
+            # trace back, and a reader takes names from the run directory only (inside_run).
+            files = report.trace.get("files") or []
+            report.trace["files"] = [os.path.relpath(f, self.run_dir) for f in files]
         scalars = self.timer.scalars
         if scalars is not None and scalars.runs:
             report.tensorboard = {"logdir": self.run_dir, "runs": scalars.runs, "view": view}

@@ -19,6 +19,7 @@ from typing import Any
 
 from toolkit import backend, distribute
 from toolkit.core import compat, progress
+from toolkit.core._device_types import Finding
 from toolkit.profiling import flops
 from toolkit.profiling.resume_recorder import ResumeRecorder
 from toolkit.report import RunReport
@@ -86,6 +87,17 @@ def setup_device(config: TrainConfig) -> tuple[Any, list[Any]]:
     return device, findings
 
 
+def _is_hdf5(path: str) -> bool:
+    """Whether `path` is an HDF5 file (h5py, which Keras reads ``.weights.h5`` with); an
+    unreadable one counts as HDF5 here, for the load to say why it cannot be read."""
+    try:
+        import h5py
+
+        return bool(h5py.is_hdf5(path))
+    except (ImportError, OSError):
+        return True
+
+
 def share_initial_weights(model: Any, path: str) -> str:
     """Gives `model` the weights in `path` (a ``.weights.h5`` file), or, when there is no such
     file yet, writes the model's own initial weights there (atomically): the runs that share a
@@ -99,6 +111,11 @@ def share_initial_weights(model: Any, path: str) -> str:
     if os.path.isdir(path):
         raise SetupError(f"--init_weights={path}: it is a directory, not a .weights.h5 file")
     if os.path.exists(path):
+        if not _is_hdf5(path):
+            raise SetupError(
+                f"--init_weights={path}: it is not a Keras weights file (no HDF5 signature: "
+                "damaged, empty or another format): delete it or give another path"
+            )
         try:
             model.load_weights(path)
         except Exception as e:  # h5py, shape and name errors alike: one line
@@ -379,7 +396,13 @@ def _set_up(task: Task, config: TrainConfig) -> _Setup:
             # Before the data: its shuffle's seed pairs with the global one, so a seeded run
             # reads the same order whatever ran before it in the process.
             compat.keras().utils.set_random_seed(config.seed)
-        train_ds = _data.dataset(task.train, config, training=True, task=task, share=share)
+        notes: list[tuple[str, str]] = []  # what the data leaves out: said, and in the report
+        train_ds = _data.dataset(
+            task.train, config, training=True, task=task, share=share, notes=notes
+        )
+        for what, fix in notes:
+            progress.say(f"note: {what}; {fix}")
+            findings = [*findings, Finding("warning", "fused_steps_remainder", what, fix)]
         val_ds = None
         if task.validation is not None:
             val_ds = _data.dataset(task.validation, config, training=False, task=task, share=share)
@@ -456,9 +479,20 @@ def _resilience(resume: Resume | None, process_index: int) -> list[Any]:
             keras.callbacks.BackupAndRestore(
                 resume.backup_dir, save_freq=2**62, delete_checkpoint=False
             ),
-            keras.callbacks.BackupAndRestore(tempfile.mkdtemp(prefix="backup-")),
+            keras.callbacks.BackupAndRestore(_scratch("backup-")),
         ]
     return [*backups, ResumeRecorder(resume)]
+
+
+def _scratch(prefix: str) -> str:
+    """A private temporary directory (``mkdtemp``: 0700) removed when the process ends, so
+    that a worker's scratch backups do not outlive its run."""
+    import atexit
+    import shutil
+
+    directory = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
 
 
 def _start_cluster(task: Task, config: TrainConfig) -> distribute.Cluster:
@@ -523,6 +557,11 @@ def check_report_dir(
         )
     where = path
     while not os.path.exists(where):
+        if os.path.islink(where):  # a loop (ln -s loop loop), or a link to nowhere
+            raise SetupError(
+                f"{flag}={report_dir}: {where} is a symbolic link that leads nowhere (a loop, "
+                f"or a place that is gone); choose a directory, {instead}"
+            )
         where = os.path.dirname(where)
     try:
         if not os.path.isdir(where):

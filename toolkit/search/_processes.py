@@ -16,11 +16,11 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from toolkit.core.files import atomic_write, read_json
+from toolkit.core import children
+from toolkit.core.files import atomic_write, parse_json, read_json
 from toolkit.search.standings import Target
 
 __all__: list[str] = []
@@ -78,7 +78,7 @@ class ChildSpec:
     def from_json(cls, text: str) -> ChildSpec:
         """Raises ValueError (a malformed spec)."""
         try:
-            raw = json.loads(text)
+            raw = parse_json(text)
             target = raw.pop("target")
             return cls(target=None if target is None else Target.from_dict(target), **raw)
         except (TypeError, KeyError, AttributeError, ValueError) as e:
@@ -107,29 +107,31 @@ def follow(
     it is killed)."""
     import threading
 
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
-    )
     killed = threading.Event()
-
-    def kill() -> None:
-        killed.set()
-        proc.kill()
-
-    timer = threading.Timer(timeout_s, kill)
-    timer.start()
     lines: list[str] = []
-    try:
-        for raw in proc.stderr:  # type: ignore[union-attr]
-            line = raw.rstrip()
-            if not line:
-                continue
-            lines.append(line)
-            if line.startswith(("[", "tune:")):
-                progress(prefix + line)
-        proc.wait()
-    finally:
-        timer.cancel()
+    # Stopped and waited for whatever ends this (Ctrl-C, SIGTERM, an error): never an orphan
+    # that writes into the temporary directory its parent removes next.
+    with children.running(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    ) as proc:
+
+        def kill() -> None:
+            killed.set()
+            proc.kill()
+
+        timer = threading.Timer(timeout_s, kill)
+        timer.start()
+        try:
+            for raw in proc.stderr:  # type: ignore[union-attr]
+                line = raw.rstrip()
+                if not line:
+                    continue
+                lines.append(line)
+                if line.startswith(("[", "tune:")):
+                    progress(prefix + line)
+            proc.wait()
+        finally:
+            timer.cancel()
     if killed.is_set():
         return None
     if -proc.returncode in _INTERRUPTING:  # the OOM killer, a user's kill: not the contender's
@@ -166,7 +168,7 @@ def run_child(
         child_env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")]).strip(
             os.pathsep
         )
-    with tempfile.TemporaryDirectory(prefix="toolkit-child-") as tmp:
+    with children.temporary_directory("toolkit-child-") as tmp:  # removed by an orphan too
         spec_path, out = os.path.join(tmp, "spec.json"), os.path.join(tmp, "out.json")
         atomic_write(spec_path, spec.to_json())
         argv = [sys.executable, "-m", CHILD, spec_path, out]

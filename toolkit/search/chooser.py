@@ -45,7 +45,6 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from importlib import metadata
@@ -53,7 +52,7 @@ from typing import Any
 
 from toolkit import backend as tk_backend
 from toolkit.core import _extras as extras
-from toolkit.core import compat, machine
+from toolkit.core import children, compat, machine
 from toolkit.core import progress as tk_progress
 from toolkit.core.cache import Cache
 from toolkit.core.stats import whole_calls
@@ -266,12 +265,8 @@ def cache_key(target: Target, steps: int) -> tuple[str, dict[str, Any]]:
 
 
 def cached(key: str) -> BackendsResult | None:
-    """The cached comparison for `key`, if any."""
-    entry = _CACHE.get(key)
-    try:
-        return BackendsResult.from_dict(entry) if entry is not None else None
-    except (KeyError, TypeError, ValueError):
-        return None
+    """The cached comparison for `key`, if any (a damaged entry: a miss, named in one line)."""
+    return _CACHE.read(key, BackendsResult.from_dict)
 
 
 def resolve_auto(target: Target) -> str:
@@ -371,7 +366,7 @@ def compare(
             "and a whole number of every contender's calls"
         )
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="toolkit-backends-") as tmp:
+    with children.temporary_directory("toolkit-backends-") as tmp:  # an orphan removes it
         # The same initial weights for every contender: the first run writes them.
         shared = _with_settings(target, init_weights=os.path.join(tmp, "initial.weights.h5"))
 
@@ -441,7 +436,9 @@ def _store(
 ) -> None:
     """Caches `result`, unless a signal or the timeout ended one of its runs."""
     interrupted = sum(row.interrupted for row in rows)
-    if interrupted:
+    if not any(row.ok() for row in rows):  # an answer of nothing measured is no answer
+        progress("backends: not cached: no contender ran")
+    elif interrupted:
         progress(
             f"backends: not cached: {interrupted} run(s) ended by a signal or the timeout "
             "measured nothing; run again for an answer to keep"

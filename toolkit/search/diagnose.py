@@ -51,6 +51,7 @@ from typing import Any
 
 from toolkit.core import _extras as extras
 from toolkit.core import terminal
+from toolkit.core.checks import argument, check_number
 from toolkit.core.progress import say
 from toolkit.core.stats import whole_calls
 from toolkit.report._ledger import fixes, ledger_line
@@ -351,6 +352,8 @@ def diagnose(
         toolkit.runner.train.SetupError: a setting or data that cannot work.
     """
 
+    # Refused before any stage runs (a stage of `steps=0` failed only after the first ran).
+    check_number(argument("diagnose", "steps"), steps, integer=True, least=1)
     # The step alone first: a Task's workload selects the device before anything else starts
     # TensorFlow's runtime.
     auto, steps = steps is None, DEFAULT_STEPS if steps is None else steps

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
-from toolkit.runner.config import LOOP, SEARCHED_SETTINGS, Searched, as_flags
+from toolkit.runner.config import LOOP, SEARCHED_SETTINGS, SETTINGS, Searched, as_flags
 
 __all__ = [
     "MIN_GAIN",
@@ -148,8 +148,23 @@ class _Candidate:
         return self.values()
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> Any:
-        """The candidate :meth:`to_dict` wrote (names it does not search are refused)."""
+    def from_dict(cls, values: dict[str, Any], field: str = "candidate") -> Any:
+        """The candidate :meth:`to_dict` wrote (names it does not search are refused), each
+        value of its setting's kind (``TrainConfig``'s annotation; None: the config's own;
+        a count at least 1): a cache file edited by hand or damaged holds JSON of any kind.
+
+        Raises:
+            ValueError: one line naming the field (`field` ``.batch_size``) and its value.
+        """
+        if not isinstance(values, dict):
+            raise ValueError(f"field {field} is {_shown(values)}, not an object")
+        unknown = sorted(set(values) - {name for name, _how in cls.SEARCHED})
+        if unknown:
+            raise ValueError(f"field {field}.{unknown[0]} is no searched setting")
+        for name, value in values.items():
+            kind = _KIND_OF[name]
+            if not _of_kind(value, kind):
+                raise ValueError(f"field {field}.{name} is {_shown(value)}, not {_words(kind)}")
         return cls(**values)
 
     def compile_kwargs(self) -> dict[str, Any]:
@@ -173,6 +188,51 @@ class _Candidate:
             if getattr(self, name) != getattr(base, name)
         )
         return " ".join(part for part in shown if part is not None) or self.label()
+
+
+# Each searched setting's kind, as TrainConfig declares it ("int", "bool | None").
+_KIND_OF = {f.name: str(f.type) for f in SETTINGS}
+_TYPES: dict[str, Any] = {"int": int, "float": (int, float), "str": str, "bool": bool}
+
+
+def _of_kind(value: Any, kind: str) -> bool:
+    """Whether `value` (a candidate's, from JSON) is None or of `kind`, a count at least 1;
+    a kind this check does not know passes."""
+    if value is None:
+        return True
+    for name in (part.strip() for part in kind.split("|")):
+        if name not in _TYPES:
+            return name != "None"
+        if isinstance(value, bool) and name != "bool":
+            continue
+        if isinstance(value, _TYPES[name]):
+            return name != "int" or value >= 1
+    return False
+
+
+def figure(value: Any, field: str, optional: bool = False) -> Any:
+    """`value` (a figure read back from JSON: a rate, seconds) when it is a finite number >= 0
+    (or None, where `optional`); else ValueError naming `field`."""
+    if value is None and optional:
+        return value
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value < 0:
+        what = "a number >= 0" + (" or null" if optional else "")
+        raise ValueError(f"field {field} is {_shown(value)}, not {what}")
+    return value
+
+
+def _words(kind: str) -> str:
+    """`kind` as a person reads it: ``true, false or null``."""
+    words = {"int": "an integer >= 1", "float": "a number", "str": "a string"}
+    words["bool"] = "true, false"
+    said = [words.get(part.strip(), part.strip()) for part in kind.split("|")]
+    return ", ".join(s for s in said if s != "None") + " or null"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 class _Space:

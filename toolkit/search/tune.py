@@ -45,6 +45,7 @@ from toolkit.search.engine import (
     Space,
     Trial,
     Untried,
+    figure,
     search,
     whole_run,
 )
@@ -155,17 +156,18 @@ class TuneResult:
     def from_dict(cls, d: dict[str, Any], cache_hit: bool = True) -> TuneResult:
         trials = [
             Trial(
-                Candidate(**t["candidate"]),
-                t["examples_per_sec"],
-                t["seconds"],
+                Candidate.from_dict(t["candidate"], f"trials[{i}].candidate"),
+                figure(t["examples_per_sec"], f"trials[{i}].examples_per_sec", optional=True),
+                figure(t["seconds"], f"trials[{i}].seconds"),
                 t["error"],
-                list(t.get("rates") or []),
-                t.get("compile_s"),
+                [figure(r, f"trials[{i}].rates[{j}]") for j, r in enumerate(t.get("rates") or [])],
+                figure(t.get("compile_s"), f"trials[{i}].compile_s", optional=True),
             )
-            for t in d["trials"]
+            for i, t in enumerate(d["trials"])
         ]
         return cls(
-            Candidate(**d["best"]), trials, d["key"], cache_hit, d["seconds"],
+            Candidate.from_dict(d["best"], "best"), trials, d["key"], cache_hit,
+            figure(d["seconds"], "seconds"),
             d.get("budget_exhausted", False), list(d.get("confirm_rounds") or []),
             d.get("why", ""), Gain.from_dict(d.get("gain")), list(d.get("fresh_rounds") or []),
             d.get("run") if isinstance(d.get("run"), dict) else None,
@@ -245,6 +247,7 @@ def check_budget(budget_s: Any, steps: Any = 1) -> None:
     cannot run on: below --tune_budget's least, not finite, not a number."""
     import math
 
+    from toolkit.core.checks import ConfigError, argument, check_number
     from toolkit.runner.flags import MIN_TUNE_BUDGET_S
 
     number = isinstance(budget_s, int | float) and not isinstance(budget_s, bool)
@@ -253,8 +256,9 @@ def check_budget(budget_s: Any, steps: Any = 1) -> None:
             f"tune: budget_s must be a number of seconds >= {MIN_TUNE_BUDGET_S:g} (as "
             f"--tune_budget), got {budget_s!r}"
         )
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"tune: steps must be an integer >= 1, got {steps!r}")
+    check_number(argument("tune", "steps"), steps, integer=True, least=1)
+    if steps is None:
+        raise ConfigError("tune: steps must be an integer >= 1, got None")
 
 
 def tune(
@@ -666,12 +670,8 @@ def _shallower(key: str, budget_s: float) -> str | None:
 
 
 def cached(key: str) -> TuneResult | None:
-    """The cached result for `key`, if any."""
-    entry = _CACHE.get(key)
-    try:
-        return TuneResult.from_dict(entry) if entry is not None else None
-    except (KeyError, TypeError):
-        return None
+    """The cached result for `key`, if any (a damaged entry: a miss, named in one line)."""
+    return _CACHE.read(key, TuneResult.from_dict)
 
 
 def autotune(task: Any, config: Any, **kwargs: Any) -> tuple[Any, TuneResult]:

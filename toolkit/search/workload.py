@@ -253,6 +253,42 @@ def apply(config: TrainConfig, candidate: Candidate) -> TrainConfig:
     return dataclasses.replace(config, **{k: v for k, v in values.items() if v is not None})
 
 
+def _check_built(model: Any) -> None:
+    """SetupError for a model without weights yet (a subclassed model makes them at its first
+    call): its weights are saved before the measurements and put back after them, and there
+    are none to save, so the measurements would run and the put-back fail."""
+    from toolkit.runner.train import SetupError
+
+    if getattr(model, "built", True) or model.weights:  # a GAN of built parts has weights
+        return
+    raise SetupError(
+        f"(model, data): {type(model).__name__} is not built (a subclassed model makes its "
+        "weights at its first call): call it on a batch first, model(x[:1]), or "
+        "model.build(input_shape)"
+    )
+
+
+def _check_batched(model: Any, data: Any) -> None:
+    """SetupError for a ``tf.data.Dataset`` of single examples fed to a model whose input
+    takes a batch: its features are one rank short of the model's input (Keras's own error is
+    a shape mismatch deep inside ``call``)."""
+    from toolkit.runner.train import SetupError
+
+    spec, inputs = getattr(data, "element_spec", None), getattr(model, "inputs", None)
+    if spec is None or not inputs or len(inputs) != 1:
+        return
+    features = spec[0] if isinstance(spec, tuple) else spec
+    shape, wanted = getattr(features, "shape", None), getattr(inputs[0], "shape", None)
+    if shape is None or wanted is None or getattr(shape, "rank", 0) is None:
+        return
+    if len(shape) == len(wanted) - 1 and tuple(shape) == tuple(wanted)[1:]:
+        raise SetupError(
+            f"(model, data): your dataset yields single examples of shape {tuple(shape)} and "
+            f"{type(model).__name__} takes batches {tuple(wanted)}: batch your data "
+            "(dataset.batch(N))"
+        )
+
+
 # ---------------------------------------------------------------------------- a recipe's Task
 
 
@@ -482,6 +518,8 @@ class ModelWorkload(Workload):
 
         from toolkit.data import _fit_input, _grain
 
+        _check_built(model)
+        _check_batched(model, data)
         kind = type(data).__name__
         if _fit_input.is_generator(data):  # read once: each measurement replays it, reads on
             data = _fit_input.Replay(data)

@@ -70,14 +70,17 @@ def model_fn(spec: str) -> tuple[Any, Any]:
     from toolkit import app
     from toolkit.app import UsageError
 
-    module_name, sep, function = spec.partition(":")
-    if not sep or not module_name or not function:
-        raise UsageError(f"--model_fn={spec!r}: give module:function (e.g. mytrain:make)")
+    module_name, function = check_spec(spec)
     sys.path.insert(0, os.getcwd())  # a module beside the user, as `python -m` would find it
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         raise UsageError(f"--model_fn={spec!r}: cannot import {module_name!r} ({e})") from None
+    except Exception as e:  # the module's own code failed: theirs, named as theirs
+        raise app.UserCodeError(
+            f"--model_fn={spec!r}: importing {module_name} raised {app.one_line(e)}; "
+            "--verbosity=1 shows the traceback"
+        ) from e
     fn = getattr(module, function, None)
     if not callable(fn):
         raise UsageError(f"--model_fn={spec!r}: {module_name} has no function {function!r}")
@@ -177,10 +180,30 @@ def _check_model_fn(spec: str) -> None:
 
     from toolkit import app
 
-    module, sep, function = spec.partition(":")
+    module, _ = check_spec(spec)
     sys.path.insert(0, os.getcwd())
-    if not sep or not module or not function or importlib.util.find_spec(module) is None:
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a package above it that is not there, or is broken
+        found = None
+    if found is None:
         raise app.UsageError(
             f"--model_fn={spec!r}: give module:function of a module importable from "
             "here (e.g. mytrain:make)"
         )
+
+
+def check_spec(spec: str) -> tuple[str, str]:
+    """``(module, function)`` of ``--model_fn module:function``: a dotted module path of
+    Python names (``.hidden`` would be a relative import, a path a file name) and a
+    function's name; UsageError otherwise."""
+    from toolkit.app import UsageError
+
+    module, sep, function = spec.partition(":")
+    names = module.split(".")
+    if not (sep and all(n.isidentifier() for n in names) and function.isidentifier()):
+        raise UsageError(
+            f"--model_fn={spec!r}: give module:function, a module importable from here "
+            "and a function's name (e.g. mytrain:make)"
+        )
+    return module, function

@@ -63,4 +63,8 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     print("written: " + ", ".join(paths[k] for k in ("markdown", "json", "png") if k in paths))
+    if not any(row.ok() for row in result.rows):  # a table of failures is no answer
+        why = next((row.error for row in result.rows if row.error), "see the table")
+        print(f"error: no backend ran ({why})", file=sys.stderr)
+        return 1
     return 0

@@ -1,12 +1,17 @@
 """``data-service``: a tf.data service dispatcher (``--dispatcher``) or worker (``--worker
 --dispatcher grpc://host:port``), serving until Ctrl-C or SIGTERM. Recipes read through it
-with ``--data_service=grpc://host:port``."""
+with ``--data_service=grpc://host:port``.
+
+TensorFlow's tf.data service listens on every interface (its gRPC server binds
+``0.0.0.0:<port>``; there is no option for one address) and has no authentication: anyone who
+reaches the port can read the data and run the pipelines it is given. So the verb starts a
+server only with ``--all_interfaces`` (the user asks for exactly that), and says so in one
+line when it serves; ``--host`` is only the name others reach it by."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +19,10 @@ __all__: list[str] = []  # the command line's own; nothing here is API
 
 NAME = "data-service"
 HELP = "run a tf.data service dispatcher or worker"
-DESCRIPTION = "Recipes read through it with --data_service=grpc://host:port."
+DESCRIPTION = (
+    "Recipes read through it with --data_service=grpc://host:port. TensorFlow's tf.data "
+    "service listens on every interface, unauthenticated: --all_interfaces says you mean it."
+)
 LOADS_TENSORFLOW = True
 RECIPE_FLAGS = False
 
@@ -30,6 +38,12 @@ def options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worker", action="store_true", help="run a worker")
     p.add_argument("--port", type=int, default=0, help="port to listen on (0: any free one)")
     p.add_argument("--host", default="localhost", help="the name others reach this host by")
+    p.add_argument(
+        "--all_interfaces",
+        action="store_true",
+        help="listen on every interface, unauthenticated: the only way the tf.data service "
+        "listens (keep the port to a private network)",
+    )
     p.add_argument("--work_dir", help="dispatcher: journal dir (restarts keep their jobs)")
 
 
@@ -43,26 +57,37 @@ def check(args: argparse.Namespace) -> None:
         from toolkit import distribute
 
         distribute.service_address(args.dispatcher, "--dispatcher")
+    serves = bool(args.dispatcher) if args.worker else args.dispatcher == ""
+    if serves and not args.all_interfaces:
+        raise ConfigError(
+            f"TensorFlow's tf.data service listens on every interface, never on --host="
+            f"{args.host} alone, and has no authentication: add --all_interfaces to serve "
+            "anyway, on a private network or behind a firewall (see docs/guide.md)"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
-    import signal
     import time
 
-    server, what = _serve(args)
+    from toolkit import distribute
+
+    server, what, port = _serve(args)
     # The server runs on its own threads. The main thread waits in Python, not in join() (C++,
-    # where signal handlers never run), so SIGTERM and Ctrl-C stop it at once.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # where signal handlers never run), so a signal stops it at once: Ctrl-C, SIGTERM, SIGHUP
+    # or SIGQUIT ends it as every program here ends (the command line's one line, 128 + it).
+    role = "worker" if args.worker else "dispatcher"
+    print(f"data-service: {distribute.listening_line(role, '*', port)}", flush=True)
     print(f"data-service: {what} serving (Ctrl-C to stop)", flush=True)
-    with contextlib.suppress(KeyboardInterrupt):
+    try:
         while True:
             time.sleep(0.5)
-    del server
-    return 0
+    finally:
+        del server
 
 
-def _serve(args: argparse.Namespace) -> tuple[Any, str]:
-    """The worker or dispatcher `args` ask for, started, and what it is in words."""
+def _serve(args: argparse.Namespace) -> tuple[Any, str, int]:
+    """The worker or dispatcher `args` ask for, started, what it is in words, and the port it
+    listens on."""
     from toolkit import distribute
 
     if args.worker:
@@ -71,11 +96,13 @@ def _serve(args: argparse.Namespace) -> tuple[Any, str]:
         distribute.service_address(args.dispatcher, "--dispatcher")
         with _port_taken(args.port):
             server = distribute.serve_worker(args.dispatcher, args.port, args.host)
-        return server, f"worker of {args.dispatcher}"
+        # WorkerServer says its port only as "localhost:<port>" (a private property).
+        return server, f"worker of {args.dispatcher}", int(server._address.rsplit(":", 1)[1])
     if args.dispatcher == "":
         with _port_taken(args.port):
             server = distribute.serve_dispatcher(args.port, args.work_dir)
-        return server, f"dispatcher at grpc://{args.host}:{server.target.rsplit(':', 1)[-1]}"
+        port = int(server.target.rsplit(":", 1)[1])
+        return server, f"dispatcher at grpc://{args.host}:{port}", port
     raise ValueError(
         "data-service: give --dispatcher (to run one) or --worker --dispatcher "
         "grpc://host:port (to serve one)"

@@ -403,12 +403,19 @@ def start_processes(
     """Joins the JAX cluster of `num_processes` processes coordinated at `coordinator`
     (``jax.distributed``; on CPUs its collectives are gloo's). Before anything else of JAX
     runs: the devices of every process are known from then on. `before` runs first (the
-    toolkit's join: every process is there), so `wait_s` only bounds a late one."""
+    toolkit's join: every process is there), so `wait_s` only bounds a late one.
+
+    The coordinator (process 0) listens at `coordinator` as named (loopback for
+    ``localhost``), or at ``JAX_COORDINATOR_BIND_ADDRESS`` where set; JAX's own default is
+    every interface."""
     before()
     import jax
 
+    from toolkit.distribute.processes import bind_address
+
     jax.distributed.initialize(
         coordinator_address=coordinator,
+        coordinator_bind_address=bind_address(coordinator) if process_id == 0 else None,
         num_processes=num_processes,
         process_id=process_id,
         initialization_timeout=max(60, int(wait_s)),

@@ -1,0 +1,311 @@
+"""Signals and child processes (issue 58), as a user meets them: every signal that ends a
+program gets its partial report and one line; a child dies with its parent, whatever ended the
+parent, and leaves no temporary file; a report is not cut by a second Ctrl-C; Ctrl-C while a
+Grain pipeline's worker processes start ends the program at once. Real processes, real
+signals, real files; each signal is sent when a line says the process is there (no sleeps).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from tests.helpers import read_until
+from tests.test_faults import RECIPE, _report
+
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _until(what, timeout=90.0):
+    """Waits (polling) until `what()` is true; whether it came within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if what():
+            return True
+        time.sleep(0.1)
+    return what()
+
+
+def _alive(pid):
+    """Whether `pid` runs (a zombie, ended and not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _in_session(sid):
+    """The live processes of session `sid` (Linux's /proc)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[3]) == sid:
+                found.append(int(name))
+    return found
+
+
+def _children_of(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="Linux's /proc")
+
+
+# ---------------------------------------------------------------------------- every signal
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGHUP, 129), (signal.SIGQUIT, 131)])
+def test_sighup_and_sigquit_mid_training_leave_the_partial_report_and_one_line(
+    tmp_path, signum, status
+):
+    """A closed terminal (SIGHUP) or Ctrl-\\ (SIGQUIT) during fit is handled as Ctrl-C and
+    SIGTERM are: the partial summary, the partial report, one line, 128 + its number."""
+    proc = subprocess.Popen(
+        [*RECIPE, f"--report_dir={tmp_path}", "--epochs=100000", "--log_steps=50"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )  # fmt: skip
+    try:
+        seen, said = read_until(proc, "step ", timeout=300, stream="stderr")
+        assert seen and proc.poll() is None, f"no step in 300 s:\n{said[-2000:]}"
+        proc.send_signal(signum)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == status, stderr[-2000:]
+    name = signal.Signals(signum).name
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"interrupted by {name}: the partial report is in {tmp_path}"), last
+    assert "Traceback" not in stderr and "== mlp: partial" in stdout
+    _, data = _report(tmp_path)
+    assert data["status"] == "partial" and data["steps"]["total_steps"] > 0
+    assert data["error"].startswith("TrainingInterrupted")
+
+
+SLOW_REPORT = """
+import sys, time
+from toolkit.report import run_report
+write = run_report.RunReport.write
+def slow(self, *a, **k):
+    print("writing the report", file=sys.stderr, flush=True)
+    time.sleep(3)  # long enough for the test's signals to land inside
+    return write(self, *a, **k)
+run_report.RunReport.write = slow
+import runpy
+from toolkit.core import interrupts
+interrupts.install()
+sys.argv = ["recipes.mlp", *sys.argv[1:]]
+runpy.run_module("recipes.mlp", run_name="__main__")
+"""
+
+
+def test_a_second_signal_while_the_report_is_written_neither_cuts_it_nor_goes_unsaid(tmp_path):
+    """Ctrl-C twice while the report is written (an impatient user): the report is written
+    whole, and one line says where it is (before, the second signal cut it: nothing kept)."""
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW_REPORT)
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "--smoke", f"--report_dir={runs}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        seen, said = read_until(proc, "writing the report", timeout=300, stream="stderr")
+        assert seen, said[-2000:]
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("interrupted by SIGINT: the run had ended: its report is in"), last
+    run_dir, data = _report(runs)
+    assert data["status"] == "complete" and (run_dir / "report.md").exists()
+
+
+# ---------------------------------------------------------------------------- children
+
+PARENT = """
+import os, sys
+from toolkit.core import children, interrupts
+interrupts.install()
+CHILD = '''
+import os, sys, time
+from toolkit.core import children, interrupts
+children.bind_to_parent()
+interrupts.install()
+print("child ready", flush=True)
+try:
+    while True:
+        time.sleep(0.05)
+except KeyboardInterrupt:
+    # A late result, as a child stopped mid-run writes: never into a removed directory.
+    children.write_result(os.path.join(sys.argv[1], "out.json"), "{}")
+'''
+try:
+    with children.temporary_directory("toolkit-test-") as tmp:
+        with children.running([sys.executable, "-c", CHILD, tmp]) as child:
+            print("parent", tmp, child.pid, flush=True)
+            child.wait()
+except KeyboardInterrupt:
+    raise SystemExit(130)
+"""
+
+
+@needs_proc
+@pytest.mark.parametrize(
+    ("signum", "group"),
+    [(signal.SIGKILL, False), (signal.SIGTERM, False), (signal.SIGTERM, True),
+     (signal.SIGINT, True), (signal.SIGHUP, False)],
+)  # fmt: skip
+def test_a_child_dies_with_its_parent_and_leaves_no_temporary_file(signum, group):
+    """Whatever ends the parent (SIGKILL, which it never sees; a signal to it alone or to the
+    whole group), its child ends within a bounded time, and the temporary directory they
+    shared is gone (removed by the parent, or by the child when the parent could not)."""
+    env = {**ENV, "PYTHONPATH": ROOT}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env, start_new_session=True,
+    )  # fmt: skip
+    try:
+        seen, said = read_until(parent, "parent ", timeout=120)
+        assert seen, said + parent.stderr.read()
+        _, tmp, pid = said.splitlines()[-1].split()
+        child = int(pid)
+        if "child ready" not in said:  # the child is bound (its line), then the signal
+            seen, more = read_until(parent, "child ready", timeout=120)
+            assert seen, more
+        if group:
+            os.killpg(parent.pid, signum)
+        else:
+            os.kill(parent.pid, signum)
+        parent.wait(timeout=120)
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+    assert _until(lambda: not _alive(child), 60), f"child {child} outlived its parent"
+    assert _until(lambda: not os.path.exists(tmp), 60), f"{tmp} outlived the run"
+
+
+@needs_proc
+def test_a_child_whose_parent_is_already_gone_ends_at_once_and_removes_only_what_is_ours(
+    tmp_path,
+):
+    """The race before the kernel is asked to signal the parent's death: a child told of a
+    parent that is not its parent ends at once (143). Of the directories it is told of, it
+    removes only the toolkit's own temporary ones, of this user, never another path."""
+    ours = tempfile.mkdtemp(prefix="toolkit-test-")
+    theirs = tmp_path / "not-a-temp-dir"
+    theirs.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    env = {**ENV, "PYTHONPATH": ROOT, "TOOLKIT_PARENT_PID": gone,
+           "TOOLKIT_PARENT_DIRS": os.pathsep.join([ours, str(theirs)]),
+           "TOOLKIT_PARENT_DEATHSIG": "1"}  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c",
+         "from toolkit.core import children; children.bind_to_parent(); print('ran on')"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 143 and "ran on" not in out.stdout, out.stderr[-2000:]
+    assert not os.path.exists(ours) and theirs.is_dir()
+
+
+def _measuring(temp):
+    """Whether a child measuring a contender has built its model under `temp`: it wrote the
+    initial weights every contender shares (it trains next)."""
+    return any(temp.glob("toolkit-backends-*/initial.weights.h5"))
+
+
+@needs_proc
+def test_backends_stopped_leaves_no_child_and_no_temporary_file(tmp_path):
+    """End to end: ``backends`` measuring in a fresh child process, SIGTERM to the parent
+    alone: 143 and its one line, the child stopped and waited for (no orphan), and nothing of
+    theirs left in the temporary directory (no ``out.json``, no ``initial.weights.h5``)."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**ENV, "TMPDIR": str(temp), "TOOLKIT_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolkit", "backends", "--recipe", "mlp", "--steps", "4000",
+         "--rounds", "1", "--batch_size=64", "--hidden_units=32", "--device=cpu"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        assert _until(lambda: _measuring(temp) and _children_of(proc.pid), 240), proc.poll()
+        kids = _children_of(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1] == (
+        "interrupted by SIGTERM: backends stopped before it finished"
+    )
+    assert _until(lambda: not any(_alive(k) for k in kids), 60), kids
+    left = [os.path.join(r, n) for r, ds, fs in os.walk(temp) for n in ds + fs]
+    assert not [p for p in left if "toolkit-" in p or p.endswith((".json", ".h5"))], left
+
+
+# ---------------------------------------------------------------------------- Grain
+
+GRAIN = """
+if __name__ == "__mp_main__":  # a worker process runs this first as it starts: the signal
+    print("a worker starts", flush=True)  # lands while the parent still sends it its start
+import numpy as np
+from toolkit import data as D
+if __name__ == "__main__":
+    x = np.random.rand(256, 8, 8, 3).astype("float32")
+    y = np.arange(256, dtype=np.int32) % 3
+    ds = D.pipeline((x, y), 4, loader="grain", workers=2, num_parallel_calls=1)
+    for batch in ds.repeat():
+        pass
+"""
+
+
+@needs_proc
+def test_ctrl_c_while_grain_workers_start_ends_the_program_with_no_process_left(tmp_path):
+    """Ctrl-C (to the whole group, as a terminal sends it) while a Grain pipeline's worker
+    processes start: the program ends on it (130, as a shell shows Python's), within a
+    bound, and none of its processes is left. It used to hang for good: a worker killed
+    while Python started it left ``multiprocessing`` writing its start into a pipe whose
+    read end the parent itself held."""
+    pytest.importorskip("grain")
+    script = tmp_path / "grain_ctrl_c.py"
+    script.write_text(GRAIN)
+    env = {**ENV, "PYTHONPATH": ROOT}
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env, cwd=str(tmp_path), start_new_session=True,
+    )  # fmt: skip
+    try:
+        seen, said = read_until(proc, "a worker starts", timeout=240)
+        assert seen, said + proc.stderr.read()
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=90)  # hung for good before
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode in (130, -signal.SIGINT), stderr[-2000:]
+    assert "KeyboardInterrupt" in stderr  # a plain script: Python's own end on Ctrl-C
+    assert _until(lambda: not _in_session(proc.pid), 60), _in_session(proc.pid)

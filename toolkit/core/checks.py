@@ -1,0 +1,104 @@
+"""The one validator of what a user gives: a flag (``--batch_size``) or a Python argument
+(``StepTimer: batch_size``), checked in the same words whichever layer reads it.
+
+It lives in the bottom layer so that the profiling callbacks, the data pipelines, the report
+and the search check their arguments as the runner checks its flags: a bad value is one line
+naming what the user wrote, what it must be and what it was (``--batch_size must be an integer
+>= 1, got nan``; ``StepTimer: batch_size must be an integer >= 1, got '32'``), never Python's
+``'<' not supported between instances of 'str' and 'int'`` from deep inside. The runner's
+config (``toolkit.runner.config``) re-exports :class:`ConfigError` and :func:`check_number`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+]
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work: one line naming the flag (and field) or the argument, the
+    value, and what it must be. A ValueError, so ``except ValueError`` catches it too."""
+
+
+def argument(owner: str, name: str) -> str:
+    """How a Python argument is named in a message: ``StepTimer: batch_size`` (the callable
+    the user called, then the argument as they wrote it)."""
+    return f"{owner}: {name}"
+
+
+def check_number(
+    flag: str,
+    value: Any,
+    *,
+    integer: bool = False,
+    least: float | None = None,
+    most: float | None = None,
+    above: float | None = None,
+) -> None:
+    """ConfigError naming `flag` (``--port``, or :func:`argument`'s ``StepTimer: batch_size``)
+    unless `value` is a finite number (an integer with `integer`; a bool is neither) in range;
+    None passes (an option left unset: check that apart where it is required)."""
+    if value is None:
+        return
+    kind = "an integer" if integer else "a finite number"
+    bounds = [f">= {_bound(least)}"] if least is not None else []
+    bounds += [f"> {_bound(above)}"] if above is not None else []
+    bounds += [f"<= {_bound(most)}"] if most is not None else []
+    what = f"{kind} {' and '.join(bounds)}".strip()
+    number = _is_number(value)
+    if not number or (integer and not _is_integer(value)) or not math.isfinite(value):
+        raise ConfigError(f"{flag} must be {what}, got {value!r}")
+    if (least is not None and value < least) or (most is not None and value > most):
+        raise ConfigError(f"{flag} must be {what}, got {value!r}")
+    if above is not None and value <= above:
+        raise ConfigError(f"{flag} must be {what}, got {value!r}")
+
+
+def check_choice(flag: str, value: Any, allowed: Iterable[Any]) -> None:
+    """ConfigError naming `flag` unless `value` is one of `allowed` (compared with ``==``, a
+    bool never standing for 0 or 1)."""
+    allowed = tuple(allowed)
+    if any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed):
+        return
+    raise ConfigError(f"{flag} must be one of {', '.join(map(str, allowed))}, got {value!r}")
+
+
+def _bound(value: float) -> str:
+    """A bound as a user reads it: ``65535``, ``0.9`` (never ``4.29497e+09``)."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def _is_number(value: Any) -> bool:
+    """A real number that is no bool: Python's int and float and NumPy's scalars (an
+    ``np.int64`` read from an array is a count like any other)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return False
+    if isinstance(value, int | float):
+        return True
+    import numbers
+
+    return isinstance(value, numbers.Real)
+
+
+def _is_integer(value: Any) -> bool:
+    import numbers
+
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_batch_fits(owner: str, batch_size: int, count: int) -> None:
+    """ConfigError when `count` examples (a known count: 0 or more) hold no whole batch of
+    `batch_size` and the last partial batch is dropped: an epoch would train nothing, and
+    ``fit`` would only warn that its input ran out. (Keras batches arrays itself with the
+    last batch partial; a pipeline that drops it for static shapes must say so.)"""
+    if 0 <= count < batch_size:
+        raise ConfigError(
+            f"{argument(owner, 'batch_size')}={batch_size} is larger than the {count} "
+            "examples, and drop_remainder=True leaves no batch: lower batch_size, or pass "
+            f"drop_remainder=False (one batch of {count})"
+        )
