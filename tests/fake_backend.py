@@ -154,6 +154,10 @@ def use_compile_cache(directory: str) -> str:
     return f"compile cache: the fake backend compiles nothing to keep in {directory}"
 
 
+def private_caches() -> str | None:
+    return None
+
+
 # ---------------------------------------------------------------------------- measuring
 
 

@@ -117,3 +117,70 @@ def test_init_weights_that_are_not_hdf5_are_not_blamed_on_another_model(tmp_path
     assert out.returncode == 1, out.stderr[-2000:]
     assert "it is not a Keras weights file" in _last(out)
     assert "another model" not in _last(out)
+
+
+# ---------------------------------------------------------------------------- a second look
+
+
+def test_a_compile_cache_others_can_write_is_not_used(tmp_path, monkeypatch):
+    """A compiled program read from the cache runs here: a cache directory others can write
+    is refused in one line, and nothing is compiled into it."""
+    from toolkit import backend
+
+    shared = tmp_path / "shared"
+    (shared / "compiled").mkdir(parents=True)
+    for d in (shared, shared / "compiled"):
+        d.chmod(0o777)
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(shared))
+    said = backend.use_compile_cache()
+    assert said.startswith(f"compile cache: not used: {shared} is not a directory of this")
+    assert not any(p.is_file() for p in shared.rglob("*"))
+
+
+def test_the_cache_directory_is_one_place_wherever_a_program_starts(tmp_path, monkeypatch):
+    from toolkit.core import machine
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", "~/kpt")
+    assert machine.cache_dir() == str(tmp_path / "kpt")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", "rel")
+    assert machine.cache_dir() == str(tmp_path / "rel")
+
+
+def test_torch_compiles_into_no_directory_someone_else_made(tmp_path, monkeypatch):
+    """Inductor's default cache, ``$TMPDIR/torchinductor_<user>``, planted world-writable by
+    someone else, is not where torch.compile's code goes: a private directory is."""
+    import getpass
+    import tempfile
+
+    pytest.importorskip("torch")
+    from toolkit.backend import get
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    planted = tmp_path / f"torchinductor_{getpass.getuser()}"
+    planted.mkdir()
+    planted.chmod(0o777)
+    where = get("torch").private_caches()
+    assert where is not None and os.environ["TORCHINDUCTOR_CACHE_DIR"] == where
+    assert os.path.basename(where).startswith("toolkit-torchinductor-")
+    assert os.stat(where).st_mode & 0o077 == 0
+    planted.chmod(0o700)  # this user's own, private: torch's default name, kept
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    assert get("torch").private_caches() == str(planted)
+
+
+def test_ops_out_that_is_a_file_is_refused_before_anything_is_measured(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    out = _run(
+        [sys.executable, "-m", "toolkit", "ops", "--size", "tiny", "--ops", "matmul",
+         "--modes", "eager", "--device", "cpu", f"--out={afile}"],
+        timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert _last(out) == (
+        f"error: ops: --out={afile}: it is not a directory; give a directory to write the table in"
+    )
+    assert afile.read_text() == "mine\n"

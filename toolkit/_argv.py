@@ -186,4 +186,7 @@ def apply_start_flags(start: StartFlags) -> str | None:
     chosen = start_backend(start)
     if start.compile_cache:
         backend.use_compile_cache()
+    seam = backend.find()
+    if seam is not None:
+        seam.private_caches()  # after the compile cache, which names its own place
     return chosen

@@ -69,6 +69,8 @@ def test_performance_flags_trace_and_memory(tmp_path):
     assert "trace steps: 8 marked in 2 calls of 4" in out.stdout
     assert analysis["top_ops"]["host"] and "top host ops" in out.stdout
     assert "Top host ops by self time" in (run_dir / "report.md").read_text()
+    before = sorted(p for p in run_dir.rglob("*"))
+    assert not [p for p in before if "op_stats" in p.name]  # XProf's cache: in its own copy
     again = subprocess.run(
         [sys.executable, "-m", "toolkit", "trace", str(run_dir)],
         capture_output=True,
@@ -78,6 +80,7 @@ def test_performance_flags_trace_and_memory(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     assert "top host ops" in again.stdout
     assert again.stderr == ""  # XProf's C++ log lines kept off the terminal
+    assert sorted(p for p in run_dir.rglob("*")) == before  # a run is read, never written
     # --tensorboard: the Scalars tab gets step time, the epoch metrics, MFU and memory.
     from tests.helpers import read_scalars
 

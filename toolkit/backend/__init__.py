@@ -18,6 +18,7 @@ and ``python -m toolkit`` read ``--backend`` from the command line first thing
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -153,21 +154,39 @@ def use_compile_cache() -> str:
     (``toolkit._argv.apply_start_flags``) before anything else runs. Returns
     what it did, in words. A cache directory that cannot be made (``$TOOLKIT_CACHE_DIR`` a
     file, a read-only place) is a cache skipped, said in one line, never a failed run."""
-    from toolkit.core import machine
+    from toolkit.core import files, machine
 
-    directory = os.path.join(machine.cache_dir(), "compiled", name())
+    root = machine.cache_dir()
+    directory = os.path.join(root, "compiled", name())
     try:
-        os.makedirs(directory, exist_ok=True)  # TensorFlow makes only the last directory
+        os.makedirs(root, 0o700, exist_ok=True)
+        for level in (os.path.dirname(directory), directory):  # TF makes only the last
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(level, 0o700)
     except OSError as e:
         words = (
             f"compile cache: not cached: cannot make {directory} ({e.strerror or e}); "
             "set TOOLKIT_CACHE_DIR to a writable directory"
         )
-        if directory not in _SKIPPED_CACHES:  # said once: the runner asks again
-            _SKIPPED_CACHES.add(directory)
-            print(words, file=sys.stderr)
-        return words
+        return _skipped_cache(directory, words)
+    # A compiled program read from the cache runs here: one that others could have written
+    # there is someone else's code. Every level of the cache must be this user's alone.
+    shared = [p for p in (root, os.path.dirname(directory), directory) if not files.is_private(p)]
+    if shared:
+        words = (
+            f"compile cache: not used: {shared[0]} is not a directory of this user's that "
+            "others cannot write (a program read from it would run here); `chmod go-w` it, "
+            "or set TOOLKIT_CACHE_DIR to a private directory"
+        )
+        return _skipped_cache(directory, words)
     return get().use_compile_cache(directory)
+
+
+def _skipped_cache(directory: str, words: str) -> str:
+    if directory not in _SKIPPED_CACHES:  # said once: the runner asks again
+        _SKIPPED_CACHES.add(directory)
+        print(words, file=sys.stderr)
+    return words
 
 
 _SKIPPED_CACHES: set[str] = set()

@@ -59,6 +59,7 @@ SEAM = (
     "gather_processes",
     "intra_op_threads",
     "measure_matmul_peak",
+    "private_caches",
     "processes",
     "profiler_probe",
     "quiet_retracing",

@@ -23,7 +23,10 @@ __all__ = [
 ]
 
 
-LOCK_TIMEOUT_S = 60.0  # how long a cache write waits for another process's
+# How long a cache write waits for another process's: a write holds the lock for milliseconds,
+# so a lock held longer is a process stopped holding it (or someone holding it on purpose),
+# and a cache is never worth a stall: the entry is skipped, and the caller says "not cached".
+LOCK_TIMEOUT_S = 5.0
 
 
 class ReportError(ValueError):
@@ -92,33 +95,97 @@ def private_dir(name: str) -> str | None:
         pass
     except OSError:
         return None
+    return path if is_private(path) else None
+
+
+def is_private(path: str) -> bool:
+    """Whether `path` is a real directory (not a symlink) owned by this user that neither its
+    group nor others can write: what a program here reads code or settings from."""
     try:
         st = os.lstat(path)
     except OSError:
-        return None
+        return False
     ours = not hasattr(os, "getuid") or st.st_uid == os.getuid()
-    if stat.S_ISDIR(st.st_mode) and ours and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return path
-    return None
+    return stat.S_ISDIR(st.st_mode) and ours and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def parse_json(source: str | bytes | IO[str]) -> Any:
+def parse_json(source: str | bytes | IO[str], finite: bool = False) -> Any:
     """``json.loads`` of a text, or ``json.load`` of an open file, with a value nested past
     Python's recursion limit (``[[[[...`` from a damaged file or a peer) a ValueError like
-    any other bad JSON, not a RecursionError that no reader expects."""
+    any other bad JSON, not a RecursionError that no reader expects.
+
+    With `finite`, a number that is not finite as a float (``NaN``, ``Infinity``, ``1e999``,
+    an integer past a float's range) is a ValueError naming it: a report's figures are
+    formatted, summed and made integers, where an infinity is an OverflowError far from here.
+    """
+    hooks: dict[str, Any] = {}
+    if finite:
+        hooks = {"parse_float": _finite_float, "parse_int": _finite_int,
+                 "parse_constant": _no_constant}  # fmt: skip
     try:
         if isinstance(source, str | bytes | bytearray):
-            return json.loads(source)
-        return json.load(source)
+            return json.loads(source, **hooks)
+        return json.load(source, **hooks)
     except RecursionError:
         raise ValueError("JSON nested too deeply to read") from None
 
 
-def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The JSON object in `path`; ``{}`` when the file is missing, unreadable, not JSON or not
-    an object (for caches, where a bad file is a miss, not an error)."""
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is not finite as a float (too large)")
+    return value
+
+
+def _finite_int(text: str) -> int:
+    value = int(text)
     try:
-        with open(path, encoding="utf-8") as f:
+        float(value)
+    except OverflowError:
+        shown = text if len(text) <= 40 else text[:39] + "…"
+        raise ValueError(f"number {shown} is too large for a float") from None
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise ValueError(f"number {text} is not finite: a report holds finite numbers or null")
+
+
+def open_regular(path: str | os.PathLike[str]) -> IO[str]:
+    """`path` opened for reading as UTF-8 text, if it is a regular file (a symbolic link to
+    one too). A FIFO would block the read until a writer came, and a device (``/dev/zero``)
+    never ends: each is refused (an OSError saying what it is) before a blocking read. The
+    check is ``stat`` (no open, so no device is touched), then the file opened with
+    ``O_NONBLOCK`` and checked again with ``fstat``: what was swapped in between is refused too.
+    """
+    _regular(os.stat(path).st_mode)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        _regular(os.fstat(fd).st_mode)
+        if hasattr(os, "O_NONBLOCK"):
+            os.set_blocking(fd, True)
+        return open(fd, encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _regular(mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))  # fmt: skip
+    kind = next((what for test, what in kinds if test(mode)), "not a file")
+    raise OSError(f"not a regular file ({kind})")
+
+
+def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The JSON object in `path`; ``{}`` when the file is missing, unreadable, not a regular
+    file (a FIFO would hang the read), not JSON or not an object (for caches, where a bad file
+    is a miss, not an error)."""
+    try:
+        with open_regular(path) as f:
             data = parse_json(f)
     except (OSError, ValueError):
         return {}

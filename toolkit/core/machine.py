@@ -112,11 +112,12 @@ def capture_environment(extra: Mapping[str, Any] | None = None) -> dict[str, Any
 
 
 def cache_dir() -> str:
-    """Where measured machine facts are cached: ``$TOOLKIT_CACHE_DIR`` or
-    ``~/.cache/keras-perf-toolkit``."""
-    return os.environ.get(CACHE_ENV) or os.path.join(
-        os.path.expanduser("~"), ".cache", "keras-perf-toolkit"
-    )
+    """Where measured machine facts are cached: ``$TOOLKIT_CACHE_DIR`` (``~`` expanded, and
+    made absolute: one cache wherever a program starts) or ``~/.cache/keras-perf-toolkit``."""
+    named = os.environ.get(CACHE_ENV, "").strip()
+    if named:
+        return os.path.abspath(os.path.expanduser(named))
+    return os.path.join(os.path.expanduser("~"), ".cache", "keras-perf-toolkit")
 
 
 def machine_facts(**more: Any) -> dict[str, Any]:

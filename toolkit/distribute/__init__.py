@@ -398,7 +398,7 @@ def service_address(address: str, flag: str = "--data_service") -> tuple[str, st
     ):
         raise DistributeError(
             f"{flag}={address!r}: give the dispatcher as grpc://host:port "
-            "(start one with python -m toolkit data-service --dispatcher --port P)"
+            "(start one with python -m toolkit data-service --dispatcher --port P --all_interfaces)"
         )
     return protocol, rest
 
@@ -428,7 +428,7 @@ def wait_for_dispatcher(address: str, timeout: float = DISPATCHER_WAIT_S) -> Non
     raise DistributeError(
         f"--data_service={address}: no dispatcher answered at {host}:{port} within "
         f"{timeout:.0f} s ({why}); start one with python -m toolkit data-service --dispatcher "
-        f"--port {port}, or drop --data_service"
+        f"--port {port} --all_interfaces, or drop --data_service"
     )
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from toolkit.core.errors import one_line
-from toolkit.core.files import ReportError, parse_json
+from toolkit.core.files import ReportError, open_regular, parse_json
 from toolkit.core.stats import StepStats
 
 __all__: list[str] = []  # the report reader's own
@@ -34,17 +34,25 @@ EPOCH_COUNTS = ("epoch", "steps")
 
 def read_checked(path: str, from_dict: Callable[[Any], Any], views: Callable[[Any], object]) -> Any:
     """The report in the JSON file `path`, read with `from_dict` (which checks its values)
-    and shown once with `views`; every way it can fail is one ReportError naming the file."""
+    and shown once with `views`; every way it can fail is one ReportError naming the file.
+
+    Its numbers must be finite (``1e999`` is not a figure) and only a regular file is read (a
+    FIFO or a device would hang or fill the memory). Every string in it is made printable
+    (:func:`visible`) before any reader sees it: a report is data anyone may have edited or
+    sent, and ``show``, ``compare``, ``merge``, ``trace`` and ``doctor`` print its strings to a
+    terminal, where an escape sequence would retitle, clear or rewrite it.
+    """
     try:
-        with open(path, encoding="utf-8") as f:
-            data = parse_json(f)
+        with open_regular(path) as f:
+            data = parse_json(f, finite=True)
     except FileNotFoundError:
         raise ReportError(f"no report at {path!r}: give a report.json or a run directory") from None
-    except (OSError, ValueError) as e:  # JSON, UTF-8, nested too deep
+    except (OSError, ValueError) as e:  # JSON, UTF-8, nested too deep, not finite, a FIFO
         raise ReportError(f"cannot read report {path!r}: {e}") from e
     if not isinstance(data, dict):
         kind = type(data).__name__
         raise ReportError(f"{path!r} is not a run report: it holds a JSON {kind}")
+    data = visible(data)
     try:
         report = from_dict(data)
         check_views(report, views)
@@ -54,6 +62,36 @@ def read_checked(path: str, from_dict: Callable[[Any], Any], views: Callable[[An
         raise ReportError(f"{path!r}: {e}{fix}") from None
     except (TypeError, KeyError, ValueError, AttributeError) as e:
         raise ReportError(f"report {path!r} is malformed: {one_line(e)}") from e
+
+
+# C0 and C1 control characters and DEL, less newline and tab: what a terminal acts on.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _escape(text: str) -> str:
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def visible(data: Any) -> Any:
+    """`data` (parsed JSON) with every control character in its strings and keys, other than
+    newline and tab, written as a visible escape (ESC as ``\\x1b``); other characters, ``×``
+    and ``µ`` among them, kept. Iterative: a value nested as deep as the JSON reader allows
+    does not reach the recursion limit here."""
+    root = [data]
+    stack: list[tuple[Any, Any]] = [(root, 0)]
+    while stack:
+        parent, key = stack.pop()
+        value = parent[key]
+        if isinstance(value, str):
+            parent[key] = _escape(value)
+        elif isinstance(value, list):
+            stack.extend((value, i) for i in range(len(value)))
+        elif isinstance(value, dict):
+            if any(_CONTROL.search(k) for k in value):
+                value = {_escape(k): v for k, v in value.items()}
+                parent[key] = value
+            stack.extend((value, k) for k in value)
+    return root[0]
 
 
 def inside_run(run_dir: str, name: str, field: str, report: str) -> str:
@@ -195,6 +233,9 @@ def check_ledger(value: Any) -> None:
     if not ledger:
         return
     _number("ledger.wall_s", ledger.get("wall_s"))
+    for key in ("recompiles", "epochs", "epochs_planned", "steps", "steps_per_epoch",
+                "validations"):  # fmt: skip
+        _number(f"ledger.{key}", ledger.get(key), optional=True, counts=True)
     for key, part in _mapping("ledger.parts", ledger.get("parts"), optional=False).items():
         if part is not None and (isinstance(part, bool) or not isinstance(part, int | float)):
             raise _bad(f"ledger.parts.{key}", part, "a number of seconds or null")

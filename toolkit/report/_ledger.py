@@ -17,6 +17,7 @@ prints the predicted saving beside the measured one):
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -66,6 +67,15 @@ def _share(part: float | None, wall: float) -> str:
     return f"{part / wall:.0%}" if part is not None and wall > 0 else "—"
 
 
+def _count(value: Any) -> int:
+    """A count the ledger holds (``recompiles``, ``epochs``, ``steps``): the whole number of a
+    finite number, 0 for anything else. The reader checks these fields (``_fields``); this is
+    for a ledger handed in as a mapping, where ``int(inf)`` would be an OverflowError."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return int(value) if math.isfinite(value) else 0
+
+
 def ledger_line(ledger: Mapping[str, Any]) -> str:
     """The whole fit in words, largest part first: ``run ledger (fit call 12.3 s): steps 49 %,
     validation 23 %, compile 17 % (1 recompile), callbacks 6 % (ModelCheckpoint 0.61 s), ...``."""
@@ -81,7 +91,7 @@ def ledger_line(ledger: Mapping[str, Any]) -> str:
             continue  # under 1 %: in the table, not in the line
         bit = f"{LABELS[key]} {_share(value, wall)}"
         if key == "compile":
-            n = int(ledger.get("recompiles") or 0)
+            n = _count(ledger.get("recompiles"))
             if n:
                 bit += f" ({n} recompile{'s' if n != 1 else ''})"
         if key == "callbacks":
@@ -111,7 +121,7 @@ def fixes(ledger: Mapping[str, Any]) -> list[dict[str, Any]]:
     if wall <= 0:
         return []
     parts = ledger.get("parts") or {}
-    epochs = int(ledger.get("epochs") or 0)
+    epochs = _count(ledger.get("epochs"))
     out: list[dict[str, Any]] = []
     compiles = [c for c in ledger.get("compiles") or [] if isinstance(c, Mapping)]
 
@@ -126,7 +136,7 @@ def fixes(ledger: Mapping[str, Any]) -> list[dict[str, Any]]:
         # Whole batches only: the recompile goes, and so does the partial batch of each epoch
         # (or each validation), a step at the median step's time.
         step = float((ledger.get("step_s") or {}).get(function) or 0.0)
-        runs = epochs if function == "train" else int(ledger.get("validations") or 0)
+        runs = epochs if function == "train" else _count(ledger.get("validations"))
         saves = seconds + runs * step
         out.append(
             {
@@ -261,7 +271,7 @@ def fixes(ledger: Mapping[str, Any]) -> list[dict[str, Any]]:
 
     compile_s = parts.get("compile")
     first = next((c for c in compiles if c.get("first") and c.get("function") == "train"), None)
-    steps = int(ledger.get("steps") or 0)
+    steps = _count(ledger.get("steps"))
     jit = str(ledger.get("jit_compile")).lower() == "true"
     if jit and compile_s and compile_s >= COMPILE_SHARE * wall and first is not None and steps:
         first_s = float(first.get("seconds") or 0.0)

@@ -96,7 +96,7 @@ class Comparison:
                     "figure": label,
                     "a": a,
                     "b": b,
-                    "unit": unit,
+                    "unit": "s" if unit == "ms" else unit,  # seconds, as report.json
                     "change": (b - a) / a if (a and b is not None) else None,
                 }
                 for label, a, b, unit in self.rows
@@ -135,7 +135,14 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
         ("step p99", sa.p99_s, sb.p99_s, "ms"),
         ("jitter", sa.jitter_s, sb.jitter_s, "ms"),
         ("examples/s", sa.examples_per_sec, sb.examples_per_sec, "/s"),
-        ("first call/step", _per_step(sa), _per_step(sb), "ms"),  # a fused call: per step
+        # The first call as a whole, as the ledger's compile counts it; a fused first call
+        # (several steps in one) also per step, labelled so, beside it.
+        ("first call", sa.first_step_s, sb.first_step_s, "ms"),
+        *(
+            [("first call/step", _per_step(sa), _per_step(sb), "ms")]
+            if max(sa.first_step_steps or 1, sb.first_step_steps or 1) > 1
+            else []
+        ),
         ("batch size", sa.batch_size, sb.batch_size, ""),
         ("timed steps", sa.timed_steps, sb.timed_steps, ""),
         ("fit wall time", a.fit_seconds, b.fit_seconds, "s"),
@@ -150,10 +157,12 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
             f"different runs: A is {a.name!r}, B is {b.name!r}; the comparison is between two "
             "models or tasks, not two settings of one"
         )
-    fa, fb = (a.compute or {}).get("flops_per_step"), (b.compute or {}).get("flops_per_step")
+    fa, fb, per = _flops(a, b)
     different = bool(fa and fb and abs(fa - fb) > 0.01 * max(fa, fb))
     if different:
-        notes.append(f"the models differ: {fa:,} vs {fb:,} FLOPs per step")
+        step_a, step_b = ((r.compute or {}).get("flops_per_step") for r in (a, b))
+        each = f" ({fa:,.0f} vs {fb:,.0f} per example)" if per == "example" else ""
+        notes.append(f"the models differ: {step_a:,} vs {step_b:,} FLOPs per step{each}")
     ca, cb = a.context, b.context
     if ca is not None and cb is not None and cell(ca.dataset) != cell(cb.dataset):
         different = True
@@ -219,6 +228,18 @@ TOO_NOISY = "too noisy"
 MAX_BAND = 1.0
 # Flags that say where a run went or how it was shown, not how it trained.
 NOT_SETTINGS = frozenset({"report_dir", "log_steps", "log_verbosity", "tensorboard", "backup_dir"})
+
+
+def _flops(a: RunReport, b: RunReport) -> tuple[float | None, float | None, str]:
+    """Each report's FLOPs per example, and "example"; per step, and "step", where a batch
+    size is unknown. The workload is the model and its data, not the batch: a run at twice
+    the batch does twice the FLOPs a step, the same an example, and is compared per example
+    (the verdict's basis), not called a different workload."""
+    flops = [(r.compute or {}).get("flops_per_step") for r in (a, b)]
+    batches = [(r.compute or {}).get("batch_size") or r.steps.batch_size for r in (a, b)]
+    if all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in batches):
+        return *(f / n if f else None for f, n in zip(flops, batches, strict=True)), "example"
+    return flops[0], flops[1], "step"
 
 
 def _per_step(steps: object) -> float | None:

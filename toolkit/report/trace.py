@@ -27,6 +27,7 @@ import functools
 import gzip
 import os
 import re
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -165,11 +166,17 @@ def _read_xspace(files: list[str], steps_per_execution: int = 1) -> dict[str, An
         return _empty(f"not read: XProf is not installed ({INSTALL_HINT})")
     reader = f"xprof {getattr(xprof_version, '__version__', '?')}"
     per_row = max(1, steps_per_execution)
-    out = _xprof_reading(files, reader, per_row)
-    if out["steps"] or out["error"] != _NO_STEP:  # read, or not readable at all
-        return out
+    # XProf reads a private copy: it writes its own cache files (``*.op_stats_v2.pb``) beside
+    # what it reads, and would follow a link planted there. A run is read, never written.
     with tempfile.TemporaryDirectory(prefix="toolkit-trace-") as tmp:
-        held, folded = _loops_folded(files, tmp)
+        copies = _private_copies(files, os.path.join(tmp, "read"))
+        if isinstance(copies, str):
+            return _empty(f"XProf could not read {copies}", reader)
+        out = _xprof_reading(copies, reader, per_row, named=files)
+        if out["steps"] or out["error"] != _NO_STEP:  # read, or not readable at all
+            return out
+        os.mkdir(os.path.join(tmp, "folded"))
+        held, folded = _loops_folded(copies, os.path.join(tmp, "folded"))
         if folded:
             again = _xprof_reading(folded, reader, per_row, named=files)
             if again["steps"]:
@@ -183,6 +190,26 @@ def _read_xspace(files: list[str], steps_per_execution: int = 1) -> dict[str, An
                 return again
     out["error"] = _why_no_step(held, steps_per_execution)
     return out
+
+
+def _private_copies(files: list[str], into: str) -> list[str] | str:
+    """Copies of `files` (regular files only) in the new directory `into`, each under its
+    own name (XProf names a host by its file); where one cannot be copied, why, in words."""
+    os.mkdir(into, 0o700)
+    copies = []
+    for i, path in enumerate(files):
+        name = os.path.basename(path)
+        copy = os.path.join(into, name if i == 0 else f"{i}-{name}")
+        if not os.path.exists(path):
+            return f"{path}: no such file"
+        if not os.path.isfile(path):
+            return f"{path}: not a regular file"
+        try:
+            shutil.copyfile(path, copy)
+        except OSError as e:
+            return f"{path}: {e.strerror or e}"
+        copies.append(copy)
+    return copies
 
 
 def _xprof_reading(

@@ -451,7 +451,10 @@ class _Tuning:
             t.compile_s = work.compile_s(t.candidate)
         batch = defaults.batch_size or work.batch_size or work.config.batch_size
         steps_run = work.run_steps(defaults) if self.length_known else None
+        fastest = best
         best, run_words, run_facts = whole_run_choice(trials, defaults, best, steps_run, batch)
+        if best != fastest and why.startswith("chosen: "):  # the rounds' winner, not chosen
+            why = "head to head: " + why.removeprefix("chosen: ")
         why = _joined(_joined(why, run_words), untried_words(untried or [], defaults))
         gain = _in_process_gain(rounds, defaults, best, trials)
         fresh_rounds: list[dict[str, float]] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from toolkit.verbs._options import split
@@ -59,6 +60,10 @@ def check(args: argparse.Namespace) -> None:
 
     check_number("--repeats", args.repeats, integer=True, least=1)
     check_number("--min_time", args.min_time, above=0)
+    out = args.out
+    if out and (os.path.lexists(out) and not os.path.isdir(out)):
+        what = "a link that leads nowhere" if not os.path.exists(out) else "not a directory"
+        raise ValueError(f"--out={out}: it is {what}; give a directory to write the table in")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,11 +106,26 @@ def _table(args: argparse.Namespace, found: list[Any], timing: dict[str, Any], o
         progress=progress.say,  # a line per op; a bar of the cells on a terminal
         **timing,
     )
-    paths = table.write(out, plot=not args.no_plot)
-    print(table.to_terminal())  # the average table; the whole one is in ops.md
+    print(table.to_terminal())  # the average table, first: the measured result is kept
+    paths = _written(lambda: table.write(out, plot=not args.no_plot), out)
+    if paths is None:
+        return 1
     written = [os.path.basename(paths[k]) for k in ("csv", "json", "png") if k in paths]
     print(f"whole table: {paths['markdown']} (beside it: {', '.join(written)})")
     return 0
+
+
+def _written(write: Any, out: str) -> dict[str, str] | None:
+    """`write()`'s paths, or None after one line saying what was kept where it failed."""
+    try:
+        return write()
+    except OSError as e:
+        print(
+            f"error: could not write under {out} ({e.strerror or e}); what is printed above "
+            "is the result",
+            file=sys.stderr,
+        )
+        return None
 
 
 def _fusion(args: argparse.Namespace, found: list[Any], timing: dict[str, Any], out: str) -> int:
@@ -134,6 +154,9 @@ def _fusion(args: argparse.Namespace, found: list[Any], timing: dict[str, Any], 
             f"for scale: {device.kind}:{device.index}'s measured {args.dtype} matmul peak is "
             f"{format_flops(peak['flops_per_s'], per_second=True)} ({peak['source']})"
         )
-    paths = fusion.write(demos, out, {"size": args.size, "dtype": args.dtype, **timing})
+    settings = {"size": args.size, "dtype": args.dtype, **timing}
+    paths = _written(lambda: fusion.write(demos, out, settings), out)
+    if paths is None:
+        return 1
     print(f"written: {paths['markdown']}, {paths['json']}")
     return 0

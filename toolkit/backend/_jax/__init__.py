@@ -83,6 +83,12 @@ def use_compile_cache(directory: str) -> str:
     return f"JAX's persistent compilation cache in {directory}"
 
 
+def private_caches() -> str | None:
+    """Nothing: this framework writes no cache of compiled code to a shared temporary
+    directory by default (``--compile_cache`` names a private one)."""
+    return None
+
+
 def intra_op_threads() -> int:
     """JAX has no thread setting of its own (XLA's CPU client decides): 0."""
     return 0

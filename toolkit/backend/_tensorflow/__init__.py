@@ -109,6 +109,12 @@ def _devices_started() -> bool:
     return context.context()._context_handle is not None  # no public probe
 
 
+def private_caches() -> str | None:
+    """Nothing: this framework writes no cache of compiled code to a shared temporary
+    directory by default (``--compile_cache`` names a private one)."""
+    return None
+
+
 def intra_op_threads() -> int:
     """TensorFlow's intra-op thread setting (0: its default)."""
     import tensorflow as tf

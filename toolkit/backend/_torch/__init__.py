@@ -92,6 +92,43 @@ def use_compile_cache(directory: str) -> str:
     return f"torch.compile's Inductor cache in {where} (programs compiled with --jit_compile)"
 
 
+def private_caches() -> str | None:
+    """Points Inductor's cache, where ``torch.compile`` writes the native code it then loads,
+    at a directory only this user can write, where neither ``--compile_cache`` nor
+    ``TORCHINDUCTOR_CACHE_DIR`` named one: its default, ``/tmp/torchinductor_<user>``, is
+    used as found, even when someone else made it (world-writable, with their ``.so`` files
+    in it). The same name, checked (``files.private_dir``); where it is not ours, a fresh
+    private directory of this process, removed at its exit. Returns the directory."""
+    import atexit
+    import getpass
+    import os
+    import shutil
+    import sys
+    import tempfile
+
+    from toolkit.core import files
+
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        return None
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid()) if hasattr(os, "getuid") else "user"
+    name = f"torchinductor_{user}".replace(os.sep, "_")
+    where = files.private_dir(name)
+    if where is None:
+        where = tempfile.mkdtemp(prefix="toolkit-torchinductor-")
+        atexit.register(shutil.rmtree, where, ignore_errors=True)
+        print(
+            f"note: {os.path.join(tempfile.gettempdir(), name)} is not this user's private "
+            "directory: torch.compile's cache goes to a private one instead, but PyTorch "
+            "still keeps its precompiled headers there (set TMPDIR to a private directory)",
+            file=sys.stderr,
+        )
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = where
+    return where
+
+
 def intra_op_threads() -> int:
     """PyTorch's intra-op thread count."""
     import torch
