@@ -46,11 +46,15 @@ def _last(out):
 # ---------------------------------------------------------------------------- signals, NaN, peak
 
 
-@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("signum", "status"),
+    [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGQUIT, 131)],
+)
 def test_interrupted_run_leaves_a_partial_report(tmp_path, signum, status):
-    """Ctrl-C or SIGTERM during fit: the run stops at the next step, prints its partial summary
-    and one line saying where the partial report is, and exits as the shell would (130, 143).
-    The signal is sent once training is seen to run (a step's log line), not after a sleep."""
+    """Ctrl-C, SIGTERM, a closed terminal (SIGHUP) or Ctrl-\\ (SIGQUIT) during fit: the run
+    stops at the next step, prints its partial summary and one line saying where the partial
+    report is, and exits as the shell would (128 + the signal's number). The signal is sent
+    once training is seen to run (a step's log line), not after a sleep."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [*RECIPE, f"--report_dir={tmp_path}", "--epochs=100000", "--log_steps=50"],

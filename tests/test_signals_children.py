@@ -17,7 +17,7 @@ import time
 import pytest
 
 from tests.helpers import read_until
-from tests.test_faults import RECIPE, _report
+from tests.test_faults import _report
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,34 +69,6 @@ needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="Linux's
 
 
 # ---------------------------------------------------------------------------- every signal
-
-
-@pytest.mark.parametrize(("signum", "status"), [(signal.SIGHUP, 129), (signal.SIGQUIT, 131)])
-def test_sighup_and_sigquit_mid_training_leave_the_partial_report_and_one_line(
-    tmp_path, signum, status
-):
-    """A closed terminal (SIGHUP) or Ctrl-\\ (SIGQUIT) during fit is handled as Ctrl-C and
-    SIGTERM are: the partial summary, the partial report, one line, 128 + its number."""
-    proc = subprocess.Popen(
-        [*RECIPE, f"--report_dir={tmp_path}", "--epochs=100000", "--log_steps=50"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-    )  # fmt: skip
-    try:
-        seen, said = read_until(proc, "step ", timeout=300, stream="stderr")
-        assert seen and proc.poll() is None, f"no step in 300 s:\n{said[-2000:]}"
-        proc.send_signal(signum)
-        stdout, stderr = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == status, stderr[-2000:]
-    name = signal.Signals(signum).name
-    last = stderr.strip().splitlines()[-1]
-    assert last.startswith(f"interrupted by {name}: the partial report is in {tmp_path}"), last
-    assert "Traceback" not in stderr and "== mlp: partial" in stdout
-    _, data = _report(tmp_path)
-    assert data["status"] == "partial" and data["steps"]["total_steps"] > 0
-    assert data["error"].startswith("TrainingInterrupted")
 
 
 SLOW_REPORT = """

@@ -37,7 +37,6 @@ SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
     if hasattr(signal, name)
 )  # fmt: skip
-_SIGNALS = SIGNALS
 _state: dict[str, Any] = {
     "received": None, "holding": 0, "early": False, "ending": None, "exited": False,
     "firm": None, "cuts": 0,

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from toolkit.core import children
+from toolkit.core import children, interrupts
 from toolkit.core.files import atomic_write, parse_json, read_json
 from toolkit.search.standings import Target
 
@@ -30,9 +30,7 @@ JOBS = ("figures", "tune", "devices")
 KILLED = "killed by"  # the line follow() adds for a child a signal ended
 # Signals from outside (the OOM killer's SIGKILL, a user's kill or Ctrl-C, a closed terminal):
 # what the child would have measured is unknown. SIGSEGV, SIGABRT and the like are its own.
-_INTERRUPTING = frozenset(
-    int(s) for s in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
-)
+_INTERRUPTING = frozenset(int(s) for s in (signal.SIGKILL, *interrupts.SIGNALS))
 
 
 @dataclasses.dataclass(frozen=True)
