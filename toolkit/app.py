@@ -101,7 +101,7 @@ def fail(error: BaseException, status: int = 1, cause: BaseException | None = No
 
     if wants_traceback():
         traceback.print_exception(cause or error, file=sys.stderr)
-    print(f"error: {error}", file=sys.stderr)
+    print(terminal.fit(f"error: {error}", terminal.width(sys.stderr)), file=sys.stderr)
     processes.leave(status)  # a process of a cluster ends here: its peers may be gone
     raise SystemExit(status) from None
 

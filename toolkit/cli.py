@@ -116,7 +116,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
             check_spec(args.model_fn)
     except ValueError as e:
-        print(f"error: {verb.name}: {e}", file=sys.stderr)
+        from toolkit.core import terminal
+
+        print(terminal.fit(f"error: {verb.name}: {e}", terminal.width(sys.stderr)), file=sys.stderr)
         return 2
     _start(verb)
     return _run(verb, args)
