@@ -13,7 +13,7 @@ PYTEST_FLAGS ?= -q
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest $(PYTEST_FLAGS) -n $(TEST_WORKERS) --dist worksteal
 
-.PHONY: demo test lint format bench accelerator accelerator-wheels install clean
+.PHONY: demo test test-next lint format bench accelerator accelerator-wheels install clean
 
 demo: $(STAMP)
 	$(PY) -m recipes.mlp
@@ -27,19 +27,49 @@ test: $(STAMP)
 	KERAS_BACKEND=jax $(PYTEST) -m every_backend
 	KERAS_BACKEND=torch $(PYTEST) -m every_backend
 
+# Keras's next release, today: the same project in a second environment (.venv-next) whose Keras
+# is a pinned keras-nightly (pinned, so CI is reproducible; moving the pin is a commit). It runs
+# the profiling contracts on JAX and on PyTorch, and the distribution tests (marked
+# next_keras), which there include PyTorch's data_parallel over two processes. The nightly
+# installs into the package directory `keras` installs into, so `keras` is removed first.
+KERAS_NEXT ?= keras-nightly==3.16.0.dev2026102704
+NEXT_VENV ?= .venv-next
+NEXT_PY := $(NEXT_VENV)/bin/python
+NEXT_STAMP := $(NEXT_VENV)/.toolkit-installed
+NEXT_PYTEST := $(NEXT_PY) -m pytest $(PYTEST_FLAGS) -n $(TEST_WORKERS) --dist worksteal
+
+test-next: $(NEXT_STAMP)
+	@echo "== against $(KERAS_NEXT): the profiling contracts and the distribution tests on JAX =="
+	KERAS_BACKEND=jax $(NEXT_PYTEST) -m "every_backend or next_keras"
+	@echo "== against $(KERAS_NEXT): the profiling contracts on PyTorch =="
+	KERAS_BACKEND=torch $(NEXT_PYTEST) -m every_backend
+
+$(NEXT_PY):
+	$(PYTHON) -m venv $(NEXT_VENV)
+
+$(NEXT_STAMP): setup.py pyproject.toml Makefile | $(NEXT_PY)
+	$(NEXT_PY) -m pip install --quiet --upgrade pip
+	$(NEXT_PY) -m pip install --quiet -e '.[test,report,profile]'
+	$(NEXT_PY) -m pip uninstall --quiet --yes keras
+	$(NEXT_PY) -m pip install --quiet --no-deps --force-reinstall '$(KERAS_NEXT)'
+	$(NEXT_PY) -c "import keras; print('.venv-next: Keras', keras.__version__)"
+	touch $@
+
 # The GPU benchmark (benchmarks/accelerator.py): every installed Keras backend, no TensorFlow needed.
 accelerator: $(STAMP)
 	$(PY) benchmarks/accelerator.py
 
 # Keras and the pure-Python packages it needs, as wheels in .whl/, for a machine with JAX or
 # PyTorch but no network and no Keras (BUILD.md "GPU machines"). Python 3.12, manylinux x86-64.
+# KERAS_WHEEL=$(KERAS_NEXT) brings the pinned nightly instead of this Keras.
 WHEEL_PYTHON ?= 3.12
+KERAS_WHEEL ?= keras==$$($(PY) -c "import importlib.metadata as m; print(m.version('keras'))")
 accelerator-wheels: $(STAMP)
 	rm -rf .whl && mkdir -p .whl
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version $(WHEEL_PYTHON) \
 	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 	  --platform manylinux2014_x86_64 -d .whl \
-	  keras==$$($(PY) -c "import importlib.metadata as m; print(m.version('keras'))") namex optree filelock
+	  $(KERAS_WHEEL) namex optree filelock
 	@ls .whl
 
 lint: $(STAMP)
@@ -81,4 +111,4 @@ $(STAMP): setup.py pyproject.toml Makefile | $(PY)
 	touch $@
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(NEXT_VENV) build *.egg-info .pytest_cache .ruff_cache

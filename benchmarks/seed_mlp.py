@@ -27,9 +27,10 @@ the step count while the steps do:
 Then the same toolkit run under each other Keras backend that is installed (``--backends``),
 against the same seed figures: JAX with ``fused_steps=100`` (a ``jax.lax.scan`` of 100 steps
 in one jitted call, rolled on a CPU since the step has no convolution: unrolled, its compile
-alone took longer than the seed's loop; Keras's ``steps_per_execution=50`` there is a Python
-loop of jitted calls, about 2x slower a step here), PyTorch eager with one step per call (it has no
-``steps_per_execution``; ``torch.compile`` costs ~40 s here). On JAX and PyTorch a step is
+alone took longer than the seed's loop; Keras 3.15's ``steps_per_execution=50`` there is a Python
+loop of jitted calls, about 2x slower a step here, and 3.16's scan of it stacks the batches on the
+host each call: ``scan_vs_fused.py``), PyTorch eager with one step per call (``torch.compile``
+costs ~40 s here). On JAX and PyTorch a step is
 timed where it finished (its batch end), not where it was queued (docs/guide.md), so the
 steady-state sums are exact.
 
@@ -75,6 +76,9 @@ def main() -> None:
     parser.add_argument("--fused_steps", type=int, default=100)
     parser.add_argument("--steps_per_execution", type=int, default=1)
     parser.add_argument("--jit_compile", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--data_loader", default="auto", help="the toolkit's input: auto, tf_data, grain"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians)")
     parser.add_argument(
         "--backends", default="jax,torch", help="other Keras backends to run the toolkit under"
@@ -143,9 +147,9 @@ def main() -> None:
         [median(r[i][k] for r in rounds) for k in range(len(rounds[0][i]))]
         for i in range(len(rounds[0]))
     ]
-    (seed_plain, seed_plain_step), (seed_prefetch, seed_prefetch_step), (wall, fit, step) = medians[
-        :3
-    ]
+    (seed_plain, seed_plain_step), (seed_prefetch, seed_prefetch_step), (wall, fit, step, _) = (
+        medians[:3]
+    )
     seed_best, seed_step = min(seed_plain, seed_prefetch), min(seed_plain_step, seed_prefetch_step)
     print(
         f"# {compat.keras_flavor()} {compat.keras_version()}, {args.steps} steps of batch 32; "
@@ -176,7 +180,7 @@ def main() -> None:
         )
     )
     best = {"tensorflow": (step, fit)}
-    for backend, (_, b_fit, b_step) in zip(others, medians[3:], strict=True):
+    for backend, (_, b_fit, b_step, _) in zip(others, medians[3:], strict=True):
         best[backend] = (b_step, b_fit)
         settings = " ".join(BACKEND_SETTINGS[backend])
         print(
@@ -327,10 +331,10 @@ def floor_run(steps: int, fused_steps: int) -> list[float]:
 
 def measure(args: argparse.Namespace) -> list[float]:
     """One part, in this process: the seed's (total, per step) or the toolkit's
-    (run() call, fit, per step)."""
+    (run() call, fit, per step, first call). TensorFlow is imported for the seed's parts
+    only: the toolkit's run on JAX or PyTorch needs none (a GPU machine may have none)."""
 
     import numpy as np
-    import tensorflow as tf
 
     from toolkit.core import compat
     from toolkit.runner import train
@@ -350,6 +354,7 @@ def measure(args: argparse.Namespace) -> list[float]:
 
     def seed_run(prefetch: bool) -> tuple[float, float]:
         """(the seed's timed loop, its time per step after the first call)."""
+        import tensorflow as tf
 
         def load_data(size=steps * batch_size):  # the seed's generator
             for _ in range(0, size, batch_size):
@@ -375,11 +380,12 @@ def measure(args: argparse.Namespace) -> list[float]:
         end = time.perf_counter()
         return end - start, (last - after_first) / (steps - 1)
 
-    def toolkit_run() -> tuple[float, float, float]:
+    def toolkit_run() -> tuple[float, float, float, float]:
         """(the whole run() call, the fit call's wall time, time per step after the first
-        call). The fit call is timed around it, as the seed's loop is: its setup (the data
-        adapter, the optimizer's variables), the first call's trace and compile, the steps,
-        and the iterator's end, not only from its train-begin to its train-end callback."""
+        call, the first call: its trace, compile and steps). The fit call is timed around
+        it, as the seed's loop is: its setup (the data adapter, the optimizer's variables),
+        the first call's trace and compile, the steps, and the iterator's end, not only from
+        its train-begin to its train-end callback."""
         fit_calls: list[float] = []
         start = time.perf_counter()
         rng = np.random.default_rng(0)
@@ -402,6 +408,7 @@ def measure(args: argparse.Namespace) -> list[float]:
             count_flops=False,
             report_dir=None,
             compile_cache=args.part == "cached",
+            data_loader=args.data_loader,
         )
         result = train.run(task, config)
         wall = time.perf_counter() - start
@@ -411,7 +418,8 @@ def measure(args: argparse.Namespace) -> list[float]:
         assert len(fit_calls) == 1, fit_calls
         after_first = [c for c in report.timeline if c[3] != "first"]
         steady = sum(c[0] for c in after_first) / sum(c[1] for c in after_first)
-        return wall, fit_calls[0], steady
+        first = sum(c[0] for c in report.timeline if c[3] == "first")
+        return wall, fit_calls[0], steady, first
 
     quiet_gc()
     if args.part in ("toolkit", "cached"):

@@ -134,8 +134,8 @@ def searched_jit() -> tuple[bool, ...]:
     return (False,)
 
 
-def runs_step_loops() -> bool:
-    return False
+def step_loops(loader: str = "", model: Any = None) -> tuple[str, ...]:
+    return ()
 
 
 def check_config(config: Any) -> None:

@@ -196,6 +196,25 @@ def test_compare_interleaves_rounds_shares_weights_and_caches(tmp_path, monkeypa
     )  # another recipe argument: another model
 
 
+def test_the_cache_key_holds_the_keras_release_and_whether_a_nightly():
+    """keras-nightly installs `keras` under its own name: the key reads the one release that
+    a report records (its version, nightly or not), so a nightly's winner is not a release's.
+    The same key before and after Keras loads (``--backend=auto`` reads it before)."""
+    code = (
+        "import sys; from toolkit.core import compat; from toolkit.search import chooser as ch; "
+        "key = lambda: ch.cache_key(ch.Target('mlp', None, {}, {}), 50); "
+        "before, facts = key(); assert 'keras' not in sys.modules; import keras; "
+        "r = compat.keras_release(); m = facts['machine']; "
+        "assert (m['keras'], m['keras_nightly']) == (r.version, r.nightly), (m, r); "
+        "assert key()[0] == before, 'the key changed once Keras loaded'; print('ok')"
+    )
+    env = {**os.environ, "KERAS_BACKEND": "jax"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
 def test_init_weights_must_be_a_keras_weights_file():
     with pytest.raises(ConfigError, match=r"--init_weights must be a Keras weights file"):
         TrainConfig(init_weights="/tmp/w.h5x").validate()

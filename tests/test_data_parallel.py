@@ -1,11 +1,14 @@
 """Data parallelism over processes on Keras 3 (``--distribution_strategy=data_parallel``), for
-real: recipes started as two processes on 127.0.0.1 over JAX's gloo collectives, the way a
-user starts them in two shells. Every process is bounded in time and stopped in ``finally``.
+real: recipes started as two processes on 127.0.0.1, each on one core, the way a user starts
+them in two shells, over JAX's gloo collectives and, where the installed Keras has
+``keras.distribution`` for PyTorch (3.16 and later: ``make test-next``), over PyTorch's. Every
+process is bounded in time and stopped in ``finally``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -13,18 +16,59 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_ports
+from tests.helpers import free_ports, read_until
 from toolkit.distribute import DistributeError, processes
 
 pytest.importorskip("jax")
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("TF_USE_LEGACY_KERAS") == "1", reason="Keras 3's own distribution"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        os.environ.get("TF_USE_LEGACY_KERAS") == "1", reason="Keras 3's own distribution"
+    ),
+    pytest.mark.next_keras,
+]
+
+
+@functools.cache
+def _missing(backend: str) -> str | None:
+    """Why this Keras cannot train `backend` over processes (a skip's reason), or None: for
+    PyTorch, the toolkit's own check (``_keras_distribution_lib``), not the version."""
+    if backend != "torch":
+        return None
+    from toolkit.backend import _torch
+
+    try:
+        _torch._keras_distribution_lib()
+    except ValueError:
+        import keras
+
+        return (
+            "PyTorch data_parallel needs Keras >= 3.16 (keras-nightly; `make test-next`); "
+            f"installed Keras {keras.__version__}"
+        )
+    return None
+
+
+def _needs(backend: str) -> str:
+    """`backend`, or a skip where this Keras cannot train it over processes (:func:`_missing`:
+    naming the Keras it needs and the installed one)."""
+    if backend == "torch":
+        pytest.importorskip("torch")
+    why = _missing(backend)
+    if why:
+        pytest.skip(why)
+    return backend
+
+
+@pytest.fixture(params=["jax", "torch"])
+def backend(request) -> str:
+    """Each backend that trains data_parallel over processes: :func:`_needs`."""
+    return _needs(request.param)
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -37,21 +81,43 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _recipe(hosts: str | None, index: int, *flags: str, recipe: str = "mlp") -> list[str]:
+def _recipe(
+    hosts: str | None, index: int, *flags: str, recipe: str = "mlp", backend: str = "jax"
+) -> list[str]:
     cluster = [f"--worker_hosts={hosts}", f"--task_index={index}"] if hosts else []
     return [
-        sys.executable, "-m", f"recipes.{recipe}", "--backend=jax",
+        sys.executable, "-m", f"recipes.{recipe}", f"--backend={backend}",
         "--distribution_strategy=data_parallel", *cluster, "--count_flops=false", *flags,
     ]  # fmt: skip
 
 
-def _start(command: list[str], **env: str) -> subprocess.Popen:
-    """The process, its output going to files: a pipe nobody reads yet would fill and block
-    it, and with it every other process of the cluster."""
+def _one_core(index: int | None) -> Callable[[], None] | None:
+    """What pins a child process to one core of this one's (the `index`-th, round the ones
+    there are), run in the child before it starts: the processes of a cluster on one machine
+    then neither share a core nor each spread threads over all of them. None where the
+    system has no affinity (macOS), or for no index."""
+    if index is None or not hasattr(os, "sched_setaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    core = cores[index % len(cores)]
+    return lambda: os.sched_setaffinity(0, {core})
+
+
+def _start(command: list[str], core: int | None = None, **env: str) -> subprocess.Popen:
+    """The process (on one core where `core` is given: :func:`_one_core`), its output going to
+    files: a pipe nobody reads yet would fill and block it, and with it every other process
+    of the cluster."""
     import tempfile
 
     out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")  # noqa: SIM115
-    proc = subprocess.Popen(command, stdout=out, stderr=err, text=True, env=_env(**env))
+    proc = subprocess.Popen(
+        command,
+        stdout=out,
+        stderr=err,
+        text=True,
+        env=_env(**env),
+        preexec_fn=_one_core(core),
+    )
     proc.files = (out, err)  # type: ignore[attr-defined]
     return proc
 
@@ -106,6 +172,24 @@ def test_the_cluster_comes_from_the_flags_or_from_keras_environment(monkeypatch)
     monkeypatch.setenv("KERAS_DISTRIBUTION_JOB_ADDRESSES", "a:1,b:2")
     with pytest.raises(DistributeError, match="names 2 processes but"):
         processes.cluster(None, 0)
+
+
+def test_a_lost_peer_is_one_line_of_what_the_collective_said(monkeypatch):
+    """Gloo's error, as PyTorch raises it when a peer's connection drops: one line naming the
+    worker and what to do, without the C++ source line it starts with."""
+    said = RuntimeError(
+        "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error\n"
+        "[127.0.0.1]:42396: Connection reset by peer. This is typically caused by a remote peer"
+    )
+    assert processes.lost_peer(said) is None  # not in a cluster: not ours to name
+    monkeypatch.setattr(processes, "_STARTED", [processes.cluster("127.0.0.1:1,127.0.0.1:2", 1)])
+    line = processes.lost_peer(said, steps=80)
+    assert line.startswith(
+        "worker 1 of 2: another process of the cluster is gone, so training stopped after 80 "
+        "steps (RuntimeError: Read error [127.0.0.1]:42396: Connection reset by peer."
+    ), line
+    assert "\n" not in line and "pair.cc" not in line and "restart every worker" in line
+    assert processes.lost_peer(ValueError("shapes (2,) and (3,) do not match")) is None
 
 
 def test_a_global_batch_that_does_not_split_over_the_processes_says_what_would():
@@ -230,15 +314,16 @@ def test_fused_steps_over_local_devices_train_exactly_like_separate_steps(tmp_pa
 # ------------------------------------------------------------------------- real processes
 
 
-def test_two_processes_train_one_model_and_the_chief_reports_the_cluster(tmp_path):
+def test_two_processes_train_one_model_and_the_chief_reports_the_cluster(tmp_path, backend):
     """Worker 0 from the flags, worker 1 from the environment a cluster manager sets for
     Keras: both end with the same weights, and the chief's report is the cluster's."""
     hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
     flags = ["--epochs=2", "--train_steps=12", "--batch_size=32", f"--report_dir={tmp_path}"]
     procs = [
-        _start(_recipe(hosts, 0, *flags)),
+        _start(_recipe(hosts, 0, *flags, backend=backend), core=0),
         _start(
-            _recipe(None, 0, *flags),
+            _recipe(None, 0, *flags, backend=backend),
+            core=1,
             KERAS_DISTRIBUTION_JOB_ADDRESSES=hosts,
             KERAS_DISTRIBUTION_NUM_PROCESSES="2",
             KERAS_DISTRIBUTION_PROCESS_ID="1",
@@ -364,7 +449,7 @@ def _backup_epoch(backup: Path) -> int:
 
 
 def test_a_killed_worker_ends_the_others_in_one_line_and_the_restarted_cluster_resumes(
-    tmp_path,
+    tmp_path, backend
 ):
     backup = tmp_path / "backup"
     flags = [
@@ -372,19 +457,21 @@ def test_a_killed_worker_ends_the_others_in_one_line_and_the_restarted_cluster_r
         f"--report_dir={tmp_path / 'runs'}",
     ]  # fmt: skip
     hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
-    procs = [_start(_recipe(hosts, i, *flags)) for i in range(2)]
+    procs = [_start(_recipe(hosts, i, *flags, backend=backend), core=i) for i in range(2)]
     try:
         deadline = time.monotonic() + 240
         while _backup_epoch(backup) < 2 and all(p.poll() is None for p in procs):
             assert time.monotonic() < deadline, "no backup of epoch 2 within 240 s"
             time.sleep(0.01)
+        for i, p in enumerate(procs):  # what it said, else the test could not say why
+            assert p.poll() is None, f"worker {i} ended before the kill: {_finish(p, 0)[1][-3000:]}"
         procs[1].send_signal(signal.SIGKILL)  # a lost machine: no report, no goodbye
         killed = time.monotonic()
         _, err = _finish(procs[0], timeout=120)
         ended_in = time.monotonic() - killed
     finally:
         _stop(procs)
-    assert procs[1].returncode == -signal.SIGKILL, "worker 1 ended before it could be killed"
+    assert procs[1].returncode == -signal.SIGKILL
     assert procs[0].returncode == 1, err[-3000:]
     (said,) = _errors(err)
     assert "worker 0 of 2: another process of the cluster is gone, so training stopped" in said
@@ -393,7 +480,7 @@ def test_a_killed_worker_ends_the_others_in_one_line_and_the_restarted_cluster_r
     assert 2 <= killed_at < 8
 
     hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))  # the old ports may linger
-    procs = [_start(_recipe(hosts, i, *flags)) for i in range(2)]
+    procs = [_start(_recipe(hosts, i, *flags, backend=backend), core=i) for i in range(2)]
     try:
         outputs = [_finish(p, timeout=300) for p in procs]
     finally:
@@ -406,6 +493,63 @@ def test_a_killed_worker_ends_the_others_in_one_line_and_the_restarted_cluster_r
     assert chief["steps"]["total_steps"] == (8 - killed_at) * 40
     assert chief["cluster"]["same_weights"] is True
     assert f"resumed from epoch {killed_at}" in outputs[1][0]  # worker 1 restored it too
+
+
+def test_pytorch_on_a_keras_without_its_distribution_says_what_it_needs_in_one_line(tmp_path):
+    """On a Keras whose PyTorch backend has no ``keras.distribution`` (3.15): one line naming
+    the Keras it needs and what works instead, before anyone waits (worker 1 would wait for
+    worker 0), and nothing written."""
+    pytest.importorskip("torch")
+    if _missing("torch") is None:
+        pytest.skip("the installed Keras trains PyTorch over processes")
+    hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
+    out = subprocess.run(
+        _recipe(hosts, 1, f"--report_dir={tmp_path / 'r'}", backend="torch"),
+        capture_output=True, text=True, timeout=180, env=_env(),
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr[-3000:]
+    (said,) = _errors(out.stderr)
+    assert "--backend=torch --distribution_strategy=data_parallel needs Keras 3.16 or later " in (
+        said
+    )
+    assert "(keras-nightly)" in said and "use --backend=jax" in said, said
+    assert "Traceback" not in out.stderr and not (tmp_path / "r").exists()
+
+
+STORE = """
+import sys
+from toolkit import backend
+backend.select("torch")
+from toolkit.backend import _torch
+print("starting", flush=True)
+_torch.start_processes(sys.argv[1], 2, 0, 60)  # process 1 never comes: it waits, listening
+"""
+
+
+def test_the_pytorch_store_listens_where_worker_0_is_named():
+    """PyTorch's TCPStore, the port worker 0 serves after the join, as the toolkit opens it:
+    on the host named (loopback only for 127.0.0.1), not PyTorch's every interface."""
+    from tests.test_security_servers import _connects, _listening, _other_address
+
+    _needs("torch")
+    other = _other_address()
+    (port,) = free_ports(1)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STORE, f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env(),
+    )  # fmt: skip
+    try:
+        came, said = read_until(proc, "starting", 120)
+        assert came, said
+        deadline = time.monotonic() + 120
+        while not _listening(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # PyTorch says nothing when its store is up: polling, no event
+        assert {ip for ip, p in _listening(proc.pid) if p == port} == {"127.0.0.1"}
+        assert _connects("127.0.0.1", port)
+        assert not _connects(other, port)
+    finally:
+        _stop([proc])
+        proc.stdout.close()
 
 
 def test_a_killed_coordinator_ends_the_others_within_seconds(tmp_path):

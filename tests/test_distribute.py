@@ -12,6 +12,8 @@ from toolkit.core import compat
 from toolkit.report import render_merged
 from toolkit.runner.config import TrainConfig
 
+pytestmark = [pytest.mark.next_keras]
+
 
 def test_tf_config_from_worker_hosts():
     config = distribute.tf_config(["127.0.0.1:2222", " 127.0.0.1:2223"], 1)

@@ -21,6 +21,8 @@ import pytest
 
 from tests.helpers import free_ports, read_until
 
+pytestmark = [pytest.mark.next_keras]
+
 WORKER = """
 import sys
 import numpy as np
@@ -148,8 +150,9 @@ def test_data_service_serves_the_same_elements_as_the_local_pipeline(tmp_path):
         procs.append(worker)
 
         task = mlp.build_task(hidden_units=16)
-        local = TrainConfig(batch_size=64, seed=3)
-        served = TrainConfig(batch_size=64, seed=3, data_service=address)
+        # tf.data on every backend: the service serves tf.data (auto picks Grain on JAX).
+        local = TrainConfig(batch_size=64, seed=3, data_loader="tf_data")
+        served = TrainConfig(batch_size=64, seed=3, data_loader="tf_data", data_service=address)
         ours = [(x.numpy(), y.numpy()) for x, y in train.input_pipeline(task, local)]
         theirs = [(x.numpy(), y.numpy()) for x, y in train.input_pipeline(task, served)]
         assert len(ours) == len(theirs) > 0

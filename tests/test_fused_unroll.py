@@ -139,3 +139,67 @@ def test_a_fused_step_is_compiled_as_the_rule_says_and_trains_like_separate_step
     assert int(fused.optimizer.iterations.numpy()) == 12
     for a, b in zip(fused.weights, separate.weights, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.every_backend
+def test_fused_steps_step_aside_only_where_keras_scans_as_fast(keras):
+    """On JAX: where Keras scans its own steps from a tf.data input, for a step that does not
+    convolve on a CPU, fused steps step aside; a convolving step (Keras's scan stays rolled)
+    and a host-stacked input keep them."""
+    from toolkit import backend
+
+    if backend.name() != "jax" or not _on_cpu():
+        pytest.skip("JAX on a CPU: the rule's convolution case")
+    from toolkit.backend import _jax
+
+    both = ("steps_per_execution", "fused_steps")
+    mlp, conv = (_task(keras, conv=c)[0].build_model() for c in (False, True))
+    scans = _jax.keras_scans_steps()
+    assert _jax.step_loops("tf_data", mlp) == (("steps_per_execution",) if scans else both)
+    assert _jax.step_loops("tf_data", conv) == both
+    assert _jax.step_loops("grain", mlp) == _jax.step_loops("arrays", mlp) == both
+
+
+@pytest.mark.next_keras
+def test_fused_steps_where_keras_scans_its_own_say_they_are_not_needed(tmp_path):
+    """Keras 3.16 runs steps_per_execution on JAX as one scan; from a tf.data input it was as
+    fast as fused steps, so a run given --fused_steps says what does the same (and still runs
+    what it was asked); on Keras 3.15, or from Grain, fused steps pay and nothing is said."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    probe = "from toolkit.backend import _jax; print(_jax.keras_scans_steps())"
+    env = {**os.environ, "KERAS_BACKEND": "jax"}
+    env.pop("TOOLKIT_PROGRESS", None)  # a note is progress: said unless progress is off
+    scans = (
+        subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=300
+        ).stdout.split()[-1]
+        == "True"
+    )
+    said = {}
+    for loader in ("tf_data", "grain"):
+        out = subprocess.run(
+            [
+                sys.executable, "-m", "recipes.mlp", "--backend=jax", "--smoke",
+                "--fused_steps=4", f"--data_loader={loader}", "--count_flops=false",
+                f"--report_dir={tmp_path / loader}",
+            ],
+            capture_output=True, text=True, env=env, timeout=600,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        (found,) = (tmp_path / loader).glob("*/report.json")
+        report = json.loads(found.read_text())
+        codes = [f["code"] for f in report["context"]["preflight"]]
+        said[loader] = ([ln for ln in out.stderr.splitlines() if "not needed" in ln], codes)
+        assert report["args"]["fused_steps"] == 4  # what was asked for runs
+    lines, codes = said["tf_data"]
+    if scans:
+        assert len(lines) == 1 and lines[0].startswith("note: --fused_steps=4 is not needed here")
+        assert "--steps_per_execution=4 --fused_steps=1" in lines[0]
+        assert "fused_steps_not_needed" in codes
+    else:
+        assert not lines and "fused_steps_not_needed" not in codes
+    assert said["grain"] == ([], [c for c in said["grain"][1] if c != "fused_steps_not_needed"])

@@ -75,6 +75,82 @@ def test_environment_without_tensorflow_loaded_skips_tf_facts():
     assert out.stdout.strip() == "ok"
 
 
+KERAS_PAIR = ("keras-nightly", "keras")  # the two distributions of the one `keras` package
+
+
+def test_keras_release_is_read_from_the_distributions_and_the_loaded_one_decides(tmp_path):
+    """Both a release and a nightly installed (the one not installed here written beside it,
+    as a real dist-info): before Keras loads, the nightly; once it loads, the one whose
+    version it reports. Keras is imported by nobody but the test."""
+    from importlib import metadata
+
+    real = next(d for d in KERAS_PAIR if _installed(metadata, d))
+    other = next(d for d in KERAS_PAIR if d != real)
+    version = "3.16.0.dev1" if other == "keras-nightly" else "3.15.0"
+    info = tmp_path / f"{other.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {other}\nVersion: {version}\n")
+    code = (
+        "import sys; from toolkit.core import compat; before = compat.keras_release(); "
+        "assert 'keras' not in sys.modules; import keras; after = compat.keras_release(); "
+        "print(before.distribution, before.nightly, after.distribution, after.version, "
+        "keras.__version__)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    env.update(PYTHONPATH=str(tmp_path), KERAS_BACKEND="jax")
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, nightly, after, after_version, loaded = out.stdout.split()
+    assert (before, nightly) == ("keras-nightly", "True")
+    assert (after, after_version) == (real, loaded)
+
+
+def _installed(metadata, dist):
+    try:
+        return bool(metadata.version(dist))
+    except metadata.PackageNotFoundError:
+        return False
+
+
+def test_compare_notes_a_keras_version_or_nightly_difference_from_report_files(tmp_path):
+    """Two report files from another Keras, a nightly: compare says so in one note, and show
+    names the nightly; two from the same Keras: no note. A report from before the flag was
+    recorded is a nightly by its version."""
+    release = {"keras": "3.15.1", "keras_nightly": False, "keras_distribution": "keras"}
+    nightly = {
+        "keras": "3.16.0.dev2026102704",
+        "keras_nightly": True,
+        "keras_distribution": "keras-nightly",
+    }
+    for name, keras, seed in (("a", release, 0), ("b", nightly, 1), ("c", release, 2)):
+        r = make_report("mlp", seed=seed)
+        r.environment = {**r.environment, **keras}
+        r.write(tmp_path / name, plot=False)
+    run = [sys.executable, "-m", "toolkit"]
+
+    def said(*args):
+        out = subprocess.run([*run, *args], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    note = "note: keras differs: 3.15.1 vs 3.16.0.dev2026102704 (nightly)"
+    assert note in said("compare", str(tmp_path / "a"), str(tmp_path / "b")).splitlines()
+    assert "keras differs" not in said("compare", str(tmp_path / "a"), str(tmp_path / "c"))
+    assert "Keras 3.16.0.dev2026102704 (nightly)" in said("show", str(tmp_path / "b"))
+    assert "Keras" not in said("show", str(tmp_path / "a"))  # a release: nothing to flag
+    markdown = said("show", "--markdown", str(tmp_path / "b"))
+    assert "· Keras 3.16.0.dev2026102704 (nightly)" in markdown
+    assert "| keras_nightly | true |" in markdown
+    a, b = (RunReport.load(tmp_path / n) for n in "ab")
+    b.environment = {**b.environment, "keras": "3.15.1"}  # the same version, a nightly build
+    assert compare(a, b).notes == ("keras differs: 3.15.1 vs 3.15.1 (nightly)",)
+    old = RunReport.load(tmp_path / "b")
+    del old.environment["keras_nightly"], old.environment["keras_distribution"]
+    assert not compare(old, RunReport.load(tmp_path / "b")).notes
+
+
 def test_markdown_and_png(tmp_path):
     r = make_report(memory={"readings": [], "warnings": ["host RSS grew"]})
     paths = r.write(tmp_path)

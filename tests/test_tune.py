@@ -28,6 +28,28 @@ def test_space_follows_the_step_time(keras):
     assert tn.default_space(cpu, batch_sizes=(64,)).batch_size == (None, 64)
 
 
+def test_each_backend_searches_the_loops_it_runs_with_this_keras():
+    """Steps per execution and fused steps, per backend, Keras and input: fused steps step
+    aside where Keras 3.16 scans its own steps on JAX from a tf.data input (as fast there,
+    measured); PyTorch searches steps per execution where its Keras takes it."""
+    from toolkit.backend import _jax, _torch
+    from toolkit.runner.config import SEARCHED_SETTINGS, SearchContext
+
+    rule = dict(SEARCHED_SETTINGS)
+    spe, fused = (rule[name].values for name in ("steps_per_execution", "fused_steps"))
+
+    def ctx(backend: str, loader: str = "") -> SearchContext:
+        return SearchContext(None, 0.0005, backend, (), loader)
+
+    assert spe(ctx("tensorflow")) == fused(ctx("tensorflow")) == (1, 8, 32)
+    assert spe(ctx("jax", "grain")) == fused(ctx("jax", "grain")) == (1, 8, 32)
+    assert spe(ctx("jax", "tf_data")) == (1, 8, 32)
+    assert fused(ctx("jax", "tf_data")) == ((1,) if _jax.keras_scans_steps() else (1, 8, 32))
+    assert spe(ctx("torch")) == ((1, 8, 32) if _torch.keras_loops_steps() else (1,))
+    assert fused(ctx("torch")) == (1,)
+    assert spe(SearchContext(None, 0.2, "jax", (), "tf_data")) == (1,)  # a slow step: none
+
+
 def _task(keras, features=6):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(256, features)).astype("float32")

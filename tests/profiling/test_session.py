@@ -49,9 +49,15 @@ def test_complete_run_writes_json_markdown_png(tmp_path, make_model, make_datase
     assert report.args == {"lr": 0.1}
     assert len(report.epochs) == 2 and "loss" in report.metrics
     assert len(report.memory["readings"]) == 3
-    assert report.environment["tensorflow"] and report.environment["keras_flavor"] == (
-        compat.keras_flavor()
-    )
+    env = report.environment
+    assert env["tensorflow"] and env["keras_flavor"] == compat.keras_flavor()
+    # Which Keras, and whether a nightly: from its distribution, as the markdown says it.
+    release = compat.keras_release()
+    assert env["keras"] == compat.keras_version() and env["keras_nightly"] is release.nightly
+    assert env["keras_distribution"] == release.distribution
+    assert env["keras_distribution"] in ("keras", "keras-nightly", "tf-keras", "tf-keras-nightly")
+    shown = f"Keras {env['keras']}" + (" (nightly)" if release.nightly else "")
+    assert f"· {shown} ·" in (run_dir / "report.md").read_text()
     assert (run_dir / "steps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -267,8 +267,8 @@ def jits_by_default(backend: str | None = None) -> bool:
 
 def framework_facts() -> dict[str, Any]:
     """The facts about the loaded framework that a report records (devices it sees, how it was
-    built, which Keras); ``{}`` when the backend's framework is not imported yet (reading a
-    report never imports one)."""
+    built, which Keras and whether a nightly); ``{}`` when the backend's framework is not
+    imported yet (reading a report never imports one)."""
     backend = name()
     facts: dict[str, Any] = {"keras_backend": backend}
     if backend in REGISTRY and REGISTRY[backend].framework in sys.modules:
@@ -276,5 +276,11 @@ def framework_facts() -> dict[str, Any]:
     if "keras" in sys.modules or "tf_keras" in sys.modules:
         from toolkit.core import compat
 
-        facts.update(keras=compat.keras_version(), keras_flavor=compat.keras_flavor())
+        release = compat.keras_release()
+        facts.update(
+            keras=compat.keras_version(),
+            keras_flavor=compat.keras_flavor(),
+            keras_nightly=release.nightly,
+            keras_distribution=release.distribution,
+        )
     return facts

@@ -10,9 +10,12 @@ rejects it, so every toolkit module that needs Keras gets it from here.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
+import sys
 import types
+from importlib import metadata
 from typing import Any
 
 __all__ = [
@@ -63,6 +66,48 @@ def keras_flavor() -> str:
 
 def keras_version() -> str:
     return str(getattr(keras(), "__version__", "unknown"))
+
+
+@dataclasses.dataclass(frozen=True)
+class KerasRelease:
+    """Which release of the Keras that :func:`keras` resolves to is installed.
+
+    Attributes:
+        version: its version, as its distribution's metadata says (``3.16.0.dev2026102704``).
+        nightly: whether it is a nightly build: installed as ``keras-nightly`` (or
+            ``tf-keras-nightly``), or a development version (``.dev``). A nightly's timings
+            are not a release's, so a report records which it ran on.
+        distribution: the distribution that installed it (``keras``, ``keras-nightly``,
+            ``tf-keras``...); None for a Keras on the path that no distribution installed.
+    """
+
+    version: str
+    nightly: bool
+    distribution: str | None
+
+
+def keras_release() -> KerasRelease:
+    """The installed release of the Keras in use, read from the installed distributions'
+    metadata and never by importing Keras (``--backend=auto`` reads its cache before any
+    framework loads). ``metadata.version("keras")`` alone misses a nightly: keras-nightly
+    installs the same ``keras`` package under its own name.
+
+    Where a release and a nightly are both installed (one overwrote the other's files), the
+    one whose version the loaded module reports; before Keras loads, the nightly, the usual
+    later install.
+    """
+    module = "tf_keras" if use_legacy_keras() else "keras"
+    stem = module.replace("_", "-")
+    installed = {}
+    for name in (f"{stem}-nightly", stem):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            installed[name] = metadata.version(name)
+    loaded = getattr(sys.modules.get(module), "__version__", None)
+    named = [d for d, v in installed.items() if v == loaded] or list(installed)
+    dist = named[0] if named else None
+    version = installed[dist] if dist else str(loaded or "unknown")
+    nightly = bool(dist and dist.endswith("-nightly")) or ".dev" in version
+    return KerasRelease(version, nightly, dist)
 
 
 def steps_per_execution(model: Any) -> int:

@@ -113,8 +113,12 @@ def repeated_batch(batch: Any, batch_size: int | None) -> Any:
         def get_numpy_iterator(self) -> Iterator[Any]:
             return itertools.repeat(batch)
 
-        def get_jax_iterator(self) -> Iterator[Any]:
-            return itertools.repeat(batch)
+        def get_jax_iterator(self, super_batch: int | None = None) -> Iterator[Any]:
+            if not super_batch:
+                return itertools.repeat(batch)
+            # Keras 3.16 scans steps_per_execution on JAX over K batches stacked into one:
+            # stacked once, as its adapters stack them, so no input work is left between calls.
+            return itertools.repeat(next(_super_batches(itertools.repeat(batch), super_batch)))
 
         def get_torch_dataloader(self) -> Any:
             return Forever(batch)
@@ -164,8 +168,10 @@ def as_fit_reads(data: Any, batch_size: int | None) -> Any:
         def get_numpy_iterator(self) -> Iterator[Any]:
             return self._passes(lambda a: a.get_numpy_iterator())
 
-        def get_jax_iterator(self) -> Iterator[Any]:
-            return self._passes(lambda a: a.get_jax_iterator())
+        def get_jax_iterator(self, super_batch: int | None = None) -> Iterator[Any]:
+            # Keras 3.16 asks for super-batches (steps_per_execution on JAX); 3.15 never does.
+            asked = {"super_batch": super_batch} if super_batch else {}
+            return self._passes(lambda a: a.get_jax_iterator(**asked))
 
         def get_torch_dataloader(self) -> Any:
             return _Iterable(lambda: self._passes(lambda a: a.get_torch_dataloader()))
@@ -182,6 +188,16 @@ def as_fit_reads(data: Any, batch_size: int | None) -> Any:
             return tf.data.Dataset.from_generator(self.get_numpy_iterator, output_signature=spec)
 
     return EndlessEpochs()
+
+
+def _super_batches(batches: Iterator[Any], count: int) -> Iterator[Any]:
+    """`batches` `count` at a time, stacked on a new leading axis, as Keras 3.16's own
+    adapters hand them to its scanned ``steps_per_execution`` on JAX (its
+    ``super_batch_iterator`` with ``jnp.stack``)."""
+    import jax.numpy as jnp
+    from keras.src.trainers.data_adapters import data_adapter_utils
+
+    return data_adapter_utils.super_batch_iterator(batches, count, stack_fn=jnp.stack)
 
 
 def _endless(batch_size: int | None) -> type:

@@ -26,7 +26,8 @@ Keras 3 cannot train under ``MultiWorkerMirroredStrategy`` (``fit`` fails conver
 ``PerReplica`` value: keras-team/keras#20585, tensorflow/tensorflow#72388); tf_keras can, so
 tf.distribute's multi-worker runs use ``TF_USE_LEGACY_KERAS=1``. :func:`make_strategy` says so
 in one line. Keras 3's own way past one machine is ``data_parallel`` (``keras.distribution``
-over ``jax.distributed``): :mod:`toolkit.distribute.processes`.
+over ``jax.distributed``, or over ``torch.distributed`` from Keras 3.16):
+:mod:`toolkit.distribute.processes`.
 """
 
 from __future__ import annotations

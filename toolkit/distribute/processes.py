@@ -1,8 +1,9 @@
 """Data parallelism over processes for Keras 3 (``--distribution_strategy=data_parallel``):
 the cluster, the join, and each process's share of the data. No framework is imported here:
 starting the processes and placing the batch is the backend's (``toolkit.backend``'s
-``start_processes`` and ``data_parallel``; on JAX, ``jax.distributed`` and
-``keras.distribution.DataParallel``).
+``start_processes`` and ``data_parallel``: ``keras.distribution.DataParallel`` over
+``jax.distributed`` on JAX, over ``torch.distributed`` on PyTorch, where Keras 3.16 and later
+train ``fit`` under DistributedDataParallel).
 
 * **The cluster** comes from ``--worker_hosts=h:p,h:p --task_index=i`` or from the environment a
   cluster manager sets for Keras (``KERAS_DISTRIBUTION_JOB_ADDRESSES`` / ``_NUM_PROCESSES`` /
@@ -28,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -154,6 +156,10 @@ _LOST = (
     "nccl",
 )
 
+# Where in its C++ a framework raised, before what it says (gloo's "[.../pair.cc:537] Read
+# error ..."): of no use to the user, and it would take most of the line.
+_SOURCE_LINE = re.compile(r"^\[[^\]\s]+\.(?:cc|cpp|cxx|h|hpp):\d+\]\s*")
+
 
 def lost_peer(error: BaseException, steps: int | None = None) -> str | None:
     """What to tell the user when training over processes stopped on `error` because another
@@ -161,7 +167,7 @@ def lost_peer(error: BaseException, steps: int | None = None) -> str | None:
     something else."""
     if not _STARTED:
         return None
-    text = " ".join(str(error).split())
+    text = _SOURCE_LINE.sub("", " ".join(str(error).split()))
     if not any(word in text.lower() for word in _LOST):
         return None
     here = _STARTED[0]
@@ -253,7 +259,8 @@ def _join(here: Cluster, settings: Mapping[str, Any], wait_s: float) -> float:
 
 
 # JAX's own setting for where its coordinator listens (``jax.distributed.initialize``'s
-# ``coordinator_bind_address``): the join listens there too. Unset: worker 0's address as named.
+# ``coordinator_bind_address``): the join, and PyTorch's TCPStore, listen there too. Unset:
+# worker 0's address as named.
 BIND_ENV = "JAX_COORDINATOR_BIND_ADDRESS"
 
 
@@ -277,11 +284,15 @@ def bind_address(coordinator: str) -> str:
     return bind
 
 
-def _listen(coordinator: str) -> socket.socket:
-    import errno
-    import sys
+def listening_socket(coordinator: str) -> tuple[socket.socket, str, int]:
+    """A socket listening where worker 0 listens (:func:`bind_address`), with its ip and port:
+    the join's, and after it the framework's where the toolkit opens that one too (PyTorch's
+    TCPStore: ``toolkit.backend``'s ``start_processes``).
 
-    from toolkit.distribute import listening_line
+    Raises:
+        DistributeError: that host is no address of this machine, or the port is in use.
+    """
+    import errno
 
     bind = bind_address(coordinator)
     host, port = _address(bind)
@@ -313,8 +324,18 @@ def _listen(coordinator: str) -> socket.socket:
             "(on every worker)"
         ) from None
     server.listen(64)
-    # Said once, for the join and JAX's coordinator after it (the same address and port).
-    print(f"cluster: {listening_line('worker 0', where[0], port)}", file=sys.stderr, flush=True)
+    return server, where[0], port
+
+
+def _listen(coordinator: str) -> socket.socket:
+    import sys
+
+    from toolkit.distribute import listening_line
+
+    server, ip, port = listening_socket(coordinator)
+    # Said once, for the join and the framework's coordinator after it, at the same address
+    # and port: JAX's coordination service, PyTorch's TCPStore.
+    print(f"cluster: {listening_line('worker 0', ip, port)}", file=sys.stderr, flush=True)
     return server
 
 

@@ -10,7 +10,7 @@ import dataclasses
 import math
 
 from toolkit.report._ledger import compare_ledgers
-from toolkit.report.run_report import RunReport, cell
+from toolkit.report.run_report import RunReport, cell, keras_shown
 
 __all__ = ["Comparison", "compare"]
 
@@ -148,8 +148,10 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
         ("fit wall time", a.fit_seconds, b.fit_seconds, "s"),
     )
     notes = []
-    for key in ("keras_backend", "tensorflow", "keras_flavor", "cpu_model", "devices", "hostname"):
-        va, vb = (_shown(key, r.environment.get(key)) for r in (a, b))
+    for key in (
+        "keras_backend", "tensorflow", "keras", "keras_flavor", "cpu_model", "devices", "hostname"
+    ):  # fmt: skip
+        va, vb = (_shown(key, r.environment) for r in (a, b))
         if va != vb and va is not None and vb is not None:  # as shown: a note says a difference
             notes.append(f"{key} differs: {va} vs {vb}")
     if a.name != b.name:
@@ -247,10 +249,14 @@ def _per_step(steps: object) -> float | None:
     return first / max(1, n) if first is not None else None
 
 
-def _shown(key: str, value: object) -> str | None:
-    """An environment value as a note shows it: the devices by name, the rest as a cell."""
+def _shown(key: str, environment: dict) -> str | None:
+    """An environment value as a note shows it: the devices by name, Keras with whether it is
+    a nightly (``3.16.0.dev2026102704 (nightly)``), the rest as a cell."""
+    value = environment.get(key)
     if value is None:
         return None
+    if key == "keras":
+        return keras_shown(environment)
     if key == "devices" and isinstance(value, list):
         names = [d.get("name") or d.get("label") or "?" for d in value if isinstance(d, dict)]
         return ", ".join(map(str, names)) or cell(value)

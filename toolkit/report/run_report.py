@@ -307,6 +307,8 @@ class RunReport:
         lines = [head]
         if self.context is not None:
             lines += self.context.lines()
+        if self.environment.get("keras_nightly"):  # unreleased: said where the figures are
+            lines.append(f"Keras {keras_shown(self.environment)}")
         lines += self.steps.lines(compile_cache=bool(self.args.get("compile_cache")))
         if self.compute:
             lines.append(_compute_line(self.compute))
@@ -344,6 +346,8 @@ class RunReport:
         w(f"# Run report: {self.name}\n\n**{self.verdict_line()}**\n\n")
         w(f"- status: **{self.status}**" + (f" — {self.error}" if self.error else "") + "\n")
         w(f"- created: {self.created_utc} · toolkit {self.toolkit_version}")
+        keras = keras_shown(self.environment)
+        w(f" · Keras {keras}" if keras else "")
         w(f" · schema {self.schema_version}\n")
         if self.fit_seconds is not None:
             w(f"- fit wall time: {self.fit_seconds:.3f} s\n")
@@ -551,6 +555,19 @@ def cell(value: Any) -> str:
     """`value` as one Markdown table cell (JSON for structures, pipes escaped)."""
     text = value if isinstance(value, str) else json.dumps(jsonable(value), default=str)
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def keras_shown(environment: Mapping[str, Any]) -> str | None:
+    """The Keras a report ran on, as a person reads it: ``3.16.0.dev2026102704 (nightly)``;
+    None where the report recorded none. A report from before ``keras_nightly`` was recorded
+    is a nightly by its ``.dev`` version, so it reads as a new report of the same Keras."""
+    version = environment.get("keras")
+    if version is None:
+        return None
+    nightly = environment.get("keras_nightly")
+    if nightly is None:
+        nightly = ".dev" in str(version)
+    return f"{version} (nightly)" if nightly else str(version)
 
 
 def _tensorboard_line(board: Mapping[str, Any]) -> str:

@@ -61,6 +61,7 @@ class SearchContext:
     step_s: float | None = None
     backend: str = "tensorflow"
     batch_sizes: tuple[int, ...] = ()
+    loader: str = ""  # what feeds fit: tf_data, grain, arrays ("": not known)
 
 
 LOOP, KNOB = "loop", "knob"  # a searched setting's role (Searched.role)
@@ -129,13 +130,19 @@ def _jit(ctx: SearchContext | None) -> tuple[bool, ...]:
     return (False, True) if ctx is None else backend.get(ctx.backend).searched_jit()
 
 
-def _loops(ctx: SearchContext | None) -> tuple[int, ...]:
-    """Steps per execution and fused steps pay only where the per-step overhead is a real
-    share of the step: up to 32 below 10 ms, up to 4 below 50 ms, none above, and none where
-    the backend has no loop around or inside its compiled step (PyTorch)."""
+def _loops(setting: str) -> Callable[[SearchContext | None], tuple[int, ...]]:
+    """The rule for a loop `setting` (steps per execution, fused steps): it pays only where
+    the per-step overhead is a real share of the step: up to 32 below 10 ms, up to 4 below
+    50 ms, none above, and none where the backend does not run it with this Keras and input
+    (the seam's ``step_loops``: PyTorch's Keras 3.15 has neither; where Keras scans its own
+    steps per execution, fused steps step aside)."""
+    return lambda ctx: _loop_values(setting, ctx)
+
+
+def _loop_values(setting: str, ctx: SearchContext | None) -> tuple[int, ...]:
     if ctx is None:
         return (1, 8, 32)
-    if not backend.get(ctx.backend).runs_step_loops():
+    if setting not in backend.get(ctx.backend).step_loops(ctx.loader):
         return (1,)
     if ctx.step_s is not None and ctx.step_s >= SLOW_STEP_S:
         return (1,)
@@ -291,7 +298,7 @@ class TrainConfig:
         "Training steps per call of the compiled function (Keras batch hooks run once per call).",
         SPEED,
         searched=Searched(
-            _loops,
+            _loops("steps_per_execution"),
             lambda v: f"spe={v}",
             default=1,
             role=LOOP,
@@ -304,7 +311,7 @@ class TrainConfig:
         "Training steps fused into one compiled train step (a loop inside it; with "
         "--jit_compile one XLA program): cuts per-step overhead for small models.",
         SPEED,
-        searched=Searched(_loops, lambda v: f"fused={v}", default=1, role=LOOP),
+        searched=Searched(_loops("fused_steps"), lambda v: f"fused={v}", default=1, role=LOOP),
     )
     compile_cache: bool = setting(
         False,

@@ -231,6 +231,10 @@ def run(
     if progress.mode() == progress.BAR:  # a terminal: no long silence before the first bar
         progress.say(f"{task.name}: data ready; building the model, then the first step compiles")
     model = _compiled_model(task, config, setup.strategy)
+    aside = _fused_aside(config, _data.data_loader(config, task.train, task), model)
+    if aside is not None:
+        progress.say(f"note: {aside[0]}; {aside[1]}")
+        setup.findings.append(Finding("info", "fused_steps_not_needed", *aside))
     verbose, log_steps, shown = fit_progress(config, train_ds, task.name)
     try:
         with _profiling(task, setup, args, log_steps) as prof:
@@ -311,6 +315,27 @@ def _count_flops(prof: Any, model: Any, setup: _Setup) -> bool:
     )
     # Not for the report, which is written even when fit stops on an error.
     return prof.compute.pop("peak_pending", False)
+
+
+def _fused_aside(config: TrainConfig, loader: str, model: Any) -> tuple[str, str] | None:
+    """``(what, fix)`` where ``--fused_steps`` is given but this backend, with this Keras,
+    input and `model`, runs Keras's own loop as fast (the seam's ``step_loops`` leaves fused
+    steps out: Keras 3.16 scans ``steps_per_execution`` on JAX, its super-batch stacked
+    inside tf.data, for a step that does not convolve on a CPU); None where fused steps pay,
+    or are not asked for. The flag is still honoured: what the user asked for runs, and the
+    note says what does the same."""
+    if config.fused_steps <= 1:
+        return None
+    seam = backend.get()
+    if "fused_steps" in seam.step_loops(loader, model):
+        return None
+    k = config.fused_steps
+    return (
+        f"--fused_steps={k} is not needed here: Keras {compat.keras_version()} runs "
+        f"--steps_per_execution={k} as one compiled loop itself, as fast with a {loader} "
+        "input (benchmarks/scan_vs_fused.py)",
+        f"--steps_per_execution={k} --fused_steps=1 trains every batch with Keras's own loop",
+    )
 
 
 def _fit(model: Any, setup: _Setup, timer: Any, callbacks: list[Any], verbose: int) -> Any:

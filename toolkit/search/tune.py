@@ -67,14 +67,14 @@ SEARCH_CALLS = 1  # timed executions per candidate in the search (at least `step
 
 
 def default_space(
-    device: Any, step_s: float | None = None, batch_sizes: Sequence[int] = ()
+    device: Any, step_s: float | None = None, batch_sizes: Sequence[int] = (), loader: str = ""
 ) -> Space:
     """The search space for a device, each axis from its setting's rule in the settings table
     (``toolkit.runner.config``): float32 plus the device's fast policy, what the backend
     compiles, steps per execution and fused steps where the measured default step time
     `step_s` says the per-step overhead is a real share of the step, and optionally batch
-    sizes."""
-    ctx = SearchContext(device, step_s, backend.name(), tuple(batch_sizes))
+    sizes. `loader` (what feeds fit) decides where a backend's loops pay."""
+    ctx = SearchContext(device, step_s, backend.name(), tuple(batch_sizes), loader)
     return Space(**{name: how.values(ctx) for name, how in SEARCHED_SETTINGS})
 
 
@@ -632,7 +632,9 @@ def _defaults_then_space(
     first = Trial(defaults, rate, time.perf_counter() - t0, compile_s=work.compile_s(defaults))
     report(f"[1 | {first.seconds:.0f}/{budget_s:.0f} s] {defaults.label()}: {rate:,.1f} examples/s")
     space = default_space(
-        work.device, step_s=(defaults.batch_size or work.config.batch_size) / rate
+        work.device,
+        step_s=(defaults.batch_size or work.config.batch_size) / rate,
+        loader=work.loader(),
     )
     return first, work.space(space, defaults)
 

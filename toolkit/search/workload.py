@@ -184,6 +184,11 @@ class Workload:
         offers only loops that run can time; None: unknown."""
         return None
 
+    def loader(self) -> str:
+        """What feeds its fit (``tf_data``, ``grain``, ``arrays``; "": not known), which
+        decides where a backend's loops pay (the seam's ``step_loops``)."""
+        return ""
+
     def batch_words(self) -> str:
         """Its batch size in words, for a verb's first line."""
         return str(self.batch_size)
@@ -323,6 +328,12 @@ class TaskWorkload(Workload):
 
     def how_to_apply(self, candidate: Candidate) -> str:
         return candidate.flags()
+
+    def loader(self) -> str:
+        """The runner's loader for this task and config (``--data_loader`` resolved)."""
+        from toolkit.runner import _data
+
+        return _data.data_loader(self.config, self.task.train, self.task)
 
     def space(self, space: Space, defaults: Candidate) -> Space:
         """Every setting: each candidate is a new build."""

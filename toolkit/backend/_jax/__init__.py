@@ -290,7 +290,7 @@ def fuse_train_steps(model: Any, steps: int) -> None:
     whole steps on one device and move the batch between devices on every call.
 
     How the scan is compiled, rolled or unrolled, is :func:`scan_unroll`'s rule, decided when
-    the step is traced (on a CPU, from whether the step convolves: :func:`step_convolves`).
+    the step is traced (on a CPU, from whether the step convolves: :func:`traced_step`).
     """
     if not mark_fused_steps(model, steps):
         return
@@ -311,13 +311,31 @@ def fuse_train_steps(model: Any, steps: int) -> None:
 
         batches = jax.tree_util.tree_map(split, data)
         platform = training_platform()
-        # Only a CPU's rule asks about convolutions: elsewhere the step is not traced twice.
-        convolves = platform == "cpu" and step_convolves(original, state, batches)
+        convolves = False
+        # Only a CPU's rule asks about convolutions; the step is traced once all the same:
+        # the scan runs the jaxpr that answered (Keras's step traced twice cost the first
+        # call ~0.08 s on the seed MLP).
+        if platform == "cpu":
+            body, convolves = traced_step(original, state, batches)
         unroll = scan_unroll(steps, platform, convolves)
         state, logs = jax.lax.scan(body, state, batches, unroll=unroll)
         return jax.tree_util.tree_map(lambda t: t[-1], logs), state
 
     model.train_step = fused_train_step
+
+
+def keras_scans_steps() -> bool:
+    """Whether the installed Keras runs ``steps_per_execution`` on JAX as one jitted
+    ``jax.lax.scan`` over a super-batch it stacks from the input (Keras 3.16; keras-nightly
+    today) rather than as a Python loop of jitted calls (3.15). Found in its trainer, never
+    assumed from the version."""
+    import importlib
+
+    try:
+        trainer = importlib.import_module("keras.src.backend.jax.trainer")
+    except ImportError:
+        return False
+    return callable(getattr(trainer, "_build_multi_step_scan", None))
 
 
 def scan_unroll(steps: int, platform: str, convolves: bool) -> int:
@@ -337,20 +355,34 @@ def scan_unroll(steps: int, platform: str, convolves: bool) -> int:
     return steps if platform == "cpu" and convolves else 1
 
 
-def step_convolves(step: Callable[..., Any], state: Any, batches: Any) -> bool:
-    """Whether the program of `step` (Keras's pure ``train_step(state, batch)``) holds a
-    convolution, in its jaxpr or any jaxpr nested in it (a ``jit``, a ``cond``, a custom
-    gradient). `batches` are the fused step's, one batch per leading index; the step is
-    traced on shapes only (its jaxpr, not compiled), so the arrays are neither read nor
-    kept."""
+def traced_step(
+    step: Callable[[Any, Any], Any], state: Any, batches: Any
+) -> tuple[Callable[[Any, Any], Any], bool]:
+    """``(scan body, whether it convolves)`` for `step` (Keras's pure ``train_step(state,
+    batch)``): the step traced once to its jaxpr, on shapes only (`batches` are the fused
+    step's, one batch per leading index; neither read nor kept), the body evaluating that
+    jaxpr, and whether it, or any jaxpr nested in it (a ``jit``, a ``cond``, a custom
+    gradient), holds a convolution."""
     import jax
+    from jax.extend.core import jaxpr_as_fun
 
     def spec(t: Any, drop: int = 0) -> Any:
         return jax.ShapeDtypeStruct(t.shape[drop:], t.dtype)
 
     batch = jax.tree_util.tree_map(lambda t: spec(t, 1), batches)
-    jaxpr = jax.make_jaxpr(step)(jax.tree_util.tree_map(spec, state), batch)
-    return _holds(jaxpr.jaxpr, "conv_general_dilated")
+    closed, shapes = jax.make_jaxpr(step, return_shape=True)(
+        jax.tree_util.tree_map(spec, state), batch
+    )
+    out_tree = jax.tree_util.tree_structure(shapes)
+    run = jaxpr_as_fun(closed)
+
+    def body(carry: Any, batch: Any) -> Any:
+        logs, carry = jax.tree_util.tree_unflatten(
+            out_tree, run(*jax.tree_util.tree_leaves((carry, batch)))
+        )
+        return carry, logs
+
+    return body, _holds(closed.jaxpr, "conv_general_dilated")
 
 
 def _holds(jaxpr: Any, primitive: str) -> bool:
@@ -480,10 +512,48 @@ def searched_jit() -> tuple[bool, ...]:
     return (True,)
 
 
-def runs_step_loops() -> bool:
-    """Whether ``steps_per_execution`` and fused steps (a ``jax.lax.scan`` inside the jitted
-    step) run here: yes."""
-    return True
+def step_loops(loader: str = "", model: Any = None) -> tuple[str, ...]:
+    """The loop settings that pay here, which tune searches: ``steps_per_execution`` and
+    fused steps (a ``jax.lax.scan`` inside the jitted step), but fused steps step aside where
+    Keras scans ``steps_per_execution`` itself (:func:`keras_scans_steps`) and stacks its
+    super-batch inside tf.data (`loader` ``tf_data``): there Keras's own loop was as fast,
+    measured (``benchmarks/scan_vs_fused.py``). Fused steps stay where Keras stacks the
+    super-batch on the host (Grain, NumPy batches: K transfers and a stack op each call,
+    which a fused step's one K-batch read does not pay), on a Keras that loops in Python
+    (3.15), and, for a built `model`, where its step convolves on a CPU: Keras's scan stays
+    rolled, and XLA's CPU compiler runs a convolution's gradient many times slower in a loop
+    (:func:`scan_unroll`; the cnn recipe's steps 34× slower)."""
+    both = ("steps_per_execution", "fused_steps")
+    if loader != "tf_data" or not keras_scans_steps():
+        return both
+    if model is not None and training_platform() == "cpu" and _forward_convolves(model):
+        return both
+    return ("steps_per_execution",)
+
+
+def _forward_convolves(model: Any) -> bool:
+    """Whether `model`'s forward pass convolves, from its jaxpr on shapes only (a model
+    without symbolic inputs, or one that will not trace so, counts as convolving: fused
+    steps are kept where it is not known)."""
+    import jax
+
+    inputs = getattr(model, "inputs", None)
+    if not inputs:
+        return True
+    try:
+        specs = [jax.ShapeDtypeStruct((1, *tuple(i.shape)[1:]), i.dtype) for i in inputs]
+        variables = (
+            [v.value for v in model.trainable_variables],
+            [v.value for v in model.non_trainable_variables],
+        )
+
+        def forward(tv: Any, ntv: Any, xs: Any) -> Any:
+            return model.stateless_call(tv, ntv, xs if len(xs) > 1 else xs[0], training=True)[0]
+
+        jaxpr = jax.make_jaxpr(forward)(*variables, specs)
+    except Exception:  # noqa: BLE001 - unknown: keep fused steps
+        return True
+    return _holds(jaxpr.jaxpr, "conv_general_dilated")
 
 
 def dispatches_asynchronously() -> bool:

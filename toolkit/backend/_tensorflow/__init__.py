@@ -506,10 +506,11 @@ def searched_jit() -> tuple[bool, ...]:
     return (False, True)
 
 
-def runs_step_loops() -> bool:
-    """Whether ``steps_per_execution`` (a loop around the compiled step) and fused steps (a
-    ``tf.while_loop`` inside it) run here: yes."""
-    return True
+def step_loops(loader: str = "", model: Any = None) -> tuple[str, ...]:
+    """The loop settings that run here and that tune searches: ``steps_per_execution`` (a
+    loop around the compiled step) and fused steps (a ``tf.while_loop`` inside it), whatever
+    the input (`loader`) and model."""
+    return ("steps_per_execution", "fused_steps")
 
 
 def dispatches_asynchronously() -> bool:

@@ -18,6 +18,7 @@ is ``torch.compile`` (Keras's own switch).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -74,10 +75,13 @@ def framework_facts() -> dict[str, Any]:
 
 def check_config(config: Any) -> None:
     """Raises ValueError (one line) for a setting Keras's PyTorch backend cannot run."""
-    if config.steps_per_execution > 1:
+    if config.steps_per_execution > 1 and not keras_loops_steps():
+        import keras
+
         raise ValueError(
-            f"--steps_per_execution={config.steps_per_execution}: Keras's PyTorch backend runs "
-            "one step per call; use --steps_per_execution=1 (or --backend=jax / tensorflow)"
+            f"--steps_per_execution={config.steps_per_execution} on --backend=torch needs "
+            f"Keras 3.16 or later (keras-nightly today); Keras {keras.__version__}'s PyTorch "
+            "backend runs one step per call: use --steps_per_execution=1 (or --backend=jax)"
         )
     refuse_tf_only(config, "torch")
 
@@ -331,13 +335,15 @@ quiet_retracing = no_retracing_noise
 # ---------------------------------------------------------------------------- processes
 
 # Where a Keras whose PyTorch backend trains ``fit`` under DistributedDataParallel keeps it
-# (Keras's master has it for its next release; 3.15 has none). Found, never assumed from the
+# (Keras 3.16 and later: keras-nightly today; 3.15 has none). Found, never assumed from the
 # version.
 _KERAS_TORCH_DISTRIBUTION = "keras.src.backend.torch.distribution_lib"
+_STORE: list[Any] = []  # worker 0's TCPStore server: open as long as the process group
 
 
 def _keras_distribution_lib() -> Any:
-    """Keras's PyTorch distribution module, or ValueError (one line) naming what is missing."""
+    """Keras's PyTorch distribution module, or ValueError (one line) naming the Keras it needs
+    and what works instead."""
     import importlib
     import importlib.util
 
@@ -348,10 +354,9 @@ def _keras_distribution_lib() -> Any:
         module = importlib.import_module(_KERAS_TORCH_DISTRIBUTION)
     if module is None or not callable(getattr(module, "initialize", None)):
         raise ValueError(
-            f"--distribution_strategy=data_parallel on --backend=torch: the installed Keras "
-            f"{keras.__version__} has no keras.distribution for PyTorch "
-            f"({_KERAS_TORCH_DISTRIBUTION}.initialize); use --backend=jax, or a Keras whose "
-            "PyTorch backend trains under DistributedDataParallel"
+            "--backend=torch --distribution_strategy=data_parallel needs Keras 3.16 or later "
+            f"(keras-nightly), whose PyTorch backend trains under DDP; Keras {keras.__version__} "
+            "is installed: use --backend=jax, or install keras-nightly"
         )
     return module
 
@@ -363,15 +368,24 @@ def start_processes(
     wait_s: float,
     before: Callable[[], Any] = lambda: None,
 ) -> None:
-    """Joins the PyTorch process group through Keras (torchrun's environment: the
-    coordinator's host and port, the world size and this rank; gloo on CPUs, NCCL on
-    GPUs), where the installed Keras has it (`before` runs first: the toolkit's join); else
-    one line naming what is missing."""
+    """Joins the PyTorch process group through Keras's ``initialize`` (gloo on CPUs, NCCL on
+    GPUs) where the installed Keras has it (`before` runs first: the toolkit's join); else
+    one line naming what is missing.
+
+    The rendezvous is torchrun's environment: ``MASTER_ADDR``/``MASTER_PORT`` (the
+    coordinator as named), ``WORLD_SIZE``, ``RANK``. Its store, a TCPStore that PyTorch would
+    open on every interface whatever host is named, is opened here instead by worker 0 on a
+    socket bound where the join listened (``processes.bind_address``: loopback only for
+    ``127.0.0.1``), and every process joins it as a client, as under torchelastic's agent
+    (``TORCHELASTIC_USE_AGENT_STORE``)."""
+    import datetime
     import os
 
-    _keras_distribution_lib()
+    distribution_lib = _keras_distribution_lib()
     before()
-    import keras
+    import torch.distributed as dist
+
+    from toolkit.distribute.processes import listening_socket
 
     host, _, port = coordinator.rpartition(":")
     os.environ.update(
@@ -381,7 +395,29 @@ def start_processes(
         RANK=str(process_id),
         LOCAL_RANK=os.environ.get("LOCAL_RANK", "0"),
     )
-    keras.distribution.initialize(coordinator, num_processes, process_id)
+    if process_id == 0:
+        server, ip, bound = listening_socket(coordinator)
+        store = dist.TCPStore(
+            ip,
+            bound,
+            num_processes,
+            is_master=True,
+            timeout=datetime.timedelta(seconds=max(60.0, wait_s)),
+            wait_for_workers=False,
+            master_listen_fd=server.detach(),  # the store's from here on
+        )
+        _STORE[:] = [store]
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE")
+    os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+    try:
+        # The environment above says it all: Keras's own parsing of the addresses splits
+        # host:port at a colon, which an IPv6 address has more of.
+        distribution_lib.initialize(None, num_processes, process_id)
+    finally:
+        if agent is None:
+            del os.environ["TORCHELASTIC_USE_AGENT_STORE"]
+        else:
+            os.environ["TORCHELASTIC_USE_AGENT_STORE"] = agent
 
 
 def data_parallel() -> tuple[Any, int]:
@@ -427,10 +463,33 @@ def searched_jit() -> tuple[bool, ...]:
     return (False,)
 
 
-def runs_step_loops() -> bool:
-    """Whether ``steps_per_execution`` and fused steps run here: no (Keras on PyTorch has no
-    loop around its step, and the toolkit none inside it)."""
-    return False
+def step_loops(loader: str = "", model: Any = None) -> tuple[str, ...]:
+    """The loop settings that run here, which tune searches: ``steps_per_execution`` where
+    Keras takes it on PyTorch (:func:`keras_loops_steps`: K steps per call of its train
+    function, its batch hooks once per call), kept only where it measures faster; never
+    fused steps (the toolkit compiles no loop inside a PyTorch step)."""
+    return ("steps_per_execution",) if keras_loops_steps() else ()
+
+
+# What Keras 3.15's PyTorch trainer says when steps_per_execution > 1 (its refusal).
+_ONE_STEP_PER_CALL = "`steps_per_execution` must be 1 with the PyTorch backend"
+
+
+@functools.cache
+def keras_loops_steps() -> bool:
+    """Whether the installed Keras takes ``steps_per_execution > 1`` on PyTorch (3.16, a
+    Python loop of steps in one call) or refuses it (3.15). Found in its trainer's source,
+    never assumed from the version: asking it would mean building a model, which moves
+    Keras's layer-name counters under the user's own model."""
+    import importlib
+    import inspect
+
+    try:
+        trainer = importlib.import_module("keras.src.backend.torch.trainer")
+        source = inspect.getsource(trainer)
+    except (ImportError, OSError, TypeError):
+        return False
+    return _ONE_STEP_PER_CALL not in source
 
 
 def dispatches_asynchronously() -> bool:
@@ -440,11 +499,16 @@ def dispatches_asynchronously() -> bool:
 
 
 def trains_under_tf_distribute() -> bool:
-    """No: Keras's own distribution (DDP in Keras's next release)."""
+    """No: Keras's own distribution (DistributedDataParallel, from Keras 3.16)."""
     return False
 
 
 def loop_advice() -> str:
+    if keras_loops_steps():
+        return (
+            "try --steps_per_execution=K (K steps per call: Keras's batch hooks run once per "
+            "call) or a larger batch"
+        )
     return (
         "Keras's PyTorch backend runs one step per call, so a larger batch or --backend=jax "
         "(with --steps_per_execution) is the way out"
