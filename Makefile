@@ -31,7 +31,10 @@ test: $(STAMP)
 # is a pinned keras-nightly (pinned, so CI is reproducible; moving the pin is a commit). It runs
 # the profiling contracts on JAX and on PyTorch, and the distribution tests (marked
 # next_keras), which there include PyTorch's data_parallel over two processes. The nightly
-# installs into the package directory `keras` installs into, so `keras` is removed first.
+# installs into the package directory `keras` installs into, so `keras` (which the project's
+# own install brings back each time setup.py, pyproject.toml or this file change) is removed
+# first and the nightly's files written again over it; then its own dependencies, if a newer
+# pin needs any.
 KERAS_NEXT ?= keras-nightly==3.16.0.dev2026102704
 NEXT_VENV ?= .venv-next
 NEXT_PY := $(NEXT_VENV)/bin/python
@@ -52,6 +55,7 @@ $(NEXT_STAMP): setup.py pyproject.toml Makefile | $(NEXT_PY)
 	$(NEXT_PY) -m pip install --quiet -e '.[test,report,profile]'
 	$(NEXT_PY) -m pip uninstall --quiet --yes keras
 	$(NEXT_PY) -m pip install --quiet --no-deps --force-reinstall '$(KERAS_NEXT)'
+	$(NEXT_PY) -m pip install --quiet '$(KERAS_NEXT)'
 	$(NEXT_PY) -c "import keras; print('.venv-next: Keras', keras.__version__)"
 	touch $@
 

@@ -154,7 +154,10 @@ def main() -> None:
         if backend == "torch":
             missing = _torch_cluster_missing()
             if missing:
-                print(f"# PyTorch: not measured: {missing}")
+                from toolkit.core import terminal
+
+                line = f"# PyTorch: not measured: {missing}"
+                print(terminal.fit(line, terminal.width(sys.stdout)))
                 continue
         fused = args.fused_steps if backend == "jax" else 1
         name = {"jax": "JAX", "torch": "PyTorch (DDP)"}.get(backend, backend)

@@ -119,10 +119,15 @@ def main() -> None:
     args = parser.parse_args()
     version, scans = _keras()
     if not scans:
+        from toolkit.core import terminal
+
         raise SystemExit(
-            f"scan_vs_fused: Keras {version} runs steps_per_execution on JAX as a Python loop, not "
-            "a scan: run it with a Keras 3.16 or later (make test-next builds .venv-next "
-            "with keras-nightly: .venv-next/bin/python benchmarks/scan_vs_fused.py)"
+            terminal.fit(
+                f"scan_vs_fused: Keras {version} loops steps_per_execution on JAX in Python: "
+                "run it under Keras 3.16 or later (make test-next builds .venv-next: "
+                ".venv-next/bin/python benchmarks/scan_vs_fused.py)",
+                terminal.width(sys.stderr),
+            )
         )
     print(
         f"# Keras {version} on JAX: Keras's scanned steps_per_execution=K (baseline) "

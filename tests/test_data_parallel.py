@@ -552,12 +552,13 @@ def test_the_pytorch_store_listens_where_worker_0_is_named():
         proc.stdout.close()
 
 
-def test_a_killed_coordinator_ends_the_others_within_seconds(tmp_path):
-    """JAX's coordination service lives in worker 0: when it dies the others are ended by
-    JAX itself (a fatal log line, not ours), at once and without a hang."""
+def test_a_killed_coordinator_ends_the_others_within_seconds(tmp_path, backend):
+    """Worker 0 holds the cluster's coordinator (JAX's coordination service; PyTorch's
+    TCPStore): when it dies the others end at once and without a hang (JAX ends them itself,
+    with a fatal log line; on PyTorch gloo's lost peer is the toolkit's one line, status 1)."""
     hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
     flags = ["--epochs=50", "--train_steps=40", f"--report_dir={tmp_path}"]
-    procs = [_start(_recipe(hosts, i, *flags)) for i in range(2)]
+    procs = [_start(_recipe(hosts, i, *flags, backend=backend), core=i) for i in range(2)]
     try:
         deadline = time.monotonic() + 240
         while not list(tmp_path.glob("*/")) and procs[0].poll() is None:
@@ -568,9 +569,14 @@ def test_a_killed_coordinator_ends_the_others_within_seconds(tmp_path):
         killed = time.monotonic()
         procs[1].wait(timeout=120)
         ended_in = time.monotonic() - killed
+        _, err = _finish(procs[1], timeout=10)
     finally:
         _stop(procs)
-    assert procs[1].returncode != 0 and ended_in < 60
+    assert procs[1].returncode != 0 and ended_in < 60, err[-3000:]
+    if backend == "torch":
+        assert procs[1].returncode == 1, err[-3000:]
+        (said,) = _errors(err)
+        assert "worker 1 of 2: another process of the cluster is gone" in said
 
 
 OWN_MODEL = """

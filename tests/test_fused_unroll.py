@@ -153,10 +153,18 @@ def test_fused_steps_step_aside_only_where_keras_scans_as_fast(keras):
     from toolkit.backend import _jax
 
     both = ("steps_per_execution", "fused_steps")
-    mlp, conv = (_task(keras, conv=c)[0].build_model() for c in (False, True))
+
+    def built(conv: bool, jit: bool = True):
+        model = _task(keras, conv=conv)[0].build_model()
+        model.compile("sgd", "mse", jit_compile=jit)
+        return model
+
+    mlp, conv = built(False), built(True)
     scans = _jax.keras_scans_steps()
     assert _jax.step_loops("tf_data", mlp) == (("steps_per_execution",) if scans else both)
     assert _jax.step_loops("tf_data", conv) == both
+    assert _jax.step_loops("tf_data", built(False, jit=False)) == both  # Keras's loop: eager
+    assert _jax.step_loops("tf_data") == both  # no model yet: tune measures both
     assert _jax.step_loops("grain", mlp) == _jax.step_loops("arrays", mlp) == both
 
 
@@ -198,7 +206,8 @@ def test_fused_steps_where_keras_scans_its_own_say_they_are_not_needed(tmp_path)
     lines, codes = said["tf_data"]
     if scans:
         assert len(lines) == 1 and lines[0].startswith("note: --fused_steps=4 is not needed here")
-        assert "--steps_per_execution=4 --fused_steps=1" in lines[0]
+        assert "as fast from tf.data" in lines[0]
+        assert "use --steps_per_execution=4 without --fused_steps" in lines[0]
         assert "fused_steps_not_needed" in codes
     else:
         assert not lines and "fused_steps_not_needed" not in codes

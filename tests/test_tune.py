@@ -29,10 +29,11 @@ def test_space_follows_the_step_time(keras):
 
 
 def test_each_backend_searches_the_loops_it_runs_with_this_keras():
-    """Steps per execution and fused steps, per backend, Keras and input: fused steps step
-    aside where Keras 3.16 scans its own steps on JAX from a tf.data input (as fast there,
-    measured); PyTorch searches steps per execution where its Keras takes it."""
-    from toolkit.backend import _jax, _torch
+    """Steps per execution and fused steps, per backend, Keras and input: tune's space knows
+    no built model yet, so JAX keeps both (where fused steps step aside for a built model:
+    tests/test_fused_unroll.py); PyTorch searches steps per execution where its Keras takes
+    it, never fused steps."""
+    from toolkit.backend import _torch
     from toolkit.runner.config import SEARCHED_SETTINGS, SearchContext
 
     rule = dict(SEARCHED_SETTINGS)
@@ -44,7 +45,7 @@ def test_each_backend_searches_the_loops_it_runs_with_this_keras():
     assert spe(ctx("tensorflow")) == fused(ctx("tensorflow")) == (1, 8, 32)
     assert spe(ctx("jax", "grain")) == fused(ctx("jax", "grain")) == (1, 8, 32)
     assert spe(ctx("jax", "tf_data")) == (1, 8, 32)
-    assert fused(ctx("jax", "tf_data")) == ((1,) if _jax.keras_scans_steps() else (1, 8, 32))
+    assert fused(ctx("jax", "tf_data")) == (1, 8, 32)
     assert spe(ctx("torch")) == ((1, 8, 32) if _torch.keras_loops_steps() else (1,))
     assert fused(ctx("torch")) == (1,)
     assert spe(SearchContext(None, 0.2, "jax", (), "tf_data")) == (1,)  # a slow step: none

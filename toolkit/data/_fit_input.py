@@ -169,9 +169,10 @@ def as_fit_reads(data: Any, batch_size: int | None) -> Any:
             return self._passes(lambda a: a.get_numpy_iterator())
 
         def get_jax_iterator(self, super_batch: int | None = None) -> Iterator[Any]:
-            # Keras 3.16 asks for super-batches (steps_per_execution on JAX); 3.15 never does.
-            asked = {"super_batch": super_batch} if super_batch else {}
-            return self._passes(lambda a: a.get_jax_iterator(**asked))
+            # Keras 3.16 asks for super-batches (steps_per_execution on JAX; 3.15 never does):
+            # stacked across passes, so no epoch's end leaves a partial one.
+            batches = self._passes(lambda a: a.get_jax_iterator())
+            return _super_batches(batches, super_batch) if super_batch else batches
 
         def get_torch_dataloader(self) -> Any:
             return _Iterable(lambda: self._passes(lambda a: a.get_torch_dataloader()))

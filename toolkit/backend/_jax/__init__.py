@@ -279,8 +279,10 @@ def fuse_train_steps(model: Any, steps: int) -> None:
     Keras's JAX ``train_step`` is a pure function of ``(state, data)``; here it receives a
     batch of ``steps × batch_size`` examples, splits it into `steps` batches and runs the
     original step over them with ``jax.lax.scan``: one XLA program, the state (weights,
-    optimizer, metrics, seeds) carried from step to step on the device. Keras's own
-    ``steps_per_execution`` on JAX is a Python loop of jitted calls, one dispatch per step.
+    optimizer, metrics, seeds) carried from step to step on the device. Keras 3.15's own
+    ``steps_per_execution`` on JAX is a Python loop of jitted calls, one dispatch per step;
+    3.16's is a scan too, over K batches it stacks into one (:func:`step_loops` says where
+    that is as fast).
     Logs are those of the last step. Call it after ``compile``; StepTimer counts `steps`
     steps per batch.
 
@@ -514,19 +516,24 @@ def searched_jit() -> tuple[bool, ...]:
 
 def step_loops(loader: str = "", model: Any = None) -> tuple[str, ...]:
     """The loop settings that pay here, which tune searches: ``steps_per_execution`` and
-    fused steps (a ``jax.lax.scan`` inside the jitted step), but fused steps step aside where
-    Keras scans ``steps_per_execution`` itself (:func:`keras_scans_steps`) and stacks its
-    super-batch inside tf.data (`loader` ``tf_data``): there Keras's own loop was as fast,
-    measured (``benchmarks/scan_vs_fused.py``). Fused steps stay where Keras stacks the
+    fused steps (a ``jax.lax.scan`` inside the jitted step). Fused steps step aside only
+    where Keras's own loop was measured as fast (``benchmarks/scan_vs_fused.py``: 1.00× a
+    step): Keras scans ``steps_per_execution`` itself (:func:`keras_scans_steps`, under
+    ``jit_compile``), stacks its super-batch inside tf.data (`loader` ``tf_data``), on a CPU,
+    for a built `model` whose step does not convolve. They stay where Keras stacks the
     super-batch on the host (Grain, NumPy batches: K transfers and a stack op each call,
-    which a fused step's one K-batch read does not pay), on a Keras that loops in Python
-    (3.15), and, for a built `model`, where its step convolves on a CPU: Keras's scan stays
-    rolled, and XLA's CPU compiler runs a convolution's gradient many times slower in a loop
-    (:func:`scan_unroll`; the cnn recipe's steps 34× slower)."""
+    which a fused step's one K-batch read does not pay: 1.53× a step here, 9.97× on an
+    H200), on a Keras that loops in Python (3.15), where the step convolves on a CPU (Keras's
+    scan stays rolled, and XLA's CPU compiler runs a convolution's gradient many times
+    slower in a loop, :func:`scan_unroll`: the cnn recipe's steps 29× slower), where the
+    model is not known yet (tune's space: it measures both), and on a GPU from tf.data (not
+    measured: the GPU machines here have no TensorFlow)."""
     both = ("steps_per_execution", "fused_steps")
-    if loader != "tf_data" or not keras_scans_steps():
+    if loader != "tf_data" or not keras_scans_steps() or model is None:
         return both
-    if model is not None and training_platform() == "cpu" and _forward_convolves(model):
+    if training_platform() != "cpu" or getattr(model, "jit_compile", True) is not True:
+        return both
+    if getattr(model, "run_eagerly", False) or _forward_convolves(model):
         return both
     return ("steps_per_execution",)
 
