@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import json
 import os
@@ -21,6 +22,26 @@ def run_python(code: str, timeout: int = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
     )
+
+
+@functools.cache
+def cluster_backend_missing(backend: str) -> str | None:
+    """Why this Keras cannot train `backend` over processes (a skip's reason), or None: for
+    PyTorch, the toolkit's own check (``_keras_distribution_lib``), not the version."""
+    if backend != "torch":
+        return None
+    from toolkit.backend import _torch
+
+    try:
+        _torch._keras_distribution_lib()
+    except ValueError:
+        import keras
+
+        return (
+            "PyTorch data_parallel needs Keras >= 3.16 (keras-nightly; `make test-next`); "
+            f"installed Keras {keras.__version__}"
+        )
+    return None
 
 
 def read_until(

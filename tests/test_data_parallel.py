@@ -8,7 +8,6 @@ process is bounded in time and stopped in ``finally``.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import signal
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_ports, read_until
+from tests.helpers import cluster_backend_missing, free_ports
 from toolkit.distribute import DistributeError, processes
 
 pytest.importorskip("jax")
@@ -34,32 +33,12 @@ pytestmark = [
 ]
 
 
-@functools.cache
-def _missing(backend: str) -> str | None:
-    """Why this Keras cannot train `backend` over processes (a skip's reason), or None: for
-    PyTorch, the toolkit's own check (``_keras_distribution_lib``), not the version."""
-    if backend != "torch":
-        return None
-    from toolkit.backend import _torch
-
-    try:
-        _torch._keras_distribution_lib()
-    except ValueError:
-        import keras
-
-        return (
-            "PyTorch data_parallel needs Keras >= 3.16 (keras-nightly; `make test-next`); "
-            f"installed Keras {keras.__version__}"
-        )
-    return None
-
-
 def _needs(backend: str) -> str:
-    """`backend`, or a skip where this Keras cannot train it over processes (:func:`_missing`:
-    naming the Keras it needs and the installed one)."""
+    """`backend`, or a skip where this Keras cannot train it over processes (the reason names
+    the Keras it needs and the installed one: ``tests.helpers.cluster_backend_missing``)."""
     if backend == "torch":
         pytest.importorskip("torch")
-    why = _missing(backend)
+    why = cluster_backend_missing(backend)
     if why:
         pytest.skip(why)
     return backend
@@ -500,7 +479,7 @@ def test_pytorch_on_a_keras_without_its_distribution_says_what_it_needs_in_one_l
     the Keras it needs and what works instead, before anyone waits (worker 1 would wait for
     worker 0), and nothing written."""
     pytest.importorskip("torch")
-    if _missing("torch") is None:
+    if cluster_backend_missing("torch") is None:
         pytest.skip("the installed Keras trains PyTorch over processes")
     hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
     out = subprocess.run(
@@ -514,42 +493,6 @@ def test_pytorch_on_a_keras_without_its_distribution_says_what_it_needs_in_one_l
     )
     assert "(keras-nightly)" in said and "use --backend=jax" in said, said
     assert "Traceback" not in out.stderr and not (tmp_path / "r").exists()
-
-
-STORE = """
-import sys
-from toolkit import backend
-backend.select("torch")
-from toolkit.backend import _torch
-print("starting", flush=True)
-_torch.start_processes(sys.argv[1], 2, 0, 60)  # process 1 never comes: it waits, listening
-"""
-
-
-def test_the_pytorch_store_listens_where_worker_0_is_named():
-    """PyTorch's TCPStore, the port worker 0 serves after the join, as the toolkit opens it:
-    on the host named (loopback only for 127.0.0.1), not PyTorch's every interface."""
-    from tests.test_security_servers import _connects, _listening, _other_address
-
-    _needs("torch")
-    other = _other_address()
-    (port,) = free_ports(1)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", STORE, f"127.0.0.1:{port}"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env(),
-    )  # fmt: skip
-    try:
-        came, said = read_until(proc, "starting", 120)
-        assert came, said
-        deadline = time.monotonic() + 120
-        while not _listening(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)  # PyTorch says nothing when its store is up: polling, no event
-        assert {ip for ip, p in _listening(proc.pid) if p == port} == {"127.0.0.1"}
-        assert _connects("127.0.0.1", port)
-        assert not _connects(other, port)
-    finally:
-        _stop([proc])
-        proc.stdout.close()
 
 
 def test_a_killed_coordinator_ends_the_others_within_seconds(tmp_path, backend):

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from tests.helpers import free_ports, read_until
+from tests.helpers import cluster_backend_missing, free_ports, read_until
 
 
 def _other_address() -> str:
@@ -173,21 +173,28 @@ def test_the_join_listens_on_loopback_only_for_localhost():
 COORDINATOR = """
 import sys
 from toolkit import backend
-backend.select("jax")
-from toolkit.backend import _jax
+backend.select(sys.argv[2])
 print("starting", flush=True)
-_jax.start_processes(sys.argv[1], 2, 0, 60)  # process 1 never comes: it waits, listening
+# process 1 never comes: it waits, listening
+backend.get().start_processes(sys.argv[1], 2, 0, 60)
 """
 
 
-def test_jax_coordinator_listens_where_worker_0_is_named():
-    """JAX's coordinator as the toolkit starts it (``coordinator_bind_address``: the host
-    named), not JAX's default of every interface."""
-    pytest.importorskip("jax")
+@pytest.mark.next_keras
+@pytest.mark.parametrize("name", ["jax", "torch"])
+def test_the_coordinator_listens_where_worker_0_is_named(name):
+    """The cluster's coordinator as the toolkit starts it, on the host named (loopback only
+    for 127.0.0.1), not the framework's default of every interface: JAX's coordination
+    service (``coordinator_bind_address``), PyTorch's TCPStore (opened by the toolkit on the
+    socket its join bound)."""
+    pytest.importorskip(name)
+    why = cluster_backend_missing(name)
+    if why:
+        pytest.skip(why)
     other = _other_address()
     port = free_ports(1)[0]
     proc = subprocess.Popen(
-        [sys.executable, "-c", COORDINATOR, f"127.0.0.1:{port}"],
+        [sys.executable, "-c", COORDINATOR, f"127.0.0.1:{port}", name],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -198,7 +205,7 @@ def test_jax_coordinator_listens_where_worker_0_is_named():
         assert came, said
         deadline = time.monotonic() + 120
         while not _listening(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)  # JAX says nothing when its service is up: polling, no event
+            time.sleep(0.2)  # neither says when it is up: polling, no event
         assert {ip for ip, p in _listening(proc.pid) if p == port} == {"127.0.0.1"}
         assert _connects("127.0.0.1", port)
         assert not _connects(other, port)
