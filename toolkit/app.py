@@ -385,7 +385,8 @@ def _said(result: Any, smoke: bool = False) -> None:
         # Timed nothing: not a pass for a script that checks the status (UNTIMED_STATUS).
         untimed = result.report.status == "untimed"
         if untimed and smoke:
-            print(f"note: a --smoke run: it ran, and timed nothing{where}", file=sys.stderr)
+            said = f"note: a --smoke run: it ran, and timed nothing{where}"
+            print(terminal.fit(said, terminal.width(sys.stderr)), file=sys.stderr)
             return
         fail(RuntimeError(f"{result.report.error}{where}"), UNTIMED_STATUS if untimed else 1)
 
