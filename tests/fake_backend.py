@@ -257,3 +257,23 @@ def weights_digest(model: Any) -> str:
 
 def compile_watch(model: Any, clock: Callable[[], float]) -> CompileWatch:
     return CompileWatch(model, clock)  # NumPy compiles nothing
+
+
+def layer_scope(token: str) -> Any:
+    return contextlib.nullcontext()
+
+
+def anatomy_trace(files: list[str]) -> Any:
+    from toolkit.core._anatomy import StepTrace
+
+    return StepTrace(error="the fake backend writes no trace")
+
+
+def raw_step(model: Any, batch: Any) -> tuple[Callable[[int], float], str]:
+    def timed(n: int) -> float:
+        t = time.perf_counter()
+        for _ in range(n):
+            sum(range(100))
+        return time.perf_counter() - t
+
+    return timed, "a loop of NumPy-free Python"

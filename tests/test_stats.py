@@ -126,3 +126,10 @@ def test_stepstats_dict_roundtrip_and_lines():
     assert StepStats.from_dict(s.to_dict()) == s
     text = str(s)
     assert "p50 1.000 ms" in text and "32,000.0 examples/s" in text and "first step" in text
+
+
+def test_format_flops_rounds_up_into_the_next_prefix():
+    # 9.99999e11 at three figures is 1000 G: written 1 T, never 1e+03 G.
+    assert stats.format_flops(9.99999e11, per_second=True) == "1 TFLOP/s"
+    assert stats.format_flops(999.4e9) == "999 GFLOP"
+    assert stats.format_flops(999.7) == "1 kFLOP"

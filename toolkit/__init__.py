@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from toolkit.core.version import __version__
 
 if TYPE_CHECKING:
+    from toolkit.core._anatomy import Anatomy
     from toolkit.core.interrupts import TrainingInterrupted
     from toolkit.core.machine import capture_environment
     from toolkit.core.stats import StepStats, summarize
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from toolkit.runner.session import Profile, profile
     from toolkit.runner.task import Task
     from toolkit.runner.train import RunResult, run
+    from toolkit.search.anatomy import anatomy
     from toolkit.search.diagnose import Diagnosis, diagnose
     from toolkit.search.tune import TuneResult, autotune, tune
 
@@ -52,6 +54,8 @@ _EXPORTS = {
     "Task": "toolkit.runner.task",
     "RunResult": "toolkit.runner.train",
     "run": "toolkit.runner.train",
+    "Anatomy": "toolkit.core._anatomy",
+    "anatomy": "toolkit.search.anatomy",
     "Diagnosis": "toolkit.search.diagnose",
     "diagnose": "toolkit.search.diagnose",
     "TuneResult": "toolkit.search.tune",

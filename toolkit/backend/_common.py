@@ -22,6 +22,7 @@ __all__ = [
     "no_augmentation_pin",
     "no_retracing_noise",
     "one_step_per_batch",
+    "plain_loss",
     "refuse_tf_only",
     "shape_change",
 ]
@@ -59,6 +60,9 @@ SEAM = (
     "gather_processes",
     "intra_op_threads",
     "measure_matmul_peak",
+    "anatomy_trace",
+    "layer_scope",
+    "raw_step",
     "private_caches",
     "processes",
     "profiler_probe",
@@ -248,3 +252,27 @@ def shape_change(before: Any, now: Any) -> str | None:
         if d0 != d1:
             return f"input dtype {d1} (was {d0})"
     return None
+
+
+# ---------------------------------------------------------------------------- the raw step
+
+
+def plain_loss(model: Any) -> Callable[[Any, Any], Any]:
+    """The model's compiled loss as a plain ``loss(y_true, y_pred)``, for a training step
+    written without Keras's trainer (the step's anatomy measures Keras's own cost against
+    it). Raises ValueError (words) for what one plain loss cannot stand for: several
+    outputs' losses, loss weights, losses added by layers."""
+    from toolkit.core import compat
+
+    keras = compat.keras()
+    loss = getattr(model, "loss", None)
+    if loss is None or isinstance(loss, dict | list | tuple):
+        raise ValueError(
+            "the raw step takes one loss; this model compiles "
+            f"{'none' if loss is None else type(loss).__name__ + ' of losses'}"
+        )
+    if getattr(model, "loss_weights", None):
+        raise ValueError("the raw step takes one unweighted loss; this model weights its losses")
+    if model.losses:
+        raise ValueError("the raw step takes one loss; this model's layers add losses of their own")
+    return keras.losses.get(loss)

@@ -361,7 +361,7 @@ def format_flops(value: float | None, per_second: bool = False) -> str:
         return "n/a"
     unit = "FLOP/s" if per_second else "FLOP"
     for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
+        if abs(value) >= scale * 0.9995:  # what 3 figures round up to 1000 is the next prefix
             return f"{value / scale:.3g} {prefix}{unit}"
     return f"{value:.3g} {unit}"
 

@@ -93,6 +93,11 @@ class TraceWindow(compat.keras().callbacks.Callback):
         self._started_at = 0
         self._marker: Any = None  # the open step marker, while a traced step runs
         self.marked_steps = 0
+        # The outside clock around the window (perf_counter): when the profiler had started
+        # (the first marker opens right after) and when the device had caught up at its end.
+        # The step's anatomy checks the trace's own clock against it.
+        self.began_at: float | None = None
+        self.ended_at: float | None = None
 
     def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
         self._offset = self._next_offset = 0
@@ -168,6 +173,7 @@ class TraceWindow(compat.keras().callbacks.Callback):
             return
         self._active = True
         self._started_at = step
+        self.began_at = time.perf_counter()
 
     def _failed(self, step: int, e: Exception) -> None:
         self.error = f"profiler failed to start at step {step}: {type(e).__name__}: {e}"
@@ -179,6 +185,7 @@ class TraceWindow(compat.keras().callbacks.Callback):
         try:
             seam = backend.get()
             synced_at = _waited(seam)  # the traced steps' device work ends inside the trace
+            self.ended_at = synced_at
             with native_logs.held():
                 seam.stop_trace()
             self.traced_steps = (self._started_at, step)

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from toolkit.core._anatomy import Phase
 from toolkit.core.errors import one_line
 from toolkit.core.files import ReportError, open_regular, parse_json
 from toolkit.core.stats import StepStats
@@ -180,9 +181,10 @@ def check_report(d: Mapping[str, Any], statuses: tuple[str, ...]) -> None:
     check_steps(d.get("steps"))
     _number("fit_seconds", d.get("fit_seconds"), optional=True)
     for name in ("environment", "args", "extra", "memory", "trace", "context",
-                 "diagnosis", "tune", "cluster", "tensorboard", "ledger"):  # fmt: skip
+                 "diagnosis", "tune", "cluster", "tensorboard", "ledger", "anatomy"):  # fmt: skip
         _mapping(name, d.get(name))
     check_ledger(d.get("ledger"))
+    check_anatomy(d.get("anatomy"))
     for key, value in _mapping("metrics", d.get("metrics")).items():
         _number_or_nan(f"metrics.{key}", value)
     for i, epoch in enumerate(_records("epochs", d.get("epochs"))):
@@ -247,6 +249,57 @@ def check_ledger(value: Any) -> None:
         if not isinstance(f.get("words"), str):
             raise _bad(f"ledger.fixes[{i}].words", f.get("words"), "a string")
         _number(f"ledger.fixes[{i}].saves_s", f.get("saves_s"), optional=True)
+
+
+ANATOMY_NUMBERS = ("step_s", "traced_s", "fused_s")
+ANATOMY_OPTIONAL = ("untraced_s", "raw_s", "fit_s")
+ANATOMY_WORDS = ("device", "signal", "raw_how")
+PHASES = tuple(p.value for p in Phase)
+
+
+def _string(field: str, value: Any, optional: bool = False) -> None:
+    if not (isinstance(value, str) or (optional and value is None)):
+        raise _bad(field, value, "a string" + (" or null" if optional else ""))
+
+
+def check_anatomy(value: Any) -> None:
+    """The ``anatomy`` object (``docs/report.md``, ``Anatomy.to_dict``): seconds per step as
+    numbers >= 0, each phase one of :class:`~toolkit.core._anatomy.Phase`'s, each layer named,
+    the notes strings; null where no anatomy was taken."""
+    if value is None:
+        return
+    a = _mapping("anatomy", value)
+    _string("anatomy.backend", a.get("backend"))
+    for key in ANATOMY_WORDS:
+        _string(f"anatomy.{key}", a.get(key, ""))
+    _string("anatomy.error", a.get("error"), optional=True)
+    _number("anatomy.steps", a.get("steps", 0), counts=True)
+    for key in ANATOMY_NUMBERS:
+        _number(f"anatomy.{key}", a.get(key, 0.0))
+    for key in ANATOMY_OPTIONAL:
+        _number(f"anatomy.{key}", a.get(key), optional=True)
+    for i, p in enumerate(_records("anatomy.phases", a.get("phases"))):
+        if p.get("phase") not in PHASES:
+            raise _bad(f"anatomy.phases[{i}].phase", p.get("phase"), f"one of {', '.join(PHASES)}")
+        _number(f"anatomy.phases[{i}].seconds", p.get("seconds"))
+        _string(f"anatomy.phases[{i}].unseen", p.get("unseen", ""))
+    for i, layer in enumerate(_records("anatomy.layers", a.get("layers"))):
+        where = f"anatomy.layers[{i}]"
+        _string(f"{where}.name", layer.get("name"))
+        _string(f"{where}.kind", layer.get("kind", ""))
+        for key in ("forward_s", "backward_s"):
+            _number(f"{where}.{key}", layer.get(key))
+        _number(f"{where}.fused_s", layer.get("fused_s", 0.0))
+        _number(f"{where}.calls", layer.get("calls", 1), counts=True)
+        _number(f"{where}.flops", layer.get("flops"), optional=True)
+    notes = a.get("notes") or []
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise _bad("anatomy.notes", notes, "a list of strings")
+
+
+def anatomy_error(error: BaseException) -> ReportError:
+    """`error` from reading the ``anatomy`` object (``Anatomy.from_dict``), as its field."""
+    return ReportError(f"field anatomy is malformed ({one_line(error)})")
 
 
 def _number_or_nan(field: str, value: Any) -> None:

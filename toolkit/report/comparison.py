@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from toolkit.core._anatomy import Contrast, contrast
+from toolkit.report._anatomy import contrast_lines
 from toolkit.report._ledger import compare_ledgers
 from toolkit.report.run_report import RunReport, cell, keras_shown
 
@@ -42,6 +44,8 @@ class Comparison:
     settings: tuple[tuple[str, object, object], ...] = ()  # (flag, A's, B's) where they differ
     ledger: str | None = None  # the two runs' ledgers, part by part (compare_ledgers)
     ledgers: tuple[dict | None, dict | None] = (None, None)  # each run's parts, for to_dict
+    # The two runs' anatomies side by side (contrast_lines), where both took one.
+    anatomy: Contrast | None = None
 
     def render(self) -> str:
         width = max(len(r[0]) for r in self.rows) if self.rows else 10
@@ -82,6 +86,8 @@ class Comparison:
             )
         if self.ledger:
             lines.append(self.ledger)
+        if self.anatomy is not None:
+            lines += contrast_lines(self.anatomy)
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -112,6 +118,7 @@ class Comparison:
                 "a": self.ledgers[0],
                 "b": self.ledgers[1],
             },
+            "anatomy": _contrast_dict(self.anatomy),
         }
 
     def __str__(self) -> str:
@@ -185,6 +192,7 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
 
     settings = _settings(_ran(a), _ran(b))
     both = {
+        "anatomy": _contrast(a, b),
         "ledger": compare_ledgers(a.ledger, b.ledger),
         "ledgers": tuple(
             {**(r.ledger.get("parts") or {}), "wall_s": r.ledger.get("wall_s")}
@@ -230,6 +238,27 @@ TOO_NOISY = "too noisy"
 MAX_BAND = 1.0
 # Flags that say where a run went or how it was shown, not how it trained.
 NOT_SETTINGS = frozenset({"report_dir", "log_steps", "log_verbosity", "tensorboard", "backup_dir"})
+
+
+def _contrast(a: RunReport, b: RunReport) -> Contrast | None:
+    """B's anatomy against A's, the parts named by the runs' names (``A`` and ``B`` where the
+    names are the same); None unless both took one."""
+    if a.anatomy is None or b.anatomy is None or a.anatomy.error or b.anatomy.error:
+        return None
+    names = (a.name, b.name) if a.name != b.name else ("A", "B")
+    return contrast(a.anatomy, b.anatomy, *names)
+
+
+def _contrast_dict(c: Contrast | None) -> dict[str, object] | None:
+    """``compare --json``'s ``anatomy``: the line as printed and each part's seconds."""
+    if c is None:
+        return None
+    return {
+        "line": " ".join(line.strip() for line in contrast_lines(c, width=10_000)),
+        "a_step_s": c.a_step_s,
+        "b_step_s": c.b_step_s,
+        "parts": [{"what": p.what, "a_s": p.a_s, "b_s": p.b_s} for p in c.parts],
+    }
 
 
 def _flops(a: RunReport, b: RunReport) -> tuple[float | None, float | None, str]:

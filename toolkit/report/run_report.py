@@ -25,6 +25,7 @@ from typing import Any
 from toolkit import backend
 from toolkit.core import _extras as extras
 from toolkit.core import machine
+from toolkit.core._anatomy import Anatomy
 from toolkit.core.files import ReportError, atomic_write, jsonable
 from toolkit.core.stats import (
     StepStats,
@@ -36,8 +37,15 @@ from toolkit.core.stats import (
     utilization,
 )
 from toolkit.core.version import __version__
+from toolkit.report._anatomy import ANATOMY_PNG, anatomy_lines, anatomy_markdown, anatomy_png
 from toolkit.report._cluster import cluster_line, render_cluster
-from toolkit.report._fields import check_report, context_error, inside_run, read_checked
+from toolkit.report._fields import (
+    anatomy_error,
+    check_report,
+    context_error,
+    inside_run,
+    read_checked,
+)
 from toolkit.report._fit_call import fit_call_line
 from toolkit.report._ledger import fix_lines, fixes, ledger_line, ledger_markdown
 from toolkit.report.context import RunContext
@@ -71,7 +79,9 @@ class RunReport:
 
     ``context`` is how the run was set up (typed; written by the runner, None around a user's
     own ``fit``), ``compute`` the FLOPs and MFU, ``diagnosis`` and ``tune`` what those tools
-    found (their ``to_dict()``), ``extra`` free-form facts a user adds.
+    found (their ``to_dict()``), ``anatomy`` one training step taken apart into phases and
+    layers (typed, ``toolkit.core._anatomy``; None where none was taken), ``extra`` free-form
+    facts a user adds.
     """
 
     name: str
@@ -87,6 +97,9 @@ class RunReport:
     # predicted savings (``toolkit.profiling._ledger``, ``toolkit.report._ledger``); None in
     # reports written before it was measured, and for a custom loop.
     ledger: dict[str, Any] | None = None
+    # One training step taken apart (``toolkit.core._anatomy``; rendered by
+    # ``toolkit.report._anatomy``); None where none was taken, and in older reports.
+    anatomy: Anatomy | None = None
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     args: dict[str, Any] = dataclasses.field(default_factory=dict)
     timeline: list[list[Any]] = dataclasses.field(default_factory=list)
@@ -130,11 +143,13 @@ class RunReport:
         diagnosis: Mapping[str, Any] | None = None,
         tune: Mapping[str, Any] | None = None,
         cluster: Mapping[str, Any] | None = None,
+        anatomy: Anatomy | None = None,
     ) -> RunReport:
         """A report from a StepTimer (and optionally a MemoryWatch and a TraceWindow).
 
         `compute` holds ``flops_per_step`` and ``peak_flops_per_s`` (see
         ``toolkit.profiling.flops``); achieved FLOP/s and MFU are added from the median step.
+        `anatomy` is the step taken apart (``toolkit.profiling.anatomy``), kept as it is.
         """
         calls = [[round(d, 9), n, e, k] for d, n, e, k in timer.calls]
         steps = timer.summary()
@@ -174,6 +189,7 @@ class RunReport:
             diagnosis=jsonable(dict(diagnosis)) if diagnosis is not None else None,
             tune=jsonable(dict(tune)) if tune is not None else None,
             cluster=jsonable(dict(cluster)) if cluster is not None else None,
+            anatomy=anatomy,
             extra=jsonable(dict(extra or {})),
         )
 
@@ -214,6 +230,7 @@ class RunReport:
         d = dataclasses.asdict(self)
         d["steps"] = self.steps.to_dict()
         d["context"] = self.context.to_dict() if self.context is not None else None
+        d["anatomy"] = self.anatomy.to_dict() if self.anatomy is not None else None
         return {"schema": SCHEMA, **d}
 
     def to_json(self) -> str:
@@ -237,6 +254,11 @@ class RunReport:
             kwargs["fit_call"] = None
         if not isinstance(kwargs.get("ledger"), dict):  # absent before it was measured
             kwargs["ledger"] = None
+        if kwargs.get("anatomy") is not None:  # checked field by field by check_report
+            try:
+                kwargs["anatomy"] = Anatomy.from_dict(kwargs["anatomy"])
+            except (TypeError, ValueError, KeyError, AttributeError) as e:
+                raise anatomy_error(e) from None
         if version < 2:  # schema 1 kept the context, diagnosis and tune in extra
             extra = dict(kwargs.get("extra") or {})
             kwargs["diagnosis"] = extra.pop("diagnosis", None)
@@ -267,13 +289,15 @@ class RunReport:
     # ------------------------------------------------------------ writing
 
     def write(self, directory: str | os.PathLike[str], plot: bool = True) -> dict[str, str]:
-        """Writes ``report.json``, ``report.md`` and (with matplotlib) ``steps.png``, atomically.
+        """Writes ``report.json``, ``report.md`` and (with matplotlib) ``steps.png``, and
+        ``anatomy.png`` for a report with an anatomy, atomically.
 
         The JSON is written first: it is the record; Markdown and PNG are views of it. A failing
         plot is noted in the Markdown and never loses the JSON.
 
         Returns:
-            ``{"json": path, "markdown": path, "png": path}`` for the files written.
+            ``{"json": path, "markdown": path, "png": path, "anatomy_png": path}`` for the
+            files written.
         """
         directory = os.fspath(directory)
         paths = {"json": atomic_write(os.path.join(directory, REPORT_JSON), self.to_json())}
@@ -285,7 +309,20 @@ class RunReport:
                 png_note = f"no plot: {extras.why_missing('report', ('matplotlib',)) or e}"
             except Exception as e:  # noqa: BLE001 - the plot is a view; the record is safe
                 png_note = f"no plot: {type(e).__name__}: {e}"
-        markdown = self.to_markdown(png=REPORT_PNG if "png" in paths else None, note=png_note)
+        if plot and self.anatomy is not None:
+            try:
+                drawn = anatomy_png(self.anatomy, os.path.join(directory, ANATOMY_PNG))
+                if drawn is not None:
+                    paths["anatomy_png"] = drawn
+            except Exception as e:  # noqa: BLE001 - the plot is a view; the record is safe
+                png_note = (png_note + "; " if png_note else "") + (
+                    f"no anatomy plot: {type(e).__name__}: {e}"
+                )
+        markdown = self.to_markdown(
+            png=REPORT_PNG if "png" in paths else None,
+            note=png_note,
+            anatomy_png=ANATOMY_PNG if "anatomy_png" in paths else None,
+        )
         paths["markdown"] = atomic_write(os.path.join(directory, REPORT_MD), markdown)
         return paths
 
@@ -337,9 +374,15 @@ class RunReport:
             held = self.trace.get("traced_steps") or (0, 0)
             lines += filter(None, [left_out_line(self.steps.excluded_steps, held[1] - held[0])])
             lines += trace_lines(self.trace.get("analysis"), window=held[1] - held[0])
+        if self.anatomy is not None:
+            lines += anatomy_lines(self.anatomy)
         return "\n".join(lines)
 
-    def to_markdown(self, png: str | None = None, note: str | None = None) -> str:
+    def to_markdown(
+        self, png: str | None = None, note: str | None = None, anatomy_png: str | None = None
+    ) -> str:
+        """The report for people (``report.md``): `png` the step-time chart's file name,
+        `note` why there is none, `anatomy_png` the anatomy's picture's file name."""
         s = self.steps
         out = io.StringIO()
         w = out.write
@@ -401,6 +444,8 @@ class RunReport:
             w(f"\n![step times]({png})\n")
         if note:
             w(f"\n_{note}_\n")
+        if self.anatomy is not None:
+            w("\n" + anatomy_markdown(self.anatomy, png=anatomy_png))
         if self.epochs:  # numbered from 1, as Keras's progress counts (the JSON keeps 0)
             keys = sorted({k for e in self.epochs for k in e.get("metrics", {})})
             w("\n## Epochs\n\n| epoch | seconds | steps | in steps (s) | ")

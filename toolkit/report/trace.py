@@ -638,7 +638,10 @@ def _top(events: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]:
 # Scopes that wrap every op of a step and say nothing about which op it is.
 _WRAPPERS = re.compile(
     r"^(StatefulPartitionedCall|PartitionedCall|while|body|cond|.*_fn|__inference.*|"
-    r"one_step_on.*|multi_step_on.*|jit\(.*\)|pjit|Iterator)(_\d+)?$"
+    r"one_step_on.*|multi_step_on.*|jit\(.*\)|pjit|Iterator|"
+    # the step's anatomy's scope tokens (toolkit.profiling.anatomy): the layers' own
+    # names stand beside them
+    r"kp(?:l\d+|opt|loss|metrics|step|model))(_\d+)?$"
 )
 OP_NAME_CHARS = 56  # the longest op name a trace line shows
 

@@ -15,8 +15,10 @@ from typing import Any
 from absl import logging
 
 from toolkit.core import interrupts
+from toolkit.core._anatomy import Anatomy
 from toolkit.core.errors import one_line
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS
+from toolkit.profiling.anatomy import AnatomyWindow
 from toolkit.profiling.loss_guard import LossGuard
 from toolkit.profiling.memory_watch import MemoryWatch
 from toolkit.profiling.scalars import HOST_RSS, TRAIN, Scalars, viewing_hint
@@ -88,7 +90,8 @@ class Profile:
 
     Inside the block, set ``.context`` (a ``toolkit.report.RunContext``: the runner's),
     ``.compute`` (``flops_per_step``, ``peak_flops_per_s``...: see ``toolkit.profiling.flops``),
-    ``.diagnosis`` / ``.tune`` (those tools' ``to_dict()``) and ``.extra`` (free-form facts);
+    ``.diagnosis`` / ``.tune`` (those tools' ``to_dict()``), ``.anatomy`` (a
+    ``toolkit.core._anatomy.Anatomy``: the step taken apart) and ``.extra`` (free-form facts);
     they go into the report.
     """
 
@@ -117,6 +120,7 @@ class Profile:
         self.context: RunContext | None = None
         self.diagnosis: dict[str, Any] | None = None
         self.tune: dict[str, Any] | None = None
+        self.anatomy: Anatomy | None = None
         if tensorboard and self.report_dir is None:
             raise ValueError(
                 "profile(tensorboard=True) writes into the run's directory: give report_dir"
@@ -167,7 +171,8 @@ class Profile:
                 logdir = os.path.join(self.run_dir, TRAIN)
             else:
                 logdir = os.path.join(self.report_dir or ".", "trace")
-            self.trace = TraceWindow(logdir, start_step=start, stop_step=stop)
+            # The trace window takes the step apart too (the report's ``anatomy``)
+            self.trace = AnatomyWindow(logdir, start_step=start, stop_step=stop)
         if threading.current_thread() is threading.main_thread():
             for signum in interrupts.handled():  # every one the program handles
                 self._old_handlers[signum] = signal.signal(signum, self._stop.on_signal)
@@ -208,7 +213,10 @@ class Profile:
                 diagnosis=self.diagnosis,
                 tune=self.tune,
                 cluster=cluster,
+                anatomy=self.anatomy,
             )
+            if self.report.anatomy is None and isinstance(self.trace, AnatomyWindow):
+                self.report.anatomy = self._anatomy(self.trace, self.report)
             if status == COMPLETE and not self.report.steps.timed_steps:  # nothing measured
                 self.report.status = UNTIMED
                 self.report.error = _untimed(self.report.steps, self.timer)
@@ -230,6 +238,16 @@ class Profile:
                 raise
             # Never let a reporting failure hide the training error that got us here.
             logging.exception("could not write the report of the failed run %s", self.name)
+
+    def _anatomy(self, window: AnatomyWindow, report: Any) -> Anatomy | None:
+        """The traced steps taken apart, where the window traced any (a run cut short
+        before it has none to show)."""
+        if window.traced_steps is None and window.error is None:
+            return None
+        device = ""
+        with contextlib.suppress(Exception):
+            device = self.context.device.human_name if self.context and self.context.device else ""
+        return window.anatomy(untraced_s=report.steps.p50_s or None, device=device)
 
     def _cluster(self) -> dict[str, Any] | None:
         """Over processes (a data-parallel run), every process's figures at the chief: one

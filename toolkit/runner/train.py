@@ -19,6 +19,7 @@ from typing import Any
 
 from toolkit import backend, distribute
 from toolkit.core import compat, progress
+from toolkit.core._anatomy import Anatomy
 from toolkit.core._device_types import Finding
 from toolkit.profiling import flops
 from toolkit.profiling.resume_recorder import ResumeRecorder
@@ -205,6 +206,7 @@ def run(
     *,
     diagnosis: Mapping[str, Any] | None = None,
     tune: Mapping[str, Any] | None = None,
+    anatomy: Anatomy | None = None,
 ) -> RunResult:
     """Trains `task` as `config` says, with step-time profiling, and writes the report.
 
@@ -216,6 +218,8 @@ def run(
         extra: free-form facts for the report's ``extra``.
         diagnosis: a ``Diagnosis.to_dict()`` for the report's diagnosis section.
         tune: a ``TuneResult.to_dict()`` for the report's tune section.
+        anatomy: the step taken apart (``toolkit.core._anatomy.Anatomy``) for the report's
+            ``anatomy`` (its section, its picture ``anatomy.png``).
 
     Returns:
         The report, the files written, the run directory, the trained model and the History.
@@ -240,6 +244,7 @@ def run(
         with _profiling(task, setup, args, log_steps) as prof:
             resume = Resume(config.backup_dir) if config.backup_dir else None
             _describe(prof, _context(task, setup, resume), extra, diagnosis, tune)
+            prof.anatomy = anatomy
             pending = _count_flops(prof, model, setup)
             resilience = _resilience(resume, setup.share[0])
             fit_callbacks = [*resilience, *prof.callbacks, *shown, *callbacks]

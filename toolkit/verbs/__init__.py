@@ -24,6 +24,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 from toolkit.verbs import (
+    anatomy,
     backends,
     compare,
     data_service,
@@ -70,7 +71,7 @@ class Verb:
 
 
 MODULES = (
-    compare, show, trace, devices, preflight, placement, doctor, tune, backends, ops,
+    compare, show, trace, devices, preflight, placement, doctor, anatomy, tune, backends, ops,
     data_service, merge,
 )  # fmt: skip
 VERBS = tuple(Verb.of(module) for module in MODULES)

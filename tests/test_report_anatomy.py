@@ -1,0 +1,264 @@
+"""The step's anatomy in the report room (toolkit.report._anatomy): terminal lines that fit,
+shares that add up, the slowest layer first, Keras's own cost in words that read right, the
+report.json field's round trip and refusal, the picture, and compare's contrast. Anatomies are
+built by hand; nothing here trains or traces."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import pytest
+
+from toolkit.core._anatomy import Anatomy, LayerTime, Phase, PhaseTime, contrast
+from toolkit.core.stats import summarize_calls
+from toolkit.report import ReportError, RunReport, compare
+from toolkit.report._anatomy import (
+    ANATOMY_PNG,
+    anatomy_lines,
+    anatomy_markdown,
+    anatomy_png,
+    anatomy_top_lines,
+    contrast_lines,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+LONG = "functional_1/residual_stage_with_a_long_name_{i}/conv2d_transpose_with_bias_{i}"
+
+
+def anatomy(layers: int = 14, scale: float = 1.0, **kw) -> Anatomy:
+    """A CNN's step on TensorFlow: long nested names, more layers than the table shows, one
+    layer called twice, fused time, the input phase unseen; shuffled, so the view must sort."""
+    made = [
+        LayerTime(
+            LONG.format(i=i) if i % 2 else f"dense_{i}",
+            "Conv2DTranspose" if i % 2 else "Dense",
+            forward_s=scale * 1e-3 * (i + 1),
+            backward_s=scale * 2e-3 * (i + 1),
+            calls=2 if i == 4 else 1,
+            flops=3e9 * (i + 1) if i % 3 else None,
+            fused_s=2e-4 if i == 5 else 0.0,
+        )
+        for i in range(layers)
+    ]
+    made = made[::2] + made[1::2]  # not slowest first
+    forward = sum(x.forward_s for x in made) + 1e-3
+    backward = sum(x.backward_s for x in made) + 2e-3
+    phases = (
+        PhaseTime(Phase.INPUT, 0.0, "read inside the traced step on TensorFlow"),
+        PhaseTime(Phase.FORWARD, forward),
+        PhaseTime(Phase.BACKWARD, backward),
+        PhaseTime(Phase.OPTIMIZER, scale * 8e-3),
+        PhaseTime(Phase.METRICS, scale * 1e-3),
+        PhaseTime(Phase.HOST, scale * 5e-4),
+        PhaseTime(Phase.OTHER, scale * 2e-3),
+    )
+    traced = sum(p.seconds for p in phases)
+    fields = {
+        "backend": "tensorflow",
+        "device": "NVIDIA H100 80GB HBM3 (GPU 0), CUDA 12.4, driver 550.54.15",
+        "steps": 20,
+        "step_s": traced * 1.02,
+        "traced_s": traced,
+        "untraced_s": traced * 0.97,
+        "phases": phases,
+        "layers": tuple(made),
+        "fused_s": 1.5e-3,
+        "signal": "TensorFlow's profiler (XPlane) with the toolkit's layer name scopes",
+        "notes": ("the input is read inside the traced step: " + "its time is in other " * 6,),
+        "raw_s": traced * 0.9,
+        "raw_how": "a tf.function around GradientTape and apply_gradients",
+        "fit_s": traced,
+    }
+    return Anatomy(**{**fields, **kw})
+
+
+def slowest(a: Anatomy) -> LayerTime:
+    return max(a.layers, key=lambda x: x.seconds)
+
+
+CASES = {
+    "full": anatomy(),
+    "one layer": anatomy(layers=1),
+    "no layers": anatomy(layers=0),
+    "trainer faster": anatomy(raw_s=0.2),
+    "disagrees": anatomy(step_s=1.0, untraced_s=None, fused_s=0.0),
+    "error": Anatomy("torch", device="cpu", error="no kernel in the trace: " + "x" * 120),
+}
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_line_fits_the_width(case, width):
+    lines = anatomy_lines(CASES[case], width=width)
+    assert lines
+    too_long = [line for line in lines if len(line) > width]
+    assert not too_long, "\n".join(too_long)
+
+
+def test_contrast_lines_fit_and_say_slower_or_faster():
+    fast, slow = anatomy(), anatomy(scale=6.0, step_s=0.5)
+    c = contrast(fast, slow, "JAX", "PyTorch", fix="torch.compile: jit_compile=True")
+    lines = contrast_lines(c)
+    assert all(len(line) <= 80 for line in lines), lines
+    text = " ".join(line.strip() for line in lines)
+    assert text.startswith(f"PyTorch is {slow.step_s / fast.step_s:.2f}× slower than JAX")
+    assert lines[-1] == "try: torch.compile: jit_compile=True"
+    back = " ".join(contrast_lines(contrast(slow, fast, "PyTorch", "JAX")))
+    assert back.startswith(f"JAX is {slow.step_s / fast.step_s:.2f}× faster than PyTorch")
+    assert "try:" not in back
+
+
+def test_the_phase_shares_add_up_to_the_step():
+    a = anatomy()
+    lines = anatomy_lines(a)
+    names = [p.value for p in Phase]
+    shares = [
+        float(m.group(1))
+        for line in lines
+        if any(line.startswith(n + " ") for n in names)
+        for m in [re.search(r"(\d+\.\d) %", line)]
+        if m
+    ]
+    assert len(shares) == len(names) - 1  # the unseen input shows words, not a share
+    assert sum(shares) == pytest.approx(100.0, abs=0.5)
+    unseen = next(line for line in lines if line.startswith("input "))
+    assert "not seen: read inside" in unseen
+    assert any(
+        line.startswith("phases sum to 0.98× the step on the outside clock") for line in lines
+    )
+    assert any("the profiler's own cost" in line for line in lines)
+
+
+def test_other_is_always_shown_and_a_disagreement_said():
+    a = anatomy(step_s=1.0)
+    a = dataclasses.replace(a, phases=tuple(p for p in a.phases if p.phase != Phase.OTHER))
+    text = "\n".join(anatomy_lines(a))
+    assert re.search(r"^other +0\.000 +0\.0 %", text, re.M)
+    assert "they disagree by more than 5 %" in text
+
+
+def test_the_slowest_layer_comes_first_and_the_rest_are_counted():
+    a = anatomy()
+    lines = anatomy_lines(a)
+    rule = next(i for i, line in enumerate(lines) if line.startswith("layer "))
+    first = lines[rule + 2]
+    assert first.split()[0].endswith(slowest(a).name.rpartition("/")[2][-12:])
+    assert any(line.startswith("and 4 more layers (") for line in lines)
+    assert any("×2" in line for line in lines)  # the layer called twice
+    assert any(line.startswith("XLA fused several layers' ops together") for line in lines)
+    top = anatomy_top_lines(a, n=2)
+    assert 2 <= len(top) <= 4
+    assert top[1].startswith(f"slowest layers: {slowest(a).name} (Conv2DTranspose)")
+
+
+def test_keras_trainer_cost_reads_right_both_ways():
+    a = anatomy()
+    text = "\n".join(anatomy_lines(a))
+    assert re.search(r"^Keras's trainer adds 11\.1 % per step over the raw step$", text, re.M)
+    assert "raw step: a tf.function around GradientTape" in text.replace("\n    ", " ")
+    faster = anatomy(raw_s=anatomy().fit_s * 1.03)
+    said = "\n".join(anatomy_lines(faster))
+    assert "adds -" not in said and "adds −" not in said
+    assert "Keras's fit step is 2.9 % faster than the raw step" in said
+    assert any("faster than the raw step" in line for line in anatomy_top_lines(faster))
+    unmeasured = "\n".join(anatomy_lines(anatomy(raw_s=None)))
+    assert "Keras's" not in unmeasured
+
+
+def test_an_anatomy_that_could_not_be_taken_says_only_why():
+    a = CASES["error"]
+    lines = anatomy_lines(a)
+    assert lines[0].startswith("inside the step: the anatomy could not be taken (torch on cpu)")
+    assert all(line.startswith("  ") for line in lines[1:])  # one line, folded
+    (top,) = anatomy_top_lines(a)
+    assert top.replace(" ", "") == "".join(lines).replace(" ", "")
+    assert anatomy_png(a, "unused.png") is None
+    assert "could not be taken" in anatomy_markdown(a)
+
+
+def _report(name: str = "cnn", step_s: float = 0.05, **kw) -> RunReport:
+    calls = [[1.0, 1, 0, "first"], *([[step_s, 1, 0, "timed"]] * 30)]
+    return RunReport(name=name, steps=summarize_calls(calls, 32), timeline=calls, **kw)
+
+
+def test_the_anatomy_round_trips_through_report_json(tmp_path):
+    a = anatomy()
+    report = _report(anatomy=a)
+    paths = report.write(tmp_path)
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["anatomy"] == json.loads(json.dumps(a.to_dict()))
+    assert data["anatomy"]["phases"][0] == {
+        "phase": "input",
+        "seconds": 0.0,
+        "unseen": "read inside the traced step on TensorFlow",
+    }
+    loaded = RunReport.load(tmp_path)
+    assert loaded.anatomy == a
+    assert loaded == report
+    assert "inside the step:" in loaded.summary()
+    markdown = (tmp_path / "report.md").read_text()
+    assert "\n## Inside the step\n" in markdown
+    assert f"![inside the step]({ANATOMY_PNG})" in markdown
+    assert paths["anatomy_png"] == str(tmp_path / ANATOMY_PNG)
+    assert (tmp_path / ANATOMY_PNG).read_bytes().startswith(PNG_MAGIC)
+    assert _report().to_dict()["anatomy"] is None
+    assert RunReport.load(_report().write(tmp_path / "none", plot=False)["json"]).anatomy is None
+
+
+def test_the_picture_is_a_png(tmp_path):
+    path = anatomy_png(anatomy(layers=30), str(tmp_path / "a.png"))
+    assert path == str(tmp_path / "a.png")
+    assert (tmp_path / "a.png").read_bytes().startswith(PNG_MAGIC)
+    assert anatomy_png(anatomy(layers=0), str(tmp_path / "b.png")) is not None
+
+
+LAYER = {"name": "dense", "forward_s": 1e-3, "backward_s": 2e-3}
+
+
+@pytest.mark.parametrize(
+    ("anatomy_json", "field"),
+    [
+        ([1, 2], "field anatomy is [1, 2], not an object"),
+        ({"steps": 3}, "field anatomy.backend is missing or null, not a string"),
+        ({"backend": "jax", "step_s": -1}, "field anatomy.step_s is -1, not a number >= 0"),
+        ({"backend": "jax", "phases": [{"phase": "lunch", "seconds": 1}]}, "phases[0].phase"),
+        ({"backend": "jax", "layers": [{"name": "d", "forward_s": "1"}]}, "layers[0].forward_s"),
+        ({"backend": "jax", "layers": [{**LAYER, "calls": 1.5}]}, "layers[0].calls"),
+        ({"backend": "jax", "notes": "one"}, "field anatomy.notes"),
+    ],
+)
+def test_a_malformed_anatomy_is_refused_in_one_line(tmp_path, anatomy_json, field):
+    data = _report().to_dict()
+    data["anatomy"] = anatomy_json
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ReportError) as raised:
+        RunReport.load(path)
+    message = str(raised.value)
+    assert field in message and "\n" not in message
+    assert message.startswith(repr(str(path)))
+
+
+def test_compare_sets_the_two_anatomies_side_by_side():
+    base, slow = anatomy(), anatomy()
+    conv = tuple(
+        dataclasses.replace(x, forward_s=x.forward_s * 8, backward_s=x.backward_s * 8)
+        if x.kind == "Conv2DTranspose"
+        else x
+        for x in slow.layers
+    )
+    slow = dataclasses.replace(slow, layers=conv, step_s=slow.step_s * 4)
+    result = compare(_report("jax-run", anatomy=base), _report("torch-run", anatomy=slow))
+    said = " ".join(line.strip() for line in contrast_lines(result.anatomy))
+    assert said in " ".join(x.strip() for x in result.render().split("\n"))
+    assert said.startswith("torch-run is 4.00× slower than jax-run")
+    assert "the Conv2DTranspose layers (7) 8.00×" in said  # the largest part, named first
+    assert all(len(line) <= 80 for line in contrast_lines(result.anatomy))
+    parts = result.to_dict()["anatomy"]["parts"]
+    assert parts[0]["what"] == "the Conv2DTranspose layers (7)"
+    same = compare(_report(anatomy=base), _report(anatomy=slow))
+    assert "B is 4.00× slower than A" in same.render()
+    assert compare(_report(anatomy=base), _report()).anatomy is None
+    assert compare(_report(), _report()).to_dict()["anatomy"] is None

@@ -1,0 +1,131 @@
+"""JAX's signal for the step's anatomy: the compiled program's ops as the profiler times them
+(XLA's thunks on a CPU, its kernels on a GPU: each event names its ``hlo_module`` and
+``hlo_op``), joined to the program's own metadata, which the same XSpace file carries: each
+instruction's ``op_name`` keeps the ``jax.named_scope`` path it was traced under
+(``jit(train_step)/transpose(jvp(kpl3))/dot_general``; ``transpose`` marks the gradient). A
+fusion computes several ops at once: its time goes to each scope it holds, and where those
+are several layers it is counted as fused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolkit.backend import _trace_events as te
+from toolkit.core._anatomy import Span, SpanKind, StepTrace
+
+__all__ = ["anatomy_trace", "layer_scope", "raw_step"]
+
+
+def layer_scope(token: str) -> Any:
+    """A named scope XLA keeps in the ``op_name`` of every op traced under it."""
+    import jax
+
+    return jax.named_scope(token)
+
+
+def _groups(op_names: tuple[str, ...]) -> list[tuple[tuple[str, ...], bool]]:
+    """The distinct ``(tokens, backward)`` of the ops an instruction computes."""
+    seen: dict[tuple[tuple[str, ...], bool], None] = {}
+    for name in op_names:
+        seen[(te.tokens_in(name), "transpose(" in name)] = None
+    return list(seen) or [((), False)]
+
+
+def anatomy_trace(files: list[str]) -> StepTrace:
+    """The spans of a JAX trace window (XLA's ops, the host's transfers and calls)."""
+    events, processes, error = te.xspace_events(files)
+    if error and not events:
+        return StepTrace(error=error)
+    programs = te.hlo_metadata(files)
+    device = {pid for pid, name in processes.items() if "/device:" in name}
+    spans: list[Span] = []
+    unjoined = joined = 0.0
+    for e in events:
+        args = e.get("args") or {}
+        lane = f"{e.get('pid')}/{e.get('tid')}"
+        start, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+        name = e["name"]
+        if "hlo_op" in args:
+            if device and e.get("pid") not in device:
+                spans.append(Span(start, end, lane, SpanKind.CALL, name=name))
+                continue
+            op_names = programs.get((str(args.get("hlo_module", "")), str(args["hlo_op"])))
+            if op_names is None:
+                unjoined += end - start
+                op_names = ()
+            else:
+                joined += end - start
+            groups = _groups(op_names)
+            layers = {
+                next((t for t in reversed(k) if t.startswith("kpl")), None) for k, _ in groups
+            }
+            fused = len(layers - {None}) > 1
+            for tokens, backward in groups:
+                spans.append(Span(start, end, lane, SpanKind.OP, tokens, backward, fused, name))
+        elif name.startswith(("PjitFunction", "PmapFunction")):
+            spans.append(Span(start, end, lane, SpanKind.CALL, name=name))
+        elif name.startswith("DevicePut"):
+            spans.append(Span(start, end, lane, SpanKind.INPUT, name=name))
+    notes = [
+        "input and Keras's work between steps: the host's batch transfers are timed; the "
+        "rest of the host's work shows where nothing computes",
+    ]
+    if unjoined > 0.05 * max(joined + unjoined, 1e-9):
+        share = unjoined / (joined + unjoined)
+        notes.append(
+            f"{share:.0%} of the ops' time came from programs whose metadata the trace did not "
+            "carry: counted as other"
+        )
+    return StepTrace(
+        spans=tuple(spans),
+        markers=tuple(te.step_markers(events, "train")),
+        signal="XLA's ops joined to the compiled program's named scopes (the profiler's "
+        "XSpace, read by XProf)",
+        notes=tuple(notes),
+        error=error,
+    )
+
+
+def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
+    """The model's training step written without Keras's trainer: ``stateless_call``,
+    ``jax.value_and_grad`` of the plain loss and the optimizer's ``stateless_apply``, jitted
+    with the state donated as Keras donates it (on copies: the model's own weights are left
+    as they are). Returns ``(timed(n), words)``. Raises ValueError as ``plain_loss``."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from toolkit.backend._common import plain_loss
+    from toolkit.core import compat
+
+    loss_fn = plain_loss(model)
+    x, y, _ = compat.keras().utils.unpack_x_y_sample_weight(batch)
+    optimizer = model.optimizer
+
+    def loss_and_state(tv: Any, ntv: Any, x: Any, y: Any) -> Any:
+        y_pred, ntv = model.stateless_call(tv, ntv, x, training=True)
+        return loss_fn(y, y_pred), ntv
+
+    @jax.jit
+    def step(tv: Any, ntv: Any, ov: Any, x: Any, y: Any) -> Any:
+        (loss, ntv), grads = jax.value_and_grad(loss_and_state, has_aux=True)(tv, ntv, x, y)
+        tv, ov = optimizer.stateless_apply(ov, grads, tv)
+        return tv, ntv, ov, loss
+
+    step = jax.jit(step, donate_argnums=(0, 1, 2))
+    state = [
+        [jnp.array(v.value, copy=True) for v in vs]
+        for vs in (model.trainable_variables, model.non_trainable_variables, optimizer.variables)
+    ]
+    x, y = jax.tree.map(jnp.asarray, (x, y))
+
+    def timed(n: int) -> float:
+        t = time.perf_counter()
+        for _ in range(n):
+            tv, ntv, ov, _ = step(*state, x, y)
+            state[:] = [tv, ntv, ov]
+        jax.block_until_ready(state)
+        return time.perf_counter() - t
+
+    return timed, "jax.jit of stateless_call, jax.value_and_grad and stateless_apply"

@@ -1,0 +1,104 @@
+"""TensorFlow's signal for the step's anatomy: the ops a traced ``tf.function`` runs, each
+named with its name scopes (``.../kpl3/dense_1/MatMul``), read from the profiler's XSpace
+through XProf. The gradient's ops sit under ``gradient_tape/``; the batch arrives through
+the step's own ``IteratorGetNext`` op; the host runs the function call around them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolkit.backend import _trace_events as te
+from toolkit.core._anatomy import Span, SpanKind, StepTrace
+
+__all__ = ["anatomy_trace", "layer_scope", "raw_step"]
+
+
+def layer_scope(token: str) -> Any:
+    """A name scope the ops built under it carry in their names."""
+    import tensorflow as tf
+
+    return tf.name_scope(token)
+
+
+def anatomy_trace(files: list[str]) -> StepTrace:
+    """The spans of a TensorFlow trace window (ops, the step's get-next, the function call)."""
+    events, processes, error = te.xspace_events(files)
+    if error and not events:
+        return StepTrace(error=error)
+    device = {pid for pid, name in processes.items() if "/device:" in name}
+    spans = []
+    for e in events:
+        args = e.get("args") or {}
+        lane = f"{e.get('pid')}/{e.get('tid')}"
+        start, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+        scoped = str(args.get("long_name") or args.get("tf_op") or "")
+        if scoped:
+            op_type = scoped.rpartition(":")[2]
+            on_host_beside_device = device and e.get("pid") not in device
+            if op_type.startswith("IteratorGetNext") or "IteratorGetNext" in e["name"]:
+                kind = SpanKind.INPUT
+            elif on_host_beside_device:
+                kind = SpanKind.CALL  # the host launching what the device computes
+            else:
+                kind = SpanKind.OP
+            spans.append(
+                Span(
+                    start,
+                    end,
+                    lane,
+                    kind,
+                    te.tokens_in(scoped),
+                    "gradient_tape" in scoped,
+                    name=scoped.rpartition("/")[2],
+                )
+            )
+        elif e["name"].startswith("IteratorGetNextOp::DoCompute"):
+            # the step's get-next computed on tf.data's iterator thread: the step waits on it
+            spans.append(Span(start, end, lane, SpanKind.INPUT, name="IteratorGetNext"))
+        elif "tf_function_call" in args:
+            spans.append(Span(start, end, lane, SpanKind.CALL, name=e["name"]))
+    return StepTrace(
+        spans=tuple(spans),
+        markers=tuple(te.step_markers(events, "train")),
+        signal="TensorFlow's ops by name scope (the profiler's XSpace, read by XProf)",
+        notes=("input: the step's own IteratorGetNext wait; tf.data's threads run beside it",),
+        error=error,
+    )
+
+
+def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
+    """The model's training step written without Keras's trainer: a ``tf.function`` (XLA as
+    the model compiles) with a ``GradientTape``, the plain loss and ``optimizer.apply``.
+    Returns ``(timed(n) -> seconds for n steps, the device waited for), words)``. Raises
+    ValueError where one plain step cannot stand for the model's (``plain_loss``)."""
+    import time
+
+    import tensorflow as tf
+
+    from toolkit.backend._common import plain_loss
+    from toolkit.core import compat
+
+    loss_fn = plain_loss(model)
+    x, y, _ = compat.keras().utils.unpack_x_y_sample_weight(batch)
+    variables = model.trainable_variables
+    jit = bool(getattr(model, "jit_compile", False))
+
+    @tf.function(jit_compile=jit)
+    def step(x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, variables)
+        model.optimizer.apply(grads, variables)
+        return loss
+
+    def timed(n: int) -> float:
+        t = time.perf_counter()
+        out = None
+        for _ in range(n):
+            out = step(x, y)
+        if out is not None:
+            out.numpy()  # the last step done (each waits on the one before through the weights)
+        return time.perf_counter() - t
+
+    how = f"a tf.function{' (XLA)' if jit else ''} with a GradientTape, the loss, optimizer.apply"
+    return timed, how

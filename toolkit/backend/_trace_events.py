@@ -1,0 +1,290 @@
+"""A profiler trace read as events, for the step's anatomy: what the backends' readers share.
+
+* :func:`xspace_events`: the events of XSpace files (TensorFlow's and JAX's profilers), in
+  Chrome trace form, through XProf's own converter (its ``trace_viewer`` tool: the timeline
+  TensorBoard's Profile tab shows): microseconds, one ``tid`` per thread, each event's
+  ``args`` as XProf gives them (TensorFlow's ``long_name`` with the op's name scopes, XLA's
+  ``hlo_module`` and ``hlo_op``).
+* :func:`chrome_events`: the events of a Chrome trace JSON file (PyTorch's profiler).
+* :func:`hlo_metadata`: the compiled programs an XSpace file carries (JAX writes each
+  program's ``HloModuleProto`` into its metadata plane), as ``(module, instruction) ->
+  the op names of what it computes`` (a fusion: each fused instruction's). XLA keeps each
+  op's ``jax.named_scope`` path in its ``op_name`` metadata: that is how a fused program's
+  time is joined to the layers it computes. The protobuf wire format is read with
+  ``protobuf``'s own parser, from descriptors of the few fields needed (no TensorFlow: the
+  xplane and HLO message classes ship only with it).
+* :func:`step_markers`: the step markers TraceWindow wrote.
+
+Imports no framework. Nothing raises for a bad file: a reader returns what it could read and
+an error in words.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import gzip
+import json
+import os
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+__all__ = [
+    "Event",
+    "chrome_events",
+    "hlo_metadata",
+    "innermost",
+    "step_markers",
+    "tokens_in",
+    "xspace_events",
+]
+
+Event = dict[str, Any]  # one Chrome trace event, as the file has it
+
+
+def xspace_events(files: list[str]) -> tuple[list[Event], dict[Any, str], str | None]:
+    """The complete (``ph == "X"``) events of XSpace `files`, the name of each process (a
+    plane: ``/host:CPU``, ``/device:GPU:0``) by its ``pid``, and an error in words (None:
+    read). XProf (the ``[profile]`` extra) does the reading."""
+    try:
+        from xprof.convert import raw_to_tool_data
+    except ImportError:
+        return [], {}, "XProf is not installed (pip install 'keras-perf-toolkit[profile]')"
+    from toolkit.core import native_logs
+
+    events: list[Event] = []
+    names: dict[Any, str] = {}
+    for path in files:
+        try:
+            with native_logs.held(), _stderr_closed():  # its converter's C++ lines
+                data, _ = raw_to_tool_data.xspace_to_tool_data([path], "trace_viewer", {})
+            text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+            raw = json.loads(text or "{}").get("traceEvents", ())
+        except Exception as e:  # noqa: BLE001 - a converter failure is said, never raised
+            why = f"{type(e).__name__}: {e}"
+            return events, names, f"XProf could not read {os.path.basename(path)}: {why}"
+        events += [e for e in raw if _complete(e)]
+        names.update(
+            (e.get("pid"), str((e.get("args") or {}).get("name", "")))
+            for e in raw
+            if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "process_name"
+        )
+    return events, names, None
+
+
+@contextlib.contextmanager
+def _stderr_closed() -> Iterator[None]:
+    """File descriptor 2 sent to /dev/null for the block: XProf's converter logs, as errors,
+    lines that are not (``No UnifiedProfileProcessor registered for tool: trace_viewer``)."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real stderr: nothing to hide
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def chrome_events(path: str) -> tuple[list[Event], str | None]:
+    """The complete events of a Chrome trace JSON file (``.json`` or ``.json.gz``), and an
+    error in words (None: read)."""
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError, EOFError) as e:
+        return [], f"could not read {os.path.basename(path)}: {e}"
+    raw = data.get("traceEvents", ()) if isinstance(data, dict) else data
+    return [e for e in raw if _complete(e)], None
+
+
+def _complete(e: Any) -> bool:
+    return (
+        isinstance(e, dict)
+        and e.get("ph") == "X"
+        and isinstance(e.get("ts"), int | float)
+        and isinstance(e.get("dur"), int | float)
+        and isinstance(e.get("name"), str)
+    )
+
+
+def step_markers(events: list[Event], name: str) -> list[tuple[float, float]]:
+    """``(start, end)`` of each step marker: an event named `name` followed by its step
+    number (``train 7``, ``ProfilerStep#7``), in time order."""
+    out = []
+    for e in events:
+        n = e["name"]
+        if n.startswith(name) and n[len(name) :].strip().isdigit():
+            out.append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+    return sorted(out)
+
+
+def innermost(events: list[Event]) -> Iterator[tuple[Event, list[Event]]]:
+    """Each event of one thread with the events enclosing it (outermost first), in time
+    order: the nesting a single thread's trace has."""
+    stack: list[Event] = []
+    for e in sorted(events, key=lambda e: (e["ts"], -e["dur"])):
+        end = e["ts"] + e["dur"]
+        while stack and stack[-1]["ts"] + stack[-1]["dur"] < end - 1e-3:
+            stack.pop()
+        yield e, list(stack)
+        stack.append(e)
+
+
+# ---------------------------------------------------------------------------- HLO metadata
+
+
+def _messages() -> dict[str, Any]:
+    """Message classes for the fields read here, from descriptors written out (the field
+    numbers of tsl's ``xplane.proto`` and XLA's ``hlo.proto``)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    F = descriptor_pb2.FieldDescriptorProto
+    fd = descriptor_pb2.FileDescriptorProto(name="toolkit_trace_subset.proto", package="tk")
+
+    def message(name: str, fields: list[tuple[str, int, int, int, str]], parent: Any = None):
+        m = (parent.nested_type if parent is not None else fd.message_type).add(name=name)
+        for fname, number, ftype, label, type_name in fields:
+            f = m.field.add(name=fname, number=number, type=ftype, label=label)
+            if type_name:
+                f.type_name = type_name
+        return m
+
+    opt, rep = F.LABEL_OPTIONAL, F.LABEL_REPEATED
+    message("XSpace", [("planes", 1, F.TYPE_MESSAGE, rep, ".tk.XPlane")])
+    plane = message(
+        "XPlane",
+        [
+            ("name", 2, F.TYPE_STRING, opt, ""),
+            ("event_metadata", 4, F.TYPE_MESSAGE, rep, ".tk.XPlane.EventEntry"),
+            ("stat_metadata", 5, F.TYPE_MESSAGE, rep, ".tk.XPlane.StatEntry"),
+        ],
+    )
+    for entry, value in (("EventEntry", ".tk.XEventMetadata"), ("StatEntry", ".tk.XStatMeta")):
+        m = message(
+            entry,
+            [("key", 1, F.TYPE_INT64, opt, ""), ("value", 2, F.TYPE_MESSAGE, opt, value)],
+            plane,
+        )
+        m.options.map_entry = True
+    message(
+        "XEventMetadata",
+        [("name", 2, F.TYPE_STRING, opt, ""), ("stats", 5, F.TYPE_MESSAGE, rep, ".tk.XStat")],
+    )
+    message(
+        "XStat",
+        [("metadata_id", 1, F.TYPE_INT64, opt, ""), ("bytes_value", 6, F.TYPE_BYTES, opt, "")],
+    )
+    message("XStatMeta", [("name", 2, F.TYPE_STRING, opt, "")])
+    message("HloProto", [("hlo_module", 1, F.TYPE_MESSAGE, opt, ".tk.HloModule")])
+    message(
+        "HloModule",
+        [("name", 1, F.TYPE_STRING, opt, ""), ("computations", 3, F.TYPE_MESSAGE, rep, ".tk.Comp")],
+    )
+    message(
+        "Comp",
+        [
+            ("name", 1, F.TYPE_STRING, opt, ""),
+            ("instructions", 2, F.TYPE_MESSAGE, rep, ".tk.Instr"),
+            ("id", 5, F.TYPE_INT64, opt, ""),
+        ],
+    )
+    message(
+        "Instr",
+        [
+            ("name", 1, F.TYPE_STRING, opt, ""),
+            ("opcode", 2, F.TYPE_STRING, opt, ""),
+            ("metadata", 7, F.TYPE_MESSAGE, opt, ".tk.OpMeta"),
+            ("called", 38, F.TYPE_INT64, rep, ""),
+        ],
+    )
+    message("OpMeta", [("op_name", 2, F.TYPE_STRING, opt, "")])
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    return {
+        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"tk.{name}"))
+        for name in ("XSpace", "HloProto", "HloModule")
+    }
+
+
+def hlo_metadata(files: list[str]) -> dict[tuple[str, str], tuple[str, ...]]:
+    """``(module name, instruction name) -> op names`` of every compiled program the XSpace
+    `files` carry: an instruction's own ``op_name`` metadata, or for one that calls other
+    computations (a fusion, a custom fusion), the op names of every instruction they hold.
+    Empty where the files carry no program (TensorFlow's) or cannot be read."""
+    try:
+        classes = _messages()
+    except Exception:  # noqa: BLE001 - no protobuf runtime: nothing joined, said by the caller
+        return {}
+    out: dict[tuple[str, str], tuple[str, ...]] = {}
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                space = classes["XSpace"].FromString(f.read())
+        except Exception:  # noqa: BLE001 - an unreadable file joins nothing
+            continue
+        for plane in space.planes:
+            if "metadata" not in plane.name:
+                continue
+            proto_id = {k for k, v in plane.stat_metadata.items() if v.name == "Hlo Proto"}
+            for meta in plane.event_metadata.values():
+                for stat in meta.stats:
+                    if stat.metadata_id in proto_id and stat.bytes_value:
+                        out.update(_program(classes, stat.bytes_value))
+    return out
+
+
+def _program(classes: Mapping[str, Any], data: bytes) -> dict[tuple[str, str], tuple[str, ...]]:
+    try:
+        module = classes["HloProto"].FromString(data).hlo_module
+        if not module.computations:
+            module = classes["HloModule"].FromString(data)
+    except Exception:  # noqa: BLE001
+        return {}
+    by_id = {c.id: c for c in module.computations}
+    memo: dict[int, list[str]] = {}
+
+    def held(comp_id: int, depth: int = 0) -> list[str]:
+        if comp_id in memo or depth > 8:
+            return memo.get(comp_id, [])
+        names: list[str] = []
+        for ins in by_id[comp_id].instructions if comp_id in by_id else ():
+            if ins.called:
+                for c in ins.called:
+                    names += held(c, depth + 1)
+            elif ins.metadata.op_name:
+                names.append(ins.metadata.op_name)
+        memo[comp_id] = names
+        return names
+
+    out = {}
+    for comp in module.computations:
+        for ins in comp.instructions:
+            names = [n for c in ins.called for n in held(c)] if ins.called else []
+            if not names and ins.metadata.op_name:
+                names = [ins.metadata.op_name]
+            out[(module.name, ins.name)] = tuple(collections.Counter(names))
+    return out
+
+
+# ---------------------------------------------------------------------------- scope tokens
+
+# The toolkit's scope tokens (``toolkit.profiling.anatomy`` opens them around each layer's
+# call and each phase's method): ``kpl<N>`` a layer, the others a phase. TensorFlow makes a
+# name scope opened twice in one graph unique with ``_1``, ``_2``: the suffix is read off.
+_TOKEN = re.compile(
+    r"(?<![A-Za-z0-9])(kp(?:l\d+|opt|loss|metrics|step|model))(?:_\d+)?(?![A-Za-z0-9])"
+)
+
+
+def tokens_in(text: str) -> tuple[str, ...]:
+    """The scope tokens in an op's scoped name, outermost first."""
+    return tuple(_TOKEN.findall(text))

@@ -1,0 +1,377 @@
+"""The step's anatomy as records: what the measuring rooms hand the report, the terminal and
+the verbs, and what a backend's trace reader hands the measuring room.
+
+* :class:`Span`: one interval of a profiler trace, in the backend-neutral terms the
+  attribution needs (what kind of work, which of the toolkit's layer tokens it ran under,
+  whether it is a gradient). Each backend's reader (``toolkit.backend``) makes them from its
+  own signal; ``toolkit.profiling.anatomy`` sweeps them into an :class:`Anatomy`.
+* :class:`Anatomy`: one step split into :class:`Phase` parts (:class:`PhaseTime`) and into
+  the model's layers (:class:`LayerTime`), with the outside clock it was checked against and
+  the raw step Keras's own cost is measured against.
+* :class:`Contrast`: two anatomies set side by side (two backends, two settings), the
+  largest differences first, for ``backends`` and ``compare``.
+
+Pure Python: a report is read, rendered and compared where no framework is installed.
+Seconds everywhere, per training step; rendering to milliseconds and percentages is the
+edges' (``toolkit.report._anatomy``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "Anatomy",
+    "Contrast",
+    "LayerTime",
+    "Phase",
+    "PhaseTime",
+    "Span",
+    "SpanKind",
+    "StepTrace",
+    "contrast",
+]
+
+# The sum of the phases may differ from the outside clock by this much before the anatomy
+# says so (the issue's ±5 %); the trace's own step against the outside clock, likewise.
+AGREEMENT = 0.05
+
+
+class Phase(str, enum.Enum):
+    """The parts of one training step, in the order a step runs them."""
+
+    INPUT = "input"
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    OPTIMIZER = "optimizer"
+    METRICS = "metrics and loss"
+    HOST = "Keras between steps"
+    OTHER = "other"
+
+    @property
+    def meaning(self) -> str:
+        return _MEANINGS[self]
+
+
+_MEANINGS = {
+    Phase.INPUT: "the batch reaching the step",
+    Phase.FORWARD: "the layers' forward pass",
+    Phase.BACKWARD: "the gradients",
+    Phase.OPTIMIZER: "the optimizer's update of the weights",
+    Phase.METRICS: "the loss and the metrics' bookkeeping",
+    Phase.HOST: "Keras's trainer on the host between steps (callbacks, logs, data adapter)",
+    Phase.OTHER: "what no signal attributes (dispatch, executor, idle waits)",
+}
+
+
+class SpanKind(str, enum.Enum):
+    """What a trace interval is, for the sweep: computing work (an op, a kernel, a fused
+    program), the batch arriving (an iterator's get-next, a host-to-device copy), or the host
+    inside the framework's step call (dispatch, the executor) with nothing computing."""
+
+    OP = "op"
+    INPUT = "input"
+    CALL = "call"
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """One interval of a trace, in microseconds on the trace's clock.
+
+    Attributes:
+        start, end: the interval.
+        lane: the thread or device stream it ran on (spans of one lane do not overlap).
+        kind: :class:`SpanKind`.
+        tokens: the toolkit's scope tokens it ran under (layer tokens ``kpl<N>`` and the phase
+            tokens), outermost first.
+        backward: a gradient computation (the backend's own mark: TensorFlow's
+            ``gradient_tape`` scope, JAX's ``transpose``, PyTorch's autograd engine).
+        fused: it holds the work of several tokens at once (XLA fused their ops into one
+            program): its time is split between them, and counted as fused.
+        name: the backend's name for it (an op, a kernel), for the report's words.
+    """
+
+    start: float
+    end: float
+    lane: str
+    kind: SpanKind
+    tokens: tuple[str, ...] = ()
+    backward: bool = False
+    fused: bool = False
+    name: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTrace:
+    """What a backend's reader makes of a trace window (the seam's ``anatomy_trace``).
+
+    Attributes:
+        spans: every interval the sweep attributes.
+        markers: ``(start, end)`` of each traced step's marker, in time order.
+        signal: how the backend's signal was read, in words.
+        notes: what it cannot see or split, in words.
+        error: why nothing could be read, or None.
+    """
+
+    spans: tuple[Span, ...] = ()
+    markers: tuple[tuple[float, float], ...] = ()
+    signal: str = ""
+    notes: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseTime:
+    """One phase of the step: seconds per step, and where the backend cannot see it, why."""
+
+    phase: Phase
+    seconds: float
+    unseen: str = ""  # words: why this backend's signal shows none of it here
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerTime:
+    """One Keras layer's share of a step.
+
+    Attributes:
+        name: as ``model.summary()`` names it; a nested model's layer is ``outer/inner``.
+        kind: its class (``Dense``, ``Conv2D``).
+        forward_s, backward_s: seconds per step in its forward pass and in its gradients
+            (every call of it: a layer called twice holds both calls).
+        calls: how many times a step calls it (2 for a shared layer called twice).
+        flops: FLOPs per step of its forward and backward (None: not countable here).
+        fused_s: of its time, the seconds in fused programs that hold other layers' work too.
+    """
+
+    name: str
+    kind: str
+    forward_s: float
+    backward_s: float
+    calls: int = 1
+    flops: float | None = None
+    fused_s: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return self.forward_s + self.backward_s
+
+    def flop_rate(self) -> float | None:
+        """Achieved FLOP/s (None: FLOPs not countable, or no time seen)."""
+        if self.flops is None or self.seconds <= 0:
+            return None
+        return self.flops / self.seconds
+
+
+@dataclasses.dataclass(frozen=True)
+class Anatomy:
+    """One training step taken apart (seconds per step).
+
+    Attributes:
+        backend: Keras's backend (``tensorflow``, ``jax``, ``torch``; ``tf_keras``).
+        device: what trained, in words.
+        steps: training steps traced.
+        step_s: the traced steps' time per step on the outside clock (``perf_counter``
+            around the traced window, the device waited for at both ends).
+        traced_s: the same steps as the trace's own clock sees them.
+        untraced_s: the median step of the same fit outside the trace (StepTimer), for the
+            profiler's own cost; None where none was timed.
+        phases: every :class:`Phase`, in order; they add up to `traced_s`.
+        layers: the layers, slowest first.
+        fused_s: seconds per step in fused programs holding several layers' work.
+        signal: how it was measured, in words.
+        notes: what the backend could not see or split, in words (never guessed).
+        raw_s: the same model's step written without Keras's trainer, timed in the same
+            process; None where not measured. `raw_how` says how it was written.
+        fit_s: ``fit``'s median step in the same process, the raw step's comparison.
+        error: why the anatomy could not be taken (the rest is empty), or None.
+    """
+
+    backend: str
+    device: str = ""
+    steps: int = 0
+    step_s: float = 0.0
+    traced_s: float = 0.0
+    untraced_s: float | None = None
+    phases: tuple[PhaseTime, ...] = ()
+    layers: tuple[LayerTime, ...] = ()
+    fused_s: float = 0.0
+    signal: str = ""
+    notes: tuple[str, ...] = ()
+    raw_s: float | None = None
+    raw_how: str = ""
+    fit_s: float | None = None
+    error: str | None = None
+
+    def phase(self, phase: Phase) -> float:
+        """Seconds per step in `phase`."""
+        return sum(p.seconds for p in self.phases if p.phase == phase)
+
+    def phases_sum(self) -> float:
+        return sum(p.seconds for p in self.phases)
+
+    def agreement(self) -> float | None:
+        """The phases' sum over the outside clock's step (1.0: they agree)."""
+        if self.step_s <= 0:
+            return None
+        return self.phases_sum() / self.step_s
+
+    def agrees(self) -> bool:
+        a = self.agreement()
+        return a is not None and abs(a - 1.0) <= AGREEMENT
+
+    def trainer_cost(self) -> float | None:
+        """What Keras's trainer adds per step over the raw step, as a fraction (0.12: 12 %
+        slower); None where the raw step was not measured."""
+        if not self.raw_s or not self.fit_s:
+            return None
+        return self.fit_s / self.raw_s - 1.0
+
+    def attributed_layers_s(self) -> float:
+        return sum(layer.seconds for layer in self.layers)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``report.json``'s ``anatomy`` (docs/report.md): plain JSON values, seconds."""
+        out = dataclasses.asdict(self)
+        out["phases"] = [
+            {"phase": p.phase.value, "seconds": p.seconds, "unseen": p.unseen} for p in self.phases
+        ]
+        out["notes"] = list(self.notes)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Anatomy:
+        """The record of :meth:`to_dict`'s output. Raises ValueError (naming the field) for
+        one that is not an anatomy."""
+        try:
+            phases = tuple(
+                PhaseTime(Phase(p["phase"]), _number(p["seconds"]), str(p.get("unseen", "")))
+                for p in d.get("phases", ())
+            )
+            layers = tuple(
+                LayerTime(
+                    name=str(x["name"]),
+                    kind=str(x.get("kind", "")),
+                    forward_s=_number(x["forward_s"]),
+                    backward_s=_number(x["backward_s"]),
+                    calls=int(x.get("calls", 1)),
+                    flops=None if x.get("flops") is None else _number(x["flops"]),
+                    fused_s=_number(x.get("fused_s", 0.0)),
+                )
+                for x in d.get("layers", ())
+            )
+            return cls(
+                backend=str(d["backend"]),
+                device=str(d.get("device", "")),
+                steps=int(d.get("steps", 0)),
+                step_s=_number(d.get("step_s", 0.0)),
+                traced_s=_number(d.get("traced_s", 0.0)),
+                untraced_s=_optional(d.get("untraced_s")),
+                phases=phases,
+                layers=layers,
+                fused_s=_number(d.get("fused_s", 0.0)),
+                signal=str(d.get("signal", "")),
+                notes=tuple(str(n) for n in d.get("notes", ())),
+                raw_s=_optional(d.get("raw_s")),
+                raw_how=str(d.get("raw_how", "")),
+                fit_s=_optional(d.get("fit_s")),
+                error=None if d.get("error") is None else str(d["error"]),
+            )
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"anatomy: not an anatomy record ({type(e).__name__}: {e})") from None
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    if value < 0:
+        raise ValueError(f"expected seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def _optional(value: Any) -> float | None:
+    return None if value is None else _number(value)
+
+
+# ---------------------------------------------------------------------------- two of them
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """One part two anatomies differ in: a phase, or a kind of layer (all Conv2D layers)."""
+
+    what: str  # "the Conv2D layers (4)", "the optimizer"
+    a_s: float
+    b_s: float
+
+    @property
+    def ratio(self) -> float:
+        """b over a (2.0: twice as slow in b); inf where a spent nothing on it."""
+        if self.a_s <= 0:
+            return math.inf if self.b_s > 0 else 1.0
+        return self.b_s / self.a_s
+
+    @property
+    def gap_s(self) -> float:
+        return self.b_s - self.a_s
+
+
+@dataclasses.dataclass(frozen=True)
+class Contrast:
+    """Anatomy `b` against anatomy `a`: the step's ratio and the parts that make it up, the
+    largest gap first. ``a_name``/``b_name`` say what each is (``JAX``, ``run B``)."""
+
+    a_name: str
+    b_name: str
+    a_step_s: float
+    b_step_s: float
+    parts: tuple[Part, ...]
+    fix: str | None = None  # what to try on the slower side, where the backend names one
+
+    @property
+    def ratio(self) -> float:
+        return self.b_step_s / self.a_step_s if self.a_step_s > 0 else math.inf
+
+
+def contrast(
+    a: Anatomy, b: Anatomy, a_name: str, b_name: str, fix: str | None = None, top: int = 3
+) -> Contrast:
+    """The parts of `b`'s step against `a`'s: each phase outside the layers' (input,
+    optimizer, metrics, Keras between steps, other), and the layers grouped by kind (their
+    forward and backward together), largest gap first, `top` of them."""
+    parts: list[Part] = []
+    kinds_a, kinds_b = _by_kind(a.layers), _by_kind(b.layers)
+    for kind in sorted(set(kinds_a) | set(kinds_b)):
+        (na, sa), (nb, sb) = kinds_a.get(kind, (0, 0.0)), kinds_b.get(kind, (0, 0.0))
+        n = max(na, nb)
+        parts.append(Part(f"the {kind} layer{'s' if n != 1 else ''} ({n})", sa, sb))
+    for phase in (Phase.INPUT, Phase.OPTIMIZER, Phase.METRICS, Phase.HOST, Phase.OTHER):
+        parts.append(Part(_PART_NAMES[phase], a.phase(phase), b.phase(phase)))
+    # Forward and backward outside any layer (the loss's gradient, glue between layers).
+    outside = [
+        a.phase(Phase.FORWARD) + a.phase(Phase.BACKWARD) - a.attributed_layers_s(),
+        b.phase(Phase.FORWARD) + b.phase(Phase.BACKWARD) - b.attributed_layers_s(),
+    ]
+    parts.append(Part("forward/backward outside the layers", *(max(0.0, s) for s in outside)))
+    ranked = sorted(parts, key=lambda p: abs(p.gap_s), reverse=True)
+    return Contrast(a_name, b_name, a.step_s, b.step_s, tuple(ranked[:top]), fix)
+
+
+_PART_NAMES = {
+    Phase.INPUT: "the input",
+    Phase.OPTIMIZER: "the optimizer",
+    Phase.METRICS: "the loss and metrics",
+    Phase.HOST: "Keras between steps",
+    Phase.OTHER: "other (unattributed)",
+}
+
+
+def _by_kind(layers: Sequence[LayerTime]) -> dict[str, tuple[int, float]]:
+    out: dict[str, tuple[int, float]] = {}
+    for layer in layers:
+        n, s = out.get(layer.kind or "other", (0, 0.0))
+        out[layer.kind or "other"] = (n + 1, s + layer.seconds)
+    return out

@@ -1,0 +1,450 @@
+"""The step's anatomy, measured: scope tokens around a model's layers and phases, a short
+trace window, and the sweep that turns the trace into seconds per phase and per layer.
+
+How it measures (``toolkit.core._anatomy`` holds the records):
+
+1. :class:`Scopes` opens a scope token around each layer's ``call`` (``kpl<N>``), around the
+   loss (``kploss``), the metrics (``kpmetrics``), the optimizer's ``apply`` (``kpopt``) and
+   the train step (``kpstep``), in the backend's own scope (``layer_scope`` of the seam:
+   TensorFlow's name scopes, JAX's named scopes, PyTorch's ``record_function``). Its own
+   tokens, not the layers' names: a name TensorFlow made unique (``dense_1_1``), a layer
+   named like another's scope, a layer shared by two models would all be ambiguous. The
+   train function is built again under them, and again without them after.
+2. ``TraceWindow`` traces a few steps with step markers and the device waited for at both
+   ends; its ``began_at``/``ended_at`` are the outside clock around them.
+3. The seam's ``anatomy_trace`` reads the trace into :class:`~toolkit.core._anatomy.Span`\\ s.
+4. :func:`sweep` walks the window's timeline: at each instant the ops computing share it
+   (each lane, a thread or a device stream, an equal part; an op's lane part split between
+   the scopes a fused op holds); where nothing computes, the batch arriving is input, the
+   host inside the framework's step call is "other", and the rest is Keras's own work
+   between steps. So the phases add up to the window, and the window is checked against the
+   outside clock: what the trace cannot attribute stays "other", in sight.
+
+No device sync happens outside the window's two edges.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import functools
+import math
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from toolkit import backend
+from toolkit.core import compat
+from toolkit.core._anatomy import (
+    Anatomy,
+    LayerTime,
+    Phase,
+    PhaseTime,
+    Span,
+    SpanKind,
+    StepTrace,
+)
+from toolkit.core.events import FUSED_STEPS_ATTR
+from toolkit.profiling.trace_window import TraceWindow
+
+__all__: list[str] = []  # toolkit.anatomy is the API; AnatomyWindow, for your own fit
+
+Key = tuple[Phase, str | None, bool]  # (phase, layer token or None, fused)
+_ABSENT = object()
+
+
+@dataclasses.dataclass
+class LayerEntry:
+    """One layer the scopes wrap: its token, its name as ``model.summary()`` gives it
+    (``outer/inner`` inside a nested model), its class, and what its calls saw."""
+
+    token: str
+    name: str
+    kind: str
+    calls: int = 0
+    flops: float | None = None  # forward FLOPs of one call, from the shapes it saw
+    input_spec: tuple[tuple[int, ...], str] | None = None  # its first input's (shape, dtype)
+
+
+def _children(layer: Any) -> list[Any]:
+    try:
+        return list(layer._flatten_layers(include_self=False, recursive=False))
+    except (AttributeError, TypeError):
+        return list(getattr(layer, "layers", ()))
+
+
+def _forward_flops(layer: Any, inputs: Any, output: Any) -> float | None:
+    """Forward FLOPs of one call of the layers whose count is plain (a dense or
+    convolutional product), from the shapes of this call; None for the rest."""
+    kernel = getattr(layer, "kernel", None)
+    out_shape = tuple(getattr(output, "shape", ()) or ())
+    if kernel is None or not out_shape or any(d is None for d in out_shape):
+        return None
+    k_shape = tuple(int(d) for d in kernel.shape)
+    kind = type(layer).__name__
+    if kind == "Dense" and len(k_shape) == 2:
+        return 2.0 * math.prod(out_shape[:-1]) * k_shape[0] * k_shape[1]
+    if kind.startswith("Conv") and "Transpose" not in kind and len(k_shape) >= 3:
+        # the kernel: (window..., input channels per group, filters); each output element
+        # is one window's products with the input channels of its group
+        first = getattr(layer, "data_format", "channels_last") == "channels_first"
+        positions = math.prod(out_shape[:1] + out_shape[2:]) if first else math.prod(out_shape[:-1])
+        return 2.0 * positions * math.prod(k_shape[:-1]) * k_shape[-1]
+    return None
+
+
+class Scopes:
+    """Scope tokens around `model`'s layers and phases while the context is open (see the
+    module docstring). ``entries`` maps each layer token to its :class:`LayerEntry`."""
+
+    # tf_keras spells the loss compute_loss and the optimizer's update apply_gradients
+    PHASE_METHODS = (("_compute_loss", "kploss"), ("compute_loss", "kploss"),
+                     ("compute_metrics", "kpmetrics"), ("train_step", "kpstep"))  # fmt: skip
+    OPTIMIZER_METHODS = ("apply", "apply_gradients")
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.entries: dict[str, LayerEntry] = {}
+        self.model_calls = 0
+        self._undo: list[tuple[Any, str, Any]] = []
+        self._seam = backend.get()
+
+    def _layers(self) -> Iterator[tuple[Any, str]]:
+        seen: set[int] = set()
+
+        def walk(layer: Any, prefix: str) -> Iterator[tuple[Any, str]]:
+            for child in _children(layer):
+                if id(child) in seen or type(child).__name__ == "InputLayer":
+                    continue
+                seen.add(id(child))
+                name = f"{prefix}{child.name}"
+                yield child, name
+                yield from walk(child, f"{name}/")
+
+        yield from walk(self.model, "")
+
+    def _patch(self, owner: Any, attr: str, replacement: Any) -> None:
+        # Past Keras's attribute tracking; undone on exit, to what the instance held before
+        # (the toolkit's fused steps set an instance's train_step too).
+        self._undo.append((owner, attr, owner.__dict__.get(attr, _ABSENT)))
+        owner.__dict__[attr] = replacement
+
+    def _scoped_call(self, layer: Any, entry: LayerEntry | None, token: str) -> Any:
+        original = layer.call
+        scope = self._seam.layer_scope
+
+        @functools.wraps(original)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if entry is None:
+                self.model_calls += 1
+            else:
+                entry.calls += 1
+            with scope(token):
+                out = original(*args, **kwargs)
+            if entry is not None and entry.flops is None:
+                with contextlib.suppress(Exception):  # a count is a nicety
+                    entry.flops = _forward_flops(layer, args[0] if args else None, out)
+            if entry is not None and entry.input_spec is None and args:
+                with contextlib.suppress(Exception):
+                    shape = tuple(int(d) for d in args[0].shape)
+                    entry.input_spec = (shape, str(getattr(args[0].dtype, "name", args[0].dtype)))
+            return out
+
+        return call
+
+    def _scoped_method(self, owner: Any, name: str, token: str) -> None:
+        original = getattr(owner, name, None)
+        if original is None:
+            return
+        scope = self._seam.layer_scope
+
+        @functools.wraps(original)
+        def method(*args: Any, **kwargs: Any) -> Any:
+            with scope(token):
+                return original(*args, **kwargs)
+
+        self._patch(owner, name, method)
+
+    def __enter__(self) -> Scopes:
+        try:
+            for i, (layer, name) in enumerate(self._layers()):
+                token = f"kpl{i}"
+                entry = LayerEntry(token, name, type(layer).__name__)
+                self.entries[token] = entry
+                self._patch(layer, "call", self._scoped_call(layer, entry, token))
+            self._patch(self.model, "call", self._scoped_call(self.model, None, "kpmodel"))
+            for name, token in self.PHASE_METHODS:
+                self._scoped_method(self.model, name, token)
+            optimizer = getattr(self.model, "optimizer", None)
+            for name in self.OPTIMIZER_METHODS if optimizer is not None else ():
+                self._scoped_method(optimizer, name, "kpopt")
+            _rebuild(self.model)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        while self._undo:
+            owner, attr, before = self._undo.pop()
+            if before is _ABSENT:
+                owner.__dict__.pop(attr, None)
+            else:
+                owner.__dict__[attr] = before
+        _rebuild(self.model)
+
+    def calls_per_step(self, token: str) -> int:
+        """How many times a forward pass calls the layer (2: shared, called twice)."""
+        entry = self.entries[token]
+        return max(1, round(entry.calls / self.model_calls)) if self.model_calls else 1
+
+
+def _rebuild(model: Any) -> None:
+    """Lets Keras build the model's step functions again at the next fit (under the scopes,
+    or back without them)."""
+    for attr in ("train_function", "test_function", "predict_function"):
+        if hasattr(model, attr):
+            with contextlib.suppress(AttributeError):
+                setattr(model, attr, None)
+
+
+# ---------------------------------------------------------------------------- the sweep
+
+
+def _key(span: Span) -> Key:
+    layer = next((t for t in reversed(span.tokens) if t.startswith("kpl")), None)
+    tokens = set(span.tokens)
+    if "kpopt" in tokens:
+        return Phase.OPTIMIZER, None, False
+    if span.backward:
+        return Phase.BACKWARD, layer, span.fused
+    if tokens & {"kploss", "kpmetrics"}:
+        return Phase.METRICS, None, False
+    if layer is not None:
+        return Phase.FORWARD, layer, span.fused
+    if "kpmodel" in tokens:
+        return Phase.FORWARD, None, False  # the model's own glue between its layers
+    return Phase.OTHER, None, False
+
+
+def sweep(spans: Sequence[Span], start: float, end: float) -> dict[Key, float]:
+    """Microseconds of ``[start, end]`` by ``(phase, layer token, fused)``: at each instant
+    the computing ops share it (an equal part per lane, split on a lane between its spans);
+    where none computes, input, then the host inside a call (the innermost scope range's
+    phase and layer; the framework's step call: other), then Keras between steps. The values
+    add up to ``end - start``."""
+    points: list[tuple[float, int, int]] = []
+    for i, s in enumerate(spans):
+        a, b = max(s.start, start), min(s.end, end)
+        if b > a:
+            points += [(a, 1, i), (b, -1, i)]
+    points.sort(key=lambda p: (p[0], p[1]))
+    out: dict[Key, float] = collections.defaultdict(float)
+    ops: dict[str, set[int]] = collections.defaultdict(set)
+    waiting = 0
+    calls: list[int] = []  # the host inside a call or a scope range, innermost last
+    t = start
+    keys = [_key(s) for s in spans]
+
+    def spend(dt: float) -> None:
+        lanes = [lane for lane, held in ops.items() if held]
+        if lanes:
+            for lane in lanes:
+                held = ops[lane]
+                for i in held:
+                    out[keys[i]] += dt / len(lanes) / len(held)  # type: ignore[index]
+        elif waiting:
+            out[(Phase.INPUT, None, False)] += dt
+        elif calls:
+            # the innermost range the host is in: a layer's call, a phase's method (its host
+            # work, PyTorch's eager Python), or the framework's step call (other)
+            phase, layer, _ = keys[max(calls, key=lambda i: spans[i].start)]
+            out[(phase, layer, False)] += dt
+        else:
+            out[(Phase.HOST, None, False)] += dt
+
+    for when, delta, i in points:
+        if when > t:
+            spend(when - t)
+            t = when
+        span = spans[i]
+        if span.kind == SpanKind.OP:
+            (ops[span.lane].add if delta > 0 else ops[span.lane].discard)(i)
+        elif span.kind == SpanKind.INPUT:
+            waiting += delta
+        elif delta > 0:
+            calls.append(i)
+        else:
+            calls.remove(i)
+    if end > t:
+        spend(end - t)
+    return dict(out)
+
+
+def window(trace: StepTrace) -> tuple[float, float] | None:
+    """The traced steps on the trace's clock: from the first marker's start to the last
+    marker's end or the last op's, whichever is later. An asynchronous backend's host closes
+    its markers ahead of the device; TraceWindow waited for the device before the trace
+    began and before it ended, so every op the trace holds after the first marker is the
+    traced steps' own."""
+    if not trace.markers:
+        return None
+    start, end = trace.markers[0][0], trace.markers[-1][1]
+    ops = (s.end for s in trace.spans if s.kind == SpanKind.OP and s.end > start)
+    return start, max(end, max(ops, default=end))
+
+
+def assemble(
+    trace: StepTrace,
+    scopes: Scopes,
+    *,
+    steps: int,
+    outside_s: float,
+    untraced_s: float | None = None,
+    backend_name: str = "",
+    device: str = "",
+    notes: Sequence[str] = (),
+) -> Anatomy:
+    """The :class:`Anatomy` of a read trace: the sweep over its window, per step."""
+    base = Anatomy(backend=backend_name, device=device, steps=steps, signal=trace.signal)
+    span = window(trace)
+    if trace.error and not trace.spans:
+        return dataclasses.replace(base, error=trace.error)
+    if span is None:
+        return dataclasses.replace(base, error="the trace holds no step marker")
+    if not any(s.kind == SpanKind.OP for s in trace.spans):
+        return dataclasses.replace(base, error="the trace holds no op of the traced steps")
+    per_step = 1e-6 / max(1, steps)  # microseconds in the window -> seconds per step
+    spent = sweep(trace.spans, *span)
+    by_phase: dict[Phase, float] = collections.defaultdict(float)
+    forward: dict[str, float] = collections.defaultdict(float)
+    backward: dict[str, float] = collections.defaultdict(float)
+    fused: dict[str, float] = collections.defaultdict(float)
+    fused_total = 0.0
+    for (phase, layer, is_fused), us in spent.items():
+        by_phase[phase] += us * per_step
+        if layer is not None and layer in scopes.entries:
+            (forward if phase == Phase.FORWARD else backward)[layer] += us * per_step
+            if is_fused:
+                fused[layer] += us * per_step
+        if is_fused:
+            fused_total += us * per_step
+    unseen = _unseen(trace, by_phase)
+    phases = tuple(PhaseTime(p, by_phase.get(p, 0.0), unseen.get(p, "")) for p in Phase)
+    layers = []
+    for token, entry in scopes.entries.items():
+        f, b = forward.get(token, 0.0), backward.get(token, 0.0)
+        if f + b <= 0:
+            continue
+        calls = scopes.calls_per_step(token)
+        flops = entry.flops * 3.0 * calls if entry.flops else None  # forward + 2x backward
+        layers.append(LayerTime(entry.name, entry.kind, f, b, calls, flops, fused.get(token, 0.0)))
+    layers.sort(key=lambda x: x.seconds, reverse=True)
+    return dataclasses.replace(
+        base,
+        step_s=outside_s / max(1, steps),
+        traced_s=(span[1] - span[0]) * per_step,
+        untraced_s=untraced_s,
+        phases=phases,
+        layers=tuple(layers),
+        fused_s=fused_total,
+        notes=tuple(trace.notes) + tuple(notes),
+    )
+
+
+def _unseen(trace: StepTrace, by_phase: dict[Phase, float]) -> dict[Phase, str]:
+    """Words for the phases this trace cannot show where it shows none of them."""
+    out = {}
+    if by_phase.get(Phase.INPUT, 0.0) <= 0 and not any(
+        s.kind == SpanKind.INPUT for s in trace.spans
+    ):
+        out[Phase.INPUT] = "no input event in this backend's trace: in Keras between steps"
+    if by_phase.get(Phase.BACKWARD, 0.0) <= 0:
+        out[Phase.BACKWARD] = "no gradient op marked in this trace"
+    return out
+
+
+# ---------------------------------------------------------------------------- the callback
+
+
+class AnatomyWindow(TraceWindow):
+    """A :class:`~toolkit.profiling.trace_window.TraceWindow` that also takes the step apart:
+    the scope tokens go on the model at the fit's start (its step functions are built again
+    under them) and come off at its end; :meth:`anatomy` reads the trace afterwards.
+
+    Args: as TraceWindow's (`logdir`, `start_step`, `stop_step`).
+
+    Example:
+
+    ```python
+    window = AnatomyWindow("logs/anatomy", start_step=6, stop_step=11)
+    model.fit(data, epochs=1, callbacks=[StepTimer(), window])
+    print(window.anatomy())
+    ```
+    """
+
+    def __init__(self, logdir: str | os.PathLike[str], start_step: int = 6,
+                 stop_step: int | None = None) -> None:  # fmt: skip
+        super().__init__(logdir, start_step, stop_step)
+        self.scopes: Scopes | None = None
+        self.scope_error: str | None = None
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        super().on_train_begin(logs)
+        try:
+            self.scopes = Scopes(self.model).__enter__()
+            self.model.make_train_function(force=True)
+        except Exception as e:  # noqa: BLE001 - the fit goes on, the anatomy says why not
+            self.scopes = None
+            self.scope_error = f"the model's layers could not be scoped: {type(e).__name__}: {e}"
+
+    def on_train_end(self, logs: Any = None) -> None:
+        super().on_train_end(logs)
+        if self.scopes is not None:
+            self.scopes.__exit__(None, None, None)
+
+    def steps_per_marker(self) -> int:
+        """Training steps in one marked call (``steps_per_execution``, fused steps)."""
+        model = self.model
+        return max(1, compat.steps_per_execution(model)) * max(
+            1, int(getattr(model, FUSED_STEPS_ATTR, 1) or 1)
+        )
+
+    def anatomy(self, untraced_s: float | None = None, device: str = "") -> Anatomy:
+        """The traced steps taken apart (:func:`assemble`); `untraced_s`: the same fit's
+        median step outside the window (StepTimer's p50), for the profiler's own cost."""
+        name = backend.name() if compat.keras_flavor() == "keras3" else "tf_keras"
+        base = Anatomy(backend=name, device=device)
+        if self.scope_error or self.scopes is None:
+            return dataclasses.replace(base, error=self.scope_error or "the fit never began")
+        if self.error:
+            return dataclasses.replace(base, error=self.error)
+        if self.traced_steps is None or self.began_at is None or self.ended_at is None:
+            return dataclasses.replace(
+                base, error="the fit ended before the trace window (too few steps)"
+            )
+        trace = backend.get().anatomy_trace(self.trace_files())
+        per_marker = self.steps_per_marker()
+        steps = len(trace.markers) * per_marker
+        notes = []
+        if compat.keras_flavor() != "keras3":
+            notes.append("tf_keras: its own step markers; its loss and metrics scoped as "
+                         "compute_loss and compute_metrics")  # fmt: skip
+        if per_marker > 1:
+            notes.append(f"{per_marker} steps per marked call: its times are per step")
+        start, stop = self.traced_steps
+        if len(trace.markers) * per_marker != stop - start and trace.markers:
+            notes.append(f"the trace marks {len(trace.markers)} calls of the {stop - start} "
+                         "steps traced: its steps are the marked ones")  # fmt: skip
+        outside = self.ended_at - self.began_at
+        return assemble(
+            trace,
+            self.scopes,
+            steps=steps,
+            outside_s=outside,
+            untraced_s=untraced_s,
+            backend_name=name,
+            device=device,
+            notes=notes,
+        )

@@ -1,0 +1,511 @@
+"""The step's anatomy as people read it: terminal lines, a short summary, a Markdown section
+and a picture of one :class:`~toolkit.core._anatomy.Anatomy`, and two anatomies side by side
+(:class:`~toolkit.core._anatomy.Contrast`) in words.
+
+The record is ``toolkit.core._anatomy`` (seconds per step); this is its reading, pure Python
+like the rest of the report side (matplotlib only inside :func:`anatomy_png`). Numbers are
+formatted as everywhere else: times in milliseconds at three decimals (``format_ms``), shares
+as ``45.6 %``, ratios as ``1.23×``, achieved FLOP/s as ``format_flops`` writes them.
+
+Every share is of the traced step as the phases split it (they add up to it, so the shown
+percentages add up to 100); the line under the phases says how that step compares with the
+outside clock's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import textwrap
+from collections.abc import Sequence
+
+from toolkit.core import terminal
+from toolkit.core._anatomy import AGREEMENT, Anatomy, Contrast, LayerTime, Phase, PhaseTime
+from toolkit.core.files import atomic_write
+from toolkit.core.stats import format_flops, format_ms
+
+__all__ = [
+    "ANATOMY_PNG",
+    "anatomy_lines",
+    "anatomy_markdown",
+    "anatomy_png",
+    "anatomy_top_lines",
+    "contrast_lines",
+]
+
+ANATOMY_PNG = "anatomy.png"  # beside steps.png in a run directory
+TOP_LAYERS = 10  # rows of the terminal's layer table
+PLOT_LAYERS = 15  # bars of the picture
+MARKDOWN_LAYERS = 50  # rows of report.md's layer table
+NAME_MIN, NAME_MAX, KIND_MAX = 12, 30, 18  # columns a layer's name and kind may take
+NOISE = 0.005  # a trainer cost under this fraction reads as none
+
+
+# ---------------------------------------------------------------------------- formats
+
+
+def _pct(fraction: float) -> str:
+    """A share as every anatomy line writes it: ``45.6 %``."""
+    return f"{fraction * 100:.1f} %"
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds in a table column headed "ms": ``1.234``."""
+    return f"{seconds * 1e3:.3f}"
+
+
+def _rate(layer: LayerTime) -> str:
+    """Achieved FLOP/s in a column headed "FLOP/s": ``45.6 G`` (empty: not countable)."""
+    rate = layer.flop_rate()
+    return "" if rate is None else format_flops(rate, True).removesuffix("FLOP/s").strip()
+
+
+def _basis(a: Anatomy) -> float:
+    """The step every share is of: the traced step as the phases split it."""
+    return a.phases_sum() or a.traced_s or a.step_s
+
+
+def _share(seconds: float, basis: float) -> str:
+    return _pct(seconds / basis) if basis > 0 else "—"
+
+
+def _short(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters: a nested layer keeps its own name after ``…/``
+    (``…/conv2d_12``), anything else its head and tail around ``…``."""
+    if len(text) <= limit:
+        return text
+    own = text.rpartition("/")[2]
+    if "/" in text:  # the layer's own name tells it apart: its end, where its number is
+        return "…/" + own if len(own) + 2 <= limit else "…" + own[len(own) - limit + 1 :]
+    head = max(1, (limit - 1) // 3)
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head) :]
+
+
+def _fold(lines: Sequence[str], width: int) -> list[str]:
+    """`lines` folded at spaces to `width` (continuations indented), a word longer than a
+    whole row cut as a last resort: every row fits."""
+    out: list[str] = []
+    for line in terminal.fit("\n".join(lines), width).split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = line[: len(line) - len(line.lstrip(" "))]
+        out += textwrap.wrap(line, width=width, subsequent_indent=lead + "  ") or [line[:width]]
+    return out
+
+
+def _ratio(value: float) -> str:
+    """A ratio as the toolkit writes them: ``1.23×``."""
+    return f"{value:.2f}×"
+
+
+# ---------------------------------------------------------------------------- the parts
+
+
+def _head(a: Anatomy) -> str:
+    where = f"{a.backend} on {a.device}" if a.device else a.backend
+    steps = f"{a.steps} step{'s' if a.steps != 1 else ''} traced"
+    return f"inside the step: {format_ms(a.step_s)}/step on the outside clock, {steps}; {where}"
+
+
+def _error_line(a: Anatomy) -> str:
+    where = f" ({a.backend}{' on ' + a.device if a.device else ''})"
+    return f"inside the step: the anatomy could not be taken{where}: {a.error}"
+
+
+def _phases(a: Anatomy) -> list[PhaseTime]:
+    """The phases in a step's order, "other" always among them."""
+    shown = sorted(a.phases, key=lambda p: list(Phase).index(p.phase))
+    if not any(p.phase == Phase.OTHER for p in shown):
+        shown.append(PhaseTime(Phase.OTHER, 0.0))
+    return shown
+
+
+def _phase_cells(p: PhaseTime, basis: float) -> tuple[str, str, str]:
+    """``(ms, share, words)`` of one phase: an unseen one shows its words, and numbers only
+    where part of it was seen."""
+    if p.unseen and p.seconds <= 0:
+        return "—", "—", f"not seen: {p.unseen}"
+    return _ms(p.seconds), _share(p.seconds, basis), f"not all seen: {p.unseen}" if p.unseen else ""
+
+
+def _sum_line(a: Anatomy) -> str:
+    agreement = a.agreement()
+    if agreement is None:
+        return "no outside clock to check the phases' sum against"
+    line = (
+        f"phases sum to {_ratio(agreement)} the step on the outside clock "
+        f"({format_ms(a.phases_sum())} vs {format_ms(a.step_s)})"
+    )
+    if not a.agrees():
+        line += (
+            f": they disagree by more than {AGREEMENT * 100:.0f} %, so read the shares as the "
+            "trace's split, not the outside clock's"
+        )
+    return line
+
+
+def _profiler_line(a: Anatomy) -> str | None:
+    traced = a.step_s or a.traced_s
+    if not a.untraced_s or not traced:
+        return None
+    return (
+        f"the profiler's own cost: a traced step takes {_ratio(traced / a.untraced_s)} an "
+        f"untraced one ({format_ms(traced)} vs {format_ms(a.untraced_s)})"
+    )
+
+
+def _fused_line(a: Anatomy) -> str | None:
+    if a.fused_s <= 0:
+        return None
+    return (
+        "XLA fused several layers' ops together: fused code holds "
+        f"{_share(a.fused_s, _basis(a))} of the step (the layers' times split it; marked f)"
+    )
+
+
+def _trainer_lines(a: Anatomy) -> list[str]:
+    """Keras's own cost: the trainer's step against the same step written without it."""
+    cost = a.trainer_cost()
+    if cost is None or a.fit_s is None or a.raw_s is None:
+        return []
+    if cost <= -NOISE:
+        head = (
+            f"Keras's fit step is {_pct(-cost)} faster than the raw step: its trainer adds "
+            "no cost this measure can see"
+        )
+    elif cost < NOISE:
+        head = "Keras's trainer adds nothing measurable per step over the raw step (within noise)"
+    else:
+        head = f"Keras's trainer adds {_pct(cost)} per step over the raw step"
+    how = f"; raw step: {a.raw_how}" if a.raw_how else ""
+    return [head, f"  (fit {format_ms(a.fit_s)}/step vs raw {format_ms(a.raw_s)}/step{how})"]
+
+
+def _ranked(a: Anatomy) -> list[LayerTime]:
+    return sorted(a.layers, key=lambda x: x.seconds, reverse=True)
+
+
+def _marks(layer: LayerTime) -> str:
+    marks = [f"×{layer.calls}"] if layer.calls > 1 else []
+    return " ".join([*marks, "f"] if layer.fused_s > 0 else marks)
+
+
+LAYER_HEADS = ("layer", "kind", "fwd ms", "bwd ms", "% step", "FLOP/s", "")
+
+
+def _layer_table(a: Anatomy, width: int) -> list[str]:
+    ranked = _ranked(a)
+    shown, rest = ranked[:TOP_LAYERS], ranked[TOP_LAYERS:]
+    basis = _basis(a)
+    cells = [
+        [
+            layer.name,
+            _short(layer.kind or "—", KIND_MAX),
+            _ms(layer.forward_s),
+            _ms(layer.backward_s),
+            f"{layer.seconds / basis * 100:.1f}" if basis > 0 else "—",
+            _rate(layer),
+            _marks(layer),
+        ]
+        for layer in shown
+    ]
+    # The FLOP/s and marks columns only where a row has one; the name takes the room left.
+    keep = [n for n in range(len(LAYER_HEADS)) if n < 5 or any(row[n] for row in cells)]
+    heads = [LAYER_HEADS[n] for n in keep]
+    cells = [[row[n] for n in keep] for row in cells]
+    used = [max([len(heads[n]), *(len(r[n]) for r in cells)]) for n in range(1, len(keep))]
+    room = width - sum(used) - terminal.GAP * len(used)
+    limit = max(NAME_MIN, min(NAME_MAX, room))
+    for row in cells:
+        row[0] = _short(row[0], limit)
+    right = [i for i, n in enumerate(keep) if 2 <= n <= 5]
+    out = terminal.table(heads, cells, columns=width, right=right).split("\n")
+    said = []
+    if rest:
+        left = sum(x.seconds for x in rest)
+        said.append(
+            f"and {len(rest)} more layer{'s' if len(rest) != 1 else ''} "
+            f"({format_ms(left)}, {_share(left, basis)} of the step) left out"
+        )
+    legend = []
+    if any(x.calls > 1 for x in shown):
+        legend.append("×N: called N times a step (its times hold every call)")
+    if any(x.fused_s > 0 for x in shown):
+        legend.append("f: part of its time is in fused code it shares with other layers")
+    if legend:
+        said.append("; ".join(legend))
+    return out + _fold(said, width)
+
+
+# ---------------------------------------------------------------------------- the views
+
+
+def anatomy_lines(a: Anatomy, width: int = 80) -> list[str]:
+    """What a person reads on a terminal, each line at most `width` columns: the step and
+    where it ran, its phases (ms/step and share), their sum against the outside clock, the
+    profiler's own cost, the slowest layers, fused code, Keras's own cost and the notes.
+
+    Args:
+        a: the anatomy.
+        width: the widest line. Defaults to `80`.
+
+    Returns:
+        The lines, folded to `width`; for an anatomy that could not be taken, the one line
+        saying why.
+    """
+    if a.error:
+        return _fold([_error_line(a)], width)
+    basis = _basis(a)
+    said = [_head(a)]
+    if a.signal:
+        said.append(f"measured from: {a.signal}")
+    lines = _fold(said, width)
+    rows = [[p.phase.value, *_phase_cells(p, basis)] for p in _phases(a)]
+    lines += terminal.table(("phase", "ms/step", "% step", ""), rows, columns=width,
+                            right=(1, 2)).split("\n")  # fmt: skip
+    more = [_sum_line(a), _profiler_line(a)]
+    lines += _fold([x for x in more if x], width)
+    if a.layers:
+        lines += _layer_table(a, width)
+    else:
+        lines += _fold(["no layer was seen in the trace"], width)
+    tail = [_fused_line(a), *_trainer_lines(a), *(f"note: {n}" for n in a.notes)]
+    lines += _fold([x for x in tail if x], width)
+    return [line.rstrip() for line in lines]
+
+
+def anatomy_top_lines(a: Anatomy, n: int = 3) -> list[str]:
+    """The anatomy in two to four lines, as ``diagnose`` and ``doctor`` print it: the phases,
+    largest first; the `n` slowest layers; Keras's own cost where it was measured.
+
+    Args:
+        a: the anatomy.
+        n: the layers named. Defaults to `3`.
+    """
+    if a.error:
+        return [_error_line(a)]
+    basis = _basis(a)
+    phases = sorted(
+        (p for p in _phases(a) if p.seconds > 0 or p.phase == Phase.OTHER),
+        key=lambda p: p.seconds,
+        reverse=True,
+    )
+    bits = [f"{p.phase.value} {_share(p.seconds, basis)}" for p in phases]
+    unseen = [p.phase.value for p in a.phases if p.unseen and p.seconds <= 0]
+    line = f"inside the step ({format_ms(a.step_s)}/step, {a.backend}): " + ", ".join(bits)
+    if unseen:
+        line += f"; not seen: {', '.join(unseen)}"
+    if not a.agrees():
+        agreement = a.agreement()
+        line += (
+            f"; the phases sum to {_ratio(agreement)} the outside clock's step"
+            if agreement is not None
+            else "; no outside clock to check them against"
+        )
+    out = [line]
+    top = _ranked(a)[: max(0, n)]
+    if top:
+        out.append(
+            "slowest layers: "
+            + ", ".join(
+                f"{x.name} ({x.kind}) {format_ms(x.seconds)} ({_share(x.seconds, basis)})"
+                for x in top
+            )
+        )
+    trainer = _trainer_lines(a)
+    if trainer:
+        out.append(f"{trainer[0]} {trainer[1].strip()}")
+    return out
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _sentence(text: str) -> str:
+    """`text` as a sentence of report.md: its first letter capital, a full stop at its end."""
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+def anatomy_markdown(a: Anatomy, png: str | None = None) -> str:
+    """The anatomy's section of ``report.md`` (``## Inside the step``): the step, the phase
+    table with what each phase is, the layer table (the slowest 50), fused code, Keras's own
+    cost and the notes; `png` the picture's file name, shown under the tables."""
+    out = ["## Inside the step", ""]
+    if a.error:
+        return "\n".join([*out, _sentence(_error_line(a)), ""])
+    basis = _basis(a)
+    out.append(_sentence(_head(a)))
+    if a.signal:
+        out += ["", f"Measured from: {_cell(a.signal)}."]
+    out += ["", "| phase | ms/step | share | what it is |", "|---|---:|---:|---|"]
+    for p in _phases(a):
+        ms, share, words = _phase_cells(p, basis)
+        what = p.phase.meaning + (f" ({words})" if words else "")
+        out.append(f"| {p.phase.value} | {ms} | {share} | {_cell(what)} |")
+    out.append(f"| **traced step** | **{_ms(a.phases_sum())}** | 100 % | |")
+    out += ["", _sentence(_sum_line(a))]
+    profiler = _profiler_line(a)
+    if profiler:
+        out += ["", _sentence(profiler)]
+    ranked = _ranked(a)
+    if ranked:
+        out += [
+            "",
+            "| layer | kind | calls | forward ms | backward ms | share | achieved | fused ms |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for x in ranked[:MARKDOWN_LAYERS]:
+            rate = x.flop_rate()
+            out.append(
+                f"| {_cell(x.name)} | {_cell(x.kind or '—')} | {x.calls} | {_ms(x.forward_s)} | "
+                f"{_ms(x.backward_s)} | {_share(x.seconds, basis)} | "
+                f"{format_flops(rate, True) if rate is not None else '—'} | "
+                f"{_ms(x.fused_s) if x.fused_s > 0 else '—'} |"
+            )
+        rest = ranked[MARKDOWN_LAYERS:]
+        if rest:
+            left = sum(x.seconds for x in rest)
+            out += ["", f"And {len(rest)} more layers ({format_ms(left)}) left out."]
+    else:
+        out += ["", "No layer was seen in the trace."]
+    fused = _fused_line(a)
+    if fused:
+        out += ["", _sentence(fused.removesuffix("; marked f)") + ")")]
+    trainer = _trainer_lines(a)
+    if trainer:
+        out += ["", _sentence(f"{trainer[0]} {trainer[1].strip()}")]
+    if png:
+        out += ["", f"![inside the step]({png})"]
+    if a.notes:
+        out.append("")
+        out += [f"- note: {_cell(n)}" for n in a.notes]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------- the picture
+
+PHASE_COLOURS = {
+    Phase.INPUT: "tab:orange",
+    Phase.FORWARD: "tab:blue",
+    Phase.BACKWARD: "tab:cyan",
+    Phase.OPTIMIZER: "tab:green",
+    Phase.METRICS: "tab:purple",
+    Phase.HOST: "tab:red",
+    Phase.OTHER: "0.8",
+}
+
+
+def anatomy_png(a: Anatomy, path: str | os.PathLike[str]) -> str | None:
+    """The anatomy as a picture, written atomically to `path`: one horizontal bar per layer
+    (the slowest 15), forward and backward stacked, and under them the step's phases as one
+    stacked bar, in ms per step.
+
+    Returns:
+        `path`; None where matplotlib (the ``[report]`` extra) is missing, or the anatomy
+        holds nothing to draw (it could not be taken, or it has no phases).
+    """
+    if a.error or not a.phases:
+        return None
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg", force=False)
+    import io
+
+    from matplotlib.figure import Figure
+
+    layers = _ranked(a)[:PLOT_LAYERS]
+    rows = max(1, len(layers))
+    fig = Figure(figsize=(10, 2.6 + 0.32 * rows), dpi=100)
+    grid = fig.add_gridspec(2, 1, height_ratios=[max(2.0, 0.32 * rows), 1.1])
+    ax_l, ax_p = fig.add_subplot(grid[0]), fig.add_subplot(grid[1])
+    basis = _basis(a)
+    if layers:
+        names = [
+            _short(x.name, 32) + (f" ×{x.calls}" if x.calls > 1 else "") + f" ({x.kind})"
+            for x in layers
+        ]
+        ys = range(len(layers))
+        forward = [x.forward_s * 1e3 for x in layers]
+        backward = [x.backward_s * 1e3 for x in layers]
+        colour = PHASE_COLOURS[Phase.FORWARD], PHASE_COLOURS[Phase.BACKWARD]
+        ax_l.barh(ys, forward, color=colour[0], label="forward")
+        ax_l.barh(ys, backward, left=forward, color=colour[1], label="backward")
+        ax_l.set_yticks(list(ys), names, fontsize=8)
+        ax_l.invert_yaxis()  # the slowest on top
+        ax_l.set_xlabel("ms per step")
+        ax_l.legend(loc="lower right", fontsize=8)
+        n = len(a.layers)
+        more = f"the slowest {len(layers)} of {n}" if n > len(layers) else f"all {n}"
+        ax_l.set_title(f"layers, forward + backward ({more})", fontsize=10)
+    else:
+        ax_l.set_axis_off()
+        ax_l.set_title("no layer was seen in the trace", fontsize=10)
+    left = 0.0
+    for p in _phases(a):
+        ms = p.seconds * 1e3
+        if ms <= 0:
+            continue
+        share = p.seconds / basis if basis > 0 else 0.0
+        ax_p.barh(
+            0, ms, left=left, color=PHASE_COLOURS[p.phase], edgecolor="white",
+            label=f"{p.phase.value} {format_ms(p.seconds)} ({_pct(share)})",
+        )  # fmt: skip
+        if share >= 0.08:
+            ax_p.text(left + ms / 2, 0, p.phase.value, ha="center", va="center", fontsize=8)
+        left += ms
+    ax_p.set_xlim(0, left or 1.0)
+    ax_p.set_yticks([])
+    ax_p.set_xlabel("ms per step (the traced step, split into its phases)")
+    ax_p.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6), ncol=3, fontsize=8,
+                frameon=False)  # fmt: skip
+    where = f"{a.backend}, {a.device}" if a.device else a.backend
+    fig.suptitle(
+        f"Inside one training step ({where})\n{format_ms(a.step_s)}/step on the outside "
+        f"clock, {a.steps} steps traced; every bar in ms per step",
+        fontsize=11,
+    )
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")  # the legend under the bar kept whole
+    return atomic_write(path, buf.getvalue())
+
+
+# ---------------------------------------------------------------------------- two of them
+
+
+def _part_words(c: Contrast, what: str, a_s: float, b_s: float) -> str:
+    if a_s <= 0 and b_s <= 0:
+        return f"{what} (none in either)"
+    if a_s <= 0:
+        return f"{what} ({format_ms(b_s)} vs none in {c.a_name})"
+    return f"{what} {_ratio(b_s / a_s)} ({format_ms(b_s)} vs {format_ms(a_s)})"
+
+
+def contrast_lines(c: Contrast, width: int = 80) -> list[str]:
+    """Two anatomies' difference in words, folded to `width`: how much slower or faster `b`
+    is, and the parts that make it up (each `b`'s time over `a`'s, with both times), largest
+    gap first; ``try: ...`` where a fix is named.
+
+    Example: ``PyTorch is 8.10× slower than JAX: the Conv2D layers (4) 6.50× (12.300 ms vs
+    1.900 ms), the optimizer 12.00× (...)``.
+    """
+    ratio = c.ratio
+    if c.a_step_s <= 0 or c.b_step_s <= 0 or not math.isfinite(ratio):
+        head = f"{c.b_name} and {c.a_name} cannot be set side by side (a step time is missing)"
+    elif abs(ratio - 1.0) < NOISE:
+        head = f"{c.b_name} is as fast as {c.a_name} ({format_ms(c.b_step_s)}/step)"
+    elif ratio > 1:
+        head = f"{c.b_name} is {_ratio(ratio)} slower than {c.a_name}"
+    else:
+        head = f"{c.b_name} is {_ratio(1 / ratio)} faster than {c.a_name}"
+    parts = [_part_words(c, p.what, p.a_s, p.b_s) for p in c.parts]
+    if parts:
+        head += f" ({c.b_name}'s time vs {c.a_name}'s): " + ", ".join(parts)
+    said = [head]
+    if c.fix:
+        said.append(f"try: {c.fix}")
+    return _fold(said, width)

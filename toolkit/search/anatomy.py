@@ -1,0 +1,168 @@
+"""``toolkit.anatomy(model, data)``: what inside the training step costs it. One measured
+target (a recipe's Task, or your compiled model and data: ``toolkit.search.workload``), three
+measurements in this process:
+
+1. A short fit with an :class:`~toolkit.profiling.anatomy.AnatomyWindow`: the scope tokens
+   on the model's layers and phases, a trace of ``steps`` steps after the warm-up, read into
+   phases and layers and checked against the outside clock; the same fit's untraced median
+   step says what the profiler itself cost.
+2. Keras's own cost: the same model's step written without Keras's trainer (the backend's
+   ``raw_step``: JAX's ``stateless_call`` + ``value_and_grad`` + ``stateless_apply`` jitted,
+   PyTorch's forward/``backward()``/``apply``, TensorFlow's ``tf.function`` with a
+   ``GradientTape``) against ``fit``'s step on one batch repeated (the step alone, no input
+   pipeline between steps), timed twice around it.
+
+Nothing is guessed: a raw step that cannot be written for a model (several losses, a custom
+``train_step``) is left out with a note saying why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import statistics
+import tempfile
+from typing import Any
+
+from toolkit import backend
+from toolkit.core import compat
+from toolkit.core._anatomy import Anatomy
+from toolkit.core.checks import check_number
+from toolkit.core.progress import say
+from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
+from toolkit.runner.config import TrainConfig
+from toolkit.search.workload import workload
+
+__all__ = ["anatomy"]
+
+DEFAULT_STEPS = 10  # traced steps
+RAW_WINDOW_S = 0.3  # each timed run of the raw step, at least
+RAW_RUNS = 3
+
+
+def anatomy(
+    target: Any,
+    data: Any = None,
+    *,
+    steps: int = DEFAULT_STEPS,
+    config: TrainConfig | None = None,
+    raw: bool = True,
+) -> Anatomy:
+    """The training step of `target` taken apart: a recipe's Task (with `config`), or your
+    compiled Keras model with its batched `data` in any form ``fit`` takes (its weights and
+    optimizer state are put back afterwards).
+
+    Args:
+        target: a ``toolkit.Task`` or your compiled model.
+        data: your model's data (None for a Task).
+        steps: training steps traced (more: steadier figures, a longer trace).
+        config: a TrainConfig (batch size, device, settings); default: the defaults.
+        raw: also time the step written without Keras's trainer (Keras's own cost).
+
+    Returns:
+        a :class:`toolkit.core._anatomy.Anatomy` (``print(toolkit.report.anatomy_lines(a))``
+        or ``str``-free: render it with the report's functions); its ``error`` says why where
+        the trace could not be taken (another profiler running): the rest is then empty.
+
+    Raises:
+        ConfigError: `steps` below 2; ``toolkit.runner.train.SetupError``: a target that cannot
+            be measured (as diagnose and tune refuse it).
+    """
+    check_number("anatomy: steps", steps, integer=True, least=2)
+    with workload(target, data, config) as work:
+        return _Measured(work, steps).run(raw)
+
+
+@dataclasses.dataclass
+class _Measured:
+    work: Any
+    steps: int
+
+    def run(self, raw: bool) -> Anatomy:
+        from toolkit.profiling.anatomy import AnatomyWindow
+
+        work = self.work
+        per_call = max(1, work.per_call)
+        start = whole_calls(DEFAULT_WARMUP_STEPS + 1 + per_call, per_call)
+        traced = whole_calls(self.steps, per_call)
+        after = whole_calls(DEFAULT_WARMUP_STEPS + 3, per_call)
+        device = getattr(work.device, "human_name", "") or ""
+        say(f"anatomy: tracing {traced} steps after {start} (scoped layers, one trace window)")
+        with tempfile.TemporaryDirectory(prefix="toolkit-anatomy-") as logdir:
+            window = AnatomyWindow(logdir, start_step=start, stop_step=start + traced)
+            report = work.fit(steps=start + traced + after, warmup=DEFAULT_WARMUP_STEPS,
+                              callbacks=[window])  # fmt: skip
+            untraced = report.steps.p50_s if report.steps.timed_steps else None
+            found = window.anatomy(untraced_s=untraced, device=device)
+            model = window.model
+        if not raw or found.error:
+            return found
+        return self._with_raw(found, model)
+
+    def _with_raw(self, found: Anatomy, model: Any) -> Anatomy:
+        """`found` with Keras's own cost: the raw step against fit's step alone."""
+        why = _no_raw_step(model)
+        batch = None if why else self._batch()
+        if batch is None:
+            note = f"Keras's own cost not measured: {why or 'no batch could be read'}"
+            return dataclasses.replace(found, notes=(*found.notes, note))
+        try:
+            timed, how = backend.get().raw_step(model, batch)
+        except ValueError as e:
+            return dataclasses.replace(found, notes=(*found.notes, f"Keras's own cost not "
+                                                     f"measured: {e}"))  # fmt: skip
+        say("anatomy: Keras's fit step alone against the raw step, timed in turn")
+        n = _calibrated(timed)
+        raws = [timed(n) / n for _ in range(RAW_RUNS)]
+        per_call = max(1, self.work.per_call)
+        alone = self.work.fit(
+            steps=whole_calls(max(30, n * 2), per_call),
+            warmup=DEFAULT_WARMUP_STEPS,
+            one_batch=True,
+        ).steps
+        raws += [timed(n) / n for _ in range(RAW_RUNS)]
+        return dataclasses.replace(
+            found, raw_s=statistics.median(raws), raw_how=how, fit_s=alone.p50_s
+        )
+
+    def _batch(self) -> Any:
+        """One training batch as NumPy arrays (Keras's own reading of your data where the
+        workload has it; the pipeline's first batch otherwise)."""
+        keras = compat.keras()
+        with contextlib.suppress(Exception):
+            read = self.work.input_batches()
+            if read is not None:
+                batches = read[1]
+                try:
+                    return _as_numpy(keras, next(batches))
+                finally:
+                    with contextlib.suppress(Exception):
+                        batches.close()
+        with contextlib.suppress(Exception):
+            return _as_numpy(keras, next(iter(self.work.pipeline())))
+        return None
+
+
+def _as_numpy(keras: Any, batch: Any) -> Any:
+    import numpy as np
+
+    return keras.tree.map_structure(lambda t: None if t is None else np.asarray(t), batch)
+
+
+def _no_raw_step(model: Any) -> str | None:
+    """Why the plain raw step would not be this model's step (None: it would be)."""
+    if model is None:
+        return "the fit never handed its model over"
+    if compat.keras_flavor() != "keras3":
+        return "tf_keras: the raw step is written for Keras 3's stateless API"
+    own = getattr(type(model), "train_step", None)
+    if own is not None and not getattr(own, "__module__", "").startswith("keras."):
+        return f"{type(model).__name__} has its own train_step: a raw step would not be the same"
+    return None
+
+
+def _calibrated(timed: Any) -> int:
+    """Steps per timed run of the raw step: about :data:`RAW_WINDOW_S` (its compile first)."""
+    timed(2)
+    once = max(timed(3) / 3, 1e-6)
+    return max(5, min(2000, round(RAW_WINDOW_S / once)))
