@@ -61,6 +61,7 @@ SEAM = (
     "intra_op_threads",
     "measure_matmul_peak",
     "anatomy_trace",
+    "layer_alone",
     "layer_scope",
     "raw_step",
     "private_caches",

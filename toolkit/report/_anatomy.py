@@ -18,6 +18,7 @@ import math
 import os
 import textwrap
 from collections.abc import Sequence
+from typing import Any
 
 from toolkit.core import terminal
 from toolkit.core._anatomy import AGREEMENT, Anatomy, Contrast, LayerTime, Phase, PhaseTime
@@ -26,9 +27,11 @@ from toolkit.core.stats import format_flops, format_ms
 
 __all__ = [
     "ANATOMY_PNG",
+    "anatomy_figure",
     "anatomy_lines",
     "anatomy_markdown",
     "anatomy_png",
+    "anatomy_png_bytes",
     "anatomy_top_lines",
     "contrast_lines",
 ]
@@ -398,80 +401,181 @@ PHASE_COLOURS = {
 
 
 def anatomy_png(a: Anatomy, path: str | os.PathLike[str]) -> str | None:
-    """The anatomy as a picture, written atomically to `path`: one horizontal bar per layer
-    (the slowest 15), forward and backward stacked, and under them the step's phases as one
-    stacked bar, in ms per step.
+    """The anatomy as a picture (:func:`anatomy_png_bytes`), written atomically to `path`.
 
     Returns:
         `path`; None where matplotlib (the ``[report]`` extra) is missing, or the anatomy
         holds nothing to draw (it could not be taken, or it has no phases).
     """
+    png = anatomy_png_bytes(a)
+    return None if png is None else atomic_write(path, png)
+
+
+def anatomy_png_bytes(a: Anatomy) -> bytes | None:
+    """The anatomy as PNG bytes (``anatomy.png``, and TensorBoard's Images tab): one
+    horizontal bar per layer (the slowest 15), forward and backward stacked, each with its ms
+    and share; under them the step's phases as one stacked bar, in ms per step, with a legend
+    giving each phase's ms and share. None where matplotlib is missing or there is nothing to
+    draw."""
     if a.error or not a.phases:
         return None
     try:
-        import matplotlib
+        fig = anatomy_figure(a)
     except ImportError:
         return None
-    matplotlib.use("Agg", force=False)
     import io
 
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+PLOT_TEXT = 8  # points: the picture's small text (ticks, labels, legends)
+PLOT_WRAP = 110  # characters of a title line at most
+PLOT_NAME = 40  # characters of a layer's name at most
+
+
+def anatomy_figure(a: Anatomy) -> Any:
+    """The picture's matplotlib ``Figure``, laid out: no text overlaps another or leaves the
+    figure (a label that does not fit its bar segment is left to the legend). Raises
+    ImportError without matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
 
     layers = _ranked(a)[:PLOT_LAYERS]
-    rows = max(1, len(layers))
-    fig = Figure(figsize=(10, 2.6 + 0.32 * rows), dpi=100)
-    grid = fig.add_gridspec(2, 1, height_ratios=[max(2.0, 0.32 * rows), 1.1])
-    ax_l, ax_p = fig.add_subplot(grid[0]), fig.add_subplot(grid[1])
     basis = _basis(a)
+    phases = _phases(a)
+    drawn = [p for p in phases if p.seconds > 0]
+    unseen = [p for p in phases if p.seconds <= 0 and p.unseen]
+    legend_rows = -(-(len(drawn) + len(unseen)) // 3)
+    layer_h = 0.3 * len(layers) + 0.9 if layers else 0.4
+    phase_h = 1.2
+    legend_h = 0.22 * legend_rows + 0.1
+    fig = Figure(figsize=(11, 0.6 + layer_h + phase_h + legend_h), dpi=100,
+                 layout="constrained")  # fmt: skip
+    FigureCanvasAgg(fig)  # the renderer that measures the labels
+    # Two subfigures: the phase bar takes the whole width, not the layer names' column.
+    top, bottom = fig.subfigures(2, 1, height_ratios=[layer_h, phase_h + legend_h])
+    ax_l, ax_p = top.subplots(), bottom.subplots()
+
+    where = f"{a.backend}, {a.device}" if a.device else a.backend
+    title = [
+        *textwrap.wrap(f"Inside one training step ({where})", PLOT_WRAP),
+        *textwrap.wrap(
+            f"{format_ms(a.step_s)}/step on the outside clock, {a.steps} step"
+            f"{'s' if a.steps != 1 else ''} traced; every bar in ms per step",
+            PLOT_WRAP,
+        ),
+    ]
+    fig.suptitle("\n".join(title), fontsize=11)
+
+    ends: list[Any] = []  # the labels at the layer bars' ends
     if layers:
         names = [
-            _short(x.name, 32) + (f" ×{x.calls}" if x.calls > 1 else "") + f" ({x.kind})"
+            _short(x.name, PLOT_NAME) + (f" ×{x.calls}" if x.calls > 1 else "") + f" ({x.kind})"
             for x in layers
         ]
-        ys = range(len(layers))
+        ys = list(range(len(layers)))
         forward = [x.forward_s * 1e3 for x in layers]
         backward = [x.backward_s * 1e3 for x in layers]
         colour = PHASE_COLOURS[Phase.FORWARD], PHASE_COLOURS[Phase.BACKWARD]
         ax_l.barh(ys, forward, color=colour[0], label="forward")
         ax_l.barh(ys, backward, left=forward, color=colour[1], label="backward")
-        ax_l.set_yticks(list(ys), names, fontsize=8)
-        ax_l.invert_yaxis()  # the slowest on top
-        ax_l.set_xlabel("ms per step")
-        ax_l.legend(loc="lower right", fontsize=8)
+        ax_l.set_yticks(ys, names, fontsize=PLOT_TEXT)
+        ax_l.set_ylim(len(layers) - 0.5, -0.5)  # the slowest on top
+        ax_l.tick_params(axis="x", labelsize=PLOT_TEXT)
+        ax_l.set_xlabel("ms per step (forward + backward; the share is of the traced step)",
+                        fontsize=9)  # fmt: skip
+        for y, x in zip(ys, layers, strict=True):
+            label = f" {_ms(x.seconds)} ms ({_share(x.seconds, basis)})"
+            text = ax_l.text(x.seconds * 1e3, y, label, va="center", fontsize=PLOT_TEXT - 1)
+            text.set_in_layout(False)
+            ends.append(text)
+        # Above the bars, at the right: never over a bar.
+        ax_l.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=PLOT_TEXT,
+                    frameon=False, borderaxespad=0.2)  # fmt: skip
         n = len(a.layers)
         more = f"the slowest {len(layers)} of {n}" if n > len(layers) else f"all {n}"
-        ax_l.set_title(f"layers, forward + backward ({more})", fontsize=10)
+        ax_l.set_title(f"layers, forward + backward ({more})", fontsize=10, loc="left")
     else:
         ax_l.set_axis_off()
-        ax_l.set_title("no layer was seen in the trace", fontsize=10)
+        ax_l.set_title("no layer was seen in the trace", fontsize=10, loc="left")
+
+    segments: list[tuple[Any, float, float, PhaseTime]] = []  # (text, left, width, phase)
+    handles, labels = [], []
     left = 0.0
-    for p in _phases(a):
+    for p in drawn:
         ms = p.seconds * 1e3
-        if ms <= 0:
-            continue
         share = p.seconds / basis if basis > 0 else 0.0
-        ax_p.barh(
-            0, ms, left=left, color=PHASE_COLOURS[p.phase], edgecolor="white",
-            label=f"{p.phase.value} {format_ms(p.seconds)} ({_pct(share)})",
-        )  # fmt: skip
-        if share >= 0.08:
-            ax_p.text(left + ms / 2, 0, p.phase.value, ha="center", va="center", fontsize=8)
+        bar = ax_p.barh(0, ms, left=left, color=PHASE_COLOURS[p.phase], edgecolor="white")
+        handles.append(bar.patches[0])
+        labels.append(f"{p.phase.value}: {format_ms(p.seconds)} ({_pct(share)})")
+        text = ax_p.text(left + ms / 2, 0, p.phase.value, ha="center", va="center",
+                         fontsize=PLOT_TEXT, color=_ink(PHASE_COLOURS[p.phase]))  # fmt: skip
+        text.set_in_layout(False)
+        segments.append((text, left, ms, p))
         left += ms
+    for p in unseen:
+        handles.append(Patch(facecolor="white", edgecolor="0.5", hatch="///"))
+        labels.append(f"{p.phase.value}: not seen by this backend")
     ax_p.set_xlim(0, left or 1.0)
+    ax_p.set_ylim(-0.5, 0.5)
     ax_p.set_yticks([])
-    ax_p.set_xlabel("ms per step (the traced step, split into its phases)")
-    ax_p.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6), ncol=3, fontsize=8,
-                frameon=False)  # fmt: skip
-    where = f"{a.backend}, {a.device}" if a.device else a.backend
-    fig.suptitle(
-        f"Inside one training step ({where})\n{format_ms(a.step_s)}/step on the outside "
-        f"clock, {a.steps} steps traced; every bar in ms per step",
-        fontsize=11,
-    )
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")  # the legend under the bar kept whole
-    return atomic_write(path, buf.getvalue())
+    ax_p.tick_params(axis="x", labelsize=PLOT_TEXT)
+    ax_p.set_title(f"the traced step's phases ({format_ms(a.phases_sum())}, 100 %)",
+                   fontsize=10, loc="left")  # fmt: skip
+    ax_p.set_xlabel("ms per step (the phases add up to the traced step)", fontsize=9)
+    if handles:
+        bottom.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=PLOT_TEXT,
+                      frameon=False)  # fmt: skip
+
+    # The layout settles the axes' size; then each label is checked against its room.
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    if ends:
+        _room_for_ends(ax_l, ends, renderer)
+    for text, start, width, p in segments:
+        room = _data_width(ax_p, start, width)
+        share = p.seconds / basis if basis > 0 else 0.0
+        for words in (p.phase.value, _pct(share)):
+            text.set_text(words)
+            if text.get_window_extent(renderer).width + 8 <= room:
+                break
+        else:
+            text.set_visible(False)  # the legend says it
+    fig.set_layout_engine("none")  # the layout as checked above, kept when saved
+    return fig
+
+
+def _ink(colour: str) -> str:
+    """Black on a light colour, white on a dark one."""
+    from matplotlib.colors import to_rgb
+
+    r, g, b = to_rgb(colour)
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+
+
+def _data_width(ax: Any, start: float, width: float) -> float:
+    """Pixels that `width` data units take on `ax`'s x axis from `start`."""
+    (x0, _), (x1, _) = ax.transData.transform([(start, 0.0), (start + width, 0.0)])
+    return abs(x1 - x0)
+
+
+def _room_for_ends(ax: Any, ends: Sequence[Any], renderer: Any) -> None:
+    """Widens `ax`'s x range so that every label at a bar's end stays inside it."""
+    box = ax.get_window_extent(renderer)
+    right = max(t.get_position()[0] for t in ends) or 1.0
+    need = right
+    for text in ends:
+        end = text.get_position()[0]
+        wide = text.get_window_extent(renderer).width + 4
+        if wide < box.width:
+            need = max(need, end * box.width / (box.width - wide))
+    ax.set_xlim(0, need * 1.02)
 
 
 # ---------------------------------------------------------------------------- two of them

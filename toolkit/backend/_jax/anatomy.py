@@ -13,7 +13,7 @@ from typing import Any
 from toolkit.backend import _trace_events as te
 from toolkit.core._anatomy import Span, SpanKind, StepTrace
 
-__all__ = ["anatomy_trace", "layer_scope", "raw_step"]
+__all__ = ["anatomy_trace", "layer_alone", "layer_scope", "raw_step"]
 
 
 def layer_scope(token: str) -> Any:
@@ -129,3 +129,36 @@ def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
         return time.perf_counter() - t
 
     return timed, "jax.jit of stateless_call, jax.value_and_grad and stateless_apply"
+
+
+def layer_alone(layer: Any, shape: tuple[int, ...], dtype: str) -> Any:
+    """One layer's forward and backward (the gradients of its weights and of its input)
+    alone, on a random input of `shape`, jitted: ``timed(n) -> seconds``."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    x = jax.random.uniform(jax.random.PRNGKey(0), shape, dtype=jnp.dtype(dtype))
+    tv = [v.value for v in layer.trainable_variables]
+    ntv = [v.value for v in layer.non_trainable_variables]
+
+    # stateless_call hands keyword arguments to call as they are (__call__ drops `training`
+    # for a call that does not take it)
+    kwargs = {"training": True} if getattr(layer, "_call_has_training_arg", False) else {}
+
+    def total(tv: Any, x: Any) -> Any:
+        y, _ = layer.stateless_call(tv, ntv, x, **kwargs)
+        return jnp.sum(y.astype(jnp.float32))
+
+    grads = jax.jit(jax.grad(total, argnums=(0, 1)))
+
+    def timed(n: int) -> float:
+        t = time.perf_counter()
+        out = None
+        for _ in range(n):
+            out = grads(tv, x)
+        jax.block_until_ready(out)
+        return time.perf_counter() - t
+
+    return timed

@@ -10,7 +10,7 @@ from typing import Any
 from toolkit.backend import _trace_events as te
 from toolkit.core._anatomy import Span, SpanKind, StepTrace
 
-__all__ = ["anatomy_trace", "layer_scope", "raw_step"]
+__all__ = ["anatomy_trace", "layer_alone", "layer_scope", "raw_step"]
 
 
 def layer_scope(token: str) -> Any:
@@ -102,3 +102,33 @@ def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
 
     how = f"a tf.function{' (XLA)' if jit else ''} with a GradientTape, the loss, optimizer.apply"
     return timed, how
+
+
+def layer_alone(layer: Any, shape: tuple[int, ...], dtype: str) -> Any:
+    """One layer's forward and backward (the gradients of its weights and of its input)
+    alone, on a random input of `shape`, as a ``tf.function``: ``timed(n) -> seconds``. What
+    the anatomy's time for that layer is checked against."""
+    import time
+
+    import tensorflow as tf
+
+    x = tf.random.uniform(shape, dtype=tf.as_dtype(dtype))
+
+    @tf.function
+    def step(x: Any) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+            total = tf.reduce_sum(tf.cast(y, tf.float32))
+        return tape.gradient(total, [x, *layer.trainable_variables])
+
+    def timed(n: int) -> float:
+        t = time.perf_counter()
+        out = None
+        for _ in range(n):
+            out = step(x)
+        if out is not None:
+            out[0].numpy()
+        return time.perf_counter() - t
+
+    return timed

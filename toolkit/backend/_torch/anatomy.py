@@ -13,7 +13,7 @@ from typing import Any
 from toolkit.backend import _trace_events as te
 from toolkit.core._anatomy import Span, SpanKind, StepTrace
 
-__all__ = ["anatomy_trace", "layer_scope", "raw_step"]
+__all__ = ["anatomy_trace", "layer_alone", "layer_scope", "raw_step"]
 
 _AUTOGRAD = "autograd::engine::evaluate_function"
 
@@ -125,3 +125,33 @@ def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
         return time.perf_counter() - t
 
     return timed, "forward, the loss, backward() and optimizer.apply, eager"
+
+
+def layer_alone(layer: Any, shape: tuple[int, ...], dtype: str) -> Any:
+    """One layer's forward and backward (the gradients of its weights and of its input)
+    alone, on a random input of `shape`, eager: ``timed(n) -> seconds``."""
+    import time
+
+    import torch
+
+    from toolkit.core import compat
+
+    keras = compat.keras()
+    x = keras.random.uniform(shape, dtype=dtype)
+    x.requires_grad_(True)
+
+    def timed(n: int) -> float:
+        t = time.perf_counter()
+        total = None
+        for _ in range(n):
+            layer.zero_grad()
+            x.grad = None
+            total = layer(x, training=True).float().sum()
+            total.backward()
+        if total is not None:
+            total.item()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return time.perf_counter() - t
+
+    return timed

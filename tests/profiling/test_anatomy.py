@@ -1,0 +1,254 @@
+"""The step's anatomy in real fits, on every backend (``make test`` runs these again under JAX
+and PyTorch): a planted slow layer is ranked first and timed as it is alone, the phases add
+up to the step on the outside clock, a planted slow optimizer and a planted busy metric are
+named in their phases; the sweep's rules on spans made by hand."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+
+from toolkit import backend
+from toolkit.core._anatomy import AGREEMENT, Phase, Span, SpanKind, StepTrace
+from toolkit.profiling.anatomy import Scopes, assemble, sweep
+from toolkit.runner.config import TrainConfig
+
+BATCH = 256
+FEATURES = 64
+ATTEMPTS = 3  # a loaded machine may slow one of the two timings: measured again, both
+
+
+def _data(n: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return rng.random((n, FEATURES), dtype=np.float32), rng.integers(0, 10, n)
+
+
+def _compiled(keras, hidden, optimizer="adam", metrics=("accuracy",)):
+    inputs = keras.Input((FEATURES,))
+    h = keras.layers.Dense(64, activation="relu", name="little")(inputs)
+    h = hidden(h)
+    h = keras.layers.Dense(32, activation="relu", name="narrow")(h)
+    outputs = keras.layers.Dense(10, name="head")(h)
+    model = keras.Model(inputs, outputs, name="planted_model")
+    model.compile(
+        optimizer=optimizer,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=list(metrics),
+    )
+    return model
+
+
+def _busy_layer(keras):
+    class Busy(keras.layers.Layer):
+        """A custom layer doing extra work: a chain of products with its own weight."""
+
+        def build(self, shape):
+            self.w = self.add_weight(shape=(shape[-1], shape[-1]), initializer="orthogonal")
+
+        def call(self, x):
+            for _ in range(6):
+                x = keras.ops.tanh(keras.ops.matmul(x, self.w))
+            return x
+
+    return Busy(name="busy")
+
+
+def _alone(layer, shape) -> float:
+    """Seconds of one forward and backward of `layer` alone (median of three timed runs)."""
+    timed = backend.get().layer_alone(layer, shape, "float32")
+    timed(3)
+    n = max(5, round(0.3 / max(timed(5) / 5, 1e-6)))
+    return statistics.median(timed(n) / n for _ in range(3))
+
+
+def _planted(keras, make_hidden, name):
+    """The anatomy of a small model with a planted slow layer, and that layer alone."""
+    import toolkit
+
+    x, y = _data()
+    ratios = []
+    for _ in range(ATTEMPTS):
+        model = _compiled(keras, make_hidden())
+        found = toolkit.anatomy(model, (x, y), config=TrainConfig(batch_size=BATCH), raw=False)
+        assert found.error is None, found.error
+        layer = model.get_layer(name)
+        alone = _alone(layer, (BATCH, FEATURES))
+        planted = next(t for t in found.layers if t.name == name)
+        ratios.append(planted.seconds / alone)
+        if abs(ratios[-1] - 1.0) <= 0.25:
+            break
+    return found, ratios
+
+
+@pytest.mark.every_backend
+def test_anatomy_ranks_a_planted_large_dense_first_and_times_it_as_alone(keras):
+    found, ratios = _planted(
+        keras, lambda: keras.layers.Dense(2048, activation="relu", name="planted"), "planted"
+    )
+    assert found.layers[0].name == "planted", found.layers
+    assert found.layers[0].kind == "Dense"
+    assert found.layers[0].forward_s > 0 and found.layers[0].backward_s > 0
+    assert found.layers[0].flops and found.layers[0].flop_rate()
+    # forward and backward within ±25 % of the layer timed alone (best of the attempts)
+    assert min(abs(r - 1.0) for r in ratios) <= 0.25, ratios
+    # the phases add up to the step on the outside clock
+    assert abs(found.agreement() - 1.0) <= AGREEMENT, (found.phases_sum(), found.step_s)
+    names = {layer.name for layer in found.layers}
+    assert {"little", "planted", "narrow", "head"} <= names, names
+    assert found.phase(Phase.FORWARD) > 0 and found.phase(Phase.BACKWARD) > 0
+    assert found.phase(Phase.OPTIMIZER) > 0
+
+
+@pytest.mark.every_backend
+def test_anatomy_ranks_a_custom_layer_doing_extra_work_first(keras):
+    found, ratios = _planted(keras, lambda: _busy_layer(keras), "busy")
+    assert found.layers[0].name == "busy", found.layers
+    assert found.layers[0].flops is None  # not a plain product: not counted, not guessed
+    assert min(abs(r - 1.0) for r in ratios) <= 0.25, ratios
+    assert abs(found.agreement() - 1.0) <= AGREEMENT
+
+
+@pytest.mark.every_backend
+def test_anatomy_names_a_slow_optimizer_and_a_busy_metric_in_their_phases(keras):
+    import toolkit
+
+    class SlowSGD(keras.optimizers.SGD):
+        """An optimizer whose update does extra work on every gradient."""
+
+        def update_step(self, gradient, variable, learning_rate):
+            for _ in range(40):
+                gradient = keras.ops.tanh(gradient) * 0.5 + gradient * 0.5
+            super().update_step(gradient, variable, learning_rate)
+
+    class BusyMetric(keras.metrics.Mean):
+        """A metric that does much more work than it reports."""
+
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            m = keras.ops.matmul(y_pred, keras.ops.transpose(y_pred))  # batch x batch
+            for _ in range(20):
+                m = keras.ops.tanh(keras.ops.matmul(m, m))
+            return super().update_state(keras.ops.mean(m))
+
+    x, y = _data(2048)
+    small = lambda: keras.layers.Dense(32, name="plain")  # noqa: E731
+    slow = _compiled(keras, small(), optimizer=SlowSGD(0.01), metrics=())
+    found = toolkit.anatomy(slow, (x, y), config=TrainConfig(batch_size=BATCH), raw=False)
+    computed = {p: found.phase(p) for p in (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER,
+                                            Phase.METRICS)}  # fmt: skip
+    assert max(computed, key=computed.get) == Phase.OPTIMIZER, found.phases
+
+    busy = _compiled(keras, small(), metrics=(BusyMetric(name="busy"),))
+    found = toolkit.anatomy(busy, (x, y), config=TrainConfig(batch_size=BATCH), raw=False)
+    computed = {p: found.phase(p) for p in (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER,
+                                            Phase.METRICS)}  # fmt: skip
+    assert max(computed, key=computed.get) == Phase.METRICS, found.phases
+
+
+@pytest.mark.every_backend
+def test_anatomy_measures_keras_own_cost_against_the_raw_step(keras):
+    import toolkit
+
+    x, y = _data(2048)
+    model = _compiled(keras, keras.layers.Dense(256, activation="relu", name="mid"))
+    found = toolkit.anatomy(model, (x, y), config=TrainConfig(batch_size=BATCH))
+    assert found.error is None
+    assert found.raw_s and found.raw_s > 0 and found.fit_s and found.fit_s > 0
+    assert found.raw_how and found.trainer_cost() is not None
+    # the model is left as it was: its own step functions rebuilt without the scopes
+    assert "call" not in model.get_layer("mid").__dict__
+
+
+@pytest.mark.every_backend
+def test_anatomy_handles_a_layer_called_twice_and_a_nested_model(keras):
+    import toolkit
+
+    inner_in = keras.Input((FEATURES,))
+    inner = keras.Model(inner_in, keras.layers.Dense(FEATURES, name="deep")(inner_in),
+                        name="block")  # fmt: skip
+    shared = keras.layers.Dense(FEATURES, activation="tanh", name="shared")
+    inputs = keras.Input((FEATURES,))
+    h = shared(shared(inner(inputs)))
+    model = keras.Model(inputs, keras.layers.Dense(10, name="head")(h))
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = _data(2048)
+    found = toolkit.anatomy(model, (x, y), config=TrainConfig(batch_size=BATCH), raw=False)
+    by_name = {layer.name: layer for layer in found.layers}
+    assert by_name["shared"].calls == 2, by_name
+    assert "block/deep" in by_name, by_name  # a nested model's layer: outer/inner
+    assert by_name["shared"].flops == 2 * by_name["block/deep"].flops  # twice the same product
+
+
+@pytest.mark.every_backend
+def test_a_trace_that_cannot_start_is_said_in_one_line_and_the_fit_goes_on(tmp_path, keras):
+    from toolkit.profiling.anatomy import AnatomyWindow
+
+    x, y = _data(1024)
+    model = _compiled(keras, keras.layers.Dense(32, name="plain"))
+    seam = backend.get()
+    seam.start_trace(str(tmp_path / "theirs"), 1, 0, 0)  # another profiler already running
+    try:
+        window = AnatomyWindow(tmp_path / "ours", start_step=2, stop_step=4)
+        history = model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[window])
+    finally:
+        seam.stop_trace()
+    assert len(history.history["loss"]) == 1  # trained to the end
+    found = window.anatomy()
+    assert found.error and "\n" not in found.error and not found.layers
+    assert "call" not in model.get_layer("plain").__dict__  # the scopes came off
+
+
+# ---------------------------------------------------------------------------- the sweep
+
+
+def _span(start, end, lane="t", kind=SpanKind.OP, tokens=(), backward=False, fused=False):
+    return Span(start, end, lane, kind, tokens, backward, fused, "op")
+
+
+def test_sweep_shares_an_instant_between_lanes_and_adds_up_to_the_window():
+    spans = [
+        _span(0, 10, "a", tokens=("kpmodel", "kpl0")),
+        _span(5, 15, "b", tokens=("kpmodel", "kpl1"), backward=True),
+        _span(15, 20, "a", kind=SpanKind.INPUT),
+        _span(20, 30, "p", kind=SpanKind.CALL, tokens=("kpstep",)),
+        _span(30, 40, "p", kind=SpanKind.CALL, tokens=("kpstep", "kpmetrics")),
+        _span(40, 45, "a", tokens=("kpopt",)),
+    ]
+    spent = sweep(spans, 0, 50)
+    assert sum(spent.values()) == pytest.approx(50)
+    assert spent[(Phase.FORWARD, "kpl0", False)] == pytest.approx(5 + 2.5)
+    assert spent[(Phase.BACKWARD, "kpl1", False)] == pytest.approx(2.5 + 5)
+    assert spent[(Phase.INPUT, None, False)] == pytest.approx(5)
+    assert spent[(Phase.OTHER, None, False)] == pytest.approx(10)  # inside the step call
+    assert spent[(Phase.METRICS, None, False)] == pytest.approx(10)  # host work in a scope
+    assert spent[(Phase.OPTIMIZER, None, False)] == pytest.approx(5)
+    assert spent[(Phase.HOST, None, False)] == pytest.approx(5)  # nothing at all: Keras's
+
+
+def test_sweep_splits_a_fused_op_between_the_layers_it_holds():
+    spans = [
+        _span(0, 10, "a", tokens=("kpl0",), fused=True),
+        _span(0, 10, "a", tokens=("kpl1",), fused=True),
+    ]
+    spent = sweep(spans, 0, 10)
+    assert spent == {(Phase.FORWARD, "kpl0", True): 5.0, (Phase.FORWARD, "kpl1", True): 5.0}
+
+
+def test_assemble_says_what_it_cannot_see_and_never_guesses(keras):
+    model = _compiled(keras, keras.layers.Dense(8, name="plain"))
+    scopes = Scopes(model)
+    scopes.entries = {}
+    trace = StepTrace(
+        spans=(_span(0, 1000, tokens=("kpmodel",)),), markers=((0.0, 500.0), (500.0, 1000.0))
+    )
+    found = assemble(trace, scopes, steps=2, outside_s=0.001, backend_name="x")
+    assert found.phase(Phase.INPUT) == 0 and "no input event" in dict(
+        (p.phase, p.unseen) for p in found.phases
+    )[Phase.INPUT]
+    assert found.traced_s == pytest.approx(0.0005) and found.agrees()
+    assert assemble(StepTrace(error="no trace"), scopes, steps=2, outside_s=1.0).error == (
+        "no trace"
+    )
+    assert "no step marker" in assemble(StepTrace(spans=trace.spans), scopes, steps=2,
+                                        outside_s=1.0).error  # fmt: skip
