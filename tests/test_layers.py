@@ -386,8 +386,9 @@ def test_the_public_surface_is_small_and_reviewed():
                 things.add(constants.setdefault((name, id(obj)), (module, name)))
                 continue
             things.add((defined, getattr(obj, "__qualname__", name)))
-    # 200, and the step's anatomy (issue 65): its function and its record
-    assert len(things) <= 202, f"{len(things)} public names: keep helpers out of __all__"
+    # 200, and the step's anatomy (issue 65): its function, its record and its reading
+    # (toolkit.report.anatomy_lines: how toolkit.anatomy's result is printed)
+    assert len(things) <= 203, f"{len(things)} public names: keep helpers out of __all__"
 
 
 def test_importing_the_recipes_changes_nothing():

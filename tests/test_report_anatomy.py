@@ -16,6 +16,7 @@ from toolkit.core.stats import summarize_calls
 from toolkit.report import ReportError, RunReport, compare
 from toolkit.report._anatomy import (
     ANATOMY_PNG,
+    anatomy_figure,
     anatomy_lines,
     anatomy_markdown,
     anatomy_png,
@@ -212,6 +213,73 @@ def test_the_picture_is_a_png(tmp_path):
     assert path == str(tmp_path / "a.png")
     assert (tmp_path / "a.png").read_bytes().startswith(PNG_MAGIC)
     assert anatomy_png(anatomy(layers=0), str(tmp_path / "b.png")) is not None
+
+
+def _drawn_texts(fig):
+    """Every text the figure draws: titles, labels, legends, the bars' labels, and the tick
+    labels inside their axis's range (matplotlib keeps others it does not draw)."""
+    from matplotlib.text import Text
+
+    ticks, shown = set(), []
+    for ax in fig.get_axes():
+        for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            low, high = sorted(limits)
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                ticks.update((id(tick.label1), id(tick.label2)))
+                if ax.axison and low - 1e-9 <= tick.get_loc() <= high + 1e-9:
+                    shown.append(tick.label1)
+    shown += [t for t in fig.findobj(Text) if id(t) not in ticks]
+    return [t for t in shown if t.get_visible() and t.get_text().strip()]
+
+
+LONG_NAMES = "functional_model_with_long_name/encoder_block_{i}/multi_head_attention_proj_{i}"
+
+
+@pytest.mark.parametrize("layers", [0, 3, 15, 30, "long"])
+def test_no_text_of_the_picture_overlaps_another_or_leaves_it(layers):
+    pytest.importorskip("matplotlib")
+    if layers == "long":  # 15 layers, every name and kind long
+        a = anatomy(layers=15)
+        renamed = [
+            dataclasses.replace(x, name=LONG_NAMES.format(i=i), kind="MultiHeadAttention")
+            for i, x in enumerate(a.layers)
+        ]
+        a = dataclasses.replace(a, layers=tuple(renamed))
+    else:
+        a = anatomy(layers=layers)
+    fig = anatomy_figure(a)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    texts = _drawn_texts(fig)
+    said = " ".join(t.get_text() for t in texts)
+    assert "Inside one training step" in said and "ms per step" in said
+    assert "optimizer: 8.000 ms" in said  # the legend names every phase with its ms
+    assert "input: not seen in the trace" in said
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+    width, height = fig.bbox.width, fig.bbox.height
+    outside = [w for w, b in boxes if b.x0 < 0 or b.y0 < 0 or b.x1 > width or b.y1 > height]
+    assert not outside
+    overlaps = [
+        (w1, w2) for n, (w1, b1) in enumerate(boxes) for w2, b2 in boxes[n + 1 :]
+        if b1.overlaps(b2)
+    ]  # fmt: skip
+    assert not overlaps
+    # A label inside the phase bar stays inside its own segment (else the legend says it).
+    phase_axes = fig.get_axes()[-1]
+    for text in phase_axes.texts:
+        if text.get_visible():
+            (segment,) = [
+                bar for bar in phase_axes.patches
+                if bar.get_x() <= text.get_position()[0] <= bar.get_x() + bar.get_width()
+            ]  # fmt: skip
+            inside = segment.get_window_extent(renderer)
+            box = text.get_window_extent(renderer)
+            assert inside.x0 <= box.x0 and box.x1 <= inside.x1, text.get_text()
+    if a.layers:  # each layer's bar ends with its ms and share, inside the axes
+        layer_axes = fig.get_axes()[0]
+        assert len(layer_axes.texts) == min(len(a.layers), 15)
+        right = layer_axes.get_window_extent(renderer).x1
+        assert all(t.get_window_extent(renderer).x1 <= right for t in layer_axes.texts)
 
 
 LAYER = {"name": "dense", "forward_s": 1e-3, "backward_s": 2e-3}

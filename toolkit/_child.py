@@ -1,7 +1,8 @@
 """The private entry point of the search's fresh processes: ``python -m toolkit._child SPEC
 OUT``. SPEC is a JSON file of a ``toolkit.search._processes.ChildSpec`` (the job: one run's
-figures, one backend's ``tune`` search, or the devices a backend sees; the backend, device,
-target with its config, and candidate, all typed values); the result is written to OUT as JSON,
+figures, one backend's ``tune`` search, its step's anatomy, or the devices a backend sees;
+the backend, device, target with its config, and candidate, all typed values); the result is
+written to OUT as JSON,
 atomically. No command line is rebuilt: the config is ``TrainConfig.from_dict`` and a recipe's
 task its ``build_task(**params)``. It has no options of its own: what to measure is the
 spec, which only the search writes. An error ends it with one ``error:`` line on stderr (the
@@ -36,6 +37,10 @@ def _figures_or_tune(spec: Any) -> dict[str, Any]:
             return jsonable(
                 work.figures(spec.steps, count_flops=config.count_flops, candidate=candidate)
             )
+    if spec.job == "anatomy":
+        from toolkit.search.anatomy import anatomy
+
+        return anatomy(target, data, steps=spec.steps or 10, config=config).to_dict()
     from toolkit.search.tune import tune
 
     result = tune(target, data, config=config, budget_s=spec.budget_s)

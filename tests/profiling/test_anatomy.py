@@ -181,6 +181,57 @@ def test_anatomy_handles_a_layer_called_twice_and_a_nested_model(keras):
 
 
 @pytest.mark.every_backend
+def test_anatomy_counts_every_step_of_a_call_with_steps_per_execution(keras):
+    import toolkit
+    from toolkit.core import compat
+
+    if compat.keras_flavor() != "keras3" or backend.name() == "torch":
+        pytest.skip("Keras 3's steps_per_execution (PyTorch's is 1 in Keras 3.15)")
+    x, y = _data(4096)
+    model = _compiled(keras, keras.layers.Dense(512, activation="relu", name="mid"))
+    model.compile(model.optimizer, model.loss, steps_per_execution=4)
+    found = toolkit.anatomy(model, (x, y), steps=8, config=TrainConfig(batch_size=BATCH),
+                            raw=False)  # fmt: skip
+    assert found.error is None and found.steps == 8
+    assert abs(found.agreement() - 1.0) <= AGREEMENT, (found.phases_sum(), found.step_s)
+    assert found.layers[0].name == "mid"
+
+
+@pytest.mark.every_backend
+def test_anatomy_takes_a_subclassed_model_with_its_own_train_step_as_far_as_it_exposes(keras):
+    """Two optimizers and a train_step of its own (a GAN's shape): its layers and both
+    optimizers are seen; the raw step is not written for it, and the anatomy says why."""
+    import toolkit
+
+    class TwoHeads(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.body = keras.layers.Dense(256, activation="relu", name="body")
+            self.head = keras.layers.Dense(10, name="head")
+
+        def call(self, x):
+            return self.head(self.body(x))
+
+        def compile(self, first, second):
+            super().compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            self.first, self.second = first, second
+
+        def train_step(self, *args, **kwargs):
+            return super().train_step(*args, **kwargs)
+
+    model = TwoHeads()
+    model.compile(keras.optimizers.Adam(), keras.optimizers.SGD())
+    model.optimizer = model.first
+    x, y = _data(2048)
+    model(x[:1])
+    found = toolkit.anatomy(model, (x, y), config=TrainConfig(batch_size=BATCH))
+    assert found.error is None, found.error
+    assert {layer.name for layer in found.layers} >= {"body", "head"}
+    assert found.raw_s is None and any("own train_step" in n for n in found.notes), found.notes
+
+
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_a_trace_that_cannot_start_is_said_in_one_line_and_the_fit_goes_on(tmp_path, keras):
     from toolkit.profiling.anatomy import AnatomyWindow
 
@@ -243,12 +294,31 @@ def test_assemble_says_what_it_cannot_see_and_never_guesses(keras):
         spans=(_span(0, 1000, tokens=("kpmodel",)),), markers=((0.0, 500.0), (500.0, 1000.0))
     )
     found = assemble(trace, scopes, steps=2, outside_s=0.001, backend_name="x")
-    assert found.phase(Phase.INPUT) == 0 and "no input event" in dict(
-        (p.phase, p.unseen) for p in found.phases
-    )[Phase.INPUT]
+    assert (
+        found.phase(Phase.INPUT) == 0
+        and "no input event" in dict((p.phase, p.unseen) for p in found.phases)[Phase.INPUT]
+    )
     assert found.traced_s == pytest.approx(0.0005) and found.agrees()
     assert assemble(StepTrace(error="no trace"), scopes, steps=2, outside_s=1.0).error == (
         "no trace"
     )
     assert "no step marker" in assemble(StepTrace(spans=trace.spans), scopes, steps=2,
                                         outside_s=1.0).error  # fmt: skip
+
+
+@pytest.mark.legacy_keras
+def test_anatomy_window_under_either_keras_names_the_layers_and_says_its_limits(tmp_path, keras):
+    from toolkit.core import compat
+    from toolkit.profiling.anatomy import AnatomyWindow
+
+    x, y = _data(2048)
+    model = _compiled(keras, keras.layers.Dense(1024, activation="relu", name="planted"))
+    window = AnatomyWindow(tmp_path / "trace", start_step=4, stop_step=8)
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[window])
+    found = window.anatomy()
+    assert found.error is None, found.error
+    assert found.layers[0].name == "planted"
+    assert found.phase(Phase.BACKWARD) > 0 and found.phase(Phase.OPTIMIZER) > 0
+    if compat.keras_flavor() != "keras3":
+        assert found.backend == "tf_keras"
+        assert any("tf_keras marks its steps itself" in n for n in found.notes)

@@ -61,6 +61,36 @@ def test_complete_run_writes_json_markdown_png(tmp_path, make_model, make_datase
     assert (run_dir / "steps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_anatomy_reaches_tensorboards_images_tab(tmp_path, make_model, make_dataset):
+    """A traced run with TensorBoard scalars: the anatomy's picture lands in the same train
+    event file as the scalars, at the last step, read back with TensorBoard's own readers (the
+    images plugin's, and the classic accumulator's Images)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from tests.helpers import read_images
+    from toolkit.runner.session import ANATOMY_TAG, LEDGER_TAG
+
+    ds = make_dataset(10)
+    with profile("traced", report_dir=tmp_path, data=ds, tensorboard=True,
+                 trace_steps=(3, 6)) as p:  # fmt: skip
+        p.fit(make_model(), ds, epochs=2, verbose=0)
+    anatomy = p.report.anatomy
+    assert anatomy is not None and anatomy.error is None, anatomy
+    run_dir = _only_run_dir(tmp_path)
+    assert (run_dir / "anatomy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (events_file,) = (run_dir / "train").glob("events.out.tfevents.*")  # one writer, one file
+    pictures = read_images(run_dir / "train")
+    assert set(pictures) == {LEDGER_TAG, ANATOMY_TAG}, list(pictures)
+    (png,) = pictures[ANATOMY_TAG]
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    events = EventAccumulator(str(events_file), size_guidance={"images": 0})
+    events.Reload()
+    assert ANATOMY_TAG in events.Tags()["images"]
+    (image,) = events.Images(ANATOMY_TAG)
+    assert image.step == 20  # the last step: 2 epochs of 10
+    assert image.encoded_image_string == png and image.width > image.height > 100
+
+
 @pytest.mark.parametrize(
     ("exc", "expected"),
     [

@@ -276,4 +276,8 @@ def plain_loss(model: Any) -> Callable[[Any, Any], Any]:
         raise ValueError("the raw step takes one unweighted loss; this model weights its losses")
     if model.losses:
         raise ValueError("the raw step takes one loss; this model's layers add losses of their own")
-    return keras.losses.get(loss)
+    fn = keras.losses.get(loss)
+    if isinstance(fn, keras.losses.Loss):
+        return fn
+    # a loss given by name or as a function is per example: Keras averages it over the batch
+    return lambda y_true, y_pred: keras.ops.mean(fn(y_true, y_pred))

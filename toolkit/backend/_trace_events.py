@@ -38,6 +38,7 @@ __all__ = [
     "innermost",
     "step_markers",
     "tokens_in",
+    "xla_op_spans",
     "xspace_events",
 ]
 
@@ -118,11 +119,13 @@ def _complete(e: Any) -> bool:
 
 def step_markers(events: list[Event], name: str) -> list[tuple[float, float]]:
     """``(start, end)`` of each step marker: an event named `name` followed by its step
-    number (``train 7``, ``ProfilerStep#7``), in time order."""
+    number (``train 7``, ``ProfilerStep#7``), in time order. Where a TensorFlow step runs a
+    loop (an LSTM's), XProf groups the steps by the loop and names the markers `name` alone."""
     out = []
     for e in events:
         n = e["name"]
-        if n.startswith(name) and n[len(name) :].strip().isdigit():
+        rest = n[len(name) :].strip()
+        if n.startswith(name) and (rest.isdigit() or not rest):
             out.append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
     return sorted(out)
 
@@ -288,3 +291,26 @@ _TOKEN = re.compile(
 def tokens_in(text: str) -> tuple[str, ...]:
     """The scope tokens in an op's scoped name, outermost first."""
     return tuple(_TOKEN.findall(text))
+
+
+def xla_op_spans(
+    event: Event, programs: Mapping[tuple[str, str], tuple[str, ...]], lane: str, backward: str
+) -> list[Any] | None:
+    """The spans of one XLA op's event (``hlo_module``, ``hlo_op``), joined to its program's
+    metadata (:func:`hlo_metadata`): one span per distinct ``(tokens, gradient)`` its ops
+    have, fused when they hold several layers. `backward` marks a gradient op's name (JAX's
+    ``transpose(``, TensorFlow's ``gradient_tape``). None where the program is not known."""
+    from toolkit.core._anatomy import Span, SpanKind
+
+    args = event.get("args") or {}
+    op_names = programs.get((str(args.get("hlo_module", "")), str(args.get("hlo_op", ""))))
+    if op_names is None and programs:
+        return None
+    groups = list({(tokens_in(n), backward in n): None for n in op_names or ()}) or [((), False)]
+    layers = {next((t for t in reversed(k) if t.startswith("kpl")), None) for k, _ in groups}
+    fused = len(layers - {None}) > 1
+    start, end = float(event["ts"]), float(event["ts"]) + float(event["dur"])
+    return [
+        Span(start, end, lane, SpanKind.OP, tokens, grad, fused, event["name"])
+        for tokens, grad in groups
+    ]

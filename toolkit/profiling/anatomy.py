@@ -176,9 +176,9 @@ class Scopes:
             self._patch(self.model, "call", self._scoped_call(self.model, None, "kpmodel"))
             for name, token in self.PHASE_METHODS:
                 self._scoped_method(self.model, name, token)
-            optimizer = getattr(self.model, "optimizer", None)
-            for name in self.OPTIMIZER_METHODS if optimizer is not None else ():
-                self._scoped_method(optimizer, name, "kpopt")
+            for optimizer in _optimizers(self.model):
+                for name in self.OPTIMIZER_METHODS:
+                    self._scoped_method(optimizer, name, "kpopt")
             _rebuild(self.model)
         except BaseException:
             self.__exit__(None, None, None)
@@ -198,6 +198,19 @@ class Scopes:
         """How many times a forward pass calls the layer (2: shared, called twice)."""
         entry = self.entries[token]
         return max(1, round(entry.calls / self.model_calls)) if self.model_calls else 1
+
+
+def _optimizers(model: Any) -> list[Any]:
+    """The model's optimizer and any other it holds (a GAN compiles two of its own)."""
+    found: dict[int, Any] = {}
+    for value in (getattr(model, "optimizer", None), *vars(model).values()):
+        if (
+            value is not None
+            and callable(getattr(value, "apply_gradients", None))
+            and hasattr(value, "learning_rate")
+        ):
+            found.setdefault(id(value), value)
+    return list(found.values())
 
 
 def _rebuild(model: Any) -> None:
@@ -301,12 +314,14 @@ def assemble(
     *,
     steps: int,
     outside_s: float,
+    outside_steps: int | None = None,
     untraced_s: float | None = None,
     backend_name: str = "",
     device: str = "",
     notes: Sequence[str] = (),
 ) -> Anatomy:
-    """The :class:`Anatomy` of a read trace: the sweep over its window, per step."""
+    """The :class:`Anatomy` of a read trace: the sweep over its window, per step. The
+    outside clock's `outside_s` covers `outside_steps` steps (default `steps`: the same)."""
     base = Anatomy(backend=backend_name, device=device, steps=steps, signal=trace.signal)
     span = window(trace)
     if trace.error and not trace.spans:
@@ -343,7 +358,7 @@ def assemble(
     layers.sort(key=lambda x: x.seconds, reverse=True)
     return dataclasses.replace(
         base,
-        step_s=outside_s / max(1, steps),
+        step_s=outside_s / max(1, outside_steps or steps),
         traced_s=(span[1] - span[0]) * per_step,
         untraced_s=untraced_s,
         phases=phases,
@@ -428,21 +443,24 @@ class AnatomyWindow(TraceWindow):
         per_marker = self.steps_per_marker()
         steps = len(trace.markers) * per_marker
         notes = []
-        if compat.keras_flavor() != "keras3":
-            notes.append("tf_keras: its own step markers; its loss and metrics scoped as "
-                         "compute_loss and compute_metrics")  # fmt: skip
         if per_marker > 1:
             notes.append(f"{per_marker} steps per marked call: its times are per step")
         start, stop = self.traced_steps
-        if len(trace.markers) * per_marker != stop - start and trace.markers:
+        if compat.keras_flavor() != "keras3":
+            notes.append(
+                "tf_keras marks its steps itself: the first traced step goes unmarked and "
+                "each step's batch-end callbacks fall outside its marker, so the outside "
+                "clock's step (its mean over every traced step) may be longer"
+            )
+        elif len(trace.markers) * per_marker != stop - start and trace.markers:
             notes.append(f"the trace marks {len(trace.markers)} calls of the {stop - start} "
                          "steps traced: its steps are the marked ones")  # fmt: skip
-        outside = self.ended_at - self.began_at
         return assemble(
             trace,
             self.scopes,
             steps=steps,
-            outside_s=outside,
+            outside_s=self.ended_at - self.began_at,
+            outside_steps=stop - start,
             untraced_s=untraced_s,
             backend_name=name,
             device=device,

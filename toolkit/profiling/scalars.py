@@ -20,6 +20,9 @@ Tags, each with a description (TensorBoard shows it on the card):
   run measured FLOPs and the peak (``toolkit.profile`` writes it at the end);
 * ``Ledger/where the time went`` (Images tab): the run's ledger as one stacked bar, written
   when the run ends (``toolkit.profile``);
+* ``anatomy`` (Images tab): the traced step taken apart (``anatomy.png``: the slowest layers
+  and the step's phases), written when a run with a trace window ends (``toolkit.profile``
+  with ``trace_steps``, the recipes' ``--profile_steps``);
 * ``memory/host_rss_mb`` and ``memory/<device>_peak_mb`` when the run watched memory;
 * ``epoch_<metric>``: the model's epoch metrics when asked (the recipes' ``--tensorboard``), as
   Keras names them: ``epoch_loss`` in ``train/``, and ``val_loss`` as ``epoch_loss`` in

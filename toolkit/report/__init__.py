@@ -1,9 +1,11 @@
 """Run reports: the record (:class:`RunReport`, JSON + Markdown + PNG), the typed run context,
-comparing two runs, and merging the workers' reports of one multi-worker run.
+comparing two runs, merging the workers' reports of one multi-worker run, and the step's
+anatomy (``toolkit.anatomy``'s result) in lines.
 
 Imports neither TensorFlow nor Keras. The schema is documented in ``docs/report.md``.
 """
 
+from toolkit.report._anatomy import anatomy_lines
 from toolkit.report.comparison import Comparison, compare
 from toolkit.report.context import RunContext
 from toolkit.report.merge import merge_reports, render_merged
@@ -25,6 +27,7 @@ __all__ = [
     "ReportError",
     "RunContext",
     "RunReport",
+    "anatomy_lines",
     "compare",
     "merge_reports",
     "render_merged",

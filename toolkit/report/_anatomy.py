@@ -521,7 +521,7 @@ def anatomy_figure(a: Anatomy) -> Any:
         left += ms
     for p in unseen:
         handles.append(Patch(facecolor="white", edgecolor="0.5", hatch="///"))
-        labels.append(f"{p.phase.value}: not seen by this backend")
+        labels.append(f"{p.phase.value}: not seen in the trace")
     ax_p.set_xlim(0, left or 1.0)
     ax_p.set_ylim(-0.5, 0.5)
     ax_p.set_yticks([])

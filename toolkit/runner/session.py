@@ -29,6 +29,7 @@ from toolkit.report import COMPLETE, DIVERGED, PARTIAL, RunContext, RunReport
 from toolkit.report.run_report import UNTIMED
 
 LEDGER_TAG = "Ledger/where the time went"
+ANATOMY_TAG = "anatomy"
 
 __all__ = [
     "Profile",
@@ -78,7 +79,9 @@ class Profile:
         tensorboard: write TensorBoard scalars into the run directory's ``train`` and
             ``validation`` runs, as Keras's TensorBoard callback lays them out: StepTimer's
             step time, p50/p90 and examples/s and the model's epoch metrics at each epoch's
-            end, and MFU and memory per epoch at the end (``toolkit.profiling.scalars``).
+            end, and MFU and memory per epoch at the end (``toolkit.profiling.scalars``);
+            the ledger's bar and, with `trace_steps`, the step's anatomy as pictures in the
+            ``train`` run (the Images tab).
             ``tensorboard --logdir <report_dir>`` shows them. Needs a `report_dir` and
             TensorBoard installed. Defaults to `False`.
         args: the run's arguments/flags, recorded in the report.
@@ -305,6 +308,26 @@ class Profile:
             "(report.md has the table and the fixes).",
         )
 
+    @staticmethod
+    def _anatomy_image(scalars: Scalars, anatomy: Anatomy, step: int) -> None:
+        """The step's anatomy (``anatomy.png``) as a picture in TensorBoard (Images tab), at
+        the last step; none without matplotlib, or for an anatomy that could not be taken
+        (the report says why)."""
+        from toolkit.report._anatomy import anatomy_png_bytes
+
+        png = anatomy_png_bytes(anatomy)
+        if png is None:
+            return
+        scalars.image(
+            ANATOMY_TAG,
+            png,
+            step,
+            "Inside one traced training step, in ms per step: the slowest layers (forward + "
+            "backward) and the step split into its phases (input, forward, backward, "
+            "optimizer, metrics and loss, Keras between steps, other). report.md's "
+            '"Inside the step" has the tables.',
+        )
+
     def _viewing(self, report: RunReport) -> None:
         """Where the run's TensorBoard runs are, and the one command that shows them (every
         run under `report_dir` side by side), in the report and its trace line."""
@@ -336,6 +359,8 @@ class Profile:
             scalars.utilization(compute.get("flops_per_step"), compute.get("peak_flops_per_s"))
             if report.ledger and report.ledger.get("wall_s"):
                 self._ledger_image(scalars, report, step)
+            if report.anatomy is not None:
+                self._anatomy_image(scalars, report.anatomy, step)
             for r in (report.memory or {}).get("readings", []):
                 at = ends.get(r.get("epoch"), 0) if r.get("epoch") is not None else 0
                 scalars.write(HOST_RSS, r["host_rss_mb"], at)

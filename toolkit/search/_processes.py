@@ -26,7 +26,7 @@ from toolkit.search.standings import Target
 __all__: list[str] = []
 
 CHILD = "toolkit._child"  # the entry point every child runs: python -m toolkit._child SPEC OUT
-JOBS = ("figures", "tune", "devices")
+JOBS = ("figures", "tune", "anatomy", "devices")
 KILLED = "killed by"  # the line follow() adds for a child a signal ended
 # Signals from outside (the OOM killer's SIGKILL, a user's kill or Ctrl-C, a closed terminal):
 # what the child would have measured is unknown. SIGSEGV, SIGABRT and the like are its own.
@@ -42,6 +42,8 @@ class ChildSpec:
       `candidate` (a search's ``Candidate.to_dict()``; None: the target's own settings);
     * ``tune``: `target`'s ``tune`` search of `budget_s` seconds (``TuneResult.to_dict()``
       and the batch size);
+    * ``anatomy``: `target`'s step taken apart, `steps` steps traced
+      (``toolkit.anatomy``: ``Anatomy.to_dict()``);
     * ``devices``: the device kinds `backend` sees (no target).
 
     The target (``standings.Target``) carries the run's ``TrainConfig`` as its dict and a

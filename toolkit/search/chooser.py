@@ -713,3 +713,46 @@ def final_run_estimate(
         call = best.get("steps_per_execution", 1) * best.get("fused_steps", 1)
         run += (_common_length(steps, [call]) - steps) * batch / rate
     return run
+
+
+def why_slower(
+    result: BackendsResult,
+    *,
+    steps: int = 10,
+    timeout_s: float = 900.0,
+    runner: Callable[[Contender, Target], dict[str, Any]] | None = None,
+) -> tuple[Any, Any, Any] | None:
+    """Why the slowest backend of `result` is slower than the fastest: each one's step taken
+    apart in a fresh process (``toolkit.anatomy``, `steps` steps traced) and the two diffed
+    (``toolkit.core._anatomy.contrast``), the slower one's fix named where its seam has one.
+    Returns ``(contrast, fastest's anatomy, slowest's anatomy)``, or None where fewer than
+    two backends ran. An anatomy that could not be taken is returned as it is (its error
+    said), and no contrast is drawn from it."""
+    from toolkit.core._anatomy import Anatomy, contrast
+
+    ran = [row for row in result.rows if row.ok()]
+    by_backend: dict[str, Any] = {}
+    for row in sorted(ran, key=lambda r: r.median("mean_s") or math.inf):
+        by_backend.setdefault(row.contender.backend, row)
+    if len(by_backend) < 2:
+        return None
+    rows = list(by_backend.values())
+    fast, slow = rows[0], rows[-1]
+    env = dict(os.environ)
+
+    def child(c: Contender, on: Target) -> dict[str, Any]:
+        spec = ChildSpec("anatomy", c.backend, c.device, on, dict(c.settings) or None,
+                         steps=steps)  # fmt: skip
+        return run_child(spec, env, timeout_s)
+
+    run = runner or child
+    tk_progress.say(
+        f"backends: taking apart {fast.contender.label()} and {slow.contender.label()}, "
+        "each in a fresh process"
+    )
+    a, b = (Anatomy.from_dict(run(r.contender, result.target)) for r in (fast, slow))
+    if a.error or b.error:
+        return None, a, b
+    titles = [tk_backend.info(r.contender.backend).title for r in (fast, slow)]
+    fix = tk_backend.get(slow.contender.backend).jit_advice()
+    return contrast(a, b, titles[0], titles[1], fix=fix), a, b

@@ -51,9 +51,11 @@ from typing import Any
 
 from toolkit.core import _extras as extras
 from toolkit.core import terminal
+from toolkit.core._anatomy import Anatomy
 from toolkit.core.checks import argument, check_number
 from toolkit.core.progress import say
 from toolkit.core.stats import whole_calls
+from toolkit.report._anatomy import anatomy_top_lines
 from toolkit.report._ledger import fixes, ledger_line
 from toolkit.runner.config import TrainConfig
 from toolkit.search.advice import (
@@ -101,9 +103,13 @@ class Diagnosis:
     # A whole run's ledger handed in (``ledger=``): where that run's time went, and its fixes
     # with the seconds each would save (``toolkit.report._ledger``).
     ledger: dict[str, Any] | None = None
+    # The same trace taken apart (``toolkit.anatomy``'s record), where XProf read it.
+    anatomy: Anatomy | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(dataclasses.replace(self, anatomy=None))
+        out["anatomy"] = self.anatomy.to_dict() if self.anatomy is not None else None
+        return out
 
     def lines(self) -> list[str]:
         per = f" ({self.batch_size} examples/step)" if self.batch_size else ""
@@ -116,6 +122,8 @@ class Diagnosis:
         ]
         if self.xprof:
             out.append(f"  XProf: {self.xprof['line']}")
+        if self.anatomy is not None and not self.anatomy.error:
+            out += [f"  {line}" for line in anatomy_top_lines(self.anatomy)]
         out += [f"  advice: {as_python(a) if self.python else a}" for a in self.advice]
         if self.ledger:
             out += [f"  {line}" for line in whole_run_lines(self.ledger)]
@@ -235,13 +243,14 @@ def second_opinion(
 def _fit_trace(start_step: int, steps: int) -> Iterator[list[Any]]:
     """Callbacks that trace `steps` steps of a fit from `start_step`, in a directory removed
     afterwards; none where XProf, which reads the trace, is not installed."""
-    from toolkit.profiling.trace_window import TraceWindow
+    from toolkit.profiling.anatomy import AnatomyWindow
 
     if extras.note_missing("profile", "diagnose: no XProf cross-check", needs=("xprof",)):
         yield []
         return
     with tempfile.TemporaryDirectory(prefix="toolkit-diagnose-") as tmp:
-        yield [TraceWindow(tmp, start_step=start_step, stop_step=start_step + steps)]
+        # the same window takes the step apart (its anatomy's top lines join the diagnosis)
+        yield [AnatomyWindow(tmp, start_step=start_step, stop_step=start_step + steps)]
 
 
 def _read_trace(callbacks: list[Any], steps_per_execution: int) -> dict[str, Any] | None:
@@ -365,7 +374,7 @@ def diagnose(
         measured.real_fit_then_both_again(windows)
         measured.xprof_trace()
         measured.tuned = _tuned(work)
-    found = measured.conclude(devices_found)
+    found = dataclasses.replace(measured.conclude(devices_found), anatomy=measured.anatomy)
     found.ledger = ledger_of(ledger)
     return found
 
@@ -396,6 +405,7 @@ class _Measurements:
         self.words: str | None = None  # the adapter's words for it (None: the pipeline's own)
         self.fit: Any = None  # the real fit's report
         self.trace: dict[str, Any] | None = None
+        self.anatomy: Anatomy | None = None
         self.tuned: Tuned | None = None
 
     def step_alone(self) -> None:
@@ -457,10 +467,13 @@ class _Measurements:
         # out of the timed window where the host runs ahead (JAX: 1.3× the fit's real rate).
         work, per_call = self.work, self.per_call
         traced = whole_calls(TRACE_STEPS, per_call)
-        with _fit_trace(per_call, traced) as tracing:
+        start = 3 * per_call  # its step functions are built again under the anatomy's scopes
+        with _fit_trace(start, traced) as tracing:
             if tracing:
-                work.fit(steps=per_call + traced, warmup=0, callbacks=tracing)
+                work.fit(steps=start + traced, warmup=0, callbacks=tracing)
             self.trace = _read_trace(tracing, work.defaults().steps_per_execution)
+            if tracing:
+                self.anatomy = tracing[0].anatomy(device=work.device.human_name)
 
     def conclude(self, devices_found: Iterable[Any] | None) -> Diagnosis:
         """The verdict and advice from what was measured, once the workload is put back."""

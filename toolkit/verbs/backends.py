@@ -31,6 +31,12 @@ def options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="output directory (default runs/backends-<time>)")
     p.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
     p.add_argument("--no_plot", action="store_true", help="skip the PNG chart")
+    p.add_argument(
+        "--anatomy",
+        action="store_true",
+        help="then say why the slowest backend is slower: the fastest's and the slowest's "
+        "steps taken apart (each in a fresh process) and diffed in words",
+    )
 
 
 def check(args: argparse.Namespace) -> None:
@@ -63,8 +69,30 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     print("written: " + ", ".join(paths[k] for k in ("markdown", "json", "png") if k in paths))
+    if args.anatomy:
+        _why_slower(result)
     if not any(row.ok() for row in result.rows):  # a table of failures is no answer
         why = next((row.error for row in result.rows if row.error), "see the table")
         print(f"error: no backend ran ({why})", file=sys.stderr)
         return 1
     return 0
+
+
+def _why_slower(result: object) -> None:
+    """``--anatomy``: the fastest and the slowest backend's anatomies, diffed in words."""
+    from toolkit.report._anatomy import anatomy_top_lines, contrast_lines
+    from toolkit.search.chooser import why_slower
+
+    width = terminal.width() or 80
+    found = why_slower(result)
+    if found is None:
+        print("anatomy: fewer than two backends ran; nothing to set side by side")
+        return
+    diff, fast, slow = found
+    for a in (fast, slow):
+        title = f"{a.backend}: " + (f"no anatomy ({a.error})" if a.error else "")
+        print(terminal.fit(title, width) if a.error else title)
+        if not a.error:
+            print("\n".join(f"  {line}" for line in anatomy_top_lines(a)))
+    if diff is not None:
+        print("\n".join(contrast_lines(diff, width)))

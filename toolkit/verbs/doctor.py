@@ -56,6 +56,11 @@ def _whole_run(path: str) -> int:
             f"{path}: this report has no ledger (written before the ledger was "
             "measured, or by a custom loop): run the recipe again and pass its run directory"
         )
+    from toolkit.report._anatomy import anatomy_top_lines
+
     print(f"doctor: the run {report.name} in {path}")
-    print(terminal.show("\n".join(whole_run_lines(report.ledger))))
+    lines = whole_run_lines(report.ledger)
+    if report.anatomy is not None and not report.anatomy.error:  # its traced steps, apart
+        lines += anatomy_top_lines(report.anatomy)
+    print(terminal.show("\n".join(lines)))
     return 0

@@ -23,14 +23,6 @@ def layer_scope(token: str) -> Any:
     return jax.named_scope(token)
 
 
-def _groups(op_names: tuple[str, ...]) -> list[tuple[tuple[str, ...], bool]]:
-    """The distinct ``(tokens, backward)`` of the ops an instruction computes."""
-    seen: dict[tuple[tuple[str, ...], bool], None] = {}
-    for name in op_names:
-        seen[(te.tokens_in(name), "transpose(" in name)] = None
-    return list(seen) or [((), False)]
-
-
 def anatomy_trace(files: list[str]) -> StepTrace:
     """The spans of a JAX trace window (XLA's ops, the host's transfers and calls)."""
     events, processes, error = te.xspace_events(files)
@@ -49,19 +41,13 @@ def anatomy_trace(files: list[str]) -> StepTrace:
             if device and e.get("pid") not in device:
                 spans.append(Span(start, end, lane, SpanKind.CALL, name=name))
                 continue
-            op_names = programs.get((str(args.get("hlo_module", "")), str(args["hlo_op"])))
-            if op_names is None:
-                unjoined += end - start
-                op_names = ()
-            else:
+            if (str(args.get("hlo_module", "")), str(args["hlo_op"])) in programs:
                 joined += end - start
-            groups = _groups(op_names)
-            layers = {
-                next((t for t in reversed(k) if t.startswith("kpl")), None) for k, _ in groups
-            }
-            fused = len(layers - {None}) > 1
-            for tokens, backward in groups:
-                spans.append(Span(start, end, lane, SpanKind.OP, tokens, backward, fused, name))
+            else:
+                unjoined += end - start
+            spans += te.xla_op_spans(e, programs, lane, "transpose(") or [
+                Span(start, end, lane, SpanKind.OP, name=name)
+            ]
         elif name.startswith(("PjitFunction", "PmapFunction")):
             spans.append(Span(start, end, lane, SpanKind.CALL, name=name))
         elif name.startswith("DevicePut"):

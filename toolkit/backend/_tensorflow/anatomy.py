@@ -26,13 +26,17 @@ def anatomy_trace(files: list[str]) -> StepTrace:
     if error and not events:
         return StepTrace(error=error)
     device = {pid for pid, name in processes.items() if "/device:" in name}
+    programs = te.hlo_metadata(files)  # XLA's compiled steps (jit_compile), where any ran
     spans = []
     for e in events:
         args = e.get("args") or {}
         lane = f"{e.get('pid')}/{e.get('tid')}"
         start, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
         scoped = str(args.get("long_name") or args.get("tf_op") or "")
-        if scoped:
+        if "hlo_op" in args and not (device and e.get("pid") not in device):
+            # an op of an XLA program: its TensorFlow ops' names are in its metadata
+            spans += te.xla_op_spans(e, programs, lane, "gradient_tape") or []
+        elif scoped:
             op_type = scoped.rpartition(":")[2]
             on_host_beside_device = device and e.get("pid") not in device
             if op_type.startswith("IteratorGetNext") or "IteratorGetNext" in e["name"]:
