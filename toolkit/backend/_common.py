@@ -279,5 +279,6 @@ def plain_loss(model: Any) -> Callable[[Any, Any], Any]:
     fn = keras.losses.get(loss)
     if isinstance(fn, keras.losses.Loss):
         return fn
-    # a loss given by name or as a function is per example: Keras averages it over the batch
-    return lambda y_true, y_pred: keras.ops.mean(fn(y_true, y_pred))
+    # a loss given by name or as a function is per example: wrapped as Keras wraps it (its
+    # labels' rank matched to the outputs', averaged over the batch)
+    return keras.losses.LossFunctionWrapper(fn)

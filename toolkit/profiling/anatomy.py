@@ -346,6 +346,7 @@ def assemble(
         if is_fused:
             fused_total += us * per_step
     unseen = _unseen(trace, by_phase)
+    notes = [*notes, *_unscoped(trace)]
     phases = tuple(PhaseTime(p, by_phase.get(p, 0.0), unseen.get(p, "")) for p in Phase)
     layers = []
     for token, entry in scopes.entries.items():
@@ -364,8 +365,26 @@ def assemble(
         phases=phases,
         layers=tuple(layers),
         fused_s=fused_total,
-        notes=tuple(trace.notes) + tuple(notes),
+        notes=(*trace.notes, *notes),
     )
+
+
+def _unscoped(trace: StepTrace) -> list[str]:
+    """Words where most of the ops' time carries none of the scopes: the step ran op by op
+    (not compiled: ``jit_compile=False``, or a layer that rules XLA out), and each op's own
+    program kept no scope of the layer that called it."""
+    total = scoped = 0.0
+    for s in trace.spans:
+        if s.kind == SpanKind.OP:
+            total += s.end - s.start
+            scoped += (s.end - s.start) if s.tokens else 0.0
+    if total <= 0 or scoped >= 0.5 * total:
+        return []
+    return [
+        f"{1 - scoped / total:.0%} of the ops' time carries no layer's scope: the step ran op "
+        "by op (not compiled, or a layer that rules XLA out), and an op compiled alone keeps "
+        "no scope of its caller; that time is other, the layers not seen"
+    ]
 
 
 def _unseen(trace: StepTrace, by_phase: dict[Phase, float]) -> dict[Phase, str]:

@@ -28,6 +28,7 @@ from toolkit import backend
 from toolkit.core import compat
 from toolkit.core._anatomy import Anatomy
 from toolkit.core.checks import check_number
+from toolkit.core.errors import one_line
 from toolkit.core.progress import say
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
 from toolkit.runner.config import TrainConfig
@@ -112,8 +113,12 @@ class _Measured:
             return dataclasses.replace(found, notes=(*found.notes, f"Keras's own cost not "
                                                      f"measured: {e}"))  # fmt: skip
         say("anatomy: Keras's fit step alone against the raw step, timed in turn")
-        n = _calibrated(timed)
-        raws = [timed(n) / n for _ in range(RAW_RUNS)]
+        try:
+            n = _calibrated(timed)
+            raws = [timed(n) / n for _ in range(RAW_RUNS)]
+        except Exception as e:  # noqa: BLE001 - the raw step is ours: said, the anatomy kept
+            note = f"Keras's own cost not measured: the raw step failed ({one_line(e)})"
+            return dataclasses.replace(found, notes=(*found.notes, note))
         per_call = max(1, self.work.per_call)
         alone = self.work.fit(
             steps=whole_calls(max(30, n * 2), per_call),

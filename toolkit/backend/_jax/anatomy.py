@@ -93,13 +93,15 @@ def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
         y_pred, ntv = model.stateless_call(tv, ntv, x, training=True)
         return loss_fn(y, y_pred), ntv
 
-    @jax.jit
     def step(tv: Any, ntv: Any, ov: Any, x: Any, y: Any) -> Any:
         (loss, ntv), grads = jax.value_and_grad(loss_and_state, has_aux=True)(tv, ntv, x, y)
         tv, ov = optimizer.stateless_apply(ov, grads, tv)
         return tv, ntv, ov, loss
 
-    step = jax.jit(step, donate_argnums=(0, 1, 2))
+    # jitted as Keras jits the model's own step (not where a layer rules XLA out)
+    jitted = bool(getattr(model, "jit_compile", True))
+    if jitted:
+        step = jax.jit(step, donate_argnums=(0, 1, 2))
     state = [
         [jnp.array(v.value, copy=True) for v in vs]
         for vs in (model.trainable_variables, model.non_trainable_variables, optimizer.variables)
@@ -114,7 +116,8 @@ def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
         jax.block_until_ready(state)
         return time.perf_counter() - t
 
-    return timed, "jax.jit of stateless_call, jax.value_and_grad and stateless_apply"
+    how = "stateless_call, jax.value_and_grad and stateless_apply"
+    return timed, f"jax.jit of {how}" if jitted else f"{how}, op by op (as the model's step)"
 
 
 def layer_alone(layer: Any, shape: tuple[int, ...], dtype: str) -> Any:
