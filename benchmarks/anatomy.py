@@ -15,8 +15,8 @@ backend, each backend in a fresh process. Three checks, each as the one ratio li
 
 The examples' models come from ``benchmarks/_own_models.py`` (mixup's CNN, the vision
 transformer, the bidirectional LSTM), data replaced only. Each model's anatomy's top lines
-are printed too, and, where two backends ran, the vision transformer's two anatomies diffed in
-words (``toolkit.core._anatomy.contrast``).
+are printed too, and the fastest and the slowest backend's anatomies of each model diffed in
+words (``toolkit.core._anatomy.contrast``), for each model two backends took apart.
 
     python benchmarks/anatomy.py [--backends tensorflow,jax,torch] [--steps 10]
 """
@@ -150,13 +150,15 @@ def main() -> None:
                 print(speedup_line(f"{label}: Keras's trainer vs the raw step", a.fit_s * 100,
                                    a.raw_s * 100) + " per 100 steps")  # fmt: skip
             print("\n".join(f"  {line}" for line in anatomy_top_lines(a)))
-    pairs = [(n, found.get((n, "vit"))) for n in names]
-    pairs = [(n, a) for n, a in pairs if a is not None and not a.error]
-    if len(pairs) >= 2:
-        (na, a), (nb, b) = sorted(pairs, key=lambda p: p[1].step_s)[:2]
-        titles = {n: backend.info(n).title for n in names}
+    for model in (*EXAMPLES, "seed_mlp"):  # the fastest backend against the slowest
+        pairs = [(n, found.get((n, model))) for n in names]
+        pairs = [(n, a) for n, a in pairs if a is not None and not a.error and a.layers]
+        if len(pairs) < 2:
+            continue
+        (na, a), (nb, b) = sorted(pairs, key=lambda p: p[1].step_s)[:: len(pairs) - 1]
         fix = backend.get(nb).jit_advice()
-        print("\n".join(contrast_lines(contrast(a, b, titles[na], titles[nb], fix=fix))))
+        titles = (f"{backend.info(na).title} ({model})", backend.info(nb).title)
+        print("\n".join(contrast_lines(contrast(a, b, *titles, fix=fix))))
 
 
 if __name__ == "__main__":

@@ -230,6 +230,26 @@ def test_anatomy_takes_a_subclassed_model_with_its_own_train_step_as_far_as_it_e
     assert found.raw_s is None and any("own train_step" in n for n in found.notes), found.notes
 
 
+@pytest.mark.every_backend
+def test_anatomy_of_a_second_model_in_one_process_reads_its_own_program(keras):
+    """A process that compiled another model's train step first (JAX keeps every program of
+    one name in the trace's metadata): the second model's ops are joined to its own."""
+    import toolkit
+
+    x, y = _data(2048)
+    deep = keras.Sequential(
+        [keras.Input((FEATURES,)), *(keras.layers.Dense(96, activation="relu") for _ in range(5)),
+         keras.layers.Dense(10)]
+    )  # fmt: skip
+    deep.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    deep.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    model = _compiled(keras, keras.layers.Dense(1024, activation="relu", name="planted"))
+    found = toolkit.anatomy(model, (x, y), config=TrainConfig(batch_size=BATCH), raw=False)
+    assert found.layers[0].name == "planted", found.layers
+    assert {layer.name for layer in found.layers} == {"little", "planted", "narrow", "head"}
+    assert found.layers[0].forward_s > 0 and found.layers[0].backward_s > 0
+
+
 @pytest.mark.legacy_keras
 @pytest.mark.every_backend
 def test_a_trace_that_cannot_start_is_said_in_one_line_and_the_fit_goes_on(tmp_path, keras):

@@ -22,12 +22,10 @@ an error in words.
 from __future__ import annotations
 
 import collections
-import contextlib
 import gzip
 import json
 import os
 import re
-import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -59,7 +57,7 @@ def xspace_events(files: list[str]) -> tuple[list[Event], dict[Any, str], str | 
     names: dict[Any, str] = {}
     for path in files:
         try:
-            with native_logs.held(), _stderr_closed():  # its converter's C++ lines
+            with native_logs.held():  # its converter's C++ lines
                 data, _ = raw_to_tool_data.xspace_to_tool_data([path], "trace_viewer", {})
             text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
             raw = json.loads(text or "{}").get("traceEvents", ())
@@ -73,25 +71,6 @@ def xspace_events(files: list[str]) -> tuple[list[Event], dict[Any, str], str | 
             if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "process_name"
         )
     return events, names, None
-
-
-@contextlib.contextmanager
-def _stderr_closed() -> Iterator[None]:
-    """File descriptor 2 sent to /dev/null for the block: XProf's converter logs, as errors,
-    lines that are not (``No UnifiedProfileProcessor registered for tool: trace_viewer``)."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no real stderr: nothing to hide
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def chrome_events(path: str) -> tuple[list[Event], str | None]:
@@ -218,16 +197,23 @@ def _messages() -> dict[str, Any]:
     }
 
 
-def hlo_metadata(files: list[str]) -> dict[tuple[str, str], tuple[str, ...]]:
-    """``(module name, instruction name) -> op names`` of every compiled program the XSpace
+def hlo_metadata(
+    files: list[str], events: list[Event] = ()
+) -> dict[tuple[str, str], tuple[str, ...]]:
+    """``(module name, instruction name) -> op names`` of the compiled programs the XSpace
     `files` carry: an instruction's own ``op_name`` metadata, or for one that calls other
     computations (a fusion, a custom fusion), the op names of every instruction they hold.
-    Empty where the files carry no program (TensorFlow's) or cannot be read."""
+    Empty where the files carry no program (TensorFlow's) or cannot be read.
+
+    A process that compiled several programs of one name (``jit_train_step``, a fit after
+    another) may carry them all, and the trace's events name a program only by its module:
+    of each name, the program kept is the newest (its id, ``jit_train_step(28)``) among those
+    holding every op the `events` ran under that name."""
     try:
         classes = _messages()
     except Exception:  # noqa: BLE001 - no protobuf runtime: nothing joined, said by the caller
         return {}
-    out: dict[tuple[str, str], tuple[str, ...]] = {}
+    found: list[tuple[int, dict[tuple[str, str], tuple[str, ...]]]] = []
     for path in files:
         try:
             with open(path, "rb") as f:
@@ -239,9 +225,28 @@ def hlo_metadata(files: list[str]) -> dict[tuple[str, str], tuple[str, ...]]:
                 continue
             proto_id = {k for k, v in plane.stat_metadata.items() if v.name == "Hlo Proto"}
             for meta in plane.event_metadata.values():
+                number = re.search(r"\((\d+)\)$", meta.name)
                 for stat in meta.stats:
                     if stat.metadata_id in proto_id and stat.bytes_value:
-                        out.update(_program(classes, stat.bytes_value))
+                        program = _program(classes, stat.bytes_value)
+                        found.append((int(number.group(1)) if number else -1, program))
+    ran: dict[str, set[str]] = collections.defaultdict(set)
+    for e in events:
+        args = e.get("args") or {}
+        if "hlo_op" in args:
+            ran[str(args.get("hlo_module", ""))].add(str(args["hlo_op"]))
+    best: dict[str, tuple[tuple[bool, int], dict[tuple[str, str], tuple[str, ...]]]] = {}
+    for number, program in found:
+        if not program:
+            continue
+        module = next(iter(program))[0]
+        covers = all((module, op) in program for op in ran.get(module, ()))
+        rank = (covers, number)
+        if module not in best or rank > best[module][0]:
+            best[module] = (rank, program)
+    out: dict[tuple[str, str], tuple[str, ...]] = {}
+    for _, program in best.values():
+        out.update(program)
     return out
 
 

@@ -40,8 +40,11 @@ _CHATTER = re.compile(r"^[IW]\d{4} ")
 _NO_GPU = re.compile(
     r"cuInit|cuda_platform|Unable to register cu(DNN|FFT|BLAS) factory|TF-TRT Warning"
 )
-# Errors a caller says again in its own words (data-service: a --port it cannot listen on).
-_SAID = re.compile(r"add_port\.cc:\d+\] Failed to add port")
+# Errors a caller says again in its own words (data-service: a --port it cannot listen on),
+# and XProf's converter's error that is none (its trace_viewer tool is served another way).
+_SAID = re.compile(
+    r"add_port\.cc:\d+\] Failed to add port|No UnifiedProfileProcessor registered for tool"
+)
 _PLAIN = (
     "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
     "To enable the following instructions:",  # the second line of cpu_feature_guard's INFO

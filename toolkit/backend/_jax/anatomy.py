@@ -28,7 +28,7 @@ def anatomy_trace(files: list[str]) -> StepTrace:
     events, processes, error = te.xspace_events(files)
     if error and not events:
         return StepTrace(error=error)
-    programs = te.hlo_metadata(files)
+    programs = te.hlo_metadata(files, events)
     device = {pid for pid, name in processes.items() if "/device:" in name}
     spans: list[Span] = []
     unjoined = joined = 0.0

@@ -26,7 +26,7 @@ def anatomy_trace(files: list[str]) -> StepTrace:
     if error and not events:
         return StepTrace(error=error)
     device = {pid for pid, name in processes.items() if "/device:" in name}
-    programs = te.hlo_metadata(files)  # XLA's compiled steps (jit_compile), where any ran
+    programs = te.hlo_metadata(files, events)  # XLA's compiled steps (jit_compile), where any ran
     spans = []
     for e in events:
         args = e.get("args") or {}
