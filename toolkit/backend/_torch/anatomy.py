@@ -8,6 +8,7 @@ correlation id, and the host's ops become the launch work around them."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 from typing import Any
 
 from toolkit.backend import _trace_events as te
@@ -16,6 +17,9 @@ from toolkit.core._anatomy import Span, SpanKind, StepTrace
 __all__ = ["anatomy_trace", "layer_alone", "layer_scope", "raw_step"]
 
 _AUTOGRAD = "autograd::engine::evaluate_function"
+# The longest gap between two gradient functions of one layer that is the engine's own
+# scheduling between them (longer: something else ran there, left to the sweep).
+ENGINE_GAP_US = 200.0
 
 
 def layer_scope(token: str) -> Any:
@@ -66,11 +70,18 @@ def anatomy_trace(files: list[str]) -> StepTrace:
                     spans.append(Span(start, end, lane, SpanKind.CALL, own, name=e["name"]))
 
     kind = SpanKind.CALL if kernels else SpanKind.OP
-    for lane, e, tokens, backward in ops:
+    made = []
+    for lane, e, tokens, backward in sorted(ops, key=lambda o: (o[0], o[1]["ts"])):
         if backward:
             tokens = seq_tokens.get((e.get("args") or {}).get("Sequence number"), tokens)
         start, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
-        spans.append(Span(start, end, lane, kind, tokens, backward, name=e["name"]))
+        last = made[-1] if made else None
+        if (last is not None and backward and last.backward and last.lane == lane
+                and last.tokens == tokens and 0 <= start - last.end <= ENGINE_GAP_US):  # fmt: skip
+            # the autograd engine between two gradient functions of one layer: that layer's
+            made[-1] = dataclasses.replace(last, end=start)
+        made.append(Span(start, end, lane, kind, tokens, backward, name=e["name"]))
+    spans += made
     for k in kernels:
         args = k.get("args") or {}
         tokens, backward, top = launches.get(args.get("correlation"), ((), False, None))
