@@ -157,7 +157,8 @@ def main() -> None:
             continue
         (na, a), (nb, b) = sorted(pairs, key=lambda p: p[1].step_s)[:: len(pairs) - 1]
         fix = backend.get(nb).jit_advice()
-        titles = (f"{backend.info(na).title} ({model})", backend.info(nb).title)
+        titles = (backend.info(na).title, backend.info(nb).title)
+        print(f"{model}, the fastest backend against the slowest:")
         print("\n".join(contrast_lines(contrast(a, b, *titles, fix=fix))))
 
 

@@ -279,6 +279,15 @@ def plain_loss(model: Any) -> Callable[[Any, Any], Any]:
     fn = keras.losses.get(loss)
     if isinstance(fn, keras.losses.Loss):
         return fn
-    # a loss given by name or as a function is per example: wrapped as Keras wraps it (its
-    # labels' rank matched to the outputs', averaged over the batch)
-    return keras.losses.LossFunctionWrapper(fn)
+    ops = keras.ops
+
+    def mean_loss(y_true: Any, y_pred: Any) -> Any:
+        # a loss given by name or as a function is per example: its labels' rank matched to
+        # the outputs' (``(32,)`` against ``(32, 1)``) and averaged, as Keras's wrapper does
+        if len(y_true.shape) == len(y_pred.shape) - 1 and y_pred.shape[-1] == 1:
+            y_true = ops.expand_dims(y_true, -1)
+        elif len(y_pred.shape) == len(y_true.shape) - 1 and y_true.shape[-1] == 1:
+            y_true = ops.squeeze(y_true, -1)
+        return ops.mean(fn(y_true, y_pred))
+
+    return mean_loss

@@ -581,11 +581,19 @@ def _room_for_ends(ax: Any, ends: Sequence[Any], renderer: Any) -> None:
 # ---------------------------------------------------------------------------- two of them
 
 
+# A part under this share of its step is said as a gap in ms, not as a ratio.
+TINY_PART = 0.02
+
+
 def _part_words(c: Contrast, what: str, a_s: float, b_s: float) -> str:
     if a_s <= 0 and b_s <= 0:
         return f"{what} (none in either)"
     if a_s <= 0:
         return f"{what} ({format_ms(b_s)} vs none in {c.a_name})"
+    if a_s < TINY_PART * c.a_step_s or b_s < TINY_PART * c.b_step_s:
+        # a ratio of next to nothing says nothing (213× of 0.007 ms): the gap itself does
+        sign = "+" if b_s >= a_s else "-"
+        return f"{what} {sign}{format_ms(abs(b_s - a_s))} ({format_ms(b_s)} vs {format_ms(a_s)})"
     return f"{what} {_ratio(b_s / a_s)} ({format_ms(b_s)} vs {format_ms(a_s)})"
 
 

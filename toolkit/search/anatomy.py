@@ -109,7 +109,7 @@ class _Measured:
             return dataclasses.replace(found, notes=(*found.notes, note))
         try:
             timed, how = backend.get().raw_step(model, batch)
-        except ValueError as e:
+        except Exception as e:  # noqa: BLE001 - one plain step cannot stand for this one
             return dataclasses.replace(found, notes=(*found.notes, f"Keras's own cost not "
                                                      f"measured: {e}"))  # fmt: skip
         say("anatomy: Keras's fit step alone against the raw step, timed in turn")
