@@ -330,3 +330,22 @@ def test_compare_sets_the_two_anatomies_side_by_side():
     assert "B is 4.00× slower than A" in same.render()
     assert compare(_report(anatomy=base), _report()).anatomy is None
     assert compare(_report(), _report()).to_dict()["anatomy"] is None
+
+
+def test_contrast_counts_a_layer_held_by_another_as_its_holder():
+    """JAX gives an LSTM's scan to its cell, PyTorch keeps it in the LSTM: set side by side,
+    both are the LSTM's."""
+    from toolkit.core._anatomy import Anatomy, LayerTime, Phase, PhaseTime, contrast
+
+    phases = (PhaseTime(Phase.FORWARD, 0.01), PhaseTime(Phase.BACKWARD, 0.01))
+    jax = Anatomy("jax", step_s=0.02, phases=phases, layers=(
+        LayerTime("bi/forward_lstm/lstm_cell", "LSTMCell", 0.004, 0.004),
+        LayerTime("bi/forward_lstm", "LSTM", 0.001, 0.0),
+    ))  # fmt: skip
+    torch = Anatomy("torch", step_s=0.08, phases=phases, layers=(
+        LayerTime("bi/forward_lstm", "LSTM", 0.03, 0.04),
+    ))  # fmt: skip
+    parts = {p.what: p for p in contrast(jax, torch, "JAX", "PyTorch").parts}
+    lstm = parts["the LSTM layer (1)"]
+    assert lstm.a_s == pytest.approx(0.009) and lstm.b_s == pytest.approx(0.07)
+    assert not any("LSTMCell" in what for what in parts)

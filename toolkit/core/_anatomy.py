@@ -369,9 +369,27 @@ _PART_NAMES = {
 }
 
 
+_MODELS = frozenset({"Functional", "Sequential", "Model"})
+
+
 def _by_kind(layers: Sequence[LayerTime]) -> dict[str, tuple[int, float]]:
+    """Layers by kind, a layer held by another layer counted as its holder's kind (an
+    LSTM's cell as the LSTM): backends split a layer's time between it and the layers it
+    holds differently (PyTorch's LSTM keeps its cell's time, JAX's scan gives it to the
+    cell). A nested model's layers keep their own kinds."""
+    rows = {layer.name: layer for layer in layers}
     out: dict[str, tuple[int, float]] = {}
+    counted: dict[str, set[str]] = {}
     for layer in layers:
-        n, s = out.get(layer.kind or "other", (0, 0.0))
-        out[layer.kind or "other"] = (n + 1, s + layer.seconds)
+        parts = layer.name.split("/")
+        holder = next(
+            (rows[h] for h in ("/".join(parts[:i]) for i in range(1, len(parts)))
+             if h in rows and rows[h].kind not in _MODELS),
+            layer,
+        )  # fmt: skip
+        key = holder.kind or "other"
+        n, s = out.get(key, (0, 0.0))
+        seen = counted.setdefault(key, set())
+        out[key] = (n + (holder.name not in seen), s + layer.seconds)
+        seen.add(holder.name)
     return out
