@@ -31,6 +31,7 @@ import dataclasses
 import functools
 import math
 import os
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -419,10 +420,26 @@ class AnatomyWindow(TraceWindow):
     """
 
     def __init__(self, logdir: str | os.PathLike[str], start_step: int = 6,
-                 stop_step: int | None = None) -> None:  # fmt: skip
+                 stop_step: int | None = None, *, min_window_s: float = 0.0,
+                 stop_after: int | None = None) -> None:  # fmt: skip
         super().__init__(logdir, start_step, stop_step)
         self.scopes: Scopes | None = None
         self.scope_error: str | None = None
+        # The window runs on past stop_step until it has lasted min_window_s (its two edges,
+        # where the outside clock and the trace's may differ by a scheduler's slice, then
+        # weigh little); stop_after: steps after it, then the fit is stopped.
+        self.min_window_s = min_window_s
+        self.stop_after = stop_after
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        step = self._offset + batch
+        if (self._active and step >= self.stop_step and self.began_at is not None
+                and time.perf_counter() - self.began_at < self.min_window_s):  # fmt: skip
+            self.stop_step = step + 1  # not yet: traced on
+        super().on_train_batch_begin(batch, logs)
+        ended = self.traced_steps
+        if self.stop_after is not None and ended and step >= ended[1] + self.stop_after:
+            self.model.stop_training = True
 
     def on_train_begin(self, logs: Any = None) -> None:
         super().on_train_begin(logs)

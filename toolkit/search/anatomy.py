@@ -36,7 +36,12 @@ from toolkit.search.workload import workload
 
 __all__ = ["anatomy"]
 
-DEFAULT_STEPS = 10  # traced steps
+DEFAULT_STEPS = 10  # traced steps, at least
+# ...and the window at least this long (a small step's window is traced on, up to
+# MAX_STRETCH times the steps asked): its edges, where a scheduler's slice can fall between
+# the outside clock and the trace's, then weigh under 1 % of it.
+MIN_WINDOW_S = 0.4
+MAX_STRETCH = 40
 RAW_WINDOW_S = 0.3  # each timed run of the raw step, at least
 RAW_RUNS = 3
 
@@ -90,9 +95,10 @@ class _Measured:
         device = getattr(work.device, "human_name", "") or ""
         say(f"anatomy: tracing {traced} steps after {start} (scoped layers, one trace window)")
         with tempfile.TemporaryDirectory(prefix="toolkit-anatomy-") as logdir:
-            window = AnatomyWindow(logdir, start_step=start, stop_step=start + traced)
-            report = work.fit(steps=start + traced + after, warmup=DEFAULT_WARMUP_STEPS,
-                              callbacks=[window])  # fmt: skip
+            window = AnatomyWindow(logdir, start_step=start, stop_step=start + traced,
+                                   min_window_s=MIN_WINDOW_S, stop_after=after)  # fmt: skip
+            longest = whole_calls(start + traced * MAX_STRETCH + after, per_call)
+            report = work.fit(steps=longest, warmup=DEFAULT_WARMUP_STEPS, callbacks=[window])
             untraced = report.steps.p50_s if report.steps.timed_steps else None
             found = window.anatomy(untraced_s=untraced, device=device)
             model = window.model
