@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    print("written: " + ", ".join(written))
+    print(terminal.fit("written: " + ", ".join(written), terminal.width()))
     if found.error:
         print(f"error: the step could not be taken apart: {found.error}", file=sys.stderr)
         return 1
