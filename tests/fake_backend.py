@@ -24,6 +24,7 @@ from toolkit.backend._common import (
     one_step_per_batch,
     refuse_tf_only,
 )
+from toolkit.core._advice import Advice
 from toolkit.core._device_types import (
     DeviceError,
     DeviceInfo,
@@ -122,11 +123,11 @@ def trains_under_tf_distribute() -> bool:
     return False
 
 
-def loop_advice() -> str:
-    return "a larger batch (the fake backend runs one step per call)"
+def loop_advice() -> Advice:
+    return Advice("a larger batch (the fake backend runs one step per call)")
 
 
-def jit_advice() -> str | None:
+def jit_advice() -> Advice | None:
     return None
 
 

@@ -54,25 +54,38 @@ def test_classify(rates, verdict, overlap):
     assert dg.classify(*rates) == (verdict, overlap)
 
 
+def advise(*args, **kwargs) -> list[str]:
+    """advise()'s records as a recipe's user reads them (flags)."""
+    from toolkit.runner.config import as_flags
+
+    return [a.spelled(as_flags) for a in adv.advise(*args, **kwargs)]
+
+
+def overlap_advice(*args, **kwargs) -> list[str]:
+    from toolkit.runner.config import as_flags
+
+    return [a.spelled(as_flags) for a in adv.overlap_advice(*args, **kwargs)]
+
+
 def test_a_fast_pipeline_that_holds_the_fit_back_is_advised_as_such():
-    advice = adv.advise(dg.INPUT_BOUND, False, 500.0, 100.0, adv.Facts(), 60.0)
+    advice = advise(dg.INPUT_BOUND, False, 500.0, 100.0, adv.Facts(), 60.0)
     assert "reading the input inside the fit costs the step" in advice[0]
     assert not any("speed up the input before the model" in a for a in advice)
 
 
 def test_a_fast_pipeline_that_costs_the_fit_a_little_is_balanced_and_says_why():
-    advice = adv.advise(dg.BALANCED, True, 500.0, 100.0, adv.Facts(), 85.0)
+    advice = advise(dg.BALANCED, True, 500.0, 100.0, adv.Facts(), 85.0)
     assert "0.85× the step alone" in advice[0] and "about as fast" not in advice[0]
-    assert adv.advise(dg.BALANCED, True, 105.0, 100.0, adv.Facts(), 97.0)[0].startswith(
+    assert advise(dg.BALANCED, True, 105.0, 100.0, adv.Facts(), 97.0)[0].startswith(
         "input and step are about as fast as each other"
     )
 
 
 def test_a_fit_that_trails_a_step_its_fast_pipeline_cannot_explain_says_so():
-    advice = adv.advise(dg.COMPUTE_BOUND, True, 5000.0, 100.0, adv.Facts(), 85.0)
+    advice = advise(dg.COMPUTE_BOUND, True, 5000.0, 100.0, adv.Facts(), 85.0)
     assert "0.85× the step alone" in advice[0] and "too fast to cost it that" in advice[0]
     assert not any(
-        "too fast" in a for a in adv.advise(dg.COMPUTE_BOUND, True, 5e3, 100.0, adv.Facts(), 95.0)
+        "too fast" in a for a in advise(dg.COMPUTE_BOUND, True, 5e3, 100.0, adv.Facts(), 95.0)
     )
 
 
@@ -86,11 +99,11 @@ def test_input_advice_names_what_the_pipeline_is_made_of():
         pipeline_classes=frozenset({"_GeneratorDataset", "_MapDataset", "BatchDataset"}),
         pipeline_ops=frozenset({"EagerPyFunc"}),
     )
-    advice = " | ".join(adv.advise(dg.INPUT_BOUND, True, 10.0, 100.0, facts))
+    advice = " | ".join(advise(dg.INPUT_BOUND, True, 10.0, 100.0, facts))
     for words in ("parallel_generator", "num_parallel_calls", "cache", "batch_map", "prefetch"):
         assert words in advice
     good = adv.Facts(pipeline_classes=frozenset({"CacheDataset", "PrefetchDataset", "Batch"}))
-    advice = adv.advise(dg.INPUT_BOUND, True, 10.0, 100.0, good)
+    advice = advise(dg.INPUT_BOUND, True, 10.0, 100.0, good)
     assert len(advice) == 1 and "speed up the input" in advice[0]
 
 
@@ -112,25 +125,25 @@ def test_data_keras_reads_itself_gets_its_own_levers_not_tf_data_s():
     for adapter, words in expect.items():
         facts = adv.Facts(adapter=adapter, device_kind="cpu", cpu_cores=2, **tf_form)
         for advice in (
-            adv.advise(dg.INPUT_BOUND, True, 10.0, 100.0, facts),
-            adv.overlap_advice(facts, 500.0, 1000.0, 300.0),
+            advise(dg.INPUT_BOUND, True, 10.0, 100.0, facts),
+            overlap_advice(facts, 500.0, 1000.0, 300.0),
         ):
             said = " | ".join(advice)
             assert words in said, (adapter, said)
             for tf_words in ("num_parallel_calls", ".prefetch(", "batch_map"):
                 assert tf_words not in said, (adapter, said)
     more = adv.Facts(adapter="PyDatasetAdapter", input_workers=4)
-    assert "more than its 4 workers" in " | ".join(adv.advise(dg.INPUT_BOUND, True, 1, 9, more))
+    assert "more than its 4 workers" in " | ".join(advise(dg.INPUT_BOUND, True, 1, 9, more))
 
 
 def test_compute_advice_from_step_settings_and_devices():
     facts = adv.Facts(step_s=0.001, batch_size=32, gpus=1, recommended_precision="mixed_bfloat16")
-    advice = " | ".join(adv.advise(dg.COMPUTE_BOUND, False, 900.0, 100.0, facts))
+    advice = " | ".join(advise(dg.COMPUTE_BOUND, False, 900.0, 100.0, facts))
     for words in ("--fused_steps", "--jit_compile", "larger batch than 32", "--device=gpu"):
         assert words in advice
     assert "--precision=mixed_bfloat16" in advice and "prefetch" in advice  # overlap missing
     on_gpu = adv.Facts(step_s=0.001, device_kind="cuda", jit_compile=True, fused_steps=4)
-    advice = " | ".join(adv.advise(dg.COMPUTE_BOUND, True, 900.0, 100.0, on_gpu))
+    advice = " | ".join(advise(dg.COMPUTE_BOUND, True, 900.0, 100.0, on_gpu))
     assert "--device=cpu" in advice and "--fused_steps" not in advice
 
 
@@ -138,7 +151,7 @@ def test_overlap_advice_follows_from_the_pipeline_the_device_and_the_cores():
     prefetched = frozenset({"_ParallelMapDataset", "_BatchDataset", "_PrefetchDataset"})
     on_cpu = adv.Facts(device_kind="cpu", cpu_cores=2, pipeline_classes=prefetched)
     # input 2 ms + step 1 ms, fit 2.9 ms: one after the other
-    advice = adv.overlap_advice(on_cpu, input_rate=500.0, compute_rate=1000.0, fit_rate=345.0)
+    advice = overlap_advice(on_cpu, input_rate=500.0, compute_rate=1000.0, fit_rate=345.0)
     text = " | ".join(advice)
     assert "2.00 ms (input alone) + 1.00 ms (step alone) = 3.00 ms" in advice[0]
     assert "one after the other" in advice[0]
@@ -147,19 +160,19 @@ def test_overlap_advice_follows_from_the_pipeline_the_device_and_the_cores():
     bare = adv.Facts(
         device_kind="cpu", pipeline_classes=frozenset({"_MapDataset", "_BatchDataset"})
     )
-    text = " | ".join(adv.overlap_advice(bare, 500.0, 1000.0, 345.0))
+    text = " | ".join(overlap_advice(bare, 500.0, 1000.0, 345.0))
     assert "no prefetch: end the pipeline with .prefetch(tf.data.AUTOTUNE)" in text
     python = adv.Facts(
         device_kind="cuda", pipeline_classes=prefetched, pipeline_ops=frozenset({"EagerPyFunc"})
     )
-    text = " | ".join(adv.overlap_advice(python, 500.0, 1000.0, 345.0))
+    text = " | ".join(overlap_advice(python, 500.0, 1000.0, 345.0))
     assert "GIL" in text and "CPU contention" not in text  # the step is on the GPU
     plain = adv.Facts(device_kind="cuda", pipeline_classes=frozenset({"_PrefetchDataset"}))
-    text = " | ".join(adv.overlap_advice(plain, 500.0, 1000.0, 450.0))
+    text = " | ".join(overlap_advice(plain, 500.0, 1000.0, 450.0))
     assert "per-step overhead" in text and "partly one after the other" in text
     # advise() puts it after the verdict's advice, only when the overlap is missing
-    assert not any("overlap" in a for a in adv.advise(dg.COMPUTE_BOUND, True, 900, 100, on_cpu))
-    assert any("CPU contention" in a for a in adv.advise(dg.COMPUTE_BOUND, False, 900, 100, on_cpu))
+    assert not any("overlap" in a for a in advise(dg.COMPUTE_BOUND, True, 900, 100, on_cpu))
+    assert any("CPU contention" in a for a in advise(dg.COMPUTE_BOUND, False, 900, 100, on_cpu))
 
 
 def _task(keras, slow_input: bool, width: int):
@@ -211,13 +224,15 @@ def test_real_runs_made_input_or_compute_bound(keras, slow_input, width, verdict
                 verdict = dg.INPUT_BOUND  # a window slowed that far reads as its input's
             else:
                 verdict = dg.BALANCED
-                assert "both lists apply" in diagnosis.advice[0], str(diagnosis)
+                assert "both lists apply" in diagnosis.advice_lines()[0], str(diagnosis)
         else:
-            assert "too fast to cost it that" in diagnosis.advice[0], str(diagnosis)
+            assert "too fast to cost it that" in diagnosis.advice_lines()[0], str(diagnosis)
     assert diagnosis.verdict == verdict, str(diagnosis)
     assert diagnosis.input_rate > 0 and diagnosis.compute_rate > 0 and diagnosis.fit_rate > 0
     if slow_input:
-        assert any("parallel_generator" in a or "num_parallel_calls" in a for a in diagnosis.advice)
+        assert any(
+            "parallel_generator" in a or "num_parallel_calls" in a for a in diagnosis.advice_lines()
+        )
     assert json.loads(json.dumps(diagnosis.to_dict()))["verdict"] == verdict
     # XProf's own reading of a trace of the fit (the [profile] extra), beside the rates'.
     xprof = diagnosis.xprof
@@ -413,15 +428,19 @@ def test_doctor_cli_on_your_own_model_fn(tmp_path):
     assert bad.returncode == 2 and "has no function 'nope'" in bad.stderr.splitlines()[-1]
 
 
+def _compute_advice(facts) -> list[str]:
+    from toolkit.runner.config import as_flags
+
+    return [a.spelled(as_flags) for a in adv._compute_advice(facts)]
+
+
 def test_compute_advice_names_only_what_the_backend_runs():
-    tf_advice = " ".join(adv._compute_advice(adv.Facts(step_s=0.001)))
+    tf_advice = " ".join(_compute_advice(adv.Facts(step_s=0.001)))
     assert "--fused_steps=K" in tf_advice and "try --jit_compile (measure: XLA" in tf_advice
-    jax_advice = " ".join(
-        adv._compute_advice(adv.Facts(step_s=0.001, jit_compile=True, backend="jax"))
-    )
+    jax_advice = " ".join(_compute_advice(adv.Facts(step_s=0.001, jit_compile=True, backend="jax")))
     assert "--fused_steps=K" in jax_advice and "jax.lax.scan" in jax_advice
     assert "--jit_compile" not in jax_advice
-    torch_advice = " ".join(adv._compute_advice(adv.Facts(step_s=0.001, backend="torch")))
+    torch_advice = " ".join(_compute_advice(adv.Facts(step_s=0.001, backend="torch")))
     assert "torch.compile" in torch_advice and "--fused_steps" not in torch_advice
     from toolkit.backend._torch import keras_loops_steps
 
@@ -588,19 +607,38 @@ def test_second_opinion_that_agrees_speaks_with_one_verdict():
 
 
 def test_advice_for_your_own_model_is_said_in_python():
-    from toolkit.search.python_advice import as_python
+    """Advice is a record (words and settings as values); the settings table spells it for
+    its reader: Python for your own model, flags for a recipe, from the same record."""
+    from toolkit.core._advice import Advice
+    from toolkit.runner.config import as_flags, as_python
 
-    said = as_python("try --jit_compile (measure: XLA is sometimes slower; toolkit.tune does)")
-    assert said.startswith("try model.compile(..., jit_compile=True)") and "--" not in said
-    assert as_python("try --steps_per_execution") == (
-        "try model.compile(..., steps_per_execution=8)"
+    jit = Advice.of("try {0} (measure: XLA is sometimes slower)", {"jit_compile": True})
+    assert jit.spelled(as_python) == (
+        "try model.compile(..., jit_compile=True) (measure: XLA is sometimes slower)"
     )
-    said = as_python("try --precision=mixed_bfloat16 (this device's hint; measure it)")
-    assert "keras.mixed_precision.set_global_policy('mixed_bfloat16')" in said
-    shown = dg.Diagnosis(1.0, 2.0, 1.0, dg.COMPUTE_BOUND, True, ["try --jit_compile"], python=True)
+    assert jit.spelled(as_flags) == "try --jit_compile (measure: XLA is sometimes slower)"
+    loop = Advice.of("try {0}", {"steps_per_execution": 8, "jit_compile": True})
+    assert (
+        loop.spelled(as_python) == "try model.compile(..., steps_per_execution=8, jit_compile=True)"
+    )
+    hint = Advice.of("try {0} (this device's hint)", {"precision": "mixed_bfloat16"})
+    assert "keras.mixed_precision.set_global_policy('mixed_bfloat16')" in hint.spelled(as_python)
+    rare = Advice.of("set {0}", {"validation_freq": 5})
+    assert rare.spelled(as_python) == "set model.fit(..., validation_freq=5)"
+    assert rare.spelled(as_flags) == "set --validation_freq=5"
+    shown = dg.Diagnosis(1.0, 2.0, 1.0, dg.COMPUTE_BOUND, True, [jit], python=True)
     assert "advice: try model.compile(..., jit_compile=True)" in str(shown)
+    assert shown.to_dict()["advice"] == [jit.spelled(as_python)]  # report.json: as shown
     recipe = dataclasses.replace(shown, python=False)
-    assert "advice: try --jit_compile" in str(recipe)
+    assert "advice: try --jit_compile" in str(recipe) and "--" not in str(shown)
+    # every piece of advice the seams give spells in both, with no flag left in the Python
+    from toolkit.backend import _jax, _tensorflow, _torch
+
+    for seam in (_tensorflow, _jax, _torch):
+        for said in (seam.loop_advice(), seam.jit_advice()):
+            if said is not None:
+                assert "--" not in said.spelled(as_python).replace("(recipes: --", "")
+                assert "--" in said.spelled(as_flags)
 
 
 def test_empty_data_is_said_as_empty_by_diagnose_and_tune(keras):
@@ -643,7 +681,7 @@ def test_advice_that_a_cached_tune_search_measured_slower_here_is_held_back(
     facts = adv.Facts(
         step_s=0.001, batch_size=16, recommended_precision="mixed_bfloat16", tuned=tuned
     )
-    advice = adv.advise(dg.COMPUTE_BOUND, True, 900.0, 100.0, facts)
+    advice = advise(dg.COMPUTE_BOUND, True, 900.0, 100.0, facts)
     assert not any("--precision=mixed_bfloat16" in a for a in advice), advice
     held = [a for a in advice if a.startswith("mixed_bfloat16: tune measured it at best")]
     assert len(held) == 1 and held[0].endswith("s search), not advised"), advice

@@ -162,6 +162,7 @@ def test_text_and_tables_fit_the_width_without_cutting_a_number():
     epoch's figures fold between items, Markdown tables become aligned tables that fit, in
     parts one under the other when even their narrowest columns cannot."""
     from toolkit.core import terminal
+    from toolkit.core.terminal import Table
     from toolkit.profiling.fit_progress import epoch_line
 
     logs = {"accuracy": 0.9915, "loss": 0.04868, "val_accuracy": 0.975, "val_loss": 0.09662,
@@ -177,9 +178,10 @@ def test_text_and_tables_fit_the_width_without_cutting_a_number():
         assert all(re.search(r"\d$|/s$|/step$", r) for r in rows), rows  # never inside one
     assert terminal.fit("a " * 60, 80).split("\n")[1].startswith("  a")
     assert terminal.fit("x" * 100, 80) == "x" * 100  # a path or a command stays whole
-    md = "| name | ms per step | note |\n|---|---:|---|\n| jax | 0.78 | **chosen** |\n"
-    shown = terminal.show(md + "| torch | 43.00 | |", 80)
-    assert shown.split("\n")[2].split() == ["jax", "0.78", "chosen"] and "|" not in shown
+    rows = Table.of(("name", "ms per step", "note"), [("jax", 0.78, "chosen"), ("torch", "43.00")])
+    shown = terminal.show(["a line above", rows], 80)
+    assert shown.split("\n")[3].split() == ["jax", "0.78", "chosen"] and "|" not in shown
+    assert "| jax | 0.78 | chosen |" in terminal.markdown(["a line above", rows])
     wide = [f"column {i}" for i in range(12)]
     parts = terminal.table(["op", *wide], [["MatMul", *range(12)]], columns=80, right=range(1, 13))
     assert all(len(line) <= 80 for line in parts.split("\n")) and parts.count("MatMul") == 2

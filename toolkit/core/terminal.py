@@ -14,9 +14,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
-import re
 import shutil
 import sys
 import textwrap
@@ -236,35 +236,58 @@ def fit_groups(groups: Sequence[Sequence[str]], columns: int | None, indent: str
     return "\n".join(rows)
 
 
-_RULE = re.compile(r"^\|(\s*:?-{3,}:?\s*\|)+\s*$")
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """A table as it crosses from the room that measured its rows to the edges that show them:
+    headers, the rows' cells (already formatted: a figure is formatted once, by the room's one
+    formatter) and the columns aligned right (numbers). The terminal renders it with
+    :func:`table`, a ``.md`` file with :func:`markdown_table`; neither reads the other's text."""
+
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    right: tuple[int, ...] = ()
+
+    @classmethod
+    def of(
+        cls, headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()
+    ) -> Table:
+        """A table from any sequences; a ``None`` cell is an empty one."""
+        cells = tuple(tuple("" if c is None else str(c) for c in row) for row in rows)
+        return cls(tuple(str(h) for h in headers), cells, tuple(right))
+
+    def markdown(self) -> str:
+        return markdown_table(self.headers, self.rows, self.right)
+
+    def terminal(self, columns: int | None = None) -> str:
+        return table(self.headers, self.rows, columns=columns, right=self.right)
 
 
-def _cells(line: str) -> list[str]:
-    cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-    return [c.replace("**", "").replace("`", "") for c in cells]
+# What a screen is made of: lines of words, and tables. Rendered at the edge, to a terminal
+# (:func:`show`) or to Markdown (:func:`markdown`).
+Block = str | Table
 
 
-def show(text: str, columns: int | None = None) -> str:
-    """`text` (Markdown: the ``.md`` files' tables, lines) as a terminal shows it: each
-    Markdown table rendered by :func:`table` (right-aligned where its rule says ``---:``),
-    every other line folded by :func:`fit`. `columns` default: the terminal's (`None` where
-    stdout is no terminal: the tables as wide as they need, lines left whole)."""
+def _blocks(text: Block | Sequence[Block]) -> list[Block]:
+    return [text] if isinstance(text, (str, Table)) else list(text)
+
+
+def show(text: Block | Sequence[Block], columns: int | None = None) -> str:
+    """A screen as a terminal shows it: each :class:`Table` rendered by :func:`table`, every
+    line of text folded by :func:`fit`. `columns` default: the terminal's (`None` where stdout
+    is no terminal: the tables as wide as they need, lines left whole)."""
     columns = columns if columns is not None else width()
-    lines, out, i = text.split("\n"), [], 0
-    while i < len(lines):
-        if lines[i].startswith("|") and i + 1 < len(lines) and _RULE.match(lines[i + 1]):
-            rule = lines[i + 1].strip().strip("|").split("|")
-            right = [n for n, r in enumerate(rule) if r.strip().endswith(":")]
-            body, j = [], i + 2
-            while j < len(lines) and lines[j].startswith("|"):
-                body.append(_cells(lines[j]))
-                j += 1
-            out.append(table(_cells(lines[i]), body, columns=columns, right=right))
-            i = j
-            continue
-        out.append(fit(lines[i], columns))
-        i += 1
+    out = []
+    for block in _blocks(text):
+        if isinstance(block, Table):
+            out.append(block.terminal(columns))
+        else:
+            out += [fit(line, columns) for line in block.split("\n")]
     return "\n".join(out)
+
+
+def markdown(text: Block | Sequence[Block]) -> str:
+    """The same screen for a ``.md`` file: tables as Markdown tables, lines as they are."""
+    return "\n".join(b.markdown() if isinstance(b, Table) else b for b in _blocks(text))
 
 
 # What the toolkit prints beyond ASCII, spelled for a stream that cannot encode it

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from absl import logging
@@ -65,6 +65,7 @@ class SearchContext:
 
 
 LOOP, KNOB = "loop", "knob"  # a searched setting's role (Searched.role)
+COMPILE, FIT = "compile", "fit"  # a setting a script passes to model.compile / model.fit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +165,7 @@ def setting(
     speed: bool = True,
     quiet: Any = dataclasses.MISSING,
     path: bool = False,
+    python: str | None = None,
 ) -> Any:
     """A :class:`TrainConfig` field with everything else that is said of it, once.
 
@@ -180,11 +182,14 @@ def setting(
             (left out of the backends chooser's cache key, and overridden in its children).
         quiet: its value in a short measurement run (:meth:`TrainConfig.for_measurement`).
         path: a path (a leading ``~`` is expanded).
+        python: how a script sets it, for advice said to your own model (:func:`as_python`):
+            :data:`COMPILE` or :data:`FIT` (an argument of that call), or a template with
+            ``{value}``; None: the flag's spelling, labelled as the recipes'.
     """
     meta = {
         "help": help, "group": group, "flag": flag or None, "flag_default": flag_default,
         "aliases": aliases, "deprecated": deprecated, "searched": searched, "speed": speed,
-        "path": path,
+        "path": path, "python": python,
     }  # fmt: skip
     if quiet is not dataclasses.MISSING:
         meta["quiet"] = quiet
@@ -221,6 +226,7 @@ class TrainConfig:
             lambda v: f"batch={v}" if v else None,
             order=3,  # last: it changes what every other setting is measured at
         ),
+        python=FIT,
     )
     steps_per_epoch: int | None = setting(
         None,
@@ -235,6 +241,7 @@ class TrainConfig:
         "large share of the run, the report's ledger says what a larger one saves.",
         TRAINING,
         speed=False,
+        python=FIT,
     )
     seed: int | None = setting(0, "Random seed (weights, shuffling).", TRAINING)
     init_weights: str | None = setting(
@@ -277,6 +284,7 @@ class TrainConfig:
         SPEED,
         deprecated=("dtype",),
         searched=Searched(_precisions, str, default="float32", order=2, read=_policy_of),
+        python="keras.mixed_precision.set_global_policy('{value}')",
     )
     jit_compile: bool | None = setting(
         None,
@@ -292,6 +300,7 @@ class TrainConfig:
             read=lambda model: getattr(model, "jit_compile", False) is True,
             write=_compile_arg("jit_compile"),
         ),
+        python=COMPILE,
     )  # None: Keras's "auto" (toolkit.backend.jits_by_default)
     steps_per_execution: int = setting(
         1,
@@ -305,6 +314,7 @@ class TrainConfig:
             read=compat.steps_per_execution,
             write=_compile_arg("steps_per_execution"),
         ),
+        python=COMPILE,
     )
     fused_steps: int = setting(
         1,
@@ -312,6 +322,7 @@ class TrainConfig:
         "--jit_compile one XLA program): cuts per-step overhead for small models.",
         SPEED,
         searched=Searched(_loops("fused_steps"), lambda v: f"fused={v}", default=1, role=LOOP),
+        python="{value} training steps fused into one compiled step (recipes: --fused_steps)",
     )
     compile_cache: bool = setting(
         False,
@@ -319,6 +330,10 @@ class TrainConfig:
         "the same model and settings reads them instead of compiling (JAX: every program; "
         "TensorFlow and PyTorch: what --jit_compile compiles). The first step then shows a read.",
         SPEED,
+        python=(
+            "toolkit.backend.use_compile_cache() before anything compiles "
+            "(recipes: --compile_cache)"
+        ),
     )
     backend: str | None = setting(
         None,
@@ -327,11 +342,13 @@ class TrainConfig:
         "recipe and flags here. Read from the command line before Keras loads.",
         WHERE,
         speed=False,  # each contender of the backends chooser sets its own
+        python="KERAS_BACKEND={value} (set before Keras is imported)",
     )  # None: the one Keras trains on (toolkit.backend.name())
     device: str = setting(
         "auto",
         "auto | cpu | gpu | cuda | metal (mps: the Apple GPU), optionally :index (e.g. gpu:1).",
         WHERE,
+        python="with keras.device('{value}'): around building, compile and fit",
     )
     distribution_strategy: str = setting(
         "default",
@@ -681,6 +698,29 @@ def as_flags(values: dict[str, Any]) -> str:
         out.append(f"--{'' if value else 'no'}{flag}" if isinstance(value, bool)
                    else f"--{flag}={value}")  # fmt: skip
     return " ".join(out)
+
+
+def as_python(values: Mapping[str, Any]) -> str:
+    """The same settings as a script sets them, for advice said to your own model:
+    ``model.compile(..., steps_per_execution=8, jit_compile=True)``, ``model.fit(...,
+    validation_freq=5)``, ``keras.mixed_precision.set_global_policy('mixed_bfloat16')``; a
+    setting a script has no spelling for keeps its flag, labelled as the recipes'. The one
+    place a setting is spelled as Python (each setting's ``python`` in :func:`setting`)."""
+    calls: dict[str, list[str]] = {COMPILE: [], FIT: []}
+    out = []
+    for name, value in values.items():
+        if value is None:
+            continue
+        how = TrainConfig.__dataclass_fields__[name].metadata.get("python")
+        if how in calls:
+            calls[how].append(f"{name}={value!r}" if isinstance(value, str) and value != "K"
+                              else f"{name}={value}")  # fmt: skip
+        elif how:
+            out.append(how.format(value=value))
+        else:
+            out.append(f"{as_flags({name: value})} (a recipe's flag)")
+    called = [f"model.{c}(..., {', '.join(a)})" for c, a in calls.items() if a]
+    return " and ".join(called + out)
 
 
 def flag_of(field: str) -> str:

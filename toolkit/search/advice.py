@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from toolkit import backend as backends
+from toolkit.core._advice import Advice
 
 __all__: list[str] = []  # diagnose's own (its verdict names are re-exported there)
 
@@ -94,12 +95,20 @@ class Tuned:
         )
 
 
+# What the helpers below hand each other: words without a setting, or advice with one.
+Said = str | Advice
+
+
+def _advice(said: Said) -> Advice:
+    return said if isinstance(said, Advice) else Advice(said)
+
+
 def _unless_tuned(
-    facts: Facts, advice: str, what: str, tried: Callable[[Mapping[str, Any]], bool]
-) -> str:
+    facts: Facts, advice: Advice, what: str, tried: Callable[[Mapping[str, Any]], bool]
+) -> Advice:
     """`advice`, or the line that says tune measured it here and did not pick it."""
     said = facts.tuned.held_back(what, tried) if facts.tuned is not None else None
-    return said or advice
+    return Advice(said) if said else advice
 
 
 def _per_call(c: Mapping[str, Any]) -> int:
@@ -144,7 +153,7 @@ def _adapter_advice(facts: Facts) -> list[str] | None:
     }.get(facts.adapter or "")
 
 
-def _input_advice(facts: Facts, input_rate: float, compute_rate: float) -> list[str]:
+def _input_advice(facts: Facts, input_rate: float, compute_rate: float) -> list[Said]:
     classes, ops = facts.pipeline_classes, facts.pipeline_ops
     out = [
         f"the pipeline makes {input_rate:,.1f} batches/s, the step could take "
@@ -176,21 +185,22 @@ def _input_advice(facts: Facts, input_rate: float, compute_rate: float) -> list[
     return out
 
 
-def _compute_advice(facts: Facts) -> list[str]:
-    out = []
+def _compute_advice(facts: Facts) -> list[Advice]:
+    out: list[Advice] = []
     # What to try differs between backends: each seam says (a report's unknown one: nothing).
     seam = backends.find(facts.backend)
     step = facts.step_s
     if step is not None and step < SMALL_STEP_S and facts.fused_steps == 1:
         short = f"the step is short ({step * 1e3:.2f} ms): per-step overhead counts; "
-        loop = short + (seam.loop_advice() if seam else "try --steps_per_execution")
+        said = seam.loop_advice() if seam else Advice.of("try {0}", {"steps_per_execution": 8})
+        loop = said.after(short)
         what = "more steps per call (steps_per_execution, fused_steps)"
         out.append(_unless_tuned(facts, loop, what, lambda c: _per_call(c) > 1))
     jit = seam.jit_advice() if seam else None  # None: always compiled (JAX)
     if not facts.jit_compile and jit:
         out.append(_unless_tuned(facts, jit, "jit_compile", lambda c: bool(c.get("jit_compile"))))
     if facts.batch_size is not None:
-        larger = (
+        larger = Advice(
             f"a larger batch than {facts.batch_size} (if memory and convergence allow) does "
             "more work per step overhead"
         )
@@ -198,15 +208,23 @@ def _compute_advice(facts: Facts) -> list[str]:
         what = f"a batch larger than {size}"
         out.append(_unless_tuned(facts, larger, what, lambda c: (c.get("batch_size") or 0) > size))
     if facts.device_kind == "cpu" and facts.gpus:
-        out.append(f"{facts.gpus} GPU(s) are here but the step runs on the CPU: try --device=gpu")
+        out.append(
+            Advice.of(
+                f"{facts.gpus} GPU(s) are here but the step runs on the CPU: try {{0}}",
+                {"device": "gpu"},
+            )
+        )
     if facts.device_kind != "cpu" and step is not None and step < SMALL_STEP_S:
         out.append(
-            "a small step on a GPU: launch latency may dominate; try --device=cpu too "
-            "(small models are often faster there)"
+            Advice.of(
+                "a small step on a GPU: launch latency may dominate; try {0} too (small "
+                "models are often faster there)",
+                {"device": "cpu"},
+            )
         )
     hint = facts.recommended_precision
     if hint and hint != facts.precision:
-        advice = f"try --precision={hint} (this device's hint; measure it)"
+        advice = Advice.of("try {0} (this device's hint; measure it)", {"precision": hint})
         out.append(_unless_tuned(facts, advice, hint, lambda c: c.get("precision") == hint))
     return out
 
@@ -218,10 +236,10 @@ def advise(
     compute_rate: float,
     facts: Facts,
     fit_rate: float | None = None,
-) -> list[str]:
+) -> list[Advice]:
     """Advice for a verdict, drawn from the measured rates and `facts`; `fit_rate` (the real
     fit's) lets the overlap advice say how far from side by side input and step ran."""
-    out: list[str] = []
+    out: list[Said] = []
     if verdict == INPUT_BOUND and input_rate >= compute_rate * (1 - MARGIN) and fit_rate:
         out.append(
             f"the pipeline alone makes {input_rate:,.1f} batches/s and the step could take "
@@ -257,7 +275,7 @@ def advise(
         out += _compute_advice(facts)[:1]
     if not overlap_ok:
         out += overlap_advice(facts, input_rate, compute_rate, fit_rate)
-    return out
+    return [_advice(a) for a in out]
 
 
 SERIAL = 0.8  # a fit step within 80 % of input + step ran them one after the other
@@ -265,7 +283,7 @@ SERIAL = 0.8  # a fit step within 80 % of input + step ran them one after the ot
 
 def overlap_advice(
     facts: Facts, input_rate: float, compute_rate: float, fit_rate: float | None = None
-) -> list[str]:
+) -> list[Advice]:
     """Why input and step did not overlap, from what the pipeline is made of, where the step
     runs and how many cores there are: the likely causes, most likely first, each with its
     fix. Never "add a prefetch" to a pipeline that has one."""
@@ -290,7 +308,7 @@ def overlap_advice(
     )
     has_prefetch = any("Prefetch" in c for c in classes)
     has_maps = any("Map" in c for c in classes) or python
-    causes: list[str] = []
+    causes: list[Said] = []
     own = _adapter_advice(facts)
     if own is not None:  # read by Keras's own adapter: its levers, not the tf.data form's
         python = facts.adapter in {"PyDatasetAdapter", "GeneratorDataAdapter"}
@@ -318,8 +336,11 @@ def overlap_advice(
         )
     if not causes:
         causes.append(
-            "per-step overhead around the step (callbacks that read the loss every step, the "
-            "loop between calls): try --steps_per_execution, and check your callbacks"
+            Advice.of(
+                "per-step overhead around the step (callbacks that read the loss every step, "
+                "the loop between calls): try {0}, and check your callbacks",
+                {"steps_per_execution": 8},
+            )
         )
-    out += [f"likely cause: {c}" for c in causes]
-    return out
+    out += [_advice(c).after("likely cause: ") for c in causes]
+    return [_advice(a) for a in out]

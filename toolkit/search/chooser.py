@@ -56,7 +56,7 @@ from toolkit.core import children, compat, machine
 from toolkit.core import progress as tk_progress
 from toolkit.core.cache import Cache
 from toolkit.core.stats import whole_calls
-from toolkit.runner.config import SEARCHED, SETTINGS
+from toolkit.runner.config import SEARCHED, SETTINGS, as_flags
 from toolkit.search._processes import ChildSpec, probe_devices, run_child
 from toolkit.search.engine import MIN_GAIN, Candidate
 from toolkit.search.rounds import decide, interleaved_rounds
@@ -754,5 +754,6 @@ def why_slower(
     if a.error or b.error:
         return None, a, b
     titles = [tk_backend.info(r.contender.backend).title for r in (fast, slow)]
-    fix = tk_backend.get(slow.contender.backend).jit_advice()
+    advice = tk_backend.get(slow.contender.backend).jit_advice()
+    fix = advice.spelled(as_flags) if advice is not None else None  # said to a verb's user
     return contrast(a, b, titles[0], titles[1], fix=fix), a, b

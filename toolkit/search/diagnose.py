@@ -51,13 +51,14 @@ from typing import Any
 
 from toolkit.core import _extras as extras
 from toolkit.core import terminal
+from toolkit.core._advice import Advice
 from toolkit.core._anatomy import Anatomy
 from toolkit.core.checks import argument, check_number
 from toolkit.core.progress import say
 from toolkit.core.stats import whole_calls
 from toolkit.report._anatomy import anatomy_top_lines
 from toolkit.report._ledger import fixes, ledger_line
-from toolkit.runner.config import TrainConfig
+from toolkit.runner.config import TrainConfig, as_flags, as_python
 from toolkit.search.advice import (
     BALANCED,
     COMPUTE_BOUND,
@@ -68,7 +69,6 @@ from toolkit.search.advice import (
     Tuned,
     advise,
 )
-from toolkit.search.python_advice import as_python
 from toolkit.search.workload import workload
 
 __all__ = [
@@ -94,7 +94,7 @@ class Diagnosis:
     fit_rate: float
     verdict: str
     overlap_ok: bool
-    advice: list[str]
+    advice: list[Advice]
     batch_size: int | None = None
     steps: int = 0
     pipeline: str = ""
@@ -107,9 +107,17 @@ class Diagnosis:
     anatomy: Anatomy | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(dataclasses.replace(self, anatomy=None))
+        """report.json's ``diagnosis``: the advice as this diagnosis's reader reads it."""
+        out = dataclasses.asdict(dataclasses.replace(self, anatomy=None, advice=[]))
+        out["advice"] = self.advice_lines()
         out["anatomy"] = self.anatomy.to_dict() if self.anatomy is not None else None
         return out
+
+    def advice_lines(self) -> list[str]:
+        """Each piece of advice spelled for who asked: Python for your own model
+        (``diagnose(model, data)``), flags for a recipe."""
+        spell = as_python if self.python else as_flags
+        return [a.spelled(spell) if isinstance(a, Advice) else str(a) for a in self.advice]
 
     def lines(self) -> list[str]:
         per = f" ({self.batch_size} examples/step)" if self.batch_size else ""
@@ -124,7 +132,7 @@ class Diagnosis:
             out.append(f"  XProf: {self.xprof['line']}")
         if self.anatomy is not None and not self.anatomy.error:
             out += [f"  {line}" for line in anatomy_top_lines(self.anatomy)]
-        out += [f"  advice: {as_python(a) if self.python else a}" for a in self.advice]
+        out += [f"  advice: {a}" for a in self.advice_lines()]
         if self.ledger:
             out += [f"  {line}" for line in whole_run_lines(self.ledger)]
         return out

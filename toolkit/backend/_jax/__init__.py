@@ -49,6 +49,7 @@ from toolkit.backend._jax.devices import (
     why_no_device,
 )
 from toolkit.core import compat
+from toolkit.core._advice import Advice
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend._common.SEAM
 
@@ -575,13 +576,15 @@ def trains_under_tf_distribute() -> bool:
     return False
 
 
-def loop_advice() -> str:
-    return (
-        "try --fused_steps=K (K steps in one jitted call, a jax.lax.scan) and --steps_per_execution"
+def loop_advice() -> Advice:
+    return Advice.of(
+        "try {0} (K steps in one jitted call, a jax.lax.scan) and {1}",
+        {"fused_steps": "K"},
+        {"steps_per_execution": "K"},
     )
 
 
-def jit_advice() -> str | None:
+def jit_advice() -> Advice | None:
     """None: JAX's steps are always jitted."""
     return None
 

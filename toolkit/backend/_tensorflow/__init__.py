@@ -42,6 +42,7 @@ from toolkit.backend._tensorflow.devices import (
     visible_devices,
     why_no_device,
 )
+from toolkit.core._advice import Advice
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend._common.SEAM
 
@@ -526,17 +527,20 @@ def trains_under_tf_distribute() -> bool:
     return True
 
 
-def loop_advice() -> str:
+def loop_advice() -> Advice:
     """What to try when the step is short and per-step overhead counts."""
-    return (
-        "try --steps_per_execution and --fused_steps=K with --jit_compile (the step loop "
-        "inside one XLA program)"
+    return Advice.of(
+        "try {0}, or {1} (the step loop inside one XLA program)",
+        {"steps_per_execution": "K"},
+        {"fused_steps": "K", "jit_compile": True},
     )
 
 
-def jit_advice() -> str | None:
+def jit_advice() -> Advice | None:
     """What to try when the step is not compiled."""
-    return "try --jit_compile (measure: XLA is sometimes slower; toolkit.tune does)"
+    return Advice.of(
+        "try {0} (measure: XLA is sometimes slower; toolkit.tune does)", {"jit_compile": True}
+    )
 
 
 def fit_batches(model: Any, fit_data: dict[str, Any]) -> tuple[str, Iterator[Any]] | None:

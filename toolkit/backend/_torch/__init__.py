@@ -48,6 +48,7 @@ from toolkit.backend._torch.devices import (
     why_no_device,
 )
 from toolkit.core import compat
+from toolkit.core._advice import Advice
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend._common.SEAM
 
@@ -504,22 +505,24 @@ def trains_under_tf_distribute() -> bool:
     return False
 
 
-def loop_advice() -> str:
+def loop_advice() -> Advice:
     if keras_loops_steps():
-        return (
-            "try --steps_per_execution=K (K steps per call: Keras's batch hooks run once per "
-            "call) or a larger batch"
+        return Advice.of(
+            "try {0} (K steps per call: Keras's batch hooks run once per call) or a larger batch",
+            {"steps_per_execution": "K"},
         )
-    return (
-        "Keras's PyTorch backend runs one step per call, so a larger batch or --backend=jax "
-        "(with --steps_per_execution) is the way out"
+    return Advice.of(
+        "Keras's PyTorch backend runs one step per call, so a larger batch or {0} (with "
+        "steps_per_execution) is the way out",
+        {"backend": "jax"},
     )
 
 
-def jit_advice() -> str | None:
-    return (
-        "try --jit_compile (torch.compile: its first step compiles for tens of seconds; "
-        "measure whether the steps win it back)"
+def jit_advice() -> Advice | None:
+    return Advice.of(
+        "try {0} (torch.compile: its first step compiles for tens of seconds; measure whether "
+        "the steps win it back)",
+        {"jit_compile": True},
     )
 
 

@@ -1,0 +1,54 @@
+"""Advice as a record: the words, and the settings to try as values.
+
+A room that measures (a diagnosis, a backend's seam, the ledger) knows *what* to try: a setting
+and its value. How it is spelled depends on who reads it: a recipe's user types flags
+(``--steps_per_execution=8``), a script's author writes Python (``model.compile(...,
+steps_per_execution=8)``). So advice crosses the room's door as an :class:`Advice` and is spelled
+only at the edge, by the settings table's own spellers (``toolkit.runner.config.as_flags`` and
+``as_python``), handed in as `spell`: no advice is written as flag text and rewritten later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__: list[str] = []  # the rooms' own record (Advice)
+
+# A speller: settings (TrainConfig field -> value) as one piece of text a reader acts on.
+Spell = Callable[[Mapping[str, Any]], str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Advice:
+    """One piece of advice: `text` in words, with ``{0}``, ``{1}``... where each of `tries`
+    is spelled; each try is settings tried together, as (TrainConfig field, value) pairs. A
+    value may be a placeholder the reader chooses (``"K"``)."""
+
+    text: str
+    tries: tuple[tuple[tuple[str, Any], ...], ...] = ()
+
+    @classmethod
+    def of(cls, text: str, *tries: Mapping[str, Any]) -> Advice:
+        return cls(text, tuple(tuple(t.items()) for t in tries))
+
+    @property
+    def settings(self) -> tuple[dict[str, Any], ...]:
+        """Each try as a mapping (field -> value)."""
+        return tuple(dict(t) for t in self.tries)
+
+    def after(self, words: str) -> Advice:
+        """The same advice with `words` said before it (plain words, braces and all)."""
+        if self.tries:
+            words = words.replace("{", "{{").replace("}", "}}")
+        return Advice(words + self.text, self.tries)
+
+    def spelled(self, spell: Spell) -> str:
+        """The advice as its reader acts on it, each try spelled by `spell`."""
+        if not self.tries:
+            return self.text
+        return self.text.format(*(spell(t) for t in self.settings))
+
+    def __str__(self) -> str:  # a log's line: the settings as field=value
+        return self.spelled(lambda t: " ".join(f"{k}={v}" for k, v in t.items()))
