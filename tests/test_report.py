@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -236,7 +237,7 @@ def test_compare_same_distribution_is_within_noise():
     a, b = make_report("a", seed=1), make_report("b", seed=2)
     c = compare(a, b)
     assert c.verdict == "within noise"
-    assert c.basis == "median time/example"
+    assert c.basis == "step p50"
     assert "within noise" in c.render()
 
 
@@ -267,6 +268,51 @@ def test_compare_per_example_when_batch_sizes_differ():
     b = make_report("bs64", step_s=0.003, batch_size=64, seed=5)  # slower steps, more examples
     c = compare(a, b)
     assert c.verdict == "faster" and c.ratio == pytest.approx(4 / 3, rel=0.02)
+    assert c.basis == "step p50 per example" and c.rows[0].label == c.basis
+
+
+def _verdict_row(c):
+    """The row the verdict names, and the B/A the verdict line prints for it."""
+    row = next(r for r in c.rows if r.label == c.basis)
+    said = re.search(rf"{re.escape(c.basis)}: B/A ([\d.]+)×", c.verdict_line())
+    return row, float(said.group(1))
+
+
+@pytest.mark.parametrize(
+    ("a_kw", "b_kw"),
+    [
+        ({}, {"seed": 2}),  # within noise
+        ({"step_s": 0.002}, {"step_s": 0.0016, "seed": 3}),  # faster
+        ({"step_s": 0.0016}, {"step_s": 0.002, "seed": 3}),  # slower
+        ({"batch_size": 32}, {"step_s": 0.003, "batch_size": 64, "seed": 5}),  # per example
+        ({"jitter_s": 8e-4, "n": 20}, {"jitter_s": 8e-4, "n": 20, "seed": 4}),  # noisy
+    ],
+)
+def test_compare_verdict_is_the_tables_statistic(a_kw, b_kw):
+    """The verdict is computed on a row of the table and says which: the B/A it prints is
+    that row's B over its A (to the printed digits), the table marks the row, and the JSON's
+    figure for it has the same change."""
+    c = compare(make_report("a", **a_kw), make_report("b", **b_kw))
+    row, said = _verdict_row(c)
+    assert said == pytest.approx(row.b / row.a, abs=5e-4)
+    assert 1 / c.ratio == pytest.approx(row.b / row.a)
+    assert f"{c.basis} (verdict)" in c.render()
+    shown = f"{row.change() * 100:+.1f}%"
+    assert any(shown in line and "(verdict)" in line for line in c.render().splitlines())
+    figure = next(f for f in c.to_dict()["figures"] if f["figure"] == c.basis)
+    assert figure["change"] == pytest.approx(row.change())
+
+
+def test_compare_says_when_the_mean_and_the_median_part():
+    """A run with a few very slow steps: its mean (examples/s) moves, its median does not.
+    The verdict stays the median's and a note says why the throughput row moved."""
+    a = make_report("a", step_s=0.002, n=200)
+    b = make_report("b", step_s=0.002, n=200, seed=7)
+    b.steps = dataclasses.replace(b.steps, mean_s=b.steps.mean_s * 1.4)
+    b.steps = dataclasses.replace(b.steps, examples_per_sec=b.steps.batch_size / b.steps.mean_s)
+    c = compare(a, b)
+    assert c.verdict == "within noise", c.render()
+    assert any("the verdict is the median's" in n for n in c.notes), c.notes
 
 
 def test_compare_notes_environment_differences_and_partial_runs():

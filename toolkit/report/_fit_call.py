@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from toolkit.report._ledger import format_s
+
 __all__ = ["fit_call_line"]
 
 # An exit this long, and this share of the call, gets its likely cause named.
@@ -27,8 +29,7 @@ def fit_call_line(parts: Mapping[str, Any]) -> str:
     (``model.fit(callbacks=prof.callbacks)`` rather than ``prof.fit``)."""
 
     def s(key: str) -> str:
-        value = parts.get(key)
-        return "—" if value is None else f"{value:.2f} s"
+        return format_s(parts.get(key))  # as the ledger and compare say seconds
 
     timed = parts.get("from") == "fit call"
     head = "fit call" if timed else "fit from train begin"

@@ -8,13 +8,30 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
+from toolkit.core import terminal
 from toolkit.core._anatomy import Contrast, contrast
+from toolkit.core.stats import format_ms, format_rate
 from toolkit.report._anatomy import contrast_lines
-from toolkit.report._ledger import compare_ledgers
+from toolkit.report._ledger import compare_ledgers, format_s
 from toolkit.report.run_report import RunReport, cell, keras_shown
 
 __all__ = ["Comparison", "compare"]
+
+
+class Figure(NamedTuple):
+    """One row of the comparison: a figure of each run, in one unit (``ms``, ``s``, ``/s``, or
+    ``""`` for a count). Its change is :meth:`change`, the one place it is computed."""
+
+    label: str
+    a: float | None
+    b: float | None
+    unit: str
+
+    def change(self) -> float | None:
+        """B against A, relative (``0.05``: B is 5 % higher); None where either is unknown."""
+        return (self.b - self.a) / self.a if (self.a and self.b is not None) else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,10 +52,10 @@ class Comparison:
 
     a_name: str
     b_name: str
-    rows: tuple[tuple[str, float | None, float | None, str], ...]
+    rows: tuple[Figure, ...]
     verdict: str  # "faster" | "slower" | "within noise" | "too noisy" | "unknown" | DIFFERENT
     ratio: float | None  # a_time / b_time: > 1 means b is faster
-    basis: str
+    basis: str  # the label of the row the verdict is computed on (its A and B are ta, tb)
     noise: float | None
     notes: tuple[str, ...] = ()
     settings: tuple[tuple[str, object, object], ...] = ()  # (flag, A's, B's) where they differ
@@ -47,49 +64,61 @@ class Comparison:
     # The two runs' anatomies side by side (contrast_lines), where both took one.
     anatomy: Contrast | None = None
 
-    def render(self) -> str:
-        width = max(len(r[0]) for r in self.rows) if self.rows else 10
-        lines = [f"{'':{width}}  {'A':>14}  {'B':>14}  {'B vs A':>10}"]
-        for label, a, b, unit in self.rows:
-            delta = f"{(b - a) / a * 100:+.1f}%" if (a and b is not None) else "n/a"
-            lines.append(f"{label:{width}}  {_fmt(a, unit):>14}  {_fmt(b, unit):>14}  {delta:>10}")
-        lines.append("")
-        lines.append(f"A: {self.a_name}")
-        lines.append(f"B: {self.b_name}")
+    def blocks(self) -> list[terminal.Block]:
+        """The comparison as a screen: the figures' table (the verdict's row first), the two
+        runs, the settings that differ, the verdict, the ledgers and anatomies, the notes."""
+        table = terminal.Table.of(
+            ("", "A", "B", "B vs A"),
+            [
+                (
+                    f"{r.label} (verdict)" if r.label == self.basis else r.label,
+                    _fmt(r.a, r.unit),
+                    _fmt(r.b, r.unit),
+                    _change(r.change()),
+                )
+                for r in self.rows
+            ],
+            right=(1, 2, 3),
+        )
+        lines = ["", f"A: {self.a_name}", f"B: {self.b_name}"]
         if self.settings:
             lines.append(
                 "settings that differ (A → B): "
                 + ", ".join(f"--{k} {cell(va)} → {cell(vb)}" for k, va, vb in self.settings)
             )
-        if self.verdict == DIFFERENT:
-            lines.append(
-                "verdict: none: A and B are different workloads (see the notes); the figures "
-                "stand side by side, they do not say which is faster"
-            )
-        elif self.verdict == "unknown":
-            lines.append("verdict: unknown (a report has no timed steps)")
-        elif self.verdict == TOO_NOISY:
-            lines.append(
-                f"verdict: none: the runs are too noisy to tell (a ±{self.noise * 100:.1f}% noise "
-                f"band, B/A {1 / self.ratio:.3f}× {self.basis}); time more steps for a narrower "
-                "band (4× the timed steps halve it)"
-            )
-        elif self.verdict == "within noise":
-            lines.append(
-                f"verdict: within noise — B/A {1 / self.ratio:.3f}× {self.basis}, "
-                f"noise band ±{self.noise * 100:.1f}%"
-            )
-        else:
-            lines.append(
-                f"verdict: B is {self.verdict}: {self.ratio:.2f}× A's speed ({self.basis}, "
-                f"beyond the ±{self.noise * 100:.1f}% noise band)"
-            )
+        lines.append(self.verdict_line())
         if self.ledger:
             lines.append(self.ledger)
         if self.anatomy is not None:
             lines += contrast_lines(self.anatomy)
         lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        return [table, *lines]
+
+    def verdict_line(self) -> str:
+        """The verdict in words, on the table's row it was computed on (:attr:`basis`)."""
+        if self.verdict == DIFFERENT:
+            return (
+                "verdict: none: A and B are different workloads (see the notes); the figures "
+                "stand side by side, they do not say which is faster"
+            )
+        if self.verdict == "unknown":
+            return "verdict: unknown (a report has no timed steps)"
+        row = f"{self.basis}: B/A {1 / self.ratio:.3f}×"
+        if self.verdict == TOO_NOISY:
+            return (
+                f"verdict: none: the runs are too noisy to tell ({row}, a "
+                f"±{self.noise * 100:.1f}% noise band); time more steps for a narrower "
+                "band (4× the timed steps halve it)"
+            )
+        if self.verdict == "within noise":
+            return f"verdict: within noise ({row}, inside the ±{self.noise * 100:.1f}% noise band)"
+        return (
+            f"verdict: B is {self.verdict}: {self.ratio:.2f}× A's speed ({row}, beyond the "
+            f"±{self.noise * 100:.1f}% noise band)"
+        )
+
+    def render(self, columns: int | None = None) -> str:
+        return terminal.show(self.blocks(), columns)
 
     def to_dict(self) -> dict[str, object]:
         """The comparison as plain data (``keras-perf compare --json``): each figure's A, B, unit
@@ -99,13 +128,13 @@ class Comparison:
             "b": self.b_name,
             "figures": [
                 {
-                    "figure": label,
-                    "a": a,
-                    "b": b,
-                    "unit": "s" if unit == "ms" else unit,  # seconds, as report.json
-                    "change": (b - a) / a if (a and b is not None) else None,
+                    "figure": r.label,
+                    "a": r.a,
+                    "b": r.b,
+                    "unit": "s" if r.unit == "ms" else r.unit,  # seconds, as report.json
+                    "change": r.change(),
                 }
-                for label, a, b, unit in self.rows
+                for r in self.rows
             ],
             "verdict": self.verdict,
             "speed_ratio": self.ratio,
@@ -122,11 +151,13 @@ class Comparison:
         }
 
     def __str__(self) -> str:
-        return self.render()
+        return self.render(terminal.width())
 
 
 def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -> Comparison:
-    """Compares report `b` with baseline `a`: per-figure deltas and a noise-aware verdict.
+    """Compares report `b` with baseline `a`: per-figure deltas and a noise-aware verdict,
+    computed on the table's own row (the median step, per example where the batch sizes
+    differ) and said on it.
 
     Args:
         a: the baseline report.
@@ -134,26 +165,131 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
         z: standard errors a difference must exceed. Defaults to `3.0`.
         min_rel: smallest relative difference that counts. Defaults to `0.01` (1 %).
     """
+    rows, basis = _figures(a, b)
+    notes, different = _notes(a, b)
+    both = {
+        "anatomy": _contrast(a, b),
+        "ledger": compare_ledgers(a.ledger, b.ledger),
+        "ledgers": tuple(
+            {**(r.ledger.get("parts") or {}), "wall_s": r.ledger.get("wall_s")}
+            if r.ledger
+            else None
+            for r in (a, b)
+        ),
+    }
+    same = (a.name, b.name, rows)
     sa, sb = a.steps, b.steps
+    if not (sa.p50_s and sb.p50_s and sa.samples and sb.samples):
+        return Comparison(
+            *same, "unknown", None, basis, None, tuple(notes), _settings(a, b), **both
+        )
+    if different:  # two workloads: no speed verdict
+        return Comparison(
+            *same, DIFFERENT, None, basis, None, tuple(notes), _settings(a, b), **both
+        )
+    if basis == STEP_P50 and sa.batch_size != sb.batch_size:
+        notes.append("batch size unknown for one report: compared per step, not per example")
+    verdict, ratio, noise = _verdict(rows, basis, a, b, z, min_rel)
+    notes += _mean_against_median(rows, basis, noise)
+    return Comparison(*same, verdict, ratio, basis, noise, tuple(notes), _settings(a, b), **both)
+
+
+STEP_P50, EXAMPLE_P50 = "step p50", "step p50 per example"
+
+
+def _figures(a: RunReport, b: RunReport) -> tuple[tuple[Figure, ...], str]:
+    """The table's rows, and the label of the one the verdict is computed on: the median
+    step, per example where both runs know their batch sizes and these differ (a run at twice
+    the batch does twice the work a step)."""
+    sa, sb = a.steps, b.steps
+    per_example = bool(sa.batch_size and sb.batch_size and sa.batch_size != sb.batch_size)
+    first = (
+        Figure(EXAMPLE_P50, _per(sa.p50_s, sa.batch_size), _per(sb.p50_s, sb.batch_size), "ms")
+        if per_example
+        else Figure(STEP_P50, sa.p50_s, sb.p50_s, "ms")
+    )
+    fit_label, fit_a, fit_b = _fit_time(a, b)
     rows = (
-        ("step p50", sa.p50_s, sb.p50_s, "ms"),
-        ("step mean", sa.mean_s, sb.mean_s, "ms"),
-        ("step p90", sa.p90_s, sb.p90_s, "ms"),
-        ("step p99", sa.p99_s, sb.p99_s, "ms"),
-        ("jitter", sa.jitter_s, sb.jitter_s, "ms"),
-        ("examples/s", sa.examples_per_sec, sb.examples_per_sec, "/s"),
+        first,
+        *([Figure(STEP_P50, sa.p50_s, sb.p50_s, "ms")] if per_example else []),
+        Figure("step mean", sa.mean_s, sb.mean_s, "ms"),
+        Figure("step p90", sa.p90_s, sb.p90_s, "ms"),
+        Figure("step p99", sa.p99_s, sb.p99_s, "ms"),
+        Figure("jitter", sa.jitter_s, sb.jitter_s, "ms"),
+        # batch ÷ mean step, as the report's throughput: labelled as the mean's
+        Figure("examples/s (mean step)", sa.examples_per_sec, sb.examples_per_sec, "/s"),
         # The first call as a whole, as the ledger's compile counts it; a fused first call
         # (several steps in one) also per step, labelled so, beside it.
-        ("first call", sa.first_step_s, sb.first_step_s, "ms"),
+        Figure("first call", sa.first_step_s, sb.first_step_s, "ms"),
         *(
-            [("first call/step", _per_step(sa), _per_step(sb), "ms")]
+            [Figure("first call/step", _per_step(sa), _per_step(sb), "ms")]
             if max(sa.first_step_steps or 1, sb.first_step_steps or 1) > 1
             else []
         ),
-        ("batch size", sa.batch_size, sb.batch_size, ""),
-        ("timed steps", sa.timed_steps, sb.timed_steps, ""),
-        ("fit wall time", a.fit_seconds, b.fit_seconds, "s"),
+        Figure("batch size", sa.batch_size, sb.batch_size, ""),
+        Figure("timed steps", sa.timed_steps, sb.timed_steps, ""),
+        Figure(fit_label, fit_a, fit_b, "s"),
     )
+    return rows, first.label
+
+
+def _fit_time(a: RunReport, b: RunReport) -> tuple[str, float | None, float | None]:
+    """The fit's wall time as ``show`` says it (:meth:`RunReport.fit_wall`): the whole call
+    where both reports timed it, else from train begin."""
+    (la, va), (lb, vb) = a.fit_wall(), b.fit_wall()
+    if la == lb:
+        return la, va, vb
+    return "fit from train begin", a.fit_seconds, b.fit_seconds
+
+
+def _per(seconds: float | None, batch: int | None) -> float | None:
+    return seconds / batch if (seconds is not None and batch) else None
+
+
+def _verdict(
+    rows: tuple[Figure, ...], basis: str, a: RunReport, b: RunReport, z: float, min_rel: float
+) -> tuple[str, float, float]:
+    """The verdict on the `basis` row, its A/B speed ratio and the noise band. The band is
+    `z` standard errors of the two medians combined (each ``1.2533 · jitter / sqrt(samples)``,
+    in the row's unit), and at least `min_rel`."""
+    row = next(r for r in rows if r.label == basis)
+    ta, tb = row.a, row.b
+    sa, sb = a.steps, b.steps
+    scale_a, scale_b = (ta / sa.p50_s, tb / sb.p50_s)  # the row's unit per second of step
+    ja, jb = (sa.jitter_s or 0.0) * scale_a, (sb.jitter_s or 0.0) * scale_b
+    se = math.hypot(1.2533 * ja / math.sqrt(sa.samples), 1.2533 * jb / math.sqrt(sb.samples))
+    noise = max(z * se / ta, min_rel)
+    rel = row.change()
+    if rel > noise:  # B slower past the band: said whatever its width
+        verdict = "slower"
+    elif noise >= MAX_BAND:  # "faster" can no longer be told, nor "within noise" be meant
+        verdict = TOO_NOISY
+    else:
+        verdict = "within noise" if abs(rel) <= noise else "faster"
+    return verdict, ta / tb, noise
+
+
+def _mean_against_median(rows: tuple[Figure, ...], basis: str, noise: float) -> list[str]:
+    """A note where the mean's throughput moved past the noise band and the verdict's median
+    did not move with it: a few slow steps (compilation, a busy machine) that the median
+    leaves out and the mean counts."""
+    by = {r.label: r for r in rows}
+    median, mean = by[basis].change(), by["examples/s (mean step)"].change()
+    if median is None or mean is None:
+        return []
+    mean_time = 1 / (1 + mean) - 1  # examples/s up is time down
+    if abs(mean_time - median) <= noise:
+        return []
+    return [
+        f"the mean step moved {mean_time * 100:+.1f} % and the median {median * 100:+.1f} %: "
+        "some steps of one run were much slower than its usual step (see p99); the verdict "
+        "is the median's"
+    ]
+
+
+def _notes(a: RunReport, b: RunReport) -> tuple[list[str], bool]:
+    """What differs between the runs besides their settings, and whether they are two
+    different workloads (models or datasets): then no speed verdict is given."""
     notes = []
     for key in (
         "keras_backend", "tensorflow", "keras", "keras_flavor", "cpu_model", "devices", "hostname"
@@ -182,6 +318,12 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
             shown = (va.label(), vb.label()) if key == "device" and va and vb else (va, vb)
             if cell(shown[0]) != cell(shown[1]):
                 notes.append(f"{key} differs: {cell(shown[0])} vs {cell(shown[1])}")
+    return notes + _run_notes(a, b), different
+
+
+def _run_notes(a: RunReport, b: RunReport) -> list[str]:
+    """Each run's own remarks: fewer batches an epoch (fused steps), a partial run."""
+    notes = []
     for report, label in ((a, "A"), (b, "B")):
         for finding in report.context.preflight if report.context is not None else ():
             if finding.code == "fused_steps_remainder":  # it trained fewer batches an epoch
@@ -189,46 +331,7 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
         if report.partial:
             an = "an" if report.status[0] in "aeiou" else "a"
             notes.append(f"{label} is {an} {report.status} run ({report.error or 'interrupted'})")
-
-    settings = _settings(_ran(a), _ran(b))
-    both = {
-        "anatomy": _contrast(a, b),
-        "ledger": compare_ledgers(a.ledger, b.ledger),
-        "ledgers": tuple(
-            {**(r.ledger.get("parts") or {}), "wall_s": r.ledger.get("wall_s")}
-            if r.ledger
-            else None
-            for r in (a, b)
-        ),
-    }
-    if not (sa.p50_s and sb.p50_s and sa.samples and sb.samples):
-        return Comparison(
-            a.name, b.name, rows, "unknown", None, "", None, tuple(notes), settings, **both
-        )
-    if different:  # two workloads: no speed verdict
-        return Comparison(
-            a.name, b.name, rows, DIFFERENT, None, "", None, tuple(notes), settings, **both
-        )
-    if sa.batch_size and sb.batch_size:
-        ta, tb, basis = sa.p50_s / sa.batch_size, sb.p50_s / sb.batch_size, "median time/example"
-        ja, jb = (sa.jitter_s or 0) / sa.batch_size, (sb.jitter_s or 0) / sb.batch_size
-    else:
-        ta, tb, basis = sa.p50_s, sb.p50_s, "median time/step"
-        ja, jb = sa.jitter_s or 0.0, sb.jitter_s or 0.0
-        if sa.batch_size != sb.batch_size:
-            notes.append("batch size unknown for one report: compared per step, not per example")
-    se = math.hypot(1.2533 * ja / math.sqrt(sa.samples), 1.2533 * jb / math.sqrt(sb.samples))
-    noise = max(z * se / ta, min_rel)
-    rel = (tb - ta) / ta
-    if rel > noise:  # B slower past the band: said whatever its width
-        verdict = "slower"
-    elif noise >= MAX_BAND:  # "faster" can no longer be told, nor "within noise" be meant
-        verdict = TOO_NOISY
-    else:
-        verdict = "within noise" if abs(rel) <= noise else "faster"
-    return Comparison(
-        a.name, b.name, rows, verdict, ta / tb, basis, noise, tuple(notes), settings, **both
-    )
+    return notes
 
 
 DIFFERENT = "different workloads"
@@ -306,19 +409,26 @@ def _ran(report: RunReport) -> dict:
     return args
 
 
-def _settings(a: dict, b: dict) -> tuple[tuple[str, object, object], ...]:
+def _settings(ra: RunReport, rb: RunReport) -> tuple[tuple[str, object, object], ...]:
     """The flags both runs recorded with different values (where they went aside)."""
+    a, b = _ran(ra), _ran(rb)
     keys = sorted((set(a) & set(b)) - NOT_SETTINGS)
     return tuple((k, a[k], b[k]) for k in keys if a[k] != b[k])
 
 
 def _fmt(value: float | None, unit: str) -> str:
+    """A figure as the other screens format it: a step as the summary's (``format_ms``),
+    seconds as the ledger's (``format_s``), a rate as the summary's (``format_rate``)."""
     if value is None:
         return "n/a"
     if unit == "ms":
-        return f"{value * 1e3:.3f} ms"
+        return format_ms(value)
     if unit == "s":
-        return f"{value:.3f} s"
+        return format_s(value)
     if unit == "/s":
-        return f"{value:,.1f}/s"
+        return f"{format_rate(value)}/s"
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _change(rel: float | None) -> str:
+    return "n/a" if rel is None else f"{rel * 100:+.1f}%"

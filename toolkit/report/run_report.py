@@ -47,7 +47,7 @@ from toolkit.report._fields import (
     read_checked,
 )
 from toolkit.report._fit_call import fit_call_line
-from toolkit.report._ledger import fix_lines, fixes, ledger_line, ledger_markdown
+from toolkit.report._ledger import fix_lines, fixes, format_s, ledger_line, ledger_markdown
 from toolkit.report.context import RunContext
 from toolkit.report.trace import left_out_line, read_trace, trace_lines
 
@@ -328,6 +328,15 @@ class RunReport:
 
     # ------------------------------------------------------------ views
 
+    def fit_wall(self) -> tuple[str, float | None]:
+        """The fit's wall time and what it counts, as every screen says it: the whole call
+        (``fit call``: start-up, steps and exit) where it was timed, else from train begin to
+        train end (``fit from train begin``)."""
+        whole = (self.fit_call or {}).get("whole_s")
+        if isinstance(whole, (int, float)) and (self.fit_call or {}).get("from") == "fit call":
+            return "fit call", float(whole)
+        return "fit from train begin", self.fit_seconds
+
     def verdict_line(self) -> str:
         """The run in one line: status, median step time and throughput, where it ran."""
         device = self.context.device if self.context else None
@@ -392,10 +401,10 @@ class RunReport:
         keras = keras_shown(self.environment)
         w(f" · Keras {keras}" if keras else "")
         w(f" · schema {self.schema_version}\n")
-        if self.fit_seconds is not None:
-            w(f"- fit wall time: {self.fit_seconds:.3f} s\n")
         if self.fit_call:
             w(f"- {fit_call_line(self.fit_call)}\n")
+        elif self.fit_seconds is not None:
+            w(f"- fit from train begin: {format_s(self.fit_seconds)}\n")
         w("\n## Step time\n\n| figure | value |\n|---|---|\n")
         rows = [
             ("timed steps", s.timed_steps),

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     regression fails the CI job that asked, as pytest-benchmark's and asv's do."""
     a, b = RunReport.load(args.a), RunReport.load(args.b)
     result = compare(a, b, z=args.z, min_rel=args.min_rel)
-    print(json.dumps(result.to_dict(), indent=2) if args.json else terminal.show(result.render()))
+    print(json.dumps(result.to_dict(), indent=2) if args.json else terminal.show(result.blocks()))
     return _gate(result) if args.fail_on_slower else 0
 
 
