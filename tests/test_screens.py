@@ -169,9 +169,21 @@ def test_text_and_tables_fit_the_width_without_cutting_a_number():
             "step_ms_p50": 0.956, "step_ms_p90": 1.5, "examples_per_sec": 22221.53}  # fmt: skip
     one = epoch_line("mlp", 12, 20, 44, 0.21, logs)  # a log: one line
     assert one == (
-        "mlp epoch 12/20: 44 steps in 0.2 s, p50 0.956 ms/step, 22,221.5 examples/s; "
-        "accuracy 0.9915, loss 0.04868, val_accuracy 0.975, val_loss 0.09662"
+        "mlp epoch 12/20: 44 steps in 0.210 s, p50 0.956 ms/step, 22,221.5 examples/s; "
+        "accuracy 0.9915, loss 0.04868, val_accuracy 0.9750, val_loss 0.09662"
     )
+    # the parts of the epoch that were no steady step are said, so that its numbers multiply:
+    # 43 steady steps of ~85 ms are the 7.7 s less the first call and validation
+    logs_slow = {"step_ms_p50": 85.965, "examples_per_sec": 372.2, "val_loss": 3.00006}
+    aside = (("first call", 3.1), ("validation", 0.9), ("nothing", 0.001))
+    said = epoch_line("mlp", 1, 20, 44, 7.7, logs_slow, None, aside)
+    assert said.startswith(
+        "mlp epoch 1/20: 44 steps in 7.70 s (first call 3.10 s, validation 0.900 s of it), "
+    )
+    assert "nothing" not in said and said.endswith("val_loss 3.000")  # not "3": 3.00006
+    steady = 7.7 - 3.1 - 0.9
+    assert 43 * 85.965e-3 == pytest.approx(steady, rel=0.1)
+    assert 372.2 * 85.965e-3 == pytest.approx(32, rel=0.01)  # batch 32: rate and step agree
     for columns in (80, 120):
         rows = epoch_line("mlp", 12, 20, 44, 0.21, logs, columns).split("\n")
         assert all(len(r) <= columns for r in rows) and rows[1].startswith("  accuracy 0.9915")

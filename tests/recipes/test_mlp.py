@@ -59,7 +59,7 @@ def test_performance_flags_trace_and_memory(tmp_path):
     assert data["trace"]["error"] is None and data["trace"]["files"]
     assert data["trace"]["traced_steps"] == [4, 12]
     assert len(data["memory"]["readings"]) == 4
-    assert "trace: steps 4–12" in out.stdout
+    assert "trace: steps 4–11 (8)" in out.stdout  # [4, 12): eight steps, as counted below
     # Read back with XProf: one marker per execution of 4 steps, each run in Keras's loop (a
     # tf.while_loop, folded into the marked steps for XProf): a row per call, times per step.
     analysis = data["trace"]["analysis"]

@@ -203,18 +203,39 @@ def format_ms(seconds: float | None) -> str:
     return "n/a" if seconds is None else f"{seconds * 1e3:.3f} ms"
 
 
+def format_s(seconds: float | None) -> str:
+    """Seconds as every screen writes a duration (the ledger, compare, the epoch lines):
+    ``0.042 s``, ``1.23 s``, ``12.3 s``, ``1,234 s``; ``—`` for None."""
+    if seconds is None:
+        return "—"
+    a = abs(seconds)
+    if a >= 100:
+        return f"{seconds:,.0f} s"
+    if a >= 10:
+        return f"{seconds:.1f} s"
+    if a >= 1:
+        return f"{seconds:.2f} s"
+    return f"{seconds:.3f} s"
+
+
 def format_rate(per_second: float | None) -> str:
     """A rate as the summary prints it, ``"22,221.5"`` (``"n/a"`` for None): never ``2.2e+04``."""
     return "n/a" if per_second is None else f"{per_second:,.1f}"
 
 
 def format_metric(value: float | None) -> str:
-    """A model metric as the summary's ``final:`` line prints it (4 significant digits), with
+    """A model metric as the summary's ``final:`` line prints it (4 significant digits, kept
+    when they are zeros: ``3.000``), with
     large values in thousands' groups rather than an exponent; ``n/a`` for None (a NaN kept
     in JSON)."""
     if value is None:
         return "n/a"
-    return f"{value:,.1f}" if math.isfinite(value) and abs(value) >= 1e4 else f"{value:.4g}"
+    if not math.isfinite(value):
+        return str(value)
+    if abs(value) >= 1e4:
+        return f"{value:,.1f}"
+    # four significant digits, shown: 3.00006 is "3.000", not "3" (an integer it is not)
+    return f"{value:#.4g}" if value else "0"
 
 
 def format_figure(key: str, value: float | None) -> str:
@@ -353,6 +374,16 @@ def utilization(
         achieved = flops_per_step / step_seconds
     mfu = achieved / peak_flops if achieved is not None and peak_flops else None
     return {"achieved_flops_per_s": achieved, "mfu": mfu}
+
+
+# A matmul peak whose median timed run was more than this much slower than its best was
+# measured on a busy machine: an MFU of it would move with the machine's load, not with the run.
+RELIABLE_SPREAD_PCT = 25.0
+
+
+def reliable_peak(spread_pct: float | None) -> bool:
+    """Whether a peak measured at `spread_pct` is one to give MFU from."""
+    return spread_pct is not None and float(spread_pct) <= RELIABLE_SPREAD_PCT
 
 
 def format_flops(value: float | None, per_second: bool = False) -> str:

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from toolkit.core import compat, progress, terminal
 from toolkit.core.events import FUSED_STEPS_ATTR
-from toolkit.core.stats import format_figure
+from toolkit.core.stats import format_figure, format_s
 
 __all__ = ["FitProgress"]
 
@@ -49,17 +50,24 @@ def epoch_line(
     seconds: float,
     logs: Any,
     columns: int | None = None,
+    aside: Sequence[tuple[str, float]] = (),
 ) -> str:
     """The line kept for one epoch: ``mlp epoch 3/20: 44 steps in 0.1 s, p50 0.956 ms/step,
-    22,221.5 examples/s; accuracy 0.94, loss 0.2679, ...``, folded to `columns` (`None`: one
-    line). `epoch` counts from 1; `steps` are training steps."""
+    22,221.5 examples/s; accuracy 0.9400, loss 0.2679, ...``, folded to `columns` (`None`: one
+    line). `epoch` counts from 1; `steps` are training steps. `aside`: the parts of `seconds`
+    that were no steady step (``("first call", 3.1)``, ``("validation", 0.9)``), said in the
+    head so that its steps, their time and the step figures multiply."""
     numbers = {}
     for key, value in (logs or {}).items():
         try:
             numbers[key] = float(value)
         except (TypeError, ValueError):
             continue
-    head = [f"{name} epoch {epoch}/{epochs or '?'}: {steps} steps in {seconds:.1f} s"]
+    # The epoch's seconds, and those of it that were no steady step (the first call's
+    # compile, validation): what is left is what the step figures multiply to.
+    outside = ", ".join(f"{what} {format_s(t)}" for what, t in aside if t >= 0.05)
+    of = f" ({outside} of it)" if outside else ""
+    head = [f"{name} epoch {epoch}/{epochs or '?'}: {steps} steps in {format_s(seconds)}{of}"]
     head += [format_figure(k, numbers[k]) for k in TIMING_KEYS if k in numbers]
     rest = [
         format_figure(k, v)
@@ -89,6 +97,9 @@ class FitProgress(compat.keras().callbacks.Callback):
         self._per_epoch: int | None = None  # training steps in an epoch, when Keras knows
         self._fused = 1  # training steps per Keras batch
         self._epoch_began = 0.0
+        self._first_call_s = 0.0  # the run's first call (it compiles), in the first epoch
+        self._validation_s = 0.0  # this epoch's validation
+        self._test_began: float | None = None
 
     def on_train_begin(self, logs: Any = None) -> None:
         params = self.params or {}
@@ -117,6 +128,7 @@ class FitProgress(compat.keras().callbacks.Callback):
             self._per_epoch = self._in_epoch * self._fused
         self._in_epoch = 0
         self._epoch_began = time.perf_counter()
+        self._first_call_s = self._validation_s = 0.0
         if self.bar is not None:
             self.bar.reset(self._per_epoch, self._label(epoch), self._format())
 
@@ -127,17 +139,28 @@ class FitProgress(compat.keras().callbacks.Callback):
         if done <= self._in_epoch:
             return
         steps = (done - self._in_epoch) * self._fused
+        if not self.steps_done:  # the run's first call compiles: said apart in the epoch line
+            self._first_call_s = time.perf_counter() - self._epoch_began
         if self.bar is not None:
-            if not self.steps_done:  # the run's first call compiles: out of the rate and ETA
+            if not self.steps_done:  # ... and out of the bar's rate and ETA
                 self.bar.skip_elapsed()
             self.bar.update(steps)
         self.steps_done += steps
         self._in_epoch = done
 
+    def on_test_begin(self, logs: Any = None) -> None:
+        self._test_began = time.perf_counter() if self.bar is not None else None
+
+    def on_test_end(self, logs: Any = None) -> None:
+        if self._test_began is not None:  # validation inside fit (not an evaluate call)
+            self._validation_s += time.perf_counter() - self._test_began
+            self._test_began = None
+
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self.bar is None:
             return
         took = time.perf_counter() - self._epoch_began
+        aside = (("first call", self._first_call_s), ("validation", self._validation_s))
         line = epoch_line(
             self.name,
             epoch + 1,
@@ -146,6 +169,7 @@ class FitProgress(compat.keras().callbacks.Callback):
             took,
             logs,
             terminal.width(sys.stderr),
+            aside,
         )
         self.bar.keep(line)
 

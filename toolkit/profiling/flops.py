@@ -26,6 +26,7 @@ from typing import Any
 from toolkit import backend
 from toolkit.core import machine
 from toolkit.core.cache import Cache
+from toolkit.core.stats import reliable_peak
 
 __all__ = [
     "FlopCount",
@@ -35,9 +36,8 @@ __all__ = [
 ]
 
 PEAK_FILE = "matmul_peak.json"
-# A peak whose median run was more than this much slower than its best was measured on a busy
-# machine: not trusted from the cache.
-STEADY_SPREAD_PCT = 10.0
+# A peak measured at a spread over RELIABLE_SPREAD_PCT (``toolkit.core.stats.reliable_peak``) gives
+# no MFU and is measured again by the next run; one within it is the machine's, cached for good.
 MAX_MEASUREMENTS = 3  # a machine that is never quiet reads its cache after that
 _CACHE = Cache(PEAK_FILE)
 
@@ -139,7 +139,7 @@ def _settled(cached: dict[str, Any] | None) -> bool:
     if cached is None:
         return False
     tries = int(cached.get("measurements", 1))
-    return float(cached.get("spread_pct", 100.0)) <= STEADY_SPREAD_PCT or tries >= MAX_MEASUREMENTS
+    return reliable_peak(cached.get("spread_pct")) or tries >= MAX_MEASUREMENTS
 
 
 def cached_peak(device: Any, dtype: str = "float32") -> dict[str, Any] | None:

@@ -28,12 +28,14 @@ from toolkit.core import machine
 from toolkit.core._anatomy import Anatomy
 from toolkit.core.files import ReportError, atomic_write, jsonable
 from toolkit.core.stats import (
+    RELIABLE_SPREAD_PCT,
     StepStats,
     format_figure,
     format_flops,
     format_metric,
     format_ms,
     format_rate,
+    reliable_peak,
     utilization,
 )
 from toolkit.core.version import __version__
@@ -49,7 +51,7 @@ from toolkit.report._fields import (
 from toolkit.report._fit_call import fit_call_line
 from toolkit.report._ledger import fix_lines, fixes, format_s, ledger_line, ledger_markdown
 from toolkit.report.context import RunContext
-from toolkit.report.trace import left_out_line, read_trace, trace_lines
+from toolkit.report.trace import left_out_line, read_trace, trace_lines, traced_range
 
 __all__ = [
     "COMPLETE",
@@ -165,6 +167,10 @@ class RunReport:
         if compute is not None:
             work = compute.get("flops_per_step")
             compute = {**compute, **utilization(work, steps.p50_s, compute.get("peak_flops_per_s"))}
+            if compute.get("peak_flops_per_s") and not reliable_peak(
+                compute.get("peak_spread_pct")
+            ):
+                compute["mfu"] = None  # of a busy machine's peak: it would move with the load
             if compute.get("datasheet_peak_flops_per_s"):
                 sheet = compute["datasheet_peak_flops_per_s"]
                 compute["datasheet_mfu"] = utilization(work, steps.p50_s, sheet)["mfu"]
@@ -441,7 +447,10 @@ class RunReport:
                     f"measured {c.get('peak_dtype', '')} matmul peak",
                     format_flops(c.get("peak_flops_per_s"), True) + _peak_spread(c),
                 ),
-                ("MFU, of the measured peak", f"{mfu:.1%}" if mfu is not None else "n/a"),
+                (
+                    "MFU, of the measured peak",
+                    f"{mfu:.1%}" if mfu is not None else _no_mfu(c),
+                ),
                 *_datasheet_rows(c),
                 ("how", c.get("method") or "—"),
                 ("note", c.get("note") or "—"),
@@ -549,6 +558,8 @@ def _compute_line(c: Mapping[str, Any]) -> str:
             f", MFU {c['mfu']:.1%} of the measured {c.get('peak_dtype', '')} matmul peak "
             f"{format_flops(c.get('peak_flops_per_s'), True)}{_peak_spread(c)}"
         )
+    elif c.get("peak_flops_per_s") and not reliable_peak(c.get("peak_spread_pct")):
+        line += f", no MFU: {_unreliable_peak(c)}"
     if c.get("datasheet_mfu") is not None:
         line += (
             f"; {c['datasheet_mfu']:.1%} of the datasheet peak "
@@ -570,6 +581,22 @@ def _datasheet_rows(c: Mapping[str, Any]) -> list[tuple[str, str]]:
         ),
         ("MFU, of the datasheet peak", f"{mfu:.1%}" if mfu is not None else "n/a"),
     ]
+
+
+def _no_mfu(c: Mapping[str, Any]) -> str:
+    if c.get("peak_flops_per_s") and not reliable_peak(c.get("peak_spread_pct")):
+        return f"not given: {_unreliable_peak(c)}"
+    return "n/a"
+
+
+def _unreliable_peak(c: Mapping[str, Any]) -> str:
+    """Why no MFU is given: the peak's own runs were too far apart to be the machine's."""
+    spread = c.get("peak_spread_pct")
+    within = f"within {spread:.0f}%" if spread is not None else "of unknown spread"
+    return (
+        f"the matmul peak's runs were {within}, over {RELIABLE_SPREAD_PCT:.0f}% (a busy "
+        "machine): the next run measures it again"
+    )
 
 
 def _peak_spread(c: Mapping[str, Any]) -> str:
@@ -640,7 +667,7 @@ def _trace_line(trace: Mapping[str, Any]) -> str:
     where = trace.get("logdir")
     if not steps:
         return f"trace: requested steps {trace.get('requested_steps')} were not reached"
-    head = f"trace: steps {steps[0]}–{steps[1]} in {where} ({len(files)} file(s)); "
+    head = f"trace: {traced_range(steps)} in {where} ({len(files)} file(s)); "
     if files and all(f.endswith((".json", ".json.gz")) for f in files):  # torch.profiler's
         return head + "open it in https://ui.perfetto.dev or read it with `python -m toolkit trace`"
     view = trace.get("view") or f"tensorboard --logdir {where}"

@@ -657,6 +657,15 @@ def short_op(name: str, limit: int = OP_NAME_CHARS) -> str:
     return shown if len(shown) <= limit else "…" + shown[-(limit - 1) :]
 
 
+def traced_range(held: Sequence[int]) -> str:
+    """A trace window's steps as counted: ``(100, 110)`` (started at step 100's begin,
+    stopped at step 110's) held steps 100 to 109, ten of them: ``steps 100–109 (10)``."""
+    first, stop = int(held[0]), int(held[1])
+    if stop - first == 1:
+        return f"step {first} (1)"
+    return f"steps {first}–{stop - 1} ({stop - first})"
+
+
 def left_out_line(excluded: int, window: int | None) -> str | None:
     """How the steps left out of the timing relate to the `window` of traced steps: the
     traced ones, and those whose interval held the trace's start or stop (a step is timed

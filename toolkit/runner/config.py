@@ -431,7 +431,8 @@ class TrainConfig:
     )
     profile_steps: tuple[int, int] | None = setting(
         None,
-        "Capture a profiler trace of steps 'start,stop' (e.g. '10,15').",
+        "Capture a profiler trace of the steps from start up to stop, stop not included "
+        "('10,15': steps 10 to 14, five steps).",
         MEASURING,
         flag_default="",
         speed=False,
