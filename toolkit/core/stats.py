@@ -382,8 +382,9 @@ RELIABLE_SPREAD_PCT = 25.0
 
 
 def reliable_peak(spread_pct: float | None) -> bool:
-    """Whether a peak measured at `spread_pct` is one to give MFU from."""
-    return spread_pct is not None and float(spread_pct) <= RELIABLE_SPREAD_PCT
+    """Whether a peak measured at `spread_pct` is one to give MFU from (a peak of unknown
+    spread, one given rather than measured, is taken as given)."""
+    return spread_pct is None or float(spread_pct) <= RELIABLE_SPREAD_PCT
 
 
 def format_flops(value: float | None, per_second: bool = False) -> str:

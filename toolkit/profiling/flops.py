@@ -139,7 +139,7 @@ def _settled(cached: dict[str, Any] | None) -> bool:
     if cached is None:
         return False
     tries = int(cached.get("measurements", 1))
-    return reliable_peak(cached.get("spread_pct")) or tries >= MAX_MEASUREMENTS
+    return reliable_peak(cached.get("spread_pct", 100.0)) or tries >= MAX_MEASUREMENTS
 
 
 def cached_peak(device: Any, dtype: str = "float32") -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ import datetime as _dt
 import io
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from toolkit import backend
@@ -39,6 +39,7 @@ from toolkit.core.stats import (
     utilization,
 )
 from toolkit.core.version import __version__
+from toolkit.profiling._ledger_records import Ledger
 from toolkit.report._anatomy import ANATOMY_PNG, anatomy_lines, anatomy_markdown, anatomy_png
 from toolkit.report._cluster import cluster_line, render_cluster
 from toolkit.report._fields import (
@@ -49,7 +50,14 @@ from toolkit.report._fields import (
     read_checked,
 )
 from toolkit.report._fit_call import fit_call_line
-from toolkit.report._ledger import fix_lines, fixes, format_s, ledger_line, ledger_markdown
+from toolkit.report._ledger import (
+    fix_lines,
+    format_s,
+    ledger_json,
+    ledger_line,
+    ledger_markdown,
+    report_ledger,
+)
 from toolkit.report.context import RunContext
 from toolkit.report.trace import left_out_line, read_trace, trace_lines, traced_range
 
@@ -98,7 +106,9 @@ class RunReport:
     # The whole fit's ledger: its parts, callbacks by name, compiles and the fixes with their
     # predicted savings (``toolkit.profiling._ledger``, ``toolkit.report._ledger``); None in
     # reports written before it was measured, and for a custom loop.
-    ledger: dict[str, Any] | None = None
+    # report.json holds its JSON (``toolkit.report._ledger.ledger_json``); a mapping given
+    # here is read into the record.
+    ledger: Ledger | None = None
     # One training step taken apart (``toolkit.core._anatomy``; rendered by
     # ``toolkit.report._anatomy``); None where none was taken, and in older reports.
     anatomy: Anatomy | None = None
@@ -125,6 +135,7 @@ class RunReport:
             self.created_utc = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+        self.ledger = report_ledger(self.ledger, self.context, self.args)  # who reads its fixes
 
     # ------------------------------------------------------------ building
 
@@ -158,9 +169,9 @@ class RunReport:
         ledger = None
         try:
             ledger = timer.ledger() if hasattr(timer, "ledger") else None
+            ledger = report_ledger(ledger, context, args, partial=status != COMPLETE)
             if ledger is not None:
-                ledger["partial"] = bool(ledger.get("partial")) or status != COMPLETE
-                ledger["fixes"] = fixes(ledger)
+                ledger_json(ledger)  # its fixes read now: a failing reading costs the ledger only
         except Exception as e:  # noqa: BLE001 - a view of the run: never costs the report
             ledger = None
             extra = {**(extra or {}), "ledger_error": f"{type(e).__name__}: {e}"}
@@ -181,7 +192,7 @@ class RunReport:
             error=error,
             fit_seconds=timer.fit_seconds,
             fit_call=timer.fit_call(),
-            ledger=jsonable(ledger) if ledger is not None else None,
+            ledger=ledger,
             environment=machine.capture_environment(backend.framework_facts()),
             args=jsonable(dict(args or {})),
             timeline=calls[:MAX_TIMELINE],
@@ -237,6 +248,7 @@ class RunReport:
         d["steps"] = self.steps.to_dict()
         d["context"] = self.context.to_dict() if self.context is not None else None
         d["anatomy"] = self.anatomy.to_dict() if self.anatomy is not None else None
+        d["ledger"] = ledger_json(self.ledger) if self.ledger is not None else None
         return {"schema": SCHEMA, **d}
 
     def to_json(self) -> str:
@@ -397,10 +409,36 @@ class RunReport:
         self, png: str | None = None, note: str | None = None, anatomy_png: str | None = None
     ) -> str:
         """The report for people (``report.md``): `png` the step-time chart's file name,
-        `note` why there is none, `anatomy_png` the anatomy's picture's file name."""
-        s = self.steps
+        `note` why there is none, `anatomy_png` the anatomy's picture's file name. Its
+        sections in order, each written by its own method."""
         out = io.StringIO()
         w = out.write
+        self._md_head(w)
+        self._md_steps(w)
+        self._md_compute(w)
+        if self.ledger:
+            w(f"\n## Where the time went\n\n{ledger_markdown(self.ledger)}")
+        if png:
+            w(f"\n![step times]({png})\n")
+        if note:
+            w(f"\n_{note}_\n")
+        if self.anatomy is not None:
+            w("\n" + anatomy_markdown(self.anatomy, png=anatomy_png))
+        self._md_epochs(w)
+        self._md_memory(w)
+        if self.tensorboard:
+            w(f"\n## TensorBoard\n\n{_tensorboard_line(self.tensorboard)}\n")
+        if self.trace:
+            w(f"\n## Profiler trace\n\n{_trace_line(self.trace)}\n")
+            _trace_markdown(w, self.trace.get("analysis"))
+        self._md_searches(w)
+        if self.cluster:
+            w(f"\n## Cluster\n\n{_processes_line(self.cluster)}\n\n")
+            w(render_cluster(self.cluster).split("\n\n")[0] + "\n")
+        self._md_settings(w)
+        return out.getvalue()
+
+    def _md_head(self, w: Callable[[str], Any]) -> None:
         w(f"# Run report: {self.name}\n\n**{self.verdict_line()}**\n\n")
         w(f"- status: **{self.status}**" + (f" — {self.error}" if self.error else "") + "\n")
         w(f"- created: {self.created_utc} · toolkit {self.toolkit_version}")
@@ -411,6 +449,9 @@ class RunReport:
             w(f"- {fit_call_line(self.fit_call)}\n")
         elif self.fit_seconds is not None:
             w(f"- fit from train begin: {format_s(self.fit_seconds)}\n")
+
+    def _md_steps(self, w: Callable[[str], Any]) -> None:
+        s = self.steps
         w("\n## Step time\n\n| figure | value |\n|---|---|\n")
         rows = [
             ("timed steps", s.timed_steps),
@@ -435,36 +476,32 @@ class RunReport:
         ]
         for k, v in rows:
             w(f"| {k} | {v} |\n")
-        if self.compute:
-            c = self.compute
-            mfu = c.get("mfu")
-            w("\n## Compute\n\n| figure | value |\n|---|---|\n")
-            for k, v in (
-                ("FLOPs per step (forward + backward)", format_flops(c.get("flops_per_step"))),
-                ("FLOPs per forward pass", format_flops(c.get("flops_forward"))),
-                ("achieved (at p50 step)", format_flops(c.get("achieved_flops_per_s"), True)),
-                (
-                    f"measured {c.get('peak_dtype', '')} matmul peak",
-                    format_flops(c.get("peak_flops_per_s"), True) + _peak_spread(c),
-                ),
-                (
-                    "MFU, of the measured peak",
-                    f"{mfu:.1%}" if mfu is not None else _no_mfu(c),
-                ),
-                *_datasheet_rows(c),
-                ("how", c.get("method") or "—"),
-                ("note", c.get("note") or "—"),
-            ):
-                w(f"| {k} | {v} |\n")
-        if self.ledger:
-            w(f"\n## Where the time went\n\n{ledger_markdown(self.ledger)}")
-        if png:
-            w(f"\n![step times]({png})\n")
-        if note:
-            w(f"\n_{note}_\n")
-        if self.anatomy is not None:
-            w("\n" + anatomy_markdown(self.anatomy, png=anatomy_png))
-        if self.epochs:  # numbered from 1, as Keras's progress counts (the JSON keeps 0)
+
+    def _md_compute(self, w: Callable[[str], Any]) -> None:
+        if not self.compute:
+            return
+        c = self.compute
+        mfu = c.get("mfu")
+        w("\n## Compute\n\n| figure | value |\n|---|---|\n")
+        for k, v in (
+            ("FLOPs per step (forward + backward)", format_flops(c.get("flops_per_step"))),
+            ("FLOPs per forward pass", format_flops(c.get("flops_forward"))),
+            ("achieved (at p50 step)", format_flops(c.get("achieved_flops_per_s"), True)),
+            (
+                f"measured {c.get('peak_dtype', '')} matmul peak",
+                format_flops(c.get("peak_flops_per_s"), True) + _peak_spread(c),
+            ),
+            ("MFU, of the measured peak", f"{mfu:.1%}" if mfu is not None else _no_mfu(c)),
+            *_datasheet_rows(c),
+            ("how", c.get("method") or "—"),
+            ("note", c.get("note") or "—"),
+        ):
+            w(f"| {k} | {v} |\n")
+
+    def _md_epochs(self, w: Callable[[str], Any]) -> None:
+        """The epochs, numbered from 1 as Keras's progress counts (the JSON keeps 0), and the
+        final metrics."""
+        if self.epochs:
             keys = sorted({k for e in self.epochs for k in e.get("metrics", {})})
             w("\n## Epochs\n\n| epoch | seconds | steps | in steps (s) | ")
             w(" | ".join(keys) + (" |" if keys else "") + "\n")
@@ -481,22 +518,23 @@ class RunReport:
             w("\n## Final metrics\n\n| metric | value |\n|---|---|\n")
             for k, v in self.metrics.items():
                 w(f"| {k} | {format_metric(v)} |\n")
-        if self.memory:
-            w("\n## Memory\n\n| epoch | host RSS (MiB) | devices |\n|---|---|---|\n")
-            for r in self.memory.get("readings", []):
-                devs = ", ".join(
-                    f"{k}: {v['current_mb']:.0f} MiB (peak {v['peak_mb']:.0f})"
-                    for k, v in r.get("devices", {}).items()
-                )
-                epoch = "start" if r.get("epoch") is None else r["epoch"] + 1
-                w(f"| {epoch} | {r['host_rss_mb']:.1f} | {devs or '—'} |\n")
-            for warning in self.memory.get("warnings", []):
-                w(f"\n**Warning:** {warning}\n")
-        if self.tensorboard:
-            w(f"\n## TensorBoard\n\n{_tensorboard_line(self.tensorboard)}\n")
-        if self.trace:
-            w(f"\n## Profiler trace\n\n{_trace_line(self.trace)}\n")
-            _trace_markdown(w, self.trace.get("analysis"))
+
+    def _md_memory(self, w: Callable[[str], Any]) -> None:
+        if not self.memory:
+            return
+        w("\n## Memory\n\n| epoch | host RSS (MiB) | devices |\n|---|---|---|\n")
+        for r in self.memory.get("readings", []):
+            devs = ", ".join(
+                f"{k}: {v['current_mb']:.0f} MiB (peak {v['peak_mb']:.0f})"
+                for k, v in r.get("devices", {}).items()
+            )
+            epoch = "start" if r.get("epoch") is None else r["epoch"] + 1
+            w(f"| {epoch} | {r['host_rss_mb']:.1f} | {devs or '—'} |\n")
+        for warning in self.memory.get("warnings", []):
+            w(f"\n**Warning:** {warning}\n")
+
+    def _md_searches(self, w: Callable[[str], Any]) -> None:
+        """What ``--diagnose`` and ``--autotune`` found before the run."""
         if self.diagnosis:
             d = self.diagnosis
             w(f"\n## Diagnosis\n\n{_diagnosis_line(d)}\n\n")
@@ -514,9 +552,9 @@ class RunReport:
                 shown = f"{rate:,.1f}" if rate is not None else "—"
                 note = f"failed: {t.get('error')}" if rate is None else ""
                 w(f"| {t.get('label')} | {shown} | {note} |\n")
-        if self.cluster:
-            w(f"\n## Cluster\n\n{_processes_line(self.cluster)}\n\n")
-            w(render_cluster(self.cluster).split("\n\n")[0] + "\n")
+
+    def _md_settings(self, w: Callable[[str], Any]) -> None:
+        """The run's context, environment and arguments as key/value tables, and extras."""
         sections = (
             ("Run", self.context.to_dict() if self.context else {}),
             ("Environment", self.environment),
@@ -530,7 +568,6 @@ class RunReport:
                         w(f"| {k} | {cell(v)} |\n")
         if self.extra:
             w("\n## Extra\n\n```json\n" + json.dumps(self.extra, indent=1) + "\n```\n")
-        return out.getvalue()
 
     def plot_png(self) -> bytes:
         """Step time over the run and a histogram of the timed steps, as PNG bytes.
