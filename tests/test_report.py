@@ -1,5 +1,8 @@
 """RunReport: JSON schema round trip, atomic writes, Markdown/PNG views, compare and its CLI.
-Reports are built from injected step times; nothing here trains."""
+Reports are built from injected step times, except at the end: reports someone else wrote
+(a field that is wrong, control characters, a FIFO in a report's place, a number past a float,
+compare's like with like), read by the verbs in their own processes from edited copies of one
+real ``--smoke`` run's report."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolkit.core.files import atomic_write
+from tests.test_faults import _last, _report, _run
+from toolkit.core.files import atomic_write, parse_json, read_json
 from toolkit.core.machine import capture_environment
 from toolkit.core.stats import summarize_calls
 from toolkit.report import ReportError, RunReport, compare
@@ -531,7 +536,7 @@ def test_the_fit_call_round_trips_and_shows_its_parts(tmp_path):
     paths = r.write(tmp_path, plot=False)
     loaded = RunReport.load(paths["json"])
     assert loaded == r and loaded.fit_call == FIT_CALL
-    line = "fit call: 9.00 s = start-up 1.00 s + steps 2.00 s + exit 6.00 s"
+    line = "fit call: 9.00 s = start-up 1.00 s + steps 2.00 s + exit 6.00 s"  # format_s
     assert line in loaded.summary() and line in Path(paths["markdown"]).read_text()
     # An exit that is most of the call names its likely cause; a short one does not.
     assert "iterator's teardown" in loaded.summary()
@@ -556,7 +561,7 @@ def test_a_report_written_before_the_fit_call_was_measured_still_reads(tmp_path)
 
 def test_a_fit_call_timed_from_train_begin_says_its_exit_was_not_timed():
     parts = {"from": "train begin", "whole_s": 3.0, "start_up_s": 0.5, "steps_s": 2.5}
-    line = "fit from train begin: 3.00 s = start-up 0.50 s + steps 2.50 s (exit not timed"
+    line = "fit from train begin: 3.00 s = start-up 0.500 s + steps 2.50 s (exit not timed"
     assert line in make_report(fit_call={**parts, "exit_s": None}).summary()
 
 
@@ -682,3 +687,228 @@ def test_a_noise_band_too_wide_to_bound_a_change_gives_no_verdict_and_no_slower_
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("compare: cannot tell whether B is slower (the runs are too noisy")
     assert "slower than A beyond" not in err
+
+
+# ------------------------------------------------------------------------ reports from elsewhere
+
+BAD_REPORTS = {
+    "d['steps']['p50_s'] = 'fast'": "field steps.p50_s is 'fast', not a number or null",
+    "del d['steps']['mean_s']": "field steps.mean_s is missing",
+    "d['steps']['timed_steps'] = 1.5": "field steps.timed_steps is 1.5, not an integer",
+    "d['steps']['max_s'] = -1": "field steps.max_s is -1, not a number >= 0",
+    "d['status'] = 'done'": "field status is 'done', not one of complete, partial, diverged",
+    "d['metrics']['loss'] = 'low'": "field metrics.loss is 'low', not a number",
+    "d['epochs'][0]['seconds'] = '1 s'": "field epochs[0].seconds is '1 s', not a number",
+    "d['compute'] = {'mfu': '5%'}": "field compute.mfu is '5%', not a number or null",
+    "d['context'] = {'device': {'index': 0}}": "field context.device is malformed: missing",
+    "d['cluster'] = {'rows': 5}": "field cluster holds a value this toolkit cannot show",
+    "d['trace'] = {'files': 5}": "field trace.files is 5, not a list of file names",
+    "d['timeline'] = [[1]]": "field timeline is [[1]], not a list of [seconds, steps, epoch",
+}
+
+
+def test_a_report_from_elsewhere_names_the_field_and_the_file(tmp_path, capsys):
+    """A report edited by hand or written by another tool: show, show --markdown, compare,
+    merge and trace each say which field of which file is wrong, in one line, status 2."""
+    from toolkit.cli import main
+
+    good = tmp_path / "good"
+    make_report("good").write(good, plot=False)
+    cases = 0
+    for i, (edit, words) in enumerate(BAD_REPORTS.items()):
+        d = json.loads((good / "report.json").read_text())
+        exec(edit, {"d": d})
+        bad = tmp_path / f"bad{i}.json"
+        bad.write_text(json.dumps(d))
+        for argv in (["show", bad], ["show", "--markdown", bad], ["compare", good, bad],
+                     ["compare", bad, good], ["merge", good, bad], ["trace", bad]):  # fmt: skip
+            assert main([str(a) for a in argv]) == 2, (edit, argv)
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and err.startswith(f"error: '{bad}': {words}"), err
+            cases += 1
+    assert cases == 6 * len(BAD_REPORTS)
+    # The same as a user meets it: a real process, no traceback.
+    bad = tmp_path / "bad0.json"
+    out = _run([sys.executable, "-m", "toolkit", "show", str(bad)])
+    assert out.returncode == 2 and _last(out).startswith(f"error: '{bad}': field steps.p50_s")
+    assert "Traceback" not in out.stderr
+
+
+# ------------------------------------------------------------------- reports someone else wrote
+
+TOOLKIT = [sys.executable, "-m", "toolkit"]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """One real ``--smoke`` run (batch 32): its run directory and its report as a dict."""
+    root = tmp_path_factory.mktemp("smoke")
+    out = _run(["--smoke", f"--report_dir={root / 'runs'}"])
+    assert out.returncode == 0, out.stderr[-2000:]
+    return _report(root / "runs")
+
+
+def _variant(tmp_path, smoke, name, edit=None, text=None):
+    """A copy of the smoke run's directory whose report.json is edited by `edit` (the dict)
+    or replaced by `text`."""
+    run_dir, data = smoke
+    where = tmp_path / name
+    shutil.copytree(run_dir, where)
+    data = json.loads(json.dumps(data))
+    if edit is not None:
+        edit(data)
+    (where / "report.json").write_text(text if text is not None else json.dumps(data))
+    return where
+
+
+def _verb(*args, timeout=60):
+    return _run([*TOOLKIT, *map(str, args)], timeout=timeout)
+
+
+def test_control_characters_in_a_report_are_shown_escaped_by_every_reader(tmp_path, smoke):
+    """An escape sequence in the run's name (a window title, a screen clear) reaches the
+    terminal as visible text from show, compare and merge; newline, tab and unicode stay."""
+    hostile = "mlp\u001b]0;PWNED\u0007\u001b[2J\u009b ×µ"
+
+    def edit(d):
+        d["name"] = hostile
+        d["error"] = None
+        d["args"]["note\u001b[31m"] = "x\ty"
+
+    bad = _variant(tmp_path, smoke, "bad", edit)
+    good = smoke[0]
+    outs = [
+        _verb("show", bad),
+        _verb("show", bad, "--markdown"),
+        _verb("show", bad, "--json"),
+        _verb("compare", good, bad),
+        _verb("compare", good, bad, "--json"),
+        _verb("merge", bad),
+    ]
+    for out in outs:
+        seen = out.stdout + out.stderr
+        assert "Traceback" not in seen, seen[-2000:]
+        assert not any(c in seen for c in "\u001b\u0007\u009b"), repr(seen[-500:])
+    assert [o.returncode for o in outs[:5]] == [0] * 5
+    assert outs[0].stdout.startswith("== mlp\\x1b]0;PWNED\\x07\\x1b[2J\\x9b ×µ: complete")
+    assert "\\x1b]0;PWNED" in outs[3].stdout and "\\x1b]0;PWNED" in outs[5].stderr
+    assert outs[5].returncode == 2 and len(outs[5].stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+def test_a_fifo_or_a_device_is_refused_without_a_blocking_read(tmp_path, smoke):
+    """A FIFO named report.json, or /dev/zero, is one line and status 2 at once (it would
+    block for a writer, or fill the memory); a symbolic link to a real report still reads; a
+    cache file that is a FIFO is a miss, not a hang."""
+    fifo_dir = tmp_path / "fifo"
+    fifo_dir.mkdir()
+    os.mkfifo(fifo_dir / "report.json")
+    for target, kind in ((fifo_dir, "a FIFO"), ("/dev/zero", "a character device")):
+        out = _verb("show", target)
+        path = os.path.join(target, "report.json") if target == fifo_dir else target
+        assert out.returncode == 2, out.stderr[-2000:]
+        assert out.stderr == (
+            f"error: cannot read report {str(path)!r}: not a regular file ({kind})\n"
+        )
+    out = _verb("compare", smoke[0], fifo_dir)
+    assert out.returncode == 2 and "not a regular file (a FIFO)" in out.stderr
+    link = tmp_path / "link.json"
+    link.symlink_to(smoke[0] / "report.json")
+    assert _verb("show", link).returncode == 0
+    cache = str(fifo_dir / "report.json")
+    code = f"from toolkit.core.files import read_json; print(read_json({cache!r}))"
+    out = _run([sys.executable, "-c", code], timeout=60)
+    assert out.returncode == 0 and out.stdout == "{}\n", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("number", "said"),
+    [
+        ("1e999", "number 1e999 is not finite as a float"),
+        ("Infinity", "number Infinity is not finite"),
+        ("NaN", "number NaN is not finite"),
+        ("1" + "0" * 400, "is too large for a float"),
+    ],
+)
+def test_a_number_past_a_float_is_one_line(tmp_path, smoke, number, said):
+    """``1e999`` (infinity once parsed), ``Infinity``, ``NaN`` or an integer past a float's
+    range in a count the ledger makes an int: one line naming the number, status 2, from each
+    reader, where it was an OverflowError."""
+    text = json.dumps(smoke[1]).replace('"recompiles": 0', f'"recompiles": {number}', 1)
+    assert number in text
+    bad = _variant(tmp_path, smoke, "bad", text=text)
+    for args in (("show", bad), ("compare", smoke[0], bad), ("merge", bad)):
+        out = _verb(*args)
+        assert out.returncode == 2, out.stderr[-2000:]
+        assert out.stderr.startswith("error: cannot read report ") and said in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_ledger_count_that_is_not_a_whole_number_names_its_field(tmp_path, smoke):
+    def edit(d):
+        d["ledger"]["recompiles"] = 1.5
+
+    out = _verb("show", _variant(tmp_path, smoke, "bad", edit))
+    assert out.returncode == 2 and "field ledger.recompiles is 1.5, not an integer" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_strict_numbers_are_for_reports_only():
+    """``parse_json`` reads NaN as Python does unless asked (a cache, a peer's message), and
+    a cache file that is missing is a miss."""
+    assert str(parse_json('{"a": NaN}')["a"]) == "nan"
+    assert parse_json('{"a": 1e308, "b": 12}', finite=True) == {"a": 1e308, "b": 12}
+    with pytest.raises(ValueError, match="-Infinity"):
+        parse_json("[-Infinity]", finite=True)
+    assert read_json("/nonexistent/cache.json") == {}
+
+
+def test_compare_json_says_seconds_and_a_fused_first_call_is_compared_whole(tmp_path, smoke):
+    """``compare --json`` gives times in seconds and says "s" (the table shows ms); the first
+    call is compared as a whole, as the ledger's compile is, and per step only beside it."""
+    run_dir, data = smoke
+    first = data["steps"]["first_step_s"]
+
+    def fused(d):
+        d["steps"]["first_step_s"] = first * 1.5
+        d["steps"]["first_step_steps"] = 4
+
+    b = _variant(tmp_path, smoke, "fused", fused)
+    out = _verb("compare", run_dir, b, "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    figures = {f["figure"]: f for f in json.loads(out.stdout)["figures"]}
+    p50 = figures["step p50"]
+    assert p50["unit"] == "s" and p50["a"] == data["steps"]["p50_s"]
+    whole = figures["first call"]
+    assert whole["unit"] == "s" and whole["a"] == first
+    assert whole["b"] == pytest.approx(first * 1.5) and whole["change"] == pytest.approx(0.5)
+    assert figures["first call/step"]["b"] == pytest.approx(first * 1.5 / 4)
+    text = _verb("compare", run_dir, b).stdout
+    assert f"{data['steps']['p50_s'] * 1e3:.3f} ms" in text
+    assert "first call/step" not in _verb("compare", run_dir, run_dir).stdout  # unfused
+
+
+def test_a_batch_size_change_is_the_same_workload_compared_per_example(tmp_path, smoke):
+    """Run B at twice the batch: twice the FLOPs a step, the same an example: a speed verdict
+    per example, no "different workloads" note; a different model still is one."""
+    out = _run(["--smoke", "--batch_size=64", f"--report_dir={tmp_path / 'runs'}"])
+    assert out.returncode == 0, out.stderr[-2000:]
+    b_dir, b = _report(tmp_path / "runs")
+    a_dir, a = smoke
+    assert b["compute"]["flops_per_step"] == pytest.approx(
+        2 * a["compute"]["flops_per_step"], rel=0.01
+    )
+    out = _verb("compare", a_dir, b_dir, "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["verdict"] != "different workloads", result["notes"]
+    assert result["basis"] == "step p50 per example"
+    assert not any("models differ" in n for n in result["notes"])
+
+    def bigger(d):
+        d["compute"]["flops_per_step"] *= 3
+
+    out = _verb("compare", a_dir, _variant(tmp_path, smoke, "bigger", bigger), "--json")
+    result = json.loads(out.stdout)
+    assert result["verdict"] == "different workloads"
+    assert any("FLOPs per step" in n and "per example" in n for n in result["notes"])

@@ -444,10 +444,8 @@ def anatomy_figure(a: Anatomy) -> Any:
     matplotlib.use("Agg", force=False)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
 
     layers = _ranked(a)[:PLOT_LAYERS]
-    basis = _basis(a)
     phases = _phases(a)
     drawn = [p for p in phases if p.seconds > 0]
     unseen = [p for p in phases if p.seconds <= 0 and p.unseen]
@@ -461,9 +459,19 @@ def anatomy_figure(a: Anatomy) -> Any:
     # Two subfigures: the phase bar takes the whole width, not the layer names' column.
     top, bottom = fig.subfigures(2, 1, height_ratios=[layer_h, phase_h + legend_h])
     ax_l, ax_p = top.subplots(), bottom.subplots()
+    fig.suptitle("\n".join(_figure_title(a)), fontsize=11)
+    ends = _layer_bars(ax_l, a, layers)
+    segments = _phase_bar(ax_p, bottom, a, drawn, unseen)
+    # The layout settles the axes' size; then each label is checked against its room.
+    fig.draw_without_rendering()
+    _fit_labels(fig, ax_l, ends, ax_p, segments, _basis(a))
+    fig.set_layout_engine("none")  # the layout as checked above, kept when saved
+    return fig
 
+
+def _figure_title(a: Anatomy) -> list[str]:
     where = f"{a.backend}, {a.device}" if a.device else a.backend
-    title = [
+    return [
         *textwrap.wrap(f"Inside one training step ({where})", PLOT_WRAP),
         *textwrap.wrap(
             f"{format_ms(a.step_s)}/step on the outside clock, {a.steps} step"
@@ -471,40 +479,54 @@ def anatomy_figure(a: Anatomy) -> Any:
             PLOT_WRAP,
         ),
     ]
-    fig.suptitle("\n".join(title), fontsize=11)
 
-    ends: list[Any] = []  # the labels at the layer bars' ends
-    if layers:
-        names = [
-            _short(x.name, PLOT_NAME) + (f" ×{x.calls}" if x.calls > 1 else "") + f" ({x.kind})"
-            for x in layers
-        ]
-        ys = list(range(len(layers)))
-        forward = [x.forward_s * 1e3 for x in layers]
-        backward = [x.backward_s * 1e3 for x in layers]
-        colour = PHASE_COLOURS[Phase.FORWARD], PHASE_COLOURS[Phase.BACKWARD]
-        ax_l.barh(ys, forward, color=colour[0], label="forward")
-        ax_l.barh(ys, backward, left=forward, color=colour[1], label="backward")
-        ax_l.set_yticks(ys, names, fontsize=PLOT_TEXT)
-        ax_l.set_ylim(len(layers) - 0.5, -0.5)  # the slowest on top
-        ax_l.tick_params(axis="x", labelsize=PLOT_TEXT)
-        ax_l.set_xlabel("ms per step (forward + backward; the share is of the traced step)",
-                        fontsize=9)  # fmt: skip
-        for y, x in zip(ys, layers, strict=True):
-            label = f" {_ms(x.seconds)} ms ({_share(x.seconds, basis)})"
-            text = ax_l.text(x.seconds * 1e3, y, label, va="center", fontsize=PLOT_TEXT - 1)
-            text.set_in_layout(False)
-            ends.append(text)
-        # Above the bars, at the right: never over a bar.
-        ax_l.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=PLOT_TEXT,
-                    frameon=False, borderaxespad=0.2)  # fmt: skip
-        n = len(a.layers)
-        more = f"the slowest {len(layers)} of {n}" if n > len(layers) else f"all {n}"
-        ax_l.set_title(f"layers, forward + backward ({more})", fontsize=10, loc="left")
-    else:
+
+def _layer_bars(ax_l: Any, a: Anatomy, layers: list[LayerTime]) -> list[Any]:
+    """The slowest layers' forward + backward bars, the slowest on top; returns the labels
+    at the bars' ends (fitted later, once the layout is settled)."""
+    if not layers:
         ax_l.set_axis_off()
         ax_l.set_title("no layer was seen in the trace", fontsize=10, loc="left")
+        return []
+    basis = _basis(a)
+    names = [
+        _short(x.name, PLOT_NAME) + (f" ×{x.calls}" if x.calls > 1 else "") + f" ({x.kind})"
+        for x in layers
+    ]
+    ys = list(range(len(layers)))
+    forward = [x.forward_s * 1e3 for x in layers]
+    backward = [x.backward_s * 1e3 for x in layers]
+    colour = PHASE_COLOURS[Phase.FORWARD], PHASE_COLOURS[Phase.BACKWARD]
+    ax_l.barh(ys, forward, color=colour[0], label="forward")
+    ax_l.barh(ys, backward, left=forward, color=colour[1], label="backward")
+    ax_l.set_yticks(ys, names, fontsize=PLOT_TEXT)
+    ax_l.set_ylim(len(layers) - 0.5, -0.5)  # the slowest on top
+    ax_l.tick_params(axis="x", labelsize=PLOT_TEXT)
+    ax_l.set_xlabel("ms per step (forward + backward; the share is of the traced step)",
+                    fontsize=9)  # fmt: skip
+    ends = []
+    for y, x in zip(ys, layers, strict=True):
+        label = f" {_ms(x.seconds)} ms ({_share(x.seconds, basis)})"
+        text = ax_l.text(x.seconds * 1e3, y, label, va="center", fontsize=PLOT_TEXT - 1)
+        text.set_in_layout(False)
+        ends.append(text)
+    # Above the bars, at the right: never over a bar.
+    ax_l.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, fontsize=PLOT_TEXT,
+                frameon=False, borderaxespad=0.2)  # fmt: skip
+    n = len(a.layers)
+    more = f"the slowest {len(layers)} of {n}" if n > len(layers) else f"all {n}"
+    ax_l.set_title(f"layers, forward + backward ({more})", fontsize=10, loc="left")
+    return ends
 
+
+def _phase_bar(
+    ax_p: Any, bottom: Any, a: Anatomy, drawn: list[PhaseTime], unseen: list[PhaseTime]
+) -> list[tuple[Any, float, float, PhaseTime]]:
+    """The traced step's phases as one bar, with a legend of every phase (those the trace
+    could not see hatched); returns each segment's label, left, width and phase."""
+    from matplotlib.patches import Patch
+
+    basis = _basis(a)
     segments: list[tuple[Any, float, float, PhaseTime]] = []  # (text, left, width, phase)
     handles, labels = [], []
     left = 0.0
@@ -532,9 +554,20 @@ def anatomy_figure(a: Anatomy) -> Any:
     if handles:
         bottom.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=PLOT_TEXT,
                       frameon=False)  # fmt: skip
+    return segments
 
-    # The layout settles the axes' size; then each label is checked against its room.
-    fig.draw_without_rendering()
+
+def _fit_labels(
+    fig: Any,
+    ax_l: Any,
+    ends: list[Any],
+    ax_p: Any,
+    segments: list[tuple[Any, float, float, PhaseTime]],
+    basis: float,
+) -> None:
+    """Each label checked against its room once the layout is settled: a layer's end label
+    kept inside the figure, a phase's name or share where it fits its segment, else none
+    (the legend says it)."""
     renderer = fig.canvas.get_renderer()
     if ends:
         _room_for_ends(ax_l, ends, renderer)
@@ -547,8 +580,6 @@ def anatomy_figure(a: Anatomy) -> Any:
                 break
         else:
             text.set_visible(False)  # the legend says it
-    fig.set_layout_engine("none")  # the layout as checked above, kept when saved
-    return fig
 
 
 def _ink(colour: str) -> str:

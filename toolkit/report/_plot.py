@@ -69,12 +69,11 @@ def ledger_png(ledger: Any, name: str) -> bytes:
 
 def steps_png(report: Any) -> bytes:
     """``RunReport.plot_png``'s chart of `report` (a RunReport: its timeline and step
-    statistics), as PNG bytes."""
+    statistics), as PNG bytes: the steps over the run, their spread, and the ledger's bar."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
 
     ledger = getattr(report, "ledger", None)
     if ledger and ledger.get("wall_s"):
@@ -85,14 +84,29 @@ def steps_png(report: Any) -> bytes:
     else:
         fig = Figure(figsize=(11, 4.2), dpi=100)
         ax_t, ax_h = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2, 1]})
-    styles = {  # kind: (label, marker, size, colour)
-        "timed": ("timed", ".", 3, "tab:blue"),
-        "warmup": ("warm-up (left out)", "o", 5, "tab:orange"),
-        "excluded": ("profiled (left out)", "X", 7, "tab:red"),
-    }
+    timed = _timeline(ax_t, report)
+    _spread(ax_h, report, timed)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+_STYLES = {  # kind: (label, marker, size, colour)
+    "timed": ("timed", ".", 3, "tab:blue"),
+    "warmup": ("warm-up (left out)", "o", 5, "tab:orange"),
+    "excluded": ("profiled (left out)", "X", 7, "tab:red"),
+}
+
+
+def _timeline(ax_t: Any, report: Any) -> list[float]:
+    """Every execution's time per step over the run, by kind, the p50 and the epochs' ends;
+    returns the timed ones (ms per step) for the spread beside it."""
+    from matplotlib.ticker import MaxNLocator
+
     per = report.steps.steps_per_execution  # > 1: a dot is a call of several steps
     x, epoch, bounds = 0, None, []
-    series: dict[str, tuple[list[int], list[float]]] = {k: ([], []) for k in styles}
+    series: dict[str, tuple[list[int], list[float]]] = {k: ([], []) for k in _STYLES}
     for seconds, steps, at, kind in report.timeline:
         if epoch is not None and at != epoch:
             bounds.append(x)  # an epoch ends after step x
@@ -103,7 +117,7 @@ def steps_png(report: Any) -> bytes:
             series[kind][1].append(seconds / steps * 1e3)
     for kind, (xs, ys) in series.items():
         if xs:
-            label, marker, size, colour = styles[kind]
+            label, marker, size, colour = _STYLES[kind]
             small = kind == "timed" and len(xs) > 500
             ax_t.plot(
                 xs, ys, marker, ms=2 if small else size, color=colour,
@@ -111,8 +125,8 @@ def steps_png(report: Any) -> bytes:
                 zorder=3 if kind != "timed" else 2,
             )  # fmt: skip
     if report.steps.p50_s:
-        p50 = report.steps.p50_s * 1e3
-        ax_t.axhline(p50, color="k", lw=0.8, ls="--", label=f"p50 {p50:.3g} ms")
+        p50 = report.steps.p50_s
+        ax_t.axhline(p50 * 1e3, color="k", lw=0.8, ls="--", label=f"p50 {format_ms(p50)}")
     for n, at in enumerate(bounds):  # where each epoch ends (validation, the data's start)
         label = f"epoch ends ({len(bounds) + 1} epochs)" if n == 0 else None
         ax_t.axvline(at, color="0.6", lw=0.6, ls=":", zorder=1, label=label)
@@ -125,7 +139,14 @@ def steps_png(report: Any) -> bytes:
     ax_t.set_title(title, fontsize=10)
     if ax_t.get_legend_handles_labels()[0]:  # a run stopped before its first step has none
         ax_t.legend(loc="upper right", fontsize=8)
-    timed = series["timed"][1]
+    return series["timed"][1]
+
+
+def _spread(ax_h: Any, report: Any, timed: list[float]) -> None:
+    """How the timed steps' times spread (integer counts), with p50, p90 and p99 marked."""
+    from matplotlib.ticker import MaxNLocator
+
+    per = report.steps.steps_per_execution
     if timed:
         bins = min(60, max(5, len(timed) // 10)) if len(timed) >= 20 else max(1, len(timed))
         ax_h.hist(timed, bins=bins, color="tab:blue")
@@ -135,8 +156,7 @@ def steps_png(report: Any) -> bytes:
             ("p99", report.steps.p99_s, "-."),
         ):
             if val:
-                label = f"{q} {val * 1e3:.3g} ms"
-                ax_h.axvline(val * 1e3, color="k", lw=0.8, ls=style, label=label)
+                ax_h.axvline(val * 1e3, color="k", lw=0.8, ls=style, label=f"{q} {format_ms(val)}")
         ax_h.legend(fontsize=8)
     ax_h.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax_h.set_xlabel("ms per step")
@@ -144,7 +164,3 @@ def steps_png(report: Any) -> bytes:
     ax_h.set_ylabel(f"timed {what}")
     of = f" ({report.steps.timed_steps:,} steps)" if per > 1 else ""
     ax_h.set_title(f"spread of the {len(timed):,} timed {what}{of}", fontsize=10)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
