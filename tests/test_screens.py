@@ -45,7 +45,14 @@ def test_a_recipe_fits_80_columns_with_one_meaning_of_step(tmp_path):
     # 44 batches of 32 an epoch, fused 4 to a Keras batch: 11 Keras batches, 44 training steps
     steps = {int(re.search(r": (\d+) steps in ", line).group(1)) for line in kept}
     assert steps == {44}, kept
-    assert all(re.search(r"p50 \d+\.\d{3} ms/step, [\d,]+\.\d examples/s", x) for x in kept)
+    # each epoch's line with its folded rows (indented under it)
+    whole = [
+        " ".join([line, *(r.strip() for r in shown.lines[i + 1 : i + 4] if r.startswith("  "))])
+        for i, line in enumerate(shown.lines)
+        if line in kept
+    ]
+    assert all(re.search(r"p50 \d+\.\d{3} ms/step, [\d,]+\.\d examples/s", x) for x in whole)
+    assert "(first call " in whole[0] and "validation " in whole[0], whole  # where it went
     assert not SCIENTIFIC.search(text), SCIENTIFIC.findall(text)
     assert "accuracy " in text and "val_loss " in text  # each epoch's metrics, folded
     assert "== mlp: complete" in text
@@ -101,13 +108,14 @@ def test_compare_fits_80_columns_and_says_only_what_differs(tmp_path):
 
 
 def test_doctor_at_120_columns_says_first_what_it_does_and_one_verdict(tmp_path):
-    """``doctor`` in a terminal 120 wide: its first line, before TensorFlow loads, says what
-    it is doing; every row fits; the XProf line speaks the rates' one verdict."""
+    """``doctor`` in a terminal 120 wide: its first line says what it is doing, the next,
+    before TensorFlow loads, that it loads it (``doctor --report`` loads none); every row
+    fits; the XProf line speaks the rates' one verdict."""
     shown = _screen(["-m", "toolkit", "doctor", "--recipe", "mlp"], 120, tmp_path)
     text = shown.text
     assert shown.rc == 0, text[-3000:]
     assert shown.lines[0].startswith("doctor: input-bound or compute-bound?"), shown.lines[:3]
-    assert "loading TensorFlow and Keras first" in shown.lines[0]
+    assert shown.lines[1] == "doctor: loading TensorFlow and Keras first", shown.lines[:3]
     assert not shown.wrapped, shown.wrapped
     assert not NATIVE.search(text), NATIVE.findall(text)
     verdict = re.search(r"^verdict: ([\w-]+)", text, re.M).group(1)
@@ -200,9 +208,11 @@ def test_text_and_tables_fit_the_width_without_cutting_a_number():
 
 
 DIAGNOSIS = """
+from toolkit.core._advice import Advice
 from toolkit.search.diagnose import COMPUTE_BOUND, Diagnosis
 
-advice = ["try --jit_compile (measure: XLA is sometimes slower; toolkit.tune does) " * 3]
+said = "try {0} (measure: XLA is sometimes slower; toolkit.tune does) "
+advice = [Advice.of(said * 3, {"jit_compile": True})]
 shown = Diagnosis(1.0, 2.0, 1.0, COMPUTE_BOUND, True, advice, pipeline="x " * 70, python=True)
 print(shown)
 print("longest:", max(len(line) for line in str(shown).splitlines()))
