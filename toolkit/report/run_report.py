@@ -176,15 +176,7 @@ class RunReport:
             ledger = None
             extra = {**(extra or {}), "ledger_error": f"{type(e).__name__}: {e}"}
         if compute is not None:
-            work = compute.get("flops_per_step")
-            compute = {**compute, **utilization(work, steps.p50_s, compute.get("peak_flops_per_s"))}
-            if compute.get("peak_flops_per_s") and not reliable_peak(
-                compute.get("peak_spread_pct")
-            ):
-                compute["mfu"] = None  # of a busy machine's peak: it would move with the load
-            if compute.get("datasheet_peak_flops_per_s"):
-                sheet = compute["datasheet_peak_flops_per_s"]
-                compute["datasheet_mfu"] = utilization(work, steps.p50_s, sheet)["mfu"]
+            compute = _with_utilization(compute, steps)
         return cls(
             name=name,
             steps=steps,
@@ -618,6 +610,19 @@ def _datasheet_rows(c: Mapping[str, Any]) -> list[tuple[str, str]]:
         ),
         ("MFU, of the datasheet peak", f"{mfu:.1%}" if mfu is not None else "n/a"),
     ]
+
+
+def _with_utilization(compute: Mapping[str, Any], steps: StepStats) -> dict[str, Any]:
+    """`compute` with the achieved FLOP/s and MFU at the median step; no MFU from a peak
+    measured on a busy machine (it would move with the machine's load, not with the run)."""
+    work = compute.get("flops_per_step")
+    out = {**compute, **utilization(work, steps.p50_s, compute.get("peak_flops_per_s"))}
+    if out.get("peak_flops_per_s") and not reliable_peak(out.get("peak_spread_pct")):
+        out["mfu"] = None
+    if out.get("datasheet_peak_flops_per_s"):
+        sheet = out["datasheet_peak_flops_per_s"]
+        out["datasheet_mfu"] = utilization(work, steps.p50_s, sheet)["mfu"]
+    return out
 
 
 def _no_mfu(c: Mapping[str, Any]) -> str:
