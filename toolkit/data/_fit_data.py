@@ -96,57 +96,82 @@ def fit_dataset(data: Any, batch_size: int | None = None) -> tuple[Any, str, int
             data with no batch in it.
     """
     from toolkit.data.builder import describe_pipeline, infer_batch_size
-    from toolkit.data.sources import array_examples
 
-    tf = _tf()
+    _tf()  # every form becomes tf.data: without TensorFlow, say so before reading any
     if hasattr(data, "element_spec"):  # tf.data, used as it is; its batch is what fit reads
         size = infer_batch_size(data) or batch_size  # yours where the pipeline does not say
         return data, f"your pipeline: {describe_pipeline(data)}", size
     if _is_arrays(data):
-        parts = _as_fit_tuple(data)
-        n = array_examples(parts[0], parts[1] if len(parts) > 1 else None)
-        if len(parts) == 3 and _leading(parts[2]) != n:
-            raise ValueError(
-                f"data: sample_weight has {_leading(parts[2])} rows for {n} examples; give "
-                "one weight per example"
-            )
-        size = batch_size or 32
-        dataset = tf.data.Dataset.from_tensor_slices(parts).batch(size)
-        what = {1: "x alone", 2: "(x, y)", 3: "(x, y, sample_weight)"}[len(parts)]
-        said = f"your arrays, batched by {size} in tf.data: {describe_pipeline(dataset)}"
-        return dataset, said + ("" if what == "(x, y)" else f"; {what}"), size
+        return _from_arrays(data, batch_size)
     kind = type(data).__name__
     if hasattr(data, "__getitem__") and hasattr(data, "__len__"):  # a PyDataset, a Sequence
-        count = len(data)
-        if count < 1:
-            raise ValueError(f"data: your {kind} has no batches (len() is 0)")
-
-        def passes() -> Iterator[tuple[Any, ...]]:
-            for i in range(count):
-                yield _as_fit_tuple(data[i])
-            end = getattr(data, "on_epoch_end", None)
-            if callable(end):
-                end()
-
-        first = _as_fit_tuple(data[0])
-        said = f"your {kind}, {count} batches a pass, read through tf.data.from_generator"
-        return _from_batches(passes, first), said, _leading(first)
+        return _from_indexed(data, kind)
     if not hasattr(data, "__iter__"):
         raise ValueError(
             f"data: {kind} is not something fit takes; pass a tf.data.Dataset, (x, y) arrays, "
             "x alone, a keras.utils.PyDataset or a generator of batches"
         )
     if iter(data) is not data:  # re-iterable: a DataLoader reads its batches again
-        try:
-            first = _as_fit_tuple(next(iter(data)))
-        except StopIteration:
-            raise ValueError(f"data: your {kind} gave no batch") from None
+        return _from_iterable(data, kind)
+    return _from_generator(data, kind)
 
-        def again() -> Iterator[tuple[Any, ...]]:
-            return (_as_fit_tuple(batch) for batch in data)
 
-        said = f"your {kind}, read again on every pass through tf.data.from_generator"
-        return _from_batches(again, first), said, _leading(first)
+def _from_arrays(data: Any, batch_size: int | None) -> tuple[Any, str, int | None]:
+    """In-memory arrays, as ``fit(x, y, sample_weight)`` takes them: sliced and batched by
+    `batch_size` (``fit``'s 32 by default) in tf.data; a weight per example or an error."""
+    from toolkit.data.builder import describe_pipeline
+    from toolkit.data.sources import array_examples
+
+    parts = _as_fit_tuple(data)
+    n = array_examples(parts[0], parts[1] if len(parts) > 1 else None)
+    if len(parts) == 3 and _leading(parts[2]) != n:
+        raise ValueError(
+            f"data: sample_weight has {_leading(parts[2])} rows for {n} examples; give "
+            "one weight per example"
+        )
+    size = batch_size or 32
+    dataset = _tf().data.Dataset.from_tensor_slices(parts).batch(size)
+    what = {1: "x alone", 2: "(x, y)", 3: "(x, y, sample_weight)"}[len(parts)]
+    said = f"your arrays, batched by {size} in tf.data: {describe_pipeline(dataset)}"
+    return dataset, said + ("" if what == "(x, y)" else f"; {what}"), size
+
+
+def _from_indexed(data: Any, kind: str) -> tuple[Any, str, int | None]:
+    """Batches by index (a ``PyDataset``, a ``Sequence``): every pass reads them all, then
+    calls its ``on_epoch_end`` as ``fit`` does."""
+    count = len(data)
+    if count < 1:
+        raise ValueError(f"data: your {kind} has no batches (len() is 0)")
+
+    def passes() -> Iterator[tuple[Any, ...]]:
+        for i in range(count):
+            yield _as_fit_tuple(data[i])
+        end = getattr(data, "on_epoch_end", None)
+        if callable(end):
+            end()
+
+    first = _as_fit_tuple(data[0])
+    said = f"your {kind}, {count} batches a pass, read through tf.data.from_generator"
+    return _from_batches(passes, first), said, _leading(first)
+
+
+def _from_iterable(data: Any, kind: str) -> tuple[Any, str, int | None]:
+    """A re-iterable of batches (a ``DataLoader``): each pass iterates it again."""
+    try:
+        first = _as_fit_tuple(next(iter(data)))
+    except StopIteration:
+        raise ValueError(f"data: your {kind} gave no batch") from None
+
+    def again() -> Iterator[tuple[Any, ...]]:
+        return (_as_fit_tuple(batch) for batch in data)
+
+    said = f"your {kind}, read again on every pass through tf.data.from_generator"
+    return _from_batches(again, first), said, _leading(first)
+
+
+def _from_generator(data: Any, kind: str) -> tuple[Any, str, int | None]:
+    """A generator, read once: its first :data:`HELD_BATCHES` batches held in memory, since
+    every measurement reads the data again."""
     held = []
     for batch in data:  # a generator: read once, so held
         held.append(_as_fit_tuple(batch))

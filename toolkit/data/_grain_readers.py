@@ -97,22 +97,52 @@ def step_device() -> str:
     return gpus[0].kind if gpus else "cpu"
 
 
-def _facts(
-    source: Any, batch_size: int, maps: tuple[Any, ...], threads: int, cores: int, device: str
-) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class _Facts:
     """What the answer depends on: the source's kind and size (an image folder's image size),
-    the batch, the maps, the threads, the usable cores and where the step computes."""
-    return {
-        "what": "grain readers",
-        "source": type(source).__name__,
-        "examples": len(source),
-        "image_size": list(getattr(source, "size", ()) or ()),
-        "batch_size": batch_size,
-        "maps": [_name(fn) for fn in maps],
-        "threads": threads,
-        "cores": cores,
-        "step_device": device,
-    }
+    the batch, the maps, the threads, the usable cores and where the step computes. Its
+    JSON form (:meth:`as_json`) is the cache's key and is stored beside the answer."""
+
+    source: str
+    examples: int
+    image_size: tuple[int, ...]
+    batch_size: int
+    maps: tuple[str | None, ...]  # each map's qualified name (None: no such map)
+    threads: int
+    cores: int
+    step_device: str
+
+    @classmethod
+    def of(
+        cls,
+        source: Any,
+        batch_size: int,
+        maps: tuple[Any, ...],
+        threads: int,
+        cores: int,
+        device: str,
+    ) -> _Facts:
+        """The facts of a pipeline over `source` with these maps and readers."""
+        size = tuple(getattr(source, "size", ()) or ())
+        names = tuple(_name(fn) for fn in maps)
+        return cls(
+            type(source).__name__, len(source), size, batch_size, names, threads, cores, device
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        """The facts as the cache keys and stores them (lists for the tuples, as JSON reads
+        them back)."""
+        return {
+            "what": "grain readers",
+            "source": self.source,
+            "examples": self.examples,
+            "image_size": list(self.image_size),
+            "batch_size": self.batch_size,
+            "maps": list(self.maps),
+            "threads": self.threads,
+            "cores": self.cores,
+            "step_device": self.step_device,
+        }
 
 
 def _rate(build: Callable[[], Any], warmup: int) -> tuple[float, float]:
@@ -167,7 +197,7 @@ def choose_readers(
         threads = num_threads or 1
         return Readers(threads, 0, f"{threads} thread: 1 usable core, none spare beside the step")
     threads = num_threads or min(spare, MAX_THREADS)
-    facts = _facts(source, batch_size, maps, threads, cores, device)
+    facts = _Facts.of(source, batch_size, maps, threads, cores, device).as_json()
     key = _CACHE.key(facts)
     known = _CACHE.get(key)
     if known is not None and {"threads", "workers", "why"} <= set(known):

@@ -194,9 +194,7 @@ def array_batches(
     if isinstance(source, tuple):
         source = ArraySource(np.asarray(source[0]), np.asarray(source[1]))
     count = len(source)
-    per_pass = count // batch_size if drop_remainder else -(-count // batch_size)
-    if per_pass < 1:
-        raise ValueError(f"--batch_size={batch_size} is larger than the {count} examples: lower it")
+    per_pass = _batches_per_pass(count, batch_size, drop_remainder)
 
     class ArrayBatches(keras.utils.PyDataset):
         def __init__(self) -> None:
@@ -215,10 +213,7 @@ def array_batches(
             cached = self._cached  # one read: workers may call from several threads
             if cached is not None and cached[0] == key:
                 return cached[1]
-            if shuffle:
-                order = np.random.default_rng([seed or 0, self.epoch, n_pass]).permutation(count)
-            else:
-                order = np.arange(count)
+            order = _pass_order(count, shuffle, seed, key)
             self._cached = (key, order)
             return order
 
@@ -232,9 +227,34 @@ def array_batches(
 
     batches = ArrayBatches()
     batches.batch_size = batch_size  # what the profiler reads for examples/s
+    batches.description = _describe_batches(source, batch_size, shuffle, repeat)
+    return batches
+
+
+def _batches_per_pass(count: int, batch_size: int, drop_remainder: bool) -> int:
+    """The batches one pass over `count` examples makes (a last partial one counted unless
+    dropped); a pass of no batch is refused, in the flag's words."""
+    per_pass = count // batch_size if drop_remainder else -(-count // batch_size)
+    if per_pass < 1:
+        raise ValueError(f"--batch_size={batch_size} is larger than the {count} examples: lower it")
+    return per_pass
+
+
+def _pass_order(count: int, shuffle: bool, seed: int | None, key: tuple[int, int]) -> np.ndarray:
+    """The order pass ``key[1]`` of epoch ``key[0]`` reads the examples in: a permutation
+    from the seed, the epoch and the pass (the same ones, the same order), else as stored."""
+    if not shuffle:
+        return np.arange(count)
+    epoch, n_pass = key
+    return np.random.default_rng([seed or 0, epoch, n_pass]).permutation(count)
+
+
+def _describe_batches(
+    source: ArraySource | ImageFiles, batch_size: int, shuffle: bool, repeat: bool
+) -> str:
+    """The batches' stages in words (``describe_pipeline`` shows them)."""
     stages = ["image files (decode)"] if isinstance(source, ImageFiles) else ["arrays"]
     stages += ["transform"] if getattr(source, "transform", None) else []
     stages += [*(["shuffle"] if shuffle else []), f"batch({batch_size})"]
     stages += ["repeat"] if repeat else []
-    batches.description = " → ".join(stages) + " (keras.utils.PyDataset)"
-    return batches
+    return " → ".join(stages) + " (keras.utils.PyDataset)"

@@ -20,6 +20,7 @@ would not fit in RAM, and ``from_generator`` read on one thread where
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import re
 import warnings
@@ -56,13 +57,14 @@ class PipelineWarning(UserWarning):
     """A known input-pipeline trap spotted by :func:`pipeline`."""
 
 
-def warn_once(key: str, message: str) -> None:
-    """Warns (PipelineWarning + absl log) the first time `key` is seen in this process."""
+def warn_once(key: str, message: str, stacklevel: int = 3) -> None:
+    """Warns (PipelineWarning + absl log) the first time `key` is seen in this process;
+    `stacklevel` as ``warnings.warn``'s, counted from here (3: the caller's caller)."""
     if key in _warned:
         return
     _warned.add(key)
     logging.warning("toolkit.data: %s", message)
-    warnings.warn(message, PipelineWarning, stacklevel=3)
+    warnings.warn(message, PipelineWarning, stacklevel=stacklevel)
 
 
 def parse_bytes(value: int | str, name: str) -> int:
@@ -370,29 +372,12 @@ def pipeline(
         from toolkit.data._grain import from_builder
 
         return from_builder(**settings)
-    if loader != "tf_data":
-        raise ValueError(f"loader: 'tf_data' or 'grain', got {loader!r}")
-    if workers:
-        raise ValueError(
-            f"workers={workers!r}: worker processes are Grain's (loader='grain'); tf.data's "
-            "parallelism is num_parallel_calls"
-        )
-    from toolkit.data._array_record import ArrayRecords
-
-    if isinstance(dataset, ArrayRecords):
-        raise ValueError("dataset: ArrayRecord files are read by Grain: pass loader='grain'")
+    _refuse_what_tf_data_does_not_read(dataset, loader, workers)
+    budget = _checked_sizes(batch_size, num_parallel_calls, private_threads, cpu_budget, ram_budget)
     import tensorflow as tf
 
-    check_number(argument("pipeline", "batch_size"), batch_size, integer=True, least=1)
-    if batch_size is None:
-        raise ConfigError("pipeline: batch_size must be an integer >= 1, got None")
-    if num_parallel_calls not in (None, tf.data.AUTOTUNE) and num_parallel_calls < 1:
-        raise ValueError(f"num_parallel_calls: must be >= 1 or AUTOTUNE, got {num_parallel_calls}")
-    for name, value in (("private_threads", private_threads), ("cpu_budget", cpu_budget)):
-        if value is not None and value < 1:
-            raise ValueError(f"{name}: must be >= 1, got {value}")
-    budget = parse_bytes(ram_budget, "ram_budget") if ram_budget is not None else None
     parallel = num_parallel_calls or tf.data.AUTOTUNE
+    tail = _Tail(batch_map, parallel, deterministic, private_threads, budget, cpu_budget)
     if isinstance(dataset, tuple):
         from toolkit.data.sources import from_arrays
 
@@ -400,44 +385,9 @@ def pipeline(
             ds = _gathered_batches(
                 dataset, batch_size, shuffle, seed, repeat, drop_remainder, parallel, deterministic
             )
-            return _finish(
-                ds, batch_map, parallel, deterministic, private_threads, budget, cpu_budget
-            )
+            return _finish(ds, tail)
         dataset = from_arrays(*dataset)  # a per-example map needs single examples
-    ds = dataset
-
-    chain, inner_ops = dataset_ops(ds)
-    # from_generator is a flat_map whose function builds a GeneratorDataset. Inside another
-    # function (parallel_generator's interleave), it is not on this chain.
-    if any("FlatMap" in name for name in chain) and "GeneratorDataset" in inner_ops:
-        warn_once(
-            "from_generator",
-            "this dataset reads a Python generator with from_generator on one thread, one "
-            "element per Python call; toolkit.data.parallel_generator(factory, shards, "
-            "signature) reads shards in parallel and crosses into TensorFlow in chunks",
-        )
-
-    if preprocess is not None:
-        # Deterministic per-example work (decode, resize) in parallel, before the cache, so it
-        # is paid once, not every epoch.
-        ds = ds.map(preprocess, num_parallel_calls=parallel, deterministic=deterministic)
-
-    if cache:
-        upstream = dataset_ops(ds)
-        if any(_is_random(op) for op in upstream[0] | upstream[1]):
-            warn_once(
-                "cache-after-random",
-                "cache() comes after a random map: the first epoch's random values would be "
-                "replayed every epoch, freezing the augmentation; pass the random map as "
-                "augment= (it runs after the cache) or do not cache",
-            )
-        if cache is True or cache == "memory":
-            _check_cache_fits(ds, budget)
-            # No file: the cache lives in memory after the first full pass.
-            ds = ds.cache()
-        else:
-            ds = ds.cache(str(cache))
-
+    ds = _paid_once(dataset, preprocess, cache, tail)
     if shuffle:
         buffer = _shuffle_examples(ds, shuffle_buffer, budget)
         # Shuffle before repeat so epochs don't blur into each other, and after the cache so
@@ -451,37 +401,134 @@ def pipeline(
     if drop_remainder and not repeat:  # a count tf.data knows (not a filter's, -2)
         check_batch_fits("pipeline", batch_size, int(ds.cardinality()))
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    return _finish(ds, batch_map, parallel, deterministic, private_threads, budget, cpu_budget)
+    return _finish(ds, tail)
 
 
-def _finish(
-    ds: Any,
-    batch_map: Callable[..., Any] | None,
-    parallel: int,
-    deterministic: bool | None,
+def _refuse_what_tf_data_does_not_read(dataset: Any, loader: str, workers: int | str) -> None:
+    """A loader that is not tf.data's, worker processes (Grain's), or ArrayRecord files
+    (which Grain reads), each refused in one line saying what to pass instead."""
+    if loader != "tf_data":
+        raise ValueError(f"loader: 'tf_data' or 'grain', got {loader!r}")
+    if workers:
+        raise ValueError(
+            f"workers={workers!r}: worker processes are Grain's (loader='grain'); tf.data's "
+            "parallelism is num_parallel_calls"
+        )
+    from toolkit.data._array_record import ArrayRecords
+
+    if isinstance(dataset, ArrayRecords):
+        raise ValueError("dataset: ArrayRecord files are read by Grain: pass loader='grain'")
+
+
+def _checked_sizes(
+    batch_size: int,
+    num_parallel_calls: int | None,
     private_threads: int | None,
-    budget: int | None,
     cpu_budget: int | None,
+    ram_budget: int | str | None,
+) -> int | None:
+    """The RAM budget in bytes (None: tf.data's default), once every size given is checked:
+    a size that is not positive, or an unreadable one, is refused naming its argument."""
+    import tensorflow as tf
+
+    check_number(argument("pipeline", "batch_size"), batch_size, integer=True, least=1)
+    if batch_size is None:
+        raise ConfigError("pipeline: batch_size must be an integer >= 1, got None")
+    if num_parallel_calls not in (None, tf.data.AUTOTUNE) and num_parallel_calls < 1:
+        raise ValueError(f"num_parallel_calls: must be >= 1 or AUTOTUNE, got {num_parallel_calls}")
+    for name, value in (("private_threads", private_threads), ("cpu_budget", cpu_budget)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name}: must be >= 1, got {value}")
+    return parse_bytes(ram_budget, "ram_budget") if ram_budget is not None else None
+
+
+def _paid_once(
+    ds: Any, preprocess: Callable[..., Any] | None, cache: bool | str, tail: _Tail
 ) -> Any:
+    """The stages whose work is paid once, not every epoch: the deterministic per-example
+    map, then the cache (each warned about where it would not do what it is for)."""
+    _warn_if_generator(ds)
+    if preprocess is not None:
+        # Deterministic per-example work (decode, resize) in parallel, before the cache, so it
+        # is paid once, not every epoch.
+        ds = ds.map(preprocess, num_parallel_calls=tail.parallel, deterministic=tail.deterministic)
+    if cache:
+        ds = _cached(ds, cache, tail.budget)
+    return ds
+
+
+def _warn_if_generator(ds: Any) -> None:
+    """Warns (once) when `ds` reads a Python generator on one thread, where
+    :func:`toolkit.data.parallel_generator` would read shards in parallel."""
+    chain, inner_ops = dataset_ops(ds)
+    # from_generator is a flat_map whose function builds a GeneratorDataset. Inside another
+    # function (parallel_generator's interleave), it is not on this chain.
+    if any("FlatMap" in name for name in chain) and "GeneratorDataset" in inner_ops:
+        warn_once(
+            "from_generator",
+            "this dataset reads a Python generator with from_generator on one thread, one "
+            "element per Python call; toolkit.data.parallel_generator(factory, shards, "
+            "signature) reads shards in parallel and crosses into TensorFlow in chunks",
+            stacklevel=5,  # pipeline's caller, past _paid_once and this
+        )
+
+
+def _cached(ds: Any, cache: bool | str, budget: int | None) -> Any:
+    """`ds` cached in memory (`cache` True or ``"memory"``) or to the file `cache` names,
+    with a warning where a random map upstream would be frozen by it, or the examples would
+    not fit in memory."""
+    upstream = dataset_ops(ds)
+    if any(_is_random(op) for op in upstream[0] | upstream[1]):
+        warn_once(
+            "cache-after-random",
+            "cache() comes after a random map: the first epoch's random values would be "
+            "replayed every epoch, freezing the augmentation; pass the random map as "
+            "augment= (it runs after the cache) or do not cache",
+            stacklevel=5,  # pipeline's caller, past _paid_once and this
+        )
+    if cache is True or cache == "memory":
+        _check_cache_fits(ds, budget)
+        # No file: the cache lives in memory after the first full pass.
+        return ds.cache()
+    return ds.cache(str(cache))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tail:
+    """What the stages after batching take (:func:`_finish`), as the caller gave them: the
+    batch map, the maps' parallelism and order, the private thread pool, the RAM budget in
+    bytes and the cores the maps use (None: tf.data's defaults)."""
+
+    batch_map: Callable[..., Any] | None
+    parallel: int
+    deterministic: bool | None
+    private_threads: int | None
+    budget: int | None
+    cpu_budget: int | None
+
+
+def _finish(ds: Any, tail: _Tail) -> Any:
     """The stages after batching: batch_map, options, prefetch."""
     import tensorflow as tf
 
-    if batch_map is not None:
+    if tail.batch_map is not None:
         # Vectorized: one op over the whole batch instead of batch_size small ones.
-        ds = ds.map(batch_map, num_parallel_calls=parallel, deterministic=deterministic)
+        ds = ds.map(
+            tail.batch_map, num_parallel_calls=tail.parallel, deterministic=tail.deterministic
+        )
 
     from toolkit.data.sources import no_autotune_model
 
     options = no_autotune_model()
-    if deterministic is not None:
-        options.deterministic = deterministic
-    if private_threads is not None:
-        options.threading.private_threadpool_size = private_threads
-    if budget is not None:
-        options.autotune.ram_budget = budget
-    if cpu_budget is not None:
-        options.autotune.cpu_budget = cpu_budget
-        options.autotune.initial_parallelism = cpu_budget  # what AUTOTUNE maps start at
+    if tail.deterministic is not None:
+        options.deterministic = tail.deterministic
+    if tail.private_threads is not None:
+        options.threading.private_threadpool_size = tail.private_threads
+    if tail.budget is not None:
+        options.autotune.ram_budget = tail.budget
+    if tail.cpu_budget is not None:
+        options.autotune.cpu_budget = tail.cpu_budget
+        options.autotune.initial_parallelism = tail.cpu_budget  # what AUTOTUNE maps start at
     ds = ds.with_options(options)
     # Prefetch last: while the model trains on batch N, the pipeline prepares N+1.
     return ds.prefetch(tf.data.AUTOTUNE)
@@ -501,6 +548,27 @@ def _gathered_batches(
     (the identity without `shuffle`) cut into batches of indices; per batch, one gather."""
     import tensorflow as tf
 
+    n, data = _gatherable(arrays)
+    if drop_remainder and not repeat:
+        check_batch_fits("pipeline", batch_size, n)
+    epochs = _epoch_draws(shuffle, seed, repeat)
+    order = _index_order(n, shuffle)
+    if repeat:
+        ds = _endless_index_batches(epochs, order, batch_size)
+    else:
+        ds = _epoch_index_batches(epochs, order, n, batch_size, drop_remainder)
+
+    def gather(indices: Any) -> Any:
+        return tf.nest.map_structure(lambda t: tf.gather(t, indices), data)
+
+    return ds.map(gather, num_parallel_calls=parallel, deterministic=deterministic)
+
+
+def _gatherable(arrays: tuple[Any, ...]) -> tuple[int, Any]:
+    """``(examples, tensors)`` of ``(features, labels)`` arrays: the features alone where the
+    labels are None, each array a tensor once, so that a batch is one gather from it."""
+    import tensorflow as tf
+
     from toolkit.data.sources import array_examples
 
     if len(arrays) != 2:
@@ -512,18 +580,27 @@ def _gathered_batches(
     data = tf.nest.map_structure(
         tf.convert_to_tensor, features if labels is None else (features, labels)
     )
-    full, rest = divmod(n, batch_size)
-    last = 0 if drop_remainder else rest
-    if drop_remainder and not repeat:
-        check_batch_fits("pipeline", batch_size, n)
+    return n, data
+
+
+def _epoch_draws(shuffle: bool, seed: int | None, repeat: bool) -> Any:
+    """A dataset of one int64 per epoch, each epoch's shuffle seed (0s without `shuffle`):
+    endless with `repeat`, else the one epoch of this iteration."""
+    import tensorflow as tf
+
     if shuffle:
         # A new draw each time the dataset is iterated (each epoch Keras reads it anew),
         # the same sequence of draws for the same seed (paired with the global seed).
         epochs = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
     else:
         epochs = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
-    if not repeat:
-        epochs = epochs.take(1)
+    return epochs if repeat else epochs.take(1)
+
+
+def _index_order(n: int, shuffle: bool) -> Callable[[Any], Any]:
+    """The function from an epoch's draw to its order of the `n` indices: a stateless
+    shuffle seeded by the draw, or the indices in order."""
+    import tensorflow as tf
 
     def order(draw: Any) -> Any:
         indices = tf.range(n, dtype=tf.int64)
@@ -533,38 +610,49 @@ def _gathered_batches(
             indices, seed=tf.stack([draw, tf.constant(0, tf.int64)])
         )
 
-    if repeat:
-        # An endless stream, as repeat-then-batch gives: the examples left over at an epoch's
-        # end open the next epoch's first batch (no example is skipped, no batch is partial).
-        def cut(leftover: Any, draw: Any) -> Any:
-            stream = tf.concat([leftover, order(draw)], 0)
-            whole = tf.shape(stream, out_type=tf.int64)[0] // batch_size * batch_size
-            return stream[whole:], tf.reshape(stream[:whole], [-1, batch_size])
+    return order
 
-        ds = (
-            epochs.scan(tf.zeros([0], tf.int64), cut)
-            .flat_map(tf.data.Dataset.from_tensor_slices)
-            .apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
+
+def _endless_index_batches(epochs: Any, order: Callable[[Any], Any], batch_size: int) -> Any:
+    """Batches of indices, epoch after epoch without end, as repeat-then-batch gives: the
+    examples left over at an epoch's end open the next epoch's first batch (no example is
+    skipped, no batch is partial)."""
+    import tensorflow as tf
+
+    def cut(leftover: Any, draw: Any) -> Any:
+        stream = tf.concat([leftover, order(draw)], 0)
+        whole = tf.shape(stream, out_type=tf.int64)[0] // batch_size * batch_size
+        return stream[whole:], tf.reshape(stream[:whole], [-1, batch_size])
+
+    return (
+        epochs.scan(tf.zeros([0], tf.int64), cut)
+        .flat_map(tf.data.Dataset.from_tensor_slices)
+        .apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
+    )
+
+
+def _epoch_index_batches(
+    epochs: Any, order: Callable[[Any], Any], n: int, batch_size: int, drop_remainder: bool
+) -> Any:
+    """Batches of indices of one epoch of `n` examples: whole ones, then the rest unless
+    `drop_remainder`; the epoch's count of batches is said to tf.data."""
+    import tensorflow as tf
+
+    full, rest = divmod(n, batch_size)
+    last = 0 if drop_remainder else rest
+
+    def epoch(draw: Any) -> Any:
+        indices = order(draw)
+        batches = tf.data.Dataset.from_tensor_slices(
+            tf.reshape(indices[: full * batch_size], [full, batch_size])
         )
-    else:
+        if last:
+            tail = tf.data.Dataset.from_tensors(indices[full * batch_size :])
+            batches = batches.concatenate(tail)
+        return batches
 
-        def epoch(draw: Any) -> Any:
-            indices = order(draw)
-            batches = tf.data.Dataset.from_tensor_slices(
-                tf.reshape(indices[: full * batch_size], [full, batch_size])
-            )
-            if last:
-                tail = tf.data.Dataset.from_tensors(indices[full * batch_size :])
-                batches = batches.concatenate(tail)
-            return batches
-
-        per_epoch = full + (1 if last else 0)
-        ds = epochs.flat_map(epoch).apply(tf.data.experimental.assert_cardinality(per_epoch))
-
-    def gather(indices: Any) -> Any:
-        return tf.nest.map_structure(lambda t: tf.gather(t, indices), data)
-
-    return ds.map(gather, num_parallel_calls=parallel, deterministic=deterministic)
+    per_epoch = full + (1 if last else 0)
+    return epochs.flat_map(epoch).apply(tf.data.experimental.assert_cardinality(per_epoch))
 
 
 def _shuffle_examples(ds: Any, shuffle_buffer: int | str | None, budget: int | None) -> int:
@@ -607,4 +695,5 @@ def _check_cache_fits(ds: Any, budget: int | None) -> None:
             f"cache() in memory would hold {n:,} examples × {size:,} bytes = "
             f"{_human(n * size)}, more than the {_human(limit)} available; cache to a file "
             "(cache='/path/to/cache') or do not cache",
+            stacklevel=5,  # pipeline, as when it called this (now through _paid_once, _cached)
         )

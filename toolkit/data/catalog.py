@@ -326,43 +326,9 @@ def _check_image_header(image: str) -> None:
 
 
 def _folder(path: str, spec: ImageSpec, validation_fraction: float) -> Data:
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"--dataset=folder:{path}: no such directory")
-    try:
-        names = sources.class_names(path)
-    except ValueError as e:
-        raise ValueError(f"--dataset=folder:{path}: {str(e).removeprefix('root: ')}") from e
-    images = [
-        os.path.join(path, name, f)
-        for name in names
-        for f in sorted(os.listdir(os.path.join(path, name)))
-        if f.lower().endswith(sources.IMAGE_EXTENSIONS)
-    ]
-    for image in images:
-        _check_image_header(image)
+    names, images = _folder_images(path)
+    k, train_count = _folder_holdout(path, names, images, validation_fraction)
     files = len(images)
-    if files == 0:
-        raise ValueError(
-            f"--dataset=folder:{path}: no {'/'.join(sources.IMAGE_EXTENSIONS)} files in its "
-            "class sub-folders"
-        )
-    if len(names) < 2:
-        raise ValueError(
-            f"--dataset=folder:{path}: one class only ({names[0]}): a classifier learns "
-            "nothing from it; add a sub-folder per class"
-        )
-    k = max(2, round(1 / validation_fraction))
-    train_count = files - -(-files // k)  # every k-th image, from the first, is held out
-    if train_count < 1:
-        raise ValueError(
-            f"--dataset=folder:{path}: {files} image(s), all held out for validation (every "
-            f"{k}th): add images, or raise --validation_fraction's denominator"
-        )
-    empty = sorted(set(names) - {os.path.basename(os.path.dirname(p)) for p in images})
-    if empty:  # a class with no example: trained as one that never occurs, silently
-        kinds = "/".join(sources.IMAGE_EXTENSIONS)
-        raise ValueError(f"--dataset=folder:{path}: class folder(s) {', '.join(empty)} hold no "
-                         f"{kinds} files: add images or remove the folder(s)")  # fmt: skip
 
     def make(keep: bool) -> Callable[[], Any]:
         if not has_tensorflow():  # decoded with Pillow, a batch at a time
@@ -391,6 +357,59 @@ def _folder(path: str, spec: ImageSpec, validation_fraction: float) -> Data:
         ),
         examples=lambda training: _image_files(images, names, spec, k, training),
     )
+
+
+def _folder_images(path: str) -> tuple[list[str], list[str]]:
+    """``(class names, image paths)`` of the folder ``path/<class>/*``, each image's header
+    checked: a missing folder, a bad layout or a file that is no image fails here, named,
+    before training."""
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"--dataset=folder:{path}: no such directory")
+    try:
+        names = sources.class_names(path)
+    except ValueError as e:
+        raise ValueError(f"--dataset=folder:{path}: {str(e).removeprefix('root: ')}") from e
+    images = [
+        os.path.join(path, name, f)
+        for name in names
+        for f in sorted(os.listdir(os.path.join(path, name)))
+        if f.lower().endswith(sources.IMAGE_EXTENSIONS)
+    ]
+    for image in images:
+        _check_image_header(image)
+    return names, images
+
+
+def _folder_holdout(
+    path: str, names: list[str], images: list[str], validation_fraction: float
+) -> tuple[int, int]:
+    """``(k, training images)``: every k-th image is held out for validation. Refuses a
+    folder a classifier learns nothing from (no image, one class, a class with no image, no
+    image left to train on), each in one line saying what to change."""
+    files = len(images)
+    if files == 0:
+        raise ValueError(
+            f"--dataset=folder:{path}: no {'/'.join(sources.IMAGE_EXTENSIONS)} files in its "
+            "class sub-folders"
+        )
+    if len(names) < 2:
+        raise ValueError(
+            f"--dataset=folder:{path}: one class only ({names[0]}): a classifier learns "
+            "nothing from it; add a sub-folder per class"
+        )
+    k = max(2, round(1 / validation_fraction))
+    train_count = files - -(-files // k)  # every k-th image, from the first, is held out
+    if train_count < 1:
+        raise ValueError(
+            f"--dataset=folder:{path}: {files} image(s), all held out for validation (every "
+            f"{k}th): add images, or raise --validation_fraction's denominator"
+        )
+    empty = sorted(set(names) - {os.path.basename(os.path.dirname(p)) for p in images})
+    if empty:  # a class with no example: trained as one that never occurs, silently
+        kinds = "/".join(sources.IMAGE_EXTENSIONS)
+        raise ValueError(f"--dataset=folder:{path}: class folder(s) {', '.join(empty)} hold no "
+                         f"{kinds} files: add images or remove the folder(s)")  # fmt: skip
+    return k, train_count
 
 
 def _image_files(
