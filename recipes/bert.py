@@ -16,7 +16,8 @@ sequence lengths 64, 128 and 256, and throughput at batch 4, printed and written
 ``<report_dir>/<timestamp>/inference.{json,md}``::
 
     python -m recipes.bert --smoke
-    python -m recipes.bert --dataset=digits --seq_len=65 --vocab_size=32 --epochs=10
+    python -m recipes.bert --dataset=digits --seq_len=65 --vocab_size=32 \\
+        --epochs=10
     python -m recipes.bert --mode=inference
     python -m recipes.bert --mode=inference --layers=12 --hidden_size=768 \\
         --heads=12 --jit_compile

@@ -5,10 +5,12 @@ convolutional network has real spatial work to do; with the defaults it reaches 
 validation accuracy on 2 CPU cores in well under a minute::
 
     python -m recipes.cnn
-    python -m recipes.cnn --channels=3 --dataset=synthetic --batch_size=128 --jit_compile
+    python -m recipes.cnn --channels=3 --dataset=synthetic --batch_size=128 \\
+        --jit_compile
     python -m recipes.cnn --dataset=tfds:cifar10 --channels=3 \\
         --data_dir=~/tensorflow_datasets
-    python -m recipes.cnn --dataset=folder:/data/flowers --image_size=64 --channels=3
+    python -m recipes.cnn --dataset=folder:/data/flowers --image_size=64 \\
+        --channels=3
     python -m recipes.cnn --smoke
 """
 

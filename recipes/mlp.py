@@ -8,13 +8,14 @@ offline), prints the step-time summary, and writes the report to ``runs/<timesta
     python -m recipes.mlp
     python -m recipes.mlp --epochs=5 --batch_size=64 --steps_per_execution=8 \\
         --jit_compile
-    python -m recipes.mlp --profile_steps=10,15 --memory_watch --report_dir=/tmp/runs
+    python -m recipes.mlp --profile_steps=10,15 --memory_watch \\
+        --report_dir=/tmp/runs
     python -m recipes.mlp --device=cpu --precision=mixed_bfloat16 \\
         --distribution_strategy=mirrored
     python -m recipes.mlp --dataset=tfds:mnist --image_size=28 \\
         --data_dir=~/tensorflow_datasets
-    python -m recipes.mlp --use_synthetic_data   # input cost ~0: the step's upper bound
-    python -m recipes.mlp --smoke                # a few seconds, for tests
+    python -m recipes.mlp --use_synthetic_data  # input ~0: the step's bound
+    python -m recipes.mlp --smoke               # a few seconds, for tests
 """
 
 from __future__ import annotations

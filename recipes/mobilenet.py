@@ -5,8 +5,8 @@ achieved FLOP/s (and MFU) stay low even when the step is as fast as it gets: com
 with ResNet's. Defaults: the digits at 96×96 RGB (real, offline)::
 
     python -m recipes.mobilenet
-    python -m recipes.mobilenet --dataset=synthetic --image_size=224 --batch_size=64 \\
-        --train_steps=20 --alpha=1.0
+    python -m recipes.mobilenet --dataset=synthetic --image_size=224 \\
+        --batch_size=64 --train_steps=20 --alpha=1.0
     python -m recipes.mobilenet --dataset=folder:/data/flowers --image_size=160
     python -m recipes.mobilenet --smoke
 """

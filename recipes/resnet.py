@@ -7,10 +7,12 @@ of ``(depth - 2) / 6`` basic blocks with 16, 32 and 64 filters (stride 2 between
 the digits at 32×32 with grey repeated over RGB (real, offline); ``--dataset=synthetic``
 measures the model alone::
 
-    python -m recipes.resnet                                   # ResNet-20 on digits
-    python -m recipes.resnet --model=resnet56 --dataset=tfds:cifar10 --data_dir=~/tfds
-    python -m recipes.resnet --model=resnet50 --dataset=synthetic --batch_size=64 \\
-        --train_steps=20 --precision=mixed_bfloat16 --jit_compile
+    python -m recipes.resnet                   # ResNet-20 on digits
+    python -m recipes.resnet --model=resnet56 --dataset=tfds:cifar10 \\
+        --data_dir=~/tfds
+    python -m recipes.resnet --model=resnet50 --dataset=synthetic \\
+        --batch_size=64 --train_steps=20 --precision=mixed_bfloat16 \\
+        --jit_compile
     python -m recipes.resnet --smoke
 """
 

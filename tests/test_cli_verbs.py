@@ -1,6 +1,7 @@
 """The command line's verbs, one module each under ``toolkit/verbs/``: every module found there
 is registered in the parser and declares the verbs' interface, and neither the command line
-nor a verb branches on a verb's name. Read from the source and the parser; nothing runs."""
+nor a verb branches on a verb's name (read from the source and the parser); each verb's options
+are checked, in one line and status 2, before anything loads or runs."""
 
 from __future__ import annotations
 
@@ -103,3 +104,41 @@ def test_no_function_of_the_command_line_is_long(path):
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
     ]
     assert not long, "split into named phases:\n" + "\n".join(long)
+
+
+# ---------------------------------------------------------------------------- the verbs' options
+
+VERB_OPTIONS = [
+    ("compare a b --z=-1", "compare: --z must be a finite number > 0, got -1.0"),
+    ("compare a b --z=nan", "compare: --z must be a finite number > 0, got nan"),
+    (
+        "compare a b --min_rel=-0.1",
+        "compare: --min_rel must be a finite number >= 0 and <= 0.9, got -0.1",
+    ),
+    (
+        "compare a b --min_rel=1",
+        "compare: --min_rel must be a finite number >= 0 and <= 0.9, got 1.0",
+    ),
+    ("trace x --ops=-3", "trace: --ops must be an integer >= 0, got -3"),
+    ("placement --batch_size=0", "placement: --batch_size must be an integer >= 1, got 0"),
+    ("ops --repeats=0", "ops: --repeats must be an integer >= 1, got 0"),
+    ("ops --min_time=inf", "ops: --min_time must be a finite number > 0, got inf"),
+    ("preflight --precision=float8", "preflight: --precision must be one of float32, "),
+    ("data-service --dispatcher --port=70000", "data-service: --port must be an integer >= 0"),
+    ("data-service --dispatcher --host=", "data-service: --host must name this host"),
+    ("data-service --worker --dispatcher=notaurl",
+     "data-service: --dispatcher='notaurl': give the dispatcher as grpc://host:port"),
+    ("data-service --worker --dispatcher=grpc://h:99999",
+     "data-service: --dispatcher='grpc://h:99999': give the dispatcher as grpc://host:port"),
+]  # fmt: skip
+
+
+def test_the_verbs_options_are_checked_before_anything_loads(capsys):
+    """Each in one line naming the option, status 2, before anything runs."""
+    from toolkit.cli import main
+
+    for argv, words in VERB_OPTIONS:
+        assert main(argv.split()) == 2, argv
+        err = capsys.readouterr().err
+        assert err == f"error: {err[7:]}" and err.count("\n") == 1, err
+        assert err.startswith(f"error: {words}"), err

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import read_until, run_python
+from toolkit import app
 from toolkit.data import check_tfrecords, write_tfrecords
 
 RECIPE = [sys.executable, "-m", "recipes.mlp"]
@@ -503,3 +504,45 @@ def test_verbs_name_a_damaged_file_as_recipes_do_and_fail_with_1(tmp_path):
     assert out.returncode == 1, out.stderr[-2000:]
     assert f"cannot read {paths[1]} (corrupted record at" in _last(out)
     assert "Traceback" not in out.stderr
+
+
+def test_out_of_memory_is_one_line_naming_the_stage(tmp_path):
+    """Under an address-space limit, a model too big for it (a Dense kernel of 1024²×128
+    floats): one line saying out of memory and while doing what, no traceback."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+
+    out = _run(["--smoke", "--image_size=1024", f"--report_dir={tmp_path}"], preexec_fn=limit)
+    assert out.returncode == 1, out.stderr[-2000:]
+    # Where memory runs out first (building, or the first step) depends on the allocator.
+    assert _last(out).startswith("error: out of memory while "), _last(out)
+    assert "lower --batch_size" in _last(out) and "Traceback" not in out.stderr
+
+
+# ---------------------------------------------------------------------------- errors stand alone
+
+
+def test_errors_stand_alone_and_a_misspelled_recipe_lists_the_recipes(tmp_path):
+    """No framework chatter before the error line (TFDS's offline package index), no Keras
+    "ran out of data" warning on a folder dataset (its length is said), and a recipe name
+    that is not there lists the ones that are."""
+    out = _run([sys.executable, "-m", "recipes.mlpp", "--smoke"])
+    assert out.returncode == 2 and out.stderr == (
+        "error: python -m recipes.NAME: no recipe named 'mlpp'; the recipes are "
+        f"{', '.join(app.recipe_names())}\n"
+    )
+    out = _run(["--smoke", "--dataset=tfds:nosuch", f"--report_dir={tmp_path / 'runs'}"])
+    assert out.returncode == 1 and out.stderr.splitlines() == [
+        "mlp: loading TensorFlow and Keras (tensorflow), then data and model",
+        "error: --dataset=tfds:nosuch: unknown TFDS dataset; see `tfds.list_builders()` for names",
+    ], out.stderr[-2000:]
+    _images(tmp_path / "img", {"a": 11, "b": 12})
+    out = _run(
+        [sys.executable, "-W", "error::UserWarning", "-m", "recipes.cnn", "--epochs=2",
+         f"--dataset=folder:{tmp_path / 'img'}", "--image_size=8", "--channels=3",
+         "--batch_size=4", f"--report_dir={tmp_path / 'runs'}"]
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ran out of data" not in out.stderr and "Warning" not in out.stderr

@@ -1,8 +1,10 @@
 """Files read and written only where they should be (issue 58): a report's paths stay inside
 its run, the toolkit's temporary config directory is private, writing a file changes no
 process-wide state (the umask), processes sharing one cache keep every entry, a cache that
-cannot be written or an entry damaged by hand is a miss said in one line, and a report
-directory that is a symlink loop is refused before training. Real files, real threads and
+cannot be written or an entry damaged by hand is a miss said in one line, a report
+directory that is a symlink loop and a backup directory on a read-only filesystem are refused
+before training, the cache directory is one place wherever a program starts, and no compiled
+program is read from or written to a directory others can write. Real files, real threads and
 real processes throughout.
 """
 
@@ -18,7 +20,7 @@ import time
 
 import pytest
 
-from tests.test_faults import RECIPE, _last
+from tests.test_faults import RECIPE, _last, _run
 from tests.test_report import make_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -391,3 +393,100 @@ def test_a_symlink_loop_report_dir_is_refused_before_training(tmp_path):
     assert "symbolic link that leads nowhere" in _last(out)
     assert "Traceback" not in out.stderr and "== mlp" not in out.stdout
     assert "training stopped" not in out.stdout + out.stderr
+
+
+# ---------------------------------------------------------------------------- resources up front
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A real read-only filesystem (a tmpfs mounted ro), where this machine lets tests mount
+    one: a permission bit does not stop root."""
+    where = tmp_path / "read-only"
+    where.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=16k", "tmpfs", str(where)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here: {done.stderr.strip()[:200]}")
+    yield where
+    subprocess.run(["umount", str(where)], capture_output=True)
+
+
+def test_a_backup_dir_or_cache_that_cannot_be_written_is_said(tmp_path, read_only_dir):
+    """--backup_dir on a read-only filesystem: one line before anything trains (not an OSError
+    after the first epoch); a search whose cache cannot be written says its answer was not
+    kept."""
+    out = _run(["--smoke", f"--backup_dir={read_only_dir / 'backup'}",
+                f"--report_dir={tmp_path / 'runs'}"])  # fmt: skip
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert _last(out) == (
+        f"error: --backup_dir={read_only_dir / 'backup'}: cannot write there (Read-only file "
+        "system); choose a writable directory, or leave --backup_dir out"
+    )
+    assert "== mlp" not in out.stdout and not (tmp_path / "runs").exists()
+    # A read-only home: the cache under it cannot be written (said), and matplotlib's config
+    # directory cannot be made there (its two warning lines held back).
+    env = {k: v for k, v in os.environ.items() if k not in ("TOOLKIT_CACHE_DIR", "MPLCONFIGDIR")}
+    tune = subprocess.run(
+        [sys.executable, "-m", "toolkit", "tune", "--recipe", "mlp", "--tune_budget=1"],
+        capture_output=True, text=True, timeout=900,  # with a pick's fresh check (≤ 5 rounds)
+        env={**env, "HOME": str(read_only_dir), "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )  # fmt: skip
+    assert tune.returncode == 0, tune.stderr[-2000:]
+    cache = read_only_dir / ".cache" / "keras-perf-toolkit" / "tune.json"
+    assert f"tune: not cached: cannot write {cache} (set TOOLKIT_CACHE_DIR)" in tune.stderr
+    assert "Traceback" not in tune.stderr and "Matplotlib" not in tune.stderr
+
+
+# ------------------------------------------------------------------------------- compile caches
+
+
+def test_a_compile_cache_others_can_write_is_not_used(tmp_path, monkeypatch):
+    """A compiled program read from the cache runs here: a cache directory others can write
+    is refused in one line, and nothing is compiled into it."""
+    from toolkit import backend
+
+    shared = tmp_path / "shared"
+    (shared / "compiled").mkdir(parents=True)
+    for d in (shared, shared / "compiled"):
+        d.chmod(0o777)
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(shared))
+    said = backend.use_compile_cache()
+    assert said.startswith(f"compile cache: not used: {shared} is not a directory of this")
+    assert not any(p.is_file() for p in shared.rglob("*"))
+
+
+def test_the_cache_directory_is_one_place_wherever_a_program_starts(tmp_path, monkeypatch):
+    from toolkit.core import machine
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", "~/kpt")
+    assert machine.cache_dir() == str(tmp_path / "kpt")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", "rel")
+    assert machine.cache_dir() == str(tmp_path / "rel")
+
+
+def test_torch_compiles_into_no_directory_someone_else_made(tmp_path, monkeypatch):
+    """Inductor's default cache, ``$TMPDIR/torchinductor_<user>``, planted world-writable by
+    someone else, is not where torch.compile's code goes: a private directory is."""
+    import getpass
+    import tempfile
+
+    pytest.importorskip("torch")
+    from toolkit.backend import get
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    planted = tmp_path / f"torchinductor_{getpass.getuser()}"
+    planted.mkdir()
+    planted.chmod(0o777)
+    where = get("torch").private_caches()
+    assert where is not None and os.environ["TORCHINDUCTOR_CACHE_DIR"] == where
+    assert os.path.basename(where).startswith("toolkit-torchinductor-")
+    assert os.stat(where).st_mode & 0o077 == 0
+    planted.chmod(0o700)  # this user's own, private: torch's default name, kept
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    assert get("torch").private_caches() == str(planted)

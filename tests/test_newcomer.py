@@ -1,11 +1,12 @@
 """A newcomer's first hour: --help on recipes and verbs, --version, the console script's name,
-one flag style, a closed pipe, progress that stays out of logs, and a package that says what it
-is. Real processes where the user would run one."""
+one flag style, a closed pipe or stdout, an ASCII terminal, progress that stays out of logs, and
+a package that says what it is. Real processes where the user would run one."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import json
 import logging
 import os
 import pathlib
@@ -16,6 +17,7 @@ import sys
 import pytest
 from absl import flags
 
+from tests.test_faults import RECIPE, _report, _run
 from toolkit import _argv, app
 from toolkit.core import progress
 from toolkit.runner import flags as tk_flags
@@ -467,3 +469,42 @@ def test_every_verb_says_first_what_it_is_doing(tmp_path):
     for verb in VERBS:
         assert first[verb.name].startswith(f"{verb.name}: {verb.help}"), first
         assert ("loading TensorFlow and Keras first" in first[verb.name]) == verb.loads_tensorflow
+
+
+# --------------------------------------------------------------------- closed and ascii streams
+
+SMOKE = ["--smoke", "--epochs=1"]
+
+
+def test_a_closed_stdout_ends_with_141_and_the_report_written(tmp_path):
+    out = subprocess.run(
+        [*RECIPE, *SMOKE, f"--report_dir={tmp_path}"],
+        stderr=subprocess.PIPE, text=True, timeout=300, preexec_fn=lambda: os.close(1),
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )  # fmt: skip
+    assert out.returncode == 141, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+    run_dir, report = _report(tmp_path)
+    assert report["status"] == "complete"
+    # Nothing printed landed in a file the run opened on descriptor 1 or 2.
+    assert json.loads((run_dir / "report.json").read_text())["status"] == "complete"
+
+
+def test_a_closed_stdout_keeps_a_bad_command_lines_status(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "toolkit", "show", str(tmp_path / "none")],
+        stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=lambda: os.close(1),
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("error: ") and "Traceback" not in out.stderr
+
+
+def test_an_ascii_terminal_gets_the_summary_spelled_in_ascii(tmp_path):
+    env = {"PYTHONIOENCODING": "ascii"}
+    out = _run([*SMOKE, f"--report_dir={tmp_path}"], env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "MFLOP/step" in out.stdout and "x" in out.stdout
+    run_dir, _ = _report(tmp_path)
+    shown = _run([sys.executable, "-m", "toolkit", "show", str(run_dir)], env=env)
+    assert shown.returncode == 0, shown.stderr  # a sound report, not a bad one
+    assert "×" not in shown.stdout and "steps run" in shown.stdout

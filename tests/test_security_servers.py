@@ -24,6 +24,7 @@ import time
 import pytest
 
 from tests.helpers import cluster_backend_missing, free_ports, read_until
+from tests.test_faults import _run
 
 
 def _other_address() -> str:
@@ -211,3 +212,20 @@ def test_the_coordinator_listens_where_worker_0_is_named(name):
         assert not _connects(other, port)
     finally:
         _stop([proc])
+
+
+def test_a_data_service_port_in_use_is_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = _run([sys.executable, "-m", "toolkit", "data-service", "--dispatcher",
+                    f"--port={port}", "--all_interfaces"], timeout=120)  # fmt: skip
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"error: data-service: --port={port}: could not listen there (in use by another "
+        "process?): choose another port, or 0 for any free one"
+    )
+    assert len(out.stderr.strip().splitlines()) <= 2  # its stage line, then the error

@@ -1,8 +1,10 @@
 """Signals and child processes (issue 58), as a user meets them: every signal that ends a
 program gets its partial report and one line; a child dies with its parent, whatever ended the
 parent, and leaves no temporary file; a report is not cut by a second Ctrl-C; Ctrl-C while a
-Grain pipeline's worker processes start ends the program at once. Real processes, real
-signals, real files; each signal is sent when a line says the process is there (no sleeps).
+Grain pipeline's worker processes start ends the program at once; the interrupt handler holds
+a signal while the frameworks load and never drops one, and an interrupt at any moment of a run
+is one line and its status. Real processes, real signals, real files; each signal is sent when
+a line says the process is there (no sleeps).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import time
 
 import pytest
 
-from tests.helpers import read_until
-from tests.test_faults import _report
+from tests.helpers import read_until, run_python
+from tests.test_faults import RECIPE, _report
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -281,3 +283,103 @@ def test_ctrl_c_while_grain_workers_start_ends_the_program_with_no_process_left(
     assert proc.returncode in (130, -signal.SIGINT), stderr[-2000:]
     assert "KeyboardInterrupt" in stderr  # a plain script: Python's own end on Ctrl-C
     assert _until(lambda: not _in_session(proc.pid), 60), _in_session(proc.pid)
+
+
+# ----------------------------------------------------------- interrupts, held and at any moment
+
+INTERRUPTS = r"""
+import gc, os, signal
+from toolkit.core import interrupts
+interrupts.install()
+said = []
+def run(name, fn):
+    try:
+        fn()
+        said.append(f"{name}: ran through")
+    except KeyboardInterrupt as e:
+        said.append(f"{name}: {type(e).__name__}")
+
+def held_block():  # a signal inside waits for the block's end
+    with interrupts.held():
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(100000))
+        said.append("held: the block finished")
+run("held", held_block)
+
+def twice():  # a second signal is not held
+    with interrupts.held():
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(100000))
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(100000))
+        said.append("twice: not stopped")
+run("twice", twice)
+
+def in_gc():  # raised in a gc callback, Python drops it: check() raises it after
+    def cb(phase, info):
+        if phase == "start":
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(100000))
+    gc.callbacks.append(cb)
+    try:
+        gc.collect()
+    finally:
+        gc.callbacks.remove(cb)
+    said.append("gc: went on")
+    interrupts.check()
+run("gc", in_gc)
+run("caught, not again", interrupts.check)
+print("|".join(said))
+"""
+
+
+def test_a_signal_is_held_while_the_frameworks_load_and_never_dropped():
+    """The handler every program installs first: a signal in a held block (the frameworks'
+    import, a report being written) is raised when it ends, a second one at once; one that
+    Python would drop (raised in a garbage-collector callback) is raised by the next check()."""
+    out = run_python(INTERRUPTS)
+    assert out.returncode == 0 and out.stderr == "", out.stderr[-2000:]
+    assert out.stdout.strip().split("|") == [
+        "held: the block finished", "held: KeyboardInterrupt", "twice: KeyboardInterrupt",
+        "gc: went on", "gc: TrainingInterrupted", "caught, not again: ran through",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "signum", "stream", "line", "status", "words"),
+    [  # the frameworks loading: no half-imported module's traceback, the interrupt not lost
+        (RECIPE, signal.SIGINT, "stderr", "mlp: loading", 130, "no report was written"),
+        ([sys.executable, "-m", "toolkit", "doctor"], signal.SIGTERM, "stderr", "diagnose:",
+         143, "doctor stopped before it finished"),
+        # the run over, its summary printed: said after it, with where the report is
+        (RECIPE, signal.SIGINT, "stdout", "== mlp: complete", 130,
+         "the run had ended: its report is in"),
+    ],
+)  # fmt: skip
+def test_an_interrupt_at_any_moment_is_one_line_and_its_status(
+    tmp_path, argv, signum, stream, line, status, words
+):
+    """Real signals at moments of a real process's life, each sent when a line says the
+    process is there (no sleeps): exit 130 or 143, one line, no traceback."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+    extra = ["--smoke", f"--report_dir={tmp_path}"] if argv == RECIPE else ["--recipe=mlp"]
+    proc = subprocess.Popen(
+        [*argv, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        seen, said = read_until(proc, line, timeout=300, stream=stream)
+        assert seen and proc.poll() is None, f"no {line!r} in 300 s:\n{said[-2000:]}"
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr
+    if "report is in" in words:  # the run is over: its report stands, whenever the signal came
+        _, data = _report(tmp_path)
+        assert data["status"] == "complete"
+        if proc.returncode == -signum:  # it came after the last exit hook, as Python tore
+            return  # down: killed by it, which a shell shows as 128 + signum (nothing left)
+    assert proc.returncode == status, stderr[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"interrupted by {signal.Signals(signum).name}: {words}"), last

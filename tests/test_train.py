@@ -1,13 +1,17 @@
-"""toolkit.runner.train: config validation, and real runs of the one runner on a tiny task."""
+"""toolkit.runner.train: config validation, and real runs of the one runner on a tiny task; a
+run that timed nothing (``untimed``, exit 3) and weights files that are none, as a user meets
+them."""
 
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.test_faults import _last, _report, _run
 from toolkit.report import RunReport
 from toolkit.runner import train
 from toolkit.runner.config import SMOKE_STEPS, ConfigError, TrainConfig
@@ -298,3 +302,37 @@ def test_the_report_accounts_for_the_whole_fit_call(tmp_path, keras):
     )
     assert "run ledger (fit call " in report.summary()
     assert RunReport.load(tmp_path / os.listdir(tmp_path)[0]) == report
+
+
+# -------------------------------------------------------------- untimed runs, bad weights files
+
+SMOKE = ["--smoke", "--epochs=1"]
+
+
+def test_a_run_that_timed_nothing_is_untimed_and_no_gate_passes_on_it(tmp_path):
+    """Every step a first call or warm-up: the run is `untimed` (exit 3, one line), not
+    `complete`; compare --fail_on_slower against it cannot tell, and fails."""
+    out = _run(["--epochs=1", "--train_steps=30", "--warmup_steps=1000",
+                f"--report_dir={tmp_path}"])  # fmt: skip
+    assert out.returncode == 3, out.stderr[-2000:]
+    last = _last(out)
+    assert last.startswith("error: NoTimedSteps: all 30 step(s) were the first call, the 1000")
+    assert "lower --warmup_steps" in last and "Traceback" not in out.stderr
+    run_dir, data = _report(tmp_path)
+    assert data["status"] == "untimed" and f"the report is in {run_dir}" in last
+    gate = _run([sys.executable, "-m", "toolkit", "compare", "--fail_on_slower",
+                 str(run_dir), str(run_dir)])  # fmt: skip
+    assert gate.returncode == 1 and "verdict: unknown" in gate.stdout, gate.stderr
+    assert _last(gate).startswith("compare: cannot tell whether B is slower")
+    plain = _run([sys.executable, "-m", "toolkit", "compare", str(run_dir), str(run_dir)])
+    assert plain.returncode == 0 and "B is an untimed run (NoTimedSteps" in plain.stdout
+
+
+@pytest.mark.parametrize("content", [b"", os.urandom(4096)], ids=["empty", "random"])
+def test_init_weights_that_are_not_hdf5_are_not_blamed_on_another_model(tmp_path, content):
+    weights = tmp_path / "start.weights.h5"
+    weights.write_bytes(content)
+    out = _run([*SMOKE, f"--init_weights={weights}", f"--report_dir={tmp_path / 'r'}"])
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert "it is not a Keras weights file" in _last(out)
+    assert "another model" not in _last(out)

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+from tests.test_faults import _last, _run
 from toolkit.bench import frameworks
 
 
@@ -32,6 +33,7 @@ def test_table_on_tiny_sizes_writes_every_view(tmp_path):
     assert header.split()[:4] == ["op", "eager", "graph", "xla"], proc.stdout
     assert all(m in header.split() for m in others), header
     assert re.search(r"^Gather +\d", proc.stdout, re.M) and "|" not in proc.stdout
+    assert max(map(len, proc.stdout.splitlines())) <= 120 and "`" not in proc.stdout  # a log
     assert "ratios: A/B = ms of B ÷ ms of A" in proc.stdout
     assert f"whole table: {out / 'ops.md'}" in proc.stdout
     # ...and the whole table, every shape, in ops.md (Markdown)
@@ -58,6 +60,7 @@ def test_fusion_demo_on_tiny_sizes(tmp_path):
         proc.stdout
     )
     assert "conv2d + bias + relu" in proc.stdout
+    assert max(map(len, proc.stdout.splitlines())) <= 120  # folded at spaces, in a log too
     record = json.loads((out / "fusion.json").read_text())
     assert record["schema"] == "toolkit.fusion/1" and len(record["demos"]) == 2
     assert (out / "fusion.md").exists()
@@ -74,3 +77,18 @@ def test_bad_choices_are_one_line_errors(tmp_path):
         assert proc.returncode == 2, (args, proc.stderr)
         assert proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr
     assert not (tmp_path / "x").exists()  # nothing written for a bad request
+
+
+def test_ops_out_that_is_a_file_is_refused_before_anything_is_measured(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    out = _run(
+        [sys.executable, "-m", "toolkit", "ops", "--size", "tiny", "--ops", "matmul",
+         "--modes", "eager", "--device", "cpu", f"--out={afile}"],
+        timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert _last(out) == (
+        f"error: ops: --out={afile}: it is not a directory; give a directory to write the table in"
+    )
+    assert afile.read_text() == "mine\n"

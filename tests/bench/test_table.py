@@ -176,3 +176,17 @@ def test_framework_columns_compare_like_with_like():
     ]
     only = OpTable(results=[], columns=["cpu_eager", "cpu_xla", "cpu_torch_compile"])
     assert only.speedup_pairs() == [("cpu_xla", "cpu_eager"), ("cpu_torch_compile", "cpu_xla")]
+
+
+def test_the_terminal_screen_fits_120_columns_in_a_log_and_on_a_wide_terminal():
+    """What ``ops`` prints, with two devices' columns: the settings without Markdown, every line
+    at most 120 columns in a log (no width) and on a 300-column terminal (the table in parts),
+    at most 80 on an 80-column one."""
+    table = _table(devices=("cpu", "cuda"))
+    for columns, widest in ((None, 120), (300, 120), (80, 80)):
+        shown = table.to_terminal(columns)
+        lines = shown.splitlines()
+        assert max(map(len, lines)) <= widest, (columns, shown)
+        assert "`" not in shown and lines[0] == "ms per call, each op averaged over its shapes"
+        assert lines[1].startswith("size preset full, float32, median of 3 timed loops")
+    assert "cuda_xla/" in table.to_terminal(None)  # the cross-device ratios, in a part below

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import run_python
+from tests.test_faults import _last, _run
 from toolkit import app
 from toolkit.runner import flags as tk_flags
 
@@ -251,3 +252,9 @@ print(tk_flags.own_flags("__main__"), flags.FLAGS["units"].default, flags.FLAGS[
     assert lines[1].startswith("__main__.no_default(units): every parameter needs a default")
     assert lines[2].startswith("define_task_flags(__main__.ok, dataset=...): not a run setting")
     assert lines[3] == "['units'] 3 2"
+
+
+def test_a_recipes_own_bound_on_a_flag_exits_2():
+    out = _run([sys.executable, "-m", "recipes.mobilenet", "--image_size=8", "--smoke"])
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert _last(out) == "error: --image_size: MobileNetV2 needs >= 32, got 8"

@@ -44,6 +44,8 @@ BASELINE = {
     "torch_compile": "torch_eager",
 }
 NOISY_PCT = 10.0
+# The widest ``ops`` prints, on a wider terminal and in a log alike (its table comes in parts).
+SCREEN_COLUMNS = 120
 MAX_LISTED = 12
 SPEEDUP_LEGEND = "`A/B` = ms of B ÷ ms of A (1.09× means A is 9% faster, 0.50× half as fast)"
 FILES = {
@@ -369,12 +371,14 @@ class OpTable:
         return "\n".join(out) + "\n"
 
     def to_terminal(self, columns: int | None = None) -> str:
-        """What ``ops`` prints: the settings in a line or two, the per-op average table (the
+        """What ``ops`` prints: the settings in a few lines, the per-op average table (the
         whole table is ``ops.md``), how to read its ratio columns, and how many cells were
-        n/a or noisy; as wide as the terminal (`columns`, default its width)."""
+        n/a or noisy; as wide as the terminal (`columns`, default its width) and never wider
+        than :data:`SCREEN_COLUMNS`, in a log too: a wider table comes in parts."""
         from toolkit.core import terminal
 
         columns = columns if columns is not None else terminal.width()
+        columns = min(columns or SCREEN_COLUMNS, SCREEN_COLUMNS)
         devices = {c.split("_", 1)[0] for c in self.columns}
 
         def short(column: str) -> str:  # one device: its name is in the line above
@@ -386,9 +390,10 @@ class OpTable:
         rows = [[op, *map(format_ms, ms), *map(format_speedup, pct)] for op, ms, pct in average]
         right = range(1, len(times) + len(ratios))
         shown = terminal.table([*times, *ratios], rows, columns=columns, right=right)
+        described = [line.replace("`", "") for line in self._describe()[:2]]  # no Markdown
         said = [
-            "ms per call, each op averaged over its shapes; " + self._describe()[0],
-            *self._describe()[1:2],
+            "ms per call, each op averaged over its shapes",
+            *described,
             shown,
             "ratios: " + SPEEDUP_LEGEND.replace("`", ""),
         ]

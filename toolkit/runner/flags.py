@@ -22,6 +22,7 @@ import dataclasses
 import inspect
 import math
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -51,6 +52,9 @@ __all__ = [
     "define_flag",
     "define_task_flags",
 ]
+
+# A recipe's --help is at most this wide (narrower on a narrower terminal).
+HELP_WIDTH = 80
 
 # The shortest search (--tune_budget, tune(budget_s=)): the defaults alone take about that.
 MIN_TUNE_BUDGET_S = 1.0
@@ -474,12 +478,13 @@ def help_text(
     title: str = "this recipe's flags",
     width: int | None = None,
 ) -> str:
-    """A recipe's ``--help``: usage, its docstring, its own flags, then the shared ones in
-    :data:`FLAG_GROUPS`, each flag with its default and help, wrapped to the terminal."""
-    width = width or min(100, shutil.get_terminal_size((100, 24)).columns)
+    """A recipe's ``--help``: usage, its docstring in plain text, its own flags, then the shared
+    ones in :data:`FLAG_GROUPS`, each flag with its default and help, wrapped to the terminal
+    (at most :data:`HELP_WIDTH` columns)."""
+    width = width or min(HELP_WIDTH, shutil.get_terminal_size((HELP_WIDTH, 24)).columns)
     out = [f"usage: {program} [--flag=value ...]", ""]
     if doc:
-        out += [textwrap.dedent(doc).strip(), ""]
+        out += [plain_text(doc, width), ""]
 
     def section(name: str, names: Sequence[str]) -> None:
         present = [flag_values[n] for n in names if n in flag_values]
@@ -501,12 +506,34 @@ def help_text(
     section(title, own)
     for name, names in FLAG_GROUPS:
         section(name, [n for n in names if n not in own])
-    out.append(
+    out += textwrap.wrap(
         "Old spellings still accepted: "
         + ", ".join(f"--{old} (now --{new})" for old, new in DEPRECATED_FLAGS.items())
-        + ". --helpfull lists absl's own flags too."
+        + ". --helpfull lists absl's own flags too.",
+        width=width,
+        break_on_hyphens=False,
     )
     return "\n".join(out).rstrip() + "\n"
+
+
+def plain_text(doc: str, width: int = HELP_WIDTH) -> str:
+    """A docstring as a user reads it: reStructuredText's literals (````x````) and roles
+    (``:func:`x```) as plain words, a paragraph's closing ``::`` as ``:``, each prose paragraph
+    refilled to ``width`` columns; indented blocks (the examples) stay as written."""
+    paragraphs = re.split(r"\n[ \t]*\n", inspect.cleandoc(doc))
+    out = []
+    for paragraph in paragraphs:
+        paragraph = _ROLE.sub(r"\1", paragraph).replace("``", "")
+        if paragraph[:1].isspace():  # an example: as written, its lines kept
+            out.append(paragraph.rstrip())
+            continue
+        words = " ".join(paragraph.split())
+        words = words[:-1] if words.endswith("::") else words
+        out.append("\n".join(textwrap.wrap(words, width=width, break_on_hyphens=False)))
+    return "\n\n".join(out)
+
+
+_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
 
 
 # ---------------------------------------------------------------------------- read before parsing

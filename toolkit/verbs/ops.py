@@ -90,7 +90,7 @@ def _table(args: argparse.Namespace, found: list[Any], timing: dict[str, Any], o
     """The op table: every op in every mode on every device in `found`, written under `out`."""
     from toolkit.bench import frameworks
     from toolkit.bench.measure import DEFAULT_MODES, MODES, benchmark, select_modes
-    from toolkit.core import progress
+    from toolkit.core import progress, terminal
 
     # Default: TensorFlow's modes, and JAX's jit and PyTorch eager where they are installed.
     default = [m for m in DEFAULT_MODES if m in MODES or not frameworks.missing(m)]
@@ -111,8 +111,18 @@ def _table(args: argparse.Namespace, found: list[Any], timing: dict[str, Any], o
     if paths is None:
         return 1
     written = [os.path.basename(paths[k]) for k in ("csv", "json", "png") if k in paths]
-    print(f"whole table: {paths['markdown']} (beside it: {', '.join(written)})")
+    said = f"whole table: {paths['markdown']} (beside it: {', '.join(written)})"
+    print(terminal.fit(said, _columns()))  # as wide as the table above, at most
     return 0
+
+
+def _columns() -> int:
+    """The width ``ops`` prints to: the terminal's, in a log too never over the table's
+    :data:`~toolkit.bench.table.SCREEN_COLUMNS` (120)."""
+    from toolkit.bench.table import SCREEN_COLUMNS
+    from toolkit.core import terminal
+
+    return min(terminal.width() or SCREEN_COLUMNS, SCREEN_COLUMNS)
 
 
 def _written(write: Any, out: str) -> dict[str, str] | None:
@@ -133,6 +143,7 @@ def _fusion(args: argparse.Namespace, found: list[Any], timing: dict[str, Any], 
     `out`, with each device's measured matmul peak for scale."""
     from toolkit.bench import fusion
     from toolkit.bench.measure import MODES, select_modes
+    from toolkit.core import terminal
     from toolkit.core.stats import format_flops
     from toolkit.profiling.flops import matmul_peak
 
@@ -146,17 +157,19 @@ def _fusion(args: argparse.Namespace, found: list[Any], timing: dict[str, Any], 
             args.size, device=device, dtype=args.dtype, modes=modes, **timing
         )
     ]
+    columns = _columns()  # each line folded at spaces to fit, a table row never cut
     for demo in demos:
-        print(demo.render() + "\n")
+        print(terminal.fit(demo.render(), columns) + "\n")
     for device in found:
         peak = matmul_peak(device, args.dtype)
-        print(
+        said = (
             f"for scale: {device.kind}:{device.index}'s measured {args.dtype} matmul peak is "
-            f"{format_flops(peak['flops_per_s'], per_second=True)} ({peak['source']})"
+            f"{format_flops(peak.flops_per_s, per_second=True)} ({peak.source})"
         )
+        print(terminal.fit(said, columns))
     settings = {"size": args.size, "dtype": args.dtype, **timing}
     paths = _written(lambda: fusion.write(demos, out, settings), out)
     if paths is None:
         return 1
-    print(f"written: {paths['markdown']}, {paths['json']}")
+    print(terminal.fit(f"written: {paths['markdown']}, {paths['json']}", columns))
     return 0
