@@ -36,7 +36,7 @@ def main() -> None:
     rounds = [
         fusion_demos(device=device, repeats=5, min_time_s=args.min_time) for _ in range(args.rounds)
     ]
-    peak = matmul_peak(device, "float32")["flops_per_s"]
+    peak = matmul_peak(device, "float32").flops_per_s
     print(
         f"# tf {tf.__version__}, {device.kind}:{device.index} {device.human_name}, float32; "
         f"medians of {args.rounds} interleaved rounds; matmul peak {format_flops(peak, True)}"

@@ -33,6 +33,7 @@ from toolkit.core._device_types import (
     PreflightContext,
     host_cpu,
 )
+from toolkit.core.stats import MatmulRun
 
 __all__ = list(SEAM)
 
@@ -183,7 +184,7 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
 
 def measure_matmul_peak(
     device: Any, dtype: str = "float32", size: int = 256, seconds: float = 0.05
-) -> dict[str, Any]:
+) -> MatmulRun:
     import numpy as np
 
     a = np.ones((size, size), dtype=dtype)
@@ -195,7 +196,7 @@ def measure_matmul_peak(
             x = (x @ a) * (1.0 / size)
         return time.perf_counter() - start
 
-    return {**calibrated_peak(timed, size, seconds), "device": str(device), "dtype": dtype}
+    return calibrated_peak(timed, size, seconds)
 
 
 def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:

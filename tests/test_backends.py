@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.test_faults import RECIPE, _last, _run
 from toolkit import app, backend
 from toolkit.runner.config import ConfigError, TrainConfig
 
@@ -222,7 +223,7 @@ def test_a_fourth_backend_is_its_module_and_one_registry_line(fourth, keras):
     assert codes == {"fake-jit"}
     assert compatibility.apple_gpu_paths()["fake"][0] == "broken"
     peak = fake_backend.measure_matmul_peak(devices.framework_device(found[1], "fake"))
-    assert peak["flops_per_s"] > 0
+    assert peak.flops_per_s > 0
     # the config and the command line take it; the advice is the seam's
     with pytest.raises(ConfigError, match="--backend=fake: Keras trains on tensorflow"):
         TrainConfig(backend="fake").validate()
@@ -383,3 +384,17 @@ def test_the_accelerator_benchmark_runs_without_tensorflow(no_tensorflow, tmp_pa
     record = json.loads((tmp_path / "accelerator.json").read_text())
     assert set(record["torch"]) == {"devices", "cnn", "resnet50", "seed_mlp"}
     assert os.path.exists(record["torch"]["resnet50"]["report"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[*RECIPE, "--smoke"], [sys.executable, "-m", "toolkit", "devices"]],
+    ids=["recipe", "verb"],
+)
+def test_a_nonsense_keras_backend_is_one_line_and_status_2(args):
+    out = _run(args, env={"KERAS_BACKEND": "nonsense"}, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert _last(out) == (
+        "error: KERAS_BACKEND=nonsense: use one of tensorflow, jax, torch, or give --backend"
+    )
+    assert "Traceback" not in out.stderr

@@ -70,8 +70,8 @@ def test_matmul_peak_is_measured_once_then_read_from_the_cache(tmp_path, monkeyp
     monkeypatch.setenv(machine.CACHE_ENV, str(tmp_path))
     cpu = devices.select("cpu")
     first = flops.matmul_peak(cpu, "float32")
-    assert first["source"] == "measured" and first["flops_per_s"] > 1e8
-    assert first["runs"] == 7 and first["spread_pct"] >= 0  # the best of 7, and their spread
+    assert first.source == "measured" and first.flops_per_s > 1e8
+    assert first.runs == 7 and first.spread_pct >= 0  # the best of 7, and their spread
 
     def cached_spread(spread: float) -> None:  # as if the stored runs were that far apart
         stored = json.loads((tmp_path / flops.PEAK_FILE).read_text())
@@ -82,23 +82,23 @@ def test_matmul_peak_is_measured_once_then_read_from_the_cache(tmp_path, monkeyp
     for steady in (2.0, 20.0):  # within 25 %: the machine's, read from the cache for good
         cached_spread(steady)
         again = flops.matmul_peak(cpu, "float32")
-        assert again["source"] == "cache" and again["flops_per_s"] == first["flops_per_s"]
+        assert again.source == "cache" and again.flops_per_s == first.flops_per_s
     for measurement in (2, 3):  # measured on a busy machine: measured again, the higher kept
         cached_spread(40.0)
         fresh = flops.matmul_peak(cpu, "float32")
-        assert fresh["source"] == "measured" and fresh["flops_per_s"] >= first["flops_per_s"]
-        assert fresh["measurements"] == measurement
+        assert fresh.source == "measured" and fresh.flops_per_s >= first.flops_per_s
+        assert fresh.measurements == measurement
     cached_spread(40.0)  # three tries: a machine that is never quiet reads its cache
-    assert flops.matmul_peak(cpu, "float32")["source"] == "cache"
+    assert flops.matmul_peak(cpu, "float32").source == "cache"
     stored = json.loads((tmp_path / flops.PEAK_FILE).read_text())
     (key,) = stored
     facts = stored[key]["facts"]
-    assert first["key"] == key and facts["dtype"] == "float32" and facts["tensorflow"]
+    assert first.key == key and facts["dtype"] == "float32" and facts["tensorflow"]
     # Another TF version is another key: the cached number is not reused for it.
     import tensorflow as tf
 
     monkeypatch.setattr(tf, "__version__", "0.0-other")
-    assert flops.matmul_peak(cpu, "float32")["source"] == "measured"
+    assert flops.matmul_peak(cpu, "float32").source == "measured"
     assert len(json.loads((tmp_path / flops.PEAK_FILE).read_text())) == 2
 
 
@@ -109,7 +109,7 @@ def test_an_unwritable_cache_still_returns_the_peak(tmp_path, monkeypatch):
     blocked.write_text("not a directory")
     monkeypatch.setenv(machine.CACHE_ENV, str(blocked / "sub"))
     peak = flops.matmul_peak(devices.select("cpu"), "float32")
-    assert peak["source"] == "measured" and not os.path.exists(blocked / "sub")
+    assert peak.source == "measured" and not os.path.exists(blocked / "sub")
 
 
 def test_a_peak_left_pending_before_fit_is_measured_after_it(tmp_path, monkeypatch, keras):

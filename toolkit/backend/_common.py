@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from toolkit.core.events import FUSED_STEPS_ATTR
+from toolkit.core.stats import MatmulRun
 
 __all__ = [
     "MB",
@@ -84,7 +85,7 @@ SEAM = (
 PEAK_RUNS = 7
 
 
-def calibrated_peak(timed: Callable[[int], float], size: int, seconds: float) -> dict[str, Any]:
+def calibrated_peak(timed: Callable[[int], float], size: int, seconds: float) -> MatmulRun:
     """FLOP/s of chained ``size``² matmuls: `timed(n)` runs n of them and waits once.
 
     The first call compiles, the loop length is calibrated to about `seconds`, one full-length
@@ -98,11 +99,7 @@ def calibrated_peak(timed: Callable[[int], float], size: int, seconds: float) ->
     timed(n)
     runs = sorted(timed(n) for _ in range(PEAK_RUNS))
     best, median = runs[0], runs[len(runs) // 2]
-    return {
-        "flops_per_s": 2.0 * size**3 * n / best,
-        "spread_pct": (median / best - 1.0) * 100.0,
-        "runs": PEAK_RUNS,
-    }
+    return MatmulRun(2.0 * size**3 * n / best, (median / best - 1.0) * 100.0, PEAK_RUNS)
 
 
 def refuse_tf_only(config: Any, backend: str, fused: bool = False) -> None:

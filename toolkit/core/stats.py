@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "DEFAULT_WARMUP_STEPS",
@@ -374,6 +374,15 @@ def utilization(
         achieved = flops_per_step / step_seconds
     mfu = achieved / peak_flops if achieved is not None and peak_flops else None
     return {"achieved_flops_per_s": achieved, "mfu": mfu}
+
+
+class MatmulRun(NamedTuple):
+    """What a backend measured of chained matmuls (``calibrated_peak``): the best run's FLOP/s,
+    how much slower the median run was than it (``spread_pct``), and the runs timed."""
+
+    flops_per_s: float
+    spread_pct: float
+    runs: int
 
 
 # A matmul peak whose median timed run was more than this much slower than its best was

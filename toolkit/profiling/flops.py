@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+from collections.abc import Mapping
 from typing import Any
 
 from toolkit import backend
@@ -30,6 +31,7 @@ from toolkit.core.stats import reliable_peak
 
 __all__ = [
     "FlopCount",
+    "Peak",
     "compute_facts",
     "count_flops",
     "matmul_peak",
@@ -77,7 +79,54 @@ def count_flops(model: Any, batch_size: int) -> FlopCount:
     return FlopCount(batch_size, forward, train_step, method, note)
 
 
-def _peak_facts(device: Any, dtype: str) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Peak:
+    """A device's measured matmul peak in a dtype, as cached per machine.
+
+    Attributes:
+        flops_per_s: the best timed run's FLOP/s (a peak is the most the device did).
+        spread_pct: how much slower the median timed run was than the best (how far to trust
+            it: over ``RELIABLE_SPREAD_PCT`` no MFU is given from it).
+        runs: timed runs; measurements: how many times it was measured (the higher kept).
+        dtype, size: the matmuls'; key, facts: the cache's key and what it is keyed by (the
+            machine, backend, device, dtype and thread setting).
+        measured_utc: when; source: ``"cache"`` or ``"measured"``; settled: whether it stands
+            (reliable, or measured as often as a never-quiet machine allows).
+    """
+
+    flops_per_s: float
+    spread_pct: float
+    runs: int
+    measurements: int = 1
+    dtype: str = "float32"
+    size: int = 0
+    key: str = ""
+    facts: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    measured_utc: str = ""
+    source: str = "measured"
+
+    @property
+    def settled(self) -> bool:
+        """Whether it stands: one measured with its runs spread out (a busy machine) is
+        measured again, up to MAX_MEASUREMENTS times; otherwise a first, low reading would set
+        every later MFU."""
+        return reliable_peak(self.spread_pct) or self.measurements >= MAX_MEASUREMENTS
+
+    @classmethod
+    def from_cache(cls, stored: Mapping[str, Any]) -> Peak:
+        names = {f.name for f in dataclasses.fields(cls)}
+        kept = {k: v for k, v in stored.items() if k in names}
+        kept.setdefault("spread_pct", 100.0)  # unknown: not to be trusted
+        kept.setdefault("runs", 0)
+        return cls(**{**kept, "flops_per_s": float(stored["flops_per_s"]), "source": "cache"})
+
+    def to_cache(self) -> dict[str, object]:
+        out = dataclasses.asdict(self)
+        out.pop("source")
+        return out
+
+
+def _peak_facts(device: Any, dtype: str) -> Mapping[str, Any]:
     return machine.machine_facts(
         backend=backend.name(),
         device=f"{device.kind}:{device.index} {device.human_name}",
@@ -86,9 +135,7 @@ def _peak_facts(device: Any, dtype: str) -> dict[str, Any]:
     )
 
 
-def matmul_peak(
-    device: Any = None, dtype: str = "float32", *, refresh: bool = False
-) -> dict[str, Any]:
+def matmul_peak(device: Any = None, dtype: str = "float32", *, refresh: bool = False) -> Peak:
     """The measured matmul peak of `device` in `dtype`, from the cache or measured now (seconds).
 
     Args:
@@ -96,57 +143,41 @@ def matmul_peak(
         dtype: compute dtype: ``"float32"``, ``"float16"`` or ``"bfloat16"``.
         refresh: measure again even when cached (the cache keeps the higher of the two: a
             busy machine measures low).
-
-    Returns:
-        ``{"flops_per_s", "spread_pct", "runs", "measurements", "dtype", "size", "key", "facts",
-        "measured_utc", "source"}``, source being ``"cache"`` or ``"measured"``; ``spread_pct``
-        is how much slower the median timed run was than the best.
     """
     from toolkit import devices
 
     device = device or devices.select("auto")
     facts = _peak_facts(device, dtype)
     key = _CACHE.key(facts)
-    cached = _CACHE.get(key)
-    tries = int(cached.get("measurements", 1)) if cached is not None else 0
-    if not refresh and _settled(cached):
-        return {**cached, "source": "cache"}
+    cached = _cached(key)
+    if not refresh and cached is not None and cached.settled:
+        return cached
     size = 2048 if device.kind == "cpu" else 8192
-    measured = backend.get().measure_matmul_peak(devices.framework_device(device), dtype, size)
-    if cached is not None and float(cached.get("flops_per_s") or 0.0) > measured["flops_per_s"]:
-        measured = {  # a peak is the most the device did: keep the higher, with its spread
-            "flops_per_s": float(cached["flops_per_s"]),
-            "spread_pct": min(measured["spread_pct"], float(cached.get("spread_pct", 100.0))),
-            "runs": measured["runs"],
-        }
-    record = {
-        **measured,
-        "measurements": tries + 1,
-        "dtype": dtype,
-        "size": size,
-        "key": key,
-        "facts": facts,
-        "measured_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-    _CACHE.put(key, facts, record)  # a read-only home still gets the number
-    return {**record, "source": "measured"}
+    run = backend.get().measure_matmul_peak(devices.framework_device(device), dtype, size)
+    best, spread = run.flops_per_s, run.spread_pct
+    if cached is not None and cached.flops_per_s > best:
+        # a peak is the most the device did: keep the higher, with the steadier spread
+        best, spread = cached.flops_per_s, min(spread, cached.spread_pct)
+    peak = Peak(
+        best, spread, run.runs, (cached.measurements if cached else 0) + 1, dtype, size, key,
+        facts, _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    )  # fmt: skip
+    _CACHE.put(key, facts, peak.to_cache())  # a read-only home still gets the number
+    return peak
 
 
-def _settled(cached: dict[str, Any] | None) -> bool:
-    """Whether a cached peak stands. One measured with its runs spread out (a busy machine) is
-    measured again, up to MAX_MEASUREMENTS times: otherwise the first, low reading would set
-    every later MFU."""
-    if cached is None:
-        return False
-    tries = int(cached.get("measurements", 1))
-    return reliable_peak(cached.get("spread_pct", 100.0)) or tries >= MAX_MEASUREMENTS
+def _cached(key: str) -> Peak | None:
+    stored = _CACHE.get(key)
+    try:
+        return Peak.from_cache(stored) if stored is not None else None
+    except (KeyError, TypeError, ValueError):  # an entry this version cannot read: measure
+        return None
 
 
-def cached_peak(device: Any, dtype: str = "float32") -> dict[str, Any] | None:
+def cached_peak(device: Any, dtype: str = "float32") -> Peak | None:
     """The cached matmul peak of `device` in `dtype` (``source`` ``"cache"``), settled or not,
     or None; measures nothing, so it runs no framework op."""
-    cached = _CACHE.get(_CACHE.key(_peak_facts(device, dtype)))
-    return None if cached is None else {**cached, "source": "cache", "settled": _settled(cached)}
+    return _cached(_CACHE.key(_peak_facts(device, dtype)))
 
 
 def compute_facts(
@@ -182,15 +213,15 @@ def compute_facts(
         return facts
     if peak is not None:
         _set_peak(facts, peak)
-    if not measure_peak and (peak is None or not peak["settled"]):
+    if not measure_peak and (peak is None or not peak.settled):
         facts["peak_pending"] = True  # for the runner: recheck_peak(pending=True) after fit
     return facts
 
 
-def _set_peak(facts: dict[str, Any], peak: dict[str, Any]) -> None:
-    facts["peak_flops_per_s"] = peak["flops_per_s"]
-    facts["peak_source"] = peak["source"]
-    facts["peak_spread_pct"] = peak.get("spread_pct")
+def _set_peak(facts: dict[str, Any], peak: Peak) -> None:
+    facts["peak_flops_per_s"] = peak.flops_per_s
+    facts["peak_source"] = peak.source
+    facts["peak_spread_pct"] = peak.spread_pct
 
 
 def _datasheet(device: Any, dtype: str) -> dict[str, Any]:
@@ -237,9 +268,9 @@ def recheck_peak(
         try:
             fresh = matmul_peak(device, compute.get("peak_dtype", "float32"), refresh=True)
         except Exception:  # noqa: BLE001 - MFU is a nicety
-            fresh = {}
-        if fresh.get("flops_per_s", 0) > peak:
-            compute["peak_flops_per_s"] = peak = fresh["flops_per_s"]
+            fresh = None
+        if fresh is not None and fresh.flops_per_s > peak:
+            compute["peak_flops_per_s"] = peak = fresh.flops_per_s
             compute["peak_source"] = "measured again (the cached peak was lower than the run)"
     if work / step_s > peak:
         compute["note"] = (

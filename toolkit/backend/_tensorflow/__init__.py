@@ -43,6 +43,7 @@ from toolkit.backend._tensorflow.devices import (
     why_no_device,
 )
 from toolkit.core._advice import Advice
+from toolkit.core.stats import MatmulRun
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend._common.SEAM
 
@@ -328,7 +329,7 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
 
 def measure_matmul_peak(
     device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.15
-) -> dict[str, Any]:
+) -> MatmulRun:
     """The peak FLOP/s of chained ``size``² matmuls (``calibrated_peak``: the best of 7 runs,
     and their spread) on `device` (TensorFlow's
     logical device name: ``toolkit.devices.framework_device``).

@@ -49,6 +49,7 @@ from toolkit.backend._torch.devices import (
 )
 from toolkit.core import compat
 from toolkit.core._advice import Advice
+from toolkit.core.stats import MatmulRun
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend._common.SEAM
 
@@ -303,7 +304,7 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
 
 def measure_matmul_peak(
     device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.15
-) -> dict[str, Any]:
+) -> MatmulRun:
     """The peak FLOP/s of chained ``size``² matmuls (``calibrated_peak``: the best of 7 runs,
     and their spread) on `device` (a name
     such as ``cuda:0``: ``toolkit.devices.framework_device``), issued back to back and waited
