@@ -912,3 +912,34 @@ def test_a_batch_size_change_is_the_same_workload_compared_per_example(tmp_path,
     result = json.loads(out.stdout)
     assert result["verdict"] == "different workloads"
     assert any("FLOPs per step" in n and "per example" in n for n in result["notes"])
+
+
+def test_every_view_of_a_report_shows_the_same_numbers(tmp_path):
+    """One record, many views: the summary (terminal), report.md, report.json read back, and
+    compare's table each show the run's p50, throughput, fit call and epochs' time from the
+    same field, formatted by the same function, so a figure never differs between screens."""
+    from toolkit.core.stats import format_ms, format_rate, format_s
+
+    r = make_report("a", fit_call=dict(FIT_CALL))
+    r.metrics = {"loss": 3.00006}
+    r.write(tmp_path, plot=False)
+    loaded = RunReport.load(tmp_path)
+    summary, markdown = loaded.summary(), (tmp_path / "report.md").read_text()
+    table = compare(loaded, r).render(columns=None)
+    p50, rate = format_ms(r.steps.p50_s), format_rate(r.steps.examples_per_sec)
+    label, wall = r.fit_wall()
+    assert (label, wall) == ("fit call", FIT_CALL["whole_s"]) == loaded.fit_wall()
+    for view in (summary, markdown):
+        assert f"p50 {p50}" in view or f"| p50 | {p50} |" in view, view
+        assert rate in view and f"{label}: {format_s(wall)}" in view
+        assert "loss 3.000" in view or "| loss | 3.000 |" in view  # never "3" for 3.00006
+    row = next(line for line in table.splitlines() if line.startswith(label))
+    assert row.split()[2:4] == format_s(wall).split()  # A's column, as show says it
+    assert f"{p50}" in table and f"{rate}/s" in table
+    epochs = f"epochs: {len(r.epochs)} in {format_s(sum(e['seconds'] for e in r.epochs))}"
+    assert epochs in summary
+    for e in r.epochs:
+        assert f"| {e['epoch'] + 1} | {format_s(e['seconds'])} | {e['steps']} |" in markdown
+    shown = json.loads((tmp_path / "report.json").read_text())
+    assert format_ms(shown["steps"]["p50_s"]) == p50
+    assert format_s(shown["fit_call"]["whole_s"]) == format_s(wall)

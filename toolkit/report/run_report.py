@@ -495,15 +495,15 @@ class RunReport:
         final metrics."""
         if self.epochs:
             keys = sorted({k for e in self.epochs for k in e.get("metrics", {})})
-            w("\n## Epochs\n\n| epoch | seconds | steps | in steps (s) | ")
+            w("\n## Epochs\n\n| epoch | time | steps | in steps | ")
             w(" | ".join(keys) + (" |" if keys else "") + "\n")
             w("|---" * (4 + len(keys)) + "|\n")
             for e in self.epochs:
                 m = e.get("metrics", {})
                 cells = [format_metric(m[k]) if k in m else "" for k in keys]
                 w(
-                    f"| {e['epoch'] + 1} | {e['seconds']:.3f} | {e['steps']} | "
-                    f"{e['step_seconds']:.3f} | " + " | ".join(cells) + (" |" if keys else "")
+                    f"| {e['epoch'] + 1} | {format_s(e['seconds'])} | {e['steps']} | "
+                    f"{format_s(e['step_seconds'])} | " + " | ".join(cells) + (" |" if keys else "")
                 )
                 w("\n")
         if self.metrics:
