@@ -126,9 +126,17 @@ def test_merge_renders_workers_and_the_cluster_pace():
     )
 
 
-def test_a_data_service_that_cannot_start_says_why():
-    with pytest.raises(distribute.DistributeError, match=r"did not start \(exit 2\).*--dispatcher"):
+def test_a_data_service_that_cannot_start_says_why(tmp_path):
+    """A dispatcher address that is none is refused before a process starts; a server that
+    cannot start answers with its typed message, said in one line with the child's exit."""
+    with pytest.raises(distribute.DistributeError, match=r"dispatcher='grpc://nowhere': give"):
         distribute.spawn_data_service(dispatcher="grpc://nowhere")
+    blocked = tmp_path / "a file"
+    blocked.write_text("not a directory")
+    with pytest.raises(
+        distribute.DistributeError, match=r"a dispatcher on port 0 did not start \(exit 1\): \w+"
+    ):
+        distribute.spawn_data_service(work_dir=str(blocked / "journal"))
 
 
 def test_a_dispatcher_that_is_not_there_is_one_line_not_a_hang():

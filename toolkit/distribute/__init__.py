@@ -524,49 +524,55 @@ def spawn_data_service(
     work_dir: str | None = None,
     env: dict[str, str] | None = None,
 ) -> tuple[Any, str]:
-    """Starts a tf.data service server in a new process, the one a user starts with ``python
-    -m toolkit data-service``, and waits for it to serve: a dispatcher on `port` (0: any free
-    one; `work_dir` its journal), or, given `dispatcher` (``grpc://host:port``), a worker of
-    it reached as `host`. Returns ``(process, address)``, the address being the dispatcher's
+    """Starts a tf.data service server in a new process (the server ``python -m toolkit
+    data-service`` runs) and waits for it to serve: a dispatcher on `port` (0: any free one;
+    `work_dir` its journal), or, given `dispatcher` (``grpc://host:port``), a worker of it
+    reached as `host`. Returns ``(process, address)``, the address being the dispatcher's
     ``grpc://host:port`` (for a worker, its dispatcher's). Stop it with ``terminate()``.
 
     The server listens on every interface, the only way TensorFlow's tf.data service listens:
-    calling this asks for that (the verb's ``--all_interfaces``).
-
-    Typed values in, and the verb's own options made of them here, once: the caller never
-    writes a command line.
+    calling this asks for that. The child is handed a typed spec and answers with one typed
+    message (``toolkit.distribute._service``): no command line, no scraped output.
 
     Raises:
-        DistributeError: the process ended before it served (its output is in the message).
+        DistributeError: `dispatcher` is no ``grpc://host:port``, or the process ended before
+            it served (why, and its last output, in the message).
     """
-    args = ["--worker", f"--dispatcher={dispatcher}"] if dispatcher else ["--dispatcher"]
-    args += [f"--port={port}", "--all_interfaces"]
-    if host is not None:
-        args.append(f"--host={host}")
-    if work_dir is not None:
-        args.append(f"--work_dir={work_dir}")
     import subprocess
     import sys
     import tempfile
 
+    from toolkit.core import children
+    from toolkit.distribute._service import ServiceSpec, Started
+
+    if dispatcher:
+        service_address(dispatcher, "dispatcher")  # refused here, before a process starts
+    spec = ServiceSpec(dispatcher or None, port, host or "localhost", work_dir)
     # TF logs to stderr for the server's whole life, and a pipe nobody reads would fill and
     # block it: a file (open as long as the process runs) keeps the start-up errors instead.
     errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
-    from toolkit.core import children
-
     proc = children.spawn(  # bound to this process: it ends with it, however this one ends
-        [sys.executable, "-m", "toolkit", "data-service", *args],
+        [sys.executable, "-m", "toolkit.distribute._service"],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=errors,
         text=True,
         env=env,
     )
-    for line in proc.stdout:  # the one line the server prints, once it serves
-        if line.startswith("data-service:") and "serving" in line:
-            return proc, next(w for w in line.split() if w.startswith("grpc://"))
+    proc.stdin.write(spec.to_json() + "\n")
+    proc.stdin.close()
+    said = proc.stdout.readline()  # the one message, once it serves or could not
+    try:
+        started = Started.from_json(said) if said else Started(error="no answer")
+    except ValueError:
+        started = Started(error=f"an answer that is no message: {said[:80]!r}")
+    if started.address is not None:
+        return proc, started.address
     proc.wait()
     errors.seek(0)
     tail = errors.read()[-500:]
+    what = f"a worker of {dispatcher}" if dispatcher else f"a dispatcher on port {port}"
     raise DistributeError(
-        f"data-service {' '.join(args)} did not start (exit {proc.returncode}): {tail}"
+        f"data-service: {what} did not start (exit {proc.returncode}): {started.error}"
+        + (f"; {tail.strip()}" if tail.strip() else "")
     )

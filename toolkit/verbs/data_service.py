@@ -86,27 +86,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> tuple[Any, str, int]:
-    """The worker or dispatcher `args` ask for, started, what it is in words, and the port it
-    listens on."""
-    from toolkit import distribute
+    """The worker or dispatcher `args` ask for, started (``distribute._service.serve``, as
+    ``spawn_data_service``'s child starts it), what it is in words, and its port."""
+    from toolkit.distribute._service import ServiceSpec, serve
 
+    if args.worker and not args.dispatcher:
+        raise ValueError("data-service --worker: give --dispatcher grpc://host:port")
+    if not args.worker and args.dispatcher != "":
+        raise ValueError(
+            "data-service: give --dispatcher (to run one) or --worker --dispatcher "
+            "grpc://host:port (to serve one)"
+        )
     if args.worker:
-        if not args.dispatcher:
-            raise ValueError("data-service --worker: give --dispatcher grpc://host:port")
-        distribute.service_address(args.dispatcher, "--dispatcher")
-        with _port_taken(args.port):
-            server = distribute.serve_worker(args.dispatcher, args.port, args.host)
-        # WorkerServer says its port only as "localhost:<port>" (a private property).
-        return server, f"worker of {args.dispatcher}", int(server._address.rsplit(":", 1)[1])
-    if args.dispatcher == "":
-        with _port_taken(args.port):
-            server = distribute.serve_dispatcher(args.port, args.work_dir)
-        port = int(server.target.rsplit(":", 1)[1])
-        return server, f"dispatcher at grpc://{args.host}:{port}", port
-    raise ValueError(
-        "data-service: give --dispatcher (to run one) or --worker --dispatcher "
-        "grpc://host:port (to serve one)"
-    )
+        from toolkit import distribute
+
+        distribute.service_address(args.dispatcher, "--dispatcher")  # named as typed
+    spec = ServiceSpec(args.dispatcher if args.worker else None, args.port, args.host,
+                       args.work_dir)  # fmt: skip
+    with _port_taken(args.port):
+        return serve(spec)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,99 @@
+"""The tf.data service server that ``distribute.spawn_data_service`` starts in a child process.
+
+The parent hands the child a typed :class:`ServiceSpec` (JSON on the child's stdin) and the child
+answers with one typed :class:`Started` (one JSON line on its stdout) once it serves, or once it
+could not: no command line is built for the child and no human-readable line is scraped for an
+address. ``python -m toolkit data-service`` (the verb a person runs) starts its server with
+the same :func:`serve`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from typing import Any
+
+__all__: list[str] = []  # spawn_data_service's own
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceSpec:
+    """What to serve: a dispatcher on `port` (0: any free one; `work_dir` its journal), or,
+    given `dispatcher` (``grpc://host:port``), a worker of it that others reach as `host`."""
+
+    dispatcher: str | None = None
+    port: int = 0
+    host: str = "localhost"
+    work_dir: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ServiceSpec:
+        data = json.loads(text)
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+
+
+@dataclasses.dataclass(frozen=True)
+class Started:
+    """The child's one message: the dispatcher's address it serves (for a worker, its
+    dispatcher's) and the port it listens on, or why it could not start."""
+
+    address: str | None = None
+    port: int | None = None
+    error: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Started:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"not a message: {text[:80]!r}")
+        return cls(data.get("address"), data.get("port"), data.get("error"))
+
+
+def serve(spec: ServiceSpec) -> tuple[Any, str, int]:
+    """The worker or dispatcher `spec` asks for, started: ``(server, what it is in words, the
+    port it listens on)``. Raises RuntimeError (TensorFlow's, a port it cannot bind) or
+    DistributeError (a dispatcher address that is no ``grpc://host:port``)."""
+    from toolkit import distribute
+
+    if spec.dispatcher:
+        distribute.service_address(spec.dispatcher, "dispatcher")
+        server = distribute.serve_worker(spec.dispatcher, spec.port, spec.host)
+        # WorkerServer says its port only as "localhost:<port>" (a private property).
+        port = int(server._address.rsplit(":", 1)[1])
+        return server, f"worker of {spec.dispatcher}", port
+    server = distribute.serve_dispatcher(spec.port, spec.work_dir)
+    port = int(server.target.rsplit(":", 1)[1])
+    return server, f"dispatcher at grpc://{spec.host}:{port}", port
+
+
+def main() -> None:
+    """The child: bound to its parent (it ends with it), reads its spec, serves, says so in
+    one message, and serves until it is stopped."""
+    from toolkit.core import children
+
+    children.bind_to_parent()
+    spec = ServiceSpec.from_json(sys.stdin.readline())
+    try:
+        server, _what, port = serve(spec)
+    except Exception as e:  # noqa: BLE001 - said to the parent, which raises it in one line
+        print(Started(error=f"{type(e).__name__}: {e}").to_json(), flush=True)
+        sys.exit(1)
+    address = spec.dispatcher or f"grpc://{spec.host}:{port}"
+    print(Started(address, port).to_json(), flush=True)
+    try:
+        while True:  # the server runs on its own threads; a signal ends this loop
+            time.sleep(0.5)
+    finally:
+        del server
+
+
+if __name__ == "__main__":
+    main()
