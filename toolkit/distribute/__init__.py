@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toolkit.core.files import parse_json
+from toolkit.distribute._service import serve_dispatcher, serve_worker
 
 __all__ = [
     "SERVICE_MODES",
@@ -467,30 +468,6 @@ def through_data_service(
 # TensorFlow's tf.data service takes a port only: its gRPC server binds "0.0.0.0:<port>" (every
 # interface, IPv4 and IPv6), with no option for one address and no authentication. The verb
 # starts one only when asked for every interface (--all_interfaces); see docs/guide.md.
-
-
-def serve_dispatcher(port: int, work_dir: str | None = None) -> Any:
-    """Starts a tf.data service dispatcher on `port` (0: any free port) and returns it. It
-    listens on every interface (TensorFlow offers no other)."""
-    import tensorflow as tf
-
-    config = tf.data.experimental.service.DispatcherConfig(
-        port=port, work_dir=work_dir, fault_tolerant_mode=bool(work_dir)
-    )
-    return tf.data.experimental.service.DispatchServer(config)
-
-
-def serve_worker(dispatcher: str, port: int = 0, host: str = "localhost") -> Any:
-    """Starts a tf.data service worker registered with `dispatcher` (``grpc://host:port`` or
-    ``host:port``) and returns it. It listens on every interface (TensorFlow offers no
-    other); `host` is only the name it tells the dispatcher."""
-    import tensorflow as tf
-
-    target = dispatcher.partition("://")[2] or dispatcher
-    config = tf.data.experimental.service.WorkerConfig(
-        dispatcher_address=target, worker_address=f"{host}:%port%", port=port
-    )
-    return tf.data.experimental.service.WorkerServer(config)
 
 
 def reach(ip: str) -> str:

@@ -57,19 +57,40 @@ class Started:
         return cls(data.get("address"), data.get("port"), data.get("error"))
 
 
+def serve_dispatcher(port: int, work_dir: str | None = None) -> Any:
+    """Starts a tf.data service dispatcher on `port` (0: any free port) and returns it. It
+    listens on every interface (TensorFlow offers no other)."""
+    import tensorflow as tf
+
+    config = tf.data.experimental.service.DispatcherConfig(
+        port=port, work_dir=work_dir, fault_tolerant_mode=bool(work_dir)
+    )
+    return tf.data.experimental.service.DispatchServer(config)
+
+
+def serve_worker(dispatcher: str, port: int = 0, host: str = "localhost") -> Any:
+    """Starts a tf.data service worker registered with `dispatcher` (``grpc://host:port`` or
+    ``host:port``) and returns it. It listens on every interface (TensorFlow offers no
+    other); `host` is only the name it tells the dispatcher."""
+    import tensorflow as tf
+
+    target = dispatcher.partition("://")[2] or dispatcher
+    config = tf.data.experimental.service.WorkerConfig(
+        dispatcher_address=target, worker_address=f"{host}:%port%", port=port
+    )
+    return tf.data.experimental.service.WorkerServer(config)
+
+
 def serve(spec: ServiceSpec) -> tuple[Any, str, int]:
     """The worker or dispatcher `spec` asks for, started: ``(server, what it is in words, the
     port it listens on)``. Raises RuntimeError (TensorFlow's, a port it cannot bind) or
-    DistributeError (a dispatcher address that is no ``grpc://host:port``)."""
-    from toolkit import distribute
-
+    ValueError (a dispatcher address it cannot reach: the callers check it is one first)."""
     if spec.dispatcher:
-        distribute.service_address(spec.dispatcher, "dispatcher")
-        server = distribute.serve_worker(spec.dispatcher, spec.port, spec.host)
+        server = serve_worker(spec.dispatcher, spec.port, spec.host)
         # WorkerServer says its port only as "localhost:<port>" (a private property).
         port = int(server._address.rsplit(":", 1)[1])
         return server, f"worker of {spec.dispatcher}", port
-    server = distribute.serve_dispatcher(spec.port, spec.work_dir)
+    server = serve_dispatcher(spec.port, spec.work_dir)
     port = int(server.target.rsplit(":", 1)[1])
     return server, f"dispatcher at grpc://{spec.host}:{port}", port
 
