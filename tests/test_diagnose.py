@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from toolkit.report._trace_records import TraceAnalysis
 from toolkit.runner import train
 from toolkit.runner.config import TrainConfig
 from toolkit.search import advice as adv
@@ -236,10 +237,11 @@ def test_real_runs_made_input_or_compute_bound(keras, slow_input, width, verdict
     assert json.loads(json.dumps(diagnosis.to_dict()))["verdict"] == verdict
     # XProf's own reading of a trace of the fit (the [profile] extra), beside the rates'.
     xprof = diagnosis.xprof
-    assert xprof is not None and xprof["verdict"] is not None, xprof
+    assert xprof is not None and xprof.verdict is not None, xprof
     if verdict == dg.INPUT_BOUND:  # 64 ms of Python per batch against a tiny step
-        assert xprof["verdict"] == "highly input-bound" and xprof["input_percent"] > 50
-    assert xprof["agrees"] is True, xprof
+        assert xprof.verdict == "highly input-bound" and xprof.input_percent > 50
+    assert xprof.agrees is True, xprof
+    assert diagnosis.to_dict()["xprof"] == dataclasses.asdict(xprof)  # report.json's object
     assert "XProf: " in str(diagnosis) and "agrees with the rates" in str(diagnosis)
 
 
@@ -263,30 +265,39 @@ def test_xprof_reads_the_trace_of_a_step_that_runs_a_loop(keras, form):
         )
     diagnosis = dg.diagnose(model, data, config=TrainConfig(batch_size=16), steps=6)
     xprof = diagnosis.xprof
-    assert xprof is not None and xprof["verdict"] is not None, xprof
-    assert 0 <= xprof["input_percent"] <= 100 and xprof["agrees"] in (True, False), xprof
-    assert f"  XProf: {xprof['line']}" in diagnosis.lines() and "no verdict" not in xprof["line"]
+    assert xprof is not None and xprof.verdict is not None, xprof
+    assert 0 <= xprof.input_percent <= 100 and xprof.agrees in (True, False), xprof
+    assert f"  XProf: {xprof.line}" in diagnosis.lines() and "no verdict" not in xprof.line
+
+
+def _read(verdict=None, input_percent=None, error=None):
+    """A trace's reading, as ``toolkit.report.trace.read_trace`` gives it, of XProf's words."""
+    return TraceAnalysis(verdict=verdict, input_percent=input_percent, error=error)
 
 
 def test_second_opinion_says_when_xprof_and_the_rates_disagree():
-    said = dg.second_opinion(
-        dg.COMPUTE_BOUND, {"verdict": "highly input-bound", "input_percent": 41.0}
-    )
-    assert said["agrees"] is False
-    assert "disagrees with the rates (compute-bound)" in said["line"] and "41.0%" in said["line"]
-    said = dg.second_opinion(dg.INPUT_BOUND, {"verdict": "not input-bound", "input_percent": 1.0})
-    assert said["agrees"] is False and "prefetching" in said["line"]
+    said = dg.second_opinion(dg.COMPUTE_BOUND, _read("highly input-bound", 41.0))
+    assert said.agrees is False and said.verdict == "highly input-bound"
+    assert "disagrees with the rates (compute-bound)" in said.line and "41.0%" in said.line
+    said = dg.second_opinion(dg.INPUT_BOUND, _read("not input-bound", 1.0))
+    assert said.agrees is False and "prefetching" in said.line
     # Input-bound because the real fit trails the step alone, its pipeline alone faster:
     # the line does not say the pipeline was slower.
-    said = dg.second_opinion(
-        dg.INPUT_BOUND, {"verdict": "not input-bound", "input_percent": 1.1}, False
+    said = dg.second_opinion(dg.INPUT_BOUND, _read("not input-bound", 1.1), False)
+    assert said.agrees is False and "the pipeline alone outruns the step" in said.line
+    assert "slower than the step" not in said.line
+    said = dg.second_opinion(dg.BALANCED, _read("moderately input-bound", 9))
+    assert said.agrees is True and said.input_percent == 9
+    said = dg.second_opinion(dg.INPUT_BOUND, _read(error="XProf found no step marker"))
+    assert said.agrees is None and said.line == "no verdict (XProf found no step marker)"
+    assert dg.second_opinion(dg.INPUT_BOUND, None).line == (
+        "no verdict (XProf gave no verdict on the trace)"
     )
-    assert said["agrees"] is False and "the pipeline alone outruns the step" in said["line"]
-    assert "slower than the step" not in said["line"]
-    said = dg.second_opinion(dg.BALANCED, {"verdict": "moderately input-bound", "input_percent": 9})
-    assert said["agrees"] is True
-    said = dg.second_opinion(dg.INPUT_BOUND, {"error": "XProf found no step marker"})
-    assert said["agrees"] is None and said["line"] == "no verdict (XProf found no step marker)"
+    # report.json's diagnosis.xprof: the object it has always held
+    shown = dg.Diagnosis(1.0, 2.0, 1.0, dg.INPUT_BOUND, True, [], xprof=said)
+    assert shown.to_dict()["xprof"] == {
+        "verdict": None, "input_percent": None, "agrees": None, "line": said.line}  # fmt: skip
+    assert f"  XProf: {said.line}" in shown.lines()
 
 
 def _python(*args, timeout=300):
@@ -597,13 +608,11 @@ def test_the_real_fit_reads_your_data_as_fit_reads_it(keras):
 def test_second_opinion_that_agrees_speaks_with_one_verdict():
     """XProf's 'potentially input-bound' beside compute-bound rates that it agrees with: the
     line gives XProf's share and its label as a label, and one verdict, the rates'."""
-    said = dg.second_opinion(
-        dg.COMPUTE_BOUND, {"verdict": "potentially input-bound", "input_percent": 1.9}
-    )
-    assert said["agrees"] is True
-    assert said["line"].startswith("1.9% of the traced steps' time waiting for input")
-    assert said["line"].endswith("agrees with the rates: compute-bound")
-    assert not said["line"].startswith("potentially")
+    said = dg.second_opinion(dg.COMPUTE_BOUND, _read("potentially input-bound", 1.9))
+    assert said.agrees is True
+    assert said.line.startswith("1.9% of the traced steps' time waiting for input")
+    assert said.line.endswith("agrees with the rates: compute-bound")
+    assert not said.line.startswith("potentially")
 
 
 def test_advice_for_your_own_model_is_said_in_python():

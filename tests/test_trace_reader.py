@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from toolkit.report._trace_records import OpTime, Spread, TopOps, TraceAnalysis, TracedStep
 from toolkit.report.trace import find_trace_files, read_trace, trace_lines
 
 
@@ -43,15 +44,23 @@ def _chrome_trace(path, gz=False):
 def test_pytorch_trace_steps_and_self_times(tmp_path, gz):
     name = "host.123.pt.trace.json" + (".gz" if gz else "")
     analysis = read_trace([str(_chrome_trace(tmp_path / name, gz))])
-    assert [s["step"] for s in analysis["steps"]] == ["7", "8"]
-    assert analysis["step_ms"] == {"mean": 2.0, "min": 1.0, "max": 3.0}
-    host = {o["op"]: o for o in analysis["top_ops"]["host"]}
+    assert [s.step for s in analysis.steps] == ["7", "8"]
+    assert analysis.step_ms == Spread(mean=2.0, min=1.0, max=3.0)
+    host = {o.op: o for o in analysis.top_ops.host}
     # linear's self time is its span less the matmul inside it: (600-400) + (1200-800) µs
-    assert host["aten::linear"]["self_ms"] == pytest.approx(0.6 / 2)  # per step, 2 steps
-    assert host["aten::mm"]["self_ms"] == pytest.approx(1.2 / 2) and host["aten::mm"]["count"] == 2
-    assert sum(o["share"] for o in host.values()) == pytest.approx(1.0)
-    assert analysis["top_ops"]["device"][0]["op"] == "volta_sgemm"
-    assert analysis["verdict"] is None and "no input-pipeline analysis" in analysis["error"]
+    assert host["aten::linear"].self_ms == pytest.approx(0.6 / 2)  # per step, 2 steps
+    assert host["aten::mm"].self_ms == pytest.approx(1.2 / 2) and host["aten::mm"].count == 2
+    assert sum(o.share for o in host.values()) == pytest.approx(1.0)
+    assert analysis.top_ops.device[0].op == "volta_sgemm"
+    assert analysis.verdict is None and "no input-pipeline analysis" in analysis.error
+    # report.json's object, as reports have always held it, and read back the same
+    said = analysis.to_dict()
+    assert said["step_ms"] == {"mean": 2.0, "min": 1.0, "max": 3.0}
+    assert said["steps"] == [{"step": "7", "step_ms": 1.0}, {"step": "8", "step_ms": 3.0}]
+    assert said["top_ops"]["device"][0] == {
+        "op": "volta_sgemm", "type": "", "count": 1, "self_ms": 0.125, "share": 1.0}  # fmt: skip
+    assert "bottleneck" not in said and "steps_per_row" not in said  # XProf's alone
+    assert TraceAnalysis.from_dict(said) == analysis
     lines = "\n".join(trace_lines(analysis))
     assert "trace steps: 2 marked, 2.00 ms mean (1.00–3.00)" in lines
     assert "top device ops" in lines and "\n       0.600 ms  63%  aten::mm\n" in lines
@@ -68,23 +77,23 @@ def test_top_ops_one_per_line_named_by_what_identifies_them():
     assert short_op("Iterator::Root::Prefetch::BatchV2") == "Iterator::Root::Prefetch::BatchV2"
     cut = short_op("a/" * 60 + "Conv2D")
     assert len(cut) == OP_NAME_CHARS and cut.startswith("…") and cut.endswith("/Conv2D")
-    ops = [{"op": long + str(i), "self_ms": 0.1, "share": 0.1, "count": 1} for i in range(5)]
-    shown = trace_lines({"top_ops": {"host": ops, "device": []}, "steps": [1]})
+    ops = tuple(OpTime(long + str(i), "", 1, self_ms=0.1, share=0.1) for i in range(5))
+    shown = trace_lines(TraceAnalysis(steps=(TracedStep("1", 1.0),), top_ops=TopOps(host=ops)))
     assert shown[0] == "  top host ops (self time per step):" and len(shown) == 6
     assert all(len(line) <= 80 for line in shown), shown
 
 
 def test_what_cannot_be_read_is_said(tmp_path):
-    assert read_trace([])["error"] == "no trace file was written"
+    assert read_trace([]).error == "no trace file was written"
     bad = tmp_path / "vm.xplane.pb"
     bad.write_bytes(b"not a trace")
     said = read_trace([str(bad)])
-    assert said["error"] == f"XProf could not read {bad}: not a profiler trace, or a damaged one"
+    assert said.error == f"XProf could not read {bad}: not a profiler trace, or a damaged one"
     gone = read_trace([str(tmp_path / "gone.xplane.pb")])
-    assert gone["error"].endswith("gone.xplane.pb: no such file")
+    assert gone.error.endswith("gone.xplane.pb: no such file")
     broken = tmp_path / "x.pt.trace.json"
     broken.write_text("{cut sho")
-    assert read_trace([str(broken)])["error"].startswith(f"cannot read {broken}")
+    assert read_trace([str(broken)]).error.startswith(f"cannot read {broken}")
     assert trace_lines(read_trace([str(broken)]))[-1].startswith("  note: cannot read")
 
 
@@ -118,15 +127,15 @@ def test_the_all_reduce_share_of_the_step_is_read_where_the_trace_shows_it():
     from toolkit.report import trace
 
     columns = ["stepnum", "stepTimeMs", "deviceComputeTimeMs", "deviceCollectivesTimeMs"]
-    out = trace._empty(None, "xprof test")
-    trace._overview([_chart(columns, [["1", 10.0, 6.0, 4.0], ["2", 10.0, 7.0, 3.0]])], out)
-    assert out["collectives_percent"] == pytest.approx(35.0)
+    out = trace._overview([_chart(columns, [["1", 10.0, 6.0, 4.0], ["2", 10.0, 7.0, 3.0]])])
+    assert out.collectives_percent == pytest.approx(35.0)
+    assert out.breakdown_ms == {"device compute": 6.5, "collectives": 3.5}
+    assert out.steps[0].ms("collectives") == 4.0 and out.steps[0].ms("input") == 0.0
     assert any("collectives (the all-reduce" in line and "35.0%" in line
                for line in trace.trace_lines(out))  # fmt: skip
 
-    out = trace._empty(None, "xprof test")
-    trace._overview([_chart(columns[:3], [["1", 10.0, 10.0], ["2", 10.0, 10.0]])], out)
-    assert out.get("collectives_percent") is None
+    out = trace._overview([_chart(columns[:3], [["1", 10.0, 10.0], ["2", 10.0, 10.0]])])
+    assert out.collectives_percent is None
     ops = _chart(
         ["operation", "type", "host_or_device", "total_self_time"],
         [["all-reduce.6", "all-reduce", "Device", 5000.0], ["dot.3", "dot", "Device", 9000.0],
@@ -136,7 +145,90 @@ def test_the_all_reduce_share_of_the_step_is_read_where_the_trace_shows_it():
 
 
 def test_trace_steps_are_counted_against_the_window():
-    analysis = {"steps": [{"step": str(i)} for i in range(8)], "step_ms": {
-        "mean": 1.0, "min": 0.8, "max": 1.3}}  # fmt: skip
+    analysis = TraceAnalysis(
+        steps=tuple(TracedStep(str(i), 1.0) for i in range(8)), step_ms=Spread(1.0, 0.8, 1.3)
+    )
     assert trace_lines(analysis, window=10)[0].startswith("trace steps: 8 of the 10 traced marked")
     assert trace_lines(analysis, window=8)[0].startswith("trace steps: 8 marked,")
+
+
+def _xprof_analysis():
+    """An XProf reading as report.json holds it: two marked calls of two steps each."""
+    parts = ["input", "host compute", "device compute", "kernel launch", "device to device",
+             "collectives", "output", "compilation", "other"]  # fmt: skip
+    rows = [("5", 2.0, 0.5, 1.5), ("6", 4.0, 1.5, 2.5)]
+    steps = [
+        {"step": n, "step_ms": ms, **dict.fromkeys(parts, 0.0), "input": i, "device compute": d}
+        for n, ms, i, d in rows
+    ]
+    op = {"op": "dense/MatMul", "type": "MatMul", "count": 4, "self_ms": 0.5, "share": 0.25}
+    return {
+        "reader": "xprof 2.20.0",
+        "steps": steps,
+        "step_ms": {"mean": 3.0, "min": 2.0, "max": 4.0},
+        "breakdown_ms": {"input": 1.0, "device compute": 2.0},
+        "input_percent": 100 * 2.0 / 6.0,
+        "collectives_percent": None,
+        "verdict": "highly input-bound",
+        "statement": "Your program is HIGHLY input-bound because 33.3% of the step time ...",
+        "top_ops": {"host": [op], "device": []},
+        "error": "each of XProf's steps is one call of 2 steps (steps_per_execution): ...",
+        "bottleneck": "input",
+        "steps_per_row": 2,
+    }
+
+
+def test_the_analysis_reads_back_as_report_json_holds_it():
+    """``trace.analysis`` in report.json is the record's ``to_dict``: read back, it writes the
+    same object, key for key and in order; an older report's, without the keys added since,
+    reads with their defaults; a field of the wrong kind is named."""
+    held = _xprof_analysis()
+    analysis = TraceAnalysis.from_dict(held)
+    assert analysis.steps_per_row == 2 and analysis.bottleneck == "input" and analysis.overview
+    assert analysis.steps[1].ms("input") == 1.5 and analysis.top_ops.host[0].type == "MatMul"
+    again = analysis.to_dict()
+    assert again == held and list(again) == list(held)
+    assert [list(s) for s in again["steps"]] == [list(s) for s in held["steps"]]
+    assert json.loads(json.dumps(again)) == held
+
+    older = {k: v for k, v in held.items()
+             if k not in ("collectives_percent", "bottleneck", "steps_per_row")}  # fmt: skip
+    read = TraceAnalysis.from_dict(older)
+    assert read.collectives_percent is None and read.steps_per_row == 1 and not read.overview
+    assert "bottleneck" not in read.to_dict() and "steps_per_row" not in read.to_dict()
+    assert TraceAnalysis.from_dict(None) is None and TraceAnalysis.from_dict({}) is None
+    with pytest.raises(TypeError, match=r"trace\.analysis\.step_ms\.mean is 'x', not a number"):
+        TraceAnalysis.from_dict({**held, "step_ms": {"mean": "x", "min": 1, "max": 2}})
+    with pytest.raises(TypeError, match=r"trace\.analysis\.top_ops\.host\[0\]\.op is missing"):
+        TraceAnalysis.from_dict({**held, "top_ops": {"host": [{"self_ms": 1.0}]}})
+
+
+def test_a_report_shows_the_analysis_it_holds(tmp_path):
+    """A report keeps the analysis as JSON (``trace`` stays a dict: a loaded report equals
+    the one written) and each of its views reads it as the record: the summary's lines, the
+    Markdown's tables and ``read_trace`` where the trace's files are gone. A malformed one is
+    one ReportError naming the field."""
+    from toolkit.core.stats import summarize_calls
+    from toolkit.report import ReportError, RunReport
+
+    calls = [[0.5, 1, 0, "first"], *([[0.003, 1, 0, "timed"]] * 20)]
+    trace = {"logdir": "train", "requested_steps": [2, 6], "traced_steps": [2, 6],
+             "files": ["train/gone.xplane.pb"], "analysis": _xprof_analysis()}  # fmt: skip
+    report = RunReport(name="t", steps=summarize_calls(calls, 32), timeline=calls, trace=trace)
+    report.write(tmp_path)
+    loaded = RunReport.load(tmp_path)
+    assert loaded == report and loaded.trace["analysis"] == _xprof_analysis()
+    assert loaded.read_trace() == TraceAnalysis.from_dict(_xprof_analysis())  # files gone
+    summary = loaded.summary()
+    assert "trace steps: 4 marked in 2 calls of 2, 3.00 ms mean (2.00–4.00)" in summary
+    assert "  XProf: highly input-bound: 33.3% of step time waiting for input" in summary
+    markdown = loaded.to_markdown()
+    assert "| step | ms | input | device compute |" in markdown
+    assert "| 6 | 4.000 | 1.500 | 2.500 |" in markdown
+    assert "| dense/MatMul | MatMul | 4 | 0.500 | 25.0% |" in markdown
+
+    data = json.loads((tmp_path / "report.json").read_text())
+    data["trace"]["analysis"]["steps"][0]["step_ms"] = "slow"
+    (tmp_path / "report.json").write_text(json.dumps(data))
+    with pytest.raises(ReportError, match=r"trace\.analysis\.steps\[0\]\.step_ms is 'slow'"):
+        RunReport.load(tmp_path)

@@ -13,6 +13,7 @@ from toolkit import backend
 from toolkit.core import compat
 from toolkit.profiling.step_timer import StepTimer
 from toolkit.profiling.trace_window import TraceWindow
+from toolkit.report._trace_records import TraceAnalysis
 from toolkit.report.trace import left_out_line, read_trace, trace_lines
 
 pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
@@ -131,34 +132,36 @@ def test_every_traced_step_is_marked_and_read_back(tmp_path, make_model, make_da
     legacy = compat.keras_flavor() == "tf_keras"
     assert trace.marked_steps == (0 if legacy else 4)
     analysis = read_trace(trace.trace_files())
-    steps = analysis["steps"]
+    steps = analysis.steps
     # tf_keras opens its marker before the batch-begin hook that starts the profiler, so the
     # first traced step has none there.
     assert len(steps) == (3 if legacy else 4), analysis
-    assert all(s["step_ms"] > 0 for s in steps)
-    assert analysis["step_ms"]["min"] <= analysis["step_ms"]["mean"] <= analysis["step_ms"]["max"]
+    assert all(s.step_ms > 0 for s in steps)
+    assert analysis.step_ms.min <= analysis.step_ms.mean <= analysis.step_ms.max
     lines = "\n".join(trace_lines(analysis))
     assert f"trace steps: {len(steps)} marked" in lines
-    host_ops = analysis["top_ops"]["host"]
+    host_ops = analysis.top_ops.host
     if backend.name() == "jax":  # XLA's CPU ops are not traced one by one; on a GPU they are
-        assert "XProf lists no op" in analysis["error"]
+        assert "XProf lists no op" in analysis.error
     else:
-        assert host_ops and all(o["self_ms"] >= 0 and 0 <= o["share"] <= 1 for o in host_ops)
+        assert host_ops and all(o.self_ms >= 0 and 0 <= o.share <= 1 for o in host_ops)
+    assert TraceAnalysis.from_dict(analysis.to_dict()) == analysis  # report.json's, read back
     if backend.name() == "torch":
-        assert analysis["reader"] == "chrome trace json"
-        assert analysis["verdict"] is None and "no input-pipeline analysis" in analysis["error"]
-        assert [s["step"] for s in steps] == ["3", "4", "5", "6"]
+        assert analysis.reader == "chrome trace json"
+        assert analysis.verdict is None and "no input-pipeline analysis" in analysis.error
+        assert [s.step for s in steps] == ["3", "4", "5", "6"]
     else:
-        assert analysis["reader"].startswith("xprof ")
-        assert analysis["verdict"] in (
+        assert analysis.reader.startswith("xprof ")
+        assert "bottleneck" in analysis.to_dict()  # XProf's overview page was read
+        assert analysis.verdict in (
             "highly input-bound",
             "moderately input-bound",
             "potentially input-bound",
             "not input-bound",
         )
-        assert 0 <= analysis["input_percent"] <= 100
-        parts = sum(v for v in analysis["breakdown_ms"].values())
-        assert parts == pytest.approx(analysis["step_ms"]["mean"], rel=0.05)
+        assert 0 <= analysis.input_percent <= 100
+        parts = sum(v for v in analysis.breakdown_ms.values())
+        assert parts == pytest.approx(analysis.step_ms.mean, rel=0.05)
         assert "XProf: " in lines and "waiting for input" in lines
 
 
@@ -178,11 +181,11 @@ def test_a_trace_without_markers_still_gives_its_ops(tmp_path, make_model, make_
     trace = TraceWindow(tmp_path / "plain", start_step=0, stop_step=1)
     analysis = read_trace(trace.trace_files())
     if compat.keras_flavor() == "tf_keras":
-        assert analysis["steps"]  # tf_keras's fit marks its steps itself
+        assert analysis.steps  # tf_keras's fit marks its steps itself
     else:
-        assert analysis["steps"] == [] and analysis["verdict"] is None
-        assert analysis["error"].startswith("the trace holds no step marker: XProf times a step")
-    assert analysis["top_ops"]["host"]
+        assert analysis.steps == () and analysis.verdict is None
+        assert analysis.error.startswith("the trace holds no step marker: XProf times a step")
+    assert analysis.top_ops.host
 
 
 def _recurrent(keras, steps=16, features=7):
@@ -222,21 +225,21 @@ def test_a_step_that_runs_a_loop_is_read_by_its_markers(tmp_path, keras, form):
     assert window.error is None and window.traced_steps == (3, 7)
     files = window.trace_files()
     analysis = read_trace(files)
-    steps = analysis["steps"]
+    steps = analysis.steps
     # tf_keras opens its marker before the hook that starts the profiler: one step fewer.
     assert len(steps) == (3 if compat.keras_flavor() == "tf_keras" else 4), analysis
-    assert all(s["step_ms"] > 0 for s in steps)
+    assert all(s.step_ms > 0 for s in steps)
     if backend.name() == "torch":  # its Chrome trace JSON has no input analysis
         return
-    assert analysis["verdict"] is not None and 0 <= analysis["input_percent"] <= 100
-    parts = sum(v for v in analysis["breakdown_ms"].values())
-    assert parts == pytest.approx(analysis["step_ms"]["mean"], rel=0.05)
-    folded = "folded into the marked steps" in (analysis["error"] or "")
-    assert folded == (backend.name() == "tensorflow"), analysis["error"]
+    assert analysis.verdict is not None and 0 <= analysis.input_percent <= 100
+    parts = sum(v for v in analysis.breakdown_ms.values())
+    assert parts == pytest.approx(analysis.step_ms.mean, rel=0.05)
+    folded = "folded into the marked steps" in (analysis.error or "")
+    assert folded == (backend.name() == "tensorflow"), analysis.error
     if folded:  # the condition the fold is for: the loop's iterations, and XProf alone
         held, _ = reader._loops_folded(files, str(tmp_path))
         assert held.iterations > 0 and held.markers >= len(steps) and not held.loop_ops
-        assert reader._xprof_reading(files, analysis["reader"], 1)["steps"] == []
+        assert reader._xprof_reading(files, analysis.reader, 1).steps == ()
 
 
 def test_a_call_of_several_steps_is_read_as_its_steps(tmp_path, make_model, make_dataset):
@@ -250,12 +253,13 @@ def test_a_call_of_several_steps_is_read_as_its_steps(tmp_path, make_model, make
     model.fit(make_dataset(12), epochs=1, verbose=0, callbacks=[window])
     assert window.error is None and window.traced_steps == (2, 8)
     analysis = read_trace(window.trace_files(), steps_per_execution=2)
-    calls = len(analysis["steps"])
-    assert 1 <= calls <= 3 and analysis["steps_per_row"] == 2, analysis
-    assert "each of XProf's steps is one call of 2 steps" in analysis["error"]
-    parts = sum(v for v in analysis["breakdown_ms"].values())
-    assert parts == pytest.approx(analysis["step_ms"]["mean"], rel=0.05)
-    assert analysis["verdict"] is not None
+    calls = len(analysis.steps)
+    assert 1 <= calls <= 3 and analysis.steps_per_row == 2, analysis
+    assert analysis.to_dict()["steps_per_row"] == 2  # report.json's key
+    assert "each of XProf's steps is one call of 2 steps" in analysis.error
+    parts = sum(v for v in analysis.breakdown_ms.values())
+    assert parts == pytest.approx(analysis.step_ms.mean, rel=0.05)
+    assert analysis.verdict is not None
     lines = "\n".join(trace_lines(analysis, window=6))
     assert f"trace steps: {2 * calls}" in lines and f"marked in {calls} calls of 2" in lines
 
@@ -294,8 +298,8 @@ def test_why_a_marked_trace_gives_no_step_is_said(tmp_path, keras, make_model, m
     finally:
         backend.get().stop_trace()
     said = read_trace(reader.find_trace_files(tmp_path / "user"))
-    assert said["steps"] == [] and said["error"].startswith("the trace holds 6 step markers, ")
-    assert "none with the root stat '_r'" in said["error"], said["error"]
+    assert said.steps == () and said.error.startswith("the trace holds 6 step markers, ")
+    assert "none with the root stat '_r'" in said.error, said.error
 
     window = TraceWindow(tmp_path / "mine", start_step=2, stop_step=5)
     model.fit(data, epochs=1, verbose=0, callbacks=[window])
@@ -307,9 +311,9 @@ def test_why_a_marked_trace_gives_no_step_is_said(tmp_path, keras, make_model, m
     copy = tmp_path / "loop" / "host.xplane.pb"
     copy.parent.mkdir()
     copy.write_bytes(space.SerializeToString())
-    assert read_trace([path])["steps"]  # the trace as written: read
+    assert read_trace([path]).steps  # the trace as written: read
     said = read_trace([str(copy)])
-    assert said["steps"] == [] and "TensorFlow loop-op events (WhileOp-EvalCond)" in said["error"]
+    assert said.steps == () and "TensorFlow loop-op events (WhileOp-EvalCond)" in said.error
 
 
 def test_window_spanning_epochs_and_stopping_at_train_end(tmp_path, make_model, make_dataset):

@@ -58,6 +58,7 @@ from toolkit.report._ledger import (
     ledger_markdown,
     report_ledger,
 )
+from toolkit.report._trace_records import TraceAnalysis
 from toolkit.report.context import RunContext
 from toolkit.report.trace import left_out_line, read_trace, trace_lines, traced_range
 
@@ -202,7 +203,7 @@ class RunReport:
             extra=jsonable(dict(extra or {})),
         )
 
-    def read_trace(self, run_dir: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
+    def read_trace(self, run_dir: str | os.PathLike[str] | None = None) -> TraceAnalysis | None:
         """The run's trace read again from its files (what XProf makes of them now), or, when
         they are gone, as it was read when the run ended; None for a run without a trace.
 
@@ -218,15 +219,15 @@ class RunReport:
             return None
         source = getattr(self, "_source", None)
         if run_dir is None and source is None:
-            return self.trace.get("analysis")
+            return TraceAnalysis.from_dict(self.trace.get("analysis"))
         where = os.fspath(run_dir) if run_dir is not None else os.path.dirname(source)
         named = self.trace.get("files") or []
         report = source or os.path.join(where, REPORT_JSON)
         real = [inside_run(where, f, f"trace.files[{i}]", report) for i, f in enumerate(named)]
         files = [f for f in real if os.path.isfile(f)]
         if not files:
-            return self.trace.get("analysis")
-        return _read_back({**self.trace, "files": files}, self.steps)["analysis"]
+            return TraceAnalysis.from_dict(self.trace.get("analysis"))
+        return read_trace(files, self.steps.steps_per_execution)
 
     @property
     def partial(self) -> bool:
@@ -392,7 +393,8 @@ class RunReport:
             lines.append(_trace_line(self.trace))
             held = self.trace.get("traced_steps") or (0, 0)
             lines += filter(None, [left_out_line(self.steps.excluded_steps, held[1] - held[0])])
-            lines += trace_lines(self.trace.get("analysis"), window=held[1] - held[0])
+            analysis = TraceAnalysis.from_dict(self.trace.get("analysis"))
+            lines += trace_lines(analysis, window=held[1] - held[0])
         if self.anatomy is not None:
             lines += anatomy_lines(self.anatomy)
         return "\n".join(lines)
@@ -422,7 +424,7 @@ class RunReport:
             w(f"\n## TensorBoard\n\n{_tensorboard_line(self.tensorboard)}\n")
         if self.trace:
             w(f"\n## Profiler trace\n\n{_trace_line(self.trace)}\n")
-            _trace_markdown(w, self.trace.get("analysis"))
+            _trace_markdown(w, TraceAnalysis.from_dict(self.trace.get("analysis")))
         self._md_searches(w)
         if self.cluster:
             w(f"\n## Cluster\n\n{_processes_line(self.cluster)}\n\n")
@@ -719,39 +721,37 @@ def _trace_line(trace: Mapping[str, Any]) -> str:
 
 
 def _read_back(trace: dict[str, Any], steps: StepStats) -> dict[str, Any]:
-    """A TraceWindow's result with what its files say (``analysis``, see
-    ``toolkit.report.trace``) when it wrote any."""
+    """A TraceWindow's result (report.json's ``trace``) with what its files say
+    (``analysis``: a :class:`~toolkit.report.trace.TraceAnalysis`'s JSON) when it wrote any."""
     if trace.get("files"):
-        trace["analysis"] = read_trace(trace["files"], steps.steps_per_execution)
+        trace["analysis"] = read_trace(trace["files"], steps.steps_per_execution).to_dict()
     return trace
 
 
-def _trace_markdown(w: Any, analysis: Mapping[str, Any] | None) -> None:
-    if not analysis:
+def _trace_markdown(w: Any, analysis: TraceAnalysis | None) -> None:
+    if analysis is None:
         return
-    w(f"\nRead with {analysis.get('reader') or 'no reader'}.\n")
-    if analysis.get("statement"):
-        w(f"\n> XProf: {analysis['statement']}\n")
-    if analysis.get("error"):
-        w(f"\n_{analysis['error']}_\n")
-    steps = analysis.get("steps") or []
-    if steps:
-        names = list(analysis.get("breakdown_ms") or {})
+    w(f"\nRead with {analysis.reader or 'no reader'}.\n")
+    if analysis.statement:
+        w(f"\n> XProf: {analysis.statement}\n")
+    if analysis.error:
+        w(f"\n_{analysis.error}_\n")
+    if analysis.steps:
+        names = list(analysis.breakdown_ms)
         w("\n| step | ms | " + " | ".join(names) + (" |" if names else "") + "\n")
         w("|---" * (2 + len(names)) + "|\n")
-        for s in steps:
-            cells = " | ".join(f"{s.get(k, 0.0):.3f}" for k in names)
-            w(f"| {s['step']} | {s['step_ms']:.3f} | {cells}" + (" |" if names else "") + "\n")
-    for side in ("device", "host"):
-        top = (analysis.get("top_ops") or {}).get(side) or []
+        for s in analysis.steps:
+            cells = " | ".join(f"{s.ms(k):.3f}" for k in names)
+            w(f"| {s.step} | {s.step_ms:.3f} | {cells}" + (" |" if names else "") + "\n")
+    per = "per marked step" if analysis.steps else "in the whole trace"
+    for side, top in analysis.top_ops.sides():
         if top:
-            per = "per marked step" if steps else "in the whole trace"
             w(f"\n**Top {side} ops by self time** ({per})\n\n")
             w("| op | type | calls | self ms | share |\n|---|---|---:|---:|---:|\n")
             for o in top:
                 w(
-                    f"| {cell(o['op'])} | {cell(o['type'])} | {o['count']} | "
-                    f"{o['self_ms']:.3f} | {o['share']:.1%} |\n"
+                    f"| {cell(o.op)} | {cell(o.type)} | {o.count} | "
+                    f"{o.self_ms:.3f} | {o.share:.1%} |\n"
                 )
 
 

@@ -35,7 +35,9 @@ from typing import Any
 
 from toolkit.core.files import ReportError, parse_json
 from toolkit.report._fields import inside_run
+from toolkit.report._trace_records import OpTime, Spread, TopOps, TraceAnalysis, TracedStep
 
+# The records it builds (TraceAnalysis, ...) are toolkit.report._trace_records's.
 __all__ = [
     "find_trace_files",
     "read_trace",
@@ -59,33 +61,25 @@ _BREAKDOWN = (
 _VERDICT = re.compile(r"\b(HIGHLY|MODERATELY|POTENTIALLY|NOT)\s+input-bound", re.IGNORECASE)
 
 
-def read_trace(files: Sequence[str], steps_per_execution: int = 1) -> dict[str, Any]:
+def read_trace(files: Sequence[str], steps_per_execution: int = 1) -> TraceAnalysis:
     """What the trace `files` say (one run's: several XSpace files are several hosts), of a
-    run with `steps_per_execution` steps per Keras batch.
-
-    Returns a dict with ``reader``, ``steps`` (one row per marked step: ``step``,
-    ``step_ms`` and the breakdown in ms; with `steps_per_execution` > 1, one per marked call,
-    its times per step, and ``steps_per_row`` says how many), ``step_ms`` (mean/min/max),
-    ``breakdown_ms`` (mean per step), ``input_percent``, ``collectives_percent`` (the
-    all-reduce's share of the step, from XProf's collectives column or the collective ops'
-    self time; None where the trace shows none), ``verdict`` (XProf's: ``highly
-    input-bound``, ``moderately input-bound``, ``potentially input-bound`` (much "other"
-    time: Python or I/O), ``not input-bound``, or None), ``statement``, ``top_ops``
-    (``host`` and ``device`` lists of ``{op, type, count, self_ms, share}``: ms per marked
-    step, or in the whole trace when no step is marked) and ``error`` (why something could
-    not be read, in words, or how it was read: the rest is kept). Never raises for a bad or
-    missing file.
+    run with `steps_per_execution` steps per Keras batch: a :class:`TraceAnalysis` (one
+    :class:`TracedStep` per marked step, with `steps_per_execution` > 1 one per marked call,
+    its times per step; the steps' :class:`Spread`, the breakdown, the input and collectives
+    shares, XProf's verdict, the top ops' :class:`OpTime` per side, and ``error``: why
+    something could not be read, in words, or how it was read, the rest kept). Never raises
+    for a bad or missing file.
     """
     files = [os.fspath(f) for f in files]
     if not files:
-        return _empty("no trace file was written")
+        return TraceAnalysis(error="no trace file was written")
     xspace = [f for f in files if f.endswith(".xplane.pb")]
     chrome = [f for f in files if f.endswith((".json", ".json.gz"))]
     if xspace:
         return _read_xspace(xspace, steps_per_execution)
     if chrome:
         return _read_chrome(chrome[-1])
-    return _empty(f"no reader for {os.path.basename(files[0])}")
+    return TraceAnalysis(error=f"no reader for {os.path.basename(files[0])}")
 
 
 def find_trace_files(directory: str | os.PathLike[str]) -> list[str]:
@@ -116,21 +110,6 @@ def _inside(directory: str, path: str) -> bool:
     return True
 
 
-def _empty(error: str | None, reader: str | None = None) -> dict[str, Any]:
-    return {
-        "reader": reader,
-        "steps": [],
-        "step_ms": None,
-        "breakdown_ms": {},
-        "input_percent": None,
-        "collectives_percent": None,
-        "verdict": None,
-        "statement": None,
-        "top_ops": {"host": [], "device": []},
-        "error": error,
-    }
-
-
 # ---------------------------------------------------------------------------- XSpace (XProf)
 
 
@@ -153,7 +132,7 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def _read_xspace(files: list[str], steps_per_execution: int = 1) -> dict[str, Any]:
+def _read_xspace(files: list[str], steps_per_execution: int = 1) -> TraceAnalysis:
     """XProf's reading of the XSpace `files`. Where it finds no step, a copy with the trace's
     TensorFlow loop folded into the marked steps is read instead (:func:`_loops_folded`);
     where that finds none either, the error says why in words (:func:`_why_no_step`), from
@@ -163,7 +142,7 @@ def _read_xspace(files: list[str], steps_per_execution: int = 1) -> dict[str, An
         from xprof import version as xprof_version
         from xprof.convert import raw_to_tool_data  # noqa: F401 - here: its absence said
     except ImportError:
-        return _empty(f"not read: XProf is not installed ({INSTALL_HINT})")
+        return TraceAnalysis(error=f"not read: XProf is not installed ({INSTALL_HINT})")
     reader = f"xprof {getattr(xprof_version, '__version__', '?')}"
     per_row = max(1, steps_per_execution)
     # XProf reads a private copy: it writes its own cache files (``*.op_stats_v2.pb``) beside
@@ -171,25 +150,23 @@ def _read_xspace(files: list[str], steps_per_execution: int = 1) -> dict[str, An
     with tempfile.TemporaryDirectory(prefix="toolkit-trace-") as tmp:
         copies = _private_copies(files, os.path.join(tmp, "read"))
         if isinstance(copies, str):
-            return _empty(f"XProf could not read {copies}", reader)
+            return TraceAnalysis(reader=reader, error=f"XProf could not read {copies}")
         out = _xprof_reading(copies, reader, per_row, named=files)
-        if out["steps"] or out["error"] != _NO_STEP:  # read, or not readable at all
+        if out.steps or out.error != _NO_STEP:  # read, or not readable at all
             return out
         os.mkdir(os.path.join(tmp, "folded"))
         held, folded = _loops_folded(copies, os.path.join(tmp, "folded"))
         if folded:
             again = _xprof_reading(folded, reader, per_row, named=files)
-            if again["steps"]:
+            if again.steps:
                 said = (
                     "read from a copy of the trace with its TensorFlow loop folded into the "
                     f"marked steps ({held.iterations} executor events in loop iterations past "
                     "the first): as written, XProf (and TensorBoard's Profile tab) groups it "
                     "by the loop's iterations, not by the step markers, and finds no step"
                 )
-                again["error"] = "; ".join(filter(None, (said, again["error"])))
-                return again
-    out["error"] = _why_no_step(held, steps_per_execution)
-    return out
+                return dataclasses.replace(again, error=_notes(said, again.error))
+    return dataclasses.replace(out, error=_why_no_step(held, steps_per_execution))
 
 
 def _private_copies(files: list[str], into: str) -> list[str] | str:
@@ -214,46 +191,64 @@ def _private_copies(files: list[str], into: str) -> list[str] | str:
 
 def _xprof_reading(
     files: list[str], reader: str, per_row: int, named: list[str] | None = None
-) -> dict[str, Any]:
+) -> TraceAnalysis:
     """XProf's overview page and framework op stats of `files`; each of XProf's steps is one
     marked Keras call of `per_row` steps (``steps_per_execution``), so its times are divided
     by `per_row`. `named`: the files to name in an error (a folded copy's originals)."""
+    named = named or files
+    raw = _xprof_tools(files, named)
+    if isinstance(raw, str):
+        return TraceAnalysis(reader=reader, error=raw)
+    overview, op_stats = raw
+    unexpected = f"XProf's output for {named[0]} was not as expected"
+    try:
+        read = dataclasses.replace(_overview(_tables(overview), per_row), reader=reader)
+    except (ValueError, KeyError, TypeError) as e:
+        return TraceAnalysis(reader=reader, error=f"{unexpected}: {e}")
+    try:
+        tables = _tables(op_stats)
+        top = _op_stats(tables, max(1, len(read.steps) * per_row))
+        collectives = read.collectives_percent
+        if collectives is None:
+            collectives = _collective_ops_percent(tables, read)
+    except (ValueError, KeyError, TypeError) as e:  # the overview's reading is kept
+        return dataclasses.replace(read, error=f"{unexpected}: {e}")
+    notes = [read.error]
+    if read.steps_per_row > 1:  # Keras marks a call, not each of its steps
+        notes.append(
+            f"each of XProf's steps is one call of {per_row} steps (steps_per_execution): "
+            f"times are per step, the call's divided by {per_row}"
+        )
+    if not top.listed and read.error is None:
+        notes.append(
+            "XProf lists no op in this trace (XLA on a CPU is not traced op by op): step times only"
+        )
+    return dataclasses.replace(
+        read, top_ops=top, collectives_percent=collectives, error=_notes(*notes)
+    )
+
+
+def _xprof_tools(files: list[str], named: list[str]) -> tuple[Any, Any] | str:
+    """XProf's raw overview page and framework op stats of `files` (its JSON, as it writes
+    it), or why it could not read them, in words, naming the file of `named`."""
     from xprof.convert import raw_to_tool_data
 
-    named = named or files
-    out = _empty(None, reader)
     try:
         with _quiet_stderr():
             overview, _ = raw_to_tool_data.xspace_to_tool_data(files, "overview_page", {})
             op_stats, _ = raw_to_tool_data.xspace_to_tool_data(files, "framework_op_stats", {})
     except Exception as e:  # noqa: BLE001 - a trace XProf cannot read: say so, keep the run
-        out["error"] = f"XProf could not read {named[0]}: {type(e).__name__}: {e}"
-        return out
+        return f"XProf could not read {named[0]}: {type(e).__name__}: {e}"
     if not overview:
         missing = [f for f in named if not os.path.isfile(f)]
         why = "no such file" if missing else "not a profiler trace, or a damaged one"
-        out["error"] = f"XProf could not read {(missing or named)[0]}: {why}"
-        return out
-    try:
-        _overview(_tables(overview), out, per_row)
-        out["top_ops"] = _op_stats(_tables(op_stats), max(1, len(out["steps"]) * per_row))
-        if out.get("collectives_percent") is None:
-            out["collectives_percent"] = _collective_ops_percent(_tables(op_stats), out)
-    except (ValueError, KeyError, TypeError) as e:
-        out["error"] = f"XProf's output for {named[0]} was not as expected: {e}"
-        return out
-    notes = [out["error"]]
-    if out.get("steps_per_row"):  # Keras marks a call, not each of its steps
-        notes.append(
-            f"each of XProf's steps is one call of {per_row} steps (steps_per_execution): "
-            f"times are per step, the call's divided by {per_row}"
-        )
-    if not any(out["top_ops"].values()) and out["error"] is None:
-        notes.append(
-            "XProf lists no op in this trace (XLA on a CPU is not traced op by op): step times only"
-        )
-    out["error"] = "; ".join(filter(None, notes)) or None
-    return out
+        return f"XProf could not read {(missing or named)[0]}: {why}"
+    return overview, op_stats
+
+
+def _notes(*notes: str | None) -> str | None:
+    """The notes said, in one line (None: none)."""
+    return "; ".join(filter(None, notes)) or None
 
 
 # ---------------------------------------------------------------------------- loops in a step
@@ -431,14 +426,7 @@ def _why_no_step(held: _Held | None, steps_per_execution: int) -> str:
     return f"{why}: {_STILL_MEASURED}"
 
 
-def _spread(times: list[float]) -> dict[str, float] | None:
-    """Mean, min and max of per-step times (None without any)."""
-    if not times:
-        return None
-    return {"mean": sum(times) / len(times), "min": min(times), "max": max(times)}
-
-
-def _tables(raw: Any) -> list[dict[str, Any]]:
+def _tables(raw: Any) -> list[Mapping[str, Any]]:
     """XProf's tool output: a JSON list of Google-Charts data tables (``cols``, ``rows``,
     ``p``)."""
     if not raw:
@@ -453,7 +441,7 @@ def _columns(table: Mapping[str, Any]) -> list[str]:
     return [c.get("id", "") for c in table.get("cols", [])]
 
 
-def _rows(table: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _rows(table: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     ids = _columns(table)
     return [
         {
@@ -464,42 +452,53 @@ def _rows(table: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _overview(tables: list[dict[str, Any]], out: dict[str, Any], per_row: int = 1) -> None:
+def _overview(tables: list[Mapping[str, Any]], per_row: int = 1) -> TraceAnalysis:
+    """XProf's overview page (its `tables`): its verdict on the input, and the steps with
+    their breakdown, each row a marked call of `per_row` steps, its times per step."""
     step_table = next((t for t in tables if "stepTimeMs" in _columns(t)), None)
     advice = next((t for t in tables if "bottleneck" in (t.get("p") or {})), {})
     props = (step_table or {}).get("p") or {}
     statement = props.get("input_conclusion") or (advice.get("p") or {}).get("statement")
-    out["statement"] = statement
     match = _VERDICT.search(statement or "")
-    out["verdict"] = f"{match.group(1).lower()} input-bound" if match else None
-    out["bottleneck"] = (advice.get("p") or {}).get("bottleneck")
-    rows = _rows(step_table) if step_table is not None else []
-    steps = []
-    for row in rows:  # a row per marked call, of per_row steps: its times per step
-        step = {
-            "step": str(row.get("stepnum")),
-            "step_ms": float(row.get("stepTimeMs") or 0) / per_row,
-        }
-        for column, name in _BREAKDOWN:
-            step[name] = float(row.get(column) or 0) / per_row
-        steps.append(step)
-    out["steps"] = steps
-    if per_row > 1 and steps:
-        out["steps_per_row"] = per_row
+    said = TraceAnalysis(
+        verdict=f"{match.group(1).lower()} input-bound" if match else None,
+        statement=statement,
+        overview=True,
+        bottleneck=(advice.get("p") or {}).get("bottleneck"),
+    )
+    steps = _step_rows(step_table, per_row) if step_table is not None else ()
     if not steps:
-        out["error"] = _NO_STEP
-        return
-    total = sum(s["step_ms"] for s in steps)
-    out["step_ms"] = _spread([s["step_ms"] for s in steps])
-    out["breakdown_ms"] = {
-        name: sum(s[name] for s in steps) / len(steps)
-        for _, name in _BREAKDOWN
-        if any(s[name] for s in steps)
-    }
-    out["input_percent"] = 100.0 * sum(s["input"] for s in steps) / total if total > 0 else None
-    collectives = sum(s["collectives"] for s in steps)
-    if collectives > 0 and total > 0:  # XProf's own column: all-reduces on GPUs and TPUs
-        out["collectives_percent"] = 100.0 * collectives / total
+        return dataclasses.replace(said, error=_NO_STEP)
+    total = sum(s.step_ms for s in steps)
+    collectives = sum(s.ms("collectives") for s in steps)  # XProf's own column (GPUs, TPUs)
+    return dataclasses.replace(
+        said,
+        steps=steps,
+        steps_per_row=per_row,
+        step_ms=Spread.of([s.step_ms for s in steps]),
+        breakdown_ms={
+            name: sum(s.ms(name) for s in steps) / len(steps)
+            for _, name in _BREAKDOWN
+            if any(s.ms(name) for s in steps)
+        },
+        input_percent=100.0 * sum(s.ms("input") for s in steps) / total if total > 0 else None,
+        collectives_percent=(
+            100.0 * collectives / total if collectives > 0 and total > 0 else None
+        ),
+    )
+
+
+def _step_rows(step_table: Mapping[str, Any], per_row: int) -> tuple[TracedStep, ...]:
+    """The overview page's step table: a row per marked call, of `per_row` steps, its times
+    per step."""
+    return tuple(
+        TracedStep(
+            step=str(row.get("stepnum")),
+            step_ms=float(row.get("stepTimeMs") or 0) / per_row,
+            breakdown={name: float(row.get(column) or 0) / per_row for column, name in _BREAKDOWN},
+        )
+        for row in _rows(step_table)
+    )
 
 
 _COLLECTIVE = re.compile(
@@ -509,11 +508,11 @@ _COLLECTIVE = re.compile(
 )
 
 
-def _collective_ops_percent(tables: list[dict[str, Any]], out: dict[str, Any]) -> float | None:
-    """The all-reduce's (and every other collective's) share of the step, from the ops' self
-    times where the trace lists them op by op; None when it lists none."""
+def _collective_ops_percent(tables: list[Mapping[str, Any]], read: TraceAnalysis) -> float | None:
+    """The all-reduce's (and every other collective's) share of the step `read` found, from
+    the ops' self times where the trace lists them op by op; None when it lists none."""
     table = next((t for t in reversed(tables) if "total_self_time" in _columns(t)), None)
-    step_ms = (out.get("step_ms") or {}).get("mean")
+    step_ms = read.step_ms.mean if read.step_ms is not None else None
     if table is None or not step_ms:
         return None
     rows = [
@@ -524,39 +523,60 @@ def _collective_ops_percent(tables: list[dict[str, Any]], out: dict[str, Any]) -
     ]
     if not rows:
         return None
-    per_step = sum(float(r.get("total_self_time") or 0) for r in rows) / 1e3 / len(out["steps"])
+    per_step = sum(float(r.get("total_self_time") or 0) for r in rows) / 1e3 / len(read.steps)
     return min(100.0, 100.0 * per_step / step_ms)
 
 
-def _op_stats(tables: list[dict[str, Any]], steps: int) -> dict[str, list[dict[str, Any]]]:
+def _op_stats(tables: list[Mapping[str, Any]], steps: int) -> TopOps:
     """The top ops by self time on the host and on the device, self time per traced step."""
     table = next((t for t in reversed(tables) if "total_self_time" in _columns(t)), None)
     if table is None:
-        return {"host": [], "device": []}
+        return TopOps()
     rows = [r for r in _rows(table) if str(r.get("type")).upper() != "IDLE"]
-    out: dict[str, list[dict[str, Any]]] = {}
+    top: dict[str, tuple[OpTime, ...]] = {}
     for side in ("host", "device"):
         mine = [r for r in rows if str(r.get("host_or_device", "")).lower() == side]
         total = sum(float(r.get("total_self_time") or 0) for r in mine)
         mine.sort(key=lambda r: float(r.get("total_self_time") or 0), reverse=True)
-        out[side] = [
-            {
-                "op": str(r.get("operation")),
-                "type": str(r.get("type")),
-                "count": int(r.get("occurrences") or 0),
-                "self_ms": float(r.get("total_self_time") or 0) / 1e3 / steps,
-                "share": float(r.get("total_self_time") or 0) / total if total > 0 else 0.0,
-            }
+        top[side] = tuple(
+            OpTime(
+                op=str(r.get("operation")),
+                type=str(r.get("type")),
+                count=int(r.get("occurrences") or 0),
+                self_ms=float(r.get("total_self_time") or 0) / 1e3 / steps,
+                share=float(r.get("total_self_time") or 0) / total if total > 0 else 0.0,
+            )
             for r in mine[:TOP_OPS]
-        ]
-    return out
+        )
+    return TopOps(host=top["host"], device=top["device"])
 
 
 # ---------------------------------------------------------------------------- PyTorch
 
 
-def _read_chrome(path: str) -> dict[str, Any]:
-    out = _empty(None, "chrome trace json")
+@dataclasses.dataclass
+class _Span:
+    """One of a Chrome trace's complete events (``ph`` ``X``): its name, start and duration
+    (µs), and its self time: the duration less that of the spans nested directly in it on
+    its thread, where :func:`_self_times` says so (else its duration)."""
+
+    name: str
+    start: float
+    dur: float
+    self_us: float
+
+    @classmethod
+    def of(cls, event: Mapping[str, Any]) -> _Span:
+        dur = float(event["dur"])
+        return cls(str(event.get("name")), float(event.get("ts", 0.0)), dur, dur)
+
+    @property
+    def end(self) -> float:
+        return self.start + self.dur
+
+
+def _read_chrome(path: str) -> TraceAnalysis:
+    reader = "chrome trace json"
     try:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8") as f:
@@ -564,72 +584,73 @@ def _read_chrome(path: str) -> dict[str, Any]:
         if isinstance(events, dict):
             events = events.get("traceEvents", [])
     except (OSError, ValueError) as e:
-        out["error"] = f"cannot read {path}: {e}"
-        return out
+        return TraceAnalysis(reader=reader, error=f"cannot read {path}: {e}")
     spans = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e]
     markers = sorted(
         (e for e in spans if str(e.get("name", "")).startswith("ProfilerStep#")),
         key=lambda e: float(e["ts"]),
     )
-    steps = [
-        {"step": str(e["name"]).removeprefix("ProfilerStep#"), "step_ms": float(e["dur"]) / 1e3}
+    steps = tuple(
+        TracedStep(str(e["name"]).removeprefix("ProfilerStep#"), float(e["dur"]) / 1e3)
         for e in markers
-    ]
-    out["steps"] = steps
-    out["step_ms"] = _spread([s["step_ms"] for s in steps])
-    host = [e for e in spans if e.get("cat") == "cpu_op"]
-    device = [e for e in spans if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    count = max(1, len(steps))
-    out["top_ops"] = {"host": _top(_self_times(host), count), "device": _top(device, count)}
-    out["error"] = (
-        "PyTorch's trace has no input-pipeline analysis (XProf reads TensorFlow's and JAX's "
-        "traces only): step times and ops only"
-        if steps
-        else "no ProfilerStep# marker in the trace: ops only"
     )
-    return out
+    host = [e for e in spans if e.get("cat") == "cpu_op"]
+    device = [_Span.of(e) for e in spans if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    count = max(1, len(steps))
+    return TraceAnalysis(
+        reader=reader,
+        steps=steps,
+        step_ms=Spread.of([s.step_ms for s in steps]),
+        top_ops=TopOps(host=_top(_self_times(host), count), device=_top(device, count)),
+        error=(
+            "PyTorch's trace has no input-pipeline analysis (XProf reads TensorFlow's and "
+            "JAX's traces only): step times and ops only"
+            if steps
+            else "no ProfilerStep# marker in the trace: ops only"
+        ),
+    )
 
 
-def _self_times(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`events` with ``self`` set: their duration less that of the events nested directly in
-    them on the same thread."""
-    by_thread: dict[Any, list[dict[str, Any]]] = collections.defaultdict(list)
+def _self_times(events: list[Mapping[str, Any]]) -> list[_Span]:
+    """`events` as spans with their self time: their duration less that of the events nested
+    directly in them on the same thread."""
+    by_thread: dict[tuple[Any, Any], list[_Span]] = collections.defaultdict(list)
     for e in events:
-        by_thread[(e.get("pid"), e.get("tid"))].append(e)
+        by_thread[(e.get("pid"), e.get("tid"))].append(_Span.of(e))
     out = []
-    for evs in by_thread.values():
-        evs.sort(key=lambda e: (float(e["ts"]), -float(e["dur"])))
-        stack: list[dict[str, Any]] = []
-        for e in evs:
-            e = {**e, "self": float(e["dur"])}
-            start = float(e["ts"])
-            while stack and float(stack[-1]["ts"]) + float(stack[-1]["dur"]) <= start:
+    for spans in by_thread.values():
+        spans.sort(key=lambda s: (s.start, -s.dur))
+        stack: list[_Span] = []
+        for span in spans:
+            while stack and stack[-1].end <= span.start:
                 stack.pop()
             if stack:
-                stack[-1]["self"] -= float(e["dur"])
-            stack.append(e)
-            out.append(e)
+                stack[-1].self_us -= span.dur
+            stack.append(span)
+            out.append(span)
     return out
 
 
-def _top(events: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]:
+def _top(spans: list[_Span], steps: int) -> tuple[OpTime, ...]:
+    """The longest of `spans` by total self time, one :class:`OpTime` per name, their self
+    time per step of `steps`."""
     totals: dict[str, list[float]] = {}
-    for e in events:
-        entry = totals.setdefault(str(e.get("name")), [0.0, 0])
-        entry[0] += max(0.0, float(e.get("self", e["dur"])))
+    for span in spans:
+        entry = totals.setdefault(span.name, [0.0, 0])
+        entry[0] += max(0.0, span.self_us)
         entry[1] += 1
     grand = sum(v[0] for v in totals.values())
     ranked = sorted(totals.items(), key=lambda kv: kv[1][0], reverse=True)[:TOP_OPS]
-    return [
-        {
-            "op": name,
-            "type": "",
-            "count": int(n),
-            "self_ms": us / 1e3 / steps,
-            "share": us / grand if grand > 0 else 0.0,
-        }
+    return tuple(
+        OpTime(
+            op=name,
+            type="",
+            count=int(n),
+            self_ms=us / 1e3 / steps,
+            share=us / grand if grand > 0 else 0.0,
+        )
         for name, (us, n) in ranked
-    ]
+    )
 
 
 # ---------------------------------------------------------------------------- views
@@ -681,56 +702,60 @@ def left_out_line(excluded: int, window: int | None) -> str | None:
 
 
 def trace_lines(
-    analysis: Mapping[str, Any] | None, ops: int = 5, window: int | None = None
+    analysis: TraceAnalysis | None, ops: int = 5, window: int | None = None
 ) -> list[str]:
     """The trace section for a terminal: step time and breakdown, XProf's verdict, top ops.
     `window`: the steps the trace window held, so the count of steps XProf read whole (its
     markers at both ends inside the trace) is said against it."""
-    if not analysis:
+    if analysis is None:
         return []
     lines = []
-    step_ms = analysis.get("step_ms")
-    if step_ms:
-        calls = len(analysis.get("steps") or [])
-        per = analysis.get("steps_per_row") or 1  # Keras marks a call of that many steps
-        n = calls * per
-        of, why = (
-            (f" of the {window} traced", " (XProf leaves out steps at the trace's edges)")
-            if window and window != n
-            else ("", "")
-        )
-        held = f" in {calls} calls of {per}" if per > 1 else ""
-        lines.append(
-            f"trace steps: {n}{of} marked{held}{why}, {step_ms['mean']:.2f} ms mean "
-            f"({step_ms['min']:.2f}–{step_ms['max']:.2f})"
-        )
-    breakdown = analysis.get("breakdown_ms") or {}
+    step_ms, breakdown = analysis.step_ms, analysis.breakdown_ms
+    if step_ms is not None:
+        lines.append(_steps_line(analysis, step_ms, window))
     if breakdown:
         lines.append(
             "  per step: " + ", ".join(f"{k} {v:.2f} ms" for k, v in breakdown.items() if v)
         )
-    if analysis.get("input_percent") is not None:
-        verdict = analysis.get("verdict") or "no verdict"
-        share = analysis["input_percent"]
-        line = f"  XProf: {verdict}: {share:.1f}% of step time waiting for input"
-        other, mean = breakdown.get("other"), (step_ms or {}).get("mean")
-        if verdict == "potentially input-bound" and other and mean:
-            line += f", {100 * other / mean:.0f}% 'other' time (Python, I/O: outside any op)"
+    if analysis.input_percent is not None:
+        verdict = analysis.verdict or "no verdict"
+        line = f"  XProf: {verdict}: {analysis.input_percent:.1f}% of step time waiting for input"
+        other = breakdown.get("other")
+        if verdict == "potentially input-bound" and other and step_ms is not None and step_ms.mean:
+            line += (
+                f", {100 * other / step_ms.mean:.0f}% 'other' time (Python, I/O: outside any op)"
+            )
         lines.append(line)
-    if analysis.get("collectives_percent"):
+    if analysis.collectives_percent:
         lines.append(
             f"  collectives (the all-reduce of the gradients, ...): "
-            f"{analysis['collectives_percent']:.1f}% of step time"
+            f"{analysis.collectives_percent:.1f}% of step time"
         )
-    for side in ("device", "host"):
-        top = (analysis.get("top_ops") or {}).get(side) or []
+    per = "per step" if analysis.steps else "in the whole trace"
+    for side, top in analysis.top_ops.sides():
         if top:
-            per = "per step" if analysis.get("steps") else "in the whole trace"
             lines.append(f"  top {side} ops (self time {per}):")
             lines += [
-                f"    {o['self_ms']:8.3f} ms {o['share']:4.0%}  {short_op(o['op'])}"
-                for o in top[:ops]
+                f"    {o.self_ms:8.3f} ms {o.share:4.0%}  {short_op(o.op)}" for o in top[:ops]
             ]
-    if analysis.get("error"):
-        lines.append(f"  note: {analysis['error']}")
+    if analysis.error:
+        lines.append(f"  note: {analysis.error}")
     return lines
+
+
+def _steps_line(analysis: TraceAnalysis, step_ms: Spread, window: int | None) -> str:
+    """How many steps the trace marked (against the `window` of steps traced), and their
+    time."""
+    calls = len(analysis.steps)
+    per = analysis.steps_per_row  # Keras marks a call of that many steps
+    n = calls * per
+    of, why = (
+        (f" of the {window} traced", " (XProf leaves out steps at the trace's edges)")
+        if window and window != n
+        else ("", "")
+    )
+    held = f" in {calls} calls of {per}" if per > 1 else ""
+    return (
+        f"trace steps: {n}{of} marked{held}{why}, {step_ms.mean:.2f} ms mean "
+        f"({step_ms.min:.2f}–{step_ms.max:.2f})"
+    )

@@ -58,6 +58,7 @@ from toolkit.core.progress import say
 from toolkit.core.stats import whole_calls
 from toolkit.report._anatomy import anatomy_top_lines
 from toolkit.report._ledger import fixes, ledger_line
+from toolkit.report._trace_records import TraceAnalysis
 from toolkit.runner.config import TrainConfig, as_flags, as_python
 from toolkit.search.advice import (
     BALANCED,
@@ -98,7 +99,7 @@ class Diagnosis:
     batch_size: int | None = None
     steps: int = 0
     pipeline: str = ""
-    xprof: dict[str, Any] | None = None  # XProf's reading of a trace of the fit, if taken
+    xprof: SecondOpinion | None = None  # XProf's reading of a trace of the fit, if taken
     python: bool = False  # your own model (diagnose(model, data)): advice in Python, not flags
     # A whole run's ledger handed in (``ledger=``): where that run's time went, and its fixes
     # with the seconds each would save (``toolkit.report._ledger``).
@@ -129,7 +130,7 @@ class Diagnosis:
             f"  real fit:             {self.fit_rate:,.1f} steps/s",
         ]
         if self.xprof:
-            out.append(f"  XProf: {self.xprof['line']}")
+            out.append(f"  XProf: {self.xprof.line}")
         if self.anatomy is not None and not self.anatomy.error:
             out += [f"  {line}" for line in anatomy_top_lines(self.anatomy)]
         out += [f"  advice: {a}" for a in self.advice_lines()]
@@ -195,21 +196,36 @@ _CONTRADICTS = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class SecondOpinion:
+    """XProf's reading of a trace of the fit set beside the rates' verdict (report.json's
+    ``diagnosis.xprof``).
+
+    Attributes:
+        verdict: XProf's (``highly input-bound``, ...); None where it gave none.
+        input_percent: the share of the traced steps' time spent waiting for input.
+        agrees: whether XProf's verdict agrees with the rates'; None where it gave none.
+        line: one sentence that says which, and why they may differ.
+    """
+
+    verdict: str | None
+    input_percent: float | None
+    agrees: bool | None
+    line: str
+
+
 def second_opinion(
-    verdict: str, analysis: Mapping[str, Any] | None, pipeline_slower: bool = True
-) -> dict[str, Any]:
+    verdict: str, analysis: TraceAnalysis | None, pipeline_slower: bool = True
+) -> SecondOpinion:
     """XProf's reading of a trace of the fit (``toolkit.report.trace.read_trace``) set beside
-    the rates' `verdict`: ``verdict``, ``input_percent``, ``agrees`` (None when XProf gave no
-    verdict) and ``line``, one sentence that says which, and why they may differ.
+    the rates' `verdict`: whether the two agree, in one line that says why they may differ.
     `pipeline_slower`: the pipeline alone was slower than the step alone (an input-bound
     verdict without it came from the real fit trailing the step alone)."""
-    analysis = analysis or {}
-    theirs, share = analysis.get("verdict"), analysis.get("input_percent")
-    out: dict[str, Any] = {"verdict": theirs, "input_percent": share, "agrees": None}
+    analysis = analysis or TraceAnalysis()
+    theirs, share = analysis.verdict, analysis.input_percent
     if theirs is None or share is None:
-        why = analysis.get("error") or "XProf gave no verdict on the trace"
-        out["line"] = f"no verdict ({why})"
-        return out
+        why = analysis.error or "XProf gave no verdict on the trace"
+        return SecondOpinion(theirs, share, None, f"no verdict ({why})")
     said = f"{theirs}, {share:.1f}% of the traced steps' time waiting for input"
     if theirs == "potentially input-bound":  # XProf's word for much unattributed time
         said += " (XProf's 'potentially': much of the step is Python or other host time)"
@@ -221,30 +237,28 @@ def second_opinion(
             f"{share:.1f}% of the traced steps' time waiting for input (XProf labels it "
             f"'{theirs}'{host})"
         )
-    if theirs in _CONTRADICTS.get(verdict, ()):
-        out["agrees"] = False
-        if verdict == INPUT_BOUND and pipeline_slower:
-            why = (
-                "the pipeline alone is slower than the step, yet the fit barely waited: "
-                "prefetching or the cache filled the gap while traced, or the pipeline "
-                "measured alone competed with nothing"
-            )
-        elif verdict == INPUT_BOUND:
-            why = (
-                "the pipeline alone outruns the step, but the real fit trails the step "
-                "alone: its input's threads take the step's cores, which XProf counts as "
-                "step time, not as waiting"
-            )
-        else:
-            why = (
-                "the pipeline alone outruns the step, yet the fit waited for it: the two "
-                "compete for the host's cores when they run together"
-            )
-        out["line"] = f"{said}; disagrees with the rates ({verdict}): {why}"
+    if theirs not in _CONTRADICTS.get(verdict, ()):
+        return SecondOpinion(theirs, share, True, f"{said}; agrees with the rates: {verdict}")
+    if verdict == INPUT_BOUND and pipeline_slower:
+        why = (
+            "the pipeline alone is slower than the step, yet the fit barely waited: "
+            "prefetching or the cache filled the gap while traced, or the pipeline "
+            "measured alone competed with nothing"
+        )
+    elif verdict == INPUT_BOUND:
+        why = (
+            "the pipeline alone outruns the step, but the real fit trails the step "
+            "alone: its input's threads take the step's cores, which XProf counts as "
+            "step time, not as waiting"
+        )
     else:
-        out["agrees"] = True
-        out["line"] = f"{said}; agrees with the rates: {verdict}"
-    return out
+        why = (
+            "the pipeline alone outruns the step, yet the fit waited for it: the two "
+            "compete for the host's cores when they run together"
+        )
+    return SecondOpinion(
+        theirs, share, False, f"{said}; disagrees with the rates ({verdict}): {why}"
+    )
 
 
 @contextlib.contextmanager
@@ -261,7 +275,7 @@ def _fit_trace(start_step: int, steps: int) -> Iterator[list[Any]]:
         yield [AnatomyWindow(tmp, start_step=start_step, stop_step=start_step + steps)]
 
 
-def _read_trace(callbacks: list[Any], steps_per_execution: int) -> dict[str, Any] | None:
+def _read_trace(callbacks: list[Any], steps_per_execution: int) -> TraceAnalysis | None:
     """What the trace `_fit_trace`'s callbacks took says (``toolkit.report.trace``), read
     before its directory goes away; None when no trace was taken."""
     from toolkit.report.trace import read_trace
@@ -270,9 +284,9 @@ def _read_trace(callbacks: list[Any], steps_per_execution: int) -> dict[str, Any
         return None
     window = callbacks[0]
     if window.error:
-        return {"error": window.error}
+        return TraceAnalysis(error=window.error)
     if window.traced_steps is None:
-        return {"error": "the fit ended before the traced steps"}
+        return TraceAnalysis(error="the fit ended before the traced steps")
     return read_trace(window.trace_files(), steps_per_execution)
 
 
@@ -412,7 +426,7 @@ class _Measurements:
         self.pipeline: Any = None  # the input alone's benchmark
         self.words: str | None = None  # the adapter's words for it (None: the pipeline's own)
         self.fit: Any = None  # the real fit's report
-        self.trace: dict[str, Any] | None = None
+        self.trace: TraceAnalysis | None = None
         self.anatomy: Anatomy | None = None
         self.tuned: Tuned | None = None
 
@@ -564,7 +578,7 @@ def _conclude(
     device_kind: str,
     steps: int,
     devices_found: Iterable[Any] | None,
-    trace: Mapping[str, Any] | None = None,
+    trace: TraceAnalysis | None = None,
     adapter: str | None = None,
     input_workers: int | None = None,
     python: bool = False,

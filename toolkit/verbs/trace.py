@@ -49,4 +49,4 @@ def run(args: argparse.Namespace) -> int:
         )
     print(f"{where}:")
     print(terminal.fit("\n".join(trace_lines(analysis, ops=args.ops)), terminal.width()))
-    return 0 if analysis.get("steps") or any(analysis.get("top_ops", {}).values()) else 1
+    return 0 if analysis.read else 1

@@ -1,0 +1,294 @@
+"""The trace's records: what crosses the door from the trace reader (``toolkit.report.trace``,
+which builds them) to its readers (the report's trace section, ``toolkit.search.diagnose``'s
+XProf line, ``python -m toolkit trace``), which render them.
+
+Small frozen dataclasses, pure Python. :class:`TraceAnalysis` is one trace's reading; its
+:meth:`TraceAnalysis.to_dict` and :meth:`TraceAnalysis.from_dict` are the JSON edge
+(``report.json``'s ``trace.analysis``, the schema in ``docs/report.md``): ``to_dict`` writes the
+object reports have always held, and ``from_dict`` reads any report's back, an older one's
+missing fields taking their defaults. A field of the wrong kind (a report is anyone's file)
+raises TypeError or ValueError naming it, which the report's reader says as one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "OpTime",
+    "Spread",
+    "TopOps",
+    "TraceAnalysis",
+    "TracedStep",
+]
+
+_WHERE = "trace.analysis"  # the field's name in report.json, for what a bad value says
+
+
+# ---------------------------------------------------------------------------- strict reading
+
+
+def _field(name: str) -> str:
+    return f"{_WHERE}.{name}" if name else _WHERE
+
+
+def _number(value: Any, name: str) -> float:
+    """`value` as a finite float, or TypeError / ValueError naming the field `name`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{_field(name)} is {value!r}, not a number")
+    if not math.isfinite(value):
+        raise ValueError(f"{_field(name)} is {value!r}, not a finite number")
+    return float(value)
+
+
+def _optional_number(value: Any, name: str) -> float | None:
+    return None if value is None else _number(value, name)
+
+
+def _optional_str(value: Any, name: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{_field(name)} is {value!r}, not a string")
+    return value
+
+
+def _mapping(value: Any, name: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{_field(name)} is {value!r}, not an object")
+    return value
+
+
+def _list(value: Any, name: str) -> list[Mapping[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise TypeError(f"{_field(name)} is {value!r}, not a list")
+    return [_mapping(v, f"{name}[{i}]") for i, v in enumerate(value)]
+
+
+# ---------------------------------------------------------------------------- the records
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """Mean, min and max of per-step times, in ms."""
+
+    mean: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, times: Sequence[float]) -> Spread | None:
+        """The spread of `times` (None without any)."""
+        if not times:
+            return None
+        return cls(mean=sum(times) / len(times), min=min(times), max=max(times))
+
+    def to_dict(self) -> dict[str, float]:
+        return {"mean": self.mean, "min": self.min, "max": self.max}
+
+    @classmethod
+    def from_dict(cls, d: Any, name: str = "step_ms") -> Spread | None:
+        if d is None:
+            return None
+        d = _mapping(d, name)
+        return cls(**{k: _number(d.get(k), f"{name}.{k}") for k in ("mean", "min", "max")})
+
+
+@dataclasses.dataclass(frozen=True)
+class TracedStep:
+    """One marked step of the trace (with ``steps_per_execution`` > 1, one marked call, its
+    times per step).
+
+    Attributes:
+        step: its number, as the trace names it.
+        step_ms: its time.
+        breakdown: its time in XProf's parts (``input``, ``device compute``, ...), ms each, in
+            XProf's order; empty where the trace has no such analysis (PyTorch's).
+    """
+
+    step: str
+    step_ms: float
+    breakdown: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def ms(self, part: str) -> float:
+        """The step's ms in `part` of the breakdown (0 where it has none)."""
+        return self.breakdown.get(part, 0.0)
+
+    def to_dict(self) -> dict[str, str | float]:
+        return {"step": self.step, "step_ms": self.step_ms, **self.breakdown}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], name: str) -> TracedStep:
+        if d.get("step") is None:
+            raise TypeError(f"{_field(name)}.step is missing")
+        parts = {k: _number(v, f"{name}.{k}") for k, v in d.items() if k not in ("step", "step_ms")}
+        return cls(str(d["step"]), _number(d.get("step_ms"), f"{name}.step_ms"), parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpTime:
+    """One op's self time.
+
+    Attributes:
+        op: its name, as the trace names it.
+        type: its type (XProf's: ``MatMul``, ``fusion``; empty for PyTorch's ops).
+        count: how many times it ran in the trace.
+        self_ms: its self time per marked step (in the whole trace where no step is marked).
+        share: its part of its side's (host's or device's) self time, 0 to 1.
+    """
+
+    op: str
+    type: str
+    count: int
+    self_ms: float
+    share: float
+
+    def to_dict(self) -> dict[str, str | int | float]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], name: str) -> OpTime:
+        if d.get("op") is None:
+            raise TypeError(f"{_field(name)}.op is missing")
+        return cls(
+            op=str(d["op"]),
+            type=str(d.get("type") or ""),
+            count=int(_number(d.get("count", 0), f"{name}.count")),
+            self_ms=_number(d.get("self_ms"), f"{name}.self_ms"),
+            share=_number(d.get("share"), f"{name}.share"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class TopOps:
+    """The top ops by self time on each side, the longest first."""
+
+    host: tuple[OpTime, ...] = ()
+    device: tuple[OpTime, ...] = ()
+
+    @property
+    def listed(self) -> bool:
+        """Any op is listed, on either side."""
+        return bool(self.host or self.device)
+
+    def sides(self) -> Iterator[tuple[str, tuple[OpTime, ...]]]:
+        """Each side with its ops, as the views list them: the device's first."""
+        yield "device", self.device
+        yield "host", self.host
+
+    def to_dict(self) -> dict[str, list[dict[str, str | int | float]]]:
+        return {
+            "host": [o.to_dict() for o in self.host],
+            "device": [o.to_dict() for o in self.device],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> TopOps:
+        d = _mapping(d, "top_ops")
+        return cls(
+            **{
+                side: tuple(
+                    OpTime.from_dict(o, f"top_ops.{side}[{i}]")
+                    for i, o in enumerate(_list(d.get(side), f"top_ops.{side}"))
+                )
+                for side in ("host", "device")
+            }
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceAnalysis:
+    """What a profiler trace says (``toolkit.report.trace.read_trace``).
+
+    Attributes:
+        reader: what read it (``xprof 2.x``, ``chrome trace json``); None: nothing did.
+        steps: one row per marked step (:class:`TracedStep`).
+        step_ms: the steps' time per step (:class:`Spread`); None without a step.
+        breakdown_ms: the mean step's time in XProf's parts, ms each (those not all zero).
+        input_percent: the share of step time spent waiting for input, 0 to 100.
+        collectives_percent: the all-reduce's (and every collective's) share of the step, from
+            XProf's collectives column or the collective ops' self time; None where the trace
+            shows none.
+        verdict: XProf's: ``highly input-bound``, ``moderately input-bound``, ``potentially
+            input-bound`` (much "other" time: Python or I/O), ``not input-bound``, or None.
+        statement: XProf's words on the input, as TensorBoard's Profile tab shows them.
+        top_ops: the top ops by self time, host and device.
+        error: why something could not be read, in words, or how it was read (the rest kept).
+        overview: XProf's overview page was read; then its ``bottleneck`` (None where it named
+            none) is in the JSON, which holds no such key otherwise.
+        bottleneck: XProf's word for where the step's time goes (``input``, ``both``, ...).
+        steps_per_row: steps per marked row (``steps_per_execution``: Keras marks a call, not
+            each of its steps); 1 but for XProf's reading of a trace with steps.
+    """
+
+    reader: str | None = None
+    steps: tuple[TracedStep, ...] = ()
+    step_ms: Spread | None = None
+    breakdown_ms: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    input_percent: float | None = None
+    collectives_percent: float | None = None
+    verdict: str | None = None
+    statement: str | None = None
+    top_ops: TopOps = TopOps()
+    error: str | None = None
+    overview: bool = False
+    bottleneck: str | None = None
+    steps_per_row: int = 1
+
+    @property
+    def read(self) -> bool:
+        """Something was read: a step, or an op."""
+        return bool(self.steps) or self.top_ops.listed
+
+    def to_dict(self) -> dict[str, Any]:
+        """report.json's ``trace.analysis``: the object reports have always held."""
+        out: dict[str, Any] = {
+            "reader": self.reader,
+            "steps": [s.to_dict() for s in self.steps],
+            "step_ms": self.step_ms.to_dict() if self.step_ms is not None else None,
+            "breakdown_ms": dict(self.breakdown_ms),
+            "input_percent": self.input_percent,
+            "collectives_percent": self.collectives_percent,
+            "verdict": self.verdict,
+            "statement": self.statement,
+            "top_ops": self.top_ops.to_dict(),
+            "error": self.error,
+        }
+        if self.overview:
+            out["bottleneck"] = self.bottleneck
+        if self.steps_per_row > 1:
+            out["steps_per_row"] = self.steps_per_row
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Any) -> TraceAnalysis | None:
+        """The analysis a report holds (:meth:`to_dict`'s, or an older report's, its missing
+        fields taking their defaults); None where it holds none."""
+        if not d:
+            return None
+        d = _mapping(d, "")
+        text = {k: _optional_str(d.get(k), k) for k in ("reader", "verdict", "statement", "error")}
+        breakdown = _mapping(d.get("breakdown_ms"), "breakdown_ms")
+        per_row = _optional_number(d.get("steps_per_row"), "steps_per_row")
+        return cls(
+            **text,
+            steps=tuple(
+                TracedStep.from_dict(s, f"steps[{i}]")
+                for i, s in enumerate(_list(d.get("steps"), "steps"))
+            ),
+            step_ms=Spread.from_dict(d.get("step_ms")),
+            breakdown_ms={k: _number(v, f"breakdown_ms.{k}") for k, v in breakdown.items()},
+            input_percent=_optional_number(d.get("input_percent"), "input_percent"),
+            collectives_percent=_optional_number(
+                d.get("collectives_percent"), "collectives_percent"
+            ),
+            top_ops=TopOps.from_dict(d.get("top_ops")),
+            overview="bottleneck" in d,
+            bottleneck=_optional_str(d.get("bottleneck"), "bottleneck"),
+            steps_per_row=max(1, int(per_row or 1)),
+        )
