@@ -53,15 +53,15 @@ def main() -> None:
     print(
         f"# {compat.keras_flavor()} {compat.keras_version()}, mlp {args.hidden_units} wide, "
         f"{args.precision}, XLA {'on' if args.jit_compile else 'off'}; peak "
-        f"{format_flops(c['peak_flops_per_s'], True)} ({c['peak_dtype']} matmul, "
-        f"{c['peak_source']})"
+        f"{format_flops(c.peak_flops_per_s, True)} ({c.peak_dtype} matmul, {c.peak_source})"
     )
     for r in (small, big):
         rc = r.compute
         print(
-            f"batch {r.steps.batch_size}: {format_flops(rc['flops_per_step'])}/step, p50 "
+            f"batch {r.steps.batch_size}: {format_flops(rc.flops_per_step)}/step, p50 "
             f"{r.steps.p50_s * 1e3:.2f} ms, achieved "
-            f"{format_flops(rc['achieved_flops_per_s'], True)}, MFU {rc['mfu']:.1%}"
+            f"{format_flops(rc.achieved_flops_per_s, True)}, MFU "
+            + (f"{rc.mfu:.1%}" if rc.mfu is not None else "not given (a busy machine's peak)")
         )
     per_example = [r.steps.p50_s / r.steps.batch_size * args.batch_size for r in (small, big)]
     print(

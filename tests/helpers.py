@@ -255,3 +255,14 @@ def _kernel_ports(n: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+def assert_mfu(compute: dict, below: float) -> None:
+    """A report's MFU: given (in (0, `below`)) from a peak whose runs were within 25 %, and
+    not given from one measured on a machine too busy for that (as on a loaded CI machine)."""
+    from toolkit.core.stats import reliable_peak
+
+    if reliable_peak(compute.get("peak_spread_pct")):
+        assert 0 < compute["mfu"] < below, compute
+    else:
+        assert compute["mfu"] is None, compute

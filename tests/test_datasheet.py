@@ -76,13 +76,12 @@ def test_each_backend_says_how_it_runs_float32_matmuls():
 @pytest.mark.every_backend
 def test_compute_facts_put_the_datasheet_figure_of_the_math_the_backend_runs():
     from toolkit import backend
-    from toolkit.profiling.flops import _datasheet
+    from toolkit.profiling.flops import Compute, _datasheet
 
-    facts = _datasheet(_gpu("NVIDIA H100 80GB HBM3"), "float32")
+    facts = _datasheet(Compute(peak_dtype="float32"), _gpu("NVIDIA H100 80GB HBM3"))
     math = backend.get().float32_matmul_precision()
     figure = {"tf32": 494.7e12, "float32": 66.9e12}[math]
-    assert facts == {
-        "datasheet_peak_flops_per_s": pytest.approx(figure),
-        "datasheet_peak": f"NVIDIA H100 SXM, dense {math}",
-    }
-    assert _datasheet(DeviceInfo("cpu", "cpu:0", 0, "AMD EPYC"), "float32") == {}
+    assert facts.datasheet_peak_flops_per_s == pytest.approx(figure)
+    assert facts.datasheet_peak == f"NVIDIA H100 SXM, dense {math}"
+    cpu = DeviceInfo("cpu", "cpu:0", 0, "AMD EPYC")
+    assert _datasheet(Compute(), cpu) == Compute()

@@ -405,8 +405,8 @@ def test_compute_section_adds_achieved_flops_and_mfu_from_the_median_step(tmp_pa
             timer.step()
     compute = {"flops_per_step": 2e9, "peak_flops_per_s": 4e11, "peak_dtype": "float32"}
     r = RunReport.from_callbacks("c", timer, compute=compute)
-    assert r.compute["achieved_flops_per_s"] == pytest.approx(2e11)
-    assert r.compute["mfu"] == pytest.approx(0.5)
+    assert r.compute.achieved_flops_per_s == pytest.approx(2e11)
+    assert r.compute.mfu == pytest.approx(0.5)
     assert "MFU 50.0% of the measured float32 matmul peak 400 GFLOP/s" in r.summary()
     paths = r.write(tmp_path, plot=False)
     assert "| MFU, of the measured peak | 50.0% |" in Path(paths["markdown"]).read_text()
@@ -419,7 +419,7 @@ def test_compute_section_adds_achieved_flops_and_mfu_from_the_median_step(tmp_pa
         "datasheet_peak": "NVIDIA H100 SXM, dense tf32",
     }
     gpu = RunReport.from_callbacks("g", timer, compute=sheet)
-    assert gpu.compute["datasheet_mfu"] == pytest.approx(0.05)
+    assert gpu.compute.datasheet_mfu == pytest.approx(0.05)
     assert (
         "MFU 50.0% of the measured float32 matmul peak 400 GFLOP/s; 5.0% of the datasheet peak "
         "4 TFLOP/s (NVIDIA H100 SXM, dense tf32)"

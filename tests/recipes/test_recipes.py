@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers import run_python
+from tests.helpers import assert_mfu, run_python
 from tests.test_faults import _last, _run
 from toolkit import app
 from toolkit.runner import flags as tk_flags
@@ -61,7 +61,7 @@ def test_every_recipe_runs_its_smoke_mode_and_reports_every_design_field(tmp_pat
     compute = data["compute"]
     assert compute["flops_per_step"] > compute["flops_forward"] > 0
     assert compute["peak_flops_per_s"] > 0 and compute["achieved_flops_per_s"] > 0
-    assert 0 < compute["mfu"] < 1.5
+    assert_mfu(compute, below=1.5)
     assert {"device", "precision", "strategy", "preflight", "dataset"} <= set(data["context"])
     assert "compute: " in out.stdout and "MFU" in out.stdout
     assert out.stderr.count("/step over the last 2 steps") == 3  # steps 3, 5, 7 (after 1st)

@@ -28,8 +28,10 @@ from toolkit import backend
 from toolkit.core import machine
 from toolkit.core.cache import Cache
 from toolkit.core.stats import reliable_peak
+from toolkit.profiling._compute import Compute
 
 __all__ = [
+    "Compute",
     "FlopCount",
     "Peak",
     "compute_facts",
@@ -182,99 +184,98 @@ def cached_peak(device: Any, dtype: str = "float32") -> Peak | None:
 
 def compute_facts(
     model: Any, batch_size: int, precision: str, device: Any, *, measure_peak: bool = True
-) -> dict[str, Any]:
+) -> Compute:
     """FLOPs per step of `model` at `batch_size` and the device's matmul peak in the compute
     dtype of `precision` (cached per machine), for the report's compute section.
 
     `measure_peak=False` (the runner with ``--compile_cache``, before ``fit``) takes the peak
-    from the cache only and leaves measuring it to :func:`recheck_peak` after ``fit``: every op
-    TensorFlow runs, eager ones too, takes a number from the process-wide counter that names the
-    functions it traces next, and XLA's persistent cache keys a program by that name, so a run
-    that measured the peak before its first step would miss every program that a run with a
-    cached peak wrote (and a busy machine's peak is measured again, up to MAX_MEASUREMENTS
-    times)."""
+    from the cache only and leaves measuring it to :func:`recheck_peak` after ``fit``
+    (``peak_pending``): every op TensorFlow runs, eager ones too, takes a number from the
+    process-wide counter that names the functions it traces next, and XLA's persistent cache
+    keys a program by that name, so a run that measured the peak before its first step would
+    miss every program that a run with a cached peak wrote (and a busy machine's peak is
+    measured again, up to MAX_MEASUREMENTS times)."""
     count = count_flops(model, batch_size)
     dtype = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}.get(precision, "float32")
-    facts: dict[str, Any] = {
-        "flops_per_step": count.train_step,
-        "flops_forward": count.forward,
-        "batch_size": batch_size,
-        "method": count.method,
-        "note": count.note,
-        "peak_dtype": dtype,
-    }
+    facts = Compute(count.train_step, count.forward, batch_size, count.method, count.note, dtype)
     if count.train_step is None:
         return facts
-    facts.update(_datasheet(device, dtype))
+    facts = _datasheet(facts, device)
     try:
         peak = matmul_peak(device, dtype) if measure_peak else cached_peak(device, dtype)
     except Exception as e:  # noqa: BLE001 - MFU is a nicety; training goes on
-        facts["note"] = f"no matmul peak: {type(e).__name__}: {e}"
-        return facts
+        return dataclasses.replace(facts, note=f"no matmul peak: {type(e).__name__}: {e}")
     if peak is not None:
-        _set_peak(facts, peak)
-    if not measure_peak and (peak is None or not peak.settled):
-        facts["peak_pending"] = True  # for the runner: recheck_peak(pending=True) after fit
-    return facts
+        facts = _with_peak(facts, peak)
+    pending = not measure_peak and (peak is None or not peak.settled)
+    return dataclasses.replace(facts, peak_pending=pending)  # the runner: recheck after fit
 
 
-def _set_peak(facts: dict[str, Any], peak: Peak) -> None:
-    facts["peak_flops_per_s"] = peak.flops_per_s
-    facts["peak_source"] = peak.source
-    facts["peak_spread_pct"] = peak.spread_pct
+def _with_peak(facts: Compute, peak: Peak) -> Compute:
+    return dataclasses.replace(
+        facts,
+        peak_flops_per_s=peak.flops_per_s,
+        peak_source=peak.source,
+        peak_spread_pct=peak.spread_pct,
+    )
 
 
-def _datasheet(device: Any, dtype: str) -> dict[str, Any]:
+def _datasheet(facts: Compute, device: Any) -> Compute:
     """The GPU's datasheet peak for the math the step runs (``toolkit.devices._datasheet``),
-    beside the measured one: ``datasheet_peak_flops_per_s`` and ``datasheet_peak`` (what it is
-    the figure of), or nothing where the table has none."""
+    beside the measured one, where the table has the device."""
     from toolkit.devices._datasheet import datasheet_peak
 
     if device is None:
-        return {}
+        return facts
     math = "float32"
-    if dtype == "float32":
+    if facts.peak_dtype == "float32":
         try:
             math = backend.get().float32_matmul_precision()
         except Exception:  # noqa: BLE001 - a nicety: the measured MFU stands without it
             math = "float32"
-    sheet = datasheet_peak(device, dtype, math)
+    sheet = datasheet_peak(device, facts.peak_dtype, math)
     if sheet is None:
-        return {}
-    return {
-        "datasheet_peak_flops_per_s": sheet["flops_per_s"],
-        "datasheet_peak": f"{sheet['product']}, dense {sheet['math']}",
-    }
+        return facts
+    return dataclasses.replace(
+        facts,
+        datasheet_peak_flops_per_s=sheet["flops_per_s"],
+        datasheet_peak=f"{sheet['product']}, dense {sheet['math']}",
+    )
 
 
-def recheck_peak(
-    compute: dict[str, Any], step_s: float | None, device: Any, *, pending: bool = False
-) -> None:
-    """When the run's median step does more FLOP/s than the cached matmul peak, that peak was
-    measured on a busy machine: measure it again (the cache keeps the higher one) and, if the
-    run still beats it, say so in the compute section's note rather than show MFU > 100 %
-    without a word. With `pending` (:func:`compute_facts` said ``peak_pending``: none cached,
-    or one not settled), the peak is measured here first."""
-    if pending:
+def recheck_peak(compute: Compute, step_s: float | None, device: Any) -> Compute:
+    """`compute` with the peak measured where it is pending (none cached, or one not
+    settled), and again when the run's median step does more FLOP/s than a cached one (that
+    peak was measured on a busy machine; the cache keeps the higher one). If the run still
+    beats it, the note says so rather than show MFU > 100 % without a word."""
+    if compute.peak_pending:
+        compute = dataclasses.replace(compute, peak_pending=False)
         try:
-            _set_peak(compute, matmul_peak(device, compute.get("peak_dtype", "float32")))
+            compute = _with_peak(compute, matmul_peak(device, compute.peak_dtype))
         except Exception as e:  # noqa: BLE001 - MFU is a nicety
-            compute["note"] = f"no matmul peak: {type(e).__name__}: {e}"
-            return
-    peak, work = compute.get("peak_flops_per_s"), compute.get("flops_per_step")
+            return dataclasses.replace(compute, note=f"no matmul peak: {type(e).__name__}: {e}")
+    peak, work = compute.peak_flops_per_s, compute.flops_per_step
     if not peak or not work or not step_s or work / step_s <= peak:
-        return
-    if compute.get("peak_source") == "cache":
+        return compute
+    if compute.peak_source == "cache":
         try:
-            fresh = matmul_peak(device, compute.get("peak_dtype", "float32"), refresh=True)
+            fresh = matmul_peak(device, compute.peak_dtype, refresh=True)
         except Exception:  # noqa: BLE001 - MFU is a nicety
             fresh = None
         if fresh is not None and fresh.flops_per_s > peak:
-            compute["peak_flops_per_s"] = peak = fresh.flops_per_s
-            compute["peak_source"] = "measured again (the cached peak was lower than the run)"
+            peak = fresh.flops_per_s
+            compute = dataclasses.replace(
+                compute,
+                peak_flops_per_s=peak,
+                peak_source="measured again (the cached peak was lower than the run)",
+            )
     if work / step_s > peak:
-        compute["note"] = (
-            "the run's median step beat the measured matmul peak (MFU over 100 %): the peak "
-            "is a lower bound here (a busy machine when measured, or a count that misses the "
-            "work); read MFU as relative"
+        compute = dataclasses.replace(
+            compute,
+            note=(
+                "the run's median step beat the measured matmul peak (MFU over 100 %): the "
+                "peak is a lower bound here (a busy machine when measured, or a count that "
+                "misses the work); read MFU as relative"
+            ),
         )
+    return compute

@@ -305,7 +305,7 @@ def _notes(a: RunReport, b: RunReport) -> tuple[list[str], bool]:
     fa, fb, per = _flops(a, b)
     different = bool(fa and fb and abs(fa - fb) > 0.01 * max(fa, fb))
     if different:
-        step_a, step_b = ((r.compute or {}).get("flops_per_step") for r in (a, b))
+        step_a, step_b = (r.compute.flops_per_step if r.compute else None for r in (a, b))
         each = f" ({fa:,.0f} vs {fb:,.0f} per example)" if per == "example" else ""
         notes.append(f"the models differ: {step_a:,} vs {step_b:,} FLOPs per step{each}")
     ca, cb = a.context, b.context
@@ -369,8 +369,8 @@ def _flops(a: RunReport, b: RunReport) -> tuple[float | None, float | None, str]
     size is unknown. The workload is the model and its data, not the batch: a run at twice
     the batch does twice the FLOPs a step, the same an example, and is compared per example
     (the verdict's basis), not called a different workload."""
-    flops = [(r.compute or {}).get("flops_per_step") for r in (a, b)]
-    batches = [(r.compute or {}).get("batch_size") or r.steps.batch_size for r in (a, b)]
+    flops = [r.compute.flops_per_step if r.compute else None for r in (a, b)]
+    batches = [(r.compute.batch_size if r.compute else None) or r.steps.batch_size for r in (a, b)]
     if all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in batches):
         return *(f / n if f else None for f, n in zip(flops, batches, strict=True)), "example"
     return flops[0], flops[1], "step"

@@ -35,10 +35,9 @@ from toolkit.core.stats import (
     format_metric,
     format_ms,
     format_rate,
-    reliable_peak,
-    utilization,
 )
 from toolkit.core.version import __version__
+from toolkit.profiling._compute import Compute
 from toolkit.profiling._ledger_records import Ledger
 from toolkit.report._anatomy import ANATOMY_PNG, anatomy_lines, anatomy_markdown, anatomy_png
 from toolkit.report._cluster import cluster_line, render_cluster
@@ -121,7 +120,7 @@ class RunReport:
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
     memory: dict[str, Any] | None = None
     trace: dict[str, Any] | None = None
-    compute: dict[str, Any] | None = None
+    compute: Compute | None = None
     context: RunContext | None = None
     diagnosis: dict[str, Any] | None = None
     tune: dict[str, Any] | None = None
@@ -137,6 +136,8 @@ class RunReport:
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
         self.ledger = report_ledger(self.ledger, self.context, self.args)  # who reads its fixes
+        if self.compute is not None and not isinstance(self.compute, Compute):
+            self.compute = Compute.from_dict(self.compute)  # facts given as report.json has them
 
     # ------------------------------------------------------------ building
 
@@ -152,7 +153,7 @@ class RunReport:
         status: str = COMPLETE,
         error: str | None = None,
         extra: Mapping[str, Any] | None = None,
-        compute: Mapping[str, Any] | None = None,
+        compute: Compute | Mapping[str, Any] | None = None,
         context: RunContext | None = None,
         diagnosis: Mapping[str, Any] | None = None,
         tune: Mapping[str, Any] | None = None,
@@ -176,8 +177,10 @@ class RunReport:
         except Exception as e:  # noqa: BLE001 - a view of the run: never costs the report
             ledger = None
             extra = {**(extra or {}), "ledger_error": f"{type(e).__name__}: {e}"}
+        if compute is not None and not isinstance(compute, Compute):
+            compute = Compute.from_dict(compute)
         if compute is not None:
-            compute = _with_utilization(compute, steps)
+            compute = compute.at_step(steps.p50_s)
         return cls(
             name=name,
             steps=steps,
@@ -194,7 +197,7 @@ class RunReport:
             metrics=dict(timer.last_logs),
             memory=memory.result() if memory is not None else None,
             trace=_read_back(trace.result(), steps) if trace is not None else None,
-            compute=jsonable(dict(compute)) if compute is not None else None,
+            compute=compute,
             context=context,
             diagnosis=jsonable(dict(diagnosis)) if diagnosis is not None else None,
             tune=jsonable(dict(tune)) if tune is not None else None,
@@ -242,6 +245,7 @@ class RunReport:
         d["context"] = self.context.to_dict() if self.context is not None else None
         d["anatomy"] = self.anatomy.to_dict() if self.anatomy is not None else None
         d["ledger"] = ledger_json(self.ledger) if self.ledger is not None else None
+        d["compute"] = self.compute.to_dict() if self.compute is not None else None
         return {"schema": SCHEMA, **d}
 
     def to_json(self) -> str:
@@ -261,6 +265,7 @@ class RunReport:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in names}
         kwargs["steps"] = StepStats.from_dict(d.get("steps") or {})
+        kwargs["compute"] = Compute.from_dict(kwargs.get("compute"))  # checked by check_report
         if not isinstance(kwargs.get("fit_call"), dict):  # absent before it was measured
             kwargs["fit_call"] = None
         if not isinstance(kwargs.get("ledger"), dict):  # absent before it was measured
@@ -475,20 +480,20 @@ class RunReport:
         if not self.compute:
             return
         c = self.compute
-        mfu = c.get("mfu")
+        mfu = c.mfu
         w("\n## Compute\n\n| figure | value |\n|---|---|\n")
         for k, v in (
-            ("FLOPs per step (forward + backward)", format_flops(c.get("flops_per_step"))),
-            ("FLOPs per forward pass", format_flops(c.get("flops_forward"))),
-            ("achieved (at p50 step)", format_flops(c.get("achieved_flops_per_s"), True)),
+            ("FLOPs per step (forward + backward)", format_flops(c.flops_per_step)),
+            ("FLOPs per forward pass", format_flops(c.flops_forward)),
+            ("achieved (at p50 step)", format_flops(c.achieved_flops_per_s, True)),
             (
-                f"measured {c.get('peak_dtype', '')} matmul peak",
-                format_flops(c.get("peak_flops_per_s"), True) + _peak_spread(c),
+                f"measured {c.peak_dtype} matmul peak",
+                format_flops(c.peak_flops_per_s, True) + _peak_spread(c),
             ),
             ("MFU, of the measured peak", f"{mfu:.1%}" if mfu is not None else _no_mfu(c)),
             *_datasheet_rows(c),
-            ("how", c.get("method") or "—"),
-            ("note", c.get("note") or "—"),
+            ("how", c.method or "—"),
+            ("note", c.note or "—"),
         ):
             w(f"| {k} | {v} |\n")
 
@@ -578,64 +583,47 @@ class RunReport:
 # ---------------------------------------------------------------------------- helpers
 
 
-def _compute_line(c: Mapping[str, Any]) -> str:
-    if c.get("flops_per_step") is None:
-        return f"compute: FLOPs not counted ({c.get('note') or 'unknown'})"
-    line = f"compute: {format_flops(c['flops_per_step'])}/step"
-    if c.get("achieved_flops_per_s") is not None:
-        line += f", achieved {format_flops(c['achieved_flops_per_s'], True)}"
-    if c.get("mfu") is not None:
+def _compute_line(c: Compute) -> str:
+    if c.flops_per_step is None:
+        return f"compute: FLOPs not counted ({c.note or 'unknown'})"
+    line = f"compute: {format_flops(c.flops_per_step)}/step"
+    if c.achieved_flops_per_s is not None:
+        line += f", achieved {format_flops(c.achieved_flops_per_s, True)}"
+    if c.mfu is not None:
         line += (
-            f", MFU {c['mfu']:.1%} of the measured {c.get('peak_dtype', '')} matmul peak "
-            f"{format_flops(c.get('peak_flops_per_s'), True)}{_peak_spread(c)}"
+            f", MFU {c.mfu:.1%} of the measured {c.peak_dtype} matmul peak "
+            f"{format_flops(c.peak_flops_per_s, True)}{_peak_spread(c)}"
         )
-    elif c.get("peak_flops_per_s") and not reliable_peak(c.get("peak_spread_pct")):
+    elif c.peak_flops_per_s and not c.reliable_peak:
         line += f", no MFU: {_unreliable_peak(c)}"
-    if c.get("datasheet_mfu") is not None:
+    if c.datasheet_mfu is not None:
         line += (
-            f"; {c['datasheet_mfu']:.1%} of the datasheet peak "
-            f"{format_flops(c.get('datasheet_peak_flops_per_s'), True)} "
-            f"({c.get('datasheet_peak')})"
+            f"; {c.datasheet_mfu:.1%} of the datasheet peak "
+            f"{format_flops(c.datasheet_peak_flops_per_s, True)} ({c.datasheet_peak})"
         )
     return line
 
 
-def _datasheet_rows(c: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _datasheet_rows(c: Compute) -> list[tuple[str, str]]:
     """The datasheet's peak and the MFU of it, where the GPU is in the table."""
-    if not c.get("datasheet_peak_flops_per_s"):
+    if not c.datasheet_peak_flops_per_s:
         return []
-    mfu = c.get("datasheet_mfu")
+    mfu = c.datasheet_mfu
     return [
-        (
-            f"datasheet peak ({c.get('datasheet_peak')})",
-            format_flops(c["datasheet_peak_flops_per_s"], True),
-        ),
+        (f"datasheet peak ({c.datasheet_peak})", format_flops(c.datasheet_peak_flops_per_s, True)),
         ("MFU, of the datasheet peak", f"{mfu:.1%}" if mfu is not None else "n/a"),
     ]
 
 
-def _with_utilization(compute: Mapping[str, Any], steps: StepStats) -> dict[str, Any]:
-    """`compute` with the achieved FLOP/s and MFU at the median step; no MFU from a peak
-    measured on a busy machine (it would move with the machine's load, not with the run)."""
-    work = compute.get("flops_per_step")
-    out = {**compute, **utilization(work, steps.p50_s, compute.get("peak_flops_per_s"))}
-    if out.get("peak_flops_per_s") and not reliable_peak(out.get("peak_spread_pct")):
-        out["mfu"] = None
-    if out.get("datasheet_peak_flops_per_s"):
-        sheet = out["datasheet_peak_flops_per_s"]
-        out["datasheet_mfu"] = utilization(work, steps.p50_s, sheet)["mfu"]
-    return out
-
-
-def _no_mfu(c: Mapping[str, Any]) -> str:
-    if c.get("peak_flops_per_s") and not reliable_peak(c.get("peak_spread_pct")):
+def _no_mfu(c: Compute) -> str:
+    if c.peak_flops_per_s and not c.reliable_peak:
         return f"not given: {_unreliable_peak(c)}"
     return "n/a"
 
 
-def _unreliable_peak(c: Mapping[str, Any]) -> str:
+def _unreliable_peak(c: Compute) -> str:
     """Why no MFU is given: the peak's own runs were too far apart to be the machine's."""
-    spread = c.get("peak_spread_pct")
+    spread = c.peak_spread_pct
     within = f"within {spread:.0f}%" if spread is not None else "of unknown spread"
     return (
         f"the matmul peak's runs were {within}, over {RELIABLE_SPREAD_PCT:.0f}% (a busy "
@@ -643,9 +631,9 @@ def _unreliable_peak(c: Mapping[str, Any]) -> str:
     )
 
 
-def _peak_spread(c: Mapping[str, Any]) -> str:
+def _peak_spread(c: Compute) -> str:
     """`` (runs within 3%)``: how far the peak's timed runs were apart (how much to trust it)."""
-    spread = c.get("peak_spread_pct")
+    spread = c.peak_spread_pct
     return "" if spread is None else f" (runs within {spread:.0f}%)"
 
 

@@ -18,6 +18,7 @@ from toolkit.core import interrupts
 from toolkit.core._anatomy import Anatomy
 from toolkit.core.errors import one_line
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS
+from toolkit.profiling._compute import Compute
 from toolkit.profiling.anatomy import AnatomyWindow
 from toolkit.profiling.loss_guard import LossGuard
 from toolkit.profiling.memory_watch import MemoryWatch
@@ -119,7 +120,7 @@ class Profile:
         self.args = dict(args or {})
         self.plot = plot
         self.extra: dict[str, Any] = {}
-        self.compute: dict[str, Any] | None = None
+        self.compute: Compute | None = None
         self.context: RunContext | None = None
         self.diagnosis: dict[str, Any] | None = None
         self.tune: dict[str, Any] | None = None
@@ -355,8 +356,9 @@ class Profile:
             for e in self.timer.epochs:
                 step += e["steps"]
                 ends[e["epoch"]] = step
-            compute = report.compute or {}
-            scalars.utilization(compute.get("flops_per_step"), compute.get("peak_flops_per_s"))
+            compute = report.compute
+            if compute is not None and compute.reliable_peak:  # else MFU moves with the load
+                scalars.utilization(compute.flops_per_step, compute.peak_flops_per_s)
             if report.ledger and report.ledger.get("wall_s"):
                 self._ledger_image(scalars, report, step)
             if report.anatomy is not None:

@@ -245,13 +245,13 @@ def run(
             resume = Resume(config.backup_dir) if config.backup_dir else None
             _describe(prof, _context(task, setup, resume), extra, diagnosis, tune)
             prof.anatomy = anatomy
-            pending = _count_flops(prof, model, setup)
+            _count_flops(prof, model, setup)
             resilience = _resilience(resume, setup.share[0])
             fit_callbacks = [*resilience, *prof.callbacks, *shown, *callbacks]
             history = _fit(model, setup, prof.timer, fit_callbacks, verbose)
             if prof.compute is not None:
                 p50 = prof.timer.summary().p50_s
-                flops.recheck_peak(prof.compute, p50, setup.device, pending=pending)
+                prof.compute = flops.recheck_peak(prof.compute, p50, setup.device)
     except Exception as e:
         unreadable = _unreadable_file(task, e)
         if unreadable is None:
@@ -302,13 +302,13 @@ def _describe(
     prof.tune = dict(tune) if tune is not None else None
 
 
-def _count_flops(prof: Any, model: Any, setup: _Setup) -> bool:
+def _count_flops(prof: Any, model: Any, setup: _Setup) -> None:
     """With ``--count_flops``, the model's FLOPs per step and the device's peak into the
-    report's compute facts (``prof.compute``). Returns whether the peak is still to be
-    measured after ``fit`` (``flops.recheck_peak``)."""
+    report's compute facts (``prof.compute``); a peak still to be measured is measured after
+    ``fit`` (``flops.recheck_peak``)."""
     config = setup.config
     if not config.count_flops:
-        return False
+        return
     # With --compile_cache a peak not in its cache is measured after fit: ops run
     # before the first step would change the compiled programs' keys.
     prof.compute = flops.compute_facts(
@@ -318,8 +318,6 @@ def _count_flops(prof: Any, model: Any, setup: _Setup) -> bool:
         setup.device,
         measure_peak=not config.compile_cache,
     )
-    # Not for the report, which is written even when fit stops on an error.
-    return prof.compute.pop("peak_pending", False)
 
 
 def _fused_aside(config: TrainConfig, loader: str, model: Any) -> tuple[str, str] | None:

@@ -117,7 +117,7 @@ def compile_cost(stats: Any) -> float | None:
 
 
 def figures_of(report: Any) -> dict[str, Any]:
-    steps, compute, metrics = report.steps, report.compute or {}, report.metrics or {}
+    steps, compute, metrics = report.steps, report.compute, report.metrics or {}
     loss = metrics.get("loss")
     return {
         "backend": backend.name(),
@@ -128,6 +128,6 @@ def figures_of(report: Any) -> dict[str, Any]:
         "timed_steps": steps.timed_steps,
         "steps_per_call": steps.steps_per_execution,
         "batch_size": steps.batch_size,
-        "mfu": compute.get("mfu"),
+        "mfu": compute.mfu if compute is not None else None,
         "loss": float(loss) if loss is not None else None,
     }

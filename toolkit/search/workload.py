@@ -30,7 +30,7 @@ from typing import Any
 
 from toolkit import backend
 from toolkit.core import compat
-from toolkit.core.stats import reliable_peak, utilization, whole_calls
+from toolkit.core.stats import whole_calls
 from toolkit.runner.config import (
     SEARCHED,
     TrainConfig,
@@ -699,10 +699,7 @@ class ModelWorkload(Workload):
                 facts = flops.compute_facts(
                     self.model, self.batch_size, self.config.precision, self.device
                 )
-                if reliable_peak(facts.get("peak_spread_pct")):  # else it moves with the load
-                    out["mfu"] = utilization(
-                        facts.get("flops_per_step"), out["p50_s"], facts.get("peak_flops_per_s")
-                    )["mfu"]
+                out["mfu"] = facts.at_step(out["p50_s"]).mfu  # none from a busy machine's peak
         return out
 
     def _signature(self) -> tuple[Any, Any]:

@@ -1,0 +1,84 @@
+"""The run's compute facts as a record: what ``flops.compute_facts`` measured (FLOPs per step,
+the matmul peak and its spread, a datasheet's peak) and what the report adds from the median
+step (achieved FLOP/s, MFU), handed from the profiling room to the report, the runner's
+TensorBoard scalars and the backends chooser as one typed record.
+
+Import-light (no framework): the report side reads it where TensorFlow cannot be imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from toolkit.core.stats import reliable_peak, utilization
+
+__all__: list[str] = []  # the rooms' own record (Compute)
+
+
+@dataclasses.dataclass(frozen=True)
+class Compute:
+    """FLOPs per step and the peak they are measured against.
+
+    Attributes:
+        flops_per_step: a training step's FLOPs (forward + backward); None: not counted.
+        flops_forward: a forward pass's; batch_size: what they are counted at.
+        method, note: how they were counted; caveats, or why they are missing.
+        peak_dtype: the matmul peak's compute dtype; peak_flops_per_s, peak_source,
+            peak_spread_pct: the measured peak, where it came from, how far its runs spread.
+        datasheet_peak_flops_per_s, datasheet_peak: a GPU datasheet's dense peak, and whose.
+        achieved_flops_per_s, mfu, datasheet_mfu: at the run's median step (the report's).
+        peak_pending: the peak is still to be measured after fit (the runner's, never saved).
+    """
+
+    flops_per_step: float | None = None
+    flops_forward: float | None = None
+    batch_size: int | None = None
+    method: str = ""
+    note: str | None = None
+    peak_dtype: str = "float32"
+    peak_flops_per_s: float | None = None
+    peak_source: str | None = None
+    peak_spread_pct: float | None = None
+    datasheet_peak_flops_per_s: float | None = None
+    datasheet_peak: str | None = None
+    achieved_flops_per_s: float | None = None
+    mfu: float | None = None
+    datasheet_mfu: float | None = None
+    peak_pending: bool = False
+
+    @property
+    def reliable_peak(self) -> bool:
+        """Whether MFU may be given from the peak (its runs within ``RELIABLE_SPREAD_PCT``)."""
+        return bool(self.peak_flops_per_s) and reliable_peak(self.peak_spread_pct)
+
+    def at_step(self, step_s: float | None) -> Compute:
+        """With the achieved FLOP/s and MFU at `step_s` (the median step); no MFU from a peak
+        measured on a busy machine (it would move with the machine's load, not the run)."""
+        done = utilization(self.flops_per_step, step_s, self.peak_flops_per_s)
+        sheet = utilization(self.flops_per_step, step_s, self.datasheet_peak_flops_per_s)
+        return dataclasses.replace(
+            self,
+            achieved_flops_per_s=done["achieved_flops_per_s"],
+            mfu=done["mfu"] if self.reliable_peak else None,
+            datasheet_mfu=sheet["mfu"] if self.datasheet_peak_flops_per_s else None,
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        """report.json's ``compute`` (docs/report.md); the runner's pending mark left out."""
+        out = dataclasses.asdict(self)
+        out.pop("peak_pending")
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Compute | None:
+        """A report's ``compute`` (checked by ``report._fields``); keys this version does not
+        know are left out."""
+        if not data:
+            return None
+        names = {f.name for f in dataclasses.fields(cls)} - {"peak_pending"}
+        kept = {k: v for k, v in data.items() if k in names}
+        kept["method"] = kept.get("method") or ""
+        kept["peak_dtype"] = kept.get("peak_dtype") or "float32"
+        return cls(**kept)
