@@ -190,8 +190,8 @@ def test_text_and_tables_fit_the_width_without_cutting_a_number():
     )
     assert "nothing" not in said and said.endswith("val_loss 3.000")  # not "3": 3.00006
     steady = 7.7 - 3.1 - 0.9
-    assert 43 * 85.965e-3 == pytest.approx(steady, rel=0.1)
-    assert 372.2 * 85.965e-3 == pytest.approx(32, rel=0.01)  # batch 32: rate and step agree
+    assert pytest.approx(steady, rel=0.1) == 43 * 85.965e-3
+    assert pytest.approx(32, rel=0.01) == 372.2 * 85.965e-3  # batch 32: rate and step agree
     for columns in (80, 120):
         rows = epoch_line("mlp", 12, 20, 44, 0.21, logs, columns).split("\n")
         assert all(len(r) <= columns for r in rows) and rows[1].startswith("  accuracy 0.9915")

@@ -38,17 +38,27 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
 import statistics
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from toolkit.core.stats import FIRST
+from toolkit.profiling._ledger_records import (
+    FIT_CALL,
+    PARTS,
+    TRAIN_BEGIN,
+    CallbackTime,
+    Compile,
+    Ledger,
+    LedgerPart,
+    OtherSpan,
+    spread,
+)
 
-__all__ = ["PARTS", "CallbackClock", "FitLedger"]
-
-PARTS = ("start_up", "compile", "steps", "input", "validation", "callbacks", "exit", "other")
+__all__ = ["PARTS", "CallbackClock", "FitLedger", "Ledger"]
 HOOKS = (
     "on_train_begin",
     "on_train_end",
@@ -167,6 +177,119 @@ class CallbackClock:
         self._patched = kept[::-1]
 
 
+class Execution(NamedTuple):
+    """One execution of a compiled function, as the ledger places it in the fit."""
+
+    start: float
+    seconds: float
+    steps: int
+    function: str  # "train" or "evaluate"
+    epoch: int | None
+    run: int  # its run's index among the fit's runs (an epoch's steps, a validation)
+    index: int  # its index in its run
+    batch: int  # the batch it began at
+
+
+class _Counts(NamedTuple):
+    """The fit's counts, as the :class:`Ledger` holds them."""
+
+    epochs: int
+    epochs_planned: int
+    steps: int
+    steps_per_epoch: int | None
+    validation_calls: tuple[int, ...]
+
+
+class Tile(NamedTuple):
+    """One interval of the fit, of one part; the tiles cover the fit, end to end."""
+
+    start: float
+    end: float
+    part: str
+
+
+class EpochSpan(NamedTuple):
+    """One epoch's clock readings: begin, its first step's begin, its last step's end, end."""
+
+    epoch: int
+    begin: float | None
+    first: float | None
+    steps_end: float | None
+    end: float | None
+
+    @classmethod
+    def of(cls, e: Mapping[str, Any]) -> EpochSpan:
+        return cls(e["epoch"], e.get("begin"), e.get("first"), e.get("steps_end"), e.get("end"))
+
+
+@dataclasses.dataclass
+class ValidationSpan:
+    """One validation: the epoch it followed, its begin and end, each execution's begin."""
+
+    epoch: int
+    begin: float
+    end: float | None = None
+    begins: list[tuple[int, float]] = dataclasses.field(default_factory=list)  # (batch, at)
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """What a poll of the backend's counters covered: an epoch's training or a validation."""
+
+    kind: str  # TRAINING or VALIDATION
+    index: int  # the epoch, or the validation's index
+
+
+TRAINING, VALIDATION = "train epoch", "validation"
+
+
+@dataclasses.dataclass
+class _Fit:
+    """The fit as the ledger reads it: where its clock starts and stops, and its intervals."""
+
+    called: float | None  # the fit call (None: not timed around it)
+    returned: float | None
+    start: float
+    stop: float
+    train_end: float | None  # None: never reached, or after the call returned
+    epochs: list[EpochSpan]
+    validations: list[ValidationSpan]
+
+
+class _Book:
+    """The fit's tiles, and each part's seconds as time is moved from part to part."""
+
+    def __init__(self, tiles: list[Tile]) -> None:
+        self.tiles = tiles
+        self._starts = [t.start for t in tiles]
+        self.totals = dict.fromkeys(PARTS, 0.0)
+        for t in tiles:
+            self.totals[t.part] += t.end - t.start
+
+    def part_at(self, t: float) -> str | None:
+        i = bisect.bisect_right(self._starts, t) - 1
+        return self.tiles[i].part if i >= 0 and t < self.tiles[i].end else None
+
+    def move(self, part: str | None, seconds: float, to: str, capped: bool = False) -> float:
+        """Moves `seconds` from `part` (None: from nowhere) to `to`; `capped`: no more than
+        `part` holds. Returns the seconds moved."""
+        if part is not None:
+            if capped:
+                seconds = min(seconds, max(0.0, self.totals[part]))
+            self.totals[part] -= seconds
+        self.totals[to] += seconds
+        return seconds
+
+
+@dataclasses.dataclass(frozen=True)
+class _Steady:
+    """A function's median execution a step, and the executions it came from."""
+
+    median: float
+    samples: int
+    spread_s: float | None
+
+
 class FitLedger:
     """One fit's clock readings, kept by StepTimer's hooks, and the ledger made of them."""
 
@@ -177,10 +300,10 @@ class FitLedger:
     def clear(self) -> None:
         self.train_begin: float | None = None
         self.train_end: float | None = None
-        self.epochs: list[dict[str, Any]] = []
-        self.validations: list[dict[str, Any]] = []
+        self.epochs: list[dict[str, Any]] = []  # each epoch's readings (StepTimer reads them)
+        self.validations: list[ValidationSpan] = []
         self.gaps: list[tuple[float, float]] = []  # (start, seconds): input between steps
-        self._test: dict[str, Any] | None = None
+        self._test: ValidationSpan | None = None
         self.callbacks = CallbackClock(self._clock)
         self.found_callbacks = False
         self.model: Any = None
@@ -188,7 +311,7 @@ class FitLedger:
         self._stopped: Any = None  # the watch after finish(), for the result's reading
         self.backend = ""
         self.overlaps = False  # the backend dispatches asynchronously: reads overlap steps
-        self._per_step: dict[str, float] = {}
+        self._polls: dict[str, Interval] = {}  # each poll's label: the interval it covered
         self._epoch = 0
 
     # ------------------------------------------------------------ fed by StepTimer
@@ -217,10 +340,14 @@ class FitLedger:
             self.found_callbacks = True
             self.callbacks.watch(found, skip=timer)
 
-    def _poll(self, where: str) -> None:
+    def _poll(self, interval: Interval) -> None:
+        """Reads the backend's counters for `interval` (the watch takes a label, which the
+        ledger keeps beside the interval it names: nothing is parsed back)."""
         if self.watch is not None:
+            label = f"{interval.kind} {interval.index}"
+            self._polls[label] = interval
             with contextlib.suppress(Exception):  # never stops training
-                self.watch.poll(where)
+                self.watch.poll(label)
 
     def epoch_begin(self, epoch: int) -> None:
         self._epoch = epoch
@@ -234,34 +361,34 @@ class FitLedger:
         end: float,
         gaps: list[tuple[float, float]],
     ) -> None:
-        self._poll(f"train epoch {epoch}")
+        self._poll(Interval(TRAINING, epoch))
         self.epochs.append(
             {"epoch": epoch, "begin": begin, "first": first, "steps_end": steps_end, "end": end}
         )
         self.gaps.extend(gaps)
 
     def test_begin(self, at: float) -> None:
-        self._poll(f"train epoch {self._epoch}")
+        self._poll(Interval(TRAINING, self._epoch))
         if self.watch is not None:
             with contextlib.suppress(Exception):  # never stops training
                 self.watch.test_begin()
-        self._test = {"begin": at, "end": None, "begins": [], "epoch": self._epoch}
+        self._test = ValidationSpan(self._epoch, at)
 
     def test_batch(self, batch: int, at: float) -> None:
         if self._test is not None:
-            self._test["begins"].append((batch, at))
+            self._test.begins.append((batch, at))
 
     def test_end(self, at: float) -> None:
         if self._test is None:
             return
-        self._test["end"] = at
+        self._test.end = at
         self.validations.append(self._test)
         self._test = None
-        self._poll(f"validation {len(self.validations) - 1}")
+        self._poll(Interval(VALIDATION, len(self.validations) - 1))
 
     def end(self, at: float) -> None:
         self.train_end = at
-        self._poll(f"train epoch {self._epoch}")
+        self._poll(Interval(TRAINING, self._epoch))
         self.finish(but_train_end=True)  # the callbacks after StepTimer end the fit after it
 
     def finish(self, but_train_end: bool = False) -> None:
@@ -281,139 +408,153 @@ class FitLedger:
         self,
         calls: Sequence[tuple[float, int, int, str]],
         span: tuple[float | None, float | None],
-        current: dict[str, Any] | None,
+        current: Mapping[str, Any] | None,
         params: Mapping[str, Any] | None,
         now: float,
-    ) -> dict[str, Any] | None:
-        """The ledger as a dict (``docs/report.md``, "ledger"), or None: no fit was timed.
+    ) -> Ledger | None:
+        """The ledger (``docs/report.md``, "ledger"), or None: no fit was timed.
 
-        `calls` are StepTimer's executions, `span` the fit call's (called, returned) where
-        something timed it, `current` the epoch a fit stopped inside (its first begin and the
-        end of its last recorded execution), `params` Keras's."""
+        `calls` are StepTimer's executions ``(seconds, steps, epoch, kind)``, `span` the fit
+        call's (called, returned) where something timed it, `current` the epoch a fit stopped
+        inside (its first begin and the end of its last recorded execution), `params`
+        Keras's."""
         if self.train_begin is None:
             return None
         watch = self.watch or self._stopped
+        fit = self._fit(span, current, now)
+        spans, runs_s = self._spans(fit)
+        book = _Book(_tile(spans, fit.start, fit.stop))
+        others = _others(book.tiles, fit.epochs)
+        callbacks = self._move_callbacks(book)
+        input_seen, inputs = self._move_input(book, watch)
+        found = _Compiles(calls, fit, watch, book, self._polls).found()
+        runs_s = _without_first_compile(runs_s, found.compiles)
+        wall = fit.stop - fit.start
+        book.totals["other"] = wall - sum(v for k, v in book.totals.items() if k != "other")
+        samples = _Samples(calls, found, runs_s, callbacks, inputs)
+        return Ledger(
+            source=FIT_CALL if fit.called is not None else TRAIN_BEGIN,
+            partial=self.train_end is None,  # never reached train end (raised, or running)
+            wall_s=round(wall, 6),
+            parts=_parts(book.totals, samples, input_seen, fit),
+            callbacks=callbacks,
+            overlapped=self._overlapped(),
+            compiles=tuple(_largest(found.compiles)),
+            recompiles=sum(1 for c in found.compiles if not c.first),
+            signal=getattr(watch, "signal", None) if watch is not None else None,
+            **self._counts(calls, params, fit)._asdict(),
+            validation_runs_s=tuple(runs_s),
+            # The median execution's seconds a step, per function (a fix's unit of time).
+            step_s=tuple((k, round(v.median, 6)) for k, v in found.steady.items()),
+            backend=self.backend,
+            jit_compile=_jit(self.model),
+            unseen=tuple(self._unseen(fit, input_seen, _read_s(self.gaps, watch))),
+            input_read_s=round(_read_s(self.gaps, watch), 6) or None,
+            other_where=tuple(OtherSpan(round(d, 6), where) for d, where in others),
+        )
+
+    def _fit(
+        self, span: tuple[float | None, float | None], current: Mapping[str, Any] | None, now: float
+    ) -> _Fit:
+        """Where the fit's clock starts and stops, and its epochs and validations (with the
+        one a fit stopped inside)."""
         called, returned = span
-        if called is None or returned is None or not called <= self.train_begin <= returned:
+        begin = self.train_begin
+        if called is None or returned is None or not called <= begin <= returned:
             called = returned = None
-        start = called if called is not None else self.train_begin
         train_end = self.train_end
         if train_end is not None and returned is not None and train_end > returned:
             train_end = None
         stop = returned if returned is not None else train_end if train_end is not None else now
-        # A fit that never reached train end (it raised, or is still running); one that
-        # stopped early on purpose (EarlyStopping) ended whole. The report marks a stopped
-        # run partial too.
-        partial = self.train_end is None
-        epochs = list(self.epochs)
+        epochs = [EpochSpan.of(e) for e in self.epochs]
         if current is not None and current.get("first") is not None:
-            epochs.append({"epoch": current["epoch"], **current})
+            epochs.append(EpochSpan.of(current))
         validations = list(self.validations)
         if self._test is not None:  # stopped inside a validation
-            validations.append({**self._test, "end": stop})
+            validations.append(dataclasses.replace(self._test, end=stop))
+        start = called if called is not None else begin
+        return _Fit(called, returned, start, stop, train_end, epochs, validations)
 
-        # The intervals that tile [start, stop], each of one part.
-        spans: list[tuple[float, float, str]] = []
-        first = next((e["first"] for e in epochs if e.get("first") is not None), None)
-        spans.append((start, first if first is not None else (train_end or stop), "start_up"))
+    def _spans(self, fit: _Fit) -> tuple[list[Tile], list[float]]:
+        """The intervals of each part, in time order (they may overlap: :func:`_tile` makes
+        them tiles), and each validation's seconds."""
+        first = next((e.first for e in fit.epochs if e.first is not None), None)
+        spans = [Tile(fit.start, first if first is not None else (fit.train_end or fit.stop),
+                      "start_up")]  # fmt: skip
         # On a backend that queues steps ahead of the device, the host reads the next batch
         # while the device runs the last step: its reads are not a wait the run paid. They are
         # said apart (``input_read_s``), and the input part is left unseen.
-        read_s = sum(d for _, d in self.gaps)
-        read_s += sum(d for _, d in getattr(watch, "input_spans", []) if watch is not None)
         gaps = [] if self.overlaps else sorted(self.gaps)
-        for e in epochs:
-            a, b = e.get("first"), e.get("steps_end")
-            if a is None or b is None:
-                continue
-            i = bisect.bisect_left(gaps, (a, 0.0))
-            cur = a
-            while i < len(gaps) and gaps[i][0] < b:
-                g0, gd = gaps[i]
-                spans.append((cur, g0, "steps"))
-                spans.append((g0, min(b, g0 + gd), "input"))
-                cur = min(b, g0 + gd)
-                i += 1
-            spans.append((cur, b, "steps"))
-        ends = {e["epoch"]: e.get("steps_end") for e in epochs}
+        for e in fit.epochs:
+            if e.first is not None and e.steps_end is not None:
+                spans += _steps_and_gaps(e.first, e.steps_end, gaps)
+        ends = {e.epoch: e.steps_end for e in fit.epochs}
         runs_s = []
-        for v in validations:
+        for v in fit.validations:
             # From the epoch's last step: Keras builds the validation's iterator (and its
             # evaluate call) before on_test_begin.
-            after = ends.get(v.get("epoch"))
-            begin = after if after is not None and after <= v["begin"] else v["begin"]
-            spans.append((begin, v["end"], "validation"))
-            runs_s.append(round(v["end"] - begin, 6))
-        if train_end is not None and returned is not None:
-            spans.append((train_end, returned, "exit"))
-        spans.sort(key=lambda s: s[0])
-        tiles: list[tuple[float, float, str]] = []
-        cursor = start
-        for a, b, part in spans:
-            a, b = max(a, cursor), min(b, stop)
-            if b <= a:
-                continue
-            if a > cursor:
-                tiles.append((cursor, a, "other"))
-            tiles.append((a, b, part))
-            cursor = b
-        if cursor < stop:
-            tiles.append((cursor, stop, "other"))
-        totals = dict.fromkeys(PARTS, 0.0)
-        for a, b, part in tiles:
-            totals[part] += b - a
-        # Where the unexplained time sits, the largest first, said by where in the fit it is.
-        others = sorted(
-            ((b - a, _where(a, b, epochs)) for a, b, part in tiles if part == "other"),
-            key=lambda o: -o[0],
-        )[:3]
-        starts = [t[0] for t in tiles]
+            after = ends.get(v.epoch)
+            begin = after if after is not None and after <= v.begin else v.begin
+            spans.append(Tile(begin, v.end, "validation"))
+            runs_s.append(round(v.end - begin, 6))
+        if fit.train_end is not None and fit.returned is not None:
+            spans.append(Tile(fit.train_end, fit.returned, "exit"))
+        return sorted(spans, key=lambda s: s.start), runs_s
 
-        def part_at(t: float) -> str | None:
-            i = bisect.bisect_right(starts, t) - 1
-            return tiles[i][2] if i >= 0 and t < tiles[i][1] else None
-
-        # Callbacks, by name: moved out of the part they ran in.
-        by_name: dict[str, dict[str, Any]] = {}
+    def _move_callbacks(self, book: _Book) -> tuple[CallbackTime, ...]:
+        """Each callback's hooks, by name, moved out of the part they ran in."""
+        by_name: dict[str, list[float]] = {}
         for t0, dt, name in self.callbacks.records:
-            part = part_at(t0)
-            if part is None:
-                continue
-            totals[part] -= dt
-            totals["callbacks"] += dt
-            entry = by_name.setdefault(name, {"seconds": 0.0, "calls": 0})
-            entry["seconds"] += dt
-            entry["calls"] += 1
-        overlapped: dict[str, float] = {}
-        for name, dt in self.callbacks.off:
-            overlapped[name] = overlapped.get(name, 0.0) + dt
-        # The input read inside the train function (JAX): out of the steps.
-        input_seen = getattr(watch, "input_seen", "") if watch is not None else ""
-        if self.overlaps:
-            input_seen = ""
-        for t0, dt in getattr(watch, "input_spans", []) if input_seen else []:
-            part = part_at(t0)
+            part = book.part_at(t0)
             if part is not None:
-                totals[part] -= dt
-                totals["input"] += dt
+                book.move(part, dt, "callbacks")
+                by_name.setdefault(name, []).append(dt)
+        timed = [
+            CallbackTime(name, round(sum(each), 6), len(each), spread(each))
+            for name, each in by_name.items()
+        ]
+        return tuple(sorted(timed, key=lambda c: -c.seconds))
 
-        compiles = self._compiles(calls, epochs, validations, watch, part_at, totals)
-        if runs_s:  # each validation's own time: the first without its compile
-            first_eval = sum(
-                c["seconds"] for c in compiles if c["function"] == "evaluate" and c["first"]
-            )
-            runs_s[0] = round(max(0.0, runs_s[0] - first_eval), 6)
-        named = sum(v for k, v in totals.items() if k != "other")
-        wall = stop - start
-        totals["other"] = wall - named
-        parts: dict[str, float | None] = {k: round(v, 6) for k, v in totals.items()}
-        if not input_seen:
-            # Nothing was moved into it: the input is inside the steps, unseen.
-            parts["input"] = None
-        if returned is None or train_end is None:  # not timed, or the fit never ended
-            parts["exit"] = None
+    def _overlapped(self) -> tuple[tuple[str, float], ...]:
+        """Each callback's seconds on Keras's callback thread (overlapping the steps)."""
+        off: dict[str, float] = {}
+        for name, dt in self.callbacks.off:
+            off[name] = off.get(name, 0.0) + dt
+        return tuple((k, round(v, 6)) for k, v in off.items())
+
+    def _move_input(self, book: _Book, watch: Any) -> tuple[str, list[float]]:
+        """The input read inside the train function (JAX), moved out of the steps: where it
+        was seen (``CompileWatch.input_seen``; "" where it was not), and each read's (or
+        gap's) seconds."""
+        gaps = [t.end - t.start for t in book.tiles if t.part == "input"]
+        input_seen = getattr(watch, "input_seen", "") if watch is not None else ""
+        if self.overlaps or not input_seen:
+            return "", gaps
+        for t0, dt in getattr(watch, "input_spans", []):
+            part = book.part_at(t0)
+            if part is not None:
+                book.move(part, dt, "input")
+                gaps.append(dt)
+        return input_seen, gaps
+
+    def _counts(
+        self, calls: Sequence[tuple[float, int, int, str]], params: Mapping[str, Any] | None,
+        fit: _Fit,
+    ) -> _Counts:  # fmt: skip
+        """The fit's counts: epochs done and planned, steps, each validation's executions."""
+        done = len(self.epochs)
+        return _Counts(
+            epochs=done,
+            epochs_planned=int((params or {}).get("epochs") or done or 0),
+            steps=sum(n for _, n, _, _ in calls),
+            steps_per_epoch=(params or {}).get("steps"),
+            validation_calls=tuple(len(v.begins) for v in fit.validations),
+        )
+
+    def _unseen(self, fit: _Fit, input_seen: str, read_s: float) -> list[str]:
+        """What the ledger could not see, in words."""
         unseen = []
-        if called is None:
+        if fit.called is None:
             unseen.append(
                 "the fit call before train begin and after train end (call fit through "
                 "profile().fit, or wrap it in StepTimer.around_fit())"
@@ -431,214 +572,331 @@ class FitLedger:
             )
         if not self.found_callbacks:
             unseen.append("the callbacks by name (Keras's callback list was not found)")
-        done_epochs = len(self.epochs)
-        steps = sum(c[1] for c in calls)
-        ran = [v for v in validations if v.get("end") is not None]
-        model = self.model
-        return {
-            "from": "fit call" if called is not None else "train begin",
-            "partial": partial,
-            "wall_s": round(wall, 6),
-            "parts": parts,
-            "callbacks": {
-                k: {**v, "seconds": round(v["seconds"], 6)}
-                for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]["seconds"])
-            },
-            "overlapped": {k: round(v, 6) for k, v in overlapped.items()},
-            "compiles": _largest(compiles),
-            "recompiles": sum(1 for c in compiles if not c["first"]),
-            "signal": getattr(watch, "signal", None) if watch is not None else None,
-            "epochs": done_epochs,
-            "epochs_planned": int((params or {}).get("epochs") or done_epochs or 0),
-            "steps": steps,
-            "steps_per_epoch": (params or {}).get("steps"),
-            "validations": len(ran),
-            "validation_calls": [len(v["begins"]) for v in ran],
-            "validation_runs_s": runs_s,
-            # The median execution's seconds a step, per function (a fix's unit of time).
-            "step_s": {k: round(v, 6) for k, v in getattr(self, "_per_step", {}).items()},
-            "backend": self.backend,
-            "jit_compile": _jit(model),
-            "unseen": unseen,
-            "input_read_s": round(read_s, 6) if read_s else None,
-            "other_where": [{"seconds": round(d, 6), "where": where} for d, where in others],
-        }
+        return unseen
 
-    def _compiles(
+
+# ---------------------------------------------------------------------------- the phases
+
+
+def _steps_and_gaps(first: float, steps_end: float, gaps: list[tuple[float, float]]) -> list[Tile]:
+    """An epoch's steps, from its first step's begin to its last step's end, cut by the
+    input's gaps between them (PyTorch's)."""
+    out = []
+    i = bisect.bisect_left(gaps, (first, 0.0))
+    cur = first
+    while i < len(gaps) and gaps[i][0] < steps_end:
+        g0, gd = gaps[i]
+        out.append(Tile(cur, g0, "steps"))
+        out.append(Tile(g0, min(steps_end, g0 + gd), "input"))
+        cur = min(steps_end, g0 + gd)
+        i += 1
+    out.append(Tile(cur, steps_end, "steps"))
+    return out
+
+
+def _tile(spans: list[Tile], start: float, stop: float) -> list[Tile]:
+    """`spans` made into tiles of ``[start, stop]``: each later span starts where the last
+    ended, and what no span covers is ``other``."""
+    tiles: list[Tile] = []
+    cursor = start
+    for a, b, part in spans:
+        a, b = max(a, cursor), min(b, stop)
+        if b <= a:
+            continue
+        if a > cursor:
+            tiles.append(Tile(cursor, a, "other"))
+        tiles.append(Tile(a, b, part))
+        cursor = b
+    if cursor < stop:
+        tiles.append(Tile(cursor, stop, "other"))
+    return tiles
+
+
+def _others(tiles: list[Tile], epochs: list[EpochSpan]) -> list[tuple[float, str]]:
+    """Where the unexplained time sits, the largest three first, said by where in the fit."""
+    found = ((t.end - t.start, _where(t.start, t.end, epochs)) for t in tiles if t.part == "other")
+    return sorted(found, key=lambda o: -o[0])[:3]
+
+
+def _read_s(gaps: list[tuple[float, float]], watch: Any) -> float:
+    """The host's seconds reading batches: the gaps between steps, and the reads timed
+    inside the train function."""
+    read = sum(d for _, d in gaps)
+    return read + sum(d for _, d in getattr(watch, "input_spans", []) if watch is not None)
+
+
+def _without_first_compile(runs_s: list[float], compiles: list[Compile]) -> list[float]:
+    """Each validation's own seconds: the first without the evaluation function's compile."""
+    if not runs_s:
+        return runs_s
+    first = sum(c.seconds for c in compiles if c.function == "evaluate" and c.first)
+    return [round(max(0.0, runs_s[0] - first), 6), *runs_s[1:]]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Samples:
+    """What each part adds up, for its samples and spread (:class:`LedgerPart`)."""
+
+    calls: Sequence[tuple[float, int, int, str]]
+    found: _Found
+    runs_s: list[float]
+    callbacks: tuple[CallbackTime, ...]
+    inputs: list[float]
+
+    def of(self, part: str) -> tuple[int, float | None]:
+        if part == "steps":
+            steady = [d for d, _, _, kind in self.calls if kind != FIRST]
+            return len(self.calls), spread(steady)
+        if part == "compile":
+            return len(self.found.compiles), None  # each compile once: no spread
+        if part == "validation":
+            return len(self.runs_s), spread(self.runs_s)
+        if part == "callbacks":
+            calls = sum(c.calls for c in self.callbacks)
+            alone = self.callbacks[0].spread_s if len(self.callbacks) == 1 else None
+            return calls, alone
+        if part == "input":
+            return len(self.inputs), spread(self.inputs)
+        return 1, None
+
+
+def _parts(
+    totals: dict[str, float], samples: _Samples, input_seen: str, fit: _Fit
+) -> tuple[LedgerPart, ...]:
+    """Each part's seconds, samples and spread; None for a part not seen: the input inside
+    the steps, the exit of a fit not timed (or that never ended)."""
+    out = []
+    for name in PARTS:
+        seconds: float | None = round(totals[name], 6)
+        if name == "input" and not input_seen:
+            seconds = None  # nothing was moved into it: the input is inside the steps, unseen
+        if name == "exit" and (fit.returned is None or fit.train_end is None):
+            seconds = None
+        out.append(LedgerPart(name, seconds, *samples.of(name)))
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Found:
+    """The compiles found, and each function's median execution a step."""
+
+    compiles: list[Compile]
+    steady: dict[str, _Steady]
+
+
+class _Compiles:
+    """Each compile of one fit, timed, and moved out of the part it happened in: the
+    functions' first calls, the recompiles the backend's signal placed in an execution (or,
+    for a counter read at a poll, the slowest executions of the interval it covered), and the
+    compiles of Keras's own outside the steps."""
+
+    def __init__(
         self,
         calls: Sequence[tuple[float, int, int, str]],
-        epochs: list[dict[str, Any]],
-        validations: list[dict[str, Any]],
+        fit: _Fit,
         watch: Any,
-        part_at: Callable[[float], str | None],
-        totals: dict[str, float],
-    ) -> list[dict[str, Any]]:
-        """Each compile, timed, and moved out of the part it happened in."""
-        # Every execution: (start, seconds, steps, function, epoch, index in its run, batch).
-        runs: list[list[tuple[float, float, int, str, int, int, int]]] = []
-        val_runs: list[list[tuple[float, float, int, str, int, int, int]]] = []
-        by_epoch: dict[int, list[tuple[float, int, int, str]]] = {}
-        for c in calls:
-            by_epoch.setdefault(c[2], []).append(c)
-        for e in epochs:
-            t, batch, run = e.get("first"), 0, []
-            if t is None:
-                continue
-            for k, (d, n, _, _) in enumerate(by_epoch.get(e["epoch"], [])):
-                run.append((t, d, n, "train", e["epoch"], k, batch))
-                t, batch = t + d, batch + n
-            runs.append(run)
-        for r, v in enumerate(validations):
-            begins = v["begins"]
-            run = []
-            for k, (batch, t) in enumerate(begins):
-                t_next = begins[k + 1][1] if k + 1 < len(begins) else v["end"]
-                n = begins[k + 1][0] - batch if k + 1 < len(begins) else 1
-                run.append((t, t_next - t, max(1, n), "evaluate", v.get("epoch", r), k, batch))
-            val_runs.append(run)
-        runs = runs + val_runs
-        per_step: dict[str, float] = {}
-        self._per_step = per_step
+        book: _Book,
+        polls: Mapping[str, Interval],
+    ) -> None:
+        self.calls, self.book, self.polls = calls, book, polls
+        self.events = list(getattr(watch, "events", []) if watch is not None else [])
+        self.train_runs = _train_runs(calls, fit.epochs)
+        self.val_runs = _validation_runs(fit.validations, len(self.train_runs))
+        self.runs = self.train_runs + self.val_runs
+        self.steady = self._steady()
+        self.out: list[Compile] = []
+        self._taken: set[tuple[str, int, int]] = set()
+        self.firsts: dict[str, Execution] = {}
+        for run in self.runs:
+            if run and run[0].function not in self.firsts:
+                self.firsts[run[0].function] = run[0]
+
+    def found(self) -> _Found:
+        for x in self.firsts.values():
+            self._add(x, True, "first call", self._own(x))
+        polled = self._placed()
+        self._polled(polled)
+        compiles = [c for c in self.out if c.seconds > 0 or c.first]
+        return _Found(compiles, self.steady)
+
+    def _steady(self) -> dict[str, _Steady]:
+        """Each function's median execution a step: StepTimer's own steady steps for train
+        when it has them; otherwise every execution but a run's first (it may wait on its
+        input's start) and last (it may be ragged); for a validation of one execution, the
+        later validations' executions."""
+        out = {}
         for function in ("train", "evaluate"):
             rest = [
-                x[1] / x[2]
-                for run in runs
-                for x in run[1:]  # a run's first execution may wait on its input's start
-                if x[3] == function
-                and (x[5] < len(run) - 1 or len(run) <= 2)  # the last may be ragged
+                x.seconds / x.steps
+                for run in self.runs
+                for x in run[1:]
+                if x.function == function and (x.index < len(run) - 1 or len(run) <= 2)
             ]
-            if function == "train":  # StepTimer's own steady steps when it has them
-                rest = [d / n for d, n, _, kind in calls if kind != FIRST and n] or rest
-            elif not rest:  # one execution a validation: the later validations' executions
-                rest = [x[1] / x[2] for run in val_runs[1:] for x in run]
+            if function == "train":
+                rest = [d / n for d, n, _, kind in self.calls if kind != FIRST and n] or rest
+            elif not rest:
+                rest = [x.seconds / x.steps for run in self.val_runs[1:] for x in run]
             if rest:
-                per_step[function] = statistics.median(rest)
-        out: list[dict[str, Any]] = []
-        taken: set[tuple[str, int, int]] = set()
+                out[function] = _Steady(statistics.median(rest), len(rest), spread(rest))
+        return out
 
-        def add(x: tuple[Any, ...], first: bool, cause: Any, own: float | None) -> None:
-            start, d, n, function, epoch, k, batch = x
-            key = (function, epoch if function == "train" else id(x), k)
-            if key in taken:
-                return
-            taken.add(key)
-            median = per_step.get(function)
-            excess = max(0.0, d - n * median) if median is not None else None
-            if excess is None:
-                return
-            part = part_at(start)
-            if part is not None:
-                excess = min(excess, max(0.0, totals[part]))
-                totals[part] -= excess
-            totals["compile"] += excess
-            out.append(
-                {
-                    "function": function,
-                    "first": first,
-                    "epoch": epoch,
-                    "step": batch,
-                    "seconds": round(excess, 6),
-                    "backend_seconds": round(own, 6) if own is not None else None,
-                    "cause": cause,
-                }
-            )
+    def _own(self, x: Execution) -> float | None:
+        """What the backend's own events timed inside execution `x` (None: nothing)."""
+        own = sum(
+            ev.get("seconds") or 0.0
+            for ev in self.events
+            if ev.get("at") is not None and x.start <= ev["at"] < x.start + x.seconds
+        )
+        return own or None
 
-        firsts = {}
-        for run in runs:
-            if run and run[0][3] not in firsts:
-                firsts[run[0][3]] = run[0]
-        events = list(getattr(watch, "events", []) if watch is not None else [])
-        for x in firsts.values():
-            own = sum(
-                ev["seconds"] or 0.0
-                for ev in events
-                if ev.get("at") is not None and x[0] <= ev["at"] < x[0] + x[1]
+    def _add(self, x: Execution, first: bool, cause: Any, own: float | None) -> None:
+        """Execution `x` as a compile: its excess over the function's median, moved out of
+        the part it ran in (once an execution)."""
+        key = (x.function, x.run, x.index)
+        if key in self._taken:
+            return
+        self._taken.add(key)
+        steady = self.steady.get(x.function)
+        if steady is None:
+            return
+        excess = max(0.0, x.seconds - x.steps * steady.median)
+        excess = self.book.move(self.book.part_at(x.start), excess, "compile", capped=True)
+        self.out.append(
+            Compile(
+                function=x.function,
+                first=first,
+                epoch=x.epoch,
+                step=x.batch,
+                seconds=round(excess, 6),
+                backend_seconds=round(own, 6) if own is not None else None,
+                cause=None if cause is None else str(cause),
+                samples=steady.samples,
+                step_spread_s=steady.spread_s,
             )
-            add(x, True, "first call", own or None)
-        flat = sorted((x for run in runs for x in run), key=lambda x: x[0])
-        starts = [x[0] for x in flat]
+        )
+
+    def _placed(self) -> dict[str, list[dict[str, Any]]]:
+        """The events stamped with the clock, each placed in the execution it happened in
+        (or outside every step: a compile of Keras's own); the others, by poll label."""
+        flat = sorted((x for run in self.runs for x in run), key=lambda x: x.start)
+        starts = [x.start for x in flat]
         polled: dict[str, list[dict[str, Any]]] = {}
-        for ev in events:
+        for ev in self.events:
             at = ev.get("at")
-            if at is not None:
-                i = bisect.bisect_right(starts, at) - 1
-                if i >= 0 and at < flat[i][0] + flat[i][1]:
-                    x = flat[i]
-                    if x is not firsts.get(x[3]):
-                        own = sum(
-                            e.get("seconds") or 0.0
-                            for e in events
-                            if e.get("at") is not None and x[0] <= e["at"] < x[0] + x[1]
-                        )
-                        add(x, False, ev.get("cause") or "a new trace", own or None)
-                    continue
-                part = part_at(at)  # outside any step: a compile of Keras's own, timed by JAX
-                seconds = float(ev.get("seconds") or 0.0)
-                if part is not None and seconds > 0:
-                    seconds = min(seconds, max(0.0, totals[part]))
-                    totals[part] -= seconds
-                    totals["compile"] += seconds
-                    out.append(
-                        {
-                            "function": ev.get("function") or part.replace("_", "-"),
-                            "first": True,  # a function of Keras's own, compiled once
-                            "epoch": None,
-                            "step": None,
-                            "seconds": round(seconds, 6),
-                            "backend_seconds": round(seconds, 6),
-                            "cause": ev.get("cause") or f"compiled in the {part.replace('_', '-')}",
-                            "outside_steps": True,
-                        }
-                    )
+            if at is None:
+                polled.setdefault(str(ev.get("where") or ""), []).append(ev)
                 continue
-            polled.setdefault(str(ev.get("where") or ""), []).append(ev)
-        for where, found in polled.items():
-            # A counter read at the interval's end: its slowest executions, in time order.
-            kind, _, index = where.rpartition(" ")
-            try:
-                index_n = int(index)
-            except ValueError:
-                continue
-            if kind == "train epoch":
-                pool = [x for run in runs for x in run if x[3] == "train" and x[4] == index_n]
+            i = bisect.bisect_right(starts, at) - 1
+            if i >= 0 and at < flat[i].start + flat[i].seconds:
+                x = flat[i]
+                if x is not self.firsts.get(x.function):
+                    self._add(x, False, ev.get("cause") or "a new trace", self._own(x))
             else:
-                pool = list(val_runs[index_n]) if 0 <= index_n < len(val_runs) else []
-            pool = [x for x in pool if x is not firsts.get(x[3])]
-            slowest = sorted(pool, key=lambda x: -x[1] / x[2])[: len(found)]
-            for x, ev in zip(sorted(slowest, key=lambda x: x[0]), found, strict=False):
-                add(x, False, _first_line(ev.get("cause")) or "a new trace", None)
-        return [c for c in out if c["seconds"] > 0 or c["first"]]
+                self._outside(at, ev)
+        return polled
+
+    def _outside(self, at: float, ev: Mapping[str, Any]) -> None:
+        """A compile outside any step (Keras's own, timed by JAX), out of its part."""
+        part = self.book.part_at(at)
+        seconds = float(ev.get("seconds") or 0.0)
+        if part is None or seconds <= 0:
+            return
+        seconds = self.book.move(part, seconds, "compile", capped=True)
+        named = part.replace("_", "-")
+        self.out.append(
+            Compile(
+                function=ev.get("function") or named,
+                first=True,  # a function of Keras's own, compiled once
+                epoch=None,
+                step=None,
+                seconds=round(seconds, 6),
+                backend_seconds=round(seconds, 6),
+                cause=ev.get("cause") or f"compiled in the {named}",
+                outside_steps=True,
+            )
+        )
+
+    def _polled(self, polled: Mapping[str, list[dict[str, Any]]]) -> None:
+        """A counter read at an interval's end: that interval's slowest executions, in time
+        order, are its compiles."""
+        for label, found in polled.items():
+            interval = self.polls.get(label)
+            if interval is None:
+                continue
+            if interval.kind == TRAINING:
+                pool = [x for run in self.train_runs for x in run if x.epoch == interval.index]
+            else:
+                index = interval.index
+                pool = list(self.val_runs[index]) if 0 <= index < len(self.val_runs) else []
+            pool = [x for x in pool if x is not self.firsts.get(x.function)]
+            slowest = sorted(pool, key=lambda x: -x.seconds / x.steps)[: len(found)]
+            for x, ev in zip(sorted(slowest, key=lambda x: x.start), found, strict=False):
+                self._add(x, False, _first_line(ev.get("cause")) or "a new trace", None)
+
+
+def _train_runs(
+    calls: Sequence[tuple[float, int, int, str]], epochs: list[EpochSpan]
+) -> list[list[Execution]]:
+    """Each epoch's training executions, placed end to end from its first step's begin."""
+    by_epoch: dict[int, list[tuple[float, int]]] = {}
+    for d, n, epoch, _ in calls:
+        by_epoch.setdefault(epoch, []).append((d, n))
+    runs = []
+    for e in epochs:
+        if e.first is None:
+            continue
+        t, batch, run = e.first, 0, []
+        for k, (d, n) in enumerate(by_epoch.get(e.epoch, [])):
+            run.append(Execution(t, d, n, "train", e.epoch, len(runs), k, batch))
+            t, batch = t + d, batch + n
+        runs.append(run)
+    return runs
+
+
+def _validation_runs(validations: list[ValidationSpan], offset: int) -> list[list[Execution]]:
+    """Each validation's executions, from one begin to the next (the last to its end)."""
+    runs = []
+    for r, v in enumerate(validations):
+        begins, run = v.begins, []
+        for k, (batch, t) in enumerate(begins):
+            later = k + 1 < len(begins)
+            t_next = begins[k + 1][1] if later else v.end
+            n = begins[k + 1][0] - batch if later else 1
+            run.append(
+                Execution(t, t_next - t, max(1, n), "evaluate", v.epoch, offset + r, k, batch)
+            )
+        runs.append(run)
+    return runs
 
 
 MAX_COMPILES = 100  # compiles listed in a ledger at most (the largest; all are counted)
 
 
-def _where(a: float, b: float, epochs: list[dict[str, Any]]) -> str:
+def _where(a: float, b: float, epochs: list[EpochSpan]) -> str:
     """Where in the fit the unexplained span ``[a, b)`` lies, in words."""
     mid = (a + b) / 2
     for k, e in enumerate(epochs):
-        n = e["epoch"] + 1
-        first, end = e.get("first"), e.get("end")
-        if first is not None and e.get("begin") is not None and e["begin"] <= mid < first:
+        n = e.epoch + 1
+        if e.first is not None and e.begin is not None and e.begin <= mid < e.first:
             return f"the start of epoch {n}: its input iterator, before the first step"
-        if end is not None and first is not None and first <= mid < end:
+        if e.end is not None and e.first is not None and e.first <= mid < e.end:
             return f"the end of epoch {n}: Keras's epoch logs and the callbacks before StepTimer"
-        following = epochs[k + 1].get("begin") if k + 1 < len(epochs) else None
-        if end is not None and mid >= end and (following is None or mid < following):
+        following = epochs[k + 1].begin if k + 1 < len(epochs) else None
+        if e.end is not None and mid >= e.end and (following is None or mid < following):
             return f"after epoch {n}: the callbacks after StepTimer and Keras's epoch end"
     return "between the fit's parts"
 
 
-def _largest(compiles: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _largest(compiles: list[Compile]) -> list[Compile]:
     """The first calls and the :data:`MAX_COMPILES` largest recompiles, in the order they
     happened (a step recompiled at every batch would fill the report)."""
     if len(compiles) <= MAX_COMPILES:
         return compiles
-    keep = {
-        id(c)
-        for c in sorted(compiles, key=lambda c: (not c["first"], -c["seconds"]))[:MAX_COMPILES]
-    }
-    return [c for c in compiles if id(c) in keep]
+    ranked = sorted(
+        range(len(compiles)), key=lambda i: (not compiles[i].first, -compiles[i].seconds)
+    )
+    keep = set(ranked[:MAX_COMPILES])
+    return [c for i, c in enumerate(compiles) if i in keep]
 
 
 def _first_line(cause: Any) -> str | None:

@@ -1,35 +1,61 @@
-"""The run's ledger in words, in a table, beside another run's, and what each fix would save.
+"""The run's ledger in words, in a table, beside another run's, and its fixes, for who reads
+them; and the ledger's JSON edge.
 
-The ledger itself is measured by ``toolkit.profiling._ledger`` (StepTimer keeps it); this is
-its reading, pure Python like the rest of the report side. :func:`fixes` turns its largest
-items into a fix and the seconds it would save over the whole run, each prediction made from
-this run's own figures (``benchmarks/ledger.py`` applies each fix in fresh processes and
-prints the predicted saving beside the measured one):
+The ledger itself is measured by ``toolkit.profiling._ledger`` (StepTimer keeps it), a
+:class:`~toolkit.profiling._ledger_records.Ledger`; this is its reading, pure Python like the
+rest of the report side. What each item would save is ``toolkit.report._fixes``': each fix is
+data (the setting and its value, why, the saving), spelled here for its reader: as the
+runner's flag for a run the runner set up (a recipe), as Python for a script's own fit.
 
-* recompiles for a new input shape (a ragged last batch): their time, saved by
-  ``drop_remainder=True``;
-* validation: its runs beyond ``validation_freq=k``'s, each at the median run's time;
-* a callback: ModelCheckpoint's saves beyond one every k epochs; any other callback's time;
-* a slow exit on TensorFlow (tf.data's autotune teardown), the input where it was timed;
-* XLA's compile where it is a large share of a short run: what each step must gain to pay
-  for it (break-even), not a saving (only measuring the other setting says that: ``tune``).
+The flag spelling is the runner's (``toolkit.runner.config.as_flags``, the one place a
+setting is spelled as a flag), and the runner sits above the report: a caller above it hands
+it in (``flags=``), and otherwise it is looked up where the runner is loaded (a recipe's own
+process, the command line), never imported. Where it is not loaded (a notebook that imported
+only the report), a fix reads as Python.
+
+Every function here takes the ledger as a record, or as its JSON (a mapping, as
+``report.json`` holds it), read through :func:`as_ledger`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import statistics
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from toolkit.profiling._ledger_records import PARTS, Ledger, LedgerPart, Reader
+from toolkit.report._fixes import (
+    MIN_S,
+    SHARE,
+    Fix,
+    Spell,
+    fix_json,
+    fix_words,
+    format_s,
+    read_fixes,
+    share,
+    unfixed,
+    unfixed_words,
+)
+
 __all__ = [
     "LABELS",
+    "PartChange",
+    "as_ledger",
+    "bar_segments",
     "compare_ledgers",
     "fix_lines",
     "fixes",
     "format_s",
+    "ledger_json",
     "ledger_line",
     "ledger_markdown",
+    "part_changes",
+    "report_ledger",
+    "spelling",
+    "whole_run_lines",
 ]
 
 LABELS = {
@@ -42,346 +68,273 @@ LABELS = {
     "exit": "exit",
     "other": "other",
 }
-# An item is worth a fix line from this share of the run and this many seconds.
-SHARE, MIN_S = 0.05, 0.1
-VALIDATION_SHARE = 0.15
-COMPILE_SHARE = 0.25
-EVERY = 5  # validation_freq / checkpoints every this many epochs, as the fixes propose
+NOISE_SIGMAS = 2.0  # a part moved beyond its noise: by this many of its difference's spreads
+MOVED_SHARE = 0.1  # ... and by this share of A's, and by MIN_S
 
 
-def format_s(seconds: float | None) -> str:
-    """Seconds as the ledger writes them everywhere: ``0.042 s``, ``1.23 s``, ``12.3 s``."""
-    if seconds is None:
-        return "—"
-    a = abs(seconds)
-    if a >= 100:
-        return f"{seconds:,.0f} s"
-    if a >= 10:
-        return f"{seconds:.1f} s"
-    if a >= 1:
-        return f"{seconds:.2f} s"
-    return f"{seconds:.3f} s"
+# ---------------------------------------------------------------------------- the edge
 
 
-def _share(part: float | None, wall: float) -> str:
-    return f"{part / wall:.0%}" if part is not None and wall > 0 else "—"
+def as_ledger(ledger: Ledger | Mapping[str, Any] | None) -> Ledger | None:
+    """`ledger` as a record: itself, or read from its JSON (None: None)."""
+    if ledger is None or isinstance(ledger, Ledger):
+        return ledger
+    return Ledger.from_dict(ledger)
 
 
-def _count(value: Any) -> int:
-    """A count the ledger holds (``recompiles``, ``epochs``, ``steps``): the whole number of a
-    finite number, 0 for anything else. The reader checks these fields (``_fields``); this is
-    for a ledger handed in as a mapping, where ``int(inf)`` would be an OverflowError."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0
-    return int(value) if math.isfinite(value) else 0
+def report_ledger(
+    ledger: Ledger | Mapping[str, Any] | None,
+    context: Any,
+    args: Mapping[str, Any] | None,
+    partial: bool = False,
+) -> Ledger | None:
+    """A report's ledger, as a record with its reader: the runner's run where the report
+    has a context (the runner writes one; a user's own fit has none), with the compile
+    cache on where its arguments say so; `partial`: the run did not end whole."""
+    found = as_ledger(ledger)
+    if found is None:
+        return None
+    reader = Reader(
+        runner=context is not None, compile_cache=bool((args or {}).get("compile_cache"))
+    )
+    if found.reader != reader or (partial and not found.partial):
+        found = dataclasses.replace(found, reader=reader, partial=found.partial or partial)
+    return found
 
 
-def ledger_line(ledger: Mapping[str, Any]) -> str:
+def spelling(ledger: Ledger, flags: Spell | None = None) -> Spell | None:
+    """How `ledger`'s fixes are spelled: for a run the runner set up, as the runner's flags
+    (`flags`, where a caller above the report hands them in; else looked up where the runner
+    is loaded, never imported: the report sits below it); else None: as Python."""
+    if not ledger.reader.runner:
+        return None
+    if flags is not None:
+        return flags
+    config = sys.modules.get("toolkit.runner.config")
+    return getattr(config, "as_flags", None)
+
+
+def ledger_json(ledger: Ledger | Mapping[str, Any], flags: Spell | None = None) -> dict[str, Any]:
+    """``report.json``'s ``ledger`` (``docs/report.md``): the record's JSON and its fixes,
+    each spelled for the run's reader, with its setting and value as data."""
+    found = as_ledger(ledger)
+    assert found is not None
+    how = spelling(found, flags)
+    return {**found.to_dict(), "fixes": [fix_json(f, how) for f in fixes(found)]}
+
+
+def fixes(ledger: Ledger | Mapping[str, Any]) -> list[Fix]:
+    """The ledger's fixes (``toolkit.report._fixes.fixes``), of a record or of its JSON."""
+    found = as_ledger(ledger)
+    assert found is not None
+    return read_fixes(found)
+
+
+# ---------------------------------------------------------------------------- in words
+
+
+def ledger_line(ledger: Ledger | Mapping[str, Any]) -> str:
     """The whole fit in words, largest part first: ``run ledger (fit call 12.3 s): steps 49 %,
     validation 23 %, compile 17 % (1 recompile), callbacks 6 % (ModelCheckpoint 0.61 s), ...``."""
-    wall = float(ledger.get("wall_s") or 0.0)
-    parts = ledger.get("parts") or {}
-    shown = sorted(
-        ((k, v) for k, v in parts.items() if v is not None and k in LABELS),
-        key=lambda kv: -kv[1],
-    )
-    bits = []
-    for key, value in shown:
-        if wall > 0 and value < 0.01 * wall and key != "steps":
-            continue  # under 1 %: in the table, not in the line
-        bit = f"{LABELS[key]} {_share(value, wall)}"
-        if key == "compile":
-            n = _count(ledger.get("recompiles"))
-            if n:
-                bit += f" ({n} recompile{'s' if n != 1 else ''})"
-        if key == "callbacks":
-            top = next(iter((ledger.get("callbacks") or {}).items()), None)
-            if top is not None:
-                bit += f" ({top[0]} {format_s(top[1]['seconds'])})"
-        bits.append(bit)
-    head = "fit call" if ledger.get("from") == "fit call" else "from train begin"
-    partial = ", partial" if ledger.get("partial") else ""
+    found = as_ledger(ledger)
+    assert found is not None
+    wall = found.wall_s
+    seen = [(p, p.seconds) for p in found.parts if p.seconds is not None]
+    shown = sorted(seen, key=lambda ps: -ps[1])
+    # Under 1 %: in the table, not in the line.
+    bits = [_part_bit(found, p) for p, s in shown if p.name == "steps" or s >= 0.01 * wall]
+    head = "fit call" if found.timed_call else "from train begin"
+    partial = ", partial" if found.partial else ""
     line = f"run ledger ({head} {format_s(wall)}{partial}): " + ", ".join(bits)
-    if parts.get("input") is None and ledger.get("input_read_s"):
-        read = float(ledger["input_read_s"])
-        line += f"; input read in the steps {_share(read, wall)} (overlapping the device)"
-    elif parts.get("input") is None:
+    if found.seconds("input") is None and found.input_read_s:
+        line += (
+            f"; input read in the steps {share(found.input_read_s, wall)} (overlapping the device)"
+        )
+    elif found.seconds("input") is None:
         line += "; input inside the steps"
-    if ledger.get("from") != "fit call":
+    if not found.timed_call:
         line += "; exit not timed: call fit through profile().fit"
-    elif parts.get("exit") is None:
+    elif found.seconds("exit") is None:
         line += "; the fit raised before its end"
     return line
 
 
-def fixes(ledger: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The ledger's largest items, each with its fix and the seconds it would save over the
-    whole run (``saves_s``; None where this run alone cannot say), largest first."""
-    wall = float(ledger.get("wall_s") or 0.0)
-    if wall <= 0:
-        return []
-    parts = ledger.get("parts") or {}
-    epochs = _count(ledger.get("epochs"))
-    out: list[dict[str, Any]] = []
-    compiles = [c for c in ledger.get("compiles") or [] if isinstance(c, Mapping)]
+def _part_bit(ledger: Ledger, part: LedgerPart) -> str:
+    """One part in the line: ``compile 17% (1 recompile)``, ``callbacks 6% (Heavy 0.61 s)``."""
+    bit = f"{LABELS[part.name]} {share(part.seconds, ledger.wall_s)}"
+    n = ledger.recompiles
+    if part.name == "compile" and n:
+        bit += f" ({n} recompile{'s' if n != 1 else ''})"
+    if part.name == "callbacks" and ledger.callbacks:
+        top = ledger.callbacks[0]
+        bit += f" ({top.name} {format_s(top.seconds)})"
+    return bit
 
-    shaped = [c for c in compiles if not c.get("first") and _is_shape(c.get("cause"))]
-    for function in ("train", "evaluate"):
-        mine = [c for c in shaped if c.get("function") == function]
-        seconds = sum(float(c.get("seconds") or 0.0) for c in mine)
-        if not mine or seconds < MIN_S:
-            continue
-        data = "training" if function == "train" else "validation"
-        n = len(mine)
-        # Whole batches only: the recompile goes, and so does the partial batch of each epoch
-        # (or each validation), a step at the median step's time.
-        step = float((ledger.get("step_s") or {}).get(function) or 0.0)
-        runs = epochs if function == "train" else _count(ledger.get("validations"))
-        saves = seconds + runs * step
-        out.append(
-            {
-                "item": f"recompile ({function})",
-                "seconds": seconds,
-                "saves_s": saves,
-                "fix": f"drop_remainder=True on the {data} data's batching",
-                "words": (
-                    f"{n} recompile{'s' if n != 1 else ''} of the {function} step for a new "
-                    f"input shape ({mine[0].get('cause')}, epoch {_n(mine[0].get('epoch'))}) "
-                    f"cost {format_s(seconds)}: drop_remainder=True on the {data} data's "
-                    f"batching (or a batch size that divides it) saves ~{format_s(saves)} "
-                    "(the recompile, and the partial batch each pass)"
-                ),
-            }
+
+def fix_lines(
+    ledger: Ledger | Mapping[str, Any], limit: int = 3, flags: Spell | None = None
+) -> list[str]:
+    """``fix: ...`` for the largest items, spelled for the run's reader."""
+    found = as_ledger(ledger)
+    assert found is not None
+    how = spelling(found, flags)
+    return [f"fix: {fix_words(f, how)}" for f in fixes(found)[:limit]]
+
+
+def whole_run_lines(ledger: Ledger | Mapping[str, Any], flags: Spell | None = None) -> list[str]:
+    """A whole run's ledger line, every fix it found, and for each large part with no fix
+    the rule that was applied (``doctor --report``)."""
+    found = as_ledger(ledger)
+    assert found is not None
+    how = spelling(found, flags)
+    proposed = fixes(found)
+    lines = [ledger_line(found)]
+    lines += [f"fix: {fix_words(f, how)}" for f in proposed]
+    lines += [f"fix: {unfixed_words(u, found.wall_s, how)}" for u in unfixed(found, proposed)]
+    if len(lines) == 1:
+        lines.append(
+            f"fix: none: no part took {SHARE:.0%} of the run and {MIN_S} s (the ledger "
+            "proposes a fix from there)"
         )
-    other = [c for c in compiles if not c.get("first") and not _is_shape(c.get("cause"))]
-    seconds = sum(float(c.get("seconds") or 0.0) for c in other)
-    if other and seconds >= MIN_S and seconds >= SHARE * wall:
-        out.append(
-            {
-                "item": "recompile (other)",
-                "seconds": seconds,
-                "saves_s": None,
-                "fix": "keep the step's inputs and settings fixed",
-                "words": (
-                    f"{len(other)} recompile(s) cost {format_s(seconds)} "
-                    f"({other[0].get('cause')}): the step compiled again mid-run"
-                ),
-            }
-        )
-
-    validation = parts.get("validation")
-    runs_s = [float(x) for x in ledger.get("validation_runs_s") or []]
-    runs = len(runs_s)
-    # Only a run validated every epoch (one already thinned has its own validation_freq).
-    every_epoch = runs == epochs
-    if validation and every_epoch and runs >= 2 and validation >= VALIDATION_SHARE * wall:
-        k = min(EVERY, epochs)
-        kept = epochs // k
-        per_run = statistics.median(runs_s)
-        saves = per_run * max(0, runs - kept)
-    else:
-        saves = 0.0
-    if saves >= MIN_S:
-        out.append(
-            {
-                "item": "validation",
-                "seconds": validation,
-                "saves_s": saves,
-                "fix": f"validation_freq={k}",
-                "words": (
-                    f"validation takes {_share(validation, wall)} of the run ({runs} runs, "
-                    f"{format_s(per_run)} each): validation_freq={k} saves ~{format_s(saves)}"
-                ),
-            }
-        )
-
-    for name, c in (ledger.get("callbacks") or {}).items():
-        seconds = float(c.get("seconds") or 0.0)
-        if seconds < MIN_S or seconds < SHARE * wall:
-            continue
-        per_epoch = seconds / max(1, epochs)
-        head = f"{name} spends {format_s(per_epoch)} per epoch ({_share(seconds, wall)} of the run)"
-        if name == "ModelCheckpoint" and epochs >= 2:
-            k = min(EVERY, epochs)
-            saves = per_epoch * (epochs - epochs // k)
-            fix = f"save every {k} epochs (save_freq={k} × the steps per epoch)"
-            words = f"{head}: saving every {k} epochs saves ~{format_s(saves)}"
-        else:
-            saves = seconds
-            fix = f"call {name} less often, or make it cheaper"
-            words = (
-                f"{head}: without it the run is up to ~{format_s(seconds)} shorter (less "
-                "where it overlapped other work, such as tf.data's between epochs)"
-            )
-        out.append(
-            {"item": f"callback {name}", "seconds": seconds, "saves_s": saves, "fix": fix,
-             "words": words}
-        )  # fmt: skip
-
-    exit_s = parts.get("exit")
-    if exit_s is not None and exit_s >= 0.5 and exit_s >= SHARE * wall:
-        tf = ledger.get("backend") == "tensorflow"
-        fix = (
-            "options.autotune.enabled = False on the tf.data dataset (its teardown waits "
-            "for the autotune thread)"
-            if tf
-            else "close the input's iterator and worker processes sooner"
-        )
-        out.append(
-            {
-                "item": "exit",
-                "seconds": exit_s,
-                "saves_s": exit_s if tf else None,
-                "fix": fix,
-                "words": f"the fit exits {format_s(exit_s)} after its last step: {fix}",
-            }
-        )
-
-    input_s = parts.get("input")
-    if input_s is not None and input_s >= 0.2 * wall and input_s >= MIN_S:
-        out.append(
-            {
-                "item": "input",
-                "seconds": input_s,
-                "saves_s": None,
-                "fix": "cache, prefetch or more input workers (diagnose measures the pipeline)",
-                "words": (
-                    f"the steps waited {format_s(input_s)} for their input "
-                    f"({_share(input_s, wall)} of the run): cache, prefetch or more workers "
-                    "save up to that much"
-                ),
-            }
-        )
-
-    read = ledger.get("input_read_s")
-    if parts.get("input") is None and read and read >= 0.2 * wall:
-        out.append(
-            {
-                "item": "input",
-                "seconds": read,
-                "saves_s": None,
-                "fix": "cache, prefetch or more input workers (diagnose measures the pipeline)",
-                "words": (
-                    f"the host spent {format_s(read)} ({_share(read, wall)} of the run) reading "
-                    "batches while the device ran the steps: diagnose says whether the steps "
-                    "waited for them"
-                ),
-            }
-        )
-
-    compile_s = parts.get("compile")
-    first = next((c for c in compiles if c.get("first") and c.get("function") == "train"), None)
-    steps = _count(ledger.get("steps"))
-    jit = str(ledger.get("jit_compile")).lower() == "true"
-    if jit and compile_s and compile_s >= COMPILE_SHARE * wall and first is not None and steps:
-        first_s = float(first.get("seconds") or 0.0)
-        per_step = first_s / steps
-        words = (
-            f"compile takes {_share(compile_s, wall)} of the run ({format_s(first_s)} for "
-            f"XLA's first call): over this run's {steps:,} steps it pays for itself only if "
-            f"XLA saves {per_step * 1e3:.3g} ms a step (tune measures jit_compile both ways "
-            "over the run)"
-        )
-        out.append(
-            {"item": "compile", "seconds": compile_s, "saves_s": None,
-             "fix": "jit_compile=False, or a longer run", "words": words,
-             "break_even_ms": per_step * 1e3}
-        )  # fmt: skip
-    # A fix with a saving first, the largest first; then what only says where time went.
-    out.sort(
-        key=lambda f: (
-            f["saves_s"] is None,
-            -(f["saves_s"] if f["saves_s"] is not None else f["seconds"]),
-        )
-    )
-    return [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in f.items()} for f in out]
+    return lines
 
 
-def _n(epoch: Any) -> str:
-    return str(int(epoch) + 1) if isinstance(epoch, int) else "?"
-
-
-def _is_shape(cause: Any) -> bool:
-    text = str(cause or "").lower()
-    return "shape" in text or "size mismatch" in text
-
-
-def fix_lines(ledger: Mapping[str, Any], limit: int = 3) -> list[str]:
-    """``fix: ...`` for the largest items (the ledger's own, else computed now)."""
-    found = ledger.get("fixes")
-    if not isinstance(found, list):
-        found = fixes(ledger)
-    return [f"fix: {f['words']}" for f in found[:limit] if isinstance(f, Mapping)]
-
-
-def ledger_markdown(ledger: Mapping[str, Any]) -> str:
+def ledger_markdown(ledger: Ledger | Mapping[str, Any], flags: Spell | None = None) -> str:
     """The ledger's section of report.md: its parts, callbacks, compiles and fixes."""
-    wall = float(ledger.get("wall_s") or 0.0)
-    parts = ledger.get("parts") or {}
-    out = [f"{ledger_line(ledger)}\n", "| part | seconds | share |", "|---|---:|---:|"]
-    for key, label in LABELS.items():
-        value = parts.get(key)
-        out.append(f"| {label} | {format_s(value)} | {_share(value, wall)} |")
+    found = as_ledger(ledger)
+    assert found is not None
+    wall = found.wall_s
+    out = [f"{ledger_line(found)}\n", "| part | seconds | share |", "|---|---:|---:|"]
+    for part in found.parts:
+        out.append(
+            f"| {LABELS[part.name]} | {format_s(part.seconds)} | {share(part.seconds, wall)} |"
+        )
     out.append(f"| **fit** | **{format_s(wall)}** | 100% |")
-    callbacks = ledger.get("callbacks") or {}
-    if callbacks:
+    if found.callbacks:
         out += ["", "| callback | seconds | hook calls |", "|---|---:|---:|"]
-        out += [
-            f"| {k} | {format_s(v['seconds'])} | {v['calls']:,} |" for k, v in callbacks.items()
-        ]
-    for name, seconds in (ledger.get("overlapped") or {}).items():
+        out += [f"| {c.name} | {format_s(c.seconds)} | {c.calls:,} |" for c in found.callbacks]
+    for name, seconds in found.overlapped:
         out.append(f"\n{name}: {format_s(seconds)} on Keras's callback thread (overlapped)")
-    compiles = ledger.get("compiles") or []
-    if compiles:
-        out += ["", "| compile | epoch | step | seconds | cause |", "|---|---:|---:|---:|---|"]
-        for c in compiles:
-            epoch = _n(c.get("epoch")) if c.get("epoch") is not None else "—"
-            step = c.get("step") if c.get("step") is not None else "—"
-            cause = str(c.get("cause") or "—").replace("|", "\\|")
-            out.append(
-                f"| {c.get('function')} | {epoch} | {step} | {format_s(c.get('seconds'))} | "
-                f"{cause} |"
-            )
-        out.append(f"\nCompiles found by: {ledger.get('signal') or '—'}.")
-    found = ledger.get("fixes") or []
-    if found:
-        out.append("")
-        out += [f"- fix: {f['words']}" for f in found]
-    for o in ledger.get("other_where") or []:
-        if isinstance(o, Mapping) and float(o.get("seconds") or 0.0) >= 0.01 * wall:
-            out.append(f"\nOther: {format_s(o.get('seconds'))} at {o.get('where')}.")
-    for what in ledger.get("unseen") or []:
-        out.append(f"\n_Not seen: {what}._")
+    out += _compiles_markdown(found)
+    how = spelling(found, flags)
+    proposed = fixes(found)
+    lines = [f"- fix: {fix_words(f, how)}" for f in proposed]
+    lines += [f"- fix: {unfixed_words(u, wall, how)}" for u in unfixed(found, proposed)]
+    out += ["", *lines] if lines else []
+    for o in found.other_where:
+        if o.seconds >= 0.01 * wall:
+            out.append(f"\nOther: {format_s(o.seconds)} at {o.where}.")
+    out += [f"\n_Not seen: {what}._" for what in found.unseen]
     return "\n".join(out) + "\n"
 
 
-def compare_ledgers(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> str | None:
-    """``ledger, B vs A: compile +5.2 s, validation −30 %, wall −2.1 s``: each part that moved
-    by at least 0.1 s and 10 %; None where either run has no ledger."""
+def _compiles_markdown(ledger: Ledger) -> list[str]:
+    """The compiles' table, and how they were found."""
+    if not ledger.compiles:
+        return []
+    out = ["", "| compile | epoch | step | seconds | cause |", "|---|---:|---:|---:|---|"]
+    for c in ledger.compiles:
+        epoch = str(c.epoch + 1) if c.epoch is not None else "—"
+        step = c.step if c.step is not None else "—"
+        cause = str(c.cause or "—").replace("|", "\\|")
+        out.append(f"| {c.function} | {epoch} | {step} | {format_s(c.seconds)} | {cause} |")
+    out.append(f"\nCompiles found by: {ledger.signal or '—'}.")
+    return out
+
+
+# ---------------------------------------------------------------------------- two runs
+
+
+@dataclasses.dataclass(frozen=True)
+class PartChange:
+    """One part of two runs' ledgers, B against A, and whether the change is told from
+    noise.
+
+    Attributes:
+        label: the part's label (``compile``), or ``fit`` for the wall time.
+        a_s, b_s: its seconds in each run.
+        noise_s: the spread of the difference, from each run's own samples of the part
+            (:class:`~toolkit.profiling._ledger_records.LedgerPart`: a part of repeated
+            intervals, its one interval's spread times the root of their count); None where
+            either run has under three samples of it (a start-up, a function's first
+            compile: one run cannot say how much it varies).
+    """
+
+    label: str
+    a_s: float
+    b_s: float
+    noise_s: float | None
+
+    @property
+    def delta_s(self) -> float:
+        return self.b_s - self.a_s
+
+    @property
+    def moved(self) -> bool:
+        """By at least :data:`MIN_S` and :data:`MOVED_SHARE` of A's: worth a word."""
+        d = abs(self.delta_s)
+        return d >= MIN_S and not (self.a_s and d < MOVED_SHARE * abs(self.a_s))
+
+    @property
+    def judged(self) -> bool:
+        """The runs' own samples say how much this part varies."""
+        return self.noise_s is not None
+
+    @property
+    def beyond_noise(self) -> bool:
+        """Judged, and moved by more than :data:`NOISE_SIGMAS` of the difference's spread."""
+        return self.noise_s is not None and abs(self.delta_s) > NOISE_SIGMAS * self.noise_s
+
+    def words(self) -> str:
+        sign = "+" if self.delta_s >= 0 else "−"
+        bit = f"{self.label} {sign}{format_s(abs(self.delta_s))}"
+        return bit + (f" ({sign}{abs(self.delta_s) / abs(self.a_s):.0%})" if self.a_s else "")
+
+
+def _noise(a: LedgerPart, b: LedgerPart) -> float | None:
+    if a.spread_s is None or b.spread_s is None or a.samples < 3 or b.samples < 3:
+        return None
+    return math.sqrt(a.samples * a.spread_s**2 + b.samples * b.spread_s**2)
+
+
+def part_changes(a: Ledger | Mapping[str, Any], b: Ledger | Mapping[str, Any]) -> list[PartChange]:
+    """Each part both runs saw, and the fit's wall time, B against A, with the noise its
+    runs' own samples give it."""
+    la, lb = as_ledger(a), as_ledger(b)
+    assert la is not None and lb is not None
+    out = []
+    for name in PARTS:
+        pa, pb = la.part(name), lb.part(name)
+        if pa.seconds is not None and pb.seconds is not None:
+            out.append(PartChange(LABELS[name], pa.seconds, pb.seconds, _noise(pa, pb)))
+    return [*out, PartChange("fit", la.wall_s, lb.wall_s, None)]
+
+
+def compare_ledgers(
+    a: Ledger | Mapping[str, Any] | None, b: Ledger | Mapping[str, Any] | None
+) -> str | None:
+    """``ledger, B vs A: validation −2.10 s (−30%); not told from noise (one sample a run):
+    compile −0.400 s (−44%), fit −2.50 s (−21%)``: each part that moved by at least 0.1 s and
+    10 %, said as a change only beyond its runs' own noise; None where either run has no
+    ledger."""
     if not a or not b:
         return None
-    pa, pb = a.get("parts") or {}, b.get("parts") or {}
-    bits = []
-    for key in (*LABELS, "wall"):
-        x = a.get("wall_s") if key == "wall" else pa.get(key)
-        y = b.get("wall_s") if key == "wall" else pb.get(key)
-        if x is None or y is None:
-            continue
-        delta = float(y) - float(x)
-        if abs(delta) < MIN_S or (x and abs(delta) < 0.1 * abs(float(x))):
-            continue
-        label = "fit" if key == "wall" else LABELS[key]
-        sign = "+" if delta >= 0 else "−"
-        bit = f"{label} {sign}{format_s(abs(delta))}"
-        if x:
-            bit += f" ({sign}{abs(delta) / abs(float(x)):.0%})"
-        bits.append(bit)
-    if not bits:
+    moved = [c for c in part_changes(a, b) if c.moved]
+    changed = [c.words() for c in moved if c.beyond_noise]
+    noise = [c.words() for c in moved if c.judged and not c.beyond_noise]
+    single = [c.words() for c in moved if not c.judged]
+    bits = [", ".join(changed) if changed else "no part moved beyond its noise"]
+    if noise:
+        bits.append("within noise: " + ", ".join(noise))
+    if single:
+        bits.append("not told from noise (one sample a run): " + ", ".join(single))
+    if not moved:
         return "ledger, B vs A: no part moved by 0.1 s and 10 %"
-    return "ledger, B vs A: " + ", ".join(bits)
+    return "ledger, B vs A: " + "; ".join(bits)
 
 
-def bar_segments(ledger: Mapping[str, Any]) -> Sequence[tuple[str, float]]:
+def bar_segments(ledger: Ledger | Mapping[str, Any]) -> Sequence[tuple[str, float]]:
     """``(label, seconds)`` of each part that took time, in the ledger's order (the bar)."""
-    parts = ledger.get("parts") or {}
-    return [(LABELS[k], float(parts[k])) for k in LABELS if parts.get(k) and parts[k] > 0]
+    found = as_ledger(ledger)
+    assert found is not None
+    return [(LABELS[p.name], p.seconds) for p in found.parts if p.seconds and p.seconds > 0]

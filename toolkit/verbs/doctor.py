@@ -14,7 +14,8 @@ __all__: list[str] = []  # the command line's own; nothing here is API
 NAME = "doctor"
 HELP = "input-bound or compute-bound? measured, with advice"
 DESCRIPTION = "Recipe flags (--batch_size, --dataset...) follow --recipe or --model_fn."
-LOADS_TENSORFLOW = True
+# Not for --report, which reads a JSON file: run() loads them before anything is measured.
+LOADS_TENSORFLOW = False
 RECIPE_FLAGS = True
 
 
@@ -32,10 +33,11 @@ def check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from toolkit.search.diagnose import diagnose
-
     if args.report:  # a whole run's ledger and its fixes, read from its report alone
         return _whole_run(args.report)
+    _load_tensorflow()
+    from toolkit.search.diagnose import diagnose
+
     parsed, measured, data = target_of(args)
     asked = parsed.flag_values["diagnose_steps"].present  # else 60, or more for a 0.5 s window
     steps = parsed.flag_values.diagnose_steps if asked else None
@@ -45,10 +47,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_tensorflow() -> None:
+    """TensorFlow and Keras, loaded before anything is measured, as the command line loads
+    them for a verb that always measures (``toolkit.cli``): said first on a terminal, their
+    C++ start-up lines held back, a Ctrl-C mid-import taken after it."""
+    from toolkit.core import interrupts, progress
+    from toolkit.devices import runtime
+
+    if progress.mode() == progress.BAR:
+        progress.say(f"{NAME}: loading TensorFlow and Keras first")
+    with interrupts.held():
+        runtime.load_tensorflow()
+
+
 def _whole_run(path: str) -> int:
-    """``--report``: the run's ledger and what each fix would save; nothing is measured."""
+    """``--report``: the run's ledger, what each fix would save and, for each large part
+    without one, the rule applied; nothing is measured and no framework is loaded. A fix is
+    spelled as the runner's flag for a run the runner set up, else as Python."""
     from toolkit.report import RunReport
-    from toolkit.search.diagnose import whole_run_lines
+    from toolkit.report._ledger import whole_run_lines
+    from toolkit.runner.config import as_flags
 
     report = RunReport.load(path)
     if not report.ledger:
@@ -59,7 +77,7 @@ def _whole_run(path: str) -> int:
     from toolkit.report._anatomy import anatomy_top_lines
 
     print(f"doctor: the run {report.name} in {path}")
-    lines = whole_run_lines(report.ledger)
+    lines = whole_run_lines(report.ledger, flags=as_flags)
     if report.anatomy is not None and not report.anatomy.error:  # its traced steps, apart
         lines += anatomy_top_lines(report.anatomy)
     print(terminal.show("\n".join(lines)))
