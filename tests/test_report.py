@@ -535,7 +535,7 @@ def test_the_fit_call_round_trips_and_shows_its_parts(tmp_path):
     r = make_report(fit_call=dict(FIT_CALL))
     paths = r.write(tmp_path, plot=False)
     loaded = RunReport.load(paths["json"])
-    assert loaded == r and loaded.fit_call == FIT_CALL
+    assert loaded == r and loaded.fit_call.to_dict() == FIT_CALL
     line = "fit call: 9.00 s = start-up 1.00 s + steps 2.00 s + exit 6.00 s"  # format_s
     assert line in loaded.summary() and line in Path(paths["markdown"]).read_text()
     # An exit that is most of the call names its likely cause; a short one does not.

@@ -180,10 +180,11 @@ def test_a_loss_that_goes_nan_stops_the_run_at_its_step_and_the_report_says_so(
 def _adds_up(parts, timeline=()):
     """The fit call's parts: none negative, and together the whole; the steps hold every
     execution StepTimer timed."""
-    shown = [parts[k] for k in ("start_up_s", "steps_s", "exit_s") if parts[k] is not None]
+    each = (parts.start_up_s, parts.steps_s, parts.exit_s)
+    shown = [v for v in each if v is not None]
     assert all(v >= 0 for v in shown), parts
-    assert sum(shown) == pytest.approx(parts["whole_s"], abs=1e-9), parts
-    assert sum(row[0] for row in timeline) <= parts["steps_s"] + 1e-6, parts
+    assert sum(shown) == pytest.approx(parts.whole_s, abs=1e-9), parts
+    assert sum(row[0] for row in timeline) <= parts.steps_s + 1e-6, parts
 
 
 def test_prof_fit_times_the_whole_call_start_up_steps_and_exit(tmp_path, make_model, make_dataset):
@@ -205,24 +206,24 @@ def test_prof_fit_times_the_whole_call_start_up_steps_and_exit(tmp_path, make_mo
     assert seen == ["train end"] and len(history.history["loss"]) == 2  # yours ran, History back
     report = p.report
     parts = report.fit_call
-    assert parts["from"] == "fit call" and parts["exit_s"] is not None
+    assert parts.counted_from == "fit call" and parts.exit_s is not None
     _adds_up(parts, report.timeline)
     # Inside the clock around the call, and around what StepTimer saw from train begin to end.
-    assert report.fit_seconds <= parts["whole_s"] <= after - before
-    assert parts["steps_s"] <= report.fit_seconds
+    assert report.fit_seconds <= parts.whole_s <= after - before
+    assert parts.steps_s <= report.fit_seconds
     assert "run ledger (fit call " in report.summary()  # the ledger line carries the call
     assert "fit call: " in report.to_markdown() and "+ exit " in report.to_markdown()
     loaded = RunReport.load(p.paths["json"])
-    assert loaded.fit_call == pytest.approx(parts) and loaded == report
+    assert loaded.fit_call == parts and loaded == report
 
 
 def test_callbacks_alone_count_the_call_from_train_begin_without_its_exit(make_model, make_dataset):
     with profile("callbacks", batch_size=8) as p:
         make_model().fit(make_dataset(4), epochs=2, verbose=0, callbacks=p.callbacks)
     parts = p.report.fit_call
-    assert parts["from"] == "train begin" and parts["exit_s"] is None
+    assert parts.counted_from == "train begin" and parts.exit_s is None
     _adds_up(parts, p.report.timeline)
-    assert parts["whole_s"] == pytest.approx(p.report.fit_seconds)
+    assert parts.whole_s == pytest.approx(p.report.fit_seconds)
     assert "exit not timed" in p.report.summary()
 
 
@@ -236,8 +237,8 @@ def test_a_fit_that_raises_is_accounted_up_to_where_it_raised(make_model, make_d
             callbacks=[_raise_at(1, 2, RuntimeError("boom"))],
         )
     parts = p.report.fit_call
-    assert p.report.status == "partial" and parts["from"] == "fit call"
-    assert parts["exit_s"] is None and parts["steps_s"] > 0  # epoch 0 trained, then it raised
+    assert p.report.status == "partial" and parts.counted_from == "fit call"
+    assert parts.exit_s is None and parts.steps_s > 0  # epoch 0 trained, then it raised
     _adds_up(parts, p.report.timeline)
 
 
@@ -246,7 +247,7 @@ def test_an_earlier_timed_fit_is_not_taken_for_a_later_untimed_one(make_model, m
     with profile("two fits", batch_size=8) as p:
         p.fit(model, ds, epochs=1, verbose=0)
         model.fit(ds, epochs=1, verbose=0, callbacks=p.callbacks)  # the report is this one's
-    assert p.report.fit_call["from"] == "train begin"
+    assert p.report.fit_call.counted_from == "train begin"
 
 
 def test_a_custom_loop_has_no_fit_call():
@@ -280,5 +281,5 @@ def test_profile_a_fit_on_grain_pipelines_reads_their_batch_size(tmp_path, make_
         assert steps.batch_size == 8 and steps.total_steps == 10, (name, steps)
         assert (steps.first_step_steps, steps.warmup_steps, steps.timed_steps) == (1, 1, 8)
         assert steps.examples_per_sec == pytest.approx(8 / steps.mean_s)
-        assert p.report.fit_call["exit_s"] is not None  # the whole call timed, its exit too
+        assert p.report.fit_call.exit_s is not None  # the whole call timed, its exit too
         assert "examples/s" in p.report.to_markdown()

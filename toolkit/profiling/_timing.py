@@ -8,11 +8,13 @@ Imports no framework at import time (the probe asks the backend seam when it is 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = [
+    "FitCall",
     "fit_call_parts",
     "floats",
     "never",
@@ -73,13 +75,55 @@ def settled(
     return at, mark
 
 
+@dataclasses.dataclass(frozen=True)
+class FitCall:
+    """The whole ``fit`` call in three parts that add up to `whole_s`: start-up (fit called
+    -> its first batch begins), steps (-> train end) and exit (-> fit returned; None where the
+    call was not timed around, or raised). `counted_from`: ``"fit call"``, or ``"train
+    begin"`` where nothing timed the call itself (then the start-up counts from train
+    begin)."""
+
+    whole_s: float
+    start_up_s: float
+    steps_s: float
+    exit_s: float | None = None
+    counted_from: str = "fit call"
+
+    @property
+    def timed(self) -> bool:
+        """Whether the call itself was timed (``profile().fit``, the runner)."""
+        return self.counted_from == "fit call"
+
+    def to_dict(self) -> dict[str, object]:
+        """report.json's ``fit_call`` (its ``from`` is :attr:`counted_from`)."""
+        return {
+            "from": self.counted_from, "whole_s": self.whole_s, "start_up_s": self.start_up_s,
+            "steps_s": self.steps_s, "exit_s": self.exit_s,
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> FitCall | None:
+        """A report's ``fit_call`` (checked by ``report._fields``); None where a report has
+        none, or one this version cannot read."""
+        if not isinstance(d, Mapping):
+            return None
+        try:
+            return cls(
+                float(d["whole_s"]), float(d["start_up_s"]), float(d["steps_s"]),
+                None if d.get("exit_s") is None else float(d["exit_s"]),
+                str(d.get("from") or "train begin"),
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
 def fit_call_parts(
     begin: float | None,
     first: float | None,
     end: float | None,
     called: float | None = None,
     returned: float | None = None,
-) -> dict[str, Any] | None:
+) -> FitCall | None:
     """The whole ``fit`` call in three parts that add up: ``start_up_s`` (fit called -> the
     first batch begins: data adapter, build, callbacks' train begin, the iterator), ``steps_s``
     (the first batch begins -> train end: steps, validation, epoch ends) and ``exit_s`` (train
@@ -106,11 +150,10 @@ def fit_call_parts(
         return None
     last = end if end is not None else stop  # a fit that raised ends where it returned
     first = first if first is not None else last  # no batch began: all of it was start-up
-    whole = stop - start
-    return {
-        "from": "fit call" if called is not None else "train begin",
-        "whole_s": whole,
-        "start_up_s": first - start,
-        "steps_s": last - first,
-        "exit_s": stop - last if returned is not None and end is not None else None,
-    }
+    return FitCall(
+        whole_s=stop - start,
+        start_up_s=first - start,
+        steps_s=last - first,
+        exit_s=stop - last if returned is not None and end is not None else None,
+        counted_from="fit call" if called is not None else "train begin",
+    )

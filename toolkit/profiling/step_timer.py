@@ -75,6 +75,7 @@ from toolkit.core.stats import (
 )
 from toolkit.profiling._ledger import FitLedger, epoch_gaps
 from toolkit.profiling._timing import (
+    FitCall,
     fit_call_parts,
     floats,
     never,
@@ -641,7 +642,7 @@ class StepTimer(compat.keras().callbacks.Callback):
             self._fit_span = (self._fit_span[0], self._clock())
             self._ledger.finish()  # a fit that raised never reached train end
 
-    def fit_call(self) -> dict[str, Any] | None:
+    def fit_call(self) -> FitCall | None:
         """The last fit's whole call as start-up + steps + exit (``_timing.fit_call_parts``;
         from train begin and without the exit unless :meth:`around_fit` timed the call)."""
         if not getattr(self, "params", None):  # a custom loop: no fit (Keras sets params)

@@ -8,10 +8,8 @@ seconds with tf.data's autotune model on). That is wall time every user pays and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from toolkit.report._ledger import format_s
+from toolkit.core.stats import format_s
+from toolkit.profiling._timing import FitCall
 
 __all__ = ["fit_call_line"]
 
@@ -23,23 +21,20 @@ SLOW_EXIT_HINT = (
 )
 
 
-def fit_call_line(parts: Mapping[str, Any]) -> str:
-    """``fit call: 12.30 s = start-up 1.20 s + steps 10.10 s + exit 1.00 s``. Counted from
+def fit_call_line(parts: FitCall) -> str:
+    """``fit call: 12.3 s = start-up 1.20 s + steps 10.1 s + exit 1.00 s``. Counted from
     train begin, and without the exit, when nothing timed the call itself
     (``model.fit(callbacks=prof.callbacks)`` rather than ``prof.fit``)."""
-
-    def s(key: str) -> str:
-        return format_s(parts.get(key))  # as the ledger and compare say seconds
-
-    timed = parts.get("from") == "fit call"
-    head = "fit call" if timed else "fit from train begin"
-    line = f"{head}: {s('whole_s')} = start-up {s('start_up_s')} + steps {s('steps_s')}"
-    exit_s, whole = parts.get("exit_s"), parts.get("whole_s") or 0.0
-    if exit_s is not None:
-        line += f" + exit {s('exit_s')}"
-        if exit_s >= SLOW_EXIT_S and exit_s >= SLOW_EXIT_SHARE * whole:
+    head = "fit call" if parts.timed else "fit from train begin"
+    line = (
+        f"{head}: {format_s(parts.whole_s)} = start-up {format_s(parts.start_up_s)} + steps "
+        f"{format_s(parts.steps_s)}"
+    )
+    if parts.exit_s is not None:
+        line += f" + exit {format_s(parts.exit_s)}"
+        if parts.exit_s >= SLOW_EXIT_S and parts.exit_s >= SLOW_EXIT_SHARE * parts.whole_s:
             line += f" ({SLOW_EXIT_HINT})"
         return line
-    if timed:
+    if parts.timed:
         return f"{line} (fit raised before its end)"
     return f"{line} (exit not timed: call fit through profile().fit)"

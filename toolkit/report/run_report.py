@@ -39,6 +39,7 @@ from toolkit.core.stats import (
 from toolkit.core.version import __version__
 from toolkit.profiling._compute import Compute
 from toolkit.profiling._ledger_records import Ledger
+from toolkit.profiling._timing import FitCall
 from toolkit.report._anatomy import ANATOMY_PNG, anatomy_lines, anatomy_markdown, anatomy_png
 from toolkit.report._cluster import cluster_line, render_cluster
 from toolkit.report._fields import (
@@ -102,7 +103,7 @@ class RunReport:
     fit_seconds: float | None = None
     # The whole fit call as start-up + steps + exit (``StepTimer.fit_call``); None in reports
     # written before it was measured.
-    fit_call: dict[str, Any] | None = None
+    fit_call: FitCall | None = None
     # The whole fit's ledger: its parts, callbacks by name, compiles and the fixes with their
     # predicted savings (``toolkit.profiling._ledger``, ``toolkit.report._ledger``); None in
     # reports written before it was measured, and for a custom loop.
@@ -136,6 +137,8 @@ class RunReport:
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
         self.ledger = report_ledger(self.ledger, self.context, self.args)  # who reads its fixes
+        if self.fit_call is not None and not isinstance(self.fit_call, FitCall):
+            self.fit_call = FitCall.from_dict(self.fit_call)  # as report.json has it
         if self.compute is not None and not isinstance(self.compute, Compute):
             self.compute = Compute.from_dict(self.compute)  # facts given as report.json has them
 
@@ -246,6 +249,7 @@ class RunReport:
         d["anatomy"] = self.anatomy.to_dict() if self.anatomy is not None else None
         d["ledger"] = ledger_json(self.ledger) if self.ledger is not None else None
         d["compute"] = self.compute.to_dict() if self.compute is not None else None
+        d["fit_call"] = self.fit_call.to_dict() if self.fit_call is not None else None
         return {"schema": SCHEMA, **d}
 
     def to_json(self) -> str:
@@ -266,8 +270,7 @@ class RunReport:
         kwargs = {k: v for k, v in d.items() if k in names}
         kwargs["steps"] = StepStats.from_dict(d.get("steps") or {})
         kwargs["compute"] = Compute.from_dict(kwargs.get("compute"))  # checked by check_report
-        if not isinstance(kwargs.get("fit_call"), dict):  # absent before it was measured
-            kwargs["fit_call"] = None
+        kwargs["fit_call"] = FitCall.from_dict(kwargs.get("fit_call"))  # None: not measured
         if not isinstance(kwargs.get("ledger"), dict):  # absent before it was measured
             kwargs["ledger"] = None
         if kwargs.get("anatomy") is not None:  # checked field by field by check_report
@@ -348,9 +351,8 @@ class RunReport:
         """The fit's wall time and what it counts, as every screen says it: the whole call
         (``fit call``: start-up, steps and exit) where it was timed, else from train begin to
         train end (``fit from train begin``)."""
-        whole = (self.fit_call or {}).get("whole_s")
-        if isinstance(whole, (int, float)) and (self.fit_call or {}).get("from") == "fit call":
-            return "fit call", float(whole)
+        if self.fit_call is not None and self.fit_call.timed:
+            return "fit call", self.fit_call.whole_s
         return "fit from train begin", self.fit_seconds
 
     def verdict_line(self) -> str:
