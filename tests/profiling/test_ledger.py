@@ -5,6 +5,7 @@ tf_keras)."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -395,6 +396,8 @@ def test_a_diagnosis_says_where_a_whole_run_went(make_model):
     lines = d.lines()
     assert any(line.startswith("  run ledger (fit call ") for line in lines)
     assert any("validation_freq=3" in line for line in lines), lines
+    saved = json.loads(json.dumps(d.to_dict()))["ledger"]  # report.json's diagnosis
+    assert saved["wall_s"] == pytest.approx(p.report.ledger.wall_s) and saved["fixes"]
     with pytest.raises(ValueError, match="ledger= takes a StepTimer that timed a fit"):
         ledger_of({"parts": {}})
 

@@ -56,8 +56,9 @@ from toolkit.core._anatomy import Anatomy
 from toolkit.core.checks import argument, check_number
 from toolkit.core.progress import say
 from toolkit.core.stats import whole_calls
+from toolkit.profiling._ledger_records import Ledger
 from toolkit.report._anatomy import anatomy_top_lines
-from toolkit.report._ledger import fixes, ledger_line
+from toolkit.report._ledger import as_ledger, ledger_json, whole_run_lines
 from toolkit.report._trace_records import TraceAnalysis
 from toolkit.runner.config import TrainConfig, as_flags, as_python
 from toolkit.search.advice import (
@@ -103,14 +104,15 @@ class Diagnosis:
     python: bool = False  # your own model (diagnose(model, data)): advice in Python, not flags
     # A whole run's ledger handed in (``ledger=``): where that run's time went, and its fixes
     # with the seconds each would save (``toolkit.report._ledger``).
-    ledger: dict[str, Any] | None = None
+    ledger: Ledger | None = None
     # The same trace taken apart (``toolkit.anatomy``'s record), where XProf read it.
     anatomy: Anatomy | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """report.json's ``diagnosis``: the advice as this diagnosis's reader reads it."""
-        out = dataclasses.asdict(dataclasses.replace(self, anatomy=None, advice=[]))
+        out = dataclasses.asdict(dataclasses.replace(self, anatomy=None, advice=[], ledger=None))
         out["advice"] = self.advice_lines()
+        out["ledger"] = ledger_json(self.ledger, as_flags) if self.ledger is not None else None
         out["anatomy"] = self.anatomy.to_dict() if self.anatomy is not None else None
         return out
 
@@ -135,7 +137,7 @@ class Diagnosis:
             out += [f"  {line}" for line in anatomy_top_lines(self.anatomy)]
         out += [f"  advice: {a}" for a in self.advice_lines()]
         if self.ledger:
-            out += [f"  {line}" for line in whole_run_lines(self.ledger)]
+            out += [f"  {line}" for line in whole_run_lines(self.ledger, flags=as_flags)]
         return out
 
     def __str__(self) -> str:
@@ -522,36 +524,24 @@ class _Measurements:
         )
 
 
-def ledger_of(run: Any) -> dict[str, Any] | None:
-    """The ledger of `run`: a StepTimer that timed a fit, a RunReport, or a ledger already;
-    with its fixes (``toolkit.report._ledger.fixes``)."""
+def ledger_of(run: Any) -> Ledger | None:
+    """The ledger of `run`: a StepTimer that timed a fit, a RunReport, or a ledger already
+    (a record, or its JSON); its fixes are worked out from it where it is shown."""
     if run is None:
         return None
-    if isinstance(run, Mapping):
-        ledger = dict(run)
+    if isinstance(run, (Ledger, Mapping)):
+        ledger = run
     elif callable(getattr(run, "ledger", None)):  # a StepTimer
         ledger = run.ledger()
     else:  # a RunReport
         ledger = getattr(run, "ledger", None)
-    if not isinstance(ledger, Mapping) or not ledger.get("wall_s"):
+    found = as_ledger(ledger) if isinstance(ledger, (Ledger, Mapping)) else None
+    if found is None or not found.wall_s:
         raise ValueError(
             "ledger= takes a StepTimer that timed a fit, a RunReport with a ledger, or a "
             "ledger: this one has none"
         )
-    ledger = dict(ledger)
-    if not isinstance(ledger.get("fixes"), list):
-        ledger["fixes"] = fixes(ledger)
-    return ledger
-
-
-def whole_run_lines(ledger: Mapping[str, Any]) -> list[str]:
-    """A whole run's ledger line and every fix it found, for a diagnosis and ``doctor``."""
-    found = ledger.get("fixes") if isinstance(ledger.get("fixes"), list) else fixes(ledger)
-    lines = [ledger_line(ledger)]
-    lines += [f"fix: {f['words']}" for f in found if isinstance(f, Mapping)]
-    if not found:
-        lines.append("fix: none: no part of that run is worth a fix (each under 5 % or 0.1 s)")
-    return lines
+    return found
 
 
 def _tuned(work: Any) -> Tuned | None:
