@@ -51,7 +51,7 @@ class Variant:
     def gflops_per_s(self) -> float | None:
         return self.flops / (self.timing.ms * 1e-3) / 1e9 if self.timing else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "name": self.name,
             "mode": self.mode,
@@ -173,7 +173,7 @@ class FusionDemo:
         head = f"## {self.title}: {self.shapes}, {self.dtype} on {self.device}"
         return "\n".join([head, "", self.table(), "", *self.findings()])
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         pair = self.fused_and_unfused()
         return {
             "title": self.title,

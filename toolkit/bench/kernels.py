@@ -86,7 +86,7 @@ class Kernels:
     def count(self) -> int:
         return len(self.names)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {**dataclasses.asdict(self), "count": self.count}
 
 

@@ -18,7 +18,7 @@ import io
 import itertools
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from toolkit.core import _extras as extras
@@ -97,11 +97,11 @@ class Timing:
     calls: int
     first_call_ms: float
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {**dataclasses.asdict(self), "repeats_ms": list(self.repeats_ms)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Timing:
+    def from_dict(cls, data: Mapping[str, Any]) -> Timing:
         return cls(
             ms=float(data["ms"]),
             spread_pct=float(data["spread_pct"]),
@@ -138,7 +138,7 @@ class Measurement:
             return self.flops / (self.timing.ms * 1e-3) / 1e9
         return None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "op": self.op,
             "case": self.case,
@@ -153,7 +153,7 @@ class Measurement:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+    def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
         timing = data.get("timing")
         return cls(
             op=data["op"],
@@ -438,7 +438,7 @@ class OpTable:
                 writer.writerow([label, *map(num, ms), *map(num, pct), *map(num, spreads)])
         return buf.getvalue()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The record, RunReport-like: schema, settings, environment, devices, every cell."""
         return {
             "schema": SCHEMA,
@@ -455,7 +455,7 @@ class OpTable:
         return json.dumps(jsonable(self.to_dict()), indent=1)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> OpTable:
+    def from_dict(cls, data: Mapping[str, Any]) -> OpTable:
         if data.get("schema") not in READABLE:
             raise ReportError(f"not an op benchmark record (schema {data.get('schema')!r})")
         return cls(

@@ -233,7 +233,7 @@ class Anatomy:
     def attributed_layers_s(self) -> float:
         return sum(layer.seconds for layer in self.layers)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """``report.json``'s ``anatomy`` (docs/report.md): plain JSON values, seconds."""
         out = dataclasses.asdict(self)
         out["phases"] = [

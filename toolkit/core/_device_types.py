@@ -81,7 +81,7 @@ class DeviceInfo:
     def is_gpu(self) -> bool:
         return self.kind != "cpu"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
     @classmethod
@@ -228,7 +228,7 @@ class Finding:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Finding:
+    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
         """A Finding from :meth:`to_dict`'s output (a report's JSON)."""
         return cls(
             str(data.get("severity", "")),

@@ -124,7 +124,7 @@ class StepStats:
         """All steps seen: first execution, warm-up, excluded and timed."""
         return self.first_step_steps + self.warmup_steps + self.excluded_steps + self.timed_steps
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The fields plus the derived ``total_steps`` and ``steps_per_sec`` (for readers of
         the JSON; ignored when loading)."""
         return {

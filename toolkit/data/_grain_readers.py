@@ -129,7 +129,7 @@ class _Facts:
             type(source).__name__, len(source), size, batch_size, names, threads, cores, device
         )
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         """The facts as the cache keys and stores them (lists for the tuples, as JSON reads
         them back)."""
         return {

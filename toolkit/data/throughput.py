@@ -39,7 +39,7 @@ class PipelineBenchmark:
     batch_size: int | None
     batches: StepStats
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         d = dataclasses.asdict(self)
         d["batches"] = self.batches.to_dict()
         return d

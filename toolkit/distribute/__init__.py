@@ -100,7 +100,7 @@ class Cluster:
             count if count != len(workers) and count > 1 else 0,
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "task_type": self.task_type,
             "task_index": self.task_index,

@@ -127,7 +127,7 @@ class Compile:
     samples: int = 0
     step_spread_s: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         out = {
             "function": self.function,
             "first": self.first,
@@ -256,7 +256,7 @@ class Ledger(Mapping[str, Any]):
 
     # ------------------------------------------------------------ JSON
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The ledger's JSON (``report.json``'s ``ledger``, less the report's ``fixes``)."""
         return {
             "from": self.source,
@@ -335,7 +335,7 @@ class Ledger(Mapping[str, Any]):
     # ------------------------------------------------------------ the read-only dict view
 
     @functools.cached_property
-    def _json(self) -> dict[str, Any]:
+    def _json(self) -> dict[str, object]:
         return self.to_dict()
 
     def __getitem__(self, key: str) -> Any:

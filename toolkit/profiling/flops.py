@@ -65,7 +65,7 @@ class FlopCount:
     method: str = ""
     note: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 

@@ -36,7 +36,7 @@ class InferenceTiming:
     def examples_per_sec(self) -> float:
         return self.batch_size * self.throughput_calls / self.throughput_s
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "batch_size": self.batch_size,
             "latency": self.latency.to_dict(),

@@ -143,7 +143,7 @@ class Fix(Mapping[str, Any]):
     break_even_ms: float | None = None
 
     @functools.cached_property
-    def _json(self) -> dict[str, Any]:
+    def _json(self) -> dict[str, object]:
         return fix_json(self)
 
     def __getitem__(self, key: str) -> Any:

@@ -245,7 +245,7 @@ class TraceAnalysis:
         """Something was read: a step, or an op."""
         return bool(self.steps) or self.top_ops.listed
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """report.json's ``trace.analysis``: the object reports have always held."""
         out: dict[str, Any] = {
             "reader": self.reader,

@@ -94,7 +94,7 @@ class RunContext:
     smoke: bool = False
     resume: Resume | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "device": self.device.to_dict() if self.device is not None else None,
             "backend": self.backend,

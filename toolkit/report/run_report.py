@@ -242,7 +242,7 @@ class RunReport:
 
     # ------------------------------------------------------------ JSON
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         d = dataclasses.asdict(self)
         d["steps"] = self.steps.to_dict()
         d["context"] = self.context.to_dict() if self.context is not None else None

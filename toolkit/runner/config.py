@@ -577,12 +577,12 @@ class TrainConfig:
                     f"--worker_hosts: {host.strip()!r} has port {port}: a port is 1..65535"
                 )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Every setting by field name, as JSON holds it (what crosses to a fresh process)."""
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
         """The config :meth:`to_dict` wrote (not validated: :meth:`validate` is the runner's).
 
         Raises:

@@ -108,7 +108,7 @@ class Diagnosis:
     # The same trace taken apart (``toolkit.anatomy``'s record), where XProf read it.
     anatomy: Anatomy | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """report.json's ``diagnosis``: the advice as this diagnosis's reader reads it."""
         out = dataclasses.asdict(dataclasses.replace(self, anatomy=None, advice=[], ledger=None))
         out["advice"] = self.advice_lines()
