@@ -388,7 +388,9 @@ def test_the_public_surface_is_small_and_reviewed():
             things.add((defined, getattr(obj, "__qualname__", name)))
     # 200, and the step's anatomy (issue 65): its function, its record and its reading
     # (toolkit.report.anatomy_lines: how toolkit.anatomy's result is printed)
-    assert len(things) <= 203, f"{len(things)} public names: keep helpers out of __all__"
+    # ... and the records two public functions return (issue 66): flops.matmul_peak's Peak and
+    # flops.compute_facts's Compute
+    assert len(things) <= 205, f"{len(things)} public names: keep helpers out of __all__"
 
 
 def test_importing_the_recipes_changes_nothing():
