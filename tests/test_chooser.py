@@ -4,6 +4,7 @@ of every installed backend in fresh processes, whose winner a recipe then trains
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -12,21 +13,28 @@ import sys
 
 import pytest
 
+from tests.test_faults import _last, _run
 from toolkit import backend
+from toolkit.core.terminal import markdown
 from toolkit.runner.config import ConfigError, TrainConfig
 from toolkit.search import chooser as ch
+from toolkit.search._processes import ChildResult
 
 TF, JAX, TORCH = ch.Contender("tensorflow"), ch.Contender("jax"), ch.Contender("torch")
 
 
 def row(contender, means, loss=1.0, error=None):
     runs = [
-        {"mean_s": m, "p50_s": m * 0.9, "first_step_s": 0.5, "loss": loss, "round": i}
+        ch.Run(ch.Figures(mean_s=m, p50_s=m * 0.9, first_step_s=0.5, loss=loss), round=i)
         for i, m in enumerate(means)
     ]
     if error:
-        runs = [{"error": error, "round": 0}]
+        runs = [ch.Run(error=error)]
     return ch.Row(contender, runs)
+
+
+def measured(mean_s, **more):
+    return ch.Figures(mean_s=mean_s, p50_s=mean_s, first_step_s=0.1, loss=0.7, **more)
 
 
 def test_the_fastest_agreeing_contender_wins_by_its_paired_ratio():
@@ -43,7 +51,7 @@ def test_a_faster_backend_whose_loss_disagrees_is_not_chosen():
     assert ch.choose(rows)[0] == TF
     result = ch.BackendsResult(ch.Target("mlp"), rows, TF, "k", 100, 3, 1.0)
     assert result.loss_agrees(rows[1]) is False and "loss differs" in result.table()
-    assert "more than 5% off: jax cpu (50.0% off)" in result.summary()
+    assert "more than 5% off: jax cpu (50.0% off)" in markdown(result.summary())
 
 
 def test_the_summary_states_the_loss_tolerance_and_who_has_no_loss():
@@ -57,7 +65,7 @@ def test_the_summary_states_the_loss_tolerance_and_who_has_no_loss():
     assert line == (
         "losses: the defaults' final loss 2; every other agrees within 5%; no loss from torch cpu"
     )
-    assert line in result.summary()
+    assert line in markdown(result.summary())
     nan = [row(TF, [1.0] * 3, loss=2.0), row(JAX, [0.5] * 3, loss=float("nan"))]
     result = ch.BackendsResult(ch.Target("mlp"), nan, TF, "k", 100, 3, 1.0)
     assert result.loss_line().endswith("more than 5% off: jax cpu (NaN off)")
@@ -79,7 +87,7 @@ def test_a_contender_with_a_failed_run_is_never_chosen():
     """The fastest by far, but one of its three runs failed: what failed it may fail the run
     it is chosen for. The table says why it was passed over."""
     lost = row(JAX, [0.2, 0.2, 0.2])
-    lost.runs[1] = {"error": "killed by SIGKILL", "interrupted": True, "round": 1}
+    lost.runs[1] = ch.Run(error="killed by SIGKILL", interrupted=True, round=1)
     rows = [row(TF, [1.0] * 3), lost, row(TORCH, [0.5] * 3)]
     pick, why = ch.choose(rows)
     assert pick == TORCH and "2.00×" in why
@@ -98,8 +106,8 @@ def test_a_run_a_signal_ended_keeps_the_result_out_of_the_cache(tmp_path, monkey
     def runner(contender, target):
         calls.append(contender)
         if contender == JAX and len(calls) == 2:
-            return {"error": "killed by SIGKILL", "interrupted": True}
-        return {"mean_s": 1.0, "p50_s": 1.0, "first_step_s": 0.1, "loss": 0.7}
+            return ChildResult(error="killed by SIGKILL", interrupted=True)
+        return measured(1.0)
 
     lines = []
     result = ch.compare(
@@ -124,7 +132,7 @@ def test_a_child_killed_by_a_signal_is_said_so_and_marked_interrupted(tmp_path, 
     monkeypatch.syspath_prepend(str(tmp_path))
     spec = ChildSpec("figures", "tensorflow", target=ch.Target(None, "dies:build"), steps=10)
     got = run_child(spec, {**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path)}, timeout_s=300)
-    assert got == {"error": "killed by SIGKILL", "interrupted": True}
+    assert got == ChildResult(error="killed by SIGKILL", interrupted=True)
 
 
 def test_contenders_every_backend_times_the_devices_it_sees_defaults_first(monkeypatch):
@@ -154,8 +162,7 @@ def test_compare_interleaves_rounds_shares_weights_and_caches(tmp_path, monkeypa
 
     def runner(contender, target):
         calls.append((contender.backend, target.config["init_weights"]))
-        m = speed[contender.backend]
-        return {"mean_s": m, "p50_s": m, "first_step_s": 0.1, "loss": 0.7, "mfu": 0.01}
+        return measured(speed[contender.backend], mfu=0.01)
 
     target = ch.Target("mlp", None, {}, {"batch_size": 64, "epochs": 5})
     lines = []
@@ -173,7 +180,9 @@ def test_compare_interleaves_rounds_shares_weights_and_caches(tmp_path, monkeypa
     assert calls[0][1].endswith("initial.weights.h5")
     assert lines[0].startswith("backends: asking each backend which devices it sees")
     assert result.best == JAX and len(lines) == 10 and "[9/9" in lines[-1]
-    assert "**chosen**" in result.table() and "| jax | cpu |" in result.table()
+    assert "| jax | cpu |" in result.table() and "| defaults |" in result.table()
+    assert re.search(r"\| jax \| cpu \|.*\| chosen \|", result.table())
+    assert ch.BackendsResult.from_dict(json.loads(json.dumps(result.to_dict())), False) == result
     paths = result.write(str(tmp_path / "out"))
     with open(paths["json"]) as f:
         assert json.load(f)["best"] == {"backend": "jax", "device": "cpu", "settings": []}
@@ -253,8 +262,8 @@ def test_backends_cli_then_a_recipe_on_backend_auto(tmp_path):
     result = ch.BackendsResult.from_dict(saved, cache_hit=False)
     assert {r.contender.backend for r in result.rows} == set(ch.installed_backends())
     for r in result.rows:
-        assert r.error is None and r.runs[0]["timed_steps"] > 0, r.runs
-        assert r.runs[0]["backend"] == r.contender.backend  # it really trained there
+        assert r.error is None and r.runs[0].figures.timed_steps > 0, r.runs
+        assert r.runs[0].figures.backend == r.contender.backend  # it really trained there
         assert result.loss_agrees(r), (r.contender, r.median("loss"))
     assert "chosen: --backend=" in done.stdout
     assert f"[{len(result.rows)}/{len(result.rows)}" in done.stderr
@@ -315,8 +324,8 @@ def test_a_run_without_timed_steps_is_a_failed_run_not_a_crash(tmp_path, monkeyp
 
     def runner(contender, target):
         if contender.settings:  # its calls ate every step: nothing timed
-            return {"mean_s": None, "p50_s": None, "loss": 0.7}
-        return {"mean_s": 1.0, "p50_s": 1.0, "first_step_s": 0.1, "loss": 0.7}
+            return ch.Figures(loss=0.7)
+        return measured(1.0)
 
     big = ch.Contender("tensorflow", "cpu", (("steps_per_execution", 512),))
     result = ch.compare(
@@ -343,14 +352,14 @@ def test_every_contender_trains_as_many_steps_since_their_losses_are_compared():
     assert ch.run_steps(200, [TF, tuned], fused) == 1280
 
     def runner(contender, target):
-        return {"mean_s": 1.0, "p50_s": 1.0, "first_step_s": 0.1, "loss": 0.7}
+        return measured(1.0)
 
     lines = []
     result = ch.compare(
         ch.Target("mlp"), candidates=[TF, tuned], steps=200, rounds=1, runner=runner,
         progress=lines.append,
     )  # fmt: skip
-    assert result.steps == 1280 and "1280 steps per run" in result.summary()
+    assert result.steps == 1280 and "1280 steps per run" in markdown(result.summary())
     assert any("1280 steps per run, not 200" in ln for ln in lines)
 
 
@@ -381,11 +390,12 @@ def test_a_tuned_winner_that_is_the_defaults_is_the_plain_contender():
     defaults = Trial(Candidate(), 100.0, 1.0)
     faster = Trial(Candidate(steps_per_execution=8), 150.0, 1.0)
     same = TuneResult(Candidate(), [defaults, faster], "k", False, 1.0)
-    assert ch.tuned_settings(json.loads(json.dumps(same.to_dict()))) == ()
-    won = TuneResult(faster.candidate, [defaults, faster], "k", False, 1.0)
-    settings = dict(ch.tuned_settings(won.to_dict()))
+    assert ch.tuned_settings(ch.Searched.from_dict(json.loads(json.dumps(same.to_dict())))) == ()
+    won = ch.Searched.from_dict(TuneResult(faster.candidate, [defaults, faster], "k", False,
+                                           1.0).to_dict())  # fmt: skip
+    settings = dict(ch.tuned_settings(won))
     assert settings["steps_per_execution"] == 8 and settings["jit_compile"] is False
-    tuned = ch.Contender("jax", "cpu", ch.tuned_settings(won.to_dict()))
+    tuned = ch.Contender("jax", "cpu", ch.tuned_settings(won))
     assert "--steps_per_execution=8" in tuned.settings_words()
     assert "--nojit_compile" in tuned.flags() and tuned.flags().startswith("--backend=jax")
 
@@ -418,23 +428,27 @@ def test_the_searches_leave_one_round_of_the_final_inside_the_budget():
 
 
 def test_a_final_run_is_estimated_from_its_search_child():
-    found = {"seconds": 12.0, "trials": [{"seconds": 4.0}, {"seconds": 3.0}]}
+    from toolkit.search.engine import Candidate
+
+    def searched(**d):
+        return ch.Searched.from_dict({"best": {}, **d})
+
+    found = searched(seconds=12.0, trials=[{"seconds": 4.0}, {"seconds": 3.0}])
     # 6 s outside the search (start-up, data, report) + the defaults' build, compile, window
     assert ch.final_run_estimate(found, wall_s=18.0) == pytest.approx(10.0)
-    assert ch.final_run_estimate({}, wall_s=18.0) is None
-    assert ch.final_run_estimate({"seconds": 1.0, "trials": []}, wall_s=3.0) is None
+    assert ch.Searched.from_dict({}) is None  # no pick: the search failed
+    assert ch.final_run_estimate(searched(), wall_s=18.0) is None
+    assert ch.final_run_estimate(searched(seconds=1.0, trials=[]), wall_s=3.0) is None
     # A winner of 256 steps a call makes every final run 1280 steps, not 200: the defaults'
     # 1080 more, at 32 examples a step and 16,000 examples/s, take 2.16 s more.
-    found = {
-        "seconds": 12.0,
-        "batch_size": 32,
-        "best": {"steps_per_execution": 8, "fused_steps": 32},
-        "trials": [{"seconds": 4.0, "examples_per_sec": 16_000.0}],
-    }
+    found = searched(
+        seconds=12.0, batch_size=32, best={"steps_per_execution": 8, "fused_steps": 32},
+        trials=[{"seconds": 4.0, "examples_per_sec": 16_000.0}],
+    )  # fmt: skip
     assert ch.final_run_estimate(found, wall_s=18.0, steps=200) == pytest.approx(12.16)
-    found["best"] = {"steps_per_execution": 4, "fused_steps": 4}  # 13 calls of 16: 208 steps
+    found = dataclasses.replace(found, best=Candidate(steps_per_execution=4, fused_steps=4))
     assert ch.final_run_estimate(found, wall_s=18.0, steps=200) == pytest.approx(10.016)
-    found["best"] = {"steps_per_execution": 1, "fused_steps": 1}
+    found = dataclasses.replace(found, best=Candidate())  # 13 calls of 16: 208 steps above
     assert ch.final_run_estimate(found, wall_s=18.0, steps=200) == pytest.approx(10.0)
 
 
@@ -442,9 +456,10 @@ def test_a_child_gets_one_spec_and_answers_in_json(tmp_path):
     """What a fresh process measures is one serialisable spec handed to ``python -m
     toolkit._child``, not a command line of hidden options; a spec it cannot use is one line."""
     from toolkit.search._processes import ChildSpec, run_child
+    from toolkit.search.engine import Candidate
 
     target = ch.Target("mlp", None, {"hidden_units": 16}, {"device": "gpu", "backend": "jax"})
-    spec = ChildSpec("figures", "tensorflow", "cpu", target, {"jit_compile": True}, 30)
+    spec = ChildSpec("figures", "tensorflow", "cpu", target, Candidate(jit_compile=True), 30)
     assert ChildSpec.from_json(spec.to_json()) == spec
     assert "--" not in spec.to_json()  # typed values, no command line
     # The child runs on the spec's backend and device, whatever the target's config said.
@@ -457,11 +472,12 @@ def test_a_child_gets_one_spec_and_answers_in_json(tmp_path):
         ChildSpec.from_json('{"job": "tune"}')
     env = {**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path)}
     bad = ChildSpec("figures", "tensorflow", target=ch.Target("nope"), steps=10)
-    assert "no recipe named 'nope'" in run_child(bad, env, timeout_s=300)["error"]
+    failed = run_child(bad, env, timeout_s=300)
+    assert "no recipe named 'nope'" in failed.error and not failed.interrupted, failed
     run = ChildSpec("figures", "tensorflow", target=ch.Target("mlp", None, {"hidden_units": 16}),
                     steps=20)  # fmt: skip
-    figures = run_child(run, env, timeout_s=300)
-    assert figures.get("timed_steps", 0) > 0 and figures["backend"] == "tensorflow", figures
+    got = run_child(run, env, timeout_s=300).figures()
+    assert got.timed_steps > 0 and got.backend == "tensorflow", got
     (tmp_path / "spec.json").write_text("{not json")
     done = subprocess.run(
         [sys.executable, "-m", "toolkit._child", str(tmp_path / "spec.json"), str(tmp_path / "o")],
@@ -481,8 +497,7 @@ def test_backends_png_reads_when_one_bar_is_far_longer(tmp_path, monkeypatch):
     speed = {"tensorflow": 0.0014, "jax": 0.00078, "torch": 0.043}
 
     def runner(contender, target):
-        m = speed[contender.backend]
-        return {"mean_s": m, "p50_s": m, "first_step_s": 0.1, "loss": 0.7, "mfu": 0.01}
+        return measured(speed[contender.backend], mfu=0.01)
 
     result = ch.compare(
         ch.Target("mlp"), backends=["tensorflow", "jax", "torch"], steps=50,
@@ -503,8 +518,24 @@ def test_what_a_backend_s_search_left_untried_is_said_with_the_whole_budget_that
     untried is said with the --tune_budget whose share would have tried it."""
     untried = [{"candidate": {}, "needs_s": 9.0, "compile_s": 6.0, "spent_s": 11.0},
                {"candidate": {}, "needs_s": 4.0, "compile_s": None, "spent_s": 11.0,
-                "reserve_s": 3.0}]  # fmt: skip
+                "reserve_s": 3.0}, {"needs_s": "?"}]  # fmt: skip
+    needed = ch.Searched.from_dict({"best": {}, "untried": untried}).untried_s
+    assert needed == (20.0, 18.0)  # each one's search budget that tries it (a bad one: left out)
     # The costliest needed 20 s of a 15 s share: a 120 s budget's share is 15 × 120 / 90.
-    assert ch.untried_budget(untried, share=15.0, budget_s=90.0) == (2, 120)
+    assert ch.untried_budget(needed, share=15.0, budget_s=90.0) == (2, 120)
     assert ch.untried_budget([], share=15.0, budget_s=90.0) is None
-    assert ch.untried_budget([{"spent_s": "?"}], share=15.0, budget_s=90.0) is None
+    assert ch.Searched.from_dict({"best": {}, "untried": [{"spent_s": "?"}]}).untried_s == ()
+
+
+def test_backends_where_nothing_ran_fails_and_caches_nothing(tmp_path):
+    (tmp_path / "broken_mf.py").write_text("raise RuntimeError('boom at import')\n")
+    cache = tmp_path / "cache"
+    out = _run(
+        [sys.executable, "-m", "toolkit", "backends", "--model_fn=broken_mf:make",
+         "--backends=tensorflow", "--smoke", f"--out={tmp_path / 'out'}"],
+        cwd=tmp_path, timeout=300, env={"TOOLKIT_CACHE_DIR": str(cache)},
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert _last(out).startswith("error: no backend ran (--model_fn='broken_mf:make'")
+    assert "backends: not cached: no contender ran" in out.stderr
+    assert not (cache / "backends.json").exists()

@@ -126,7 +126,7 @@ def test_a_failing_candidate_is_recorded_and_skipped():
     assert failed[0].examples_per_sec is None
     assert en.choose(trials).jit_compile is False
     result = TuneResult(en.choose(trials), trials, "k", False, 1.0)
-    assert "failed: RuntimeError: XLA is not available" in result.table()
+    assert "failed: RuntimeError: XLA is not available" in result.markdown()
 
 
 def test_the_budget_stops_the_search_but_the_defaults_are_always_measured():
@@ -188,8 +188,8 @@ def test_a_real_gain_is_confirmed_and_its_spread_reported():
     pick, one, why_big, _ = rd.confirm(measure, big, budget_s=1e9)
     assert pick == modest and len(one) == 1 and "one round" in why_big
     result = TuneResult(pick, trials, "k", False, 1.0, False, rounds, why)
-    table = result.table()
-    assert "| spread | runs |" in table and "head-to-head round(s)" in table
+    table = result.markdown()
+    assert "| spread | runs |" in table and "| head to head (paired) |" in table
     again = TuneResult.from_dict(json.loads(json.dumps(result.to_dict())))
     assert again.confirm_rounds == rounds and again.trials[0].rates == trials[0].rates
 

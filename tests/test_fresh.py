@@ -10,7 +10,19 @@ import pytest
 
 from toolkit.search import engine as en
 from toolkit.search import fresh as fr
-from toolkit.search.standings import Target
+from toolkit.search._processes import ChildResult
+from toolkit.search.standings import Figures, Target
+
+
+class Clock:
+    """A clock that moves only when a run says it took time: no real sleeping."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
 
 DEFAULTS = en.Candidate()
 PICK = en.Candidate(steps_per_execution=8)
@@ -22,92 +34,125 @@ def runs(ratios):
 
     def runner(candidate, r):
         seen.append((candidate, r))
-        return {"examples_per_sec": 1000.0 * (ratios[r] if candidate == PICK else 1.0)}
+        return Figures(examples_per_sec=1000.0 * (ratios[r] if candidate == PICK else 1.0))
 
     return runner, seen
 
 
-def test_a_gain_is_said_with_its_spread_and_rounds_and_one_round_is_not_confirmed():
+def confirmed(runner, **kw):
+    return fr.confirm_fresh(
+        Target("mlp"), DEFAULTS, PICK, backend="tensorflow", device="cpu", steps=48,
+        runner=runner, **kw,
+    )  # fmt: skip
+
+
+def test_a_gain_is_said_with_its_range_and_rounds_and_one_round_is_not_confirmed():
     gain = fr.Gain.of([1.22, 1.31, 1.27], fr.FRESH)
-    assert gain.words() == "1.27× (1.22–1.31, 3 rounds in fresh processes)" and gain.confirmed
+    # The median; the range: one-sided 95 % bounds of the geometric mean (t, 2 df).
+    assert gain.ratio == 1.27 and gain.low == pytest.approx(1.192, abs=1e-3)
+    assert gain.high == pytest.approx(1.345, abs=1e-3)
+    assert gain.noise == pytest.approx(0.036, abs=1e-3)  # ±3.6 % a round
+    assert gain.words() == "1.27× (1.19–1.34, 3 rounds in fresh processes)" and gain.confirmed
     one = fr.Gain.of([1.76], fr.THIS_PROCESS)
     assert one.words() == "1.76× (1 round in this process: not confirmed)" and not one.confirmed
     assert fr.Gain.from_dict(gain.to_dict()) == gain
     assert fr.Gain.from_dict({"ratio": "fast"}) is None and fr.Gain.of([], fr.FRESH) is None
+    old = {"ratio": 1.2, "low": 1.1, "high": 1.3, "rounds": 3, "where": fr.FRESH}  # no noise
+    assert fr.Gain.from_dict(old) == fr.Gain(1.2, 1.1, 1.3, 3, fr.FRESH)
+
+
+def test_the_range_answers_or_says_what_the_noise_lets_the_rounds_confirm():
+    # Two rounds far apart: the range spans 1, the question is open.
+    wide = fr.Gain.of([0.49, 1.20], fr.FRESH)
+    assert not wide.answered and wide.low < 1 < wide.high
+    # Three that agree: confirmed; three at the defaults' speed: refused.
+    assert fr.Gain.of([1.25, 1.19, 1.22], fr.FRESH).confirmed
+    assert fr.Gain.of([0.97, 0.98, 0.99], fr.FRESH).refused
+    # A large gain needs two rounds only; a small one is not confirmed by two.
+    assert fr.Gain.of([2.3, 2.8], fr.FRESH).confirmed
+    assert not fr.Gain.of([1.05, 1.10], fr.FRESH).answered
+    # The smallest gain a machine of ±12 % noise could confirm in 3 rounds.
+    noisy = fr.Gain(1.0, 0.9, 1.1, 3, fr.FRESH, noise=0.12)
+    assert noisy.resolvable() == pytest.approx(1.211, abs=1e-3)
+    assert noisy.resolvable(8) < noisy.resolvable()  # more rounds: finer
+    assert fr.noise_words(noisy, 30.0) == (
+        "on this machine's noise (±12%) a gain under 1.21× cannot be confirmed in 30 s"
+    )
+    assert fr.noise_words(fr.Gain.of([1.3], fr.FRESH), 30.0) == ""
 
 
 def test_a_pick_that_wins_every_fresh_round_stands_with_the_fresh_gain():
     runner, seen = runs([1.25, 1.20, 1.22, 1.5])
-    pick, gain, rounds, why = fr.confirm_fresh(
-        Target("mlp"), DEFAULTS, PICK, backend="tensorflow", device="cpu", steps=48,
-        runner=runner,
-    )  # fmt: skip
-    assert pick == PICK and gain.where == fr.FRESH
-    assert gain.rounds == 3 and (gain.low, gain.high) == (1.20, 1.25)  # three agreeing rounds
-    assert [r for _, r in seen] == [0, 0, 1, 1, 2, 2]  # interleaved, each round both
-    assert [c for c, _ in seen][:4] == [DEFAULTS, PICK, PICK, DEFAULTS]  # the order rotates
-    assert set(rounds[0]) == {DEFAULTS.label(), PICK.label()}
-    assert why.startswith("confirmed in fresh processes: 1.22×")
+    found = confirmed(runner)
+    assert found.pick == PICK and found.gain.where == fr.FRESH and found.gain.trusted
+    assert found.gain.rounds == 2 and found.gain.ratio == pytest.approx(1.225)
+    assert [r for _, r in seen] == [0, 0, 1, 1]  # interleaved, each round both
+    assert [c for c, _ in seen] == [DEFAULTS, PICK, PICK, DEFAULTS]  # the order rotates
+    assert set(found.rounds[0]) == {DEFAULTS.label(), PICK.label()}
+    assert found.words == ()  # the gain says it all
 
 
-def test_two_rounds_far_apart_get_more_until_the_claim_is_known_and_it_is_their_median():
-    """1.15× then 1.60×: both faster, but a median of two ratios that far apart is no better
-    than either, so rounds go on; these never get within ±5 %, so all five are run and the
-    claim carries them."""
+def test_rounds_far_apart_go_on_until_the_range_answers():
+    """1.15× then 1.60×: both faster, but two ratios that far apart leave the range open,
+    so rounds go on; the third closes it above 1."""
     runner, seen = runs([1.15, 1.60, 1.30, 1.25, 1.35])
-    pick, gain, rounds, why = fr.confirm_fresh(
-        Target("mlp"), DEFAULTS, PICK, backend="tensorflow", device="cpu", steps=48,
-        runner=runner,
-    )  # fmt: skip
-    assert pick == PICK and len(rounds) == fr.FRESH_ROUNDS == 5 and len(seen) == 10
-    assert gain.rounds == 5 and gain.ratio == pytest.approx(1.30)
-    assert (gain.low, gain.high) == (1.15, 1.60)
-    assert why == "confirmed in fresh processes: 1.30× (1.15–1.60, 5 rounds in fresh processes)"
+    found = confirmed(runner)
+    assert found.pick == PICK and len(found.rounds) == 3 and len(seen) == 6
+    assert found.gain.rounds == 3 and found.gain.ratio == pytest.approx(1.30)
+    assert found.gain.low > 1.0
 
 
-def test_rounds_end_once_the_claim_is_known_to_about_five_percent():
-    # Two rounds, however close, say little of the spread: a third at least.
-    assert not fr.known([1.25, 1.24]) and fr.known([1.25, 1.19, 1.22])
-    # 1.20 and 1.30: 1.25 settles it (2.3 %), 1.45 does not.
-    assert not fr.known([1.20, 1.30]) and fr.known([1.20, 1.30, 1.25])
-    assert not fr.known([1.20, 1.30, 1.45])
-    # A pick that lost a round cannot be confirmed: nothing more to learn.
-    assert fr.known([1.40, 0.98])
-    # Both sides of the noise line (1 + MIN_GAIN) is not settled, however close.
-    assert not fr.known([1.01, 1.03, 1.03]) and fr.known([1.03, 1.04, 1.035])
-    assert not fr.known([1.3])
-    runner, seen = runs([1.20, 1.30, 1.25, 9.0, 9.0])
-    pick, gain, _, _ = fr.confirm_fresh(
-        Target("mlp"), DEFAULTS, PICK, backend="tensorflow", device="cpu", steps=48,
-        runner=runner,
-    )  # fmt: skip
-    assert pick == PICK and gain.rounds == 3 and len(seen) == 6 and gain.ratio == 1.25
+def test_a_lost_round_does_not_end_the_rounds_the_range_decides():
+    """Measured: a setting fresh rounds found 1.23× faster was refused on two rounds of
+    0.49× and 1.20×. The range of those two spans 1: more rounds, and they confirm it."""
+    runner, _seen = runs([0.49, 1.20, 1.23, 1.24, 1.22, 1.23, 1.25, 1.21])
+    found = confirmed(runner)
+    assert len(found.rounds) > 2 and found.gain.rounds == len(found.rounds)
+    assert found.pick == PICK and found.gain.confirmed  # the 0.49 round was noise
 
 
 def test_a_gain_the_fresh_processes_do_not_show_leaves_the_defaults():
-    runner, _ = runs([1.01, 0.97, 1.0])  # the search said 1.74×; a new process says ~1.0
-    pick, gain, _, why = fr.confirm_fresh(
-        Target("mlp"), DEFAULTS, PICK, backend="tensorflow", device="cpu", steps=48,
-        runner=runner,
-    )  # fmt: skip
-    assert pick == DEFAULTS and gain.ratio == pytest.approx(0.99) and gain.rounds == 2
-    assert "not confirmed in fresh processes" in why and "the defaults stay" in why
+    runner, _ = runs([1.01, 0.97, 1.0, 0.98, 0.99, 1.0, 0.98, 0.99])  # the search said 1.74×
+    found = confirmed(runner)
+    assert found.pick == DEFAULTS and found.gain.refused and found.gain.ratio < 1.0
+    assert found.words == ("not faster than the defaults in fresh processes: the defaults stay",)
 
 
-@pytest.mark.parametrize("failed", [{"error": "out of memory"}, {"examples_per_sec": float("nan")}])
+def test_the_rounds_end_at_the_deadline_and_say_what_they_could_not_tell():
+    """Rounds of 10 s on an injected clock, 25 s given: two rounds, then no third that would
+    end past the deadline; an open range leaves the defaults, with the rounds it had."""
+    clock = Clock()
+    runner, _seen = runs([1.05, 1.30, 1.2, 1.2])
+
+    def slow(candidate, r):
+        clock.t += 5.0
+        return runner(candidate, r)
+
+    timing = fr.Timing(25.0, clock, {DEFAULTS: 5.0, PICK: 5.0})
+    found = confirmed(slow, timing=timing)
+    assert len(found.rounds) == 2 and clock.t <= 25.0 and found.out_of_time
+    assert found.pick == DEFAULTS and not found.gain.answered
+    assert found.words == ("not confirmed in 2 fresh round(s): the defaults stay",)
+    # Not even one round fits: nothing runs.
+    clock.t = 0.0
+    found = confirmed(slow, timing=fr.Timing(8.0, clock, {DEFAULTS: 5.0, PICK: 5.0}))
+    assert found.rounds == [] and found.out_of_time and clock.t == 0.0
+
+
+@pytest.mark.parametrize(
+    "failed", [ChildResult(error="out of memory"), Figures(examples_per_sec=float("nan"))]
+)
 def test_a_pick_whose_fresh_runs_fail_is_not_handed_back(failed):
     seen = []
 
     def runner(candidate, r):
         seen.append(candidate)
-        return failed if candidate == PICK else {"examples_per_sec": 1.0}
+        return failed if candidate == PICK else Figures(examples_per_sec=1.0)
 
-    pick, gain, rounds, why = fr.confirm_fresh(
-        Target("mlp"), DEFAULTS, PICK, backend="tensorflow", device="cpu", steps=48,
-        runner=runner,
-    )  # fmt: skip
-    assert pick == DEFAULTS and gain is None and "could not be measured" in why
-    assert len(rounds) == 1 and len(seen) == 2  # it cannot be confirmed: no more rounds
+    found = confirmed(runner)
+    assert found.pick == DEFAULTS and found.gain is None
+    assert "could not be measured" in found.words[0] and found.words[-1] == "the defaults stay"
+    assert len(found.rounds) == 1 and len(seen) == 2  # it cannot be confirmed: no more rounds
 
 
 def test_fresh_runs_a_signal_ended_are_named_for_the_cache_to_leave_out():
@@ -116,14 +161,11 @@ def test_fresh_runs_a_signal_ended_are_named_for_the_cache_to_leave_out():
 
     def runner(candidate, r):
         if candidate == PICK and r == 0:
-            return {"error": "killed by SIGKILL", "interrupted": True}
-        return {"examples_per_sec": 1000.0 * (1.3 if candidate == PICK else 1.0)}
+            return ChildResult(error="killed by SIGKILL", interrupted=True)
+        return Figures(examples_per_sec=1000.0 * (1.3 if candidate == PICK else 1.0))
 
     lost: list[str] = []
-    fr.confirm_fresh(
-        Target("mlp"), DEFAULTS, PICK, backend="tensorflow", device="cpu", steps=48,
-        runner=runner, interrupted=lost,
-    )  # fmt: skip
+    confirmed(runner, interrupted=lost)
     assert lost == [PICK.label()]
 
 
@@ -133,6 +175,7 @@ def test_each_fresh_run_is_sized_at_its_own_rate():
     defaults, pick = fr.fresh_steps(DEFAULTS, 1000.0, 10, 48), fr.fresh_steps(PICK, 2000.0, 10, 48)
     assert pick == 2 * defaults == 2 * round(fr.FRESH_WINDOW_S * 100)
     assert fr.fresh_steps(PICK, None, 10, 48) == 48  # no rate: the steps asked for
+    assert fr.fresh_steps(DEFAULTS, 1000.0, 10, 48, window=1.5) == 150  # a short budget's
     assert fr.fresh_steps(en.Candidate(fused_steps=32), 1.0, 10, 48) == 160  # 5 calls at least
 
 
@@ -208,28 +251,31 @@ def test_fresh_processes_run_your_model_with_each_candidate_s_settings(tmp_path,
 
     real = _processes.run_child
 
-    def watched(spec, env, timeout):  # the real child process, its spec and figures kept
+    def watched(spec, env, timeout):  # the real child process, its spec and result kept
         got = real(spec, env, timeout)
         seen.append((spec, got))
         return got
 
     monkeypatch.setattr(_processes, "run_child", watched)
     steps = {DEFAULTS: 24, PICK: 48}  # each candidate's own length (tune: its own rate)
-    pick, gain, rounds, _why = fr.confirm_fresh(
+    found = fr.confirm_fresh(
         Target.of("freshtrain:make"), DEFAULTS, PICK, backend="tensorflow", device="cpu",
         steps=steps, rounds=2,
     )  # fmt: skip
+    rounds, gain = found.rounds, found.gain
     assert len(rounds) == 2 and all(set(r) == {DEFAULTS.label(), PICK.label()} for r in rounds)
     assert gain is not None and gain.rounds == 2 and gain.where == fr.FRESH
-    assert pick in (DEFAULTS, PICK)
+    assert found.pick in (DEFAULTS, PICK)
     # Each fresh process ran its candidate's settings on your model, for its own steps: the
     # calls it timed held that many steps.
     assert sorted(spec.steps for spec, _ in seen) == [24, 24, 48, 48]
-    for spec, figures in seen:
-        candidate = PICK if spec.candidate == PICK.to_dict() else DEFAULTS
-        assert spec.steps == steps[candidate], (spec, figures)
-        assert figures["steps_per_call"] == candidate.steps_per_execution, figures
-        assert figures["timed_steps"] > 0 and figures["examples_per_sec"] > 0
+    for spec, got in seen:
+        candidate = PICK if spec.candidate == PICK else DEFAULTS
+        figures = got.figures()
+        assert spec.steps == steps[candidate], (spec, got)
+        assert not spec.target.config.get("count_flops", True)  # only its rate is read
+        assert figures.steps_per_call == candidate.steps_per_execution, figures
+        assert figures.timed_steps > 0 and figures.examples_per_sec > 0
     assert sys.modules.get("freshtrain") is None  # built only in the children
 
 

@@ -4,7 +4,9 @@ never-slower rule, the cache and its invalidation), then one real tiny search.""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import re
 
 import numpy as np
 import pytest
@@ -244,11 +246,12 @@ def test_a_real_tiny_search_on_the_cpu(keras, tmp_path, monkeypatch):
         assert result.confirm_rounds and "head to head" in result.why
     tuned, cached = tn.autotune(_task(keras), config, space=space, progress=lines.append)
     assert cached.cache_hit and tuned.fused_steps == result.best.fused_steps
-    assert "| settings | examples/s |" in result.table() and "--precision=" in result.best.flags()
+    assert "| settings | examples/s |" in result.markdown()
+    assert "--precision=" in result.best.flags()
     # Each candidate's compile is measured, and a recipe's run has a length: the whole run
     # ranks a pick, or its words say why not.
     assert all(t.compile_s is not None and t.compile_s >= 0 for t in result.trials)
-    assert "| compile |" in result.table()
+    assert "| compile |" in result.markdown()
     if result.best != en.Candidate():
         assert result.run is not None and "whole run of" in result.why
 
@@ -268,7 +271,12 @@ def test_tune_cli_then_a_recipe_with_autotune_reads_the_cache(tmp_path):
     # Both for a smoke run (8 steps): the pick must be one that run can time.
     out = python("-m", "toolkit", "tune", "--recipe", "mlp", "--smoke", "--tune_budget=8")
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "tune: recipe mlp, batch 32 (searched in" in out.stdout
+    assert re.search(
+        r"^tune: recipe mlp, batch 32 \(\d+\.\d s(: a search of 8 s, then up to "
+        r"\d+ s confirming| of a 8 s budget)\)$",
+        out.stdout,
+        re.M,
+    ), out.stdout
     assert "best: --precision=" in out.stdout
     reports = tmp_path / "runs"
     # The same budget: a search that ran out of 8 s answers a search of 8 s, not of 120 s.
@@ -504,12 +512,14 @@ def test_a_pick_that_compiles_longer_than_the_run_pays_back_hands_the_defaults_b
     # 9 s more compile; 0.5 ms less an example: it pays for itself after 18,000 examples,
     # 563 steps of 32. A run of 100 steps is too short: the defaults come back.
     best, words, run = whole_run_choice(trials, defaults, xla, 100, 32)
-    assert best == defaults and run["break_even_steps"] == 563 and not run["pick_wins"]
+    assert best == defaults and run.break_even_steps == 563 and not run.pick_wins
     assert "pays for itself after 563 steps: the defaults finish this run first" in words
-    assert run["pick_s"] == pytest.approx(9.5 + 3200 / 2000)
+    assert run.pick_s == pytest.approx(9.5 + 3200 / 2000)
+    assert all(len(line) <= 80 for line in words.split("\n")), words  # short lines
+    assert en.WholeRun.from_dict(json.loads(json.dumps(run.to_dict()))) == run
     # 2,000 steps: the pick wins the run, and says where its compile paid off.
     best, words, run = whole_run_choice(trials, defaults, xla, 2000, 32)
-    assert best == xla and run["pick_wins"]
+    assert best == xla and run.pick_wins
     assert words.startswith("its compile costs 9.00 s more and pays for itself after 563 steps")
     # Unknown length, or an unmeasured compile: the steady state ranks, and says so.
     best, words, run = whole_run_choice(trials, defaults, xla, None, 32)
@@ -563,12 +573,179 @@ def test_what_the_budget_left_untried_is_said_with_the_budget_that_tries_it_and_
     xla = dataclasses.replace(defaults, jit_compile=True, steps_per_execution=4)
     untried = [en.Untried(xla, needs_s=14.2, compile_s=9.1, spent_s=21.0, reserve_s=9.0)]
     words = tn.untried_words(untried, defaults)
-    assert words == "xla spe=4 not tried: its compile needs about 9 s; a 50 s budget tries it"
+    assert words == (
+        "not tried: jit_compile=True (XLA), steps_per_execution=4 (its compile needs about 9 s; "
+        "a 50 s budget tries it)"
+    )
     window = [en.Untried(dataclasses.replace(defaults, steps_per_execution=8), 6.0, 1.0, 20.0)]
     assert tn.untried_words(window, defaults) == (
-        "spe=8 not tried: it needs about 6 s; a 30 s budget tries it"
+        "not tried: steps_per_execution=8 (it needs about 6 s; a 30 s budget tries it)"
     )
     trials = [en.Trial(defaults, 100.0, 12.0, compile_s=2.0)]
     result = tn.TuneResult(defaults, trials, "k", False, 21.0, True, untried=untried)
     again = tn.TuneResult.from_dict(json.loads(json.dumps(result.to_dict())))
     assert again.untried == untried and again.budget_exhausted
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [({"budget_s": 0}, "budget_s must be a number of seconds >= 1 (as --tune_budget), got 0"),
+     ({"budget_s": float("nan")}, "got nan"), ({"budget_s": "60"}, "got '60'"),
+     ({"steps": 0}, "steps must be an integer >= 1, got 0")],
+)  # fmt: skip
+def test_a_search_with_no_budget_is_refused_from_python_as_from_the_cli(kwargs, words):
+    from toolkit.search.tune import tune
+
+    with pytest.raises(ValueError, match=re.escape(words)):
+        tune(object(), None, **kwargs)  # refused before the target is even looked at
+
+
+# ---------------------------------------------------------------------------- the call's time
+
+
+class FakeClock:
+    """Seconds that pass only when a fake measurement says it took them: no real sleeping,
+    no timing thresholds."""
+
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+class FakeBar:
+    """tk_progress.bar's stand-in: where tune moved it, in order with the lines said."""
+
+    def __init__(self, events, total, *args, **kwargs):
+        self.events, self.total = events, total
+
+    def advance_to(self, done):
+        self.events.append(("bar", done))
+
+    def close(self):
+        pass
+
+
+def _timed_tune(keras, monkeypatch, tmp_path, budget_s, *, ratios, run_s=6.0, start_s=2.0):
+    """A real tune of a tiny Task whose search windows (4 s each) and fresh runs (`run_s`
+    each, the pick `ratios[r]` times the defaults in round r) only move an injected clock.
+    Returns ``(result, its progress lines, [("line", text) or ("bar", seconds)] in the order
+    they came, seconds the call took)``."""
+    from toolkit.core import progress as tk_progress
+    from toolkit.search import fresh as fr
+    from toolkit.search.standings import Figures
+
+    clock = FakeClock()
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
+
+    def rate(self, c, steps=48, calls=3):
+        clock.t += 4.0
+        return fake_rates(c)
+
+    def child_runner(target, *, backend, device, steps, timing):
+        def run(candidate, r):
+            clock.t += run_s
+            pick = candidate != en.Candidate()
+            return Figures(examples_per_sec=1000.0 * (ratios[r] if pick else 1.0))
+
+        return run
+
+    monkeypatch.setattr(wl.TaskWorkload, "rate", rate)
+    monkeypatch.setattr(fr, "_child_runner", child_runner)
+    monkeypatch.setattr(fr, "start_estimate", lambda: start_s)
+    events, bars = [], []
+    monkeypatch.setattr(
+        tk_progress, "bar", lambda *a, **k: bars.append(FakeBar(events, *a, **k)) or bars[-1]
+    )
+    monkeypatch.setattr(tk_progress, "say", lambda line: events.append(("line", line)))
+    space = en.Space(jit_compile=(False, True), steps_per_execution=(1, 8), fused_steps=(1,))
+    config = TrainConfig(batch_size=16, epochs=10, report_dir=None)
+    start = clock()
+    result = tn.tune(
+        _task(keras), config, space=space, budget_s=budget_s, fresh="mlp", clock=clock,
+        use_cache=False,
+    )  # fmt: skip
+    lines = [text for kind, text in events if kind == "line"]
+    assert bars[-1].total is not None  # the bar of the whole call
+    return result, lines, (bars[-1].total, events), clock() - start
+
+
+def _announced(first: str, budget_s: float) -> float:
+    """The whole call's seconds a first line promises: the budget, or the budget and the
+    fresh rounds' time it announces."""
+    beyond = re.fullmatch(r"tune: (\d+) s search \+ up to (\d+) s confirming the pick "
+                          r"\(confirm=False skips it\)", first)  # fmt: skip
+    if beyond:
+        assert float(beyond[1]) == budget_s
+        return budget_s + float(beyond[2])
+    assert first.startswith(f"tune: {budget_s:.0f} s in all"), first
+    return budget_s
+
+
+@pytest.mark.parametrize("budget_s", [30.0, 300.0])
+def test_the_whole_call_confirmation_included_keeps_the_budget_or_its_first_line(
+    keras, tmp_path, monkeypatch, budget_s
+):
+    """30 s cannot hold three fresh rounds here: the first line says how long they will take
+    after the search and how to skip them, and the call keeps to that. 300 s holds them: the
+    whole call, fresh rounds included, keeps to the budget. Every line counts the same
+    seconds against the same whole, and the bar is where the latest line says."""
+    result, lines, bar, took = _timed_tune(
+        keras, monkeypatch, tmp_path, budget_s, ratios=[2.9, 3.1, 3.0, 3.0]
+    )
+    promised = _announced(lines[0], budget_s)
+    assert took <= promised and len(lines[0]) <= 80, (took, lines)
+    assert result.seconds == took and result.budget_s == budget_s
+    assert (result.announced_s > 0) == (budget_s == 30.0)
+    assert result.picked and result.gain.trusted and len(result.fresh_rounds) >= 2
+    total, events = bar
+    assert total == round(promised)
+    counted = [ln for ln in lines if ln.startswith("[") and " s]" in ln]
+    assert any(ln.startswith("[fresh ") for ln in counted), lines
+    shown = [ln.split(" | ")[1].split(" s]")[0].split("/") for ln in counted]
+    assert {int(whole) for _, whole in shown} == {round(promised)}, lines
+    # Each line's seconds are where the bar goes with it: the two count the same thing.
+    for (kind, text), after in itertools.pairwise(events):
+        if kind == "line" and text in counted:
+            seconds = int(text.split(" | ")[1].split("/")[0])
+            assert after == ("bar", seconds) and seconds <= total, (text, after)
+
+
+def test_a_budget_that_ends_before_the_fresh_rounds_can_tell_says_what_this_noise_resolves(
+    keras, tmp_path, monkeypatch
+):
+    """Fresh rounds that disagree (1.05×, then 1.60×, ...) in a 30 s tune whose fresh time
+    holds three rounds: the defaults stay, and the last lines say what gain this machine's
+    noise lets that time confirm."""
+    result, lines, _bar, took = _timed_tune(
+        keras, monkeypatch, tmp_path, 30.0, ratios=[1.05, 1.60, 0.9, 1.4, 1.0]
+    )
+    assert took <= _announced(lines[0], 30.0)
+    assert not result.picked and result.budget_exhausted and result.gain is not None
+    said = result.why.split("\n")
+    assert any(ln.startswith("not confirmed in ") for ln in said), said
+    noise = [ln for ln in said if ln.startswith("on this machine's noise (±")]
+    assert noise and "cannot be confirmed in " in noise[0], said
+
+
+def test_the_screen_claims_one_gain_in_short_lines_a_keras_user_reads(keras, tmp_path, monkeypatch):
+    """The table holds the search's and the head-to-head's figures, labelled; below it, short
+    lines in Keras's words, and one claimed gain: the fresh rounds' confirmed one."""
+    from toolkit.core import terminal
+
+    result, _lines, _bar, _took = _timed_tune(
+        keras, monkeypatch, tmp_path, 30.0, ratios=[2.9, 3.1, 3.0, 3.0]
+    )
+    table, words = result.table()
+    assert "vs defaults (medians)" in table.headers and "head to head (paired)" in table.headers
+    lines = words.split("\n")
+    claimed = [ln for ln in lines if "×" in ln]
+    assert claimed == [f"gain: {result.gain.words()}"], lines  # the one figure below the table
+    assert result.gain.where == "fresh processes" and result.gain.low > 1.0
+    assert all(len(ln) <= 80 for ln in lines), lines
+    assert not any(jargon in words for jargon in ("spe=", "fused=", "no-xla")), words
+    assert lines[0].startswith("chosen: ") and "steps_per_execution=8" in lines[0], lines
+    shown = terminal.show(result.table(), 80)
+    assert shown.count("gain: ") == 1 and "| settings |" not in shown  # a table, not Markdown
+    assert result.to_dict()["gain_words"] == result.gain.words()  # the report's, the same

@@ -1,63 +1,121 @@
 """The private entry point of the search's fresh processes: ``python -m toolkit._child SPEC
 OUT``. SPEC is a JSON file of a ``toolkit.search._processes.ChildSpec`` (the job: one run's
 figures, one backend's ``tune`` search, its step's anatomy, or the devices a backend sees;
-the backend, device, target with its config, and candidate, all typed values); the result is
-written to OUT as JSON,
-atomically. No command line is rebuilt: the config is ``TrainConfig.from_dict`` and a recipe's
-task its ``build_task(**params)``. It has no options of its own: what to measure is the
-spec, which only the search writes. An error ends it with one ``error:`` line on stderr (the
-parent reports that line) and status 1, or 2 for a spec it cannot read.
+the backend, device, target with its config, and candidate, all typed values); the job's
+answer, a record, is written to OUT as its JSON, atomically. No command line is rebuilt: the
+config is ``TrainConfig.from_dict`` and a recipe's task its ``build_task(**params)``. It has
+no options of its own: what to measure is the spec, which only the search writes. While it
+runs it speaks to its parent in typed messages (``_processes.Message``, a JSON object a line
+on its standard output, which nothing else writes to): a ``tune`` job's progress lines, and
+the error that ends it (also said on stderr, ``error: ...``), with status 1, or 2 for a
+spec it cannot read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 __all__: list[str] = []  # the search's own; nothing here is API
 
 
-def _figures_or_tune(spec: Any) -> dict[str, Any]:
+class _Answer(Protocol):
+    """What a job answers: a record that says itself as JSON."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tuned:
+    """A ``tune`` job's answer: the search's result and the batch size it ran at."""
+
+    result: Any  # toolkit.search.tune.TuneResult
+    batch_size: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.result.to_dict(), "batch_size": self.batch_size}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Devices:
+    """A ``devices`` job's answer: the device kinds the spec's backend sees here."""
+
+    kinds: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kinds": list(self.kinds)}
+
+
+class _Channel:
+    """The child's side of its messages to the parent (``_processes.Message``, a JSON object
+    a line): its standard output, kept for them alone. What else would write there (a print
+    of your model's module, a library's) goes to standard error instead."""
+
+    def __init__(self) -> None:
+        sys.stdout.flush()
+        fd = os.dup(1)
+        os.dup2(2, 1)  # fd 1, and sys.stdout on it, now write to standard error
+        self.out = os.fdopen(fd, "w", encoding="utf-8", buffering=1)
+
+    def send(self, kind: str, text: str) -> None:
+        from toolkit.search._processes import Message
+
+        with contextlib.suppress(OSError, ValueError):  # a parent gone: nobody reads
+            self.out.write(Message(kind, text).to_json() + "\n")
+            self.out.flush()
+
+    def progress(self, line: str) -> None:
+        from toolkit.search._processes import PROGRESS
+
+        self.send(PROGRESS, line)
+
+    def error(self, text: str) -> None:
+        """The error that ends the child: sent, and said on standard error for a person."""
+        from toolkit.search._processes import ERROR
+
+        text = " ".join(str(text).split())
+        self.send(ERROR, text)
+        print(f"error: {text}", file=sys.stderr)
+
+
+def _figures_or_tune(spec: Any, channel: _Channel) -> _Answer:
     """The spec's job on its target: the config and the task (or your model and data) made
     from its typed values, absl left alone."""
     from toolkit.core.files import jsonable
     from toolkit.runner.config import TrainConfig
-    from toolkit.search.engine import Candidate
+    from toolkit.search.standings import Figures
     from toolkit.search.workload import workload
     from toolkit.verbs._target import made
 
     config = TrainConfig.from_dict(spec.config()).validate()
     target, data = made(spec.target)
     if spec.job == "figures":
-        candidate = Candidate.from_dict(spec.candidate) if spec.candidate else None
         with workload(target, data, config) as work:
-            return jsonable(
-                work.figures(spec.steps, count_flops=config.count_flops, candidate=candidate)
+            figures = work.figures(
+                spec.steps, count_flops=config.count_flops, candidate=spec.candidate
             )
+        return Figures.from_dict(jsonable(figures))
     if spec.job == "anatomy":
         from toolkit.search.anatomy import anatomy
 
-        return anatomy(target, data, steps=spec.steps or 10, config=config).to_dict()
+        return anatomy(target, data, steps=spec.steps or 10, config=config)
     from toolkit.search.tune import tune
 
-    result = tune(target, data, config=config, budget_s=spec.budget_s)
-    return {**result.to_dict(), "batch_size": result.batch_size}
+    result = tune(target, data, config=config, budget_s=spec.budget_s, progress=channel.progress)
+    return _Tuned(result, result.batch_size)
 
 
-def _devices(spec: Any) -> dict[str, Any]:
-    """The device kinds the spec's backend sees here."""
-    from toolkit import devices
-
-    return {"kinds": sorted({d.kind for d in devices.detect(spec.backend)})}
-
-
-def _job(spec: Any) -> dict[str, Any]:
+def _job(spec: Any, channel: _Channel) -> _Answer:
     """Starts as a program here starts (the backend before Keras loads), then the job."""
     if spec.job == "devices":
-        return _devices(spec)
+        from toolkit import devices
+
+        return _Devices(tuple(sorted({d.kind for d in devices.detect(spec.backend)})))
     from toolkit import _argv, app
     from toolkit.devices import runtime
 
@@ -65,7 +123,7 @@ def _job(spec: Any) -> dict[str, Any]:
     app.begin(_argv.StartFlags(spec.backend, spec.device, compile_cache=cache))
     if spec.job == "tune":  # as the tune verb: TensorFlow first, its C++ lines held back
         runtime.load_tensorflow()
-    return _figures_or_tune(spec)
+    return _figures_or_tune(spec, channel)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -104,14 +162,15 @@ def _die_of(signum: int) -> None:
 def _main(argv: Sequence[str]) -> int:
     from toolkit.search._processes import ChildSpec
 
+    channel = _Channel()
     if len(argv) != 3:
-        print("error: python -m toolkit._child SPEC OUT is the search's own", file=sys.stderr)
+        channel.error("python -m toolkit._child SPEC OUT is the search's own")
         return 2
     try:
         with open(argv[1], encoding="utf-8") as f:
             spec = ChildSpec.from_json(f.read())
     except (OSError, ValueError) as e:
-        print(f"error: {argv[1]}: {e}", file=sys.stderr)
+        channel.error(f"{argv[1]}: {e}")
         return 2
     from toolkit.app import UserCodeError
     from toolkit.backend import BackendError
@@ -119,12 +178,12 @@ def _main(argv: Sequence[str]) -> int:
     from toolkit.report import ReportError
 
     try:
-        result = _job(spec)
+        result = _job(spec, channel)
     except (BackendError, ReportError, UserCodeError, ValueError, FileNotFoundError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        channel.error(str(e))
         return 1
     # Into the parent's temporary directory, never made again once the parent removed it.
-    children.write_result(argv[2], json.dumps(result))
+    children.write_result(argv[2], json.dumps(result.to_dict()))
     return 0
 
 

@@ -1,8 +1,13 @@
 """The search's fresh processes: what one must measure (a :class:`ChildSpec`: a contender's
 run, or a backend's ``tune`` search), handed to the one private entry point ``python -m
-toolkit._child`` as JSON, its figures read back as JSON; and each backend's device probe. Each
-is bounded by a timeout and reports a failure as one line, never a traceback; a child's
-progress lines are passed on as they come.
+toolkit._child`` as JSON, and what it answered as a :class:`ChildResult`; and each backend's
+device probe. Each is bounded by a timeout and reports a failure as one line, never a
+traceback.
+
+While it runs, a child speaks to its parent in typed :class:`Message` s, one JSON object a
+line on its standard output (its own prints, and anything else written there, go to its
+standard error): its progress lines, passed on as they come, and the error that ended it. Its
+standard error is read only where it sent no error: a crash's last words.
 
 A fresh process per run: Keras fixes its backend when it is imported, and a finished run's
 threads would eat into the next one's cores.
@@ -10,27 +15,30 @@ threads would eat into the next one's cores.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from toolkit.core import children, interrupts
 from toolkit.core.files import atomic_write, parse_json, read_json
-from toolkit.search.standings import Target
+from toolkit.search.engine import Candidate
+from toolkit.search.standings import Figures, Target
 
 __all__: list[str] = []
 
 CHILD = "toolkit._child"  # the entry point every child runs: python -m toolkit._child SPEC OUT
 JOBS = ("figures", "tune", "anatomy", "devices")
-KILLED = "killed by"  # the line follow() adds for a child a signal ended
 # Signals from outside (the OOM killer's SIGKILL, a user's kill or Ctrl-C, a closed terminal):
 # what the child would have measured is unknown. SIGSEGV, SIGABRT and the like are its own.
 _INTERRUPTING = frozenset(int(s) for s in (signal.SIGKILL, *interrupts.SIGNALS))
+PROGRESS, ERROR = "progress", "error"  # the kinds of Message
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +47,7 @@ class ChildSpec:
     command line): the job, the backend and device it runs on, and
 
     * ``figures``: one run of `steps` steps of `target` (``Workload.figures``), under
-      `candidate` (a search's ``Candidate.to_dict()``; None: the target's own settings);
+      `candidate` (a search's ``Candidate``; None: the target's own settings);
     * ``tune``: `target`'s ``tune`` search of `budget_s` seconds (``TuneResult.to_dict()``
       and the batch size);
     * ``anatomy``: `target`'s step taken apart, `steps` steps traced
@@ -53,7 +61,7 @@ class ChildSpec:
     backend: str
     device: str = "cpu"
     target: Target | None = None
-    candidate: dict[str, Any] | None = None
+    candidate: Candidate | None = None
     steps: int = 0
     budget_s: float = 0.0
 
@@ -64,7 +72,8 @@ class ChildSpec:
             raise ValueError(f"child job {self.job!r}: a target is for figures and tune alone")
 
     def config(self) -> dict[str, Any]:
-        """The run's settings: the target's, on this backend and device."""
+        """The run's settings, as ``TrainConfig.from_dict`` reads them: the target's, on this
+        backend and device."""
         own = self.target.config if self.target is not None else {}
         return {**own, "backend": self.backend, "device": self.device}
 
@@ -72,6 +81,7 @@ class ChildSpec:
         return json.dumps({
             **dataclasses.asdict(self),
             "target": None if self.target is None else self.target.to_dict(),
+            "candidate": None if self.candidate is None else self.candidate.to_dict(),
         })  # fmt: skip
 
     @classmethod
@@ -79,19 +89,98 @@ class ChildSpec:
         """Raises ValueError (a malformed spec)."""
         try:
             raw = parse_json(text)
-            target = raw.pop("target")
-            return cls(target=None if target is None else Target.from_dict(target), **raw)
+            target, candidate = raw.pop("target"), raw.pop("candidate", None)
+            return cls(
+                target=None if target is None else Target.from_dict(target),
+                candidate=None if candidate is None else Candidate.from_dict(candidate),
+                **raw,
+            )
         except (TypeError, KeyError, AttributeError, ValueError) as e:
             raise ValueError(f"a malformed child spec: {e}") from None
 
 
+@dataclasses.dataclass(frozen=True)
+class Message:
+    """One thing a child tells its parent while it runs: a progress line (:data:`PROGRESS`),
+    or the error that ends it (:data:`ERROR`), in one line of words."""
+
+    kind: str
+    text: str
+
+    def to_json(self) -> str:
+        return json.dumps({"message": self.kind, "text": self.text})
+
+    @classmethod
+    def from_json(cls, line: str) -> Message | None:
+        """The message a line holds; None for any other line (what else reached the
+        channel: the parent passes on messages only)."""
+        try:
+            raw = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(raw, dict) or raw.get("message") not in (PROGRESS, ERROR):
+            return None
+        return cls(raw["message"], " ".join(str(raw.get("text", "")).split()))
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildResult:
+    """What one fresh process answered: its job's JSON answer (`answer`, read back by the
+    caller into its record), or `error`, one line why there is none; `interrupted` where a
+    signal from outside or the timeout ended it (what it would have measured is unknown, not
+    failed: such a result is not cached)."""
+
+    answer: Any = None
+    error: str | None = None
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.answer is not None
+
+    def figures(self) -> Figures | None:
+        """A ``figures`` job's answer (None: it failed, or answered no figures)."""
+        return Figures.from_dict(self.answer) if self.ok else None
+
+    def field(self, name: str) -> Any:
+        """One field of the answer (None where there is none)."""
+        return self.answer.get(name) if isinstance(self.answer, dict) else None
+
+
 def probe_devices(backend: str, env: dict[str, str], timeout: float) -> list[str]:
     """The device kinds `backend` sees here, asked in a fresh process (``cpu`` first)."""
-    found = run_child(ChildSpec("devices", backend), env, timeout)
-    kinds = found.get("kinds") if isinstance(found, dict) else None
+    kinds = run_child(ChildSpec("devices", backend), env, timeout).field("kinds")
     if not isinstance(kinds, list):
         return ["cpu"]
     return ["cpu", *(str(k) for k in kinds if k != "cpu")]
+
+
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """How a child ended, as :func:`follow` saw it: the error it sent (None: none), the last
+    lines of its standard error (a crash's words), its exit status (None: the timeout killed
+    it)."""
+
+    error: str | None
+    stderr: tuple[str, ...]
+    returncode: int | None
+
+    def result(self, answer: Any, timeout_s: float) -> ChildResult:
+        """The :class:`ChildResult` of a child that wrote `answer` (None: nothing) and ended
+        so."""
+        if self.returncode is None:
+            return ChildResult(error=f"no result within {timeout_s:.0f} s", interrupted=True)
+        if answer:
+            return ChildResult(answer)
+        if -self.returncode in _INTERRUPTING:  # the OOM killer, a user's kill: not the
+            # contender's own failure (a crash, SIGSEGV or SIGABRT, is)
+            killed = f"killed by {_signal_name(-self.returncode)}"
+            return ChildResult(error=killed, interrupted=True)
+        if self.error:
+            return ChildResult(error=self.error)
+        if self.returncode < 0:
+            return ChildResult(error=f"crashed ({_signal_name(-self.returncode)})")
+        return ChildResult(error=(self.stderr or ("no result",))[-1])
 
 
 def follow(
@@ -100,20 +189,18 @@ def follow(
     timeout_s: float,
     progress: Callable[[str], Any],
     prefix: str = "",
-) -> list[str] | None:
-    """Runs `argv`, passing its progress lines (``[n | ...]``, ``tune: ...``) on to `progress`
-    as they come, with `prefix`; returns its stderr's non-empty lines (the last one
-    ``killed by SIGKILL`` when a signal ended it), or None when it ran past `timeout_s` (then
-    it is killed)."""
-    import threading
-
+) -> Ended:
+    """Runs `argv`, passing the progress :class:`Message` s it sends on to `progress` as they
+    come, with `prefix`, until it ends or `timeout_s` passes (then it is killed)."""
     killed = threading.Event()
-    lines: list[str] = []
-    # Stopped and waited for whatever ends this (Ctrl-C, SIGTERM, an error): never an orphan
-    # that writes into the temporary directory its parent removes next.
-    with children.running(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
-    ) as proc:
+    error: list[str] = []
+    with contextlib.ExitStack() as stack:
+        err = stack.enter_context(_stderr_file())
+        # Stopped and waited for whatever ends this (Ctrl-C, SIGTERM, an error): never an
+        # orphan that writes into the temporary directory its parent removes next.
+        proc = stack.enter_context(children.running(
+            argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env
+        ))  # fmt: skip
 
         def kill() -> None:
             killed.set()
@@ -122,24 +209,35 @@ def follow(
         timer = threading.Timer(timeout_s, kill)
         timer.start()
         try:
-            for raw in proc.stderr:  # type: ignore[union-attr]
-                line = raw.rstrip()
-                if not line:
-                    continue
-                lines.append(line)
-                if line.startswith(("[", "tune:")):
-                    progress(prefix + line)
+            for message in _messages(proc.stdout):  # type: ignore[arg-type]
+                if message.kind == PROGRESS:
+                    progress(prefix + message.text)
+                else:
+                    error.append(message.text)
             proc.wait()
         finally:
             timer.cancel()
-    if killed.is_set():
-        return None
-    if -proc.returncode in _INTERRUPTING:  # the OOM killer, a user's kill: not the contender's
-        # own failure (a crash, SIGSEGV or SIGABRT, is: its last line says so)
-        lines.append(f"{KILLED} {_signal_name(-proc.returncode)}")
-    elif proc.returncode < 0:
-        lines.append(f"error: crashed ({_signal_name(-proc.returncode)})")
-    return lines
+        err.seek(0)
+        said = tuple(line.rstrip() for line in err.read().splitlines()[-20:] if line.strip())
+    code = None if killed.is_set() else proc.returncode
+    return Ended(error[-1] if error else None, said, code)
+
+
+def _messages(lines: Iterable[str]) -> Iterable[Message]:
+    for line in lines:
+        message = Message.from_json(line)
+        if message is not None:
+            yield message
+
+
+@contextlib.contextmanager
+def _stderr_file() -> Any:
+    """A temporary file for a child's standard error (read once it ended; a pipe nobody
+    reads while the child writes would fill and stop it)."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as f:
+        yield f
 
 
 def _signal_name(number: int) -> str:
@@ -155,12 +253,11 @@ def run_child(
     timeout_s: float,
     progress: Callable[[str], Any] | None = None,
     prefix: str = "",
-) -> dict[str, Any]:
-    """Runs `spec` in a fresh ``python -m toolkit._child`` process: its JSON result, or
-    ``{"error": ...}`` with the child's last error line; a child killed by a signal or past
-    `timeout_s` also has ``"interrupted": True`` (what it would have measured is unknown, not
-    failed: such a result is not cached). The child's progress
-    lines (``[n | ...]``, ``tune: ...``) go to `progress` as they come, after `prefix`."""
+) -> ChildResult:
+    """Runs `spec` in a fresh ``python -m toolkit._child`` process and returns its
+    :class:`ChildResult`: its JSON answer, or the error it sent (else its last line of
+    standard error); a child killed by a signal or past `timeout_s` is ``interrupted``. Its
+    progress messages go to `progress` as they come, after `prefix`."""
     child_env = {**env, "KERAS_BACKEND": spec.backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
     # The user's module imports in the child as it does here.
     if spec.target is not None and spec.target.model_fn:
@@ -172,14 +269,6 @@ def run_child(
         spec_path, out = os.path.join(tmp, "spec.json"), os.path.join(tmp, "out.json")
         atomic_write(spec_path, spec.to_json())
         argv = [sys.executable, "-m", CHILD, spec_path, out]
-        lines = follow(argv, child_env, timeout_s, progress or (lambda _line: None), prefix)
-        if lines is None:
-            return {"error": f"no result within {timeout_s:.0f} s", "interrupted": True}
-        figures = read_json(out)
-    if not figures:
-        if lines and lines[-1].startswith(KILLED):
-            return {"error": lines[-1], "interrupted": True}
-        errors = [ln for ln in lines if ln.startswith("error:")]
-        why = (errors or lines or ["no result"])[-1]
-        return {"error": why.removeprefix("error: ").strip()}
-    return figures
+        ended = follow(argv, child_env, timeout_s, progress or (lambda _line: None), prefix)
+        answer = read_json(out) if ended.returncode is not None else None
+    return ended.result(answer, timeout_s)

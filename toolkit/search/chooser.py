@@ -57,14 +57,16 @@ from toolkit.core import progress as tk_progress
 from toolkit.core.cache import Cache
 from toolkit.core.stats import whole_calls
 from toolkit.runner.config import SEARCHED, SETTINGS, as_flags
-from toolkit.search._processes import ChildSpec, probe_devices, run_child
+from toolkit.search._processes import ChildResult, ChildSpec, probe_devices, run_child
 from toolkit.search.engine import MIN_GAIN, Candidate
 from toolkit.search.rounds import decide, interleaved_rounds
 from toolkit.search.standings import (
     BackendsResult,
     ChooserError,
     Contender,
+    Figures,
     Row,
+    Run,
     Target,
     loss_agrees,
     num,
@@ -321,7 +323,7 @@ def compare(
     use_cache: bool = True,
     progress: Callable[[str], Any] | None = None,
     timeout_s: float = 900.0,
-    runner: Callable[[Contender, Target], dict[str, Any]] | None = None,
+    runner: Callable[[Contender, Target], ChildResult | Figures] | None = None,
     candidates: Sequence[Contender] | None = None,
     budget_s: float | None = None,
 ) -> BackendsResult:
@@ -339,8 +341,8 @@ def compare(
         progress: called with a line per run. Defaults to printing to stderr.
         timeout_s: the longest one run may take. Defaults to `900`.
         runner: runs one contender on the given target (the shared initial weights in its
-            config) and returns its figures (default: a fresh ``python -m toolkit._child``
-            process).
+            config) and returns its :class:`Figures` or a ``ChildResult`` (default: a fresh
+            ``python -m toolkit._child`` process).
         candidates: the contenders, the defaults first (default: :func:`contenders`); given,
             nothing is cached.
         budget_s: seconds the rounds may take: after the first round, a run that would end
@@ -376,9 +378,8 @@ def compare(
         # The same initial weights for every contender: the first run writes them.
         shared = _with_settings(target, init_weights=os.path.join(tmp, "initial.weights.h5"))
 
-        def child(c: Contender, on: Target) -> dict[str, Any]:
-            candidate = dict(c.settings) or None
-            spec = ChildSpec("figures", c.backend, c.device, on, candidate, steps=length)
+        def child(c: Contender, on: Target) -> ChildResult:
+            spec = ChildSpec("figures", c.backend, c.device, on, _candidate(c), steps=length)
             return run_child(spec, env, timeout_s)
 
         run = runner or child
@@ -390,6 +391,12 @@ def compare(
     if use_cache:
         _store(result, facts, rows, progress)
     return result
+
+
+def _candidate(c: Contender) -> Candidate | None:
+    """The search's candidate a contender's tuned settings make (None: it has none, the
+    target's own settings)."""
+    return Candidate(**dict(c.settings)) if c.settings else None
 
 
 def _with_settings(target: Target, **settings: Any) -> Target:
@@ -427,7 +434,7 @@ def _result(
 ) -> BackendsResult:
     """The comparison's result: the runs in round order (for the paired ratios), the pick."""
     for row in rows:
-        row.runs.sort(key=lambda f: f["round"])
+        row.runs.sort(key=lambda run: run.round)
     best, why = choose(rows)
     return BackendsResult(
         target, rows, best, key, length, rounds, time.perf_counter() - start, False, why
@@ -455,7 +462,7 @@ def _store(
 
 def _rounds(
     rows: list[Row],
-    run: Callable[[Contender], dict[str, Any]],
+    run: Callable[[Contender], ChildResult | Figures],
     rounds: int,
     budget_s: float | None,
     length: int,
@@ -470,30 +477,20 @@ def _rounds(
     by_contender = {row.contender: row for row in rows}
     bar = tk_progress.bar(total, "backends", unit="run", enabled=bar_wanted)
 
-    def one_run(contender: Contender, r: int) -> dict[str, Any]:
-        row = by_contender[contender]
+    def one_run(contender: Contender, r: int) -> Run:
         t0 = time.perf_counter()
         bar.describe(f"backends: round {r + 1}/{rounds} {contender.label()}")
-        figures = run(contender)
+        got = run(contender)
         bar.update()
-        if not figures.get("error") and not figures.get("mean_s"):
-            figures = {"error": f"no timed steps in {length} steps: raise --steps"}
-        figures["wall_s"] = time.perf_counter() - t0
-        walls.append(figures["wall_s"])
-        figures["round"] = r
-        row.runs.append(figures)
-        done = sum(len(x.runs) for x in rows)
-        shown = (
-            f"failed: {figures['error']}" if figures.get("error")
-            else f"mean {figures['mean_s'] * 1e3:.3f} ms/step (p50 "
-            f"{num(figures.get('p50_s') and figures['p50_s'] * 1e3, '.3f')}), first "
-            f"step {num(figures.get('first_step_s'), '.3f')} s"
-        )  # fmt: skip
+        done = _run_of(got, r, time.perf_counter() - t0, length)
+        walls.append(done.wall_s)
+        by_contender[contender].runs.append(done)
+        ran = sum(len(x.runs) for x in rows)
         progress(
-            f"[{done}/{total} | {time.perf_counter() - start:.0f} s] round {r + 1}: "
-            f"{contender.label()}: {shown}"
+            f"[{ran}/{total} | {time.perf_counter() - start:.0f} s] round {r + 1}: "
+            f"{contender.label()}: {_run_words(done)}"
         )
-        return figures
+        return done
 
     def round_cost(r: int) -> float | None:  # the first round always runs
         return statistics.median(walls) * len(rows) if r else None
@@ -506,6 +503,29 @@ def _rounds(
         progress(f"backends: the budget ({budget_s:.0f} s) ends after {len(ran)} round(s)")
     bar.close()
     return len(ran)
+
+
+def _run_of(got: ChildResult | Figures, r: int, wall_s: float, length: int) -> Run:
+    """One contender's run in round `r` from what its runner answered: its figures, or why
+    it has none (a run that timed no step is a failed run)."""
+    if isinstance(got, ChildResult):
+        figures, error, interrupted = got.figures(), got.error, got.interrupted
+    else:
+        figures, error, interrupted = got, None, False
+    if error is None and (figures is None or not figures.mean_s):
+        figures, error = None, f"no timed steps in {length} steps: raise --steps"
+    return Run(figures if error is None else None, error, interrupted, r, wall_s)
+
+
+def _run_words(run: Run) -> str:
+    """A run as its progress line says it: its mean and median step and first step."""
+    f = run.figures
+    if run.error is not None or f is None or f.mean_s is None:
+        return f"failed: {run.error}"
+    return (
+        f"mean {f.mean_s * 1e3:.3f} ms/step (p50 {num(f.p50_s and f.p50_s * 1e3, '.3f')}), "
+        f"first step {num(f.first_step_s, '.3f')} s"
+    )
 
 
 def run_steps(steps: int, listed: Sequence[Contender], target: Target) -> int:
@@ -529,16 +549,65 @@ def _common_length(steps: int, calls: Sequence[int]) -> int:
     return whole_calls(max(steps, 5 * max(calls)), math.lcm(*calls))
 
 
-def tuned_settings(result: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """The settings of a ``TuneResult.to_dict()``'s winner, as ``(name, value)`` pairs; ``()``
-    when the winner is the search's defaults (its first trial): the same run as the backend's
-    plain contender, which must not stand in the final twice (two identical contenders in
-    fresh processes can measure far apart: a pick between them would be a pick of noise)."""
-    best = Candidate.from_dict(result["best"])
-    trials = result.get("trials") or []
-    if trials and Candidate.from_dict(trials[0]["candidate"]) == best:
+@dataclasses.dataclass(frozen=True)
+class Searched:
+    """What a backend's ``tune`` search in a fresh process answered (its JSON: a
+    ``TuneResult.to_dict()`` and the batch size), as :func:`tune_across` reads it: the pick,
+    the defaults it was judged against (its first trial; None: none ran), the search's
+    seconds, the defaults' trial (seconds and examples/s), the batch size, and each untried
+    candidate's search budget that would have tried it (``engine.Untried.budget_s``)."""
+
+    best: Candidate
+    defaults: Candidate | None = None
+    seconds: float | None = None
+    first_s: float | None = None
+    first_rate: float | None = None
+    batch_size: int | None = None
+    untried_s: tuple[float, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Searched | None:
+        """The search in a ``tune`` child's answer; None where it holds no pick."""
+        try:
+            trials = d.get("trials") or []
+            first = trials[0] if trials else {}
+            return cls(
+                Candidate.from_dict(d["best"]),
+                Candidate.from_dict(first["candidate"]) if "candidate" in first else None,
+                _float(d.get("seconds")), _float(first.get("seconds")),
+                _float(first.get("examples_per_sec")), d.get("batch_size"),
+                _untried_s(d.get("untried")),
+            )  # fmt: skip
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return None
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _untried_s(untried: Any) -> tuple[float, ...]:
+    """Each ``engine.Untried.to_dict()``'s budget that would have tried it (a malformed one:
+    left out)."""
+    needed = []
+    for u in untried if isinstance(untried, list) else []:
+        try:
+            needed.append(
+                float(u["spent_s"]) + float(u["needs_s"]) + float(u.get("reserve_s") or 0)
+            )
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
+    return tuple(needed)
+
+
+def tuned_settings(search: Searched) -> tuple[tuple[str, Any], ...]:
+    """The settings of a search's winner, as ``(name, value)`` pairs; ``()`` when the winner
+    is the search's defaults (its first trial): the same run as the backend's plain
+    contender, which must not stand in the final twice (two identical contenders in fresh
+    processes can measure far apart: a pick between them would be a pick of noise)."""
+    if search.defaults == search.best:
         return ()
-    return tuple((k, v) for k, v in best.values().items() if v is not None)
+    return tuple((k, v) for k, v in search.best.values().items() if v is not None)
 
 
 def tune_across(
@@ -624,14 +693,15 @@ class _Searches:
         t0 = time.perf_counter()
         self.progress(f"tune {c.label()}: searching, a fresh process ({share:.0f} s budget)")
         spec = ChildSpec("tune", c.backend, c.device, self.target, budget_s=round(share))
-        found = run_child(spec, self.env, self.timeout_s, self.progress, f"  {c.label()} ")
+        got = run_child(spec, self.env, self.timeout_s, self.progress, f"  {c.label()} ")
         wall = time.perf_counter() - t0
         self.overheads.append(max(wall - share, 0.0))
-        run = final_run_estimate(found, wall, steps)
+        found = Searched.from_dict(got.answer) if got.ok else None
+        run = final_run_estimate(found, wall, steps) if found is not None else None
         if run is not None:
             self.runs.append(run)
-        if not found.get("best"):
-            why = found.get("error") or "no result"
+        if found is None:
+            why = got.error or "no result"
             self.progress(f"tune {c.label()}: failed ({why}); its Keras defaults stay a contender")
             return Contender(c.backend, c.device)
         tuned = Contender(c.backend, c.device, tuned_settings(found))
@@ -639,7 +709,7 @@ class _Searches:
             f"tune {c.label()}: {tuned.settings_words() or 'Keras defaults'} "
             f"({time.perf_counter() - t0:.0f} s of {share:.0f})"
         )
-        left = untried_budget(found.get("untried"), share, self.budget_s)
+        left = untried_budget(found.untried_s, share, self.budget_s)
         if left is not None:
             count, more = left
             self.progress(  # indented: the line above's, one per search
@@ -649,18 +719,13 @@ class _Searches:
         return tuned
 
 
-def untried_budget(untried: Any, share: float, budget_s: float) -> tuple[int, int] | None:
+def untried_budget(
+    needed: Sequence[float], share: float, budget_s: float
+) -> tuple[int, int] | None:
     """``(how many, the --tune_budget that tries them)`` of what a backend's search left
-    untried (``engine.Untried.to_dict()`` each): its search share grown to what the costliest
-    needed, the whole budget in proportion, in tens of seconds. None: nothing left."""
-    needed = []
-    for u in untried if isinstance(untried, list) else []:
-        try:
-            needed.append(
-                float(u["spent_s"]) + float(u["needs_s"]) + float(u.get("reserve_s") or 0)
-            )
-        except (KeyError, TypeError, ValueError):
-            continue
+    untried (each one's search budget that would have tried it, :attr:`Searched.untried_s`):
+    its search share grown to what the costliest needed, the whole budget in proportion, in
+    tens of seconds. None: nothing left."""
     if not needed or share <= 0:
         return None
     return len(needed), 10 * math.ceil(budget_s * max(needed) / share / 10)
@@ -690,28 +755,19 @@ def search_share(
     return max((searching - elapsed_s) / searches_left - overhead, 1.0)
 
 
-def final_run_estimate(
-    found: dict[str, Any], wall_s: float, steps: int = DEFAULT_STEPS
-) -> float | None:
+def final_run_estimate(found: Searched, wall_s: float, steps: int = DEFAULT_STEPS) -> float | None:
     """Seconds one fresh-process run of the final will take for this contender, from its
     search's child: the child's time outside its search (start-up, data, report) plus the
     search's first trial (the defaults: build, compile, one window), plus, where the winner's
     calls make every final run longer than `steps` (:func:`run_steps`), the defaults' steps
     beyond it (from the batch size the child reports, ``batch_size``). None when the search
     did not say."""
-    trials = found.get("trials") or []
-    seconds = found.get("seconds")
-    if not trials or seconds is None or trials[0].get("seconds") is None:
+    if found.seconds is None or found.first_s is None:
         return None
-    run = max(wall_s - seconds, 0.0) + trials[0]["seconds"]
-    rate, batch, best = (
-        trials[0].get("examples_per_sec"),
-        found.get("batch_size"),
-        found.get("best"),
-    )
-    if rate and batch and best:  # the winner's settings, the recipe's flags applied
-        call = best.get("steps_per_execution", 1) * best.get("fused_steps", 1)
-        run += (_common_length(steps, [call]) - steps) * batch / rate
+    run = max(wall_s - found.seconds, 0.0) + found.first_s
+    rate, batch = found.first_rate, found.batch_size
+    if rate and batch:  # the winner's settings, the recipe's flags applied
+        run += (_common_length(steps, [found.best.per_call]) - steps) * batch / rate
     return run
 
 
@@ -720,18 +776,19 @@ def why_slower(
     *,
     steps: int = 10,
     timeout_s: float = 900.0,
-    runner: Callable[[Contender, Target], dict[str, Any]] | None = None,
+    runner: Callable[[Contender, Target], Any] | None = None,
 ) -> tuple[Any, Any, Any] | None:
     """Why the slowest backend of `result` is slower than the fastest: each one's step taken
     apart in a fresh process (``toolkit.anatomy``, `steps` steps traced) and the two diffed
     (``toolkit.core._anatomy.contrast``), the slower one's fix named where its seam has one.
     Returns ``(contrast, fastest's anatomy, slowest's anatomy)``, or None where fewer than
     two backends ran. An anatomy that could not be taken is returned as it is (its error
-    said), and no contrast is drawn from it."""
+    said), and no contrast is drawn from it. `runner` ``(contender, target)`` returns its
+    ``Anatomy`` (default: a fresh process's)."""
     from toolkit.core._anatomy import Anatomy, contrast
 
     ran = [row for row in result.rows if row.ok()]
-    by_backend: dict[str, Any] = {}
+    by_backend: dict[str, Row] = {}
     for row in sorted(ran, key=lambda r: r.median("mean_s") or math.inf):
         by_backend.setdefault(row.contender.backend, row)
     if len(by_backend) < 2:
@@ -740,17 +797,19 @@ def why_slower(
     fast, slow = rows[0], rows[-1]
     env = dict(os.environ)
 
-    def child(c: Contender, on: Target) -> dict[str, Any]:
-        spec = ChildSpec("anatomy", c.backend, c.device, on, dict(c.settings) or None,
-                         steps=steps)  # fmt: skip
-        return run_child(spec, env, timeout_s)
+    def child(c: Contender, on: Target) -> Anatomy:
+        spec = ChildSpec("anatomy", c.backend, c.device, on, _candidate(c), steps=steps)
+        got = run_child(spec, env, timeout_s)
+        if got.ok:
+            return Anatomy.from_dict(got.answer)
+        return Anatomy.from_dict({"backend": c.backend, "device": c.device, "error": got.error})
 
     run = runner or child
     tk_progress.say(
         f"backends: taking apart {fast.contender.label()} and {slow.contender.label()}, "
         "each in a fresh process"
     )
-    a, b = (Anatomy.from_dict(run(r.contender, result.target)) for r in (fast, slow))
+    a, b = (run(r.contender, result.target) for r in (fast, slow))
     if a.error or b.error:
         return None, a, b
     titles = [tk_backend.info(r.contender.backend).title for r in (fast, slow)]

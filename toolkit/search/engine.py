@@ -192,7 +192,9 @@ class _Candidate:
 
 # Each searched setting's kind, as TrainConfig declares it ("int", "bool | None").
 _KIND_OF = {f.name: str(f.type) for f in SETTINGS}
-_TYPES: dict[str, Any] = {"int": int, "float": (int, float), "str": str, "bool": bool}
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "int": int, "float": (int, float), "str": str, "bool": bool
+}  # fmt: skip
 
 
 def _of_kind(value: Any, kind: str) -> bool:
@@ -386,9 +388,39 @@ def choose(trials: Sequence[Trial], min_gain: float = MIN_GAIN) -> Candidate:
 PRUNE_LOSS = 0.04
 
 
-def whole_run(
-    defaults: Trial, best: Trial, examples: int | None, batch: int
-) -> dict[str, Any] | None:
+@dataclasses.dataclass(frozen=True)
+class WholeRun:
+    """The defaults and a pick over a whole run of `examples` examples (`steps` steps): each
+    one's compile plus its steps at its rate, in seconds, how much longer the pick's compile
+    is, the step after which that pays for itself (None: it costs no more, or never pays),
+    and whether the pick finishes first."""
+
+    examples: int
+    steps: int
+    defaults_s: float
+    pick_s: float
+    extra_compile_s: float
+    break_even_steps: int | None
+    pick_wins: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> WholeRun | None:
+        """What :meth:`to_dict` wrote; None for anything else (a cache from elsewhere)."""
+        try:
+            even = d.get("break_even_steps")
+            return cls(
+                int(d["examples"]), int(d["steps"]), float(d["defaults_s"]),
+                float(d["pick_s"]), float(d["extra_compile_s"]),
+                None if even is None else int(even), bool(d["pick_wins"]),
+            )  # fmt: skip
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return None
+
+
+def whole_run(defaults: Trial, best: Trial, examples: int | None, batch: int) -> WholeRun | None:
     """The two candidates over a whole run of `examples` examples: each one's compile plus
     its steps at its rate, and where the faster step's extra compile pays for itself
     (``break_even_steps``, in steps of `batch`; None where its compile costs no more). None
@@ -397,24 +429,15 @@ def whole_run(
         return None
     if defaults.compile_s is None or best.compile_s is None:
         return None
-    seconds = {
-        "defaults": defaults.compile_s + examples / defaults.examples_per_sec,
-        "pick": best.compile_s + examples / best.examples_per_sec,
-    }
+    defaults_s = defaults.compile_s + examples / defaults.examples_per_sec
+    pick_s = best.compile_s + examples / best.examples_per_sec
     extra = best.compile_s - defaults.compile_s
     gain = 1 / defaults.examples_per_sec - 1 / best.examples_per_sec  # s an example
     even = None
     if extra > 0:
         even = math.ceil(extra / gain / batch) if gain > 0 else None
-    return {
-        "examples": examples,
-        "steps": -(-examples // batch),
-        "defaults_s": seconds["defaults"],
-        "pick_s": seconds["pick"],
-        "extra_compile_s": extra,
-        "break_even_steps": even,
-        "pick_wins": seconds["pick"] < seconds["defaults"],
-    }
+    steps = -(-examples // batch)
+    return WholeRun(examples, steps, defaults_s, pick_s, extra, even, pick_s < defaults_s)
 
 
 def call_overhead(a: Trial, b: Trial) -> float | None:

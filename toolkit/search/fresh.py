@@ -1,4 +1,4 @@
-"""A pick confirmed where the user will run it: in fresh processes, and its gain with its spread.
+"""A pick confirmed where the user will run it: in fresh processes, and its gain with its range.
 
 One process measuring every candidate in turn flatters some of them: the defaults run first,
 on a cold machine, the finalists stay built and warm, and a short window in a long-lived
@@ -6,20 +6,24 @@ process sees none of what a new run pays. On a mixup pipeline the search's head-
 1.74× where alternating fresh-process runs measured 1.20×. So before a pick is cached,
 :func:`confirm_fresh` runs the defaults and the pick in new processes (``python -m
 toolkit._child``, the backends chooser's entry point: the same recipe and settings, or
-``module:function``, and the candidate, as one typed spec), alternating them in rounds
-(``rounds.interleaved_rounds``), and judges them by the one never-slower rule
-(``rounds.decide``): the pick stays only when it beat the defaults in most rounds by more than
-``MIN_GAIN`` and was faster in every one of them (a pick that lost a fresh round is not yet
-shown faster than the defaults). What tune then claims is :class:`Gain`: the median of the
-paired ratios with their range and the number of rounds, and where they were measured, never
-one lucky number.
+``module:function``, and the candidate, as one typed spec), in paired, interleaved rounds
+(``rounds.interleaved_rounds``), until the range of the gain answers the question or the time
+given ends:
 
-How long and how often: a fit whose input and step share two cores moves by ±15 % from one
-second to the next within one process (a contrastive model's pick, 1-s windows: 52k to 68k
-examples/s; its step alone, the input cached: ±3 %), so each run times at least
-:data:`FRESH_WINDOW_S` at its own rate (a window sized at the defaults' rate gave a 2× pick
-1.5 s), and rounds go on until the claim is known to about ±5 %
-(:data:`PRECISION`), :data:`FRESH_ROUNDS` at most.
+* the range is :class:`Gain`'s: the median of the paired ratios (pick / defaults, one a
+  round), and one-sided 95 % bounds (Student's t on the log ratios: two rounds far apart
+  say little, five that agree say much); from :data:`ROBUST_ROUNDS` rounds on, about their
+  median with the robust spread (``toolkit.core.stats``: 1.4826·MAD), so that one round a
+  busy machine disturbed (0.49× among rounds of 1.23×) does not hold the question open;
+* its low end above 1 (and the median above ``1 + MIN_GAIN``, the never-slower rule): the pick
+  is **confirmed**; its high end below ``1 + MIN_GAIN``: it is **refused** (no faster than the
+  defaults by more than the noise); either way the rounds end there;
+* the time ran out with neither: the defaults stay, and :meth:`Gain.resolvable` says the
+  smallest gain this machine's noise lets that many rounds confirm.
+
+Each run times its own window at its own rate (a window sized at the defaults' rate gave a 2×
+pick 1.5 s, where one second moves by ±15 % on two shared cores): :func:`window_s` seconds,
+shorter for a short budget, at most :data:`FRESH_WINDOW_S`.
 
 Your own model in memory cannot be rebuilt in another process: there the claim comes from
 the in-process rounds and says so ("this process"). Hand tune a ``module:function`` that
@@ -33,45 +37,80 @@ import dataclasses
 import math
 import os
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from toolkit.core.stats import jitter, median
 from toolkit.search.engine import MIN_GAIN, Candidate
 from toolkit.search.rounds import decide, interleaved_rounds, paired_ratios
 
 __all__: list[str] = []  # the search's own: tune hands back its Gain (TuneResult.gain)
 
-FRESH_ROUNDS = 5  # fresh-process rounds at most (fewer once PRECISION is reached)
-MIN_CONFIRMING_ROUNDS = 3  # rounds a claim stands on at least (see known())
-PRECISION = 0.025  # rounds end when the mean log-ratio's standard error is at most this (a
-# claim known to about ±5 %; two rounds meet it when within 5 % of each other: two 9 % apart,
-# 2.35× and 2.56×, left a claim 12 % off what five more fresh processes measured)
-FRESH_WINDOW_S = 6.0  # a fresh run's timed window, at least (seconds at its own rate)
-FRESH_TIMEOUT_S = 600.0  # one fresh run, at most
+FRESH_ROUNDS = 8  # fresh-process rounds at most (fewer once the range answers)
+PLANNED_ROUNDS = 3  # the rounds a plan makes room for (a clear gain needs two or three)
+FRESH_WINDOW_S = 6.0  # a fresh run's timed window, at most (seconds at its own rate)
+MIN_WINDOW_S = 1.0  # ... and at least
+FRESH_START_S = 8.0  # a fresh process's start (Python, the framework, the data), when unknown
+FRESH_TIMEOUT_S = 600.0  # one fresh run, at most, where no deadline bounds it
+GRACE_S = 2.0  # a run may end this long past the deadline before it is stopped
 THIS_PROCESS, FRESH = "this process", "fresh processes"
+ROBUST_ROUNDS = 5  # from this many rounds on, the range is the median's (robust to one)
+MEDIAN_SPREAD = 1.2533  # a median's standard error over a mean's, normal data (sqrt(pi / 2))
+# Student's t, one-sided 95 %, for 1 to 10 degrees of freedom (then the last: conservative).
+_T95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812)
+
+
+def t95(df: int) -> float:
+    """Student's t quantile, one-sided 95 %, for `df` >= 1 degrees of freedom."""
+    return _T95[min(max(df, 1), len(_T95)) - 1]
 
 
 @dataclasses.dataclass(frozen=True)
 class Gain:
-    """A claimed speed-up: the median paired ratio to the defaults, the lowest and highest
-    round's, how many rounds, and where they ran (:data:`FRESH` or :data:`THIS_PROCESS`)."""
+    """A measured speed-up of a pick over the defaults: the median paired ratio (`ratio`), its
+    one-sided 95 % bounds (`low`, `high`; one round: the ratio itself; see the module's doc),
+    how many `rounds`, where they ran (:data:`FRESH` or :data:`THIS_PROCESS`) and the rounds'
+    noise (`noise`: ±, the spread of one round's log ratio; None under two rounds).
+    Built where the rounds are measured; :meth:`words` is the one way it is said."""
 
     ratio: float
     low: float
     high: float
     rounds: int
     where: str
+    noise: float | None = None
 
     @classmethod
     def of(cls, ratios: Sequence[float], where: str) -> Gain | None:
+        ratios = [r for r in ratios if r > 0 and math.isfinite(r)]
         if not ratios:
             return None
-        return cls(statistics.median(ratios), min(ratios), max(ratios), len(ratios), where)
+        mid, n = median(ratios), len(ratios)
+        if n < 2:
+            return cls(mid, mid, mid, 1, where)
+        logs = [math.log(r) for r in ratios]
+        if n < ROBUST_ROUNDS:  # Student's t on the mean and standard deviation
+            centre, sd, spread = statistics.fmean(logs), statistics.stdev(logs), 1.0
+        else:  # the median and 1.4826·MAD: one disturbed round does not hold it open
+            centre, sd, spread = math.log(mid), jitter(logs), MEDIAN_SPREAD
+        half = t95(n - 1) * spread * sd / math.sqrt(n)
+        low, high = math.exp(centre - half), math.exp(centre + half)
+        return cls(mid, min(low, mid), max(high, mid), n, where, math.exp(sd) - 1)
 
     @property
     def confirmed(self) -> bool:
-        """Measured in two rounds or more, every one of them faster than the defaults."""
-        return self.rounds >= 2 and self.low > 1.0
+        """Two rounds or more whose range lies above 1, the median above the noise line."""
+        return self.rounds >= 2 and self.low > 1.0 and self.ratio > 1 + MIN_GAIN
+
+    @property
+    def refused(self) -> bool:
+        """Two rounds or more whose range lies below ``1 + MIN_GAIN``: not faster."""
+        return self.rounds >= 2 and self.high < 1 + MIN_GAIN
+
+    @property
+    def answered(self) -> bool:
+        return self.confirmed or self.refused
 
     @property
     def trusted(self) -> bool:
@@ -79,6 +118,14 @@ class Gain:
         in the process that searched measured picks up to 1.4× faster than fresh processes
         then did (XLA claimed 1.52×, fresh 1.06×): each is said as unconfirmed."""
         return self.confirmed and self.where == FRESH
+
+    def resolvable(self, rounds: int | None = None) -> float | None:
+        """The smallest gain `rounds` rounds (default: these) at this noise could confirm:
+        its range's low end would just clear 1. None: the noise is unknown."""
+        n = rounds or self.rounds
+        if self.noise is None or n < 2:
+            return None
+        return math.exp(t95(n - 1) * math.log1p(self.noise) / math.sqrt(n))
 
     def words(self) -> str:
         """``1.27× (1.22–1.31, 3 rounds in fresh processes)``; one round, or rounds in this
@@ -95,39 +142,88 @@ class Gain:
     @classmethod
     def from_dict(cls, d: Any) -> Gain | None:
         try:
+            noise = d.get("noise")
             return cls(
                 float(d["ratio"]), float(d["low"]), float(d["high"]), int(d["rounds"]),
-                str(d["where"]),
+                str(d["where"]), None if noise is None else float(noise),
             )  # fmt: skip
-        except (KeyError, TypeError, ValueError):
+        except (AttributeError, KeyError, TypeError, ValueError):
             return None
 
 
-def fresh_steps(candidate: Candidate, rate: float | None, batch_size: int, steps: int) -> int:
-    """Timed steps for `candidate`'s fresh run: at least `steps`, and enough for
-    :data:`FRESH_WINDOW_S` at `rate`, the rate the search measured for it (a new process's
-    short window is noisier still)."""
-    enough = math.ceil(FRESH_WINDOW_S * rate / batch_size) if rate and batch_size else steps
-    return max(steps, enough, 5 * candidate.per_call)
+def noise_words(gain: Gain | None, seconds: float) -> str:
+    """What this machine's noise lets `seconds` of fresh rounds confirm: ``on this machine's
+    noise (±12 %) a gain under 1.15× cannot be confirmed in 30 s`` (empty: unknown)."""
+    smallest = gain.resolvable() if gain is not None else None
+    if gain is None or gain.noise is None or smallest is None:
+        return ""
+    return (
+        f"on this machine's noise (±{gain.noise:.0%}) a gain under {smallest:.2f}× cannot be "
+        f"confirmed in {seconds:.0f} s"
+    )
 
 
-def known(ratios: Sequence[float]) -> bool:
-    """Whether fresh rounds with these paired ratios (pick / defaults) can end: the pick lost
-    one (it cannot be confirmed, whatever follows: two rounds at least), or three at least,
-    all on one side of ``1 + MIN_GAIN``, with the mean log-ratio's standard error at most
-    :data:`PRECISION`. Two rounds that agree say little of the spread (one degree of
-    freedom): on a busy machine two at 1.35× and 1.37× claimed 1.36× where interleaved fresh
-    processes then measured 1.12×."""
-    if len(ratios) < 2:
-        return False
-    if min(ratios) <= 1.0:
-        return True
-    if len(ratios) < MIN_CONFIRMING_ROUNDS:
-        return False
-    faster = [x > 1 + MIN_GAIN for x in ratios]
-    logs = [math.log(x) for x in ratios]
-    error = statistics.stdev(logs) / math.sqrt(len(logs))
-    return (all(faster) or not any(faster)) and error <= PRECISION
+def window_s(budget_s: float) -> float:
+    """A fresh run's timed window for a tune of `budget_s`: a twentieth of it, within
+    :data:`MIN_WINDOW_S` and :data:`FRESH_WINDOW_S` (a 30 s tune times 1.5 s a run)."""
+    return min(FRESH_WINDOW_S, max(MIN_WINDOW_S, budget_s / 20))
+
+
+def fresh_steps(
+    candidate: Candidate, rate: float | None, batch_size: int, steps: int, window: float = 0.0
+) -> int:
+    """Timed steps for `candidate`'s fresh run: enough for `window` seconds (default
+    :data:`FRESH_WINDOW_S`) at `rate`, the rate the search measured for it (a new process's
+    short window is noisier still), `steps` where the rate is unknown, and 5 calls at least."""
+    window = window or FRESH_WINDOW_S
+    enough = math.ceil(window * rate / batch_size) if rate and batch_size else steps
+    return max(enough, 5 * candidate.per_call)
+
+
+def start_estimate() -> float:
+    """What a fresh process should take before it trains: this process's own start (it
+    imported the same framework and made the same data), within 3 s and 30 s;
+    :data:`FRESH_START_S` where that is unknown."""
+    try:
+        import psutil
+
+        age = time.time() - psutil.Process().create_time()
+    except Exception:  # noqa: BLE001 - an estimate: the constant stands in
+        return FRESH_START_S
+    return min(max(age, 3.0), 30.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Confirmation:
+    """What :func:`confirm_fresh` found: the pick that stands (the defaults unless confirmed),
+    the fresh :class:`Gain` (None: no round measured both), the rounds as ``{label:
+    examples/s}``, why in short lines, and whether the time given ended the rounds."""
+
+    pick: Candidate
+    gain: Gain | None
+    rounds: list[dict[str, float]]
+    words: tuple[str, ...]
+    out_of_time: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """The time fresh rounds may take: the `deadline` on `clock` (None: no bound), each
+    candidate's run estimated in seconds (`run_s`, for the first round; later rounds cost what
+    the last one did), and how a progress line counts time (`start`, `shown_s`: ``[fresh 1 |
+    45/92 s]``; `shown_s` 0: ``[fresh round 1]``)."""
+
+    deadline: float | None = None
+    clock: Callable[[], float] = time.perf_counter
+    run_s: Mapping[Candidate, float] = dataclasses.field(default_factory=dict)
+    start: float = 0.0
+    shown_s: float = 0.0
+
+    def left(self) -> float | None:
+        return None if self.deadline is None else self.deadline - self.clock()
+
+    def stamp(self) -> str:
+        return f"{self.clock() - self.start:.0f}/{self.shown_s:.0f} s" if self.shown_s else ""
 
 
 def confirm_fresh(
@@ -140,102 +236,147 @@ def confirm_fresh(
     steps: int | Mapping[Candidate, int],
     rounds: int = FRESH_ROUNDS,
     progress: Callable[[str], Any] | None = None,
-    runner: Callable[[Candidate, int], dict[str, Any]] | None = None,
+    runner: Callable[[Candidate, int], Any] | None = None,
     interrupted: list[str] | None = None,
-) -> tuple[Candidate, Gain | None, list[dict[str, float]], str]:
-    """Runs the defaults and `pick` alternately in fresh processes, `rounds` rounds at most,
-    fewer once :func:`known` says the rounds so far settle it (a median of two ratios far
-    apart is no better than either), each a run of `steps` timed steps of `target` (a
-    ``standings.Target``): one count for both, or each candidate's own (its
-    :func:`fresh_steps`).
+    timing: Timing | None = None,
+) -> Confirmation:
+    """Runs the defaults and `pick` in paired, interleaved rounds of fresh processes, `rounds`
+    at most, until the gain's range answers (:attr:`Gain.answered`) or `timing`'s deadline
+    would pass (a round that would end past it is not started). Each run is `steps` timed
+    steps of `target` (a ``standings.Target``): one count for both, or each candidate's own.
 
-    `runner` ``(candidate, round)`` returns a run's figures (tests inject it); by default a
-    ``python -m toolkit._child`` process. Each run a signal or the timeout ended is added to
+    `runner` ``(candidate, round)`` returns a run's ``standings.Figures`` or a
+    ``_processes.ChildResult`` (tests inject it); by default a ``python -m toolkit._child``
+    process, stopped at the deadline. Each run a signal or the timeout ended is added to
     `interrupted` (its candidate's label): such an answer is not the candidates' own, and tune
-    does not cache it.
-
-    Returns:
-        ``(the pick that stands, its fresh Gain or None, rounds as {label: examples/s}, why in
-        words)``; the defaults stand when the pick's median gain is not above ``MIN_GAIN``,
-        when it lost any round, or when no round measured both.
-    """
-    child = _child_runner(target, backend=backend, device=device, steps=steps)
-    fresh = _FreshRounds(runner or child, defaults, pick, rounds, progress, interrupted)
-    done, _ = interleaved_rounds(
-        [defaults, pick], fresh.measure, max_rounds=rounds, settled=fresh.settled
-    )
-    gain = Gain.of(paired_ratios(done, defaults, pick), FRESH)
-    labelled = [{c.label(): rate for c, rate in got.items()} for got in done]
-    if gain is None:
-        last = f" ({fresh.errors[-1]})" if fresh.errors else ""
-        return defaults, None, labelled, (
-            f"the pick could not be measured against the defaults in fresh processes{last}: "
-            "the defaults stay"
-        )  # fmt: skip
-    verdict = decide(defaults, [pick], done)
-    if verdict.pick == pick and gain.confirmed:  # and faster in every round, not most
-        return pick, gain, labelled, f"confirmed in fresh processes: {gain.words()}"
-    return defaults, gain, labelled, (
-        f"not confirmed in fresh processes ({pick.label()}: {gain.words()}): the defaults stay"
+    does not cache it. The defaults stand unless the pick is confirmed."""
+    timing = timing or Timing()
+    child = _child_runner(target, backend=backend, device=device, steps=steps, timing=timing)
+    fresh = _FreshRounds(runner or child, defaults, pick, rounds, progress, interrupted, timing)
+    left = timing.left()
+    done, out_of_time = interleaved_rounds(
+        [defaults, pick], fresh.measure, max_rounds=rounds, settled=fresh.settled,
+        budget_s=left, round_cost=fresh.cost, clock=timing.clock,
     )  # fmt: skip
+    return fresh.verdict(done, out_of_time)
 
 
 def _child_runner(
-    target: Any, *, backend: str, device: str, steps: int | Mapping[Candidate, int]
-) -> Callable[[Candidate, int], dict[str, Any]]:
+    target: Any,
+    *,
+    backend: str,
+    device: str,
+    steps: int | Mapping[Candidate, int],
+    timing: Timing,
+) -> Callable[[Candidate, int], Any]:
     """The default runner of :func:`confirm_fresh`: ``(candidate, round)`` runs `candidate`
-    on `target` in a new ``python -m toolkit._child`` process and returns its figures."""
+    on `target` in a new ``python -m toolkit._child`` process, stopped at the deadline, and
+    returns its ``ChildResult``. It counts no FLOPs: only its rate is read."""
     from toolkit.search._processes import ChildSpec, run_child
 
     # The searching process still holds its device memory: a child must take only what it
     # needs (JAX would otherwise reserve 75 % of a GPU up front and fail on what is left).
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    if hasattr(target, "config"):
+        target = dataclasses.replace(target, config={**target.config, "count_flops": False})
 
-    def child(candidate: Candidate, _round: int) -> dict[str, Any]:
+    def child(candidate: Candidate, _round: int) -> Any:
         n = steps[candidate] if isinstance(steps, Mapping) else steps
-        spec = ChildSpec("figures", backend, device, target, candidate.to_dict(), steps=n)
-        return run_child(spec, env, FRESH_TIMEOUT_S)
+        spec = ChildSpec("figures", backend, device, target, candidate, steps=n)
+        left = timing.left()
+        timeout = FRESH_TIMEOUT_S if left is None else max(left + GRACE_S, 1.0)
+        return run_child(spec, env, timeout)
 
     return child
 
 
 class _FreshRounds:
     """The defaults and the pick's fresh rounds, as :func:`interleaved_rounds` calls them:
-    `measure` turns one run's figures into its rate (a run without one raises, so it has no
-    result that round, and its error is kept for the words), and `settled` ends the rounds
-    once :func:`known` says they settle it."""
+    `measure` turns one run into its rate (a run without one raises, so it has no result that
+    round, and its error is kept for the words), `cost` estimates the next round, `settled`
+    ends the rounds once the pick failed or the range answers, and `verdict` says what
+    they found."""
 
     def __init__(
         self,
-        run: Callable[[Candidate, int], dict[str, Any]],
+        run: Callable[[Candidate, int], Any],
         defaults: Candidate,
         pick: Candidate,
         rounds: int,
         progress: Callable[[str], Any] | None,
         interrupted: list[str] | None,
+        timing: Timing,
     ) -> None:
         self.run, self.defaults, self.pick, self.rounds = run, defaults, pick, rounds
-        self.progress, self.interrupted = progress, interrupted
+        self.progress, self.interrupted, self.timing = progress, interrupted, timing
         self.errors: list[str] = []
+        self.walls: dict[Candidate, float] = {}  # each candidate's latest run, in seconds
 
     def measure(self, candidate: Candidate, r: int) -> float:
         """`candidate`'s rate in round `r`, said; raises where its run measured none."""
-        figures = self.run(candidate, r)
-        rate = figures.get("examples_per_sec")
-        if figures.get("interrupted") and self.interrupted is not None:
+        clock = self.timing.clock
+        t0 = clock()
+        got = self.run(candidate, r)
+        self.walls[candidate] = clock() - t0
+        figures, error, interrupted = _read(got)
+        if interrupted and self.interrupted is not None:
             self.interrupted.append(candidate.label())
-        if not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
-            self.errors.append(f"{candidate.label()}: {figures.get('error') or 'no timed steps'}")
+        rate = figures.examples_per_sec if figures is not None else None
+        if rate is None or not math.isfinite(rate) or rate <= 0:
+            self.errors.append(f"{candidate.label()}: {error or 'no timed steps'}")
             raise RuntimeError(self.errors[-1])
         if self.progress is not None:
-            self.progress(
-                f"[fresh round {r + 1} of ≤{self.rounds}] {candidate.label()}: "
-                f"{rate:,.1f} examples/s"
-            )
+            stamp = self.timing.stamp()
+            head = f"[fresh {r + 1} | {stamp}]" if stamp else f"[fresh round {r + 1}]"
+            self.progress(f"{head} {candidate.label()}: {rate:,.1f} examples/s")
         return float(rate)
 
+    def cost(self, r: int) -> float | None:
+        """The next round's seconds: the last round's runs, or (the first) the estimates;
+        None where neither is known (the round runs)."""
+        known = {**self.timing.run_s, **self.walls}
+        if self.defaults not in known or self.pick not in known:
+            return None
+        return known[self.defaults] + known[self.pick]
+
     def settled(self, done: list[dict[Candidate, float]]) -> bool:
-        """Whether the rounds so far end them: the pick lost the latest, or they are known."""
-        # A pick that failed where the defaults ran cannot be confirmed: no more rounds.
+        """Whether the rounds so far end them: the pick failed where the defaults ran, or the
+        gain's range answers."""
         lost = self.pick not in done[-1] and self.defaults in done[-1]
-        return lost or known(paired_ratios(done, self.defaults, self.pick))
+        gain = Gain.of(paired_ratios(done, self.defaults, self.pick), FRESH)
+        return lost or (gain is not None and gain.answered)
+
+    def verdict(self, done: list[dict[Candidate, float]], out_of_time: bool) -> Confirmation:
+        """The pick when the rounds confirmed it (and the never-slower rule agrees), else the
+        defaults, with why in short lines."""
+        defaults, pick = self.defaults, self.pick
+        gain = Gain.of(paired_ratios(done, defaults, pick), FRESH)
+        labelled = [{c.label(): rate for c, rate in got.items()} for got in done]
+        if gain is None:
+            if not done:
+                return Confirmation(defaults, None, [], (), out_of_time)
+            last = f": {self.errors[-1]}" if self.errors else ""
+            said = f"the pick could not be measured in fresh processes{last}"
+            return Confirmation(defaults, None, labelled, (said, "the defaults stay"), out_of_time)
+        if gain.confirmed and decide(defaults, [pick], done).pick == pick:
+            return Confirmation(pick, gain, labelled, (), out_of_time)
+        if gain.refused:
+            said = "not faster than the defaults in fresh processes: the defaults stay"
+        elif self.pick not in done[-1]:
+            said = f"the pick failed in a fresh process ({self.errors[-1]}): the defaults stay"
+        else:
+            said = f"not confirmed in {len(done)} fresh round(s): the defaults stay"
+        return Confirmation(defaults, gain, labelled, (said,), out_of_time)
+
+
+def _read(got: Any) -> tuple[Any, str | None, bool]:
+    """``(figures, error, interrupted)`` of what a runner returned: a ``ChildResult`` (its
+    figures read from its answer), or ``standings.Figures`` themselves."""
+    from toolkit.search._processes import ChildResult
+    from toolkit.search.standings import Figures
+
+    if isinstance(got, Figures):
+        return got, None, False
+    if isinstance(got, ChildResult):
+        return got.figures(), got.error, got.interrupted
+    raise TypeError(f"a fresh run answered {type(got).__name__}, not Figures or a ChildResult")

@@ -57,12 +57,14 @@ def confirm(
     clock: Callable[[], float] = time.perf_counter,
     progress: Callable[[str], Any] | None = None,
     spent_s: float = 0.0,
+    shown_budget_s: float | None = None,
 ) -> tuple[Candidate, list[dict[str, float]], str, bool]:
     """Measures the search's :data:`FINALISTS` fastest candidates again, interleaved with the
     defaults (:func:`interleaved_rounds`), until the pick is the same two rounds running,
     :data:`MAX_ROUNDS` rounds, or the budget ends; picks with :func:`decide`. One window per
     candidate cannot tell a 10 % gain from a 10 % swing of a shared machine; the paired,
-    repeated rounds can.
+    repeated rounds can. `shown_budget_s`: the budget the progress lines count against (a
+    tune's whole call, of which these rounds have a share).
 
     Returns:
         ``(pick, rounds as {label: examples/s}, why in words, whether the budget ran out)``.
@@ -81,8 +83,8 @@ def confirm(
         said = f" ({failed} other setting(s) failed)" if failed else ""
         return defaults.candidate, [], f"only the defaults were measured{said}", False
     head = _HeadToHead(
-        measure, defaults, finalists, trials, budget_s=budget_s, min_gain=min_gain,
-        clock=clock, start=start, progress=progress,
+        measure, defaults, finalists, trials, budget_s=shown_budget_s or budget_s,
+        min_gain=min_gain, clock=clock, start=start, progress=progress,
     )  # fmt: skip
     rounds, exhausted = interleaved_rounds(
         list(head.group), head.again, max_rounds=MAX_ROUNDS, budget_s=budget_s,
@@ -90,7 +92,7 @@ def confirm(
     )  # fmt: skip
     if not rounds:
         return choose(trials, UNCONFIRMED_GAIN), [], (
-            "no head-to-head round fit the budget: the search's fastest, only if it beat the "
+            "no head-to-head round fit the budget; the search's fastest, only if it beat the "
             f"defaults by > {UNCONFIRMED_GAIN:.0%} in its one window"
         ), exhausted  # fmt: skip
     labelled = [{c.label(): rate for c, rate in got.items()} for got in rounds]
@@ -173,21 +175,22 @@ class _HeadToHead:
                 {c.label(): v for c, v in rounds[0].items()},
             )
         ):
-            self.why += f" (by > {DECISIVE_GAIN:.0%} in the search and head to head: one round)"
+            self.why += (
+                f"; one round: it led by > {DECISIVE_GAIN:.0%} in the search and head to head"
+            )
             return True
         return False
 
 
 def _why(verdict: Verdict, min_gain: float) -> str:
+    """The rounds' outcome in words, a clause a line (``; ``-separated): the ratios are the
+    table's (a tune shows one claimed gain, its fresh one)."""
     if not verdict.won:
         return (
             f"no finalist beat the defaults by > {min_gain:.0%} in most of {verdict.rounds} "
-            "head-to-head round(s): the defaults stay"
+            "round(s) head to head; the defaults stay"
         )
-    return (
-        f"chosen: {verdict.ratio:.2f}× the defaults head to head, won {verdict.wins} of "
-        f"{verdict.rounds}"
-    )
+    return f"chosen: won {verdict.wins} of {verdict.rounds} round(s) head to head"
 
 
 # ---------------------------------------------------------------------------- head to head

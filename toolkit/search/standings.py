@@ -17,12 +17,24 @@ from typing import Any
 
 from toolkit.core import _extras as extras
 from toolkit.core.files import atomic_write
+from toolkit.core.terminal import Block, Table, markdown
 from toolkit.runner.config import as_flags
 from toolkit.search.engine import MIN_GAIN
 from toolkit.search.rounds import paired_ratios
 
-__all__ = ["LOSS_RTOL", "BackendsResult", "ChooserError", "Contender", "Row", "Target"]
+__all__ = [
+    "LOSS_RTOL",
+    "BackendsResult",
+    "ChooserError",
+    "Contender",
+    "Row",
+    "Target",
+]
 
+HEADERS = (
+    "backend", "device", "first step s", "p50 ms/step", "mean ms/step (spread)", "examples/s",
+    "MFU (of measured peak)", "vs defaults", "final loss", "note",
+)  # fmt: skip
 # The defaults' final loss and a contender's must agree within this share: the same data and
 # initial weights trained the same way differ by rounding only; a larger gap says a contender
 # computes something else, and it is never chosen.
@@ -116,27 +128,110 @@ class Contender:
                 "settings": [list(pair) for pair in self.settings]}  # fmt: skip
 
 
+def _number(value: Any) -> float | None:
+    """A figure read back from JSON: a number (a NaN loss kept), or None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Figures:
+    """One run's figures, as a fresh process measures them (``Workload.figures``): its
+    backend, first step (trace and compile), median and mean step in seconds, examples/s,
+    timed steps, steps a call, batch size, MFU and final training loss (None: unknown)."""
+
+    backend: str | None = None
+    first_step_s: float | None = None
+    p50_s: float | None = None
+    mean_s: float | None = None
+    examples_per_sec: float | None = None
+    timed_steps: int | None = None
+    steps_per_call: int | None = None
+    batch_size: int | None = None
+    mfu: float | None = None
+    loss: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Figures | None:
+        """The figures in `d` (their JSON); None where `d` is no object."""
+        if not isinstance(d, dict):
+            return None
+        counts = ("timed_steps", "steps_per_call", "batch_size")
+        values = {
+            f.name: (d.get(f.name) if f.name == "backend" else _number(d.get(f.name)))
+            for f in dataclasses.fields(cls)
+        }
+        for name in counts:
+            values[name] = None if values[name] is None else int(values[name])
+        return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One contender's run in one round: its figures, or the error that left it without
+    (a run a signal or the timeout ended is `interrupted`: not the contender's answer), and
+    its wall time."""
+
+    figures: Figures | None = None
+    error: str | None = None
+    interrupted: bool = False
+    round: int = 0
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.figures is not None and bool(self.figures.mean_s)
+
+    def figure(self, name: str) -> Any:
+        """One of its :class:`Figures` by name (None: it has none)."""
+        return getattr(self.figures, name) if self.figures is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the cache holds it: its figures' fields, ``error`` (and ``interrupted``) where
+        it failed, its ``round`` and ``wall_s``."""
+        out = self.figures.to_dict() if self.figures is not None else {}
+        if self.error is not None:
+            out["error"] = self.error
+        if self.interrupted:
+            out["interrupted"] = True
+        return {**out, "round": self.round, "wall_s": self.wall_s}
+
+    @classmethod
+    def from_dict(cls, d: Any, place: int = 0) -> Run:
+        """What :meth:`to_dict` wrote (`place`: its round where the entry has none)."""
+        error = d.get("error")
+        figures = None if error else Figures.from_dict(d)
+        return cls(
+            figures, None if error is None else str(error), bool(d.get("interrupted")),
+            int(d.get("round", place)), float(d.get("wall_s") or 0.0),
+        )  # fmt: skip
+
+
 @dataclasses.dataclass
 class Row:
-    """One contender's runs (one per round; a failed run has ``error``)."""
+    """One contender's runs (one per round; a failed run has its ``error``)."""
 
     contender: Contender
-    runs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    runs: list[Run] = dataclasses.field(default_factory=list)
 
-    def ok(self) -> list[dict[str, Any]]:
-        return [r for r in self.runs if not r.get("error") and r.get("mean_s")]
+    def ok(self) -> list[Run]:
+        return [r for r in self.runs if r.ok]
 
     def median(self, key: str) -> float | None:
-        values = [r[key] for r in self.ok() if r.get(key) is not None]
+        values = [r.figure(key) for r in self.ok() if r.figure(key) is not None]
         return statistics.median(values) if values else None
 
     def spread(self, key: str = "mean_s") -> tuple[float, float] | None:
-        values = [r[key] for r in self.ok() if r.get(key) is not None]
+        values = [r.figure(key) for r in self.ok() if r.figure(key) is not None]
         return (min(values), max(values)) if values else None
 
     @property
     def error(self) -> str | None:
-        return None if self.ok() else next((r["error"] for r in self.runs if r.get("error")), None)
+        return None if self.ok() else next((r.error for r in self.runs if r.error), None)
 
     @property
     def failed(self) -> int:
@@ -148,14 +243,15 @@ class Row:
     def interrupted(self) -> int:
         """Runs a signal or the timeout ended: not the contender's answer, so a result
         holding one is not cached."""
-        return sum(1 for r in self.runs if r.get("interrupted"))
+        return sum(1 for r in self.runs if r.interrupted)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"contender": self.contender.to_dict(), "runs": self.runs}
+        return {"contender": self.contender.to_dict(), "runs": [r.to_dict() for r in self.runs]}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Row:
-        return cls(Contender(**d["contender"]), list(d["runs"]))
+    def from_dict(cls, d: Any) -> Row:
+        runs = [Run.from_dict(r, i) for i, r in enumerate(d["runs"])]
+        return cls(Contender(**d["contender"]), runs)
 
 
 @dataclasses.dataclass
@@ -209,64 +305,53 @@ class BackendsResult:
             d["steps"], d["rounds"], d["seconds"], cache_hit, d.get("why", ""),
         )  # fmt: skip
 
-    def table(self) -> str:
-        """The contenders as a Markdown table, fastest first, failures last."""
-        lines = [
-            "| backend | device | first step s | p50 ms/step | mean ms/step (spread) | "
-            "examples/s | MFU (of measured peak) | vs defaults | final loss | note |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
-        ]
+    def block(self) -> Table:
+        """The contenders as a table, fastest first, failures last (rendered at the edge:
+        ``terminal.show``, ``terminal.markdown``)."""
 
         def order(row: Row) -> float:
             mean = row.median("mean_s")
             return mean if mean is not None else float("inf")
 
-        for row in sorted(self.rows, key=order):
-            c = row.contender
-            if row.error is not None:
-                lines.append(f"| {c.backend} | {c.device} | — | — | — | — | — | — | — | "
-                             f"failed: {row.error} |")  # fmt: skip
-                continue
-            lo, hi = row.spread() or (0.0, 0.0)
-            p50, mean = row.median("p50_s"), row.median("mean_s") or 0.0
-            first, eps, mfu = (
-                row.median("first_step_s"),
-                row.median("examples_per_sec"),
-                (row.median("mfu")),
-            )
-            loss = row.median("loss")
-            agrees = self.loss_agrees(row)
-            notes = []
-            if row is self.defaults:
-                notes.append("defaults")
-            if c == self.best:
-                notes.append("**chosen**")
-            if c.settings:
-                notes.append(c.settings_words())
-            if agrees is False:
-                notes.append(f"loss differs > {LOSS_RTOL:.0%}")
-            if row.failed:
-                notes.append(f"{row.failed} run(s) failed: not chosen")
-            ratio = self.ratio(row)
-            lines.append(
-                f"| {c.backend} | {c.device} | {num(first, '.3f')} | "
-                f"{num(p50 and p50 * 1e3, '.3f')} | "
-                f"{mean * 1e3:.3f} ({lo * 1e3:.3f}–{hi * 1e3:.3f}) | {num(eps, ',.0f')} | "
-                f"{'n/a' if mfu is None else f'{mfu:.1%}'} | "
-                f"{'—' if ratio is None else f'{ratio:.2f}×'} | {num(loss, '.4g')} | "
-                f"{', '.join(notes)} |"
-            )
-        return "\n".join(lines)
+        rows = [self._cells(row) for row in sorted(self.rows, key=order)]
+        return Table.of(HEADERS, rows, right=(2, 3, 4, 5, 6, 7, 8))
 
-    def summary(self) -> str:
-        source = "cache" if self.cache_hit else f"measured in {self.seconds:.0f} s"
+    def _cells(self, row: Row) -> tuple[str, ...]:
+        """One contender's cells: its figures (medians over the rounds), and notes."""
+        c = row.contender
+        if row.error is not None:
+            return (c.backend, c.device, *["—"] * 7, f"failed: {row.error}")
+        lo, hi = row.spread() or (0.0, 0.0)
+        p50, mean = row.median("p50_s"), row.median("mean_s") or 0.0
+        mfu, ratio = row.median("mfu"), self.ratio(row)
+        notes = ["defaults"] if row is self.defaults else []
+        notes += ["chosen"] if c == self.best else []
+        notes += [c.settings_words()] if c.settings else []
+        if self.loss_agrees(row) is False:
+            notes.append(f"loss differs > {LOSS_RTOL:.0%}")
+        if row.failed:
+            notes.append(f"{row.failed} run(s) failed: not chosen")
         return (
+            c.backend, c.device, num(row.median("first_step_s"), ".3f"),
+            num(p50 and p50 * 1e3, ".3f"), f"{mean * 1e3:.3f} ({lo * 1e3:.3f}–{hi * 1e3:.3f})",
+            num(row.median("examples_per_sec"), ",.0f"), "n/a" if mfu is None else f"{mfu:.1%}",
+            "—" if ratio is None else f"{ratio:.2f}×", num(row.median("loss"), ".4g"),
+            ", ".join(notes),
+        )  # fmt: skip
+
+    def table(self) -> str:
+        """The contenders as a Markdown table (:meth:`block`)."""
+        return self.block().markdown()
+
+    def summary(self) -> list[Block]:
+        """The comparison as a screen: what ran, the table, the losses, the pick."""
+        source = "cache" if self.cache_hit else f"measured in {self.seconds:.0f} s"
+        return [
             f"backends: {self.target.label()}, {self.steps} steps per run, medians of "
-            f"{self.rounds} interleaved rounds, each run a fresh process ({source})\n"
-            f"{self.table()}\n"
-            f"{self.loss_line()}\n"
-            f"chosen: {self.best.flags()} ({self.why})"
-        )
+            f"{self.rounds} interleaved rounds, each run a fresh process ({source})",
+            self.block(),
+            f"{self.loss_line()}\nchosen: {self.best.flags()} ({self.why})",
+        ]
 
     def loss_line(self) -> str:
         """Whether every contender's final loss agrees with the defaults' within
@@ -303,7 +388,8 @@ class BackendsResult:
                 os.path.join(out_dir, "backends.json"), json.dumps(self.to_dict(), indent=1)
             ),
             "markdown": atomic_write(
-                os.path.join(out_dir, "backends.md"), f"# Backends\n\n{self.summary()}\n"
+                os.path.join(out_dir, "backends.md"),
+                f"# Backends\n\n{markdown(self.summary())}\n",
             ),
         }
         if plot and not extras.note_missing("report", "backends: no PNG chart", ("matplotlib",)):
@@ -371,16 +457,17 @@ def loss_agrees(base: Row, row: Row) -> bool | None:
     return abs(b - a) <= LOSS_RTOL * max(abs(a), 1e-12)
 
 
-def rounds_of(rows: Sequence[Row]) -> list[dict[Contender, dict[str, Any]]]:
-    """The rows' runs as rounds, ``[{contender: figures}]`` (a run's ``round``, else its
-    place), for the engine's paired ratios."""
-    rounds: dict[int, dict[Contender, dict[str, Any]]] = {}
+def rounds_of(rows: Sequence[Row]) -> list[dict[Contender, Run]]:
+    """The rows' runs as rounds, ``[{contender: run}]`` (by each run's ``round``), for the
+    engine's paired ratios."""
+    rounds: dict[int, dict[Contender, Run]] = {}
     for row in rows:
-        for i, run in enumerate(row.runs):
-            rounds.setdefault(run.get("round", i), {})[row.contender] = run
+        for run in row.runs:
+            rounds.setdefault(run.round, {})[row.contender] = run
     return [rounds[r] for r in sorted(rounds)]
 
 
-def speed(run: dict[str, Any]) -> float | None:
+def speed(run: Run) -> float | None:
     """Steps per second of a run by its mean step (None: it failed)."""
-    return None if run.get("error") or not run.get("mean_s") else 1.0 / run["mean_s"]
+    mean = run.figure("mean_s")
+    return None if run.error or not mean else 1.0 / mean

@@ -15,6 +15,10 @@ front end over two shared parts:
   never hands back settings slower than the defaults and one lucky window wins nothing; a
   candidate that fails (XLA not available on the device, a precision the device can't run...)
   is recorded with the reason and skipped; a run that cannot win is stopped early;
+* the budget is the wall time of the whole call: where the target can be rebuilt in fresh
+  processes, the pick is confirmed there (``toolkit.search.fresh``) inside the budget when
+  the rounds fit in half of it; where they do not, the first line says how long confirming
+  will take, and how to skip it, and that time bounds it (:class:`Plan`);
 * the winner is cached (``toolkit.core.cache``, ``$TOOLKIT_CACHE_DIR/tune.json``) under a key of
   the model's configuration, the input's spec and batch size, the backend, and the machine (CPU
   model, devices, framework and toolkit versions): a new TF version is a new key.
@@ -37,19 +41,22 @@ from toolkit import backend
 from toolkit.core import machine
 from toolkit.core import progress as tk_progress
 from toolkit.core.cache import Cache
-from toolkit.report._ledger import format_s
+from toolkit.core.terminal import Block, markdown
 from toolkit.runner.config import SEARCHED_SETTINGS, SearchContext, TrainConfig
+from toolkit.search import _tune_screen as screen
+from toolkit.search import fresh as fr
 from toolkit.search.engine import (
     FINALISTS,
     Candidate,
     Space,
     Trial,
     Untried,
+    WholeRun,
     figure,
     search,
     whole_run,
 )
-from toolkit.search.fresh import FRESH, THIS_PROCESS, Gain, confirm_fresh, fresh_steps
+from toolkit.search.fresh import FRESH, THIS_PROCESS, Gain
 from toolkit.search.rounds import confirm
 from toolkit.search.workload import Workload, apply, workload
 
@@ -62,8 +69,10 @@ __all__ = [
 
 CACHE_FILE = "tune.json"
 _CACHE = Cache(CACHE_FILE)
-SEARCH_SHARE = 0.7  # of the budget for the search; the rest is for the head-to-head
+SEARCH_SHARE = 0.7  # of the search's budget for the search; the rest is for the head-to-head
 SEARCH_CALLS = 1  # timed executions per candidate in the search (at least `steps` steps)
+CONFIRM_SHARE = 0.5  # the fresh rounds' planned time fits the budget when at most this share
+SKIP = "confirm=False"  # how a caller skips the fresh rounds, as the first line says it
 
 
 def default_space(
@@ -78,6 +87,56 @@ def default_space(
     return Space(**{name: how.values(ctx) for name, how in SEARCHED_SETTINGS})
 
 
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How one :func:`tune` spends its time, said in its first line: the `budget_s` asked
+    for, and the fresh rounds' time `confirm_s` (0: none), inside the budget (`inside`) or,
+    where they do not fit half of it, after it, announced. `run_s`: one fresh run, estimated;
+    `window_s`: a fresh run's timed window."""
+
+    budget_s: float
+    confirm_s: float = 0.0
+    inside: bool = True
+    run_s: float = 0.0
+    window_s: float = fr.FRESH_WINDOW_S
+
+    @classmethod
+    def of(cls, budget_s: float, fresh: bool, start_s: float | None = None) -> Plan:
+        """The plan for a budget, with fresh rounds or without: :data:`fresh.PLANNED_ROUNDS`
+        rounds of two runs, each a fresh process's start (`start_s`; default: this
+        process's, :func:`fresh.start_estimate`), its compile and warm-up, and its window."""
+        window = fr.window_s(budget_s)
+        if not fresh:
+            return cls(budget_s, window_s=window)
+        run = (fr.start_estimate() if start_s is None else start_s) + 3 * window
+        need = fr.PLANNED_ROUNDS * 2 * run
+        return cls(budget_s, need, need <= CONFIRM_SHARE * budget_s, run, window)
+
+    @property
+    def search_s(self) -> float:
+        """The search's and its head-to-head's share."""
+        return self.budget_s - self.confirm_s if self.inside else self.budget_s
+
+    @property
+    def total_s(self) -> float:
+        """The whole call, as announced: the budget, or the budget and the fresh rounds."""
+        return self.budget_s if self.inside else self.budget_s + self.confirm_s
+
+    def first_line(self, skip: str = SKIP) -> str:
+        """What the call will take, said before anything runs (empty: just the budget)."""
+        if not self.confirm_s:
+            return ""
+        if self.inside:
+            return (
+                f"tune: {self.budget_s:.0f} s in all: a search, then its pick confirmed in "
+                "fresh processes"
+            )
+        return (
+            f"tune: {self.budget_s:.0f} s search + up to {self.confirm_s:.0f} s confirming the "
+            f"pick ({skip} skips it)"
+        )
+
+
 @dataclasses.dataclass
 class TuneResult:
     """The winner, every trial, and where the answer came from."""
@@ -86,12 +145,14 @@ class TuneResult:
     trials: list[Trial]
     key: str
     cache_hit: bool
-    seconds: float
+    seconds: float  # the whole call: search, head to head and fresh rounds
     budget_exhausted: bool = False
     # The head-to-head rounds after the search: [{label: examples/s}] per round.
     confirm_rounds: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    # Why, in short lines ("\n"-separated, each at most 80 columns): no gain figure (the
+    # table holds the search's and the head-to-head's, `gain` the one claimed).
     why: str = ""
-    # What it claims: the pick's gain over the defaults with its spread and rounds, from fresh
+    # What it claims: the pick's gain over the defaults with its range and rounds, from fresh
     # processes where it could run them, else from this process's rounds (None: no pick).
     gain: Gain | None = None
     # The fresh-process rounds that confirmed (or refused) the pick: [{label: examples/s}].
@@ -99,12 +160,15 @@ class TuneResult:
     # The fastest step and the defaults over the whole run (``engine.whole_run``): each one's
     # compile plus its steps, and where a longer compile pays for itself; None where the
     # run's length or a compile cost is unknown (ranked by the steady state, and said so).
-    run: dict[str, Any] | None = None
-    # For the target it answers (not kept in the cache or the report): how to apply the
-    # winner (a recipe's flags, or your model's compile arguments) and the batch in words.
+    run: WholeRun | None = None
     # What the budget had no room for (``engine.Untried``): said in `why` with the budget
     # that would try it.
     untried: list[Untried] = dataclasses.field(default_factory=list)
+    # The budget asked for, and the fresh rounds' time announced beyond it (0: none).
+    budget_s: float | None = None
+    announced_s: float = 0.0
+    # For the target it answers (not kept in the cache or the report): how to apply the
+    # winner (a recipe's flags, or your model's compile arguments) and the batch in words.
     how_to_apply: str = dataclasses.field(default="", compare=False)
     batch_size: int | None = dataclasses.field(default=None, compare=False)
     batch_words: str = dataclasses.field(default="", compare=False)
@@ -148,7 +212,7 @@ class TuneResult:
             # "gain" and "why", not as a claim).
             "gain_words": self.gain.words() if self.gain is not None and self.picked else None,
             "fresh_rounds": self.fresh_rounds,
-            "run": self.run,
+            "run": self.run.to_dict() if self.run is not None else None,
             "untried": [u.to_dict() for u in self.untried],
         }
 
@@ -165,49 +229,41 @@ class TuneResult:
             )
             for i, t in enumerate(d["trials"])
         ]
+        budget = d.get("budget_s")
         return cls(
             Candidate.from_dict(d["best"], "best"), trials, d["key"], cache_hit,
             figure(d["seconds"], "seconds"),
             d.get("budget_exhausted", False), list(d.get("confirm_rounds") or []),
             d.get("why", ""), Gain.from_dict(d.get("gain")), list(d.get("fresh_rounds") or []),
-            d.get("run") if isinstance(d.get("run"), dict) else None,
-            _untried_of(d.get("untried")),
+            WholeRun.from_dict(d.get("run")), _untried_of(d.get("untried")),
+            budget if isinstance(budget, int | float) else None,
+            float(d.get("announced_s") or 0.0),
         )  # fmt: skip
 
-    def table(self) -> str:
-        """The trials as a Markdown table, fastest first, failures last."""
-        base = self.defaults_rate
-        rows = sorted(
-            self.trials,
-            key=lambda t: -(t.examples_per_sec or -1.0),
-        )
-        lines = [
-            "| settings | examples/s | spread | runs | vs defaults | compile | note |",
-            "|---|---:|---:|---:|---:|---:|---|",
-        ]
-        for t in rows:
-            if t.examples_per_sec is None:
-                lines.append(f"| {t.candidate.label()} | — | — | 0 | — | — | failed: {t.error} |")
-                continue
-            ratio = f"{t.examples_per_sec / base:.2f}×" if base else "—"
-            note = "defaults" if t is self.trials[0] else ""
-            if t.candidate == self.best:
-                note = (note + ", " if note else "") + "**chosen**"
-            compiled = format_s(t.compile_s) if t.compile_s is not None else "—"
-            lines.append(
-                f"| {t.candidate.label()} | {t.examples_per_sec:,.1f} | {t.spread() or '—'} | "
-                f"{len(t.rates)} | {ratio} | {compiled} | {note} |"
+    def table(self) -> list[Block]:
+        """The screen: the trials as a table (fastest first, failures last: the search's and
+        the head-to-head's figures, labelled), then the pick in Keras's words, why in short
+        lines, and the one claimed gain. ``terminal.show`` renders it for a terminal,
+        ``terminal.markdown`` for a file."""
+        return screen.screen(self)
+
+    def markdown(self) -> str:
+        """:meth:`table` as Markdown."""
+        return markdown(self.table())
+
+    def took(self) -> str:
+        """How long the call took against what it was given: ``29.4 s of a 30 s budget``, or
+        with the fresh rounds announced beyond it."""
+        if self.cache_hit:
+            return "cache"
+        if self.budget_s is None:
+            return f"searched in {self.seconds:.1f} s"
+        if self.announced_s and self.fresh_rounds:
+            return (
+                f"{self.seconds:.1f} s: a search of {self.budget_s:.0f} s, then up to "
+                f"{self.announced_s:.0f} s confirming"
             )
-        if self.confirm_rounds:
-            lines.append(
-                f"\n{len(self.confirm_rounds)} head-to-head round(s) after the search "
-                f"(examples/s: median of every run; vs defaults: of all runs). {self.why}"
-            )
-        elif self.why:
-            lines.append(f"\n{self.why}")
-        if self.gain is not None and self.picked:
-            lines.append(f"claimed gain: {self.gain.words()}")
-        return "\n".join(lines)
+        return f"{self.seconds:.1f} s of a {self.budget_s:.0f} s budget"
 
 
 def _untried_of(entries: Any) -> list[Untried]:
@@ -226,8 +282,9 @@ def _untried_of(entries: Any) -> list[Untried]:
 
 
 def untried_words(untried: Sequence[Untried], defaults: Candidate) -> str:
-    """What the budget left untried, each with what it needs and the budget that tries it:
-    ``xla not tried: its compile needs about 9 s; a 60 s budget tries it``."""
+    """What the budget left untried, a line each in Keras's words, with what it needs and the
+    budget that tries it: ``not tried: jit_compile=True (XLA) (its compile needs about 9 s;
+    a 60 s budget tries it)``."""
     said = []
     for u in sorted(untried, key=lambda u: u.needs_s)[:3]:
         needs = (
@@ -237,16 +294,15 @@ def untried_words(untried: Sequence[Untried], defaults: Candidate) -> str:
         )
         budget = 10 * math.ceil(u.budget_s() / 10)
         tries = f"a {budget} s budget tries it"
-        said.append(f"{u.candidate.changes(defaults)} not tried: {needs}; {tries}")
+        what = ", ".join(screen.keras_words(u.candidate, defaults)) or u.candidate.label()
+        said.append(f"not tried: {what} ({needs}; {tries})")
     more = len(untried) - len(said)
-    return "; ".join(said) + (f" (and {more} more)" if more > 0 else "")
+    return "\n".join(said) + (f" (and {more} more)" if more > 0 else "")
 
 
 def check_budget(budget_s: Any, steps: Any = 1) -> None:
     """ValueError naming the argument (and its flag) for a budget or step count a search
     cannot run on: below --tune_budget's least, not finite, not a number."""
-    import math
-
     from toolkit.core.checks import ConfigError, argument, check_number
     from toolkit.runner.flags import MIN_TUNE_BUDGET_S
 
@@ -272,6 +328,9 @@ def tune(
     use_cache: bool = True,
     progress: Callable[[str], Any] | None = None,
     fresh: Any = None,
+    confirm: bool = True,
+    skip_words: str = SKIP,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> TuneResult:
     """Finds the fastest settings for a recipe's Task, or for your own compiled model on your
     own batched data (see the module docstring).
@@ -295,39 +354,67 @@ def tune(
         config: the base ``TrainConfig`` (device, batch size, data...). Defaults to
             ``TrainConfig()``.
         space: what to search. Defaults to :func:`default_space` for the device.
-        budget_s: seconds the search may take (the defaults are always measured). The
-            fresh-process check of a pick comes after it: 3–5 rounds of two runs.
+        budget_s: seconds the whole call may take, the fresh-process check of a pick
+            included. Where that check does not fit half of it, the first line says how long
+            it will take after the budget (and `skip_words`, how to skip it), and that bounds
+            it (:class:`Plan`).
         steps: timed steps per candidate. Defaults to `48`.
         use_cache: read and write the cache. Defaults to `True`.
         progress: called with one line per candidate. Defaults to ``toolkit.core.progress.say``
-            (stderr) with a bar of the budget on a terminal.
+            (stderr) with a bar of the call's seconds on a terminal.
         fresh: where the pick is confirmed in fresh processes before it is cached
             (``toolkit.search.fresh``): the recipe's name, ``"module:function"`` returning
             your compiled model and data, that function, or a ``Target`` with the recipe's
             arguments and settings. The verbs and ``--autotune`` pass it. None: your model in
             memory cannot be rebuilt elsewhere, so the gain claimed is this process's rounds,
             and says so.
+        confirm: False skips the fresh-process check: the gain claimed is this process's.
+        skip_words: how your caller skips the check, as the first line says it (the tune
+            verb: ``--no_confirm``).
+        clock: seconds, for the budget (tests inject one).
 
     Only settings the run they are for can time are searched, picked and applied: a loop
     longer than an epoch, or one whose run is a first call and a warm-up, is left out
     (``engine.RunShape``, from ``config.epochs`` and the epoch's length).
     """
+    start = clock()
     check_budget(budget_s, steps)  # as the command line refuses them, before anything runs
     fresh_target = _fresh_target(fresh)  # a bad one is refused now, not after the search
     target, data, fresh_target, no_fresh = _built(target, data, fresh_target)
     # A Task's data is made once for the search, and its finalists stay built for the rounds.
     work = workload(target, data, config, resident=True, keep=FINALISTS)
-    run = _Tuning(
-        work, budget_s, steps, progress, length_known=work.length_known(config is not None)
-    )
+    run = _Tuning(work, budget_s, steps, progress, work.length_known(config is not None),
+                  clock=clock, start=start)  # fmt: skip
     run.no_fresh = no_fresh or work.fresh_words()
+    if not confirm:
+        fresh_target, run.no_fresh = None, f"{skip_words}: skipped"
     try:
-        hit = run.cached() if use_cache else None
-        if hit is not None:
-            return hit.applied_to(work)
-        trials, best, rounds, why, untried = run.search(space)
+        return _tuned(run, work, space, fresh_target, use_cache, skip_words)
     finally:
         run.close()
+
+
+def _tuned(
+    run: _Tuning,
+    work: Workload,
+    space: Space | None,
+    fresh_target: Any,
+    use_cache: bool,
+    skip_words: str,
+) -> TuneResult:
+    """:func:`tune`'s phases: the cached answer, if it answers this run; else the plan said,
+    the search and its head-to-head rounds, the pick settled over the whole run and in fresh
+    processes, the answer cached."""
+    hit, said = run.cached() if use_cache else (None, [])
+    if hit is not None:
+        return hit.applied_to(work)
+    run.begin(Plan.of(run.budget_s, fresh_target is not None), skip_words)
+    for line in said:
+        run.report(line)
+    try:
+        trials, best, rounds, why, untried = run.search(space)
+    finally:
+        work.close()  # its models and data let go before the fresh processes start
     result = run.settle(trials, best, rounds, why, untried, fresh_target)
     if use_cache:
         run.store(result)
@@ -336,9 +423,10 @@ def tune(
 
 class _Tuning:
     """One :func:`tune`'s phases over its workload, in order: the cached answer, if it
-    answers this run; the search and its head-to-head rounds; the pick settled over the whole
-    run and in fresh processes; the answer cached. Holds what they share: the clock, the
-    budget, the progress lines and the bar of the budget's seconds (on a terminal)."""
+    answers this run; the plan said; the search and its head-to-head rounds; the pick settled
+    over the whole run and in fresh processes; the answer cached. Holds what they share: the
+    clock, the budget and its plan, the progress lines and the bar of the call's seconds (on
+    a terminal), which counts what the lines' ``[k | t/T s]`` count."""
 
     def __init__(
         self,
@@ -347,22 +435,42 @@ class _Tuning:
         steps: int,
         progress: Callable[[str], Any] | None,
         length_known: bool,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        start: float | None = None,
     ) -> None:
         self.work, self.budget_s, self.steps = work, budget_s, steps
-        self.start = time.perf_counter()
+        self.clock = _Clock(clock)
+        self.start = clock() if start is None else start
         self.defaults = work.defaults()
         self.key, self.facts = cache_key(work)
         self.shape = work.run_shape()
         self.length_known = length_known  # your model's run is as long as its config says
-        self.bar = tk_progress.bar(round(budget_s), "tune", unit="s", enabled=progress is None)
+        self.plan = Plan(budget_s)
+        self.bar_wanted = progress is None
+        self.bar = tk_progress.bar(None, "tune", unit="s", enabled=False)
         self.say = progress or tk_progress.say
         self.interrupted: list[str] = []  # fresh runs a signal or the timeout ended
         self.no_fresh = work.fresh_words()  # why no fresh process confirms a pick
 
+    def begin(self, plan: Plan, skip_words: str = SKIP) -> None:
+        """The search starts under `plan`: its first line said, the bar of its seconds."""
+        self.plan = plan
+        self.bar = tk_progress.bar(round(plan.total_s), "tune", unit="s", enabled=self.bar_wanted)
+        first = plan.first_line(skip_words)
+        if first:
+            self.report(first)
+
+    def elapsed(self) -> float:
+        """Seconds since the call began, by the clock's latest reading: what the latest
+        progress line counted."""
+        return self.clock.last - self.start
+
     def report(self, line: str) -> None:
-        """A progress line, and the bar moved to the seconds spent (whole ones)."""
+        """A progress line, and the bar moved to the seconds its ``t/T s`` says (the clock's
+        latest reading, rounded as the line rounds it)."""
         self.say(line)
-        self.bar.advance_to(int(min(time.perf_counter() - self.start, self.budget_s)))
+        self.bar.advance_to(min(int(f"{max(self.elapsed(), 0.0):.0f}"), round(self.plan.total_s)))
 
     def measure(self, candidate: Candidate, calls: int = 3) -> float:
         return self.work.rate(candidate, self.steps, calls)
@@ -371,48 +479,74 @@ class _Tuning:
         self.bar.close()
         self.work.close()
 
-    def cached(self) -> TuneResult | None:
-        """The cached answer when it fits this run and came from a search no shallower."""
+    def cached(self) -> tuple[TuneResult | None, list[str]]:
+        """The cached answer when it fits this run and came from a search no shallower; else
+        None and why the search runs again (lines, said after the plan's)."""
         hit = cached(self.key)
         if hit is None:
-            return None
+            return None, []
         why_not = self.shape.why_not(hit.best) if self.shape is not None else None
         shallower = _shallower(self.key, self.budget_s)
         if why_not is None and shallower is None:
             self.report(f"tune: cached result for this model, input and machine ({self.key})")
-            return hit
-        if why_not is not None:
-            self.report("tune: the cached pick does not fit this run: searching")
-            self.report(f"  ({why_not})")  # its own line: each fits an 80-column terminal
-        else:
-            self.report(f"tune: the cached search {shallower}: searching again")
-        return None
+            return hit, []
+        if why_not is not None:  # each its own line: each fits an 80-column terminal
+            return None, [
+                "tune: the cached pick does not fit this run: searching",
+                f"  ({why_not})",
+            ]
+        return None, [f"tune: the cached search {shallower}: searching again"]
 
     def search(
         self, space: Space | None
     ) -> tuple[list[Trial], Candidate, list[dict[str, float]], str, list[Untried] | None]:
-        """The search in its share of the budget, then the head-to-head rounds in the rest:
+        """The search in its share of the plan's, then the head-to-head rounds in the rest:
         ``(trials, pick, rounds, why, what the budget left untried)``: None where only the
-        rounds ran out of it."""
-        work, budget_s = self.work, self.budget_s
+        rounds ran out of it. The fresh rounds' time, inside the budget, is held back only
+        while a candidate beats the defaults (with nothing to confirm, the search may use
+        it)."""
+        work, plan, clock = self.work, self.plan, self.clock
         work.prepare(self.steps)  # (your generator: read once here, replayed by every candidate)
         first = None
         if space is None:  # measure the defaults first: their step time shapes the space
-            self.say(f"tune: measuring the defaults first (budget {budget_s:.0f} s)")
-            first, space = _defaults_then_space(work, self.measure, budget_s, self.report)
+            if not plan.confirm_s:
+                self.report(f"tune: measuring the defaults first (budget {plan.budget_s:.0f} s)")
+            first, space = _defaults_then_space(work, self.measure, self.clock, self.start,
+                                                plan.total_s, self.report)  # fmt: skip
         if self.shape is not None and space.run is None:  # only loops the run can time
             space = dataclasses.replace(space, run=self.shape)
-        own = (self.defaults, space.defaults())
+        searching, sampling = self._measurers(first, (self.defaults, space.defaults()))
+        fresh_inside = plan.confirm_s if plan.inside else 0.0
+        trials, untried = search(
+            searching, space, budget_s=plan.budget_s,
+            progress=self.report, first=first, spent_s=clock() - self.start,
+            shown_budget_s=plan.total_s, compile_of=work.compile_s, sample=sampling,
+            reserve_s=plan.search_s * (1 - SEARCH_SHARE) + fresh_inside, clock=clock,
+        )  # fmt: skip
+        work.deadline = self._real_deadline(plan.search_s)
+        best, rounds, why, out_of_time = confirm(
+            self.measure, trials, budget_s=plan.search_s, progress=self.report,
+            spent_s=clock() - self.start, clock=clock, shown_budget_s=plan.total_s,
+        )  # fmt: skip
+        return trials, best, rounds, why, untried if untried or not out_of_time else None
 
-        pace = {}  # the defaults' rate: a sampled window's seconds in steps
+    def _measurers(
+        self, first: Trial | None, own: tuple[Candidate, Candidate]
+    ) -> tuple[Callable[[Candidate, int | None], float], Callable[[Candidate, float], float]]:
+        """The search's measuring of a candidate (a run past what the plan gives the search
+        stops after its current call; the defaults always run whole: every pick is judged
+        against them), and its sampling over a shorter window at the defaults' pace."""
+        work, plan = self.work, self.plan
+        pace = {"rate": first.examples_per_sec} if first is not None else {}
+        beaten: list[bool] = []  # whether a candidate beat the defaults' rate so far
 
         def searching(candidate: Candidate, steps: int | None = None) -> float:
-            # A run past the search's share of the budget stops after its current call
-            # (the defaults always run whole: every pick is judged against them).
-            if candidate not in own:  # (the rounds' share, where nothing beat the defaults)
-                work.deadline = self.start + budget_s
+            if candidate not in own:  # (the reserves' share, where nothing beat the defaults)
+                work.deadline = self._real_deadline(plan.search_s if beaten else plan.budget_s)
             rate = self.work.rate(candidate, steps or self.steps, SEARCH_CALLS)
             pace.setdefault("rate", rate)  # finalists: 3 calls head to head
+            if candidate not in own and rate > pace["rate"]:
+                beaten.append(True)
             return rate
 
         def sampling(candidate: Candidate, window_s: float) -> float:
@@ -421,19 +555,12 @@ class _Tuning:
             steps = int(window_s * pace.get("rate", 0.0) / max(batch, 1) / 2)
             return searching(candidate, max(1, min(steps, self.steps)))
 
-        if first is not None:
-            pace["rate"] = first.examples_per_sec
-        trials, untried = search(
-            searching, space, budget_s=budget_s, progress=self.report, first=first,
-            spent_s=time.perf_counter() - self.start, compile_of=work.compile_s,
-            sample=sampling, reserve_s=budget_s * (1 - SEARCH_SHARE),
-        )  # fmt: skip
-        work.deadline = self.start + budget_s
-        best, rounds, why, out_of_time = confirm(
-            self.measure, trials, budget_s=budget_s, progress=self.report,
-            spent_s=time.perf_counter() - self.start,
-        )  # fmt: skip
-        return trials, best, rounds, why, untried if untried or not out_of_time else None
+        return searching, sampling
+
+    def _real_deadline(self, seconds: float) -> float:
+        """`seconds` after the call began, on ``time.perf_counter`` (what the workload's runs
+        read), whatever clock the plan counts on."""
+        return time.perf_counter() + (self.start + seconds - self.clock())
 
     def settle(
         self,
@@ -445,7 +572,8 @@ class _Tuning:
         fresh_target: Any,
     ) -> TuneResult:
         """The pick over the whole run (a compile the run cannot pay back hands the defaults
-        back), then confirmed in fresh processes where the target can be rebuilt there."""
+        back), then confirmed in fresh processes where the target can be rebuilt there, in
+        what the plan left of the call."""
         work, defaults = self.work, self.defaults
         for t in trials:
             t.compile_s = work.compile_s(t.candidate)
@@ -453,23 +581,64 @@ class _Tuning:
         steps_run = work.run_steps(defaults) if self.length_known else None
         fastest = best
         best, run_words, run_facts = whole_run_choice(trials, defaults, best, steps_run, batch)
-        if best != fastest and why.startswith("chosen: "):  # the rounds' winner, not chosen
-            why = "head to head: " + why.removeprefix("chosen: ")
-        why = _joined(_joined(why, run_words), untried_words(untried or [], defaults))
+        lines = [ln.replace("chosen: ", "in this process: ") for ln in why.split("; ") if ln]
+        if best != fastest:  # the rounds' winner, not chosen
+            lines = [ln.replace("in this process: ", "head to head: ") for ln in lines]
+        lines += [run_words, untried_words(untried or [], defaults)]
         gain = _in_process_gain(rounds, defaults, best, trials)
         fresh_rounds: list[dict[str, float]] = []
+        exhausted = untried != []
         if best != defaults and fresh_target is not None:
-            best, gain, fresh_rounds, words = _confirm_fresh(
-                fresh_target, work, trials, defaults, best, self.steps, self.say,
-                self.interrupted,
-            )  # fmt: skip
-            why = _joined(why, words)
+            found = self.confirm_fresh(fresh_target, trials, best)
+            best, gain, fresh_rounds = found.pick, found.gain, found.rounds
+            lines += [*found.words, *self.fresh_words(found)]
+            exhausted = exhausted or found.out_of_time
         elif best != defaults:
-            why = _joined(why, f"not run in fresh processes ({self.no_fresh})")
+            lines.append(f"not run in fresh processes ({self.no_fresh})")
         return TuneResult(
-            best, trials, self.key, False, time.perf_counter() - self.start, untried != [],
-            rounds, why, gain, fresh_rounds, run_facts, list(untried or []),
+            best, trials, self.key, False, self.clock() - self.start, exhausted, rounds,
+            "\n".join(ln for ln in lines if ln), gain, fresh_rounds, run_facts,
+            list(untried or []), self.budget_s,
+            0.0 if self.plan.inside else self.plan.confirm_s,
         )  # fmt: skip
+
+    def confirm_fresh(self, fresh: Any, trials: list[Trial], best: Candidate) -> fr.Confirmation:
+        """The pick against the defaults in fresh processes (``toolkit.search.fresh``), in
+        what the plan left of the call; runs a signal or the timeout ended go to
+        `interrupted`."""
+        work, defaults, plan = self.work, self.defaults, self.plan
+        rates = {t.candidate: t.examples_per_sec for t in trials}
+        batch = work.batch_size or work.config.batch_size
+        # Each run's window at its own rate (sized at the defaults', a 2× pick timed half of
+        # it) and its own batch; a candidate the search did not time takes the slower rate.
+        timed = [r for r in (rates.get(defaults), rates.get(best)) if r]
+        length, run_s = {}, {}
+        for c in (defaults, best):
+            rate = rates.get(c) or min(timed, default=None)
+            length[c] = fr.fresh_steps(c, rate, c.batch_size or batch, self.steps, plan.window_s)
+            compile_s = next((t.compile_s for t in trials if t.candidate == c), None)
+            run_s[c] = (plan.run_s or fr.FRESH_START_S) + (compile_s or 0.0)
+        timing = fr.Timing(self.start + plan.total_s, self.clock, run_s, self.start, plan.total_s)
+        self.report(f"tune: confirming {best.label()} in {FRESH}")
+        return fr.confirm_fresh(
+            fresh, defaults, best, backend=backend.name(), device=work.config.device,
+            steps=length, progress=self.report, interrupted=self.interrupted, timing=timing,
+        )  # fmt: skip
+
+    def fresh_words(self, found: fr.Confirmation) -> list[str]:
+        """What the time given let the fresh rounds tell, where they did not confirm the
+        pick: none fit (and the budget that fits them), or the smallest gain this machine's
+        noise lets that time confirm."""
+        if found.pick != self.defaults or (found.gain is not None and found.gain.answered):
+            return []
+        plan = self.plan
+        if not found.rounds and found.out_of_time:
+            needs = 10 * math.ceil((plan.budget_s + 2 * fr.PLANNED_ROUNDS * plan.run_s) / 10)
+            return [
+                f"no fresh round fit the time left (a round here takes about "
+                f"{2 * plan.run_s:.0f} s); a {needs} s budget confirms it"
+            ]
+        return [fr.noise_words(found.gain, plan.confirm_s or plan.total_s)]
 
     def store(self, result: TuneResult) -> None:
         """Caches `result` with the budget it had (a more thorough search is not answered
@@ -480,13 +649,24 @@ class _Tuning:
                 "the timeout measured nothing; run again for an answer to keep"
             )
             return
-        entry = {**result.to_dict(), "cache_hit": False, "budget_s": self.budget_s}
+        entry = {
+            **result.to_dict(), "cache_hit": False, "budget_s": self.budget_s,
+            "announced_s": result.announced_s,
+        }  # fmt: skip
         if not _CACHE.put(result.key, self.facts, entry):
             self.say(f"tune: not cached: cannot write {_CACHE.path} (set TOOLKIT_CACHE_DIR)")
 
 
-def _joined(why: str, words: str) -> str:
-    return f"{why}; {words}" if why and words else why or words
+class _Clock:
+    """A clock that keeps its latest reading (`last`): the bar moves to what the latest
+    progress line counted."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.read, self.last = clock, clock()
+
+    def __call__(self) -> float:
+        self.last = self.read()
+        return self.last
 
 
 def whole_run_choice(
@@ -495,11 +675,11 @@ def whole_run_choice(
     best: Candidate,
     steps: int | None,
     batch: int,
-) -> tuple[Candidate, str, dict[str, Any] | None]:
+) -> tuple[Candidate, str, WholeRun | None]:
     """The pick against the defaults over a whole run of `steps` steps of `batch` examples
     (``engine.whole_run``): a pick whose longer compile the run is too short to pay back
-    hands the defaults back. Returns the choice, its words and the figures (None: ranked by
-    the steady state, the words say why)."""
+    hands the defaults back. Returns the choice, its words (short lines) and the figures
+    (None: ranked by the steady state, the words say why)."""
     if best == defaults:
         return best, "", None
     by = {t.candidate: t for t in trials}
@@ -509,29 +689,8 @@ def whole_run_choice(
     if facts is None:
         why = "the run's length is unknown" if not steps else "a compile cost was not measured"
         return best, f"ranked by the steady state ({why})", None
-    run = f"whole run of {facts['steps']:,} steps: {format_s(facts['pick_s'])} vs the defaults' "
-    run += format_s(facts["defaults_s"])
-    even, extra = facts["break_even_steps"], facts["extra_compile_s"]
-    if not facts["pick_wins"]:
-        after = f"after {even:,} steps" if even else "never"
-        return (
-            defaults,
-            (
-                f"{best.label()} is faster a step, but its compile costs {format_s(extra)} more "
-                f"and pays for itself {after}: the defaults finish this run first ({run})"
-            ),
-            facts,
-        )
-    if extra > 0 and even:
-        return (
-            best,
-            (
-                f"its compile costs {format_s(extra)} more and pays for itself after {even:,} "
-                f"steps ({run})"
-            ),
-            facts,
-        )
-    return best, run, facts
+    words = "\n".join(screen.whole_run_lines(facts, facts.pick_wins))
+    return (best if facts.pick_wins else defaults), words, facts
 
 
 def _built(target: Any, data: Any, fresh: Any) -> tuple[Any, Any, Any, str | None]:
@@ -579,10 +738,11 @@ def _in_process_gain(
 ) -> Gain | None:
     """The pick's paired ratios over this process's head-to-head rounds (none ran: its
     search window's, one round, said as not confirmed)."""
+    from toolkit.search.rounds import paired_ratios
+
     if best == defaults:
         return None
-    base, mine = defaults.label(), best.label()
-    ratios = [r[mine] / r[base] for r in rounds if r.get(base) and r.get(mine)]
+    ratios = paired_ratios(rounds, defaults.label(), best.label())
     if not ratios and trials:  # no round fit the budget: the search's one window each
         by = {t.candidate: t.examples_per_sec for t in trials}
         if by.get(defaults) and by.get(best):
@@ -590,47 +750,24 @@ def _in_process_gain(
     return Gain.of(ratios, THIS_PROCESS)
 
 
-def _confirm_fresh(
-    fresh: Any,
-    work: Workload,
-    trials: list[Trial],
-    defaults: Candidate,
-    best: Candidate,
-    steps: int,
-    say: Callable[[str], Any],
-    interrupted: list[str],
-) -> tuple[Candidate, Gain | None, list[dict[str, float]], str]:
-    """The pick against the defaults in fresh processes (``toolkit.search.fresh``); runs a
-    signal or the timeout ended go to `interrupted`."""
-    rates = {t.candidate: t.examples_per_sec for t in trials}
-    batch = work.batch_size or work.config.batch_size
-    # Each run's window at its own rate (sized at the defaults', a 2× pick timed half of it)
-    # and its own batch; a candidate the search did not time takes the slower known rate.
-    timed = [r for r in (rates.get(defaults), rates.get(best)) if r]
-    length = {
-        c: fresh_steps(c, rates.get(c) or min(timed, default=None), c.batch_size or batch, steps)
-        for c in (defaults, best)
-    }
-    say(f"tune: confirming {best.label()} in {FRESH}")
-    return confirm_fresh(
-        fresh, defaults, best, backend=backend.name(), device=work.config.device,
-        steps=length, progress=say, interrupted=interrupted,
-    )  # fmt: skip
-
-
 def _defaults_then_space(
     work: Workload,
     measure: Callable[[Candidate], float],
-    budget_s: float,
+    clock: Callable[[], float],
+    start: float,
+    shown_s: float,
     report: Callable[[str], Any],
 ) -> tuple[Trial, Space]:
     """The defaults' trial, and the space their step time shapes (cut, for your compiled
-    model, to what it can change without a rebuild)."""
+    model, to what it can change without a rebuild). Its line counts the call's seconds
+    against `shown_s`, as every line of one tune does."""
     defaults = work.defaults()
-    t0 = time.perf_counter()
+    t0 = clock()
     rate = measure(defaults)
-    first = Trial(defaults, rate, time.perf_counter() - t0, compile_s=work.compile_s(defaults))
-    report(f"[1 | {first.seconds:.0f}/{budget_s:.0f} s] {defaults.label()}: {rate:,.1f} examples/s")
+    first = Trial(defaults, rate, clock() - t0, compile_s=work.compile_s(defaults))
+    report(
+        f"[1 | {clock() - start:.0f}/{shown_s:.0f} s] {defaults.label()}: {rate:,.1f} examples/s"
+    )
     space = default_space(
         work.device,
         step_s=(defaults.batch_size or work.config.batch_size) / rate,

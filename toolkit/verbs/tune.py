@@ -21,6 +21,12 @@ def options(p: argparse.ArgumentParser) -> None:
     add_target(p, "tune")
     p.add_argument("--refresh", action="store_true", help="search again, ignoring the cache")
     p.add_argument(
+        "--no_confirm",
+        action="store_true",
+        help="skip confirming the pick in fresh processes (the gain claimed is then this "
+        "process's own, said unconfirmed)",
+    )
+    p.add_argument(
         "--across_backends",
         action="store_true",
         help="the backend as one more axis: a search per installed backend (each a fresh "
@@ -40,10 +46,10 @@ def run(args: argparse.Namespace) -> int:
     parsed, measured, data = target_of(args)
     result = search(
         measured, data, config=parsed.config, budget_s=parsed.flag_values.tune_budget,
-        use_cache=not args.refresh, fresh=parsed.target,
+        use_cache=not args.refresh, fresh=parsed.target, confirm=not args.no_confirm,
+        skip_words="--no_confirm",
     )  # fmt: skip
-    source = "cache" if result.cache_hit else f"searched in {result.seconds:.1f} s"
-    print(f"tune: {parsed.what}, batch {result.batch_words} ({source})")
+    print(f"tune: {parsed.what}, batch {result.batch_words} ({result.took()})")
     print(terminal.show(result.table()))
     # A command line to copy: whole in a log, folded with "\\" on a terminal (pastes whole).
     print(terminal.fit_command(f"best: {result.how_to_apply}", terminal.width()))

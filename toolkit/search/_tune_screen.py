@@ -1,0 +1,155 @@
+"""What a tune result shows a person: the table of what was measured, labelled for what each
+figure is, then short lines (80 columns at most) in words a Keras user knows, and one claimed
+gain. Every figure comes from the result's records (``Trial``, ``Gain``, ``WholeRun``), each
+said by one function here; the terminal and Markdown edges render the blocks
+(``toolkit.core.terminal.show`` and ``markdown``).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from toolkit.core.stats import median
+from toolkit.core.terminal import Block, Table
+from toolkit.report._ledger import format_s
+from toolkit.search.engine import Candidate, Trial, WholeRun
+from toolkit.search.fresh import Gain
+from toolkit.search.rounds import paired_ratios
+
+__all__: list[str] = []  # tune's own
+
+WIDTH = 80  # a line of words at most this wide: an 80-column terminal shows it whole
+HEADERS = (
+    "settings", "examples/s", "spread", "runs", "vs defaults (medians)",
+    "head to head (paired)", "compile", "note",
+)  # fmt: skip
+RIGHT = (1, 2, 3, 4, 5, 6)
+
+
+def table(trials: Sequence[Trial], best: Candidate, rounds: Sequence[dict[str, float]]) -> Table:
+    """The trials, fastest first, failures last: each one's examples/s (the median of its
+    runs in this process), their spread, how many, the ratio of its median to the defaults',
+    its median paired ratio to the defaults over the head-to-head rounds, its compile."""
+    base = trials[0].examples_per_sec if trials else None
+    defaults = trials[0].candidate.label() if trials else ""
+    rows = []
+    for t in sorted(trials, key=lambda t: -(t.examples_per_sec or -1.0)):
+        if t.examples_per_sec is None:
+            rows.append((t.candidate.label(), "—", "—", "0", "—", "—", "—", f"failed: {t.error}"))
+            continue
+        note = ["defaults"] if t is trials[0] else []
+        if t.candidate == best:
+            note.append("chosen")
+        paired = paired_ratios(rounds, defaults, t.candidate.label())
+        rows.append((
+            t.candidate.label(), f"{t.examples_per_sec:,.1f}", t.spread() or "—",
+            str(len(t.rates)), times(t.examples_per_sec / base if base else None),
+            times(median(paired) if paired and t is not trials[0] else None),
+            format_s(t.compile_s) if t.compile_s is not None else "—", ", ".join(note),
+        ))  # fmt: skip
+    return Table.of(HEADERS, rows, RIGHT)
+
+
+def times(ratio: float | None) -> str:
+    """A ratio to the defaults as the table says it: ``1.23×`` (``—``: none)."""
+    return "—" if ratio is None else f"{ratio:.2f}×"
+
+
+def keras_words(candidate: Candidate, defaults: Candidate) -> list[str]:
+    """What `candidate` sets other than `defaults`, each in the words of Keras's own
+    arguments: ``jit_compile=True (XLA)``, ``steps_per_execution=8``, ``32 steps fused into
+    one call``, ``the mixed_bfloat16 precision policy``, ``batch_size=64``."""
+    said = []
+    for name, value in candidate.values().items():
+        if value == getattr(defaults, name):
+            continue
+        if name == "precision":
+            said.append(f"the {value} precision policy")
+        elif name == "jit_compile":
+            said.append(f"jit_compile={value}" + (" (XLA)" if value else ""))
+        elif name == "fused_steps":
+            said.append(f"{value} steps fused into one call" if value != 1 else "no fused steps")
+        else:
+            said.append(f"{name}={value}")
+    return said
+
+
+def folded(head: str, parts: Iterable[str], width: int = WIDTH) -> list[str]:
+    """`head` then `parts` joined by ``, `` in lines of at most `width` columns, a line
+    broken only between parts (the later lines indented under the first part)."""
+    parts = list(parts)
+    lines, line = [], head
+    indent = " " * min(len(head), 8)
+    for i, part in enumerate(parts):
+        piece = part + ("," if i < len(parts) - 1 else "")
+        if line.strip() and len(line) + 1 + len(piece) > width and line != head:
+            lines.append(line)
+            line = indent + piece
+        else:
+            line = f"{line} {piece}" if line else piece
+    lines.append(line)
+    return lines
+
+
+def chosen_lines(best: Candidate, defaults: Candidate, picked: bool) -> list[str]:
+    """``chosen: jit_compile=True (XLA), steps_per_execution=8,`` and on: the pick in Keras's
+    words; or the defaults kept."""
+    if not picked:
+        return ["chosen: the defaults (Keras's own settings)"]
+    return folded("chosen:", keras_words(best, defaults))
+
+
+def whole_run_lines(run: WholeRun, pick_wins: bool) -> list[str]:
+    """A pick over the whole run, in short lines: its longer compile, where that pays for
+    itself, and the run's seconds either way."""
+    after = f"after {run.break_even_steps:,} steps" if run.break_even_steps else "never"
+    totals = (
+        f"(whole run of {run.steps:,} steps: {format_s(run.pick_s)} vs the defaults' "
+        f"{format_s(run.defaults_s)})"
+    )
+    if not pick_wins:
+        return [
+            f"the pick is faster a step, but its compile costs {format_s(run.extra_compile_s)} "
+            "more",
+            f"and pays for itself {after}: the defaults finish this run first",
+            totals,
+        ]
+    if run.extra_compile_s > 0 and run.break_even_steps:
+        return [
+            f"its compile costs {format_s(run.extra_compile_s)} more and pays for itself {after}",
+            totals,
+        ]
+    return [totals.strip("()")]
+
+
+def gain_line(gain: Gain | None, picked: bool) -> str:
+    """The one gain the screen claims: the pick's, with its range, rounds and where they ran
+    (``gain: 2.77× (2.28–5.36, 5 rounds in fresh processes)``); for a pick the rounds did not
+    confirm, what they measured, said as not a gain. Empty: nothing was measured against the
+    defaults."""
+    if gain is None:
+        return ""
+    if picked:
+        return f"gain: {gain.words()}"
+    return f"not confirmed: measured {gain.words()}"
+
+
+def screen(result: Any) -> list[Block]:
+    """A :class:`~toolkit.search.tune.TuneResult` as a screen: its table, then the pick in
+    Keras's words, its one claimed gain, and why (short lines)."""
+    defaults = result.trials[0].candidate if result.trials else result.best
+    lines = chosen_lines(result.best, defaults, result.picked)
+    lines += [said for said in (gain_line(result.gain, result.picked),) if said]
+    lines += [line for line in result.why.split("\n") if line]
+    return [table(result.trials, result.best, result.confirm_rounds), "\n".join(short(lines))]
+
+
+def short(lines: Iterable[str], width: int = WIDTH) -> list[str]:
+    """Each line folded at spaces to `width` columns (a figure is never split), the rest of
+    a folded line indented."""
+    out = []
+    for line in lines:
+        out += textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False) or [""]
+    return out
