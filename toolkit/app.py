@@ -320,8 +320,9 @@ def _before_the_run(
         from toolkit.search.tune import autotune
 
         config, result = autotune(
-            task, config, budget_s=f.tune_budget, fresh=_fresh_target(build_task, config)
-        )
+            task, config, budget_s=f.tune_budget, fresh=_fresh_target(build_task, config),
+            confirm=f.tune_confirm, skip_words="--notune_confirm",
+        )  # fmt: skip
         print(terminal.show(result.table()))
         print(f"autotune: {result.best.flags()}")
         tuned = result.to_dict()

@@ -110,8 +110,15 @@ APP_FLAGS = (
         "steps) for this model, input and machine: from the cache, or search now.", SPEED,
     ),
     AppFlag(
-        "tune_budget", "float", 120.0, "Seconds the --autotune search may take.", SPEED,
-        bounds={"lower_bound": MIN_TUNE_BUDGET_S},
+        "tune_budget", "float", 120.0,
+        "Seconds --autotune may take in all, the pick's confirmation in fresh processes "
+        "included; where that does not fit, its first line says how long confirming takes.",
+        SPEED, bounds={"lower_bound": MIN_TUNE_BUDGET_S},
+    ),
+    AppFlag(
+        "tune_confirm", "bool", True,
+        "Confirm --autotune's pick in fresh processes (--notune_confirm: keep the search's "
+        "pick unconfirmed, within --tune_budget).", SPEED,
     ),
     AppFlag(
         "diagnose", "bool", False,
