@@ -185,8 +185,10 @@ def test_text_and_tables_fit_the_width_without_cutting_a_number():
     logs_slow = {"step_ms_p50": 85.965, "examples_per_sec": 372.2, "val_loss": 3.00006}
     aside = (("first call", 3.1), ("validation", 0.9), ("nothing", 0.001))
     said = epoch_line("mlp", 1, 20, 44, 7.7, logs_slow, None, aside)
+    long = epoch_line("mobilenet", 100, 100, 4400, 17.7, logs_slow, 80, aside)
+    assert all(len(row) <= 80 for row in long.split("\n")), long  # folded between its items
     assert said.startswith(
-        "mlp epoch 1/20: 44 steps in 7.70 s (first call 3.10 s, validation 0.900 s of it), "
+        "mlp epoch 1/20: 44 steps in 7.70 s (first call 3.10 s, validation 0.900 s), "
     )
     assert "nothing" not in said and said.endswith("val_loss 3.000")  # not "3": 3.00006
     steady = 7.7 - 3.1 - 0.9

@@ -174,7 +174,8 @@ class StepStats:
                 )
         if self.first_step_s is not None:
             out.append(
-                f"first step: {format_ms(self.first_step_s)} over {self.first_step_steps} step(s) "
+                f"first step: {format_duration(self.first_step_s)} over "
+                f"{self.first_step_steps} step(s) "
                 "(tracing/compilation"
                 + ("; compile cache on: may be a read" if compile_cache else "")
                 + ", not in the statistics)"
@@ -216,6 +217,15 @@ def format_s(seconds: float | None) -> str:
     if a >= 1:
         return f"{seconds:.2f} s"
     return f"{seconds:.3f} s"
+
+
+def format_duration(seconds: float | None) -> str:
+    """A duration that may be a step or a compile: as a step (``format_ms``) under a second,
+    as the ledger's seconds (``format_s``) from one up, so a 1.5 s first step reads ``1.54 s``
+    in the summary as in the epoch line, never ``1544.080 ms``."""
+    if seconds is None or abs(seconds) < 1.0:
+        return format_ms(seconds)
+    return format_s(seconds)
 
 
 def format_rate(per_second: float | None) -> str:

@@ -65,9 +65,12 @@ def epoch_line(
             continue
     # The epoch's seconds, and those of it that were no steady step (the first call's
     # compile, validation): what is left is what the step figures multiply to.
-    outside = ", ".join(f"{what} {format_s(t)}" for what, t in aside if t >= 0.05)
-    of = f" ({outside} of it)" if outside else ""
-    head = [f"{name} epoch {epoch}/{epochs or '?'}: {steps} steps in {format_s(seconds)}{of}"]
+    head = [f"{name} epoch {epoch}/{epochs or '?'}: {steps} steps in {format_s(seconds)}"]
+    outside = [f"{what} {format_s(t)}" for what, t in aside if t >= 0.05]
+    if outside:  # "(first call 1.55 s, validation 0.376 s)": items the line may fold between
+        head[0] += f" ({outside[0]}"
+        head += outside[1:]
+        head[-1] += ")"
     head += [format_figure(k, numbers[k]) for k in TIMING_KEYS if k in numbers]
     rest = [
         format_figure(k, v)

@@ -34,9 +34,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import statistics
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+from toolkit.core._advice import Spell
+from toolkit.core.stats import format_s
 from toolkit.profiling._ledger_records import Ledger
 
 __all__ = [
@@ -65,21 +67,6 @@ EVERY = 5  # validation_freq / checkpoints every this many epochs, as the fixes 
 # Caches of compiled programs (``--compile_cache``): what each backend keeps.
 CACHES_EVERY_PROGRAM = ("jax",)  # the others keep what jit_compile compiles
 # settings -> how its reader types them (``toolkit.runner.config.as_flags``'s signature)
-Spell = Callable[[Mapping[str, Any]], str]
-
-
-def format_s(seconds: float | None) -> str:
-    """Seconds as the ledger writes them everywhere: ``0.042 s``, ``1.23 s``, ``12.3 s``."""
-    if seconds is None:
-        return "—"
-    a = abs(seconds)
-    if a >= 100:
-        return f"{seconds:,.0f} s"
-    if a >= 10:
-        return f"{seconds:.1f} s"
-    if a >= 1:
-        return f"{seconds:.2f} s"
-    return f"{seconds:.3f} s"
 
 
 def share(part: float | None, wall: float) -> str:

@@ -26,7 +26,8 @@ COLOURS = {
 def ledger_bar(ax: Any, ledger: Any) -> None:
     """The ledger as one stacked horizontal bar on `ax`: each part's seconds, labelled inside
     when it is wide enough, every part in the legend with its seconds and share."""
-    from toolkit.report._ledger import bar_segments, format_s
+    from toolkit.core.stats import format_s
+    from toolkit.report._ledger import bar_segments
 
     wall = float(ledger.get("wall_s") or 0.0)
     left = 0.0

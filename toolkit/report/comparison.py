@@ -12,9 +12,9 @@ from typing import NamedTuple
 
 from toolkit.core import terminal
 from toolkit.core._anatomy import Contrast, contrast
-from toolkit.core.stats import format_ms, format_rate
+from toolkit.core.stats import format_duration, format_ms, format_rate, format_s
 from toolkit.report._anatomy import contrast_lines
-from toolkit.report._ledger import compare_ledgers, format_s
+from toolkit.report._ledger import compare_ledgers
 from toolkit.report.run_report import RunReport, cell, keras_shown
 
 __all__ = ["Comparison", "compare"]
@@ -131,7 +131,7 @@ class Comparison:
                     "figure": r.label,
                     "a": r.a,
                     "b": r.b,
-                    "unit": "s" if r.unit == "ms" else r.unit,  # seconds, as report.json
+                    "unit": "s" if r.unit in ("ms", "dur") else r.unit,  # s, as report.json
                     "change": r.change(),
                 }
                 for r in self.rows
@@ -220,7 +220,7 @@ def _figures(a: RunReport, b: RunReport) -> tuple[tuple[Figure, ...], str]:
         Figure("examples/s (mean step)", sa.examples_per_sec, sb.examples_per_sec, "/s"),
         # The first call as a whole, as the ledger's compile counts it; a fused first call
         # (several steps in one) also per step, labelled so, beside it.
-        Figure("first call", sa.first_step_s, sb.first_step_s, "ms"),
+        Figure("first call", sa.first_step_s, sb.first_step_s, "dur"),
         *(
             [Figure("first call/step", _per_step(sa), _per_step(sb), "ms")]
             if max(sa.first_step_steps or 1, sb.first_step_steps or 1) > 1
@@ -423,6 +423,8 @@ def _fmt(value: float | None, unit: str) -> str:
         return "n/a"
     if unit == "ms":
         return format_ms(value)
+    if unit == "dur":  # a step or a compile: as the summary's first step
+        return format_duration(value)
     if unit == "s":
         return format_s(value)
     if unit == "/s":

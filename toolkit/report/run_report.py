@@ -30,11 +30,13 @@ from toolkit.core.files import ReportError, atomic_write, jsonable
 from toolkit.core.stats import (
     RELIABLE_SPREAD_PCT,
     StepStats,
+    format_duration,
     format_figure,
     format_flops,
     format_metric,
     format_ms,
     format_rate,
+    format_s,
 )
 from toolkit.core.version import __version__
 from toolkit.profiling._compute import Compute
@@ -52,7 +54,6 @@ from toolkit.report._fields import (
 from toolkit.report._fit_call import fit_call_line
 from toolkit.report._ledger import (
     fix_lines,
-    format_s,
     ledger_json,
     ledger_line,
     ledger_markdown,
@@ -469,7 +470,7 @@ class RunReport:
             ("examples/s", format_rate(s.examples_per_sec)),
             (
                 "first step (trace/compile)",
-                f"{format_ms(s.first_step_s)} over {s.first_step_steps}"
+                f"{format_duration(s.first_step_s)} over {s.first_step_steps}"
                 + (" (compile cache on: may be a read)" if self.args.get("compile_cache") else ""),
             ),
             ("warm-up steps excluded", s.warmup_steps),
