@@ -271,14 +271,16 @@ def _verdict(
 
 def _mean_against_median(rows: tuple[Figure, ...], basis: str, noise: float) -> list[str]:
     """A note where the mean's throughput moved past the noise band and the verdict's median
-    did not move with it: a few slow steps (compilation, a busy machine) that the median
-    leaves out and the mean counts."""
+    did not (or moved the other way): a few slow steps (compilation, a busy machine) that the
+    median leaves out and the mean counts."""
     by = {r.label: r for r in rows}
     median, mean = by[basis].change(), by["examples/s (mean step)"].change()
     if median is None or mean is None:
         return []
     mean_time = 1 / (1 + mean) - 1  # examples/s up is time down
-    if abs(mean_time - median) <= noise:
+    held = abs(median) <= noise < abs(mean_time)  # the mean moved, the median did not
+    apart = mean_time * median < 0 and abs(mean_time) > noise  # they moved opposite ways
+    if not (held or apart):
         return []
     return [
         f"the mean step moved {mean_time * 100:+.1f} % and the median {median * 100:+.1f} %: "
