@@ -49,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
         use_cache=not args.refresh, fresh=parsed.target, confirm=not args.no_confirm,
         skip_words="--no_confirm",
     )  # fmt: skip
-    print(f"tune: {parsed.what}, batch {result.batch_words} ({result.took()})")
-    print(terminal.show(result.table()))
+    print(terminal.show([f"tune: {parsed.what}, batch {result.batch_words} ({result.took()})",
+                         *result.table()]))  # fmt: skip
     # A command line to copy: whole in a log, folded with "\\" on a terminal (pastes whole).
     print(terminal.fit_command(f"best: {result.how_to_apply}", terminal.width()))
     return 0
