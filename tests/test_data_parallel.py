@@ -546,7 +546,7 @@ model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="
 model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 with profile("own", report_dir=out, batch_size=32, warmup_steps=1) as prof:
     model.fit(data, epochs=2, callbacks=prof.callbacks, verbose=0)
-print("CLUSTER", json.dumps(prof.report.cluster))
+print("CLUSTER", json.dumps(prof.report.cluster.to_dict()))
 """
 
 

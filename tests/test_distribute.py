@@ -118,7 +118,7 @@ def test_merge_renders_workers_and_the_cluster_pace():
         "straggler": 1,
         "all_complete": True,
     }  # fmt: skip
-    text = render_merged(merged)
+    text = render_merged(merged)  # as report.json's dict, or merge_reports's record
     assert "| 0 | yes | complete | 10 | 2.00 | 8,000.0 |" in text
     assert (
         "cluster: 2 workers, 6,000.0 examples/s (the slowest worker's pace); straggler: worker 1"

@@ -27,7 +27,7 @@ __all__: list[str] = []  # the search's own; nothing here is API
 class _Answer(Protocol):
     """What a job answers: a record that says itself as JSON."""
 
-    def to_dict(self) -> dict[str, Any]: ...
+    def to_dict(self) -> dict[str, object]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +37,7 @@ class _Tuned:
     result: Any  # toolkit.search.tune.TuneResult
     batch_size: int | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {**self.result.to_dict(), "batch_size": self.batch_size}
 
 
@@ -47,7 +47,7 @@ class _Devices:
 
     kinds: tuple[str, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"kinds": list(self.kinds)}
 
 

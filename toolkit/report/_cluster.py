@@ -1,80 +1,148 @@
 """The cluster from its workers' figures: the cluster's examples/s, the slowest worker, the
 spread, the straggler; one line and one table of them. What ``keras-perf merge`` shows for the
 workers' reports (``toolkit.report.merge``) and what the chief of a data-parallel run reports
-from the figures every process sent it (``RunReport.cluster``)."""
+from the figures every process sent it (``RunReport.cluster``).
+
+The figures travel as records (:class:`WorkerRow`, :class:`ClusterView`), built where they are
+measured and rendered at the edge: a :class:`~toolkit.core.terminal.Table` for a terminal or a
+``.md`` file, ``to_dict`` for report.json.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["cluster_line", "cluster_view", "render_cluster"]
+from toolkit.core import terminal
+
+__all__ = ["ClusterView", "WorkerRow", "cluster_line", "cluster_view", "render_cluster"]
 
 
-def cluster_view(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The cluster from its workers' rows (``task_index``, ``is_chief``, ``status``,
-    ``steps``, ``p50_ms``, ``examples_per_sec``; more are kept): the workers' reports merged
-    (:func:`merge_reports`), or the figures every process of a data-parallel run sent its
-    chief when training ended (``toolkit.runner.session``).
+@dataclasses.dataclass(frozen=True)
+class WorkerRow:
+    """One worker's (or process's) figures when training ended; `weights`: a fingerprint of
+    its weights (a data-parallel run's processes), else None."""
+
+    task_index: int | None
+    is_chief: bool | None
+    status: str
+    steps: int
+    p50_ms: float | None
+    examples_per_sec: float | None
+    weights: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        out = dataclasses.asdict(self)
+        if self.weights is None:
+            out.pop("weights")
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> WorkerRow:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterView:
+    """The cluster: its workers, the cluster's examples/s (the slowest worker's pace), the
+    slowest worker, the spread (slowest median step over the fastest) and the straggler (one
+    over 1.2× the others' median); `all_complete` (merge), `process_index` and
+    `same_weights` (a data-parallel run's chief) where the caller knows them."""
+
+    workers: tuple[WorkerRow, ...]
+    num_workers: int
+    cluster_examples_per_sec: float | None
+    slowest: int | None
+    spread: float | None
+    straggler: int | None
+    all_complete: bool | None = None
+    process_index: int | None = None
+    same_weights: bool | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        """report.json's ``cluster`` (docs/report.md); the caller's keys only where known."""
+        out: dict[str, object] = {
+            "workers": [w.to_dict() for w in self.workers],
+            "num_workers": self.num_workers,
+            "cluster_examples_per_sec": self.cluster_examples_per_sec,
+            "slowest": self.slowest,
+            "spread": self.spread,
+            "straggler": self.straggler,
+        }
+        for key in ("all_complete", "process_index", "same_weights"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> ClusterView | None:
+        if not isinstance(d, Mapping):
+            return None
+        workers = tuple(WorkerRow.from_dict(w) for w in d.get("workers") or ())
+        return cls(
+            workers, int(d.get("num_workers") or len(workers)),
+            d.get("cluster_examples_per_sec"), d.get("slowest"), d.get("spread"),
+            d.get("straggler"), d.get("all_complete"), d.get("process_index"),
+            d.get("same_weights"),
+        )  # fmt: skip
+
+    def table(self) -> terminal.Table:
+        """The workers as a table: a terminal's, or a ``.md`` file's (``.markdown()``)."""
+        rows = [
+            (
+                w.task_index, "yes" if w.is_chief else "", w.status, w.steps,
+                f"{w.p50_ms:.2f}" if w.p50_ms else "n/a",
+                f"{w.examples_per_sec:,.1f}" if w.examples_per_sec else "n/a",
+            )
+            for w in self.workers
+        ]  # fmt: skip
+        heads = ("worker", "chief", "status", "steps", "p50 ms", "examples/s")
+        return terminal.Table.of(heads, rows, right=(3, 4, 5))
+
+
+def cluster_view(rows: Sequence[WorkerRow]) -> ClusterView:
+    """The cluster from its workers' rows: the workers' reports merged (:func:`merge_reports`),
+    or the figures every process of a data-parallel run sent its chief when training ended
+    (``toolkit.runner.session``).
 
     Each worker counts the global batch per step (what the whole cluster trained), so the
     cluster's examples/sec is the *slowest* worker's (synchronous training goes at the pace
     of the last replica to finish a step); the spread is the slowest median step over the
     fastest, and a worker much slower than the others is named as the straggler.
     """
-    rows = sorted(rows, key=lambda r: (r["task_index"] is None, r["task_index"]))
-    rates = [r["examples_per_sec"] for r in rows if r["examples_per_sec"]]
-    p50s = [r["p50_ms"] for r in rows if r["p50_ms"]]
+    rows = sorted(rows, key=lambda r: (r.task_index is None, r.task_index or 0))
+    rates = [r.examples_per_sec for r in rows if r.examples_per_sec]
+    p50s = [r.p50_ms for r in rows if r.p50_ms]
     straggler = slowest = None
     if len(p50s) > 1:
-        worst = max(rows, key=lambda r: r["p50_ms"] or 0)
-        slowest = worst["task_index"]
-        others = sorted(p for p in p50s if p != worst["p50_ms"]) or p50s
-        if worst["p50_ms"] > 1.2 * others[len(others) // 2]:
+        worst = max(rows, key=lambda r: r.p50_ms or 0)
+        slowest = worst.task_index
+        others = sorted(p for p in p50s if p != worst.p50_ms) or p50s
+        if (worst.p50_ms or 0) > 1.2 * others[len(others) // 2]:
             straggler = slowest
-    return {
-        "workers": list(rows),
-        "num_workers": len(rows),
-        "cluster_examples_per_sec": min(rates) if rates else None,
-        "slowest": slowest,
-        "spread": max(p50s) / min(p50s) if len(p50s) > 1 else None,
-        "straggler": straggler,
-    }
+    return ClusterView(
+        tuple(rows), len(rows), min(rates) if rates else None, slowest,
+        max(p50s) / min(p50s) if len(p50s) > 1 else None, straggler,
+    )  # fmt: skip
 
 
-def render_cluster(merged: dict[str, Any]) -> str:
-    """A Markdown table of :func:`cluster_view`'s result, and its :func:`cluster_line`."""
-    lines = [
-        "| worker | chief | status | steps | p50 ms | examples/s |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in merged["workers"]:
-        rate = f"{r['examples_per_sec']:,.1f}" if r["examples_per_sec"] else "n/a"
-        p50 = f"{r['p50_ms']:.2f}" if r["p50_ms"] else "n/a"
-        lines.append(
-            f"| {r['task_index']} | {'yes' if r['is_chief'] else ''} | {r['status']} | "
-            f"{r['steps']} | {p50} | {rate} |"
-        )
-    lines.append("")
-    lines.append(cluster_line(merged))
-    return "\n".join(lines)
+def render_cluster(view: ClusterView, unit: str = "worker") -> list[terminal.Block]:
+    """The workers' table and the cluster's line, for ``terminal.show`` or
+    ``terminal.markdown``."""
+    return [view.table(), "", cluster_line(view, unit)]
 
 
-def cluster_line(merged: dict[str, Any], unit: str = "worker") -> str:
+def cluster_line(view: ClusterView, unit: str = "worker") -> str:
     """One line: the workers (or processes: `unit`), the cluster's examples/s, the slowest
     one and the spread."""
-    rate = merged["cluster_examples_per_sec"]
-    line = (
-        f"cluster: {merged['num_workers']} {unit}es"
-        if unit.endswith("s")
-        else f"cluster: {merged['num_workers']} {unit}s"
-    )
+    rate = view.cluster_examples_per_sec
+    many = f"{unit}es" if unit.endswith("s") else f"{unit}s"
+    line = f"cluster: {view.num_workers} {many}"
     line += f", {f'{rate:,.1f}' if rate else 'n/a'} examples/s (the slowest {unit}'s pace)"
-    if merged.get("slowest") is not None and merged.get("spread"):
-        line += (
-            f"; slowest: {unit} {merged['slowest']}, median step {merged['spread']:.2f}× the "
-            "fastest's"
-        )
-    if merged["straggler"] is not None:
-        line += f"; straggler: {unit} {merged['straggler']}"
+    if view.slowest is not None and view.spread:
+        line += f"; slowest: {unit} {view.slowest}, median step {view.spread:.2f}× the fastest's"
+    if view.straggler is not None:
+        line += f"; straggler: {unit} {view.straggler}"
     return line

@@ -6,16 +6,18 @@ imported.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from toolkit.report._cluster import cluster_view, render_cluster
+from toolkit.core import terminal
+from toolkit.report._cluster import ClusterView, WorkerRow, cluster_view, render_cluster
 from toolkit.report.run_report import COMPLETE, RunReport
 
 __all__ = ["merge_reports", "render_merged"]
 
 
-def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
+def merge_reports(reports: Sequence[RunReport]) -> ClusterView:
     """The workers' reports of one multi-worker run, side by side (:func:`cluster_view`).
 
     Args:
@@ -30,23 +32,24 @@ def merge_reports(reports: Sequence[RunReport]) -> dict[str, Any]:
     for report in reports:
         cluster = report.context.cluster if report.context is not None else None
         rows.append(
-            {
-                "task_index": cluster.task_index if cluster else None,
-                "is_chief": cluster.is_chief if cluster else None,
-                "status": report.status,
-                "steps": report.steps.total_steps,
-                "p50_ms": (report.steps.p50_s or 0) * 1e3 or None,
-                "examples_per_sec": report.steps.examples_per_sec,
-            }
+            WorkerRow(
+                task_index=cluster.task_index if cluster else None,
+                is_chief=cluster.is_chief if cluster else None,
+                status=report.status,
+                steps=report.steps.total_steps,
+                p50_ms=(report.steps.p50_s or 0) * 1e3 or None,
+                examples_per_sec=report.steps.examples_per_sec,
+            )
         )
     merged = cluster_view(rows)
-    merged["all_complete"] = all(r["status"] == COMPLETE for r in rows)
-    return merged
+    return dataclasses.replace(merged, all_complete=all(r.status == COMPLETE for r in rows))
 
 
-def render_merged(merged: dict[str, Any]) -> str:
-    """A Markdown table of :func:`merge_reports`' result, and its one line."""
-    return render_cluster(merged)
+def render_merged(merged: ClusterView | Mapping[str, Any]) -> str:
+    """:func:`merge_reports`' result as Markdown (for a ``.md`` file): the workers' table and
+    the cluster's line. ``keras-perf merge`` shows the same on a terminal."""
+    view = merged if isinstance(merged, ClusterView) else ClusterView.from_dict(merged)
+    return terminal.markdown(render_cluster(view))
 
 
 def _check_one_cluster(reports: Sequence[RunReport]) -> None:

@@ -43,7 +43,7 @@ from toolkit.profiling._compute import Compute
 from toolkit.profiling._ledger_records import Ledger
 from toolkit.profiling._timing import FitCall
 from toolkit.report._anatomy import ANATOMY_PNG, anatomy_lines, anatomy_markdown, anatomy_png
-from toolkit.report._cluster import cluster_line, render_cluster
+from toolkit.report._cluster import ClusterView, cluster_line
 from toolkit.report._fields import (
     anatomy_error,
     check_report,
@@ -126,7 +126,7 @@ class RunReport:
     context: RunContext | None = None
     diagnosis: dict[str, Any] | None = None
     tune: dict[str, Any] | None = None
-    cluster: dict[str, Any] | None = None
+    cluster: ClusterView | None = None
     tensorboard: dict[str, Any] | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     toolkit_version: str = __version__
@@ -140,6 +140,8 @@ class RunReport:
         self.ledger = report_ledger(self.ledger, self.context, self.args)  # who reads its fixes
         if self.fit_call is not None and not isinstance(self.fit_call, FitCall):
             self.fit_call = FitCall.from_dict(self.fit_call)  # as report.json has it
+        if self.cluster is not None and not isinstance(self.cluster, ClusterView):
+            self.cluster = ClusterView.from_dict(self.cluster)  # as report.json has it
         if self.compute is not None and not isinstance(self.compute, Compute):
             self.compute = Compute.from_dict(self.compute)  # facts given as report.json has them
 
@@ -251,6 +253,7 @@ class RunReport:
         d["ledger"] = ledger_json(self.ledger) if self.ledger is not None else None
         d["compute"] = self.compute.to_dict() if self.compute is not None else None
         d["fit_call"] = self.fit_call.to_dict() if self.fit_call is not None else None
+        d["cluster"] = self.cluster.to_dict() if self.cluster is not None else None
         return {"schema": SCHEMA, **d}
 
     def to_json(self) -> str:
@@ -436,7 +439,7 @@ class RunReport:
         self._md_searches(w)
         if self.cluster:
             w(f"\n## Cluster\n\n{_processes_line(self.cluster)}\n\n")
-            w(render_cluster(self.cluster).split("\n\n")[0] + "\n")
+            w(self.cluster.table().markdown() + "\n")
         self._md_settings(w)
         return out.getvalue()
 
@@ -746,10 +749,10 @@ def _trace_markdown(w: Any, analysis: TraceAnalysis | None) -> None:
                 )
 
 
-def _processes_line(cluster: Mapping[str, Any]) -> str:
+def _processes_line(cluster: ClusterView) -> str:
     """The cluster's figures, as every process sent them to the chief when training ended."""
-    line = cluster_line(dict(cluster), unit="process")
-    same = cluster.get("same_weights")
+    line = cluster_line(cluster, unit="process")
+    same = cluster.same_weights
     if same is not None:
         line += "; weights " + (
             "identical on every process" if same else "DIFFER between processes"

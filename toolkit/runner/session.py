@@ -4,6 +4,7 @@ lands on disk however the run ends."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import logging as std_logging
 import os
@@ -27,6 +28,7 @@ from toolkit.profiling.step_timer import StepTimer
 from toolkit.profiling.stop_on_signal import StopOnSignal
 from toolkit.profiling.trace_window import TraceWindow
 from toolkit.report import COMPLETE, DIVERGED, PARTIAL, RunContext, RunReport
+from toolkit.report._cluster import ClusterView
 from toolkit.report.run_report import UNTIMED
 
 LEDGER_TAG = "Ledger/where the time went"
@@ -253,12 +255,12 @@ class Profile:
             device = self.context.device.human_name if self.context and self.context.device else ""
         return window.anatomy(untraced_s=report.steps.p50_s or None, device=device)
 
-    def _cluster(self) -> dict[str, Any] | None:
+    def _cluster(self) -> ClusterView | None:
         """Over processes (a data-parallel run), every process's figures at the chief: one
         gather when training has ended on every process (none per step), with a fingerprint
         of each one's weights. None for one process."""
         from toolkit import backend
-        from toolkit.report._cluster import cluster_view
+        from toolkit.report._cluster import WorkerRow, cluster_view
 
         seam = backend.get()
         index, count = seam.processes()
@@ -275,20 +277,18 @@ class Profile:
             weights = "".join(f"{int(p):04x}" for p in got[3:])
             prints.add(weights)
             rows.append(
-                {
-                    "task_index": i,
-                    "is_chief": i == 0,
-                    "status": COMPLETE,
-                    "steps": int(got[0]),
-                    "p50_ms": got[1] * 1e3 or None,
-                    "examples_per_sec": got[2] or None,
-                    "weights": weights if model is not None else None,
-                }
+                WorkerRow(
+                    task_index=i,
+                    is_chief=i == 0,
+                    status=COMPLETE,
+                    steps=int(got[0]),
+                    p50_ms=got[1] * 1e3 or None,
+                    examples_per_sec=got[2] or None,
+                    weights=weights if model is not None else None,
+                )
             )
-        view = cluster_view(rows)
-        view["process_index"] = index
-        view["same_weights"] = len(prints) == 1 if model is not None else None
-        return view
+        same = len(prints) == 1 if model is not None else None
+        return dataclasses.replace(cluster_view(rows), process_index=index, same_weights=same)
 
     @staticmethod
     def _ledger_image(scalars: Scalars, report: RunReport, step: int) -> None:

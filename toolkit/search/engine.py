@@ -19,7 +19,7 @@ import dataclasses
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
@@ -119,7 +119,7 @@ class RunShape:
     def allows(self, candidate: Any) -> bool:
         return self.why_not(candidate) is None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 
@@ -143,12 +143,12 @@ class _Candidate:
         """Each searched setting's value, by name (None: the config's own)."""
         return {name: getattr(self, name) for name, _how in self.SEARCHED}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """As JSON holds it (what crosses to a fresh process)."""
         return self.values()
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], field: str = "candidate") -> Any:
+    def from_dict(cls, values: Mapping[str, Any], field: str = "candidate") -> Any:
         """The candidate :meth:`to_dict` wrote (names it does not search are refused), each
         value of its setting's kind (``TrainConfig``'s annotation; None: the config's own;
         a count at least 1): a cache file edited by hand or damaged holds JSON of any kind.
@@ -324,7 +324,7 @@ class Untried:
         """The budget that would have measured it."""
         return self.spent_s + self.needs_s + self.reserve_s
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {**dataclasses.asdict(self), "candidate": self.candidate.to_dict()}
 
 
@@ -356,7 +356,7 @@ class Trial:
             return ""
         return f"±{(max(self.rates) - min(self.rates)) / 2 / self.examples_per_sec:.0%}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {**dataclasses.asdict(self), "label": self.candidate.label()}
 
 
@@ -403,7 +403,7 @@ class WholeRun:
     break_even_steps: int | None
     pick_wins: bool
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
     @classmethod

@@ -136,7 +136,7 @@ class Gain:
         said = f"{self.ratio:.2f}× ({spread}, {self.rounds} rounds in {self.where}"
         return said + (")" if self.where == FRESH else ": unconfirmed)")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
     @classmethod

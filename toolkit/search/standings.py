@@ -12,7 +12,7 @@ import dataclasses
 import json
 import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toolkit.core import _extras as extras
@@ -66,7 +66,7 @@ class Target:
         """The recipe's name or ``module:function``."""
         return str(self.recipe or self.model_fn)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"recipe": self.recipe, "model_fn": self.model_fn, "params": dict(self.params),
                 "config": dict(self.config)}  # fmt: skip
 
@@ -123,7 +123,7 @@ class Contender:
         """Its tuned settings as the flags that select them (empty: Keras's defaults)."""
         return as_flags(dict(self.settings))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"backend": self.backend, "device": self.device,
                 "settings": [list(pair) for pair in self.settings]}  # fmt: skip
 
@@ -152,7 +152,7 @@ class Figures:
     mfu: float | None = None
     loss: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
     @classmethod
@@ -190,7 +190,7 @@ class Run:
         """One of its :class:`Figures` by name (None: it has none)."""
         return getattr(self.figures, name) if self.figures is not None else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """As the cache holds it: its figures' fields, ``error`` (and ``interrupted``) where
         it failed, its ``round`` and ``wall_s``."""
         out = self.figures.to_dict() if self.figures is not None else {}
@@ -245,7 +245,7 @@ class Row:
         holding one is not cached."""
         return sum(1 for r in self.runs if r.interrupted)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"contender": self.contender.to_dict(), "runs": [r.to_dict() for r in self.runs]}
 
     @classmethod
@@ -283,7 +283,7 @@ class BackendsResult:
     def loss_agrees(self, row: Row) -> bool | None:
         return loss_agrees(self.defaults, row)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "target": self.target.to_dict(),
             "rows": [r.to_dict() for r in self.rows],
@@ -298,7 +298,7 @@ class BackendsResult:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], cache_hit: bool = True) -> BackendsResult:
+    def from_dict(cls, d: Mapping[str, Any], cache_hit: bool = True) -> BackendsResult:
         return cls(
             Target.from_dict(d["target"]), [Row.from_dict(r) for r in d["rows"]],
             Contender(**d["best"]), d["key"],

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from toolkit import backend
@@ -196,7 +196,7 @@ class TuneResult:
         rates = [t.examples_per_sec for t in self.trials if t.candidate == self.best]
         return rates[0] if rates else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "best": dataclasses.asdict(self.best),
             "best_label": self.best.label(),
@@ -217,7 +217,7 @@ class TuneResult:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], cache_hit: bool = True) -> TuneResult:
+    def from_dict(cls, d: Mapping[str, Any], cache_hit: bool = True) -> TuneResult:
         trials = [
             Trial(
                 Candidate.from_dict(t["candidate"], f"trials[{i}].candidate"),

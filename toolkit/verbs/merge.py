@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from toolkit.report import RunReport, merge_reports, render_merged
+from toolkit.core import terminal
+from toolkit.report import RunReport, merge_reports
+from toolkit.report._cluster import render_cluster
 
 __all__: list[str] = []  # the command line's own; nothing here is API
 
@@ -26,5 +28,5 @@ def check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     merged = merge_reports([RunReport.load(path) for path in args.reports])
-    print(render_merged(merged))
-    return 0 if merged["all_complete"] else 1
+    print(terminal.show(render_cluster(merged)))  # the same as render_merged's, on a terminal
+    return 0 if merged.all_complete else 1
