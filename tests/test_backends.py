@@ -232,7 +232,7 @@ def test_a_fourth_backend_is_its_module_and_one_registry_line(fourth, keras):
     assert cli.parser().parse_args(["devices", "--backend", "fake"]).backend == "fake"
     facts = diagnose.Facts(backend="fake", step_s=1e-4, jit_compile=False, batch_size=8)
     advice = diagnose.advise(diagnose.COMPUTE_BOUND, True, 1e4, 1e3, facts)
-    assert fake_backend.loop_advice().text in [a.text for a in advice]
+    assert any(a.text.endswith(fake_backend.loop_advice().text) for a in advice), advice
     assert not any("jit_compile" in dict(t) for a in advice for t in a.tries)  # none from it
 
 

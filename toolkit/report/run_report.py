@@ -163,7 +163,7 @@ class RunReport:
         context: RunContext | None = None,
         diagnosis: Mapping[str, Any] | None = None,
         tune: Mapping[str, Any] | None = None,
-        cluster: Mapping[str, Any] | None = None,
+        cluster: ClusterView | Mapping[str, Any] | None = None,
         anatomy: Anatomy | None = None,
     ) -> RunReport:
         """A report from a StepTimer (and optionally a MemoryWatch and a TraceWindow).
@@ -207,7 +207,7 @@ class RunReport:
             context=context,
             diagnosis=jsonable(dict(diagnosis)) if diagnosis is not None else None,
             tune=jsonable(dict(tune)) if tune is not None else None,
-            cluster=jsonable(dict(cluster)) if cluster is not None else None,
+            cluster=cluster,  # a record, or its JSON (__post_init__ reads it)
             anatomy=anatomy,
             extra=jsonable(dict(extra or {})),
         )
