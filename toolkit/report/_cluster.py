@@ -80,7 +80,10 @@ class ClusterView:
     def from_dict(cls, d: Mapping[str, Any] | None) -> ClusterView | None:
         if not isinstance(d, Mapping):
             return None
-        workers = tuple(WorkerRow.from_dict(w) for w in d.get("workers") or ())
+        rows = d.get("workers")
+        if not isinstance(rows, list) or not all(isinstance(w, Mapping) for w in rows):
+            raise ValueError(f"its workers are {type(rows).__name__}, not a list of records")
+        workers = tuple(WorkerRow.from_dict(w) for w in rows)
         return cls(
             workers, int(d.get("num_workers") or len(workers)),
             d.get("cluster_examples_per_sec"), d.get("slowest"), d.get("spread"),

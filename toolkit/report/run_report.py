@@ -26,6 +26,7 @@ from toolkit import backend
 from toolkit.core import _extras as extras
 from toolkit.core import machine
 from toolkit.core._anatomy import Anatomy
+from toolkit.core.errors import one_line
 from toolkit.core.files import ReportError, atomic_write, jsonable
 from toolkit.core.stats import (
     RELIABLE_SPREAD_PCT,
@@ -274,6 +275,12 @@ class RunReport:
         kwargs = {k: v for k, v in d.items() if k in names}
         kwargs["steps"] = StepStats.from_dict(d.get("steps") or {})
         kwargs["compute"] = Compute.from_dict(kwargs.get("compute"))  # checked by check_report
+        try:
+            kwargs["cluster"] = ClusterView.from_dict(kwargs.get("cluster"))
+        except (TypeError, ValueError) as e:
+            raise ReportError(
+                f"field cluster holds a value this toolkit cannot show ({one_line(e)})"
+            ) from None
         kwargs["fit_call"] = FitCall.from_dict(kwargs.get("fit_call"))  # None: not measured
         if not isinstance(kwargs.get("ledger"), dict):  # absent before it was measured
             kwargs["ledger"] = None
