@@ -20,8 +20,10 @@ import dataclasses
 import functools
 import math
 import statistics
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from toolkit.core._json_view import JsonView
 
 __all__ = [
     "PARTS",
@@ -194,7 +196,7 @@ class Reader:
 
 
 @dataclasses.dataclass(frozen=True)
-class Ledger(Mapping[str, Any]):
+class Ledger(JsonView):
     """One fit's ledger: its wall time in parts that add up to it, its callbacks by name, its
     compiles, and the counts a fix is predicted from.
 
@@ -337,15 +339,6 @@ class Ledger(Mapping[str, Any]):
     @functools.cached_property
     def _json(self) -> dict[str, object]:
         return self.to_dict()
-
-    def __getitem__(self, key: str) -> Any:
-        return self._json[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._json)
-
-    def __len__(self) -> int:
-        return len(self._json)
 
 
 def _parts_of(d: Mapping[str, Any]) -> tuple[LedgerPart, ...]:

@@ -34,10 +34,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import statistics
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 from toolkit.core._advice import Spell
+from toolkit.core._json_view import JsonView
 from toolkit.core.stats import format_s
 from toolkit.profiling._ledger_records import Ledger
 
@@ -100,7 +100,7 @@ class Setting:
 
 
 @dataclasses.dataclass(frozen=True)
-class Fix(Mapping[str, Any]):
+class Fix(JsonView):
     """One large ledger item and its fix.
 
     Attributes:
@@ -132,15 +132,6 @@ class Fix(Mapping[str, Any]):
     @functools.cached_property
     def _json(self) -> dict[str, object]:
         return fix_json(self)
-
-    def __getitem__(self, key: str) -> Any:
-        return self._json[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._json)
-
-    def __len__(self) -> int:
-        return len(self._json)
 
 
 @dataclasses.dataclass(frozen=True)
