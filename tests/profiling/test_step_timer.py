@@ -352,12 +352,24 @@ def _drive(timer, begins, ends, steps=4):
         ([0.0, 0.001, 0.002, 0.003], [0.010, 0.020, 0.030, 0.040], "end", [0.010] * 4),
         # The host behind: the ends come soon after each begin; begins are the boundaries.
         ([0.0, 0.010, 0.020, 0.030], [0.001, 0.011, 0.021, 0.031], "begin", [0.010] * 3 + [0.001]),
-        # Stamps out of order: the callback thread decided them, not the device: begins kept.
+        # Stamps out of order (Keras's pool of callback threads on a busy machine): steps 1
+        # and 2 were both over by 30 ms, so they share the 20 ms after step 0's end.
         (
             [0.0, 0.001, 0.002, 0.003],
             [0.010, 0.035, 0.030, 0.040],
-            "begin",
-            [0.001, 0.001, 0.001, 0.037],
+            "end",
+            [0.010] * 4,
+        ),
+        # Every end stamped at once, long after the host queued the steps: the device's 40 ms
+        # are the epoch's, split between its steps (not the 1 ms the host took to queue each).
+        ([0.0, 0.001, 0.002, 0.003], [0.040] * 4, "end", [0.010] * 4),
+        # A tie whose even share would end step 1 before step 2 began: no step ends before
+        # the host began the next one (steps 0-2 share 20 ms: 6.7 ms, then to 16 ms, then 4).
+        (
+            [0.0, 0.001, 0.016, 0.017],
+            [0.020, 0.020, 0.020, 0.040],
+            "end",
+            [0.02 / 3, 0.016 - 0.02 / 3, 0.004, 0.020],
         ),
     ],
 )

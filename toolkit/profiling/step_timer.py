@@ -381,14 +381,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         for k in range(len(stamps) - 2, -1, -1):  # a step ends no later than any later one
             if stamps[k + 1][0] < stamps[k][0]:
                 stamps[k] = stamps[k + 1]
-        bounds, start = [], begins[0][1]
-        for k, (stamp, _) in enumerate(stamps):
-            start = max(stamp, start, begins[k + 1][1] if k + 1 < len(begins) else stamp)
-            bounds.append(start)
-        if any(b <= a for a, b in itertools.pairwise(bounds)):
-            # Ends stamped together: the callback thread was held up, not the device (the
-            # stamps say nothing about when those steps finished): keep the begins.
-            return
+        bounds = _spread_ties([b[1] for b in begins], [s[0] for s in stamps])
         self._warmup_left, self._seen_first = self._epoch_state
         del self._calls[self._epoch_calls_start :]
         self._quiet = True
@@ -681,6 +674,35 @@ class StepTimer(compat.keras().callbacks.Callback):
 # A backlog below this is the callback thread's lateness, not the device's (Python's switch
 # interval is 5 ms).
 BACKLOG_FLOOR_S = 0.02
+
+
+def _spread_ties(begins: list[float], stamps: list[float]) -> list[float]:
+    """Where each of an epoch's executions ended when the device was behind the host: at its
+    end stamp (already made non-decreasing), no earlier than the next execution's begin.
+
+    Keras 3 hands batch ends to a pool of threads, so on a busy machine a stamp can come late
+    and out of order, and several executions then share one end. All that is known of such a
+    run is that it began where the one before it ended and was over by the shared stamp; the
+    device runs its steps one after another, so the span is split evenly between them. Keeping
+    the begins instead (how long the host took to *queue* each step) timed a JAX CNN's steps
+    at 5 ms where the device took 140 ms. The epoch's total stays what the stamps say."""
+    bounds, start = [], begins[0]
+    for k, stamp in enumerate(stamps):
+        start = max(stamp, start, begins[k + 1] if k + 1 < len(begins) else stamp)
+        bounds.append(start)
+    k = 0
+    while k < len(bounds):
+        last = k
+        while last + 1 < len(bounds) and bounds[last + 1] <= bounds[k]:
+            last += 1
+        if last > k:  # executions k..last ended together: share (bounds[k-1], bounds[k]]
+            low = bounds[k - 1] if k else begins[0]
+            share = (bounds[k] - low) / (last - k + 1)
+            for j in range(k, last + 1):
+                floor = begins[j + 1] if j + 1 < len(begins) else low
+                bounds[j] = max(low + share * (j - k + 1), floor)
+        k = last + 1
+    return bounds
 
 
 def _fit_batch_size(model: Any) -> int | None:
