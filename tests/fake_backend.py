@@ -203,6 +203,14 @@ def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
     return {}
 
 
+def device_memory_limit() -> dict[str, float]:
+    return {}
+
+
+def live_tensors() -> tuple[list[Any], str]:
+    return [], "tensors"
+
+
 def start_trace(logdir: str, host_level: int, python_level: int, device_level: int) -> None:
     _state["trace"] = logdir
 

@@ -64,6 +64,8 @@ def test_every_recipe_runs_its_smoke_mode_and_reports_every_design_field(tmp_pat
     assert_mfu(compute, below=1.5)
     assert {"device", "precision", "strategy", "preflight", "dataset"} <= set(data["context"])
     assert "compute: " in out.stdout and "MFU" in out.stdout
+    assert "memory: host peak " in out.stdout  # the ledger's memory, read on every backend
+    assert data["ledger"]["memory"]["host_peak_mb"] > 0
     assert out.stderr.count("/step over the last 2 steps") == 3  # steps 3, 5, 7 (after 1st)
 
 

@@ -219,6 +219,23 @@ def format_s(seconds: float | None) -> str:
     return f"{seconds:.3f} s"
 
 
+def format_mb(mib: float | None, signed: bool = False) -> str:
+    """Memory in MiB as every screen writes it (the summary, the ledger, compare, the plot):
+    ``9.84 MB``, ``815 MB``, ``1.39 GB`` (binary units, as the kernel and the allocators count
+    them); ``+`` before a growth with `signed`; ``—`` for None."""
+    if mib is None:
+        return "—"
+    sign = "+" if signed and mib > 0 else ""
+    a = abs(mib)
+    if a >= 1024:
+        return f"{sign}{mib / 1024:.2f} GB"
+    if a >= 100:
+        return f"{sign}{mib:.0f} MB"
+    if a >= 10:
+        return f"{sign}{mib:.1f} MB"
+    return f"{sign}{mib:.2f} MB"
+
+
 def format_duration(seconds: float | None) -> str:
     """A duration that may be a step or a compile: as a step (``format_ms``) under a second,
     as the ledger's seconds (``format_s``) from one up, so a 1.5 s first step reads ``1.54 s``

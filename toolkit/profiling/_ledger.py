@@ -42,10 +42,12 @@ import dataclasses
 import statistics
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from toolkit.core.stats import FIRST
+from toolkit.profiling import _memory
 from toolkit.profiling._ledger_records import (
     FIT_CALL,
     PARTS,
@@ -57,6 +59,7 @@ from toolkit.profiling._ledger_records import (
     OtherSpan,
     spread,
 )
+from toolkit.profiling._memory_records import Growth
 
 __all__ = ["PARTS", "CallbackClock", "FitLedger", "Ledger"]
 HOOKS = (
@@ -295,6 +298,10 @@ class FitLedger:
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
+        # Memory is read on a thread: only on the real clock (a test's clock is its own).
+        self.memory_every_s: float | None = _memory.EVERY_S
+        self.steps_begun: Callable[[], int] = lambda: 0
+        self.sampler: _memory.MemorySampler | None = None
         self.clear()
 
     def clear(self) -> None:
@@ -313,6 +320,8 @@ class FitLedger:
         self.overlaps = False  # the backend dispatches asynchronously: reads overlap steps
         self._polls: dict[str, Interval] = {}  # each poll's label: the interval it covered
         self._epoch = 0
+        self.sampler = None
+        self._named: tuple[tuple[Growth, ...], list[Growth]] | None = None  # census, once
 
     # ------------------------------------------------------------ fed by StepTimer
 
@@ -339,6 +348,18 @@ class FitLedger:
         if found is not None:
             self.found_callbacks = True
             self.callbacks.watch(found, skip=timer)
+        if self.memory_every_s and self._clock is time.perf_counter:
+            self.sampler = _memory.MemorySampler(self._clock, self.steps_begun,
+                                                 self.memory_every_s, model)  # fmt: skip
+            self.sampler.start()
+
+    def _read_memory(self, steps_end: bool = False) -> None:
+        """A memory reading at one of the fit's boundaries (what a part held as it ended);
+        `steps_end`: the first epoch's steps just ended (the second census)."""
+        if self.sampler is not None:
+            self.sampler.read()
+            if steps_end and self._epoch == 0 and self.sampler.censuses:
+                self.sampler.census_now()
 
     def _poll(self, interval: Interval) -> None:
         """Reads the backend's counters for `interval` (the watch takes a label, which the
@@ -362,12 +383,14 @@ class FitLedger:
         gaps: list[tuple[float, float]],
     ) -> None:
         self._poll(Interval(TRAINING, epoch))
+        self._read_memory(steps_end=True)
         self.epochs.append(
             {"epoch": epoch, "begin": begin, "first": first, "steps_end": steps_end, "end": end}
         )
         self.gaps.extend(gaps)
 
     def test_begin(self, at: float) -> None:
+        self._read_memory(steps_end=not self.validations)
         self._poll(Interval(TRAINING, self._epoch))
         if self.watch is not None:
             with contextlib.suppress(Exception):  # never stops training
@@ -382,6 +405,7 @@ class FitLedger:
         if self._test is None:
             return
         self._test.end = at
+        self._read_memory()
         self.validations.append(self._test)
         self._test = None
         self._poll(Interval(VALIDATION, len(self.validations) - 1))
@@ -396,6 +420,8 @@ class FitLedger:
         after a fit that raised, where Keras never called train end; `but_train_end`: see
         :meth:`CallbackClock.release`)."""
         watch, self.watch = self.watch, None
+        if self.sampler is not None:
+            self.sampler.stop()
         if watch is not None:
             with contextlib.suppress(Exception):  # never stops training
                 watch.stop()
@@ -451,6 +477,35 @@ class FitLedger:
             unseen=tuple(self._unseen(fit, input_seen, _read_s(self.gaps, watch))),
             input_read_s=round(_read_s(self.gaps, watch), 6) or None,
             other_where=tuple(OtherSpan(round(d, 6), where) for d, where in others),
+            memory=self._memory(calls, fit, book, found),
+        )
+
+    def _memory(self, calls: Sequence[Any], fit: _Fit, book: _Book, found: Any) -> Any:
+        """The fit's memory by part (``toolkit.profiling._memory``), or None where it was
+        not read. Each function's first execution is read as its compile, each timed hook as
+        its callback's."""
+        if self.sampler is None:
+            return None
+        over = [_memory.Span(t0, t0 + dt, name) for t0, dt, name in self.callbacks.records]
+        first = next((e.first for e in fit.epochs if e.first is not None), None)
+        if first is not None and calls:
+            over.append(_memory.Span(first, first + calls[0][0], "compile"))
+        if fit.validations and fit.validations[0].begins:
+            v = fit.validations[0]
+            end = v.begins[1][1] if len(v.begins) > 1 else v.end
+            if end is not None:
+                over.append(_memory.Span(v.begins[0][1], end, "compile"))
+        recompiles = sum(1 for c in found.compiles if not c.first)
+
+        def name(growth: list[Growth], grew: list[str]) -> list[Growth]:
+            key = tuple(growth)
+            if self._named is None or self._named[0] != key:  # the census runs once a fit
+                named = _memory.name_growth(growth, self.model, recompiles, grew)
+                self._named = (key, named)
+            return self._named[1]
+
+        return _memory.run_memory(
+            self.sampler, fit.start, book.tiles, over, fit.epochs, fit.validations, name
         )
 
     def _fit(

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from toolkit.core._json_view import JsonView
+from toolkit.profiling._memory_records import RunMemory
 
 __all__ = [
     "PARTS",
@@ -226,6 +227,7 @@ class Ledger(JsonView):
     input_read_s: float | None = None
     other_where: tuple[OtherSpan, ...] = ()
     reader: Reader = Reader()
+    memory: RunMemory | None = None  # each part's memory, and growth (``_memory_records``)
 
     # ------------------------------------------------------------ reading
 
@@ -288,6 +290,7 @@ class Ledger(JsonView):
             "unseen": list(self.unseen),
             "input_read_s": self.input_read_s,
             "other_where": [{"seconds": o.seconds, "where": o.where} for o in self.other_where],
+            "memory": self.memory.to_dict() if self.memory is not None else None,
         }
 
     @classmethod
@@ -332,6 +335,7 @@ class Ledger(JsonView):
                 for o in _records(d.get("other_where"))
             ),
             reader=reader or Reader(),
+            memory=RunMemory.from_dict(d.get("memory")),
         )
 
     # ------------------------------------------------------------ the read-only dict view

@@ -23,6 +23,8 @@ Tags, each with a description (TensorBoard shows it on the card):
 * ``anatomy`` (Images tab): the traced step taken apart (``anatomy.png``: the slowest layers
   and the step's phases), written when a run with a trace window ends (``toolkit.profile``
   with ``trace_steps``, the recipes' ``--profile_steps``);
+* ``memory/host_mb`` (and ``memory/device_mb`` where the backend counts it): the memory
+  StepTimer read during the fit, the most at each step it was read at;
 * ``memory/host_rss_mb`` and ``memory/<device>_peak_mb`` when the run watched memory;
 * ``epoch_<metric>``: the model's epoch metrics when asked (the recipes' ``--tensorboard``), as
   Keras names them: ``epoch_loss`` in ``train/``, and ``val_loss`` as ``epoch_loss`` in
@@ -70,6 +72,7 @@ STEP_P90 = "Step time/p90_ms"
 EXAMPLES = "Throughput/examples_per_sec"
 MFU = "Throughput/mfu_percent"
 HOST_RSS = "memory/host_rss_mb"
+HOST_MB, DEVICE_MB = "memory/host_mb", "memory/device_mb"
 
 _DESCRIPTIONS = {
     STEP_MS: "Milliseconds per training step, from StepTimer: each timed execution (or each "
@@ -84,6 +87,10 @@ _DESCRIPTIONS = {
     "epoch's median step time, as a share of the matmul peak the toolkit measured on this "
     "machine (not a datasheet figure).",
     HOST_RSS: "The process's resident memory in MiB (MemoryWatch), at each epoch's end.",
+    HOST_MB: "The process's resident memory in MiB as StepTimer read it during the fit "
+    "(every 50 ms by default), the most read at each training step: the ledger's memory.",
+    DEVICE_MB: "The device's allocated memory in MiB (the backend's counters, summed over "
+    "the process's devices), the most read at each training step.",
 }
 _DEVICE_PEAK = "The device's peak memory in MiB since the previous reading (MemoryWatch)."
 _METRIC = (

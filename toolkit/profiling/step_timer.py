@@ -124,6 +124,10 @@ class StepTimer(compat.keras().callbacks.Callback):
         tensorboard_metrics: also write the model's epoch metrics as Keras names them
             (``epoch_loss`` in ``train``, ``val_loss`` as ``epoch_loss`` in ``validation``),
             for a run without Keras's own TensorBoard callback. Defaults to `False`.
+        memory_every_s: read host and device memory this often during a ``fit`` (a thread;
+            also at each validation and epoch end), for the ledger's memory by part and the
+            growth it finds (``toolkit.profiling._memory``). `None` reads none. Only with
+            the default clock. Defaults to `0.05`.
 
     Example:
 
@@ -155,8 +159,10 @@ class StepTimer(compat.keras().callbacks.Callback):
         add_to_logs: bool = True,
         tensorboard_dir: str | os.PathLike[str] | None = None,
         tensorboard_metrics: bool = False,
+        memory_every_s: float | None = 0.05,
     ) -> None:
         super().__init__()
+        check_number(argument("StepTimer", "memory_every_s"), memory_every_s, least=0.001)
         self.add_to_logs = add_to_logs
         check_number(argument("StepTimer", "log_steps"), log_steps, integer=True, least=1)
         check_number(argument("StepTimer", "warmup_steps"), warmup_steps, integer=True, least=0)
@@ -190,6 +196,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         # (called, returned) of the last fit timed by `around_fit`; kept across reset().
         self._fit_span: tuple[float | None, float | None] = (None, None)
         self._ledger = FitLedger(clock)  # the whole fit's parts (``toolkit.profiling._ledger``)
+        self._ledger.memory_every_s = memory_every_s
+        self._ledger.steps_begun = self._steps_begun
         self.reset()
 
     # ------------------------------------------------------------------ state
@@ -230,6 +238,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._boundary_time: float | None = None
         self._running = False
         self._log_steps_done = 0  # steps finished in this fit
+        self._steps_base = 0  # training steps in this fit's finished epochs (memory readings)
+        self._begins_counted = 0  # of this epoch's begins, those in `_steps_base`
         self._log_mark = (0, 0.0)  # (steps, seconds) at the last log line
         # Asynchronous backends (JAX, PyTorch): this epoch's begins, the state to re-time it
         # from, and where the last epoch's steps ended ("begin" or "end").
@@ -322,6 +332,11 @@ class StepTimer(compat.keras().callbacks.Callback):
         steps_in_epoch = (self.params or {}).get("steps")
         steps = min(spe, steps_in_epoch - begin) if steps_in_epoch else spe
         self._record(end - begin_time, max(1, steps) * self._fused, (active, generation))
+
+    def _steps_begun(self) -> int:
+        """Training steps begun in this fit so far (read by the memory thread: a count)."""
+        begun = len(self._begins) - self._begins_counted
+        return self._steps_base + max(0, begun) * self._spe * self._fused
 
     def _note_first_begin(self) -> None:  # the first epoch's begins go at its end
         if self.first_begin_time is None and self._begins:
@@ -424,6 +439,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._boundary_time = None
         self._open = None
         self._begins = []
+        self._begins_counted = 0
         self._drained = 0
         self._epoch_state = (self._warmup_left, self._seen_first)
         self._ledger.epoch_begin(epoch)
@@ -486,6 +502,8 @@ class StepTimer(compat.keras().callbacks.Callback):
             logs.update({k: round(figures[k], LOG_KEYS[k]) for k in LOG_KEYS if k in figures})
         self._write_scalars(metrics, figures, epoch)
         self._ledger_epoch(epoch, calls, now)
+        self._steps_base += sum(c[1] for c in calls)
+        self._begins_counted = len(self._begins)
         self.epochs.append(
             {
                 "epoch": epoch,

@@ -77,11 +77,17 @@ def steps_png(report: Any) -> bytes:
     from matplotlib.figure import Figure
 
     ledger = getattr(report, "ledger", None)
+    memory = getattr(ledger, "memory", None) if ledger else None
+    if memory is not None and len(memory.timeline) < 2:
+        memory = None
     if ledger and ledger.get("wall_s"):
-        fig = Figure(figsize=(11, 5.6), dpi=100)
-        grid = fig.add_gridspec(2, 2, width_ratios=[2, 1], height_ratios=[4.2, 1.4])
+        rows = [4.2, 2.2, 1.4] if memory is not None else [4.2, 1.4]
+        fig = Figure(figsize=(11, 5.6 + (2.4 if memory is not None else 0)), dpi=100)
+        grid = fig.add_gridspec(len(rows), 2, width_ratios=[2, 1], height_ratios=rows)
         ax_t, ax_h = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
-        ledger_bar(fig.add_subplot(grid[1, :]), ledger)
+        if memory is not None:
+            _memory_curve(fig.add_subplot(grid[1, :]), memory, float(ledger.get("wall_s")))
+        ledger_bar(fig.add_subplot(grid[-1, :]), ledger)
     else:
         fig = Figure(figsize=(11, 4.2), dpi=100)
         ax_t, ax_h = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2, 1]})
@@ -91,6 +97,40 @@ def steps_png(report: Any) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
+
+
+def _memory_curve(ax: Any, memory: Any, wall: float) -> None:
+    """Host (and device) memory over the fit's seconds, the x axis the ledger bar's below it,
+    each stretch shaded by the part it was read in, in the bar's colours."""
+    from toolkit.core.stats import format_mb
+    from toolkit.report._memory import _label
+
+    samples = memory.timeline
+    xs = [s.t_s for s in samples]
+    ax.plot(xs, [s.host_mb for s in samples], color="k", lw=1.2,
+            label=f"host (resident), peak {format_mb(memory.host_peak_mb)}")  # fmt: skip
+    device = [(s.t_s, s.device_mb) for s in samples if s.device_mb is not None]
+    if device:
+        ax.plot(*zip(*device, strict=True), color="tab:red", lw=1.2, ls="--",
+                label=f"device, peak {format_mb(memory.device_peak_mb)}")  # fmt: skip
+    shaded: set[str] = set()
+    start = 0
+    for i in range(1, len(samples) + 1):  # one span per run of readings in one part
+        if i < len(samples) and samples[i].part == samples[start].part:
+            continue
+        label = _label(samples[start].part) if samples[start].part else "other"
+        end = samples[i].t_s if i < len(samples) else wall
+        ax.axvspan(samples[start].t_s, end, color=COLOURS.get(label, "0.9"), alpha=0.18,
+                   lw=0, label=None if label in shaded else f"read in {label}")  # fmt: skip
+        shaded.add(label)
+        start = i
+    ax.set_xlim(0, max(wall, xs[-1]) or 1.0)
+    ax.set_xlabel("seconds of the fit (as the bar below)")
+    ax.set_ylabel("MB (MiB)")
+    grows = f"; grows in {', '.join(sorted({_label(g.part) for g in memory.growth}))}"
+    ax.set_title(f"memory over the fit, read every {memory.every_s * 1000:.0f} ms"
+                 f"{grows if memory.growth else ''}", fontsize=10)  # fmt: skip
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
 
 
 _STYLES = {  # kind: (label, marker, size, colour)

@@ -15,6 +15,7 @@ from toolkit.core._anatomy import Contrast, contrast
 from toolkit.core.stats import format_duration, format_ms, format_rate, format_s
 from toolkit.report._anatomy import contrast_lines
 from toolkit.report._ledger import compare_ledgers
+from toolkit.report._memory import memory_change
 from toolkit.report.run_report import RunReport, cell, keras_shown
 
 __all__ = ["Comparison", "compare"]
@@ -63,6 +64,7 @@ class Comparison:
     ledgers: tuple[dict | None, dict | None] = (None, None)  # each run's parts, for to_dict
     # The two runs' anatomies side by side (contrast_lines), where both took one.
     anatomy: Contrast | None = None
+    memory: str | None = None  # "B: peak host memory +310 MB (+22 %), ..." (both measured)
 
     def blocks(self) -> list[terminal.Block]:
         """The comparison as a screen: the figures' table (the verdict's row first), the two
@@ -89,6 +91,8 @@ class Comparison:
         lines.append(self.verdict_line())
         if self.ledger:
             lines.append(self.ledger)
+        if self.memory:
+            lines.append(self.memory)
         if self.anatomy is not None:
             lines += contrast_lines(self.anatomy)
         lines += [f"note: {n}" for n in self.notes]
@@ -148,6 +152,7 @@ class Comparison:
                 "b": self.ledgers[1],
             },
             "anatomy": _contrast_dict(self.anatomy),
+            "memory": self.memory,
         }
 
     def __str__(self) -> str:
@@ -170,6 +175,7 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
     both = {
         "anatomy": _contrast(a, b),
         "ledger": compare_ledgers(a.ledger, b.ledger),
+        "memory": memory_change(*(r.ledger.memory if r.ledger else None for r in (a, b))),
         "ledgers": tuple(
             {**(r.ledger.get("parts") or {}), "wall_s": r.ledger.get("wall_s")}
             if r.ledger

@@ -60,6 +60,7 @@ from toolkit.report._ledger import (
     ledger_markdown,
     report_ledger,
 )
+from toolkit.report._memory import memory_lines, memory_markdown
 from toolkit.report._trace_records import TraceAnalysis
 from toolkit.report.context import RunContext
 from toolkit.report.trace import left_out_line, read_trace, trace_lines, traced_range
@@ -399,6 +400,7 @@ class RunReport:
         if self.ledger:
             lines.append(ledger_line(self.ledger))
             lines += fix_lines(self.ledger)
+            lines += memory_lines(self.ledger.memory)
         elif self.fit_call:
             lines.append(fit_call_line(self.fit_call))
         if self.metrics:
@@ -532,9 +534,15 @@ class RunReport:
                 w(f"| {k} | {format_metric(v)} |\n")
 
     def _md_memory(self, w: Callable[[str], Any]) -> None:
+        """The memory by part (the ledger's), then MemoryWatch's readings by epoch."""
+        by_part = memory_markdown(self.ledger.memory) if self.ledger else ""
+        if by_part:
+            w(f"\n## Memory\n\n{by_part}")
         if not self.memory:
             return
-        w("\n## Memory\n\n| epoch | host RSS (MiB) | devices |\n|---|---|---|\n")
+        if not by_part:
+            w("\n## Memory\n")
+        w("\n| epoch | host RSS (MiB) | devices |\n|---|---|---|\n")
         for r in self.memory.get("readings", []):
             devs = ", ".join(
                 f"{k}: {v['current_mb']:.0f} MiB (peak {v['peak_mb']:.0f})"

@@ -363,6 +363,8 @@ class Profile:
                 self._ledger_image(scalars, report, step)
             if report.anatomy is not None:
                 self._anatomy_image(scalars, report.anatomy, step)
+            if report.ledger and report.ledger.memory is not None:
+                _memory_scalars(scalars, report.ledger.memory)
             for r in (report.memory or {}).get("readings", []):
                 at = ends.get(r.get("epoch"), 0) if r.get("epoch") is not None else 0
                 scalars.write(HOST_RSS, r["host_rss_mb"], at)
@@ -371,6 +373,22 @@ class Profile:
             scalars.close()
         except Exception as e:  # noqa: BLE001 - the report matters more than the scalars
             logging.warning("TensorBoard scalars not finished: %s: %s", type(e).__name__, e)
+
+
+def _memory_scalars(scalars: Any, memory: Any) -> None:
+    """The ledger's memory readings as TensorBoard scalars: the most read at each step."""
+    from toolkit.profiling.scalars import DEVICE_MB, HOST_MB
+
+    most: dict[int, tuple[float, float | None]] = {}
+    for s in memory.timeline:
+        host, device = most.get(s.step, (0.0, None))
+        if s.device_mb is not None:
+            device = max(device or 0.0, s.device_mb)
+        most[s.step] = (max(host, s.host_mb), device)
+    for step, (host, device) in sorted(most.items()):
+        scalars.write(HOST_MB, host, step)
+        if device is not None:
+            scalars.write(DEVICE_MB, device, step)
 
 
 def _said_where(name: str, run_dir: str, paths: Mapping[str, str]) -> None:

@@ -181,6 +181,31 @@ def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
     return out
 
 
+def device_memory_limit() -> dict[str, float]:
+    """Each accelerator's memory in MiB as JAX's allocator may use it (``bytes_limit``: with
+    JAX's default preallocation, 75 % of the device); ``{}`` on a CPU."""
+    import jax
+
+    out: dict[str, float] = {}
+    for device in jax.local_devices():
+        if device.platform == "cpu":
+            continue
+        try:
+            stats = device.memory_stats() or {}
+        except Exception:  # noqa: BLE001 - some plugins expose no stats
+            continue
+        if stats.get("bytes_limit"):
+            out[f"{device.platform.upper()}:{device.id}"] = stats["bytes_limit"] / MB
+    return out
+
+
+def live_tensors() -> tuple[list[Any], str]:
+    """The arrays alive in this process (``jax.live_arrays``: JAX's own registry, cheap)."""
+    import jax
+
+    return list(jax.live_arrays()), "arrays"
+
+
 # ---------------------------------------------------------------------------- FLOPs
 
 

@@ -221,6 +221,44 @@ def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
     return out
 
 
+def device_memory_limit() -> dict[str, float]:
+    """Each visible GPU's memory in MiB, the most a run can use there. TensorFlow has no call
+    for it: NVIDIA's ``nvidia-smi`` answers for CUDA GPUs; ``{}`` where nothing does (a CPU,
+    tensorflow-metal), and a caller falls back to a limit the user gives."""
+    import shutil
+    import subprocess
+
+    import tensorflow as tf
+
+    gpus = tf.config.list_logical_devices("GPU")
+    smi = shutil.which("nvidia-smi")
+    if not gpus or smi is None:
+        return {}
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    totals = [float(v) * 1e6 / MB for v in out if v.replace(".", "", 1).isdigit()]  # MB -> MiB
+    return {d.name.split("device:")[-1]: t for d, t in zip(gpus, totals, strict=False)}
+
+
+def live_tensors() -> tuple[list[Any], str]:
+    """The eager tensors alive in this process (found through the garbage collector: TensorFlow
+    keeps no registry), and what they are called, for a census of what grows."""
+    import gc
+
+    import tensorflow as tf
+
+    kind = type(tf.constant(0.0))
+    return [o for o in gc.get_objects() if type(o) is kind], "tensors"
+
+
 # ---------------------------------------------------------------------------- FLOPs
 
 

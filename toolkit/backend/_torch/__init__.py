@@ -18,6 +18,7 @@ is ``torch.compile`` (Keras's own switch).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Callable, Iterator
@@ -264,6 +265,31 @@ def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
         current = torch.mps.current_allocated_memory() / MB
         out["MPS:0"] = {"current_mb": current, "peak_mb": current}
     return out
+
+
+def device_memory_limit() -> dict[str, float]:
+    """Each CUDA GPU's total memory in MiB, and on a Mac what the MPS allocator recommends as
+    its most; ``{}`` on a CPU."""
+    import torch
+
+    out: dict[str, float] = {}
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            out[f"GPU:{i}"] = torch.cuda.get_device_properties(i).total_memory / MB
+    if torch.backends.mps.is_available():
+        with contextlib.suppress(AttributeError, RuntimeError):
+            out["MPS:0"] = torch.mps.recommended_max_memory() / MB
+    return out
+
+
+def live_tensors() -> tuple[list[Any], str]:
+    """The tensors alive in this process (found through the garbage collector: PyTorch keeps
+    no registry); parameters and their gradients included."""
+    import gc
+
+    import torch
+
+    return [o for o in gc.get_objects() if issubclass(type(o), torch.Tensor)], "tensors"
 
 
 # ---------------------------------------------------------------------------- FLOPs

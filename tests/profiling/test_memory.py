@@ -1,0 +1,225 @@
+"""The ledger's memory (``toolkit.profiling._memory``): real fits with planted waste on
+whichever backend runs the suite (``make test`` runs them again on JAX and PyTorch), the
+record's JSON edge, the summary's lines, compare's line, steps.png and TensorBoard."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from toolkit.core import compat
+from toolkit.profiling._ledger_records import PARTS
+from toolkit.profiling._memory import grown, steady_rise
+from toolkit.profiling._memory_records import Growth, PartMemory, RunMemory, Sample
+from toolkit.report._memory import memory_change, memory_lines
+from toolkit.runner.session import profile
+
+keras = compat.keras()
+
+
+class KeepOutputs(keras.callbacks.Callback):
+    """Planted waste: the model's outputs on a probe batch, kept after every training batch
+    (a user's callback collecting predictions)."""
+
+    def __init__(self, probe):
+        super().__init__()
+        self.probe = probe
+        self.kept = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.kept.append(self.model(self.probe, training=False))
+
+
+def _model(width=64):
+    model = keras.Sequential(
+        [keras.Input((32,)), keras.layers.Dense(width, activation="relu"), keras.layers.Dense(4)]
+    )
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def _arrays(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.random((n, 32), dtype=np.float32), rng.integers(0, 4, n)
+
+
+def _memory(p):
+    memory = p.report.ledger.memory
+    assert memory is not None and memory.readings >= 3, memory
+    return memory
+
+
+@pytest.mark.every_backend
+def test_a_callback_keeping_outputs_is_found_in_the_first_epoch_and_named(tmp_path):
+    """126-odd outputs float32[256, 4] kept by a callback: found in the first epoch, said as
+    the callback's, with what grows, who holds it and the fix."""
+    x, y = _arrays(64 * 32)
+    keep = KeepOutputs(np.ones((256, 32), np.float32))
+    with profile("leaky", report_dir=tmp_path, batch_size=32) as p:
+        p.fit(_model(), x, y, batch_size=32, epochs=2, verbose=0, callbacks=[keep])
+    memory = _memory(p)
+    (counted,) = [g for g in memory.growth if g.memory in ("arrays", "tensors")]
+    assert counted.part == "KeepOutputs" and counted.epoch == 0
+    assert counted.held_by == "KeepOutputs.kept"
+    # The outputs float32[256, 4]; on PyTorch each keeps its autograd graph, and the hidden
+    # layer's float32[256, 64] kept with it is the larger group.
+    assert "float32[256, 4]" in counted.what or "float32[256, 64]" in counted.what
+    assert counted.steps >= 32
+    assert counted.mb >= 0.5 * counted.steps * 256 * 4 * 4 / 2**20
+    assert "float(value)" in counted.fix
+    lines = memory_lines(memory)
+    assert any(line.startswith("memory grows: KeepOutputs: ") for line in lines), lines
+    summary = p.report.summary()
+    assert "memory: host peak " in summary and "fix: KeepOutputs.kept keeps" in summary
+    saved = json.loads(next(tmp_path.glob("*/report.json")).read_text())
+    assert saved["ledger"]["memory"]["growth"][0]["held_by"] == "KeepOutputs.kept"
+
+
+@pytest.mark.every_backend
+def test_a_healthy_fit_reads_every_part_and_finds_no_growth(tmp_path):
+    """No waste: every reading in a part of the ledger, the validation read, the run's peak
+    a part's, the timeline in order and ending at the fit's last step, and no growth."""
+    x, y = _arrays(48 * 32)
+    with profile("healthy", report_dir=tmp_path, batch_size=32) as p:
+        p.fit(_model(), x, y, batch_size=32, epochs=2, verbose=0, validation_split=0.25)
+    memory = _memory(p)
+    names = {part.name for part in memory.parts}
+    # (PyTorch's eager first step is too short to be read: its compile may have no reading.)
+    assert names <= set(PARTS) and "validation" in names and names & {"compile", "steps"}
+    for part in memory.parts:
+        assert part.host_peak_mb >= memory.host_start_mb * 0.5 and part.readings >= 1
+    assert memory.host_peak_mb == max(part.host_peak_mb for part in memory.parts)
+    assert memory.growth == (), memory.growth
+    assert [s.t_s for s in memory.timeline] == sorted(s.t_s for s in memory.timeline)
+    assert memory.timeline[-1].step == p.report.ledger.steps
+    if memory.device_peak_mb is None:  # a CPU device: said so, host memory is shown
+        assert memory.device_unseen and "CPU" in memory.device_unseen
+
+
+def test_validation_on_a_large_set_is_where_memory_grows(tmp_path):
+    """TensorFlow: validation data ten times the training set, as arrays: the memory it
+    keeps after the first validation is found in that epoch, as the validation's."""
+    x, y = _arrays(32 * 32)
+    xv, yv = _arrays(400_000, seed=1)  # 49 MiB of features
+    with profile("big-validation", report_dir=tmp_path, batch_size=32) as p:
+        p.fit(_model(), x, y, batch_size=32, epochs=1, verbose=0, validation_data=(xv, yv),
+              validation_batch_size=4096)  # fmt: skip
+    memory = _memory(p)
+    validation = memory.part("validation")
+    assert validation is not None and validation.readings >= 2
+    assert validation.host_peak_mb >= memory.part("steps").host_peak_mb
+    found = [g for g in memory.growth if g.part == "validation"]
+    assert found and found[0].epoch == 0 and found[0].mb >= 8, memory.growth
+
+
+def test_a_timer_on_its_own_clock_reads_no_memory():
+    """Memory is read on a thread, on the default clock only (a test's clock is its own)."""
+    import time
+
+    from toolkit import StepTimer
+
+    timer = StepTimer(clock=time.monotonic)
+    x, y = _arrays(64)
+    _model().fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[timer])
+    assert timer.ledger().memory is None
+
+
+def test_memory_every_s_is_checked_and_none_turns_it_off():
+    from toolkit import StepTimer
+    from toolkit.core.checks import ConfigError
+
+    with pytest.raises(ConfigError, match="memory_every_s"):
+        StepTimer(memory_every_s=0)
+    timer = StepTimer(memory_every_s=None)
+    x, y = _arrays(64)
+    _model().fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[timer])
+    assert timer.ledger().memory is None and timer.ledger().wall_s > 0
+
+
+def test_steady_rise_tells_a_leak_from_a_buffer_that_filled():
+    leak = [(s, 500 + 0.5 * s) for s in range(0, 100, 5)]
+    assert steady_rise(leak) == pytest.approx((47.5, 95))
+    filled = [(s, 500 + min(s, 20) * 2.0) for s in range(0, 100, 5)]  # +40 MB, then flat
+    assert steady_rise(filled) is None
+    noise = [(s, 500 + (3 if s % 10 else -3)) for s in range(0, 100, 5)]
+    assert steady_rise(noise) is None
+    assert steady_rise(leak[:4]) is None  # too few readings to say
+
+
+def test_grown_needs_about_one_more_a_step_between_two_censuses():
+    """One more a step is a leak per batch; one every other step is not counted as one."""
+    from toolkit.profiling._memory import Census
+
+    a = Census(3, "arrays", {"float32[32, 10]": (2, 2560), "float32[64]": (5, 1280)})
+    b = Census(43, "arrays", {"float32[32, 10]": (42, 53760), "float32[64]": (9, 2304)})
+    growth, keys = grown([a, b])
+    assert keys == ["float32[32, 10]"]
+    assert growth.what == "40 arrays float32[32, 10] more after 40 steps"
+    assert growth.mb == pytest.approx(51200 / 2**20, abs=1e-6) and growth.steps == 40
+    assert grown([a]) == (None, [])
+
+
+def _memory_record(peak, device=None):
+    return RunMemory(
+        every_s=0.05,
+        parts=(
+            PartMemory("compile", peak, peak - 5, device, device),
+            PartMemory("steps", 100.0, 99.0),
+        ),
+        host_peak_mb=peak,
+        device_peak_mb=device,
+        host_start_mb=90.0,
+        growth=(Growth("steps", "host", 12.5, 500, 0, "3 arrays x", "Keep.kept", "do y"),),
+        timeline=(Sample(0.0, 0, 90.0, None, "start_up"), Sample(0.5, 12, peak, device, "steps")),
+        readings=2,
+    )
+
+
+def test_the_memory_record_reads_back_from_its_json():
+    record = _memory_record(1400.0, 200.0)
+    assert RunMemory.from_dict(json.loads(json.dumps(record.to_dict()))) == record
+    assert RunMemory.from_dict({"every_s": "x"}) is None
+    odd = RunMemory.from_dict({"every_s": 0.05, "parts": {"steps": {"host_peak_mb": "no"}},
+                               "timeline": [[1, 2], "x", [0.1, 1, 5.0, None, 3]]})  # fmt: skip
+    assert odd.part("steps").host_peak_mb is None and len(odd.timeline) == 1
+
+
+def test_memory_lines_say_the_peak_where_it_was_reached_and_the_growth_with_its_fix():
+    lines = memory_lines(_memory_record(1400.0, 200.0))
+    assert lines[0] == (
+        "memory: host peak 1.37 GB in compile (start 90.0 MB, end 1.37 GB); "
+        "device peak 200 MB in compile"
+    )
+    assert lines[1] == (
+        "memory grows: steps: 3 arrays x (+12.5 MB, 25.0 MB per 1,000 steps), held by Keep.kept"
+    )
+    assert lines[2] == "fix: do y"
+    assert all(len(line) <= 100 for line in lines)
+
+
+def test_memory_change_is_compares_line():
+    a, b = _memory_record(1000.0), _memory_record(1310.0)
+    assert memory_change(a, b) == "B: peak host memory +310 MB (+31 %), 1000 MB -> 1.28 GB"
+    assert memory_change(a, None) is None
+
+
+def test_memory_reaches_tensorboard_and_steps_png(tmp_path):
+    """The readings as ``memory/host_mb`` at the steps they were read at (read back with
+    TensorBoard's own reader), and steps.png drawn with the memory panel."""
+    from tests.helpers import read_scalars
+    from toolkit.profiling.scalars import HOST_MB
+
+    x, y = _arrays(40 * 32)
+    with profile("scalars", report_dir=tmp_path, batch_size=32, tensorboard=True) as p:
+        p.fit(_model(), x, y, batch_size=32, epochs=2, verbose=0)
+    memory = _memory(p)
+    (run_dir,) = [d for d in tmp_path.iterdir() if d.is_dir()]
+    points = read_scalars(run_dir / "train")[HOST_MB]
+    steps = [pt.step for pt in points]
+    assert steps == sorted(set(steps)) and steps[-1] == p.report.ledger.steps
+    assert max(pt.value for pt in points) == pytest.approx(
+        max(s.host_mb for s in memory.timeline), rel=1e-5
+    )
+    assert (run_dir / "steps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

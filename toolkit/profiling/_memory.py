@@ -1,0 +1,556 @@
+"""Memory over one ``fit``, read beside the ledger: each part's peak and what it held when it
+ended, growth found inside an epoch and named, and a timeline for the plot and TensorBoard.
+
+How it is read, and why so:
+
+* A thread reads the process's memory every `every_s` seconds (50 ms by default), from the
+  fit's train begin to its train end, and the ledger's boundaries (train begin, each
+  validation's begin and end, each epoch's end, train end) add a reading each. A time
+  interval, not one every N steps: a reading costs the same whatever the step (about 20 µs
+  here, far under the 1 % the toolkit allows itself), the compile and the validation are
+  read too (no step hook runs there), and the step hook stays as lean as it is
+  (``benchmarks/profiler_overhead.py`` and ``benchmarks/memory.py`` measure the cost).
+* Host: the resident set (``psutil``) and the kernel's high-water mark (``getrusage``'s
+  ``ru_maxrss``). A peak between two readings is not missed where it set a new high: the
+  high-water mark rose, and that interval's peak is the new mark. tracemalloc's Python share
+  is left out: it traces every allocation, several times the cost of Python code.
+* Device: the backend's own counters (``device_memory``: TensorFlow's memory info, JAX's
+  ``memory_stats``, ``torch.cuda``), read from the thread without a sync; their peak counters
+  are read, never reset (the user's own readings stay theirs). A backend with nothing to say
+  (JAX or PyTorch on a CPU device, TensorFlow on a CPU) is said so; host memory is then
+  the whole story.
+* What grows, once growth is found: the backend's live arrays or tensors
+  (``live_tensors``), besides the model's own variables, grouped by dtype and shape, and
+  the object that holds the largest group (through the garbage collector's referrers).
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import gc
+import math
+import resource
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from toolkit.profiling._ledger_records import PARTS
+from toolkit.profiling._memory_records import Growth, PartMemory, RunMemory, Sample
+
+__all__ = ["MemorySampler", "host_memory"]
+
+MB = 1024.0 * 1024.0
+EVERY_S = 0.05
+# Growth under this many MiB, or under 4 times the readings' own scatter, is not reported: an
+# allocator's pools and a shuffle buffer filling move resident memory by a few MiB.
+GROWTH_FLOOR_MB = 8.0
+TIMELINE_POINTS = 600  # the report keeps at most this many readings
+CENSUS_STEP = 3  # the first census: once this many steps began (the first one compiled)
+
+
+def host_memory() -> tuple[float, float]:
+    """This process's resident memory and its high-water mark, in MiB (``ru_maxrss`` is KiB
+    on Linux, bytes on macOS)."""
+    import psutil
+
+    rss = psutil.Process().memory_info().rss / MB
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_mb = peak / MB if sys.platform == "darwin" else peak / 1024.0
+    return rss, max(rss, peak_mb)
+
+
+class Reading(NamedTuple):
+    at: float
+    step: int
+    host_mb: float
+    host_high_mb: float
+    device_mb: float | None
+    device_peak_mb: float | None
+
+
+Reader = Callable[[], tuple[float, float] | None]
+
+
+def _device_reader() -> tuple[Reader, tuple[str, ...], str | None]:
+    """A reader of the backend's device counters (summed over this process's devices), the
+    devices, and why there is none where the backend gives nothing."""
+    from toolkit import backend
+
+    try:
+        seam, name = backend.get(), backend.name()
+        found = seam.device_memory()
+    except Exception:  # noqa: BLE001 - a backend the toolkit does not measure
+        return lambda: None, (), "this backend reports no device memory"
+    if not found:
+        words = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}.get(name, name)
+        return lambda: None, (), f"{words} reports no memory for a CPU device: host memory is all"
+
+    def read() -> tuple[float, float] | None:
+        try:
+            now = seam.device_memory()
+        except Exception:  # noqa: BLE001 - a reading is a view; training goes on
+            return None
+        return (
+            sum(v.get("current_mb", 0.0) for v in now.values()),
+            sum(v.get("peak_mb", 0.0) for v in now.values()),
+        )
+
+    return read, tuple(found), None
+
+
+class MemorySampler:
+    """Reads memory every `every_s` seconds on a daemon thread, and when asked (``read``).
+    `steps` returns the training steps begun so far (read from the thread: a count)."""
+
+    def __init__(
+        self, clock: Callable[[], float], steps: Callable[[], int], every_s: float, model: Any
+    ) -> None:
+        self._clock, self._steps, self.every_s = clock, steps, every_s
+        self.readings: list[Reading] = []
+        # Two counts of the live arrays in the first epoch: after its first steps (taken on
+        # this thread), and at its steps' end (`census_now`, on the fit's).
+        self.model, self.censuses = model, []  # type: list[Census]
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._device, self.devices, self.device_unseen = _device_reader()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self.read()
+        self._thread = threading.Thread(target=self._run, name="toolkit-memory", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.read()
+            if not self.censuses and self.readings and self.readings[-1].step >= CENSUS_STEP:
+                self.census_now()
+
+    def census_now(self) -> None:
+        """Counts the live arrays now (the second time: the first epoch's steps ended)."""
+        with contextlib.suppress(Exception):  # a census is a view; training goes on
+            if len(self.censuses) < 2:
+                taken = census(self.model, int(self._steps()))
+                if taken is not None:
+                    self.censuses.append(taken)
+
+    def read(self) -> None:
+        """One reading now (never raises: memory is a view, training goes on)."""
+        try:
+            step = int(self._steps())
+        except Exception:  # noqa: BLE001 - the count is read while the fit changes it
+            step = self.readings[-1].step if self.readings else 0
+        with contextlib.suppress(Exception):
+            rss, high = host_memory()
+            device = self._device()
+            at = self._clock()
+            with self._lock:
+                self.readings.append(
+                    Reading(at, step, rss, high, *(device if device else (None, None)))
+                )
+
+    def stop(self) -> None:
+        if self._thread is None or self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        self.read()
+
+    def snapshot(self) -> list[Reading]:
+        with self._lock:
+            return sorted(self.readings)
+
+
+# ---------------------------------------------------------------------------- the ledger's view
+
+
+class Span(NamedTuple):
+    start: float
+    end: float
+    name: str
+
+
+class _Where:
+    """Which part of the fit a time is in: the ledger's tiles, with the first execution of
+    each function read as its compile and the callbacks' hooks as theirs."""
+
+    def __init__(self, tiles: Sequence[Any], over: Sequence[Span]) -> None:
+        self.tiles = sorted(tiles, key=lambda t: t.start)
+        self._starts = [t.start for t in self.tiles]
+        self.over = sorted(over)
+
+    def __call__(self, t: float) -> tuple[str, str | None]:
+        """(part, callback name or None)."""
+        for s in self.over:
+            if s.start <= t <= s.end:
+                return ("callbacks", s.name) if s.name not in ("compile",) else ("compile", None)
+        i = bisect.bisect_right(self._starts, t) - 1
+        if i < 0:
+            return "start_up", None
+        tile = self.tiles[i]
+        return (tile.part if t <= tile.end else "other"), None
+
+
+def _peaks(readings: Sequence[Reading]) -> list[tuple[float, float | None]]:
+    """Each reading's peak since the one before: the high-water mark where it rose (a new
+    high between them), else the reading itself; a device peak counter that fell was reset
+    by someone (its value is the peak since)."""
+    out: list[tuple[float, float | None]] = []
+    prev: Reading | None = None
+    for r in readings:
+        host = r.host_mb
+        if prev is not None and r.host_high_mb > prev.host_high_mb:
+            host = max(host, r.host_high_mb)
+        device = r.device_mb
+        moved = prev is not None and prev.device_peak_mb not in (None, r.device_peak_mb)
+        if r.device_peak_mb is not None and moved:
+            device = max(device or 0.0, r.device_peak_mb)
+        out.append((host, device))
+        prev = r
+    return out
+
+
+def _max(values: list[float | None]) -> float | None:
+    seen = [v for v in values if v is not None]
+    return max(seen) if seen else None
+
+
+def parts_memory(
+    readings: Sequence[Reading], where: _Where, tiles: Sequence[Any]
+) -> tuple[tuple[PartMemory, ...], tuple[PartMemory, ...]]:
+    """Each part's peak and held-at-end, and each callback's (by class name)."""
+    peaks = _peaks(readings)
+    by: dict[tuple[str, str | None], list[int]] = {}
+    for i, r in enumerate(readings):
+        by.setdefault(where(r.at), []).append(i)
+    times = [r.at for r in readings]
+
+    def held(i: int) -> tuple[float, float | None]:
+        return readings[i].host_mb, readings[i].device_mb
+
+    def part(name: str, cb: str | None, idx: list[int]) -> PartMemory:
+        end_i = idx[-1]
+        last = [t for t in tiles if t.part == name]
+        if last and cb is None:  # what it held as it ended: the first reading at its end
+            j = bisect.bisect_left(times, last[-1].end)
+            end_i = j if j < len(readings) else len(readings) - 1
+        host, device = held(end_i)
+        return PartMemory(
+            cb or name,
+            _max([peaks[i][0] for i in idx]),
+            host,
+            _max([peaks[i][1] for i in idx]),
+            device,
+            len(idx),
+        )
+
+    parts, callbacks = [], []
+    for (name, cb), idx in by.items():
+        (callbacks if cb else parts).append(part(name, cb, idx))
+    order = {name: i for i, name in enumerate(PARTS)}
+    return tuple(sorted(parts, key=lambda p: order.get(p.name, 99))), tuple(callbacks)
+
+
+# ---------------------------------------------------------------------------- growth
+
+
+def _fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least-squares slope and the residuals' standard deviation."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return 0.0, 0.0
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    residual = [y - (my + slope * (x - mx)) for x, y in zip(xs, ys, strict=True)]
+    return slope, math.sqrt(sum(r * r for r in residual) / n)
+
+
+def steady_rise(points: Sequence[tuple[int, float]]) -> tuple[float, int] | None:
+    """(MiB, steps) of a steady rise over `points` (step, MiB): a fitted line rising by more
+    than :data:`GROWTH_FLOOR_MB` and 4 times its scatter, still rising in the later half (a
+    buffer that filled and stopped is not growth). None where it did not grow so."""
+    if len(points) < 6:
+        return None
+    xs = [float(s) for s, _ in points]
+    ys = [m for _, m in points]
+    span = int(xs[-1] - xs[0])
+    if span < 8:
+        return None
+    slope, scatter = _fit_line(xs, ys)
+    total = slope * span
+    if total < max(GROWTH_FLOOR_MB, 4.0 * scatter):
+        return None
+    half = len(points) // 2
+    later, _ = _fit_line(xs[half:], ys[half:])
+    if later * (xs[-1] - xs[half]) < 0.35 * total * (xs[-1] - xs[half]) / span:
+        return None
+    return total, span
+
+
+def find_growth(
+    readings: Sequence[Reading], where: _Where, epochs: Sequence[Any], validations: Sequence[Any]
+) -> list[Growth]:
+    """Growth inside each epoch's steps (a steady rise over its steps), and memory a
+    validation left held (its end against its begin), on the host and on the device."""
+    found: list[Growth] = []
+    for e in epochs:
+        if e.first is None or e.steps_end is None:
+            continue
+        # The training loop: its steps, input and batch hooks (not a compile).
+        inside = [r for r in readings if e.first <= r.at <= e.steps_end and where(r.at)[0] in
+                  ("steps", "input", "callbacks")]  # fmt: skip
+        for memory, key in (("host", "host_mb"), ("device", "device_mb")):
+            points = [(r.step, getattr(r, key)) for r in inside if getattr(r, key) is not None]
+            rise = steady_rise(points)
+            if rise is not None:
+                found.append(Growth("steps", memory, round(rise[0], 3), rise[1], e.epoch))
+    times = [r.at for r in readings]
+    ends = {e.epoch: e.steps_end for e in epochs}
+    for v in validations:
+        if v.end is None:
+            continue
+        # From its epoch's last step (Keras builds the validation's data before its begin
+        # hook), against the reading at its end hook.
+        start = ends.get(v.epoch)
+        start = start if start is not None and start <= v.begin else v.begin
+        a = max(0, bisect.bisect_right(times, start) - 1)
+        b = bisect.bisect_left(times, v.end)
+        if b >= len(readings) or b <= a:
+            continue
+        for memory, key in (("host", "host_mb"), ("device", "device_mb")):
+            before, after = getattr(readings[a], key), getattr(readings[b], key)
+            if before is not None and after is not None and after - before >= GROWTH_FLOOR_MB:
+                found.append(Growth("validation", memory, round(after - before, 3), 0, v.epoch))
+    return found
+
+
+# ---------------------------------------------------------------------------- what grows
+
+
+def _shape_dtype(a: Any) -> tuple[str, int]:
+    """``float32[32, 10]`` and its bytes, for an array or tensor of any backend."""
+    import numpy as np
+
+    shape = tuple(int(d) for d in getattr(a, "shape", ()) if d is not None)
+    dtype = getattr(a, "dtype", "?")
+    name = str(getattr(dtype, "name", dtype)).replace("torch.", "")
+    try:
+        size = np.dtype(name).itemsize
+    except TypeError:
+        size = 2 if "16" in name else 4
+    return f"{name}[{', '.join(map(str, shape))}]", math.prod(shape) * size
+
+
+def _ids_of_model(model: Any) -> set[int]:
+    """The model's own arrays (weights, optimizer and metric state), left out of a census."""
+    ids: set[int] = set()
+    optimizer = getattr(model, "optimizer", None)
+    groups = [getattr(model, "variables", []), getattr(optimizer, "variables", [])]
+    for group in groups:
+        with contextlib.suppress(Exception):
+            for v in group() if callable(group) else group:
+                ids.add(id(v))
+                with contextlib.suppress(Exception):
+                    ids.add(id(v.value))
+    return ids
+
+
+class Census(NamedTuple):
+    """The live arrays or tensors besides the model's own, by ``dtype[shape]``: how many and
+    their bytes; `step` the training steps begun when it was taken."""
+
+    step: int
+    kind: str  # "arrays" (JAX) or "tensors"
+    groups: dict[str, tuple[int, int]]
+
+
+def _live(model: Any) -> tuple[dict[str, list[Any]], str] | None:
+    from toolkit import backend
+
+    try:
+        live, kind = backend.get().live_tensors()
+    except Exception:  # noqa: BLE001 - a census is a view
+        return None
+    own = _ids_of_model(model)
+    groups: dict[str, list[Any]] = {}
+    for a in live:
+        if id(a) not in own:
+            groups.setdefault(_shape_dtype(a)[0], []).append(a)
+    return groups, kind
+
+
+def census(model: Any, step: int) -> Census | None:
+    """A count of the live arrays (JAX's registry: cheap) or tensors (the garbage
+    collector's objects: about 0.2 s with TensorFlow or PyTorch loaded), taken twice in a
+    fit's first epoch: a per-batch leak is a group that grew by about one a step."""
+    found = _live(model)
+    if found is None:
+        return None
+    groups, kind = found
+    counted = {k: (len(v), sum(_shape_dtype(a)[1] for a in v)) for k, v in groups.items()}
+    return Census(step, kind, counted)
+
+
+def grown(censuses: Sequence[Census]) -> tuple[Growth | None, list[str]]:
+    """What grew between a fit's two censuses: the group that grew most (by bytes), where it
+    grew by about one a step between them, and by 8 at least (a leak per batch; not a cache
+    filling once, nor the few objects a fit leaves to the garbage collector: a healthy
+    TensorFlow fit left 7 scalars over 14 steps), as growth in the first epoch's steps; and
+    every group that grew so, the largest first (whose holder is looked for)."""
+    if len(censuses) < 2 or censuses[1].step - censuses[0].step < 8:
+        return None, []
+    a, b = censuses[0], censuses[1]
+    steps = b.step - a.step
+    grew = []
+    for key, (count, nbytes) in b.groups.items():
+        before = a.groups.get(key, (0, 0))
+        if count - before[0] >= max(8, 0.9 * steps):
+            grew.append((nbytes - before[1], count - before[0], key))
+    if not grew:
+        return None, []
+    grew.sort(reverse=True)
+    added, more, key = grew[0]
+    what = f"{more} {b.kind} {key} more after {steps} steps"
+    growth = Growth("steps", b.kind, round(added / MB, 6), steps, 0, what=what)
+    return growth, [k for *_, k in grew]
+
+
+def held_by(members: Sequence[Any]) -> tuple[str, Any] | None:
+    """``"Owner.attribute"`` and the owner, for the list, dict or attribute that holds
+    `members` (the garbage collector's referrers, two levels up); None where not found."""
+    ignore = {id(members)}
+    for member in members:
+        for container in gc.get_referrers(member):
+            if id(container) in ignore or not isinstance(container, list | dict | tuple):
+                continue
+            if isinstance(container, dict):  # an attribute of its own: the owner's __dict__
+                for owner in gc.get_referrers(container):
+                    if getattr(owner, "__dict__", None) is container:
+                        attr = next(k for k, v in container.items() if v is member)
+                        return f"{type(owner).__name__}.{attr}", owner
+            found = _owner_of(container, ignore | {id(container)})
+            if found is not None:
+                return found
+    return None
+
+
+def _owner_of(container: Any, ignore: set[int]) -> tuple[str, Any] | None:
+    for holder in gc.get_referrers(container):
+        if id(holder) in ignore or not isinstance(holder, dict):
+            continue
+        for owner in gc.get_referrers(holder):
+            if getattr(owner, "__dict__", None) is holder:
+                attr = next((k for k, v in holder.items() if v is container), None)
+                if attr is not None:
+                    return f"{type(owner).__name__}.{attr}", owner
+    return None
+
+
+def _holder(model: Any, grew: Sequence[str]) -> tuple[str, Any] | None:
+    """Who holds the groups that grew (the largest first), found in a census taken now."""
+    found = _live(model)
+    if found is None:
+        return None
+    groups, _ = found
+    for key in grew:
+        members = groups.get(key, [])[-3:]
+        owner = held_by(members) if members else None
+        if owner is not None:
+            return owner
+    return None
+
+
+def name_growth(
+    growth: list[Growth], model: Any, recompiles: int, grew: Sequence[str]
+) -> list[Growth]:
+    """Who holds what grew (`grew`: the census's grown groups, largest first), and a fix
+    where one is known (a callback that keeps tensors, a retrace per batch, ``run_eagerly``).
+    Growth in the steps that a callback holds is that callback's."""
+    import dataclasses
+
+    if not growth:
+        return growth
+    owner = _holder(model, grew) if grew else None
+    counted = next((g for g in growth if g.what), None)
+    named = []
+    for g in growth:
+        what, holder, fix, part = g.what, None, None, g.part
+        if g.part == "steps":
+            what = what or (counted.what if counted else None)
+            if owner is not None:
+                holder = owner[0]
+                if _is_callback(owner[1]):
+                    part = type(owner[1]).__name__  # the callback is where it grows
+                    fix = (f"{holder} keeps a tensor each batch: keep floats "
+                           "(float(value)) or numpy copies, or empty it each epoch")  # fmt: skip
+                else:
+                    fix = f"drop what {holder} keeps once it is used"
+            elif recompiles >= 3:
+                what = what or f"{recompiles} retraced programs"
+                fix = "a retrace per batch keeps every program: see the ledger's recompile fix"
+            elif getattr(model, "run_eagerly", False):
+                fix = "run_eagerly=True: compile(run_eagerly=False) traces the step once"
+        named.append(dataclasses.replace(g, part=part, what=what, held_by=holder, fix=fix))
+    return named
+
+
+def _is_callback(obj: Any) -> bool:
+    return any(k.__name__ == "Callback" for k in type(obj).__mro__)
+
+
+# ---------------------------------------------------------------------------- the record
+
+
+def _growth(
+    readings: Sequence[Reading],
+    where: _Where,
+    epochs: Sequence[Any],
+    validations: Sequence[Any],
+    censuses: Sequence[Census],
+) -> tuple[list[Growth], list[str]]:
+    """The growth the readings show and the one the censuses count (the counted one first:
+    it names what grew), and the groups that grew."""
+    found = find_growth(readings, where, epochs, validations)
+    counted, grew = grown(censuses)
+    return ([counted] if counted else []) + found, grew
+
+
+def run_memory(
+    sampler: MemorySampler,
+    start: float,
+    tiles: Sequence[Any],
+    over: Sequence[Span],
+    epochs: Sequence[Any],
+    validations: Sequence[Any],
+    name: Callable[[list[Growth], list[str]], list[Growth]],
+) -> RunMemory | None:
+    """The fit's memory record from `sampler`'s readings and the ledger's tiles; `name`
+    names the growth found (who holds it: only where there is growth)."""
+    readings = sampler.snapshot()
+    if not readings:
+        return None
+    where = _Where(tiles, over)
+    parts, callbacks = parts_memory(readings, where, tiles)
+    peaks = _peaks(readings)
+    step = max(1, math.ceil(len(readings) / TIMELINE_POINTS))
+    timeline = tuple(
+        Sample(round(r.at - start, 4), r.step, round(r.host_mb, 2), r.device_mb,
+               "callbacks" if where(r.at)[1] else where(r.at)[0])
+        for r in readings[::step]
+    )  # fmt: skip
+    return RunMemory(
+        every_s=sampler.every_s,
+        parts=parts,
+        callbacks=callbacks,
+        devices=sampler.devices,
+        device_unseen=sampler.device_unseen,
+        host_peak_mb=_max([p[0] for p in peaks]),
+        device_peak_mb=_max([p[1] for p in peaks]),
+        host_start_mb=readings[0].host_mb,
+        growth=tuple(name(*_growth(readings, where, epochs, validations, sampler.censuses))),
+        timeline=timeline,
+        readings=len(readings),
+    )
