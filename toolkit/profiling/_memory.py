@@ -212,6 +212,11 @@ def _peaks(readings: Sequence[Reading]) -> list[tuple[float, float | None]]:
     return out
 
 
+def _r(mib: float | None) -> float | None:
+    """MiB as the record keeps them (to the KiB): what report.json holds, read back equal."""
+    return None if mib is None else round(mib, 3)
+
+
 def _max(values: list[float | None]) -> float | None:
     seen = [v for v in values if v is not None]
     return max(seen) if seen else None
@@ -239,10 +244,10 @@ def parts_memory(
         host, device = held(end_i)
         return PartMemory(
             cb or name,
-            _max([peaks[i][0] for i in idx]),
-            host,
-            _max([peaks[i][1] for i in idx]),
-            device,
+            _r(_max([peaks[i][0] for i in idx])),
+            _r(host),
+            _r(_max([peaks[i][1] for i in idx])),
+            _r(device),
             len(idx),
         )
 
@@ -537,7 +542,7 @@ def run_memory(
     peaks = _peaks(readings)
     step = max(1, math.ceil(len(readings) / TIMELINE_POINTS))
     timeline = tuple(
-        Sample(round(r.at - start, 4), r.step, round(r.host_mb, 2), r.device_mb,
+        Sample(round(r.at - start, 4), r.step, round(r.host_mb, 2), _r(r.device_mb),
                "callbacks" if where(r.at)[1] else where(r.at)[0])
         for r in readings[::step]
     )  # fmt: skip
@@ -547,9 +552,9 @@ def run_memory(
         callbacks=callbacks,
         devices=sampler.devices,
         device_unseen=sampler.device_unseen,
-        host_peak_mb=_max([p[0] for p in peaks]),
-        device_peak_mb=_max([p[1] for p in peaks]),
-        host_start_mb=readings[0].host_mb,
+        host_peak_mb=_r(_max([p[0] for p in peaks])),
+        device_peak_mb=_r(_max([p[1] for p in peaks])),
+        host_start_mb=_r(readings[0].host_mb),
         growth=tuple(name(*_growth(readings, where, epochs, validations, sampler.censuses))),
         timeline=timeline,
         readings=len(readings),

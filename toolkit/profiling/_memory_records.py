@@ -51,10 +51,10 @@ class PartMemory:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "host_peak_mb": _round(self.host_peak_mb),
-            "host_end_mb": _round(self.host_end_mb),
-            "device_peak_mb": _round(self.device_peak_mb),
-            "device_end_mb": _round(self.device_end_mb),
+            "host_peak_mb": self.host_peak_mb,
+            "host_end_mb": self.host_end_mb,
+            "device_peak_mb": self.device_peak_mb,
+            "device_end_mb": self.device_end_mb,
             "readings": self.readings,
         }
 
@@ -96,7 +96,7 @@ class Growth:
         return {
             "part": self.part,
             "memory": self.memory,
-            "mb": _round(self.mb),
+            "mb": self.mb,
             "steps": self.steps,
             "mb_per_1k_steps": _round(self.per_1k_steps),
             "epoch": self.epoch,
@@ -171,16 +171,13 @@ class RunMemory:
             "readings": self.readings,
             "devices": list(self.devices),
             "device_unseen": self.device_unseen,
-            "host_start_mb": _round(self.host_start_mb),
-            "host_peak_mb": _round(self.host_peak_mb),
-            "device_peak_mb": _round(self.device_peak_mb),
+            "host_start_mb": self.host_start_mb,
+            "host_peak_mb": self.host_peak_mb,
+            "device_peak_mb": self.device_peak_mb,
             "parts": {p.name: p.to_dict() for p in self.parts},
             "callbacks": {c.name: c.to_dict() for c in self.callbacks},
             "growth": [g.to_dict() for g in self.growth],
-            "timeline": [
-                [round(s.t_s, 4), s.step, round(s.host_mb, 2), _round(s.device_mb, 2), s.part]
-                for s in self.timeline
-            ],
+            "timeline": [[s.t_s, s.step, s.host_mb, s.device_mb, s.part] for s in self.timeline],
         }
 
     @classmethod

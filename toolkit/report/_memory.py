@@ -9,7 +9,7 @@ from __future__ import annotations
 from toolkit.core.stats import format_mb
 from toolkit.profiling._memory_records import Growth, PartMemory, RunMemory
 
-__all__ = ["growth_words", "memory_change", "memory_lines", "memory_markdown"]
+__all__ = ["growth_words", "memory_change", "memory_lines", "memory_markdown", "part_label"]
 
 # The ledger's part names as a person reads them (the ledger's labels, and callbacks by name).
 _LABELS = {
@@ -24,7 +24,7 @@ _LABELS = {
 }
 
 
-def _label(name: str) -> str:
+def part_label(name: str) -> str:
     return _LABELS.get(name, name)
 
 
@@ -32,7 +32,7 @@ def growth_words(g: Growth) -> str:
     """``KeepOutputs: 126 tensors float32[32, 10] more after 125 steps (+9.84 MB, 78.8 MB
     per 1,000 steps), held by KeepOutputs.kept`` or ``validation: host +221 MB held after
     it``."""
-    where = _label(g.part)
+    where = part_label(g.part)
     if g.steps and g.per_1k_steps is not None:
         rate = f"{format_mb(g.mb, signed=True)}, {format_mb(g.per_1k_steps)} per 1,000 steps"
     else:
@@ -57,7 +57,7 @@ def memory_lines(memory: RunMemory | None) -> list[str]:
     if memory is None or memory.host_peak_mb is None:
         return []
     top = memory.peak_part("host")
-    where = f" in {_label(top.name)}" if top is not None else ""
+    where = f" in {part_label(top.name)}" if top is not None else ""
     end = memory.timeline[-1].host_mb if memory.timeline else None
     line = (
         f"memory: host peak {format_mb(memory.host_peak_mb)}{where} (start "
@@ -65,7 +65,7 @@ def memory_lines(memory: RunMemory | None) -> list[str]:
     )
     if memory.device_peak_mb is not None:
         top = memory.peak_part("device")
-        where = f" in {_label(top.name)}" if top is not None else ""
+        where = f" in {part_label(top.name)}" if top is not None else ""
         line += f"; device peak {format_mb(memory.device_peak_mb)}{where}"
     elif memory.device_unseen:
         line += "; no device counters (host memory is all)"
@@ -79,7 +79,8 @@ def memory_lines(memory: RunMemory | None) -> list[str]:
 
 def _row(p: PartMemory) -> str:
     cells = (p.host_peak_mb, p.host_end_mb, p.device_peak_mb, p.device_end_mb)
-    return f"| {_label(p.name)} | " + " | ".join(format_mb(v) for v in cells) + f" | {p.readings} |"
+    shown = " | ".join(format_mb(v) for v in cells)
+    return f"| {part_label(p.name)} | {shown} | {p.readings} |"
 
 
 def memory_markdown(memory: RunMemory | None) -> str:

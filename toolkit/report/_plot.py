@@ -103,7 +103,7 @@ def _memory_curve(ax: Any, memory: Any, wall: float) -> None:
     """Host (and device) memory over the fit's seconds, the x axis the ledger bar's below it,
     each stretch shaded by the part it was read in, in the bar's colours."""
     from toolkit.core.stats import format_mb
-    from toolkit.report._memory import _label
+    from toolkit.report._memory import part_label
 
     samples = memory.timeline
     xs = [s.t_s for s in samples]
@@ -118,7 +118,7 @@ def _memory_curve(ax: Any, memory: Any, wall: float) -> None:
     for i in range(1, len(samples) + 1):  # one span per run of readings in one part
         if i < len(samples) and samples[i].part == samples[start].part:
             continue
-        label = _label(samples[start].part) if samples[start].part else "other"
+        label = part_label(samples[start].part) if samples[start].part else "other"
         end = samples[i].t_s if i < len(samples) else wall
         ax.axvspan(samples[start].t_s, end, color=COLOURS.get(label, "0.9"), alpha=0.18,
                    lw=0, label=None if label in shaded else f"read in {label}")  # fmt: skip
@@ -127,7 +127,7 @@ def _memory_curve(ax: Any, memory: Any, wall: float) -> None:
     ax.set_xlim(0, max(wall, xs[-1]) or 1.0)
     ax.set_xlabel("seconds of the fit (as the bar below)")
     ax.set_ylabel("MB (MiB)")
-    grows = f"; grows in {', '.join(sorted({_label(g.part) for g in memory.growth}))}"
+    grows = f"; grows in {', '.join(sorted({part_label(g.part) for g in memory.growth}))}"
     ax.set_title(f"memory over the fit, read every {memory.every_s * 1000:.0f} ms"
                  f"{grows if memory.growth else ''}", fontsize=10)  # fmt: skip
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
