@@ -5,6 +5,8 @@ Runs the same compiled model over the same cached data (a few thousand steps per
   * StepTimer as it comes (its epoch figures added to Keras's logs),
   * StepTimer with ``add_to_logs=False``,
   * StepTimer writing TensorBoard scalars (``tensorboard_dir=``),
+  * StepTimer without its memory readings (``memory_every_s=None``): the memory sampling's
+    cost is StepTimer's against it (issue 67's goal: at most 1 %),
   * a naive per-step timer that reads ``logs["loss"]`` every step (what people write first),
   * a user's callback with a batch hook, alone and beside StepTimer, whose ledger times that
     hook at every call (the ledger's cost: the pair's ratio, against StepTimer's alone).
@@ -100,6 +102,7 @@ def main() -> None:
         "batch callback": lambda: [EveryBatch()],
         "StepTimer + batch callback": lambda: [StepTimer(), EveryBatch()],
         "StepTimer, logs off": lambda: [StepTimer(add_to_logs=False)],
+        "StepTimer, memory off": lambda: [StepTimer(memory_every_s=None)],
         "StepTimer + scalars": lambda: [StepTimer(tensorboard_dir=board)],
         "naive": lambda: [NaiveTimer()],
     }
@@ -169,6 +172,13 @@ def main() -> None:
             "callback alone",
             med["batch callback"],
             med["StepTimer + batch callback"],
+        )
+    )
+    print(
+        speedup_line(
+            "memory sampling overhead (StepTimer with memory vs without)",
+            med["StepTimer, memory off"],
+            med["StepTimer"],
         )
     )
     print(speedup_line("naive logs['loss'] timer vs no callback", med["none"], med["naive"]))

@@ -152,13 +152,19 @@ def test_grown_needs_about_one_more_a_step_between_two_censuses():
     """One more a step is a leak per batch; one every other step is not counted as one."""
     from toolkit.profiling._memory import Census
 
-    a = Census(3, "arrays", {"float32[32, 10]": (2, 2560), "float32[64]": (5, 1280)})
-    b = Census(43, "arrays", {"float32[32, 10]": (42, 53760), "float32[64]": (9, 2304)})
+    a = Census(3, "arrays", {"float32[32, 10]": (2, 2560), "float32[64]": (5, 1280)}, {})
+    b = Census(43, "arrays", {"float32[32, 10]": (42, 53760), "float32[64]": (9, 2304)}, {})
     growth, keys = grown([a, b])
     assert keys == ["float32[32, 10]"]
     assert growth.what == "40 arrays float32[32, 10] more after 40 steps"
     assert growth.mb == pytest.approx(51200 / 2**20, abs=1e-6) and growth.steps == 40
     assert grown([a]) == (None, [])
+    # A callback's list that grew by one a step is named with its holder, before any group.
+    kept_a = a._replace(containers={"Keep.kept": (3, "float32[8]", 32), "Keep.few": (1, "int", 0)})
+    kept_b = b._replace(containers={"Keep.kept": (43, "float32[8]", 32), "Keep.few": (9, "int", 0)})
+    growth, _ = grown([kept_a, kept_b])
+    assert growth.held_by == "Keep.kept" and growth.mb == pytest.approx(40 * 32 / 2**20, abs=1e-6)
+    assert growth.what == "40 float32[8] more after 40 steps"
 
 
 def _memory_record(peak, device=None):

@@ -351,6 +351,8 @@ class FitLedger:
         if self.memory_every_s and self._clock is time.perf_counter:
             self.sampler = _memory.MemorySampler(self._clock, self.steps_begun,
                                                  self.memory_every_s, model)  # fmt: skip
+            if found is not None:  # the callbacks' containers are counted too
+                self.sampler.owners += [c for c in found if c is not timer]
             self.sampler.start()
 
     def _read_memory(self, steps_end: bool = False) -> None:
@@ -500,7 +502,8 @@ class FitLedger:
         def name(growth: list[Growth], grew: list[str]) -> list[Growth]:
             key = tuple(growth)
             if self._named is None or self._named[0] != key:  # the census runs once a fit
-                named = _memory.name_growth(growth, self.model, recompiles, grew)
+                owners = self.sampler.owners if self.sampler is not None else []
+                named = _memory.name_growth(growth, self.model, recompiles, grew, owners)
                 self._named = (key, named)
             return self._named[1]
 

@@ -112,6 +112,7 @@ class MemorySampler:
         # Two counts of the live arrays in the first epoch: after its first steps (taken on
         # this thread), and at its steps' end (`census_now`, on the fit's).
         self.model, self.censuses = model, []  # type: list[Census]
+        self.owners: list[Any] = [model]  # whose containers a census counts (+ callbacks)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._device, self.devices, self.device_unseen = _device_reader()
@@ -132,7 +133,7 @@ class MemorySampler:
         """Counts the live arrays now (the second time: the first epoch's steps ended)."""
         with contextlib.suppress(Exception):  # a census is a view; training goes on
             if len(self.censuses) < 2:
-                taken = census(self.model, int(self._steps()))
+                taken = census(self.model, int(self._steps()), self.owners)
                 if taken is not None:
                     self.censuses.append(taken)
 
@@ -364,21 +365,28 @@ def _ids_of_model(model: Any) -> set[int]:
 
 
 class Census(NamedTuple):
-    """The live arrays or tensors besides the model's own, by ``dtype[shape]``: how many and
-    their bytes; `step` the training steps begun when it was taken."""
+    """What a leak per batch would grow, counted: the live arrays besides the model's own by
+    ``dtype[shape]`` (count, bytes) where the backend lists them cheaply (JAX's registry;
+    TensorFlow's and PyTorch's tensors are found only through the garbage collector, about
+    0.2 s a time, so not here), and the containers the fit's callbacks and the model hold
+    (``"Owner.attribute"``: length, the last item's words and bytes). `step`: the training
+    steps begun when it was taken."""
 
     step: int
     kind: str  # "arrays" (JAX) or "tensors"
     groups: dict[str, tuple[int, int]]
+    containers: dict[str, tuple[int, str, int]]
 
 
-def _live(model: Any) -> tuple[dict[str, list[Any]], str] | None:
+def _live(model: Any, cheap_only: bool) -> tuple[dict[str, list[Any]], str] | None:
     from toolkit import backend
 
     try:
-        live, kind = backend.get().live_tensors()
+        live, kind, cheap = backend.get().live_tensors(cheap_only)
     except Exception:  # noqa: BLE001 - a census is a view
         return None
+    if cheap_only and not cheap:
+        return {}, kind
     own = _ids_of_model(model)
     groups: dict[str, list[Any]] = {}
     for a in live:
@@ -387,40 +395,68 @@ def _live(model: Any) -> tuple[dict[str, list[Any]], str] | None:
     return groups, kind
 
 
-def census(model: Any, step: int) -> Census | None:
-    """A count of the live arrays (JAX's registry: cheap) or tensors (the garbage
-    collector's objects: about 0.2 s with TensorFlow or PyTorch loaded), taken twice in a
-    fit's first epoch: a per-batch leak is a group that grew by about one a step."""
-    found = _live(model)
-    if found is None:
-        return None
-    groups, kind = found
+def _containers(owners: Sequence[Any]) -> dict[str, tuple[int, str, int]]:
+    """The lists, dicts, sets and deques in `owners`' attributes: length, and the last
+    item's words (``float32[256, 4]``, or its type) and bytes (0 where it has no shape)."""
+    import collections
+
+    out: dict[str, tuple[int, str, int]] = {}
+    for owner in owners:
+        for attr, value in list(getattr(owner, "__dict__", {}).items()):
+            if not isinstance(value, list | dict | set | collections.deque) or not value:
+                continue
+            with contextlib.suppress(Exception):
+                last = value[-1] if isinstance(value, list | collections.deque) else None
+                if isinstance(value, dict):
+                    last = next(reversed(value.values()))
+                words, nbytes = _shape_dtype(last) if hasattr(last, "shape") else (
+                    type(last).__name__, 0)  # fmt: skip
+                out[f"{type(owner).__name__}.{attr}"] = (len(value), words, nbytes)
+    return out
+
+
+def census(model: Any, step: int, owners: Sequence[Any]) -> Census | None:
+    """A count taken twice in a fit's first epoch (after its first steps, and at their end):
+    a per-batch leak is a group or a container that grew by about one a step."""
+    found = _live(model, cheap_only=True)
+    groups, kind = found if found is not None else ({}, "tensors")
     counted = {k: (len(v), sum(_shape_dtype(a)[1] for a in v)) for k, v in groups.items()}
-    return Census(step, kind, counted)
+    return Census(step, kind, counted, _containers(owners))
 
 
 def grown(censuses: Sequence[Census]) -> tuple[Growth | None, list[str]]:
-    """What grew between a fit's two censuses: the group that grew most (by bytes), where it
-    grew by about one a step between them, and by 8 at least (a leak per batch; not a cache
-    filling once, nor the few objects a fit leaves to the garbage collector: a healthy
-    TensorFlow fit left 7 scalars over 14 steps), as growth in the first epoch's steps; and
-    every group that grew so, the largest first (whose holder is looked for)."""
+    """What grew between a fit's two censuses, where it grew by about one a step between them
+    and by 8 at least (a leak per batch; not a cache filling once, nor the few objects a fit
+    leaves to the garbage collector: a healthy TensorFlow fit left 7 scalars over 14 steps):
+    a container of a callback or the model (named with its holder), else the array group
+    that grew most by bytes; and every array group that grew so, the largest first (whose
+    holder is looked for)."""
     if len(censuses) < 2 or censuses[1].step - censuses[0].step < 8:
         return None, []
     a, b = censuses[0], censuses[1]
     steps = b.step - a.step
+    least = max(8, 0.9 * steps)
+    held = []
+    for name, (length, words, nbytes) in b.containers.items():
+        more = length - a.containers.get(name, (0, "", 0))[0]
+        if more >= least:
+            held.append((more * nbytes, more, words, name))
     grew = []
     for key, (count, nbytes) in b.groups.items():
         before = a.groups.get(key, (0, 0))
-        if count - before[0] >= max(8, 0.9 * steps):
+        if count - before[0] >= least:
             grew.append((nbytes - before[1], count - before[0], key))
+    grew.sort(reverse=True)
+    keys = [k for *_, k in grew]
+    if held:
+        added, more, words, name = max(held)
+        what = f"{more} {words if added else 'items (' + words + ')'} more after {steps} steps"
+        return Growth("steps", b.kind, round(added / MB, 6), steps, 0, what, name), keys
     if not grew:
         return None, []
-    grew.sort(reverse=True)
     added, more, key = grew[0]
     what = f"{more} {b.kind} {key} more after {steps} steps"
-    growth = Growth("steps", b.kind, round(added / MB, 6), steps, 0, what=what)
-    return growth, [k for *_, k in grew]
+    return Growth("steps", b.kind, round(added / MB, 6), steps, 0, what=what), keys
 
 
 def held_by(members: Sequence[Any]) -> tuple[str, Any] | None:
@@ -456,7 +492,7 @@ def _owner_of(container: Any, ignore: set[int]) -> tuple[str, Any] | None:
 
 def _holder(model: Any, grew: Sequence[str]) -> tuple[str, Any] | None:
     """Who holds the groups that grew (the largest first), found in a census taken now."""
-    found = _live(model)
+    found = _live(model, cheap_only=False)
     if found is None:
         return None
     groups, _ = found
@@ -468,18 +504,41 @@ def _holder(model: Any, grew: Sequence[str]) -> tuple[str, Any] | None:
     return None
 
 
+def _largest_groups(model: Any) -> tuple[str | None, list[str]]:
+    """With no count to compare (growth seen in the readings only): the live arrays' largest
+    group now, in words, and the groups by bytes (a full census, once, where memory grew)."""
+    found = _live(model, cheap_only=False)
+    if not found or not found[0]:
+        return None, []
+    groups, kind = found
+    sized = sorted(((sum(_shape_dtype(a)[1] for a in v), k) for k, v in groups.items()),
+                   reverse=True)  # fmt: skip
+    nbytes, key = sized[0]
+    words = f"the most held: {len(groups[key])} {kind} {key} ({nbytes / MB:,.1f} MB)"
+    return words, [k for _, k in sized[:3]]
+
+
 def name_growth(
-    growth: list[Growth], model: Any, recompiles: int, grew: Sequence[str]
+    growth: list[Growth], model: Any, recompiles: int, grew: Sequence[str], owners: Sequence[Any]
 ) -> list[Growth]:
-    """Who holds what grew (`grew`: the census's grown groups, largest first), and a fix
-    where one is known (a callback that keeps tensors, a retrace per batch, ``run_eagerly``).
-    Growth in the steps that a callback holds is that callback's."""
+    """Who holds what grew (a container counted on a callback or the model; else the holder
+    of `grew`, the census's grown groups, largest first), and a fix where one is known (a
+    callback that keeps tensors, a retrace per batch, ``run_eagerly``). Growth in the steps
+    that a callback holds is that callback's."""
     import dataclasses
 
     if not growth:
         return growth
-    owner = _holder(model, grew) if grew else None
     counted = next((g for g in growth if g.what), None)
+    owner: tuple[str, Any] | None = None
+    if counted is not None and counted.held_by:
+        kind = counted.held_by.split(".")[0]
+        found = next((o for o in owners if type(o).__name__ == kind), None)
+        owner = (counted.held_by, found) if found is not None else None
+    elif any(g.part == "steps" for g in growth):
+        what, keys = (None, list(grew)) if grew else _largest_groups(model)
+        owner = _holder(model, keys) if keys else None
+        counted = counted or (Growth("steps", "host", 0.0, 0, 0, what) if what else None)
     named = []
     for g in growth:
         what, holder, fix, part = g.what, None, None, g.part

@@ -199,11 +199,12 @@ def device_memory_limit() -> dict[str, float]:
     return out
 
 
-def live_tensors() -> tuple[list[Any], str]:
-    """The arrays alive in this process (``jax.live_arrays``: JAX's own registry, cheap)."""
+def live_tensors(cheap_only: bool = False) -> tuple[list[Any], str, bool]:
+    """The arrays alive in this process (``jax.live_arrays``: JAX's own registry, cheap), what
+    they are called, and that listing them is cheap (`cheap_only` is met)."""
     import jax
 
-    return list(jax.live_arrays()), "arrays"
+    return list(jax.live_arrays()), "arrays", True
 
 
 # ---------------------------------------------------------------------------- FLOPs
