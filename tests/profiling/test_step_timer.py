@@ -297,6 +297,39 @@ def test_log_steps_prints_the_recent_window_without_the_first_step():
         StepTimer(log_steps=0)
 
 
+def test_log_steps_on_an_asynchronous_backend_say_when_steps_ended(monkeypatch):
+    """JAX queues steps ahead of the device: begins 1 ms apart, steps ending 100 ms apart.
+    The lines say the device's 100 ms (as the summary does), not the host's 1 ms; the first
+    execution opens the first window, and the second epoch's window opens at its first begin
+    (its validation before it left out)."""
+    from toolkit.profiling import step_timer
+
+    monkeypatch.setattr(step_timer, "_asynchronous", lambda: True)
+    now, lines = [0.0], []
+    timer = StepTimer(warmup_steps=0, batch_size=10, log_steps=2, log_fn=lines.append,
+                      clock=lambda: now[0])  # fmt: skip
+    timer.set_params({"steps": 5, "epochs": 2})
+    timer.on_train_begin()
+    for epoch, start in ((0, 0.0), (1, 10.0)):
+        now[0] = start
+        timer.on_epoch_begin(epoch)
+        for batch in range(5):  # queued 1 ms apart
+            now[0] = start + 0.001 * batch
+            timer.on_train_batch_begin(batch)
+        for batch in range(5):  # over 100 ms apart (the first: 1 s with its compile)
+            now[0] = start + (1.0 if epoch == 0 else 0.1) + 0.1 * batch
+            timer.on_train_batch_end(batch)
+        timer.on_epoch_end(epoch)
+    timer.on_train_end()
+    assert lines == [
+        "step 3: 100.000 ms/step over the last 2 steps, 100.0 examples/s",
+        "step 5: 100.000 ms/step over the last 2 steps, 100.0 examples/s",
+        "step 7: 100.000 ms/step over the last 2 steps, 100.0 examples/s",
+        "step 9: 100.000 ms/step over the last 2 steps, 100.0 examples/s",
+    ]
+    assert timer.summary().p50_s == pytest.approx(0.1)
+
+
 @NO_SPE
 def test_log_steps_in_fit_with_steps_per_execution(make_model, make_dataset):
     lines, seen_before_epoch_end = [], []

@@ -241,6 +241,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._steps_base = 0  # training steps in this fit's finished epochs (memory readings)
         self._begins_counted = 0  # of this epoch's begins, those in `_steps_base`
         self._log_mark = (0, 0.0)  # (steps, seconds) at the last log line
+        self._ends_log: EndsLog | None = None  # log_steps' lines on an asynchronous backend
         # Asynchronous backends (JAX, PyTorch): this epoch's begins, the state to re-time it
         # from, and where the last epoch's steps ended ("begin" or "end").
         self.boundary = "begin"
@@ -288,7 +289,7 @@ class StepTimer(compat.keras().callbacks.Callback):
             return
         if kind == FIRST:
             self._log_steps_done = steps
-        elif self.log_steps:
+        elif self.log_steps and self._ends_log is None:
             self._log(duration, steps)
 
     def _log(self, duration: float, steps: int) -> None:
@@ -425,7 +426,11 @@ class StepTimer(compat.keras().callbacks.Callback):
         self.batch_size = self._per_step(_fit_batch_size(model))
         self._async = _asynchronous()
         self._probe = profiler_probe()
-        if self.log_steps:  # its lines come as the steps do: each begin is drained at once
+        self._ends_log = None
+        if self.log_steps and self._async:  # the lines come as the steps end (the device's)
+            steps = (self.params or {}).get("steps")
+            self._ends_log = EndsLog(self, self._spe * self._fused, steps)
+        elif self.log_steps:  # its lines come as the steps do: each begin is drained at once
             self.on_train_batch_begin = self._begin_and_drain
         self.train_begin_time = self._clock()
         self._ledger.begin(self, model, self.train_begin_time)
@@ -467,6 +472,8 @@ class StepTimer(compat.keras().callbacks.Callback):
             self._end_marks.append(
                 (batch, self._clock(), PROFILER.active or self._probe(), PROFILER.generation)
             )
+            if self._ends_log is not None:
+                self._ends_log.ended(batch)
         else:
             self._end_marks.append((batch, self._clock()))
 
@@ -687,6 +694,54 @@ class StepTimer(compat.keras().callbacks.Callback):
     def summary(self) -> StepStats:
         """The step statistics of everything recorded so far."""
         return summarize_calls(self.calls, self.batch_size)
+
+
+class EndsLog:
+    """``log_steps``' lines on an asynchronous backend (JAX; PyTorch on a GPU), written as the
+    steps *end*: there a batch begin says when the host queued a step, and a line from the
+    begins said 3 ms a step where the device took 140 (the summary, timed at the ends, said
+    140). Keras hands the ends to a pool of threads: one lock, and the clock read under it,
+    keep the windows in order. A window opens at the first execution's end (its compile is
+    left out, as the begins' lines leave it), and each later epoch's at its first begin
+    (its validation before it is no step's time)."""
+
+    def __init__(self, timer: StepTimer, per_call: int, steps_in_epoch: int | None) -> None:
+        import threading
+
+        self._timer, self._per_call, self._steps = timer, per_call, steps_in_epoch
+        self._lock = threading.Lock()
+        self._epoch: int | None = None
+        self._start: float | None = None
+        self._count = 0
+        self._done = 0  # steps ended in this fit
+
+    def ended(self, batch: int) -> None:
+        timer = self._timer
+        with self._lock:
+            now = timer._clock()
+            steps = self._per_call
+            if self._steps:
+                steps = max(1, min(steps, self._steps - batch))
+            self._done += steps
+            if self._epoch != timer._epoch:
+                first = self._epoch is None
+                self._epoch, self._count = timer._epoch, 0
+                begins = timer._begins
+                self._start = None if first or not begins else begins[0][1]
+            if self._start is None:  # the fit's first execution: it opens the first window
+                self._start = now
+                return
+            self._count += steps
+            if self._count < (timer.log_steps or 1):
+                return
+            seconds, count = now - self._start, self._count
+            self._start, self._count = now, 0
+            per_s = timer.batch_size * count / seconds if timer.batch_size and seconds > 0 else 0
+            rate = f", {per_s:,.1f} examples/s" if per_s else ""
+            timer._log_fn(  # under the lock: the lines come in their steps' order
+                f"step {self._done}: {format_ms(seconds / count)}/step over the last {count} "
+                f"steps{rate}"
+            )
 
 
 # A backlog below this is the callback thread's lateness, not the device's (Python's switch
