@@ -1,5 +1,6 @@
 """The ledger's memory (``toolkit.profiling._memory``): real fits with planted waste on
-whichever backend runs the suite (``make test`` runs them again on JAX and PyTorch), the
+whichever backend runs the suite (``make test`` runs them again on JAX and PyTorch, and under
+tf_keras: memory is read there as under Keras 3), the
 record's JSON edge, the summary's lines, compare's line, steps.png and TensorBoard."""
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def _memory(p):
     return memory
 
 
+@pytest.mark.legacy_keras
 @pytest.mark.every_backend
 def test_a_callback_keeping_outputs_is_found_in_the_first_epoch_and_named(tmp_path):
     """126-odd outputs float32[256, 4] kept by a callback: found in the first epoch, said as
@@ -77,6 +79,7 @@ def test_a_callback_keeping_outputs_is_found_in_the_first_epoch_and_named(tmp_pa
     assert saved["ledger"]["memory"]["growth"][0]["held_by"] == "KeepOutputs.kept"
 
 
+@pytest.mark.legacy_keras
 @pytest.mark.every_backend
 def test_a_healthy_fit_reads_every_part_and_finds_no_growth(tmp_path):
     """No waste: every reading in a part of the ledger, the validation read, the run's peak
