@@ -172,6 +172,23 @@ def test_a_compile_heavy_setting_on_a_short_run_is_mostly_compile(make_model):
 
 @pytest.mark.every_backend
 @pytest.mark.legacy_keras
+def test_a_fit_of_one_step_books_that_step_as_its_compile(make_model):
+    """A function whose only call is its first has nothing to be set against: the call is
+    its compile, as the summary's first-step line says (on every backend, and tf_keras)."""
+    x, y = _arrays(8, features=7)  # a model of its own: no earlier compile stands for it
+    with profile("one step", batch_size=8) as p:
+        _, outside = _timed_fit(p, make_model(features=7), x, y, batch_size=8, epochs=1, verbose=0)
+    ledger = p.report.ledger
+    _adds_up(ledger, outside)
+    (first,) = [c for c in ledger.compiles if c.function == "train"]
+    assert first.first and first.samples == 0
+    assert first.seconds == pytest.approx(p.report.steps.first_step_s, abs=1e-5)
+    assert ledger.seconds("steps") == pytest.approx(0.0, abs=1e-6)
+    assert ledger_line(ledger).startswith("run ledger (fit call ")
+
+
+@pytest.mark.every_backend
+@pytest.mark.legacy_keras
 def test_a_callback_that_raises_is_timed_and_the_ledger_is_partial(make_model):
     keras = compat.keras()
 

@@ -815,8 +815,13 @@ class _Compiles:
             return
         self._taken.add(key)
         steady = self.steady.get(x.function)
-        if steady is None:
+        if steady is None and not first:
             return
+        if steady is None:
+            # The function's only call is its first (a fit of one step): nothing to set it
+            # against, and it compiled: all of it is the compile, as the summary's first-step
+            # line says, on every backend.
+            steady = _Steady(0.0, 0, None)
         excess = max(0.0, x.seconds - x.steps * steady.median)
         excess = self.book.move(self.book.part_at(x.start), excess, "compile", capped=True)
         self.out.append(

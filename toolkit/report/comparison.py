@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from toolkit.core import terminal
 from toolkit.core._anatomy import Contrast, contrast
 from toolkit.core.stats import format_duration, format_ms, format_rate, format_s
 from toolkit.report._anatomy import contrast_lines
-from toolkit.report._ledger import compare_ledgers
+from toolkit.report._ledger import as_ledger, compare_ledgers
 from toolkit.report._memory import memory_change
 from toolkit.report.run_report import RunReport, cell, keras_shown
 
@@ -159,6 +159,12 @@ class Comparison:
         return self.render(terminal.width())
 
 
+def _memory_of(report: RunReport) -> Any:
+    """A report's memory record, from its ledger (a record, or a mapping read as one)."""
+    ledger = as_ledger(report.ledger) if report.ledger else None
+    return ledger.memory if ledger is not None else None
+
+
 def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -> Comparison:
     """Compares report `b` with baseline `a`: per-figure deltas and a noise-aware verdict,
     computed on the table's own row (the median step, per example where the batch sizes
@@ -175,7 +181,7 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = 0.01) -
     both = {
         "anatomy": _contrast(a, b),
         "ledger": compare_ledgers(a.ledger, b.ledger),
-        "memory": memory_change(*(r.ledger.memory if r.ledger else None for r in (a, b))),
+        "memory": memory_change(*(_memory_of(r) for r in (a, b))),
         "ledgers": tuple(
             {**(r.ledger.get("parts") or {}), "wall_s": r.ledger.get("wall_s")}
             if r.ledger
