@@ -16,11 +16,40 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
+# The signals tests send. A shell's background job starts with SIGINT (and SIGQUIT) ignored,
+# ``nohup`` with SIGHUP ignored, and the toolkit rightly keeps an ignored signal ignored; so a
+# child a test will signal starts with them at their defaults, whatever the suite inherited.
+SENT_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+_DEFAULTS = (
+    "import os, signal, sys\n"
+    "for name in sys.argv[1].split(','):\n"
+    "    signal.signal(getattr(signal, name), signal.SIG_DFL)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])"
+)
+
+
+def signals_at(argv: list[str], default: tuple[str, ...] = SENT_SIGNALS) -> list[str]:
+    """`argv` run with the signals `default` at their default disposition: a launcher sets
+    them and execs it (an exec keeps a default or ignored disposition; a launcher, not a
+    ``preexec_fn``, which is unsafe in a process with threads). `default` empty, with
+    ``SIG_IGN:`` names, ignores those instead (``("SIG_IGN:SIGHUP",)``: as under nohup)."""
+    plain = [s for s in default if not s.startswith("SIG_IGN:")]
+    ignored = [s.removeprefix("SIG_IGN:") for s in default if s.startswith("SIG_IGN:")]
+    code = _DEFAULTS
+    if ignored:
+        code = code.replace(
+            "os.execvp",
+            f"for name in {ignored!r}:\n    signal.signal(getattr(signal, name), signal.SIG_IGN)\n"
+            "os.execvp",
+        )
+    return [sys.executable, "-c", code, ",".join(plain) or "SIGTERM", *argv]
+
 
 def run_python(code: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    """Runs `code` in a new interpreter (a fresh TensorFlow runtime) and captures its output."""
+    """Runs `code` in a new interpreter (a fresh TensorFlow runtime) and captures its output
+    (its signals at their defaults: some of these children signal themselves)."""
     return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
+        signals_at([sys.executable, "-c", code]), capture_output=True, text=True, timeout=timeout
     )
 
 

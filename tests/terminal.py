@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from fcntl import ioctl
 
+from tests.helpers import signals_at
+
 
 @dataclass
 class Screen:
@@ -66,7 +68,7 @@ def run_in_terminal(
     full_env.pop("TOOLKIT_PROGRESS", None)
     began = time.monotonic()
     proc = subprocess.Popen(
-        argv,
+        signals_at(list(argv)),  # a terminal's ^C and ^\\ must reach it, whatever we inherited
         stdin=secondary,
         stdout=secondary,
         stderr=secondary,

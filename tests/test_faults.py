@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import assert_mfu, read_until, run_python
+from tests.helpers import assert_mfu, read_until, run_python, signals_at
 from toolkit import app
 from toolkit.data import check_tfrecords, write_tfrecords
 
@@ -58,7 +58,7 @@ def test_interrupted_run_leaves_a_partial_report(tmp_path, signum, status):
     once training is seen to run (a step's log line), not after a sleep."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [*RECIPE, f"--report_dir={tmp_path}", "--epochs=100000", "--log_steps=50"],
+        signals_at([*RECIPE, f"--report_dir={tmp_path}", "--epochs=100000", "--log_steps=50"]),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

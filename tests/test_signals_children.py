@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from tests.helpers import read_until, run_python
+from tests.helpers import read_until, run_python, signals_at
 from tests.test_faults import RECIPE, _report
 
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
@@ -97,7 +97,7 @@ def test_a_second_signal_while_the_report_is_written_neither_cuts_it_nor_goes_un
     script.write_text(SLOW_REPORT)
     runs = tmp_path / "runs"
     proc = subprocess.Popen(
-        [sys.executable, str(script), "--smoke", f"--report_dir={runs}"],
+        signals_at([sys.executable, str(script), "--smoke", f"--report_dir={runs}"]),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT,
     )  # fmt: skip
     try:
@@ -157,7 +157,7 @@ def test_a_child_dies_with_its_parent_and_leaves_no_temporary_file(signum, group
     shared is gone (removed by the parent, or by the child when the parent could not)."""
     env = {**ENV, "PYTHONPATH": ROOT}
     parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        signals_at([sys.executable, "-c", PARENT]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env=env, start_new_session=True,
     )  # fmt: skip
     try:
@@ -219,8 +219,9 @@ def test_backends_stopped_leaves_no_child_and_no_temporary_file(tmp_path):
     temp.mkdir()
     env = {**ENV, "TMPDIR": str(temp), "TOOLKIT_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "toolkit", "backends", "--recipe", "mlp", "--steps", "4000",
-         "--rounds", "1", "--batch_size=64", "--hidden_units=32", "--device=cpu"],
+        signals_at([sys.executable, "-m", "toolkit", "backends", "--recipe", "mlp", "--steps",
+                    "4000", "--rounds", "1", "--batch_size=64", "--hidden_units=32",
+                    "--device=cpu"]),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
     )  # fmt: skip
     try:
@@ -268,7 +269,7 @@ def test_ctrl_c_while_grain_workers_start_ends_the_program_with_no_process_left(
     script.write_text(GRAIN)
     env = {**ENV, "PYTHONPATH": ROOT}
     proc = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        signals_at([sys.executable, str(script)]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env=env, cwd=str(tmp_path), start_new_session=True,
     )  # fmt: skip
     try:
@@ -364,7 +365,11 @@ def test_an_interrupt_at_any_moment_is_one_line_and_its_status(
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
     extra = ["--smoke", f"--report_dir={tmp_path}"] if argv == RECIPE else ["--recipe=mlp"]
     proc = subprocess.Popen(
-        [*argv, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        signals_at([*argv, *extra]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         seen, said = read_until(proc, line, timeout=300, stream=stream)
@@ -383,3 +388,54 @@ def test_an_interrupt_at_any_moment_is_one_line_and_its_status(
     assert proc.returncode == status, stderr[-2000:]
     last = stderr.strip().splitlines()[-1]
     assert last.startswith(f"interrupted by {signal.Signals(signum).name}: {words}"), last
+
+
+def test_a_signal_ignored_at_start_stays_ignored_and_the_others_still_stop_the_run(tmp_path):
+    """Under ``nohup`` SIGHUP starts out ignored: the toolkit keeps it so (a closed terminal
+    does not stop a run the user detached), and SIGTERM still stops it as ever (143). Each
+    signal is sent once training is seen to run (a step line), the second once a step line
+    came after the first: one reader of stderr, waited on, never a sleep."""
+    import threading
+
+    argv = [*RECIPE, f"--report_dir={tmp_path}", "--epochs=100000", "--log_steps=50"]
+    proc = subprocess.Popen(
+        signals_at(argv, ("SIGTERM", "SIG_IGN:SIGHUP")),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV,
+    )  # fmt: skip
+    lines, came = [], threading.Condition()
+
+    def read():
+        for line in proc.stderr:
+            with came:
+                lines.append(line)
+                came.notify_all()
+        with came:
+            came.notify_all()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+    def steps_seen(least):
+        with came:
+            came.wait_for(
+                lambda: (
+                    proc.poll() is not None or sum(x.startswith("step ") for x in lines) >= least
+                ),
+                timeout=300,
+            )
+            return sum(x.startswith("step ") for x in lines)
+
+    try:
+        first = steps_seen(1)
+        assert first >= 1 and proc.poll() is None, "".join(lines)[-2000:]
+        proc.send_signal(signal.SIGHUP)
+        assert steps_seen(first + 1) > first and proc.poll() is None, "".join(lines)[-2000:]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=300)
+        reader.join(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stderr = "".join(lines)
+    assert proc.returncode == 143, stderr[-2000:]
+    assert "SIGHUP" not in stderr and "interrupted by SIGTERM" in stderr, stderr[-2000:]
