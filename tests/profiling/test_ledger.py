@@ -171,6 +171,26 @@ def test_a_compile_heavy_setting_on_a_short_run_is_mostly_compile(make_model):
 
 
 @pytest.mark.every_backend
+def test_the_input_is_measured_where_the_backend_runs_steps_as_called(make_model):
+    """PyTorch on a CPU runs each step as it is called: the gaps where Keras's loop reads the
+    next batch are the input part, measured. JAX queues steps ahead: its reads are said apart
+    (``input_read_s``); TensorFlow reads inside the traced step: unseen."""
+    x, y = _arrays(64 * 8, features=5)
+    with profile("input", batch_size=8) as p:
+        _, outside = _timed_fit(p, make_model(features=5), x, y, batch_size=8, epochs=1, verbose=0)
+    ledger = p.report.ledger
+    _adds_up(ledger, outside)
+    asynchronous = backend.get().dispatches_asynchronously()
+    if backend.name() == "torch" and not asynchronous:
+        assert ledger.seconds("input") is not None and ledger.seconds("input") > 0, ledger.parts
+        assert not any("input" in u for u in ledger.unseen), ledger.unseen
+    elif asynchronous:
+        assert ledger.seconds("input") is None and ledger.input_read_s, ledger
+    else:
+        assert ledger.seconds("input") is None and "the input" in " ".join(ledger.unseen)
+
+
+@pytest.mark.every_backend
 @pytest.mark.legacy_keras
 def test_a_fit_of_one_step_books_that_step_as_its_compile(make_model):
     """A function whose only call is its first has nothing to be set against: the call is

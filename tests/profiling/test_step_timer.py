@@ -346,15 +346,14 @@ def test_log_steps_in_fit_with_steps_per_execution(make_model, make_dataset):
 
 
 def test_where_a_step_ends_on_each_backend(make_model, make_dataset):
-    """TensorFlow's steps end at the next batch begin; on JAX and PyTorch (asynchronous) the
-    epoch is timed at batch ends when the device was behind. Either way an epoch's executions
-    tile it, from its first begin to where the last one ended."""
+    """TensorFlow's steps end at the next batch begin, and PyTorch's on a CPU (a step runs as
+    it is called); on JAX and PyTorch on a GPU (asynchronous) the epoch is timed at batch ends
+    when the device was behind. Either way an epoch's executions tile it, from its first
+    begin to where the last one ended."""
     timer = StepTimer(warmup_steps=0)
     make_model().fit(make_dataset(9), epochs=1, verbose=0, callbacks=[timer])
-    asynchronous = (compat.keras_flavor(), backend.name()) in (
-        ("keras3", "jax"),
-        ("keras3", "torch"),
-    )
+    on_gpu = backend.name() == "torch" and backend.get().dispatches_asynchronously()
+    asynchronous = compat.keras_flavor() == "keras3" and (backend.name() == "jax" or on_gpu)
     assert timer._async is asynchronous
     assert timer.boundary in (("begin", "end") if asynchronous else ("begin",))
     assert sum(c[1] for c in timer.calls) == 9

@@ -525,9 +525,20 @@ def keras_loops_steps() -> bool:
 
 
 def dispatches_asynchronously() -> bool:
-    """Whether a batch begin only queues the step (StepTimer then re-times at batch ends):
-    yes on CUDA and MPS, and harmless on the CPU (the re-timing finds nothing to move)."""
-    return True
+    """Whether a batch begin only queues the step (StepTimer then re-times at batch ends, and
+    the ledger says the input's reads overlap the device): on the device Keras trains on
+    (``keras.src.backend.torch.core.get_device``: CUDA, MPS, XPU), yes; on a CPU no, a step
+    runs as it is called, and the gaps where Keras's loop reads the next batch are the
+    input's, measured."""
+    try:
+        from keras.src.backend.torch.core import get_device
+
+        device = str(get_device())
+    except Exception:  # noqa: BLE001 - a Keras without it: what torch has
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return not device.startswith("cpu")
 
 
 def trains_under_tf_distribute() -> bool:
