@@ -704,12 +704,20 @@ BAD_REPORTS = {
     "d['cluster'] = {'rows': 5}": "field cluster holds a value this toolkit cannot show",
     "d['trace'] = {'files': 5}": "field trace.files is 5, not a list of file names",
     "d['timeline'] = [[1]]": "field timeline is [[1]], not a list of [seconds, steps, epoch",
+    "d['ledger'] = {'wall_s': 2.0, 'parts': {'steps': 7.0, 'other': -5.0}}": (
+        "field ledger.parts.other is -5.0, not a number >= 0"
+    ),
+    "d['ledger'] = {'wall_s': 2.0, 'parts': {'steps': 100.0}}": (
+        "field ledger.parts is '100.000000 s in all', not parts adding up to wall_s (2.0 s)"
+    ),
 }
 
 
 def test_a_report_from_elsewhere_names_the_field_and_the_file(tmp_path, capsys):
-    """A report edited by hand or written by another tool: show, show --markdown, compare,
-    merge and trace each say which field of which file is wrong, in one line, status 2."""
+    """A report edited by hand or written by another tool (a string where a number goes, or a
+    number no report can hold: a negative part, parts not adding up): show, show --markdown,
+    compare, merge and trace each say which field of which file is wrong, in one line,
+    status 2."""
     from toolkit.cli import main
 
     good = tmp_path / "good"

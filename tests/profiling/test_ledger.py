@@ -281,7 +281,7 @@ def _ledger(**over):
         "from": "fit call",
         "partial": False,
         "wall_s": 20.0,
-        "parts": dict.fromkeys(PARTS, 0.0),
+        "parts": {**dict.fromkeys(PARTS, 0.0), "steps": 20.0},
         "callbacks": {},
         "compiles": [],
         "recompiles": 0,
@@ -335,6 +335,9 @@ def test_xla_s_compile_says_when_it_pays_for_itself_and_no_fix_for_noise():
 
 
 def test_a_malformed_ledger_is_one_line_naming_its_field():
+    """A string where a number goes, and numbers no ledger can hold (negative, not finite,
+    parts not adding up to the wall time, spans larger than their part, bad memory): each
+    refused in one line naming its field (what show, doctor and compare then say, exit 2)."""
     from tests.test_report import make_report
     from toolkit.core.files import ReportError
 
@@ -344,7 +347,22 @@ def test_a_malformed_ledger_is_one_line_naming_its_field():
         ({"wall_s": -1.0}, "ledger.wall_s"),
         ({"compiles": [{"seconds": "x"}]}, r"ledger.compiles\[0\].seconds"),
         ({"fixes": [{"words": 3}]}, r"ledger.fixes\[0\].words"),
-    ):
+        # Numbers of the right kind, wrong as figures: each refused, naming its field.
+        ({"parts": {**dict.fromkeys(PARTS, 0.0), "steps": 25.0, "other": -5.0}},
+         "ledger.parts.other"),
+        ({"parts": {**dict.fromkeys(PARTS, 0.0), "steps": 100.0}}, "parts adding up to wall_s"),
+        ({"parts": {**dict.fromkeys(PARTS, 0.0), "steps": float("inf")}}, "ledger.parts.steps"),
+        ({"other_where": [{"seconds": 1.0, "where": "the start of epoch 2"}]},
+         "ledger.other_where"),
+        ({"callbacks": {"Heavy": {"seconds": -0.5, "calls": 3}}}, "ledger.callbacks.Heavy"),
+        ({"validation_runs_s": [1.0, float("nan")]}, r"ledger.validation_runs_s\[1\]"),
+        ({"memory": {"every_s": 0.05, "host_peak_mb": -3}}, "ledger.memory.host_peak_mb"),
+        ({"memory": {"every_s": 0, "parts": {}}}, "ledger.memory.every_s"),
+        ({"memory": {"every_s": 0.05, "parts": {"steps": {"host_peak_mb": "x"}}}},
+         "ledger.memory.parts.steps.host_peak_mb"),
+        ({"memory": {"every_s": 0.05, "timeline": [[0.1, 2, -1.0]]}},
+         r"ledger.memory.timeline\[0\]"),
+    ):  # fmt: skip
         with pytest.raises(ReportError, match=field):
             RunReport.from_dict({**data, "ledger": _ledger(**bad)})
     assert RunReport.from_dict({**data, "ledger": None}).ledger is None  # older reports

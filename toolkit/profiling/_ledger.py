@@ -266,6 +266,7 @@ class _Book:
         self.tiles = tiles
         self._starts = [t.start for t in tiles]
         self.totals = dict.fromkeys(PARTS, 0.0)
+        self.moved_from_other: list[tuple[float, float]] = []  # (at, seconds)
         for t in tiles:
             self.totals[t.part] += t.end - t.start
 
@@ -273,13 +274,23 @@ class _Book:
         i = bisect.bisect_right(self._starts, t) - 1
         return self.tiles[i].part if i >= 0 and t < self.tiles[i].end else None
 
-    def move(self, part: str | None, seconds: float, to: str, capped: bool = False) -> float:
+    def move(
+        self,
+        part: str | None,
+        seconds: float,
+        to: str,
+        capped: bool = False,
+        at: float | None = None,
+    ) -> float:
         """Moves `seconds` from `part` (None: from nowhere) to `to`; `capped`: no more than
-        `part` holds. Returns the seconds moved."""
+        `part` holds; `at`: where in the fit (what moves out of an ``other`` tile is no
+        longer that tile's: :func:`_others`). Returns the seconds moved."""
         if part is not None:
             if capped:
                 seconds = min(seconds, max(0.0, self.totals[part]))
             self.totals[part] -= seconds
+            if part == "other" and at is not None:
+                self.moved_from_other.append((at, seconds))
         self.totals[to] += seconds
         return seconds
 
@@ -452,13 +463,13 @@ class FitLedger:
         fit = self._fit(span, current, now)
         spans, runs_s = self._spans(fit)
         book = _Book(_tile(spans, fit.start, fit.stop))
-        others = _others(book.tiles, fit.epochs)
         callbacks = self._move_callbacks(book)
         input_seen, inputs = self._move_input(book, watch)
         found = _Compiles(calls, fit, watch, book, self._polls).found()
         runs_s = _without_first_compile(runs_s, found.compiles)
         wall = fit.stop - fit.start
         book.totals["other"] = wall - sum(v for k, v in book.totals.items() if k != "other")
+        others = _others(book, fit.epochs)
         samples = _Samples(calls, found, runs_s, callbacks, inputs)
         return Ledger(
             source=FIT_CALL if fit.called is not None else TRAIN_BEGIN,
@@ -565,7 +576,7 @@ class FitLedger:
         for t0, dt, name in self.callbacks.records:
             part = book.part_at(t0)
             if part is not None:
-                book.move(part, dt, "callbacks")
+                book.move(part, dt, "callbacks", at=t0)
                 by_name.setdefault(name, []).append(dt)
         timed = [
             CallbackTime(name, round(sum(each), 6), len(each), spread(each))
@@ -591,7 +602,7 @@ class FitLedger:
         for t0, dt in getattr(watch, "input_spans", []):
             part = book.part_at(t0)
             if part is not None:
-                book.move(part, dt, "input")
+                book.move(part, dt, "input", at=t0)
                 gaps.append(dt)
         return input_seen, gaps
 
@@ -670,9 +681,18 @@ def _tile(spans: list[Tile], start: float, stop: float) -> list[Tile]:
     return tiles
 
 
-def _others(tiles: list[Tile], epochs: list[EpochSpan]) -> list[tuple[float, str]]:
-    """Where the unexplained time sits, the largest three first, said by where in the fit."""
-    found = ((t.end - t.start, _where(t.start, t.end, epochs)) for t in tiles if t.part == "other")
+def _others(book: _Book, epochs: list[EpochSpan]) -> list[tuple[float, str]]:
+    """Where the unexplained time sits, the largest three first, said by where in the fit:
+    each ``other`` tile less what was moved out of it (a callback's hook, a compile of
+    Keras's own), so the spans never hold more than the part does."""
+    found = []
+    for t in book.tiles:
+        if t.part != "other":
+            continue
+        moved = sum(s for at, s in book.moved_from_other if t.start <= at < t.end)
+        seconds = t.end - t.start - moved
+        if seconds > 0:
+            found.append((seconds, _where(t.start, t.end, epochs)))
     return sorted(found, key=lambda o: -o[0])[:3]
 
 
@@ -823,7 +843,9 @@ class _Compiles:
             # line says, on every backend.
             steady = _Steady(0.0, 0, None)
         excess = max(0.0, x.seconds - x.steps * steady.median)
-        excess = self.book.move(self.book.part_at(x.start), excess, "compile", capped=True)
+        excess = self.book.move(
+            self.book.part_at(x.start), excess, "compile", capped=True, at=x.start
+        )
         self.out.append(
             Compile(
                 function=x.function,
@@ -864,7 +886,7 @@ class _Compiles:
         seconds = float(ev.get("seconds") or 0.0)
         if part is None or seconds <= 0:
             return
-        seconds = self.book.move(part, seconds, "compile", capped=True)
+        seconds = self.book.move(part, seconds, "compile", capped=True, at=at)
         named = part.replace("_", "-")
         self.out.append(
             Compile(

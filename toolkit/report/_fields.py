@@ -238,17 +238,100 @@ def check_ledger(value: Any) -> None:
     for key in ("recompiles", "epochs", "epochs_planned", "steps", "steps_per_epoch",
                 "validations"):  # fmt: skip
         _number(f"ledger.{key}", ledger.get(key), optional=True, counts=True)
-    for key, part in _mapping("ledger.parts", ledger.get("parts"), optional=False).items():
+    parts = _mapping("ledger.parts", ledger.get("parts"), optional=False)
+    for key, part in parts.items():
         if part is not None and (isinstance(part, bool) or not isinstance(part, int | float)):
             raise _bad(f"ledger.parts.{key}", part, "a number of seconds or null")
+        _number(f"ledger.parts.{key}", part, optional=True)
+    _adds_up(parts, ledger["wall_s"])
+    for key in ("part_samples", "part_spread_s"):
+        for name, v in _mapping(f"ledger.{key}", ledger.get(key)).items():
+            _number(f"ledger.{key}.{name}", v, optional=True, counts=key == "part_samples")
     for name, c in _mapping("ledger.callbacks", ledger.get("callbacks")).items():
-        _number(f"ledger.callbacks.{name}.seconds", _mapping(name, c, False).get("seconds"))
+        c = _mapping(f"ledger.callbacks.{name}", c, False)
+        _number(f"ledger.callbacks.{name}.seconds", c.get("seconds"))
+        _number(f"ledger.callbacks.{name}.calls", c.get("calls"), optional=True, counts=True)
+    for name, seconds in _mapping("ledger.overlapped", ledger.get("overlapped")).items():
+        _number(f"ledger.overlapped.{name}", seconds)
     for i, c in enumerate(_records("ledger.compiles", ledger.get("compiles"))):
-        _number(f"ledger.compiles[{i}].seconds", c.get("seconds"))
+        for key in ("seconds", "backend_seconds", "step_spread_s"):
+            _number(f"ledger.compiles[{i}].{key}", c.get(key), optional=key != "seconds")
+    for key in ("validation_runs_s", "validation_calls"):
+        for i, v in enumerate(_list(f"ledger.{key}", ledger.get(key))):
+            _number(f"ledger.{key}[{i}]", v, counts=key == "validation_calls")
+    for name, v in _mapping("ledger.step_s", ledger.get("step_s")).items():
+        _number(f"ledger.step_s.{name}", v)
+    _number("ledger.input_read_s", ledger.get("input_read_s"), optional=True)
+    other = 0.0
+    for i, o in enumerate(_records("ledger.other_where", ledger.get("other_where"))):
+        _number(f"ledger.other_where[{i}].seconds", o.get("seconds"))
+        other += o["seconds"]
+    if other > (parts.get("other") or 0.0) + _tolerance(ledger["wall_s"]):
+        raise _bad(
+            "ledger.other_where", other, f"spans within the other part's {parts.get('other')} s"
+        )
     for i, f in enumerate(_records("ledger.fixes", ledger.get("fixes"))):
         if not isinstance(f.get("words"), str):
             raise _bad(f"ledger.fixes[{i}].words", f.get("words"), "a string")
-        _number(f"ledger.fixes[{i}].saves_s", f.get("saves_s"), optional=True)
+        for key in ("saves_s", "seconds", "break_even_ms"):
+            _number(f"ledger.fixes[{i}].{key}", f.get(key), optional=True)
+    check_memory(ledger.get("memory"))
+
+
+def _tolerance(wall_s: float) -> float:
+    """How far a ledger's parts may sum from its wall time: each is rounded to the µs."""
+    return max(1e-3, 1e-4 * wall_s)
+
+
+def _adds_up(parts: Mapping[str, Any], wall_s: float) -> None:
+    """The ledger's promise: its parts add up to the fit's wall time."""
+    total = sum(v for v in parts.values() if v is not None)
+    if parts and abs(total - wall_s) > _tolerance(wall_s):
+        raise _bad(
+            "ledger.parts", f"{total:.6f} s in all", f"parts adding up to wall_s ({wall_s} s)"
+        )
+
+
+def _list(field: str, value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _bad(field, value, "a list")
+    return value
+
+
+def check_memory(value: Any) -> None:
+    """The ledger's ``memory`` object (``docs/report.md``): MiB as numbers >= 0 or null, each
+    part's and callback's figures, the growth records and the timeline's rows."""
+    if value is None:
+        return
+    m = _mapping("ledger.memory", value)
+    _number("ledger.memory.every_s", m.get("every_s"))
+    if m["every_s"] <= 0:
+        raise _bad("ledger.memory.every_s", m["every_s"], "a number > 0")
+    _number("ledger.memory.readings", m.get("readings", 0), counts=True)
+    for key in ("host_start_mb", "host_peak_mb", "device_peak_mb"):
+        _number(f"ledger.memory.{key}", m.get(key), optional=True)
+    for group in ("parts", "callbacks"):
+        for name, p in _mapping(f"ledger.memory.{group}", m.get(group)).items():
+            where = f"ledger.memory.{group}.{name}"
+            p = _mapping(where, p, optional=False)
+            for key in ("host_peak_mb", "host_end_mb", "device_peak_mb", "device_end_mb"):
+                _number(f"{where}.{key}", p.get(key), optional=True)
+            _number(f"{where}.readings", p.get("readings", 0), counts=True)
+    for i, g in enumerate(_records("ledger.memory.growth", m.get("growth"))):
+        _string(f"ledger.memory.growth[{i}].part", g.get("part"))
+        _number(f"ledger.memory.growth[{i}].mb", g.get("mb"))
+        for key in ("steps", "epoch"):
+            _number(f"ledger.memory.growth[{i}].{key}", g.get(key, 0), counts=True)
+    for i, row in enumerate(_list("ledger.memory.timeline", m.get("timeline"))):
+        where = f"ledger.memory.timeline[{i}]"
+        if not isinstance(row, list) or len(row) < 3:
+            raise _bad(where, row, "a [seconds, step, host MiB, device MiB, part] row")
+        _number(where, row[0])
+        _number(where, row[1], counts=True)
+        _number(where, row[2])
+        _number(where, row[3] if len(row) > 3 else None, optional=True)
 
 
 ANATOMY_NUMBERS = ("step_s", "traced_s", "fused_s")
