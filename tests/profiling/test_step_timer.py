@@ -456,3 +456,46 @@ def test_a_trace_that_waited_for_the_device_leaves_out_only_its_steps(monkeypatc
     assert timer.boundary == "end"
     assert Counter(c[3] for c in timer.calls) == {"first": 1, "timed": 3, "excluded": 2}
     assert [c[3] for c in timer.calls][4:] == ["excluded", "excluded"]
+
+
+@pytest.mark.legacy_keras
+def test_a_second_fit_on_one_timer_is_left_untimed_and_never_mixed(
+    make_model, make_dataset, monkeypatch
+):
+    """A callback that runs a fit of its own with the same timer, and two threads fitting
+    with one timer: the fit the timer began with is timed whole (its steps, epochs and
+    ledger), the other is left untimed with one warning, and neither fit stops."""
+    import threading
+
+    from absl import logging as absl_logging
+
+    said = []
+    monkeypatch.setattr(absl_logging, "warning", lambda m, *a: said.append(m % a if a else m))
+    timer = StepTimer(warmup_steps=0)
+    inner = make_model()
+
+    class Nested(compat.keras().callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            inner.fit(make_dataset(5), epochs=1, verbose=0, callbacks=[timer])
+
+    make_model().fit(make_dataset(10), epochs=2, verbose=0, callbacks=[timer, Nested()])
+    assert sum(c[1] for c in timer.calls) == 20 and len(timer.epochs) == 2
+    ledger = timer.ledger()
+    assert ledger.steps == 20 and ledger.epochs == 2
+    assert len(said) == 1 and "give each fit its own StepTimer" in said[0]
+
+    shared, errors = StepTimer(warmup_steps=0), []
+
+    def fit():
+        try:
+            make_model().fit(make_dataset(10), epochs=2, verbose=0, callbacks=[shared])
+        except Exception as e:  # noqa: BLE001 - what the test looks for
+            errors.append(e)
+
+    threads = [threading.Thread(target=fit) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert errors == [] and sum(c[1] for c in shared.calls) == 20
+    assert shared.summary().timed_steps >= 18  # one fit's, after its first execution

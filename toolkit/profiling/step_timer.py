@@ -73,7 +73,7 @@ from toolkit.core.stats import (
     format_ms,
     summarize_calls,
 )
-from toolkit.profiling._ledger import FitLedger, epoch_gaps
+from toolkit.profiling._ledger import FitLedger, epoch_gaps, keras_callbacks
 from toolkit.profiling._timing import (
     FitCall,
     fit_call_parts,
@@ -195,6 +195,9 @@ class StepTimer(compat.keras().callbacks.Callback):
         self.global_step = 0  # steps written to TensorBoard so far, across fits
         # (called, returned) of the last fit timed by `around_fit`; kept across reset().
         self._fit_span: tuple[float | None, float | None] = (None, None)
+        # Callback lists of fits begun while this timer timed another: left untimed.
+        self._foreign: set[int | None] = set()
+        self._said_second = False
         self._ledger = FitLedger(clock)  # the whole fit's parts (``toolkit.profiling._ledger``)
         self._ledger.memory_every_s = memory_every_s
         self._ledger.steps_begun = self._steps_begun
@@ -410,12 +413,48 @@ class StepTimer(compat.keras().callbacks.Callback):
             self._quiet = False
         self.boundary = "end"
 
-    # ------------------------------------------------------------------ Keras hooks
+    # ------------------------------------------------------------------ one fit at a time
 
     def set_params(self, params: Mapping[str, Any]) -> None:
+        if self._running:  # another fit's callback list, while this timer times one
+            return
         self.params = dict(params or {})
 
+    def set_model(self, model: Any) -> None:
+        if self._running:  # another fit's callback list (see on_train_begin)
+            return
+        super().set_model(model)
+
+    def _second_fit(self) -> bool:
+        """At train begin: a fit began while this timer times another (a fit inside one of
+        its callbacks, or on another thread). That fit is left untimed, its hooks known by
+        its callback list, and said once: mixing two fits' steps would make both wrong, and
+        refusing by raising would stop the user's training."""
+        if not self._running:
+            return False
+        self._foreign.add(self._caller_list())
+        if not self._said_second:
+            self._said_second = True
+            logging.warning(
+                "StepTimer: a second fit began while this timer times another (a fit inside "
+                "a callback, or one on another thread); it is not timed: give each fit its "
+                "own StepTimer"
+            )
+        return True
+
+    def _caller_list(self) -> int | None:
+        found = keras_callbacks(self)
+        return id(found) if found is not None else None
+
+    def _not_mine(self) -> bool:
+        """Whether the hook being called is a second fit's (only asked while one runs)."""
+        return self._caller_list() in self._foreign
+
+    # ------------------------------------------------------------------ Keras hooks
+
     def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+        if self._second_fit():
+            return
         if self._calls and not self._fit_kept:  # a fit that raised: keep what it measured
             self.fits.append(self.summary())
         self._new_fit()
@@ -436,6 +475,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._ledger.begin(self, model, self.train_begin_time)
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+        if self._foreign and self._not_mine():
+            return
         self._epoch = epoch
         self._epoch_start = self._clock()
         self._epoch_calls_start = len(self._calls)
@@ -455,6 +496,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         # boundaries (`_drain`): a begin hook that computed each step's duration, kind and
         # profiler mark as it went cost several times as much of a short step
         # (benchmarks/profiler_overhead.py measures what StepTimer costs now).
+        if self._foreign and self._not_mine():
+            return
         self._begins.append(
             (batch, self._clock(), PROFILER.active or self._probe(), PROFILER.generation)
         )
@@ -465,6 +508,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._drain()
 
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        if self._foreign and self._not_mine():
+            return
         # May run on Keras 3's callback thread: append only (atomic), touch nothing else. Only
         # an asynchronous backend's re-timing reads the profiler's state at the ends; elsewhere
         # the ends only close an epoch's last execution, so they cost a clock read.
@@ -478,6 +523,8 @@ class StepTimer(compat.keras().callbacks.Callback):
             self._end_marks.append((batch, self._clock()))
 
     def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+        if self._foreign and self._not_mine():
+            return
         # Validation inside fit: the epoch's last training execution ended before this.
         if not self._running:
             return
@@ -487,14 +534,20 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._ledger.test_begin(now)
 
     def on_test_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        if self._foreign and self._not_mine():
+            return
         if self._running:  # the ledger's validation executions (a clock read and an append)
             self._ledger.test_batch(batch, self._clock())
 
     def on_test_end(self, logs: Mapping[str, Any] | None = None) -> None:
+        if self._foreign and self._not_mine():
+            return
         if self._running:
             self._ledger.test_end(self._clock())
 
     def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+        if self._foreign and self._not_mine():
+            return
         now = self._clock()
         self._close_last_in_epoch(now)
         if self._async:
@@ -563,6 +616,9 @@ class StepTimer(compat.keras().callbacks.Callback):
             self.scalars = None
 
     def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
+        if self._foreign and self._not_mine():
+            self._foreign.discard(self._caller_list())
+            return
         now = self._clock()
         self._close_last_in_epoch(now)
         if self._scalars_done < len(self._calls):  # a fit stopped inside an epoch
