@@ -307,7 +307,8 @@ def test_each_fix_predicts_its_saving_from_the_run_s_own_figures():
         callbacks={"ModelCheckpoint": {"seconds": 2.4, "calls": 20}},
     )
     found = {f.item: f for f in fixes(ledger)}
-    assert found["recompile (train)"].saves_s == 3.0
+    assert found["recompile (train)"].saves_s == 3.0  # the recompile: a partial batch's
+    # own step is no full step (17 examples of 32), so it is not counted as one
     assert "drop_remainder=True" in fix_words(found["recompile (train)"])
     assert (found["validation"].setting.name, found["validation"].setting.value) == (
         "validation_freq",
@@ -321,14 +322,23 @@ def test_each_fix_predicts_its_saving_from_the_run_s_own_figures():
 
 
 def test_xla_s_compile_says_when_it_pays_for_itself_and_no_fix_for_noise():
+    """TensorFlow, where tune measures XLA both ways: the break-even and --nojit_compile. JAX,
+    where XLA off is no setting (tune never tries it): a longer run, no jit_compile."""
     ledger = _ledger(
         wall_s=12.0,
         parts={**dict.fromkeys(PARTS, 0.0), "compile": 9.4, "steps": 2.6},
         compiles=[{"function": "train", "first": True, "seconds": 9.4, "epoch": 0, "step": 0}],
+        backend="tensorflow",
     )
     (fix,) = fixes(ledger)
     assert fix.break_even_ms == pytest.approx(4.7) and fix.saves_s is None
     assert "over this run's 2,000 steps" in fix_words(fix)
+    assert fix.setting.name == "jit_compile" and "tune measures" in fix_words(fix)
+    (on_jax,) = fixes({**ledger, "backend": "jax"})
+    assert on_jax.setting is None and on_jax.break_even_ms is None
+    words = fix_words(on_jax)
+    assert "a longer run spreads it" in words and "jit_compile" not in words
+    assert "JAX compiles every step it runs" in words
     assert fixes(_ledger(parts={**dict.fromkeys(PARTS, 0.0), "steps": 20.0})) == []
     quiet = _ledger(callbacks={"CSVLogger": {"seconds": 0.05, "calls": 20}})
     assert fixes(quiet) == []  # under 0.1 s and 5 % of the run: no line

@@ -252,17 +252,17 @@ def _recompiles(ledger: Ledger) -> list[Fix]:
             continue
         data = "training" if function == "train" else "validation"
         n = len(mine)
-        # Whole batches only: the recompile goes, and so does the partial batch of each epoch
-        # (or each validation), a step at the median step's time.
-        runs = ledger.epochs if function == "train" else ledger.validations
+        # Whole batches only: the recompile goes. The partial batch's own step goes too, but
+        # its time is not a full step's (one example of 32 costs far less): left out of the
+        # saving rather than guessed.
         out.append(Fix(
             f"recompile ({function})", "compile", seconds,
-            seconds + runs * ledger.step_time(function),
+            seconds,
             f"{n} recompile{'s' if n != 1 else ''} of the {function} step for a new input "
             f"shape ({mine[0].cause}, epoch {_n(mine[0].epoch)}) cost {format_s(seconds)}",
             Setting("drop_remainder", True, place=f"on the {data} data's batching"),
-            note="(or a batch size that divides it: the recompile, and the partial batch each "
-            "pass)",
+            note="(or a batch size that divides it: the recompile goes, and the partial batch's "
+            "own step each pass)",
         ))  # fmt: skip
     other = [c for c in again if not _is_shape(c.cause)]
     seconds = sum(c.seconds for c in other)
@@ -400,6 +400,23 @@ def _cache(ledger: Ledger) -> Fix | None:
     )  # fmt: skip
 
 
+def _searched_jit(backend: str) -> tuple[bool, ...]:
+    """The ``jit_compile`` values tune searches on `backend` (its seam's ``searched_jit``;
+    both where the backend is unknown here): a fix names only a setting the toolkit would
+    measure there. The seam's module imports no framework."""
+    from toolkit import backend as backends
+
+    try:
+        found = backends.find(backend) if backend else None
+        return tuple(found.searched_jit()) if found is not None else (False, True)
+    except Exception:  # noqa: BLE001 - a report from elsewhere: both ways
+        return (False, True)
+
+
+def _backend_words(backend: str) -> str:
+    return {"jax": "JAX", "tensorflow": "TensorFlow", "torch": "PyTorch"}.get(backend, backend)
+
+
 def _xla(ledger: Ledger) -> Fix | None:
     """XLA's compile, a large share of a short run: what each step must gain to pay for it."""
     compile_s, wall, steps = ledger.seconds("compile"), ledger.wall_s, ledger.steps
@@ -407,6 +424,18 @@ def _xla(ledger: Ledger) -> Fix | None:
     if not (ledger.jit() and compile_s and compile_s >= COMPILE_SHARE * wall and first and steps):
         return None
     per_step = first.seconds / steps
+    if False not in _searched_jit(ledger.backend):
+        # XLA off is no setting here (JAX jits every step: tune never tries it): a longer
+        # run is what spreads the compile (and the compile cache its fix of its own).
+        return Fix(
+            "compile", "compile", compile_s, None,
+            f"compile takes {share(compile_s, wall)} of the run ({format_s(first.seconds)} "
+            f"for the step's first call, {per_step * 1e3:.3g} ms over each of its {steps:,} "
+            "steps)",
+            action="a longer run spreads it",
+            note=f"({_backend_words(ledger.backend)} compiles every step it runs: there XLA "
+            "off is no setting)",
+        )  # fmt: skip
     why = (
         f"compile takes {share(compile_s, wall)} of the run ({format_s(first.seconds)} for "
         f"XLA's first call): over this run's {steps:,} steps it pays for itself only if XLA "
