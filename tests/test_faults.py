@@ -153,10 +153,27 @@ def test_a_report_dir_that_cannot_be_written_is_found_before_training(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
 
 
+def test_a_report_dir_past_the_file_system_s_limits_is_said_before_anything_loads(tmp_path):
+    """A 260-byte name, and a path whose run files would pass the longest path: one line
+    naming the flag, exit 1, before TensorFlow loads (no "loading" line), nothing made."""
+    for where, words in (
+        (tmp_path / ("r" * 260), "is 260 bytes, more than the 255 a file name can have here"),
+        (tmp_path.joinpath(*["d" * 200] * 20), "would pass the 4096 a path can have here"),
+    ):
+        out = subprocess.run(
+            [*RECIPE, "--smoke", f"--report_dir={where}"], capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert out.returncode == 1, out.stderr[-2000:]
+        assert out.stderr.strip().splitlines() == [out.stderr.strip()], out.stderr
+        assert out.stderr.startswith("error: --report_dir: ") and words in out.stderr
+        assert list(tmp_path.iterdir()) == []
+
+
 def test_runs_started_together_with_one_new_report_dir_all_pass_its_check(tmp_path):
     """The workers of a cluster start at once with the same --report_dir: each one's check
     must pass, whatever the others' checks are doing, and leave nothing behind."""
-    from toolkit.runner.train import check_report_dir
+    from toolkit.runner.task import check_report_dir
 
     n, rounds = 8, 40
     barrier, failures = threading.Barrier(n), []

@@ -369,8 +369,7 @@ def test_a_cache_entry_that_is_no_object_is_named_and_missed(tmp_path, monkeypat
 
 
 def test_a_report_dir_that_is_a_symlink_loop_is_refused(tmp_path):
-    from toolkit.runner.task import SetupError
-    from toolkit.runner.train import check_report_dir
+    from toolkit.runner.task import SetupError, check_report_dir
 
     (tmp_path / "loop").symlink_to("loop")
     (tmp_path / "gone").symlink_to(tmp_path / "nowhere" / "at-all")

@@ -266,9 +266,17 @@ def recipe_target(
 
 def run_recipe(build_task: Callable[..., Task]) -> None:
     """Runs a recipe whose flags are parsed: ``--autotune`` and ``--diagnose`` first when
-    asked, then the run; prints the summary and the files written."""
+    asked, then the run; prints the summary and the files written. Where the reports go is
+    checked first: a directory that cannot take them is said before anything loads."""
+    from toolkit.runner.task import SetupError, check_report_dir
+
+    try:
+        check_report_dir(flags.FLAGS.report_dir)
+        check_report_dir(flags.FLAGS.backup_dir, "--backup_dir", "or leave --backup_dir out")
+    except SetupError as e:
+        fail(e)
     _load_frameworks(build_task)
-    from toolkit.runner.train import SetupError, run
+    from toolkit.runner.train import run
 
     try:
         config, task = recipe_from_flags(build_task)

@@ -74,7 +74,7 @@ def _jax_recipe(compile_s=7.0, **over):
             steps=0.5,
             validation=0.1,
             other=round(max(8.0, seen) - seen, 6),
-        ),  # fmt: skip
+        ),
         compiles=compiles,
         backend="jax",
         jit_compile="True",

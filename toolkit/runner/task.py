@@ -6,6 +6,8 @@ runner (``toolkit.runner.train``) both read it without needing each other.
 from __future__ import annotations
 
 import dataclasses
+import os
+import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -102,3 +104,79 @@ def classification_task(
         find_bad_file=data.find_bad_file,
         examples=data.examples,
     )
+
+
+# What a run adds under its report directory: <timestamp>/<file> (the longest, with a worker's
+# subdirectory and a trace's plugins/profile/<run>/<host>.xplane.pb, well under this).
+RUN_SUFFIX_BYTES = 160
+
+
+def _check_path_length(path: str, where: str, flag: str, given: str, instead: str) -> None:
+    """The file system's limits, before anything trains: a name longer than a name can be
+    there (ENAMETOOLONG once the run makes it), or a path its run's files would push past the
+    longest path."""
+
+    def limit(name: str, default: int) -> int:
+        try:
+            return int(os.pathconf(where if os.path.isdir(where) else os.path.dirname(where),
+                                   name))  # fmt: skip
+        except (OSError, ValueError):
+            return default
+
+    name_max = limit("PC_NAME_MAX", 255)
+    for part in path.split(os.sep):
+        size = len(os.fsencode(part))
+        if size > name_max:
+            raise SetupError(
+                f"{flag}: the name {part[:16]}… is {size} bytes, more than the {name_max} a "
+                f"file name can have here; choose a shorter name, {instead}"
+            )
+    path_max = limit("PC_PATH_MAX", 4096)
+    if len(os.fsencode(path)) + RUN_SUFFIX_BYTES > path_max:
+        raise SetupError(
+            f"{flag}: the path is {len(os.fsencode(path))} bytes, and a run's files under it "
+            f"would pass the {path_max} a path can have here; choose a shorter one, {instead}"
+        )
+
+
+def check_report_dir(
+    report_dir: str | None,
+    flag: str = "--report_dir",
+    instead: str = "or --report_dir= to write nothing",
+) -> None:
+    """Raises SetupError (one line, naming `flag`, with `instead` as the other way out) when
+    runs cannot be written under `report_dir` (or a backup under ``--backup_dir``): found
+    before anything trains, not after.
+
+    It makes nothing: a file with a unique name is created and removed again in the directory,
+    or, when the directory is still missing, in its nearest existing ancestor (where the run
+    will make it). So processes started together with one report directory (the workers of a
+    cluster) cannot trip over each other's checks, and a run that fails before training leaves
+    nothing behind.
+    """
+    if not report_dir:
+        return
+    path = os.path.abspath(os.path.expanduser(report_dir))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise SetupError(
+            f"{flag}={report_dir}: it is a file, not a directory; choose a directory, {instead}"
+        )
+    where = path
+    while not os.path.exists(where):
+        if os.path.islink(where):  # a loop (ln -s loop loop), or a link to nowhere
+            raise SetupError(
+                f"{flag}={report_dir}: {where} is a symbolic link that leads nowhere (a loop, "
+                f"or a place that is gone); choose a directory, {instead}"
+            )
+        where = os.path.dirname(where)
+    _check_path_length(path, where, flag, report_dir, instead)
+    try:
+        if not os.path.isdir(where):
+            raise NotADirectoryError(0, f"{where} is a file, not a directory")
+        probe = tempfile.NamedTemporaryFile(dir=where, prefix=".write-test-")  # noqa: SIM115
+        probe.close()
+    except OSError as e:
+        raise SetupError(
+            f"{flag}={report_dir}: cannot write there ({e.strerror or e}); choose a "
+            f"writable directory, {instead}"
+        ) from None

@@ -29,7 +29,7 @@ from toolkit.runner import _data
 from toolkit.runner._data import input_pipeline
 from toolkit.runner.config import TrainConfig
 from toolkit.runner.session import profile
-from toolkit.runner.task import SetupError, Task, classification_task
+from toolkit.runner.task import SetupError, Task, check_report_dir, classification_task
 
 __all__ = [
     "RunResult",
@@ -560,45 +560,3 @@ def _start_cluster(task: Task, config: TrainConfig) -> distribute.Cluster:
     }
     processes.start(cluster, agreed, config.cluster_wait or distribute.CLUSTER_WAIT_S)
     return cluster
-
-
-def check_report_dir(
-    report_dir: str | None,
-    flag: str = "--report_dir",
-    instead: str = "or --report_dir= to write nothing",
-) -> None:
-    """Raises SetupError (one line, naming `flag`, with `instead` as the other way out) when
-    runs cannot be written under `report_dir` (or a backup under ``--backup_dir``): found
-    before anything trains, not after.
-
-    It makes nothing: a file with a unique name is created and removed again in the directory,
-    or, when the directory is still missing, in its nearest existing ancestor (where the run
-    will make it). So processes started together with one report directory (the workers of a
-    cluster) cannot trip over each other's checks, and a run that fails before training leaves
-    nothing behind.
-    """
-    if not report_dir:
-        return
-    path = os.path.abspath(os.path.expanduser(report_dir))
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise SetupError(
-            f"{flag}={report_dir}: it is a file, not a directory; choose a directory, {instead}"
-        )
-    where = path
-    while not os.path.exists(where):
-        if os.path.islink(where):  # a loop (ln -s loop loop), or a link to nowhere
-            raise SetupError(
-                f"{flag}={report_dir}: {where} is a symbolic link that leads nowhere (a loop, "
-                f"or a place that is gone); choose a directory, {instead}"
-            )
-        where = os.path.dirname(where)
-    try:
-        if not os.path.isdir(where):
-            raise NotADirectoryError(0, f"{where} is a file, not a directory")
-        probe = tempfile.NamedTemporaryFile(dir=where, prefix=".write-test-")  # noqa: SIM115
-        probe.close()
-    except OSError as e:
-        raise SetupError(
-            f"{flag}={report_dir}: cannot write there ({e.strerror or e}); choose a "
-            f"writable directory, {instead}"
-        ) from None
