@@ -392,6 +392,18 @@ def _drive(timer, begins, ends, steps=4):
             "end",
             [0.010] * 4,
         ),
+        # A short queue: 4 steps of 3 ms queued in 0.3 ms, the last done 12 ms later (under
+        # the 20 ms a late callback thread could explain), the ends spread as a queue runs
+        # out: the device's 3 ms, not the host's 0.1.
+        ([0.0, 0.0001, 0.0002, 0.0003], [0.003, 0.006, 0.009, 0.012], "end", [0.003] * 4),
+        # The host behind, its ends stamped late and bunched by a busy callback thread: the
+        # begins stay the boundaries.
+        (
+            [0.0, 0.001, 0.002, 0.003],
+            [0.0045, 0.005, 0.0055, 0.006],
+            "begin",
+            [0.001, 0.001, 0.001, 0.003],
+        ),
         # Every end stamped at once, long after the host queued the steps: the device's 40 ms
         # are the epoch's, split between its steps (not the 1 ms the host took to queue each).
         ([0.0, 0.001, 0.002, 0.003], [0.040] * 4, "end", [0.010] * 4),
