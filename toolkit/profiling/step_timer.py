@@ -753,13 +753,16 @@ class StepTimer(compat.keras().callbacks.Callback):
 
 
 class EndsLog:
-    """``log_steps``' lines on an asynchronous backend (JAX; PyTorch on a GPU), written as the
-    steps *end*: there a batch begin says when the host queued a step, and a line from the
-    begins said 3 ms a step where the device took 140 (the summary, timed at the ends, said
-    140). Keras hands the ends to a pool of threads: one lock, and the clock read under it,
-    keep the windows in order. A window opens at the first execution's end (its compile is
-    left out, as the begins' lines leave it), and each later epoch's at its first begin
-    (its validation before it is no step's time)."""
+    """``log_steps``' lines on an asynchronous backend (JAX; PyTorch on a GPU): a window of
+    steps takes the longer of its ends' span and its begins' span. Where the device is behind,
+    a batch begin only says when the host queued a step (a line from the begins said 3 ms a
+    step where the device took 140); where the host is, Keras's callback threads stamp the
+    ends late and bunched (0.1 ms a step where the steps took 2.7): the longer one is the
+    steps' own, as the epoch's re-timing decides it (``_device_behind``). Keras hands the
+    ends to a pool of threads: one lock, and the clock read under it, keep the windows in
+    order. A window opens at the first execution's end (its compile is left out, as the
+    begins' lines leave it), and each later epoch's at its first begin (its validation
+    before it is no step's time)."""
 
     def __init__(self, timer: StepTimer, per_call: int, steps_in_epoch: int | None) -> None:
         import threading
@@ -768,8 +771,18 @@ class EndsLog:
         self._lock = threading.Lock()
         self._epoch: int | None = None
         self._start: float | None = None
+        self._first = 0  # the batch index the open window began at
+        self._last = -1  # the highest batch index ended (ends come in any order)
         self._count = 0
         self._done = 0  # steps ended in this fit
+
+    def _begins_span(self, first: int, last: int) -> float:
+        """The begins' span of batches `first`..`last` (to the next one's begin), or 0 where
+        the host has not begun the next one yet (the device is behind: the ends decide)."""
+        begins = list(self._timer._begins)
+        start = next((b[1] for b in begins if b[0] == first), None)
+        end = next((b[1] for b in begins if b[0] > last), None)
+        return end - start if start is not None and end is not None else 0.0
 
     def ended(self, batch: int) -> None:
         timer = self._timer
@@ -781,17 +794,19 @@ class EndsLog:
             self._done += steps
             if self._epoch != timer._epoch:
                 first = self._epoch is None
-                self._epoch, self._count = timer._epoch, 0
+                self._epoch, self._count, self._first, self._last = timer._epoch, 0, 0, -1
                 begins = timer._begins
                 self._start = None if first or not begins else begins[0][1]
+            self._last = max(self._last, batch)
             if self._start is None:  # the fit's first execution: it opens the first window
-                self._start = now
+                self._start, self._first = now, batch + steps
                 return
             self._count += steps
             if self._count < (timer.log_steps or 1):
                 return
-            seconds, count = now - self._start, self._count
-            self._start, self._count = now, 0
+            seconds = max(now - self._start, self._begins_span(self._first, self._last))
+            count = self._count
+            self._start, self._count, self._first = now, 0, self._last + steps
             per_s = timer.batch_size * count / seconds if timer.batch_size and seconds > 0 else 0
             rate = f", {per_s:,.1f} examples/s" if per_s else ""
             timer._log_fn(  # under the lock: the lines come in their steps' order
@@ -803,26 +818,33 @@ class EndsLog:
 # A backlog below this is the callback thread's lateness, not the device's (Python's switch
 # interval is 5 ms), unless the ends are spread out as a queue's are (`_device_behind`).
 BACKLOG_FLOOR_S = 0.02
-# Ends bunched within this are one late callback thread, not a queue running out.
-BUNCHED_S = 0.003
+# The share of the time from the second execution's begin to the last end over which the
+# ends must spread for the device to have been behind (a queue running out, step by step).
+SPREAD_SHARE = 0.2
 
 
 def _device_behind(
     backlog: float, intervals: list[float], begins: list[Any], marks: list[Any]
 ) -> bool:
-    """Whether the device ran behind the host this epoch: the steps ended well after the last
-    was queued (the backlog past twice the median begin interval), and either by more than a
-    late callback thread can be (:data:`BACKLOG_FLOOR_S`), or with the ends spread over
-    three times the begins' span (a queue running out, one step after another: an 8-step
-    JAX MLP queued in 0.3 ms ran 12 ms, its begins said 40 µs a step) rather than bunched
-    (one late thread stamping them together)."""
+    """Whether the device ran behind the host this epoch, so its steps' ends (not the begins,
+    when the host queued them) are the boundaries: the steps ended well after the last was
+    queued (the backlog past twice the median begin interval), and their ends came spread
+    out, as a queue runs out step by step (over a fifth of the time since the second
+    execution began, the first's compile apart).
+
+    Ends stamped in a bunch say the opposite: Keras's callback threads stamp each end as
+    soon as its step's results exist, unless the fit's own thread keeps them from running:
+    a busy host. An 8-step JAX MLP under load had every end within 10 ms, 200 ms after its
+    last begin; timed at those ends its steps read 0.05 ms, at its begins 2.7 ms. With too
+    few ends to tell, a backlog past :data:`BACKLOG_FLOOR_S` (more than a late thread's)
+    decides."""
     if backlog <= 2 * statistics.median(intervals or [0.0]):
         return False
-    if backlog > BACKLOG_FLOOR_S:
-        return True
-    stamps = [m[1] for m in marks]
-    ends_span, begins_span = max(stamps) - min(stamps), begins[-1][1] - begins[0][1]
-    return ends_span > max(3 * begins_span, BUNCHED_S)
+    later = [m[1] for m in marks if len(begins) > 1 and m[0] >= begins[1][0]]
+    if len(later) < 2:
+        return backlog > BACKLOG_FLOOR_S
+    whole = max(later) - begins[1][1]
+    return whole > 0 and max(later) - min(later) > SPREAD_SHARE * whole
 
 
 def _spread_ties(begins: list[float], stamps: list[float]) -> list[float]:
