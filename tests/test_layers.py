@@ -390,7 +390,8 @@ def test_the_public_surface_is_small_and_reviewed():
     # (toolkit.report.anatomy_lines: how toolkit.anatomy's result is printed)
     # ... and the records two public functions return (issue 66): flops.matmul_peak's Peak and
     # flops.compute_facts's Compute
-    assert len(things) <= 205, f"{len(things)} public names: keep helpers out of __all__"
+    # ... and the largest batch that fits (issue 67): toolkit.fits and the BatchFit it returns
+    assert len(things) <= 207, f"{len(things)} public names: keep helpers out of __all__"
 
 
 def test_importing_the_recipes_changes_nothing():

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from toolkit.runner.train import RunResult, run
     from toolkit.search.anatomy import anatomy
     from toolkit.search.diagnose import Diagnosis, diagnose
+    from toolkit.search.memory_fit import BatchFit, fits
     from toolkit.search.tune import TuneResult, autotune, tune
 
 # Public name -> the module that defines it (the one place each lives).
@@ -61,6 +62,8 @@ _EXPORTS = {
     "TuneResult": "toolkit.search.tune",
     "tune": "toolkit.search.tune",
     "autotune": "toolkit.search.tune",
+    "BatchFit": "toolkit.search.memory_fit",
+    "fits": "toolkit.search.memory_fit",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])

@@ -1,6 +1,7 @@
 """The private entry point of the search's fresh processes: ``python -m toolkit._child SPEC
 OUT``. SPEC is a JSON file of a ``toolkit.search._processes.ChildSpec`` (the job: one run's
-figures, one backend's ``tune`` search, its step's anatomy, or the devices a backend sees;
+figures, one backend's ``tune`` search, its step's anatomy, the devices a backend sees, or
+the peak memory of a short fit (``toolkit.fits``);
 the backend, device, target with its config, and candidate, all typed values); the job's
 answer, a record, is written to OUT as its JSON, atomically. No command line is rebuilt: the
 config is ``TrainConfig.from_dict`` and a recipe's task its ``build_task(**params)``. It has
@@ -100,6 +101,10 @@ def _figures_or_tune(spec: Any, channel: _Channel) -> _Answer:
                 spec.steps, count_flops=config.count_flops, candidate=spec.candidate
             )
         return Figures.from_dict(jsonable(figures))
+    if spec.job == "peak":  # toolkit.fits: the peak memory of a short fit at this batch
+        from toolkit.search.workload import peak_at
+
+        return peak_at(target, data, config, spec.steps)
     if spec.job == "anatomy":
         from toolkit.search.anatomy import anatomy
 

@@ -131,3 +131,108 @@ def figures_of(report: Any) -> dict[str, Any]:
         "mfu": compute.mfu if compute is not None else None,
         "loss": float(loss) if loss is not None else None,
     }
+
+
+# ---------------------------------------------------------------------------- peak memory
+# A fresh process's peak memory over a short fit, for ``toolkit.fits`` (its ``peak`` job).
+
+MIB = 1024.0 * 1024.0
+
+
+def host_peak_mb() -> float:
+    """This process's peak resident memory, in MiB, since it started or since
+    :func:`reset_host_peak`: Linux's ``VmHWM``; elsewhere ``getrusage``'s ``ru_maxrss``, which
+    Linux counts in KiB and macOS in bytes (one function, so no caller mixes the units)."""
+    import sys
+
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    import resource
+
+    peak = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return peak / MIB if sys.platform == "darwin" else peak / 1024.0
+
+
+def reset_host_peak() -> bool:
+    """Sets the peak back to what is resident now (Linux's ``clear_refs``), so that the next
+    reading covers what came after: the frameworks' import, the model's build and the first
+    call's compile are transient peaks no batch size changes. False where the kernel cannot
+    (the peak then counts from the process's start)."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_from_second_call() -> Any:
+    """A Keras callback that sets the host's and the device's peaks back to what is held at
+    the end of the first call: the peak read after the fit is then the steps' own. The first
+    call's own peaks (its trace and compile, the frameworks' lazy start-up: the input
+    runtime, the kernels) are no batch size's, and they made the peaks of small batches
+    wander by tens of MB from one process to the next."""
+    from toolkit.core import compat
+
+    class ResetPeaks(compat.keras().callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.done = False
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if not self.done:
+                self.done = True
+                backend.get().device_memory(reset_peak=True)
+                reset_host_peak()
+
+    return ResetPeaks()
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Whether `error` says an allocation failed: TensorFlow's ``ResourceExhaustedError``,
+    PyTorch's ``OutOfMemoryError``, XLA's ``RESOURCE_EXHAUSTED`` (JAX), Python's
+    ``MemoryError``. Read by name and text: each backend raises its own type, and a Keras
+    wrapper may carry one in its message."""
+    names = ("ResourceExhaustedError", "OutOfMemoryError", "MemoryError")
+    if any(kind.__name__ in names for kind in type(error).__mro__):
+        return True
+    text = str(error)  # a crash's last line names the type: "...ResourceExhaustedError: OOM"
+    said = (*names, "RESOURCE_EXHAUSTED", "OOM when allocating")
+    return any(s in text for s in said) or "out of memory" in text.lower()
+
+
+def at_batch(data: Any, batch_size: int) -> Any:
+    """`data` read `batch_size` examples a step, for a peak measured at that batch size: a
+    ``tf.data`` pipeline of another batch is unbatched, repeated and batched again, arrays are
+    sliced, repeated and batched in ``tf.data`` (full batches only: a ragged last one would
+    measure a smaller batch). Arrays go the same way at every batch size, never through
+    Keras's own array adapter at some and ``tf.data`` at others: the two hold different
+    memory, and a line through peaks read two ways bends where the way changes. None (a
+    recipe's task): the config's batch.
+
+    Raises:
+        ValueError: data whose batches are its own (a PyDataset, a generator).
+    """
+    from toolkit.data.builder import infer_batch_size
+
+    if data is None:
+        return None
+    if hasattr(data, "element_spec"):
+        if infer_batch_size(data) == batch_size:
+            return data
+        return data.unbatch().repeat().batch(batch_size, drop_remainder=True)
+    import tensorflow as tf
+
+    leaves = tf.nest.flatten(data)
+    if not leaves or not all(hasattr(leaf, "shape") for leaf in leaves):
+        raise ValueError(
+            f"fits: your {type(data).__name__} makes its own batches: give arrays or a "
+            "tf.data pipeline, which can be read at each batch size"
+        )
+    parts = tuple(data) if isinstance(data, list | tuple) else data
+    return tf.data.Dataset.from_tensor_slices(parts).repeat().batch(batch_size, drop_remainder=True)

@@ -34,7 +34,7 @@ from toolkit.search.standings import Figures, Target
 __all__: list[str] = []
 
 CHILD = "toolkit._child"  # the entry point every child runs: python -m toolkit._child SPEC OUT
-JOBS = ("figures", "tune", "anatomy", "devices")
+JOBS = ("figures", "tune", "anatomy", "devices", "peak")
 # Signals from outside (the OOM killer's SIGKILL, a user's kill or Ctrl-C, a closed terminal):
 # what the child would have measured is unknown. SIGSEGV, SIGABRT and the like are its own.
 _INTERRUPTING = frozenset(int(s) for s in (signal.SIGKILL, *interrupts.SIGNALS))
@@ -52,7 +52,9 @@ class ChildSpec:
       and the batch size);
     * ``anatomy``: `target`'s step taken apart, `steps` steps traced
       (``toolkit.anatomy``: ``Anatomy.to_dict()``);
-    * ``devices``: the device kinds `backend` sees (no target).
+    * ``devices``: the device kinds `backend` sees (no target);
+    * ``peak``: the peak memory of `steps` steps of `target` at its config's batch size
+      (``workload.peak_at``: ``memory_fit.Peak.to_dict()``), for ``toolkit.fits``.
 
     The target (``standings.Target``) carries the run's ``TrainConfig`` as its dict and a
     recipe's arguments: the child builds its config and task from them, without absl."""
@@ -128,11 +130,13 @@ class ChildResult:
     """What one fresh process answered: its job's JSON answer (`answer`, read back by the
     caller into its record), or `error`, one line why there is none; `interrupted` where a
     signal from outside or the timeout ended it (what it would have measured is unknown, not
-    failed: such a result is not cached)."""
+    failed: such a result is not cached); `signal`, the name of the signal that ended it
+    (``SIGKILL``: what the kernel's out-of-memory killer sends; None: none did)."""
 
     answer: Any = None
     error: str | None = None
     interrupted: bool = False
+    signal: str | None = dataclasses.field(default=None, compare=False)  # beside the error
 
     @property
     def ok(self) -> bool:
@@ -174,12 +178,13 @@ class Ended:
             return ChildResult(answer)
         if -self.returncode in _INTERRUPTING:  # the OOM killer, a user's kill: not the
             # contender's own failure (a crash, SIGSEGV or SIGABRT, is)
-            killed = f"killed by {_signal_name(-self.returncode)}"
-            return ChildResult(error=killed, interrupted=True)
+            name = _signal_name(-self.returncode)
+            return ChildResult(error=f"killed by {name}", interrupted=True, signal=name)
         if self.error:
             return ChildResult(error=self.error)
         if self.returncode < 0:
-            return ChildResult(error=f"crashed ({_signal_name(-self.returncode)})")
+            name = _signal_name(-self.returncode)
+            return ChildResult(error=f"crashed ({name})", signal=name)
         return ChildResult(error=(self.stderr or ("no result",))[-1])
 
 

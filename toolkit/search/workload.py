@@ -252,6 +252,47 @@ def workload(target: Any, data: Any = None, config: TrainConfig | None = None, *
     return ModelWorkload(target, data, config)
 
 
+def peak_at(target: Any, data: Any, config: TrainConfig, steps: int) -> Any:
+    """The peak memory of a short fit of `target` (a recipe's Task, or your compiled model
+    and `data`, read at ``config.batch_size``: ``_model_fit.at_batch``) over `steps` steps
+    after its first call: on an accelerator the device's own peak, on a CPU this process's
+    peak resident memory (``_model_fit.peak_from_second_call``: the import, the build and the
+    first call's compile are peaks no batch size changes). An allocation that fails is
+    answered as out of memory at this batch, not raised: ``toolkit.fits`` says it in one
+    line. A fresh process's ``peak`` job (``toolkit._child``); returns a
+    ``memory_fit.Peak``."""
+    from toolkit.search._model_fit import at_batch, out_of_memory, peak_from_second_call
+    from toolkit.search.memory_fit import Peak
+
+    batch = config.batch_size
+    try:
+        with workload(target, at_batch(data, batch), config) as work:
+            # one call more than `steps`: its peaks are set back at its end
+            steps += work.defaults().per_call
+            work.fit(steps=steps, warmup=0, callbacks=[peak_from_second_call()])
+            return _peak_reading(work.device, batch)
+    except Exception as e:  # an allocation that failed is an answer; anything else is raised
+        if not out_of_memory(e):
+            raise
+        said = (str(e).strip().splitlines() or [""])[0][:200]
+        return Peak(batch, error=f"{type(e).__name__}: {said}", out_of_memory=True)
+
+
+def _peak_reading(device: Any, batch: int) -> Any:
+    """The peak of the run just ended at `batch`: the device's (``GPU:0``, its memory as the
+    backend says it beside it) where it trained on one that reports memory; else the host's."""
+    from toolkit.search._model_fit import host_peak_mb
+    from toolkit.search.memory_fit import HOST, Peak
+
+    if device.kind != "cpu":
+        seen = backend.get().device_memory()
+        name = next((k for k in seen if k.endswith(f":{device.index}")), next(iter(seen), None))
+        if name is not None:
+            limit = backend.get().device_memory_limit().get(name)
+            return Peak(batch, seen[name]["peak_mb"], name, limit)
+    return Peak(batch, host_peak_mb(), HOST)
+
+
 def apply(config: TrainConfig, candidate: Candidate) -> TrainConfig:
     """`config` with the candidate's settings."""
     values = {name: getattr(candidate, name) for name in SEARCHED}

@@ -30,6 +30,7 @@ from toolkit.verbs import (
     data_service,
     devices,
     doctor,
+    memory,
     merge,
     ops,
     placement,
@@ -71,7 +72,7 @@ class Verb:
 
 
 MODULES = (
-    compare, show, trace, devices, preflight, placement, doctor, anatomy, tune, backends, ops,
-    data_service, merge,
+    compare, show, trace, devices, preflight, placement, doctor, anatomy, tune, backends, memory,
+    ops, data_service, merge,
 )  # fmt: skip
 VERBS = tuple(Verb.of(module) for module in MODULES)

@@ -1,0 +1,233 @@
+"""``toolkit.fits`` and ``python -m toolkit memory`` (issue 67, part 3): peaks measured in
+real fresh processes on real fits, the line through them against a batch it never measured,
+and the edges: a limit below one batch, a fresh process the kernel's out-of-memory killer
+would end (SIGKILL), bad flags before TensorFlow loads, 80 columns. The line itself, the
+limit's units and the record's words are checked on values, without a process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from toolkit.search import memory_fit as mf
+from toolkit.search._processes import ChildResult
+
+# Your module, as a user writes it: a model whose activations grow with the batch (six layers
+# of 512 × 64 floats an example, cheap to compute), and one whose layer ends its own process
+# with SIGKILL, as the kernel's out-of-memory killer would, once a batch reaches 64 examples.
+MODELS = """
+import os
+import signal
+
+import numpy as np
+
+
+def _data(n=256):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 512, 16)).astype("float32")
+    return x, rng.integers(0, 10, n).astype("int32")
+
+
+def _compiled(keras, inputs, x, run_eagerly=False):
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    model = keras.Model(inputs, keras.layers.Dense(10)(x))
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer="sgd", loss=loss, run_eagerly=run_eagerly)
+    return model
+
+
+def sized():
+    import keras
+
+    inputs = keras.Input((512, 16))
+    x = inputs
+    for _ in range(6):
+        x = keras.layers.Dense(64, activation="relu")(x)
+    return _compiled(keras, inputs, x), _data()
+
+
+def dies_at_64():
+    import keras
+
+    class DiesAt64(keras.layers.Layer):
+        def call(self, x):
+            if x.shape[0] is not None and x.shape[0] >= 64:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return x
+
+    inputs = keras.Input((512, 16))
+    x = DiesAt64()(keras.layers.Dense(8)(inputs))
+    return _compiled(keras, inputs, x, run_eagerly=True), _data(64)
+"""
+
+
+@pytest.fixture
+def models(tmp_path, monkeypatch):
+    """The module above, importable here and in the fresh processes (``memfit_models``)."""
+    (tmp_path / "memfit_models.py").write_text(MODELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TOOLKIT_PROGRESS", "0")
+    return tmp_path
+
+
+def _memory(*args: str, cwd) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "80", "TOOLKIT_PROGRESS": "0", "KERAS_BACKEND": "tensorflow"}
+    return subprocess.run(
+        [sys.executable, "-m", "toolkit", "memory", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=1200, check=False,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- real processes
+
+
+def test_fits_predicts_the_peak_at_a_batch_it_never_measured_within_15_percent(models):
+    found = mf.fits("memfit_models:sized", batch_sizes=(256, 384, 512), steps=2, check=False)
+    assert [p.batch_size for p in found.points] == [256, 384, 512]
+    assert all(p.ok and p.memory == mf.HOST for p in found.points), found.points
+    line = found.line
+    assert line is not None and line.points == 3 and line.per_example_mb > 0, line
+    # Twice the largest batch measured, in one more fresh process.
+    measured = mf.measure_peak("memfit_models:sized", batch_size=1024, steps=2)
+    assert measured.ok, measured
+    ratio = line.at(1024) / measured.peak_mb
+    assert 0.85 <= ratio <= 1.15, (ratio, line, found.points, measured)
+
+
+def test_fits_refuses_a_limit_below_one_batch_in_one_line_with_the_smallest_peak(models):
+    import memfit_models
+
+    model, (x, y) = memfit_models.sized()  # your model in memory: handed over as .keras
+    with pytest.raises(ValueError) as refused:
+        mf.fits(model, (x[:64], y[:64]), limit="1MB", batch_sizes=(8, 16), steps=1)
+    said = str(refused.value)
+    assert "\n" not in said, said
+    assert said.startswith(
+        "--memory_limit (limit): 1.00 MB (given) is below what one batch needs: the smallest "
+        "measured peak is "
+    ), said
+    assert " at batch 8, and the line puts batch 1 at " in said, said
+
+
+def test_memory_verb_says_a_process_killed_by_sigkill_ran_out_of_memory_at_its_batch(models):
+    done = _memory("--model_fn", "memfit_models:dies_at_64", "--batch_sizes=16,64",
+                   "--steps=1", "--memory_limit=4GB", cwd=models)  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr[-2000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    rows = {r.split()[0]: r.split()[1:] for r in done.stdout.splitlines() if r.split()}
+    assert rows["16"][1] == "MB", rows  # measured
+    assert rows["64"] == ["—", "out", "of", "memory"], rows
+    said = " ".join(done.stdout.split())
+    assert "largest batch: not predicted (out of memory at batch 64 (killed by SIGKILL" in said
+
+
+def test_memory_verb_checks_its_prediction_within_80_columns_and_writes_its_record(models):
+    out = models / "reports"
+    done = _memory("--model_fn", "memfit_models:sized", "--batch_sizes=256,512", "--steps=1",
+                   "--memory_limit=1.8GB", f"--report_dir={out}", cwd=models)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    wide = [x for x in lines if len(x) > 80 and not x.startswith("written: ")]
+    assert not wide, wide
+    assert lines[0].startswith("memory: --model_fn memfit_models:sized on tensorflow: peak")
+    assert any(x.startswith("line: peak ≈ ") for x in lines), done.stdout
+    assert any(x.startswith("check: batch ") for x in lines), done.stdout
+    (written,) = list(out.glob("memory-*.json"))
+    record = json.loads(written.read_text())
+    assert record["limit_mb"] == pytest.approx(1.8 * 1024) and record["limit_from"] == "given"
+    assert record["batch_size"] > 512 and record["check"]["batch_size"] == record["batch_size"]
+    assert record["ratio"] == pytest.approx(record["predicted_mb"] / record["check"]["peak_mb"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--memory_limit=lots"], "memory: --memory_limit (limit) must be a size above 0 in MiB"),
+        (["--memory_limit=0"], "memory: --memory_limit (limit) must be a size above 0 in MiB"),
+        (["--batch_sizes=32"], "memory: --batch_sizes (batch_sizes) must be two different"),
+        (["--batch_sizes=32,x"], "memory: --batch_sizes must be integers >= 1, comma-separated"),
+        (["--batch_sizes=0,8"], "memory: --batch_sizes (batch_sizes) must be an integer >= 1"),
+        (["--steps=0"], "memory: --steps (steps) must be an integer >= 1, got 0"),
+        # the recipe's own --batch_size goes on to the recipe: not a prefix of --batch_sizes
+        (["--batch_size=abc"], "flag --batch_size=abc: invalid literal for int()"),
+    ],
+)
+def test_memory_verb_refuses_a_bad_flag_in_one_line_before_tensorflow_loads(argv, said):
+    code = (
+        "import sys\n"
+        "from toolkit import cli\n"
+        f"status = cli.main(['memory', '--recipe', 'mlp', *{argv!r}])\n"
+        "print('tensorflow loaded' if 'tensorflow' in sys.modules else 'no tensorflow')\n"
+        "sys.exit(status)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stdout.strip() == "no tensorflow"
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: {said}"), line
+
+
+# ---------------------------------------------------------------------------- on values
+
+
+def test_peak_line_is_least_squares_and_says_how_well_it_fits():
+    line = mf.PeakLine.through([(32, 900.0), (64, 964.0), (128, 1092.0)])
+    assert line.base_mb == pytest.approx(836.0) and line.per_example_mb == pytest.approx(2.0)
+    assert line.r2 == pytest.approx(1.0) and line.worst_pct == pytest.approx(0.0, abs=1e-9)
+    assert line.at(1000) == pytest.approx(2836.0)
+    assert line.largest_under(1836.0) == 500 and line.largest_under(800.0) < 1
+    assert line.words() == "peak ≈ 836 MB + 2.00 MB × batch (3 points: R² 1.0000, each within 0.0%)"
+    two = mf.PeakLine.through([(32, 900.0), (64, 964.0)])
+    assert two.r2 is None and "exact through two, untested" in two.words()
+    flat = mf.PeakLine.through([(32, 900.0), (64, 899.0), (128, 900.0)])
+    assert not flat.grows and flat.largest_under(2000.0) is None  # within the noise
+    with pytest.raises(ValueError, match="two different batch sizes"):
+        mf.PeakLine.through([(32, 900.0), (32, 901.0)])
+
+
+def test_parse_limit_reads_binary_units_as_the_toolkit_prints_them():
+    assert mf.parse_limit(None) is None and mf.parse_limit(512) == 512.0
+    assert mf.parse_limit("4096") == mf.parse_limit("4GB") == mf.parse_limit("4 GiB") == 4096.0
+    assert mf.parse_limit("1.5gb") == 1536.0 and mf.parse_limit("512MB") == 512.0
+    for bad in ("4 bananas", "-1GB", "", True, float("nan"), 0):
+        with pytest.raises(ValueError, match=r"^--memory_limit \(limit\) must be"):
+            mf.parse_limit(bad)
+
+
+def test_peak_of_a_process_killed_by_sigkill_is_out_of_memory_at_its_batch():
+    killed = ChildResult(error="killed by SIGKILL", interrupted=True, signal="SIGKILL")
+    peak = mf.Peak.of(512, killed)
+    assert peak.out_of_memory and not peak.ok
+    assert peak.words().startswith("out of memory at batch 512 (killed by SIGKILL")
+    said = "ResourceExhaustedError: OOM when allocating tensor with shape[512,512,1024]"
+    assert mf.Peak.of(512, ChildResult(error=said)).out_of_memory
+    crashed = mf.Peak.of(8, ChildResult(error="crashed (SIGSEGV)", signal="SIGSEGV"))
+    assert not crashed.out_of_memory and crashed.words().startswith("batch 8 failed")
+    answered = mf.Peak(64, 812.5, "GPU:0", 81559.0)
+    assert mf.Peak.of(64, ChildResult(answered.to_dict())) == answered
+
+
+def test_batch_fit_screen_fits_80_columns_and_its_record_reads_as_json():
+    from toolkit.core import terminal
+
+    line = mf.PeakLine.through([(32, 900.0), (64, 964.0), (128, 1092.0)])
+    points = (mf.Peak(32, 900.0), mf.Peak(64, 964.0), mf.Peak(128, 1092.0))
+    check = mf.Peak(1456, 3790.0)
+    found = mf.BatchFit("recipe cnn", "tensorflow", mf.HOST, 4, points, line, 3750.0, "given",
+                        1456, line.at(1456), check)  # fmt: skip
+    assert found.ratio == pytest.approx(3748.0 / 3790.0) and found.under_limit is False
+    shown = terminal.show(found.screen(), 80)
+    assert max(len(x) for x in shown.splitlines()) <= 80, shown
+    assert "check: batch 1,456 measured at 3.70 GB, predicted vs measured 0.99×, OVER the" in (
+        " ".join(shown.split())
+    )
+    record = json.loads(json.dumps(found.to_dict()))
+    assert record["points"][2] == points[2].to_dict() and record["check"]["peak_mb"] == 3790.0
+    assert record["line"]["per_example_mb"] == pytest.approx(2.0)

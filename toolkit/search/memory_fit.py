@@ -1,0 +1,674 @@
+"""The largest batch that fits: ``toolkit.fits(model, data, limit=...)`` and ``python -m
+toolkit memory --recipe R``.
+
+"Will batch 256 fit?" is answered today by trying it, and an out-of-memory error is the
+answer: a lost process, and on a GPU often a lost notebook. Here each try is a fresh process
+(``python -m toolkit._child``, the search's one entry point, its ``peak`` job:
+``workload.peak_at``), so an allocation that fails, or the kernel's out-of-memory killer,
+ends that process only, and is said as ``out of memory at batch N``:
+
+* the peak memory of a short fit (:data:`STEPS` steps after its first call, whose trace and
+  compile no batch size changes) is measured at two or three batch sizes: on an accelerator
+  the device's own peak (the backend's ``device_memory``), on a CPU the process's peak
+  resident memory;
+* a line is fitted through them by least squares (:class:`PeakLine`: peak ≈ base +
+  per example × batch; what the model, the framework and the data hold, then what each
+  example adds), and how well it fits is said;
+* the largest batch under the limit is read off the line: the limit you give, else the
+  device's memory (the backend's ``device_memory_limit``), else on a CPU the RAM this host has
+  available;
+* the prediction is checked by running it, in one more fresh process, and the predicted peak
+  is set against the measured one (:attr:`BatchFit.ratio`). A check over the limit, or more
+  than :data:`MISS` off the line, joins the points and the line predicts again, checked once
+  more: on a CPU the peak grows in steps (TensorFlow's allocator takes memory in regions),
+  and 4× past the batch sizes measured the line put peaks 3–9 % low
+  (``benchmarks/memory.py``).
+
+Your model in memory is handed to the fresh processes as a ``.keras`` file and its data as
+arrays (a ``tf.data`` pipeline: its first examples, repeated); a function that builds your
+model and data (``fits(build)``, ``--model_fn``) or a recipe is built again in each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from toolkit.core.stats import format_mb
+from toolkit.core.terminal import Block, Table
+
+__all__ = ["BatchFit", "fits"]
+
+STEPS = 4  # a peak run's training steps, after its first call (which allocates and compiles)
+SCALE = (1, 2, 4)  # the batch sizes measured by default: the run's own, twice and four times it
+# The least growth of the peak over the batch sizes measured that a line is read from: two
+# processes at one batch size differ by up to tens of MB on a CPU (the C allocator's arenas).
+NOISE_MB = 16.0
+MISS = 0.05  # a check further than this from the line's peak (or over the limit) refits it...
+REFITS = 1  # ... this many times at most
+CHILD_TIMEOUT_S = 900.0  # one peak run at most (a large batch on a CPU is slow)
+HOST = "host"  # a peak of the process's resident memory (a CPU), not of a device
+# The folder a fresh process loads your in-memory model and data from (shipped()).
+SHIPPED = "TOOLKIT_FITS_SHIPPED"
+SHIPPED_FN = "toolkit.search.memory_fit:shipped"
+# Binary units, spelled either way: the toolkit prints MiB as "MB" (``stats.format_mb``), so a
+# figure copied from a screen means what it said.
+_UNITS = {"": 1.0, "m": 1.0, "mb": 1.0, "mib": 1.0, "g": 1024.0, "gb": 1024.0, "gib": 1024.0,
+          "t": 1024.0**2, "tb": 1024.0**2, "tib": 1024.0**2}  # fmt: skip
+LIMIT = "--memory_limit (limit)"  # how a message names the limit: the flag, then the argument
+SIZES = "--batch_sizes (batch_sizes)"
+STEPS_NAME = "--steps (steps)"
+
+
+def _per_example(value: float) -> str:
+    """What one example adds, as the line says it: ``format_mb``'s ``0.94 MB``, and under a
+    tenth of one in KB (``12.3 KB``), which ``0.01 MB`` would round away."""
+    return format_mb(value) if abs(value) >= 0.1 else f"{value * 1024:.1f} KB"
+
+
+@dataclasses.dataclass(frozen=True)
+class Peak:
+    """One fresh process's peak memory over a short fit at `batch_size`: `peak_mb` (None:
+    none measured) of `memory` (:data:`HOST`: the process's peak resident memory; else the
+    device, ``GPU:0``, its allocator's peak), the device's memory where the backend says it
+    (`limit_mb`), and why there is no peak: `error`, with `out_of_memory` where an allocation
+    failed or the kernel's out-of-memory killer ended the process."""
+
+    batch_size: int
+    peak_mb: float | None = None
+    memory: str = HOST
+    limit_mb: float | None = None
+    error: str | None = None
+    out_of_memory: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.peak_mb is not None
+
+    def words(self) -> str:
+        """``out of memory at batch 512 (killed by SIGKILL...)``, or the failure, in one line."""
+        if self.out_of_memory:
+            return f"out of memory at batch {self.batch_size:,} ({self.error})"
+        return f"batch {self.batch_size:,} failed in a fresh process: {self.error}"
+
+    def to_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Peak:
+        """Raises KeyError, TypeError, ValueError (a malformed answer)."""
+        peak, limit = d.get("peak_mb"), d.get("limit_mb")
+        return cls(
+            int(d["batch_size"]), None if peak is None else float(peak), d.get("memory") or HOST,
+            None if limit is None else float(limit), d.get("error"), bool(d.get("out_of_memory")),
+        )  # fmt: skip
+
+    @classmethod
+    def of(cls, batch_size: int, got: Any) -> Peak:
+        """The peak a fresh process answered (a ``_processes.ChildResult``): its answer; a
+        process SIGKILL ended (what the kernel's out-of-memory killer sends) or that answered
+        an out-of-memory error, as out of memory at `batch_size`; else its failure."""
+        if got.ok:
+            try:
+                return cls.from_dict(got.answer)
+            except (KeyError, TypeError, ValueError) as e:
+                return cls(batch_size, error=f"a malformed answer ({e})")
+        if got.signal == "SIGKILL":
+            said = "killed by SIGKILL, as the kernel's out-of-memory killer ends a process"
+            return cls(batch_size, error=said, out_of_memory=True)
+        from toolkit.search._model_fit import out_of_memory
+
+        error = got.error or "no result"
+        return cls(batch_size, error=error, out_of_memory=out_of_memory(RuntimeError(error)))
+
+
+@dataclasses.dataclass(frozen=True)
+class PeakLine:
+    """peak ≈ `base_mb` + `per_example_mb` × batch, fitted by least squares through `points`
+    measured peaks: what the model, the framework and the data hold, then what each example
+    adds (its activations, their gradients). How well it fits: `r2` (None with two points, a
+    line through which fits them exactly and so says nothing) and `worst_pct`, the farthest a
+    measured peak lies from the line, in % of it."""
+
+    base_mb: float
+    per_example_mb: float
+    points: int
+    r2: float | None
+    worst_pct: float
+    span: int = 0  # the largest batch measured less the smallest
+    worst_mb: float = 0.0  # the farthest a measured peak lies from the line, in MiB
+
+    @classmethod
+    def through(cls, measured: Sequence[tuple[int, float]]) -> PeakLine:
+        """The least-squares line through ``(batch, peak MiB)`` pairs of two batch sizes or
+        more."""
+        xs, ys = [float(b) for b, _ in measured], [p for _, p in measured]
+        n = len(xs)
+        mx, my = sum(xs) / n, sum(ys) / n
+        sxx = sum((x - mx) ** 2 for x in xs)
+        if n < 2 or sxx == 0:
+            raise ValueError(f"{SIZES}: a line needs two different batch sizes measured")
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+        base = my - slope * mx
+        residuals = [y - (base + slope * x) for x, y in zip(xs, ys, strict=True)]
+        total = sum((y - my) ** 2 for y in ys)
+        r2 = None if n < 3 else (1.0 - sum(r * r for r in residuals) / total if total else 1.0)
+        worst = max(abs(r) / y * 100 for r, y in zip(residuals, ys, strict=True) if y > 0)
+        span = int(max(xs) - min(xs))
+        return cls(base, slope, n, r2, worst, span, max(abs(r) for r in residuals))
+
+    def at(self, batch: float) -> float:
+        """The peak the line puts at `batch`, in MiB."""
+        return self.base_mb + self.per_example_mb * batch
+
+    @property
+    def growth_mb(self) -> float:
+        """How much the peak grows over the batch sizes measured, on the line."""
+        return self.per_example_mb * self.span
+
+    @property
+    def grows(self) -> bool:
+        """Whether the peak grows with the batch beyond the noise of measuring it: by more
+        than :data:`NOISE_MB` and twice the farthest point from the line. A growth within the
+        noise would put the largest batch anywhere."""
+        return self.growth_mb > max(NOISE_MB, 2 * self.worst_mb)
+
+    def largest_under(self, limit_mb: float) -> int | None:
+        """The largest batch whose peak on the line stays under `limit_mb` (may be below 1:
+        not even one example fits); None where the peak does not grow measurably."""
+        if not self.grows:
+            return None
+        return math.floor((limit_mb - self.base_mb) / self.per_example_mb)
+
+    def words(self) -> str:
+        """``peak ≈ 776 MB + 1.12 MB × batch (3 points: R² 0.9998, each within 0.3%)``."""
+        fit = f"R² {self.r2:.4f}, " if self.r2 is not None else "exact through two, untested; "
+        return (
+            f"peak ≈ {format_mb(self.base_mb)} + {_per_example(self.per_example_mb)} × batch "
+            f"({self.points} points: {fit}each within {self.worst_pct:.1f}%)"
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchFit:
+    """What :func:`fits` found: the peaks measured (`points`, each in a fresh process, of
+    `steps` steps on `backend`; `memory` says whose: :data:`HOST` or a device), the line
+    through them, the limit and where it came from, the largest batch predicted to fit under
+    it (`batch_size`; None: no prediction, `why` says why) with the line's peak there
+    (`predicted_mb`), and `check`: that batch run in one more fresh process, its peak
+    measured."""
+
+    target: str
+    backend: str
+    memory: str
+    steps: int
+    points: tuple[Peak, ...]
+    line: PeakLine | None
+    limit_mb: float | None
+    limit_from: str
+    batch_size: int | None
+    predicted_mb: float | None
+    check: Peak | None
+    why: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        """The predicted peak over the measured one at :attr:`batch_size` (None: not
+        checked)."""
+        if self.check is None or not self.check.ok or not self.predicted_mb:
+            return None
+        return self.predicted_mb / float(self.check.peak_mb or 1.0)
+
+    @property
+    def under_limit(self) -> bool | None:
+        """Whether the checked batch's measured peak stayed under the limit (None: unknown)."""
+        if self.check is None or self.limit_mb is None:
+            return None
+        return self.check.ok and float(self.check.peak_mb or 0.0) <= self.limit_mb
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+            "points": [p.to_dict() for p in self.points],
+            "line": None if self.line is None else self.line.to_dict(),
+            "check": None if self.check is None else self.check.to_dict(),
+            "ratio": self.ratio,
+            "under_limit": self.under_limit,
+        }
+
+    def screen(self) -> list[Block]:
+        """What the memory verb prints: the peaks as a table (the check's last), the line,
+        the limit, the prediction and its check. ``terminal.show`` renders it."""
+        whose = "resident host memory" if self.memory == HOST else f"{self.memory} memory"
+        out: list[Block] = [
+            f"memory: {self.target} on {self.backend}: peak {whose} of {_steps(self.steps)}, "
+            "each batch size in a fresh process",
+            _table(self),
+        ]
+        if self.line is not None:
+            out.append(f"line: {self.line.words()}")
+        if self.limit_mb is not None:
+            out.append(f"limit: {format_mb(self.limit_mb)} ({self.limit_from})")
+        if self.batch_size is None:
+            return [*out, f"largest batch: not predicted ({self.why})"]
+        out.append(
+            f"largest batch predicted to fit: {self.batch_size:,} (the line's peak there "
+            f"{format_mb(self.predicted_mb)})" + (f"; {self.why}" if self.why else "")
+        )
+        return [*out, _check_words(self)]
+
+
+def _steps(n: int) -> str:
+    return f"{n} step" + ("" if n == 1 else "s")
+
+
+def _table(found: BatchFit) -> Table:
+    rows = []
+    for p in (*found.points, *((found.check,) if found.check is not None else ())):
+        line = None if found.line is None else format_mb(found.line.at(p.batch_size))
+        notes = [] if p.ok else ["out of memory" if p.out_of_memory else "failed"]
+        notes += ["checked"] if p is found.check else []
+        rows.append((f"{p.batch_size:,}", format_mb(p.peak_mb), line, ": ".join(notes)))
+    return Table.of(("batch", "measured peak", "the line's", ""), rows, right=(0, 1, 2))
+
+
+def _check_words(found: BatchFit) -> str:
+    check = found.check
+    if check is None:
+        return "check: not run"
+    if not check.ok:
+        return f"check: {check.words()}"
+    room = float(found.limit_mb or 0.0) - float(check.peak_mb or 0.0)
+    if room >= 0:
+        under = f"{format_mb(room)} under the limit"
+    else:
+        under = f"OVER the limit by {format_mb(-room)}"
+    return (
+        f"check: batch {check.batch_size:,} measured at {format_mb(check.peak_mb)}, predicted vs "
+        f"measured {found.ratio:.2f}×, {under}"
+    )
+
+
+# ---------------------------------------------------------------------------- the user's input
+
+
+def parse_limit(value: Any) -> float | None:
+    """A memory limit in MiB: a number (MiB), or a size with its unit (``4GB``, ``512MB``;
+    binary units either way, as the toolkit prints them); None: none given.
+
+    Raises:
+        ConfigError: anything else, or a limit not above 0 (one line naming the flag and the
+            argument).
+    """
+    from toolkit.core.checks import ConfigError
+
+    if value is None:
+        return None
+    number = value
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", value)
+        unit = _UNITS.get(m.group(2).lower()) if m else None
+        number = float(m.group(1)) * unit if m and unit else None
+    real = isinstance(number, int | float) and not isinstance(number, bool)
+    if not (real and math.isfinite(number) and number > 0):
+        raise ConfigError(
+            f"{LIMIT} must be a size above 0 in MiB (4096) or with its unit (4GB, 512MB), "
+            f"got {value!r}"
+        )
+    return float(number)
+
+
+def check_sizes(sizes: Any) -> tuple[int, ...] | None:
+    """The batch sizes to measure, smallest first (None: the defaults, :data:`SCALE` times the
+    run's batch).
+
+    Raises:
+        ConfigError: not two different integers >= 1 (one line naming the flag and argument).
+    """
+    from toolkit.core.checks import ConfigError, check_number
+
+    if sizes is None:
+        return None
+    sizes = tuple(sizes)
+    for size in sizes:
+        check_number(SIZES, size, integer=True, least=1)
+    if len(set(sizes)) < 2:
+        said = ",".join(str(s) for s in sizes)
+        raise ConfigError(f"{SIZES} must be two different integers >= 1 or more, got {said}")
+    return tuple(sorted({int(s) for s in sizes}))
+
+
+def check_steps(steps: Any) -> int:
+    """`steps` as a count of training steps, or ConfigError naming the flag and argument."""
+    from toolkit.core.checks import check_number
+
+    check_number(STEPS_NAME, steps, integer=True, least=1)
+    return int(steps)
+
+
+# ---------------------------------------------------------------------------- the search
+
+
+def fits(
+    model: Any,
+    data: Any = None,
+    *,
+    limit: float | str | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    config: Any = None,
+    steps: int = STEPS,
+    check: bool = True,
+    progress: Callable[[str], Any] | None = None,
+    timeout_s: float = CHILD_TIMEOUT_S,
+) -> BatchFit:
+    """The largest batch that fits in memory, predicted from peaks measured in fresh
+    processes and checked by running it (see the module's docstring).
+
+    Your process never runs a batch: an out-of-memory error ends a fresh process, and is
+    said as ``out of memory at batch N`` in the result. A check whose peak misses the line
+    (over the limit, or by more than 5 %) adds its point to the line, and the new prediction
+    is checked once more. On a GPU, call it before your own process has filled the device
+    (TensorFlow takes most of a GPU at its first op).
+
+    Args:
+        model: your compiled Keras model (with `data`); or a function at the top of a module
+            returning ``(compiled model, data)``, ``"module:function"``, a recipe's name, or
+            a ``standings.Target``: built again in each fresh process.
+        data: with a model, its training data: arrays (``(x, y)``) or a ``tf.data``
+            pipeline (its first examples are handed to the fresh processes, repeated).
+        limit: the memory to fit in: MiB, or a size with its unit (``"12GB"``). Defaults
+            to the device's memory, or on a CPU the RAM this host has available now.
+        batch_sizes: two or more batch sizes to measure. Defaults to the run's batch size
+            (`config`'s, your pipeline's), twice and four times it.
+        config: a ``TrainConfig`` for the runs (device, precision, a recipe's batch size).
+        steps: training steps in each run. Defaults to `4`.
+        check: run the predicted batch and measure its peak. Defaults to `True`.
+        progress: called with a line per run. Defaults to ``toolkit.core.progress.say``.
+        timeout_s: one run at most, in seconds. Defaults to `900`.
+
+    Returns:
+        A :class:`BatchFit`.
+
+    Raises:
+        ValueError: a bad argument, or a limit below what one batch needs (one line, with the
+            smallest peak measured).
+        toolkit.runner.task.SetupError: a run that failed other than by running out of memory.
+
+    Example:
+        >>> found = toolkit.fits(model, (x, y), limit="8GB")
+        >>> found.batch_size, found.ratio  # the largest batch, predicted / measured peak
+    """
+    limit_mb, sizes, steps = parse_limit(limit), check_sizes(batch_sizes), check_steps(steps)
+    with _handed_over(model, data, config) as (target, env, words, batch):
+        runs = _Runs(target, env, steps, timeout_s, progress)
+        points = runs.measure(sizes or tuple(sorted({batch * k for k in SCALE})))
+        found = _predicted(words, runs, points, *_limit(limit_mb, points))
+        return _checked(found, runs) if check else found
+
+
+def measure_peak(
+    model: Any,
+    data: Any = None,
+    *,
+    batch_size: int,
+    config: Any = None,
+    steps: int = STEPS,
+    progress: Callable[[str], Any] | None = None,
+    timeout_s: float = CHILD_TIMEOUT_S,
+) -> Peak:
+    """One batch size's peak, measured in a fresh process: "will batch 256 fit?" asked
+    without risking your process. `model`, `data` and the rest as :func:`fits` takes them.
+
+    Raises:
+        ValueError: a bad argument.
+    """
+    from toolkit.core.checks import argument, check_number
+
+    check_number(argument("measure_peak", "batch_size"), batch_size, integer=True, least=1)
+    with _handed_over(model, data, config) as (target, env, _words, _batch):
+        return _Runs(target, env, check_steps(steps), timeout_s, progress).peak(int(batch_size))
+
+
+class _Runs:
+    """The fresh processes of one :func:`fits`: each a ``peak`` job of `target` at one batch
+    size, in `env`, one after the other (two at once would share the memory measured)."""
+
+    def __init__(
+        self,
+        target: Any,
+        env: dict[str, str],
+        steps: int,
+        timeout_s: float,
+        progress: Callable[[str], Any] | None,
+    ) -> None:
+        from toolkit import backend
+        from toolkit.core import progress as progress_mod
+
+        self.target, self.env, self.steps, self.timeout_s = target, env, steps, timeout_s
+        self.say = progress or progress_mod.say
+        self.backend = backend.name()
+
+    def peak(self, batch: int, what: str = "measuring") -> Peak:
+        """One fresh process's :class:`Peak` at `batch`."""
+        from toolkit.search._processes import ChildSpec, run_child
+
+        on = dataclasses.replace(self.target, config={**self.target.config, "batch_size": batch})
+        device = str(on.config.get("device") or "auto")
+        self.say(f"memory: batch {batch:,}, {what} (a fresh process, {_steps(self.steps)})")
+        spec = ChildSpec("peak", self.backend, device, on, steps=self.steps)
+        got = Peak.of(batch, run_child(spec, self.env, self.timeout_s))
+        failed = "out of memory" if got.out_of_memory else "failed"
+        self.say(f"memory: batch {batch:,}: {format_mb(got.peak_mb) if got.ok else failed}")
+        return got
+
+    def measure(self, sizes: Sequence[int]) -> tuple[Peak, ...]:
+        """Each of `sizes`, smallest first, until one runs out of memory (a larger one
+        would too). A run that fails otherwise ends the search: the target is broken.
+
+        Raises:
+            SetupError: that failure, in one line.
+        """
+        from toolkit.runner.task import SetupError
+
+        points: list[Peak] = []
+        for size in sizes:
+            points.append(self.peak(size))
+            if points[-1].out_of_memory:
+                break
+            if not points[-1].ok:
+                raise SetupError(f"fits: {points[-1].words()}{_shipped_hint(self.target)}")
+        return tuple(points)
+
+
+def _shipped_hint(target: Any) -> str:
+    """What to do where your in-memory model could not be rebuilt from its ``.keras`` file."""
+    if target.model_fn != SHIPPED_FN:
+        return ""
+    return (
+        " (your model was handed over as a .keras file: a custom layer or loss must be "
+        "registered, keras.saving.register_keras_serializable; or give fits a function at "
+        "the top of a module that builds your model and data)"
+    )
+
+
+def _predicted(
+    words: str, runs: _Runs, points: tuple[Peak, ...], limit_mb: float | None, limit_from: str
+) -> BatchFit:
+    """The line through the measured `points` and the largest batch under `limit_mb` on it,
+    below any batch that ran out of memory; unchecked.
+
+    Raises:
+        ValueError: a limit below what one batch needs.
+    """
+    good = sorted((p for p in points if p.ok), key=lambda p: p.batch_size)
+    found = BatchFit(words, runs.backend, good[0].memory if good else HOST, runs.steps, points,
+                     None, limit_mb, limit_from, None, None, None)  # fmt: skip
+    oom = min((p.batch_size for p in points if p.out_of_memory), default=None)
+    if len({p.batch_size for p in good}) < 2:
+        said = next((p.words() for p in points if p.out_of_memory), "fewer than two measured")
+        return dataclasses.replace(found, why=f"{said}: measure smaller --batch_sizes")
+    line = PeakLine.through([(p.batch_size, float(p.peak_mb or 0.0)) for p in good])
+    found = dataclasses.replace(found, line=line)
+    if limit_mb is None:
+        return dataclasses.replace(found, why=limit_from)
+    smallest = float(good[0].peak_mb or 0.0)
+    if line.at(1) > limit_mb or (not line.grows and smallest > limit_mb):
+        raise ValueError(
+            f"{LIMIT}: {format_mb(limit_mb)} ({limit_from}) is below what one batch needs: the "
+            f"smallest measured peak is {format_mb(smallest)} at batch "
+            f"{good[0].batch_size:,}, and the line puts batch 1 at {format_mb(line.at(1))}"
+        )
+    largest = line.largest_under(limit_mb)
+    if largest is None:
+        sizes = f"{good[0].batch_size:,} to {good[-1].batch_size:,}"
+        why = (
+            f"the peak grows {format_mb(line.growth_mb)} from batch {sizes}, within the noise "
+            "of measuring it: measure larger --batch_sizes"
+        )
+        return dataclasses.replace(found, why=why)
+    why = ""
+    if oom is not None and largest >= oom:
+        largest, why = oom - 1, f"below batch {oom:,}, which ran out of memory"
+    return dataclasses.replace(found, batch_size=largest, predicted_mb=line.at(largest), why=why)
+
+
+def _checked(found: BatchFit, runs: _Runs) -> BatchFit:
+    """`found`'s prediction run in a fresh process; where its peak misses the line (over the
+    limit, or by more than :data:`MISS` either way) the line is fitted again with that point
+    and the new prediction checked once more (:data:`REFITS`): far from the measured batch
+    sizes, a line's small error in the slope is a large one in the batch."""
+    for refit in range(REFITS + 1):
+        if found.batch_size is None or found.batch_size < 1:
+            return found
+        got = runs.peak(found.batch_size, "checking the prediction")
+        found = dataclasses.replace(found, check=got)
+        ratio = found.ratio
+        close = found.under_limit and abs((ratio or 1.0) - 1.0) <= MISS
+        if refit == REFITS or not got.ok or close:
+            return found
+        again = _predicted(found.target, runs, (*found.points, got), found.limit_mb,
+                           found.limit_from)  # fmt: skip
+        said = f"refitted with batch {got.batch_size:,} (measured {format_mb(got.peak_mb)})"
+        found = dataclasses.replace(again, why="; ".join(w for w in (again.why, said) if w))
+    return found
+
+
+def _limit(given: float | None, points: Sequence[Peak]) -> tuple[float | None, str]:
+    """``(the limit in MiB, where it came from)``: the one given; the device's memory as its
+    backend says it; on a CPU, the RAM this host has available now (psutil)."""
+    if given is not None:
+        return given, "given"
+    good = [p for p in points if p.ok]
+    device = next((p for p in good if p.memory != HOST and p.limit_mb), None)
+    if device is not None:
+        return device.limit_mb, f"{device.memory}'s memory, as the backend says it"
+    if good and good[0].memory != HOST:
+        return None, f"{good[0].memory}'s memory is not known: give a limit"
+    import psutil
+
+    return psutil.virtual_memory().available / 2**20, "this host's available RAM (psutil)"
+
+
+# ---------------------------------------------------------------------------- the target
+
+
+@contextlib.contextmanager
+def _handed_over(model: Any, data: Any, config: Any) -> Iterator[tuple[Any, dict, str, int]]:
+    """``(the Target each fresh process builds, its environment, the target in words, the
+    run's batch size)``: a function, ``module:function``, a recipe or a Target as it is
+    (`config` its settings); your model in memory saved as a ``.keras`` file with its data as
+    arrays, in a private folder the fresh processes load (:func:`shipped`), removed after."""
+    from toolkit.search.standings import Target
+
+    settings = config.to_dict() if hasattr(config, "to_dict") else dict(config or {})
+    if not hasattr(model, "fit"):
+        if not (isinstance(model, str | Target) or callable(model)):
+            raise ValueError(
+                "fits: give your compiled Keras model and its data, a function returning "
+                f"(compiled model, data), 'module:function' or a recipe's name, not a "
+                f"{type(model).__name__}"
+            )
+        if data is not None:
+            raise ValueError("fits: data goes with a compiled model; a function makes its own")
+        target = Target.of(model, config=settings)
+        if not target.config and settings:
+            target = dataclasses.replace(target, config=settings)
+        yield target, dict(os.environ), target.label(), int(target.config.get("batch_size", 32))
+        return
+    from toolkit.core import children
+
+    with children.temporary_directory("toolkit-fits-") as folder:
+        batch = _ship(model, data, folder, settings.get("batch_size"))
+        target = Target(None, SHIPPED_FN, {}, settings)
+        env = {**os.environ, SHIPPED: folder}
+        yield target, env, f"your model {getattr(model, 'name', '')!r}", batch
+
+
+def _ship(model: Any, data: Any, folder: str, batch_size: int | None) -> int:
+    """Saves `model` (``model.keras``: its layers, weights and compile) and `data` as arrays
+    (``data.pkl``) into `folder`; returns the run's batch size (`batch_size`, your pipeline's,
+    else fit's 32). A pipeline hands over its first examples: enough for four batches.
+
+    Raises:
+        ValueError: no data, or data that makes its own batches (a PyDataset, a generator).
+    """
+    import pickle
+
+    if data is None:
+        raise ValueError("fits(model, data): give the data your model trains on")
+    if not (getattr(model, "compiled", False) or getattr(model, "_is_compiled", False)):
+        raise ValueError(  # Keras 3 says `compiled`, tf_keras `_is_compiled`
+            f"fits(model, data): compile {type(model).__name__} first (model.compile): its "
+            "optimizer's slots and gradients are part of what a step holds"
+        )
+    if hasattr(data, "element_spec"):
+        from toolkit.data.builder import infer_batch_size
+
+        batch = batch_size or infer_batch_size(data) or 32
+        n = batch * max(SCALE)
+        data = next(data.unbatch().take(n).batch(n).as_numpy_iterator())
+    else:
+        batch = batch_size or 32
+        data = _arrays(data)
+    model.save(os.path.join(folder, "model.keras"))
+    with open(os.path.join(folder, "data.pkl"), "wb") as f:
+        pickle.dump(data, f)
+    return int(batch)
+
+
+def _arrays(data: Any) -> Any:
+    """`data` as NumPy arrays in its own structure (a tuple, a dict, an array)."""
+    import numpy as np
+
+    if isinstance(data, dict):
+        return {k: _arrays(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return tuple(_arrays(v) for v in data)
+    if hasattr(data, "shape"):
+        return data.detach().cpu().numpy() if hasattr(data, "detach") else np.asarray(data)
+    raise ValueError(
+        f"fits(model, data): your {type(data).__name__} makes its own batches: give arrays or "
+        "a tf.data pipeline, or a function that builds your model and data (fits(build))"
+    )
+
+
+def shipped() -> tuple[Any, Any]:
+    """``(your compiled model, your data)`` as :func:`fits` handed them to this fresh
+    process: loaded from the folder named by :data:`SHIPPED`."""
+    import pickle
+
+    from toolkit.core import compat
+
+    folder = os.environ[SHIPPED]
+    model = compat.keras().models.load_model(os.path.join(folder, "model.keras"))
+    with open(os.path.join(folder, "data.pkl"), "rb") as f:
+        data = pickle.load(f)
+    return model, data
