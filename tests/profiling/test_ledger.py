@@ -167,7 +167,10 @@ def test_a_compile_heavy_setting_on_a_short_run_is_mostly_compile(make_model):
     assert max(parts, key=lambda k: parts[k] or 0.0) == "compile", parts
     assert ledger["jit_compile"] == "True"
     fix = next(f for f in fixes(ledger) if f.item == "compile")
-    assert "pays for itself only if XLA saves" in fix.why and fix.break_even_ms > 0
+    if False in backend.get().searched_jit():  # XLA off is a setting tune measures here
+        assert "pays for itself only if XLA saves" in fix.why and fix.break_even_ms > 0
+    else:  # JAX: it compiles every step; a longer run is what spreads it
+        assert fix.setting is None and fix.action == "a longer run spreads it", fix
 
 
 @pytest.mark.every_backend
