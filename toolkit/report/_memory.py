@@ -8,24 +8,14 @@ from __future__ import annotations
 
 from toolkit.core.stats import format_mb
 from toolkit.profiling._memory_records import Growth, PartMemory, RunMemory
+from toolkit.report._ledger import LABELS
 
 __all__ = ["growth_words", "memory_change", "memory_lines", "memory_markdown", "part_label"]
 
-# The ledger's part names as a person reads them (the ledger's labels, and callbacks by name).
-_LABELS = {
-    "start_up": "start-up",
-    "compile": "compile",
-    "steps": "steps",
-    "input": "input",
-    "validation": "validation",
-    "callbacks": "callbacks",
-    "exit": "exit",
-    "other": "other",
-}
-
 
 def part_label(name: str) -> str:
-    return _LABELS.get(name, name)
+    """A ledger part as the ledger's own lines name it, or a callback's name as it is."""
+    return LABELS.get(name, name)
 
 
 def growth_words(g: Growth) -> str:
