@@ -142,3 +142,110 @@ def test_the_verbs_options_are_checked_before_anything_loads(capsys):
         err = capsys.readouterr().err
         assert err == f"error: {err[7:]}" and err.count("\n") == 1, err
         assert err.startswith(f"error: {words}"), err
+
+
+# ---------------------------------------------------------------------------- before any framework
+
+# Each verb's bad options, numbers, names and files, as typed: (argv, the flag or file the one
+# line names). {file}: a JSON file that is not a report; {run}: a real run directory.
+BAD_OPTIONS = [
+    ("compare {file} {run}", "not a run report"),
+    ("compare {run} /nonexistent/run", "no report at '/nonexistent/run'"),
+    ("compare {run} {run} --z=nan", "--z"),
+    ("show {file}", "not a run report"),
+    ("show /nonexistent/run", "no report at"),
+    ("trace /nonexistent/run", "no such run directory"),
+    ("trace {run} --ops=-1", "--ops"),
+    ("merge {run} {file}", "not a run report"),
+    ("devices --backend=nonsense", "--backend"),
+    ("preflight --device=banana", "--device"),
+    ("preflight --precision=float8", "--precision"),
+    ("placement --recipe=nope", "--recipe"),
+    ("placement --device=banana", "--device"),
+    ("placement --batch_size=0", "--batch_size"),
+    ("doctor --report {file}", "not a run report"),
+    ("doctor --report /nonexistent/run", "no report at"),
+    ("doctor --recipe=nope", "--recipe"),
+    ("doctor --batch_size=0", "--batch_size"),
+    ("doctor --diagnose_steps=-5", "--diagnose_steps"),
+    ("doctor --model_fn=not/a:spec", "--model_fn"),
+    ("anatomy --steps=1", "--steps"),
+    ("anatomy --out={file}", "--out"),
+    ("anatomy --epochs=-1", "--epochs"),
+    ("tune --tune_budget=-5", "--tune_budget"),
+    ("tune --tune_budget=nan", "--tune_budget"),
+    ("tune --across_backends --tune_budget=0", "--tune_budget"),
+    ("tune --recipe=bert --mode=inference --batch_size=-1", "--batch_size"),
+    ("tune --no_such_flag=1", "no_such_flag"),
+    ("backends --steps=0", "--steps"),
+    ("backends --rounds=0", "--rounds"),
+    ("backends --backend=jax", "--backend=jax"),
+    ("backends --out={file}", "--out"),
+    ("memory --batch_sizes=0,8", "--batch_sizes"),
+    ("ops --ops=nosuchop", "--ops"),
+    ("ops --modes=bogus", "--modes"),
+    ("ops --dtype=int99", "--dtype"),
+    ("ops --device=banana", "--device"),
+    ("ops --fusion --modes=jax_jit", "--modes"),
+    ("ops --min_time=-1", "--min_time"),
+    ("data-service --worker", "--dispatcher"),
+    ("data-service --dispatcher --all_interfaces --work_dir={file}", "--work_dir"),
+    ("data-service --dispatcher --port=-1", "--port"),
+]
+FRAMEWORKS = ("tensorflow", "jax", "torch", "keras")
+# The verb run as the program runs it, then which frameworks it imported: checked on
+# sys.modules after it returned, not on how long it took.
+RUN_VERB = (
+    "import sys\n"
+    "from toolkit import cli\n"
+    "try:\n"
+    "    status = cli.main(sys.argv[1:])\n"
+    "except SystemExit as e:\n"
+    "    status = e.code\n"
+    f"print('loaded:', sorted(set({FRAMEWORKS!r}) & set(sys.modules)))\n"
+    "sys.exit(status)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    """A real run directory (its report.json) and a JSON file that is not a report."""
+    from tests.test_report import make_report
+
+    where = tmp_path_factory.mktemp("reports")
+    make_report("a").write(where / "run", plot=False)
+    (where / "not-a-report.json").write_text('{"name": "x"}')
+    return {"run": str(where / "run"), "file": str(where / "not-a-report.json")}
+
+
+@pytest.mark.parametrize(("argv", "named"), BAD_OPTIONS, ids=[a for a, _ in BAD_OPTIONS])
+def test_every_verb_s_bad_option_is_refused_before_any_framework_is_imported(argv, named, reports):
+    """A bad number, name, report or directory, for every verb: one ``error:`` line naming
+    it, status 2, and no framework imported (Keras, TensorFlow, JAX or PyTorch: each takes
+    seconds to load, and a verb says what is wrong with what was typed before that)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_VERB, *argv.format(**reports).split()],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "loaded: []", done.stdout
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: ") and named in line, line
+    assert "Traceback" not in done.stderr
+
+
+def test_a_verb_that_passes_flags_on_reads_none_as_an_abbreviation_of_its_own():
+    """argparse's abbreviations would read a recipe flag as a prefix of the verb's own
+    option: ``--backend`` as ``--backends``, bert's ``--mode`` as ``--model_fn``."""
+    root = cli.parser()
+    args, rest = root.parse_known_args(["backends", "--backend=jax"])
+    assert args.backends is None and rest == ["--backend=jax"]
+    args, rest = root.parse_known_args(["tune", "--recipe", "bert", "--mode=inference"])
+    assert args.model_fn is None and rest == ["--mode=inference"]
+    args, rest = root.parse_known_args(["memory", "--batch_size=64"])
+    assert args.batch_sizes is None and rest == ["--batch_size=64"]
+    args, _ = root.parse_known_args(["compare", "a", "b", "--fail-on"])  # its own: still
+    assert args.fail_on_slower

@@ -55,6 +55,40 @@ def test_classify(rates, verdict, overlap):
     assert dg.classify(*rates) == (verdict, overlap)
 
 
+@pytest.mark.parametrize(
+    ("rates", "noise", "said"),
+    [((500.0, 100.0, 147.0), 0.05, "the real fit ran 1.47× the step alone, which bounds it"),
+     ((500.0, 100.0, 147.0), None, "the real fit ran 1.47× the step alone, which bounds it"),
+     ((500.0, 100.0, 105.0), 0.02, ""),  # within half the margin: the same rate
+     ((500.0, 100.0, 83.0), 0.20, "the real fit's 17% gap to the step alone is inside this "
+                                  "machine's noise (two runs of one window differed by 20%)"),
+     ((500.0, 100.0, 83.0), 0.05, ""),  # a gap well outside the noise: the verdict stands
+     ((500.0, 100.0, 83.0), None, ""),  # one run each: no noise known, the verdict stands
+     ((50.0, 100.0, 49.0), 0.6, "")],  # the pipeline alone decides, not the fit's gap
+)  # fmt: skip
+def test_consistency(rates, noise, said):
+    """A fit faster than the step alone that bounds it, or a verdict drawn from a fit's gap
+    inside the measured noise: uncertain, with why; else nothing to say."""
+    assert dg.consistency(*rates, noise).startswith(said) and bool(said) == bool(
+        dg.consistency(*rates, noise)
+    )
+
+
+def test_an_uncertain_diagnosis_says_why_and_draws_no_advice():
+    diagnosis = dg.Diagnosis(
+        500.0, 100.0, 147.0, dg.UNCERTAIN, True, [], batch_size=32, noise=0.05,
+        uncertain=dg.consistency(500.0, 100.0, 147.0, 0.05),
+    )  # fmt: skip
+    first = diagnosis.lines()[0]
+    assert first.startswith("verdict: uncertain (32 examples/step): the real fit ran 1.47×")
+    assert first.endswith("no advice from it, measure again (more steps, a quieter machine)")
+    assert not [line for line in diagnosis.lines() if "advice:" in line]
+    xprof = dg.second_opinion(dg.UNCERTAIN, TraceAnalysis(verdict="not input-bound",
+                                                          input_percent=1.0))  # fmt: skip
+    assert xprof.agrees is None and "the rates gave no verdict to hold" in xprof.line
+    assert json.loads(json.dumps(diagnosis.to_dict()))["uncertain"] == diagnosis.uncertain
+
+
 def advise(*args, **kwargs) -> list[str]:
     """advise()'s records as a recipe's user reads them (flags)."""
     from toolkit.runner.config import as_flags
@@ -216,6 +250,11 @@ def _task(keras, slow_input: bool, width: int):
 def test_real_runs_made_input_or_compute_bound(keras, slow_input, width, verdict):
     config = TrainConfig(batch_size=32, warmup_steps=1, report_dir=None)
     diagnosis = dg.diagnose(_task(keras, slow_input, width), config, steps=8)
+    if verdict == dg.COMPUTE_BOUND and diagnosis.verdict == dg.UNCERTAIN:
+        # A shared machine moved the fit's few steps by more than its gap to the step alone:
+        # no verdict, and so no advice (consistency's rules).
+        assert diagnosis.uncertain and diagnosis.advice == [], str(diagnosis)
+        return
     if verdict == dg.COMPUTE_BOUND and diagnosis.fit_rate < 0.9 * diagnosis.compute_rate:
         # A shared machine slowed the fit's few steps against the step alone's: unless the
         # input could have cost it that (balanced: both lists), the advice says it did not.
@@ -318,7 +357,8 @@ def test_recipe_diagnose_flag_puts_the_verdict_in_the_report(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     (run_dir,) = list(tmp_path.iterdir())
     data = json.loads((run_dir / "report.json").read_text())
-    assert data["diagnosis"]["verdict"] in (dg.INPUT_BOUND, dg.COMPUTE_BOUND, dg.BALANCED)
+    verdicts = (dg.INPUT_BOUND, dg.COMPUTE_BOUND, dg.BALANCED, dg.UNCERTAIN)
+    assert data["diagnosis"]["verdict"] in verdicts
     assert "verdict: " in out.stdout and "diagnosis: " in out.stdout
 
 
@@ -341,6 +381,42 @@ def _your_model(keras, features=16):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
     return model
+
+
+def _first_batch_spins(keras):
+    """Your model and pipeline where the step alone (your first batch, repeated) is slow and
+    the real fit is fast: a layer loops as often as the batch's first feature says (200 in
+    the first batch, 1 after). The fit then runs faster than its "step alone": the rates
+    contradict themselves, as a machine whose load moved between windows makes them."""
+
+    class Spin(keras.layers.Layer):
+        def build(self, shape):
+            self.w = self.add_weight(shape=(shape[-1], shape[-1]), initializer="orthogonal")
+
+        def call(self, x):
+            n = tf.cast(tf.reduce_max(x[:, 0]), tf.int32)
+            _, y = tf.while_loop(
+                lambda i, y: i < n, lambda i, y: (i + 1, tf.tanh(tf.matmul(y, self.w))), (0, x)
+            )
+            return y
+
+    model = keras.Sequential([keras.Input((64,)), Spin(), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True))
+    x = np.random.default_rng(0).normal(size=(2048, 64)).astype("float32")
+    x[:, 0] = 1.0
+    x[:32, 0] = 200.0
+    y = (x[:, 1] > 0).astype("int32")
+    return model, tf.data.Dataset.from_tensor_slices((x, y)).batch(32).prefetch(2)
+
+
+def test_a_fit_faster_than_its_step_alone_is_uncertain_with_no_advice(keras):
+    """The real code path: a fit that ran faster than the step alone bounds it is not a
+    verdict; the diagnosis says so and advises nothing."""
+    model, data = _first_batch_spins(keras)
+    diagnosis = dg.diagnose(model, data, steps=20)
+    assert diagnosis.fit_rate > 1.2 * diagnosis.compute_rate, str(diagnosis)
+    assert diagnosis.verdict == dg.UNCERTAIN and diagnosis.advice == [], str(diagnosis)
+    assert "which bounds it" in str(diagnosis) and "advice:" not in str(diagnosis)
 
 
 def _your_pipeline(slow: bool):
@@ -386,6 +462,7 @@ def test_your_own_arrays_are_batched_as_fit_would(keras):
         dg.INPUT_BOUND,
         dg.COMPUTE_BOUND,
         dg.BALANCED,
+        dg.UNCERTAIN,
     )
     assert (
         diagnosis.pipeline

@@ -251,8 +251,8 @@ def test_fresh_processes_run_your_model_with_each_candidate_s_settings(tmp_path,
 
     real = _processes.run_child
 
-    def watched(spec, env, timeout):  # the real child process, its spec and result kept
-        got = real(spec, env, timeout)
+    def watched(spec, env, timeout, *args, **kwargs):  # the real child, its spec and result
+        got = real(spec, env, timeout, *args, **kwargs)
         seen.append((spec, got))
         return got
 
@@ -297,3 +297,66 @@ def test_a_generator_is_read_once_before_tune_measures_so_no_candidate_pays_it_a
     assert first == second and len(made) == 30  # both passes replayed, none read on
     replay.fill(500)  # never past what it holds at most
     assert len(made) == 40
+
+
+def test_run_timeout_is_the_time_left_then_a_multiple_of_the_first_run():
+    """A fresh run's limit: what the call has left (and a grace), never a fixed 600 s once
+    anything bounds it; after a first run measured one here, ``OVERRUN`` times that (or the
+    run's own estimate, where its compile is longer), whichever bounds it first."""
+    assert fr.run_timeout(None, [], None) == fr.FRESH_TIMEOUT_S  # nothing bounds it
+    assert fr.run_timeout(40.0, [], 5.0) == 40.0 + fr.GRACE_S
+    assert fr.run_timeout(-3.0, [], None) == 1.0  # past the deadline: stopped at once
+    assert fr.run_timeout(400.0, [8.0], None) == fr.OVERRUN * 8.0 + fr.GRACE_S
+    assert fr.run_timeout(400.0, [8.0], 20.0) == fr.OVERRUN * 20.0 + fr.GRACE_S
+    assert fr.run_timeout(10.0, [8.0], None) == 10.0 + fr.GRACE_S
+    assert fr.run_timeout(None, [8.0], None) == fr.OVERRUN * 8.0 + fr.GRACE_S
+
+
+SLOW_AFTER_FIRST = (
+    MODEL_FN
+    + """
+import os, time
+
+def slow_after_first():  # the first build here is quick; every later one hangs
+    path = os.environ["BUILD_COUNT"]
+    n = int(open(path).read()) if os.path.exists(path) else 0
+    with open(path, "w") as f:
+        f.write(str(n + 1))
+    if n >= 1:
+        time.sleep(600)
+    return make()
+"""
+)
+
+
+def test_a_fresh_run_that_overruns_is_stopped_said_and_never_silent(tmp_path, monkeypatch):
+    """tune(build)'s fresh rounds where `build` turns slow in a fresh process: the run past
+    ``OVERRUN`` times the first one's time is stopped (not left to a fixed 600 s), a line
+    says it still runs at least every ``HEARTBEAT_S`` while it works unheard, the defaults
+    stay, and tune says the budget that would hold such runs."""
+    import types
+
+    from toolkit.search import _processes
+    from toolkit.search import tune as tn
+
+    (tmp_path / "freshslow.py").write_text(SLOW_AFTER_FIRST)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("BUILD_COUNT", str(tmp_path / "count"))
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    monkeypatch.chdir(tmp_path)
+    said = []
+    timing = fr.Timing(deadline=fr.time.perf_counter() + 500.0)  # far: the first run bounds
+    found = fr.confirm_fresh(
+        Target.of("freshslow:slow_after_first"), DEFAULTS, PICK, backend="tensorflow",
+        device="cpu", steps=24, rounds=2, progress=said.append, timing=timing,
+    )  # fmt: skip
+    assert found.pick == DEFAULTS and found.overran_s is not None, (found, said)
+    assert found.overran_s < 500.0  # bounded by the first run, not the time left
+    assert "stopped after" in " ".join(found.words) and "the defaults stay" in found.words
+    still = [line for line in said if "still running" in line and PICK.label() in line]
+    # One line at least every HEARTBEAT_S of the stopped run: never a silent minute.
+    assert len(still) >= int(found.overran_s // _processes.HEARTBEAT_S) - 1, said
+    plan = tn.Plan.of(30.0, True, start_s=5.0)
+    words = tn._Tuning.fresh_words(types.SimpleNamespace(defaults=DEFAULTS, plan=plan), found)
+    assert words and f"stopped after {found.overran_s:.0f} s" in words[0], words
+    assert "budget holds" in words[0], words

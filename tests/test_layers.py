@@ -18,7 +18,7 @@ ROOT = pathlib.Path(toolkit.__file__).parent
 # The card's two top-level packages: the toolkit, and the recipes a user runs with python -m.
 PACKAGES = (ROOT, ROOT.parent / "recipes")
 
-# Lower layers never import higher ones (README "Layout"). Modules of one layer may import each
+# Lower layers never import higher ones (reference.md, Layout). Modules of one layer may import each
 # other as long as there is no cycle.
 LAYERS = (
     ("core", ("toolkit.core",)),
@@ -137,7 +137,7 @@ def _layer(module: str) -> int:
         for prefix in prefixes:
             if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
                 best, rank = len(prefix), i
-    assert rank is not None, f"{module} is in no layer: add it to LAYERS (and the README)"
+    assert rank is not None, f"{module} is in no layer: add it to LAYERS (and reference.md)"
     return rank
 
 
@@ -391,7 +391,8 @@ def test_the_public_surface_is_small_and_reviewed():
     # ... and the records two public functions return (issue 66): flops.matmul_peak's Peak and
     # flops.compute_facts's Compute
     # ... and the largest batch that fits (issue 67): toolkit.fits and the BatchFit it returns
-    assert len(things) <= 207, f"{len(things)} public names: keep helpers out of __all__"
+    # ... and diagnose's fourth verdict (issue 68): UNCERTAIN, beside INPUT_BOUND and the rest
+    assert len(things) <= 208, f"{len(things)} public names: keep helpers out of __all__"
 
 
 def test_importing_the_recipes_changes_nothing():

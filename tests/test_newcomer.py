@@ -437,7 +437,8 @@ def test_every_verb_says_first_what_it_is_doing(tmp_path):
 
     from toolkit.cli import VERBS
 
-    needs = {"compare": ["a", "b"], "show": ["a"], "trace": ["a"], "merge": ["a"]}
+    needs = {"compare": ["a", "b"], "show": ["a"], "trace": ["a"], "merge": ["a"],
+             "data-service": ["--dispatcher", "--all_interfaces"]}  # fmt: skip
     started = {}
 
     def stop(process):  # the verb and whatever it started (backends' device probes)

@@ -6,7 +6,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import os
+import pathlib
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -18,6 +22,8 @@ from toolkit.runner.config import TrainConfig
 from toolkit.search import engine as en
 from toolkit.search import tune as tn
 from toolkit.search import workload as wl
+
+ROOT = str(pathlib.Path(__file__).resolve().parent.parent)
 
 
 def test_space_follows_the_step_time(keras):
@@ -422,6 +428,37 @@ def test_the_search_space_is_what_the_backend_runs(monkeypatch, name, jit, loops
     assert space.steps_per_execution == loops and space.fused_steps == fused
 
 
+@pytest.mark.parametrize(
+    ("name", "step_s", "said"),
+    [("jax", 0.2, ["XLA is not searched on jax: it compiles every step with it",
+                   "no loop is searched for a 200 ms step (loops cut a per-step overhead that "
+                   "counts under 50 ms)"]),
+     ("torch", 0.001, ["jit_compile is not searched on torch: its compile outlasts a tune "
+                       "budget", "steps_per_execution does not run on torch with this input",
+                       "fused_steps does not run on torch with this input"]),
+     ("tensorflow", 0.001, [])],
+)  # fmt: skip
+def test_a_search_cut_by_design_says_why_in_one_clause(monkeypatch, name, step_s, said):
+    """What the settings table's rules leave at the default alone, each with its reason;
+    a search that measured only the defaults says them (on your compiled model, the settings
+    only a rebuild changes too), never "only the defaults" without a why."""
+    from toolkit import backend
+    from toolkit.devices import DeviceInfo
+    from toolkit.search import rounds
+
+    monkeypatch.setattr(backend, "name", lambda: name)
+    space = tn.default_space(DeviceInfo("cpu", "cpu", 0, "a CPU"), step_s=step_s)
+    assert list(space.cut) == said
+    defaults = space.defaults()
+    _, _, why, _ = rounds.confirm(
+        lambda c: 1.0, [en.Trial(defaults, 100.0, 1.0)], budget_s=10.0, cut=space.cut
+    )
+    assert why == "only the defaults were measured" + (f": {'; '.join(said)}" if said else "")
+    precise = dataclasses.replace(space, precision=("float32", "mixed_bfloat16"), fused_steps=(1,))
+    cut = wl.ModelWorkload.space(None, precise, defaults).cut  # your compiled model's space
+    assert cut[-1] == "precision: not searched on a compiled model (a rebuild sets it)"
+
+
 def _tune_on_grain() -> dict:
     """Tunes a tiny compiled model on Grain pipelines as your data (this process's backend):
     the toolkit's endless one (an epoch's ``len()``) and a plain finite Grain dataset of five
@@ -568,6 +605,63 @@ def test_tune_of_your_build_function_is_confirmed_where_fresh_processes_can_call
         tn._built(lambda: [1, 2], None, None)
 
 
+FIND_IT = """
+import sys
+from toolkit.search.standings import ChooserError, function_spec
+
+def build():
+    pass
+
+try:
+    print(function_spec(build))
+except ChooserError as e:
+    print("refused:", e)
+"""
+
+
+@pytest.mark.parametrize("how", ["script", "module", "-c"])
+def test_function_spec_finds_a_build_in_main_as_a_fresh_process_can(tmp_path, how):
+    """A ``build`` in ``__main__``: run as a script, the fresh processes import the script by
+    its path; run with ``python -m``, by its module's name; typed into ``python -c`` (or an
+    interactive session), nothing can find it: refused with the one-line fix."""
+    (tmp_path / "mytrain.py").write_text(FIND_IT)
+    argv = {"script": [str(tmp_path / "mytrain.py")], "module": ["-m", "mytrain"],
+            "-c": ["-c", FIND_IT]}[how]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    out = subprocess.run([sys.executable, *argv], cwd=tmp_path, capture_output=True, text=True,
+                         env=env, timeout=120)  # fmt: skip
+    said = out.stdout.strip()
+    assert out.returncode == 0, out.stderr[-2000:]
+    expected = {"script": f"{tmp_path / 'mytrain.py'}:build", "module": "mytrain:build",
+                "-c": "refused: fresh processes cannot import build: it was defined in an "
+                "interactive session or python -c; move it to a module (mytrain.py) and run "
+                "that"}[how]  # fmt: skip
+    assert said == expected
+
+
+def _readme_example() -> str:
+    """The README's ``mytrain.py``, exactly as written there."""
+    text = (pathlib.Path(ROOT) / "README.md").read_text(encoding="utf-8")
+    start = text.index("```python\n# mytrain.py") + len("```python\n")
+    return text[start : text.index("```", start)]
+
+
+def test_the_readme_example_run_as_a_script_is_claimed_from_fresh_processes(tmp_path):
+    """The README's ``mytrain.py`` run as written (``python mytrain.py``: ``build`` lives in
+    ``__main__``): the fresh processes import the script by its path, its main block not
+    run there, so the line it prints is a gain measured in fresh processes, not this
+    process's unconfirmed one."""
+    (tmp_path / "mytrain.py").write_text(_readme_example(), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": ROOT, "TOOLKIT_CACHE_DIR": str(tmp_path / "cache"),
+           "TF_CPP_MIN_LOG_LEVEL": "2"}  # fmt: skip
+    out = subprocess.run([sys.executable, "mytrain.py"], cwd=tmp_path, capture_output=True,
+                         text=True, env=env, timeout=900)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    claim = out.stdout.strip().splitlines()[-1]
+    assert "rounds in fresh processes" in claim, (claim, out.stderr[-3000:])
+    assert "this process" not in claim and "[fresh 1 |" in out.stderr, out.stderr[-3000:]
+
+
 def test_what_the_budget_left_untried_is_said_with_the_budget_that_tries_it_and_kept():
     defaults = en.Candidate(precision="float32", jit_compile=False, steps_per_execution=1)
     xla = dataclasses.replace(defaults, jit_compile=True, steps_per_execution=4)
@@ -643,7 +737,7 @@ def _timed_tune(keras, monkeypatch, tmp_path, budget_s, *, ratios, run_s=6.0, st
         clock.t += 4.0
         return fake_rates(c)
 
-    def child_runner(target, *, backend, device, steps, timing):
+    def child_runner(target, *, backend, device, steps, timing, progress=None):
         def run(candidate, r):
             clock.t += run_s
             pick = candidate != en.Candidate()

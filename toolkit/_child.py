@@ -95,8 +95,9 @@ def _figures_or_tune(spec: Any, channel: _Channel) -> _Answer:
 
     config = TrainConfig.from_dict(spec.config()).validate()
     target, data = made(spec.target)
+    weights = spec.target.class_weight  # your fit's, beside the data your function returned
     if spec.job == "figures":
-        with workload(target, data, config) as work:
+        with workload(target, data, config, class_weight=weights) as work:
             figures = work.figures(
                 spec.steps, count_flops=config.count_flops, candidate=spec.candidate
             )
@@ -111,7 +112,14 @@ def _figures_or_tune(spec: Any, channel: _Channel) -> _Answer:
         return anatomy(target, data, steps=spec.steps or 10, config=config)
     from toolkit.search.tune import tune
 
-    result = tune(target, data, config=config, budget_s=spec.budget_s, progress=channel.progress)
+    result = tune(
+        target,
+        data,
+        config=config,
+        budget_s=spec.budget_s,
+        progress=channel.progress,
+        class_weight=weights,
+    )
     return _Tuned(result, result.batch_size)
 
 
@@ -180,12 +188,19 @@ def _main(argv: Sequence[str]) -> int:
     from toolkit.app import UserCodeError
     from toolkit.backend import BackendError
     from toolkit.core import children
+    from toolkit.core.errors import user_raise
     from toolkit.report import ReportError
 
     try:
         result = _job(spec, channel)
-    except (BackendError, ReportError, UserCodeError, ValueError, FileNotFoundError) as e:
-        channel.error(str(e))
+    except Exception as e:
+        # Your data's or model's own exception, with its line (not TensorFlow's UnknownError
+        # around it, nor the last line of a traceback): the parent says it as the run's error.
+        yours = user_raise(e)
+        said = (BackendError, ReportError, UserCodeError, ValueError, FileNotFoundError)
+        if yours is None and not isinstance(e, said):
+            raise
+        channel.error(str(yours or e))
         return 1
     # Into the parent's temporary directory, never made again once the parent removed it.
     children.write_result(argv[2], json.dumps(result.to_dict()))

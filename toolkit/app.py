@@ -33,7 +33,7 @@ from absl import flags
 
 from toolkit import _argv, backend
 from toolkit.core import interrupts, progress, terminal
-from toolkit.core.errors import one_line
+from toolkit.core.errors import one_line, user_raise
 from toolkit.runner import flags as tk_flags
 from toolkit.runner.config import ConfigError, TrainConfig
 
@@ -364,10 +364,11 @@ def _stopped(e: Exception) -> NoReturn:
             ),
             cause=e,
         )
+    # Your data's or model's own exception as you raised it, with its line (not TensorFlow's
+    # UnknownError around it); else the error's one line.
+    said = user_raise(e) or one_line(e)
     fail(
-        RuntimeError(
-            f"training stopped on {one_line(e)}{where}; --verbosity=1 shows the traceback"
-        ),
+        RuntimeError(f"training stopped on {said}{where}; --verbosity=1 shows the traceback"),
         cause=e,
     )
 
@@ -450,6 +451,7 @@ def run(main: Callable[[list[str]], None]) -> None:
         interrupted(e)
     finally:
         interrupts.ending()  # one during the frameworks' exit: said after it, 130 or 143
+        interrupts.exiting()  # ... and none after it: the program ends at its last hook
 
 
 def _run(main: Callable[[list[str]], None]) -> None:

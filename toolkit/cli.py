@@ -28,11 +28,10 @@ BY_NAME = {verb.name: verb for verb in VERBS}
 
 
 def _prog() -> str:
-    """``keras-perf`` when run as the console script, else ``python -m toolkit``."""
+    """``keras-perf`` when run as the console script, else ``python -m toolkit`` (also for
+    ``python -c`` calling :func:`main`, whose argv[0] is ``-c``)."""
     name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    return (
-        name if name and not name.startswith("__main__") and name != "-m" else "python -m toolkit"
-    )
+    return name if name and not name.startswith(("__main__", "-")) else "python -m toolkit"
 
 
 def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
@@ -54,9 +53,13 @@ def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     for verb in VERBS:
         epilog = _epilog(verb, argv)
         raw = {"formatter_class": argparse.RawDescriptionHelpFormatter} if epilog else {}
+        # A verb that passes flags on to a recipe takes no abbreviation of its own options:
+        # the recipe's --batch_size, --backend or --mode would be read as a prefix of the
+        # verb's --batch_sizes, --backends or --model_fn.
         p = verbs.add_parser(
-            verb.name, help=verb.help, description=verb.description, epilog=epilog, **raw
-        )
+            verb.name, help=verb.help, description=verb.description, epilog=epilog,
+            allow_abbrev=not verb.recipe_flags, **raw,
+        )  # fmt: skip
         verb.options(p)
     return root
 
@@ -100,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if argv is None:
             interrupts.ending()  # one during the frameworks' exit: said after it, 130 or 143
+            interrupts.exiting(status[0] if status else None)  # none after its last hook
     return status[0]
 
 
@@ -109,19 +113,42 @@ def _main(argv: Sequence[str] | None = None) -> int:
     if isinstance(parsed, int):
         return parsed
     verb, args = parsed
-    try:
-        verb.check(args)  # before anything loads: one line, status 2
-        if getattr(args, "model_fn", None):
-            from toolkit.verbs._target import check_spec
-
-            check_spec(args.model_fn)
-    except ValueError as e:
+    said = _check(verb, args)  # before anything loads: one line, status 2
+    if said is not None:
         from toolkit.core import terminal
 
-        print(terminal.fit(f"error: {verb.name}: {e}", terminal.width(sys.stderr)), file=sys.stderr)
+        print(terminal.fit(f"error: {said}", terminal.width(sys.stderr)), file=sys.stderr)
         return 2
     _start(verb)
     return _run(verb, args)
+
+
+def _check(verb: Verb, args: argparse.Namespace) -> str | None:
+    """What is wrong with the command line, checked before any framework loads, or None: the
+    verb's own options (its ``check``, said after its name), then what it measures: the
+    recipe named, ``--model_fn``'s spelling, and the recipe flags parsed by absl and made
+    into a validated config, kept on `args` for the verb (said as a recipe says them)."""
+    from absl import flags
+
+    from toolkit import app
+    from toolkit.verbs import _target
+
+    try:
+        verb.check(args)
+        if getattr(args, "model_fn", None):
+            _target.check_spec(args.model_fn)
+    except ValueError as e:
+        return f"{verb.name}: {e}"
+    try:
+        if getattr(args, "recipe", None) and not getattr(args, "model_fn", None):
+            app.check_recipe(args.recipe)  # the recipes listed, whichever verb names one
+        if verb.recipe_flags:
+            args.parsed_target = _target.parse_target(args.recipe, args.model_fn, args.recipe_flags)
+    except ValueError as e:
+        return str(e)
+    except flags.Error as e:  # absl's words, on one line, and where the flags are listed
+        return f"{' '.join(str(e).split())} ({_prog()} {verb.name} --help lists the flags)"
+    return None
 
 
 def _parse(argv: list[str]) -> tuple[Verb, argparse.Namespace] | int:
@@ -166,23 +193,41 @@ def _start(verb: Verb) -> None:
 
 
 def _run(verb: Verb, args: argparse.Namespace) -> int:
-    """The verb's status; an error it raises as one ``error:`` line, status 1 or 2."""
+    """The verb's status; an error it raises as one ``error:`` line, status 1 or 2. Your own
+    code's (``--model_fn``, a recipe's ``build_task``, your data's ``__getitem__`` or
+    generator raising while it is measured) is status 1, named as yours: its type, message
+    and line, not the TensorFlow error that wrapped it, nor a usage error for its ValueError."""
     from absl import flags
 
     from toolkit import app
+    from toolkit.core.errors import user_raise
 
     try:
         return verb.run(args)
     except app.UserCodeError as e:  # --model_fn, a recipe's build_task: named, status 1
-        if app.wants_traceback():
-            import traceback
-
-            traceback.print_exception(e, file=sys.stderr)
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except (ReportError, ValueError, FileNotFoundError, flags.Error) as e:
+        return _failed(e, str(e))
+    except Exception as e:
+        yours = user_raise(e)
+        if yours is not None:  # raised in your code, as it ran: a failed run
+            return _failed(e, f"{verb.name} stopped on {yours}; --verbosity=1 shows the traceback")
+        if not isinstance(e, (ReportError, ValueError, FileNotFoundError, flags.Error)):
+            raise
         print(f"error: {e}", file=sys.stderr)
         return 1 if _run_failed(e) else 2  # a run that could not start or read its data: 1
+
+
+def _failed(error: BaseException, line: str) -> int:
+    """Status 1 after `line` as the ``error:`` line, with `error`'s traceback above it when
+    ``--verbosity=1`` asks."""
+    from toolkit import app
+    from toolkit.core import terminal
+
+    if app.wants_traceback():
+        import traceback
+
+        traceback.print_exception(error, file=sys.stderr)
+    print(terminal.fit(f"error: {line}", terminal.width(sys.stderr)), file=sys.stderr)
+    return 1
 
 
 def _run_failed(error: BaseException) -> bool:

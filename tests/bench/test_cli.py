@@ -68,10 +68,11 @@ def test_fusion_demo_on_tiny_sizes(tmp_path):
 
 def test_bad_choices_are_one_line_errors(tmp_path):
     for args, message in (
-        (["--ops=Nope"], "error: unknown op 'Nope': choose from Argmax"),
-        (["--modes=jit"], "error: unknown mode 'jit': use eager, graph, xla, jax_jit"),
-        (["--fusion", "--modes=jax_jit"], "error: ops --fusion: --modes must name"),
-        (["--device=tpu"], "error: unknown device 'tpu'"),
+        (["--ops=Nope"], "error: ops: --ops: unknown op 'Nope': choose from Argmax"),
+        (["--modes=jit"], "error: ops: --modes: unknown mode 'jit': use eager, graph, xla"),
+        (["--fusion", "--modes=jax_jit"], "error: ops: --fusion: --modes must name"),
+        (["--device=tpu"], "error: ops: --device: unknown device 'tpu'"),
+        (["--dtype=int8"], "error: ops: --dtype: unknown dtype 'int8': use float32, float16"),
     ):
         proc = _ops(*args, f"--out={tmp_path / 'x'}", timeout=120)
         assert proc.returncode == 2, (args, proc.stderr)
@@ -89,6 +90,7 @@ def test_ops_out_that_is_a_file_is_refused_before_anything_is_measured(tmp_path)
     )  # fmt: skip
     assert out.returncode == 2, out.stderr[-2000:]
     assert _last(out) == (
-        f"error: ops: --out={afile}: it is not a directory; give a directory to write the table in"
+        f"error: ops: --out={afile}: it is a file, not a directory; choose a directory, or "
+        "leave --out out (runs/ops-<time>)"
     )
     assert afile.read_text() == "mine\n"

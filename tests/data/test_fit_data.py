@@ -137,6 +137,7 @@ def test_diagnose_a_model_trained_on_x_alone(keras):
         dg.INPUT_BOUND,
         dg.COMPUTE_BOUND,
         dg.BALANCED,
+        dg.UNCERTAIN,
     )
     assert diagnosis.pipeline.endswith("; x alone"), diagnosis.pipeline
 

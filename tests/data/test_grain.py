@@ -191,7 +191,8 @@ def test_fit_benchmark_and_diagnose_read_a_grain_pipeline(keras, arrays):
     bench = D.benchmark(ds, num_batches=10, verbose=False)
     assert bench.batch_size == 8 and bench.examples_per_sec > 0 and bench.first_batch_s > 0
     diagnosis = dg.diagnose(model(), ds, steps=4)
-    assert diagnosis.verdict in (dg.INPUT_BOUND, dg.COMPUTE_BOUND, dg.BALANCED), str(diagnosis)
+    verdicts = (dg.INPUT_BOUND, dg.COMPUTE_BOUND, dg.BALANCED, dg.UNCERTAIN)
+    assert diagnosis.verdict in verdicts, str(diagnosis)
     assert "Keras's GrainDatasetAdapter" in diagnosis.pipeline, diagnosis.pipeline
 
 

@@ -57,6 +57,7 @@ _POLL_S = 0.25  # how often the watchdog looks at the parent's pid
 _dirs: list[str] = []  # the temporary directories live here: told to every child started
 _children: weakref.WeakSet[subprocess.Popen[Any]] = weakref.WeakSet()
 _bound: dict[str, Any] = {}  # the child side: its parent's pid and directories
+_importing: list[str] = []  # the child side: the user's script it is importing, if any
 
 
 # ---------------------------------------------------------------------------- the parent's side
@@ -78,10 +79,33 @@ def temporary_directory(prefix: str) -> Iterator[str]:
             _dirs.remove(tmp)
 
 
+@contextlib.contextmanager
+def importing_script(path: str) -> Iterator[None]:
+    """While a child imports the script a ``build`` lives in (``python mytrain.py`` ran
+    ``tune(build)``), :func:`spawn` refuses: a script whose calls are not under ``if
+    __name__ == "__main__":`` would start children of its own in every child, as
+    ``multiprocessing``'s spawn refuses such a script too."""
+    _importing.append(path)
+    try:
+        yield
+    finally:
+        _importing.pop()
+
+
 def spawn(argv: list[str], **popen: Any) -> subprocess.Popen[Any]:
     """``subprocess.Popen(argv, **popen)`` for a child that calls :func:`bind_to_parent`: it
     is told this process's pid and the temporary directories live here. Stop it with
-    :func:`stop` (a program that exits first stops it on its way out)."""
+    :func:`stop` (a program that exits first stops it on its way out).
+
+    Raises:
+        RuntimeError: called while a child imports the user's script (:func:`importing_script`).
+    """
+    if _importing:
+        script = os.path.basename(_importing[-1])
+        raise RuntimeError(
+            f"{script} starts the toolkit's processes when a fresh process imports it: put "
+            'its calls under if __name__ == "__main__":'
+        )
     env = dict(popen.pop("env", None) or os.environ)
     env[_PARENT] = str(os.getpid())
     env[_DIRS] = os.pathsep.join(_dirs)
@@ -162,8 +186,23 @@ def _bind(parent: int, dirs: list[str], deathsig: bool) -> None:
 
 def parent_alive() -> bool:
     """Whether the process that started this one (:func:`spawn`) still runs; True where none
-    did. Once the parent is gone, the child is re-parented (to init or a subreaper)."""
-    return not _bound or os.getppid() == _bound["parent"]
+    did. Once the parent is gone, the child is re-parented (to init or a subreaper); while
+    it dies, its main thread is a zombie first (:func:`_dying`)."""
+    return not _bound or (os.getppid() == _bound["parent"] and not _dying(_bound["parent"]))
+
+
+def _dying(pid: int) -> bool:
+    """Whether `pid`'s main thread has ended (Linux: ``Z`` or ``X`` in ``/proc/PID/stat``).
+    A signal's default action ends a process's threads one by one, and the kernel sends
+    ``PR_SET_PDEATHSIG`` when the thread that started the child ends: the child is still the
+    dying parent's then (a script killed by SIGTERM during tune's fresh rounds left its
+    ``spec.json`` behind: the child, told by the kernel, still saw its parent alive)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            state = f.read().rpartition(")")[2].split()[:1]
+    except OSError:  # no /proc (macOS: the watchdog sees the re-parenting), or gone
+        return False
+    return state in (["Z"], ["X"])
 
 
 def write_result(path: str, data: str) -> bool:

@@ -5,11 +5,23 @@ error: Detected at node ... defined at (most recent call last): File ...") and s
 wrong last, followed by ``[[{{node ...}}]]``; Keras wraps an error raised in a layer as
 "Exception encountered when calling X.call()." with the message below it in bold; other errors
 say it first.
+
+An exception raised by the user's own Python code inside tf.data (a ``PyDataset``'s
+``__getitem__``, a generator: run by ``tf.py_function``) reaches the caller as TensorFlow's
+``UnknownError`` or ``InvalidArgumentError``, the original exception gone and its traceback
+kept only as text in the message. :func:`user_raise` reads the user's exception back from that
+text, or from the exception itself where it propagates (JAX, PyTorch, a generator read in
+Python), as one typed :class:`UserRaise`: its type, its message and the user's frame.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
+import sysconfig
+import traceback
+from collections.abc import Iterable
 
 __all__ = [
     "one_line",
@@ -24,6 +36,19 @@ _NOISE = (
     "Exception encountered when calling",
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TRACEBACK = "Traceback (most recent call last):"
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
+_RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::(?P<message>.*))?$")
+_HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The toolkit's own code (its recipes too): an error raised there is the toolkit's to say.
+_OURS = tuple(os.path.join(_HERE, package, "") for package in ("toolkit", "recipes"))
+# Python's and the installed packages' (Keras, TensorFlow, NumPy): frames a user's code is
+# called through, never the user's own.
+_LIBRARIES = tuple(
+    os.path.join(os.path.abspath(path), "")
+    for key in ("stdlib", "platstdlib", "purelib", "platlib")
+    if (path := sysconfig.get_paths().get(key))
+)
 
 
 def what_went_wrong(error: BaseException, limit: int = 300) -> str:
@@ -39,10 +64,127 @@ def what_went_wrong(error: BaseException, limit: int = 300) -> str:
         text = text.split(" [Op:", 1)[0].strip()
     else:
         text = useful[0] if useful else (lines[0] if lines else "")
+    return _cut(text, limit)
+
+
+def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def one_line(error: BaseException, limit: int = 300) -> str:
-    """`error` as ``Type: what went wrong`` on one line."""
+    """`error` as ``Type: what went wrong`` on one line; a Python exception that TensorFlow
+    wrapped (raised inside tf.data's ``py_function``) as its own type and message, not
+    TensorFlow's ``UnknownError`` around it."""
+    wrapped = _wrapped(error)
+    if wrapped is not None:
+        return _cut(wrapped.what(), limit)
     text = what_went_wrong(error, limit)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+@dataclasses.dataclass(frozen=True)
+class UserRaise:
+    """An exception raised in the user's own code, as the user would read it in Python.
+
+    Attributes:
+        type: the exception's class name (``KeyError``).
+        message: the first line of its message (``'row 17 missing'``; ``''``: none).
+        file: the user's file that raised it (relative to the working directory when under
+            it), None where no frame of the user's is known.
+        line: the line in `file`.
+        function: the function there (``__getitem__``, ``<module>``).
+    """
+
+    type: str
+    message: str
+    file: str | None = None
+    line: int | None = None
+    function: str | None = None
+
+    def what(self) -> str:
+        """``KeyError: 'row 17 missing'``, as Python's last traceback line says it."""
+        return f"{self.type}: {self.message}" if self.message else self.type
+
+    def __str__(self) -> str:
+        """``KeyError: 'row 17 missing' (raised in mydata.py:23, in __getitem__)``."""
+        if self.file is None:
+            return self.what()
+        return f"{self.what()} (raised in {self.file}:{self.line}, in {self.function})"
+
+
+def user_raise(error: BaseException) -> UserRaise | None:
+    """The user's own exception in `error`, or None where `error` is not the user's: the
+    deepest frame of its traceback that is not Python's or a library's (TensorFlow, Keras) must
+    be the user's code, not the toolkit's. Read from the traceback text TensorFlow keeps in
+    its message for an exception raised inside tf.data, else from `error`'s own traceback."""
+    wrapped = _wrapped(error)
+    if wrapped is not None:
+        return wrapped if wrapped.file is not None else None
+    frames = traceback.extract_tb(error.__traceback__)
+    where = _deepest((f.filename, f.lineno or 0, f.name) for f in frames)
+    if where is None:
+        return None
+    text = what_went_wrong(error)
+    return UserRaise(type(error).__name__, text, *where)
+
+
+def _wrapped(error: BaseException) -> UserRaise | None:
+    """The Python exception a TensorFlow error carries as traceback text (tf.data's
+    ``py_function`` ran the user's ``__getitem__`` or generator), with the user's frame in it
+    where there is one; None for an error that carries none."""
+    if not type(error).__module__.startswith("tensorflow"):
+        return None
+    message = _ANSI.sub("", getattr(error, "message", None) or str(error))
+    if _TRACEBACK not in message:
+        return None
+    lines = message.rsplit(_TRACEBACK, 1)[1].splitlines()
+    frames = [(i, m) for i, line in enumerate(lines) if (m := _FRAME.match(line))]
+    if not frames:
+        return None
+    last = frames[-1][0]
+    said = next((ln for ln in lines[last + 1 :] if ln.strip() and not ln[0].isspace()), None)
+    raised = _RAISED.match(said.strip()) if said else None
+    if raised is None:
+        return None
+    found = ((m["file"], int(m["line"]), m["function"]) for _, m in frames)
+    where = _deepest(found) or (None, None, None)
+    kind = raised["type"].rsplit(".", 1)[-1]  # "mydata.RowMissing": as type(e).__name__
+    return UserRaise(kind, _cut((raised["message"] or "").strip(), 300), *where)
+
+
+def _deepest(frames: Iterable[tuple[str, int, str]]) -> tuple[str, int, str] | None:
+    """``(file, line, function)`` of the deepest of `frames` (outermost first) that is not
+    Python's or a library's, when it is the user's; None when it is the toolkit's (its own
+    error, though the user's code called it) or there is none."""
+    deepest = None
+    for file, line, function in frames:
+        if _ours(file) or not _library(file):
+            deepest = (file, line, function)
+    if deepest is None or _ours(deepest[0]):
+        return None
+    return _shown(deepest[0]), deepest[1], deepest[2]
+
+
+def _ours(file: str) -> bool:
+    """Whether `file` is the toolkit's or its recipes' (installed as a package or not)."""
+    return not file.startswith("<") and os.path.abspath(file).startswith(_OURS)
+
+
+def _library(file: str) -> bool:
+    """Whether `file` is Python's own or an installed package's (not the toolkit's)."""
+    if file.startswith("<frozen"):
+        return True
+    path = os.path.abspath(file) if not file.startswith("<") else file
+    parts = path.split(os.sep)
+    return path.startswith(_LIBRARIES) or "site-packages" in parts or "dist-packages" in parts
+
+
+def _shown(file: str) -> str:
+    """`file` as a user finds it: relative to the working directory when it is under it."""
+    if file.startswith("<"):
+        return file
+    try:
+        path, here = os.path.abspath(file), os.path.join(os.getcwd(), "")
+    except OSError:  # a working directory removed since: the path as Python gave it
+        return file
+    return os.path.relpath(path) if path.startswith(here) else path

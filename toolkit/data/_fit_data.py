@@ -5,7 +5,10 @@ several short fits in a row; you hand them what you hand ``fit``:
 
 * a batched ``tf.data.Dataset``: used exactly as it is;
 * ``(x, y)`` or ``(x, y, sample_weight)``: ``fit(x, y, sample_weight=...)``, batched by
-  ``batch_size`` (32 by default, as ``fit``);
+  ``batch_size`` (32 by default, as ``fit``); each may be a nest, as ``fit`` takes it: inputs
+  or labels as a dict or list (a multi-output model's ``{"priority": y1, "department": y2}``),
+  sample weights as one array or one per output. Examples are counted by the first leaf, and
+  every leaf must agree (not ``len(y)``: a dict's is its number of outputs);
 * ``x`` alone (an array, a tensor, a dict or a list of them): ``fit(x)``, for a model whose
   ``train_step`` computes its own loss (a VAE, a contrastive model);
 * a ``keras.utils.PyDataset`` (or any object with ``__len__`` and ``__getitem__`` that returns
@@ -13,6 +16,10 @@ several short fits in a row; you hand them what you hand ``fit``:
   every pass through ``tf.data.Dataset.from_generator``, as Keras on TensorFlow reads them;
 * a generator (an iterator read once): its first :data:`HELD_BATCHES` batches are held in
   memory, since every measurement needs the data again.
+
+``class_weight`` (``fit``'s ``{class: weight}``) weighs each batch by its labels' classes, as
+``fit`` does; refused, as ``fit`` refuses it, with sample weights, labels of several outputs,
+or a generator, ``DataLoader`` or Grain dataset.
 
 Each batch becomes the tuple Keras unpacks (``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)``),
 lists inside it become tuples (a list of inputs is one ``x``, not ``x`` and ``y``), and
@@ -49,7 +56,7 @@ def _plain(value: Any) -> Any:
     return np.asarray(value)
 
 
-def _as_fit_tuple(batch: Any) -> tuple[Any, ...]:
+def as_fit_tuple(batch: Any) -> tuple[Any, ...]:
     """A batch as Keras unpacks it: a tuple is ``(x[, y[, sample_weight]])``; a list or
     anything else is ``x``."""
     if isinstance(batch, tuple):
@@ -87,14 +94,25 @@ def _from_batches(make: Any, first: tuple[Any, ...]) -> Any:
     return _tf().data.Dataset.from_generator(make, output_signature=_spec(first))
 
 
-def fit_dataset(data: Any, batch_size: int | None = None) -> tuple[Any, str, int | None]:
+def fit_dataset(
+    data: Any, batch_size: int | None = None, class_weight: Any = None
+) -> tuple[Any, str, int | None]:
     """``(dataset, in words what it is, examples per batch)`` for `data` in any form ``fit``
-    takes (the module's docstring lists them).
+    takes (the module's docstring lists them); with `class_weight` (``{class: weight}``, as
+    ``fit`` takes it; :func:`check_class_weight`'s), each batch weighed by its labels' classes
+    as ``fit`` weighs it.
 
     Raises:
-        ValueError: a form ``fit`` would refuse too (one line, starting with ``data:``), or
-            data with no batch in it.
+        ValueError: a form ``fit`` would refuse too (one line, starting with ``data:`` or
+            ``class_weight:``), or data with no batch in it.
     """
+    dataset, said, size = _any_form(data, batch_size)
+    if class_weight is None:
+        return dataset, said, size
+    return with_class_weight(dataset, class_weight), f"{said}; weighed by class_weight", size
+
+
+def _any_form(data: Any, batch_size: int | None) -> tuple[Any, str, int | None]:
     from toolkit.data.builder import describe_pipeline, infer_batch_size
 
     _tf()  # every form becomes tf.data: without TensorFlow, say so before reading any
@@ -116,18 +134,88 @@ def fit_dataset(data: Any, batch_size: int | None = None) -> tuple[Any, str, int
     return _from_generator(data, kind)
 
 
+# ---------------------------------------------------------------------------- class_weight
+
+
+def check_class_weight(data: Any, class_weight: Any) -> dict[int, float] | None:
+    """`class_weight` as ``{class index: weight}`` (keys read back from JSON, ``"1"``, made
+    ints again), or None for none; ValueError (one line, starting ``class_weight:``) where
+    ``fit`` would refuse it: not such a dict, or `data` a form ``fit`` weighs no classes of
+    (a generator, a ``DataLoader``, a Grain dataset: Keras says so too). What the batches
+    must hold (labels of one output, no sample weights) is :func:`with_class_weight`'s."""
+    if class_weight is None:
+        return None
+    try:
+        weights = {int(k): float(v) for k, v in dict(class_weight).items()}
+    except (TypeError, ValueError):
+        weights = {}
+    if not weights or min(weights) < 0:
+        raise ValueError(
+            f"class_weight: a dict of class index (>= 0) to weight, as fit takes it, got "
+            f"{class_weight!r}"
+        )
+    kind = type(data).__name__
+    if hasattr(data, "element_spec") or _is_arrays(data):
+        return weights
+    refused = hasattr(data, "__next__") or not hasattr(data, "__getitem__")  # one-way reads
+    if refused or type(data).__module__.startswith("grain"):
+        raise ValueError(
+            f"class_weight: fit does not weigh classes of a {kind}; give arrays, a "
+            "tf.data.Dataset or a PyDataset, or yield (x, y, sample_weight) batches"
+        )
+    return weights
+
+
+def with_class_weight(dataset: Any, class_weight: dict[int, float]) -> Any:
+    """`dataset` (batches of ``(x, y)``) with each batch's sample weights made from its
+    labels' classes, as Keras's ``fit`` makes them for a ``tf.data`` dataset
+    (``make_class_weight_map_fn``: a class id, or the argmax of one-hot labels, looks up its
+    weight). ValueError (one line) for batches ``fit`` would refuse it for: no labels,
+    sample weights already, or labels of several outputs."""
+    tf = _tf()
+    spec = dataset.element_spec
+    parts = len(spec) if isinstance(spec, tuple) else 1
+    if parts != 2:
+        said = "holds sample weights already" if parts == 3 else "has no labels"
+        raise ValueError(
+            f"class_weight: your data {said}; fit takes class_weight or sample_weight, for "
+            "(x, y) data"
+        )
+    if tf.nest.is_nested(spec[1]):
+        raise ValueError(
+            "class_weight: fit takes it for a model with one output; for several, give one "
+            "sample_weight array per output: (x, y, {output: weights})"
+        )
+    table = tf.constant(
+        [class_weight.get(c, 1.0) for c in range(max(class_weight) + 1)], tf.float32
+    )
+
+    def weigh(x: Any, y: Any) -> Any:
+        if y.shape.rank is not None and y.shape.rank >= 2:
+            classes = tf.cond(
+                tf.shape(y)[-1] > 1,
+                lambda: tf.argmax(y, axis=-1, output_type=tf.int32),
+                lambda: tf.cast(tf.round(tf.squeeze(y, axis=-1)), tf.int32),
+            )
+        else:
+            classes = tf.cast(tf.round(y), tf.int32)
+        return x, y, tf.gather(table, classes)
+
+    return dataset.map(weigh)
+
+
 def _from_arrays(data: Any, batch_size: int | None) -> tuple[Any, str, int | None]:
     """In-memory arrays, as ``fit(x, y, sample_weight)`` takes them: sliced and batched by
     `batch_size` (``fit``'s 32 by default) in tf.data; a weight per example or an error."""
     from toolkit.data.builder import describe_pipeline
-    from toolkit.data.sources import array_examples
+    from toolkit.data.sources import array_examples, nest_rows
 
-    parts = _as_fit_tuple(data)
+    parts = as_fit_tuple(data)
     n = array_examples(parts[0], parts[1] if len(parts) > 1 else None)
-    if len(parts) == 3 and _leading(parts[2]) != n:
+    rows = nest_rows("data: sample_weight", parts[2]) if len(parts) == 3 else n
+    if rows != n:  # one array, or one per output (a dict or list as the labels'), as fit
         raise ValueError(
-            f"data: sample_weight has {_leading(parts[2])} rows for {n} examples; give "
-            "one weight per example"
+            f"data: sample_weight has {rows} rows for {n} examples; give one weight per example"
         )
     size = batch_size or 32
     dataset = _tf().data.Dataset.from_tensor_slices(parts).batch(size)
@@ -145,12 +233,12 @@ def _from_indexed(data: Any, kind: str) -> tuple[Any, str, int | None]:
 
     def passes() -> Iterator[tuple[Any, ...]]:
         for i in range(count):
-            yield _as_fit_tuple(data[i])
+            yield as_fit_tuple(data[i])
         end = getattr(data, "on_epoch_end", None)
         if callable(end):
             end()
 
-    first = _as_fit_tuple(data[0])
+    first = as_fit_tuple(data[0])
     said = f"your {kind}, {count} batches a pass, read through tf.data.from_generator"
     return _from_batches(passes, first), said, _leading(first)
 
@@ -158,12 +246,12 @@ def _from_indexed(data: Any, kind: str) -> tuple[Any, str, int | None]:
 def _from_iterable(data: Any, kind: str) -> tuple[Any, str, int | None]:
     """A re-iterable of batches (a ``DataLoader``): each pass iterates it again."""
     try:
-        first = _as_fit_tuple(next(iter(data)))
+        first = as_fit_tuple(next(iter(data)))
     except StopIteration:
         raise ValueError(f"data: your {kind} gave no batch") from None
 
     def again() -> Iterator[tuple[Any, ...]]:
-        return (_as_fit_tuple(batch) for batch in data)
+        return (as_fit_tuple(batch) for batch in data)
 
     said = f"your {kind}, read again on every pass through tf.data.from_generator"
     return _from_batches(again, first), said, _leading(first)
@@ -174,7 +262,7 @@ def _from_generator(data: Any, kind: str) -> tuple[Any, str, int | None]:
     every measurement reads the data again."""
     held = []
     for batch in data:  # a generator: read once, so held
-        held.append(_as_fit_tuple(batch))
+        held.append(as_fit_tuple(batch))
         if len(held) == HELD_BATCHES:
             break
     if not held:

@@ -71,14 +71,26 @@ class Replay:
             i += 1
 
 
-def fit_arguments(data: Any, batch_size: int | None) -> dict[str, Any] | None:
+def fit_arguments(
+    data: Any, batch_size: int | None, class_weight: dict[int, float] | None = None
+) -> dict[str, Any] | None:
     """The arguments ``fit`` gets for `data` (in-memory arrays batched by `batch_size`, 32 by
-    default, and shuffled, as ``fit`` does by default), or None where Keras's ``fit`` would
-    not take `data` as it is (the module docstring)."""
+    default, and shuffled, as ``fit`` does by default) and `class_weight` (Keras's adapter
+    weighs each batch with it, as in ``fit``), or None where Keras's ``fit`` would not take
+    `data` as it is (the module docstring)."""
     from toolkit.core import compat
 
     if compat.keras_flavor() != "keras3":
         return None
+    args = _fit_arguments(data, batch_size)
+    if args is not None and class_weight is not None:
+        args["class_weight"] = class_weight
+    return args
+
+
+def _fit_arguments(data: Any, batch_size: int | None) -> dict[str, object] | None:
+    """:func:`fit_arguments` by form, tried in the order Keras's ``get_data_adapter`` tries
+    them (arrays first), so the adapter picked here is the one ``fit`` would pick."""
     from keras.src.trainers.data_adapters.array_data_adapter import can_convert_arrays
 
     parts = (tuple(data) + (None,) * 3)[:3] if isinstance(data, tuple) else (data, None, None)
@@ -131,15 +143,18 @@ def repeated_batch(batch: Any, batch_size: int | None) -> Any:
     return RepeatedBatch()
 
 
-def as_fit_reads(data: Any, batch_size: int | None) -> Any:
-    """A Keras data adapter reading `data` as ``fit`` reads it, epoch after epoch without end
-    (None where Keras's ``fit`` would not take `data` as it is: :func:`fit_arguments`).
+def as_fit_reads(
+    data: Any, batch_size: int | None, class_weight: dict[int, float] | None = None
+) -> Any:
+    """A Keras data adapter reading `data` (weighed by `class_weight`, as ``fit`` weighs it)
+    as ``fit`` reads it, epoch after epoch without end (None where Keras's ``fit`` would not
+    take `data` as it is: :func:`fit_arguments`).
 
     Each pass is an epoch of Keras's own adapter for `data` (the one ``fit`` picks), ending
     in its ``on_epoch_end`` as ``fit`` ends it (a ``PyDataset``'s workers stop there, arrays
     are shuffled again); data read once (a replayed generator) gets a new adapter each pass.
     """
-    if fit_arguments(data, batch_size) is None:  # tf_keras, or a form fit does not take
+    if fit_arguments(data, batch_size, class_weight) is None:  # tf_keras, or a form fit refuses
         return None
     from keras.src.trainers.data_adapters import get_data_adapter
     from keras.src.trainers.data_adapters.data_adapter import DataAdapter
@@ -147,7 +162,7 @@ def as_fit_reads(data: Any, batch_size: int | None) -> Any:
     once = isinstance(data, Replay)  # a generator: read once, so each pass reads anew
 
     def adapter() -> Any:
-        return get_data_adapter(**fit_arguments(data, batch_size))
+        return get_data_adapter(**fit_arguments(data, batch_size, class_weight))
 
     first = adapter()
 

@@ -61,27 +61,48 @@ def from_arrays(features: Any, labels: Any = None):
 
 
 def array_examples(features: Any, labels: Any = None) -> int:
-    """The number of examples in in-memory `features` (an array, a tensor, or a dict of them)
-    and their `labels`; raises ValueError (one line) when there are none or the lengths
-    differ."""
-    leaves = _tf().nest.flatten(features)
-    if not leaves:
+    """The number of examples in in-memory `features` and `labels` (each an array, a tensor,
+    or a dict, list or tuple of them: a multi-input or multi-output model's), counted as
+    ``fit`` counts them, by the first leaf of the nest; raises ValueError (one line, naming
+    ``features`` or ``labels``) when there are none or any two leaves differ in length.
+    Not ``len(labels)``: that is a dict's or a list's number of outputs, not of examples."""
+    n_x = nest_rows("features", features)
+    if n_x is None:
         raise ValueError("features: nothing given; pass an array or a dict of arrays")
-    n_x = len(leaves[0])
-    for leaf in leaves[1:]:
-        if len(leaf) != n_x:
-            raise ValueError(
-                f"features: arrays of different lengths ({n_x} and {len(leaf)}); every feature "
-                "needs one row per example"
-            )
     if n_x == 0:
         raise ValueError("features: no examples (empty array)")
-    if labels is not None and len(labels) != n_x:
+    n_y = None if labels is None else nest_rows("labels", labels)
+    if n_y is not None and n_y != n_x:
         raise ValueError(
-            f"labels: got {len(labels)} labels for {n_x} examples; features and labels must "
+            f"labels: got {n_y} labels for {n_x} examples; features and labels must "
             "have the same first dimension"
         )
     return n_x
+
+
+def nest_rows(name: str, nest: Any) -> int | None:
+    """The rows (first dimension) every leaf of `nest` has, flattened as ``keras.tree`` and
+    ``tf.nest`` flatten it (None leaves, an output without labels, skipped); None: no leaf.
+    Raises ValueError (one line, starting with `name`) when two leaves differ in length."""
+    rows = [_rows(name, leaf) for leaf in _tf().nest.flatten(nest) if leaf is not None]
+    each = {"features": "every feature needs", "labels": "every output's labels need"}
+    for other in rows[1:]:
+        if other != rows[0]:
+            raise ValueError(
+                f"{name}: arrays of different lengths ({rows[0]} and {other}); "
+                f"{each.get(name, 'every array needs')} one row per example"
+            )
+    return rows[0] if rows else None
+
+
+def _rows(name: str, leaf: Any) -> int:
+    """A leaf's first dimension (its ``len`` where it has no shape: a list of numbers)."""
+    shape = getattr(leaf, "shape", None)
+    if shape is not None and len(shape) == 0:
+        raise ValueError(f"{name}: a single value where an array of examples belongs")
+    if shape is not None and shape[0] is not None:
+        return int(shape[0])
+    return len(leaf)
 
 
 def _as_spec(spec: Any, dtype: Any = "float32"):

@@ -95,6 +95,9 @@ class Searched:
     order: int = 0
     read: Callable[[Any], Any] | None = None
     write: Callable[[Any, Any], None] | None = None
+    # Why `values` offers the default alone in this context, by design, in one clause ("":
+    # it does not): a search left with the defaults alone says so (tune's why).
+    cut: Callable[[SearchContext], str] | None = None
 
     @property
     def compile_arg(self) -> bool:
@@ -129,6 +132,32 @@ def _precisions(ctx: SearchContext | None) -> tuple[str, ...]:
 def _jit(ctx: SearchContext | None) -> tuple[bool, ...]:
     """What the backend compiles, its Keras default first (the seam says)."""
     return (False, True) if ctx is None else backend.get(ctx.backend).searched_jit()
+
+
+def _jit_cut(ctx: SearchContext) -> str:
+    """Why XLA is not searched both ways here: the backend's own rule (the seam's)."""
+    only = backend.get(ctx.backend).searched_jit()
+    if len(only) > 1:
+        return ""
+    if only[0]:
+        return f"XLA is not searched on {ctx.backend}: it compiles every step with it"
+    return f"jit_compile is not searched on {ctx.backend}: its compile outlasts a tune budget"
+
+
+def _loop_cut(setting: str) -> Callable[[SearchContext], str]:
+    """Why the loop `setting` is not searched here (:func:`_loop_values`'s rule)."""
+
+    def cut(ctx: SearchContext) -> str:
+        if setting not in backend.get(ctx.backend).step_loops(ctx.loader):
+            return f"{setting} does not run on {ctx.backend} with this input"
+        if ctx.step_s is not None and ctx.step_s >= SLOW_STEP_S:
+            return (
+                f"no loop is searched for a {ctx.step_s * 1e3:.0f} ms step (loops cut a "
+                f"per-step overhead that counts under {SLOW_STEP_S * 1e3:.0f} ms)"
+            )
+        return ""
+
+    return cut
 
 
 def _loops(setting: str) -> Callable[[SearchContext | None], tuple[int, ...]]:
@@ -299,6 +328,7 @@ class TrainConfig:
             order=1,
             read=lambda model: getattr(model, "jit_compile", False) is True,
             write=_compile_arg("jit_compile"),
+            cut=_jit_cut,
         ),
         python=COMPILE,
     )  # None: Keras's "auto" (toolkit.backend.jits_by_default)
@@ -313,6 +343,7 @@ class TrainConfig:
             role=LOOP,
             read=compat.steps_per_execution,
             write=_compile_arg("steps_per_execution"),
+            cut=_loop_cut("steps_per_execution"),
         ),
         python=COMPILE,
     )
@@ -321,7 +352,13 @@ class TrainConfig:
         "Training steps fused into one compiled train step (a loop inside it; with "
         "--jit_compile one XLA program): cuts per-step overhead for small models.",
         SPEED,
-        searched=Searched(_loops("fused_steps"), lambda v: f"fused={v}", default=1, role=LOOP),
+        searched=Searched(
+            _loops("fused_steps"),
+            lambda v: f"fused={v}",
+            default=1,
+            role=LOOP,
+            cut=_loop_cut("fused_steps"),
+        ),
         python="{value} training steps fused into one compiled step (recipes: --fused_steps)",
     )
     compile_cache: bool = setting(

@@ -234,5 +234,9 @@ def at_batch(data: Any, batch_size: int) -> Any:
             f"fits: your {type(data).__name__} makes its own batches: give arrays or a "
             "tf.data pipeline, which can be read at each batch size"
         )
-    parts = tuple(data) if isinstance(data, list | tuple) else data
+    from toolkit.data._fit_data import as_fit_tuple
+
+    # As fit unpacks it: (x, y[, sample_weight]), lists inside made tuples (a list of labels
+    # is one per output; tf.data would stack it into one tensor).
+    parts = as_fit_tuple(data)
     return tf.data.Dataset.from_tensor_slices(parts).repeat().batch(batch_size, drop_remainder=True)

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -39,6 +40,7 @@ JOBS = ("figures", "tune", "anatomy", "devices", "peak")
 # what the child would have measured is unknown. SIGSEGV, SIGABRT and the like are its own.
 _INTERRUPTING = frozenset(int(s) for s in (signal.SIGKILL, *interrupts.SIGNALS))
 PROGRESS, ERROR = "progress", "error"  # the kinds of Message
+HEARTBEAT_S = 10.0  # a child working unheard this long gets a "still running" line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +139,8 @@ class ChildResult:
     error: str | None = None
     interrupted: bool = False
     signal: str | None = dataclasses.field(default=None, compare=False)  # beside the error
+    # The timeout stopped it after this many seconds (None: it ended by itself or a signal).
+    overran_s: float | None = dataclasses.field(default=None, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -173,7 +177,8 @@ class Ended:
         """The :class:`ChildResult` of a child that wrote `answer` (None: nothing) and ended
         so."""
         if self.returncode is None:
-            return ChildResult(error=f"no result within {timeout_s:.0f} s", interrupted=True)
+            said = f"stopped after {timeout_s:.0f} s, past the time it had"
+            return ChildResult(error=said, interrupted=True, overran_s=timeout_s)
         if answer:
             return ChildResult(answer)
         if -self.returncode in _INTERRUPTING:  # the OOM killer, a user's kill: not the
@@ -188,18 +193,53 @@ class Ended:
         return ChildResult(error=(self.stderr or ("no result",))[-1])
 
 
+class _Heartbeat:
+    """The parent's word while a child works unheard: where :data:`HEARTBEAT_S` pass without
+    a progress line, `still` (the seconds since the child started) says it is still running,
+    so a slow build in a fresh process is never a silent minute. Lines go out one at a time
+    (the child's, passed on, and these)."""
+
+    def __init__(self, progress: Callable[[str], Any], still: Callable[[float], str] | None):
+        self.progress, self.still = progress, still
+        self.lock, self.done = threading.Lock(), threading.Event()
+        self.began = self.last = time.monotonic()
+        self.thread = threading.Thread(target=self._beat, daemon=True, name="child-heartbeat")
+
+    def say(self, line: str) -> None:
+        with self.lock:
+            self.last = time.monotonic()
+            self.progress(line)
+
+    def _beat(self) -> None:
+        while not self.done.wait(1.0):
+            now = time.monotonic()
+            if self.still is not None and now - self.last >= HEARTBEAT_S:
+                self.say(self.still(now - self.began))
+
+    def __enter__(self) -> _Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+
 def follow(
     argv: list[str],
     env: dict[str, str],
     timeout_s: float,
     progress: Callable[[str], Any],
     prefix: str = "",
+    still: Callable[[float], str] | None = None,
 ) -> Ended:
     """Runs `argv`, passing the progress :class:`Message` s it sends on to `progress` as they
-    come, with `prefix`, until it ends or `timeout_s` passes (then it is killed)."""
+    come, with `prefix`, until it ends or `timeout_s` passes (then it is killed); `still`, a
+    line at least every :data:`HEARTBEAT_S` while it sends none (:class:`_Heartbeat`)."""
     killed = threading.Event()
     error: list[str] = []
     with contextlib.ExitStack() as stack:
+        heart = stack.enter_context(_Heartbeat(progress, still))
         err = stack.enter_context(_stderr_file())
         # Stopped and waited for whatever ends this (Ctrl-C, SIGTERM, an error): never an
         # orphan that writes into the temporary directory its parent removes next.
@@ -216,7 +256,7 @@ def follow(
         try:
             for message in _messages(proc.stdout):  # type: ignore[arg-type]
                 if message.kind == PROGRESS:
-                    progress(prefix + message.text)
+                    heart.say(prefix + message.text)
                 else:
                     error.append(message.text)
             proc.wait()
@@ -258,11 +298,13 @@ def run_child(
     timeout_s: float,
     progress: Callable[[str], Any] | None = None,
     prefix: str = "",
+    still: Callable[[float], str] | None = None,
 ) -> ChildResult:
     """Runs `spec` in a fresh ``python -m toolkit._child`` process and returns its
     :class:`ChildResult`: its JSON answer, or the error it sent (else its last line of
     standard error); a child killed by a signal or past `timeout_s` is ``interrupted``. Its
-    progress messages go to `progress` as they come, after `prefix`."""
+    progress messages go to `progress` as they come, after `prefix`, and `still`'s line
+    while it sends none (:func:`follow`)."""
     child_env = {**env, "KERAS_BACKEND": spec.backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
     # The user's module imports in the child as it does here.
     if spec.target is not None and spec.target.model_fn:
@@ -274,6 +316,7 @@ def run_child(
         spec_path, out = os.path.join(tmp, "spec.json"), os.path.join(tmp, "out.json")
         atomic_write(spec_path, spec.to_json())
         argv = [sys.executable, "-m", CHILD, spec_path, out]
-        ended = follow(argv, child_env, timeout_s, progress or (lambda _line: None), prefix)
+        said = progress or (lambda _line: None)
+        ended = follow(argv, child_env, timeout_s, said, prefix, still)
         answer = read_json(out) if ended.returncode is not None else None
     return ended.result(answer, timeout_s)

@@ -127,13 +127,13 @@ def whole_run_lines(run: WholeRun, pick_wins: bool) -> list[str]:
 def gain_line(gain: Gain | None, picked: bool) -> str:
     """The one gain the screen claims: the pick's, with its range, rounds and where they ran
     (``gain: 2.77× (2.28–5.36, 5 rounds in fresh processes)``); for a pick the rounds did not
-    confirm, what they measured, said as not a gain. Empty: nothing was measured against the
-    defaults."""
+    confirm, what they measured (its words say it is not confirmed). Empty: nothing was
+    measured against the defaults."""
     if gain is None:
         return ""
     if picked:
         return f"gain: {gain.words()}"
-    return f"not confirmed: measured {gain.words()}"
+    return f"measured {gain.words()}"
 
 
 def screen(result: Any) -> list[Block]:

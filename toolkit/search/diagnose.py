@@ -77,9 +77,14 @@ __all__ = [
     "BALANCED",
     "COMPUTE_BOUND",
     "INPUT_BOUND",
+    "UNCERTAIN",
     "Diagnosis",
     "diagnose",
 ]
+
+# The verdict where the rates contradict themselves or their gap is inside their own noise
+# (:func:`consistency`): said with why, and no advice drawn from it.
+UNCERTAIN = "uncertain"
 
 DEFAULT_STEPS = 60  # steps per measurement, at least, unless you give a number
 MIN_WINDOW_S = 0.5  # each timed window of a diagnosis, at least (at the step alone's rate)
@@ -107,6 +112,10 @@ class Diagnosis:
     ledger: Ledger | None = None
     # The same trace taken apart (``toolkit.anatomy``'s record), where XProf read it.
     anatomy: Anatomy | None = None
+    # How far two runs of one window differed here (a share; None: one run each), and why
+    # the verdict is uncertain ("" where it is not: :func:`consistency`).
+    noise: float | None = None
+    uncertain: str = ""
 
     def to_dict(self) -> dict[str, object]:
         """report.json's ``diagnosis``: the advice as this diagnosis's reader reads it."""
@@ -124,8 +133,13 @@ class Diagnosis:
 
     def lines(self) -> list[str]:
         per = f" ({self.batch_size} examples/step)" if self.batch_size else ""
+        why = (
+            f": {self.uncertain}; no advice from it, measure again (more steps, a quieter machine)"
+            if self.uncertain
+            else ""
+        )
         out = [
-            f"verdict: {self.verdict}{per}",
+            f"verdict: {self.verdict}{per}{why}",
             f"  measured pipeline: {self.pipeline or 'unknown'}",
             f"  input pipeline alone: {self.input_rate:,.1f} batches/s",
             f"  train step alone:     {self.compute_rate:,.1f} steps/s (one cached batch)",
@@ -191,6 +205,36 @@ def classify(
     return verdict, overlap_ok
 
 
+def consistency(
+    input_rate: float,
+    compute_rate: float,
+    fit_rate: float,
+    noise: float | None,
+    margin: float = MARGIN,
+) -> str:
+    """Why the three rates cannot carry a verdict ("" where they can). The step alone, on
+    one cached batch, bounds the real fit: a fit faster than it by more than the runs'
+    `noise` (how far two runs of one window differed, a share; half the margin at least)
+    says the machine's load moved between the windows. And a verdict drawn from the fit's
+    gap to the step alone alone (the pipeline alone keeps up) means nothing where that gap
+    lies inside the noise. Either is said as :data:`UNCERTAIN`, never as a verdict with
+    advice (a fit 1.47× its "step alone", and a "balanced" from a 17 % gap on a machine
+    whose runs moved by more, were both advised on before)."""
+    ratio, swing = fit_rate / compute_rate, max(noise or 0.0, margin / 2)
+    if ratio > 1 + swing:
+        return (
+            f"the real fit ran {ratio:.2f}× the step alone, which bounds it: the machine's "
+            "load moved between the windows"
+        )
+    fit_decides = input_rate >= compute_rate * (1 - margin) and ratio < 1 - margin / 2
+    if fit_decides and noise is not None and 1 - ratio <= noise:
+        return (
+            f"the real fit's {1 - ratio:.0%} gap to the step alone is inside this machine's "
+            f"noise (two runs of one window differed by {noise:.0%})"
+        )
+    return ""
+
+
 # XProf's verdicts that a rates verdict contradicts (balanced contradicts none).
 _CONTRADICTS = {
     INPUT_BOUND: ("not input-bound",),
@@ -231,6 +275,8 @@ def second_opinion(
     said = f"{theirs}, {share:.1f}% of the traced steps' time waiting for input"
     if theirs == "potentially input-bound":  # XProf's word for much unattributed time
         said += " (XProf's 'potentially': much of the step is Python or other host time)"
+    if verdict == UNCERTAIN:
+        return SecondOpinion(theirs, share, None, f"{said}; the rates gave no verdict to hold")
     positive = not theirs.startswith("not ")
     clash = (verdict == COMPUTE_BOUND and positive) or (verdict == INPUT_BOUND and not positive)
     if clash and theirs not in _CONTRADICTS.get(verdict, ()):  # one verdict's words: the rates'
@@ -340,6 +386,15 @@ def _faster(a: Any, b: Any) -> Any:
     return a
 
 
+def _spread(a: Any, b: Any) -> float | None:
+    """How far two runs of one window differed: the slower's mean step over the faster's,
+    less one (None: either timed nothing)."""
+    if not (a.steps.timed_steps and b.steps.timed_steps and a.steps.mean_s and b.steps.mean_s):
+        return None
+    slow, fast = sorted((a.steps.mean_s, b.steps.mean_s), reverse=True)
+    return slow / fast - 1
+
+
 def _rate(stats: Any) -> float:
     if not stats.timed_steps:
         raise ValueError(
@@ -357,6 +412,7 @@ def diagnose(
     steps: int | None = None,
     devices_found: Iterable[Any] | None = None,
     ledger: Any = None,
+    class_weight: Mapping[int, float] | None = None,
 ) -> Diagnosis:
     """Measures the input pipeline alone, the step alone and the real fit; returns the verdict.
 
@@ -380,6 +436,8 @@ def diagnose(
             its ``ledger``: the diagnosis then also says where that run's time went and
             what each fix would save over it (a diagnosis's own short fits cannot: they
             have no epochs, validation or callbacks). Defaults to `None`.
+        class_weight: with your model, ``{class index: weight}`` as ``fit`` takes it: every
+            fit the diagnosis runs weighs its batches with it. Defaults to `None`.
 
     Raises:
         toolkit.runner.train.SetupError: a setting or data that cannot work.
@@ -390,7 +448,7 @@ def diagnose(
     # The step alone first: a Task's workload selects the device before anything else starts
     # TensorFlow's runtime.
     auto, steps = steps is None, DEFAULT_STEPS if steps is None else steps
-    with workload(target, data, config) as work:
+    with workload(target, data, config, class_weight=class_weight) as work:
         measured = _Measurements(work, steps)
         measured.step_alone()
         measured.input_alone()
@@ -431,6 +489,7 @@ class _Measurements:
         self.trace: TraceAnalysis | None = None
         self.anatomy: Anatomy | None = None
         self.tuned: Tuned | None = None
+        self.noise: float | None = None  # how far two runs of one window differed
 
     def step_alone(self) -> None:
         """1/3: the step alone on one batch repeated, the upper bound for this model here."""
@@ -478,11 +537,14 @@ class _Measurements:
         # first fit's steps after its compile still run cold (JAX's step alone ran at 0.44×
         # of a later run's). Each keeps its faster run, so the two are compared as warm.
         again = work.fit(steps=alone_total, warmup=warmup, one_batch=True)
-        compute = again if windows.probe else _faster(self.compute, again)
-        self.fit = _faster(fit, work.fit(steps=fit_total, warmup=warmup))
+        first = again if windows.probe else self.compute
+        fit_again = work.fit(steps=fit_total, warmup=warmup)
         if windows.probe:  # the first only sized the windows: the faster of two, as the fit's
-            compute = _faster(compute, work.fit(steps=alone_total, warmup=warmup, one_batch=True))
-        self.compute = compute
+            again = work.fit(steps=alone_total, warmup=warmup, one_batch=True)
+        self.compute, self.fit = _faster(first, again), _faster(fit, fit_again)
+        # The machine's noise, as these windows met it: how far each pair's runs differed.
+        spreads = [s for s in (_spread(first, again), _spread(fit, fit_again)) if s is not None]
+        self.noise = max(spreads, default=None)
 
     def xprof_trace(self) -> None:
         """XProf's reading of a few traced steps of a fit (None where XProf is missing)."""
@@ -521,6 +583,7 @@ class _Measurements:
             input_workers=work.input_workers,
             python=work.applies_in_python,
             tuned=self.tuned,
+            noise=self.noise,
         )
 
 
@@ -556,6 +619,16 @@ def _tuned(work: Any) -> Tuned | None:
     return Tuned.of(result) if result is not None and result.trials else None
 
 
+def _devices_facts(device_kind: str, devices_found: Iterable[Any] | None) -> tuple[int, Any]:
+    """``(GPUs here, the precision recommended for the device measured)``."""
+    from toolkit import devices
+
+    found = list(devices_found) if devices_found is not None else devices.detect()
+    chosen = next((d for d in found if d.kind == device_kind), None)
+    recommended = devices.recommend_precision(chosen)[0] if chosen is not None else None
+    return sum(1 for d in found if d.is_gpu), recommended
+
+
 def _conclude(
     *,
     input_rate: float,
@@ -573,25 +646,26 @@ def _conclude(
     input_workers: int | None = None,
     python: bool = False,
     tuned: Tuned | None = None,
+    noise: float | None = None,
 ) -> Diagnosis:
     """The verdict and advice from the measured rates; `trace` is what a trace of the fit
     said (None: none was taken); `python`: your own model, its advice said in Python;
-    `tuned`: what a cached tune search measured here (its losers are not advised)."""
-    from toolkit import devices
-
+    `tuned`: what a cached tune search measured here (its losers are not advised);
+    `noise`: how far two runs of one window differed (:func:`consistency`)."""
     compute_rate, fit_rate = _rate(compute), _rate(fit)
     verdict, overlap_ok = classify(input_rate, compute_rate, fit_rate)
+    uncertain = consistency(input_rate, compute_rate, fit_rate, noise)
+    if uncertain:
+        verdict, overlap_ok = UNCERTAIN, True
     slower = input_rate < compute_rate
     xprof = second_opinion(verdict, trace, slower) if trace is not None else None
-    found = list(devices_found) if devices_found is not None else devices.detect()
-    chosen = next((d for d in found if d.kind == device_kind), None)
-    recommended = devices.recommend_precision(chosen)[0] if chosen is not None else None
+    gpus, recommended = _devices_facts(device_kind, devices_found)
     classes, ops = _pipeline_facts(dataset)
     facts = Facts(
         step_s=compute.mean_s,
         batch_size=batch_size,
         device_kind=device_kind,
-        gpus=sum(1 for d in found if d.is_gpu),
+        gpus=gpus,
         pipeline_classes=classes,
         pipeline_ops=ops,
         recommended_precision=recommended,
@@ -607,10 +681,14 @@ def _conclude(
         fit_rate=fit_rate,
         verdict=verdict,
         overlap_ok=overlap_ok,
-        advice=advise(verdict, overlap_ok, input_rate, compute_rate, facts, fit_rate),
+        advice=[]
+        if uncertain
+        else advise(verdict, overlap_ok, input_rate, compute_rate, facts, fit_rate),
         batch_size=batch_size,
         steps=steps,
         pipeline=described,
         xprof=xprof,
         python=python,
+        noise=noise,
+        uncertain=uncertain,
     )

@@ -243,7 +243,9 @@ class _Space:
     steps in one call at most (steps per execution × fused steps): a call's fixed cost spread
     over 256 steps is already a few µs a step, and a longer call costs more to measure (one
     call is the shortest window) than it could gain. Not an axis. And ``run``: the
-    :class:`RunShape` of the run the pick is for (None: unknown): only loops it can time."""
+    :class:`RunShape` of the run the pick is for (None: unknown): only loops it can time;
+    ``cut``: why, by design, axes here hold the default alone (a clause each, the settings
+    table's ``Searched.cut``)."""
 
     SEARCHED: tuple[tuple[str, Searched], ...] = ()
     CANDIDATE: type = _Candidate
@@ -291,6 +293,7 @@ def knob_types(searched: Sequence[tuple[str, Searched]]) -> tuple[type, type]:
             ),
             ("max_steps_per_call", int, dataclasses.field(default=256)),
             ("run", Any, dataclasses.field(default=None)),
+            ("cut", tuple, dataclasses.field(default=())),
         ],
         bases=(_Space,),
         frozen=True,

@@ -53,6 +53,7 @@ FRESH_WINDOW_S = 6.0  # a fresh run's timed window, at most (seconds at its own 
 MIN_WINDOW_S = 1.0  # ... and at least
 FRESH_START_S = 8.0  # a fresh process's start (Python, the framework, the data), when unknown
 FRESH_TIMEOUT_S = 600.0  # one fresh run, at most, where no deadline bounds it
+OVERRUN = 3.0  # a fresh run taking this many times the first one's time is stopped
 GRACE_S = 2.0  # a run may end this long past the deadline before it is stopped
 THIS_PROCESS, FRESH = "this process", "fresh processes"
 ROBUST_ROUNDS = 5  # from this many rounds on, the range is the median's (robust to one)
@@ -71,7 +72,9 @@ class Gain:
     """A measured speed-up of a pick over the defaults: the median paired ratio (`ratio`), its
     one-sided 95 % bounds (`low`, `high`; one round: the ratio itself; see the module's doc),
     how many `rounds`, where they ran (:data:`FRESH` or :data:`THIS_PROCESS`) and the rounds'
-    noise (`noise`: ±, the spread of one round's log ratio; None under two rounds).
+    noise (`noise`: ±, the spread of one round's log ratio; None under two rounds); for a
+    gain this process measured, `why` no fresh process checked it, with what would (said
+    in the gain's own line: a user who prints only it still learns what to do).
     Built where the rounds are measured; :meth:`words` is the one way it is said."""
 
     ratio: float
@@ -80,6 +83,7 @@ class Gain:
     rounds: int
     where: str
     noise: float | None = None
+    why: str = ""
 
     @classmethod
     def of(cls, ratios: Sequence[float], where: str) -> Gain | None:
@@ -128,13 +132,17 @@ class Gain:
         return math.exp(t95(n - 1) * math.log1p(self.noise) / math.sqrt(n))
 
     def words(self) -> str:
-        """``1.27× (1.22–1.31, 3 rounds in fresh processes)``; one round, or rounds in this
-        process, are said as unconfirmed."""
+        """``1.27× (1.22–1.31, 3 rounds in fresh processes)``; rounds that did not confirm
+        it, one round, or rounds in this process are said as unconfirmed (a gain this process
+        measured: with why no fresh process checked it, and what would)."""
+        why = self.why if self.why and self.where != FRESH else ""
         if self.rounds < 2:
-            return f"{self.ratio:.2f}× (1 round in {self.where}: not confirmed)"
+            return f"{self.ratio:.2f}× (1 round in {self.where}: {why or 'not confirmed'})"
         spread = f"{self.low:.2f}–{self.high:.2f}"
         said = f"{self.ratio:.2f}× ({spread}, {self.rounds} rounds in {self.where}"
-        return said + (")" if self.where == FRESH else ": unconfirmed)")
+        if self.trusted:
+            return said + ")"
+        return said + f": {why or ('not confirmed' if self.where == FRESH else 'unconfirmed')})"
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -145,7 +153,7 @@ class Gain:
             noise = d.get("noise")
             return cls(
                 float(d["ratio"]), float(d["low"]), float(d["high"]), int(d["rounds"]),
-                str(d["where"]), None if noise is None else float(noise),
+                str(d["where"]), None if noise is None else float(noise), str(d.get("why", "")),
             )  # fmt: skip
         except (AttributeError, KeyError, TypeError, ValueError):
             return None
@@ -197,13 +205,16 @@ def start_estimate() -> float:
 class Confirmation:
     """What :func:`confirm_fresh` found: the pick that stands (the defaults unless confirmed),
     the fresh :class:`Gain` (None: no round measured both), the rounds as ``{label:
-    examples/s}``, why in short lines, and whether the time given ended the rounds."""
+    examples/s}``, why in short lines, whether the time given ended the rounds, and the
+    longest run :func:`run_timeout` stopped (None: none)."""
 
     pick: Candidate
     gain: Gain | None
     rounds: list[dict[str, float]]
     words: tuple[str, ...]
     out_of_time: bool = False
+    overran_s: float | None = None  # the longest run the timeout stopped, in seconds
+    longest_s: float | None = None  # the longest run, stopped or not (one run's cost here)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,7 +262,9 @@ def confirm_fresh(
     `interrupted` (its candidate's label): such an answer is not the candidates' own, and tune
     does not cache it. The defaults stand unless the pick is confirmed."""
     timing = timing or Timing()
-    child = _child_runner(target, backend=backend, device=device, steps=steps, timing=timing)
+    child = _child_runner(
+        target, backend=backend, device=device, steps=steps, timing=timing, progress=progress
+    )
     fresh = _FreshRounds(runner or child, defaults, pick, rounds, progress, interrupted, timing)
     left = timing.left()
     done, out_of_time = interleaved_rounds(
@@ -268,10 +281,12 @@ def _child_runner(
     device: str,
     steps: int | Mapping[Candidate, int],
     timing: Timing,
+    progress: Callable[[str], Any] | None = None,
 ) -> Callable[[Candidate, int], Any]:
     """The default runner of :func:`confirm_fresh`: ``(candidate, round)`` runs `candidate`
-    on `target` in a new ``python -m toolkit._child`` process, stopped at the deadline, and
-    returns its ``ChildResult``. It counts no FLOPs: only its rate is read."""
+    on `target` in a new ``python -m toolkit._child`` process, stopped at
+    :func:`run_timeout`, saying to `progress` at least every ten seconds that it still runs,
+    and returns its ``ChildResult``. It counts no FLOPs: only its rate is read."""
     from toolkit.search._processes import ChildSpec, run_child
 
     # The searching process still holds its device memory: a child must take only what it
@@ -280,14 +295,37 @@ def _child_runner(
     if hasattr(target, "config"):
         target = dataclasses.replace(target, config={**target.config, "count_flops": False})
 
-    def child(candidate: Candidate, _round: int) -> Any:
+    first: list[float] = []  # the first run's seconds (its process's start, build, steps)
+
+    def child(candidate: Candidate, r: int) -> Any:
         n = steps[candidate] if isinstance(steps, Mapping) else steps
         spec = ChildSpec("figures", backend, device, target, candidate, steps=n)
-        left = timing.left()
-        timeout = FRESH_TIMEOUT_S if left is None else max(left + GRACE_S, 1.0)
-        return run_child(spec, env, timeout)
+        timeout = run_timeout(timing.left(), first, timing.run_s.get(candidate))
+
+        def still(seconds: float) -> str:
+            stamp = timing.stamp()
+            head = f"[fresh {r + 1} | {stamp}]" if stamp else f"[fresh round {r + 1}]"
+            return f"{head} {candidate.label()}: still running ({seconds:.0f} s)"
+
+        t0 = time.perf_counter()
+        got = run_child(spec, env, timeout, progress, still=still)
+        if got.ok and not first:
+            first.append(time.perf_counter() - t0)
+        return got
 
     return child
+
+
+def run_timeout(left: float | None, first: Sequence[float], estimate: float | None) -> float:
+    """How long one fresh run may take: what the call has left (`left`, and
+    :data:`GRACE_S`; :data:`FRESH_TIMEOUT_S` where nothing bounds it), and, once a first run
+    measured what one takes here (`first`: its process's start, the build, the steps),
+    :data:`OVERRUN` times that or the run's own `estimate` (its compile differs), whichever
+    is longer. A run past it is stopped and said (``ChildResult.overran_s``)."""
+    budget = FRESH_TIMEOUT_S if left is None else max(left + GRACE_S, 1.0)
+    if not first:
+        return budget
+    return min(budget, OVERRUN * max(first[0], estimate or 0.0) + GRACE_S)
 
 
 class _FreshRounds:
@@ -311,6 +349,8 @@ class _FreshRounds:
         self.progress, self.interrupted, self.timing = progress, interrupted, timing
         self.errors: list[str] = []
         self.walls: dict[Candidate, float] = {}  # each candidate's latest run, in seconds
+        self.overran: float | None = None  # the longest run the timeout stopped
+        self.longest: list[float] = []  # every run's seconds
 
     def measure(self, candidate: Candidate, r: int) -> float:
         """`candidate`'s rate in round `r`, said; raises where its run measured none."""
@@ -318,9 +358,13 @@ class _FreshRounds:
         t0 = clock()
         got = self.run(candidate, r)
         self.walls[candidate] = clock() - t0
+        self.longest.append(self.walls[candidate])
         figures, error, interrupted = _read(got)
         if interrupted and self.interrupted is not None:
             self.interrupted.append(candidate.label())
+        overran = getattr(got, "overran_s", None)
+        if overran is not None:
+            self.overran = max(self.overran or 0.0, overran)
         rate = figures.examples_per_sec if figures is not None else None
         if rate is None or not math.isfinite(rate) or rate <= 0:
             self.errors.append(f"{candidate.label()}: {error or 'no timed steps'}")
@@ -347,6 +391,13 @@ class _FreshRounds:
         return lost or (gain is not None and gain.answered)
 
     def verdict(self, done: list[dict[Candidate, float]], out_of_time: bool) -> Confirmation:
+        """:meth:`_verdict`, with the longest run the timeout stopped and the longest of
+        all (what a run costs here: a stopped one's time is only a floor)."""
+        longest = max([*self.longest, self.overran or 0.0]) or None
+        said = self._verdict(done, out_of_time)
+        return dataclasses.replace(said, overran_s=self.overran, longest_s=longest)
+
+    def _verdict(self, done: list[dict[Candidate, float]], out_of_time: bool) -> Confirmation:
         """The pick when the rounds confirmed it (and the never-slower rule agrees), else the
         defaults, with why in short lines."""
         defaults, pick = self.defaults, self.pick

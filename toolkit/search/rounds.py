@@ -58,13 +58,15 @@ def confirm(
     progress: Callable[[str], Any] | None = None,
     spent_s: float = 0.0,
     shown_budget_s: float | None = None,
+    cut: Sequence[str] = (),
 ) -> tuple[Candidate, list[dict[str, float]], str, bool]:
     """Measures the search's :data:`FINALISTS` fastest candidates again, interleaved with the
     defaults (:func:`interleaved_rounds`), until the pick is the same two rounds running,
     :data:`MAX_ROUNDS` rounds, or the budget ends; picks with :func:`decide`. One window per
     candidate cannot tell a 10 % gain from a 10 % swing of a shared machine; the paired,
     repeated rounds can. `shown_budget_s`: the budget the progress lines count against (a
-    tune's whole call, of which these rounds have a share).
+    tune's whole call, of which these rounds have a share). `cut`: why the space held the
+    defaults alone by design (the space's ``cut``), said where nothing else was measured.
 
     Returns:
         ``(pick, rounds as {label: examples/s}, why in words, whether the budget ran out)``.
@@ -81,6 +83,7 @@ def confirm(
         if others:
             return defaults.candidate, [], "nothing beat the defaults in the search", False
         said = f" ({failed} other setting(s) failed)" if failed else ""
+        said += f": {'; '.join(cut)}" if cut and not failed else ""
         return defaults.candidate, [], f"only the defaults were measured{said}", False
     head = _HeadToHead(
         measure, defaults, finalists, trials, budget_s=shown_budget_s or budget_s,

@@ -50,13 +50,16 @@ class Target:
     """What to train, as a fresh process rebuilds it: a recipe (``recipe``, with ``params``,
     the arguments of its ``build_task`` that differ from their defaults) or
     ``module:function`` returning your compiled model and batched data (``model_fn``); and the
-    run's settings (``config``: ``TrainConfig.to_dict()``; empty: the defaults). Typed values,
-    never a command line: a child builds its task and config from these alone."""
+    run's settings (``config``: ``TrainConfig.to_dict()``; empty: the defaults); and the
+    ``class_weight`` your ``fit`` takes beside the data your function returns (None: none),
+    so a child's fit weighs what the searching process's did. Typed values, never a command
+    line: a child builds its task and config from these alone."""
 
     recipe: str | None = None
     model_fn: str | None = None
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
     config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    class_weight: dict[Any, float] | None = None
 
     def label(self) -> str:
         return f"recipe {self.recipe}" if self.recipe else f"--model_fn {self.model_fn}"
@@ -67,35 +70,64 @@ class Target:
         return str(self.recipe or self.model_fn)
 
     def to_dict(self) -> dict[str, object]:
+        weights = {"class_weight": self.class_weight} if self.class_weight is not None else {}
         return {"recipe": self.recipe, "model_fn": self.model_fn, "params": dict(self.params),
-                "config": dict(self.config)}  # fmt: skip
+                "config": dict(self.config), **weights}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: Any) -> Target:
         """Raises KeyError, TypeError (a malformed target)."""
         return cls(d["recipe"], d["model_fn"], dict(d.get("params") or {}),
-                   dict(d.get("config") or {}))  # fmt: skip
+                   dict(d.get("config") or {}), d.get("class_weight"))  # fmt: skip
 
     @classmethod
     def of(cls, what: Any, params: dict[str, Any] | None = None, config: Any = None) -> Target:
         """A Target from a recipe name, ``"module:function"``, or your model-building function
-        itself (returning ``(compiled model, batched data)``; it must be importable by name:
-        defined at the top of a module, not in ``__main__``, the children import it); with a
+        itself (returning ``(compiled model, batched data)``, defined at the top of a module
+        or of the script you ran: the children find it by :func:`function_spec`); with a
         recipe's `params` and a ``TrainConfig`` (or its dict) as `config`."""
         if isinstance(what, Target):
             return what
         settings = config.to_dict() if hasattr(config, "to_dict") else dict(config or {})
         if callable(what):
-            module, name = getattr(what, "__module__", None), getattr(what, "__qualname__", "")
-            if not module or module == "__main__" or "<" in name:
-                raise ChooserError(
-                    f"{name or what!r}: the runs import your function by name in fresh "
-                    "processes: define it at the top of a module (not __main__, not nested)"
-                )
-            return cls(None, f"{module}:{name}", {}, settings)
+            return cls(None, function_spec(what), {}, settings)
         if isinstance(what, str) and ":" in what:
             return cls(None, what, {}, settings)
         return cls(str(what), None, dict(params or {}), settings)
+
+
+def function_spec(fn: Any) -> str:
+    """How a fresh process finds your function `fn`: ``module:function``, or where it lives
+    in the script you ran (``python mytrain.py``), ``/path/mytrain.py:function``: the child
+    imports that file under another name than ``__main__`` (as ``multiprocessing``'s spawn
+    does), so the script's ``if __name__ == "__main__":`` block does not run there.
+
+    Raises:
+        ChooserError: no fresh process can find it (nested, a lambda, typed into an
+            interactive session or ``python -c``), with the one-line fix.
+    """
+    import sys
+
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    shown = name or repr(fn)
+    if not module or "<" in name:
+        raise ChooserError(
+            f"fresh processes cannot import {shown} (nested in a function or a lambda): "
+            "define it at the top of a module"
+        )
+    if module != "__main__":
+        return f"{module}:{name}"
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name and spec.name != "__main__":  # python -m mytrain
+        return f"{spec.name.removesuffix('.__main__')}:{name}"
+    path = getattr(main, "__file__", None)
+    if path and path.endswith(".py") and os.path.isfile(path):  # python mytrain.py
+        return f"{os.path.abspath(path)}:{name}"
+    raise ChooserError(
+        f"fresh processes cannot import {shown}: it was defined in an interactive session "
+        "or python -c; move it to a module (mytrain.py) and run that"
+    )
 
 
 @dataclasses.dataclass(frozen=True)

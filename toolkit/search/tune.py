@@ -84,7 +84,11 @@ def default_space(
     `step_s` says the per-step overhead is a real share of the step, and optionally batch
     sizes. `loader` (what feeds fit) decides where a backend's loops pay."""
     ctx = SearchContext(device, step_s, backend.name(), tuple(batch_sizes), loader)
-    return Space(**{name: how.values(ctx) for name, how in SEARCHED_SETTINGS})
+    cut = (how.cut(ctx) for _name, how in SEARCHED_SETTINGS if how.cut is not None)
+    return Space(
+        **{name: how.values(ctx) for name, how in SEARCHED_SETTINGS},
+        cut=tuple(dict.fromkeys(c for c in cut if c)),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -331,6 +335,7 @@ def tune(
     confirm: bool = True,
     skip_words: str = SKIP,
     clock: Callable[[], float] = time.perf_counter,
+    class_weight: Mapping[int, float] | None = None,
 ) -> TuneResult:
     """Finds the fastest settings for a recipe's Task, or for your own compiled model on your
     own batched data (see the module docstring).
@@ -372,6 +377,9 @@ def tune(
         skip_words: how your caller skips the check, as the first line says it (the tune
             verb: ``--no_confirm``).
         clock: seconds, for the budget (tests inject one).
+        class_weight: with your model, ``{class index: weight}`` as ``fit`` takes it: every
+            fit the search runs (and each fresh process's) weighs its batches with it.
+            Defaults to `None`.
 
     Only settings the run they are for can time are searched, picked and applied: a loop
     longer than an epoch, or one whose run is a first call and a warm-up, is left out
@@ -381,13 +389,15 @@ def tune(
     check_budget(budget_s, steps)  # as the command line refuses them, before anything runs
     fresh_target = _fresh_target(fresh)  # a bad one is refused now, not after the search
     target, data, fresh_target, no_fresh = _built(target, data, fresh_target)
+    if class_weight is not None and fresh_target is not None:  # the children's fits weigh too
+        fresh_target = dataclasses.replace(fresh_target, class_weight=dict(class_weight))
     # A Task's data is made once for the search, and its finalists stay built for the rounds.
-    work = workload(target, data, config, resident=True, keep=FINALISTS)
+    work = workload(target, data, config, class_weight=class_weight, resident=True, keep=FINALISTS)
     run = _Tuning(work, budget_s, steps, progress, work.length_known(config is not None),
                   clock=clock, start=start)  # fmt: skip
     run.no_fresh = no_fresh or work.fresh_words()
     if not confirm:
-        fresh_target, run.no_fresh = None, f"{skip_words}: skipped"
+        fresh_target, run.no_fresh = None, f"{skip_words} skipped it"
     try:
         return _tuned(run, work, space, fresh_target, use_cache, skip_words)
     finally:
@@ -527,6 +537,7 @@ class _Tuning:
         best, rounds, why, out_of_time = confirm(
             self.measure, trials, budget_s=plan.search_s, progress=self.report,
             spent_s=clock() - self.start, clock=clock, shown_budget_s=plan.total_s,
+            cut=space.cut,
         )  # fmt: skip
         return trials, best, rounds, why, untried if untried or not out_of_time else None
 
@@ -595,6 +606,8 @@ class _Tuning:
             exhausted = exhausted or found.out_of_time
         elif best != defaults:
             lines.append(f"not run in fresh processes ({self.no_fresh})")
+            if gain is not None:
+                gain = dataclasses.replace(gain, why=self.no_fresh)
         return TuneResult(
             best, trials, self.key, False, self.clock() - self.start, exhausted, rounds,
             "\n".join(ln for ln in lines if ln), gain, fresh_rounds, run_facts,
@@ -632,6 +645,13 @@ class _Tuning:
         if found.pick != self.defaults or (found.gain is not None and found.gain.answered):
             return []
         plan = self.plan
+        if found.overran_s is not None:  # a fresh run here takes longer than the plan had
+            run_s = max(found.overran_s, found.longest_s or 0.0)
+            needs = 10 * math.ceil((plan.budget_s + 2 * fr.PLANNED_ROUNDS * run_s) / 10)
+            return [
+                f"a fresh run was stopped after {found.overran_s:.0f} s, past the time left; "
+                f"a {needs} s budget holds {fr.PLANNED_ROUNDS} rounds of such runs"
+            ]
         if not found.rounds and found.out_of_time:
             needs = 10 * math.ceil((plan.budget_s + 2 * fr.PLANNED_ROUNDS * plan.run_s) / 10)
             return [

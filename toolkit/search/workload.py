@@ -231,11 +231,19 @@ class Workload:
         self.close()
 
 
-def workload(target: Any, data: Any = None, config: TrainConfig | None = None, **kw: Any):
+def workload(
+    target: Any,
+    data: Any = None,
+    config: TrainConfig | None = None,
+    *,
+    class_weight: Any = None,
+    **kw: Any,
+):
     """The :class:`Workload` of a ``toolkit.runner.train.Task`` (with `config`; a TrainConfig may
     stand as `data`) or of a compiled model with its `data`: the one place that asks which kind
     a target is (tune, diagnose, doctor and backends take the Workload). `kw` (``resident``,
-    ``keep``) are a Task's: your model is built already and its data is yours.
+    ``keep``) are a Task's: your model is built already and its data is yours. `class_weight`
+    is your model's, as ``fit`` takes it (a Task weighs its own data, in its loss).
 
     Raises:
         toolkit.runner.train.SetupError: a model without data, data that is not batches.
@@ -246,10 +254,15 @@ def workload(target: Any, data: Any = None, config: TrainConfig | None = None, *
         config, data = data, None
     config = (config or TrainConfig()).validate()
     if isinstance(target, train.Task):
+        if class_weight is not None:
+            raise train.SetupError(
+                "class_weight: for your compiled model and its data, (model, data); a recipe's "
+                "Task weighs its classes in its own loss"
+            )
         return TaskWorkload(target, config, **kw)
     if data is None:
         raise train.SetupError("give the training data your model fits on: (model, data)")
-    return ModelWorkload(target, data, config)
+    return ModelWorkload(target, data, config, class_weight)
 
 
 def peak_at(target: Any, data: Any, config: TrainConfig, steps: int) -> Any:
@@ -553,11 +566,14 @@ def _resident(source: Any) -> Any:
 class ModelWorkload(Workload):
     """Your compiled model on your data, in any form ``fit`` takes (``toolkit.data._fit_data``:
     a ``tf.data.Dataset`` used exactly as it is, arrays batched by ``config.batch_size``, ``x``
-    alone, sample weights, a ``PyDataset``, a generator)."""
+    alone, labels of one output or of several (a dict or list), sample weights (per output
+    too), a ``PyDataset``, a generator), weighed by `class_weight` as ``fit`` weighs it."""
 
     applies_in_python = True
 
-    def __init__(self, model: Any, data: Any, config: TrainConfig) -> None:
+    def __init__(
+        self, model: Any, data: Any, config: TrainConfig, class_weight: Any = None
+    ) -> None:
         from toolkit import devices
 
         self.model, self.config = model, config
@@ -573,12 +589,13 @@ class ModelWorkload(Workload):
         _check_built(model)
         _check_batched(model, data)
         kind = type(data).__name__
-        if _fit_input.is_generator(data):  # read once: each measurement replays it, reads on
-            data = _fit_input.Replay(data)
-        self.data = data
-        try:
+        try:  # before a generator is wrapped: fit weighs no classes of one
+            self.class_weight = _fit_data.check_class_weight(data, class_weight)
+            if _fit_input.is_generator(data):  # read once: each measurement replays, reads on
+                data = _fit_input.Replay(data)
+            self.data = data
             self.dataset, self.described, self.batch_size = _fit_data.fit_dataset(
-                data, config.batch_size
+                data, config.batch_size, self.class_weight
             )
         except ValueError as e:  # a form fit would refuse too: one line, naming the data
             raise SetupError(str(e)) from None
@@ -617,10 +634,13 @@ class ModelWorkload(Workload):
         def first(value: Any, values: Sequence[Any]) -> tuple[Any, ...]:
             return (value, *(v for v in values if v != value))
 
-        return dataclasses.replace(space, **{
+        pairs = list(zip(space.axes(), space.SEARCHED, strict=True))
+        rebuilt = [n for (n, values), (_, how) in pairs if not how.compile_arg and len(values) > 1]
+        cut = (f"{', '.join(rebuilt)}: not searched on a compiled model (a rebuild sets it)",)
+        return dataclasses.replace(space, cut=space.cut + (cut if rebuilt else ()), **{
             name: first(getattr(defaults, name), values) if how.compile_arg
             else (getattr(defaults, name),)
-            for (name, values), (_, how) in zip(space.axes(), space.SEARCHED, strict=True)
+            for (name, values), (_, how) in pairs
         })  # fmt: skip
 
     def length_known(self, config_given: bool) -> bool:
@@ -673,7 +693,7 @@ class ModelWorkload(Workload):
         from toolkit.data import _fit_input
 
         try:
-            args = _fit_input.fit_arguments(self.data, self.batch_size)
+            args = _fit_input.fit_arguments(self.data, self.batch_size, self.class_weight)
             read = None if args is None else backend.get().fit_batches(self.model, args)
         except (ImportError, AttributeError, TypeError, ValueError):
             # Keras's adapters are not public API: another Keras version reads its own way;
@@ -697,7 +717,9 @@ class ModelWorkload(Workload):
 
         if self.endless is None:
             try:
-                self.endless = _fit_input.as_fit_reads(self.data, self.batch_size) or False
+                self.endless = (
+                    _fit_input.as_fit_reads(self.data, self.batch_size, self.class_weight) or False
+                )
             except (ImportError, AttributeError, TypeError, ValueError):
                 self.endless = False  # another Keras version: the tf.data form, as before
         return self.endless or self.dataset

@@ -10,6 +10,8 @@ Each verb module declares the same interface, read into its :class:`Verb`:
   the recipe, and its ``--help`` lists the recipes and those flags;
 - ``options(parser)``: its arguments; ``check(args)``: its options' bounds, before anything
   loads (a ConfigError or ValueError: one line, status 2); ``run(args)``: the verb, its status.
+  The command line checks what a verb measures then too: ``--recipe``, ``--model_fn`` and,
+  with ``RECIPE_FLAGS``, the recipe flags, parsed into the target the verb then reads.
 
 What several verbs share is private here: ``_target`` (``--recipe``/``--model_fn`` made into
 what is measured) and ``_options`` (``--backend``, lists). The parser, start-up and exit codes

@@ -29,3 +29,25 @@ def backend_name() -> str:
 def split(value: str | None) -> list[str]:
     """``"a, b,,c"`` as ``["a", "b", "c"]``; nothing as ``[]``."""
     return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def check_device(spec: str, flag: str = "--device") -> None:
+    """A device `spec` a run can ask for (``auto``, ``cpu``, ``gpu:1``, ``metal``...), read
+    as the devices are selected later (``parse_device_spec``), before any framework loads to
+    see which are here; ValueError naming `flag` otherwise."""
+    from toolkit.core._device_types import DeviceError, parse_device_spec
+
+    try:
+        parse_device_spec(spec)
+    except DeviceError as e:
+        raise ValueError(f"{flag}: {e}") from None
+
+
+def check_out(path: str | None, flag: str = "--out", instead: str = "or leave --out out") -> None:
+    """A directory a verb writes its result under (`path`; None: its default under runs/),
+    checked as a run checks its ``--report_dir`` (``check_report_dir``: a file, a link to
+    nowhere, a place that cannot be written), before anything is measured rather than after
+    what was measured has nowhere to go."""
+    from toolkit.runner.task import check_report_dir
+
+    check_report_dir(path, flag, instead)

@@ -73,7 +73,10 @@ def model_fn(spec: str) -> tuple[Any, Any]:
     module_name, function = check_spec(spec)
     sys.path.insert(0, os.getcwd())  # a module beside the user, as `python -m` would find it
     try:
-        module = importlib.import_module(module_name)
+        if module_name.endswith(".py"):
+            module = _script_module(module_name)
+        else:
+            module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         raise UsageError(f"--model_fn={spec!r}: cannot import {module_name!r} ({e})") from None
     except Exception as e:  # the module's own code failed: theirs, named as theirs
@@ -161,8 +164,19 @@ def resolve_target(
 
 
 def target_of(args: argparse.Namespace) -> tuple[Parsed, Any, Any]:
-    """:func:`resolve_target` of a verb's ``--recipe``, ``--model_fn`` and recipe flags."""
-    return resolve_target(args.recipe, args.model_fn, args.recipe_flags)
+    """:func:`resolve_target` of a verb's ``--recipe``, ``--model_fn`` and recipe flags (as
+    the command line parsed them before anything loaded, when it did)."""
+    parsed = _parsed(args)
+    measured, data = made(parsed.target)
+    return parsed, measured, data
+
+
+def _parsed(args: argparse.Namespace) -> Parsed:
+    """The target the command line parsed and checked before any framework loaded
+    (``toolkit.cli``: a bad recipe flag is said then, not after TensorFlow's start-up), or
+    :func:`parse_target` of `args` now."""
+    parsed = getattr(args, "parsed_target", None)
+    return parsed or parse_target(args.recipe, args.model_fn, args.recipe_flags)
 
 
 def chooser_target(args: argparse.Namespace) -> Parsed:
@@ -170,7 +184,7 @@ def chooser_target(args: argparse.Namespace) -> Parsed:
     recipe flags, parsed and checked here in one line (not in every child); nothing built."""
     if args.model_fn:
         _check_model_fn(args.model_fn)
-    return parse_target(args.recipe, args.model_fn, args.recipe_flags)
+    return _parsed(args)
 
 
 def _check_model_fn(spec: str) -> None:
@@ -193,12 +207,44 @@ def _check_model_fn(spec: str) -> None:
         )
 
 
+def _script_module(path: str) -> Any:
+    """The script at `path` imported as ``multiprocessing``'s spawn imports a parent's main
+    script: under the name ``__mp_main__`` (its ``if __name__ == "__main__":`` block does not
+    run), its folder first on ``sys.path`` as ``python script.py`` puts it. A script that
+    starts the toolkit's processes while it is imported (its calls not under that block)
+    is refused (``children.importing_script``): each child would start more."""
+    import importlib.util
+
+    from toolkit.core import children
+
+    name = "__mp_main__"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError(f"no Python script at {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    with children.importing_script(path):
+        spec.loader.exec_module(module)
+    return module
+
+
 def check_spec(spec: str) -> tuple[str, str]:
     """``(module, function)`` of ``--model_fn module:function``: a dotted module path of
     Python names (``.hidden`` would be a relative import, a path a file name) and a
-    function's name; UsageError otherwise."""
+    function's name, or a script's path and a function's name (``mytrain.py:make``, what
+    ``tune(build)`` hands its fresh processes for a ``build`` in the script you ran);
+    UsageError otherwise."""
     from toolkit.app import UsageError
 
+    script, sep, function = spec.rpartition(":")
+    if script.endswith(".py"):
+        if not (function.isidentifier() and os.path.isfile(script)):
+            raise UsageError(
+                f"--model_fn={spec!r}: give path/to/script.py:function, a script that exists "
+                "and a function's name"
+            )
+        return script, function
     module, sep, function = spec.partition(":")
     names = module.split(".")
     if not (sep and all(n.isidentifier() for n in names) and function.isidentifier()):

@@ -11,6 +11,7 @@ import os
 import sys
 
 from toolkit.core import terminal
+from toolkit.verbs._options import check_out
 from toolkit.verbs._target import add_target, target_of
 
 __all__: list[str] = []  # the command line's own; nothing here is API
@@ -38,6 +39,7 @@ def check(args: argparse.Namespace) -> None:
     from toolkit.runner.config import check_number
 
     check_number("--steps", args.steps, integer=True, least=2)
+    check_out(args.out, instead="or leave --out out (runs/anatomy-<time>)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ import os
 import sys
 
 from toolkit.core import terminal
-from toolkit.verbs._options import split
+from toolkit.verbs._options import check_out, split
 from toolkit.verbs._target import add_target, chooser_target
 
 __all__: list[str] = []  # the command line's own; nothing here is API
@@ -40,8 +40,21 @@ def options(p: argparse.ArgumentParser) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
-    """Nothing to bound here: --steps and --rounds are the chooser's own to check
-    (``toolkit.search.chooser``)."""
+    """The chooser's bounds (``toolkit.search.chooser.compare``'s, each flag named alone),
+    the output directory, and no ``--backend``: each contender runs its own backend, so one
+    named for the run would be silently overridden."""
+    from toolkit import _argv
+    from toolkit.runner.config import check_number
+
+    check_number("--steps", args.steps, integer=True, least=8)
+    check_number("--rounds", args.rounds, integer=True, least=1)
+    check_out(args.out, instead="or leave --out out (runs/backends-<time>)")
+    one = _argv.flag_value(args.recipe_flags, "backend")
+    if one is not None:
+        raise ValueError(
+            f"--backend={one} picks one run's backend, and each contender runs its own: "
+            "name the backends to compare with --backends (e.g. --backends=jax,torch)"
+        )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,6 +15,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from toolkit.verbs._options import check_out
+
 __all__: list[str] = []  # the command line's own; nothing here is API
 
 NAME = "data-service"
@@ -50,7 +52,15 @@ def options(p: argparse.ArgumentParser) -> None:
 def check(args: argparse.Namespace) -> None:
     from toolkit.runner.config import ConfigError, check_number
 
+    if args.worker and not args.dispatcher:
+        raise ConfigError("--worker: give --dispatcher grpc://host:port")
+    if not args.worker and args.dispatcher != "":
+        raise ConfigError(
+            "give --dispatcher (to run one) or --worker --dispatcher grpc://host:port (to "
+            "serve one)"
+        )
     check_number("--port", args.port, integer=True, least=0, most=65535)
+    check_out(args.work_dir, "--work_dir", "or leave --work_dir out (no journal)")
     if args.host is not None and not args.host.strip():
         raise ConfigError("--host must name this host as others reach it, got ''")
     if args.worker and args.dispatcher:
@@ -90,14 +100,7 @@ def _serve(args: argparse.Namespace) -> tuple[Any, str, int]:
     ``spawn_data_service``'s child starts it), what it is in words, and its port."""
     from toolkit.distribute._service import ServiceSpec, serve
 
-    if args.worker and not args.dispatcher:
-        raise ValueError("data-service --worker: give --dispatcher grpc://host:port")
-    if not args.worker and args.dispatcher != "":
-        raise ValueError(
-            "data-service: give --dispatcher (to run one) or --worker --dispatcher "
-            "grpc://host:port (to serve one)"
-        )
-    if args.worker:
+    if args.worker:  # the roles were checked before TensorFlow loaded (check)
         from toolkit import distribute
 
         distribute.service_address(args.dispatcher, "--dispatcher")  # named as typed

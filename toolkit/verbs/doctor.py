@@ -29,7 +29,9 @@ def options(p: argparse.ArgumentParser) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
-    """Nothing to bound here: the recipe flags are the recipe's to check."""
+    """Nothing to bound here: the recipe flags are parsed and checked with the target by the
+    command line (``toolkit.cli``); ``--report`` is read first thing, by the strict reader,
+    and nothing loads a framework for it."""
 
 
 def run(args: argparse.Namespace) -> int:

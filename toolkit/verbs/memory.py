@@ -25,9 +25,8 @@ RECIPE_FLAGS = True
 
 
 def options(p: argparse.ArgumentParser) -> None:
-    # No abbreviations: the recipe's --batch_size goes on to the recipe, not read as a prefix
-    # of --batch_sizes.
-    p.allow_abbrev = False
+    # No abbreviations (toolkit.cli, for every verb with recipe flags): the recipe's
+    # --batch_size goes on to the recipe, not read as a prefix of --batch_sizes.
     add_target(p, "measure")
     p.add_argument(
         "--memory_limit",

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-from toolkit.verbs._options import split
+from toolkit.verbs._options import check_device, check_out, split
 
 __all__: list[str] = []  # the command line's own; nothing here is API
 
@@ -56,14 +56,38 @@ def options(p: argparse.ArgumentParser) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
+    """The numbers, the names (ops, modes, dtype, device) and the output directory, read
+    from the tables the benchmark reads them from: before TensorFlow loads, not after."""
+    from toolkit.bench.measure import MODES, select_modes
+    from toolkit.bench.ops import select_ops
     from toolkit.runner.config import check_number
 
     check_number("--repeats", args.repeats, integer=True, least=1)
     check_number("--min_time", args.min_time, above=0)
-    out = args.out
-    if out and (os.path.lexists(out) and not os.path.isdir(out)):
-        what = "a link that leads nowhere" if not os.path.exists(out) else "not a directory"
-        raise ValueError(f"--out={out}: it is {what}; give a directory to write the table in")
+    check_out(args.out, instead="or leave --out out (runs/ops-<time>)")
+    if args.device != "all":
+        check_device(args.device)
+    _check_dtype(args.dtype)
+    for flag, select in (("--ops", select_ops), ("--modes", select_modes)):
+        try:
+            select(split(getattr(args, flag[2:])))
+        except ValueError as e:
+            raise ValueError(f"{flag}: {e}") from None
+    if args.fusion and not any(m in MODES for m in select_modes(split(args.modes))):
+        raise ValueError("--fusion: --modes must name TensorFlow's eager, graph or xla")
+
+
+def _check_dtype(dtype: str) -> None:
+    """A floating-point dtype the inputs can be made in (``float32``, ``float16``,
+    ``bfloat16``), named as NumPy names them (no framework needed to read it)."""
+    import numpy as np
+
+    try:
+        floating = dtype == "bfloat16" or np.dtype(dtype).kind == "f"
+    except TypeError:
+        floating = False
+    if not floating:
+        raise ValueError(f"--dtype: unknown dtype {dtype!r}: use float32, float16 or bfloat16")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -147,9 +171,7 @@ def _fusion(args: argparse.Namespace, found: list[Any], timing: dict[str, Any], 
     from toolkit.core.stats import format_flops
     from toolkit.profiling.flops import matmul_peak
 
-    modes = tuple(m for m in select_modes(split(args.modes)) if m in MODES)
-    if not modes:
-        raise ValueError("ops --fusion: --modes must name TensorFlow's eager, graph or xla")
+    modes = tuple(m for m in select_modes(split(args.modes)) if m in MODES)  # one, at least
     demos = [
         demo
         for device in found

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from toolkit.verbs._options import add_backend, backend_name
+from toolkit.verbs._options import add_backend, backend_name, check_device
 
 __all__: list[str] = []  # the command line's own; nothing here is API
 
@@ -30,13 +30,11 @@ def check(args: argparse.Namespace) -> None:
     from toolkit.runner.config import check_number
 
     check_number("--batch_size", args.batch_size, integer=True, least=1)
+    check_device(args.device)  # its spelling; whether it is here, once TensorFlow sees it
 
 
 def run(args: argparse.Namespace) -> int:
-    from toolkit import app
-
-    app.check_recipe(args.recipe)  # before TensorFlow starts: one line listing the recipes
-    from toolkit import devices
+    from toolkit import app, devices
     from toolkit.runner import train
     from toolkit.runner.config import TrainConfig
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from toolkit.verbs._options import add_backend, backend_name
+from toolkit.verbs._options import add_backend, backend_name, check_device
 
 __all__: list[str] = []  # the command line's own; nothing here is API
 
@@ -26,6 +26,7 @@ def options(p: argparse.ArgumentParser) -> None:
 def check(args: argparse.Namespace) -> None:
     from toolkit.runner.config import PRECISIONS, ConfigError
 
+    check_device(args.device)  # its spelling; whether it is here, once TensorFlow sees it
     if args.precision not in PRECISIONS:
         raise ConfigError(
             f"--precision must be one of {', '.join(PRECISIONS)}, got {args.precision!r}"

@@ -35,7 +35,8 @@ def options(p: argparse.ArgumentParser) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
-    """Nothing to bound here: the recipe flags (--tune_budget...) are checked as they parse."""
+    """Nothing to bound here: the recipe flags (--tune_budget...) are parsed and checked
+    with the target by the command line (``toolkit.cli``), before TensorFlow loads."""
 
 
 def run(args: argparse.Namespace) -> int:
