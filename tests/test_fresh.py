@@ -4,6 +4,7 @@ processes on your own model (``--model_fn``), and the run shape that bounds the 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import pytest
@@ -55,6 +56,17 @@ def test_a_gain_is_said_with_its_range_and_rounds_and_one_round_is_not_confirmed
     assert gain.words() == "1.27× (1.19–1.34, 3 rounds in fresh processes)" and gain.confirmed
     one = fr.Gain.of([1.76], fr.THIS_PROCESS)
     assert one.words() == "1.76× (1 round in this process: not confirmed)" and not one.confirmed
+    # Why no fresh process checked it, with the fix, in the gain's own line (a script that
+    # prints only ``result.gain.words()`` learns it), kept through the cache's JSON.
+    why = "fresh processes cannot import build: ...; move it to a module (mytrain.py)"
+    said = dataclasses.replace(one, why=why)
+    assert said.words() == f"1.76× (1 round in this process: {why})"
+    assert fr.Gain.from_dict(said.to_dict()) == said
+    two = dataclasses.replace(fr.Gain.of([1.5, 1.9], fr.THIS_PROCESS), why=why)
+    assert two.words().endswith(f"2 rounds in this process: {why})")
+    # Fresh rounds that did not confirm it say so; the why is for this process's alone.
+    wide = dataclasses.replace(fr.Gain.of([0.8, 1.6], fr.FRESH), why=why)
+    assert wide.words().endswith("2 rounds in fresh processes: not confirmed)")
     assert fr.Gain.from_dict(gain.to_dict()) == gain
     assert fr.Gain.from_dict({"ratio": "fast"}) is None and fr.Gain.of([], fr.FRESH) is None
     old = {"ratio": 1.2, "low": 1.1, "high": 1.3, "rounds": 3, "where": fr.FRESH}  # no noise
