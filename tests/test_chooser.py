@@ -379,7 +379,7 @@ def test_a_target_from_a_name_a_spec_or_your_function(tmp_path, monkeypatch):
     def nested():
         return None
 
-    with pytest.raises(ch.ChooserError, match="define it at the top of a module"):
+    with pytest.raises(ch.ChooserError, match="define a function at the top of a module"):
         ch.Target.of(nested)
 
 

@@ -596,7 +596,7 @@ def test_tune_of_your_build_function_is_confirmed_where_fresh_processes_can_call
         return mybuild.make()
 
     model, data, fresh, why = tn._built(nested, None, None)
-    assert fresh is None and "define it at the top of a module" in why
+    assert fresh is None and "define a function at the top of a module" in why
     # A model with its data, or a fresh target named, is left as it is.
     assert tn._built(model, data, None) == (model, data, None, None)
     named = tn._fresh_target("mybuild:make")
@@ -658,7 +658,7 @@ def test_the_readme_example_run_as_a_script_is_claimed_from_fresh_processes(tmp_
                          text=True, env=env, timeout=900)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     claim = out.stdout.strip().splitlines()[-1]
-    assert "rounds in fresh processes" in claim, (claim, out.stderr[-3000:])
+    assert "in fresh processes" in claim, (claim, out.stderr[-3000:])
     assert "this process" not in claim and "[fresh 1 |" in out.stderr, out.stderr[-3000:]
 
 

@@ -103,7 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if argv is None:
             interrupts.ending()  # one during the frameworks' exit: said after it, 130 or 143
-            interrupts.exiting(status[0] if status else None)  # none after its last hook
+            if interrupts.starting("toolkit"):  # the program itself: none after its last hook
+                interrupts.exiting(status[0] if status else None)
     return status[0]
 
 

@@ -92,6 +92,18 @@ def importing_script(path: str) -> Iterator[None]:
         _importing.pop()
 
 
+def refuse_while_importing() -> None:
+    """RuntimeError while a child imports the user's script or module
+    (:func:`importing_script`): what would start more processes there (``tune``, a spawn)
+    is refused at once, with the fix, not after a search of its own."""
+    if _importing:
+        script = os.path.basename(_importing[-1])
+        raise RuntimeError(
+            f"{script} starts the toolkit's processes when a fresh process imports it: put "
+            'its calls under if __name__ == "__main__":'
+        )
+
+
 def spawn(argv: list[str], **popen: Any) -> subprocess.Popen[Any]:
     """``subprocess.Popen(argv, **popen)`` for a child that calls :func:`bind_to_parent`: it
     is told this process's pid and the temporary directories live here. Stop it with
@@ -100,12 +112,7 @@ def spawn(argv: list[str], **popen: Any) -> subprocess.Popen[Any]:
     Raises:
         RuntimeError: called while a child imports the user's script (:func:`importing_script`).
     """
-    if _importing:
-        script = os.path.basename(_importing[-1])
-        raise RuntimeError(
-            f"{script} starts the toolkit's processes when a fresh process imports it: put "
-            'its calls under if __name__ == "__main__":'
-        )
+    refuse_while_importing()
     env = dict(popen.pop("env", None) or os.environ)
     env[_PARENT] = str(os.getpid())
     env[_DIRS] = os.pathsep.join(_dirs)

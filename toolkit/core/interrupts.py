@@ -137,6 +137,10 @@ def install(early: bool = False) -> None:
         signal.signal(signum, handle)
     if not _state.get("installed"):  # registered first: runs last, after every exit hook
         _state["installed"] = True
+        # Whether nothing was registered before it (a program's early install): only then
+        # may it end the process (:func:`exiting`); a script's late one leaves hooks after it
+        # (multiprocessing's, JAX's distributed shutdown) that must run.
+        _state["last"] = getattr(atexit, "_ncallbacks", lambda: 1)() == 0
         atexit.register(_at_exit)
     if early and not _state["early"]:
         _state["early"] = True
@@ -168,9 +172,12 @@ def exiting(returned: Any = None) -> None:
     it then ends at once with that status (:func:`_at_exit`). CPython gives the signals back
     their default action as it finalizes, and the frameworks' teardown runs on for ~0.1 s
     after: a signal then killed the program with no ``interrupted by`` line (5 of 5 tries in
-    a run's last 0.1 s). An uncaught error is left to Python (it prints the traceback)."""
+    a run's last 0.1 s). An uncaught error is left to Python (it prints the traceback), and
+    so is a process whose handler was not its first exit hook (a script that installed it
+    late: the hooks registered before it still run)."""
     error = sys.exc_info()[1]
-    if error is not None and not isinstance(error, SystemExit):
+    if not _state.get("last") or (error is not None and not isinstance(error, SystemExit)):
+        _state["status"] = None  # not the process's last hook, or Python's own exit to make
         return
     code = error.code if isinstance(error, SystemExit) else returned
     _state["status"] = 0 if code is None else code if isinstance(code, int) else 1

@@ -777,10 +777,12 @@ def _processes_line(cluster: ClusterView) -> str:
 
 
 def _diagnosis_line(diagnosis: Mapping[str, Any]) -> str:
+    """The verdict and its rates; an uncertain one with why (no advice came from it)."""
+    why = diagnosis.get("uncertain")
     return (
         f"diagnosis: {diagnosis['verdict']} (input {diagnosis['input_rate']:,.1f}, step "
         f"{diagnosis['compute_rate']:,.1f}, fit {diagnosis['fit_rate']:,.1f} steps/s)"
-    )
+    ) + (f": {why}" if isinstance(why, str) and why else "")
 
 
 def _tune_line(tune: Mapping[str, Any]) -> str:

@@ -123,7 +123,8 @@ APP_FLAGS = (
     AppFlag(
         "diagnose", "bool", False,
         "First measure the input pipeline alone, the step alone and the real fit, and put the "
-        "verdict (input-bound / compute-bound / balanced) with advice into the report.",
+        "verdict (input-bound / compute-bound / balanced, or uncertain where the rates "
+        "contradict themselves) with advice into the report.",
         MEASURING,
     ),
     AppFlag(

@@ -214,7 +214,8 @@ class _Heartbeat:
         while not self.done.wait(1.0):
             now = time.monotonic()
             if self.still is not None and now - self.last >= HEARTBEAT_S:
-                self.say(self.still(now - self.began))
+                with contextlib.suppress(Exception):  # a caller's progress that fails: quiet
+                    self.say(self.still(now - self.began))
 
     def __enter__(self) -> _Heartbeat:
         self.thread.start()
@@ -239,13 +240,14 @@ def follow(
     killed = threading.Event()
     error: list[str] = []
     with contextlib.ExitStack() as stack:
-        heart = stack.enter_context(_Heartbeat(progress, still))
         err = stack.enter_context(_stderr_file())
         # Stopped and waited for whatever ends this (Ctrl-C, SIGTERM, an error): never an
         # orphan that writes into the temporary directory its parent removes next.
         proc = stack.enter_context(children.running(
             argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env
         ))  # fmt: skip
+        # Entered last, left first: no "still running" line while a stopped child ends.
+        heart = stack.enter_context(_Heartbeat(progress, still))
 
         def kill() -> None:
             killed.set()

@@ -133,6 +133,8 @@ def gain_line(gain: Gain | None, picked: bool) -> str:
         return ""
     if picked:
         return f"gain: {gain.words()}"
+    if gain.trusted:  # confirmed, yet the whole-run or never-slower rule kept the defaults
+        return f"measured {gain.words()}, not applied: the defaults stay"
     return f"measured {gain.words()}"
 
 

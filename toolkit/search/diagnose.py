@@ -542,8 +542,10 @@ class _Measurements:
         if windows.probe:  # the first only sized the windows: the faster of two, as the fit's
             again = work.fit(steps=alone_total, warmup=warmup, one_batch=True)
         self.compute, self.fit = _faster(first, again), _faster(fit, fit_again)
-        # The machine's noise, as these windows met it: how far each pair's runs differed.
-        spreads = [s for s in (_spread(first, again), _spread(fit, fit_again)) if s is not None]
+        # The machine's noise, as these windows met it: how far each warm pair's runs differed
+        # (the process's first step-alone run is cold: 0.44× a later one's on JAX).
+        warm = [(fit, fit_again), *([(first, again)] if windows.probe else [])]
+        spreads = [s for s in (_spread(a, b) for a, b in warm) if s is not None]
         self.noise = max(spreads, default=None)
 
     def xprof_trace(self) -> None:

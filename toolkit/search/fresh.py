@@ -300,7 +300,9 @@ def _child_runner(
     def child(candidate: Candidate, r: int) -> Any:
         n = steps[candidate] if isinstance(steps, Mapping) else steps
         spec = ChildSpec("figures", backend, device, target, candidate, steps=n)
-        timeout = run_timeout(timing.left(), first, timing.run_s.get(candidate))
+        left = timing.left()
+        budget = run_timeout(left, [], None)
+        timeout = run_timeout(left, first, timing.run_s.get(candidate))
 
         def still(seconds: float) -> str:
             stamp = timing.stamp()
@@ -311,6 +313,12 @@ def _child_runner(
         got = run_child(spec, env, timeout, progress, still=still)
         if got.ok and not first:
             first.append(time.perf_counter() - t0)
+        if got.overran_s is not None and timeout < budget:  # the first run's multiple: not
+            said = (  # the time left, which a larger budget would give it
+                f"stopped after {timeout:.0f} s, over {OVERRUN:.0f}× the first fresh run "
+                f"({first[0]:.0f} s): this run takes far longer than the first did"
+            )
+            got = dataclasses.replace(got, error=said, overran_s=None)
         return got
 
     return child
@@ -321,7 +329,9 @@ def run_timeout(left: float | None, first: Sequence[float], estimate: float | No
     :data:`GRACE_S`; :data:`FRESH_TIMEOUT_S` where nothing bounds it), and, once a first run
     measured what one takes here (`first`: its process's start, the build, the steps),
     :data:`OVERRUN` times that or the run's own `estimate` (its compile differs), whichever
-    is longer. A run past it is stopped and said (``ChildResult.overran_s``)."""
+    is longer. A run past it is stopped and said: past the time left (``ChildResult.overran_s``:
+    tune says the budget that would hold such runs), or past the first run's multiple (said
+    as that: a larger budget would not hold it)."""
     budget = FRESH_TIMEOUT_S if left is None else max(left + GRACE_S, 1.0)
     if not first:
         return budget

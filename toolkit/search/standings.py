@@ -110,17 +110,17 @@ def function_spec(fn: Any) -> str:
 
     module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     shown = name or repr(fn)
-    if not module or "<" in name:
+    if not module or not name or "<" in name or "." in name:
         raise ChooserError(
-            f"fresh processes cannot import {shown} (nested in a function or a lambda): "
-            "define it at the top of a module"
+            f"fresh processes cannot import {shown} (a method, a partial, or nested in a "
+            "function or a lambda): define a function at the top of a module"
         )
     if module != "__main__":
         return f"{module}:{name}"
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     if spec is not None and spec.name and spec.name != "__main__":  # python -m mytrain
-        return f"{spec.name.removesuffix('.__main__')}:{name}"
+        return f"{spec.name}:{name}"  # (pkg.__main__ for a package: imported by that name)
     path = getattr(main, "__file__", None)
     if path and path.endswith(".py") and os.path.isfile(path):  # python mytrain.py
         return f"{os.path.abspath(path)}:{name}"

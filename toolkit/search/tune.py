@@ -385,6 +385,9 @@ def tune(
     longer than an epoch, or one whose run is a first call and a warm-up, is left out
     (``engine.RunShape``, from ``config.epochs`` and the epoch's length).
     """
+    from toolkit.core import children
+
+    children.refuse_while_importing()  # a fresh process importing your module: not again
     start = clock()
     check_budget(budget_s, steps)  # as the command line refuses them, before anything runs
     fresh_target = _fresh_target(fresh)  # a bad one is refused now, not after the search

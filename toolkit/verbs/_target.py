@@ -72,11 +72,14 @@ def model_fn(spec: str) -> tuple[Any, Any]:
 
     module_name, function = check_spec(spec)
     sys.path.insert(0, os.getcwd())  # a module beside the user, as `python -m` would find it
+    from toolkit.core import children
+
     try:
         if module_name.endswith(".py"):
             module = _script_module(module_name)
         else:
-            module = importlib.import_module(module_name)
+            with children.importing_script(f"{module_name.replace('.', '/')}.py"):
+                module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         raise UsageError(f"--model_fn={spec!r}: cannot import {module_name!r} ({e})") from None
     except Exception as e:  # the module's own code failed: theirs, named as theirs
@@ -188,13 +191,16 @@ def chooser_target(args: argparse.Namespace) -> Parsed:
 
 
 def _check_model_fn(spec: str) -> None:
-    """A ``module:function`` of a module importable from here, or UsageError (the children
-    import it as this process would: a module beside the user)."""
+    """A ``module:function`` of a module importable from here, or a script's path (as
+    :func:`check_spec` found it), or UsageError (the children import it as this process
+    would: a module beside the user)."""
     import importlib.util
 
     from toolkit import app
 
     module, _ = check_spec(spec)
+    if module.endswith(".py"):  # a script's path, found by check_spec: imported by its path
+        return
     sys.path.insert(0, os.getcwd())
     try:
         found = importlib.util.find_spec(module)
