@@ -305,7 +305,9 @@ def test_xprof_reads_the_trace_of_a_step_that_runs_a_loop(keras, form):
     diagnosis = dg.diagnose(model, data, config=TrainConfig(batch_size=16), steps=6)
     xprof = diagnosis.xprof
     assert xprof is not None and xprof.verdict is not None, xprof
-    assert 0 <= xprof.input_percent <= 100 and xprof.agrees in (True, False), xprof
+    assert 0 <= xprof.input_percent <= 100, xprof
+    # No verdict of the rates to hold XProf's against where six steps' rates were uncertain.
+    assert xprof.agrees in (True, False) or diagnosis.verdict == dg.UNCERTAIN, xprof
     assert f"  XProf: {xprof.line}" in diagnosis.lines() and "no verdict" not in xprof.line
 
 
