@@ -85,7 +85,7 @@ def test_an_uncertain_diagnosis_says_why_and_draws_no_advice():
     assert not [line for line in diagnosis.lines() if "advice:" in line]
     xprof = dg.second_opinion(dg.UNCERTAIN, TraceAnalysis(verdict="not input-bound",
                                                           input_percent=1.0))  # fmt: skip
-    assert xprof.agrees is None and "the rates gave no verdict to hold" in xprof.line
+    assert xprof.agrees is None and "uncertain: nothing to hold it against" in xprof.line
     assert json.loads(json.dumps(diagnosis.to_dict()))["uncertain"] == diagnosis.uncertain
 
 

@@ -276,7 +276,8 @@ def second_opinion(
     if theirs == "potentially input-bound":  # XProf's word for much unattributed time
         said += " (XProf's 'potentially': much of the step is Python or other host time)"
     if verdict == UNCERTAIN:
-        return SecondOpinion(theirs, share, None, f"{said}; the rates gave no verdict to hold")
+        uncertain = f"{said}; the rates are uncertain: nothing to hold it against"
+        return SecondOpinion(theirs, share, None, uncertain)
     positive = not theirs.startswith("not ")
     clash = (verdict == COMPUTE_BOUND and positive) or (verdict == INPUT_BOUND and not positive)
     if clash and theirs not in _CONTRADICTS.get(verdict, ()):  # one verdict's words: the rates'
