@@ -195,18 +195,21 @@ def _at_exit() -> None:
         if "logging" in sys.modules:  # its exit hook, registered before this one, runs now
             with contextlib.suppress(Exception):
                 sys.modules["logging"].shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
+        _flush()
         os._exit(status)
+
+
+def _flush() -> None:
+    """stdout and stderr flushed before the process ends at once (a reader gone: nothing)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
 
 
 def _exit_now(signum: int) -> None:
     """Ends the process with 128 + `signum`, after one line (none where the program has said
     it was interrupted already)."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
+    _flush()
     if _state["ending"]:
         with contextlib.suppress(Exception):
             name = signal.Signals(signum).name

@@ -144,41 +144,34 @@ def _jit_cut(ctx: SearchContext) -> str:
     return f"jit_compile is not searched on {ctx.backend}: its compile outlasts a tune budget"
 
 
-def _loop_cut(setting: str) -> Callable[[SearchContext], str]:
-    """Why the loop `setting` is not searched here (:func:`_loop_values`'s rule)."""
-
-    def cut(ctx: SearchContext) -> str:
-        if setting not in backend.get(ctx.backend).step_loops(ctx.loader):
-            return f"{setting} does not run on {ctx.backend} with this input"
-        if ctx.step_s is not None and ctx.step_s >= SLOW_STEP_S:
-            return (
-                f"no loop is searched for a {ctx.step_s * 1e3:.0f} ms step (loops cut a "
-                f"per-step overhead that counts under {SLOW_STEP_S * 1e3:.0f} ms)"
-            )
-        return ""
-
-    return cut
-
-
 def _loops(setting: str) -> Callable[[SearchContext | None], tuple[int, ...]]:
     """The rule for a loop `setting` (steps per execution, fused steps): it pays only where
     the per-step overhead is a real share of the step: up to 32 below 10 ms, up to 4 below
     50 ms, none above, and none where the backend does not run it with this Keras and input
     (the seam's ``step_loops``: PyTorch's Keras 3.15 has neither; where Keras scans its own
     steps per execution, fused steps step aside)."""
-    return lambda ctx: _loop_values(setting, ctx)
+    return lambda ctx: _loop_rule(setting, ctx)[0]
 
 
-def _loop_values(setting: str, ctx: SearchContext | None) -> tuple[int, ...]:
+def _loop_cut(setting: str) -> Callable[[SearchContext], str]:
+    """Why the loop `setting` is not searched here: :func:`_loop_rule`'s reason."""
+    return lambda ctx: _loop_rule(setting, ctx)[1]
+
+
+def _loop_rule(setting: str, ctx: SearchContext | None) -> tuple[tuple[int, ...], str]:
+    """``(the values tried, why the default alone, or "")``: the rule and its reason, once."""
     if ctx is None:
-        return (1, 8, 32)
+        return (1, 8, 32), ""
     if setting not in backend.get(ctx.backend).step_loops(ctx.loader):
-        return (1,)
+        return (1,), f"{setting} does not run on {ctx.backend} with this input"
     if ctx.step_s is not None and ctx.step_s >= SLOW_STEP_S:
-        return (1,)
+        return (1,), (
+            f"no loop is searched for a {ctx.step_s * 1e3:.0f} ms step (loops cut a "
+            f"per-step overhead that counts under {SLOW_STEP_S * 1e3:.0f} ms)"
+        )
     if ctx.step_s is not None and ctx.step_s >= TIGHT_STEP_S:
-        return (1, 4)
-    return (1, 8, 32)
+        return (1, 4), ""
+    return (1, 8, 32), ""
 
 
 def setting(

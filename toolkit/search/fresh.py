@@ -360,7 +360,7 @@ class _FreshRounds:
         self.errors: list[str] = []
         self.walls: dict[Candidate, float] = {}  # each candidate's latest run, in seconds
         self.overran: float | None = None  # the longest run the timeout stopped
-        self.longest: list[float] = []  # every run's seconds
+        self.longest = 0.0  # the longest run's seconds
 
     def measure(self, candidate: Candidate, r: int) -> float:
         """`candidate`'s rate in round `r`, said; raises where its run measured none."""
@@ -368,7 +368,7 @@ class _FreshRounds:
         t0 = clock()
         got = self.run(candidate, r)
         self.walls[candidate] = clock() - t0
-        self.longest.append(self.walls[candidate])
+        self.longest = max(self.longest, self.walls[candidate])
         figures, error, interrupted = _read(got)
         if interrupted and self.interrupted is not None:
             self.interrupted.append(candidate.label())
@@ -403,7 +403,7 @@ class _FreshRounds:
     def verdict(self, done: list[dict[Candidate, float]], out_of_time: bool) -> Confirmation:
         """:meth:`_verdict`, with the longest run the timeout stopped and the longest of
         all (what a run costs here: a stopped one's time is only a floor)."""
-        longest = max([*self.longest, self.overran or 0.0]) or None
+        longest = max(self.longest, self.overran or 0.0) or None
         said = self._verdict(done, out_of_time)
         return dataclasses.replace(said, overran_s=self.overran, longest_s=longest)
 

@@ -649,14 +649,13 @@ class _Tuning:
             return []
         plan = self.plan
         if found.overran_s is not None:  # a fresh run here takes longer than the plan had
-            run_s = max(found.overran_s, found.longest_s or 0.0)
-            needs = 10 * math.ceil((plan.budget_s + 2 * fr.PLANNED_ROUNDS * run_s) / 10)
+            needs = _holding(plan, max(found.overran_s, found.longest_s or 0.0))
             return [
                 f"a fresh run was stopped after {found.overran_s:.0f} s, past the time left; "
                 f"a {needs} s budget holds {fr.PLANNED_ROUNDS} rounds of such runs"
             ]
         if not found.rounds and found.out_of_time:
-            needs = 10 * math.ceil((plan.budget_s + 2 * fr.PLANNED_ROUNDS * plan.run_s) / 10)
+            needs = _holding(plan, plan.run_s)
             return [
                 f"no fresh round fit the time left (a round here takes about "
                 f"{2 * plan.run_s:.0f} s); a {needs} s budget confirms it"
@@ -678,6 +677,12 @@ class _Tuning:
         }  # fmt: skip
         if not _CACHE.put(result.key, self.facts, entry):
             self.say(f"tune: not cached: cannot write {_CACHE.path} (set TOOLKIT_CACHE_DIR)")
+
+
+def _holding(plan: Plan, run_s: float) -> int:
+    """The budget, in tens of seconds, that holds `plan`'s search and
+    :data:`fresh.PLANNED_ROUNDS` rounds of two fresh runs of `run_s` each."""
+    return 10 * math.ceil((plan.budget_s + 2 * fr.PLANNED_ROUNDS * run_s) / 10)
 
 
 class _Clock:
