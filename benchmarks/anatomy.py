@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 
@@ -72,13 +71,10 @@ def _planted():
     return model, data, BATCH
 
 
-def _alone(layer, shape) -> float:
-    from toolkit import backend
+def _alone(layer, shape, jit: bool) -> float:
+    from toolkit.profiling.layers_alone import time_alone
 
-    timed = backend.get().layer_alone(layer, shape, "float32")
-    timed(3)
-    n = max(5, round(0.3 / max(timed(5) / 5, 1e-6)))
-    return statistics.median(timed(n) / n for _ in range(5))
+    return time_alone(layer, ((shape, "float32"),), jit=jit, runs=5)
 
 
 def child(steps: int) -> None:
@@ -95,7 +91,7 @@ def child(steps: int) -> None:
 
     model, data, batch = _planted()
     found = toolkit.anatomy(model, data, steps=steps, config=TrainConfig(batch_size=batch))
-    alone = _alone(model.get_layer("planted"), (batch, FEATURES))
+    alone = _alone(model.get_layer("planted"), (batch, FEATURES), model.jit_compile is True)
     emit("planted", found, alone_s=alone)
     model, data, batch = _seed_mlp()
     emit("seed_mlp", toolkit.anatomy(model, data, steps=steps,
@@ -139,11 +135,11 @@ def main() -> None:
                 continue
             window = a.step_s * a.steps
             print(speedup_line(f"{label}: anatomy sums to step", window,
-                               a.phases_sum() * a.steps))  # fmt: skip
+                               a.traced_sum() * a.steps))  # fmt: skip
             if "alone_s" in row:
                 planted = next(x for x in a.layers if x.name == "planted")
                 print(speedup_line(f"{label}: planted layer vs alone", row["alone_s"] * 100,
-                                   planted.seconds * 100) + " per 100 steps")  # fmt: skip
+                                   planted.traced_s * 100) + " per 100 steps")  # fmt: skip
                 rank = [x.name for x in a.layers].index("planted") + 1
                 print(f"  planted layer ranked {rank} of {len(a.layers)}")
             if a.raw_s and a.fit_s:

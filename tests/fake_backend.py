@@ -273,6 +273,10 @@ def layer_scope(token: str) -> Any:
     return contextlib.nullcontext()
 
 
+def mark_input(model: Any) -> Any:
+    return contextlib.nullcontext()
+
+
 def anatomy_trace(files: list[str]) -> Any:
     from toolkit.core._anatomy import StepTrace
 
@@ -289,5 +293,7 @@ def raw_step(model: Any, batch: Any) -> tuple[Callable[[int], float], str]:
     return timed, "a loop of NumPy-free Python"
 
 
-def layer_alone(layer: Any, shape: tuple[int, ...], dtype: str) -> Callable[[int], float]:
+def layer_alone(
+    layer: Any, inputs: Any, *, backward: bool = True, jit: bool = False
+) -> Callable[[int], float]:
     return raw_step(layer, None)[0]

@@ -127,7 +127,8 @@ def test_the_phase_shares_add_up_to_the_step():
     unseen = next(line for line in lines if line.startswith("input "))
     assert "not seen: read inside" in unseen
     assert any(
-        line.startswith("phases sum to 0.98× the step on the outside clock") for line in lines
+        line.startswith("phases sum to 0.98× the traced step on the outside clock")
+        for line in lines
     )
     assert any("the profiler's own cost" in line for line in lines)
 

@@ -66,6 +66,7 @@ SEAM = (
     "layer_alone",
     "layer_scope",
     "live_tensors",
+    "mark_input",
     "raw_step",
     "private_caches",
     "processes",

@@ -34,11 +34,19 @@ __all__ = [
     "SpanKind",
     "StepTrace",
     "contrast",
+    "reconcile",
 ]
 
 # The sum of the phases may differ from the outside clock by this much before the anatomy
 # says so (the issue's ±5 %); the trace's own step against the outside clock, likewise.
 AGREEMENT = 0.05
+# Training steps one anatomy traces, at most: a trace holds every op of every traced step in
+# memory, and its reading takes seconds per hundred steps of a large model; ten already give
+# a steady median.
+MAX_STEPS = 100
+# A layer's traced time may differ from the same layer timed alone by this much before the
+# alone figure is the one shown (the issue's ±25 %).
+BAND = 0.25
 
 
 class Phase(str, enum.Enum):
@@ -145,6 +153,15 @@ class LayerTime:
         calls: how many times a step calls it (2 for a shared layer called twice).
         flops: FLOPs per step of its forward and backward (None: not countable here).
         fused_s: of its time, the seconds in fused programs that hold other layers' work too.
+        traced_forward_s, traced_backward_s: the trace's own figures, the profiler's cost
+            taken out, where :func:`reconcile` set `forward_s`/`backward_s` to what holds
+            (None: not reconciled, the trace's figures are `forward_s`/`backward_s`).
+        alone_s: its calls of one step timed alone (forward and backward, compiled as the
+            model's step, the same shapes); None where not timed (`check` says why).
+        alone_forward_s: of `alone_s`, the forward alone.
+        check: in words, why it was not timed alone, or why the trace's figure differs from
+            the alone one by more than :data:`BAND` (then `forward_s`/`backward_s` are the
+            alone figures); empty where the two agree.
     """
 
     name: str
@@ -154,10 +171,33 @@ class LayerTime:
     calls: int = 1
     flops: float | None = None
     fused_s: float = 0.0
+    traced_forward_s: float | None = None
+    traced_backward_s: float | None = None
+    alone_s: float | None = None
+    alone_forward_s: float | None = None
+    check: str = ""
 
     @property
     def seconds(self) -> float:
         return self.forward_s + self.backward_s
+
+    @property
+    def traced_s(self) -> float:
+        """The trace's figure (the profiler's cost taken out where reconciled)."""
+        if self.traced_forward_s is None or self.traced_backward_s is None:
+            return self.seconds
+        return self.traced_forward_s + self.traced_backward_s
+
+    def against_alone(self) -> float | None:
+        """The trace's figure over the layer timed alone (1.0: they agree); None: not timed."""
+        if not self.alone_s or self.alone_s <= 0:
+            return None
+        return self.traced_s / self.alone_s
+
+    def holds_alone(self) -> bool:
+        """Whether the figure shown is the alone one (the trace's differed past the band)."""
+        r = self.against_alone()
+        return r is not None and abs(r - 1.0) > BAND
 
     def flop_rate(self) -> float | None:
         """Achieved FLOP/s (None: FLOPs not countable, or no time seen)."""
@@ -179,7 +219,11 @@ class Anatomy:
         traced_s: the same steps as the trace's own clock sees them.
         untraced_s: the median step of the same fit outside the trace (StepTimer), for the
             profiler's own cost; None where none was timed.
-        phases: every :class:`Phase`, in order; they add up to `traced_s`.
+        phases: every :class:`Phase`, in order: what holds. Reconciled (:func:`reconcile`),
+            they add up to the untraced step (`untraced_s`, else `step_s`), the layers'
+            figures checked against each layer timed alone; otherwise to `traced_s`.
+        traced_phases: the trace's own split (adding up to `traced_s`) where `phases` were
+            reconciled; empty where `phases` are the trace's.
         layers: the layers, slowest first.
         fused_s: seconds per step in fused programs holding several layers' work.
         signal: how it was measured, in words.
@@ -197,6 +241,7 @@ class Anatomy:
     traced_s: float = 0.0
     untraced_s: float | None = None
     phases: tuple[PhaseTime, ...] = ()
+    traced_phases: tuple[PhaseTime, ...] = ()
     layers: tuple[LayerTime, ...] = ()
     fused_s: float = 0.0
     signal: str = ""
@@ -213,11 +258,22 @@ class Anatomy:
     def phases_sum(self) -> float:
         return sum(p.seconds for p in self.phases)
 
+    def traced_sum(self) -> float:
+        """The trace's phases' sum: the traced step as the trace splits it."""
+        return sum(p.seconds for p in self.traced_phases or self.phases)
+
+    def traced_phase(self, phase: Phase) -> float:
+        return sum(p.seconds for p in self.traced_phases or self.phases if p.phase == phase)
+
     def agreement(self) -> float | None:
-        """The phases' sum over the outside clock's step (1.0: they agree)."""
+        """The trace's phases' sum over the outside clock's step (1.0: they agree)."""
         if self.step_s <= 0:
             return None
-        return self.phases_sum() / self.step_s
+        return self.traced_sum() / self.step_s
+
+    def shown_step_s(self) -> float:
+        """The step the shown phases add up to: the untraced step where reconciled."""
+        return self.phases_sum() or self.step_s
 
     def agrees(self) -> bool:
         a = self.agreement()
@@ -236,9 +292,11 @@ class Anatomy:
     def to_dict(self) -> dict[str, object]:
         """``report.json``'s ``anatomy`` (docs/report.md): plain JSON values, seconds."""
         out = dataclasses.asdict(self)
-        out["phases"] = [
-            {"phase": p.phase.value, "seconds": p.seconds, "unseen": p.unseen} for p in self.phases
-        ]
+        for key in ("phases", "traced_phases"):
+            out[key] = [
+                {"phase": p.phase.value, "seconds": p.seconds, "unseen": p.unseen}
+                for p in getattr(self, key)
+            ]
         out["notes"] = list(self.notes)
         return out
 
@@ -247,9 +305,12 @@ class Anatomy:
         """The record of :meth:`to_dict`'s output. Raises ValueError (naming the field) for
         one that is not an anatomy."""
         try:
-            phases = tuple(
-                PhaseTime(Phase(p["phase"]), _number(p["seconds"]), str(p.get("unseen", "")))
-                for p in d.get("phases", ())
+            phases, traced = (
+                tuple(
+                    PhaseTime(Phase(p["phase"]), _number(p["seconds"]), str(p.get("unseen", "")))
+                    for p in d.get(key) or ()
+                )
+                for key in ("phases", "traced_phases")
             )
             layers = tuple(
                 LayerTime(
@@ -260,6 +321,11 @@ class Anatomy:
                     calls=int(x.get("calls", 1)),
                     flops=None if x.get("flops") is None else _number(x["flops"]),
                     fused_s=_number(x.get("fused_s", 0.0)),
+                    traced_forward_s=_optional(x.get("traced_forward_s")),
+                    traced_backward_s=_optional(x.get("traced_backward_s")),
+                    alone_s=_optional(x.get("alone_s")),
+                    alone_forward_s=_optional(x.get("alone_forward_s")),
+                    check=str(x.get("check", "")),
                 )
                 for x in d.get("layers", ())
             )
@@ -271,6 +337,7 @@ class Anatomy:
                 traced_s=_number(d.get("traced_s", 0.0)),
                 untraced_s=_optional(d.get("untraced_s")),
                 phases=phases,
+                traced_phases=traced,
                 layers=layers,
                 fused_s=_number(d.get("fused_s", 0.0)),
                 signal=str(d.get("signal", "")),
@@ -294,6 +361,130 @@ def _number(value: Any) -> float:
 
 def _optional(value: Any) -> float | None:
     return None if value is None else _number(value)
+
+
+# ---------------------------------------------------------------------------- what holds
+
+
+def reconcile(a: Anatomy) -> Anatomy:
+    """`a` as the user's untraced step sees it: the phases add up to `a.untraced_s` (else
+    the outside clock's `a.step_s`), and each layer timed alone (``alone_s``) whose traced
+    figure differs from it by more than :data:`BAND` shows its alone figure.
+
+    How:
+
+    1. The profiler's own cost is taken out: every computed phase is scaled by
+       ``k = (untraced - input) / (traced - input)`` (a wait for the batch is not slowed by
+       the profiler: the input is kept as measured, where it is less than the step; where
+       not, every phase is scaled alike).
+    2. A layer whose scaled traced figure is outside ``alone × (1 ± BAND)`` shows the alone
+       one (split into forward and backward by its forward timed alone). What the layers
+       gained or lost moves from or to "other": the step's total stays the untraced step.
+    3. Where the layers alone need more than "other" holds, the rest comes from "Keras
+       between steps" (device work a trace missed shows as host time), then from forward and
+       backward outside the layers; where even that is short, the layers alone add up to more
+       than the step (XLA fuses across them, cores overlap them): every computed part is
+       scaled down to fit, and a note says so.
+
+    Pure: the same input gives the same record; an anatomy without phases or with an error
+    is returned as it is."""
+    if a.error or not a.phases or a.traced_phases:
+        return a
+    step = a.untraced_s if a.untraced_s and a.untraced_s > 0 else a.step_s
+    traced = a.phases_sum()
+    if step <= 0 or traced <= 0:
+        return a
+    waited = a.phase(Phase.INPUT)
+    # The wait for a batch is kept as measured, where it fits the step; where it does not,
+    # the profiler slowed the reading too (a host that reads in Python): scaled as the rest.
+    held_input = waited if waited < step else waited * step / traced
+    k = (step - held_input) / (traced - waited) if traced > waited else step / traced
+    parts = {p.phase: p.seconds * k for p in a.phases}
+    parts[Phase.INPUT] = held_input
+    layers, gained = _held_layers(a.layers, k)
+    parts[Phase.FORWARD] = parts.get(Phase.FORWARD, 0.0) + gained[0]
+    parts[Phase.BACKWARD] = parts.get(Phase.BACKWARD, 0.0) + gained[1]
+    parts[Phase.OTHER] = parts.get(Phase.OTHER, 0.0) - gained[0] - gained[1]
+    notes = list(a.notes)
+    short = max(0.0, -parts[Phase.OTHER])
+    parts[Phase.OTHER] = max(0.0, parts[Phase.OTHER])
+    inside = [sum(x.forward_s for x in layers), sum(x.backward_s for x in layers)]
+    for phase, floor in ((Phase.HOST, 0.0), (Phase.FORWARD, inside[0]),
+                         (Phase.BACKWARD, inside[1])):  # fmt: skip
+        take = min(short, max(0.0, parts.get(phase, 0.0) - floor))
+        parts[phase] = parts.get(phase, 0.0) - take
+        short -= take
+    if short > 1e-12:
+        computed = step - held_input
+        total = sum(v for p, v in parts.items() if p != Phase.INPUT)
+        shrink = computed / total if total > 0 else 1.0
+        parts = {p: v if p == Phase.INPUT else v * shrink for p, v in parts.items()}
+        layers = [_scaled(x, shrink) for x in layers]
+        notes.append(
+            f"the layers timed alone add up to more than the step ({_ms(total)} vs "
+            f"{_ms(computed)} computed): the step runs them faster together (XLA fuses "
+            f"across them, or the cores overlap them); every part is scaled by {shrink:.2f}"
+        )
+    phases = tuple(
+        PhaseTime(p.phase, max(0.0, parts.get(p.phase, 0.0)), p.unseen) for p in a.phases
+    )
+    return dataclasses.replace(
+        a,
+        phases=phases,
+        traced_phases=a.phases,
+        layers=tuple(sorted(layers, key=lambda x: x.seconds, reverse=True)),
+        fused_s=a.fused_s * k,
+        notes=tuple(notes),
+    )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms"
+
+
+def _held_layers(layers: Sequence[LayerTime], k: float) -> tuple[list[LayerTime], list[float]]:
+    """Each layer's figure that holds (:func:`reconcile`'s step 2), and what the forward and
+    the backward gained over the scaled trace."""
+    out, gained = [], [0.0, 0.0]
+    for x in layers:
+        tf, tb = x.forward_s * k, x.backward_s * k
+        traced = dataclasses.replace(
+            x, forward_s=tf, backward_s=tb, traced_forward_s=tf, traced_backward_s=tb,
+            fused_s=x.fused_s * k,
+        )  # fmt: skip
+        if not traced.holds_alone() or x.alone_s is None:
+            out.append(traced)
+            continue
+        alone = x.alone_s
+        if x.alone_forward_s is not None:
+            hf = min(x.alone_forward_s, alone)
+        else:
+            hf = alone * (tf / (tf + tb)) if tf + tb > 0 else alone
+        hb = alone - hf
+        gained[0] += hf - tf
+        gained[1] += hb - tb
+        words = x.check or _why_differs(traced)
+        out.append(dataclasses.replace(traced, forward_s=hf, backward_s=hb, check=words))
+    return out, gained
+
+
+def _why_differs(x: LayerTime) -> str:
+    """Why a layer's traced figure differs from its time alone, in words."""
+    r = x.against_alone() or 1.0
+    fused = x.traced_s > 0 and x.fused_s > 0.5 * x.traced_s
+    if r > 1:
+        if fused:
+            return "the trace split fused code it shares with other layers onto it"
+        return ("the trace booked more to it than it costs: the profiler's cost on its ops, "
+                "or other work running beside them on other threads")  # fmt: skip
+    if fused:
+        return "XLA fused it with its neighbours: part of its work is in their code"
+    return ("the trace saw less of it than it costs alone: in the step its work is shared "
+            "or overlapped with other layers, or ran outside its scope")  # fmt: skip
+
+
+def _scaled(x: LayerTime, f: float) -> LayerTime:
+    return dataclasses.replace(x, forward_s=x.forward_s * f, backward_s=x.backward_s * f)
 
 
 # ---------------------------------------------------------------------------- two of them
@@ -357,7 +548,11 @@ def contrast(
     ]
     parts.append(Part("forward/backward outside the layers", *(max(0.0, s) for s in outside)))
     ranked = sorted(parts, key=lambda p: abs(p.gap_s), reverse=True)
-    return Contrast(a_name, b_name, a.step_s, b.step_s, tuple(ranked[:top]), fix)
+    # Both sides the same way: the untraced steps where both were reconciled (the parts
+    # then add up to the gap), else both traced steps on the outside clock.
+    both = bool(a.traced_phases and b.traced_phases)
+    steps = (a.shown_step_s(), b.shown_step_s()) if both else (a.step_s, b.step_s)
+    return Contrast(a_name, b_name, *steps, tuple(ranked[:top]), fix)
 
 
 _PART_NAMES = {

@@ -31,7 +31,6 @@ import dataclasses
 import functools
 import math
 import os
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -65,7 +64,12 @@ class LayerEntry:
     kind: str
     calls: int = 0
     flops: float | None = None  # forward FLOPs of one call, from the shapes it saw
-    input_spec: tuple[tuple[int, ...], str] | None = None  # its first input's (shape, dtype)
+    # (shape, dtype) of each positional argument of its first call (None: a dimension a
+    # traced graph leaves open, the batch's); None: one was not a tensor (the layer cannot
+    # be called alone on inputs made up from specs)
+    inputs: tuple[tuple[tuple[int | None, ...], str], ...] | None = None
+    layer: Any = dataclasses.field(default=None, repr=False)  # the layer, to time it alone
+    holds_layers: bool = False  # a layer of layers: the trace gives it its own glue only
 
 
 def _children(layer: Any) -> list[Any]:
@@ -146,10 +150,8 @@ class Scopes:
             if entry is not None and entry.flops is None:
                 with contextlib.suppress(Exception):  # a count is a nicety
                     entry.flops = _forward_flops(layer, args[0] if args else None, out)
-            if entry is not None and entry.input_spec is None and args:
-                with contextlib.suppress(Exception):
-                    shape = tuple(int(d) for d in args[0].shape)
-                    entry.input_spec = (shape, str(getattr(args[0].dtype, "name", args[0].dtype)))
+            if entry is not None and entry.calls == 1:
+                entry.inputs = _specs(args)
             return out
 
         return call
@@ -171,7 +173,8 @@ class Scopes:
         try:
             for i, (layer, name) in enumerate(self._layers()):
                 token = f"kpl{i}"
-                entry = LayerEntry(token, name, type(layer).__name__)
+                entry = LayerEntry(token, name, type(layer).__name__, layer=layer,
+                                   holds_layers=bool(_children(layer)))  # fmt: skip
                 self.entries[token] = entry
                 self._patch(layer, "call", self._scoped_call(layer, entry, token))
             self._patch(self.model, "call", self._scoped_call(self.model, None, "kpmodel"))
@@ -199,6 +202,20 @@ class Scopes:
         """How many times a forward pass calls the layer (2: shared, called twice)."""
         entry = self.entries[token]
         return max(1, round(entry.calls / self.model_calls)) if self.model_calls else 1
+
+
+def _specs(args: Sequence[Any]) -> tuple[tuple[tuple[int | None, ...], str], ...] | None:
+    """``(shape, dtype)`` of each positional argument; None where one is not a tensor (a
+    list of tensors, a mask passed by position, a Python value)."""
+    out = []
+    for x in args:
+        try:
+            shape = tuple(None if d is None else int(d) for d in x.shape)
+        except (AttributeError, TypeError, ValueError):
+            return None
+        dtype = getattr(x, "dtype", None)
+        out.append((shape, str(getattr(dtype, "name", dtype)).removeprefix("torch.")))
+    return tuple(out) or None
 
 
 def _optimizers(model: Any) -> list[Any]:
@@ -419,39 +436,30 @@ class AnatomyWindow(TraceWindow):
     ```
     """
 
-    def __init__(self, logdir: str | os.PathLike[str], start_step: int = 6,
-                 stop_step: int | None = None, *, min_window_s: float = 0.0,
-                 stop_after: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, logdir: str | os.PathLike[str], start_step: int = 6, stop_step: int | None = None
+    ) -> None:
         super().__init__(logdir, start_step, stop_step)
         self.scopes: Scopes | None = None
         self.scope_error: str | None = None
-        # The window runs on past stop_step until it has lasted min_window_s (its two edges,
-        # where the outside clock and the trace's may differ by a scheduler's slice, then
-        # weigh little); stop_after: steps after it, then the fit is stopped.
-        self.min_window_s = min_window_s
-        self.stop_after = stop_after
-
-    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        step = self._offset + batch
-        if (self._active and step >= self.stop_step and self.began_at is not None
-                and time.perf_counter() - self.began_at < self.min_window_s):  # fmt: skip
-            self.stop_step = step + 1  # not yet: traced on
-        super().on_train_batch_begin(batch, logs)
-        ended = self.traced_steps
-        if self.stop_after is not None and ended and step >= ended[1] + self.stop_after:
-            self.model.stop_training = True
+        self._input_mark: Any = None
 
     def on_train_begin(self, logs: Any = None) -> None:
         super().on_train_begin(logs)
         try:
             self.scopes = Scopes(self.model).__enter__()
             self.model.make_train_function(force=True)
+            self._input_mark = backend.get().mark_input(self.model)
+            self._input_mark.__enter__()
         except Exception as e:  # noqa: BLE001 - the fit goes on, the anatomy says why not
             self.scopes = None
             self.scope_error = f"the model's layers could not be scoped: {type(e).__name__}: {e}"
 
     def on_train_end(self, logs: Any = None) -> None:
         super().on_train_end(logs)
+        if self._input_mark is not None:
+            self._input_mark.__exit__(None, None, None)
+            self._input_mark = None
         if self.scopes is not None:
             self.scopes.__exit__(None, None, None)
 

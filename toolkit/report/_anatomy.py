@@ -7,9 +7,11 @@ like the rest of the report side (matplotlib only inside :func:`anatomy_png`). N
 formatted as everywhere else: times in milliseconds at three decimals (``format_ms``), shares
 as ``45.6 %``, ratios as ``1.23×``, achieved FLOP/s as ``format_flops`` writes them.
 
-Every share is of the traced step as the phases split it (they add up to it, so the shown
-percentages add up to 100); the line under the phases says how that step compares with the
-outside clock's.
+Every share is of the step the phases add up to (so the shown percentages add up to 100):
+the untraced step, where the anatomy was reconciled (``toolkit.core._anatomy.reconcile``:
+the profiler's cost taken out, each layer's figure checked against the layer timed alone),
+else the traced one; the line under the phases says how the trace's own split compares with
+the outside clock around the traced steps.
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from toolkit.core import terminal
-from toolkit.core._anatomy import AGREEMENT, Anatomy, Contrast, LayerTime, Phase, PhaseTime
+from toolkit.core._anatomy import (
+    AGREEMENT,
+    BAND,
+    Anatomy,
+    Contrast,
+    LayerTime,
+    Phase,
+    PhaseTime,
+)
 from toolkit.core.files import atomic_write
 from toolkit.core.stats import format_flops, format_ms
 
@@ -64,8 +74,14 @@ def _rate(layer: LayerTime) -> str:
 
 
 def _basis(a: Anatomy) -> float:
-    """The step every share is of: the traced step as the phases split it."""
+    """The step every share is of: the one the phases add up to (the untraced step where
+    reconciled, else the traced one)."""
     return a.phases_sum() or a.traced_s or a.step_s
+
+
+def _which(a: Anatomy) -> str:
+    """The step the phases add up to, in a word: ``untraced`` where reconciled."""
+    return "untraced" if a.traced_phases else "traced"
 
 
 def _share(seconds: float, basis: float) -> str:
@@ -108,6 +124,9 @@ def _ratio(value: float) -> str:
 def _head(a: Anatomy) -> str:
     where = f"{a.backend} on {a.device}" if a.device else a.backend
     steps = f"{a.steps} step{'s' if a.steps != 1 else ''} traced"
+    if a.traced_phases:
+        return (f"inside the step: {format_ms(a.phases_sum())}/step as fit runs it untraced "
+                f"({steps}, the profiler's cost taken out); {where}")  # fmt: skip
     return f"inside the step: {format_ms(a.step_s)}/step on the outside clock, {steps}; {where}"
 
 
@@ -136,9 +155,10 @@ def _sum_line(a: Anatomy) -> str:
     agreement = a.agreement()
     if agreement is None:
         return "no outside clock to check the phases' sum against"
+    whose = "the trace's phases" if a.traced_phases else "phases"
     line = (
-        f"phases sum to {_ratio(agreement)} the step on the outside clock "
-        f"({format_ms(a.phases_sum())} vs {format_ms(a.step_s)})"
+        f"{whose} sum to {_ratio(agreement)} the traced step on the outside clock "
+        f"({format_ms(a.traced_sum())} vs {format_ms(a.step_s)})"
     )
     if not a.agrees():
         line += (
@@ -156,6 +176,33 @@ def _profiler_line(a: Anatomy) -> str | None:
         f"the profiler's own cost: a traced step takes {_ratio(traced / a.untraced_s)} an "
         f"untraced one ({format_ms(traced)} vs {format_ms(a.untraced_s)})"
     )
+
+
+def _checked_line(a: Anatomy) -> str | None:
+    """How many layers were timed alone, and how many of them the trace got right."""
+    timed = [x for x in a.layers if x.alone_s]
+    if not timed:
+        return None
+    held = sum(1 for x in timed if x.holds_alone())
+    line = (
+        f"{len(timed)} of {len(a.layers)} layers timed alone: the trace within "
+        f"±{BAND * 100:.0f} % for {len(timed) - held}"
+    )
+    if held:
+        line += f"; for {held} the alone time is shown (marked a)"
+    return line
+
+
+def _why_lines(layers: Sequence[LayerTime], limit: int = 3) -> list[str]:
+    """Why the trace differs, for the first `limit` layers shown at their alone figure."""
+    held = [x for x in layers if x.holds_alone() and x.check]
+    out = [
+        f"a {x.name}: traced {_ratio(x.against_alone() or 0.0)} alone: {x.check}"
+        for x in held[:limit]
+    ]
+    if len(held) > limit:
+        out.append(f"and {len(held) - limit} more at their alone figure (report.md says why)")
+    return out
 
 
 def _fused_line(a: Anatomy) -> str | None:
@@ -191,10 +238,16 @@ def _ranked(a: Anatomy) -> list[LayerTime]:
 
 def _marks(layer: LayerTime) -> str:
     marks = [f"×{layer.calls}"] if layer.calls > 1 else []
-    return " ".join([*marks, "f"] if layer.fused_s > 0 else marks)
+    marks += ["f"] if layer.fused_s > 0 else []
+    return " ".join([*marks, "a"] if layer.holds_alone() else marks)
 
 
-LAYER_HEADS = ("layer", "kind", "fwd ms", "bwd ms", "% step", "FLOP/s", "")
+def _vs_alone(layer: LayerTime) -> str:
+    r = layer.against_alone()
+    return "" if r is None else _ratio(r)
+
+
+LAYER_HEADS = ("layer", "kind", "fwd ms", "bwd ms", "% step", "FLOP/s", "/alone", "")
 
 
 def _layer_table(a: Anatomy, width: int) -> list[str]:
@@ -209,6 +262,7 @@ def _layer_table(a: Anatomy, width: int) -> list[str]:
             _ms(layer.backward_s),
             f"{layer.seconds / basis * 100:.1f}" if basis > 0 else "—",
             _rate(layer),
+            _vs_alone(layer),
             _marks(layer),
         ]
         for layer in shown
@@ -222,7 +276,7 @@ def _layer_table(a: Anatomy, width: int) -> list[str]:
     limit = max(NAME_MIN, min(NAME_MAX, room))
     for row in cells:
         row[0] = _short(row[0], limit)
-    right = [i for i, n in enumerate(keep) if 2 <= n <= 5]
+    right = [i for i, n in enumerate(keep) if 2 <= n <= 6]
     out = terminal.table(heads, cells, columns=width, right=right).split("\n")
     said = []
     if rest:
@@ -236,9 +290,14 @@ def _layer_table(a: Anatomy, width: int) -> list[str]:
         legend.append("×N: called N times a step (its times hold every call)")
     if any(x.fused_s > 0 for x in shown):
         legend.append("f: part of its time is in fused code it shares with other layers")
+    if any(x.alone_s for x in shown):
+        legend.append(
+            "/alone: the trace's time (the profiler's cost taken out) over the layer timed "
+            f"alone; a: outside ±{BAND * 100:.0f} %, the alone time is shown"
+        )
     if legend:
         said.append("; ".join(legend))
-    return out + _fold(said, width)
+    return out + _fold([*said, *_why_lines(shown)], width)
 
 
 # ---------------------------------------------------------------------------- the views
@@ -267,7 +326,7 @@ def anatomy_lines(a: Anatomy, width: int = 80) -> list[str]:
     rows = [[p.phase.value, *_phase_cells(p, basis)] for p in _phases(a)]
     lines += terminal.table(("phase", "ms/step", "% step", ""), rows, columns=width,
                             right=(1, 2)).split("\n")  # fmt: skip
-    more = [_sum_line(a), _profiler_line(a)]
+    more = [_sum_line(a), _profiler_line(a), _checked_line(a)]
     lines += _fold([x for x in more if x], width)
     if a.layers:
         lines += _layer_table(a, width)
@@ -331,6 +390,14 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
+def _check_words(x: LayerTime) -> str:
+    if x.holds_alone():
+        return f"alone time shown: {x.check}" if x.check else "alone time shown"
+    if x.alone_s:
+        return f"the trace within ±{BAND * 100:.0f} % of alone"
+    return x.check or ""
+
+
 def anatomy_markdown(a: Anatomy, png: str | None = None) -> str:
     """The anatomy's section of ``report.md`` (``## Inside the step``): the step, the phase
     table with what each phase is, the layer table (the slowest 50), fused code, Keras's own
@@ -347,17 +414,18 @@ def anatomy_markdown(a: Anatomy, png: str | None = None) -> str:
         ms, share, words = _phase_cells(p, basis)
         what = p.phase.meaning + (f" ({words})" if words else "")
         out.append(f"| {p.phase.value} | {ms} | {share} | {_cell(what)} |")
-    out.append(f"| **traced step** | **{_ms(a.phases_sum())}** | 100 % | |")
+    out.append(f"| **{_which(a)} step** | **{_ms(a.phases_sum())}** | 100 % | |")
     out += ["", _sentence(_sum_line(a))]
-    profiler = _profiler_line(a)
-    if profiler:
-        out += ["", _sentence(profiler)]
+    for line in (_profiler_line(a), _checked_line(a)):
+        if line:
+            out += ["", _sentence(line)]
     ranked = _ranked(a)
     if ranked:
         out += [
             "",
-            "| layer | kind | calls | forward ms | backward ms | share | achieved | fused ms |",
-            "|---|---|---:|---:|---:|---:|---:|---:|",
+            "| layer | kind | calls | forward ms | backward ms | share | achieved | fused ms "
+            "| traced/alone | check |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for x in ranked[:MARKDOWN_LAYERS]:
             rate = x.flop_rate()
@@ -365,7 +433,8 @@ def anatomy_markdown(a: Anatomy, png: str | None = None) -> str:
                 f"| {_cell(x.name)} | {_cell(x.kind or '—')} | {x.calls} | {_ms(x.forward_s)} | "
                 f"{_ms(x.backward_s)} | {_share(x.seconds, basis)} | "
                 f"{format_flops(rate, True) if rate is not None else '—'} | "
-                f"{_ms(x.fused_s) if x.fused_s > 0 else '—'} |"
+                f"{_ms(x.fused_s) if x.fused_s > 0 else '—'} | {_vs_alone(x) or '—'} | "
+                f"{_cell(_check_words(x))} |"
             )
         rest = ranked[MARKDOWN_LAYERS:]
         if rest:
@@ -471,13 +540,15 @@ def anatomy_figure(a: Anatomy) -> Any:
 
 def _figure_title(a: Anatomy) -> list[str]:
     where = f"{a.backend}, {a.device}" if a.device else a.backend
+    steps = f"{a.steps} step{'s' if a.steps != 1 else ''} traced"
+    if a.traced_phases:
+        clock = (f"{format_ms(a.phases_sum())}/step untraced ({steps}, the profiler's cost "
+                 "taken out; layers checked against each timed alone)")  # fmt: skip
+    else:
+        clock = f"{format_ms(a.step_s)}/step on the outside clock, {steps}"
     return [
         *textwrap.wrap(f"Inside one training step ({where})", PLOT_WRAP),
-        *textwrap.wrap(
-            f"{format_ms(a.step_s)}/step on the outside clock, {a.steps} step"
-            f"{'s' if a.steps != 1 else ''} traced; every bar in ms per step",
-            PLOT_WRAP,
-        ),
+        *textwrap.wrap(f"{clock}; every bar in ms per step", PLOT_WRAP),
     ]
 
 
@@ -502,7 +573,7 @@ def _layer_bars(ax_l: Any, a: Anatomy, layers: list[LayerTime]) -> list[Any]:
     ax_l.set_yticks(ys, names, fontsize=PLOT_TEXT)
     ax_l.set_ylim(len(layers) - 0.5, -0.5)  # the slowest on top
     ax_l.tick_params(axis="x", labelsize=PLOT_TEXT)
-    ax_l.set_xlabel("ms per step (forward + backward; the share is of the traced step)",
+    ax_l.set_xlabel(f"ms per step (forward + backward; the share is of the {_which(a)} step)",
                     fontsize=9)  # fmt: skip
     ends = []
     for y, x in zip(ys, layers, strict=True):
@@ -548,9 +619,9 @@ def _phase_bar(
     ax_p.set_ylim(-0.5, 0.5)
     ax_p.set_yticks([])
     ax_p.tick_params(axis="x", labelsize=PLOT_TEXT)
-    ax_p.set_title(f"the traced step's phases ({format_ms(a.phases_sum())}, 100 %)",
+    ax_p.set_title(f"the {_which(a)} step's phases ({format_ms(a.phases_sum())}, 100 %)",
                    fontsize=10, loc="left")  # fmt: skip
-    ax_p.set_xlabel("ms per step (the phases add up to the traced step)", fontsize=9)
+    ax_p.set_xlabel(f"ms per step (the phases add up to the {_which(a)} step)", fontsize=9)
     if handles:
         bottom.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=PLOT_TEXT,
                       frameon=False)  # fmt: skip

@@ -361,11 +361,13 @@ def check_anatomy(value: Any) -> None:
         _number(f"anatomy.{key}", a.get(key, 0.0))
     for key in ANATOMY_OPTIONAL:
         _number(f"anatomy.{key}", a.get(key), optional=True)
-    for i, p in enumerate(_records("anatomy.phases", a.get("phases"))):
-        if p.get("phase") not in PHASES:
-            raise _bad(f"anatomy.phases[{i}].phase", p.get("phase"), f"one of {', '.join(PHASES)}")
-        _number(f"anatomy.phases[{i}].seconds", p.get("seconds"))
-        _string(f"anatomy.phases[{i}].unseen", p.get("unseen", ""))
+    for key in ("phases", "traced_phases"):
+        for i, p in enumerate(_records(f"anatomy.{key}", a.get(key))):
+            if p.get("phase") not in PHASES:
+                raise _bad(f"anatomy.{key}[{i}].phase", p.get("phase"),
+                           f"one of {', '.join(PHASES)}")  # fmt: skip
+            _number(f"anatomy.{key}[{i}].seconds", p.get("seconds"))
+            _string(f"anatomy.{key}[{i}].unseen", p.get("unseen", ""))
     for i, layer in enumerate(_records("anatomy.layers", a.get("layers"))):
         where = f"anatomy.layers[{i}]"
         _string(f"{where}.name", layer.get("name"))
@@ -375,6 +377,9 @@ def check_anatomy(value: Any) -> None:
         _number(f"{where}.fused_s", layer.get("fused_s", 0.0))
         _number(f"{where}.calls", layer.get("calls", 1), counts=True)
         _number(f"{where}.flops", layer.get("flops"), optional=True)
+        for key in ("traced_forward_s", "traced_backward_s", "alone_s", "alone_forward_s"):
+            _number(f"{where}.{key}", layer.get(key), optional=True)
+        _string(f"{where}.check", layer.get("check", ""))
     notes = a.get("notes") or []
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise _bad("anatomy.notes", notes, "a list of strings")

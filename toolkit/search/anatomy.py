@@ -22,26 +22,24 @@ import contextlib
 import dataclasses
 import statistics
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 from toolkit import backend
 from toolkit.core import compat
-from toolkit.core._anatomy import Anatomy
+from toolkit.core._anatomy import MAX_STEPS, Anatomy, reconcile
 from toolkit.core.checks import check_number
 from toolkit.core.errors import one_line
 from toolkit.core.progress import say
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
+from toolkit.profiling.layers_alone import check_layers
 from toolkit.runner.config import TrainConfig
 from toolkit.search.workload import workload
 
 __all__ = ["anatomy"]
 
-DEFAULT_STEPS = 10  # traced steps, at least
-# ...and the window at least this long (a small step's window is traced on, up to
-# MAX_STRETCH times the steps asked): its edges, where a scheduler's slice can fall between
-# the outside clock and the trace's, then weigh under 1 % of it.
-MIN_WINDOW_S = 0.4
-MAX_STRETCH = 40
+DEFAULT_STEPS = 10  # traced steps: exactly these (whole calls of steps_per_execution)
+AFTER_STEPS = 10  # untraced steps after the window, for the untraced step's median
 RAW_WINDOW_S = 0.3  # each timed run of the raw step, at least
 RAW_RUNS = 3
 
@@ -53,6 +51,8 @@ def anatomy(
     steps: int = DEFAULT_STEPS,
     config: TrainConfig | None = None,
     raw: bool = True,
+    layers: Sequence[str] = (),
+    check: bool = True,
 ) -> Anatomy:
     """The training step of `target` taken apart: a recipe's Task (with `config`), or your
     compiled Keras model with its batched `data` in any form ``fit`` takes (its weights and
@@ -64,25 +64,38 @@ def anatomy(
         steps: training steps traced (more: steadier figures, a longer trace).
         config: a TrainConfig (batch size, device, settings); default: the defaults.
         raw: also time the step written without Keras's trainer (Keras's own cost).
+        layers: names of layers to time alone besides the trace's slowest three (as
+            ``model.summary()`` names them; ``outer/inner`` inside a nested model).
+        check: time the layers alone and reconcile to the untraced step (False: the trace's
+            own split, seconds sooner).
 
     Returns:
         a :class:`toolkit.core._anatomy.Anatomy` (``print(toolkit.report.anatomy_lines(a))``
         or ``str``-free: render it with the report's functions); its ``error`` says why where
         the trace could not be taken (another profiler running): the rest is then empty.
 
+    Every layer figure is checked: the trace's slowest three, the `layers` named and then
+    every layer with weights as time allows are timed alone (``toolkit.profiling.
+    layers_alone``), and the phases and layers are reconciled to the untraced step
+    (``toolkit.core._anatomy.reconcile``): the milliseconds shown are the ones a fit without
+    the profiler sees, each layer's the figure that holds.
+
     Raises:
-        ConfigError: `steps` below 2; ``toolkit.runner.train.SetupError``: a target that cannot
-            be measured (as diagnose and tune refuse it).
+        ConfigError: `steps` outside 2 to :data:`MAX_STEPS`;
+            ``toolkit.runner.train.SetupError``: a target that cannot be measured (as
+            diagnose and tune refuse it).
     """
-    check_number("anatomy: steps", steps, integer=True, least=2)
+    check_number("anatomy: steps", steps, integer=True, least=2, most=MAX_STEPS)
     with workload(target, data, config) as work:
-        return _Measured(work, steps).run(raw)
+        return _Measured(work, steps, tuple(layers), check).run(raw)
 
 
 @dataclasses.dataclass
 class _Measured:
     work: Any
     steps: int
+    layers: tuple[str, ...] = ()
+    check: bool = True
 
     def run(self, raw: bool) -> Anatomy:
         from toolkit.profiling.anatomy import AnatomyWindow
@@ -91,18 +104,26 @@ class _Measured:
         per_call = max(1, work.per_call)
         start = whole_calls(DEFAULT_WARMUP_STEPS + 1 + per_call, per_call)
         traced = whole_calls(self.steps, per_call)
-        after = whole_calls(DEFAULT_WARMUP_STEPS + 3, per_call)
+        after = whole_calls(AFTER_STEPS, per_call)
         device = getattr(work.device, "human_name", "") or ""
         say(f"anatomy: tracing {traced} steps after {start} (scoped layers, one trace window)")
         with tempfile.TemporaryDirectory(prefix="toolkit-anatomy-") as logdir:
-            window = AnatomyWindow(logdir, start_step=start, stop_step=start + traced,
-                                   min_window_s=MIN_WINDOW_S, stop_after=after)  # fmt: skip
-            longest = whole_calls(start + traced * MAX_STRETCH + after, per_call)
-            report = work.fit(steps=longest, warmup=DEFAULT_WARMUP_STEPS, callbacks=[window])
+            window = AnatomyWindow(logdir, start_step=start, stop_step=start + traced)
+            report = work.fit(steps=start + traced + after, warmup=DEFAULT_WARMUP_STEPS,
+                              callbacks=[window])  # fmt: skip
             untraced = report.steps.p50_s if report.steps.timed_steps else None
             found = window.anatomy(untraced_s=untraced, device=device)
             model = window.model
-        if not raw or found.error:
+        if found.error or not self.check:
+            return self._with_raw(found, model) if raw and not found.error else found
+        if window.scopes is not None:
+            say("anatomy: the slowest layers timed alone, each compiled as the step is")
+            found = check_layers(
+                found, window.scopes.entries.values(), batch=work.config.batch_size,
+                jit=_jitted(model), names=self.layers,
+            )  # fmt: skip
+        found = reconcile(found)
+        if not raw:
             return found
         return self._with_raw(found, model)
 
@@ -170,6 +191,12 @@ def _no_raw_step(model: Any) -> str | None:
     if own is not None and not getattr(own, "__module__", "").startswith("keras."):
         return f"{type(model).__name__} has its own train_step: a raw step would not be the same"
     return None
+
+
+def _jitted(model: Any) -> bool:
+    """Whether the model's step is compiled (XLA on TensorFlow, ``jax.jit`` on JAX): its
+    layers are timed alone the same way."""
+    return getattr(model, "jit_compile", False) is True  # Keras resolves "auto" on reading
 
 
 def _calibrated(timed: Any) -> int:

@@ -11,7 +11,7 @@ import os
 import sys
 
 from toolkit.core import terminal
-from toolkit.verbs._options import check_out
+from toolkit.verbs._options import check_out, split
 from toolkit.verbs._target import add_target, target_of
 
 __all__: list[str] = []  # the command line's own; nothing here is API
@@ -25,7 +25,13 @@ RECIPE_FLAGS = True
 
 def options(p: argparse.ArgumentParser) -> None:
     add_target(p, "take apart")
-    p.add_argument("--steps", type=int, default=10, help="training steps traced (10)")
+    p.add_argument(
+        "--steps", type=int, default=10, help="training steps traced, exactly (10; at most 100)"
+    )
+    p.add_argument(
+        "--layers",
+        help="comma-separated layer names to time alone too (besides the trace's slowest 3)",
+    )
     p.add_argument(
         "--no_raw",
         action="store_true",
@@ -36,9 +42,10 @@ def options(p: argparse.ArgumentParser) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
+    from toolkit.core._anatomy import MAX_STEPS
     from toolkit.runner.config import check_number
 
-    check_number("--steps", args.steps, integer=True, least=2)
+    check_number("--steps", args.steps, integer=True, least=2, most=MAX_STEPS)
     check_out(args.out, instead="or leave --out out (runs/anatomy-<time>)")
 
 
@@ -50,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     from toolkit.search.anatomy import anatomy
 
     parsed, measured, data = target_of(args)
-    found = anatomy(measured, data, steps=args.steps, config=parsed.config, raw=not args.no_raw)
+    found = anatomy(measured, data, steps=args.steps, config=parsed.config,
+                    raw=not args.no_raw, layers=split(args.layers))  # fmt: skip
     print(f"anatomy: {parsed.what}")
     print("\n".join(anatomy_lines(found, terminal.width() or 80)))
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")

@@ -33,7 +33,13 @@ from toolkit.backend._common import (
     no_retracing_noise,
     refuse_tf_only,
 )
-from toolkit.backend._jax.anatomy import anatomy_trace, layer_alone, layer_scope, raw_step
+from toolkit.backend._jax.anatomy import (
+    anatomy_trace,
+    layer_alone,
+    layer_scope,
+    mark_input,
+    raw_step,
+)
 from toolkit.backend._jax.compiles import JaxCompiles
 from toolkit.backend._jax.devices import (
     apple_gpu_path,

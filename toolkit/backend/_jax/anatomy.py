@@ -8,12 +8,14 @@ are several layers it is counted as fused."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from toolkit.backend import _trace_events as te
 from toolkit.core._anatomy import Span, SpanKind, StepTrace
 
-__all__ = ["anatomy_trace", "layer_alone", "layer_scope", "raw_step"]
+__all__ = ["anatomy_trace", "layer_alone", "layer_scope", "mark_input", "raw_step"]
 
 
 def layer_scope(token: str) -> Any:
@@ -21,6 +23,43 @@ def layer_scope(token: str) -> Any:
     import jax
 
     return jax.named_scope(token)
+
+
+INPUT_RANGE = "kpinput"  # the profiler range around each batch the train function reads
+
+
+@contextlib.contextmanager
+def mark_input(model: Any) -> Iterator[None]:
+    """While open, each batch `model`'s train function reads (Keras's JAX trainer reads its
+    batches inside that Python function, around the jitted step) is inside a profiler range
+    named :data:`INPUT_RANGE`: the trace then shows the step waiting for its batch as the
+    input, not as Keras's work between steps."""
+    import jax
+
+    original = getattr(model, "train_function", None)
+    if original is None:
+        yield
+        return
+
+    def batches(iterator: Any) -> Iterator[Any]:
+        it = iter(iterator)
+        while True:
+            with jax.profiler.TraceAnnotation(INPUT_RANGE):
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+            yield batch
+
+    def marked(state: Any, iterator: Any, *args: Any, **kwargs: Any) -> Any:
+        return original(state, batches(iterator), *args, **kwargs)
+
+    model.train_function = marked
+    try:
+        yield
+    finally:
+        if model.train_function is marked:  # not rebuilt by Keras since
+            model.train_function = original
 
 
 def anatomy_trace(files: list[str]) -> StepTrace:
@@ -48,9 +87,13 @@ def anatomy_trace(files: list[str]) -> StepTrace:
             spans += te.xla_op_spans(e, programs, lane, "transpose(") or [
                 Span(start, end, lane, SpanKind.OP, name=name)
             ]
-        elif name.startswith(("PjitFunction", "PmapFunction")):
+        elif name.startswith(("PjitFunction", "PmapFunction")) or (
+            not device and name == "ThunkExecutor::Execute"
+        ):
+            # the host's call into a program, or XLA's CPU runtime running one on its own
+            # threads while the host goes on: time there is the program's, never Keras's
             spans.append(Span(start, end, lane, SpanKind.CALL, name=name))
-        elif name.startswith("DevicePut"):
+        elif name.startswith("DevicePut") or name == INPUT_RANGE:
             spans.append(Span(start, end, lane, SpanKind.INPUT, name=name))
     notes = [
         "input and Keras's work between steps: the host's batch transfers are timed; the "
@@ -120,15 +163,24 @@ def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
     return timed, f"jax.jit of {how}" if jitted else f"{how}, op by op (as the model's step)"
 
 
-def layer_alone(layer: Any, shape: tuple[int, ...], dtype: str) -> Any:
-    """One layer's forward and backward (the gradients of its weights and of its input)
-    alone, on a random input of `shape`, jitted: ``timed(n) -> seconds``."""
+def layer_alone(
+    layer: Any,
+    inputs: Sequence[tuple[tuple[int, ...], str]],
+    *,
+    backward: bool = True,
+    jit: bool = True,
+) -> Any:
+    """One layer's step alone, as the model's step runs it: its forward, and with `backward`
+    the gradients of its weights and of its floating inputs too, on random `inputs` of the
+    ``(shape, dtype)`` its calls saw (integer inputs: zeros, a valid index), jitted unless
+    `jit` is False (the model's ``jit_compile=False``): ``timed(n) -> seconds``."""
     import time
 
     import jax
     import jax.numpy as jnp
 
-    x = jax.random.uniform(jax.random.PRNGKey(0), shape, dtype=jnp.dtype(dtype))
+    xs = [_input(jax, jnp, shape, dtype, i) for i, (shape, dtype) in enumerate(inputs)]
+    floating = [i for i, x in enumerate(xs) if jnp.issubdtype(x.dtype, jnp.floating)]
     tv = [v.value for v in layer.trainable_variables]
     ntv = [v.value for v in layer.non_trainable_variables]
 
@@ -136,18 +188,30 @@ def layer_alone(layer: Any, shape: tuple[int, ...], dtype: str) -> Any:
     # for a call that does not take it)
     kwargs = {"training": True} if getattr(layer, "_call_has_training_arg", False) else {}
 
-    def total(tv: Any, x: Any) -> Any:
-        y, _ = layer.stateless_call(tv, ntv, x, **kwargs)
-        return jnp.sum(y.astype(jnp.float32))
+    def total(tv: Any, moving: Any) -> Any:
+        args = list(xs)
+        for i, x in zip(floating, moving, strict=True):
+            args[i] = x
+        y, _ = layer.stateless_call(tv, ntv, *args, **kwargs)
+        return sum(jnp.sum(t.astype(jnp.float32)) for t in jax.tree.leaves(y))
 
-    grads = jax.jit(jax.grad(total, argnums=(0, 1)))
+    fn = jax.grad(total, argnums=(0, 1)) if backward else total
+    fn = jax.jit(fn) if jit else fn
+    moving = [xs[i] for i in floating]
 
     def timed(n: int) -> float:
         t = time.perf_counter()
         out = None
         for _ in range(n):
-            out = grads(tv, x)
+            out = fn(tv, moving)
         jax.block_until_ready(out)
         return time.perf_counter() - t
 
     return timed
+
+
+def _input(jax: Any, jnp: Any, shape: tuple[int, ...], dtype: str, i: int) -> Any:
+    kind = jnp.dtype(dtype)
+    if jnp.issubdtype(kind, jnp.floating):
+        return jax.random.uniform(jax.random.PRNGKey(i), shape, dtype=kind)
+    return jnp.zeros(shape, dtype=kind)

@@ -27,7 +27,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from toolkit.backend._common import MB, SEAM, calibrated_peak, digest, mark_fused_steps
-from toolkit.backend._tensorflow.anatomy import anatomy_trace, layer_alone, layer_scope, raw_step
+from toolkit.backend._tensorflow.anatomy import (
+    anatomy_trace,
+    layer_alone,
+    layer_scope,
+    mark_input,
+    raw_step,
+)
 from toolkit.backend._tensorflow.compiles import TracingCounts
 from toolkit.backend._tensorflow.devices import (
     apple_gpu_path,

@@ -5,12 +5,13 @@ the step's own ``IteratorGetNext`` op; the host runs the function call around th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from toolkit.backend import _trace_events as te
 from toolkit.core._anatomy import Span, SpanKind, StepTrace
 
-__all__ = ["anatomy_trace", "layer_alone", "layer_scope", "raw_step"]
+__all__ = ["anatomy_trace", "layer_alone", "layer_scope", "mark_input", "raw_step"]
 
 
 def layer_scope(token: str) -> Any:
@@ -18,6 +19,13 @@ def layer_scope(token: str) -> Any:
     import tensorflow as tf
 
     return tf.name_scope(token)
+
+
+def mark_input(model: Any) -> Any:
+    """Nothing to add: the step's own IteratorGetNext op marks the wait for a batch."""
+    import contextlib
+
+    return contextlib.nullcontext()
 
 
 def anatomy_trace(files: list[str]) -> StepTrace:
@@ -108,31 +116,50 @@ def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
     return timed, how
 
 
-def layer_alone(layer: Any, shape: tuple[int, ...], dtype: str) -> Any:
-    """One layer's forward and backward (the gradients of its weights and of its input)
-    alone, on a random input of `shape`, as a ``tf.function``: ``timed(n) -> seconds``. What
-    the anatomy's time for that layer is checked against."""
+def layer_alone(
+    layer: Any,
+    inputs: Sequence[tuple[tuple[int, ...], str]],
+    *,
+    backward: bool = True,
+    jit: bool = False,
+) -> Any:
+    """One layer's step alone, as the model's step runs it: its forward, and with `backward`
+    the gradients of its weights and of its floating inputs too, on random `inputs` of the
+    ``(shape, dtype)`` its calls saw (integer inputs: zeros, a valid index), in a
+    ``tf.function`` compiled by XLA where `jit` (the model's ``jit_compile``):
+    ``timed(n) -> seconds``. What the anatomy's time for that layer is checked against."""
     import time
 
     import tensorflow as tf
 
-    x = tf.random.uniform(shape, dtype=tf.as_dtype(dtype))
+    xs = []
+    for shape, dtype in inputs:
+        kind = tf.as_dtype(dtype)
+        xs.append(tf.random.uniform(shape, dtype=kind) if kind.is_floating
+                  else tf.zeros(shape, dtype=kind))  # fmt: skip
+    floating = [x for x in xs if x.dtype.is_floating]
 
-    @tf.function
-    def step(x: Any) -> Any:
+    def total() -> Any:
+        y = layer(*xs, training=True)
+        return tf.add_n([tf.reduce_sum(tf.cast(t, tf.float32)) for t in tf.nest.flatten(y)])
+
+    @tf.function(jit_compile=jit)
+    def step() -> Any:
+        if not backward:
+            return [total()]
         with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = layer(x, training=True)
-            total = tf.reduce_sum(tf.cast(y, tf.float32))
-        return tape.gradient(total, [x, *layer.trainable_variables])
+            tape.watch(floating)
+            out = total()
+        grads = tape.gradient(out, [*floating, *layer.trainable_variables])
+        return [g for g in grads if g is not None] or [out]
 
     def timed(n: int) -> float:
         t = time.perf_counter()
         out = None
         for _ in range(n):
-            out = step(x)
-        if out is not None:
-            out[0].numpy()
+            out = step()
+        if out:  # the last step done (an embedding's gradient: its slices' values)
+            tf.nest.flatten(out[0], expand_composites=True)[0].numpy()
         return time.perf_counter() - t
 
     return timed

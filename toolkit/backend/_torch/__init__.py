@@ -33,7 +33,13 @@ from toolkit.backend._common import (
     one_step_per_batch,
     refuse_tf_only,
 )
-from toolkit.backend._torch.anatomy import anatomy_trace, layer_alone, layer_scope, raw_step
+from toolkit.backend._torch.anatomy import (
+    anatomy_trace,
+    layer_alone,
+    layer_scope,
+    mark_input,
+    raw_step,
+)
 from toolkit.backend._torch.compiles import DynamoCounters
 from toolkit.backend._torch.devices import (
     apple_gpu_path,

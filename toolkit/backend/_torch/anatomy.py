@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from toolkit.backend import _trace_events as te
 from toolkit.core._anatomy import Span, SpanKind, StepTrace
 
-__all__ = ["anatomy_trace", "layer_alone", "layer_scope", "raw_step"]
+__all__ = ["anatomy_trace", "layer_alone", "layer_scope", "mark_input", "raw_step"]
 
 _AUTOGRAD = "autograd::engine::evaluate_function"
 # The longest gap between two gradient functions of one layer that is the engine's own
@@ -27,6 +28,13 @@ def layer_scope(token: str) -> Any:
     import torch
 
     return torch.profiler.record_function(token)
+
+
+def mark_input(model: Any) -> Any:
+    """Nothing to add: its profiler marks the data loader's reads."""
+    import contextlib
+
+    return contextlib.nullcontext()
 
 
 def anatomy_trace(files: list[str]) -> StepTrace:
@@ -138,9 +146,17 @@ def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
     return timed, "forward, the loss, backward() and optimizer.apply, eager"
 
 
-def layer_alone(layer: Any, shape: tuple[int, ...], dtype: str) -> Any:
-    """One layer's forward and backward (the gradients of its weights and of its input)
-    alone, on a random input of `shape`, eager: ``timed(n) -> seconds``."""
+def layer_alone(
+    layer: Any,
+    inputs: Sequence[tuple[tuple[int, ...], str]],
+    *,
+    backward: bool = True,
+    jit: bool = False,
+) -> Any:
+    """One layer's step alone, eager as the model's step runs it (`jit` is not PyTorch's:
+    Keras compiles nothing here): its forward with autograd recording, and with `backward`
+    the gradients of its weights and of its floating inputs too, on random `inputs` of the
+    ``(shape, dtype)`` its calls saw (integer inputs: zeros): ``timed(n) -> seconds``."""
     import time
 
     import torch
@@ -148,17 +164,26 @@ def layer_alone(layer: Any, shape: tuple[int, ...], dtype: str) -> Any:
     from toolkit.core import compat
 
     keras = compat.keras()
-    x = keras.random.uniform(shape, dtype=dtype)
-    x.requires_grad_(True)
+    xs = []
+    for shape, dtype in inputs:
+        if "float" in dtype:
+            x = keras.random.uniform(shape, dtype=dtype)
+            x.requires_grad_(True)
+        else:
+            x = keras.ops.zeros(shape, dtype=dtype)
+        xs.append(x)
 
     def timed(n: int) -> float:
         t = time.perf_counter()
         total = None
         for _ in range(n):
             layer.zero_grad()
-            x.grad = None
-            total = layer(x, training=True).float().sum()
-            total.backward()
+            for x in xs:
+                x.grad = None
+            y = layer(*xs, training=True)
+            total = sum(part.float().sum() for part in keras.tree.flatten(y))
+            if backward:
+                total.backward()
         if total is not None:
             total.item()
         if torch.cuda.is_available():

@@ -1,0 +1,102 @@
+"""``toolkit.profiling.layers_alone``: the anatomy's layers timed alone. Which layers are
+checked (the trace's slowest three, the named, then layers with weights, within the budget),
+layers of one signature timed once, a layer that cannot run alone saying why; and on every
+backend a real layer of two inputs and an integer-input layer timed through the seam."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from toolkit.core._anatomy import Anatomy, LayerTime
+from toolkit.profiling.anatomy import LayerEntry
+from toolkit.profiling.layers_alone import check_layers, time_alone
+
+
+def _entries(keras):
+    dense = [keras.layers.Dense(8, name=f"d{i}") for i in range(3)]
+    for d in dense:
+        d.build((4, 8))
+    relu = keras.layers.ReLU(name="relu")
+    spec = (((None, 8), "float32"),)
+    made = [LayerEntry(f"kpl{i}", d.name, "Dense", inputs=spec, layer=d)
+            for i, d in enumerate(dense)]  # fmt: skip
+    made.append(LayerEntry("kpl3", "relu", "ReLU", inputs=spec, layer=relu))
+    made.append(LayerEntry("kpl4", "lists", "Concatenate", inputs=None, layer=relu))
+    return made
+
+
+def _found(names_and_seconds):
+    return Anatomy(
+        "jax",
+        phases=(),
+        layers=tuple(LayerTime(n, "Dense", s, s) for n, s in names_and_seconds),
+    )
+
+
+def test_check_layers_times_each_signature_once_and_says_why_one_was_not_timed(keras):
+    timed = []
+
+    def timer(layer, specs, *, jit, backward):
+        timed.append((layer.name, specs, backward))
+        return 0.002 if backward else 0.0005
+
+    found = _found([("relu", 0.004), ("d0", 0.003), ("d1", 0.002), ("d2", 0.001),
+                    ("lists", 0.0005)])  # fmt: skip
+    out = check_layers(found, _entries(keras), batch=4, jit=True, timer=timer)
+    by = {x.name: x for x in out.layers}
+    # the three Dense layers share a signature: timed once (forward, then both)
+    assert [t[0] for t in timed].count("d0") + [t[0] for t in timed].count("d1") == 2
+    assert all(t[1] == (((4, 8), "float32"),) for t in timed)  # the batch filled in
+    for name in ("d0", "d1", "d2", "relu"):
+        assert by[name].alone_s == pytest.approx(0.002)
+        assert by[name].alone_forward_s == pytest.approx(0.0005)
+    assert by["lists"].alone_s is None
+    assert by["lists"].check == "not timed alone: its call takes more than tensors"
+    assert [x.name for x in out.layers] == [x.name for x in found.layers]  # order kept
+
+
+def test_check_layers_keeps_to_its_budget_past_the_first_three_and_the_named(keras):
+    ticks = itertools.count(0.0, 10.0)  # each look at the clock: 10 s later
+
+    def timer(layer, specs, *, jit, backward):
+        return 0.001
+
+    entries = _entries(keras)
+    for e in entries[:3]:  # distinct signatures: no sharing of one timing
+        e.inputs = (((None, 8 + int(e.name[1:])), "float32"),)
+    found = _found([("d0", 0.004), ("d1", 0.003), ("relu", 0.002), ("d2", 0.001)])
+    out = check_layers(found, entries, batch=4, jit=False, timer=timer, budget_s=5.0,
+                       clock=lambda: next(ticks))  # fmt: skip
+    by = {x.name: x for x in out.layers}
+    assert all(by[n].alone_s for n in ("d0", "d1", "relu"))
+    assert by["d2"].alone_s is None and "ran out" in by["d2"].check
+    named = check_layers(found, entries, batch=4, jit=False, timer=timer, budget_s=5.0,
+                         clock=lambda: next(ticks), names=("d2", "nope"))  # fmt: skip
+    assert {x.name: x for x in named.layers}["d2"].alone_s
+    assert any("no layer named nope" in n for n in named.notes)
+
+
+def test_check_layers_says_why_a_layer_failed_alone(keras):
+    def timer(layer, specs, *, jit, backward):
+        raise RuntimeError("shapes do not match\nsecond line")
+
+    out = check_layers(_found([("d0", 0.004)]), _entries(keras), batch=4, jit=False,
+                       timer=timer)  # fmt: skip
+    assert out.layers[0].alone_s is None
+    assert out.layers[0].check.startswith("not timed alone: RuntimeError: shapes do not match")
+
+
+@pytest.mark.every_backend
+def test_time_alone_runs_a_layer_of_two_inputs_and_one_of_integer_inputs(keras):
+    attention = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4)
+    query = keras.ops.ones((2, 5, 8))
+    attention(query, query)
+    specs = (((2, 5, 8), "float32"), ((2, 5, 8), "float32"))
+    both = time_alone(attention, specs, jit=False, runs=1)
+    forward = time_alone(attention, specs, jit=False, backward=False, runs=1)
+    assert both > 0 and forward > 0
+    embedding = keras.layers.Embedding(50, 8)
+    embedding.build((2, 5))
+    assert time_alone(embedding, (((2, 5), "int32"),), jit=False, runs=1) > 0

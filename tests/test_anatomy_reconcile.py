@@ -1,0 +1,106 @@
+"""``toolkit.core._anatomy.reconcile``: the anatomy as the untraced step sees it. Pure records
+built by hand: the phases add up to the untraced step, the profiler's cost comes off every
+computed part but the input, a layer whose trace is off its time alone shows the alone
+figure (the difference moved to or from "other", then "Keras between steps"), and layers
+alone that need more than the step are scaled to fit with a note."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from toolkit.core._anatomy import Anatomy, LayerTime, Phase, PhaseTime, contrast, reconcile
+
+
+def _anatomy(layers, *, untraced=0.010, other=0.002, host=0.001, waited=0.001, **kw) -> Anatomy:
+    forward = sum(x.forward_s for x in layers) + 0.0005
+    backward = sum(x.backward_s for x in layers) + 0.0005
+    phases = (
+        PhaseTime(Phase.INPUT, waited),
+        PhaseTime(Phase.FORWARD, forward),
+        PhaseTime(Phase.BACKWARD, backward),
+        PhaseTime(Phase.OPTIMIZER, 0.001),
+        PhaseTime(Phase.METRICS, 0.0005),
+        PhaseTime(Phase.HOST, host),
+        PhaseTime(Phase.OTHER, other),
+    )
+    traced = sum(p.seconds for p in phases)
+    return Anatomy("jax", steps=10, step_s=traced, traced_s=traced, untraced_s=untraced,
+                   phases=phases, layers=tuple(layers), **kw)  # fmt: skip
+
+
+def test_reconcile_adds_the_phases_up_to_the_untraced_step_with_the_input_kept():
+    a = _anatomy([LayerTime("dense", "Dense", 0.004, 0.008)], untraced=0.012)
+    r = reconcile(a)
+    assert r.phases_sum() == pytest.approx(0.012)
+    assert r.phase(Phase.INPUT) == pytest.approx(0.001)  # a wait is not slowed by tracing
+    assert r.traced_phases == a.phases and r.traced_sum() == pytest.approx(a.phases_sum())
+    k = (0.012 - 0.001) / (a.phases_sum() - 0.001)
+    assert r.phase(Phase.OPTIMIZER) == pytest.approx(0.001 * k)
+    dense = r.layers[0]
+    assert dense.traced_forward_s == pytest.approx(0.004 * k) and not dense.holds_alone()
+    assert reconcile(r) is r  # once
+
+
+def test_reconcile_shows_the_alone_figure_where_the_trace_is_off_and_moves_the_difference():
+    slow = LayerTime("conv", "Conv1D", 0.001, 0.001, alone_s=0.006, alone_forward_s=0.002)
+    relu = LayerTime("relu", "ReLU", 0.003, 0.0, alone_s=0.0005, alone_forward_s=0.0005)
+    ok = LayerTime("head", "Dense", 0.0005, 0.0005, alone_s=0.001)
+    a = _anatomy([slow, relu, ok], other=0.004, host=0.002)
+    untraced = a.phases_sum()  # no profiler's cost: k = 1
+    r = reconcile(dataclasses.replace(a, untraced_s=untraced))
+    assert r.phases_sum() == pytest.approx(untraced)
+    by = {x.name: x for x in r.layers}
+    assert [x.name for x in r.layers] == ["conv", "head", "relu"]  # ranked by what holds
+    assert by["conv"].holds_alone() and by["conv"].seconds == pytest.approx(0.006)
+    assert by["conv"].forward_s == pytest.approx(0.002)
+    assert "less of it" in by["conv"].check
+    assert by["relu"].holds_alone() and by["relu"].seconds == pytest.approx(0.0005)
+    assert "booked more" in by["relu"].check
+    assert not by["head"].holds_alone() and by["head"].against_alone() == pytest.approx(1.0)
+    # the layers gained 0.004 - 0.0025 = 0.0015 net: taken from "other"
+    assert r.phase(Phase.OTHER) == pytest.approx(0.004 - 0.0015)
+    assert r.phase(Phase.FORWARD) >= sum(x.forward_s for x in r.layers)
+    assert r.phase(Phase.BACKWARD) >= sum(x.backward_s for x in r.layers)
+
+
+def test_reconcile_takes_what_other_lacks_from_keras_between_steps_then_scales_with_a_note():
+    big = LayerTime("conv", "Conv1D", 0.001, 0.001, alone_s=0.006, alone_forward_s=0.002)
+    a = _anatomy([big], other=0.001, host=0.002)
+    r = reconcile(dataclasses.replace(a, untraced_s=a.phases_sum()))
+    assert r.phase(Phase.OTHER) == 0.0
+    # 0.004 gained, 0.001 in other: Keras between steps gives its 0.002, then forward and
+    # backward outside the layer their 0.0005 each
+    assert r.phase(Phase.HOST) == 0.0
+    assert r.phase(Phase.FORWARD) == pytest.approx(0.002)
+    assert r.phase(Phase.BACKWARD) == pytest.approx(0.004)
+    assert r.phases_sum() == pytest.approx(a.phases_sum())
+    assert not any("add up to more than the step" in n for n in r.notes)
+    huge = LayerTime("conv", "Conv1D", 0.001, 0.001, alone_s=0.05)
+    a = _anatomy([huge], other=0.001, host=0.002)
+    r = reconcile(dataclasses.replace(a, untraced_s=a.phases_sum()))
+    assert r.phases_sum() == pytest.approx(a.phases_sum())
+    assert any("add up to more than the step" in n for n in r.notes)
+    assert all(p.seconds >= 0 for p in r.phases)
+
+
+def test_reconcile_leaves_an_anatomy_without_phases_or_with_an_error_as_it_is():
+    assert reconcile(Anatomy("jax", error="no trace")) == Anatomy("jax", error="no trace")
+    empty = Anatomy("jax", step_s=0.01)
+    assert reconcile(empty) is empty
+
+
+def test_reconciled_records_round_trip_through_json():
+    layer = LayerTime("conv", "Conv1D", 0.001, 0.001, alone_s=0.006, alone_forward_s=0.002)
+    r = reconcile(_anatomy([layer]))
+    back = Anatomy.from_dict(r.to_dict())
+    assert back == r
+
+
+def test_contrast_of_two_reconciled_anatomies_has_parts_that_add_up_to_the_gap():
+    a = reconcile(_anatomy([LayerTime("conv", "Conv1D", 0.002, 0.004)], untraced=0.012))
+    b = reconcile(_anatomy([LayerTime("conv", "Conv1D", 0.004, 0.012)], untraced=0.030))
+    c = contrast(a, b, "TensorFlow", "JAX", top=20)
+    assert c.a_step_s == pytest.approx(0.012) and c.b_step_s == pytest.approx(0.030)
+    assert sum(p.gap_s for p in c.parts) == pytest.approx(0.030 - 0.012)
