@@ -24,6 +24,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from toolkit.core.stats import format_ms
+
 __all__ = [
     "Anatomy",
     "Contrast",
@@ -421,8 +423,8 @@ def reconcile(a: Anatomy) -> Anatomy:
         parts = {p: v if p == Phase.INPUT else v * shrink for p, v in parts.items()}
         layers = [_scaled(x, shrink) for x in layers]
         notes.append(
-            f"the layers timed alone add up to more than the step ({_ms(total)} vs "
-            f"{_ms(computed)} computed): the step runs them faster together (XLA fuses "
+            f"the layers timed alone add up to more than the step ({format_ms(total)} vs "
+            f"{format_ms(computed)} computed): the step runs them faster together (XLA fuses "
             f"across them, or the cores overlap them); every part is scaled by {shrink:.2f}"
         )
     phases = tuple(
@@ -436,10 +438,6 @@ def reconcile(a: Anatomy) -> Anatomy:
         fused_s=a.fused_s * k,
         notes=tuple(notes),
     )
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3f} ms"
 
 
 def _held_layers(layers: Sequence[LayerTime], k: float) -> tuple[list[LayerTime], list[float]]:
