@@ -326,7 +326,8 @@ def test_the_report_side_and_step_timer_run_where_tensorflow_cannot_be_imported(
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     lines = out.stdout.splitlines()
     assert lines[-1] == "OK" and "keras backend: jax" in lines
-    assert "within noise" in out.stdout and "cluster: 2 workers" in out.stdout
+    # a run against itself claims no change: its hooks-only steps may be too noisy to tell
+    assert lines[0] in ("within noise", "too noisy") and "cluster: 2 workers" in out.stdout
     assert "refused: merge: no-tf, no-tf ran on one machine" in out.stdout
 
 
@@ -392,7 +393,8 @@ def test_the_public_surface_is_small_and_reviewed():
     # flops.compute_facts's Compute
     # ... and the largest batch that fits (issue 67): toolkit.fits and the BatchFit it returns
     # ... and diagnose's fourth verdict (issue 68): UNCERTAIN, beside INPUT_BOUND and the rest
-    assert len(things) <= 208, f"{len(things)} public names: keep helpers out of __all__"
+    # ... and a layer timed alone (issue 73): layers_alone.time_alone, the anatomy's check
+    assert len(things) <= 209, f"{len(things)} public names: keep helpers out of __all__"
 
 
 def test_importing_the_recipes_changes_nothing():

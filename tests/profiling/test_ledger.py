@@ -493,9 +493,13 @@ def test_a_callback_s_train_end_after_steptimer_and_a_fit_cut_mid_epoch_are_attr
     with profile("closing", batch_size=8) as p:
         p.fit(make_model(), x, y, batch_size=8, epochs=2, verbose=0, callbacks=[closing])
     ledger = p.report.ledger
-    assert ledger["callbacks"]["Closing"]["seconds"] >= 0.3
-    assert ledger["parts"]["exit"] < 0.3, ledger["parts"]  # not the tf.data teardown's
-    assert not any(f.item == "exit" for f in fixes(ledger))
+    closing_s = ledger["callbacks"]["Closing"]["seconds"]
+    assert closing_s >= 0.3
+    # Moved out of the exit it ran in, once: a loaded machine's teardown may take as long.
+    assert ledger["parts"]["callbacks"] >= closing_s, ledger["parts"]
+    _adds_up(ledger)
+    # A slow exit proposed (a loaded machine's teardown) is the exit's own seconds, never Closing's
+    assert all(f.seconds == ledger["parts"]["exit"] for f in fixes(ledger) if f.item == "exit")
     assert "on_train_end" not in vars(closing)  # taken out once it ran
 
     with pytest.raises(KeyboardInterrupt), profile("cut", batch_size=8) as p:

@@ -25,7 +25,7 @@ from toolkit import backend
 from toolkit.core._anatomy import Anatomy, LayerTime
 from toolkit.core.errors import one_line
 
-__all__ = ["check_layers", "time_alone"]
+__all__ = ["time_alone"]  # check_layers is the anatomy's (toolkit.search.anatomy)
 
 BUDGET_S = 8.0  # wall time for the checks past the first AT_LEAST layers
 AT_LEAST = 3  # layers always checked (the trace's slowest), with any the user named
