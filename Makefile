@@ -12,6 +12,9 @@ PYTEST_FLAGS ?= -q
 # time on 2 cores (measured: a 34 min pass in 19). TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest $(PYTEST_FLAGS) -n $(TEST_WORKERS) --dist worksteal
+# Runs a pass ("$(TIMED) NAME command...") and says how long it took, passed or failed: where
+# the suite's time goes, pass by pass (each ends with its 15 slowest tests).
+TIMED = sh -c 'start=$$(date +%s); "$$@"; rc=$$?; echo "== $$0: $$(( $$(date +%s) - start )) s (exit $$rc) =="; exit $$rc'
 
 .PHONY: demo test test-next lint format bench accelerator accelerator-wheels install clean
 
@@ -20,12 +23,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PYTEST)
+	$(TIMED) "the suite (TensorFlow)" $(PYTEST)
 	@echo "== profiling tests again under tf_keras (TF_USE_LEGACY_KERAS=1) =="
-	TF_USE_LEGACY_KERAS=1 $(PYTEST) -m legacy_keras
+	TF_USE_LEGACY_KERAS=1 $(TIMED) "tf_keras" $(PYTEST) -m legacy_keras
 	@echo "== the profiling contracts again under Keras 3 on JAX, then on PyTorch =="
-	KERAS_BACKEND=jax $(PYTEST) -m every_backend
-	KERAS_BACKEND=torch $(PYTEST) -m every_backend
+	KERAS_BACKEND=jax $(TIMED) "JAX" $(PYTEST) -m every_backend
+	KERAS_BACKEND=torch $(TIMED) "PyTorch" $(PYTEST) -m every_backend
 
 # Keras's next release, today: the same project in a second environment (.venv-next) whose Keras
 # is a pinned keras-nightly (pinned, so CI is reproducible; moving the pin is a commit). It runs
@@ -43,9 +46,9 @@ NEXT_PYTEST := $(NEXT_PY) -m pytest $(PYTEST_FLAGS) -n $(TEST_WORKERS) --dist wo
 
 test-next: $(NEXT_STAMP)
 	@echo "== against $(KERAS_NEXT): the profiling contracts and the distribution tests on JAX =="
-	KERAS_BACKEND=jax $(NEXT_PYTEST) -m "every_backend or next_keras"
+	KERAS_BACKEND=jax $(TIMED) "next, JAX" $(NEXT_PYTEST) -m "every_backend or next_keras"
 	@echo "== against $(KERAS_NEXT): the profiling contracts on PyTorch =="
-	KERAS_BACKEND=torch $(NEXT_PYTEST) -m every_backend
+	KERAS_BACKEND=torch $(TIMED) "next, PyTorch" $(NEXT_PYTEST) -m every_backend
 
 $(NEXT_PY):
 	$(PYTHON) -m venv $(NEXT_VENV)

@@ -99,7 +99,11 @@ setup(
             # be imported, with Keras on JAX (an 85 MB CPU wheel); the profiling contracts run
             # under Keras 3 on JAX and on PyTorch too. torch 2.13.0's CPU build (190 MB) is
             # what a Linux x86-64 CI machine installs from its local wheel cache; elsewhere any
-            # recent torch.
+            # recent torch. The pin stays (checked 2026-11-28): 2.13.0+cpu is the newest CPU
+            # build the registries here serve. 2.14.1 there is the CUDA build (555 MB, and its
+            # cuda-toolkit, cuDNN, NCCL and Triton requirements add gigabytes to every CI
+            # install, for a machine with no GPU), and this machine's pip constraints stop
+            # at 2.14.1, so 2.15.0 does not install.
             "jax>=0.4.34",
             f"torch==2.13.0; {LINUX_X86}",
             f"torch>=2.3; {NOT_LINUX_X86}",

@@ -90,7 +90,7 @@ def test_a_recipe_trains_and_reports_under(name, tmp_path):
     assert matmuls <= compute["flops_forward"] <= 1.1 * matmuls, compute
     assert compute["flops_per_step"] > 2 * compute["flops_forward"]
     assert compute["peak_flops_per_s"] > 1e8
-    assert_mfu(compute, below=1)
+    assert_mfu(compute)
 
 
 def _keras_loops_torch_steps() -> bool:
@@ -350,7 +350,7 @@ def test_every_recipe_trains_without_tensorflow(
     assert report["steps"]["total_steps"] == 8 and report["steps"]["timed_steps"] == 6
     # Timed where the step finished, not where it was queued: MFU stays a fraction.
     assert report["compute"]["flops_per_step"] > 0
-    assert_mfu(report["compute"], below=1.5)
+    assert_mfu(report["compute"])
 
 
 @pytest.mark.parametrize("name", ["jax", "torch"])

