@@ -273,6 +273,10 @@ def layer_scope(token: str) -> Any:
     return contextlib.nullcontext()
 
 
+def anatomy_refusal(model: Any) -> str | None:
+    return None
+
+
 def mark_input(model: Any) -> Any:
     return contextlib.nullcontext()
 

@@ -203,6 +203,29 @@ def test_anatomy_handles_a_layer_called_twice_and_a_nested_model(keras):
 
 
 @pytest.mark.every_backend
+@pytest.mark.legacy_keras
+def test_anatomy_of_an_eager_step_is_measured_or_refused_in_one_line(keras):
+    """run_eagerly: on TensorFlow and JAX an eager op keeps no scope, so the anatomy refuses
+    in one line saying so (the fit stopped after its first step) rather than booking the
+    whole step as Keras's work; on PyTorch, whose step is op by op anyway, it is measured."""
+    import toolkit
+
+    model = _compiled(keras, keras.layers.Dense(256, activation="relu", name="mid"))
+    model.compile(model.optimizer, model.loss, run_eagerly=True)
+    x, y = _data(2048)
+    found = toolkit.anatomy(model, (x, y), config=TrainConfig(batch_size=BATCH), raw=False,
+                            check=False)  # fmt: skip
+    refused = backend.get().anatomy_refusal(model)
+    if backend.name() == "torch":
+        assert refused is None and found.error is None, found.error
+        assert {layer.name for layer in found.layers} >= {"mid", "head"}
+        _adds_up(found)
+    else:
+        assert found.error == refused and "\n" not in refused, found.error
+        assert "run_eagerly=True" in refused and not found.layers
+
+
+@pytest.mark.every_backend
 def test_anatomy_counts_every_step_of_a_call_with_steps_per_execution(keras):
     import toolkit
     from toolkit.core import compat

@@ -47,7 +47,7 @@ def _adds_up(ledger, outside_s: float | None = None) -> None:
     assert sum(shown) == pytest.approx(ledger["wall_s"], abs=1e-4), parts
     if outside_s is not None:
         assert ledger["wall_s"] <= outside_s + 1e-6
-        assert ledger["source"] == "fit call", ledger["source"]
+        assert ledger["from"] == "fit call", ledger["from"]
 
 
 def _timed_fit(p, model, *args, **kwargs):

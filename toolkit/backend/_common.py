@@ -62,6 +62,7 @@ SEAM = (
     "gather_processes",
     "intra_op_threads",
     "measure_matmul_peak",
+    "anatomy_refusal",
     "anatomy_trace",
     "layer_alone",
     "layer_scope",

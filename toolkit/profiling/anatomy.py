@@ -446,6 +446,11 @@ class AnatomyWindow(TraceWindow):
 
     def on_train_begin(self, logs: Any = None) -> None:
         super().on_train_begin(logs)
+        refused = backend.get().anatomy_refusal(self.model)
+        if refused:  # said as the anatomy's error; the fit stops after its first step
+            self.scope_error = refused
+            self.model.stop_training = True
+            return
         try:
             self.scopes = Scopes(self.model).__enter__()
             self.model.make_train_function(force=True)

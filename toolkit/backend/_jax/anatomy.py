@@ -15,7 +15,14 @@ from typing import Any
 from toolkit.backend import _trace_events as te
 from toolkit.core._anatomy import Span, SpanKind, StepTrace
 
-__all__ = ["anatomy_trace", "layer_alone", "layer_scope", "mark_input", "raw_step"]
+__all__ = [
+    "anatomy_refusal",
+    "anatomy_trace",
+    "layer_alone",
+    "layer_scope",
+    "mark_input",
+    "raw_step",
+]
 
 
 def layer_scope(token: str) -> Any:
@@ -26,6 +33,19 @@ def layer_scope(token: str) -> Any:
 
 
 INPUT_RANGE = "kpinput"  # the profiler range around each batch the train function reads
+
+
+def anatomy_refusal(model: Any) -> str | None:
+    """Why a trace cannot take `model`'s step apart (None: it can). An eager step dispatches
+    each operation as a program of its own, compiled without the named scopes around it: no
+    op could be given its layer or phase."""
+    if getattr(model, "run_eagerly", False):
+        return (
+            "the model runs eagerly (run_eagerly=True): on JAX each eager operation is "
+            "compiled alone, without the named scopes around it, so no op can be given its "
+            "layer or phase; compile it without run_eagerly to take apart the step fit runs"
+        )
+    return None
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ from typing import Any
 
 from toolkit.backend._common import MB, SEAM, calibrated_peak, digest, mark_fused_steps
 from toolkit.backend._tensorflow.anatomy import (
+    anatomy_refusal,
     anatomy_trace,
     layer_alone,
     layer_scope,

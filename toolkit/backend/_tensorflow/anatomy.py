@@ -11,7 +11,14 @@ from typing import Any
 from toolkit.backend import _trace_events as te
 from toolkit.core._anatomy import Span, SpanKind, StepTrace
 
-__all__ = ["anatomy_trace", "layer_alone", "layer_scope", "mark_input", "raw_step"]
+__all__ = [
+    "anatomy_refusal",
+    "anatomy_trace",
+    "layer_alone",
+    "layer_scope",
+    "mark_input",
+    "raw_step",
+]
 
 
 def layer_scope(token: str) -> Any:
@@ -19,6 +26,19 @@ def layer_scope(token: str) -> Any:
     import tensorflow as tf
 
     return tf.name_scope(token)
+
+
+def anatomy_refusal(model: Any) -> str | None:
+    """Why a trace cannot take `model`'s step apart (None: it can). An eager step runs each
+    op by itself: eager ops keep no name scope, so no op could be given its layer or phase
+    (the trace would book the whole step as Keras's work)."""
+    if getattr(model, "run_eagerly", False):
+        return (
+            "the model runs eagerly (run_eagerly=True): on TensorFlow an eager op keeps no "
+            "name scope, so no op can be given its layer or phase; compile it without "
+            "run_eagerly to take apart the step fit runs"
+        )
+    return None
 
 
 def mark_input(model: Any) -> Any:

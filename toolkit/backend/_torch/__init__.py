@@ -34,6 +34,7 @@ from toolkit.backend._common import (
     refuse_tf_only,
 )
 from toolkit.backend._torch.anatomy import (
+    anatomy_refusal,
     anatomy_trace,
     layer_alone,
     layer_scope,

@@ -15,7 +15,14 @@ from typing import Any
 from toolkit.backend import _trace_events as te
 from toolkit.core._anatomy import Span, SpanKind, StepTrace
 
-__all__ = ["anatomy_trace", "layer_alone", "layer_scope", "mark_input", "raw_step"]
+__all__ = [
+    "anatomy_refusal",
+    "anatomy_trace",
+    "layer_alone",
+    "layer_scope",
+    "mark_input",
+    "raw_step",
+]
 
 _AUTOGRAD = "autograd::engine::evaluate_function"
 # The longest gap between two gradient functions of one layer that is the engine's own
@@ -28,6 +35,12 @@ def layer_scope(token: str) -> Any:
     import torch
 
     return torch.profiler.record_function(token)
+
+
+def anatomy_refusal(model: Any) -> str | None:
+    """Why a trace cannot take `model`'s step apart: never here. PyTorch runs its step op by
+    op whether or not ``run_eagerly`` is set, each op inside its layer's ``record_function``."""
+    return None
 
 
 def mark_input(model: Any) -> Any:
