@@ -226,6 +226,35 @@ def test_anatomy_of_an_eager_step_is_measured_or_refused_in_one_line(keras):
 
 
 @pytest.mark.every_backend
+def test_anatomy_books_the_wait_for_a_slow_batch_as_input(keras):
+    """A PyDataset that sleeps 30 ms a batch in front of a step of a few milliseconds: the
+    step waits most of its time for its batch, and the anatomy says input, on every backend
+    (on TensorFlow the generator runs in tf.data's ops beside the step: theirs is not the
+    step's compute)."""
+    import time
+
+    import toolkit
+
+    x, y = _data(64 * 40)
+
+    class Slow(keras.utils.PyDataset):
+        def __len__(self):
+            return 40
+
+        def __getitem__(self, i):
+            time.sleep(0.03)
+            return x[i * 64 : (i + 1) * 64], y[i * 64 : (i + 1) * 64]
+
+    model = _compiled(keras, keras.layers.Dense(64, activation="relu", name="mid"))
+    found = toolkit.anatomy(model, Slow(), config=TrainConfig(batch_size=64), raw=False,
+                            check=False)  # fmt: skip
+    assert found.error is None, found.error
+    _adds_up(found)
+    largest = max(found.phases, key=lambda p: p.seconds)
+    assert largest.phase == Phase.INPUT, found.phases
+
+
+@pytest.mark.every_backend
 def test_anatomy_counts_every_step_of_a_call_with_steps_per_execution(keras):
     import toolkit
     from toolkit.core import compat

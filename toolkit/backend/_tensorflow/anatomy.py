@@ -55,12 +55,20 @@ def anatomy_trace(files: list[str]) -> StepTrace:
         return StepTrace(error=error)
     device = {pid for pid, name in processes.items() if "/device:" in name}
     programs = te.hlo_metadata(files, events)  # XLA's compiled steps (jit_compile), where any ran
+    # XProf groups each op the step's executor ran under its step (``group_id``); the ops of
+    # tf.data's functions (a generator's PyFunc, a map's ops) run beside the step ungrouped.
+    grouped = any("group_id" in (e.get("args") or {}) and (e.get("args") or {}).get("long_name")
+                  for e in events)  # fmt: skip
     spans = []
     for e in events:
         args = e.get("args") or {}
         lane = f"{e.get('pid')}/{e.get('tid')}"
         start, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
         scoped = str(args.get("long_name") or args.get("tf_op") or "")
+        if e["name"].startswith("Iterator::"):
+            continue  # tf.data's iterators: the step's wait on them is its IteratorGetNext
+        if scoped and grouped and "group_id" not in args and "hlo_op" not in args:
+            continue  # the input pipeline's own ops, beside the step: the step waits on them
         if "hlo_op" in args and not (device and e.get("pid") not in device):
             # an op of an XLA program: its TensorFlow ops' names are in its metadata
             spans += te.xla_op_spans(e, programs, lane, "gradient_tape") or []
@@ -93,7 +101,8 @@ def anatomy_trace(files: list[str]) -> StepTrace:
         spans=tuple(spans),
         markers=tuple(te.step_markers(events, "train")),
         signal="TensorFlow's ops by name scope (the profiler's XSpace, read by XProf)",
-        notes=("input: the step's own IteratorGetNext wait; tf.data's threads run beside it",),
+        notes=("input: the step's own IteratorGetNext wait; tf.data's threads and their ops "
+               "run beside it",),
         error=error,
     )
 
