@@ -104,3 +104,40 @@ def test_contrast_of_two_reconciled_anatomies_has_parts_that_add_up_to_the_gap()
     c = contrast(a, b, "TensorFlow", "JAX", top=20)
     assert c.a_step_s == pytest.approx(0.012) and c.b_step_s == pytest.approx(0.030)
     assert sum(p.gap_s for p in c.parts) == pytest.approx(0.030 - 0.012)
+
+
+def test_reconcile_checks_a_layer_holding_others_with_them_and_gives_it_the_rest():
+    """An attention block timed alone with its projections: its row and theirs together
+    against that time; past the band its own row is what is left past theirs as they stand
+    (the projection checked and held on its own first), and the step still adds up."""
+    mha = LayerTime("mha", "MultiHeadAttention", 0.0005, 0.0005, alone_s=0.006,
+                    alone_forward_s=0.002, alone_with_held=True)  # fmt: skip
+    query = LayerTime("mha/query", "EinsumDense", 0.0005, 0.0005, alone_s=0.002,
+                      alone_forward_s=0.001)  # fmt: skip
+    key = LayerTime("mha/key", "EinsumDense", 0.0005, 0.0005)  # not timed: its trace stays
+    a = _anatomy([mha, query, key], other=0.006, host=0.002)
+    untraced = a.phases_sum()
+    r = reconcile(dataclasses.replace(a, untraced_s=untraced))
+    assert r.phases_sum() == pytest.approx(untraced)
+    by = {x.name: x for x in r.layers}
+    assert by["mha/query"].holds_alone() and by["mha/query"].seconds == pytest.approx(0.002)
+    held = by["mha"]
+    assert held.held_traced_s == pytest.approx(0.002)  # query's and key's traced 1 ms each
+    assert held.against_alone() == pytest.approx(0.003 / 0.006) and held.holds_alone()
+    assert held.seconds == pytest.approx(0.006 - 0.002 - 0.001)  # less query's and key's
+    assert held.forward_s == pytest.approx(held.seconds / 3)  # its forward share alone
+    assert "layers it holds" in held.check
+    whole = held.seconds + by["mha/query"].seconds + by["mha/key"].seconds
+    assert whole == pytest.approx(0.006)
+    back = Anatomy.from_dict(r.to_dict())
+    assert back == r and [x.name for x in back.layers if x.alone_with_held] == ["mha"]
+
+
+def test_reconcile_keeps_a_holding_layer_s_trace_where_it_and_its_layers_agree_with_alone():
+    mha = LayerTime("mha", "MultiHeadAttention", 0.0005, 0.0005, alone_s=0.0021,
+                    alone_with_held=True)  # fmt: skip
+    query = LayerTime("mha/query", "EinsumDense", 0.0005, 0.0005, alone_s=0.001)
+    a = _anatomy([mha, query])
+    r = reconcile(dataclasses.replace(a, untraced_s=a.phases_sum()))
+    held = next(x for x in r.layers if x.name == "mha")
+    assert not held.holds_alone() and held.seconds == pytest.approx(0.001) and not held.check

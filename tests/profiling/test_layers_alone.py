@@ -57,6 +57,25 @@ def test_check_layers_times_each_signature_once_and_says_why_one_was_not_timed(k
     assert [x.name for x in out.layers] == [x.name for x in found.layers]  # order kept
 
 
+def test_check_layers_times_a_layer_holding_others_with_them(keras):
+    """A nested model (a block of layers) is timed alone as a whole: marked as timed with
+    the layers it holds, which keep their own rows and their own timings."""
+    inputs = keras.Input((8,))
+    block = keras.Model(inputs, keras.layers.Dense(8, name="inner")(inputs), name="block")
+    block.build((4, 8))
+    spec = (((None, 8), "float32"),)
+    inner = block.get_layer("inner")
+    entries = [LayerEntry("kpl0", "block", "Functional", inputs=spec, layer=block,
+                          holds_layers=True),
+               LayerEntry("kpl1", "block/inner", "Dense", inputs=spec, layer=inner)]  # fmt: skip
+    found = _found([("block", 0.001), ("block/inner", 0.002)])
+    out = check_layers(found, entries, batch=4, jit=True, timer=lambda *a, **k: 0.003)
+    by = {x.name: x for x in out.layers}
+    assert by["block"].alone_s == pytest.approx(0.003) and by["block"].alone_with_held
+    assert by["block/inner"].alone_s == pytest.approx(0.003)
+    assert not by["block/inner"].alone_with_held and not by["block"].check
+
+
 def test_check_layers_keeps_to_its_budget_past_the_first_three_and_the_named(keras):
     ticks = itertools.count(0.0, 10.0)  # each look at the clock: 10 s later
 

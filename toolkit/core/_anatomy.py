@@ -161,6 +161,11 @@ class LayerTime:
         alone_s: its calls of one step timed alone (forward and backward, compiled as the
             model's step, the same shapes); None where not timed (`check` says why).
         alone_forward_s: of `alone_s`, the forward alone.
+        alone_with_held: the layer holds other layers (an attention block, a recurrent layer
+            and its cell, a nested model): `alone_s` is it and them timed as one, checked
+            against its row and theirs together.
+        held_traced_s: with `alone_with_held`, the trace's figure for the layers it holds
+            (the profiler's cost taken out), added to its own for the check.
         check: in words, why it was not timed alone, or why the trace's figure differs from
             the alone one by more than :data:`BAND` (then `forward_s`/`backward_s` are the
             alone figures); empty where the two agree.
@@ -177,6 +182,8 @@ class LayerTime:
     traced_backward_s: float | None = None
     alone_s: float | None = None
     alone_forward_s: float | None = None
+    alone_with_held: bool = False
+    held_traced_s: float | None = None
     check: str = ""
 
     @property
@@ -191,10 +198,11 @@ class LayerTime:
         return self.traced_forward_s + self.traced_backward_s
 
     def against_alone(self) -> float | None:
-        """The trace's figure over the layer timed alone (1.0: they agree); None: not timed."""
+        """The trace's figure over the layer timed alone (1.0: they agree); None: not timed.
+        A layer timed with the layers it holds: its figure and theirs over that time."""
         if not self.alone_s or self.alone_s <= 0:
             return None
-        return self.traced_s / self.alone_s
+        return (self.traced_s + (self.held_traced_s or 0.0)) / self.alone_s
 
     def holds_alone(self) -> bool:
         """Whether the figure shown is the alone one (the trace's differed past the band)."""
@@ -327,6 +335,8 @@ class Anatomy:
                     traced_backward_s=_optional(x.get("traced_backward_s")),
                     alone_s=_optional(x.get("alone_s")),
                     alone_forward_s=_optional(x.get("alone_forward_s")),
+                    alone_with_held=bool(x.get("alone_with_held", False)),
+                    held_traced_s=_optional(x.get("held_traced_s")),
                     check=str(x.get("check", "")),
                 )
                 for x in d.get("layers", ())
@@ -442,34 +452,49 @@ def reconcile(a: Anatomy) -> Anatomy:
 
 def _held_layers(layers: Sequence[LayerTime], k: float) -> tuple[list[LayerTime], list[float]]:
     """Each layer's figure that holds (:func:`reconcile`'s step 2), and what the forward and
-    the backward gained over the scaled trace."""
-    out, gained = [], [0.0, 0.0]
-    for x in layers:
+    the backward gained over the scaled trace. A layer timed with the layers it holds comes
+    after them (the innermost first): its row and theirs are checked together against that
+    time, and where they differ its own row is the rest of it past theirs as they stand."""
+    out: dict[str, LayerTime] = {}
+    gained = [0.0, 0.0]
+    order = sorted(layers, key=lambda x: (x.alone_with_held, -x.name.count("/")))
+    for x in order:
         tf, tb = x.forward_s * k, x.backward_s * k
+        held = [y for n, y in out.items() if n.startswith(x.name + "/")]
         traced = dataclasses.replace(
             x, forward_s=tf, backward_s=tb, traced_forward_s=tf, traced_backward_s=tb,
             fused_s=x.fused_s * k,
+            held_traced_s=sum(y.traced_s for y in held) if x.alone_with_held else None,
         )  # fmt: skip
         if not traced.holds_alone() or x.alone_s is None:
-            out.append(traced)
+            out[x.name] = traced
             continue
-        alone = x.alone_s
-        if x.alone_forward_s is not None:
-            hf = min(x.alone_forward_s, alone)
+        alone = x.alone_s - (sum(y.seconds for y in held) if x.alone_with_held else 0.0)
+        alone = max(0.0, alone)
+        share = x.alone_forward_s / x.alone_s if x.alone_forward_s is not None else None
+        if share is not None:
+            hf = alone * min(1.0, share)
         else:
             hf = alone * (tf / (tf + tb)) if tf + tb > 0 else alone
         hb = alone - hf
         gained[0] += hf - tf
         gained[1] += hb - tb
         words = x.check or _why_differs(traced)
-        out.append(dataclasses.replace(traced, forward_s=hf, backward_s=hb, check=words))
-    return out, gained
+        out[x.name] = dataclasses.replace(traced, forward_s=hf, backward_s=hb, check=words)
+    return [out[x.name] for x in layers], gained
 
 
 def _why_differs(x: LayerTime) -> str:
     """Why a layer's traced figure differs from its time alone, in words."""
     r = x.against_alone() or 1.0
     fused = x.traced_s > 0 and x.fused_s > 0.5 * x.traced_s
+    if x.alone_with_held:
+        found = (
+            "the trace booked more to it and the layers it holds than they cost together"
+            if r > 1
+            else "it and the layers it holds cost more together than the trace saw"
+        )
+        return f"{found}; its own row is the rest of their time alone past theirs"
     if r > 1:
         if fused:
             return "the trace split fused code it shares with other layers onto it"

@@ -67,7 +67,6 @@ def check_layers(
     if found.error or not found.layers:
         return found
     held = {x.name for x in found.layers}
-    parents = {n.rpartition("/")[0] for n in held if "/" in n}
     done: dict[str, tuple[float, float] | str] = {}  # signature -> (forward, both) or why
     out: dict[str, LayerTime] = {}
     began = clock()
@@ -79,7 +78,7 @@ def check_layers(
                 x, check=f"not timed alone: the checks' {budget_s:.0f} s ran out"
             )
             continue
-        why, specs = _why_not(entry, x, batch, parents)
+        why, specs = _why_not(entry, x, batch)
         if why:
             out[x.name] = dataclasses.replace(x, check=f"not timed alone: {why}")
             continue
@@ -97,8 +96,9 @@ def check_layers(
         else:
             calls = max(1, x.calls)
             out[x.name] = dataclasses.replace(
-                x, alone_s=got[1] * calls, alone_forward_s=got[0] * calls
-            )
+                x, alone_s=got[1] * calls, alone_forward_s=got[0] * calls,
+                alone_with_held=any(n.startswith(x.name + "/") for n in held),
+            )  # fmt: skip
     missing = [n for n in names if n not in held]
     notes = found.notes
     if missing:
@@ -125,12 +125,11 @@ def _order(
     return first + rest
 
 
-def _why_not(entry: Any, x: LayerTime, batch: int | None, parents: set[str]) -> tuple[str, Specs]:
-    """Why `entry`'s layer cannot be timed alone (empty: it can), and its inputs' specs."""
+def _why_not(entry: Any, x: LayerTime, batch: int | None) -> tuple[str, Specs]:
+    """Why `entry`'s layer cannot be timed alone (empty: it can), and its inputs' specs. A
+    layer holding others is timed with them (``LayerTime.alone_with_held``)."""
     if entry is None or entry.layer is None:
         return "the scopes did not hold it", ()
-    if entry.holds_layers and x.name in parents:
-        return "it holds other layers, each timed on its own row", ()
     if not entry.inputs:
         return "its call takes more than tensors", ()
     specs = []

@@ -377,8 +377,11 @@ def check_anatomy(value: Any) -> None:
         _number(f"{where}.fused_s", layer.get("fused_s", 0.0))
         _number(f"{where}.calls", layer.get("calls", 1), counts=True)
         _number(f"{where}.flops", layer.get("flops"), optional=True)
-        for key in ("traced_forward_s", "traced_backward_s", "alone_s", "alone_forward_s"):
+        for key in ("traced_forward_s", "traced_backward_s", "alone_s", "alone_forward_s",
+                    "held_traced_s"):  # fmt: skip
             _number(f"{where}.{key}", layer.get(key), optional=True)
+        if not isinstance(layer.get("alone_with_held", False), bool):
+            raise _bad(f"{where}.alone_with_held", layer.get("alone_with_held"), "true or false")
         _string(f"{where}.check", layer.get("check", ""))
     notes = a.get("notes") or []
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):

@@ -101,8 +101,10 @@ def anatomy_trace(files: list[str]) -> StepTrace:
         spans=tuple(spans),
         markers=tuple(te.step_markers(events, "train")),
         signal="TensorFlow's ops by name scope (the profiler's XSpace, read by XProf)",
-        notes=("input: the step's own IteratorGetNext wait; tf.data's threads and their ops "
-               "run beside it",),
+        notes=(
+            "input: the step's own IteratorGetNext wait; tf.data's threads and their ops "
+            "run beside it",
+        ),
         error=error,
     )
 
