@@ -101,10 +101,18 @@ def test_anatomy_ranks_a_planted_large_dense_first_and_times_it_as_alone(keras):
         keras, lambda: keras.layers.Dense(2048, activation="relu", name="planted"), "planted"
     )
     planted = next(x for x in found.layers if x.name == "planted")
-    # the two layers that touch its 2048-wide output rank first: the planted one, and the
-    # narrow one after it, whose backward (its input's gradient, as wide) costs as much
-    # alone on JAX's CPU runtime (measured: 1.49 ms against 1.86 ms), so either may be first
-    assert {x.name for x in found.layers[:2]} == {"planted", "narrow"}, found.layers
+    # it ranks in the first two: the narrow layer after it, whose backward (its input's
+    # gradient, as wide) costs as much alone on JAX's CPU runtime (measured: 1.49 ms against
+    # 1.86 ms), may be first; below them, PyTorch's small layers cost their dispatch alike
+    assert "planted" in {x.name for x in found.layers[:2]}, found.layers
+    # each figure shown is the one that holds (all scaled alike where they overran the step)
+    factors = [
+        x.seconds / (x.alone_s if x.holds_alone() else x.traced_s)
+        for x in found.layers
+        if x.alone_s and not x.alone_with_held and x.seconds > 0
+    ]
+    assert factors and max(factors) <= 1 + 1e-6, found.layers
+    assert max(factors) == pytest.approx(min(factors), rel=1e-6), found.layers
     assert planted.kind == "Dense"
     assert planted.forward_s > 0 and planted.backward_s > 0
     assert planted.flops and planted.flop_rate()
@@ -233,10 +241,12 @@ def test_anatomy_of_an_eager_step_is_measured_or_refused_in_one_line(keras):
 
 @pytest.mark.every_backend
 def test_anatomy_books_the_wait_for_a_slow_batch_as_input(keras):
-    """A PyDataset that sleeps 30 ms a batch in front of a step of a few milliseconds: the
+    """A PyDataset that sleeps 100 ms a batch in front of a step of a few milliseconds: the
     step waits most of its time for its batch, and the anatomy says input, on every backend
     (on TensorFlow the generator runs in tf.data's ops beside the step: theirs is not the
-    step's compute)."""
+    step's compute). The sleep is many times the step, so that a loaded host slowing the
+    compute (30 ms of forward was seen on PyTorch beside a second worker) cannot overturn
+    which phase is largest."""
     import time
 
     import toolkit
@@ -248,12 +258,12 @@ def test_anatomy_books_the_wait_for_a_slow_batch_as_input(keras):
             return 40
 
         def __getitem__(self, i):
-            time.sleep(0.03)
+            time.sleep(0.1)
             return x[i * 64 : (i + 1) * 64], y[i * 64 : (i + 1) * 64]
 
     model = _compiled(keras, keras.layers.Dense(64, activation="relu", name="mid"))
-    found = toolkit.anatomy(model, Slow(), config=TrainConfig(batch_size=64), raw=False,
-                            check=False)  # fmt: skip
+    found = toolkit.anatomy(model, Slow(), steps=4, config=TrainConfig(batch_size=64),
+                            raw=False, check=False)  # fmt: skip
     assert found.error is None, found.error
     _adds_up(found)
     largest = max(found.phases, key=lambda p: p.seconds)
