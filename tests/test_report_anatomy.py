@@ -79,8 +79,24 @@ def slowest(a: Anatomy) -> LayerTime:
     return max(a.layers, key=lambda x: x.seconds)
 
 
+def _holding() -> Anatomy:
+    """An attention block timed alone with its projections, past the band (reconciled)."""
+    from toolkit.core._anatomy import reconcile
+
+    held = (
+        LayerTime("multi_head_attention", "MultiHeadAttention", 5e-4, 5e-4, alone_s=6e-3,
+                  alone_forward_s=2e-3, alone_with_held=True),
+        LayerTime("multi_head_attention/query", "EinsumDense", 5e-4, 5e-4, alone_s=2e-3,
+                  alone_forward_s=1e-3),
+    )  # fmt: skip
+    a = anatomy(layers=3)
+    a = dataclasses.replace(a, layers=(*a.layers, *held), untraced_s=None, step_s=a.traced_s)
+    return reconcile(a)
+
+
 CASES = {
     "full": anatomy(),
+    "holding": _holding(),
     "one layer": anatomy(layers=1),
     "no layers": anatomy(layers=0),
     "trainer faster": anatomy(raw_s=0.2),
@@ -296,6 +312,10 @@ LAYER = {"name": "dense", "forward_s": 1e-3, "backward_s": 2e-3}
         ({"backend": "jax", "layers": [{"name": "d", "forward_s": "1"}]}, "layers[0].forward_s"),
         ({"backend": "jax", "layers": [{**LAYER, "calls": 1.5}]}, "layers[0].calls"),
         ({"backend": "jax", "notes": "one"}, "field anatomy.notes"),
+        (
+            {"backend": "jax", "layers": [{**LAYER, "alone_with_held": "yes"}]},
+            "layers[0].alone_with_held",
+        ),
     ],
 )
 def test_a_malformed_anatomy_is_refused_in_one_line(tmp_path, anatomy_json, field):
@@ -350,3 +370,11 @@ def test_contrast_counts_a_layer_held_by_another_as_its_holder():
     lstm = parts["the LSTM layer (1)"]
     assert lstm.a_s == pytest.approx(0.009) and lstm.b_s == pytest.approx(0.07)
     assert not any("LSTMCell" in what for what in parts)
+
+
+def test_a_layer_timed_with_the_layers_it_holds_is_said_so():
+    lines = anatomy_lines(_holding(), 80)
+    text = " ".join(" ".join(lines).split())  # the folded lines read as one
+    assert "a layer that holds others (name/inner rows) is timed with them" in text, lines
+    assert "a multi_head_attention: traced" in text and "layers it holds" in text, lines
+    assert all(len(line) <= 80 for line in lines), lines

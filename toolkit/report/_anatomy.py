@@ -295,6 +295,11 @@ def _layer_table(a: Anatomy, width: int) -> list[str]:
             "/alone: the trace's time (the profiler's cost taken out) over the layer timed "
             f"alone; a: outside ±{BAND * 100:.0f} %, the alone time is shown"
         )
+    if any(x.alone_s and x.alone_with_held for x in shown):
+        legend.append(
+            "a layer that holds others (name/inner rows) is timed with them: its /alone "
+            "is its row and theirs together over that time"
+        )
     if legend:
         said.append("; ".join(legend))
     return out + _fold([*said, *_why_lines(shown)], width)
