@@ -60,8 +60,9 @@ def _memory(p):
 def test_a_callback_keeping_outputs_is_found_in_the_first_epoch_and_named(tmp_path):
     """Outputs float32[256, 4] kept by a callback, one a step: found in the first epoch, said
     as the callback's, with what grows, who holds it and the fix. 320 steps an epoch: the
-    first census waits for the memory thread's next reading past step 3 (every 50 ms), and
-    64 steps of a fast backend (Keras's next release on JAX) ended before it."""
+    first census is the memory thread's, once it sees step 3 (it looks every 5 ms), and a
+    fast backend's steps go on meanwhile (64 steps of Keras's next release on JAX once ended
+    before a 50 ms reading)."""
     x, y = _arrays(STEPS * 32)
     keep = KeepOutputs(np.ones((256, 32), np.float32))
     with profile("leaky", report_dir=tmp_path, batch_size=32) as p:
