@@ -460,7 +460,9 @@ def _held_layers(layers: Sequence[LayerTime], k: float) -> tuple[list[LayerTime]
     order = sorted(layers, key=lambda x: (x.alone_with_held, -x.name.count("/")))
     for x in order:
         tf, tb = x.forward_s * k, x.backward_s * k
-        held = [y for n, y in out.items() if n.startswith(x.name + "/")]
+        held = (
+            [y for n, y in out.items() if n.startswith(x.name + "/")] if x.alone_with_held else []
+        )
         traced = dataclasses.replace(
             x, forward_s=tf, backward_s=tb, traced_forward_s=tf, traced_backward_s=tb,
             fused_s=x.fused_s * k,
@@ -469,8 +471,7 @@ def _held_layers(layers: Sequence[LayerTime], k: float) -> tuple[list[LayerTime]
         if not traced.holds_alone() or x.alone_s is None:
             out[x.name] = traced
             continue
-        alone = x.alone_s - (sum(y.seconds for y in held) if x.alone_with_held else 0.0)
-        alone = max(0.0, alone)
+        alone = max(0.0, x.alone_s - sum(y.seconds for y in held))
         share = x.alone_forward_s / x.alone_s if x.alone_forward_s is not None else None
         if share is not None:
             hf = alone * min(1.0, share)
