@@ -298,6 +298,6 @@ def raw_step(model: Any, batch: Any) -> tuple[Callable[[int], float], str]:
 
 
 def layer_alone(
-    layer: Any, inputs: Any, *, backward: bool = True, jit: bool = False
+    layer: Any, inputs: Any, *, backward: bool = True, jit: bool = False, input_grads: bool = True
 ) -> Callable[[int], float]:
     return raw_step(layer, None)[0]

@@ -141,3 +141,40 @@ def test_reconcile_keeps_a_holding_layer_s_trace_where_it_and_its_layers_agree_w
     r = reconcile(dataclasses.replace(a, untraced_s=a.phases_sum()))
     held = next(x for x in r.layers if x.name == "mha")
     assert not held.holds_alone() and held.seconds == pytest.approx(0.001) and not held.check
+
+
+def test_reconcile_sets_forward_and_backward_to_the_model_timed_alone():
+    """A trace that booked most of the gradients to forward (JAX on a CPU: ops run beside
+    each other, fusions hold both): the model timed alone sets the split, the difference
+    comes from "other" then "Keras between steps", the step still adds up and a note says
+    where the figures came from."""
+    conv = LayerTime("conv", "Conv1D", 0.003, 0.0005)
+    a = _anatomy([conv], other=0.002, host=0.003, model_alone_s=0.008,
+                 model_alone_forward_s=0.002)  # fmt: skip
+    untraced = a.phases_sum()
+    r = reconcile(dataclasses.replace(a, untraced_s=untraced))
+    assert r.phase(Phase.FORWARD) == pytest.approx(0.002)
+    assert r.phase(Phase.BACKWARD) == pytest.approx(0.006)
+    # the trace saw 0.0035 + 0.001 = 0.0045 of them: 0.0035 more, 0.002 from other first
+    assert r.phase(Phase.OTHER) == 0.0
+    assert r.phase(Phase.HOST) == pytest.approx(0.003 - 0.0015)
+    assert r.phases_sum() == pytest.approx(untraced)
+    assert any("model's own, timed alone" in n and "backward 75%" in n for n in r.notes)
+    # the layer's rows fit inside the phases measured: its forward (3 ms) past the model's
+    # 2 ms is scaled to fit, and said
+    layer = r.layers[0]
+    assert layer.forward_s == pytest.approx(0.002) and layer.backward_s == pytest.approx(0.0005)
+    assert any("layers' forward adds up to more" in n for n in r.notes)
+    assert Anatomy.from_dict(r.to_dict()) == r
+
+
+def test_reconcile_scales_a_model_alone_that_overruns_the_step_keeping_its_split():
+    a = _anatomy([LayerTime("dense", "Dense", 0.001, 0.001)], other=0.001, host=0.001,
+                 model_alone_s=0.040, model_alone_forward_s=0.010)  # fmt: skip
+    untraced = a.phases_sum()
+    r = reconcile(dataclasses.replace(a, untraced_s=untraced))
+    assert r.phases_sum() == pytest.approx(untraced)
+    fwd, bwd = r.phase(Phase.FORWARD), r.phase(Phase.BACKWARD)
+    assert bwd / (fwd + bwd) == pytest.approx(0.75)  # scaled, never cut
+    assert r.phase(Phase.HOST) == 0.0 and r.phase(Phase.OTHER) == 0.0
+    assert any("model timed alone and the step's other parts" in n for n in r.notes)

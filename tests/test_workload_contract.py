@@ -21,8 +21,6 @@ from toolkit.runner.config import TrainConfig
 from toolkit.search import workload as wl
 from toolkit.search.engine import Candidate, RunShape, Space
 
-pytestmark = pytest.mark.every_backend  # the contract holds on every backend
-
 FEATURES, EXAMPLES, BATCH = 7, 192, 16
 
 
@@ -84,6 +82,7 @@ def test_every_kind_implements_the_whole_contract():
         assert not missing, f"{kind.__name__} leaves {missing} to the base"
 
 
+@pytest.mark.every_backend
 def test_what_it_is(work):
     assert isinstance(work, wl.Workload)
     assert work.name and isinstance(work.name, str)
@@ -94,6 +93,7 @@ def test_what_it_is(work):
     assert isinstance(work.applies_in_python, bool)
 
 
+@pytest.mark.every_backend
 def test_its_defaults_are_a_candidate_of_one_step_a_call(work):
     defaults = work.defaults()
     assert isinstance(defaults, Candidate)
@@ -103,6 +103,7 @@ def test_its_defaults_are_a_candidate_of_one_step_a_call(work):
     assert "batch_size" not in settings  # left to the config: not a setting of its own
 
 
+@pytest.mark.every_backend
 def test_how_a_pick_is_applied_is_said_in_the_kind_s_own_words(work):
     pick = dataclasses.replace(work.defaults(), steps_per_execution=4)
     words = work.how_to_apply(pick)
@@ -111,6 +112,7 @@ def test_how_a_pick_is_applied_is_said_in_the_kind_s_own_words(work):
     assert words.startswith("model.compile(") == work.applies_in_python
 
 
+@pytest.mark.every_backend
 def test_the_space_it_searches_starts_at_its_defaults(work):
     defaults = work.defaults()
     jit = (defaults.jit_compile, not defaults.jit_compile)  # the backend's own first
@@ -119,6 +121,7 @@ def test_the_space_it_searches_starts_at_its_defaults(work):
     assert len(space.steps_per_execution) == 2  # a compile argument: searched for both kinds
 
 
+@pytest.mark.every_backend
 def test_the_run_it_is_for(work):
     shape = work.run_shape()
     assert isinstance(shape, RunShape) and shape.epochs == 2
@@ -130,6 +133,7 @@ def test_the_run_it_is_for(work):
     assert "fresh" in work.fresh_words()
 
 
+@pytest.mark.every_backend
 def test_a_measured_fit_a_rate_and_the_compile_it_paid(work):
     work.prepare(8)
     report = work.fit(steps=8, warmup=1)
@@ -143,6 +147,7 @@ def test_a_measured_fit_a_rate_and_the_compile_it_paid(work):
     assert work.compile_s(defaults) is not None  # the first measured run's compile
 
 
+@pytest.mark.every_backend
 def test_its_input_as_fit_reads_it(work):
     pipeline = work.pipeline()
     assert pipeline is not None
@@ -156,6 +161,7 @@ def test_its_input_as_fit_reads_it(work):
             batches.close()
 
 
+@pytest.mark.every_backend
 def test_figures_as_the_backends_chooser_compares_them(work):
     plain = work.figures(8, count_flops=False)
     assert plain["timed_steps"] > 0 and plain["examples_per_sec"] > 0
@@ -166,6 +172,7 @@ def test_figures_as_the_backends_chooser_compares_them(work):
     assert tuned["timed_steps"] > 0 and tuned["steps_per_call"] == loops
 
 
+@pytest.mark.every_backend
 def test_its_cache_facts_name_the_model_input_backend_and_device(work):
     facts = work.cache_facts()
     assert set(facts) >= {"model", "params", "input", "batch_size", "backend", "device"}

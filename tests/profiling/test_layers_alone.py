@@ -11,7 +11,7 @@ import pytest
 
 from toolkit.core._anatomy import Anatomy, LayerTime
 from toolkit.profiling.anatomy import LayerEntry
-from toolkit.profiling.layers_alone import check_layers, time_alone
+from toolkit.profiling.layers_alone import check_layers, check_model, time_alone
 
 
 def _entries(keras):
@@ -119,3 +119,47 @@ def test_time_alone_runs_a_layer_of_two_inputs_and_one_of_integer_inputs(keras):
     embedding = keras.layers.Embedding(50, 8)
     embedding.build((2, 5))
     assert time_alone(embedding, (((2, 5), "int32"),), jit=False, runs=1) > 0
+
+
+def test_check_model_times_the_whole_model_without_its_inputs_gradients(keras):
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+    seen = []
+
+    def timer(layer, specs, *, jit, backward, input_grads):
+        seen.append((layer, specs, backward, input_grads))
+        return 0.003 if backward else 0.001
+
+    out = check_model(_found([("d0", 0.004)]), model, (((None, 8), "float32"),), calls=1,
+                      batch=4, jit=True, timer=timer)  # fmt: skip
+    assert (out.model_alone_s, out.model_alone_forward_s) == (0.003, 0.001)
+    assert seen == [(model, (((4, 8), "float32"),), b, False) for b in (False, True)]
+    assert out.notes == ()
+
+
+def test_check_model_says_why_the_model_was_not_timed(keras):
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+
+    def timer(layer, specs, *, jit, backward, input_grads):
+        raise ValueError("no\nmore")
+
+    cases = [
+        (None, 1, timer, "its call takes more than one tensor"),
+        ((((None, 8), "float32"),), 0, timer, "never called the model itself"),
+        ((((None, None), "float32"),), 1, timer, "its input's shape is not fixed"),
+        ((((None, 8), "float32"),), 1, timer, "ValueError: no"),
+    ]
+    for inputs, calls, t, why in cases:
+        out = check_model(_found([("d0", 0.004)]), model, inputs, calls=calls, batch=4,
+                          jit=False, timer=t)  # fmt: skip
+        assert out.model_alone_s is None
+        (note,) = out.notes
+        assert note.startswith("forward and backward not checked against the model timed alone")
+        assert why in note and "\n" not in note
+
+
+@pytest.mark.every_backend
+def test_time_alone_times_a_model_without_its_inputs_gradients(keras):
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+    spec = (((4, 8), "float32"),)
+    for input_grads in (True, False):
+        assert time_alone(model, spec, jit=False, runs=1, input_grads=input_grads) > 0

@@ -6,8 +6,6 @@ import pytest
 
 from toolkit.profiling.memory_watch import MemoryWatch, steady_growth
 
-pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
-
 
 @pytest.mark.parametrize(
     ("values", "expected"),
@@ -24,6 +22,8 @@ def test_steady_growth(values, expected):
     assert steady_growth(values, min_points=3, threshold=64) == expected
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_real_fit_records_host_rss_each_epoch(make_model, make_dataset):
     watch = MemoryWatch()
     make_model().fit(make_dataset(3), epochs=3, verbose=0, callbacks=[watch])
@@ -33,6 +33,8 @@ def test_real_fit_records_host_rss_each_epoch(make_model, make_dataset):
     assert watch.result()["readings"] == watch.readings
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_warns_once_on_steady_growth(make_model, make_dataset, caplog):
     rss = iter([100.0, 200.0, 300.0, 400.0, 500.0])
     gpu = iter([{"GPU:0": {"current_mb": 10.0 * i, "peak_mb": 10.0 * i}} for i in range(5)])

@@ -10,13 +10,13 @@ from tests.helpers import read_scalars, scalar_descriptions
 from toolkit.core.stats import TIMED
 from toolkit.profiling.step_timer import StepTimer
 
-pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
-
 
 def _scalars(logdir, run="train"):
     return read_scalars(logdir / run)
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_step_times_per_execution_and_epoch_figures(tmp_path, make_model, make_dataset):
     timer = StepTimer(warmup_steps=2, batch_size=8, tensorboard_dir=tmp_path / "tb")
     model = make_model()
@@ -44,6 +44,8 @@ def test_step_times_per_execution_and_epoch_figures(tmp_path, make_model, make_d
     assert timer.global_step == 24
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_log_steps_windows_and_epoch_metrics(tmp_path, make_model, make_dataset):
     timer = StepTimer(
         warmup_steps=0,
@@ -70,6 +72,8 @@ def test_a_custom_loop_writes_when_it_stops(tmp_path):
     assert [round(p.value, 6) for p in got["Step time/ms"]] == [10.0, 10.0, 10.0]
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_without_tensorboard_installed_the_error_says_what_to_install(tmp_path, monkeypatch):
     import builtins
 
@@ -101,6 +105,8 @@ def test_a_long_epoch_is_written_in_at_most_max_points_windows(tmp_path):
     assert sum(p.value for p in points) / len(points) == pytest.approx(3.0, abs=0.05)
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_the_c_crc_frames_records_as_tensorboard_does():
     # The event files' framing: the CRC used here must give TensorBoard's own numbers.
     import random
@@ -142,6 +148,8 @@ def test_points_reach_the_file_at_flush_and_a_failed_write_keeps_them(tmp_path):
     ]
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_keras_layout_overlays_validation_and_every_tag_is_described(tmp_path):
     # Keras's TensorBoard callback: epoch_<metric> in train/, val_<metric> as the same tag in
     # validation/, x the epoch; TensorBoard's reader finds a description on each tag.

@@ -13,8 +13,6 @@ from toolkit.profiling.stop_on_signal import TrainingInterrupted
 from toolkit.report import RunReport
 from toolkit.runner.session import profile
 
-pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
-
 
 def _raise_at(epoch_to_fail, batch_to_fail, exc):
     class Boom(compat.keras().callbacks.Callback):
@@ -36,6 +34,8 @@ def _only_run_dir(root):
     return run_dir
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_complete_run_writes_json_markdown_png(tmp_path, make_model, make_dataset):
     ds = make_dataset(10)
     with profile("tiny", report_dir=tmp_path, data=ds, memory_watch=True, args={"lr": 0.1}) as p:
@@ -61,6 +61,8 @@ def test_complete_run_writes_json_markdown_png(tmp_path, make_model, make_datase
     assert (run_dir / "steps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_the_anatomy_reaches_tensorboards_images_tab(tmp_path, make_model, make_dataset):
     """A traced run with TensorBoard scalars: the anatomy's picture lands in the same train
     event file as the scalars, at the last step, read back with TensorBoard's own readers (the
@@ -99,6 +101,8 @@ def test_the_anatomy_reaches_tensorboards_images_tab(tmp_path, make_model, make_
         ("sigterm", "TrainingInterrupted: signal SIGTERM"),
     ],
 )
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_failed_or_interrupted_fit_still_writes_a_partial_report(
     tmp_path, make_model, make_dataset, exc, expected
 ):
@@ -126,6 +130,8 @@ def test_failed_or_interrupted_fit_still_writes_a_partial_report(
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handler restored
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_without_report_dir_nothing_is_written(tmp_path, make_model, make_dataset, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with profile("mem-only", batch_size=8) as p:
@@ -133,6 +139,8 @@ def test_without_report_dir_nothing_is_written(tmp_path, make_model, make_datase
     assert p.report.steps.total_steps == 3 and p.paths == {} and os.listdir(tmp_path) == []
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_custom_loop_with_profile(tmp_path):
     import tensorflow as tf
 
@@ -151,6 +159,8 @@ def test_custom_loop_with_profile(tmp_path):
     assert RunReport.load(p.paths["json"]).steps.first_step_steps == 1
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 @pytest.mark.parametrize("stop", [True, False])
 def test_a_loss_that_goes_nan_stops_the_run_at_its_step_and_the_report_says_so(
     tmp_path, keras, make_model, make_dataset, stop
@@ -187,6 +197,8 @@ def _adds_up(parts, timeline=()):
     assert sum(row[0] for row in timeline) <= parts.steps_s + 1e-6, parts
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_prof_fit_times_the_whole_call_start_up_steps_and_exit(tmp_path, make_model, make_dataset):
     import time
 
@@ -217,6 +229,8 @@ def test_prof_fit_times_the_whole_call_start_up_steps_and_exit(tmp_path, make_mo
     assert loaded.fit_call == parts and loaded == report
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_callbacks_alone_count_the_call_from_train_begin_without_its_exit(make_model, make_dataset):
     with profile("callbacks", batch_size=8) as p:
         make_model().fit(make_dataset(4), epochs=2, verbose=0, callbacks=p.callbacks)
@@ -227,6 +241,8 @@ def test_callbacks_alone_count_the_call_from_train_begin_without_its_exit(make_m
     assert "exit not timed" in p.report.summary()
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_a_fit_that_raises_is_accounted_up_to_where_it_raised(make_model, make_dataset):
     with pytest.raises(RuntimeError), profile("raised", batch_size=8) as p:
         p.fit(
@@ -242,6 +258,8 @@ def test_a_fit_that_raises_is_accounted_up_to_where_it_raised(make_model, make_d
     _adds_up(parts, p.report.timeline)
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_an_earlier_timed_fit_is_not_taken_for_a_later_untimed_one(make_model, make_dataset):
     model, ds = make_model(), make_dataset(3)
     with profile("two fits", batch_size=8) as p:
@@ -257,6 +275,8 @@ def test_a_custom_loop_has_no_fit_call():
     assert p.report.fit_call is None and "fit call" not in p.report.summary()
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_profile_a_fit_on_grain_pipelines_reads_their_batch_size(tmp_path, make_model):
     """profile(data=...) takes the batch size from a Grain pipeline without reading it: the
     toolkit's endless one (fit told its epoch's ``len()``) and a plain finite one of yours

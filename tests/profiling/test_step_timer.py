@@ -13,7 +13,6 @@ from toolkit.core import compat
 from toolkit.data import infer_batch_size
 from toolkit.profiling.step_timer import StepTimer
 
-pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 TORCH = backend.name() == "torch"
 NO_SPE = pytest.mark.skipif(TORCH, reason="Keras's PyTorch backend has no steps_per_execution")
 
@@ -69,6 +68,8 @@ def test_bad_arguments():
         StepTimer(batch_size=0)
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_fit_counts_every_step(make_model, make_dataset):
     ds = make_dataset(12)
     timer = StepTimer(warmup_steps=3, data=ds)
@@ -84,6 +85,8 @@ def test_fit_counts_every_step(make_model, make_dataset):
     assert timer.fit_seconds >= sum(e["seconds"] for e in timer.epochs)
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 @pytest.mark.parametrize("batches", [12, 13])  # 13: the last execution of each epoch is partial
 @NO_SPE
 def test_fit_with_steps_per_execution_reports_per_step(make_model, make_dataset, batches):
@@ -105,6 +108,8 @@ def test_fit_with_steps_per_execution_reports_per_step(make_model, make_dataset,
     assert s.mean_s == pytest.approx(sum(c[0] for c in timed) / sum(c[1] for c in timed))
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_fit_unknown_length_dataset_drops_the_end_of_data_probe(make_model):
     x = np.random.default_rng(0).normal(size=(80, 8)).astype("float32")
     y = np.zeros(80, "int32")
@@ -174,6 +179,8 @@ def _plain_grain(batches: int, batch_size: int = 8):
     return examples.map(lambda e: (e[0], e[1])).batch(batch_size)
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_fit_on_a_plain_grain_dataset_counts_every_step_with_examples_per_sec(make_model):
     """The batch size read from your Grain dataset's batch stage (a MapDataset, and the
     IterDataset it becomes), without reading it: examples/s in the summary and the logs."""
@@ -239,6 +246,8 @@ def _modules_called_during(fn, *args, **kwargs):
     return called
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_batch_hooks_call_no_tensorflow_in_a_real_fit(make_model, make_dataset):
     """Every function the batch hooks call, traced in a real fit: none is a framework, Keras or
     NumPy, so none can sync a device, on any backend. The one exception is the backend's
@@ -266,6 +275,8 @@ def test_batch_hooks_call_no_tensorflow_in_a_real_fit(make_model, make_dataset):
     assert seen  # the tracer did run
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_adding_the_timer_does_not_make_keras_sync_logs_per_step(keras):
     """tf_keras converts logs to NumPy at each batch end when a callback lacks
     _supports_tf_logs; Keras 3 stops dispatching batch ends asynchronously when a callback is
@@ -297,6 +308,8 @@ def test_log_steps_prints_the_recent_window_without_the_first_step():
         StepTimer(log_steps=0)
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_log_steps_on_an_asynchronous_backend_say_when_steps_ended(monkeypatch):
     """JAX queues steps ahead of the device: begins 1 ms apart, steps ending 100 ms apart.
     The lines say the device's 100 ms (as the summary does), not the host's 1 ms; the first
@@ -330,6 +343,8 @@ def test_log_steps_on_an_asynchronous_backend_say_when_steps_ended(monkeypatch):
     assert timer.summary().p50_s == pytest.approx(0.1)
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 @NO_SPE
 def test_log_steps_in_fit_with_steps_per_execution(make_model, make_dataset):
     lines, seen_before_epoch_end = [], []
@@ -345,6 +360,8 @@ def test_log_steps_in_fit_with_steps_per_execution(make_model, make_dataset):
     assert all("ms/step over the last 4 steps" in line for line in lines)
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_where_a_step_ends_on_each_backend(make_model, make_dataset):
     """TensorFlow's steps end at the next batch begin, and PyTorch's on a CPU (a step runs as
     it is called); on JAX and PyTorch on a GPU (asynchronous) the epoch is timed at batch ends
@@ -470,6 +487,8 @@ def test_a_trace_that_waited_for_the_device_leaves_out_only_its_steps(monkeypatc
     assert [c[3] for c in timer.calls][4:] == ["excluded", "excluded"]
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 @pytest.mark.legacy_keras
 def test_a_second_fit_on_one_timer_is_left_untimed_and_never_mixed(
     make_model, make_dataset, monkeypatch

@@ -16,9 +16,9 @@ from toolkit.profiling.trace_window import TraceWindow
 from toolkit.report._trace_records import TraceAnalysis
 from toolkit.report.trace import left_out_line, read_trace, trace_lines
 
-pytestmark = [pytest.mark.legacy_keras, pytest.mark.every_backend]
 
-
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_trace_window_writes_a_trace_and_timer_excludes_traced_steps(
     tmp_path, make_model, make_dataset
 ):
@@ -55,6 +55,8 @@ def test_trace_window_writes_a_trace_and_timer_excludes_traced_steps(
     assert result["traced_steps"] == [4, 7] and result["error"] is None
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_a_device_behind_the_host_has_only_its_traced_steps_left_out(tmp_path, keras):
     """A model heavy enough that, on JAX, the host runs steps ahead of the device: the window
     waits for the device before it starts and stops (the backend's ``wait_for_device``), so the
@@ -79,6 +81,8 @@ def test_a_device_behind_the_host_has_only_its_traced_steps_left_out(tmp_path, k
     assert s.timed_steps == 12 - 1 - 2 - s.excluded_steps
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_the_profiler_is_never_seen_running_before_its_start_is_counted(
     tmp_path, monkeypatch, make_model, make_dataset
 ):
@@ -122,6 +126,8 @@ def test_the_profiler_is_never_seen_running_before_its_start_is_counted(
     assert timer.summary().excluded_steps == 1, [c[3] for c in timer.calls]
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_every_traced_step_is_marked_and_read_back(tmp_path, make_model, make_dataset):
     """XProf's overview page (TF, JAX) sees one step row per traced step, with its time split
     into input, compute and the rest, and an input-bound verdict; PyTorch's trace holds one
@@ -165,6 +171,8 @@ def test_every_traced_step_is_marked_and_read_back(tmp_path, make_model, make_da
         assert "XProf: " in lines and "waiting for input" in lines
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_a_trace_without_markers_still_gives_its_ops(tmp_path, make_model, make_dataset):
     """A trace written by a profiler the toolkit did not wrap (no step marker): the ops are
     read, and the missing step time is said, not made up."""
@@ -212,6 +220,8 @@ def _series(keras, form, steps=16, features=7):
     return {"x": data}
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 @pytest.mark.parametrize("form", ["arrays", "timeseries"])
 def test_a_step_that_runs_a_loop_is_read_by_its_markers(tmp_path, keras, form):
     """An LSTM's step runs its recurrence as a loop, fed numpy arrays or a
@@ -242,6 +252,8 @@ def test_a_step_that_runs_a_loop_is_read_by_its_markers(tmp_path, keras, form):
         assert reader._xprof_reading(files, analysis.reader, 1).steps == ()
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_a_call_of_several_steps_is_read_as_its_steps(tmp_path, make_model, make_dataset):
     """With steps_per_execution=2 each call runs two steps (on TensorFlow in a loop, folded as
     any loop is) and is marked as one: each of XProf's steps is a call, its times divided by
@@ -264,6 +276,8 @@ def test_a_call_of_several_steps_is_read_as_its_steps(tmp_path, make_model, make
     assert f"trace steps: {2 * calls}" in lines and f"marked in {calls} calls of 2" in lines
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_why_a_marked_trace_gives_no_step_is_said(tmp_path, keras, make_model, make_dataset):
     """Where a trace holds step markers and XProf still finds no step, the reading says which
     condition kept XProf from them: markers without the root stat XProf groups a step's
@@ -316,6 +330,8 @@ def test_why_a_marked_trace_gives_no_step_is_said(tmp_path, keras, make_model, m
     assert said.steps == () and "TensorFlow loop-op events (WhileOp-EvalCond)" in said.error
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_window_spanning_epochs_and_stopping_at_train_end(tmp_path, make_model, make_dataset):
     trace = TraceWindow(tmp_path / "t", start_step=3, stop_step=100)
     make_model().fit(make_dataset(4), epochs=2, verbose=0, callbacks=[trace])
@@ -323,6 +339,8 @@ def test_window_spanning_epochs_and_stopping_at_train_end(tmp_path, make_model, 
     assert trace.trace_files()
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_profiler_failure_is_logged_and_training_goes_on(tmp_path, make_model, make_dataset):
     profiler = backend.get()  # someone else's trace holds the profiler
     profiler.start_trace(str(tmp_path / "someone-else"), 2, 0, 1)
@@ -341,6 +359,8 @@ def test_profiler_failure_is_logged_and_training_goes_on(tmp_path, make_model, m
     assert timer.summary().total_steps == 5
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_a_profiler_is_seen_from_keras_s_callback_thread(tmp_path):
     """Keras 3 calls batch ends on its own thread, where StepTimer reads the profiler's state
     when it re-times an epoch at the ends: the backend's probe must see a profiler started on
@@ -380,6 +400,8 @@ class _UsersOwnProfiler:
         return Profiler()
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 @pytest.mark.parametrize("first", [True, False], ids=["before-timer", "after-timer"])
 def test_steps_under_a_profiler_the_toolkit_did_not_start_are_left_out(
     tmp_path, keras, make_model, make_dataset, first
@@ -399,6 +421,8 @@ def test_steps_under_a_profiler_the_toolkit_did_not_start_are_left_out(
     assert all(k == "excluded" for k in kinds[4:8]), kinds
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_keras_tensorboard_profiler_steps_are_left_out(tmp_path, keras, make_model, make_dataset):
     if backend.name() == "torch":
         pytest.skip("Keras's TensorBoard callback has no profiler on PyTorch")
@@ -412,6 +436,8 @@ def test_keras_tensorboard_profiler_steps_are_left_out(tmp_path, keras, make_mod
     assert s.timed_steps == 14 - 1 - 1 - s.excluded_steps
 
 
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
 def test_a_pytorch_profiler_that_failed_to_start_leaves_no_profiler_behind(tmp_path, monkeypatch):
     """PyTorch sets its process-wide "profiler running" flag before its profiler starts: a
     start that raised (a Kineto failure) must not leave the probe saying "profiling", or every

@@ -241,6 +241,10 @@ class Anatomy:
         raw_s: the same model's step written without Keras's trainer, timed in the same
             process; None where not measured. `raw_how` says how it was written.
         fit_s: ``fit``'s median step in the same process, the raw step's comparison.
+        model_alone_s, model_alone_forward_s: the whole model timed alone per step, forward
+            and its gradients, and forward alone (compiled as the step, the shapes of its
+            call): what :func:`reconcile` sets the forward and backward phases to; None where
+            not timed (a note says why).
         error: why the anatomy could not be taken (the rest is empty), or None.
     """
 
@@ -259,6 +263,8 @@ class Anatomy:
     raw_s: float | None = None
     raw_how: str = ""
     fit_s: float | None = None
+    model_alone_s: float | None = None
+    model_alone_forward_s: float | None = None
     error: str | None = None
 
     def phase(self, phase: Phase) -> float:
@@ -357,6 +363,8 @@ class Anatomy:
                 raw_s=_optional(d.get("raw_s")),
                 raw_how=str(d.get("raw_how", "")),
                 fit_s=_optional(d.get("fit_s")),
+                model_alone_s=_optional(d.get("model_alone_s")),
+                model_alone_forward_s=_optional(d.get("model_alone_forward_s")),
                 error=None if d.get("error") is None else str(d["error"]),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as e:
@@ -392,11 +400,15 @@ def reconcile(a: Anatomy) -> Anatomy:
     2. A layer whose scaled traced figure is outside ``alone × (1 ± BAND)`` shows the alone
        one (split into forward and backward by its forward timed alone). What the layers
        gained or lost moves from or to "other": the step's total stays the untraced step.
-    3. Where the layers alone need more than "other" holds, the rest comes from "Keras
-       between steps" (device work a trace missed shows as host time), then from forward and
-       backward outside the layers; where even that is short, the layers alone add up to more
-       than the step (XLA fuses across them, cores overlap them): every computed part is
-       scaled down to fit, and a note says so.
+    3. Where the whole model was timed alone (``model_alone_s``), forward and backward are
+       its figures: a trace's split of them is a rule's where ops run beside each other or
+       in one fusion (JAX on a CPU booked 14 % of a step's compute to backward where the
+       model alone spends 88 % there). The layers' rows are fitted inside them.
+    4. Where forward and backward need more than "other" holds, the rest comes from "Keras
+       between steps" (device work a trace missed shows as host time), then (not measured
+       alone) from forward and backward outside the layers; where even that is short, they
+       add up to more than the step (XLA fuses across them, cores overlap them): every
+       computed part is scaled down to fit, and a note says so.
 
     Pure: the same input gives the same record; an anatomy without phases or with an error
     is returned as it is."""
@@ -414,15 +426,29 @@ def reconcile(a: Anatomy) -> Anatomy:
     parts = {p.phase: p.seconds * k for p in a.phases}
     parts[Phase.INPUT] = held_input
     layers, gained = _held_layers(a.layers, k)
-    parts[Phase.FORWARD] = parts.get(Phase.FORWARD, 0.0) + gained[0]
-    parts[Phase.BACKWARD] = parts.get(Phase.BACKWARD, 0.0) + gained[1]
-    parts[Phase.OTHER] = parts.get(Phase.OTHER, 0.0) - gained[0] - gained[1]
     notes = list(a.notes)
+    measured = _model_phases(a)
+    if measured is None:
+        parts[Phase.FORWARD] = parts.get(Phase.FORWARD, 0.0) + gained[0]
+        parts[Phase.BACKWARD] = parts.get(Phase.BACKWARD, 0.0) + gained[1]
+        parts[Phase.OTHER] = parts.get(Phase.OTHER, 0.0) - gained[0] - gained[1]
+        takers = ((Phase.HOST, 0.0), (Phase.FORWARD, sum(x.forward_s for x in layers)),
+                  (Phase.BACKWARD, sum(x.backward_s for x in layers)))  # fmt: skip
+    else:
+        seen = (parts.get(Phase.FORWARD, 0.0), parts.get(Phase.BACKWARD, 0.0))
+        parts[Phase.FORWARD], parts[Phase.BACKWARD] = measured
+        parts[Phase.OTHER] = parts.get(Phase.OTHER, 0.0) - sum(measured) + sum(seen)
+        notes.append(
+            f"forward and backward are the model's own, timed alone ({format_ms(measured[0])} "
+            f"forward, {format_ms(sum(measured))} with its gradients: backward "
+            f"{measured[1] / max(sum(measured), 1e-12):.0%} of the two); the trace, its cost "
+            f"taken out, saw {format_ms(seen[0])} and {format_ms(seen[1])}"
+        )
+        layers = _inside(layers, measured, notes)
+        takers = ((Phase.HOST, 0.0),)  # the measured split is kept: scaled, never cut
     short = max(0.0, -parts[Phase.OTHER])
     parts[Phase.OTHER] = max(0.0, parts[Phase.OTHER])
-    inside = [sum(x.forward_s for x in layers), sum(x.backward_s for x in layers)]
-    for phase, floor in ((Phase.HOST, 0.0), (Phase.FORWARD, inside[0]),
-                         (Phase.BACKWARD, inside[1])):  # fmt: skip
+    for phase, floor in takers:
         take = min(short, max(0.0, parts.get(phase, 0.0) - floor))
         parts[phase] = parts.get(phase, 0.0) - take
         short -= take
@@ -432,11 +458,14 @@ def reconcile(a: Anatomy) -> Anatomy:
         shrink = computed / total if total > 0 else 1.0
         parts = {p: v if p == Phase.INPUT else v * shrink for p, v in parts.items()}
         layers = [_scaled(x, shrink) for x in layers]
-        notes.append(
-            f"the layers timed alone add up to more than the step ({format_ms(total)} vs "
-            f"{format_ms(computed)} computed): the step runs them faster together (XLA fuses "
-            f"across them, or the cores overlap them); every part is scaled by {shrink:.2f}"
-        )
+        what = "the layers timed alone" if measured is None else "the model timed alone"
+        if shrink < 0.98:  # past what two clocks differ by
+            notes.append(
+                f"{what} and the step's other parts add up to more than the step "
+                f"({format_ms(total)} vs {format_ms(computed)} computed): the step runs them "
+                f"faster together (XLA fuses across them, or the cores overlap them); every "
+                f"part is scaled by {shrink:.2f}"
+            )
     phases = tuple(
         PhaseTime(p.phase, max(0.0, parts.get(p.phase, 0.0)), p.unseen) for p in a.phases
     )
@@ -483,6 +512,39 @@ def _held_layers(layers: Sequence[LayerTime], k: float) -> tuple[list[LayerTime]
         words = x.check or _why_differs(traced)
         out[x.name] = dataclasses.replace(traced, forward_s=hf, backward_s=hb, check=words)
     return [out[x.name] for x in layers], gained
+
+
+def _model_phases(a: Anatomy) -> tuple[float, float] | None:
+    """The forward and backward a step spends, from the whole model timed alone (None: not
+    timed)."""
+    if a.model_alone_s is None or a.model_alone_forward_s is None or a.model_alone_s <= 0:
+        return None
+    forward = min(a.model_alone_forward_s, a.model_alone_s)
+    return forward, a.model_alone_s - forward
+
+
+def _inside(
+    layers: Sequence[LayerTime], measured: tuple[float, float], notes: list[str]
+) -> list[LayerTime]:
+    """`layers` fitted inside the model's own forward and backward: where the layers' rows
+    add up to more than the model timed alone (each layer alone pays its own call, XLA fuses
+    across layers in the step), each phase's rows are scaled alike to fit, and a note says
+    so."""
+    inside = (sum(x.forward_s for x in layers), sum(x.backward_s for x in layers))
+    scale = [m / s if s > m > 0 else 1.0 for m, s in zip(measured, inside, strict=True)]
+    for name, m, s, f in zip(("forward", "backward"), measured, inside, scale, strict=True):
+        if f < 1.0:
+            notes.append(
+                f"the layers' {name} adds up to more than the model's timed alone "
+                f"({format_ms(s)} vs {format_ms(m)}): in the step they run faster together "
+                f"(XLA fuses across them, or each alone pays its own call); scaled by {f:.2f}"
+            )
+    if scale == [1.0, 1.0]:
+        return list(layers)
+    return [
+        dataclasses.replace(x, forward_s=x.forward_s * scale[0], backward_s=x.backward_s * scale[1])
+        for x in layers
+    ]
 
 
 def _why_differs(x: LayerTime) -> str:

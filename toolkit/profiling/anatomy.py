@@ -112,6 +112,8 @@ class Scopes:
         self.model = model
         self.entries: dict[str, LayerEntry] = {}
         self.model_calls = 0
+        # the model's own inputs' specs, as LayerEntry.inputs: to time the whole model alone
+        self.model_inputs: tuple[tuple[tuple[int | None, ...], str], ...] | None = None
         self._undo: list[tuple[Any, str, Any]] = []
         self._seam = backend.get()
 
@@ -143,6 +145,8 @@ class Scopes:
         def call(*args: Any, **kwargs: Any) -> Any:
             if entry is None:
                 self.model_calls += 1
+                if self.model_calls == 1:
+                    self.model_inputs = _specs(args)
             else:
                 entry.calls += 1
             with scope(token):

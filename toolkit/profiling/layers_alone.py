@@ -31,18 +31,37 @@ BUDGET_S = 8.0  # wall time for the checks past the first AT_LEAST layers
 AT_LEAST = 3  # layers always checked (the trace's slowest), with any the user named
 RUN_S = 0.03  # each timed run, at least
 RUNS = 3  # timed runs, their median kept
+WARM_S = 0.06  # calls before the timed runs, at least
 
 Specs = tuple[tuple[tuple[int, ...], str], ...]
 
 
 def time_alone(
-    layer: Any, inputs: Specs, *, jit: bool, backward: bool = True, runs: int = RUNS
+    layer: Any,
+    inputs: Specs,
+    *,
+    jit: bool,
+    backward: bool = True,
+    runs: int = RUNS,
+    input_grads: bool = True,
 ) -> float:
     """Seconds of one call of `layer` alone (its forward, and with `backward` its gradients
-    too), the median of `runs` timed runs after its compile (``layer_alone`` of the seam)."""
-    timed = backend.get().layer_alone(layer, inputs, backward=backward, jit=jit)
-    timed(2)  # compiled, and warm
-    once = max(timed(2) / 2, 1e-7)
+    too: of its floating inputs as well unless `input_grads` is False, as for a whole model,
+    whose step needs none of its data's), the median of `runs` timed runs after its compile
+    (``layer_alone`` of the seam)."""
+    seam = backend.get()
+    timed = seam.layer_alone(layer, inputs, backward=backward, jit=jit, input_grads=input_grads)
+    timed(2)  # compiled
+    # and warm: a graph's first calls run slower (TensorFlow's kernels set up their caches
+    # and buffers: a Conv1D model's forward read 4.5 ms, then 3.0, then 2.5 ms)
+    n, spent = 4, 0.0
+    while True:
+        took = timed(n)
+        spent += took
+        if spent >= WARM_S or n >= 256:
+            break
+        n *= 2
+    once = max(took / n, 1e-7)
     n = max(2, min(1000, round(RUN_S / once)))
     return statistics.median(timed(n) / n for _ in range(max(1, runs)))
 
@@ -78,7 +97,7 @@ def check_layers(
                 x, check=f"not timed alone: the checks' {budget_s:.0f} s ran out"
             )
             continue
-        why, specs = _why_not(entry, x, batch)
+        why, specs = _why_not(entry, batch)
         if why:
             out[x.name] = dataclasses.replace(x, check=f"not timed alone: {why}")
             continue
@@ -108,6 +127,53 @@ def check_layers(
     )
 
 
+def check_model(
+    found: Anatomy,
+    model: Any,
+    inputs: Any,
+    *,
+    calls: int,
+    batch: int | None,
+    jit: bool,
+    timer: Callable[..., float] = time_alone,
+) -> Anatomy:
+    """`found` with the whole model timed alone (``Anatomy.model_alone_s``, forward and its
+    gradients; ``model_alone_forward_s``, forward alone), the check of its forward and
+    backward phases: a trace splits the model's work by scopes, and where its ops run beside
+    each other (XLA's CPU runtime) or in one fusion, its forward/backward split is a rule's,
+    not a measurement. `inputs`: the specs of the model's own call (``Scopes.model_inputs``);
+    `calls`: how often the step called the model (a custom ``train_step`` may call only
+    models it holds). Where it cannot be timed, a note says why."""
+    if found.error or model is None:
+        return found
+    if calls < 1:
+        why = "the step never called the model itself (a custom train_step)"
+    elif not inputs:
+        why = "its call takes more than one tensor (a dict or list of inputs)"
+    else:
+        why, specs = _why_not(_Called(model, inputs), batch)
+    if not why:
+        try:
+            forward = timer(model, specs, jit=jit, backward=False, input_grads=False)
+            both = timer(model, specs, jit=jit, backward=True, input_grads=False)
+        except Exception as e:  # noqa: BLE001 - a model that will not run alone says so
+            why = one_line(e)
+    if why:
+        note = f"forward and backward not checked against the model timed alone: {why}"
+        return dataclasses.replace(found, notes=(*found.notes, note))
+    return dataclasses.replace(
+        found, model_alone_s=max(both, forward), model_alone_forward_s=forward
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Called:
+    """A layer and the specs of its call, as a scope's ``LayerEntry`` holds them."""
+
+    layer: Any
+    inputs: Any
+
+
 def _order(
     layers: Sequence[LayerTime], by_name: Mapping[str, Any], names: Sequence[str]
 ) -> list[LayerTime]:
@@ -125,7 +191,7 @@ def _order(
     return first + rest
 
 
-def _why_not(entry: Any, x: LayerTime, batch: int | None) -> tuple[str, Specs]:
+def _why_not(entry: Any, batch: int | None) -> tuple[str, Specs]:
     """Why `entry`'s layer cannot be timed alone (empty: it can), and its inputs' specs. A
     layer holding others is timed with them (``LayerTime.alone_with_held``)."""
     if entry is None or entry.layer is None:

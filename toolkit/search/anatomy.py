@@ -32,7 +32,7 @@ from toolkit.core.checks import check_number
 from toolkit.core.errors import one_line
 from toolkit.core.progress import say
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
-from toolkit.profiling.layers_alone import check_layers
+from toolkit.profiling.layers_alone import check_layers, check_model
 from toolkit.runner.config import TrainConfig
 from toolkit.search.workload import workload
 
@@ -116,12 +116,14 @@ class _Measured:
             model = window.model
         if found.error or not self.check:
             return self._with_raw(found, model) if raw and not found.error else found
-        if window.scopes is not None:
-            say("anatomy: the slowest layers timed alone, each compiled as the step is")
-            found = check_layers(
-                found, window.scopes.entries.values(), batch=work.config.batch_size,
-                jit=_jitted(model), names=self.layers,
-            )  # fmt: skip
+        scopes = window.scopes
+        if scopes is not None:
+            say("anatomy: the model and its slowest layers timed alone, compiled as the step is")
+            batch, jit = work.config.batch_size, _jitted(model)
+            found = check_model(found, model, scopes.model_inputs, calls=scopes.model_calls,
+                                batch=batch, jit=jit)  # fmt: skip
+            found = check_layers(found, scopes.entries.values(), batch=batch, jit=jit,
+                                 names=self.layers)  # fmt: skip
         found = reconcile(found)
         if not raw:
             return found

@@ -189,10 +189,12 @@ def layer_alone(
     *,
     backward: bool = True,
     jit: bool = True,
+    input_grads: bool = True,
 ) -> Any:
     """One layer's step alone, as the model's step runs it: its forward, and with `backward`
-    the gradients of its weights and of its floating inputs too, on random `inputs` of the
-    ``(shape, dtype)`` its calls saw (integer inputs: zeros, a valid index), jitted unless
+    the gradients of its weights and of its floating inputs too (of its weights alone where
+    `input_grads` is False: a whole model's step needs none of its data's), on random `inputs`
+    of the ``(shape, dtype)`` its calls saw (integer inputs: zeros, a valid index), jitted unless
     `jit` is False (the model's ``jit_compile=False``): ``timed(n) -> seconds``."""
     import time
 
@@ -201,6 +203,8 @@ def layer_alone(
 
     xs = [_input(jax, jnp, shape, dtype, i) for i, (shape, dtype) in enumerate(inputs)]
     floating = [i for i, x in enumerate(xs) if jnp.issubdtype(x.dtype, jnp.floating)]
+    if not input_grads:
+        floating = []
     tv = [v.value for v in layer.trainable_variables]
     ntv = [v.value for v in layer.non_trainable_variables]
 
@@ -215,7 +219,7 @@ def layer_alone(
         y, _ = layer.stateless_call(tv, ntv, *args, **kwargs)
         return sum(jnp.sum(t.astype(jnp.float32)) for t in jax.tree.leaves(y))
 
-    fn = jax.grad(total, argnums=(0, 1)) if backward else total
+    fn = jax.grad(total, argnums=(0, 1) if floating else 0) if backward else total
     fn = jax.jit(fn) if jit else fn
     moving = [xs[i] for i in floating]
 

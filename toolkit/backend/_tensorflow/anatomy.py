@@ -153,10 +153,12 @@ def layer_alone(
     *,
     backward: bool = True,
     jit: bool = False,
+    input_grads: bool = True,
 ) -> Any:
     """One layer's step alone, as the model's step runs it: its forward, and with `backward`
-    the gradients of its weights and of its floating inputs too, on random `inputs` of the
-    ``(shape, dtype)`` its calls saw (integer inputs: zeros, a valid index), in a
+    the gradients of its weights and of its floating inputs too (of its weights alone where
+    `input_grads` is False: a whole model's step needs none of its data's), on random `inputs`
+    of the ``(shape, dtype)`` its calls saw (integer inputs: zeros, a valid index), in a
     ``tf.function`` compiled by XLA where `jit` (the model's ``jit_compile``):
     ``timed(n) -> seconds``. What the anatomy's time for that layer is checked against."""
     import time
@@ -168,7 +170,7 @@ def layer_alone(
         kind = tf.as_dtype(dtype)
         xs.append(tf.random.uniform(shape, dtype=kind) if kind.is_floating
                   else tf.zeros(shape, dtype=kind))  # fmt: skip
-    floating = [x for x in xs if x.dtype.is_floating]
+    floating = [x for x in xs if x.dtype.is_floating] if input_grads else []
 
     def total() -> Any:
         y = layer(*xs, training=True)

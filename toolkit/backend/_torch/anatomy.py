@@ -165,11 +165,13 @@ def layer_alone(
     *,
     backward: bool = True,
     jit: bool = False,
+    input_grads: bool = True,
 ) -> Any:
     """One layer's step alone, eager as the model's step runs it (`jit` is not PyTorch's:
     Keras compiles nothing here): its forward with autograd recording, and with `backward`
-    the gradients of its weights and of its floating inputs too, on random `inputs` of the
-    ``(shape, dtype)`` its calls saw (integer inputs: zeros): ``timed(n) -> seconds``."""
+    the gradients of its weights and of its floating inputs too (of its weights alone where
+    `input_grads` is False: a whole model's step needs none of its data's), on random `inputs`
+    of the ``(shape, dtype)`` its calls saw (integer inputs: zeros): ``timed(n) -> seconds``."""
     import time
 
     import torch
@@ -181,7 +183,7 @@ def layer_alone(
     for shape, dtype in inputs:
         if "float" in dtype:
             x = keras.random.uniform(shape, dtype=dtype)
-            x.requires_grad_(True)
+            x.requires_grad_(input_grads)
         else:
             x = keras.ops.zeros(shape, dtype=dtype)
         xs.append(x)
