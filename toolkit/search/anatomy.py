@@ -5,7 +5,9 @@ measurements in this process:
 1. A short fit with an :class:`~toolkit.profiling.anatomy.AnatomyWindow`: the scope tokens
    on the model's layers and phases, a trace of ``steps`` steps after the warm-up, read into
    phases and layers and checked against the outside clock; the same fit's untraced median
-   step says what the profiler itself cost.
+   step says what the profiler itself cost. The whole model and its slowest layers are then
+   timed alone (``toolkit.profiling.layers_alone``), and the anatomy is reconciled to the
+   untraced step with those figures (``toolkit.core._anatomy.reconcile``).
 2. Keras's own cost: the same model's step written without Keras's trainer (the backend's
    ``raw_step``: JAX's ``stateless_call`` + ``value_and_grad`` + ``stateless_apply`` jitted,
    PyTorch's forward/``backward()``/``apply``, TensorFlow's ``tf.function`` with a
