@@ -287,10 +287,10 @@ def anatomy_trace(files: list[str]) -> Any:
     return StepTrace(error="the fake backend writes no trace")
 
 
-def raw_step(model: Any, batch: Any) -> tuple[Callable[[int], float], str]:
+def raw_step(model: Any, batch: Any, per_call: int = 1) -> tuple[Callable[[int], float], str]:
     def timed(n: int) -> float:
         t = time.perf_counter()
-        for _ in range(n):
+        for _ in range(n * per_call):
             sum(range(100))
         return time.perf_counter() - t
 

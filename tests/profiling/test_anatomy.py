@@ -454,3 +454,28 @@ def test_anatomy_window_under_either_keras_names_the_layers_and_says_its_limits(
     if compat.keras_flavor() != "keras3":
         assert found.backend == "tf_keras"
         assert any("tf_keras marks its steps itself" in n for n in found.notes)
+
+
+@pytest.mark.every_backend
+def test_raw_step_runs_its_steps_a_call_as_fit_runs_steps_per_execution(keras):
+    """The raw step is a floor only if it does fit's work: `per_call` steps each call, each
+    one optimizer update (TensorFlow and PyTorch update the model's optimizer in place). On
+    JAX it updates copies: the model's own weights and optimizer are left as they were."""
+    from toolkit import backend
+
+    x, y = _data(BATCH)
+    model = _compiled(keras, keras.layers.Dense(16, name="mid"))
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+
+    def iterations():
+        return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+
+    before, weights = iterations(), [keras.ops.convert_to_numpy(w) for w in model.weights]
+    timed, how = backend.get().raw_step(model, (x, y), per_call=3)
+    assert timed(2) > 0 and how
+    if keras.backend.backend() == "jax":
+        assert iterations() == before
+        after = [keras.ops.convert_to_numpy(w) for w in model.weights]
+        assert all(np.array_equal(a, b) for a, b in zip(weights, after, strict=True))
+    else:
+        assert iterations() - before == 6  # 2 calls of 3 steps

@@ -24,6 +24,7 @@ from typing import Any
 from toolkit import backend
 from toolkit.core._anatomy import Anatomy, LayerTime
 from toolkit.core.errors import one_line
+from toolkit.core.stats import warmed_calls
 
 __all__ = ["time_alone"]  # check_layers is the anatomy's (toolkit.search.anatomy)
 
@@ -51,18 +52,7 @@ def time_alone(
     (``layer_alone`` of the seam)."""
     seam = backend.get()
     timed = seam.layer_alone(layer, inputs, backward=backward, jit=jit, input_grads=input_grads)
-    timed(2)  # compiled
-    # and warm: a graph's first calls run slower (TensorFlow's kernels set up their caches
-    # and buffers: a Conv1D model's forward read 4.5 ms, then 3.0, then 2.5 ms)
-    n, spent = 4, 0.0
-    while True:
-        took = timed(n)
-        spent += took
-        if spent >= WARM_S or n >= 256:
-            break
-        n *= 2
-    once = max(took / n, 1e-7)
-    n = max(2, min(1000, round(RUN_S / once)))
+    n = warmed_calls(timed, RUN_S, WARM_S, most=1000)
     return statistics.median(timed(n) / n for _ in range(max(1, runs)))
 
 

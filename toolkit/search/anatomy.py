@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import statistics
 import tempfile
 from collections.abc import Sequence
 from typing import Any
@@ -33,7 +32,7 @@ from toolkit.core._anatomy import MAX_STEPS, Anatomy, reconcile
 from toolkit.core.checks import check_number
 from toolkit.core.errors import one_line
 from toolkit.core.progress import say
-from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
+from toolkit.core.stats import DEFAULT_WARMUP_STEPS, warmed_calls, whole_calls
 from toolkit.profiling.layers_alone import check_layers, check_model
 from toolkit.runner.config import TrainConfig
 from toolkit.search.workload import workload
@@ -42,8 +41,10 @@ __all__ = ["anatomy"]
 
 DEFAULT_STEPS = 10  # traced steps: exactly these (whole calls of steps_per_execution)
 AFTER_STEPS = 10  # untraced steps after the window, for the untraced step's median
-RAW_WINDOW_S = 0.3  # each timed run of the raw step, at least
-RAW_RUNS = 3
+RAW_WINDOW_S = 0.2  # each timed run of the raw step, at least
+RAW_WARM_S = 0.1  # the raw step's calls before its timed runs
+RAW_RUNS = 2  # timed runs of the raw step before, between and after fit's
+RAW_ROUNDS = 2  # fit's one-batch runs, each between raw runs
 
 
 def anatomy(
@@ -138,28 +139,36 @@ class _Measured:
         if batch is None:
             note = f"Keras's own cost not measured: {why or 'no batch could be read'}"
             return dataclasses.replace(found, notes=(*found.notes, note))
+        per_call = max(1, self.work.per_call)
         try:
-            timed, how = backend.get().raw_step(model, batch)
+            timed, how = backend.get().raw_step(model, batch, per_call)
         except Exception as e:  # noqa: BLE001 - one plain step cannot stand for this one
             return dataclasses.replace(found, notes=(*found.notes, f"Keras's own cost not "
                                                      f"measured: {e}"))  # fmt: skip
         say("anatomy: Keras's fit step alone against the raw step, timed in turn")
+        raws: list[float] = []
+        fits: list[float] = []
         try:
-            n = _calibrated(timed)
-            raws = [timed(n) / n for _ in range(RAW_RUNS)]
+            n = warmed_calls(timed, RAW_WINDOW_S, RAW_WARM_S)  # calls of per_call steps
+            for _ in range(RAW_ROUNDS):  # in turn: a machine's slow spell falls on both
+                raws += [timed(n) / (n * per_call) for _ in range(RAW_RUNS)]
+                fits.append(self._fit_alone(n * per_call, per_call))
+            raws += [timed(n) / (n * per_call) for _ in range(RAW_RUNS)]
         except Exception as e:  # noqa: BLE001 - the raw step is ours: said, the anatomy kept
             note = f"Keras's own cost not measured: the raw step failed ({one_line(e)})"
             return dataclasses.replace(found, notes=(*found.notes, note))
-        per_call = max(1, self.work.per_call)
-        alone = self.work.fit(
-            steps=whole_calls(max(30, n * 2), per_call),
+        # The raw step is a floor: its fastest run, as a peak is the most a device did (the
+        # runs just after a fit read up to 25 % slower, its caches still the fit's); fit's
+        # figure is its faster round's median step.
+        return dataclasses.replace(found, raw_s=min(raws), raw_how=how, fit_s=min(fits))
+
+    def _fit_alone(self, steps: int, per_call: int) -> float:
+        """``fit``'s median step on one batch repeated, about as long as a raw run."""
+        return self.work.fit(
+            steps=whole_calls(max(30, steps), per_call),
             warmup=DEFAULT_WARMUP_STEPS,
             one_batch=True,
-        ).steps
-        raws += [timed(n) / n for _ in range(RAW_RUNS)]
-        return dataclasses.replace(
-            found, raw_s=statistics.median(raws), raw_how=how, fit_s=alone.p50_s
-        )
+        ).steps.p50_s
 
     def _batch(self) -> Any:
         """One training batch as NumPy arrays (Keras's own reading of your data where the
@@ -201,10 +210,3 @@ def _jitted(model: Any) -> bool:
     """Whether the model's step is compiled (XLA on TensorFlow, ``jax.jit`` on JAX): its
     layers are timed alone the same way."""
     return getattr(model, "jit_compile", False) is True  # Keras resolves "auto" on reading
-
-
-def _calibrated(timed: Any) -> int:
-    """Steps per timed run of the raw step: about :data:`RAW_WINDOW_S` (its compile first)."""
-    timed(2)
-    once = max(timed(3) / 3, 1e-6)
-    return max(5, min(2000, round(RAW_WINDOW_S / once)))

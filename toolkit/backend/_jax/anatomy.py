@@ -135,11 +135,13 @@ def anatomy_trace(files: list[str]) -> StepTrace:
     )
 
 
-def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
+def raw_step(model: Any, batch: Any, per_call: int = 1) -> tuple[Any, str]:
     """The model's training step written without Keras's trainer: ``stateless_call``,
     ``jax.value_and_grad`` of the plain loss and the optimizer's ``stateless_apply``, jitted
     with the state donated as Keras donates it (on copies: the model's own weights are left
-    as they are). Returns ``(timed(n), words)``. Raises ValueError as ``plain_loss``."""
+    as they are). Returns ``(timed(n) -> seconds for n calls of `per_call` steps, words)``:
+    Keras's JAX trainer runs ``steps_per_execution`` as a Python loop of its jitted step, and
+    so does this. Raises ValueError as ``plain_loss``."""
     import time
 
     import jax
@@ -173,7 +175,7 @@ def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
 
     def timed(n: int) -> float:
         t = time.perf_counter()
-        for _ in range(n):
+        for _ in range(n * per_call):
             tv, ntv, ov, _ = step(*state, x, y)
             state[:] = [tv, ntv, ov]
         jax.block_until_ready(state)

@@ -109,11 +109,14 @@ def anatomy_trace(files: list[str]) -> StepTrace:
     )
 
 
-def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
-    """The model's training step written without Keras's trainer: a ``tf.function`` (XLA as
-    the model compiles) with a ``GradientTape``, the plain loss and ``optimizer.apply``.
-    Returns ``(timed(n) -> seconds for n steps, the device waited for), words)``. Raises
-    ValueError where one plain step cannot stand for the model's (``plain_loss``)."""
+def raw_step(model: Any, batch: Any, per_call: int = 1) -> tuple[Any, str]:
+    """The model's training step written without Keras's trainer, compiled as ``fit``
+    compiles it: a ``tf.function`` (XLA as the model compiles) with a ``GradientTape``, the
+    plain loss and ``optimizer.apply``; with `per_call` steps a call, that step looped inside
+    one outer ``tf.function`` (Keras's ``steps_per_execution``). The batch is a tensor once,
+    as ``fit``'s arrive. Returns ``(timed(n) -> seconds for n calls, the device waited for),
+    words)``. Raises ValueError where one plain step cannot stand for the model's
+    (``plain_loss``)."""
     import time
 
     import tensorflow as tf
@@ -123,16 +126,27 @@ def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
 
     loss_fn = plain_loss(model)
     x, y, _ = compat.keras().utils.unpack_x_y_sample_weight(batch)
+    x, y = tf.nest.map_structure(tf.convert_to_tensor, (x, y))
     variables = model.trainable_variables
     jit = bool(getattr(model, "jit_compile", False))
 
     @tf.function(jit_compile=jit)
-    def step(x: Any, y: Any) -> Any:
+    def one(x: Any, y: Any) -> Any:
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
         grads = tape.gradient(loss, variables)
         model.optimizer.apply(grads, variables)
         return loss
+
+    step = one
+    if per_call > 1:
+
+        @tf.function
+        def step(x: Any, y: Any) -> Any:
+            loss = one(x, y)
+            for _ in tf.range(per_call - 1):
+                loss = one(x, y)
+            return loss
 
     def timed(n: int) -> float:
         t = time.perf_counter()
@@ -143,8 +157,9 @@ def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
             out.numpy()  # the last step done (each waits on the one before through the weights)
         return time.perf_counter() - t
 
+    loop = f", {per_call} a call in one tf.function" if per_call > 1 else ""
     how = f"a tf.function{' (XLA)' if jit else ''} with a GradientTape, the loss, optimizer.apply"
-    return timed, how
+    return timed, how + loop
 
 
 def layer_alone(

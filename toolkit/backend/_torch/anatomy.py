@@ -120,11 +120,12 @@ def anatomy_trace(files: list[str]) -> StepTrace:
     )
 
 
-def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
+def raw_step(model: Any, batch: Any, per_call: int = 1) -> tuple[Any, str]:
     """The model's training step written without Keras's trainer: the forward call, the
     plain loss, ``backward()`` and the optimizer's ``apply`` (eager, as Keras's own step
-    without ``jit_compile``). Returns ``(timed(n), words)``. Raises ValueError as
-    ``plain_loss``."""
+    without ``jit_compile``). Returns ``(timed(n) -> seconds for n calls of `per_call` steps,
+    words)``: Keras's PyTorch trainer runs ``steps_per_execution`` as a Python loop of its
+    step, and so does this. Raises ValueError as ``plain_loss``."""
     import time
 
     import torch
@@ -150,7 +151,7 @@ def raw_step(model: Any, batch: Any) -> tuple[Any, str]:
     def timed(n: int) -> float:
         t = time.perf_counter()
         loss = None
-        for _ in range(n):
+        for _ in range(n * per_call):
             loss = step()
         if loss is not None:
             loss.item()  # the last step done: its loss reaches the host after its work
