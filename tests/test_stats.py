@@ -133,3 +133,17 @@ def test_format_flops_rounds_up_into_the_next_prefix():
     assert stats.format_flops(9.99999e11, per_second=True) == "1 TFLOP/s"
     assert stats.format_flops(999.4e9) == "999 GFLOP"
     assert stats.format_flops(999.7) == "1 kFLOP"
+
+
+def test_warmed_calls_warms_past_the_compile_then_sizes_a_run_to_its_window():
+    calls = []
+
+    def timed(n):  # 1 ms a call, the first (the compile) 1 s
+        calls.append(n)
+        return (1.0 if len(calls) == 1 else 0.0) + n * 0.001
+
+    n = stats.warmed_calls(timed, window_s=0.05, warm_s=0.02)
+    assert calls[0] == 1  # the compile, alone
+    assert sum(calls[1:]) * 0.001 >= 0.02  # at least warm_s of calls after it
+    assert n == 50  # a 0.05 s run of 1 ms calls
+    assert stats.warmed_calls(lambda n: 0.0, window_s=1.0, warm_s=1.0, most=64) == 64
