@@ -178,3 +178,24 @@ def test_reconcile_scales_a_model_alone_that_overruns_the_step_keeping_its_split
     assert bwd / (fwd + bwd) == pytest.approx(0.75)  # scaled, never cut
     assert r.phase(Phase.HOST) == 0.0 and r.phase(Phase.OTHER) == 0.0
     assert any("model timed alone and the step's other parts" in n for n in r.notes)
+
+
+def test_contrast_on_a_table_s_steps_adds_up_to_its_gap_and_blames_keras_only_where_raw_shows():
+    a = reconcile(_anatomy([LayerTime("conv", "Conv1D", 0.002, 0.004)], untraced=0.012))
+    b = reconcile(_anatomy([LayerTime("conv", "Conv1D", 0.004, 0.012)], untraced=0.030,
+                           host=0.006))  # fmt: skip
+    c = contrast(a, b, "TensorFlow", "JAX", top=2, steps=(0.010, 0.040))
+    assert (c.a_step_s, c.b_step_s) == (0.010, 0.040)
+    assert sum(p.gap_s for p in c.parts) + c.rest.gap_s == pytest.approx(0.030)
+    assert [n.split("'s")[0] for n in c.notes] == ["TensorFlow", "JAX"]  # 20 %, 33 % off
+    host = {p.what for p in (*c.parts, c.rest)} | {
+        p.what for p in contrast(a, b, "T", "J", top=20).parts
+    }
+    assert "the host between steps (Keras's trainer cost: not measured)" in host
+    costly = dataclasses.replace(b, raw_s=0.010, fit_s=0.030)  # the trainer adds 200 %
+    named = {p.what for p in contrast(a, costly, "T", "J", top=20).parts}
+    assert "Keras between steps" in named
+    cheap = dataclasses.replace(b, raw_s=0.030, fit_s=0.030)
+    named = {p.what for p in contrast(a, cheap, "T", "J", top=20).parts}
+    assert "the host between steps (Keras's trainer cost: none over the raw step)" in named
+    assert not contrast(a, b, "T", "J", steps=(0.012, 0.030)).notes  # within 10 %: nothing

@@ -543,3 +543,31 @@ def test_backends_where_nothing_ran_fails_and_caches_nothing(tmp_path):
     assert _last(out).startswith("error: no backend ran (--model_fn='broken_mf:make'")
     assert "backends: not cached: no contender ran" in out.stderr
     assert not (cache / "backends.json").exists()
+
+
+def test_why_slower_diffs_the_fastest_and_slowest_on_the_speed_table_s_steps():
+    """``backends --anatomy``: the fastest and the slowest backend's anatomies, the diff on
+    the table's own steps (its parts add up to the gap the table shows, whatever each
+    anatomy's own step read), the slower one's fix named."""
+    from toolkit.core._anatomy import Anatomy, LayerTime, Phase, PhaseTime
+
+    def taken(contender, target):
+        slow = contender.backend == "torch"
+        k = 3.0 if slow else 1.0
+        phases = (PhaseTime(Phase.FORWARD, 0.002 * k), PhaseTime(Phase.BACKWARD, 0.004 * k),
+                  PhaseTime(Phase.HOST, 0.001))  # fmt: skip
+        return Anatomy(contender.backend, step_s=0.007 * k, traced_s=0.007 * k, phases=phases,
+                       traced_phases=phases, untraced_s=0.0065 * k,
+                       layers=(LayerTime("conv", "Conv2D", 0.002 * k, 0.004 * k),))  # fmt: skip
+
+    rows = [row(TF, [0.010] * 3), row(JAX, [0.012] * 3), row(TORCH, [0.040] * 3)]
+    result = ch.BackendsResult(ch.Target("mlp"), rows, TF, "k", 100, 3, 1.0)
+    diff, fast, slow = ch.why_slower(result, runner=taken)
+    assert (fast.backend, slow.backend) == ("tensorflow", "torch")
+    assert diff.ratio == pytest.approx(4.0)  # the table's 40 ms over its 10 ms
+    gap = sum(p.gap_s for p in diff.parts) + (diff.rest.gap_s if diff.rest else 0.0)
+    assert gap == pytest.approx(0.030)
+    assert diff.parts[0].what == "the Conv2D layer (1)"
+    assert (
+        ch.why_slower(ch.BackendsResult(ch.Target("mlp"), rows[:1], TF, "k", 100, 3, 1.0)) is None
+    )

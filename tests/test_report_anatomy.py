@@ -331,24 +331,46 @@ def test_a_malformed_anatomy_is_refused_in_one_line(tmp_path, anatomy_json, fiel
 
 
 def test_compare_sets_the_two_anatomies_side_by_side():
-    base, slow = anatomy(), anatomy()
+    base = anatomy()
     conv = tuple(
         dataclasses.replace(x, forward_s=x.forward_s * 8, backward_s=x.backward_s * 8)
         if x.kind == "Conv2DTranspose"
         else x
-        for x in slow.layers
+        for x in base.layers
     )
-    slow = dataclasses.replace(slow, layers=conv, step_s=slow.step_s * 4)
-    result = compare(_report("jax-run", anatomy=base), _report("torch-run", anatomy=slow))
+    grew = [sum(getattr(x, k) for x in conv) - sum(getattr(x, k) for x in base.layers)
+            for k in ("forward_s", "backward_s")]  # fmt: skip
+    phases = tuple(
+        dataclasses.replace(p, seconds=p.seconds + {Phase.FORWARD: grew[0],
+                                                    Phase.BACKWARD: grew[1]}.get(p.phase, 0.0))
+        for p in base.phases
+    )  # fmt: skip
+    traced = sum(p.seconds for p in phases)
+    slow = dataclasses.replace(base, layers=conv, phases=phases, traced_s=traced,
+                               step_s=traced * 1.02)  # fmt: skip
+    ratio = slow.step_s / base.step_s
+    # the runs' median steps as the anatomies' outside clocks read them: nothing to rescale
+    result = compare(_report("jax-run", step_s=base.step_s, anatomy=base),
+                     _report("torch-run", step_s=slow.step_s, anatomy=slow))  # fmt: skip
     said = " ".join(line.strip() for line in contrast_lines(result.anatomy))
     assert said in " ".join(x.strip() for x in result.render().split("\n"))
-    assert said.startswith("torch-run is 4.00× slower than jax-run")
+    assert said.startswith(f"torch-run is {ratio:.2f}× slower than jax-run")
     assert "the Conv2DTranspose layers (7) 8.00×" in said  # the largest part, named first
+    assert "note:" not in said  # the table's steps are the anatomies' own
     assert all(len(line) <= 80 for line in contrast_lines(result.anatomy))
     parts = result.to_dict()["anatomy"]["parts"]
     assert parts[0]["what"] == "the Conv2DTranspose layers (7)"
-    same = compare(_report(anatomy=base), _report(anatomy=slow))
-    assert "B is 4.00× slower than A" in same.render()
+    same = compare(_report(step_s=base.step_s, anatomy=base),
+                   _report(step_s=slow.step_s, anatomy=slow))  # fmt: skip
+    assert f"B is {ratio:.2f}× slower than A" in same.render()
+    # a table whose steps differ from the anatomies': the parts are put on the table's
+    # steps, add up to its gap, and a note says so
+    off = compare(_report("jax-run", step_s=0.05, anatomy=base),
+                  _report("torch-run", step_s=0.2, anatomy=slow)).anatomy  # fmt: skip
+    assert (off.a_step_s, off.b_step_s) == (0.05, 0.2)
+    gap = sum(p.gap_s for p in off.parts) + (off.rest.gap_s if off.rest else 0.0)
+    assert gap == pytest.approx(0.2 - 0.05)
+    assert len(off.notes) == 2 and "the table's step" in off.notes[0]
     assert compare(_report(anatomy=base), _report()).anatomy is None
     assert compare(_report(), _report()).to_dict()["anatomy"] is None
 

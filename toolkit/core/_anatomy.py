@@ -607,6 +607,8 @@ class Contrast:
     b_step_s: float
     parts: tuple[Part, ...]
     fix: str | None = None  # what to try on the slower side, where the backend names one
+    rest: Part | None = None  # the parts not shown, together: with `parts`, the whole gap
+    notes: tuple[str, ...] = ()  # how the two were put on one footing, in words
 
     @property
     def ratio(self) -> float:
@@ -614,31 +616,76 @@ class Contrast:
 
 
 def contrast(
-    a: Anatomy, b: Anatomy, a_name: str, b_name: str, fix: str | None = None, top: int = 3
+    a: Anatomy,
+    b: Anatomy,
+    a_name: str,
+    b_name: str,
+    fix: str | None = None,
+    top: int = 3,
+    steps: tuple[float, float] | None = None,
 ) -> Contrast:
     """The parts of `b`'s step against `a`'s: each phase outside the layers' (input,
-    optimizer, metrics, Keras between steps, other), and the layers grouped by kind (their
-    forward and backward together), largest gap first, `top` of them."""
+    optimizer, metrics, the host between steps, other), and the layers grouped by kind (their
+    forward and backward together), largest gap first, `top` of them; the rest together.
+
+    Both sides are measured the same way: the untraced steps where both were reconciled, else
+    the trace's split of each. `steps`: each side's step as another measurement gave it (the
+    speed table of ``backends``): each anatomy's parts are then put on that step in the
+    shares the anatomy measured, so the parts add up to the gap that table shows, and a
+    note says where an anatomy's own step was off it by more than :data:`SAME_STEP`. The host's
+    time between steps is called Keras's only where the slower side's raw step shows Keras's
+    trainer costing it something."""
+    both = bool(a.traced_phases and b.traced_phases)
+    # what the parts add up to (the untraced steps, reconciled; else the traces' own), and
+    # the steps said (those, else the outside clock's); put on a table's steps, each side's
+    # parts are scaled alike
+    basis = (a.shown_step_s(), b.shown_step_s()) if both else (a.phases_sum(), b.phases_sum())
+    own = basis if both else (a.step_s, b.step_s)
+    notes: list[str] = []
+    if steps is not None and min(steps) > 0:
+        for name, mine, theirs in zip((a_name, b_name), own, steps, strict=True):
+            if mine > 0 and abs(theirs / mine - 1.0) > SAME_STEP:
+                notes.append(f"{name}'s anatomy measured {format_ms(mine)} a step where the "
+                             f"speed table measured {format_ms(theirs)}: its parts are put on "
+                             "the table's step, in the shares it measured")  # fmt: skip
+        own = steps
+        scale = [o / x if x > 0 else 1.0 for o, x in zip(own, basis, strict=True)]
+    else:  # each as it was measured
+        scale = [1.0, 1.0]
     parts: list[Part] = []
     kinds_a, kinds_b = _by_kind(a.layers), _by_kind(b.layers)
     for kind in sorted(set(kinds_a) | set(kinds_b)):
         (na, sa), (nb, sb) = kinds_a.get(kind, (0, 0.0)), kinds_b.get(kind, (0, 0.0))
         n = max(na, nb)
         parts.append(Part(f"the {kind} layer{'s' if n != 1 else ''} ({n})", sa, sb))
+    names = {**_PART_NAMES, Phase.HOST: _host_name(a if own[0] > own[1] else b)}
     for phase in (Phase.INPUT, Phase.OPTIMIZER, Phase.METRICS, Phase.HOST, Phase.OTHER):
-        parts.append(Part(_PART_NAMES[phase], a.phase(phase), b.phase(phase)))
+        parts.append(Part(names[phase], a.phase(phase), b.phase(phase)))
     # Forward and backward outside any layer (the loss's gradient, glue between layers).
     outside = [
         a.phase(Phase.FORWARD) + a.phase(Phase.BACKWARD) - a.attributed_layers_s(),
         b.phase(Phase.FORWARD) + b.phase(Phase.BACKWARD) - b.attributed_layers_s(),
     ]
     parts.append(Part("forward/backward outside the layers", *(max(0.0, s) for s in outside)))
+    parts = [Part(p.what, p.a_s * scale[0], p.b_s * scale[1]) for p in parts]
     ranked = sorted(parts, key=lambda p: abs(p.gap_s), reverse=True)
-    # Both sides the same way: the untraced steps where both were reconciled (the parts
-    # then add up to the gap), else both traced steps on the outside clock.
-    both = bool(a.traced_phases and b.traced_phases)
-    steps = (a.shown_step_s(), b.shown_step_s()) if both else (a.step_s, b.step_s)
-    return Contrast(a_name, b_name, *steps, tuple(ranked[:top]), fix)
+    shown, left = ranked[:top], ranked[top:]
+    rest = Part("the rest", sum(p.a_s for p in left), sum(p.b_s for p in left)) if left else None
+    return Contrast(a_name, b_name, *own, tuple(shown), fix, rest, tuple(notes))
+
+
+SAME_STEP = 0.10  # two measurements of one step further apart than this are said
+TRAINER_NOISE = 0.05  # a trainer cost under this fraction of the raw step is none to blame
+
+
+def _host_name(slower: Anatomy) -> str:
+    """The host's time between steps, named by what the slower side's raw step shows: Keras's
+    only where its trainer costs measurably more than the step written without it."""
+    cost = slower.trainer_cost()
+    if cost is not None and cost >= TRAINER_NOISE:
+        return "Keras between steps"
+    why = "not measured" if cost is None else "none over the raw step"
+    return f"the host between steps (Keras's trainer cost: {why})"
 
 
 _PART_NAMES = {

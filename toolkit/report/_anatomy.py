@@ -725,9 +725,12 @@ def contrast_lines(c: Contrast, width: int = 80) -> list[str]:
     else:
         head = f"{c.b_name} is {_ratio(1 / ratio)} faster than {c.a_name}"
     parts = [_part_words(c, p.what, p.a_s, p.b_s) for p in c.parts]
+    if c.rest is not None and abs(c.rest.gap_s) >= TINY_PART * max(c.a_step_s, c.b_step_s):
+        sign = "+" if c.rest.gap_s >= 0 else "-"
+        parts.append(f"the rest {sign}{format_ms(abs(c.rest.gap_s))}")
     if parts:
         head += f" ({c.b_name}'s time vs {c.a_name}'s): " + ", ".join(parts)
-    said = [head]
+    said = [head, *(f"note: {n}" for n in c.notes)]
     if c.fix:
         said.append(f"try: {c.fix}")
     return _fold(said, width)

@@ -363,7 +363,9 @@ def _contrast(a: RunReport, b: RunReport) -> Contrast | None:
     if a.anatomy is None or b.anatomy is None or a.anatomy.error or b.anatomy.error:
         return None
     names = (a.name, b.name) if a.name != b.name else ("A", "B")
-    return contrast(a.anatomy, b.anatomy, *names)
+    # on the table's own row, the runs' median steps: the parts then add up to its gap
+    steps = (a.steps.p50_s, b.steps.p50_s) if a.steps.p50_s and b.steps.p50_s else None
+    return contrast(a.anatomy, b.anatomy, *names, steps=steps)
 
 
 def _contrast_dict(c: Contrast | None) -> dict[str, object] | None:
@@ -375,6 +377,8 @@ def _contrast_dict(c: Contrast | None) -> dict[str, object] | None:
         "a_step_s": c.a_step_s,
         "b_step_s": c.b_step_s,
         "parts": [{"what": p.what, "a_s": p.a_s, "b_s": p.b_s} for p in c.parts],
+        "rest": None if c.rest is None else {"a_s": c.rest.a_s, "b_s": c.rest.b_s},
+        "notes": list(c.notes),
     }
 
 

@@ -815,4 +815,6 @@ def why_slower(
     titles = [tk_backend.info(r.contender.backend).title for r in (fast, slow)]
     advice = tk_backend.get(slow.contender.backend).jit_advice()
     fix = advice.spelled(as_flags) if advice is not None else None  # said to a verb's user
-    return contrast(a, b, titles[0], titles[1], fix=fix), a, b
+    # on the speed table's steps: the diff's parts add up to the gap the table shows
+    steps = (fast.median("mean_s") or 0.0, slow.median("mean_s") or 0.0)
+    return contrast(a, b, titles[0], titles[1], fix=fix, steps=steps), a, b
