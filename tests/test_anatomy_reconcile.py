@@ -199,3 +199,17 @@ def test_contrast_on_a_table_s_steps_adds_up_to_its_gap_and_blames_keras_only_wh
     named = {p.what for p in contrast(a, cheap, "T", "J", top=20).parts}
     assert "the host between steps (Keras's trainer cost: none over the raw step)" in named
     assert not contrast(a, b, "T", "J", steps=(0.012, 0.030)).notes  # within 10 %: nothing
+
+
+def test_reconcile_holds_keras_between_steps_to_what_the_raw_step_shows_keras_costs():
+    a = _anatomy([LayerTime("dense", "Dense", 0.001, 0.001)], other=0.001, host=0.004,
+                 raw_s=0.0100, fit_s=0.0105)  # fmt: skip
+    untraced = a.phases_sum()
+    r = reconcile(dataclasses.replace(a, untraced_s=untraced))
+    assert r.phase(Phase.HOST) == pytest.approx(0.0005)  # fit - raw
+    assert r.phase(Phase.OTHER) == pytest.approx(0.001 + 0.0035)
+    assert r.phases_sum() == pytest.approx(untraced)
+    assert any("held to what Keras's trainer costs" in n for n in r.notes)
+    kept = reconcile(dataclasses.replace(a, untraced_s=untraced, raw_s=0.005, fit_s=0.0105))
+    assert kept.phase(Phase.HOST) == pytest.approx(0.004)  # within what Keras costs: kept
+    assert not any("held to what" in n for n in kept.notes)

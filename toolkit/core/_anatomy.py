@@ -409,6 +409,8 @@ def reconcile(a: Anatomy) -> Anatomy:
        alone) from forward and backward outside the layers; where even that is short, they
        add up to more than the step (XLA fuses across them, cores overlap them): every
        computed part is scaled down to fit, and a note says so.
+    5. Where Keras's own cost was measured (``raw_s``, ``fit_s``), "Keras between steps" is
+       at most what the trainer adds over the raw step; the rest of it is "other".
 
     Pure: the same input gives the same record; an anatomy without phases or with an error
     is returned as it is."""
@@ -466,6 +468,7 @@ def reconcile(a: Anatomy) -> Anatomy:
                 f"faster together (XLA fuses across them, or the cores overlap them); every "
                 f"part is scaled by {shrink:.2f}"
             )
+    _keras_host(a, parts, notes)
     phases = tuple(
         PhaseTime(p.phase, max(0.0, parts.get(p.phase, 0.0)), p.unseen) for p in a.phases
     )
@@ -512,6 +515,26 @@ def _held_layers(layers: Sequence[LayerTime], k: float) -> tuple[list[LayerTime]
         words = x.check or _why_differs(traced)
         out[x.name] = dataclasses.replace(traced, forward_s=hf, backward_s=hb, check=words)
     return [out[x.name] for x in layers], gained
+
+
+def _keras_host(a: Anatomy, parts: dict[Phase, float], notes: list[str]) -> None:
+    """ "Keras between steps" held to what Keras's trainer costs over the raw step (``fit_s -
+    raw_s``), where that was measured: the host's time between steps past it is no trainer
+    work the raw step lacks, but work the trace did not see (XLA's CPU runtime running the
+    program while the host waits), and is "other"."""
+    if a.raw_s is None or a.fit_s is None:
+        return
+    most = max(0.0, a.fit_s - a.raw_s)
+    host = parts.get(Phase.HOST, 0.0)
+    if host <= most + 1e-12:
+        return
+    parts[Phase.HOST] = most
+    parts[Phase.OTHER] = parts.get(Phase.OTHER, 0.0) + host - most
+    notes.append(
+        f"Keras between steps is held to what Keras's trainer costs over the raw step "
+        f"({format_ms(most)}): the host's other {format_ms(host - most)} between steps is "
+        "work the trace did not see, in other"
+    )
 
 
 def _model_phases(a: Anatomy) -> tuple[float, float] | None:

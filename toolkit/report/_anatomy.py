@@ -363,7 +363,8 @@ def anatomy_top_lines(a: Anatomy, n: int = 3) -> list[str]:
     )
     bits = [f"{p.phase.value} {_share(p.seconds, basis)}" for p in phases]
     unseen = [p.phase.value for p in a.phases if p.unseen and p.seconds <= 0]
-    line = f"inside the step ({format_ms(a.step_s)}/step, {a.backend}): " + ", ".join(bits)
+    # the step the shares are of, as the table's header names it
+    line = f"inside the {_which(a)} step ({format_ms(basis)}, {a.backend}): " + ", ".join(bits)
     if unseen:
         line += f"; not seen: {', '.join(unseen)}"
     if not a.agrees():

@@ -127,10 +127,8 @@ class _Measured:
                                 batch=batch, jit=jit)  # fmt: skip
             found = check_layers(found, scopes.entries.values(), batch=batch, jit=jit,
                                  names=self.layers)  # fmt: skip
-        found = reconcile(found)
-        if not raw:
-            return found
-        return self._with_raw(found, model)
+        # Keras's own cost first: reconcile holds "Keras between steps" to it
+        return reconcile(self._with_raw(found, model) if raw else found)
 
     def _with_raw(self, found: Anatomy, model: Any) -> Anatomy:
         """`found` with Keras's own cost: the raw step against fit's step alone."""
