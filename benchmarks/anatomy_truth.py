@@ -21,6 +21,8 @@ every installed Keras backend, each backend in a fresh process. For each model a
   the untraced step where that is less (tf.data reads ahead: the step computes while the
   next batch sleeps). Goal: >= 0.9.
 * ``other share``: "other" over the shown step. Goal: <= 25 % where the step is >= 5 ms.
+* ``Keras's own cost over the raw step``: fit's step over the raw step's (a floor: compiled
+  as fit's), minus one.
 * ``anatomy wall time``: ``toolkit.anatomy`` from call to return (raw step included).
 
     python benchmarks/anatomy_truth.py [--backends tensorflow,jax,torch] [--models a,b]
@@ -295,6 +297,9 @@ def lines(backend_name: str, row: dict) -> list[str]:
     step = a.shown_step_s()
     other = a.phase(Phase.OTHER) / step if step > 0 else 0.0
     out.append(f"{label}: other share: {other * 100:.1f} % (step {step * 1e3:.3f} ms)")
+    if a.raw_s and a.fit_s:
+        out.append(f"{label}: Keras's own cost over the raw step: {a.fit_s / a.raw_s - 1:+.1%} "
+                   f"(fit {a.fit_s * 1e3:.3f} ms, raw {a.raw_s * 1e3:.3f} ms)")  # fmt: skip
     out.append(f"{label}: anatomy wall time: {row['wall_s']:.1f} s")
     return out
 

@@ -94,6 +94,18 @@ def _holding() -> Anatomy:
     return reconcile(a)
 
 
+def _other_large() -> Anatomy:
+    """A step whose "other" is most of it, split by the trace, its fix named."""
+    a = anatomy(layers=2)
+    phases = tuple(
+        dataclasses.replace(p, seconds=0.02) if p.phase == Phase.OTHER else p for p in a.phases
+    )
+    fix = ("try jit_compile=True (torch.compile: its first step compiles for tens of seconds; "
+           "measure whether the steps win it back)")  # fmt: skip
+    return dataclasses.replace(a, phases=phases, other_between_s=0.015, ops_per_step=1234.0,
+                               other_fix=fix)  # fmt: skip
+
+
 CASES = {
     "full": anatomy(),
     "holding": _holding(),
@@ -102,6 +114,7 @@ CASES = {
     "trainer faster": anatomy(raw_s=0.2),
     "disagrees": anatomy(step_s=1.0, untraced_s=None, fused_s=0.0),
     "error": Anatomy("torch", device="cpu", error="no kernel in the trace: " + "x" * 120),
+    "other large": _other_large(),
 }
 
 
@@ -400,3 +413,15 @@ def test_a_layer_timed_with_the_layers_it_holds_is_said_so():
     assert "a layer that holds others (name/inner rows) is timed with them" in text, lines
     assert "a multi_head_attention: traced" in text and "layers it holds" in text, lines
     assert all(len(line) <= 80 for line in lines), lines
+
+
+def test_a_large_other_is_taken_apart_with_the_fix_it_implies():
+    a = CASES["other large"]
+    assert a.phase(Phase.OTHER) > 0.25 * a.phases_sum()
+    text = " ".join(line.strip() for line in anatomy_lines(a, width=80))
+    assert "other is " in text and "of the step: in the trace, 75% of it the host" in text
+    assert "1,234 ops a step, about 0.012 ms between each two" in text
+    assert "fewer, larger ops shrink it: try jit_compile=True" in text
+    small = anatomy()  # other at a few % of the step: nothing to explain
+    assert "other is" not in " ".join(anatomy_lines(small))
+    assert Anatomy.from_dict(a.to_dict()) == a

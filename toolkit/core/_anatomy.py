@@ -245,6 +245,11 @@ class Anatomy:
             and its gradients, and forward alone (compiled as the step, the shapes of its
             call): what :func:`reconcile` sets the forward and backward phases to; None where
             not timed (a note says why).
+        other_between_s: of the trace's "other", the seconds per step the host spent inside
+            the step's call with no op running (dispatching the next op, Python in the
+            step); the rest of it ran ops outside any scope. None: not split.
+        ops_per_step: the ops the trace saw a step (each a dispatch on an uncompiled step).
+        other_fix: what to try where "other" is large, in words (empty: none named).
         error: why the anatomy could not be taken (the rest is empty), or None.
     """
 
@@ -265,6 +270,9 @@ class Anatomy:
     fit_s: float | None = None
     model_alone_s: float | None = None
     model_alone_forward_s: float | None = None
+    other_between_s: float | None = None
+    ops_per_step: float | None = None
+    other_fix: str = ""
     error: str | None = None
 
     def phase(self, phase: Phase) -> float:
@@ -365,6 +373,9 @@ class Anatomy:
                 fit_s=_optional(d.get("fit_s")),
                 model_alone_s=_optional(d.get("model_alone_s")),
                 model_alone_forward_s=_optional(d.get("model_alone_forward_s")),
+                other_between_s=_optional(d.get("other_between_s")),
+                ops_per_step=_optional(d.get("ops_per_step")),
+                other_fix=str(d.get("other_fix", "")),
                 error=None if d.get("error") is None else str(d["error"]),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as e:

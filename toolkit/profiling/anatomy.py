@@ -51,6 +51,7 @@ from toolkit.profiling.trace_window import TraceWindow
 __all__: list[str] = []  # toolkit.anatomy is the API; AnatomyWindow, for your own fit
 
 Key = tuple[Phase, str | None, bool]  # (phase, layer token or None, fused)
+BETWEEN_OPS = "between ops"  # other's key where no op ran, the host inside the step's call
 _ABSENT = object()
 
 
@@ -293,9 +294,10 @@ def sweep(spans: Sequence[Span], start: float, end: float) -> dict[Key, float]:
             out[(Phase.INPUT, None, False)] += dt
         elif calls:
             # the innermost range the host is in: a layer's call, a phase's method (its host
-            # work, PyTorch's eager Python), or the framework's step call (other)
+            # work, PyTorch's eager Python), or the framework's step call (other: the host
+            # between the step's ops, kept apart to explain other)
             phase, layer, _ = keys[max(calls, key=lambda i: spans[i].start)]
-            out[(phase, layer, False)] += dt
+            out[(phase, BETWEEN_OPS if phase == Phase.OTHER else layer, False)] += dt
         else:
             out[(Phase.HOST, None, False)] += dt
 
@@ -367,6 +369,9 @@ def assemble(
                 fused[layer] += us * per_step
         if is_fused:
             fused_total += us * per_step
+    between = spent.get((Phase.OTHER, BETWEEN_OPS, False), 0.0) * per_step
+    ops = {(s.lane, s.start) for s in trace.spans if s.kind == SpanKind.OP
+           and s.end > span[0] and s.start < span[1]}  # fmt: skip
     unseen = _unseen(trace, by_phase)
     notes = [*notes, *_unscoped(trace)]
     phases = tuple(PhaseTime(p, by_phase.get(p, 0.0), unseen.get(p, "")) for p in Phase)
@@ -388,6 +393,8 @@ def assemble(
         layers=tuple(layers),
         fused_s=fused_total,
         notes=(*trace.notes, *notes),
+        other_between_s=between,
+        ops_per_step=len(ops) / max(1, steps),
     )
 
 

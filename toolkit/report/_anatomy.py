@@ -205,6 +205,34 @@ def _why_lines(layers: Sequence[LayerTime], limit: int = 3) -> list[str]:
     return out
 
 
+OTHER_LARGE = 0.25  # an "other" past this share of the step is taken apart in words
+
+
+def _other_line(a: Anatomy) -> str | None:
+    """What "other" is, where it is over :data:`OTHER_LARGE` of the step: of the trace's
+    other, the ops outside any scope and the host inside the step with no op running (the
+    next op's dispatch, Python in the step), with the ops a step; and the fix it implies."""
+    basis = _basis(a)
+    other = a.phase(Phase.OTHER)
+    if basis <= 0 or other <= OTHER_LARGE * basis:
+        return None
+    words = f"other is {_share(other, basis)} of the step"
+    traced = a.traced_phase(Phase.OTHER)
+    if a.other_between_s is not None and traced > 0:
+        between = min(1.0, a.other_between_s / traced)
+        words += (f": in the trace, {between:.0%} of it the host inside the step with no op "
+                  f"running (dispatching the next op, Python in the step), {1 - between:.0%} "
+                  "ops outside any layer's scope")  # fmt: skip
+        if a.ops_per_step:
+            words += f"; {a.ops_per_step:,.0f} ops a step"
+            if between > 0.5:
+                each = a.other_between_s / a.ops_per_step
+                words += f", about {format_ms(each)} between each two"
+    if a.other_fix:
+        words += f"; fewer, larger ops shrink it: {a.other_fix}"
+    return words
+
+
 def _fused_line(a: Anatomy) -> str | None:
     if a.fused_s <= 0:
         return None
@@ -334,7 +362,7 @@ def anatomy_lines(a: Anatomy, width: int = 80) -> list[str]:
     rows = [[p.phase.value, *_phase_cells(p, basis)] for p in _phases(a)]
     lines += terminal.table(("phase", "ms/step", "% step", ""), rows, columns=width,
                             right=(1, 2)).split("\n")  # fmt: skip
-    more = [_sum_line(a), _profiler_line(a), _checked_line(a)]
+    more = [_sum_line(a), _profiler_line(a), _checked_line(a), _other_line(a)]
     lines += _fold([x for x in more if x], width)
     if a.layers:
         lines += _layer_table(a, width)

@@ -128,7 +128,8 @@ class _Measured:
             found = check_layers(found, scopes.entries.values(), batch=batch, jit=jit,
                                  names=self.layers)  # fmt: skip
         # Keras's own cost first: reconcile holds "Keras between steps" to it
-        return reconcile(self._with_raw(found, model) if raw else found)
+        found = reconcile(self._with_raw(found, model) if raw else found)
+        return dataclasses.replace(found, other_fix=_other_fix(model))
 
     def _with_raw(self, found: Anatomy, model: Any) -> Anatomy:
         """`found` with Keras's own cost: the raw step against fit's step alone."""
@@ -202,6 +203,16 @@ def _no_raw_step(model: Any) -> str | None:
     if own is not None and not getattr(own, "__module__", "").startswith("keras."):
         return f"{type(model).__name__} has its own train_step: a raw step would not be the same"
     return None
+
+
+def _other_fix(model: Any) -> str:
+    """What shrinks "other" on this model, in words: an uncompiled step dispatches each op
+    from the host (the backend's compiler fuses them into one program); empty where the
+    step is compiled already."""
+    if model is None or _jitted(model):
+        return ""
+    advice = backend.get().jit_advice()
+    return "" if advice is None else str(advice)
 
 
 def _jitted(model: Any) -> bool:
