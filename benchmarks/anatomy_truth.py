@@ -201,7 +201,8 @@ def child(names: list[str]) -> None:
     from toolkit.runner.config import TrainConfig
 
     keras = compat.keras()
-    for i, name in enumerate(names):
+    rows = []
+    for name in names:
         rng = np.random.default_rng(0)
         model, data = MODELS[name](keras, rng)
         t = time.perf_counter()
@@ -225,14 +226,20 @@ def child(names: list[str]) -> None:
             whole = [time_alone(model, (spec,), jit=jit, backward=b, runs=5, input_grads=False)
                      for b in (False, True)]  # fmt: skip
             row["model_forward_s"], row["model_both_s"] = whole
-        if i == 0:
-            t = time.perf_counter()
-            config = TrainConfig(batch_size=BATCH)
-            stalled = toolkit.anatomy(
-                model, _stalled(keras, data), steps=10, raw=False, check=False, config=config
-            )
-            row["stalled"] = stalled.to_dict()
-            row["stalled_wall_s"] = time.perf_counter() - t
+        rows.append(row)
+    # The stall last: on PyTorch, a PyDataset read through tf.data (as the toolkit reads
+    # every form of your data) leaves the process's later LSTM backward 4-6x slower (torch
+    # 2.13 beside TF 2.21); measured first, it would slow every model after it.
+    if rows:
+        model, data = MODELS[names[0]](keras, np.random.default_rng(0))
+        t = time.perf_counter()
+        config = TrainConfig(batch_size=BATCH)
+        stalled = toolkit.anatomy(
+            model, _stalled(keras, data), steps=10, raw=False, check=False, config=config
+        )
+        rows[0]["stalled"] = stalled.to_dict()
+        rows[0]["stalled_wall_s"] = time.perf_counter() - t
+    for row in rows:
         print(json.dumps(row), flush=True)
 
 
