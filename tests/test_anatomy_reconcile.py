@@ -213,3 +213,20 @@ def test_reconcile_holds_keras_between_steps_to_what_the_raw_step_shows_keras_co
     kept = reconcile(dataclasses.replace(a, untraced_s=untraced, raw_s=0.005, fit_s=0.0105))
     assert kept.phase(Phase.HOST) == pytest.approx(0.004)  # within what Keras costs: kept
     assert not any("held to what" in n for n in kept.notes)
+
+
+def test_reconcile_checks_the_input_against_the_step_over_fit_s_step_on_one_batch():
+    """A reader on other threads takes the step's cores without a wait the trace sees: the
+    untraced step over fit's step on one batch repeated is what the data costs it."""
+    a = _anatomy([LayerTime("dense", "Dense", 0.001, 0.001)], other=0.004, host=0.001,
+                 waited=0.0001, raw_s=0.0050, fit_s=0.0055)  # fmt: skip
+    untraced = a.phases_sum()  # 0.0096: the data costs it 0.0041 over fit's one batch
+    r = reconcile(dataclasses.replace(a, untraced_s=untraced))
+    assert r.phase(Phase.INPUT) == pytest.approx(untraced - 0.0055)
+    # other gave the 4 ms the input gained, then took the host's time past Keras's 0.5 ms
+    assert r.phase(Phase.HOST) == pytest.approx(0.0005)
+    assert r.phase(Phase.OTHER) == pytest.approx(0.004 - (untraced - 0.0055 - 0.0001) + 0.0005)
+    assert r.phases_sum() == pytest.approx(untraced)
+    assert any(n.startswith("input is what the data costs the step") for n in r.notes)
+    near = reconcile(dataclasses.replace(a, untraced_s=untraced, fit_s=untraced - 0.0002))
+    assert near.phase(Phase.INPUT) == pytest.approx(0.0001)  # within the band: as traced

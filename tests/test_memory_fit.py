@@ -230,9 +230,43 @@ def test_batch_fit_screen_fits_80_columns_and_its_record_reads_as_json():
     assert found.ratio == pytest.approx(3748.0 / 3790.0) and found.under_limit is False
     shown = terminal.show(found.screen(), 80)
     assert max(len(x) for x in shown.splitlines()) <= 80, shown
-    assert "check: batch 1,456 measured at 3.70 GB, predicted vs measured 0.99×, OVER the" in (
-        " ".join(shown.split())
-    )
+    said = " ".join(shown.split())
+    assert "check: batch 1,456 measured at 3.70 GB, predicted vs measured 0.99×, OVER the" in said
+    # its own check ran over the limit: no answer is claimed
+    assert "largest batch: none found under the limit: the predicted 1,456" in said
+    assert "largest batch predicted to fit" not in said
     record = json.loads(json.dumps(found.to_dict()))
     assert record["points"][2] == points[2].to_dict() and record["check"]["peak_mb"] == 3790.0
     assert record["line"]["per_example_mb"] == pytest.approx(2.0)
+
+
+def test_a_limit_above_this_host_s_ram_is_said_on_the_limit_line():
+    import psutil
+
+    total = psutil.virtual_memory().total / 2**20
+    points = (mf.Peak(32, 900.0), mf.Peak(64, 964.0))
+    limit, said = mf._limit(total * 40, points)
+    assert limit == total * 40
+    assert said.startswith("given; more than this host's ") and "of RAM" in said
+    assert mf._limit(512.0, points) == (512.0, "given")
+    on_gpu = (mf.Peak(32, 900.0, "GPU:0", 81559.0), mf.Peak(64, 964.0, "GPU:0", 81559.0))
+    assert mf._limit(total * 40, on_gpu) == (total * 40, "given")  # the device's, not the host's
+
+
+def test_memory_verb_refuses_a_report_dir_that_is_a_file_before_measuring(tmp_path):
+    path = tmp_path / "a-file"
+    path.write_text("x")
+    code = (
+        "import sys\n"
+        "from toolkit import cli\n"
+        f"status = cli.main(['memory', '--recipe', 'mlp', '--report_dir={path}'])\n"
+        "print('tensorflow loaded' if 'tensorflow' in sys.modules else 'no tensorflow')\n"
+        "sys.exit(status)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: --report_dir={path}: it is a file, not a directory"), line
+    assert "memory: batch" not in done.stdout + done.stderr  # nothing measured

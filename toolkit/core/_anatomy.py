@@ -420,7 +420,8 @@ def reconcile(a: Anatomy) -> Anatomy:
        alone) from forward and backward outside the layers; where even that is short, they
        add up to more than the step (XLA fuses across them, cores overlap them): every
        computed part is scaled down to fit, and a note says so.
-    5. Where Keras's own cost was measured (``raw_s``, ``fit_s``), "Keras between steps" is
+    5. Where Keras's own cost was measured (``raw_s``, ``fit_s``), the input is checked
+       against the untraced step over fit's step on one batch, and "Keras between steps" is
        at most what the trainer adds over the raw step; the rest of it is "other".
 
     Pure: the same input gives the same record; an anatomy without phases or with an error
@@ -479,7 +480,7 @@ def reconcile(a: Anatomy) -> Anatomy:
                 f"faster together (XLA fuses across them, or the cores overlap them); every "
                 f"part is scaled by {shrink:.2f}"
             )
-    _keras_host(a, parts, notes)
+    _keras_host(a, step, parts, notes)
     phases = tuple(
         PhaseTime(p.phase, max(0.0, parts.get(p.phase, 0.0)), p.unseen) for p in a.phases
     )
@@ -528,13 +529,38 @@ def _held_layers(layers: Sequence[LayerTime], k: float) -> tuple[list[LayerTime]
     return [out[x.name] for x in layers], gained
 
 
-def _keras_host(a: Anatomy, parts: dict[Phase, float], notes: list[str]) -> None:
-    """ "Keras between steps" held to what Keras's trainer costs over the raw step (``fit_s -
-    raw_s``), where that was measured: the host's time between steps past it is no trainer
-    work the raw step lacks, but work the trace did not see (XLA's CPU runtime running the
-    program while the host waits), and is "other"."""
+def _keras_host(a: Anatomy, step: float, parts: dict[Phase, float], notes: list[str]) -> None:
+    """The input and "Keras between steps" against what isolates them, where Keras's own cost
+    was measured (``raw_s``, ``fit_s``: fit's step on one batch repeated, no input pipeline):
+
+    * the input is what the pipeline costs the `step`: the untraced step over fit's step on
+      one batch. Where the trace's wait is off that by more than :data:`INPUT_BAND` of the
+      step (the profiler slowed the reader, or a reader on other threads took the step's
+      cores without a wait the trace could see), the isolated figure holds: from or to
+      "other", then "Keras between steps";
+    * "Keras between steps" is at most what the trainer costs over the raw step: its time
+      past that is no trainer work but work the trace did not see (XLA's CPU runtime running
+      the program while the host waits), and is "other"."""
     if a.raw_s is None or a.fit_s is None:
         return
+    isolated = max(0.0, step - a.fit_s)
+    waited = parts.get(Phase.INPUT, 0.0)
+    if abs(isolated - waited) > INPUT_BAND * step:
+        more = isolated - waited
+        parts[Phase.INPUT] = isolated
+        for phase in (Phase.OTHER, Phase.HOST):
+            take = min(more, parts.get(phase, 0.0)) if more > 0 else more
+            parts[phase] = parts.get(phase, 0.0) - take
+            more -= take
+            if more <= 1e-12:
+                break
+        if more > 1e-12:  # the rest could not come from other or the host: less input
+            parts[Phase.INPUT] -= more
+        notes.append(
+            f"input is what the data costs the step: the untraced step over fit's on one "
+            f"batch repeated ({format_ms(step)} vs {format_ms(a.fit_s)}); the trace's wait "
+            f"was {format_ms(waited)}"
+        )
     most = max(0.0, a.fit_s - a.raw_s)
     host = parts.get(Phase.HOST, 0.0)
     if host <= most + 1e-12:
@@ -546,6 +572,9 @@ def _keras_host(a: Anatomy, parts: dict[Phase, float], notes: list[str]) -> None
         f"({format_ms(most)}): the host's other {format_ms(host - most)} between steps is "
         "work the trace did not see, in other"
     )
+
+
+INPUT_BAND = 0.10  # the trace's input further than this share of the step from the isolated
 
 
 def _model_phases(a: Anatomy) -> tuple[float, float] | None:

@@ -259,6 +259,13 @@ class BatchFit:
             out.append(f"limit: {format_mb(self.limit_mb)} ({self.limit_from})")
         if self.batch_size is None:
             return [*out, f"largest batch: not predicted ({self.why})"]
+        if self.under_limit is False:
+            out.append(
+                f"largest batch: none found under the limit: the predicted {self.batch_size:,} "
+                f"(the line's peak there {format_mb(self.predicted_mb)}) did not stay under it "
+                "when run; measure smaller --batch_sizes, or give a larger --memory_limit"
+            )
+            return [*out, _check_words(self)]
         out.append(
             f"largest batch predicted to fit: {self.batch_size:,} (the line's peak there "
             f"{format_mb(self.predicted_mb)})" + (f"; {self.why}" if self.why else "")
@@ -565,6 +572,13 @@ def _limit(given: float | None, points: Sequence[Peak]) -> tuple[float | None, s
     """``(the limit in MiB, where it came from)``: the one given; the device's memory as its
     backend says it; on a CPU, the RAM this host has available now (psutil)."""
     if given is not None:
+        if any(p.ok and p.memory == HOST for p in points):
+            import psutil
+
+            total = psutil.virtual_memory().total / 2**20
+            if given > total:
+                return given, (f"given; more than this host's {format_mb(total)} of RAM: "
+                               "a batch under it may not fit here")  # fmt: skip
         return given, "given"
     good = [p for p in points if p.ok]
     device = next((p for p in good if p.memory != HOST and p.limit_mb), None)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from toolkit.core import terminal
-from toolkit.verbs._options import split
+from toolkit.verbs._options import check_out, split
 from toolkit.verbs._target import add_target, chooser_target
 
 __all__: list[str] = []  # the command line's own; nothing here is API
@@ -66,14 +67,22 @@ def run(args: argparse.Namespace) -> int:
     from toolkit.search.memory_fit import fits
 
     parsed = chooser_target(args)  # the recipe flags read and checked here, nothing built
+    out = parsed.config.report_dir if parsed.flag_values["report_dir"].present else None
+    check_out(out, "--report_dir", "or leave --report_dir out")  # before anything is measured
     found = fits(
         parsed.target, limit=args.memory_limit, batch_sizes=args.batch_sizes,
         steps=args.steps, check=not args.no_check,
     )  # fmt: skip
     print(terminal.show(found.screen(), terminal.width() or 80))  # a log too: 80 columns
-    if parsed.flag_values["report_dir"].present and parsed.config.report_dir:
-        print(f"written: {_write(found, parsed.config.report_dir)}")
-    return 0 if found.batch_size is not None else 1
+    if out:
+        try:
+            print(f"written: {_write(found, out)}")
+        except OSError as e:  # the result above is what was kept
+            print(f"error: could not write under {out} ({e.strerror or e}); the result above "
+                  "is the answer", file=sys.stderr)  # fmt: skip
+            return 1
+    # an answer whose own check ran over the limit is no answer
+    return 0 if found.batch_size is not None and found.under_limit is not False else 1
 
 
 def _write(found: object, folder: str) -> str:
