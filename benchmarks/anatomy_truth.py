@@ -234,9 +234,8 @@ def child(names: list[str]) -> None:
         model, data = MODELS[names[0]](keras, np.random.default_rng(0))
         t = time.perf_counter()
         config = TrainConfig(batch_size=BATCH)
-        stalled = toolkit.anatomy(
-            model, _stalled(keras, data), steps=10, raw=False, check=False, config=config
-        )
+        # as a user runs it: the raw step and fit's step on one batch check the input too
+        stalled = toolkit.anatomy(model, _stalled(keras, data), steps=10, config=config)
         rows[0]["stalled"] = stalled.to_dict()
         rows[0]["stalled_wall_s"] = time.perf_counter() - t
     for row in rows:
