@@ -147,3 +147,13 @@ def test_warmed_calls_warms_past_the_compile_then_sizes_a_run_to_its_window():
     assert sum(calls[1:]) * 0.001 >= 0.02  # at least warm_s of calls after it
     assert n == 50  # a 0.05 s run of 1 ms calls
     assert stats.warmed_calls(lambda n: 0.0, window_s=1.0, warm_s=1.0, most=64) == 64
+
+
+def test_whole_percents_add_up_as_their_parts_do():
+    # 33.3 + 33.3 + 33.3: plain rounding says 99
+    assert stats.whole_percents([1.0, 1.0, 1.0], 3.0) == [34, 33, 33]
+    parts = [45.2, 40.3, 8.7, 4.9, 0.45, 0.45]  # two under 1 %: together 1 point
+    got = stats.whole_percents(parts, 100.0)
+    assert sum(got) == 100 and got == [45, 40, 9, 5, 1, 0]
+    assert sum(stats.whole_percents([30.0, 30.0], 100.0)) == 60  # a part of the whole
+    assert stats.whole_percents([1.0], 0.0) == [0]

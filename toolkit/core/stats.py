@@ -65,6 +65,20 @@ def warmed_calls(
     return max(2, min(most, round(window_s / max(took / n, 1e-7))))
 
 
+def whole_percents(values: Sequence[float], total: float) -> list[int]:
+    """Each of `values` as a whole percent of `total`, rounded so that they add up to what
+    their sum rounds to (100 where they make up the total): the largest remainders get the
+    points rounding down left over (Hamilton's method). A screen's shares then add up."""
+    if total <= 0:
+        return [0 for _ in values]
+    exact = [max(0.0, v) * 100.0 / total for v in values]
+    out = [math.floor(x) for x in exact]
+    left = round(sum(exact)) - sum(out)
+    for i in sorted(range(len(exact)), key=lambda i: exact[i] - out[i], reverse=True)[:left]:
+        out[i] += 1
+    return out
+
+
 def percentile(sorted_values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (NumPy's default method) of already sorted values.
 

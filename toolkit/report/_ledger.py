@@ -25,6 +25,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from toolkit.core.stats import whole_percents
 from toolkit.profiling._ledger_records import PARTS, Ledger, LedgerPart, Reader
 from toolkit.report._fixes import (
     MIN_S,
@@ -139,10 +140,12 @@ def ledger_line(ledger: Ledger | Mapping[str, Any]) -> str:
     found = as_ledger(ledger)
     assert found is not None
     wall = found.wall_s
-    seen = [(p, p.seconds) for p in found.parts if p.seconds is not None]
-    shown = sorted(seen, key=lambda ps: -ps[1])
-    # Under 1 %: in the table, not in the line.
-    bits = [_part_bit(found, p) for p, s in shown if p.name == "steps" or s >= 0.01 * wall]
+    seen = [p for p in found.parts if p.seconds is not None]
+    pct = dict(zip((p.name for p in seen), _percents(found), strict=True))
+    shown = sorted(seen, key=lambda p: -float(p.seconds or 0.0))
+    # Rounded to 0 %: in the table, not in the line; rounded as one (whole_percents), the
+    # shares shown add up to 100 as the table's do
+    bits = [_part_bit(found, p, pct[p.name]) for p in shown if p.name == "steps" or pct[p.name]]
     head = "fit call" if found.timed_call else "from train begin"
     partial = ", partial" if found.partial else ""
     line = f"run ledger ({head} {format_s(wall)}{partial}): " + ", ".join(bits)
@@ -159,9 +162,16 @@ def ledger_line(ledger: Ledger | Mapping[str, Any]) -> str:
     return line
 
 
-def _part_bit(ledger: Ledger, part: LedgerPart) -> str:
+def _percents(ledger: Ledger) -> list[int]:
+    """The timed parts' whole percents of the wall, adding up as the parts do (the line's and
+    the table's, one rounding for both)."""
+    seen = [float(p.seconds) for p in ledger.parts if p.seconds is not None]
+    return whole_percents(seen, ledger.wall_s)
+
+
+def _part_bit(ledger: Ledger, part: LedgerPart, pct: int) -> str:
     """One part in the line: ``compile 17% (1 recompile)``, ``callbacks 6% (Heavy 0.61 s)``."""
-    bit = f"{LABELS[part.name]} {share(part.seconds, ledger.wall_s)}"
+    bit = f"{LABELS[part.name]} {pct}%"
     n = ledger.recompiles
     if part.name == "compile" and n:
         bit += f" ({n} recompile{'s' if n != 1 else ''})"
@@ -205,10 +215,10 @@ def ledger_markdown(ledger: Ledger | Mapping[str, Any], flags: Spell | None = No
     assert found is not None
     wall = found.wall_s
     out = [f"{ledger_line(found)}\n", "| part | seconds | share |", "|---|---:|---:|"]
+    pct = iter(_percents(found))
     for part in found.parts:
-        out.append(
-            f"| {LABELS[part.name]} | {format_s(part.seconds)} | {share(part.seconds, wall)} |"
-        )
+        said = "—" if part.seconds is None or wall <= 0 else f"{next(pct)}%"
+        out.append(f"| {LABELS[part.name]} | {format_s(part.seconds)} | {said} |")
     out.append(f"| **fit** | **{format_s(wall)}** | 100% |")
     if found.callbacks:
         out += ["", "| callback | seconds | hook calls |", "|---|---:|---:|"]
