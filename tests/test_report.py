@@ -951,3 +951,20 @@ def test_every_view_of_a_report_shows_the_same_numbers(tmp_path):
     shown = json.loads((tmp_path / "report.json").read_text())
     assert format_ms(shown["steps"]["p50_s"]) == p50
     assert format_s(shown["fit_call"]["whole_s"]) == format_s(wall)
+
+
+def test_mfu_and_throughput_come_from_one_statistic():
+    """A run with one slow step: its median and its mean differ. Examples/s is the mean's
+    (what the run delivered); MFU's achieved FLOP/s is too, so the two agree."""
+    from toolkit.profiling.step_timer import StepTimer
+
+    ticks = iter([0.0] + [0.01 * i for i in range(1, 20)] + [0.29, 0.30, 0.31])
+    timer = StepTimer(warmup_steps=0, batch_size=8, clock=lambda: next(ticks))
+    with timer:
+        for _ in range(21):
+            timer.step()
+    compute = {"flops_per_step": 2e9, "peak_flops_per_s": 4e11, "peak_dtype": "float32"}
+    r = RunReport.from_callbacks("c", timer, compute=compute)
+    assert r.steps.mean_s != pytest.approx(r.steps.p50_s)
+    per_example = 2e9 / 8
+    assert r.compute.achieved_flops_per_s == pytest.approx(per_example * r.steps.examples_per_sec)

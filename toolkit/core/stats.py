@@ -403,7 +403,8 @@ def summarize_calls(calls: Sequence[Sequence[Any]], batch_size: int | None = Non
 def epoch_figures(
     calls: Sequence[Sequence[Any]], batch_size: int | None = None
 ) -> dict[str, float]:
-    """An epoch's ``step_ms_p50``, ``step_ms_p90`` (ms per step) and ``examples_per_sec`` from
+    """An epoch's ``step_ms_p50``, ``step_ms_p90``, ``step_ms_mean`` (ms per step) and
+    ``examples_per_sec`` from
     its recorded executions ``(seconds, steps, epoch, kind)``: the figures of
     :func:`summarize_calls` that StepTimer hands to Keras's logs and TensorBoard at each epoch's
     end, computed in one pass (empty before any timed step)."""
@@ -416,6 +417,7 @@ def epoch_figures(
         "step_ms_p90": percentile(per_step, 90) * 1e3,
     }
     seconds = sum(d for d, _ in durations)
+    out["step_ms_mean"] = seconds / sum(n for _, n in durations) * 1e3  # MFU's, as examples/s
     if batch_size and seconds > 0:
         out["examples_per_sec"] = batch_size * sum(n for _, n in durations) / seconds
     return out
@@ -427,8 +429,9 @@ def epoch_figures(
 def utilization(
     flops_per_step: float | None, step_seconds: float | None, peak_flops: float | None
 ) -> dict[str, float | None]:
-    """``{"achieved_flops_per_s", "mfu"}`` from FLOPs per step, the median step time and the
-    peak; `None` where an input is missing."""
+    """``{"achieved_flops_per_s", "mfu"}`` from FLOPs per step, the mean step time (the
+    statistic examples/s comes from: the two agree) and the peak; `None` where an input is
+    missing."""
     achieved = None
     if flops_per_step and step_seconds and step_seconds > 0:
         achieved = flops_per_step / step_seconds

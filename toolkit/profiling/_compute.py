@@ -54,8 +54,9 @@ class Compute:
         return bool(self.peak_flops_per_s) and reliable_peak(self.peak_spread_pct)
 
     def at_step(self, step_s: float | None) -> Compute:
-        """With the achieved FLOP/s and MFU at `step_s` (the median step); no MFU from a peak
-        measured on a busy machine (it would move with the machine's load, not the run)."""
+        """With the achieved FLOP/s and MFU at `step_s` (the mean step, as examples/s); no MFU
+        from a peak measured on a busy machine (it would move with the machine's load, not
+        the run)."""
         done = utilization(self.flops_per_step, step_s, self.peak_flops_per_s)
         sheet = utilization(self.flops_per_step, step_s, self.datasheet_peak_flops_per_s)
         return dataclasses.replace(

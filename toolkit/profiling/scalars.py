@@ -152,7 +152,7 @@ class Scalars:
         self.paths: dict[str, str] = {}  # run -> its event file, named at its first flush
         self.log_steps = log_steps
         self.written = 0
-        self.epoch_ends: list[tuple[int, float]] = []  # (global step, p50 ms) of each epoch
+        self.epoch_ends: list[tuple[int, float]] = []  # (global step, mean ms) of each epoch
 
     @property
     def runs(self) -> list[str]:
@@ -255,18 +255,18 @@ class Scalars:
         for key, tag in _EPOCH_TAGS:
             if key in figures:
                 self.write(tag, figures[key], end)
-        if "step_ms_p50" in figures:
-            self.epoch_ends.append((end, figures["step_ms_p50"]))
+        if "step_ms_mean" in figures:  # MFU's step, as examples/s's
+            self.epoch_ends.append((end, figures["step_ms_mean"]))
         if metrics:
             self.metrics(metrics, len(self.epoch_ends) - 1 if epoch is None else epoch)
         self.flush()
         return end
 
     def utilization(self, flops_per_step: float | None, peak_flops: float | None) -> None:
-        """``Throughput/mfu_percent`` at each epoch written so far, from its median step time:
+        """``Throughput/mfu_percent`` at each epoch written so far, from its mean step time:
         a line over the run, where one figure at the end would be a single dot."""
-        for step, p50_ms in self.epoch_ends:
-            mfu = utilization(flops_per_step, p50_ms / 1e3, peak_flops)["mfu"]
+        for step, mean_ms in self.epoch_ends:
+            mfu = utilization(flops_per_step, mean_ms / 1e3, peak_flops)["mfu"]
             if mfu is not None:
                 self.write(MFU, 100.0 * mfu, step)
 

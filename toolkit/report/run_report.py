@@ -172,7 +172,8 @@ class RunReport:
         """A report from a StepTimer (and optionally a MemoryWatch and a TraceWindow).
 
         `compute` holds ``flops_per_step`` and ``peak_flops_per_s`` (see
-        ``toolkit.profiling.flops``); achieved FLOP/s and MFU are added from the median step.
+        ``toolkit.profiling.flops``); achieved FLOP/s and MFU are added from the mean step (the
+        statistic examples/s comes from).
         `anatomy` is the step taken apart (``toolkit.profiling.anatomy``), kept as it is.
         """
         calls = [[round(d, 9), n, e, k] for d, n, e, k in timer.calls]
@@ -189,7 +190,7 @@ class RunReport:
         if compute is not None and not isinstance(compute, Compute):
             compute = Compute.from_dict(compute)
         if compute is not None:
-            compute = compute.at_step(steps.p50_s)
+            compute = compute.at_step(steps.mean_s)  # as examples/s
         return cls(
             name=name,
             steps=steps,

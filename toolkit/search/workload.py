@@ -757,12 +757,12 @@ class ModelWorkload(Workload):
         per_call = (candidate or self.defaults()).per_call
         total = whole_calls(max(steps, 5 * per_call), per_call)
         out = figures_of(self.fit(candidate, steps=total, warmup=self.config.warmup_steps))
-        if count_flops and self.batch_size and out["p50_s"]:
+        if count_flops and self.batch_size and out["mean_s"]:
             with contextlib.suppress(Exception):
                 facts = flops.compute_facts(
                     self.model, self.batch_size, self.config.precision, self.device
                 )
-                out["mfu"] = facts.at_step(out["p50_s"]).mfu  # none from a busy machine's peak
+                out["mfu"] = facts.at_step(out["mean_s"]).mfu  # none from a busy machine's peak
         return out
 
     def _signature(self) -> tuple[Any, Any]:
