@@ -194,6 +194,9 @@ def test_text_and_tables_fit_the_width_without_cutting_a_number():
     steady = 7.7 - 3.1 - 0.9
     assert pytest.approx(steady, rel=0.1) == 43 * 85.965e-3
     assert pytest.approx(32, rel=0.01) == 372.2 * 85.965e-3  # batch 32: rate and step agree
+    # a short epoch's short validation is a large part of it: said too
+    short = epoch_line("mlp", 2, 20, 44, 0.111, logs, None, (("validation", 0.04),))
+    assert short.startswith("mlp epoch 2/20: 44 steps in 0.111 s (validation 0.040 s), ")
     for columns in (80, 120):
         rows = epoch_line("mlp", 12, 20, 44, 0.21, logs, columns).split("\n")
         assert all(len(r) <= columns for r in rows) and rows[1].startswith("  accuracy 0.9915")
