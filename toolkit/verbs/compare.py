@@ -23,7 +23,13 @@ def options(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", help="baseline: report.json or its run directory")
     p.add_argument("b", help="candidate: report.json or its run directory")
     p.add_argument("--z", type=float, default=3.0, help="standard errors a change must exceed")
-    p.add_argument("--min_rel", type=float, default=0.01, help="smallest relative change (0.01)")
+    p.add_argument(
+        "--min_rel",
+        type=float,
+        default=0.10,
+        help="smallest relative change that counts: what two runs of one command differ by "
+        "(0.10, as asv's factor 1.1)",
+    )
     p.add_argument("--json", action="store_true", help="the comparison as JSON, on stdout")
     p.add_argument(
         "--fail_on_slower",
