@@ -303,3 +303,30 @@ def test_profile_a_fit_on_grain_pipelines_reads_their_batch_size(tmp_path, make_
         assert steps.examples_per_sec == pytest.approx(8 / steps.mean_s)
         assert p.report.fit_call.exit_s is not None  # the whole call timed, its exit too
         assert "examples/s" in p.report.to_markdown()
+
+
+def test_the_line_saying_where_the_report_landed_fits_its_terminal(monkeypatch):
+    """``profile()``'s one line (89 columns for a run dir under runs/ with its five files)
+    folds at the width of the terminal its handler writes to; to a log, it stays one line."""
+    import io
+    import logging
+
+    from toolkit.runner.session import _said_where
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setenv("COLUMNS", "80")
+    log = logging.getLogger("toolkit")
+    paths = {k: f"runs/mnist-20261128-201500/{k}" for k in
+             ("report.json", "report.md", "steps.png", "anatomy.png", "memory.png")}  # fmt: skip
+    for stream, most in ((Tty(), 80), (io.StringIO(), 10_000)):
+        handler = logging.StreamHandler(stream)
+        monkeypatch.setattr(log, "handlers", [handler])
+        monkeypatch.setattr(log, "level", logging.INFO)
+        _said_where("mnist", "runs/mnist-20261128-201500", paths)
+        lines = stream.getvalue().rstrip("\n").split("\n")
+        assert all(len(line) <= most for line in lines), lines
+        assert lines[0].startswith("mnist: report in runs/mnist-20261128-201500")
+        assert (len(lines) > 1) == (most == 80)

@@ -15,7 +15,7 @@ from typing import Any
 
 from absl import logging
 
-from toolkit.core import interrupts
+from toolkit.core import interrupts, terminal
 from toolkit.core._anatomy import Anatomy
 from toolkit.core.errors import one_line
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS
@@ -403,7 +403,10 @@ def _said_where(name: str, run_dir: str, paths: Mapping[str, str]) -> None:
         log.addHandler(handler)
         log.setLevel(std_logging.INFO)
     files = ", ".join(os.path.basename(p) for _, p in sorted(paths.items()))
-    log.info("%s: report in %s (%s)", name, run_dir, files)
+    # folded to the terminal the line lands on (its handlers' streams; a log: as it is)
+    streams = [getattr(h, "stream", None) for h in (*log.handlers, *std_logging.root.handlers)]
+    columns = next((w for w in map(terminal.width, filter(None, streams)) if w), None)
+    log.info("%s", terminal.fit(f"{name}: report in {run_dir} ({files})", columns))
 
 
 def _untimed(steps: Any, timer: StepTimer) -> str:
