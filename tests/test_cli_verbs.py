@@ -171,6 +171,7 @@ BAD_OPTIONS = [
     ("doctor --model_fn=not/a:spec", "--model_fn"),
     ("anatomy --steps=1", "--steps"),
     ("anatomy --out={file}", "--out"),
+    ("anatomy --out={held}", "already holds a result (anatomy.json)"),
     ("anatomy --epochs=-1", "--epochs"),
     ("tune --tune_budget=-5", "--tune_budget"),
     ("tune --tune_budget=nan", "--tune_budget"),
@@ -181,6 +182,7 @@ BAD_OPTIONS = [
     ("backends --rounds=0", "--rounds"),
     ("backends --backend=jax", "--backend=jax"),
     ("backends --out={file}", "--out"),
+    ("backends --out={held}", "already holds a result (backends.json)"),
     ("memory --batch_sizes=0,8", "--batch_sizes"),
     ("ops --ops=nosuchop", "--ops"),
     ("ops --modes=bogus", "--modes"),
@@ -215,7 +217,11 @@ def reports(tmp_path_factory):
     where = tmp_path_factory.mktemp("reports")
     make_report("a").write(where / "run", plot=False)
     (where / "not-a-report.json").write_text('{"name": "x"}')
-    return {"run": str(where / "run"), "file": str(where / "not-a-report.json")}
+    held = where / "held"  # an earlier anatomy's and backends' results
+    held.mkdir()
+    for name in ("anatomy.json", "backends.json"):
+        (held / name).write_text("{}")
+    return {"run": str(where / "run"), "file": str(where / "not-a-report.json"), "held": str(held)}
 
 
 @pytest.mark.parametrize(("argv", "named"), BAD_OPTIONS, ids=[a for a, _ in BAD_OPTIONS])

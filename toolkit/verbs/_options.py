@@ -4,6 +4,8 @@ backend in use, comma-separated lists."""
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Sequence
 
 __all__: list[str] = []  # the command line's own; nothing here is API
 
@@ -43,11 +45,23 @@ def check_device(spec: str, flag: str = "--device") -> None:
         raise ValueError(f"{flag}: {e}") from None
 
 
-def check_out(path: str | None, flag: str = "--out", instead: str = "or leave --out out") -> None:
+def check_out(
+    path: str | None,
+    flag: str = "--out",
+    instead: str = "or leave --out out",
+    writes: Sequence[str] = (),
+) -> None:
     """A directory a verb writes its result under (`path`; None: its default under runs/),
     checked as a run checks its ``--report_dir`` (``check_report_dir``: a file, a link to
     nowhere, a place that cannot be written), before anything is measured rather than after
-    what was measured has nowhere to go."""
+    what was measured has nowhere to go. `writes`: the files the verb writes there; one that
+    is already there holds an earlier result, never replaced without a word: ValueError."""
     from toolkit.runner.task import check_report_dir
 
     check_report_dir(path, flag, instead)
+    held = [name for name in writes if path and os.path.exists(os.path.join(path, name))]
+    if held:
+        raise ValueError(
+            f"{flag}={path} already holds a result ({', '.join(held)}): choose another "
+            f"directory, {instead}"
+        )

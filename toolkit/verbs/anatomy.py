@@ -43,10 +43,12 @@ def options(p: argparse.ArgumentParser) -> None:
 
 def check(args: argparse.Namespace) -> None:
     from toolkit.core._anatomy import MAX_STEPS
+    from toolkit.report._anatomy import ANATOMY_PNG
     from toolkit.runner.config import check_number
 
     check_number("--steps", args.steps, integer=True, least=2, most=MAX_STEPS)
-    check_out(args.out, instead="or leave --out out (runs/anatomy-<time>)")
+    check_out(args.out, instead="or leave --out out (runs/anatomy-<time>)",
+              writes=("anatomy.json", ANATOMY_PNG))  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

@@ -48,7 +48,8 @@ def check(args: argparse.Namespace) -> None:
 
     check_number("--steps", args.steps, integer=True, least=8)
     check_number("--rounds", args.rounds, integer=True, least=1)
-    check_out(args.out, instead="or leave --out out (runs/backends-<time>)")
+    check_out(args.out, instead="or leave --out out (runs/backends-<time>)",
+              writes=("backends.json", "backends.md", "backends.png"))  # fmt: skip
     one = _argv.flag_value(args.recipe_flags, "backend")
     if one is not None:
         raise ValueError(
