@@ -255,3 +255,30 @@ def test_a_verb_that_passes_flags_on_reads_none_as_an_abbreviation_of_its_own():
     assert args.batch_sizes is None and rest == ["--batch_size=64"]
     args, _ = root.parse_known_args(["compare", "a", "b", "--fail-on"])  # its own: still
     assert args.fail_on_slower
+
+
+def test_show_reads_what_every_verb_writes(tmp_path, capsys):
+    """``show`` on anatomy's ``anatomy.json`` and backends' ``backends.json`` (a file or its
+    directory) prints them as their verbs did; a memory result is named, with its verb."""
+    import json
+
+    from tests.test_chooser import TF, row
+    from tests.test_report_anatomy import anatomy
+    from toolkit.search import chooser as ch
+
+    a = anatomy()
+    (tmp_path / "an").mkdir()
+    (tmp_path / "an" / "anatomy.json").write_text(json.dumps(a.to_dict()))
+    assert cli.main(["show", str(tmp_path / "an")]) == 0
+    assert capsys.readouterr().out.startswith("inside the step:")
+    result = ch.BackendsResult(ch.Target("mlp"), [row(TF, [0.01] * 3)], TF, "k", 100, 3, 1.0)
+    (tmp_path / "backends.json").write_text(json.dumps(result.to_dict()))
+    assert cli.main(["show", str(tmp_path / "backends.json")]) == 0
+    assert "tensorflow" in capsys.readouterr().out
+    assert cli.main(["show", "--json", str(tmp_path / "an" / "anatomy.json")]) == 0
+    assert json.loads(capsys.readouterr().out)["backend"] == a.backend
+    memory = {"target": "recipe mlp", "points": [], "limit_mb": 100.0, "batch_size": None}
+    (tmp_path / "memory-1.json").write_text(json.dumps(memory))
+    assert cli.main(["show", str(tmp_path / "memory-1.json")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "a memory result (python -m toolkit memory wrote it" in line and "schema" not in line

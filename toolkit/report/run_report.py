@@ -266,7 +266,7 @@ class RunReport:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RunReport:
         if d.get("schema") != SCHEMA:
-            raise ReportError(f"not a run report: schema is {d.get('schema')!r}, not {SCHEMA!r}")
+            raise ReportError(_not_a_report(d))
         version = d.get("schema_version")
         if not isinstance(version, int) or version > SCHEMA_VERSION:
             raise ReportError(
@@ -791,3 +791,15 @@ def _tune_line(tune: Mapping[str, Any]) -> str:
     line = f"tune: {tune.get('best_label')} ({source}, {len(tune.get('trials') or [])} trials)"
     gain = tune.get("gain_words")  # the claimed gain with its spread and where it was measured
     return f"{line}; claimed {gain}" if isinstance(gain, str) and gain else line
+
+
+def _not_a_report(d: Mapping[str, Any]) -> str:
+    """Why `d` is no run report, naming the verb that wrote it where its fields say which."""
+    if {"points", "limit_mb", "batch_size"} <= set(d):
+        return ("not a run report: a memory result (python -m toolkit memory wrote it; run it "
+                "again to measure, with --report_dir to keep it)")  # fmt: skip
+    if {"phases", "layers", "backend"} <= set(d):
+        return "not a run report: an anatomy (anatomy.json): show reads it by that name"
+    if {"rows", "best", "target"} <= set(d):
+        return "not a run report: a backends result (backends.json): show reads it by that name"
+    return f"not a run report: schema is {d.get('schema')!r}, not {SCHEMA!r}"

@@ -1,9 +1,16 @@
 """``show REPORT``: a run report's summary, fitted to the terminal (``--markdown``: the whole
-Markdown report; ``--json``: report.json's own JSON)."""
+Markdown report; ``--json``: report.json's own JSON). It reads what every verb writes: a run's
+``report.json``, ``anatomy``'s ``anatomy.json`` and ``backends``' ``backends.json`` (each
+shown as its verb prints it); ``memory``'s ``memory-<time>.json`` is named, with the verb that
+measures it again."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+from collections.abc import Callable
+from typing import Any
 
 from toolkit.core import terminal
 from toolkit.report import RunReport
@@ -11,14 +18,19 @@ from toolkit.report import RunReport
 __all__: list[str] = []  # the command line's own; nothing here is API
 
 NAME = "show"
-HELP = "print a run report"
+HELP = "print a run report (or what anatomy and backends wrote)"
 DESCRIPTION = None
 LOADS_TENSORFLOW = False
 RECIPE_FLAGS = False
 
+# Each verb's record in a directory, in the order a directory is read.
+RECORDS = ("report.json", "anatomy.json", "backends.json")
+
 
 def options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("report", help="report.json or its run directory")
+    p.add_argument(
+        "report", help="report.json, anatomy.json or backends.json, or the directory holding it"
+    )
     p.add_argument("--markdown", action="store_true", help="the full Markdown report")
     p.add_argument("--json", action="store_true", help="the report's JSON, as report.json holds")
 
@@ -28,10 +40,46 @@ def check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = RunReport.load(args.report)
+    path = _record(args.report)
+    name = os.path.basename(path)
+    if name == "anatomy.json" or name == "backends.json":
+        record, lines = _other(path, name)
+        print(json.dumps(record, indent=1) if args.json else lines)
+        return 0
+    report = RunReport.load(path)
     if args.json:
         print(report.to_json())
     else:
         shown = terminal.fit(report.summary(), terminal.width())
         print(report.to_markdown() if args.markdown else shown)
     return 0
+
+
+def _record(given: str) -> str:
+    """The file to read: `given`, or in a directory the first record a verb writes there."""
+    if not os.path.isdir(given):
+        return given
+    for name in RECORDS:
+        if os.path.isfile(os.path.join(given, name)):
+            return os.path.join(given, name)
+    return os.path.join(given, RECORDS[0])  # said as a missing report
+
+
+def _other(path: str, name: str) -> tuple[dict[str, Any], str]:
+    """``anatomy``'s or ``backends``' record at `path`, read as strictly as a run report
+    (``read_checked``), and its lines as the verb printed them."""
+    from toolkit.report._fields import read_checked
+
+    width = terminal.width() or 80
+    reader: Callable[[Any], Any]
+    if name == "anatomy.json":
+        from toolkit.core._anatomy import Anatomy
+        from toolkit.report._anatomy import anatomy_lines
+
+        reader = Anatomy.from_dict
+        found = read_checked(path, reader, lambda a: anatomy_lines(a, width))
+        return found.to_dict(), "\n".join(anatomy_lines(found, width))
+    from toolkit.search.standings import BackendsResult
+
+    found = read_checked(path, BackendsResult.from_dict, lambda r: r.summary())
+    return found.to_dict(), terminal.show(found.summary(), width)
