@@ -329,6 +329,13 @@ LAYER = {"name": "dense", "forward_s": 1e-3, "backward_s": 2e-3}
             {"backend": "jax", "layers": [{**LAYER, "alone_with_held": "yes"}]},
             "layers[0].alone_with_held",
         ),
+        # hand-edited: no step, an absurd figure, the phases gone
+        ({"backend": "jax", "phases": [], "step_s": 0}, "field anatomy.step_s is 0, not a time"),
+        (
+            {"backend": "jax", "phases": [{"phase": "forward", "seconds": 1e300}]},
+            "field anatomy.phases[0].seconds is 1e+300, not seconds per step up to 86,400",
+        ),
+        ({"backend": "jax", "step_s": 0.01}, "field anatomy.phases is missing"),
     ],
 )
 def test_a_malformed_anatomy_is_refused_in_one_line(tmp_path, anatomy_json, field):

@@ -138,6 +138,16 @@ def _number(field: str, value: Any, optional: bool = False, counts: bool = False
         raise _bad(field, value, f"{kinds} >= 0")
 
 
+MOST_PER_STEP_S = 86_400.0  # a day a step: past it, a figure was edited, not measured
+
+
+def _per_step(field: str, value: Any) -> None:
+    """Seconds per step no training step takes (1e300: compare then reads runs "as fast"
+    under a 1e296× figure): refused, naming the field."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > MOST_PER_STEP_S:
+        raise _bad(field, value, f"seconds per step up to {MOST_PER_STEP_S:,.0f} (a day)")
+
+
 def _mapping(field: str, value: Any, optional: bool = True) -> Mapping[str, Any]:
     if value is None and optional:
         return {}
@@ -368,6 +378,7 @@ def check_anatomy(value: Any) -> None:
                 raise _bad(f"anatomy.{key}[{i}].phase", p.get("phase"),
                            f"one of {', '.join(PHASES)}")  # fmt: skip
             _number(f"anatomy.{key}[{i}].seconds", p.get("seconds"))
+            _per_step(f"anatomy.{key}[{i}].seconds", p.get("seconds"))
             _string(f"anatomy.{key}[{i}].unseen", p.get("unseen", ""))
     for i, layer in enumerate(_records("anatomy.layers", a.get("layers"))):
         where = f"anatomy.layers[{i}]"
@@ -375,6 +386,7 @@ def check_anatomy(value: Any) -> None:
         _string(f"{where}.kind", layer.get("kind", ""))
         for key in ("forward_s", "backward_s"):
             _number(f"{where}.{key}", layer.get(key))
+            _per_step(f"{where}.{key}", layer.get(key))
         _number(f"{where}.fused_s", layer.get("fused_s", 0.0))
         _number(f"{where}.calls", layer.get("calls", 1), counts=True)
         _number(f"{where}.flops", layer.get("flops"), optional=True)
@@ -387,6 +399,13 @@ def check_anatomy(value: Any) -> None:
     notes = a.get("notes") or []
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise _bad("anatomy.notes", notes, "a list of strings")
+    if a.get("error") is None:  # a taken anatomy: a step, and the phases it splits into
+        if a.get("phases") is None:
+            raise ReportError("field anatomy.phases is missing")
+        for key in ("step_s", "traced_s"):
+            value = a.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
+                raise _bad(f"anatomy.{key}", value, "a time above 0 (seconds per step)")
 
 
 def anatomy_error(error: BaseException) -> ReportError:
