@@ -238,6 +238,15 @@ def test_tune_refuses_an_unbuilt_model_in_one_line(keras):
         tune(_Unbuilt.make(keras), _arrays(), steps=5, use_cache=False, progress=lambda _: None)
 
 
+def test_a_non_model_is_told_it_is_not_a_keras_model(keras):
+    import toolkit
+    from toolkit.runner.train import SetupError
+
+    for target in (5, "model", keras.layers.Dense(2)):  # a layer: no fit, no compile
+        with pytest.raises(SetupError, match=r"is not a Keras model: give your compiled"):
+            toolkit.anatomy(target, _arrays(), steps=2)
+
+
 def test_an_unbatched_dataset_is_told_to_batch(keras):
     tf = pytest.importorskip("tensorflow")
     from toolkit import diagnose

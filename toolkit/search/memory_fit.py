@@ -638,6 +638,11 @@ def _ship(model: Any, data: Any, folder: str, batch_size: int | None) -> int:
 
     if data is None:
         raise ValueError("fits(model, data): give the data your model trains on")
+    if not (callable(getattr(model, "fit", None)) and callable(getattr(model, "compile", None))):
+        raise ValueError(
+            f"fits(model, data): a {type(model).__name__} is not a Keras model: give your "
+            "compiled keras.Model and its data (or a function returning both)"
+        )
     if not (getattr(model, "compiled", False) or getattr(model, "_is_compiled", False)):
         raise ValueError(  # Keras 3 says `compiled`, tf_keras `_is_compiled`
             f"fits(model, data): compile {type(model).__name__} first (model.compile): its "

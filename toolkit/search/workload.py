@@ -580,6 +580,13 @@ class ModelWorkload(Workload):
         from toolkit.data import _fit_data
         from toolkit.runner.train import SetupError
 
+        if not (
+            callable(getattr(model, "fit", None)) and callable(getattr(model, "compile", None))
+        ):
+            raise SetupError(
+                f"(model, data): a {type(model).__name__} is not a Keras model: give your "
+                "compiled keras.Model and its data (or a function returning both)"
+            )
         if not (getattr(model, "compiled", False) or getattr(model, "_is_compiled", False)):
             # Keras 3 says `compiled`, tf_keras `_is_compiled`
             raise SetupError(f"(model, data): compile {type(model).__name__} first (model.compile)")
