@@ -6,6 +6,7 @@ limit's units and the record's words are checked on values, without a process.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -270,3 +271,19 @@ def test_memory_verb_refuses_a_report_dir_that_is_a_file_before_measuring(tmp_pa
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"error: --report_dir={path}: it is a file, not a directory"), line
     assert "memory: batch" not in done.stdout + done.stderr  # nothing measured
+
+
+def test_an_answer_over_the_limit_steps_down_to_the_largest_batch_measured_under_it():
+    """The refits ran out with the last check 66 MB over the limit (a loaded machine): the
+    answer is the largest batch a fresh process measured under it, never the one over."""
+    points = (mf.Peak(256, 1208.0), mf.Peak(512, 1546.0), mf.Peak(734, 1690.0))
+    line = mf.PeakLine.through([(p.batch_size, p.peak_mb) for p in points])
+    over = mf.Peak(853, 1909.0)
+    found = mf.BatchFit("m", "tensorflow", mf.HOST, 1, points, line, 1843.2, "given", 853,
+                        line.at(853), over)  # fmt: skip
+    assert found.under_limit is False
+    got = mf._under(found)
+    assert got.batch_size == 734 and got.check == points[2] and got.under_limit is True
+    assert over in got.points and points[2] not in got.points  # shown, the answer checked
+    assert "the prediction 853 ran over the limit when run" in got.why
+    assert mf._under(dataclasses.replace(found, points=(mf.Peak(256, 1900.0),))).batch_size == 853

@@ -31,7 +31,7 @@ import dataclasses
 import functools
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from toolkit import backend
@@ -369,21 +369,10 @@ def assemble(
                 fused[layer] += us * per_step
         if is_fused:
             fused_total += us * per_step
-    between = spent.get((Phase.OTHER, BETWEEN_OPS, False), 0.0) * per_step
-    ops = {(s.lane, s.start) for s in trace.spans if s.kind == SpanKind.OP
-           and s.end > span[0] and s.start < span[1]}  # fmt: skip
     unseen = _unseen(trace, by_phase)
     notes = [*notes, *_unscoped(trace)]
     phases = tuple(PhaseTime(p, by_phase.get(p, 0.0), unseen.get(p, "")) for p in Phase)
-    layers = []
-    for token, entry in scopes.entries.items():
-        f, b = forward.get(token, 0.0), backward.get(token, 0.0)
-        if f + b <= 0:
-            continue
-        calls = scopes.calls_per_step(token)
-        flops = entry.flops * 3.0 * calls if entry.flops else None  # forward + 2x backward
-        layers.append(LayerTime(entry.name, entry.kind, f, b, calls, flops, fused.get(token, 0.0)))
-    layers.sort(key=lambda x: x.seconds, reverse=True)
+    layers = _layer_rows(scopes, forward, backward, fused)
     return dataclasses.replace(
         base,
         step_s=outside_s / max(1, outside_steps or steps),
@@ -393,9 +382,34 @@ def assemble(
         layers=tuple(layers),
         fused_s=fused_total,
         notes=(*trace.notes, *notes),
-        other_between_s=between,
-        ops_per_step=len(ops) / max(1, steps),
+        other_between_s=spent.get((Phase.OTHER, BETWEEN_OPS, False), 0.0) * per_step,
+        ops_per_step=_ops_in(trace, span) / max(1, steps),
     )
+
+
+def _layer_rows(
+    scopes: Scopes,
+    forward: Mapping[str, float],
+    backward: Mapping[str, float],
+    fused: Mapping[str, float],
+) -> list[LayerTime]:
+    """Each scoped layer the trace saw, its seconds per step, slowest first."""
+    layers = []
+    for token, entry in scopes.entries.items():
+        f, b = forward.get(token, 0.0), backward.get(token, 0.0)
+        if f + b <= 0:
+            continue
+        calls = scopes.calls_per_step(token)
+        flops = entry.flops * 3.0 * calls if entry.flops else None  # forward + 2x backward
+        layers.append(LayerTime(entry.name, entry.kind, f, b, calls, flops, fused.get(token, 0.0)))
+    return sorted(layers, key=lambda x: x.seconds, reverse=True)
+
+
+def _ops_in(trace: StepTrace, span: tuple[float, float]) -> int:
+    """The ops the trace ran in `span`, each once (a fused op's spans, one per scope it holds,
+    share its lane and start)."""
+    return len({(s.lane, s.start) for s in trace.spans if s.kind == SpanKind.OP
+                and s.end > span[0] and s.start < span[1]})  # fmt: skip
 
 
 def _unscoped(trace: StepTrace) -> list[str]:

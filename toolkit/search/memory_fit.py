@@ -560,12 +560,33 @@ def _checked(found: BatchFit, runs: _Runs) -> BatchFit:
         ratio = found.ratio
         close = found.under_limit and abs((ratio or 1.0) - 1.0) <= MISS
         if refit == REFITS or not got.ok or close:
-            return found
+            return _under(found)
         again = _predicted(found.target, runs, (*found.points, got), found.limit_mb,
                            found.limit_from)  # fmt: skip
         said = f"refitted with batch {got.batch_size:,} (measured {format_mb(got.peak_mb)})"
         found = dataclasses.replace(again, why="; ".join(w for w in (again.why, said) if w))
     return found
+
+
+def _under(found: BatchFit) -> BatchFit:
+    """`found`, or where its last check ran over the limit, the largest batch measured under
+    it (an earlier check, or a measured point above the first sizes): an answer never exceeds
+    the limit by its own measurement. `found` as it is where none was."""
+    if found.under_limit is not False or found.limit_mb is None or found.line is None:
+        return found
+    limit = found.limit_mb
+    under = [p for p in found.points if p.ok and float(p.peak_mb or 0.0) <= limit]
+    if not under:
+        return found
+    best = max(under, key=lambda p: p.batch_size)
+    said = (f"the prediction {found.batch_size:,} ran over the limit when run "
+            f"({format_mb(found.check.peak_mb if found.check else None)}): the largest batch "
+            "measured under it")  # fmt: skip
+    return dataclasses.replace(found, batch_size=best.batch_size, check=best,
+                               predicted_mb=found.line.at(best.batch_size),
+                               points=tuple(p for p in found.points if p is not best)
+                               + ((found.check,) if found.check else ()),
+                               why="; ".join(w for w in (found.why, said) if w))  # fmt: skip
 
 
 def _limit(given: float | None, points: Sequence[Peak]) -> tuple[float | None, str]:
