@@ -146,7 +146,10 @@ def test_memory_verb_checks_its_prediction_within_80_columns_and_writes_its_reco
     (written,) = list(out.glob("memory-*.json"))
     record = json.loads(written.read_text())
     assert record["limit_mb"] == pytest.approx(1.8 * 1024) and record["limit_from"] == "given"
-    assert record["batch_size"] > 512 and record["check"]["batch_size"] == record["batch_size"]
+    # the answer is a batch a fresh process ran under the limit: the prediction checked, or
+    # where the refits ran out over it (a loaded machine), the largest measured under it
+    assert record["batch_size"] >= 512 and record["check"]["batch_size"] == record["batch_size"]
+    assert record["under_limit"] is True
     assert record["ratio"] == pytest.approx(record["predicted_mb"] / record["check"]["peak_mb"])
 
 
