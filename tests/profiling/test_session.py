@@ -319,14 +319,25 @@ def test_the_line_saying_where_the_report_landed_fits_its_terminal(monkeypatch):
 
     monkeypatch.setenv("COLUMNS", "80")
     log = logging.getLogger("toolkit")
+    # whatever earlier tests in this worker did to logging (disabled loggers, a global level)
+    monkeypatch.setattr(log, "disabled", False)
+    monkeypatch.setattr(logging.root.manager, "disable", logging.NOTSET)
     paths = {k: f"runs/mnist-20261128-201500/{k}" for k in
              ("report.json", "report.md", "steps.png", "anatomy.png", "memory.png")}  # fmt: skip
-    for stream, most in ((Tty(), 80), (io.StringIO(), 10_000)):
-        handler = logging.StreamHandler(stream)
-        monkeypatch.setattr(log, "handlers", [handler])
-        monkeypatch.setattr(log, "level", logging.INFO)
-        _said_where("mnist", "runs/mnist-20261128-201500", paths)
-        lines = stream.getvalue().rstrip("\n").split("\n")
-        assert all(len(line) <= most for line in lines), lines
-        assert lines[0].startswith("mnist: report in runs/mnist-20261128-201500")
-        assert (len(lines) > 1) == (most == 80)
+    level = log.level
+    monkeypatch.setattr(log, "handlers", [])
+    try:
+        log.setLevel(logging.INFO)  # setLevel: the logger's cached levels cleared too
+        for stream, most in ((Tty(), 80), (io.StringIO(), 10_000)):
+            log.handlers = [logging.StreamHandler(stream)]
+            _said_where("mnist", "runs/mnist-20261128-201500", paths)
+            _check_where(stream, most)
+    finally:
+        log.setLevel(level)
+
+
+def _check_where(stream, most):
+    lines = stream.getvalue().rstrip("\n").split("\n")
+    assert all(len(line) <= most for line in lines), lines
+    assert lines[0].startswith("mnist: report in runs/mnist-20261128-201500")
+    assert (len(lines) > 1) == (most == 80)
