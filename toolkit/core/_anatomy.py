@@ -590,24 +590,22 @@ def _inside(
     layers: Sequence[LayerTime], measured: tuple[float, float], notes: list[str]
 ) -> list[LayerTime]:
     """`layers` fitted inside the model's own forward and backward: where the layers' rows
-    add up to more than the model timed alone (each layer alone pays its own call, XLA fuses
-    across layers in the step), each phase's rows are scaled alike to fit, and a note says
-    so."""
+    add up to more than the model timed alone in either (each layer alone pays its own call,
+    XLA fuses across layers in the step), every row is scaled by one factor, the one that
+    fits both (their order kept), and a note says so."""
     inside = (sum(x.forward_s for x in layers), sum(x.backward_s for x in layers))
-    scale = [m / s if s > m > 0 else 1.0 for m, s in zip(measured, inside, strict=True)]
-    for name, m, s, f in zip(("forward", "backward"), measured, inside, scale, strict=True):
-        if f < 1.0:
-            notes.append(
-                f"the layers' {name} adds up to more than the model's timed alone "
-                f"({format_ms(s)} vs {format_ms(m)}): in the step they run faster together "
-                f"(XLA fuses across them, or each alone pays its own call); scaled by {f:.2f}"
-            )
-    if scale == [1.0, 1.0]:
+    over = [(name, m, s) for name, m, s in zip(("forward", "backward"), measured, inside,
+                                                strict=True) if s > m > 0]  # fmt: skip
+    if not over:
         return list(layers)
-    return [
-        dataclasses.replace(x, forward_s=x.forward_s * scale[0], backward_s=x.backward_s * scale[1])
-        for x in layers
-    ]
+    f = min(m / s for _, m, s in over)
+    said = " and ".join(f"{name} {format_ms(s)} vs {format_ms(m)}" for name, m, s in over)
+    notes.append(
+        f"the layers' rows add up to more than the model timed alone ({said}): in the step "
+        f"they run faster together (XLA fuses across them, or each alone pays its own call); "
+        f"every row is scaled by {f:.2f}"
+    )
+    return [_scaled(x, f) for x in layers]
 
 
 def _why_differs(x: LayerTime) -> str:
