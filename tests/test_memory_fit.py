@@ -153,6 +153,21 @@ def test_memory_verb_checks_its_prediction_within_80_columns_and_writes_its_reco
     assert record["ratio"] == pytest.approx(record["predicted_mb"] / record["check"]["peak_mb"])
 
 
+def _memory_cli(*argv: str) -> subprocess.CompletedProcess:
+    """``memory --recipe mlp`` with `argv`, as the program runs it, in a fresh process that
+    prints whether TensorFlow was loaded before it exits with the verb's status."""
+    code = (
+        "import sys\n"
+        "from toolkit import cli\n"
+        f"status = cli.main(['memory', '--recipe', 'mlp', *{list(argv)!r}])\n"
+        "print('tensorflow loaded' if 'tensorflow' in sys.modules else 'no tensorflow')\n"
+        "sys.exit(status)\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
@@ -167,16 +182,7 @@ def test_memory_verb_checks_its_prediction_within_80_columns_and_writes_its_reco
     ],
 )
 def test_memory_verb_refuses_a_bad_flag_in_one_line_before_tensorflow_loads(argv, said):
-    code = (
-        "import sys\n"
-        "from toolkit import cli\n"
-        f"status = cli.main(['memory', '--recipe', 'mlp', *{argv!r}])\n"
-        "print('tensorflow loaded' if 'tensorflow' in sys.modules else 'no tensorflow')\n"
-        "sys.exit(status)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
-    )
+    done = _memory_cli(*argv)
     assert done.returncode == 2, done.stderr
     assert done.stdout.strip() == "no tensorflow"
     (line,) = done.stderr.strip().splitlines()
@@ -260,16 +266,7 @@ def test_a_limit_above_this_host_s_ram_is_said_on_the_limit_line():
 def test_memory_verb_refuses_a_report_dir_that_is_a_file_before_measuring(tmp_path):
     path = tmp_path / "a-file"
     path.write_text("x")
-    code = (
-        "import sys\n"
-        "from toolkit import cli\n"
-        f"status = cli.main(['memory', '--recipe', 'mlp', '--report_dir={path}'])\n"
-        "print('tensorflow loaded' if 'tensorflow' in sys.modules else 'no tensorflow')\n"
-        "sys.exit(status)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
-    )
+    done = _memory_cli(f"--report_dir={path}")
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith(f"error: --report_dir={path}: it is a file, not a directory"), line
