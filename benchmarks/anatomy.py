@@ -9,6 +9,10 @@ backend, each backend in a fresh process. Three checks, each as the one ratio li
   anatomy must rank first), its forward and backward as the anatomy times them inside the
   step, against the same layer's forward and backward timed alone (the backend's
   ``layer_alone``: its gradients, jitted or in a ``tf.function``, outside any fit). Bound ±25 %.
+* ``other's fix, fit's step with it``: where "other" is over a quarter of the step and the
+  anatomy named its fix (the backend's compiler, on a step not compiled) and checked it:
+  ``fit``'s step on one batch without the fix against with it (X > 1: the fix saves), beside
+  the saving the anatomy predicted from the trace's gaps between ops.
 * ``Keras's trainer vs the raw step``: ``fit``'s step on one batch repeated against the same
   model's step written without Keras's trainer (the backend's ``raw_step``), per 100 steps:
   X > 1 is what Keras's trainer costs. The seed MLP's figure is P1's floor.
@@ -74,7 +78,7 @@ def _planted():
 def _alone(layer, shape, jit: bool) -> float:
     from toolkit.profiling.layers_alone import time_alone
 
-    return time_alone(layer, ((shape, "float32"),), jit=jit, runs=5)
+    return time_alone(layer, ((shape, "float32"),), jit=jit, runs=5).both_s
 
 
 def child(steps: int) -> None:
@@ -113,6 +117,7 @@ def main() -> None:
     sys.path.insert(0, os.path.dirname(HERE))
     from toolkit import backend
     from toolkit.core._anatomy import Anatomy, contrast
+    from toolkit.core.stats import format_ms
     from toolkit.report._anatomy import anatomy_top_lines, contrast_lines
 
     names = args.backends.split(",") if args.backends else list(backend.installed())
@@ -145,6 +150,12 @@ def main() -> None:
             if a.raw_s and a.fit_s:
                 print(speedup_line(f"{label}: Keras's trainer vs the raw step", a.fit_s * 100,
                                    a.raw_s * 100) + " per 100 steps")  # fmt: skip
+            if a.other_fixed_s is not None and a.fit_s:  # "other" large, its fix checked
+                gaps = a.other_gaps_s()
+                said = "not predicted" if gaps is None else f"predicted {format_ms(gaps)} saved"
+                line = speedup_line(f"{label}: other's fix, fit's step with it", a.fit_s * 100,
+                                    a.other_fixed_s * 100)  # fmt: skip
+                print(f"{line} per 100 steps ({said} a step)")
             print("\n".join(f"  {line}" for line in anatomy_top_lines(a)))
     for model in (*EXAMPLES, "seed_mlp"):  # the fastest backend against the slowest
         pairs = [(n, found.get((n, model))) for n in names]

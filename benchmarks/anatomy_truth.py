@@ -219,13 +219,12 @@ def child(names: list[str]) -> None:
                     continue  # the anatomy's own check did not time it: nothing to compare
                 layer, specs = by_name[x.name]
                 try:
-                    alone[x.name] = x.calls * time_alone(layer, specs, jit=jit, runs=5)
+                    alone[x.name] = x.calls * time_alone(layer, specs, jit=jit, runs=5).both_s
                 except Exception as e:  # noqa: BLE001 - said in the row
                     alone[x.name] = f"{type(e).__name__}: {e}"
             row["alone"] = alone
-            whole = [time_alone(model, (spec,), jit=jit, backward=b, runs=5, input_grads=False)
-                     for b in (False, True)]  # fmt: skip
-            row["model_forward_s"], row["model_both_s"] = whole
+            whole = time_alone(model, (spec,), jit=jit, runs=5, input_grads=False)
+            row["model_forward_s"], row["model_both_s"] = whole.forward_s, whole.both_s
         rows.append(row)
     # The stall last: on PyTorch, a PyDataset read through tf.data (as the toolkit reads
     # every form of your data) leaves the process's later LSTM backward 4-6x slower (torch

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from toolkit.core._anatomy import Anatomy, Phase
+from toolkit.core._anatomy import Anatomy, Phase, PhaseTime
 
 
 def _run(*args: str, cwd) -> subprocess.CompletedProcess:
@@ -41,6 +41,9 @@ def test_anatomy_verb_takes_a_recipe_apart_and_writes_its_record(tmp_path):
     assert found.phases_sum() == pytest.approx(found.untraced_s, rel=1e-6)
     assert found.phase(Phase.FORWARD) > 0 and found.layers and found.raw_s
     assert any(layer.alone_s for layer in found.layers)
+    if found.other_large() and found.other_fix:  # TensorFlow's CPU step: XLA off, checked
+        assert found.other_fixed_s is not None and found.other_saving_checked() is not None
+        assert "measured: fit's step" in " ".join(line.strip() for line in lines), lines
 
 
 def test_anatomy_verb_refuses_a_bad_option_in_one_line(tmp_path):
@@ -50,3 +53,62 @@ def test_anatomy_verb_refuses_a_bad_option_in_one_line(tmp_path):
         assert done.stderr.strip().splitlines() == [
             f"error: anatomy: --steps must be an integer >= 2 and <= 100, got {steps}"
         ], done.stderr
+
+
+class _Steps:
+    def __init__(self, p50_s: float) -> None:
+        self.steps = type("Steps", (), {"p50_s": p50_s})()
+
+
+class _Work:
+    """A workload that fits in no time: each fit's median step is its candidate's."""
+
+    per_call = 1
+
+    def __init__(self) -> None:
+        self.fits: list[object] = []
+
+    def defaults(self):
+        from toolkit.search.engine import Candidate
+
+        return Candidate(jit_compile=False)
+
+    def fit(self, candidate=None, *, steps, warmup, one_batch=False, callbacks=()):
+        self.fits.append((candidate, one_batch))
+        return _Steps(0.004 if candidate is not None and candidate.jit_compile else 0.010)
+
+
+@pytest.mark.every_backend
+def test_anatomy_checks_the_fix_it_names_for_a_large_other(keras):
+    """A step not compiled, its "other" large: the fix named (the backend's compiler), its
+    saving predicted from the trace's gaps and checked by fit's step with the fix, one
+    batch, as fit_s was; an "other" that is small, or a compiled step, costs no fit."""
+    from toolkit import backend
+    from toolkit.search.anatomy import _Measured
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile("sgd", "mse", jit_compile=False)
+    large = Anatomy(
+        backend.name(), step_s=0.010, untraced_s=0.010, fit_s=0.010, other_between_s=0.006,
+        phases=(PhaseTime(Phase.FORWARD, 0.002), PhaseTime(Phase.OTHER, 0.008)),
+    )  # fmt: skip
+    work = _Work()
+    found = _Measured(work, steps=4)._with_other_fix(large, model)
+    advice = backend.get().jit_advice()
+    if advice is None:  # JAX: its step is always jitted: nothing to name
+        assert found == large and not work.fits
+        return
+    assert found.other_fix == str(advice) and found.other_gaps_s() == pytest.approx(0.006)
+    if True in backend.get().searched_jit():
+        assert [c.jit_compile for c, one_batch in work.fits if one_batch] == [True]
+        assert found.other_fixed_s == 0.004 and found.other_fix_held() is True
+    else:  # torch.compile's tens of seconds: named, not measured, said so
+        assert found.other_fixed_s is None and not work.fits
+        assert any("not measured here" in n for n in found.notes)
+    phases = (PhaseTime(Phase.FORWARD, 0.009), PhaseTime(Phase.OTHER, 0.001))
+    small = Anatomy(backend.name(), step_s=0.010, fit_s=0.010, phases=phases)
+    work.fits.clear()
+    assert _Measured(work, steps=4)._with_other_fix(small, model).other_fixed_s is None
+    model.compile("sgd", "mse", jit_compile=True)
+    assert _Measured(work, steps=4)._with_other_fix(large, model).other_fix == ""
+    assert not work.fits

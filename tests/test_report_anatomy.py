@@ -12,7 +12,7 @@ import re
 import pytest
 
 from toolkit.core._anatomy import Anatomy, LayerTime, Phase, PhaseTime, contrast
-from toolkit.core.stats import summarize_calls
+from toolkit.core.stats import format_ms, summarize_calls
 from toolkit.report import ReportError, RunReport, compare
 from toolkit.report._anatomy import (
     ANATOMY_PNG,
@@ -429,6 +429,26 @@ def test_a_large_other_is_taken_apart_with_the_fix_it_implies():
     assert "other is " in text and "of the step: in the trace, 75% of it the host" in text
     assert "1,234 ops a step, about 0.012 ms between each two" in text
     assert "fewer, larger ops shrink it: try jit_compile=True" in text
+    gaps = a.other_gaps_s()  # the shown other, in the trace's share of host gaps
+    assert gaps == pytest.approx(a.phase(Phase.OTHER) * 0.75)
+    assert f"predicted to save {format_ms(gaps)} a step (those gaps)" in text
+    assert "measured: fit" not in text and a.other_fix_held() is None  # no check: none claimed
     small = anatomy()  # other at a few % of the step: nothing to explain
     assert "other is" not in " ".join(anatomy_lines(small))
     assert Anatomy.from_dict(a.to_dict()) == a
+
+
+def test_a_large_other_s_fix_is_said_as_its_check_measured_it():
+    """The predicted saving is checked by fit's step with the fix: saved, within the noise
+    between two runs, or a cost (the advice then turns: leave it off)."""
+    a = dataclasses.replace(CASES["other large"], fit_s=0.010)
+    said = {}
+    for fixed in (0.006, 0.0095, 0.013):
+        checked = dataclasses.replace(a, other_fixed_s=fixed)
+        text = " ".join(line.strip() for line in anatomy_lines(checked, width=80))
+        assert f"measured: fit's step {format_ms(0.010)} -> {format_ms(fixed)} with it" in text
+        said[fixed] = (checked.other_fix_held(), text)
+        assert Anatomy.from_dict(checked.to_dict()) == checked
+    assert said[0.006][0] is True and f"(saves {format_ms(0.004)}: try it)" in said[0.006][1]
+    assert said[0.0095][0] is None and "the noise between two runs: no saving" in said[0.0095][1]
+    assert said[0.013][0] is False and "leave it off" in said[0.013][1]

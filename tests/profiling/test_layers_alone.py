@@ -11,7 +11,7 @@ import pytest
 
 from toolkit.core._anatomy import Anatomy, LayerTime
 from toolkit.profiling.anatomy import LayerEntry
-from toolkit.profiling.layers_alone import check_layers, check_model, time_alone
+from toolkit.profiling.layers_alone import Alone, check_layers, check_model, time_alone
 
 
 def _entries(keras):
@@ -38,16 +38,16 @@ def _found(names_and_seconds):
 def test_check_layers_times_each_signature_once_and_says_why_one_was_not_timed(keras):
     timed = []
 
-    def timer(layer, specs, *, jit, backward):
-        timed.append((layer.name, specs, backward))
-        return 0.002 if backward else 0.0005
+    def timer(layer, specs, *, jit):
+        timed.append((layer.name, specs))
+        return Alone(forward_s=0.0005, both_s=0.002)
 
     found = _found([("relu", 0.004), ("d0", 0.003), ("d1", 0.002), ("d2", 0.001),
                     ("lists", 0.0005)])  # fmt: skip
     out = check_layers(found, _entries(keras), batch=4, jit=True, timer=timer)
     by = {x.name: x for x in out.layers}
-    # the three Dense layers share a signature: timed once (forward, then both)
-    assert [t[0] for t in timed].count("d0") + [t[0] for t in timed].count("d1") == 2
+    # the three Dense layers share a signature: timed once (forward and both, in turn)
+    assert [t[0] for t in timed].count("d0") + [t[0] for t in timed].count("d1") == 1
     assert all(t[1] == (((4, 8), "float32"),) for t in timed)  # the batch filled in
     for name in ("d0", "d1", "d2", "relu"):
         assert by[name].alone_s == pytest.approx(0.002)
@@ -69,7 +69,7 @@ def test_check_layers_times_a_layer_holding_others_with_them(keras):
                           holds_layers=True),
                LayerEntry("kpl1", "block/inner", "Dense", inputs=spec, layer=inner)]  # fmt: skip
     found = _found([("block", 0.001), ("block/inner", 0.002)])
-    out = check_layers(found, entries, batch=4, jit=True, timer=lambda *a, **k: 0.003)
+    out = check_layers(found, entries, batch=4, jit=True, timer=lambda *a, **k: Alone(0.001, 0.003))
     by = {x.name: x for x in out.layers}
     assert by["block"].alone_s == pytest.approx(0.003) and by["block"].alone_with_held
     assert by["block/inner"].alone_s == pytest.approx(0.003)
@@ -79,8 +79,8 @@ def test_check_layers_times_a_layer_holding_others_with_them(keras):
 def test_check_layers_keeps_to_its_budget_past_the_first_three_and_the_named(keras):
     ticks = itertools.count(0.0, 10.0)  # each look at the clock: 10 s later
 
-    def timer(layer, specs, *, jit, backward):
-        return 0.001
+    def timer(layer, specs, *, jit):
+        return Alone(0.0005, 0.001)
 
     entries = _entries(keras)
     for e in entries[:3]:  # distinct signatures: no sharing of one timing
@@ -98,7 +98,7 @@ def test_check_layers_keeps_to_its_budget_past_the_first_three_and_the_named(ker
 
 
 def test_check_layers_says_why_a_layer_failed_alone(keras):
-    def timer(layer, specs, *, jit, backward):
+    def timer(layer, specs, *, jit):
         raise RuntimeError("shapes do not match\nsecond line")
 
     out = check_layers(_found([("d0", 0.004)]), _entries(keras), batch=4, jit=False,
@@ -113,40 +113,43 @@ def test_time_alone_runs_a_layer_of_two_inputs_and_one_of_integer_inputs(keras):
     query = keras.ops.ones((2, 5, 8))
     attention(query, query)
     specs = (((2, 5, 8), "float32"), ((2, 5, 8), "float32"))
-    both = time_alone(attention, specs, jit=False, runs=1)
-    forward = time_alone(attention, specs, jit=False, backward=False, runs=1)
-    assert both > 0 and forward > 0
+    alone = time_alone(attention, specs, jit=False, runs=1)
+    assert alone.both_s >= alone.forward_s > 0
     embedding = keras.layers.Embedding(50, 8)
     embedding.build((2, 5))
-    assert time_alone(embedding, (((2, 5), "int32"),), jit=False, runs=1) > 0
+    assert time_alone(embedding, (((2, 5), "int32"),), jit=False, runs=1).both_s > 0
 
 
 def test_check_model_times_the_whole_model_without_its_inputs_gradients(keras):
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
     seen = []
 
-    def timer(layer, specs, *, jit, backward, input_grads):
-        seen.append((layer, specs, backward, input_grads))
-        return 0.003 if backward else 0.001
+    def timer(layer, specs, *, jit, input_grads):
+        seen.append((layer, specs, input_grads))
+        return Alone(forward_s=0.001, both_s=0.003)
 
     out = check_model(_found([("d0", 0.004)]), model, (((None, 8), "float32"),), calls=1,
                       batch=4, jit=True, timer=timer)  # fmt: skip
     assert (out.model_alone_s, out.model_alone_forward_s) == (0.003, 0.001)
-    assert seen == [(model, (((4, 8), "float32"),), b, False) for b in (False, True)]
+    assert seen == [(model, (((4, 8), "float32"),), False)]
     assert out.notes == ()
 
 
 def test_check_model_says_why_the_model_was_not_timed(keras):
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
 
-    def timer(layer, specs, *, jit, backward, input_grads):
+    def timer(layer, specs, *, jit, input_grads):
         raise ValueError("no\nmore")
+
+    def noisy(layer, specs, *, jit, input_grads):  # forward read as slow as with backward
+        return Alone(forward_s=0.002, both_s=0.002)
 
     cases = [
         (None, 1, timer, "its call takes more than one tensor"),
         ((((None, 8), "float32"),), 0, timer, "never called the model itself"),
         ((((None, None), "float32"),), 1, timer, "its input's shape is not fixed"),
         ((((None, 8), "float32"),), 1, timer, "ValueError: no"),
+        ((((None, 8), "float32"),), 1, noisy, "read no faster than with its gradients"),
     ]
     for inputs, calls, t, why in cases:
         out = check_model(_found([("d0", 0.004)]), model, inputs, calls=calls, batch=4,
@@ -162,4 +165,5 @@ def test_time_alone_times_a_model_without_its_inputs_gradients(keras):
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(2)])
     spec = (((4, 8), "float32"),)
     for input_grads in (True, False):
-        assert time_alone(model, spec, jit=False, runs=1, input_grads=input_grads) > 0
+        alone = time_alone(model, spec, jit=False, runs=1, input_grads=input_grads)
+        assert alone.both_s >= alone.forward_s > 0

@@ -341,3 +341,24 @@ def _check_where(stream, most):
     assert all(len(line) <= most for line in lines), lines
     assert lines[0].startswith("mnist: report in runs/mnist-20261128-201500")
     assert (len(lines) > 1) == (most == 80)
+
+
+def test_the_readme_steptimer_snippet_prints_each_fit_s_own_ledger(
+    tmp_path, make_model, make_dataset, monkeypatch, capsys
+):
+    """The README's "StepTimer in your own fit" block, run as written on a tiny model: its
+    first ledger line is the timed fit's, its last the profiled fit's (it printed the first
+    fit's ledger under the profiled one)."""
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    block = readme.partition("## StepTimer in your own `fit`")[2]
+    code = re.search(r"```python\n(.*?)```", block, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    scope = {"model": make_model(), "dataset": make_dataset(20)}
+    exec(compile(code, "README.md", "exec"), scope)  # the README's own code
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[-1] == str(scope["prof"].report.ledger["parts"]), printed
+    assert str(scope["timer"].ledger()["parts"]) in printed[:-1], printed
+    assert printed[-1] != str(scope["timer"].ledger()["parts"])

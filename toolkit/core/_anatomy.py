@@ -49,6 +49,7 @@ MAX_STEPS = 100
 # A layer's traced time may differ from the same layer timed alone by this much before the
 # alone figure is the one shown (the issue's ±25 %).
 BAND = 0.25
+OTHER_LARGE = 0.25  # an "other" past this share of the step is taken apart, its fix checked
 
 
 class Phase(str, enum.Enum):
@@ -250,6 +251,9 @@ class Anatomy:
             step); the rest of it ran ops outside any scope. None: not split.
         ops_per_step: the ops the trace saw a step (each a dispatch on an uncompiled step).
         other_fix: what to try where "other" is large, in words (empty: none named).
+        other_fixed_s: the check of the fix's predicted saving (:meth:`other_gaps_s`):
+            ``fit``'s step on one batch with the fix applied, measured in the same process
+            as `fit_s`. None: not measured.
         error: why the anatomy could not be taken (the rest is empty), or None.
     """
 
@@ -273,6 +277,7 @@ class Anatomy:
     other_between_s: float | None = None
     ops_per_step: float | None = None
     other_fix: str = ""
+    other_fixed_s: float | None = None
     error: str | None = None
 
     def phase(self, phase: Phase) -> float:
@@ -309,6 +314,36 @@ class Anatomy:
         if not self.raw_s or not self.fit_s:
             return None
         return self.fit_s / self.raw_s - 1.0
+
+    def other_large(self) -> bool:
+        """Whether "other" is over :data:`OTHER_LARGE` of the shown step."""
+        step = self.shown_step_s()
+        return step > 0 and self.phase(Phase.OTHER) > OTHER_LARGE * step
+
+    def other_gaps_s(self) -> float | None:
+        """Of the shown "other", the seconds a step the host spent inside the step with no
+        op running (the trace's share of its other, applied to the shown other): what
+        fewer, larger ops (:attr:`other_fix`) are predicted to save (fusion may save more).
+        None where the trace did not split it."""
+        traced = self.traced_phase(Phase.OTHER)
+        if self.other_between_s is None or traced <= 0:
+            return None
+        return self.phase(Phase.OTHER) * min(1.0, self.other_between_s / traced)
+
+    def other_saving_checked(self) -> float | None:
+        """The fix's saving a step as measured (``fit_s - other_fixed_s``; negative: the
+        fix made the step slower); None where not measured."""
+        if self.fit_s is None or self.other_fixed_s is None:
+            return None
+        return self.fit_s - self.other_fixed_s
+
+    def other_fix_held(self) -> bool | None:
+        """Whether the fix's check bore it out: True, it saved more than :data:`SAME_STEP`
+        of the step; False, it cost as much; None, within that noise or not measured."""
+        saved = self.other_saving_checked()
+        if saved is None or not self.fit_s or abs(saved) <= SAME_STEP * self.fit_s:
+            return None
+        return saved > 0
 
     def attributed_layers_s(self) -> float:
         return sum(layer.seconds for layer in self.layers)
@@ -376,6 +411,7 @@ class Anatomy:
                 other_between_s=_optional(d.get("other_between_s")),
                 ops_per_step=_optional(d.get("ops_per_step")),
                 other_fix=str(d.get("other_fix", "")),
+                other_fixed_s=_optional(d.get("other_fixed_s")),
                 error=None if d.get("error") is None else str(d["error"]),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as e:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -31,10 +30,19 @@ __all__ = ["time_alone"]  # check_layers is the anatomy's (toolkit.search.anatom
 BUDGET_S = 8.0  # wall time for the checks past the first AT_LEAST layers
 AT_LEAST = 3  # layers always checked (the trace's slowest), with any the user named
 RUN_S = 0.03  # each timed run, at least
-RUNS = 3  # timed runs, their median kept
+RUNS = 3  # timed runs of each (forward; with backward), in turn, the fastest kept
 WARM_S = 0.06  # calls before the timed runs, at least
 
 Specs = tuple[tuple[tuple[int, ...], str], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Alone:
+    """One call of a layer (or a whole model) timed alone: its forward, and its forward with
+    its gradients, each the fastest of its runs."""
+
+    forward_s: float
+    both_s: float
 
 
 def time_alone(
@@ -42,18 +50,28 @@ def time_alone(
     inputs: Specs,
     *,
     jit: bool,
-    backward: bool = True,
     runs: int = RUNS,
     input_grads: bool = True,
-) -> float:
-    """Seconds of one call of `layer` alone (its forward, and with `backward` its gradients
-    too: of its floating inputs as well unless `input_grads` is False, as for a whole model,
-    whose step needs none of its data's), the median of `runs` timed runs after its compile
-    (``layer_alone`` of the seam)."""
+) -> Alone:
+    """One call of `layer` alone (``layer_alone`` of the seam, after its compile): forward,
+    and forward with its gradients (of its floating inputs as well unless `input_grads` is
+    False, as for a whole model, whose step needs none of its data's).
+
+    The two are timed in turn, `runs` runs each, and each keeps its fastest run: timed one
+    after the other, a loaded machine's slow spell fell on the forward alone and read it
+    slower than forward with backward (a whole model's backward read 0 in a loaded test);
+    in turn, a spell falls on both, and the fastest run is what the layer costs."""
     seam = backend.get()
-    timed = seam.layer_alone(layer, inputs, backward=backward, jit=jit, input_grads=input_grads)
-    n = warmed_calls(timed, RUN_S, WARM_S, most=1000)
-    return statistics.median(timed(n) / n for _ in range(max(1, runs)))
+    forward = seam.layer_alone(layer, inputs, backward=False, jit=jit, input_grads=input_grads)
+    both = seam.layer_alone(layer, inputs, backward=True, jit=jit, input_grads=input_grads)
+    n_forward = warmed_calls(forward, RUN_S, WARM_S, most=1000)
+    n_both = warmed_calls(both, RUN_S, WARM_S, most=1000)
+    forwards: list[float] = []
+    boths: list[float] = []
+    for _ in range(max(1, runs)):
+        forwards.append(forward(n_forward) / n_forward)
+        boths.append(both(n_both) / n_both)
+    return Alone(forward_s=min(forwards), both_s=max(min(boths), min(forwards)))
 
 
 def check_layers(
@@ -65,7 +83,7 @@ def check_layers(
     names: Sequence[str] = (),
     budget_s: float = BUDGET_S,
     clock: Callable[[], float] = time.perf_counter,
-    timer: Callable[..., float] = time_alone,
+    timer: Callable[..., Alone] = time_alone,
 ) -> Anatomy:
     """`found` with its layers timed alone (``LayerTime.alone_s``, ``alone_forward_s``), or
     in ``check`` why one was not. `entries`: the scopes' ``LayerEntry`` records (the layer
@@ -94,9 +112,8 @@ def check_layers(
         key = _signature(entry.layer, specs)
         if key not in done:
             try:
-                forward = timer(entry.layer, specs, jit=jit, backward=False)
-                both = timer(entry.layer, specs, jit=jit, backward=True)
-                done[key] = (forward, max(both, forward))
+                alone = timer(entry.layer, specs, jit=jit)
+                done[key] = (alone.forward_s, alone.both_s)
             except Exception as e:  # noqa: BLE001 - a layer that will not run alone says so
                 done[key] = f"not timed alone: {one_line(e)}"
         got = done[key]
@@ -125,7 +142,7 @@ def check_model(
     calls: int,
     batch: int | None,
     jit: bool,
-    timer: Callable[..., float] = time_alone,
+    timer: Callable[..., Alone] = time_alone,
 ) -> Anatomy:
     """`found` with the whole model timed alone (``Anatomy.model_alone_s``, forward and its
     gradients; ``model_alone_forward_s``, forward alone), the check of its forward and
@@ -144,15 +161,18 @@ def check_model(
         why, specs = _why_not(_Called(model, inputs), batch)
     if not why:
         try:
-            forward = timer(model, specs, jit=jit, backward=False, input_grads=False)
-            both = timer(model, specs, jit=jit, backward=True, input_grads=False)
+            alone = timer(model, specs, jit=jit, input_grads=False)
         except Exception as e:  # noqa: BLE001 - a model that will not run alone says so
             why = one_line(e)
+        else:
+            if alone.both_s <= alone.forward_s:  # a trained model's backward is never free
+                why = ("its forward alone read no faster than with its gradients (a noisy "
+                       "machine): the trace's split is kept")  # fmt: skip
     if why:
         note = f"forward and backward not checked against the model timed alone: {why}"
         return dataclasses.replace(found, notes=(*found.notes, note))
     return dataclasses.replace(
-        found, model_alone_s=max(both, forward), model_alone_forward_s=forward
+        found, model_alone_s=alone.both_s, model_alone_forward_s=alone.forward_s
     )
 
 

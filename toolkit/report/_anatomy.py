@@ -26,6 +26,7 @@ from toolkit.core import terminal
 from toolkit.core._anatomy import (
     AGREEMENT,
     BAND,
+    SAME_STEP,
     Anatomy,
     Contrast,
     LayerTime,
@@ -205,18 +206,15 @@ def _why_lines(layers: Sequence[LayerTime], limit: int = 3) -> list[str]:
     return out
 
 
-OTHER_LARGE = 0.25  # an "other" past this share of the step is taken apart in words
-
-
 def _other_line(a: Anatomy) -> str | None:
-    """What "other" is, where it is over :data:`OTHER_LARGE` of the step: of the trace's
-    other, the ops outside any scope and the host inside the step with no op running (the
-    next op's dispatch, Python in the step), with the ops a step; and the fix it implies."""
+    """What "other" is, where it is over ``OTHER_LARGE`` of the step: of the trace's other,
+    the ops outside any scope and the host inside the step with no op running (the next op's
+    dispatch, Python in the step), with the ops a step; and the fix it implies, its saving
+    predicted (those gaps) beside the saving measured (fit's step with the fix)."""
     basis = _basis(a)
-    other = a.phase(Phase.OTHER)
-    if basis <= 0 or other <= OTHER_LARGE * basis:
+    if basis <= 0 or not a.other_large():
         return None
-    words = f"other is {_share(other, basis)} of the step"
+    words = f"other is {_share(a.phase(Phase.OTHER), basis)} of the step"
     traced = a.traced_phase(Phase.OTHER)
     if a.other_between_s is not None and traced > 0:
         between = min(1.0, a.other_between_s / traced)
@@ -230,6 +228,20 @@ def _other_line(a: Anatomy) -> str | None:
                 words += f", about {format_ms(each)} between each two"
     if a.other_fix:
         words += f"; fewer, larger ops shrink it: {a.other_fix}"
+        gaps, checked = a.other_gaps_s(), a.other_saving_checked()
+        if gaps is not None:
+            words += f"; predicted to save {format_ms(gaps)} a step (those gaps)"
+        if checked is not None and a.fit_s and a.other_fixed_s is not None:
+            words += (f"; measured: fit's step {format_ms(a.fit_s)} -> "
+                      f"{format_ms(a.other_fixed_s)} with it")  # fmt: skip
+            held = a.other_fix_held()
+            if held:
+                words += f" (saves {format_ms(checked)}: try it)"
+            elif held is None:
+                words += f" (within {SAME_STEP:.0%}, the noise between two runs: no saving)"
+            else:
+                words += (f" (costs {format_ms(-checked)}: this other is not what it takes "
+                          "away here; leave it off)")  # fmt: skip
     return words
 
 

@@ -129,7 +129,7 @@ class _Measured:
                                  names=self.layers)  # fmt: skip
         # Keras's own cost first: reconcile holds "Keras between steps" to it
         found = reconcile(self._with_raw(found, model) if raw else found)
-        return dataclasses.replace(found, other_fix=_other_fix(model))
+        return self._with_other_fix(found, model)
 
     def _with_raw(self, found: Anatomy, model: Any) -> Anatomy:
         """`found` with Keras's own cost: the raw step against fit's step alone."""
@@ -161,13 +161,41 @@ class _Measured:
         # figure is its faster round's median step.
         return dataclasses.replace(found, raw_s=min(raws), raw_how=how, fit_s=min(fits))
 
-    def _fit_alone(self, steps: int, per_call: int) -> float:
-        """``fit``'s median step on one batch repeated, about as long as a raw run."""
+    def _fit_alone(self, steps: int, per_call: int, candidate: Any = None) -> float:
+        """``fit``'s median step on one batch repeated, about as long as a raw run (with
+        `candidate`'s settings: None, the target's own)."""
         return self.work.fit(
+            candidate,
             steps=whole_calls(max(30, steps), per_call),
             warmup=DEFAULT_WARMUP_STEPS,
             one_batch=True,
         ).steps.p50_s
+
+    def _with_other_fix(self, found: Anatomy, model: Any) -> Anatomy:
+        """`found` with the fix for a large "other" named (fewer, larger ops: the backend's
+        compiler, where the step is not compiled), its saving predicted (``other_gaps_s``)
+        and, where "other" is large and the backend compiles in seconds (the ``jit_compile``
+        values tune searches here), checked: ``fit``'s step with the fix applied, against
+        `fit_s`, as tune would measure it. Nothing else of the anatomy changes."""
+        advice = None if model is None or _jitted(model) else backend.get().jit_advice()
+        if advice is None:
+            return found
+        found = dataclasses.replace(found, other_fix=str(advice))
+        tries = advice.settings
+        if not (found.other_large() and found.fit_s and tries):
+            return found
+        if tries[0].get("jit_compile", False) not in backend.get().searched_jit():
+            note = f"the fix for other not measured here: {advice}"
+            return dataclasses.replace(found, notes=(*found.notes, note))
+        say(f"anatomy: fit's step with {_as_settings(tries[0])}, against its own")
+        per_call = max(1, self.work.per_call)
+        try:
+            candidate = dataclasses.replace(self.work.defaults(), **tries[0])
+            fixed = self._fit_alone(30, per_call, candidate)
+        except Exception as e:  # noqa: BLE001 - the check is ours: said, the anatomy kept
+            note = f"the fix for other not measured: {one_line(e)}"
+            return dataclasses.replace(found, notes=(*found.notes, note))
+        return dataclasses.replace(found, other_fixed_s=fixed)
 
     def _batch(self) -> Any:
         """One training batch as NumPy arrays (Keras's own reading of your data where the
@@ -205,14 +233,8 @@ def _no_raw_step(model: Any) -> str | None:
     return None
 
 
-def _other_fix(model: Any) -> str:
-    """What shrinks "other" on this model, in words: an uncompiled step dispatches each op
-    from the host (the backend's compiler fuses them into one program); empty where the
-    step is compiled already."""
-    if model is None or _jitted(model):
-        return ""
-    advice = backend.get().jit_advice()
-    return "" if advice is None else str(advice)
+def _as_settings(values: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in values.items())
 
 
 def _jitted(model: Any) -> bool:
