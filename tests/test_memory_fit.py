@@ -287,3 +287,40 @@ def test_an_answer_over_the_limit_steps_down_to_the_largest_batch_measured_under
     assert over in got.points and points[2] not in got.points  # shown, the answer checked
     assert "the prediction 853 ran over the limit when run" in got.why
     assert mf._under(dataclasses.replace(found, points=(mf.Peak(256, 1900.0),))).batch_size == 853
+
+
+def test_a_batch_larger_than_a_recipe_s_data_is_measured_on_synthetic_batches():
+    """``memory --recipe mlp`` dead-ended: its 32-128 peaks grew within the noise, and the
+    larger batches that would tell were refused (the digits hold 1,437 examples). A batch past
+    the data is measured on random batches of its shapes, and the screen says which."""
+    from toolkit.core import terminal
+    from toolkit.runner.config import TrainConfig
+    from toolkit.search.standings import Target
+    from toolkit.search.workload import peak_at
+    from toolkit.verbs._target import made
+
+    task, data = made(Target.of("mlp", config={}))
+    config = TrainConfig(batch_size=2048).validate()
+    got = peak_at(task, data, config, steps=1)
+    assert got.ok and got.synthetic and got.peak_mb > 0, got
+    assert mf.Peak.from_dict(json.loads(json.dumps(got.to_dict()))) == got
+    points = (mf.Peak(32, 900.0), dataclasses.replace(got, peak_mb=1100.0))
+    line = mf.PeakLine.through([(32, 900.0), (2048, 1100.0)])
+    found = mf.BatchFit("recipe mlp", "tensorflow", mf.HOST, 1, points, line, None, "", None,
+                        None, None)  # fmt: skip
+    shown = " ".join(terminal.show(found.screen(), 80).split())
+    assert "synthetic: batches larger than the training data" in shown, shown
+    real = peak_at(task, data, TrainConfig(batch_size=64).validate(), steps=1)
+    assert real.ok and not real.synthetic
+
+
+def test_fits_measures_further_where_the_default_sizes_peak_within_the_noise():
+    flat = mf.PeakLine.through([(32, 900.0), (64, 901.0), (128, 902.0)])
+    points = (mf.Peak(32, 900.0), mf.Peak(64, 901.0), mf.Peak(128, 902.0))
+    found = mf.BatchFit("m", "tensorflow", mf.HOST, 1, points, flat, 2000.0, "given", None,
+                        None, None)  # fmt: skip
+    assert not flat.grows and mf._flat(found)
+    oom = dataclasses.replace(found, points=(*points, mf.Peak(256, out_of_memory=True)))
+    assert not mf._flat(oom)  # larger would run out too: nothing further to measure
+    grows = mf.PeakLine.through([(32, 900.0), (64, 964.0), (128, 1092.0)])
+    assert not mf._flat(dataclasses.replace(found, line=grows))

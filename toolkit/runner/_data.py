@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from toolkit.runner.task import Task
 
 __all__ = [
+    "TooFewExamples",
     "array_dataset",
     "batches",
     "data_loader",
@@ -128,16 +129,12 @@ def array_dataset(
     # Fused steps read fused_steps batches at once (one Keras batch), split inside the step.
     count = len(source)
     batch_size = config.batch_size * (config.fused_steps if training else 1)
-    if training and count < batch_size:
-        fused = f" × --fused_steps={config.fused_steps}" if config.fused_steps > 1 else ""
-        raise ValueError(
-            f"--batch_size={config.batch_size}{fused} is larger than the {count} training "
-            "examples: lower it"
-        )
+    _check_enough(count, batch_size, config, training, task)
     _note_fused_leftover(count, config, training, whole, notes)
     if training and config.use_synthetic_data:
-        # One random batch of the real shapes, read again and again (as the tf.data path).
-        x, y = source.take(np.arange(batch_size))
+        # One random batch of the real shapes, read again and again (as the tf.data path);
+        # a batch larger than the data takes its examples again
+        x, y = source.take(np.arange(batch_size) % count)
         rng = np.random.default_rng(config.seed or 0)
         classes = (task.num_classes if task else None) or 2
         fake = ArraySource(
@@ -330,6 +327,11 @@ def _note_fused_leftover(
         )
 
 
+class TooFewExamples(ValueError):
+    """The training data holds fewer examples than one batch (what ``toolkit.fits`` measures
+    past on synthetic batches of the data's shapes)."""
+
+
 def _check_enough(
     count: int, batch_size: int, config: TrainConfig, training: bool, task: Task | None
 ) -> None:
@@ -341,12 +343,13 @@ def _check_enough(
             f"the {what} data has no examples ({(task and task.dataset) or 'the dataset'}): "
             "check the dataset and its split"
         )
-    if training and 0 <= count < batch_size:
-        # drop_remainder would leave no batch at all; Keras would fail obscurely.
+    if training and 0 <= count < batch_size and not config.use_synthetic_data:
+        # drop_remainder would leave no batch at all; Keras would fail obscurely. Synthetic
+        # batches take the data's shapes only: any batch size is made.
         fused = f" × --fused_steps={config.fused_steps}" if config.fused_steps > 1 else ""
-        raise ValueError(
+        raise TooFewExamples(
             f"--batch_size={config.batch_size}{fused} is larger than the {count} training "
-            "examples: lower it"
+            "examples: lower it (or measure on --use_synthetic_data)"
         )
 
 

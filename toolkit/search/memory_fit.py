@@ -46,6 +46,7 @@ __all__ = ["BatchFit", "fits"]
 
 STEPS = 4  # a peak run's training steps, after its first call (which allocates and compiles)
 SCALE = (1, 2, 4)  # the batch sizes measured by default: the run's own, twice and four times it
+FURTHER = (16, 64)  # ... and where the peak did not grow measurably over those, these too
 # The least growth of the peak over the batch sizes measured that a line is read from: two
 # processes at one batch size differ by up to tens of MB on a CPU (the C allocator's arenas).
 NOISE_MB = 16.0
@@ -85,6 +86,7 @@ class Peak:
     limit_mb: float | None = None
     error: str | None = None
     out_of_memory: bool = False
+    synthetic: bool = False  # measured on random batches of the data's shapes (too few examples)
 
     @property
     def ok(self) -> bool:
@@ -106,6 +108,7 @@ class Peak:
         return cls(
             int(d["batch_size"]), None if peak is None else float(peak), d.get("memory") or HOST,
             None if limit is None else float(limit), d.get("error"), bool(d.get("out_of_memory")),
+            bool(d.get("synthetic")),
         )  # fmt: skip
 
     @classmethod
@@ -253,6 +256,11 @@ class BatchFit:
             "each batch size in a fresh process",
             _table(self),
         ]
+        if any(p.synthetic for p in (*self.points, self.check) if p is not None):
+            out.append(
+                "synthetic: batches larger than the training data, measured on random batches "
+                "of its shapes (--use_synthetic_data; the data's own memory left out)"
+            )
         if self.line is not None:
             out.append(f"line: {self.line.words()}")
         if self.limit_mb is not None:
@@ -282,6 +290,7 @@ def _table(found: BatchFit) -> Table:
     for p in (*found.points, *((found.check,) if found.check is not None else ())):
         line = None if found.line is None else format_mb(found.line.at(p.batch_size))
         notes = [] if p.ok else ["out of memory" if p.out_of_memory else "failed"]
+        notes += ["synthetic"] if p.synthetic else []
         notes += ["checked"] if p is found.check else []
         rows.append((f"{p.batch_size:,}", format_mb(p.peak_mb), line, ": ".join(notes)))
     return Table.of(("batch", "measured peak", "the line's", ""), rows, right=(0, 1, 2))
@@ -394,7 +403,8 @@ def fits(
         limit: the memory to fit in: MiB, or a size with its unit (``"12GB"``). Defaults
             to the device's memory, or on a CPU the RAM this host has available now.
         batch_sizes: two or more batch sizes to measure. Defaults to the run's batch size
-            (`config`'s, your pipeline's), twice and four times it.
+            (`config`'s, your pipeline's), twice and four times it, and where the peak does
+            not grow measurably over those (a small model), 16 and 64 times it too.
         config: a ``TrainConfig`` for the runs (device, precision, a recipe's batch size).
         steps: training steps in each run. Defaults to `4`.
         check: run the predicted batch and measure its peak. Defaults to `True`.
@@ -418,7 +428,17 @@ def fits(
         runs = _Runs(target, env, steps, timeout_s, progress)
         points = runs.measure(sizes or tuple(sorted({batch * k for k in SCALE})))
         found = _predicted(words, runs, points, *_limit(limit_mb, points))
+        if not sizes and _flat(found):  # the defaults too close to tell: measured further
+            points += runs.measure(tuple(batch * k for k in FURTHER))
+            found = _predicted(words, runs, points, *_limit(limit_mb, points))
         return _checked(found, runs) if check else found
+
+
+def _flat(found: BatchFit) -> bool:
+    """Whether the peak grew within the noise over every batch size measured, none out of
+    memory: a line that cannot be read, where larger batches would tell."""
+    return (found.line is not None and not found.line.grows
+            and not any(p.out_of_memory for p in found.points))  # fmt: skip
 
 
 def measure_peak(

@@ -274,6 +274,7 @@ def peak_at(target: Any, data: Any, config: TrainConfig, steps: int) -> Any:
     answered as out of memory at this batch, not raised: ``toolkit.fits`` says it in one
     line. A fresh process's ``peak`` job (``toolkit._child``); returns a
     ``memory_fit.Peak``."""
+    from toolkit.runner._data import TooFewExamples
     from toolkit.search._model_fit import at_batch, out_of_memory, peak_from_second_call
     from toolkit.search.memory_fit import Peak
 
@@ -285,6 +286,11 @@ def peak_at(target: Any, data: Any, config: TrainConfig, steps: int) -> Any:
             work.fit(steps=steps, warmup=0, callbacks=[peak_from_second_call()])
             return _peak_reading(work.device, batch)
     except Exception as e:  # an allocation that failed is an answer; anything else is raised
+        if isinstance(e.__cause__, TooFewExamples) and not config.use_synthetic_data:
+            # a recipe's data smaller than the batch: its shapes, at this batch, synthetic
+            got = peak_at(target, data, dataclasses.replace(config, use_synthetic_data=True),
+                          steps)  # fmt: skip
+            return dataclasses.replace(got, synthetic=True)
         if not out_of_memory(e):
             raise
         said = (str(e).strip().splitlines() or [""])[0][:200]
@@ -434,9 +440,8 @@ class TaskWorkload(Workload):
     def fit(self, candidate=None, *, steps, warmup, one_batch=False, callbacks=()):
         from toolkit.runner import train
 
-        cfg = dataclasses.replace(
-            self._config(candidate, steps, warmup), use_synthetic_data=one_batch
-        )
+        cfg = self._config(candidate, steps, warmup)
+        cfg = dataclasses.replace(cfg, use_synthetic_data=one_batch or cfg.use_synthetic_data)
         return train.run(self.task, cfg, callbacks=callbacks).report
 
     def pipeline(self) -> Any:
