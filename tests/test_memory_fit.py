@@ -324,3 +324,10 @@ def test_fits_measures_further_where_the_default_sizes_peak_within_the_noise():
     assert not mf._flat(oom)  # larger would run out too: nothing further to measure
     grows = mf.PeakLine.through([(32, 900.0), (64, 964.0), (128, 1092.0)])
     assert not mf._flat(dataclasses.replace(found, line=grows))
+    # further: where the flat line puts 4x the noise above its first peak (1 KB an example:
+    # 64 MB at batch 65,536), within 256x to 2,048x the run's batch
+    kb = mf.PeakLine.through([(32, 900.0), (64, 900.03125), (128, 900.09375)])
+    assert mf._further(dataclasses.replace(found, line=kb), 32) == (65_536, 131_072)
+    assert mf._further(found, 32) == (8_192, 16_384)  # 0.02 MB an example: 3,186, raised
+    falling = dataclasses.replace(flat, per_example_mb=-1.0)
+    assert mf._further(dataclasses.replace(found, line=falling), 32) == (8_192, 16_384)

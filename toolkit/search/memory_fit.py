@@ -46,7 +46,10 @@ __all__ = ["BatchFit", "fits"]
 
 STEPS = 4  # a peak run's training steps, after its first call (which allocates and compiles)
 SCALE = (1, 2, 4)  # the batch sizes measured by default: the run's own, twice and four times it
-FURTHER = (16, 64)  # ... and where the peak did not grow measurably over those, these too
+# ... and where the peak did not grow measurably over those, two more where it should grow by
+# FURTHER times the noise (at least FURTHER_SCALE, at most FURTHER_MOST times the run's batch:
+# the digits MLP's peak grew 2.5 MB from batch 32 to 1,024, within the noise)
+FURTHER, FURTHER_SCALE, FURTHER_MOST = 4.0, 256, 2048
 # The least growth of the peak over the batch sizes measured that a line is read from: two
 # processes at one batch size differ by up to tens of MB on a CPU (the C allocator's arenas).
 NOISE_MB = 16.0
@@ -404,7 +407,8 @@ def fits(
             to the device's memory, or on a CPU the RAM this host has available now.
         batch_sizes: two or more batch sizes to measure. Defaults to the run's batch size
             (`config`'s, your pipeline's), twice and four times it, and where the peak does
-            not grow measurably over those (a small model), 16 and 64 times it too.
+            not grow measurably over those (a small model), two larger sizes where the line
+            should rise clear of the noise (256 to 4,096 times it).
         config: a ``TrainConfig`` for the runs (device, precision, a recipe's batch size).
         steps: training steps in each run. Defaults to `4`.
         check: run the predicted batch and measure its peak. Defaults to `True`.
@@ -429,9 +433,20 @@ def fits(
         points = runs.measure(sizes or tuple(sorted({batch * k for k in SCALE})))
         found = _predicted(words, runs, points, *_limit(limit_mb, points))
         if not sizes and _flat(found):  # the defaults too close to tell: measured further
-            points += runs.measure(tuple(batch * k for k in FURTHER))
+            points += runs.measure(_further(found, batch))
             found = _predicted(words, runs, points, *_limit(limit_mb, points))
         return _checked(found, runs) if check else found
+
+
+def _further(found: BatchFit, batch: int) -> tuple[int, int]:
+    """Two batch sizes past the defaults where the peak should grow clearly beyond the noise:
+    where the flat line still slopes up, the batch it puts :data:`FURTHER` × the noise above
+    the first peak, and twice it; else :data:`FURTHER_SCALE` times the run's batch. At most
+    :data:`FURTHER_MOST` times the run's batch (a large batch takes time to run)."""
+    slope = found.line.per_example_mb if found.line is not None else 0.0
+    at = math.ceil(FURTHER * NOISE_MB / slope) if slope > 0 else batch * FURTHER_SCALE
+    at = max(batch * FURTHER_SCALE, min(at, batch * FURTHER_MOST))
+    return at, 2 * at
 
 
 def _flat(found: BatchFit) -> bool:
