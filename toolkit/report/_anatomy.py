@@ -231,9 +231,9 @@ def _other_line(a: Anatomy) -> str | None:
         gaps, checked = a.other_gaps_s(), a.other_saving_checked()
         if gaps is not None:
             words += f"; predicted to save {format_ms(gaps)} a step (those gaps)"
-        if checked is not None and a.fit_s and a.other_fixed_s is not None:
-            words += (f"; measured: fit's step {format_ms(a.fit_s)} -> "
-                      f"{format_ms(a.other_fixed_s)} with it")  # fmt: skip
+        if checked is not None:  # fit_s and other_fixed_s both measured
+            words += (f"; measured: fit's step {format_ms(a.fit_s or 0.0)} -> "
+                      f"{format_ms(a.other_fixed_s or 0.0)} with it")  # fmt: skip
             held = a.other_fix_held()
             if held:
                 words += f" (saves {format_ms(checked)}: try it)"

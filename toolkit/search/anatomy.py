@@ -28,6 +28,7 @@ from typing import Any
 
 from toolkit import backend
 from toolkit.core import compat
+from toolkit.core._advice import Advice
 from toolkit.core._anatomy import MAX_STEPS, Anatomy, reconcile
 from toolkit.core.checks import check_number
 from toolkit.core.errors import one_line
@@ -187,10 +188,11 @@ class _Measured:
         if tries[0].get("jit_compile", False) not in backend.get().searched_jit():
             note = f"the fix for other not measured here: {advice}"
             return dataclasses.replace(found, notes=(*found.notes, note))
-        say(f"anatomy: fit's step with {_as_settings(tries[0])}, against its own")
         per_call = max(1, self.work.per_call)
         try:
             candidate = dataclasses.replace(self.work.defaults(), **tries[0])
+            tried = Advice.of("{0}", tries[0])  # the settings alone, as a log spells them
+            say(f"anatomy: fit's step with {tried}, against its own")
             fixed = self._fit_alone(30, per_call, candidate)
         except Exception as e:  # noqa: BLE001 - the check is ours: said, the anatomy kept
             note = f"the fix for other not measured: {one_line(e)}"
@@ -231,10 +233,6 @@ def _no_raw_step(model: Any) -> str | None:
     if own is not None and not getattr(own, "__module__", "").startswith("keras."):
         return f"{type(model).__name__} has its own train_step: a raw step would not be the same"
     return None
-
-
-def _as_settings(values: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in values.items())
 
 
 def _jitted(model: Any) -> bool:

@@ -200,9 +200,8 @@ def layer_alone(
                 else x for x in xs]  # fmt: skip
 
     def summed(ts: Any) -> Any:
-        flat = tf.nest.flatten(ts, expand_composites=False)
         return tf.add_n([tf.reduce_sum(tf.cast(getattr(t, "values", t), tf.float32))
-                         for t in flat])  # fmt: skip
+                         for t in tf.nest.flatten(ts)])  # fmt: skip
 
     def body(i: Any, acc: Any) -> tuple[Any, Any]:
         args = shifted(acc)
