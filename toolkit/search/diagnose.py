@@ -145,6 +145,11 @@ class Diagnosis:
             f"  train step alone:     {self.compute_rate:,.1f} steps/s (one cached batch)",
             f"  real fit:             {self.fit_rate:,.1f} steps/s",
         ]
+        if self.noise is not None and self.noise > MARGIN / 2:  # said where it could matter
+            out.append(
+                f"  noise: two runs of one window differed by {self.noise:.0%} (more steps "
+                "hold the windows still)"
+            )
         if self.xprof:
             out.append(f"  XProf: {self.xprof.line}")
         if self.anatomy is not None and not self.anatomy.error:
