@@ -344,6 +344,30 @@ def in_gc():  # raised in a gc callback, Python drops it: check() raises it afte
     said.append("gc: went on")
     interrupts.check()
 run("gc", in_gc)
+
+def in_weakref():  # raised in a weakref callback, which no frame tells: check() raises it after
+    import weakref
+    class Held: pass
+    def cb(_):
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(100000))
+    held = Held()
+    ref = weakref.ref(held, cb)
+    del held
+    said.append("weakref: went on")
+    interrupts.check()
+run("weakref", in_weakref)
+
+def forked():  # a forked worker (a pool's) is not the program: the signal's default action
+    pid = os.fork()
+    if pid == 0:
+        os.kill(os.getpid(), signal.SIGTERM)
+        sum(range(100000))
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    ended = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+    said.append(f"forked: {'killed by SIGTERM' if ended else status}")
+run("forked", forked)
 run("caught, not again", interrupts.check)
 print("|".join(said))
 """
@@ -352,13 +376,53 @@ print("|".join(said))
 def test_a_signal_is_held_while_the_frameworks_load_and_never_dropped():
     """The handler every program installs first: a signal in a held block (the frameworks'
     import, a report being written) is raised when it ends, a second one at once; one that
-    Python would drop (raised in a garbage-collector callback) is raised by the next check()."""
+    Python would drop (raised in a garbage-collector or a weakref callback) is raised by the
+    next check(), and Python says nothing of the drop; a forked worker (a pool's) takes the
+    signal's default action."""
     out = run_python(INTERRUPTS)
     assert out.returncode == 0 and out.stderr == "", out.stderr[-2000:]
     assert out.stdout.strip().split("|") == [
         "held: the block finished", "held: KeyboardInterrupt", "twice: KeyboardInterrupt",
-        "gc: went on", "gc: TrainingInterrupted", "caught, not again: ran through",
+        "gc: went on", "gc: TrainingInterrupted", "weakref: went on",
+        "weakref: TrainingInterrupted", "forked: killed by SIGTERM", "forked: ran through",
+        "caught, not again: ran through",
     ]  # fmt: skip
+
+
+YOUR_SCRIPT = r"""
+import os, signal, sys
+import keras, numpy as np
+from toolkit import profile
+
+class Term(keras.callbacks.Callback):  # the SIGTERM a scheduler sends, mid-run
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+model.compile(optimizer="sgd", loss="mse")
+x, y = np.zeros((256, 4), "float32"), np.zeros((256, 2), "float32")
+with profile("yours", report_dir=sys.argv[1]) as prof:
+    prof.fit(model, x, y, batch_size=8, epochs=50, callbacks=[Term()], verbose=0)
+print("ran on")
+"""
+
+
+def test_an_interrupt_your_script_lets_through_is_one_line_and_its_status(tmp_path):
+    """Your own script, profiled: the toolkit's handler turned SIGTERM into an exception (so
+    the partial report is written) and the script does not catch it. It ends as SIGTERM's
+    default would, 143, with one line saying where the report is: not the toolkit's stack
+    and status 1 (a SIGTERM during ``tune(build)`` ended so)."""
+    out = subprocess.run(
+        signals_at([sys.executable, "-c", YOUR_SCRIPT, str(tmp_path)]),
+        capture_output=True, text=True, env=ENV, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 143 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "ran on" not in out.stdout
+    run_dir, data = _report(tmp_path)
+    assert data["status"] == "partial"
+    last = out.stderr.strip().splitlines()[-1]
+    assert last == f"interrupted by SIGTERM: the partial report is in {run_dir}", last
 
 
 @pytest.mark.parametrize(

@@ -102,6 +102,16 @@ class Rows(keras.utils.PyDataset):
         return np.zeros((8, 8), "float32"), np.zeros((8, 1), "float32")
 
 
+class PoolRows(Rows):  # read by a pool of worker processes: raised in one of them
+    def __init__(self):
+        super().__init__(workers=2, use_multiprocessing=True)
+
+
+class FirstRow(Rows):  # a ValueError in the first batch, read as the data is first looked at
+    def __getitem__(self, i):
+        raise ValueError("bad first row")
+
+
 def rows():
     for i in range(1000):
         if i == 3:
@@ -121,6 +131,14 @@ def make_pydataset():
 
 def make_generator():
     return model(), rows()
+
+
+def make_pool_pydataset():
+    return model(), PoolRows()
+
+
+def make_first_row():
+    return model(), FirstRow()
 """
 
 
@@ -133,12 +151,19 @@ KEY_LINE = _line_of(RAISING_DATA, 'raise KeyError("row 17 missing")')
 VALUE_LINE = _line_of(RAISING_DATA, 'raise ValueError("bad record at 3")')
 KEY_ERROR = f"KeyError: 'row 17 missing' (raised in mydata.py:{KEY_LINE}, in __getitem__)"
 VALUE_ERROR = f"ValueError: bad record at 3 (raised in mydata.py:{VALUE_LINE}, in rows)"
+FIRST_LINE = _line_of(RAISING_DATA, 'raise ValueError("bad first row")')
+FIRST_ERROR = f"ValueError: bad first row (raised in mydata.py:{FIRST_LINE}, in __getitem__)"
 
 
 @pytest.mark.parametrize(
     ("verb", "function", "said"),
-    [("doctor", "make_pydataset", KEY_ERROR), ("tune", "make_generator", VALUE_ERROR)],
-    ids=["doctor-pydataset", "tune-generator"],
+    [
+        ("doctor", "make_pydataset", KEY_ERROR),
+        ("tune", "make_generator", VALUE_ERROR),
+        ("doctor", "make_pool_pydataset", KEY_ERROR),
+        ("doctor", "make_first_row", FIRST_ERROR),
+    ],
+    ids=["doctor-pydataset", "tune-generator", "doctor-pool-pydataset", "doctor-first-row"],
 )
 def test_your_data_that_raises_is_said_as_your_exception_in_one_line(
     verb, function, said, tmp_path
@@ -146,7 +171,10 @@ def test_your_data_that_raises_is_said_as_your_exception_in_one_line(
     """A PyDataset whose ``__getitem__`` raises, a generator that raises: TensorFlow's
     tf.data runs them and wraps what they raise (UnknownError, InvalidArgumentError, the
     traceback in its message). The verb says the user's own exception, its message and line,
-    as a failed run (status 1; your ValueError is no usage error)."""
+    as a failed run (status 1; your ValueError is no usage error): also where a pool of
+    worker processes read it (the frame is in the pool's RemoteTraceback; the pool's workers,
+    forked with the toolkit's handlers, once hung its join by ignoring its SIGTERM), and where
+    the first batch, read as the data is first looked at, raised it."""
     (tmp_path / "mydata.py").write_text(RAISING_DATA)
     out = _run(
         [sys.executable, "-m", "toolkit", verb, f"--model_fn=mydata:{function}"],

@@ -122,6 +122,9 @@ def user_raise(error: BaseException) -> UserRaise | None:
         return wrapped if wrapped.file is not None else None
     frames = traceback.extract_tb(error.__traceback__)
     where = _deepest((f.filename, f.lineno or 0, f.name) for f in frames)
+    remote = getattr(error.__cause__, "tb", None)  # multiprocessing's RemoteTraceback
+    if where is None and isinstance(remote, str):  # raised in a worker (a PyDataset's pool)
+        where = _deepest(_frames(remote.splitlines()))
     if where is None:
         return None
     text = what_went_wrong(error)
@@ -146,10 +149,18 @@ def _wrapped(error: BaseException) -> UserRaise | None:
     raised = _RAISED.match(said.strip()) if said else None
     if raised is None:
         return None
-    found = ((m["file"], int(m["line"]), m["function"]) for _, m in frames)
-    where = _deepest(found) or (None, None, None)
+    # The user's frame from every traceback the text holds, outermost first: a PyDataset's
+    # worker process raised it where its pool's RemoteTraceback precedes the last one.
+    where = _deepest(_frames(message.split(_TRACEBACK, 1)[1].splitlines())) or (None, None, None)
     kind = raised["type"].rsplit(".", 1)[-1]  # "mydata.RowMissing": as type(e).__name__
     return UserRaise(kind, _cut((raised["message"] or "").strip(), 300), *where)
+
+
+def _frames(lines: Iterable[str]) -> Iterable[tuple[str, int, str]]:
+    """``(file, line, function)`` of each frame a traceback's text names, in its order."""
+    for line in lines:
+        if m := _FRAME.match(line):
+            yield m["file"], int(m["line"]), m["function"]
 
 
 def _deepest(frames: Iterable[tuple[str, int, str]]) -> tuple[str, int, str] | None:

@@ -39,9 +39,27 @@ SIGNALS = tuple(
 )  # fmt: skip
 _state: dict[str, Any] = {
     "received": None, "holding": 0, "early": False, "ending": None, "exited": False,
-    "firm": None, "cuts": 0,
+    "firm": None, "cuts": 0, "forked": False,
 }  # fmt: skip
 FIRM_CUT = 3  # the signals that cut a firm block (a report being written): an escape, not one
+
+
+def _forked() -> None:
+    _state["forked"] = True
+
+
+# A process forked from this one (a multiprocessing Pool's worker, a PyDataset's with
+# use_multiprocessing) inherits the handlers but is not the program: there a signal takes its
+# default action. A worker that ran the handler only recorded a pool's SIGTERM during a fit
+# and lived on, and the pool's join waited on it for good (``diagnose`` on a raising
+# PyDataset hung); outside a fit it printed a traceback from the worker's exit.
+os.register_at_fork(after_in_child=_forked)
+
+
+def forked() -> bool:
+    """Whether this process was forked from the one that installed the handlers (and has not
+    installed them itself since): a signal here takes its default action (:func:`handle`)."""
+    return _state["forked"]
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -61,12 +79,66 @@ def handled() -> list[int]:
 
 def interruption(signum: int) -> KeyboardInterrupt:
     """The exception that `signum` raises: ``KeyboardInterrupt`` for SIGINT, else
-    :class:`TrainingInterrupted` naming the signal (its ``signum`` set)."""
+    :class:`TrainingInterrupted` naming the signal (its ``signum`` set); watched (see
+    :func:`_watch`), so that it is neither dropped nor ends a script in a traceback."""
     if signum == signal.SIGINT:
-        return KeyboardInterrupt()
-    error = TrainingInterrupted(f"signal {signal.Signals(signum).name}")
-    error.signum = int(signum)
+        error: KeyboardInterrupt = KeyboardInterrupt()
+    else:
+        error = TrainingInterrupted(f"signal {signal.Signals(signum).name}")
+        error.signum = int(signum)
+    _watch(error)
     return error
+
+
+def _watch(error: KeyboardInterrupt) -> None:
+    """Keeps `error`, an interruption about to be raised, from two ends that lose it.
+
+    * **Dropped.** Python drops an exception raised inside a weakref callback, a ``__del__``
+      or a garbage-collector callback (``Exception ignored in``); a SIGTERM during
+      ``tune(build)``'s search was lost so, and the script ran on and exited 0. Not every
+      such place can be told from its frames (:func:`_dropped_here` knows two), so
+      ``sys.unraisablehook`` hears each drop: the signal is recorded again, silently, and the
+      next :func:`check` raises it.
+    * **Uncaught in a script.** A script that let it through ended in the toolkit's stack and
+      status 1 (Python gives 130 to a plain ``KeyboardInterrupt`` only). ``sys.excepthook``
+      ends it as the signal's default action would have, which the toolkit's handler took
+      over: one line saying where the partial report is, and 128 + the signal's number,
+      at once (:func:`_exit_now`; the default action runs no exit hook either).
+
+    Both hooks are set once, the first time a signal is raised (never before: a program that
+    is never interrupted keeps Python's), each passing every other exception to the hook it
+    replaced."""
+    _state["raised"] = error
+    if sys.unraisablehook is not _unraisable:
+        _state["unraisablehook"] = sys.unraisablehook
+        sys.unraisablehook = _unraisable
+    if sys.excepthook is not _uncaught:
+        _state["excepthook"] = sys.excepthook
+        sys.excepthook = _uncaught
+
+
+def _ours(error: BaseException | None) -> bool:
+    """Whether `error` is the interruption last raised here (:func:`_watch`)."""
+    return error is not None and error is _state.get("raised")
+
+
+def _unraisable(unraisable: Any) -> None:
+    if _ours(unraisable.exc_value):
+        note(signal_of(unraisable.exc_value))  # dropped: the next check() raises it
+        return
+    _state["unraisablehook"](unraisable)
+
+
+def _uncaught(kind: type[BaseException], error: BaseException, tb: Any) -> None:
+    if not _ours(error):
+        _state["excepthook"](kind, error, tb)
+        return
+    run_dir = getattr(error, "toolkit_run_dir", None) or getattr(
+        error.__cause__, "toolkit_run_dir", None
+    )
+    where = f"the partial report is in {run_dir}" if run_dir else "stopped before it finished"
+    _state["ending"] = where
+    _exit_now(signal_of(error))
 
 
 def signal_of(error: BaseException) -> int:
@@ -104,7 +176,12 @@ def _dropped_here(frame: Any) -> bool:
 
 def handle(signum: int, frame: Any) -> None:
     """The handler: records `signum`, then raises it unless it is held or Python would drop
-    it where it came (:func:`check` raises it then)."""
+    it where it came (:func:`check` raises it then). In a forked worker, the signal's
+    default action (:func:`forked`)."""
+    if _state["forked"]:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     again = _state["received"] is not None
     note(signum)
     if _state["firm"] is not None:  # a report being written: not cut by a second signal
@@ -133,6 +210,7 @@ def install(early: bool = False) -> None:
     outside any ``try``), which then raises one that came."""
     if not _main_thread():
         return
+    _state["forked"] = False  # a program of its own now, forked or not
     for signum in handled():
         signal.signal(signum, handle)
     if not _state.get("installed"):  # registered first: runs last, after every exit hook

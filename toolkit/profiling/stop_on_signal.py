@@ -38,8 +38,9 @@ class StopOnSignal(compat.keras().callbacks.Callback):
         self.in_fit = False
 
     def on_signal(self, signum: int, frame: Any) -> None:
-        if self.pending is not None or not self.in_fit:
-            interrupts.handle(signum, frame)  # at once, unless Python would drop it there
+        if self.pending is not None or not self.in_fit or interrupts.forked():
+            # at once, unless Python would drop it there; a forked worker's default action
+            interrupts.handle(signum, frame)
             return
         interrupts.note(signum)  # raised again by interrupts.check() if it is dropped
         self.pending = signum

@@ -30,6 +30,7 @@ from typing import Any
 
 from toolkit import backend
 from toolkit.core import compat
+from toolkit.core.errors import user_raise
 from toolkit.core.stats import whole_calls
 from toolkit.runner.config import (
     SEARCHED,
@@ -610,6 +611,8 @@ class ModelWorkload(Workload):
                 data, config.batch_size, self.class_weight
             )
         except ValueError as e:  # a form fit would refuse too: one line, naming the data
+            if user_raise(e) is not None:  # your data's own error (its __getitem__ raised)
+                raise
             raise SetupError(str(e)) from None
         self.data_words = self.described.partition(" in tf.data")[0]  # arrays, batched by N
         if _is_empty(self.dataset):  # nothing to time: said as such, not as an empty window
