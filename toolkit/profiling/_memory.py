@@ -273,6 +273,11 @@ def parts_memory(
     parts, callbacks = [], []
     for (name, cb), idx in by.items():
         (callbacks if cb else parts).append(part(name, cb, idx))
+    # The callbacks' part, as the ledger has one: every reading in a hook, whoever's (the
+    # run's peak is then always a part's).
+    in_hooks = sorted(i for (_, cb), idx in by.items() if cb for i in idx)
+    if in_hooks:
+        parts.append(part("callbacks", None, in_hooks))
     order = {name: i for i, name in enumerate(PARTS)}
     return tuple(sorted(parts, key=lambda p: order.get(p.name, 99))), tuple(callbacks)
 
@@ -368,6 +373,36 @@ def _shape_dtype(a: Any) -> tuple[str, int]:
     return f"{name}[{', '.join(map(str, shape))}]", math.prod(shape) * size
 
 
+def _nbytes(obj: Any, depth: int = 2) -> int:
+    """Bytes `obj` holds: an array's or tensor's buffer; a dict's, list's or tuple's own
+    size and its items' (`depth` levels down: a callback's ``dict(logs)`` holding arrays);
+    any other object's own size (``sys.getsizeof``)."""
+    if hasattr(obj, "shape") and hasattr(obj, "dtype"):
+        return _shape_dtype(obj)[1]
+    size = sys.getsizeof(obj, 0)
+    if depth and isinstance(obj, dict):
+        size += sum(_nbytes(v, depth - 1) for v in list(obj.values()))
+    elif depth and isinstance(obj, list | tuple):
+        size += sum(_nbytes(v, depth - 1) for v in list(obj))
+    return size
+
+
+def _item_words(item: Any) -> str:
+    """What one kept item is: ``float32[32, 10]`` for an array or tensor, else its type's name
+    and ``items`` (``dict items``)."""
+    if hasattr(item, "shape") and hasattr(item, "dtype"):
+        return _shape_dtype(item)[0]
+    return f"{type(item).__name__} items"
+
+
+def _is_tensor(item: Any) -> bool:
+    """A backend's tensor (not a NumPy array, nor a Python number): what a callback keeps
+    when it keeps Keras's logs or outputs as they come."""
+    import numpy as np
+
+    return hasattr(item, "shape") and not isinstance(item, np.ndarray | np.generic)
+
+
 def _ids_of_model(model: Any) -> set[int]:
     """The model's own arrays (weights, optimizer and metric state), left out of a census."""
     ids: set[int] = set()
@@ -415,7 +450,8 @@ def _live(model: Any, cheap_only: bool) -> tuple[dict[str, list[Any]], str] | No
 
 def _containers(owners: Sequence[Any]) -> dict[str, tuple[int, str, int]]:
     """The lists, dicts, sets and deques in `owners`' attributes: length, and the last
-    item's words (``float32[256, 4]``, or its type) and bytes (0 where it has no shape)."""
+    item's words (``float32[256, 4]``, or ``dict items``) and bytes (:func:`_nbytes`: a
+    ``dict(logs)`` with its arrays, not 0)."""
     import collections
 
     out: dict[str, tuple[int, str, int]] = {}
@@ -427,9 +463,8 @@ def _containers(owners: Sequence[Any]) -> dict[str, tuple[int, str, int]]:
                 last = value[-1] if isinstance(value, list | collections.deque) else None
                 if isinstance(value, dict):
                     last = next(reversed(value.values()))
-                words, nbytes = _shape_dtype(last) if hasattr(last, "shape") else (
-                    type(last).__name__, 0)  # fmt: skip
-                out[f"{type(owner).__name__}.{attr}"] = (len(value), words, nbytes)
+                out[f"{type(owner).__name__}.{attr}"] = (
+                    len(value), _item_words(last), _nbytes(last))  # fmt: skip
     return out
 
 
@@ -468,7 +503,7 @@ def grown(censuses: Sequence[Census]) -> tuple[Growth | None, list[str]]:
     keys = [k for *_, k in grew]
     if held:
         added, more, words, name = max(held)
-        what = f"{more} {words if added else 'items (' + words + ')'} more after {steps} steps"
+        what = f"{more} {words} more after {steps} steps"
         return Growth("steps", b.kind, round(added / MB, 6), steps, 0, what, name), keys
     if not grew:
         return None, []
@@ -522,9 +557,11 @@ def _holder(model: Any, grew: Sequence[str]) -> tuple[str, Any] | None:
     return None
 
 
-def _largest_groups(model: Any) -> tuple[str | None, list[str]]:
+def _largest_groups(model: Any, least: float) -> tuple[str | None, list[str]]:
     """With no count to compare (growth seen in the readings only): the live arrays' largest
-    group now, in words, and the groups by bytes (a full census, once, where memory grew)."""
+    group now, in words, and the groups by bytes (a full census, once, where memory grew);
+    none where the largest holds under `least` bytes: it cannot be what grew (8 scalar
+    resources once took the blame for 26 MB a generator kept)."""
     found = _live(model, cheap_only=False)
     if not found or not found[0]:
         return None, []
@@ -532,8 +569,64 @@ def _largest_groups(model: Any) -> tuple[str | None, list[str]]:
     sized = sorted(((sum(_shape_dtype(a)[1] for a in v), k) for k, v in groups.items()),
                    reverse=True)  # fmt: skip
     nbytes, key = sized[0]
+    if nbytes < least:
+        return None, []
     words = f"the most held: {len(groups[key])} {kind} {key} ({nbytes / MB:,.1f} MB)"
     return words, [k for _, k in sized[:3]]
+
+
+def _python_holder(model: Any, least: float, steps: int) -> tuple[str, Any, str] | None:
+    """The Python list or deque most likely to hold what grew, where the backend's arrays do
+    not (a generator that keeps every batch it yields keeps NumPy arrays, which no census of
+    tensors sees): of the lists with an item about every other step at least (`steps`: the
+    steps the growth was seen over) that hold `least` bytes or more, the largest, besides
+    the model's own. ``(held by, its holder, what)``; None where none is found. One pass of
+    the garbage collector's objects, once, where growth was found and nothing else named
+    it: each list's size estimated from its last 8 items."""
+    import collections
+    import itertools
+
+    own, found = _ids_of_model(model), []
+    for obj in gc.get_objects():
+        if not isinstance(obj, list | collections.deque) or len(obj) < max(8, steps // 2):
+            continue
+        last = list(itertools.islice(reversed(obj), 8))
+        if any(id(item) in own for item in last):
+            continue
+        total = sum(_nbytes(item) for item in last) / len(last) * len(obj)
+        if total >= least:
+            found.append((total, id(obj), obj, last[0]))
+    for total, _, obj, item in sorted(found, key=lambda f: f[0], reverse=True):
+        named = _named_holder(obj)
+        if named is not None:
+            size = f"{total / MB:,.1f} MB"
+            what = f"a {type(obj).__name__} of {len(obj):,} {_item_words(item)} ({size})"
+            return named[0], named[1], what
+    return None
+
+
+def _named_holder(container: Any) -> tuple[str, Any] | None:
+    """Who holds `container`, in words: a function's or a generator's local variable, an
+    object's attribute, a module's global; None where no such holder refers to it."""
+    import inspect
+
+    for ref in gc.get_referrers(container):
+        # A running function's frame; a suspended generator holds its frame itself.
+        frame = ref.gi_frame if inspect.isgenerator(ref) else ref
+        if inspect.isframe(frame):
+            var = next((k for k, v in frame.f_locals.items() if v is container), None)
+            if var is not None:
+                code = frame.f_code
+                kind = "generator" if code.co_flags & inspect.CO_GENERATOR else "function"
+                return f"{code.co_name}()'s local {var} (a {kind})", frame
+        elif isinstance(ref, dict):
+            for owner in gc.get_referrers(ref):
+                if getattr(owner, "__dict__", None) is ref:
+                    attr = next((k for k, v in ref.items() if v is container), None)
+                    if attr is not None:
+                        name = owner.__name__ if inspect.ismodule(owner) else type(owner).__name__
+                        return f"{name}.{attr}", owner
+    return None
 
 
 def name_growth(
@@ -547,6 +640,7 @@ def name_growth(
 
     if not growth:
         return growth
+    growth = _one_rise(growth)
     counted = next((g for g in growth if g.what), None)
     owner: tuple[str, Any] | None = None
     if counted is not None and counted.held_by:
@@ -554,8 +648,14 @@ def name_growth(
         found = next((o for o in owners if type(o).__name__ == kind), None)
         owner = (counted.held_by, found) if found is not None else None
     elif any(g.part == "steps" for g in growth):
-        what, keys = (None, list(grew)) if grew else _largest_groups(model)
+        rise = max((g for g in growth if g.part == "steps"), key=lambda g: g.mb)
+        least = max(GROWTH_FLOOR_MB, rise.mb / 4) * MB  # what could be the rise's holder
+        what, keys = (None, list(grew)) if grew else _largest_groups(model, least)
         owner = _holder(model, keys) if keys else None
+        if owner is None and what is None:
+            found_python = _python_holder(model, least, rise.steps)
+            if found_python is not None:
+                owner, what = found_python[:2], found_python[2]
         counted = counted or (Growth("steps", "host", 0.0, 0, 0, what) if what else None)
     named = []
     for g in growth:
@@ -566,10 +666,7 @@ def name_growth(
                 holder = owner[0]
                 if _is_callback(owner[1]):
                     part = type(owner[1]).__name__  # the callback is where it grows
-                    fix = (f"{holder} keeps a tensor each batch: keep floats "
-                           "(float(value)) or numpy copies, or empty it each epoch")  # fmt: skip
-                else:
-                    fix = f"drop what {holder} keeps once it is used"
+                fix = _fix_for(holder, owner[1])
             elif recompiles >= 3:
                 what = what or f"{recompiles} retraced programs"
                 fix = "a retrace per batch keeps every program: see the ledger's recompile fix"
@@ -581,6 +678,44 @@ def name_growth(
 
 def _is_callback(obj: Any) -> bool:
     return any(k.__name__ == "Callback" for k in type(obj).__mro__)
+
+
+def _one_rise(growth: list[Growth]) -> list[Growth]:
+    """A container counted growing in the steps (it names what grew, sized from its items)
+    and the readings' rise over the same epoch's steps are one growth: one entry, at the
+    larger rate (the resident set counts what an item's estimate leaves out), not two
+    entries of which the summary showed the smaller (a callback's ``dict(logs)`` read
+    0.00 MB beside the readings' +233 MB)."""
+    import dataclasses
+
+    counted = next((g for g in growth if g.what and g.held_by and g.part == "steps"), None)
+    rise = next((g for g in growth if not g.what and g.part == "steps" and g.memory == "host"
+                 and counted is not None and g.epoch == counted.epoch), None)  # fmt: skip
+    if counted is None or rise is None:
+        return growth
+    merged = counted  # its steps kept: its words count over them
+    if counted.steps and (counted.per_1k_steps or 0.0) < (rise.per_1k_steps or 0.0):
+        mb = round((rise.per_1k_steps or 0.0) * counted.steps / 1000.0, 6)
+        merged = dataclasses.replace(counted, mb=mb)
+    return [merged if g is counted else g for g in growth if g is not rise]
+
+
+def _fix_for(holder: str, owner: Any) -> str:
+    """What to do about `holder` (``Owner.attribute``, or a function's local) keeping an item
+    each step, from what it keeps: Keras's tensors, or anything else."""
+    import inspect
+
+    if inspect.isframe(owner):
+        return f"{holder} grows each step: keep only what you need, or drop it"
+    attr = holder.split(".", 1)[-1]
+    kept = getattr(owner, attr, None)
+    with contextlib.suppress(Exception):
+        last = next(reversed(kept.values())) if isinstance(kept, dict) else kept[-1]
+        values = list(last.values()) if isinstance(last, dict) else [last]
+        if _is_callback(owner) and any(_is_tensor(v) for v in values):
+            return (f"{holder} keeps a tensor each batch: keep floats (float(value)) or numpy "
+                    "copies, or empty it each epoch")  # fmt: skip
+    return f"{holder} keeps an item each step: keep only what you need, or empty it each epoch"
 
 
 # ---------------------------------------------------------------------------- the record

@@ -43,8 +43,8 @@ def ledger_bar(ax: Any, ledger: Any) -> None:
         left += seconds
     ax.set_xlim(0, max(wall, left) or 1.0)
     ax.set_yticks([])
-    ax.set_xlabel("seconds of the fit call" if ledger.get("from") == "fit call"
-                  else "seconds from train begin")  # fmt: skip
+    whole = "the fit call" if ledger.get("from") == "fit call" else "the fit from train begin"
+    ax.set_xlabel(f"seconds of {whole}, each part's added up (not in time order)")
     partial = " (partial: the fit stopped early)" if ledger.get("partial") else ""
     n = int(ledger.get("recompiles") or 0)
     recompiles = f", {n} recompile{'s' if n != 1 else ''}" if n else ""
@@ -125,11 +125,12 @@ def _memory_curve(ax: Any, memory: Any, wall: float) -> None:
         shaded.add(label)
         start = i
     ax.set_xlim(0, max(wall, xs[-1]) or 1.0)
-    ax.set_xlabel("seconds of the fit (as the bar below)")
-    ax.set_ylabel("MB (MiB)")
+    ax.set_xlabel("seconds of the fit, in time order (the bar below sums each part: no timeline)")
+    ax.set_ylabel("MB (2²⁰ bytes)")
     grows = f"; grows in {', '.join(sorted({part_label(g.part) for g in memory.growth}))}"
-    ax.set_title(f"memory over the fit, read every {memory.every_s * 1000:.0f} ms"
-                 f"{grows if memory.growth else ''}", fontsize=10)  # fmt: skip
+    ax.set_title(f"memory over the fit, read every {memory.every_s * 1000:.0f} ms, shaded by "
+                 f"the part each reading fell in{grows if memory.growth else ''}",
+                 fontsize=10)  # fmt: skip
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
 
 
