@@ -450,3 +450,27 @@ def test_the_knobs_derive_from_the_settings_table():
     small = space(jit_compile=(False,), steps_per_execution=(1,), fused_steps=(1,))
     assert {c.compile_cache for c in small.grid()} == {False, True}
     assert extra.values(SearchContext(step_s=0.5)) == (False,)
+
+
+def test_the_tune_table_names_each_row_by_what_it_changes_and_fits_80_columns():
+    """A row is named by what it changes from the defaults (``xla fused=32``), the defaults'
+    row by all of theirs: full labels in every row wrapped each to four lines at 80 columns,
+    and the note column repeated the table's own row names in a second table."""
+    from toolkit.core import terminal
+    from toolkit.search._tune_screen import table
+
+    defaults = en.Candidate(precision="float32", jit_compile=False, steps_per_execution=1,
+                            fused_steps=1)  # fmt: skip
+    pick = en.Candidate(precision="float32", jit_compile=True, steps_per_execution=1,
+                        fused_steps=32)  # fmt: skip
+    other = en.Candidate(precision="mixed_bfloat16", jit_compile=True, steps_per_execution=1,
+                         fused_steps=8)  # fmt: skip
+    trials = [en.Trial(defaults, 44_093.5, 1.0), en.Trial(pick, 369_108.7, 1.0),
+              en.Trial(other, 134_764.1, 1.0)]  # fmt: skip
+    shown = terminal.show(table(trials, pick, []), 80).splitlines()
+    assert all(len(line) <= 80 for line in shown), shown
+    assert sum(1 for line in shown if line.startswith("─")) == 1, shown  # one table
+    rows = [line for line in shown if "examples" not in line and "×" in line]
+    assert rows[0].startswith("xla fused=32 ") and rows[0].rstrip().endswith("chosen"), rows
+    assert rows[1].startswith("mixed_bfloat16 ") and rows[2].startswith("defaults: "), rows
+    assert len(shown) <= 4 + 2 * len(trials) + 2, shown  # a header and at most 2–3 lines a row

@@ -36,20 +36,28 @@ def table(trials: Sequence[Trial], best: Candidate, rounds: Sequence[dict[str, f
     defaults = trials[0].candidate.label() if trials else ""
     rows = []
     for t in sorted(trials, key=lambda t: -(t.examples_per_sec or -1.0)):
+        shown = setting_words(t.candidate, trials[0].candidate)
         if t.examples_per_sec is None:
-            rows.append((t.candidate.label(), "—", "—", "0", "—", "—", "—", f"failed: {t.error}"))
+            rows.append((shown, "—", "—", "0", "—", "—", "—", f"failed: {t.error}"))
             continue
-        note = ["defaults"] if t is trials[0] else []
-        if t.candidate == best:
-            note.append("chosen")
+        note = ["chosen"] if t.candidate == best else []
         paired = paired_ratios(rounds, defaults, t.candidate.label())
         rows.append((
-            t.candidate.label(), f"{t.examples_per_sec:,.1f}", t.spread() or "—",
+            shown, f"{t.examples_per_sec:,.1f}", t.spread() or "—",
             str(len(t.rates)), times(t.examples_per_sec / base if base else None),
             times(median(paired) if paired and t is not trials[0] else None),
             format_s(t.compile_s) if t.compile_s is not None else "—", ", ".join(note),
         ))  # fmt: skip
     return Table.of(HEADERS, rows, RIGHT)
+
+
+def setting_words(candidate: Candidate, defaults: Candidate) -> str:
+    """A row's settings as the table names them: what it changes from the defaults (``xla
+    fused=32``), and the defaults' row by all of theirs (``defaults: float32 no-xla spe=1
+    fused=1``): a row of the full labels wrapped to four lines at 80 columns."""
+    if candidate == defaults:
+        return f"defaults: {candidate.label()}"
+    return candidate.changes(defaults)
 
 
 def times(ratio: float | None) -> str:

@@ -591,13 +591,17 @@ class _Tuning:
         work, defaults = self.work, self.defaults
         for t in trials:
             t.compile_s = work.compile_s(t.candidate)
+        if untried is not None:  # one the search came back to is a row of the table
+            measured = {t.candidate for t in trials}
+            untried = [u for u in untried if u.candidate not in measured]
         batch = defaults.batch_size or work.batch_size or work.config.batch_size
         steps_run = work.run_steps(defaults) if self.length_known else None
         fastest = best
         best, run_words, run_facts = whole_run_choice(trials, defaults, best, steps_run, batch)
         lines = [ln.replace("chosen: ", "in this process: ") for ln in why.split("; ") if ln]
         if best != fastest:  # the rounds' winner, not chosen
-            lines = [ln.replace("in this process: ", "head to head: ") for ln in lines]
+            winner = f"the fastest ({fastest.changes(defaults)}) "
+            lines = [ln.replace("in this process: ", winner) for ln in lines]
         lines += [run_words, untried_words(untried or [], defaults)]
         gain = _in_process_gain(rounds, defaults, best, trials)
         fresh_rounds: list[dict[str, float]] = []
