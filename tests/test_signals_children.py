@@ -425,6 +425,29 @@ def test_an_interrupt_your_script_lets_through_is_one_line_and_its_status(tmp_pa
     assert last == f"interrupted by SIGTERM: the partial report is in {run_dir}", last
 
 
+EXIT_HOOKS = r"""
+import atexit, os, signal, sys
+from toolkit.core import interrupts
+interrupts.install()
+atexit.register(lambda: open(sys.argv[1], "w").close())  # a temporary directory's removal
+os.kill(os.getpid(), signal.SIGTERM)
+sum(range(100000))
+"""
+
+
+def test_an_interrupt_a_program_lets_through_still_runs_its_exit_hooks(tmp_path):
+    """The one line and 143 for an interrupt nothing caught come after the exit hooks, as
+    Python's own exit runs them: a child whose second SIGTERM came as it ended left its
+    orphaned parent's temporary directory behind when it ended at once."""
+    marker = tmp_path / "hook ran"
+    out = subprocess.run(
+        signals_at([sys.executable, "-c", EXIT_HOOKS, str(marker)]),
+        capture_output=True, text=True, env=ENV, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 143 and marker.exists(), out.stderr[-2000:]
+    assert out.stderr.strip() == "interrupted by SIGTERM: stopped before it finished"
+
+
 @pytest.mark.parametrize(
     ("argv", "signum", "stream", "line", "status", "words"),
     [  # the frameworks loading: no half-imported module's traceback, the interrupt not lost

@@ -102,8 +102,8 @@ def _watch(error: KeyboardInterrupt) -> None:
     * **Uncaught in a script.** A script that let it through ended in the toolkit's stack and
       status 1 (Python gives 130 to a plain ``KeyboardInterrupt`` only). ``sys.excepthook``
       ends it as the signal's default action would have, which the toolkit's handler took
-      over: one line saying where the partial report is, and 128 + the signal's number,
-      at once (:func:`_exit_now`; the default action runs no exit hook either).
+      over: one line saying where the partial report is, the exit hooks (a child's
+      temporary directories removed), and 128 + the signal's number.
 
     Both hooks are set once, the first time a signal is raised (never before: a program that
     is never interrupted keeps Python's), each passing every other exception to the hook it
@@ -137,8 +137,16 @@ def _uncaught(kind: type[BaseException], error: BaseException, tb: Any) -> None:
         error.__cause__, "toolkit_run_dir", None
     )
     where = f"the partial report is in {run_dir}" if run_dir else "stopped before it finished"
+    signum = signal_of(error)
     _state["ending"] = where
-    _exit_now(signal_of(error))
+    _said(signum)
+    _state["ending"] = ""  # said: a signal from here adds no second line
+    # The exit hooks Python would run, first (a child's orphaned temporary directories
+    # removed: an exit at once left them), then the signal's status.
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    _flush()
+    os._exit(128 + signum)
 
 
 def signal_of(error: BaseException) -> int:
@@ -287,13 +295,18 @@ def _flush() -> None:
 def _exit_now(signum: int) -> None:
     """Ends the process with 128 + `signum`, after one line (none where the program has said
     it was interrupted already)."""
+    _said(signum)
+    os._exit(128 + signum)
+
+
+def _said(signum: int) -> None:
+    """The ``interrupted by SIG...: ...`` line, where the program has not said it already."""
     _flush()
     if _state["ending"]:
         with contextlib.suppress(Exception):
             name = signal.Signals(signum).name
             sys.stderr.write(f"interrupted by {name}: {_state['ending']}\n")
             sys.stderr.flush()
-    os._exit(128 + signum)
 
 
 def starting(program: str) -> bool:
