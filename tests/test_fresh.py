@@ -91,6 +91,13 @@ def test_the_range_answers_or_says_what_the_noise_lets_the_rounds_confirm():
         "on this machine's noise (±12%) a gain under 1.21× cannot be confirmed in 30 s"
     )
     assert fr.noise_words(fr.Gain.of([1.3], fr.FRESH), 30.0) == ""
+    # Two rounds that both won, far apart: what more rounds would confirm is said too.
+    apart = fr.Gain.of([6.0, 2.7], fr.FRESH)
+    assert not apart.answered and fr.noise_words(apart, 30.0) == (
+        "on this machine's noise (±76%) a gain under 12.44× cannot be confirmed in 30 s; "
+        "3 rounds, about 50 s, would confirm the 4.35× measured at this noise"
+    )
+    assert apart.resolvable(3) < apart.ratio < apart.resolvable()
 
 
 def test_a_pick_that_wins_every_fresh_round_stands_with_the_fresh_gain():

@@ -161,14 +161,31 @@ class Gain:
 
 def noise_words(gain: Gain | None, seconds: float) -> str:
     """What this machine's noise lets `seconds` of fresh rounds confirm: ``on this machine's
-    noise (±12 %) a gain under 1.15× cannot be confirmed in 30 s`` (empty: unknown)."""
+    noise (±12 %) a gain under 1.15× cannot be confirmed in 30 s``, and where more rounds
+    would confirm the gain measured, how many (``; 3 rounds, about 50 s, would confirm the
+    4.35× measured at this noise``: two rounds that both won at 6.0× and 2.7× read as
+    "under 12.54× cannot be confirmed" alone). Empty: unknown."""
     smallest = gain.resolvable() if gain is not None else None
     if gain is None or gain.noise is None or smallest is None:
         return ""
-    return (
+    said = (
         f"on this machine's noise (±{gain.noise:.0%}) a gain under {smallest:.2f}× cannot be "
         f"confirmed in {seconds:.0f} s"
     )
+    # Two rounds' Student's t is wide (6.3 standard errors): a gain that won every round can
+    # read as far from confirmed when a few more rounds would confirm it. Say how many.
+    more = next(
+        (n for n in range(gain.rounds + 1, FRESH_ROUNDS + 1)
+         if (gain.resolvable(n) or math.inf) < gain.ratio),
+        None,
+    )  # fmt: skip
+    if more is not None and gain.ratio > 1 + MIN_GAIN:
+        budget = 10 * math.ceil(seconds * more / gain.rounds / 10)
+        said += (
+            f"; {more} rounds, about {budget} s, would confirm the {gain.ratio:.2f}× measured "
+            "at this noise"
+        )
+    return said
 
 
 def window_s(budget_s: float) -> float:
