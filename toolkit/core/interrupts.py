@@ -108,7 +108,7 @@ def _watch(error: KeyboardInterrupt) -> None:
     Both hooks are set once, the first time a signal is raised (never before: a program that
     is never interrupted keeps Python's), each passing every other exception to the hook it
     replaced."""
-    _state["raised"] = error
+    error._toolkit_raised = True  # type: ignore[attr-defined]  # (kept on it: no reference here)
     if sys.unraisablehook is not _unraisable:
         _state["unraisablehook"] = sys.unraisablehook
         sys.unraisablehook = _unraisable
@@ -118,8 +118,9 @@ def _watch(error: KeyboardInterrupt) -> None:
 
 
 def _ours(error: BaseException | None) -> bool:
-    """Whether `error` is the interruption last raised here (:func:`_watch`)."""
-    return error is not None and error is _state.get("raised")
+    """Whether `error` is an interruption raised here (:func:`_watch`). Marked on the
+    exception, not held here: a held one would keep its frames, and a model in them, alive."""
+    return error is not None and getattr(error, "_toolkit_raised", False) is True
 
 
 def _unraisable(unraisable: Any) -> None:
