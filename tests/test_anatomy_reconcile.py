@@ -218,8 +218,9 @@ def test_reconcile_holds_keras_between_steps_to_what_the_raw_step_shows_keras_co
 
 
 def test_reconcile_checks_the_input_against_the_step_over_fit_s_step_on_one_batch():
-    """A reader on other threads takes the step's cores without a wait the trace sees: the
-    untraced step over fit's step on one batch repeated is what the data costs it."""
+    """A reader on other threads takes the step's cores without a wait the trace sees: fit's
+    step on the data (timed in turn; else the untraced step) over fit's step on one batch
+    repeated is what the data costs it."""
     a = _anatomy([LayerTime("dense", "Dense", 0.001, 0.001)], other=0.004, host=0.001,
                  waited=0.0001, raw_s=0.0050, fit_s=0.0055)  # fmt: skip
     untraced = a.phases_sum()  # 0.0096: the data costs it 0.0041 over fit's one batch
@@ -232,3 +233,10 @@ def test_reconcile_checks_the_input_against_the_step_over_fit_s_step_on_one_batc
     assert any(n.startswith("input is what the data costs the step") for n in r.notes)
     near = reconcile(dataclasses.replace(a, untraced_s=untraced, fit_s=untraced - 0.0002))
     assert near.phase(Phase.INPUT) == pytest.approx(0.0001)  # within the band: as traced
+    # Your data's step timed in turn with one batch's: that pair, not the untraced step
+    # timed minutes apart, isolates the input (one batch's step once read slower than the
+    # untraced step under load, and a 10 ms stall came out 0.5 ms).
+    slow_one = dataclasses.replace(a, untraced_s=untraced, fit_s=untraced + 0.001,
+                                   fed_s=untraced + 0.001 + 0.003)  # fmt: skip
+    assert reconcile(slow_one).phase(Phase.INPUT) == pytest.approx(0.003)
+    assert reconcile(slow_one).phases_sum() == pytest.approx(untraced)

@@ -242,6 +242,9 @@ class Anatomy:
         raw_s: the same model's step written without Keras's trainer, timed in the same
             process; None where not measured. `raw_how` says how it was written.
         fit_s: ``fit``'s median step in the same process, the raw step's comparison.
+        fed_s: ``fit``'s median step on your data, timed in turn with `fit_s` (on one batch):
+            the pair that isolates what the input costs the step, each under the same load.
+            None: not measured (the untraced step stands in).
         model_alone_s, model_alone_forward_s: the whole model timed alone per step, forward
             and its gradients, and forward alone (compiled as the step, the shapes of its
             call): what :func:`reconcile` sets the forward and backward phases to; None where
@@ -272,6 +275,7 @@ class Anatomy:
     raw_s: float | None = None
     raw_how: str = ""
     fit_s: float | None = None
+    fed_s: float | None = None
     model_alone_s: float | None = None
     model_alone_forward_s: float | None = None
     other_between_s: float | None = None
@@ -406,6 +410,7 @@ class Anatomy:
                 raw_s=_optional(d.get("raw_s")),
                 raw_how=str(d.get("raw_how", "")),
                 fit_s=_optional(d.get("fit_s")),
+                fed_s=_optional(d.get("fed_s")),
                 model_alone_s=_optional(d.get("model_alone_s")),
                 model_alone_forward_s=_optional(d.get("model_alone_forward_s")),
                 other_between_s=_optional(d.get("other_between_s")),
@@ -579,7 +584,11 @@ def _keras_host(a: Anatomy, step: float, parts: dict[Phase, float], notes: list[
       the program while the host waits), and is "other"."""
     if a.raw_s is None or a.fit_s is None:
         return
-    isolated = max(0.0, step - a.fit_s)
+    # Your data's step against one batch's, timed in turn (a slow spell falls on both):
+    # against the untraced step, timed minutes apart, one batch's step read slower under load
+    # and the input's 10 ms stall came out 0.5 ms. Within the step's own bounds.
+    fed = a.fed_s if a.fed_s is not None else step
+    isolated = min(step, max(0.0, fed - a.fit_s))
     waited = parts.get(Phase.INPUT, 0.0)
     if abs(isolated - waited) > INPUT_BAND * step:
         more = isolated - waited
@@ -593,8 +602,8 @@ def _keras_host(a: Anatomy, step: float, parts: dict[Phase, float], notes: list[
         if more > 1e-12:  # the rest could not come from other or the host: less input
             parts[Phase.INPUT] -= more
         notes.append(
-            f"input is what the data costs the step: the untraced step over fit's on one "
-            f"batch repeated ({format_ms(step)} vs {format_ms(a.fit_s)}); the trace's wait "
+            f"input is what the data costs the step: fit's step on your data over fit's on "
+            f"one batch repeated ({format_ms(fed)} vs {format_ms(a.fit_s)}); the trace's wait "
             f"was {format_ms(waited)}"
         )
     most = max(0.0, a.fit_s - a.raw_s)

@@ -345,8 +345,8 @@ def check_memory(value: Any) -> None:
 
 
 ANATOMY_NUMBERS = ("step_s", "traced_s", "fused_s")
-ANATOMY_OPTIONAL = ("untraced_s", "raw_s", "fit_s", "model_alone_s", "model_alone_forward_s",
-                    "other_between_s", "ops_per_step")  # fmt: skip
+ANATOMY_OPTIONAL = ("untraced_s", "raw_s", "fit_s", "fed_s", "model_alone_s",
+                    "model_alone_forward_s", "other_between_s", "ops_per_step")  # fmt: skip
 ANATOMY_WORDS = ("device", "signal", "raw_how", "other_fix")
 PHASES = tuple(p.value for p in Phase)
 

@@ -148,11 +148,13 @@ class _Measured:
         say("anatomy: Keras's fit step alone against the raw step, timed in turn")
         raws: list[float] = []
         fits: list[float] = []
+        feds: list[float] = []
         try:
             n = warmed_calls(timed, RAW_WINDOW_S, RAW_WARM_S)  # calls of per_call steps
             for _ in range(RAW_ROUNDS):  # in turn: a machine's slow spell falls on both
                 raws += [timed(n) / (n * per_call) for _ in range(RAW_RUNS)]
                 fits.append(self._fit_alone(n * per_call, per_call))
+                feds.append(self._fit_fed(n * per_call, per_call))
             raws += [timed(n) / (n * per_call) for _ in range(RAW_RUNS)]
         except Exception as e:  # noqa: BLE001 - the raw step is ours: said, the anatomy kept
             note = f"Keras's own cost not measured: the raw step failed ({one_line(e)})"
@@ -160,7 +162,9 @@ class _Measured:
         # The raw step is a floor: its fastest run, as a peak is the most a device did (the
         # runs just after a fit read up to 25 % slower, its caches still the fit's); fit's
         # figure is its faster round's median step.
-        return dataclasses.replace(found, raw_s=min(raws), raw_how=how, fit_s=min(fits))
+        fed = [f for f in feds if f]
+        return dataclasses.replace(found, raw_s=min(raws), raw_how=how, fit_s=min(fits),
+                                   fed_s=min(fed) if fed else None)  # fmt: skip
 
     def _fit_alone(self, steps: int, per_call: int, candidate: Any = None) -> float:
         """``fit``'s median step on one batch repeated, about as long as a raw run (with
@@ -170,6 +174,13 @@ class _Measured:
             steps=whole_calls(max(30, steps), per_call),
             warmup=DEFAULT_WARMUP_STEPS,
             one_batch=True,
+        ).steps.p50_s
+
+    def _fit_fed(self, steps: int, per_call: int) -> float | None:
+        """``fit``'s median step on your data, as long as :meth:`_fit_alone`'s run and timed
+        in turn with it: what the input adds to the step, under the same load."""
+        return self.work.fit(
+            steps=whole_calls(max(30, steps), per_call), warmup=DEFAULT_WARMUP_STEPS
         ).steps.p50_s
 
     def _with_other_fix(self, found: Anatomy, model: Any) -> Anatomy:
