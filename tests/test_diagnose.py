@@ -87,6 +87,13 @@ def test_an_uncertain_diagnosis_says_why_and_draws_no_advice():
                                                           input_percent=1.0))  # fmt: skip
     assert xprof.agrees is None and "uncertain: nothing to hold it against" in xprof.line
     assert json.loads(json.dumps(diagnosis.to_dict()))["uncertain"] == diagnosis.uncertain
+    # The noise is said where it could move a verdict (over half the margin), never else.
+    assert not [line for line in diagnosis.lines() if "noise:" in line]
+    noisy = dataclasses.replace(diagnosis, noise=0.64)
+    assert (
+        "  noise: two runs of one window differed by 64% (more steps hold the windows "
+        "still)" in noisy.lines()
+    )
 
 
 def advise(*args, **kwargs) -> list[str]:
