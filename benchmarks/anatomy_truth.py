@@ -5,7 +5,8 @@ every installed Keras backend, each backend in a fresh process. For each model a
 * ``top layer vs alone``: the anatomy's top-ranked layer, its figure as shown (forward +
   backward per step), against the same layer timed alone again afterwards by this script
   (``toolkit.profiling.layers_alone.time_alone``, five runs: the layer compiled as the
-  model's step, on inputs of its shapes). Goal: within 0.75-1.25×.
+  model's step, on inputs of its shapes; a layer on the model's own inputs without their
+  gradients, which the step never takes). Goal: within 0.75-1.25×.
 * ``top-3 ranking agrees``: the anatomy's three slowest layers against the three slowest of
   every layer timed alone by this script (``k of 3`` in both; a layer within 10 % of the
   third's time alone ties with it: equal layers rank in any order). Goal: 3 of 3.
@@ -197,7 +198,7 @@ def child(names: list[str]) -> None:
 
     import toolkit
     from toolkit.core import compat
-    from toolkit.profiling.layers_alone import time_alone
+    from toolkit.profiling.layers_alone import fed_by_data, time_alone
     from toolkit.runner.config import TrainConfig
 
     keras = compat.keras()
@@ -214,12 +215,17 @@ def child(names: list[str]) -> None:
             spec = ((BATCH, *data[0].shape[1:]), str(data[0].dtype))
             alone = {}
             by_name = _leaves(model, data[0][:BATCH])
+            fed = fed_by_data(model)  # the step takes no gradient of these layers' inputs
             for x in found.layers:
                 if x.alone_s is None or x.name not in by_name:
                     continue  # the anatomy's own check did not time it: nothing to compare
                 layer, specs = by_name[x.name]
                 try:
-                    alone[x.name] = x.calls * time_alone(layer, specs, jit=jit, runs=5).both_s
+                    grads = id(layer) not in fed
+                    alone[x.name] = (
+                        x.calls
+                        * time_alone(layer, specs, jit=jit, runs=5, input_grads=grads).both_s
+                    )
                 except Exception as e:  # noqa: BLE001 - said in the row
                     alone[x.name] = f"{type(e).__name__}: {e}"
             row["alone"] = alone

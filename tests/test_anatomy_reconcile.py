@@ -161,10 +161,12 @@ def test_reconcile_sets_forward_and_backward_to_the_model_timed_alone():
     assert r.phases_sum() == pytest.approx(untraced)
     assert any("model's own, timed alone" in n and "backward 75%" in n for n in r.notes)
     # the layer's rows fit inside the phases measured: its forward (3 ms) past the model's
-    # 2 ms, every row scaled by the one factor that fits (2/3: the order kept), and said
+    # 2 ms, every row's forward scaled by the factor that fits (2/3), its backward (within
+    # the model's) kept as it was, and said
     layer = r.layers[0]
     assert layer.forward_s == pytest.approx(0.002)
-    assert layer.backward_s == pytest.approx(0.0005 * 2 / 3)
+    assert layer.backward_s == pytest.approx(0.0005)
+    assert any("every row's forward is scaled by 0.67" in n for n in r.notes)
     assert any("rows add up to more than the model timed alone (forward 3.000 ms vs 2.000 ms)"
                in n for n in r.notes)  # fmt: skip
     assert Anatomy.from_dict(r.to_dict()) == r

@@ -11,7 +11,13 @@ import pytest
 
 from toolkit.core._anatomy import Anatomy, LayerTime
 from toolkit.profiling.anatomy import LayerEntry
-from toolkit.profiling.layers_alone import Alone, check_layers, check_model, time_alone
+from toolkit.profiling.layers_alone import (
+    Alone,
+    check_layers,
+    check_model,
+    fed_by_data,
+    time_alone,
+)
 
 
 def _entries(keras):
@@ -38,7 +44,7 @@ def _found(names_and_seconds):
 def test_check_layers_times_each_signature_once_and_says_why_one_was_not_timed(keras):
     timed = []
 
-    def timer(layer, specs, *, jit):
+    def timer(layer, specs, *, jit, input_grads=True):
         timed.append((layer.name, specs))
         return Alone(forward_s=0.0005, both_s=0.002)
 
@@ -55,6 +61,41 @@ def test_check_layers_times_each_signature_once_and_says_why_one_was_not_timed(k
     assert by["lists"].alone_s is None
     assert by["lists"].check == "not timed alone: its call takes more than tensors"
     assert [x.name for x in out.layers] == [x.name for x in found.layers]  # order kept
+
+
+def test_fed_by_data_names_the_layers_on_the_models_own_inputs(keras):
+    """The step takes no gradient of the data: a Sequential's first layer and a functional
+    model's layers on its Inputs are timed alone without their inputs' gradients (an LSTM's
+    over its time steps read slower than the whole step); the rest, and every layer of a
+    model without a graph, with them."""
+    seq = keras.Sequential([keras.Input((5, 3)), keras.layers.LSTM(4), keras.layers.Dense(1)])
+    assert fed_by_data(seq) == {id(seq.layers[0])}
+    a, b = keras.Input((4,)), keras.Input((4,))
+    left, right = keras.layers.Dense(2), keras.layers.Dense(2)
+    joined = keras.layers.Concatenate()([left(a), b])
+    model = keras.Model([a, b], right(joined))
+    assert fed_by_data(model) == {id(left)}  # Concatenate takes a Dense's output too
+
+    class Own(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(1)
+
+        def call(self, x):
+            return self.dense(x)
+
+    assert fed_by_data(Own()) == frozenset()
+    # and check_layers asks for the inputs' gradients of every layer but those
+    asked = {}
+
+    def timer(layer, specs, *, jit, input_grads=True):
+        asked[layer.name] = input_grads
+        return Alone(forward_s=0.0005, both_s=0.002)
+
+    entries = _entries(keras)
+    found = _found([("d0", 0.003), ("relu", 0.002)])
+    check_layers(found, entries, batch=4, jit=True, timer=timer, data_fed={id(entries[0].layer)})
+    assert asked == {"d0": False, "relu": True}
 
 
 def test_check_layers_times_a_layer_holding_others_with_them(keras):
@@ -79,7 +120,7 @@ def test_check_layers_times_a_layer_holding_others_with_them(keras):
 def test_check_layers_keeps_to_its_budget_past_the_first_three_and_the_named(keras):
     ticks = itertools.count(0.0, 10.0)  # each look at the clock: 10 s later
 
-    def timer(layer, specs, *, jit):
+    def timer(layer, specs, *, jit, input_grads=True):
         return Alone(0.0005, 0.001)
 
     entries = _entries(keras)
@@ -98,7 +139,7 @@ def test_check_layers_keeps_to_its_budget_past_the_first_three_and_the_named(ker
 
 
 def test_check_layers_says_why_a_layer_failed_alone(keras):
-    def timer(layer, specs, *, jit):
+    def timer(layer, specs, *, jit, input_grads=True):
         raise RuntimeError("shapes do not match\nsecond line")
 
     out = check_layers(_found([("d0", 0.004)]), _entries(keras), batch=4, jit=False,

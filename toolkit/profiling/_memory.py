@@ -6,14 +6,15 @@ How it is read, and why so:
 * A thread reads the process's memory every `every_s` seconds (50 ms by default), from the
   fit's train begin to its train end, and the ledger's boundaries (train begin, each
   validation's begin and end, each epoch's end, train end) add a reading each. A time
-  interval, not one every N steps: a reading costs the same whatever the step (about 20 µs
-  here, far under the 1 % the toolkit allows itself), the compile and the validation are
-  read too (no step hook runs there), and the step hook stays as lean as it is
+  interval, not one every N steps: a reading costs the same whatever the step (a few µs
+  on Linux: :mod:`toolkit.core.host_memory`), the compile and the validation are read too
+  (no step hook runs there), and the step hook stays as lean as it is
   (``benchmarks/profiler_overhead.py`` and ``benchmarks/memory.py`` measure the cost).
-* Host: the resident set (``psutil``) and the kernel's high-water mark (``getrusage``'s
-  ``ru_maxrss``). A peak between two readings is not missed where it set a new high: the
-  high-water mark rose, and that interval's peak is the new mark. tracemalloc's Python share
-  is left out: it traces every allocation, several times the cost of Python code.
+* Host: the resident set (``/proc/self/statm``; psutil elsewhere) and the kernel's
+  high-water mark (``getrusage``'s ``ru_maxrss``). A peak between two readings is not
+  missed where it set a new high: the high-water mark rose, and that interval's peak is the
+  new mark. tracemalloc's Python share is left out: it traces every allocation, several
+  times the cost of Python code.
 * Device: the backend's own counters (``device_memory``: TensorFlow's memory info, JAX's
   ``memory_stats``, ``torch.cuda``), read from the thread without a sync; their peak counters
   are read, never reset (the user's own readings stay theirs). A backend with nothing to say
@@ -30,18 +31,18 @@ import bisect
 import contextlib
 import gc
 import math
-import resource
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from toolkit.core.host_memory import MIB, maxrss_mb, resident_mb
 from toolkit.profiling._ledger_records import PARTS
 from toolkit.profiling._memory_records import Growth, PartMemory, RunMemory, Sample
 
 __all__ = ["MemorySampler", "host_memory"]
 
-MB = 1024.0 * 1024.0
+MB = MIB
 EVERY_S = 0.05
 # Growth under this many MiB, or under 4 times the readings' own scatter, is not reported: an
 # allocator's pools and a shuffle buffer filling move resident memory by a few MiB.
@@ -55,14 +56,9 @@ CENSUS_POLL_S = 0.005
 
 
 def host_memory() -> tuple[float, float]:
-    """This process's resident memory and its high-water mark, in MiB (``ru_maxrss`` is KiB
-    on Linux, bytes on macOS)."""
-    import psutil
-
-    rss = psutil.Process().memory_info().rss / MB
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    peak_mb = peak / MB if sys.platform == "darwin" else peak / 1024.0
-    return rss, max(rss, peak_mb)
+    """This process's resident memory and its high-water mark, in MiB."""
+    rss = resident_mb()
+    return rss, max(rss, maxrss_mb())
 
 
 class Reading(NamedTuple):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from toolkit import backend
@@ -84,11 +84,14 @@ def check_layers(
     budget_s: float = BUDGET_S,
     clock: Callable[[], float] = time.perf_counter,
     timer: Callable[..., Alone] = time_alone,
+    data_fed: Collection[int] = (),
 ) -> Anatomy:
     """`found` with its layers timed alone (``LayerTime.alone_s``, ``alone_forward_s``), or
     in ``check`` why one was not. `entries`: the scopes' ``LayerEntry`` records (the layer
     objects and the shapes their calls saw); `batch`: the batch size, for a dimension a
-    traced graph left open; `jit`: the model's ``jit_compile``. Never raises for a layer: a
+    traced graph left open; `jit`: the model's ``jit_compile``; `data_fed`: the ids of the
+    layers called on the model's own inputs only (:func:`fed_by_data`), timed without the
+    gradients of their inputs, which the step never takes. Never raises for a layer: a
     layer that cannot be called alone says why."""
     by_name = {e.name: e for e in entries}
     if found.error or not found.layers:
@@ -109,10 +112,11 @@ def check_layers(
         if why:
             out[x.name] = dataclasses.replace(x, check=f"not timed alone: {why}")
             continue
-        key = _signature(entry.layer, specs)
+        grads = id(entry.layer) not in data_fed
+        key = f"{_signature(entry.layer, specs)}|{grads}"
         if key not in done:
             try:
-                alone = timer(entry.layer, specs, jit=jit)
+                alone = timer(entry.layer, specs, jit=jit, input_grads=grads)
                 done[key] = (alone.forward_s, alone.both_s)
             except Exception as e:  # noqa: BLE001 - a layer that will not run alone says so
                 done[key] = f"not timed alone: {one_line(e)}"
@@ -174,6 +178,39 @@ def check_model(
     return dataclasses.replace(
         found, model_alone_s=alone.both_s, model_alone_forward_s=alone.forward_s
     )
+
+
+def fed_by_data(model: Any) -> frozenset[int]:
+    """The ids of `model`'s layers whose every call takes the model's own inputs (a
+    Sequential's first layer, a functional model's layers on its ``Input``\\ s): the step
+    takes no gradient of their inputs, so timed alone with one (an LSTM's over 120 time
+    steps) they read slower than the whole step. Empty where the model keeps no graph (a
+    subclassed model): every layer is timed with its inputs' gradients."""
+    try:
+        graph = getattr(model, "_functional", None) or model  # Keras 3's Sequential
+        inputs = {id(t) for t in (graph.inputs or ())}
+        out = set()
+        for layer in graph.layers:
+            if type(layer).__name__ == "InputLayer":  # tf_keras's is its own input's node
+                continue
+            nodes = list(getattr(layer, "_inbound_nodes", None) or ())
+            tensors = [t for n in nodes for t in _node_inputs(n)]
+            if nodes and tensors and all(id(t) in inputs for t in tensors):
+                out.add(id(layer))
+        return frozenset(out)
+    except Exception:  # noqa: BLE001 - no graph to read: every layer with its inputs' grads
+        return frozenset()
+
+
+def _node_inputs(node: Any) -> list[Any]:
+    """The tensors a graph node's call took (Keras 3's ``input_tensors``; tf_keras's, or its
+    ``keras_inputs``)."""
+    found = getattr(node, "input_tensors", None)
+    if found is None:
+        found = getattr(node, "keras_inputs", None)
+    if found is None:
+        return []
+    return list(found) if isinstance(found, list | tuple) else [found]
 
 
 @dataclasses.dataclass(frozen=True)

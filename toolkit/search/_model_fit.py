@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from toolkit import backend
+from toolkit.core.host_memory import high_water_mb
 from toolkit.core.stats import whole_calls
 
 __all__: list[str] = []  # the workloads' own
@@ -136,26 +137,11 @@ def figures_of(report: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- peak memory
 # A fresh process's peak memory over a short fit, for ``toolkit.fits`` (its ``peak`` job).
 
-MIB = 1024.0 * 1024.0
-
 
 def host_peak_mb() -> float:
     """This process's peak resident memory, in MiB, since it started or since
-    :func:`reset_host_peak`: Linux's ``VmHWM``; elsewhere ``getrusage``'s ``ru_maxrss``, which
-    Linux counts in KiB and macOS in bytes (one function, so no caller mixes the units)."""
-    import sys
-
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return float(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    import resource
-
-    peak = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-    return peak / MIB if sys.platform == "darwin" else peak / 1024.0
+    :func:`reset_host_peak`."""
+    return high_water_mb()
 
 
 def reset_host_peak() -> bool:

@@ -34,7 +34,7 @@ from toolkit.core.checks import check_number
 from toolkit.core.errors import one_line
 from toolkit.core.progress import say
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS, warmed_calls, whole_calls
-from toolkit.profiling.layers_alone import check_layers, check_model
+from toolkit.profiling.layers_alone import check_layers, check_model, fed_by_data
 from toolkit.runner.config import TrainConfig
 from toolkit.search.workload import workload
 
@@ -127,7 +127,7 @@ class _Measured:
             found = check_model(found, model, scopes.model_inputs, calls=scopes.model_calls,
                                 batch=batch, jit=jit)  # fmt: skip
             found = check_layers(found, scopes.entries.values(), batch=batch, jit=jit,
-                                 names=self.layers)  # fmt: skip
+                                 names=self.layers, data_fed=fed_by_data(model))  # fmt: skip
         # Keras's own cost first: reconcile holds "Keras between steps" to it
         found = reconcile(self._with_raw(found, model) if raw else found)
         return self._with_other_fix(found, model)
