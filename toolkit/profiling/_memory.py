@@ -7,7 +7,7 @@ How it is read, and why so:
   fit's train begin to its train end, and the ledger's boundaries (train begin, each
   validation's begin and end, each epoch's end, train end) add a reading each. A time
   interval, not one every N steps: a reading costs the same whatever the step (a few µs
-  on Linux: :mod:`toolkit.core.host_memory`), the compile and the validation are read too
+  on Linux: :mod:`toolkit.core._host_memory`), the compile and the validation are read too
   (no step hook runs there), and the step hook stays as lean as it is
   (``benchmarks/profiler_overhead.py`` and ``benchmarks/memory.py`` measure the cost).
 * Host: the resident set (``/proc/self/statm``; psutil elsewhere) and the kernel's
@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from toolkit.core.host_memory import MIB, maxrss_mb, resident_mb
+from toolkit.core._host_memory import MIB, maxrss_mb, resident_mb
 from toolkit.profiling._ledger_records import PARTS
 from toolkit.profiling._memory_records import Growth, PartMemory, RunMemory, Sample
 

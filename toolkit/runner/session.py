@@ -16,7 +16,7 @@ from typing import Any
 from absl import logging
 
 from toolkit.core import interrupts, terminal
-from toolkit.core._anatomy import Anatomy
+from toolkit.core._anatomy import Anatomy, reconcile
 from toolkit.core.errors import one_line
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS
 from toolkit.profiling._compute import Compute
@@ -247,13 +247,16 @@ class Profile:
 
     def _anatomy(self, window: AnatomyWindow, report: Any) -> Anatomy | None:
         """The traced steps taken apart, where the window traced any (a run cut short
-        before it has none to show)."""
+        before it has none to show), as the run's untraced step sees them (``reconcile``:
+        the profiler's own cost taken out, the phases adding up to StepTimer's p50 outside
+        the window), as the ``anatomy`` verb shows them; the trace's own figures are kept
+        beside them (``traced_phases``)."""
         if window.traced_steps is None and window.error is None:
             return None
         device = ""
         with contextlib.suppress(Exception):
             device = self.context.device.human_name if self.context and self.context.device else ""
-        return window.anatomy(untraced_s=report.steps.p50_s or None, device=device)
+        return reconcile(window.anatomy(untraced_s=report.steps.p50_s or None, device=device))
 
     def _cluster(self) -> ClusterView | None:
         """Over processes (a data-parallel run), every process's figures at the chief: one

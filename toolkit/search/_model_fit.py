@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from toolkit import backend
-from toolkit.core.host_memory import high_water_mb
+from toolkit.core._host_memory import high_water_mb
 from toolkit.core.stats import whole_calls
 
 __all__: list[str] = []  # the workloads' own
