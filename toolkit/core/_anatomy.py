@@ -653,11 +653,7 @@ def _inside(
         f"they run faster together (XLA fuses across them, or each alone pays its own call); "
         f"{scaled}"
     )
-    fwd, bwd = factors
-    return [
-        dataclasses.replace(x, forward_s=x.forward_s * fwd, backward_s=x.backward_s * bwd)
-        for x in layers
-    ]
+    return [_scaled(x, *factors) for x in layers]
 
 
 def _why_differs(x: LayerTime) -> str:
@@ -682,8 +678,10 @@ def _why_differs(x: LayerTime) -> str:
             "or overlapped with other layers, or ran outside its scope")  # fmt: skip
 
 
-def _scaled(x: LayerTime, f: float) -> LayerTime:
-    return dataclasses.replace(x, forward_s=x.forward_s * f, backward_s=x.backward_s * f)
+def _scaled(x: LayerTime, f: float, backward: float | None = None) -> LayerTime:
+    """`x` with its forward scaled by `f` and its backward by `backward` (else `f` too)."""
+    b = f if backward is None else backward
+    return dataclasses.replace(x, forward_s=x.forward_s * f, backward_s=x.backward_s * b)
 
 
 # ---------------------------------------------------------------------------- two of them

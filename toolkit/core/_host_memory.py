@@ -20,6 +20,7 @@ import threading
 __all__ = ["MIB", "high_water_mb", "maxrss_mb", "resident_mb"]
 
 MIB = 1024.0 * 1024.0
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 _lock = threading.Lock()
 _statm: tuple[int, int] | None = None  # (pid that opened it, descriptor): a fork reopens
@@ -35,14 +36,8 @@ def _statm_fd() -> int | None:
             fd = os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError:
             return None
-        if _statm is not None and _statm[0] == pid:  # pragma: no cover - another thread won
-            os.close(fd)
-            return _statm[1]
         _statm = (pid, fd)  # a forked child's inherited one names its parent: left alone
         return fd
-
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def resident_mb() -> float:
