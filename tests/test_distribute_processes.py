@@ -186,7 +186,7 @@ def test_a_worker_whose_peer_never_starts_fails_in_one_line_after_cluster_wait(t
         [
             sys.executable, "-m", "recipes.mlp",
             "--distribution_strategy=multi_worker_mirrored",
-            f"--worker_hosts={','.join(hosts)}", f"--task_index={alone}", "--cluster_wait=10",
+            f"--worker_hosts={','.join(hosts)}", f"--task_index={alone}", "--cluster_wait=5",
             "--count_flops=false", f"--report_dir={tmp_path / 'runs'}",
         ],
         capture_output=True, text=True, timeout=300, env=_env(TF_USE_LEGACY_KERAS="1"),
@@ -195,7 +195,7 @@ def test_a_worker_whose_peer_never_starts_fails_in_one_line_after_cluster_wait(t
     # TensorFlow's coordination agent logs its shutdown after it: the error is the one line
     (said,) = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
     peer = 1 - alone
-    assert said.startswith(f"error: --cluster_wait=10: worker {alone} of 2 waited 10 s"), said
+    assert said.startswith(f"error: --cluster_wait=5: worker {alone} of 2 waited 5 s"), said
     assert f"worker {peer} at {hosts[peer]} does not answer" in said
     assert "Traceback" not in out.stderr and "== mlp" not in out.stdout  # nothing trained
     assert not (tmp_path / "runs").exists()

@@ -309,12 +309,13 @@ def test_a_file_that_is_not_the_image_its_name_says_is_named(tmp_path, name, con
 def test_a_recipe_with_no_dispatcher_fails_in_one_line(tmp_path):
     out = subprocess.run(
         [*RECIPE, "--smoke", f"--report_dir={tmp_path}",
-         "--data_service=grpc://localhost:1"],
+         "--data_service=grpc://localhost:1", "--data_service_wait=2"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 1, out.stderr[-2000:]
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("error: --data_service=grpc://localhost:1: no dispatcher answered")
+    assert "within 2 s" in last  # --data_service_wait, not the 20 s default
     assert "Traceback" not in out.stderr and not list(tmp_path.iterdir())  # nothing left behind
 
 

@@ -11,6 +11,7 @@ import re
 
 import pytest
 
+from toolkit.core._advice import Advice
 from toolkit.core._anatomy import Anatomy, LayerTime, Phase, PhaseTime, contrast
 from toolkit.core.stats import format_ms, summarize_calls
 from toolkit.report import ReportError, RunReport, compare
@@ -100,8 +101,11 @@ def _other_large() -> Anatomy:
     phases = tuple(
         dataclasses.replace(p, seconds=0.02) if p.phase == Phase.OTHER else p for p in a.phases
     )
-    fix = ("try jit_compile=True (torch.compile: its first step compiles for tens of seconds; "
-           "measure whether the steps win it back)")  # fmt: skip
+    fix = Advice.of(
+        "try {0} (torch.compile: its first step compiles for tens of seconds; "
+        "measure whether the steps win it back)",
+        {"jit_compile": True},
+    )
     return dataclasses.replace(a, phases=phases, other_between_s=0.015, ops_per_step=1234.0,
                                other_fix=fix)  # fmt: skip
 

@@ -266,13 +266,18 @@ def recipe_target(
 
 def run_recipe(build_task: Callable[..., Task]) -> None:
     """Runs a recipe whose flags are parsed: ``--autotune`` and ``--diagnose`` first when
-    asked, then the run; prints the summary and the files written. Where the reports go is
-    checked first: a directory that cannot take them is said before anything loads."""
+    asked, then the run; prints the summary and the files written. The training settings and
+    where the reports go are checked first: a bad flag or a directory that cannot take the
+    reports is said before anything loads (in a third of a second, not after the seconds
+    TensorFlow takes to load)."""
     from toolkit.runner.task import SetupError, check_report_dir
 
     try:
+        tk_flags.config_from_flags()  # the settings alone: no framework needed
         check_report_dir(flags.FLAGS.report_dir)
         check_report_dir(flags.FLAGS.backup_dir, "--backup_dir", "or leave --backup_dir out")
+    except ConfigError as e:
+        fail(e, 2)
     except SetupError as e:
         fail(e)
     _load_frameworks(build_task)

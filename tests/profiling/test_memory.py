@@ -244,19 +244,25 @@ def test_steady_rise_tells_a_leak_from_a_buffer_that_filled():
 
 def test_grown_needs_about_one_more_a_step_between_two_censuses():
     """One more a step is a leak per batch; one every other step is not counted as one."""
-    from toolkit.profiling._memory import Census
+    from toolkit.profiling._memory import Census, Grown, Holder, Kept
 
     a = Census(3, "arrays", {"float32[32, 10]": (2, 2560), "float32[64]": (5, 1280)}, {})
     b = Census(43, "arrays", {"float32[32, 10]": (42, 53760), "float32[64]": (9, 2304)}, {})
-    growth, keys = grown([a, b])
-    assert keys == ["float32[32, 10]"]
+    growth, keys, holder = grown([a, b])
+    assert keys == ("float32[32, 10]",) and holder is None
     assert growth.what == "40 arrays float32[32, 10] more after 40 steps"
     assert growth.mb == pytest.approx(51200 / 2**20, abs=1e-6) and growth.steps == 40
-    assert grown([a]) == (None, [])
-    # A callback's list that grew by one a step is named with its holder, before any group.
-    kept_a = a._replace(containers={"Keep.kept": (3, "float32[8]", 32), "Keep.few": (1, "int", 0)})
-    kept_b = b._replace(containers={"Keep.kept": (43, "float32[8]", 32), "Keep.few": (9, "int", 0)})
-    growth, _ = grown([kept_a, kept_b])
+    assert grown([a]) == Grown()
+    # A callback's list that grew by one a step is named with its holder, before any group:
+    # the holder is the record of who keeps it (the object and the list), not words to parse.
+    keep, kept, few = object(), [0.0] * 43, [1] * 9
+    held, held_few = Holder("Keep.kept", keep, kept), Holder("Keep.few", keep, few)
+    kept_a = a._replace(containers={"Keep.kept": Kept(3, "float32[8]", 32, held),
+                                    "Keep.few": Kept(1, "int", 0, held_few)})  # fmt: skip
+    kept_b = b._replace(containers={"Keep.kept": Kept(43, "float32[8]", 32, held),
+                                    "Keep.few": Kept(9, "int", 0, held_few)})  # fmt: skip
+    growth, _, holder = grown([kept_a, kept_b])
+    assert holder is held and holder.kept is kept
     assert growth.held_by == "Keep.kept" and growth.mb == pytest.approx(40 * 32 / 2**20, abs=1e-6)
     assert growth.what == "40 float32[8] more after 40 steps"
 

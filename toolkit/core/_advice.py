@@ -52,3 +52,22 @@ class Advice:
 
     def __str__(self) -> str:  # a log's line: the settings as field=value
         return self.spelled(lambda t: " ".join(f"{k}={v}" for k, v in t.items()))
+
+    def to_dict(self) -> dict[str, object]:
+        """The record as JSON: `text` with its ``{0}`` placeholders, `tries` as objects."""
+        return {"text": self.text, "tries": [dict(t) for t in self.tries]}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Advice:
+        """:meth:`to_dict`'s layout read back; a plain string (a report written before
+        advice was a record) is its own text. ValueError naming what is wrong otherwise."""
+        if isinstance(d, str):
+            return cls(d)  # no tries: said as it is, braces and all
+        if not isinstance(d, Mapping) or not isinstance(d.get("text"), str):
+            raise ValueError(f"expected advice as {{text, tries}}, got {d!r}")
+        tries = d.get("tries", [])
+        if not isinstance(tries, list) or not all(
+            isinstance(t, Mapping) and all(isinstance(k, str) for k in t) for t in tries
+        ):
+            raise ValueError(f"expected advice's tries as a list of settings, got {tries!r}")
+        return cls.of(d["text"], *tries)

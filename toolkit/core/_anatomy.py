@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from toolkit.core._advice import Advice
 from toolkit.core.stats import format_ms
 
 __all__ = [
@@ -253,7 +254,8 @@ class Anatomy:
             the step's call with no op running (dispatching the next op, Python in the
             step); the rest of it ran ops outside any scope. None: not split.
         ops_per_step: the ops the trace saw a step (each a dispatch on an uncompiled step).
-        other_fix: what to try where "other" is large, in words (empty: none named).
+        other_fix: what to try where "other" is large, as advice (the settings to try as
+            values, spelled by whoever shows it); None: none named.
         other_fixed_s: the check of the fix's predicted saving (:meth:`other_gaps_s`):
             ``fit``'s step on one batch with the fix applied, measured in the same process
             as `fit_s`. None: not measured.
@@ -280,7 +282,7 @@ class Anatomy:
     model_alone_forward_s: float | None = None
     other_between_s: float | None = None
     ops_per_step: float | None = None
-    other_fix: str = ""
+    other_fix: Advice | None = None
     other_fixed_s: float | None = None
     error: str | None = None
 
@@ -361,6 +363,7 @@ class Anatomy:
                 for p in getattr(self, key)
             ]
         out["notes"] = list(self.notes)
+        out["other_fix"] = self.other_fix.to_dict() if self.other_fix is not None else None
         return out
 
     @classmethod
@@ -415,7 +418,7 @@ class Anatomy:
                 model_alone_forward_s=_optional(d.get("model_alone_forward_s")),
                 other_between_s=_optional(d.get("other_between_s")),
                 ops_per_step=_optional(d.get("ops_per_step")),
-                other_fix=str(d.get("other_fix", "")),
+                other_fix=Advice.from_dict(d["other_fix"]) if d.get("other_fix") else None,
                 other_fixed_s=_optional(d.get("other_fixed_s")),
                 error=None if d.get("error") is None else str(d["error"]),
             )

@@ -406,7 +406,8 @@ def service_address(address: str, flag: str = "--data_service") -> tuple[str, st
 
 
 # How long a trainer waits for the dispatcher of --data_service to answer before it gives up
-# (a dispatcher started at the same time as the trainer gets this long to come up).
+# (a dispatcher started at the same time as the trainer gets this long to come up), unless
+# --data_service_wait says otherwise.
 DISPATCHER_WAIT_S = 20.0
 
 
@@ -435,7 +436,11 @@ def wait_for_dispatcher(address: str, timeout: float = DISPATCHER_WAIT_S) -> Non
 
 
 def through_data_service(
-    dataset: Any, address: str, mode: str = "parallel_epochs", job_name: str | None = None
+    dataset: Any,
+    address: str,
+    mode: str = "parallel_epochs",
+    job_name: str | None = None,
+    wait_s: float = DISPATCHER_WAIT_S,
 ) -> Any:
     """`dataset` processed by the tf.data service at `address` and read back here, with a local
     prefetch so the trainer never waits on the network for the next batch.
@@ -446,17 +451,18 @@ def through_data_service(
         mode: ``parallel_epochs`` or ``distributed_epoch`` (see the module docstring).
         job_name: trainers that give the same name share one job (and, in
             ``distributed_epoch``, split its elements). Defaults to `None` (a job of its own).
+        wait_s: how long to wait for the dispatcher to answer (``--data_service_wait``).
 
     Raises:
         DistributeError: a malformed address, an unknown mode, or no dispatcher answering at
-            the address (:func:`wait_for_dispatcher`).
+            the address within `wait_s` (:func:`wait_for_dispatcher`).
     """
     import tensorflow as tf
 
     service_address(address)
     if mode not in SERVICE_MODES:
         raise DistributeError(f"--data_service_mode must be one of {', '.join(SERVICE_MODES)}")
-    wait_for_dispatcher(address)
+    wait_for_dispatcher(address, wait_s)
     distributed = dataset.apply(
         tf.data.experimental.service.distribute(
             processing_mode=mode, service=address, job_name=job_name

@@ -521,11 +521,10 @@ class FitLedger:
                 over.append(_memory.Span(v.begins[0][1], end, "compile"))
         recompiles = sum(1 for c in found.compiles if not c.first)
 
-        def name(growth: list[Growth], grew: list[str]) -> list[Growth]:
+        def name(growth: list[Growth], grown: _memory.Grown) -> list[Growth]:
             key = tuple(growth)
             if self._named is None or self._named[0] != key:  # the census runs once a fit
-                owners = self.sampler.owners if self.sampler is not None else []
-                named = _memory.name_growth(growth, self.model, recompiles, grew, owners)
+                named = _memory.name_growth(growth, self.model, recompiles, grown)
                 self._named = (key, named)
             return self._named[1]
 

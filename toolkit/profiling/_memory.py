@@ -319,7 +319,8 @@ def find_growth(
     readings: Sequence[Reading], where: _Where, epochs: Sequence[Any], validations: Sequence[Any]
 ) -> list[Growth]:
     """Growth inside each epoch's steps (a steady rise over its steps), and memory a
-    validation left held (its end against its begin), on the host and on the device."""
+    validation left held (its end against its begin; the first one's from its compile's
+    end), on the host and on the device."""
     found: list[Growth] = []
     for e in epochs:
         if e.first is None or e.steps_end is None:
@@ -334,13 +335,21 @@ def find_growth(
                 found.append(Growth("steps", memory, round(rise[0], 3), rise[1], e.epoch))
     times = [r.at for r in readings]
     ends = {e.epoch: e.steps_end for e in epochs}
-    for v in validations:
+    for i, v in enumerate(validations):
         if v.end is None:
             continue
         # From its epoch's last step (Keras builds the validation's data before its begin
-        # hook), against the reading at its end hook.
+        # hook), against the reading at its end hook. The first validation builds its data
+        # and compiles its step up to its second batch (the ledger books that as compile):
+        # what those leave held is paid once, not grown (JAX's compiled evaluation of a tiny
+        # model kept 9.5-10 MiB, half the time, after a healthy first epoch), so it counts
+        # from there; a first validation of one batch is all compile.
         start = ends.get(v.epoch)
         start = start if start is not None and start <= v.begin else v.begin
+        if i == 0:
+            if len(v.begins) < 2:
+                continue
+            start = v.begins[1][1]
         a = max(0, bisect.bisect_right(times, start) - 1)
         b = bisect.bisect_left(times, v.end)
         if b >= len(readings) or b <= a:
@@ -413,18 +422,48 @@ def _ids_of_model(model: Any) -> set[int]:
     return ids
 
 
+class Holder(NamedTuple):
+    """Who keeps what grew: `words` as said (``KeepLogs.seen``, ``gen()'s local kept (a
+    generator)``), the object holding it (`owner`: an instance, a module, or a running or
+    suspended frame) and the container it keeps (`kept`). A record, so a fix is chosen from
+    the objects, never from the words."""
+
+    words: str
+    owner: Any
+    kept: Any
+
+
+class Kept(NamedTuple):
+    """A container a census counted: its length, its last item's words and bytes, and its
+    holder."""
+
+    length: int
+    words: str
+    nbytes: int
+    holder: Holder
+
+
 class Census(NamedTuple):
     """What a leak per batch would grow, counted: the live arrays besides the model's own by
     ``dtype[shape]`` (count, bytes) where the backend lists them cheaply (JAX's registry;
     TensorFlow's and PyTorch's tensors are found only through the garbage collector, about
     0.2 s a time, so not here), and the containers the fit's callbacks and the model hold
-    (``"Owner.attribute"``: length, the last item's words and bytes). `step`: the training
-    steps begun when it was taken."""
+    (by ``"Owner.attribute"``). `step`: the training steps begun when it was taken."""
 
     step: int
     kind: str  # "arrays" (JAX) or "tensors"
     groups: dict[str, tuple[int, int]]
-    containers: dict[str, tuple[int, str, int]]
+    containers: dict[str, Kept]
+
+
+class Grown(NamedTuple):
+    """What grew between two censuses: the growth (None: nothing grew by about one a step),
+    the array groups that grew (the largest first, whose holder is looked for) and the
+    container counted growing, with its holder (None: none)."""
+
+    growth: Growth | None = None
+    groups: tuple[str, ...] = ()
+    holder: Holder | None = None
 
 
 def _live(model: Any, cheap_only: bool) -> tuple[dict[str, list[Any]], str] | None:
@@ -444,13 +483,13 @@ def _live(model: Any, cheap_only: bool) -> tuple[dict[str, list[Any]], str] | No
     return groups, kind
 
 
-def _containers(owners: Sequence[Any]) -> dict[str, tuple[int, str, int]]:
+def _containers(owners: Sequence[Any]) -> dict[str, Kept]:
     """The lists, dicts, sets and deques in `owners`' attributes: length, and the last
     item's words (``float32[256, 4]``, or ``dict items``) and bytes (:func:`_nbytes`: a
     ``dict(logs)`` with its arrays, not 0)."""
     import collections
 
-    out: dict[str, tuple[int, str, int]] = {}
+    out: dict[str, Kept] = {}
     for owner in owners:
         for attr, value in list(getattr(owner, "__dict__", {}).items()):
             if not isinstance(value, list | dict | set | collections.deque) or not value:
@@ -459,8 +498,10 @@ def _containers(owners: Sequence[Any]) -> dict[str, tuple[int, str, int]]:
                 last = value[-1] if isinstance(value, list | collections.deque) else None
                 if isinstance(value, dict):
                     last = next(reversed(value.values()))
-                out[f"{type(owner).__name__}.{attr}"] = (
-                    len(value), _item_words(last), _nbytes(last))  # fmt: skip
+                words = f"{type(owner).__name__}.{attr}"
+                out[words] = Kept(
+                    len(value), _item_words(last), _nbytes(last), Holder(words, owner, value)
+                )
     return out
 
 
@@ -473,44 +514,45 @@ def census(model: Any, step: int, owners: Sequence[Any]) -> Census | None:
     return Census(step, kind, counted, _containers(owners))
 
 
-def grown(censuses: Sequence[Census]) -> tuple[Growth | None, list[str]]:
+def grown(censuses: Sequence[Census]) -> Grown:
     """What grew between a fit's two censuses, where it grew by about one a step between them
     and by 8 at least (a leak per batch; not a cache filling once, nor the few objects a fit
-    leaves to the garbage collector: a healthy TensorFlow fit left 7 scalars over 14 steps):
-    a container of a callback or the model (named with its holder), else the array group
-    that grew most by bytes; and every array group that grew so, the largest first (whose
-    holder is looked for)."""
+    creates): a container of a callback or the model (named with its holder), else the array
+    group that grew most by bytes; and every array group that grew so, the largest first
+    (whose holder is looked for)."""
     if len(censuses) < 2 or censuses[1].step - censuses[0].step < 8:
-        return None, []
+        return Grown()
     a, b = censuses[0], censuses[1]
     steps = b.step - a.step
     least = max(8, 0.9 * steps)
     held = []
-    for name, (length, words, nbytes) in b.containers.items():
-        more = length - a.containers.get(name, (0, "", 0))[0]
+    for name, kept in b.containers.items():
+        before = a.containers.get(name)
+        more = kept.length - (before.length if before is not None else 0)
         if more >= least:
-            held.append((more * nbytes, more, words, name))
+            held.append((more * kept.nbytes, more, name, kept))
     grew = []
     for key, (count, nbytes) in b.groups.items():
-        before = a.groups.get(key, (0, 0))
-        if count - before[0] >= least:
-            grew.append((nbytes - before[1], count - before[0], key))
+        before_group = a.groups.get(key, (0, 0))
+        if count - before_group[0] >= least:
+            grew.append((nbytes - before_group[1], count - before_group[0], key))
     grew.sort(reverse=True)
-    keys = [k for *_, k in grew]
+    keys = tuple(k for *_, k in grew)
     if held:
-        added, more, words, name = max(held)
-        what = f"{more} {words} more after {steps} steps"
-        return Growth("steps", b.kind, round(added / MB, 6), steps, 0, what, name), keys
+        added, more, name, kept = max(held, key=lambda h: h[:3])
+        what = f"{more} {kept.words} more after {steps} steps"
+        growth = Growth("steps", b.kind, round(added / MB, 6), steps, 0, what, name)
+        return Grown(growth, keys, kept.holder)
     if not grew:
-        return None, []
+        return Grown()
     added, more, key = grew[0]
     what = f"{more} {b.kind} {key} more after {steps} steps"
-    return Growth("steps", b.kind, round(added / MB, 6), steps, 0, what=what), keys
+    return Grown(Growth("steps", b.kind, round(added / MB, 6), steps, 0, what=what), keys)
 
 
-def held_by(members: Sequence[Any]) -> tuple[str, Any] | None:
-    """``"Owner.attribute"`` and the owner, for the list, dict or attribute that holds
-    `members` (the garbage collector's referrers, two levels up); None where not found."""
+def held_by(members: Sequence[Any]) -> Holder | None:
+    """The list, dict or attribute that holds `members`, with its owner (the garbage
+    collector's referrers, two levels up); None where not found."""
     ignore = {id(members)}
     for member in members:
         for container in gc.get_referrers(member):
@@ -520,14 +562,14 @@ def held_by(members: Sequence[Any]) -> tuple[str, Any] | None:
                 for owner in gc.get_referrers(container):
                     if getattr(owner, "__dict__", None) is container:
                         attr = next(k for k, v in container.items() if v is member)
-                        return f"{type(owner).__name__}.{attr}", owner
+                        return Holder(f"{type(owner).__name__}.{attr}", owner, member)
             found = _owner_of(container, ignore | {id(container)})
             if found is not None:
                 return found
     return None
 
 
-def _owner_of(container: Any, ignore: set[int]) -> tuple[str, Any] | None:
+def _owner_of(container: Any, ignore: set[int]) -> Holder | None:
     for holder in gc.get_referrers(container):
         if id(holder) in ignore or not isinstance(holder, dict):
             continue
@@ -535,11 +577,11 @@ def _owner_of(container: Any, ignore: set[int]) -> tuple[str, Any] | None:
             if getattr(owner, "__dict__", None) is holder:
                 attr = next((k for k, v in holder.items() if v is container), None)
                 if attr is not None:
-                    return f"{type(owner).__name__}.{attr}", owner
+                    return Holder(f"{type(owner).__name__}.{attr}", owner, container)
     return None
 
 
-def _holder(model: Any, grew: Sequence[str]) -> tuple[str, Any] | None:
+def _holder(model: Any, grew: Sequence[str]) -> Holder | None:
     """Who holds the groups that grew (the largest first), found in a census taken now."""
     found = _live(model, cheap_only=False)
     if found is None:
@@ -571,14 +613,14 @@ def _largest_groups(model: Any, least: float) -> tuple[str | None, list[str]]:
     return words, [k for _, k in sized[:3]]
 
 
-def _python_holder(model: Any, least: float, steps: int) -> tuple[str, Any, str] | None:
+def _python_holder(model: Any, least: float, steps: int) -> tuple[Holder, str] | None:
     """The Python list or deque most likely to hold what grew, where the backend's arrays do
     not (a generator that keeps every batch it yields keeps NumPy arrays, which no census of
     tensors sees): of the lists with an item about every other step at least (`steps`: the
     steps the growth was seen over) that hold `least` bytes or more, the largest, besides
-    the model's own. ``(held by, its holder, what)``; None where none is found. One pass of
-    the garbage collector's objects, once, where growth was found and nothing else named
-    it: each list's size estimated from its last 8 items."""
+    the model's own. ``(its holder, what)``; None where none is found. One pass of the
+    garbage collector's objects, once, where growth was found and nothing else named it:
+    each list's size estimated from its last 8 items."""
     import collections
     import itertools
 
@@ -596,14 +638,13 @@ def _python_holder(model: Any, least: float, steps: int) -> tuple[str, Any, str]
         named = _named_holder(obj)
         if named is not None:
             size = f"{total / MB:,.1f} MB"
-            what = f"a {type(obj).__name__} of {len(obj):,} {_item_words(item)} ({size})"
-            return named[0], named[1], what
+            return named, f"a {type(obj).__name__} of {len(obj):,} {_item_words(item)} ({size})"
     return None
 
 
-def _named_holder(container: Any) -> tuple[str, Any] | None:
-    """Who holds `container`, in words: a function's or a generator's local variable, an
-    object's attribute, a module's global; None where no such holder refers to it."""
+def _named_holder(container: Any) -> Holder | None:
+    """Who holds `container`: a function's or a generator's local variable, an object's
+    attribute, a module's global; None where no such holder refers to it."""
     import inspect
 
     for ref in gc.get_referrers(container):
@@ -614,44 +655,40 @@ def _named_holder(container: Any) -> tuple[str, Any] | None:
             if var is not None:
                 code = frame.f_code
                 kind = "generator" if code.co_flags & inspect.CO_GENERATOR else "function"
-                return f"{code.co_name}()'s local {var} (a {kind})", frame
+                return Holder(f"{code.co_name}()'s local {var} (a {kind})", frame, container)
         elif isinstance(ref, dict):
             for owner in gc.get_referrers(ref):
                 if getattr(owner, "__dict__", None) is ref:
                     attr = next((k for k, v in ref.items() if v is container), None)
                     if attr is not None:
                         name = owner.__name__ if inspect.ismodule(owner) else type(owner).__name__
-                        return f"{name}.{attr}", owner
+                        return Holder(f"{name}.{attr}", owner, container)
     return None
 
 
-def name_growth(
-    growth: list[Growth], model: Any, recompiles: int, grew: Sequence[str], owners: Sequence[Any]
-) -> list[Growth]:
-    """Who holds what grew (a container counted on a callback or the model; else the holder
-    of `grew`, the census's grown groups, largest first), and a fix where one is known (a
-    callback that keeps tensors, a retrace per batch, ``run_eagerly``). Growth in the steps
-    that a callback holds is that callback's."""
+def name_growth(growth: list[Growth], model: Any, recompiles: int, found: Grown) -> list[Growth]:
+    """Who holds what grew (the container a census counted growing on a callback or the
+    model; else the holder of the census's grown groups, largest first), and a fix where one
+    is known (a callback that keeps tensors, a retrace per batch, ``run_eagerly``). Growth in
+    the steps that a callback holds is that callback's."""
     import dataclasses
 
     if not growth:
         return growth
     growth = _one_rise(growth)
     counted = next((g for g in growth if g.what), None)
-    owner: tuple[str, Any] | None = None
+    owner: Holder | None = None
     if counted is not None and counted.held_by:
-        kind = counted.held_by.split(".")[0]
-        found = next((o for o in owners if type(o).__name__ == kind), None)
-        owner = (counted.held_by, found) if found is not None else None
+        owner = found.holder
     elif any(g.part == "steps" for g in growth):
         rise = max((g for g in growth if g.part == "steps"), key=lambda g: g.mb)
         least = max(GROWTH_FLOOR_MB, rise.mb / 4) * MB  # what could be the rise's holder
-        what, keys = (None, list(grew)) if grew else _largest_groups(model, least)
+        what, keys = (None, list(found.groups)) if found.groups else _largest_groups(model, least)
         owner = _holder(model, keys) if keys else None
         if owner is None and what is None:
             found_python = _python_holder(model, least, rise.steps)
             if found_python is not None:
-                owner, what = found_python[:2], found_python[2]
+                owner, what = found_python
         counted = counted or (Growth("steps", "host", 0.0, 0, 0, what) if what else None)
     named = []
     for g in growth:
@@ -659,10 +696,10 @@ def name_growth(
         if g.part == "steps":
             what = what or (counted.what if counted else None)
             if owner is not None:
-                holder = owner[0]
-                if _is_callback(owner[1]):
-                    part = type(owner[1]).__name__  # the callback is where it grows
-                fix = _fix_for(holder, owner[1])
+                holder = owner.words
+                if _is_callback(owner.owner):
+                    part = type(owner.owner).__name__  # the callback is where it grows
+                fix = _fix_for(owner)
             elif recompiles >= 3:
                 what = what or f"{recompiles} retraced programs"
                 fix = "a retrace per batch keeps every program: see the ledger's recompile fix"
@@ -696,22 +733,22 @@ def _one_rise(growth: list[Growth]) -> list[Growth]:
     return [merged if g is counted else g for g in growth if g is not rise]
 
 
-def _fix_for(holder: str, owner: Any) -> str:
-    """What to do about `holder` (``Owner.attribute``, or a function's local) keeping an item
-    each step, from what it keeps: Keras's tensors, or anything else."""
+def _fix_for(holder: Holder) -> str:
+    """What to do about `holder` keeping an item each step, from what it keeps: Keras's
+    tensors, or anything else."""
     import inspect
 
-    if inspect.isframe(owner):
-        return f"{holder} grows each step: keep only what you need, or drop it"
-    attr = holder.split(".", 1)[-1]
-    kept = getattr(owner, attr, None)
+    if inspect.isframe(holder.owner):
+        return f"{holder.words} grows each step: keep only what you need, or drop it"
+    kept = holder.kept
     with contextlib.suppress(Exception):
         last = next(reversed(kept.values())) if isinstance(kept, dict) else kept[-1]
         values = list(last.values()) if isinstance(last, dict) else [last]
-        if _is_callback(owner) and any(_is_tensor(v) for v in values):
-            return (f"{holder} keeps a tensor each batch: keep floats (float(value)) or numpy "
-                    "copies, or empty it each epoch")  # fmt: skip
-    return f"{holder} keeps an item each step: keep only what you need, or empty it each epoch"
+        if _is_callback(holder.owner) and any(_is_tensor(v) for v in values):
+            return (f"{holder.words} keeps a tensor each batch: keep floats (float(value)) or "
+                    "numpy copies, or empty it each epoch")  # fmt: skip
+    return (f"{holder.words} keeps an item each step: keep only what you need, or empty it "
+            "each epoch")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- the record
@@ -723,12 +760,12 @@ def _growth(
     epochs: Sequence[Any],
     validations: Sequence[Any],
     censuses: Sequence[Census],
-) -> tuple[list[Growth], list[str]]:
+) -> tuple[list[Growth], Grown]:
     """The growth the readings show and the one the censuses count (the counted one first:
-    it names what grew), and the groups that grew."""
+    it names what grew), and what the censuses found grown."""
     found = find_growth(readings, where, epochs, validations)
-    counted, grew = grown(censuses)
-    return ([counted] if counted else []) + found, grew
+    counted = grown(censuses)
+    return ([counted.growth] if counted.growth else []) + found, counted
 
 
 def run_memory(
@@ -738,7 +775,7 @@ def run_memory(
     over: Sequence[Span],
     epochs: Sequence[Any],
     validations: Sequence[Any],
-    name: Callable[[list[Growth], list[str]], list[Growth]],
+    name: Callable[[list[Growth], Grown], list[Growth]],
 ) -> RunMemory | None:
     """The fit's memory record from `sampler`'s readings and the ledger's tiles; `name`
     names the growth found (who holds it: only where there is growth)."""

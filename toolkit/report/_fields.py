@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from toolkit.core._advice import Advice
 from toolkit.core._anatomy import Phase
 from toolkit.core.errors import one_line
 from toolkit.core.files import ReportError, open_regular, parse_json
@@ -347,7 +348,7 @@ def check_memory(value: Any) -> None:
 ANATOMY_NUMBERS = ("step_s", "traced_s", "fused_s")
 ANATOMY_OPTIONAL = ("untraced_s", "raw_s", "fit_s", "fed_s", "model_alone_s",
                     "model_alone_forward_s", "other_between_s", "ops_per_step")  # fmt: skip
-ANATOMY_WORDS = ("device", "signal", "raw_how", "other_fix")
+ANATOMY_WORDS = ("device", "signal", "raw_how")
 PHASES = tuple(p.value for p in Phase)
 
 
@@ -367,6 +368,13 @@ def check_anatomy(value: Any) -> None:
     for key in ANATOMY_WORDS:
         _string(f"anatomy.{key}", a.get(key, ""))
     _string("anatomy.error", a.get("error"), optional=True)
+    if a.get("other_fix"):
+        try:
+            Advice.from_dict(a["other_fix"])
+        except ValueError:
+            raise _bad(
+                "anatomy.other_fix", a["other_fix"], "advice: {text, tries} or null"
+            ) from None
     _number("anatomy.steps", a.get("steps", 0), counts=True)
     for key in ANATOMY_NUMBERS:
         _number(f"anatomy.{key}", a.get(key, 0.0))

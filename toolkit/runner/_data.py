@@ -387,7 +387,10 @@ def distributed(dataset: Any, config: TrainConfig, training: bool) -> Any:
     auto-shard policy set explicitly."""
     if training and config.data_service:
         dataset = distribute.through_data_service(
-            dataset, config.data_service, config.data_service_mode
+            dataset,
+            config.data_service,
+            config.data_service_mode,
+            wait_s=config.data_service_wait,
         )
     return distribute.shard(dataset, config.shard_policy)
 

@@ -420,6 +420,12 @@ class TrainConfig:
         "dataset; distributed_epoch: trainers split one epoch's elements.",
         DISTRIBUTION,
     )
+    data_service_wait: float = setting(
+        distribute.DISPATCHER_WAIT_S,
+        "Seconds a trainer waits for the --data_service dispatcher to answer (one started "
+        "beside it gets this long to come up); then it fails in one line naming the address.",
+        DISTRIBUTION,
+    )
     report_dir: str | None = setting(
         "runs",
         "Reports go to <report_dir>/<timestamp>/; '' for none.",
@@ -526,6 +532,9 @@ class TrainConfig:
             raise _bad(
                 "cluster_wait", "a number of seconds >= 0 (0: the framework's own wait)", wait
             )
+        wait = self.data_service_wait
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait > 0:
+            raise _bad("data_service_wait", "a number of seconds > 0", wait)
 
     def _check_measuring(self) -> None:
         """What the measuring settings need: a trace window that is one, a report directory

@@ -198,7 +198,7 @@ class _Measured:
         advice = None if model is None or _jitted(model) else backend.get().jit_advice()
         if advice is None:
             return found
-        found = dataclasses.replace(found, other_fix=str(advice))
+        found = dataclasses.replace(found, other_fix=advice)
         tries = advice.settings
         if not (found.other_large() and found.fit_s and tries):
             return found
