@@ -39,6 +39,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import math
 import statistics
 import sys
 import threading
@@ -417,6 +418,11 @@ class FitLedger:
             with contextlib.suppress(Exception):  # never stops training
                 self.watch.test_begin()
         self._test = ValidationSpan(self._epoch, at)
+
+    def memory_due(self, at: float) -> float:
+        """A memory reading at a batch begin at `at`, where a reading is due, and when the
+        next one is (never, without a sampler)."""
+        return self.sampler.due(at) if self.sampler is not None else math.inf
 
     def test_batch(self, batch: int, at: float) -> None:
         if self._test is not None:

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import statistics
 import time
@@ -124,10 +125,11 @@ class StepTimer(compat.keras().callbacks.Callback):
         tensorboard_metrics: also write the model's epoch metrics as Keras names them
             (``epoch_loss`` in ``train``, ``val_loss`` as ``epoch_loss`` in ``validation``),
             for a run without Keras's own TensorBoard callback. Defaults to `False`.
-        memory_every_s: read host and device memory this often during a ``fit`` (a thread;
-            also at each validation and epoch end), for the ledger's memory by part and the
-            growth it finds (``toolkit.profiling._memory``). `None` reads none. Only with
-            the default clock. Defaults to `0.05`.
+        memory_every_s: read host and device memory this often during a ``fit`` (at the
+            batch begins where a reading is due, on a thread where no batch begins: a compile,
+            a long step; also at each validation and epoch end), for the ledger's memory by
+            part and the growth it finds (``toolkit.profiling._memory``). `None` reads none.
+            Only with the default clock. Defaults to `0.05`.
 
     Example:
 
@@ -238,6 +240,9 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._fused = 1  # training steps per Keras batch (see the backend's fuse_train_steps)
         self._epoch_start, self._epoch_calls_start = 0.0, 0
         self._end_marks: list[tuple[Any, ...]] = []  # (batch, time[, profiler state])
+        # When the batch begins next take a memory reading (the ledger's sampler; never
+        # without one): a thread woken for it cost the fit more than the reading does.
+        self._memory_due = math.inf
         self._boundary_time: float | None = None
         self._running = False
         self._log_steps_done = 0  # steps finished in this fit
@@ -473,6 +478,7 @@ class StepTimer(compat.keras().callbacks.Callback):
             self.on_train_batch_begin = self._begin_and_drain
         self.train_begin_time = self._clock()
         self._ledger.begin(self, model, self.train_begin_time)
+        self._memory_due = self._ledger.memory_due(self.train_begin_time)
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         if self._foreign and self._not_mine():
@@ -498,9 +504,10 @@ class StepTimer(compat.keras().callbacks.Callback):
         # (benchmarks/profiler_overhead.py measures what StepTimer costs now).
         if self._foreign and self._not_mine():
             return
-        self._begins.append(
-            (batch, self._clock(), PROFILER.active or self._probe(), PROFILER.generation)
-        )
+        now = self._clock()
+        self._begins.append((batch, now, PROFILER.active or self._probe(), PROFILER.generation))
+        if now >= self._memory_due:
+            self._memory_due = self._ledger.memory_due(now)
 
     def _begin_and_drain(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         """The begin hook with ``log_steps``: each step is recorded as it ends."""
@@ -537,7 +544,10 @@ class StepTimer(compat.keras().callbacks.Callback):
         if self._foreign and self._not_mine():
             return
         if self._running:  # the ledger's validation executions (a clock read and an append)
-            self._ledger.test_batch(batch, self._clock())
+            now = self._clock()
+            self._ledger.test_batch(batch, now)
+            if now >= self._memory_due:
+                self._memory_due = self._ledger.memory_due(now)
 
     def on_test_end(self, logs: Mapping[str, Any] | None = None) -> None:
         if self._foreign and self._not_mine():
