@@ -88,7 +88,7 @@ def _device_reader() -> tuple[Reader, tuple[str, ...], str | None]:
     except Exception:  # noqa: BLE001 - a backend the toolkit does not measure
         return lambda: None, (), "this backend reports no device memory"
     if not found:
-        words = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}.get(name, name)
+        words = backend.REGISTRY[name].title if name in backend.REGISTRY else name
         return lambda: None, (), f"{words} reports no memory for a CPU device: host memory is all"
 
     def read() -> tuple[float, float] | None:

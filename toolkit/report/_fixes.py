@@ -414,7 +414,9 @@ def _searched_jit(backend: str) -> tuple[bool, ...]:
 
 
 def _backend_words(backend: str) -> str:
-    return {"jax": "JAX", "tensorflow": "TensorFlow", "torch": "PyTorch"}.get(backend, backend)
+    from toolkit import backend as backends
+
+    return backends.REGISTRY[backend].title if backend in backends.REGISTRY else backend
 
 
 def _xla(ledger: Ledger) -> Fix | None:
@@ -516,9 +518,7 @@ def _compile_rule(ledger: Ledger) -> tuple[str, tuple[tuple[str, Setting], ...]]
             "reads it; tracing is never cached)"
         ), (("cache", cache),)
     if not caches_this_step(ledger):
-        backend = {"tensorflow": "TensorFlow", "torch": "PyTorch"}.get(
-            ledger.backend, "this backend"
-        )
+        backend = _backend_words(ledger.backend) if ledger.backend else "this backend"
         return (
             f"{{cache}} would not shorten it: {backend}'s cache keeps only what {{jit}} "
             "compiles, and this run's step was not compiled so (tracing is never cached)"
