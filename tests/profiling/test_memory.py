@@ -126,7 +126,9 @@ print(json.dumps([g.to_dict() for g in p.report.ledger.memory.growth]))
 """
 
 
-@pytest.mark.parametrize("holder", ["callback dict", "generator"])
+@pytest.mark.parametrize(
+    "holder", ["callback dict", pytest.param("generator", marks=pytest.mark.every_backend)]
+)
 def test_a_leak_is_named_with_its_real_holder_size_and_fix(tmp_path, holder):
     """Who keeps what grows, as it is: a callback's ``dict(logs)`` is sized with the arrays
     in it (it read 0.00 MB beside the readings' +233 MB, in two entries), its fix does not
@@ -135,7 +137,10 @@ def test_a_leak_is_named_with_its_real_holder_size_and_fix(tmp_path, holder):
 
     The generator's leak is seen in the resident set alone (no census counts NumPy), so it
     runs in a fresh process, as a user's script does: in a test worker that earlier tests
-    left with freed memory, the allocator reuses it and the resident set need not rise."""
+    left with freed memory, the allocator reuses it and the resident set need not rise. On
+    every backend: JAX's and PyTorch's Keras closes the generator once ``fit`` returns, so
+    its holder is named as the fit ends (it was found on TensorFlow only, whose tf.data
+    keeps the generator longer)."""
     if holder == "generator":
         from tests.helpers import run_python
 

@@ -201,6 +201,15 @@ class MemorySampler:
         self._thread.join(timeout=5.0)
         self.read()
 
+    def rising(self) -> bool:
+        """Whether the readings after the first steps rise steadily (:func:`steady_rise`, a
+        few microseconds over a fit's readings): the cheap sign that growth may be found, so
+        its holder is looked for as the fit ends, while it is alive (Keras closes a
+        generator once ``fit`` returns on JAX and PyTorch, and the list its frame kept goes
+        with it: named after that, nothing held it any more)."""
+        points = [(r.step, r.host_mb) for r in self.snapshot() if r.step >= CENSUS_STEP]
+        return steady_rise(points) is not None
+
     def snapshot(self) -> list[Reading]:
         with self._lock:
             return sorted(self.readings)

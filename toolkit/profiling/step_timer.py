@@ -641,6 +641,12 @@ class StepTimer(compat.keras().callbacks.Callback):
             self.last_logs = {**self.last_logs, **model}
         self.fits.append(self.summary())
         self._fit_kept = True
+        sampler = self._ledger.sampler
+        if sampler is not None and sampler.rising():
+            # What holds the growth is named now, while it is alive; the ledger keeps the
+            # names (its census runs once a fit) for whoever reads it after fit returns.
+            with contextlib.suppress(Exception):  # a view: never fails the fit
+                self.ledger()
 
     def _per_step(self, read: int | None) -> int | None:
         """Examples per step in this fit, from `read` (examples in one of its Keras batches;
