@@ -267,7 +267,7 @@ def test_grown_needs_about_one_more_a_step_between_two_censuses():
     kept_b = b._replace(containers={"Keep.kept": Kept(43, "float32[8]", 32, held),
                                     "Keep.few": Kept(9, "int", 0, held_few)})  # fmt: skip
     growth, _, holder = grown([kept_a, kept_b])
-    assert holder is held and holder.kept is kept
+    assert holder is held and holder.container() is kept
     assert growth.held_by == "Keep.kept" and growth.mb == pytest.approx(40 * 32 / 2**20, abs=1e-6)
     assert growth.what == "40 float32[8] more after 40 steps"
 

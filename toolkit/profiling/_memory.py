@@ -462,12 +462,17 @@ def _ids_of_model(model: Any) -> set[int]:
 class Holder(NamedTuple):
     """Who keeps what grew: `words` as said (``KeepLogs.seen``, ``gen()'s local kept (a
     generator)``), the object holding it (`owner`: an instance, a module, or a running or
-    suspended frame) and the container it keeps (`kept`). A record, so a fix is chosen from
-    the objects, never from the words."""
+    suspended frame) and the container it keeps (`kept`), or the attribute it keeps it in
+    (`attr`: a census's, read when named, so no census keeps a list the owner let go). A
+    record, so a fix is chosen from the objects, never from the words."""
 
     words: str
     owner: Any
-    kept: Any
+    kept: Any = None
+    attr: str = ""
+
+    def container(self) -> Any:
+        return getattr(self.owner, self.attr, None) if self.attr else self.kept
 
 
 class Kept(NamedTuple):
@@ -537,7 +542,7 @@ def _containers(owners: Sequence[Any]) -> dict[str, Kept]:
                     last = next(reversed(value.values()))
                 words = f"{type(owner).__name__}.{attr}"
                 out[words] = Kept(
-                    len(value), _item_words(last), _nbytes(last), Holder(words, owner, value)
+                    len(value), _item_words(last), _nbytes(last), Holder(words, owner, attr=attr)
                 )
     return out
 
@@ -554,9 +559,10 @@ def census(model: Any, step: int, owners: Sequence[Any]) -> Census | None:
 def grown(censuses: Sequence[Census]) -> Grown:
     """What grew between a fit's two censuses, where it grew by about one a step between them
     and by 8 at least (a leak per batch; not a cache filling once, nor the few objects a fit
-    creates): a container of a callback or the model (named with its holder), else the array
-    group that grew most by bytes; and every array group that grew so, the largest first
-    (whose holder is looked for)."""
+    leaves to the garbage collector: a healthy TensorFlow fit left 7 scalars over 14 steps):
+    a container of a callback or the model (named with its holder), else the array group
+    that grew most by bytes; and every array group that grew so, the largest first (whose
+    holder is looked for)."""
     if len(censuses) < 2 or censuses[1].step - censuses[0].step < 8:
         return Grown()
     a, b = censuses[0], censuses[1]
@@ -777,7 +783,7 @@ def _fix_for(holder: Holder) -> str:
 
     if inspect.isframe(holder.owner):
         return f"{holder.words} grows each step: keep only what you need, or drop it"
-    kept = holder.kept
+    kept = holder.container()
     with contextlib.suppress(Exception):
         last = next(reversed(kept.values())) if isinstance(kept, dict) else kept[-1]
         values = list(last.values()) if isinstance(last, dict) else [last]
