@@ -66,3 +66,25 @@ def make_dataset():
         return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
 
     return make
+
+
+# The markers `make test` and `make test-next` run again in passes of their own. Those passes
+# collect only the test files whose text names the marker (the Makefile's MARKED), so a marker
+# set from anywhere else (a helper, a hook) would drop its tests from them without a word.
+PASS_MARKERS = ("every_backend", "legacy_keras", "next_keras")
+
+
+def pytest_collection_modifyitems(config, items):
+    texts: dict[str, str] = {}
+    for item in items:
+        for name in PASS_MARKERS:
+            if item.get_closest_marker(name) is None:
+                continue
+            path = str(item.path)
+            if path not in texts:
+                texts[path] = item.path.read_text(encoding="utf-8")
+            if name not in texts[path]:
+                raise pytest.UsageError(
+                    f"{item.nodeid}: marked {name} from outside its file; mark it in "
+                    f"{item.path.name} (the Makefile's marked passes collect by file text)"
+                )

@@ -247,6 +247,35 @@ def test_steady_rise_tells_a_leak_from_a_buffer_that_filled():
     assert steady_rise(leak[:4]) is None  # too few readings to say
 
 
+def test_find_growth_reads_a_validation_against_its_steps_level_not_one_reading():
+    """A healthy step's buffers swing resident memory by tens of MB; a validation ending
+    between its steps' trough and crest left nothing held. One that ends above the highest
+    its steps read, by the floor or more, did; the first one counts from its second batch."""
+    from toolkit.profiling._ledger import EpochSpan, Tile, ValidationSpan
+    from toolkit.profiling._memory import Reading, Span, _Where, find_growth
+
+    def read(at, mb):
+        return Reading(at, int(at), mb, mb, None, None)
+
+    swing = [read(1 + 0.1 * k, 1000 + (25 if k % 2 else -25)) for k in range(20)]  # the steps
+    epoch = EpochSpan(0, 0.5, 1.0, 3.0, 5.0)
+    tiles = [Tile(0.0, 1.0, "compile"), Tile(1.0, 3.0, "steps"), Tile(3.1, 4.0, "validation")]
+    where = _Where(tiles, [Span(0.0, 1.0, "compile")])
+    first = ValidationSpan(0, 3.1, 4.0, [(0, 3.1), (1, 3.3), (2, 3.6)])
+
+    def found(*validation):
+        return find_growth([*swing, *validation], where, [epoch], [first])
+
+    # its second batch began at a trough, its end 30 MB above it, within the steps' swing
+    assert found(read(3.2, 1060), read(3.3, 990), read(4.0, 1020)) == []
+    # it ended 40 MB over all of it: held
+    (g,) = found(read(3.2, 1010), read(3.3, 1020), read(4.0, 1065))
+    assert (g.part, g.memory, g.mb, g.epoch) == ("validation", "host", 40.0, 0)
+    # a first validation of one batch is all compile
+    one = ValidationSpan(0, 3.1, 4.0, [(0, 3.1)])
+    assert find_growth([*swing, read(4.0, 1200)], where, [epoch], [one]) == []
+
+
 def test_grown_needs_about_one_more_a_step_between_two_censuses():
     """One more a step is a leak per batch; one every other step is not counted as one."""
     from toolkit.profiling._memory import Census, Grown, Holder, Kept

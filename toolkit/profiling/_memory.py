@@ -356,45 +356,48 @@ def find_growth(
     readings: Sequence[Reading], where: _Where, epochs: Sequence[Any], validations: Sequence[Any]
 ) -> list[Growth]:
     """Growth inside each epoch's steps (a steady rise over its steps), and memory a
-    validation left held (its end against its begin; the first one's from its compile's
-    end), on the host and on the device."""
+    validation left held: its end above the highest its epoch's steps read (the first
+    validation's, up to its compile's end, too), on the host and on the device."""
     found: list[Growth] = []
+    steps_of: dict[int, list[Reading]] = {}
     for e in epochs:
         if e.first is None or e.steps_end is None:
             continue
         # The training loop: its steps, input and batch hooks (not a compile).
         inside = [r for r in readings if e.first <= r.at <= e.steps_end and where(r.at)[0] in
                   ("steps", "input", "callbacks")]  # fmt: skip
+        steps_of[e.epoch] = inside
         for memory, key in (("host", "host_mb"), ("device", "device_mb")):
             points = [(r.step, getattr(r, key)) for r in inside if getattr(r, key) is not None]
             rise = steady_rise(points)
             if rise is not None:
                 found.append(Growth("steps", memory, round(rise[0], 3), rise[1], e.epoch))
     times = [r.at for r in readings]
-    ends = {e.epoch: e.steps_end for e in epochs}
     for i, v in enumerate(validations):
         if v.end is None:
             continue
-        # From its epoch's last step (Keras builds the validation's data before its begin
-        # hook), against the reading at its end hook. The first validation builds its data
-        # and compiles its step up to its second batch (the ledger books that as compile):
-        # what those leave held is paid once, not grown (JAX's compiled evaluation of a tiny
-        # model kept 9.5-10 MiB, half the time, after a healthy first epoch), so it counts
-        # from there; a first validation of one batch is all compile.
-        start = ends.get(v.epoch)
-        start = start if start is not None and start <= v.begin else v.begin
-        if i == 0:
-            if len(v.begins) < 2:
-                continue
-            start = v.begins[1][1]
-        a = max(0, bisect.bisect_right(times, start) - 1)
+        # Held is against the level its epoch's steps reached, not one reading at its begin: a
+        # healthy step's buffers come and go, and resident memory swung by 50 MB between two
+        # readings of one ResNet's steps on JAX, where a begin read at a trough "grew" by 30.
+        # The first validation builds its data and compiles its step up to its second batch
+        # (the ledger books that as compile): what those leave held is paid once, not grown
+        # (JAX's compiled evaluation of a tiny model kept 9.5-10 MiB), so its level counts
+        # up to there; a first validation of one batch is all compile.
+        if i == 0 and len(v.begins) < 2:
+            continue
+        until = v.begins[1][1] if i == 0 else v.begin
+        level = [*steps_of.get(v.epoch, ()), *(r for r in readings if v.begin <= r.at <= until)]
+        if not level:  # nothing read before it: the reading as it began
+            level = readings[max(0, bisect.bisect_right(times, until) - 1) :][:1]
         b = bisect.bisect_left(times, v.end)
-        if b >= len(readings) or b <= a:
+        if b >= len(readings) or not level or readings[b].at <= until:
             continue
         for memory, key in (("host", "host_mb"), ("device", "device_mb")):
-            before, after = getattr(readings[a], key), getattr(readings[b], key)
-            if before is not None and after is not None and after - before >= GROWTH_FLOOR_MB:
-                found.append(Growth("validation", memory, round(after - before, 3), 0, v.epoch))
+            before = [getattr(r, key) for r in level if getattr(r, key) is not None]
+            after = getattr(readings[b], key)
+            if before and after is not None and after - max(before) >= GROWTH_FLOOR_MB:
+                mb = round(after - max(before), 3)
+                found.append(Growth("validation", memory, mb, 0, v.epoch))
     return found
 
 
