@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers import assert_mfu
+from tests.helpers import SMOKE_FLAGS, assert_mfu
 from tests.test_faults import RECIPE, _last, _run
 from toolkit import app, backend
 from toolkit.runner.config import ConfigError, TrainConfig
@@ -138,11 +138,15 @@ def _keras_loops_torch_steps() -> bool:
     ],
 )
 def test_every_backend_setting_that_cannot_work_is_one_line(tmp_path, args, status, words):
+    """What the settings alone refuse (the backend's ``check_config``) is said before
+    TensorFlow and Keras load; what a distribution refuses, as it starts."""
     out = _python("-m", "recipes.mlp", "--smoke", f"--report_dir={tmp_path}", *args, timeout=120)
     assert out.returncode == status, out.stderr[-2000:]
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and words in last and "Traceback" not in out.stderr
     assert not list(tmp_path.iterdir())
+    settings_alone = status == 2 or "data_parallel" not in " ".join(args)
+    assert ("loading TensorFlow" not in out.stderr) == settings_alone, out.stderr[-2000:]
 
 
 DEMO = """
@@ -338,7 +342,7 @@ def test_every_recipe_trains_without_tensorflow(
     cache = tmp_path_factory.getbasetemp() / f"no-tensorflow-cache-{name}"  # one matmul peak
     out = subprocess.run(
         [*no_tensorflow, f"recipes.{recipe}", f"--backend={name}", "--smoke",
-         f"--report_dir={tmp_path / 'runs'}"],
+         f"--report_dir={tmp_path / 'runs'}", *SMOKE_FLAGS.get(recipe, ())],
         capture_output=True, text=True, timeout=600,
         env={**ENV, "TOOLKIT_CACHE_DIR": str(cache)},
     )  # fmt: skip

@@ -267,18 +267,21 @@ def recipe_target(
 def run_recipe(build_task: Callable[..., Task]) -> None:
     """Runs a recipe whose flags are parsed: ``--autotune`` and ``--diagnose`` first when
     asked, then the run; prints the summary and the files written. The training settings and
-    where the reports go are checked first: a bad flag or a directory that cannot take the
-    reports is said before anything loads (in a third of a second, not after the seconds
-    TensorFlow takes to load)."""
+    where the reports go are checked first: a bad flag, a setting the backend cannot run or a
+    directory that cannot take the reports is said before anything loads (in a third of a
+    second, not after the seconds TensorFlow takes to load)."""
     from toolkit.runner.task import SetupError, check_report_dir
 
     try:
-        tk_flags.config_from_flags()  # the settings alone: no framework needed
+        config = tk_flags.config_from_flags()  # the settings alone: no framework needed
         check_report_dir(flags.FLAGS.report_dir)
         check_report_dir(flags.FLAGS.backup_dir, "--backup_dir", "or leave --backup_dir out")
+        chosen = backend.find()  # what this backend cannot run (the run checks it again)
+        if chosen is not None:
+            chosen.check_config(config)
     except ConfigError as e:
         fail(e, 2)
-    except SetupError as e:
+    except (SetupError, ValueError) as e:
         fail(e)
     _load_frameworks(build_task)
     from toolkit.runner.train import run

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers import assert_mfu, run_python
+from tests.helpers import SMOKE_FLAGS, assert_mfu, run_python
 from tests.test_faults import _last, _run
 from toolkit import app
 from toolkit.runner import flags as tk_flags
@@ -20,10 +20,6 @@ from toolkit.runner import flags as tk_flags
 RECIPES = app.recipe_names()  # found, not listed: a new recipe is tested as it lands
 # Flags a recipe's main reads that are no build_task parameter (BERT's inference table).
 MAIN_FLAGS = {"bert": ("mode", "inference_runs")}
-# Smoke runs at the smallest images the model takes, where its own (96×96) cost most: every
-# design field is the same at 32×32, and MobileNetV2's smoke run took 39 CPU-s on JAX at
-# 96×96 (700 ms a step), 27 at 32×32.
-SMOKE_FLAGS = {"mobilenet": ("--image_size=32",)}
 
 
 def _recipe(name, *args, timeout=300):
