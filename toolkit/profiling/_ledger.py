@@ -421,8 +421,10 @@ class FitLedger:
 
     def memory_due(self, at: float) -> float:
         """A memory reading at a batch begin at `at`, where a reading is due, and when the
-        next one is (never, without a sampler)."""
-        return self.sampler.due(at) if self.sampler is not None else math.inf
+        next one is (sooner while no epoch has ended; never, without a sampler)."""
+        if self.sampler is None:
+            return math.inf
+        return self.sampler.due(at, first_epoch=not self.epochs)
 
     def test_batch(self, batch: int, at: float) -> None:
         if self._test is not None:
