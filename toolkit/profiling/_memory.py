@@ -58,7 +58,7 @@ CENSUS_POLL_S = 0.005
 # compile, a long step, a callback), at its full pace again once it took a reading itself.
 BACKOFF = 4
 # In the first epoch a reading is due at batch begins this many times as often (5 ms for the
-# default 50): a first epoch of 64 fast steps ended in 0.3 s, with too few readings at 50 ms
+# default 50): a first epoch of 64 fast steps ended in 0.1 s, with too few readings at 50 ms
 # to tell a leak only they see (a buffer, not a list a census counts) from noise. A reading
 # from the fit's own thread costs about 3 µs: at most 0.06 % of a step of 5 ms or more.
 FIRST_EPOCH_DENSER = 10

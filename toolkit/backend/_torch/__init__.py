@@ -526,7 +526,7 @@ def keras_loops_steps() -> bool:
     Python loop of steps in one call) or refuses it (3.15). Found in its trainer's source,
     never assumed from the version: asking it would mean building a model, which moves
     Keras's layer-name counters under the user's own model. The file is read, not imported:
-    a recipe refuses the setting before Keras and TensorFlow load (0.3 s, not 8)."""
+    a recipe refuses the setting before Keras and TensorFlow load (0.17 s, not 8)."""
     import importlib.util
     import pathlib
 
