@@ -250,7 +250,7 @@ def test_steady_rise_tells_a_leak_from_a_buffer_that_filled():
 def test_a_leak_only_the_readings_see_is_found_in_a_first_epoch_shorter_than_their_pace():
     """Memory no census counts (a buffer growing by 1 MiB a step, not a list or a dict) is
     found from the readings alone, in a first epoch of 64 fast steps, far under a second:
-    there a reading is due at batch begins ten times as often as later (5 ms, not 50)."""
+    there its first 20 readings at batch begins come ten times as often (5 ms, not 50)."""
     from toolkit import StepTimer
 
     class GrowsABuffer(keras.callbacks.Callback):

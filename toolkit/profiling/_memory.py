@@ -57,11 +57,14 @@ CENSUS_POLL_S = 0.005
 # thread), the thread wakes this many times less often: it covers what has no batch begin (a
 # compile, a long step, a callback), at its full pace again once it took a reading itself.
 BACKOFF = 4
-# In the first epoch a reading is due at batch begins this many times as often (5 ms for the
-# default 50): a first epoch of 64 fast steps ended in 0.1 s, with too few readings at 50 ms
-# to tell a leak only they see (a buffer, not a list a census counts) from noise. A reading
-# from the fit's own thread costs about 3 µs: at most 0.06 % of a step of 5 ms or more.
+# The first epoch's first readings at batch begins come this many times as often (5 ms for
+# the default 50), :data:`FIRST_EPOCH_DENSE` of them: a first epoch of 64 fast steps ended in
+# 0.1 s, with too few readings at 50 ms to tell a leak only they see (a buffer, not a list a
+# census counts) from noise. Only so many: a reading inside a real fit cost 25.7 µs (4.3 µs
+# out of one, in cache), and reading every 5 ms through a whole first epoch took 0.5 % of a
+# fit of 0.44 ms steps (benchmarks/profiler_overhead.py); 20 of them cost about 0.5 ms a fit.
 FIRST_EPOCH_DENSER = 10
+FIRST_EPOCH_DENSE = 20
 
 
 def host_memory() -> tuple[float, float]:
@@ -126,6 +129,7 @@ class MemorySampler:
     ) -> None:
         self._clock, self._steps, self.every_s = clock, steps, every_s
         self.readings: list[Reading] = []
+        self._dense_left = FIRST_EPOCH_DENSE  # the first epoch's denser readings still due
         # Two counts of the live arrays in the first epoch: after its first steps (taken on
         # this thread), and at its steps' end (`census_now`, on the fit's).
         self.model, self.censuses = model, []  # type: list[Census]
@@ -145,12 +149,16 @@ class MemorySampler:
 
     def due(self, now: float, first_epoch: bool = False) -> float:
         """A reading at a batch begin at `now` (the fit's thread, whose hook found one due),
-        and when the next one is due (:data:`FIRST_EPOCH_DENSER` times sooner in the
-        `first_epoch`; never, once stopped: the fit's record is closed)."""
+        and when the next one is due (:data:`FIRST_EPOCH_DENSER` times sooner for the
+        `first_epoch`'s first :data:`FIRST_EPOCH_DENSE`; never, once stopped: the fit's record
+        is closed)."""
         if self._stop.is_set():
             return math.inf
         self.read()
-        return now + self.every_s / (FIRST_EPOCH_DENSER if first_epoch else 1)
+        if first_epoch and self._dense_left > 0:
+            self._dense_left -= 1
+            return now + self.every_s / FIRST_EPOCH_DENSER
+        return now + self.every_s
 
     def _next_at(self) -> float:
         return self._last_at + self.every_s * (1 if self._by_thread else BACKOFF)
