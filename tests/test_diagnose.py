@@ -643,13 +643,13 @@ def test_your_arrays_pydataset_and_generator_are_read_through_keras_s_adapter(ke
 
 @pytest.mark.every_backend
 def test_a_slow_pydataset_against_a_tiny_step_is_input_bound(keras):
-    """300 ms in each __getitem__ against a tiny step: the input phase times the PyDataset
+    """100 ms in each __getitem__ against a tiny step: the input phase times the PyDataset
     as fit reads it (not a copy of its batches), so the verdict is input-bound."""
     _, (x, y) = _your_pipeline(slow=False)
-    slow = _Batches.make(keras, x, y, count=8, size=32, sleep_s=0.3)
+    slow = _Batches.make(keras, x, y, count=8, size=32, sleep_s=0.1)
     diagnosis = dg.diagnose(_your_model(keras), slow, steps=4)
     assert diagnosis.verdict == dg.INPUT_BOUND, str(diagnosis)
-    assert diagnosis.input_rate < 1 / 0.3 * 1.01  # no faster than its sleeps allow
+    assert diagnosis.input_rate < 1 / 0.1 * 1.01  # no faster than its sleeps allow
 
 
 @pytest.mark.every_backend
