@@ -143,6 +143,21 @@ def test_smoke_shrinks_the_run():
     assert TrainConfig(epochs=50).effective().epochs == 50
 
 
+def test_effective_says_its_changes_unless_told_not_to(caplog):
+    """A check before the run (a recipe's backend check, before TensorFlow loads) reads the
+    config the run will have, and says nothing: the run says each change once."""
+    import logging
+
+    config = TrainConfig(steps_per_epoch=2, steps_per_execution=4, profile_steps=(30, 40),
+                         smoke=True)  # fmt: skip
+    with caplog.at_level(logging.WARNING):
+        quiet = config.effective(say=False)
+    assert not caplog.records, caplog.records
+    assert quiet == config.effective()
+    assert quiet.steps_per_execution == 2 and quiet.profile_steps is None
+    assert any("--steps_per_execution=4" in r.getMessage() for r in caplog.records)
+
+
 @pytest.mark.every_backend
 def test_fused_steps_train_exactly_like_separate_steps(keras):
     """K steps fused in one compiled call (a tf.while_loop; a jax.lax.scan) see the same

@@ -278,7 +278,7 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
         check_report_dir(flags.FLAGS.backup_dir, "--backup_dir", "or leave --backup_dir out")
         chosen = backend.find()  # what this backend cannot run (the run checks it again)
         if chosen is not None:
-            chosen.check_config(config)
+            chosen.check_config(config.effective(say=False))  # as the run will have it
     except ConfigError as e:
         fail(e, 2)
     except (SetupError, ValueError) as e:

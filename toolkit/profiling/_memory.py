@@ -401,10 +401,10 @@ def find_growth(
             continue
         until = v.begins[1][1] if i == 0 else v.begin
         level = [*steps_of.get(v.epoch, ()), *(r for r in readings if v.begin <= r.at <= until)]
-        if not level:  # nothing read before it: the reading as it began
+        if not level:  # no step read: the last reading before it (none: the first one)
             level = readings[max(0, bisect.bisect_right(times, until) - 1) :][:1]
-        b = bisect.bisect_left(times, v.end)
-        if b >= len(readings) or not level or readings[b].at <= until:
+        b = bisect.bisect_left(times, v.end)  # the reading at its end
+        if b >= len(readings) or not level:
             continue
         for memory, key in (("host", "host_mb"), ("device", "device_mb")):
             before = [getattr(r, key) for r in level if getattr(r, key) is not None]

@@ -640,12 +640,13 @@ class TrainConfig:
         quiet = {f.name: f.metadata["quiet"] for f in SETTINGS if "quiet" in f.metadata}
         return dataclasses.replace(self, **quiet, steps_per_epoch=steps, warmup_steps=warmup_steps)
 
-    def effective(self) -> TrainConfig:
+    def effective(self, say: bool = True) -> TrainConfig:
         """The config a run really uses: ``smoke`` shrinks it to a seconds-long run, and
-        ``steps_per_execution`` is at most an epoch's calls."""
-        return (self._smoked() if self.smoke else self)._within_epoch()
+        ``steps_per_execution`` is at most an epoch's calls; each change logged where `say`
+        (a check before the run, which logs them again, says nothing)."""
+        return (self._smoked(say) if self.smoke else self)._within_epoch(say)
 
-    def _within_epoch(self) -> TrainConfig:
+    def _within_epoch(self, say: bool = True) -> TrainConfig:
         """A call of more steps than an epoch holds would not end with the epoch: on a
         repeated dataset (``--train_steps``) Keras runs every step of the call, a million
         steps for ``--steps_per_execution=1000000``. So one call runs the whole epoch."""
@@ -655,7 +656,7 @@ class TrainConfig:
         if self.steps_per_execution <= calls:
             return self
         fused = f" ({calls} of --fused_steps={self.fused_steps})" if self.fused_steps > 1 else ""
-        logging.warning(
+        (logging.warning if say else logging.debug)(
             "--steps_per_execution=%d is more than an epoch's %d steps%s: "
             "--steps_per_execution=%d, one call per epoch",
             self.steps_per_execution,
@@ -665,14 +666,14 @@ class TrainConfig:
         )
         return dataclasses.replace(self, steps_per_execution=calls)
 
-    def _smoked(self) -> TrainConfig:
+    def _smoked(self, say: bool = True) -> TrainConfig:
         steps = min(self.steps_per_epoch or SMOKE_STEPS, SMOKE_STEPS)
         steps = whole_calls(steps, self.fused_steps)
         window = self.profile_steps
         if window is not None:  # kept where it fits the smoke run, never dropped silently
             start, stop = window
             if start >= steps:
-                logging.warning(
+                (logging.warning if say else logging.debug)(
                     "--smoke: --profile_steps=%d,%d starts after the smoke run's %d steps: "
                     "no trace (run without --smoke, or trace earlier steps)",
                     start,
@@ -681,7 +682,7 @@ class TrainConfig:
                 )
                 window = None
             elif stop > steps:
-                logging.warning(
+                (logging.warning if say else logging.debug)(
                     "--smoke: --profile_steps=%d,%d traced as %d,%d (a smoke run has %d steps)",
                     start,
                     stop,
