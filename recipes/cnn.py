@@ -1,6 +1,6 @@
 """A small CNN (two conv blocks, batch norm) on digits upscaled to 32×32, or any image dataset.
 
-The digits that ship with scikit-learn are resized from 8×8 to 32×32 (CIFAR-sized, grey) so a
+The digits that ship with the toolkit are resized from 8×8 to 32×32 (CIFAR-sized, grey) so a
 convolutional network has real spatial work to do; with the defaults it reaches >= 0.95
 validation accuracy on 2 CPU cores in well under a minute::
 

@@ -1,9 +1,9 @@
 """An LSTM reading images row by row: a sequence task on real, offline data.
 
 Each 8×8 digit becomes a sequence of 8 time steps of 8 pixels (the classic row-by-row MNIST
-LSTM, at the size scikit-learn ships); any image dataset works the same way (height = time
-steps, width × channels = features). FLOPs are counted on an unrolled copy of the model (TF's
-graph profiler sees a ``tf.while_loop`` body once)::
+LSTM, at the size of the digits the toolkit ships); any image dataset works the same way
+(height = time steps, width × channels = features). FLOPs are counted on an unrolled copy of
+the model (TF's graph profiler sees a ``tf.while_loop`` body once)::
 
     python -m recipes.lstm
     python -m recipes.lstm --units=256 --batch_size=256 --use_synthetic_data \\

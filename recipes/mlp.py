@@ -1,6 +1,6 @@
-"""MLP on scikit-learn's handwritten digits, with step-time profiling.
+"""MLP on the UCI handwritten digits, with step-time profiling.
 
-Trains a two-hidden-layer perceptron on the 8×8 digits that ship with scikit-learn (real data,
+Trains a two-hidden-layer perceptron on the 8×8 digits that ship with the toolkit (real data,
 offline), prints the step-time summary, and writes the report to ``runs/<timestamp>/``
 (report.json, report.md, steps.png). The defaults reach >= 0.95 validation accuracy
 (``make demo``)::

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from toolkit.data import catalog, write_tfrecords
+from toolkit.data import catalog, sources, write_tfrecords
 
 IMAGE = catalog.ImageSpec(12, 12, 3, num_classes=10)
 TOKENS = catalog.TokenSpec(seq_len=40, vocab_size=100, num_classes=2)
@@ -137,3 +137,27 @@ def test_tfrecords_of_the_spec_and_a_shape_mismatch(tmp_path):
 def test_a_bad_validation_fraction_names_the_flag():
     with pytest.raises(ValueError, match="--validation_fraction"):
         catalog.load("digits", IMAGE, validation_fraction=1.5)
+
+
+def test_digits_are_the_packaged_1797_split_by_class_the_same_way_for_a_seed():
+    (x_tr, y_tr), (x_va, y_va) = sources.digits(0.2, seed=3)
+    assert (len(x_tr), len(x_va)) == (1437, 360)  # ceil(0.2 × 1797) held out
+    assert x_tr.dtype == np.float32 and y_tr.dtype == np.int32 and x_tr.shape[1] == 64
+    assert x_tr.min() >= 0.0 and x_tr.max() == 1.0
+    # each class keeps its share on both sides, within the one example rounding gives
+    whole = np.bincount(np.concatenate([y_tr, y_va]), minlength=10)
+    assert np.abs(np.bincount(y_va, minlength=10) - whole * 360 / 1797).max() < 1
+    assert np.any(np.diff(y_va) != 0) and np.any(np.diff(y_tr) < 0)  # shuffled, not by class
+    (again, _), _ = sources.digits(0.2, seed=3)
+    (other, _), _ = sources.digits(0.2, seed=4)
+    assert np.array_equal(again, x_tr) and not np.array_equal(other, x_tr)
+
+
+def test_stratified_split_covers_every_index_once_and_refuses_an_empty_side():
+    labels = np.array([0] * 7 + [1] * 3 + [2] * 1)
+    train, val = sources._stratified_split(labels, 0.3, seed=0)
+    assert sorted(np.concatenate([train, val]).tolist()) == list(range(11))
+    # 4 held out: 2.55, 1.09 and 0.36 by share, the fourth to the largest remainder
+    assert len(val) == 4 and np.bincount(labels[val], minlength=3).tolist() == [3, 1, 0]
+    with pytest.raises(ValueError, match="leaves an empty side"):
+        sources._stratified_split(labels, 0.999)

@@ -6,7 +6,7 @@ A recipe says what its model takes, an :class:`ImageSpec` (height, width, channe
 whose examples have exactly that shape, whatever the source:
 
 * ``synthetic``: one random example of the spec, repeated (no file, no input cost).
-* ``digits``: scikit-learn's 8×8 handwritten digits (real, offline). Images are resized to the
+* ``digits``: the UCI 8×8 handwritten digits, packaged (real, offline). Images are resized to the
   spec and grey is repeated over the channels; as tokens, each pixel's intensity (0-16) is a
   token after a ``[CLS]`` token.
 * ``tfds:NAME``: a TensorFlow Datasets dataset (``--data_dir`` for where it lives), its
@@ -218,7 +218,7 @@ def _digit_images(spec: ImageSpec, validation_fraction: float, seed: int) -> Dat
         make(x_tr, y_tr),
         make(x_va, y_va),
         10,
-        f"digits (scikit-learn, {len(x_tr)} train / {len(x_va)} validation), "
+        f"digits (UCI, {len(x_tr)} train / {len(x_va)} validation), "
         f"8×8 grey to {spec.height}×{spec.width}×{spec.channels}",
         cache=_fits(len(x_tr), spec),
         examples=arrays,

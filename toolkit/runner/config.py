@@ -520,8 +520,8 @@ class TrainConfig:
                 f"--train_steps={self.steps_per_epoch} must be a multiple of "
                 f"--fused_steps={self.fused_steps}"
             )
-        # NumPy's and scikit-learn's generators take 0 ..  2**32 - 1; their own words for a
-        # seed out of range name no flag.
+        # NumPy's seeded generator (keras.utils.set_random_seed) takes 0 ..  2**32 - 1; its
+        # own words for a seed out of range name no flag.
         check_number(flag_name("seed"), self.seed, integer=True, least=0, most=2**32 - 1)
         for name in ("warmup_steps", "task_index"):
             value = getattr(self, name)
