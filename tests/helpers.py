@@ -7,6 +7,7 @@ import functools
 import gzip
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -52,12 +53,39 @@ def signals_at(argv: list[str], default: tuple[str, ...] = SENT_SIGNALS) -> list
     return [sys.executable, "-c", code, ",".join(plain) or "SIGTERM", *argv]
 
 
+def run_child(
+    args: list[str], timeout: float, env: dict[str, str] | None = None, **kwargs: Any
+) -> subprocess.CompletedProcess:
+    """``subprocess.run(args, capture_output=True, text=True)``, except for a child still
+    running at `timeout`: its Python threads' stacks are asked for (SIGABRT, which
+    ``PYTHONFAULTHANDLER`` turns into a dump of every thread on its stderr) and the test fails
+    with them, so a hang says where it hung. (A clean clone's suite once saw ``doctor`` hang
+    after its last line, once in about 40 tries; the timeout said nothing more.)"""
+    env = {**(os.environ if env is None else env), "PYTHONFAULTHANDLER": "1"}
+    with subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kwargs
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            try:
+                out, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:  # not even a dump: the interpreter is stuck
+                proc.kill()
+                out, err = proc.communicate()
+            pytest.fail(
+                f"{' '.join(map(str, args))[:300]} still ran after {timeout} s; its stderr "
+                f"with its threads' stacks:\n{(err or '')[-8000:]}",
+                pytrace=False,
+            )
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
 def run_python(code: str, timeout: int = 120) -> subprocess.CompletedProcess:
     """Runs `code` in a new interpreter (a fresh TensorFlow runtime) and captures its output
     (its signals at their defaults: some of these children signal themselves)."""
-    return subprocess.run(
-        signals_at([sys.executable, "-c", code]), capture_output=True, text=True, timeout=timeout
-    )
+    return run_child(signals_at([sys.executable, "-c", code]), timeout)
 
 
 @functools.cache

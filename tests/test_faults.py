@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import assert_mfu, read_until, run_python, signals_at
+from tests.helpers import assert_mfu, read_until, run_child, run_python, signals_at
 from toolkit import app
 from toolkit.data import check_tfrecords, write_tfrecords
 
@@ -29,10 +29,8 @@ CNN = [sys.executable, "-m", "recipes.cnn"]
 
 def _run(args, timeout=300, **kwargs):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **kwargs.pop("env", {})}
-    return subprocess.run(
-        args if args[:1] == [sys.executable] else [*RECIPE, *args],
-        capture_output=True, text=True, timeout=timeout, env=env, **kwargs,
-    )  # fmt: skip
+    command = args if args[:1] == [sys.executable] else [*RECIPE, *args]
+    return run_child(command, timeout, env, **kwargs)
 
 
 def _report(report_dir):

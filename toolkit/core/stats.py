@@ -16,7 +16,9 @@ Everything is tested with injected durations; nothing here reads a clock.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -37,6 +39,7 @@ DEFAULT_WARMUP_STEPS = 5
 
 # What a recorded execution counts as.
 FIRST, WARMUP, EXCLUDED, TIMED = "first", "warmup", "excluded", "timed"
+_SECONDS, _STEPS = operator.itemgetter(0), operator.itemgetter(1)  # of an execution record
 
 
 def whole_calls(steps: int, per_call: int) -> int:
@@ -106,7 +109,7 @@ def jitter(values: Sequence[float]) -> float:
     if not values:
         raise ValueError("jitter of an empty sequence")
     m = median(values)
-    return MAD_TO_SIGMA * median([abs(v - m) for v in values])
+    return MAD_TO_SIGMA * median(list(map(abs, map(operator.sub, values, itertools.repeat(m)))))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,12 +342,14 @@ def summarize(
         raise ValueError(
             f"durations and steps must have the same length, got {len(durations)} and {len(steps)}"
         )
-    for d in durations:
-        if not math.isfinite(d) or d < 0:
-            raise ValueError(f"durations must be finite and >= 0, got {d!r}")
-    for n in steps:
-        if n < 1:
-            raise ValueError(f"steps per execution must be >= 1, got {n!r}")
+    # Checked in C-level passes (`all`, `map`, `min`): StepTimer summarizes every fit's
+    # executions with this, thousands of them, as the fit ends.
+    if not all(map(math.isfinite, durations)) or min(durations, default=0.0) < 0:
+        bad = next(d for d in durations if not math.isfinite(d) or d < 0)
+        raise ValueError(f"durations must be finite and >= 0, got {bad!r}")
+    if min(steps, default=1) < 1:
+        bad = next(n for n in steps if n < 1)
+        raise ValueError(f"steps per execution must be >= 1, got {bad!r}")
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
 
@@ -362,7 +367,7 @@ def summarize(
     if not durations:
         return StepStats(0, 0, 0.0, None, None, None, None, None, None, None, **common)
 
-    per_step = sorted(d / n for d, n in zip(durations, steps, strict=True))
+    per_step = sorted(map(operator.truediv, durations, steps))  # lengths checked above
     mean = total / timed_steps
     return StepStats(
         timed_steps=timed_steps,
@@ -390,8 +395,8 @@ def summarize_calls(calls: Sequence[Sequence[Any]], batch_size: int | None = Non
     timed = [c for c in calls if c[3] == TIMED]
     first = next((c for c in calls if c[3] == FIRST), None)
     return summarize(
-        [c[0] for c in timed],
-        [c[1] for c in timed],
+        list(map(_SECONDS, timed)),
+        list(map(_STEPS, timed)),
         batch_size=batch_size,
         first_step_s=first[0] if first else None,
         first_step_steps=first[1] if first else 0,
@@ -408,18 +413,19 @@ def epoch_figures(
     its recorded executions ``(seconds, steps, epoch, kind)``: the figures of
     :func:`summarize_calls` that StepTimer hands to Keras's logs and TensorBoard at each epoch's
     end, computed in one pass (empty before any timed step)."""
-    durations = [(c[0], c[1]) for c in calls if c[3] == TIMED and c[1] > 0]
-    if not durations:
+    timed = [c for c in calls if c[3] == TIMED and c[1] > 0]
+    if not timed:
         return {}
-    per_step = sorted(d / n for d, n in durations)
+    durations, steps = list(map(_SECONDS, timed)), list(map(_STEPS, timed))
+    per_step = sorted(map(operator.truediv, durations, steps))
     out = {
         "step_ms_p50": percentile(per_step, 50) * 1e3,
         "step_ms_p90": percentile(per_step, 90) * 1e3,
     }
-    seconds = sum(d for d, _ in durations)
-    out["step_ms_mean"] = seconds / sum(n for _, n in durations) * 1e3  # MFU's, as examples/s
+    seconds, count = sum(durations), sum(steps)
+    out["step_ms_mean"] = seconds / count * 1e3  # MFU's, as examples/s
     if batch_size and seconds > 0:
-        out["examples_per_sec"] = batch_size * sum(n for _, n in durations) / seconds
+        out["examples_per_sec"] = batch_size * count / seconds
     return out
 
 
