@@ -10,20 +10,11 @@ from absl import logging
 
 from toolkit import backend
 from toolkit.core import compat
+from toolkit.core._host_memory import resident_mb
 
 __all__ = [
     "MemoryWatch",
 ]
-
-
-MB = 1024.0 * 1024.0
-
-
-def host_rss_mb() -> float:
-    """Resident set size of this process, in MiB."""
-    import psutil
-
-    return psutil.Process().memory_info().rss / MB
 
 
 def steady_growth(values: Sequence[float], min_points: int, threshold: float) -> float | None:
@@ -52,7 +43,8 @@ class MemoryWatch(compat.keras().callbacks.Callback):
     Args:
         growth_warn_mb: total growth over the window that triggers the warning. Defaults to `64`.
         min_epochs: readings in the window; at least 2. Defaults to `3`.
-        rss_fn: returns host RSS in MiB. Defaults to reading this process with psutil.
+        rss_fn: returns host RSS in MiB. Defaults to the reading StepTimer's memory takes
+            (``toolkit.core._host_memory``).
         device_fn: returns ``{device: {"current_mb", "peak_mb"}}``. Defaults to
             the backend's ``device_memory`` (peaks reset per epoch).
 
@@ -79,7 +71,7 @@ class MemoryWatch(compat.keras().callbacks.Callback):
             raise ValueError(f"growth_warn_mb must be >= 0, got {growth_warn_mb}")
         self.growth_warn_mb = growth_warn_mb
         self.min_epochs = min_epochs
-        self._rss_fn = rss_fn or host_rss_mb
+        self._rss_fn = rss_fn or resident_mb
         self._device_fn = device_fn or _device_memory_reset
         self._supports_tf_logs = True
         self.readings: list[dict[str, Any]] = []
