@@ -218,23 +218,23 @@ def test_parse_limit_reads_binary_units_as_the_toolkit_prints_them():
 
 def test_peak_of_a_process_killed_by_sigkill_is_out_of_memory_at_its_batch():
     killed = ChildResult(error="killed by SIGKILL", interrupted=True, signal="SIGKILL")
-    peak = mf.Peak.of(512, killed)
+    peak = mf.MemoryPeak.of(512, killed)
     assert peak.out_of_memory and not peak.ok
     assert peak.words().startswith("out of memory at batch 512 (killed by SIGKILL")
     said = "ResourceExhaustedError: OOM when allocating tensor with shape[512,512,1024]"
-    assert mf.Peak.of(512, ChildResult(error=said)).out_of_memory
-    crashed = mf.Peak.of(8, ChildResult(error="crashed (SIGSEGV)", signal="SIGSEGV"))
+    assert mf.MemoryPeak.of(512, ChildResult(error=said)).out_of_memory
+    crashed = mf.MemoryPeak.of(8, ChildResult(error="crashed (SIGSEGV)", signal="SIGSEGV"))
     assert not crashed.out_of_memory and crashed.words().startswith("batch 8 failed")
-    answered = mf.Peak(64, 812.5, "GPU:0", 81559.0)
-    assert mf.Peak.of(64, ChildResult(answered.to_dict())) == answered
+    answered = mf.MemoryPeak(64, 812.5, "GPU:0", 81559.0)
+    assert mf.MemoryPeak.of(64, ChildResult(answered.to_dict())) == answered
 
 
 def test_batch_fit_screen_fits_80_columns_and_its_record_reads_as_json():
     from toolkit.core import terminal
 
     line = mf.PeakLine.through([(32, 900.0), (64, 964.0), (128, 1092.0)])
-    points = (mf.Peak(32, 900.0), mf.Peak(64, 964.0), mf.Peak(128, 1092.0))
-    check = mf.Peak(1456, 3790.0)
+    points = (mf.MemoryPeak(32, 900.0), mf.MemoryPeak(64, 964.0), mf.MemoryPeak(128, 1092.0))
+    check = mf.MemoryPeak(1456, 3790.0)
     found = mf.BatchFit("recipe cnn", "tensorflow", mf.HOST, 4, points, line, 3750.0, "given",
                         1456, line.at(1456), check)  # fmt: skip
     assert found.ratio == pytest.approx(3748.0 / 3790.0) and found.under_limit is False
@@ -254,12 +254,15 @@ def test_a_limit_above_this_host_s_ram_is_said_on_the_limit_line():
     import psutil
 
     total = psutil.virtual_memory().total / 2**20
-    points = (mf.Peak(32, 900.0), mf.Peak(64, 964.0))
+    points = (mf.MemoryPeak(32, 900.0), mf.MemoryPeak(64, 964.0))
     limit, said = mf._limit(total * 40, points)
     assert limit == total * 40
     assert said.startswith("given; more than this host's ") and "of RAM" in said
     assert mf._limit(512.0, points) == (512.0, "given")
-    on_gpu = (mf.Peak(32, 900.0, "GPU:0", 81559.0), mf.Peak(64, 964.0, "GPU:0", 81559.0))
+    on_gpu = (
+        mf.MemoryPeak(32, 900.0, "GPU:0", 81559.0),
+        mf.MemoryPeak(64, 964.0, "GPU:0", 81559.0),
+    )
     assert mf._limit(total * 40, on_gpu) == (total * 40, "given")  # the device's, not the host's
 
 
@@ -276,9 +279,9 @@ def test_memory_verb_refuses_a_report_dir_that_is_a_file_before_measuring(tmp_pa
 def test_an_answer_over_the_limit_steps_down_to_the_largest_batch_measured_under_it():
     """The refits ran out with the last check 66 MB over the limit (a loaded machine): the
     answer is the largest batch a fresh process measured under it, never the one over."""
-    points = (mf.Peak(256, 1208.0), mf.Peak(512, 1546.0), mf.Peak(734, 1690.0))
+    points = (mf.MemoryPeak(256, 1208.0), mf.MemoryPeak(512, 1546.0), mf.MemoryPeak(734, 1690.0))
     line = mf.PeakLine.through([(p.batch_size, p.peak_mb) for p in points])
-    over = mf.Peak(853, 1909.0)
+    over = mf.MemoryPeak(853, 1909.0)
     found = mf.BatchFit("m", "tensorflow", mf.HOST, 1, points, line, 1843.2, "given", 853,
                         line.at(853), over)  # fmt: skip
     assert found.under_limit is False
@@ -286,7 +289,10 @@ def test_an_answer_over_the_limit_steps_down_to_the_largest_batch_measured_under
     assert got.batch_size == 734 and got.check == points[2] and got.under_limit is True
     assert over in got.points and points[2] not in got.points  # shown, the answer checked
     assert "the prediction 853 ran over the limit when run" in got.why
-    assert mf._under(dataclasses.replace(found, points=(mf.Peak(256, 1900.0),))).batch_size == 853
+    assert (
+        mf._under(dataclasses.replace(found, points=(mf.MemoryPeak(256, 1900.0),))).batch_size
+        == 853
+    )
 
 
 def test_a_batch_larger_than_a_recipe_s_data_is_measured_on_synthetic_batches():
@@ -303,8 +309,8 @@ def test_a_batch_larger_than_a_recipe_s_data_is_measured_on_synthetic_batches():
     config = TrainConfig(batch_size=2048).validate()
     got = peak_at(task, data, config, steps=1)
     assert got.ok and got.synthetic and got.peak_mb > 0, got
-    assert mf.Peak.from_dict(json.loads(json.dumps(got.to_dict()))) == got
-    points = (mf.Peak(32, 900.0), dataclasses.replace(got, peak_mb=1100.0))
+    assert mf.MemoryPeak.from_dict(json.loads(json.dumps(got.to_dict()))) == got
+    points = (mf.MemoryPeak(32, 900.0), dataclasses.replace(got, peak_mb=1100.0))
     line = mf.PeakLine.through([(32, 900.0), (2048, 1100.0)])
     found = mf.BatchFit("recipe mlp", "tensorflow", mf.HOST, 1, points, line, None, "", None,
                         None, None)  # fmt: skip
@@ -316,11 +322,11 @@ def test_a_batch_larger_than_a_recipe_s_data_is_measured_on_synthetic_batches():
 
 def test_fits_measures_further_where_the_default_sizes_peak_within_the_noise():
     flat = mf.PeakLine.through([(32, 900.0), (64, 901.0), (128, 902.0)])
-    points = (mf.Peak(32, 900.0), mf.Peak(64, 901.0), mf.Peak(128, 902.0))
+    points = (mf.MemoryPeak(32, 900.0), mf.MemoryPeak(64, 901.0), mf.MemoryPeak(128, 902.0))
     found = mf.BatchFit("m", "tensorflow", mf.HOST, 1, points, flat, 2000.0, "given", None,
                         None, None)  # fmt: skip
     assert not flat.grows and mf._flat(found)
-    oom = dataclasses.replace(found, points=(*points, mf.Peak(256, out_of_memory=True)))
+    oom = dataclasses.replace(found, points=(*points, mf.MemoryPeak(256, out_of_memory=True)))
     assert not mf._flat(oom)  # larger would run out too: nothing further to measure
     grows = mf.PeakLine.through([(32, 900.0), (64, 964.0), (128, 1092.0)])
     assert not mf._flat(dataclasses.replace(found, line=grows))

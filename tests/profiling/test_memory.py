@@ -276,7 +276,7 @@ def test_find_growth_reads_a_validation_against_its_steps_level_not_one_reading(
     between its steps' trough and crest left nothing held. One that ends above the highest
     its steps read, by the floor or more, did; the first one counts from its second batch."""
     from toolkit.profiling._ledger import EpochSpan, Tile, ValidationSpan
-    from toolkit.profiling._memory import Reading, Span, _Where, find_growth
+    from toolkit.profiling._memory import Overlay, Reading, _Where, find_growth
 
     def read(at, mb):
         return Reading(at, int(at), mb, mb, None, None)
@@ -284,7 +284,7 @@ def test_find_growth_reads_a_validation_against_its_steps_level_not_one_reading(
     swing = [read(1 + 0.1 * k, 1000 + (25 if k % 2 else -25)) for k in range(20)]  # the steps
     epoch = EpochSpan(0, 0.5, 1.0, 3.0, 5.0)
     tiles = [Tile(0.0, 1.0, "compile"), Tile(1.0, 3.0, "steps"), Tile(3.1, 4.0, "validation")]
-    where = _Where(tiles, [Span(0.0, 1.0, "compile")])
+    where = _Where(tiles, [Overlay(0.0, 1.0, "compile")])
     first = ValidationSpan(0, 3.1, 4.0, [(0, 3.1), (1, 3.3), (2, 3.6)])
 
     def found(*validation):

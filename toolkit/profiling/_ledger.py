@@ -531,15 +531,15 @@ class FitLedger:
         its callback's."""
         if self.sampler is None:
             return None
-        over = [_memory.Span(t0, t0 + dt, name) for t0, dt, name in self.callbacks.records]
+        over = [_memory.Overlay(t0, t0 + dt, name) for t0, dt, name in self.callbacks.records]
         first = next((e.first for e in fit.epochs if e.first is not None), None)
         if first is not None and calls:
-            over.append(_memory.Span(first, first + calls[0][0], "compile"))
+            over.append(_memory.Overlay(first, first + calls[0][0], "compile"))
         if fit.validations and fit.validations[0].begins:
             v = fit.validations[0]
             end = v.begins[1][1] if len(v.begins) > 1 else v.end
             if end is not None:
-                over.append(_memory.Span(v.begins[0][1], end, "compile"))
+                over.append(_memory.Overlay(v.begins[0][1], end, "compile"))
         recompiles = sum(1 for c in found.compiles if not c.first)
 
         def name(growth: list[Growth], grown: _memory.Grown) -> list[Growth]:

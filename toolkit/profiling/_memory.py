@@ -232,7 +232,10 @@ class MemorySampler:
 # ---------------------------------------------------------------------------- the ledger's view
 
 
-class Span(NamedTuple):
+class Overlay(NamedTuple):
+    """A stretch laid over the ledger's tiles, whose readings are its own: a callback's hook
+    (`name`, the callback's class) or a function's first execution (``"compile"``)."""
+
     start: float
     end: float
     name: str
@@ -242,7 +245,7 @@ class _Where:
     """Which part of the fit a time is in: the ledger's tiles, with the first execution of
     each function read as its compile and the callbacks' hooks as theirs."""
 
-    def __init__(self, tiles: Sequence[Any], over: Sequence[Span]) -> None:
+    def __init__(self, tiles: Sequence[Any], over: Sequence[Overlay]) -> None:
         self.tiles = sorted(tiles, key=lambda t: t.start)
         self._starts = [t.start for t in self.tiles]
         self.over = sorted(over)
@@ -832,7 +835,7 @@ def run_memory(
     sampler: MemorySampler,
     start: float,
     tiles: Sequence[Any],
-    over: Sequence[Span],
+    over: Sequence[Overlay],
     epochs: Sequence[Any],
     validations: Sequence[Any],
     name: Callable[[list[Growth], Grown], list[Growth]],

@@ -56,7 +56,7 @@ class ChildSpec:
       (``toolkit.anatomy``: ``Anatomy.to_dict()``);
     * ``devices``: the device kinds `backend` sees (no target);
     * ``peak``: the peak memory of `steps` steps of `target` at its config's batch size
-      (``workload.peak_at``: ``memory_fit.Peak.to_dict()``), for ``toolkit.fits``.
+      (``workload.peak_at``: ``memory_fit.MemoryPeak.to_dict()``), for ``toolkit.fits``.
 
     The target (``standings.Target``) carries the run's ``TrainConfig`` as its dict and a
     recipe's arguments: the child builds its config and task from them, without absl."""

@@ -76,7 +76,7 @@ def _per_example(value: float) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Peak:
+class MemoryPeak:
     """One fresh process's peak memory over a short fit at `batch_size`: `peak_mb` (None:
     none measured) of `memory` (:data:`HOST`: the process's peak resident memory; else the
     device, ``GPU:0``, its allocator's peak), the device's memory where the backend says it
@@ -105,7 +105,7 @@ class Peak:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Any) -> Peak:
+    def from_dict(cls, d: Any) -> MemoryPeak:
         """Raises KeyError, TypeError, ValueError (a malformed answer)."""
         peak, limit = d.get("peak_mb"), d.get("limit_mb")
         return cls(
@@ -115,7 +115,7 @@ class Peak:
         )  # fmt: skip
 
     @classmethod
-    def of(cls, batch_size: int, got: Any) -> Peak:
+    def of(cls, batch_size: int, got: Any) -> MemoryPeak:
         """The peak a fresh process answered (a ``_processes.ChildResult``): its answer; a
         process SIGKILL ended (what the kernel's out-of-memory killer sends) or that answered
         an out-of-memory error, as out of memory at `batch_size`; else its failure."""
@@ -216,13 +216,13 @@ class BatchFit:
     backend: str
     memory: str
     steps: int
-    points: tuple[Peak, ...]
+    points: tuple[MemoryPeak, ...]
     line: PeakLine | None
     limit_mb: float | None
     limit_from: str
     batch_size: int | None
     predicted_mb: float | None
-    check: Peak | None
+    check: MemoryPeak | None
     why: str = ""
 
     @property
@@ -465,7 +465,7 @@ def measure_peak(
     steps: int = STEPS,
     progress: Callable[[str], Any] | None = None,
     timeout_s: float = CHILD_TIMEOUT_S,
-) -> Peak:
+) -> MemoryPeak:
     """One batch size's peak, measured in a fresh process: "will batch 256 fit?" asked
     without risking your process. `model`, `data` and the rest as :func:`fits` takes them.
 
@@ -498,20 +498,20 @@ class _Runs:
         self.say = progress or progress_mod.say
         self.backend = backend.name()
 
-    def peak(self, batch: int, what: str = "measuring") -> Peak:
-        """One fresh process's :class:`Peak` at `batch`."""
+    def peak(self, batch: int, what: str = "measuring") -> MemoryPeak:
+        """One fresh process's :class:`MemoryPeak` at `batch`."""
         from toolkit.search._processes import ChildSpec, run_child
 
         on = dataclasses.replace(self.target, config={**self.target.config, "batch_size": batch})
         device = str(on.config.get("device") or "auto")
         self.say(f"memory: batch {batch:,}, {what} (a fresh process, {_steps(self.steps)})")
         spec = ChildSpec("peak", self.backend, device, on, steps=self.steps)
-        got = Peak.of(batch, run_child(spec, self.env, self.timeout_s))
+        got = MemoryPeak.of(batch, run_child(spec, self.env, self.timeout_s))
         failed = "out of memory" if got.out_of_memory else "failed"
         self.say(f"memory: batch {batch:,}: {format_mb(got.peak_mb) if got.ok else failed}")
         return got
 
-    def measure(self, sizes: Sequence[int]) -> tuple[Peak, ...]:
+    def measure(self, sizes: Sequence[int]) -> tuple[MemoryPeak, ...]:
         """Each of `sizes`, smallest first, until one runs out of memory (a larger one
         would too). A run that fails otherwise ends the search: the target is broken.
 
@@ -520,7 +520,7 @@ class _Runs:
         """
         from toolkit.runner.task import SetupError
 
-        points: list[Peak] = []
+        points: list[MemoryPeak] = []
         for size in sizes:
             points.append(self.peak(size))
             if points[-1].out_of_memory:
@@ -542,7 +542,7 @@ def _shipped_hint(target: Any) -> str:
 
 
 def _predicted(
-    words: str, runs: _Runs, points: tuple[Peak, ...], limit_mb: float | None, limit_from: str
+    words: str, runs: _Runs, points: tuple[MemoryPeak, ...], limit_mb: float | None, limit_from: str
 ) -> BatchFit:
     """The line through the measured `points` and the largest batch under `limit_mb` on it,
     below any batch that ran out of memory; unchecked.
@@ -624,7 +624,7 @@ def _under(found: BatchFit) -> BatchFit:
                                why="; ".join(w for w in (found.why, said) if w))  # fmt: skip
 
 
-def _limit(given: float | None, points: Sequence[Peak]) -> tuple[float | None, str]:
+def _limit(given: float | None, points: Sequence[MemoryPeak]) -> tuple[float | None, str]:
     """``(the limit in MiB, where it came from)``: the one given; the device's memory as its
     backend says it; on a CPU, the RAM this host has available now (psutil)."""
     if given is not None:

@@ -274,10 +274,10 @@ def peak_at(target: Any, data: Any, config: TrainConfig, steps: int) -> Any:
     first call's compile are peaks no batch size changes). An allocation that fails is
     answered as out of memory at this batch, not raised: ``toolkit.fits`` says it in one
     line. A fresh process's ``peak`` job (``toolkit._child``); returns a
-    ``memory_fit.Peak``."""
+    ``memory_fit.MemoryPeak``."""
     from toolkit.runner._data import TooFewExamples
     from toolkit.search._model_fit import at_batch, out_of_memory, peak_from_second_call
-    from toolkit.search.memory_fit import Peak
+    from toolkit.search.memory_fit import MemoryPeak
 
     batch = config.batch_size
     try:
@@ -295,22 +295,22 @@ def peak_at(target: Any, data: Any, config: TrainConfig, steps: int) -> Any:
         if not out_of_memory(e):
             raise
         said = (str(e).strip().splitlines() or [""])[0][:200]
-        return Peak(batch, error=f"{type(e).__name__}: {said}", out_of_memory=True)
+        return MemoryPeak(batch, error=f"{type(e).__name__}: {said}", out_of_memory=True)
 
 
 def _peak_reading(device: Any, batch: int) -> Any:
     """The peak of the run just ended at `batch`: the device's (``GPU:0``, its memory as the
     backend says it beside it) where it trained on one that reports memory; else the host's."""
     from toolkit.search._model_fit import host_peak_mb
-    from toolkit.search.memory_fit import HOST, Peak
+    from toolkit.search.memory_fit import HOST, MemoryPeak
 
     if device.kind != "cpu":
         seen = backend.get().device_memory()
         name = next((k for k in seen if k.endswith(f":{device.index}")), next(iter(seen), None))
         if name is not None:
             limit = backend.get().device_memory_limit().get(name)
-            return Peak(batch, seen[name]["peak_mb"], name, limit)
-    return Peak(batch, host_peak_mb(), HOST)
+            return MemoryPeak(batch, seen[name]["peak_mb"], name, limit)
+    return MemoryPeak(batch, host_peak_mb(), HOST)
 
 
 def apply(config: TrainConfig, candidate: Candidate) -> TrainConfig:
