@@ -39,7 +39,8 @@ DEFAULT_WARMUP_STEPS = 5
 
 # What a recorded execution counts as.
 FIRST, WARMUP, EXCLUDED, TIMED = "first", "warmup", "excluded", "timed"
-_SECONDS, _STEPS = operator.itemgetter(0), operator.itemgetter(1)  # of an execution record
+# Of a recorded execution (seconds, steps, epoch, kind): its seconds and its steps.
+SECONDS_OF, STEPS_OF = operator.itemgetter(0), operator.itemgetter(1)
 
 
 def whole_calls(steps: int, per_call: int) -> int:
@@ -395,8 +396,8 @@ def summarize_calls(calls: Sequence[Sequence[Any]], batch_size: int | None = Non
     timed = [c for c in calls if c[3] == TIMED]
     first = next((c for c in calls if c[3] == FIRST), None)
     return summarize(
-        list(map(_SECONDS, timed)),
-        list(map(_STEPS, timed)),
+        list(map(SECONDS_OF, timed)),
+        list(map(STEPS_OF, timed)),
         batch_size=batch_size,
         first_step_s=first[0] if first else None,
         first_step_steps=first[1] if first else 0,
@@ -416,7 +417,7 @@ def epoch_figures(
     timed = [c for c in calls if c[3] == TIMED and c[1] > 0]
     if not timed:
         return {}
-    durations, steps = list(map(_SECONDS, timed)), list(map(_STEPS, timed))
+    durations, steps = list(map(SECONDS_OF, timed)), list(map(STEPS_OF, timed))
     per_step = sorted(map(operator.truediv, durations, steps))
     out = {
         "step_ms_p50": percentile(per_step, 50) * 1e3,

@@ -68,6 +68,8 @@ from toolkit.core.stats import (
     DEFAULT_WARMUP_STEPS,
     EXCLUDED,
     FIRST,
+    SECONDS_OF,
+    STEPS_OF,
     TIMED,
     WARMUP,
     StepStats,
@@ -91,7 +93,6 @@ __all__ = ["StepTimer"]
 
 # What StepTimer adds to Keras's epoch logs (History, CSVLogger, EarlyStopping read them).
 LOG_KEYS = {"step_ms_p50": 3, "examples_per_sec": 1}  # each rounded to these decimals
-_SECONDS, _STEPS = operator.itemgetter(0), operator.itemgetter(1)  # of an entry of `_calls`
 
 
 class StepTimer(compat.keras().callbacks.Callback):
@@ -600,7 +601,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._write_scalars(metrics, figures, epoch)
         # One pass each, in C (`map`): an epoch of 1,500 steps summed by generators three
         # times over was a third of the epoch end's cost.
-        steps, seconds = sum(map(_STEPS, calls)), sum(map(_SECONDS, calls))
+        steps, seconds = sum(map(STEPS_OF, calls)), sum(map(SECONDS_OF, calls))
         self._ledger_epoch(epoch, seconds, now)
         self._steps_base += steps
         self._begins_counted = len(self._begins)
@@ -784,7 +785,7 @@ class StepTimer(compat.keras().callbacks.Callback):
             done = {e["epoch"] for e in self._ledger.epochs}
             if self._epoch not in done and self._begins:
                 mine = [c for c in calls if c[2] == self._epoch]
-                first, steps_end = self._epoch_span(sum(map(_SECONDS, mine)))
+                first, steps_end = self._epoch_span(sum(map(SECONDS_OF, mine)))
                 current = {
                     "epoch": self._epoch,
                     "begin": self._epoch_start,
