@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from toolkit import backend as backends
 from toolkit.core import _extras as extras
@@ -84,10 +84,52 @@ def to_framework(op: str, arrays: Sequence[Any], mode: str) -> tuple[Any, ...]:
     arrays = [np.asarray(a) for a in arrays]
     if op in ("Scatter", "ScatterSum", "ScatterMax"):
         arrays[1] = arrays[1].reshape(-1)  # (count, 1) row indices -> (count,)
-    if FRAMEWORK_MODES[mode] == "jax":
-        import jax.numpy as jnp
+    return _framework(mode).arrays(op, arrays)
 
-        return tuple(jnp.asarray(a) for a in arrays)
+
+def build(op: str, axis: int | None, mode: str) -> Callable[..., Any]:
+    """The op's computation in `mode`'s framework, compiled as the mode says.
+
+    Raises:
+        NotImplementedError: the framework has no such op.
+    """
+    return _framework(mode).build(op, axis, mode)
+
+
+def waiter(mode: str) -> Callable[[Any], None]:
+    """Blocks until a result of `mode` exists (JAX and PyTorch on a GPU run asynchronously)."""
+    return _framework(mode).waiter(mode)
+
+
+class _Framework(NamedTuple):
+    """What a framework's column does its own way: its arrays from NumPy's, the op built and
+    compiled as the mode says, and the wait for a result."""
+
+    arrays: Callable[[str, list[Any]], tuple[Any, ...]]
+    build: Callable[[str, int | None, str], Callable[..., Any]]
+    waiter: Callable[[str], Callable[[Any], None]]
+
+
+def _jax_arrays(op: str, arrays: list[Any]) -> tuple[Any, ...]:
+    import jax.numpy as jnp
+
+    return tuple(jnp.asarray(a) for a in arrays)
+
+
+def _jax_build(op: str, axis: int | None, mode: str) -> Callable[..., Any]:
+    import jax
+
+    return jax.jit(_jax_op(op, axis))
+
+
+def _jax_waiter(mode: str) -> Callable[[Any], None]:
+    import jax
+
+    return lambda out: jax.block_until_ready(out)
+
+
+def _torch_arrays(op: str, arrays: list[Any]) -> tuple[Any, ...]:
+    import numpy as np
     import torch
 
     if op == "Conv1d":  # NWC, WIO -> NCW, OIW
@@ -108,16 +150,7 @@ def to_framework(op: str, arrays: Sequence[Any], mode: str) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def build(op: str, axis: int | None, mode: str) -> Callable[..., Any]:
-    """The op's computation in `mode`'s framework, compiled as the mode says.
-
-    Raises:
-        NotImplementedError: the framework has no such op.
-    """
-    if FRAMEWORK_MODES[mode] == "jax":
-        import jax
-
-        return jax.jit(_jax_op(op, axis))
+def _torch_build(op: str, axis: int | None, mode: str) -> Callable[..., Any]:
     fn = _torch_op(op, axis)
     if mode == "torch_compile":
         import torch
@@ -126,12 +159,7 @@ def build(op: str, axis: int | None, mode: str) -> Callable[..., Any]:
     return fn
 
 
-def waiter(mode: str) -> Callable[[Any], None]:
-    """Blocks until a result of `mode` exists (JAX and PyTorch on a GPU run asynchronously)."""
-    if FRAMEWORK_MODES[mode] == "jax":
-        import jax
-
-        return lambda out: jax.block_until_ready(out)
+def _torch_waiter(mode: str) -> Callable[[Any], None]:
     import torch
 
     kind = device_kind(mode)
@@ -140,6 +168,17 @@ def waiter(mode: str) -> Callable[[Any], None]:
     if kind == "metal":
         return lambda out: torch.mps.synchronize()
     return lambda out: None  # PyTorch on the CPU: a call returns when it is done
+
+
+# framework (FRAMEWORK_MODES' values) -> how its columns run
+_FRAMEWORKS = {
+    "jax": _Framework(_jax_arrays, _jax_build, _jax_waiter),
+    "torch": _Framework(_torch_arrays, _torch_build, _torch_waiter),
+}
+
+
+def _framework(mode: str) -> _Framework:
+    return _FRAMEWORKS[FRAMEWORK_MODES[mode]]
 
 
 def _jax_op(op: str, axis: int | None) -> Callable[..., Any]:
