@@ -313,10 +313,10 @@ def test_the_report_accounts_for_the_whole_fit_call(tmp_path, keras):
     ledger = report.ledger
     # the ledger keeps microseconds (6 decimals): up to half of one apart (0.465028 against
     # 0.46502752 failed the default relative 1e-6)
-    assert ledger["from"] == "fit call"
-    assert ledger["wall_s"] == pytest.approx(parts.whole_s, abs=5e-7 + 1e-12)
-    assert sum(v for v in ledger["parts"].values() if v is not None) == pytest.approx(
-        ledger["wall_s"], abs=1e-4
+    assert ledger.timed_call
+    assert ledger.wall_s == pytest.approx(parts.whole_s, abs=5e-7 + 1e-12)
+    assert sum(v for v in ledger.part_seconds.values() if v is not None) == pytest.approx(
+        ledger.wall_s, abs=1e-4
     )
     assert "run ledger (fit call " in report.summary()
     assert RunReport.load(tmp_path / os.listdir(tmp_path)[0]) == report

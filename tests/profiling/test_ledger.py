@@ -17,7 +17,7 @@ from toolkit import backend
 from toolkit.core import compat
 from toolkit.report import RunReport, compare
 from toolkit.report._fixes import fix_words
-from toolkit.report._ledger import fixes, ledger_line
+from toolkit.report._ledger import as_ledger, fixes, ledger_line
 from toolkit.runner.session import LEDGER_TAG, profile
 
 PARTS = ("start_up", "compile", "steps", "input", "validation", "callbacks", "exit", "other")
@@ -41,14 +41,15 @@ def _adds_up(ledger, outside_s: float | None = None) -> None:
     """Every part >= 0 (a part nobody could see is None), all of them the wall time, and the
     wall time the fit call's own, inside an outside clock around it (how much of that clock
     it is depends on the machine's load: benchmarks/ledger.py prints it)."""
-    parts = ledger["parts"]
+    ledger = as_ledger(ledger)
+    parts = ledger.part_seconds
     assert set(parts) == set(PARTS), parts
     shown = [v for v in parts.values() if v is not None]
     assert all(v >= -1e-6 for v in shown), parts
-    assert sum(shown) == pytest.approx(ledger["wall_s"], abs=1e-4), parts
+    assert sum(shown) == pytest.approx(ledger.wall_s, abs=1e-4), parts
     if outside_s is not None:
-        assert ledger["wall_s"] <= outside_s + 1e-6
-        assert ledger["from"] == "fit call", ledger["from"]
+        assert ledger.wall_s <= outside_s + 1e-6
+        assert ledger.timed_call, ledger.source
 
 
 def _deep(keras, features: int, depth: int = 24):
@@ -85,7 +86,7 @@ def test_a_callback_doing_real_work_at_epoch_end_is_timed_by_name(make_model):
         _, outside = _timed_fit(
             p, make_model(), x, y, batch_size=8, epochs=3, verbose=0, callbacks=[heavy]
         )
-    ledger = p.report.ledger
+    ledger = p.report.ledger.to_dict()  # as report.json holds it
     _adds_up(ledger, outside)
     assert ledger["from"] == "fit call" and not ledger["partial"]
     mine = ledger["callbacks"]["Heavy"]
@@ -109,7 +110,7 @@ def test_validation_much_larger_than_training_is_the_largest_part(make_model):
         _, outside = _timed_fit(
             p, make_model(), x, y, batch_size=8, epochs=4, verbose=0, validation_data=(vx, vy)
         )
-    ledger = p.report.ledger
+    ledger = p.report.ledger.to_dict()  # as report.json holds it
     _adds_up(ledger, outside)
     parts = ledger["parts"]
     assert parts["validation"] > parts["steps"], parts
@@ -129,7 +130,7 @@ def test_a_ragged_last_batch_is_found_where_the_backend_compiles_for_shapes(make
     x, y = _arrays(8 * 6 + 3, features=5)
     with profile("ragged", batch_size=8) as p:
         _, outside = _timed_fit(p, make_model(features=5), x, y, batch_size=8, epochs=3, verbose=0)
-    ledger = p.report.ledger
+    ledger = p.report.ledger.to_dict()  # as report.json holds it
     _adds_up(ledger, outside)
     again = [c for c in ledger["compiles"] if not c["first"]]
     steps_only = [c for c in ledger["compiles"] if not c.get("outside_steps")]
@@ -158,7 +159,7 @@ def test_model_checkpoint_every_epoch_is_a_callback_of_its_own(make_model, tmp_p
         _, outside = _timed_fit(
             p, make_model(), x, y, batch_size=8, epochs=3, verbose=0, callbacks=[checkpoint]
         )
-    ledger = p.report.ledger
+    ledger = p.report.ledger.to_dict()  # as report.json holds it
     _adds_up(ledger, outside)
     saved = ledger["callbacks"]["ModelCheckpoint"]
     assert saved["seconds"] > 0 and saved["calls"] >= 3
@@ -179,7 +180,7 @@ def test_a_compile_heavy_setting_on_a_short_run_is_mostly_compile(keras, make_mo
         _, outside = _timed_fit(
             p, _deep(keras, features=9), x, y, batch_size=8, epochs=1, verbose=0
         )
-    ledger = p.report.ledger
+    ledger = p.report.ledger.to_dict()  # as report.json holds it
     _adds_up(ledger, outside)
     parts = ledger["parts"]
     # against the fit's own parts: its start-up is Python's (the optimizer's variables, the
@@ -246,7 +247,7 @@ def test_a_callback_that_raises_is_timed_and_the_ledger_is_partial(make_model):
     breaks = Breaks()
     with pytest.raises(RuntimeError, match="callback broke"), profile("raises", batch_size=8) as p:
         p.fit(make_model(), x, y, batch_size=8, epochs=4, verbose=0, callbacks=[breaks])
-    ledger = p.report.ledger
+    ledger = p.report.ledger.to_dict()  # as report.json holds it
     assert p.report.status == "partial" and ledger["partial"]
     _adds_up(ledger)
     assert ledger["callbacks"]["Breaks"]["calls"] == 2  # the hook that raised is timed too
@@ -260,7 +261,7 @@ def test_a_fit_without_validation_or_a_timed_call_still_gets_a_ledger(make_model
     model = make_model()
     with profile("plain", batch_size=8) as p:
         model.fit(make_dataset(6), epochs=2, verbose=0, callbacks=p.callbacks)
-    ledger = p.report.ledger
+    ledger = p.report.ledger.to_dict()  # as report.json holds it
     _adds_up(ledger)
     assert ledger["from"] == "train begin" and ledger["parts"]["exit"] is None
     assert ledger["parts"]["validation"] == 0 and ledger["validations"] == 0
@@ -284,11 +285,14 @@ def test_the_ledger_lands_in_every_view(tmp_path, make_model):
     assert list(pictures) == [LEDGER_TAG] and pictures[LEDGER_TAG][0][:4] == b"\x89PNG"
     # compare: ledger against ledger, part by part.
     slower = RunReport.from_dict(report.to_dict())
-    slower.ledger = {
-        **report.ledger,
-        "wall_s": report.ledger["wall_s"] + 5.0,
-        "parts": {**report.ledger["parts"], "compile": report.ledger["parts"]["compile"] + 5.0},
-    }
+    ledger = report.ledger.to_dict()
+    slower.ledger = as_ledger(
+        {
+            **ledger,
+            "wall_s": ledger["wall_s"] + 5.0,
+            "parts": {**ledger["parts"], "compile": ledger["parts"]["compile"] + 5.0},
+        }
+    )
     line = compare(report, slower).ledger
     # A compile and a wall time are one sample a run: a difference is not told from noise.
     assert line.startswith("ledger, B vs A: no part moved beyond its noise; ")
@@ -407,7 +411,7 @@ def test_a_fit_stopped_early_on_purpose_is_whole(make_model, make_dataset):
     stop = keras.callbacks.EarlyStopping(monitor="loss", min_delta=1e9, patience=0)
     with profile("early", batch_size=8) as p:
         p.fit(make_model(), make_dataset(4), epochs=6, verbose=0, callbacks=[stop])
-    ledger = p.report.ledger
+    ledger = p.report.ledger.to_dict()  # as report.json holds it
     assert ledger["epochs"] < ledger["epochs_planned"] == 6
     assert not ledger["partial"] and ledger["parts"]["exit"] is not None
     assert "EarlyStopping" in ledger["callbacks"]
@@ -480,7 +484,7 @@ def test_a_diagnosis_says_where_a_whole_run_went(make_model):
     with profile("diagnosed", batch_size=8) as p:
         p.fit(make_model(), x, y, batch_size=8, epochs=3, verbose=0, validation_data=(vx, vy))
     for run in (p.timer, p.report, p.report.ledger):
-        assert ledger_of(run)["wall_s"] == pytest.approx(p.report.ledger["wall_s"], rel=0.05)
+        assert ledger_of(run).wall_s == pytest.approx(p.report.ledger.wall_s, rel=0.05)
     d = Diagnosis(1.0, 2.0, 1.0, "input-bound", True, [], ledger=ledger_of(p.report))
     lines = d.lines()
     assert any(line.startswith("  run ledger (fit call ") for line in lines)
@@ -513,7 +517,7 @@ def test_a_callback_s_train_end_after_steptimer_and_a_fit_cut_mid_epoch_are_attr
     closing = Closing()
     with profile("closing", batch_size=8) as p:
         p.fit(make_model(), x, y, batch_size=8, epochs=2, verbose=0, callbacks=[closing])
-    ledger = p.report.ledger
+    ledger = p.report.ledger.to_dict()  # as report.json holds it
     closing_s = ledger["callbacks"]["Closing"]["seconds"]
     assert closing_s >= 0.3
     # Moved out of the exit it ran in, once: a loaded machine's teardown may take as long.
@@ -525,7 +529,7 @@ def test_a_callback_s_train_end_after_steptimer_and_a_fit_cut_mid_epoch_are_attr
 
     with pytest.raises(KeyboardInterrupt), profile("cut", batch_size=8) as p:
         p.fit(make_model(), x, y, batch_size=8, epochs=3, verbose=0, callbacks=[Cut()])
-    ledger = p.report.ledger
+    ledger = p.report.ledger.to_dict()  # as report.json holds it
     _adds_up(ledger)
     timed = sum(row[0] for row in p.report.timeline)
     assert any(row[2] == 1 for row in p.report.timeline)  # the cut epoch's steps were kept

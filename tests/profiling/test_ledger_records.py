@@ -292,7 +292,7 @@ def test_an_older_report_s_ledger_still_reads_and_round_trips():
     assert ledger.part("steps").samples == 0 and ledger.part("steps").spread_s is None
     assert ledger.validations == 20 and ledger.validation_calls == (0,) * 20
     assert Ledger.from_dict(json.loads(json.dumps(ledger.to_dict()))) == ledger
-    assert ledger["wall_s"] == 20.0 and dict(ledger)["parts"]["steps"] == 12.0  # as a dict
+    assert ledger.wall_s == 20.0 and ledger.part_seconds["steps"] == 12.0
     (fix,) = ledger_json(ledger)["fixes"]
     assert fix["saves_s"] == 6.4 and fix["value"] == 5
     report = RunReport.from_dict({**make_report().to_dict(), "ledger": old})

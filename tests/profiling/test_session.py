@@ -359,6 +359,6 @@ def test_the_readme_steptimer_snippet_prints_each_fit_s_own_ledger(
     scope = {"model": make_model(), "dataset": make_dataset(20)}
     exec(compile(code, "README.md", "exec"), scope)  # the README's own code
     printed = capsys.readouterr().out.strip().splitlines()
-    assert printed[-1] == str(scope["prof"].report.ledger["parts"]), printed
-    assert str(scope["timer"].ledger()["parts"]) in printed[:-1], printed
-    assert printed[-1] != str(scope["timer"].ledger()["parts"])
+    assert printed[-1] == str(scope["prof"].report.ledger.part_seconds), printed
+    assert str(scope["timer"].ledger().part_seconds) in printed[:-1], printed
+    assert printed[-1] != str(scope["timer"].ledger().part_seconds)

@@ -17,13 +17,11 @@ one run cannot say how much it varies.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from toolkit.core._json_view import JsonView
 from toolkit.profiling._memory_records import RunMemory
 
 __all__ = [
@@ -197,12 +195,12 @@ class Reader:
 
 
 @dataclasses.dataclass(frozen=True)
-class Ledger(JsonView):
+class Ledger:
     """One fit's ledger: its wall time in parts that add up to it, its callbacks by name, its
     compiles, and the counts a fix is predicted from.
 
-    Read it by attribute. As a Mapping it reads as its JSON (:meth:`to_dict`) for callers
-    written when the ledger was a dict; that view is read-only.
+    Read it by attribute (:attr:`part_seconds`: each part's seconds by name); its JSON, as
+    ``report.json`` holds it, is :meth:`to_dict`.
     """
 
     source: str  # FIT_CALL: timed around the fit call; TRAIN_BEGIN: from train begin
@@ -247,6 +245,11 @@ class Ledger(JsonView):
     def seconds(self, name: str) -> float | None:
         return self.part(name).seconds
 
+    @property
+    def part_seconds(self) -> dict[str, float | None]:
+        """Each part's seconds by name, in :data:`PARTS`' order (None: not seen)."""
+        return {p.name: p.seconds for p in self.parts}
+
     def step_time(self, function: str) -> float:
         """The median execution's seconds a step of `function` (0.0 where unknown)."""
         return dict(self.step_s).get(function, 0.0)
@@ -266,7 +269,7 @@ class Ledger(JsonView):
             "from": self.source,
             "partial": self.partial,
             "wall_s": self.wall_s,
-            "parts": {p.name: p.seconds for p in self.parts},
+            "parts": self.part_seconds,
             "part_samples": {p.name: p.samples for p in self.parts},
             "part_spread_s": {p.name: p.spread_s for p in self.parts},
             "callbacks": {
@@ -337,12 +340,6 @@ class Ledger(JsonView):
             reader=reader or Reader(),
             memory=RunMemory.from_dict(d.get("memory")),
         )
-
-    # ------------------------------------------------------------ the read-only dict view
-
-    @functools.cached_property
-    def _json(self) -> dict[str, object]:
-        return self.to_dict()
 
 
 def _parts_of(d: Mapping[str, Any]) -> tuple[LedgerPart, ...]:

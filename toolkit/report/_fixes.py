@@ -32,12 +32,10 @@ anything else as Python (``model.fit(..., validation_freq=5)``).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import statistics
 from typing import Any
 
 from toolkit.core._advice import Spell
-from toolkit.core._json_view import JsonView
 from toolkit.core.stats import format_s
 from toolkit.profiling._ledger_records import Ledger
 
@@ -100,7 +98,7 @@ class Setting:
 
 
 @dataclasses.dataclass(frozen=True)
-class Fix(JsonView):
+class Fix:
     """One large ledger item and its fix.
 
     Attributes:
@@ -115,8 +113,7 @@ class Fix(JsonView):
         note: words after the saving (what it counts, what it leaves).
         break_even_ms: XLA's compile: what each step must gain to pay for it.
 
-    Read it by attribute. As a Mapping it reads as its JSON in Python's spelling
-    (:func:`fix_json`) for callers written when a fix was a dict.
+    Its JSON, in a spelling's words (``report.json``'s ``ledger.fixes``), is :func:`fix_json`.
     """
 
     item: str
@@ -128,10 +125,6 @@ class Fix(JsonView):
     action: str | None = None
     note: str | None = None
     break_even_ms: float | None = None
-
-    @functools.cached_property
-    def _json(self) -> dict[str, object]:
-        return fix_json(self)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,9 +27,10 @@ def ledger_bar(ax: Any, ledger: Any) -> None:
     """The ledger as one stacked horizontal bar on `ax`: each part's seconds, labelled inside
     when it is wide enough, every part in the legend with its seconds and share."""
     from toolkit.core.stats import format_s
-    from toolkit.report._ledger import bar_segments
+    from toolkit.report._ledger import as_ledger, bar_segments
 
-    wall = float(ledger.get("wall_s") or 0.0)
+    ledger = as_ledger(ledger)
+    wall = ledger.wall_s
     left = 0.0
     for label, seconds in bar_segments(ledger):
         share = seconds / wall if wall else 0.0
@@ -43,10 +44,10 @@ def ledger_bar(ax: Any, ledger: Any) -> None:
         left += seconds
     ax.set_xlim(0, max(wall, left) or 1.0)
     ax.set_yticks([])
-    whole = "the fit call" if ledger.get("from") == "fit call" else "the fit from train begin"
+    whole = "the fit call" if ledger.timed_call else "the fit from train begin"
     ax.set_xlabel(f"seconds of {whole}, each part's added up (not in time order)")
-    partial = " (partial: the fit stopped early)" if ledger.get("partial") else ""
-    n = int(ledger.get("recompiles") or 0)
+    partial = " (partial: the fit stopped early)" if ledger.partial else ""
+    n = ledger.recompiles
     recompiles = f", {n} recompile{'s' if n != 1 else ''}" if n else ""
     ax.set_title(f"where the fit's {format_s(wall)} went{partial}{recompiles}", fontsize=10)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.55), ncol=4, fontsize=8,
@@ -80,13 +81,13 @@ def steps_png(report: Any) -> bytes:
     memory = getattr(ledger, "memory", None) if ledger else None
     if memory is not None and len(memory.timeline) < 2:
         memory = None
-    if ledger and ledger.get("wall_s"):
+    if ledger and ledger.wall_s:
         rows = [4.2, 2.2, 1.4] if memory is not None else [4.2, 1.4]
         fig = Figure(figsize=(11, 5.6 + (2.4 if memory is not None else 0)), dpi=100)
         grid = fig.add_gridspec(len(rows), 2, width_ratios=[2, 1], height_ratios=rows)
         ax_t, ax_h = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
         if memory is not None:
-            _memory_curve(fig.add_subplot(grid[1, :]), memory, float(ledger.get("wall_s")))
+            _memory_curve(fig.add_subplot(grid[1, :]), memory, ledger.wall_s)
         ledger_bar(fig.add_subplot(grid[-1, :]), ledger)
     else:
         fig = Figure(figsize=(11, 4.2), dpi=100)

@@ -190,9 +190,7 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = RUN_TO_
         "ledger": compare_ledgers(a.ledger, b.ledger),
         "memory": memory_change(*(_memory_of(r) for r in (a, b))),
         "ledgers": tuple(
-            {**(r.ledger.get("parts") or {}), "wall_s": r.ledger.get("wall_s")}
-            if r.ledger
-            else None
+            {**r.ledger.part_seconds, "wall_s": r.ledger.wall_s} if r.ledger else None
             for r in (a, b)
         ),
     }

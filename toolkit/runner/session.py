@@ -362,7 +362,7 @@ class Profile:
             compute = report.compute
             if compute is not None and compute.reliable_peak:  # else MFU moves with the load
                 scalars.utilization(compute.flops_per_step, compute.peak_flops_per_s)
-            if report.ledger and report.ledger.get("wall_s"):
+            if report.ledger and report.ledger.wall_s:
                 self._ledger_image(scalars, report, step)
             if report.anatomy is not None:
                 self._anatomy_image(scalars, report.anatomy, step)
