@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from toolkit.core import terminal
 from toolkit.core._anatomy import Contrast, contrast
 from toolkit.core.stats import format_duration, format_ms, format_rate, format_s
+from toolkit.profiling._ledger_records import Ledger
 from toolkit.report._anatomy import contrast_lines
 from toolkit.report._ledger import as_ledger, compare_ledgers
 from toolkit.report._memory import memory_change
@@ -61,7 +62,7 @@ class Comparison:
     notes: tuple[str, ...] = ()
     settings: tuple[tuple[str, object, object], ...] = ()  # (flag, A's, B's) where they differ
     ledger: str | None = None  # the two runs' ledgers, part by part (compare_ledgers)
-    ledgers: tuple[dict | None, dict | None] = (None, None)  # each run's parts, for to_dict
+    ledgers: tuple[Ledger | None, Ledger | None] = (None, None)  # each run's, for to_dict
     # The two runs' anatomies side by side (contrast_lines), where both took one.
     anatomy: Contrast | None = None
     memory: str | None = None  # "B: peak host memory +310 MB (+22 %), ..." (both measured)
@@ -148,8 +149,8 @@ class Comparison:
             "settings": [{"flag": k, "a": va, "b": vb} for k, va, vb in self.settings],
             "ledger": {
                 "line": self.ledger,
-                "a": self.ledgers[0],
-                "b": self.ledgers[1],
+                "a": _parts_json(self.ledgers[0]),
+                "b": _parts_json(self.ledgers[1]),
             },
             "anatomy": _contrast_dict(self.anatomy),
             "memory": self.memory,
@@ -171,6 +172,11 @@ def _memory_of(report: RunReport) -> Any:
 RUN_TO_RUN = 0.10
 
 
+def _parts_json(ledger: Ledger | None) -> dict[str, float | None] | None:
+    """A run's ledger in ``compare --json``: each part's seconds and the wall time."""
+    return {**ledger.part_seconds, "wall_s": ledger.wall_s} if ledger else None
+
+
 def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = RUN_TO_RUN) -> Comparison:
     """Compares report `b` with baseline `a`: per-figure deltas and a noise-aware verdict,
     computed on the table's own row (the median step, per example where the batch sizes
@@ -189,10 +195,7 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = RUN_TO_
         "anatomy": _contrast(a, b),
         "ledger": compare_ledgers(a.ledger, b.ledger),
         "memory": memory_change(*(_memory_of(r) for r in (a, b))),
-        "ledgers": tuple(
-            {**r.ledger.part_seconds, "wall_s": r.ledger.wall_s} if r.ledger else None
-            for r in (a, b)
-        ),
+        "ledgers": (a.ledger, b.ledger),
     }
     same = (a.name, b.name, rows)
     sa, sb = a.steps, b.steps
