@@ -154,11 +154,16 @@ def site_without_tensorflow(root) -> list[str]:
     farm = root / "site-packages"
     if not farm.exists():
         farm.mkdir(parents=True)
-        for directory in site.getsitepackages():
+        # the site directories, then any a .pth added (.venv-next's overlay on .venv): the
+        # first of a name shadows the rest, as on sys.path
+        added = (p for p in sys.path if pathlib.Path(p).name == "site-packages")
+        for directory in dict.fromkeys([*site.getsitepackages(), *added]):
             for entry in pathlib.Path(directory).iterdir():
                 name = entry.name.lower()
                 if name.startswith(TENSORFLOW_DISTRIBUTIONS) or name.startswith("_tensorflow"):
                     continue
+                if name.endswith(".pth") and "addsitedir" in entry.read_text(errors="replace"):
+                    continue  # it would add its whole site directory, TensorFlow and all
                 if not (farm / entry.name).exists():
                     (farm / entry.name).symlink_to(entry)
         (root / "boot.py").write_text(_BOOT.format(site=str(farm)))

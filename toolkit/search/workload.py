@@ -21,6 +21,7 @@ imported.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import hashlib
@@ -65,8 +66,10 @@ HOPELESS = 4.0
 HOPELESS_FLOOR_S = 2.0  # ...and never before this much of its run (after the first call)
 
 
-class Workload:
-    """What every target offers the tools that measure it (see the module docstring)."""
+class Workload(abc.ABC):
+    """What every target offers the tools that measure it (see the module docstring). An
+    abstract base: a kind that leaves one of its abstract methods unanswered cannot be made
+    (``TypeError`` at construction, naming the method), not found out at first use."""
 
     name: str
     config: TrainConfig  # the settings it measures from (validated)
@@ -83,24 +86,28 @@ class Workload:
     # A run still going at this time.perf_counter() stops after its current call (a budget's
     # end; None: no end). One that has not finished its first call by then raises.
     deadline: float | None = None
+    # Each candidate's compile cost as its first measured run paid it (note_compile).
+    compiles: dict[Candidate, float]
 
+    def __init__(self) -> None:
+        self.compiles = {}
+
+    @abc.abstractmethod
     def defaults(self) -> Candidate:
         """The settings it trains with now, as this backend runs them (the search's first)."""
-        raise NotImplementedError
 
     def note_compile(self, candidate: Candidate, stats: Any) -> None:
         """Keeps what the candidate's first call cost beyond its steps (its trace and
         compile: ``compile_cost``), from its first measured run only: a later run of the
         same built model compiles nothing."""
-        costs = self.__dict__.setdefault("compiles", {})
-        if candidate not in costs:
+        if candidate not in self.compiles:
             cost = compile_cost(stats)
             if cost is not None:
-                costs[candidate] = cost
+                self.compiles[candidate] = cost
 
     def compile_s(self, candidate: Candidate) -> float | None:
         """The candidate's compile cost as first measured (None: not measured)."""
-        return self.__dict__.get("compiles", {}).get(candidate)
+        return self.compiles.get(candidate)
 
     def run_steps(self, candidate: Candidate) -> int | None:
         """Training steps of the whole run `candidate` would be applied to (None: unknown)."""
@@ -122,6 +129,7 @@ class Workload:
         values = {name: getattr(d, name) for name in SEARCHED}
         return {**{k: v for k, v in values.items() if v is not None}, "backend": backend.name()}
 
+    @abc.abstractmethod
     def fit(
         self,
         candidate: Candidate | None = None,
@@ -135,14 +143,13 @@ class Workload:
         (None: its own) and the report's statistics after `warmup` more steps than the first
         call; `one_batch`: the step alone, one batch read again and again. Returns the
         RunReport."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def pipeline(self) -> Any:
         """The batched training data as :meth:`fit` reads it (a fused batch holds
         ``fused_steps`` steps)."""
-        raise NotImplementedError
 
-    def prepare(self, steps: int) -> None:
+    def prepare(self, steps: int) -> None:  # noqa: B027 (a hook: nothing by default)
         """Readies the data for measurements of windows of about `steps` steps, so the
         first candidate measured pays nothing the others do not (your generator: its batches
         read once, then replayed by every candidate)."""
@@ -175,10 +182,10 @@ class Workload:
             "device": f"{self.device.kind}:{self.device.index}",
         }
 
+    @abc.abstractmethod
     def how_to_apply(self, candidate: Candidate) -> str:
         """How a user applies `candidate` to this target: a recipe's flags, or the
         ``model.compile`` arguments of your model."""
-        raise NotImplementedError
 
     def run_shape(self) -> RunShape | None:
         """The run a pick is applied to (its epochs and epoch length), so that the search
@@ -194,36 +201,37 @@ class Workload:
         """Its batch size in words, for a verb's first line."""
         return str(self.batch_size)
 
+    @abc.abstractmethod
     def figures(
         self, steps: int, *, count_flops: bool = True, candidate: Candidate | None = None
     ) -> dict[str, Any]:
         """One run of at least `steps` steps and five calls, as the backends chooser compares
         them: first step, p50, mean, examples/s, MFU and the final training loss. With
         `candidate`, under its settings (a fresh process confirming tune's pick)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def space(self, space: Space, defaults: Candidate) -> Space:
         """What the search may change of `space` for this target, the `defaults` first."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def length_known(self, config_given: bool) -> bool:
         """Whether the whole run a pick is for has a known length (:meth:`run_steps`), when
         the caller did or did not give a config (`config_given`)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def fresh_words(self) -> str:
         """Why tune did not confirm a pick in fresh processes, and what would."""
-        raise NotImplementedError
 
     def input_words(self, dataset: Any) -> str:
         """Its input in words for the diagnosis, `dataset` being :meth:`pipeline`'s."""
         return self.described
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a hook: nothing by default)
         """Lets go of what measuring held (and puts your model back as it was)."""
 
+    @abc.abstractmethod
     def _signature(self) -> tuple[Any, Any]:
-        raise NotImplementedError
+        """The built model and its input's spec: what a cached answer is keyed by."""
 
     def __enter__(self) -> Workload:
         return self
@@ -373,6 +381,7 @@ class TaskWorkload(Workload):
         from toolkit.data import has_tensorflow
         from toolkit.runner import train
 
+        super().__init__()
         self.config = config.validate()
         self.device, _findings = train.setup_device(self.config)
         if resident:
@@ -582,6 +591,7 @@ class ModelWorkload(Workload):
     ) -> None:
         from toolkit import devices
 
+        super().__init__()
         self.model, self.config = model, config
         from toolkit.data import _fit_data
         from toolkit.runner.train import SetupError
