@@ -219,7 +219,9 @@ def test_the_input_is_measured_where_the_backend_runs_steps_as_called(make_model
 @pytest.mark.legacy_keras
 def test_a_fit_of_one_step_books_that_step_as_its_compile(make_model):
     """A function whose only call is its first has nothing to be set against: the call is
-    its compile, as the summary's first-step line says (on every backend, and tf_keras)."""
+    its compile, as the summary's first-step line says (on every backend, and tf_keras), less
+    what the ledger books apart inside it: the other callbacks' hooks that ran in it (2-3 µs
+    on a quiet machine, 62 µs seen under load) and any input it waited for."""
     x, y = _arrays(8, features=7)  # a model of its own: no earlier compile stands for it
     with profile("one step", batch_size=8) as p:
         _, outside = _timed_fit(p, make_model(features=7), x, y, batch_size=8, epochs=1, verbose=0)
@@ -227,7 +229,9 @@ def test_a_fit_of_one_step_books_that_step_as_its_compile(make_model):
     _adds_up(ledger, outside)
     (first,) = [c for c in ledger.compiles if c.function == "train"]
     assert first.first and first.samples == 0
-    assert first.seconds == pytest.approx(p.report.steps.first_step_s, abs=1e-5)
+    inside = p.report.steps.first_step_s - first.seconds
+    apart = (ledger.seconds("callbacks") or 0.0) + (ledger.seconds("input") or 0.0)
+    assert -1e-6 <= inside <= apart + 1e-6, (inside, ledger.part_seconds)
     assert ledger.seconds("steps") == pytest.approx(0.0, abs=1e-6)
     assert ledger_line(ledger).startswith("run ledger (fit call ")
 
