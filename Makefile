@@ -44,9 +44,11 @@ test: $(STAMP)
 # is a pinned keras-nightly (pinned, so CI is reproducible; moving the pin is a commit). It runs
 # what the nightly changes (marked next_keras: the distribution tests, which there include
 # PyTorch's data_parallel over two processes, and JAX's fused steps as one scan) on JAX, and the
-# profiling contracts (every_backend) once, on PyTorch, whose trainer the toolkit reaches into
-# most; `make test` runs those contracts on the stable Keras on all three backends. (They also
-# ran on the nightly's JAX: 4 minutes more of CI's 35 for a third JAX run of the same checks.)
+# profiling contracts (every_backend, but for the recipes' smoke runs) once, on PyTorch, whose
+# trainer the toolkit reaches into most; `make test` runs those contracts, and every recipe, on
+# the stable Keras on all three backends. (The contracts also ran on the nightly's JAX: 4
+# minutes more of CI's 35 for a third JAX run of the same checks; the six recipes on the
+# nightly's PyTorch, about 50 s more for what the contracts check of its trainer already.)
 # .venv-next is an overlay on .venv, not a second install of every framework (4.1 GB and
 # about 2 minutes of CI's 35, measured): a .pth file adds .venv's site-packages after its own,
 # so it holds only the nightly (the project comes editable with .venv's packages), whose `keras` package shadows the
@@ -66,7 +68,7 @@ test-next: $(NEXT_STAMP)
 	@echo "== against $(KERAS_NEXT): what its JAX changes (distribution, fused steps) =="
 	KERAS_BACKEND=jax $(TIMED) "next, JAX" $(NEXT_PYTEST) -m next_keras $(call MARKED,next_keras)
 	@echo "== against $(KERAS_NEXT): the profiling contracts on PyTorch =="
-	KERAS_BACKEND=torch $(TIMED) "next, PyTorch" $(NEXT_PYTEST) -m every_backend $(call MARKED,every_backend)
+	KERAS_BACKEND=torch $(TIMED) "next, PyTorch" $(NEXT_PYTEST) -m every_backend $$(grep -rlE 'every_backend' tests --include='test_*.py' | grep -v '^tests/recipes/')
 
 $(NEXT_PY):
 	$(PYTHON) -m venv $(NEXT_VENV)
