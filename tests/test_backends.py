@@ -195,6 +195,25 @@ def fourth(monkeypatch):
     return entry
 
 
+def test_a_backend_module_missing_a_seam_function_fails_when_first_imported(monkeypatch):
+    """The seam is a protocol (``toolkit.backend._common.Seam``) that :func:`backend.get`
+    checks a module against when it first imports it: one function short, the module is
+    refused there, naming what it misses, not at the first call of that function."""
+    import types
+
+    from tests import fake_backend
+
+    partial = types.ModuleType("tests.partial_backend")
+    partial.__dict__.update({n: getattr(fake_backend, n) for n in fake_backend.__all__})
+    del partial.stop_trace
+    monkeypatch.setitem(sys.modules, "tests.partial_backend", partial)
+    entry = backend.Backend("partial", "Partial", "tests.partial_backend", "numpy", None, ())
+    monkeypatch.setitem(backend.REGISTRY, "partial", entry)
+    with pytest.raises(backend.BackendError, match="stop_trace missing"):
+        backend.get("partial")
+    assert backend.get("tensorflow").weights_digest  # a whole one is its module, checked
+
+
 def test_a_fourth_backend_is_its_module_and_one_registry_line(fourth, keras):
     """What the rest of the toolkit asks of a backend, it asks the seam: with nothing but the
     module and its registry line, the new backend is listed, installed, checked for the whole

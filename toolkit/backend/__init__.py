@@ -4,10 +4,10 @@ The measuring core (StepTimer, TraceWindow, MemoryWatch, FLOP counting, the matm
 report's environment) and ``toolkit.devices`` (detection, selection, placement, preflight)
 never call a framework themselves, and never compare a backend's name: they ask :func:`get`
 for the module of the backend Keras trains on and call the same functions on it:
-``toolkit.backend._common.SEAM``, which each module's ``__all__`` is (a test checks that every
-one is implemented, for a fake fourth backend too). Each backend is one folder,
-``_tensorflow``, ``_jax``, ``_torch`` (its devices in ``devices.py``), and one line of
-:data:`REGISTRY`.
+``toolkit.backend._common.Seam``, a protocol whose function names (``SEAM``) each module's
+``__all__`` is; :func:`get` checks a module against it when it is first imported. Each
+backend is one folder, ``_tensorflow``, ``_jax``, ``_torch`` (its devices in
+``devices.py``), and one line of :data:`REGISTRY`.
 
 Importing this package imports no framework. :func:`name` reads Keras's choice from an
 already-imported Keras, else from ``KERAS_BACKEND``. Keras fixes its backend when it is
@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import os
 import sys
-import types
-from typing import Any
+from typing import Any, cast
 
+from toolkit.backend._common import Seam, missing_from_seam
 from toolkit.core import _extras as extras
 
 __all__ = [
@@ -239,16 +240,29 @@ def apple_gpu_backend() -> str | None:
     return None
 
 
-def get(backend: str | None = None) -> types.ModuleType:
-    """The module implementing `backend` (default: :func:`name`).
+def get(backend: str | None = None) -> Seam:
+    """The module implementing `backend` (default: :func:`name`), as the :class:`Seam` it is.
 
     Raises:
-        BackendError: a backend the toolkit does not implement, naming those it does.
+        BackendError: a backend the toolkit does not implement, naming those it does; or a
+            module that misses a function of the seam, naming it (when it is first imported).
     """
-    return importlib.import_module(info(backend).module)
+    return _seam(info(backend).module)
 
 
-def find(backend: str | None = None) -> types.ModuleType | None:
+@functools.cache
+def _seam(module: str) -> Seam:
+    found = importlib.import_module(module)
+    missing = missing_from_seam(found)
+    if missing:
+        raise BackendError(
+            f"{module} does not implement the backend seam: {', '.join(missing)} missing "
+            "(toolkit.backend._common.Seam)"
+        )
+    return cast("Seam", found)
+
+
+def find(backend: str | None = None) -> Seam | None:
     """The module implementing `backend` (default: :func:`name`), or None for a Keras backend
     the toolkit does not measure on (``numpy``, ``openvino``): what a callback or a default
     asks, where it must fall back rather than refuse."""

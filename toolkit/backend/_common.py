@@ -6,20 +6,28 @@ imported here."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
 
 from toolkit.core.events import FUSED_STEPS_ATTR
 from toolkit.core.stats import MatmulRun
+
+if TYPE_CHECKING:
+    from toolkit.core._advice import Advice
+    from toolkit.core._anatomy import StepTrace
+    from toolkit.core._device_types import DeviceInfo, Finding, PlacementReport, PreflightContext
 
 __all__ = [
     "MB",
     "SEAM",
     "CompileWatch",
+    "Seam",
     "calibrated_peak",
     "digest",
     "has_float64",
     "keras_device_scope",
+    "missing_from_seam",
     "no_augmentation_pin",
     "no_retracing_noise",
     "one_step_per_batch",
@@ -29,61 +37,105 @@ __all__ = [
 ]
 
 MB = 1024.0 * 1024.0
-# The functions every backend module implements: the seam's contract (each module's __all__).
-SEAM = (
+
+
+class Seam(Protocol):
+    """The functions every backend module implements: the seam's contract, as a type.
+
+    :func:`toolkit.backend.get` returns the module as a ``Seam``, so a type checker sees every
+    seam call, and checks the module against it when it is first imported: one that misses a
+    function fails there, naming it, not at the first call of it. Each function's own
+    docstring is its backend's (``_tensorflow``, ``_jax``, ``_torch``); a module is a ``Seam``
+    by its functions (PEP 544: a module can implement a protocol)."""
+
     # devices: toolkit.devices asks these (each module's devices.py)
-    "apple_gpu_path",
-    "augmentation_scope",
-    "detect_devices",
-    "device_scope",
-    "framework_device",
-    "placement",
-    "preflight",
-    "reaches_apple_gpu",
-    "select_device",
-    "visible_devices",
-    "why_no_device",
+    def apple_gpu_path(self) -> tuple[str, str, str]: ...
+    def augmentation_scope(self, device: DeviceInfo | None) -> AbstractContextManager[Any]: ...
+    def detect_devices(self) -> list[DeviceInfo]: ...
+    def device_scope(self, device: DeviceInfo) -> AbstractContextManager[Any]: ...
+    def framework_device(self, device: DeviceInfo) -> Any: ...
+    def placement(
+        self, fn: Callable[..., Any], args: Any, kwargs: Any, gpu_selected: bool | None
+    ) -> PlacementReport: ...
+    def preflight(self, device: DeviceInfo, context: PreflightContext) -> list[Finding]: ...
+    def reaches_apple_gpu(self) -> bool: ...
+    def select_device(self, device: DeviceInfo, memory_growth: bool) -> None: ...
+    def visible_devices(self) -> list[DeviceInfo]: ...
+    def why_no_device(self, kind: str) -> str | None: ...
+
     # how it trains: what the search's advice, StepTimer and toolkit.distribute ask
-    "dispatches_asynchronously",
-    "jit_advice",
-    "loop_advice",
-    "trains_under_tf_distribute",
+    def dispatches_asynchronously(self) -> bool: ...
+    def jit_advice(self) -> Advice | None: ...
+    def loop_advice(self) -> Advice: ...
+    def trains_under_tf_distribute(self) -> bool: ...
+
     # measuring
-    "check_config",
-    "compile_watch",
-    "count_flops",
-    "data_parallel",
-    "device_memory",
-    "device_memory_limit",
-    "fit_batches",
-    "float32_matmul_precision",
-    "framework_facts",
-    "fuse_train_steps",
-    "gather_processes",
-    "intra_op_threads",
-    "measure_matmul_peak",
-    "anatomy_refusal",
-    "anatomy_trace",
-    "layer_alone",
-    "layer_scope",
-    "live_tensors",
-    "mark_input",
-    "raw_step",
-    "private_caches",
-    "processes",
-    "profiler_probe",
-    "quiet_retracing",
-    "searched_jit",
-    "start_processes",
-    "start_trace",
-    "step_loops",
-    "step_marker",
-    "stop_trace",
-    "trace_files",
-    "use_compile_cache",
-    "wait_for_device",
-    "weights_digest",
-)
+    def check_config(self, config: Any) -> None: ...
+    def compile_watch(self, model: Any, clock: Callable[[], float]) -> CompileWatch: ...
+    def count_flops(
+        self, model: Any, batch_size: int
+    ) -> tuple[int | None, int | None, str, str | None]: ...
+    def data_parallel(self) -> tuple[Any, int]: ...
+    def device_memory(self, reset_peak: bool = False) -> dict[str, dict[str, float]]: ...
+    def device_memory_limit(self) -> dict[str, float]: ...
+    def fit_batches(
+        self, model: Any, fit_data: dict[str, Any]
+    ) -> tuple[str, Iterator[Any]] | None: ...
+    def float32_matmul_precision(self) -> str: ...
+    def framework_facts(self) -> dict[str, Any]: ...
+    def fuse_train_steps(self, model: Any, steps: int) -> None: ...
+    def gather_processes(self, values: list[float]) -> list[list[float]]: ...
+    def intra_op_threads(self) -> int: ...
+    def measure_matmul_peak(
+        self, device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.15
+    ) -> MatmulRun: ...
+    def anatomy_refusal(self, model: Any) -> str | None: ...
+    def anatomy_trace(self, files: list[str]) -> StepTrace: ...
+    def layer_alone(
+        self,
+        layer: Any,
+        inputs: Sequence[tuple[tuple[int, ...], str]],
+        *,
+        backward: bool = True,
+        jit: bool = ...,
+        input_grads: bool = True,
+    ) -> Any: ...
+    def layer_scope(self, token: str) -> Any: ...
+    def live_tensors(self, cheap_only: bool = False) -> tuple[list[Any], str, bool]: ...
+    def mark_input(self, model: Any) -> AbstractContextManager[Any]: ...
+    def raw_step(self, model: Any, batch: Any, per_call: int = 1) -> tuple[Any, str]: ...
+    def private_caches(self) -> str | None: ...
+    def processes(self) -> tuple[int, int]: ...
+    def profiler_probe(self) -> Any: ...
+    def quiet_retracing(self) -> AbstractContextManager[None]: ...
+    def searched_jit(self) -> tuple[bool, ...]: ...
+    def start_processes(
+        self,
+        coordinator: str,
+        num_processes: int,
+        process_id: int,
+        wait_s: float,
+        before: Callable[[], Any] = ...,
+    ) -> None: ...
+    def start_trace(
+        self, logdir: str, host_level: int, python_level: int, device_level: int
+    ) -> None: ...
+    def step_loops(self, loader: str = "", model: Any = None) -> tuple[str, ...]: ...
+    def step_marker(self, step: int) -> Any: ...
+    def stop_trace(self) -> None: ...
+    def trace_files(self, names: list[str]) -> list[str]: ...
+    def use_compile_cache(self, directory: str) -> str: ...
+    def wait_for_device(self) -> None: ...
+    def weights_digest(self, model: Any) -> str: ...
+
+
+# The seam's function names, in the order the protocol declares them (each module's __all__).
+SEAM = tuple(n for n, v in vars(Seam).items() if not n.startswith("_") and callable(v))
+
+
+def missing_from_seam(module: Any) -> list[str]:
+    """The seam's functions `module` does not implement (none: it is a :class:`Seam`)."""
+    return [n for n in SEAM if not callable(getattr(module, n, None))]
 
 
 PEAK_RUNS = 7
