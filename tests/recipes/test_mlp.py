@@ -82,14 +82,20 @@ def test_performance_flags_trace_and_memory(tmp_path):
     assert again.stderr == ""  # XProf's C++ log lines kept off the terminal
     assert sorted(p for p in run_dir.rglob("*")) == before  # a run is read, never written
     # --tensorboard: the Scalars tab gets step time, the epoch metrics, MFU and memory.
-    from tests.helpers import read_scalars
+    from tests.helpers import assert_mfu, read_scalars
 
     train = read_scalars(run_dir / "train")
     tags = set(train)
     assert {"Step time/ms", "Step time/p50_ms", "epoch_loss", "epoch_accuracy"} <= tags
-    assert {"Throughput/mfu_percent", "memory/host_rss_mb"} <= tags, tags
+    assert "memory/host_rss_mb" in tags, tags
     assert [e.step for e in train["epoch_loss"]] == [0, 1, 2]
-    assert len(train["Throughput/mfu_percent"]) == 3  # a line, not one dot
+    # MFU where the report gives it: not from a peak measured on a machine too busy for it
+    # (its runs spread over 25 %, as on a loaded CI machine; tests/helpers.assert_mfu)
+    assert_mfu(data["compute"])
+    if data["compute"]["mfu"] is not None:
+        assert len(train["Throughput/mfu_percent"]) == 3  # a line, not one dot
+    else:
+        assert "Throughput/mfu_percent" not in tags, tags
     assert set(read_scalars(run_dir / "validation")) == {"epoch_loss", "epoch_accuracy"}
     # One run directory holds both TensorBoard runs and the trace (in train, as Keras puts
     # it), and the one viewing command names the report directory.
