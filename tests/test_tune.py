@@ -650,7 +650,10 @@ def test_the_readme_example_run_as_a_script_is_claimed_from_fresh_processes(tmp_
     """The README's ``mytrain.py`` run as written (``python mytrain.py``: ``build`` lives in
     ``__main__``): the fresh processes import the script by its path, its main block not
     run there, so the line it prints is a gain measured in fresh processes, not this
-    process's unconfirmed one."""
+    process's unconfirmed one.
+
+    45-90 s on 2 cores, by what it checks: the README's code as written, whose search has a
+    30 s budget, then its pick confirmed in fresh processes, each importing TensorFlow."""
     (tmp_path / "mytrain.py").write_text(_readme_example(), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": ROOT, "TOOLKIT_CACHE_DIR": str(tmp_path / "cache"),
            "TF_CPP_MIN_LOG_LEVEL": "2"}  # fmt: skip

@@ -179,7 +179,10 @@ def test_anatomy_names_a_slow_optimizer_and_a_busy_metric_in_their_phases(keras,
     about 12× the forward on a quiet machine), so a loaded host's hiccup of a few hundred
     milliseconds inside another phase of the 40 traced steps cannot overturn it; PyTorch on
     one thread (``one_torch_thread``: a second worker's load slowed its forward 33× and its
-    optimizer 5×, and the forward read largest)."""
+    optimizer 5×, and the forward read largest).
+
+    About 25 s alone, up to 75 s beside the other worker's heaviest tests on 2 cores: two
+    anatomies of 40 traced steps each (the long window is what makes the check robust)."""
     import toolkit
 
     class SlowSGD(keras.optimizers.SGD):
