@@ -24,7 +24,6 @@ import collections
 import contextlib
 import dataclasses
 import functools
-import gzip
 import os
 import re
 import shutil
@@ -33,6 +32,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from toolkit.core import _trace_events as te
 from toolkit.core.files import ReportError, parse_json
 from toolkit.report._fields import inside_run
 from toolkit.report._trace_records import OpTime, Spread, TopOps, TraceAnalysis, TracedStep
@@ -45,6 +45,7 @@ __all__ = [
 ]
 
 INSTALL_HINT = "pip install 'keras-perf-toolkit[profile]'"
+STEP_MARKER = "ProfilerStep#"  # PyTorch's profiler's step ranges (ProfilerStep#7)
 TOP_OPS = 10
 # XProf's overview page: its step table's columns (ms) and the names the report gives them.
 _BREAKDOWN = (
@@ -577,22 +578,12 @@ class _Span:
 
 def _read_chrome(path: str) -> TraceAnalysis:
     reader = "chrome trace json"
-    try:
-        opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8") as f:
-            events = parse_json(f)
-        if isinstance(events, dict):
-            events = events.get("traceEvents", [])
-    except (OSError, ValueError) as e:
-        return TraceAnalysis(reader=reader, error=f"cannot read {path}: {e}")
-    spans = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e]
-    markers = sorted(
-        (e for e in spans if str(e.get("name", "")).startswith("ProfilerStep#")),
-        key=lambda e: float(e["ts"]),
-    )
+    spans, error = te.chrome_events(path)
+    if error is not None:
+        return TraceAnalysis(reader=reader, error=error)
     steps = tuple(
-        TracedStep(str(e["name"]).removeprefix("ProfilerStep#"), float(e["dur"]) / 1e3)
-        for e in markers
+        TracedStep(str(e["name"]).removeprefix(STEP_MARKER), float(e["dur"]) / 1e3)
+        for e in te.step_events(spans, STEP_MARKER)
     )
     host = [e for e in spans if e.get("cat") == "cpu_op"]
     device = [_Span.of(e) for e in spans if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
@@ -606,7 +597,7 @@ def _read_chrome(path: str) -> TraceAnalysis:
             "PyTorch's trace has no input-pipeline analysis (XProf reads TensorFlow's and "
             "JAX's traces only): step times and ops only"
             if steps
-            else "no ProfilerStep# marker in the trace: ops only"
+            else f"no {STEP_MARKER} marker in the trace: ops only"
         ),
     )
 

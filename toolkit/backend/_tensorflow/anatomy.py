@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from toolkit.backend import _trace_events as te
+from toolkit.core import _trace_events as te
 from toolkit.core._anatomy import Span, SpanKind, StepTrace
 
 __all__ = [

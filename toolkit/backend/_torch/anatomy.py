@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from toolkit.backend import _trace_events as te
+from toolkit.core import _trace_events as te
 from toolkit.core._anatomy import Span, SpanKind, StepTrace
 
 __all__ = [

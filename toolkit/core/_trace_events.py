@@ -1,4 +1,5 @@
-"""A profiler trace read as events, for the step's anatomy: what the backends' readers share.
+"""A profiler trace read as events: what the report's trace section (``toolkit.report.trace``)
+and the backends' anatomy readers share, so a trace file is parsed one way.
 
 * :func:`xspace_events`: the events of XSpace files (TensorFlow's and JAX's profilers), in
   Chrome trace form, through XProf's own converter (its ``trace_viewer`` tool: the timeline
@@ -13,7 +14,8 @@
   time is joined to the layers it computes. The protobuf wire format is read with
   ``protobuf``'s own parser, from descriptors of the few fields needed (no TensorFlow: the
   xplane and HLO message classes ship only with it).
-* :func:`step_markers`: the step markers TraceWindow wrote.
+* :func:`step_events` and :func:`step_markers`: the step markers TraceWindow wrote (or
+  PyTorch's profiler, ``ProfilerStep#N``).
 
 Imports no framework. Nothing raises for a bad file: a reader returns what it could read and
 an error in words.
@@ -29,11 +31,14 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from toolkit.core.files import parse_json
+
 __all__ = [
     "Event",
     "chrome_events",
     "hlo_metadata",
     "innermost",
+    "step_events",
     "step_markers",
     "tokens_in",
     "xla_op_spans",
@@ -79,11 +84,11 @@ def chrome_events(path: str) -> tuple[list[Event], str | None]:
     try:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8") as f:
-            data = json.load(f)
+            data = parse_json(f)
     except (OSError, ValueError, EOFError) as e:
-        return [], f"could not read {os.path.basename(path)}: {e}"
+        return [], f"cannot read {path}: {e}"
     raw = data.get("traceEvents", ()) if isinstance(data, dict) else data
-    return [e for e in raw if _complete(e)], None
+    return [e for e in raw if _complete(e)] if isinstance(raw, list) else [], None
 
 
 def _complete(e: Any) -> bool:
@@ -96,17 +101,22 @@ def _complete(e: Any) -> bool:
     )
 
 
-def step_markers(events: list[Event], name: str) -> list[tuple[float, float]]:
-    """``(start, end)`` of each step marker: an event named `name` followed by its step
-    number (``train 7``, ``ProfilerStep#7``), in time order. Where a TensorFlow step runs a
-    loop (an LSTM's), XProf groups the steps by the loop and names the markers `name` alone."""
-    out = []
+def step_events(events: list[Event], name: str) -> list[Event]:
+    """The step markers among `events`: each named `name` followed by its step number
+    (``train 7``, ``ProfilerStep#7``), in time order. Where a TensorFlow step runs a loop (an
+    LSTM's), XProf groups the steps by the loop and names the markers `name` alone."""
+    found = []
     for e in events:
         n = e["name"]
         rest = n[len(name) :].strip()
         if n.startswith(name) and (rest.isdigit() or not rest):
-            out.append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
-    return sorted(out)
+            found.append(e)
+    return sorted(found, key=lambda e: (float(e["ts"]), float(e["dur"])))
+
+
+def step_markers(events: list[Event], name: str) -> list[tuple[float, float]]:
+    """``(start, end)`` of each step marker (:func:`step_events`), in time order."""
+    return [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in step_events(events, name)]
 
 
 def innermost(events: list[Event]) -> Iterator[tuple[Event, list[Event]]]:
