@@ -51,8 +51,9 @@ test: $(STAMP)
 # nightly's PyTorch, about 50 s more for what the contracts check of its trainer already.)
 # .venv-next is an overlay on .venv, not a second install of every framework (4.1 GB and
 # about 2 minutes of CI's 35, measured): a .pth file adds .venv's site-packages after its own,
-# so it holds only the nightly (the project comes editable with .venv's packages), whose `keras` package shadows the
-# release's; a dependency the nightly needs newer lands in .venv-next too. Both Keras
+# so it holds only the nightly (the project comes editable with .venv's packages), whose
+# `keras` package shadows the release's; a dependency the nightly needs newer lands in
+# .venv-next too. Both Keras
 # distributions are then installed, as after `pip install keras-nightly` over a release, and
 # the toolkit reads the nightly as the one in use (`compat.keras_release`). It is made again
 # whenever .venv is.
