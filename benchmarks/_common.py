@@ -62,9 +62,13 @@ def quiet_gc() -> None:
 
 
 def mlp_fit_setup(steps: int, batch_size: int = 32, width: int = 64, features: int = 32):
-    """A compiled MLP and a dataset of `steps` batches held in memory (no input cost)."""
+    """A compiled MLP and a dataset of `steps` batches held in memory (no input cost).
+
+    On TensorFlow the batches are a cached ``tf.data`` pipeline; on JAX and PyTorch they are
+    the toolkit's own NumPy batches (``array_batches``, a ``keras.utils.PyDataset``), so the
+    benchmarks that use this setup also run where TensorFlow is not installed (a GPU machine
+    with JAX or PyTorch alone measures StepTimer's own cost on a quiet host)."""
     import numpy as np
-    import tensorflow as tf
 
     from toolkit.core import compat
 
@@ -73,15 +77,12 @@ def mlp_fit_setup(steps: int, batch_size: int = 32, width: int = 64, features: i
     rng = np.random.default_rng(0)
     x = rng.normal(size=(steps * batch_size, features)).astype("float32")
     y = rng.integers(0, 10, size=steps * batch_size).astype("int32")
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size, drop_remainder=True)
-    # The data sits in memory, so tf.data autotuning has nothing to tune, and with it on,
-    # destroying the iterator at the end of fit can block until the autotune thread's next
-    # tick: its period doubles from 10 ms, so fits ended at 5.11 s or 10.23 s after the
-    # iterator was made (measured here: up to 2.1 s of teardown, in about 1 fit in 4). That
-    # wait is neither a training step nor a callback's doing, so it stays out of these runs.
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    ds = ds.cache().prefetch(2).with_options(options)
+    if keras.backend.backend() == "tensorflow":
+        ds = _tf_batches(x, y, batch_size)
+    else:
+        from toolkit.data.arrays import array_batches
+
+        ds = array_batches((x, y), batch_size, drop_remainder=True)
     model = keras.Sequential(
         [
             keras.Input((features,)),
@@ -95,3 +96,17 @@ def mlp_fit_setup(steps: int, batch_size: int = 32, width: int = 64, features: i
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
     return keras, model, ds
+
+
+def _tf_batches(x, y, batch_size: int):
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size, drop_remainder=True)
+    # The data sits in memory, so tf.data autotuning has nothing to tune, and with it on,
+    # destroying the iterator at the end of fit can block until the autotune thread's next
+    # tick: its period doubles from 10 ms, so fits ended at 5.11 s or 10.23 s after the
+    # iterator was made (measured here: up to 2.1 s of teardown, in about 1 fit in 4). That
+    # wait is neither a training step nor a callback's doing, so it stays out of these runs.
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return ds.cache().prefetch(2).with_options(options)

@@ -41,7 +41,11 @@ timer's read costs little there; tf_keras does not, so there the naive read adds
 Under tf_keras a fit without callbacks skips the batch hooks altogether, and any callback that
 has them pays tf_keras's per-step dispatch: a callback whose begin hook only appends a clock
 reading measured 1.018× there (15 rounds), StepTimer 1.024× (its own code 0.38 % of the fit),
-so the ≤ 1.01 goal is Keras 3's.
+so the ≤ 1.01 goal is Keras 3's. It also runs without TensorFlow, on JAX or PyTorch
+(``KERAS_BACKEND=jax``: the toolkit's NumPy batches; the scalars variant only where
+TensorBoard is installed), as on a GPU machine's quiet CPU. There Keras hands every batch end
+to a thread pool unless a callback that is not ``async_safe`` overrides the hook, so a plain
+batch callback changes Keras's path, not only adds its own cost (benchmarks/README.md).
 
     python benchmarks/profiler_overhead.py [--steps 1500 --rounds 40 --cpus one|all]
 """
@@ -49,6 +53,7 @@ so the ≤ 1.01 goal is Keras 3's.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import random
 import statistics
 import tempfile
@@ -117,6 +122,8 @@ def main() -> None:
         "StepTimer + scalars": lambda: [StepTimer(tensorboard_dir=board)],
         "naive": lambda: [NaiveTimer()],
     }
+    if importlib.util.find_spec("tensorboard") is None:  # a GPU host with JAX or PyTorch only
+        del variants["StepTimer + scalars"]
     model.fit(ds, epochs=1, verbose=0)  # trace and warm up once for all variants
     # Every fit with a callback sits between two fits without one, and is set against their
     # mean: this machine's speed drifts over seconds (100-step chunks of one long fit
@@ -170,13 +177,14 @@ def main() -> None:
             "fit with StepTimer, logs off, vs no callback", med["none"], med["StepTimer, logs off"]
         )
     )
-    print(
-        speedup_line(
-            "fit with StepTimer + TensorBoard scalars vs no callback",
-            med["none"],
-            med["StepTimer + scalars"],
+    if "StepTimer + scalars" in med:
+        print(
+            speedup_line(
+                "fit with StepTimer + TensorBoard scalars vs no callback",
+                med["none"],
+                med["StepTimer + scalars"],
+            )
         )
-    )
     print(
         speedup_line(
             "fit with StepTimer + a batch callback (its hooks timed by the ledger) vs that "
@@ -240,6 +248,8 @@ def main() -> None:
     # The A/A control's fits are the baseline here: as many fits as each variant's.
     best = {k: min(v) for k, v in times.items()}
     for name in ("StepTimer", "StepTimer, logs off", "StepTimer + scalars", "naive"):
+        if name not in best:
+            continue
         print(
             speedup_line(
                 f"best of {args.rounds} fits, {name} vs no callback",
