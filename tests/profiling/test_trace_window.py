@@ -290,6 +290,7 @@ def test_why_a_marked_trace_gives_no_step_is_said(tmp_path, keras, make_model, m
         pytest.skip("tf_keras's fit adds markers of its own, with the root stat")
     import tensorflow as tf
 
+    from toolkit.core._trace_events import xspace_messages
     from toolkit.report import trace as reader
 
     class Unrooted(keras.callbacks.Callback):  # markers as a user might write them
@@ -319,9 +320,9 @@ def test_why_a_marked_trace_gives_no_step_is_said(tmp_path, keras, make_model, m
     model.fit(data, epochs=1, verbose=0, callbacks=[window])
     (path,) = window.trace_files()
     with open(path, "rb") as f:
-        space = reader._xspace_type().FromString(f.read())
-    entry = space.planes[0].event_metadata.add(key=999_999)
-    entry.value.id, entry.value.name = 999_999, "WhileOp-EvalCond"
+        space = xspace_messages()["XSpace"].FromString(f.read())
+    added = space.planes[0].event_metadata[999_999]
+    added.id, added.name = 999_999, "WhileOp-EvalCond"
     copy = tmp_path / "loop" / "host.xplane.pb"
     copy.parent.mkdir()
     copy.write_bytes(space.SerializeToString())

@@ -13,7 +13,8 @@ and the backends' anatomy readers share, so a trace file is parsed one way.
   op's ``jax.named_scope`` path in its ``op_name`` metadata: that is how a fused program's
   time is joined to the layers it computes. The protobuf wire format is read with
   ``protobuf``'s own parser, from descriptors of the few fields needed (no TensorFlow: the
-  xplane and HLO message classes ship only with it).
+  xplane and HLO message classes ship only with it): :func:`xspace_messages`, which the
+  report's loop folding reads and writes XSpace files with too.
 * :func:`step_events` and :func:`step_markers`: the step markers TraceWindow wrote (or
   PyTorch's profiler, ``ProfilerStep#N``).
 
@@ -24,6 +25,7 @@ an error in words.
 from __future__ import annotations
 
 import collections
+import functools
 import gzip
 import json
 import os
@@ -43,6 +45,7 @@ __all__ = [
     "tokens_in",
     "xla_op_spans",
     "xspace_events",
+    "xspace_messages",
 ]
 
 Event = dict[str, Any]  # one Chrome trace event, as the file has it
@@ -134,13 +137,21 @@ def innermost(events: list[Event]) -> Iterator[tuple[Event, list[Event]]]:
 # ---------------------------------------------------------------------------- HLO metadata
 
 
-def _messages() -> dict[str, Any]:
-    """Message classes for the fields read here, from descriptors written out (the field
-    numbers of tsl's ``xplane.proto`` and XLA's ``hlo.proto``)."""
+@functools.cache
+def xspace_messages() -> dict[str, Any]:
+    """Message classes for XSpace, the profiler's trace file (``XSpace``), and the compiled
+    programs JAX writes into it (``HloProto``, ``HloModule``), of the fields this toolkit
+    reads or sets: the field numbers of tsl's ``xplane.proto`` and XLA's ``hlo.proto``. Every
+    other field is kept as an unknown one, so a trace parsed and written again is the same
+    trace but for what was changed (the report's loop folding). Built from descriptors written
+    out: XProf ships no Python module for them, and TensorFlow's come with ``import
+    tensorflow``, which no reader here does. Raises ImportError without ``protobuf``."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     F = descriptor_pb2.FieldDescriptorProto
-    fd = descriptor_pb2.FileDescriptorProto(name="toolkit_trace_subset.proto", package="tk")
+    fd = descriptor_pb2.FileDescriptorProto(
+        name="toolkit_trace_subset.proto", package="tk", syntax="proto2"
+    )
 
     def message(name: str, fields: list[tuple[str, int, int, int, str]], parent: Any = None):
         m = (parent.nested_type if parent is not None else fd.message_type).add(name=name)
@@ -156,6 +167,7 @@ def _messages() -> dict[str, Any]:
         "XPlane",
         [
             ("name", 2, F.TYPE_STRING, opt, ""),
+            ("lines", 3, F.TYPE_MESSAGE, rep, ".tk.XLine"),
             ("event_metadata", 4, F.TYPE_MESSAGE, rep, ".tk.XPlane.EventEntry"),
             ("stat_metadata", 5, F.TYPE_MESSAGE, rep, ".tk.XPlane.StatEntry"),
         ],
@@ -167,15 +179,31 @@ def _messages() -> dict[str, Any]:
             plane,
         )
         m.options.map_entry = True
+    message("XLine", [("events", 4, F.TYPE_MESSAGE, rep, ".tk.XEvent")])
+    message(
+        "XEvent",
+        [("metadata_id", 1, F.TYPE_INT64, opt, ""), ("stats", 4, F.TYPE_MESSAGE, rep, ".tk.XStat")],
+    )
     message(
         "XEventMetadata",
-        [("name", 2, F.TYPE_STRING, opt, ""), ("stats", 5, F.TYPE_MESSAGE, rep, ".tk.XStat")],
+        [
+            ("id", 1, F.TYPE_INT64, opt, ""),
+            ("name", 2, F.TYPE_STRING, opt, ""),
+            ("stats", 5, F.TYPE_MESSAGE, rep, ".tk.XStat"),
+        ],
     )
+    # One of a value's kinds is set (a oneof in xplane.proto); proto2 keeps which one, so a
+    # value set to 0 stays of its kind when written again.
     message(
         "XStat",
-        [("metadata_id", 1, F.TYPE_INT64, opt, ""), ("bytes_value", 6, F.TYPE_BYTES, opt, "")],
+        [
+            ("metadata_id", 1, F.TYPE_INT64, opt, ""),
+            ("uint64_value", 3, F.TYPE_UINT64, opt, ""),
+            ("int64_value", 4, F.TYPE_INT64, opt, ""),
+            ("bytes_value", 6, F.TYPE_BYTES, opt, ""),
+        ],
     )
-    message("XStatMeta", [("name", 2, F.TYPE_STRING, opt, "")])
+    message("XStatMeta", [("id", 1, F.TYPE_INT64, opt, ""), ("name", 2, F.TYPE_STRING, opt, "")])
     message("HloProto", [("hlo_module", 1, F.TYPE_MESSAGE, opt, ".tk.HloModule")])
     message(
         "HloModule",
@@ -220,7 +248,7 @@ def hlo_metadata(
     of each name, the program kept is the newest (its id, ``jit_train_step(28)``) among those
     holding every op the `events` ran under that name."""
     try:
-        classes = _messages()
+        classes = xspace_messages()
     except Exception:  # noqa: BLE001 - no protobuf runtime: nothing joined, said by the caller
         return {}
     found: list[tuple[int, dict[tuple[str, str], tuple[str, ...]]]] = []

@@ -23,7 +23,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import functools
 import os
 import re
 import shutil
@@ -278,52 +277,6 @@ class _Held:
     loop_ops: set[str] = dataclasses.field(default_factory=set)
 
 
-@functools.cache
-def _xspace_type() -> Any:
-    """XSpace, the profiler's trace file, as a protobuf message of the fields read here; every
-    other field is kept as an unknown one, so a trace parsed and written again is the same
-    trace but for what was changed. Built from a descriptor: XProf ships no Python module for
-    XSpace, and TensorFlow's comes with ``import tensorflow``, which this module never does.
-    A map field is a repeated message of ``key`` and ``value`` on the wire."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
-    field = descriptor_pb2.FieldDescriptorProto
-    one, many = field.LABEL_OPTIONAL, field.LABEL_REPEATED
-    messages = {  # name: (field name, number, label, scalar type or message name)
-        "XSpace": [("planes", 1, many, "XPlane")],
-        "XPlane": [
-            ("name", 2, one, field.TYPE_STRING),
-            ("lines", 3, many, "XLine"),
-            ("event_metadata", 4, many, "Entry"),
-            ("stat_metadata", 5, many, "Entry"),
-        ],
-        "Entry": [("key", 1, one, field.TYPE_INT64), ("value", 2, one, "Metadata")],
-        "Metadata": [("id", 1, one, field.TYPE_INT64), ("name", 2, one, field.TYPE_STRING)],
-        "XLine": [("events", 4, many, "XEvent")],
-        "XEvent": [("metadata_id", 1, one, field.TYPE_INT64), ("stats", 4, many, "XStat")],
-        "XStat": [
-            ("metadata_id", 1, one, field.TYPE_INT64),
-            ("uint64_value", 3, one, field.TYPE_UINT64),
-            ("int64_value", 4, one, field.TYPE_INT64),
-        ],
-    }
-    package = "toolkit_trace_xspace"
-    file = descriptor_pb2.FileDescriptorProto(
-        name=f"{package}.proto", package=package, syntax="proto2"
-    )
-    for name, fields in messages.items():
-        message = file.message_type.add(name=name)
-        for fname, number, label, kind in fields:
-            f = message.field.add(name=fname, number=number, label=label)
-            if isinstance(kind, str):
-                f.type, f.type_name = field.TYPE_MESSAGE, f".{package}.{kind}"
-            else:
-                f.type = kind
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(file)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.XSpace"))
-
-
 def _loops_folded(files: list[str], into: str) -> tuple[_Held | None, list[str] | None]:
     """What the XSpace `files` hold that XProf's steps depend on, and, where they hold step
     markers and a TensorFlow loop's iterations, a copy of each under `into` with every
@@ -341,7 +294,7 @@ def _loops_folded(files: list[str], into: str) -> tuple[_Held | None, list[str] 
     grouped as a loop-free one is: by its step markers.
     """
     try:
-        space_type = _xspace_type()
+        space_type = te.xspace_messages()["XSpace"]
         from google.protobuf.message import DecodeError
     except ImportError:  # protobuf comes with XProf; a reader without it folds nothing
         return None, None
@@ -370,8 +323,8 @@ def _loops_folded(files: list[str], into: str) -> tuple[_Held | None, list[str] 
 def _fold_plane(plane: Any, held: _Held) -> None:
     """Counts what `plane` holds into `held` (step markers on the host plane), and sets the
     loop iteration number of each of its executor events to 0."""
-    events = {e.key: e.value.name for e in plane.event_metadata}
-    stats = {e.value.name: e.key for e in plane.stat_metadata}
+    events = {k: v.name for k, v in plane.event_metadata.items()}
+    stats = {v.name: k for k, v in plane.stat_metadata.items()}
     held.loop_ops |= _LOOP_OPS.intersection(events.values())
     executor = {k for k, name in events.items() if name == "ExecutorState::Process"}
     host = plane.name == "/host:CPU"
