@@ -555,22 +555,19 @@ def _read_chrome(path: str) -> TraceAnalysis:
     )
 
 
-def _self_times(events: list[Mapping[str, Any]]) -> list[_Span]:
+def _self_times(events: list[te.Event]) -> list[_Span]:
     """`events` as spans with their self time: their duration less that of the events nested
-    directly in them on the same thread."""
-    by_thread: dict[tuple[Any, Any], list[_Span]] = collections.defaultdict(list)
+    directly in them on the same thread (the nesting :func:`te.innermost` finds)."""
+    by_thread: dict[tuple[Any, Any], list[te.Event]] = collections.defaultdict(list)
     for e in events:
-        by_thread[(e.get("pid"), e.get("tid"))].append(_Span.of(e))
+        by_thread[(e.get("pid"), e.get("tid"))].append(e)
     out = []
-    for spans in by_thread.values():
-        spans.sort(key=lambda s: (s.start, -s.dur))
-        stack: list[_Span] = []
-        for span in spans:
-            while stack and stack[-1].end <= span.start:
-                stack.pop()
-            if stack:
-                stack[-1].self_us -= span.dur
-            stack.append(span)
+    for thread in by_thread.values():
+        spans: dict[int, _Span] = {}
+        for e, enclosing in te.innermost(thread):
+            span = spans[id(e)] = _Span.of(e)
+            if enclosing:
+                spans[id(enclosing[-1])].self_us -= span.dur
             out.append(span)
     return out
 
