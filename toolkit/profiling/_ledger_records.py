@@ -6,7 +6,7 @@ imported). :class:`Ledger` is one fit's whole ledger; its :meth:`Ledger.to_dict`
 :meth:`Ledger.from_dict` are the JSON edge (``report.json``'s ``ledger`` object, the schema in
 ``docs/report.md``), and a ledger read from an older report reads as one written today (a
 field it lacks takes its default). A ledger's fixes are the report's reading of it
-(``toolkit.report._fixes``), not part of this record.
+(``toolkit.profiling._fixes``), not part of this record.
 
 Each part and compile says how many samples it is made of and, where these repeat one thing,
 their spread (``samples``, ``spread_s``): what a comparison of two runs needs to tell a change

@@ -3,9 +3,10 @@ them; and the ledger's JSON edge.
 
 The ledger itself is measured by ``toolkit.profiling._ledger`` (StepTimer keeps it), a
 :class:`~toolkit.profiling._ledger_records.Ledger`; this is its reading, pure Python like the
-rest of the report side. What each item would save is ``toolkit.report._fixes``': each fix is
-data (the setting and its value, why, the saving), spelled here for its reader: as the
-runner's flag for a run the runner set up (a recipe), as Python for a script's own fit.
+rest of the report side. What each item would save is ``toolkit.profiling._fixes``': each
+fix is data (the setting and its value, why, the saving), spelled here for its reader
+(``toolkit.report._fixes``): as the runner's flag for a run the runner set up (a recipe), as
+Python for a script's own fit.
 
 The flag spelling is the runner's (``toolkit.runner.config.as_flags``, the one place a
 setting is spelled as a flag), and the runner sits above the report: a caller above it hands
@@ -25,21 +26,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from toolkit.core.stats import whole_percents
+from toolkit.core._advice import Spell
+from toolkit.core.stats import format_s, whole_percents
+from toolkit.profiling._fixes import MIN_S, SHARE, Fix, read_fixes, share, unfixed
 from toolkit.profiling._ledger_records import PARTS, Ledger, LedgerPart, Reader
-from toolkit.report._fixes import (
-    MIN_S,
-    SHARE,
-    Fix,
-    Spell,
-    fix_json,
-    fix_words,
-    format_s,
-    read_fixes,
-    share,
-    unfixed,
-    unfixed_words,
-)
+from toolkit.report._fixes import fix_json, fix_words, unfixed_words
 
 __all__ = [
     "LABELS",
@@ -125,7 +116,7 @@ def ledger_json(ledger: Ledger | Mapping[str, Any], flags: Spell | None = None) 
 
 
 def fixes(ledger: Ledger | Mapping[str, Any]) -> list[Fix]:
-    """The ledger's fixes (``toolkit.report._fixes.fixes``), of a record or of its JSON."""
+    """The ledger's fixes (``toolkit.profiling._fixes.read_fixes``), of a record or of its JSON."""
     found = as_ledger(ledger)
     assert found is not None
     return read_fixes(found)

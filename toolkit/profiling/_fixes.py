@@ -1,0 +1,445 @@
+"""What each of a run's largest ledger items would save: its fix, as data, spelled at the edge
+for who reads it (``toolkit.report._fixes``).
+
+:func:`read_fixes` reads a :class:`~toolkit.profiling._ledger_records.Ledger` (pure Python: a
+report read elsewhere gets its fixes too) and turns each large item into a :class:`Fix`: the
+finding in words (``why``), the setting that fixes it and its value (a :class:`Setting`), and
+the seconds it would save over the whole run (``saves_s``; None where this run alone cannot
+say), each prediction made from this run's own figures (``benchmarks/ledger.py`` applies each
+fix in fresh processes and prints the predicted saving beside the measured one):
+
+* recompiles for a new input shape (a ragged last batch): their time, saved by
+  ``drop_remainder=True``;
+* validation: its runs beyond ``validation_freq=k``'s, each at the median run's time;
+* a callback: ModelCheckpoint's saves beyond one every k epochs; any other callback's time;
+* a slow exit on TensorFlow (tf.data's autotune teardown), the input where it was timed;
+* compile, in a run the runner set up without the compile cache, on a backend whose cache
+  keeps this step's programs (JAX: every program; TensorFlow and PyTorch: what
+  ``jit_compile`` compiles): what a later run reads instead of compiling, predicted from
+  what the backend timed compiling (JAX's compile events), where it timed it;
+* XLA's compile where it is a large share of a short run: what each step must gain to pay
+  for it (break-even), not a saving (only measuring the other setting says that: ``tune``).
+
+A part of at least :data:`SHARE` of the run and :data:`MIN_S` that no fix covers is an
+:class:`Unfixed`: the rule that was applied, in words (:func:`unfixed`).
+
+The rules sit below the report, beside the ledger they read, and ask the backend's seam for
+what a backend does (which ``jit_compile`` values tune searches there, whether every step is
+compiled); the report spells a fix for its reader (``toolkit.report._fixes``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any
+
+from toolkit.core.stats import format_s
+from toolkit.profiling._ledger_records import Ledger
+
+__all__ = [
+    "MIN_S",
+    "SHARE",
+    "Fix",
+    "Setting",
+    "Unfixed",
+    "caches_this_step",
+    "read_fixes",
+    "share",
+    "unfixed",
+]
+
+# An item is worth a fix line from this share of the run and this many seconds.
+SHARE, MIN_S = 0.05, 0.1
+VALIDATION_SHARE = 0.15
+COMPILE_SHARE = 0.25  # XLA's break-even, said from this share of the run
+INPUT_SHARE = 0.2
+EXIT_S = 0.5
+EVERY = 5  # validation_freq / checkpoints every this many epochs, as the fixes propose
+
+
+def share(part: float | None, wall: float) -> str:
+    """`part` as a share of `wall`: ``43%`` (``—`` where either is unknown)."""
+    return f"{part / wall:.0%}" if part is not None and wall > 0 else "—"
+
+
+# ---------------------------------------------------------------------------- the records
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting a fix changes, as data: its name and value, and where a script sets it.
+
+    Attributes:
+        name: Keras's argument (and, with `runner`, the runner's TrainConfig field).
+        value: the value it takes.
+        call: what a script passes it to: ``model.fit(..., name=value)``.
+        place: or where it goes, in words after it: ``drop_remainder=True on the training
+            data's batching``.
+        runner: the runner has this setting: a run it set up takes it as a flag.
+        python: how a script sets it where that is no argument (the compile cache).
+    """
+
+    name: str
+    value: Any
+    call: str | None = None
+    place: str | None = None
+    runner: bool = False
+    python: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Fix:
+    """One large ledger item and its fix.
+
+    Attributes:
+        item: what it fixes (``validation``, ``callback ModelCheckpoint``, ``recompile
+            (train)``, ``compile cache``, ``compile``, ``exit``, ``input``).
+        part: the ledger part it shortens.
+        seconds: the item's seconds in this run.
+        saves_s: the seconds it would save over the whole run; None: this run cannot say.
+        why: the finding, in words (no setting spelled in it).
+        setting: the setting that fixes it; None for a fix that is no one setting.
+        action: the fix in words where it is no one setting (or what else does it).
+        note: words after the saving (what it counts, what it leaves).
+        break_even_ms: XLA's compile: what each step must gain to pay for it.
+
+    Its JSON, in a spelling's words (``report.json``'s ``ledger.fixes``), is :func:`fix_json`.
+    """
+
+    item: str
+    part: str
+    seconds: float
+    saves_s: float | None
+    why: str
+    setting: Setting | None = None
+    action: str | None = None
+    note: str | None = None
+    break_even_ms: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Unfixed:
+    """A large part no fix covers, and the rule that was applied, in words; `names` are the
+    settings the words name, each spelled for the reader where ``{name}`` stands in them."""
+
+    part: str
+    seconds: float
+    rule: str
+    names: tuple[tuple[str, Setting], ...] = ()
+
+
+# ---------------------------------------------------------------------------- the rules
+
+
+def read_fixes(ledger: Ledger) -> list[Fix]:
+    """The ledger's largest items, each with its fix and the seconds it would save over the
+    whole run, those with a saving first, the largest first."""
+    if ledger.wall_s <= 0:
+        return []
+    out = [
+        *_recompiles(ledger),
+        *filter(None, [_validation(ledger)]),
+        *_callbacks(ledger),
+        *filter(None, [_exit(ledger), _input(ledger), _cache(ledger), _xla(ledger)]),
+    ]
+    out.sort(
+        key=lambda f: (f.saves_s is None, -(f.saves_s if f.saves_s is not None else f.seconds))
+    )
+    return out
+
+
+def _is_shape(cause: Any) -> bool:
+    text = str(cause or "").lower()
+    return "shape" in text or "size mismatch" in text
+
+
+def _n(epoch: int | None) -> str:
+    return str(epoch + 1) if isinstance(epoch, int) else "?"
+
+
+def _recompiles(ledger: Ledger) -> list[Fix]:
+    """Recompiles for a new input shape (a ragged last batch), per function; and the others,
+    where they are a large share."""
+    out = []
+    again = [c for c in ledger.compiles if not c.first]
+    for function in ("train", "evaluate"):
+        mine = [c for c in again if c.function == function and _is_shape(c.cause)]
+        seconds = sum(c.seconds for c in mine)
+        if not mine or seconds < MIN_S:
+            continue
+        data = "training" if function == "train" else "validation"
+        n = len(mine)
+        # Whole batches only: the recompile goes. The partial batch's own step goes too, but
+        # its time is not a full step's (one example of 32 costs far less): left out of the
+        # saving rather than guessed.
+        out.append(Fix(
+            f"recompile ({function})", "compile", seconds,
+            seconds,
+            f"{n} recompile{'s' if n != 1 else ''} of the {function} step for a new input "
+            f"shape ({mine[0].cause}, epoch {_n(mine[0].epoch)}) cost {format_s(seconds)}",
+            Setting("drop_remainder", True, place=f"on the {data} data's batching"),
+            note="(or a batch size that divides it: the recompile goes, and the partial batch's "
+            "own step each pass)",
+        ))  # fmt: skip
+    other = [c for c in again if not _is_shape(c.cause)]
+    seconds = sum(c.seconds for c in other)
+    if other and seconds >= MIN_S and seconds >= SHARE * ledger.wall_s:
+        out.append(Fix(
+            "recompile (other)", "compile", seconds, None,
+            f"{len(other)} recompile(s) cost {format_s(seconds)} ({other[0].cause})",
+            action="keep the step's inputs and settings fixed",
+            note="(the step compiled again mid-run)",
+        ))  # fmt: skip
+    return out
+
+
+def _validation(ledger: Ledger) -> Fix | None:
+    """Validation every epoch, a large share: its runs beyond ``validation_freq=k``'s."""
+    validation, wall, epochs = ledger.seconds("validation"), ledger.wall_s, ledger.epochs
+    runs_s = ledger.validation_runs_s
+    runs = len(runs_s)
+    # Only a run validated every epoch (one already thinned has its own validation_freq).
+    if not (validation and runs == epochs and runs >= 2 and validation >= VALIDATION_SHARE * wall):
+        return None
+    k = min(EVERY, epochs)
+    per_run = statistics.median(runs_s)
+    saves = per_run * max(0, runs - epochs // k)
+    if saves < MIN_S:
+        return None
+    return Fix(
+        "validation", "validation", validation, saves,
+        f"validation takes {share(validation, wall)} of the run ({runs} runs, "
+        f"{format_s(per_run)} each)",
+        Setting("validation_freq", k, call="model.fit", runner=True),
+    )  # fmt: skip
+
+
+def _callbacks(ledger: Ledger) -> list[Fix]:
+    """Each callback of at least :data:`SHARE` and :data:`MIN_S`: ModelCheckpoint's saves
+    beyond one every k epochs; any other one's time."""
+    out = []
+    epochs, wall = ledger.epochs, ledger.wall_s
+    for c in ledger.callbacks:
+        if c.seconds < MIN_S or c.seconds < SHARE * wall:
+            continue
+        per_epoch = c.seconds / max(1, epochs)
+        why = (
+            f"{c.name} spends {format_s(per_epoch)} per epoch ({share(c.seconds, wall)} of the run)"
+        )
+        if c.name == "ModelCheckpoint" and epochs >= 2:
+            k = min(EVERY, epochs)
+            saves = per_epoch * (epochs - epochs // k)
+            spe = ledger.steps_per_epoch
+            setting = (
+                Setting("save_freq", k * spe, call="keras.callbacks.ModelCheckpoint")
+                if spe
+                else None
+            )
+            action = None if spe else f"save_freq={k} × the steps per epoch on ModelCheckpoint"
+            out.append(Fix(
+                f"callback {c.name}", "callbacks", c.seconds, saves, why, setting, action,
+                note=f"(a save every {k} epochs)",
+            ))  # fmt: skip
+            continue
+        out.append(Fix(
+            f"callback {c.name}", "callbacks", c.seconds, c.seconds, why,
+            action=f"call {c.name} less often, or make it cheaper",
+            note="at most (without it: less where it overlapped other work, such as "
+            "tf.data's between epochs)",
+        ))  # fmt: skip
+    return out
+
+
+def _exit(ledger: Ledger) -> Fix | None:
+    """A slow exit: on TensorFlow, tf.data's teardown waiting for its autotune thread."""
+    exit_s = ledger.seconds("exit")
+    if exit_s is None or exit_s < EXIT_S or exit_s < SHARE * ledger.wall_s:
+        return None
+    tf = ledger.backend == "tensorflow"
+    action = (
+        "options.autotune.enabled = False on the tf.data dataset (its teardown waits for the "
+        "autotune thread)"
+        if tf
+        else "close the input's iterator and worker processes sooner"
+    )
+    why = f"the fit exits {format_s(exit_s)} after its last step"
+    return Fix("exit", "exit", exit_s, exit_s if tf else None, why, action=action)
+
+
+def _input(ledger: Ledger) -> Fix | None:
+    """The input, where it was timed (the steps' wait) or read beside queued steps."""
+    wall, input_s, read = ledger.wall_s, ledger.seconds("input"), ledger.input_read_s
+    action = "cache, prefetch or more input workers (diagnose measures the pipeline)"
+    if input_s is not None and input_s >= INPUT_SHARE * wall and input_s >= MIN_S:
+        why = (
+            f"the steps waited {format_s(input_s)} for their input ({share(input_s, wall)} "
+            "of the run)"
+        )
+        return Fix("input", "input", input_s, None, why, action=action,
+                   note="save up to that much")  # fmt: skip
+    if input_s is None and read and read >= INPUT_SHARE * wall:
+        why = (
+            f"the host spent {format_s(read)} ({share(read, wall)} of the run) reading "
+            "batches while the device ran the steps"
+        )
+        return Fix("input", "input", read, None, why, action=action,
+                   note="(diagnose says whether the steps waited for them)")  # fmt: skip
+    return None
+
+
+def caches_this_step(ledger: Ledger) -> bool:
+    """Whether the backend's compile cache keeps this run's step: what ``jit_compile``
+    compiles, and every step on a backend that compiles every step (its seam searches no
+    ``jit_compile=False``: JAX); tracing is never cached."""
+    return ledger.jit() or False not in _searched_jit(ledger.backend)
+
+
+def _cache(ledger: Ledger) -> Fix | None:
+    """Compile, in a run the runner set up without the compile cache, on a backend whose
+    cache keeps this step: what a later run reads instead of compiling. Predicted from what
+    the backend timed compiling (JAX's compile events: trace, lowering and XLA's compile,
+    of which only the last is cached), capped at the compile part; None where the backend
+    timed none."""
+    compile_s, wall = ledger.seconds("compile"), ledger.wall_s
+    if not compile_s or compile_s < MIN_S or compile_s < SHARE * wall:
+        return None
+    if not ledger.reader.runner or ledger.reader.compile_cache or not caches_this_step(ledger):
+        return None
+    timed = sum(c.backend_seconds or 0.0 for c in ledger.compiles)
+    saves = min(timed, compile_s) if timed else None
+    what = "what the backend timed compiling here" if saves is not None else "up to the compile"
+    return Fix(
+        "compile cache", "compile", compile_s, saves,
+        f"compile takes {share(compile_s, wall)} of the run ({format_s(compile_s)})",
+        Setting("compile_cache", True, runner=True,
+                python="toolkit.backend.use_compile_cache() before anything compiles"),
+        note=f"on each later run of this model and settings ({what}; its tracing is not "
+        "cached; the first run writes the cache)",
+    )  # fmt: skip
+
+
+def _searched_jit(backend: str) -> tuple[bool, ...]:
+    """The ``jit_compile`` values tune searches on `backend` (its seam's ``searched_jit``;
+    both where the backend is unknown here): a fix names only a setting the toolkit would
+    measure there. The seam's module imports no framework."""
+    from toolkit import backend as backends
+
+    try:
+        found = backends.find(backend) if backend else None
+        return tuple(found.searched_jit()) if found is not None else (False, True)
+    except Exception:  # noqa: BLE001 - a report from elsewhere: both ways
+        return (False, True)
+
+
+def _backend_words(backend: str) -> str:
+    from toolkit import backend as backends
+
+    return backends.REGISTRY[backend].title if backend in backends.REGISTRY else backend
+
+
+def _xla(ledger: Ledger) -> Fix | None:
+    """XLA's compile, a large share of a short run: what each step must gain to pay for it."""
+    compile_s, wall, steps = ledger.seconds("compile"), ledger.wall_s, ledger.steps
+    first = next((c for c in ledger.compiles if c.first and c.function == "train"), None)
+    if not (ledger.jit() and compile_s and compile_s >= COMPILE_SHARE * wall and first and steps):
+        return None
+    per_step = first.seconds / steps
+    if False not in _searched_jit(ledger.backend):
+        # XLA off is no setting here (JAX jits every step: tune never tries it): a longer
+        # run is what spreads the compile (and the compile cache its fix of its own).
+        return Fix(
+            "compile", "compile", compile_s, None,
+            f"compile takes {share(compile_s, wall)} of the run ({format_s(first.seconds)} "
+            f"for the step's first call, {per_step * 1e3:.3g} ms over each of its {steps:,} "
+            "steps)",
+            action="a longer run spreads it",
+            note=f"({_backend_words(ledger.backend)} compiles every step it runs: there XLA "
+            "off is no setting)",
+        )  # fmt: skip
+    why = (
+        f"compile takes {share(compile_s, wall)} of the run ({format_s(first.seconds)} for "
+        f"XLA's first call): over this run's {steps:,} steps it pays for itself only if XLA "
+        f"saves {per_step * 1e3:.3g} ms a step"
+    )
+    return Fix(
+        "compile", "compile", compile_s, None, why,
+        Setting("jit_compile", False, call="model.compile", runner=True),
+        action="or a longer run", note="(tune measures jit_compile both ways over the run)",
+        break_even_ms=per_step * 1e3,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- no fix
+
+
+def unfixed(ledger: Ledger, found: list[Fix]) -> list[Unfixed]:
+    """Each part of at least :data:`SHARE` of the run and :data:`MIN_S` that no fix in
+    `found` shortens, largest first, with the rule that was applied."""
+    wall, covered = ledger.wall_s, {f.part for f in found}
+    large = [
+        p for p in ledger.parts
+        if p.seconds is not None and p.seconds >= max(MIN_S, SHARE * wall)
+        and p.name not in covered
+    ]  # fmt: skip
+    large.sort(key=lambda p: -(p.seconds or 0.0))
+    return [Unfixed(p.name, p.seconds or 0.0, *_rule(ledger, p.name)) for p in large]
+
+
+def _rule(ledger: Ledger, part: str) -> tuple[str, tuple[tuple[str, Setting], ...]]:
+    """Why `part` has no fix: the rule applied, in words (and the settings they name)."""
+    if part == "compile":
+        return _compile_rule(ledger)
+    if part == "validation":
+        runs, epochs = len(ledger.validation_runs_s), ledger.epochs
+        return (
+            "validating less often is proposed for a run validated every epoch, at least "
+            f"twice, where validation takes {VALIDATION_SHARE:.0%} of the run (this run: "
+            f"{runs} validations in {epochs} epochs)"
+        ), ()
+    if part == "callbacks":
+        top = ledger.callbacks[0] if ledger.callbacks else None
+        largest = f"; the largest, {top.name}, took {format_s(top.seconds)}" if top else ""
+        return (
+            f"a callback is proposed from {MIN_S} s and {SHARE:.0%} of the run on its own{largest}"
+        ), ()
+    return _RULES.get(part, "the ledger has no fix for it"), ()
+
+
+_RULES = {
+    "steps": "the training steps themselves: the ledger has no fix for them (doctor without "
+    "--report measures whether the input or the step bounds them; tune searches the step's "
+    "settings)",
+    "start_up": "the fit's start (the data adapter, building, the callbacks' train begin, the "
+    "input iterator): the ledger has no fix for it",
+    "input": f"the input is proposed from {INPUT_SHARE:.0%} of the run",
+    "exit": f"a slow exit is proposed from {EXIT_S} s and {SHARE:.0%} of the run",
+    "other": "Keras's own work between the parts: the ledger has no fix for it (report.md's "
+    "'Other' lines say where it lies)",
+}
+
+
+def _compile_rule(ledger: Ledger) -> tuple[str, tuple[tuple[str, Setting], ...]]:
+    """Why compile has no fix: not a run the runner set up, the cache on already, or a step
+    this backend's cache does not keep."""
+    cache = Setting("compile_cache", True, runner=True,
+                    python="toolkit.backend.use_compile_cache()")  # fmt: skip
+    jit = Setting("jit_compile", True, call="model.compile", runner=True)
+    if not ledger.reader.runner:
+        return (
+            "the compile cache is proposed for a run the toolkit's runner set up (a recipe "
+            "records whether it was on); from a script, {cache} before anything compiles "
+            "keeps compiled programs for later runs"
+        ), (("cache", cache),)
+    if ledger.reader.compile_cache:
+        return (
+            "the run had {cache} on already (a first run writes the cache, a later one "
+            "reads it; tracing is never cached)"
+        ), (("cache", cache),)
+    if not caches_this_step(ledger):
+        backend = _backend_words(ledger.backend) if ledger.backend else "this backend"
+        return (
+            f"{{cache}} would not shorten it: {backend}'s cache keeps only what {{jit}} "
+            "compiles, and this run's step was not compiled so (tracing is never cached)"
+        ), (("cache", cache), ("jit", jit))
+    return f"compile is proposed from {MIN_S} s and {SHARE:.0%} of the run", ()
