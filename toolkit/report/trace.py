@@ -509,7 +509,7 @@ def _op_stats(tables: list[Mapping[str, Any]], steps: int) -> TopOps:
 
 
 @dataclasses.dataclass
-class _Span:
+class _Timed:
     """One of a Chrome trace's complete events (``ph`` ``X``): its name, start and duration
     (µs), and its self time: the duration less that of the spans nested directly in it on
     its thread, where :func:`_self_times` says so (else its duration)."""
@@ -520,7 +520,7 @@ class _Span:
     self_us: float
 
     @classmethod
-    def of(cls, event: Mapping[str, Any]) -> _Span:
+    def of(cls, event: Mapping[str, Any]) -> _Timed:
         dur = float(event["dur"])
         return cls(str(event.get("name")), float(event.get("ts", 0.0)), dur, dur)
 
@@ -539,7 +539,7 @@ def _read_chrome(path: str) -> TraceAnalysis:
         for e in te.step_events(spans, STEP_MARKER)
     )
     host = [e for e in spans if e.get("cat") == "cpu_op"]
-    device = [_Span.of(e) for e in spans if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    device = [_Timed.of(e) for e in spans if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     count = max(1, len(steps))
     return TraceAnalysis(
         reader=reader,
@@ -555,7 +555,7 @@ def _read_chrome(path: str) -> TraceAnalysis:
     )
 
 
-def _self_times(events: list[te.Event]) -> list[_Span]:
+def _self_times(events: list[te.Event]) -> list[_Timed]:
     """`events` as spans with their self time: their duration less that of the events nested
     directly in them on the same thread (the nesting :func:`te.innermost` finds)."""
     by_thread: dict[tuple[Any, Any], list[te.Event]] = collections.defaultdict(list)
@@ -563,16 +563,16 @@ def _self_times(events: list[te.Event]) -> list[_Span]:
         by_thread[(e.get("pid"), e.get("tid"))].append(e)
     out = []
     for thread in by_thread.values():
-        spans: dict[int, _Span] = {}
+        spans: dict[int, _Timed] = {}
         for e, enclosing in te.innermost(thread):
-            span = spans[id(e)] = _Span.of(e)
+            span = spans[id(e)] = _Timed.of(e)
             if enclosing:
                 spans[id(enclosing[-1])].self_us -= span.dur
             out.append(span)
     return out
 
 
-def _top(spans: list[_Span], steps: int) -> tuple[OpTime, ...]:
+def _top(spans: list[_Timed], steps: int) -> tuple[OpTime, ...]:
     """The longest of `spans` by total self time, one :class:`OpTime` per name, their self
     time per step of `steps`."""
     totals: dict[str, list[float]] = {}
