@@ -55,10 +55,13 @@ def make_report(name="r", step_s=0.002, jitter_s=0.0001, n=400, batch_size=32, s
 
 
 def test_json_round_trip(tmp_path):
-    r = make_report(args={"epochs": 2}, extra={"flops_per_step": 1.5e6})
+    from toolkit.report._tensorboard import TensorBoardRuns
+
+    board = TensorBoardRuns(str(tmp_path), ("train", "validation"), "tensorboard --logdir x")
+    r = make_report(args={"epochs": 2}, extra={"flops_per_step": 1.5e6}, tensorboard=board)
     paths = r.write(tmp_path)
     loaded = RunReport.load(paths["json"])
-    assert loaded == r
+    assert loaded == r and loaded.tensorboard == board
     assert RunReport.load(tmp_path) == r  # a run directory works too
     data = json.loads(Path(paths["json"]).read_text())
     assert data["schema"] == report_mod.SCHEMA and data["schema_version"] == 2
@@ -708,6 +711,10 @@ BAD_REPORTS = {
     "d['context'] = {'device': {'index': 0}}": "field context.device is malformed: missing",
     "d['cluster'] = {'rows': 5}": "field cluster holds a value this toolkit cannot show",
     "d['trace'] = {'files': 5}": "field trace.files is 5, not a list of file names",
+    "d['tensorboard'] = {'logdir': 'r', 'runs': 'train', 'view': 'v'}": (
+        "field tensorboard.runs is 'train', not a list of run names"
+    ),
+    "d['tensorboard'] = {'runs': []}": "field tensorboard.logdir is None, not a string",
     "d['timeline'] = [[1]]": "field timeline is [[1]], not a list of [seconds, steps, epoch",
     "d['ledger'] = {'wall_s': 2.0, 'parts': {'steps': 7.0, 'other': -5.0}}": (
         "field ledger.parts.other is -5.0, not a number >= 0"

@@ -192,7 +192,7 @@ def check_report(d: Mapping[str, Any], statuses: tuple[str, ...]) -> None:
     check_steps(d.get("steps"))
     _number("fit_seconds", d.get("fit_seconds"), optional=True)
     for name in ("environment", "args", "extra", "memory", "trace", "context",
-                 "diagnosis", "tune", "cluster", "tensorboard", "ledger", "anatomy"):  # fmt: skip
+                 "diagnosis", "tune", "cluster", "ledger", "anatomy"):  # fmt: skip
         _mapping(name, d.get(name))
     check_ledger(d.get("ledger"))
     check_anatomy(d.get("anatomy"))

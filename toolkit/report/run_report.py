@@ -62,6 +62,7 @@ from toolkit.report._ledger import (
     report_ledger,
 )
 from toolkit.report._memory import memory_lines, memory_markdown
+from toolkit.report._tensorboard import TensorBoardRuns
 from toolkit.report._trace_records import TraceAnalysis
 from toolkit.report.context import RunContext
 from toolkit.report.trace import left_out_line, read_trace, trace_lines, traced_range
@@ -130,7 +131,7 @@ class RunReport:
     diagnosis: dict[str, Any] | None = None
     tune: dict[str, Any] | None = None
     cluster: ClusterView | None = None
-    tensorboard: dict[str, Any] | None = None
+    tensorboard: TensorBoardRuns | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     toolkit_version: str = __version__
     schema_version: int = SCHEMA_VERSION
@@ -258,6 +259,7 @@ class RunReport:
         d["compute"] = self.compute.to_dict() if self.compute is not None else None
         d["fit_call"] = self.fit_call.to_dict() if self.fit_call is not None else None
         d["cluster"] = self.cluster.to_dict() if self.cluster is not None else None
+        d["tensorboard"] = self.tensorboard.to_dict() if self.tensorboard is not None else None
         return {"schema": SCHEMA, **d}
 
     def to_json(self) -> str:
@@ -285,6 +287,10 @@ class RunReport:
                 f"field cluster holds a value this toolkit cannot show ({one_line(e)})"
             ) from None
         kwargs["fit_call"] = FitCall.from_dict(kwargs.get("fit_call"))  # None: not measured
+        try:
+            kwargs["tensorboard"] = TensorBoardRuns.from_dict(kwargs.get("tensorboard"))
+        except ValueError as e:
+            raise ReportError(f"field {e}") from None
         if not isinstance(kwargs.get("ledger"), dict):  # absent before it was measured
             kwargs["ledger"] = None
         if kwargs.get("anatomy") is not None:  # checked field by field by check_report
@@ -410,7 +416,7 @@ class RunReport:
         if self.memory and self.memory.get("warnings"):
             lines += [f"memory warning: {w}" for w in self.memory["warnings"]]
         if self.tensorboard:
-            lines.append(_tensorboard_line(self.tensorboard))
+            lines.append(self.tensorboard.line())
         if self.trace:
             lines.append(_trace_line(self.trace))
             held = self.trace.get("traced_steps") or (0, 0)
@@ -443,7 +449,7 @@ class RunReport:
         self._md_epochs(w)
         self._md_memory(w)
         if self.tensorboard:
-            w(f"\n## TensorBoard\n\n{_tensorboard_line(self.tensorboard)}\n")
+            w(f"\n## TensorBoard\n\n{self.tensorboard.line()}\n")
         if self.trace:
             w(f"\n## Profiler trace\n\n{_trace_line(self.trace)}\n")
             _trace_markdown(w, TraceAnalysis.from_dict(self.trace.get("analysis")))
@@ -704,14 +710,6 @@ def keras_shown(environment: Mapping[str, Any]) -> str | None:
     if nightly is None:
         nightly = ".dev" in str(version)
     return f"{version} (nightly)" if nightly else str(version)
-
-
-def _tensorboard_line(board: Mapping[str, Any]) -> str:
-    runs = ", ".join(board.get("runs") or [])
-    return (
-        f"tensorboard: runs {runs} in {board.get('logdir')}; "
-        f"view with `{board.get('view')}` (Scalars tab)"
-    )
 
 
 def _trace_line(trace: Mapping[str, Any]) -> str:

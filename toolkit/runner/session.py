@@ -29,6 +29,7 @@ from toolkit.profiling.stop_on_signal import StopOnSignal
 from toolkit.profiling.trace_window import TraceWindow
 from toolkit.report import COMPLETE, DIVERGED, PARTIAL, RunContext, RunReport
 from toolkit.report._cluster import ClusterView
+from toolkit.report._tensorboard import TensorBoardRuns
 from toolkit.report.run_report import UNTIMED
 
 LEDGER_TAG = "Ledger/where the time went"
@@ -346,7 +347,7 @@ class Profile:
             report.trace["files"] = [os.path.relpath(f, self.run_dir) for f in files]
         scalars = self.timer.scalars
         if scalars is not None and scalars.runs:
-            report.tensorboard = {"logdir": self.run_dir, "runs": scalars.runs, "view": view}
+            report.tensorboard = TensorBoardRuns(self.run_dir, tuple(scalars.runs), view)
 
     def _final_scalars(self) -> None:
         """MFU per epoch and the memory readings as TensorBoard scalars, then the files
