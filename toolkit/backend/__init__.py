@@ -129,6 +129,12 @@ class BackendError(ValueError):
     """A backend this toolkit cannot measure on (yet), with what to do instead."""
 
 
+def title(backend: str) -> str:
+    """`backend` as people name it (the registry's title: ``PyTorch``); a name the toolkit
+    does not implement (a report written elsewhere) as given."""
+    return REGISTRY[backend].title if backend in REGISTRY else backend
+
+
 def name() -> str:
     """The backend Keras trains on in this process: ``tensorflow``, ``jax`` or ``torch``.
 

@@ -34,6 +34,7 @@ import dataclasses
 import statistics
 from typing import Any
 
+from toolkit import backend as backends
 from toolkit.core.stats import format_s
 from toolkit.profiling._ledger_records import Ledger
 
@@ -323,19 +324,11 @@ def _searched_jit(backend: str) -> tuple[bool, ...]:
     """The ``jit_compile`` values tune searches on `backend` (its seam's ``searched_jit``;
     both where the backend is unknown here): a fix names only a setting the toolkit would
     measure there. The seam's module imports no framework."""
-    from toolkit import backend as backends
-
     try:
         found = backends.find(backend) if backend else None
         return tuple(found.searched_jit()) if found is not None else (False, True)
     except Exception:  # noqa: BLE001 - a report from elsewhere: both ways
         return (False, True)
-
-
-def _backend_words(backend: str) -> str:
-    from toolkit import backend as backends
-
-    return backends.REGISTRY[backend].title if backend in backends.REGISTRY else backend
 
 
 def _xla(ledger: Ledger) -> Fix | None:
@@ -354,7 +347,7 @@ def _xla(ledger: Ledger) -> Fix | None:
             f"for the step's first call, {per_step * 1e3:.3g} ms over each of its {steps:,} "
             "steps)",
             action="a longer run spreads it",
-            note=f"({_backend_words(ledger.backend)} compiles every step it runs: there XLA "
+            note=f"({backends.title(ledger.backend)} compiles every step it runs: there XLA "
             "off is no setting)",
         )  # fmt: skip
     why = (
@@ -437,7 +430,7 @@ def _compile_rule(ledger: Ledger) -> tuple[str, tuple[tuple[str, Setting], ...]]
             "reads it; tracing is never cached)"
         ), (("cache", cache),)
     if not caches_this_step(ledger):
-        backend = _backend_words(ledger.backend) if ledger.backend else "this backend"
+        backend = backends.title(ledger.backend) if ledger.backend else "this backend"
         return (
             f"{{cache}} would not shorten it: {backend}'s cache keeps only what {{jit}} "
             "compiles, and this run's step was not compiled so (tracing is never cached)"

@@ -96,8 +96,8 @@ def _device_reader() -> tuple[Reader, tuple[str, ...], str | None]:
     except Exception:  # noqa: BLE001 - a backend the toolkit does not measure
         return lambda: None, (), "this backend reports no device memory"
     if not found:
-        words = backend.REGISTRY[name].title if name in backend.REGISTRY else name
-        return lambda: None, (), f"{words} reports no memory for a CPU device: host memory is all"
+        said = f"{backend.title(name)} reports no memory for a CPU device: host memory is all"
+        return lambda: None, (), said
 
     def read() -> tuple[float, float] | None:
         try:
