@@ -24,6 +24,7 @@ from toolkit.core.machine import capture_environment
 from toolkit.core.stats import summarize_calls
 from toolkit.report import ReportError, RunReport, compare
 from toolkit.report import run_report as report_mod
+from toolkit.report._diagnosis import DiagnosisSection
 
 from .helpers import run_python
 
@@ -473,8 +474,8 @@ def test_schema_1_reports_load_into_the_typed_context_and_compare(tmp_path):
         dataset="digits (1437 train)",
         resume=Resume("/backup", True, 40, 2, 80),
     )
-    diagnosis = {"verdict": "input-bound", "input_rate": 10.0, "compute_rate": 50.0,
-                 "fit_rate": 9.0, "advice": ["cache"], "pipeline": "range → batch(32)"}  # fmt: skip
+    diagnosis = DiagnosisSection(10.0, 50.0, 9.0, "input-bound", advice=("cache",),
+                                 pipeline="range → batch(32)")  # fmt: skip
     new = make_report(name="v2", context=context, diagnosis=diagnosis, extra={"note": "kept"})
     path = tmp_path / "v1.json"
     path.write_text(json.dumps(_as_schema_1(new)))
@@ -714,7 +715,11 @@ BAD_REPORTS = {
     "d['tensorboard'] = {'logdir': 'r', 'runs': 'train', 'view': 'v'}": (
         "field tensorboard.runs is 'train', not a list of run names"
     ),
-    "d['tensorboard'] = {'runs': []}": "field tensorboard.logdir is None, not a string",
+    "d['tensorboard'] = {'runs': []}": "field tensorboard.logdir is missing or null, not a string",
+    "d['diagnosis'] = {'verdict': 'input-bound', 'input_rate': 1, 'compute_rate': 2}": (
+        "field diagnosis.fit_rate is missing or null, not a number"
+    ),
+    "d['diagnosis'] = {'verdict': 3}": "field diagnosis.verdict is 3, not a string",
     "d['timeline'] = [[1]]": "field timeline is [[1]], not a list of [seconds, steps, epoch",
     "d['ledger'] = {'wall_s': 2.0, 'parts': {'steps': 7.0, 'other': -5.0}}": (
         "field ledger.parts.other is -5.0, not a number >= 0"

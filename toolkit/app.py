@@ -38,6 +38,7 @@ from toolkit.runner import flags as tk_flags
 from toolkit.runner.config import ConfigError, TrainConfig
 
 if TYPE_CHECKING:  # the runner imports Keras: loaded when a run starts, not with this module
+    from toolkit.report._diagnosis import DiagnosisSection
     from toolkit.runner.train import Task
     from toolkit.search.standings import Target
 
@@ -327,7 +328,7 @@ def _load_frameworks(build_task: Callable[..., Task]) -> None:
 
 def _before_the_run(
     build_task: Callable[..., Task], task: Task, config: TrainConfig
-) -> tuple[TrainConfig, dict[str, Any] | None, dict[str, Any] | None]:
+) -> tuple[TrainConfig, dict[str, Any] | None, DiagnosisSection | None]:
     """``--autotune`` (the config with the pick) and ``--diagnose`` when asked: ``(config,
     tune's result, the diagnosis)`` for the run and its report."""
     f = flags.FLAGS
@@ -348,7 +349,7 @@ def _before_the_run(
         asked = f["diagnose_steps"].present  # else 60, or more for a 0.5 s window
         found = diagnose(task, config, steps=f.diagnose_steps if asked else None)
         print(terminal.show(str(found)))
-        diagnosis = found.to_dict()
+        diagnosis = found.section()
     return config, tuned, diagnosis
 
 

@@ -22,14 +22,14 @@ from toolkit.core.errors import one_line
 from toolkit.core.files import ReportError, open_regular, parse_json
 from toolkit.core.stats import StepStats
 
-__all__: list[str] = []  # the report reader's own
+__all__ = ["field_said"]  # the report reader's own, and the records' words for a field
 
-# Figures under compute, diagnosis and tune that the views format as numbers.
+# Figures under compute and tune that the views format as numbers (the diagnosis's are its
+# record's to check: report._diagnosis).
 COMPUTE_NUMBERS = (
     "flops_per_step", "flops_forward", "achieved_flops_per_s", "peak_flops_per_s", "mfu",
     "datasheet_peak_flops_per_s", "datasheet_mfu", "peak_spread_pct",
 )  # fmt: skip
-DIAGNOSIS_NUMBERS = ("input_rate", "compute_rate", "fit_rate")
 EPOCH_NUMBERS = ("seconds", "step_seconds")
 EPOCH_COUNTS = ("epoch", "steps")
 
@@ -120,11 +120,17 @@ def inside_run(run_dir: str, name: str, field: str, report: str) -> str:
     return real
 
 
-def _bad(field: str, value: Any, what: str) -> ReportError:
+def field_said(field: str, value: Any, what: str) -> str:
+    """What is wrong with a field, in the words every report reader uses (a record's
+    ``from_dict`` raises ValueError with them, and the reader says ``field <them>``)."""
     if value is None:
-        return ReportError(f"field {field} is missing or null, not {what}")
+        return f"{field} is missing or null, not {what}"
     shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "…"
-    return ReportError(f"field {field} is {shown}, not {what}")
+    return f"{field} is {shown}, not {what}"
+
+
+def _bad(field: str, value: Any, what: str) -> ReportError:
+    return ReportError(f"field {field_said(field, value, what)}")
 
 
 def _number(field: str, value: Any, optional: bool = False, counts: bool = False) -> None:
@@ -192,7 +198,7 @@ def check_report(d: Mapping[str, Any], statuses: tuple[str, ...]) -> None:
     check_steps(d.get("steps"))
     _number("fit_seconds", d.get("fit_seconds"), optional=True)
     for name in ("environment", "args", "extra", "memory", "trace", "context",
-                 "diagnosis", "tune", "cluster", "ledger", "anatomy"):  # fmt: skip
+                 "tune", "cluster", "ledger", "anatomy"):  # fmt: skip
         _mapping(name, d.get(name))
     check_ledger(d.get("ledger"))
     check_anatomy(d.get("anatomy"))
@@ -213,12 +219,6 @@ def check_report(d: Mapping[str, Any], statuses: tuple[str, ...]) -> None:
     compute = _mapping("compute", d.get("compute"))
     for key in COMPUTE_NUMBERS:
         _number(f"compute.{key}", compute.get(key), optional=True)
-    diagnosis = _mapping("diagnosis", d.get("diagnosis"))
-    if diagnosis:
-        if not isinstance(diagnosis.get("verdict"), str):
-            raise _bad("diagnosis.verdict", diagnosis.get("verdict"), "a string")
-        for key in DIAGNOSIS_NUMBERS:
-            _number(f"diagnosis.{key}", diagnosis.get(key))
     tune = _mapping("tune", d.get("tune"))
     if tune:
         _number("tune.seconds", tune.get("seconds", 0.0))

@@ -7,6 +7,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from toolkit.report._fields import field_said
+
 __all__ = ["TensorBoardRuns"]
 
 
@@ -36,11 +38,11 @@ class TensorBoardRuns:
         if d is None:
             return None
         if not isinstance(d, Mapping):
-            raise ValueError(f"tensorboard is {type(d).__name__}, not an object or null")
+            raise ValueError(field_said("tensorboard", d, "an object or null"))
         for name in ("logdir", "view"):
             if not isinstance(d.get(name), str):
-                raise ValueError(f"tensorboard.{name} is {d.get(name)!r}, not a string")
+                raise ValueError(field_said(f"tensorboard.{name}", d.get(name), "a string"))
         runs = d.get("runs")
         if not isinstance(runs, list) or not all(isinstance(r, str) for r in runs):
-            raise ValueError(f"tensorboard.runs is {runs!r}, not a list of run names")
+            raise ValueError(field_said("tensorboard.runs", runs, "a list of run names"))
         return cls(d["logdir"], tuple(runs), d["view"])

@@ -45,6 +45,7 @@ from toolkit.profiling._ledger_records import Ledger
 from toolkit.profiling._timing import FitCall
 from toolkit.report._anatomy import ANATOMY_PNG, anatomy_lines, anatomy_markdown, anatomy_png
 from toolkit.report._cluster import ClusterView, cluster_line
+from toolkit.report._diagnosis import DiagnosisSection
 from toolkit.report._fields import (
     anatomy_error,
     check_report,
@@ -128,7 +129,7 @@ class RunReport:
     trace: dict[str, Any] | None = None
     compute: Compute | None = None
     context: RunContext | None = None
-    diagnosis: dict[str, Any] | None = None
+    diagnosis: DiagnosisSection | None = None
     tune: dict[str, Any] | None = None
     cluster: ClusterView | None = None
     tensorboard: TensorBoardRuns | None = None
@@ -165,7 +166,7 @@ class RunReport:
         extra: Mapping[str, Any] | None = None,
         compute: Compute | Mapping[str, Any] | None = None,
         context: RunContext | None = None,
-        diagnosis: Mapping[str, Any] | None = None,
+        diagnosis: DiagnosisSection | Mapping[str, Any] | None = None,
         tune: Mapping[str, Any] | None = None,
         cluster: ClusterView | Mapping[str, Any] | None = None,
         anatomy: Anatomy | None = None,
@@ -190,6 +191,8 @@ class RunReport:
             extra = {**(extra or {}), "ledger_error": f"{type(e).__name__}: {e}"}
         if compute is not None and not isinstance(compute, Compute):
             compute = Compute.from_dict(compute)
+        if diagnosis is not None and not isinstance(diagnosis, DiagnosisSection):
+            diagnosis = DiagnosisSection.from_dict(diagnosis)  # a Diagnosis.to_dict()
         if compute is not None:
             compute = compute.at_step(steps.mean_s)  # as examples/s
         return cls(
@@ -210,7 +213,7 @@ class RunReport:
             trace=_read_back(trace.result(), steps) if trace is not None else None,
             compute=compute,
             context=context,
-            diagnosis=jsonable(dict(diagnosis)) if diagnosis is not None else None,
+            diagnosis=diagnosis,
             tune=jsonable(dict(tune)) if tune is not None else None,
             cluster=cluster,  # a record, or its JSON (__post_init__ reads it)
             anatomy=anatomy,
@@ -260,6 +263,7 @@ class RunReport:
         d["fit_call"] = self.fit_call.to_dict() if self.fit_call is not None else None
         d["cluster"] = self.cluster.to_dict() if self.cluster is not None else None
         d["tensorboard"] = self.tensorboard.to_dict() if self.tensorboard is not None else None
+        d["diagnosis"] = self.diagnosis.to_dict() if self.diagnosis is not None else None
         return {"schema": SCHEMA, **d}
 
     def to_json(self) -> str:
@@ -291,6 +295,7 @@ class RunReport:
             kwargs["tensorboard"] = TensorBoardRuns.from_dict(kwargs.get("tensorboard"))
         except ValueError as e:
             raise ReportError(f"field {e}") from None
+        kwargs["diagnosis"] = _diagnosis_of(kwargs.get("diagnosis"))
         if not isinstance(kwargs.get("ledger"), dict):  # absent before it was measured
             kwargs["ledger"] = None
         if kwargs.get("anatomy") is not None:  # checked field by field by check_report
@@ -300,7 +305,7 @@ class RunReport:
                 raise anatomy_error(e) from None
         if version < 2:  # schema 1 kept the context, diagnosis and tune in extra
             extra = dict(kwargs.get("extra") or {})
-            kwargs["diagnosis"] = extra.pop("diagnosis", None)
+            kwargs["diagnosis"] = _diagnosis_of(extra.pop("diagnosis", None))
             kwargs["tune"] = extra.pop("tune", None)
             kwargs["context"], kwargs["extra"] = RunContext.from_v1_extra(extra)
             kwargs["schema_version"] = SCHEMA_VERSION  # read into this version's fields
@@ -396,8 +401,8 @@ class RunReport:
         lines += self.steps.lines(compile_cache=bool(self.args.get("compile_cache")))
         if self.compute:
             lines.append(_compute_line(self.compute))
-        if self.diagnosis:
-            lines.append(_diagnosis_line(self.diagnosis))
+        if self.diagnosis is not None:
+            lines.append(self.diagnosis.line())
         if self.tune:
             lines.append(_tune_line(self.tune))
         if self.cluster:
@@ -563,14 +568,14 @@ class RunReport:
 
     def _md_searches(self, w: Callable[[str], Any]) -> None:
         """What ``--diagnose`` and ``--autotune`` found before the run."""
-        if self.diagnosis:
+        if self.diagnosis is not None:
             d = self.diagnosis
-            w(f"\n## Diagnosis\n\n{_diagnosis_line(d)}\n\n")
-            if d.get("pipeline"):
-                w(f"- measured pipeline: `{d['pipeline']}`\n")
-            if d.get("xprof"):
-                w(f"- XProf, on a trace of the fit: {d['xprof']['line']}\n")
-            for advice in d.get("advice") or []:
+            w(f"\n## Diagnosis\n\n{d.line()}\n\n")
+            if d.pipeline:
+                w(f"- measured pipeline: `{d.pipeline}`\n")
+            if d.xprof is not None:
+                w(f"- XProf, on a trace of the fit: {d.xprof.line}\n")
+            for advice in d.advice:
                 w(f"- advice: {advice}\n")
         if self.tune:
             w(f"\n## Tune\n\n{_tune_line(self.tune)}\n\n| settings | examples/s | note |\n")
@@ -775,13 +780,19 @@ def _processes_line(cluster: ClusterView) -> str:
     return line
 
 
-def _diagnosis_line(diagnosis: Mapping[str, Any]) -> str:
-    """The verdict and its rates; an uncertain one with why (no advice came from it)."""
-    why = diagnosis.get("uncertain")
-    return (
-        f"diagnosis: {diagnosis['verdict']} (input {diagnosis['input_rate']:,.1f}, step "
-        f"{diagnosis['compute_rate']:,.1f}, fit {diagnosis['fit_rate']:,.1f} steps/s)"
-    ) + (f": {why}" if isinstance(why, str) and why else "")
+def _diagnosis_of(d: Any) -> DiagnosisSection | None:
+    """report.json's diagnosis section as its record (None where the report has none);
+    a value it cannot show is a ReportError naming the field."""
+    if d is None:
+        return None
+    try:
+        return DiagnosisSection.from_dict(d)
+    except ValueError as e:
+        raise ReportError(f"field {e}") from None
+    except (TypeError, KeyError, AttributeError) as e:
+        raise ReportError(
+            f"field diagnosis holds a value this toolkit cannot show ({one_line(e)})"
+        ) from None
 
 
 def _tune_line(tune: Mapping[str, Any]) -> str:

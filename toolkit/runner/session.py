@@ -29,6 +29,7 @@ from toolkit.profiling.stop_on_signal import StopOnSignal
 from toolkit.profiling.trace_window import TraceWindow
 from toolkit.report import COMPLETE, DIVERGED, PARTIAL, RunContext, RunReport
 from toolkit.report._cluster import ClusterView
+from toolkit.report._diagnosis import DiagnosisSection
 from toolkit.report._tensorboard import TensorBoardRuns
 from toolkit.report.run_report import UNTIMED
 
@@ -97,7 +98,8 @@ class Profile:
 
     Inside the block, set ``.context`` (a ``toolkit.report.RunContext``: the runner's),
     ``.compute`` (``flops_per_step``, ``peak_flops_per_s``...: see ``toolkit.profiling.flops``),
-    ``.diagnosis`` / ``.tune`` (those tools' ``to_dict()``), ``.anatomy`` (a
+    ``.diagnosis`` (a ``Diagnosis.section()``, or its ``to_dict()``), ``.tune`` (tune's
+    ``to_dict()``), ``.anatomy`` (a
     ``toolkit.core._anatomy.Anatomy``: the step taken apart) and ``.extra`` (free-form facts);
     they go into the report.
     """
@@ -125,7 +127,7 @@ class Profile:
         self.extra: dict[str, Any] = {}
         self.compute: Compute | None = None
         self.context: RunContext | None = None
-        self.diagnosis: dict[str, Any] | None = None
+        self.diagnosis: DiagnosisSection | Mapping[str, Any] | None = None
         self.tune: dict[str, Any] | None = None
         self.anatomy: Anatomy | None = None
         if tensorboard and self.report_dir is None:

@@ -24,6 +24,7 @@ from toolkit.core._device_types import Finding
 from toolkit.profiling import flops
 from toolkit.profiling.resume_recorder import ResumeRecorder
 from toolkit.report import RunReport
+from toolkit.report._diagnosis import DiagnosisSection
 from toolkit.report.context import Resume, RunContext, Strategy
 from toolkit.runner import _data
 from toolkit.runner._data import input_pipeline
@@ -204,7 +205,7 @@ def run(
     callbacks: Sequence[Any] = (),
     extra: Mapping[str, Any] | None = None,
     *,
-    diagnosis: Mapping[str, Any] | None = None,
+    diagnosis: DiagnosisSection | None = None,
     tune: Mapping[str, Any] | None = None,
     anatomy: Anatomy | None = None,
 ) -> RunResult:
@@ -216,7 +217,7 @@ def run(
         args: the flags/arguments to record in the report. Defaults to the config's fields.
         callbacks: more Keras callbacks, run after the profiling ones.
         extra: free-form facts for the report's ``extra``.
-        diagnosis: a ``Diagnosis.to_dict()`` for the report's diagnosis section.
+        diagnosis: a ``Diagnosis.section()`` for the report's diagnosis section.
         tune: a ``TuneResult.to_dict()`` for the report's tune section.
         anatomy: the step taken apart (``toolkit.core._anatomy.Anatomy``) for the report's
             ``anatomy`` (its section, its picture ``anatomy.png``).
@@ -290,7 +291,7 @@ def _describe(
     prof: Any,
     context: RunContext,
     extra: Mapping[str, Any] | None,
-    diagnosis: Mapping[str, Any] | None,
+    diagnosis: DiagnosisSection | None,
     tune: Mapping[str, Any] | None,
 ) -> None:
     """The report's account of the run, set before it trains (the report is written even when
@@ -298,7 +299,7 @@ def _describe(
     and tune sections."""
     prof.context = context
     prof.extra.update(extra or {})
-    prof.diagnosis = dict(diagnosis) if diagnosis is not None else None
+    prof.diagnosis = diagnosis
     prof.tune = dict(tune) if tune is not None else None
 
 

@@ -58,6 +58,7 @@ from toolkit.core.progress import say
 from toolkit.core.stats import whole_calls
 from toolkit.profiling._ledger_records import Ledger
 from toolkit.report._anatomy import anatomy_top_lines
+from toolkit.report._diagnosis import DiagnosisSection, SecondOpinion
 from toolkit.report._ledger import as_ledger, ledger_json, whole_run_lines
 from toolkit.report._trace_records import TraceAnalysis
 from toolkit.runner.config import TrainConfig, as_flags, as_python
@@ -117,13 +118,20 @@ class Diagnosis:
     noise: float | None = None
     uncertain: str = ""
 
+    def section(self) -> DiagnosisSection:
+        """What the run's report keeps of it: the advice and the ledger as this diagnosis's
+        reader reads them."""
+        return DiagnosisSection(
+            self.input_rate, self.compute_rate, self.fit_rate, self.verdict, self.overlap_ok,
+            tuple(self.advice_lines()), self.batch_size, self.steps, self.pipeline, self.xprof,
+            self.python,
+            ledger_json(self.ledger, as_flags) if self.ledger is not None else None,
+            self.anatomy, self.noise, self.uncertain,
+        )  # fmt: skip
+
     def to_dict(self) -> dict[str, object]:
-        """report.json's ``diagnosis``: the advice as this diagnosis's reader reads it."""
-        out = dataclasses.asdict(dataclasses.replace(self, anatomy=None, advice=[], ledger=None))
-        out["advice"] = self.advice_lines()
-        out["ledger"] = ledger_json(self.ledger, as_flags) if self.ledger is not None else None
-        out["anatomy"] = self.anatomy.to_dict() if self.anatomy is not None else None
-        return out
+        """report.json's ``diagnosis``."""
+        return self.section().to_dict()
 
     def advice_lines(self) -> list[str]:
         """Each piece of advice spelled for who asked: Python for your own model
@@ -245,24 +253,6 @@ _CONTRADICTS = {
     INPUT_BOUND: ("not input-bound",),
     COMPUTE_BOUND: ("highly input-bound",),
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class SecondOpinion:
-    """XProf's reading of a trace of the fit set beside the rates' verdict (report.json's
-    ``diagnosis.xprof``).
-
-    Attributes:
-        verdict: XProf's (``highly input-bound``, ...); None where it gave none.
-        input_percent: the share of the traced steps' time spent waiting for input.
-        agrees: whether XProf's verdict agrees with the rates'; None where it gave none.
-        line: one sentence that says which, and why they may differ.
-    """
-
-    verdict: str | None
-    input_percent: float | None
-    agrees: bool | None
-    line: str
 
 
 def second_opinion(
