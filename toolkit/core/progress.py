@@ -126,10 +126,6 @@ class Bar:
 
             tqdm.write(text, file=sys.stderr)
 
-    def postfix(self, text: str) -> None:
-        if self._bar is not None:
-            self._bar.set_postfix_str(text, refresh=True)
-
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()

@@ -250,13 +250,6 @@ class Ledger:
         """Each part's seconds by name, in :data:`PARTS`' order (None: not seen)."""
         return {p.name: p.seconds for p in self.parts}
 
-    def step_time(self, function: str) -> float:
-        """The median execution's seconds a step of `function` (0.0 where unknown)."""
-        return dict(self.step_s).get(function, 0.0)
-
-    def callback(self, name: str) -> CallbackTime | None:
-        return next((c for c in self.callbacks if c.name == name), None)
-
     def jit(self) -> bool:
         """The step was compiled with XLA (``jit_compile`` True, as Keras held it)."""
         return str(self.jit_compile).lower() == "true"

@@ -713,11 +713,6 @@ def expected_cost(candidate: Candidate, trials: Sequence[Trial]) -> tuple[float,
     return XLA_COMPILE_FACTOR * max(compiles), statistics.median(windows)
 
 
-def _expected_cost(candidate: Candidate, trials: Sequence[Trial]) -> float:
-    """What measuring `candidate` should take in all (:func:`expected_cost`)."""
-    return sum(expected_cost(candidate, trials))
-
-
 def window_steps(candidate: Candidate, steps: int, calls: int = 3) -> tuple[int, int]:
     """``(warm-up steps, total steps)`` for a candidate: the first call is left out, and one
     more execution where calls are shorter than `steps` (a call of a few steps still
