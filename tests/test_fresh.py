@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from toolkit.core._gain import FRESH, THIS_PROCESS, Gain
 from toolkit.search import engine as en
 from toolkit.search import fresh as fr
 from toolkit.search._processes import ChildResult
@@ -48,51 +49,51 @@ def confirmed(runner, **kw):
 
 
 def test_a_gain_is_said_with_its_range_and_rounds_and_one_round_is_not_confirmed():
-    gain = fr.Gain.of([1.22, 1.31, 1.27], fr.FRESH)
+    gain = Gain.of([1.22, 1.31, 1.27], FRESH)
     # The median; the range: one-sided 95 % bounds of the geometric mean (t, 2 df).
     assert gain.ratio == 1.27 and gain.low == pytest.approx(1.192, abs=1e-3)
     assert gain.high == pytest.approx(1.345, abs=1e-3)
     assert gain.noise == pytest.approx(0.036, abs=1e-3)  # ±3.6 % a round
     assert gain.words() == "1.27× (1.19–1.34, 3 rounds in fresh processes)" and gain.confirmed
-    one = fr.Gain.of([1.76], fr.THIS_PROCESS)
+    one = Gain.of([1.76], THIS_PROCESS)
     assert one.words() == "1.76× (1 round in this process: not confirmed)" and not one.confirmed
     # Why no fresh process checked it, with the fix, in the gain's own line (a script that
     # prints only ``result.gain.words()`` learns it), kept through the cache's JSON.
     why = "fresh processes cannot import build: ...; move it to a module (mytrain.py)"
     said = dataclasses.replace(one, why=why)
     assert said.words() == f"1.76× (1 round in this process: {why})"
-    assert fr.Gain.from_dict(said.to_dict()) == said
-    two = dataclasses.replace(fr.Gain.of([1.5, 1.9], fr.THIS_PROCESS), why=why)
+    assert Gain.from_dict(said.to_dict()) == said
+    two = dataclasses.replace(Gain.of([1.5, 1.9], THIS_PROCESS), why=why)
     assert two.words().endswith(f"2 rounds in this process: {why})")
     # Fresh rounds that did not confirm it say so; the why is for this process's alone.
-    wide = dataclasses.replace(fr.Gain.of([0.8, 1.6], fr.FRESH), why=why)
+    wide = dataclasses.replace(Gain.of([0.8, 1.6], FRESH), why=why)
     assert wide.words().endswith("2 rounds in fresh processes: not confirmed)")
-    assert fr.Gain.from_dict(gain.to_dict()) == gain
-    assert fr.Gain.from_dict({"ratio": "fast"}) is None and fr.Gain.of([], fr.FRESH) is None
-    old = {"ratio": 1.2, "low": 1.1, "high": 1.3, "rounds": 3, "where": fr.FRESH}  # no noise
-    assert fr.Gain.from_dict(old) == fr.Gain(1.2, 1.1, 1.3, 3, fr.FRESH)
+    assert Gain.from_dict(gain.to_dict()) == gain
+    assert Gain.from_dict({"ratio": "fast"}) is None and Gain.of([], FRESH) is None
+    old = {"ratio": 1.2, "low": 1.1, "high": 1.3, "rounds": 3, "where": FRESH}  # no noise
+    assert Gain.from_dict(old) == Gain(1.2, 1.1, 1.3, 3, FRESH)
 
 
 def test_the_range_answers_or_says_what_the_noise_lets_the_rounds_confirm():
     # Two rounds far apart: the range spans 1, the question is open.
-    wide = fr.Gain.of([0.49, 1.20], fr.FRESH)
+    wide = Gain.of([0.49, 1.20], FRESH)
     assert not wide.answered and wide.low < 1 < wide.high
     # Three that agree: confirmed; three at the defaults' speed: refused.
-    assert fr.Gain.of([1.25, 1.19, 1.22], fr.FRESH).confirmed
-    assert fr.Gain.of([0.97, 0.98, 0.99], fr.FRESH).refused
+    assert Gain.of([1.25, 1.19, 1.22], FRESH).confirmed
+    assert Gain.of([0.97, 0.98, 0.99], FRESH).refused
     # A large gain needs two rounds only; a small one is not confirmed by two.
-    assert fr.Gain.of([2.3, 2.8], fr.FRESH).confirmed
-    assert not fr.Gain.of([1.05, 1.10], fr.FRESH).answered
+    assert Gain.of([2.3, 2.8], FRESH).confirmed
+    assert not Gain.of([1.05, 1.10], FRESH).answered
     # The smallest gain a machine of ±12 % noise could confirm in 3 rounds.
-    noisy = fr.Gain(1.0, 0.9, 1.1, 3, fr.FRESH, noise=0.12)
+    noisy = Gain(1.0, 0.9, 1.1, 3, FRESH, noise=0.12)
     assert noisy.resolvable() == pytest.approx(1.211, abs=1e-3)
     assert noisy.resolvable(8) < noisy.resolvable()  # more rounds: finer
     assert fr.noise_words(noisy, 30.0) == (
         "on this machine's noise (±12%) a gain under 1.21× cannot be confirmed in 30 s"
     )
-    assert fr.noise_words(fr.Gain.of([1.3], fr.FRESH), 30.0) == ""
+    assert fr.noise_words(Gain.of([1.3], FRESH), 30.0) == ""
     # Two rounds that both won, far apart: what more rounds would confirm is said too.
-    apart = fr.Gain.of([6.0, 2.7], fr.FRESH)
+    apart = Gain.of([6.0, 2.7], FRESH)
     assert not apart.answered and fr.noise_words(apart, 30.0) == (
         "on this machine's noise (±76%) a gain under 12.44× cannot be confirmed in 30 s; "
         "3 rounds, about 50 s, would confirm the 4.35× measured at this noise"
@@ -103,7 +104,7 @@ def test_the_range_answers_or_says_what_the_noise_lets_the_rounds_confirm():
 def test_a_pick_that_wins_every_fresh_round_stands_with_the_fresh_gain():
     runner, seen = runs([1.25, 1.20, 1.22, 1.5])
     found = confirmed(runner)
-    assert found.pick == PICK and found.gain.where == fr.FRESH and found.gain.trusted
+    assert found.pick == PICK and found.gain.where == FRESH and found.gain.trusted
     assert found.gain.rounds == 2 and found.gain.ratio == pytest.approx(1.225)
     assert [r for _, r in seen] == [0, 0, 1, 1]  # interleaved, each round both
     assert [c for c, _ in seen] == [DEFAULTS, PICK, PICK, DEFAULTS]  # the order rotates
@@ -283,7 +284,7 @@ def test_fresh_processes_run_your_model_with_each_candidate_s_settings(tmp_path,
     )  # fmt: skip
     rounds, gain = found.rounds, found.gain
     assert len(rounds) == 2 and all(set(r) == {DEFAULTS.label(), PICK.label()} for r in rounds)
-    assert gain is not None and gain.rounds == 2 and gain.where == fr.FRESH
+    assert gain is not None and gain.rounds == 2 and gain.where == FRESH
     assert found.pick in (DEFAULTS, PICK)
     # Each fresh process ran its candidate's settings on your model, for its own steps: the
     # calls it timed held that many steps.

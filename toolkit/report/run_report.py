@@ -26,6 +26,7 @@ from toolkit import backend
 from toolkit.core import _extras as extras
 from toolkit.core import machine
 from toolkit.core._anatomy import Anatomy
+from toolkit.core._gain import Gain
 from toolkit.core.errors import one_line
 from toolkit.core.files import ReportError, atomic_write, jsonable
 from toolkit.core.stats import (
@@ -798,8 +799,11 @@ def _diagnosis_of(d: Any) -> DiagnosisSection | None:
 def _tune_line(tune: Mapping[str, Any]) -> str:
     source = "from the cache" if tune.get("cache_hit") else f"searched in {tune['seconds']:.1f} s"
     line = f"tune: {tune.get('best_label')} ({source}, {len(tune.get('trials') or [])} trials)"
-    gain = tune.get("gain_words")  # the claimed gain with its spread and where it was measured
-    return f"{line}; claimed {gain}" if isinstance(gain, str) and gain else line
+    # The claimed gain with its range and where it was measured: a pick handed back (a
+    # report from before "picked" was written says so by its claim's words).
+    picked = tune.get("picked", bool(tune.get("gain_words")))
+    gain = Gain.from_dict(tune.get("gain")) if picked is True else None
+    return f"{line}; claimed {gain.words()}" if gain is not None else line
 
 
 def _not_a_report(d: Mapping[str, Any]) -> str:

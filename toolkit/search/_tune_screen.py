@@ -11,11 +11,11 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from toolkit.core._gain import Gain
 from toolkit.core.stats import median
 from toolkit.core.terminal import Block, Table
 from toolkit.report._ledger import format_s
 from toolkit.search.engine import Candidate, Trial, WholeRun
-from toolkit.search.fresh import Gain
 from toolkit.search.rounds import paired_ratios
 
 __all__: list[str] = []  # tune's own

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from toolkit.core._gain import MIN_GAIN  # the one minimum gain, said with the Gain record
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
 from toolkit.runner.config import LOOP, SEARCHED_SETTINGS, SETTINGS, Searched, as_flags
 
@@ -33,9 +34,6 @@ __all__ = [
     "search",
 ]
 
-# A pick must beat the defaults by more than this (a ratio of 1.02) head to head: below it a
-# shared machine's noise decides, and handing back something no faster is worse than nothing.
-MIN_GAIN = 0.02
 FINALISTS = 3  # the search's fastest candidates measured again against the defaults
 # The first jit_compile candidate's compile (XLA; on PyTorch, torch.compile), unknown until
 # one ran, is expected to take this many times the longest compile measured without (a graph

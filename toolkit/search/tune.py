@@ -40,6 +40,7 @@ from typing import Any
 from toolkit import backend
 from toolkit.core import machine
 from toolkit.core import progress as tk_progress
+from toolkit.core._gain import FRESH, THIS_PROCESS, Gain
 from toolkit.core.cache import Cache
 from toolkit.core.terminal import Block, markdown
 from toolkit.runner.config import SEARCHED_SETTINGS, SearchContext, TrainConfig
@@ -56,7 +57,6 @@ from toolkit.search.engine import (
     search,
     whole_run,
 )
-from toolkit.search.fresh import FRESH, THIS_PROCESS, Gain
 from toolkit.search.rounds import confirm
 from toolkit.search.workload import Workload, apply, workload
 
@@ -212,9 +212,10 @@ class TuneResult:
             "confirm_rounds": self.confirm_rounds,
             "why": self.why,
             "gain": self.gain.to_dict() if self.gain is not None else None,
-            # What is claimed: only for a pick handed back (a refused pick's figures stay in
-            # "gain" and "why", not as a claim).
-            "gain_words": self.gain.words() if self.gain is not None and self.picked else None,
+            # Whether the gain is claimed: only for a pick handed back (a refused pick's
+            # figures stay in "gain" and "why", not as a claim). Its words are the reader's
+            # to render (Gain.words), not written here.
+            "picked": self.picked,
             "fresh_rounds": self.fresh_rounds,
             "run": self.run.to_dict() if self.run is not None else None,
             "untried": [u.to_dict() for u in self.untried],
