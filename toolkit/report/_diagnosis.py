@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from toolkit.core._anatomy import Anatomy
+from toolkit.core.errors import one_line
 from toolkit.report._fields import field_said
 
 __all__ = ["DiagnosisSection", "SecondOpinion"]
@@ -95,7 +96,15 @@ class DiagnosisSection:
             if not math.isfinite(value) or value < 0:
                 raise ValueError(field_said(f"diagnosis.{name}", value, "a number >= 0"))
             rates[name] = float(value)
-        xprof, anatomy, ledger = d.get("xprof"), d.get("anatomy"), d.get("ledger")
+        xprof, ledger = d.get("xprof"), d.get("ledger")
+        anatomy = d.get("anatomy")
+        if isinstance(anatomy, Mapping):
+            try:
+                anatomy = Anatomy.from_dict(anatomy)
+            except (TypeError, ValueError, KeyError, AttributeError) as e:
+                raise ValueError(
+                    f"diagnosis.anatomy holds a value this toolkit cannot show ({one_line(e)})"
+                ) from None
         advice = d.get("advice") or ()
         uncertain = d.get("uncertain")
         return cls(
@@ -103,16 +112,21 @@ class DiagnosisSection:
             verdict=verdict,
             overlap_ok=bool(d.get("overlap_ok", True)),
             advice=tuple(str(a) for a in advice) if isinstance(advice, list) else (),
-            batch_size=d.get("batch_size") if isinstance(d.get("batch_size"), int) else None,
-            steps=int(d.get("steps") or 0),
+            batch_size=_count(d.get("batch_size")),
+            steps=_count(d.get("steps")) or 0,
             pipeline=str(d.get("pipeline") or ""),
             xprof=_opinion(xprof) if isinstance(xprof, Mapping) else None,
             python=bool(d.get("python", False)),
             ledger=dict(ledger) if isinstance(ledger, Mapping) else None,
-            anatomy=Anatomy.from_dict(anatomy) if isinstance(anatomy, Mapping) else None,
+            anatomy=anatomy if isinstance(anatomy, Anatomy) else None,
             noise=float(d["noise"]) if isinstance(d.get("noise"), int | float) else None,
             uncertain=uncertain if isinstance(uncertain, str) else "",
         )
+
+
+def _count(value: Any) -> int | None:
+    """A count as the JSON holds it (not a bool, not a string), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _opinion(d: Mapping[str, Any]) -> SecondOpinion:
