@@ -27,8 +27,6 @@ from toolkit import backend
 from toolkit.runner.config import SETTINGS, flag_of
 from toolkit.runner.flags import DEPRECATED_FLAGS, setting_kind
 
-__all__: list[str] = []  # the app layer's own; nothing here is API
-
 
 def canonical_argv(
     argv: Sequence[str],

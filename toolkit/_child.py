@@ -22,8 +22,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-__all__: list[str] = []  # the search's own; nothing here is API
-
 
 class _Answer(Protocol):
     """What a job answers: a record that says itself as JSON."""

@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from toolkit.core import compat
-from toolkit.profiling.stop_on_signal import TrainingInterrupted
+from toolkit.core.interrupts import TrainingInterrupted
 from toolkit.report import RunReport
 from toolkit.runner.session import profile
 

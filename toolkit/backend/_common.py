@@ -18,24 +18,6 @@ if TYPE_CHECKING:
     from toolkit.core._anatomy import StepTrace
     from toolkit.core._device_types import DeviceInfo, Finding, PlacementReport, PreflightContext
 
-__all__ = [
-    "MB",
-    "SEAM",
-    "CompileWatch",
-    "Seam",
-    "calibrated_peak",
-    "digest",
-    "has_float64",
-    "keras_device_scope",
-    "missing_from_seam",
-    "no_augmentation_pin",
-    "no_retracing_noise",
-    "one_step_per_batch",
-    "plain_loss",
-    "refuse_tf_only",
-    "shape_change",
-]
-
 MB = 1024.0 * 1024.0
 
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["read_as_fit"]
-
 
 def read_as_fit(
     make_epochs: Callable[..., Any], take: Callable[[Any], Any], fit_data: dict[str, Any]

@@ -29,9 +29,7 @@ from typing import Any, NamedTuple
 from toolkit import backend as backends
 from toolkit.core import _extras as extras
 
-__all__ = [
-    "FRAMEWORK_MODES",
-]
+__all__: list[str] = []
 
 # mode -> the framework (import name) that runs it
 FRAMEWORK_MODES = {"jax_jit": "jax", "torch_eager": "torch", "torch_compile": "torch"}

@@ -37,7 +37,6 @@ from toolkit.core.stats import jitter, median
 __all__ = [
     "MODES",
     "benchmark",
-    "select_modes",
 ]
 
 MODES = ("eager", "graph", "xla")  # TensorFlow's

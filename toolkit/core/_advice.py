@@ -14,8 +14,6 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__: list[str] = []  # the rooms' own record (Advice)
-
 # A speller: settings (TrainConfig field -> value) as one piece of text a reader acts on.
 Spell = Callable[[Mapping[str, Any]], str]
 

@@ -27,19 +27,6 @@ from typing import Any
 from toolkit.core._advice import Advice
 from toolkit.core.stats import format_ms
 
-__all__ = [
-    "Anatomy",
-    "Contrast",
-    "LayerTime",
-    "Phase",
-    "PhaseTime",
-    "Span",
-    "SpanKind",
-    "StepTrace",
-    "contrast",
-    "reconcile",
-]
-
 # The sum of the phases may differ from the outside clock by this much before the anatomy
 # says so (the issue's ±5 %); the trace's own step against the outside clock, likewise.
 AGREEMENT = 0.05

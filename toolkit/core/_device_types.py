@@ -20,20 +20,6 @@ from typing import Any
 
 from toolkit.core.machine import cpu_model
 
-__all__ = [
-    "MB",
-    "DeviceError",
-    "DeviceInfo",
-    "Finding",
-    "InstalledVersions",
-    "PlacementReport",
-    "PreflightContext",
-    "host_cpu",
-    "host_ram_mb",
-    "is_apple_silicon",
-    "parse_device_spec",
-]
-
 MB = 1024.0 * 1024.0
 
 

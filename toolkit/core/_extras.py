@@ -11,8 +11,6 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-__all__ = ["install_hint", "missing", "note_missing", "why_missing"]
-
 DISTRIBUTION = "keras-perf-toolkit"
 
 # extra -> the modules it installs that features look for (a backend's extra is its registry

@@ -16,8 +16,6 @@ from typing import Any
 
 from toolkit.core.stats import jitter, median
 
-__all__ = ["FRESH", "MIN_GAIN", "THIS_PROCESS", "Gain", "t95"]
-
 # A pick must beat the defaults by more than this (a ratio of 1.02) head to head: below it a
 # shared machine's noise decides, and handing back something no faster is worse than nothing.
 MIN_GAIN = 0.02

@@ -17,8 +17,6 @@ import resource
 import sys
 import threading
 
-__all__ = ["MIB", "high_water_mb", "maxrss_mb", "resident_mb"]
-
 MIB = 1024.0 * 1024.0
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

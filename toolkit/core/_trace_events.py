@@ -35,19 +35,6 @@ from typing import Any
 
 from toolkit.core.files import parse_json
 
-__all__ = [
-    "Event",
-    "chrome_events",
-    "hlo_metadata",
-    "innermost",
-    "step_events",
-    "step_markers",
-    "tokens_in",
-    "xla_op_spans",
-    "xspace_events",
-    "xspace_messages",
-]
-
 Event = dict[str, Any]  # one Chrome trace event, as the file has it
 
 

@@ -21,11 +21,9 @@ from typing import Any
 from toolkit.core.version import __version__
 
 __all__ = [
-    "CACHE_ENV",
     "cache_dir",
     "capture_environment",
     "machine_facts",
-    "machine_key",
 ]
 
 CACHE_ENV = "TOOLKIT_CACHE_DIR"

@@ -28,8 +28,6 @@ __all__ = [
     "speedup_line",
     "summarize",
     "summarize_calls",
-    "utilization",
-    "whole_calls",
 ]
 
 

@@ -6,7 +6,7 @@ loader="grain")``, ArrayRecord files: ``write_array_records`` and ``ArrayRecords
 ``toolkit.data._grain``, the one module that imports Grain)."""
 
 from toolkit.data._array_record import ArrayRecords, write_array_records
-from toolkit.data.arrays import ArraySource, array_batches, has_tensorflow, resize_images
+from toolkit.data.arrays import ArraySource, array_batches, resize_images
 from toolkit.data.builder import PipelineWarning, describe_pipeline, infer_batch_size, pipeline
 from toolkit.data.sources import (
     class_names,
@@ -43,7 +43,6 @@ __all__ = [
     "digits",
     "find_unreadable_tfrecord",
     "from_arrays",
-    "has_tensorflow",
     "image_folder",
     "infer_batch_size",
     "normalize_images",

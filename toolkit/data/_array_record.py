@@ -30,8 +30,6 @@ import numpy as np
 from toolkit.core.errors import what_went_wrong
 from toolkit.core.files import atomic_write, parse_json
 
-__all__ = ["ArrayRecords", "write_array_records"]
-
 FORMAT = "toolkit.data.write_array_records/1"
 SIDECAR_SUFFIX = ".array_record.json"
 GRAIN_EXTRA = "pip install 'keras-perf-toolkit[grain]'"

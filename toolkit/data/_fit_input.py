@@ -30,11 +30,6 @@ from typing import Any
 
 from toolkit.data._fit_data import HELD_BATCHES
 
-__all__ = [
-    "Forever", "Replay", "as_fit_reads", "epoch_batches", "fit_arguments", "is_generator",
-    "repeated_batch",
-]  # fmt: skip
-
 
 class Replay:
     """A generator read once, re-readable: each ``iter()`` is a new generator that replays

@@ -43,7 +43,6 @@ from toolkit.data.arrays import ArraySource
 
 # A private module: its public front is ``toolkit.data.pipeline(..., loader="grain")`` and
 # ``toolkit.data.image_folder(..., loader="grain")``; the runner builds with grain_pipeline.
-__all__ = ["describe_grain", "grain_pipeline", "has_grain"]
 
 GRAIN_EXTRA = "pip install 'keras-perf-toolkit[grain]'"
 

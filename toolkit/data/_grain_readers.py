@@ -42,8 +42,6 @@ from typing import Any
 
 from toolkit.core.cache import Cache
 
-__all__ = ["Readers", "choose_readers", "step_device", "usable_cores"]
-
 _CACHE = Cache("grain_readers.json")
 MAX_THREADS = 16
 WINDOW_S = 1.5  # each side's steady window, at least (seconds), after its warm-up

@@ -20,7 +20,7 @@ import numpy as np
 
 from toolkit.core.checks import ConfigError, argument, check_number
 
-__all__ = ["ArraySource", "array_batches", "has_tensorflow", "resize_images"]
+__all__: list[str] = []  # offered through toolkit.data
 
 
 def has_tensorflow() -> bool:

@@ -31,12 +31,7 @@ from absl import logging
 
 from toolkit.core.checks import ConfigError, argument, check_batch_fits, check_number
 
-__all__ = [
-    "PipelineWarning",
-    "describe_pipeline",
-    "infer_batch_size",
-    "pipeline",
-]
+__all__: list[str] = []  # offered through toolkit.data
 
 
 DEFAULT_SHUFFLE_EXAMPLES = 10_000

@@ -16,17 +16,7 @@ import numpy as np
 
 from toolkit.core.errors import what_went_wrong
 
-__all__ = [
-    "class_names",
-    "decode_image",
-    "digits",
-    "from_arrays",
-    "image_folder",
-    "normalize_images",
-    "parallel_generator",
-    "synthetic",
-    "tfds_dataset",
-]
+__all__: list[str] = []  # offered through toolkit.data
 
 
 Arrays = tuple[np.ndarray, np.ndarray]

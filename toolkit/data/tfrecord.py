@@ -21,14 +21,7 @@ import numpy as np
 from toolkit.core.errors import what_went_wrong
 from toolkit.core.files import parse_json
 
-__all__ = [
-    "check_tfrecords",
-    "find_unreadable_tfrecord",
-    "tfrecord_parser",
-    "tfrecord_records",
-    "tfrecords",
-    "write_tfrecords",
-]
+__all__: list[str] = []  # offered through toolkit.data
 
 MANIFEST_SUFFIX = ".manifest.json"  # beside TFRecord shards: each file's records and bytes
 

@@ -12,10 +12,7 @@ from toolkit.core import progress
 from toolkit.core.stats import StepStats, format_ms, summarize
 from toolkit.data.builder import infer_batch_size
 
-__all__ = [
-    "PipelineBenchmark",
-    "benchmark",
-]
+__all__: list[str] = []  # offered through toolkit.data
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,10 +21,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = [
-    "datasheet_peak",
-]
-
 # (pattern on the device's name, the product, {math: dense TFLOP/s}); the first match counts,
 # so a PCIe or NVL variant comes before the name it extends.
 _TABLE: tuple[tuple[str, str, dict[str, float]], ...] = (

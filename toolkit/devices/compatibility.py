@@ -14,7 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from toolkit import backend as backends
-from toolkit.backend._tensorflow.devices import METAL_COMPATIBILITY  # 0.2's public name
+from toolkit.backend._tensorflow.devices import (  # 0.2's public name, here
+    METAL_COMPATIBILITY as METAL_COMPATIBILITY,
+)
 from toolkit.core import compat
 from toolkit.core._device_types import (
     DeviceInfo,
@@ -24,12 +26,7 @@ from toolkit.core._device_types import (
 )
 from toolkit.devices.selection import resolve
 
-__all__ = [
-    "METAL_COMPATIBILITY",
-    "Finding",
-    "preflight",
-    "recommend_precision",
-]
+__all__: list[str] = []  # offered through toolkit.devices
 
 
 def apple_gpu_paths() -> dict[str, tuple[str, str, str]]:

@@ -23,7 +23,7 @@ from toolkit import backend as backends
 from toolkit.core._device_types import DeviceInfo, PlacementReport, parse_device_spec
 from toolkit.devices.selection import resolve
 
-__all__ = ["PlacementReport", "augmentation_device", "on", "placement_report"]
+__all__: list[str] = []  # offered through toolkit.devices
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ import os
 from toolkit.core import native_logs
 from toolkit.devices.selection import DeviceError
 
-__all__ = ["configure_threads", "load_tensorflow"]
+__all__: list[str] = []  # offered through toolkit.devices
 
 
 def load_tensorflow() -> bool:

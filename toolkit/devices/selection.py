@@ -19,15 +19,7 @@ from typing import Any
 from toolkit import backend as backends
 from toolkit.core._device_types import DeviceError, DeviceInfo, parse_device_spec
 
-__all__ = [
-    "DeviceError",
-    "DeviceInfo",
-    "detect",
-    "framework_device",
-    "parse_device_spec",
-    "resolve",
-    "select",
-]
+__all__: list[str] = []  # offered through toolkit.devices
 
 BUILD_HELP = "See BUILD.md"
 

@@ -15,8 +15,6 @@ import sys
 import time
 from typing import Any
 
-__all__: list[str] = []  # spawn_data_service's own
-
 
 @dataclasses.dataclass(frozen=True)
 class ServiceSpec:

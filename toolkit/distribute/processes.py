@@ -42,7 +42,6 @@ __all__ = [
     "DATA_PARALLEL",
     "cluster",
     "leave",
-    "lost_peer",
     "process_slice",
     "start",
 ]

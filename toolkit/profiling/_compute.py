@@ -14,8 +14,6 @@ from typing import Any
 
 from toolkit.core.stats import reliable_peak, utilization
 
-__all__: list[str] = []  # the rooms' own record (Compute)
-
 
 @dataclasses.dataclass(frozen=True)
 class Compute:

@@ -38,18 +38,6 @@ from toolkit import backend as backends
 from toolkit.core.stats import format_s
 from toolkit.profiling._ledger_records import Ledger
 
-__all__ = [
-    "MIN_S",
-    "SHARE",
-    "Fix",
-    "Setting",
-    "Unfixed",
-    "caches_this_step",
-    "read_fixes",
-    "share",
-    "unfixed",
-]
-
 # An item is worth a fix line from this share of the run and this many seconds.
 SHARE, MIN_S = 0.05, 0.1
 VALIDATION_SHARE = 0.15

@@ -62,7 +62,6 @@ from toolkit.profiling._ledger_records import (
 )
 from toolkit.profiling._memory_records import Growth
 
-__all__ = ["PARTS", "CallbackClock", "FitLedger", "Ledger"]
 HOOKS = (
     "on_train_begin",
     "on_train_end",

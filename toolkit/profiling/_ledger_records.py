@@ -24,17 +24,6 @@ from typing import Any
 
 from toolkit.profiling._memory_records import RunMemory
 
-__all__ = [
-    "PARTS",
-    "CallbackTime",
-    "Compile",
-    "Ledger",
-    "LedgerPart",
-    "OtherSpan",
-    "Reader",
-    "spread",
-]
-
 PARTS = ("start_up", "compile", "steps", "input", "validation", "callbacks", "exit", "other")
 FIT_CALL, TRAIN_BEGIN = "fit call", "train begin"  # where the ledger's clock starts
 

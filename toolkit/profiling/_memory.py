@@ -40,8 +40,6 @@ from toolkit.core._host_memory import MIB, maxrss_mb, resident_mb
 from toolkit.profiling._ledger_records import PARTS
 from toolkit.profiling._memory_records import Growth, PartMemory, RunMemory, Sample
 
-__all__ = ["MemorySampler", "host_memory"]
-
 MB = MIB
 EVERY_S = 0.05
 # Growth under this many MiB, or under 4 times the readings' own scatter, is not reported: an

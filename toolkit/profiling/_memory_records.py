@@ -19,8 +19,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["Growth", "PartMemory", "RunMemory", "Sample"]
-
 # The ledger's parts in its order (``_ledger_records.PARTS``), the fit's own order of events.
 _PARTS = ("start_up", "compile", "steps", "input", "validation", "callbacks", "exit", "other")
 _ORDER = {name: i for i, name in enumerate(_PARTS)}

@@ -13,16 +13,6 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = [
-    "FitCall",
-    "fit_call_parts",
-    "floats",
-    "never",
-    "profiler_probe",
-    "settled",
-    "to_stderr",
-]
-
 
 def to_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)

@@ -4,6 +4,9 @@ cut in half and the run's partial report is written. ``profile()`` installs its 
 ```python
 import signal
 
+from toolkit import TrainingInterrupted
+from toolkit.profiling.stop_on_signal import StopOnSignal
+
 stop = StopOnSignal()
 signal.signal(signal.SIGTERM, stop.on_signal)
 try:
@@ -18,9 +21,11 @@ from __future__ import annotations
 from typing import Any
 
 from toolkit.core import compat, interrupts
-from toolkit.core.interrupts import TrainingInterrupted, interruption
+from toolkit.core.interrupts import interruption
 
-__all__ = ["StopOnSignal", "TrainingInterrupted"]
+__all__ = [
+    "StopOnSignal",
+]
 
 
 class StopOnSignal(compat.keras().callbacks.Callback):

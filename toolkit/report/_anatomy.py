@@ -36,17 +36,6 @@ from toolkit.core._anatomy import (
 from toolkit.core.files import atomic_write
 from toolkit.core.stats import format_flops, format_ms
 
-__all__ = [
-    "ANATOMY_PNG",
-    "anatomy_figure",
-    "anatomy_lines",
-    "anatomy_markdown",
-    "anatomy_png",
-    "anatomy_png_bytes",
-    "anatomy_top_lines",
-    "contrast_lines",
-]
-
 ANATOMY_PNG = "anatomy.png"  # beside steps.png in a run directory
 TOP_LAYERS = 10  # rows of the terminal's layer table
 PLOT_LAYERS = 15  # bars of the picture

@@ -16,8 +16,6 @@ from typing import Any
 
 from toolkit.core import terminal
 
-__all__ = ["ClusterView", "WorkerRow", "cluster_line", "cluster_view", "render_cluster"]
-
 
 @dataclasses.dataclass(frozen=True)
 class WorkerRow:

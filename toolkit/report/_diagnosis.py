@@ -18,8 +18,6 @@ from toolkit.core._anatomy import Anatomy
 from toolkit.core.errors import one_line
 from toolkit.report._fields import field_said
 
-__all__ = ["DiagnosisSection", "SecondOpinion"]
-
 
 @dataclasses.dataclass(frozen=True)
 class SecondOpinion:

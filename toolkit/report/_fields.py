@@ -22,8 +22,6 @@ from toolkit.core.errors import one_line
 from toolkit.core.files import ReportError, open_regular, parse_json
 from toolkit.core.stats import StepStats
 
-__all__ = ["field_said"]  # the report reader's own, and the records' words for a field
-
 # Figures under compute and tune that the views format as numbers (the diagnosis's are its
 # record's to check: report._diagnosis).
 COMPUTE_NUMBERS = (

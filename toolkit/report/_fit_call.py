@@ -11,8 +11,6 @@ from __future__ import annotations
 from toolkit.core.stats import format_s
 from toolkit.profiling._timing import FitCall
 
-__all__ = ["fit_call_line"]
-
 # An exit this long, and this share of the call, gets its likely cause named.
 SLOW_EXIT_S, SLOW_EXIT_SHARE = 0.5, 0.05
 SLOW_EXIT_HINT = (

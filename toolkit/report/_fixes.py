@@ -15,14 +15,6 @@ from toolkit.core._advice import Spell
 from toolkit.core.stats import format_s
 from toolkit.profiling._fixes import Fix, Setting, Unfixed, share
 
-__all__ = [
-    "fix_json",
-    "fix_text",
-    "fix_words",
-    "python_spelling",
-    "unfixed_words",
-]
-
 
 def python_spelling(setting: Setting) -> str:
     """`setting` as a script sets it: ``model.fit(..., validation_freq=5)``,

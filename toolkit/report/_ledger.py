@@ -32,24 +32,6 @@ from toolkit.profiling._fixes import MIN_S, SHARE, Fix, read_fixes, share, unfix
 from toolkit.profiling._ledger_records import PARTS, Ledger, LedgerPart, Reader
 from toolkit.report._fixes import fix_json, fix_words, unfixed_words
 
-__all__ = [
-    "LABELS",
-    "PartChange",
-    "as_ledger",
-    "bar_segments",
-    "compare_ledgers",
-    "fix_lines",
-    "fixes",
-    "format_s",
-    "ledger_json",
-    "ledger_line",
-    "ledger_markdown",
-    "part_changes",
-    "report_ledger",
-    "spelling",
-    "whole_run_lines",
-]
-
 LABELS = {
     "start_up": "start-up",
     "compile": "compile",

@@ -10,8 +10,6 @@ from toolkit.core.stats import format_mb
 from toolkit.profiling._memory_records import Growth, PartMemory, RunMemory
 from toolkit.report._ledger import LABELS
 
-__all__ = ["growth_words", "memory_change", "memory_lines", "memory_markdown", "part_label"]
-
 
 def part_label(name: str) -> str:
     """A ledger part as the ledger's own lines name it, or a callback's name as it is."""

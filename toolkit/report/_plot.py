@@ -8,8 +8,6 @@ from typing import Any
 
 from toolkit.core.stats import format_ms
 
-__all__: list[str] = []
-
 # One colour per part of the ledger, the same in every picture.
 COLOURS = {
     "start-up": "tab:gray",

@@ -9,8 +9,6 @@ from typing import Any
 
 from toolkit.report._fields import field_said
 
-__all__ = ["TensorBoardRuns"]
-
 
 @dataclasses.dataclass(frozen=True)
 class TensorBoardRuns:

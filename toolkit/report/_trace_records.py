@@ -17,14 +17,6 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = [
-    "OpTime",
-    "Spread",
-    "TopOps",
-    "TraceAnalysis",
-    "TracedStep",
-]
-
 _WHERE = "trace.analysis"  # the field's name in report.json, for what a bad value says
 
 

@@ -19,7 +19,7 @@ from toolkit.report._ledger import as_ledger, compare_ledgers
 from toolkit.report._memory import memory_change
 from toolkit.report.run_report import RunReport, cell, keras_shown
 
-__all__ = ["Comparison", "compare"]
+__all__: list[str] = []  # offered through toolkit.report
 
 
 class Figure(NamedTuple):

@@ -18,7 +18,11 @@ from typing import Any
 from toolkit.core._device_types import DeviceInfo, Finding
 from toolkit.distribute import Cluster
 
-__all__ = ["Resume", "RunContext", "Strategy"]
+# What else this module offers; the rest is offered through toolkit.report.
+__all__ = [
+    "Resume",
+    "Strategy",
+]
 
 
 def _known(cls: type, data: Mapping[str, Any] | None) -> dict[str, Any]:

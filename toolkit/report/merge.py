@@ -14,7 +14,7 @@ from toolkit.core import terminal
 from toolkit.report._cluster import ClusterView, WorkerRow, cluster_view, render_cluster
 from toolkit.report.run_report import COMPLETE, RunReport
 
-__all__ = ["merge_reports", "render_merged"]
+__all__: list[str] = []  # offered through toolkit.report
 
 
 def merge_reports(reports: Sequence[RunReport]) -> ClusterView:

@@ -69,14 +69,7 @@ from toolkit.report._trace_records import TraceAnalysis
 from toolkit.report.context import RunContext
 from toolkit.report.trace import left_out_line, read_trace, trace_lines, traced_range
 
-__all__ = [
-    "COMPLETE",
-    "DIVERGED",
-    "PARTIAL",
-    "SCHEMA_VERSION",
-    "ReportError",
-    "RunReport",
-]
+__all__: list[str] = []  # offered through toolkit.report
 
 SCHEMA = "keras-perf-toolkit/run-report"
 SCHEMA_VERSION = 2

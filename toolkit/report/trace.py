@@ -38,7 +38,6 @@ from toolkit.report._trace_records import OpTime, Spread, TopOps, TraceAnalysis,
 
 # The records it builds (TraceAnalysis, ...) are toolkit.report._trace_records's.
 __all__ = [
-    "find_trace_files",
     "read_trace",
     "trace_lines",
 ]

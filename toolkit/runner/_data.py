@@ -12,18 +12,6 @@ from toolkit.runner.config import TrainConfig
 if TYPE_CHECKING:
     from toolkit.runner.task import Task
 
-__all__ = [
-    "TooFewExamples",
-    "array_dataset",
-    "batches",
-    "data_loader",
-    "dataset",
-    "distributed",
-    "epoch_steps",
-    "examples",
-    "input_pipeline",
-]
-
 
 def examples(source: Any):
     """A Task's data (arrays, a dataset, or a function returning either) as a dataset of
@@ -77,8 +65,8 @@ def data_loader(
     process its part of every global batch, laid out for fused steps over devices
     (``process_slice``)."""
     from toolkit import backend
-    from toolkit.data import has_tensorflow
     from toolkit.data._grain import has_grain
+    from toolkit.data.arrays import has_tensorflow
 
     if config.data_loader == "grain":
         if config.data_service:

@@ -31,7 +31,6 @@ from toolkit.devices import parse_device_spec
 __all__ = [
     "PRECISIONS",
     "SETTINGS",
-    "ConfigError",
     "TrainConfig",
 ]
 

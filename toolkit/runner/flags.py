@@ -45,7 +45,6 @@ from toolkit.runner.config import (
 )
 
 __all__ = [
-    "FLAG_GROUPS",
     "Flag",
     "config_from_flags",
     "define_common_flags",

@@ -32,6 +32,8 @@ from toolkit.runner.config import TrainConfig
 from toolkit.runner.session import profile
 from toolkit.runner.task import SetupError, Task, check_report_dir, classification_task
 
+# Task, classification_task and SetupError are here for a recipe's author (train.Task), who
+# needs nothing else from the runner; input_pipeline is how the other rooms build a task's data.
 __all__ = [
     "RunResult",
     "SetupError",

@@ -13,8 +13,6 @@ from toolkit import backend
 from toolkit.core._host_memory import high_water_mb
 from toolkit.core.stats import whole_calls
 
-__all__: list[str] = []  # the workloads' own
-
 
 def measured_fit(
     model: Any,

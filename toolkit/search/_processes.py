@@ -32,8 +32,6 @@ from toolkit.core.files import atomic_write, parse_json, read_json
 from toolkit.search.engine import Candidate
 from toolkit.search.standings import Figures, Target
 
-__all__: list[str] = []
-
 CHILD = "toolkit._child"  # the entry point every child runs: python -m toolkit._child SPEC OUT
 JOBS = ("figures", "tune", "anatomy", "devices", "peak")
 # Signals from outside (the OOM killer's SIGKILL, a user's kill or Ctrl-C, a closed terminal):

@@ -18,8 +18,6 @@ from toolkit.report._ledger import format_s
 from toolkit.search.engine import Candidate, Trial, WholeRun
 from toolkit.search.rounds import paired_ratios
 
-__all__: list[str] = []  # tune's own
-
 WIDTH = 80  # a line of words at most this wide: an 80-column terminal shows it whole
 HEADERS = (
     "settings", "examples/s", "spread", "runs", "vs defaults (medians)",

@@ -27,7 +27,6 @@ from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
 from toolkit.runner.config import LOOP, SEARCHED_SETTINGS, SETTINGS, Searched, as_flags
 
 __all__ = [
-    "MIN_GAIN",
     "Candidate",
     "Space",
     "Trial",

@@ -14,7 +14,11 @@ from typing import Any, TypeVar
 
 from toolkit.search.engine import FINALISTS, MIN_GAIN, Candidate, Trial, choose, order
 
-__all__ = ["Verdict", "confirm", "decide", "interleaved_rounds"]
+__all__ = [
+    "Verdict",
+    "confirm",
+    "decide",
+]
 
 E = TypeVar("E", bound=Hashable)
 

@@ -23,11 +23,9 @@ from toolkit.search.engine import MIN_GAIN
 from toolkit.search.rounds import paired_ratios
 
 __all__ = [
-    "LOSS_RTOL",
     "BackendsResult",
     "ChooserError",
     "Contender",
-    "Row",
     "Target",
 ]
 

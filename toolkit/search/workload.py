@@ -378,7 +378,7 @@ class TaskWorkload(Workload):
     def __init__(
         self, task: Any, config: TrainConfig, *, resident: bool = False, keep: int = 0
     ) -> None:
-        from toolkit.data import has_tensorflow
+        from toolkit.data.arrays import has_tensorflow
         from toolkit.runner import train
 
         super().__init__()

@@ -7,8 +7,6 @@ import argparse
 import os
 from collections.abc import Sequence
 
-__all__: list[str] = []  # the command line's own; nothing here is API
-
 
 def add_backend(p: argparse.ArgumentParser, what: str | None = None) -> None:
     """``--backend NAME``, one of the seam's backends."""

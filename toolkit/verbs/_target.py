@@ -12,8 +12,6 @@ import os
 import sys
 from typing import Any
 
-__all__: list[str] = []  # the command line's own; nothing here is API
-
 
 def add_target(parser: argparse.ArgumentParser, what: str) -> None:
     """``--recipe R`` or ``--model_fn module:function``: what doctor and tune measure."""

@@ -15,15 +15,6 @@ from typing import Any
 from toolkit.core import _trace_events as te
 from toolkit.core._anatomy import Span, SpanKind, StepTrace
 
-__all__ = [
-    "anatomy_refusal",
-    "anatomy_trace",
-    "layer_alone",
-    "layer_scope",
-    "mark_input",
-    "raw_step",
-]
-
 
 def layer_scope(token: str) -> Any:
     """A named scope XLA keeps in the ``op_name`` of every op traced under it."""

@@ -23,8 +23,6 @@ from typing import Any
 
 from toolkit.backend._common import CompileWatch, shape_change
 
-__all__ = ["JaxCompiles"]
-
 # The phases of one compile, each its own event, one after the other.
 PHASES = (
     "/jax/core/compile/jaxpr_trace_duration",

@@ -13,8 +13,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from toolkit.backend._common import keras_device_scope
-from toolkit.backend._common import no_augmentation_pin as augmentation_scope
+from toolkit.backend._common import keras_device_scope, no_augmentation_pin
 from toolkit.core._device_types import (
     MB,
     DeviceInfo,
@@ -25,20 +24,8 @@ from toolkit.core._device_types import (
     host_ram_mb,
 )
 
-__all__ = [
-    "apple_gpu_path",
-    "augmentation_scope",
-    "detect_devices",
-    "device_info",
-    "device_scope",
-    "framework_device",
-    "placement",
-    "preflight",
-    "reaches_apple_gpu",
-    "select_device",
-    "visible_devices",
-    "why_no_device",
-]
+# The seam's name for it: tf.data's random ops need no pin off tensorflow-metal.
+augmentation_scope = no_augmentation_pin
 
 _WHY_NONE = {
     "metal": "JAX sees no METAL device (jax-metal is not installed, or this is not Apple "

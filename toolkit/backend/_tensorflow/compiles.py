@@ -20,8 +20,6 @@ from typing import Any
 
 from toolkit.backend._common import CompileWatch
 
-__all__ = ["TracingCounts"]
-
 
 def _traced(fn: Any) -> list[Any]:
     """The ``tf.function``s behind a Keras train or test function: the function itself

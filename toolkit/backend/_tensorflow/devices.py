@@ -26,22 +26,6 @@ from toolkit.core._device_types import (
 )
 from toolkit.core.machine import cpu_model
 
-__all__ = [
-    "APPLE_GPU_PATH",
-    "METAL_COMPATIBILITY",
-    "apple_gpu_path",
-    "augmentation_scope",
-    "detect_devices",
-    "device_scope",
-    "framework_device",
-    "placement",
-    "preflight",
-    "reaches_apple_gpu",
-    "select_device",
-    "visible_devices",
-    "why_no_device",
-]
-
 # Which tensorflow-metal goes with which TensorFlow. tensorflow-metal's wheels declare no
 # TensorFlow requirement, so pip never catches a mismatch; this table does.
 # (tf_minor range, metal version prefix, status, note, source)

@@ -15,15 +15,6 @@ from typing import Any
 from toolkit.core import _trace_events as te
 from toolkit.core._anatomy import Span, SpanKind, StepTrace
 
-__all__ = [
-    "anatomy_refusal",
-    "anatomy_trace",
-    "layer_alone",
-    "layer_scope",
-    "mark_input",
-    "raw_step",
-]
-
 _AUTOGRAD = "autograd::engine::evaluate_function"
 # The longest gap between two gradient functions of one layer that is the engine's own
 # scheduling between them (longer: something else ran there, left to the sweep).

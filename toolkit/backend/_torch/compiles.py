@@ -18,8 +18,6 @@ from typing import Any
 
 from toolkit.backend._common import CompileWatch
 
-__all__ = ["DynamoCounters"]
-
 
 def _dynamo() -> Any:
     return sys.modules.get("torch._dynamo.utils")

@@ -16,8 +16,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from toolkit.backend._common import has_float64, keras_device_scope
-from toolkit.backend._common import no_augmentation_pin as augmentation_scope
+from toolkit.backend._common import has_float64, keras_device_scope, no_augmentation_pin
 from toolkit.core._device_types import (
     MB,
     DeviceInfo,
@@ -29,21 +28,8 @@ from toolkit.core._device_types import (
 )
 from toolkit.core.machine import cpu_model
 
-__all__ = [
-    "MPS_FALLBACK_DEVICE",
-    "apple_gpu_path",
-    "augmentation_scope",
-    "detect_devices",
-    "device_infos",
-    "device_scope",
-    "framework_device",
-    "placement",
-    "preflight",
-    "reaches_apple_gpu",
-    "select_device",
-    "visible_devices",
-    "why_no_device",
-]
+# The seam's name for it: tf.data's random ops need no pin off tensorflow-metal.
+augmentation_scope = no_augmentation_pin
 
 _WHY_NONE = {
     "metal": "PyTorch sees no MPS device (not Apple silicon, macOS older than 12.3, or a "
