@@ -22,6 +22,8 @@ from tests.test_faults import _last, _report, _run
 from toolkit.core.files import atomic_write, parse_json, read_json
 from toolkit.core.machine import capture_environment
 from toolkit.core.stats import summarize_calls
+from toolkit.profiling._memory_records import WatchedMemory
+from toolkit.profiling._timing import Epoch
 from toolkit.report import ReportError, RunReport, compare
 from toolkit.report import run_report as report_mod
 from toolkit.report._diagnosis import DiagnosisSection
@@ -39,16 +41,7 @@ def make_report(name="r", step_s=0.002, jitter_s=0.0001, n=400, batch_size=32, s
         steps=summarize_calls(calls, batch_size),
         timeline=calls,
         fit_seconds=float(sum(c[0] for c in calls)),
-        epochs=[
-            {"epoch": 0, "seconds": 1.0, "steps": 200, "step_seconds": 0.9, "metrics": {"loss": 1}},
-            {
-                "epoch": 1,
-                "seconds": 1.0,
-                "steps": 204,
-                "step_seconds": 0.9,
-                "metrics": {"loss": 0.5},
-            },
-        ],
+        epochs=[Epoch(0, 1.0, 200, 0.9, {"loss": 1}), Epoch(1, 1.0, 204, 0.9, {"loss": 0.5})],
         metrics={"loss": 0.5, "accuracy": 0.9},
         environment=capture_environment(),
         **kw,
@@ -162,7 +155,7 @@ def test_compare_notes_a_keras_version_or_nightly_difference_from_report_files(t
 
 
 def test_markdown_and_png(tmp_path):
-    r = make_report(memory={"readings": [], "warnings": ["host RSS grew"]})
+    r = make_report(memory=WatchedMemory((), ("host RSS grew",)))
     paths = r.write(tmp_path)
     md = Path(paths["markdown"]).read_text()
     for text in (
@@ -965,10 +958,10 @@ def test_every_view_of_a_report_shows_the_same_numbers(tmp_path):
     row = next(line for line in table.splitlines() if line.startswith(label))
     assert row.split()[2:4] == format_s(wall).split()  # A's column, as show says it
     assert f"{p50}" in table and f"{rate}/s" in table
-    epochs = f"epochs: {len(r.epochs)} in {format_s(sum(e['seconds'] for e in r.epochs))}"
+    epochs = f"epochs: {len(r.epochs)} in {format_s(sum(e.seconds for e in r.epochs))}"
     assert epochs in summary
     for e in r.epochs:
-        assert f"| {e['epoch'] + 1} | {format_s(e['seconds'])} | {e['steps']} |" in markdown
+        assert f"| {e.epoch + 1} | {format_s(e.seconds)} | {e.steps} |" in markdown
     shown = json.loads((tmp_path / "report.json").read_text())
     assert format_ms(shown["steps"]["p50_s"]) == p50
     assert format_s(shown["fit_call"]["whole_s"]) == format_s(wall)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from toolkit.profiling._memory_records import WatchedMemory
 from toolkit.profiling.memory_watch import MemoryWatch, steady_growth
 
 
@@ -27,10 +30,12 @@ def test_steady_growth(values, expected):
 def test_real_fit_records_host_rss_each_epoch(make_model, make_dataset):
     watch = MemoryWatch()
     make_model().fit(make_dataset(3), epochs=3, verbose=0, callbacks=[watch])
-    assert [r["epoch"] for r in watch.readings] == [None, 0, 1, 2]
-    assert all(r["host_rss_mb"] > 10 for r in watch.readings)
-    assert all(r["devices"] == {} for r in watch.readings)  # CPU-only: no device memory exposed
-    assert watch.result()["readings"] == watch.readings
+    assert [r.epoch for r in watch.readings] == [None, 0, 1, 2]
+    assert all(r.host_rss_mb > 10 for r in watch.readings)
+    assert all(r.devices == {} for r in watch.readings)  # CPU-only: no device memory exposed
+    result = watch.result()
+    assert result.readings == tuple(watch.readings)
+    assert WatchedMemory.from_dict(json.loads(json.dumps(result.to_dict()))) == result
 
 
 @pytest.mark.legacy_keras
@@ -45,7 +50,7 @@ def test_warns_once_on_steady_growth(make_model, make_dataset, caplog):
     assert len(watch.warnings) == 1  # host only once, device growth (30 MiB) below the threshold
     assert watch.warnings[0].startswith("host RSS grew")
     assert "200 MiB" in watch.warnings[0]
-    assert watch.readings[-1]["devices"]["GPU:0"]["current_mb"] == 40.0
+    assert watch.readings[-1].devices["GPU:0"].current_mb == 40.0
 
 
 def test_device_memory_failure_is_not_fatal():
@@ -53,7 +58,7 @@ def test_device_memory_failure_is_not_fatal():
         raise RuntimeError("no memory info on this device")
 
     watch = MemoryWatch(rss_fn=lambda: 1.0, device_fn=broken)
-    assert watch.read(0)["devices"] == {}
+    assert watch.read(0).devices == {}
 
 
 def test_bad_arguments():

@@ -48,7 +48,7 @@ def test_complete_run_writes_json_markdown_png(tmp_path, make_model, make_datase
     assert report.steps.total_steps == 20 and report.steps.batch_size == 8
     assert report.args == {"lr": 0.1}
     assert len(report.epochs) == 2 and "loss" in report.metrics
-    assert len(report.memory["readings"]) == 3
+    assert len(report.memory.readings) == 3
     env = report.environment
     assert env["tensorflow"] and env["keras_flavor"] == compat.keras_flavor()
     # Which Keras, and whether a nightly: from its distribution, as the markdown says it.

@@ -78,11 +78,11 @@ def test_fit_counts_every_step(make_model, make_dataset):
     assert s.batch_size == 8
     assert s.total_steps == 24
     assert (s.first_step_steps, s.warmup_steps, s.timed_steps) == (1, 3, 20)
-    assert [e["steps"] for e in timer.epochs] == [12, 12]
-    assert all(e["seconds"] >= e["step_seconds"] > 0 for e in timer.epochs)
+    assert [e.steps for e in timer.epochs] == [12, 12]
+    assert all(e.seconds >= e.step_seconds > 0 for e in timer.epochs)
     assert set(timer.last_logs) >= {"loss", "accuracy"}
     assert s.examples_per_sec == pytest.approx(8 / s.mean_s)
-    assert timer.fit_seconds >= sum(e["seconds"] for e in timer.epochs)
+    assert timer.fit_seconds >= sum(e.seconds for e in timer.epochs)
 
 
 @pytest.mark.legacy_keras
@@ -130,7 +130,7 @@ def test_fit_unknown_length_dataset_drops_the_end_of_data_probe(make_model):
     with pytest.warns(UserWarning) if not compat.use_legacy_keras() else _nothing():
         make_model().fit(ds, epochs=2, verbose=0, callbacks=[timer])
     assert timer.batch_size is None  # nothing static, no batching stage to read
-    assert [e["steps"] for e in timer.epochs] == [10, 10]
+    assert [e.steps for e in timer.epochs] == [10, 10]
 
 
 class _nothing:
@@ -193,7 +193,7 @@ def test_fit_on_a_plain_grain_dataset_counts_every_step_with_examples_per_sec(ma
         s = timer.summary()
         assert s.batch_size == 8 and s.total_steps == 10, (type(data).__name__, s)
         assert (s.first_step_steps, s.warmup_steps, s.timed_steps) == (1, 1, 8)
-        assert [e["steps"] for e in timer.epochs] == [5, 5]
+        assert [e.steps for e in timer.epochs] == [5, 5]
         assert s.examples_per_sec == pytest.approx(8 / s.mean_s)
         assert len(history.history["examples_per_sec"]) == 2
 

@@ -19,8 +19,11 @@ import dataclasses
 import itertools
 import math
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
+
+from toolkit.core import _fields as fields
+from toolkit.core.files import ReportError
 
 __all__ = [
     "DEFAULT_WARMUP_STEPS",
@@ -169,9 +172,23 @@ class StepStats:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> StepStats:
+    def from_dict(cls, d: Any) -> StepStats:
+        """The statistics report.json's ``steps`` holds, each field checked against its
+        declared kind (a field added here is checked without a line elsewhere).
+
+        Raises:
+            ReportError: a field is missing or not of its kind, named (``steps.p50_s``).
+        """
+        steps = fields.mapping("steps", d, optional=False)
+        for f in dataclasses.fields(cls):
+            if f.name not in steps:
+                if f.default is dataclasses.MISSING:
+                    raise ReportError(f"field steps.{f.name} is missing")
+                continue
+            kind = str(f.type)
+            fields.number(f"steps.{f.name}", steps[f.name], "None" in kind, kind.startswith("int"))
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        return cls(**{k: v for k, v in steps.items() if k in names})
 
     def lines(self, compile_cache: bool = False) -> list[str]:
         """Human-readable summary, one figure per line. `compile_cache`: the run read compiled

@@ -17,7 +17,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
+
+from toolkit.core import _fields as fields
 
 # The ledger's parts in its order (``_ledger_records.PARTS``), the fit's own order of events.
 _PARTS = ("start_up", "compile", "steps", "input", "validation", "callbacks", "exit", "other")
@@ -220,3 +222,63 @@ def _timeline(value: Any) -> tuple[Sample, ...]:
         if t is not None and step is not None and host is not None:
             out.append(Sample(t, int(step), host, device, part))
     return tuple(out)
+
+
+class DeviceMemory(NamedTuple):
+    """One device's memory at a reading, in MiB: in use, and the most since the last one."""
+
+    current_mb: float
+    peak_mb: float
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochMemory:
+    """MemoryWatch's reading at an epoch's end (`epoch` None: at train begin): the process's
+    resident memory and each device's, in MiB."""
+
+    epoch: int | None
+    host_rss_mb: float
+    devices: Mapping[str, DeviceMemory] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        devices = {k: d._asdict() for k, d in self.devices.items()}
+        return {"epoch": self.epoch, "host_rss_mb": self.host_rss_mb, "devices": devices}
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchedMemory:
+    """What MemoryWatch saw over a fit (report.json's ``memory``): its readings, and the
+    warnings it gave on steady growth."""
+
+    readings: tuple[EpochMemory, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"readings": [r.to_dict() for r in self.readings], "warnings": list(self.warnings)}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> WatchedMemory | None:
+        """report.json's ``memory``, each figure checked; None where the run had none.
+
+        Raises:
+            ReportError: a figure not of its kind, named (``memory.readings[0].host_rss_mb``).
+        """
+        if d is None:
+            return None
+        d = fields.mapping("memory", d)
+        readings = []
+        for i, r in enumerate(fields.records("memory.readings", d.get("readings"))):
+            where = f"memory.readings[{i}]"
+            devices = {}
+            for name, m in fields.mapping(f"{where}.devices", r.get("devices")).items():
+                at = f"{where}.devices.{name}"
+                m = fields.mapping(at, m, optional=False)
+                devices[str(name)] = DeviceMemory(
+                    fields.number(f"{at}.current_mb", m.get("current_mb")),
+                    fields.number(f"{at}.peak_mb", m.get("peak_mb")),
+                )
+            epoch = fields.number(f"{where}.epoch", r.get("epoch"), optional=True, counts=True)
+            host = fields.number(f"{where}.host_rss_mb", r.get("host_rss_mb"))
+            readings.append(EpochMemory(epoch, host, devices))
+        warnings = fields.items("memory.warnings", d.get("warnings"))
+        return cls(tuple(readings), tuple(str(w) for w in warnings))

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from toolkit.core import _fields as fields
+
 
 def to_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
@@ -63,6 +65,45 @@ def settled(
                     at = min(at, synced_at)
                 return at, (before, generation - 1)
     return at, mark
+
+
+@dataclasses.dataclass(frozen=True)
+class Epoch:
+    """One epoch as StepTimer saw it: `seconds` from its begin to its end, the `steps` it
+    ran, `step_seconds` of them inside its executions, and its final `metrics` (Keras's
+    logs as floats). `epoch` counts from 0, as Keras's callbacks do."""
+
+    epoch: int
+    seconds: float
+    steps: int
+    step_seconds: float
+    metrics: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        """One entry of report.json's ``epochs``."""
+        return {
+            "epoch": self.epoch, "seconds": self.seconds, "steps": self.steps,
+            "step_seconds": self.step_seconds, "metrics": dict(self.metrics),
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: Any, field: str = "epochs[0]") -> Epoch:
+        """An entry of report.json's ``epochs``, each value checked.
+
+        Raises:
+            ReportError: a value not of its kind, naming it (``epochs[1].seconds``).
+        """
+        d = fields.mapping(field, d, optional=False)
+        metrics = fields.mapping(f"{field}.metrics", d.get("metrics"))
+        for key, value in metrics.items():
+            fields.metric(f"{field}.metrics.{key}", value)
+        return cls(
+            fields.number(f"{field}.epoch", d.get("epoch"), counts=True),
+            fields.number(f"{field}.seconds", d.get("seconds", 0.0)),
+            fields.number(f"{field}.steps", d.get("steps"), counts=True),
+            fields.number(f"{field}.step_seconds", d.get("step_seconds", 0.0)),
+            {str(k): v for k, v in metrics.items()},
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,7 @@ from absl import logging
 from toolkit import backend
 from toolkit.core import compat
 from toolkit.core._host_memory import resident_mb
+from toolkit.profiling._memory_records import DeviceMemory, EpochMemory, WatchedMemory
 
 __all__ = [
     "MemoryWatch",
@@ -74,26 +75,29 @@ class MemoryWatch(compat.keras().callbacks.Callback):
         self._rss_fn = rss_fn or resident_mb
         self._device_fn = device_fn or _device_memory_reset
         self._supports_tf_logs = True
-        self.readings: list[dict[str, Any]] = []
+        self.readings: list[EpochMemory] = []
         self.warnings: list[str] = []
 
-    def read(self, epoch: int | None) -> dict[str, Any]:
+    def read(self, epoch: int | None) -> EpochMemory:
         """Takes one reading now and checks for steady growth."""
         try:
-            devices = {k: dict(v) for k, v in self._device_fn().items()}
+            devices = {
+                k: DeviceMemory(float(v["current_mb"]), float(v["peak_mb"]))
+                for k, v in self._device_fn().items()
+            }
         except Exception as e:  # noqa: BLE001 - memory info is best effort
             logging.warning("MemoryWatch: device memory unavailable: %s", e)
             devices = {}
-        reading = {"epoch": epoch, "host_rss_mb": float(self._rss_fn()), "devices": devices}
+        reading = EpochMemory(epoch, float(self._rss_fn()), devices)
         self.readings.append(reading)
         self._check()
         return reading
 
     def _check(self) -> None:
-        series = {"host RSS": [r["host_rss_mb"] for r in self.readings]}
-        for name in self.readings[-1]["devices"]:
+        series = {"host RSS": [r.host_rss_mb for r in self.readings]}
+        for name in self.readings[-1].devices:
             series[f"{name} memory"] = [
-                r["devices"][name]["current_mb"] for r in self.readings if name in r["devices"]
+                r.devices[name].current_mb for r in self.readings if name in r.devices
             ]
         for label, values in series.items():
             growth = steady_growth(values, self.min_epochs, self.growth_warn_mb)
@@ -115,9 +119,9 @@ class MemoryWatch(compat.keras().callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         self.read(epoch)
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> WatchedMemory:
         """What the report records about memory."""
-        return {"readings": list(self.readings), "warnings": list(self.warnings)}
+        return WatchedMemory(tuple(self.readings), tuple(self.warnings))
 
 
 def _device_memory_reset() -> dict[str, dict[str, float]]:

@@ -79,6 +79,7 @@ from toolkit.core.stats import (
 )
 from toolkit.profiling._ledger import FitLedger, epoch_gaps, keras_callbacks
 from toolkit.profiling._timing import (
+    Epoch,
     FitCall,
     fit_call_parts,
     floats,
@@ -221,7 +222,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         # One tuple per execution: (duration_s, steps, epoch, kind); read through `calls`.
         self._calls: list[tuple[float, int, int, str]] = []
         # One dict per finished epoch.
-        self.epochs: list[dict[str, Any]] = []
+        self.epochs: list[Epoch] = []
         self.last_logs: dict[str, float] = {}
         self.train_begin_time: float | None = None
         self.first_begin_time: float | None = None  # the fit's first batch begin
@@ -605,15 +606,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._ledger_epoch(epoch, seconds, now)
         self._steps_base += steps
         self._begins_counted = len(self._begins)
-        self.epochs.append(
-            {
-                "epoch": epoch,
-                "seconds": now - self._epoch_start,
-                "steps": steps,
-                "step_seconds": seconds,
-                "metrics": metrics,
-            }
-        )
+        self.epochs.append(Epoch(epoch, now - self._epoch_start, steps, seconds, metrics))
 
     def _epoch_span(self, seconds: float) -> tuple[Any, Any]:
         """The epoch's first batch begin and the end of its last recorded execution (its

@@ -20,7 +20,6 @@ from toolkit.core._advice import Advice
 from toolkit.core._anatomy import Phase
 from toolkit.core.errors import one_line
 from toolkit.core.files import ReportError, open_regular, parse_json
-from toolkit.core.stats import StepStats
 
 # Figures under compute and tune that the views format as numbers (the diagnosis's are its
 # record's to check: report._diagnosis).
@@ -28,8 +27,6 @@ COMPUTE_NUMBERS = (
     "flops_per_step", "flops_forward", "achieved_flops_per_s", "peak_flops_per_s", "mfu",
     "datasheet_peak_flops_per_s", "datasheet_mfu", "peak_spread_pct",
 )  # fmt: skip
-EPOCH_NUMBERS = ("seconds", "step_seconds")
-EPOCH_COUNTS = ("epoch", "steps")
 
 
 def read_checked(path: str, from_dict: Callable[[Any], Any], views: Callable[[Any], object]) -> Any:
@@ -169,19 +166,6 @@ def _records(field: str, value: Any) -> list[Mapping[str, Any]]:
     return value
 
 
-def check_steps(d: Any) -> None:
-    """The ``steps`` object: every StepStats field there (or defaulted) and of its kind."""
-    steps = _mapping("steps", d, optional=False)
-    for f in dataclasses.fields(StepStats):
-        required = f.default is dataclasses.MISSING
-        if f.name not in steps:
-            if required:
-                raise ReportError(f"field steps.{f.name} is missing")
-            continue
-        kind = str(f.type)
-        _number(f"steps.{f.name}", steps[f.name], "None" in kind, kind.startswith("int"))
-
-
 def check_report(d: Mapping[str, Any], statuses: tuple[str, ...]) -> None:
     """Raises ReportError naming the first field of `d` (a report's JSON) whose value is not
     of the kind the views need."""
@@ -193,7 +177,6 @@ def check_report(d: Mapping[str, Any], statuses: tuple[str, ...]) -> None:
     for name in ("error", "created_utc"):
         if d.get(name) is not None and not isinstance(d[name], str):
             raise _bad(name, d[name], "a string or null")
-    check_steps(d.get("steps"))
     _number("fit_seconds", d.get("fit_seconds"), optional=True)
     for name in ("environment", "args", "extra", "memory", "trace", "context",
                  "tune", "cluster", "ledger", "anatomy"):  # fmt: skip
@@ -202,13 +185,6 @@ def check_report(d: Mapping[str, Any], statuses: tuple[str, ...]) -> None:
     check_anatomy(d.get("anatomy"))
     for key, value in _mapping("metrics", d.get("metrics")).items():
         _number_or_nan(f"metrics.{key}", value)
-    for i, epoch in enumerate(_records("epochs", d.get("epochs"))):
-        for key in EPOCH_COUNTS:
-            _number(f"epochs[{i}].{key}", epoch.get(key), counts=True)
-        for key in EPOCH_NUMBERS:
-            _number(f"epochs[{i}].{key}", epoch.get(key, 0.0))
-        for key, value in _mapping(f"epochs[{i}].metrics", epoch.get("metrics")).items():
-            _number_or_nan(f"epochs[{i}].metrics.{key}", value)
     timeline = d.get("timeline") or []
     if not isinstance(timeline, list) or not all(
         isinstance(c, list) and len(c) == 4 for c in timeline
@@ -228,13 +204,6 @@ def check_report(d: Mapping[str, Any], statuses: tuple[str, ...]) -> None:
         isinstance(files, list) and all(isinstance(f, str) for f in files)
     ):
         raise _bad("trace.files", files, "a list of file names")
-    memory = _mapping("memory", d.get("memory"))
-    for i, reading in enumerate(_records("memory.readings", memory.get("readings"))):
-        _number(f"memory.readings[{i}].host_rss_mb", reading.get("host_rss_mb"))
-        for device, m in _mapping(f"memory.readings[{i}].devices", reading.get("devices")).items():
-            where = f"memory.readings[{i}].devices.{device}"
-            for key in ("current_mb", "peak_mb"):
-                _number(f"{where}.{key}", _mapping(where, m, optional=False).get(key))
 
 
 def check_ledger(value: Any) -> None:

@@ -426,12 +426,11 @@ def _ran(report: RunReport) -> dict:
     ``--smoke`` run records the ``--epochs`` and ``--train_steps`` asked for, and ran one
     epoch of a few steps (``TrainConfig.effective``): its epochs as recorded say so."""
     args = dict(report.args or {})
-    epochs = [e for e in (report.epochs or []) if isinstance(e, dict)]
+    epochs = report.epochs
     if args.get("smoke") is True and epochs:
         args["epochs"] = len(epochs)
-        steps = epochs[0].get("steps")
-        if isinstance(steps, int) and steps > 0:
-            args["train_steps"] = steps
+        if epochs[0].steps > 0:
+            args["train_steps"] = epochs[0].steps
     return args
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from toolkit import backend
 from toolkit.core import _extras as extras
+from toolkit.core import _fields as fields
 from toolkit.core import machine
 from toolkit.core._anatomy import Anatomy
 from toolkit.core._gain import Gain
@@ -43,7 +44,8 @@ from toolkit.core.stats import (
 from toolkit.core.version import __version__
 from toolkit.profiling._compute import Compute
 from toolkit.profiling._ledger_records import Ledger
-from toolkit.profiling._timing import FitCall
+from toolkit.profiling._memory_records import WatchedMemory
+from toolkit.profiling._timing import Epoch, FitCall
 from toolkit.report._anatomy import ANATOMY_PNG, anatomy_lines, anatomy_markdown, anatomy_png
 from toolkit.report._cluster import ClusterView, cluster_line
 from toolkit.report._diagnosis import DiagnosisSection
@@ -117,9 +119,9 @@ class RunReport:
     args: dict[str, Any] = dataclasses.field(default_factory=dict)
     timeline: list[list[Any]] = dataclasses.field(default_factory=list)
     timeline_truncated: bool = False
-    epochs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    epochs: list[Epoch] = dataclasses.field(default_factory=list)
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
-    memory: dict[str, Any] | None = None
+    memory: WatchedMemory | None = None
     trace: dict[str, Any] | None = None
     compute: Compute | None = None
     context: RunContext | None = None
@@ -201,7 +203,7 @@ class RunReport:
             args=jsonable(dict(args or {})),
             timeline=calls[:MAX_TIMELINE],
             timeline_truncated=len(calls) > MAX_TIMELINE,
-            epochs=[dict(e) for e in timer.epochs],
+            epochs=list(timer.epochs),
             metrics=dict(timer.last_logs),
             memory=memory.result() if memory is not None else None,
             trace=_read_back(trace.result(), steps) if trace is not None else None,
@@ -250,6 +252,8 @@ class RunReport:
     def to_dict(self) -> dict[str, object]:
         d = dataclasses.asdict(self)
         d["steps"] = self.steps.to_dict()
+        d["epochs"] = [e.to_dict() for e in self.epochs]
+        d["memory"] = self.memory.to_dict() if self.memory is not None else None
         d["context"] = self.context.to_dict() if self.context is not None else None
         d["anatomy"] = self.anatomy.to_dict() if self.anatomy is not None else None
         d["ledger"] = ledger_json(self.ledger) if self.ledger is not None else None
@@ -276,7 +280,10 @@ class RunReport:
         check_report(d, STATUSES)  # values too: one line naming the field, not a TypeError
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in names}
-        kwargs["steps"] = StepStats.from_dict(d.get("steps") or {})
+        kwargs["steps"] = StepStats.from_dict(d.get("steps"))
+        epochs = fields.records("epochs", d.get("epochs"))
+        kwargs["epochs"] = [Epoch.from_dict(e, f"epochs[{i}]") for i, e in enumerate(epochs)]
+        kwargs["memory"] = WatchedMemory.from_dict(d.get("memory"))
         kwargs["compute"] = Compute.from_dict(kwargs.get("compute"))  # checked by check_report
         try:
             kwargs["cluster"] = ClusterView.from_dict(kwargs.get("cluster"))
@@ -402,7 +409,7 @@ class RunReport:
         if self.cluster:
             lines.append(_processes_line(self.cluster))
         if self.epochs:
-            secs = sum(e.get("seconds", 0.0) for e in self.epochs)
+            secs = sum(e.seconds for e in self.epochs)
             lines.append(f"epochs: {len(self.epochs)} in {secs:.2f} s")
         if self.ledger:
             lines.append(ledger_line(self.ledger))
@@ -412,8 +419,8 @@ class RunReport:
             lines.append(fit_call_line(self.fit_call))
         if self.metrics:
             lines.append("final: " + ", ".join(format_figure(*m) for m in self.metrics.items()))
-        if self.memory and self.memory.get("warnings"):
-            lines += [f"memory warning: {w}" for w in self.memory["warnings"]]
+        if self.memory is not None:
+            lines += [f"memory warning: {w}" for w in self.memory.warnings]
         if self.tensorboard:
             lines.append(self.tensorboard.line())
         if self.trace:
@@ -523,16 +530,16 @@ class RunReport:
         """The epochs, numbered from 1 as Keras's progress counts (the JSON keeps 0), and the
         final metrics."""
         if self.epochs:
-            keys = sorted({k for e in self.epochs for k in e.get("metrics", {})})
+            keys = sorted({k for e in self.epochs for k in e.metrics})
             w("\n## Epochs\n\n| epoch | time | steps | in steps | ")
             w(" | ".join(keys) + (" |" if keys else "") + "\n")
             w("|---" * (4 + len(keys)) + "|\n")
             for e in self.epochs:
-                m = e.get("metrics", {})
+                m = e.metrics
                 cells = [format_metric(m[k]) if k in m else "" for k in keys]
                 w(
-                    f"| {e['epoch'] + 1} | {format_s(e['seconds'])} | {e['steps']} | "
-                    f"{format_s(e['step_seconds'])} | " + " | ".join(cells) + (" |" if keys else "")
+                    f"| {e.epoch + 1} | {format_s(e.seconds)} | {e.steps} | "
+                    f"{format_s(e.step_seconds)} | " + " | ".join(cells) + (" |" if keys else "")
                 )
                 w("\n")
         if self.metrics:
@@ -545,19 +552,18 @@ class RunReport:
         by_part = memory_markdown(as_ledger(self.ledger).memory) if self.ledger else ""
         if by_part:
             w(f"\n## Memory\n\n{by_part}")
-        if not self.memory:
+        if self.memory is None:
             return
         if not by_part:
             w("\n## Memory\n")
         w("\n| epoch | host RSS (MiB) | devices |\n|---|---|---|\n")
-        for r in self.memory.get("readings", []):
+        for r in self.memory.readings:
             devs = ", ".join(
-                f"{k}: {v['current_mb']:.0f} MiB (peak {v['peak_mb']:.0f})"
-                for k, v in r.get("devices", {}).items()
+                f"{k}: {v.current_mb:.0f} MiB (peak {v.peak_mb:.0f})" for k, v in r.devices.items()
             )
-            epoch = "start" if r.get("epoch") is None else r["epoch"] + 1
-            w(f"| {epoch} | {r['host_rss_mb']:.1f} | {devs or '—'} |\n")
-        for warning in self.memory.get("warnings", []):
+            epoch = "start" if r.epoch is None else r.epoch + 1
+            w(f"| {epoch} | {r.host_rss_mb:.1f} | {devs or '—'} |\n")
+        for warning in self.memory.warnings:
             w(f"\n**Warning:** {warning}\n")
 
     def _md_searches(self, w: Callable[[str], Any]) -> None:

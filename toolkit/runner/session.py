@@ -360,8 +360,8 @@ class Profile:
         try:
             ends, step = {}, 0
             for e in self.timer.epochs:
-                step += e["steps"]
-                ends[e["epoch"]] = step
+                step += e.steps
+                ends[e.epoch] = step
             compute = report.compute
             if compute is not None and compute.reliable_peak:  # else MFU moves with the load
                 scalars.utilization(compute.flops_per_step, compute.peak_flops_per_s)
@@ -371,11 +371,11 @@ class Profile:
                 self._anatomy_image(scalars, report.anatomy, step)
             if report.ledger and report.ledger.memory is not None:
                 _memory_scalars(scalars, report.ledger.memory)
-            for r in (report.memory or {}).get("readings", []):
-                at = ends.get(r.get("epoch"), 0) if r.get("epoch") is not None else 0
-                scalars.write(HOST_RSS, r["host_rss_mb"], at)
-                for device, m in (r.get("devices") or {}).items():
-                    scalars.write(f"memory/{device}_peak_mb", m["peak_mb"], at)
+            for r in report.memory.readings if report.memory is not None else ():
+                at = ends.get(r.epoch, 0) if r.epoch is not None else 0
+                scalars.write(HOST_RSS, r.host_rss_mb, at)
+                for device, m in r.devices.items():
+                    scalars.write(f"memory/{device}_peak_mb", m.peak_mb, at)
             scalars.close()
         except Exception as e:  # noqa: BLE001 - the report matters more than the scalars
             logging.warning("TensorBoard scalars not finished: %s: %s", type(e).__name__, e)
