@@ -93,8 +93,7 @@ def test_trace_reads_the_files_inside_its_run_wherever_the_run_is(tmp_path):
 def test_only_a_run_directory_bounds_what_a_report_reads(tmp_path):
     """The helper itself: the run's own files pass (through a symlink inside it too); the run
     directory itself, ``..``, absolute paths and symlinks out do not."""
-    from toolkit.core.files import ReportError
-    from toolkit.report._fields import inside_run
+    from toolkit.core.files import ReportError, inside_run
 
     run = tmp_path / "run"
     (run / "train").mkdir(parents=True)

@@ -209,15 +209,17 @@ def test_a_report_shows_the_analysis_it_holds(tmp_path):
     Markdown's tables and ``read_trace`` where the trace's files are gone. A malformed one is
     one ReportError naming the field."""
     from toolkit.core.stats import summarize_calls
+    from toolkit.profiling._timing import Traced
     from toolkit.report import ReportError, RunReport
+    from toolkit.report._trace_records import TraceSection
 
     calls = [[0.5, 1, 0, "first"], *([[0.003, 1, 0, "timed"]] * 20)]
-    trace = {"logdir": "train", "requested_steps": [2, 6], "traced_steps": [2, 6],
-             "files": ["train/gone.xplane.pb"], "analysis": _xprof_analysis()}  # fmt: skip
+    window = Traced("train", (2, 6), (2, 6), ("train/gone.xplane.pb",))
+    trace = TraceSection(window, TraceAnalysis.from_dict(_xprof_analysis()))
     report = RunReport(name="t", steps=summarize_calls(calls, 32), timeline=calls, trace=trace)
     report.write(tmp_path)
     loaded = RunReport.load(tmp_path)
-    assert loaded == report and loaded.trace["analysis"] == _xprof_analysis()
+    assert loaded == report and loaded.trace.analysis.to_dict() == _xprof_analysis()
     assert loaded.read_trace() == TraceAnalysis.from_dict(_xprof_analysis())  # files gone
     summary = loaded.summary()
     assert "trace steps: 4 marked in 2 calls of 2, 3.00 ms mean (2.00–4.00)" in summary

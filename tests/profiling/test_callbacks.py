@@ -24,7 +24,7 @@ def _step_timer(tmp_path):
 
 def _trace_window(tmp_path):
     window = TraceWindow(str(tmp_path / "trace"), start_step=2, stop_step=4)
-    return [window], lambda: window.result()["traced_steps"] is not None
+    return [window], lambda: window.result().traced_steps is not None
 
 
 def _memory_watch(tmp_path):
@@ -43,7 +43,7 @@ def _profile_callbacks(tmp_path):
 
     def done():
         prof.__exit__(None, None, None)
-        return prof.report.steps.timed_steps > 0 and prof.report.trace["traced_steps"]
+        return prof.report.steps.timed_steps > 0 and prof.report.trace.window.traced_steps
 
     return prof.callbacks, done
 

@@ -52,7 +52,7 @@ def test_trace_window_writes_a_trace_and_timer_excludes_traced_steps(
     assert left.startswith(f"  left out of the timing: {s.excluded_steps} steps, the 3 traced")
     assert ("whose interval held the trace's start or stop" in left) == (s.excluded_steps > 3)
     result = trace.result()
-    assert result["traced_steps"] == [4, 7] and result["error"] is None
+    assert result.traced_steps == (4, 7) and result.error is None
 
 
 @pytest.mark.legacy_keras

@@ -24,7 +24,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from toolkit.core import _fields as fields
 from toolkit.core._advice import Advice
+from toolkit.core.files import ReportError
 from toolkit.core.stats import format_ms
 
 # The sum of the phases may differ from the outside clock by this much before the anatomy
@@ -356,7 +358,8 @@ class Anatomy:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Anatomy:
         """The record of :meth:`to_dict`'s output. Raises ValueError (naming the field) for
-        one that is not an anatomy."""
+        one that is not an anatomy: ReportError for a field not of its kind."""
+        _check(d)
         try:
             phases, traced = (
                 tuple(
@@ -822,3 +825,70 @@ def _by_kind(layers: Sequence[LayerTime]) -> dict[str, tuple[int, float]]:
         out[key] = (n + (holder.name not in seen), s + layer.seconds)
         seen.add(holder.name)
     return out
+
+
+_NUMBERS = ("step_s", "traced_s", "fused_s")
+_OPTIONAL = ("untraced_s", "raw_s", "fit_s", "fed_s", "model_alone_s",
+                    "model_alone_forward_s", "other_between_s", "ops_per_step")  # fmt: skip
+_WORDS = ("device", "signal", "raw_how")
+_PHASES = tuple(p.value for p in Phase)
+
+
+def _check(value: Any) -> None:
+    """The ``anatomy`` object (``docs/report.md``, ``Anatomy.to_dict``): seconds per step as
+    numbers >= 0, each phase one of :class:`~toolkit.core._anatomy.Phase`'s, each layer named,
+    the notes strings; null where no anatomy was taken."""
+    if value is None:
+        return
+    a = fields.mapping("anatomy", value)
+    fields.string("anatomy.backend", a.get("backend"))
+    for key in _WORDS:
+        fields.string(f"anatomy.{key}", a.get(key, ""))
+    fields.string("anatomy.error", a.get("error"), optional=True)
+    if a.get("other_fix"):
+        try:
+            Advice.from_dict(a["other_fix"])
+        except ValueError:
+            raise fields.bad(
+                "anatomy.other_fix", a["other_fix"], "advice: {text, tries} or null"
+            ) from None
+    fields.number("anatomy.steps", a.get("steps", 0), counts=True)
+    for key in _NUMBERS:
+        fields.number(f"anatomy.{key}", a.get(key, 0.0))
+    for key in _OPTIONAL:
+        fields.number(f"anatomy.{key}", a.get(key), optional=True)
+    for key in ("phases", "traced_phases"):
+        for i, p in enumerate(fields.records(f"anatomy.{key}", a.get(key))):
+            if p.get("phase") not in _PHASES:
+                raise fields.bad(f"anatomy.{key}[{i}].phase", p.get("phase"),
+                           f"one of {', '.join(_PHASES)}")  # fmt: skip
+            fields.number(f"anatomy.{key}[{i}].seconds", p.get("seconds"))
+            fields.per_step(f"anatomy.{key}[{i}].seconds", p.get("seconds"))
+            fields.string(f"anatomy.{key}[{i}].unseen", p.get("unseen", ""))
+    for i, layer in enumerate(fields.records("anatomy.layers", a.get("layers"))):
+        where = f"anatomy.layers[{i}]"
+        fields.string(f"{where}.name", layer.get("name"))
+        fields.string(f"{where}.kind", layer.get("kind", ""))
+        for key in ("forward_s", "backward_s"):
+            fields.number(f"{where}.{key}", layer.get(key))
+            fields.per_step(f"{where}.{key}", layer.get(key))
+        fields.number(f"{where}.fused_s", layer.get("fused_s", 0.0))
+        fields.number(f"{where}.calls", layer.get("calls", 1), counts=True)
+        fields.number(f"{where}.flops", layer.get("flops"), optional=True)
+        for key in ("traced_forward_s", "traced_backward_s", "alone_s", "alone_forward_s",
+                    "held_traced_s"):  # fmt: skip
+            fields.number(f"{where}.{key}", layer.get(key), optional=True)
+        if not isinstance(layer.get("alone_with_held", False), bool):
+            held = layer.get("alone_with_held")
+            raise fields.bad(f"{where}.alone_with_held", held, "true or false")
+        fields.string(f"{where}.check", layer.get("check", ""))
+    notes = a.get("notes") or []
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise fields.bad("anatomy.notes", notes, "a list of strings")
+    if a.get("error") is None:  # a taken anatomy: a step, and the phases it splits into
+        if a.get("phases") is None:
+            raise ReportError("field anatomy.phases is missing")
+        for key in ("step_s", "traced_s"):
+            value = a.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
+                raise fields.bad(f"anatomy.{key}", value, "a time above 0 (seconds per step)")

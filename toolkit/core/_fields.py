@@ -10,7 +10,7 @@ later in a ``TypeError`` from a view. Each raises :class:`~toolkit.core.files.Re
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toolkit.core.files import ReportError
@@ -75,20 +75,20 @@ def mapping(field: str, value: Any, optional: bool = True) -> Mapping[str, Any]:
     return value
 
 
-def records(field: str, value: Any) -> list[Mapping[str, Any]]:
+def records(field: str, value: Any) -> Sequence[Mapping[str, Any]]:
     """A list of objects (an empty one for null)."""
     if value is None:
         return []
-    if not isinstance(value, list) or not all(isinstance(r, Mapping) for r in value):
+    if not isinstance(value, list | tuple) or not all(isinstance(r, Mapping) for r in value):
         raise bad(field, value, "a list of objects")
     return value
 
 
-def items(field: str, value: Any) -> list[Any]:
+def items(field: str, value: Any) -> Sequence[Any]:
     """A list (an empty one for null)."""
     if value is None:
         return []
-    if not isinstance(value, list):
+    if not isinstance(value, list | tuple):
         raise bad(field, value, "a list")
     return value
 

@@ -8,14 +8,18 @@ A leaf: standard library only, and ``filelock`` for a cache's read-modify-write.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
+import re
 import secrets
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import IO, Any
+
+from toolkit.core.errors import one_line
 
 __all__ = [
     "ReportError",
@@ -233,3 +237,114 @@ def jsonable(value: Any) -> Any:
     if hasattr(value, "item"):  # NumPy scalars
         return jsonable(value.item())
     return str(value)
+
+
+# ---------------------------------------------------------------------------- reading a report
+
+
+def read_checked(path: str, from_dict: Callable[[Any], Any], views: Callable[[Any], object]) -> Any:
+    """The report in the JSON file `path`, read with `from_dict` (which checks its values)
+    and shown once with `views`; every way it can fail is one ReportError naming the file.
+
+    Its numbers must be finite (``1e999`` is not a figure) and only a regular file is read (a
+    FIFO or a device would hang or fill the memory). Every string in it is made printable
+    (:func:`visible`) before any reader sees it: a report is data anyone may have edited or
+    sent, and ``show``, ``compare``, ``merge``, ``trace`` and ``doctor`` print its strings to a
+    terminal, where an escape sequence would retitle, clear or rewrite it.
+    """
+    try:
+        with open_regular(path) as f:
+            data = parse_json(f, finite=True)
+    except FileNotFoundError:
+        raise ReportError(f"no report at {path!r}: give a report.json or a run directory") from None
+    except (OSError, ValueError) as e:  # JSON, UTF-8, nested too deep, not finite, a FIFO
+        raise ReportError(f"cannot read report {path!r}: {e}") from e
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise ReportError(f"{path!r} is not a run report: it holds a JSON {kind}")
+    data = visible(data)
+    try:
+        report = from_dict(data)
+        check_views(report, views)
+        return report
+    except ReportError as e:  # name the file: the caller may have given several
+        fix = ": fix that field, or run again for a new report" if "field " in str(e) else ""
+        raise ReportError(f"{path!r}: {e}{fix}") from None
+    except (TypeError, KeyError, ValueError, AttributeError) as e:
+        raise ReportError(f"report {path!r} is malformed: {one_line(e)}") from e
+
+
+# C0 and C1 control characters and DEL, less newline and tab: what a terminal acts on.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _escape(text: str) -> str:
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def visible(data: Any) -> Any:
+    """`data` (parsed JSON) with every control character in its strings and keys, other than
+    newline and tab, written as a visible escape (ESC as ``\\x1b``); other characters, ``×``
+    and ``µ`` among them, kept. Iterative: a value nested as deep as the JSON reader allows
+    does not reach the recursion limit here."""
+    root = [data]
+    stack: list[tuple[Any, Any]] = [(root, 0)]
+    while stack:
+        parent, key = stack.pop()
+        value = parent[key]
+        if isinstance(value, str):
+            parent[key] = _escape(value)
+        elif isinstance(value, list):
+            stack.extend((value, i) for i in range(len(value)))
+        elif isinstance(value, dict):
+            if any(_CONTROL.search(k) for k in value):
+                value = {_escape(k): v for k, v in value.items()}
+                parent[key] = value
+            stack.extend((value, k) for k in value)
+    return root[0]
+
+
+def inside_run(run_dir: str, name: str, field: str, report: str) -> str:
+    """The real path of `name` (a file named in the report `report`'s `field`), which must lie
+    inside `run_dir`: a relative name is taken from the run directory, not the current one,
+    and symlinks are resolved before the check. A report is data anyone may have edited or
+    sent, and reading what it names (``trace`` prints what a trace file holds) must not
+    reach ``../../secret.json``, ``/etc/...`` or a symlink leading out of the run.
+
+    Raises:
+        ReportError: `name` is empty or leads outside `run_dir` (one line naming the report,
+            the field and the name).
+    """
+    root = os.path.realpath(run_dir)
+    sound = bool(name) and "\0" not in name
+    real = os.path.realpath(os.path.join(root, name)) if sound else root
+    if real == root or os.path.commonpath([root, real]) != root:
+        plain = os.path.normpath(os.path.join(root, name)) if sound else real
+        link = f" (a symbolic link to {real})" if plain != real else ""
+        raise ReportError(
+            f"{report!r}: field {field} names {name!r}{link}, outside its run directory "
+            f"{root}: a report's files are read only from inside its own run directory"
+        )
+    return real
+
+
+def check_views(report: Any, views: Callable[[Any], object]) -> None:
+    """Raises ReportError naming the top-level field whose value `views(report)` (the
+    summary and the Markdown) cannot show: the one without which they render."""
+    try:
+        views(report)
+        return
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+        error = e
+    for f in dataclasses.fields(report):
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            continue
+        empty = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        try:
+            views(dataclasses.replace(report, **{f.name: empty}))
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError):
+            continue
+        raise ReportError(
+            f"field {f.name} holds a value this toolkit cannot show ({one_line(error)})"
+        )
+    raise ReportError(f"a field holds a value this toolkit cannot show ({one_line(error)})")

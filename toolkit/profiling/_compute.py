@@ -12,7 +12,14 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from toolkit.core import _fields as fields
 from toolkit.core.stats import reliable_peak, utilization
+
+# The figures a report's views format as numbers.
+_NUMBERS = (
+    "flops_per_step", "flops_forward", "achieved_flops_per_s", "peak_flops_per_s", "mfu",
+    "datasheet_peak_flops_per_s", "datasheet_mfu", "peak_spread_pct",
+)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,10 +79,17 @@ class Compute:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Compute | None:
-        """A report's ``compute`` (checked by ``report._fields``); keys this version does not
-        know are left out."""
+        """A report's ``compute``, its figures checked; keys this version does not know are
+        left out.
+
+        Raises:
+            ReportError: a figure not a number >= 0 or null, named (``compute.mfu``).
+        """
         if not data:
             return None
+        data = fields.mapping("compute", data)
+        for key in _NUMBERS:
+            fields.number(f"compute.{key}", data.get(key), optional=True)
         names = {f.name for f in dataclasses.fields(cls)} - {"peak_pending"}
         kept = {k: v for k, v in data.items() if k in names}
         kept["method"] = kept.get("method") or ""

@@ -22,6 +22,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from toolkit.core import _fields as fields
 from toolkit.profiling._memory_records import RunMemory
 
 PARTS = ("start_up", "compile", "steps", "input", "validation", "callbacks", "exit", "other")
@@ -42,7 +43,7 @@ def spread(values: Sequence[float]) -> float | None:
 
 def _float(value: Any) -> float | None:
     """A finite number of a report, or None (a report is anyone's file: the reader checks
-    the fields it must have, ``toolkit.report._fields``; the others are read leniently)."""
+    the fields it must have, :meth:`Ledger.read`; the others are read leniently)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
@@ -279,9 +280,21 @@ class Ledger:
         }
 
     @classmethod
+    def read(cls, d: Mapping[str, Any]) -> Ledger:
+        """A ledger from report.json, which anyone may have edited: each figure checked, and
+        the parts adding up to the wall time (the ledger's promise), before it is read.
+
+        Raises:
+            ReportError: the first field not of its kind, named (``ledger.parts.steps``).
+        """
+        _check(d)
+        return cls.from_dict(d)
+
+    @classmethod
     def from_dict(cls, d: Mapping[str, Any], reader: Reader | None = None) -> Ledger:
         """A ledger from its JSON, written by this toolkit or an older one (a field it lacks
-        takes its default; ``fixes`` is the report's, and read again from the figures)."""
+        takes its default; ``fixes`` is the report's, and read again from the figures).
+        Lenient, for a ledger this process wrote; :meth:`read` checks one from a file."""
         runs = [v for v in (_float(x) for x in d.get("validation_runs_s") or []) if v is not None]
         calls = [_int(x) or 0 for x in d.get("validation_calls") or []]
         if not calls:  # before each validation's calls were kept: its count, if any
@@ -342,3 +355,70 @@ def _parts_of(d: Mapping[str, Any]) -> tuple[LedgerPart, ...]:
 def _pairs(value: Any) -> tuple[tuple[str, float], ...]:
     pairs: Iterable[tuple[Any, Any]] = _mapping(value).items()
     return tuple((str(k), v) for k, v in ((k, _float(v)) for k, v in pairs) if v is not None)
+
+
+# ---------------------------------------------------------------------------- strict reading
+
+
+def _check(value: Any) -> None:
+    """The ``ledger`` object (``docs/report.md``): its wall time and each part a number of
+    seconds (a part may be null: not seen), its callbacks and compiles records."""
+    ledger = fields.mapping("ledger", value)
+    if not ledger:
+        return
+    fields.number("ledger.wall_s", ledger.get("wall_s"))
+    for key in ("recompiles", "epochs", "epochs_planned", "steps", "steps_per_epoch",
+                "validations"):  # fmt: skip
+        fields.number(f"ledger.{key}", ledger.get(key), optional=True, counts=True)
+    parts = fields.mapping("ledger.parts", ledger.get("parts"), optional=False)
+    for key, part in parts.items():
+        if part is not None and (isinstance(part, bool) or not isinstance(part, int | float)):
+            raise fields.bad(f"ledger.parts.{key}", part, "a number of seconds or null")
+        fields.number(f"ledger.parts.{key}", part, optional=True)
+    _adds_up(parts, ledger["wall_s"])
+    for key in ("part_samples", "part_spread_s"):
+        for name, v in fields.mapping(f"ledger.{key}", ledger.get(key)).items():
+            fields.number(f"ledger.{key}.{name}", v, optional=True, counts=key == "part_samples")
+    for name, c in fields.mapping("ledger.callbacks", ledger.get("callbacks")).items():
+        c = fields.mapping(f"ledger.callbacks.{name}", c, False)
+        fields.number(f"ledger.callbacks.{name}.seconds", c.get("seconds"))
+        fields.number(f"ledger.callbacks.{name}.calls", c.get("calls"), optional=True, counts=True)
+    for name, seconds in fields.mapping("ledger.overlapped", ledger.get("overlapped")).items():
+        fields.number(f"ledger.overlapped.{name}", seconds)
+    for i, c in enumerate(fields.records("ledger.compiles", ledger.get("compiles"))):
+        for key in ("seconds", "backend_seconds", "step_spread_s"):
+            fields.number(f"ledger.compiles[{i}].{key}", c.get(key), optional=key != "seconds")
+    for key in ("validation_runs_s", "validation_calls"):
+        for i, v in enumerate(fields.items(f"ledger.{key}", ledger.get(key))):
+            fields.number(f"ledger.{key}[{i}]", v, counts=key == "validation_calls")
+    for name, v in fields.mapping("ledger.step_s", ledger.get("step_s")).items():
+        fields.number(f"ledger.step_s.{name}", v)
+    fields.number("ledger.input_read_s", ledger.get("input_read_s"), optional=True)
+    other = 0.0
+    for i, o in enumerate(fields.records("ledger.other_where", ledger.get("other_where"))):
+        fields.number(f"ledger.other_where[{i}].seconds", o.get("seconds"))
+        other += o["seconds"]
+    if other > (parts.get("other") or 0.0) + _tolerance(ledger["wall_s"]):
+        raise fields.bad(
+            "ledger.other_where", other, f"spans within the other part's {parts.get('other')} s"
+        )
+    for i, f in enumerate(fields.records("ledger.fixes", ledger.get("fixes"))):
+        if not isinstance(f.get("words"), str):
+            raise fields.bad(f"ledger.fixes[{i}].words", f.get("words"), "a string")
+        for key in ("saves_s", "seconds", "break_even_ms"):
+            fields.number(f"ledger.fixes[{i}].{key}", f.get(key), optional=True)
+    RunMemory.check(ledger.get("memory"))
+
+
+def _tolerance(wall_s: float) -> float:
+    """How far a ledger's parts may sum from its wall time: each is rounded to the µs."""
+    return max(1e-3, 1e-4 * wall_s)
+
+
+def _adds_up(parts: Mapping[str, Any], wall_s: float) -> None:
+    """The ledger's promise: its parts add up to the fit's wall time."""
+    total = sum(v for v in parts.values() if v is not None)
+    if parts and abs(total - wall_s) > _tolerance(wall_s):
+        raise fields.bad(
+            "ledger.parts", f"{total:.6f} s in all", f"parts adding up to wall_s ({wall_s} s)"
+        )

@@ -180,8 +180,17 @@ class RunMemory:
             "timeline": [[s.t_s, s.step, s.host_mb, s.device_mb, s.part] for s in self.timeline],
         }
 
+    @staticmethod
+    def check(d: Any) -> None:
+        """Raises ReportError naming the first field of `d` (report.json's ``ledger.memory``)
+        not of its kind: MiB as numbers >= 0 or null, each part's and callback's figures, the
+        growth records and the timeline's rows."""
+        _check(d)
+
     @classmethod
     def from_dict(cls, d: Any) -> RunMemory | None:
+        """A ledger's ``memory`` (lenient: :meth:`check` checks one from a file); None where
+        it has none."""
         if not isinstance(d, Mapping) or _float(d.get("every_s")) is None:
             return None
 
@@ -282,3 +291,37 @@ class WatchedMemory:
             readings.append(EpochMemory(epoch, host, devices))
         warnings = fields.items("memory.warnings", d.get("warnings"))
         return cls(tuple(readings), tuple(str(w) for w in warnings))
+
+
+def _check(value: Any) -> None:
+    """The ledger's ``memory`` object (``docs/report.md``): MiB as numbers >= 0 or null, each
+    part's and callback's figures, the growth records and the timeline's rows."""
+    if value is None:
+        return
+    m = fields.mapping("ledger.memory", value)
+    fields.number("ledger.memory.every_s", m.get("every_s"))
+    if m["every_s"] <= 0:
+        raise fields.bad("ledger.memory.every_s", m["every_s"], "a number > 0")
+    fields.number("ledger.memory.readings", m.get("readings", 0), counts=True)
+    for key in ("host_start_mb", "host_peak_mb", "device_peak_mb"):
+        fields.number(f"ledger.memory.{key}", m.get(key), optional=True)
+    for group in ("parts", "callbacks"):
+        for name, p in fields.mapping(f"ledger.memory.{group}", m.get(group)).items():
+            where = f"ledger.memory.{group}.{name}"
+            p = fields.mapping(where, p, optional=False)
+            for key in ("host_peak_mb", "host_end_mb", "device_peak_mb", "device_end_mb"):
+                fields.number(f"{where}.{key}", p.get(key), optional=True)
+            fields.number(f"{where}.readings", p.get("readings", 0), counts=True)
+    for i, g in enumerate(fields.records("ledger.memory.growth", m.get("growth"))):
+        fields.string(f"ledger.memory.growth[{i}].part", g.get("part"))
+        fields.number(f"ledger.memory.growth[{i}].mb", g.get("mb"))
+        for key in ("steps", "epoch"):
+            fields.number(f"ledger.memory.growth[{i}].{key}", g.get(key, 0), counts=True)
+    for i, row in enumerate(fields.items("ledger.memory.timeline", m.get("timeline"))):
+        where = f"ledger.memory.timeline[{i}]"
+        if not isinstance(row, list) or len(row) < 3:
+            raise fields.bad(where, row, "a [seconds, step, host MiB, device MiB, part] row")
+        fields.number(where, row[0])
+        fields.number(where, row[1], counts=True)
+        fields.number(where, row[2])
+        fields.number(where, row[3] if len(row) > 3 else None, optional=True)

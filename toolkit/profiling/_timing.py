@@ -1,6 +1,6 @@
 """StepTimer's helpers that need none of its state: where its log lines go, the profiler probe,
-epoch logs as floats, a late batch-end stamp settled against a trace edge, and the parts of the
-whole ``fit`` call (start-up, steps, exit).
+epoch logs as floats, a late batch-end stamp settled against a trace edge; and the records of
+what they timed: an epoch, a trace window, the whole ``fit`` call (start-up, steps, exit).
 
 Imports no framework at import time (the probe asks the backend seam when it is called).
 """
@@ -107,6 +107,61 @@ class Epoch:
 
 
 @dataclasses.dataclass(frozen=True)
+class Traced:
+    """What a TraceWindow did: the steps asked for and those it traced (None: not reached),
+    the trace files it left under `logdir`, the step markers it wrote, and why it failed."""
+
+    logdir: str
+    requested_steps: tuple[int, int]
+    traced_steps: tuple[int, int] | None = None
+    files: tuple[str, ...] = ()
+    marked_steps: int = 0
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        """report.json's ``trace``, less what the report adds (``view``, ``analysis``)."""
+        traced = list(self.traced_steps) if self.traced_steps else None
+        return {
+            "logdir": self.logdir, "requested_steps": list(self.requested_steps),
+            "traced_steps": traced, "files": list(self.files),
+            "marked_steps": self.marked_steps, "error": self.error,
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Traced:
+        """report.json's ``trace``, each field checked.
+
+        Raises:
+            ReportError: a field not of its kind, named (``trace.files``).
+        """
+        files = d.get("files")
+        if files is not None and not (
+            isinstance(files, list) and all(isinstance(f, str) for f in files)
+        ):
+            raise fields.bad("trace.files", files, "a list of file names")
+        return cls(
+            str(fields.string("trace.logdir", d.get("logdir", ""))),
+            _steps("trace.requested_steps", d.get("requested_steps")) or (0, 0),
+            _steps("trace.traced_steps", d.get("traced_steps")),
+            tuple(files or ()),
+            fields.number("trace.marked_steps", d.get("marked_steps", 0), counts=True),
+            fields.string("trace.error", d.get("error"), optional=True),
+        )
+
+
+def _steps(field: str, value: Any) -> tuple[int, int] | None:
+    """A [first, last] pair of steps, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise fields.bad(field, value, "a [first, last] pair of steps or null")
+    return (
+        fields.number(f"{field}[0]", value[0], counts=True),
+        fields.number(f"{field}[1]", value[1], counts=True),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class FitCall:
     """The whole ``fit`` call in three parts that add up to `whole_s`: start-up (fit called
     -> its first batch begins), steps (-> train end) and exit (-> fit returned; None where the
@@ -134,7 +189,7 @@ class FitCall:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> FitCall | None:
-        """A report's ``fit_call`` (checked by ``report._fields``); None where a report has
+        """A report's ``fit_call``, read leniently (a view of the run); None where a report has
         none, or one this version cannot read."""
         if not isinstance(d, Mapping):
             return None

@@ -26,6 +26,7 @@ from toolkit import backend
 from toolkit.core import compat, native_logs
 from toolkit.core.events import PROFILER
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS
+from toolkit.profiling._timing import Traced
 
 __all__ = [
     "TraceWindow",
@@ -207,16 +208,16 @@ class TraceWindow(compat.keras().callbacks.Callback):
             found += [os.path.join(root, f) for f in ours]
         return sorted(found)
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> Traced:
         """What the report records about the trace."""
-        return {
-            "logdir": self.logdir,
-            "requested_steps": [self.start_step, self.stop_step],
-            "traced_steps": list(self.traced_steps) if self.traced_steps else None,
-            "files": self.trace_files(),
-            "marked_steps": self.marked_steps,
-            "error": self.error,
-        }
+        return Traced(
+            self.logdir,
+            (self.start_step, self.stop_step),
+            self.traced_steps,
+            tuple(self.trace_files()),
+            self.marked_steps,
+            self.error,
+        )
 
 
 def _waited(seam: Any) -> float | None:

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from toolkit.core._anatomy import Anatomy
+from toolkit.core._fields import field_said
 from toolkit.core.errors import one_line
-from toolkit.report._fields import field_said
 
 
 @dataclasses.dataclass(frozen=True)

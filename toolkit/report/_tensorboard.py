@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from toolkit.report._fields import field_said
+from toolkit.core._fields import field_said
 
 
 @dataclasses.dataclass(frozen=True)

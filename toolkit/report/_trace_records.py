@@ -17,6 +17,10 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from toolkit.core import _fields as fields
+from toolkit.core.files import ReportError
+from toolkit.profiling._timing import Traced
+
 _WHERE = "trace.analysis"  # the field's name in report.json, for what a bad value says
 
 
@@ -284,3 +288,38 @@ class TraceAnalysis:
             bottleneck=_optional_str(d.get("bottleneck"), "bottleneck"),
             steps_per_row=max(1, int(per_row or 1)),
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceSection:
+    """report.json's ``trace``: what the TraceWindow did, what its files said when the run
+    ended (`analysis`; None where it wrote none), and the command that shows them (`view`)."""
+
+    window: Traced
+    analysis: TraceAnalysis | None = None
+    view: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        d = self.window.to_dict()
+        if self.view is not None:
+            d["view"] = self.view
+        if self.analysis is not None:
+            d["analysis"] = self.analysis.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any) -> TraceSection | None:
+        """A report's ``trace``; None where the run took none.
+
+        Raises:
+            ReportError: a field not of its kind, named (``trace.analysis.steps[0].step_ms``).
+        """
+        if d is None:
+            return None
+        d = fields.mapping("trace", d)
+        try:
+            analysis = TraceAnalysis.from_dict(d.get("analysis"))
+        except (TypeError, ValueError) as e:
+            raise ReportError(f"field {e}") from None
+        view = fields.string("trace.view", d.get("view"), optional=True)
+        return cls(Traced.from_dict(d), analysis, view)

@@ -12,10 +12,13 @@ RunContext on load (:meth:`RunContext.from_v1_extra`).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from toolkit.core._device_types import DeviceInfo, Finding
+from toolkit.core.errors import one_line
+from toolkit.core.files import ReportError
 from toolkit.distribute import Cluster
 
 # What else this module offers; the rest is offered through toolkit.report.
@@ -29,6 +32,11 @@ def _known(cls: type, data: Mapping[str, Any] | None) -> dict[str, Any]:
     """The entries of `data` that are fields of dataclass `cls` (newer files may hold more)."""
     names = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in (data or {}).items() if k in names}
+
+
+# The records a context holds, by the name a TypeError gives them, as report.json's fields.
+_PARTS = {"DeviceInfo": "device", "Strategy": "strategy", "Cluster": "cluster",
+          "Finding": "preflight", "Resume": "resume"}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +122,26 @@ class RunContext:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> RunContext:
+        """A report's ``context``.
+
+        Raises:
+            ReportError: a part of it this version cannot read, named (``context.device``).
+        """
+        try:
+            return cls._read(data)
+        except ReportError:
+            raise
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            text = str(e)
+            found = re.match(r"(\w+)\.__init__\(\) (.*)", text)
+            if found:
+                part = _PARTS.get(found.group(1))
+                where = f"context.{part}" if part else "context"
+                raise ReportError(f"field {where} is malformed: {found.group(2)}") from None
+            raise ReportError(f"field context is malformed ({one_line(e)})") from None
+
+    @classmethod
+    def _read(cls, data: Mapping[str, Any] | None) -> RunContext:
         data = data or {}
         known = _known(cls, data)
         if known.get("device"):

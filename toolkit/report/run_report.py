@@ -29,7 +29,7 @@ from toolkit.core import machine
 from toolkit.core._anatomy import Anatomy
 from toolkit.core._gain import Gain
 from toolkit.core.errors import one_line
-from toolkit.core.files import ReportError, atomic_write, jsonable
+from toolkit.core.files import ReportError, atomic_write, inside_run, jsonable, read_checked
 from toolkit.core.stats import (
     RELIABLE_SPREAD_PCT,
     StepStats,
@@ -45,17 +45,10 @@ from toolkit.core.version import __version__
 from toolkit.profiling._compute import Compute
 from toolkit.profiling._ledger_records import Ledger
 from toolkit.profiling._memory_records import WatchedMemory
-from toolkit.profiling._timing import Epoch, FitCall
+from toolkit.profiling._timing import Epoch, FitCall, Traced
 from toolkit.report._anatomy import ANATOMY_PNG, anatomy_lines, anatomy_markdown, anatomy_png
 from toolkit.report._cluster import ClusterView, cluster_line
 from toolkit.report._diagnosis import DiagnosisSection
-from toolkit.report._fields import (
-    anatomy_error,
-    check_report,
-    context_error,
-    inside_run,
-    read_checked,
-)
 from toolkit.report._fit_call import fit_call_line
 from toolkit.report._ledger import (
     as_ledger,
@@ -67,7 +60,7 @@ from toolkit.report._ledger import (
 )
 from toolkit.report._memory import memory_lines, memory_markdown
 from toolkit.report._tensorboard import TensorBoardRuns
-from toolkit.report._trace_records import TraceAnalysis
+from toolkit.report._trace_records import TraceAnalysis, TraceSection
 from toolkit.report.context import RunContext
 from toolkit.report.trace import left_out_line, read_trace, trace_lines, traced_range
 
@@ -122,7 +115,7 @@ class RunReport:
     epochs: list[Epoch] = dataclasses.field(default_factory=list)
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
     memory: WatchedMemory | None = None
-    trace: dict[str, Any] | None = None
+    trace: TraceSection | None = None
     compute: Compute | None = None
     context: RunContext | None = None
     diagnosis: DiagnosisSection | None = None
@@ -228,18 +221,18 @@ class RunReport:
         Raises:
             ReportError: ``trace.files`` names a file outside the run directory.
         """
-        if not self.trace:
+        if self.trace is None:
             return None
         source = getattr(self, "_source", None)
         if run_dir is None and source is None:
-            return TraceAnalysis.from_dict(self.trace.get("analysis"))
+            return self.trace.analysis
         where = os.fspath(run_dir) if run_dir is not None else os.path.dirname(source)
-        named = self.trace.get("files") or []
+        named = self.trace.window.files
         report = source or os.path.join(where, REPORT_JSON)
         real = [inside_run(where, f, f"trace.files[{i}]", report) for i, f in enumerate(named)]
         files = [f for f in real if os.path.isfile(f)]
         if not files:
-            return TraceAnalysis.from_dict(self.trace.get("analysis"))
+            return self.trace.analysis
         return read_trace(files, self.steps.steps_per_execution)
 
     @property
@@ -254,6 +247,7 @@ class RunReport:
         d["steps"] = self.steps.to_dict()
         d["epochs"] = [e.to_dict() for e in self.epochs]
         d["memory"] = self.memory.to_dict() if self.memory is not None else None
+        d["trace"] = self.trace.to_dict() if self.trace is not None else None
         d["context"] = self.context.to_dict() if self.context is not None else None
         d["anatomy"] = self.anatomy.to_dict() if self.anatomy is not None else None
         d["ledger"] = ledger_json(self.ledger) if self.ledger is not None else None
@@ -277,13 +271,14 @@ class RunReport:
                 f"report schema_version {version!r} is newer than this toolkit reads "
                 f"({SCHEMA_VERSION}): upgrade keras-perf-toolkit"
             )
-        check_report(d, STATUSES)  # values too: one line naming the field, not a TypeError
+        _check_fields(d)  # values too: one line naming the field, not a TypeError
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in d.items() if k in names}
         kwargs["steps"] = StepStats.from_dict(d.get("steps"))
         epochs = fields.records("epochs", d.get("epochs"))
         kwargs["epochs"] = [Epoch.from_dict(e, f"epochs[{i}]") for i, e in enumerate(epochs)]
         kwargs["memory"] = WatchedMemory.from_dict(d.get("memory"))
+        kwargs["trace"] = TraceSection.from_dict(d.get("trace"))
         kwargs["compute"] = Compute.from_dict(kwargs.get("compute"))  # checked by check_report
         try:
             kwargs["cluster"] = ClusterView.from_dict(kwargs.get("cluster"))
@@ -297,13 +292,15 @@ class RunReport:
         except ValueError as e:
             raise ReportError(f"field {e}") from None
         kwargs["diagnosis"] = _diagnosis_of(kwargs.get("diagnosis"))
-        if not isinstance(kwargs.get("ledger"), dict):  # absent before it was measured
-            kwargs["ledger"] = None
-        if kwargs.get("anatomy") is not None:  # checked field by field by check_report
+        ledger = d.get("ledger")  # absent before it was measured
+        kwargs["ledger"] = Ledger.read(ledger) if isinstance(ledger, Mapping) else None
+        if kwargs.get("anatomy") is not None:
             try:
                 kwargs["anatomy"] = Anatomy.from_dict(kwargs["anatomy"])
+            except ReportError:
+                raise
             except (TypeError, ValueError, KeyError, AttributeError) as e:
-                raise anatomy_error(e) from None
+                raise ReportError(f"field anatomy is malformed ({one_line(e)})") from None
         if version < 2:  # schema 1 kept the context, diagnosis and tune in extra
             extra = dict(kwargs.get("extra") or {})
             kwargs["diagnosis"] = _diagnosis_of(extra.pop("diagnosis", None))
@@ -311,10 +308,7 @@ class RunReport:
             kwargs["context"], kwargs["extra"] = RunContext.from_v1_extra(extra)
             kwargs["schema_version"] = SCHEMA_VERSION  # read into this version's fields
         elif kwargs.get("context") is not None:
-            try:
-                kwargs["context"] = RunContext.from_dict(kwargs["context"])
-            except (TypeError, ValueError, KeyError, AttributeError) as e:
-                raise context_error(e) from None
+            kwargs["context"] = RunContext.from_dict(kwargs["context"])
         return cls(**kwargs)
 
     @classmethod
@@ -423,12 +417,11 @@ class RunReport:
             lines += [f"memory warning: {w}" for w in self.memory.warnings]
         if self.tensorboard:
             lines.append(self.tensorboard.line())
-        if self.trace:
+        if self.trace is not None:
             lines.append(_trace_line(self.trace))
-            held = self.trace.get("traced_steps") or (0, 0)
+            held = self.trace.window.traced_steps or (0, 0)
             lines += filter(None, [left_out_line(self.steps.excluded_steps, held[1] - held[0])])
-            analysis = TraceAnalysis.from_dict(self.trace.get("analysis"))
-            lines += trace_lines(analysis, window=held[1] - held[0])
+            lines += trace_lines(self.trace.analysis, window=held[1] - held[0])
         if self.anatomy is not None:
             lines += anatomy_lines(self.anatomy)
         return "\n".join(lines)
@@ -456,9 +449,9 @@ class RunReport:
         self._md_memory(w)
         if self.tensorboard:
             w(f"\n## TensorBoard\n\n{self.tensorboard.line()}\n")
-        if self.trace:
+        if self.trace is not None:
             w(f"\n## Profiler trace\n\n{_trace_line(self.trace)}\n")
-            _trace_markdown(w, TraceAnalysis.from_dict(self.trace.get("analysis")))
+            _trace_markdown(w, self.trace.analysis)
         self._md_searches(w)
         if self.cluster:
             w(f"\n## Cluster\n\n{_processes_line(self.cluster)}\n\n")
@@ -717,29 +710,27 @@ def keras_shown(environment: Mapping[str, Any]) -> str | None:
     return f"{version} (nightly)" if nightly else str(version)
 
 
-def _trace_line(trace: Mapping[str, Any]) -> str:
-    if trace.get("error"):
-        return f"trace: failed ({trace['error']})"
-    steps = trace.get("traced_steps")
-    files = trace.get("files") or []
-    where = trace.get("logdir")
+def _trace_line(trace: TraceSection) -> str:
+    window = trace.window
+    if window.error:
+        return f"trace: failed ({window.error})"
+    steps, files, where = window.traced_steps, window.files, window.logdir
     if not steps:
-        return f"trace: requested steps {trace.get('requested_steps')} were not reached"
+        return f"trace: requested steps {list(window.requested_steps)} were not reached"
     head = f"trace: {traced_range(steps)} in {where} ({len(files)} file(s)); "
     if files and all(f.endswith((".json", ".json.gz")) for f in files):  # torch.profiler's
         return head + "open it in https://ui.perfetto.dev or read it with `python -m toolkit trace`"
-    view = trace.get("view") or f"tensorboard --logdir {where}"
+    view = trace.view or f"tensorboard --logdir {where}"
     line = head + f"view with `{view}` (Profile tab) or read it with `python -m toolkit trace`"
     why = extras.why_missing("profile")
     return line + (f"; {why}" if why else "")
 
 
-def _read_back(trace: dict[str, Any], steps: StepStats) -> dict[str, Any]:
-    """A TraceWindow's result (report.json's ``trace``) with what its files say
-    (``analysis``: a :class:`~toolkit.report.trace.TraceAnalysis`'s JSON) when it wrote any."""
-    if trace.get("files"):
-        trace["analysis"] = read_trace(trace["files"], steps.steps_per_execution).to_dict()
-    return trace
+def _read_back(window: Traced, steps: StepStats) -> TraceSection:
+    """A TraceWindow's result with what its files say when it wrote any."""
+    if not window.files:
+        return TraceSection(window)
+    return TraceSection(window, read_trace(list(window.files), steps.steps_per_execution))
 
 
 def _trace_markdown(w: Any, analysis: TraceAnalysis | None) -> None:
@@ -803,6 +794,35 @@ def _tune_line(tune: Mapping[str, Any]) -> str:
     picked = tune.get("picked", bool(tune.get("gain_words")))
     gain = Gain.from_dict(tune.get("gain")) if picked is True else None
     return f"{line}; claimed {gain.words()}" if gain is not None else line
+
+
+def _check_fields(d: Mapping[str, Any]) -> None:
+    """Raises ReportError naming the first field of `d` (a report's JSON) whose value is not
+    of the kind the views need."""
+    for name in ("name", "status"):
+        if not isinstance(d.get(name), str):
+            raise fields.bad(name, d.get(name), "a string")
+    if d["status"] not in STATUSES:
+        raise fields.bad("status", d["status"], f"one of {', '.join(STATUSES)}")
+    for name in ("error", "created_utc"):
+        if d.get(name) is not None and not isinstance(d[name], str):
+            raise fields.bad(name, d[name], "a string or null")
+    fields.number("fit_seconds", d.get("fit_seconds"), optional=True)
+    for name in ("environment", "args", "extra", "memory", "trace", "context",
+                 "tune", "cluster", "ledger", "anatomy"):  # fmt: skip
+        fields.mapping(name, d.get(name))
+    for key, value in fields.mapping("metrics", d.get("metrics")).items():
+        fields.metric(f"metrics.{key}", value)
+    timeline = d.get("timeline") or []
+    if not isinstance(timeline, list) or not all(
+        isinstance(c, list) and len(c) == 4 for c in timeline
+    ):
+        raise fields.bad("timeline", timeline, "a list of [seconds, steps, epoch, kind] entries")
+    tune = fields.mapping("tune", d.get("tune"))
+    if tune:
+        fields.number("tune.seconds", tune.get("seconds", 0.0))
+        for i, trial in enumerate(fields.records("tune.trials", tune.get("trials"))):
+            fields.number(f"tune.trials[{i}].examples_per_sec", trial.get("examples_per_sec"), True)
 
 
 def _not_a_report(d: Mapping[str, Any]) -> str:

@@ -32,8 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from toolkit.core import _trace_events as te
-from toolkit.core.files import ReportError, parse_json
-from toolkit.report._fields import inside_run
+from toolkit.core.files import ReportError, inside_run, parse_json
 from toolkit.report._trace_records import OpTime, Spread, TopOps, TraceAnalysis, TracedStep
 
 # The records it builds (TraceAnalysis, ...) are toolkit.report._trace_records's.

@@ -342,11 +342,12 @@ class Profile:
             return
         view = viewing_hint(self.report_dir)
         if report.trace is not None:
-            report.trace["view"] = view
             # Named from the run directory: a run copied or moved elsewhere still reads its
             # trace back, and a reader takes names from the run directory only (inside_run).
-            files = report.trace.get("files") or []
-            report.trace["files"] = [os.path.relpath(f, self.run_dir) for f in files]
+            window = report.trace.window
+            files = tuple(os.path.relpath(f, self.run_dir) for f in window.files)
+            window = dataclasses.replace(window, files=files)
+            report.trace = dataclasses.replace(report.trace, window=window, view=view)
         scalars = self.timer.scalars
         if scalars is not None and scalars.runs:
             report.tensorboard = TensorBoardRuns(self.run_dir, tuple(scalars.runs), view)

@@ -68,7 +68,7 @@ def _record(given: str) -> str:
 def _other(path: str, name: str) -> tuple[dict[str, Any], str]:
     """``anatomy``'s or ``backends``' record at `path`, read as strictly as a run report
     (``read_checked``), and its lines as the verb printed them."""
-    from toolkit.report._fields import read_checked
+    from toolkit.core.files import read_checked
 
     width = terminal.width() or 80
     reader: Callable[[Any], Any]
