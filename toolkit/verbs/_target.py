@@ -1,7 +1,7 @@
 """What the measuring verbs (``doctor``, ``tune``, ``backends``) measure: ``--recipe R
 [flags]`` or ``--model_fn module:function [flags]``, its options and ``--help`` epilog, made
-into a task or your ``(model, data)`` (:func:`resolve_target`, also the search's fresh
-processes' in ``toolkit._child``) or the backends chooser's target (:func:`chooser_target`).
+into a task or your ``(model, data)`` (:func:`target_of`; :func:`made` in the search's fresh
+processes, ``toolkit._child``) or the backends chooser's target (:func:`chooser_target`).
 """
 
 from __future__ import annotations
@@ -153,20 +153,11 @@ def made(target: Any) -> tuple[Any, Any]:
     return app.recipe_task(module.build_task, dict(target.params)), None
 
 
-def resolve_target(
-    recipe: str | None, model_fn_spec: str | None, recipe_flags: list[str]
-) -> tuple[Parsed, Any, Any]:
-    """``(parsed, what to measure, its data)`` of a verb's target: :func:`parse_target`, then
-    :func:`made` (a Task, data None; or your compiled model and its data): what
-    ``toolkit.search.workload.workload`` makes the one Workload of."""
-    parsed = parse_target(recipe, model_fn_spec, recipe_flags)
-    measured, data = made(parsed.target)
-    return parsed, measured, data
-
-
 def target_of(args: argparse.Namespace) -> tuple[Parsed, Any, Any]:
-    """:func:`resolve_target` of a verb's ``--recipe``, ``--model_fn`` and recipe flags (as
-    the command line parsed them before anything loaded, when it did)."""
+    """``(parsed, what to measure, its data)`` of a verb's ``--recipe``, ``--model_fn`` and
+    recipe flags (as the command line parsed them before anything loaded, when it did): a
+    Task and None, or your compiled model and its data, what
+    ``toolkit.search.workload.workload`` makes the one Workload of."""
     parsed = _parsed(args)
     measured, data = made(parsed.target)
     return parsed, measured, data
