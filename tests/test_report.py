@@ -982,3 +982,38 @@ def test_mfu_and_throughput_come_from_one_statistic():
     assert r.steps.mean_s != pytest.approx(r.steps.p50_s)
     per_example = 2e9 / 8
     assert r.compute.achieved_flops_per_s == pytest.approx(per_example * r.steps.examples_per_sec)
+
+
+def test_the_tune_section_reads_the_search_s_record_and_says_its_claim(tmp_path):
+    """report.json's ``tune`` is the search's record kept whole; the section reads the pick,
+    the trials and the claimed gain from it, and a claim only for a pick handed back."""
+    from toolkit.core._gain import FRESH, Gain
+    from toolkit.report._tune import TuneSection
+
+    gain = Gain(1.27, 1.22, 1.31, 3, FRESH)
+    search = {
+        "best_label": "jit_compile=True, steps_per_execution=8", "cache_hit": False,
+        "seconds": 12.5, "picked": True, "gain": gain.to_dict(), "key": "k", "why": "",
+        "trials": [{"label": "defaults", "examples_per_sec": 1000.0, "error": None},
+                   {"label": "jit_compile=True", "examples_per_sec": None, "error": "OOM"}],
+    }  # fmt: skip
+    tune = TuneSection.from_dict(search)
+    assert tune.gain == gain and [t.examples_per_sec for t in tune.trials] == [1000.0, None]
+    assert tune.line() == (
+        f"tune: {search['best_label']} (searched in 12.5 s, 2 trials); claimed {gain.words()}"
+    )
+    r = make_report(tune=tune)
+    r.write(tmp_path, plot=False)
+    loaded = RunReport.load(tmp_path)
+    assert loaded.tune == tune and loaded.to_dict()["tune"] == search  # kept whole
+    assert tune.line() in loaded.summary()
+    assert "| jit_compile=True | — | failed: OOM |" in loaded.to_markdown()
+    refused = TuneSection.from_dict({**search, "picked": False})
+    assert refused.gain is None and "claimed" not in refused.line()
+    older = {k: v for k, v in search.items() if k != "picked"}  # "gain_words" said the claim
+    assert TuneSection.from_dict({**older, "gain_words": "1.27×"}).gain == gain
+    assert TuneSection.from_dict(older).gain is None
+    with pytest.raises(ReportError, match=r"field tune\.trials\[1\]\.examples_per_sec is 'x'"):
+        TuneSection.from_dict(
+            {**search, "trials": [search["trials"][0], {"examples_per_sec": "x"}]}
+        )

@@ -27,7 +27,6 @@ from toolkit.core import _extras as extras
 from toolkit.core import _fields as fields
 from toolkit.core import machine
 from toolkit.core._anatomy import Anatomy
-from toolkit.core._gain import Gain
 from toolkit.core.errors import one_line
 from toolkit.core.files import ReportError, atomic_write, inside_run, jsonable, read_checked
 from toolkit.core.stats import (
@@ -61,6 +60,7 @@ from toolkit.report._ledger import (
 from toolkit.report._memory import memory_lines, memory_markdown
 from toolkit.report._tensorboard import TensorBoardRuns
 from toolkit.report._trace_records import TraceAnalysis, TraceSection
+from toolkit.report._tune import TuneSection
 from toolkit.report.context import RunContext
 from toolkit.report.trace import left_out_line, read_trace, trace_lines, traced_range
 
@@ -119,7 +119,7 @@ class RunReport:
     compute: Compute | None = None
     context: RunContext | None = None
     diagnosis: DiagnosisSection | None = None
-    tune: dict[str, Any] | None = None
+    tune: TuneSection | None = None
     cluster: ClusterView | None = None
     tensorboard: TensorBoardRuns | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -156,7 +156,7 @@ class RunReport:
         compute: Compute | Mapping[str, Any] | None = None,
         context: RunContext | None = None,
         diagnosis: DiagnosisSection | Mapping[str, Any] | None = None,
-        tune: Mapping[str, Any] | None = None,
+        tune: TuneSection | None = None,
         cluster: ClusterView | Mapping[str, Any] | None = None,
         anatomy: Anatomy | None = None,
     ) -> RunReport:
@@ -203,7 +203,7 @@ class RunReport:
             compute=compute,
             context=context,
             diagnosis=diagnosis,
-            tune=jsonable(dict(tune)) if tune is not None else None,
+            tune=tune,
             cluster=cluster,  # a record, or its JSON (__post_init__ reads it)
             anatomy=anatomy,
             extra=jsonable(dict(extra or {})),
@@ -248,6 +248,7 @@ class RunReport:
         d["epochs"] = [e.to_dict() for e in self.epochs]
         d["memory"] = self.memory.to_dict() if self.memory is not None else None
         d["trace"] = self.trace.to_dict() if self.trace is not None else None
+        d["tune"] = self.tune.to_dict() if self.tune is not None else None
         d["context"] = self.context.to_dict() if self.context is not None else None
         d["anatomy"] = self.anatomy.to_dict() if self.anatomy is not None else None
         d["ledger"] = ledger_json(self.ledger) if self.ledger is not None else None
@@ -279,6 +280,7 @@ class RunReport:
         kwargs["epochs"] = [Epoch.from_dict(e, f"epochs[{i}]") for i, e in enumerate(epochs)]
         kwargs["memory"] = WatchedMemory.from_dict(d.get("memory"))
         kwargs["trace"] = TraceSection.from_dict(d.get("trace"))
+        kwargs["tune"] = TuneSection.from_dict(d.get("tune"))
         kwargs["compute"] = Compute.from_dict(kwargs.get("compute"))  # checked by check_report
         try:
             kwargs["cluster"] = ClusterView.from_dict(kwargs.get("cluster"))
@@ -304,7 +306,7 @@ class RunReport:
         if version < 2:  # schema 1 kept the context, diagnosis and tune in extra
             extra = dict(kwargs.get("extra") or {})
             kwargs["diagnosis"] = _diagnosis_of(extra.pop("diagnosis", None))
-            kwargs["tune"] = extra.pop("tune", None)
+            kwargs["tune"] = TuneSection.from_dict(extra.pop("tune", None))
             kwargs["context"], kwargs["extra"] = RunContext.from_v1_extra(extra)
             kwargs["schema_version"] = SCHEMA_VERSION  # read into this version's fields
         elif kwargs.get("context") is not None:
@@ -398,8 +400,8 @@ class RunReport:
             lines.append(_compute_line(self.compute))
         if self.diagnosis is not None:
             lines.append(self.diagnosis.line())
-        if self.tune:
-            lines.append(_tune_line(self.tune))
+        if self.tune is not None:
+            lines.append(self.tune.line())
         if self.cluster:
             lines.append(_processes_line(self.cluster))
         if self.epochs:
@@ -570,14 +572,8 @@ class RunReport:
                 w(f"- XProf, on a trace of the fit: {d.xprof.line}\n")
             for advice in d.advice:
                 w(f"- advice: {advice}\n")
-        if self.tune:
-            w(f"\n## Tune\n\n{_tune_line(self.tune)}\n\n| settings | examples/s | note |\n")
-            w("|---|---:|---|\n")
-            for t in self.tune.get("trials") or []:
-                rate = t.get("examples_per_sec")
-                shown = f"{rate:,.1f}" if rate is not None else "—"
-                note = f"failed: {t.get('error')}" if rate is None else ""
-                w(f"| {t.get('label')} | {shown} | {note} |\n")
+        if self.tune is not None:
+            w(self.tune.markdown())
 
     def _md_settings(self, w: Callable[[str], Any]) -> None:
         """The run's context, environment and arguments as key/value tables, and extras."""
@@ -786,16 +782,6 @@ def _diagnosis_of(d: Any) -> DiagnosisSection | None:
         ) from None
 
 
-def _tune_line(tune: Mapping[str, Any]) -> str:
-    source = "from the cache" if tune.get("cache_hit") else f"searched in {tune['seconds']:.1f} s"
-    line = f"tune: {tune.get('best_label')} ({source}, {len(tune.get('trials') or [])} trials)"
-    # The claimed gain with its range and where it was measured: a pick handed back (a
-    # report from before "picked" was written says so by its claim's words).
-    picked = tune.get("picked", bool(tune.get("gain_words")))
-    gain = Gain.from_dict(tune.get("gain")) if picked is True else None
-    return f"{line}; claimed {gain.words()}" if gain is not None else line
-
-
 def _check_fields(d: Mapping[str, Any]) -> None:
     """Raises ReportError naming the first field of `d` (a report's JSON) whose value is not
     of the kind the views need."""
@@ -818,11 +804,6 @@ def _check_fields(d: Mapping[str, Any]) -> None:
         isinstance(c, list) and len(c) == 4 for c in timeline
     ):
         raise fields.bad("timeline", timeline, "a list of [seconds, steps, epoch, kind] entries")
-    tune = fields.mapping("tune", d.get("tune"))
-    if tune:
-        fields.number("tune.seconds", tune.get("seconds", 0.0))
-        for i, trial in enumerate(fields.records("tune.trials", tune.get("trials"))):
-            fields.number(f"tune.trials[{i}].examples_per_sec", trial.get("examples_per_sec"), True)
 
 
 def _not_a_report(d: Mapping[str, Any]) -> str:

@@ -31,6 +31,7 @@ from toolkit.report import COMPLETE, DIVERGED, PARTIAL, RunContext, RunReport
 from toolkit.report._cluster import ClusterView
 from toolkit.report._diagnosis import DiagnosisSection
 from toolkit.report._tensorboard import TensorBoardRuns
+from toolkit.report._tune import TuneSection
 from toolkit.report.run_report import UNTIMED
 
 LEDGER_TAG = "Ledger/where the time went"
@@ -98,8 +99,8 @@ class Profile:
 
     Inside the block, set ``.context`` (a ``toolkit.report.RunContext``: the runner's),
     ``.compute`` (``flops_per_step``, ``peak_flops_per_s``...: see ``toolkit.profiling.flops``),
-    ``.diagnosis`` (a ``Diagnosis.section()``, or its ``to_dict()``), ``.tune`` (tune's
-    ``to_dict()``), ``.anatomy`` (a
+    ``.diagnosis`` (a ``Diagnosis.section()``, or its ``to_dict()``), ``.tune`` (a
+    ``TuneSection.from_dict(tune's to_dict())``), ``.anatomy`` (a
     ``toolkit.core._anatomy.Anatomy``: the step taken apart) and ``.extra`` (free-form facts);
     they go into the report.
     """
@@ -128,7 +129,7 @@ class Profile:
         self.compute: Compute | None = None
         self.context: RunContext | None = None
         self.diagnosis: DiagnosisSection | Mapping[str, Any] | None = None
-        self.tune: dict[str, Any] | None = None
+        self.tune: TuneSection | None = None
         self.anatomy: Anatomy | None = None
         if tensorboard and self.report_dir is None:
             raise ValueError(

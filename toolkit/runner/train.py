@@ -25,6 +25,7 @@ from toolkit.profiling import flops
 from toolkit.profiling.resume_recorder import ResumeRecorder
 from toolkit.report import RunReport
 from toolkit.report._diagnosis import DiagnosisSection
+from toolkit.report._tune import TuneSection
 from toolkit.report.context import Resume, RunContext, Strategy
 from toolkit.runner import _data
 from toolkit.runner._data import input_pipeline
@@ -302,7 +303,7 @@ def _describe(
     prof.context = context
     prof.extra.update(extra or {})
     prof.diagnosis = diagnosis
-    prof.tune = dict(tune) if tune is not None else None
+    prof.tune = TuneSection.from_dict(tune)
 
 
 def _count_flops(prof: Any, model: Any, setup: _Setup) -> None:
