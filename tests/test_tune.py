@@ -846,8 +846,8 @@ def test_the_screen_claims_one_gain_in_short_lines_a_keras_user_reads(keras, tmp
     shown = terminal.show(result.table(), 80)
     assert shown.count("gain: ") == 1 and "| settings |" not in shown  # a table, not Markdown
     # The report says the same claim, rendered from the record (no words in the JSON).
-    from toolkit.report.run_report import _tune_line
+    from toolkit.report._tune import TuneSection
 
     said = result.to_dict()
     assert said["picked"] is True and "gain_words" not in said
-    assert _tune_line(said).endswith(f"; claimed {result.gain.words()}")
+    assert TuneSection.from_dict(said).line().endswith(f"; claimed {result.gain.words()}")

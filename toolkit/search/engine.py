@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from toolkit.core import _fields as fields
 from toolkit.core._gain import MIN_GAIN  # the one minimum gain, said with the Gain record
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
 from toolkit.runner.config import LOOP, SEARCHED_SETTINGS, SETTINGS, Searched, as_flags
@@ -154,14 +155,14 @@ class _Candidate:
             ValueError: one line naming the field (`field` ``.batch_size``) and its value.
         """
         if not isinstance(values, dict):
-            raise ValueError(f"field {field} is {_shown(values)}, not an object")
+            raise fields.bad(field, values, "an object")
         unknown = sorted(set(values) - {name for name, _how in cls.SEARCHED})
         if unknown:
             raise ValueError(f"field {field}.{unknown[0]} is no searched setting")
         for name, value in values.items():
             kind = _KIND_OF[name]
             if not _of_kind(value, kind):
-                raise ValueError(f"field {field}.{name} is {_shown(value)}, not {_words(kind)}")
+                raise fields.bad(f"{field}.{name}", value, _words(kind))
         return cls(**values)
 
     def compile_kwargs(self) -> dict[str, Any]:
@@ -209,29 +210,12 @@ def _of_kind(value: Any, kind: str) -> bool:
     return False
 
 
-def figure(value: Any, field: str, optional: bool = False) -> Any:
-    """`value` (a figure read back from JSON: a rate, seconds) when it is a finite number >= 0
-    (or None, where `optional`); else ValueError naming `field`."""
-    if value is None and optional:
-        return value
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or value < 0:
-        what = "a number >= 0" + (" or null" if optional else "")
-        raise ValueError(f"field {field} is {_shown(value)}, not {what}")
-    return value
-
-
 def _words(kind: str) -> str:
     """`kind` as a person reads it: ``true, false or null``."""
     words = {"int": "an integer >= 1", "float": "a number", "str": "a string"}
     words["bool"] = "true, false"
     said = [words.get(part.strip(), part.strip()) for part in kind.split("|")]
     return ", ".join(s for s in said if s != "None") + " or null"
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:39] + "…"
 
 
 class _Space:

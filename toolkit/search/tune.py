@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from toolkit import backend
+from toolkit.core import _fields as fields
 from toolkit.core import machine
 from toolkit.core import progress as tk_progress
 from toolkit.core._gain import FRESH, THIS_PROCESS, Gain
@@ -53,7 +54,6 @@ from toolkit.search.engine import (
     Trial,
     Untried,
     WholeRun,
-    figure,
     search,
     whole_run,
 )
@@ -226,18 +226,23 @@ class TuneResult:
         trials = [
             Trial(
                 Candidate.from_dict(t["candidate"], f"trials[{i}].candidate"),
-                figure(t["examples_per_sec"], f"trials[{i}].examples_per_sec", optional=True),
-                figure(t["seconds"], f"trials[{i}].seconds"),
+                fields.number(
+                    f"trials[{i}].examples_per_sec", t["examples_per_sec"], optional=True
+                ),
+                fields.number(f"trials[{i}].seconds", t["seconds"]),
                 t["error"],
-                [figure(r, f"trials[{i}].rates[{j}]") for j, r in enumerate(t.get("rates") or [])],
-                figure(t.get("compile_s"), f"trials[{i}].compile_s", optional=True),
+                [
+                    fields.number(f"trials[{i}].rates[{j}]", r)
+                    for j, r in enumerate(t.get("rates") or [])
+                ],
+                fields.number(f"trials[{i}].compile_s", t.get("compile_s"), optional=True),
             )
             for i, t in enumerate(d["trials"])
         ]
         budget = d.get("budget_s")
         return cls(
             Candidate.from_dict(d["best"], "best"), trials, d["key"], cache_hit,
-            figure(d["seconds"], "seconds"),
+            fields.number("seconds", d["seconds"]),
             d.get("budget_exhausted", False), list(d.get("confirm_rounds") or []),
             d.get("why", ""), Gain.from_dict(d.get("gain")), list(d.get("fresh_rounds") or []),
             WholeRun.from_dict(d.get("run")), _untried_of(d.get("untried")),
