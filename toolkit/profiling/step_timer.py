@@ -78,6 +78,7 @@ from toolkit.core.stats import (
     summarize_calls,
 )
 from toolkit.profiling._ledger import FitLedger, epoch_gaps, keras_callbacks
+from toolkit.profiling._ledger_records import Ledger
 from toolkit.profiling._timing import (
     Epoch,
     FitCall,
@@ -765,7 +766,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         begin, end = self.train_begin_time, self.train_end_time
         return fit_call_parts(begin, self.first_begin_time, end, *self._fit_span)
 
-    def ledger(self) -> dict[str, Any] | None:
+    def ledger(self) -> Ledger | None:
         """The last fit's ledger: its wall time in parts that add up to it (start-up,
         compile, steps, input, validation, callbacks by name, exit, other), every compile
         with its step and cause (``toolkit.profiling._ledger``); partial for a fit that
