@@ -142,12 +142,15 @@ def test_no_mfu_is_given_from_a_peak_measured_on_a_busy_machine():
     """A peak whose runs spread over 25 % would make MFU move with the machine's load: the
     summary and report.md give the spread and say why there is no MFU; within it, MFU is given
     with the spread beside it."""
+    from toolkit.profiling._compute import Compute
     from toolkit.report import RunReport
 
     base = {"flops_per_step": 2e9, "achieved_flops_per_s": 1e11, "peak_flops_per_s": 2e11}
     for spread, mfu in ((36.0, None), (8.0, 0.5)):
         compute = {**base, "peak_spread_pct": spread, "mfu": mfu}
-        report = RunReport(name="r", steps=stats.summarize([0.01] * 5), compute=compute)
+        report = RunReport(
+            name="r", steps=stats.summarize([0.01] * 5), compute=Compute.from_dict(compute)
+        )
         line = next(x for x in report.summary().splitlines() if x.startswith("compute:"))
         if mfu is None:
             assert "MFU" not in line.replace("no MFU", "") and "within 36%, over 25%" in line

@@ -132,12 +132,6 @@ class RunReport:
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
         self.ledger = report_ledger(self.ledger, self.context, self.args)  # who reads its fixes
-        if self.fit_call is not None and not isinstance(self.fit_call, FitCall):
-            self.fit_call = FitCall.from_dict(self.fit_call)  # as report.json has it
-        if self.cluster is not None and not isinstance(self.cluster, ClusterView):
-            self.cluster = ClusterView.from_dict(self.cluster)  # as report.json has it
-        if self.compute is not None and not isinstance(self.compute, Compute):
-            self.compute = Compute.from_dict(self.compute)  # facts given as report.json has them
 
     # ------------------------------------------------------------ building
 
@@ -204,7 +198,7 @@ class RunReport:
             context=context,
             diagnosis=diagnosis,
             tune=tune,
-            cluster=cluster,  # a record, or its JSON (__post_init__ reads it)
+            cluster=ClusterView.from_dict(cluster) if isinstance(cluster, Mapping) else cluster,
             anatomy=anatomy,
             extra=jsonable(dict(extra or {})),
         )
