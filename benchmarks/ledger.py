@@ -258,6 +258,7 @@ def main() -> None:
         child(job["name"], job["fix"])
         return
     sys.path.insert(0, ROOT)
+    from toolkit.profiling._ledger_records import Ledger
     from toolkit.report._ledger import format_s, ledger_line
 
     sums_ok, predictions_ok, predictions = [], [], 0
@@ -288,7 +289,7 @@ def main() -> None:
                 f"ledger sums to wall: {ratio:.2f}× (outside clock {format_s(got['outside_s'])}, "
                 f"ledger {format_s(total)}; other {other:.0%})"
             )
-        print(ledger_line(base[0]["ledger"]))
+        print(ledger_line(Ledger.from_dict(base[0]["ledger"])))
         base_s = statistics.median(g["outside_s"] for g in base)
         for item in items:
             seen = fixes_seen[item]

@@ -93,12 +93,12 @@ def test_a_callback_doing_real_work_at_epoch_end_is_timed_by_name(make_model):
     assert mine["calls"] == 3 and mine["seconds"] >= 3 * 0.15
     assert next(iter(ledger["callbacks"])) == "Heavy"  # the largest first
     assert ledger["parts"]["callbacks"] >= 3 * 0.15
-    found = [f for f in fixes(ledger) if f.item == "callback Heavy"]
-    assert found and "Heavy spends" in fix_words(found[0]), fixes(ledger)
+    found = [f for f in fixes(as_ledger(ledger)) if f.item == "callback Heavy"]
+    assert found and "Heavy spends" in fix_words(found[0]), fixes(as_ledger(ledger))
     assert found[0].saves_s == pytest.approx(mine["seconds"], rel=1e-3)
     # The timers are out again: the callback is as it was before the fit.
     assert "on_epoch_end" not in vars(heavy)
-    assert "Heavy" in ledger_line(ledger)
+    assert "Heavy" in ledger_line(as_ledger(ledger))
 
 
 @pytest.mark.every_backend
@@ -118,7 +118,7 @@ def test_validation_much_larger_than_training_is_the_largest_part(make_model):
     assert ledger["validation_calls"] == [320] * 4
     evaluate = [c for c in ledger["compiles"] if c["function"] == "evaluate" and c["first"]]
     assert len(evaluate) == 1  # the evaluation function's first call, apart
-    fix = next(f for f in fixes(ledger) if f.item == "validation")
+    fix = next(f for f in fixes(as_ledger(ledger)) if f.item == "validation")
     assert (fix.setting.name, fix.setting.value) == ("validation_freq", 4)
     assert 0 < fix.saves_s < parts["validation"]
 
@@ -188,7 +188,7 @@ def test_a_compile_heavy_setting_on_a_short_run_is_mostly_compile(keras, make_mo
     run = {k: v for k, v in parts.items() if k != "start_up"}
     assert max(run, key=lambda k: run[k] or 0.0) == "compile", parts
     assert ledger["jit_compile"] == "True"
-    fix = next(f for f in fixes(ledger) if f.item == "compile")
+    fix = next(f for f in fixes(as_ledger(ledger)) if f.item == "compile")
     if False in backend.get().searched_jit():  # XLA off is a setting tune measures here
         assert "pays for itself only if XLA saves" in fix.why and fix.break_even_ms > 0
     else:  # JAX: it compiles every step; a longer run is what spreads it
@@ -233,7 +233,7 @@ def test_a_fit_of_one_step_books_that_step_as_its_compile(make_model):
     apart = (ledger.seconds("callbacks") or 0.0) + (ledger.seconds("input") or 0.0)
     assert -1e-6 <= inside <= apart + 1e-6, (inside, ledger.part_seconds)
     assert ledger.seconds("steps") == pytest.approx(0.0, abs=1e-6)
-    assert ledger_line(ledger).startswith("run ledger (fit call ")
+    assert ledger_line(as_ledger(ledger)).startswith("run ledger (fit call ")
 
 
 @pytest.mark.every_backend
@@ -256,7 +256,9 @@ def test_a_callback_that_raises_is_timed_and_the_ledger_is_partial(make_model):
     _adds_up(ledger)
     assert ledger["callbacks"]["Breaks"]["calls"] == 2  # the hook that raised is timed too
     assert ledger["callbacks"]["Breaks"]["seconds"] >= 0.1
-    assert ledger["parts"]["exit"] is None and "raised before its end" in ledger_line(ledger)
+    assert ledger["parts"]["exit"] is None and "raised before its end" in ledger_line(
+        as_ledger(ledger)
+    )
     assert "on_epoch_end" not in vars(breaks)  # taken out though train end never came
 
 
@@ -270,7 +272,7 @@ def test_a_fit_without_validation_or_a_timed_call_still_gets_a_ledger(make_model
     assert ledger["from"] == "train begin" and ledger["parts"]["exit"] is None
     assert ledger["parts"]["validation"] == 0 and ledger["validations"] == 0
     assert any("profile().fit" in u for u in ledger["unseen"])
-    assert "exit not timed" in ledger_line(ledger)
+    assert "exit not timed" in ledger_line(as_ledger(ledger))
 
 
 def test_the_ledger_lands_in_every_view(tmp_path, make_model):
@@ -338,7 +340,7 @@ def test_each_fix_predicts_its_saving_from_the_run_s_own_figures():
         validation_runs_s=[0.4] * 20,
         callbacks={"ModelCheckpoint": {"seconds": 2.4, "calls": 20}},
     )
-    found = {f.item: f for f in fixes(ledger)}
+    found = {f.item: f for f in fixes(as_ledger(ledger))}
     assert found["recompile (train)"].saves_s == 3.0  # the recompile: a partial batch's
     # own step is no full step (17 examples of 32), so it is not counted as one
     assert "drop_remainder=True" in fix_words(found["recompile (train)"])
@@ -350,7 +352,9 @@ def test_each_fix_predicts_its_saving_from_the_run_s_own_figures():
     checkpoint = found["callback ModelCheckpoint"]
     assert checkpoint.saves_s == pytest.approx(0.12 * 16)  # 20 saves -> 4
     assert "0.120 s per epoch" in checkpoint.why
-    assert next(f.item for f in fixes(ledger)) == "validation"  # the largest saving first
+    assert (
+        next(f.item for f in fixes(as_ledger(ledger))) == "validation"
+    )  # the largest saving first
 
 
 def test_xla_s_compile_says_when_it_pays_for_itself_and_no_fix_for_noise():
@@ -362,18 +366,18 @@ def test_xla_s_compile_says_when_it_pays_for_itself_and_no_fix_for_noise():
         compiles=[{"function": "train", "first": True, "seconds": 9.4, "epoch": 0, "step": 0}],
         backend="tensorflow",
     )
-    (fix,) = fixes(ledger)
+    (fix,) = fixes(as_ledger(ledger))
     assert fix.break_even_ms == pytest.approx(4.7) and fix.saves_s is None
     assert "over this run's 2,000 steps" in fix_words(fix)
     assert fix.setting.name == "jit_compile" and "tune measures" in fix_words(fix)
-    (on_jax,) = fixes({**ledger, "backend": "jax"})
+    (on_jax,) = fixes(as_ledger({**ledger, "backend": "jax"}))
     assert on_jax.setting is None and on_jax.break_even_ms is None
     words = fix_words(on_jax)
     assert "a longer run spreads it" in words and "jit_compile" not in words
     assert "JAX compiles every step it runs" in words
-    assert fixes(_ledger(parts={**dict.fromkeys(PARTS, 0.0), "steps": 20.0})) == []
+    assert fixes(as_ledger(_ledger(parts={**dict.fromkeys(PARTS, 0.0), "steps": 20.0}))) == []
     quiet = _ledger(callbacks={"CSVLogger": {"seconds": 0.05, "calls": 20}})
-    assert fixes(quiet) == []  # under 0.1 s and 5 % of the run: no line
+    assert fixes(as_ledger(quiet)) == []  # under 0.1 s and 5 % of the run: no line
 
 
 def test_a_malformed_ledger_is_one_line_naming_its_field():
@@ -464,7 +468,9 @@ def test_doctor_reads_a_saved_run_s_ledger_and_every_fix(tmp_path):
         validations=20,
         validation_runs_s=[0.4] * 20,
     )
-    make_report("with", ledger={**ledger, "fixes": fixes(ledger)}).write(tmp_path / "a", False)
+    make_report("with", ledger={**ledger, "fixes": fixes(as_ledger(ledger))}).write(
+        tmp_path / "a", False
+    )
     make_report("without").write(tmp_path / "b", plot=False)
     run = [sys.executable, "-m", "toolkit", "doctor", "--report"]
     out = subprocess.run([*run, str(tmp_path / "a")], capture_output=True, text=True, timeout=300)
@@ -528,7 +534,9 @@ def test_a_callback_s_train_end_after_steptimer_and_a_fit_cut_mid_epoch_are_attr
     assert ledger["parts"]["callbacks"] >= closing_s, ledger["parts"]
     _adds_up(ledger)
     # A slow exit proposed (a loaded machine's teardown) is the exit's own seconds, never Closing's
-    assert all(f.seconds == ledger["parts"]["exit"] for f in fixes(ledger) if f.item == "exit")
+    assert all(
+        f.seconds == ledger["parts"]["exit"] for f in fixes(as_ledger(ledger)) if f.item == "exit"
+    )
     assert "on_train_end" not in vars(closing)  # taken out once it ran
 
     with pytest.raises(KeyboardInterrupt), profile("cut", batch_size=8) as p:
@@ -549,7 +557,7 @@ def test_a_fix_that_saves_nothing_is_not_proposed_nor_put_first():
         parts={**dict.fromkeys(PARTS, 0.0), "validation": 6.0, "callbacks": 1.0},
         callbacks={"ModelCheckpoint": {"seconds": 1.0, "calls": 10}},
     )
-    found = fixes(thinned)
+    found = fixes(as_ledger(thinned))
     assert [f.item for f in found] == ["callback ModelCheckpoint"]  # validation_freq is set
 
 
@@ -562,10 +570,10 @@ def test_ledger_line_and_table_shares_add_up_to_100():
     parts = {**dict.fromkeys(PARTS, 0.0), "steps": 9.04, "validation": 8.08, "compile": 1.74,
              "callbacks": 0.98, "start_up": 0.09, "other": 0.07}  # fmt: skip
     ledger = _ledger(parts=parts)
-    line = ledger_line(ledger)
+    line = ledger_line(as_ledger(ledger))
     shares = [int(x) for x in re.findall(r"(\d+)%", line)]
     assert sum(shares) == 100, line
     assert "start-up 1%" in line and "other" not in line  # 0.45 % and 0.35 %: one point
-    table = [row for row in ledger_markdown(ledger).splitlines() if row.startswith("| ")]
+    table = [row for row in ledger_markdown(as_ledger(ledger)).splitlines() if row.startswith("| ")]
     cells = [row.split("|")[3].strip() for row in table[1:] if "**" not in row]
     assert sum(int(c.rstrip("%")) for c in cells if c.endswith("%")) == 100, table

@@ -201,7 +201,7 @@ def test_no_fix_lines_state_the_rule_that_was_applied():
         "from a script, toolkit.backend.use_compile_cache() before anything compiles" in line
         for line in whole_run_lines(script, as_flags)
     )
-    quiet = whole_run_lines(_ledger(parts=_parts(steps=0.05), wall_s=0.06))
+    quiet = whole_run_lines(Ledger.from_dict(_ledger(parts=_parts(steps=0.05), wall_s=0.06)))
     assert quiet[1:] == [
         "fix: none: no part took 5% of the run and 0.1 s (the ledger proposes a fix from there)"
     ]
@@ -248,15 +248,17 @@ def test_a_difference_of_one_sample_a_run_is_not_said_as_a_change():
         part_spread_s={**dict.fromkeys(PARTS), "validation": 0.01},
     )
     b = {**a, "wall_s": 17.6, "parts": _parts(compile=0.5, validation=2.0, steps=15.1)}
-    line = compare_ledgers(a, b)
+    line = compare_ledgers(Ledger.from_dict(a), Ledger.from_dict(b))
     assert line == (
         "ledger, B vs A: validation −2.00 s (−50%); not told from noise (one sample a run): "
         "compile −0.400 s (−44%), fit −2.40 s (−12%)"
     ), line
-    changes = {c.label: c for c in part_changes(a, b)}
+    changes = {c.label: c for c in part_changes(Ledger.from_dict(a), Ledger.from_dict(b))}
     assert changes["validation"].beyond_noise and not changes["compile"].judged
     noisy = {**b, "part_spread_s": {**dict.fromkeys(PARTS), "validation": 1.0}}
-    assert "within noise: validation −2.00 s" in compare_ledgers(a, noisy)
+    assert "within noise: validation −2.00 s" in compare_ledgers(
+        Ledger.from_dict(a), Ledger.from_dict(noisy)
+    )
 
 
 def test_the_ledger_gives_each_part_and_compile_its_samples(make_model):

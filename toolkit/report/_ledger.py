@@ -88,49 +88,43 @@ def spelling(ledger: Ledger, flags: Spell | None = None) -> Spell | None:
     return getattr(config, "as_flags", None)
 
 
-def ledger_json(ledger: Ledger | Mapping[str, Any], flags: Spell | None = None) -> dict[str, Any]:
+def ledger_json(ledger: Ledger, flags: Spell | None = None) -> dict[str, Any]:
     """``report.json``'s ``ledger`` (``docs/report.md``): the record's JSON and its fixes,
     each spelled for the run's reader, with its setting and value as data."""
-    found = as_ledger(ledger)
-    assert found is not None
-    how = spelling(found, flags)
-    return {**found.to_dict(), "fixes": [fix_json(f, how) for f in fixes(found)]}
+    how = spelling(ledger, flags)
+    return {**ledger.to_dict(), "fixes": [fix_json(f, how) for f in fixes(ledger)]}
 
 
-def fixes(ledger: Ledger | Mapping[str, Any]) -> list[Fix]:
-    """The ledger's fixes (``toolkit.profiling._fixes.read_fixes``), of a record or of its JSON."""
-    found = as_ledger(ledger)
-    assert found is not None
-    return read_fixes(found)
+def fixes(ledger: Ledger) -> list[Fix]:
+    """The ledger's fixes (``toolkit.profiling._fixes.read_fixes``)."""
+    return read_fixes(ledger)
 
 
 # ---------------------------------------------------------------------------- in words
 
 
-def ledger_line(ledger: Ledger | Mapping[str, Any]) -> str:
+def ledger_line(ledger: Ledger) -> str:
     """The whole fit in words, largest part first: ``run ledger (fit call 12.3 s): steps 49 %,
     validation 23 %, compile 17 % (1 recompile), callbacks 6 % (ModelCheckpoint 0.61 s), ...``."""
-    found = as_ledger(ledger)
-    assert found is not None
-    wall = found.wall_s
-    seen = [p for p in found.parts if p.seconds is not None]
-    pct = dict(zip((p.name for p in seen), _percents(found), strict=True))
+    wall = ledger.wall_s
+    seen = [p for p in ledger.parts if p.seconds is not None]
+    pct = dict(zip((p.name for p in seen), _percents(ledger), strict=True))
     shown = sorted(seen, key=lambda p: -float(p.seconds or 0.0))
     # Rounded to 0 %: in the table, not in the line; rounded as one (whole_percents), the
     # shares shown add up to 100 as the table's do
-    bits = [_part_bit(found, p, pct[p.name]) for p in shown if p.name == "steps" or pct[p.name]]
-    head = "fit call" if found.timed_call else "from train begin"
-    partial = ", partial" if found.partial else ""
+    bits = [_part_bit(ledger, p, pct[p.name]) for p in shown if p.name == "steps" or pct[p.name]]
+    head = "fit call" if ledger.timed_call else "from train begin"
+    partial = ", partial" if ledger.partial else ""
     line = f"run ledger ({head} {format_s(wall)}{partial}): " + ", ".join(bits)
-    if found.seconds("input") is None and found.input_read_s:
+    if ledger.seconds("input") is None and ledger.input_read_s:
         line += (
-            f"; input read in the steps {share(found.input_read_s, wall)} (overlapping the device)"
+            f"; input read in the steps {share(ledger.input_read_s, wall)} (overlapping the device)"
         )
-    elif found.seconds("input") is None:
+    elif ledger.seconds("input") is None:
         line += "; input inside the steps"
-    if not found.timed_call:
+    if not ledger.timed_call:
         line += "; exit not timed: call fit through profile().fit"
-    elif found.seconds("exit") is None:
+    elif ledger.seconds("exit") is None:
         line += "; the fit raised before its end"
     return line
 
@@ -154,26 +148,20 @@ def _part_bit(ledger: Ledger, part: LedgerPart, pct: int) -> str:
     return bit
 
 
-def fix_lines(
-    ledger: Ledger | Mapping[str, Any], limit: int = 3, flags: Spell | None = None
-) -> list[str]:
+def fix_lines(ledger: Ledger, limit: int = 3, flags: Spell | None = None) -> list[str]:
     """``fix: ...`` for the largest items, spelled for the run's reader."""
-    found = as_ledger(ledger)
-    assert found is not None
-    how = spelling(found, flags)
-    return [f"fix: {fix_words(f, how)}" for f in fixes(found)[:limit]]
+    how = spelling(ledger, flags)
+    return [f"fix: {fix_words(f, how)}" for f in fixes(ledger)[:limit]]
 
 
-def whole_run_lines(ledger: Ledger | Mapping[str, Any], flags: Spell | None = None) -> list[str]:
+def whole_run_lines(ledger: Ledger, flags: Spell | None = None) -> list[str]:
     """A whole run's ledger line, every fix it found, and for each large part with no fix
     the rule that was applied (``doctor --report``)."""
-    found = as_ledger(ledger)
-    assert found is not None
-    how = spelling(found, flags)
-    proposed = fixes(found)
-    lines = [ledger_line(found)]
+    how = spelling(ledger, flags)
+    proposed = fixes(ledger)
+    lines = [ledger_line(ledger)]
     lines += [f"fix: {fix_words(f, how)}" for f in proposed]
-    lines += [f"fix: {unfixed_words(u, found.wall_s, how)}" for u in unfixed(found, proposed)]
+    lines += [f"fix: {unfixed_words(u, ledger.wall_s, how)}" for u in unfixed(ledger, proposed)]
     if len(lines) == 1:
         lines.append(
             f"fix: none: no part took {SHARE:.0%} of the run and {MIN_S} s (the ledger "
@@ -182,32 +170,30 @@ def whole_run_lines(ledger: Ledger | Mapping[str, Any], flags: Spell | None = No
     return lines
 
 
-def ledger_markdown(ledger: Ledger | Mapping[str, Any], flags: Spell | None = None) -> str:
+def ledger_markdown(ledger: Ledger, flags: Spell | None = None) -> str:
     """The ledger's section of report.md: its parts, callbacks, compiles and fixes."""
-    found = as_ledger(ledger)
-    assert found is not None
-    wall = found.wall_s
-    out = [f"{ledger_line(found)}\n", "| part | seconds | share |", "|---|---:|---:|"]
-    pct = iter(_percents(found))
-    for part in found.parts:
+    wall = ledger.wall_s
+    out = [f"{ledger_line(ledger)}\n", "| part | seconds | share |", "|---|---:|---:|"]
+    pct = iter(_percents(ledger))
+    for part in ledger.parts:
         said = "—" if part.seconds is None or wall <= 0 else f"{next(pct)}%"
         out.append(f"| {LABELS[part.name]} | {format_s(part.seconds)} | {said} |")
     out.append(f"| **fit** | **{format_s(wall)}** | 100% |")
-    if found.callbacks:
+    if ledger.callbacks:
         out += ["", "| callback | seconds | hook calls |", "|---|---:|---:|"]
-        out += [f"| {c.name} | {format_s(c.seconds)} | {c.calls:,} |" for c in found.callbacks]
-    for name, seconds in found.overlapped:
+        out += [f"| {c.name} | {format_s(c.seconds)} | {c.calls:,} |" for c in ledger.callbacks]
+    for name, seconds in ledger.overlapped:
         out.append(f"\n{name}: {format_s(seconds)} on Keras's callback thread (overlapped)")
-    out += _compiles_markdown(found)
-    how = spelling(found, flags)
-    proposed = fixes(found)
+    out += _compiles_markdown(ledger)
+    how = spelling(ledger, flags)
+    proposed = fixes(ledger)
     lines = [f"- fix: {fix_words(f, how)}" for f in proposed]
-    lines += [f"- fix: {unfixed_words(u, wall, how)}" for u in unfixed(found, proposed)]
+    lines += [f"- fix: {unfixed_words(u, wall, how)}" for u in unfixed(ledger, proposed)]
     out += ["", *lines] if lines else []
-    for o in found.other_where:
+    for o in ledger.other_where:
         if o.seconds >= 0.01 * wall:
             out.append(f"\nOther: {format_s(o.seconds)} at {o.where}.")
-    out += [f"\n_Not seen: {what}._" for what in found.unseen]
+    out += [f"\n_Not seen: {what}._" for what in ledger.unseen]
     return "\n".join(out) + "\n"
 
 
@@ -280,21 +266,19 @@ def _noise(a: LedgerPart, b: LedgerPart) -> float | None:
     return math.sqrt(a.samples * a.spread_s**2 + b.samples * b.spread_s**2)
 
 
-def part_changes(a: Ledger | Mapping[str, Any], b: Ledger | Mapping[str, Any]) -> list[PartChange]:
+def part_changes(a: Ledger, b: Ledger) -> list[PartChange]:
     """Each part both runs saw, and the fit's wall time, B against A, with the noise its
     runs' own samples give it."""
-    la, lb = as_ledger(a), as_ledger(b)
-    assert la is not None and lb is not None
     out = []
     for name in PARTS:
-        pa, pb = la.part(name), lb.part(name)
+        pa, pb = a.part(name), b.part(name)
         if pa.seconds is not None and pb.seconds is not None:
             out.append(PartChange(LABELS[name], pa.seconds, pb.seconds, _noise(pa, pb)))
-    return [*out, PartChange("fit", la.wall_s, lb.wall_s, None)]
+    return [*out, PartChange("fit", a.wall_s, b.wall_s, None)]
 
 
 def compare_ledgers(
-    a: Ledger | Mapping[str, Any] | None, b: Ledger | Mapping[str, Any] | None
+    a: Ledger | None, b: Ledger | None
 ) -> str | None:
     """``ledger, B vs A: validation −2.10 s (−30%); not told from noise (one sample a run):
     compile −0.400 s (−44%), fit −2.50 s (−21%)``: each part that moved by at least 0.1 s and
@@ -316,8 +300,6 @@ def compare_ledgers(
     return "ledger, B vs A: " + "; ".join(bits)
 
 
-def bar_segments(ledger: Ledger | Mapping[str, Any]) -> Sequence[tuple[str, float]]:
+def bar_segments(ledger: Ledger) -> Sequence[tuple[str, float]]:
     """``(label, seconds)`` of each part that took time, in the ledger's order (the bar)."""
-    found = as_ledger(ledger)
-    assert found is not None
-    return [(LABELS[p.name], p.seconds) for p in found.parts if p.seconds and p.seconds > 0]
+    return [(LABELS[p.name], p.seconds) for p in ledger.parts if p.seconds and p.seconds > 0]

@@ -25,9 +25,8 @@ def ledger_bar(ax: Any, ledger: Any) -> None:
     """The ledger as one stacked horizontal bar on `ax`: each part's seconds, labelled inside
     when it is wide enough, every part in the legend with its seconds and share."""
     from toolkit.core.stats import format_s
-    from toolkit.report._ledger import as_ledger, bar_segments
+    from toolkit.report._ledger import bar_segments
 
-    ledger = as_ledger(ledger)
     wall = ledger.wall_s
     left = 0.0
     for label, seconds in bar_segments(ledger):

@@ -15,7 +15,7 @@ from toolkit.core._anatomy import Contrast, contrast
 from toolkit.core.stats import format_duration, format_ms, format_rate, format_s
 from toolkit.profiling._ledger_records import Ledger
 from toolkit.report._anatomy import contrast_lines
-from toolkit.report._ledger import as_ledger, compare_ledgers
+from toolkit.report._ledger import compare_ledgers
 from toolkit.report._memory import memory_change
 from toolkit.report.run_report import RunReport, cell, keras_shown
 
@@ -161,9 +161,8 @@ class Comparison:
 
 
 def _memory_of(report: RunReport) -> Any:
-    """A report's memory record, from its ledger (a record, or a mapping read as one)."""
-    ledger = as_ledger(report.ledger) if report.ledger else None
-    return ledger.memory if ledger is not None else None
+    """A report's memory record, from its ledger."""
+    return report.ledger.memory if report.ledger is not None else None
 
 
 # Two runs of one command differ by more than either run's own jitter says (other processes,

@@ -50,7 +50,6 @@ from toolkit.report._cluster import ClusterView, cluster_line
 from toolkit.report._diagnosis import DiagnosisSection
 from toolkit.report._fit_call import fit_call_line
 from toolkit.report._ledger import (
-    as_ledger,
     fix_lines,
     ledger_json,
     ledger_line,
@@ -404,7 +403,7 @@ class RunReport:
         if self.ledger:
             lines.append(ledger_line(self.ledger))
             lines += fix_lines(self.ledger)
-            lines += memory_lines(as_ledger(self.ledger).memory)
+            lines += memory_lines(self.ledger.memory)
         elif self.fit_call:
             lines.append(fit_call_line(self.fit_call))
         if self.metrics:
@@ -538,7 +537,7 @@ class RunReport:
 
     def _md_memory(self, w: Callable[[str], Any]) -> None:
         """The memory by part (the ledger's), then MemoryWatch's readings by epoch."""
-        by_part = memory_markdown(as_ledger(self.ledger).memory) if self.ledger else ""
+        by_part = memory_markdown(self.ledger.memory) if self.ledger else ""
         if by_part:
             w(f"\n## Memory\n\n{by_part}")
         if self.memory is None:
