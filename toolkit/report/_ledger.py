@@ -277,9 +277,7 @@ def part_changes(a: Ledger, b: Ledger) -> list[PartChange]:
     return [*out, PartChange("fit", a.wall_s, b.wall_s, None)]
 
 
-def compare_ledgers(
-    a: Ledger | None, b: Ledger | None
-) -> str | None:
+def compare_ledgers(a: Ledger | None, b: Ledger | None) -> str | None:
     """``ledger, B vs A: validation −2.10 s (−30%); not told from noise (one sample a run):
     compile −0.400 s (−44%), fit −2.50 s (−21%)``: each part that moved by at least 0.1 s and
     10 %, said as a change only beyond its runs' own noise; None where either run has no
