@@ -19,7 +19,7 @@ it loads):
    ``name: X.XX× (baseline A s, toolkit B s)`` lines, steady state and the whole loop with its
    compile.
 
-The recipes run with ``--memory_watch``: each line gives the device memory's peak.
+Each line gives the device memory's peak, as the run's ledger read it.
 
 Writes ``accelerator.json`` and ``accelerator.md`` (and each run's report) under ``--out``.
 
@@ -204,7 +204,7 @@ def _part(name: str, backend: str, args: argparse.Namespace, extra: list[str] = 
 def _recipe(backend: str, recipe: str, out: str, args: argparse.Namespace, flags: list[str]):
     report_dir = os.path.abspath(os.path.join(out, f"{recipe}-{backend}"))
     argv = [sys.executable, "-m", f"recipes.{recipe}", f"--backend={backend}"]
-    argv += [f"--report_dir={report_dir}", "--memory_watch", *flags]
+    argv += [f"--report_dir={report_dir}", *flags]
     argv += ["--smoke"] if args.quick else []
     _run(argv, backend)
     (run_dir,) = sorted(os.listdir(report_dir))[-1:]
@@ -214,10 +214,9 @@ def _recipe(backend: str, recipe: str, out: str, args: argparse.Namespace, flags
     steps, compute = report["steps"], report.get("compute") or {}
     mfu = compute.get("mfu")
     peak = compute.get("peak_flops_per_s")
-    readings = (report.get("memory") or {}).get("readings") or []
-    device_peaks = [d["peak_mb"] for r in readings for d in r["devices"].values()]
+    memory = (report.get("ledger") or {}).get("memory") or {}  # StepTimer's, every run
     return {
-        "device_peak_mb": max(device_peaks) if device_peaks else None,
+        "device_peak_mb": memory.get("device_peak_mb"),
         "report": path,
         "val_accuracy": report["metrics"].get("val_accuracy"),
         "p50_ms": (steps["p50_s"] or 0) * 1e3,

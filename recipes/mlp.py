@@ -8,7 +8,7 @@ offline), prints the step-time summary, and writes the report to ``runs/<timesta
     python -m recipes.mlp
     python -m recipes.mlp --epochs=5 --batch_size=64 --steps_per_execution=8 \\
         --jit_compile
-    python -m recipes.mlp --profile_steps=10,15 --memory_watch \\
+    python -m recipes.mlp --profile_steps=10,15 \\
         --report_dir=/tmp/runs
     python -m recipes.mlp --device=cpu --precision=mixed_bfloat16 \\
         --distribution_strategy=mirrored

@@ -269,11 +269,11 @@ except ImportError:
 else:
     raise SystemExit("tensorflow imported")
 
-from toolkit import MemoryWatch, StepTimer, TraceWindow, compare, profile
+from toolkit import StepTimer, TraceWindow, compare, profile
 from toolkit.cli import main as cli
 from toolkit.report import RunContext, RunReport, merge_reports, render_merged
 
-assert issubclass(TraceWindow, sys.modules["keras"].callbacks.Callback) and MemoryWatch
+assert issubclass(TraceWindow, sys.modules["keras"].callbacks.Callback)
 
 timer = StepTimer(batch_size=8, warmup_steps=1)
 timer.set_params({"steps": 12, "epochs": 1})

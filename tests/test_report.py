@@ -23,7 +23,6 @@ from toolkit.core.files import atomic_write, parse_json, read_json
 from toolkit.core.machine import capture_environment
 from toolkit.core.stats import summarize_calls
 from toolkit.profiling._compute import Compute
-from toolkit.profiling._memory_records import WatchedMemory
 from toolkit.profiling._timing import Epoch, FitCall
 from toolkit.report import ReportError, RunReport, compare
 from toolkit.report import run_report as report_mod
@@ -160,7 +159,7 @@ def test_compare_notes_a_keras_version_or_nightly_difference_from_report_files(t
 
 
 def test_markdown_and_png(tmp_path):
-    r = make_report(memory=WatchedMemory((), ("host RSS grew",)))
+    r = make_report()
     paths = r.write(tmp_path)
     md = Path(paths["markdown"]).read_text()
     for text in (
@@ -171,7 +170,6 @@ def test_markdown_and_png(tmp_path):
         "## Epochs",
         "## Environment",
         "![step times](steps.png)",
-        "host RSS grew",
     ):
         assert text in md
     assert Path(paths["png"]).read_bytes()[:4] == b"\x89PNG"

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from toolkit.core.machine import capture_environment
     from toolkit.core.stats import StepStats, summarize
     from toolkit.data.builder import infer_batch_size
-    from toolkit.profiling.memory_watch import MemoryWatch
     from toolkit.profiling.step_timer import StepTimer
     from toolkit.profiling.trace_window import TraceWindow
     from toolkit.report import Comparison, ReportError, RunContext, RunReport, compare
@@ -38,7 +37,6 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "StepTimer": "toolkit.profiling.step_timer",
     "TraceWindow": "toolkit.profiling.trace_window",
-    "MemoryWatch": "toolkit.profiling.memory_watch",
     "StepStats": "toolkit.core.stats",
     "summarize": "toolkit.core.stats",
     "Profile": "toolkit.runner.session",

@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from toolkit import MemoryWatch, StepTimer, TraceWindow, backend
+from toolkit import StepTimer, TraceWindow, backend
 from toolkit.profiling.resume_recorder import ResumeRecorder
 from toolkit.report.context import Resume
 from toolkit.runner.session import profile
@@ -27,18 +27,13 @@ def _trace_window(tmp_path):
     return [window], lambda: window.result().traced_steps is not None
 
 
-def _memory_watch(tmp_path):
-    watch = MemoryWatch()
-    return [watch], lambda: len(watch.readings) == 3  # the start and each of 2 epochs
-
-
 def _resume_recorder(tmp_path):
     resume = Resume(str(tmp_path / "backup"))
     return [ResumeRecorder(resume)], lambda: resume.steps_total == 20 and not resume.resumed
 
 
 def _profile_callbacks(tmp_path):
-    prof = profile("all", data=None, batch_size=8, trace_steps=(2, 4), memory_watch=True)
+    prof = profile("all", data=None, batch_size=8, trace_steps=(2, 4))
     prof.__enter__()
 
     def done():
@@ -50,7 +45,7 @@ def _profile_callbacks(tmp_path):
 
 @pytest.mark.parametrize(
     "make",
-    [_step_timer, _trace_window, _memory_watch, _resume_recorder, _profile_callbacks],
+    [_step_timer, _trace_window, _resume_recorder, _profile_callbacks],
     ids=lambda f: f.__name__.lstrip("_"),
 )
 @pytest.mark.parametrize("steps_per_execution", [1, 2])

@@ -5,6 +5,7 @@ record's JSON edge, the summary's lines, compare's line, steps.png and TensorBoa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -12,8 +13,8 @@ import pytest
 
 from toolkit.core import compat
 from toolkit.profiling._ledger_records import PARTS
-from toolkit.profiling._memory import grown, steady_rise
-from toolkit.profiling._memory_records import Growth, PartMemory, RunMemory, Sample
+from toolkit.profiling._memory import Reading, epochs_growth, grown, steady_growth, steady_rise
+from toolkit.profiling._memory_records import EpochMemory, Growth, PartMemory, RunMemory, Sample
 from toolkit.report._memory import memory_change, memory_lines
 from toolkit.runner.session import profile
 
@@ -187,6 +188,9 @@ def test_a_healthy_fit_reads_every_part_and_finds_no_growth(tmp_path):
     assert memory.callbacks and all(c.readings >= 1 for c in memory.callbacks)
     assert "callbacks" in names
     assert memory.growth == (), memory.growth
+    # Train begin, then each epoch's end (after its validation), at the steps begun by then.
+    assert [e.epoch for e in memory.epochs] == [None, 0, 1], memory.epochs
+    assert [e.step for e in memory.epochs[1:]] == [36, 72] and memory.epochs[0].host_mb > 10
     assert [s.t_s for s in memory.timeline] == sorted(s.t_s for s in memory.timeline)
     assert memory.timeline[-1].step == p.report.ledger.steps
     if memory.device_peak_mb is None:  # a CPU device: said so, host memory is shown
@@ -346,6 +350,7 @@ def _memory_record(peak, device=None):
         growth=(Growth("steps", "host", 12.5, 500, 0, "3 arrays x", "Keep.kept", "do y"),),
         timeline=(Sample(0.0, 0, 90.0, None, "start_up"), Sample(0.5, 12, peak, device, "steps")),
         readings=2,
+        epochs=(EpochMemory(None, 0, 90.0, device, device), EpochMemory(0, 12, 99.0, None, None)),
     )
 
 
@@ -395,3 +400,53 @@ def test_memory_reaches_tensorboard_and_steps_png(tmp_path):
         max(s.host_mb for s in memory.timeline), rel=1e-5
     )
     assert (run_dir / "steps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([100, 200, 300], 200),
+        ([100, 200, 300, 300], None),  # plateau at the end
+        ([100, 300, 200, 400], None),  # not steady
+        ([100, 120, 130], None),  # steady but below the threshold
+        ([100, 200], None),  # too few readings
+    ],
+)
+def test_steady_growth_needs_every_reading_to_rise_past_the_threshold(values, expected):
+    assert steady_growth(values, min_points=3, threshold=64) == expected
+
+
+def test_memory_rising_at_each_epoch_end_is_growth_across_epochs_said_once_as_it_goes(caplog):
+    """Host memory up 100 MiB at each of the last epoch ends: growth of the ``epochs`` part
+    over the steps between them, in the summary's words; the device's 10 MiB a step is not.
+    The ledger warns as the fit goes, once, at the epoch end that shows it."""
+    from toolkit.profiling._ledger import FitLedger
+
+    ends = [EpochMemory(e, 50 * (e + 1), 500.0 + 100 * (e + 1), 40.0 + 10 * e, 60.0)
+            for e in range(3)]  # fmt: skip
+    (g,) = epochs_growth([EpochMemory(None, 0, 500.0, 30.0, 30.0), *ends])
+    assert (g.part, g.memory, g.mb, g.steps, g.epoch) == ("epochs", "host", 200.0, 100, 2)
+    record = dataclasses.replace(_memory_record(1400.0), growth=(g,))
+    assert "memory grows: across epochs: host +200 MB, 1.95 GB per 1,000 steps" in memory_lines(
+        record
+    )
+
+    class Readings:  # a sampler whose readings rise 100 MiB an epoch
+        def __init__(self):
+            self.readings, self.censuses = [], []
+
+        def read(self):
+            n = len(self.readings)
+            self.readings.append(Reading(float(n), 50 * n, 500.0 + 100 * n, 0.0, None, None))
+
+        def snapshot(self):
+            return list(self.readings)
+
+    ledger = FitLedger(lambda: 0.0)
+    ledger.sampler = Readings()
+    ledger.sampler.read()  # train begin
+    with caplog.at_level("WARNING"):
+        for epoch in range(4):
+            ledger.epoch_end(epoch, epoch, epoch, epoch + 0.5, epoch + 0.9, [])
+    said = [r.getMessage() for r in caplog.records if "grew at each" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("StepTimer: host RSS grew at each of the last 3")

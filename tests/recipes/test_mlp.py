@@ -45,7 +45,6 @@ def test_performance_flags_trace_and_memory(tmp_path):
             "--steps_per_execution=4",
             "--jit_compile",
             "--profile_steps=4,12",
-            "--memory_watch",
             "--tensorboard",
         ]
     )
@@ -58,7 +57,14 @@ def test_performance_flags_trace_and_memory(tmp_path):
     ] == 3 * (1437 // 64)
     assert data["trace"]["error"] is None and data["trace"]["files"]
     assert data["trace"]["traced_steps"] == [4, 12]
-    assert len(data["memory"]["readings"]) == 4
+    epochs = data["ledger"]["memory"]["epochs"]  # train begin, then each epoch's end
+    assert [e["epoch"] for e in epochs] == [None, 0, 1, 2] and all(
+        e["host_mb"] > 10 for e in epochs
+    )
+    # Steps begun by each end: the epochs before it, then its own counted a call of 4 at a
+    # time (its last call, of 2, too).
+    per, begun = 1437 // 64, -(-(1437 // 64) // 4) * 4
+    assert [e["step"] for e in epochs[1:]] == [per * n + begun for n in (0, 1, 2)]
     assert "trace: steps 4–11 (8)" in out.stdout  # [4, 12): eight steps, as counted below
     # Read back with XProf: one marker per execution of 4 steps, each run in Keras's loop (a
     # tf.while_loop, folded into the marked steps for XProf): a row per call, times per step.

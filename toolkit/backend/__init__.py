@@ -1,6 +1,6 @@
 """The seam between the backend-neutral core and a framework.
 
-The measuring core (StepTimer, TraceWindow, MemoryWatch, FLOP counting, the matmul peak, the
+The measuring core (StepTimer, TraceWindow, FLOP counting, the matmul peak, the
 report's environment) and ``toolkit.devices`` (detection, selection, placement, preflight)
 never call a framework themselves, and never compare a backend's name: they ask :func:`get`
 for the module of the backend Keras trains on and call the same functions on it:

@@ -1,4 +1,4 @@
-"""The measure layer: the callbacks (StepTimer, TraceWindow, MemoryWatch, the fit progress bar),
+"""The measure layer: the callbacks (StepTimer, TraceWindow, the fit progress bar),
 the TensorBoard scalars, FLOPs and MFU (``flops``) and inference timing. They import Keras, not
 TensorFlow (the backend seam, ``toolkit.backend``, calls the framework). Import the submodules
 directly."""

@@ -47,6 +47,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from absl import logging
+
 from toolkit.core.stats import FIRST
 from toolkit.profiling import _memory
 from toolkit.profiling._ledger_records import (
@@ -353,6 +355,7 @@ class FitLedger:
         self._epoch = 0
         self.sampler = None
         self._named: tuple[tuple[Growth, ...], list[Growth]] | None = None  # census, once
+        self._warned: set[str] = set()  # the memories said to grow across epochs, once each
 
     # ------------------------------------------------------------ fed by StepTimer
 
@@ -422,6 +425,29 @@ class FitLedger:
             {"epoch": epoch, "begin": begin, "first": first, "steps_end": steps_end, "end": end}
         )
         self.gaps.extend(gaps)
+        self._say_growth()
+
+    def _say_growth(self) -> None:
+        """Warns, once a memory, where host or device memory rose at each of the last epoch
+        ends (:func:`_memory.epochs_growth`): a leak across epochs, said before it ends a long
+        run, and in the report."""
+        if self.sampler is None or not self.sampler.readings:
+            return
+        with contextlib.suppress(Exception):  # a warning is a view; training goes on
+            spans = [EpochSpan.of(e) for e in self.epochs]
+            ends = _memory.epoch_memory(self.sampler.snapshot(), spans)
+            for g in _memory.epochs_growth(ends):
+                if g.memory in self._warned:
+                    continue
+                self._warned.add(g.memory)
+                now = ends[-1].host_mb if g.memory == "host" else ends[-1].device_mb
+                label = "host RSS" if g.memory == "host" else "device memory"
+                logging.warning(
+                    "StepTimer: %s grew at each of the last %d epoch ends, by %.0f MiB in all "
+                    "(now %.0f MiB): a leak would look like this; look for tensors kept in "
+                    "Python lists, a growing cache, or retracing",
+                    label, _memory.GROWTH_EPOCHS, g.mb, now or 0.0,
+                )  # fmt: skip
 
     def test_begin(self, at: float) -> None:
         self._read_memory(steps_end=not self.validations)

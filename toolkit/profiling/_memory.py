@@ -30,6 +30,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import gc
+import itertools
 import math
 import sys
 import threading
@@ -38,13 +39,18 @@ from typing import Any, NamedTuple
 
 from toolkit.core._host_memory import MIB, maxrss_mb, resident_mb
 from toolkit.profiling._ledger_records import PARTS
-from toolkit.profiling._memory_records import Growth, PartMemory, RunMemory, Sample
+from toolkit.profiling._memory_records import EpochMemory, Growth, PartMemory, RunMemory, Sample
 
 MB = MIB
 EVERY_S = 0.05
 # Growth under this many MiB, or under 4 times the readings' own scatter, is not reported: an
 # allocator's pools and a shuffle buffer filling move resident memory by a few MiB.
 GROWTH_FLOOR_MB = 8.0
+# Memory that rose at each of the last GROWTH_EPOCHS epoch ends, by more than GROWTH_WARN_MB in
+# all: a leak across epochs (a list of tensors, a growing cache, retracing), said as the fit
+# goes and in the report.
+GROWTH_EPOCHS = 3
+GROWTH_WARN_MB = 64.0
 TIMELINE_POINTS = 600  # the report keeps at most this many readings
 CENSUS_STEP = 3  # the first census: once this many steps began (the first one compiled)
 # Until the first census, how often the thread looks at the step count: a reading's 50 ms is
@@ -365,6 +371,50 @@ def steady_rise(points: Sequence[tuple[int, float]]) -> tuple[float, int] | None
     if later * (xs[-1] - xs[half]) < 0.35 * total * (xs[-1] - xs[half]) / span:
         return None
     return total, span
+
+
+def steady_growth(values: Sequence[float], min_points: int, threshold: float) -> float | None:
+    """Growth over the last `min_points` readings when every one rose, and by more than threshold.
+
+    Returns the growth (last minus first of those readings), or None when memory did not grow
+    steadily: a plateau, a drop, or fewer readings than `min_points`.
+    """
+    if min_points < 2 or len(values) < min_points:
+        return None
+    tail = values[-min_points:]
+    if all(b > a for a, b in itertools.pairwise(tail)) and tail[-1] - tail[0] > threshold:
+        return tail[-1] - tail[0]
+    return None
+
+
+def epoch_memory(readings: Sequence[Reading], epochs: Sequence[Any]) -> tuple[EpochMemory, ...]:
+    """The fit's first reading (train begin) and, for each epoch that ended, the reading the
+    ledger took at its end (the first at or after it)."""
+    times = [r.at for r in readings]
+    first = readings[0]
+    out = [EpochMemory(None, first.step, round(first.host_mb, 2), _r(first.device_mb),
+                       _r(first.device_peak_mb))]  # fmt: skip
+    for e in epochs:
+        if e.end is None:
+            continue
+        r = readings[min(bisect.bisect_left(times, e.end), len(readings) - 1)]
+        out.append(EpochMemory(e.epoch, r.step, round(r.host_mb, 2), _r(r.device_mb),
+                               _r(r.device_peak_mb)))  # fmt: skip
+    return tuple(out)
+
+
+def epochs_growth(ends: Sequence[EpochMemory]) -> list[Growth]:
+    """Host or device memory that rose at each of the last :data:`GROWTH_EPOCHS` epoch ends
+    by more than :data:`GROWTH_WARN_MB` in all (the ``epochs`` part)."""
+    found = []
+    for memory, key in (("host", "host_mb"), ("device", "device_mb")):
+        seen = [e for e in ends if getattr(e, key) is not None]
+        grew = steady_growth([getattr(e, key) for e in seen], GROWTH_EPOCHS, GROWTH_WARN_MB)
+        if grew is not None:
+            window = seen[-GROWTH_EPOCHS:]
+            steps = window[-1].step - window[0].step
+            found.append(Growth("epochs", memory, round(grew, 3), steps, window[-1].epoch or 0))
+    return found
 
 
 def find_growth(
@@ -852,6 +902,7 @@ def run_memory(
                "callbacks" if where(r.at)[1] else where(r.at)[0])
         for r in readings[::step]
     )  # fmt: skip
+    ends = epoch_memory(readings, epochs)
     return RunMemory(
         every_s=sampler.every_s,
         parts=parts,
@@ -861,7 +912,9 @@ def run_memory(
         host_peak_mb=_r(_max([p[0] for p in peaks])),
         device_peak_mb=_r(_max([p[1] for p in peaks])),
         host_start_mb=_r(readings[0].host_mb),
-        growth=tuple(name(*_growth(readings, where, epochs, validations, sampler.censuses))),
+        growth=tuple(name(*_growth(readings, where, epochs, validations, sampler.censuses)))
+        + tuple(epochs_growth(ends)),
         timeline=timeline,
         readings=len(readings),
+        epochs=ends,
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from toolkit.core import _fields as fields
 
@@ -149,6 +149,7 @@ class RunMemory:
     growth: tuple[Growth, ...] = ()
     timeline: tuple[Sample, ...] = ()
     readings: int = 0
+    epochs: tuple[EpochMemory, ...] = ()
 
     def part(self, name: str) -> PartMemory | None:
         return next((p for p in self.parts if p.name == name), None)
@@ -178,6 +179,7 @@ class RunMemory:
             "callbacks": {c.name: c.to_dict() for c in self.callbacks},
             "growth": [g.to_dict() for g in self.growth],
             "timeline": [[s.t_s, s.step, s.host_mb, s.device_mb, s.part] for s in self.timeline],
+            "epochs": [e.to_dict() for e in self.epochs],
         }
 
     @staticmethod
@@ -217,7 +219,17 @@ class RunMemory:
             growth=tuple(g for g in found if g is not None),
             timeline=_timeline(d.get("timeline")),
             readings=int(readings) if readings is not None else 0,
+            epochs=_epochs(d.get("epochs")),
         )  # fmt: skip
+
+
+def _epochs(value: Any) -> tuple[EpochMemory, ...]:
+    found = (
+        (EpochMemory.from_dict(e) for e in value if isinstance(e, Mapping))
+        if isinstance(value, list)
+        else ()
+    )
+    return tuple(e for e in found if e is not None)
 
 
 def _timeline(value: Any) -> tuple[Sample, ...]:
@@ -233,64 +245,30 @@ def _timeline(value: Any) -> tuple[Sample, ...]:
     return tuple(out)
 
 
-class DeviceMemory(NamedTuple):
-    """One device's memory at a reading, in MiB: in use, and the most since the last one."""
-
-    current_mb: float
-    peak_mb: float
-
-
 @dataclasses.dataclass(frozen=True)
 class EpochMemory:
-    """MemoryWatch's reading at an epoch's end (`epoch` None: at train begin): the process's
-    resident memory and each device's, in MiB."""
+    """The run's memory at train begin (`epoch` None) and at each epoch's end, after its
+    validation: the training steps begun by then, the process's resident MiB, and the
+    device's in use and at its most so far (None: no device counters)."""
 
     epoch: int | None
-    host_rss_mb: float
-    devices: Mapping[str, DeviceMemory] = dataclasses.field(default_factory=dict)
+    step: int
+    host_mb: float
+    device_mb: float | None = None
+    device_peak_mb: float | None = None
 
     def to_dict(self) -> dict[str, object]:
-        devices = {k: d._asdict() for k, d in self.devices.items()}
-        return {"epoch": self.epoch, "host_rss_mb": self.host_rss_mb, "devices": devices}
-
-
-@dataclasses.dataclass(frozen=True)
-class WatchedMemory:
-    """What MemoryWatch saw over a fit (report.json's ``memory``): its readings, and the
-    warnings it gave on steady growth."""
-
-    readings: tuple[EpochMemory, ...] = ()
-    warnings: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, object]:
-        return {"readings": [r.to_dict() for r in self.readings], "warnings": list(self.warnings)}
+        return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Any) -> WatchedMemory | None:
-        """report.json's ``memory``, each figure checked; None where the run had none.
-
-        Raises:
-            ReportError: a figure not of its kind, named (``memory.readings[0].host_rss_mb``).
-        """
-        if d is None:
+    def from_dict(cls, d: Mapping[str, Any]) -> EpochMemory | None:
+        host, epoch = _float(d.get("host_mb")), d.get("epoch")
+        if host is None or not (epoch is None or isinstance(epoch, int)):
             return None
-        d = fields.mapping("memory", d)
-        readings = []
-        for i, r in enumerate(fields.records("memory.readings", d.get("readings"))):
-            where = f"memory.readings[{i}]"
-            devices = {}
-            for name, m in fields.mapping(f"{where}.devices", r.get("devices")).items():
-                at = f"{where}.devices.{name}"
-                m = fields.mapping(at, m, optional=False)
-                devices[str(name)] = DeviceMemory(
-                    fields.number(f"{at}.current_mb", m.get("current_mb")),
-                    fields.number(f"{at}.peak_mb", m.get("peak_mb")),
-                )
-            epoch = fields.number(f"{where}.epoch", r.get("epoch"), optional=True, counts=True)
-            host = fields.number(f"{where}.host_rss_mb", r.get("host_rss_mb"))
-            readings.append(EpochMemory(epoch, host, devices))
-        warnings = fields.items("memory.warnings", d.get("warnings"))
-        return cls(tuple(readings), tuple(str(w) for w in warnings))
+        step = _float(d.get("step"))
+        return cls(
+            epoch, int(step or 0), host, _float(d.get("device_mb")), _float(d.get("device_peak_mb"))
+        )
 
 
 def _check(value: Any) -> None:
@@ -317,6 +295,13 @@ def _check(value: Any) -> None:
         fields.number(f"ledger.memory.growth[{i}].mb", g.get("mb"))
         for key in ("steps", "epoch"):
             fields.number(f"ledger.memory.growth[{i}].{key}", g.get(key, 0), counts=True)
+    for i, e in enumerate(fields.records("ledger.memory.epochs", m.get("epochs"))):
+        where = f"ledger.memory.epochs[{i}]"
+        fields.number(f"{where}.epoch", e.get("epoch"), optional=True, counts=True)
+        fields.number(f"{where}.step", e.get("step", 0), counts=True)
+        fields.number(f"{where}.host_mb", e.get("host_mb"))
+        for key in ("device_mb", "device_peak_mb"):
+            fields.number(f"{where}.{key}", e.get(key), optional=True)
     for i, row in enumerate(fields.items("ledger.memory.timeline", m.get("timeline"))):
         where = f"ledger.memory.timeline[{i}]"
         if not isinstance(row, list) or len(row) < 3:

@@ -25,7 +25,7 @@ Tags, each with a description (TensorBoard shows it on the card):
   with ``trace_steps``, the recipes' ``--profile_steps``);
 * ``memory/host_mb`` (and ``memory/device_mb`` where the backend counts it): the memory
   StepTimer read during the fit, the most at each step it was read at;
-* ``memory/host_rss_mb`` and ``memory/<device>_peak_mb`` when the run watched memory;
+* ``memory/host_rss_mb`` and ``memory/device_peak_mb`` at each epoch's end;
 * ``epoch_<metric>``: the model's epoch metrics when asked (the recipes' ``--tensorboard``), as
   Keras names them: ``epoch_loss`` in ``train/``, and ``val_loss`` as ``epoch_loss`` in
   ``validation/``, x the epoch (from 0, as Keras counts), so that one card overlays the two.
@@ -72,6 +72,7 @@ STEP_P90 = "Step time/p90_ms"
 EXAMPLES = "Throughput/examples_per_sec"
 MFU = "Throughput/mfu_percent"
 HOST_RSS = "memory/host_rss_mb"
+DEVICE_PEAK = "memory/device_peak_mb"
 HOST_MB, DEVICE_MB = "memory/host_mb", "memory/device_mb"
 
 _DESCRIPTIONS = {
@@ -86,13 +87,15 @@ _DESCRIPTIONS = {
     MFU: "Model FLOPs utilization per epoch, in percent: the model's FLOPs per step over the "
     "epoch's median step time, as a share of the matmul peak the toolkit measured on this "
     "machine (not a datasheet figure).",
-    HOST_RSS: "The process's resident memory in MiB (MemoryWatch), at each epoch's end.",
+    HOST_RSS: "The process's resident memory in MiB at each epoch's end (StepTimer's reading "
+    "there, after the epoch's validation).",
+    DEVICE_PEAK: "The device's most allocated memory in MiB so far (the backend's counters, "
+    "summed over the process's devices), at each epoch's end.",
     HOST_MB: "The process's resident memory in MiB as StepTimer read it during the fit "
     "(every 50 ms by default), the most read at each training step: the ledger's memory.",
     DEVICE_MB: "The device's allocated memory in MiB (the backend's counters, summed over "
     "the process's devices), the most read at each training step.",
 }
-_DEVICE_PEAK = "The device's peak memory in MiB since the previous reading (MemoryWatch)."
 _METRIC = (
     "The model's `{name}` at each epoch's end, from Keras's epoch logs (x: the epoch, from 0). "
     "The `train` run has it on the training data, `validation` on the validation data."
@@ -111,8 +114,6 @@ def describe(tag: str) -> str:
     """What a tag means, for its card in TensorBoard."""
     if tag in _DESCRIPTIONS:
         return _DESCRIPTIONS[tag]
-    if tag.startswith("memory/"):
-        return _DEVICE_PEAK
     return _METRIC.format(name=tag.removeprefix("epoch_"))
 
 

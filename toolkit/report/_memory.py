@@ -12,8 +12,9 @@ from toolkit.report._ledger import LABELS
 
 
 def part_label(name: str) -> str:
-    """A ledger part as the ledger's own lines name it, or a callback's name as it is."""
-    return LABELS.get(name, name)
+    """A ledger part as the ledger's own lines name it, a callback's name as it is, and
+    growth over the epoch ends (``epochs``) as across them."""
+    return "across epochs" if name == "epochs" else LABELS.get(name, name)
 
 
 def growth_words(g: Growth) -> str:
@@ -73,7 +74,7 @@ def _row(p: PartMemory) -> str:
 
 def memory_markdown(memory: RunMemory | None) -> str:
     """report.md's memory section: each part's peak and held-at-end, the callbacks read
-    while they ran, the growth found."""
+    while they ran, the growth found, and the memory at train begin and each epoch's end."""
     if memory is None:
         return ""
     out = [
@@ -90,6 +91,12 @@ def memory_markdown(memory: RunMemory | None) -> str:
     )
     if memory.device_unseen:
         out.append(f"\n_Device: {memory.device_unseen}._")
+    if memory.epochs:
+        out += ["", "| epoch | steps | host | device | device peak |", "|---|---:|---:|---:|---:|"]
+        for e in memory.epochs:
+            epoch = "start" if e.epoch is None else e.epoch + 1  # as Keras's progress counts
+            cells = (format_mb(e.host_mb), format_mb(e.device_mb), format_mb(e.device_peak_mb))
+            out.append(f"| {epoch} | {e.step:,} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 

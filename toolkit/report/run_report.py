@@ -43,7 +43,6 @@ from toolkit.core.stats import (
 from toolkit.core.version import __version__
 from toolkit.profiling._compute import Compute
 from toolkit.profiling._ledger_records import Ledger
-from toolkit.profiling._memory_records import WatchedMemory
 from toolkit.profiling._timing import Epoch, FitCall, Traced
 from toolkit.report._anatomy import ANATOMY_PNG, anatomy_lines, anatomy_markdown, anatomy_png
 from toolkit.report._cluster import ClusterView, cluster_line
@@ -113,7 +112,6 @@ class RunReport:
     timeline_truncated: bool = False
     epochs: list[Epoch] = dataclasses.field(default_factory=list)
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
-    memory: WatchedMemory | None = None
     trace: TraceSection | None = None
     compute: Compute | None = None
     context: RunContext | None = None
@@ -140,7 +138,6 @@ class RunReport:
         name: str,
         timer: Any,
         *,
-        memory: Any = None,
         trace: Any = None,
         args: Mapping[str, Any] | None = None,
         status: str = COMPLETE,
@@ -153,7 +150,7 @@ class RunReport:
         cluster: ClusterView | Mapping[str, Any] | None = None,
         anatomy: Anatomy | None = None,
     ) -> RunReport:
-        """A report from a StepTimer (and optionally a MemoryWatch and a TraceWindow).
+        """A report from a StepTimer (and optionally a TraceWindow).
 
         `compute` holds ``flops_per_step`` and ``peak_flops_per_s`` (see
         ``toolkit.profiling.flops``); achieved FLOP/s and MFU are added from the mean step (the
@@ -191,7 +188,6 @@ class RunReport:
             timeline_truncated=len(calls) > MAX_TIMELINE,
             epochs=list(timer.epochs),
             metrics=dict(timer.last_logs),
-            memory=memory.result() if memory is not None else None,
             trace=_read_back(trace.result(), steps) if trace is not None else None,
             compute=compute,
             context=context,
@@ -239,7 +235,6 @@ class RunReport:
         d = dataclasses.asdict(self)
         d["steps"] = self.steps.to_dict()
         d["epochs"] = [e.to_dict() for e in self.epochs]
-        d["memory"] = self.memory.to_dict() if self.memory is not None else None
         d["trace"] = self.trace.to_dict() if self.trace is not None else None
         d["tune"] = self.tune.to_dict() if self.tune is not None else None
         d["context"] = self.context.to_dict() if self.context is not None else None
@@ -271,7 +266,6 @@ class RunReport:
         kwargs["steps"] = StepStats.from_dict(d.get("steps"))
         epochs = fields.records("epochs", d.get("epochs"))
         kwargs["epochs"] = [Epoch.from_dict(e, f"epochs[{i}]") for i, e in enumerate(epochs)]
-        kwargs["memory"] = WatchedMemory.from_dict(d.get("memory"))
         kwargs["trace"] = TraceSection.from_dict(d.get("trace"))
         kwargs["tune"] = TuneSection.from_dict(d.get("tune"))
         kwargs["compute"] = Compute.from_dict(kwargs.get("compute"))  # checked by check_report
@@ -408,8 +402,6 @@ class RunReport:
             lines.append(fit_call_line(self.fit_call))
         if self.metrics:
             lines.append("final: " + ", ".join(format_figure(*m) for m in self.metrics.items()))
-        if self.memory is not None:
-            lines += [f"memory warning: {w}" for w in self.memory.warnings]
         if self.tensorboard:
             lines.append(self.tensorboard.line())
         if self.trace is not None:
@@ -536,23 +528,10 @@ class RunReport:
                 w(f"| {k} | {format_metric(v)} |\n")
 
     def _md_memory(self, w: Callable[[str], Any]) -> None:
-        """The memory by part (the ledger's), then MemoryWatch's readings by epoch."""
-        by_part = memory_markdown(self.ledger.memory) if self.ledger else ""
-        if by_part:
-            w(f"\n## Memory\n\n{by_part}")
-        if self.memory is None:
-            return
-        if not by_part:
-            w("\n## Memory\n")
-        w("\n| epoch | host RSS (MiB) | devices |\n|---|---|---|\n")
-        for r in self.memory.readings:
-            devs = ", ".join(
-                f"{k}: {v.current_mb:.0f} MiB (peak {v.peak_mb:.0f})" for k, v in r.devices.items()
-            )
-            epoch = "start" if r.epoch is None else r.epoch + 1
-            w(f"| {epoch} | {r.host_rss_mb:.1f} | {devs or '—'} |\n")
-        for warning in self.memory.warnings:
-            w(f"\n**Warning:** {warning}\n")
+        """The memory by part and by epoch (the ledger's)."""
+        shown = memory_markdown(self.ledger.memory) if self.ledger else ""
+        if shown:
+            w(f"\n## Memory\n\n{shown}")
 
     def _md_searches(self, w: Callable[[str], Any]) -> None:
         """What ``--diagnose`` and ``--autotune`` found before the run."""
@@ -787,7 +766,7 @@ def _check_fields(d: Mapping[str, Any]) -> None:
         if d.get(name) is not None and not isinstance(d[name], str):
             raise fields.bad(name, d[name], "a string or null")
     fields.number("fit_seconds", d.get("fit_seconds"), optional=True)
-    for name in ("environment", "args", "extra", "memory", "trace", "context",
+    for name in ("environment", "args", "extra", "trace", "context",
                  "tune", "cluster", "ledger", "anatomy"):  # fmt: skip
         fields.mapping(name, d.get(name))
     for key, value in fields.mapping("metrics", d.get("metrics")).items():

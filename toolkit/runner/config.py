@@ -473,9 +473,6 @@ class TrainConfig:
         speed=False,
         quiet=None,
     )
-    memory_watch: bool = setting(
-        False, "Record host/device memory per epoch.", MEASURING, speed=False, quiet=False
-    )
     tensorboard: bool = setting(
         False,
         "Write step time, p50/p90, examples/s, MFU, memory and the epoch metrics as "

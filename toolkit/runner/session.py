@@ -1,4 +1,4 @@
-"""profile(): StepTimer (+ MemoryWatch, TraceWindow) around a user's own fit, and a report that
+"""profile(): StepTimer (+ TraceWindow) around a user's own fit, and a report that
 lands on disk however the run ends."""
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from toolkit.core.stats import DEFAULT_WARMUP_STEPS
 from toolkit.profiling._compute import Compute
 from toolkit.profiling.anatomy import AnatomyWindow
 from toolkit.profiling.loss_guard import LossGuard
-from toolkit.profiling.memory_watch import MemoryWatch
-from toolkit.profiling.scalars import HOST_RSS, TRAIN, Scalars, viewing_hint
+from toolkit.profiling.scalars import DEVICE_PEAK, HOST_RSS, TRAIN, Scalars, viewing_hint
 from toolkit.profiling.step_timer import StepTimer
 from toolkit.profiling.stop_on_signal import StopOnSignal
 from toolkit.profiling.trace_window import TraceWindow
@@ -81,7 +80,6 @@ class Profile:
             ``<run dir>/train`` (where Keras's TensorBoard callback puts its trace, beside the
             scalars), or ``<report_dir or .>/trace`` with no run directory. Defaults to `None`
             (no trace).
-        memory_watch: add a MemoryWatch. Defaults to `False`.
         tensorboard: write TensorBoard scalars into the run directory's ``train`` and
             ``validation`` runs, as Keras's TensorBoard callback lays them out: StepTimer's
             step time, p50/p90 and examples/s and the model's epoch metrics at each epoch's
@@ -114,7 +112,6 @@ class Profile:
         data: Any = None,
         warmup_steps: int = DEFAULT_WARMUP_STEPS,
         trace_steps: tuple[int, int] | None = None,
-        memory_watch: bool = False,
         tensorboard: bool = False,
         args: Mapping[str, Any] | None = None,
         plot: bool = True,
@@ -139,7 +136,6 @@ class Profile:
         self.timer = StepTimer(
             warmup_steps=warmup_steps, batch_size=batch_size, data=data, log_steps=log_steps
         )
-        self.memory = MemoryWatch() if memory_watch else None
         self._trace_steps = trace_steps
         self.trace: TraceWindow | None = None
         self.run_dir: str | None = None
@@ -152,13 +148,10 @@ class Profile:
 
     @property
     def callbacks(self) -> list[Any]:
-        """The callbacks to pass to ``fit``: the signal stop, StepTimer, MemoryWatch and
-        TraceWindow, and the guard that stops a run whose loss went NaN or infinite."""
-        return [
-            cb
-            for cb in (self._stop, self.timer, self.memory, self.trace, self._guard)
-            if cb is not None
-        ]
+        """The callbacks to pass to ``fit``: the signal stop, StepTimer (which reads the run's
+        memory too) and TraceWindow, and the guard that stops a run whose loss went NaN or
+        infinite."""
+        return [cb for cb in (self._stop, self.timer, self.trace, self._guard) if cb is not None]
 
     def fit(self, model: Any, *args: Any, callbacks: Sequence[Any] = (), **kwargs: Any) -> Any:
         """``model.fit(*args, **kwargs)`` with this profile's callbacks (then `callbacks`),
@@ -212,7 +205,6 @@ class Profile:
             self.report = RunReport.from_callbacks(
                 self.name,
                 self.timer,
-                memory=self.memory,
                 trace=self.trace,
                 args=self.args,
                 status=status,
@@ -373,11 +365,11 @@ class Profile:
                 self._anatomy_image(scalars, report.anatomy, step)
             if report.ledger and report.ledger.memory is not None:
                 _memory_scalars(scalars, report.ledger.memory)
-            for r in report.memory.readings if report.memory is not None else ():
-                at = ends.get(r.epoch, 0) if r.epoch is not None else 0
-                scalars.write(HOST_RSS, r.host_rss_mb, at)
-                for device, m in r.devices.items():
-                    scalars.write(f"memory/{device}_peak_mb", m.peak_mb, at)
+                for r in report.ledger.memory.epochs:
+                    at = ends.get(r.epoch, 0) if r.epoch is not None else 0
+                    scalars.write(HOST_RSS, r.host_mb, at)
+                    if r.device_peak_mb is not None:
+                        scalars.write(DEVICE_PEAK, r.device_peak_mb, at)
             scalars.close()
         except Exception as e:  # noqa: BLE001 - the report matters more than the scalars
             logging.warning("TensorBoard scalars not finished: %s: %s", type(e).__name__, e)

@@ -4,7 +4,7 @@ A recipe describes *what* to train as a :class:`Task` (model builder, loss, metr
 :func:`run` decides *how*: it selects the device (``toolkit.devices``), runs the preflight
 checks, builds the distribution strategy, sets the precision policy, builds the input pipeline
 (``toolkit.data``, or synthetic data of the same spec), compiles under the strategy scope with
-the chosen ``jit_compile`` and ``steps_per_execution``, fits with StepTimer (and MemoryWatch /
+the chosen ``jit_compile`` and ``steps_per_execution``, fits with StepTimer (and
 TraceWindow when asked), and writes a RunReport, also when ``fit`` raises or is interrupted.
 """
 
@@ -282,7 +282,6 @@ def _profiling(
         batch_size=config.batch_size,
         warmup_steps=config.warmup_steps,
         trace_steps=config.profile_steps,
-        memory_watch=config.memory_watch,
         tensorboard=config.tensorboard,
         log_steps=log_steps,
         stop_on_nan=config.stop_on_nan,

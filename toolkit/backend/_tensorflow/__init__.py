@@ -7,7 +7,7 @@
   (``tf.profiler.experimental``) for TraceWindow; :func:`step_marker`: the step marker XProf
   needs for step time (``tf.profiler.experimental.Trace(..., step_num=, _r=1)``);
   :func:`profiler_probe`: whether any TF profiler session is running, the user's included.
-* :func:`device_memory`: current and peak memory of each visible GPU, for MemoryWatch.
+* :func:`device_memory`: current and peak memory of each visible GPU, for StepTimer's memory.
 * :func:`count_flops`: FLOPs of a forward pass and a training step, from TF's graph profiler.
 * :func:`measure_matmul_peak`: FLOP/s of chained large matmuls on one device.
 * :func:`fuse_train_steps`: several training steps inside one compiled ``train_step``.
