@@ -274,7 +274,10 @@ def test_a_missing_extra_is_one_line_naming_the_install_that_works_from_a_wheel(
     paths = make_report().write(tmp_path / "run")
     assert "png" not in paths and hint in pathlib.Path(paths["markdown"]).read_text()
     # the trace hint names the [profile] extra only while it is missing
-    trace = {"traced_steps": [3, 5], "logdir": "t", "files": ["t/x.xplane.pb"]}
+    from toolkit.profiling._timing import Traced
+    from toolkit.report._trace_records import TraceSection
+
+    trace = TraceSection(Traced("t", (3, 5), (3, 5), ("t/x.xplane.pb",)))
     assert "pip install 'keras-perf-toolkit[profile]'" in run_report._trace_line(trace)
     monkeypatch.delitem(sys.modules, "xprof")
     assert "pip install" not in run_report._trace_line(trace)
