@@ -97,6 +97,10 @@ def memory_markdown(memory: RunMemory | None) -> str:
             epoch = "start" if e.epoch is None else e.epoch + 1  # as Keras's progress counts
             cells = (format_mb(e.host_mb), format_mb(e.device_mb), format_mb(e.device_peak_mb))
             out.append(f"| {epoch} | {e.step:,} | " + " | ".join(cells) + " |")
+        out.append(
+            "\n_At train begin and at each epoch's end, after its validation; steps: the "
+            "training steps begun by then; device peak: the most so far._"
+        )
     return "\n".join(out) + "\n"
 
 
