@@ -13,7 +13,14 @@ import pytest
 
 from toolkit.core import compat
 from toolkit.profiling._ledger_records import PARTS
-from toolkit.profiling._memory import Reading, epochs_growth, grown, steady_growth, steady_rise
+from toolkit.profiling._memory import (
+    Reading,
+    at_end,
+    epochs_growth,
+    grown,
+    steady_growth,
+    steady_rise,
+)
 from toolkit.profiling._memory_records import EpochMemory, Growth, PartMemory, RunMemory, Sample
 from toolkit.report._memory import memory_change, memory_lines
 from toolkit.runner.session import profile
@@ -438,13 +445,11 @@ def test_memory_rising_at_each_epoch_end_is_growth_across_epochs_said_once_as_it
         def read(self):
             n = len(self.readings)
             self.readings.append(Reading(float(n), 50 * n, 500.0 + 100 * n, 0.0, None, None))
-
-        def snapshot(self):
-            return list(self.readings)
+            return self.readings[-1]
 
     ledger = FitLedger(lambda: 0.0)
     ledger.sampler = Readings()
-    ledger.sampler.read()  # train begin
+    ledger.memory_ends.append(at_end(None, ledger.sampler.read()))  # train begin, as begin() does
     with caplog.at_level("WARNING"):
         for epoch in range(4):
             ledger.epoch_end(epoch, epoch, epoch, epoch + 0.5, epoch + 0.9, [])

@@ -62,7 +62,7 @@ from toolkit.profiling._ledger_records import (
     OtherSpan,
     spread,
 )
-from toolkit.profiling._memory_records import Growth
+from toolkit.profiling._memory_records import EpochMemory, Growth
 
 HOOKS = (
     "on_train_begin",
@@ -356,6 +356,7 @@ class FitLedger:
         self.sampler = None
         self._named: tuple[tuple[Growth, ...], list[Growth]] | None = None  # census, once
         self._warned: set[str] = set()  # the memories said to grow across epochs, once each
+        self.memory_ends: list[EpochMemory] = []  # read at train begin and each epoch's end
 
     # ------------------------------------------------------------ fed by StepTimer
 
@@ -389,14 +390,18 @@ class FitLedger:
                 self.sampler.owners += [c for c in found if c is not timer]
             self.callbacks.read = self.sampler.read
             self.sampler.start()
+            if self.sampler.readings:  # start() read it: train begin
+                self.memory_ends.append(_memory.at_end(None, self.sampler.readings[0]))
 
-    def _read_memory(self, steps_end: bool = False) -> None:
+    def _read_memory(self, steps_end: bool = False) -> _memory.Reading | None:
         """A memory reading at one of the fit's boundaries (what a part held as it ended);
         `steps_end`: the first epoch's steps just ended (the second census)."""
-        if self.sampler is not None:
-            self.sampler.read()
-            if steps_end and self._epoch == 0 and self.sampler.censuses:
-                self.sampler.census_now()
+        if self.sampler is None:
+            return None
+        reading = self.sampler.read()
+        if steps_end and self._epoch == 0 and self.sampler.censuses:
+            self.sampler.census_now()
+        return reading
 
     def _poll(self, interval: Interval) -> None:
         """Reads the backend's counters for `interval` (the watch takes a label, which the
@@ -420,22 +425,21 @@ class FitLedger:
         gaps: list[tuple[float, float]],
     ) -> None:
         self._poll(Interval(TRAINING, epoch))
-        self._read_memory(steps_end=True)
+        reading = self._read_memory(steps_end=True)
+        if reading is not None:
+            self.memory_ends.append(_memory.at_end(epoch, reading))
+            self._say_growth()
         self.epochs.append(
             {"epoch": epoch, "begin": begin, "first": first, "steps_end": steps_end, "end": end}
         )
         self.gaps.extend(gaps)
-        self._say_growth()
 
     def _say_growth(self) -> None:
         """Warns, once a memory, where host or device memory rose at each of the last epoch
         ends (:func:`_memory.epochs_growth`): a leak across epochs, said before it ends a long
         run, and in the report."""
-        if self.sampler is None or not self.sampler.readings:
-            return
+        ends = self.memory_ends
         with contextlib.suppress(Exception):  # a warning is a view; training goes on
-            spans = [EpochSpan.of(e) for e in self.epochs]
-            ends = _memory.epoch_memory(self.sampler.snapshot(), spans)
             for g in _memory.epochs_growth(ends):
                 if g.memory in self._warned:
                     continue
@@ -575,7 +579,14 @@ class FitLedger:
             return self._named[1]
 
         return _memory.run_memory(
-            self.sampler, fit.start, book.tiles, over, fit.epochs, fit.validations, name
+            self.sampler,
+            fit.start,
+            book.tiles,
+            over,
+            fit.epochs,
+            fit.validations,
+            name,
+            self.memory_ends,
         )
 
     def _fit(

@@ -193,24 +193,24 @@ class MemorySampler:
                 if taken is not None:
                     self.censuses.append(taken)
 
-    def read(self, by_thread: bool = False) -> None:
-        """One reading now (never raises: memory is a view, training goes on); `by_thread`:
-        the sampler's own thread took it."""
+    def read(self, by_thread: bool = False) -> Reading | None:
+        """One reading now, None where it failed (never raises: memory is a view, training
+        goes on); `by_thread`: the sampler's own thread took it."""
         try:
             step = int(self._steps())
         except Exception:  # noqa: BLE001 - the count is read while the fit changes it
             step = self.readings[-1].step if self.readings else 0
+        reading = None
         with contextlib.suppress(Exception):
             rss, high = host_memory()
             device = self._device()
-            at = self._clock()
+            reading = Reading(self._clock(), step, rss, high, *(device or (None, None)))
             with self._lock:
-                self.readings.append(
-                    Reading(at, step, rss, high, *(device if device else (None, None)))
-                )
+                self.readings.append(reading)
         # Tried, read or not: the next one is due from now (a reading that fails never
         # turns the thread into a busy loop).
         self._last_at, self._by_thread = self._clock(), by_thread
+        return reading
 
     def stop(self) -> None:
         if self._thread is None or self._stop.is_set():
@@ -387,20 +387,9 @@ def steady_growth(values: Sequence[float], min_points: int, threshold: float) ->
     return None
 
 
-def epoch_memory(readings: Sequence[Reading], epochs: Sequence[Any]) -> tuple[EpochMemory, ...]:
-    """The fit's first reading (train begin) and, for each epoch that ended, the reading the
-    ledger took at its end (the first at or after it)."""
-    times = [r.at for r in readings]
-    first = readings[0]
-    out = [EpochMemory(None, first.step, round(first.host_mb, 2), _r(first.device_mb),
-                       _r(first.device_peak_mb))]  # fmt: skip
-    for e in epochs:
-        if e.end is None:
-            continue
-        r = readings[min(bisect.bisect_left(times, e.end), len(readings) - 1)]
-        out.append(EpochMemory(e.epoch, r.step, round(r.host_mb, 2), _r(r.device_mb),
-                               _r(r.device_peak_mb)))  # fmt: skip
-    return tuple(out)
+def at_end(epoch: int | None, r: Reading) -> EpochMemory:
+    """The reading the ledger took at train begin (`epoch` None) or at an epoch's end."""
+    return EpochMemory(epoch, r.step, round(r.host_mb, 2), _r(r.device_mb), _r(r.device_peak_mb))
 
 
 def epochs_growth(ends: Sequence[EpochMemory]) -> list[Growth]:
@@ -887,9 +876,11 @@ def run_memory(
     epochs: Sequence[Any],
     validations: Sequence[Any],
     name: Callable[[list[Growth], Grown], list[Growth]],
+    ends: Sequence[EpochMemory] = (),
 ) -> RunMemory | None:
     """The fit's memory record from `sampler`'s readings and the ledger's tiles; `name`
-    names the growth found (who holds it: only where there is growth)."""
+    names the growth found (who holds it: only where there is growth); `ends` the readings the
+    ledger took at train begin and each epoch's end (:func:`at_end`)."""
     readings = sampler.snapshot()
     if not readings:
         return None
@@ -902,7 +893,6 @@ def run_memory(
                "callbacks" if where(r.at)[1] else where(r.at)[0])
         for r in readings[::step]
     )  # fmt: skip
-    ends = epoch_memory(readings, epochs)
     return RunMemory(
         every_s=sampler.every_s,
         parts=parts,
@@ -916,5 +906,5 @@ def run_memory(
         + tuple(epochs_growth(ends)),
         timeline=timeline,
         readings=len(readings),
-        epochs=ends,
+        epochs=tuple(ends),
     )
