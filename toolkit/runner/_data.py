@@ -177,15 +177,17 @@ def dataset(
     task: Task | None = None,
     share: tuple[int, int, int] = (0, 1, 1),
     notes: list[tuple[str, str]] | None = None,
+    loader: str | None = None,
 ):
-    """`source` in batches as `config` says; with `share` ``(index, processes, devices)``
-    of a ``keras.distribution``, process `index`'s part of every global batch, laid out as
-    the fused step reads it (validation too, without its last partial batch: a batch placed
-    over processes splits evenly)."""
+    """`source` in batches as `config` says, by `loader` (None: :func:`data_loader`'s
+    choice); with `share` ``(index, processes, devices)`` of a ``keras.distribution``,
+    process `index`'s part of every global batch, laid out as the fused step reads it
+    (validation too, without its last partial batch: a batch placed over processes splits
+    evenly)."""
     from toolkit.distribute.processes import process_slice
 
     index, processes, devices = share
-    loader = data_loader(config, source, task, training)
+    loader = loader or data_loader(config, source, task, training)
     return process_slice(
         batches(
             source,

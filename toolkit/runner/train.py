@@ -239,7 +239,7 @@ def run(
     if progress.mode() == progress.BAR:  # a terminal: no long silence before the first bar
         progress.say(f"{task.name}: data ready; building the model, then the first step compiles")
     model = _compiled_model(task, config, setup.strategy)
-    aside = _fused_aside(config, _data.data_loader(config, task.train, task), model)
+    aside = _fused_aside(config, setup.loader, model)
     if aside is not None:
         progress.say(f"note: {aside[0]}; {aside[1]}")
         setup.findings.append(Finding("info", "fused_steps_not_needed", *aside))
@@ -385,7 +385,7 @@ def _unreadable_file(task: Task, error: Exception) -> SetupError | None:
 class _Setup:
     """What :func:`run` settles before the model is built: the effective config, the cluster,
     the device (and its preflight findings), the strategy and its batch sizes, this process's
-    share of the data (index, processes, replicas) and the datasets."""
+    share of the data (index, processes, replicas), its loader and the datasets."""
 
     config: TrainConfig
     cluster: distribute.Cluster
@@ -395,6 +395,7 @@ class _Setup:
     global_batch: int
     per_replica: int
     share: tuple[int, int, int]
+    loader: str
     train_ds: Any
     val_ds: Any
 
@@ -429,8 +430,9 @@ def _set_up(task: Task, config: TrainConfig) -> _Setup:
             # reads the same order whatever ran before it in the process.
             compat.keras().utils.set_random_seed(config.seed)
         notes: list[tuple[str, str]] = []  # what the data leaves out: said, and in the report
+        loader = _data.data_loader(config, task.train, task)
         train_ds = _data.dataset(
-            task.train, config, training=True, task=task, share=share, notes=notes
+            task.train, config, training=True, task=task, share=share, notes=notes, loader=loader
         )
         for what, fix in notes:
             progress.say(f"note: {what}; {fix}")
@@ -443,8 +445,8 @@ def _set_up(task: Task, config: TrainConfig) -> _Setup:
     except (ValueError, FileNotFoundError) as e:  # a bad setting (ConfigError), too little data
         raise SetupError(str(e)) from e
     return _Setup(
-        config, cluster, device, findings, strategy, global_batch, per_replica, share, train_ds,
-        val_ds,
+        config, cluster, device, findings, strategy, global_batch, per_replica, share, loader,
+        train_ds, val_ds,
     )  # fmt: skip
 
 
