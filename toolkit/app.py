@@ -39,6 +39,7 @@ from toolkit.runner.config import ConfigError, TrainConfig
 
 if TYPE_CHECKING:  # the runner imports Keras: loaded when a run starts, not with this module
     from toolkit.report._diagnosis import DiagnosisSection
+    from toolkit.report._tune import TuneSection
     from toolkit.runner.train import Task
     from toolkit.search.standings import Target
 
@@ -328,9 +329,9 @@ def _load_frameworks(build_task: Callable[..., Task]) -> None:
 
 def _before_the_run(
     build_task: Callable[..., Task], task: Task, config: TrainConfig
-) -> tuple[TrainConfig, dict[str, Any] | None, DiagnosisSection | None]:
+) -> tuple[TrainConfig, TuneSection | None, DiagnosisSection | None]:
     """``--autotune`` (the config with the pick) and ``--diagnose`` when asked: ``(config,
-    tune's result, the diagnosis)`` for the run and its report."""
+    tune's section, the diagnosis)`` for the run and its report."""
     f = flags.FLAGS
     tuned = diagnosis = None
     if f.autotune:
@@ -342,7 +343,7 @@ def _before_the_run(
         )  # fmt: skip
         print(terminal.show(result.table()))
         print(f"autotune: {result.best.flags()}")
-        tuned = result.to_dict()
+        tuned = result.section()
     if f.diagnose:
         from toolkit.search.diagnose import diagnose
 

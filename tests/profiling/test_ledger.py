@@ -446,8 +446,8 @@ def test_tensorflow_s_tracing_counts_find_a_retrace_after_the_first_call(make_mo
     again = iter(tf.data.Dataset.from_tensor_slices((x.astype("float64"), y)).batch(8))
     model.train_function(again)
     watch.poll("train epoch 1")
-    assert [e["where"] for e in watch.events] == ["train epoch 1"]
-    assert watch.events[0]["function"] == "train"
+    assert [e.where for e in watch.events] == ["train epoch 1"]
+    assert watch.events[0].function == "train"
     watch.stop()
     assert not getattr(model.train_function, "_toolkit_watched", False)  # put back
 

@@ -6,6 +6,7 @@ imported here."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
@@ -231,6 +232,21 @@ def digest(arrays: Any) -> str:
 # ---------------------------------------------------------------------------- compiles
 
 
+@dataclasses.dataclass
+class CompileEvent:
+    """One compile a backend's signal found: `function` (``train``, ``evaluate`` or None),
+    `at` (the clock when it happened, or None where the signal is a counter read at
+    :meth:`CompileWatch.poll`), `seconds` (the backend's own duration, or None), `cause`
+    (words, or None) and `where` (the poll label it was found at). JAX adds a compile's later
+    phases to the one it is reporting."""
+
+    function: str | None
+    at: float | None = None
+    seconds: float | None = None
+    cause: str | None = None
+    where: str | None = None
+
+
 class CompileWatch:
     """What a backend says of one fit's compiles, and of the time its input took, for the
     ledger (``toolkit.profiling._ledger``). This base sees nothing: a backend without a signal.
@@ -245,10 +261,7 @@ class CompileWatch:
             timed inside the train function: :attr:`input_spans`), ``"between"`` (Keras
             fetches the batch between two steps: the ledger times the gaps) or ``""`` (the
             batch is read inside the traced step, where only a profiler sees it).
-        events: one dict per compile found: ``at`` (the clock when it happened, or None where
-            the signal is a counter read at :meth:`poll`), ``seconds`` (the backend's own
-            duration, or None), ``function`` (``train``, ``evaluate`` or None), ``cause``
-            (words, or None) and ``where`` (the :meth:`poll` label it was found at).
+        events: a :class:`CompileEvent` per compile found.
         input_spans: ``(start, seconds)`` of each batch read timed inside a train function.
     """
 
@@ -257,7 +270,7 @@ class CompileWatch:
 
     def __init__(self, model: Any = None, clock: Callable[[], float] | None = None) -> None:
         self.model = model
-        self.events: list[dict[str, Any]] = []
+        self.events: list[CompileEvent] = []
         self.input_spans: list[tuple[float, float]] = []
 
     def start(self) -> None:

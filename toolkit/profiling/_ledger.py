@@ -45,7 +45,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from absl import logging
 
@@ -63,6 +63,9 @@ from toolkit.profiling._ledger_records import (
     spread,
 )
 from toolkit.profiling._memory_records import EpochMemory, Growth
+
+if TYPE_CHECKING:
+    from toolkit.backend._common import CompileEvent
 
 HOOKS = (
     "on_train_begin",
@@ -240,11 +243,7 @@ class EpochSpan(NamedTuple):
     begin: float | None
     first: float | None
     steps_end: float | None
-    end: float | None
-
-    @classmethod
-    def of(cls, e: Mapping[str, Any]) -> EpochSpan:
-        return cls(e["epoch"], e.get("begin"), e.get("first"), e.get("steps_end"), e.get("end"))
+    end: float | None = None
 
 
 @dataclasses.dataclass
@@ -340,7 +339,7 @@ class FitLedger:
     def clear(self) -> None:
         self.train_begin: float | None = None
         self.train_end: float | None = None
-        self.epochs: list[dict[str, Any]] = []  # each epoch's readings (StepTimer reads them)
+        self.epochs: list[EpochSpan] = []  # each epoch's readings (StepTimer reads them)
         self.validations: list[ValidationSpan] = []
         self.gaps: list[tuple[float, float]] = []  # (start, seconds): input between steps
         self._test: ValidationSpan | None = None
@@ -429,9 +428,7 @@ class FitLedger:
         if reading is not None:
             self.memory_ends.append(_memory.at_end(epoch, reading))
             self._say_growth()
-        self.epochs.append(
-            {"epoch": epoch, "begin": begin, "first": first, "steps_end": steps_end, "end": end}
-        )
+        self.epochs.append(EpochSpan(epoch, begin, first, steps_end, end))
         self.gaps.extend(gaps)
 
     def _say_growth(self) -> None:
@@ -508,7 +505,7 @@ class FitLedger:
         self,
         calls: Sequence[tuple[float, int, int, str]],
         span: tuple[float | None, float | None],
-        current: Mapping[str, Any] | None,
+        current: EpochSpan | None,
         params: Mapping[str, Any] | None,
         now: float,
     ) -> Ledger | None:
@@ -590,7 +587,7 @@ class FitLedger:
         )
 
     def _fit(
-        self, span: tuple[float | None, float | None], current: Mapping[str, Any] | None, now: float
+        self, span: tuple[float | None, float | None], current: EpochSpan | None, now: float
     ) -> _Fit:
         """Where the fit's clock starts and stops, and its epochs and validations (with the
         one a fit stopped inside)."""
@@ -602,9 +599,9 @@ class FitLedger:
         if train_end is not None and returned is not None and train_end > returned:
             train_end = None
         stop = returned if returned is not None else train_end if train_end is not None else now
-        epochs = [EpochSpan.of(e) for e in self.epochs]
-        if current is not None and current.get("first") is not None:
-            epochs.append(EpochSpan.of(current))
+        epochs = list(self.epochs)
+        if current is not None and current.first is not None:
+            epochs.append(current)
         validations = list(self.validations)
         if self._test is not None:  # stopped inside a validation
             validations.append(dataclasses.replace(self._test, end=stop))
@@ -888,9 +885,9 @@ class _Compiles:
     def _own(self, x: Execution) -> float | None:
         """What the backend's own events timed inside execution `x` (None: nothing)."""
         own = sum(
-            ev.get("seconds") or 0.0
+            ev.seconds or 0.0
             for ev in self.events
-            if ev.get("at") is not None and x.start <= ev["at"] < x.start + x.seconds
+            if ev.at is not None and x.start <= ev.at < x.start + x.seconds
         )
         return own or None
 
@@ -927,48 +924,48 @@ class _Compiles:
             )
         )
 
-    def _placed(self) -> dict[str, list[dict[str, Any]]]:
+    def _placed(self) -> dict[str, list[CompileEvent]]:
         """The events stamped with the clock, each placed in the execution it happened in
         (or outside every step: a compile of Keras's own); the others, by poll label."""
         flat = sorted((x for run in self.runs for x in run), key=lambda x: x.start)
         starts = [x.start for x in flat]
-        polled: dict[str, list[dict[str, Any]]] = {}
+        polled: dict[str, list[CompileEvent]] = {}
         for ev in self.events:
-            at = ev.get("at")
+            at = ev.at
             if at is None:
-                polled.setdefault(str(ev.get("where") or ""), []).append(ev)
+                polled.setdefault(ev.where or "", []).append(ev)
                 continue
             i = bisect.bisect_right(starts, at) - 1
             if i >= 0 and at < flat[i].start + flat[i].seconds:
                 x = flat[i]
                 if x is not self.firsts.get(x.function):
-                    self._add(x, False, ev.get("cause") or "a new trace", self._own(x))
+                    self._add(x, False, ev.cause or "a new trace", self._own(x))
             else:
                 self._outside(at, ev)
         return polled
 
-    def _outside(self, at: float, ev: Mapping[str, Any]) -> None:
+    def _outside(self, at: float, ev: CompileEvent) -> None:
         """A compile outside any step (Keras's own, timed by JAX), out of its part."""
         part = self.book.part_at(at)
-        seconds = float(ev.get("seconds") or 0.0)
+        seconds = float(ev.seconds or 0.0)
         if part is None or seconds <= 0:
             return
         seconds = self.book.move(part, seconds, "compile", capped=True, at=at)
         named = part.replace("_", "-")
         self.out.append(
             Compile(
-                function=ev.get("function") or named,
+                function=ev.function or named,
                 first=True,  # a function of Keras's own, compiled once
                 epoch=None,
                 step=None,
                 seconds=round(seconds, 6),
                 backend_seconds=round(seconds, 6),
-                cause=ev.get("cause") or f"compiled in the {named}",
+                cause=ev.cause or f"compiled in the {named}",
                 outside_steps=True,
             )
         )
 
-    def _polled(self, polled: Mapping[str, list[dict[str, Any]]]) -> None:
+    def _polled(self, polled: Mapping[str, list[CompileEvent]]) -> None:
         """A counter read at an interval's end: that interval's slowest executions, in time
         order, are its compiles."""
         for label, found in polled.items():
@@ -983,7 +980,7 @@ class _Compiles:
             pool = [x for x in pool if x is not self.firsts.get(x.function)]
             slowest = sorted(pool, key=lambda x: -x.seconds / x.steps)[: len(found)]
             for x, ev in zip(sorted(slowest, key=lambda x: x.start), found, strict=False):
-                self._add(x, False, _first_line(ev.get("cause")) or "a new trace", None)
+                self._add(x, False, _first_line(ev.cause) or "a new trace", None)
 
 
 def _train_runs(

@@ -77,7 +77,7 @@ from toolkit.core.stats import (
     format_ms,
     summarize_calls,
 )
-from toolkit.profiling._ledger import FitLedger, epoch_gaps, keras_callbacks
+from toolkit.profiling._ledger import EpochSpan, FitLedger, epoch_gaps, keras_callbacks
 from toolkit.profiling._ledger_records import Ledger
 from toolkit.profiling._timing import (
     Epoch,
@@ -774,18 +774,13 @@ class StepTimer(compat.keras().callbacks.Callback):
         if not getattr(self, "params", None):
             return None
         calls = self.calls
-        current = None
+        current: EpochSpan | None = None
         if self._ledger.train_end is None and self._begins:  # stopped inside an epoch
-            done = {e["epoch"] for e in self._ledger.epochs}
+            done = {e.epoch for e in self._ledger.epochs}
             if self._epoch not in done and self._begins:
                 mine = [c for c in calls if c[2] == self._epoch]
                 first, steps_end = self._epoch_span(sum(map(SECONDS_OF, mine)))
-                current = {
-                    "epoch": self._epoch,
-                    "begin": self._epoch_start,
-                    "first": first,
-                    "steps_end": steps_end,
-                }
+                current = EpochSpan(self._epoch, self._epoch_start, first, steps_end)
         return self._ledger.result(calls, self._fit_span, current, self.params, self._clock())
 
     def summary(self) -> StepStats:

@@ -209,7 +209,7 @@ def run(
     extra: Mapping[str, Any] | None = None,
     *,
     diagnosis: DiagnosisSection | None = None,
-    tune: Mapping[str, Any] | None = None,
+    tune: TuneSection | None = None,
     anatomy: Anatomy | None = None,
 ) -> RunResult:
     """Trains `task` as `config` says, with step-time profiling, and writes the report.
@@ -221,7 +221,7 @@ def run(
         callbacks: more Keras callbacks, run after the profiling ones.
         extra: free-form facts for the report's ``extra``.
         diagnosis: a ``Diagnosis.section()`` for the report's diagnosis section.
-        tune: a ``TuneResult.to_dict()`` for the report's tune section.
+        tune: a ``TuneResult.section()`` for the report's tune section.
         anatomy: the step taken apart (``toolkit.core._anatomy.Anatomy``) for the report's
             ``anatomy`` (its section, its picture ``anatomy.png``).
 
@@ -294,7 +294,7 @@ def _describe(
     context: RunContext,
     extra: Mapping[str, Any] | None,
     diagnosis: DiagnosisSection | None,
-    tune: Mapping[str, Any] | None,
+    tune: TuneSection | None,
 ) -> None:
     """The report's account of the run, set before it trains (the report is written even when
     ``fit`` stops on an error): where and how it trains, the caller's facts, and the diagnosis
@@ -302,7 +302,7 @@ def _describe(
     prof.context = context
     prof.extra.update(extra or {})
     prof.diagnosis = diagnosis
-    prof.tune = TuneSection.from_dict(tune)
+    prof.tune = tune
 
 
 def _count_flops(prof: Any, model: Any, setup: _Setup) -> None:

@@ -44,6 +44,7 @@ from toolkit.core import progress as tk_progress
 from toolkit.core._gain import FRESH, THIS_PROCESS, Gain
 from toolkit.core.cache import Cache
 from toolkit.core.terminal import Block, markdown
+from toolkit.report._tune import TuneSection
 from toolkit.runner.config import SEARCHED_SETTINGS, SearchContext, TrainConfig
 from toolkit.search import _tune_screen as screen
 from toolkit.search import fresh as fr
@@ -199,6 +200,11 @@ class TuneResult:
     def best_rate(self) -> float | None:
         rates = [t.examples_per_sec for t in self.trials if t.candidate == self.best]
         return rates[0] if rates else None
+
+    def section(self) -> TuneSection:
+        """What the run's report keeps of the search (its record whole, with the pick, its
+        trials and the gain claimed, read once)."""
+        return TuneSection.from_dict(self.to_dict())
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from toolkit.backend._common import CompileWatch, shape_change
+from toolkit.backend._common import CompileEvent, CompileWatch, shape_change
 
 # The phases of one compile, each its own event, one after the other.
 PHASES = (
@@ -95,7 +95,7 @@ class JaxCompiles(CompileWatch):
         self._wrapped: dict[str, tuple[Any, Any]] = {}  # attr -> (original, wrapper)
         self._current: tuple[str, _TimedBatches] | None = None  # the function running now
         self._last_sig: dict[str, Any] = {}
-        self._pending: dict[str, Any] | None = None  # the compile being reported, phase by phase
+        self._pending: CompileEvent | None = None  # the compile being reported, phase by phase
 
     def _event(self, phase: str, seconds: float, now: float) -> None:
         if threading.get_ident() != self._thread:
@@ -103,22 +103,16 @@ class JaxCompiles(CompileWatch):
         current = self._current
         function = current[0] if current is not None else None
         pending = self._pending
-        if pending is not None and phase != PHASES[0] and pending["function"] == function:
-            pending["seconds"] += seconds  # a later phase of the same compile
-            pending["at"] = now
+        if pending is not None and phase != PHASES[0] and pending.function == function:
+            pending.seconds = (pending.seconds or 0.0) + seconds  # a later phase of one compile
+            pending.at = now
             return
         cause = None
         if current is not None:
             sig = signature(current[1].last)
             cause = shape_change(self._last_sig.get(function), sig)
             self._last_sig[function] = sig
-        self._pending = {
-            "at": now,
-            "seconds": seconds,
-            "function": function,
-            "cause": cause,
-            "where": None,
-        }
+        self._pending = CompileEvent(function, now, seconds, cause)
         self.events.append(self._pending)
 
     def _wrap(self, attr: str, function: str, timed: bool) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from toolkit.backend._common import CompileWatch
+from toolkit.backend._common import CompileEvent, CompileWatch
 
 
 def _traced(fn: Any) -> list[Any]:
@@ -100,10 +100,7 @@ class TracingCounts(CompileWatch):
             count = _count(traced)
             new, self._seen[name] = count - self._seen[name], count
             for _ in range(max(0, new)):
-                self.events.append(
-                    {"at": None, "seconds": None, "function": name, "cause": None,
-                     "where": where}
-                )  # fmt: skip
+                self.events.append(CompileEvent(name, where=where))
 
     def stop(self) -> None:
         for attr, (original, wrapper) in self._wrapped.items():

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from toolkit.backend._common import CompileWatch
+from toolkit.backend._common import CompileEvent, CompileWatch
 
 
 def _dynamo() -> Any:
@@ -55,6 +55,4 @@ class DynamoCounters(CompileWatch):
         fresh, self._reasons = reasons[self._reasons :], len(reasons)
         function = "evaluate" if where.startswith("validation") else "train"
         for cause in fresh:
-            self.events.append(
-                {"at": None, "seconds": None, "function": function, "cause": cause, "where": where}
-            )
+            self.events.append(CompileEvent(function, cause=cause, where=where))
