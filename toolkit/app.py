@@ -5,7 +5,7 @@ function and ends with ``main = app.recipe_main(build_task)``; everything else a
 here, once: flags to a validated config, the task from the flags named like ``build_task``'s
 parameters, ``--autotune`` and ``--diagnose`` when asked, the runner, the summary and the files.
 ``python -m toolkit tune|doctor|placement --recipe R`` load recipes through :func:`load_recipe`
-and :func:`recipe_from_flags`.
+and build their tasks through :func:`recipe_task`.
 
 Errors end the program with one line ``error: ...`` on stderr and no traceback: status 2 for a
 bad flag or setting (:class:`~toolkit.runner.config.ConfigError`, :class:`UsageError`), 1 for a
@@ -212,25 +212,6 @@ def load_recipe(name: str) -> types.ModuleType:
     return importlib.import_module(f"{RECIPES_PACKAGE}.{check_recipe(name)}")
 
 
-def recipe_from_flags(
-    recipe: types.ModuleType | Callable[..., Task], argv: Sequence[str] | None = None
-) -> tuple[TrainConfig, Task]:
-    """``(config, task)`` of a recipe from its flags: parsed from `argv` when given (as
-    ``[program, --flag=value, ...]``), else the flags already parsed.
-
-    Raises:
-        ConfigError: a bad training setting (one line naming the flag).
-        ValueError, FileNotFoundError: the toolkit's recipes' data or settings (from
-            ``build_task``).
-        UserCodeError: a recipe of yours whose ``build_task`` raised, naming it.
-    """
-    build_task = getattr(recipe, "build_task", recipe)
-    if argv is not None:
-        flags.FLAGS(_argv.canonical_argv(argv))
-    config = tk_flags.config_from_flags()
-    return config, recipe_task(build_task, tk_flags.kwargs_from_flags(build_task))
-
-
 def recipe_task(build_task: Callable[..., Task], params: dict[str, Any]) -> Task:
     """``build_task(**params)``, its errors said as its own.
 
@@ -288,8 +269,8 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
     _load_frameworks(build_task)
     from toolkit.runner.train import run
 
-    try:
-        config, task = recipe_from_flags(build_task)
+    try:  # the config read above, once; the task's parameters from the same flags
+        task = recipe_task(build_task, tk_flags.kwargs_from_flags(build_task))
     except ConfigError as e:
         fail(e, 2)
     except (ValueError, FileNotFoundError, UserCodeError) as e:  # data and paths: checked here
