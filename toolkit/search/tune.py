@@ -204,7 +204,9 @@ class TuneResult:
     def section(self) -> TuneSection:
         """What the run's report keeps of the search (its record whole, with the pick, its
         trials and the gain claimed, read once)."""
-        return TuneSection.from_dict(self.to_dict())
+        section = TuneSection.from_dict(self.to_dict())
+        assert section is not None  # from_dict's None is for a report without a search
+        return section
 
     def to_dict(self) -> dict[str, object]:
         return {
