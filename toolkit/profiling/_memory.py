@@ -876,7 +876,7 @@ def run_memory(
     epochs: Sequence[Any],
     validations: Sequence[Any],
     name: Callable[[list[Growth], Grown], list[Growth]],
-    ends: Sequence[EpochMemory] = (),
+    ends: Sequence[EpochMemory],
 ) -> RunMemory | None:
     """The fit's memory record from `sampler`'s readings and the ledger's tiles; `name`
     names the growth found (who holds it: only where there is growth); `ends` the readings the
