@@ -408,7 +408,7 @@ def test_compute_section_adds_achieved_flops_and_mfu_from_the_median_step(tmp_pa
     with timer:
         for _ in range(20):
             timer.step()
-    compute = {"flops_per_step": 2e9, "peak_flops_per_s": 4e11, "peak_dtype": "float32"}
+    compute = Compute(flops_per_step=2e9, peak_flops_per_s=4e11, peak_dtype="float32")
     r = RunReport.from_callbacks("c", timer, compute=compute)
     assert r.compute.achieved_flops_per_s == pytest.approx(2e11)
     assert r.compute.mfu == pytest.approx(0.5)
@@ -418,11 +418,9 @@ def test_compute_section_adds_achieved_flops_and_mfu_from_the_median_step(tmp_pa
     assert RunReport.load(paths["json"]) == r
     # On a GPU the datasheet lists, its dense figure beside the measured one (MFU as
     # published figures give it); elsewhere, no datasheet words at all.
-    sheet = {
-        **compute,
-        "datasheet_peak_flops_per_s": 4e12,
-        "datasheet_peak": "NVIDIA H100 SXM, dense tf32",
-    }
+    sheet = dataclasses.replace(
+        compute, datasheet_peak_flops_per_s=4e12, datasheet_peak="NVIDIA H100 SXM, dense tf32"
+    )
     gpu = RunReport.from_callbacks("g", timer, compute=sheet)
     assert gpu.compute.datasheet_mfu == pytest.approx(0.05)
     assert (
@@ -434,7 +432,7 @@ def test_compute_section_adds_achieved_flops_and_mfu_from_the_median_step(tmp_pa
     assert "| MFU, of the datasheet peak | 5.0% |" in markdown
     assert "datasheet peak" not in r.summary() + r.to_markdown()
     uncounted = RunReport.from_callbacks(
-        "u", timer, compute={"flops_per_step": None, "note": "a while loop"}
+        "u", timer, compute=Compute(flops_per_step=None, note="a while loop")
     )
     assert "compute: FLOPs not counted (a while loop)" in uncounted.summary()
 
@@ -980,7 +978,7 @@ def test_mfu_and_throughput_come_from_one_statistic():
     with timer:
         for _ in range(21):
             timer.step()
-    compute = {"flops_per_step": 2e9, "peak_flops_per_s": 4e11, "peak_dtype": "float32"}
+    compute = Compute(flops_per_step=2e9, peak_flops_per_s=4e11, peak_dtype="float32")
     r = RunReport.from_callbacks("c", timer, compute=compute)
     assert r.steps.mean_s != pytest.approx(r.steps.p50_s)
     per_example = 2e9 / 8

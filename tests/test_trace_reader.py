@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from toolkit.core.files import ReportError
 from toolkit.report._trace_records import OpTime, Spread, TopOps, TraceAnalysis, TracedStep
 from toolkit.report.trace import find_trace_files, read_trace, trace_lines
 
@@ -197,9 +198,9 @@ def test_the_analysis_reads_back_as_report_json_holds_it():
     assert read.collectives_percent is None and read.steps_per_row == 1 and not read.overview
     assert "bottleneck" not in read.to_dict() and "steps_per_row" not in read.to_dict()
     assert TraceAnalysis.from_dict(None) is None and TraceAnalysis.from_dict({}) is None
-    with pytest.raises(TypeError, match=r"trace\.analysis\.step_ms\.mean is 'x', not a number"):
+    with pytest.raises(ReportError, match=r"field trace\.analysis\.step_ms\.mean is 'x', not a"):
         TraceAnalysis.from_dict({**held, "step_ms": {"mean": "x", "min": 1, "max": 2}})
-    with pytest.raises(TypeError, match=r"trace\.analysis\.top_ops\.host\[0\]\.op is missing"):
+    with pytest.raises(ReportError, match=r"trace\.analysis\.top_ops\.host\[0\]\.op is missing"):
         TraceAnalysis.from_dict({**held, "top_ops": {"host": [{"self_ms": 1.0}]}})
 
 

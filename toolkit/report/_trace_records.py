@@ -7,63 +7,38 @@ Small frozen dataclasses, pure Python. :class:`TraceAnalysis` is one trace's rea
 (``report.json``'s ``trace.analysis``, the schema in ``docs/report.md``): ``to_dict`` writes the
 object reports have always held, and ``from_dict`` reads any report's back, an older one's
 missing fields taking their defaults. A field of the wrong kind (a report is anyone's file)
-raises TypeError or ValueError naming it, which the report's reader says as one line.
+raises ReportError naming it (``toolkit.core._fields``, every record's wording), which the
+report's reader says as one line.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from toolkit.core import _fields as fields
-from toolkit.core.files import ReportError
 from toolkit.profiling._timing import Traced
 
 _WHERE = "trace.analysis"  # the field's name in report.json, for what a bad value says
 
 
-# ---------------------------------------------------------------------------- strict reading
-
-
 def _field(name: str) -> str:
+    """The field's name in report.json, for what a bad value says (``trace.analysis.x``)."""
     return f"{_WHERE}.{name}" if name else _WHERE
 
 
-def _number(value: Any, name: str) -> float:
-    """`value` as a finite float, or TypeError / ValueError naming the field `name`."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{_field(name)} is {value!r}, not a number")
-    if not math.isfinite(value):
-        raise ValueError(f"{_field(name)} is {value!r}, not a finite number")
-    return float(value)
+def _number(value: Any, name: str, optional: bool = False) -> Any:
+    """`value` as a float (None where `optional` and null), or ReportError naming it."""
+    read = fields.number(_field(name), value, optional=optional)
+    return None if read is None else float(read)
 
 
-def _optional_number(value: Any, name: str) -> float | None:
-    return None if value is None else _number(value, name)
-
-
-def _optional_str(value: Any, name: str) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"{_field(name)} is {value!r}, not a string")
-    return value
-
-
-def _mapping(value: Any, name: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise TypeError(f"{_field(name)} is {value!r}, not an object")
-    return value
-
-
-def _list(value: Any, name: str) -> list[Mapping[str, Any]]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise TypeError(f"{_field(name)} is {value!r}, not a list")
-    return [_mapping(v, f"{name}[{i}]") for i, v in enumerate(value)]
+def _required(d: Mapping[str, Any], key: str, name: str) -> str:
+    """`d[key]` as a string, or ReportError naming ``name.key`` where it is missing."""
+    if d.get(key) is None:
+        raise fields.bad(_field(f"{name}.{key}"), None, "a string")
+    return str(d[key])
 
 
 # ---------------------------------------------------------------------------- the records
@@ -91,7 +66,7 @@ class Spread:
     def from_dict(cls, d: Any, name: str = "step_ms") -> Spread | None:
         if d is None:
             return None
-        d = _mapping(d, name)
+        d = fields.mapping(_field(name), d)
         return cls(**{k: _number(d.get(k), f"{name}.{k}") for k in ("mean", "min", "max")})
 
 
@@ -120,10 +95,9 @@ class TracedStep:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], name: str) -> TracedStep:
-        if d.get("step") is None:
-            raise TypeError(f"{_field(name)}.step is missing")
+        step = _required(d, "step", name)
         parts = {k: _number(v, f"{name}.{k}") for k, v in d.items() if k not in ("step", "step_ms")}
-        return cls(str(d["step"]), _number(d.get("step_ms"), f"{name}.step_ms"), parts)
+        return cls(step, _number(d.get("step_ms"), f"{name}.step_ms"), parts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,10 +123,8 @@ class OpTime:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], name: str) -> OpTime:
-        if d.get("op") is None:
-            raise TypeError(f"{_field(name)}.op is missing")
         return cls(
-            op=str(d["op"]),
+            op=_required(d, "op", name),
             type=str(d.get("type") or ""),
             count=int(_number(d.get("count", 0), f"{name}.count")),
             self_ms=_number(d.get("self_ms"), f"{name}.self_ms"),
@@ -185,12 +157,12 @@ class TopOps:
 
     @classmethod
     def from_dict(cls, d: Any) -> TopOps:
-        d = _mapping(d, "top_ops")
+        d = fields.mapping(_field("top_ops"), d)
         return cls(
             **{
                 side: tuple(
                     OpTime.from_dict(o, f"top_ops.{side}[{i}]")
-                    for i, o in enumerate(_list(d.get(side), f"top_ops.{side}"))
+                    for i, o in enumerate(fields.records(_field(f"top_ops.{side}"), d.get(side)))
                 )
                 for side in ("host", "device")
             }
@@ -267,25 +239,28 @@ class TraceAnalysis:
         fields taking their defaults); None where it holds none."""
         if not d:
             return None
-        d = _mapping(d, "")
-        text = {k: _optional_str(d.get(k), k) for k in ("reader", "verdict", "statement", "error")}
-        breakdown = _mapping(d.get("breakdown_ms"), "breakdown_ms")
-        per_row = _optional_number(d.get("steps_per_row"), "steps_per_row")
+        d = fields.mapping(_WHERE, d)
+        text = {
+            k: fields.string(_field(k), d.get(k), optional=True)
+            for k in ("reader", "verdict", "statement", "error")
+        }
+        breakdown = fields.mapping(_field("breakdown_ms"), d.get("breakdown_ms"))
+        per_row = _number(d.get("steps_per_row"), "steps_per_row", optional=True)
         return cls(
             **text,
             steps=tuple(
                 TracedStep.from_dict(s, f"steps[{i}]")
-                for i, s in enumerate(_list(d.get("steps"), "steps"))
+                for i, s in enumerate(fields.records(_field("steps"), d.get("steps")))
             ),
             step_ms=Spread.from_dict(d.get("step_ms")),
             breakdown_ms={k: _number(v, f"breakdown_ms.{k}") for k, v in breakdown.items()},
-            input_percent=_optional_number(d.get("input_percent"), "input_percent"),
-            collectives_percent=_optional_number(
-                d.get("collectives_percent"), "collectives_percent"
+            input_percent=_number(d.get("input_percent"), "input_percent", optional=True),
+            collectives_percent=_number(
+                d.get("collectives_percent"), "collectives_percent", optional=True
             ),
             top_ops=TopOps.from_dict(d.get("top_ops")),
             overview="bottleneck" in d,
-            bottleneck=_optional_str(d.get("bottleneck"), "bottleneck"),
+            bottleneck=fields.string(_field("bottleneck"), d.get("bottleneck"), optional=True),
             steps_per_row=max(1, int(per_row or 1)),
         )
 
@@ -317,9 +292,6 @@ class TraceSection:
         if d is None:
             return None
         d = fields.mapping("trace", d)
-        try:
-            analysis = TraceAnalysis.from_dict(d.get("analysis"))
-        except (TypeError, ValueError) as e:
-            raise ReportError(f"field {e}") from None
+        analysis = TraceAnalysis.from_dict(d.get("analysis"))
         view = fields.string("trace.view", d.get("view"), optional=True)
         return cls(Traced.from_dict(d), analysis, view)

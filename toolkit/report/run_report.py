@@ -81,11 +81,11 @@ STATUSES = (COMPLETE, PARTIAL, DIVERGED, UNTIMED)
 class RunReport:
     """Everything one run measured. Build it with :meth:`from_callbacks` or :meth:`load`.
 
-    ``context`` is how the run was set up (typed; written by the runner, None around a user's
-    own ``fit``), ``compute`` the FLOPs and MFU, ``diagnosis`` and ``tune`` what those tools
-    found (their ``to_dict()``), ``anatomy`` one training step taken apart into phases and
-    layers (typed, ``toolkit.core._anatomy``; None where none was taken), ``extra`` free-form
-    facts a user adds.
+    Every section is a record: ``context`` how the run was set up (written by the runner, None
+    around a user's own ``fit``), ``compute`` the FLOPs and MFU, ``diagnosis`` and ``tune``
+    what those tools found (their sections), ``anatomy`` one training step taken apart into
+    phases and layers (``toolkit.core._anatomy``; None where none was taken). Only
+    ``environment``, ``args`` and ``extra`` (free-form facts a user adds) are mappings.
     """
 
     name: str
@@ -143,18 +143,19 @@ class RunReport:
         status: str = COMPLETE,
         error: str | None = None,
         extra: Mapping[str, Any] | None = None,
-        compute: Compute | Mapping[str, Any] | None = None,
+        compute: Compute | None = None,
         context: RunContext | None = None,
-        diagnosis: DiagnosisSection | Mapping[str, Any] | None = None,
+        diagnosis: DiagnosisSection | None = None,
         tune: TuneSection | None = None,
-        cluster: ClusterView | Mapping[str, Any] | None = None,
+        cluster: ClusterView | None = None,
         anatomy: Anatomy | None = None,
     ) -> RunReport:
         """A report from a StepTimer (and optionally a TraceWindow).
 
-        `compute` holds ``flops_per_step`` and ``peak_flops_per_s`` (see
-        ``toolkit.profiling.flops``); achieved FLOP/s and MFU are added from the mean step (the
-        statistic examples/s comes from).
+        `compute` holds ``flops_per_step`` and ``peak_flops_per_s`` (a ``Compute``:
+        ``toolkit.profiling.flops.compute_facts``); achieved FLOP/s and MFU are added from the
+        mean step (the statistic examples/s comes from). `diagnosis` is a
+        ``Diagnosis.section()``, `tune` a ``TuneResult.section()``.
         `anatomy` is the step taken apart (``toolkit.profiling.anatomy``), kept as it is.
         """
         calls = [[round(d, 9), n, e, k] for d, n, e, k in timer.calls]
@@ -168,10 +169,6 @@ class RunReport:
         except Exception as e:  # noqa: BLE001 - a view of the run: never costs the report
             ledger = None
             extra = {**(extra or {}), "ledger_error": f"{type(e).__name__}: {e}"}
-        if compute is not None and not isinstance(compute, Compute):
-            compute = Compute.from_dict(compute)
-        if diagnosis is not None and not isinstance(diagnosis, DiagnosisSection):
-            diagnosis = DiagnosisSection.from_dict(diagnosis)  # a Diagnosis.to_dict()
         if compute is not None:
             compute = compute.at_step(steps.mean_s)  # as examples/s
         return cls(
@@ -193,7 +190,7 @@ class RunReport:
             context=context,
             diagnosis=diagnosis,
             tune=tune,
-            cluster=ClusterView.from_dict(cluster) if isinstance(cluster, Mapping) else cluster,
+            cluster=cluster,
             anatomy=anatomy,
             extra=jsonable(dict(extra or {})),
         )

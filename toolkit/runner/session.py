@@ -96,9 +96,9 @@ class Profile:
             way the report's status is ``diverged`` and says at which step. Defaults to `True`.
 
     Inside the block, set ``.context`` (a ``toolkit.report.RunContext``: the runner's),
-    ``.compute`` (``flops_per_step``, ``peak_flops_per_s``...: see ``toolkit.profiling.flops``),
-    ``.diagnosis`` (a ``Diagnosis.section()``, or its ``to_dict()``), ``.tune`` (a
-    ``TuneSection.from_dict(tune's to_dict())``), ``.anatomy`` (a
+    ``.compute`` (a ``Compute``: ``flops_per_step``, ``peak_flops_per_s``...; see
+    ``toolkit.profiling.flops.compute_facts``), ``.diagnosis`` (a ``Diagnosis.section()``),
+    ``.tune`` (a ``TuneResult.section()``), ``.anatomy`` (a
     ``toolkit.core._anatomy.Anatomy``: the step taken apart) and ``.extra`` (free-form facts);
     they go into the report.
     """
@@ -125,7 +125,7 @@ class Profile:
         self.extra: dict[str, Any] = {}
         self.compute: Compute | None = None
         self.context: RunContext | None = None
-        self.diagnosis: DiagnosisSection | Mapping[str, Any] | None = None
+        self.diagnosis: DiagnosisSection | None = None
         self.tune: TuneSection | None = None
         self.anatomy: Anatomy | None = None
         if tensorboard and self.report_dir is None:
