@@ -96,6 +96,29 @@ def test_a_callback_keeping_outputs_is_found_in_the_first_epoch_and_named(tmp_pa
     assert saved["ledger"]["memory"]["growth"][0]["held_by"] == "KeepOutputs.kept"
 
 
+def test_growth_whose_holder_cannot_be_found_keeps_the_ledger_and_says_so(
+    tmp_path, monkeypatch, caplog
+):
+    """Naming who holds what grew searches the process's objects, anyone's: where that
+    search fails, the growth stays as it was counted, without its fix, and a warning says why;
+    the ledger, its memory and the report are kept (a TypeError there once cost a Keras example its whole ledger)."""
+    from toolkit.profiling import _memory as memory_room
+
+    def fails(*args, **kwargs):
+        raise TypeError("an object the search could not read")
+
+    monkeypatch.setattr(memory_room, "name_growth", fails)
+    x, y = _arrays(STEPS * 32)
+    keep = KeepOutputs(np.ones((256, 32), np.float32))
+    with profile("leaky", report_dir=tmp_path, batch_size=32) as p:
+        p.fit(_model(), x, y, batch_size=32, epochs=2, verbose=0, callbacks=[keep])
+    memory = _memory(p)
+    # As the census counted it, without what the naming adds (the fix)
+    assert memory.growth and not any(g.fix for g in memory.growth), memory.growth
+    assert "ledger_error" not in p.report.extra and p.report.ledger.parts
+    assert "who holds the memory that grew: not found (an object the search" in caplog.text
+
+
 class KeepLogs(keras.callbacks.Callback):
     """Planted waste: ``dict(logs)`` kept each batch, with a 0.38 MB array in it (a user's
     callback collecting its logs and a large extra)."""
@@ -342,6 +365,40 @@ def test_grown_needs_about_one_more_a_step_between_two_censuses():
     assert holder is held and holder.container() is kept
     assert growth.held_by == "Keep.kept" and growth.mb == pytest.approx(40 * 32 / 2**20, abs=1e-6)
     assert growth.what == "40 float32[8] more after 40 steps"
+
+
+class _Keeper:
+    """A generator's owner keeping every batch it yields, as a user's code keeps them."""
+
+
+class _Unsizable:
+    """An object whose shape raises: the collector's lists may hold anything."""
+
+    dtype = "float32"
+
+    @property
+    def shape(self):
+        raise RuntimeError("no shape here")
+
+
+def test_python_holder_names_the_list_of_arrays_and_passes_over_what_it_cannot_size():
+    """The scan of the collector's lists meets every list in the process: classes (a pytree
+    registry holds ``np.ndarray`` itself, whose shape and dtype are descriptors: the Keras
+    weather example's whole ledger was lost to a TypeError on one) and objects that raise.
+    Neither is an array nor stops the scan: the list that holds the arrays is named."""
+    from toolkit.profiling._memory import _is_array, _nbytes, _python_holder
+
+    assert not _is_array(np.ndarray) and _is_array(np.zeros(3))
+    assert _nbytes([np.ndarray, np.ndarray]) > 0  # sizes of the list and the classes
+    keeper = _Keeper()
+    keeper.kept = [np.ones(2**17) for _ in range(20)]  # 20 MiB, as a leak holds it
+    classes, unsizable = [np.ndarray] * 40, [_Unsizable() for _ in range(40)]
+    found = _python_holder(None, least=10 * 2**20, steps=20)
+    assert found is not None, "the list of arrays was not found"
+    holder, what = found
+    assert holder.words == "_Keeper.kept" and holder.container() is keeper.kept
+    assert what == "a list of 20 float64[131072] (20.0 MB)"
+    assert len(classes) == len(unsizable) == 40  # held through the scan
 
 
 def _memory_record(peak, device=None):

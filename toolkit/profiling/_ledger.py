@@ -571,7 +571,11 @@ class FitLedger:
         def name(growth: list[Growth], grown: _memory.Grown) -> list[Growth]:
             key = tuple(growth)
             if self._named is None or self._named[0] != key:  # the census runs once a fit
-                named = _memory.name_growth(growth, self.model, recompiles, grown)
+                try:  # a search of the process's objects: what it cannot read costs the name
+                    named = _memory.name_growth(growth, self.model, recompiles, grown)
+                except Exception as e:  # noqa: BLE001 - never the ledger
+                    logging.warning("StepTimer: who holds the memory that grew: not found (%s)", e)
+                    named = growth
                 self._named = (key, named)
             return self._named[1]
 

@@ -472,11 +472,18 @@ def _shape_dtype(a: Any) -> tuple[str, int]:
     return f"{name}[{', '.join(map(str, shape))}]", math.prod(shape) * size
 
 
+def _is_array(obj: Any) -> bool:
+    """An array or tensor of any backend: an instance with a shape and a dtype. Not a class:
+    ``np.ndarray`` itself has both as descriptors, and the collector's lists hold classes
+    (a JAX pytree registry's, Keras's), whose "shape" is no sequence of numbers."""
+    return not isinstance(obj, type) and hasattr(obj, "shape") and hasattr(obj, "dtype")
+
+
 def _nbytes(obj: Any, depth: int = 2) -> int:
     """Bytes `obj` holds: an array's or tensor's buffer; a dict's, list's or tuple's own
     size and its items' (`depth` levels down: a callback's ``dict(logs)`` holding arrays);
     any other object's own size (``sys.getsizeof``)."""
-    if hasattr(obj, "shape") and hasattr(obj, "dtype"):
+    if _is_array(obj):
         return _shape_dtype(obj)[1]
     size = sys.getsizeof(obj, 0)
     if depth and isinstance(obj, dict):
@@ -489,7 +496,7 @@ def _nbytes(obj: Any, depth: int = 2) -> int:
 def _item_words(item: Any) -> str:
     """What one kept item is: ``float32[32, 10]`` for an array or tensor, else its type's name
     and ``items`` (``dict items``)."""
-    if hasattr(item, "shape") and hasattr(item, "dtype"):
+    if _is_array(item):
         return _shape_dtype(item)[0]
     return f"{type(item).__name__} items"
 
@@ -499,7 +506,7 @@ def _is_tensor(item: Any) -> bool:
     when it keeps Keras's logs or outputs as they come."""
     import numpy as np
 
-    return hasattr(item, "shape") and not isinstance(item, np.ndarray | np.generic)
+    return _is_array(item) and not isinstance(item, np.ndarray | np.generic)
 
 
 def _ids_of_model(model: Any) -> set[int]:
@@ -720,7 +727,9 @@ def _python_holder(model: Any, least: float, steps: int) -> tuple[Holder, str] |
     steps the growth was seen over) that hold `least` bytes or more, the largest, besides
     the model's own. ``(its holder, what)``; None where none is found. One pass of the
     garbage collector's objects, once, where growth was found and nothing else named it:
-    each list's size estimated from its last 8 items."""
+    each list's size estimated from its last 8 items. Any object may be in the collector's
+    lists, the process's own and its libraries': one whose size cannot be read (a shape that
+    raises, a ``__sizeof__`` that fails) is passed over, never the end of the ledger."""
     import collections
     import itertools
 
@@ -728,10 +737,13 @@ def _python_holder(model: Any, least: float, steps: int) -> tuple[Holder, str] |
     for obj in gc.get_objects():
         if not isinstance(obj, list | collections.deque) or len(obj) < max(8, steps // 2):
             continue
-        last = list(itertools.islice(reversed(obj), 8))
-        if any(id(item) in own for item in last):
+        try:
+            last = list(itertools.islice(reversed(obj), 8))
+            if any(id(item) in own for item in last):
+                continue
+            total = sum(_nbytes(item) for item in last) / len(last) * len(obj)
+        except Exception:  # noqa: BLE001 - a foreign object we cannot size: not the holder
             continue
-        total = sum(_nbytes(item) for item in last) / len(last) * len(obj)
         if total >= least:
             found.append((total, id(obj), obj, last[0]))
     for total, _, obj, item in sorted(found, key=lambda f: f[0], reverse=True):
@@ -744,10 +756,17 @@ def _python_holder(model: Any, least: float, steps: int) -> tuple[Holder, str] |
 
 def _named_holder(container: Any) -> Holder | None:
     """Who holds `container`: a function's or a generator's local variable, an object's
-    attribute, a module's global; None where no such holder refers to it."""
+    attribute, a module's global; None where no such holder refers to it. Since Python 3.11
+    an object keeps its attributes inline until its ``__dict__`` is asked for: the collector
+    then names the object itself as the referrer, not a dict."""
     import inspect
 
     for ref in gc.get_referrers(container):
+        if not isinstance(ref, dict | type) and not inspect.isframe(ref):
+            with contextlib.suppress(Exception):  # any object: one that cannot say, passed
+                attr = next((k for k, v in vars(ref).items() if v is container), None)
+                if attr is not None:
+                    return Holder(f"{type(ref).__name__}.{attr}", ref, container)
         # A running function's frame; a suspended generator holds its frame itself.
         frame = ref.gi_frame if inspect.isgenerator(ref) else ref
         if inspect.isframe(frame):
