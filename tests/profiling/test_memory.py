@@ -101,7 +101,8 @@ def test_growth_whose_holder_cannot_be_found_keeps_the_ledger_and_says_so(
 ):
     """Naming who holds what grew searches the process's objects, anyone's: where that
     search fails, the growth stays as it was counted, without its fix, and a warning says why;
-    the ledger, its memory and the report are kept (a TypeError there once cost a Keras example its whole ledger)."""
+    the ledger, its memory and the report are kept (a TypeError there once cost a Keras
+    example its whole ledger)."""
     from toolkit.profiling import _memory as memory_room
 
     def fails(*args, **kwargs):
@@ -367,38 +368,41 @@ def test_grown_needs_about_one_more_a_step_between_two_censuses():
     assert growth.what == "40 float32[8] more after 40 steps"
 
 
-class _Keeper:
-    """A generator's owner keeping every batch it yields, as a user's code keeps them."""
+def test_python_holder_names_the_list_of_arrays_and_passes_over_what_it_cannot_size():
+    """The scan of the collector's lists meets every list in the process: classes (a pytree
+    registry holds ``np.ndarray`` itself, whose shape and dtype are descriptors: the Keras
+    weather example's whole ledger was lost to a TypeError on one) and objects that raise.
+    Neither is an array nor stops the scan: the list that holds the arrays is named, by its
+    object's attribute (kept inline, as Python 3.11 keeps them). In a fresh process (0.2 s,
+    no framework): in this one, a list an earlier test left alive may be the largest."""
+    from tests.helpers import run_python
 
+    code = """
+import numpy as np
+from toolkit.profiling._memory import _is_array, _nbytes, _python_holder
 
-class _Unsizable:
-    """An object whose shape raises: the collector's lists may hold anything."""
+class Keeper:  # a user's object keeping every batch it makes
+    pass
 
+class Unsizable:  # the collector's lists may hold anything
     dtype = "float32"
 
     @property
     def shape(self):
         raise RuntimeError("no shape here")
 
-
-def test_python_holder_names_the_list_of_arrays_and_passes_over_what_it_cannot_size():
-    """The scan of the collector's lists meets every list in the process: classes (a pytree
-    registry holds ``np.ndarray`` itself, whose shape and dtype are descriptors: the Keras
-    weather example's whole ledger was lost to a TypeError on one) and objects that raise.
-    Neither is an array nor stops the scan: the list that holds the arrays is named."""
-    from toolkit.profiling._memory import _is_array, _nbytes, _python_holder
-
-    assert not _is_array(np.ndarray) and _is_array(np.zeros(3))
-    assert _nbytes([np.ndarray, np.ndarray]) > 0  # sizes of the list and the classes
-    keeper = _Keeper()
-    keeper.kept = [np.ones(2**17) for _ in range(20)]  # 20 MiB, as a leak holds it
-    classes, unsizable = [np.ndarray] * 40, [_Unsizable() for _ in range(40)]
-    found = _python_holder(None, least=10 * 2**20, steps=20)
-    assert found is not None, "the list of arrays was not found"
-    holder, what = found
-    assert holder.words == "_Keeper.kept" and holder.container() is keeper.kept
-    assert what == "a list of 20 float64[131072] (20.0 MB)"
-    assert len(classes) == len(unsizable) == 40  # held through the scan
+assert not _is_array(np.ndarray) and _is_array(np.zeros(3))
+assert _nbytes([np.ndarray, np.ndarray]) > 0  # the list's and the classes' own sizes
+keeper = Keeper()
+keeper.kept = [np.ones(2**17) for _ in range(20)]  # 20 MiB, as a leak holds it
+classes, unsizable = [np.ndarray] * 40, [Unsizable() for _ in range(40)]
+holder, what = _python_holder(None, least=10 * 2**20, steps=20)
+assert holder.container() is keeper.kept, holder
+print(holder.words, "|", what)
+"""
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "Keeper.kept | a list of 20 float64[131072] (20.0 MB)"
 
 
 def _memory_record(peak, device=None):

@@ -663,14 +663,11 @@ def held_by(members: Sequence[Any]) -> Holder | None:
     ignore = {id(members)}
     for member in members:
         for container in gc.get_referrers(member):
-            if id(container) in ignore or not isinstance(container, list | dict | tuple):
+            if id(container) in ignore:
                 continue
-            if isinstance(container, dict):  # an attribute of its own: the owner's __dict__
-                for owner in gc.get_referrers(container):
-                    if getattr(owner, "__dict__", None) is container:
-                        attr = next(k for k, v in container.items() if v is member)
-                        return Holder(f"{type(owner).__name__}.{attr}", owner, member)
-            found = _owner_of(container, ignore | {id(container)})
+            found = _attribute_of(container, member)  # an attribute of its own
+            if found is None and isinstance(container, list | dict | tuple):
+                found = _owner_of(container, ignore | {id(container)})
             if found is not None:
                 return found
     return None
@@ -678,13 +675,34 @@ def held_by(members: Sequence[Any]) -> Holder | None:
 
 def _owner_of(container: Any, ignore: set[int]) -> Holder | None:
     for holder in gc.get_referrers(container):
-        if id(holder) in ignore or not isinstance(holder, dict):
-            continue
-        for owner in gc.get_referrers(holder):
-            if getattr(owner, "__dict__", None) is holder:
-                attr = next((k for k, v in holder.items() if v is container), None)
-                if attr is not None:
-                    return Holder(f"{type(owner).__name__}.{attr}", owner, container)
+        found = None if id(holder) in ignore else _attribute_of(holder, container)
+        if found is not None:
+            return found
+    return None
+
+
+def _attribute_of(ref: Any, target: Any) -> Holder | None:
+    """`ref`, a referrer of `target`, as the object (or module) of which `target` is an
+    attribute: its ``__dict__`` (whose owner the collector finds), or the object itself,
+    which since Python 3.11 keeps its attributes inline until its ``__dict__`` is asked for.
+    None where `ref` is neither: a frame, a class, a list, any object that cannot say."""
+    import inspect
+
+    if isinstance(ref, dict):
+        owners = [o for o in gc.get_referrers(ref) if getattr(o, "__dict__", None) is ref]
+        values = ref
+    elif isinstance(ref, type | list | tuple) or inspect.isframe(ref):
+        return None
+    else:
+        try:
+            values, owners = vars(ref), [ref]
+        except Exception:  # noqa: BLE001 - no __dict__ (slots, a builtin), or one that raises
+            return None
+    for owner in owners:
+        attr = next((k for k, v in values.items() if v is target), None)
+        if attr is not None:
+            name = owner.__name__ if inspect.ismodule(owner) else type(owner).__name__
+            return Holder(f"{name}.{attr}", owner, target)
     return None
 
 
@@ -756,17 +774,10 @@ def _python_holder(model: Any, least: float, steps: int) -> tuple[Holder, str] |
 
 def _named_holder(container: Any) -> Holder | None:
     """Who holds `container`: a function's or a generator's local variable, an object's
-    attribute, a module's global; None where no such holder refers to it. Since Python 3.11
-    an object keeps its attributes inline until its ``__dict__`` is asked for: the collector
-    then names the object itself as the referrer, not a dict."""
+    attribute, a module's global; None where no such holder refers to it."""
     import inspect
 
     for ref in gc.get_referrers(container):
-        if not isinstance(ref, dict | type) and not inspect.isframe(ref):
-            with contextlib.suppress(Exception):  # any object: one that cannot say, passed
-                attr = next((k for k, v in vars(ref).items() if v is container), None)
-                if attr is not None:
-                    return Holder(f"{type(ref).__name__}.{attr}", ref, container)
         # A running function's frame; a suspended generator holds its frame itself.
         frame = ref.gi_frame if inspect.isgenerator(ref) else ref
         if inspect.isframe(frame):
@@ -775,13 +786,10 @@ def _named_holder(container: Any) -> Holder | None:
                 code = frame.f_code
                 kind = "generator" if code.co_flags & inspect.CO_GENERATOR else "function"
                 return Holder(f"{code.co_name}()'s local {var} (a {kind})", frame, container)
-        elif isinstance(ref, dict):
-            for owner in gc.get_referrers(ref):
-                if getattr(owner, "__dict__", None) is ref:
-                    attr = next((k for k, v in ref.items() if v is container), None)
-                    if attr is not None:
-                        name = owner.__name__ if inspect.ismodule(owner) else type(owner).__name__
-                        return Holder(f"{name}.{attr}", owner, container)
+            continue
+        found = _attribute_of(ref, container)
+        if found is not None:
+            return found
     return None
 
 
