@@ -23,6 +23,7 @@ from toolkit.core.files import atomic_write, parse_json, read_json
 from toolkit.core.machine import capture_environment
 from toolkit.core.stats import summarize_calls
 from toolkit.profiling._compute import Compute
+from toolkit.profiling._ledger_records import Ledger
 from toolkit.profiling._timing import Epoch, FitCall
 from toolkit.report import ReportError, RunReport, compare
 from toolkit.report import run_report as report_mod
@@ -37,9 +38,10 @@ def make_report(name="r", step_s=0.002, jitter_s=0.0001, n=400, batch_size=32, s
     durations = rng.normal(step_s, jitter_s, size=n).clip(step_s / 10)
     calls = [[0.5, 1, 0, "first"], *([[step_s, 1, 0, "warmup"]] * 3)]
     calls += [[float(d), 1, i * 2 // n, "timed"] for i, d in enumerate(durations)]
-    for key, record in (("compute", Compute), ("fit_call", FitCall), ("cluster", ClusterView)):
+    for key, read in (("compute", Compute.from_dict), ("fit_call", FitCall.from_dict),
+                      ("cluster", ClusterView.from_dict), ("ledger", Ledger.read)):  # fmt: skip
         if isinstance(kw.get(key), dict):  # given as report.json has it
-            kw[key] = record.from_dict(kw[key])
+            kw[key] = read(kw[key])
     return RunReport(
         name=name,
         steps=summarize_calls(calls, batch_size),

@@ -468,9 +468,7 @@ def test_doctor_reads_a_saved_run_s_ledger_and_every_fix(tmp_path):
         validations=20,
         validation_runs_s=[0.4] * 20,
     )
-    make_report("with", ledger={**ledger, "fixes": fixes(as_ledger(ledger))}).write(
-        tmp_path / "a", False
-    )
+    make_report("with", ledger=ledger).write(tmp_path / "a", False)  # its fixes written with it
     make_report("without").write(tmp_path / "b", plot=False)
     run = [sys.executable, "-m", "toolkit", "doctor", "--report"]
     out = subprocess.run([*run, str(tmp_path / "a")], capture_output=True, text=True, timeout=300)

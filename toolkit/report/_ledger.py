@@ -57,7 +57,7 @@ def as_ledger(ledger: Ledger | Mapping[str, Any] | None) -> Ledger | None:
 
 
 def report_ledger(
-    ledger: Ledger | Mapping[str, Any] | None,
+    ledger: Ledger | None,
     context: Any,
     args: Mapping[str, Any] | None,
     partial: bool = False,
@@ -65,15 +65,14 @@ def report_ledger(
     """A report's ledger, as a record with its reader: the runner's run where the report
     has a context (the runner writes one; a user's own fit has none), with the compile
     cache on where its arguments say so; `partial`: the run did not end whole."""
-    found = as_ledger(ledger)
-    if found is None:
+    if ledger is None:
         return None
     reader = Reader(
         runner=context is not None, compile_cache=bool((args or {}).get("compile_cache"))
     )
-    if found.reader != reader or (partial and not found.partial):
-        found = dataclasses.replace(found, reader=reader, partial=found.partial or partial)
-    return found
+    if ledger.reader != reader or (partial and not ledger.partial):
+        ledger = dataclasses.replace(ledger, reader=reader, partial=ledger.partial or partial)
+    return ledger
 
 
 def spelling(ledger: Ledger, flags: Spell | None = None) -> Spell | None:

@@ -100,8 +100,8 @@ class RunReport:
     # The whole fit's ledger: its parts, callbacks by name, compiles and the fixes with their
     # predicted savings (``toolkit.profiling._ledger``, ``toolkit.report._ledger``); None in
     # reports written before it was measured, and for a custom loop.
-    # report.json holds its JSON (``toolkit.report._ledger.ledger_json``); a mapping given
-    # here is read into the record.
+    # report.json holds its JSON (``toolkit.report._ledger.ledger_json``), read back with
+    # ``Ledger.read``.
     ledger: Ledger | None = None
     # One training step taken apart (``toolkit.core._anatomy``; rendered by
     # ``toolkit.report._anatomy``); None where none was taken, and in older reports.
