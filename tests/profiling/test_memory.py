@@ -372,14 +372,20 @@ def test_python_holder_names_the_list_of_arrays_and_passes_over_what_it_cannot_s
     """The scan of the collector's lists meets every list in the process: classes (a pytree
     registry holds ``np.ndarray`` itself, whose shape and dtype are descriptors: the Keras
     weather example's whole ledger was lost to a TypeError on one) and objects that raise.
-    Neither is an array nor stops the scan: the list that holds the arrays is named, by its
-    object's attribute (kept inline, as Python 3.11 keeps them). In a fresh process (0.2 s,
-    no framework): in this one, a list an earlier test left alive may be the largest."""
+    Neither is an array nor stops the scan, and none is asked anything that warns (PyTorch's
+    deprecated ``reduce_op`` warns when its ``__class__`` is read): the list that holds the
+    arrays is named, by its object's attribute (kept inline, as Python 3.11 keeps them). In a
+    fresh process: in this one, a list an earlier test left alive may be the largest."""
     from tests.helpers import run_python
 
     code = """
+import contextlib, warnings
 import numpy as np
 from toolkit.profiling._memory import _is_array, _nbytes, _python_holder
+
+with contextlib.suppress(ImportError):  # an object that warns when its __class__ is read
+    import torch.distributed  # noqa: F401 (its deprecated reduce_op)
+warnings.simplefilter("error")  # the scan reads every object: none of them may warn
 
 class Keeper:  # a user's object keeping every batch it makes
     pass

@@ -753,7 +753,9 @@ def _python_holder(model: Any, least: float, steps: int) -> tuple[Holder, str] |
 
     own, found = _ids_of_model(model), []
     for obj in gc.get_objects():
-        if not isinstance(obj, list | collections.deque) or len(obj) < max(8, steps // 2):
+        # By its type, not isinstance: that reads __class__, which some objects answer
+        # with a warning (PyTorch's deprecated torch.distributed.reduce_op).
+        if not issubclass(type(obj), list | collections.deque) or len(obj) < max(8, steps // 2):
             continue
         try:
             last = list(itertools.islice(reversed(obj), 8))
