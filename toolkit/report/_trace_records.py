@@ -29,9 +29,14 @@ def _field(name: str) -> str:
 
 
 def _number(value: Any, name: str, optional: bool = False) -> Any:
-    """`value` as a float (None where `optional` and null), or ReportError naming it."""
-    read = fields.number(_field(name), value, optional=optional)
-    return None if read is None else float(read)
+    """`value` as a finite float of either sign, as a trace's figures have always been read
+    (None where `optional` and null), or ReportError naming it."""
+    if value is None and optional:
+        return None
+    read = fields.finite(value)
+    if read is None:
+        raise fields.bad(_field(name), value, "a finite number")
+    return read
 
 
 def _required(d: Mapping[str, Any], key: str, name: str) -> str:
