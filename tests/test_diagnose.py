@@ -255,8 +255,13 @@ def _task(keras, slow_input: bool, width: int):
     [(True, 8, dg.INPUT_BOUND), (False, 1024, dg.COMPUTE_BOUND)],
 )
 def test_real_runs_made_input_or_compute_bound(keras, slow_input, width, verdict):
+    """Real fits, one planted input-bound and one compute-bound. A loaded machine can move the
+    compute-bound fit's few steps and so the rates' verdict (uncertain, balanced or input-bound):
+    each way it can move is asserted as the rules say, never retried. XProf's reading of the
+    trace is held to what was planted, and its agreement to the rates' verdict."""
     config = TrainConfig(batch_size=32, warmup_steps=1, report_dir=None)
     diagnosis = dg.diagnose(_task(keras, slow_input, width), config, steps=8)
+    planted = verdict
     if verdict == dg.COMPUTE_BOUND and diagnosis.verdict == dg.UNCERTAIN:
         # A shared machine moved the fit's few steps by more than its gap to the step alone:
         # no verdict, and so no advice (consistency's rules).
@@ -284,9 +289,15 @@ def test_real_runs_made_input_or_compute_bound(keras, slow_input, width, verdict
     # XProf's own reading of a trace of the fit (the [profile] extra), beside the rates'.
     xprof = diagnosis.xprof
     assert xprof is not None and xprof.verdict is not None, xprof
-    if verdict == dg.INPUT_BOUND:  # 64 ms of Python per batch against a tiny step
+    # XProf reads the trace, which a loaded machine does not move from what was planted: 64 ms
+    # of Python per batch against a tiny step is input-bound in any hour.
+    if planted == dg.INPUT_BOUND:
         assert xprof.verdict == "highly input-bound" and xprof.input_percent > 50
-    assert xprof.agrees is True, xprof
+    if verdict == planted:
+        assert xprof.agrees is True, xprof
+    else:  # the rates' verdict moved by load: where XProf's differs, its line says why
+        assert xprof.agrees is not None, xprof
+        assert ("disagrees with the rates" in xprof.line) is not xprof.agrees, xprof
     assert diagnosis.to_dict()["xprof"] == dataclasses.asdict(xprof)  # report.json's object
     assert "XProf: " in str(diagnosis) and "agrees with the rates" in str(diagnosis)
 
