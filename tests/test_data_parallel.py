@@ -111,6 +111,13 @@ def _finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
     return said[0], said[1]
 
 
+def _said_so_far(proc: subprocess.Popen) -> str:
+    """What `proc` has written to its stderr so far, read where it is (``pread``: the file's
+    offset, which the process shares, left where its writes go on)."""
+    err = proc.files[1]  # type: ignore[attr-defined]
+    return os.pread(err.fileno(), 1 << 20, 0).decode(errors="replace")
+
+
 def _stop(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         if p.poll() is None:
@@ -500,14 +507,14 @@ def test_a_killed_coordinator_ends_the_others_within_seconds(tmp_path, backend):
     TCPStore): when it dies the others end at once and without a hang (JAX ends them itself,
     with a fatal log line; on PyTorch gloo's lost peer is the toolkit's one line, status 1)."""
     hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
-    flags = ["--epochs=50", "--train_steps=40", f"--report_dir={tmp_path}"]
+    flags = ["--epochs=50", "--train_steps=40", "--log_steps=1", f"--report_dir={tmp_path}"]
     procs = [_start(_recipe(hosts, i, *flags, backend=backend), core=i) for i in range(2)]
     try:
         deadline = time.monotonic() + 240
-        while not list(tmp_path.glob("*/")) and procs[0].poll() is None:
-            assert time.monotonic() < deadline, "worker 0 made no run directory within 240 s"
+        # Into training: worker 0's steps are the cluster's, each one an all-reduce with 1.
+        while "/step over the last" not in _said_so_far(procs[0]) and procs[0].poll() is None:
+            assert time.monotonic() < deadline, "worker 0 logged no step within 240 s"
             time.sleep(0.05)
-        time.sleep(2.0)  # into training: the run directory is made as fit starts
         procs[0].send_signal(signal.SIGKILL)
         killed = time.monotonic()
         procs[1].wait(timeout=120)

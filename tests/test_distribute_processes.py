@@ -50,18 +50,22 @@ def _load(path: str) -> dict:
 
 RESUMABLE_WORKER = """
 import sys
+import time
 from recipes import mlp
 from toolkit.core import compat
 from toolkit.runner import train
 from toolkit.runner.config import TrainConfig
 
 index, hosts, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+hold = sys.argv[4:] == ["hold"]  # waits after epoch 1 to be killed there, however late
 keras = compat.keras()
 
 
 class SayEpoch(keras.callbacks.Callback):  # runs after BackupAndRestore has saved the epoch
     def on_epoch_end(self, epoch, logs=None):
         print("epoch", epoch, flush=True)
+        if hold and epoch == 1:
+            time.sleep(900)
 
 
 config = TrainConfig(
@@ -257,16 +261,18 @@ def test_a_killed_worker_restarts_and_the_cluster_resumes_to_the_requested_steps
     script.write_text(RESUMABLE_WORKER)
     hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
 
-    def start(index: int) -> subprocess.Popen:
+    def start(index: int, *hold: str) -> subprocess.Popen:
         return subprocess.Popen(
-            [sys.executable, str(script), str(index), hosts, str(tmp_path)],
+            [sys.executable, str(script), str(index), hosts, str(tmp_path), *hold],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             env=_env(TF_USE_LEGACY_KERAS="1"),
         )
 
-    procs = [start(0), start(1)]
+    # Worker 1 holds at epoch 1's end, its backup saved, until it is killed: a test woken late
+    # on a busy machine still kills it there, not an epoch later.
+    procs = [start(0), start(1, "hold")]
     try:
         seen, said = read_until(procs[1], "epoch 1", timeout=240)
         if not seen:

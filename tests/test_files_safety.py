@@ -195,6 +195,9 @@ def test_writing_a_file_leaves_the_umask_alone(tmp_path):
     racer = threading.Thread(target=create, daemon=True)
     try:
         racer.start()
+        made_one = time.monotonic() + 60
+        while not made and time.monotonic() < made_one:
+            time.sleep(0.001)  # the racer on the CPU before the writes, however busy the machine
         deadline = time.monotonic() + 3.0
         writes = 0
         while (writes < 300 and time.monotonic() < deadline) or writes < 20:

@@ -75,12 +75,14 @@ needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="Linux's
 
 
 SLOW_REPORT = """
-import sys, time
+import os, sys, time
 from toolkit.report import run_report
 write = run_report.RunReport.write
 def slow(self, *a, **k):
     print("writing the report", file=sys.stderr, flush=True)
-    time.sleep(3)  # long enough for the test's signals to land inside
+    sent, deadline = os.environ["SIGNALS_SENT"], time.monotonic() + 120
+    while not os.path.exists(sent) and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the test's signals have landed inside, however late it woke
     return write(self, *a, **k)
 run_report.RunReport.write = slow
 import runpy
@@ -96,16 +98,18 @@ def test_a_second_signal_while_the_report_is_written_neither_cuts_it_nor_goes_un
     whole, and one line says where it is (before, the second signal cut it: nothing kept)."""
     script = tmp_path / "slow.py"
     script.write_text(SLOW_REPORT)
-    runs = tmp_path / "runs"
+    runs, sent = tmp_path / "runs", tmp_path / "signals-sent"
     proc = subprocess.Popen(
         signals_at([sys.executable, str(script), "--smoke", f"--report_dir={runs}"]),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**ENV, "SIGNALS_SENT": str(sent)}, cwd=ROOT,
     )  # fmt: skip
     try:
         seen, said = read_until(proc, "writing the report", timeout=300, stream="stderr")
         assert seen, said[-2000:]
         proc.send_signal(signal.SIGINT)
         proc.send_signal(signal.SIGINT)
+        sent.touch()
         _, stderr = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:

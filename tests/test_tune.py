@@ -263,6 +263,12 @@ def test_a_real_tiny_search_on_the_cpu(keras, tmp_path, monkeypatch):
 
 
 def test_tune_cli_then_a_recipe_with_autotune_reads_the_cache(tmp_path):
+    """`keras-perf tune` on a recipe, then the recipe with ``--autotune`` on the same budget:
+    the second reads the first's pick from the cache and says so in its report.
+
+    45-90 s on 2 cores, by what it checks: the CLI's whole way, an 8 s search, then its pick
+    confirmed in paired rounds of fresh processes (each importing TensorFlow, as many rounds
+    as this machine's noise asks for), then the recipe's own process."""
     import os
     import subprocess
     import sys

@@ -183,9 +183,10 @@ def test_a_compile_heavy_setting_on_a_short_run_is_mostly_compile(keras, make_mo
     ledger = p.report.ledger.to_dict()  # as report.json holds it
     _adds_up(ledger, outside)
     parts = ledger["parts"]
-    # against the fit's own parts: its start-up is Python's (the optimizer's variables, the
-    # adapter), which a loaded machine slows more than a compile (0.68 s vs 0.43 s on JAX)
-    run = {k: v for k, v in parts.items() if k != "start_up"}
+    # against the parts the fit's own work fills: its start-up is Python's (the optimizer's
+    # variables, the adapter), which a loaded machine slows more than a compile (0.68 s vs
+    # 0.43 s on JAX), and exit and other catch whatever stall the machine puts between them
+    run = {k: v for k, v in parts.items() if k not in ("start_up", "exit", "other")}
     assert max(run, key=lambda k: run[k] or 0.0) == "compile", parts
     assert ledger["jit_compile"] == "True"
     fix = next(f for f in fixes(as_ledger(ledger)) if f.item == "compile")
