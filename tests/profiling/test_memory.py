@@ -500,6 +500,9 @@ def test_memory_rising_at_each_epoch_end_is_growth_across_epochs_said_once_as_it
             for e in range(3)]  # fmt: skip
     (g,) = epochs_growth([EpochMemory(None, 0, 500.0, 30.0, 30.0), *ends])
     assert (g.part, g.memory, g.mb, g.steps, g.epoch) == ("epochs", "host", 200.0, 100, 2)
+    # Two epochs are two ends: the train begin's reading, before the first compile and the
+    # first epoch's buffers, is no third.
+    assert epochs_growth([EpochMemory(None, 0, 300.0, 30.0, 30.0), *ends[:2]]) == []
     record = dataclasses.replace(_memory_record(1400.0), growth=(g,))
     assert "memory grows: across epochs: host +200 MB, 1.95 GB per 1,000 steps" in memory_lines(
         record

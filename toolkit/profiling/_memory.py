@@ -394,10 +394,12 @@ def at_end(epoch: int | None, r: Reading) -> EpochMemory:
 
 def epochs_growth(ends: Sequence[EpochMemory]) -> list[Growth]:
     """Host or device memory that rose at each of the last :data:`GROWTH_EPOCHS` epoch ends
-    by more than :data:`GROWTH_WARN_MB` in all (the ``epochs`` part)."""
+    by more than :data:`GROWTH_WARN_MB` in all (the ``epochs`` part). Epoch ends only: the
+    train begin's reading is before the first compile and the first epoch's buffers, which
+    every healthy fit allocates once (a 2-epoch fit read as 3 rising ends, and warned)."""
     found = []
     for memory, key in (("host", "host_mb"), ("device", "device_mb")):
-        seen = [e for e in ends if getattr(e, key) is not None]
+        seen = [e for e in ends if e.epoch is not None and getattr(e, key) is not None]
         grew = steady_growth([getattr(e, key) for e in seen], GROWTH_EPOCHS, GROWTH_WARN_MB)
         if grew is not None:
             window = seen[-GROWTH_EPOCHS:]
