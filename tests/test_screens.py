@@ -203,6 +203,13 @@ def test_text_and_tables_fit_the_width_without_cutting_a_number():
         assert all(re.search(r"\d$|/s$|/step$", r) for r in rows), rows  # never inside one
     assert terminal.fit("a " * 60, 80).split("\n")[1].startswith("  a")
     assert terminal.fit("x" * 100, 80) == "x" * 100  # a path or a command stays whole
+    # a figure keeps its unit on its row, wherever the fold falls (doctor's "backward 27.2"
+    # above a row of "%")
+    for pad in range(60, 80):
+        line = "x" * pad + " backward 27.2 % and 3.1 ms of 1.5 GB at 9 s."
+        rows = terminal.fit(line, 80).split("\n")
+        assert not any(re.match(r"\s*(%|ms|GB|s\.)", r) for r in rows), rows
+        assert " ".join(r.strip() for r in rows) == line
     rows = Table.of(("name", "ms per step", "note"), [("jax", 0.78, "chosen"), ("torch", "43.00")])
     shown = terminal.show(["a line above", rows], 80)
     assert shown.split("\n")[3].split() == ["jax", "0.78", "chosen"] and "|" not in shown
