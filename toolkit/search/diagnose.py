@@ -104,7 +104,7 @@ class Diagnosis:
     overlap_ok: bool
     advice: list[Advice]
     batch_size: int | None = None
-    steps: int = 0
+    steps: int = 0  # the real fit's timed steps (the steps asked for, or its window's more)
     pipeline: str = ""
     xprof: SecondOpinion | None = None  # XProf's reading of a trace of the fit, if taken
     python: bool = False  # your own model (diagnose(model, data)): advice in Python, not flags
@@ -683,7 +683,7 @@ def _conclude(
         if uncertain
         else advise(verdict, overlap_ok, input_rate, compute_rate, facts, fit_rate),
         batch_size=batch_size,
-        steps=steps,
+        steps=fit.timed_steps or steps,  # the real fit's window, which may have grown past it
         pipeline=described,
         xprof=xprof,
         python=python,

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     asked = parsed.flag_values["diagnose_steps"].present  # else 60, or more for a 0.5 s window
     steps = parsed.flag_values.diagnose_steps if asked else None
     diagnosis = diagnose(measured, data, config=parsed.config, steps=steps)
-    print(f"doctor: {parsed.what}, batch {diagnosis.batch_size}, {diagnosis.steps} steps each")
+    print(f"doctor: {parsed.what}, batch {diagnosis.batch_size}, {diagnosis.steps} steps timed")
     print(terminal.show("\n".join(diagnosis.lines())))
     return 0
 
