@@ -43,6 +43,24 @@ def test_reconcile_adds_the_phases_up_to_the_untraced_step_with_the_input_kept()
     assert reconcile(r) is r  # once
 
 
+def test_reconcile_adds_up_to_the_traced_step_where_the_untraced_ran_slower_and_says_why():
+    """A profiler never makes a step faster: untraced steps far slower than the traced ones
+    ran in a slower stretch of the fit, and scaling every phase up to them would misstate
+    each; they add up to the traced step, with a note, and no profiler's cost is claimed."""
+    from toolkit.report._anatomy import _profiler_line
+
+    a = _anatomy([LayerTime("dense", "Dense", 0.004, 0.008)])
+    slower = dataclasses.replace(a, untraced_s=a.step_s * 1.58)
+    r = reconcile(slower)
+    assert r.phases_sum() == pytest.approx(a.step_s)
+    assert r.phase(Phase.OPTIMIZER) == pytest.approx(0.001)  # k = 1: nothing scaled up
+    assert any(n.startswith("the untraced steps ran slower than the traced ones") for n in r.notes)
+    assert _profiler_line(r) is None
+    near = reconcile(dataclasses.replace(a, untraced_s=a.step_s * 1.05))  # within noise: used
+    assert near.phases_sum() == pytest.approx(a.step_s * 1.05) and near.notes == a.notes
+    assert _profiler_line(near) is not None
+
+
 def test_reconcile_shows_the_alone_figure_where_the_trace_is_off_and_moves_the_difference():
     slow = LayerTime("conv", "Conv1D", 0.001, 0.001, alone_s=0.006, alone_forward_s=0.002)
     relu = LayerTime("relu", "ReLU", 0.003, 0.0, alone_s=0.0005, alone_forward_s=0.0005)
@@ -100,7 +118,7 @@ def test_reconciled_records_round_trip_through_json():
 
 def test_contrast_of_two_reconciled_anatomies_has_parts_that_add_up_to_the_gap():
     a = reconcile(_anatomy([LayerTime("conv", "Conv1D", 0.002, 0.004)], untraced=0.012))
-    b = reconcile(_anatomy([LayerTime("conv", "Conv1D", 0.004, 0.012)], untraced=0.030))
+    b = reconcile(_anatomy([LayerTime("conv", "Conv1D", 0.008, 0.024)], untraced=0.030))
     c = contrast(a, b, "TensorFlow", "JAX", top=20)
     assert c.a_step_s == pytest.approx(0.012) and c.b_step_s == pytest.approx(0.030)
     assert sum(p.gap_s for p in c.parts) == pytest.approx(0.030 - 0.012)

@@ -27,6 +27,7 @@ from toolkit.core._anatomy import (
     AGREEMENT,
     BAND,
     SAME_STEP,
+    UNTRACED_SLOWER,
     Anatomy,
     Contrast,
     LayerTime,
@@ -162,6 +163,8 @@ def _profiler_line(a: Anatomy) -> str | None:
     traced = a.step_s or a.traced_s
     if not a.untraced_s or not traced:
         return None
+    if a.step_s and a.untraced_s > a.step_s * (1 + UNTRACED_SLOWER):
+        return None  # no cost to take out: reconcile's note says why
     return (
         f"the profiler's own cost: a traced step takes {_ratio(traced / a.untraced_s)} an "
         f"untraced one ({format_ms(traced)} vs {format_ms(a.untraced_s)})"
