@@ -247,8 +247,8 @@ PROGRESS_AND_COMMAND = """
 import sys
 from toolkit.core import progress, terminal
 
-progress.say("tune: the fastest measured settings for a recipe here (cached); loading "
-             "TensorFlow and Keras first")
+progress.say("tune: the fastest measured settings for a recipe or your model here (cached); "
+             "loading TensorFlow and Keras first")
 progress.say("[head to head 1 | 7/10 s] mixed_bfloat16 no-xla spe=1 fused=32: 77,586.0 "
              "examples/s")
 print(terminal.fit_command("best: --precision=mixed_bfloat16 --nojit_compile "

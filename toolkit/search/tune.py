@@ -281,7 +281,10 @@ class TuneResult:
                 f"{self.seconds:.1f} s: a search of {self.budget_s:.0f} s, then up to "
                 f"{self.announced_s:.0f} s confirming"
             )
-        return f"{self.seconds:.1f} s of a {self.budget_s:.0f} s budget"
+        took = f"{self.seconds:.1f} s of a {self.budget_s:.0f} s budget"
+        # Ended early: every candidate of the space was measured (a compiled model of yours
+        # has only what it can change without a rebuild), not a budget that ran out.
+        return took if self.untried or self.seconds > self.budget_s else f"{took}: all tried"
 
 
 def _untried_of(entries: Any) -> list[Untried]:

@@ -11,7 +11,7 @@ from toolkit.verbs._target import add_target, chooser_target, target_of
 __all__: list[str] = []  # the command line's own; nothing here is API
 
 NAME = "tune"
-HELP = "the fastest measured settings for a recipe here (cached)"
+HELP = "the fastest measured settings for a recipe or your model here (cached)"
 DESCRIPTION = "Recipe flags (--batch_size, --dataset...) follow --recipe or --model_fn."
 LOADS_TENSORFLOW = True
 RECIPE_FLAGS = True
