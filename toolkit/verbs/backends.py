@@ -14,7 +14,7 @@ from toolkit.verbs._target import add_target, chooser_target
 __all__: list[str] = []  # the command line's own; nothing here is API
 
 NAME = "backends"
-HELP = "which Keras backend trains a recipe or your model fastest here (measured)"
+HELP = "which Keras backend trains a recipe or your model fastest (measured, cached)"
 DESCRIPTION = (
     "Recipe flags (--batch_size, --dataset, --device...) follow --recipe;\nwithout "
     "--device every device each backend sees is a contender."
