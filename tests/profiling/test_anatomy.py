@@ -446,6 +446,25 @@ def test_sweep_splits_a_fused_op_between_the_layers_it_holds():
     assert spent == {(Phase.FORWARD, "kpl0", True): 5.0, (Phase.FORWARD, "kpl1", True): 5.0}
 
 
+def test_scopes_count_a_layer_once_where_a_step_of_its_own_calls_it_outside_the_model(keras):
+    """keras.io's VAE: the model's call runs its layers, and its own compute_loss runs them
+    again, where the compiled step prunes the call whose output goes unused. Per step such a
+    layer runs once, not twice; a layer shared inside the model's call still runs twice."""
+    shared = keras.layers.Dense(4, name="shared")
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, keras.layers.Dense(2, name="head")(shared(shared(inputs))))
+    x = np.ones((2, 4), "float32")
+    with Scopes(model) as scopes:
+        model(x)  # the default train_step's self(x)
+        model.get_layer("head")(x[:, :4])  # compute_loss's own call of a layer
+        by = {e.name: t for t, e in scopes.entries.items()}
+        assert scopes.calls_per_step(by["head"]) == 1
+        assert scopes.calls_per_step(by["shared"]) == 2
+        model.get_layer("head")(x)
+        model.get_layer("head")(x)  # called outside more often than inside: that many
+        assert scopes.calls_per_step(by["head"]) == 3
+
+
 def test_assemble_says_what_it_cannot_see_and_never_guesses(keras):
     model = _compiled(keras, keras.layers.Dense(8, name="plain"))
     scopes = Scopes(model)

@@ -64,6 +64,7 @@ class LayerEntry:
     name: str
     kind: str
     calls: int = 0
+    outside: int = 0  # of those, calls outside the model's own call (a compute_loss's)
     flops: float | None = None  # forward FLOPs of one call, from the shapes it saw
     # (shape, dtype) of each positional argument of its first call (None: a dimension a
     # traced graph leaves open, the batch's); None: one was not a tensor (the layer cannot
@@ -113,6 +114,7 @@ class Scopes:
         self.model = model
         self.entries: dict[str, LayerEntry] = {}
         self.model_calls = 0
+        self._in_model = 0  # how deep inside the model's own call a layer's call is
         # the model's own inputs' specs, as LayerEntry.inputs: to time the whole model alone
         self.model_inputs: tuple[tuple[tuple[int | None, ...], str], ...] | None = None
         self._undo: list[tuple[Any, str, Any]] = []
@@ -150,8 +152,13 @@ class Scopes:
                     self.model_inputs = _specs(args)
             else:
                 entry.calls += 1
-            with scope(token):
-                out = original(*args, **kwargs)
+                entry.outside += not self._in_model
+            self._in_model += entry is None
+            try:
+                with scope(token):
+                    out = original(*args, **kwargs)
+            finally:
+                self._in_model -= entry is None
             if entry is not None and entry.flops is None:
                 with contextlib.suppress(Exception):  # a count is a nicety
                     entry.flops = _forward_flops(layer, args[0] if args else None, out)
@@ -204,9 +211,16 @@ class Scopes:
         _rebuild(self.model)
 
     def calls_per_step(self, token: str) -> int:
-        """How many times a forward pass calls the layer (2: shared, called twice)."""
+        """How many times a forward pass calls the layer (2: shared, called twice). A step
+        of your own that calls the layer outside the model's call as well (keras.io's VAE:
+        its compute_loss runs the encoder and decoder, and the model's output goes unused,
+        so the compiled step prunes that call) runs it as often as the more of the two
+        ways calls it, not both: counted as both, every row of the VAE read x2."""
         entry = self.entries[token]
-        return max(1, round(entry.calls / self.model_calls)) if self.model_calls else 1
+        if not self.model_calls:
+            return 1
+        most = max(entry.calls - entry.outside, entry.outside)
+        return max(1, round(most / self.model_calls))
 
 
 def _specs(args: Sequence[Any]) -> tuple[tuple[tuple[int | None, ...], str], ...] | None:
