@@ -304,6 +304,12 @@ class Anatomy:
             return None
         return self.traced_sum() / self.step_s
 
+    def untraced_off(self) -> bool:
+        """Whether the untraced step ran past :data:`UNTRACED_SLOWER` over the traced one, so
+        the phases add up to the traced step instead (:func:`reconcile`)."""
+        return bool(self.untraced_s and self.step_s > 0
+                    and self.untraced_s > self.step_s * (1 + UNTRACED_SLOWER))  # fmt: skip
+
     def shown_step_s(self) -> float:
         """The step the shown phases add up to: the untraced step where reconciled."""
         return self.phases_sum() or self.step_s
@@ -473,7 +479,7 @@ def reconcile(a: Anatomy) -> Anatomy:
         return a
     notes = list(a.notes)
     step = a.untraced_s if a.untraced_s and a.untraced_s > 0 else a.step_s
-    if a.step_s > 0 and step > a.step_s * (1 + UNTRACED_SLOWER):
+    if a.untraced_off():
         notes.append(
             f"the untraced steps ran slower than the traced ones ({format_ms(step)} vs "
             f"{format_ms(a.step_s)}): a profiler never makes a step faster, so the rest of "

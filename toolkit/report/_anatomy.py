@@ -27,7 +27,6 @@ from toolkit.core._anatomy import (
     AGREEMENT,
     BAND,
     SAME_STEP,
-    UNTRACED_SLOWER,
     Anatomy,
     Contrast,
     LayerTime,
@@ -163,7 +162,7 @@ def _profiler_line(a: Anatomy) -> str | None:
     traced = a.step_s or a.traced_s
     if not a.untraced_s or not traced:
         return None
-    if a.step_s and a.untraced_s > a.step_s * (1 + UNTRACED_SLOWER):
+    if a.untraced_off():
         return None  # no cost to take out: reconcile's note says why
     return (
         f"the profiler's own cost: a traced step takes {_ratio(traced / a.untraced_s)} an "
