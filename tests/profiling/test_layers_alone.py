@@ -5,6 +5,7 @@ backend a real layer of two inputs and an integer-input layer timed through the 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -61,6 +62,25 @@ def test_check_layers_times_each_signature_once_and_says_why_one_was_not_timed(k
     assert by["lists"].alone_s is None
     assert by["lists"].check == "not timed alone: its call takes more than tensors"
     assert [x.name for x in out.layers] == [x.name for x in found.layers]  # order kept
+
+
+def test_check_layers_leaves_a_split_that_read_a_free_backward_to_the_trace(keras):
+    """A forward alone no faster than with its gradients is noise, not a free backward (a
+    loaded machine read a planted Dense's backward as 0): the total stands, the split is
+    the trace's, so reconcile keeps a backward where the trace saw one."""
+    from toolkit.core._anatomy import Phase, PhaseTime, reconcile
+
+    found = _found([("d0", 0.003), ("relu", 0.002)])
+    out = check_layers(found, _entries(keras)[:4], batch=4, jit=True,
+                       timer=lambda *a, **k: Alone(forward_s=0.0021, both_s=0.002))  # fmt: skip
+    by = {x.name: x for x in out.layers}
+    assert by["d0"].alone_s == pytest.approx(0.002) and by["d0"].alone_forward_s is None
+    phases = (PhaseTime(Phase.FORWARD, 0.005), PhaseTime(Phase.BACKWARD, 0.005),
+              PhaseTime(Phase.OTHER, 0.01))  # fmt: skip
+    traced = dataclasses.replace(out, phases=phases, step_s=0.02)
+    held = {x.name: x for x in reconcile(traced).layers}
+    assert held["d0"].alone_s != held["d0"].traced_s  # the alone figure shows
+    assert held["d0"].backward_s > 0 and held["d0"].forward_s > 0
 
 
 def test_fed_by_data_names_the_layers_on_the_models_own_inputs(keras):

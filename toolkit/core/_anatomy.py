@@ -160,7 +160,8 @@ class LayerTime:
             (None: not reconciled, the trace's figures are `forward_s`/`backward_s`).
         alone_s: its calls of one step timed alone (forward and backward, compiled as the
             model's step, the same shapes); None where not timed (`check` says why).
-        alone_forward_s: of `alone_s`, the forward alone.
+        alone_forward_s: of `alone_s`, the forward alone; None where it read no faster than
+            the forward with its gradients (a noisy machine): the trace's split is used.
         alone_with_held: the layer holds other layers (an attention block, a recurrent layer
             and its cell, a nested model): `alone_s` is it and them timed as one, checked
             against its row and theirs together.

@@ -125,8 +125,12 @@ def check_layers(
             out[x.name] = dataclasses.replace(x, check=got)
         else:
             calls = max(1, x.calls)
+            # A forward alone no faster than with its gradients is a noisy machine's reading,
+            # not a free backward (it read a planted Dense's backward as 0 under load): its
+            # total stands, its split is left to the trace's
+            forward = got[0] * calls if got[0] < got[1] else None
             out[x.name] = dataclasses.replace(
-                x, alone_s=got[1] * calls, alone_forward_s=got[0] * calls,
+                x, alone_s=got[1] * calls, alone_forward_s=forward,
                 alone_with_held=any(n.startswith(x.name + "/") for n in held),
             )  # fmt: skip
     missing = [n for n in names if n not in held]
