@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
 
 from toolkit.core import compat
+from toolkit.core.files import ReportError
 from toolkit.profiling._ledger_records import PARTS
 from toolkit.profiling._memory import (
     Reading,
@@ -136,6 +138,7 @@ GENERATOR_LEAK = r"""
 import json, sys
 import numpy as np
 from toolkit.core import compat
+from toolkit.core.files import ReportError
 from toolkit.runner.session import profile
 keras = compat.keras()
 
@@ -431,10 +434,24 @@ def _memory_record(peak, device=None):
 def test_the_memory_record_reads_back_from_its_json():
     record = _memory_record(1400.0, 200.0)
     assert RunMemory.from_dict(json.loads(json.dumps(record.to_dict()))) == record
-    assert RunMemory.from_dict({"every_s": "x"}) is None
-    odd = RunMemory.from_dict({"every_s": 0.05, "parts": {"steps": {"host_peak_mb": "no"}},
-                               "timeline": [[1, 2], "x", [0.1, 1, 5.0, None, 3]]})  # fmt: skip
-    assert odd.part("steps").host_peak_mb is None and len(odd.timeline) == 1
+    assert RunMemory.from_dict(None) is None
+    # an older report's: a field it lacks takes its default, a row without its part
+    old = RunMemory.from_dict({"every_s": 0.05, "parts": {"steps": {"host_peak_mb": 90}},
+                               "timeline": [[0.1, 1, 5.0]]})  # fmt: skip
+    assert old.part("steps").readings == 0 and old.timeline == (Sample(0.1, 1, 5.0),)
+    # one reader checks every field, naming the first of the wrong kind
+    for bad, field in (({"every_s": "x"}, "ledger.memory.every_s"),
+                       ({"every_s": 0.0}, "ledger.memory.every_s"),
+                       ({"every_s": 0.05, "parts": {"steps": {"host_peak_mb": "no"}}},
+                        "ledger.memory.parts.steps.host_peak_mb"),
+                       ({"every_s": 0.05, "timeline": [[0.1, 1, 5.0], [1, 2]]},
+                        "ledger.memory.timeline[1]"),
+                       ({"every_s": 0.05, "growth": [{"part": "steps", "mb": -1}]},
+                        "ledger.memory.growth[0].mb"),
+                       ({"every_s": 0.05, "epochs": [{"epoch": 1.5, "host_mb": 3}]},
+                        "ledger.memory.epochs[0].epoch")):  # fmt: skip
+        with pytest.raises(ReportError, match=rf"^field {re.escape(field)} is "):
+            RunMemory.from_dict(bad)
 
 
 def test_memory_lines_say_the_peak_where_it_was_reached_and_the_growth_with_its_fix():

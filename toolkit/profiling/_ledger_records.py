@@ -282,7 +282,8 @@ class Ledger:
     @classmethod
     def read(cls, d: Mapping[str, Any]) -> Ledger:
         """A ledger from report.json, which anyone may have edited: each figure checked, and
-        the parts adding up to the wall time (the ledger's promise), before it is read.
+        the parts adding up to the wall time (the ledger's promise), before it is read (its
+        memory, by :meth:`RunMemory.from_dict`, which checks its own fields).
 
         Raises:
             ReportError: the first field not of its kind, named (``ledger.parts.steps``).
@@ -294,7 +295,8 @@ class Ledger:
     def from_dict(cls, d: Mapping[str, Any], reader: Reader | None = None) -> Ledger:
         """A ledger from its JSON, written by this toolkit or an older one (a field it lacks
         takes its default; ``fixes`` is the report's, and read again from the figures).
-        Lenient, for a ledger this process wrote; :meth:`read` checks one from a file."""
+        Lenient but for its memory, for a ledger this process wrote; :meth:`read` checks one
+        from a file."""
         runs = [v for v in (_float(x) for x in d.get("validation_runs_s") or []) if v is not None]
         calls = [_int(x) or 0 for x in d.get("validation_calls") or []]
         if not calls:  # before each validation's calls were kept: its count, if any
@@ -407,7 +409,6 @@ def _check(value: Any) -> None:
             raise fields.bad(f"ledger.fixes[{i}].words", f.get("words"), "a string")
         for key in ("saves_s", "seconds", "break_even_ms"):
             fields.number(f"ledger.fixes[{i}].{key}", f.get(key), optional=True)
-    RunMemory.check(ledger.get("memory"))
 
 
 def _tolerance(wall_s: float) -> float:

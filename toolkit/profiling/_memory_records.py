@@ -4,7 +4,8 @@ which builds them) to the report (which renders them), and back from ``report.js
 Pure Python, as the other ledger records (``_ledger_records``): the report side reads them
 where no framework can be imported. :meth:`RunMemory.to_dict` / :meth:`RunMemory.from_dict`
 are the JSON edge (``report.json``'s ``ledger.memory``, the schema in ``docs/report.md``); a
-field an older report lacks takes its default.
+field an older report lacks takes its default, and one of the wrong kind is refused by name
+(``toolkit.core._fields``, every record's wording).
 
 Memory is in MiB throughout ("MB" in what a person reads, as ``toolkit.core.stats.format_mb``
 prints it). "Host" is the process's resident memory; "device" the accelerator's allocator as
@@ -15,8 +16,6 @@ nothing (a CPU device): then ``device_unseen`` says why.
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toolkit.core import _fields as fields
@@ -24,12 +23,6 @@ from toolkit.core import _fields as fields
 # The ledger's parts in its order (``_ledger_records.PARTS``), the fit's own order of events.
 _PARTS = ("start_up", "compile", "steps", "input", "validation", "callbacks", "exit", "other")
 _ORDER = {name: i for i, name in enumerate(_PARTS)}
-
-
-def _float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -59,16 +52,12 @@ class PartMemory:
         }
 
     @classmethod
-    def from_dict(cls, name: str, d: Mapping[str, Any]) -> PartMemory:
-        readings = _float(d.get("readings"))
-        return cls(
-            name,
-            _float(d.get("host_peak_mb")),
-            _float(d.get("host_end_mb")),
-            _float(d.get("device_peak_mb")),
-            _float(d.get("device_end_mb")),
-            int(readings) if readings is not None else 0,
-        )
+    def from_dict(cls, name: str, d: Any, where: str) -> PartMemory:
+        d = fields.mapping(where, d, optional=False)
+        keys = ("host_peak_mb", "host_end_mb", "device_peak_mb", "device_end_mb")
+        mb = {k: fields.number(f"{where}.{k}", d.get(k), optional=True) for k in keys}
+        readings = fields.number(f"{where}.readings", d.get("readings", 0), counts=True)
+        return cls(name, **mb, readings=readings)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,18 +95,17 @@ class Growth:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Growth | None:
-        mb, steps, epoch = _float(d.get("mb")), _float(d.get("steps")), _float(d.get("epoch"))
-        if mb is None or not isinstance(d.get("part"), str):
-            return None
+    def from_dict(cls, d: Any, where: str) -> Growth:
+        d = fields.mapping(where, d, optional=False)
         return cls(
-            d["part"],
-            str(d.get("memory") or "host"),
-            mb,
-            int(steps or 0),
-            int(epoch or 0),
-            *(str(d[k]) if d.get(k) is not None else None for k in ("what", "held_by", "fix")),
-        )
+            fields.string(f"{where}.part", d.get("part")),
+            fields.string(f"{where}.memory", d.get("memory") or "host"),
+            fields.number(f"{where}.mb", d.get("mb")),
+            fields.number(f"{where}.steps", d.get("steps", 0), counts=True),
+            fields.number(f"{where}.epoch", d.get("epoch", 0), counts=True),
+            *(fields.string(f"{where}.{k}", d.get(k), optional=True)
+              for k in ("what", "held_by", "fix")),
+        )  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,67 +170,54 @@ class RunMemory:
             "epochs": [e.to_dict() for e in self.epochs],
         }
 
-    @staticmethod
-    def check(d: Any) -> None:
-        """Raises ReportError naming the first field of `d` (report.json's ``ledger.memory``)
-        not of its kind: MiB as numbers >= 0 or null, each part's and callback's figures, the
-        growth records and the timeline's rows."""
-        _check(d)
-
     @classmethod
-    def from_dict(cls, d: Any) -> RunMemory | None:
-        """A ledger's ``memory`` (lenient: :meth:`check` checks one from a file); None where
-        it has none."""
-        if not isinstance(d, Mapping) or _float(d.get("every_s")) is None:
+    def from_dict(cls, d: Any, where: str = "ledger.memory") -> RunMemory | None:
+        """A ledger's ``memory`` (None where it has none), written by this toolkit or an
+        older one (a field it lacks takes its default), or edited by anyone: ReportError
+        names the first field not of its kind (MiB as numbers >= 0 or null, each part's and
+        callback's figures, the growth and epoch records, the timeline's rows)."""
+        if d is None:
             return None
+        m = fields.mapping(where, d, optional=False)
+        every_s = fields.number(f"{where}.every_s", m.get("every_s"))
+        if every_s <= 0:
+            raise fields.bad(f"{where}.every_s", every_s, "a number > 0")
 
-        def parts(value: Any) -> tuple[PartMemory, ...]:
-            items = value.items() if isinstance(value, Mapping) else ()
-            return tuple(
-                PartMemory.from_dict(str(k), v) for k, v in items if isinstance(v, Mapping)
-            )
+        def parts(group: str) -> tuple[PartMemory, ...]:
+            at = f"{where}.{group}"
+            return tuple(PartMemory.from_dict(str(k), v, f"{at}.{k}")
+                         for k, v in fields.mapping(at, m.get(group)).items())  # fmt: skip
 
-        growth = d.get("growth") if isinstance(d.get("growth"), list) else []
-        found = (Growth.from_dict(g) for g in growth if isinstance(g, Mapping))
-        devices = d.get("devices") if isinstance(d.get("devices"), list) else []
-        readings = _float(d.get("readings"))
+        def each(key: str, read: Any) -> tuple[Any, ...]:
+            at = f"{where}.{key}"
+            return tuple(read(x, f"{at}[{i}]") for i, x in enumerate(fields.items(at, m.get(key))))
+
+        unseen = m.get("device_unseen")
         return cls(
-            every_s=float(d["every_s"]),
-            parts=parts(d.get("parts")),
-            callbacks=parts(d.get("callbacks")),
-            devices=tuple(str(x) for x in devices),
-            device_unseen=d.get("device_unseen") if isinstance(d.get("device_unseen"), str)
-            else None,
-            host_peak_mb=_float(d.get("host_peak_mb")),
-            device_peak_mb=_float(d.get("device_peak_mb")),
-            host_start_mb=_float(d.get("host_start_mb")),
-            growth=tuple(g for g in found if g is not None),
-            timeline=_timeline(d.get("timeline")),
-            readings=int(readings) if readings is not None else 0,
-            epochs=_epochs(d.get("epochs")),
-        )  # fmt: skip
+            every_s=every_s,
+            parts=parts("parts"),
+            callbacks=parts("callbacks"),
+            devices=each("devices", fields.string),
+            device_unseen=fields.string(f"{where}.device_unseen", unseen, optional=True),
+            host_start_mb=fields.number(f"{where}.host_start_mb", m.get("host_start_mb"), True),
+            host_peak_mb=fields.number(f"{where}.host_peak_mb", m.get("host_peak_mb"), True),
+            device_peak_mb=fields.number(f"{where}.device_peak_mb", m.get("device_peak_mb"), True),
+            growth=each("growth", Growth.from_dict),
+            timeline=each("timeline", _sample),
+            readings=fields.number(f"{where}.readings", m.get("readings", 0), counts=True),
+            epochs=each("epochs", EpochMemory.from_dict),
+        )
 
 
-def _epochs(value: Any) -> tuple[EpochMemory, ...]:
-    found = (
-        (EpochMemory.from_dict(e) for e in value if isinstance(e, Mapping))
-        if isinstance(value, list)
-        else ()
-    )
-    return tuple(e for e in found if e is not None)
-
-
-def _timeline(value: Any) -> tuple[Sample, ...]:
-    out = []
-    for row in value if isinstance(value, list) else []:
-        if not isinstance(row, Sequence) or len(row) < 3:
-            continue
-        t, step, host = (_float(v) for v in row[:3])
-        device = _float(row[3]) if len(row) > 3 else None
-        part = str(row[4]) if len(row) > 4 and isinstance(row[4], str) else ""
-        if t is not None and step is not None and host is not None:
-            out.append(Sample(t, int(step), host, device, part))
-    return tuple(out)
+def _sample(row: Any, where: str) -> Sample:
+    """One timeline row, ``[seconds, step, host MiB, device MiB or null, part]`` (an older
+    report's rows end after the host's or the device's figure)."""
+    if not isinstance(row, list | tuple) or not 3 <= len(row) <= 5:
+        raise fields.bad(where, row, "a [seconds, step, host MiB, device MiB, part] row")
+    part = fields.string(where, row[4]) if len(row) > 4 else ""
+    device = fields.number(where, row[3] if len(row) > 3 else None, optional=True)
+    step = fields.number(where, row[1], counts=True)
+    return Sample(fields.number(where, row[0]), step, fields.number(where, row[2]), device, part)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,52 +236,12 @@ class EpochMemory:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> EpochMemory | None:
-        host, epoch = _float(d.get("host_mb")), d.get("epoch")
-        if host is None or not (epoch is None or isinstance(epoch, int)):
-            return None
-        step = _float(d.get("step"))
+    def from_dict(cls, d: Any, where: str) -> EpochMemory:
+        d = fields.mapping(where, d, optional=False)
         return cls(
-            epoch, int(step or 0), host, _float(d.get("device_mb")), _float(d.get("device_peak_mb"))
-        )
-
-
-def _check(value: Any) -> None:
-    """The ledger's ``memory`` object (``docs/report.md``): MiB as numbers >= 0 or null, each
-    part's and callback's figures, the growth records and the timeline's rows."""
-    if value is None:
-        return
-    m = fields.mapping("ledger.memory", value)
-    fields.number("ledger.memory.every_s", m.get("every_s"))
-    if m["every_s"] <= 0:
-        raise fields.bad("ledger.memory.every_s", m["every_s"], "a number > 0")
-    fields.number("ledger.memory.readings", m.get("readings", 0), counts=True)
-    for key in ("host_start_mb", "host_peak_mb", "device_peak_mb"):
-        fields.number(f"ledger.memory.{key}", m.get(key), optional=True)
-    for group in ("parts", "callbacks"):
-        for name, p in fields.mapping(f"ledger.memory.{group}", m.get(group)).items():
-            where = f"ledger.memory.{group}.{name}"
-            p = fields.mapping(where, p, optional=False)
-            for key in ("host_peak_mb", "host_end_mb", "device_peak_mb", "device_end_mb"):
-                fields.number(f"{where}.{key}", p.get(key), optional=True)
-            fields.number(f"{where}.readings", p.get("readings", 0), counts=True)
-    for i, g in enumerate(fields.records("ledger.memory.growth", m.get("growth"))):
-        fields.string(f"ledger.memory.growth[{i}].part", g.get("part"))
-        fields.number(f"ledger.memory.growth[{i}].mb", g.get("mb"))
-        for key in ("steps", "epoch"):
-            fields.number(f"ledger.memory.growth[{i}].{key}", g.get(key, 0), counts=True)
-    for i, e in enumerate(fields.records("ledger.memory.epochs", m.get("epochs"))):
-        where = f"ledger.memory.epochs[{i}]"
-        fields.number(f"{where}.epoch", e.get("epoch"), optional=True, counts=True)
-        fields.number(f"{where}.step", e.get("step", 0), counts=True)
-        fields.number(f"{where}.host_mb", e.get("host_mb"))
-        for key in ("device_mb", "device_peak_mb"):
-            fields.number(f"{where}.{key}", e.get(key), optional=True)
-    for i, row in enumerate(fields.items("ledger.memory.timeline", m.get("timeline"))):
-        where = f"ledger.memory.timeline[{i}]"
-        if not isinstance(row, list) or len(row) < 3:
-            raise fields.bad(where, row, "a [seconds, step, host MiB, device MiB, part] row")
-        fields.number(where, row[0])
-        fields.number(where, row[1], counts=True)
-        fields.number(where, row[2])
-        fields.number(where, row[3] if len(row) > 3 else None, optional=True)
+            fields.number(f"{where}.epoch", d.get("epoch"), optional=True, counts=True),
+            fields.number(f"{where}.step", d.get("step", 0), counts=True),
+            fields.number(f"{where}.host_mb", d.get("host_mb")),
+            *(fields.number(f"{where}.{k}", d.get(k), optional=True)
+              for k in ("device_mb", "device_peak_mb")),
+        )  # fmt: skip
