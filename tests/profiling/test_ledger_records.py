@@ -7,6 +7,7 @@ sample a run is not said as a change; old reports still read."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ import pytest
 
 from tests.test_edges import _long_functions
 from tests.test_report import make_report
+from toolkit.core.files import ReportError
 from toolkit.core.stats import format_s
 from toolkit.profiling._fixes import Fix, Setting
 from toolkit.profiling._ledger_records import PARTS, Ledger, Reader
@@ -280,6 +282,20 @@ def test_the_ledger_gives_each_part_and_compile_its_samples(make_model):
 
 
 # ---------------------------------------------------------------------------- the JSON edge
+
+
+def test_ledger_from_dict_names_the_first_field_of_the_wrong_kind():
+    """One reader checks what it reads, down to the compiles, callbacks and memory: a value
+    of the wrong kind is one ReportError naming its field, never a figure read as None."""
+    for over, field in (
+        ({"compiles": [{"function": "train", "seconds": "4"}]}, "ledger.compiles[0].seconds"),
+        ({"callbacks": {"Mine": {"seconds": 1.0, "calls": 2.5}}}, "ledger.callbacks.Mine.calls"),
+        ({"partial": "no"}, "ledger.partial"),
+        ({"unseen": ["exit", 3]}, "ledger.unseen[1]"),
+        ({"memory": {"every_s": 0.05, "parts": {"steps": []}}}, "ledger.memory.parts.steps"),
+    ):
+        with pytest.raises(ReportError, match=rf"^field {re.escape(field)} is "):
+            Ledger.from_dict(_ledger(**over))
 
 
 def test_an_older_report_s_ledger_still_reads_and_round_trips():

@@ -448,6 +448,7 @@ def test_the_memory_record_reads_back_from_its_json():
                         "ledger.memory.timeline[1]"),
                        ({"every_s": 0.05, "growth": [{"part": "steps", "mb": -1}]},
                         "ledger.memory.growth[0].mb"),
+                       ({"every_s": 0.05, "devices": ["CPU:0", 0]}, "ledger.memory.devices[1]"),
                        ({"every_s": 0.05, "epochs": [{"epoch": 1.5, "host_mb": 3}]},
                         "ledger.memory.epochs[0].epoch")):  # fmt: skip
         with pytest.raises(ReportError, match=rf"^field {re.escape(field)} is "):

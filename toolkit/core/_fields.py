@@ -66,6 +66,15 @@ def string(field: str, value: Any, optional: bool = False) -> Any:
     return value
 
 
+def flag(field: str, value: Any) -> bool:
+    """A true or false (false for null: a flag an older report lacks is off)."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise bad(field, value, "true or false")
+    return value
+
+
 def mapping(field: str, value: Any, optional: bool = True) -> Mapping[str, Any]:
     """An object (an empty one for null, where `optional`)."""
     if value is None and optional:

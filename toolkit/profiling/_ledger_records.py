@@ -17,9 +17,8 @@ one run cannot say how much it varies.
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toolkit.core import _fields as fields
@@ -36,34 +35,6 @@ def spread(values: Sequence[float]) -> float | None:
         return None
     mid = statistics.median(values)
     return round(1.4826 * statistics.median(abs(v - mid) for v in values), 6)
-
-
-# ---------------------------------------------------------------------------- tolerant reading
-
-
-def _float(value: Any) -> float | None:
-    """A finite number of a report, or None (a report is anyone's file: the reader checks
-    the fields it must have, :meth:`Ledger.read`; the others are read leniently)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _int(value: Any) -> int | None:
-    number = _float(value)
-    return int(number) if number is not None else None
-
-
-def _str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _records(value: Any) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 # ---------------------------------------------------------------------------- the records
@@ -134,18 +105,19 @@ class Compile:
         return out
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Compile:
+    def from_dict(cls, d: Any, where: str) -> Compile:
+        d = fields.mapping(where, d, optional=False)
         return cls(
-            function=str(d.get("function") or "?"),
-            first=bool(d.get("first")),
-            epoch=_int(d.get("epoch")),
-            step=_int(d.get("step")),
-            seconds=_float(d.get("seconds")) or 0.0,
-            backend_seconds=_float(d.get("backend_seconds")),
-            cause=_str(d.get("cause")),
-            outside_steps=bool(d.get("outside_steps")),
-            samples=_int(d.get("samples")) or 0,
-            step_spread_s=_float(d.get("step_spread_s")),
+            function=fields.string(f"{where}.function", d.get("function") or "?"),
+            first=fields.flag(f"{where}.first", d.get("first")),
+            epoch=fields.number(f"{where}.epoch", d.get("epoch"), optional=True, counts=True),
+            step=fields.number(f"{where}.step", d.get("step"), optional=True, counts=True),
+            seconds=fields.number(f"{where}.seconds", d.get("seconds")),
+            backend_seconds=_seconds(d, "backend_seconds", where),
+            cause=fields.string(f"{where}.cause", d.get("cause"), optional=True),
+            outside_steps=fields.flag(f"{where}.outside_steps", d.get("outside_steps")),
+            samples=_count(d, "samples", where),
+            step_spread_s=_seconds(d, "step_spread_s", where),
         )
 
 
@@ -280,135 +252,120 @@ class Ledger:
         }
 
     @classmethod
-    def read(cls, d: Mapping[str, Any]) -> Ledger:
-        """A ledger from report.json, which anyone may have edited: each figure checked, and
-        the parts adding up to the wall time (the ledger's promise), before it is read (its
-        memory, by :meth:`RunMemory.from_dict`, which checks its own fields).
+    def read(cls, d: Any) -> Ledger:
+        """A ledger from report.json, which anyone may have edited: each field checked as
+        :meth:`from_dict` reads it, then the ledger's promises: its parts add up to the wall
+        time, the spans of "other" lie within it, and the report's fixes are well formed.
 
         Raises:
             ReportError: the first field not of its kind, named (``ledger.parts.steps``).
         """
-        _check(d)
-        return cls.from_dict(d)
+        ledger = cls.from_dict(fields.mapping("ledger", d, optional=False))
+        parts = {p.name: p.seconds for p in ledger.parts if p.seconds is not None}
+        _adds_up(fields.mapping("ledger.parts", d.get("parts"), optional=False), ledger.wall_s)
+        other = sum(o.seconds for o in ledger.other_where)
+        if other > (parts.get("other") or 0.0) + _tolerance(ledger.wall_s):
+            raise fields.bad(
+                "ledger.other_where", other, f"spans within the other part's {parts.get('other')} s"
+            )
+        for i, f in enumerate(fields.records("ledger.fixes", d.get("fixes"))):
+            fields.string(f"ledger.fixes[{i}].words", f.get("words"))
+            for key in ("saves_s", "seconds", "break_even_ms"):
+                _seconds(f, key, f"ledger.fixes[{i}]")
+        return ledger
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], reader: Reader | None = None) -> Ledger:
         """A ledger from its JSON, written by this toolkit or an older one (a field it lacks
         takes its default; ``fixes`` is the report's, and read again from the figures).
-        Lenient but for its memory, for a ledger this process wrote; :meth:`read` checks one
-        from a file."""
-        runs = [v for v in (_float(x) for x in d.get("validation_runs_s") or []) if v is not None]
-        calls = [_int(x) or 0 for x in d.get("validation_calls") or []]
+        A field of the wrong kind raises ReportError naming it (``ledger.parts.steps``)."""
+        runs = _each(d, "validation_runs_s", lambda v, at: fields.number(at, v))
+        calls = _each(d, "validation_calls", lambda v, at: fields.number(at, v, counts=True))
+        validations = _count(d, "validations", "ledger")
         if not calls:  # before each validation's calls were kept: its count, if any
-            calls = [0] * max(_int(d.get("validations")) or 0, len(runs))
+            calls = (0,) * max(validations, len(runs))
+        unseen = _each(d, "unseen", lambda v, at: fields.string(at, v))
+        jit = d.get("jit_compile")
         return cls(
             source=FIT_CALL if d.get("from") == FIT_CALL else TRAIN_BEGIN,
-            partial=bool(d.get("partial")),
-            wall_s=_float(d.get("wall_s")) or 0.0,
+            partial=fields.flag("ledger.partial", d.get("partial")),
+            wall_s=fields.number("ledger.wall_s", d.get("wall_s")),
             parts=_parts_of(d),
-            callbacks=tuple(
-                CallbackTime(
-                    str(name),
-                    _float(_mapping(c).get("seconds")) or 0.0,
-                    _int(_mapping(c).get("calls")) or 0,
-                    _float(_mapping(c).get("spread_s")),
-                )
-                for name, c in _mapping(d.get("callbacks")).items()
+            callbacks=tuple(_callback(str(k), c) for k, c in _named(d, "callbacks").items()),
+            overlapped=_pairs(d, "overlapped"),
+            compiles=_each(d, "compiles", Compile.from_dict),
+            recompiles=_count(d, "recompiles", "ledger"),
+            signal=fields.string("ledger.signal", d.get("signal"), optional=True),
+            epochs=_count(d, "epochs", "ledger"),
+            epochs_planned=_count(d, "epochs_planned", "ledger"),
+            steps=_count(d, "steps", "ledger"),
+            steps_per_epoch=fields.number(
+                "ledger.steps_per_epoch", d.get("steps_per_epoch"), optional=True, counts=True
             ),
-            overlapped=_pairs(d.get("overlapped")),
-            compiles=tuple(Compile.from_dict(c) for c in _records(d.get("compiles"))),
-            recompiles=_int(d.get("recompiles")) or 0,
-            signal=_str(d.get("signal")),
-            epochs=_int(d.get("epochs")) or 0,
-            epochs_planned=_int(d.get("epochs_planned")) or 0,
-            steps=_int(d.get("steps")) or 0,
-            steps_per_epoch=_int(d.get("steps_per_epoch")),
-            validation_calls=tuple(calls),
-            validation_runs_s=tuple(runs),
-            step_s=_pairs(d.get("step_s")),
-            backend=str(d.get("backend") or ""),
-            jit_compile=_str(d.get("jit_compile")),
-            unseen=tuple(str(u) for u in d.get("unseen") or [] if u is not None),
-            input_read_s=_float(d.get("input_read_s")),
-            other_where=tuple(
-                OtherSpan(_float(o.get("seconds")) or 0.0, str(o.get("where") or ""))
-                for o in _records(d.get("other_where"))
-            ),
+            validation_calls=calls,
+            validation_runs_s=runs,
+            step_s=_pairs(d, "step_s"),
+            backend=fields.string("ledger.backend", d.get("backend") or ""),
+            jit_compile=None if jit is None else str(jit),  # an older report's: a bool
+            unseen=unseen,
+            input_read_s=_seconds(d, "input_read_s", "ledger"),
+            other_where=_each(d, "other_where", _other),
             reader=reader or Reader(),
-            memory=RunMemory.from_dict(d.get("memory")),
+            memory=RunMemory.from_dict(d.get("memory"), "ledger.memory"),
         )
+
+
+def _seconds(d: Mapping[str, Any], key: str, where: str) -> float | None:
+    return fields.number(f"{where}.{key}", d.get(key), optional=True)
+
+
+def _count(d: Mapping[str, Any], key: str, where: str) -> int:
+    """A count (0 where it is missing or null: not counted)."""
+    return fields.number(f"{where}.{key}", d.get(key), optional=True, counts=True) or 0
+
+
+def _named(d: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    return fields.mapping(f"ledger.{key}", d.get(key))
+
+
+def _each(d: Mapping[str, Any], key: str, read: Any) -> tuple[Any, ...]:
+    at = f"ledger.{key}"
+    return tuple(read(v, f"{at}[{i}]") for i, v in enumerate(fields.items(at, d.get(key))))
+
+
+def _pairs(d: Mapping[str, Any], key: str) -> tuple[tuple[str, float], ...]:
+    return tuple((str(k), fields.number(f"ledger.{key}.{k}", v))
+                 for k, v in _named(d, key).items())  # fmt: skip
+
+
+def _callback(name: str, c: Any) -> CallbackTime:
+    where = f"ledger.callbacks.{name}"
+    c = fields.mapping(where, c, optional=False)
+    seconds = fields.number(f"{where}.seconds", c.get("seconds"))
+    return CallbackTime(name, seconds, _count(c, "calls", where), _seconds(c, "spread_s", where))
+
+
+def _other(o: Any, where: str) -> OtherSpan:
+    o = fields.mapping(where, o, optional=False)
+    return OtherSpan(fields.number(f"{where}.seconds", o.get("seconds")),
+                     fields.string(f"{where}.where", o.get("where") or ""))  # fmt: skip
 
 
 def _parts_of(d: Mapping[str, Any]) -> tuple[LedgerPart, ...]:
     """The parts of a ledger's JSON, in :data:`PARTS`' order (a part it lacks: None)."""
-    parts = _mapping(d.get("parts"))
-    samples, spreads = _mapping(d.get("part_samples")), _mapping(d.get("part_spread_s"))
+    parts = fields.mapping("ledger.parts", d.get("parts"))
+    for key, part in parts.items():  # a part may be null: not seen
+        fields.number(f"ledger.parts.{key}", part, optional=True)
+    samples, spreads = _named(d, "part_samples"), _named(d, "part_spread_s")
     return tuple(
         LedgerPart(
             name,
-            _float(parts.get(name)),
-            _int(samples.get(name)) or 0,  # 0: not counted (a report older than this)
-            _float(spreads.get(name)),
+            parts.get(name),
+            _count(samples, name, "ledger.part_samples"),  # 0: not counted (an older report)
+            _seconds(spreads, name, "ledger.part_spread_s"),
         )
         for name in PARTS
     )
-
-
-def _pairs(value: Any) -> tuple[tuple[str, float], ...]:
-    pairs: Iterable[tuple[Any, Any]] = _mapping(value).items()
-    return tuple((str(k), v) for k, v in ((k, _float(v)) for k, v in pairs) if v is not None)
-
-
-# ---------------------------------------------------------------------------- strict reading
-
-
-def _check(value: Any) -> None:
-    """The ``ledger`` object (``docs/report.md``): its wall time and each part a number of
-    seconds (a part may be null: not seen), its callbacks and compiles records."""
-    ledger = fields.mapping("ledger", value)
-    if not ledger:
-        return
-    fields.number("ledger.wall_s", ledger.get("wall_s"))
-    for key in ("recompiles", "epochs", "epochs_planned", "steps", "steps_per_epoch",
-                "validations"):  # fmt: skip
-        fields.number(f"ledger.{key}", ledger.get(key), optional=True, counts=True)
-    parts = fields.mapping("ledger.parts", ledger.get("parts"), optional=False)
-    for key, part in parts.items():
-        if part is not None and (isinstance(part, bool) or not isinstance(part, int | float)):
-            raise fields.bad(f"ledger.parts.{key}", part, "a number of seconds or null")
-        fields.number(f"ledger.parts.{key}", part, optional=True)
-    _adds_up(parts, ledger["wall_s"])
-    for key in ("part_samples", "part_spread_s"):
-        for name, v in fields.mapping(f"ledger.{key}", ledger.get(key)).items():
-            fields.number(f"ledger.{key}.{name}", v, optional=True, counts=key == "part_samples")
-    for name, c in fields.mapping("ledger.callbacks", ledger.get("callbacks")).items():
-        c = fields.mapping(f"ledger.callbacks.{name}", c, False)
-        fields.number(f"ledger.callbacks.{name}.seconds", c.get("seconds"))
-        fields.number(f"ledger.callbacks.{name}.calls", c.get("calls"), optional=True, counts=True)
-    for name, seconds in fields.mapping("ledger.overlapped", ledger.get("overlapped")).items():
-        fields.number(f"ledger.overlapped.{name}", seconds)
-    for i, c in enumerate(fields.records("ledger.compiles", ledger.get("compiles"))):
-        for key in ("seconds", "backend_seconds", "step_spread_s"):
-            fields.number(f"ledger.compiles[{i}].{key}", c.get(key), optional=key != "seconds")
-    for key in ("validation_runs_s", "validation_calls"):
-        for i, v in enumerate(fields.items(f"ledger.{key}", ledger.get(key))):
-            fields.number(f"ledger.{key}[{i}]", v, counts=key == "validation_calls")
-    for name, v in fields.mapping("ledger.step_s", ledger.get("step_s")).items():
-        fields.number(f"ledger.step_s.{name}", v)
-    fields.number("ledger.input_read_s", ledger.get("input_read_s"), optional=True)
-    other = 0.0
-    for i, o in enumerate(fields.records("ledger.other_where", ledger.get("other_where"))):
-        fields.number(f"ledger.other_where[{i}].seconds", o.get("seconds"))
-        other += o["seconds"]
-    if other > (parts.get("other") or 0.0) + _tolerance(ledger["wall_s"]):
-        raise fields.bad(
-            "ledger.other_where", other, f"spans within the other part's {parts.get('other')} s"
-        )
-    for i, f in enumerate(fields.records("ledger.fixes", ledger.get("fixes"))):
-        if not isinstance(f.get("words"), str):
-            raise fields.bad(f"ledger.fixes[{i}].words", f.get("words"), "a string")
-        for key in ("saves_s", "seconds", "break_even_ms"):
-            fields.number(f"ledger.fixes[{i}].{key}", f.get(key), optional=True)
 
 
 def _tolerance(wall_s: float) -> float:

@@ -197,7 +197,7 @@ class RunMemory:
             every_s=every_s,
             parts=parts("parts"),
             callbacks=parts("callbacks"),
-            devices=each("devices", fields.string),
+            devices=each("devices", lambda v, at: fields.string(at, v)),
             device_unseen=fields.string(f"{where}.device_unseen", unseen, optional=True),
             host_start_mb=fields.number(f"{where}.host_start_mb", m.get("host_start_mb"), True),
             host_peak_mb=fields.number(f"{where}.host_peak_mb", m.get("host_peak_mb"), True),
