@@ -54,6 +54,7 @@ from toolkit.core import terminal
 from toolkit.core._advice import Advice
 from toolkit.core._anatomy import Anatomy
 from toolkit.core.checks import argument, check_number
+from toolkit.core.files import ReportError
 from toolkit.core.progress import say
 from toolkit.core.stats import whole_calls
 from toolkit.profiling._ledger_records import Ledger
@@ -596,12 +597,13 @@ def ledger_of(run: Any) -> Ledger | None:
         ledger = run.ledger()
     else:  # a RunReport
         ledger = getattr(run, "ledger", None)
-    found = as_ledger(ledger) if isinstance(ledger, (Ledger, Mapping)) else None
+    takes = "ledger= takes a StepTimer that timed a fit, a RunReport with a ledger, or a ledger"
+    try:
+        found = as_ledger(ledger) if isinstance(ledger, (Ledger, Mapping)) else None
+    except ReportError as e:  # a ledger's JSON with a field of the wrong kind
+        raise ValueError(f"{takes}: this one's {e}") from None
     if found is None or not found.wall_s:
-        raise ValueError(
-            "ledger= takes a StepTimer that timed a fit, a RunReport with a ledger, or a "
-            "ledger: this one has none"
-        )
+        raise ValueError(f"{takes}: this one has none")
     return found
 
 
