@@ -372,76 +372,80 @@ class Anatomy:
         return out
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Anatomy:
-        """The record of :meth:`to_dict`'s output. Raises ValueError (naming the field) for
-        one that is not an anatomy: ReportError for a field not of its kind."""
-        _check(d)
+    def from_dict(cls, d: Any) -> Anatomy:
+        """The record of :meth:`to_dict`'s output (``docs/report.md``), each field checked as
+        it is read: ReportError (a ValueError) names the first not of its kind: seconds per
+        step as numbers >= 0, each phase one of :class:`Phase`'s, each layer named, the
+        notes strings, and a taken anatomy (no `error`) with a step and its phases."""
+        a = fields.mapping("anatomy", d, optional=False)
+        read: dict[str, Any] = {"backend": fields.string("anatomy.backend", a.get("backend"))}
+        for key in ("device", "signal", "raw_how"):
+            read[key] = fields.string(f"anatomy.{key}", a.get(key, ""))
+        read["error"] = fields.string("anatomy.error", a.get("error"), optional=True)
         try:
-            phases, traced = (
-                tuple(
-                    PhaseTime(Phase(p["phase"]), _number(p["seconds"]), str(p.get("unseen", "")))
-                    for p in d.get(key) or ()
-                )
-                for key in ("phases", "traced_phases")
-            )
-            layers = tuple(
-                LayerTime(
-                    name=str(x["name"]),
-                    kind=str(x.get("kind", "")),
-                    forward_s=_number(x["forward_s"]),
-                    backward_s=_number(x["backward_s"]),
-                    calls=int(x.get("calls", 1)),
-                    flops=None if x.get("flops") is None else _number(x["flops"]),
-                    fused_s=_number(x.get("fused_s", 0.0)),
-                    traced_forward_s=_optional(x.get("traced_forward_s")),
-                    traced_backward_s=_optional(x.get("traced_backward_s")),
-                    alone_s=_optional(x.get("alone_s")),
-                    alone_forward_s=_optional(x.get("alone_forward_s")),
-                    alone_with_held=bool(x.get("alone_with_held", False)),
-                    held_traced_s=_optional(x.get("held_traced_s")),
-                    check=str(x.get("check", "")),
-                )
-                for x in d.get("layers", ())
-            )
-            return cls(
-                backend=str(d["backend"]),
-                device=str(d.get("device", "")),
-                steps=int(d.get("steps", 0)),
-                step_s=_number(d.get("step_s", 0.0)),
-                traced_s=_number(d.get("traced_s", 0.0)),
-                untraced_s=_optional(d.get("untraced_s")),
-                phases=phases,
-                traced_phases=traced,
-                layers=layers,
-                fused_s=_number(d.get("fused_s", 0.0)),
-                signal=str(d.get("signal", "")),
-                notes=tuple(str(n) for n in d.get("notes", ())),
-                raw_s=_optional(d.get("raw_s")),
-                raw_how=str(d.get("raw_how", "")),
-                fit_s=_optional(d.get("fit_s")),
-                fed_s=_optional(d.get("fed_s")),
-                model_alone_s=_optional(d.get("model_alone_s")),
-                model_alone_forward_s=_optional(d.get("model_alone_forward_s")),
-                other_between_s=_optional(d.get("other_between_s")),
-                ops_per_step=_optional(d.get("ops_per_step")),
-                other_fix=Advice.from_dict(d["other_fix"]) if d.get("other_fix") else None,
-                other_fixed_s=_optional(d.get("other_fixed_s")),
-                error=None if d.get("error") is None else str(d["error"]),
-            )
-        except (AttributeError, KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"anatomy: not an anatomy record ({type(e).__name__}: {e})") from None
+            read["other_fix"] = Advice.from_dict(a["other_fix"]) if a.get("other_fix") else None
+        except ValueError:
+            what = "advice: {text, tries} or null"
+            raise fields.bad("anatomy.other_fix", a["other_fix"], what) from None
+        read["steps"] = fields.number("anatomy.steps", a.get("steps", 0), counts=True)
+        for key in ("step_s", "traced_s", "fused_s"):
+            read[key] = _seconds(a, key, "anatomy", 0.0)
+        for key in _OPTIONAL:
+            read[key] = _seconds(a, key, "anatomy")
+        read["phases"], read["traced_phases"] = _phases(a, "phases"), _phases(a, "traced_phases")
+        records = fields.records("anatomy.layers", a.get("layers"))
+        read["layers"] = tuple(_layer(x, f"anatomy.layers[{i}]") for i, x in enumerate(records))
+        notes = a.get("notes") or []
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            raise fields.bad("anatomy.notes", notes, "a list of strings")
+        if read["error"] is None:  # a taken anatomy: a step, and the phases it splits into
+            if a.get("phases") is None:
+                raise ReportError("field anatomy.phases is missing")
+            for key in ("step_s", "traced_s"):
+                if read[key] == 0:
+                    raise fields.bad(
+                        f"anatomy.{key}", a.get(key), "a time above 0 (seconds per step)"
+                    )
+        return cls(**read, notes=tuple(notes))
 
 
-def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"expected a finite number, got {value!r}")
-    if value < 0:
-        raise ValueError(f"expected seconds >= 0, got {value!r}")
-    return float(value)
+def _seconds(d: Mapping[str, Any], key: str, where: str, default: float | None = None) -> Any:
+    """`d[key]`, seconds (or a count) >= 0; `default` where it is missing, else null allowed."""
+    return fields.number(f"{where}.{key}", d.get(key, default), optional=default is None)
 
 
-def _optional(value: Any) -> float | None:
-    return None if value is None else _number(value)
+def _phases(a: Mapping[str, Any], key: str) -> tuple[PhaseTime, ...]:
+    out = []
+    for i, p in enumerate(fields.records(f"anatomy.{key}", a.get(key))):
+        where = f"anatomy.{key}[{i}]"
+        if p.get("phase") not in _PHASES:
+            raise fields.bad(f"{where}.phase", p.get("phase"), f"one of {', '.join(_PHASES)}")
+        seconds = fields.number(f"{where}.seconds", p.get("seconds"))
+        fields.per_step(f"{where}.seconds", seconds)
+        unseen = fields.string(f"{where}.unseen", p.get("unseen", ""))
+        out.append(PhaseTime(Phase(p["phase"]), seconds, unseen))
+    return tuple(out)
+
+
+def _layer(x: Mapping[str, Any], where: str) -> LayerTime:
+    for key in ("forward_s", "backward_s"):
+        fields.per_step(f"{where}.{key}", fields.number(f"{where}.{key}", x.get(key)))
+    held = x.get("alone_with_held", False)
+    if not isinstance(held, bool):
+        raise fields.bad(f"{where}.alone_with_held", held, "true or false")
+    return LayerTime(
+        name=fields.string(f"{where}.name", x.get("name")),
+        kind=fields.string(f"{where}.kind", x.get("kind", "")),
+        forward_s=x["forward_s"],
+        backward_s=x["backward_s"],
+        calls=fields.number(f"{where}.calls", x.get("calls", 1), counts=True),
+        flops=_seconds(x, "flops", where),
+        fused_s=_seconds(x, "fused_s", where, 0.0),
+        **{k: _seconds(x, k, where) for k in ("traced_forward_s", "traced_backward_s", "alone_s",
+           "alone_forward_s", "held_traced_s")},
+        alone_with_held=held,
+        check=fields.string(f"{where}.check", x.get("check", "")),
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- what holds
@@ -867,68 +871,6 @@ def _by_kind(layers: Sequence[LayerTime]) -> dict[str, tuple[int, float]]:
     return out
 
 
-_NUMBERS = ("step_s", "traced_s", "fused_s")
-_OPTIONAL = ("untraced_s", "raw_s", "fit_s", "fed_s", "model_alone_s",
-                    "model_alone_forward_s", "other_between_s", "ops_per_step")  # fmt: skip
-_WORDS = ("device", "signal", "raw_how")
 _PHASES = tuple(p.value for p in Phase)
-
-
-def _check(value: Any) -> None:
-    """The ``anatomy`` object (``docs/report.md``, ``Anatomy.to_dict``): seconds per step as
-    numbers >= 0, each phase one of :class:`~toolkit.core._anatomy.Phase`'s, each layer named,
-    the notes strings; null where no anatomy was taken."""
-    if value is None:
-        return
-    a = fields.mapping("anatomy", value)
-    fields.string("anatomy.backend", a.get("backend"))
-    for key in _WORDS:
-        fields.string(f"anatomy.{key}", a.get(key, ""))
-    fields.string("anatomy.error", a.get("error"), optional=True)
-    if a.get("other_fix"):
-        try:
-            Advice.from_dict(a["other_fix"])
-        except ValueError:
-            raise fields.bad(
-                "anatomy.other_fix", a["other_fix"], "advice: {text, tries} or null"
-            ) from None
-    fields.number("anatomy.steps", a.get("steps", 0), counts=True)
-    for key in _NUMBERS:
-        fields.number(f"anatomy.{key}", a.get(key, 0.0))
-    for key in _OPTIONAL:
-        fields.number(f"anatomy.{key}", a.get(key), optional=True)
-    for key in ("phases", "traced_phases"):
-        for i, p in enumerate(fields.records(f"anatomy.{key}", a.get(key))):
-            if p.get("phase") not in _PHASES:
-                raise fields.bad(f"anatomy.{key}[{i}].phase", p.get("phase"),
-                           f"one of {', '.join(_PHASES)}")  # fmt: skip
-            fields.number(f"anatomy.{key}[{i}].seconds", p.get("seconds"))
-            fields.per_step(f"anatomy.{key}[{i}].seconds", p.get("seconds"))
-            fields.string(f"anatomy.{key}[{i}].unseen", p.get("unseen", ""))
-    for i, layer in enumerate(fields.records("anatomy.layers", a.get("layers"))):
-        where = f"anatomy.layers[{i}]"
-        fields.string(f"{where}.name", layer.get("name"))
-        fields.string(f"{where}.kind", layer.get("kind", ""))
-        for key in ("forward_s", "backward_s"):
-            fields.number(f"{where}.{key}", layer.get(key))
-            fields.per_step(f"{where}.{key}", layer.get(key))
-        fields.number(f"{where}.fused_s", layer.get("fused_s", 0.0))
-        fields.number(f"{where}.calls", layer.get("calls", 1), counts=True)
-        fields.number(f"{where}.flops", layer.get("flops"), optional=True)
-        for key in ("traced_forward_s", "traced_backward_s", "alone_s", "alone_forward_s",
-                    "held_traced_s"):  # fmt: skip
-            fields.number(f"{where}.{key}", layer.get(key), optional=True)
-        if not isinstance(layer.get("alone_with_held", False), bool):
-            held = layer.get("alone_with_held")
-            raise fields.bad(f"{where}.alone_with_held", held, "true or false")
-        fields.string(f"{where}.check", layer.get("check", ""))
-    notes = a.get("notes") or []
-    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
-        raise fields.bad("anatomy.notes", notes, "a list of strings")
-    if a.get("error") is None:  # a taken anatomy: a step, and the phases it splits into
-        if a.get("phases") is None:
-            raise ReportError("field anatomy.phases is missing")
-        for key in ("step_s", "traced_s"):
-            value = a.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
-                raise fields.bad(f"anatomy.{key}", value, "a time above 0 (seconds per step)")
+_OPTIONAL = ("untraced_s", "raw_s", "fit_s", "fed_s", "model_alone_s", "model_alone_forward_s",
+             "other_between_s", "ops_per_step", "other_fixed_s")  # fmt: skip
