@@ -229,6 +229,30 @@ def test_peak_of_a_process_killed_by_sigkill_is_out_of_memory_at_its_batch():
     assert mf.MemoryPeak.of(64, ChildResult(answered.to_dict())) == answered
 
 
+def test_a_child_past_its_host_cap_is_stopped_as_out_of_memory_at_its_batch():
+    """A fresh process that keeps taking RAM is killed once its resident memory passes the
+    cap (``_processes._HostCap``), before it can take the host's: the result says so and
+    reads as out of memory at its batch. The child would hold on for two minutes otherwise:
+    the test waits on the watch, not on a timer."""
+    from toolkit.search._processes import follow
+
+    grows = ("import time\nheld = []\nfor _ in range(64):\n"
+             "    held.append(bytearray(16 * 2**20)); time.sleep(0.02)\n"
+             "time.sleep(120)")  # fmt: skip
+    ended = follow([sys.executable, "-c", grows], dict(os.environ), 300.0, lambda _l: None,
+                   host_cap_mb=160.0)  # fmt: skip
+    assert ended.over_mb is not None and ended.over_mb[0] > 160.0 == ended.over_mb[1]
+    got = ended.result(None, 300.0)
+    assert not got.ok and not got.interrupted
+    assert got.error.startswith("out of memory: its resident memory reached ")
+    peak = mf.MemoryPeak.of(26656, got)
+    assert peak.out_of_memory and peak.words().startswith("out of memory at batch 26,656")
+    # under its cap, a child runs to its end
+    ended = follow([sys.executable, "-c", "pass"], dict(os.environ), 300.0, lambda _l: None,
+                   host_cap_mb=4096.0)  # fmt: skip
+    assert ended.over_mb is None and ended.returncode == 0
+
+
 def test_batch_fit_screen_fits_80_columns_and_its_record_reads_as_json():
     from toolkit.core import terminal
 

@@ -39,6 +39,7 @@ JOBS = ("figures", "tune", "anatomy", "devices", "peak")
 _INTERRUPTING = frozenset(int(s) for s in (signal.SIGKILL, *interrupts.SIGNALS))
 PROGRESS, ERROR = "progress", "error"  # the kinds of Message
 HEARTBEAT_S = 10.0  # a child working unheard this long gets a "still running" line
+CAP_EVERY_S = 0.05  # how often a capped child's resident memory is read (:class:`_HostCap`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,10 +171,18 @@ class Ended:
     error: str | None
     stderr: tuple[str, ...]
     returncode: int | None
+    over_mb: tuple[float, float] | None = None  # (its resident MiB, the cap) where stopped so
 
     def result(self, answer: Any, timeout_s: float) -> ChildResult:
         """The :class:`ChildResult` of a child that wrote `answer` (None: nothing) and ended
         so."""
+        if self.over_mb is not None:
+            from toolkit.core.stats import format_mb
+
+            rss, cap = self.over_mb
+            said = (f"out of memory: its resident memory reached {format_mb(rss)}, past the "
+                    f"{format_mb(cap)} this host could spare, and it was stopped")  # fmt: skip
+            return ChildResult(error=said)
         if self.returncode is None:
             said = f"stopped after {timeout_s:.0f} s, past the time it had"
             return ChildResult(error=said, interrupted=True, overran_s=timeout_s)
@@ -231,10 +240,13 @@ def follow(
     progress: Callable[[str], Any],
     prefix: str = "",
     still: Callable[[float], str] | None = None,
+    host_cap_mb: float | None = None,
 ) -> Ended:
     """Runs `argv`, passing the progress :class:`Message` s it sends on to `progress` as they
     come, with `prefix`, until it ends or `timeout_s` passes (then it is killed); `still`, a
-    line at least every :data:`HEARTBEAT_S` while it sends none (:class:`_Heartbeat`)."""
+    line at least every :data:`HEARTBEAT_S` while it sends none (:class:`_Heartbeat`).
+    `host_cap_mb`: where its resident memory (its own processes' together) passes this, it
+    is killed (:class:`_HostCap`), before it can take the memory the host runs on."""
     killed = threading.Event()
     error: list[str] = []
     with contextlib.ExitStack() as stack:
@@ -244,6 +256,7 @@ def follow(
         proc = stack.enter_context(children.running(
             argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env
         ))  # fmt: skip
+        capped = stack.enter_context(_HostCap(proc, host_cap_mb))
         # Entered last, left first: no "still running" line while a stopped child ends.
         heart = stack.enter_context(_Heartbeat(progress, still))
 
@@ -265,7 +278,48 @@ def follow(
         err.seek(0)
         said = tuple(line.rstrip() for line in err.read().splitlines()[-20:] if line.strip())
     code = None if killed.is_set() else proc.returncode
-    return Ended(error[-1] if error else None, said, code)
+    return Ended(error[-1] if error else None, said, code, capped.over_mb)
+
+
+class _HostCap:
+    """A watch on a child's resident memory, its own processes' together (psutil), every
+    :data:`CAP_EVERY_S`: past `cap_mb`, the child is killed and :attr:`over_mb` says at how
+    much. A fit at a batch too large for the host's RAM otherwise takes it all: with no swap,
+    the kernel thrashes for minutes before its out-of-memory killer acts (a 24 GiB machine
+    stalled ten, under a 22 GiB child). None: no watch."""
+
+    def __init__(self, proc: subprocess.Popen[str], cap_mb: float | None) -> None:
+        self.proc, self.cap_mb = proc, cap_mb
+        self.over_mb: tuple[float, float] | None = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True, name="child-host-cap")
+
+    def __enter__(self) -> _HostCap:
+        if self.cap_mb is not None:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def _watch(self) -> None:
+        import psutil
+
+        try:
+            top = psutil.Process(self.proc.pid)
+        except psutil.Error:
+            return
+        while not self.done.wait(CAP_EVERY_S):
+            try:
+                rss = sum(p.memory_info().rss for p in (top, *top.children(recursive=True)))
+            except psutil.Error:  # it ended, or a process of it did, while it was read
+                continue
+            if self.cap_mb is not None and rss / 2**20 > self.cap_mb:
+                self.over_mb = (rss / 2**20, self.cap_mb)
+                self.proc.kill()
+                return
 
 
 def _messages(lines: Iterable[str]) -> Iterable[Message]:
@@ -299,12 +353,14 @@ def run_child(
     progress: Callable[[str], Any] | None = None,
     prefix: str = "",
     still: Callable[[float], str] | None = None,
+    host_cap_mb: float | None = None,
 ) -> ChildResult:
     """Runs `spec` in a fresh ``python -m toolkit._child`` process and returns its
     :class:`ChildResult`: its JSON answer, or the error it sent (else its last line of
-    standard error); a child killed by a signal or past `timeout_s` is ``interrupted``. Its
-    progress messages go to `progress` as they come, after `prefix`, and `still`'s line
-    while it sends none (:func:`follow`)."""
+    standard error); a child killed by a signal or past `timeout_s` is ``interrupted``, one
+    whose resident memory passed `host_cap_mb` out of memory. Its progress messages go to
+    `progress` as they come, after `prefix`, and `still`'s line while it sends none
+    (:func:`follow`)."""
     child_env = {**env, "KERAS_BACKEND": spec.backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
     # The user's module imports in the child as it does here.
     if spec.target is not None and spec.target.model_fn:
@@ -317,6 +373,6 @@ def run_child(
         atomic_write(spec_path, spec.to_json())
         argv = [sys.executable, "-m", CHILD, spec_path, out]
         said = progress or (lambda _line: None)
-        ended = follow(argv, child_env, timeout_s, said, prefix, still)
+        ended = follow(argv, child_env, timeout_s, said, prefix, still, host_cap_mb)
         answer = read_json(out) if ended.returncode is not None else None
     return ended.result(answer, timeout_s)

@@ -15,14 +15,17 @@ ends that process only, and is said as ``out of memory at batch N``:
   per example × batch; what the model, the framework and the data hold, then what each
   example adds), and how well it fits is said;
 * the largest batch under the limit is read off the line: the limit you give, else the
-  device's memory (the backend's ``device_memory_limit``), else on a CPU the RAM this host has
-  available;
+  device's memory (the backend's ``device_memory_limit``), else on a CPU
+  :data:`HOST_SHARE` of the RAM this host has available (the rest left to the machine);
 * the prediction is checked by running it, in one more fresh process, and the predicted peak
   is set against the measured one (:attr:`BatchFit.ratio`). A check over the limit, or more
   than :data:`MISS` off the line, joins the points and the line predicts again, checked once
   more: on a CPU the peak grows in steps (TensorFlow's allocator takes memory in regions),
   and 4× past the batch sizes measured the line put peaks 3–9 % low
-  (``benchmarks/memory.py``).
+  (``benchmarks/memory.py``). A fresh process whose resident memory passes
+  :data:`HOST_CAP` of the RAM available when it starts is stopped, as out of memory at its
+  batch (``_processes._HostCap``): the check of a prediction far past the measured sizes
+  must not take the host's memory.
 
 Your model in memory is handed to the fresh processes as a ``.keras`` file and its data as
 arrays (a ``tf.data`` pipeline: its first examples, repeated); a function that builds your
@@ -57,6 +60,8 @@ MISS = 0.05  # a check further than this from the line's peak (or over the limit
 REFITS = 1  # ... this many times at most
 CHILD_TIMEOUT_S = 900.0  # one peak run at most (a large batch on a CPU is slow)
 HOST = "host"  # a peak of the process's resident memory (a CPU), not of a device
+HOST_SHARE = 0.8  # of the RAM available, the default limit on a CPU: the rest is the machine's
+HOST_CAP = 0.9  # of the RAM available when a fresh process starts: past it, it is stopped
 # The folder a fresh process loads your in-memory model and data from (shipped()).
 SHIPPED = "TOOLKIT_FITS_SHIPPED"
 SHIPPED_FN = "toolkit.search.memory_fit:shipped"
@@ -404,7 +409,7 @@ def fits(
         data: with a model, its training data: arrays (``(x, y)``) or a ``tf.data``
             pipeline (its first examples are handed to the fresh processes, repeated).
         limit: the memory to fit in: MiB, or a size with its unit (``"12GB"``). Defaults
-            to the device's memory, or on a CPU the RAM this host has available now.
+            to the device's memory, or on a CPU 80 % of the RAM this host has available now.
         batch_sizes: two or more batch sizes to measure. Defaults to the run's batch size
             (`config`'s, your pipeline's), twice and four times it, and where the peak does
             not grow measurably over those (a small model), two larger sizes where the line
@@ -506,7 +511,10 @@ class _Runs:
         device = str(on.config.get("device") or "auto")
         self.say(f"memory: batch {batch:,}, {what} (a fresh process, {_steps(self.steps)})")
         spec = ChildSpec("peak", self.backend, device, on, steps=self.steps)
-        got = MemoryPeak.of(batch, run_child(spec, self.env, self.timeout_s))
+        import psutil
+
+        cap = HOST_CAP * psutil.virtual_memory().available / 2**20
+        got = MemoryPeak.of(batch, run_child(spec, self.env, self.timeout_s, host_cap_mb=cap))
         failed = "out of memory" if got.out_of_memory else "failed"
         self.say(f"memory: batch {batch:,}: {format_mb(got.peak_mb) if got.ok else failed}")
         return got
@@ -626,7 +634,8 @@ def _under(found: BatchFit) -> BatchFit:
 
 def _limit(given: float | None, points: Sequence[MemoryPeak]) -> tuple[float | None, str]:
     """``(the limit in MiB, where it came from)``: the one given; the device's memory as its
-    backend says it; on a CPU, the RAM this host has available now (psutil)."""
+    backend says it; on a CPU, :data:`HOST_SHARE` of the RAM this host has available now
+    (psutil): a batch that fills all of it leaves nothing to the machine it runs on."""
     if given is not None:
         if any(p.ok and p.memory == HOST for p in points):
             import psutil
@@ -644,7 +653,9 @@ def _limit(given: float | None, points: Sequence[MemoryPeak]) -> tuple[float | N
         return None, f"{good[0].memory}'s memory is not known: give a limit"
     import psutil
 
-    return psutil.virtual_memory().available / 2**20, "this host's available RAM (psutil)"
+    available = psutil.virtual_memory().available / 2**20
+    return HOST_SHARE * available, (f"{HOST_SHARE:.0%} of this host's available RAM, "
+                                    f"{format_mb(available)} (psutil)")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- the target

@@ -32,7 +32,7 @@ def options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--memory_limit",
         help="the memory to fit in: MiB (4096) or with its unit (4GB, 512MB); default: the "
-        "device's memory, or on a CPU the RAM this host has available",
+        "device's memory, or on a CPU 80%% of the RAM this host has available",
     )
     p.add_argument(
         "--batch_sizes",
