@@ -284,3 +284,11 @@ def test_reconcile_checks_the_input_against_the_step_over_fit_s_step_on_one_batc
                                    fed_s=untraced + 0.001 + 0.003)  # fmt: skip
     assert reconcile(slow_one).phase(Phase.INPUT) == pytest.approx(0.003)
     assert reconcile(slow_one).phases_sum() == pytest.approx(untraced)
+    # nothing outside the computed phases to hold it: the input stays the trace's wait, and
+    # the note says so (it said the data's cost, beside a row that showed the wait)
+    full = _anatomy([LayerTime("dense", "Dense", 0.004, 0.004)], other=0.0, host=0.0,
+                    waited=0.0001, raw_s=0.0050, fit_s=0.0055)  # fmt: skip
+    stays = reconcile(dataclasses.replace(full, untraced_s=full.phases_sum(), fed_s=0.0075))
+    assert stays.phase(Phase.INPUT) == pytest.approx(0.0001)
+    (said,) = [n for n in stays.notes if n.startswith("input is")]
+    assert said.startswith("input is the trace's wait (0.100 ms), not what the data costs")

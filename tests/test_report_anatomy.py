@@ -166,6 +166,19 @@ def test_the_phase_shares_add_up_to_the_step():
     assert any("the profiler's own cost" in line for line in lines)
 
 
+def test_profiler_line_claims_no_cost_where_the_traced_step_was_the_faster():
+    """A profiler never makes a step faster: a traced step under the untraced one is the two
+    timings' noise, said as no cost seen (it read 'its own cost: a traced step takes 0.75×')."""
+    a = anatomy()
+    slower = dataclasses.replace(a, untraced_s=a.step_s / 0.75)
+    (line,) = [x for x in anatomy_lines(slower) if x.startswith("the profiler's own cost")]
+    assert line.startswith("the profiler's own cost: none seen, a traced step took 0.75× ")
+    assert "scaled up to the untraced step" in " ".join(anatomy_lines(slower))
+    costly = dataclasses.replace(a, untraced_s=a.step_s / 1.5)
+    (line,) = [x for x in anatomy_lines(costly) if x.startswith("the profiler's own cost")]
+    assert line.startswith("the profiler's own cost: a traced step takes 1.50× ")
+
+
 def test_other_is_always_shown_and_a_disagreement_said():
     a = anatomy(step_s=1.0)
     a = dataclasses.replace(a, phases=tuple(p for p in a.phases if p.phase != Phase.OTHER))

@@ -638,11 +638,27 @@ def _keras_host(a: Anatomy, step: float, parts: dict[Phase, float], notes: list[
                 break
         if more > 1e-12:  # the rest could not come from other or the host: less input
             parts[Phase.INPUT] -= more
-        notes.append(
-            f"input is what the data costs the step: fit's step on your data over fit's on "
-            f"one batch repeated ({format_ms(fed)} vs {format_ms(a.fit_s)}); the trace's wait "
-            f"was {format_ms(waited)}"
-        )
+        timed = (f"fit's step on your data over fit's on one batch repeated "
+                 f"({format_ms(fed)} vs {format_ms(a.fit_s)})")  # fmt: skip
+        shown = parts[Phase.INPUT]
+        if abs(shown - waited) <= 1e-9:  # the step had nothing outside its computed phases
+            notes.append(
+                f"input is the trace's wait ({format_ms(waited)}), not what the data costs "
+                f"the step by {timed}, {format_ms(isolated)}: the step has no time outside "
+                "its computed phases to hold it (the two timings differ by noise, or the "
+                "input's work overlaps the compute)"
+            )
+        elif more > 1e-12:
+            notes.append(
+                f"input is what the data costs the step by {timed}, {format_ms(isolated)}, "
+                f"as far as the step's time outside its computed phases holds it: "
+                f"{format_ms(shown)}; the trace's wait was {format_ms(waited)}"
+            )
+        else:
+            notes.append(
+                f"input is what the data costs the step: {timed}; the trace's wait was "
+                f"{format_ms(waited)}"
+            )
     most = max(0.0, a.fit_s - a.raw_s)
     host = parts.get(Phase.HOST, 0.0)
     if host <= most + 1e-12:

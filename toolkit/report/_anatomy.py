@@ -164,10 +164,13 @@ def _profiler_line(a: Anatomy) -> str | None:
         return None
     if a.untraced_off():
         return None  # no cost to take out: reconcile's note says why
-    return (
-        f"the profiler's own cost: a traced step takes {_ratio(traced / a.untraced_s)} an "
-        f"untraced one ({format_ms(traced)} vs {format_ms(a.untraced_s)})"
+    said = f"{_ratio(traced / a.untraced_s)} an untraced one ({format_ms(traced)} vs " + (
+        f"{format_ms(a.untraced_s)})"
     )
+    if traced < a.untraced_s:  # a profiler never makes a step faster: the two timings' noise
+        return (f"the profiler's own cost: none seen, a traced step took {said}; the phases "
+                "are scaled up to the untraced step")  # fmt: skip
+    return f"the profiler's own cost: a traced step takes {said}"
 
 
 def _checked_line(a: Anatomy) -> str | None:
@@ -193,7 +196,10 @@ def _why_lines(layers: Sequence[LayerTime], limit: int = 3) -> list[str]:
         for x in held[:limit]
     ]
     if len(held) > limit:
-        out.append(f"and {len(held) - limit} more at their alone figure (report.md says why)")
+        out.append(
+            f"and {len(held) - limit} more at their alone figure (each layer's check, in "
+            "the JSON, says why)"
+        )
     return out
 
 
