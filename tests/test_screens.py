@@ -144,13 +144,15 @@ model.compile(optimizer="sgd", loss="mse")
 x, y = np.zeros((256, 8), "float32"), np.zeros((256, 1), "float32")
 with profile("demo", report_dir="runs", batch_size=16, trace_steps=(3, 6)) as prof:
     prof.fit(model, x, y, batch_size=16, epochs=2, verbose=1)
+print(prof.report.summary())
 """
 
 
 def test_profile_in_your_own_fit_keeps_the_profilers_lines_out_and_says_where(tmp_path):
     """``profile()`` around a fit with Keras's own bar, at 120 columns: the profiler's C++
     lines held back (none lands inside the bar), Keras's line fits, and one line says where
-    the report landed."""
+    the report landed; then ``print(prof.report.summary())`` in the script fits too (its
+    ledger, trace and XProf lines ran to 279 columns)."""
     shown = _screen(["-c", PROFILED_FIT], 120, tmp_path)
     text = shown.text
     assert shown.rc == 0, text[-3000:]
@@ -163,6 +165,7 @@ def test_profile_in_your_own_fit_keeps_the_profilers_lines_out_and_says_where(tm
     said = [line for line in shown.lines if line.startswith("demo: report in runs")]
     assert len(said) == 1 and "report.json" in said[0] and "report.md" in said[0], text
     assert (tmp_path / said[0].split(" in ")[1].split(" (")[0] / "report.json").exists()
+    assert any(line.startswith("run ledger (fit call ") for line in shown.lines), text
 
 
 def test_text_and_tables_fit_the_width_without_cutting_a_number():

@@ -367,7 +367,7 @@ def _stopped(e: Exception) -> NoReturn:
 def _said(result: Any, smoke: bool = False) -> None:
     """A finished run's summary and files; one line when it failed or was not written. A
     ``--smoke`` run that timed nothing passes (it checks that the run runs): a note says so."""
-    print(terminal.fit(result.report.summary(), terminal.width()))  # folded on a terminal
+    print(result.report.summary())  # folded on a terminal
     for kind, path in sorted(result.paths.items()):
         print(f"{kind}: {path}")
     if result.paths and "png" not in result.paths:

@@ -25,7 +25,7 @@ from typing import Any
 from toolkit import backend
 from toolkit.core import _extras as extras
 from toolkit.core import _fields as fields
-from toolkit.core import machine
+from toolkit.core import machine, terminal
 from toolkit.core._anatomy import Anatomy
 from toolkit.core.errors import one_line
 from toolkit.core.files import ReportError, atomic_write, inside_run, jsonable, read_checked
@@ -369,8 +369,10 @@ class RunReport:
         timing = f"p50 {format_ms(s.p50_s)}/step{rate}" if s.timed_steps else "no timed steps"
         return f"{self.name} {self.status}: {timing}" + (f" on {where}" if where else "")
 
-    def summary(self) -> str:
-        """A few lines for a terminal: status, step statistics, final metrics."""
+    def summary(self, columns: int | None = None) -> str:
+        """A few lines for a terminal: status, step statistics, final metrics; each folded
+        to `columns` (default: the terminal stdout shows on, as ``print`` would show them;
+        whole where stdout is no terminal)."""
         head = f"== {self.name}: {self.status}"
         if self.error:
             head += f" ({self.error})"
@@ -408,7 +410,7 @@ class RunReport:
             lines += trace_lines(self.trace.analysis, window=held[1] - held[0])
         if self.anatomy is not None:
             lines += anatomy_lines(self.anatomy)
-        return "\n".join(lines)
+        return terminal.fit("\n".join(lines), columns if columns is not None else terminal.width())
 
     def to_markdown(
         self, png: str | None = None, note: str | None = None, anatomy_png: str | None = None
