@@ -346,6 +346,41 @@ def test_find_growth_reads_a_validation_against_its_steps_level_not_one_reading(
     assert find_growth([*swing, read(4.0, 1200)], where, [epoch], [one]) == []
 
 
+def test_find_growth_leaves_a_trace_window_s_buffers_out_of_the_steps_growth():
+    """A profiler's buffers fill while it traces and go when it stops: a rise over the
+    traced steps (``traced_steps``: StepTimer's excluded executions) is no growth of the
+    fit's ("steps: host +207 MB, 14.47 GB per 1,000 steps" on a 48-step fit), where the
+    same rise with no trace over it is."""
+    from toolkit.core.stats import EXCLUDED, FIRST, TIMED, WARMUP
+    from toolkit.profiling._ledger import EpochSpan, Tile
+    from toolkit.profiling._memory import Overlay, Reading, _Where, find_growth, traced_steps
+
+    calls = [(1.0, 1, 0, FIRST), *[(0.1, 1, 0, WARMUP)] * 4, *[(0.1, 1, 0, TIMED)] * 5,
+             *[(0.1, 1, 0, EXCLUDED)] * 6, *[(0.1, 1, 0, TIMED)] * 32]  # fmt: skip
+    assert traced_steps(calls) == ((10, 16),)
+    # flat, then 30 MB a step through steps 10-16, then held at its high: steps 0 to 48
+    mb = [1000.0 + 30 * min(max(0, s - 10), 6) for s in range(48)]
+    readings = [Reading(1 + 0.1 * s, s, m, m, None, None) for s, m in enumerate(mb)]
+    epoch = EpochSpan(0, 0.5, 1.0, 6.0, 6.5)
+    where = _Where([Tile(1.0, 6.0, "steps")], [Overlay(0.0, 1.0, "compile")])
+    assert find_growth(readings, where, [epoch], [], traced_steps(calls)) == []
+    # the same steps untraced, and memory that keeps rising after the trace: growth
+    (g,) = find_growth(readings[:18], where, [epoch], [])
+    assert (g.part, g.memory) == ("steps", "host") and g.mb > 100
+    rising = [Reading(1 + 0.1 * s, s, 1000.0 + 10 * s, 0, None, None) for s in range(48)]
+    (g,) = find_growth(rising, where, [epoch], [], traced_steps(calls))
+    assert g.part == "steps" and g.mb > 50  # a run of steps outside the trace rose too
+    # a rise that the next epoch's steps no longer show filled a buffer (the trace's freed
+    # memory taken back): no growth; one that goes on in the next epoch is
+    second = EpochSpan(1, 6.5, 7.0, 9.0, 9.5)
+    where = _Where([Tile(1.0, 6.0, "steps"), Tile(7.0, 9.0, "steps")], [])
+    refill = [Reading(1 + 0.1 * s, s, 1000.0 + 3 * s, 0, None, None) for s in range(48)]
+    level = [Reading(7 + 0.1 * k, 48 + k, 1150.0, 0, None, None) for k in range(16)]
+    assert find_growth([*refill, *level], where, [epoch, second], []) == []
+    more = [Reading(7 + 0.1 * k, 48 + k, 1150.0 + 3 * k, 0, None, None) for k in range(16)]
+    assert [g.epoch for g in find_growth([*refill, *more], where, [epoch, second], [])] == [0, 1]
+
+
 def test_grown_needs_about_one_more_a_step_between_two_censuses():
     """One more a step is a leak per batch; one every other step is not counted as one."""
     from toolkit.profiling._memory import Census, Grown, Holder, Kept

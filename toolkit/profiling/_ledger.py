@@ -588,6 +588,7 @@ class FitLedger:
             fit.validations,
             name,
             self.memory_ends,
+            _memory.traced_steps(calls),
         )
 
     def _fit(
