@@ -452,7 +452,11 @@ class RunReport:
         keras = keras_shown(self.environment)
         w(f" · Keras {keras}" if keras else "")
         w(f" · schema {self.schema_version}\n")
-        if self.fit_call:
+        if self.ledger is not None:  # one split of the call: the ledger's (its parts hold
+            # the callbacks' hooks apart, so its start-up and exit differ from fit_call's)
+            head = "fit call" if self.ledger.timed_call else "fit from train begin"
+            w(f"- {head}: {format_s(self.ledger.wall_s)}, in parts in *Where the time went*\n")
+        elif self.fit_call:
             w(f"- {fit_call_line(self.fit_call)}\n")
         elif self.fit_seconds is not None:
             w(f"- fit from train begin: {format_s(self.fit_seconds)}\n")
