@@ -463,6 +463,26 @@ def test_scopes_count_a_layer_once_where_a_step_of_its_own_calls_it_outside_the_
         assert scopes.calls_per_step(by["head"]) == 3
 
 
+def test_scopes_count_a_recurrent_cell_once_a_time_step(keras):
+    """A recurrent layer's cell runs once a time step, in a compiled loop Python traces once
+    or twice (an LSTM's cell read x2 with 10 and 100 time steps); a sequence of any length
+    keeps the Python count, and the recurrent layer itself its own."""
+    model = keras.Sequential([keras.Input((10, 4)), keras.layers.LSTM(8, name="lstm"),
+                              keras.layers.Dense(1, name="head")])  # fmt: skip
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = np.ones((4, 10, 4), "float32"), np.ones((4, 1), "float32")
+    with Scopes(model) as scopes:
+        model.train_on_batch(x, y)
+        by = {e.name: t for t, e in scopes.entries.items()}
+        assert scopes.calls_per_step(by["lstm/lstm_cell"]) == 10
+        assert scopes.calls_per_step(by["lstm"]) == scopes.calls_per_step(by["head"]) == 1
+    ragged = keras.Sequential([keras.Input((None, 4)), keras.layers.GRU(8, name="gru")])
+    with Scopes(ragged) as scopes:
+        ragged(x[:2, :5])
+        by = {e.name: t for t, e in scopes.entries.items()}
+        assert scopes.calls_per_step(by["gru/gru_cell"]) >= 1  # not known: as Python called it
+
+
 def test_assemble_says_what_it_cannot_see_and_never_guesses(keras):
     model = _compiled(keras, keras.layers.Dense(8, name="plain"))
     scopes = Scopes(model)

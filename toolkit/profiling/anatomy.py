@@ -219,8 +219,30 @@ class Scopes:
         entry = self.entries[token]
         if not self.model_calls:
             return 1
+        rnn = self._rnn_of(entry)
+        if rnn is not None:  # a recurrent layer's cell: once a time step, in a compiled loop
+            return self.calls_per_step(rnn.token) * _time_steps(rnn.inputs)
         most = max(entry.calls - entry.outside, entry.outside)
         return max(1, round(most / self.model_calls))
+
+    def _rnn_of(self, entry: LayerEntry) -> LayerEntry | None:
+        """The recurrent layer whose cell `entry` is, where its input has a known number of
+        time steps: Python calls a cell as often as the loop is traced (an LSTM's read x2,
+        the shape's first call and the loop's body), the compiled loop once a time step."""
+        outer = entry.name.rpartition("/")[0]
+        parent = (
+            next((e for e in self.entries.values() if e.name == outer), None) if outer else None
+        )
+        if parent is None or getattr(parent.layer, "cell", None) is not entry.layer:
+            return None
+        return parent if _time_steps(parent.inputs) else None
+
+
+def _time_steps(inputs: tuple[tuple[tuple[int | None, ...], str], ...] | None) -> int:
+    """The time steps of a recurrent layer's first input ``(batch, time, features)``; 0
+    where its calls did not fix them (a sequence of any length)."""
+    shape = inputs[0][0] if inputs else ()
+    return (shape[1] or 0) if len(shape) >= 3 else 0
 
 
 def _specs(args: Sequence[Any]) -> tuple[tuple[tuple[int | None, ...], str], ...] | None:
