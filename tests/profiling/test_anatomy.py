@@ -133,7 +133,11 @@ def _shown_over_held(found):
         if not x.alone_s or x.alone_with_held:
             continue
         if x.holds_alone():
-            f = min(x.alone_forward_s, x.alone_s)
+            if x.alone_forward_s is None:  # its split alone read noise: the trace's split
+                t = x.traced_forward_s + x.traced_backward_s
+                f = x.alone_s * x.traced_forward_s / t if t > 0 else x.alone_s
+            else:
+                f = min(x.alone_forward_s, x.alone_s)
             held = (f, x.alone_s - f)
         else:
             held = (x.traced_forward_s, x.traced_backward_s)
