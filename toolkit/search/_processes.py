@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from toolkit.core import children, interrupts
+from toolkit.core._host_memory import MIB
 from toolkit.core.files import atomic_write, parse_json, read_json
 from toolkit.search.engine import Candidate
 from toolkit.search.standings import Figures, Target
@@ -307,17 +308,20 @@ class _HostCap:
     def _watch(self) -> None:
         import psutil
 
+        cap = self.cap_mb
         try:
             top = psutil.Process(self.proc.pid)
         except psutil.Error:
+            return
+        if cap is None:
             return
         while not self.done.wait(CAP_EVERY_S):
             try:
                 rss = sum(p.memory_info().rss for p in (top, *top.children(recursive=True)))
             except psutil.Error:  # it ended, or a process of it did, while it was read
                 continue
-            if self.cap_mb is not None and rss / 2**20 > self.cap_mb:
-                self.over_mb = (rss / 2**20, self.cap_mb)
+            if rss / MIB > cap:
+                self.over_mb = (rss / MIB, cap)
                 self.proc.kill()
                 return
 
