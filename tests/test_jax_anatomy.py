@@ -4,7 +4,7 @@ only a GPU's trace reaches (XLA's command buffers), checked on its figures."""
 
 from __future__ import annotations
 
-from toolkit.backend._jax.anatomy import COMMAND_BUFFER, unjoined_notes
+from toolkit.backend._jax.anatomy import COMMAND_BUFFER, anatomy_refusal, unjoined_notes
 
 
 def test_unjoined_notes_name_command_buffers_apart_from_programs_without_metadata():
@@ -23,3 +23,29 @@ def test_unjoined_notes_name_command_buffers_apart_from_programs_without_metadat
 def test_unjoined_notes_say_nothing_under_five_percent():
     assert unjoined_notes(joined=96.0, unjoined=2.0, buffered=2.0) == []
     assert unjoined_notes(joined=0.0, unjoined=0.0, buffered=0.0) == []
+
+
+def test_anatomy_refusal_names_the_layer_that_keeps_the_step_uncompiled():
+    """Keras's JAX trainer jits the step only with ``jit_compile`` True, and a layer with
+    ``supports_jit`` False (keras.io's augmentation inside the model) turns it off: the step
+    then runs op by op with no scope, so the anatomy refuses, naming the layer and the way
+    out, in one line. (The model is the process's backend's: the refusal reads attributes.)"""
+    import keras
+
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.RandomFlip("horizontal")(inputs)
+    x = keras.layers.RandomRotation(0.1, name="spin")(x)
+    x = keras.layers.Conv2D(4, 3)(x)
+    outputs = keras.layers.Dense(2)(keras.layers.GlobalAveragePooling2D()(x))
+    model = keras.Model(inputs, outputs)
+    model.compile("sgd", "mse")  # jit_compile="auto": off, for the rotation
+    refused = anatomy_refusal(model)
+    assert refused is not None and "\n" not in refused
+    assert "RandomRotation 'spin' rules XLA out" in refused and "RandomFlip" not in refused
+    assert "apply such layers to the dataset" in refused
+
+    plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    plain.compile("sgd", "mse", jit_compile=False)
+    assert "jit_compile=True" in anatomy_refusal(plain)
+    plain.compile("sgd", "mse", jit_compile=True)
+    assert anatomy_refusal(plain) is None

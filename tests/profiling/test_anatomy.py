@@ -288,6 +288,24 @@ def test_anatomy_of_an_eager_step_is_measured_or_refused_in_one_line(keras):
         assert "run_eagerly=True" in refused and not found.layers
 
 
+def test_anatomy_window_refused_in_your_own_fit_lets_it_train_on(keras, tmp_path):
+    """An AnatomyWindow in your own fit (``profile(trace_steps=...)`` puts one there) whose
+    model the backend cannot take apart: the anatomy says why, and the fit trains every step
+    it was asked for (a refusal once ended it after its first); ``toolkit.anatomy``'s own fit
+    (``stop_if_refused``) is the one that stops."""
+    from toolkit.profiling.anatomy import AnatomyWindow
+
+    model = _compiled(keras, keras.layers.Dense(8, name="mid"))
+    model.compile(model.optimizer, model.loss, run_eagerly=True)
+    refused = backend.get().anatomy_refusal(model)
+    assert refused is not None  # eager: no scopes on TensorFlow (this pass's backend)
+    x, y = _data(12 * 32)
+    window = AnatomyWindow(str(tmp_path), start_step=3, stop_step=5)
+    history = model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[window])
+    assert len(history.history["loss"]) == 2 and model.optimizer.iterations.numpy() == 24
+    assert window.anatomy().error == refused
+
+
 @pytest.mark.every_backend
 def test_anatomy_books_the_wait_for_a_slow_batch_as_input(keras):
     """A PyDataset that sleeps 100 ms a batch in front of a step of a few milliseconds: the

@@ -489,7 +489,10 @@ class AnatomyWindow(TraceWindow):
     the scope tokens go on the model at the fit's start (its step functions are built again
     under them) and come off at its end; :meth:`anatomy` reads the trace afterwards.
 
-    Args: as TraceWindow's (`logdir`, `start_step`, `stop_step`).
+    Args: as TraceWindow's (`logdir`, `start_step`, `stop_step`); `stop_if_refused`: end the
+    fit after its first step where the backend cannot take this model's step apart (an eager
+    or unjitted step: :meth:`anatomy` then says why), for a fit run only to be taken apart.
+    Off by default: your own fit trains on, traced as a plain TraceWindow traces it.
 
     Example:
 
@@ -501,9 +504,14 @@ class AnatomyWindow(TraceWindow):
     """
 
     def __init__(
-        self, logdir: str | os.PathLike[str], start_step: int = 6, stop_step: int | None = None
+        self,
+        logdir: str | os.PathLike[str],
+        start_step: int = 6,
+        stop_step: int | None = None,
+        stop_if_refused: bool = False,
     ) -> None:
         super().__init__(logdir, start_step, stop_step)
+        self.stop_if_refused = stop_if_refused
         self.scopes: Scopes | None = None
         self.scope_error: str | None = None
         self._input_mark: Any = None
@@ -511,9 +519,9 @@ class AnatomyWindow(TraceWindow):
     def on_train_begin(self, logs: Any = None) -> None:
         super().on_train_begin(logs)
         refused = backend.get().anatomy_refusal(self.model)
-        if refused:  # said as the anatomy's error; the fit stops after its first step
+        if refused:  # said as the anatomy's error
             self.scope_error = refused
-            self.model.stop_training = True
+            self.model.stop_training = self.stop_if_refused or self.model.stop_training
             return
         try:
             self.scopes = Scopes(self.model).__enter__()

@@ -112,7 +112,8 @@ class _Measured:
         device = getattr(work.device, "human_name", "") or ""
         say(f"anatomy: tracing {traced} steps after {start} (scoped layers, one trace window)")
         with tempfile.TemporaryDirectory(prefix="toolkit-anatomy-") as logdir:
-            window = AnatomyWindow(logdir, start_step=start, stop_step=start + traced)
+            window = AnatomyWindow(logdir, start_step=start, stop_step=start + traced,
+                                   stop_if_refused=True)  # fmt: skip
             report = work.fit(steps=start + traced + after, warmup=DEFAULT_WARMUP_STEPS,
                               callbacks=[window])  # fmt: skip
             untraced = report.steps.p50_s if report.steps.timed_steps else None

@@ -32,14 +32,42 @@ COMMAND_BUFFER = "command_buffer"
 def anatomy_refusal(model: Any) -> str | None:
     """Why a trace cannot take `model`'s step apart (None: it can). An eager step dispatches
     each operation as a program of its own, compiled without the named scopes around it: no
-    op could be given its layer or phase."""
+    op could be given its layer or phase. So does a step Keras did not jit: its JAX trainer
+    jits the step only with ``jit_compile`` True, and ``"auto"`` (or True, with a warning)
+    turns it off for a model holding a layer that rules XLA out (``supports_jit`` False:
+    ``RandomRotation``, ``RandomZoom``, the lookup layers), as keras.io's "image
+    classification from scratch" does with its augmentation inside the model (100 % of the
+    ops' time carried no scope, 2,079 ops a step)."""
     if getattr(model, "run_eagerly", False):
         return (
             "the model runs eagerly (run_eagerly=True): on JAX each eager operation is "
             "compiled alone, without the named scopes around it, so no op can be given its "
             "layer or phase; compile it without run_eagerly to take apart the step fit runs"
         )
-    return None
+    if getattr(model, "jit_compile", True) is not False:
+        return None
+    ruling = [f"{type(layer).__name__} {layer.name!r}" for layer in _layers(model)
+              if getattr(layer, "supports_jit", True) is False]  # fmt: skip
+    if not ruling:
+        return (
+            "the step is not compiled (jit_compile=False): on JAX Keras then runs it op by "
+            "op, each operation compiled alone, without the named scopes around it, so no op "
+            "can be given its layer or phase; compile it with jit_compile=True to take apart "
+            "the step fit runs"
+        )
+    named = ", ".join(ruling[:3]) + (f" and {len(ruling) - 3} more" if len(ruling) > 3 else "")
+    return (
+        f"the step is not compiled: {named} rules XLA out (supports_jit False), so Keras "
+        "runs JAX's step op by op, each operation compiled alone, without the named scopes "
+        "around it, and no op can be given its layer or phase; apply such layers to the "
+        "dataset (a tf.data or Grain map) instead, and the step compiles"
+    )
+
+
+def _layers(model: Any) -> list[Any]:
+    """Every layer inside `model`, nested ones included (Keras's own walk)."""
+    walk = getattr(model, "_flatten_layers", None)
+    return list(walk(include_self=False)) if walk else list(getattr(model, "layers", []))
 
 
 @contextlib.contextmanager
