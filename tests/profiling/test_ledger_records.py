@@ -209,6 +209,39 @@ def test_no_fix_lines_state_the_rule_that_was_applied():
     ]
 
 
+def test_a_jax_step_a_layer_kept_unjitted_is_fixed_by_moving_the_layer_to_the_data():
+    """keras.io's augmentation inside the model: RandomRotation rules XLA out, Keras runs
+    JAX's step unjitted, op by op (each op compiled alone, too small for the compile cache).
+    The fix names the layer and moves it into the input pipeline, in the summary's words and
+    the JSON; the compile cache is not proposed, as its own rule says; a step jitted, or on a
+    backend whose step runs without a jit anyway (TensorFlow's graph, PyTorch), gets no such
+    fix."""
+    unjitted = {**_jax_recipe(compile_s=7.0), "jit_compile": "False",
+                "unjitted_by": ["RandomRotation 'random_rotation'"]}  # fmt: skip
+    report = RunReport.from_dict(_with(unjitted, runner=True))
+    (fix,) = [f for f in fixes(report.ledger) if f.item == "unjitted step"]
+    assert fix.part == "steps" and fix.saves_s is None and fix.setting is None
+    words = fix_words(fix, as_flags)
+    assert words.startswith(
+        "RandomRotation 'random_rotation' rules XLA out (supports_jit False), so Keras ran "
+        "JAX's step unjitted, op by op: the steps took 6% of the run and compile 88%"
+    ), words
+    assert "apply such layers to the training data (a tf.data or Grain map)" in words
+    lines = whole_run_lines(report.ledger, as_flags)
+    # not the compile cache (each op compiled alone is too small for it), nor compile left
+    # unfixed: the fix's jitted step compiles once
+    assert not any("compile_cache" in line or "none for compile" in line for line in lines)
+    loaded = Ledger.read(json.loads(json.dumps(report.ledger.to_dict())))
+    assert loaded.unjitted_by == ("RandomRotation 'random_rotation'",)
+    for other in (
+        {**unjitted, "jit_compile": "True"},
+        {**unjitted, "backend": "tensorflow"},
+        {**unjitted, "backend": "torch"},
+    ):
+        ledger = RunReport.from_dict(_with(other, runner=True)).ledger
+        assert not [f for f in fixes(ledger) if f.item == "unjitted step"], other
+
+
 def _with(ledger, runner: bool, compile_cache: bool = False):
     """A saved report's JSON holding `ledger`: the runner's (a context) or a script's."""
     context = RunContext(backend=ledger["backend"]) if runner else None

@@ -125,6 +125,18 @@ def steps_per_execution(model: Any) -> int:
     return 1
 
 
+def xla_ruled_out(model: Any) -> tuple[str, ...]:
+    """The layers inside `model` that rule XLA out (``supports_jit`` False: ``RandomRotation``,
+    ``RandomZoom``, the lookup layers), each as ``RandomRotation 'spin'``: Keras's
+    ``jit_compile="auto"`` (and True, with a warning) turns the jit off for such a model, and
+    on JAX its step then runs op by op, unjitted. Keras's own walk of the nested layers."""
+    walk = getattr(model, "_flatten_layers", None)
+    if walk is None:
+        return ()
+    return tuple(f"{type(layer).__name__} {layer.name!r}" for layer in walk(include_self=False)
+                 if getattr(layer, "supports_jit", True) is False)  # fmt: skip
+
+
 def set_compile_settings(model: Any, **settings: Any) -> None:
     """Changes a compiled model's ``jit_compile`` and ``steps_per_execution`` in place, as
     ``compile`` would set them, without compiling it again: a model's own ``compile`` may take

@@ -18,7 +18,9 @@ fix in fresh processes and prints the predicted saving beside the measured one):
   ``jit_compile`` compiles): what a later run reads instead of compiling, predicted from
   what the backend timed compiling (JAX's compile events), where it timed it;
 * XLA's compile where it is a large share of a short run: what each step must gain to pay
-  for it (break-even), not a saving (only measuring the other setting says that: ``tune``).
+  for it (break-even), not a saving (only measuring the other setting says that: ``tune``);
+* a step JAX ran unjitted, op by op, for a layer that rules XLA out (``RandomRotation``):
+  the layer moved into the input pipeline, naming it (its saving: a run with it says).
 
 A part of at least :data:`SHARE` of the run and :data:`MIN_S` that no fix covers is an
 :class:`Unfixed`: the rule that was applied, in words (:func:`unfixed`).
@@ -131,6 +133,7 @@ def read_fixes(ledger: Ledger) -> list[Fix]:
         *filter(None, [_validation(ledger)]),
         *_callbacks(ledger),
         *filter(None, [_exit(ledger), _input(ledger), _cache(ledger), _xla(ledger)]),
+        *filter(None, [_unjitted(ledger)]),
     ]
     out.sort(
         key=lambda f: (f.saves_s is None, -(f.saves_s if f.saves_s is not None else f.seconds))
@@ -280,8 +283,38 @@ def _input(ledger: Ledger) -> Fix | None:
 def caches_this_step(ledger: Ledger) -> bool:
     """Whether the backend's compile cache keeps this run's step: what ``jit_compile``
     compiles, and every step on a backend that compiles every step (its seam searches no
-    ``jit_compile=False``: JAX); tracing is never cached."""
-    return ledger.jit() or False not in _searched_jit(ledger.backend)
+    ``jit_compile=False``: JAX), unless Keras did not jit it there (``jit_compile`` False:
+    its ops then compile one by one, each too small for the cache); tracing is never
+    cached."""
+    if ledger.jit():
+        return True
+    return False not in _searched_jit(ledger.backend) and str(ledger.jit_compile) != "False"
+
+
+def _unjitted(ledger: Ledger) -> Fix | None:
+    """A step Keras did not jit on a backend that jits every step it runs (JAX), for a layer
+    that rules XLA out: the step ran op by op, each op compiled alone. keras.io's "image
+    classification from scratch" on a CPU, its augmentation in the model and then mapped
+    over the dataset, in one hour on one loaded host: a step 1.10 s and 0.53 s, its first
+    66.6 s and 13.1 s. Its fix moves the layer into the input pipeline; what it saves only
+    a run with it says."""
+    if not ledger.unjitted_by or ledger.jit() or False in _searched_jit(ledger.backend):
+        return None
+    steps = ledger.seconds("steps") or 0.0
+    compile_s = ledger.seconds("compile") or 0.0
+    if steps + compile_s < max(MIN_S, SHARE * ledger.wall_s):
+        return None
+    names = ledger.unjitted_by
+    named = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return Fix(
+        "unjitted step", "steps", steps, None,
+        f"{named} rules XLA out (supports_jit False), so Keras ran "
+        f"{backends.title(ledger.backend)}'s step unjitted, op by op: the steps took "
+        f"{share(steps, ledger.wall_s)} of the run and compile {share(compile_s, ledger.wall_s)}",
+        action="apply such layers to the training data (a tf.data or Grain map) instead of "
+        "inside the model, and the step jits",
+        note="(tune or a second run measures the saving)",
+    )  # fmt: skip
 
 
 def _cache(ledger: Ledger) -> Fix | None:
@@ -358,6 +391,8 @@ def unfixed(ledger: Ledger, found: list[Fix]) -> list[Unfixed]:
     """Each part of at least :data:`SHARE` of the run and :data:`MIN_S` that no fix in
     `found` shortens, largest first, with the rule that was applied."""
     wall, covered = ledger.wall_s, {f.part for f in found}
+    if any(f.item == "unjitted step" for f in found):  # its op-by-op compile goes with it
+        covered.add("compile")
     large = [
         p for p in ledger.parts
         if p.seconds is not None and p.seconds >= max(MIN_S, SHARE * wall)

@@ -183,6 +183,7 @@ class Ledger:
     step_s: tuple[tuple[str, float], ...] = ()  # (function, the median execution's s a step)
     backend: str = ""
     jit_compile: str | None = None  # as Keras holds it: "True", "False", "auto"
+    unjitted_by: tuple[str, ...] = ()  # a step not jitted: the layers that ruled XLA out
     unseen: tuple[str, ...] = ()
     input_read_s: float | None = None
     other_where: tuple[OtherSpan, ...] = ()
@@ -245,6 +246,7 @@ class Ledger:
             "step_s": dict(self.step_s),
             "backend": self.backend,
             "jit_compile": self.jit_compile,
+            "unjitted_by": list(self.unjitted_by),
             "unseen": list(self.unseen),
             "input_read_s": self.input_read_s,
             "other_where": [{"seconds": o.seconds, "where": o.where} for o in self.other_where],
@@ -307,6 +309,7 @@ class Ledger:
             step_s=_pairs(d, "step_s"),
             backend=fields.string("ledger.backend", d.get("backend") or ""),
             jit_compile=None if jit is None else str(jit),  # an older report's: a bool
+            unjitted_by=_each(d, "unjitted_by", lambda v, at: fields.string(at, v)),
             unseen=unseen,
             input_read_s=_seconds(d, "input_read_s", "ledger"),
             other_where=_each(d, "other_where", _other),

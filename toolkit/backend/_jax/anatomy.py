@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from toolkit.core import _trace_events as te
+from toolkit.core import compat
 from toolkit.core._anatomy import Span, SpanKind, StepTrace
 
 
@@ -46,8 +47,7 @@ def anatomy_refusal(model: Any) -> str | None:
         )
     if getattr(model, "jit_compile", True) is not False:
         return None
-    ruling = [f"{type(layer).__name__} {layer.name!r}" for layer in _layers(model)
-              if getattr(layer, "supports_jit", True) is False]  # fmt: skip
+    ruling = compat.xla_ruled_out(model)
     if not ruling:
         return (
             "the step is not compiled (jit_compile=False): on JAX Keras then runs it op by "
@@ -62,12 +62,6 @@ def anatomy_refusal(model: Any) -> str | None:
         "around it, and no op can be given its layer or phase; apply such layers to the "
         "dataset (a tf.data or Grain map) instead, and the step compiles"
     )
-
-
-def _layers(model: Any) -> list[Any]:
-    """Every layer inside `model`, nested ones included (Keras's own walk)."""
-    walk = getattr(model, "_flatten_layers", None)
-    return list(walk(include_self=False)) if walk else list(getattr(model, "layers", []))
 
 
 @contextlib.contextmanager
