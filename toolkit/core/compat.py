@@ -137,6 +137,12 @@ def xla_ruled_out(model: Any) -> tuple[str, ...]:
                  if getattr(layer, "supports_jit", True) is False)  # fmt: skip
 
 
+def named_layers(names: tuple[str, ...], most: int = 3) -> str:
+    """`names` (:func:`xla_ruled_out`'s) in words: the first `most`, then how many more."""
+    more = len(names) - most
+    return ", ".join(names[:most]) + (f" and {more} more" if more > 0 else "")
+
+
 def set_compile_settings(model: Any, **settings: Any) -> None:
     """Changes a compiled model's ``jit_compile`` and ``steps_per_execution`` in place, as
     ``compile`` would set them, without compiling it again: a model's own ``compile`` may take

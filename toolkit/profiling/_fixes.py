@@ -37,6 +37,7 @@ import statistics
 from typing import Any
 
 from toolkit import backend as backends
+from toolkit.core import compat
 from toolkit.core.stats import format_s
 from toolkit.profiling._ledger_records import Ledger
 
@@ -94,6 +95,7 @@ class Fix:
         action: the fix in words where it is no one setting (or what else does it).
         note: words after the saving (what it counts, what it leaves).
         break_even_ms: XLA's compile: what each step must gain to pay for it.
+        also: other parts the fix shortens besides `part` (none then says it unfixed).
 
     Its JSON, in a spelling's words (``report.json``'s ``ledger.fixes``), is :func:`fix_json`.
     """
@@ -107,6 +109,7 @@ class Fix:
     action: str | None = None
     note: str | None = None
     break_even_ms: float | None = None
+    also: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,16 +307,15 @@ def _unjitted(ledger: Ledger) -> Fix | None:
     compile_s = ledger.seconds("compile") or 0.0
     if steps + compile_s < max(MIN_S, SHARE * ledger.wall_s):
         return None
-    names = ledger.unjitted_by
-    named = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
     return Fix(
         "unjitted step", "steps", steps, None,
-        f"{named} rules XLA out (supports_jit False), so Keras ran "
-        f"{backends.title(ledger.backend)}'s step unjitted, op by op: the steps took "
+        f"{compat.named_layers(ledger.unjitted_by)} rules XLA out (supports_jit False), so "
+        f"Keras ran {backends.title(ledger.backend)}'s step unjitted, op by op: the steps took "
         f"{share(steps, ledger.wall_s)} of the run and compile {share(compile_s, ledger.wall_s)}",
         action="apply such layers to the training data (a tf.data or Grain map) instead of "
         "inside the model, and the step jits",
         note="(tune or a second run measures the saving)",
+        also=("compile",),  # the op-by-op compile: a jitted step compiles once
     )  # fmt: skip
 
 
@@ -390,9 +392,7 @@ def _xla(ledger: Ledger) -> Fix | None:
 def unfixed(ledger: Ledger, found: list[Fix]) -> list[Unfixed]:
     """Each part of at least :data:`SHARE` of the run and :data:`MIN_S` that no fix in
     `found` shortens, largest first, with the rule that was applied."""
-    wall, covered = ledger.wall_s, {f.part for f in found}
-    if any(f.item == "unjitted step" for f in found):  # its op-by-op compile goes with it
-        covered.add("compile")
+    wall, covered = ledger.wall_s, {p for f in found for p in (f.part, *f.also)}
     large = [
         p for p in ledger.parts
         if p.seconds is not None and p.seconds >= max(MIN_S, SHARE * wall)

@@ -55,12 +55,12 @@ def anatomy_refusal(model: Any) -> str | None:
             "can be given its layer or phase; compile it with jit_compile=True to take apart "
             "the step fit runs"
         )
-    named = ", ".join(ruling[:3]) + (f" and {len(ruling) - 3} more" if len(ruling) > 3 else "")
     return (
-        f"the step is not compiled: {named} rules XLA out (supports_jit False), so Keras "
-        "runs JAX's step op by op, each operation compiled alone, without the named scopes "
-        "around it, and no op can be given its layer or phase; apply such layers to the "
-        "dataset (a tf.data or Grain map) instead, and the step compiles"
+        f"the step is not compiled: {compat.named_layers(ruling)} rules XLA out "
+        "(supports_jit False), so Keras runs JAX's step op by op, each operation compiled "
+        "alone, without the named scopes around it, and no op can be given its layer or "
+        "phase; apply such layers to the dataset (a tf.data or Grain map) instead, and the "
+        "step compiles"
     )
 
 
