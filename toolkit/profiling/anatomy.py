@@ -521,7 +521,8 @@ class AnatomyWindow(TraceWindow):
         refused = backend.get().anatomy_refusal(self.model)
         if refused:  # said as the anatomy's error
             self.scope_error = refused
-            self.model.stop_training = self.stop_if_refused or self.model.stop_training
+            if self.stop_if_refused:
+                self.model.stop_training = True
             return
         try:
             self.scopes = Scopes(self.model).__enter__()
