@@ -282,6 +282,7 @@ def test_a_folder_too_small_to_train_on_is_one_line_before_training(tmp_path, co
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and words in last and "Traceback" not in out.stderr
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+    assert "loading TensorFlow" not in out.stderr  # said before any framework loads
 
 
 @pytest.mark.parametrize(
@@ -301,7 +302,7 @@ def test_a_file_that_is_not_the_image_its_name_says_is_named(tmp_path, name, con
     assert out.returncode == 1, out.stderr[-2000:]
     last = out.stderr.strip().splitlines()[-1]
     assert str(tmp_path / "img" / "b" / name) in last and words in last
-    assert "Traceback" not in out.stderr
+    assert "Traceback" not in out.stderr and "loading TensorFlow" not in out.stderr
 
 
 def test_a_recipe_with_no_dispatcher_fails_in_one_line(tmp_path):
@@ -397,9 +398,10 @@ def test_a_damaged_tfrecord_file_is_named_in_one_line(tmp_path, damage, words):
         assert "== mlp: partial (DataLossError: corrupted record at" in out.stdout
         run_dir, data = _report(tmp_path / "runs")
         assert f"the partial report is in {run_dir}" in last and data["status"] == "partial"
-    else:  # found before training: nothing trained, nothing written
+    else:  # found before any framework loads: nothing trained, nothing written
         runs = tmp_path / "runs"
         assert "== mlp" not in out.stdout and not (runs.exists() and list(runs.iterdir()))
+        assert "loading TensorFlow" not in out.stderr
 
 
 def test_tfrecords_report_their_record_count_to_the_batch_size_check(tmp_path):
@@ -410,6 +412,7 @@ def test_tfrecords_report_their_record_count_to_the_batch_size_check(tmp_path):
     )  # fmt: skip
     assert out.returncode == 1, out.stderr[-2000:]
     assert "--batch_size=16 is larger than the 8 training examples: lower it" in _last(out)
+    assert "loading TensorFlow" not in out.stderr  # the count read before any framework loads
 
 
 # ---------------------------------------------------------------------------- images, TFDS

@@ -252,25 +252,28 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
     asked, then the run; prints the summary and the files written. The training settings and
     where the reports go are checked first: a bad flag, a setting the backend cannot run or a
     directory that cannot take the reports is said before anything loads (in a third of a
-    second, not after the seconds TensorFlow takes to load)."""
+    second, not after the seconds TensorFlow takes to load); so are a recipe's data files."""
     from toolkit.runner.task import SetupError, check_report_dir
 
     try:
         config = tk_flags.config_from_flags()  # the settings alone: no framework needed
+        params = tk_flags.kwargs_from_flags(build_task)  # the task's, from the same flags
         check_report_dir(flags.FLAGS.report_dir)
         check_report_dir(flags.FLAGS.backup_dir, "--backup_dir", "or leave --backup_dir out")
         chosen = backend.find()  # what this backend cannot run (the run checks it again)
         if chosen is not None:
             chosen.check_config(config.effective(say=False))  # as the run will have it
+        if _is_ours(build_task):
+            _check_data_files(params, config)
     except ConfigError as e:
         fail(e, 2)
-    except (SetupError, ValueError) as e:
+    except (SetupError, ValueError, FileNotFoundError) as e:
         fail(e)
     _load_frameworks(build_task)
     from toolkit.runner.train import run
 
-    try:  # the config read above, once; the task's parameters from the same flags
-        task = recipe_task(build_task, tk_flags.kwargs_from_flags(build_task))
+    try:  # the config and the task's parameters read above, once
+        task = recipe_task(build_task, params)
     except ConfigError as e:
         fail(e, 2)
     except (ValueError, FileNotFoundError, UserCodeError) as e:  # data and paths: checked here
@@ -289,6 +292,21 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
     except Exception as e:  # noqa: BLE001 - training stopped: what was measured, then one line
         _stopped(e)
     _said(result, smoke=config.smoke)
+
+
+def _check_data_files(params: dict[str, Any], config: TrainConfig) -> None:
+    """A toolkit recipe's ``--dataset`` of files (``folder:``, ``tfrecord:``) checked as its
+    run will check it, enough examples for a batch included, before any framework loads: a
+    mistyped path or a damaged file is said in a second, not after TensorFlow's start-up.
+    Only the toolkit's recipes: a recipe of yours may mean something else by ``dataset``."""
+    from toolkit.data import catalog
+    from toolkit.runner import _data
+
+    dataset = params.get("dataset")
+    if isinstance(dataset, str):
+        count = catalog.training_files(dataset, params.get("validation_fraction", 0.2))
+        if count is not None:
+            _data.check_training_count(count, config)
 
 
 def _load_frameworks(build_task: Callable[..., Task]) -> None:

@@ -121,6 +121,33 @@ def test_folder_for_a_token_model_and_missing_paths_are_clear(tmp_path, image_di
         catalog.load(f"tfrecord:{tmp_path}/*.tfrecord", IMAGE)
 
 
+def test_training_files_counts_and_refuses_as_load_does(tmp_path, image_dir):
+    """The check a recipe runs before any framework loads: the count ``load`` trains on, the
+    same errors for the same files, and None for a dataset that is not files."""
+    for spec in ("synthetic", "digits", "tfds:mnist", "imagenet"):
+        assert catalog.training_files(spec) is None  # the run's load says what is wrong
+    folder = f"folder:{image_dir}"
+    for fraction in (0.25, 0.5):
+        load = catalog.load(folder, IMAGE, validation_fraction=fraction)
+        assert catalog.training_files(folder, fraction) == load.train_examples
+    x = np.zeros((23, *IMAGE.shape), "float32")
+    write_tfrecords(tmp_path / "rec", x, np.arange(23) % 10, num_shards=2)
+    records = f"tfrecord:{tmp_path}/rec/*.tfrecord"
+    assert catalog.training_files(records) == catalog.load(records, IMAGE).train_examples == 18
+    for spec, error in [
+        (f"folder:{tmp_path / 'nope'}", FileNotFoundError),
+        (f"tfrecord:{tmp_path}/none/*.tfrecord", FileNotFoundError),
+        ("folder:", ValueError),
+    ]:
+        with pytest.raises(error) as checked:
+            catalog.training_files(spec)
+        with pytest.raises(error) as loaded:
+            catalog.load(spec, IMAGE)
+        assert str(checked.value) == str(loaded.value)
+    with pytest.raises(ValueError, match="--validation_fraction"):
+        catalog.training_files(folder, 1.0)
+
+
 def test_tfrecords_of_the_spec_and_a_shape_mismatch(tmp_path):
     rng = np.random.default_rng(0)
     x = rng.random((20, *IMAGE.shape)).astype("float32")

@@ -154,13 +154,20 @@ def test_folder_and_tfrecord_datasets_from_files_the_test_writes(tmp_path):
     [
         ("cnn", ["--dataset=folder:/no/such/dir"], "folder:/no/such/dir: no such directory", 1),
         ("mlp", ["--dataset=tfrecord:/no/*.tfrecord"], "error: --dataset=tfrecord:/no/", 1),
-        ("bert", ["--dataset=folder:/tmp"], "reads token sequences", 1),
+        # An image folder, well laid out (a bad one is said first, before anything loads)
+        ("bert", ["--dataset=folder:{images}"], "reads token sequences", 1),
         # A recipe's own bound on its flags is a bad setting: 2, as absl's bounds are.
         ("bert", ["--hidden_size=100", "--heads=3"], "must be a multiple of --heads=3", 2),
         ("resnet", ["--model=resnet50", "--image_size=16"], "ResNet-50 needs >= 32", 2),
     ],
 )
 def test_bad_data_settings_are_one_line_before_training(tmp_path, recipe, args, words, status):
+    images = tmp_path.parent / f"{tmp_path.name}-img"
+    for c in ("a", "b"):  # two classes, a batch of PNGs (their headers are checked first)
+        (images / c).mkdir(parents=True)
+        for i in range(25):
+            (images / c / f"{i}.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    args = [a.format(images=images) for a in args]
     out = _recipe(recipe, "--smoke", f"--report_dir={tmp_path}", *args, timeout=120)
     assert out.returncode == status, out.stderr[-2000:]
     last = out.stderr.strip().splitlines()[-1]

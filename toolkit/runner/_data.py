@@ -322,6 +322,13 @@ class TooFewExamples(ValueError):
     past on synthetic batches of the data's shapes)."""
 
 
+def check_training_count(count: int, config: TrainConfig) -> None:
+    """Raises ValueError (one line) when `count` training examples hold no batch of the run's
+    (its fused steps included), as the run itself would: for a count known before any
+    framework loads (``catalog.training_files``)."""
+    _check_enough(count, config.batch_size * config.fused_steps, config, True, None)
+
+
 def _check_enough(
     count: int, batch_size: int, config: TrainConfig, training: bool, task: Task | None
 ) -> None:
