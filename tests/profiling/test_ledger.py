@@ -370,12 +370,15 @@ def test_xla_s_compile_says_when_it_pays_for_itself_and_no_fix_for_noise():
     (fix,) = fixes(as_ledger(ledger))
     assert fix.break_even_ms == pytest.approx(4.7) and fix.saves_s is None
     assert "over this run's 2,000 steps" in fix_words(fix)
+    assert "only if XLA saves 4.700 ms a step" in fix_words(fix)  # as every screen writes it
     assert fix.setting.name == "jit_compile" and "tune measures" in fix_words(fix)
     (on_jax,) = fixes(as_ledger({**ledger, "backend": "jax"}))
     assert on_jax.setting is None and on_jax.break_even_ms is None
     words = fix_words(on_jax)
     assert "a longer run spreads it" in words and "jit_compile" not in words
-    assert "JAX compiles every step it runs" in words
+    assert "JAX compiles every step it runs" in words and "4.700 ms over each of its" in words
+    few = fixes(as_ledger({**ledger, "backend": "jax", "steps": 4}))[0]
+    assert "2.35 s over each of its 4 steps" in fix_words(few)  # never "2.35e+03 ms"
     assert fixes(as_ledger(_ledger(parts={**dict.fromkeys(PARTS, 0.0), "steps": 20.0}))) == []
     quiet = _ledger(callbacks={"CSVLogger": {"seconds": 0.05, "calls": 20}})
     assert fixes(as_ledger(quiet)) == []  # under 0.1 s and 5 % of the run: no line

@@ -38,7 +38,7 @@ from typing import Any
 
 from toolkit import backend as backends
 from toolkit.core import compat
-from toolkit.core.stats import format_s
+from toolkit.core.stats import format_duration, format_s
 from toolkit.profiling._ledger_records import Ledger
 
 # An item is worth a fix line from this share of the run and this many seconds.
@@ -367,7 +367,7 @@ def _xla(ledger: Ledger) -> Fix | None:
         return Fix(
             "compile", "compile", compile_s, None,
             f"compile takes {share(compile_s, wall)} of the run ({format_s(first.seconds)} "
-            f"for the step's first call, {per_step * 1e3:.3g} ms over each of its {steps:,} "
+            f"for the step's first call, {format_duration(per_step)} over each of its {steps:,} "
             "steps)",
             action="a longer run spreads it",
             note=f"({backends.title(ledger.backend)} compiles every step it runs: there XLA "
@@ -376,7 +376,7 @@ def _xla(ledger: Ledger) -> Fix | None:
     why = (
         f"compile takes {share(compile_s, wall)} of the run ({format_s(first.seconds)} for "
         f"XLA's first call): over this run's {steps:,} steps it pays for itself only if XLA "
-        f"saves {per_step * 1e3:.3g} ms a step"
+        f"saves {format_duration(per_step)} a step"
     )
     return Fix(
         "compile", "compile", compile_s, None, why,

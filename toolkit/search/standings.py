@@ -17,6 +17,7 @@ from typing import Any
 
 from toolkit.core import _extras as extras
 from toolkit.core.files import atomic_write
+from toolkit.core.stats import format_duration
 from toolkit.core.terminal import Block, Table, markdown
 from toolkit.runner.config import as_flags
 from toolkit.search.engine import MIN_GAIN
@@ -447,7 +448,8 @@ class BackendsResult:
         ]
         colors = ["tab:green" if r.contender == self.best else "tab:blue" for r in rows]
         bars = ax.barh(labels, p50, xerr=err, color=colors, capsize=3)
-        ax.bar_label(bars, labels=[f"{v:.3g} ms" for v in p50], padding=4, fontsize=8)
+        # As every screen writes a step: never "1.23e+03 ms" for a step past a second
+        ax.bar_label(bars, labels=[format_duration(v / 1e3) for v in p50], padding=4, fontsize=8)
         shown = [v for v in p50 if v > 0]
         log = bool(shown) and max(shown) > 10 * min(shown)  # slivers on a linear axis
         if log:
