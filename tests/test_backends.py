@@ -368,7 +368,7 @@ def test_the_accelerator_benchmark_runs_without_tensorflow(no_tensorflow, tmp_pa
     """benchmarks/accelerator.py as on a GPU machine with PyTorch and no TensorFlow (its parts
     run in processes of their own, packages from PYTHONPATH only): every part, every line.
 
-    45-90 s on 2 cores, by what it checks: the benchmark's five processes as a GPU machine
+    45-105 s on 2 cores, by what it checks: the benchmark's five processes as a GPU machine
     runs them (devices, the CNN recipe, ResNet-50, the seed MLP and the toolkit's), each at
     its smallest (``--quick``); one real run of the script is what a GPU session runs. Its
     recipe runs are checked as every recipe's run without TensorFlow is

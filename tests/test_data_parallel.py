@@ -437,6 +437,11 @@ def _backup_epoch(backup: Path) -> int:
 def test_a_killed_worker_ends_the_others_in_one_line_and_the_restarted_cluster_resumes(
     tmp_path, backend
 ):
+    """A worker SIGKILLed after epoch 2's backup: the other ends in one line, and the cluster
+    started again resumes from the backup to the requested epochs.
+
+    40-65 s on 2 cores, by what it checks: four recipe processes (a cluster of two, killed,
+    then started again), each importing its framework and compiling its step."""
     backup = tmp_path / "backup"
     flags = [
         "--epochs=8", "--train_steps=40", "--batch_size=64", f"--backup_dir={backup}",

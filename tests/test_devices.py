@@ -358,17 +358,25 @@ def _cli(*args):
     )
 
 
-def test_cli_devices_preflight_placement():
+def test_cli_devices_lists_every_backend_s_devices():
     out = _cli("devices")
     assert out.returncode == 0 and "precision hint" in out.stdout
     listed = [line for line in out.stdout.splitlines() if line.startswith("--backend=")]
     assert listed == ["--backend=tensorflow", "--backend=jax", "--backend=torch"]
     assert out.stdout.count("  cpu:0 ") == 3
+
+
+def test_cli_preflight_warns_of_a_precision_and_refuses_a_device_not_here():
     out = _cli("preflight", "--precision", "mixed_float16")
     assert out.returncode == 0 and "[warning] precision" in out.stdout
     out = _cli("preflight", "--device", "metal")
     last = out.stderr.strip().splitlines()[-1]
     assert out.returncode == 2 and last.startswith("error: unknown device 'metal'")
+
+
+def test_cli_placement_of_a_recipe_s_step_on_every_backend():
+    """Three processes, one per backend, each placing one step of the recipe: 30-45 s on 2
+    cores."""
     out = _cli("placement", "--recipe", "mlp", "--device", "cpu")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "placement of one mlp training step" in out.stdout and "CPU:0:" in out.stdout

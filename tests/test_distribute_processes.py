@@ -256,7 +256,10 @@ def test_a_killed_run_resumes_from_its_backup_and_ends_at_the_requested_steps(tm
 def test_a_killed_worker_restarts_and_the_cluster_resumes_to_the_requested_steps(tmp_path):
     """Worker 1 is SIGKILLed after epoch 1 is backed up. Worker 0 notices (its peer stops
     sending heartbeats), fails with a partial report instead of hanging, and both are started
-    again, as a cluster manager would: they resume from epoch 2 and end at 4 x 50 steps."""
+    again, as a cluster manager would: they resume from epoch 2 and end at 4 x 50 steps.
+
+    40-70 s on 2 cores, by what it checks: four TensorFlow processes (two workers, then the
+    two restarted), the survivor's wait for its peer's missing heartbeats included."""
     script = tmp_path / "worker.py"
     script.write_text(RESUMABLE_WORKER)
     hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))

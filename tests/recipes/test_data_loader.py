@@ -54,7 +54,7 @@ def _cnn(report_dir, backend, loader, folder):
 
 def test_the_cnn_trains_from_image_files_by_grain_on_jax_and_pytorch(tmp_path, folder):
     """The CNN recipe on image files, read by Grain on JAX and on PyTorch and by tf.data on
-    JAX, to the same accuracy. About 45 s, up to 60 s beside the other worker's heaviest
+    JAX, to the same accuracy. 45-95 s on 2 cores, beside the other worker's heaviest
     tests: three recipe processes of six epochs each, one per reader and backend, since what
     it checks is that each of them trains the same model from the same files."""
     reached = {}

@@ -56,7 +56,11 @@ def test_every_recipe_runs_its_smoke_mode_and_reports_every_design_field(
     tmp_path, tmp_path_factory, recipe
 ):
     """Under each Keras backend (`make test` runs it again under JAX and PyTorch); under the
-    backend :data:`WITHOUT_TENSORFLOW` pairs it with, as on a machine without TensorFlow."""
+    backend :data:`WITHOUT_TENSORFLOW` pairs it with, as on a machine without TensorFlow.
+
+    MobileNetV2 takes 50-80 s on 2 cores, by what it checks: its 150-odd layers are traced
+    and compiled once for training and once for validation (TensorFlow: 40 s for the first
+    step alone, as in plain Keras; JAX also compiles each weight's initializer)."""
     name = os.environ.get("KERAS_BACKEND", "tensorflow")
     alone = WITHOUT_TENSORFLOW[recipe] == name
     python = (sys.executable, "-m")
@@ -96,6 +100,10 @@ def test_every_recipe_runs_its_smoke_mode_and_reports_every_design_field(
 
 
 def test_cnn_defaults_reach_095_on_digits(tmp_path):
+    """The CNN recipe as it comes, the whole default run, reaches 0.95 on the digits.
+
+    50-90 s on 2 cores, by what it checks: an accuracy is reached by the default run, all of
+    its epochs, not by a smoke run."""
     out = _recipe("cnn", f"--report_dir={tmp_path}", "--count_flops=false")
     assert out.returncode == 0, out.stderr[-3000:]
     data = _report(tmp_path)
