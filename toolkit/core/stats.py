@@ -40,6 +40,9 @@ DEFAULT_WARMUP_STEPS = 5
 
 # What a recorded execution counts as.
 FIRST, WARMUP, EXCLUDED, TIMED = "first", "warmup", "excluded", "timed"
+# A later execution in which the backend compiled the step again (a new input shape: JAX's
+# ragged last batch): a compile, counted as the first execution is, never a step's time.
+COMPILED = "compiled"
 # Of a recorded execution (seconds, steps, epoch, kind): its seconds and its steps.
 SECONDS_OF, STEPS_OF = operator.itemgetter(0), operator.itemgetter(1)
 
@@ -130,6 +133,8 @@ class StepStats:
         first_step_steps: steps that first execution covered.
         warmup_steps: steps after the first execution excluded as warm-up.
         excluded_steps: other steps left out of the statistics (e.g. inside a profiler trace).
+        compiled_steps: later steps in which the backend compiled the step again (a new
+            input shape), counted, not timed.
         batch_size: examples per step, when known.
         examples_per_sec: ``batch_size / mean_s``, when the batch size is known.
         steps_per_execution: the largest number of steps seen in one execution.
@@ -152,6 +157,7 @@ class StepStats:
     batch_size: int | None = None
     examples_per_sec: float | None = None
     steps_per_execution: int = 1
+    compiled_steps: int = 0
 
     @property
     def steps_per_sec(self) -> float | None:
@@ -159,8 +165,11 @@ class StepStats:
 
     @property
     def total_steps(self) -> int:
-        """All steps seen: first execution, warm-up, excluded and timed."""
-        return self.first_step_steps + self.warmup_steps + self.excluded_steps + self.timed_steps
+        """All steps seen: first execution, warm-up, excluded, compiled again and timed."""
+        return (
+            self.first_step_steps + self.warmup_steps + self.excluded_steps
+            + self.compiled_steps + self.timed_steps
+        )  # fmt: skip
 
     def to_dict(self) -> dict[str, object]:
         """The fields plus the derived ``total_steps`` and ``steps_per_sec`` (for readers of
@@ -236,12 +245,16 @@ class StepStats:
         profiler = f"profiler {self.excluded_steps}" if self.excluded_steps else ""
         if profiler:  # a trace slows what it covers: those steps are counted, not timed
             excluded.append(profiler + " (a trace ran in them, or started or stopped)")
+        compiled = f"compiled again {self.compiled_steps}" if self.compiled_steps else ""
+        if compiled:  # a compile is not a step: counted as the first step is
+            excluded.append(compiled + " (the backend compiled the step for a new input shape)")
         out.append("excluded steps: " + ", ".join(excluded))
-        # The four kinds of step add up to every step run: the count is checkable at a glance.
+        # The kinds of step add up to every step run: the count is checkable at a glance.
         parts = [
             f"first {self.first_step_steps}",
             excluded[0],
             profiler,
+            compiled,
             f"timed {self.timed_steps}",
         ]
         out.append(f"steps run: {self.total_steps} = " + " + ".join(p for p in parts if p))
@@ -337,6 +350,7 @@ def summarize(
     first_step_steps: int = 0,
     warmup_steps: int = 0,
     excluded_steps: int = 0,
+    compiled_steps: int = 0,
 ) -> StepStats:
     """Builds :class:`StepStats` from the timed executions.
 
@@ -348,6 +362,7 @@ def summarize(
         first_step_steps: steps in that first execution.
         warmup_steps: number of steps excluded as warm-up (counted, not timed).
         excluded_steps: other steps left out (e.g. while a profiler trace was running).
+        compiled_steps: later steps in which the backend compiled again (counted, not timed).
 
     Raises:
         ValueError: lengths differ, a duration is negative or not finite, or a step count < 1.
@@ -377,6 +392,7 @@ def summarize(
         first_step_steps=first_step_steps,
         warmup_steps=warmup_steps,
         excluded_steps=excluded_steps,
+        compiled_steps=compiled_steps,
         batch_size=batch_size,
         steps_per_execution=max(spe, first_step_steps or 1),
     )
@@ -404,7 +420,8 @@ def summarize(
 def summarize_calls(calls: Sequence[Sequence[Any]], batch_size: int | None = None) -> StepStats:
     """StepStats from recorded executions ``(seconds, steps, epoch, kind)``.
 
-    ``kind`` is ``"first"`` (tracing/compilation), ``"warmup"``, ``"excluded"`` or ``"timed"``;
+    ``kind`` is ``"first"`` (tracing/compilation), ``"warmup"``, ``"excluded"``, ``"compiled"``
+    (compiled again) or ``"timed"``;
     only timed executions enter the statistics, the others are counted. This is how StepTimer
     summarizes, and how a report's timeline can be summarized again later.
     """
@@ -418,6 +435,7 @@ def summarize_calls(calls: Sequence[Sequence[Any]], batch_size: int | None = Non
         first_step_steps=first[1] if first else 0,
         warmup_steps=sum(c[1] for c in calls if c[3] == WARMUP),
         excluded_steps=sum(c[1] for c in calls if c[3] == EXCLUDED),
+        compiled_steps=sum(c[1] for c in calls if c[3] == COMPILED),
     )
 
 

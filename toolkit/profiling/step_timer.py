@@ -49,6 +49,7 @@ last execution of an epoch, from ``params["steps"]``), so every figure is per st
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import math
@@ -65,6 +66,7 @@ from toolkit.core import compat
 from toolkit.core.checks import ConfigError, argument, check_number
 from toolkit.core.events import FUSED_STEPS_ATTR, PROFILER
 from toolkit.core.stats import (
+    COMPILED,
     DEFAULT_WARMUP_STEPS,
     EXCLUDED,
     FIRST,
@@ -245,6 +247,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._fused = 1  # training steps per Keras batch (see the backend's fuse_train_steps)
         self._epoch_start, self._epoch_calls_start = 0.0, 0
         self._end_marks: list[tuple[Any, ...]] = []  # (batch, time[, profiler state])
+        self._compiles_seen = 0  # of the ledger's compile watch's events, those placed
         # When the batch begins next take a memory reading (the ledger's sampler; never
         # without one): a thread woken for it cost the fit more than the reading does.
         self._memory_due = math.inf
@@ -592,6 +595,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._close_last_in_epoch(now)
         if self._async:
             self._retime_at_ends()
+        self._mark_compiled()
         calls = self._calls[self._epoch_calls_start :]
         metrics = floats(logs)  # the model's: read before ours are added
         self.last_logs = metrics
@@ -608,6 +612,25 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._steps_base += steps
         self._begins_counted = len(self._begins)
         self.epochs.append(Epoch(epoch, now - self._epoch_start, steps, seconds, metrics))
+
+    def _mark_compiled(self) -> None:
+        """The epoch's timed executions in which the backend compiled the train function again
+        (a new input shape: JAX's ragged last batch, 1.5 s against 50 ms steps) become
+        ``compiled``: counted, not timed, as the first execution is, so the mean, the tail and
+        examples/s are the steps' own. Placed by each compile's clock stamp, where the
+        backend's watch gives one (JAX's monitoring events); a compile known only from a
+        counter (TensorFlow's tracing counts, PyTorch's) has no step and is the ledger's."""
+        events = getattr(self._ledger.watch, "events", None) or []
+        fresh, self._compiles_seen = events[self._compiles_seen :], len(events)
+        stamps = [e.at for e in fresh if e.at is not None and e.function == "train"]
+        start, calls = self._epoch_calls_start, self._calls
+        if not stamps or len(calls) == start:
+            return
+        begins = [b[1] for b in self._begins[: len(calls) - start]]  # one per execution
+        for at in stamps:
+            k = bisect.bisect_right(begins, at) - 1
+            if k >= 0 and calls[start + k][3] == TIMED:
+                calls[start + k] = (*calls[start + k][:3], COMPILED)
 
     def _epoch_span(self, seconds: float) -> tuple[Any, Any]:
         """The epoch's first batch begin and the end of its last recorded execution (its

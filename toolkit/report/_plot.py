@@ -136,6 +136,7 @@ _STYLES = {  # kind: (label, marker, size, colour)
     "timed": ("timed", ".", 3, "tab:blue"),
     "warmup": ("warm-up (left out)", "o", 5, "tab:orange"),
     "excluded": ("profiled (left out)", "X", 7, "tab:red"),
+    "compiled": ("compiled again (left out)", "D", 6, "tab:purple"),
 }
 
 

@@ -484,6 +484,7 @@ class RunReport:
             ),
             ("warm-up steps excluded", s.warmup_steps),
             ("other steps excluded (profiler)", s.excluded_steps),
+            ("steps compiled again (a new input shape), excluded", s.compiled_steps),
         ]
         for k, v in rows:
             w(f"| {k} | {v} |\n")
