@@ -193,7 +193,8 @@ def test_no_fix_lines_state_the_rule_that_was_applied():
     cached = _jax_recipe(compile_s=1.0)  # under XLA's break-even share: the cache alone
     on = RunReport.from_dict(_with(cached, runner=True, compile_cache=True)).ledger
     assert any(
-        line.startswith("fix: none for compile (12%): the run had --compile_cache on already")
+        # 12.5 %: 13 % as the ledger's line and table round it with the other parts
+        line.startswith("fix: none for compile (13%): the run had --compile_cache on already")
         for line in whole_run_lines(on, as_flags)
     )
     off = RunReport.from_dict(_with(cached, runner=True)).ledger

@@ -13,7 +13,8 @@ from typing import Any
 
 from toolkit.core._advice import Spell
 from toolkit.core.stats import format_s
-from toolkit.profiling._fixes import Fix, Setting, Unfixed, share
+from toolkit.profiling._fixes import Fix, Setting, Unfixed
+from toolkit.profiling._ledger_records import Ledger
 
 
 def python_spelling(setting: Setting) -> str:
@@ -70,10 +71,10 @@ def fix_json(fix: Fix, spell: Spell | None = None) -> dict[str, Any]:
     return out
 
 
-def unfixed_words(found: Unfixed, wall: float, spell: Spell | None = None) -> str:
-    """``none for compile (43%): <the rule applied>``."""
+def unfixed_words(found: Unfixed, ledger: Ledger, spell: Spell | None = None) -> str:
+    """``none for compile (43%): <the rule applied>``, the part's share as the table's."""
     label = found.part.replace("_", "-")
     rule = found.rule
     for name, setting in found.names:
         rule = rule.replace("{" + name + "}", spelled(setting, spell))
-    return f"none for {label} ({share(found.seconds, wall)}): {rule}"
+    return f"none for {label} ({ledger.share(found.part)}): {rule}"

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toolkit.core._advice import Spell
-from toolkit.core.stats import format_s, whole_percents
+from toolkit.core.stats import format_s
 from toolkit.profiling._fixes import MIN_S, SHARE, Fix, read_fixes, share, unfixed
 from toolkit.profiling._ledger_records import PARTS, Ledger, LedgerPart, Reader
 from toolkit.report._fixes import fix_json, fix_words, unfixed_words
@@ -107,7 +107,7 @@ def ledger_line(ledger: Ledger) -> str:
     validation 23 %, compile 17 % (1 recompile), callbacks 6 % (ModelCheckpoint 0.61 s), ...``."""
     wall = ledger.wall_s
     seen = [p for p in ledger.parts if p.seconds is not None]
-    pct = dict(zip((p.name for p in seen), _percents(ledger), strict=True))
+    pct = ledger.percents()
     shown = sorted(seen, key=lambda p: -float(p.seconds or 0.0))
     # Rounded to 0 %: in the table, not in the line; rounded as one (whole_percents), the
     # shares shown add up to 100 as the table's do
@@ -126,13 +126,6 @@ def ledger_line(ledger: Ledger) -> str:
     elif ledger.seconds("exit") is None:
         line += "; the fit raised before its end"
     return line
-
-
-def _percents(ledger: Ledger) -> list[int]:
-    """The timed parts' whole percents of the wall, adding up as the parts do (the line's and
-    the table's, one rounding for both)."""
-    seen = [float(p.seconds) for p in ledger.parts if p.seconds is not None]
-    return whole_percents(seen, ledger.wall_s)
 
 
 def _part_bit(ledger: Ledger, part: LedgerPart, pct: int) -> str:
@@ -160,7 +153,7 @@ def whole_run_lines(ledger: Ledger, flags: Spell | None = None) -> list[str]:
     proposed = fixes(ledger)
     lines = [ledger_line(ledger)]
     lines += [f"fix: {fix_words(f, how)}" for f in proposed]
-    lines += [f"fix: {unfixed_words(u, ledger.wall_s, how)}" for u in unfixed(ledger, proposed)]
+    lines += [f"fix: {unfixed_words(u, ledger, how)}" for u in unfixed(ledger, proposed)]
     if len(lines) == 1:
         lines.append(
             f"fix: none: no part took {SHARE:.0%} of the run and {MIN_S} s (the ledger "
@@ -173,9 +166,8 @@ def ledger_markdown(ledger: Ledger, flags: Spell | None = None) -> str:
     """The ledger's section of report.md: its parts, callbacks, compiles and fixes."""
     wall = ledger.wall_s
     out = [f"{ledger_line(ledger)}\n", "| part | seconds | share |", "|---|---:|---:|"]
-    pct = iter(_percents(ledger))
     for part in ledger.parts:
-        said = "—" if part.seconds is None or wall <= 0 else f"{next(pct)}%"
+        said = "—" if wall <= 0 else ledger.share(part.name)
         out.append(f"| {LABELS[part.name]} | {format_s(part.seconds)} | {said} |")
     out.append(f"| **fit** | **{format_s(wall)}** | 100% |")
     if ledger.callbacks:
@@ -187,7 +179,7 @@ def ledger_markdown(ledger: Ledger, flags: Spell | None = None) -> str:
     how = spelling(ledger, flags)
     proposed = fixes(ledger)
     lines = [f"- fix: {fix_words(f, how)}" for f in proposed]
-    lines += [f"- fix: {unfixed_words(u, wall, how)}" for u in unfixed(ledger, proposed)]
+    lines += [f"- fix: {unfixed_words(u, ledger, how)}" for u in unfixed(ledger, proposed)]
     out += ["", *lines] if lines else []
     for o in ledger.other_where:
         if o.seconds >= 0.01 * wall:
@@ -297,6 +289,11 @@ def compare_ledgers(a: Ledger | None, b: Ledger | None) -> str | None:
     return "ledger, B vs A: " + "; ".join(bits)
 
 
-def bar_segments(ledger: Ledger) -> Sequence[tuple[str, float]]:
-    """``(label, seconds)`` of each part that took time, in the ledger's order (the bar)."""
-    return [(LABELS[p.name], p.seconds) for p in ledger.parts if p.seconds and p.seconds > 0]
+def bar_segments(ledger: Ledger) -> Sequence[tuple[str, float, str]]:
+    """``(label, seconds, share)`` of each part that took time, in the ledger's order (the
+    bar), its share as the table writes it."""
+    return [
+        (LABELS[p.name], p.seconds, ledger.share(p.name))
+        for p in ledger.parts
+        if p.seconds and p.seconds > 0
+    ]

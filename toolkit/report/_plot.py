@@ -29,11 +29,11 @@ def ledger_bar(ax: Any, ledger: Any) -> None:
 
     wall = ledger.wall_s
     left = 0.0
-    for label, seconds in bar_segments(ledger):
+    for label, seconds, pct in bar_segments(ledger):
         share = seconds / wall if wall else 0.0
         ax.barh(
             0, seconds, left=left, color=COLOURS.get(label, "0.5"), edgecolor="white",
-            label=f"{label} {format_s(seconds)} ({share:.0%})",
+            label=f"{label} {format_s(seconds)} ({pct})",  # as the table rounds it
         )  # fmt: skip
         if share >= 0.08:
             ax.text(left + seconds / 2, 0, label, ha="center", va="center", fontsize=8,
