@@ -4,6 +4,7 @@ a package that says what it is. Real processes where the user would run one."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.metadata
 import json
@@ -512,3 +513,22 @@ def test_an_ascii_terminal_gets_the_summary_spelled_in_ascii(tmp_path):
     shown = _run([sys.executable, "-m", "toolkit", "show", str(run_dir)], env=env)
     assert shown.returncode == 0, shown.stderr  # a sound report, not a bad one
     assert "×" not in shown.stdout and "steps run" in shown.stdout
+
+
+def test_every_verb_s_help_fits_80_columns(monkeypatch):
+    """Each verb's ``--help`` as an 80-column terminal shows it (argparse reads COLUMNS),
+    its epilog's recipes and flags included: a description written with its own line breaks
+    is printed as written (memory's ran to 82)."""
+    from toolkit import cli
+
+    monkeypatch.setenv("COLUMNS", "80")
+    root = cli.parser(["--help"])
+    verbs = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
+    assert len(verbs.choices) >= 10
+    wide = [line for line in root.format_help().splitlines() if len(line) > 80]
+    for name in verbs.choices:  # as `VERB --help` builds it: with its epilog
+        asked = cli.parser([name, "--help"])
+        sub = next(a for a in asked._actions if isinstance(a, argparse._SubParsersAction))
+        wide += [f"{name}: {x}" for x in sub.choices[name].format_help().splitlines()
+                 if len(x) > 80]  # fmt: skip
+    assert not wide, wide

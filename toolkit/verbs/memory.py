@@ -18,8 +18,8 @@ __all__: list[str] = []  # the command line's own; nothing here is API
 NAME = "memory"
 HELP = "the largest batch that fits in memory here (measured in fresh processes, checked)"
 DESCRIPTION = (
-    "Recipe flags (--batch_size, --dataset, --device...) follow --recipe or --model_fn;\n"
-    "--report_dir DIR also writes the result to DIR/memory-<time>.json."
+    "Recipe flags (--batch_size, --dataset, --device...) follow --recipe or\n"
+    "--model_fn; --report_dir DIR also writes the result to DIR/memory-<time>.json."
 )
 LOADS_TENSORFLOW = False
 RECIPE_FLAGS = True
