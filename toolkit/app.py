@@ -303,8 +303,9 @@ def _check_data_files(params: dict[str, Any], config: TrainConfig) -> None:
     from toolkit.runner import _data
 
     dataset = params.get("dataset")
-    if isinstance(dataset, str):
-        count = catalog.training_files(dataset, params.get("validation_fraction", 0.2))
+    if isinstance(dataset, str):  # the recipe's fraction where it has one, else load's default
+        split = {k: v for k, v in params.items() if k == "validation_fraction"}
+        count = catalog.training_files(dataset, **split)
         if count is not None:
             _data.check_training_count(count, config)
 

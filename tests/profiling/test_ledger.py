@@ -584,9 +584,10 @@ def test_ledger_line_and_table_shares_add_up_to_100():
 def test_a_part_s_share_is_one_figure_in_the_line_the_table_the_fixes_and_the_bar():
     """A user's run: other took 17.5 % of the fit; the table (rounded with the other parts to
     add up to 100) said 18 %, the fix line and the picture's legend 17 %. One rounding now:
-    ``Ledger.share``, read by each of them."""
+    ``Ledger.percents``, read by each of them."""
     from matplotlib.figure import Figure
 
+    from toolkit.profiling._fixes import part_share
     from toolkit.report._ledger import bar_segments, ledger_markdown
     from toolkit.report._plot import ledger_bar
 
@@ -594,14 +595,15 @@ def test_a_part_s_share_is_one_figure_in_the_line_the_table_the_fixes_and_the_ba
              "validation": 1.7, "input": None}  # fmt: skip
     ledger = as_ledger(_ledger(wall_s=10.0, parts=parts))
     assert sum(ledger.percents().values()) == 100  # rounded as one
-    said = ledger.share("other")
+    said = part_share(ledger, "other")
+    assert said == f"{ledger.percents()['other']}%"
     text = ledger_markdown(ledger)
     assert f"| other | 1.75 s | {said} |" in text
     assert f"none for other ({said})" in text
     assert f"other {said}" in ledger_line(ledger)
-    assert ("other", 1.75, said) in bar_segments(ledger)
+    assert ("other", 1.75, ledger.percents()["other"]) in bar_segments(ledger)
     ax = Figure().subplots()
     ledger_bar(ax, ledger)
     labels = ax.get_legend_handles_labels()[1]
     assert f"other 1.75 s ({said})" in labels, labels
-    assert ledger.share("input") == "—"  # not timed: no share
+    assert part_share(ledger, "input") == "—"  # not timed: no share

@@ -147,12 +147,11 @@ def _holdout(ds: Any, fraction: float, keep: bool, total: int | None = None) -> 
     """Every k-th example (k = round(1 / fraction)) for validation, the rest for training;
     with `total` known, its length said (Keras then never "runs out of data")."""
     tf = _tf()
-    k = _every(0, fraction)[0]
+    k, train = _every(total or 0, fraction)
     kept = ds.enumerate().filter(lambda i, _: tf.equal(i % k, 0) != keep)
     kept = kept.map(lambda _, example: example)
     if total is None:
         return kept
-    train = _every(total, fraction)[1]
     return kept.apply(tf.data.experimental.assert_cardinality(train if keep else total - train))
 
 

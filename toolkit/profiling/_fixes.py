@@ -55,6 +55,13 @@ def share(part: float | None, wall: float) -> str:
     return f"{part / wall:.0%}" if part is not None and wall > 0 else "—"
 
 
+def part_share(ledger: Ledger, name: str) -> str:
+    """The ledger's part `name` as a share of the run, as its table writes it (``18%``,
+    rounded with the other parts: ``Ledger.percents``); ``—`` where it was not timed."""
+    pct = ledger.percents().get(name)
+    return "—" if pct is None or ledger.wall_s <= 0 else f"{pct}%"
+
+
 # ---------------------------------------------------------------------------- the records
 
 
@@ -204,7 +211,7 @@ def _validation(ledger: Ledger) -> Fix | None:
         return None
     return Fix(
         "validation", "validation", validation, saves,
-        f"validation takes {ledger.share('validation')} of the run ({runs} runs, "
+        f"validation takes {part_share(ledger, 'validation')} of the run ({runs} runs, "
         f"{format_s(per_run)} each)",
         Setting("validation_freq", k, call="model.fit", runner=True),
     )  # fmt: skip
@@ -268,7 +275,7 @@ def _input(ledger: Ledger) -> Fix | None:
     action = "cache, prefetch or more input workers (diagnose measures the pipeline)"
     if input_s is not None and input_s >= INPUT_SHARE * wall and input_s >= MIN_S:
         why = (
-            f"the steps waited {format_s(input_s)} for their input ({ledger.share('input')} "
+            f"the steps waited {format_s(input_s)} for their input ({part_share(ledger, 'input')} "
             "of the run)"
         )
         return Fix("input", "input", input_s, None, why, action=action,
@@ -311,7 +318,7 @@ def _unjitted(ledger: Ledger) -> Fix | None:
         "unjitted step", "steps", steps, None,
         f"{compat.named_layers(ledger.unjitted_by)} rules XLA out (supports_jit False), so "
         f"Keras ran {backends.title(ledger.backend)}'s step unjitted, op by op: the steps took "
-        f"{ledger.share('steps')} of the run and compile {ledger.share('compile')}",
+        f"{part_share(ledger, 'steps')} of the run and compile {part_share(ledger, 'compile')}",
         action="apply such layers to the training data (a tf.data or Grain map) instead of "
         "inside the model, and the step jits",
         note="(tune or a second run measures the saving)",
@@ -335,7 +342,7 @@ def _cache(ledger: Ledger) -> Fix | None:
     what = "what the backend timed compiling here" if saves is not None else "up to the compile"
     return Fix(
         "compile cache", "compile", compile_s, saves,
-        f"compile takes {ledger.share('compile')} of the run ({format_s(compile_s)})",
+        f"compile takes {part_share(ledger, 'compile')} of the run ({format_s(compile_s)})",
         Setting("compile_cache", True, runner=True,
                 python="toolkit.backend.use_compile_cache() before anything compiles"),
         note=f"on each later run of this model and settings ({what}; its tracing is not "
@@ -366,7 +373,7 @@ def _xla(ledger: Ledger) -> Fix | None:
         # run is what spreads the compile (and the compile cache its fix of its own).
         return Fix(
             "compile", "compile", compile_s, None,
-            f"compile takes {ledger.share('compile')} of the run ({format_s(first.seconds)} "
+            f"compile takes {part_share(ledger, 'compile')} of the run ({format_s(first.seconds)} "
             f"for the step's first call, {format_duration(per_step)} over each of its {steps:,} "
             "steps)",
             action="a longer run spreads it",
@@ -374,7 +381,7 @@ def _xla(ledger: Ledger) -> Fix | None:
             "off is no setting)",
         )  # fmt: skip
     why = (
-        f"compile takes {ledger.share('compile')} of the run ({format_s(first.seconds)} for "
+        f"compile takes {part_share(ledger, 'compile')} of the run ({format_s(first.seconds)} for "
         f"XLA's first call): over this run's {steps:,} steps it pays for itself only if XLA "
         f"saves {format_duration(per_step)} a step"
     )

@@ -217,12 +217,6 @@ class Ledger:
         shares = whole_percents([float(p.seconds or 0.0) for p in seen], self.wall_s)
         return dict(zip((p.name for p in seen), shares, strict=True))
 
-    def share(self, name: str) -> str:
-        """Part `name`'s share of the wall as every screen writes it: ``18%``; ``—`` where
-        the part was not timed."""
-        pct = self.percents().get(name)
-        return "—" if pct is None else f"{pct}%"
-
     @property
     def part_seconds(self) -> dict[str, float | None]:
         """Each part's seconds by name, in :data:`PARTS`' order (None: not seen)."""

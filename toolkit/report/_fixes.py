@@ -13,7 +13,7 @@ from typing import Any
 
 from toolkit.core._advice import Spell
 from toolkit.core.stats import format_s
-from toolkit.profiling._fixes import Fix, Setting, Unfixed
+from toolkit.profiling._fixes import Fix, Setting, Unfixed, part_share
 from toolkit.profiling._ledger_records import Ledger
 
 
@@ -77,4 +77,4 @@ def unfixed_words(found: Unfixed, ledger: Ledger, spell: Spell | None = None) ->
     rule = found.rule
     for name, setting in found.names:
         rule = rule.replace("{" + name + "}", spelled(setting, spell))
-    return f"none for {label} ({ledger.share(found.part)}): {rule}"
+    return f"none for {label} ({part_share(ledger, found.part)}): {rule}"

@@ -28,7 +28,7 @@ from typing import Any
 
 from toolkit.core._advice import Spell
 from toolkit.core.stats import format_s
-from toolkit.profiling._fixes import MIN_S, SHARE, Fix, read_fixes, share, unfixed
+from toolkit.profiling._fixes import MIN_S, SHARE, Fix, part_share, read_fixes, share, unfixed
 from toolkit.profiling._ledger_records import PARTS, Ledger, LedgerPart, Reader
 from toolkit.report._fixes import fix_json, fix_words, unfixed_words
 
@@ -167,7 +167,7 @@ def ledger_markdown(ledger: Ledger, flags: Spell | None = None) -> str:
     wall = ledger.wall_s
     out = [f"{ledger_line(ledger)}\n", "| part | seconds | share |", "|---|---:|---:|"]
     for part in ledger.parts:
-        said = "—" if wall <= 0 else ledger.share(part.name)
+        said = part_share(ledger, part.name)
         out.append(f"| {LABELS[part.name]} | {format_s(part.seconds)} | {said} |")
     out.append(f"| **fit** | **{format_s(wall)}** | 100% |")
     if ledger.callbacks:
@@ -289,11 +289,9 @@ def compare_ledgers(a: Ledger | None, b: Ledger | None) -> str | None:
     return "ledger, B vs A: " + "; ".join(bits)
 
 
-def bar_segments(ledger: Ledger) -> Sequence[tuple[str, float, str]]:
-    """``(label, seconds, share)`` of each part that took time, in the ledger's order (the
-    bar), its share as the table writes it."""
-    return [
-        (LABELS[p.name], p.seconds, ledger.share(p.name))
-        for p in ledger.parts
-        if p.seconds and p.seconds > 0
-    ]
+def bar_segments(ledger: Ledger) -> Sequence[tuple[str, float, int]]:
+    """``(label, seconds, whole percent)`` of each part that took time, in the ledger's order
+    (the bar), its percent the table's (``Ledger.percents``)."""
+    pct = ledger.percents()
+    return [(LABELS[p.name], p.seconds, pct[p.name]) for p in ledger.parts
+            if p.seconds and p.seconds > 0]  # fmt: skip

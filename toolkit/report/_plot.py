@@ -33,7 +33,7 @@ def ledger_bar(ax: Any, ledger: Any) -> None:
         share = seconds / wall if wall else 0.0
         ax.barh(
             0, seconds, left=left, color=COLOURS.get(label, "0.5"), edgecolor="white",
-            label=f"{label} {format_s(seconds)} ({pct})",  # as the table rounds it
+            label=f"{label} {format_s(seconds)} ({pct}%)",  # as the table rounds it
         )  # fmt: skip
         if share >= 0.08:
             ax.text(left + seconds / 2, 0, label, ha="center", va="center", fontsize=8,
