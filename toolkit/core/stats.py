@@ -247,7 +247,7 @@ class StepStats:
             excluded.append(profiler + " (a trace ran in them, or started or stopped)")
         compiled = f"compiled again {self.compiled_steps}" if self.compiled_steps else ""
         if compiled:  # a compile is not a step: counted as the first step is
-            excluded.append(compiled + " (the step compiled for a new input shape)")
+            excluded.append(compiled + " (a new input shape)")
         out.append("excluded steps: " + ", ".join(excluded))
         # The kinds of step add up to every step run: the count is checkable at a glance.
         parts = [
