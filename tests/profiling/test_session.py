@@ -9,9 +9,12 @@ import signal
 import pytest
 
 from toolkit.core import compat
+from toolkit.core.files import ReportError
 from toolkit.core.interrupts import TrainingInterrupted
 from toolkit.core.stats import format_s
+from toolkit.profiling._timing import ProcessTime, process_start
 from toolkit.report import RunReport
+from toolkit.report._fit_call import process_line
 from toolkit.runner.session import profile
 
 
@@ -214,10 +217,10 @@ def test_prof_fit_times_the_whole_call_start_up_steps_and_exit(tmp_path, make_mo
 
     ds = make_dataset(6).repeat()
     with profile("whole", report_dir=tmp_path, batch_size=8, warmup_steps=1) as p:
+        model = make_model()
+        p.mark("model")  # a stage of the user's own
         before = time.perf_counter()
-        history = p.fit(
-            make_model(), ds, epochs=2, steps_per_epoch=6, verbose=0, callbacks=[Mine()]
-        )
+        history = p.fit(model, ds, epochs=2, steps_per_epoch=6, verbose=0, callbacks=[Mine()])
         after = time.perf_counter()
     assert seen == ["train end"] and len(history.history["loss"]) == 2  # yours ran, History back
     report = p.report
@@ -235,6 +238,41 @@ def test_prof_fit_times_the_whole_call_start_up_steps_and_exit(tmp_path, make_mo
     assert f"| exit | {format_s(report.ledger.seconds('exit'))} |" in md
     loaded = RunReport.load(p.paths["json"])
     assert loaded.fit_call == parts and loaded == report
+    # The whole process: from its start to the block (launch), the user's stage, the call
+    # (the same figure as fit_call's), after it; in order, adding up, inside the process's age.
+    process = report.process
+    names = [s.name for s in process.stages]
+    assert names == ["launch", "model", "before fit", "fit call", "after fit"]
+    assert process.stages[names.index("fit call")].seconds == parts.whole_s
+    assert all(s.seconds >= 0 for s in process.stages) and process.stages[0].seconds > 0
+    assert after - before <= process.whole_s <= time.perf_counter() - process_start() + 0.02
+    assert f"process: {format_s(process.whole_s)} to the report = launch " in report.summary()
+    assert "| **process** |" in report.to_markdown() and loaded.process == process
+
+
+def test_process_time_reads_back_strictly_and_sums_a_stage_marked_twice():
+    two_fits = ProcessTime.of(
+        1.0, [("launch", 3.0), ("fit call", 4.0), ("before fit", 4.5), ("fit call", 6.0)]
+    )
+    assert [s.seconds for s in two_fits.stages] == [2.0, 1.0, 0.5, 1.5]
+    assert [(s.name, s.seconds) for s in two_fits.merged()] == [
+        ("launch", 2.0), ("fit call", 2.5), ("before fit", 0.5)
+    ]  # fmt: skip
+    assert "process: 5.00 s to the report = launch 2.00 s + fit call 2.50 s" in process_line(
+        two_fits
+    )
+    # a mark behind the one before it ends its stage there, at 0 s; no start, no account
+    assert ProcessTime.of(0.0, [("a", 2.0), ("b", 1.0)]).stages[1].seconds == 0.0
+    assert ProcessTime.of(None, [("a", 2.0)]) is None
+    assert ProcessTime.from_dict(two_fits.to_dict()) == two_fits
+    with pytest.raises(ReportError, match=r"field process.stages\[1\].seconds"):
+        ProcessTime.from_dict({"stages": [{"name": "a", "seconds": 1}, {"name": "b"}]})
+
+
+def test_a_custom_loop_s_process_ends_in_the_block():
+    with profile("loop", batch_size=4) as p, p.timer:
+        p.timer.step()
+    assert [s.name for s in p.report.process.stages] == ["launch", "in profile()"]
 
 
 @pytest.mark.legacy_keras

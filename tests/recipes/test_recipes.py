@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -67,11 +68,20 @@ def test_every_recipe_runs_its_smoke_mode_and_reports_every_design_field(
     if alone:  # one farm of links per worker, as tmp_path_factory's base is
         python = site_without_tensorflow(tmp_path_factory.getbasetemp() / "no-tensorflow")
     flags = SMOKE_FLAGS.get(recipe, ())
+    started = time.perf_counter()
     out = _recipe(
         recipe, "--smoke", f"--report_dir={tmp_path}", "--log_steps=2", *flags, python=python
     )
+    lived = time.perf_counter() - started  # the outside clock around the whole process
     assert out.returncode == 0, out.stderr[-3000:]
     data = _report(tmp_path)
+    # The whole process to its report, in the runner's stages, within the outside clock
+    # (the kernel counts a start in 10 ms ticks); its fit call is the report's fit call.
+    stages = {s["name"]: s["seconds"] for s in data["process"]["stages"]}
+    assert list(stages) == ["launch", "set-up", "model", "before fit", "fit call", "after fit"]
+    assert stages["launch"] > 0 and sum(stages.values()) <= lived + 0.02, (stages, lived)
+    assert stages["fit call"] == pytest.approx(data["fit_call"]["whole_s"], abs=1e-9)
+    assert "process: " in out.stdout
     assert data["status"] == "complete" and data["context"]["smoke"] is True
     assert data["steps"]["total_steps"] == 8
     # The numbers every report carries (DESIGN.md), verdict apart (it needs `diagnose`).

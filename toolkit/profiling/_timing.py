@@ -1,6 +1,7 @@
 """StepTimer's helpers that need none of its state: where its log lines go, the profiler probe,
-epoch logs as floats, a late batch-end stamp settled against a trace edge; and the records of
-what they timed: an epoch, a trace window, the whole ``fit`` call (start-up, steps, exit).
+epoch logs as floats, a late batch-end stamp settled against a trace edge, when the process
+started; and the records of what they timed: an epoch, a trace window, the whole ``fit`` call
+(start-up, steps, exit), the whole process in stages.
 
 Imports no framework at import time (the probe asks the backend seam when it is called).
 """
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from toolkit.core import _fields as fields
@@ -243,3 +246,110 @@ def fit_call_parts(
         exit_s=stop - last if returned is not None and end is not None else None,
         counted_from="fit call" if called is not None else "train begin",
     )
+
+
+# The stages of a process as the runner marks them, in order; profile() marks LAUNCH (to
+# its block) and those from BEFORE_FIT on, IN_PROFILE where no fit was timed (a custom
+# loop), and a user's own ``Profile.mark`` names more.
+LAUNCH, SET_UP, MODEL, BEFORE_FIT, FIT_CALL, AFTER_FIT, IN_PROFILE = (
+    "launch",
+    "set-up",
+    "model",
+    "before fit",
+    "fit call",
+    "after fit",
+    "in profile()",
+)
+
+
+def process_start() -> float | None:
+    """When this process started, on ``time.perf_counter``'s clock (None: not known). On Linux
+    from the kernel's own count, to its clock tick (10 ms): ``/proc/self/stat``'s start time,
+    in ticks since boot, against ``CLOCK_BOOTTIME``. psutil's ``create_time`` adds a boot time
+    that ``/proc/stat`` gives in whole seconds, so it can be up to a second off; it is read
+    elsewhere (macOS gives it to the microsecond)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            after_name = f.read().rsplit(b")", 1)[1].split()  # the name may hold spaces
+        ticks = int(after_name[19])  # field 22: starttime; field 3 (state) is after_name[0]
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.perf_counter() - age
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+    try:
+        import psutil
+
+        return time.perf_counter() - (time.time() - psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - unknown: the report has no process account
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One stage of the process: its name and its seconds."""
+
+    name: str
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessTime:
+    """The process that ran the fit, from its start to its report, in `stages` that follow
+    one another and so add up to :attr:`whole_s`.
+
+    Why: a user waits for the process, not the fit: the interpreter and its imports
+    (TensorFlow's alone takes seconds), the data, the model's build (on JAX each weight's
+    initializer compiles), what ran after the fit. The first stage counts from the kernel's
+    start of the process (:func:`process_start`), each later one from the one before it.
+    """
+
+    stages: tuple[Stage, ...]
+
+    @property
+    def whole_s(self) -> float:
+        return sum(s.seconds for s in self.stages)
+
+    def merged(self) -> tuple[Stage, ...]:
+        """The stages with one name (two fits' ``fit call``) as one, where it first came."""
+        seconds: dict[str, float] = {}
+        for s in self.stages:
+            seconds[s.name] = seconds.get(s.name, 0.0) + s.seconds
+        return tuple(Stage(name, secs) for name, secs in seconds.items())
+
+    @classmethod
+    def of(cls, started: float | None, marks: Sequence[tuple[str, float]]) -> ProcessTime | None:
+        """The stages that end at `marks` (``(name, time)`` on `started`'s clock, in the
+        order they ran), the first from `started`. A mark before the one ahead of it (a
+        stage marked twice) ends its stage there, at 0 s. None: the start is unknown."""
+        if started is None or not marks:
+            return None
+        out, last = [], started
+        for name, at in marks:
+            at = max(at, last)
+            out.append(Stage(name, at - last))
+            last = at
+        return cls(tuple(out))
+
+    def to_dict(self) -> dict[str, object]:
+        """report.json's ``process``."""
+        return {"stages": [{"name": s.name, "seconds": s.seconds} for s in self.stages]}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> ProcessTime | None:
+        """report.json's ``process`` (None: a report written before it was measured), each
+        value checked.
+
+        Raises:
+            ReportError: a value not of its kind, naming it (``process.stages[1].seconds``).
+        """
+        if d is None:
+            return None
+        d = fields.mapping("process", d, optional=False)
+        stages = fields.records("process.stages", d.get("stages"))
+        return cls(tuple(
+            Stage(
+                fields.string(f"process.stages[{i}].name", s.get("name")),
+                fields.number(f"process.stages[{i}].seconds", s.get("seconds")),
+            )
+            for i, s in enumerate(stages)
+        ))  # fmt: skip

@@ -780,6 +780,13 @@ class StepTimer(compat.keras().callbacks.Callback):
             self._fit_span = (self._fit_span[0], self._clock())
             self._ledger.finish()  # a fit that raised never reached train end
 
+    @property
+    def fit_span(self) -> tuple[float, float] | None:
+        """``(called, returned)`` of the last fit :meth:`around_fit` timed, on this timer's
+        clock (``time.perf_counter`` unless a test gave another); None: none timed yet."""
+        called, returned = self._fit_span
+        return None if called is None or returned is None else (called, returned)
+
     def fit_call(self) -> FitCall | None:
         """The last fit's whole call as start-up + steps + exit (``_timing.fit_call_parts``;
         from train begin and without the exit unless :meth:`around_fit` timed the call)."""

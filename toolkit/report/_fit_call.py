@@ -1,15 +1,27 @@
-"""The whole ``fit`` call in words: start-up + steps + exit, the parts adding up to it.
+"""The whole ``fit`` call in words: start-up + steps + exit, the parts adding up to it; and
+the whole process around it: launch, set-up, model, the fit call, after it.
 
-Why it is in the report: StepTimer times train begin to train end, but a ``fit`` call costs more
-than that, before its first step (the data adapter, building, the callbacks' train begin, the
-input iterator) and after its last (on TensorFlow, destroying the tf.data iterator, which took
-seconds with tf.data's autotune model on). That is wall time every user pays and no step shows.
+Why they are in the report: StepTimer times train begin to train end, but a ``fit`` call costs
+more than that, before its first step (the data adapter, building, the callbacks' train begin,
+the input iterator) and after its last (on TensorFlow, destroying the tf.data iterator, which
+took seconds with tf.data's autotune model on); and the process more than its fit (the imports,
+the data, the model's build). That is wall time every user pays and no step shows.
 """
 
 from __future__ import annotations
 
-from toolkit.core.stats import format_s
-from toolkit.profiling._timing import FitCall
+from toolkit.core.stats import format_s, whole_percents
+from toolkit.profiling._timing import (
+    AFTER_FIT,
+    BEFORE_FIT,
+    FIT_CALL,
+    IN_PROFILE,
+    LAUNCH,
+    MODEL,
+    SET_UP,
+    FitCall,
+    ProcessTime,
+)
 
 # An exit this long, and this share of the call, gets its likely cause named.
 SLOW_EXIT_S, SLOW_EXIT_SHARE = 0.5, 0.05
@@ -36,3 +48,33 @@ def fit_call_line(parts: FitCall) -> str:
     if parts.timed:
         return f"{line} (fit raised before its end)"
     return f"{line} (exit not timed: call fit through profile().fit)"
+
+
+# What each stage the toolkit marks holds, for report.md (a user's own stages: their names).
+STAGE_HOLDS = {
+    LAUNCH: "the process's start to the run: the interpreter, the imports, the script before it",
+    SET_UP: "the device, the distribution strategy and the data pipelines",
+    MODEL: "the model built and compiled (on JAX each initializer compiles)",
+    BEFORE_FIT: "the profiling set up (and the FLOPs counted) up to the fit call",
+    FIT_CALL: "model.fit, start-up to exit: its parts are the ledger's",
+    AFTER_FIT: "after the fit returned, to the report",
+    IN_PROFILE: "the profiled block, to the report (no fit call was timed)",
+}
+
+
+def process_line(process: ProcessTime) -> str:
+    """``process: 19.9 s to the report = launch 8.93 s + set-up 2.10 s + ...``: each stage
+    once (a stage marked twice, two fits' ``fit call``, summed)."""
+    stages = " + ".join(f"{s.name} {format_s(s.seconds)}" for s in process.merged())
+    return f"process: {format_s(process.whole_s)} to the report = {stages}"
+
+
+def process_markdown(process: ProcessTime) -> str:
+    """report.md's table of the stages, each with its share and what it holds."""
+    merged = process.merged()
+    shares = whole_percents([s.seconds for s in merged], process.whole_s)
+    out = ["| stage | seconds | share | what it holds |", "|---|---:|---:|---|"]
+    for s, pct in zip(merged, shares, strict=True):
+        out.append(f"| {s.name} | {format_s(s.seconds)} | {pct}% | {STAGE_HOLDS.get(s.name, '')} |")
+    out.append(f"| **process** | **{format_s(process.whole_s)}** | 100% | to the report |")
+    return "\n".join(out) + "\n"

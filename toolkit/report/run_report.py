@@ -43,11 +43,11 @@ from toolkit.core.stats import (
 from toolkit.core.version import __version__
 from toolkit.profiling._compute import Compute
 from toolkit.profiling._ledger_records import Ledger
-from toolkit.profiling._timing import Epoch, FitCall, Traced
+from toolkit.profiling._timing import Epoch, FitCall, ProcessTime, Traced
 from toolkit.report._anatomy import ANATOMY_PNG, anatomy_lines, anatomy_markdown, anatomy_png
 from toolkit.report._cluster import ClusterView, cluster_line
 from toolkit.report._diagnosis import DiagnosisSection
-from toolkit.report._fit_call import fit_call_line
+from toolkit.report._fit_call import fit_call_line, process_line, process_markdown
 from toolkit.report._ledger import (
     fix_lines,
     ledger_json,
@@ -106,6 +106,9 @@ class RunReport:
     # One training step taken apart (``toolkit.core._anatomy``; rendered by
     # ``toolkit.report._anatomy``); None where none was taken, and in older reports.
     anatomy: Anatomy | None = None
+    # The whole process to the report in stages (``ProcessTime``: launch, set-up, model, the
+    # fit call, after it); None where its start is unknown, and in older reports.
+    process: ProcessTime | None = None
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     args: dict[str, Any] = dataclasses.field(default_factory=dict)
     timeline: list[list[Any]] = dataclasses.field(default_factory=list)
@@ -239,6 +242,7 @@ class RunReport:
         d["ledger"] = ledger_json(self.ledger) if self.ledger is not None else None
         d["compute"] = self.compute.to_dict() if self.compute is not None else None
         d["fit_call"] = self.fit_call.to_dict() if self.fit_call is not None else None
+        d["process"] = self.process.to_dict() if self.process is not None else None
         d["cluster"] = self.cluster.to_dict() if self.cluster is not None else None
         d["tensorboard"] = self.tensorboard.to_dict() if self.tensorboard is not None else None
         d["diagnosis"] = self.diagnosis.to_dict() if self.diagnosis is not None else None
@@ -273,6 +277,7 @@ class RunReport:
                 f"field cluster holds a value this toolkit cannot show ({one_line(e)})"
             ) from None
         kwargs["fit_call"] = FitCall.from_dict(kwargs.get("fit_call"))  # None: not measured
+        kwargs["process"] = ProcessTime.from_dict(d.get("process"))  # None: not measured
         try:
             kwargs["tensorboard"] = TensorBoardRuns.from_dict(kwargs.get("tensorboard"))
         except ValueError as e:
@@ -399,6 +404,8 @@ class RunReport:
             lines += memory_lines(self.ledger.memory)
         elif self.fit_call:
             lines.append(fit_call_line(self.fit_call))
+        if self.process:
+            lines.append(process_line(self.process))
         if self.metrics:
             lines.append("final: " + ", ".join(format_figure(*m) for m in self.metrics.items()))
         if self.tensorboard:
@@ -425,6 +432,8 @@ class RunReport:
         self._md_compute(w)
         if self.ledger:
             w(f"\n## Where the time went\n\n{ledger_markdown(self.ledger)}")
+        if self.process:
+            w(f"\n## The whole process\n\n{process_markdown(self.process)}")
         if png:
             w(f"\n![step times]({png})\n")
         if note:

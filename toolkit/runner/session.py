@@ -10,6 +10,7 @@ import logging as std_logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,15 @@ from toolkit.core._anatomy import Anatomy, reconcile
 from toolkit.core.errors import one_line
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS
 from toolkit.profiling._compute import Compute
+from toolkit.profiling._timing import (
+    AFTER_FIT,
+    BEFORE_FIT,
+    FIT_CALL,
+    IN_PROFILE,
+    LAUNCH,
+    ProcessTime,
+    process_start,
+)
 from toolkit.profiling.anatomy import AnatomyWindow
 from toolkit.profiling.loss_guard import LossGuard
 from toolkit.profiling.scalars import DEVICE_PEAK, HOST_RSS, TRAIN, Scalars, viewing_hint
@@ -101,6 +111,12 @@ class Profile:
     ``.tune`` (a ``TuneResult.section()``), ``.anatomy`` (a
     ``toolkit.core._anatomy.Anatomy``: the step taken apart) and ``.extra`` (free-form facts);
     they go into the report.
+
+    The report's ``process`` accounts for the whole process, not only the fit: ``launch``
+    (from the process's start to the block: the interpreter, the imports, your script),
+    ``before fit`` (the block up to each ``prof.fit``), the ``fit call`` and ``after fit``
+    (to the report). ``prof.mark("data")`` inside the block, or before it, ends a stage of
+    your own there.
     """
 
     def __init__(
@@ -145,6 +161,15 @@ class Profile:
         self._old_handlers: dict[int, Any] = {}
         self._stop = StopOnSignal()
         self._guard = LossGuard(stop=stop_on_nan)
+        self._marks: list[tuple[str, float]] = []  # (stage, its end on perf_counter's clock)
+        self._fits: list[tuple[float, float]] = []  # each prof.fit's (called, returned)
+
+    def mark(self, stage: str, at: float | None = None) -> None:
+        """Ends the process's stage `stage` now (or at `at`, ``time.perf_counter``'s clock):
+        the report's ``process`` shows it, from the stage before it (the first from the
+        process's start). The runner marks ``launch``, ``set-up`` (device, data) and
+        ``model`` (build, compile) this way."""
+        self._marks.append((str(stage), time.perf_counter() if at is None else float(at)))
 
     @property
     def callbacks(self) -> list[Any]:
@@ -158,11 +183,17 @@ class Profile:
         the whole call timed (``StepTimer.around_fit``): the report's ``fit_call`` shows the
         start-up before the first step and the exit after the last one (on TensorFlow, a
         tf.data iterator's teardown), which callbacks alone cannot see. Returns the History."""
-        with self.timer.around_fit():
-            return model.fit(*args, callbacks=[*self.callbacks, *(callbacks or ())], **kwargs)
+        try:
+            with self.timer.around_fit():
+                return model.fit(*args, callbacks=[*self.callbacks, *(callbacks or ())], **kwargs)
+        finally:
+            if self.timer.fit_span is not None:
+                self._fits.append(self.timer.fit_span)
 
     def __enter__(self) -> Profile:
         interrupts.check()  # a signal dropped before training (in a gc callback) ends it here
+        if not self._marks:  # the process up to here: its launch, your script before it
+            self.mark(LAUNCH)
         if self.report_dir is not None:
             self.run_dir = new_run_dir(self.report_dir)
         if self._tensorboard and self.run_dir is not None:
@@ -217,6 +248,7 @@ class Profile:
                 cluster=cluster,
                 anatomy=self.anatomy,
             )
+            self.report.process = self._process()
             if self.report.anatomy is None and isinstance(self.trace, AnatomyWindow):
                 self.report.anatomy = self._anatomy(self.trace, self.report)
             if status == COMPLETE and not self.report.steps.timed_steps:  # nothing measured
@@ -240,6 +272,21 @@ class Profile:
                 raise
             # Never let a reporting failure hide the training error that got us here.
             logging.exception("could not write the report of the failed run %s", self.name)
+
+    def _process(self) -> ProcessTime | None:
+        """The process to now in stages: those marked, each fit call (``prof.fit``'s, or
+        the one the timer timed around, e.g. the runner's) with the stage before it, and
+        what came after (to the report). None where the start is unknown, or the timer
+        keeps another clock (a test's)."""
+        if self.timer._clock is not time.perf_counter:
+            return None
+        fits = list(self._fits)
+        if self.timer.fit_span is not None and self.timer.fit_span not in fits:
+            fits.append(self.timer.fit_span)
+        timed = [(BEFORE_FIT, called) for called, _ in fits] + [(FIT_CALL, r) for _, r in fits]
+        marks = sorted([*self._marks, *timed], key=lambda m: m[1])  # stable: marked order
+        last = AFTER_FIT if fits else IN_PROFILE  # a custom loop's: the block to the report
+        return ProcessTime.of(process_start(), [*marks, (last, time.perf_counter())])
 
     def _anatomy(self, window: AnatomyWindow, report: Any) -> Anatomy | None:
         """The traced steps taken apart, where the window traced any (a run cut short

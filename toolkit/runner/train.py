@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import os
 import tempfile
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ from toolkit.core import compat, progress
 from toolkit.core._anatomy import Anatomy
 from toolkit.core._device_types import Finding
 from toolkit.profiling import flops
+from toolkit.profiling._timing import LAUNCH, MODEL, SET_UP
 from toolkit.profiling.resume_recorder import ResumeRecorder
 from toolkit.report import RunReport
 from toolkit.report._diagnosis import DiagnosisSection
@@ -232,20 +234,23 @@ def run(
         SetupError: a bad setting (naming the flag), a device that is not here (listing what
             is), or too little data, before anything trains.
     """
+    stages = [(LAUNCH, time.perf_counter())]  # the process's, for the report's ``process``
     setup = _set_up(task, config)
+    stages.append((SET_UP, time.perf_counter()))
     config, train_ds = setup.config, setup.train_ds
     if config.seed is not None:
         compat.keras().utils.set_random_seed(config.seed)  # again: the data's setup drew from it
     if progress.mode() == progress.BAR:  # a terminal: no long silence before the first bar
         progress.say(f"{task.name}: data ready; building the model, then the first step compiles")
     model = _compiled_model(task, config, setup.strategy)
+    stages.append((MODEL, time.perf_counter()))
     aside = _fused_aside(config, setup.loader, model)
     if aside is not None:
         progress.say(f"note: {aside[0]}; {aside[1]}")
         setup.findings.append(Finding("info", "fused_steps_not_needed", *aside))
     verbose, log_steps, shown = fit_progress(config, train_ds, task.name)
     try:
-        with _profiling(task, setup, args, log_steps) as prof:
+        with _profiling(task, setup, args, log_steps, stages) as prof:
             resume = Resume(config.backup_dir) if config.backup_dir else None
             _describe(prof, _context(task, setup, resume), extra, diagnosis, tune)
             prof.anatomy = anatomy
@@ -267,16 +272,21 @@ def run(
 
 
 def _profiling(
-    task: Task, setup: _Setup, args: Mapping[str, Any] | None, log_steps: int | None
+    task: Task,
+    setup: _Setup,
+    args: Mapping[str, Any] | None,
+    log_steps: int | None,
+    stages: Sequence[tuple[str, float]],
 ) -> Any:
     """The run's profiling session (``profile``), not yet entered: step times, the trace, the
     memory watch, TensorBoard and the report, written where this process reports (each worker
-    of a cluster into its own directory; the chief's is the run's)."""
+    of a cluster into its own directory; the chief's is the run's), with the process's
+    `stages` so far marked (``(stage, its end)``: launch, set-up, model)."""
     config = setup.config
     report_dir = config.report_dir
     if report_dir and not setup.cluster.is_chief:  # each worker reports; the chief's is the run's
         report_dir = os.path.join(report_dir, f"worker{setup.cluster.task_index}")
-    return profile(
+    prof = profile(
         task.name,
         report_dir=report_dir,
         batch_size=config.batch_size,
@@ -287,6 +297,9 @@ def _profiling(
         stop_on_nan=config.stop_on_nan,
         args=dict(args) if args is not None else dataclasses.asdict(config),
     )
+    for stage, at in stages:
+        prof.mark(stage, at)
+    return prof
 
 
 def _describe(

@@ -107,13 +107,12 @@ def start_estimate() -> float:
     """What a fresh process should take before it trains: this process's own start (it
     imported the same framework and made the same data), within 3 s and 30 s;
     :data:`FRESH_START_S` where that is unknown."""
-    try:
-        import psutil
+    from toolkit.profiling._timing import process_start
 
-        age = time.time() - psutil.Process().create_time()
-    except Exception:  # noqa: BLE001 - an estimate: the constant stands in
+    started = process_start()
+    if started is None:
         return FRESH_START_S
-    return min(max(age, 3.0), 30.0)
+    return min(max(time.perf_counter() - started, 3.0), 30.0)
 
 
 @dataclasses.dataclass(frozen=True)
