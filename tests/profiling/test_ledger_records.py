@@ -20,6 +20,7 @@ from toolkit.core.files import ReportError
 from toolkit.core.stats import format_s
 from toolkit.profiling._fixes import Fix, Setting
 from toolkit.profiling._ledger_records import PARTS, Ledger, Reader
+from toolkit.profiling._timing import ProcessTime, Stage
 from toolkit.report import RunContext, RunReport
 from toolkit.report._fixes import fix_json, fix_words
 from toolkit.report._ledger import (
@@ -147,10 +148,13 @@ def test_a_report_spells_its_fixes_for_who_reads_it(tmp_path):
 
 def test_doctor_proposes_the_compile_cache_for_a_compile_heavy_recipe_run(tmp_path):
     """A recipe's run on JAX, compile most of it, without the cache: ``--compile_cache``,
-    its saving what JAX timed compiling (4.3 + 1.1 + 0.5 s), through the command line."""
+    its saving what JAX timed compiling (4.3 + 1.1 + 0.5 s), through the command line; the
+    model's build, which compiled 2.5 s before the fit (the process's ``model`` stage), is
+    said beside it, not added to the fit's saving."""
+    stages = (Stage("launch", 7.0), Stage("model", 3.0, 2.5), Stage("fit call", 8.0))
     report = make_report(
         "jax-recipe", ledger=_jax_recipe(), context=RunContext(backend="jax"),
-        args={"compile_cache": False},
+        args={"compile_cache": False}, process=ProcessTime(stages),
     )  # fmt: skip
     report.write(tmp_path / "a", plot=False)
     out = subprocess.run(
@@ -163,8 +167,10 @@ def test_doctor_proposes_the_compile_cache_for_a_compile_heavy_recipe_run(tmp_pa
     assert lines[2] == (
         "fix: compile takes 88% of the run (7.00 s): --compile_cache saves ~5.90 s on each "
         "later run of this model and settings (what the backend timed compiling here; its "
-        "tracing is not cached; the first run writes the cache)"
+        "tracing is not cached; the first run writes the cache; the model's build, 2.50 s of "
+        "compiling before fit, too)"
     ), lines
+    assert report.ledger.reader.build_compile_s == 2.5
     (cache,) = [f for f in fixes(report.ledger) if f.item == "compile cache"]
     assert cache.saves_s == pytest.approx(5.9) and cache.setting.name == "compile_cache"
     assert fixes(report.ledger)[0].item == "compile cache"  # the largest saving first

@@ -81,6 +81,10 @@ def test_every_recipe_runs_its_smoke_mode_and_reports_every_design_field(
     assert list(stages) == ["launch", "set-up", "model", "before fit", "fit call", "after fit"]
     assert stages["launch"] > 0 and sum(stages.values()) <= lived + 0.02, (stages, lived)
     assert stages["fit call"] == pytest.approx(data["fit_call"]["whole_s"], abs=1e-9)
+    # JAX's compiles while the model is built (each initializer's), timed apart from the fit's
+    (model,) = [s for s in data["process"]["stages"] if s["name"] == "model"]
+    assert (model["compile_s"] is not None) == (name == "jax"), model
+    assert model["compile_s"] is None or 0 < model["compile_s"] <= model["seconds"], model
     assert "process: " in out.stdout
     assert data["status"] == "complete" and data["context"]["smoke"] is True
     assert data["steps"]["total_steps"] == 8

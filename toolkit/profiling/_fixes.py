@@ -340,13 +340,17 @@ def _cache(ledger: Ledger) -> Fix | None:
     timed = sum(c.backend_seconds or 0.0 for c in ledger.compiles)
     saves = min(timed, compile_s) if timed else None
     what = "what the backend timed compiling here" if saves is not None else "up to the compile"
+    built = ledger.reader.build_compile_s
+    # The build's compiles are the process's, not the fit's: said beside the saving (the
+    # saving is the fit's, as the ledger's parts are).
+    more = f"; the model's build, {format_s(built)} of compiling before fit, too" if built else ""
     return Fix(
         "compile cache", "compile", compile_s, saves,
         f"compile takes {part_share(ledger, 'compile')} of the run ({format_s(compile_s)})",
         Setting("compile_cache", True, runner=True,
                 python="toolkit.backend.use_compile_cache() before anything compiles"),
         note=f"on each later run of this model and settings ({what}; its tracing is not "
-        "cached; the first run writes the cache)",
+        f"cached; the first run writes the cache{more})",
     )  # fmt: skip
 
 

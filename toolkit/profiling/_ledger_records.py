@@ -151,10 +151,14 @@ class Reader:
         runner: the toolkit's runner set the run up (a recipe, ``--model_fn``): its settings
             are the runner's, spelled as flags.
         compile_cache: the run kept compiled programs on disk already (``--compile_cache``).
+        build_compile_s: what the backend timed compiling while the model was built, before
+            the fit (JAX compiles each weight's initializer; None: none timed). The compile
+            cache keeps those too: a later run builds the model sooner, outside the fit.
     """
 
     runner: bool = False
     compile_cache: bool = False
+    build_compile_s: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -286,10 +286,13 @@ def process_start() -> float | None:
 
 @dataclasses.dataclass(frozen=True)
 class Stage:
-    """One stage of the process: its name and its seconds."""
+    """One stage of the process: its name, its seconds, and of them the seconds the backend
+    timed compiling (`compile_s`; None: not watched, or a backend that times no compile
+    outside a fit: JAX's monitoring events do, so a model's build shows its initializers')."""
 
     name: str
     seconds: float
+    compile_s: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,28 +314,43 @@ class ProcessTime:
 
     def merged(self) -> tuple[Stage, ...]:
         """The stages with one name (two fits' ``fit call``) as one, where it first came."""
-        seconds: dict[str, float] = {}
+        merged: dict[str, Stage] = {}
         for s in self.stages:
-            seconds[s.name] = seconds.get(s.name, 0.0) + s.seconds
-        return tuple(Stage(name, secs) for name, secs in seconds.items())
+            was = merged.get(s.name)
+            if was is not None:
+                both = [c for c in (was.compile_s, s.compile_s) if c is not None]
+                s = Stage(s.name, was.seconds + s.seconds, sum(both) if both else None)
+            merged[s.name] = s
+        return tuple(merged.values())
 
     @classmethod
-    def of(cls, started: float | None, marks: Sequence[tuple[str, float]]) -> ProcessTime | None:
+    def of(
+        cls,
+        started: float | None,
+        marks: Sequence[tuple[str, float]],
+        compiles: Mapping[str, float] | None = None,
+    ) -> ProcessTime | None:
         """The stages that end at `marks` (``(name, time)`` on `started`'s clock, in the
-        order they ran), the first from `started`. A mark before the one ahead of it (a
+        order they ran), the first from `started`, with the seconds the backend timed
+        compiling in a stage by its name (`compiles`). A mark before the one ahead of it (a
         stage marked twice) ends its stage there, at 0 s. None: the start is unknown."""
         if started is None or not marks:
             return None
         out, last = [], started
         for name, at in marks:
             at = max(at, last)
-            out.append(Stage(name, at - last))
+            out.append(Stage(name, at - last, (compiles or {}).get(name)))
             last = at
         return cls(tuple(out))
 
     def to_dict(self) -> dict[str, object]:
         """report.json's ``process``."""
-        return {"stages": [{"name": s.name, "seconds": s.seconds} for s in self.stages]}
+        return {
+            "stages": [
+                {"name": s.name, "seconds": s.seconds, "compile_s": s.compile_s}
+                for s in self.stages
+            ]
+        }
 
     @classmethod
     def from_dict(cls, d: Any) -> ProcessTime | None:
@@ -350,6 +368,7 @@ class ProcessTime:
             Stage(
                 fields.string(f"process.stages[{i}].name", s.get("name")),
                 fields.number(f"process.stages[{i}].seconds", s.get("seconds")),
+                fields.number(f"process.stages[{i}].compile_s", s.get("compile_s"), True),
             )
             for i, s in enumerate(stages)
         ))  # fmt: skip

@@ -21,6 +21,7 @@ from toolkit.profiling._timing import (
     SET_UP,
     FitCall,
     ProcessTime,
+    Stage,
 )
 
 # An exit this long, and this share of the call, gets its likely cause named.
@@ -52,20 +53,30 @@ def fit_call_line(parts: FitCall) -> str:
 
 # What each stage the toolkit marks holds, for report.md (a user's own stages: their names).
 STAGE_HOLDS = {
-    LAUNCH: "the process's start to the run: the interpreter, the imports, the script before it",
+    LAUNCH: "the process's start to the run (the runner, or profile()'s block): the "
+    "interpreter, the imports, the script before it",
     SET_UP: "the device, the distribution strategy and the data pipelines",
-    MODEL: "the model built and compiled (on JAX each initializer compiles)",
-    BEFORE_FIT: "the profiling set up (and the FLOPs counted) up to the fit call",
+    MODEL: "the model built and compiled (on JAX each weight's initializer compiles)",
+    BEFORE_FIT: "up to the fit call (the runner: the profiling set up, the FLOPs counted)",
     FIT_CALL: "model.fit, start-up to exit: its parts are the ledger's",
     AFTER_FIT: "after the fit returned, to the report",
     IN_PROFILE: "the profiled block, to the report (no fit call was timed)",
 }
 
 
+def _compiling(stage: Stage) -> str:
+    """`` (compiling 15.2 s)`` where the backend timed compiles in `stage` (not in the fit
+    call's, whose compiles are the ledger's)."""
+    if not stage.compile_s or stage.name == FIT_CALL:
+        return ""
+    return f" (compiling {format_s(stage.compile_s)})"
+
+
 def process_line(process: ProcessTime) -> str:
     """``process: 19.9 s to the report = launch 8.93 s + set-up 2.10 s + ...``: each stage
     once (a stage marked twice, two fits' ``fit call``, summed)."""
-    stages = " + ".join(f"{s.name} {format_s(s.seconds)}" for s in process.merged())
+    merged = process.merged()
+    stages = " + ".join(f"{s.name} {format_s(s.seconds)}{_compiling(s)}" for s in merged)
     return f"process: {format_s(process.whole_s)} to the report = {stages}"
 
 
@@ -75,6 +86,7 @@ def process_markdown(process: ProcessTime) -> str:
     shares = whole_percents([s.seconds for s in merged], process.whole_s)
     out = ["| stage | seconds | share | what it holds |", "|---|---:|---:|---|"]
     for s, pct in zip(merged, shares, strict=True):
-        out.append(f"| {s.name} | {format_s(s.seconds)} | {pct}% | {STAGE_HOLDS.get(s.name, '')} |")
+        holds = STAGE_HOLDS.get(s.name, "") + _compiling(s)
+        out.append(f"| {s.name} | {format_s(s.seconds)} | {pct}% | {holds.strip()} |")
     out.append(f"| **process** | **{format_s(process.whole_s)}** | 100% | to the report |")
     return "\n".join(out) + "\n"

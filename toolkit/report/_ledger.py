@@ -30,6 +30,7 @@ from toolkit.core._advice import Spell
 from toolkit.core.stats import format_s
 from toolkit.profiling._fixes import MIN_S, SHARE, Fix, part_share, read_fixes, share, unfixed
 from toolkit.profiling._ledger_records import PARTS, Ledger, LedgerPart, Reader
+from toolkit.profiling._timing import MODEL, ProcessTime
 from toolkit.report._fixes import fix_json, fix_words, unfixed_words
 
 LABELS = {
@@ -60,15 +61,22 @@ def report_ledger(
     ledger: Ledger | None,
     context: Any,
     args: Mapping[str, Any] | None,
+    process: ProcessTime | None = None,
     partial: bool = False,
 ) -> Ledger | None:
     """A report's ledger, as a record with its reader: the runner's run where the report
     has a context (the runner writes one; a user's own fit has none), with the compile
-    cache on where its arguments say so; `partial`: the run did not end whole."""
+    cache on where its arguments say so, and what the backend timed compiling while the
+    model was built (the `process`'s ``model`` stage); `partial`: the run did not end whole."""
     if ledger is None:
         return None
+    built = next(
+        (s.compile_s for s in (process.stages if process else ()) if s.name == MODEL), None
+    )
     reader = Reader(
-        runner=context is not None, compile_cache=bool((args or {}).get("compile_cache"))
+        runner=context is not None,
+        compile_cache=bool((args or {}).get("compile_cache")),
+        build_compile_s=built,
     )
     if ledger.reader != reader or (partial and not ledger.partial):
         ledger = dataclasses.replace(ledger, reader=reader, partial=ledger.partial or partial)

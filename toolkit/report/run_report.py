@@ -131,7 +131,8 @@ class RunReport:
             self.created_utc = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
-        self.ledger = report_ledger(self.ledger, self.context, self.args)  # who reads its fixes
+        # who reads its fixes, and what the model's build compiled beside them
+        self.ledger = report_ledger(self.ledger, self.context, self.args, self.process)
 
     # ------------------------------------------------------------ building
 
@@ -152,6 +153,7 @@ class RunReport:
         tune: TuneSection | None = None,
         cluster: ClusterView | None = None,
         anatomy: Anatomy | None = None,
+        process: ProcessTime | None = None,
     ) -> RunReport:
         """A report from a StepTimer (and optionally a TraceWindow).
 
@@ -159,14 +161,15 @@ class RunReport:
         ``toolkit.profiling.flops.compute_facts``); achieved FLOP/s and MFU are added from the
         mean step (the statistic examples/s comes from). `diagnosis` is a
         ``Diagnosis.section()``, `tune` a ``TuneResult.section()``.
-        `anatomy` is the step taken apart (``toolkit.profiling.anatomy``), kept as it is.
+        `anatomy` is the step taken apart (``toolkit.profiling.anatomy``), kept as it is;
+        `process` the whole process in stages (``Profile``'s).
         """
         calls = [[round(d, 9), n, e, k] for d, n, e, k in timer.calls]
         steps = timer.summary()
         ledger = None
         try:
             ledger = timer.ledger() if hasattr(timer, "ledger") else None
-            ledger = report_ledger(ledger, context, args, partial=status != COMPLETE)
+            ledger = report_ledger(ledger, context, args, process, partial=status != COMPLETE)
             if ledger is not None:
                 ledger_json(ledger)  # its fixes read now: a failing reading costs the ledger only
         except Exception as e:  # noqa: BLE001 - a view of the run: never costs the report
@@ -195,6 +198,7 @@ class RunReport:
             tune=tune,
             cluster=cluster,
             anatomy=anatomy,
+            process=process,
             extra=jsonable(dict(extra or {})),
         )
 

@@ -162,14 +162,18 @@ class Profile:
         self._stop = StopOnSignal()
         self._guard = LossGuard(stop=stop_on_nan)
         self._marks: list[tuple[str, float]] = []  # (stage, its end on perf_counter's clock)
+        self._compiles: dict[str, float] = {}  # a stage's compile seconds, where timed
         self._fits: list[tuple[float, float]] = []  # each prof.fit's (called, returned)
 
-    def mark(self, stage: str, at: float | None = None) -> None:
+    def mark(self, stage: str, at: float | None = None, compile_s: float | None = None) -> None:
         """Ends the process's stage `stage` now (or at `at`, ``time.perf_counter``'s clock):
         the report's ``process`` shows it, from the stage before it (the first from the
-        process's start). The runner marks ``launch``, ``set-up`` (device, data) and
-        ``model`` (build, compile) this way."""
+        process's start), with `compile_s` the seconds the backend timed compiling in it.
+        The runner marks ``launch``, ``set-up`` (device, data) and ``model`` (build,
+        compile) this way."""
         self._marks.append((str(stage), time.perf_counter() if at is None else float(at)))
+        if compile_s is not None:
+            self._compiles[str(stage)] = float(compile_s)
 
     @property
     def callbacks(self) -> list[Any]:
@@ -247,8 +251,8 @@ class Profile:
                 tune=self.tune,
                 cluster=cluster,
                 anatomy=self.anatomy,
+                process=self._process(),
             )
-            self.report.process = self._process()
             if self.report.anatomy is None and isinstance(self.trace, AnatomyWindow):
                 self.report.anatomy = self._anatomy(self.trace, self.report)
             if status == COMPLETE and not self.report.steps.timed_steps:  # nothing measured
@@ -286,7 +290,8 @@ class Profile:
         timed = [(BEFORE_FIT, called) for called, _ in fits] + [(FIT_CALL, r) for _, r in fits]
         marks = sorted([*self._marks, *timed], key=lambda m: m[1])  # stable: marked order
         last = AFTER_FIT if fits else IN_PROFILE  # a custom loop's: the block to the report
-        return ProcessTime.of(process_start(), [*marks, (last, time.perf_counter())])
+        marks.append((last, time.perf_counter()))
+        return ProcessTime.of(process_start(), marks, self._compiles)
 
     def _anatomy(self, window: AnatomyWindow, report: Any) -> Anatomy | None:
         """The traced steps taken apart, where the window traced any (a run cut short
