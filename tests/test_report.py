@@ -24,7 +24,7 @@ from toolkit.core.machine import capture_environment
 from toolkit.core.stats import summarize_calls
 from toolkit.profiling._compute import Compute
 from toolkit.profiling._ledger_records import Ledger
-from toolkit.profiling._timing import Epoch, FitCall
+from toolkit.profiling._timing import Epoch, FitCall, ProcessTime, Stage
 from toolkit.report import ReportError, RunReport, compare
 from toolkit.report import run_report as report_mod
 from toolkit.report._cluster import ClusterView
@@ -255,6 +255,23 @@ def test_compare_detects_a_real_speedup_and_slowdown():
     assert c.verdict == "faster" and c.ratio == pytest.approx(1.25, rel=0.02)
     assert f"B is faster: {c.ratio:.2f}× A's speed" in c.render()
     assert compare(fast, base).verdict == "slower"
+
+
+def test_compare_sets_the_two_processes_side_by_side_stage_by_stage():
+    """The model's build cut by a warm compile cache shows where the fit alone would not;
+    a stage one run lacks (a user's own) is 0 s there."""
+    a = ProcessTime((Stage("launch", 8.4), Stage("model", 9.3, 9.2), Stage("fit call", 12.0)))
+    b = ProcessTime((Stage("launch", 8.4), Stage("model", 0.8, 0.7), Stage("fit call", 4.6),
+                     Stage("mine", 0.5)))  # fmt: skip
+    c = compare(make_report("a", process=a), make_report("b", process=b))
+    assert (
+        "process (A → B): 29.7 s → 14.3 s = launch 8.40 s → 8.40 s + model 9.30 s → 0.800 s "
+        "+ fit call 12.0 s → 4.60 s + mine 0.000 s → 0.500 s"
+    ) in c.render(200)
+    assert c.to_dict()["process"]["b"]["stages"][1] == {
+        "name": "model", "seconds": 0.8, "compile_s": 0.7
+    }  # fmt: skip
+    assert "process (A → B)" not in compare(make_report("a", process=a), make_report("b")).render()
 
 
 def test_compare_noise_band_grows_with_jitter_from_a_floor_of_two_runs_drift():

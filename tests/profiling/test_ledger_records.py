@@ -171,6 +171,10 @@ def test_doctor_proposes_the_compile_cache_for_a_compile_heavy_recipe_run(tmp_pa
         "compiling before fit, too)"
     ), lines
     assert report.ledger.reader.build_compile_s == 2.5
+    assert lines[-1] == (
+        "process: 18.0 s to the report = launch 7.00 s + model 3.00 s (compiling 2.50 s) + "
+        "fit call 8.00 s"
+    ), lines
     (cache,) = [f for f in fixes(report.ledger) if f.item == "compile cache"]
     assert cache.saves_s == pytest.approx(5.9) and cache.setting.name == "compile_cache"
     assert fixes(report.ledger)[0].item == "compile cache"  # the largest saving first

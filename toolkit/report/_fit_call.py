@@ -90,3 +90,14 @@ def process_markdown(process: ProcessTime) -> str:
         out.append(f"| {s.name} | {format_s(s.seconds)} | {pct}% | {holds.strip()} |")
     out.append(f"| **process** | **{format_s(process.whole_s)}** | 100% | to the report |")
     return "\n".join(out) + "\n"
+
+
+def processes_line(a: ProcessTime, b: ProcessTime) -> str:
+    """Two runs' processes, stage by stage (``compare``): ``process (A → B): 34.3 s → 14.4 s
+    = launch 8.44 → 8.36 s + model 8.50 → 0.831 s + ...``; a stage one run lacks is 0 there."""
+    sa, sb = ({s.name: s.seconds for s in p.merged()} for p in (a, b))
+    names = [*sa, *(n for n in sb if n not in sa)]
+    stages = " + ".join(
+        f"{n} {format_s(sa.get(n, 0.0))} → {format_s(sb.get(n, 0.0))}" for n in names
+    )
+    return f"process (A → B): {format_s(a.whole_s)} → {format_s(b.whole_s)} = {stages}"

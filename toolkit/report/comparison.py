@@ -14,7 +14,9 @@ from toolkit.core import terminal
 from toolkit.core._anatomy import Contrast, contrast
 from toolkit.core.stats import format_duration, format_ms, format_rate, format_s
 from toolkit.profiling._ledger_records import Ledger
+from toolkit.profiling._timing import ProcessTime
 from toolkit.report._anatomy import contrast_lines
+from toolkit.report._fit_call import processes_line
 from toolkit.report._ledger import compare_ledgers
 from toolkit.report._memory import memory_change
 from toolkit.report.run_report import RunReport, cell, keras_shown
@@ -66,6 +68,7 @@ class Comparison:
     # The two runs' anatomies side by side (contrast_lines), where both took one.
     anatomy: Contrast | None = None
     memory: str | None = None  # "B: peak host memory +310 MB (+22 %), ..." (both measured)
+    processes: tuple[ProcessTime | None, ProcessTime | None] = (None, None)  # each run's
 
     def blocks(self) -> list[terminal.Block]:
         """The comparison as a screen: the figures' table (the verdict's row first), the two
@@ -94,6 +97,8 @@ class Comparison:
             lines.append(self.ledger)
         if self.memory:
             lines.append(self.memory)
+        if self.processes[0] is not None and self.processes[1] is not None:
+            lines.append(processes_line(*self.processes))
         if self.anatomy is not None:
             lines += contrast_lines(self.anatomy)
         lines += [f"note: {n}" for n in self.notes]
@@ -154,6 +159,10 @@ class Comparison:
             },
             "anatomy": _contrast_dict(self.anatomy),
             "memory": self.memory,
+            "process": {
+                "a": self.processes[0].to_dict() if self.processes[0] is not None else None,
+                "b": self.processes[1].to_dict() if self.processes[1] is not None else None,
+            },
         }
 
     def __str__(self) -> str:
@@ -195,6 +204,7 @@ def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = RUN_TO_
         "ledger": compare_ledgers(a.ledger, b.ledger),
         "memory": memory_change(*(_memory_of(r) for r in (a, b))),
         "ledgers": (a.ledger, b.ledger),
+        "processes": (a.process, b.process),
     }
     same = (a.name, b.name, rows)
     sa, sb = a.steps, b.steps

@@ -64,8 +64,9 @@ def _load_tensorflow() -> None:
 
 def _whole_run(path: str) -> int:
     """``--report``: the run's ledger, what each fix would save and, for each large part
-    without one, the rule applied; nothing is measured and no framework is loaded. A fix is
-    spelled as the runner's flag for a run the runner set up, else as Python."""
+    without one, the rule applied, and the whole process around the fit; nothing is
+    measured and no framework is loaded. A fix is spelled as the runner's flag for a run the
+    runner set up, else as Python."""
     from toolkit.report import RunReport
     from toolkit.report._ledger import whole_run_lines
     from toolkit.runner.config import as_flags
@@ -80,6 +81,10 @@ def _whole_run(path: str) -> int:
 
     print(f"doctor: the run {report.name} in {path}")
     lines = whole_run_lines(report.ledger, flags=as_flags)
+    if report.process is not None:  # the fit within its whole process
+        from toolkit.report._fit_call import process_line
+
+        lines.append(process_line(report.process))
     if report.anatomy is not None and not report.anatomy.error:  # its traced steps, apart
         lines += anatomy_top_lines(report.anatomy)
     print(terminal.show("\n".join(lines)))
