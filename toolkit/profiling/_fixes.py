@@ -93,7 +93,7 @@ class Fix:
 
     Attributes:
         item: what it fixes (``validation``, ``callback ModelCheckpoint``, ``recompile
-            (train)``, ``compile cache``, ``compile``, ``exit``, ``input``).
+            (train)``, ``compile cache``, ``compile``, ``exit``, ``epoch starts``, ``input``).
         part: the ledger part it shortens.
         seconds: the item's seconds in this run.
         saves_s: the seconds it would save over the whole run; None: this run cannot say.
@@ -142,7 +142,8 @@ def read_fixes(ledger: Ledger) -> list[Fix]:
         *_recompiles(ledger),
         *filter(None, [_validation(ledger)]),
         *_callbacks(ledger),
-        *filter(None, [_exit(ledger), _input(ledger), _cache(ledger), _xla(ledger)]),
+        *filter(None, [_exit(ledger), _epoch_starts(ledger), _input(ledger)]),
+        *filter(None, [_cache(ledger), _xla(ledger)]),
         *filter(None, [_unjitted(ledger)]),
     ]
     out.sort(
@@ -253,20 +254,67 @@ def _callbacks(ledger: Ledger) -> list[Fix]:
     return out
 
 
+# What Keras makes its own tf.data pipeline of, by the data adapter fit read through: data
+# whose pipeline the user never holds, so no option of theirs reaches it.
+KERAS_OWN_PIPELINE = {
+    "ArrayDataAdapter": "arrays",
+    "PyDatasetAdapter": "a PyDataset",
+    "GeneratorDataAdapter": "a generator",
+    "TorchDataLoaderAdapter": "a DataLoader",
+    "GrainDatasetAdapter": "a Grain dataset",
+}
+
+
+def _teardown(ledger: Ledger) -> str:
+    """The fix for TensorFlow's tf.data iterator teardown waiting for its autotune thread,
+    on the pipeline the user can reach: theirs, or one they build in place of Keras's own."""
+    own = KERAS_OWN_PIPELINE.get(ledger.adapter or "")
+    if own is None:
+        return (
+            "options.autotune.enabled = False on the tf.data dataset (its teardown waits for "
+            "the autotune thread)"
+        )
+    return (
+        f"give fit a tf.data.Dataset of your data with options.autotune.enabled = False (Keras "
+        f"makes its own tf.data pipeline of {own}, whose teardown waits for the autotune thread)"
+    )
+
+
 def _exit(ledger: Ledger) -> Fix | None:
     """A slow exit: on TensorFlow, tf.data's teardown waiting for its autotune thread."""
     exit_s = ledger.seconds("exit")
     if exit_s is None or exit_s < EXIT_S or exit_s < SHARE * ledger.wall_s:
         return None
     tf = ledger.backend == "tensorflow"
-    action = (
-        "options.autotune.enabled = False on the tf.data dataset (its teardown waits for the "
-        "autotune thread)"
-        if tf
-        else "close the input's iterator and worker processes sooner"
-    )
+    action = _teardown(ledger) if tf else "close the input's iterator and worker processes sooner"
     why = f"the fit exits {format_s(exit_s)} after its last step"
     return Fix("exit", "exit", exit_s, exit_s if tf else None, why, action=action)
+
+
+def _epoch_starts(ledger: Ledger) -> Fix | None:
+    """Epochs that waited before their first step: each epoch's new input iterator. On
+    TensorFlow the last epoch's iterator is torn down as the next one is made, and the
+    teardown waits for tf.data's autotune thread (a keras.io text classifier's 7.4 s at each
+    epoch fell to 5 ms with autotune off); one iterator for the whole fit (``repeat``) makes
+    none. The saving is up to those seconds: a shuffle buffer filling anew is not one."""
+    starts = ledger.epoch_starts_s
+    if not starts or starts < EXIT_S or starts < SHARE * ledger.wall_s:
+        return None
+    tf = ledger.backend == "tensorflow"
+    action = (
+        f"{_teardown(ledger)}; or .repeat() the dataset and pass steps_per_epoch (one iterator "
+        "for the whole fit)"
+        if tf
+        else "one iterator for the whole fit: a repeated dataset with steps_per_epoch"
+    )
+    later = max(1, ledger.epochs - 1)
+    part = share(starts, ledger.wall_s)
+    why = (
+        f"epochs 2 on waited {format_s(starts)} before their first steps ({part} of the run, "
+        f"{format_s(starts / later)} an epoch): each epoch's new input iterator"
+    )
+    return Fix("epoch starts", "other", starts, None, why, action=action,
+               note="save up to that much")  # fmt: skip
 
 
 def _input(ledger: Ledger) -> Fix | None:

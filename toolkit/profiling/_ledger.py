@@ -343,6 +343,7 @@ class FitLedger:
         self.epochs: list[EpochSpan] = []  # each epoch's readings (StepTimer reads them)
         self.validations: list[ValidationSpan] = []
         self.gaps: list[tuple[float, float]] = []  # (start, seconds): input between steps
+        self.adapter: str | None = None  # the Keras data adapter fit reads through
         self._test: ValidationSpan | None = None
         self.callbacks = CallbackClock(self._clock)
         self.found_callbacks = False
@@ -529,6 +530,7 @@ class FitLedger:
         wall = fit.stop - fit.start
         book.totals["other"] = wall - sum(v for k, v in book.totals.items() if k != "other")
         others = _others(book, fit.epochs)
+        starts = sum(d for d, where in _others(book, fit.epochs, None) if where[0] == _STARTS)
         samples = _Samples(calls, found, runs_s, callbacks, inputs)
         return Ledger(
             source=FIT_CALL if fit.called is not None else TRAIN_BEGIN,
@@ -549,7 +551,9 @@ class FitLedger:
             unjitted_by=_unjitted_by(self.model),
             unseen=tuple(self._unseen(fit, input_seen, _read_s(self.gaps, watch))),
             input_read_s=round(_read_s(self.gaps, watch), 6) or None,
-            other_where=tuple(OtherSpan(round(d, 6), where) for d, where in others),
+            other_where=tuple(OtherSpan(round(d, 6), _words(where)) for d, where in others),
+            epoch_starts_s=round(starts, 6) if fit.epochs[1:] else None,
+            adapter=self.adapter,
             memory=self._memory(calls, fit, book, found),
         )
 
@@ -752,10 +756,12 @@ def _tile(spans: list[Tile], start: float, stop: float) -> list[Tile]:
     return tiles
 
 
-def _others(book: _Book, epochs: list[EpochSpan]) -> list[tuple[float, str]]:
-    """Where the unexplained time sits, the largest three first, said by where in the fit:
-    each ``other`` tile less what was moved out of it (a callback's hook, a compile of
-    Keras's own), so the spans never hold more than the part does."""
+def _others(
+    book: _Book, epochs: list[EpochSpan], most: int | None = 3
+) -> list[tuple[float, tuple[str, int | None]]]:
+    """Where the unexplained time sits, the `most` largest first, each with its place in the
+    fit (:func:`_where`): each ``other`` tile less what was moved out of it (a callback's
+    hook, a compile of Keras's own), so the spans never hold more than the part does."""
     found = []
     for t in book.tiles:
         if t.part != "other":
@@ -764,7 +770,7 @@ def _others(book: _Book, epochs: list[EpochSpan]) -> list[tuple[float, str]]:
         seconds = t.end - t.start - moved
         if seconds > 0:
             found.append((seconds, _where(t.start, t.end, epochs)))
-    return sorted(found, key=lambda o: -o[0])[:3]
+    return sorted(found, key=lambda o: -o[0])[:most]
 
 
 def _read_s(gaps: list[tuple[float, float]], watch: Any) -> float:
@@ -1028,19 +1034,34 @@ def _validation_runs(validations: list[ValidationSpan], offset: int) -> list[lis
 MAX_COMPILES = 100  # compiles listed in a ledger at most (the largest; all are counted)
 
 
-def _where(a: float, b: float, epochs: list[EpochSpan]) -> str:
-    """Where in the fit the unexplained span ``[a, b)`` lies, in words."""
+# Where in the fit an unexplained span lies (with its epoch, counted from 1).
+_STARTS, _ENDS, _AFTER, _BETWEEN = "starts", "ends", "after", "between"
+_PLACES = {
+    _STARTS: "the start of epoch {n}: its input iterator, before the first step",
+    _ENDS: "the end of epoch {n}: Keras's epoch logs and the callbacks before StepTimer",
+    _AFTER: "after epoch {n}: the callbacks after StepTimer and Keras's epoch end",
+    _BETWEEN: "between the fit's parts",
+}
+
+
+def _where(a: float, b: float, epochs: list[EpochSpan]) -> tuple[str, int | None]:
+    """Where in the fit the unexplained span ``[a, b)`` lies: its place and epoch."""
     mid = (a + b) / 2
     for k, e in enumerate(epochs):
         n = e.epoch + 1
         if e.first is not None and e.begin is not None and e.begin <= mid < e.first:
-            return f"the start of epoch {n}: its input iterator, before the first step"
+            return _STARTS, n
         if e.end is not None and e.first is not None and e.first <= mid < e.end:
-            return f"the end of epoch {n}: Keras's epoch logs and the callbacks before StepTimer"
+            return _ENDS, n
         following = epochs[k + 1].begin if k + 1 < len(epochs) else None
         if e.end is not None and mid >= e.end and (following is None or mid < following):
-            return f"after epoch {n}: the callbacks after StepTimer and Keras's epoch end"
-    return "between the fit's parts"
+            return _AFTER, n
+    return _BETWEEN, None
+
+
+def _words(where: tuple[str, int | None]) -> str:
+    """A span's place in words (report.json's ``other_where``)."""
+    return _PLACES[where[0]].format(n=where[1])
 
 
 def _largest(compiles: list[Compile]) -> list[Compile]:

@@ -192,6 +192,10 @@ class Ledger:
     unseen: tuple[str, ...] = ()
     input_read_s: float | None = None
     other_where: tuple[OtherSpan, ...] = ()
+    # Of "other": the seconds before the first step of epochs 2 on (each epoch's new input
+    # iterator; on TensorFlow the last one's teardown waits for tf.data's autotune thread).
+    epoch_starts_s: float | None = None
+    adapter: str | None = None  # the Keras data adapter fit read through (ArrayDataAdapter)
     reader: Reader = Reader()
     memory: RunMemory | None = None  # each part's memory, and growth (``_memory_records``)
 
@@ -263,6 +267,8 @@ class Ledger:
             "unseen": list(self.unseen),
             "input_read_s": self.input_read_s,
             "other_where": [{"seconds": o.seconds, "where": o.where} for o in self.other_where],
+            "epoch_starts_s": self.epoch_starts_s,
+            "adapter": self.adapter,
             "memory": self.memory.to_dict() if self.memory is not None else None,
         }
 
@@ -279,10 +285,11 @@ class Ledger:
         parts = {p.name: p.seconds for p in ledger.parts if p.seconds is not None}
         _adds_up(fields.mapping("ledger.parts", d.get("parts"), optional=False), ledger.wall_s)
         other = sum(o.seconds for o in ledger.other_where)
-        if other > (parts.get("other") or 0.0) + _tolerance(ledger.wall_s):
-            raise fields.bad(
-                "ledger.other_where", other, f"spans within the other part's {parts.get('other')} s"
-            )
+        for key, within in (("other_where", other), ("epoch_starts_s", ledger.epoch_starts_s)):
+            if (within or 0.0) > (parts.get("other") or 0.0) + _tolerance(ledger.wall_s):
+                raise fields.bad(
+                    f"ledger.{key}", within, f"spans within the other part's {parts.get('other')} s"
+                )
         for i, f in enumerate(fields.records("ledger.fixes", d.get("fixes"))):
             fields.string(f"ledger.fixes[{i}].words", f.get("words"))
             for key in ("saves_s", "seconds", "break_even_ms"):
@@ -326,6 +333,8 @@ class Ledger:
             unseen=unseen,
             input_read_s=_seconds(d, "input_read_s", "ledger"),
             other_where=_each(d, "other_where", _other),
+            epoch_starts_s=_seconds(d, "epoch_starts_s", "ledger"),
+            adapter=fields.string("ledger.adapter", d.get("adapter"), optional=True),
             reader=reader or Reader(),
             memory=RunMemory.from_dict(d.get("memory"), "ledger.memory"),
         )

@@ -184,7 +184,7 @@ class StepTimer(compat.keras().callbacks.Callback):
             batch_size = infer_batch_size(data)
         self.warmup_steps = warmup_steps
         # Examples per step: the one given (or read from `data`), and per fit the one its data
-        # says (`_fit_batch_size`), scaled as the first fit relates them: a timer reused for a
+        # says (`_fit_input`), scaled as the first fit relates them: a timer reused for a
         # fit at another batch size reports that fit's rate.
         self.batch_size = self._batch_size_given = batch_size
         self._batch_reference: tuple[int, int] | None = None  # (examples/step, fit's batch)
@@ -500,7 +500,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         model = getattr(self, "model", None)
         self._spe = compat.steps_per_execution(model)
         self._fused = max(1, int(getattr(model, FUSED_STEPS_ATTR, 1) or 1))
-        self.batch_size = self._per_step(_fit_batch_size(model))
+        size, adapter = _fit_input(model)
+        self.batch_size = self._per_step(size)
         self._async = _asynchronous()
         self._probe = profiler_probe()
         self._ends_log = None
@@ -511,6 +512,7 @@ class StepTimer(compat.keras().callbacks.Callback):
             self.on_train_batch_begin = self._begin_and_drain
         self.train_begin_time = self._clock()
         self._ledger.begin(self, model, self.train_begin_time)
+        self._ledger.adapter = adapter
         self._memory_due = self._ledger.memory_due(self.train_begin_time)
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
@@ -942,12 +944,13 @@ def _spread_ties(begins: list[float], stamps: list[float]) -> list[float]:
     return bounds
 
 
-def _fit_batch_size(model: Any) -> int | None:
-    """Examples in one batch of the data the running ``fit`` of `model` reads, as Keras 3's
-    data adapter (or the toolkit's pipeline) says it; None where it cannot tell (tf_keras,
-    a generator, a dataset without a batching stage). Keras hands callbacks no batch size, so
-    this reads ``fit``'s own epoch iterator from its frame, once per fit (``sys._getframe``:
-    the frames above ``on_train_begin``)."""
+def _fit_input(model: Any) -> tuple[int | None, str | None]:
+    """``(examples in one batch, the data adapter's class)`` of the data the running ``fit``
+    of `model` reads, as Keras 3's data adapter (or the toolkit's pipeline) says it; None
+    where it cannot tell (tf_keras, a generator, a dataset without a batching stage). Keras
+    hands callbacks neither, so this reads ``fit``'s own epoch iterator from its frame, once
+    per fit (``sys._getframe``: the frames above ``on_train_begin``). The adapter says whose
+    pipeline a fix can reach (arrays: Keras builds its own tf.data)."""
     import sys
 
     frame, hops = sys._getframe(1), 0
@@ -956,11 +959,12 @@ def _fit_batch_size(model: Any) -> int | None:
             break
         frame, hops = frame.f_back, hops + 1
     else:
-        return None
+        return None, None
     if frame is None:
-        return None
+        return None, None
     found = frame.f_locals
     adapter = getattr(found.get("epoch_iterator"), "data_adapter", None)
+    name = type(adapter).__name__ if adapter is not None else None
     try:
         size = getattr(adapter, "batch_size", None)
     except Exception:  # noqa: BLE001 - a hint for examples/s, never a failed fit
@@ -974,7 +978,7 @@ def _fit_batch_size(model: Any) -> int | None:
             from toolkit.data.builder import infer_batch_size
 
             size = infer_batch_size(data)
-    return size if isinstance(size, int) and not isinstance(size, bool) else None
+    return (size if isinstance(size, int) and not isinstance(size, bool) else None), name
 
 
 def _asynchronous() -> bool:
