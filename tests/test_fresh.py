@@ -175,6 +175,27 @@ def test_a_pick_whose_fresh_runs_fail_is_not_handed_back(failed):
     assert len(found.rounds) == 1 and len(seen) == 2  # it cannot be confirmed: no more rounds
 
 
+def test_a_pick_stopped_by_the_time_left_is_unconfirmed_not_failed():
+    """Two rounds won by 2.6×, then the pick's third run stopped as the time ran out (a
+    keras.io FeatureSpace model under a 20 s budget): the defaults stand, but the words say
+    the time ran out after two rounds, never that the pick failed."""
+
+    def runner(candidate, r):
+        if candidate == PICK and r == 2:
+            return ChildResult(
+                error="stopped after 13 s, past the time it had", interrupted=True, overran_s=13.0
+            )
+        return Figures(examples_per_sec=1000.0 * ((3.2, 1.96)[r] if candidate == PICK else 1.0))
+
+    found = confirmed(runner, rounds=3)  # 2.58× (0.53-11.8): two rounds do not answer
+    assert found.pick == DEFAULTS and found.gain.rounds == 2 and found.gain.ratio > 2
+    assert found.words == (
+        "not confirmed in 2 fresh round(s): round 3's run of it was stopped, out of time: the "
+        "defaults stay",
+    ), found.words
+    assert found.overran_s == 13.0
+
+
 def test_fresh_runs_a_signal_ended_are_named_for_the_cache_to_leave_out():
     """The OOM killer ended the pick's run: "the defaults stay" is not the pick's answer, so
     its label is handed back and tune does not cache the search."""

@@ -830,6 +830,9 @@ def test_a_budget_that_ends_before_the_fresh_rounds_can_tell_says_what_this_nois
     assert any(ln.startswith("not confirmed in ") for ln in said), said
     noise = [ln for ln in said if ln.startswith("on this machine's noise (±")]
     assert noise and "cannot be confirmed in " in noise[0], said
+    # faster here but unconfirmed: the defaults are "best", and the pick is what to try
+    assert result.unconfirmed is not None and result.unconfirmed != result.best
+    assert result.try_how and result.try_how != result.how_to_apply, result.try_how
 
 
 def test_the_screen_claims_one_gain_in_short_lines_a_keras_user_reads(keras, tmp_path, monkeypatch):

@@ -274,6 +274,7 @@ class _FreshRounds:
         self.errors: list[str] = []
         self.walls: dict[Candidate, float] = {}  # each candidate's latest run, in seconds
         self.overran: float | None = None  # the longest run the timeout stopped
+        self.stopped: set[Candidate] = set()  # stopped by the time left in the latest round
         self.longest = 0.0  # the longest run's seconds
 
     def measure(self, candidate: Candidate, r: int) -> float:
@@ -287,8 +288,10 @@ class _FreshRounds:
         if interrupted and self.interrupted is not None:
             self.interrupted.append(candidate.label())
         overran = getattr(got, "overran_s", None)
+        self.stopped.discard(candidate)
         if overran is not None:
             self.overran = max(self.overran or 0.0, overran)
+            self.stopped.add(candidate)  # out of time: no measure of it, not a failure
         rate = figures.examples_per_sec if figures is not None else None
         if rate is None or not math.isfinite(rate) or rate <= 0:
             self.errors.append(f"{candidate.label()}: {error or 'no timed steps'}")
@@ -311,6 +314,7 @@ class _FreshRounds:
         """Whether the rounds so far end them: the pick failed where the defaults ran, or the
         gain's range answers."""
         lost = self.pick not in done[-1] and self.defaults in done[-1]
+        lost = lost and self.pick not in self.stopped  # the time ran out, not the pick
         gain = Gain.of(paired_ratios(done, self.defaults, self.pick), FRESH)
         return lost or (gain is not None and gain.answered)
 
@@ -335,8 +339,14 @@ class _FreshRounds:
             return Confirmation(defaults, None, labelled, (said, "the defaults stay"), out_of_time)
         if gain.confirmed and decide(defaults, [pick], done).pick == pick:
             return Confirmation(pick, gain, labelled, (), out_of_time)
+        both = len(paired_ratios(done, defaults, pick))
         if gain.refused:
             said = "not faster than the defaults in fresh processes: the defaults stay"
+        elif self.pick not in done[-1] and self.pick in self.stopped:
+            said = (
+                f"not confirmed in {both} fresh round(s): round {len(done)}'s run of it was "
+                "stopped, out of time: the defaults stay"
+            )
         elif self.pick not in done[-1]:
             said = f"the pick failed in a fresh process ({self.errors[-1]}): the defaults stay"
         else:

@@ -175,6 +175,10 @@ class TuneResult:
     # For the target it answers (not kept in the cache or the report): how to apply the
     # winner (a recipe's flags, or your model's compile arguments) and the batch in words.
     how_to_apply: str = dataclasses.field(default="", compare=False)
+    # A pick faster here that the fresh rounds did not confirm (nor refuse): the defaults
+    # stand, and this is what to try (None: none such); `try_how` applies it as `how_to_apply`.
+    unconfirmed: Candidate | None = dataclasses.field(default=None, compare=False)
+    try_how: str = dataclasses.field(default="", compare=False)
     batch_size: int | None = dataclasses.field(default=None, compare=False)
     batch_words: str = dataclasses.field(default="", compare=False)
 
@@ -183,6 +187,7 @@ class TuneResult:
         return dataclasses.replace(
             self,
             how_to_apply=work.how_to_apply(self.best),
+            try_how=work.how_to_apply(self.unconfirmed) if self.unconfirmed else "",
             batch_size=work.batch_size,
             batch_words=work.batch_words(),
         )
@@ -623,8 +628,11 @@ class _Tuning:
         gain = _in_process_gain(rounds, defaults, best, trials)
         fresh_rounds: list[dict[str, float]] = []
         exhausted = untried != []
+        unconfirmed = None
         if best != defaults and fresh_target is not None:
             found = self.confirm_fresh(fresh_target, trials, best)
+            faster = found.gain is not None and found.gain.ratio > 1 and not found.gain.refused
+            unconfirmed = best if found.pick == defaults and faster else None
             best, gain, fresh_rounds = found.pick, found.gain, found.rounds
             lines += [*found.words, *self.fresh_words(found)]
             exhausted = exhausted or found.out_of_time
@@ -636,7 +644,7 @@ class _Tuning:
             best, trials, self.key, False, self.clock() - self.start, exhausted, rounds,
             "\n".join(ln for ln in lines if ln), gain, fresh_rounds, run_facts,
             list(untried or []), self.budget_s,
-            0.0 if self.plan.inside else self.plan.confirm_s,
+            0.0 if self.plan.inside else self.plan.confirm_s, unconfirmed=unconfirmed,
         )  # fmt: skip
 
     def confirm_fresh(self, fresh: Any, trials: list[Trial], best: Candidate) -> fr.Confirmation:

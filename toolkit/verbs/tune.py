@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
                          *result.table()]))  # fmt: skip
     # A command line to copy: whole in a log, folded with "\\" on a terminal (pastes whole).
     print(terminal.fit_command(f"best: {result.how_to_apply}", terminal.width()))
+    if result.try_how:  # faster here, neither confirmed nor refused: the defaults stand
+        print(terminal.fit_command(f"not confirmed, to try: {result.try_how}", terminal.width()))
     return 0
 
 
