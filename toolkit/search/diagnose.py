@@ -233,12 +233,19 @@ def consistency(
     gap to the step alone alone (the pipeline alone keeps up) means nothing where that gap
     lies inside the noise. Either is said as :data:`UNCERTAIN`, never as a verdict with
     advice (a fit 1.47× its "step alone", and a "balanced" from a 17 % gap on a machine
-    whose runs moved by more, were both advised on before)."""
+    whose runs moved by more, were both advised on before). So is a fit faster than the
+    pipeline that feeds it (an input-bound verdict with pipeline advice was given so)."""
     ratio, swing = fit_rate / compute_rate, max(noise or 0.0, margin / 2)
     if ratio > 1 + swing:
         return (
             f"the real fit ran {ratio:.2f}× the step alone, which bounds it: the machine's "
             "load moved between the windows"
+        )
+    if fit_rate > input_rate * (1 + swing):  # a keras.io FeatureSpace model: 2.1×
+        return (
+            f"the real fit ran {fit_rate / input_rate:.2f}× the pipeline alone, which feeds "
+            "it: the pipeline read slower alone than in the fit (its buffers filling in a "
+            "short window, or the machine's load moved between the windows)"
         )
     fit_decides = input_rate >= compute_rate * (1 - margin) and ratio < 1 - margin / 2
     if fit_decides and noise is not None and 1 - ratio <= noise:
