@@ -94,6 +94,7 @@ def test_fits_draws_its_line_through_the_peaks_it_measured_in_fresh_processes(mo
     found = mf.fits("memfit_models:sized", batch_sizes=(256, 384, 512), steps=2, check=False)
     assert [p.batch_size for p in found.points] == [256, 384, 512]
     assert all(p.ok and p.memory == mf.HOST for p in found.points), found.points
+    assert {p.examples for p in found.points} == {256}  # sized's data, as the child saw it
     line = found.line
     assert line is not None and line.points == 3 and line.span == 256, line
     assert line == mf.PeakLine.through([(p.batch_size, p.peak_mb) for p in found.points])
@@ -272,6 +273,28 @@ def test_batch_fit_screen_fits_80_columns_and_its_record_reads_as_json():
     record = json.loads(json.dumps(found.to_dict()))
     assert record["points"][2] == points[2].to_dict() and record["check"]["peak_mb"] == 3790.0
     assert record["line"]["per_example_mb"] == pytest.approx(2.0)
+
+
+def test_a_prediction_past_the_data_or_far_past_the_batches_measured_says_so():
+    """A small model on 2,000 examples: the line puts the limit at a batch far beyond
+    anything measured and beyond the data (a keras.io FeatureSpace model read 5,309,733):
+    the screen says the data never makes such a batch, and, unchecked, how far it reached."""
+    from toolkit.core import terminal
+
+    sizes = (32, 64, 16384)
+    points = tuple(mf.MemoryPeak(b, 700.0 + b * 0.001, examples=2000) for b in sizes)
+    line = mf.PeakLine.through([(p.batch_size, p.peak_mb) for p in points])
+    found = mf.BatchFit("your model 'fs'", "tensorflow", mf.HOST, 4, points, line, 6000.0,
+                        "given", 5_309_733, line.at(5_309_733), None)  # fmt: skip
+    said = " ".join(terminal.show(found.screen(), 80).split())
+    assert "data: your data holds 2,000 examples, fewer than the batch" in said, said
+    assert "reach: 324× the largest batch measured (16,384), read off the line and not" in said
+    checked = dataclasses.replace(found, batch_size=20_000, check=mf.MemoryPeak(20_000, 720.0))
+    said = " ".join(terminal.show(checked.screen(), 80).split())
+    assert "holds 2,000 examples" in said and "reach:" not in said  # a check ran it
+    near = dataclasses.replace(found, batch_size=1500)
+    assert not any(b.startswith(("data:", "reach:")) for b in near.screen() if isinstance(b, str))
+    assert mf.MemoryPeak.from_dict(points[0].to_dict()) == points[0]
 
 
 def test_a_limit_above_this_host_s_ram_is_said_on_the_limit_line():

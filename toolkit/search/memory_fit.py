@@ -47,6 +47,8 @@ from toolkit.core.terminal import Block, Table
 
 __all__ = ["BatchFit", "fits"]
 
+# A prediction this many times the largest batch measured, unchecked, is said as a reach.
+FAR = 8
 STEPS = 4  # a peak run's training steps, after its first call (which allocates and compiles)
 SCALE = (1, 2, 4)  # the batch sizes measured by default: the run's own, twice and four times it
 # ... and where the peak did not grow measurably over those, two more where it should grow by
@@ -95,6 +97,7 @@ class MemoryPeak:
     error: str | None = None
     out_of_memory: bool = False
     synthetic: bool = False  # measured on random batches of the data's shapes (too few examples)
+    examples: int | None = None  # the examples your data holds (None: unknown, or a recipe's)
 
     @property
     def ok(self) -> bool:
@@ -116,7 +119,7 @@ class MemoryPeak:
         return cls(
             int(d["batch_size"]), None if peak is None else float(peak), d.get("memory") or HOST,
             None if limit is None else float(limit), d.get("error"), bool(d.get("out_of_memory")),
-            bool(d.get("synthetic")),
+            bool(d.get("synthetic")), None if d.get("examples") is None else int(d["examples"]),
         )  # fmt: skip
 
     @classmethod
@@ -286,7 +289,7 @@ class BatchFit:
             f"largest batch predicted to fit: {self.batch_size:,} (the line's peak there "
             f"{format_mb(self.predicted_mb)})" + (f"; {self.why}" if self.why else "")
         )
-        return [*out, _check_words(self)]
+        return [*out, *_reach_words(self), _check_words(self)]
 
 
 def _steps(n: int) -> str:
@@ -302,6 +305,28 @@ def _table(found: BatchFit) -> Table:
         notes += ["checked"] if p is found.check else []
         rows.append((f"{p.batch_size:,}", format_mb(p.peak_mb), line, ": ".join(notes)))
     return Table.of(("batch", "measured peak", "the line's", ""), rows, right=(0, 1, 2))
+
+
+def _reach_words(found: BatchFit) -> list[str]:
+    """What the prediction stands on, where it reaches past it: a batch larger than the data
+    (its batches repeat examples: the data never makes one so large), and one far past the
+    largest batch measured that no run checked."""
+    out = []
+    measured = max((p.batch_size for p in found.points if p.ok), default=None)
+    examples = next((p.examples for p in found.points if p.examples), None)
+    batch = found.batch_size or 0
+    if examples and batch > examples:
+        out.append(
+            f"data: your data holds {examples:,} examples, fewer than the batch: a batch past "
+            "that repeats them, and your data never makes one so large: memory does not "
+            "bound its batch here"
+        )
+    if found.check is None and measured and batch > FAR * measured:
+        out.append(
+            f"reach: {batch / measured:,.0f}× the largest batch measured ({measured:,}), read "
+            "off the line and not run (measure --batch_sizes nearer it, or let it check)"
+        )
+    return out
 
 
 def _check_words(found: BatchFit) -> str:

@@ -293,7 +293,8 @@ def peak_at(target: Any, data: Any, config: TrainConfig, steps: int) -> Any:
             # one call more than `steps`: its peaks are set back at its end
             steps += work.defaults().per_call
             work.fit(steps=steps, warmup=0, callbacks=[peak_from_second_call()])
-            return _peak_reading(work.device, batch)
+            got = _peak_reading(work.device, batch)
+            return dataclasses.replace(got, examples=_examples(data))
     except Exception as e:  # an allocation that failed is an answer; anything else is raised
         if isinstance(e.__cause__, TooFewExamples) and not config.use_synthetic_data:
             # a recipe's data smaller than the batch: its shapes, at this batch, synthetic
@@ -304,6 +305,25 @@ def peak_at(target: Any, data: Any, config: TrainConfig, steps: int) -> Any:
             raise
         said = (str(e).strip().splitlines() or [""])[0][:200]
         return MemoryPeak(batch, error=f"{type(e).__name__}: {said}", out_of_memory=True)
+
+
+def _examples(data: Any) -> int | None:
+    """The examples `data` holds, where it says so without being read: arrays' length, a
+    tf.data pipeline's batches times its batch (its last may be ragged: an upper bound);
+    None for a recipe's task (no data here) or a pipeline of unknown length."""
+    if data is None:
+        return None
+    if hasattr(data, "element_spec"):
+        from toolkit.data.builder import infer_batch_size
+
+        batches, size = int(data.cardinality()), infer_batch_size(data)
+        return batches * size if batches > 0 and size else None
+    leaves = [x for x in (data if isinstance(data, list | tuple) else (data,)) if x is not None]
+    first = leaves[0] if leaves else None
+    while isinstance(first, dict | list | tuple) and first:
+        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
+    shape = getattr(first, "shape", None)
+    return int(shape[0]) if shape else None
 
 
 def _peak_reading(device: Any, batch: int) -> Any:
