@@ -517,6 +517,9 @@ def test_assemble_says_what_it_cannot_see_and_never_guesses(keras):
         found.phase(Phase.INPUT) == 0
         and "no input event" in dict((p.phase, p.unseen) for p in found.phases)[Phase.INPUT]
     )
+    # no loss or metric scope (a keras.io VAE's own train_step): "not seen", never a 0.0 %
+    unseen = dict((p.phase, p.unseen) for p in found.phases)
+    assert "no op under Keras's loss or metric scopes" in unseen[Phase.METRICS], unseen
     assert found.traced_s == pytest.approx(0.0005) and found.agrees()
     assert assemble(StepTrace(error="no trace"), scopes, steps=2, outside_s=1.0).error == (
         "no trace"

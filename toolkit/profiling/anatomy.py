@@ -478,6 +478,11 @@ def _unseen(trace: StepTrace, by_phase: dict[Phase, float]) -> dict[Phase, str]:
         out[Phase.INPUT] = "no input event in this backend's trace: in Keras between steps"
     if by_phase.get(Phase.BACKWARD, 0.0) <= 0:
         out[Phase.BACKWARD] = "no gradient op marked in this trace"
+    if by_phase.get(Phase.METRICS, 0.0) <= 0:  # a keras.io VAE's own train_step: its losses
+        out[Phase.METRICS] = (
+            "no op under Keras's loss or metric scopes (a train_step of your own computes "
+            "them in its code: their ops count where they ran, in forward)"
+        )
     return out
 
 
