@@ -293,6 +293,8 @@ def test_the_ledger_lands_in_every_view(tmp_path, make_model):
         "ArrayDataAdapter" if compat.keras_flavor() == "keras3" else None
     )
     assert 0 <= report.ledger.epoch_starts_s <= report.ledger.seconds("other") + 1e-6
+    # print(ledger) shows its parts, not every memory reading (read .memory for those)
+    assert report.ledger.memory is not None and "timeline" not in repr(report.ledger)
     # TensorBoard: the bar as a picture in the train run, read back with its own reader.
     pictures = read_images(f"{p.run_dir}/train")
     assert list(pictures) == [LEDGER_TAG] and pictures[LEDGER_TAG][0][:4] == b"\x89PNG"

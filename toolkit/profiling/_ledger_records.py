@@ -197,7 +197,9 @@ class Ledger:
     epoch_starts_s: float | None = None
     adapter: str | None = None  # the Keras data adapter fit read through (ArrayDataAdapter)
     reader: Reader = Reader()
-    memory: RunMemory | None = None  # each part's memory, and growth (``_memory_records``)
+    # Each part's memory, and growth (``_memory_records``); left out of the repr, which
+    # would print every reading (``print(timer.ledger())`` ran to 38 KB): read `.memory`.
+    memory: RunMemory | None = dataclasses.field(default=None, repr=False)
 
     # ------------------------------------------------------------ reading
 
