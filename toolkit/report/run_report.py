@@ -539,6 +539,10 @@ class RunReport:
                     f"{format_s(e.step_seconds)} | " + " | ".join(cells) + (" |" if keys else "")
                 )
                 w("\n")
+            w(
+                "\n_in steps: the epoch's seconds inside its step executions; epoch 1's hold its "
+                "first call, which compiles (the ledger holds compile apart)._\n"
+            )
         if self.metrics:
             w("\n## Final metrics\n\n| metric | value |\n|---|---|\n")
             for k, v in self.metrics.items():
