@@ -12,7 +12,7 @@ from toolkit.core import compat
 from toolkit.core.files import ReportError
 from toolkit.core.interrupts import TrainingInterrupted
 from toolkit.core.stats import format_s
-from toolkit.profiling._timing import ProcessTime, process_start
+from toolkit.profiling._timing import ProcessTime, Stage, process_start
 from toolkit.report import RunReport
 from toolkit.report._fit_call import process_line
 from toolkit.runner.session import profile
@@ -252,8 +252,10 @@ def test_prof_fit_times_the_whole_call_start_up_steps_and_exit(tmp_path, make_mo
 
 def test_process_time_reads_back_strictly_and_sums_a_stage_marked_twice():
     two_fits = ProcessTime.of(
-        1.0, [("launch", 3.0), ("fit call", 4.0), ("before fit", 4.5), ("fit call", 6.0)]
-    )
+        1.0,
+        [("launch", 3.0, None), ("fit call", 4.0, None), ("before fit", 4.5, None),
+         ("fit call", 6.0, None)],
+    )  # fmt: skip
     assert [s.seconds for s in two_fits.stages] == [2.0, 1.0, 0.5, 1.5]
     assert [(s.name, s.seconds) for s in two_fits.merged()] == [
         ("launch", 2.0), ("fit call", 2.5), ("before fit", 0.5)
@@ -262,8 +264,11 @@ def test_process_time_reads_back_strictly_and_sums_a_stage_marked_twice():
         two_fits
     )
     # a mark behind the one before it ends its stage there, at 0 s; no start, no account
-    assert ProcessTime.of(0.0, [("a", 2.0), ("b", 1.0)]).stages[1].seconds == 0.0
-    assert ProcessTime.of(None, [("a", 2.0)]) is None
+    assert ProcessTime.of(0.0, [("a", 2.0, None), ("b", 1.0, None)]).stages[1].seconds == 0.0
+    assert ProcessTime.of(None, [("a", 2.0, None)]) is None
+    # a compile timed in a stage is its own (model built twice: each mark's, summed once)
+    built = ProcessTime.of(0.0, [("model", 2.0, 1.5), ("x", 3.0, None), ("model", 4.0, 0.5)])
+    assert built.merged()[0] == Stage("model", 3.0, 2.0)
     assert ProcessTime.from_dict(two_fits.to_dict()) == two_fits
     with pytest.raises(ReportError, match=r"field process.stages\[1\].seconds"):
         ProcessTime.from_dict({"stages": [{"name": "a", "seconds": 1}, {"name": "b"}]})

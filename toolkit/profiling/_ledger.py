@@ -529,8 +529,9 @@ class FitLedger:
         runs_s = _without_first_compile(runs_s, found.compiles)
         wall = fit.stop - fit.start
         book.totals["other"] = wall - sum(v for k, v in book.totals.items() if k != "other")
-        others = _others(book, fit.epochs)
-        starts = sum(d for d, where in _others(book, fit.epochs, None) if where[0] == _STARTS)
+        unexplained = _others(book, fit.epochs)  # every unexplained span, the largest first
+        others = unexplained[:3]
+        starts = sum(d for d, where in unexplained if where[0] == _STARTS)
         samples = _Samples(calls, found, runs_s, callbacks, inputs)
         return Ledger(
             source=FIT_CALL if fit.called is not None else TRAIN_BEGIN,
@@ -756,12 +757,10 @@ def _tile(spans: list[Tile], start: float, stop: float) -> list[Tile]:
     return tiles
 
 
-def _others(
-    book: _Book, epochs: list[EpochSpan], most: int | None = 3
-) -> list[tuple[float, tuple[str, int | None]]]:
-    """Where the unexplained time sits, the `most` largest first, each with its place in the
-    fit (:func:`_where`): each ``other`` tile less what was moved out of it (a callback's
-    hook, a compile of Keras's own), so the spans never hold more than the part does."""
+def _others(book: _Book, epochs: list[EpochSpan]) -> list[tuple[float, tuple[str, int | None]]]:
+    """Where the unexplained time sits, the largest first, each with its place in the fit
+    (:func:`_where`): each ``other`` tile less what was moved out of it (a callback's hook, a
+    compile of Keras's own), so the spans never hold more than the part does."""
     found = []
     for t in book.tiles:
         if t.part != "other":
@@ -770,7 +769,7 @@ def _others(
         seconds = t.end - t.start - moved
         if seconds > 0:
             found.append((seconds, _where(t.start, t.end, epochs)))
-    return sorted(found, key=lambda o: -o[0])[:most]
+    return sorted(found, key=lambda o: -o[0])
 
 
 def _read_s(gaps: list[tuple[float, float]], watch: Any) -> float:

@@ -325,21 +325,18 @@ class ProcessTime:
 
     @classmethod
     def of(
-        cls,
-        started: float | None,
-        marks: Sequence[tuple[str, float]],
-        compiles: Mapping[str, float] | None = None,
+        cls, started: float | None, marks: Sequence[tuple[str, float, float | None]]
     ) -> ProcessTime | None:
-        """The stages that end at `marks` (``(name, time)`` on `started`'s clock, in the
-        order they ran), the first from `started`, with the seconds the backend timed
-        compiling in a stage by its name (`compiles`). A mark before the one ahead of it (a
-        stage marked twice) ends its stage there, at 0 s. None: the start is unknown."""
+        """The stages that end at `marks` (``(name, time, compile seconds)``, the time on
+        `started`'s clock, in the order they ran), the first from `started`. A mark before the
+        one ahead of it (a stage marked twice) ends its stage there, at 0 s. None: the start
+        is unknown."""
         if started is None or not marks:
             return None
         out, last = [], started
-        for name, at in marks:
+        for name, at, compile_s in marks:
             at = max(at, last)
-            out.append(Stage(name, at - last, (compiles or {}).get(name)))
+            out.append(Stage(name, at - last, compile_s))
             last = at
         return cls(tuple(out))
 

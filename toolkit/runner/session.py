@@ -161,8 +161,8 @@ class Profile:
         self._old_handlers: dict[int, Any] = {}
         self._stop = StopOnSignal()
         self._guard = LossGuard(stop=stop_on_nan)
-        self._marks: list[tuple[str, float]] = []  # (stage, its end on perf_counter's clock)
-        self._compiles: dict[str, float] = {}  # a stage's compile seconds, where timed
+        # (stage, its end on perf_counter's clock, the seconds it compiled where timed)
+        self._marks: list[tuple[str, float, float | None]] = []
         self._fits: list[tuple[float, float]] = []  # each prof.fit's (called, returned)
 
     def mark(self, stage: str, at: float | None = None, compile_s: float | None = None) -> None:
@@ -171,9 +171,8 @@ class Profile:
         process's start), with `compile_s` the seconds the backend timed compiling in it.
         The runner marks ``launch``, ``set-up`` (device, data) and ``model`` (build,
         compile) this way."""
-        self._marks.append((str(stage), time.perf_counter() if at is None else float(at)))
-        if compile_s is not None:
-            self._compiles[str(stage)] = float(compile_s)
+        at = time.perf_counter() if at is None else float(at)
+        self._marks.append((str(stage), at, None if compile_s is None else float(compile_s)))
 
     @property
     def callbacks(self) -> list[Any]:
@@ -287,11 +286,11 @@ class Profile:
         fits = list(self._fits)
         if self.timer.fit_span is not None and self.timer.fit_span not in fits:
             fits.append(self.timer.fit_span)
-        timed = [(BEFORE_FIT, called) for called, _ in fits] + [(FIT_CALL, r) for _, r in fits]
+        timed = [(BEFORE_FIT, c, None) for c, _ in fits] + [(FIT_CALL, r, None) for _, r in fits]
         marks = sorted([*self._marks, *timed], key=lambda m: m[1])  # stable: marked order
         last = AFTER_FIT if fits else IN_PROFILE  # a custom loop's: the block to the report
-        marks.append((last, time.perf_counter()))
-        return ProcessTime.of(process_start(), marks, self._compiles)
+        marks.append((last, time.perf_counter(), None))
+        return ProcessTime.of(process_start(), marks)
 
     def _anatomy(self, window: AnatomyWindow, report: Any) -> Anatomy | None:
         """The traced steps taken apart, where the window traced any (a run cut short
