@@ -201,14 +201,14 @@ class _Unbuilt:
     """A subclassed model, compiled and never called: it has no weights yet."""
 
     @staticmethod
-    def make(keras):
+    def make(keras, call=None):
         class Net(keras.Model):
             def __init__(self):
                 super().__init__()
                 self.dense = keras.layers.Dense(3)
 
             def call(self, x):
-                return self.dense(x)
+                return self.dense(call(x) if call else x)
 
         net = Net()
         net.compile(
@@ -222,20 +222,36 @@ def _arrays():
     return rng.normal(size=(256, 8)).astype("float32"), np.zeros(256, "int32")
 
 
-def test_diagnose_refuses_an_unbuilt_model_before_any_stage_runs(keras):
-    from toolkit import diagnose
-    from toolkit.runner.train import SetupError
+def test_model_workload_builds_an_unbuilt_model_on_its_first_batch_as_fit_does(keras):
+    """The weights are made before they are saved (to be put back after the measurements),
+    from the data's first batch, not training; the model then trains as it is."""
+    from toolkit.runner.config import TrainConfig
+    from toolkit.search.workload import ModelWorkload
 
-    with pytest.raises(SetupError, match=r"Net is not built .*model\.build\(input_shape\)"):
-        diagnose(_Unbuilt.make(keras), _arrays(), steps=5)
+    net = _Unbuilt.make(keras)
+    workload = ModelWorkload(net, _arrays(), TrainConfig(batch_size=32))
+    assert net.built and [tuple(w.shape) for w in net.weights] == [(8, 3), (3,)]
+    made = [np.array(w) for w in net.get_weights()]
+    workload.fit(steps=2, warmup=0)
+    workload.close()
+    for a, b in zip(made, net.get_weights(), strict=True):
+        assert (a == b).all()  # what was built is what is put back
 
 
-def test_tune_refuses_an_unbuilt_model_in_one_line(keras):
+def test_a_model_its_first_batch_cannot_build_is_refused_in_one_line(keras):
     from toolkit import tune
     from toolkit.runner.train import SetupError
 
-    with pytest.raises(SetupError, match="is not built"):
-        tune(_Unbuilt.make(keras), _arrays(), steps=5, use_cache=False, progress=lambda _: None)
+    def wrong(x):
+        raise ValueError("this call wants a dict of features\nsecond line")
+
+    with pytest.raises(SetupError) as raised:
+        tune(_Unbuilt.make(keras, wrong), _arrays(), steps=5, use_cache=False,
+             progress=lambda _: None)  # fmt: skip
+    said = str(raised.value)
+    assert "\n" not in said and "Net is not built" in said, said
+    assert "(ValueError: this call wants a dict of features)" in said
+    assert said.endswith("call it on a batch first, model(x[:1]), or model.build(input_shape)")
 
 
 def test_a_non_model_is_told_it_is_not_a_keras_model(keras):

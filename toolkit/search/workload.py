@@ -31,7 +31,7 @@ from typing import Any
 
 from toolkit import backend
 from toolkit.core import compat
-from toolkit.core.errors import user_raise
+from toolkit.core.errors import one_line, user_raise
 from toolkit.core.stats import whole_calls
 from toolkit.runner.config import (
     SEARCHED,
@@ -347,19 +347,37 @@ def apply(config: TrainConfig, candidate: Candidate) -> TrainConfig:
     return dataclasses.replace(config, **{k: v for k, v in values.items() if v is not None})
 
 
-def _check_built(model: Any) -> None:
-    """SetupError for a model without weights yet (a subclassed model makes them at its first
-    call): its weights are saved before the measurements and put back after them, and there
-    are none to save, so the measurements would run and the put-back fail."""
+def _build(model: Any, dataset: Any) -> None:
+    """Builds a model that has no weights yet (a subclassed model makes them at its first
+    call) as ``fit`` builds it at its start: called once, not training, on the first batch of
+    your data. Its weights are saved before the measurements and put back after them, so they
+    must exist first; nothing is made that your own ``fit`` would not make. A model that its
+    first batch cannot build is refused in one line, with Keras's words and the way out."""
     from toolkit.runner.train import SetupError
 
     if getattr(model, "built", True) or model.weights:  # a GAN of built parts has weights
         return
-    raise SetupError(
-        f"(model, data): {type(model).__name__} is not built (a subclassed model makes its "
-        "weights at its first call): call it on a batch first, model(x[:1]), or "
-        "model.build(input_shape)"
-    )
+    try:
+        model(_first_inputs(dataset), training=False)
+    except Exception as e:  # noqa: BLE001 - said in one line, with the way out
+        raise SetupError(
+            f"(model, data): {type(model).__name__} is not built (a subclassed model makes its "
+            f"weights at its first call), and a call on your data's first batch failed "
+            f"({one_line(e)}): call it on a batch first, model(x[:1]), or "
+            "model.build(input_shape)"
+        ) from None
+
+
+def _first_inputs(dataset: Any) -> Any:
+    """The inputs of `dataset`'s first batch, as NumPy arrays (what a model on any backend
+    takes): the first part of a ``(x, y[, sample_weight])`` tuple, else the batch itself, as
+    Keras unpacks it."""
+    import numpy as np
+    import tensorflow as tf
+
+    batch = next(iter(dataset.take(1)))
+    x = batch[0] if isinstance(batch, tuple) else batch
+    return tf.nest.map_structure(lambda t: np.asarray(t) if isinstance(t, tf.Tensor) else t, x)
 
 
 def _check_batched(model: Any, data: Any) -> None:
@@ -629,7 +647,6 @@ class ModelWorkload(Workload):
 
         from toolkit.data import _fit_input, _grain
 
-        _check_built(model)
         _check_batched(model, data)
         kind = type(data).__name__
         try:  # before a generator is wrapped: fit weighs no classes of one
@@ -660,6 +677,7 @@ class ModelWorkload(Workload):
             self.data_words = f"your {kind}"
         self.name = str(getattr(model, "name", None) or "model")
         self.device = devices.resolve(config.device)
+        _build(model, self.dataset)
         self.saved = snapshot(model)
         self.compiled: dict[str, Any] | None = None  # its settings, while a candidate's run
         self.endless: Any = None  # your data as fit reads it, built at the first real fit
