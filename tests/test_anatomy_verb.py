@@ -38,6 +38,8 @@ def test_anatomy_verb_takes_a_recipe_apart_and_writes_its_record(tmp_path):
     found = Anatomy.from_dict(json.loads((out / "anatomy.json").read_text()))
     # exactly the steps asked, the phases shown adding up to the untraced step
     assert found.error is None and found.steps == 4 and found.traced_phases
+    assert found.batch == 64  # what the step's times are of, as fit's adapter says it
+    assert "(4 steps traced, batch 64," in " ".join(x.strip() for x in lines), lines
     assert found.phases_sum() == pytest.approx(found.untraced_s, rel=1e-6)
     assert found.phase(Phase.FORWARD) > 0 and found.layers and found.raw_s
     assert any(layer.alone_s for layer in found.layers)

@@ -74,12 +74,10 @@ def test_the_anatomy_reaches_tensorboards_images_tab(tmp_path, make_model, make_
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from tests.helpers import read_images
-    from toolkit import backend
     from toolkit.runner.session import ANATOMY_TAG, LEDGER_TAG
 
     ds = make_dataset(10)
-    # jitted on JAX: a step Keras runs op by op there keeps no scope, and the anatomy refuses it
-    model = make_model(jit_compile=backend.name() == "jax")
+    model = make_model()  # jitted on JAX, as Keras chooses: an op-by-op step there is refused
     with profile("traced", report_dir=tmp_path, data=ds, tensorboard=True,
                  trace_steps=(3, 6)) as p:  # fmt: skip
         p.fit(model, ds, epochs=2, verbose=0)

@@ -96,7 +96,7 @@ def test_a_step_compiled_again_for_a_ragged_batch_is_counted_not_timed(make_mode
     y = np.arange(100) % 3
     timer = StepTimer(warmup_steps=1)
     on_jax = backend.name() == "jax"
-    model = make_model(jit_compile=on_jax)  # JAX's step as users run it: one jitted program
+    model = make_model()  # Keras's choice: on JAX one jitted program, as users run it
     model.fit(x, y, batch_size=32, epochs=3, verbose=0, callbacks=[timer])
     s = timer.summary()
     kinds = [c[3] for c in timer.calls]

@@ -225,6 +225,8 @@ class Anatomy:
         backend: Keras's backend (``tensorflow``, ``jax``, ``torch``; ``tf_keras``).
         device: what trained, in words.
         steps: training steps traced.
+        batch: examples in one step's batch, as ``fit``'s data adapter says it (None: it
+            cannot say, such as tf_keras or a generator): the step's times are at it.
         step_s: the traced steps' time per step on the outside clock (``perf_counter``
             around the traced window, the device waited for at both ends).
         traced_s: the same steps as the trace's own clock sees them.
@@ -264,6 +266,7 @@ class Anatomy:
     backend: str
     device: str = ""
     steps: int = 0
+    batch: int | None = None
     step_s: float = 0.0
     traced_s: float = 0.0
     untraced_s: float | None = None
@@ -388,6 +391,7 @@ class Anatomy:
             what = "advice: {text, tries} or null"
             raise fields.bad("anatomy.other_fix", a["other_fix"], what) from None
         read["steps"] = fields.number("anatomy.steps", a.get("steps", 0), counts=True)
+        read["batch"] = fields.number("anatomy.batch", a.get("batch"), optional=True, counts=True)
         for key in ("step_s", "traced_s", "fused_s"):
             read[key] = _seconds(a, key, "anatomy", 0.0)
         for key in _OPTIONAL:

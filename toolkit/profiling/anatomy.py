@@ -46,6 +46,7 @@ from toolkit.core._anatomy import (
     StepTrace,
 )
 from toolkit.core.events import FUSED_STEPS_ATTR
+from toolkit.profiling.step_timer import fit_input
 from toolkit.profiling.trace_window import TraceWindow
 
 __all__: list[str] = []  # toolkit.anatomy is the API; AnatomyWindow, for your own fit
@@ -520,9 +521,11 @@ class AnatomyWindow(TraceWindow):
         self.scopes: Scopes | None = None
         self.scope_error: str | None = None
         self._input_mark: Any = None
+        self.batch: int | None = None  # examples a step, as fit's data adapter says it
 
     def on_train_begin(self, logs: Any = None) -> None:
         super().on_train_begin(logs)
+        self.batch = fit_input(self.model)[0]
         refused = backend.get().anatomy_refusal(self.model)
         if refused:  # said as the anatomy's error
             self.scope_error = refused
@@ -582,7 +585,7 @@ class AnatomyWindow(TraceWindow):
         elif len(trace.markers) * per_marker != stop - start and trace.markers:
             notes.append(f"the trace marks {len(trace.markers)} calls of the {stop - start} "
                          "steps traced: its steps are the marked ones")  # fmt: skip
-        return assemble(
+        taken = assemble(
             trace,
             self.scopes,
             steps=steps,
@@ -593,3 +596,4 @@ class AnatomyWindow(TraceWindow):
             device=device,
             notes=notes,
         )
+        return dataclasses.replace(taken, batch=self.batch)

@@ -500,7 +500,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         model = getattr(self, "model", None)
         self._spe = compat.steps_per_execution(model)
         self._fused = max(1, int(getattr(model, FUSED_STEPS_ATTR, 1) or 1))
-        size, adapter = _fit_input(model)
+        size, adapter = fit_input(model)
         self.batch_size = self._per_step(size)
         self._async = _asynchronous()
         self._probe = profiler_probe()
@@ -944,7 +944,7 @@ def _spread_ties(begins: list[float], stamps: list[float]) -> list[float]:
     return bounds
 
 
-def _fit_input(model: Any) -> tuple[int | None, str | None]:
+def fit_input(model: Any) -> tuple[int | None, str | None]:
     """``(examples in one batch, the data adapter's class)`` of the data the running ``fit``
     of `model` reads, as Keras 3's data adapter (or the toolkit's pipeline) says it; None
     where it cannot tell (tf_keras, a generator, a dataset without a batching stage). Keras

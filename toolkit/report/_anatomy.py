@@ -111,9 +111,15 @@ def _ratio(value: float) -> str:
 # ---------------------------------------------------------------------------- the parts
 
 
+def _traced(a: Anatomy) -> str:
+    """``5 steps traced, batch 32``: what the step's times are of."""
+    steps = f"{a.steps} step{'s' if a.steps != 1 else ''} traced"
+    return f"{steps}, batch {a.batch:,}" if a.batch else steps
+
+
 def _head(a: Anatomy) -> str:
     where = f"{a.backend} on {a.device}" if a.device else a.backend
-    steps = f"{a.steps} step{'s' if a.steps != 1 else ''} traced"
+    steps = _traced(a)
     if a.traced_phases:
         return (f"inside the step: {format_ms(a.phases_sum())}/step as fit runs it untraced "
                 f"({steps}, the profiler's cost taken out); {where}")  # fmt: skip
@@ -586,7 +592,7 @@ def anatomy_figure(a: Anatomy) -> Any:
 
 def _figure_title(a: Anatomy) -> list[str]:
     where = f"{a.backend}, {a.device}" if a.device else a.backend
-    steps = f"{a.steps} step{'s' if a.steps != 1 else ''} traced"
+    steps = _traced(a)
     if a.traced_phases:
         clock = (f"{format_ms(a.phases_sum())}/step untraced ({steps}, the profiler's cost "
                  "taken out; layers checked against each timed alone)")  # fmt: skip
