@@ -353,6 +353,19 @@ def test_each_fix_predicts_its_saving_from_the_run_s_own_figures():
     assert found["recompile (train)"].saves_s == 3.0  # the recompile: a partial batch's
     # own step is no full step (17 examples of 32), so it is not counted as one
     assert "drop_remainder=True" in fix_words(found["recompile (train)"])
+    # Keras's own batches of your arrays: no batching of yours to drop a remainder on
+    ragged_val = {**ragged, "function": "evaluate"}
+    arrays = {
+        f.item: fix_words(f)
+        for f in fixes(as_ledger({**ledger, "adapter": "ArrayDataAdapter",
+                                  "compiles": [ragged, ragged_val]}))
+    }  # fmt: skip
+    assert "drop_remainder" not in arrays["recompile (train)"], arrays
+    assert "trim your arrays to a multiple of the batch size" in arrays["recompile (train)"]
+    assert "validation_batch_size" in arrays["recompile (evaluate)"], arrays
+    loader = fixes(as_ledger({**ledger, "adapter": "TorchDataLoaderAdapter"}))
+    (dropped,) = [fix_words(f) for f in loader if f.item == "recompile (train)"]
+    assert "DataLoader(..., drop_last=True)" in dropped
     assert (found["validation"].setting.name, found["validation"].setting.value) == (
         "validation_freq",
         5,

@@ -176,14 +176,18 @@ def _recompiles(ledger: Ledger) -> list[Fix]:
         # Whole batches only: the recompile goes. The partial batch's own step goes too, but
         # its time is not a full step's (one example of 32 costs far less): left out of the
         # saving rather than guessed.
+        own = _whole_batches(ledger, function)
+        batching = Setting("drop_remainder", True, place=f"on the {data} data's batching")
         out.append(Fix(
             f"recompile ({function})", "compile", seconds,
             seconds,
             f"{n} recompile{'s' if n != 1 else ''} of the {function} step for a new input "
             f"shape ({mine[0].cause}, epoch {_n(mine[0].epoch)}) cost {format_s(seconds)}",
-            Setting("drop_remainder", True, place=f"on the {data} data's batching"),
+            None if own else batching,
+            action=own,
             note="(or a batch size that divides it: the recompile goes, and the partial batch's "
-            "own step each pass)",
+            "own step each pass)" if own is None else "(the recompile goes, and the partial "
+            "batch's own step each pass)",
         ))  # fmt: skip
     other = [c for c in again if not _is_shape(c.cause)]
     seconds = sum(c.seconds for c in other)
@@ -263,6 +267,35 @@ KERAS_OWN_PIPELINE = {
     "TorchDataLoaderAdapter": "a DataLoader",
     "GrainDatasetAdapter": "a Grain dataset",
 }
+
+
+# How each form whose batches Keras makes (or the user's object yields) drops its last
+# partial batch: there is no tf.data batching of the user's to set drop_remainder on.
+WHOLE_BATCHES = {
+    "ArrayDataAdapter": "trim your arrays to a multiple of the batch size, or give fit a "
+    "batch_size that divides your examples",
+    "PyDatasetAdapter": "have your PyDataset's __len__ count whole batches only",
+    "GeneratorDataAdapter": "have your generator yield whole batches only",
+    "TorchDataLoaderAdapter": "DataLoader(..., drop_last=True)",
+    "GrainDatasetAdapter": ".batch(batch_size, drop_remainder=True) on your Grain dataset",
+}
+
+
+def _whole_batches(ledger: Ledger, function: str) -> str | None:
+    """The fix for a ragged last batch where Keras read the training data through one of its
+    own adapters (the ledger's `adapter`), in words; None where the data is a tf.data pipeline
+    (or unknown), whose ``drop_remainder`` the fix then sets. Validation data is read by
+    Keras from arrays (``validation_split``, ``validation_data=(x, y)``) or your pipeline,
+    which the training's adapter does not say: both ways are named."""
+    if ledger.adapter not in WHOLE_BATCHES:
+        return None
+    if function == "train":
+        return WHOLE_BATCHES[ledger.adapter]
+    return (
+        "give fit a validation_batch_size that divides the validation examples (with "
+        "validation_split, the split's), or trim them to a multiple of it; a tf.data "
+        "validation pipeline: drop_remainder=True on its batching"
+    )
 
 
 def _teardown(ledger: Ledger) -> str:
