@@ -179,3 +179,37 @@ def test_its_cache_facts_name_the_model_input_backend_and_device(work):
     facts = work.cache_facts()
     assert set(facts) >= {"model", "params", "input", "batch_size", "backend", "device"}
     assert facts["batch_size"] == BATCH and facts["device"].startswith("cpu")
+
+
+@pytest.mark.every_backend
+@pytest.mark.parametrize("optimizer", ["adam", "adagrad"])
+def test_your_model_trains_after_the_measurements_as_it_would_have_without_them(keras, optimizer):
+    """keras.io's order, compile, then the toolkit, then ``fit``: the optimizer was not built
+    before the measurements, which made its slots and filled them, and a seed generator's
+    state moved on. Both are put back (the slots as a fresh build makes them: Adam's zeros,
+    Adagrad's initial accumulator), so the next fit is the same, to the bit, as a fit that
+    no measurement ran before."""
+
+    def made() -> object:
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential(
+            [keras.Input((FEATURES,)), keras.layers.Dense(8), keras.layers.GaussianNoise(0.5),
+             keras.layers.Dense(2)]
+        )  # fmt: skip
+        model.compile(
+            optimizer=keras.optimizers.Adam(0.01)
+            if optimizer == "adam"
+            else keras.optimizers.Adagrad(0.1, initial_accumulator_value=0.5),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+        return model
+
+    plain, measured = made(), made()
+    with wl.ModelWorkload(measured, _data(), TrainConfig(batch_size=BATCH)) as work:
+        work.fit(steps=4, warmup=0)
+    assert measured.optimizer.built  # the measurements built it: their slots were filled
+    x, y = _data()
+    for model in (plain, measured):
+        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(plain.get_weights(), measured.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -9,6 +9,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from toolkit import backend
 from toolkit.core._host_memory import high_water_mb
 from toolkit.core.stats import whole_calls
@@ -48,22 +50,109 @@ def measured_fit(
     return prof.report
 
 
-def snapshot(model: Any) -> tuple[list[Any], list[Any]]:
-    """The model's weights and its optimizer's variables, as arrays (for :func:`restore`)."""
-    optimizer = getattr(model, "optimizer", None)
+class Saved:
+    """What the measurements must put back so that your next ``fit`` trains as it would have
+    without them: the model's variables (its weights, and its seed generators' states: a VAE's
+    ``Sampling`` layer draws the same noise after) and each optimizer's the model holds (its
+    ``optimizer``, and a GAN's own pair).
+
+    An optimizer not built yet (``compile``, then the toolkit, then ``fit``: keras.io's order)
+    is built by the first measured step, and its slots (Adam's momentum and velocity) did not
+    exist to be saved: left as the measurements filled them, your next ``fit`` would start
+    from their state. So each optimizer's ``build`` is watched while the measurements run, and
+    the variables it made are put back to what a build of a fresh copy of that optimizer, over
+    the same variables, makes (zeros for Adam, ``initial_accumulator_value`` for Adagrad):
+    what your own ``fit``'s build would give them. (Their values cannot be read as they are
+    made: on TensorFlow a step's first trace makes them, initialized later.)"""
+
+    def __init__(self, model: Any) -> None:
+        read = backend.get().variable_value
+        self.model = model
+        self.values = [(v, read(v)) for v in model.variables]
+        self.optimizers = [_OptimizerState(o, read) for o in _optimizers(model)]
+
+    def restore(self) -> None:
+        """Puts every saved value back, stops watching the optimizers' builds, and resets the
+        model's metrics."""
+        for variable, value in self.values:
+            variable.assign(value)
+        for state in self.optimizers:
+            state.restore()
+        if hasattr(self.model, "reset_metrics"):
+            self.model.reset_metrics()
+
+
+class _OptimizerState:
+    """One optimizer's variables as saved, its build watched (:class:`Saved`)."""
+
+    def __init__(self, optimizer: Any, read: Any) -> None:
+        self.optimizer, self._read = optimizer, read
+        self.values = [(v, read(v)) for v in _optimizer_variables(optimizer)]
+        self.built_with: list[Any] | None = None  # what a build while watched was given
+        build = getattr(optimizer, "build", None)
+        self._watched = callable(build) and "build" not in vars(optimizer)
+        if self._watched:
+
+            def watched(*args: Any, **kwargs: Any) -> Any:
+                given = args[0] if args else next(iter(kwargs.values()), None)
+                if self.built_with is None and given is not None:
+                    self.built_with = list(given)
+                return build(*args, **kwargs)
+
+            optimizer.build = watched
+
+    def restore(self) -> None:
+        if self._watched:
+            del self.optimizer.build
+            self._watched = False
+        for variable, value in self.values:
+            variable.assign(value)
+        saved = {id(v) for v, _ in self.values}
+        now = _optimizer_variables(self.optimizer)
+        made = [i for i, v in enumerate(now) if id(v) not in saved]
+        if not made:
+            return
+        fresh = self._fresh_build(len(now))
+        for i in made:
+            variable = now[i]
+            if fresh is not None and tuple(fresh[i].shape) == tuple(variable.shape):
+                variable.assign(fresh[i])
+            else:  # no copy to ask: an optimizer's slots start at zero (Adam, SGD, RMSprop)
+                variable.assign(np.zeros(tuple(variable.shape), dtype=_dtype(variable)))
+
+    def _fresh_build(self, count: int) -> list[Any] | None:
+        """A fresh copy's variables, as arrays, built over what the watched build was given;
+        None where the optimizer cannot be copied from its config or builds otherwise."""
+        if self.built_with is None:
+            return None
+        try:
+            copy = type(self.optimizer).from_config(self.optimizer.get_config())
+            copy.build(self.built_with)
+            fresh = [self._read(v) for v in _optimizer_variables(copy)]
+        except Exception:  # noqa: BLE001 - a custom optimizer: its slots start at zero
+            return None
+        return fresh if len(fresh) == count else None
+
+
+def _dtype(variable: Any) -> str:
+    dtype = getattr(variable, "dtype", "float32")
+    return getattr(dtype, "name", None) or str(dtype)
+
+
+def _optimizers(model: Any) -> list[Any]:
+    """The optimizers `model` holds: its ``optimizer`` and any other it keeps as an attribute
+    (a GAN's ``d_optimizer`` and ``g_optimizer``, which its own ``train_step`` applies)."""
+    found = [getattr(model, "optimizer", None), *vars(model).values()]
+    out: list[Any] = []
+    for o in found:
+        if callable(getattr(o, "apply_gradients", None)) and all(o is not x for x in out):
+            out.append(o)
+    return out
+
+
+def _optimizer_variables(optimizer: Any) -> list[Any]:
     variables = getattr(optimizer, "variables", []) if optimizer is not None else []
-    variables = list(variables() if callable(variables) else variables)
-    return model.get_weights(), [(v, v.numpy()) for v in variables]
-
-
-def restore(model: Any, saved: tuple[list[Any], list[Any]]) -> None:
-    """Puts back what :func:`snapshot` saved, and resets the model's metrics."""
-    weights, optimizer_state = saved
-    model.set_weights(weights)
-    for variable, value in optimizer_state:
-        variable.assign(value)
-    if hasattr(model, "reset_metrics"):
-        model.reset_metrics()
+    return list(variables() if callable(variables) else variables)
 
 
 def param_count(model: Any) -> int:

@@ -40,14 +40,13 @@ from toolkit.runner.config import (
     set_model_settings,
 )
 from toolkit.search._model_fit import (
+    Saved,
     compile_cost,
     figures_of,
     measured_fit,
     model_signature,
     param_count,
     rate_of,
-    restore,
-    snapshot,
 )
 from toolkit.search.engine import Candidate, RunShape, Space, window_steps
 
@@ -678,7 +677,7 @@ class ModelWorkload(Workload):
         self.name = str(getattr(model, "name", None) or "model")
         self.device = devices.resolve(config.device)
         _build(model, self.dataset)
-        self.saved = snapshot(model)
+        self.saved = Saved(model)
         self.compiled: dict[str, Any] | None = None  # its settings, while a candidate's run
         self.endless: Any = None  # your data as fit reads it, built at the first real fit
 
@@ -834,7 +833,7 @@ class ModelWorkload(Workload):
     def close(self) -> None:
         if self.compiled is not None:
             set_model_settings(self.model, self.compiled)
-        restore(self.model, self.saved)
+        self.saved.restore()
 
 
 def _cardinality(dataset: Any) -> int:
