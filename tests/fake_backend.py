@@ -265,12 +265,6 @@ def weights_digest(model: Any) -> str:
     return digest(model.get_weights())
 
 
-def variable_value(variable: Any) -> Any:
-    import numpy as np
-
-    return np.array(variable)
-
-
 def compile_watch(model: Any, clock: Callable[[], float]) -> CompileWatch:
     return CompileWatch(model, clock)  # NumPy compiles nothing
 

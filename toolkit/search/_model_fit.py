@@ -66,7 +66,7 @@ class Saved:
     made: on TensorFlow a step's first trace makes them, initialized later.)"""
 
     def __init__(self, model: Any) -> None:
-        read = backend.get().variable_value
+        read = np.array  # each value now, eagerly: no step is being traced here
         self.model = model
         self.values = [(v, read(v)) for v in model.variables]
         self.optimizers = [_OptimizerState(o, read) for o in _optimizers(model)]

@@ -532,13 +532,6 @@ def gather_processes(values: list[float]) -> list[list[float]]:
     return np.asarray(gathered).reshape(jax.process_count(), -1).tolist()
 
 
-def variable_value(variable: Any) -> Any:
-    """`variable`'s value now, as a NumPy array (nothing here is traced while it is read)."""
-    import numpy as np
-
-    return np.array(variable)
-
-
 def weights_digest(model: Any) -> str:
     """A fingerprint of this process's copy of `model`'s weights."""
     import numpy as np

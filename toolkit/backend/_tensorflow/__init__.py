@@ -546,18 +546,6 @@ def gather_processes(values: list[float]) -> list[list[float]]:
     return [list(values)]
 
 
-def variable_value(variable: Any) -> Any:
-    """`variable`'s value now, as a NumPy array, read eagerly even while a step is traced: an
-    optimizer built by a ``tf.function``'s first trace makes its slots there, where a read
-    would be a symbolic tensor (``tf.init_scope`` lifts it out, as TensorFlow lifts the
-    variable's own initialization)."""
-    import numpy as np
-    import tensorflow as tf
-
-    with tf.init_scope():
-        return np.array(variable)
-
-
 def weights_digest(model: Any) -> str:
     """A fingerprint of `model`'s weights."""
     return digest(w for w in model.get_weights())

@@ -497,13 +497,6 @@ def gather_processes(values: list[float]) -> list[list[float]]:
     return [list(v) for v in out]
 
 
-def variable_value(variable: Any) -> Any:
-    """`variable`'s value now, as a NumPy array (nothing here is traced while it is read)."""
-    import numpy as np
-
-    return np.array(variable)
-
-
 def weights_digest(model: Any) -> str:
     """A fingerprint of `model`'s weights."""
     return digest(w for w in model.get_weights())
