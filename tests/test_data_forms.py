@@ -129,6 +129,11 @@ def test_at_batch_reads_labels_one_per_output_at_each_batch_size():
     x, y = m.ticket_data()
     _, labels = at_batch((x, [y["priority"], y["department"]]), 16).element_spec
     assert [tuple(s.shape) for s in labels] == [(16, 1), (16, m.DEPARTMENTS)]
+    # x alone is handed on as fit hands it (a train_step of its own reads data as x), not as
+    # a tuple of one
+    alone = at_batch(np.zeros((40, 3), "float32"), 8).element_spec
+    assert tuple(alone.shape) == (8, 3)
+    assert set(at_batch({"a": np.zeros((40, 3))}, 8).element_spec) == {"a"}
 
 
 def test_workload_refuses_class_weight_for_several_outputs_in_one_line():

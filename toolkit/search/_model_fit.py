@@ -310,6 +310,9 @@ def at_batch(data: Any, batch_size: int) -> Any:
     from toolkit.data._fit_data import as_fit_tuple
 
     # As fit unpacks it: (x, y[, sample_weight]), lists inside made tuples (a list of labels
-    # is one per output; tf.data would stack it into one tensor).
+    # is one per output; tf.data would stack it into one tensor); x alone as itself, as fit
+    # hands it to a train_step of its own (a VAE's), not a tuple of one.
     parts = as_fit_tuple(data)
-    return tf.data.Dataset.from_tensor_slices(parts).repeat().batch(batch_size, drop_remainder=True)
+    alone = len(parts) == 1 and not isinstance(parts[0], tuple)
+    examples = tf.data.Dataset.from_tensor_slices(parts[0] if alone else parts)
+    return examples.repeat().batch(batch_size, drop_remainder=True)
