@@ -363,6 +363,11 @@ def test_each_fix_predicts_its_saving_from_the_run_s_own_figures():
     assert "drop_remainder" not in arrays["recompile (train)"], arrays
     assert "trim your arrays to a multiple of the batch size" in arrays["recompile (train)"]
     assert "validation_batch_size" in arrays["recompile (evaluate)"], arrays
+    # the toolkit's own trace, asked for: its cost is the trace's, once, not per epoch
+    traced = {**ledger, "callbacks": {"AnatomyWindow": {"seconds": 2.4, "calls": 4}}}
+    (trace,) = [f for f in fixes(as_ledger(traced)) if f.item == "callback AnatomyWindow"]
+    assert "the trace you asked for (AnatomyWindow) took 2.40 s" in trace.why, trace.why
+    assert "per epoch" not in trace.why and "less often" not in fix_words(trace)
     loader = fixes(as_ledger({**ledger, "adapter": "TorchDataLoaderAdapter"}))
     (dropped,) = [fix_words(f) for f in loader if f.item == "recompile (train)"]
     assert "DataLoader(..., drop_last=True)" in dropped

@@ -222,6 +222,11 @@ def _validation(ledger: Ledger) -> Fix | None:
     )  # fmt: skip
 
 
+# The toolkit's own callbacks that trace the steps a user asked to see inside: their cost is
+# the profiler's, paid once by a run that asks, not a callback's per-epoch habit.
+TRACES = ("TraceWindow", "AnatomyWindow")
+
+
 def _callbacks(ledger: Ledger) -> list[Fix]:
     """Each callback of at least :data:`SHARE` and :data:`MIN_S`: ModelCheckpoint's saves
     beyond one every k epochs; any other one's time."""
@@ -229,6 +234,15 @@ def _callbacks(ledger: Ledger) -> list[Fix]:
     epochs, wall = ledger.epochs, ledger.wall_s
     for c in ledger.callbacks:
         if c.seconds < MIN_S or c.seconds < SHARE * wall:
+            continue
+        if c.name in TRACES:  # the toolkit's own, asked for: once, not an epoch's habit
+            out.append(Fix(
+                f"callback {c.name}", "callbacks", c.seconds, c.seconds,
+                f"the trace you asked for ({c.name}) took {format_s(c.seconds)} "
+                f"({share(c.seconds, wall)} of the run), starting and ending the profiler",
+                action="a run without the trace (trace_steps=, --profile_steps) does not pay "
+                "it; trace where you need to see inside the step",
+            ))  # fmt: skip
             continue
         per_epoch = c.seconds / max(1, epochs)
         why = (
