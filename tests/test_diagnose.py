@@ -529,14 +529,18 @@ def test_doctor_cli_on_your_own_model_fn(tmp_path):
     assert "measured pipeline: your pipeline: from_tensor_slices → batch(16) → prefetch" in (
         out.stdout
     )
+    # The recipes' --notune_confirm (--autotune's) skips the fresh check as --no_confirm
+    # does, not ignored (the check in fresh processes: the README example's test)
     tuned = subprocess.run(
         [sys.executable, "-m", "toolkit", "tune", "--model_fn", "mytrain:make",
-         "--tune_budget=5"],  # a pick's fresh check: up to 5 rounds of two runs of 6 s
+         "--tune_budget=5", "--notune_confirm"],
         capture_output=True, text=True, timeout=900, cwd=tmp_path,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TOOLKIT_CACHE_DIR": str(tmp_path)},
     )  # fmt: skip
     assert tuned.returncode == 0, tuned.stderr[-3000:]
     assert "tune: --model_fn mytrain:make, batch 16, your pipeline's" in tuned.stdout
+    assert tuned.stderr.startswith("tune: measuring the defaults first (budget 5 s)")
+    assert "confirm" not in tuned.stderr  # no plan of a check in fresh processes
     assert "best: model.compile(..., jit_compile=" in tuned.stdout
     bad = subprocess.run(
         [sys.executable, "-m", "toolkit", "doctor", "--model_fn", "mytrain:nope"],

@@ -45,10 +45,13 @@ def run(args: argparse.Namespace) -> int:
     if args.across_backends:
         return _across_backends(args)
     parsed, measured, data = target_of(args)
+    # --no_confirm, or the recipes' own --notune_confirm (--autotune's), which a recipe's
+    # flags after --recipe may carry: either skips the confirmation, neither is ignored.
+    confirm = not args.no_confirm and parsed.flag_values.tune_confirm
     result = search(
         measured, data, config=parsed.config, budget_s=parsed.flag_values.tune_budget,
-        use_cache=not args.refresh, fresh=parsed.target, confirm=not args.no_confirm,
-        skip_words="--no_confirm",
+        use_cache=not args.refresh, fresh=parsed.target, confirm=confirm,
+        skip_words="--no_confirm" if args.no_confirm or confirm else "--notune_confirm",
     )  # fmt: skip
     print(terminal.show([f"tune: {parsed.what}, batch {result.batch_words} ({result.took()})",
                          *result.table()]))  # fmt: skip
