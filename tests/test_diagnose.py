@@ -520,12 +520,13 @@ def test_doctor_cli_on_your_own_model_fn(tmp_path):
     (tmp_path / "mytrain.py").write_text(MODEL_FN)
     out = subprocess.run(
         [sys.executable, "-m", "toolkit", "doctor", "--model_fn", "mytrain:make",
-         "--diagnose_steps=6"],
+         "--diagnose_steps=6", "--batch_size=64"],  # the pipeline batches itself: said
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     assert "doctor: --model_fn mytrain:make, batch 16" in out.stdout
+    assert "note: --batch_size=64 was not used: your data batches itself, by 16" in out.stdout
     assert "measured pipeline: your pipeline: from_tensor_slices → batch(16) → prefetch" in (
         out.stdout
     )

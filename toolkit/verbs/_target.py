@@ -108,6 +108,21 @@ class Parsed:
     config: Any
     target: Any
 
+    def unused_batch(self, read: int | None) -> str | None:
+        """A line saying ``--batch_size`` was not the batch ``fit`` read (data that batches
+        itself: a ``tf.data`` pipeline your function made), where it was given and differs;
+        None otherwise. The flag is not refused: the run is measured at the data's batch."""
+        try:
+            given = self.flag_values["batch_size"]  # absl's Flag: was it given, and its value
+        except KeyError:
+            return None
+        if not given.present or read is None or read == given.value:
+            return None
+        return (
+            f"note: --batch_size={given.value} was not used: your data batches itself, by "
+            f"{read:,} (batch it by {given.value} where you make it)"
+        )
+
 
 def parse_target(recipe: str | None, model_fn_spec: str | None, recipe_flags: list[str]) -> Parsed:
     """``--recipe R [flags]`` or ``--model_fn module:function [flags]`` parsed by absl (the

@@ -62,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
     found = anatomy(measured, data, steps=args.steps, config=parsed.config,
                     raw=not args.no_raw, layers=split(args.layers))  # fmt: skip
     print(f"anatomy: {parsed.what}")
+    unused = parsed.unused_batch(found.batch)
+    if unused:
+        print(terminal.show(unused))
     print("\n".join(anatomy_lines(found, terminal.width() or 80)))
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = args.out or os.path.join("runs", f"anatomy-{stamp}")

@@ -45,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
     steps = parsed.flag_values.diagnose_steps if asked else None
     diagnosis = diagnose(measured, data, config=parsed.config, steps=steps)
     print(f"doctor: {parsed.what}, batch {diagnosis.batch_size}, {diagnosis.steps} steps timed")
+    unused = parsed.unused_batch(diagnosis.batch_size)
+    if unused:
+        print(terminal.show(unused))
     print(terminal.show("\n".join(diagnosis.lines())))
     return 0
 
