@@ -511,6 +511,19 @@ def test_one_line_finds_what_went_wrong_in_tensorflow_and_keras_errors(keras):
     assert line.startswith("InvalidArgumentError: Input to reshape is a tensor with 4 values")
     assert "\n" not in line and "[Op:" not in line and "Detected at node" not in line
     assert one_line(ValueError("first\nsecond")) == "ValueError: first"
+    # autograph's message (a Keras layer in a tf.data map): the user's frames, then the
+    # error's own, Keras's wrapper lines around it
+    traced = NotImplementedError(
+        'in user code:\n\n    File "text.py", line 53, in vectorize_text  *\n'
+        "        return vectorize_layer(text), label\n\n"
+        "    NotImplementedError: Exception encountered when calling TextVectorization.call().\n"
+        "    \n    \x1b[1mCannot convert a symbolic tf.Tensor (ExpandDims:0) to a numpy array."
+        "\x1b[0m\n    \n    Arguments received by TextVectorization.call():\n"
+        "      • inputs=<tf.Tensor 'ExpandDims:0' shape=(None, 1) dtype=string>\n"
+    )
+    assert one_line(traced) == (
+        "NotImplementedError: Cannot convert a symbolic tf.Tensor (ExpandDims:0) to a numpy array."
+    )
     assert one_line(KeyboardInterrupt()) == "KeyboardInterrupt"
 
 

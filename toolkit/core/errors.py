@@ -56,6 +56,13 @@ def what_went_wrong(error: BaseException, limit: int = 300) -> str:
     message = _ANSI.sub("", getattr(error, "message", None) or str(error))
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     useful = [line for line in lines if not line.startswith(_NOISE)]
+    own = f"{type(error).__name__}: "
+    if lines and lines[0] == "in user code:":  # autograph's: the frames, then the error's own
+        at = next((i for i, line in enumerate(lines) if line.startswith(own)), None)
+        if at is not None:  # read from there as any message (Keras's wrapper lines skipped)
+            rest = [lines[at][len(own) :], *lines[at + 1 :]]
+            found = [line for line in rest if line and not line.startswith(_NOISE)]
+            return _cut(found[0] if found else rest[0], limit)
     if type(error).__module__.startswith("tensorflow"):
         text = useful[-1] if useful else (lines[-1] if lines else "")
         # "{{function_node __wrapped__...}} corrupted record at 15662 [Op:IteratorGetNext]"
