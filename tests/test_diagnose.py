@@ -726,6 +726,55 @@ def test_second_opinion_that_agrees_speaks_with_one_verdict():
     assert not said.line.startswith("potentially")
 
 
+def test_advice_for_a_model_whose_class_has_its_own_compile_says_where_it_goes(keras):
+    """keras.io's Distiller: ``compile(optimizer, metrics, student_loss_fn, ...)`` takes no
+    ``jit_compile``, and ``model.compile(..., jit_compile=True)`` would raise ``TypeError``;
+    the advice and tune's pick say it in its ``super().compile(...)`` call. A class whose
+    compile takes ``**kwargs``, or Keras's own, keeps ``model.compile(...)``."""
+    from toolkit.core._advice import Advice
+    from toolkit.runner.config import OwnCompile, TrainConfig
+    from toolkit.search.engine import Candidate
+    from toolkit.search.workload import ModelWorkload
+
+    class Distiller(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.student = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3)])
+
+        def compile(self, optimizer, metrics, student_loss_fn, alpha=0.1):
+            super().compile(optimizer=optimizer, metrics=metrics)
+            self.student_loss_fn, self.alpha = student_loss_fn, alpha
+
+        def call(self, x):
+            return self.student(x)
+
+        def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+            return self.student_loss_fn(y, y_pred)
+
+    class Passes(keras.Model):
+        def compile(self, **kwargs):
+            super().compile(**kwargs)
+
+    model = Distiller()
+    model.compile("sgd", [], keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    own = OwnCompile.of(model)
+    assert own == OwnCompile("Distiller", frozenset(
+        {"self", "optimizer", "metrics", "student_loss_fn", "alpha"}))  # fmt: skip
+    assert OwnCompile.of(Passes()) is None and OwnCompile.of(keras.Sequential()) is None
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(64, 8)).astype("float32"), np.zeros(64, "int32")
+    with ModelWorkload(model, data, TrainConfig(batch_size=16)) as work:
+        said = work.how_to_apply(Candidate(jit_compile=False, steps_per_execution=8))
+    assert said == (
+        "super().compile(..., jit_compile=False, steps_per_execution=8) in Distiller.compile "
+        "(its own compile takes no jit_compile, steps_per_execution)"
+    )
+    jit = Advice.of("try {0}", {"jit_compile": True})
+    shown = dg.Diagnosis(1.0, 2.0, 1.0, dg.COMPUTE_BOUND, True, [jit], python=True,
+                         own_compile=own)  # fmt: skip
+    assert "advice: try super().compile(..., jit_compile=True) in Distiller.compile" in str(shown)
+
+
 def test_advice_for_your_own_model_is_said_in_python():
     """Advice is a record (words and settings as values); the settings table spells it for
     its reader: Python for your own model, flags for a recipe, from the same record."""

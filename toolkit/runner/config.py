@@ -737,14 +737,44 @@ def as_flags(values: dict[str, Any]) -> str:
     return " ".join(out)
 
 
-def as_python(values: Mapping[str, Any]) -> str:
+@dataclasses.dataclass(frozen=True)
+class OwnCompile:
+    """A model whose class has a ``compile`` of its own that takes only its arguments
+    (keras.io's ``Distiller.compile(optimizer, metrics, student_loss_fn, ...)``): a speed
+    setting is passed on in its ``super().compile(...)`` call, not to ``model.compile``,
+    which would raise ``TypeError`` at it."""
+
+    owner: str  # the class whose compile it is
+    takes: frozenset[str]  # the arguments it names
+
+    @classmethod
+    def of(cls, model: Any) -> OwnCompile | None:
+        """`model`'s own ``compile``, where its class overrides Keras's with one that takes
+        no ``**kwargs``; None where ``model.compile`` takes Keras's arguments."""
+        import inspect
+
+        owner = next((k for k in type(model).__mro__ if "compile" in vars(k)), None)
+        if owner is None or owner.__module__.split(".")[0] in ("keras", "tf_keras"):
+            return None
+        try:
+            params = inspect.signature(vars(owner)["compile"]).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            return None
+        return cls(owner.__name__, frozenset(p.name for p in params))
+
+
+def as_python(values: Mapping[str, Any], own: OwnCompile | None = None) -> str:
     """The same settings as a script sets them, for advice said to your own model:
     ``model.compile(..., steps_per_execution=8, jit_compile=True)``, ``model.fit(...,
     validation_freq=5)``, ``keras.mixed_precision.set_global_policy('mixed_bfloat16')``; a
-    setting a script has no spelling for keeps its flag, labelled as the recipes'. The one
-    place a setting is spelled as Python (each setting's ``python`` in :func:`setting`)."""
+    setting a script has no spelling for keeps its flag, labelled as the recipes'. With
+    `own` (a model whose class's ``compile`` takes none of them), the compile arguments are
+    said where they go: ``super().compile(..., jit_compile=True) in Distiller.compile``. The
+    one place a setting is spelled as Python (each setting's ``python`` in :func:`setting`)."""
     calls: dict[str, list[str]] = {COMPILE: [], FIT: []}
-    out = []
+    out, names = [], []  # names: the compile arguments said
     for name, value in values.items():
         if value is None:
             continue
@@ -752,11 +782,17 @@ def as_python(values: Mapping[str, Any]) -> str:
         if how in calls:
             calls[how].append(f"{name}={value!r}" if isinstance(value, str) and value != "K"
                               else f"{name}={value}")  # fmt: skip
+            names += [name] if how == COMPILE else []
         elif how:
             out.append(how.format(value=value))
         else:
             out.append(f"{as_flags({name: value})} (a recipe's flag)")
     called = [f"model.{c}(..., {', '.join(a)})" for c, a in calls.items() if a]
+    if own is not None and calls[COMPILE] and not set(names) <= own.takes:
+        called[0] = (
+            f"super().compile(..., {', '.join(calls[COMPILE])}) in {own.owner}.compile "
+            f"(its own compile takes no {', '.join(n for n in names if n not in own.takes)})"
+        )
     return " and ".join(called + out)
 
 

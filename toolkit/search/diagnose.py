@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -62,7 +63,7 @@ from toolkit.report._anatomy import anatomy_top_lines
 from toolkit.report._diagnosis import DiagnosisSection, SecondOpinion
 from toolkit.report._ledger import as_ledger, ledger_json, whole_run_lines
 from toolkit.report._trace_records import TraceAnalysis
-from toolkit.runner.config import TrainConfig, as_flags, as_python
+from toolkit.runner.config import OwnCompile, TrainConfig, as_flags, as_python
 from toolkit.search.advice import (
     BALANCED,
     COMPUTE_BOUND,
@@ -109,6 +110,7 @@ class Diagnosis:
     pipeline: str = ""
     xprof: SecondOpinion | None = None  # XProf's reading of a trace of the fit, if taken
     python: bool = False  # your own model (diagnose(model, data)): advice in Python, not flags
+    own_compile: OwnCompile | None = None  # its class's own compile: said where it passes them
     # A whole run's ledger handed in (``ledger=``): where that run's time went, and its fixes
     # with the seconds each would save (``toolkit.report._ledger``).
     ledger: Ledger | None = None
@@ -137,7 +139,7 @@ class Diagnosis:
     def advice_lines(self) -> list[str]:
         """Each piece of advice spelled for who asked: Python for your own model
         (``diagnose(model, data)``), flags for a recipe."""
-        spell = as_python if self.python else as_flags
+        spell = functools.partial(as_python, own=self.own_compile) if self.python else as_flags
         return [a.spelled(spell) if isinstance(a, Advice) else str(a) for a in self.advice]
 
     def lines(self) -> list[str]:
@@ -588,6 +590,7 @@ class _Measurements:
             adapter=work.adapter,
             input_workers=work.input_workers,
             python=work.applies_in_python,
+            own_compile=work.own_compile,
             tuned=self.tuned,
             noise=self.noise,
         )
@@ -652,6 +655,7 @@ def _conclude(
     adapter: str | None = None,
     input_workers: int | None = None,
     python: bool = False,
+    own_compile: OwnCompile | None = None,
     tuned: Tuned | None = None,
     noise: float | None = None,
 ) -> Diagnosis:
@@ -696,6 +700,7 @@ def _conclude(
         pipeline=described,
         xprof=xprof,
         python=python,
+        own_compile=own_compile,
         noise=noise,
         uncertain=uncertain,
     )

@@ -35,7 +35,9 @@ from toolkit.core.errors import one_line, user_raise
 from toolkit.core.stats import whole_calls
 from toolkit.runner.config import (
     SEARCHED,
+    OwnCompile,
     TrainConfig,
+    as_python,
     model_settings,
     set_model_settings,
 )
@@ -82,6 +84,9 @@ class Workload(abc.ABC):
     # (None: a pipeline of the toolkit's, or tf_keras), and the workers your data was given.
     adapter: str | None = None
     input_workers: int | None = None
+    # Your model's class's own compile, which takes none of the speed settings: advice says
+    # them in its super().compile(...) call (None: a recipe's, or Keras's compile).
+    own_compile: OwnCompile | None = None
     # A run still going at this time.perf_counter() stops after its current call (a budget's
     # end; None: no end). One that has not finished its first call by then raises.
     deadline: float | None = None
@@ -678,10 +683,14 @@ class ModelWorkload(Workload):
         self.device = devices.resolve(config.device)
         _build(model, self.dataset)
         self.saved = Saved(model)
+        self.own_compile = OwnCompile.of(model)  # a compile of its class's own (a Distiller's)
         self.compiled: dict[str, Any] | None = None  # its settings, while a candidate's run
         self.endless: Any = None  # your data as fit reads it, built at the first real fit
 
     def how_to_apply(self, candidate: Candidate) -> str:
+        own = self.own_compile
+        if own is not None and not set(candidate.compile_kwargs()) <= own.takes:
+            return as_python(candidate.compile_kwargs(), own)  # where your compile passes them
         kwargs = ", ".join(f"{k}={v!r}" for k, v in candidate.compile_kwargs().items())
         return f"model.compile(..., {kwargs})"
 
