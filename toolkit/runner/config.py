@@ -305,7 +305,7 @@ class TrainConfig:
         SPEED,
         deprecated=("dtype",),
         searched=Searched(_precisions, str, default="float32", order=2, read=_policy_of),
-        python="keras.mixed_precision.set_global_policy('{value}')",
+        python="keras.mixed_precision.set_global_policy('{value}') before the model is built",
     )
     jit_compile: bool | None = setting(
         None,
