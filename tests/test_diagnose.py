@@ -791,7 +791,8 @@ def test_advice_for_your_own_model_is_said_in_python():
         loop.spelled(as_python) == "try model.compile(..., steps_per_execution=8, jit_compile=True)"
     )
     hint = Advice.of("try {0} (this device's hint)", {"precision": "mixed_bfloat16"})
-    assert "keras.mixed_precision.set_global_policy('mixed_bfloat16') before the model is built" in hint.spelled(as_python)
+    policy = "keras.mixed_precision.set_global_policy('mixed_bfloat16') before the model is built"
+    assert policy in hint.spelled(as_python)
     rare = Advice.of("set {0}", {"validation_freq": 5})
     assert rare.spelled(as_python) == "set model.fit(..., validation_freq=5)"
     assert rare.spelled(as_flags) == "set --validation_freq=5"
