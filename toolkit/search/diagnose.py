@@ -244,10 +244,11 @@ def consistency(
             "load moved between the windows"
         )
     outran = fit_rate / input_rate
-    # A fit well below the step alone that outran its pipeline by less than the margin read
-    # batches its buffers (tf.data's prefetch, a PyDataset's queue) filled while the step
-    # compiled: the pipeline bounds it still (a planted input-bound fit: 1.10×, 1.16×).
-    buffered = fit_rate < compute_rate * (1 - margin) and outran <= 1 + margin
+    # A fit well below the step alone that outran its pipeline by less than twice the margin
+    # read what the window left untimed (its buffers filled while the step compiled, a
+    # PyDataset's read between epochs): the pipeline bounds it still (planted input-bound
+    # fits: 1.10× on a tf.data map, 1.14-1.22× on a PyDataset of 100 ms batches).
+    buffered = fit_rate < compute_rate * (1 - margin) and outran <= 1 + 2 * margin
     if outran > 1 + swing and not buffered:  # a keras.io FeatureSpace model: 2.1×, at the step
         return (
             f"the real fit ran {outran:.2f}× the pipeline alone, which feeds "
