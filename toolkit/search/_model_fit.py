@@ -66,10 +66,9 @@ class Saved:
     made: on TensorFlow a step's first trace makes them, initialized later.)"""
 
     def __init__(self, model: Any) -> None:
-        read = np.array  # each value now, eagerly: no step is being traced here
-        self.model = model
-        self.values = [(v, read(v)) for v in model.variables]
-        self.optimizers = [_OptimizerState(o, read) for o in _optimizers(model)]
+        self.model = model  # each value read now, eagerly: no step is being traced here
+        self.values = [(v, np.array(v)) for v in model.variables]
+        self.optimizers = [_OptimizerState(o) for o in _optimizers(model)]
 
     def restore(self) -> None:
         """Puts every saved value back, stops watching the optimizers' builds, and resets the
@@ -85,9 +84,9 @@ class Saved:
 class _OptimizerState:
     """One optimizer's variables as saved, its build watched (:class:`Saved`)."""
 
-    def __init__(self, optimizer: Any, read: Any) -> None:
-        self.optimizer, self._read = optimizer, read
-        self.values = [(v, read(v)) for v in _optimizer_variables(optimizer)]
+    def __init__(self, optimizer: Any) -> None:
+        self.optimizer = optimizer
+        self.values = [(v, np.array(v)) for v in _optimizer_variables(optimizer)]
         self.built_with: list[Any] | None = None  # what a build while watched was given
         build = getattr(optimizer, "build", None)
         self._watched = callable(build) and "build" not in vars(optimizer)
@@ -128,7 +127,7 @@ class _OptimizerState:
         try:
             copy = type(self.optimizer).from_config(self.optimizer.get_config())
             copy.build(self.built_with)
-            fresh = [self._read(v) for v in _optimizer_variables(copy)]
+            fresh = [np.array(v) for v in _optimizer_variables(copy)]
         except Exception:  # noqa: BLE001 - a custom optimizer: its slots start at zero
             return None
         return fresh if len(fresh) == count else None
