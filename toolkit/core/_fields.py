@@ -1,17 +1,28 @@
-"""A JSON field read back and checked, in one wording for every record.
+"""A record's JSON: written from its fields, read back and checked, in one wording.
+
+A record's JSON layout is its dataclass fields, declared once: :class:`Record` writes them
+(``to_dict``) and reads them back (``from_dict``), each value checked against its field's
+declared type. Where a field's JSON is not its plain value (a key of its own, a mapping by
+name, a row), the field says so in its metadata (:func:`field`), so the layout still lives in
+one declaration, not in a writer, a reader and a schema apart.
 
 A report or result file is anyone's file: edited by hand, cut by another tool, written by
-another version. Each record's ``from_dict`` checks its own fields with these, so a value of
-the wrong kind fails where it is read, in one line naming the field (``steps.p50_s``), never
-later in a ``TypeError`` from a view. Each raises :class:`~toolkit.core.files.ReportError`
-(a ValueError) saying ``field <name> is <value>, not <what it must be>``.
+another version. A value of the wrong kind fails where it is read, in one line naming the
+field (``steps.p50_s``), never later in a ``TypeError`` from a view; a field an older file
+lacks takes its default. Each check raises :class:`~toolkit.core.files.ReportError` (a
+ValueError) saying ``field <name> is <value>, not <what it must be>``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import functools
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
 from toolkit.core.files import ReportError
 
@@ -107,3 +118,157 @@ def finite(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+def signed(field: str, value: Any, optional: bool = False) -> Any:
+    """A finite number of either sign (a change, an R², an offset; None where `optional`)."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise bad(field, value, "a number" + (" or null" if optional else ""))
+    return value
+
+
+def omit_none(value: Any) -> bool:
+    return value is None
+
+
+def omit_empty(value: Any) -> bool:
+    return not value
+
+
+def field(
+    default: Any = dataclasses.MISSING,
+    *,
+    missing: Any = dataclasses.MISSING,
+    key: str | None = None,
+    write: Callable[[Any], Any] | None = None,
+    read: Callable[[Any, str], Any] | None = None,
+    omit: Callable[[Any], bool] | None = None,
+    json: bool = True,
+    **kwargs: Any,
+) -> Any:
+    """A dataclass field with its JSON shape: `missing` (read where the JSON lacks it, for
+    a field the constructor wants), `key` (its JSON name, where not its own),
+    `write` (value -> JSON) and `read` ((JSON, field path) -> value, checked) where its JSON
+    is not its plain value, `omit` (left out of the JSON where true of the value), `json`
+    False (never written nor read: a figure of this process only)."""
+    meta = {"missing": missing, "key": key, "write": write, "read": read, "omit": omit}
+    meta["json"] = json
+    return dataclasses.field(default=default, metadata=meta, **kwargs)
+
+
+def plain(value: Any) -> Any:
+    """`value` as JSON holds it: records by their ``to_dict``, sequences as lists, an enum
+    by its value."""
+    if hasattr(value, "to_dict") and not isinstance(value, type):
+        return value.to_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+class Record:
+    """A dataclass whose JSON is its fields (:func:`field` shapes the odd one).
+
+    `WHERE`: the record's path in its file, the prefix of every field a check names
+    (``steps``, ``ledger.memory``); `EXTRA`: properties written beside the fields for
+    readers outside Python (``steps_per_sec``), never read back: they are derived."""
+
+    WHERE: ClassVar[str] = ""
+    EXTRA: ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        out = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            meta, value = f.metadata, getattr(self, f.name)
+            if not meta.get("json", True) or (meta.get("omit") and meta["omit"](value)):
+                continue
+            out[meta.get("key") or f.name] = (meta.get("write") or plain)(value)
+        return {**out, **{name: plain(getattr(self, name)) for name in self.EXTRA}}
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str | None = None) -> Any:
+        """The record `d` holds, each field checked (`where`: its path, :attr:`WHERE` by
+        default); a field `d` lacks, or holds null, takes its default.
+
+        Raises:
+            ReportError: a field missing (without a default) or not of its kind, named.
+        """
+        where = cls.WHERE if where is None else where
+        m = mapping(where or "record", d, optional=False)
+        hints, values = _hints(cls), {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            meta = f.metadata
+            if not f.init or not meta.get("json", True):
+                continue
+            key = meta.get("key") or f.name
+            at, value = f"{where}.{key}" if where else key, m.get(key)
+            missing = meta.get("missing", dataclasses.MISSING)
+            if value is None and missing is not dataclasses.MISSING:
+                value = missing
+            if meta.get("read"):
+                values[f.name] = meta["read"](value, at)
+            elif value is not None or not _has_default(f):
+                if key not in m and missing is dataclasses.MISSING:
+                    raise ReportError(f"field {at} is missing")
+                values[f.name] = read(value, hints[f.name], at)
+        return cls(**values)
+
+
+def _has_default(f: dataclasses.Field[Any]) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def read(value: Any, hint: Any, at: str) -> Any:
+    """`value` checked against the type `hint` (`at`: the field's path): numbers >= 0 (an
+    integer for ``int``), strings, flags, sequences and mappings of these, a nested record
+    by its own ``from_dict``, an enum by its value; ``Any`` as it is."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        rest = tuple(a for a in args if a is not type(None))
+        optional = len(rest) < len(args)
+        if value is None and optional:
+            return None
+        if set(rest) <= {int, float}:
+            return number(at, value, optional, counts=rest == (int,))
+        if rest == (str,):
+            return string(at, value, optional)
+        return read(value, rest[0], at) if len(rest) == 1 else value
+    if hint is bool:
+        return flag(at, value)
+    if hint in (int, float):
+        return number(at, value, counts=hint is int)
+    if hint is str:
+        return string(at, value)
+    if origin is tuple and args[-1:] != (Ellipsis,):  # a fixed row: (first, last)
+        if not isinstance(value, list | tuple) or len(value) != len(args):
+            raise bad(at, value, f"a list of {len(args)}")
+        pairs = zip(value, args, strict=True)
+        return tuple(read(v, a, f"{at}[{i}]") for i, (v, a) in enumerate(pairs))
+    if origin in (tuple, list, Sequence):
+        kind = args[0] if args else Any
+        got = [read(v, kind, f"{at}[{i}]") for i, v in enumerate(items(at, value))]
+        return got if origin is list else tuple(got)
+    if origin in (dict, Mapping):
+        kind = args[1] if args else Any
+        return {str(k): read(v, kind, f"{at}.{k}") for k, v in mapping(at, value).items()}
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            raise bad(at, value, "one of " + ", ".join(repr(e.value) for e in hint)) from None
+    if isinstance(hint, type) and issubclass(hint, Record):
+        return hint.from_dict(value, at)
+    return value

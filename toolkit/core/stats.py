@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from toolkit.core import _fields as fields
-from toolkit.core.files import ReportError
 
 __all__ = [
     "DEFAULT_WARMUP_STEPS",
@@ -118,7 +117,7 @@ def jitter(values: Sequence[float]) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class StepStats:
+class StepStats(fields.Record):
     """Summary of a run's step times. All times in seconds, all figures per step.
 
     Attributes:
@@ -139,6 +138,11 @@ class StepStats:
         examples_per_sec: ``batch_size / mean_s``, when the batch size is known.
         steps_per_execution: the largest number of steps seen in one execution.
     """
+
+    # report.json's ``steps``: the fields, each checked against its declared kind as it is
+    # read, plus the derived ``total_steps`` and ``steps_per_sec`` (for readers of the JSON).
+    WHERE = "steps"
+    EXTRA = ("total_steps", "steps_per_sec")
 
     timed_steps: int
     samples: int
@@ -170,34 +174,6 @@ class StepStats:
             self.first_step_steps + self.warmup_steps + self.excluded_steps
             + self.compiled_steps + self.timed_steps
         )  # fmt: skip
-
-    def to_dict(self) -> dict[str, object]:
-        """The fields plus the derived ``total_steps`` and ``steps_per_sec`` (for readers of
-        the JSON; ignored when loading)."""
-        return {
-            **dataclasses.asdict(self),
-            "total_steps": self.total_steps,
-            "steps_per_sec": self.steps_per_sec,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Any) -> StepStats:
-        """The statistics report.json's ``steps`` holds, each field checked against its
-        declared kind (a field added here is checked without a line elsewhere).
-
-        Raises:
-            ReportError: a field is missing or not of its kind, named (``steps.p50_s``).
-        """
-        steps = fields.mapping("steps", d, optional=False)
-        for f in dataclasses.fields(cls):
-            if f.name not in steps:
-                if f.default is dataclasses.MISSING:
-                    raise ReportError(f"field steps.{f.name} is missing")
-                continue
-            kind = str(f.type)
-            fields.number(f"steps.{f.name}", steps[f.name], "None" in kind, kind.startswith("int"))
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in steps.items() if k in names})
 
     def lines(self, compile_cache: bool = False) -> list[str]:
         """Human-readable summary, one figure per line. `compile_cache`: the run read compiled

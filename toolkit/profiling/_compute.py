@@ -9,21 +9,13 @@ Import-light (no framework): the report side reads it where TensorFlow cannot be
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
 from toolkit.core import _fields as fields
 from toolkit.core.stats import reliable_peak, utilization
 
-# The figures a report's views format as numbers.
-_NUMBERS = (
-    "flops_per_step", "flops_forward", "achieved_flops_per_s", "peak_flops_per_s", "mfu",
-    "datasheet_peak_flops_per_s", "datasheet_mfu", "peak_spread_pct",
-)  # fmt: skip
-
-
 @dataclasses.dataclass(frozen=True)
-class Compute:
+class Compute(fields.Record):
     """FLOPs per step and the peak they are measured against.
 
     Attributes:
@@ -36,6 +28,8 @@ class Compute:
         achieved_flops_per_s, mfu, datasheet_mfu: at the run's median step (the report's).
         peak_pending: the peak is still to be measured after fit (the runner's, never saved).
     """
+
+    WHERE = "compute"
 
     flops_per_step: float | None = None
     flops_forward: float | None = None
@@ -51,7 +45,7 @@ class Compute:
     achieved_flops_per_s: float | None = None
     mfu: float | None = None
     datasheet_mfu: float | None = None
-    peak_pending: bool = False
+    peak_pending: bool = fields.field(False, json=False)  # the runner's, never saved
 
     @property
     def reliable_peak(self) -> bool:
@@ -71,27 +65,11 @@ class Compute:
             datasheet_mfu=sheet["mfu"] if self.datasheet_peak_flops_per_s else None,
         )
 
-    def to_dict(self) -> dict[str, object]:
-        """report.json's ``compute`` (docs/report.md); the runner's pending mark left out."""
-        out = dataclasses.asdict(self)
-        out.pop("peak_pending")
-        return out
-
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> Compute | None:
-        """A report's ``compute``, its figures checked; keys this version does not know are
-        left out.
+    def from_dict(cls, d: Any, where: str | None = None) -> Compute | None:
+        """A report's ``compute`` (docs/report.md; None: none), its figures checked.
 
         Raises:
             ReportError: a figure not a number >= 0 or null, named (``compute.mfu``).
         """
-        if not data:
-            return None
-        data = fields.mapping("compute", data)
-        for key in _NUMBERS:
-            fields.number(f"compute.{key}", data.get(key), optional=True)
-        names = {f.name for f in dataclasses.fields(cls)} - {"peak_pending"}
-        kept = {k: v for k, v in data.items() if k in names}
-        kept["method"] = kept.get("method") or ""
-        kept["peak_dtype"] = kept.get("peak_dtype") or "float32"
-        return cls(**kept)
+        return super().from_dict(d, where) if d else None

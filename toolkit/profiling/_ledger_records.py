@@ -63,7 +63,7 @@ class LedgerPart:
 
 
 @dataclasses.dataclass(frozen=True)
-class Compile:
+class Compile(fields.Record):
     """One compile, timed as its execution's excess over the function's median execution.
 
     Attributes:
@@ -79,47 +79,16 @@ class Compile:
         step_spread_s: their spread per step (:func:`spread`); None under three.
     """
 
-    function: str
-    first: bool
-    epoch: int | None
-    step: int | None
+    function: str = fields.field(missing="?")
+    first: bool = fields.field(missing=False)
+    epoch: int | None = fields.field(missing=None)
+    step: int | None = fields.field(missing=None)
     seconds: float
     backend_seconds: float | None = None
     cause: str | None = None
-    outside_steps: bool = False
+    outside_steps: bool = fields.field(False, omit=fields.omit_empty)
     samples: int = 0
     step_spread_s: float | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        out = {
-            "function": self.function,
-            "first": self.first,
-            "epoch": self.epoch,
-            "step": self.step,
-            "seconds": self.seconds,
-            "backend_seconds": self.backend_seconds,
-            "cause": self.cause,
-        }
-        if self.outside_steps:
-            out["outside_steps"] = True
-        out.update(samples=self.samples, step_spread_s=self.step_spread_s)
-        return out
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> Compile:
-        d = fields.mapping(where, d, optional=False)
-        return cls(
-            function=fields.string(f"{where}.function", d.get("function") or "?"),
-            first=fields.flag(f"{where}.first", d.get("first")),
-            epoch=fields.number(f"{where}.epoch", d.get("epoch"), optional=True, counts=True),
-            step=fields.number(f"{where}.step", d.get("step"), optional=True, counts=True),
-            seconds=fields.number(f"{where}.seconds", d.get("seconds")),
-            backend_seconds=_seconds(d, "backend_seconds", where),
-            cause=fields.string(f"{where}.cause", d.get("cause"), optional=True),
-            outside_steps=fields.flag(f"{where}.outside_steps", d.get("outside_steps")),
-            samples=_count(d, "samples", where),
-            step_spread_s=_seconds(d, "step_spread_s", where),
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,11 +103,11 @@ class CallbackTime:
 
 
 @dataclasses.dataclass(frozen=True)
-class OtherSpan:
+class OtherSpan(fields.Record):
     """Unexplained time (the ``other`` part) and where in the fit it lies, in words."""
 
     seconds: float
-    where: str
+    where: str = fields.field(missing="")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,8 +130,32 @@ class Reader:
     build_compile_s: float | None = None
 
 
+def _pairs(pairs: Any, where: str) -> tuple[tuple[str, float], ...]:
+    """``{name: seconds}`` as (name, seconds) pairs, each checked."""
+    return tuple((str(k), fields.number(f"{where}.{k}", v))
+                 for k, v in fields.mapping(where, pairs).items())  # fmt: skip
+
+
+def _callbacks_json(callbacks: tuple[CallbackTime, ...]) -> dict[str, object]:
+    return {c.name: {"seconds": c.seconds, "calls": c.calls, "spread_s": c.spread_s}
+            for c in callbacks}  # fmt: skip
+
+
+def _callbacks(named: Any, where: str) -> tuple[CallbackTime, ...]:
+    return tuple(_callback(str(k), c, f"{where}.{k}")
+                 for k, c in fields.mapping(where, named).items())  # fmt: skip
+
+
+def _source(value: Any, where: str) -> str:
+    return FIT_CALL if value == FIT_CALL else TRAIN_BEGIN
+
+
+def _jit(value: Any, where: str) -> str | None:
+    return None if value is None else str(value)  # an older report's: a bool
+
+
 @dataclasses.dataclass(frozen=True)
-class Ledger:
+class Ledger(fields.Record):
     """One fit's ledger: its wall time in parts that add up to it, its callbacks by name, its
     compiles, and the counts a fix is predicted from.
 
@@ -170,12 +163,17 @@ class Ledger:
     ``report.json`` holds it, is :meth:`to_dict`.
     """
 
-    source: str  # FIT_CALL: timed around the fit call; TRAIN_BEGIN: from train begin
-    partial: bool
+    WHERE = "ledger"
+    EXTRA = ("validations",)
+
+    # FIT_CALL: timed around the fit call; TRAIN_BEGIN: from train begin
+    source: str = fields.field(key="from", read=_source)
+    partial: bool = fields.field(missing=False)
     wall_s: float
-    parts: tuple[LedgerPart, ...]
-    callbacks: tuple[CallbackTime, ...] = ()
-    overlapped: tuple[tuple[str, float], ...] = ()  # (name, seconds) on Keras's callback thread
+    parts: tuple[LedgerPart, ...] = fields.field((), json=False)  # three mappings by name
+    callbacks: tuple[CallbackTime, ...] = fields.field((), write=_callbacks_json, read=_callbacks)
+    # (name, seconds) on Keras's callback thread
+    overlapped: tuple[tuple[str, float], ...] = fields.field((), write=dict, read=_pairs)
     compiles: tuple[Compile, ...] = ()  # the first calls and the largest recompiles
     recompiles: int = 0  # every recompile, counted
     signal: str | None = None  # how compiles were found, in words
@@ -185,9 +183,10 @@ class Ledger:
     steps_per_epoch: int | None = None
     validation_calls: tuple[int, ...] = ()  # each finished validation's executions
     validation_runs_s: tuple[float, ...] = ()  # each validation's seconds (the first: no compile)
-    step_s: tuple[tuple[str, float], ...] = ()  # (function, the median execution's s a step)
+    # (function, the median execution's s a step)
+    step_s: tuple[tuple[str, float], ...] = fields.field((), write=dict, read=_pairs)
     backend: str = ""
-    jit_compile: str | None = None  # as Keras holds it: "True", "False", "auto"
+    jit_compile: str | None = fields.field(None, read=_jit)  # as Keras: "True", "False", "auto"
     unjitted_by: tuple[str, ...] = ()  # a step not jitted: the layers that ruled XLA out
     unseen: tuple[str, ...] = ()
     input_read_s: float | None = None
@@ -196,7 +195,7 @@ class Ledger:
     # iterator; on TensorFlow the last one's teardown waits for tf.data's autotune thread).
     epoch_starts_s: float | None = None
     adapter: str | None = None  # the Keras data adapter fit read through (ArrayDataAdapter)
-    reader: Reader = Reader()
+    reader: Reader = fields.field(default_factory=Reader, json=False)
     # Each part's memory, and growth (``_memory_records``); left out of the repr, which
     # would print every reading (``print(timer.ledger())`` ran to 38 KB): read `.memory`.
     memory: RunMemory | None = dataclasses.field(default=None, repr=False)
@@ -241,37 +240,10 @@ class Ledger:
     def to_dict(self) -> dict[str, object]:
         """The ledger's JSON (``report.json``'s ``ledger``, less the report's ``fixes``)."""
         return {
-            "from": self.source,
-            "partial": self.partial,
-            "wall_s": self.wall_s,
+            **super().to_dict(),
             "parts": self.part_seconds,
             "part_samples": {p.name: p.samples for p in self.parts},
             "part_spread_s": {p.name: p.spread_s for p in self.parts},
-            "callbacks": {
-                c.name: {"seconds": c.seconds, "calls": c.calls, "spread_s": c.spread_s}
-                for c in self.callbacks
-            },
-            "overlapped": dict(self.overlapped),
-            "compiles": [c.to_dict() for c in self.compiles],
-            "recompiles": self.recompiles,
-            "signal": self.signal,
-            "epochs": self.epochs,
-            "epochs_planned": self.epochs_planned,
-            "steps": self.steps,
-            "steps_per_epoch": self.steps_per_epoch,
-            "validations": self.validations,
-            "validation_calls": list(self.validation_calls),
-            "validation_runs_s": list(self.validation_runs_s),
-            "step_s": dict(self.step_s),
-            "backend": self.backend,
-            "jit_compile": self.jit_compile,
-            "unjitted_by": list(self.unjitted_by),
-            "unseen": list(self.unseen),
-            "input_read_s": self.input_read_s,
-            "other_where": [{"seconds": o.seconds, "where": o.where} for o in self.other_where],
-            "epoch_starts_s": self.epoch_starts_s,
-            "adapter": self.adapter,
-            "memory": self.memory.to_dict() if self.memory is not None else None,
         }
 
     @classmethod
@@ -299,46 +271,16 @@ class Ledger:
         return ledger
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], reader: Reader | None = None) -> Ledger:
+    def from_dict(cls, d: Any, reader: Reader | None = None) -> Ledger:  # type: ignore[override]
         """A ledger from its JSON, written by this toolkit or an older one (a field it lacks
         takes its default; ``fixes`` is the report's, and read again from the figures).
         A field of the wrong kind raises ReportError naming it (``ledger.parts.steps``)."""
-        runs = _each(d, "validation_runs_s", lambda v, at: fields.number(at, v))
-        calls = _each(d, "validation_calls", lambda v, at: fields.number(at, v, counts=True))
+        ledger = super().from_dict(d, "ledger")
         validations = _count(d, "validations", "ledger")
-        if not calls:  # before each validation's calls were kept: its count, if any
-            calls = (0,) * max(validations, len(runs))
-        unseen = _each(d, "unseen", lambda v, at: fields.string(at, v))
-        jit = d.get("jit_compile")
-        return cls(
-            source=FIT_CALL if d.get("from") == FIT_CALL else TRAIN_BEGIN,
-            partial=fields.flag("ledger.partial", d.get("partial")),
-            wall_s=fields.number("ledger.wall_s", d.get("wall_s")),
-            parts=_parts_of(d),
-            callbacks=tuple(_callback(str(k), c) for k, c in _named(d, "callbacks").items()),
-            overlapped=_pairs(d, "overlapped"),
-            compiles=_each(d, "compiles", Compile.from_dict),
-            recompiles=_count(d, "recompiles", "ledger"),
-            signal=fields.string("ledger.signal", d.get("signal"), optional=True),
-            epochs=_count(d, "epochs", "ledger"),
-            epochs_planned=_count(d, "epochs_planned", "ledger"),
-            steps=_count(d, "steps", "ledger"),
-            steps_per_epoch=fields.number(
-                "ledger.steps_per_epoch", d.get("steps_per_epoch"), optional=True, counts=True
-            ),
-            validation_calls=calls,
-            validation_runs_s=runs,
-            step_s=_pairs(d, "step_s"),
-            backend=fields.string("ledger.backend", d.get("backend") or ""),
-            jit_compile=None if jit is None else str(jit),  # an older report's: a bool
-            unjitted_by=_each(d, "unjitted_by", lambda v, at: fields.string(at, v)),
-            unseen=unseen,
-            input_read_s=_seconds(d, "input_read_s", "ledger"),
-            other_where=_each(d, "other_where", _other),
-            epoch_starts_s=_seconds(d, "epoch_starts_s", "ledger"),
-            adapter=fields.string("ledger.adapter", d.get("adapter"), optional=True),
-            reader=reader or Reader(),
-            memory=RunMemory.from_dict(d.get("memory"), "ledger.memory"),
+        # before each validation's calls were kept: its count, if any
+        calls = ledger.validation_calls or (0,) * max(validations, len(ledger.validation_runs_s))
+        return dataclasses.replace(
+            ledger, parts=_parts_of(d), validation_calls=calls, reader=reader or Reader()
         )
 
 
@@ -355,27 +297,10 @@ def _named(d: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return fields.mapping(f"ledger.{key}", d.get(key))
 
 
-def _each(d: Mapping[str, Any], key: str, read: Any) -> tuple[Any, ...]:
-    at = f"ledger.{key}"
-    return tuple(read(v, f"{at}[{i}]") for i, v in enumerate(fields.items(at, d.get(key))))
-
-
-def _pairs(d: Mapping[str, Any], key: str) -> tuple[tuple[str, float], ...]:
-    return tuple((str(k), fields.number(f"ledger.{key}.{k}", v))
-                 for k, v in _named(d, key).items())  # fmt: skip
-
-
-def _callback(name: str, c: Any) -> CallbackTime:
-    where = f"ledger.callbacks.{name}"
+def _callback(name: str, c: Any, where: str) -> CallbackTime:
     c = fields.mapping(where, c, optional=False)
     seconds = fields.number(f"{where}.seconds", c.get("seconds"))
     return CallbackTime(name, seconds, _count(c, "calls", where), _seconds(c, "spread_s", where))
-
-
-def _other(o: Any, where: str) -> OtherSpan:
-    o = fields.mapping(where, o, optional=False)
-    return OtherSpan(fields.number(f"{where}.seconds", o.get("seconds")),
-                     fields.string(f"{where}.where", o.get("where") or ""))  # fmt: skip
 
 
 def _parts_of(d: Mapping[str, Any]) -> tuple[LedgerPart, ...]:

@@ -30,49 +30,45 @@ def _round(value: float | None, digits: int = 3) -> float | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class PartMemory:
+class PartMemory(fields.Record):
     """One part of the run (a ledger part, or a callback by its class name): the most memory
     reached in it and what was held when it last ended. `readings`: how many readings fell
     in it (0: the part was too short to be read; its figures are None)."""
 
-    name: str
-    host_peak_mb: float | None
-    host_end_mb: float | None
+    name: str = fields.field("", json=False)  # its key in the parts' mapping (_by_name)
+    host_peak_mb: float | None = None
+    host_end_mb: float | None = None
     device_peak_mb: float | None = None
     device_end_mb: float | None = None
     readings: int = 0
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "host_peak_mb": self.host_peak_mb,
-            "host_end_mb": self.host_end_mb,
-            "device_peak_mb": self.device_peak_mb,
-            "device_end_mb": self.device_end_mb,
-            "readings": self.readings,
-        }
 
-    @classmethod
-    def from_dict(cls, name: str, d: Any, where: str) -> PartMemory:
-        d = fields.mapping(where, d, optional=False)
-        keys = ("host_peak_mb", "host_end_mb", "device_peak_mb", "device_end_mb")
-        mb = {k: fields.number(f"{where}.{k}", d.get(k), optional=True) for k in keys}
-        readings = fields.number(f"{where}.readings", d.get("readings", 0), counts=True)
-        return cls(name, **mb, readings=readings)
+def _by_name(parts: tuple[PartMemory, ...]) -> dict[str, object]:
+    return {p.name: p.to_dict() for p in parts}
+
+
+def _named(d: Any, where: str) -> tuple[PartMemory, ...]:
+    return tuple(
+        dataclasses.replace(PartMemory.from_dict(v, f"{where}.{k}"), name=str(k))
+        for k, v in fields.mapping(where, d).items()
+    )
 
 
 @dataclasses.dataclass(frozen=True)
-class Growth:
+class Growth(fields.Record):
     """Memory that grew inside one part of the run and stayed: `mb` over `steps` training
     steps (the rate per 1,000 steps where the part is the steps), `memory` "host" or
     "device", `epoch` where it was found. `what`: what grew, where the backend can tell
     (live arrays by shape and dtype, tensors, retraced programs), and `held_by` the object
     and attribute holding them where found; `fix` what to do, where one is known."""
 
+    EXTRA = ("mb_per_1k_steps",)
+
     part: str
-    memory: str
+    memory: str = fields.field(missing="host")
     mb: float
-    steps: int
-    epoch: int
+    steps: int = fields.field(missing=0)
+    epoch: int = fields.field(missing=0)
     what: str | None = None
     held_by: str | None = None
     fix: str | None = None
@@ -81,31 +77,9 @@ class Growth:
     def per_1k_steps(self) -> float | None:
         return self.mb * 1000.0 / self.steps if self.steps else None
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "part": self.part,
-            "memory": self.memory,
-            "mb": self.mb,
-            "steps": self.steps,
-            "mb_per_1k_steps": _round(self.per_1k_steps),
-            "epoch": self.epoch,
-            "what": self.what,
-            "held_by": self.held_by,
-            "fix": self.fix,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> Growth:
-        d = fields.mapping(where, d, optional=False)
-        return cls(
-            fields.string(f"{where}.part", d.get("part")),
-            fields.string(f"{where}.memory", d.get("memory") or "host"),
-            fields.number(f"{where}.mb", d.get("mb")),
-            fields.number(f"{where}.steps", d.get("steps", 0), counts=True),
-            fields.number(f"{where}.epoch", d.get("epoch", 0), counts=True),
-            *(fields.string(f"{where}.{k}", d.get(k), optional=True)
-              for k in ("what", "held_by", "fix")),
-        )  # fmt: skip
+    @property
+    def mb_per_1k_steps(self) -> float | None:
+        return _round(self.per_1k_steps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,21 +95,46 @@ class Sample:
     part: str = ""
 
 
+def _every(value: Any, where: str) -> float:
+    if fields.number(where, value) <= 0:
+        raise fields.bad(where, value, "a number > 0")
+    return value
+
+
+def _rows(timeline: tuple[Sample, ...]) -> list[list[object]]:
+    return [[s.t_s, s.step, s.host_mb, s.device_mb, s.part] for s in timeline]
+
+
+def _samples(rows: Any, where: str) -> tuple[Sample, ...]:
+    return tuple(_sample(row, f"{where}[{i}]") for i, row in enumerate(fields.items(where, rows)))
+
+
+def _sample(row: Any, where: str) -> Sample:
+    """One timeline row, ``[seconds, step, host MiB, device MiB or null, part]`` (an older
+    report's rows end after the host's or the device's figure)."""
+    if not isinstance(row, list | tuple) or not 3 <= len(row) <= 5:
+        raise fields.bad(where, row, "a [seconds, step, host MiB, device MiB, part] row")
+    part = fields.string(where, row[4]) if len(row) > 4 else ""
+    device = fields.number(where, row[3] if len(row) > 3 else None, optional=True)
+    step = fields.number(where, row[1], counts=True)
+    return Sample(fields.number(where, row[0]), step, fields.number(where, row[2]), device, part)
+
+
 @dataclasses.dataclass(frozen=True)
-class RunMemory:
+class RunMemory(fields.Record):
     """One fit's memory: each part's peak and what it held at its end, the growth found,
     and a thinned timeline of the readings (for the plot and TensorBoard)."""
 
-    every_s: float
-    parts: tuple[PartMemory, ...]
-    callbacks: tuple[PartMemory, ...] = ()
+    every_s: float = fields.field(read=_every)
+    parts: tuple[PartMemory, ...] = fields.field(write=_by_name, read=_named)
+    callbacks: tuple[PartMemory, ...] = fields.field((), write=_by_name, read=_named)
     devices: tuple[str, ...] = ()
     device_unseen: str | None = None
     host_peak_mb: float | None = None
     device_peak_mb: float | None = None
     host_start_mb: float | None = None
     growth: tuple[Growth, ...] = ()
-    timeline: tuple[Sample, ...] = ()
+    timeline: tuple[Sample, ...] = fields.field((), write=_rows, read=_samples)
     readings: int = 0
     epochs: tuple[EpochMemory, ...] = ()
 
@@ -154,94 +153,25 @@ class RunMemory:
         near = [p for p in seen if getattr(p, key) >= top * 0.99]
         return min(near, key=lambda p: _ORDER.get(p.name, len(_ORDER)))
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "every_s": self.every_s,
-            "readings": self.readings,
-            "devices": list(self.devices),
-            "device_unseen": self.device_unseen,
-            "host_start_mb": self.host_start_mb,
-            "host_peak_mb": self.host_peak_mb,
-            "device_peak_mb": self.device_peak_mb,
-            "parts": {p.name: p.to_dict() for p in self.parts},
-            "callbacks": {c.name: c.to_dict() for c in self.callbacks},
-            "growth": [g.to_dict() for g in self.growth],
-            "timeline": [[s.t_s, s.step, s.host_mb, s.device_mb, s.part] for s in self.timeline],
-            "epochs": [e.to_dict() for e in self.epochs],
-        }
+    WHERE = "ledger.memory"
 
     @classmethod
-    def from_dict(cls, d: Any, where: str = "ledger.memory") -> RunMemory | None:
+    def from_dict(cls, d: Any, where: str | None = None) -> RunMemory | None:
         """A ledger's ``memory`` (None where it has none), written by this toolkit or an
         older one (a field it lacks takes its default), or edited by anyone: ReportError
         names the first field not of its kind (MiB as numbers >= 0 or null, each part's and
         callback's figures, the growth and epoch records, the timeline's rows)."""
-        if d is None:
-            return None
-        m = fields.mapping(where, d, optional=False)
-        every_s = fields.number(f"{where}.every_s", m.get("every_s"))
-        if every_s <= 0:
-            raise fields.bad(f"{where}.every_s", every_s, "a number > 0")
-
-        def parts(group: str) -> tuple[PartMemory, ...]:
-            at = f"{where}.{group}"
-            return tuple(PartMemory.from_dict(str(k), v, f"{at}.{k}")
-                         for k, v in fields.mapping(at, m.get(group)).items())  # fmt: skip
-
-        def each(key: str, read: Any) -> tuple[Any, ...]:
-            at = f"{where}.{key}"
-            return tuple(read(x, f"{at}[{i}]") for i, x in enumerate(fields.items(at, m.get(key))))
-
-        unseen = m.get("device_unseen")
-        return cls(
-            every_s=every_s,
-            parts=parts("parts"),
-            callbacks=parts("callbacks"),
-            devices=each("devices", lambda v, at: fields.string(at, v)),
-            device_unseen=fields.string(f"{where}.device_unseen", unseen, optional=True),
-            host_start_mb=fields.number(f"{where}.host_start_mb", m.get("host_start_mb"), True),
-            host_peak_mb=fields.number(f"{where}.host_peak_mb", m.get("host_peak_mb"), True),
-            device_peak_mb=fields.number(f"{where}.device_peak_mb", m.get("device_peak_mb"), True),
-            growth=each("growth", Growth.from_dict),
-            timeline=each("timeline", _sample),
-            readings=fields.number(f"{where}.readings", m.get("readings", 0), counts=True),
-            epochs=each("epochs", EpochMemory.from_dict),
-        )
-
-
-def _sample(row: Any, where: str) -> Sample:
-    """One timeline row, ``[seconds, step, host MiB, device MiB or null, part]`` (an older
-    report's rows end after the host's or the device's figure)."""
-    if not isinstance(row, list | tuple) or not 3 <= len(row) <= 5:
-        raise fields.bad(where, row, "a [seconds, step, host MiB, device MiB, part] row")
-    part = fields.string(where, row[4]) if len(row) > 4 else ""
-    device = fields.number(where, row[3] if len(row) > 3 else None, optional=True)
-    step = fields.number(where, row[1], counts=True)
-    return Sample(fields.number(where, row[0]), step, fields.number(where, row[2]), device, part)
+        return None if d is None else super().from_dict(d, where)
 
 
 @dataclasses.dataclass(frozen=True)
-class EpochMemory:
+class EpochMemory(fields.Record):
     """The run's memory at train begin (`epoch` None) and at each epoch's end, after its
     validation: the training steps begun by then, the process's resident MiB, and the
     device's in use and at its most so far (None: no device counters)."""
 
-    epoch: int | None
-    step: int
+    epoch: int | None = fields.field(missing=None)
+    step: int = fields.field(missing=0)
     host_mb: float
     device_mb: float | None = None
     device_peak_mb: float | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str) -> EpochMemory:
-        d = fields.mapping(where, d, optional=False)
-        return cls(
-            fields.number(f"{where}.epoch", d.get("epoch"), optional=True, counts=True),
-            fields.number(f"{where}.step", d.get("step", 0), counts=True),
-            fields.number(f"{where}.host_mb", d.get("host_mb")),
-            *(fields.number(f"{where}.{k}", d.get(k), optional=True)
-              for k in ("device_mb", "device_peak_mb")),
-        )  # fmt: skip

@@ -70,89 +70,32 @@ def settled(
     return at, mark
 
 
+def _metrics(value: Any, where: str) -> dict[str, float]:
+    """An epoch's metrics: any number each (a loss may be NaN, an R² negative; null where it
+    was not finite), as Keras logs them."""
+    metrics = fields.mapping(where, value)
+    for key, metric in metrics.items():
+        fields.metric(f"{where}.{key}", metric)
+    return {str(k): v for k, v in metrics.items()}
+
+
 @dataclasses.dataclass(frozen=True)
-class Epoch:
+class Epoch(fields.Record):
     """One epoch as StepTimer saw it: `seconds` from its begin to its end, the `steps` it
     ran, `step_seconds` of them inside its executions, and its final `metrics` (Keras's
-    logs as floats). `epoch` counts from 0, as Keras's callbacks do."""
+    logs as floats). `epoch` counts from 0, as Keras's callbacks do. One entry of
+    report.json's ``epochs``."""
+
+    WHERE = "epochs[0]"
 
     epoch: int
-    seconds: float
+    seconds: float = fields.field(missing=0.0)
     steps: int
-    step_seconds: float
-    metrics: Mapping[str, float] = dataclasses.field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, object]:
-        """One entry of report.json's ``epochs``."""
-        return {
-            "epoch": self.epoch, "seconds": self.seconds, "steps": self.steps,
-            "step_seconds": self.step_seconds, "metrics": dict(self.metrics),
-        }  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, d: Any, field: str = "epochs[0]") -> Epoch:
-        """An entry of report.json's ``epochs``, each value checked.
-
-        Raises:
-            ReportError: a value not of its kind, naming it (``epochs[1].seconds``).
-        """
-        d = fields.mapping(field, d, optional=False)
-        metrics = fields.mapping(f"{field}.metrics", d.get("metrics"))
-        for key, value in metrics.items():
-            fields.metric(f"{field}.metrics.{key}", value)
-        return cls(
-            fields.number(f"{field}.epoch", d.get("epoch"), counts=True),
-            fields.number(f"{field}.seconds", d.get("seconds", 0.0)),
-            fields.number(f"{field}.steps", d.get("steps"), counts=True),
-            fields.number(f"{field}.step_seconds", d.get("step_seconds", 0.0)),
-            {str(k): v for k, v in metrics.items()},
-        )
+    step_seconds: float = fields.field(missing=0.0)
+    metrics: Mapping[str, float] = fields.field(default_factory=dict, read=_metrics)
 
 
-@dataclasses.dataclass(frozen=True)
-class Traced:
-    """What a TraceWindow did: the steps asked for and those it traced (None: not reached),
-    the trace files it left under `logdir`, the step markers it wrote, and why it failed."""
-
-    logdir: str
-    requested_steps: tuple[int, int]
-    traced_steps: tuple[int, int] | None = None
-    files: tuple[str, ...] = ()
-    marked_steps: int = 0
-    error: str | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        """report.json's ``trace``, less what the report adds (``view``, ``analysis``)."""
-        traced = list(self.traced_steps) if self.traced_steps else None
-        return {
-            "logdir": self.logdir, "requested_steps": list(self.requested_steps),
-            "traced_steps": traced, "files": list(self.files),
-            "marked_steps": self.marked_steps, "error": self.error,
-        }  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Traced:
-        """report.json's ``trace``, each field checked.
-
-        Raises:
-            ReportError: a field not of its kind, named (``trace.files``).
-        """
-        files = d.get("files")
-        if files is not None and not (
-            isinstance(files, list) and all(isinstance(f, str) for f in files)
-        ):
-            raise fields.bad("trace.files", files, "a list of file names")
-        return cls(
-            str(fields.string("trace.logdir", d.get("logdir", ""))),
-            _steps("trace.requested_steps", d.get("requested_steps")) or (0, 0),
-            _steps("trace.traced_steps", d.get("traced_steps")),
-            tuple(files or ()),
-            fields.number("trace.marked_steps", d.get("marked_steps", 0), counts=True),
-            fields.string("trace.error", d.get("error"), optional=True),
-        )
-
-
-def _steps(field: str, value: Any) -> tuple[int, int] | None:
+def _steps(value: Any, field: str) -> tuple[int, int] | None:
     """A [first, last] pair of steps, or None."""
     if value is None:
         return None
@@ -164,45 +107,58 @@ def _steps(field: str, value: Any) -> tuple[int, int] | None:
     )
 
 
+def _files(files: Any, where: str) -> tuple[str, ...]:
+    if files is not None and not (
+        isinstance(files, list) and all(isinstance(f, str) for f in files)
+    ):
+        raise fields.bad(where, files, "a list of file names")
+    return tuple(files or ())
+
+
 @dataclasses.dataclass(frozen=True)
-class FitCall:
+class Traced(fields.Record):
+    """What a TraceWindow did: the steps asked for and those it traced (None: not reached),
+    the trace files it left under `logdir`, the step markers it wrote, and why it failed.
+    report.json's ``trace``, less what the report adds (``view``, ``analysis``)."""
+
+    WHERE = "trace"
+
+    logdir: str = fields.field(missing="")
+    requested_steps: tuple[int, int] = fields.field(read=lambda v, at: _steps(v, at) or (0, 0))
+    traced_steps: tuple[int, int] | None = fields.field(None, read=_steps)
+    files: tuple[str, ...] = fields.field((), read=_files)
+    marked_steps: int = 0
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FitCall(fields.Record):
     """The whole ``fit`` call in three parts that add up to `whole_s`: start-up (fit called
     -> its first batch begins), steps (-> train end) and exit (-> fit returned; None where the
     call was not timed around, or raised). `counted_from`: ``"fit call"``, or ``"train
     begin"`` where nothing timed the call itself (then the start-up counts from train
-    begin)."""
+    begin). report.json's ``fit_call``."""
+
+    WHERE = "fit_call"
 
     whole_s: float
     start_up_s: float
     steps_s: float
     exit_s: float | None = None
-    counted_from: str = "fit call"
+    counted_from: str = fields.field("fit call", key="from", missing="train begin")
 
     @property
     def timed(self) -> bool:
         """Whether the call itself was timed (``profile().fit``, the runner)."""
         return self.counted_from == "fit call"
 
-    def to_dict(self) -> dict[str, object]:
-        """report.json's ``fit_call`` (its ``from`` is :attr:`counted_from`)."""
-        return {
-            "from": self.counted_from, "whole_s": self.whole_s, "start_up_s": self.start_up_s,
-            "steps_s": self.steps_s, "exit_s": self.exit_s,
-        }  # fmt: skip
-
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> FitCall | None:
+    def from_dict(cls, d: Any, where: str | None = None) -> FitCall | None:
         """A report's ``fit_call``, read leniently (a view of the run); None where a report has
         none, or one this version cannot read."""
-        if not isinstance(d, Mapping):
-            return None
         try:
-            return cls(
-                float(d["whole_s"]), float(d["start_up_s"]), float(d["steps_s"]),
-                None if d.get("exit_s") is None else float(d["exit_s"]),
-                str(d.get("from") or "train begin"),
-            )  # fmt: skip
-        except (KeyError, TypeError, ValueError):
+            return super().from_dict(d, where)
+        except fields.ReportError:
             return None
 
 
@@ -285,7 +241,7 @@ def process_start() -> float | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class Stage:
+class Stage(fields.Record):
     """One stage of the process: its name, its seconds, and of them the seconds the backend
     timed compiling (`compile_s`; None: not watched, or a backend that times no compile
     outside a fit: JAX's monitoring events do, so a model's build shows its initializers')."""
@@ -296,7 +252,7 @@ class Stage:
 
 
 @dataclasses.dataclass(frozen=True)
-class ProcessTime:
+class ProcessTime(fields.Record):
     """The process that ran the fit, from its start to its report, in `stages` that follow
     one another and so add up to :attr:`whole_s`.
 
@@ -305,6 +261,8 @@ class ProcessTime:
     initializer compiles), what ran after the fit. The first stage counts from the kernel's
     start of the process (:func:`process_start`), each later one from the one before it.
     """
+
+    WHERE = "process"
 
     stages: tuple[Stage, ...]
 
@@ -340,32 +298,12 @@ class ProcessTime:
             last = at
         return cls(tuple(out))
 
-    def to_dict(self) -> dict[str, object]:
-        """report.json's ``process``."""
-        return {
-            "stages": [
-                {"name": s.name, "seconds": s.seconds, "compile_s": s.compile_s}
-                for s in self.stages
-            ]
-        }
-
     @classmethod
-    def from_dict(cls, d: Any) -> ProcessTime | None:
+    def from_dict(cls, d: Any, where: str | None = None) -> ProcessTime | None:
         """report.json's ``process`` (None: a report written before it was measured), each
         value checked.
 
         Raises:
             ReportError: a value not of its kind, naming it (``process.stages[1].seconds``).
         """
-        if d is None:
-            return None
-        d = fields.mapping("process", d, optional=False)
-        stages = fields.records("process.stages", d.get("stages"))
-        return cls(tuple(
-            Stage(
-                fields.string(f"process.stages[{i}].name", s.get("name")),
-                fields.number(f"process.stages[{i}].seconds", s.get("seconds")),
-                fields.number(f"process.stages[{i}].compile_s", s.get("compile_s"), True),
-            )
-            for i, s in enumerate(stages)
-        ))  # fmt: skip
+        return None if d is None else super().from_dict(d, where)
