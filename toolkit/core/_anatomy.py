@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from toolkit.core import _fields as fields
@@ -134,17 +134,30 @@ class StepTrace:
     error: str | None = None
 
 
+def _per_step_s(value: Any, where: str) -> float:
+    """Seconds per step: a number >= 0 that no training step passes (a day)."""
+    fields.per_step(where, fields.number(where, value))
+    return value
+
+
+def _advice(value: Any, where: str) -> Advice | None:
+    try:
+        return Advice.from_dict(value) if value else None
+    except ValueError:
+        raise fields.bad(where, value, "advice: {text, tries} or null") from None
+
+
 @dataclasses.dataclass(frozen=True)
-class PhaseTime:
+class PhaseTime(fields.Record):
     """One phase of the step: seconds per step, and where the backend cannot see it, why."""
 
     phase: Phase
-    seconds: float
+    seconds: float = fields.field(read=_per_step_s)
     unseen: str = ""  # words: why this backend's signal shows none of it here
 
 
 @dataclasses.dataclass(frozen=True)
-class LayerTime:
+class LayerTime(fields.Record):
     """One Keras layer's share of a step.
 
     Attributes:
@@ -173,9 +186,9 @@ class LayerTime:
     """
 
     name: str
-    kind: str
-    forward_s: float
-    backward_s: float
+    kind: str = fields.field(missing="")
+    forward_s: float = fields.field(read=_per_step_s)
+    backward_s: float = fields.field(read=_per_step_s)
     calls: int = 1
     flops: float | None = None
     fused_s: float = 0.0
@@ -218,7 +231,7 @@ class LayerTime:
 
 
 @dataclasses.dataclass(frozen=True)
-class Anatomy:
+class Anatomy(fields.Record):
     """One training step taken apart (seconds per step).
 
     Attributes:
@@ -263,6 +276,8 @@ class Anatomy:
         error: why the anatomy could not be taken (the rest is empty), or None.
     """
 
+    WHERE = "anatomy"
+
     backend: str
     device: str = ""
     steps: int = 0
@@ -284,7 +299,7 @@ class Anatomy:
     model_alone_forward_s: float | None = None
     other_between_s: float | None = None
     ops_per_step: float | None = None
-    other_fix: Advice | None = None
+    other_fix: Advice | None = fields.field(None, read=_advice)
     other_fixed_s: float | None = None
     error: str | None = None
 
@@ -362,94 +377,22 @@ class Anatomy:
     def attributed_layers_s(self) -> float:
         return sum(layer.seconds for layer in self.layers)
 
-    def to_dict(self) -> dict[str, object]:
-        """``report.json``'s ``anatomy`` (docs/report.md): plain JSON values, seconds."""
-        out = dataclasses.asdict(self)
-        for key in ("phases", "traced_phases"):
-            out[key] = [
-                {"phase": p.phase.value, "seconds": p.seconds, "unseen": p.unseen}
-                for p in getattr(self, key)
-            ]
-        out["notes"] = list(self.notes)
-        out["other_fix"] = self.other_fix.to_dict() if self.other_fix is not None else None
-        return out
-
     @classmethod
-    def from_dict(cls, d: Any) -> Anatomy:
-        """The record of :meth:`to_dict`'s output (``docs/report.md``), each field checked as
-        it is read: ReportError (a ValueError) names the first not of its kind: seconds per
-        step as numbers >= 0, each phase one of :class:`Phase`'s, each layer named, the
-        notes strings, and a taken anatomy (no `error`) with a step and its phases."""
-        a = fields.mapping("anatomy", d, optional=False)
-        read: dict[str, Any] = {"backend": fields.string("anatomy.backend", a.get("backend"))}
-        for key in ("device", "signal", "raw_how"):
-            read[key] = fields.string(f"anatomy.{key}", a.get(key, ""))
-        read["error"] = fields.string("anatomy.error", a.get("error"), optional=True)
-        try:
-            read["other_fix"] = Advice.from_dict(a["other_fix"]) if a.get("other_fix") else None
-        except ValueError:
-            what = "advice: {text, tries} or null"
-            raise fields.bad("anatomy.other_fix", a["other_fix"], what) from None
-        read["steps"] = fields.number("anatomy.steps", a.get("steps", 0), counts=True)
-        read["batch"] = fields.number("anatomy.batch", a.get("batch"), optional=True, counts=True)
-        for key in ("step_s", "traced_s", "fused_s"):
-            read[key] = _seconds(a, key, "anatomy", 0.0)
-        for key in _OPTIONAL:
-            read[key] = _seconds(a, key, "anatomy")
-        read["phases"], read["traced_phases"] = _phases(a, "phases"), _phases(a, "traced_phases")
-        records = fields.records("anatomy.layers", a.get("layers"))
-        read["layers"] = tuple(_layer(x, f"anatomy.layers[{i}]") for i, x in enumerate(records))
-        notes = a.get("notes") or []
-        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
-            raise fields.bad("anatomy.notes", notes, "a list of strings")
-        if read["error"] is None:  # a taken anatomy: a step, and the phases it splits into
-            if a.get("phases") is None:
+    def from_dict(cls, d: Any, where: str | None = None) -> Anatomy:
+        """``report.json``'s ``anatomy`` (docs/report.md), each field checked as it is read:
+        ReportError (a ValueError) names the first not of its kind: seconds per step as
+        numbers >= 0, each phase one of :class:`Phase`'s, each layer named, the notes
+        strings, and a taken anatomy (no `error`) with a step and its phases."""
+        a = super().from_dict(d, where)
+        if a.error is None:  # a taken anatomy: a step, and the phases it splits into
+            if d.get("phases") is None:
                 raise ReportError("field anatomy.phases is missing")
             for key in ("step_s", "traced_s"):
-                if read[key] == 0:
+                if getattr(a, key) == 0:
                     raise fields.bad(
-                        f"anatomy.{key}", a.get(key), "a time above 0 (seconds per step)"
+                        f"anatomy.{key}", d.get(key), "a time above 0 (seconds per step)"
                     )
-        return cls(**read, notes=tuple(notes))
-
-
-def _seconds(d: Mapping[str, Any], key: str, where: str, default: float | None = None) -> Any:
-    """`d[key]`, seconds (or a count) >= 0; `default` where it is missing, else null allowed."""
-    return fields.number(f"{where}.{key}", d.get(key, default), optional=default is None)
-
-
-def _phases(a: Mapping[str, Any], key: str) -> tuple[PhaseTime, ...]:
-    out = []
-    for i, p in enumerate(fields.records(f"anatomy.{key}", a.get(key))):
-        where = f"anatomy.{key}[{i}]"
-        if p.get("phase") not in _PHASES:
-            raise fields.bad(f"{where}.phase", p.get("phase"), f"one of {', '.join(_PHASES)}")
-        seconds = fields.number(f"{where}.seconds", p.get("seconds"))
-        fields.per_step(f"{where}.seconds", seconds)
-        unseen = fields.string(f"{where}.unseen", p.get("unseen", ""))
-        out.append(PhaseTime(Phase(p["phase"]), seconds, unseen))
-    return tuple(out)
-
-
-def _layer(x: Mapping[str, Any], where: str) -> LayerTime:
-    for key in ("forward_s", "backward_s"):
-        fields.per_step(f"{where}.{key}", fields.number(f"{where}.{key}", x.get(key)))
-    held = x.get("alone_with_held", False)
-    if not isinstance(held, bool):
-        raise fields.bad(f"{where}.alone_with_held", held, "true or false")
-    return LayerTime(
-        name=fields.string(f"{where}.name", x.get("name")),
-        kind=fields.string(f"{where}.kind", x.get("kind", "")),
-        forward_s=x["forward_s"],
-        backward_s=x["backward_s"],
-        calls=fields.number(f"{where}.calls", x.get("calls", 1), counts=True),
-        flops=_seconds(x, "flops", where),
-        fused_s=_seconds(x, "fused_s", where, 0.0),
-        **{k: _seconds(x, k, where) for k in ("traced_forward_s", "traced_backward_s", "alone_s",
-           "alone_forward_s", "held_traced_s")},
-        alone_with_held=held,
-        check=fields.string(f"{where}.check", x.get("check", "")),
-    )  # fmt: skip
+        return a
 
 
 # ---------------------------------------------------------------------------- what holds
@@ -889,8 +832,3 @@ def _by_kind(layers: Sequence[LayerTime]) -> dict[str, tuple[int, float]]:
         out[key] = (n + (holder.name not in seen), s + layer.seconds)
         seen.add(holder.name)
     return out
-
-
-_PHASES = tuple(p.value for p in Phase)
-_OPTIONAL = ("untraced_s", "raw_s", "fit_s", "fed_s", "model_alone_s", "model_alone_forward_s",
-             "other_between_s", "ops_per_step", "other_fixed_s")  # fmt: skip

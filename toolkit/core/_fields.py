@@ -216,14 +216,18 @@ class Record:
             if meta.get("read"):
                 values[f.name] = meta["read"](value, at)
             elif value is not None or not _has_default(f):
-                if key not in m and missing is dataclasses.MISSING:
-                    raise ReportError(f"field {at} is missing")
+                if key not in m and missing is dataclasses.MISSING and _takes_none(hints[f.name]):
+                    raise ReportError(f"field {at} is missing")  # null would read as None
                 values[f.name] = read(value, hints[f.name], at)
         return cls(**values)
 
 
 def _has_default(f: dataclasses.Field[Any]) -> bool:
     return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+
+
+def _takes_none(hint: Any) -> bool:
+    return type(None) in typing.get_args(hint) or hint in (Any, object)
 
 
 @functools.cache
@@ -268,7 +272,7 @@ def read(value: Any, hint: Any, at: str) -> Any:
         try:
             return hint(value)
         except ValueError:
-            raise bad(at, value, "one of " + ", ".join(repr(e.value) for e in hint)) from None
+            raise bad(at, value, "one of " + ", ".join(str(e.value) for e in hint)) from None
     if isinstance(hint, type) and issubclass(hint, Record):
         return hint.from_dict(value, at)
     return value

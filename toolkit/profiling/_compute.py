@@ -14,6 +14,7 @@ from typing import Any
 from toolkit.core import _fields as fields
 from toolkit.core.stats import reliable_peak, utilization
 
+
 @dataclasses.dataclass(frozen=True)
 class Compute(fields.Record):
     """FLOPs per step and the peak they are measured against.
