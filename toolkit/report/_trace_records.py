@@ -39,6 +39,22 @@ def _number(value: Any, name: str, optional: bool = False) -> Any:
     return read
 
 
+def _finite(value: Any, where: str) -> float:
+    """A finite number of either sign, as a trace's figures have always been read."""
+    read = fields.finite(value)
+    if read is None:
+        raise fields.bad(where, value, "a finite number")
+    return read
+
+
+def _finite_or_none(value: Any, where: str) -> float | None:
+    return None if value is None else _finite(value, where)
+
+
+def _finite_each(value: Any, where: str) -> dict[str, float]:
+    return {k: _finite(v, f"{where}.{k}") for k, v in fields.mapping(where, value).items()}
+
+
 def _required(d: Mapping[str, Any], key: str, name: str) -> str:
     """`d[key]` as a string, or ReportError naming ``name.key`` where it is missing."""
     if d.get(key) is None:
@@ -50,12 +66,12 @@ def _required(d: Mapping[str, Any], key: str, name: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Spread:
+class Spread(fields.Record):
     """Mean, min and max of per-step times, in ms."""
 
-    mean: float
-    min: float
-    max: float
+    mean: float = fields.field(read=_finite)
+    min: float = fields.field(read=_finite)
+    max: float = fields.field(read=_finite)
 
     @classmethod
     def of(cls, times: Sequence[float]) -> Spread | None:
@@ -63,16 +79,6 @@ class Spread:
         if not times:
             return None
         return cls(mean=sum(times) / len(times), min=min(times), max=max(times))
-
-    def to_dict(self) -> dict[str, float]:
-        return {"mean": self.mean, "min": self.min, "max": self.max}
-
-    @classmethod
-    def from_dict(cls, d: Any, name: str = "step_ms") -> Spread | None:
-        if d is None:
-            return None
-        d = fields.mapping(_field(name), d)
-        return cls(**{k: _number(d.get(k), f"{name}.{k}") for k in ("mean", "min", "max")})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +112,7 @@ class TracedStep:
 
 
 @dataclasses.dataclass(frozen=True)
-class OpTime:
+class OpTime(fields.Record):
     """One op's self time.
 
     Attributes:
@@ -118,27 +124,14 @@ class OpTime:
     """
 
     op: str
-    type: str
-    count: int
-    self_ms: float
-    share: float
-
-    def to_dict(self) -> dict[str, str | int | float]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], name: str) -> OpTime:
-        return cls(
-            op=_required(d, "op", name),
-            type=str(d.get("type") or ""),
-            count=int(_number(d.get("count", 0), f"{name}.count")),
-            self_ms=_number(d.get("self_ms"), f"{name}.self_ms"),
-            share=_number(d.get("share"), f"{name}.share"),
-        )
+    type: str = fields.field(missing="")
+    count: int = fields.field(missing=0)
+    self_ms: float = fields.field(read=_finite)
+    share: float = fields.field(read=_finite)
 
 
 @dataclasses.dataclass(frozen=True)
-class TopOps:
+class TopOps(fields.Record):
     """The top ops by self time on each side, the longest first."""
 
     host: tuple[OpTime, ...] = ()
@@ -154,28 +147,18 @@ class TopOps:
         yield "device", self.device
         yield "host", self.host
 
-    def to_dict(self) -> dict[str, list[dict[str, str | int | float]]]:
-        return {
-            "host": [o.to_dict() for o in self.host],
-            "device": [o.to_dict() for o in self.device],
-        }
 
-    @classmethod
-    def from_dict(cls, d: Any) -> TopOps:
-        d = fields.mapping(_field("top_ops"), d)
-        return cls(
-            **{
-                side: tuple(
-                    OpTime.from_dict(o, f"top_ops.{side}[{i}]")
-                    for i, o in enumerate(fields.records(_field(f"top_ops.{side}"), d.get(side)))
-                )
-                for side in ("host", "device")
-            }
-        )
+def _traced_steps(value: Any, where: str) -> tuple[TracedStep, ...]:
+    return tuple(TracedStep.from_dict(s, f"steps[{i}]")
+                 for i, s in enumerate(fields.records(where, value)))  # fmt: skip
+
+
+def _per_row(value: Any, where: str) -> int:
+    return max(1, int(_finite(value, where))) if value is not None else 1
 
 
 @dataclasses.dataclass(frozen=True)
-class TraceAnalysis:
+class TraceAnalysis(fields.Record):
     """What a profiler trace says (``toolkit.report.trace.read_trace``).
 
     Attributes:
@@ -199,19 +182,21 @@ class TraceAnalysis:
             each of its steps); 1 but for XProf's reading of a trace with steps.
     """
 
+    WHERE = _WHERE
+
     reader: str | None = None
-    steps: tuple[TracedStep, ...] = ()
+    steps: tuple[TracedStep, ...] = fields.field((), read=_traced_steps)
     step_ms: Spread | None = None
-    breakdown_ms: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    input_percent: float | None = None
-    collectives_percent: float | None = None
+    breakdown_ms: Mapping[str, float] = fields.field(default_factory=dict, read=_finite_each)
+    input_percent: float | None = fields.field(None, read=_finite_or_none)
+    collectives_percent: float | None = fields.field(None, read=_finite_or_none)
     verdict: str | None = None
     statement: str | None = None
-    top_ops: TopOps = TopOps()
+    top_ops: TopOps = fields.field(default_factory=TopOps)
     error: str | None = None
-    overview: bool = False
+    overview: bool = fields.field(False, json=False)  # written as bottleneck's presence
     bottleneck: str | None = None
-    steps_per_row: int = 1
+    steps_per_row: int = fields.field(1, omit=lambda n: n <= 1, read=_per_row)
 
     @property
     def read(self) -> bool:
@@ -220,54 +205,19 @@ class TraceAnalysis:
 
     def to_dict(self) -> dict[str, object]:
         """report.json's ``trace.analysis``: the object reports have always held."""
-        out: dict[str, Any] = {
-            "reader": self.reader,
-            "steps": [s.to_dict() for s in self.steps],
-            "step_ms": self.step_ms.to_dict() if self.step_ms is not None else None,
-            "breakdown_ms": dict(self.breakdown_ms),
-            "input_percent": self.input_percent,
-            "collectives_percent": self.collectives_percent,
-            "verdict": self.verdict,
-            "statement": self.statement,
-            "top_ops": self.top_ops.to_dict(),
-            "error": self.error,
-        }
-        if self.overview:
-            out["bottleneck"] = self.bottleneck
-        if self.steps_per_row > 1:
-            out["steps_per_row"] = self.steps_per_row
+        out = super().to_dict()
+        if not self.overview:
+            out.pop("bottleneck")
         return out
 
     @classmethod
-    def from_dict(cls, d: Any) -> TraceAnalysis | None:
+    def from_dict(cls, d: Any, where: str | None = None) -> TraceAnalysis | None:
         """The analysis a report holds (:meth:`to_dict`'s, or an older report's, its missing
         fields taking their defaults); None where it holds none."""
         if not d:
             return None
-        d = fields.mapping(_WHERE, d)
-        text = {
-            k: fields.string(_field(k), d.get(k), optional=True)
-            for k in ("reader", "verdict", "statement", "error")
-        }
-        breakdown = fields.mapping(_field("breakdown_ms"), d.get("breakdown_ms"))
-        per_row = _number(d.get("steps_per_row"), "steps_per_row", optional=True)
-        return cls(
-            **text,
-            steps=tuple(
-                TracedStep.from_dict(s, f"steps[{i}]")
-                for i, s in enumerate(fields.records(_field("steps"), d.get("steps")))
-            ),
-            step_ms=Spread.from_dict(d.get("step_ms")),
-            breakdown_ms={k: _number(v, f"breakdown_ms.{k}") for k, v in breakdown.items()},
-            input_percent=_number(d.get("input_percent"), "input_percent", optional=True),
-            collectives_percent=_number(
-                d.get("collectives_percent"), "collectives_percent", optional=True
-            ),
-            top_ops=TopOps.from_dict(d.get("top_ops")),
-            overview="bottleneck" in d,
-            bottleneck=fields.string(_field("bottleneck"), d.get("bottleneck"), optional=True),
-            steps_per_row=max(1, int(per_row or 1)),
-        )
+        read = super().from_dict(d, where)
+        return dataclasses.replace(read, overview="bottleneck" in d)
 
 
 @dataclasses.dataclass(frozen=True)
