@@ -732,11 +732,13 @@ BAD_REPORTS = {
     "d['diagnosis'] = {'verdict': 'input-bound', 'input_rate': 1, 'compute_rate': 2}": (
         "field diagnosis.fit_rate is missing or null, not a number"
     ),
-    "d['diagnosis'] = {'verdict': 3}": "field diagnosis.verdict is 3, not a string",
-    "d['diagnosis'] = {'verdict': 'balanced', 'input_rate': 1, 'compute_rate': 1, 'fit_rate': 1, "
-    "'steps': 'ten', 'anatomy': {'phases': 5}}": (
-        "field diagnosis.anatomy holds a value this toolkit cannot show"
+    "d['diagnosis'] = {'verdict': 3, 'input_rate': 1, 'compute_rate': 1, 'fit_rate': 1}": (
+        "field diagnosis.verdict is 3, not a string"
     ),
+    "d['diagnosis'] = {'verdict': 'balanced', 'input_rate': 1, 'compute_rate': 1, 'fit_rate': 1, "
+    "'anatomy': {'phases': 5}}": "field diagnosis.anatomy holds a value this toolkit cannot show",
+    "d['diagnosis'] = {'verdict': 'balanced', 'input_rate': 1, 'compute_rate': 1, 'fit_rate': 1, "
+    "'steps': 'ten'}": "field diagnosis.steps is 'ten', not an integer",
     "d['timeline'] = [[1]]": "field timeline is [[1]], not a list of [seconds, steps, epoch",
     "d['ledger'] = {'wall_s': 2.0, 'parts': {'steps': 7.0, 'other': -5.0}}": (
         "field ledger.parts.other is -5.0, not a number >= 0"

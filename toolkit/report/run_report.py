@@ -767,8 +767,6 @@ def _diagnosis_of(d: Any) -> DiagnosisSection | None:
         return None
     try:
         return DiagnosisSection.from_dict(d)
-    except ValueError as e:
-        raise ReportError(f"field {e}") from None
     except (TypeError, KeyError, AttributeError) as e:
         raise ReportError(
             f"field diagnosis holds a value this toolkit cannot show ({one_line(e)})"
