@@ -70,7 +70,7 @@ def settled(
     return at, mark
 
 
-def _metrics(value: Any, where: str) -> dict[str, float]:
+def metrics_of(value: Any, where: str) -> dict[str, float]:
     """An epoch's metrics: any number each (a loss may be NaN, an R² negative; null where it
     was not finite), as Keras logs them."""
     metrics = fields.mapping(where, value)
@@ -92,7 +92,7 @@ class Epoch(fields.Record):
     seconds: float = fields.field(missing=0.0)
     steps: int
     step_seconds: float = fields.field(missing=0.0)
-    metrics: Mapping[str, float] = fields.field(default_factory=dict, read=_metrics)
+    metrics: Mapping[str, float] = fields.field(default_factory=dict, read=metrics_of)
 
 
 def _steps(value: Any, field: str) -> tuple[int, int] | None:

@@ -43,7 +43,7 @@ from toolkit.core.stats import (
 from toolkit.core.version import __version__
 from toolkit.profiling._compute import Compute
 from toolkit.profiling._ledger_records import Ledger
-from toolkit.profiling._timing import Epoch, FitCall, ProcessTime, Traced
+from toolkit.profiling._timing import Epoch, FitCall, ProcessTime, Traced, metrics_of
 from toolkit.report._anatomy import ANATOMY_PNG, anatomy_lines, anatomy_markdown, anatomy_png
 from toolkit.report._cluster import ClusterView, cluster_line
 from toolkit.report._diagnosis import DiagnosisSection
@@ -78,7 +78,7 @@ STATUSES = (COMPLETE, PARTIAL, DIVERGED, UNTIMED)
 
 
 @dataclasses.dataclass
-class RunReport:
+class RunReport(fields.Record):
     """Everything one run measured. Build it with :meth:`from_callbacks` or :meth:`load`.
 
     Every section is a record: ``context`` how the run was set up (written by the runner, None
@@ -90,38 +90,43 @@ class RunReport:
 
     name: str
     steps: StepStats
-    status: str = COMPLETE
+    status: str = fields.field(COMPLETE, read=lambda v, at: _status(v))
     error: str | None = None
     created_utc: str = ""
     fit_seconds: float | None = None
     # The whole fit call as start-up + steps + exit (``StepTimer.fit_call``); None in reports
     # written before it was measured.
-    fit_call: FitCall | None = None
+    fit_call: FitCall | None = None  # read leniently: a view of the run
     # The whole fit's ledger: its parts, callbacks by name, compiles and the fixes with their
     # predicted savings (``toolkit.profiling._ledger``, ``toolkit.report._ledger``); None in
     # reports written before it was measured, and for a custom loop.
     # report.json holds its JSON (``toolkit.report._ledger.ledger_json``), read back with
     # ``Ledger.read``.
-    ledger: Ledger | None = None
+    ledger: Ledger | None = fields.field(
+        None,
+        write=lambda ledger: None if ledger is None else ledger_json(ledger),
+        read=lambda v, at: None if v is None else Ledger.read(v),
+    )
     # One training step taken apart (``toolkit.core._anatomy``; rendered by
     # ``toolkit.report._anatomy``); None where none was taken, and in older reports.
-    anatomy: Anatomy | None = None
+    anatomy: Anatomy | None = fields.field(None, read=lambda v, at: _anatomy_of(v))
     # The whole process to the report in stages (``ProcessTime``: launch, set-up, model, the
     # fit call, after it); None where its start is unknown, and in older reports.
     process: ProcessTime | None = None
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     args: dict[str, Any] = dataclasses.field(default_factory=dict)
-    timeline: list[list[Any]] = dataclasses.field(default_factory=list)
+    timeline: list[list[Any]] = fields.field(default_factory=list, read=lambda v, at: _calls(v))
     timeline_truncated: bool = False
     epochs: list[Epoch] = dataclasses.field(default_factory=list)
-    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
-    trace: TraceSection | None = None
+    metrics: dict[str, float] = fields.field(default_factory=dict, read=metrics_of)
+    trace: TraceSection | None = fields.field(None, read=lambda v, at: TraceSection.from_dict(v))
     compute: Compute | None = None
-    context: RunContext | None = None
-    diagnosis: DiagnosisSection | None = None
-    tune: TuneSection | None = None
-    cluster: ClusterView | None = None
-    tensorboard: TensorBoardRuns | None = None
+    # schema 1 kept it in extra (from_dict reads it from there)
+    context: RunContext | None = fields.field(None, read=lambda v, at: _context_of(v))
+    diagnosis: DiagnosisSection | None = fields.field(None, read=lambda v, at: _diagnosis_of(v))
+    tune: TuneSection | None = fields.field(None, read=lambda v, at: TuneSection.from_dict(v))
+    cluster: ClusterView | None = fields.field(None, read=lambda v, at: _cluster_of(v))
+    tensorboard: TensorBoardRuns | None = fields.field(None, read=lambda v, at: _tensorboard_of(v))
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     toolkit_version: str = __version__
     schema_version: int = SCHEMA_VERSION
@@ -236,21 +241,7 @@ class RunReport:
     # ------------------------------------------------------------ JSON
 
     def to_dict(self) -> dict[str, object]:
-        d = dataclasses.asdict(self)
-        d["steps"] = self.steps.to_dict()
-        d["epochs"] = [e.to_dict() for e in self.epochs]
-        d["trace"] = self.trace.to_dict() if self.trace is not None else None
-        d["tune"] = self.tune.to_dict() if self.tune is not None else None
-        d["context"] = self.context.to_dict() if self.context is not None else None
-        d["anatomy"] = self.anatomy.to_dict() if self.anatomy is not None else None
-        d["ledger"] = ledger_json(self.ledger) if self.ledger is not None else None
-        d["compute"] = self.compute.to_dict() if self.compute is not None else None
-        d["fit_call"] = self.fit_call.to_dict() if self.fit_call is not None else None
-        d["process"] = self.process.to_dict() if self.process is not None else None
-        d["cluster"] = self.cluster.to_dict() if self.cluster is not None else None
-        d["tensorboard"] = self.tensorboard.to_dict() if self.tensorboard is not None else None
-        d["diagnosis"] = self.diagnosis.to_dict() if self.diagnosis is not None else None
-        return {"schema": SCHEMA, **d}
+        return {"schema": SCHEMA, **super().to_dict()}
 
     def to_json(self) -> str:
         return json.dumps(jsonable(self.to_dict()), indent=1, sort_keys=False, allow_nan=False)
@@ -265,46 +256,14 @@ class RunReport:
                 f"report schema_version {version!r} is newer than this toolkit reads "
                 f"({SCHEMA_VERSION}): upgrade keras-perf-toolkit"
             )
-        _check_fields(d)  # values too: one line naming the field, not a TypeError
-        names = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in d.items() if k in names}
-        kwargs["steps"] = StepStats.from_dict(d.get("steps"))
-        epochs = fields.records("epochs", d.get("epochs"))
-        kwargs["epochs"] = [Epoch.from_dict(e, f"epochs[{i}]") for i, e in enumerate(epochs)]
-        kwargs["trace"] = TraceSection.from_dict(d.get("trace"))
-        kwargs["tune"] = TuneSection.from_dict(d.get("tune"))
-        kwargs["compute"] = Compute.from_dict(kwargs.get("compute"))  # checked by check_report
-        try:
-            kwargs["cluster"] = ClusterView.from_dict(kwargs.get("cluster"))
-        except (TypeError, ValueError) as e:
-            raise ReportError(
-                f"field cluster holds a value this toolkit cannot show ({one_line(e)})"
-            ) from None
-        kwargs["fit_call"] = FitCall.from_dict(kwargs.get("fit_call"))  # None: not measured
-        kwargs["process"] = ProcessTime.from_dict(d.get("process"))  # None: not measured
-        try:
-            kwargs["tensorboard"] = TensorBoardRuns.from_dict(kwargs.get("tensorboard"))
-        except ValueError as e:
-            raise ReportError(f"field {e}") from None
-        kwargs["diagnosis"] = _diagnosis_of(kwargs.get("diagnosis"))
-        ledger = d.get("ledger")  # absent before it was measured
-        kwargs["ledger"] = Ledger.read(ledger) if isinstance(ledger, Mapping) else None
-        if kwargs.get("anatomy") is not None:
-            try:
-                kwargs["anatomy"] = Anatomy.from_dict(kwargs["anatomy"])
-            except ReportError:
-                raise
-            except (TypeError, ValueError, KeyError, AttributeError) as e:
-                raise ReportError(f"field anatomy is malformed ({one_line(e)})") from None
+        report = super().from_dict(d)  # each field checked: one line naming it
         if version < 2:  # schema 1 kept the context, diagnosis and tune in extra
-            extra = dict(kwargs.get("extra") or {})
-            kwargs["diagnosis"] = _diagnosis_of(extra.pop("diagnosis", None))
-            kwargs["tune"] = TuneSection.from_dict(extra.pop("tune", None))
-            kwargs["context"], kwargs["extra"] = RunContext.from_v1_extra(extra)
-            kwargs["schema_version"] = SCHEMA_VERSION  # read into this version's fields
-        elif kwargs.get("context") is not None:
-            kwargs["context"] = RunContext.from_dict(kwargs["context"])
-        return cls(**kwargs)
+            extra = dict(report.extra)
+            report.diagnosis = _diagnosis_of(extra.pop("diagnosis", None))
+            report.tune = TuneSection.from_dict(extra.pop("tune", None))
+            report.context, report.extra = RunContext.from_v1_extra(extra)
+            report.schema_version = SCHEMA_VERSION  # read into this version's fields
+        return report
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RunReport:
@@ -773,28 +732,53 @@ def _diagnosis_of(d: Any) -> DiagnosisSection | None:
         ) from None
 
 
-def _check_fields(d: Mapping[str, Any]) -> None:
-    """Raises ReportError naming the first field of `d` (a report's JSON) whose value is not
-    of the kind the views need."""
-    for name in ("name", "status"):
-        if not isinstance(d.get(name), str):
-            raise fields.bad(name, d.get(name), "a string")
-    if d["status"] not in STATUSES:
-        raise fields.bad("status", d["status"], f"one of {', '.join(STATUSES)}")
-    for name in ("error", "created_utc"):
-        if d.get(name) is not None and not isinstance(d[name], str):
-            raise fields.bad(name, d[name], "a string or null")
-    fields.number("fit_seconds", d.get("fit_seconds"), optional=True)
-    for name in ("environment", "args", "extra", "trace", "context",
-                 "tune", "cluster", "ledger", "anatomy"):  # fmt: skip
-        fields.mapping(name, d.get(name))
-    for key, value in fields.mapping("metrics", d.get("metrics")).items():
-        fields.metric(f"metrics.{key}", value)
-    timeline = d.get("timeline") or []
+def _status(value: Any) -> str:
+    if fields.string("status", value) not in STATUSES:
+        raise fields.bad("status", value, f"one of {', '.join(STATUSES)}")
+    return value
+
+
+def _calls(timeline: Any) -> list[list[Any]]:
+    timeline = timeline or []
     if not isinstance(timeline, list) or not all(
         isinstance(c, list) and len(c) == 4 for c in timeline
     ):
         raise fields.bad("timeline", timeline, "a list of [seconds, steps, epoch, kind] entries")
+    return timeline
+
+
+def _context_of(d: Any) -> RunContext | None:
+    return None if d is None else RunContext.from_dict(fields.mapping("context", d))
+
+
+def _anatomy_of(d: Any) -> Anatomy | None:
+    if d is None:
+        return None
+    try:
+        return Anatomy.from_dict(fields.mapping("anatomy", d))
+    except ReportError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise ReportError(f"field anatomy is malformed ({one_line(e)})") from None
+
+
+def _cluster_of(d: Any) -> ClusterView | None:
+    try:
+        return ClusterView.from_dict(fields.mapping("cluster", d) or None)
+    except ReportError:
+        raise
+    except (TypeError, ValueError) as e:
+        what = f"field cluster holds a value this toolkit cannot show ({one_line(e)})"
+        raise ReportError(what) from None
+
+
+def _tensorboard_of(d: Any) -> TensorBoardRuns | None:
+    try:
+        return TensorBoardRuns.from_dict(d)
+    except ReportError:
+        raise
+    except ValueError as e:
+        raise ReportError(f"field {e}") from None
 
 
 def _not_a_report(d: Mapping[str, Any]) -> str:
