@@ -722,7 +722,9 @@ BAD_REPORTS = {
     "d['metrics']['loss'] = 'low'": "field metrics.loss is 'low', not a number",
     "d['epochs'][0]['seconds'] = '1 s'": "field epochs[0].seconds is '1 s', not a number",
     "d['compute'] = {'mfu': '5%'}": "field compute.mfu is '5%', not a number or null",
-    "d['context'] = {'device': {'index': 0}}": "field context.device is malformed: missing",
+    "d['context'] = {'device': {'index': 0}}": (
+        "field context.device.kind is missing or null, not a string"
+    ),
     "d['cluster'] = {'rows': 5}": "field cluster holds a value this toolkit cannot show",
     "d['trace'] = {'files': 5}": "field trace.files is 5, not a list of file names",
     "d['tensorboard'] = {'logdir': 'r', 'runs': 'train', 'view': 'v'}": (

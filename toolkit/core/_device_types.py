@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from toolkit.core import _fields as fields
 from toolkit.core.machine import cpu_model
 
 MB = 1024.0 * 1024.0
@@ -28,7 +29,7 @@ class DeviceError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class DeviceInfo:
+class DeviceInfo(fields.Record):
     """One physical device.
 
     Attributes:
@@ -43,9 +44,9 @@ class DeviceInfo:
     """
 
     kind: str
-    name: str
-    index: int
-    human_name: str
+    name: str = fields.field(missing="")
+    index: int = fields.field(missing=0)
+    human_name: str = fields.field(missing="")
     memory_mb: float | None = None
     compute_capability: tuple[int, int] | None = None
 
@@ -66,22 +67,6 @@ class DeviceInfo:
     @property
     def is_gpu(self) -> bool:
         return self.kind != "cpu"
-
-    def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> DeviceInfo:
-        """A DeviceInfo from :meth:`to_dict`'s output (a report's JSON); unknown keys are
-        left out."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        known = {k: v for k, v in data.items() if k in names}
-        if known.get("compute_capability") is not None:
-            known["compute_capability"] = tuple(known["compute_capability"])
-        known.setdefault("name", "")
-        known.setdefault("human_name", "")
-        known.setdefault("index", 0)
-        return cls(**known)
 
     def label(self) -> str:
         """``cuda:0 NVIDIA H100 80GB HBM3``: kind, index and name, in one short line."""
@@ -199,29 +184,16 @@ def _short(device: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Finding:
+class Finding(fields.Record):
     """One preflight finding: ``severity`` is ``"error"``, ``"warning"`` or ``"info"``."""
 
-    severity: str
-    code: str
-    message: str
-    fix: str
+    severity: str = fields.field(missing="")
+    code: str = fields.field(missing="")
+    message: str = fields.field(missing="")
+    fix: str = fields.field(missing="")
 
     def __str__(self) -> str:
         return f"[{self.severity}] {self.code}: {self.message}. Fix: {self.fix}"
-
-    def to_dict(self) -> dict[str, str]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
-        """A Finding from :meth:`to_dict`'s output (a report's JSON)."""
-        return cls(
-            str(data.get("severity", "")),
-            str(data.get("code", "")),
-            str(data.get("message", "")),
-            str(data.get("fix", "")),
-        )
 
 
 class InstalledVersions(dict):

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from toolkit import backend
+from toolkit.core import _fields as fields
 from toolkit.core import machine
 from toolkit.core.cache import Cache
 from toolkit.core.stats import reliable_peak
@@ -47,7 +48,7 @@ _CACHE = Cache(PEAK_FILE)
 
 
 @dataclasses.dataclass(frozen=True)
-class FlopCount:
+class FlopCount(fields.Record):
     """FLOPs of one step at a given batch size, or why they could not be counted.
 
     Attributes:
@@ -64,9 +65,6 @@ class FlopCount:
     train_step: int | None
     method: str = ""
     note: str | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
 
 
 def count_flops(model: Any, batch_size: int) -> FlopCount:

@@ -12,10 +12,10 @@ RunContext on load (:meth:`RunContext.from_v1_extra`).
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from typing import Any
 
+from toolkit.core import _fields as fields
 from toolkit.core._device_types import DeviceInfo, Finding
 from toolkit.core.errors import one_line
 from toolkit.core.files import ReportError
@@ -28,19 +28,8 @@ __all__ = [
 ]
 
 
-def _known(cls: type, data: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The entries of `data` that are fields of dataclass `cls` (newer files may hold more)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: v for k, v in (data or {}).items() if k in names}
-
-
-# The records a context holds, by the name a TypeError gives them, as report.json's fields.
-_PARTS = {"DeviceInfo": "device", "Strategy": "strategy", "Cluster": "cluster",
-          "Finding": "preflight", "Resume": "resume"}  # fmt: skip
-
-
 @dataclasses.dataclass(frozen=True)
-class Strategy:
+class Strategy(fields.Record):
     """The distribution strategy and the batch it splits. ``global_batch`` is what one step of
     the whole cluster consumes; each replica (device) gets ``per_replica_batch``, and each
     process ``per_process_batch``."""
@@ -55,13 +44,9 @@ class Strategy:
     processes: int = 1  # data_parallel: the processes the replicas are spread over
     per_process_batch: int | None = None
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Strategy:
-        return cls(**_known(cls, data))
-
 
 @dataclasses.dataclass
-class Resume:
+class Resume(fields.Record):
     """Whether a run with a backup directory resumed, and from where. Filled in while ``fit``
     runs (the backup is restored when training begins), hence not frozen."""
 
@@ -71,13 +56,9 @@ class Resume:
     from_epoch: int | None = None
     steps_total: int | None = None
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Resume:
-        return cls(**_known(cls, data))
-
 
 @dataclasses.dataclass
-class RunContext:
+class RunContext(fields.Record):
     """How a run was set up: device, backend, precision, strategy, cluster, preflight
     findings, data, and whether it resumed from a backup.
 
@@ -95,64 +76,34 @@ class RunContext:
         resume: the resume record when a backup directory was given.
     """
 
+    WHERE = "context"
+
     device: DeviceInfo | None = None
     backend: str = "tensorflow"
     precision: str = "float32"
     strategy: Strategy = dataclasses.field(default_factory=Strategy)
-    cluster: Cluster = dataclasses.field(default_factory=Cluster)
+    cluster: Cluster = fields.field(
+        default_factory=Cluster, read=lambda v, at: Cluster.from_dict(fields.mapping(at, v))
+    )
     preflight: tuple[Finding, ...] = ()
     dataset: str | None = None
     synthetic_data: bool = False
     smoke: bool = False
     resume: Resume | None = None
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "device": self.device.to_dict() if self.device is not None else None,
-            "backend": self.backend,
-            "precision": self.precision,
-            "strategy": dataclasses.asdict(self.strategy),
-            "cluster": self.cluster.to_dict(),
-            "preflight": [f.to_dict() for f in self.preflight],
-            "dataset": self.dataset,
-            "synthetic_data": self.synthetic_data,
-            "smoke": self.smoke,
-            "resume": dataclasses.asdict(self.resume) if self.resume is not None else None,
-        }
-
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> RunContext:
+    def from_dict(cls, d: Any, where: str | None = None) -> RunContext:
         """A report's ``context``.
 
         Raises:
             ReportError: a part of it this version cannot read, named (``context.device``).
         """
         try:
-            return cls._read(data)
+            return super().from_dict(d or {}, where)
         except ReportError:
             raise
         except (TypeError, ValueError, KeyError, AttributeError) as e:
-            text = str(e)
-            found = re.match(r"(\w+)\.__init__\(\) (.*)", text)
-            if found:
-                part = _PARTS.get(found.group(1))
-                where = f"context.{part}" if part else "context"
-                raise ReportError(f"field {where} is malformed: {found.group(2)}") from None
             raise ReportError(f"field context is malformed ({one_line(e)})") from None
-
-    @classmethod
-    def _read(cls, data: Mapping[str, Any] | None) -> RunContext:
-        data = data or {}
-        known = _known(cls, data)
-        if known.get("device"):
-            known["device"] = DeviceInfo.from_dict(known["device"])
-        else:
-            known["device"] = None
-        known["strategy"] = Strategy.from_dict(known.get("strategy") or {})
-        known["cluster"] = Cluster.from_dict(known.get("cluster") or {})
-        known["preflight"] = tuple(Finding.from_dict(f) for f in known.get("preflight") or ())
-        known["resume"] = Resume.from_dict(known["resume"]) if known.get("resume") else None
-        return cls(**known)
 
     @classmethod
     def from_v1_extra(cls, extra: Mapping[str, Any]) -> tuple[RunContext | None, dict[str, Any]]:
