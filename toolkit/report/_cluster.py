@@ -14,11 +14,12 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from toolkit.core import _fields as fields
 from toolkit.core import terminal
 
 
 @dataclasses.dataclass(frozen=True)
-class WorkerRow:
+class WorkerRow(fields.Record):
     """One worker's (or process's) figures when training ended; `weights`: a fingerprint of
     its weights (a data-parallel run's processes), else None."""
 
@@ -28,66 +29,41 @@ class WorkerRow:
     steps: int
     p50_ms: float | None
     examples_per_sec: float | None
-    weights: str | None = None
+    weights: str | None = fields.field(None, omit=fields.omit_none)
 
-    def to_dict(self) -> dict[str, object]:
-        out = dataclasses.asdict(self)
-        if self.weights is None:
-            out.pop("weights")
-        return out
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> WorkerRow:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+def _workers(rows: Any, where: str) -> tuple[WorkerRow, ...]:
+    if not isinstance(rows, list) or not all(isinstance(w, Mapping) for w in rows):
+        raise ValueError(f"its workers are {type(rows).__name__}, not a list of records")
+    return tuple(WorkerRow.from_dict(w, f"{where}[{i}]") for i, w in enumerate(rows))
 
 
 @dataclasses.dataclass(frozen=True)
-class ClusterView:
+class ClusterView(fields.Record):
     """The cluster: its workers, the cluster's examples/s (the slowest worker's pace), the
     slowest worker, the spread (slowest median step over the fastest) and the straggler (one
     over 1.2× the others' median); `all_complete` (merge), `process_index` and
     `same_weights` (a data-parallel run's chief) where the caller knows them."""
 
-    workers: tuple[WorkerRow, ...]
-    num_workers: int
+    WHERE = "cluster"
+
+    workers: tuple[WorkerRow, ...] = fields.field(read=_workers)
+    num_workers: int = fields.field(missing=0)  # 0: as many as its workers
     cluster_examples_per_sec: float | None
     slowest: int | None
     spread: float | None
     straggler: int | None
-    all_complete: bool | None = None
-    process_index: int | None = None
-    same_weights: bool | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        """report.json's ``cluster`` (docs/report.md); the caller's keys only where known."""
-        out: dict[str, object] = {
-            "workers": [w.to_dict() for w in self.workers],
-            "num_workers": self.num_workers,
-            "cluster_examples_per_sec": self.cluster_examples_per_sec,
-            "slowest": self.slowest,
-            "spread": self.spread,
-            "straggler": self.straggler,
-        }
-        for key in ("all_complete", "process_index", "same_weights"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        return out
+    all_complete: bool | None = fields.field(None, omit=fields.omit_none)
+    process_index: int | None = fields.field(None, omit=fields.omit_none)
+    same_weights: bool | None = fields.field(None, omit=fields.omit_none)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> ClusterView | None:
+    def from_dict(cls, d: Any, where: str | None = None) -> ClusterView | None:
+        """report.json's ``cluster`` (docs/report.md; None: none), each field checked."""
         if not isinstance(d, Mapping):
             return None
-        rows = d.get("workers")
-        if not isinstance(rows, list) or not all(isinstance(w, Mapping) for w in rows):
-            raise ValueError(f"its workers are {type(rows).__name__}, not a list of records")
-        workers = tuple(WorkerRow.from_dict(w) for w in rows)
-        return cls(
-            workers, int(d.get("num_workers") or len(workers)),
-            d.get("cluster_examples_per_sec"), d.get("slowest"), d.get("spread"),
-            d.get("straggler"), d.get("all_complete"), d.get("process_index"),
-            d.get("same_weights"),
-        )  # fmt: skip
+        view = super().from_dict(d, where)
+        return dataclasses.replace(view, num_workers=view.num_workers or len(view.workers))
 
     def table(self) -> terminal.Table:
         """The workers as a table: a terminal's, or a ``.md`` file's (``.markdown()``)."""

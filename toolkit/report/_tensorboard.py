@@ -4,19 +4,26 @@ record (``report.json``'s ``tensorboard``), and its one line."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
-from toolkit.core._fields import field_said
+from toolkit.core import _fields as fields
+
+
+def _runs(runs: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(runs, list) or not all(isinstance(r, str) for r in runs):
+        raise fields.bad(where, runs, "a list of run names")
+    return tuple(runs)
 
 
 @dataclasses.dataclass(frozen=True)
-class TensorBoardRuns:
+class TensorBoardRuns(fields.Record):
     """The scalars' runs (``train``, ``validation``) under `logdir`, and the command that
-    views them (`view`, quoted for the user's shell)."""
+    views them (`view`, quoted for the user's shell): report.json's ``tensorboard``."""
+
+    WHERE = "tensorboard"
 
     logdir: str
-    runs: tuple[str, ...]
+    runs: tuple[str, ...] = fields.field(read=_runs)
     view: str
 
     def line(self) -> str:
@@ -26,21 +33,8 @@ class TensorBoardRuns:
             f"view with `{self.view}` (Scalars tab)"
         )
 
-    def to_dict(self) -> dict[str, object]:
-        return {"logdir": self.logdir, "runs": list(self.runs), "view": self.view}
-
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> TensorBoardRuns | None:
-        """The record of ``report.json``'s section (None where it has none). Raises
-        ValueError naming the field whose value it cannot show."""
-        if d is None:
-            return None
-        if not isinstance(d, Mapping):
-            raise ValueError(field_said("tensorboard", d, "an object or null"))
-        for name in ("logdir", "view"):
-            if not isinstance(d.get(name), str):
-                raise ValueError(field_said(f"tensorboard.{name}", d.get(name), "a string"))
-        runs = d.get("runs")
-        if not isinstance(runs, list) or not all(isinstance(r, str) for r in runs):
-            raise ValueError(field_said("tensorboard.runs", runs, "a list of run names"))
-        return cls(d["logdir"], tuple(runs), d["view"])
+    def from_dict(cls, d: Any, where: str | None = None) -> TensorBoardRuns | None:
+        """The record of ``report.json``'s section (None where it has none), each field
+        checked."""
+        return None if d is None else super().from_dict(d, where)
