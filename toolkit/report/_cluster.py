@@ -23,12 +23,12 @@ class WorkerRow(fields.Record):
     """One worker's (or process's) figures when training ended; `weights`: a fingerprint of
     its weights (a data-parallel run's processes), else None."""
 
-    task_index: int | None
-    is_chief: bool | None
+    task_index: int | None = fields.field(missing=None)
+    is_chief: bool | None = fields.field(missing=None)
     status: str
     steps: int
-    p50_ms: float | None
-    examples_per_sec: float | None
+    p50_ms: float | None = fields.field(missing=None)
+    examples_per_sec: float | None = fields.field(missing=None)
     weights: str | None = fields.field(None, omit=fields.omit_none)
 
 
@@ -49,10 +49,10 @@ class ClusterView(fields.Record):
 
     workers: tuple[WorkerRow, ...] = fields.field(read=_workers)
     num_workers: int = fields.field(missing=0)  # 0: as many as its workers
-    cluster_examples_per_sec: float | None
-    slowest: int | None
-    spread: float | None
-    straggler: int | None
+    cluster_examples_per_sec: float | None = fields.field(missing=None)
+    slowest: int | None = fields.field(missing=None)
+    spread: float | None = fields.field(missing=None)
+    straggler: int | None = fields.field(missing=None)
     all_complete: bool | None = fields.field(None, omit=fields.omit_none)
     process_index: int | None = fields.field(None, omit=fields.omit_none)
     same_weights: bool | None = fields.field(None, omit=fields.omit_none)
