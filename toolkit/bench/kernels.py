@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from toolkit.bench.measure import error_reason, sync
+from toolkit.core import _fields as fields
 
 __all__ = [
     "Kernels",
@@ -68,7 +69,7 @@ _TARGET = re.compile(r'custom_call_target="([^"]+)"')
 
 
 @dataclasses.dataclass(frozen=True)
-class Kernels:
+class Kernels(fields.Record):
     """What one compiled computation ran.
 
     Attributes:
@@ -78,6 +79,8 @@ class Kernels:
         source: where this was read from, or why it could not be.
     """
 
+    EXTRA = ("count",)
+
     names: tuple[str, ...]
     fusions: tuple[str, ...]
     source: str
@@ -85,9 +88,6 @@ class Kernels:
     @property
     def count(self) -> int:
         return len(self.names)
-
-    def to_dict(self) -> dict[str, object]:
-        return {**dataclasses.asdict(self), "count": self.count}
 
 
 # ---------------------------------------------------------------------------- HLO

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from toolkit.core import _extras as extras
+from toolkit.core import _fields as fields
 from toolkit.core.files import ReportError, atomic_write, jsonable
 from toolkit.core.stats import speedup_pct
 
@@ -80,7 +81,7 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class Timing:
+class Timing(fields.Record):
     """The per-call time of one computation.
 
     Attributes:
@@ -96,19 +97,6 @@ class Timing:
     repeats_ms: tuple[float, ...]
     calls: int
     first_call_ms: float
-
-    def to_dict(self) -> dict[str, object]:
-        return {**dataclasses.asdict(self), "repeats_ms": list(self.repeats_ms)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Timing:
-        return cls(
-            ms=float(data["ms"]),
-            spread_pct=float(data["spread_pct"]),
-            repeats_ms=tuple(float(v) for v in data["repeats_ms"]),
-            calls=int(data["calls"]),
-            first_call_ms=float(data["first_call_ms"]),
-        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -120,12 +120,12 @@ def finite(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def signed(field: str, value: Any, optional: bool = False) -> Any:
-    """A finite number of either sign (a change, an R², an offset; None where `optional`)."""
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise bad(field, value, "a number" + (" or null" if optional else ""))
+def signed(value: Any, field: str) -> Any:
+    """A finite number of either sign (a change, an R², an offset) or null: a field's `read`."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+    ):
+        raise bad(field, value, "a number or null")
     return value
 
 
@@ -183,6 +183,7 @@ class Record:
 
     WHERE: ClassVar[str] = ""
     EXTRA: ClassVar[tuple[str, ...]] = ()
+    LENIENT: ClassVar[bool] = False  # a view's record: one it cannot read is None, no error
 
     def to_dict(self) -> dict[str, object]:
         out = {}
@@ -202,6 +203,15 @@ class Record:
             ReportError: a field missing (without a default) or not of its kind, named.
         """
         where = cls.WHERE if where is None else where
+        if not cls.LENIENT:
+            return cls._read(d, where)
+        try:
+            return cls._read(d, where)
+        except ReportError:
+            return None
+
+    @classmethod
+    def _read(cls, d: Any, where: str) -> Any:
         m = mapping(where or "record", d, optional=False)
         hints, values = _hints(cls), {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]

@@ -12,8 +12,8 @@ import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Any
 
+from toolkit.core import _fields as fields
 from toolkit.core.stats import jitter, median
 
 # A pick must beat the defaults by more than this (a ratio of 1.02) head to head: below it a
@@ -32,7 +32,7 @@ def t95(df: int) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class Gain:
+class Gain(fields.Record):
     """A measured speed-up of a pick over the defaults: the median paired ratio (`ratio`), its
     one-sided 95 % bounds (`low`, `high`; one round: the ratio itself; see the module's doc),
     how many `rounds`, where they ran (:data:`FRESH` or :data:`THIS_PROCESS`) and the rounds'
@@ -40,6 +40,8 @@ class Gain:
     gain this process measured, `why` no fresh process checked it, with what would (said
     in the gain's own line: a user who prints only it still learns what to do).
     Built where the rounds are measured; :meth:`words` is the one way it is said."""
+
+    LENIENT = True  # what a cache or a report holds: one this version cannot read is None
 
     ratio: float
     low: float
@@ -107,17 +109,3 @@ class Gain:
         if self.trusted:
             return said + ")"
         return said + f": {why or ('not confirmed' if self.where == FRESH else 'unconfirmed')})"
-
-    def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Any) -> Gain | None:
-        try:
-            noise = d.get("noise")
-            return cls(
-                float(d["ratio"]), float(d["low"]), float(d["high"]), int(d["rounds"]),
-                str(d["where"]), None if noise is None else float(noise), str(d.get("why", "")),
-            )  # fmt: skip
-        except (AttributeError, KeyError, TypeError, ValueError):
-            return None

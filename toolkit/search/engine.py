@@ -55,7 +55,7 @@ MIN_TIMED_CALLS = 3
 
 
 @dataclasses.dataclass(frozen=True)
-class RunShape:
+class RunShape(fields.Record):
     """The run a pick will be applied to: its epochs, and an epoch's length, fixed
     (``steps_per_epoch``, ``--train_steps``) or one pass over `examples` at `batch_size`.
 
@@ -116,9 +116,6 @@ class RunShape:
 
     def allows(self, candidate: Any) -> bool:
         return self.why_not(candidate) is None
-
-    def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
 
 
 class _Candidate:
@@ -373,35 +370,22 @@ PRUNE_LOSS = 0.04
 
 
 @dataclasses.dataclass(frozen=True)
-class WholeRun:
+class WholeRun(fields.Record):
     """The defaults and a pick over a whole run of `examples` examples (`steps` steps): each
     one's compile plus its steps at its rate, in seconds, how much longer the pick's compile
     is, the step after which that pays for itself (None: it costs no more, or never pays),
-    and whether the pick finishes first."""
+    and whether the pick finishes first. Read back leniently: None for a cache from
+    elsewhere."""
+
+    LENIENT = True
 
     examples: int
     steps: int
     defaults_s: float
     pick_s: float
-    extra_compile_s: float
-    break_even_steps: int | None
+    extra_compile_s: float = fields.field(read=fields.signed)  # < 0: the pick compiles sooner
+    break_even_steps: int | None = fields.field(missing=None)
     pick_wins: bool
-
-    def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Any) -> WholeRun | None:
-        """What :meth:`to_dict` wrote; None for anything else (a cache from elsewhere)."""
-        try:
-            even = d.get("break_even_steps")
-            return cls(
-                int(d["examples"]), int(d["steps"]), float(d["defaults_s"]),
-                float(d["pick_s"]), float(d["extra_compile_s"]),
-                None if even is None else int(even), bool(d["pick_wins"]),
-            )  # fmt: skip
-        except (AttributeError, KeyError, TypeError, ValueError):
-            return None
 
 
 def whole_run(defaults: Trial, best: Trial, examples: int | None, batch: int) -> WholeRun | None:

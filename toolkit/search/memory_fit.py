@@ -42,6 +42,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from toolkit.core import _fields as fields
 from toolkit.core.stats import format_mb
 from toolkit.core.terminal import Block, Table
 
@@ -83,7 +84,7 @@ def _per_example(value: float) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class MemoryPeak:
+class MemoryPeak(fields.Record):
     """One fresh process's peak memory over a short fit at `batch_size`: `peak_mb` (None:
     none measured) of `memory` (:data:`HOST`: the process's peak resident memory; else the
     device, ``GPU:0``, its allocator's peak), the device's memory where the backend says it
@@ -109,19 +110,6 @@ class MemoryPeak:
             return f"out of memory at batch {self.batch_size:,} ({self.error})"
         return f"batch {self.batch_size:,} failed in a fresh process: {self.error}"
 
-    def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Any) -> MemoryPeak:
-        """Raises KeyError, TypeError, ValueError (a malformed answer)."""
-        peak, limit = d.get("peak_mb"), d.get("limit_mb")
-        return cls(
-            int(d["batch_size"]), None if peak is None else float(peak), d.get("memory") or HOST,
-            None if limit is None else float(limit), d.get("error"), bool(d.get("out_of_memory")),
-            bool(d.get("synthetic")), None if d.get("examples") is None else int(d["examples"]),
-        )  # fmt: skip
-
     @classmethod
     def of(cls, batch_size: int, got: Any) -> MemoryPeak:
         """The peak a fresh process answered (a ``_processes.ChildResult``): its answer; a
@@ -142,7 +130,7 @@ class MemoryPeak:
 
 
 @dataclasses.dataclass(frozen=True)
-class PeakLine:
+class PeakLine(fields.Record):
     """peak ≈ `base_mb` + `per_example_mb` × batch, fitted by least squares through `points`
     measured peaks: what the model, the framework and the data hold, then what each example
     adds (its activations, their gradients). How well it fits: `r2` (None with two points, a
@@ -206,9 +194,6 @@ class PeakLine:
             f"peak ≈ {format_mb(self.base_mb)} + {_per_example(self.per_example_mb)} × batch "
             f"({self.points} points: {fit}each within {self.worst_pct:.1f}%)"
         )
-
-    def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
