@@ -384,3 +384,45 @@ def test_fits_measures_further_where_the_default_sizes_peak_within_the_noise():
     assert mf._further(found, 32) == (8_192, 16_384)  # 0.02 MB an example: 3,186, raised
     falling = dataclasses.replace(flat, per_example_mb=-1.0)
     assert mf._further(dataclasses.replace(found, line=falling), 32) == (8_192, 16_384)
+
+
+class _Curve(mf._Runs):
+    """Fresh processes on a known curve: each batch's peak is `truth(batch)`; records the
+    batches run, in order (no process is started)."""
+
+    def __init__(self, truth):
+        self.target, self.env, self.steps, self.timeout_s = "m", {}, 1, 1.0
+        self.say, self.backend, self.truth, self.ran = (lambda line: None), "tensorflow", truth, []
+
+    def peak(self, batch, what="measuring"):
+        self.ran.append(batch)
+        return mf.MemoryPeak(batch, self.truth(batch))
+
+
+def test_a_prediction_far_past_the_batches_measured_is_approached_before_it_is_checked():
+    """keras.io's Distiller peaked at 887-913 MB over batches 64-256: the line put the
+    answer at 159,715, whose check ran to the host's cap, and the answer fell back to 256.
+    Here the first points read a slope half the true one: the batches measured on the way
+    (each the geometric mean of the largest measured and the prediction) bring the answer to
+    the true curve's, and the check runs it, not a batch past it."""
+    truth = lambda b: 860.0 + 0.25 * b  # noqa: E731 - the curve the fresh processes follow
+    points = (mf.MemoryPeak(64, 887.0), mf.MemoryPeak(128, 900.0), mf.MemoryPeak(256, 913.0))
+    runs = _Curve(truth)
+    found = mf._predicted("m", runs, points, 16_000.0, "given")
+    assert found.batch_size > mf.FAR * 256  # the reach: far past what was measured
+    approached = mf._toward(found, runs)
+    answer = (16_000.0 - 860.0) / 0.25  # the true curve's largest batch under the limit
+    assert abs(approached.batch_size - answer) <= 0.01 * answer, approached
+    assert 2 <= len(runs.ran) <= mf.REACH_RUNS and max(runs.ran) < answer, runs.ran
+    assert runs.ran[0] == round((256 * found.batch_size) ** 0.5)  # the geometric mean
+    assert f"{found.batch_size:,} first predicted: measured batch" in approached.why
+    runs.ran.clear()
+    mf._checked(approached, runs)
+    assert runs.ran[0] == approached.batch_size and max(runs.ran) == runs.ran[0], runs.ran
+    near = mf._predicted("m", runs, (*points, mf.MemoryPeak(8_192, truth(8_192))), 4_000.0, "")
+    runs.ran.clear()
+    assert mf._toward(near, runs) is near and runs.ran == []  # within FAR: checked as it is
+    oom = _Curve(lambda b: truth(b) if b < 5_000 else None)
+    oom.peak = lambda b, what="": oom.ran.append(b) or mf.MemoryPeak(b, out_of_memory=True)
+    bounded = mf._toward(found, oom)
+    assert bounded.batch_size < oom.ran[0], (bounded, oom.ran)  # below the batch that failed

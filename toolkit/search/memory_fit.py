@@ -48,8 +48,10 @@ from toolkit.core.terminal import Block, Table
 
 __all__ = ["BatchFit", "fits"]
 
-# A prediction this many times the largest batch measured, unchecked, is said as a reach.
+# A prediction this many times the largest batch measured, unchecked, is said as a reach;
+# before a check, a batch between them is measured, up to REACH_RUNS times (_toward).
 FAR = 8
+REACH_RUNS = 3
 STEPS = 4  # a peak run's training steps, after its first call (which allocates and compiles)
 SCALE = (1, 2, 4)  # the batch sizes measured by default: the run's own, twice and four times it
 # ... and where the peak did not grow measurably over those, two more where it should grow by
@@ -450,7 +452,30 @@ def fits(
         if not sizes and _flat(found):  # the defaults too close to tell: measured further
             points += runs.measure(_further(found, batch))
             found = _predicted(words, runs, points, *_limit(limit_mb, points))
-        return _checked(found, runs) if check else found
+        return _checked(_toward(found, runs), runs) if check else found
+
+
+def _toward(found: BatchFit, runs: Any) -> BatchFit:
+    """`found` predicted again from a batch measured between it and the batches measured,
+    where it lies more than :data:`FAR` times past the largest of them: their geometric
+    mean (at least twice the largest), up to :data:`REACH_RUNS` times, each refitting the
+    line. A slope read over small batches can be far off at a large one: keras.io's
+    Distiller peaked at 887 and 913 MB at batches 64 and 256, whose line put the answer at
+    159,715; its check ran to the host's cap and the answer fell back to 256. A run out of
+    memory on the way bounds the answer below it (:func:`_predicted`)."""
+    first, on_the_way = found.batch_size, []
+    for _ in range(REACH_RUNS):
+        largest = max((p.batch_size for p in found.points if p.ok), default=None)
+        if found.batch_size is None or largest is None or found.batch_size <= FAR * largest:
+            break
+        on_the_way.append(max(2 * largest, round(math.sqrt(largest * found.batch_size))))
+        points = (*found.points, *runs.measure(on_the_way[-1:]))
+        found = _predicted(found.target, runs, points, found.limit_mb, found.limit_from)
+    if not on_the_way:
+        return found
+    sizes = " and ".join(f"{b:,}" for b in on_the_way)
+    said = f"{first:,} first predicted: measured batch {sizes} on the way"
+    return dataclasses.replace(found, why="; ".join(w for w in (found.why, said) if w))
 
 
 def _further(found: BatchFit, batch: int) -> tuple[int, int]:
