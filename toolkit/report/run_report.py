@@ -377,7 +377,9 @@ class RunReport(fields.Record):
             lines.append(_trace_line(self.trace))
             held = self.trace.window.traced_steps or (0, 0)
             lines += filter(None, [left_out_line(self.steps.excluded_steps, held[1] - held[0])])
-            lines += trace_lines(self.trace.analysis, window=held[1] - held[0])
+            p50 = self.steps.p50_s
+            lines += trace_lines(self.trace.analysis, window=held[1] - held[0],
+                                 step_ms=None if p50 is None else p50 * 1e3)  # fmt: skip
         if self.anatomy is not None:
             lines += anatomy_lines(self.anatomy)
         return terminal.fit("\n".join(lines), columns if columns is not None else terminal.width())

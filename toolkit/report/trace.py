@@ -42,6 +42,9 @@ __all__ = [
 ]
 
 INSTALL_HINT = "pip install 'keras-perf-toolkit[profile]'"
+# Marked steps under this share of the median step outside the trace timed the host's dispatch
+# (JAX returns from a step before the device has run it), not the step.
+DISPATCH_ONLY = 0.5
 STEP_MARKER = "ProfilerStep#"  # PyTorch's profiler's step ranges (ProfilerStep#7)
 TOP_OPS = 10
 # XProf's overview page: its step table's columns (ms) and the names the report gives them.
@@ -641,17 +644,28 @@ def left_out_line(excluded: int, window: int | None) -> str | None:
 
 
 def trace_lines(
-    analysis: TraceAnalysis | None, ops: int = 5, window: int | None = None
+    analysis: TraceAnalysis | None,
+    ops: int = 5,
+    window: int | None = None,
+    step_ms: float | None = None,
 ) -> list[str]:
     """The trace section for a terminal: step time and breakdown, XProf's verdict, top ops.
     `window`: the steps the trace window held, so the count of steps XProf read whole (its
-    markers at both ends inside the trace) is said against it."""
+    markers at both ends inside the trace) is said against it. `step_ms`: the run's median
+    step outside the trace (StepTimer's), against which markers far shorter are said as the
+    host's dispatch of each step, not the step."""
     if analysis is None:
         return []
     lines = []
-    step_ms, breakdown = analysis.step_ms, analysis.breakdown_ms
-    if step_ms is not None:
-        lines.append(_steps_line(analysis, step_ms, window))
+    marked, breakdown = analysis.step_ms, analysis.breakdown_ms
+    if marked is not None:
+        lines.append(_steps_line(analysis, marked, window))
+        if step_ms and marked.mean < DISPATCH_ONLY * step_ms:
+            lines.append(
+                f"  the markers span the host's dispatch of each step ({marked.mean:.2f} ms), "
+                f"not the step (p50 {step_ms:.2f} ms): the backend runs it asynchronously"
+            )
+    step_ms = marked
     if breakdown:
         lines.append(
             "  per step: " + ", ".join(f"{k} {v:.2f} ms" for k, v in breakdown.items() if v)
