@@ -24,6 +24,7 @@ from toolkit import backend
 from toolkit.bench.kernels import Kernels, graph_kernels, kernels_text, op_types, xla_kernels
 from toolkit.bench.measure import MODES, inputs_on, run_case
 from toolkit.bench.table import Timing, format_ms
+from toolkit.core import _fields as fields
 from toolkit.core import machine
 from toolkit.core.files import atomic_write, jsonable
 from toolkit.core.stats import speedup_line
@@ -37,8 +38,10 @@ __all__ = [
 
 
 @dataclasses.dataclass(frozen=True)
-class Variant:
+class Variant(fields.Record):
     """One timed computation of a demo in one mode."""
+
+    EXTRA = ("ms", "gflops_per_s")  # derived, for readers of the JSON
 
     name: str
     mode: str
@@ -48,20 +51,12 @@ class Variant:
     kernels: Kernels
 
     @property
+    def ms(self) -> float | None:
+        return self.timing.ms if self.timing else None
+
+    @property
     def gflops_per_s(self) -> float | None:
         return self.flops / (self.timing.ms * 1e-3) / 1e9 if self.timing else None
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "mode": self.mode,
-            "ms": self.timing.ms if self.timing else None,
-            "timing": self.timing.to_dict() if self.timing else None,
-            "reason": self.reason,
-            "flops": self.flops,
-            "gflops_per_s": self.gflops_per_s,
-            "kernels": self.kernels.to_dict(),
-        }
 
 
 @dataclasses.dataclass

@@ -18,7 +18,7 @@ import io
 import itertools
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from toolkit.core import _extras as extras
@@ -100,8 +100,10 @@ class Timing(fields.Record):
 
 
 @dataclasses.dataclass(frozen=True)
-class Measurement:
+class Measurement(fields.Record):
     """One cell: an op's case, on one device, in one mode; a timing or why there is none."""
+
+    EXTRA = ("ms", "gflops_per_s")  # derived, for readers of the JSON
 
     op: str
     case: int
@@ -126,40 +128,12 @@ class Measurement:
             return self.flops / (self.timing.ms * 1e-3) / 1e9
         return None
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "op": self.op,
-            "case": self.case,
-            "label": self.label,
-            "device": self.device,
-            "mode": self.mode,
-            "ms": self.ms,
-            "timing": self.timing.to_dict() if self.timing else None,
-            "reason": self.reason,
-            "flops": self.flops,
-            "gflops_per_s": self.gflops_per_s,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
-        timing = data.get("timing")
-        return cls(
-            op=data["op"],
-            case=int(data["case"]),
-            label=data["label"],
-            device=data["device"],
-            mode=data["mode"],
-            timing=Timing.from_dict(timing) if timing else None,
-            reason=data.get("reason"),
-            flops=data.get("flops"),
-        )
-
 
 # ---------------------------------------------------------------------------- the table
 
 
 @dataclasses.dataclass
-class OpTable:
+class OpTable(fields.Record):
     """Every cell the benchmark measured, and the views of them.
 
     Attributes:
@@ -178,8 +152,9 @@ class OpTable:
     devices: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     floors: dict[str, float | None] = dataclasses.field(default_factory=dict)
-    created_utc: str = dataclasses.field(
-        default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    created_utc: str = fields.field(
+        default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        missing="",
     )
 
     # ------------------------------------------------------------ structure
@@ -428,33 +403,16 @@ class OpTable:
 
     def to_dict(self) -> dict[str, object]:
         """The record, RunReport-like: schema, settings, environment, devices, every cell."""
-        return {
-            "schema": SCHEMA,
-            "created_utc": self.created_utc,
-            "settings": self.settings,
-            "environment": self.environment,
-            "devices": self.devices,
-            "columns": self.columns,
-            "floors": self.floors,
-            "results": [m.to_dict() for m in self.results],
-        }
+        return {"schema": SCHEMA, **super().to_dict()}
 
     def to_json(self) -> str:
         return json.dumps(jsonable(self.to_dict()), indent=1)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> OpTable:
-        if data.get("schema") not in READABLE:
-            raise ReportError(f"not an op benchmark record (schema {data.get('schema')!r})")
-        return cls(
-            results=[Measurement.from_dict(r) for r in data["results"]],
-            columns=list(data["columns"]),
-            settings=dict(data.get("settings", {})),
-            devices=list(data.get("devices", [])),
-            environment=dict(data.get("environment", {})),
-            floors=dict(data.get("floors", {})),
-            created_utc=data.get("created_utc", ""),
-        )
+    def from_dict(cls, d: Any, where: str | None = None) -> OpTable:
+        if d.get("schema") not in READABLE:
+            raise ReportError(f"not an op benchmark record (schema {d.get('schema')!r})")
+        return super().from_dict(d, where)
 
     def plot_png(self) -> bytes:
         """A horizontal grouped bar chart of the average table (ms per call, log scale; lower

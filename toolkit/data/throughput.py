@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from toolkit.core import _fields as fields
 from toolkit.core import progress
 from toolkit.core.stats import StepStats, format_ms, summarize
 from toolkit.data.builder import infer_batch_size
@@ -16,7 +17,7 @@ __all__: list[str] = []  # offered through toolkit.data
 
 
 @dataclasses.dataclass(frozen=True)
-class PipelineBenchmark:
+class PipelineBenchmark(fields.Record):
     """What :func:`benchmark` measured; ``to_dict()`` embeds it in a RunReport's ``extra``.
 
     Attributes:
@@ -35,11 +36,6 @@ class PipelineBenchmark:
     examples_per_sec: float | None
     batch_size: int | None
     batches: StepStats
-
-    def to_dict(self) -> dict[str, object]:
-        d = dataclasses.asdict(self)
-        d["batches"] = self.batches.to_dict()
-        return d
 
     def __str__(self) -> str:
         eps = f"{self.examples_per_sec:,.0f} examples/s, " if self.examples_per_sec else ""

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from toolkit.core import _fields as fields
 from toolkit.core.stats import StepStats, summarize
 
 __all__ = [
@@ -24,8 +25,10 @@ __all__ = [
 
 
 @dataclasses.dataclass(frozen=True)
-class InferenceTiming:
+class InferenceTiming(fields.Record):
     """Latency statistics (per call, synced) and sustained throughput of one input shape."""
+
+    EXTRA = ("examples_per_sec",)
 
     batch_size: int
     latency: StepStats
@@ -35,15 +38,6 @@ class InferenceTiming:
     @property
     def examples_per_sec(self) -> float:
         return self.batch_size * self.throughput_calls / self.throughput_s
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "batch_size": self.batch_size,
-            "latency": self.latency.to_dict(),
-            "throughput_calls": self.throughput_calls,
-            "throughput_s": self.throughput_s,
-            "examples_per_sec": self.examples_per_sec,
-        }
 
 
 def _materialize(result: Any) -> None:

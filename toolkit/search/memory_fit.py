@@ -199,13 +199,15 @@ class PeakLine(fields.Record):
 
 
 @dataclasses.dataclass(frozen=True)
-class BatchFit:
+class BatchFit(fields.Record):
     """What :func:`fits` found: the peaks measured (`points`, each in a fresh process, of
     `steps` steps on `backend`; `memory` says whose: :data:`HOST` or a device), the line
     through them, the limit and where it came from, the largest batch predicted to fit under
     it (`batch_size`; None: no prediction, `why` says why) with the line's peak there
     (`predicted_mb`), and `check`: that batch run in one more fresh process, its peak
     measured."""
+
+    EXTRA = ("ratio", "under_limit")
 
     target: str
     backend: str
@@ -234,16 +236,6 @@ class BatchFit:
         if self.check is None or self.limit_mb is None:
             return None
         return self.check.ok and float(self.check.peak_mb or 0.0) <= self.limit_mb
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
-            "points": [p.to_dict() for p in self.points],
-            "line": None if self.line is None else self.line.to_dict(),
-            "check": None if self.check is None else self.check.to_dict(),
-            "ratio": self.ratio,
-            "under_limit": self.under_limit,
-        }
 
     def screen(self) -> list[Block]:
         """What the memory verb prints: the peaks as a table (the check's last), the line,
