@@ -182,7 +182,10 @@ def test_compare_interleaves_rounds_shares_weights_and_caches(tmp_path, monkeypa
     assert result.best == JAX and len(lines) == 10 and "[9/9" in lines[-1]
     assert "| jax | cpu |" in result.table() and "| defaults |" in result.table()
     assert re.search(r"\| jax \| cpu \|.*\| chosen \|", result.table())
-    assert ch.BackendsResult.from_dict(json.loads(json.dumps(result.to_dict())), False) == result
+    assert (
+        ch.BackendsResult.from_dict(json.loads(json.dumps(result.to_dict())), cache_hit=False)
+        == result
+    )
     paths = result.write(str(tmp_path / "out"))
     with open(paths["json"]) as f:
         assert json.load(f)["best"] == {"backend": "jax", "device": "cpu", "settings": []}

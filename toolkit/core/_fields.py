@@ -285,4 +285,6 @@ def read(value: Any, hint: Any, at: str) -> Any:
             raise bad(at, value, "one of " + ", ".join(str(e.value) for e in hint)) from None
     if isinstance(hint, type) and issubclass(hint, Record):
         return hint.from_dict(value, at)
+    if dataclasses.is_dataclass(hint):  # a programming error, found by the first test
+        raise TypeError(f"{at}: {hint.__name__} is no Record: give its field a read")
     return value

@@ -327,12 +327,18 @@ def _teardown(ledger: Ledger) -> str:
     )
 
 
+def _through_tf_data(ledger: Ledger) -> bool:
+    """Whether fit read its input through tf.data, whose iterator's teardown waits for the
+    autotune thread: Keras on TensorFlow makes a tf.data pipeline of every input form."""
+    return ledger.backend == "tensorflow"
+
+
 def _exit(ledger: Ledger) -> Fix | None:
     """A slow exit: on TensorFlow, tf.data's teardown waiting for its autotune thread."""
     exit_s = ledger.seconds("exit")
     if exit_s is None or exit_s < EXIT_S or exit_s < SHARE * ledger.wall_s:
         return None
-    tf = ledger.backend == "tensorflow"
+    tf = _through_tf_data(ledger)
     action = _teardown(ledger) if tf else "close the input's iterator and worker processes sooner"
     why = f"the fit exits {format_s(exit_s)} after its last step"
     return Fix("exit", "exit", exit_s, exit_s if tf else None, why, action=action)
@@ -347,7 +353,7 @@ def _epoch_starts(ledger: Ledger) -> Fix | None:
     starts = ledger.epoch_starts_s
     if not starts or starts < EXIT_S or starts < SHARE * ledger.wall_s:
         return None
-    tf = ledger.backend == "tensorflow"
+    tf = _through_tf_data(ledger)
     action = (
         f"{_teardown(ledger)}; or .repeat() the dataset and pass steps_per_epoch (one iterator "
         "for the whole fit)"

@@ -12,10 +12,11 @@ import dataclasses
 import json
 import os
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from toolkit.core import _extras as extras
+from toolkit.core import _fields as fields
 from toolkit.core.files import atomic_write
 from toolkit.core.stats import format_duration
 from toolkit.core.terminal import Block, Table, markdown
@@ -45,7 +46,7 @@ class ChooserError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Target:
+class Target(fields.Record):
     """What to train, as a fresh process rebuilds it: a recipe (``recipe``, with ``params``,
     the arguments of its ``build_task`` that differ from their defaults) or
     ``module:function`` returning your compiled model and batched data (``model_fn``); and the
@@ -58,7 +59,7 @@ class Target:
     model_fn: str | None = None
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
     config: dict[str, Any] = dataclasses.field(default_factory=dict)
-    class_weight: dict[Any, float] | None = None
+    class_weight: dict[Any, float] | None = fields.field(None, omit=fields.omit_none)
 
     def label(self) -> str:
         return f"recipe {self.recipe}" if self.recipe else f"--model_fn {self.model_fn}"
@@ -67,17 +68,6 @@ class Target:
     def name(self) -> str:
         """The recipe's name or ``module:function``."""
         return str(self.recipe or self.model_fn)
-
-    def to_dict(self) -> dict[str, object]:
-        weights = {"class_weight": self.class_weight} if self.class_weight is not None else {}
-        return {"recipe": self.recipe, "model_fn": self.model_fn, "params": dict(self.params),
-                "config": dict(self.config), **weights}  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, d: Any) -> Target:
-        """Raises KeyError, TypeError (a malformed target)."""
-        return cls(d["recipe"], d["model_fn"], dict(d.get("params") or {}),
-                   dict(d.get("config") or {}), d.get("class_weight"))  # fmt: skip
 
     @classmethod
     def of(cls, what: Any, params: dict[str, Any] | None = None, config: Any = None) -> Target:
@@ -130,7 +120,7 @@ def function_spec(fn: Any) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Contender:
+class Contender(fields.Record):
     """One backend on one kind of device, optionally with tuned settings (``(name, value)``
     pairs of a search's ``Candidate``, such as ``steps_per_execution`` 32: ``tune
     --across_backends``)."""
@@ -154,10 +144,6 @@ class Contender:
         """Its tuned settings as the flags that select them (empty: Keras's defaults)."""
         return as_flags(dict(self.settings))
 
-    def to_dict(self) -> dict[str, object]:
-        return {"backend": self.backend, "device": self.device,
-                "settings": [list(pair) for pair in self.settings]}  # fmt: skip
-
 
 def _number(value: Any) -> float | None:
     """A figure read back from JSON: a number (a NaN loss kept), or None."""
@@ -167,7 +153,7 @@ def _number(value: Any) -> float | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class Figures:
+class Figures(fields.Record):
     """One run's figures, as a fresh process measures them (``Workload.figures``): its
     backend, first step (trace and compile), median and mean step in seconds, examples/s,
     timed steps, steps a call, batch size, MFU and final training loss (None: unknown)."""
@@ -182,9 +168,6 @@ class Figures:
     batch_size: int | None = None
     mfu: float | None = None
     loss: float | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: Any) -> Figures | None:
@@ -242,12 +225,16 @@ class Run:
         )  # fmt: skip
 
 
+def _runs(value: Any, where: str) -> list[Run]:
+    return [Run.from_dict(r, i) for i, r in enumerate(fields.records(where, value))]
+
+
 @dataclasses.dataclass
-class Row:
+class Row(fields.Record):
     """One contender's runs (one per round; a failed run has its ``error``)."""
 
     contender: Contender
-    runs: list[Run] = dataclasses.field(default_factory=list)
+    runs: list[Run] = fields.field(default_factory=list, read=_runs)
 
     def ok(self) -> list[Run]:
         return [r for r in self.runs if r.ok]
@@ -276,17 +263,9 @@ class Row:
         holding one is not cached."""
         return sum(1 for r in self.runs if r.interrupted)
 
-    def to_dict(self) -> dict[str, object]:
-        return {"contender": self.contender.to_dict(), "runs": [r.to_dict() for r in self.runs]}
-
-    @classmethod
-    def from_dict(cls, d: Any) -> Row:
-        runs = [Run.from_dict(r, i) for i, r in enumerate(d["runs"])]
-        return cls(Contender(**d["contender"]), runs)
-
 
 @dataclasses.dataclass
-class BackendsResult:
+class BackendsResult(fields.Record):
     """Every contender's runs, the winner, and where the answer came from. ``rows[0]`` is the
     defaults (Keras's default backend on the default device)."""
 
@@ -297,7 +276,7 @@ class BackendsResult:
     steps: int
     rounds: int
     seconds: float
-    cache_hit: bool = False
+    cache_hit: bool = fields.field(False, json=False)  # where this answer came from
     why: str = ""
 
     @property
@@ -315,26 +294,12 @@ class BackendsResult:
         return loss_agrees(self.defaults, row)
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "target": self.target.to_dict(),
-            "rows": [r.to_dict() for r in self.rows],
-            "best": self.best.to_dict(),
-            "key": self.key,
-            "steps": self.steps,
-            "rounds": self.rounds,
-            "seconds": self.seconds,
-            "why": self.why,
-            "loss_rtol": LOSS_RTOL,
-            "min_gain": MIN_GAIN,
-        }
+        return {**super().to_dict(), "loss_rtol": LOSS_RTOL, "min_gain": MIN_GAIN}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], cache_hit: bool = True) -> BackendsResult:
-        return cls(
-            Target.from_dict(d["target"]), [Row.from_dict(r) for r in d["rows"]],
-            Contender(**d["best"]), d["key"],
-            d["steps"], d["rounds"], d["seconds"], cache_hit, d.get("why", ""),
-        )  # fmt: skip
+    def from_dict(cls, d: Any, where: str | None = None, cache_hit: bool = True) -> BackendsResult:
+        """A cached or saved result (its answer came from there: `cache_hit`)."""
+        return dataclasses.replace(super().from_dict(d, where), cache_hit=cache_hit)
 
     def block(self) -> Table:
         """The contenders as a table, fastest first, failures last (rendered at the edge:
