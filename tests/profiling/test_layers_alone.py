@@ -228,3 +228,38 @@ def test_time_alone_times_a_model_without_its_inputs_gradients(keras):
     for input_grads in (True, False):
         alone = time_alone(model, spec, jit=False, runs=1, input_grads=input_grads)
         assert alone.both_s >= alone.forward_s > 0
+
+
+class _Distiller:  # keras.io's Knowledge Distillation: its teacher runs in compute_loss
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None):
+        return 0.0
+
+
+def test_check_model_keeps_the_trace_s_split_where_the_step_does_more_than_call_the_model(keras):
+    """keras.io's Distiller calls its student, and its own compute_loss runs the teacher too:
+    the model timed alone is a part of the step, so its figures would scale the backward
+    down and leave the teacher in "other" (45 %). Its step's own methods are named instead."""
+
+    class Distiller(_Distiller, keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.student = keras.layers.Dense(4)
+
+        def call(self, x):
+            return self.student(x)
+
+    timed = []
+
+    def timer(layer, specs, *, jit, input_grads):
+        timed.append(layer)
+        return Alone(forward_s=0.001, both_s=0.003)
+
+    out = check_model(_found([("d0", 0.004)]), Distiller(), (((None, 8), "float32"),), calls=1,
+                      batch=4, jit=False, timer=timer)  # fmt: skip
+    assert out.model_alone_s is None and timed == []
+    (note,) = out.notes
+    assert note.endswith("its step does more than call it (its own _Distiller.compute_loss)")
+    plain = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])  # Keras's own step
+    out = check_model(_found([("d0", 0.004)]), plain, (((None, 8), "float32"),), calls=1,
+                      batch=4, jit=False, timer=timer)  # fmt: skip
+    assert out.model_alone_s == 0.003

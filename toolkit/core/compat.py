@@ -137,6 +137,16 @@ def xla_ruled_out(model: Any) -> tuple[str, ...]:
                  if getattr(layer, "supports_jit", True) is False)  # fmt: skip
 
 
+def own_method(model: Any, name: str) -> type | None:
+    """The class of `model` that defines method `name` itself, where it is yours (keras.io's
+    ``Distiller`` defines ``compile`` and ``compute_loss``), not Keras's; None where Keras's
+    own (or none) is the one that runs."""
+    owner = next((k for k in type(model).__mro__ if name in vars(k)), None)
+    if owner is None or owner.__module__.split(".")[0] in ("keras", "tf_keras"):
+        return None
+    return owner
+
+
 def named_layers(names: tuple[str, ...], most: int = 3) -> str:
     """`names` (:func:`xla_ruled_out`'s) in words: the first `most`, then how many more."""
     more = len(names) - most

@@ -22,8 +22,13 @@ from typing import Any
 
 from toolkit import backend
 from toolkit.core._anatomy import Anatomy, LayerTime
+from toolkit.core.compat import own_method
 from toolkit.core.errors import one_line
 from toolkit.core.stats import warmed_calls
+
+# A model class's own methods that make its step more than its call (keras.io's Distiller runs
+# its teacher in compute_loss): timed alone, the model is not the step's work.
+_STEP = ("train_step", "compute_loss")
 
 __all__ = ["time_alone"]  # check_layers is the anatomy's (toolkit.search.anatomy)
 
@@ -161,8 +166,11 @@ def check_model(
     models it holds). Where it cannot be timed, a note says why."""
     if found.error or model is None:
         return found
+    own = [f"{k.__name__}.{m}" for m in _STEP for k in [own_method(model, m)] if k is not None]
     if calls < 1:
         why = "the step never called the model itself (a custom train_step)"
+    elif own:  # a Distiller's teacher runs in its compute_loss: not the model's call
+        why = f"its step does more than call it (its own {' and '.join(own)})"
     elif not inputs:
         why = "its call takes more than one tensor (a dict or list of inputs)"
     else:

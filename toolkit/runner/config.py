@@ -753,8 +753,8 @@ class OwnCompile:
         no ``**kwargs``; None where ``model.compile`` takes Keras's arguments."""
         import inspect
 
-        owner = next((k for k in type(model).__mro__ if "compile" in vars(k)), None)
-        if owner is None or owner.__module__.split(".")[0] in ("keras", "tf_keras"):
+        owner = compat.own_method(model, "compile")
+        if owner is None:
             return None
         try:
             params = inspect.signature(vars(owner)["compile"]).parameters.values()
