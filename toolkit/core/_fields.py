@@ -216,7 +216,11 @@ class Record:
         hints, values = _hints(cls), {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             meta = f.metadata
-            if not f.init or not meta.get("json", True):
+            if not f.init:
+                continue
+            if not meta.get("json", True):  # not in the JSON: its `missing`, if it has one
+                if meta.get("missing", dataclasses.MISSING) is not dataclasses.MISSING:
+                    values[f.name] = meta["missing"]
                 continue
             key = meta.get("key") or f.name
             at, value = f"{where}.{key}" if where else key, m.get(key)
@@ -237,7 +241,10 @@ def _has_default(f: dataclasses.Field[Any]) -> bool:
 
 
 def _takes_none(hint: Any) -> bool:
-    return type(None) in typing.get_args(hint) or hint in (Any, object)
+    """Whether null would read as a value of `hint` (None, or an empty collection): so an
+    absent field is said as missing, not read as one."""
+    collection = typing.get_origin(hint) in (list, tuple, Sequence, dict, Mapping)
+    return collection or type(None) in typing.get_args(hint) or hint in (Any, object)
 
 
 @functools.cache

@@ -118,7 +118,7 @@ class RunShape(fields.Record):
         return self.why_not(candidate) is None
 
 
-class _Candidate:
+class _Candidate(fields.Record):
     """One setting of the knobs the search turns: a field per searched setting of the
     settings table (``toolkit.runner.config.SEARCHED_SETTINGS``), each setting's default, and
     its label, flags and compile arguments derived from what the table says of it."""
@@ -137,10 +137,6 @@ class _Candidate:
     def values(self) -> dict[str, Any]:
         """Each searched setting's value, by name (None: the config's own)."""
         return {name: getattr(self, name) for name, _how in self.SEARCHED}
-
-    def to_dict(self) -> dict[str, object]:
-        """As JSON holds it (what crosses to a fresh process)."""
-        return self.values()
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], field: str = "candidate") -> Any:
@@ -289,29 +285,30 @@ Candidate, Space = knob_types(SEARCHED_SETTINGS)
 
 
 @dataclasses.dataclass(frozen=True)
-class Untried:
+class Untried(fields.Record):
     """A candidate the budget had no room for: what measuring it was expected to take
     (``needs_s``, of which ``compile_s`` its first call: None where no compile was measured)
     and the search's seconds spent when it was left (with ``needs_s``: the search budget that
     would have started it)."""
 
-    candidate: Any
-    needs_s: float
-    compile_s: float | None
-    spent_s: float
+    LENIENT = True  # a cached result's: one this version cannot read is left out
+
+    candidate: Candidate
+    needs_s: float = fields.field(missing=0.0)
+    compile_s: float | None = fields.field(missing=None)
+    spent_s: float = fields.field(missing=0.0)
     reserve_s: float = 0.0  # held back then for the head-to-head rounds
 
     def budget_s(self) -> float:
         """The budget that would have measured it."""
         return self.spent_s + self.needs_s + self.reserve_s
 
-    def to_dict(self) -> dict[str, object]:
-        return {**dataclasses.asdict(self), "candidate": self.candidate.to_dict()}
-
 
 @dataclasses.dataclass
-class Trial:
-    """One measured (or failed) candidate."""
+class Trial(fields.Record):
+    """One measured (or failed) candidate (its JSON: its fields and its label)."""
+
+    EXTRA = ("label",)
 
     candidate: Candidate
     examples_per_sec: float | None
@@ -337,8 +334,9 @@ class Trial:
             return ""
         return f"±{(max(self.rates) - min(self.rates)) / 2 / self.examples_per_sec:.0%}"
 
-    def to_dict(self) -> dict[str, object]:
-        return {**dataclasses.asdict(self), "label": self.candidate.label()}
+    @property
+    def label(self) -> str:
+        return self.candidate.label()
 
 
 def order(trial: Trial) -> tuple[float, int]:

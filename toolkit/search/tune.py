@@ -142,14 +142,32 @@ class Plan:
         )
 
 
+def _untried_of(entries: Any, where: str) -> list[Untried]:
+    """The untried candidates a cached result holds (a malformed entry is dropped)."""
+    read = (
+        Untried.from_dict(u, f"{where}[{i}]") for i, u in enumerate(fields.items(where, entries))
+    )
+    return [u for u in read if u is not None]
+
+
+def _budget(value: Any, where: str) -> float | None:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+_UNWRITTEN = {"omit": lambda value: True}  # kept by the cache's entry beside the result
+
+
 @dataclasses.dataclass
-class TuneResult:
-    """The winner, every trial, and where the answer came from."""
+class TuneResult(fields.Record):
+    """The winner, every trial, and where the answer came from. Its JSON (the cache's
+    entry, the report's ``tune``): its fields, with the pick's label and whether it picked."""
+
+    EXTRA = ("best_label", "picked")
 
     best: Candidate
     trials: list[Trial]
     key: str
-    cache_hit: bool
+    cache_hit: bool  # where this answer came from (read back: from_dict's, not the JSON's)
     seconds: float  # the whole call: search, head to head and fresh rounds
     budget_exhausted: bool = False
     # The head-to-head rounds after the search: [{label: examples/s}] per round.
@@ -168,19 +186,19 @@ class TuneResult:
     run: WholeRun | None = None
     # What the budget had no room for (``engine.Untried``): said in `why` with the budget
     # that would try it.
-    untried: list[Untried] = dataclasses.field(default_factory=list)
+    untried: list[Untried] = fields.field(default_factory=list, read=_untried_of)
     # The budget asked for, and the fresh rounds' time announced beyond it (0: none).
-    budget_s: float | None = None
-    announced_s: float = 0.0
+    budget_s: float | None = fields.field(None, read=_budget, **_UNWRITTEN)
+    announced_s: float = fields.field(0.0, **_UNWRITTEN)
     # For the target it answers (not kept in the cache or the report): how to apply the
     # winner (a recipe's flags, or your model's compile arguments) and the batch in words.
-    how_to_apply: str = dataclasses.field(default="", compare=False)
+    how_to_apply: str = fields.field("", compare=False, json=False)
     # A pick faster here that the fresh rounds did not confirm (nor refuse): the defaults
     # stand, and this is what to try (None: none such); `try_how` applies it as `how_to_apply`.
-    unconfirmed: Candidate | None = dataclasses.field(default=None, compare=False)
-    try_how: str = dataclasses.field(default="", compare=False)
-    batch_size: int | None = dataclasses.field(default=None, compare=False)
-    batch_words: str = dataclasses.field(default="", compare=False)
+    unconfirmed: Candidate | None = fields.field(None, compare=False, json=False)
+    try_how: str = fields.field("", compare=False, json=False)
+    batch_size: int | None = fields.field(None, compare=False, json=False)
+    batch_words: str = fields.field("", compare=False, json=False)
 
     def applied_to(self, work: Workload) -> TuneResult:
         """This result, saying how to apply it to `work` and with its batch size."""
@@ -191,6 +209,10 @@ class TuneResult:
             batch_size=work.batch_size,
             batch_words=work.batch_words(),
         )
+
+    @property
+    def best_label(self) -> str:
+        return self.best.label()
 
     @property
     def picked(self) -> bool:
@@ -213,55 +235,10 @@ class TuneResult:
         assert section is not None  # from_dict's None is for a report without a search
         return section
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "best": dataclasses.asdict(self.best),
-            "best_label": self.best.label(),
-            "trials": [t.to_dict() for t in self.trials],
-            "key": self.key,
-            "cache_hit": self.cache_hit,
-            "seconds": self.seconds,
-            "budget_exhausted": self.budget_exhausted,
-            "confirm_rounds": self.confirm_rounds,
-            "why": self.why,
-            "gain": self.gain.to_dict() if self.gain is not None else None,
-            # Whether the gain is claimed: only for a pick handed back (a refused pick's
-            # figures stay in "gain" and "why", not as a claim). Its words are the reader's
-            # to render (Gain.words), not written here.
-            "picked": self.picked,
-            "fresh_rounds": self.fresh_rounds,
-            "run": self.run.to_dict() if self.run is not None else None,
-            "untried": [u.to_dict() for u in self.untried],
-        }
-
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], cache_hit: bool = True) -> TuneResult:
-        trials = [
-            Trial(
-                Candidate.from_dict(t["candidate"], f"trials[{i}].candidate"),
-                fields.number(
-                    f"trials[{i}].examples_per_sec", t["examples_per_sec"], optional=True
-                ),
-                fields.number(f"trials[{i}].seconds", t["seconds"]),
-                t["error"],
-                [
-                    fields.number(f"trials[{i}].rates[{j}]", r)
-                    for j, r in enumerate(t.get("rates") or [])
-                ],
-                fields.number(f"trials[{i}].compile_s", t.get("compile_s"), optional=True),
-            )
-            for i, t in enumerate(d["trials"])
-        ]
-        budget = d.get("budget_s")
-        return cls(
-            Candidate.from_dict(d["best"], "best"), trials, d["key"], cache_hit,
-            fields.number("seconds", d["seconds"]),
-            d.get("budget_exhausted", False), list(d.get("confirm_rounds") or []),
-            d.get("why", ""), Gain.from_dict(d.get("gain")), list(d.get("fresh_rounds") or []),
-            WholeRun.from_dict(d.get("run")), _untried_of(d.get("untried")),
-            budget if isinstance(budget, int | float) else None,
-            float(d.get("announced_s") or 0.0),
-        )  # fmt: skip
+    def from_dict(cls, d: Any, where: str | None = None, cache_hit: bool = True) -> TuneResult:
+        """A result the cache (or a fresh process) holds, each field checked."""
+        return dataclasses.replace(super().from_dict(d, where), cache_hit=cache_hit)
 
     def table(self) -> list[Block]:
         """The screen: the trials as a table (fastest first, failures last: the search's and
@@ -290,21 +267,6 @@ class TuneResult:
         # Ended early: every candidate of the space was measured (a compiled model of yours
         # has only what it can change without a rebuild), not a budget that ran out.
         return took if self.untried or self.seconds > self.budget_s else f"{took}: all tried"
-
-
-def _untried_of(entries: Any) -> list[Untried]:
-    """The untried candidates a cached result holds (a malformed entry is dropped)."""
-    out = []
-    for u in entries if isinstance(entries, list) else []:
-        try:
-            compile_s = None if u.get("compile_s") is None else float(u["compile_s"])
-            needs, spent, reserve = (
-                float(u.get(k) or 0.0) for k in ("needs_s", "spent_s", "reserve_s")
-            )
-            out.append(Untried(Candidate(**u["candidate"]), needs, compile_s, spent, reserve))
-        except (KeyError, TypeError, ValueError):
-            continue
-    return out
 
 
 def untried_words(untried: Sequence[Untried], defaults: Candidate) -> str:
