@@ -239,11 +239,14 @@ class Ledger(fields.Record):
 
     def to_dict(self) -> dict[str, object]:
         """The ledger's JSON (``report.json``'s ``ledger``, less the report's ``fixes``)."""
+        out = super().to_dict()
+        head = {key: out.pop(key) for key in ("from", "partial", "wall_s")}
         return {
-            **super().to_dict(),
+            **head,  # then the parts, as report.json has always read
             "parts": self.part_seconds,
             "part_samples": {p.name: p.samples for p in self.parts},
             "part_spread_s": {p.name: p.spread_s for p in self.parts},
+            **out,
         }
 
     @classmethod
