@@ -278,7 +278,7 @@ def advise(
     return [_advice(a) for a in out]
 
 
-SERIAL = 0.8  # a fit step within 80 % of input + step ran them one after the other
+SERIAL = 0.2  # at most this share of the shorter part hidden behind the other: serial
 
 
 def overlap_advice(
@@ -291,10 +291,13 @@ def overlap_advice(
     t_in, t_step = 1e3 / input_rate, 1e3 / compute_rate
     if fit_rate:
         t_fit = 1e3 / fit_rate
+        hidden = max(0.0, t_in + t_step - t_fit)  # of the shorter part, run beside the other
+        shorter, which, other = min((t_in, "input", "step"), (t_step, "step", "input"))
         how = (
             "one after the other"
-            if t_fit >= SERIAL * (t_in + t_step)
-            else "partly one after the other"
+            if hidden <= SERIAL * shorter
+            else f"partly one after the other ({hidden:.2f} ms of the {which}'s "
+            f"{shorter:.2f} ms ran beside the {other})"
         )
         out = [
             f"input and step don't overlap: the fit takes {t_fit:.2f} ms a step against "
