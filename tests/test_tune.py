@@ -165,6 +165,34 @@ def test_a_cached_search_answers_only_a_search_no_more_thorough(keras, tmp_path,
     assert tn.tune(_task(keras), config, space=space, budget_s=5, progress=print).cache_hit
 
 
+def test_refresh_replaces_the_cached_answer_and_an_unconfirmed_pick_answers_no_confirming_call(
+    keras, tmp_path, monkeypatch
+):
+    """``tune --refresh`` searched again but kept the stale entry, which the next plain call
+    served; and a pick an in-process ``tune(model, data)`` cached (its own rounds, never a
+    fresh process) answered a call that confirms in fresh processes."""
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(wl.TaskWorkload, "rate", lambda self, c, steps=48, calls=3: fake_rates(c))
+    config = TrainConfig(batch_size=16, epochs=10, report_dir=None)
+    space = en.Space(jit_compile=(False, True), steps_per_execution=(1, 8), fused_steps=(1,))
+    first = tn.tune(_task(keras), config, space=space, budget_s=10, progress=print)
+    path = tmp_path / tn.CACHE_FILE
+    stored = json.loads(path.read_text())
+    stored[first.key]["result"]["why"] = "stale"
+    path.write_text(json.dumps(stored))
+    again = tn.tune(_task(keras), config, space=space, budget_s=10, refresh=True, progress=print)
+    assert not again.cache_hit
+    assert json.loads(path.read_text())[first.key]["result"]["why"] != "stale"  # replaced
+    assert first.picked and not first.gain.trusted  # measured in this process only
+    run = object.__new__(tn._Tuning)
+    run.key, run.shape, run.budget_s, run.report = first.key, None, 10.0, print
+    assert run.cached(confirms=False)[0] is not None
+    hit, said = run.cached(confirms=True)
+    assert hit is None and said == [
+        "tune: the cached pick was not confirmed in fresh processes: searching"
+    ]
+
+
 def test_kept_finalists_are_measured_again_without_a_rebuild_or_a_retrace(keras, monkeypatch):
     task = _task(keras)
     built, traces = [], []

@@ -321,6 +321,7 @@ def compare(
     steps: int = DEFAULT_STEPS,
     rounds: int = DEFAULT_ROUNDS,
     use_cache: bool = True,
+    refresh: bool = False,
     progress: Callable[[str], Any] | None = None,
     timeout_s: float = 900.0,
     runner: Callable[[Contender, Target], ChildResult | Figures] | None = None,
@@ -338,6 +339,8 @@ def compare(
             the steady figures). Defaults to `200`.
         rounds: interleaved rounds. Defaults to `3`.
         use_cache: read and write the cache. Defaults to `True`.
+        refresh: measure again, and cache what it finds in place of the cached answer.
+            Defaults to `False`.
         progress: called with a line per run. Defaults to printing to stderr.
         timeout_s: the longest one run may take. Defaults to `900`.
         runner: runs one contender on the given target (the shared initial weights in its
@@ -358,7 +361,7 @@ def compare(
     progress = progress or tk_progress.say
     key, facts = cache_key(target, steps)
     use_cache = use_cache and candidates is None
-    hit = cached(key) if use_cache else None
+    hit = cached(key) if use_cache and not refresh else None
     if hit is not None and (not backends or {r.contender.backend for r in hit.rows}
                             == set(backends)):  # fmt: skip
         progress(f"backends: cached result for this target, flags and machine ({key})")

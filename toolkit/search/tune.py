@@ -314,6 +314,7 @@ def tune(
     budget_s: float = 120.0,
     steps: int = 48,
     use_cache: bool = True,
+    refresh: bool = False,
     progress: Callable[[str], Any] | None = None,
     fresh: Any = None,
     confirm: bool = True,
@@ -349,6 +350,8 @@ def tune(
             it (:class:`Plan`).
         steps: timed steps per candidate. Defaults to `48`.
         use_cache: read and write the cache. Defaults to `True`.
+        refresh: search again, and cache what it finds in place of the cached answer.
+            Defaults to `False`.
         progress: called with one line per candidate. Defaults to ``toolkit.core.progress.say``
             (stderr) with a bar of the call's seconds on a terminal.
         fresh: where the pick is confirmed in fresh processes before it is cached
@@ -386,7 +389,7 @@ def tune(
     if not confirm:
         fresh_target, run.no_fresh = None, f"{skip_words} skipped it"
     try:
-        return _tuned(run, work, space, fresh_target, use_cache, skip_words)
+        return _tuned(run, work, space, fresh_target, use_cache, refresh, skip_words)
     finally:
         run.close()
 
@@ -397,12 +400,13 @@ def _tuned(
     space: Space | None,
     fresh_target: Any,
     use_cache: bool,
+    refresh: bool,
     skip_words: str,
 ) -> TuneResult:
     """:func:`tune`'s phases: the cached answer, if it answers this run; else the plan said,
     the search and its head-to-head rounds, the pick settled over the whole run and in fresh
     processes, the answer cached."""
-    hit, said = run.cached() if use_cache else (None, [])
+    hit, said = run.cached(fresh_target is not None) if use_cache and not refresh else (None, [])
     if hit is not None:
         return hit.applied_to(work)
     run.begin(Plan.of(run.budget_s, fresh_target is not None), skip_words)
@@ -476,12 +480,16 @@ class _Tuning:
         self.bar.close()
         self.work.close()
 
-    def cached(self) -> tuple[TuneResult | None, list[str]]:
-        """The cached answer when it fits this run and came from a search no shallower; else
-        None and why the search runs again (lines, said after the plan's)."""
+    def cached(self, confirms: bool = False) -> tuple[TuneResult | None, list[str]]:
+        """The cached answer when it fits this run and came from a search no shallower, its
+        pick confirmed in fresh processes where this call would confirm one (an in-process
+        ``tune(model, data)`` caches a pick its own rounds measured); else None and why the
+        search runs again (lines, said after the plan's)."""
         hit = cached(self.key)
         if hit is None:
             return None, []
+        if confirms and hit.picked and (hit.gain is None or not hit.gain.trusted):
+            return None, ["tune: the cached pick was not confirmed in fresh processes: searching"]
         why_not = self.shape.why_not(hit.best) if self.shape is not None else None
         shallower = _shallower(self.key, self.budget_s)
         if why_not is None and shallower is None:

@@ -29,7 +29,7 @@ def options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=200, help="training steps per run (200)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (3)")
     p.add_argument("--out", help="output directory (default runs/backends-<time>)")
-    p.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
+    p.add_argument("--refresh", action="store_true", help="measure again, replacing the cache")
     p.add_argument("--no_plot", action="store_true", help="skip the PNG chart")
     p.add_argument(
         "--anatomy",
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         backends=split(args.backends) or None,
         steps=args.steps,
         rounds=args.rounds,
-        use_cache=not args.refresh,
+        refresh=args.refresh,
     )
     print(terminal.show(result.summary()))
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")

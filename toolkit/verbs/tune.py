@@ -19,7 +19,11 @@ RECIPE_FLAGS = True
 
 def options(p: argparse.ArgumentParser) -> None:
     add_target(p, "tune")
-    p.add_argument("--refresh", action="store_true", help="search again, ignoring the cache")
+    p.add_argument(
+        "--refresh",
+        action="store_true",
+        help="search again, and cache what it finds in place of the cached answer",
+    )
     p.add_argument(
         "--no_confirm",
         action="store_true",
@@ -50,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     confirm = not args.no_confirm and parsed.flag_values.tune_confirm
     result = search(
         measured, data, config=parsed.config, budget_s=parsed.flag_values.tune_budget,
-        use_cache=not args.refresh, fresh=parsed.target, confirm=confirm,
+        refresh=args.refresh, fresh=parsed.target, confirm=confirm,
         skip_words="--no_confirm" if args.no_confirm or confirm else "--notune_confirm",
     )  # fmt: skip
     print(terminal.show([f"tune: {parsed.what}, batch {result.batch_words} ({result.took()})",
