@@ -485,6 +485,37 @@ def test_scopes_count_a_layer_once_where_a_step_of_its_own_calls_it_outside_the_
         assert scopes.calls_per_step(by["head"]) == 3
 
 
+def test_scopes_count_a_layer_by_the_step_s_traces_where_the_step_never_calls_the_model(keras):
+    """keras.io's GAN: its own train_step calls the generator twice and the discriminator
+    twice, never the GAN itself. Each counted once, their rows were set against one call
+    timed alone, and the rest went to "other" (46 % of the step)."""
+
+    class GAN(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.generator = keras.Sequential(
+                [keras.Input((4,)), keras.layers.Dense(4)], name="generator"
+            )
+            self.discriminator = keras.Sequential(
+                [keras.Input((4,)), keras.layers.Dense(1)], name="discriminator"
+            )
+
+        def train_step(self, data):
+            fake = self.generator(data)  # the discriminator's step
+            self.discriminator(keras.ops.concatenate([fake, data]))
+            return {"loss": self.discriminator(self.generator(data))}  # the generator's
+
+    model = GAN()
+    x = np.ones((2, 4), "float32")
+    with Scopes(model) as scopes:
+        model.train_step(x)
+        model.train_step(x)  # traced twice: counted per trace
+        by = {e.name: t for t, e in scopes.entries.items()}
+        dense = [n for n in by if n.startswith(("generator/", "discriminator/"))]
+        assert dense and all(scopes.calls_per_step(by[n]) == 2 for n in dense), dense
+        assert scopes.model_calls == 0 and scopes.step_calls == 2
+
+
 def test_scopes_count_a_recurrent_cell_once_a_time_step(keras):
     """A recurrent layer's cell runs once a time step, in a compiled loop Python traces once
     or twice (an LSTM's cell read x2 with 10 and 100 time steps); a sequence of any length

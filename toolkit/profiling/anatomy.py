@@ -115,6 +115,7 @@ class Scopes:
         self.model = model
         self.entries: dict[str, LayerEntry] = {}
         self.model_calls = 0
+        self.step_calls = 0  # traces of the model's train_step (its calls, as Python sees them)
         self._in_model = 0  # how deep inside the model's own call a layer's call is
         # the model's own inputs' specs, as LayerEntry.inputs: to time the whole model alone
         self.model_inputs: tuple[tuple[tuple[int | None, ...], str], ...] | None = None
@@ -177,6 +178,7 @@ class Scopes:
 
         @functools.wraps(original)
         def method(*args: Any, **kwargs: Any) -> Any:
+            self.step_calls += name == "train_step" and owner is self.model
             with scope(token):
                 return original(*args, **kwargs)
 
@@ -216,15 +218,18 @@ class Scopes:
         of your own that calls the layer outside the model's call as well (keras.io's VAE:
         its compute_loss runs the encoder and decoder, and the model's output goes unused,
         so the compiled step prunes that call) runs it as often as the more of the two
-        ways calls it, not both: counted as both, every row of the VAE read x2."""
+        ways calls it, not both: counted as both, every row of the VAE read x2. A step that
+        never calls the model (keras.io's GAN: its train_step calls the generator twice and
+        the discriminator three times) is counted by its own traces."""
         entry = self.entries[token]
-        if not self.model_calls:
+        traced = self.model_calls or self.step_calls
+        if not traced:
             return 1
         rnn = self._rnn_of(entry)
         if rnn is not None:  # a recurrent layer's cell: once a time step, in a compiled loop
             return self.calls_per_step(rnn.token) * _time_steps(rnn.inputs)
         most = max(entry.calls - entry.outside, entry.outside)
-        return max(1, round(most / self.model_calls))
+        return max(1, round(most / traced))
 
     def _rnn_of(self, entry: LayerEntry) -> LayerEntry | None:
         """The recurrent layer whose cell `entry` is, where its input has a known number of

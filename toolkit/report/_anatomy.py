@@ -226,9 +226,9 @@ def _other_line(a: Anatomy) -> str | None:
                   "ops outside any layer's scope")  # fmt: skip
         if a.ops_per_step:
             words += f"; {a.ops_per_step:,.0f} ops a step"
-            if between > 0.5:
-                each = a.other_between_s / a.ops_per_step
-                words += f", about {format_ms(each)} between each two"
+            gaps = a.other_gaps_s()
+            if between > 0.5 and gaps is not None:  # in the step's figures, as the saving
+                words += f", about {format_ms(gaps / a.ops_per_step)} between each two"
     if a.other_fix:
         words += f"; fewer, larger ops shrink it: {a.other_fix}"
         gaps, checked = a.other_gaps_s(), a.other_saving_checked()
