@@ -335,7 +335,7 @@ def test_an_answer_over_the_limit_steps_down_to_the_largest_batch_measured_under
     got = mf._under(found)
     assert got.batch_size == 734 and got.check == points[2] and got.under_limit is True
     assert over in got.points and points[2] not in got.points  # shown, the answer checked
-    assert "the prediction 853 ran over the limit when run" in got.why
+    assert "the prediction 853 ran 65.8 MB over the limit when run (1.86 GB)" in got.why
     assert (
         mf._under(dataclasses.replace(found, points=(mf.MemoryPeak(256, 1900.0),))).batch_size
         == 853

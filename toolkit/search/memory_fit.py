@@ -649,9 +649,9 @@ def _under(found: BatchFit) -> BatchFit:
     if not under:
         return found
     best = max(under, key=lambda p: p.batch_size)
-    said = (f"the prediction {found.batch_size:,} ran over the limit when run "
-            f"({format_mb(found.check.peak_mb if found.check else None)}): the largest batch "
-            "measured under it")  # fmt: skip
+    peak = float(found.check.peak_mb or 0.0) if found.check else limit
+    said = (f"the prediction {found.batch_size:,} ran {format_mb(peak - limit)} over the limit "
+            f"when run ({format_mb(peak)}): the largest batch measured under it")  # fmt: skip
     return dataclasses.replace(found, batch_size=best.batch_size, check=best,
                                predicted_mb=found.line.at(best.batch_size),
                                points=tuple(p for p in found.points if p is not best)
