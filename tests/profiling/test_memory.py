@@ -379,6 +379,15 @@ def test_find_growth_leaves_a_trace_window_s_buffers_out_of_the_steps_growth():
     assert find_growth([*refill, *level], where, [epoch, second], []) == []
     more = [Reading(7 + 0.1 * k, 48 + k, 1150.0 + 3 * k, 0, None, None) for k in range(16)]
     assert [g.epoch for g in find_growth([*refill, *more], where, [epoch, second], [])] == [0, 1]
+    # JAX's first steps allocate: a rise over one short epoch, then level over later epochs
+    # too short for their own readings to show it ("2.37 GB per 1,000 steps", 72 steps)
+    third = EpochSpan(2, 9.5, 10.0, 12.0, 12.5)
+    where = _Where([Tile(1.0, 6.0, "steps"), Tile(7.0, 9.0, "steps"), Tile(10, 12, "steps")], [])
+    later = [Reading(7.5 + k, 48 + 12 * k, 1141.0 + (k % 2), 0, None, None) for k in range(5)]
+    assert find_growth([*refill, *later], where, [epoch, second, third], []) == []
+    going = [Reading(7.5 + k, 48 + 12 * k, 1141.0 + 36 * k, 0, None, None) for k in range(5)]
+    assert [g.epoch for g in find_growth([*refill, *going], where, [epoch, second, third], [])
+            ] == [0]  # fmt: skip
 
 
 def test_grown_needs_about_one_more_a_step_between_two_censuses():
