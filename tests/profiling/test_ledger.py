@@ -352,7 +352,9 @@ def test_each_fix_predicts_its_saving_from_the_run_s_own_figures():
     found = {f.item: f for f in fixes(as_ledger(ledger))}
     assert found["recompile (train)"].saves_s == 3.0  # the recompile: a partial batch's
     # own step is no full step (17 examples of 32), so it is not counted as one
-    assert "drop_remainder=True" in fix_words(found["recompile (train)"])
+    words = fix_words(found["recompile (train)"])
+    assert "drop_remainder=True" in words
+    assert ".rebatch(batch_size, drop_remainder=True) on it" in words
     # Keras's own batches of your arrays: no batching of yours to drop a remainder on
     ragged_val = {**ragged, "function": "evaluate"}
     arrays = {

@@ -185,9 +185,11 @@ def _recompiles(ledger: Ledger) -> list[Fix]:
             f"shape ({mine[0].cause}, epoch {_n(mine[0].epoch)}) cost {format_s(seconds)}",
             None if own else batching,
             action=own,
-            note="(or a batch size that divides it: the recompile goes, and the partial batch's "
-            "own step each pass)" if own is None else "(the recompile goes, and the partial "
-            "batch's own step each pass)",
+            note="(or a batch size that divides it; a pipeline batched where you cannot set it, "
+            "such as timeseries_dataset_from_array's: .rebatch(batch_size, drop_remainder=True) "
+            "on it; the recompile goes, and the partial batch's own step each pass)"
+            if own is None
+            else "(the recompile goes, and the partial batch's own step each pass)",
         ))  # fmt: skip
     other = [c for c in again if not _is_shape(c.cause)]
     seconds = sum(c.seconds for c in other)
