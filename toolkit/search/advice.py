@@ -281,6 +281,26 @@ def advise(
 SERIAL = 0.2  # at most this share of the shorter part hidden behind the other: serial
 
 
+def _serial_words(t_in: float, t_step: float, fit_rate: float | None) -> str:
+    """How far the fit's step ran its input and its step one after the other (ms each)."""
+    if not fit_rate:
+        return "input and step don't overlap: the fit is slower than both of its parts"
+    t_fit = 1e3 / fit_rate
+    hidden = max(0.0, t_in + t_step - t_fit)  # of the shorter part, run beside the other
+    shorter, which, other = min((t_in, "input", "step"), (t_step, "step", "input"))
+    how = (
+        "one after the other"
+        if hidden <= SERIAL * shorter
+        else f"partly one after the other ({hidden:.2f} ms of the {which}'s "
+        f"{shorter:.2f} ms ran beside the {other})"
+    )
+    return (
+        f"input and step don't overlap: the fit takes {t_fit:.2f} ms a step against "
+        f"{t_in:.2f} ms (input alone) + {t_step:.2f} ms (step alone) = "
+        f"{t_in + t_step:.2f} ms: they ran {how}"
+    )
+
+
 def overlap_advice(
     facts: Facts, input_rate: float, compute_rate: float, fit_rate: float | None = None
 ) -> list[Advice]:
@@ -288,24 +308,7 @@ def overlap_advice(
     runs and how many cores there are: the likely causes, most likely first, each with its
     fix. Never "add a prefetch" to a pipeline that has one."""
     classes, ops = facts.pipeline_classes, facts.pipeline_ops
-    t_in, t_step = 1e3 / input_rate, 1e3 / compute_rate
-    if fit_rate:
-        t_fit = 1e3 / fit_rate
-        hidden = max(0.0, t_in + t_step - t_fit)  # of the shorter part, run beside the other
-        shorter, which, other = min((t_in, "input", "step"), (t_step, "step", "input"))
-        how = (
-            "one after the other"
-            if hidden <= SERIAL * shorter
-            else f"partly one after the other ({hidden:.2f} ms of the {which}'s "
-            f"{shorter:.2f} ms ran beside the {other})"
-        )
-        out = [
-            f"input and step don't overlap: the fit takes {t_fit:.2f} ms a step against "
-            f"{t_in:.2f} ms (input alone) + {t_step:.2f} ms (step alone) = "
-            f"{t_in + t_step:.2f} ms: they ran {how}"
-        ]
-    else:
-        out = ["input and step don't overlap: the fit is slower than both of its parts"]
+    out = [_serial_words(1e3 / input_rate, 1e3 / compute_rate, fit_rate)]
     python = bool(ops & {"EagerPyFunc", "PyFunc", "PyFuncStateless"}) or any(
         "Generator" in c for c in classes
     )
