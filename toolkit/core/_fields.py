@@ -203,12 +203,12 @@ class Record:
             ReportError: a field missing (without a default) or not of its kind, named.
         """
         where = cls.WHERE if where is None else where
-        if not cls.LENIENT:
-            return cls._read(d, where)
         try:
             return cls._read(d, where)
         except ReportError:
-            return None
+            if cls.LENIENT:
+                return None
+            raise
 
     @classmethod
     def _read(cls, d: Any, where: str) -> Any:
@@ -216,15 +216,15 @@ class Record:
         hints, values = _hints(cls), {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             meta = f.metadata
+            missing = meta.get("missing", dataclasses.MISSING)
             if not f.init:
                 continue
             if not meta.get("json", True):  # not in the JSON: its `missing`, if it has one
-                if meta.get("missing", dataclasses.MISSING) is not dataclasses.MISSING:
-                    values[f.name] = meta["missing"]
+                if missing is not dataclasses.MISSING:
+                    values[f.name] = missing
                 continue
             key = meta.get("key") or f.name
             at, value = f"{where}.{key}" if where else key, m.get(key)
-            missing = meta.get("missing", dataclasses.MISSING)
             if value is None and missing is not dataclasses.MISSING:
                 value = missing
             if meta.get("read"):

@@ -154,7 +154,9 @@ def _budget(value: Any, where: str) -> float | None:
     return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-_UNWRITTEN = {"omit": lambda value: True}  # kept by the cache's entry beside the result
+def _kept_beside(value: Any) -> bool:
+    """Never written in the result: the cache's entry keeps it beside it (``store``)."""
+    return True
 
 
 @dataclasses.dataclass
@@ -188,8 +190,8 @@ class TuneResult(fields.Record):
     # that would try it.
     untried: list[Untried] = fields.field(default_factory=list, read=_untried_of)
     # The budget asked for, and the fresh rounds' time announced beyond it (0: none).
-    budget_s: float | None = fields.field(None, read=_budget, **_UNWRITTEN)
-    announced_s: float = fields.field(0.0, **_UNWRITTEN)
+    budget_s: float | None = fields.field(None, read=_budget, omit=_kept_beside)
+    announced_s: float = fields.field(0.0, omit=_kept_beside)
     # For the target it answers (not kept in the cache or the report): how to apply the
     # winner (a recipe's flags, or your model's compile arguments) and the batch in words.
     how_to_apply: str = fields.field("", compare=False, json=False)
