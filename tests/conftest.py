@@ -72,8 +72,10 @@ def make_dataset():
 
 
 # The markers `make test` and `make test-next` run again in passes of their own. Those passes
-# collect only the test files whose text names the marker (the Makefile's MARKED), so a marker
-# set from anywhere else (a helper, a hook) would drop its tests from them without a word.
+# collect only the test files whose text sets the marker (`mark.NAME`, the Makefile's MARKED),
+# so a marker set from anywhere else (a helper, a hook) would drop its tests without a word.
+# A marker is for a test whose result the backend or the Keras version can change: a test of
+# pure logic (parsing, statistics, rendering a hand-made record) runs once, in the main pass.
 PASS_MARKERS = ("every_backend", "legacy_keras", "next_keras")
 
 
@@ -86,7 +88,7 @@ def pytest_collection_modifyitems(config, items):
             path = str(item.path)
             if path not in texts:
                 texts[path] = item.path.read_text(encoding="utf-8")
-            if name not in texts[path]:
+            if f"mark.{name}" not in texts[path]:
                 raise pytest.UsageError(
                     f"{item.nodeid}: marked {name} from outside its file; mark it in "
                     f"{item.path.name} (the Makefile's marked passes collect by file text)"

@@ -14,8 +14,6 @@ from toolkit.core.stats import (
     summarize_calls,
 )
 
-pytestmark = pytest.mark.legacy_keras
-
 
 @pytest.mark.parametrize("q", [0, 1, 10, 50, 90, 99, 100])
 def test_percentile_matches_numpy_linear(q):

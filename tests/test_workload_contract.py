@@ -105,7 +105,6 @@ def test_its_defaults_are_a_candidate_of_one_step_a_call(work):
     assert "batch_size" not in settings  # left to the config: not a setting of its own
 
 
-@pytest.mark.every_backend
 def test_how_a_pick_is_applied_is_said_in_the_kind_s_own_words(work):
     pick = dataclasses.replace(work.defaults(), steps_per_execution=4)
     words = work.how_to_apply(pick)
@@ -123,7 +122,6 @@ def test_the_space_it_searches_starts_at_its_defaults(work):
     assert len(space.steps_per_execution) == 2  # a compile argument: searched for both kinds
 
 
-@pytest.mark.every_backend
 def test_the_run_it_is_for(work):
     shape = work.run_shape()
     assert isinstance(shape, RunShape) and shape.epochs == 2

@@ -13,8 +13,6 @@ from toolkit import data as D
 from toolkit.data import PipelineWarning, pipeline
 from toolkit.data.builder import dataset_ops, element_bytes, parse_bytes
 
-pytestmark = pytest.mark.legacy_keras
-
 
 def _ops_in_order(ds):
     graph = tf.compat.v1.GraphDef()

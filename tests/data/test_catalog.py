@@ -13,7 +13,6 @@ from toolkit.data import catalog, sources, write_tfrecords
 IMAGE = catalog.ImageSpec(12, 12, 3, num_classes=10)
 TOKENS = catalog.TokenSpec(seq_len=40, vocab_size=100, num_classes=2)
 
-pytestmark = pytest.mark.legacy_keras
 
 
 def _check(ds, spec):

@@ -16,7 +16,6 @@ from .conftest import FEATURES, N
 
 SIG = (tf.TensorSpec((FEATURES,), tf.float32), tf.TensorSpec((), tf.int32))
 
-pytestmark = pytest.mark.legacy_keras
 
 
 def _factory(arrays):

@@ -7,8 +7,6 @@ import tensorflow as tf
 
 from toolkit.profiling.inference import measure_inference
 
-pytestmark = pytest.mark.legacy_keras
-
 
 class Clock:
     def __init__(self):

@@ -72,8 +72,6 @@ def test_a_custom_loop_writes_when_it_stops(tmp_path):
     assert [round(p.value, 6) for p in got["Step time/ms"]] == [10.0, 10.0, 10.0]
 
 
-@pytest.mark.legacy_keras
-@pytest.mark.every_backend
 def test_without_tensorboard_installed_the_error_says_what_to_install(tmp_path, monkeypatch):
     import builtins
 
@@ -105,8 +103,6 @@ def test_a_long_epoch_is_written_in_at_most_max_points_windows(tmp_path):
     assert sum(p.value for p in points) / len(points) == pytest.approx(3.0, abs=0.05)
 
 
-@pytest.mark.legacy_keras
-@pytest.mark.every_backend
 def test_the_c_crc_frames_records_as_tensorboard_does():
     # The event files' framing: the CRC used here must give TensorBoard's own numbers.
     import random
@@ -148,8 +144,6 @@ def test_points_reach_the_file_at_flush_and_a_failed_write_keeps_them(tmp_path):
     ]
 
 
-@pytest.mark.legacy_keras
-@pytest.mark.every_backend
 def test_keras_layout_overlays_validation_and_every_tag_is_described(tmp_path):
     # Keras's TensorBoard callback: epoch_<metric> in train/, val_<metric> as the same tag in
     # validation/, x the epoch; TensorBoard's reader finds a description on each tag.

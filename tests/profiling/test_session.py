@@ -144,8 +144,6 @@ def test_without_report_dir_nothing_is_written(tmp_path, make_model, make_datase
     assert p.report.steps.total_steps == 3 and p.paths == {} and os.listdir(tmp_path) == []
 
 
-@pytest.mark.legacy_keras
-@pytest.mark.every_backend
 def test_custom_loop_with_profile(tmp_path):
     import tensorflow as tf
 

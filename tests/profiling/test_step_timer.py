@@ -333,8 +333,6 @@ def test_log_steps_prints_the_recent_window_without_the_first_step():
         StepTimer(log_steps=0)
 
 
-@pytest.mark.legacy_keras
-@pytest.mark.every_backend
 def test_log_steps_on_an_asynchronous_backend_say_when_steps_ended(monkeypatch):
     """JAX queues steps ahead of the device: begins 1 ms apart, steps ending 100 ms apart.
     The lines say the device's 100 ms (as the summary does), not the host's 1 ms; the first
@@ -514,7 +512,6 @@ def test_a_trace_that_waited_for_the_device_leaves_out_only_its_steps(monkeypatc
 
 @pytest.mark.legacy_keras
 @pytest.mark.every_backend
-@pytest.mark.legacy_keras
 def test_a_second_fit_on_one_timer_is_left_untimed_and_never_mixed(
     make_model, make_dataset, monkeypatch
 ):

@@ -360,7 +360,6 @@ def test_profiler_failure_is_logged_and_training_goes_on(tmp_path, make_model, m
     assert timer.summary().total_steps == 5
 
 
-@pytest.mark.legacy_keras
 @pytest.mark.every_backend
 def test_a_profiler_is_seen_from_keras_s_callback_thread(tmp_path):
     """Keras 3 calls batch ends on its own thread, where StepTimer reads the profiler's state
@@ -437,8 +436,6 @@ def test_keras_tensorboard_profiler_steps_are_left_out(tmp_path, keras, make_mod
     assert s.timed_steps == 14 - 1 - 1 - s.excluded_steps
 
 
-@pytest.mark.legacy_keras
-@pytest.mark.every_backend
 def test_a_pytorch_profiler_that_failed_to_start_leaves_no_profiler_behind(tmp_path, monkeypatch):
     """PyTorch sets its process-wide "profiler running" flag before its profiler starts: a
     start that raised (a Kineto failure) must not leave the probe saying "profiling", or every
