@@ -14,7 +14,6 @@ IMAGE = catalog.ImageSpec(12, 12, 3, num_classes=10)
 TOKENS = catalog.TokenSpec(seq_len=40, vocab_size=100, num_classes=2)
 
 
-
 def _check(ds, spec):
     features, label = ds.element_spec
     assert tuple(features.shape) == spec.shape and label.dtype == tf.int32

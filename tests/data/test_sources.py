@@ -17,7 +17,6 @@ from .conftest import FEATURES, N
 SIG = (tf.TensorSpec((FEATURES,), tf.float32), tf.TensorSpec((), tf.int32))
 
 
-
 def _factory(arrays):
     x, y = arrays
 
