@@ -454,10 +454,13 @@ def test_the_knobs_derive_from_the_settings_table():
 
 def test_the_tune_table_names_each_row_by_what_it_changes_and_fits_80_columns():
     """A row is named by what it changes from the defaults (``xla fused=32``), the defaults'
-    row by all of theirs: full labels in every row wrapped each to four lines at 80 columns,
-    and the note column repeated the table's own row names in a second table."""
+    row as ``defaults``, spelled out under the table: full labels in every row wrapped each to
+    four lines at 80 columns, the defaults' own one word a line beside short changes, and the
+    note column repeated the table's own row names in a second table."""
+    from dataclasses import replace
+
     from toolkit.core import terminal
-    from toolkit.search._tune_screen import table
+    from toolkit.search._tune_screen import defaults_line, table
 
     defaults = en.Candidate(precision="float32", jit_compile=False, steps_per_execution=1,
                             fused_steps=1)  # fmt: skip
@@ -472,5 +475,14 @@ def test_the_tune_table_names_each_row_by_what_it_changes_and_fits_80_columns():
     assert sum(1 for line in shown if line.startswith("─")) == 1, shown  # one table
     rows = [line for line in shown if "examples" not in line and "×" in line]
     assert rows[0].startswith("xla fused=32 ") and rows[0].rstrip().endswith("chosen"), rows
-    assert rows[1].startswith("mixed_bfloat16 ") and rows[2].startswith("defaults: "), rows
+    assert rows[1].startswith("mixed_bfloat16 ") and rows[2].startswith("defaults "), rows
     assert len(shown) <= 4 + 2 * len(trials) + 2, shown  # a header and at most 2–3 lines a row
+    short = [en.Trial(defaults, 1_268.8, 1.0), en.Trial(replace(defaults, steps_per_execution=4),
+             1_345.2, 1.0)]  # fmt: skip
+    shown = terminal.show(table(short, short[1].candidate, []), 80).splitlines()
+    row = [line for line in shown if "1,268.8" in line]  # the defaults' row, beside "spe=4"
+    assert row[0].startswith("defaults ") and shown[-1] == row[0], shown  # on one line
+    assert defaults_line(defaults) == (
+        "defaults: the float32 precision policy, jit_compile=False, steps_per_execution=1, no "
+        "fused steps"
+    )

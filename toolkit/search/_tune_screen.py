@@ -51,11 +51,17 @@ def table(trials: Sequence[Trial], best: Candidate, rounds: Sequence[dict[str, f
 
 def setting_words(candidate: Candidate, defaults: Candidate) -> str:
     """A row's settings as the table names them: what it changes from the defaults (``xla
-    fused=32``), and the defaults' row by all of theirs (``defaults: float32 no-xla spe=1
-    fused=1``): a row of the full labels wrapped to four lines at 80 columns."""
-    if candidate == defaults:
-        return f"defaults: {candidate.label()}"
-    return candidate.changes(defaults)
+    fused=32``), and the defaults' row as ``defaults``, whose settings the line under the
+    table spells out (`defaults_line`): in the row, at 80 columns, they wrapped one word a
+    line beside a narrow column of short changes."""
+    return "defaults" if candidate == defaults else candidate.changes(defaults)
+
+
+def defaults_line(defaults: Candidate) -> str:
+    """What the defaults' row ran, in Keras's words, which every other row's name is a change
+    from."""
+    said = ", ".join(keras_words(defaults, None))
+    return f"defaults: {said}"
 
 
 def times(ratio: float | None) -> str:
@@ -63,13 +69,13 @@ def times(ratio: float | None) -> str:
     return "—" if ratio is None else f"{ratio:.2f}×"
 
 
-def keras_words(candidate: Candidate, defaults: Candidate) -> list[str]:
-    """What `candidate` sets other than `defaults`, each in the words of Keras's own
-    arguments: ``jit_compile=True (XLA)``, ``steps_per_execution=8``, ``32 steps fused into
-    one call``, ``the mixed_bfloat16 precision policy``, ``batch_size=64``."""
+def keras_words(candidate: Candidate, defaults: Candidate | None) -> list[str]:
+    """What `candidate` sets other than `defaults` (all of it, with None), each in the words
+    of Keras's own arguments: ``jit_compile=True (XLA)``, ``steps_per_execution=8``, ``32
+    steps fused into one call``, ``the mixed_bfloat16 precision policy``, ``batch_size=64``."""
     said = []
     for name, value in candidate.values().items():
-        if value == getattr(defaults, name):
+        if value is None or (defaults is not None and value == getattr(defaults, name)):
             continue
         if name == "precision":
             said.append(f"the {value} precision policy")
@@ -151,6 +157,7 @@ def screen(result: Any) -> list[Block]:
     lines = chosen_lines(result.best, defaults, result.picked)
     lines += [said for said in (gain_line(result.gain, result.picked),) if said]
     lines += [line for line in result.why.split("\n") if line]
+    lines.append(defaults_line(defaults))
     return [table(result.trials, result.best, result.confirm_rounds), "\n".join(short(lines))]
 
 
