@@ -15,6 +15,7 @@ import functools
 import os
 import sys
 import types
+from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
@@ -26,6 +27,10 @@ __all__ = [
 ]
 
 
+# Keras's callback logs, as every hook receives them: Keras's own mapping of metric names to
+# values (a float, or a tensor not yet converted). The toolkit reads them, never keeps them as
+# a record of its own.
+Logs = Mapping[str, Any] | None
 _TRUE = ("1", "true", "yes", "on")
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from toolkit.core import _fields as fields
+from toolkit.core import compat
 
 
 def to_stderr(line: str) -> None:
@@ -40,7 +41,7 @@ def profiler_probe() -> Callable[[], bool]:
     return probe
 
 
-def floats(logs: Mapping[str, Any] | None) -> dict[str, float]:
+def floats(logs: compat.Logs) -> dict[str, float]:
     """Epoch-level logs as floats (once per epoch; Keras has already synced them by then)."""
     out = {}
     for k, v in (logs or {}).items():

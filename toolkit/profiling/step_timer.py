@@ -490,7 +490,7 @@ class StepTimer(compat.keras().callbacks.Callback):
 
     # ------------------------------------------------------------------ Keras hooks
 
-    def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+    def on_train_begin(self, logs: compat.Logs = None) -> None:
         if self._second_fit():
             return
         if self._calls and not self._fit_kept:  # a fit that raised: keep what it measured
@@ -515,7 +515,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._ledger.adapter = adapter
         self._memory_due = self._ledger.memory_due(self.train_begin_time)
 
-    def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+    def on_epoch_begin(self, epoch: int, logs: compat.Logs = None) -> None:
         if self._foreign and self._not_mine():
             return
         self._epoch = epoch
@@ -531,7 +531,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._epoch_state = (self._warmup_left, self._seen_first)
         self._ledger.epoch_begin(epoch)
 
-    def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+    def on_train_batch_begin(self, batch: int, logs: compat.Logs = None) -> None:
         # The hottest code here, and it runs where the fit has left it out of cache: one clock
         # read, the profiler's state, one append. Everything else waits for the epoch's
         # boundaries (`_drain`): a begin hook that computed each step's duration, kind and
@@ -544,12 +544,12 @@ class StepTimer(compat.keras().callbacks.Callback):
         if now >= self._memory_due:
             self._memory_due = self._ledger.memory_due(now)
 
-    def _begin_and_drain(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+    def _begin_and_drain(self, batch: int, logs: compat.Logs = None) -> None:
         """The begin hook with ``log_steps``: each step is recorded as it ends."""
         StepTimer.on_train_batch_begin(self, batch, logs)
         self._drain()
 
-    def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+    def on_train_batch_end(self, batch: int, logs: compat.Logs = None) -> None:
         if self._foreign and self._not_mine():
             return
         # May run on Keras 3's callback thread: append only (atomic), touch nothing else. Only
@@ -564,7 +564,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         else:
             self._end_marks.append((batch, self._clock()))
 
-    def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+    def on_test_begin(self, logs: compat.Logs = None) -> None:
         if self._foreign and self._not_mine():
             return
         # Validation inside fit: the epoch's last training execution ended before this.
@@ -575,7 +575,7 @@ class StepTimer(compat.keras().callbacks.Callback):
             self._boundary_time = now
         self._ledger.test_begin(now)
 
-    def on_test_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+    def on_test_batch_begin(self, batch: int, logs: compat.Logs = None) -> None:
         if self._foreign and self._not_mine():
             return
         if self._running:  # the ledger's validation executions (a clock read and an append)
@@ -584,13 +584,13 @@ class StepTimer(compat.keras().callbacks.Callback):
             if now >= self._memory_due:
                 self._memory_due = self._ledger.memory_due(now)
 
-    def on_test_end(self, logs: Mapping[str, Any] | None = None) -> None:
+    def on_test_end(self, logs: compat.Logs = None) -> None:
         if self._foreign and self._not_mine():
             return
         if self._running:
             self._ledger.test_end(self._clock())
 
-    def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+    def on_epoch_end(self, epoch: int, logs: compat.Logs = None) -> None:
         if self._foreign and self._not_mine():
             return
         now = self._clock()
@@ -675,7 +675,7 @@ class StepTimer(compat.keras().callbacks.Callback):
             logging.warning("StepTimer: TensorBoard scalars stopped: %s: %s", type(e).__name__, e)
             self.scalars = None
 
-    def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
+    def on_train_end(self, logs: compat.Logs = None) -> None:
         if self._foreign and self._not_mine():
             self._foreign.discard(self._caller_list())
             return

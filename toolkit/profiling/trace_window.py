@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from absl import logging
@@ -100,13 +99,13 @@ class TraceWindow(compat.keras().callbacks.Callback):
         self.began_at: float | None = None
         self.ended_at: float | None = None
 
-    def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+    def on_train_begin(self, logs: compat.Logs = None) -> None:
         self._offset = self._next_offset = 0
 
-    def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+    def on_epoch_begin(self, epoch: int, logs: compat.Logs = None) -> None:
         self._offset = self._next_offset
 
-    def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+    def on_train_batch_begin(self, batch: int, logs: compat.Logs = None) -> None:
         step = self._offset + batch
         self._next_offset = step + 1
         self._close_marker()
@@ -117,16 +116,16 @@ class TraceWindow(compat.keras().callbacks.Callback):
         if self._active:
             self._open_marker(step)
 
-    def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+    def on_test_begin(self, logs: compat.Logs = None) -> None:
         self._close_marker()  # validation is not part of the step
 
-    def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+    def on_epoch_end(self, epoch: int, logs: compat.Logs = None) -> None:
         self._close_marker()
         steps = (self.params or {}).get("steps")
         if steps:
             self._next_offset = self._offset + steps
 
-    def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
+    def on_train_end(self, logs: compat.Logs = None) -> None:
         self._close_marker()
         if self._active:
             self._stop(self._next_offset)

@@ -46,9 +46,6 @@ def _anatomy(value: Any, where: str) -> Anatomy | None:
         raise fields.ReportError(what) from None
 
 
-RATES = ("input_rate", "compute_rate", "fit_rate")
-
-
 @dataclasses.dataclass(frozen=True)
 class DiagnosisSection(fields.Record):
     """A diagnosis as the report keeps it: the three rates (steps/s), the verdict and why it

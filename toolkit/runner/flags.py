@@ -82,7 +82,6 @@ class AppFlag:
     default: Any
     help: str
     group: str
-    speed: bool = False  # see ``toolkit.runner.config.setting``
     lead: bool = False  # listed before the group's training settings in --help
     path: bool = False
     bounds: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -92,16 +91,16 @@ APP_FLAGS = (
     AppFlag(
         "dataset", "string", "synthetic",
         "synthetic | digits | tfds:NAME | folder:PATH | tfrecord:GLOB "
-        "(see toolkit.data.catalog).", DATA, speed=True, lead=True,
+        "(see toolkit.data.catalog).", DATA, lead=True,
     ),
     AppFlag(
         "data_dir", "string", None, "TFDS data directory for --dataset=tfds:NAME.", DATA,
-        speed=True, lead=True, path=True,
+        lead=True, path=True,
     ),
     AppFlag(
         "validation_fraction", "float", 0.2,
         "Share of digits / folder / tfrecord examples held out for validation.", DATA,
-        speed=True, lead=True, bounds={"lower_bound": 0.01, "upper_bound": 0.9},
+        lead=True, bounds={"lower_bound": 0.01, "upper_bound": 0.9},
     ),
     AppFlag(
         "autotune", "bool", False,
@@ -160,11 +159,6 @@ FLAG_GROUPS = tuple(
 PATH_FLAGS = tuple(
     [flag_of(f.name) for f in SETTINGS if f.metadata["path"]]
     + [a.name for a in APP_FLAGS if a.path]
-)
-# Flags that change how long a run is or what it writes, not how fast a step is.
-RUN_FLAGS = frozenset(
-    [flag_of(f.name) for f in SETTINGS if not f.metadata["speed"]]
-    + [a.name for a in APP_FLAGS if not a.speed]
 )
 
 # Flags each module (a recipe) asked for through define_task_flags / define_flag, defined by
