@@ -65,14 +65,23 @@ class Tuned:
     defaults_rate: float | None
     chosen: Mapping[str, Any]
     seconds: float
+    # Why the fastest settings measured were not picked, where tune said so: their longer
+    # compile pays for itself only after this step (None: never) of a run of that many steps;
+    # or the head-to-head and fresh-process rounds did not confirm them. A bare "2.07× the
+    # defaults' speed, not advised" read as a contradiction.
+    handed_back: tuple[int | None, int] | None = None
+    unconfirmed: bool = False
 
     @classmethod
     def of(cls, result: Any) -> Tuned:
         """From a ``toolkit.search.tune.TuneResult``."""
+        run, gain = result.run, result.gain
         return cls(
             tuple((dataclasses.asdict(t.candidate), t.examples_per_sec, t.error)
                   for t in result.trials),
             result.defaults_rate, dataclasses.asdict(result.best), result.seconds,
+            handed_back=(run.break_even_steps, run.steps) if run and not run.pick_wins else None,
+            unconfirmed=gain is not None and not gain.trusted and not result.picked,
         )  # fmt: skip
 
     def held_back(self, what: str, tried: Callable[[Mapping[str, Any]], bool]) -> str | None:
@@ -90,8 +99,22 @@ class Tuned:
             return f"{what}: tune measured it and did not pick it here ({source}), not advised"
         best = max(rates) / self.defaults_rate
         return (
-            f"{what}: tune measured it at best {best:.2f}× the defaults' speed here ({source}), "
-            "not advised"
+            f"{what}: tune measured it at best {best:.2f}× the defaults' speed here"
+            f"{self._but(tried) if best > 1 else ''} ({source}), not advised"
+        )
+
+    def _but(self, tried: Callable[[Mapping[str, Any]], bool]) -> str:
+        """Why a faster setting was not picked, where the fastest settings measured are of
+        this advice (``, but its compile pays for itself after 56 steps of a run of 24``)."""
+        ran = [(rate, c) for c, rate, _ in self.trials if rate is not None]
+        if not ran or not tried(max(ran, key=lambda r: r[0])[1]):
+            return ""
+        if self.handed_back is not None:
+            after, steps = self.handed_back
+            pays = f"after {after:,} steps" if after else "never"
+            return f", but its longer compile pays for itself {pays} of a run of {steps:,}"
+        return (
+            ", but the rounds against the defaults did not confirm it" if self.unconfirmed else ""
         )
 
 
