@@ -516,6 +516,54 @@ def test_scopes_count_a_layer_by_the_step_s_traces_where_the_step_never_calls_th
         assert scopes.model_calls == 0 and scopes.step_calls == 2
 
 
+def test_assemble_counts_the_backward_only_of_the_calls_a_gradient_went_through(tmp_path):
+    """keras.io's GAN on TensorFlow: its step calls the generator twice and takes a gradient
+    through one call. Each call's ops carry the generator's scope made unique
+    (``generator_1``), and a gradient's ops are named after the ops they differentiate: the
+    generator's layer is two calls with one backward; the discriminator's, its forward's and
+    backward's alike, every call; a plain model's layers too (``backward_calls`` None)."""
+    import keras
+    import tensorflow as tf
+
+    from toolkit.profiling.anatomy import AnatomyWindow
+
+    class GAN(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.generator = keras.Sequential(
+                [keras.Input((FEATURES,)), keras.layers.Dense(FEATURES, name="g")],
+                name="generator",
+            )
+            self.discriminator = keras.Sequential(
+                [keras.Input((FEATURES,)), keras.layers.Dense(1, name="d")], name="discriminator"
+            )
+            self.opt = keras.optimizers.SGD()
+
+        def train_step(self, data):
+            x, _ = data
+            fake = self.generator(x)  # no gradient through this call
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(self.discriminator(self.generator(x) + fake))
+            weights = self.generator.trainable_weights + self.discriminator.trainable_weights
+            self.opt.apply_gradients(zip(tape.gradient(loss, weights), weights, strict=True))
+            return {"loss": loss}
+
+    model = GAN()
+    model.compile()
+    x, y = _data(1024)
+    window = AnatomyWindow(tmp_path / "trace", start_step=2, stop_step=5)
+    model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[window])
+    found = window.anatomy()
+    assert found.error is None, found.error
+    by = {layer.name: layer for layer in found.layers}
+    assert by["generator/g"].calls == 2 and by["generator/g"].backward_calls == 1, by
+    assert by["discriminator/d"].backward_calls is None, by
+    plain = _compiled(keras, keras.layers.Dense(32, name="plain"))
+    window = AnatomyWindow(tmp_path / "plain", start_step=2, stop_step=5)
+    plain.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[window])
+    assert all(layer.backward_calls is None for layer in window.anatomy().layers)
+
+
 def test_scopes_count_a_recurrent_cell_once_a_time_step(keras):
     """A recurrent layer's cell runs once a time step, in a compiled loop Python traces once
     or twice (an LSTM's cell read x2 with 10 and 100 time steps); a sequence of any length

@@ -83,6 +83,22 @@ def test_check_layers_leaves_a_split_that_read_a_free_backward_to_the_trace(kera
     assert held["d0"].backward_s > 0 and held["d0"].forward_s > 0
 
 
+def test_check_layers_counts_the_backward_only_of_the_calls_that_took_a_gradient(keras):
+    """keras.io's GAN calls its generator twice a step and takes a gradient through one call:
+    a layer of it is its forward twice and its backward once alone (it read 0.58× alone when
+    both calls counted a backward)."""
+    found = Anatomy("tensorflow", phases=(), layers=(
+        LayerTime("d0", "Dense", 0.003, 0.002, calls=2, backward_calls=1),
+        LayerTime("d1", "Dense", 0.003, 0.004, calls=2),
+    ))  # fmt: skip
+    out = check_layers(found, _entries(keras)[:2], batch=4, jit=True,
+                       timer=lambda *a, **k: Alone(forward_s=0.0005, both_s=0.002))  # fmt: skip
+    by = {x.name: x for x in out.layers}
+    assert by["d0"].alone_s == pytest.approx(2 * 0.0005 + 1 * 0.0015)
+    assert by["d1"].alone_s == pytest.approx(2 * 0.002)  # every call took a gradient
+    assert by["d0"].alone_forward_s == by["d1"].alone_forward_s == pytest.approx(0.001)
+
+
 def test_fed_by_data_names_the_layers_on_the_models_own_inputs(keras):
     """The step takes no gradient of the data: a Sequential's first layer and a functional
     model's layers on its Inputs are timed alone without their inputs' gradients (an LSTM's

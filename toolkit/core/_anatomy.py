@@ -103,6 +103,9 @@ class Span:
         fused: it holds the work of several tokens at once (XLA fused their ops into one
             program): its time is split between them, and counted as fused.
         name: the backend's name for it (an op, a kernel), for the report's words.
+        call: which call of its innermost layer it ran in, where the backend's scopes tell a
+            layer's calls apart (TensorFlow makes a scope opened twice in one graph unique:
+            ``kpl1_1/kpl7`` is the second call of kpl1's layer kpl7); "" where they do not.
     """
 
     start: float
@@ -113,6 +116,7 @@ class Span:
     backward: bool = False
     fused: bool = False
     name: str = ""
+    call: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +170,9 @@ class LayerTime(fields.Record):
         forward_s, backward_s: seconds per step in its forward pass and in its gradients
             (every call of it: a layer called twice holds both calls).
         calls: how many times a step calls it (2 for a shared layer called twice).
+        backward_calls: of those, how many a gradient was taken through, where the trace
+            told them apart and it was fewer (keras.io's GAN calls its generator twice a
+            step, once without a gradient); None: every call.
         flops: FLOPs per step of its forward and backward (None: not countable here).
         fused_s: of its time, the seconds in fused programs that hold other layers' work too.
         traced_forward_s, traced_backward_s: the trace's own figures, the profiler's cost
@@ -192,6 +199,7 @@ class LayerTime(fields.Record):
     calls: int = 1
     flops: float | None = None
     fused_s: float = 0.0
+    backward_calls: int | None = None
     traced_forward_s: float | None = None
     traced_backward_s: float | None = None
     alone_s: float | None = None

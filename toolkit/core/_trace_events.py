@@ -323,6 +323,22 @@ def tokens_in(text: str) -> tuple[str, ...]:
     return tuple(_TOKEN.findall(text))
 
 
+# A layer's scope token, with the suffix TensorFlow gives a scope opened twice in one graph.
+_CALL = re.compile(r"kpl\d+(?:_\d+)?")
+
+
+def call_in(text: str) -> str:
+    """Which call of its innermost layer an op ran in, as TensorFlow names the forward ops:
+    their scopes down to that layer's token. Keras opens a scope of the layer's name around
+    each call, which TensorFlow makes unique in one graph (``discriminator_1/.../kpl1``, then
+    ``discriminator_3/.../kpl1``), and a gradient's ops are named after the ops they
+    differentiate, under ``gradient_tape/``: the same text with that taken out. "" where no
+    layer scope holds the op."""
+    parts = [p for p in text.split("/") if p != "gradient_tape"]
+    at = [i for i, part in enumerate(parts) if _CALL.fullmatch(part)]
+    return "/".join(parts[: at[-1] + 1]) if at else ""
+
+
 def xla_op_spans(
     event: Event, programs: Mapping[tuple[str, str], tuple[str, ...]], lane: str, backward: str
 ) -> list[Any] | None:

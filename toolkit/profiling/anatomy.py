@@ -414,7 +414,7 @@ def assemble(
     unseen = _unseen(trace, by_phase)
     notes = [*notes, *_unscoped(trace)]
     phases = tuple(PhaseTime(p, by_phase.get(p, 0.0), unseen.get(p, "")) for p in Phase)
-    layers = _layer_rows(scopes, forward, backward, fused)
+    layers = _layer_rows(scopes, forward, backward, fused, _calls_seen(trace.spans))
     return dataclasses.replace(
         base,
         step_s=outside_s / max(1, outside_steps or steps),
@@ -434,6 +434,7 @@ def _layer_rows(
     forward: Mapping[str, float],
     backward: Mapping[str, float],
     fused: Mapping[str, float],
+    seen: Mapping[str, tuple[set[str], set[str]]],
 ) -> list[LayerTime]:
     """Each scoped layer the trace saw, its seconds per step, slowest first."""
     layers = []
@@ -442,9 +443,36 @@ def _layer_rows(
         if f + b <= 0:
             continue
         calls = scopes.calls_per_step(token)
-        flops = entry.flops * 3.0 * calls if entry.flops else None  # forward + 2x backward
-        layers.append(LayerTime(entry.name, entry.kind, f, b, calls, flops, fused.get(token, 0.0)))
+        back = _backward_calls(calls, *seen.get(token, (set(), set())))
+        # forward + 2x backward, a call each
+        flops = (
+            entry.flops * (calls + 2.0 * (calls if back is None else back)) if entry.flops else None
+        )
+        layers.append(
+            LayerTime(entry.name, entry.kind, f, b, calls, flops, fused.get(token, 0.0), back)
+        )
     return sorted(layers, key=lambda x: x.seconds, reverse=True)
+
+
+def _calls_seen(spans: Sequence[Span]) -> dict[str, tuple[set[str], set[str]]]:
+    """Each layer token's calls the trace told apart (``Span.call``): those its forward ops
+    ran in, and those its gradient's ops differentiate."""
+    seen: dict[str, tuple[set[str], set[str]]] = {}
+    for s in spans:
+        layer = next((t for t in reversed(s.tokens) if t.startswith("kpl")), None)
+        if s.call and layer is not None and s.kind == SpanKind.OP:
+            seen.setdefault(layer, (set(), set()))[s.backward].add(s.call)
+    return seen
+
+
+def _backward_calls(calls: int, forward: set[str], backward: set[str]) -> int | None:
+    """How many of a layer's `calls` a gradient was taken through, where its gradient's ops
+    differentiate fewer of its calls than its forward ops ran in (the calls the trace told
+    apart scale to the step's, as a recurrent cell's loop is one call in the graph); None:
+    every call, or the trace did not tell them apart."""
+    if not forward or not backward or len(backward) >= len(forward):
+        return None
+    return max(1, round(calls * len(backward) / len(forward)))
 
 
 def _ops_in(trace: StepTrace, span: tuple[float, float]) -> int:

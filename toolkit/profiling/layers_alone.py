@@ -134,8 +134,11 @@ def check_layers(
             # not a free backward (it read a planted Dense's backward as 0 under load): its
             # total stands, its split is left to the trace's
             forward = got[0] * calls if got[0] < got[1] else None
+            both = got[1] * calls
+            if forward is not None and x.backward_calls is not None:  # a call took none
+                both = forward + (got[1] - got[0]) * x.backward_calls
             out[x.name] = dataclasses.replace(
-                x, alone_s=got[1] * calls, alone_forward_s=forward,
+                x, alone_s=both, alone_forward_s=forward,
                 alone_with_held=any(n.startswith(x.name + "/") for n in held),
             )  # fmt: skip
     missing = [n for n in names if n not in held]

@@ -81,6 +81,7 @@ def anatomy_trace(files: list[str]) -> StepTrace:
                     te.tokens_in(scoped),
                     "gradient_tape" in scoped,
                     name=scoped.rpartition("/")[2],
+                    call=te.call_in(scoped),
                 )
             )
         elif e["name"].startswith("IteratorGetNextOp::DoCompute"):
