@@ -126,21 +126,9 @@ def check_layers(
             except Exception as e:  # noqa: BLE001 - a layer that will not run alone says so
                 done[key] = f"not timed alone: {one_line(e)}"
         got = done[key]
-        if isinstance(got, str):
-            out[x.name] = dataclasses.replace(x, check=got)
-        else:
-            calls = max(1, x.calls)
-            # A forward alone no faster than with its gradients is a noisy machine's reading,
-            # not a free backward (it read a planted Dense's backward as 0 under load): its
-            # total stands, its split is left to the trace's
-            forward = got[0] * calls if got[0] < got[1] else None
-            both = got[1] * calls
-            if forward is not None and x.backward_calls is not None:  # a call took none
-                both = forward + (got[1] - got[0]) * x.backward_calls
-            out[x.name] = dataclasses.replace(
-                x, alone_s=both, alone_forward_s=forward,
-                alone_with_held=any(n.startswith(x.name + "/") for n in held),
-            )  # fmt: skip
+        out[x.name] = (
+            dataclasses.replace(x, check=got) if isinstance(got, str) else _timed(x, *got, held)
+        )
     missing = [n for n in names if n not in held]
     notes = found.notes
     if missing:
@@ -148,6 +136,23 @@ def check_layers(
     return dataclasses.replace(
         found, layers=tuple(out.get(x.name, x) for x in found.layers), notes=notes
     )
+
+
+def _timed(x: LayerTime, forward_s: float, both_s: float, held: set[str]) -> LayerTime:
+    """`x` with its calls of a step timed alone, from one call's forward and forward with
+    gradients: a backward only for the calls a gradient went through (``backward_calls``)."""
+    calls = max(1, x.calls)
+    # A forward alone no faster than with its gradients is a noisy machine's reading, not a
+    # free backward (it read a planted Dense's backward as 0 under load): its total stands,
+    # its split is left to the trace's
+    forward = forward_s * calls if forward_s < both_s else None
+    both = both_s * calls
+    if forward is not None and x.backward_calls is not None:  # a call took no gradient
+        both = forward + (both_s - forward_s) * x.backward_calls
+    return dataclasses.replace(
+        x, alone_s=both, alone_forward_s=forward,
+        alone_with_held=any(n.startswith(x.name + "/") for n in held),
+    )  # fmt: skip
 
 
 def check_model(
