@@ -4,6 +4,7 @@ part of every global batch over processes, and the tf.data service and auto-shar
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from toolkit import distribute
@@ -90,6 +91,43 @@ def epoch_steps(data: Any) -> int | None:
     if getattr(data, "endless", False) and "grain" in getattr(data, "description", ""):
         return len(data)
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """What the run's data phase hands its fit: the loader chosen, the training and validation
+    batches (validation None: the task has none), ``fit``'s steps an epoch of each (None: the
+    data's own end), and what the data leaves out, each ``(what, fix)``."""
+
+    loader: str
+    train: Any
+    validation: Any
+    train_steps: int | None
+    validation_steps: int | None
+    notes: tuple[tuple[str, str], ...]
+
+
+def inputs(task: Task, config: TrainConfig, share: tuple[int, int, int]) -> Inputs:
+    """The task's training and validation data as `config` says, this process's `share`
+    ``(index, processes, devices)`` of each global batch, with the steps ``fit`` runs over
+    each: everything the fit needs of the data, settled once before the model is built."""
+    notes: list[tuple[str, str]] = []
+    loader = data_loader(config, task.train, task)
+    train = dataset(
+        task.train, config, training=True, task=task, share=share, notes=notes, loader=loader
+    )
+    validation = None
+    if task.validation is not None:
+        validation = dataset(task.validation, config, training=False, task=task, share=share)
+    steps = config.steps_per_epoch // config.fused_steps if config.steps_per_epoch else None
+    return Inputs(
+        loader,
+        train,
+        validation,
+        steps or epoch_steps(train),  # a Grain pipeline's epoch
+        epoch_steps(validation),
+        tuple(notes),
+    )
 
 
 def array_dataset(

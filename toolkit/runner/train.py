@@ -236,45 +236,50 @@ def run(
     """
     # The process's stages, for the report's ``process``: (stage, its end, compile seconds).
     stages: list[tuple[str, float, float | None]] = [(LAUNCH, time.perf_counter(), None)]
-    setup = _set_up(task, config)
+    config, placed, data = _set_up(task, config)
     stages.append((SET_UP, time.perf_counter(), None))
-    config, train_ds = setup.config, setup.train_ds
+    findings = [*placed.findings]
+    for what, fix in data.notes:  # what the data leaves out: said, and in the report
+        progress.say(f"note: {what}; {fix}")
+        findings.append(Finding("warning", "fused_steps_remainder", what, fix))
     if config.seed is not None:
         compat.keras().utils.set_random_seed(config.seed)  # again: the data's setup drew from it
     if progress.mode() == progress.BAR:  # a terminal: no long silence before the first bar
         progress.say(f"{task.name}: data ready; building the model, then the first step compiles")
-    model, build_compile_s = _compiled_model(task, config, setup.strategy)
+    model, build_compile_s = _compiled_model(task, config, placed.strategy)
     stages.append((MODEL, time.perf_counter(), build_compile_s))
-    aside = _fused_aside(config, setup.loader, model)
+    aside = _fused_aside(config, data.loader, model)
     if aside is not None:
         progress.say(f"note: {aside[0]}; {aside[1]}")
-        setup.findings.append(Finding("info", "fused_steps_not_needed", *aside))
-    verbose, log_steps, shown = fit_progress(config, train_ds, task.name)
+        findings.append(Finding("info", "fused_steps_not_needed", *aside))
+    verbose, log_steps, shown = fit_progress(config, data.train, task.name)
     try:
-        with _profiling(task, setup, args, log_steps, stages) as prof:
+        with _profiling(task, config, placed.cluster, args, log_steps, stages) as prof:
             resume = Resume(config.backup_dir) if config.backup_dir else None
-            _describe(prof, _context(task, setup, resume), extra, diagnosis, tune)
+            _describe(prof, _context(task, config, placed, findings, resume), extra, diagnosis,
+                      tune)  # fmt: skip
             prof.anatomy = anatomy
-            _count_flops(prof, model, setup)
-            resilience = _resilience(resume, setup.share[0])
+            _count_flops(prof, model, config, placed.device)
+            resilience = _resilience(resume, placed.share[0])
             fit_callbacks = [*resilience, *prof.callbacks, *shown, *callbacks]
-            history = _fit(model, setup, prof.timer, fit_callbacks, verbose)
+            history = _fit(model, config, data, prof.timer, fit_callbacks, verbose)
             if prof.compute is not None:
                 p50 = prof.timer.summary().p50_s
-                prof.compute = flops.recheck_peak(prof.compute, p50, setup.device)
+                prof.compute = flops.recheck_peak(prof.compute, p50, placed.device)
     except Exception as e:
         unreadable = _unreadable_file(task, e)
         if unreadable is None:
             raise
         raise unreadable from e
     return RunResult(
-        prof.report, prof.paths, prof.run_dir, model, history, prof.write_error, train_ds
+        prof.report, prof.paths, prof.run_dir, model, history, prof.write_error, data.train
     )
 
 
 def _profiling(
     task: Task,
-    setup: _Setup,
+    config: TrainConfig,
+    cluster: distribute.Cluster,
     args: Mapping[str, Any] | None,
     log_steps: int | None,
     stages: Sequence[tuple[str, float, float | None]],
@@ -283,10 +288,9 @@ def _profiling(
     memory watch, TensorBoard and the report, written where this process reports (each worker
     of a cluster into its own directory; the chief's is the run's), with the process's
     `stages` so far marked (``(stage, its end, compile seconds)``: launch, set-up, model)."""
-    config = setup.config
     report_dir = config.report_dir
-    if report_dir and not setup.cluster.is_chief:  # each worker reports; the chief's is the run's
-        report_dir = os.path.join(report_dir, f"worker{setup.cluster.task_index}")
+    if report_dir and not cluster.is_chief:  # each worker reports; the chief's is the run's
+        report_dir = os.path.join(report_dir, f"worker{cluster.task_index}")
     prof = profile(
         task.name,
         report_dir=report_dir,
@@ -319,11 +323,10 @@ def _describe(
     prof.tune = tune
 
 
-def _count_flops(prof: Any, model: Any, setup: _Setup) -> None:
+def _count_flops(prof: Any, model: Any, config: TrainConfig, device: Any) -> None:
     """With ``--count_flops``, the model's FLOPs per step and the device's peak into the
     report's compute facts (``prof.compute``); a peak still to be measured is measured after
     ``fit`` (``flops.recheck_peak``)."""
-    config = setup.config
     if not config.count_flops:
         return
     # With --compile_cache a peak not in its cache is measured after fit: ops run
@@ -332,7 +335,7 @@ def _count_flops(prof: Any, model: Any, setup: _Setup) -> None:
         model,
         config.batch_size,
         config.precision,
-        setup.device,
+        device,
         measure_peak=not config.compile_cache,
     )
 
@@ -359,21 +362,19 @@ def _fused_aside(config: TrainConfig, loader: str, model: Any) -> tuple[str, str
     )
 
 
-def _fit(model: Any, setup: _Setup, timer: Any, callbacks: list[Any], verbose: int) -> Any:
+def _fit(
+    model: Any, config: TrainConfig, data: _data.Inputs, timer: Any, callbacks: list[Any],
+    verbose: int,
+) -> Any:  # fmt: skip
     """``model.fit`` on the set-up data with `callbacks`; returns its History. The whole call
     is timed: the report shows its start-up and exit beside the steps."""
-    config, train_ds = setup.config, setup.train_ds
     with timer.around_fit():
         return model.fit(
-            train_ds,
+            data.train,
             epochs=config.epochs,
-            steps_per_epoch=(
-                config.steps_per_epoch // config.fused_steps
-                if config.steps_per_epoch
-                else _data.epoch_steps(train_ds)  # a Grain pipeline's epoch
-            ),
-            validation_data=setup.val_ds,
-            validation_steps=_data.epoch_steps(setup.val_ds),
+            steps_per_epoch=data.train_steps,
+            validation_data=data.validation,
+            validation_steps=data.validation_steps,
             validation_freq=config.validation_freq,
             shuffle=False,  # the pipeline shuffles; Keras would only warn about a Dataset
             callbacks=callbacks,
@@ -395,73 +396,59 @@ def _unreadable_file(task: Task, error: Exception) -> SetupError | None:
     )
 
 
-@dataclasses.dataclass
-class _Setup:
-    """What :func:`run` settles before the model is built: the effective config, the cluster,
-    the device (and its preflight findings), the strategy and its batch sizes, this process's
-    share of the data (index, processes, replicas), its loader and the datasets."""
+@dataclasses.dataclass(frozen=True)
+class _Placement:
+    """Where the run trains, settled before its data: the cluster, the device (and its
+    preflight findings), the strategy and its batch sizes, and this process's share of each
+    global batch (index, processes, replicas)."""
 
-    config: TrainConfig
     cluster: distribute.Cluster
     device: Any
-    findings: list[Any]
+    findings: tuple[Any, ...]
     strategy: Any
     global_batch: int
     per_replica: int
     share: tuple[int, int, int]
-    loader: str
-    train_ds: Any
-    val_ds: Any
 
 
-def _set_up(task: Task, config: TrainConfig) -> _Setup:
-    """Everything before the model, in the order the frameworks need it. Raises SetupError
-    (one line) for a bad setting, a device that is not here or too little data."""
+def _set_up(task: Task, config: TrainConfig) -> tuple[TrainConfig, _Placement, _data.Inputs]:
+    """Everything before the model, in the order the frameworks need it: the config as the
+    run uses it (checked once, here), where it trains, then its data. Raises SetupError (one
+    line) for a bad setting, a device that is not here or too little data."""
     try:
         config = config.validate().effective()
         check_report_dir(config.report_dir)
         check_report_dir(config.backup_dir, "--backup_dir", "or leave --backup_dir out")
         backend.get().check_config(config)  # what this Keras backend cannot run: one line
-        if config.compile_cache:  # before anything compiles (a command line set it earlier)
-            backend.use_compile_cache()
-        cluster = _start_cluster(task, config)
-        device, findings = setup_device(config)
-        # Before any dataset: a multi-worker strategy configures collective ops at start-up.
-        strategy = distribute.make_strategy(
-            config.distribution_strategy,
-            device,
-            cluster=cluster,
-            cluster_wait=config.cluster_wait,
-        )
-        global_batch, per_replica = distribute.batch_sizes(
-            config.batch_size, strategy.num_replicas_in_sync
-        )
-        share = (0, 1, 1)
-        if isinstance(strategy, distribute.ProcessStrategy):  # a keras.distribution
-            share = (strategy.process_index, strategy.processes, strategy.num_replicas_in_sync)
+        placed = _place(task, config)
         if config.seed is not None:
             # Before the data: its shuffle's seed pairs with the global one, so a seeded run
             # reads the same order whatever ran before it in the process.
             compat.keras().utils.set_random_seed(config.seed)
-        notes: list[tuple[str, str]] = []  # what the data leaves out: said, and in the report
-        loader = _data.data_loader(config, task.train, task)
-        train_ds = _data.dataset(
-            task.train, config, training=True, task=task, share=share, notes=notes, loader=loader
-        )
-        for what, fix in notes:
-            progress.say(f"note: {what}; {fix}")
-            findings = [*findings, Finding("warning", "fused_steps_remainder", what, fix)]
-        val_ds = None
-        if task.validation is not None:
-            val_ds = _data.dataset(task.validation, config, training=False, task=task, share=share)
+        return config, placed, _data.inputs(task, config, placed.share)
     except SetupError:
         raise
     except (ValueError, FileNotFoundError) as e:  # a bad setting (ConfigError), too little data
         raise SetupError(str(e)) from e
-    return _Setup(
-        config, cluster, device, findings, strategy, global_batch, per_replica, share, loader,
-        train_ds, val_ds,
-    )  # fmt: skip
+
+
+def _place(task: Task, config: TrainConfig) -> _Placement:
+    """The cluster started, the device chosen and the strategy made, before any dataset (a
+    multi-worker strategy configures collective ops at start-up)."""
+    if config.compile_cache:  # before anything compiles (a command line set it earlier)
+        backend.use_compile_cache()
+    cluster = _start_cluster(task, config)
+    device, findings = setup_device(config)
+    strategy = distribute.make_strategy(
+        config.distribution_strategy, device, cluster=cluster, cluster_wait=config.cluster_wait
+    )
+    global_batch, per_replica = distribute.batch_sizes(
+        config.batch_size, strategy.num_replicas_in_sync
+    )
+    share = (0, 1, 1)
+    if isinstance(strategy, distribute.ProcessStrategy):  # a keras.distribution
+        share = (strategy.process_index, strategy.processes, strategy.num_replicas_in_sync)
+    return _Placement(cluster, device, tuple(findings), strategy, global_batch, per_replica, share)
 
 
 def _compiled_model(task: Task, config: TrainConfig, strategy: Any) -> tuple[Any, float | None]:
@@ -497,26 +484,29 @@ def _built(task: Task, config: TrainConfig, strategy: Any) -> Any:
     return model
 
 
-def _context(task: Task, setup: _Setup, resume: Resume | None) -> RunContext:
+def _context(
+    task: Task, config: TrainConfig, placed: _Placement, findings: Sequence[Any],
+    resume: Resume | None,
+) -> RunContext:  # fmt: skip
     """The report's account of where and how the run trained."""
-    config = setup.config
+    processes = placed.share[1]
     return RunContext(
-        device=setup.device,
+        device=placed.device,
         backend=backend.name(),
         precision=config.precision,
         strategy=Strategy(
             name=config.distribution_strategy,
-            replicas=setup.strategy.num_replicas_in_sync,
-            global_batch=setup.global_batch,
-            per_replica_batch=setup.per_replica,
-            processes=setup.share[1],
-            per_process_batch=setup.global_batch // setup.share[1],
+            replicas=placed.strategy.num_replicas_in_sync,
+            global_batch=placed.global_batch,
+            per_replica_batch=placed.per_replica,
+            processes=processes,
+            per_process_batch=placed.global_batch // processes,
             shard_policy=config.shard_policy,
             data_service=config.data_service,
             data_service_mode=config.data_service_mode if config.data_service else None,
         ),
-        cluster=setup.cluster,
-        preflight=tuple(setup.findings),
+        cluster=placed.cluster,
+        preflight=tuple(findings),
         dataset=task.dataset,
         synthetic_data=config.use_synthetic_data,
         smoke=config.smoke,
