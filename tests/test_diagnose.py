@@ -837,22 +837,23 @@ def test_held_back_advice_that_measured_faster_says_why_tune_did_not_pick_it():
     """A weather LSTM's cached search: XLA ran 2.07× the defaults' steps, yet its longer
     compile pays back after 56 steps of a 24-step run, so tune kept the defaults. The held-back
     line says that, not a bare "2.07×, not advised"; a slower setting needs no reason."""
-    xla = {"jit_compile": True, "precision": "float32"}
-    plain = {"jit_compile": False, "precision": "float32"}
+    from toolkit.search.engine import Candidate
+
+    xla, plain = Candidate(jit_compile=True), Candidate(jit_compile=False)
     tuned = adv.Tuned(
         ((plain, 100.0, None), (xla, 207.0, None)), 100.0, plain, 13.0, handed_back=(56, 24)
     )
-    said = tuned.held_back("jit_compile", lambda c: c["jit_compile"])
+    said = tuned.held_back("jit_compile", lambda c: c.jit_compile)
     assert said == (
         "jit_compile: tune measured it at best 2.07× the defaults' speed here, but its longer "
         "compile pays for itself after 56 steps of a run of 24 (cached 13 s search), not advised"
     )
     unconfirmed = dataclasses.replace(tuned, handed_back=None, unconfirmed=True)
     assert ", but the rounds against the defaults did not confirm it (cached" in (
-        unconfirmed.held_back("jit_compile", lambda c: c["jit_compile"]) or ""
+        unconfirmed.held_back("jit_compile", lambda c: c.jit_compile) or ""
     )
     slower = dataclasses.replace(tuned, trials=((plain, 100.0, None), (xla, 70.0, None)))
-    assert slower.held_back("jit_compile", lambda c: c["jit_compile"]) == (
+    assert slower.held_back("jit_compile", lambda c: c.jit_compile) == (
         "jit_compile: tune measured it at best 0.70× the defaults' speed here (cached 13 s "
         "search), not advised"
     )
@@ -881,7 +882,7 @@ def test_advice_that_a_cached_tune_search_measured_slower_here_is_held_back(
     assert picked.best.jit_compile and picked.best.precision == "float32"
     with wl.workload(task, config) as work:
         tuned = dg._tuned(work)
-    assert tuned is not None and tuned.chosen["jit_compile"] is True
+    assert tuned is not None and tuned.chosen.jit_compile is True
     facts = adv.Facts(
         step_s=0.001, batch_size=16, recommended_precision="mixed_bfloat16", tuned=tuned
     )

@@ -9,11 +9,12 @@ their arguments, tested with injected rates and facts.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from toolkit import backend as backends
 from toolkit.core._advice import Advice
+from toolkit.search.engine import Candidate
 
 __all__: list[str] = []  # diagnose's own (its verdict names are re-exported there)
 
@@ -61,9 +62,9 @@ class Tuned:
     settings and how long the search ran. Advice that it measured and did not pick is held
     back: a search on this machine outweighs a rule of thumb."""
 
-    trials: tuple[tuple[Mapping[str, Any], float | None, str | None], ...]
+    trials: tuple[tuple[Candidate, float | None, str | None], ...]
     defaults_rate: float | None
-    chosen: Mapping[str, Any]
+    chosen: Candidate
     seconds: float
     # Why the fastest settings measured were not picked, where tune said so: their longer
     # compile pays for itself only after this step (None: never) of a run of that many steps;
@@ -77,14 +78,13 @@ class Tuned:
         """From a ``toolkit.search.tune.TuneResult``."""
         run, gain = result.run, result.gain
         return cls(
-            tuple((dataclasses.asdict(t.candidate), t.examples_per_sec, t.error)
-                  for t in result.trials),
-            result.defaults_rate, dataclasses.asdict(result.best), result.seconds,
+            tuple((t.candidate, t.examples_per_sec, t.error) for t in result.trials),
+            result.defaults_rate, result.best, result.seconds,
             handed_back=(run.break_even_steps, run.steps) if run and not run.pick_wins else None,
             unconfirmed=gain is not None and not gain.trusted and not result.picked,
         )  # fmt: skip
 
-    def held_back(self, what: str, tried: Callable[[Mapping[str, Any]], bool]) -> str | None:
+    def held_back(self, what: str, tried: Callable[[Candidate], bool]) -> str | None:
         """One line saying why advice for `what` is not given, where the search measured
         settings for which `tried` holds and picked none of them; None: give the advice (not
         measured, or picked)."""
@@ -103,7 +103,7 @@ class Tuned:
             f"{self._but(tried) if best > 1 else ''} ({source}), not advised"
         )
 
-    def _but(self, tried: Callable[[Mapping[str, Any]], bool]) -> str:
+    def _but(self, tried: Callable[[Candidate], bool]) -> str:
         """Why a faster setting was not picked, where the fastest settings measured are of
         this advice (``, but its compile pays for itself after 56 steps of a run of 24``)."""
         ran = [(rate, c) for c, rate, _ in self.trials if rate is not None]
@@ -127,15 +127,11 @@ def _advice(said: Said) -> Advice:
 
 
 def _unless_tuned(
-    facts: Facts, advice: Advice, what: str, tried: Callable[[Mapping[str, Any]], bool]
+    facts: Facts, advice: Advice, what: str, tried: Callable[[Candidate], bool]
 ) -> Advice:
     """`advice`, or the line that says tune measured it here and did not pick it."""
     said = facts.tuned.held_back(what, tried) if facts.tuned is not None else None
     return Advice(said) if said else advice
-
-
-def _per_call(c: Mapping[str, Any]) -> int:
-    return (c.get("steps_per_execution") or 1) * (c.get("fused_steps") or 1)
 
 
 def _adapter_advice(facts: Facts) -> list[str] | None:
@@ -218,10 +214,10 @@ def _compute_advice(facts: Facts) -> list[Advice]:
         said = seam.loop_advice() if seam else Advice.of("try {0}", {"steps_per_execution": 8})
         loop = said.after(short)
         what = "more steps per call (steps_per_execution, fused_steps)"
-        out.append(_unless_tuned(facts, loop, what, lambda c: _per_call(c) > 1))
+        out.append(_unless_tuned(facts, loop, what, lambda c: c.per_call > 1))
     jit = seam.jit_advice() if seam else None  # None: always compiled (JAX)
     if not facts.jit_compile and jit:
-        out.append(_unless_tuned(facts, jit, "jit_compile", lambda c: bool(c.get("jit_compile"))))
+        out.append(_unless_tuned(facts, jit, "jit_compile", lambda c: bool(c.jit_compile)))
     if facts.batch_size is not None:
         larger = Advice(
             f"a larger batch than {facts.batch_size} (if memory and convergence allow) does "
@@ -229,7 +225,7 @@ def _compute_advice(facts: Facts) -> list[Advice]:
         )
         size = facts.batch_size
         what = f"a batch larger than {size}"
-        out.append(_unless_tuned(facts, larger, what, lambda c: (c.get("batch_size") or 0) > size))
+        out.append(_unless_tuned(facts, larger, what, lambda c: (c.batch_size or 0) > size))
     if facts.device_kind == "cpu" and facts.gpus:
         out.append(
             Advice.of(
@@ -248,7 +244,7 @@ def _compute_advice(facts: Facts) -> list[Advice]:
     hint = facts.recommended_precision
     if hint and hint != facts.precision:
         advice = Advice.of("try {0} (this device's hint; measure it)", {"precision": hint})
-        out.append(_unless_tuned(facts, advice, hint, lambda c: c.get("precision") == hint))
+        out.append(_unless_tuned(facts, advice, hint, lambda c: c.precision == hint))
     return out
 
 
