@@ -100,9 +100,8 @@ def test_its_defaults_are_a_candidate_of_one_step_a_call(work):
     defaults = work.defaults()
     assert isinstance(defaults, Candidate)
     assert defaults.per_call == work.per_call == 1
-    settings = work.settings()
-    assert settings["steps_per_execution"] == 1 and settings["backend"]
-    assert "batch_size" not in settings  # left to the config: not a setting of its own
+    assert defaults.steps_per_execution == 1
+    assert defaults.batch_size is None  # left to the config: not a setting of its own
 
 
 def test_how_a_pick_is_applied_is_said_in_the_kind_s_own_words(work):

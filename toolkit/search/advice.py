@@ -54,6 +54,14 @@ class Facts:
     input_workers: int | None = None  # the workers your PyDataset or DataLoader was given
     tuned: Tuned | None = None  # what a cached tune search measured for this workload here
 
+    @classmethod
+    def of(cls, defaults: Candidate, **facts: Any) -> Facts:
+        """The facts of a run whose speed settings are `defaults` (a workload's), on the
+        backend in use, with the other `facts` (a setting left to the config, None, such as
+        the batch size, is not one of its speed settings)."""
+        given = {name: value for name, value in defaults.values().items() if value is not None}
+        return cls(**given, backend=backends.name(), **facts)
+
 
 @dataclasses.dataclass(frozen=True)
 class Tuned:

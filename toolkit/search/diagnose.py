@@ -74,6 +74,7 @@ from toolkit.search.advice import (
     Tuned,
     advise,
 )
+from toolkit.search.engine import Candidate
 from toolkit.search.workload import workload
 
 __all__ = [
@@ -585,15 +586,15 @@ class _Measurements:
         """The verdict and advice from what was measured, once the workload is put back."""
         work = self.work
         described = work.input_words(self.dataset) if self.words is None else self.words
-        settings = work.settings()
+        defaults = work.defaults()
         return _conclude(
             # Rates per training step (a fused batch holds fused_steps steps' examples).
-            input_rate=self.pipeline.batches_per_sec * settings["fused_steps"],
+            input_rate=self.pipeline.batches_per_sec * defaults.fused_steps,
             compute=self.compute.steps,
             fit=self.fit.steps,
             dataset=self.dataset,
             described=described,
-            settings=settings,
+            defaults=defaults,
             batch_size=work.batch_size,
             device_kind=work.device.kind,
             steps=self.steps,
@@ -658,7 +659,7 @@ def _conclude(
     fit: Any,
     dataset: Any,
     described: str,
-    settings: dict[str, Any],
+    defaults: Candidate,
     batch_size: int | None,
     device_kind: str,
     steps: int,
@@ -683,7 +684,8 @@ def _conclude(
     xprof = second_opinion(verdict, trace, input_rate < compute_rate) if trace else None
     gpus, recommended = _devices_facts(device_kind, devices_found)
     classes, ops = _pipeline_facts(dataset)
-    facts = Facts(
+    facts = Facts.of(
+        defaults,
         step_s=compute.mean_s,
         batch_size=batch_size,
         device_kind=device_kind,
@@ -695,7 +697,6 @@ def _conclude(
         adapter=adapter,
         input_workers=input_workers,
         tuned=tuned,
-        **settings,
     )
     return Diagnosis(
         input_rate=input_rate,

@@ -126,13 +126,6 @@ class Workload(abc.ABC):
         """Training steps in one call of the compiled function."""
         return self.defaults().per_call
 
-    def settings(self) -> dict[str, Any]:
-        """Its speed settings in words, for the diagnosis's advice (a setting left to the
-        config, such as the batch size, is not one)."""
-        d = self.defaults()
-        values = {name: getattr(d, name) for name in SEARCHED}
-        return {**{k: v for k, v in values.items() if v is not None}, "backend": backend.name()}
-
     @abc.abstractmethod
     def fit(
         self,
