@@ -14,8 +14,11 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+# A setting's value, as a try holds it and the settings table spells it: a flag's value, a
+# placeholder the reader chooses ("K"), or None (the config's own).
+Setting = bool | int | float | str | None
 # A speller: settings (TrainConfig field -> value) as one piece of text a reader acts on.
-Spell = Callable[[Mapping[str, Any]], str]
+Spell = Callable[[Mapping[str, Setting]], str]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,14 +28,14 @@ class Advice:
     value may be a placeholder the reader chooses (``"K"``)."""
 
     text: str
-    tries: tuple[tuple[tuple[str, Any], ...], ...] = ()
+    tries: tuple[tuple[tuple[str, Setting], ...], ...] = ()
 
     @classmethod
-    def of(cls, text: str, *tries: Mapping[str, Any]) -> Advice:
+    def of(cls, text: str, *tries: Mapping[str, Setting]) -> Advice:
         return cls(text, tuple(tuple(t.items()) for t in tries))
 
     @property
-    def settings(self) -> tuple[dict[str, Any], ...]:
+    def settings(self) -> tuple[dict[str, Setting], ...]:
         """Each try as a mapping (field -> value)."""
         return tuple(dict(t) for t in self.tries)
 

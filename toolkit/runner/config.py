@@ -24,6 +24,7 @@ from absl import logging
 
 from toolkit import backend, distribute
 from toolkit.core import compat
+from toolkit.core._advice import Setting
 from toolkit.core.checks import ConfigError, check_number  # the one validator, re-exported
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
 from toolkit.devices import parse_device_spec
@@ -709,12 +710,12 @@ SEARCHED_SETTINGS: tuple[tuple[str, Searched], ...] = tuple(
 SEARCHED = tuple(name for name, _ in SEARCHED_SETTINGS)
 
 
-def model_settings(model: Any) -> dict[str, Any]:
+def model_settings(model: Any) -> dict[str, Setting]:
     """The searched settings your compiled model says it has (each setting's `read`)."""
     return {name: how.read(model) for name, how in SEARCHED_SETTINGS if how.read is not None}
 
 
-def set_model_settings(model: Any, values: dict[str, Any]) -> None:
+def set_model_settings(model: Any, values: Mapping[str, Setting]) -> None:
     """Writes the compile arguments among `values` into your compiled model (each setting's
     `write`); the others need a rebuild and are left."""
     for name, how in SEARCHED_SETTINGS:
@@ -722,7 +723,7 @@ def set_model_settings(model: Any, values: dict[str, Any]) -> None:
             how.write(model, values[name])
 
 
-def as_flags(values: dict[str, Any]) -> str:
+def as_flags(values: Mapping[str, Setting]) -> str:
     """The command-line flags that select these settings, as a user types them
     (``--steps_per_execution=8 --jit_compile``; a setting at None is the config's: no flag).
     The one place a setting is spelled as a flag for people to read; programs hand each other
@@ -765,7 +766,7 @@ class OwnCompile:
         return cls(owner.__name__, frozenset(p.name for p in params))
 
 
-def as_python(values: Mapping[str, Any], own: OwnCompile | None = None) -> str:
+def as_python(values: Mapping[str, Setting], own: OwnCompile | None = None) -> str:
     """The same settings as a script sets them, for advice said to your own model:
     ``model.compile(..., steps_per_execution=8, jit_compile=True)``, ``model.fit(...,
     validation_freq=5)``, ``keras.mixed_precision.set_global_policy('mixed_bfloat16')``; a

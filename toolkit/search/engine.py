@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from toolkit.core import _fields as fields
+from toolkit.core._advice import Setting
 from toolkit.core._gain import MIN_GAIN  # the one minimum gain, said with the Gain record
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
 from toolkit.runner.config import LOOP, SEARCHED_SETTINGS, SETTINGS, Searched, as_flags
@@ -134,7 +135,7 @@ class _Candidate(fields.Record):
                 calls *= getattr(self, name) or 1
         return calls
 
-    def values(self) -> dict[str, Any]:
+    def values(self) -> dict[str, Setting]:
         """Each searched setting's value, by name (None: the config's own)."""
         return {name: getattr(self, name) for name, _how in self.SEARCHED}
 
@@ -158,7 +159,7 @@ class _Candidate(fields.Record):
                 raise fields.bad(f"{field}.{name}", value, _words(kind))
         return cls(**values)
 
-    def compile_kwargs(self) -> dict[str, Any]:
+    def compile_kwargs(self) -> dict[str, Setting]:
         """The ``model.compile`` arguments that select these settings for your own model."""
         return {name: getattr(self, name) for name, how in self.SEARCHED if how.compile_arg}
 

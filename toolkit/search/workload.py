@@ -31,6 +31,7 @@ from typing import Any
 
 from toolkit import backend
 from toolkit.core import compat
+from toolkit.core._advice import Setting
 from toolkit.core.errors import one_line, user_raise
 from toolkit.core.stats import whole_calls
 from toolkit.runner.config import (
@@ -691,7 +692,7 @@ class ModelWorkload(Workload):
         _build(model, self.dataset)
         self.saved = Saved(model)
         self.own_compile = OwnCompile.of(model)  # a compile of its class's own (a Distiller's)
-        self.compiled: dict[str, Any] | None = None  # its settings, while a candidate's run
+        self.compiled: dict[str, Setting] | None = None  # its settings, while a candidate's run
         self.endless: Any = None  # your data as fit reads it, built at the first real fit
 
     def how_to_apply(self, candidate: Candidate) -> str:
