@@ -406,19 +406,23 @@ class _UsersOwnProfiler:
 def test_steps_under_a_profiler_the_toolkit_did_not_start_are_left_out(
     tmp_path, keras, make_model, make_dataset, first
 ):
+    """Steps 4-7 ran under the user's profiler; the step whose interval held the start (3,
+    when the user's callback runs after the timer's begin) or the stop is out too: one run of
+    excluded steps holding 4-7. Where the steps are timed at their ends (an asynchronous
+    backend: Keras stamps them on its callback threads), a loaded machine's late thread can
+    stamp an earlier step's end after the profiler started, and that step is left out as well
+    (CI read 7 on JAX): the run is bounded only where the begins time the steps."""
     timer = StepTimer(warmup_steps=1)
     users = _UsersOwnProfiler(keras, tmp_path / "users", 4, 8)
     callbacks = [users, timer] if first else [timer, users]
     make_model().fit(make_dataset(14), epochs=1, verbose=0, callbacks=callbacks)
     s = timer.summary()
-    # Steps 4-7 ran under it; the step whose interval held the start (3, when the user's
-    # callback runs after the timer's begin) or the stop (step 7's, or 8's) is out too.
-    low = 4
-    high = 6 if timer.boundary == "end" else 5
-    assert low <= s.excluded_steps <= high, s
-    assert s.timed_steps == 14 - 1 - 1 - s.excluded_steps
     kinds = [kind for *_, kind in timer.calls]
-    assert all(k == "excluded" for k in kinds[4:8]), kinds
+    out = [i for i, kind in enumerate(kinds) if kind == "excluded"]
+    assert set(range(4, 8)) <= set(out) and out == list(range(out[0], out[-1] + 1)), kinds
+    assert s.excluded_steps == len(out) and s.timed_steps == 14 - 1 - 1 - s.excluded_steps
+    if timer.boundary != "end":
+        assert s.excluded_steps <= 5, kinds
 
 
 @pytest.mark.legacy_keras
