@@ -110,8 +110,16 @@ def _other_large() -> Anatomy:
                                other_fix=fix)  # fmt: skip
 
 
+def _gan() -> Anatomy:
+    """A GAN's step: its generator's layer called twice, one call differentiated."""
+    a = anatomy(layers=2)
+    called = dataclasses.replace(a.layers[0], calls=2, backward_calls=1)
+    return dataclasses.replace(a, layers=(called, *a.layers[1:]))
+
+
 CASES = {
     "full": anatomy(),
+    "gan": _gan(),
     "holding": _holding(),
     "one layer": anatomy(layers=1),
     "no layers": anatomy(layers=0),
@@ -429,6 +437,15 @@ def test_contrast_counts_a_layer_held_by_another_as_its_holder():
     lstm = parts["the LSTM layer (1)"]
     assert lstm.a_s == pytest.approx(0.009) and lstm.b_s == pytest.approx(0.07)
     assert not any("LSTMCell" in what for what in parts)
+
+
+def test_a_layer_whose_calls_did_not_all_take_a_gradient_says_how_many_did():
+    a = _gan()
+    text = " ".join(" ".join(anatomy_lines(a, width=80)).split())
+    assert " ×2/1" in text and "×N/M: M of its N calls took a gradient" in text, text
+    assert "| 2/1 |" in anatomy_markdown(a)
+    plain = "\n".join(anatomy_lines(anatomy(layers=2), width=80))
+    assert "×N/M" not in plain and "/1 " not in plain
 
 
 def test_a_layer_timed_with_the_layers_it_holds_is_said_so():

@@ -282,8 +282,14 @@ def _ranked(a: Anatomy) -> list[LayerTime]:
     return sorted(a.layers, key=lambda x: x.seconds, reverse=True)
 
 
+def _calls(layer: LayerTime) -> str:
+    """``×2``, or ``×2/1`` where one of its two calls took a gradient (``backward_calls``)."""
+    grads = f"/{layer.backward_calls}" if layer.backward_calls is not None else ""
+    return f"×{layer.calls}{grads}"
+
+
 def _marks(layer: LayerTime) -> str:
-    marks = [f"×{layer.calls}"] if layer.calls > 1 else []
+    marks = [_calls(layer)] if layer.calls > 1 else []
     marks += ["f"] if layer.fused_s > 0 else []
     return " ".join([*marks, "a"] if layer.holds_alone() else marks)
 
@@ -334,6 +340,8 @@ def _layer_table(a: Anatomy, width: int) -> list[str]:
     legend = []
     if any(x.calls > 1 for x in shown):
         legend.append("×N: called N times a step (its times hold every call)")
+    if any(x.backward_calls is not None for x in shown):
+        legend.append("×N/M: M of its N calls took a gradient (its backward holds those)")
     if any(x.fused_s > 0 for x in shown):
         legend.append("f: part of its time is in fused code it shares with other layers")
     if any(x.alone_s for x in shown):
@@ -482,7 +490,8 @@ def anatomy_markdown(a: Anatomy, png: str | None = None) -> str:
         for x in ranked[:MARKDOWN_LAYERS]:
             rate = x.flop_rate()
             out.append(
-                f"| {_cell(x.name)} | {_cell(x.kind or '—')} | {x.calls} | {_ms(x.forward_s)} | "
+                f"| {_cell(x.name)} | {_cell(x.kind or '—')} | {_calls(x)[1:]} | "
+                f"{_ms(x.forward_s)} | "
                 f"{_ms(x.backward_s)} | {_share(x.seconds, basis)} | "
                 f"{format_flops(rate, True) if rate is not None else '—'} | "
                 f"{_ms(x.fused_s) if x.fused_s > 0 else '—'} | {_vs_alone(x) or '—'} | "
