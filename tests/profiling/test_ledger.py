@@ -117,8 +117,12 @@ def test_validation_much_larger_than_training_is_the_largest_part(make_model):
     assert parts["validation"] > parts["steps"], parts
     assert ledger["validations"] == 4 and len(ledger["validation_runs_s"]) == 4
     assert ledger["validation_calls"] == [320] * 4
-    evaluate = [c for c in ledger["compiles"] if c["function"] == "evaluate" and c["first"]]
-    assert len(evaluate) == 1  # the evaluation function's first call, apart
+    # The evaluation function's first call, apart. A compile the backend timed outside any
+    # step (JAX: a small function of Keras's own, ``outside_steps``) is listed beside it,
+    # with no epoch or step: CI on JAX saw one land in evaluate's window under load.
+    evaluate = [c for c in ledger["compiles"] if c["function"] == "evaluate" and c["first"]
+                and not c.get("outside_steps")]  # fmt: skip
+    assert len(evaluate) == 1, ledger["compiles"]
     fix = next(f for f in fixes(as_ledger(ledger)) if f.item == "validation")
     assert (fix.setting.name, fix.setting.value) == ("validation_freq", 4)
     assert 0 < fix.saves_s < parts["validation"]
