@@ -837,18 +837,20 @@ def test_held_back_advice_that_measured_faster_says_why_tune_did_not_pick_it():
     """A weather LSTM's cached search: XLA ran 2.07× the defaults' steps, yet its longer
     compile pays back after 56 steps of a 24-step run, so tune kept the defaults. The held-back
     line says that, not a bare "2.07×, not advised"; a slower setting needs no reason."""
-    from toolkit.search.engine import Candidate
+    from toolkit.search.engine import Candidate, WholeRun
 
     xla, plain = Candidate(jit_compile=True), Candidate(jit_compile=False)
     tuned = adv.Tuned(
-        ((plain, 100.0, None), (xla, 207.0, None)), 100.0, plain, 13.0, handed_back=(56, 24)
-    )
+        ((plain, 100.0, None), (xla, 207.0, None)), 100.0, plain, 13.0,
+        run=WholeRun(examples=24 * 64, steps=24, defaults_s=1.45, pick_s=1.79,
+                     extra_compile_s=0.598, break_even_steps=56, pick_wins=False),
+    )  # fmt: skip
     said = tuned.held_back("jit_compile", lambda c: c.jit_compile)
     assert said == (
         "jit_compile: tune measured it at best 2.07× the defaults' speed here, but its longer "
         "compile pays for itself after 56 steps of a run of 24 (cached 13 s search), not advised"
     )
-    unconfirmed = dataclasses.replace(tuned, handed_back=None, unconfirmed=True)
+    unconfirmed = dataclasses.replace(tuned, run=None, unconfirmed=True)
     assert ", but the rounds against the defaults did not confirm it (cached" in (
         unconfirmed.held_back("jit_compile", lambda c: c.jit_compile) or ""
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 from toolkit import backend as backends
 from toolkit.core._advice import Advice
-from toolkit.search.engine import Candidate
+from toolkit.search.engine import Candidate, WholeRun
 
 __all__: list[str] = []  # diagnose's own (its verdict names are re-exported there)
 
@@ -74,11 +74,11 @@ class Tuned:
     defaults_rate: float | None
     chosen: Candidate
     seconds: float
-    # Why the fastest settings measured were not picked, where tune said so: their longer
-    # compile pays for itself only after this step (None: never) of a run of that many steps;
-    # or the head-to-head and fresh-process rounds did not confirm them. A bare "2.07× the
-    # defaults' speed, not advised" read as a contradiction.
-    handed_back: tuple[int | None, int] | None = None
+    # Why the fastest settings measured were not picked, where tune said so: the whole run it
+    # weighed them over (their longer compile did not pay back: ``pick_wins`` false), or the
+    # head-to-head and fresh-process rounds did not confirm them. A bare "2.07× the defaults'
+    # speed, not advised" read as a contradiction.
+    run: WholeRun | None = None
     unconfirmed: bool = False
 
     @classmethod
@@ -88,7 +88,7 @@ class Tuned:
         return cls(
             tuple((t.candidate, t.examples_per_sec, t.error) for t in result.trials),
             result.defaults_rate, result.best, result.seconds,
-            handed_back=(run.break_even_steps, run.steps) if run and not run.pick_wins else None,
+            run=run,
             unconfirmed=gain is not None and not gain.trusted and not result.picked,
         )  # fmt: skip
 
@@ -117,10 +117,10 @@ class Tuned:
         ran = [(rate, c) for c, rate, _ in self.trials if rate is not None]
         if not ran or not tried(max(ran, key=lambda r: r[0])[1]):
             return ""
-        if self.handed_back is not None:
-            after, steps = self.handed_back
+        if self.run is not None and not self.run.pick_wins:
+            after = self.run.break_even_steps
             pays = f"after {after:,} steps" if after else "never"
-            return f", but its longer compile pays for itself {pays} of a run of {steps:,}"
+            return f", but its longer compile pays for itself {pays} of a run of {self.run.steps:,}"
         return (
             ", but the rounds against the defaults did not confirm it" if self.unconfirmed else ""
         )
