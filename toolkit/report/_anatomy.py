@@ -622,7 +622,7 @@ def _layer_bars(ax_l: Any, a: Anatomy, layers: list[LayerTime]) -> list[Any]:
         return []
     basis = _basis(a)
     names = [
-        _short(x.name, PLOT_NAME) + (f" ×{x.calls}" if x.calls > 1 else "") + f" ({x.kind})"
+        _short(x.name, PLOT_NAME) + (f" {_calls(x)}" if x.calls > 1 else "") + f" ({x.kind})"
         for x in layers
     ]
     ys = list(range(len(layers)))
