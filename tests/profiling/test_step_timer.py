@@ -366,6 +366,37 @@ def test_log_steps_on_an_asynchronous_backend_say_when_steps_ended(monkeypatch):
     assert timer.summary().p50_s == pytest.approx(0.1)
 
 
+def test_log_steps_count_ends_that_arrive_out_of_order_in_their_executions_order(monkeypatch):
+    """Keras's callback threads deliver an execution's end in any order (a fit of 6
+    executions of 2 steps delivered 1, 3, 7, 5, 11, 9), each naming the execution's last
+    step. The lines count executions in their begins' order, each as a whole: an end that
+    comes early waits for the ones before it, and the last execution is not taken for a
+    1-step remainder."""
+    from toolkit.profiling import step_timer
+
+    monkeypatch.setattr(step_timer, "_asynchronous", lambda: True)
+    monkeypatch.setattr(step_timer.compat, "steps_per_execution", lambda model: 2)
+    now, lines = [0.0], []
+    timer = StepTimer(warmup_steps=0, log_steps=4, log_fn=lines.append, clock=lambda: now[0])
+    timer.set_params({"steps": 12, "epochs": 1})
+    timer.on_train_begin()
+    timer.on_epoch_begin(0)
+    for batch in range(0, 12, 2):  # queued 1 ms apart
+        now[0] = 0.001 * batch
+        timer.on_train_batch_begin(batch)
+    for last, at in ((1, 1.0), (3, 1.2), (7, 1.6), (5, 1.6), (11, 2.0), (9, 2.0)):
+        now[0] = at
+        timer.on_train_batch_end(last)
+    timer.on_epoch_end(0)
+    timer.on_train_end()
+    # The window opens after steps 0-1; steps 2-5 ended by 1.6 s (5's end came then), 6-9
+    # by 2.0 s; steps 10-11 fill no window.
+    assert lines == [
+        "step 6: 150.000 ms/step over the last 4 steps",
+        "step 10: 100.000 ms/step over the last 4 steps",
+    ]
+
+
 @pytest.mark.legacy_keras
 @pytest.mark.every_backend
 @NO_SPE

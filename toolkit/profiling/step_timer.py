@@ -507,7 +507,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._ends_log = None
         if self.log_steps and self._async:  # the lines come as the steps end (the device's)
             steps = (self.params or {}).get("steps")
-            self._ends_log = EndsLog(self, self._spe * self._fused, steps)
+            self._ends_log = EndsLog(self, self._spe, steps)
         elif self.log_steps:  # its lines come as the steps do: each begin is drained at once
             self.on_train_batch_begin = self._begin_and_drain
         self.train_begin_time = self._clock()
@@ -826,23 +826,31 @@ class EndsLog:
     a batch begin only says when the host queued a step (a line from the begins said 3 ms a
     step where the device took 140); where the host is, Keras's callback threads stamp the
     ends late and bunched (0.1 ms a step where the steps took 2.7): the longer one is the
-    steps' own, as the epoch's re-timing decides it (``_device_behind``). Keras hands the
-    ends to a pool of threads: one lock, and the clock read under it, keep the windows in
-    order. A window opens at the first execution's end (its compile is left out, as the
-    begins' lines leave it), and each later epoch's at its first begin (its validation
-    before it is no step's time)."""
+    steps' own, as the epoch's re-timing decides it (``_device_behind``). A window opens at
+    the first execution's end (its compile is left out, as the begins' lines leave it), and
+    each later epoch's at its first begin (its validation before it is no step's time).
 
-    def __init__(self, timer: StepTimer, per_call: int, steps_in_epoch: int | None) -> None:
+    Keras hands the ends to a pool of threads, and they arrive in any order (a 6-execution
+    fit's came 1, 3, 7, 5, 11, 9). So an end is matched to the execution whose begin it
+    follows (the begins come in order, on the fit's thread), and the executions are counted
+    in their begins' order, each once every one before it has ended: the lines' step counts
+    are the fit's, whichever thread came first. One lock, and the clock read under it, keep
+    the windows in order."""
+
+    def __init__(self, timer: StepTimer, spe: int, steps_in_epoch: int | None) -> None:
         import threading
 
-        self._timer, self._per_call, self._steps = timer, per_call, steps_in_epoch
+        self._timer, self._spe, self._steps = timer, spe, steps_in_epoch
         self._lock = threading.Lock()
         self._epoch: int | None = None
         self._start: float | None = None
         self._first = 0  # the batch index the open window began at
-        self._last = -1  # the highest batch index ended (ends come in any order)
+        self._last = -1  # the last batch index of the executions counted so far
+        self._next = 0  # the begin (its index in the epoch's begins) of the next to count
+        self._ended: dict[int, int] = {}  # begin index -> its last batch, ended, not counted
+        self._end_step = False  # Keras passes an execution's last step (3.x), not its first
         self._count = 0
-        self._done = 0  # steps ended in this fit
+        self._done = 0  # steps counted in this fit
 
     def _begins_span(self, first: int, last: int) -> float:
         """The begins' span of batches `first`..`last` (to the next one's begin), or 0 where
@@ -852,35 +860,57 @@ class EndsLog:
         end = next((b[1] for b in begins if b[0] > last), None)
         return end - start if start is not None and end is not None else 0.0
 
+    def _steps_of(self, begin: int, last: int) -> int:
+        """The steps of the execution begun at batch `begin` whose end said batch `last`:
+        Keras 3 says an execution's last step, earlier releases its first (then the steps
+        left in the epoch, where known, cap the execution's own count)."""
+        if last > begin:
+            self._end_step = True
+            return last - begin + 1
+        if self._end_step or self._spe == 1:
+            return 1
+        return max(1, min(self._spe, self._steps - begin)) if self._steps else self._spe
+
     def ended(self, batch: int) -> None:
         timer = self._timer
         with self._lock:
             now = timer._clock()
-            steps = self._per_call
-            if self._steps:
-                steps = max(1, min(steps, self._steps - batch))
-            self._done += steps
             if self._epoch != timer._epoch:
                 first = self._epoch is None
                 self._epoch, self._count, self._first, self._last = timer._epoch, 0, 0, -1
+                self._next, self._ended = 0, {}
                 begins = timer._begins
                 self._start = None if first or not begins else begins[0][1]
-            self._last = max(self._last, batch)
-            if self._start is None:  # the fit's first execution: it opens the first window
-                self._start, self._first = now, batch + steps
-                return
-            self._count += steps
-            if self._count < (timer.log_steps or 1):
-                return
-            seconds = max(now - self._start, self._begins_span(self._first, self._last))
-            count = self._count
-            self._start, self._count, self._first = now, 0, self._last + steps
-            per_s = timer.batch_size * count / seconds if timer.batch_size and seconds > 0 else 0
-            rate = f", {per_s:,.1f} examples/s" if per_s else ""
-            timer._log_fn(  # under the lock: the lines come in their steps' order
-                f"step {self._done}: {format_ms(seconds / count)}/step over the last {count} "
-                f"steps{rate}"
-            )
+            begins = list(timer._begins)
+            k = bisect.bisect_right(begins, batch, key=operator.itemgetter(0)) - 1
+            self._ended[max(k, self._next)] = batch
+            while self._next in self._ended:  # every execution before it has ended
+                last = self._ended.pop(self._next)
+                begin = begins[self._next][0] if self._next < len(begins) else last
+                self._next += 1
+                self._count_execution(now, begin, last)
+
+    def _count_execution(self, now: float, begin: int, last: int) -> None:
+        """Counts one execution, in order, and says a line when the window is full."""
+        timer = self._timer
+        steps = self._steps_of(begin, last) * timer._fused
+        self._done += steps
+        self._last = max(self._last, last)
+        if self._start is None:  # the fit's first execution: it opens the first window
+            self._start, self._first = now, self._last + 1
+            return
+        self._count += steps
+        if self._count < (timer.log_steps or 1):
+            return
+        seconds = max(now - self._start, self._begins_span(self._first, self._last))
+        count = self._count
+        self._start, self._count, self._first = now, 0, self._last + 1
+        per_s = timer.batch_size * count / seconds if timer.batch_size and seconds > 0 else 0
+        rate = f", {per_s:,.1f} examples/s" if per_s else ""
+        timer._log_fn(  # under the lock: the lines come in their steps' order
+            f"step {self._done}: {format_ms(seconds / count)}/step over the last {count} "
+            f"steps{rate}"
+        )
 
 
 # A backlog below this is the callback thread's lateness, not the device's (Python's switch
