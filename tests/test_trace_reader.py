@@ -114,12 +114,16 @@ def test_find_trace_files_takes_the_newest_profiling_session(tmp_path):
 
 
 def _chart(columns, rows, **props):
-    """A Google-Charts data table as XProf's tools write them."""
-    return {
-        "cols": [{"id": c} for c in columns],
-        "rows": [{"c": [{"v": v} for v in row]} for row in rows],
-        "p": props,
-    }
+    """A Google-Charts data table as XProf's tools write them, read as the reader reads one."""
+    from toolkit.report import trace
+
+    return trace._Table.of(
+        {
+            "cols": [{"id": c} for c in columns],
+            "rows": [{"c": [{"v": v} for v in row]} for row in rows],
+            "p": props,
+        }
+    )
 
 
 def test_the_all_reduce_share_of_the_step_is_read_where_the_trace_shows_it():

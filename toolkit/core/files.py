@@ -122,7 +122,7 @@ def parse_json(source: str | bytes | IO[str], finite: bool = False) -> Any:
     an integer past a float's range) is a ValueError naming it: a report's figures are
     formatted, summed and made integers, where an infinity is an OverflowError far from here.
     """
-    hooks: dict[str, Any] = {}
+    hooks: dict[str, Callable[[str], Any]] = {}
     if finite:
         hooks = {"parse_float": _finite_float, "parse_int": _finite_int,
                  "parse_constant": _no_constant}  # fmt: skip

@@ -381,45 +381,61 @@ def _why_no_step(held: _Held | None, steps_per_execution: int) -> str:
     return f"{why}: {_STILL_MEASURED}"
 
 
-def _tables(raw: Any) -> list[Mapping[str, Any]]:
-    """XProf's tool output: a JSON list of Google-Charts data tables (``cols``, ``rows``,
-    ``p``)."""
+# A cell of one of XProf's data tables, as its JSON holds it.
+Cell = str | float | int | bool | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Table:
+    """One of XProf's Google-Charts data tables (``cols``, ``rows``, ``p``), read once at the
+    edge: its column ids, its rows (each cell by its column's id) and its properties, the
+    overview page's verdicts among them."""
+
+    columns: tuple[str, ...]
+    rows: tuple[dict[str, Cell], ...]
+    props: dict[str, Cell]
+
+    @classmethod
+    def of(cls, table: dict[str, Any]) -> _Table:
+        columns = tuple(
+            str(c.get("id", "")) for c in table.get("cols") or [] if isinstance(c, dict)
+        )
+        rows = tuple(
+            {
+                k: cell.get("v") if isinstance(cell, dict) else None
+                for k, cell in zip(columns, r.get("c") or [], strict=False)
+            }
+            for r in table.get("rows") or []
+            if isinstance(r, dict)
+        )
+        props = table.get("p")
+        return cls(columns, rows, dict(props) if isinstance(props, dict) else {})
+
+
+def _tables(raw: Any) -> list[_Table]:
+    """XProf's tool output: a JSON list of Google-Charts data tables."""
     if not raw:
         raise ValueError("empty output")
     data = parse_json(raw)
     if isinstance(data, dict):
         data = [data]
-    return [t for t in data if isinstance(t, dict)]
+    return [_Table.of(t) for t in data if isinstance(t, dict)]
 
 
-def _columns(table: Mapping[str, Any]) -> list[str]:
-    return [c.get("id", "") for c in table.get("cols", [])]
-
-
-def _rows(table: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    ids = _columns(table)
-    return [
-        {
-            k: cell.get("v") if isinstance(cell, dict) else None
-            for k, cell in zip(ids, r["c"], strict=False)
-        }
-        for r in table.get("rows", [])
-    ]
-
-
-def _overview(tables: list[Mapping[str, Any]], per_row: int = 1) -> TraceAnalysis:
+def _overview(tables: list[_Table], per_row: int = 1) -> TraceAnalysis:
     """XProf's overview page (its `tables`): its verdict on the input, and the steps with
     their breakdown, each row a marked call of `per_row` steps, its times per step."""
-    step_table = next((t for t in tables if "stepTimeMs" in _columns(t)), None)
-    advice = next((t for t in tables if "bottleneck" in (t.get("p") or {})), {})
-    props = (step_table or {}).get("p") or {}
-    statement = props.get("input_conclusion") or (advice.get("p") or {}).get("statement")
-    match = _VERDICT.search(statement or "")
+    step_table = next((t for t in tables if "stepTimeMs" in t.columns), None)
+    advice = next((t.props for t in tables if "bottleneck" in t.props), {})
+    props = step_table.props if step_table is not None else {}
+    statement = props.get("input_conclusion") or advice.get("statement")
+    match = _VERDICT.search(str(statement or ""))
+    bottleneck = advice.get("bottleneck")
     said = TraceAnalysis(
         verdict=f"{match.group(1).lower()} input-bound" if match else None,
-        statement=statement,
+        statement=str(statement) if statement else None,
         overview=True,
-        bottleneck=(advice.get("p") or {}).get("bottleneck"),
+        bottleneck=str(bottleneck) if bottleneck is not None else None,
     )
     steps = _step_rows(step_table, per_row) if step_table is not None else ()
     if not steps:
@@ -443,7 +459,7 @@ def _overview(tables: list[Mapping[str, Any]], per_row: int = 1) -> TraceAnalysi
     )
 
 
-def _step_rows(step_table: Mapping[str, Any], per_row: int) -> tuple[TracedStep, ...]:
+def _step_rows(step_table: _Table, per_row: int) -> tuple[TracedStep, ...]:
     """The overview page's step table: a row per marked call, of `per_row` steps, its times
     per step."""
     return tuple(
@@ -452,7 +468,7 @@ def _step_rows(step_table: Mapping[str, Any], per_row: int) -> tuple[TracedStep,
             step_ms=float(row.get("stepTimeMs") or 0) / per_row,
             breakdown={name: float(row.get(column) or 0) / per_row for column, name in _BREAKDOWN},
         )
-        for row in _rows(step_table)
+        for row in step_table.rows
     )
 
 
@@ -463,16 +479,16 @@ _COLLECTIVE = re.compile(
 )
 
 
-def _collective_ops_percent(tables: list[Mapping[str, Any]], read: TraceAnalysis) -> float | None:
+def _collective_ops_percent(tables: list[_Table], read: TraceAnalysis) -> float | None:
     """The all-reduce's (and every other collective's) share of the step `read` found, from
     the ops' self times where the trace lists them op by op; None when it lists none."""
-    table = next((t for t in reversed(tables) if "total_self_time" in _columns(t)), None)
+    table = next((t for t in reversed(tables) if "total_self_time" in t.columns), None)
     step_ms = read.step_ms.mean if read.step_ms is not None else None
     if table is None or not step_ms:
         return None
     rows = [
         r
-        for r in _rows(table)
+        for r in table.rows
         if _COLLECTIVE.search(f"{r.get('operation')} {r.get('type')}")
         and str(r.get("host_or_device", "")).lower() == "device"
     ]
@@ -482,12 +498,12 @@ def _collective_ops_percent(tables: list[Mapping[str, Any]], read: TraceAnalysis
     return min(100.0, 100.0 * per_step / step_ms)
 
 
-def _op_stats(tables: list[Mapping[str, Any]], steps: int) -> TopOps:
+def _op_stats(tables: list[_Table], steps: int) -> TopOps:
     """The top ops by self time on the host and on the device, self time per traced step."""
-    table = next((t for t in reversed(tables) if "total_self_time" in _columns(t)), None)
+    table = next((t for t in reversed(tables) if "total_self_time" in t.columns), None)
     if table is None:
         return TopOps()
-    rows = [r for r in _rows(table) if str(r.get("type")).upper() != "IDLE"]
+    rows = [r for r in table.rows if str(r.get("type")).upper() != "IDLE"]
     top: dict[str, tuple[OpTime, ...]] = {}
     for side in ("host", "device"):
         mine = [r for r in rows if str(r.get("host_or_device", "")).lower() == side]

@@ -228,12 +228,12 @@ def contenders(
 # ---------------------------------------------------------------------------- keys and cache
 
 
-def _versions() -> dict[str, Any]:
+def _versions() -> dict[str, str | bool]:
     """The installed frameworks' versions, by distribution, and the Keras in use with whether
     it is a nightly (keras-nightly installs ``keras`` under its own name): a nightly's
     measurements are not read back by a release, nor a release's by a nightly. Read from the
     metadata, so the key is the same before and after Keras loads."""
-    out: dict[str, Any] = {}
+    out: dict[str, str | bool] = {}
     registered = (d for b in tk_backend.names() for d in tk_backend.info(b).distributions)
     for dist in dict.fromkeys(registered):
         with contextlib.suppress(metadata.PackageNotFoundError):

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     return _table(args, found, timing, args.out or os.path.join("runs", f"ops-{stamp}"))
 
 
-def _table(args: argparse.Namespace, found: list[Any], timing: dict[str, Any], out: str) -> int:
+def _table(args: argparse.Namespace, found: list[Any], timing: dict[str, float], out: str) -> int:
     """The op table: every op in every mode on every device in `found`, written under `out`."""
     from toolkit.bench import frameworks
     from toolkit.bench.measure import DEFAULT_MODES, MODES, benchmark, select_modes
@@ -162,7 +162,7 @@ def _written(write: Any, out: str) -> dict[str, str] | None:
         return None
 
 
-def _fusion(args: argparse.Namespace, found: list[Any], timing: dict[str, Any], out: str) -> int:
+def _fusion(args: argparse.Namespace, found: list[Any], timing: dict[str, float], out: str) -> int:
     """``--fusion``: what XLA and Grappler fuse, on every device in `found`, written under
     `out`, with each device's measured matmul peak for scale."""
     from toolkit.bench import fusion
