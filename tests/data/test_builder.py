@@ -407,3 +407,22 @@ def test_the_toolkit_s_pipelines_run_without_the_autotune_model(arrays):
     back = tf.data.Options()
     back.autotune.enabled = True
     assert built[0].with_options(back).options().autotune.enabled is True
+
+
+def test_batched_examples_counts_a_partial_last_batch_as_the_examples_it_holds():
+    """1,494 examples in batches of 64 are 1,494, not 24 x 64 = 1,536: the batching stage's
+    input says its count through the stages after it; where a stage changes the batches'
+    count, batches times batch (an upper bound), and where tf.data cannot tell, None."""
+    from toolkit.data.builder import batched_examples
+
+    x, y = np.zeros((1494, 4), "float32"), np.zeros(1494, "int32")
+    base = tf.data.Dataset.from_tensor_slices((x, y))
+    assert batched_examples(base.batch(64)) == 1494
+    assert batched_examples(base.batch(64, drop_remainder=True)) == 23 * 64
+    shuffled = base.map(lambda a, b: (a * 2, b)).shuffle(100).batch(64).prefetch(2)
+    assert batched_examples(shuffled) == 1494
+    assert batched_examples(base.padded_batch(64)) == 1494
+    assert batched_examples(tf.data.Dataset.zip((base.batch(64), base.batch(32)))) == 1494
+    assert batched_examples(base.batch(64).take(10)) == 640
+    assert batched_examples(base.batch(64).repeat(2)) == 48 * 64
+    assert batched_examples(base.filter(lambda a, b: True).batch(64)) is None

@@ -178,6 +178,26 @@ def infer_batch_size(data: Any) -> int | None:
     return None
 
 
+def batched_examples(data: Any) -> int | None:
+    """The examples one epoch of a batched ``tf.data.Dataset`` holds, without iterating it;
+    None where tf.data does not know its length. Its batches times its batch over-count a
+    last batch that is partial (1,536 for 1,494 examples in batches of 64), so where the
+    batching stage keeps a partial batch and no later stage changes the batches' count, the
+    examples are that stage's input's count, where tf.data knows it; else batches times
+    batch, an upper bound."""
+    batches, size = int(data.cardinality()), infer_batch_size(data)
+    if batches <= 0 or not size:
+        return None
+    node, hops = data, 0
+    while node is not None and hops < 64 and getattr(node, "_batch_size", None) is None:
+        node, hops = _upstream(node), hops + 1
+    upstream = getattr(node, "_input_dataset", None)
+    if upstream is None or int(node.cardinality()) != batches:
+        return batches * size
+    examples = int(upstream.cardinality())
+    return examples if (batches - 1) * size < examples <= batches * size else batches * size
+
+
 def _upstream(node: Any) -> Any:
     """The dataset `node` reads from: its input, or the first of its inputs (``zip``,
     ``concatenate``, ``sample_from_datasets``: a mixup pipeline zips two batched datasets and

@@ -321,15 +321,14 @@ def peak_at(target: Any, data: Any, config: TrainConfig, steps: int) -> Any:
 
 def _examples(data: Any) -> int | None:
     """The examples `data` holds, where it says so without being read: arrays' length, a
-    tf.data pipeline's batches times its batch (its last may be ragged: an upper bound);
-    None for a recipe's task (no data here) or a pipeline of unknown length."""
+    tf.data pipeline's (:func:`~toolkit.data.builder.batched_examples`); None for a recipe's
+    task (no data here) or a pipeline of unknown length."""
     if data is None:
         return None
     if hasattr(data, "element_spec"):
-        from toolkit.data.builder import infer_batch_size
+        from toolkit.data.builder import batched_examples
 
-        batches, size = int(data.cardinality()), infer_batch_size(data)
-        return batches * size if batches > 0 and size else None
+        return batched_examples(data)
     leaves = [x for x in (data if isinstance(data, list | tuple) else (data,)) if x is not None]
     first = leaves[0] if leaves else None
     while isinstance(first, dict | list | tuple) and first:
