@@ -434,6 +434,12 @@ def test_tune_a_subclassed_model_with_its_own_compile_and_train_step(keras, tmp_
     assert all(t.error is None and t.examples_per_sec for t in result.trials)
     assert steps_per_execution(gan) == 1 and gan.jit_compile is False  # its own, back
     assert {"d_loss", "g_loss"} <= set(gan.fit(ds, epochs=1, verbose=0).history)
+    # Applied without its compile (which takes none of the settings), the next fit runs them.
+    with pytest.raises(TypeError):
+        gan.compile(**en.Candidate(steps_per_execution=4).compile_kwargs())
+    en.Candidate(jit_compile=True, steps_per_execution=4).apply(gan)
+    assert steps_per_execution(gan) == 4 and gan.jit_compile is True
+    assert {"d_loss", "g_loss"} <= set(gan.fit(ds, epochs=1, verbose=0).history)
 
 
 def test_an_uncompiled_model_is_one_line_before_anything_runs(keras):

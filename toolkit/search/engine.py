@@ -26,7 +26,14 @@ from toolkit.core import _fields as fields
 from toolkit.core._advice import Setting
 from toolkit.core._gain import MIN_GAIN  # the one minimum gain, said with the Gain record
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS, whole_calls
-from toolkit.runner.config import LOOP, SEARCHED_SETTINGS, SETTINGS, Searched, as_flags
+from toolkit.runner.config import (
+    LOOP,
+    SEARCHED_SETTINGS,
+    SETTINGS,
+    Searched,
+    as_flags,
+    set_model_settings,
+)
 
 __all__ = [
     "Candidate",
@@ -162,6 +169,14 @@ class _Candidate(fields.Record):
     def compile_kwargs(self) -> dict[str, Setting]:
         """The ``model.compile`` arguments that select these settings for your own model."""
         return {name: getattr(self, name) for name, how in self.SEARCHED if how.compile_arg}
+
+    def apply(self, model: Any) -> None:
+        """Sets these settings' compile arguments in your compiled `model` as ``compile``
+        would, without compiling it again (its next ``fit`` traces its step anew): the way for
+        a model whose class has a ``compile`` of its own, where ``model.compile(...,
+        **compile_kwargs())`` raises ``TypeError`` (keras.io's GAN takes two optimizers). A
+        setting left at None (the model's own) is left as it is."""
+        set_model_settings(model, {k: v for k, v in self.compile_kwargs().items() if v is not None})
 
     def flags(self) -> str:
         """The recipe flags that select these settings, for people to read (a setting left

@@ -331,7 +331,8 @@ def tune(
     the runner; ``tune(model, data)`` searches what a compiled model can change without being
     rebuilt (XLA and steps per execution, from its current settings as the defaults), on
     exactly your pipeline, and restores the model's compile settings and weights afterwards:
-    apply the winner with ``model.compile(..., **result.best.compile_kwargs())``.
+    apply the winner with ``model.compile(..., **result.best.compile_kwargs())``, or, where
+    your model's class has a ``compile`` of its own, ``result.best.apply(model)``.
 
     ``tune(build)``, with `build` a function at the top of your module that returns your
     compiled model and its data, does the same and confirms the pick in fresh processes that
