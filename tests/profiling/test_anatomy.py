@@ -564,6 +564,51 @@ def test_assemble_counts_the_backward_only_of_the_calls_a_gradient_went_through(
     assert all(layer.backward_calls is None for layer in window.anatomy().layers)
 
 
+def test_assemble_books_a_frozen_teacher_called_in_the_loss_as_its_layers_forward(tmp_path):
+    """keras.io's Distiller calls its frozen teacher inside its own ``compute_loss``: the
+    teacher's ops run under Keras's loss scope and under its layers' own scopes. They are
+    the teacher's forward (its layers' rows), not "metrics and loss", and no gradient goes
+    through them (``backward_calls`` 0: their alone figure holds no backward); the student's
+    layers take one every call."""
+    import keras
+
+    from toolkit.core._anatomy import Phase
+    from toolkit.profiling.anatomy import AnatomyWindow
+
+    def net(name, width):
+        return keras.Sequential(
+            [keras.Input((FEATURES,)), keras.layers.Dense(width, name="hidden"),
+             keras.layers.Dense(10, name="out")], name=name,
+        )  # fmt: skip
+
+    class Distiller(keras.Model):
+        def __init__(self, student, teacher):
+            super().__init__()
+            self.student, self.teacher = student, teacher
+
+        def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, **kwargs):
+            soft = keras.ops.softmax(self.teacher(x, training=False))
+            return keras.ops.mean(keras.losses.kl_divergence(soft, keras.ops.softmax(y_pred)))
+
+        def call(self, x):
+            return self.student(x)
+
+    teacher = net("teacher", 512)
+    teacher.trainable = False
+    model = Distiller(net("student", 16), teacher)
+    model.compile(optimizer="sgd")
+    x, y = _data(1024)
+    window = AnatomyWindow(tmp_path / "trace", start_step=2, stop_step=5)
+    model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[window])
+    found = window.anatomy()
+    assert found.error is None, found.error
+    by = {layer.name: layer for layer in found.layers}
+    big = by["teacher/hidden"]  # 64 x 512: the step's largest matmul
+    assert big.forward_s > 0 and big.backward_s == 0 and big.backward_calls == 0, by
+    assert by["student/hidden"].backward_calls is None and by["student/hidden"].backward_s > 0
+    assert found.phase(Phase.FORWARD) >= big.forward_s > found.phase(Phase.METRICS)
+
+
 def test_scopes_count_a_recurrent_cell_once_a_time_step(keras):
     """A recurrent layer's cell runs once a time step, in a compiled loop Python traces once
     or twice (an LSTM's cell read x2 with 10 and 100 time steps); a sequence of any length

@@ -297,10 +297,10 @@ def _key(span: Span) -> Key:
         return Phase.OPTIMIZER, None, False
     if span.backward:
         return Phase.BACKWARD, layer, span.fused
+    if layer is not None:  # a layer called inside the loss (keras.io's Distiller's teacher)
+        return Phase.FORWARD, layer, span.fused
     if tokens & {"kploss", "kpmetrics"}:
         return Phase.METRICS, None, False
-    if layer is not None:
-        return Phase.FORWARD, layer, span.fused
     if "kpmodel" in tokens:
         return Phase.FORWARD, None, False  # the model's own glue between its layers
     return Phase.OTHER, None, False
@@ -438,12 +438,13 @@ def _layer_rows(
 ) -> list[LayerTime]:
     """Each scoped layer the trace saw, its seconds per step, slowest first."""
     layers = []
+    gradients = any(v > 0 for v in backward.values())  # the trace marks a gradient's ops
     for token, entry in scopes.entries.items():
         f, b = forward.get(token, 0.0), backward.get(token, 0.0)
         if f + b <= 0:
             continue
         calls = scopes.calls_per_step(token)
-        back = _backward_calls(calls, *seen.get(token, (set(), set())))
+        back = _backward_calls(calls, *seen.get(token, (set(), set())), gradients and b <= 0)
         # forward + 2x backward, a call each
         flops = (
             entry.flops * (calls + 2.0 * (calls if back is None else back)) if entry.flops else None
@@ -465,11 +466,17 @@ def _calls_seen(spans: Sequence[Span]) -> dict[str, tuple[set[str], set[str]]]:
     return seen
 
 
-def _backward_calls(calls: int, forward: set[str], backward: set[str]) -> int | None:
+def _backward_calls(
+    calls: int, forward: set[str], backward: set[str], none: bool = False
+) -> int | None:
     """How many of a layer's `calls` a gradient was taken through, where its gradient's ops
     differentiate fewer of its calls than its forward ops ran in (the calls the trace told
-    apart scale to the step's, as a recurrent cell's loop is one call in the graph); None:
-    every call, or the trace did not tell them apart."""
+    apart scale to the step's, as a recurrent cell's loop is one call in the graph); 0 where
+    `none` of its ops is a gradient's while other layers' are (a frozen teacher called in a
+    distiller's loss, a layer on the data before any weight); None: every call, or the
+    trace did not tell them apart."""
+    if forward and not backward and none:
+        return 0
     if not forward or not backward or len(backward) >= len(forward):
         return None
     return max(1, round(calls * len(backward) / len(forward)))
@@ -515,7 +522,7 @@ def _unseen(trace: StepTrace, by_phase: dict[Phase, float]) -> dict[Phase, str]:
     if by_phase.get(Phase.METRICS, 0.0) <= 0:  # a keras.io VAE's own train_step: its losses
         out[Phase.METRICS] = (
             "no op under Keras's loss or metric scopes (a train_step of your own computes "
-            "them in its code: their ops count where they ran, in forward)"
+            "them in its own code: their ops count in other, or in the layer that ran them)"
         )
     return out
 

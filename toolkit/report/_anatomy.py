@@ -289,7 +289,7 @@ def _calls(layer: LayerTime) -> str:
 
 
 def _marks(layer: LayerTime) -> str:
-    marks = [_calls(layer)] if layer.calls > 1 else []
+    marks = [_calls(layer)] if layer.calls > 1 or layer.backward_calls is not None else []
     marks += ["f"] if layer.fused_s > 0 else []
     return " ".join([*marks, "a"] if layer.holds_alone() else marks)
 
