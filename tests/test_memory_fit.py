@@ -121,6 +121,30 @@ def test_fits_refuses_a_limit_below_one_batch_in_one_line_with_the_smallest_peak
     assert " at batch 8, and the line puts batch 1 at " in said, said
 
 
+def test_fits_says_in_one_line_that_a_model_keras_cannot_save_needs_a_function(keras):
+    """keras.io's VAE takes its encoder and decoder in ``__init__`` and has no
+    ``get_config``: Keras cannot save it for the fresh processes (its error is a page of
+    example code). fits says so in one line, with what to do, before any process starts."""
+    import numpy as np
+
+    class Wrapped(keras.Model):
+        def __init__(self, inner, **kwargs):
+            super().__init__(**kwargs)
+            self.inner = inner
+
+        def call(self, x):
+            return self.inner(x)
+
+    model = Wrapped(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]))
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.zeros((64, 4), "float32")
+    with pytest.raises(ValueError) as refused:
+        mf.fits(model, (x, x[:, :2]), limit="1GB", batch_sizes=(8, 16), steps=1)
+    said = str(refused.value)
+    assert "\n" not in said and said.startswith("fits(model, data): Keras cannot save your Wrapped")
+    assert "get_config" in said and "fits(build)" in said, said
+
+
 def test_memory_verb_says_a_process_killed_by_sigkill_ran_out_of_memory_at_its_batch(models):
     done = _memory("--model_fn", "memfit_models:dies_at_64", "--batch_sizes=16,64",
                    "--steps=1", "--memory_limit=4GB", cwd=models)  # fmt: skip

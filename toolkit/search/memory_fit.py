@@ -751,10 +751,38 @@ def _ship(model: Any, data: Any, folder: str, batch_size: int | None) -> int:
     else:
         batch = batch_size or 32
         data = _arrays(data)
-    model.save(os.path.join(folder, "model.keras"))
+    _save(model, os.path.join(folder, "model.keras"))
     with open(os.path.join(folder, "data.pkl"), "wb") as f:
         pickle.dump(data, f)
     return int(batch)
+
+
+def _save(model: Any, path: str) -> None:
+    """Saves `model` as a ``.keras`` file for the fresh processes, or says in one line why it
+    cannot go (keras.io's VAE takes its encoder and decoder in ``__init__`` and has no
+    ``get_config``: Keras raises ``NotImplementedError`` with a page of example code).
+    A subclassed model never called yet is saved unbuilt: each process builds it on its
+    first batch, as ``fit`` does, so Keras's warning that it is unbuilt is not shown.
+
+    Raises:
+        ValueError: Keras could not save it, with the first sentence of Keras's reason.
+    """
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*not yet been built", category=UserWarning)
+            model.save(path)
+    except (NotImplementedError, TypeError, ValueError, AttributeError) as e:
+        said = " ".join(str(e).strip().split("\n\n")[0].split())  # its first paragraph
+        first = said.split(". ")[0].rstrip(".")  # and of that, its first sentence
+        reason = f" ({first})" if first else ""
+        raise ValueError(
+            f"fits(model, data): Keras cannot save your {type(model).__name__} for the fresh "
+            f"processes that measure it{reason}: give fits a function at the top of a module "
+            "that builds your compiled model and data (fits(build)), or make it serializable "
+            "(get_config, keras.saving.register_keras_serializable)"
+        ) from None
 
 
 def _arrays(data: Any) -> Any:
