@@ -450,3 +450,22 @@ def test_a_prediction_far_past_the_batches_measured_is_approached_before_it_is_c
     oom.peak = lambda b, what="": oom.ran.append(b) or mf.MemoryPeak(b, out_of_memory=True)
     bounded = mf._toward(found, oom)
     assert bounded.batch_size < oom.ran[0], (bounded, oom.ran)  # below the batch that failed
+
+
+def test_a_last_check_over_the_limit_is_backed_off_before_the_answer_falls_back():
+    """keras.io's VAE: its refitted prediction 1,108 ran 5.81 MB over a 1.2 GB limit, and
+    the answer fell back to 372, the largest batch measured under it, where about 1,090 fit.
+    Here the peaks step up 8 MB past batch 1,000 (as a larger buffer's allocation would):
+    both checks land just over the limit, the third, backed off below it by the miss, fits."""
+    truth = lambda b: 770.0 + 0.41 * b + (8.0 if b > 1_000 else 0.0)  # noqa: E731
+    points = tuple(mf.MemoryPeak(b, truth(b)) for b in (32, 64, 128, 372))
+    runs = _Curve(truth)
+    found = mf._predicted("m", runs, points, 1228.8, "given")
+    got = mf._checked(found, runs)
+    assert len(runs.ran) == 3 and runs.ran[-1] < runs.ran[-2] < runs.ran[0], runs.ran
+    assert got.batch_size == runs.ran[-1] > 1_000 and got.under_limit is True, got
+    assert truth(got.batch_size) <= 1228.8 < truth(runs.ran[-2])
+    assert f"the prediction {runs.ran[-2]:,} ran " in got.why and "backed off by" in got.why
+    over = _Curve(lambda b: truth(b) if b <= 372 else 1300.0)  # every check over it
+    fell = mf._checked(mf._predicted("m", over, points, 1228.8, "given"), over)
+    assert fell.batch_size == 372 and fell.under_limit is True, (fell, over.ran)

@@ -621,21 +621,57 @@ def _checked(found: BatchFit, runs: _Runs) -> BatchFit:
     """`found`'s prediction run in a fresh process; where its peak misses the line (over the
     limit, or by more than :data:`MISS` either way) the line is fitted again with that point
     and the new prediction checked once more (:data:`REFITS`): far from the measured batch
-    sizes, a line's small error in the slope is a large one in the batch."""
-    for refit in range(REFITS + 1):
+    sizes, a line's small error in the slope is a large one in the batch. A last check over
+    the limit is backed off once (:func:`_backed_off`) before the answer falls back to a
+    batch measured under it."""
+    backed_off = False
+    for refit in range(REFITS + 2):
         if found.batch_size is None or found.batch_size < 1:
             return found
         got = runs.peak(found.batch_size, "checking the prediction")
         found = dataclasses.replace(found, check=got)
         ratio = found.ratio
         close = found.under_limit and abs((ratio or 1.0) - 1.0) <= MISS
-        if refit == REFITS or not got.ok or close:
+        if not got.ok or close or backed_off:
             return _under(found)
+        if refit >= REFITS:
+            if found.under_limit is not False:
+                return _under(found)
+            found, backed_off = _backed_off(found), True
+            if found.check is not None:  # nothing to back off to: the answer falls back
+                return _under(found)
+            continue
         again = _predicted(found.target, runs, (*found.points, got), found.limit_mb,
                            found.limit_from)  # fmt: skip
         said = f"refitted with batch {got.batch_size:,} (measured {format_mb(got.peak_mb)})"
         found = dataclasses.replace(again, why="; ".join(w for w in (again.why, said) if w))
     return found
+
+
+def _backed_off(found: BatchFit) -> BatchFit:
+    """`found`, whose check ran over the limit, predicted again below it, unchecked: the line
+    refitted with that check, under the limit less the check's miss (its peak over the
+    line's there, at least :data:`NOISE_MB`, one reading's noise). keras.io's VAE's check of
+    1,108 ran 5.81 MB over a 1.2 GB limit, and the answer fell back to 372, the largest
+    batch measured under it, where about 1,090 fit. `found` as it is where the new
+    prediction is no larger than a batch already measured under the limit."""
+    got, limit = found.check, found.limit_mb
+    if got is None or limit is None:
+        return found
+    good = [p for p in (*found.points, got) if p.ok]
+    line = PeakLine.through([(p.batch_size, float(p.peak_mb or 0.0)) for p in good])
+    miss = max(NOISE_MB, float(got.peak_mb or 0.0) - line.at(got.batch_size))
+    largest = line.largest_under(limit - miss)
+    under = [p.batch_size for p in good if float(p.peak_mb or 0.0) <= limit]
+    if largest is None or largest >= got.batch_size or largest <= max(under, default=0):
+        return found
+    over = float(got.peak_mb or 0.0) - limit
+    said = (f"the prediction {got.batch_size:,} ran {format_mb(over)} over the limit when run "
+            f"({format_mb(got.peak_mb)}): backed off by {format_mb(miss)}")  # fmt: skip
+    return dataclasses.replace(
+        found, points=(*found.points, got), line=line, check=None, batch_size=largest,
+        predicted_mb=line.at(largest), why="; ".join(w for w in (found.why, said) if w),
+    )  # fmt: skip
 
 
 def _under(found: BatchFit) -> BatchFit:
