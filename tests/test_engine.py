@@ -129,6 +129,19 @@ def test_a_failing_candidate_is_recorded_and_skipped():
     assert "failed: RuntimeError: XLA is not available" in result.markdown()
 
 
+def test_tune_result_took_says_how_many_candidates_an_early_end_tried():
+    """A search that ended well inside its budget measured every candidate its space holds
+    (your compiled model's: XLA and steps per execution where they could win): the first
+    line says how many, so 5.7 s of a 40 s budget reads as a small space, not a lost one."""
+    trials, _ = en.search(fake_rates, en.Space(jit_compile=(False, True), steps_per_execution=(1,),
+                                               fused_steps=(1,)), budget_s=1e9)  # fmt: skip
+    result = TuneResult(en.choose(trials), trials, "k", False, 5.7, budget_s=40.0)
+    assert result.took() == "5.7 s of a 40 s budget: all 2 candidates tried"
+    assert TuneResult(en.choose(trials), trials, "k", False, 41.0, budget_s=40.0).took() == (
+        "41.0 s of a 40 s budget"
+    )
+
+
 def test_the_budget_stops_the_search_but_the_defaults_are_always_measured():
     trials, exhausted = en.search(fake_rates, SPACE, budget_s=2.5, clock=Clock())
     assert exhausted and trials[0].candidate == en.Candidate() and len(trials) <= 3

@@ -268,7 +268,10 @@ class TuneResult(fields.Record):
         took = f"{self.seconds:.1f} s of a {self.budget_s:.0f} s budget"
         # Ended early: every candidate of the space was measured (a compiled model of yours
         # has only what it can change without a rebuild), not a budget that ran out.
-        return took if self.untried or self.seconds > self.budget_s else f"{took}: all tried"
+        if self.untried or self.seconds > self.budget_s:
+            return took
+        tried = len({t.candidate for t in self.trials})
+        return f"{took}: all {tried} candidates tried" if tried > 1 else f"{took}: all tried"
 
 
 def untried_words(untried: Sequence[Untried], defaults: Candidate) -> str:
