@@ -140,6 +140,8 @@ def test_tune_result_took_says_how_many_candidates_an_early_end_tried():
     assert TuneResult(en.choose(trials), trials, "k", False, 41.0, budget_s=40.0).took() == (
         "41.0 s of a 40 s budget"
     )
+    alone = TuneResult(trials[0].candidate, trials[:1], "k", False, 1.9, budget_s=40.0)
+    assert alone.took() == "1.9 s of a 40 s budget: the defaults alone"  # nothing else to try
 
 
 def test_the_budget_stops_the_search_but_the_defaults_are_always_measured():

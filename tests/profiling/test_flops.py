@@ -39,6 +39,21 @@ def test_conv_flops_scale_with_the_batch(keras):
     assert one.train_step > one.forward
 
 
+@pytest.mark.every_backend
+def test_attention_is_counted_beside_its_projections(keras):
+    """keras.io's Transformer: PyTorch's CPU attention kernel had no formula, so its count
+    held the four projections and none of the attention (393 MFLOP a step of about 1.4 G),
+    and the faster backend read the lower MFU. Every backend counts both."""
+    batch, seq, width, heads, key_dim = 4, 64, 32, 2, 16
+    inputs = keras.Input((seq, width))
+    model = keras.Model(inputs, keras.layers.MultiHeadAttention(heads, key_dim)(inputs, inputs))
+    count = flops.count_flops(model, batch_size=batch)
+    projections = 4 * 2 * batch * seq * width * heads * key_dim  # q, k, v and the output
+    attention = 2 * 2 * batch * heads * seq * seq * key_dim  # scores, then scores @ values
+    assert projections + attention <= count.forward <= 1.2 * (projections + attention), count
+    assert count.train_step >= 2.5 * count.forward
+
+
 def test_recurrent_layers_are_counted_on_an_unrolled_clone(keras):
     model = keras.Sequential([keras.Input((8, 8)), keras.layers.LSTM(32)])
     count = flops.count_flops(model, batch_size=4)

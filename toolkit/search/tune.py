@@ -271,7 +271,7 @@ class TuneResult(fields.Record):
         if self.untried or self.seconds > self.budget_s:
             return took
         tried = len({t.candidate for t in self.trials})
-        return f"{took}: all {tried} candidates tried" if tried > 1 else f"{took}: all tried"
+        return f"{took}: " + (f"all {tried} candidates tried" if tried > 1 else "the defaults alone")
 
 
 def untried_words(untried: Sequence[Untried], defaults: Candidate) -> str:

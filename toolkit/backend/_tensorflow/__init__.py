@@ -22,6 +22,7 @@ in processes that train on TensorFlow.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -279,7 +280,35 @@ def _graph_flops(graph: Any) -> int:
     builder = option_builder.ProfileOptionBuilder
     options = builder(builder.float_operation()).with_empty_output().build()
     with deprecation.silence():  # the v1 profiler warns about its own shape helper
-        return int(model_analyzer.profile(graph, options=options).total_float_ops)
+        counted = int(model_analyzer.profile(graph, options=options).total_float_ops)
+    return counted + sum(_einsum_flops(op) for op in graph.get_operations() if op.type == "Einsum")
+
+
+def _einsum_flops(op: Any) -> int:
+    """An ``Einsum`` op's FLOPs, which TF's profiler leaves out (it has no statistics for
+    the op): each multiply-add of every index's combination, 2 × the product of every
+    index's size (1 × for one operand, its sums). Keras's attention is two einsums on
+    TensorFlow: keras.io's Transformer counted its projections and none of its attention.
+    0 where a shape is not known."""
+    try:
+        equation = op.get_attr("equation").decode()
+        shapes = [tuple(i.shape.as_list()) for i in op.inputs]
+    except (ValueError, AttributeError, TypeError):
+        return 0
+    subscripts = equation.split("->")[0].split(",")
+    if len(subscripts) != len(shapes) or any(None in shape for shape in shapes):
+        return 0
+    sizes: dict[str, int] = {}
+    for subscript, shape in zip(subscripts, shapes, strict=True):
+        if "..." in subscript:  # broadcast dimensions, aligned from the right
+            head, tail = subscript.split("...")
+            extra = len(shape) - len(head) - len(tail)
+            subscript = head + "".join(chr(0x100 + k) for k in range(extra))[::-1] + tail
+        if len(subscript) != len(shape):
+            return 0
+        for index, size in zip(subscript, shape, strict=True):
+            sizes[index] = max(sizes.get(index, 1), int(size))
+    return (2 if len(shapes) > 1 else 1) * math.prod(sizes.values())
 
 
 def _has_loop(graph: Any) -> bool:

@@ -8,7 +8,8 @@
   PyTorch plugin, Perfetto and ``chrome://tracing`` read; each traced step is a
   ``ProfilerStep#N`` range, the step marker those tools know;
 * FLOPs: ``torch.utils.flop_counter.FlopCounterMode`` over one forward and one forward +
-  backward pass: it counts matmuls and convolutions (what dominates), not element-wise ops;
+  backward pass: it counts matmuls, attention and convolutions (what dominates), not
+  element-wise ops;
 * the matmul peak: chained matmuls issued back to back, waited on once per run.
 
 Not here: ``--steps_per_execution`` (Keras's PyTorch backend has none), ``--fused_steps`` and
@@ -61,7 +62,7 @@ from toolkit.core.stats import MatmulRun
 
 __all__ = list(SEAM)  # the seam's contract: toolkit.backend._common.SEAM
 
-METHOD = "torch.utils.flop_counter.FlopCounterMode (matmuls and convolutions)"
+METHOD = "torch.utils.flop_counter.FlopCounterMode (matmuls, attention and convolutions)"
 _TRACE: list[Any] = []  # the running torch.profiler.profile, while a trace is on
 
 
@@ -325,10 +326,14 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
             return None, None, METHOD, "the model has no symbolic inputs (use keras.Input)"
         xs = [keras.ops.zeros((batch_size, *tuple(i.shape)[1:]), dtype=i.dtype) for i in inputs]
         x = xs if len(xs) > 1 else xs[0]
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        cpu_attention = _cpu_attention_formulas()
+        with (
+            torch.no_grad(),
+            FlopCounterMode(display=False, custom_mapping=cpu_attention) as counter,
+        ):
             model(x, training=False)
         forward = int(counter.get_total_flops())
-        with FlopCounterMode(display=False) as counter:
+        with FlopCounterMode(display=False, custom_mapping=cpu_attention) as counter:
             leaves = torch.utils._pytree.tree_leaves(model(x, training=True))
             sum(leaf.float().sum() for leaf in leaves).backward()
         train = int(counter.get_total_flops())
@@ -338,7 +343,31 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
         return None, None, METHOD, f"not counted: {type(e).__name__}: {e}"
     if not train:
         return None, None, METHOD, "FlopCounterMode counted no FLOPs"
-    return forward, train, METHOD, "matmuls and convolutions only (element-wise ops not counted)"
+    return (forward, train, METHOD,
+            "matmuls, attention and convolutions only (element-wise ops not counted)")  # fmt: skip
+
+
+def _cpu_attention_formulas() -> dict[Any, Any]:
+    """FlopCounterMode's formulas for PyTorch's CPU attention kernels (its own shape-wise
+    counts, ``sdpa_flop_count``), where it has none: it counts the CUDA kernels only, so
+    keras.io's Transformer on a CPU counted its projections and none of its attention (393
+    MFLOP a step of about 1.4 G), and its MFU read less than JAX's on a faster step. Passed
+    to each counter (``custom_mapping``), not registered for the whole process."""
+    import torch
+    from torch.utils import flop_counter
+
+    def forward(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> int:
+        return flop_counter.sdpa_flop_count(query, key, value)
+
+    def backward(grad: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> int:
+        return flop_counter.sdpa_backward_flop_count(grad, query, key, value)
+
+    ops = (("_scaled_dot_product_flash_attention_for_cpu", forward),
+           ("_scaled_dot_product_flash_attention_for_cpu_backward", backward))  # fmt: skip
+    found = {getattr(torch.ops.aten, name, None): count for name, count in ops}
+    return {
+        op: f for op, f in found.items() if op is not None and op not in flop_counter.flop_registry
+    }
 
 
 # ---------------------------------------------------------------------------- matmul peak
