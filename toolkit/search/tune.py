@@ -271,7 +271,8 @@ class TuneResult(fields.Record):
         if self.untried or self.seconds > self.budget_s:
             return took
         tried = len({t.candidate for t in self.trials})
-        return f"{took}: " + (f"all {tried} candidates tried" if tried > 1 else "the defaults alone")
+        said = f"all {tried} candidates tried" if tried > 1 else "the defaults alone"
+        return f"{took}: {said}"
 
 
 def untried_words(untried: Sequence[Untried], defaults: Candidate) -> str:
