@@ -510,7 +510,7 @@ def reconcile(a: Anatomy) -> Anatomy:
             notes.append(
                 f"{what} and the step's other parts add up to more than the step "
                 f"({format_ms(total)} vs {format_ms(computed)} computed): the step runs them "
-                f"faster together (XLA fuses across them, or the cores overlap them); every "
+                f"faster together ({FASTER_TOGETHER}); every "
                 f"part is scaled by {shrink:.2f}"
             )
     _keras_host(a, step, parts, notes)
@@ -627,6 +627,12 @@ def _keras_host(a: Anatomy, step: float, parts: dict[Phase, float], notes: list[
     )
 
 
+# Why layers timed alone add up to more than the step, on any backend: a compiled step (JAX's,
+# TensorFlow's with XLA) fuses across layers, an op-by-op one (PyTorch's, TensorFlow's without)
+# runs independent ops on the cores at once, and each layer alone pays its own call.
+FASTER_TOGETHER = (
+    "fused across layers where compiled, the cores overlap them, or each alone pays its own call"
+)
 INPUT_BAND = 0.10  # the trace's input further than this share of the step from the isolated
 
 
@@ -658,7 +664,7 @@ def _inside(
     scaled = "; ".join(f"every row's {name} is scaled by {f:.2f}" for name, _, _, f in over)
     notes.append(
         f"the layers' rows add up to more than the model timed alone ({said}): in the step "
-        f"they run faster together (XLA fuses across them, or each alone pays its own call); "
+        f"they run faster together ({FASTER_TOGETHER}); "
         f"{scaled}"
     )
     return [_scaled(x, *factors) for x in layers]

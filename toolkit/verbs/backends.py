@@ -82,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    print("written: " + ", ".join(paths[k] for k in ("markdown", "json", "png") if k in paths))
+    written = ", ".join(paths[k] for k in ("markdown", "json", "png") if k in paths)
+    print(terminal.fit(f"written: {written}", terminal.width()))
     if args.anatomy:
         _why_slower(result)
     if not any(row.ok() for row in result.rows):  # a table of failures is no answer
