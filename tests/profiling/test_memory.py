@@ -405,14 +405,19 @@ def test_grown_needs_about_one_more_a_step_between_two_censuses():
     # the holder is the record of who keeps it (the object and the list), not words to parse.
     keep, kept, few = object(), [0.0] * 43, [1] * 9
     held, held_few = Holder("Keep.kept", keep, kept), Holder("Keep.few", keep, few)
-    kept_a = a._replace(containers={"Keep.kept": Kept(3, "float32[8]", 32, held),
+    kept_a = a._replace(containers={"Keep.kept": Kept(3, "float32[64]", 256, held),
                                     "Keep.few": Kept(1, "int", 0, held_few)})  # fmt: skip
-    kept_b = b._replace(containers={"Keep.kept": Kept(43, "float32[8]", 32, held),
+    kept_b = b._replace(containers={"Keep.kept": Kept(43, "float32[64]", 256, held),
                                     "Keep.few": Kept(9, "int", 0, held_few)})  # fmt: skip
     growth, _, holder = grown([kept_a, kept_b])
     assert holder is held and holder.container() is kept
-    assert growth.held_by == "Keep.kept" and growth.mb == pytest.approx(40 * 32 / 2**20, abs=1e-6)
-    assert growth.what == "40 float32[8] more after 40 steps"
+    assert growth.held_by == "Keep.kept" and growth.mb == pytest.approx(40 * 256 / 2**20, abs=1e-6)
+    assert growth.what == "40 float32[64] more after 40 steps"
+    # One float a step (a timing callback's list): 20 MB in a million steps, not a leak to fix.
+    floats = Holder("Timer.t", keep, [0.0] * 43)
+    timer_a = Census(3, "arrays", {}, {"Timer.t": Kept(3, "float", 8, floats)})
+    timer_b = Census(43, "arrays", {}, {"Timer.t": Kept(43, "float", 8, floats)})
+    assert grown([timer_a, timer_b]) == Grown()
 
 
 def test_python_holder_names_the_list_of_arrays_and_passes_over_what_it_cannot_size():

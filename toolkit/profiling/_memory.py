@@ -47,6 +47,8 @@ EVERY_S = 0.05
 # Growth under this many MiB, or under 4 times the readings' own scatter, is not reported: an
 # allocator's pools and a shuffle buffer filling move resident memory by a few MiB.
 GROWTH_FLOOR_MB = 8.0
+# A census's growth counts where a run this long would hold GROWTH_FLOOR_MB more from it.
+LONG_RUN_STEPS = 100_000
 LATER_SHARE = 0.35  # of a rise's rate, what the steps after it must keep for it to be growth
 # Memory that rose at each of the last GROWTH_EPOCHS epoch ends, by more than GROWTH_WARN_MB in
 # all: a leak across epochs (a list of tensors, a growing cache, retracing), said as the fit
@@ -697,16 +699,20 @@ def grown(censuses: Sequence[Census]) -> Grown:
     a, b = censuses[0], censuses[1]
     steps = b.step - a.step
     least = max(8, 0.9 * steps)
+    # Bytes that matter: what would hold GROWTH_FLOOR_MB more within LONG_RUN_STEPS steps (a
+    # timing callback's list of one float a step, 0.02 MB per 1,000 steps, was reported
+    # with a fix to make)
+    floor = GROWTH_FLOOR_MB * MB * steps / LONG_RUN_STEPS
     held = []
     for name, kept in b.containers.items():
         before = a.containers.get(name)
         more = kept.length - (before.length if before is not None else 0)
-        if more >= least:
+        if more >= least and more * kept.nbytes >= floor:
             held.append((more * kept.nbytes, more, name, kept))
     grew = []
     for key, (count, nbytes) in b.groups.items():
         before_group = a.groups.get(key, (0, 0))
-        if count - before_group[0] >= least:
+        if count - before_group[0] >= least and nbytes - before_group[1] >= floor:
             grew.append((nbytes - before_group[1], count - before_group[0], key))
     grew.sort(reverse=True)
     keys = tuple(k for *_, k in grew)
