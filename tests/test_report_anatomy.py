@@ -207,6 +207,14 @@ def test_the_slowest_layer_comes_first_and_the_rest_are_counted():
     top = anatomy_top_lines(a, n=2)
     assert 2 <= len(top) <= 4
     assert top[1].startswith(f"slowest layers: {slowest(a).name} (Conv2DTranspose)")
+    # doctor's line says whose split of forward and backward it shows: the model's timed
+    # alone where it was, else the trace's own (anatomy, which times it, read otherwise)
+    split = "forward and backward as the trace split them"
+    assert (split in top[0]) is (a.model_alone_s is None), top[0]
+    checked = dataclasses.replace(a, model_alone_s=0.01, model_alone_forward_s=0.004)
+    assert split not in anatomy_top_lines(checked)[0]
+    unchecked = dataclasses.replace(a, model_alone_s=None)
+    assert split in anatomy_top_lines(unchecked)[0]
 
 
 def test_keras_trainer_cost_reads_right_both_ways():
