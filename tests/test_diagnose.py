@@ -733,6 +733,10 @@ def test_second_opinion_that_agrees_speaks_with_one_verdict():
     assert said.line.startswith("1.9% of the traced steps' time waiting for input")
     assert said.line.endswith("agrees with the rates: compute-bound")
     assert not said.line.startswith("potentially")
+    # Beside uncertain rates too: a 0.0 % wait is not said "potentially input-bound, 0.0 %".
+    unsure = dg.second_opinion(dg.UNCERTAIN, _read("potentially input-bound", 0.0))
+    assert unsure.line.startswith("0.0% of the traced steps' time waiting for input (XProf")
+    assert unsure.agrees is None and "nothing to hold it against" in unsure.line
 
 
 def test_advice_for_a_model_whose_class_has_its_own_compile_says_where_it_goes(keras):

@@ -285,18 +285,20 @@ def second_opinion(
         why = analysis.error or "XProf gave no verdict on the trace"
         return SecondOpinion(theirs, share, None, f"no verdict ({why})")
     said = f"{theirs}, {share:.1f}% of the traced steps' time waiting for input"
-    if theirs == "potentially input-bound":  # XProf's word for much unattributed time
-        said += " (XProf's 'potentially': much of the step is Python or other host time)"
+    if "potentially" in theirs:  # XProf's word for much unattributed time, not for a wait
+        said = (
+            f"{share:.1f}% of the traced steps' time waiting for input (XProf labels it "
+            f"'{theirs}'; much of the step is Python or other host time)"
+        )
     if verdict == UNCERTAIN:
         uncertain = f"{said}; the rates are uncertain: nothing to hold it against"
         return SecondOpinion(theirs, share, None, uncertain)
     positive = not theirs.startswith("not ")
     clash = (verdict == COMPUTE_BOUND and positive) or (verdict == INPUT_BOUND and not positive)
-    if clash and theirs not in _CONTRADICTS.get(verdict, ()):  # one verdict's words: the rates'
-        host = "; much of the step is Python or other host time" if "potentially" in theirs else ""
+    if clash and "potentially" not in theirs and theirs not in _CONTRADICTS.get(verdict, ()):
+        # one verdict's words: the rates'
         said = (
-            f"{share:.1f}% of the traced steps' time waiting for input (XProf labels it "
-            f"'{theirs}'{host})"
+            f"{share:.1f}% of the traced steps' time waiting for input (XProf labels it '{theirs}')"
         )
     if theirs not in _CONTRADICTS.get(verdict, ()):
         return SecondOpinion(theirs, share, True, f"{said}; agrees with the rates: {verdict}")
