@@ -516,6 +516,19 @@ def test_scopes_count_a_layer_by_the_step_s_traces_where_the_step_never_calls_th
         assert scopes.model_calls == 0 and scopes.step_calls == 2
 
 
+def _traced_fit(model, tmp_path):
+    """`model`'s anatomy from a real fit of two epochs (steps 2-5 traced), and its layers by
+    name."""
+    from toolkit.profiling.anatomy import AnatomyWindow
+
+    x, y = _data(1024)
+    window = AnatomyWindow(tmp_path / "trace", start_step=2, stop_step=5)
+    model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[window])
+    found = window.anatomy()
+    assert found.error is None, found.error
+    return found, {layer.name: layer for layer in found.layers}
+
+
 def test_assemble_counts_the_backward_only_of_the_calls_a_gradient_went_through(tmp_path):
     """keras.io's GAN on TensorFlow: its step calls the generator twice and takes a gradient
     through one call. Each call's ops carry the generator's scope made unique
@@ -524,8 +537,6 @@ def test_assemble_counts_the_backward_only_of_the_calls_a_gradient_went_through(
     backward's alike, every call; a plain model's layers too (``backward_calls`` None)."""
     import keras
     import tensorflow as tf
-
-    from toolkit.profiling.anatomy import AnatomyWindow
 
     class GAN(keras.Model):
         def __init__(self):
@@ -550,18 +561,11 @@ def test_assemble_counts_the_backward_only_of_the_calls_a_gradient_went_through(
 
     model = GAN()
     model.compile()
-    x, y = _data(1024)
-    window = AnatomyWindow(tmp_path / "trace", start_step=2, stop_step=5)
-    model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[window])
-    found = window.anatomy()
-    assert found.error is None, found.error
-    by = {layer.name: layer for layer in found.layers}
+    _, by = _traced_fit(model, tmp_path)
     assert by["generator/g"].calls == 2 and by["generator/g"].backward_calls == 1, by
     assert by["discriminator/d"].backward_calls is None, by
-    plain = _compiled(keras, keras.layers.Dense(32, name="plain"))
-    window = AnatomyWindow(tmp_path / "plain", start_step=2, stop_step=5)
-    plain.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[window])
-    assert all(layer.backward_calls is None for layer in window.anatomy().layers)
+    plain, _ = _traced_fit(_compiled(keras, keras.layers.Dense(32, name="plain")), tmp_path / "p")
+    assert all(layer.backward_calls is None for layer in plain.layers)
 
 
 def test_assemble_books_a_frozen_teacher_called_in_the_loss_as_its_layers_forward(tmp_path):
@@ -573,7 +577,6 @@ def test_assemble_books_a_frozen_teacher_called_in_the_loss_as_its_layers_forwar
     import keras
 
     from toolkit.core._anatomy import Phase
-    from toolkit.profiling.anatomy import AnatomyWindow
 
     def net(name, width):
         return keras.Sequential(
@@ -597,12 +600,7 @@ def test_assemble_books_a_frozen_teacher_called_in_the_loss_as_its_layers_forwar
     teacher.trainable = False
     model = Distiller(net("student", 16), teacher)
     model.compile(optimizer="sgd")
-    x, y = _data(1024)
-    window = AnatomyWindow(tmp_path / "trace", start_step=2, stop_step=5)
-    model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[window])
-    found = window.anatomy()
-    assert found.error is None, found.error
-    by = {layer.name: layer for layer in found.layers}
+    found, by = _traced_fit(model, tmp_path)
     big = by["teacher/hidden"]  # 64 x 512: the step's largest matmul
     assert big.forward_s > 0 and big.backward_s == 0 and big.backward_calls == 0, by
     assert by["student/hidden"].backward_calls is None and by["student/hidden"].backward_s > 0
