@@ -568,6 +568,7 @@ def test_assemble_counts_the_backward_only_of_the_calls_a_gradient_went_through(
     assert all(layer.backward_calls is None for layer in plain.layers)
 
 
+@pytest.mark.every_backend
 def test_assemble_books_a_frozen_teacher_called_in_the_loss_as_its_layers_forward(tmp_path):
     """keras.io's Distiller calls its frozen teacher inside its own ``compute_loss``: the
     teacher's ops run under Keras's loss scope and under its layers' own scopes. They are

@@ -473,9 +473,9 @@ def _backward_calls(
     differentiate fewer of its calls than its forward ops ran in (the calls the trace told
     apart scale to the step's, as a recurrent cell's loop is one call in the graph); 0 where
     `none` of its ops is a gradient's while other layers' are (a frozen teacher called in a
-    distiller's loss, a layer on the data before any weight); None: every call, or the
-    trace did not tell them apart."""
-    if forward and not backward and none:
+    distiller's loss, a layer on the data before any weight: on every backend, as no call
+    need be told apart); None: every call, or the trace did not tell them apart."""
+    if not backward and none:
         return 0
     if not forward or not backward or len(backward) >= len(forward):
         return None
