@@ -881,7 +881,9 @@ class EndsLog:
                 self._next, self._ended = 0, {}
                 begins = timer._begins
                 self._start = None if first or not begins else begins[0][1]
-            begins = list(timer._begins)
+            # Read in place, not copied: a copy per end was quadratic in an epoch's steps.
+            # The fit's thread only appends, after this end's own begin.
+            begins = timer._begins
             k = bisect.bisect_right(begins, batch, key=operator.itemgetter(0)) - 1
             self._ended[max(k, self._next)] = batch
             while self._next in self._ended:  # every execution before it has ended
