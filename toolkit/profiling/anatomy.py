@@ -475,7 +475,7 @@ def _backward_calls(
     `none` of its ops is a gradient's while other layers' are (a frozen teacher called in a
     distiller's loss, a layer on the data before any weight: on every backend, as no call
     need be told apart); None: every call, or the trace did not tell them apart."""
-    if not backward and none:
+    if none:  # no gradient op of its own: no call of it took one
         return 0
     if not forward or not backward or len(backward) >= len(forward):
         return None
