@@ -234,11 +234,14 @@ def test_held_start_up_lines_drop_the_chatter_and_keep_what_matters(capfd, monke
         "W0000 00:00:1795550774.6   30216 session_manager.cc:55] delay_ms expects an i value.",
         "E0000 00:00:1795550776.031322   30216 cuda_platform.cc:52] failed call to cuInit: x",
         "To enable the following instructions: AVX2 AVX512F FMA, in other operations, rebuild",
+        "USDT:2026-12-01 18:07:51 8072:8072 SyncActivityProfilerHandler.cpp:52] profiler_start",
+        "USDT:2026-12-01 18:07:52 8072:8072 SyncActivityProfilerHandler.cpp:59] profiler_stop",
     )
     matters = (
         "E0000 00:00:1795550776.031322   30216 op_kernel.cc:1857] OP_REQUIRES failed: bad",
         "F0000 00:00:1795550776.031322   30216 client.cc:12] Terminating process: peer lost",
         "a Python warning that is not TensorFlow's",
+        "ERROR:2026-12-01 18:07:51 8072:8072 CuptiActivityApi.cpp:31] CUPTI failed: no driver",
     )
     assert all(native_logs.is_noise(line) for line in chatter)
     assert not any(native_logs.is_noise(line) for line in matters)

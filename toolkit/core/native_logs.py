@@ -45,6 +45,12 @@ _NO_GPU = re.compile(
 _SAID = re.compile(
     r"add_port\.cc:\d+\] Failed to add port|No UnifiedProfileProcessor registered for tool"
 )
+# PyTorch's libkineto marks each profiler start and stop on stderr from C++ (86 columns, past
+# an 80-column terminal), at a severity above its errors: KINETO_LOG_LEVEL could hide them
+# only with its errors, and only if set before torch loads.
+_KINETO_MARK = re.compile(
+    r"^USDT:\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \w+\.cpp:\d+\] profiler_(start|stop)$"
+)
 _PLAIN = (
     "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
     "To enable the following instructions:",  # the second line of cpu_feature_guard's INFO
@@ -109,7 +115,7 @@ def _quiet_tfds(record: logging.LogRecord) -> bool:
 def is_noise(line: str) -> bool:
     """Whether `line` is a framework's start-up chatter (never an error that matters)."""
     text = line.rstrip("\r\n")
-    if text.startswith(_PLAIN):
+    if text.startswith(_PLAIN) or _KINETO_MARK.match(text):
         return True
     if _ABSL.match(text):
         return bool(_CHATTER.match(text) or _NO_GPU.search(text) or _SAID.search(text))
