@@ -190,9 +190,28 @@ def test_compute_advice_from_step_settings_and_devices():
     for words in ("--fused_steps", "--jit_compile", "larger batch than 32", "--device=gpu"):
         assert words in advice
     assert "--precision=mixed_bfloat16" in advice and "prefetch" in advice  # overlap missing
+    assert "compute_dtype" not in advice  # no layer of your own: nothing to warn of
+    yours = dataclasses.replace(facts, own_layers=("Sampling", "Scale"))
+    advice = " | ".join(advise(dg.COMPUTE_BOUND, False, 900.0, 100.0, yours))
+    assert "; under it, a tensor your own layers make (Sampling, Scale) needs " in advice
     on_gpu = adv.Facts(step_s=0.001, device_kind="cuda", jit_compile=True, fused_steps=4)
     advice = " | ".join(advise(dg.COMPUTE_BOUND, True, 900.0, 100.0, on_gpu))
     assert "--device=cpu" in advice and "--fused_steps" not in advice
+
+
+def test_own_layers_are_the_model_s_layer_classes_no_library_wrote(keras):
+    """What the precision advice warns of: keras.io's VAE's ``Sampling`` draws float32 noise
+    and adds it to a bfloat16 mean under ``mixed_bfloat16``, which fails its step."""
+
+    class Sampling(keras.layers.Layer):
+        def call(self, x):
+            return x + keras.random.normal(keras.ops.shape(x))
+
+    inner = keras.Sequential([keras.Input((4,)), Sampling(), keras.layers.Dense(4)])
+    x = keras.Input((4,))
+    model = keras.Model(x, keras.layers.Dense(2)(Sampling()(inner(x))))
+    assert dg._own_layers(model) == ("Sampling",)  # once, nested model and all
+    assert dg._own_layers(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])) == ()
 
 
 def test_overlap_advice_follows_from_the_pipeline_the_device_and_the_cores():

@@ -53,6 +53,7 @@ class Facts:
     adapter: str | None = None  # the Keras adapter fit reads your data through (None: tf.data)
     input_workers: int | None = None  # the workers your PyDataset or DataLoader was given
     tuned: Tuned | None = None  # what a cached tune search measured for this workload here
+    own_layers: tuple[str, ...] = ()  # your model's layer classes that are not a library's
 
     @classmethod
     def of(cls, defaults: Candidate, **facts: Any) -> Facts:
@@ -251,7 +252,15 @@ def _compute_advice(facts: Facts) -> list[Advice]:
         )
     hint = facts.recommended_precision
     if hint and hint != facts.precision:
-        advice = Advice.of("try {0} (this device's hint; measure it)", {"precision": hint})
+        words = "try {0} (this device's hint; measure it)"
+        if hint.startswith("mixed") and facts.own_layers:
+            # keras.io's VAE: its Sampling layer draws float32 noise, and adding it to the
+            # bfloat16 mean fails the step under the policy the advice names.
+            words += (
+                f"; under it, a tensor your own layers make ({', '.join(facts.own_layers)}) "
+                "needs dtype=self.compute_dtype"
+            )
+        advice = Advice.of(words, {"precision": hint})
         out.append(_unless_tuned(facts, advice, hint, lambda c: c.precision == hint))
     return out
 

@@ -608,6 +608,7 @@ class _Measurements:
             own_compile=work.own_compile,
             tuned=self.tuned,
             noise=self.noise,
+            own_layers=_own_layers(work.model) if work.applies_in_python else (),
         )
 
 
@@ -644,6 +645,25 @@ def _tuned(work: Any) -> Tuned | None:
     return Tuned.of(result) if result is not None and result.trials else None
 
 
+# The packages whose layers take their dtype from the policy: a layer of another is the user's.
+_LIBRARIES = frozenset({"keras", "tf_keras", "keras_hub", "keras_nlp", "keras_cv", "toolkit"})
+
+
+def _own_layers(model: Any) -> tuple[str, ...]:
+    """The classes of `model`'s layers that its user wrote (no Keras library's), each once,
+    in the model's order: the tensors such a layer makes itself (``keras.random.normal``,
+    ``ops.ones``) are float32 under a mixed-precision policy unless it says otherwise."""
+    flatten = getattr(model, "_flatten_layers", None)
+    if flatten is None:
+        return ()
+    names = (
+        type(layer).__name__
+        for layer in flatten(include_self=False, recursive=True)
+        if type(layer).__module__.partition(".")[0] not in _LIBRARIES
+    )
+    return tuple(dict.fromkeys(names))
+
+
 def _devices_facts(device_kind: str, devices_found: Iterable[Any] | None) -> tuple[int, Any]:
     """``(GPUs here, the precision recommended for the device measured)``."""
     from toolkit import devices
@@ -673,11 +693,13 @@ def _conclude(
     own_compile: OwnCompile | None = None,
     tuned: Tuned | None = None,
     noise: float | None = None,
+    own_layers: tuple[str, ...] = (),
 ) -> Diagnosis:
     """The verdict and advice from the measured rates; `trace` is what a trace of the fit
     said (None: none was taken); `python`: your own model, its advice said in Python;
     `tuned`: what a cached tune search measured here (its losers are not advised);
-    `noise`: how far two runs of one window differed (:func:`consistency`)."""
+    `noise`: how far two runs of one window differed (:func:`consistency`); `own_layers`:
+    your model's layer classes that no library wrote (the precision advice warns of them)."""
     compute_rate, fit_rate = _rate(compute), _rate(fit)
     verdict, overlap_ok = classify(input_rate, compute_rate, fit_rate)
     uncertain = consistency(input_rate, compute_rate, fit_rate, noise)
@@ -699,6 +721,7 @@ def _conclude(
         adapter=adapter,
         input_workers=input_workers,
         tuned=tuned,
+        own_layers=own_layers,
     )
     return Diagnosis(
         input_rate=input_rate,
