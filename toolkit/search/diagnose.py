@@ -698,14 +698,11 @@ def _conclude(
     """The verdict and advice from the measured rates; `trace` is what a trace of the fit
     said (None: none was taken); `python`: your own model, its advice said in Python;
     `tuned`: what a cached tune search measured here (its losers are not advised);
-    `noise`: how far two runs of one window differed (:func:`consistency`); `own_layers`:
-    your model's layer classes that no library wrote (the precision advice warns of them)."""
+    `noise`: how far two runs of one window differed; `own_layers`: as :class:`Facts`'."""
     compute_rate, fit_rate = _rate(compute), _rate(fit)
     verdict, overlap_ok = classify(input_rate, compute_rate, fit_rate)
-    uncertain = consistency(input_rate, compute_rate, fit_rate, noise)
-    if uncertain:
+    if uncertain := consistency(input_rate, compute_rate, fit_rate, noise):
         verdict, overlap_ok = UNCERTAIN, True
-    xprof = second_opinion(verdict, trace, input_rate < compute_rate) if trace else None
     gpus, recommended = _devices_facts(device_kind, devices_found)
     classes, ops = _pipeline_facts(dataset)
     facts = Facts.of(
@@ -735,7 +732,7 @@ def _conclude(
         batch_size=batch_size,
         steps=fit.timed_steps or steps,  # the real fit's window, which may have grown past it
         pipeline=described,
-        xprof=xprof,
+        xprof=second_opinion(verdict, trace, input_rate < compute_rate) if trace else None,
         python=python,
         own_compile=own_compile,
         noise=noise,
