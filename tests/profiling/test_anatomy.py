@@ -444,15 +444,17 @@ def test_sweep_shares_an_instant_between_lanes_and_adds_up_to_the_window():
         _span(20, 30, "p", kind=SpanKind.CALL, tokens=("kpstep",)),
         _span(30, 40, "p", kind=SpanKind.CALL, tokens=("kpstep", "kpmetrics")),
         _span(40, 45, "a", tokens=("kpopt",)),
+        _span(50, 55, "a", tokens=("kpstep", "kploss")),  # a phase's token, not a layer's
     ]
-    spent = sweep(spans, 0, 50)
-    assert sum(spent.values()) == pytest.approx(50)
+    spent = sweep(spans, 0, 55)
+    assert sum(spent.values()) == pytest.approx(55)
     assert spent[(Phase.FORWARD, "kpl0", False)] == pytest.approx(5 + 2.5)
     assert spent[(Phase.BACKWARD, "kpl1", False)] == pytest.approx(2.5 + 5)
     assert spent[(Phase.INPUT, None, False)] == pytest.approx(5)
     # inside the step call with no op running: other, kept apart to explain it
     assert spent[(Phase.OTHER, BETWEEN_OPS, False)] == pytest.approx(10)
-    assert spent[(Phase.METRICS, None, False)] == pytest.approx(10)  # host work in a scope
+    # host work in the metrics' scope, and the loss's op (a softmax over 2,000 classes)
+    assert spent[(Phase.METRICS, None, False)] == pytest.approx(10 + 5)
     assert spent[(Phase.OPTIMIZER, None, False)] == pytest.approx(5)
     assert spent[(Phase.HOST, None, False)] == pytest.approx(5)  # nothing at all: Keras's
 
@@ -597,12 +599,12 @@ def test_assemble_books_a_frozen_teacher_called_in_the_loss_as_its_layers_forwar
         def call(self, x):
             return self.student(x)
 
-    teacher = net("teacher", 512)
+    teacher = net("teacher", 4096)  # its forward well above the losses' small ops
     teacher.trainable = False
     model = Distiller(net("student", 16), teacher)
     model.compile(optimizer="sgd")
     found, by = _traced_fit(model, tmp_path)
-    big = by["teacher/hidden"]  # 64 x 512: the step's largest matmul
+    big = by["teacher/hidden"]  # 64 x 4096: the step's largest matmul
     assert big.forward_s > 0 and big.backward_s == 0 and big.backward_calls == 0, by
     assert by["student/hidden"].backward_calls is None and by["student/hidden"].backward_s > 0
     assert found.phase(Phase.FORWARD) >= big.forward_s > found.phase(Phase.METRICS)
@@ -694,3 +696,21 @@ def test_raw_step_runs_its_steps_a_call_as_fit_runs_steps_per_execution(keras):
         assert all(np.array_equal(a, b) for a, b in zip(weights, after, strict=True))
     else:
         assert iterations() - before == 6  # 2 calls of 3 steps
+
+
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
+def test_plain_loss_says_in_the_user_s_words_what_one_loss_cannot_stand_for(keras):
+    """keras.io's miniature GPT compiles ``loss=[loss_fn, None]``: the raw step's refusal
+    says a loss per output, not TensorFlow's tracking type (``ListWrapper of losses``)."""
+    from toolkit.backend._common import plain_loss
+
+    x = keras.Input((4,))
+    model = keras.Model(x, [keras.layers.Dense(2)(x), x])
+    model.compile("sgd", loss=["mse", None])
+    with pytest.raises(ValueError, match=r"compiles one per output \(2 outputs\)$"):
+        plain_loss(model)
+    bare = keras.Model(x, keras.layers.Dense(2)(x))
+    bare.compile("sgd")
+    with pytest.raises(ValueError, match="compiles none$"):
+        plain_loss(bare)

@@ -315,10 +315,10 @@ def plain_loss(model: Any) -> Callable[[Any, Any], Any]:
 
     keras = compat.keras()
     loss = getattr(model, "loss", None)
-    if loss is None or isinstance(loss, dict | list | tuple):
-        raise ValueError(
+    if not loss or isinstance(loss, dict | list | tuple):  # (tf_keras: [] for none)
+        raise ValueError(  # (TensorFlow's tracking wraps a list: ListWrapper, no word of yours)
             "the raw step takes one loss; this model compiles "
-            f"{'none' if loss is None else type(loss).__name__ + ' of losses'}"
+            f"{f'one per output ({len(loss)} outputs)' if loss else 'none'}"
         )
     if getattr(model, "loss_weights", None):
         raise ValueError("the raw step takes one unweighted loss; this model weights its losses")

@@ -323,6 +323,12 @@ def tokens_in(text: str) -> tuple[str, ...]:
     return tuple(_TOKEN.findall(text))
 
 
+def layer_token(tokens: tuple[str, ...]) -> str | None:
+    """The innermost layer token (``kpl<N>``) of `tokens`; None where none is a layer's (the
+    loss's ``kploss`` begins as a layer's does)."""
+    return next((t for t in reversed(tokens) if t.startswith("kpl") and t[3:].isdigit()), None)
+
+
 # A layer's scope token, with the suffix TensorFlow gives a scope opened twice in one graph.
 _CALL = re.compile(r"kpl\d+(?:_\d+)?")
 
@@ -353,7 +359,7 @@ def xla_op_spans(
     if op_names is None and programs:
         return None
     groups = list({(tokens_in(n), backward in n): None for n in op_names or ()}) or [((), False)]
-    layers = {next((t for t in reversed(k) if t.startswith("kpl")), None) for k, _ in groups}
+    layers = {layer_token(k) for k, _ in groups}
     fused = len(layers - {None}) > 1
     start, end = float(event["ts"]), float(event["ts"]) + float(event["dur"])
     return [

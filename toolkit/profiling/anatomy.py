@@ -45,6 +45,7 @@ from toolkit.core._anatomy import (
     SpanKind,
     StepTrace,
 )
+from toolkit.core._trace_events import layer_token
 from toolkit.core.events import FUSED_STEPS_ATTR
 from toolkit.profiling.step_timer import fit_input
 from toolkit.profiling.trace_window import TraceWindow
@@ -291,7 +292,7 @@ def _rebuild(model: Any) -> None:
 
 
 def _key(span: Span) -> Key:
-    layer = next((t for t in reversed(span.tokens) if t.startswith("kpl")), None)
+    layer = layer_token(span.tokens)
     tokens = set(span.tokens)
     if "kpopt" in tokens:
         return Phase.OPTIMIZER, None, False
@@ -460,7 +461,7 @@ def _calls_seen(spans: Sequence[Span]) -> dict[str, tuple[set[str], set[str]]]:
     ran in, and those its gradient's ops differentiate."""
     seen: dict[str, tuple[set[str], set[str]]] = {}
     for s in spans:
-        layer = next((t for t in reversed(s.tokens) if t.startswith("kpl")), None)
+        layer = layer_token(s.tokens)
         if s.call and layer is not None and s.kind == SpanKind.OP:
             seen.setdefault(layer, (set(), set()))[s.backward].add(s.call)
     return seen
