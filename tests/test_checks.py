@@ -250,7 +250,7 @@ def test_a_model_its_first_batch_cannot_build_is_refused_in_one_line(keras):
              progress=lambda _: None)  # fmt: skip
     said = str(raised.value)
     assert "\n" not in said and "Net is not built" in said, said
-    assert "(ValueError: this call wants a dict of features)" in said
+    assert "(ValueError: this call wants a dict of features (in Net.call()))" in said
     assert said.endswith("call it on a batch first, model(x[:1]), or model.build(input_shape)")
 
 

@@ -525,6 +525,21 @@ def test_one_line_finds_what_went_wrong_in_tensorflow_and_keras_errors(keras):
         "NotImplementedError: Cannot convert a symbolic tf.Tensor (ExpandDims:0) to a numpy array."
     )
     assert one_line(KeyboardInterrupt()) == "KeyboardInterrupt"
+    # Keras's wrapper around an error in a layer's call ends with the call's arguments; its
+    # last line (``• inputs=...``) is none of the error (keras.io's miniature GPT's mask)
+    import keras
+
+    class Rows(keras.layers.Layer):
+        def call(self, x):
+            return keras.ops.stack([row for row in x])
+
+    with pytest.raises(Exception, match="Exception encountered when calling") as in_call:
+        Rows()(keras.Input((4,)))
+    line = one_line(in_call.value)
+    assert line.startswith(
+        "OperatorNotAllowedInGraphError: Iterating over a symbolic `tf.Tensor` is not allowed."
+    ), line
+    assert line.endswith("… (in Rows.call())") and "•" not in line  # cut to make room
 
 
 def test_verbs_name_a_damaged_file_as_recipes_do_and_fail_with_1(tmp_path):

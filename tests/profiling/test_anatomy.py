@@ -714,3 +714,24 @@ def test_plain_loss_says_in_the_user_s_words_what_one_loss_cannot_stand_for(kera
     bare.compile("sgd")
     with pytest.raises(ValueError, match="compiles none$"):
         plain_loss(bare)
+
+
+@pytest.mark.every_backend
+def test_an_embedding_s_sparse_gradient_is_not_read_as_a_frozen_layer(tmp_path, keras):
+    """keras.io's RecommenderNet: on TensorFlow an Embedding's gradient is sparse, gathered
+    rows the optimizer scatters, so no gradient op carries the layer's scope. A layer with
+    weights to train took a gradient all the same: not ``×1/0``, as a frozen layer reads."""
+    from toolkit.profiling.anatomy import AnatomyWindow
+
+    ids = keras.Input((2,), dtype="int32")
+    vectors = keras.layers.Flatten()(keras.layers.Embedding(500, 32, name="table")(ids))
+    model = keras.Model(ids, keras.layers.Dense(1, name="head")(vectors))
+    model.compile(optimizer="adam", loss="mse")
+    x = np.random.default_rng(0).integers(0, 500, (1024, 2)).astype("int32")
+    window = AnatomyWindow(tmp_path / "trace", start_step=2, stop_step=5)
+    model.fit(x, np.ones((1024, 1), "float32"), batch_size=64, epochs=1, verbose=0,
+              callbacks=[window])  # fmt: skip
+    found = window.anatomy()
+    assert found.error is None, found.error
+    by = {layer.name: layer for layer in found.layers}
+    assert by["table"].backward_calls is None and by["head"].backward_calls is None, by

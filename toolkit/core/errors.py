@@ -35,6 +35,8 @@ _NOISE = (
     "{{function_node",
     "Exception encountered when calling",
 )
+_KERAS_CALL = "Exception encountered when calling "
+_ARGUMENTS = "Arguments received by "
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TRACEBACK = "Traceback (most recent call last):"
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
@@ -52,9 +54,30 @@ _LIBRARIES = tuple(
 
 
 def what_went_wrong(error: BaseException, limit: int = 300) -> str:
-    """The line of `error`'s message that says what went wrong, at most `limit` characters."""
+    """The line of `error`'s message that says what went wrong, at most `limit` characters;
+    raised in a layer's call, with the layer Keras named (``... (in TransformerBlock.call())``)."""
     message = _ANSI.sub("", getattr(error, "message", None) or str(error))
     lines = [line.strip() for line in message.splitlines() if line.strip()]
+    lines, where = _inside_keras_call(lines)
+    text = _gist(error, lines)
+    said = f" (in {where})" if text and where else ""
+    return _cut(text, limit - len(said)) + said
+
+
+def _inside_keras_call(lines: list[str]) -> tuple[list[str], str | None]:
+    """The lines of the error Keras's wrapper holds (an error raised in a layer's call:
+    ``Exception encountered when calling X.call().``, the error's own message, then
+    ``Arguments received by X.call():`` and a line per argument) and ``X.call()``; `lines`
+    and None where there is no wrapper. Its last line was said as the error (``• kwargs=``)."""
+    at = next((i for i, line in enumerate(lines) if line.startswith(_KERAS_CALL)), None)
+    if at is None:
+        return lines, None
+    where = lines[at][len(_KERAS_CALL) :].removesuffix(".")
+    end = next((i for i in range(at + 1, len(lines)) if lines[i].startswith(_ARGUMENTS)), None)
+    return lines[at + 1 : end], where
+
+
+def _gist(error: BaseException, lines: list[str]) -> str:
     useful = [line for line in lines if not line.startswith(_NOISE)]
     own = f"{type(error).__name__}: "
     if lines and lines[0] == "in user code:":  # autograph's: the frames, then the error's own
@@ -62,16 +85,14 @@ def what_went_wrong(error: BaseException, limit: int = 300) -> str:
         if at is not None:  # read from there as any message (Keras's wrapper lines skipped)
             rest = [lines[at][len(own) :], *lines[at + 1 :]]
             found = [line for line in rest if line and not line.startswith(_NOISE)]
-            return _cut(found[0] if found else rest[0], limit)
+            return found[0] if found else rest[0]
     if type(error).__module__.startswith("tensorflow"):
         text = useful[-1] if useful else (lines[-1] if lines else "")
         # "{{function_node __wrapped__...}} corrupted record at 15662 [Op:IteratorGetNext]"
         if text.startswith("{{function_node") and "}}" in text:
             text = text.split("}}", 1)[1]
-        text = text.split(" [Op:", 1)[0].strip()
-    else:
-        text = useful[0] if useful else (lines[0] if lines else "")
-    return _cut(text, limit)
+        return text.split(" [Op:", 1)[0].strip()
+    return useful[0] if useful else (lines[0] if lines else "")
 
 
 def _cut(text: str, limit: int) -> str:

@@ -445,7 +445,10 @@ def _layer_rows(
         if f + b <= 0:
             continue
         calls = scopes.calls_per_step(token)
-        back = _backward_calls(calls, *seen.get(token, (set(), set())), gradients and b <= 0)
+        # none of its own: a layer with weights to train still took one, applied where its
+        # ops' scopes do not reach (an Embedding's sparse gradient, scattered by the optimizer)
+        none = gradients and b <= 0 and not getattr(entry.layer, "trainable_weights", None)
+        back = _backward_calls(calls, *seen.get(token, (set(), set())), none)
         # forward + 2x backward, a call each
         flops = (
             entry.flops * (calls + 2.0 * (calls if back is None else back)) if entry.flops else None
@@ -473,9 +476,10 @@ def _backward_calls(
     """How many of a layer's `calls` a gradient was taken through, where its gradient's ops
     differentiate fewer of its calls than its forward ops ran in (the calls the trace told
     apart scale to the step's, as a recurrent cell's loop is one call in the graph); 0 where
-    `none` of its ops is a gradient's while other layers' are (a frozen teacher called in a
-    distiller's loss, a layer on the data before any weight: on every backend, as no call
-    need be told apart); None: every call, or the trace did not tell them apart."""
+    `none` of its ops is a gradient's while other layers' are and it has no weight to train
+    (a frozen teacher called in a distiller's loss, a layer on the data before any weight: on
+    every backend, as no call need be told apart); None: every call, or the trace did not
+    tell them apart."""
     if none:  # no gradient op of its own: no call of it took one
         return 0
     if not forward or not backward or len(backward) >= len(forward):
