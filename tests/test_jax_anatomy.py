@@ -53,3 +53,31 @@ def test_anatomy_refusal_names_the_layer_that_keeps_the_step_uncompiled():
     assert "jit_compile=True" in anatomy_refusal(plain)
     plain.compile("sgd", "mse", jit_compile=True)
     assert anatomy_refusal(plain) is None and _unjitted_by(plain) == ()
+
+
+def test_xla_s_cpu_runtime_waiting_on_its_thread_pool_is_the_program_s_time(monkeypatch):
+    """XLA's CPU runtime runs a program's thunks on its intra-op pool and marks the caller's
+    wait ``ThunkExecutor::Execute (wait for completion)``: the program's time (a miniature
+    GPT's step: 17 of 88 ms), not Keras's between steps, where nothing at all runs."""
+    from toolkit.backend._jax import anatomy as jax_anatomy
+    from toolkit.core import _trace_events as te
+    from toolkit.core._anatomy import SpanKind
+
+    events = [
+        {"name": "train 1", "ts": 0, "dur": 2, "pid": 1, "tid": 1},
+        {"name": "ThunkExecutor::Execute", "ts": 2, "dur": 3, "pid": 1, "tid": 2},
+        {
+            "name": "ThunkExecutor::Execute (wait for completion)",
+            "ts": 5,
+            "dur": 17,
+            "pid": 1,
+            "tid": 2,
+        },
+    ]
+    monkeypatch.setattr(te, "xspace_events", lambda files: (events, {1: "/host:CPU"}, None))
+    monkeypatch.setattr(te, "hlo_metadata", lambda files, events: {})
+    spans = jax_anatomy.anatomy_trace(["trace.xplane.pb"]).spans
+    assert [(s.start, s.end, s.kind) for s in spans] == [
+        (2.0, 5.0, SpanKind.CALL),
+        (5.0, 22.0, SpanKind.CALL),
+    ]

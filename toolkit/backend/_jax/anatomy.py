@@ -150,10 +150,12 @@ def anatomy_trace(files: list[str]) -> StepTrace:
                 Span(start, end, lane, SpanKind.OP, name=name)
             ]
         elif name.startswith(("PjitFunction", "PmapFunction")) or (
-            not device and name == "ThunkExecutor::Execute"
+            not device and name.startswith("ThunkExecutor::Execute")
         ):
             # the host's call into a program, or XLA's CPU runtime running one on its own
-            # threads while the host goes on: time there is the program's, never Keras's
+            # threads while the host goes on: time there is the program's, never Keras's;
+            # "(wait for completion)" too, its thunks on the intra-op pool (a GPT's step: 17
+            # of 88 ms, booked as Keras between steps while the name had to match whole)
             spans.append(Span(start, end, lane, SpanKind.CALL, name=name))
         elif name.startswith("DevicePut") or name == INPUT_RANGE:
             spans.append(Span(start, end, lane, SpanKind.INPUT, name=name))
