@@ -44,8 +44,15 @@ def test_a_model_fn_that_returns_the_wrong_thing_and_a_build_task_that_raises(
 
     (tmp_path / "mf.py").write_text(USER_MODULE)
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(app.UserCodeError, match=r"returns_none\(\) returned NoneType; it must"):
+    with pytest.raises(
+        app.UserCodeError, match=r"returns_none\(\) returned NoneType; it must"
+    ) as e:
         _target.model_fn("mf:returns_none")
+    # the data in any form --help names, not a batched dataset alone
+    assert str(e.value).endswith(
+        "(compiled_model, data), the data in any form fit takes: "
+        "a batched tf.data dataset, (x, y) arrays, a PyDataset, a generator"
+    )
     script = tmp_path / "broken_task.py"
     script.write_text(
         FAILING_RECIPE.replace(

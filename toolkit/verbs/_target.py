@@ -92,7 +92,8 @@ def model_fn(spec: str) -> tuple[Any, Any]:
     if not (isinstance(made, tuple) and len(made) == 2):  # it ran, and gave the wrong thing
         raise app.UserCodeError(
             f"--model_fn={spec!r}: {function}() returned {type(made).__name__}; it must return "
-            "(compiled_model, batched_dataset)"
+            "(compiled_model, data), the data in any form fit takes: a batched tf.data "
+            "dataset, (x, y) arrays, a PyDataset, a generator"
         )
     return made
 
