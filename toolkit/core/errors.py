@@ -204,6 +204,12 @@ def _deepest(frames: Iterable[tuple[str, int, str]]) -> tuple[str, int, str] | N
     return _shown(deepest[0]), deepest[1], deepest[2]
 
 
+def written_by_user(file: str) -> bool:
+    """Whether `file` is the user's own code: neither the toolkit's nor Python's or an
+    installed package's (a script, a notebook's cell, a module of their project)."""
+    return not _ours(file) and not _library(file)
+
+
 def _ours(file: str) -> bool:
     """Whether `file` is the toolkit's or its recipes' (installed as a package or not)."""
     return not file.startswith("<") and os.path.abspath(file).startswith(_OURS)

@@ -645,23 +645,26 @@ def _tuned(work: Any) -> Tuned | None:
     return Tuned.of(result) if result is not None and result.trials else None
 
 
-# The packages whose layers take their dtype from the policy: a layer of another is the user's.
-_LIBRARIES = frozenset({"keras", "tf_keras", "keras_hub", "keras_nlp", "keras_cv", "toolkit"})
-
-
 def _own_layers(model: Any) -> tuple[str, ...]:
-    """The classes of `model`'s layers that its user wrote (no Keras library's), each once,
-    in the model's order: the tensors such a layer makes itself (``keras.random.normal``,
+    """The classes of `model`'s layers that its user wrote (by where their code lives, as
+    :func:`toolkit.core.errors.written_by_user` tells a traceback's frames), each once, in
+    the model's order: the tensors such a layer makes itself (``keras.random.normal``,
     ``ops.ones``) are float32 under a mixed-precision policy unless it says otherwise."""
+    import inspect
+
+    from toolkit.core.errors import written_by_user
+
+    def theirs(cls: type) -> bool:
+        try:
+            return written_by_user(inspect.getfile(cls))
+        except (TypeError, OSError):  # no file: defined where the user typed it
+            return True
+
     flatten = getattr(model, "_flatten_layers", None)
     if flatten is None:
         return ()
-    names = (
-        type(layer).__name__
-        for layer in flatten(include_self=False, recursive=True)
-        if type(layer).__module__.partition(".")[0] not in _LIBRARIES
-    )
-    return tuple(dict.fromkeys(names))
+    layers = flatten(include_self=False, recursive=True)
+    return tuple(dict.fromkeys(type(x).__name__ for x in layers if theirs(type(x))))
 
 
 def _devices_facts(device_kind: str, devices_found: Iterable[Any] | None) -> tuple[int, Any]:
