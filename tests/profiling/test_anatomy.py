@@ -702,17 +702,31 @@ def test_raw_step_runs_its_steps_a_call_as_fit_runs_steps_per_execution(keras):
 
 @pytest.mark.legacy_keras
 @pytest.mark.every_backend
-def test_plain_loss_says_in_the_user_s_words_what_one_loss_cannot_stand_for(keras):
-    """keras.io's miniature GPT compiles ``loss=[loss_fn, None]``: the raw step's refusal
-    says a loss per output, not TensorFlow's tracking type (``ListWrapper of losses``)."""
+def test_plain_loss_sums_a_loss_per_output_as_keras_does(keras):
+    """keras.io's miniature GPT compiles ``loss=[loss_fn, None]`` with one label for its two
+    outputs: the raw step's loss is the one Keras computes, as are a dict of weighted losses
+    and one loss over two outputs; a model without a loss is said in the user's words (tf_keras
+    too, whose model holds ``[]`` for none)."""
     from toolkit.backend._common import plain_loss
+    from toolkit.core import compat
 
-    x = keras.Input((4,))
-    model = keras.Model(x, [keras.layers.Dense(2)(x), x])
-    model.compile("sgd", loss=["mse", None])
-    with pytest.raises(ValueError, match=r"compiles one per output \(2 outputs\)$"):
-        plain_loss(model)
-    bare = keras.Model(x, keras.layers.Dense(2)(x))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, 4)).astype("float32")
+    y = rng.normal(size=(16, 2)).astype("float32")
+    inputs = keras.Input((4,))
+    outputs = [keras.layers.Dense(2, name="a")(inputs), keras.layers.Dense(2, name="b")(inputs)]
+    cases = [
+        ({"loss": ["mse", None]}, y),
+        ({"loss": {"a": "mse", "b": "mae"}, "loss_weights": {"a": 0.3, "b": 2.0}}, (y, 2 * y)),
+        ({"loss": "mse"}, [y, -y]),
+    ]
+    for compiled, labels in cases if compat.keras_flavor() == "keras3" else ():  # its raw step's
+        model = keras.Model(inputs, outputs)
+        model.compile("sgd", **compiled)
+        keras_loss = model.evaluate(x, labels, batch_size=16, verbose=0, return_dict=True)["loss"]
+        ours = plain_loss(model)(labels, model(x))
+        assert float(keras.ops.convert_to_numpy(ours)) == pytest.approx(keras_loss, rel=1e-5)
+    bare = keras.Model(inputs, outputs[0])
     bare.compile("sgd")
     with pytest.raises(ValueError, match="compiles none$"):
         plain_loss(bare)

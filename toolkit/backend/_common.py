@@ -309,21 +309,68 @@ def shape_change(before: Any, now: Any) -> str | None:
 def plain_loss(model: Any) -> Callable[[Any, Any], Any]:
     """The model's compiled loss as a plain ``loss(y_true, y_pred)``, for a training step
     written without Keras's trainer (the step's anatomy measures Keras's own cost against
-    it). Raises ValueError (words) for what one plain loss cannot stand for: several
-    outputs' losses, loss weights, losses added by layers."""
+    it). A loss per output (a list or dict, ``None`` for an output without one) and their
+    ``loss_weights`` are summed as Keras's ``CompileLoss`` sums them, labels paired with the
+    outputs as it pairs them: one per output, or one per output that has a loss (keras.io's
+    miniature GPT: ``loss=[loss_fn, None]`` and one label). Raises ValueError (words) for what
+    a plain loss cannot stand for: no loss, losses added by layers."""
+    loss = getattr(model, "loss", None)
+    if not loss:  # (tf_keras: [] for none)
+        raise ValueError("the raw step takes the compiled loss; this model compiles none")
+    if model.losses:
+        raise ValueError("the raw step takes the compiled loss; this model's layers add their own")
+    names = list(getattr(model, "output_names", None) or ())
+    # (Keras keeps the weights on its loss container: Keras 3's _compile_loss, tf_keras's
+    # compiled_loss; neither is a model attribute)
+    container = getattr(model, "_compile_loss", None) or getattr(model, "compiled_loss", None)
+    weights = _flat_per_output(getattr(container, "_user_loss_weights", None), names)
+    losses = loss if isinstance(loss, dict | list | tuple) else [loss]  # (tracking wraps one)
+    fns = [None if f is None else _one_loss(f) for f in _flat_per_output(losses, names)]
+
+    def summed(y_true: Any, y_pred: Any) -> Any:
+        preds = _flat_per_output(y_pred, names)
+        # one loss for every output, as Keras maps it over them
+        each = fns * len(preds) if len(fns) == 1 else fns
+        weighed = (weights * len(each) if len(weights) == 1 else weights) or [None] * len(each)
+        trues = _flat_per_output(y_true, names)
+        used = [i for i, f in enumerate(each) if f is not None]
+        if len(trues) == len(used) != len(preds):  # labels for the outputs with a loss only
+            trues = [trues[used.index(i)] if i in used else None for i in range(len(each))]
+        if not len(trues) == len(preds) == len(each) == len(weighed):
+            raise ValueError(
+                f"{len(trues)} labels, {len(preds)} outputs, {len(each)} losses and "
+                f"{len(weighed)} loss weights do not pair"
+            )
+        total = None
+        for i in used:
+            value = each[i](trues[i], preds[i])
+            value = value if weighed[i] is None else value * weighed[i]
+            total = value if total is None else total + value
+        return total
+
+    return summed
+
+
+def _flat_per_output(value: Any, names: Sequence[str]) -> list[Any]:
+    """Per output, in the model's output order: a dict by the outputs' names (where it names
+    them all), a list or tuple flattened, anything else as the one output's; None: []."""
+    from toolkit.core import compat
+
+    if value is None:
+        return []
+    if isinstance(value, dict) and names and set(names) <= set(value):
+        return [value[name] for name in names]
+    if isinstance(value, dict | list | tuple):
+        return list(compat.keras().tree.flatten(value))
+    return [value]
+
+
+def _one_loss(loss: Any) -> Callable[[Any, Any], Any]:
+    """One output's loss (a name, a function, a ``Loss``) as its batch's mean, as Keras's
+    wrapper reduces it."""
     from toolkit.core import compat
 
     keras = compat.keras()
-    loss = getattr(model, "loss", None)
-    if not loss or isinstance(loss, dict | list | tuple):  # (tf_keras: [] for none)
-        raise ValueError(  # (TensorFlow's tracking wraps a list: ListWrapper, no word of yours)
-            "the raw step takes one loss; this model compiles "
-            f"{f'one per output ({len(loss)} outputs)' if loss else 'none'}"
-        )
-    if getattr(model, "loss_weights", None):
-        raise ValueError("the raw step takes one unweighted loss; this model weights its losses")
-    if model.losses:
-        raise ValueError("the raw step takes one loss; this model's layers add losses of their own")
     fn = keras.losses.get(loss)
     if isinstance(fn, keras.losses.Loss):
         return fn
