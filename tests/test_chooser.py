@@ -208,6 +208,26 @@ def test_compare_interleaves_rounds_shares_weights_and_caches(tmp_path, monkeypa
     )  # another recipe argument: another model
 
 
+def test_a_model_fn_edited_under_the_same_name_is_another_key(tmp_path, monkeypatch):
+    """keras.io's custom train_step model with a layer widened 8× under the same
+    ``custom:make``: the cache answered with the narrow model's figures (2.4× too fast) until
+    the file that builds it became part of the key; --backend=auto's lookup reads it too."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    script = tmp_path / "custommodel.py"
+    script.write_text("def make():\n    return 256\n")
+    target = ch.Target(None, "custommodel:make", {}, {})
+    by_path = ch.Target(None, f"{script}:make", {}, {})
+    key, facts = ch.cache_key(target, 50)
+    assert facts["source"] and ch.keyed(by_path)["source"] == facts["source"]
+    assert ch.cache_key(target, 50)[0] == key  # unchanged: the same key
+    script.write_text("def make():\n    return 2048\n")
+    assert ch.cache_key(target, 50)[0] != key
+    assert ch.keyed(by_path)["source"] == ch.keyed(target)["source"] != facts["source"]
+    assert ch.keyed(ch.Target("mlp", None, {}, {}))["source"]  # a recipe: its module's file
+    assert ch.keyed(ch.Target(None, "nosuchmodule:make", {}, {}))["source"] is None
+
+
 def test_the_cache_key_holds_the_keras_release_and_whether_a_nightly():
     """keras-nightly installs `keras` under its own name: the key reads the one release that
     a report records (its version, nightly or not), so a nightly's winner is not a release's.

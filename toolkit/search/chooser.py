@@ -244,12 +244,13 @@ def _versions() -> dict[str, str | bool]:
 
 
 def keyed(target: Target) -> dict[str, Any]:
-    """What about `target` decides which backend is fastest: its recipe's arguments, the
-    speed settings it changes from the defaults (a run's length and its output are not) and
-    the device it asks for (None: each backend's own)."""
+    """What about `target` decides which backend is fastest: the file that builds it as it
+    is now, its recipe's arguments, the speed settings it changes from the defaults (a run's
+    length and its output are not) and the device it asks for (None: each backend's own)."""
     config = target.config
     return {
         "target": target.name,
+        "source": target.source_digest(),
         "params": dict(sorted(target.params.items())),
         "settings": {
             f.name: config[f.name]

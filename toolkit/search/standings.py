@@ -69,6 +69,27 @@ class Target(fields.Record):
         """The recipe's name or ``module:function``."""
         return str(self.recipe or self.model_fn)
 
+    def source_digest(self) -> str | None:
+        """A digest of the file that builds this target: your function's module or script,
+        or the recipe's. A cached comparison answers only while it is unchanged: a model
+        edited under the same ``module:function`` is another model (a layer widened 8× read
+        the old model's figures from the cache). None: no such file found."""
+        import hashlib
+        import importlib.util
+
+        module = self.model_fn.rpartition(":")[0] if self.model_fn else f"recipes.{self.recipe}"
+        path: str | None = module
+        if not module.endswith(".py"):
+            try:
+                path = getattr(importlib.util.find_spec(module), "origin", None)
+            except (ImportError, ValueError):  # a package above it missing or broken
+                path = None
+        try:
+            with open(str(path), "rb") as f:
+                return hashlib.sha256(f.read()).hexdigest()[:16]
+        except OSError:
+            return None
+
     @classmethod
     def of(cls, what: Any, params: dict[str, Any] | None = None, config: Any = None) -> Target:
         """A Target from a recipe name, ``"module:function"``, or your model-building function
