@@ -83,6 +83,48 @@ def test_failed_defaults_hand_over_to_the_fastest_that_ran():
     assert pick == TORCH and "boom" in why
 
 
+def test_contenders_that_all_failed_are_said_so_not_outrun():
+    rows = [row(TF, [1.0]), row(JAX, [], error="TypeError: boom"), row(TORCH, [], error="x")]
+    result = ch.BackendsResult(ch.Target("mlp"), rows, TF, "k", 50, 1, 1.0)
+    assert ch.choose(rows) == (TF, "every other contender failed")
+    assert result.loss_line().endswith(
+        "no other contender ran to compare it with; no loss from jax cpu, torch cpu"
+    )
+
+
+OWN_TRAIN_STEP = """
+import keras
+import numpy as np
+
+
+class Custom(keras.Model):
+    def train_step(self, data):  # keras.io's TensorFlow-style step: JAX's takes a state too
+        return {}
+
+
+def make():
+    x = keras.Input((4,))
+    model = Custom(x, keras.layers.Dense(1)(x))
+    model.compile("sgd", "mse")
+    return model, (np.zeros((64, 4), "float32"), np.zeros((64, 1), "float32"))
+"""
+
+
+def test_a_fresh_process_s_unforeseen_error_is_its_one_line_not_its_traceback_s_last(
+    tmp_path, monkeypatch
+):
+    """keras.io's custom ``train_step`` on JAX: Keras's trainer calls it with a state, and
+    the TypeError's traceback ends with JAX's note ("For simplicity, JAX has removed its
+    internal frames..."), which was said as the run's error."""
+    from toolkit.search._processes import ChildSpec, run_child
+
+    (tmp_path / "ownstep.py").write_text(OWN_TRAIN_STEP)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = ChildSpec("figures", "jax", target=ch.Target(None, "ownstep:make"), steps=8)
+    got = run_child(spec, {**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path)}, timeout_s=300)
+    assert got.error.startswith("TypeError: Custom.train_step() takes 2 positional"), got
+
+
 def test_a_contender_with_a_failed_run_is_never_chosen():
     """The fastest by far, but one of its three runs failed: what failed it may fail the run
     it is chosen for. The table says why it was passed over."""

@@ -186,8 +186,9 @@ def _main(argv: Sequence[str]) -> int:
     from toolkit.app import UserCodeError
     from toolkit.backend import BackendError
     from toolkit.core import children
-    from toolkit.core.errors import user_raise
+    from toolkit.core.errors import one_line, user_raise
     from toolkit.report import ReportError
+    from toolkit.search._processes import ERROR
 
     try:
         result = _job(spec, channel)
@@ -197,6 +198,9 @@ def _main(argv: Sequence[str]) -> int:
         yours = user_raise(e)
         said = (BackendError, ReportError, UserCodeError, ValueError, FileNotFoundError)
         if yours is None and not isinstance(e, said):
+            # the parent's one line (a traceback's last line can be a note: JAX's "For
+            # simplicity, JAX has removed its internal frames..."); the traceback follows
+            channel.send(ERROR, " ".join(one_line(e).split()))
             raise
         channel.error(str(yours or e))
         return 1

@@ -121,6 +121,8 @@ def choose(rows: Sequence[Row], min_gain: float = MIN_GAIN) -> tuple[Contender, 
         eligible=agrees.__getitem__,
     )
     if verdict.leader is None:
+        if all(r.failed for r in rows[1:]):
+            return defaults.contender, "every other contender failed"
         return defaults.contender, "no contender beat the defaults"
     if not verdict.won:
         return defaults.contender, (
