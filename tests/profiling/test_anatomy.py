@@ -159,6 +159,10 @@ def test_anatomy_ranks_a_planted_large_dense_first_and_times_it_as_alone(keras, 
     assert planted.kind == "Dense"
     assert planted.forward_s > 0 and planted.backward_s > 0
     assert planted.flops and planted.flop_rate()
+    # a product's forward and its two gradients; on the data, no gradient of its input
+    narrow, little = (next(x for x in found.layers if x.name == n) for n in ("narrow", "little"))
+    assert narrow.flops == pytest.approx(3 * 2 * BATCH * 2048 * 16, rel=0.01), narrow
+    assert little.flops == pytest.approx(2 * 2 * BATCH * FEATURES * 64, rel=0.01), little
     # the phases add up to the step on the outside clock
     _adds_up(found)
     names = {layer.name for layer in found.layers}

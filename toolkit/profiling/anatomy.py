@@ -47,6 +47,7 @@ from toolkit.core._anatomy import (
 )
 from toolkit.core._trace_events import layer_token
 from toolkit.core.events import FUSED_STEPS_ATTR
+from toolkit.profiling.layers_alone import fed_by_data
 from toolkit.profiling.step_timer import fit_input
 from toolkit.profiling.trace_window import TraceWindow
 
@@ -440,6 +441,7 @@ def _layer_rows(
     """Each scoped layer the trace saw, its seconds per step, slowest first."""
     layers = []
     gradients = any(v > 0 for v in backward.values())  # the trace marks a gradient's ops
+    on_data = fed_by_data(scopes.model)
     for token, entry in scopes.entries.items():
         f, b = forward.get(token, 0.0), backward.get(token, 0.0)
         if f + b <= 0:
@@ -449,9 +451,14 @@ def _layer_rows(
         # ops' scopes do not reach (an Embedding's sparse gradient, scattered by the optimizer)
         none = gradients and b <= 0 and not getattr(entry.layer, "trainable_weights", None)
         back = _backward_calls(calls, *seen.get(token, (set(), set())), none)
-        # forward + 2x backward, a call each
+        # forward + 2x backward (its weights' gradient and its input's), a call each; 1x on
+        # the model's own inputs, whose gradient the step never takes (a Dense's FLOP/s read
+        # 1.5x what it did)
+        twice = 1.0 if id(entry.layer) in on_data else 2.0
         flops = (
-            entry.flops * (calls + 2.0 * (calls if back is None else back)) if entry.flops else None
+            entry.flops * (calls + twice * (calls if back is None else back))
+            if entry.flops
+            else None
         )
         layers.append(
             LayerTime(entry.name, entry.kind, f, b, calls, flops, fused.get(token, 0.0), back)
