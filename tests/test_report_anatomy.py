@@ -203,6 +203,10 @@ def test_the_slowest_layer_comes_first_and_the_rest_are_counted():
     assert first.split()[0].endswith(slowest(a).name.rpartition("/")[2][-12:])
     assert any(line.startswith("and 4 more layers (") for line in lines)
     assert any("×2" in line for line in lines)  # the layer called twice
+    # a layer left out that shows its alone figure is counted where no row marks it
+    held = [dataclasses.replace(x, alone_s=1e-3) if x.name == "dense_0" else x for x in a.layers]
+    text = " ".join(" ".join(anatomy_lines(dataclasses.replace(a, layers=tuple(held)))).split())
+    assert "for 1 the alone time is shown" in text and "1 of them at their alone figure" in text
     assert any(line.startswith("XLA fused several layers' ops together") for line in lines)
     top = anatomy_top_lines(a, n=2)
     assert 2 <= len(top) <= 4

@@ -194,6 +194,13 @@ def _checked_line(a: Anatomy) -> str | None:
     return line
 
 
+def _held_of(rest: Sequence[LayerTime]) -> str:
+    """Of the layers a table leaves out, those shown at their alone figure: the count line
+    counts them (``for 3 the alone time is shown``) where no row is marked for them."""
+    held = sum(1 for x in rest if x.alone_s and x.holds_alone())
+    return f", {held} of them at their alone figure" if held else ""
+
+
 def _why_lines(layers: Sequence[LayerTime], limit: int = 3) -> list[str]:
     """Why the trace differs, for the first `limit` layers shown at their alone figure."""
     held = [x for x in layers if x.holds_alone() and x.check]
@@ -335,7 +342,7 @@ def _layer_table(a: Anatomy, width: int) -> list[str]:
         left = sum(x.seconds for x in rest)
         said.append(
             f"and {len(rest)} more layer{'s' if len(rest) != 1 else ''} "
-            f"({format_ms(left)}, {_share(left, basis)} of the step) left out"
+            f"({format_ms(left)}, {_share(left, basis)} of the step) left out{_held_of(rest)}"
         )
     legend = []
     if any(x.calls > 1 for x in shown):
@@ -503,7 +510,10 @@ def anatomy_markdown(a: Anatomy, png: str | None = None) -> str:
         rest = ranked[MARKDOWN_LAYERS:]
         if rest:
             left = sum(x.seconds for x in rest)
-            out += ["", f"And {len(rest)} more layers ({format_ms(left)}) left out."]
+            out += [
+                "",
+                f"And {len(rest)} more layers ({format_ms(left)}) left out{_held_of(rest)}.",
+            ]
     else:
         out += ["", "No layer was seen in the trace."]
     fused = _fused_line(a)
