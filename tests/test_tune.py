@@ -711,8 +711,8 @@ def test_what_the_budget_left_untried_is_said_with_the_budget_that_tries_it_and_
     untried = [en.Untried(xla, needs_s=14.2, compile_s=9.1, spent_s=21.0, reserve_s=9.0)]
     words = tn.untried_words(untried, defaults)
     assert words == (
-        "not tried: jit_compile=True (XLA), steps_per_execution=4 (its compile needs about 9 s; "
-        "a 50 s budget tries it)"
+        "not tried: jit_compile=True (XLA) with steps_per_execution=4 (its compile needs about "
+        "9 s; a 50 s budget tries it)"
     )
     window = [en.Untried(dataclasses.replace(defaults, steps_per_execution=8), 6.0, 1.0, 20.0)]
     assert tn.untried_words(window, defaults) == (

@@ -288,7 +288,9 @@ def untried_words(untried: Sequence[Untried], defaults: Candidate) -> str:
         )
         budget = 10 * math.ceil(u.budget_s() / 10)
         tries = f"a {budget} s budget tries it"
-        what = ", ".join(screen.keras_words(u.candidate, defaults)) or u.candidate.label()
+        # settings together as one candidate ("jit_compile=True, steps_per_execution=4" read as
+        # two, the second in the table above, tried)
+        what = " with ".join(screen.keras_words(u.candidate, defaults)) or u.candidate.label()
         said.append(f"not tried: {what} ({needs}; {tries})")
     more = len(untried) - len(said)
     return "\n".join(said) + (f" (and {more} more)" if more > 0 else "")
