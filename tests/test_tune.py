@@ -225,8 +225,29 @@ def test_kept_finalists_are_measured_again_without_a_rebuild_or_a_retrace(keras,
     assert measure(fastest) > 0 and measure(defaults) > 0
     assert len(built) == 3 and len(traces) == traced  # no rebuild, no retrace
     assert int(model.optimizer.iterations.numpy()) > steps_before  # the same model trained on
+    # The defaults' compile, measured first (with the process's own first one), again: a new
+    # build traced anew, kept where it reads less; with no time left, not run
+    import time
+
+    first = measure.compile_s(defaults)
+    assert first is not None
+    assert measure.compile_again(defaults, until=time.perf_counter()) == first
+    assert len(built) == 3
+    again = measure.compile_again(defaults, until=time.perf_counter() + 600)
+    assert len(built) == 4 and len(traces) > traced and again == min(first, again)
+    assert measure.compile_s(defaults) == again
     measure.close()
     assert not measure.live
+
+
+def test_the_defaults_compile_measured_again_is_said_with_the_first():
+    from toolkit.search import _tune_screen as screen
+
+    assert screen.compiled_again(6.9, 4.2) == (
+        "the defaults' compile 4.20 s, measured again after this process's first (6.90 s, "
+        "which held the process's own start)"
+    )
+    assert screen.compiled_again(6.9, 6.9) == screen.compiled_again(None, 1.0) == ""
 
 
 def test_a_candidate_that_cannot_win_is_stopped_with_the_rate_it_showed(keras, monkeypatch):

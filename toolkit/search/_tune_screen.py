@@ -168,3 +168,14 @@ def short(lines: Iterable[str], width: int = WIDTH) -> list[str]:
     for line in lines:
         out += textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False) or [""]
     return out
+
+
+def compiled_again(first: float | None, now: float | None) -> str:
+    """The defaults' compile measured again (``Workload.compile_again``), where it read less
+    than first, which held this process's own first trace and compile; "" otherwise."""
+    if first is None or now is None or now >= first:
+        return ""
+    return (
+        f"the defaults' compile {format_s(now)}, measured again after this process's first "
+        f"({format_s(first)}, which held the process's own start)"
+    )

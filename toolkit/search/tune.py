@@ -590,6 +590,10 @@ class _Tuning:
         back), then confirmed in fresh processes where the target can be rebuilt there, in
         what the plan left of the call."""
         work, defaults = self.work, self.defaults
+        # The defaults, measured first, paid the process's own first compile too: again
+        first = work.compile_s(defaults)
+        if best != defaults and work.compile_s(best) is not None:
+            work.compile_again(defaults, self._real_deadline(self.plan.total_s))
         for t in trials:
             t.compile_s = work.compile_s(t.candidate)
         if untried is not None:  # one the search came back to is a row of the table
@@ -603,7 +607,11 @@ class _Tuning:
         if best != fastest:  # the rounds' winner, not chosen
             winner = f"the fastest ({fastest.changes(defaults)}) "
             lines = [ln.replace("in this process: ", winner) for ln in lines]
-        lines += [run_words, untried_words(untried or [], defaults)]
+        lines += [
+            run_words,
+            screen.compiled_again(first, work.compile_s(defaults)),
+            untried_words(untried or [], defaults),
+        ]
         gain = _in_process_gain(rounds, defaults, best, trials)
         fresh_rounds: list[dict[str, float]] = []
         exhausted = untried != []
