@@ -201,7 +201,7 @@ class _Measured:
             return found
         found = dataclasses.replace(found, other_fix=advice)
         tries = advice.settings
-        if not (found.other_large() and found.fit_s and tries):
+        if not (found.other_large() and tries):
             return found
         if tries[0].get("jit_compile", False) not in backend.get().searched_jit():
             note = f"the fix for other not measured here: {advice}"
@@ -212,10 +212,16 @@ class _Measured:
             tried = Advice.of("{0}", tries[0])  # the settings alone, as a log spells them
             say(f"anatomy: fit's step with {tried}, against its own")
             fixed = self._fit_alone(30, per_call, candidate)
+            base = found.fit_s
+            if base is None:  # no raw step timed fit's own (a train_step of yours): in turn
+                own = self.work.defaults()
+                base = self._fit_alone(30, per_call, own)
+                fixed = min(fixed, self._fit_alone(30, per_call, candidate))
+                base = min(base, self._fit_alone(30, per_call, own))
         except Exception as e:  # noqa: BLE001 - the check is ours: said, the anatomy kept
             note = f"the fix for other not measured: {one_line(e)}"
             return dataclasses.replace(found, notes=(*found.notes, note))
-        return dataclasses.replace(found, other_fixed_s=fixed)
+        return dataclasses.replace(found, other_fixed_s=fixed, fit_s=base)
 
     def _batch(self) -> Any:
         """One training batch as NumPy arrays (Keras's own reading of your data where the
