@@ -387,9 +387,8 @@ class BackendsResult(fields.Record):
                 gap = "NaN" if loss != loss else f"{abs(loss - base) / max(abs(base), 1e-12):.1%}"
                 differ.append(f"{row.contender.label()} ({gap} off)")
         line = f"losses: the defaults' final loss {base:.4g}; "
-        if len(self.rows) == 1 or len(unknown) == len(self.rows) - 1:
+        if len(unknown) == len(self.rows) - 1:  # (none besides the defaults, or none ran)
             line += "no other contender ran to compare it with"
-            unknown = [] if len(self.rows) == 1 else unknown
         elif differ:
             line += f"more than {LOSS_RTOL:.0%} off: {', '.join(differ)}"
         else:

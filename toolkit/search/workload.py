@@ -131,9 +131,7 @@ class Workload(abc.ABC):
             report = self.fit(candidate, steps=2 * candidate.per_call, warmup=0)
         except Exception:  # noqa: BLE001 - a run that fails now: the first figure stands
             return first
-        finally:
-            compat.keras().backend.clear_session()
-        again = compile_cost(report.steps)
+        again = None if report.steps is None else compile_cost(report.steps)
         if again is not None and again < first:
             self.compiles[candidate] = again
         return self.compiles[candidate]
@@ -611,6 +609,12 @@ class TaskWorkload(Workload):
         try:
             return super().cache_facts()
         finally:
+            compat.keras().backend.clear_session()
+
+    def compile_again(self, candidate: Candidate, until: float) -> float | None:
+        try:
+            return super().compile_again(candidate, until)
+        finally:  # its run built a model of its own, as each rate's does
             compat.keras().backend.clear_session()
 
     def close(self) -> None:
