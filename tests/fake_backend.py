@@ -124,7 +124,7 @@ def trains_under_tf_distribute() -> bool:
     return False
 
 
-def loop_advice() -> Advice:
+def loop_advice(fused: bool = True) -> Advice:
     return Advice("a larger batch (the fake backend runs one step per call)")
 
 

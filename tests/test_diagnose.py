@@ -841,6 +841,15 @@ def test_advice_for_your_own_model_is_said_in_python():
             if said is not None:
                 assert "--" not in said.spelled(as_python).replace("(recipes: --", "")
                 assert "--" in said.spelled(as_flags)
+        # your own model's compile takes no fused steps: its loop advice names none
+        own = seam.loop_advice(fused=False)
+        assert "fused" not in own.spelled(as_python) and "--" not in own.spelled(as_python)
+        assert not any(name == "fused_steps" for t in own.tries for name, _ in t)
+    for seam in (_tensorflow, _jax):  # a recipe's flags have them
+        assert "--fused_steps=K" in seam.loop_advice().spelled(as_flags)
+    facts = dg.Facts(step_s=1e-4, batch_size=8, fusable=False)
+    advice = dg.advise(dg.COMPUTE_BOUND, True, 1e4, 1e3, facts)
+    assert advice and not any("fused" in a.spelled(as_python) for a in advice), advice
 
 
 def test_empty_data_is_said_as_empty_by_diagnose_and_tune(keras):

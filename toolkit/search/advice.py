@@ -54,6 +54,9 @@ class Facts:
     input_workers: int | None = None  # the workers your PyDataset or DataLoader was given
     tuned: Tuned | None = None  # what a cached tune search measured for this workload here
     own_layers: tuple[str, ...] = ()  # your model's layer classes that are not a library's
+    # Whether the reader can set fused steps: a run the runner sets up (a recipe's flags). Your
+    # own model's compile has no such argument, so its loop advice names none.
+    fusable: bool = True
 
     @classmethod
     def of(cls, defaults: Candidate, **facts: Any) -> Facts:
@@ -220,7 +223,11 @@ def _compute_advice(facts: Facts) -> list[Advice]:
     step = facts.step_s
     if step is not None and step < SMALL_STEP_S and facts.fused_steps == 1:
         short = f"the step is short ({step * 1e3:.2f} ms): per-step overhead counts; "
-        said = seam.loop_advice() if seam else Advice.of("try {0}", {"steps_per_execution": 8})
+        said = (
+            seam.loop_advice(facts.fusable)
+            if seam
+            else Advice.of("try {0}", {"steps_per_execution": 8})
+        )
         loop = said.after(short)
         what = "more steps per call (steps_per_execution, fused_steps)"
         out.append(_unless_tuned(facts, loop, what, lambda c: c.per_call > 1))

@@ -722,6 +722,7 @@ def _conclude(
         input_workers=input_workers,
         tuned=tuned,
         own_layers=own_layers,
+        fusable=not python,
     )
     return Diagnosis(
         input_rate=input_rate,

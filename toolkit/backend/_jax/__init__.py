@@ -610,7 +610,11 @@ def trains_under_tf_distribute() -> bool:
     return False
 
 
-def loop_advice() -> Advice:
+def loop_advice(fused: bool = True) -> Advice:
+    """What to try when the step is short; fused steps where the reader can set them
+    (`fused`: the runner's, not your own model's compile)."""
+    if not fused:
+        return Advice.of("try {0} (K steps in one jitted call)", {"steps_per_execution": "K"})
     return Advice.of(
         "try {0} (K steps in one jitted call, a jax.lax.scan) and {1}",
         {"fused_steps": "K"},

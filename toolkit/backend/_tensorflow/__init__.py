@@ -605,8 +605,13 @@ def trains_under_tf_distribute() -> bool:
     return True
 
 
-def loop_advice() -> Advice:
-    """What to try when the step is short and per-step overhead counts."""
+def loop_advice(fused: bool = True) -> Advice:
+    """What to try when the step is short and per-step overhead counts; fused steps where the
+    reader can set them (`fused`: the runner's, not your own model's compile)."""
+    if not fused:
+        return Advice.of(
+            "try {0} (K steps per call of the compiled step)", {"steps_per_execution": "K"}
+        )
     return Advice.of(
         "try {0}, or {1} (the step loop inside one XLA program)",
         {"steps_per_execution": "K"},

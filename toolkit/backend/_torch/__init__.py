@@ -591,7 +591,8 @@ def trains_under_tf_distribute() -> bool:
     return False
 
 
-def loop_advice() -> Advice:
+def loop_advice(fused: bool = True) -> Advice:
+    """What to try when the step is short: PyTorch has no fused steps, whoever reads it."""
     if keras_loops_steps():
         return Advice.of(
             "try {0} (K steps per call: Keras's batch hooks run once per call) or a larger batch",
