@@ -297,6 +297,7 @@ def test_the_ledger_lands_in_every_view(tmp_path, make_model):
         "ArrayDataAdapter" if compat.keras_flavor() == "keras3" else None
     )
     assert 0 <= report.ledger.epoch_starts_s <= report.ledger.seconds("other") + 1e-6
+    assert 0 <= report.ledger.epoch_start_max_s <= report.ledger.epoch_starts_s  # one epoch
     # print(ledger) shows its parts, not every memory reading (read .memory for those)
     assert report.ledger.memory is not None and "timeline" not in repr(report.ledger)
     # TensorBoard: the bar as a picture in the train run, read back with its own reader.
@@ -408,6 +409,14 @@ def test_tf_data_s_teardown_is_fixed_on_the_pipeline_the_user_holds():
         "dataset and pass steps_per_epoch (one iterator for the whole fit) save up to that much"
     )
     assert exit_.saves_s == 2.0 and "on the tf.data dataset" in fix_words(exit_)
+
+    # One epoch's wait is not every epoch's: no average where the epochs waited unevenly.
+    def said(ledger: dict) -> str:
+        return next(fix_words(f) for f in fixes(as_ledger(ledger)) if f.item == "epoch starts")
+
+    assert "(25% of the run, 2.50 s an epoch)" in said({**ours, "epoch_start_max_s": 2.6})
+    words = said({**ours, "epoch_start_max_s": 4.9})
+    assert "(25% of the run, one epoch 4.90 s of it)" in words and "an epoch" not in words
     assert not any(u.part == "other" for u in unfixed(as_ledger(ours), list(found.values())))
     arrays = as_ledger({**ours, "adapter": "ArrayDataAdapter"})
     for fix in fixes(arrays):
@@ -469,6 +478,7 @@ def test_a_malformed_ledger_is_one_line_naming_its_field():
         ({"other_where": [{"seconds": 1.0, "where": "the start of epoch 2"}]},
          "ledger.other_where"),
         ({"callbacks": {"Heavy": {"seconds": -0.5, "calls": 3}}}, "ledger.callbacks.Heavy"),
+        ({"epoch_starts_s": 0.1, "epoch_start_max_s": 0.5}, "ledger.epoch_start_max_s"),
         ({"validation_runs_s": [1.0, float("nan")]}, r"ledger.validation_runs_s\[1\]"),
         ({"memory": {"every_s": 0.05, "host_peak_mb": -3}}, "ledger.memory.host_peak_mb"),
         ({"memory": {"every_s": 0, "parts": {}}}, "ledger.memory.every_s"),

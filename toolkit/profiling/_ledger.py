@@ -531,7 +531,7 @@ class FitLedger:
         book.totals["other"] = wall - sum(v for k, v in book.totals.items() if k != "other")
         unexplained = _others(book, fit.epochs)  # every unexplained span, the largest first
         others = unexplained[:3]
-        starts = sum(d for d, where in unexplained if where[0] == _STARTS)
+        starts = _epoch_starts(unexplained)
         samples = _Samples(calls, found, runs_s, callbacks, inputs)
         return Ledger(
             source=FIT_CALL if fit.called is not None else TRAIN_BEGIN,
@@ -553,7 +553,8 @@ class FitLedger:
             unseen=tuple(self._unseen(fit, input_seen, _read_s(self.gaps, watch))),
             input_read_s=round(_read_s(self.gaps, watch), 6) or None,
             other_where=tuple(OtherSpan(round(d, 6), _words(where)) for d, where in others),
-            epoch_starts_s=round(starts, 6) if fit.epochs[1:] else None,
+            epoch_starts_s=round(sum(starts), 6) if fit.epochs[1:] else None,
+            epoch_start_max_s=round(max(starts, default=0.0), 6) if fit.epochs[1:] else None,
             adapter=self.adapter,
             memory=self._memory(calls, fit, book, found),
         )
@@ -770,6 +771,16 @@ def _others(book: _Book, epochs: list[EpochSpan]) -> list[tuple[float, tuple[str
         if seconds > 0:
             found.append((seconds, _where(t.start, t.end, epochs)))
     return sorted(found, key=lambda o: -o[0])
+
+
+def _epoch_starts(unexplained: list[tuple[float, tuple[str, int | None]]]) -> list[float]:
+    """Each of epochs 2 on: its seconds before its first step (the first epoch's start holds
+    the fit's own setup, not a new iterator's)."""
+    by_epoch: dict[int, float] = {}
+    for seconds, (place, n) in unexplained:
+        if place == _STARTS and n is not None and n >= 2:
+            by_epoch[n] = by_epoch.get(n, 0.0) + seconds
+    return list(by_epoch.values())
 
 
 def _read_s(gaps: list[tuple[float, float]], watch: Any) -> float:

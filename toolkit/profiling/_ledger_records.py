@@ -194,6 +194,9 @@ class Ledger(fields.Record):
     # Of "other": the seconds before the first step of epochs 2 on (each epoch's new input
     # iterator; on TensorFlow the last one's teardown waits for tf.data's autotune thread).
     epoch_starts_s: float | None = None
+    # The longest of those epochs' waits: one epoch's (a trace's stop, a shuffle buffer
+    # refilling) is not every epoch's, and the fix says which it is.
+    epoch_start_max_s: float | None = None
     adapter: str | None = None  # the Keras data adapter fit read through (ArrayDataAdapter)
     reader: Reader = fields.field(default_factory=Reader, json=False)
     # Each part's memory, and growth (``_memory_records``); left out of the repr, which
@@ -262,6 +265,11 @@ class Ledger(fields.Record):
         parts = {p.name: p.seconds for p in ledger.parts if p.seconds is not None}
         _adds_up(fields.mapping("ledger.parts", d.get("parts"), optional=False), ledger.wall_s)
         other = sum(o.seconds for o in ledger.other_where)
+        if (ledger.epoch_start_max_s or 0.0) > (ledger.epoch_starts_s or 0.0) + 1e-6:
+            raise fields.bad(
+                "ledger.epoch_start_max_s", ledger.epoch_start_max_s,
+                f"one epoch's wait within epoch_starts_s ({ledger.epoch_starts_s} s)",
+            )  # fmt: skip
         for key, within in (("other_where", other), ("epoch_starts_s", ledger.epoch_starts_s)):
             if (within or 0.0) > (parts.get("other") or 0.0) + _tolerance(ledger.wall_s):
                 raise fields.bad(
