@@ -248,6 +248,13 @@ def test_the_defaults_compile_measured_again_is_said_with_the_first():
         "which held the process's own start)"
     )
     assert screen.compiled_again(6.9, 6.9) == screen.compiled_again(None, 1.0) == ""
+    # measured again where another wins, or where the compile column shows another cheaper
+    from toolkit.search.tune import compile_in_question
+
+    assert compile_in_question(6.5, 3.4, [3.4])  # a winner
+    assert compile_in_question(6.5, None, [3.4, None])  # no winner, spe=4's reads less
+    assert not compile_in_question(6.5, None, [7.0, None])  # none reads less: it stands
+    assert not compile_in_question(None, 3.4, [3.4])  # nothing measured to question
 
 
 def test_a_candidate_that_cannot_win_is_stopped_with_the_rate_it_showed(keras, monkeypatch):
