@@ -51,7 +51,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from toolkit.core import _extras as extras
-from toolkit.core import terminal
+from toolkit.core import compat, terminal
 from toolkit.core._advice import Advice
 from toolkit.core._anatomy import Anatomy, reconcile
 from toolkit.core.checks import argument, check_number
@@ -663,8 +663,62 @@ def _own_layers(model: Any) -> tuple[str, ...]:
     flatten = getattr(model, "_flatten_layers", None)
     if flatten is None:
         return ()
-    layers = flatten(include_self=False, recursive=True)
-    return tuple(dict.fromkeys(type(x).__name__ for x in layers if theirs(type(x))))
+    layers = [x for x in flatten(include_self=False, recursive=True) if theirs(type(x))]
+    # A class all of whose layers were tried under the policy and make no float32 is not
+    # named (keras.io's ViT: Patches and PatchEncoder train unchanged under it).
+    cleared = {type(x).__name__ for x in layers}
+    for layer in layers:
+        if _makes_float32(layer) is not False:
+            cleared.discard(type(layer).__name__)
+    return tuple(dict.fromkeys(type(x).__name__ for x in layers if type(x).__name__ not in cleared))
+
+
+MIXED = "mixed_bfloat16"  # the policy a layer is tried under (float16 has few CPU kernels)
+
+
+def _makes_float32(layer: Any) -> bool | None:
+    """Whether `layer`, made anew from its config under :data:`MIXED` (as the global policy,
+    so the layers it makes inside follow it, as they would) and called alone as the model
+    called it, on inputs of the policy's compute dtype, fails or returns a float32 tensor.
+    None: it cannot be tried alone (no symbolic call to copy, as in a subclassed model, no
+    config, or its call fails in float32 too: something other than the policy)."""
+    keras = compat.keras()
+    try:
+        node = layer._inbound_nodes[0]
+        args, kwargs = node.arguments.args, node.arguments.kwargs
+        config = layer.get_config()
+        from keras.src.dtype_policies import dtype_policy as policies
+    except Exception:  # noqa: BLE001 - tf_keras, or no call or config to copy: unknown
+        return None
+
+    def tried(policy: str) -> Any:
+        before = policies.dtype_policy()
+        policies.set_dtype_policy(policy)
+        try:  # process-wide for the moment of the call, then as it was
+            fresh = type(layer).from_config({**config, "dtype": policy})
+            compute = fresh.compute_dtype
+
+            def like(t: Any) -> Any:
+                if not isinstance(t, keras.KerasTensor):
+                    return t
+                shape = [2 if d is None else d for d in t.shape]
+                dtype = compute if "float" in str(t.dtype) else t.dtype
+                return keras.ops.ones(shape, dtype=dtype)
+
+            fill = functools.partial(keras.tree.map_structure, like)
+            return keras.tree.flatten(fresh(*fill(list(args)), **fill(dict(kwargs))))
+        finally:
+            policies.set_dtype_policy(before)
+
+    try:
+        tried("float32")
+    except Exception:  # noqa: BLE001 - not callable alone: unknown
+        return None
+    try:
+        out = tried(MIXED)
+    except Exception:  # noqa: BLE001 - fails under the policy alone
+        return True
+    return any("float32" in str(getattr(x, "dtype", "")) for x in out)
 
 
 def _devices_facts(device_kind: str, devices_found: Iterable[Any] | None) -> tuple[int, Any]:
