@@ -31,8 +31,9 @@ def options(p: argparse.ArgumentParser) -> None:
     add_target(p, "measure")
     p.add_argument(
         "--memory_limit",
-        help="the memory to fit in: MiB (4096) or with its unit (4GB, 512MB); default: the "
-        "device's memory, or on a CPU 80%% of the RAM this host has available",
+        help="the memory to fit in: MiB (4096) or with its unit (4GB, 512MB; binary units, "
+        "as every figure printed: 1GB is 1024MB); default: the device's memory, or on a CPU "
+        "80%% of the RAM this host has available",
     )
     p.add_argument(
         "--batch_sizes",
