@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from toolkit.backend._jax.anatomy import COMMAND_BUFFER, anatomy_refusal, unjoined_notes
 from toolkit.core import compat
-from toolkit.profiling._ledger import _unjitted_by
 
 
 def test_unjoined_notes_name_command_buffers_apart_from_programs_without_metadata():
@@ -46,13 +45,13 @@ def test_anatomy_refusal_names_the_layer_that_keeps_the_step_uncompiled():
     assert "RandomRotation 'spin' rules XLA out" in refused and "RandomFlip" not in refused
     assert "apply such layers to the dataset" in refused
     # the run's ledger names the same layer, for its fix (a step Keras did not jit)
-    assert _unjitted_by(model) == compat.xla_ruled_out(model) == ("RandomRotation 'spin'",)
+    assert compat.unjitted_by(model) == compat.xla_ruled_out(model) == ("RandomRotation 'spin'",)
 
     plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
     plain.compile("sgd", "mse", jit_compile=False)
     assert "jit_compile=True" in anatomy_refusal(plain)
     plain.compile("sgd", "mse", jit_compile=True)
-    assert anatomy_refusal(plain) is None and _unjitted_by(plain) == ()
+    assert anatomy_refusal(plain) is None and compat.unjitted_by(plain) == ()
 
 
 def test_xla_s_cpu_runtime_waiting_on_its_thread_pool_is_the_program_s_time(monkeypatch):

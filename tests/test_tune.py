@@ -11,6 +11,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -523,7 +524,8 @@ def test_a_search_cut_by_design_says_why_in_one_clause(monkeypatch, name, step_s
     )
     assert why == "only the defaults were measured" + (f": {'; '.join(said)}" if said else "")
     precise = dataclasses.replace(space, precision=("float32", "mixed_bfloat16"), fused_steps=(1,))
-    cut = wl.ModelWorkload.space(None, precise, defaults).cut  # your compiled model's space
+    yours = types.SimpleNamespace(model=None)  # a model whose layers rule nothing out
+    cut = wl.ModelWorkload.space(yours, precise, defaults).cut  # your compiled model's space
     assert cut[-1] == "precision: not searched on a compiled model (a rebuild sets it)"
 
 

@@ -142,6 +142,17 @@ def xla_ruled_out(model: Any) -> tuple[str, ...]:
                  if getattr(layer, "supports_jit", True) is False)  # fmt: skip
 
 
+def unjitted_by(model: Any) -> tuple[str, ...]:
+    """The layers that kept `model`'s step from being jitted (:func:`xla_ruled_out`), where
+    it was not: none where Keras jitted it, or holds no ``jit_compile`` (tf_keras), or for a
+    model Keras cannot walk. What the ledger, the advice and tune's search read."""
+    if model is None or str(getattr(model, "jit_compile", None)) != "False":
+        return ()
+    with contextlib.suppress(Exception):
+        return xla_ruled_out(model)
+    return ()
+
+
 def own_method(model: Any, name: str) -> type | None:
     """The class of `model` that defines method `name` itself, where it is yours (keras.io's
     ``Distiller`` defines ``compile`` and ``compute_loss``), not Keras's; None where Keras's
@@ -156,6 +167,13 @@ def named_layers(names: tuple[str, ...], most: int = 3) -> str:
     """`names` (:func:`xla_ruled_out`'s) in words: the first `most`, then how many more."""
     more = len(names) - most
     return ", ".join(names[:most]) + (f" and {more} more" if more > 0 else "")
+
+
+def ruling_xla_out(names: tuple[str, ...]) -> str:
+    """``RandomRotation 'spin' rules XLA out (supports_jit False)``, the verb agreeing with
+    how many layers `names` holds (:func:`xla_ruled_out`'s)."""
+    verb = "rules" if len(names) == 1 else "rule"
+    return f"{named_layers(names)} {verb} XLA out (supports_jit False)"
 
 
 def set_compile_settings(model: Any, **settings: Any) -> None:

@@ -426,7 +426,7 @@ def _unjitted(ledger: Ledger) -> Fix | None:
         return None
     return Fix(
         "unjitted step", "steps", steps, None,
-        f"{compat.named_layers(ledger.unjitted_by)} rules XLA out (supports_jit False), so "
+        f"{compat.ruling_xla_out(ledger.unjitted_by)}, so "
         f"Keras ran {backends.title(ledger.backend)}'s step unjitted, op by op: the steps took "
         f"{part_share(ledger, 'steps')} of the run and compile {part_share(ledger, 'compile')}",
         action="apply such layers to the training data (a tf.data or Grain map) instead of "

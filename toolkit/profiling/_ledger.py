@@ -549,7 +549,7 @@ class FitLedger:
             step_s=tuple((k, round(v.median, 6)) for k, v in found.steady.items()),
             backend=self.backend,
             jit_compile=_jit(self.model),
-            unjitted_by=_unjitted_by(self.model),
+            unjitted_by=compat.unjitted_by(self.model),
             unseen=tuple(self._unseen(fit, input_seen, _read_s(self.gaps, watch))),
             input_read_s=round(_read_s(self.gaps, watch), 6) or None,
             other_where=tuple(OtherSpan(round(d, 6), _words(where)) for d, where in others),
@@ -1099,16 +1099,6 @@ def _jit(model: Any) -> str | None:
     """How the model compiles its step (``True``, ``False``, ``auto``), as Keras holds it."""
     value = getattr(model, "jit_compile", None)
     return None if value is None else str(value)
-
-
-def _unjitted_by(model: Any) -> tuple[str, ...]:
-    """The layers that kept the step from being jitted (``compat.xla_ruled_out``), where it
-    was not: none where Keras jitted it, or holds no ``jit_compile`` (tf_keras)."""
-    if model is None or _jit(model) != "False":
-        return ()
-    with contextlib.suppress(Exception):  # a model Keras cannot walk: nothing to name
-        return compat.xla_ruled_out(model)
-    return ()
 
 
 def epoch_gaps(

@@ -36,6 +36,7 @@ from toolkit.core.progress import say
 from toolkit.core.stats import DEFAULT_WARMUP_STEPS, warmed_calls, whole_calls
 from toolkit.profiling.layers_alone import check_layers, check_model, fed_by_data
 from toolkit.runner.config import TrainConfig
+from toolkit.search.advice import unjitted_advice
 from toolkit.search.workload import workload
 
 __all__ = ["anatomy"]
@@ -197,6 +198,9 @@ class _Measured:
         values tune searches here), checked: ``fit``'s step with the fix applied, against
         `fit_s`, as tune would measure it. Nothing else of the anatomy changes."""
         advice = None if model is None or _jitted(model) else backend.get().jit_advice()
+        if advice is not None and (ruled_out := compat.xla_ruled_out(model)):
+            # Keras drops jit_compile=True for such a model: measuring it measured nothing
+            advice = unjitted_advice(ruled_out, backend.name())
         if advice is None:
             return found
         found = dataclasses.replace(found, other_fix=advice)

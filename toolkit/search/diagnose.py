@@ -73,6 +73,7 @@ from toolkit.search.advice import (
     Facts,
     Tuned,
     advise,
+    unjitted_advice,
 )
 from toolkit.search.engine import Candidate
 from toolkit.search.workload import workload
@@ -609,6 +610,7 @@ class _Measurements:
             tuned=self.tuned,
             noise=self.noise,
             own_layers=_own_layers(work.model) if work.applies_in_python else (),
+            unjitted_by=compat.unjitted_by(work.model),
         )
 
 
@@ -751,11 +753,14 @@ def _conclude(
     tuned: Tuned | None = None,
     noise: float | None = None,
     own_layers: tuple[str, ...] = (),
+    unjitted_by: tuple[str, ...] = (),
 ) -> Diagnosis:
     """The verdict and advice from the measured rates; `trace` is what a trace of the fit
     said (None: none was taken); `python`: your own model, its advice said in Python;
     `tuned`: what a cached tune search measured here (its losers are not advised);
-    `noise`: how far two runs of one window differed; `own_layers`: as :class:`Facts`'."""
+    `noise`: how far two runs of one window differed; `own_layers`, `unjitted_by`: as
+    :class:`Facts`' (the layers that rule XLA out are said even where the verdict is
+    uncertain: no measurement decides them)."""
     compute_rate, fit_rate = _rate(compute), _rate(fit)
     verdict, overlap_ok = classify(input_rate, compute_rate, fit_rate)
     if uncertain := consistency(input_rate, compute_rate, fit_rate, noise):
@@ -777,6 +782,7 @@ def _conclude(
         tuned=tuned,
         own_layers=own_layers,
         fusable=not python,
+        unjitted_by=unjitted_by,
     )
     return Diagnosis(
         input_rate=input_rate,
@@ -784,7 +790,7 @@ def _conclude(
         fit_rate=fit_rate,
         verdict=verdict,
         overlap_ok=overlap_ok,
-        advice=[]
+        advice=([unjitted_advice(unjitted_by, facts.backend)] if unjitted_by else [])
         if uncertain
         else advise(verdict, overlap_ok, input_rate, compute_rate, facts, fit_rate),
         batch_size=batch_size,

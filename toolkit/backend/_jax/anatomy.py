@@ -56,11 +56,10 @@ def anatomy_refusal(model: Any) -> str | None:
             "the step fit runs"
         )
     return (
-        f"the step is not compiled: {compat.named_layers(ruling)} rules XLA out "
-        "(supports_jit False), so Keras runs JAX's step op by op, each operation compiled "
-        "alone, without the named scopes around it, and no op can be given its layer or "
-        "phase; apply such layers to the dataset (a tf.data or Grain map) instead, and the "
-        "step compiles"
+        f"the step is not compiled: {compat.ruling_xla_out(ruling)}, so Keras runs JAX's "
+        "step op by op, each operation compiled alone, without the named scopes around it, "
+        "and no op can be given its layer or phase; apply such layers to the dataset (a "
+        "tf.data or Grain map) instead, and the step compiles"
     )
 
 
