@@ -121,6 +121,22 @@ def test_fed_by_data_names_the_layers_on_the_models_own_inputs(keras):
             return self.dense(x)
 
     assert fed_by_data(Own()) == frozenset()
+    # What only weightless or frozen layers made of the data carries no gradient either
+    # (keras.io's transfer learning: augmentation, Rescaling, a frozen base; a structured
+    # data model's Normalization): its first Dense's FLOPs read 1.5x.
+    base_in = keras.Input((8, 8, 3))
+    convs = [keras.layers.Conv2D(4, 3, name=f"b_conv{i}") for i in range(2)]
+    base = keras.Model(base_in, convs[1](convs[0](base_in)))
+    x_in = keras.Input((8, 8, 3))
+    flip, scale = keras.layers.RandomFlip(), keras.layers.Rescaling(1 / 255)
+    pool, head = keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2)
+    model = keras.Model(x_in, head(pool(base(scale(flip(x_in))))))
+    assert fed_by_data(model) == {id(x) for x in (flip, scale, base, convs[0])}  # fine-tuning
+    base.trainable = False
+    assert fed_by_data(model) == {id(x) for x in (flip, scale, base, *convs, pool, head)}
+    norm = keras.layers.Normalization()
+    seq = keras.Sequential([keras.Input((4,)), norm, keras.layers.Dense(3), keras.layers.Dense(1)])
+    assert fed_by_data(seq) == {id(norm), id(seq.layers[1])}
     # and check_layers asks for the inputs' gradients of every layer but those
     asked = {}
 

@@ -451,12 +451,15 @@ def _layer_rows(
         # ops' scopes do not reach (an Embedding's sparse gradient, scattered by the optimizer)
         none = gradients and b <= 0 and not getattr(entry.layer, "trainable_weights", None)
         back = _backward_calls(calls, *seen.get(token, (set(), set())), none)
-        # forward + 2x backward (its weights' gradient and its input's), a call each; 1x on
-        # the model's own inputs, whose gradient the step never takes (a Dense's FLOP/s read
-        # 1.5x what it did)
-        twice = 1.0 if id(entry.layer) in on_data else 2.0
+        # forward + a backward per gradient, a call each: its weights' (where it trains
+        # any) and its input's (where anything before it trains: not on the model's own
+        # inputs, or what only weightless and frozen layers made of them; a Dense's FLOP/s
+        # read 1.5x what it did)
+        grads = bool(getattr(entry.layer, "trainable_weights", None)) + (
+            id(entry.layer) not in on_data
+        )
         flops = (
-            entry.flops * (calls + twice * (calls if back is None else back))
+            entry.flops * (calls + grads * (calls if back is None else back))
             if entry.flops
             else None
         )

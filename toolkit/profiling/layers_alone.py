@@ -14,6 +14,7 @@ class, configuration and input shapes (a Transformer's blocks) cost the same: ti
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -201,25 +202,57 @@ def check_model(
 
 
 def fed_by_data(model: Any) -> frozenset[int]:
-    """The ids of `model`'s layers whose every call takes the model's own inputs (a
-    Sequential's first layer, a functional model's layers on its ``Input``\\ s): the step
-    takes no gradient of their inputs, so timed alone with one (an LSTM's over 120 time
-    steps) they read slower than the whole step. Empty where the model keeps no graph (a
-    subclassed model): every layer is timed with its inputs' gradients."""
+    """The ids of `model`'s layers (and of functional models' nested in it) none of whose
+    inputs depends on a trainable weight: the step takes no gradient of their inputs, so
+    timed alone with one (an LSTM's over 120 time steps) they read slower than the whole
+    step, and counted with one their FLOPs read 1.5x. The model's own inputs, and what only
+    weightless or frozen layers made of them (keras.io's augmentation and ``Rescaling``, a
+    frozen base, lookups and ``Normalization``), carry none. Empty where the model keeps no
+    graph (a subclassed model): every layer is timed with its inputs' gradients."""
+    out: set[int] = set()
     try:
-        graph = getattr(model, "_functional", None) or model  # Keras 3's Sequential
-        inputs = {id(t) for t in (graph.inputs or ())}
-        out = set()
-        for layer in graph.layers:
-            if type(layer).__name__ == "InputLayer":  # tf_keras's is its own input's node
-                continue
-            nodes = list(getattr(layer, "_inbound_nodes", None) or ())
-            tensors = [t for n in nodes for t in _node_inputs(n)]
-            if nodes and tensors and all(id(t) in inputs for t in tensors):
-                out.add(id(layer))
-        return frozenset(out)
+        _no_input_gradient(model, out)
     except Exception:  # noqa: BLE001 - no graph to read: every layer with its inputs' grads
         return frozenset()
+    return frozenset(out)
+
+
+def _no_input_gradient(model: Any, out: set[int]) -> None:
+    """Adds to `out` the layers of `model`'s graph whose inputs carry no gradient, walking
+    each tensor back to the layers that made it (``_keras_history``), and into a nested
+    functional model so fed."""
+    graph = getattr(model, "_functional", None) or model  # Keras 3's Sequential
+    inputs = {id(t) for t in (graph.inputs or ())}
+    carried: dict[int, bool] = {}
+
+    def carries(tensor: Any) -> bool:
+        key = id(tensor)
+        if key in inputs:
+            return False
+        if key not in carried:
+            history = getattr(tensor, "_keras_history", None)
+            if history is None:  # not a graph's tensor: as if it did
+                return True
+            maker, node = history[0], history[1]
+            if type(maker).__name__ == "InputLayer":
+                carried[key] = False
+            elif maker.trainable_weights:
+                carried[key] = True
+            else:
+                made_of = _node_inputs(maker._inbound_nodes[node])
+                carried[key] = any(carries(t) for t in made_of)
+        return carried[key]
+
+    for layer in graph.layers:
+        if type(layer).__name__ == "InputLayer":  # tf_keras's is its own input's node
+            continue
+        nodes = list(getattr(layer, "_inbound_nodes", None) or ())
+        tensors = [t for n in nodes for t in _node_inputs(n)]
+        if nodes and tensors and not any(carries(t) for t in tensors):
+            out.add(id(layer))
+            if hasattr(layer, "layers"):  # a nested model fed so: its layers too
+                with contextlib.suppress(Exception):
+                    _no_input_gradient(layer, out)
 
 
 def _node_inputs(node: Any) -> list[Any]:
