@@ -755,3 +755,21 @@ def test_an_embedding_s_sparse_gradient_is_not_read_as_a_frozen_layer(tmp_path, 
     assert found.error is None, found.error
     by = {layer.name: layer for layer in found.layers}
     assert by["table"].backward_calls is None and by["head"].backward_calls is None, by
+
+
+def test_forward_flops_reads_an_open_batch_dimension_as_fit_s_batch(keras):
+    """A dense or convolutional product's FLOPs from its call's shapes; the batch dimension a
+    traced graph leaves open (keras.io's ``.batch(32)`` without ``drop_remainder``) is fit's
+    batch, where known: every row had no FLOP/s. Any other open dimension: no count."""
+    import types
+
+    from toolkit.profiling.anatomy import _forward_flops
+
+    dense = keras.layers.Dense(16)
+    dense.build((None, 8))
+    open_batch = types.SimpleNamespace(shape=(None, 16))
+    assert _forward_flops(dense, None, open_batch) is None  # no batch known
+    assert _forward_flops(dense, None, open_batch, batch=32) == 2.0 * 32 * 8 * 16
+    assert _forward_flops(dense, None, types.SimpleNamespace(shape=(4, 16))) == 2.0 * 4 * 8 * 16
+    open_time = types.SimpleNamespace(shape=(32, None, 16))
+    assert _forward_flops(dense, None, open_time, batch=32) is None

@@ -84,11 +84,15 @@ def _children(layer: Any) -> list[Any]:
         return list(getattr(layer, "layers", ()))
 
 
-def _forward_flops(layer: Any, inputs: Any, output: Any) -> float | None:
+def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = None) -> float | None:
     """Forward FLOPs of one call of the layers whose count is plain (a dense or
-    convolutional product), from the shapes of this call; None for the rest."""
+    convolutional product), from the shapes of this call; None for the rest. A batch
+    dimension the traced graph leaves open is `batch` (fit's, where known: keras.io's
+    ``.batch(32)`` without ``drop_remainder`` left every row without FLOP/s)."""
     kernel = getattr(layer, "kernel", None)
     out_shape = tuple(getattr(output, "shape", ()) or ())
+    if out_shape and out_shape[0] is None and batch:
+        out_shape = (batch, *out_shape[1:])
     if kernel is None or not out_shape or any(d is None for d in out_shape):
         return None
     k_shape = tuple(int(d) for d in kernel.shape)
@@ -113,8 +117,9 @@ class Scopes:
                      ("compute_metrics", "kpmetrics"), ("train_step", "kpstep"))  # fmt: skip
     OPTIMIZER_METHODS = ("apply", "apply_gradients")
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, batch: int | None = None) -> None:
         self.model = model
+        self.batch = batch  # examples a step: a traced graph's open batch dimension
         self.entries: dict[str, LayerEntry] = {}
         self.model_calls = 0
         self.step_calls = 0  # traces of the model's train_step (its calls, as Python sees them)
@@ -165,7 +170,7 @@ class Scopes:
                 self._in_model -= entry is None
             if entry is not None and entry.flops is None:
                 with contextlib.suppress(Exception):  # a count is a nicety
-                    entry.flops = _forward_flops(layer, args[0] if args else None, out)
+                    entry.flops = _forward_flops(layer, args[0] if args else None, out, self.batch)
             if entry is not None and entry.calls == 1:
                 entry.inputs = _specs(args)
             return out
@@ -588,7 +593,7 @@ class AnatomyWindow(TraceWindow):
                 self.model.stop_training = True
             return
         try:
-            self.scopes = Scopes(self.model).__enter__()
+            self.scopes = Scopes(self.model, self.batch).__enter__()
             self.model.make_train_function(force=True)
             self._input_mark = backend.get().mark_input(self.model)
             self._input_mark.__enter__()
