@@ -897,6 +897,26 @@ def test_advice_for_your_own_model_is_said_in_python():
     assert advice and not any("fused" in a.spelled(as_python) for a in advice), advice
 
 
+def test_a_model_whose_fit_fails_inside_keras_is_one_line_naming_its_fit(keras):
+    """Your model's fit raising inside Keras (a model that does not run on this backend or
+    data: keras.io's structured data model on JAX said ``error: Invalid dtype: object``,
+    status 2, or a whole traceback) keeps its type for every caller, marked so that the
+    command line says it in one line: the error's gist with the layer Keras named, the
+    backend (and status 1: the run failed)."""
+    from toolkit.core.errors import raised_in_your_fit
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    data = (np.zeros((64, 3), "float32"), np.zeros((64, 1), "float32"))  # 3 features, not 4
+    with pytest.raises(ValueError, match="Exception encountered when calling") as failed:
+        dg.diagnose(model, data, steps=10)
+    said = raised_in_your_fit(failed.value)
+    assert said is not None and said.startswith("your model's fit raised ValueError: Input 0 ")
+    assert "(in Sequential.call())" in said and "\n" not in said
+    assert said.endswith(f"(inside Keras's fit on {keras.backend.backend()})")
+    assert raised_in_your_fit(ValueError("elsewhere")) is None
+
+
 def test_empty_data_is_said_as_empty_by_diagnose_and_tune(keras):
     """A pipeline that yields nothing (``take(0)``, or a filter that drops everything, whose
     length tf.data cannot tell) is one SetupError naming it, not a window with no timed steps

@@ -542,6 +542,29 @@ def test_one_line_finds_what_went_wrong_in_tensorflow_and_keras_errors(keras):
     assert line.endswith("… (in Rows.call())") and "•" not in line  # cut to make room
 
 
+def test_library_raise_tells_a_library_s_error_from_yours_and_the_toolkit_s():
+    """What ``fit`` of your model raised inside Keras, TensorFlow or JAX (a model that does
+    not run on this backend or data), apart from your own code's raise (said as yours) and
+    the toolkit's (its traceback): only the first becomes "your model's fit raised"."""
+    from toolkit.core import checks, files
+    from toolkit.core.errors import library_raise
+
+    with pytest.raises(ValueError) as decoding:
+        files.parse_json("{")  # the toolkit called Python's json, which raised
+    assert library_raise(decoding.value)
+
+    def yours():
+        raise KeyError("row 17")
+
+    with pytest.raises(KeyError) as own:
+        yours()
+    assert not library_raise(own.value)
+    with pytest.raises(ValueError) as ours:
+        checks.check_number("--steps", -1, least=1)
+    assert not library_raise(ours.value)
+    # (Keras's wrapper of an error in a layer's call, from your model's fit: test_diagnose's)
+
+
 def test_verbs_name_a_damaged_file_as_recipes_do_and_fail_with_1(tmp_path):
     paths = _records(tmp_path / "rec")
     _damage_data(paths[1])

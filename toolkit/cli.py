@@ -201,7 +201,7 @@ def _run(verb: Verb, args: argparse.Namespace) -> int:
     from absl import flags
 
     from toolkit import app
-    from toolkit.core.errors import user_raise
+    from toolkit.core.errors import raised_in_your_fit, user_raise
 
     try:
         return verb.run(args)
@@ -211,10 +211,15 @@ def _run(verb: Verb, args: argparse.Namespace) -> int:
         yours = user_raise(e)
         if yours is not None:  # raised in your code, as it ran: a failed run
             return _failed(e, f"{verb.name} stopped on {yours}; --verbosity=1 shows the traceback")
+        fit = raised_in_your_fit(e)  # raised in Keras, running your model: a failed run too
+        if fit is not None:
+            return _failed(e, f"{verb.name} stopped: {fit}; --verbosity=1 shows the traceback")
         if not isinstance(e, (ReportError, ValueError, FileNotFoundError, flags.Error)):
             raise
+        if _run_failed(e):  # a run that could not start or read its data: 1
+            return _failed(e, str(e))
         print(f"error: {e}", file=sys.stderr)
-        return 1 if _run_failed(e) else 2  # a run that could not start or read its data: 1
+        return 2
 
 
 def _failed(error: BaseException, line: str) -> int:

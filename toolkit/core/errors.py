@@ -16,6 +16,7 @@ Python), as one typed :class:`UserRaise`: its type, its message and the user's f
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -157,6 +158,40 @@ def user_raise(error: BaseException) -> UserRaise | None:
         return None
     text = what_went_wrong(error)
     return UserRaise(type(error).__name__, text, *where)
+
+
+def library_raise(error: BaseException) -> bool:
+    """Whether `error` was raised in a library (Keras, TensorFlow, JAX, optree), neither in
+    the user's code (:func:`user_raise`) nor the toolkit's: what a model that does not run
+    on this backend or data raises inside ``fit`` (keras.io's structured data model on JAX:
+    ``Invalid dtype: object`` from optree, an ``IntegerLookup`` that cannot build)."""
+    if user_raise(error) is not None:
+        return False
+    if _KERAS_CALL in _ANSI.sub("", str(error)):  # Keras's wrapper: raised in a layer's call
+        return True  # (its frames, filtered by Keras, may end in the toolkit's layer scopes)
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and _library(frames[-1].filename) and not _ours(frames[-1].filename)
+
+
+_FIT = "_toolkit_in_your_fit"  # the attribute :func:`in_your_fit` marks an error with
+
+
+def in_your_fit(error: BaseException, backend: str) -> None:
+    """Marks `error`, a library's (:func:`library_raise`), as raised inside the fit of the
+    user's own model on `backend`, its type and traceback kept for every caller (tune's
+    failed candidates, an out-of-memory check); the command line says it in one line
+    (:func:`raised_in_your_fit`)."""
+    with contextlib.suppress(AttributeError, TypeError):  # a type that takes no attribute
+        setattr(error, _FIT, backend)
+
+
+def raised_in_your_fit(error: BaseException) -> str | None:
+    """``your model's fit raised ValueError: ... (inside Keras's fit on jax)`` for an error
+    :func:`in_your_fit` marked; None for any other."""
+    backend = getattr(error, _FIT, None)
+    if backend is None:
+        return None
+    return f"your model's fit raised {one_line(error)} (inside Keras's fit on {backend})"
 
 
 def _wrapped(error: BaseException) -> UserRaise | None:

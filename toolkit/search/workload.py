@@ -32,7 +32,7 @@ from typing import Any
 from toolkit import backend
 from toolkit.core import compat
 from toolkit.core._advice import Setting
-from toolkit.core.errors import one_line, user_raise
+from toolkit.core.errors import in_your_fit, library_raise, one_line, user_raise
 from toolkit.core.stats import whole_calls
 from toolkit.runner.config import (
     SEARCHED,
@@ -791,9 +791,14 @@ class ModelWorkload(Workload):
                 self.compiled = model_settings(self.model)
             set_model_settings(self.model, candidate.compile_kwargs())
         data = self._one_batch() if one_batch else self._as_fit_reads()
-        return measured_fit(
-            self.model, data, steps, warmup, batch_size=self.batch_size, callbacks=callbacks
-        )
+        try:
+            return measured_fit(
+                self.model, data, steps, warmup, batch_size=self.batch_size, callbacks=callbacks
+            )
+        except Exception as e:
+            if library_raise(e):  # yours is said as yours; the toolkit's, with its traceback
+                in_your_fit(e, backend.name())
+            raise
 
     def pipeline(self) -> Any:
         return self.dataset
