@@ -22,6 +22,9 @@ __all__: list[str] = []  # diagnose's own (its verdict names are re-exported the
 INPUT_BOUND = "input-bound"
 COMPUTE_BOUND = "compute-bound"
 BALANCED = "balanced"
+# The verdict where the rates contradict themselves or their gap is inside their own noise
+# (``diagnose.consistency``): said with why, and no advice drawn from the rates.
+UNCERTAIN = "uncertain"
 MARGIN = 0.2
 # How many times its own time alone (as fit reads it: Keras's adapter, its conversion) the
 # input can cost a fit's step: its threads take the step's cores. A fit that trails the step
@@ -303,6 +306,8 @@ def advise(
 ) -> list[Advice]:
     """Advice for a verdict, drawn from the measured rates and `facts`; `fit_rate` (the real
     fit's) lets the overlap advice say how far from side by side input and step ran."""
+    if verdict == UNCERTAIN:  # no rate decides the layers that rule XLA out: said anyway
+        return [unjitted_advice(facts.unjitted_by, facts.backend)] if facts.unjitted_by else []
     out: list[Said] = []
     if verdict == INPUT_BOUND and input_rate >= compute_rate * (1 - MARGIN) and fit_rate:
         out.append(

@@ -70,10 +70,10 @@ from toolkit.search.advice import (
     INPUT_BOUND,
     INPUT_COST_BOUND,
     MARGIN,
+    UNCERTAIN,
     Facts,
     Tuned,
     advise,
-    unjitted_advice,
 )
 from toolkit.search.engine import Candidate
 from toolkit.search.workload import workload
@@ -86,10 +86,6 @@ __all__ = [
     "Diagnosis",
     "diagnose",
 ]
-
-# The verdict where the rates contradict themselves or their gap is inside their own noise
-# (:func:`consistency`): said with why, and no advice drawn from it.
-UNCERTAIN = "uncertain"
 
 DEFAULT_STEPS = 60  # steps per measurement, at least, unless you give a number
 MIN_WINDOW_S = 0.5  # each timed window of a diagnosis, at least (at the step alone's rate)
@@ -610,7 +606,7 @@ class _Measurements:
             tuned=self.tuned,
             noise=self.noise,
             own_layers=_own_layers(work.model) if work.applies_in_python else (),
-            unjitted_by=compat.unjitted_by(work.model),
+            unjitted_by=compat.unjitted_by(work.model) if work.applies_in_python else (),
         )
 
 
@@ -758,9 +754,7 @@ def _conclude(
     """The verdict and advice from the measured rates; `trace` is what a trace of the fit
     said (None: none was taken); `python`: your own model, its advice said in Python;
     `tuned`: what a cached tune search measured here (its losers are not advised);
-    `noise`: how far two runs of one window differed; `own_layers`, `unjitted_by`: as
-    :class:`Facts`' (the layers that rule XLA out are said even where the verdict is
-    uncertain: no measurement decides them)."""
+    `noise`: how far two runs of one window differed; the rest: as :class:`Facts`'."""
     compute_rate, fit_rate = _rate(compute), _rate(fit)
     verdict, overlap_ok = classify(input_rate, compute_rate, fit_rate)
     if uncertain := consistency(input_rate, compute_rate, fit_rate, noise):
@@ -768,31 +762,18 @@ def _conclude(
     gpus, recommended = _devices_facts(device_kind, devices_found)
     classes, ops = _pipeline_facts(dataset)
     facts = Facts.of(
-        defaults,
-        step_s=compute.mean_s,
-        batch_size=batch_size,
-        device_kind=device_kind,
-        gpus=gpus,
-        pipeline_classes=classes,
-        pipeline_ops=ops,
-        recommended_precision=recommended,
-        cpu_cores=_cpu_cores(),
-        adapter=adapter,
-        input_workers=input_workers,
-        tuned=tuned,
-        own_layers=own_layers,
-        fusable=not python,
-        unjitted_by=unjitted_by,
-    )
+        defaults, step_s=compute.mean_s, batch_size=batch_size, device_kind=device_kind,
+        gpus=gpus, pipeline_classes=classes, pipeline_ops=ops, recommended_precision=recommended,
+        cpu_cores=_cpu_cores(), adapter=adapter, input_workers=input_workers, tuned=tuned,
+        own_layers=own_layers, fusable=not python, unjitted_by=unjitted_by,
+    )  # fmt: skip
     return Diagnosis(
         input_rate=input_rate,
         compute_rate=compute_rate,
         fit_rate=fit_rate,
         verdict=verdict,
         overlap_ok=overlap_ok,
-        advice=([unjitted_advice(unjitted_by, facts.backend)] if unjitted_by else [])
-        if uncertain
-        else advise(verdict, overlap_ok, input_rate, compute_rate, facts, fit_rate),
+        advice=advise(verdict, overlap_ok, input_rate, compute_rate, facts, fit_rate),
         batch_size=batch_size,
         steps=fit.timed_steps or steps,  # the real fit's window, which may have grown past it
         pipeline=described,
