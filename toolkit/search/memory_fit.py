@@ -444,28 +444,7 @@ def fits(
         if not sizes and _flat(found):  # the defaults too close to tell: measured further
             points += runs.measure(_further(found, batch))
             found = _predicted(words, runs, points, *_limit(limit_mb, points))
-        return _checked(_toward(_within_data(found), runs), runs) if check else found
-
-
-def _within_data(found: BatchFit) -> BatchFit:
-    """`found` predicted no larger than the examples your data holds, where the line put the
-    limit past them: a batch the data never makes is neither measured on the way nor checked
-    (a 512-example model's line put it at 27,663 on a 24 GB host, and the checks on the way,
-    of 2,045, 7,635 and 27,663 repeated examples, outran five minutes). Checked at all of
-    the data instead: whether the data's largest batch fits is what bounds it."""
-    examples = next((p.examples for p in found.points if p.examples), None)
-    if not examples or found.line is None or not found.batch_size:
-        return found
-    if found.batch_size <= examples:
-        return found
-    said = (
-        f"your data holds {examples:,} examples and the line put the limit past them, at "
-        f"batch {found.batch_size:,}: memory does not bound its batch here"
-    )
-    return dataclasses.replace(
-        found, batch_size=examples, predicted_mb=found.line.at(examples),
-        why="; ".join(w for w in (found.why, said) if w),
-    )  # fmt: skip
+        return _checked(_toward(found, runs), runs) if check else found
 
 
 def _toward(found: BatchFit, runs: Any) -> BatchFit:
