@@ -895,6 +895,10 @@ def test_advice_for_your_own_model_is_said_in_python():
     facts = dg.Facts(step_s=1e-4, batch_size=8, fusable=False)
     advice = dg.advise(dg.COMPUTE_BOUND, True, 1e4, 1e3, facts)
     assert advice and not any("fused" in a.spelled(as_python) for a in advice), advice
+    spe = dg.Candidate(steps_per_execution=8)  # and where tune measured it, none either
+    tuned = dg.Tuned(((spe, 200.0, None),), 100.0, dg.Candidate(), 6.0)
+    held = dg.advise(dg.COMPUTE_BOUND, True, 1e4, 1e3, dataclasses.replace(facts, tuned=tuned))
+    assert not any("fused" in a.spelled(as_python) for a in held), held
 
 
 def test_a_model_whose_fit_fails_inside_keras_is_one_line_naming_its_fit(keras):

@@ -251,7 +251,7 @@ def _compute_advice(facts: Facts) -> list[Advice]:
             else Advice.of("try {0}", {"steps_per_execution": 8})
         )
         loop = said.after(short)
-        what = "more steps per call (steps_per_execution, fused_steps)"
+        what = f"more steps per call (steps_per_execution{', fused_steps' * facts.fusable})"
         out.append(_unless_tuned(facts, loop, what, lambda c: c.per_call > 1))
     jit = seam.jit_advice() if seam else None  # None: always compiled (JAX)
     if facts.unjitted_by:
