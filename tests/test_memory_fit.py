@@ -318,6 +318,11 @@ def test_a_prediction_past_the_data_or_far_past_the_batches_measured_says_so():
     assert "holds 2,000 examples" in said and "reach:" not in said  # a check ran it
     near = dataclasses.replace(found, batch_size=1500)
     assert not any(b.startswith(("data:", "reach:")) for b in near.screen() if isinstance(b, str))
+    # So far past the data (over FAR times it), no run checks it: a 512-example model's check
+    # of 24,190 held 15.9 GB of a CPU host's RAM for minutes; nearer it, a check may run.
+    unrun = " ".join(terminal.show(found.screen(), 80).split())
+    assert mf._far_past_the_data(found) and "(measure --batch_sizes nearer it)" in unrun
+    assert not mf._far_past_the_data(dataclasses.replace(found, batch_size=mf.FAR * 2000))
     assert mf.MemoryPeak.from_dict(points[0].to_dict()) == points[0]
 
 

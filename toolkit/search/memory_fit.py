@@ -301,9 +301,10 @@ def _reach_words(found: BatchFit) -> list[str]:
             "bound its batch here"
         )
     if found.check is None and measured and batch > FAR * measured:
+        check = "" if _far_past_the_data(found) else ", or let it check"
         out.append(
             f"reach: {batch / measured:,.0f}× the largest batch measured ({measured:,}), read "
-            "off the line and not run (measure --batch_sizes nearer it, or let it check)"
+            f"off the line and not run (measure --batch_sizes nearer it{check})"
         )
     return out
 
@@ -444,7 +445,22 @@ def fits(
         if not sizes and _flat(found):  # the defaults too close to tell: measured further
             points += runs.measure(_further(found, batch))
             found = _predicted(words, runs, points, *_limit(limit_mb, points))
+        if check and _far_past_the_data(found):
+            return dataclasses.replace(found, why="; ".join(w for w in (found.why, UNRUN) if w))
         return _checked(_toward(found, runs), runs) if check else found
+
+
+# Why a prediction far past the data is not run: on a CPU the limit is most of the host's RAM,
+# and a 512-example autoencoder's check of batch 24,190 held 15.9 GB for over four minutes.
+UNRUN = f"not run: over {FAR}× the examples your data holds, a batch it never makes"
+
+
+def _far_past_the_data(found: BatchFit) -> bool:
+    """Whether `found`'s prediction lies more than :data:`FAR` times past the examples your
+    data holds: neither measured on the way nor checked (a batch past them repeats them, so
+    a sample answers for the whole data nearer them; memory does not bound this data's)."""
+    examples = next((p.examples for p in found.points if p.examples), None)
+    return bool(examples and found.batch_size and found.batch_size > FAR * examples)
 
 
 def _toward(found: BatchFit, runs: Any) -> BatchFit:
