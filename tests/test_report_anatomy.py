@@ -498,3 +498,19 @@ def test_a_large_other_s_fix_is_said_as_its_check_measured_it():
     assert said[0.006][0] is True and f"(saves {format_ms(0.004)}: try it)" in said[0.006][1]
     assert said[0.0095][0] is None and "the noise between two runs: no saving" in said[0.0095][1]
     assert said[0.013][0] is False and "leave it off" in said[0.013][1]
+
+
+def test_layer_names_cut_to_the_column_are_told_apart():
+    """A nested layer keeps its own name after ``…/``; where those meet (keras.io's seq2seq
+    Transformer showed three ``…/query`` rows for an encoder's and a decoder's attention),
+    the path's tail, then its head and tail, tell the rows apart."""
+    from toolkit.report._anatomy import _shorts
+
+    names = ["transformer_decoder/multi_head_attention_2/query",
+             "transformer_encoder/multi_head_attention/query",
+             "transformer_decoder/multi_head_attention_1/query", "base/b_conv0",
+             "encoder/block/conv2d_12"]  # fmt: skip
+    shown = _shorts(names, 13)
+    assert shown == ["…tion_2/query", "…ention/query", "…tion_1/query", "base/b_conv0",
+                     "…/conv2d_12"]  # fmt: skip
+    assert all(len(x) <= 13 for x in shown)

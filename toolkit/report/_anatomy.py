@@ -16,6 +16,7 @@ the outside clock around the traced steps.
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 import textwrap
@@ -87,6 +88,32 @@ def _short(text: str, limit: int) -> str:
     if "/" in text:  # the layer's own name tells it apart: its end, where its number is
         return "…/" + own if len(own) + 2 <= limit else "…" + own[len(own) - limit + 1 :]
     head = max(1, (limit - 1) // 3)
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head) :]
+
+
+def _shorts(names: Sequence[str], limit: int) -> list[str]:
+    """Each of `names` in at most `limit` characters (:func:`_short`), told apart: rows whose
+    short names meet (keras.io's seq2seq Transformer showed three ``…/query``, for an
+    encoder's and a decoder's attention) take the path's tail instead, then its head and
+    tail, where those differ."""
+    out = [_short(n, limit) for n in names]
+    for cut in (_tail, _head_and_tail):
+        seen = collections.Counter(out)
+        if all(seen[x] == 1 for x in out):
+            break
+        tried = [cut(n, limit) if seen[x] > 1 and len(n) > limit else x
+                 for n, x in zip(names, out, strict=True)]  # fmt: skip
+        clash = collections.Counter(tried)
+        out = [t if clash[t] == 1 else x for t, x in zip(tried, out, strict=True)]
+    return out
+
+
+def _tail(text: str, limit: int) -> str:
+    return "…" + text[len(text) - limit + 1 :]
+
+
+def _head_and_tail(text: str, limit: int) -> str:
+    head = (limit - 1) // 2
     return text[:head] + "…" + text[len(text) - (limit - 1 - head) :]
 
 
@@ -333,8 +360,8 @@ def _layer_table(a: Anatomy, width: int) -> list[str]:
     used = [max([len(heads[n]), *(len(r[n]) for r in cells)]) for n in range(1, len(keep))]
     room = width - sum(used) - terminal.GAP * len(used)
     limit = max(NAME_MIN, min(NAME_MAX, room))
-    for row in cells:
-        row[0] = _short(row[0], limit)
+    for row, name in zip(cells, _shorts([row[0] for row in cells], limit), strict=True):
+        row[0] = name
     right = [i for i, n in enumerate(keep) if 2 <= n <= 6]
     out = terminal.table(heads, cells, columns=width, right=right).split("\n")
     said = []
