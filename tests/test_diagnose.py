@@ -72,7 +72,10 @@ def test_classify(rates, verdict, overlap):
      ((86.0, 190.0, 90.0), 0.05, ""),  # within the noise of it: the input bounds the fit
      # far below the step alone, a short window's buffers past the pipeline: it bounds still
      ((15.0, 500.0, 16.5), 0.05, ""), ((9.9, 414.9, 12.1), 0.12, ""),
-     ((15.0, 500.0, 30.0), 0.05, "the real fit ran 2.00× the pipeline alone, which feeds it")],
+     ((15.0, 500.0, 30.0), 0.05, "the real fit ran 2.00× the pipeline alone, which feeds it"),
+     # which of the two bounds the fit, where the pipeline and the step lie inside the noise
+     ((130.0, 100.0, 97.0), 0.4, "the pipeline alone and the step alone are 30% apart, inside"),
+     ((130.0, 100.0, 97.0), 0.1, ""), ((50.0, 100.0, 49.0), 0.9, "")],
 )  # fmt: skip
 def test_consistency(rates, noise, said):
     """A fit faster than the step alone or the pipeline alone, which bound it, or a verdict

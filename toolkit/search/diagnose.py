@@ -259,6 +259,12 @@ def consistency(
             f"the real fit's {1 - ratio:.0%} gap to the step alone is inside this machine's "
             f"noise (two runs of one window differed by {noise:.0%})"
         )
+    apart = max(input_rate, compute_rate) / min(input_rate, compute_rate) - 1
+    if noise is not None and noise > margin and apart <= noise:  # which bounds: noise says
+        return (
+            f"the pipeline alone and the step alone are {apart:.0%} apart, inside this "
+            f"machine's noise (two runs of one window differed by {noise:.0%})"
+        )
     return ""
 
 
