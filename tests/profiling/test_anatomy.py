@@ -773,6 +773,11 @@ def test_forward_flops_reads_an_open_batch_dimension_as_fit_s_batch(keras):
     assert _forward_flops(dense, None, types.SimpleNamespace(shape=(4, 16))) == 2.0 * 4 * 8 * 16
     open_time = types.SimpleNamespace(shape=(32, None, 16))
     assert _forward_flops(dense, None, open_time, batch=32) is None
+    # a transposed convolution spreads each input element over a window of every filter
+    up = keras.layers.Conv2DTranspose(8, 3, strides=2, padding="same")
+    up.build((None, 7, 7, 16))
+    seen, made = (types.SimpleNamespace(shape=s) for s in ((None, 7, 7, 16), (None, 14, 14, 8)))
+    assert _forward_flops(up, seen, made, batch=4) == 2.0 * 4 * 7 * 7 * 3 * 3 * 16 * 8
 
 
 def test_unscoped_ops_are_said_by_how_the_step_ran_and_left_in_their_phase():

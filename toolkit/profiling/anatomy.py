@@ -99,6 +99,17 @@ def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = Non
     kind = type(layer).__name__
     if kind == "Dense" and len(k_shape) == 2:
         return 2.0 * math.prod(out_shape[:-1]) * k_shape[0] * k_shape[1]
+    if kind.startswith("Conv") and kind.endswith("Transpose") and len(k_shape) >= 3:
+        # the kernel: (window..., filters, input channels): each input element is spread
+        # over one window of every filter (keras.io's denoising autoencoder had no count)
+        in_shape = tuple(getattr(inputs, "shape", ()) or ())
+        if in_shape and in_shape[0] is None and batch:
+            in_shape = (batch, *in_shape[1:])
+        if not in_shape or any(d is None for d in in_shape):
+            return None
+        first = getattr(layer, "data_format", "channels_last") == "channels_first"
+        positions = math.prod(in_shape[:1] + in_shape[2:]) if first else math.prod(in_shape[:-1])
+        return 2.0 * positions * math.prod(k_shape[:-2]) * k_shape[-2] * k_shape[-1]
     if kind.startswith("Conv") and "Transpose" not in kind and len(k_shape) >= 3:
         # the kernel: (window..., input channels per group, filters); each output element
         # is one window's products with the input channels of its group
