@@ -517,3 +517,8 @@ def test_layer_names_cut_to_the_column_are_told_apart():
     assert shown == ["…tion_2/query", "…ention/query", "…tion_1/query", "base/b_conv0",
                      "…/conv2d_12"]  # fmt: skip
     assert all(len(x) <= 13 for x in shown)
+    # where tails meet too (a BiLSTM's four cells), the outer layers by their initials
+    cells = [f"bidirectional{n}/{way}_lstm{n}/lstm_cell" for n in ("", "_1")
+             for way in ("forward", "backward")]  # fmt: skip
+    assert _shorts(cells, 13) == ["b/f/lstm_cell", "b/b/lstm_cell", "b_1/f_1/lstm…",
+                                  "b_1/b_1/lstm…"]  # fmt: skip

@@ -780,6 +780,15 @@ def test_forward_flops_reads_an_open_batch_dimension_as_fit_s_batch(keras):
     up.build((None, 7, 7, 16))
     seen, made = (types.SimpleNamespace(shape=s) for s in ((None, 7, 7, 16), (None, 14, 14, 8)))
     assert _forward_flops(up, seen, made, batch=4) == 2.0 * 4 * 7 * 7 * 3 * 3 * 16 * 8
+    # attention's projections: each output element sums over the kernel's axes it lacks
+    query = keras.layers.EinsumDense("abc,cde->abde", output_shape=(None, 2, 8))
+    query.build((None, 5, 16))
+    heads = types.SimpleNamespace(shape=(None, 5, 2, 8))
+    assert _forward_flops(query, None, heads, batch=3) == 2.0 * 3 * 5 * 2 * 8 * 16
+    merge = keras.layers.EinsumDense("abcd,cde->abe", output_shape=(None, 16))
+    merge.build((None, 5, 2, 8))
+    merged = types.SimpleNamespace(shape=(3, 5, 16))
+    assert _forward_flops(merge, None, merged) == 2.0 * 3 * 5 * 16 * (2 * 8)
 
 
 def test_unscoped_ops_are_said_by_how_the_step_ran_and_left_in_their_phase():

@@ -99,6 +99,16 @@ def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = Non
     kind = type(layer).__name__
     if kind == "Dense" and len(k_shape) == 2:
         return 2.0 * math.prod(out_shape[:-1]) * k_shape[0] * k_shape[1]
+    if kind == "EinsumDense":  # attention's projections: each output element sums over
+        # the kernel's axes the output lacks (keras.io's seq2seq Transformer had no count)
+        inputs_spec, _, out_spec = str(getattr(layer, "equation", "")).partition("->")
+        kernel_spec = inputs_spec.partition(",")[2]
+        if not out_spec or len(kernel_spec) != len(k_shape):
+            return None
+        summed = math.prod(
+            d for c, d in zip(kernel_spec, k_shape, strict=True) if c not in out_spec
+        )
+        return 2.0 * math.prod(out_shape) * summed
     if kind.startswith("Conv") and kind.endswith("Transpose") and len(k_shape) >= 3:
         # the kernel: (window..., filters, input channels): each input element is spread
         # over one window of every filter (keras.io's denoising autoencoder had no count)

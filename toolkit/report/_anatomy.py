@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import math
 import os
+import re
 import textwrap
 from collections.abc import Sequence
 from typing import Any
@@ -100,7 +101,7 @@ def _shorts(names: Sequence[str], limit: int) -> list[str]:
     encoder's and a decoder's attention) take the path's tail instead, then its head and
     tail, where those differ."""
     out = [_short(n, limit) for n in names]
-    for cut in (_tail, _head_and_tail):
+    for cut in (_tail, _head_and_tail, _initials):
         seen = collections.Counter(out)
         if all(seen[x] == 1 for x in out):
             break
@@ -113,6 +114,19 @@ def _shorts(names: Sequence[str], limit: int) -> list[str]:
 
 def _tail(text: str, limit: int) -> str:
     return "…" + text[len(text) - limit + 1 :]
+
+
+def _initials(text: str, limit: int) -> str:
+    """`text`'s outer layers by their initials and numbers (``bidirectional_1/forward_lstm``
+    as ``b_1/f``), then its own name, cut at its end where too long: four BiLSTM cells
+    read ``…/lstm_cell`` each."""
+    *outer, own = text.split("/")
+    short = [re.sub(r"^(.)[^_]*(?:_[^_\d]+)*(_\d+)?$", r"\1\2", part) for part in outer]
+    said = "/".join([*short, own])
+    room = limit - len(said) + len(own)  # what the own name may take
+    if len(said) <= limit or room < 4:
+        return said if len(said) <= limit else _tail(said, limit)
+    return said[: len(said) - len(own)] + own[: room - 1] + "…"
 
 
 def _head_and_tail(text: str, limit: int) -> str:
