@@ -315,11 +315,12 @@ def test_anatomy_window_refused_in_your_own_fit_lets_it_train_on(keras, tmp_path
 @pytest.mark.every_backend
 def test_anatomy_books_the_wait_for_a_slow_batch_as_input(keras):
     """A PyDataset that sleeps 100 ms a batch in front of a step of a few milliseconds: the
-    step waits most of its time for its batch, and the anatomy says input, on every backend
-    (on TensorFlow the generator runs in tf.data's ops beside the step: theirs is not the
-    step's compute). The sleep is many times the step, so that a loaded host slowing the
-    compute (30 ms of forward was seen on PyTorch beside a second worker) cannot overturn
-    which phase is largest."""
+    step waits most of its time for its batch, and the anatomy books that wait as input, on
+    every backend (on TensorFlow the generator runs in tf.data's ops beside the step:
+    theirs is not the step's compute). Asserted as the wait it books, at least half the
+    sleep (what is left of it after a step a loaded host slowed by up to 50 ms), not as the
+    largest phase: a loaded CI host once stalled keras-nightly's PyTorch backward past
+    100 ms in this tiny step, and another phase's stall says nothing of where the wait went."""
     import time
 
     import toolkit
@@ -339,8 +340,7 @@ def test_anatomy_books_the_wait_for_a_slow_batch_as_input(keras):
                             raw=False, check=False)  # fmt: skip
     assert found.error is None, found.error
     _adds_up(found)
-    largest = max(found.phases, key=lambda p: p.seconds)
-    assert largest.phase == Phase.INPUT, found.phases
+    assert found.phase(Phase.INPUT) >= 0.05, found.phases
 
 
 @pytest.mark.every_backend
