@@ -84,15 +84,19 @@ def _children(layer: Any) -> list[Any]:
         return list(getattr(layer, "layers", ()))
 
 
+def _batched(tensor: Any, batch: int | None) -> tuple[Any, ...]:
+    """`tensor`'s shape, its open batch dimension (a traced graph's) read as `batch`."""
+    shape = tuple(getattr(tensor, "shape", ()) or ())
+    return (batch, *shape[1:]) if shape and shape[0] is None and batch else shape
+
+
 def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = None) -> float | None:
     """Forward FLOPs of one call of the layers whose count is plain (a dense or
     convolutional product), from the shapes of this call; None for the rest. A batch
     dimension the traced graph leaves open is `batch` (fit's, where known: keras.io's
     ``.batch(32)`` without ``drop_remainder`` left every row without FLOP/s)."""
     kernel = getattr(layer, "kernel", None)
-    out_shape = tuple(getattr(output, "shape", ()) or ())
-    if out_shape and out_shape[0] is None and batch:
-        out_shape = (batch, *out_shape[1:])
+    out_shape = _batched(output, batch)
     if kernel is None or not out_shape or any(d is None for d in out_shape):
         return None
     k_shape = tuple(int(d) for d in kernel.shape)
@@ -112,9 +116,7 @@ def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = Non
     if kind.startswith("Conv") and kind.endswith("Transpose") and len(k_shape) >= 3:
         # the kernel: (window..., filters, input channels): each input element is spread
         # over one window of every filter (keras.io's denoising autoencoder had no count)
-        in_shape = tuple(getattr(inputs, "shape", ()) or ())
-        if in_shape and in_shape[0] is None and batch:
-            in_shape = (batch, *in_shape[1:])
+        in_shape = _batched(inputs, batch)
         if not in_shape or any(d is None for d in in_shape):
             return None
         first = getattr(layer, "data_format", "channels_last") == "channels_first"

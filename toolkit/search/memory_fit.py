@@ -223,6 +223,11 @@ class BatchFit(fields.Record):
     why: str = ""
 
     @property
+    def examples(self) -> int | None:
+        """The examples your data holds, as a measured point read them (None: unknown)."""
+        return next((p.examples for p in self.points if p.examples), None)
+
+    @property
     def ratio(self) -> float | None:
         """The predicted peak over the measured one at :attr:`batch_size` (None: not
         checked)."""
@@ -292,7 +297,7 @@ def _reach_words(found: BatchFit) -> list[str]:
     largest batch measured that no run checked."""
     out = []
     measured = max((p.batch_size for p in found.points if p.ok), default=None)
-    examples = next((p.examples for p in found.points if p.examples), None)
+    examples = found.examples
     batch = found.batch_size or 0
     if examples and batch > examples:
         out.append(
@@ -459,7 +464,7 @@ def _far_past_the_data(found: BatchFit) -> bool:
     """Whether `found`'s prediction lies more than :data:`FAR` times past the examples your
     data holds: neither measured on the way nor checked (a batch past them repeats them, so
     a sample answers for the whole data nearer them; memory does not bound this data's)."""
-    examples = next((p.examples for p in found.points if p.examples), None)
+    examples = found.examples
     return bool(examples and found.batch_size and found.batch_size > FAR * examples)
 
 
