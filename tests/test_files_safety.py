@@ -491,3 +491,40 @@ def test_torch_compiles_into_no_directory_someone_else_made(tmp_path, monkeypatc
     planted.chmod(0o700)  # this user's own, private: torch's default name, kept
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
     assert get("torch").private_caches() == str(planted)
+
+
+def test_scratch_dir_left_by_a_killed_process_is_swept_and_a_live_one_kept(tmp_path, monkeypatch):
+    """A process ended at once (SIGKILL) runs no exit hook: its scratch directory is removed
+    by the next one made of its prefix, while one a live process holds, one too young to
+    judge and one without a holder (an older version's) stay. Real processes, each with its
+    own lock: one killed, one alive until the test ends."""
+    from toolkit.core import files
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    make = "from toolkit.core import files; print(files.scratch_dir('toolkit-t-'), flush=True)"
+    killed = subprocess.run(
+        [sys.executable, "-c", make + "; import os; os.kill(os.getpid(), 9)"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, env=env,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr
+    dead = killed.stdout.strip()
+    live = subprocess.Popen(
+        [sys.executable, "-c", make + "; import sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+    try:
+        held = live.stdout.readline().strip()
+        unheld = tmp_path / "toolkit-t-old"
+        unheld.mkdir(mode=0o700)
+        young = files.scratch_dir("toolkit-t-")
+        assert all(os.path.isdir(p) for p in (dead, held, unheld, young))  # a minute to judge
+        monkeypatch.setattr(files, "_SCRATCH_SWEEP_AGE_S", 0.0)
+        mine = files.scratch_dir("toolkit-t-")
+        assert not os.path.exists(dead)
+        assert all(os.path.isdir(p) for p in (held, unheld, young, mine))
+        for path in (young, mine):
+            files.remove_scratch(path)
+            assert not os.path.exists(path)
+    finally:
+        live.communicate(timeout=120)

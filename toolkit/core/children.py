@@ -65,18 +65,21 @@ _importing: list[str] = []  # the child side: the user's script it is importing,
 
 @contextlib.contextmanager
 def temporary_directory(prefix: str) -> Iterator[str]:
-    """``tempfile.TemporaryDirectory`` whose path every child started inside the block is told
-    of: a child whose parent died removes it (the parent cannot). `prefix` starts with
+    """A temporary directory (:func:`files.scratch_dir`: one a parent killed before its child
+    started left is swept), removed when the block ends, whose path every child started
+    inside the block is told of: a child whose parent died removes it (the parent cannot).
+    `prefix` starts with
     ``toolkit-`` (a child removes nothing else). Stop the block's children before it ends
     (:func:`running`): a child still writing there would make it again."""
     if not prefix.startswith(_PREFIX):
         raise ValueError(f"a child's temporary directory starts with {_PREFIX!r}: {prefix!r}")
-    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-        _dirs.append(tmp)
-        try:
-            yield tmp
-        finally:
-            _dirs.remove(tmp)
+    tmp = files.scratch_dir(prefix)
+    _dirs.append(tmp)
+    try:
+        yield tmp
+    finally:
+        _dirs.remove(tmp)
+        files.remove_scratch(tmp)
 
 
 @contextlib.contextmanager

@@ -102,6 +102,73 @@ def private_dir(name: str) -> str | None:
     return path if is_private(path) else None
 
 
+_HOLDER = ".held"  # the lock file inside a scratch directory, held while its process lives
+_SCRATCH_SWEEP_AGE_S = 60.0  # a scratch directory younger than this is never swept
+_held: dict[str, Any] = {}  # this process's scratch directories: their held locks
+
+
+def scratch_dir(prefix: str) -> str:
+    """A new private temporary directory (``mkdtemp``: ``0700``) that this process holds
+    until :func:`remove_scratch`: a lock file inside it, ``flock``-ed (``filelock``).
+
+    An exit hook cannot remove what a process ended at once leaves (SIGKILL, the kernel's
+    out-of-memory killer, an interrupt's immediate exit): a killed worker's scratch backup of
+    the weights, a parent's spec for a child it never started, each stayed in ``/tmp`` for
+    good. So each new one of `prefix` first removes those of `prefix` whose lock is free: the
+    kernel frees a lock when its holder dies, whatever pid namespace it ran in (a pid would
+    name another container's process). Only this user's directories directly in the
+    temporary directory, over a minute old, are removed; one made before its lock was taken
+    (an old version's) is left alone.
+    """
+    import filelock  # a dependency (setup.py)
+
+    _sweep(prefix)
+    path = tempfile.mkdtemp(prefix=prefix)
+    lock = filelock.FileLock(os.path.join(path, _HOLDER), timeout=0)
+    lock.acquire()
+    _held[path] = lock
+    return path
+
+
+def remove_scratch(path: str) -> None:
+    """Removes a :func:`scratch_dir` (gone already: nothing), and lets its lock go."""
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+    lock = _held.pop(path, None)
+    if lock is not None:
+        lock.release()
+
+
+def _sweep(prefix: str) -> None:
+    import shutil
+    import time
+
+    import filelock
+
+    temp = tempfile.gettempdir()
+    try:
+        names = [name for name in os.listdir(temp) if name.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(temp, name)
+        holder = os.path.join(path, _HOLDER)
+        try:
+            st = os.lstat(path)
+            if not (is_private(path) and os.path.isfile(holder)):
+                continue
+        except OSError:
+            continue
+        if time.time() - st.st_mtime < _SCRATCH_SWEEP_AGE_S or path in _held:
+            continue
+        try:
+            with filelock.FileLock(holder, timeout=0):
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:  # filelock.Timeout: its process still runs
+            continue
+
+
 def is_private(path: str) -> bool:
     """Whether `path` is a real directory (not a symlink) owned by this user that neither its
     group nor others can write: what a program here reads code or settings from."""

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from toolkit import backend, distribute
-from toolkit.core import compat, progress
+from toolkit.core import compat, files, progress
 from toolkit.core._anatomy import Anatomy
 from toolkit.core._device_types import Finding
 from toolkit.profiling import flops
@@ -530,19 +530,19 @@ def _resilience(resume: Resume | None, process_index: int) -> list[Any]:
             keras.callbacks.BackupAndRestore(
                 resume.backup_dir, save_freq=2**62, delete_checkpoint=False
             ),
-            keras.callbacks.BackupAndRestore(_scratch("backup-")),
+            keras.callbacks.BackupAndRestore(_scratch("toolkit-backup-")),
         ]
     return [*backups, ResumeRecorder(resume)]
 
 
 def _scratch(prefix: str) -> str:
-    """A private temporary directory (``mkdtemp``: 0700) removed when the process ends, so
-    that a worker's scratch backups do not outlive its run."""
+    """A private temporary directory removed when the process ends, so that a worker's scratch
+    backups do not outlive its run; one a killed worker left is removed by the next worker's
+    (:func:`files.scratch_dir`)."""
     import atexit
-    import shutil
 
-    directory = tempfile.mkdtemp(prefix=prefix)
-    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    directory = files.scratch_dir(prefix)
+    atexit.register(files.remove_scratch, directory)
     return directory
 
 

@@ -124,7 +124,6 @@ def private_caches() -> str | None:
     import atexit
     import getpass
     import os
-    import shutil
     import sys
     import tempfile
 
@@ -139,8 +138,8 @@ def private_caches() -> str | None:
     name = f"torchinductor_{user}".replace(os.sep, "_")
     where = files.private_dir(name)
     if where is None:
-        where = tempfile.mkdtemp(prefix="toolkit-torchinductor-")
-        atexit.register(shutil.rmtree, where, ignore_errors=True)
+        where = files.scratch_dir("toolkit-torchinductor-")
+        atexit.register(files.remove_scratch, where)
         print(
             f"note: {os.path.join(tempfile.gettempdir(), name)} is not this user's private "
             "directory: torch.compile's cache goes to a private one instead, but PyTorch "
