@@ -618,10 +618,13 @@ def test_assemble_books_a_frozen_teacher_called_in_the_loss_as_its_layers_forwar
     assert found.phase(Phase.FORWARD) >= big.forward_s
 
 
+@pytest.mark.every_backend  # PyTorch's recurrent layer is one fused op: its cell is never called
 def test_scopes_count_a_recurrent_cell_once_a_time_step(keras):
     """A recurrent layer's cell runs once a time step, in a compiled loop Python traces once
     or twice (an LSTM's cell read x2 with 10 and 100 time steps); a sequence of any length
-    keeps the Python count, and the recurrent layer itself its own."""
+    keeps the Python count, and the recurrent layer itself its own. A call of the cell is
+    one time step's FLOPs: its input's and its carried state's products with every gate's
+    kernel (an LSTM's rows had no FLOP/s)."""
     model = keras.Sequential([keras.Input((10, 4)), keras.layers.LSTM(8, name="lstm"),
                               keras.layers.Dense(1, name="head")])  # fmt: skip
     model.compile(optimizer="sgd", loss="mse")
@@ -631,11 +634,21 @@ def test_scopes_count_a_recurrent_cell_once_a_time_step(keras):
         by = {e.name: t for t, e in scopes.entries.items()}
         assert scopes.calls_per_step(by["lstm/lstm_cell"]) == 10
         assert scopes.calls_per_step(by["lstm"]) == scopes.calls_per_step(by["head"]) == 1
+        step = 2.0 * 4 * (4 * 32 + 8 * 32)
+        cell, lstm = scopes.entries[by["lstm/lstm_cell"]], scopes.entries[by["lstm"]]
+        if cell.calls:  # a loop of time steps: the cell's row holds the count
+            assert cell.flops == step and scopes.cell_called(lstm)
+        else:  # one fused op (PyTorch's): the recurrent layer's row
+            assert lstm.flops == 10 * step and not scopes.cell_called(lstm)
     ragged = keras.Sequential([keras.Input((None, 4)), keras.layers.GRU(8, name="gru")])
     with Scopes(ragged) as scopes:
         ragged(x[:2, :5])
         by = {e.name: t for t, e in scopes.entries.items()}
         assert scopes.calls_per_step(by["gru/gru_cell"]) >= 1  # not known: as Python called it
+        cell, gru = scopes.entries[by["gru/gru_cell"]], scopes.entries[by["gru"]]
+        assert (cell.flops if cell.calls else gru.flops) == 2.0 * 2 * (4 * 24 + 8 * 24) * (
+            1 if cell.calls else 5
+        )
 
 
 def test_assemble_says_what_it_cannot_see_and_never_guesses(keras):

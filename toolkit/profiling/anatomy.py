@@ -96,6 +96,18 @@ def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = Non
     dimension the traced graph leaves open is `batch` (fit's, where known: keras.io's
     ``.batch(32)`` without ``drop_remainder`` left every row without FLOP/s)."""
     kernel = getattr(layer, "kernel", None)
+    recurrent = getattr(layer, "recurrent_kernel", None)
+    if kernel is not None and recurrent is not None:
+        return _time_step_flops(kernel, recurrent, _batched(inputs, batch))
+    cell = getattr(layer, "cell", None)
+    if getattr(cell, "kernel", None) is not None and hasattr(cell, "recurrent_kernel"):
+        # a recurrent layer whose loop is one fused op (PyTorch's, cuDNN's), its cell never
+        # called: every time step's (where its cell is called, the count is the cell's)
+        seq = _batched(inputs, batch)
+        if len(seq) != 3 or seq[1] is None:
+            return None
+        step = _time_step_flops(cell.kernel, cell.recurrent_kernel, (seq[0], seq[2]))
+        return None if step is None else seq[1] * step
     out_shape = _batched(output, batch)
     if kernel is None or not out_shape or any(d is None for d in out_shape):
         return None
@@ -129,6 +141,21 @@ def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = Non
         positions = math.prod(out_shape[:1] + out_shape[2:]) if first else math.prod(out_shape[:-1])
         return 2.0 * positions * math.prod(k_shape[:-1]) * k_shape[-1]
     return None
+
+
+def _time_step_flops(kernel: Any, recurrent: Any, in_shape: tuple[Any, ...]) -> float | None:
+    """One time step of a recurrent cell (``LSTMCell``, ``GRUCell``, ``SimpleRNNCell``): the
+    input's and the carried state's products with their kernels, every gate's at once (an
+    LSTM's kernels are ``(features, 4 units)`` and ``(units, 4 units)``); the gates'
+    element-wise work is not counted, as a Dense's activation is not. Its calls per step are
+    the time steps (:meth:`Scopes.calls_per_step`). Its input's gradient is counted whole,
+    also on the model's own inputs: the carried state's always flows (a convolutional cell's
+    kernels are not plain products: None)."""
+    k_shape = tuple(int(d) for d in kernel.shape)
+    r_shape = tuple(int(d) for d in recurrent.shape)
+    if len(in_shape) != 2 or in_shape[0] is None or len(k_shape) != 2 or len(r_shape) != 2:
+        return None
+    return 2.0 * in_shape[0] * (k_shape[0] * k_shape[1] + r_shape[0] * r_shape[1])
 
 
 class Scopes:
@@ -260,6 +287,12 @@ class Scopes:
             return self.calls_per_step(rnn.token) * _time_steps(rnn.inputs)
         most = max(entry.calls - entry.outside, entry.outside)
         return max(1, round(most / traced))
+
+    def cell_called(self, entry: LayerEntry) -> bool:
+        """Whether `entry` is a recurrent layer whose cell was called (a loop of time steps,
+        the FLOPs its cell's row), not one fused op (the FLOPs its own)."""
+        cell = getattr(entry.layer, "cell", None)
+        return cell is not None and any(e.layer is cell and e.calls for e in self.entries.values())
 
     def _rnn_of(self, entry: LayerEntry) -> LayerEntry | None:
         """The recurrent layer whose cell `entry` is, where its input has a known number of
@@ -489,7 +522,7 @@ def _layer_rows(
         )
         flops = (
             entry.flops * (calls + grads * (calls if back is None else back))
-            if entry.flops
+            if entry.flops and not scopes.cell_called(entry)
             else None
         )
         layers.append(
