@@ -15,6 +15,18 @@ from toolkit.core.stats import speedup_line
 __all__ = ["mlp_fit_setup", "pin_cpus", "quiet_gc", "speedup_line", "timed_fit"]
 
 
+def scratch(prefix: str) -> str:
+    """A private temporary directory removed when the benchmark's process ends: a checkpoint,
+    a trace or a cache of every run had stayed in the temporary directory for good."""
+    import atexit
+    import shutil
+    import tempfile
+
+    directory = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
+
+
 def timed_fit(model, seconds: list[float]):
     """`model`, its ``fit`` timed around each call into `seconds`: the whole call (the data
     adapter, the optimizer's variables, the first call's trace and compile, the steps, the

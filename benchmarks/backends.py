@@ -27,10 +27,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 
-from _common import speedup_line
+from _common import scratch, speedup_line
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = {  # (name, recipe, model_fn, the recipe's arguments, the settings)
@@ -53,7 +52,7 @@ def main() -> None:
     os.chdir(HERE)
     os.environ.pop("KERAS_BACKEND", None)
     # Every search searches: no answer cached by an earlier run of this benchmark.
-    os.environ["TOOLKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-backends-")
+    os.environ["TOOLKIT_CACHE_DIR"] = scratch("bench-backends-")
 
     from toolkit.search import chooser, standings
 

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 
-from _common import mlp_fit_setup, quiet_gc, speedup_line
+from _common import mlp_fit_setup, quiet_gc, scratch, speedup_line
 
 
 def main() -> None:
@@ -50,7 +49,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for profiled in (False, True):
             timer = StepTimer()
-            logdir = tempfile.mkdtemp(prefix="keras-tb-")
+            logdir = scratch("keras-tb-")
             board = keras.callbacks.TensorBoard(logdir, profile_batch=window if profiled else 0)
             callbacks = [timer, board]
             quiet_gc()

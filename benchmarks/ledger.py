@@ -43,7 +43,8 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
+
+from _common import scratch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -96,7 +97,7 @@ def _recipe_run(name: str, fix: dict | None, fit_s: list[float]) -> dict:
         if fix is not None:  # ModelCheckpoint's save_freq: k epochs' steps
             assert fix["setting"] == "save_freq", fix
             save_freq = int(fix["value"])
-        path = os.path.join(tempfile.mkdtemp(prefix="ledger-ckpt-"), "model.keras")
+        path = os.path.join(scratch("ledger-ckpt-"), "model.keras")
         callbacks = [keras.callbacks.ModelCheckpoint(path, save_freq=save_freq)]
     else:
         task = recipe.build_task()
@@ -227,7 +228,7 @@ def child(name: str, fix: dict | None) -> None:
 @functools.cache
 def compile_cache_dir() -> str:
     """The ``compile`` runs' own cache (``TOOLKIT_CACHE_DIR``): private, empty at first."""
-    return tempfile.mkdtemp(prefix="ledger-compile-cache-")
+    return scratch("ledger-compile-cache-")
 
 
 def run_child(name: str, fix: dict | None) -> dict:

@@ -56,10 +56,9 @@ import argparse
 import importlib.util
 import random
 import statistics
-import tempfile
 import time
 
-from _common import mlp_fit_setup, pin_cpus, quiet_gc, speedup_line
+from _common import mlp_fit_setup, pin_cpus, quiet_gc, scratch, speedup_line
 
 from toolkit.core import progress
 
@@ -110,7 +109,7 @@ def main() -> None:
 
         on_train_batch_end = keras.callbacks.Callback.on_train_batch_end
 
-    board = tempfile.mkdtemp(prefix="overhead-tb-")
+    board = scratch("overhead-tb-")
     variants = {
         "none": lambda: [],
         "StepTimer": lambda: [StepTimer()],
