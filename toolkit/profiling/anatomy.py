@@ -104,6 +104,9 @@ def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = Non
         # a recurrent layer whose loop is one fused op (PyTorch's, cuDNN's), its cell never
         # called: every time step's (where its cell is called, the count is the cell's)
         seq = _batched(inputs, batch)
+        if len(seq) == 3 and seq[1] is None:  # an open time dimension: the model's own
+            with contextlib.suppress(AttributeError, ValueError, TypeError):
+                seq = (seq[0], tuple(layer.input.shape)[1], seq[2])
         if len(seq) != 3 or seq[1] is None:
             return None
         step = _time_step_flops(cell.kernel, cell.recurrent_kernel, (seq[0], seq[2]))
@@ -284,7 +287,7 @@ class Scopes:
             return 1
         rnn = self._rnn_of(entry)
         if rnn is not None:  # a recurrent layer's cell: once a time step, in a compiled loop
-            return self.calls_per_step(rnn.token) * _time_steps(rnn.inputs)
+            return self.calls_per_step(rnn.token) * _time_steps(rnn)
         most = max(entry.calls - entry.outside, entry.outside)
         return max(1, round(most / traced))
 
@@ -304,14 +307,23 @@ class Scopes:
         )
         if parent is None or getattr(parent.layer, "cell", None) is not entry.layer:
             return None
-        return parent if _time_steps(parent.inputs) else None
+        return parent if _time_steps(parent) else None
 
 
-def _time_steps(inputs: tuple[tuple[tuple[int | None, ...], str], ...] | None) -> int:
-    """The time steps of a recurrent layer's first input ``(batch, time, features)``; 0
-    where its calls did not fix them (a sequence of any length)."""
-    shape = inputs[0][0] if inputs else ()
-    return (shape[1] or 0) if len(shape) >= 3 else 0
+def _time_steps(rnn: LayerEntry) -> int:
+    """The time steps of a recurrent layer's first input ``(batch, time, features)``, as its
+    calls saw them or, where the traced graph left them open, as the model declares them
+    (``keras.Input((120, 7))`` fed by ``timeseries_dataset_from_array``, whose windows carry
+    no length: the weather LSTM's cell read x2 a step, not x120); 0 where neither fixes them
+    (a sequence of any length)."""
+    shape = rnn.inputs[0][0] if rnn.inputs else ()
+    if len(shape) >= 3 and shape[1]:
+        return int(shape[1])
+    try:  # the functional graph's symbolic input (a subclassed model's layer has none)
+        declared = tuple(rnn.layer.input.shape)
+    except (AttributeError, ValueError, TypeError):
+        return 0
+    return int(declared[1] or 0) if len(declared) >= 3 else 0
 
 
 def _specs(args: Sequence[Any]) -> tuple[tuple[tuple[int | None, ...], str], ...] | None:
