@@ -815,6 +815,16 @@ def test_forward_flops_reads_an_open_batch_dimension_as_fit_s_batch(keras):
     merge.build((None, 5, 2, 8))
     merged = types.SimpleNamespace(shape=(3, 5, 16))
     assert _forward_flops(merge, None, merged) == 2.0 * 3 * 5 * 16 * (2 * 8)
+    # a depthwise convolution: one window of one input channel an output channel; a
+    # separable one adds its pointwise product over the output's positions
+    depthwise = keras.layers.DepthwiseConv2D(3, depth_multiplier=2, padding="same")
+    depthwise.build((None, 8, 8, 5))
+    out = types.SimpleNamespace(shape=(None, 8, 8, 10))
+    assert _forward_flops(depthwise, None, out, batch=2) == 2.0 * 2 * 8 * 8 * (3 * 3 * 5 * 2)
+    separable = keras.layers.SeparableConv2D(7, 3, strides=2, padding="same")
+    separable.build((None, 8, 8, 5))
+    out = types.SimpleNamespace(shape=(2, 4, 4, 7))
+    assert _forward_flops(separable, None, out) == 2.0 * 2 * 4 * 4 * (3 * 3 * 5 + 5 * 7)
 
 
 def test_unscoped_ops_are_said_by_how_the_step_ran_and_left_in_their_phase():

@@ -112,10 +112,14 @@ def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = Non
         step = _time_step_flops(cell.kernel, cell.recurrent_kernel, (seq[0], seq[2]))
         return None if step is None else seq[1] * step
     out_shape = _batched(output, batch)
-    if kernel is None or not out_shape or any(d is None for d in out_shape):
+    if not out_shape or any(d is None for d in out_shape):
+        return None
+    kind = type(layer).__name__
+    if kind.startswith(("Depthwise", "Separable")):
+        return _depthwise_flops(layer, out_shape)
+    if kernel is None:
         return None
     k_shape = tuple(int(d) for d in kernel.shape)
-    kind = type(layer).__name__
     if kind == "Dense" and len(k_shape) == 2:
         return 2.0 * math.prod(out_shape[:-1]) * k_shape[0] * k_shape[1]
     if kind == "EinsumDense":  # attention's projections: each output element sums over
@@ -144,6 +148,24 @@ def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = Non
         positions = math.prod(out_shape[:1] + out_shape[2:]) if first else math.prod(out_shape[:-1])
         return 2.0 * positions * math.prod(k_shape[:-1]) * k_shape[-1]
     return None
+
+
+def _depthwise_flops(layer: Any, out_shape: tuple[Any, ...]) -> float | None:
+    """A depthwise convolution's (MobileNet's): each output channel is one window of one
+    input channel, its kernel ``(window..., input channels, multiplier)``; a separable one's
+    adds its pointwise ``1×1`` product over the depthwise output, of the output's size (the
+    U-Net's and MobileNet's rows had no FLOP/s)."""
+    depthwise = getattr(layer, "depthwise_kernel", None)
+    depthwise = getattr(layer, "kernel", None) if depthwise is None else depthwise
+    pointwise = getattr(layer, "pointwise_kernel", None)
+    if depthwise is None or len(depthwise.shape) < 3:
+        return None
+    first = getattr(layer, "data_format", "channels_last") == "channels_first"
+    positions = math.prod(out_shape[:1] + out_shape[2:]) if first else math.prod(out_shape[:-1])
+    products = math.prod(int(d) for d in depthwise.shape)
+    if pointwise is not None:
+        products += math.prod(int(d) for d in pointwise.shape)
+    return 2.0 * positions * products
 
 
 def _time_step_flops(kernel: Any, recurrent: Any, in_shape: tuple[Any, ...]) -> float | None:
