@@ -792,6 +792,36 @@ def test_the_real_fit_reads_your_data_as_fit_reads_it(keras):
     assert sorted(map(tuple, epoch)) == sorted(map(tuple, x)) and len(first[8][0]) == 64
 
 
+def test_a_pydataset_with_workers_is_read_again_after_a_reader_left_mid_pass(keras):
+    """diagnose reads windows of batches, and each reader leaves mid-pass: the pass is ended
+    there as fit ends an epoch, so a PyDataset's workers (``workers=2``, threads) stop. Left
+    running, the next reader got the abandoned pass's last batches and then waited for ever:
+    ``doctor`` hung at "the real fit", deaf to SIGTERM (keras.io's PyDataset training loop).
+    Read in a thread the test waits for, so a hang fails rather than stalls the suite."""
+    import threading
+
+    from toolkit.data import _fit_input
+
+    class Sequence(keras.utils.PyDataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return np.full((4, 3), i, "float32"), np.zeros((4, 1), "float32")
+
+    reader = _fit_input.as_fit_reads(Sequence(workers=2, use_multiprocessing=False), None)
+    read = []
+
+    def windows():
+        for _ in range(3):  # 12 batches each: a pass and a half, left mid-pass
+            read.append(sum(1 for _ in itertools.islice(reader.get_numpy_iterator(), 12)))
+
+    worker = threading.Thread(target=windows, daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert read == [12, 12, 12], f"a reader after the first got {read[1:]} batches, then hung"
+
+
 def test_second_opinion_that_agrees_speaks_with_one_verdict():
     """XProf's 'potentially input-bound' beside compute-bound rates that it agrees with: the
     line gives XProf's share and its label as a label, and one verdict, the rates'."""

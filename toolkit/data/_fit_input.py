@@ -166,9 +166,17 @@ def as_fit_reads(
             current = first
             while True:
                 count = 0
-                for batch in read(current):
-                    count += 1
-                    yield batch
+                try:
+                    for batch in read(current):
+                        count += 1
+                        yield batch
+                except GeneratorExit:
+                    # Left mid-pass (a window of N batches read): the pass is ended as fit
+                    # ends an epoch, so a PyDataset's workers stop. Left running, the next
+                    # reader of this adapter got the abandoned pass's last batches and
+                    # then waited for ever (doctor hung on workers=2, SIGTERM unheard).
+                    current.on_epoch_end()
+                    raise
                 current.on_epoch_end()
                 if not count:  # empty data: fit says it ran out, as yours would
                     return
