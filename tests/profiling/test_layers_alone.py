@@ -327,3 +327,19 @@ def test_check_model_keeps_the_trace_s_split_where_the_step_does_more_than_call_
     out = check_model(_found([("d0", 0.004)]), plain, (((None, 8), "float32"),), calls=1,
                       batch=4, jit=False, timer=timer)  # fmt: skip
     assert out.model_alone_s == 0.003
+
+
+def test_failed_alone_names_tensorflow_s_runtime_errors_without_their_paths():
+    """A run alone that TensorFlow's own runtime fails (Grappler's rewrite of a keras.io
+    U-Net's loop) is said as TensorFlow's, by its type, without the internal resource path
+    that filled the note; any other error as ``Type: message``."""
+    import tensorflow as tf
+
+    from toolkit.profiling.layers_alone import _failed_alone
+
+    path = "__per_step_0/while/body/_1/while/ArithmeticOptimizer/AddOpsRewrite_add_2/tmp_var"
+    said = _failed_alone(tf.errors.AlreadyExistsError(None, None, f"Resource {path}/frame:63"))
+    assert said == "TensorFlow's runtime failed to run it (AlreadyExistsError: Resource ...)"
+    assert _failed_alone(ValueError("its input is not fixed")) == (
+        "ValueError: its input is not fixed"
+    )

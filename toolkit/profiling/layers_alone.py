@@ -125,7 +125,7 @@ def check_layers(
                 alone = timer(entry.layer, specs, jit=jit, input_grads=grads)
                 done[key] = (alone.forward_s, alone.both_s)
             except Exception as e:  # noqa: BLE001 - a layer that will not run alone says so
-                done[key] = f"not timed alone: {one_line(e)}"
+                done[key] = f"not timed alone: {_failed_alone(e)}"
         got = done[key]
         out[x.name] = (
             dataclasses.replace(x, check=got) if isinstance(got, str) else _timed(x, *got, held)
@@ -188,7 +188,7 @@ def check_model(
         try:
             alone = timer(model, specs, jit=jit, input_grads=False)
         except Exception as e:  # noqa: BLE001 - a model that will not run alone says so
-            why = one_line(e)
+            why = _failed_alone(e)
         else:
             if alone.both_s <= alone.forward_s:  # a trained model's backward is never free
                 why = ("its forward alone read no faster than with its gradients (a noisy "
@@ -289,6 +289,20 @@ def _order(
 
     rest.sort(key=lambda x: (not weighted(x), -(x.flops or 0.0), -x.seconds))
     return first + rest
+
+
+def _failed_alone(error: Exception) -> str:
+    """Why a run alone failed, in one line. An error of TensorFlow's own runtime (its graph
+    rewriting, its kernels) is TensorFlow's, not the model's, which ran in the fit: named by
+    its type and the first words of its message, without the internal resource path that
+    filled the note (a keras.io U-Net: ``AlreadyExistsError: Resource __per_step_0/while/
+    body/_1/while/ArithmeticOptimizer/AddOpsRewrite_add_2/tmp_var/frame:6315961604705615773
+    ...``)."""
+    if not type(error).__module__.startswith("tensorflow.python.framework.errors"):
+        return one_line(error)
+    words = str(getattr(error, "message", "") or error).split()
+    said = " ".join(w for w in words[:8] if len(w) <= 40)
+    return f"TensorFlow's runtime failed to run it ({type(error).__name__}: {said} ...)"
 
 
 def _why_not(entry: Any, batch: int | None) -> tuple[str, Specs]:
