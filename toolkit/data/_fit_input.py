@@ -170,11 +170,8 @@ def as_fit_reads(
                     for batch in read(current):
                         count += 1
                         yield batch
-                except GeneratorExit:
-                    # Left mid-pass (a window of N batches read): the pass is ended as fit
-                    # ends an epoch, so a PyDataset's workers stop. Left running, the next
-                    # reader of this adapter got the abandoned pass's last batches and
-                    # then waited for ever (doctor hung on workers=2, SIGTERM unheard).
+                except GeneratorExit:  # left mid-pass: ended as fit ends an epoch (a
+                    # PyDataset's workers stop: the next reader waited for ever; doctor hung)
                     current.on_epoch_end()
                     raise
                 current.on_epoch_end()
