@@ -105,8 +105,7 @@ def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = Non
         # called: every time step's (where its cell is called, the count is the cell's)
         seq = _batched(inputs, batch)
         if len(seq) == 3 and seq[1] is None:  # an open time dimension: the model's own
-            with contextlib.suppress(AttributeError, ValueError, TypeError):
-                seq = (seq[0], tuple(layer.input.shape)[1], seq[2])
+            seq = (seq[0], _declared_time_steps(layer) or None, seq[2])
         if len(seq) != 3 or seq[1] is None:
             return None
         step = _time_step_flops(cell.kernel, cell.recurrent_kernel, (seq[0], seq[2]))
@@ -138,16 +137,21 @@ def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = Non
         in_shape = _batched(inputs, batch)
         if not in_shape or any(d is None for d in in_shape):
             return None
-        first = getattr(layer, "data_format", "channels_last") == "channels_first"
-        positions = math.prod(in_shape[:1] + in_shape[2:]) if first else math.prod(in_shape[:-1])
+        positions = _positions(layer, in_shape)
         return 2.0 * positions * math.prod(k_shape[:-2]) * k_shape[-2] * k_shape[-1]
     if kind.startswith("Conv") and "Transpose" not in kind and len(k_shape) >= 3:
         # the kernel: (window..., input channels per group, filters); each output element
         # is one window's products with the input channels of its group
-        first = getattr(layer, "data_format", "channels_last") == "channels_first"
-        positions = math.prod(out_shape[:1] + out_shape[2:]) if first else math.prod(out_shape[:-1])
+        positions = _positions(layer, out_shape)
         return 2.0 * positions * math.prod(k_shape[:-1]) * k_shape[-1]
     return None
+
+
+def _positions(layer: Any, shape: tuple[Any, ...]) -> int:
+    """The positions a convolution's `shape` holds: every dimension but the channels'."""
+    if getattr(layer, "data_format", "channels_last") == "channels_first":
+        return math.prod(shape[:1] + shape[2:])
+    return math.prod(shape[:-1])
 
 
 def _depthwise_flops(layer: Any, out_shape: tuple[Any, ...]) -> float | None:
@@ -160,8 +164,7 @@ def _depthwise_flops(layer: Any, out_shape: tuple[Any, ...]) -> float | None:
     pointwise = getattr(layer, "pointwise_kernel", None)
     if depthwise is None or len(depthwise.shape) < 3:
         return None
-    first = getattr(layer, "data_format", "channels_last") == "channels_first"
-    positions = math.prod(out_shape[:1] + out_shape[2:]) if first else math.prod(out_shape[:-1])
+    positions = _positions(layer, out_shape)
     products = math.prod(int(d) for d in depthwise.shape)
     if pointwise is not None:
         products += math.prod(int(d) for d in pointwise.shape)
@@ -341,8 +344,14 @@ def _time_steps(rnn: LayerEntry) -> int:
     shape = rnn.inputs[0][0] if rnn.inputs else ()
     if len(shape) >= 3 and shape[1]:
         return int(shape[1])
-    try:  # the functional graph's symbolic input (a subclassed model's layer has none)
-        declared = tuple(rnn.layer.input.shape)
+    return _declared_time_steps(rnn.layer)
+
+
+def _declared_time_steps(layer: Any) -> int:
+    """The time steps `layer`'s input has in the functional graph (``keras.Input((120, 7))``);
+    0 where it has no graph of its own (inside a subclassed model) or leaves them open."""
+    try:
+        declared = tuple(layer.input.shape)
     except (AttributeError, ValueError, TypeError):
         return 0
     return int(declared[1] or 0) if len(declared) >= 3 else 0
