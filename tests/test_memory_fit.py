@@ -474,3 +474,50 @@ def test_a_last_check_over_the_limit_is_backed_off_before_the_answer_falls_back(
     over = _Curve(lambda b: truth(b) if b <= 372 else 1300.0)  # every check over it
     fell = mf._checked(mf._predicted("m", over, points, 1228.8, "given"), over)
     assert fell.batch_size == 372 and fell.under_limit is True, (fell, over.ran)
+
+
+def test_fits_measures_a_function_s_pipeline_at_its_own_batch_when_none_is_given(monkeypatch):
+    """keras.io's weather model, batched by 256 in its function, was measured at 32, 64 and
+    128 by ``memory --model_fn``: the flag's default, a batch its run never reads. With no
+    batch size given, the first fresh process reads your pipeline's (``peak_at``'s `own`),
+    and the defaults are it, twice and four times it; a given one is kept."""
+    import types
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from toolkit.runner.config import TrainConfig
+    from toolkit.search.standings import Target
+    from toolkit.search.workload import peak_at
+    from toolkit.verbs._target import Parsed
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.zeros((192, 4), "float32")
+    data = tf.data.Dataset.from_tensor_slices((x, x[:, :2])).batch(48)
+    config = TrainConfig().validate()
+    assert peak_at(model, data, config, steps=1, own=True).batch_size == 48
+    assert peak_at(model, data, config, steps=1).batch_size == config.batch_size
+
+    class Pipeline(_Curve):  # the first process answers the batch it read
+        def peak(self, batch, what="measuring"):
+            self.ran.append(batch)
+            return mf.MemoryPeak(batch or 48, self.truth(batch or 48))
+
+    runs = Pipeline(lambda b: 900.0 + b)
+    monkeypatch.setattr(mf, "_Runs", lambda *args: runs)
+    found = mf.fits("memfit_models:sized", check=False)
+    assert runs.ran == [None, 96, 192], runs.ran
+    assert [p.batch_size for p in found.points] == [48, 96, 192]
+    runs.ran.clear()
+    mf.fits("memfit_models:sized", config={"batch_size": 16}, check=False)
+    assert runs.ran == [16, 32, 64], runs.ran
+    # the verb: --batch_size left out of a --model_fn target's config unless given
+    target = Target(None, "m:f", {}, {"batch_size": 32, "steps": 5})
+    flag = {"batch_size": types.SimpleNamespace(present=False, value=32)}
+    assert Parsed("", flag, None, target).batch_left_to_data().config == {"steps": 5}
+    flag["batch_size"].present = True
+    assert Parsed("", flag, None, target).batch_left_to_data() is target
+    recipe = dataclasses.replace(target, recipe="mlp", model_fn=None)
+    assert Parsed("", {}, None, recipe).batch_left_to_data() is recipe

@@ -103,7 +103,8 @@ def _figures_or_tune(spec: Any, channel: _Channel) -> _Answer:
     if spec.job == "peak":  # toolkit.fits: the peak memory of a short fit at this batch
         from toolkit.search.workload import peak_at
 
-        return peak_at(target, data, config, spec.steps)
+        # a batch size left out: your function's pipeline's own
+        return peak_at(target, data, config, spec.steps, "batch_size" not in spec.target.config)
     if spec.job == "anatomy":
         from toolkit.search.anatomy import anatomy
 

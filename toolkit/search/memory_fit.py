@@ -109,11 +109,11 @@ class MemoryPeak(fields.Record):
     def words(self) -> str:
         """``out of memory at batch 512 (killed by SIGKILL...)``, or the failure, in one line."""
         if self.out_of_memory:
-            return f"out of memory at batch {self.batch_size:,} ({self.error})"
-        return f"batch {self.batch_size:,} failed in a fresh process: {self.error}"
+            return f"out of memory at {_at(self.batch_size)} ({self.error})"
+        return f"{_at(self.batch_size)} failed in a fresh process: {self.error}"
 
     @classmethod
-    def of(cls, batch_size: int, got: Any) -> MemoryPeak:
+    def of(cls, batch_size: int | None, got: Any) -> MemoryPeak:
         """The peak a fresh process answered (a ``_processes.ChildResult``): its answer; a
         process SIGKILL ended (what the kernel's out-of-memory killer sends) or that answered
         an out-of-memory error, as out of memory at `batch_size`; else its failure."""
@@ -121,14 +121,19 @@ class MemoryPeak(fields.Record):
             try:
                 return cls.from_dict(got.answer)
             except (KeyError, TypeError, ValueError) as e:
-                return cls(batch_size, error=f"a malformed answer ({e})")
+                return cls(batch_size or 0, error=f"a malformed answer ({e})")
         if got.signal == "SIGKILL":
             said = "killed by SIGKILL, as the kernel's out-of-memory killer ends a process"
-            return cls(batch_size, error=said, out_of_memory=True)
+            return cls(batch_size or 0, error=said, out_of_memory=True)
         from toolkit.search._model_fit import out_of_memory
 
         error = got.error or "no result"
-        return cls(batch_size, error=error, out_of_memory=out_of_memory(RuntimeError(error)))
+        return cls(batch_size or 0, error=error, out_of_memory=out_of_memory(RuntimeError(error)))
+
+
+def _at(batch: int) -> str:
+    """``batch 256``; 0 (a process that died before it read your pipeline): its batch."""
+    return f"batch {batch:,}" if batch else "your pipeline's batch"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -445,7 +450,10 @@ def fits(
     limit_mb, sizes, steps = parse_limit(limit), check_sizes(batch_sizes), check_steps(steps)
     with _handed_over(model, data, config) as (target, env, words, batch):
         runs = _Runs(target, env, steps, timeout_s, progress)
-        points = runs.measure(sizes or tuple(sorted({batch * k for k in SCALE})))
+        first = () if sizes or batch else runs.measure((None,))  # your pipeline's batch
+        batch = batch or first[0].batch_size
+        more = () if first and not first[0].ok else SCALE[len(first) :]
+        points = (*first, *runs.measure(sizes or tuple(sorted({batch * k for k in more}))))
         found = _predicted(words, runs, points, *_limit(limit_mb, points))
         if not sizes and _flat(found):  # the defaults too close to tell: measured further
             points += runs.measure(_further(found, batch))
@@ -551,23 +559,26 @@ class _Runs:
         self.say = progress or progress_mod.say
         self.backend = backend.name()
 
-    def peak(self, batch: int, what: str = "measuring") -> MemoryPeak:
-        """One fresh process's :class:`MemoryPeak` at `batch`."""
+    def peak(self, batch: int | None, what: str = "measuring") -> MemoryPeak:
+        """One fresh process's :class:`MemoryPeak` at `batch` (None: the batch your function's
+        pipeline makes, which the answer names)."""
         from toolkit.search._processes import ChildSpec, run_child
 
-        on = dataclasses.replace(self.target, config={**self.target.config, "batch_size": batch})
+        config = {k: v for k, v in self.target.config.items() if k != "batch_size"}
+        on = dataclasses.replace(self.target, config={**config, "batch_size": batch} if batch
+                                 else config)  # fmt: skip
         device = str(on.config.get("device") or "auto")
-        self.say(f"memory: batch {batch:,}, {what} (a fresh process, {_steps(self.steps)})")
+        self.say(f"memory: {_at(batch or 0)}, {what} (a fresh process, {_steps(self.steps)})")
         spec = ChildSpec("peak", self.backend, device, on, steps=self.steps)
         import psutil
 
         cap = HOST_CAP * psutil.virtual_memory().available / 2**20
         got = MemoryPeak.of(batch, run_child(spec, self.env, self.timeout_s, host_cap_mb=cap))
         failed = "out of memory" if got.out_of_memory else "failed"
-        self.say(f"memory: batch {batch:,}: {format_mb(got.peak_mb) if got.ok else failed}")
+        self.say(f"memory: {_at(got.batch_size)}: {format_mb(got.peak_mb) if got.ok else failed}")
         return got
 
-    def measure(self, sizes: Sequence[int]) -> tuple[MemoryPeak, ...]:
+    def measure(self, sizes: Sequence[int | None]) -> tuple[MemoryPeak, ...]:
         """Each of `sizes`, smallest first, until one runs out of memory (a larger one
         would too). A run that fails otherwise ends the search: the target is broken.
 
@@ -766,7 +777,8 @@ def _handed_over(model: Any, data: Any, config: Any) -> Iterator[tuple[Any, dict
         target = Target.of(model, config=settings)
         if not target.config and settings:
             target = dataclasses.replace(target, config=settings)
-        yield target, dict(os.environ), target.label(), int(target.config.get("batch_size", 32))
+        # no batch size given: your function's pipeline's own, read by the first fresh process
+        yield target, dict(os.environ), target.label(), target.config.get("batch_size")
         return
     from toolkit.core import children
 

@@ -308,9 +308,10 @@ def workload(
     return ModelWorkload(target, data, config, class_weight)
 
 
-def peak_at(target: Any, data: Any, config: TrainConfig, steps: int) -> Any:
+def peak_at(target: Any, data: Any, config: TrainConfig, steps: int, own: bool = False) -> Any:
     """The peak memory of a short fit of `target` (a recipe's Task, or your compiled model
-    and `data`, read at ``config.batch_size``: ``_model_fit.at_batch``) over `steps` steps
+    and `data`, read at ``config.batch_size``: ``_model_fit.at_batch``; where `own`, at the
+    batch your pipeline makes, else the config's) over `steps` steps
     after its first call: on an accelerator the device's own peak, on a CPU this process's
     peak resident memory (``_model_fit.peak_from_second_call``: the import, the build and the
     first call's compile are peaks no batch size changes). An allocation that fails is
@@ -321,6 +322,10 @@ def peak_at(target: Any, data: Any, config: TrainConfig, steps: int) -> Any:
     from toolkit.search._model_fit import at_batch, out_of_memory, peak_from_second_call
     from toolkit.search.memory_fit import MemoryPeak
 
+    if own and hasattr(data, "element_spec"):
+        from toolkit.data.builder import infer_batch_size
+
+        config = dataclasses.replace(config, batch_size=infer_batch_size(data) or config.batch_size)
     batch = config.batch_size
     try:
         with workload(target, at_batch(data, batch), config) as work:

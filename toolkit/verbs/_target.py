@@ -109,6 +109,15 @@ class Parsed:
     config: Any
     target: Any
 
+    def batch_left_to_data(self) -> Any:
+        """The target, its batch size left out where ``--model_fn`` names it and
+        ``--batch_size`` was not given: measured at the batch your function's pipeline makes
+        (``toolkit.fits`` reads it there), not at the flag's default."""
+        if self.target.model_fn is None or self.flag_values["batch_size"].present:
+            return self.target
+        config = {k: v for k, v in self.target.config.items() if k != "batch_size"}
+        return dataclasses.replace(self.target, config=config)
+
     def unused_batch(self, read: int | None) -> str | None:
         """A line saying ``--batch_size`` was not the batch ``fit`` read (data that batches
         itself: a ``tf.data`` pipeline your function made), where it was given and differs;

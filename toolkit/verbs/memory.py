@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     out = parsed.config.report_dir if parsed.flag_values["report_dir"].present else None
     check_out(out, "--report_dir", "or leave --report_dir out")  # before anything is measured
     found = fits(
-        parsed.target, limit=args.memory_limit, batch_sizes=args.batch_sizes,
+        parsed.batch_left_to_data(), limit=args.memory_limit, batch_sizes=args.batch_sizes,
         steps=args.steps, check=not args.no_check,
     )  # fmt: skip
     print(terminal.show(found.screen(), terminal.width() or 80))  # a log too: 80 columns
