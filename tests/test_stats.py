@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 import pytest
 
@@ -119,11 +122,17 @@ def test_epoch_figures_are_the_summary_s(batch_size):
     assert epoch_figures(calls[:2], batch_size) == {}  # nothing timed yet
 
 
-def test_stepstats_dict_roundtrip_and_lines():
+def test_stepstats_dict_roundtrip_and_lines(monkeypatch):
     s = summarize([0.001] * 10, batch_size=32, first_step_s=0.2, first_step_steps=1)
     assert StepStats.from_dict(s.to_dict()) == s
     text = str(s)
     assert "p50 1.000 ms" in text and "32,000.0 examples/s" in text and "first step" in text
+    assert max(map(len, s.lines(compile_cache=True))) > 80  # the first step's line, whole
+    # print(timer.summary()) on an 80-column terminal: folded to it (was 98 columns)
+    monkeypatch.setattr(sys, "stdout", types.SimpleNamespace(isatty=lambda: True))
+    monkeypatch.setenv("COLUMNS", "80")
+    assert max(map(len, str(s).splitlines())) <= 80
+    assert " ".join(str(s).split()) == " ".join(text.split())  # folded, nothing lost
 
 
 def test_format_flops_rounds_up_into_the_next_prefix():
