@@ -429,9 +429,9 @@ def reconcile(a: Anatomy) -> Anatomy:
        alone) from forward and backward outside the layers; where even that is short, they
        add up to more than the step (XLA fuses across them, cores overlap them): every
        computed part is scaled down to fit, and a note says so.
-    5. Where Keras's own cost was measured (``raw_s``, ``fit_s``), the input is checked
-       against the untraced step over fit's step on one batch, and "Keras between steps" is
-       at most what the trainer adds over the raw step; the rest of it is "other".
+    5. Where fit's step on one batch was measured (``fit_s``), the input is checked against
+       the untraced step over it; where Keras's own cost was too (``raw_s``), "Keras between
+       steps" is at most what the trainer adds over the raw step; the rest of it is "other".
 
     Pure: the same input gives the same record; an anatomy without phases or with an error
     is returned as it is."""
@@ -563,8 +563,8 @@ def _held_layers(layers: Sequence[LayerTime], k: float) -> tuple[list[LayerTime]
 
 
 def _keras_host(a: Anatomy, step: float, parts: dict[Phase, float], notes: list[str]) -> None:
-    """The input and "Keras between steps" against what isolates them, where Keras's own cost
-    was measured (``raw_s``, ``fit_s``: fit's step on one batch repeated, no input pipeline):
+    """The input and "Keras between steps" against what isolates them, where fit's step on one
+    batch repeated was measured (``fit_s``: no input pipeline), and Keras's own (``raw_s``):
 
     * the input is what the pipeline costs the `step`: the untraced step over fit's step on
       one batch. Where the trace's wait is off that by more than :data:`INPUT_BAND` of the
@@ -574,7 +574,7 @@ def _keras_host(a: Anatomy, step: float, parts: dict[Phase, float], notes: list[
     * "Keras between steps" is at most what the trainer costs over the raw step: its time
       past that is no trainer work but work the trace did not see (XLA's CPU runtime running
       the program while the host waits), and is "other"."""
-    if a.raw_s is None or a.fit_s is None:
+    if a.fit_s is None:
         return
     # Your data's step against one batch's, timed in turn (a slow spell falls on both):
     # against the untraced step, timed minutes apart, one batch's step read slower under load
@@ -614,6 +614,8 @@ def _keras_host(a: Anatomy, step: float, parts: dict[Phase, float], notes: list[
                 f"input is what the data costs the step: {timed}; the trace's wait was "
                 f"{format_ms(waited)}"
             )
+    if a.raw_s is None:  # your model adds its own losses: no raw step to hold the host to
+        return
     most = max(0.0, a.fit_s - a.raw_s)
     host = parts.get(Phase.HOST, 0.0)
     if host <= most + 1e-12:
