@@ -108,11 +108,11 @@ def test_anatomy_checks_the_fix_it_names_for_a_large_other(keras):
     else:  # torch.compile's tens of seconds: named, not measured, said so
         assert found.other_fixed_s is None and not work.fits
         assert any("not measured here" in n for n in found.notes)
-    if True in backend.get().searched_jit():  # no raw step ran (a train_step of yours): fit's
-        work.fits.clear()  # own step timed in turn with the fix's, twice each
-        unfitted = dataclasses.replace(large, fit_s=None)
+    if True in backend.get().searched_jit():  # no raw step ran (--no_raw): fit's own step
+        work.fits.clear()  # timed first, then in turn with the fix's, twice each (a step
+        unfitted = dataclasses.replace(large, fit_s=None)  # after an XLA fit read 2.3x)
         own = _Measured(work, steps=4)._with_other_fix(unfitted, model)
-        assert [c.jit_compile for c, one_batch in work.fits if one_batch] == [True, False] * 2
+        assert [c.jit_compile for c, one_batch in work.fits if one_batch] == [False, True] * 2
         assert own.fit_s == 0.010 and own.other_fixed_s == 0.004 and own.other_fix_held()
     phases = (PhaseTime(Phase.FORWARD, 0.009), PhaseTime(Phase.OTHER, 0.001))
     small = Anatomy(backend.name(), step_s=0.010, fit_s=0.010, phases=phases)
