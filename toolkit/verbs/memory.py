@@ -38,7 +38,7 @@ def options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--batch_sizes",
         help="comma-separated batch sizes to measure, two or more (default: --batch_size, "
-        "twice and four times it)",
+        "twice and four times it; with --model_fn and no --batch_size, your data's batch)",
     )
     p.add_argument("--steps", type=int, default=4, help="training steps in each run (4)")
     p.add_argument(
