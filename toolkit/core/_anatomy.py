@@ -46,9 +46,6 @@ OTHER_LARGE = 0.25  # an "other" past this share of the step is taken apart, its
 # 0.63× the untraced one, and every phase was scaled up by 1.58). Wide, past a loaded
 # machine's spread between the two (a planted MLP on JAX beside a test run: 1.25×).
 UNTRACED_SLOWER = 0.40
-# A traced forward under this share of the model's own forward timed alone: the step ran the
-# layers elsewhere (a compute_loss of its own), and the model alone is not its forward.
-SEEN_FORWARD = 0.10
 
 
 class Phase(str, enum.Enum):
@@ -458,24 +455,13 @@ def reconcile(a: Anatomy) -> Anatomy:
     parts = {p.phase: p.seconds * k for p in a.phases}
     parts[Phase.INPUT] = held_input
     layers, gained = _held_layers(a.layers, k)
-    measured, own_step = _model_phases(a), False
-    if measured is not None and parts.get(Phase.FORWARD, 0.0) < SEEN_FORWARD * measured[0]:
-        # A step of your own (a compute_loss or train_step that calls the model's layers
-        # itself, as keras.io's VAE does) runs the forward outside the model's call, where
-        # the trace books it: the model alone is not the step's forward, and would count it
-        # twice (once as the model's, once where the step ran it).
-        notes.append(
-            f"the trace saw almost no forward ({format_ms(parts.get(Phase.FORWARD, 0.0))}) "
-            f"against the model's own, timed alone ({format_ms(measured[0])}): the step runs "
-            "the layers outside the model's call (a compute_loss or train_step of its own), "
-            "so their forward is in the phase that ran it; the trace's split stands, and "
-            "the layers' rows are theirs alone"
-        )
-        measured, own_step = None, True
+    # A step of your own (a train_step or compute_loss that runs the layers outside the
+    # model's call, as keras.io's VAE does) has no model timed alone (``check_model``): its
+    # trace's split stands. Where the model was timed alone, a trace that saw almost no
+    # forward booked it elsewhere (XLA fused a JAX Embedding's gathers into the backward).
+    measured = _model_phases(a)
     takers: tuple[tuple[Phase, float], ...]
-    if own_step:  # the layers' rows are theirs alone: no phase gains or loses by them
-        takers = ((Phase.HOST, 0.0),)
-    elif measured is None:
+    if measured is None:
         parts[Phase.FORWARD] = parts.get(Phase.FORWARD, 0.0) + gained[0]
         parts[Phase.BACKWARD] = parts.get(Phase.BACKWARD, 0.0) + gained[1]
         parts[Phase.OTHER] = parts.get(Phase.OTHER, 0.0) - gained[0] - gained[1]
