@@ -121,3 +121,33 @@ def test_anatomy_checks_the_fix_it_names_for_a_large_other(keras):
     model.compile("sgd", "mse", jit_compile=True)
     assert _Measured(work, steps=4)._with_other_fix(large, model).other_fix is None
     assert not work.fits
+
+
+def test_anatomy_without_a_raw_step_still_times_your_data_s_step_against_one_batch(keras):
+    """A model with no raw step (a train_step of its own; keras.io's RecommenderNet, whose
+    Embeddings add their own losses) still gets fit's step on your data against one batch's,
+    timed in turn: what the data costs the step (its JAX batch transfers, slowed by the
+    profiler, had been held as 98.8 % input). A traced fit's untraced steps faster than the
+    step alone are no whole steps (0.08 ms against 0.44 ms on JAX): yours stands."""
+    from toolkit import backend
+    from toolkit.search.anatomy import RAW_ROUNDS, _Measured
+
+    class Own(keras.Sequential):
+        def train_step(self, data):
+            return super().train_step(data)
+
+    class Fed(_Work):
+        def fit(self, candidate=None, *, steps, warmup, one_batch=False, callbacks=()):
+            self.fits.append((candidate, one_batch))
+            return _Steps(0.0044 if one_batch else 0.0064)
+
+    model, work = Own([keras.Input((4,)), keras.layers.Dense(2)]), Fed()
+    found = Anatomy(backend.name(), step_s=0.002, untraced_s=0.0008,
+                    phases=(PhaseTime(Phase.FORWARD, 0.002),))  # fmt: skip
+    got = _Measured(work, steps=4)._with_raw(found, model)
+    assert [one for _, one in work.fits] == [True, False] * RAW_ROUNDS
+    assert got.raw_s is None and got.fit_s == 0.0044 and got.fed_s == 0.0064
+    assert got.untraced_s == 0.0064 and any("not whole steps" in n for n in got.notes)
+    assert any(n.startswith("Keras's own cost not measured: Own has its own") for n in got.notes)
+    kept = _Measured(work, steps=4)._with_raw(dataclasses.replace(found, untraced_s=0.005), model)
+    assert kept.untraced_s == 0.005 and not any("not whole" in n for n in kept.notes)
