@@ -133,7 +133,7 @@ class MemoryPeak(fields.Record):
 
 def _at(batch: int) -> str:
     """``batch 256``; 0 (a process that died before it read your pipeline): its batch."""
-    return f"batch {batch:,}" if batch else "your pipeline's batch"
+    return f"batch {batch:,}" if batch else "your data's batch"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -450,7 +450,7 @@ def fits(
     limit_mb, sizes, steps = parse_limit(limit), check_sizes(batch_sizes), check_steps(steps)
     with _handed_over(model, data, config) as (target, env, words, batch):
         runs = _Runs(target, env, steps, timeout_s, progress)
-        first = () if sizes or batch else runs.measure((None,))  # your pipeline's batch
+        first = () if sizes or batch else runs.measure((None,))  # your data's batch
         batch = batch or first[0].batch_size
         more = () if first and not first[0].ok else SCALE[len(first) :]
         points = (*first, *runs.measure(sizes or tuple(sorted({batch * k for k in more}))))
