@@ -451,7 +451,7 @@ def fits(
     with _handed_over(model, data, config) as (target, env, words, batch):
         runs = _Runs(target, env, steps, timeout_s, progress)
         first = () if sizes or batch else runs.measure((None,))  # your data's batch
-        batch = batch or first[0].batch_size
+        batch = batch or (first[0].batch_size if first else 0)  # 0: unread, sizes given
         more = () if first and not first[0].ok else SCALE[len(first) :]
         points = (*first, *runs.measure(sizes or tuple(sorted({batch * k for k in more}))))
         found = _predicted(words, runs, points, *_limit(limit_mb, points))
