@@ -153,15 +153,8 @@ class _Measured:
             except Exception as e:  # noqa: BLE001 - one plain step cannot stand for this one
                 why = str(e)
         notes = found.notes + ((f"Keras's own cost not measured: {why}",) if why else ())
-        say(
-            "anatomy: "
-            + (
-                "Keras's fit step alone against the raw step, "
-                if timed
-                else "fit's step on your data against one batch's, "
-            )
-            + "timed in turn"
-        )
+        against = "the raw step" if timed else "your data's"  # fit's step alone against it
+        say(f"anatomy: Keras's fit step alone against {against}, timed in turn")
         try:
             raws, fits, feds = self._in_turn(timed)
         except Exception as e:  # noqa: BLE001 - the raw step is ours: said, the anatomy kept
