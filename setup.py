@@ -70,6 +70,11 @@ setup(
         # a lock around a cache's read-modify-write (tune, backends, matmul peak), so that
         # processes updating one cache at once all keep their entry (toolkit/core/files.py)
         "filelock>=3.12",
+        # Not ml_dtypes 0.7.0, which TensorFlow, JAX and Keras all import: with NumPy 2.4 its
+        # import takes 0.88 s against 0.015 s for 0.6.0 (measured 2026-12-02, perf: NumPy's
+        # PyUFunc_AddLoop comparing each new loop against every loop added before it). Every
+        # recipe, tune round and fresh process pays it. 0.6.0 has every name the frameworks use.
+        "ml_dtypes>=0.5.1,!=0.7.0",
     ],
     extras_require={
         "metal": [f"tensorflow-metal>=1.1,<1.2; {APPLE_SILICON}"],
