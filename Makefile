@@ -44,13 +44,15 @@ test: $(STAMP)
 
 # Keras's next release, today: the same project in a second environment (.venv-next) whose Keras
 # is a pinned keras-nightly (pinned, so CI is reproducible; moving the pin is a commit). It runs
-# what the nightly changes (marked next_keras: the distribution tests, which there include
-# PyTorch's data_parallel over two processes, and JAX's fused steps as one scan) on JAX, and the
-# profiling contracts (every_backend, but for the recipes' smoke runs) once, on PyTorch, whose
-# trainer the toolkit reaches into most; `make test` runs those contracts, and every recipe, on
-# the stable Keras on all three backends. (The contracts also ran on the nightly's JAX: 4
-# minutes more of CI's 35 for a third JAX run of the same checks; the six recipes on the
-# nightly's PyTorch, about 50 s more for what the contracts check of its trainer already.)
+# what the nightly changes (marked next_keras: the distribution tests that reach Keras, which
+# there include PyTorch's data_parallel over two processes, and JAX's fused steps as one scan;
+# not the failures the toolkit says before Keras is reached: tests/test_data_parallel.py) on
+# JAX, and the profiling contracts (every_backend, but for the recipes' smoke runs) once, on
+# PyTorch, whose trainer the toolkit reaches into most; `make test` runs those contracts, and
+# every recipe, on the stable Keras on all three backends. (The contracts also ran on the
+# nightly's JAX: 4 minutes more of CI's 35 for a third JAX run of the same checks; the six
+# recipes on the nightly's PyTorch, about 50 s more for what the contracts check of its
+# trainer already.)
 # .venv-next is an overlay on .venv, not a second install of every framework (4.1 GB and
 # about 2 minutes of CI's 35, measured): a .pth file adds .venv's site-packages after its own,
 # so it holds only the nightly (the project comes editable with .venv's packages), whose

@@ -12,8 +12,6 @@ from toolkit.core import compat
 from toolkit.report import render_merged
 from toolkit.runner.config import TrainConfig
 
-pytestmark = [pytest.mark.next_keras]
-
 
 def test_tf_config_from_worker_hosts():
     config = distribute.tf_config(["127.0.0.1:2222", " 127.0.0.1:2223"], 1)
@@ -83,6 +81,7 @@ def test_service_address():
             distribute.service_address(bad)
 
 
+@pytest.mark.next_keras  # the one test here that reads Keras: the rest run once
 @pytest.mark.skipif(compat.keras_flavor() == "tf_keras", reason="the Keras 3 refusal")
 def test_multi_worker_under_keras3_is_a_one_line_error():
     with pytest.raises(distribute.DistributeError, match="TF_USE_LEGACY_KERAS=1"):
