@@ -15,7 +15,7 @@ import pytest
 from tests.helpers import read_images
 from toolkit import backend
 from toolkit.core import compat
-from toolkit.profiling._fixes import unfixed
+from toolkit.profiling._fixes import COMPILE_SHARE, unfixed
 from toolkit.report import RunReport, compare
 from toolkit.report._fixes import fix_words
 from toolkit.report._ledger import as_ledger, fixes, ledger_line
@@ -176,7 +176,13 @@ def test_model_checkpoint_every_epoch_is_a_callback_of_its_own(make_model, tmp_p
 def test_a_compile_heavy_setting_on_a_short_run_is_mostly_compile(keras, make_model):
     """Compile-heavy by construction: a deep stack whose trace and XLA compile cost many
     times its steps, in a process whose one-off start-up (a worker's first fit: 1.05 s on a
-    loaded machine, against a two-layer model's 0.46 s compile) is paid before."""
+    loaded machine, against a two-layer model's 0.46 s compile) is paid before.
+
+    The compile is 85-93 % of such a fit on a quiet machine; XLA's fix is said from a
+    quarter (``COMPILE_SHARE``). A stall the loaded machine puts into the fit's start-up, exit
+    or other can take the compile below that, and the rule then rightly says nothing (once in
+    the JAX pass, beside a clean clone's suite): the fix is asserted where the measured share
+    calls for it, and its absence where it does not."""
     if backend.name() == "torch":
         pytest.skip("torch.compile takes half a minute on this CPU: the eager step compiles none")
     make_model(features=4).fit(*_arrays(8, features=4), batch_size=8, verbose=0)
@@ -194,7 +200,11 @@ def test_a_compile_heavy_setting_on_a_short_run_is_mostly_compile(keras, make_mo
     run = {k: v for k, v in parts.items() if k not in ("start_up", "exit", "other")}
     assert max(run, key=lambda k: run[k] or 0.0) == "compile", parts
     assert ledger["jit_compile"] == "True"
-    fix = next(f for f in fixes(as_ledger(ledger)) if f.item == "compile")
+    fix = next((f for f in fixes(as_ledger(ledger)) if f.item == "compile"), None)
+    share = parts["compile"] / ledger["wall_s"]
+    assert (fix is not None) == (share >= COMPILE_SHARE), (share, parts, ledger["compiles"])
+    if fix is None:
+        return
     if False in backend.get().searched_jit():  # XLA off is a setting tune measures here
         assert "pays for itself only if XLA saves" in fix.why and fix.break_even_ms > 0
     else:  # JAX: it compiles every step; a longer run is what spreads it
