@@ -23,6 +23,7 @@ def _run(*args: str, cwd) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.long
 def test_anatomy_verb_takes_a_recipe_apart_and_writes_its_record(tmp_path):
     out = tmp_path / "out"
     done = _run("--recipe", "mlp", "--steps", "4", "--no_plot", "--out", str(out),

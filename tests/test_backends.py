@@ -262,6 +262,7 @@ def test_a_fourth_backend_is_its_module_and_one_registry_line(fourth, keras):
 
 
 @pytest.mark.parametrize("name", ["tensorflow", "jax"])
+@pytest.mark.long
 def test_a_later_run_reads_its_compiled_programs_from_the_compile_cache(name, tmp_path):
     """--compile_cache: the first run writes its compiled programs; a later run of the same
     recipe reads them all (it writes no new one), also when it measures the matmul peak again
@@ -350,6 +351,7 @@ def _trained_without_tensorflow(path, name: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "jitted"), [("jax", True), ("torch", False)])
+@pytest.mark.long
 def test_the_digits_demo_learns_without_tensorflow(no_tensorflow, name, jitted, tmp_path):
     """The demo as on a machine without TensorFlow (its data by Grain, as where TensorFlow is
     installed): the same >= 0.95 as through tf.data, with Keras's own choice of compilation
@@ -364,6 +366,7 @@ def test_the_digits_demo_learns_without_tensorflow(no_tensorflow, name, jitted, 
     assert float(accuracy) >= 0.95 and jit == str(jitted) and used == name
 
 
+@pytest.mark.long
 def test_the_accelerator_benchmark_runs_without_tensorflow(no_tensorflow, tmp_path):
     """benchmarks/accelerator.py as on a GPU machine with PyTorch and no TensorFlow (its parts
     run in processes of their own, packages from PYTHONPATH only): every part, every line.

@@ -311,6 +311,7 @@ def test_share_initial_weights_writes_then_loads_and_rejects_another_model(keras
         train.share_initial_weights(model(5), path)
 
 
+@pytest.mark.long
 def test_backends_cli_then_a_recipe_on_backend_auto(tmp_path):
     """Every installed backend in fresh processes, the same start (the losses agree), the
     table and files; then ``--backend=auto`` trains on the winner.
@@ -365,6 +366,7 @@ def test_backends_cli_bad_input_is_one_line(tmp_path):
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.long
 def test_tune_across_backends_searches_each_then_meets_head_to_head(tmp_path):
     """The backend as a tune axis: one search per installed backend (fresh processes), then
     their winners and the untuned defaults head to head; the defaults always a contender.

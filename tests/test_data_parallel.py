@@ -449,6 +449,7 @@ def _backup_epoch(backup: Path) -> int:
         return 0
 
 
+@pytest.mark.long
 def test_a_killed_worker_ends_the_others_in_one_line_and_the_restarted_cluster_resumes(
     tmp_path, backend
 ):
@@ -522,6 +523,7 @@ def test_pytorch_on_a_keras_without_its_distribution_says_what_it_needs_in_one_l
     assert "Traceback" not in out.stderr and not (tmp_path / "r").exists()
 
 
+@pytest.mark.long
 def test_a_killed_coordinator_ends_the_others_within_seconds(tmp_path, backend):
     """Worker 0 holds the cluster's coordinator (JAX's coordination service; PyTorch's
     TCPStore): when it dies the others end at once and without a hang (JAX ends them itself,
@@ -577,6 +579,7 @@ print("CLUSTER", json.dumps(prof.report.cluster.to_dict()))
 """
 
 
+@pytest.mark.long
 def test_your_own_model_over_processes_gets_the_cluster_report_from_profile(tmp_path):
     script = tmp_path / "own.py"
     script.write_text(OWN_MODEL)

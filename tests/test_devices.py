@@ -374,6 +374,7 @@ def test_cli_preflight_warns_of_a_precision_and_refuses_a_device_not_here():
     assert out.returncode == 2 and last.startswith("error: unknown device 'metal'")
 
 
+@pytest.mark.long
 def test_cli_placement_of_a_recipe_s_step_on_every_backend():
     """Three processes, one per backend, each placing one step of the recipe: 30-45 s on 2
     cores."""

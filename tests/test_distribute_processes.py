@@ -143,6 +143,7 @@ def test_two_workers_train_in_sync_and_their_reports_merge(tmp_path):
 
 
 @pytest.mark.next_keras
+@pytest.mark.long
 def test_data_service_serves_the_same_elements_as_the_local_pipeline(tmp_path):
     from recipes import mlp
     from toolkit import distribute
@@ -217,6 +218,7 @@ def _metadata_epoch(backup_dir) -> int:
     os.environ.get("TF_USE_LEGACY_KERAS") == "1", reason="reads Keras 3's backup metadata"
 )
 @pytest.mark.next_keras
+@pytest.mark.long
 def test_a_killed_run_resumes_from_its_backup_and_ends_at_the_requested_steps(tmp_path):
     backup, reports = tmp_path / "backup", tmp_path / "runs"
     epochs, steps = 6, 150
@@ -253,6 +255,7 @@ def test_a_killed_run_resumes_from_its_backup_and_ends_at_the_requested_steps(tm
     assert "resumed from epoch" in second.stdout
 
 
+@pytest.mark.long
 def test_a_killed_worker_restarts_and_the_cluster_resumes_to_the_requested_steps(tmp_path):
     """Worker 1 is SIGKILLed after epoch 1 is backed up. Worker 0 notices (its peer stops
     sending heartbeats), fails with a partial report instead of hanging, and both are started

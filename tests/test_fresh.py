@@ -282,6 +282,7 @@ def make():
 """
 
 
+@pytest.mark.long
 def test_fresh_processes_run_your_model_with_each_candidate_s_settings(tmp_path, monkeypatch):
     (tmp_path / "freshtrain.py").write_text(MODEL_FN)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -370,6 +371,7 @@ def slow_after_first():  # the first build here is quick; every later one hangs
 )
 
 
+@pytest.mark.long
 def test_a_fresh_run_that_overruns_is_stopped_said_and_never_silent(tmp_path, monkeypatch):
     """tune(build)'s fresh rounds where `build` turns slow in a fresh process: the run past
     ``OVERRUN`` times the first one's time is stopped (not left to a fixed 600 s), a line

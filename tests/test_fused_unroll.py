@@ -169,6 +169,7 @@ def test_fused_steps_step_aside_only_where_keras_scans_as_fast(keras):
 
 
 @pytest.mark.next_keras
+@pytest.mark.long
 def test_fused_steps_where_keras_scans_its_own_say_they_are_not_needed(tmp_path):
     """Keras 3.16 runs steps_per_execution on JAX as one scan; from a tf.data input it was as
     fast as fused steps, so a run given --fused_steps says what does the same (and still runs

@@ -87,6 +87,7 @@ def _memory(*args: str, cwd) -> subprocess.CompletedProcess:
 # ---------------------------------------------------------------------------- real processes
 
 
+@pytest.mark.long
 def test_fits_draws_its_line_through_the_peaks_it_measured_in_fresh_processes(models):
     """The line is the least-squares line through the three fresh processes' peaks, its fit
     said from their residuals. How close it predicts a batch it never measured (within 15 %)
@@ -157,6 +158,7 @@ def test_memory_verb_says_a_process_killed_by_sigkill_ran_out_of_memory_at_its_b
     assert "largest batch: not predicted (out of memory at batch 64 (killed by SIGKILL" in said
 
 
+@pytest.mark.long
 def test_memory_verb_checks_its_prediction_within_80_columns_and_writes_its_record(models):
     out = models / "reports"
     done = _memory("--model_fn", "memfit_models:sized", "--batch_sizes=256,512", "--steps=1",

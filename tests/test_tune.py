@@ -319,6 +319,7 @@ def test_a_real_tiny_search_on_the_cpu(keras, tmp_path, monkeypatch):
         assert result.run is not None and "whole run of" in result.why
 
 
+@pytest.mark.long
 def test_tune_cli_then_a_recipe_with_autotune_reads_the_cache(tmp_path):
     """`keras-perf tune` on a recipe, then the recipe with ``--autotune`` on the same budget:
     the second reads the first's pick from the cache and says so in its report.
@@ -577,6 +578,7 @@ def _tune_on_grain() -> dict:
     }
 
 
+@pytest.mark.long
 def test_tune_your_model_on_a_grain_pipeline_on_this_backend_and_on_jax(keras, tmp_path):
     """Keras reads Grain on every backend: the search runs here and, on another backend than
     JAX, on JAX in a fresh process (the backend is fixed once Keras is imported)."""
@@ -716,6 +718,7 @@ def _readme_example() -> str:
     return text[start : text.index("```", start)]
 
 
+@pytest.mark.long
 def test_the_readme_example_run_as_a_script_is_claimed_from_fresh_processes(tmp_path):
     """The README's ``mytrain.py`` run as written (``python mytrain.py``: ``build`` lives in
     ``__main__``): the fresh processes import the script by its path, its main block not

@@ -190,6 +190,7 @@ def make():
 """
 
 
+@pytest.mark.long
 def test_doctor_and_backends_take_a_model_fn_whose_data_is_x_alone(tmp_path):
     (tmp_path / "selfsup.py").write_text(MODEL_FN)
     env = {**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path / "cache"), "KERAS_BACKEND": ""}

@@ -185,6 +185,7 @@ def test_anatomy_ranks_a_custom_layer_doing_extra_work_first(keras, one_torch_th
 
 
 @pytest.mark.every_backend
+@pytest.mark.long
 def test_anatomy_names_a_slow_optimizer_and_a_busy_metric_in_their_phases(keras, one_torch_thread):
     """Which phase is largest is a statistical check kept here on purpose, robust by
     construction: each planted phase costs many times the rest of the step (the optimizer's

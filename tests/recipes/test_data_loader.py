@@ -52,6 +52,7 @@ def _cnn(report_dir, backend, loader, folder):
     return report, out
 
 
+@pytest.mark.long
 def test_the_cnn_trains_from_image_files_by_grain_on_jax_and_pytorch(tmp_path, folder):
     """The CNN recipe on image files, read by Grain on JAX and on PyTorch and by tf.data on
     JAX, to the same accuracy. 45-95 s on 2 cores, beside the other worker's heaviest

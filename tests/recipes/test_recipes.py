@@ -53,6 +53,7 @@ def test_every_recipe_is_paired_with_a_backend_without_tensorflow():
 
 @pytest.mark.every_backend
 @pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.long
 def test_every_recipe_runs_its_smoke_mode_and_reports_every_design_field(
     tmp_path, tmp_path_factory, recipe
 ):
@@ -113,6 +114,7 @@ def test_every_recipe_runs_its_smoke_mode_and_reports_every_design_field(
     assert out.stderr.count("/step over the last 2 steps") == 3  # steps 3, 5, 7 (after 1st)
 
 
+@pytest.mark.long
 def test_cnn_defaults_reach_095_on_digits(tmp_path):
     """The CNN recipe as it comes, the whole default run, reaches 0.95 on the digits.
 
@@ -204,6 +206,7 @@ def test_a_bad_dataset_spec_fails_at_parsing(tmp_path):
     assert "unknown dataset 'imagenet'" in line and "python -m recipes.cnn --help" in line
 
 
+@pytest.mark.long
 def test_recipes_import_into_a_notebook_whatever_its_argv(tmp_path):
     code = f"""
 import sys
