@@ -33,10 +33,11 @@ pytestmark = [
 # What runs again against Keras's next release (``make test-next``, marked next_keras): what
 # that Keras changes. Its PyTorch over processes is new there, so every PyTorch case runs again
 # (the `backend` fixture marks them); of JAX's, the cluster the recipes start (the canary of
-# Keras's JAX distribution), fused steps and the slices each process reads. The failures the
-# toolkit itself says before Keras is reached (a worker that never joins, a port in use, workers
-# started differently, a batch that does not split) and JAX's own coordinator ending the others
-# depend on no Keras: they run once, here (measured: 140 s of the next pass's worker time).
+# Keras's JAX distribution), fused steps, and the slices each process reads of Keras's
+# PyDataset. The failures the toolkit itself says before Keras is reached (a worker that never
+# joins, a port in use, workers started differently, a batch that does not split), JAX's own
+# coordinator ending the others, and pure logic depend on no Keras: they run once, here
+# (measured: 140 s of the next pass's worker time).
 NEXT = pytest.mark.next_keras
 
 
@@ -147,7 +148,6 @@ def _report(stdout: str) -> dict:
 # ------------------------------------------------------------------------- no framework
 
 
-@NEXT
 def test_the_cluster_comes_from_the_flags_or_from_keras_environment(monkeypatch):
     for name in processes._ENVIRONMENT:
         monkeypatch.delenv(name, raising=False)
@@ -169,7 +169,6 @@ def test_the_cluster_comes_from_the_flags_or_from_keras_environment(monkeypatch)
         processes.cluster(None, 0)
 
 
-@NEXT
 def test_a_lost_peer_is_one_line_of_what_the_collective_said(monkeypatch):
     """Gloo's error, as PyTorch raises it when a peer's connection drops: one line naming the
     worker and what to do, without the C++ source line it starts with."""
@@ -188,7 +187,6 @@ def test_a_lost_peer_is_one_line_of_what_the_collective_said(monkeypatch):
     assert processes.lost_peer(ValueError("shapes (2,) and (3,) do not match")) is None
 
 
-@NEXT
 def test_a_global_batch_that_does_not_split_over_the_processes_says_what_would():
     assert processes._per_process_batch(64, 2) == 32
     with pytest.raises(DistributeError, match=r"--batch_size=65 .* 2 processes: use 64 or 66"):
