@@ -160,6 +160,9 @@ def test_memory_verb_says_a_process_killed_by_sigkill_ran_out_of_memory_at_its_b
 
 @pytest.mark.long
 def test_memory_verb_checks_its_prediction_within_80_columns_and_writes_its_record(models):
+    """40-60 s on 2 cores, by what it checks: the verb as a user runs it, a fresh process
+    for each batch it measures, then one at the batch it predicts fits under the limit (and
+    more where a loaded machine's peak lands over it), each importing TensorFlow."""
     out = models / "reports"
     done = _memory("--model_fn", "memfit_models:sized", "--batch_sizes=256,512", "--steps=1",
                    "--memory_limit=1.8GB", f"--report_dir={out}", cwd=models)  # fmt: skip
