@@ -184,11 +184,11 @@ def test_a_compile_heavy_setting_on_a_short_run_is_mostly_compile(keras, make_mo
     times its steps, in a process whose one-off start-up (a worker's first fit: 1.05 s on a
     loaded machine, against a two-layer model's 0.46 s compile) is paid before.
 
-    The compile is 85-93 % of such a fit on a quiet machine; XLA's fix is said from a
+    The compile is 78-93 % of such a fit on a quiet machine; XLA's fix is said from a
     quarter (``COMPILE_SHARE``). A stall the loaded machine puts into the fit's start-up, exit
-    or other can take the compile below that, and the rule then rightly says nothing (once in
-    the JAX pass, beside a clean clone's suite): the fix is asserted where the measured share
-    calls for it, and its absence where it does not."""
+    or other can take the compile below that, and the rule then rightly says nothing (once,
+    in a JAX pass): the fix is asserted where the measured share calls for it, and its
+    absence where it does not."""
     if backend.name() == "torch":
         pytest.skip("torch.compile takes half a minute on this CPU: the eager step compiles none")
     make_model(features=4).fit(*_arrays(8, features=4), batch_size=8, verbose=0)
