@@ -47,6 +47,10 @@ __all__ = [
 ]
 
 DATA_PARALLEL = "data_parallel"
+
+# The settings every process must start with (a flag's name and value, as the join sends and
+# compares them): plain values, which JSON carries unchanged.
+Agreed = Mapping[str, str | int | float | bool | None]
 # What a cluster manager sets for keras.distribution.initialize (Keras's own names).
 _ENVIRONMENT = (
     "KERAS_DISTRIBUTION_JOB_ADDRESSES",
@@ -114,7 +118,7 @@ def _per_process_batch(global_batch: int, processes: int) -> int:
 _STARTED: list[Cluster] = []  # this process's cluster, once the framework started it
 
 
-def start(here: Cluster, settings: Mapping[str, Any], wait_s: float) -> None:
+def start(here: Cluster, settings: Agreed, wait_s: float) -> None:
     """Starts this process's part of a data-parallel cluster: the framework's refusals first
     (one line, before anyone waits), then :func:`_join`, then the framework's own start
     (``start_processes`` of ``toolkit.backend``). One process starts nothing.
@@ -223,7 +227,7 @@ def _receive(conn: socket.socket, deadline: float) -> dict[str, Any] | None:
         return None
 
 
-def _differences(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
+def _differences(mine: Agreed, theirs: Agreed) -> list[str]:
     return [
         f"--{key}={theirs.get(key)!s} (worker 0 has {mine.get(key)!s})"
         for key in sorted(set(mine) | set(theirs))
@@ -231,7 +235,7 @@ def _differences(mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str
     ]
 
 
-def _join(here: Cluster, settings: Mapping[str, Any], wait_s: float) -> float:
+def _join(here: Cluster, settings: Agreed, wait_s: float) -> float:
     """Waits until every process of `here` has joined with the same `settings` (plain values
     that must agree: the hosts, the global batch, the steps), at most `wait_s` seconds.
     Returns the seconds it waited. A single process returns at once.
@@ -339,7 +343,7 @@ def _listen(coordinator: str) -> socket.socket:
 
 
 def _gather_hellos(
-    here: Cluster, settings: Mapping[str, Any], coordinator: str, deadline: float, wait_s: float
+    here: Cluster, settings: Agreed, coordinator: str, deadline: float, wait_s: float
 ) -> None:
     server = _listen(coordinator)
     joined: dict[int, socket.socket] = {}
@@ -391,7 +395,7 @@ def _gather_hellos(
 
 
 def _say_hello(
-    here: Cluster, settings: Mapping[str, Any], coordinator: str, deadline: float, wait_s: float
+    here: Cluster, settings: Agreed, coordinator: str, deadline: float, wait_s: float
 ) -> None:
     host, port = _address(coordinator)
     conn = None

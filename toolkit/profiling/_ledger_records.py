@@ -336,7 +336,7 @@ def _tolerance(wall_s: float) -> float:
     return max(1e-3, 1e-4 * wall_s)
 
 
-def _adds_up(parts: Mapping[str, Any], wall_s: float) -> None:
+def _adds_up(parts: Mapping[str, float | None], wall_s: float) -> None:
     """The ledger's promise: its parts add up to the fit's wall time."""
     total = sum(v for v in parts.values() if v is not None)
     if parts and abs(total - wall_s) > _tolerance(wall_s):

@@ -84,7 +84,7 @@ class AppFlag:
     group: str
     lead: bool = False  # listed before the group's training settings in --help
     path: bool = False
-    bounds: dict[str, Any] = dataclasses.field(default_factory=dict)
+    bounds: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 APP_FLAGS = (
