@@ -130,6 +130,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/op_modes.py
 	$(PY) benchmarks/xla_fusion.py
 	$(PY) benchmarks/data_service.py
+	$(PY) benchmarks/startup.py
 
 install: $(STAMP)
 

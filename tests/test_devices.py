@@ -622,3 +622,23 @@ def test_device_mps_picks_the_backend_that_reaches_the_apple_gpu(monkeypatch):
     monkeypatch.undo()
     if sys.platform != "darwin":
         assert backends.apple_gpu_backend() is None  # no Apple GPU off a Mac
+
+
+def test_load_tensorflow_leaves_jax_unloaded_until_tflite_asks_for_it():
+    """TensorFlow's import brings JAX in (TFLite's and Keras's Orbax callback's imports) where
+    it is installed; a TensorFlow run never uses it, so it is left out, and TFLite's JAX
+    converter still works: its ``jit`` imports JAX on the first call."""
+    out = run_python(
+        "import os, sys\n"
+        "os.environ['KERAS_BACKEND'] = 'tensorflow'\n"
+        "from toolkit.devices import runtime\n"
+        "assert runtime.load_tensorflow()\n"
+        "import keras, tensorflow as tf\n"
+        "print('jax' in sys.modules, keras.config.backend())\n"
+        "import jax.numpy as jnp\n"
+        "convert = tf.lite.TFLiteConverter.experimental_from_jax(\n"
+        "    [lambda x: jnp.sin(x)], [[('x', jnp.zeros((3,)))]])\n"
+        "print(len(convert.convert()) > 0, runtime._JaxDeferred in map(type, sys.meta_path))\n"
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["False", "tensorflow", "True", "False"]
