@@ -15,6 +15,7 @@ from toolkit.backend import _torch as torch_seam
 from toolkit.backend._jax.devices import device_info as jax_device_info
 from toolkit.backend._torch.devices import MPS_FALLBACK_DEVICE, device_infos
 from toolkit.core import _device_types as device_types
+from toolkit.core import machine
 from toolkit.devices import DeviceError, DeviceInfo, preflight
 from toolkit.devices import compatibility as device_preflight
 
@@ -642,3 +643,22 @@ def test_load_tensorflow_leaves_jax_unloaded_until_tflite_asks_for_it():
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["False", "tensorflow", "True", "False"]
+
+
+def test_machine_facts_name_jax_where_tensorflow_loaded_without_it():
+    """The caches' machine key is the same whether TensorFlow came with JAX (your script's
+    ``import tensorflow``) or without it (the toolkit's load): JAX's installed version."""
+    from importlib import metadata
+
+    out = run_python(
+        "import sys\n"
+        "from toolkit.devices import runtime\n"
+        "from toolkit.core import machine\n"
+        "runtime.load_tensorflow()\n"
+        "print('jax' in sys.modules, machine.machine_facts().get('jax'))\n"
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["False", metadata.version("jax")]
+    import jax  # this process's TensorFlow loaded it, as your script's does
+
+    assert machine.machine_facts()["jax"] == jax.__version__ == metadata.version("jax")

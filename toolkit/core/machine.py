@@ -126,8 +126,25 @@ def machine_facts(**more: Any) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "toolkit": __version__,
         **framework_versions(),
+        **_jax_beside_tensorflow(),
         **more,
     }
+
+
+def _jax_beside_tensorflow() -> dict[str, str]:
+    """JAX's installed version where TensorFlow is loaded and JAX is not: TensorFlow's own
+    import loads JAX where it is installed, but the toolkit's load leaves it out
+    (``toolkit.devices.runtime.load_tensorflow``), so without this a cache written by a recipe
+    or a verb and read by your script (``import tensorflow``, JAX loaded with it) would have
+    two keys for one machine. Read from the package's metadata, never by importing it."""
+    if "tensorflow" not in sys.modules or "jax" in sys.modules:
+        return {}
+    from importlib import metadata
+
+    try:
+        return {"jax": metadata.version("jax")}
+    except metadata.PackageNotFoundError:
+        return {}
 
 
 def machine_key(facts: Mapping[str, Any]) -> str:
