@@ -18,7 +18,6 @@ Prints ``tensorflow start-up (BACKEND): X.XX× (baseline A s, toolkit B s)``.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import random
 import statistics
@@ -27,6 +26,8 @@ import sys
 
 from _common import speedup_line
 
+from toolkit import backend as backends
+
 BASELINE = "import tensorflow as tf\ntf.config.list_physical_devices()\n"
 TOOLKIT = "from toolkit.devices import runtime\nruntime.load_tensorflow()\n"
 # The side's code timed inside the child; the time printed last, as the one line read back.
@@ -34,7 +35,6 @@ TIMED = (
     "import time\nstart = time.perf_counter()\n{code}"
     "import sys\nprint('jax' in sys.modules, time.perf_counter() - start)\n"
 )
-PACKAGES = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch"}
 
 
 def main() -> None:
@@ -42,12 +42,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--backends", default="tensorflow,jax,torch")
     args = parser.parse_args()
-    backends = [
-        b
-        for b in args.backends.split(",")
-        if importlib.util.find_spec(PACKAGES.get(b, b)) is not None
-    ]
-    for backend in backends:
+    installed = backends.installed()
+    for backend in (b for b in args.backends.split(",") if b in installed):
         times: dict[str, list[float]] = {"baseline": [], "toolkit": []}
         jax_loaded: dict[str, set[bool]] = {"baseline": set(), "toolkit": set()}
         for _ in range(args.rounds):
