@@ -293,6 +293,40 @@ def test_setup_problems_are_one_clear_error(keras):
         train.run(task, TrainConfig(use_synthetic_data=True, report_dir=None))
 
 
+def test_run_takes_the_config_one_way_through_the_runner(tmp_path, keras):
+    """The config's way from ``run``, as a newcomer follows it: every call in toolkit/ that is
+    handed the config, in order. ``run`` is the hub: each other file is entered once, from
+    ``runner/train.py``, and none calls back into it, so the way reads in one direction."""
+    task, *_ = tiny_task(keras)
+    config = TrainConfig(epochs=1, batch_size=16, report_dir=str(tmp_path), warmup_steps=1)
+    stops: list[tuple[str, str, str]] = []  # (file, function, caller's file)
+
+    def where(code):
+        name = code.co_filename.replace(os.sep, "/")
+        return name.split("/toolkit/", 1)[1] if "/toolkit/" in name else None
+
+    def watch(frame, event, arg):
+        code = frame.f_code
+        if event != "call" or where(code) is None:
+            return
+        handed = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        if any(isinstance(frame.f_locals.get(n), TrainConfig) for n in handed):
+            stops.append((where(code), code.co_name, where(frame.f_back.f_code) or "outside"))
+
+    sys.setprofile(watch)
+    try:
+        train.run(task, config)
+    finally:
+        sys.setprofile(None)
+    assert stops[0][:2] == ("runner/train.py", "run")
+    files = [f for i, (f, _, _) in enumerate(stops) if i == 0 or stops[i - 1][0] != f]
+    others = [f for f in files if f != "runner/train.py"]
+    assert len(others) == len(set(others)), f"a file entered twice on the way: {files}"
+    assert {"runner/config.py", "runner/_data.py"} <= set(others), files
+    back = {(c, f, n) for f, n, c in stops[1:] if f == "runner/train.py" and c != f}
+    assert not back, f"called back into runner/train.py: {sorted(back)}"
+
+
 def test_the_report_accounts_for_the_whole_fit_call(tmp_path, keras):
     # Repeated data (steps_per_epoch): one input iterator lives through the fit and is
     # destroyed as fit returns, the exit the report shows beside the start-up and the steps.
