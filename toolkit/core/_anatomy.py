@@ -1,19 +1,14 @@
-"""The step's anatomy as records: what the measuring rooms hand the report, the terminal and
-the verbs, and what a backend's trace reader hands the measuring room.
+"""The step's anatomy as records, from a backend's trace reader to the report and the verbs.
 
-* :class:`Span`: one interval of a profiler trace, in the backend-neutral terms the
-  attribution needs (what kind of work, which of the toolkit's layer tokens it ran under,
-  whether it is a gradient). Each backend's reader (``toolkit.backend``) makes them from its
-  own signal; ``toolkit.profiling.anatomy`` sweeps them into an :class:`Anatomy`.
-* :class:`Anatomy`: one step split into :class:`Phase` parts (:class:`PhaseTime`) and into
-  the model's layers (:class:`LayerTime`), with the outside clock it was checked against and
-  the raw step Keras's own cost is measured against.
-* :class:`Contrast`: two anatomies set side by side (two backends, two settings), the
-  largest differences first, for ``backends`` and ``compare``.
+* :class:`Span`: one trace interval in backend-neutral terms (kind of work, the layer tokens it
+  ran under, whether a gradient); ``toolkit.backend`` readers make them and
+  ``toolkit.profiling.anatomy`` sweeps them into an :class:`Anatomy`.
+* :class:`Anatomy`: one step split into :class:`Phase` parts and into layers, with the outside
+  clock it was checked against and the raw step Keras's own cost is measured against.
+* :class:`Contrast`: two anatomies side by side, largest differences first.
 
-Pure Python: a report is read, rendered and compared where no framework is installed.
-Seconds everywhere, per training step; rendering to milliseconds and percentages is the
-edges' (``toolkit.report._anatomy``).
+Pure Python, so reports are read and compared where no framework is installed. Seconds per step
+everywhere; ``toolkit.report._anatomy`` renders milliseconds and percentages.
 """
 
 from __future__ import annotations
@@ -29,22 +24,16 @@ from toolkit.core._advice import Advice
 from toolkit.core.files import ReportError
 from toolkit.core.stats import format_ms
 
-# The sum of the phases may differ from the outside clock by this much before the anatomy
-# says so (the issue's ±5 %); the trace's own step against the outside clock, likewise.
+# How far the phases' sum, and the trace's step, may be off the outside clock before it is said.
 AGREEMENT = 0.05
-# Training steps one anatomy traces, at most: a trace holds every op of every traced step in
-# memory, and its reading takes seconds per hundred steps of a large model; ten already give
-# a steady median.
+# Most steps one anatomy traces: a trace holds every traced op in memory and reads in seconds
+# per hundred steps; ten already give a steady median.
 MAX_STEPS = 100
-# A layer's traced time may differ from the same layer timed alone by this much before the
-# alone figure is the one shown (the issue's ±25 %).
+# How far a layer's traced time may be off it timed alone before the alone figure is shown.
 BAND = 0.25
 OTHER_LARGE = 0.25  # an "other" past this share of the step is taken apart, its fix checked
-# Untraced steps slower than the traced ones by more than this share are not the step the
-# phases add up to: a profiler never makes a step faster, so the steps outside the trace ran
-# in a slower stretch of the fit (a keras.io VAE on JAX on a busy machine: its traced step
-# 0.63× the untraced one, and every phase was scaled up by 1.58). Wide, past a loaded
-# machine's spread between the two (a planted MLP on JAX beside a test run: 1.25×).
+# Untraced steps slower than the traced by more than this ran in a slower stretch of the fit (a
+# profiler never makes a step faster); wide, past a loaded machine's spread (1.25x).
 UNTRACED_SLOWER = 0.40
 
 
@@ -76,9 +65,8 @@ _MEANINGS = {
 
 
 class SpanKind(str, enum.Enum):
-    """What a trace interval is, for the sweep: computing work (an op, a kernel, a fused
-    program), the batch arriving (an iterator's get-next, a host-to-device copy), or the host
-    inside the framework's step call (dispatch, the executor) with nothing computing."""
+    """What a trace interval is: computing work (op, kernel, fused program), the batch arriving
+    (get-next, host-to-device copy), or the host in the step's call with nothing computing."""
 
     OP = "op"
     INPUT = "input"
@@ -93,16 +81,13 @@ class Span:
         start, end: the interval.
         lane: the thread or device stream it ran on (spans of one lane do not overlap).
         kind: :class:`SpanKind`.
-        tokens: the toolkit's scope tokens it ran under (layer tokens ``kpl<N>`` and the phase
-            tokens), outermost first.
-        backward: a gradient computation (the backend's own mark: TensorFlow's
-            ``gradient_tape`` scope, JAX's ``transpose``, PyTorch's autograd engine).
-        fused: it holds the work of several tokens at once (XLA fused their ops into one
-            program): its time is split between them, and counted as fused.
-        name: the backend's name for it (an op, a kernel), for the report's words.
-        call: which call of its innermost layer it ran in, where the backend's scopes tell a
-            layer's calls apart (TensorFlow makes a scope opened twice in one graph unique:
-            ``kpl1_1/kpl7`` is the second call of kpl1's layer kpl7); "" where they do not.
+        tokens: the toolkit's scope tokens (layer ``kpl<N>`` and phase tokens), outermost first.
+        backward: a gradient computation, by the backend's own mark (TF's ``gradient_tape``,
+            JAX's ``transpose``, PyTorch's autograd engine).
+        fused: holds several tokens' work (XLA fusion): its time is split between them.
+        name: the backend's name for it (an op, a kernel).
+        call: which call of its innermost layer it ran in, where scopes tell calls apart (TF
+            uniquifies a scope opened twice: ``kpl1_1/kpl7``); "" where they do not.
     """
 
     start: float
@@ -123,8 +108,7 @@ class StepTrace:
     Attributes:
         spans: every interval the sweep attributes.
         markers: ``(start, end)`` of each traced step's marker, in time order.
-        signal: how the backend's signal was read, in words.
-        notes: what it cannot see or split, in words.
+        signal, notes: how the signal was read, and what it cannot see or split, in words.
         error: why nothing could be read, or None.
     """
 
@@ -159,34 +143,27 @@ class PhaseTime(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class LayerTime(fields.Record):
-    """One Keras layer's share of a step.
+    """One Keras layer's share of a step (seconds per step).
 
     Attributes:
         name: as ``model.summary()`` names it; a nested model's layer is ``outer/inner``.
         kind: its class (``Dense``, ``Conv2D``).
-        forward_s, backward_s: seconds per step in its forward pass and in its gradients
-            (every call of it: a layer called twice holds both calls).
+        forward_s, backward_s: its forward pass and its gradients, all its calls together.
         calls: how many times a step calls it (2 for a shared layer called twice).
-        backward_calls: of those, how many a gradient was taken through, where the trace
-            told them apart and it was fewer (keras.io's GAN calls its generator twice a
-            step, once without a gradient); None: every call.
+        backward_calls: of those, how many took a gradient, where fewer and the trace told them
+            apart (a GAN's generator called once without one); None: every call.
         flops: FLOPs per step of its forward and backward (None: not countable here).
-        fused_s: of its time, the seconds in fused programs that hold other layers' work too.
-        traced_forward_s, traced_backward_s: the trace's own figures, the profiler's cost
-            taken out, where :func:`reconcile` set `forward_s`/`backward_s` to what holds
-            (None: not reconciled, the trace's figures are `forward_s`/`backward_s`).
-        alone_s: its calls of one step timed alone (forward and backward, compiled as the
-            model's step, the same shapes); None where not timed (`check` says why).
-        alone_forward_s: of `alone_s`, the forward alone; None where it read no faster than
-            the forward with its gradients (a noisy machine): the trace's split is used.
-        alone_with_held: the layer holds other layers (an attention block, a recurrent layer
-            and its cell, a nested model): `alone_s` is it and them timed as one, checked
-            against its row and theirs together.
-        held_traced_s: with `alone_with_held`, the trace's figure for the layers it holds
-            (the profiler's cost taken out), added to its own for the check.
-        check: in words, why it was not timed alone, or why the trace's figure differs from
-            the alone one by more than :data:`BAND` (then `forward_s`/`backward_s` are the
-            alone figures); empty where the two agree.
+        fused_s: of its time, the seconds in fused programs shared with other layers.
+        traced_forward_s, traced_backward_s: the trace's figures, profiler cost taken out, where
+            :func:`reconcile` replaced `forward_s`/`backward_s`; None: not reconciled.
+        alone_s: its calls of one step timed alone (forward and backward, compiled as the step);
+            None where not timed (`check` says why).
+        alone_forward_s: of `alone_s`, the forward; None where it read no faster (noise).
+        alone_with_held: `alone_s` includes the layers it holds (attention block, RNN cell,
+            nested model), checked against its row and theirs together.
+        held_traced_s: with `alone_with_held`, the trace's figure for the layers it holds.
+        check: why it was not timed alone, or why the trace's figure is off the alone one by
+            more than :data:`BAND` (then the alone figures are shown); empty where they agree.
     """
 
     name: str
@@ -243,41 +220,31 @@ class Anatomy(fields.Record):
         backend: Keras's backend (``tensorflow``, ``jax``, ``torch``; ``tf_keras``).
         device: what trained, in words.
         steps: training steps traced.
-        batch: examples in one step's batch, as ``fit``'s data adapter says it (None: it
-            cannot say, such as tf_keras or a generator): the step's times are at it.
-        step_s: the traced steps' time per step on the outside clock (``perf_counter``
-            around the traced window, the device waited for at both ends).
-        traced_s: the same steps as the trace's own clock sees them.
-        untraced_s: the median step of the same fit outside the trace (StepTimer), for the
-            profiler's own cost; None where none was timed.
-        phases: every :class:`Phase`, in order: what holds. Reconciled (:func:`reconcile`),
-            they add up to the untraced step (`untraced_s`, else `step_s`), the layers'
-            figures checked against each layer timed alone; otherwise to `traced_s`.
-        traced_phases: the trace's own split (adding up to `traced_s`) where `phases` were
-            reconciled; empty where `phases` are the trace's.
+        batch: examples per step as ``fit``'s data adapter says (None: it cannot say).
+        step_s: the traced steps on the outside clock (``perf_counter``, device waited for).
+        traced_s: the same steps on the trace's own clock.
+        untraced_s: the fit's median step outside the trace (StepTimer); None: not timed.
+        phases: every :class:`Phase`, in order: what holds. Reconciled (:func:`reconcile`) they
+            add up to the untraced step (else `step_s`); otherwise to `traced_s`.
+        traced_phases: the trace's own split where `phases` were reconciled; else empty.
         layers: the layers, slowest first.
         fused_s: seconds per step in fused programs holding several layers' work.
         signal: how it was measured, in words.
         notes: what the backend could not see or split, in words (never guessed).
-        raw_s: the same model's step written without Keras's trainer, timed in the same
-            process; None where not measured. `raw_how` says how it was written.
-        fit_s: ``fit``'s median step in the same process, the raw step's comparison.
-        fed_s: ``fit``'s median step on your data, timed in turn with `fit_s` (on one batch):
-            the pair that isolates what the input costs the step, each under the same load.
-            None: not measured (the untraced step stands in).
-        model_alone_s, model_alone_forward_s: the whole model timed alone per step, forward
-            and its gradients, and forward alone (compiled as the step, the shapes of its
-            call): what :func:`reconcile` sets the forward and backward phases to; None where
-            not timed (a note says why).
-        other_between_s: of the trace's "other", the seconds per step the host spent inside
-            the step's call with no op running (dispatching the next op, Python in the
-            step); the rest of it ran ops outside any scope. None: not split.
-        ops_per_step: the ops the trace saw a step (each a dispatch on an uncompiled step).
-        other_fix: what to try where "other" is large, as advice (the settings to try as
-            values, spelled by whoever shows it); None: none named.
-        other_fixed_s: the check of the fix's predicted saving (:meth:`other_gaps_s`):
-            ``fit``'s step on one batch with the fix applied, measured in the same process
-            as `fit_s`. None: not measured.
+        raw_s: the model's step without Keras's trainer, in the same process (`raw_how` says
+            how it was written); None: not measured.
+        fit_s: ``fit``'s median step on one batch in the same process, the raw step's comparison.
+        fed_s: ``fit``'s median step on your data, timed in turn with `fit_s` so both share the
+            load: isolates the input's cost. None: not measured (the untraced step stands in).
+        model_alone_s, model_alone_forward_s: the whole model timed alone per step, with its
+            gradients and forward only; :func:`reconcile` sets forward and backward to them.
+            None: not timed (a note says why).
+        other_between_s: of the trace's "other", the host's time inside the step's call with no
+            op running; the rest ran ops outside any scope. None: not split.
+        ops_per_step: ops the trace saw per step (each a dispatch on an uncompiled step).
+        other_fix: advice for a large "other"; None: none named.
+        other_fixed_s: ``fit``'s one-batch step with `other_fix` applied, checking
+            :meth:`other_gaps_s`'s prediction; None: not measured.
         error: why the anatomy could not be taken (the rest is empty), or None.
     """
 
@@ -329,8 +296,7 @@ class Anatomy(fields.Record):
         return self.traced_sum() / self.step_s
 
     def untraced_off(self) -> bool:
-        """Whether the untraced step ran past :data:`UNTRACED_SLOWER` over the traced one, so
-        the phases add up to the traced step instead (:func:`reconcile`)."""
+        """Whether the untraced step exceeds the traced by :data:`UNTRACED_SLOWER` (reconcile)."""
         return bool(self.untraced_s and self.step_s > 0
                     and self.untraced_s > self.step_s * (1 + UNTRACED_SLOWER))  # fmt: skip
 
@@ -355,18 +321,15 @@ class Anatomy(fields.Record):
         return step > 0 and self.phase(Phase.OTHER) > OTHER_LARGE * step
 
     def other_gaps_s(self) -> float | None:
-        """Of the shown "other", the seconds a step the host spent inside the step with no
-        op running (the trace's share of its other, applied to the shown other): what
-        fewer, larger ops (:attr:`other_fix`) are predicted to save (fusion may save more).
-        None where the trace did not split it."""
+        """Of the shown "other", the host's time in the step with no op running (the trace's share):
+        what fewer, larger ops (:attr:`other_fix`) are predicted to save. None: not split."""
         traced = self.traced_phase(Phase.OTHER)
         if self.other_between_s is None or traced <= 0:
             return None
         return self.phase(Phase.OTHER) * min(1.0, self.other_between_s / traced)
 
     def other_saving_checked(self) -> float | None:
-        """The fix's saving a step as measured (``fit_s - other_fixed_s``; negative: the
-        fix made the step slower); None where not measured."""
+        """The fix's measured saving a step (negative: it slowed the step); None: not measured."""
         if self.fit_s is None or self.other_fixed_s is None:
             return None
         return self.fit_s - self.other_fixed_s
@@ -384,12 +347,10 @@ class Anatomy(fields.Record):
 
     @classmethod
     def from_dict(cls, d: Any, where: str | None = None) -> Anatomy:
-        """``report.json``'s ``anatomy`` (docs/report.md), each field checked as it is read:
-        ReportError (a ValueError) names the first not of its kind: seconds per step as
-        numbers >= 0, each phase one of :class:`Phase`'s, each layer named, the notes
-        strings, and a taken anatomy (no `error`) with a step and its phases."""
+        """``report.json``'s ``anatomy`` (docs/report.md), each field checked as read: ReportError
+        (a ValueError) names the first bad one; a taken anatomy (no `error`) needs step, phases."""
         a = super().from_dict(d, where)
-        if a.error is None:  # a taken anatomy: a step, and the phases it splits into
+        if a.error is None:
             if d.get("phases") is None:
                 raise ReportError("field anatomy.phases is missing")
             for key in ("step_s", "traced_s"):
@@ -400,38 +361,26 @@ class Anatomy(fields.Record):
         return a
 
 
-# ---------------------------------------------------------------------------- what holds
-
-
 def reconcile(a: Anatomy) -> Anatomy:
     """`a` as the user's untraced step sees it: the phases add up to `a.untraced_s` (else
-    the outside clock's `a.step_s`), and each layer timed alone (``alone_s``) whose traced
-    figure differs from it by more than :data:`BAND` shows its alone figure.
+    `a.step_s`), and a layer whose traced figure is off its time alone by more than :data:`BAND`
+    shows the alone figure.
 
-    How:
+    1. The profiler's cost is taken out: computed phases are scaled by ``k = (untraced - input)
+       / (traced - input)``; the input wait (not slowed by the profiler) is kept where it fits
+       the step, else scaled alike.
+    2. Layers outside ``alone × (1 ± BAND)`` show the alone figure (split by their forward timed
+       alone); what they gained or lost moves from or to "other", so the total stays the step.
+    3. Where the whole model was timed alone, forward and backward are its figures: a trace's
+       split is arbitrary where ops overlap or fuse (JAX on CPU booked 14 % to backward where
+       the model alone spends 88 %). The layers' rows are fitted inside them.
+    4. Forward and backward needing more than "other" holds take from "Keras between steps"
+       (device work a trace missed shows as host time), then from forward/backward outside the
+       layers; if still short, every computed part is scaled down to fit, with a note.
+    5. The input and "Keras between steps" are checked against what isolates them
+       (:func:`_keras_host`).
 
-    1. The profiler's own cost is taken out: every computed phase is scaled by
-       ``k = (untraced - input) / (traced - input)`` (a wait for the batch is not slowed by
-       the profiler: the input is kept as measured, where it is less than the step; where
-       not, every phase is scaled alike).
-    2. A layer whose scaled traced figure is outside ``alone × (1 ± BAND)`` shows the alone
-       one (split into forward and backward by its forward timed alone). What the layers
-       gained or lost moves from or to "other": the step's total stays the untraced step.
-    3. Where the whole model was timed alone (``model_alone_s``), forward and backward are
-       its figures: a trace's split of them is a rule's where ops run beside each other or
-       in one fusion (JAX on a CPU booked 14 % of a step's compute to backward where the
-       model alone spends 88 % there). The layers' rows are fitted inside them.
-    4. Where forward and backward need more than "other" holds, the rest comes from "Keras
-       between steps" (device work a trace missed shows as host time), then (not measured
-       alone) from forward and backward outside the layers; where even that is short, they
-       add up to more than the step (XLA fuses across them, cores overlap them): every
-       computed part is scaled down to fit, and a note says so.
-    5. Where fit's step on one batch was measured (``fit_s``), the input is checked against
-       the untraced step over it; where Keras's own cost was too (``raw_s``), "Keras between
-       steps" is at most what the trainer adds over the raw step; the rest of it is "other".
-
-    Pure: the same input gives the same record; an anatomy without phases or with an error
-    is returned as it is."""
+    Pure; an anatomy without phases, with an error, or already reconciled is returned as is."""
     if a.error or not a.phases or a.traced_phases:
         return a
     notes = list(a.notes)
@@ -448,17 +397,14 @@ def reconcile(a: Anatomy) -> Anatomy:
     if step <= 0 or traced <= 0:
         return a
     waited = a.phase(Phase.INPUT)
-    # The wait for a batch is kept as measured, where it fits the step; where it does not,
-    # the profiler slowed the reading too (a host that reads in Python): scaled as the rest.
+    # An input wait past the step was slowed by the profiler too (Python reading): scaled too.
     held_input = waited if waited < step else waited * step / traced
     k = (step - held_input) / (traced - waited) if traced > waited else step / traced
     parts = {p.phase: p.seconds * k for p in a.phases}
     parts[Phase.INPUT] = held_input
     layers, gained = _held_layers(a.layers, k)
-    # A step of your own (a train_step or compute_loss that runs the layers outside the
-    # model's call, as keras.io's VAE does) has no model timed alone (``check_model``): its
-    # trace's split stands. Where the model was timed alone, a trace that saw almost no
-    # forward booked it elsewhere (XLA fused a JAX Embedding's gathers into the backward).
+    # A custom train_step/compute_loss has no model timed alone (``check_model``): the trace's
+    # split stands. Else the model's figures replace it (XLA may fuse forward into backward).
     measured = _model_phases(a)
     takers: tuple[tuple[Phase, float], ...]
     if measured is None:
@@ -514,10 +460,9 @@ def reconcile(a: Anatomy) -> Anatomy:
 
 
 def _held_layers(layers: Sequence[LayerTime], k: float) -> tuple[list[LayerTime], list[float]]:
-    """Each layer's figure that holds (:func:`reconcile`'s step 2), and what the forward and
-    the backward gained over the scaled trace. A layer timed with the layers it holds comes
-    after them (the innermost first): its row and theirs are checked together against that
-    time, and where they differ its own row is the rest of it past theirs as they stand."""
+    """Each layer's figure that holds (:func:`reconcile`'s step 2), and what forward and backward
+    gained over the scaled trace. A layer timed with the layers it holds comes after them; where
+    they differ from that time, its own row is the rest of it past theirs."""
     out: dict[str, LayerTime] = {}
     gained = [0.0, 0.0]
     order = sorted(layers, key=lambda x: (x.alone_with_held, -x.name.count("/")))
@@ -549,22 +494,18 @@ def _held_layers(layers: Sequence[LayerTime], k: float) -> tuple[list[LayerTime]
 
 
 def _keras_host(a: Anatomy, step: float, parts: dict[Phase, float], notes: list[str]) -> None:
-    """The input and "Keras between steps" against what isolates them, where fit's step on one
-    batch repeated was measured (``fit_s``: no input pipeline), and Keras's own (``raw_s``):
+    """Reconcile's step 5, where fit's step on one batch repeated (``fit_s``) was measured:
 
-    * the input is what the pipeline costs the `step`: the untraced step over fit's step on
-      one batch. Where the trace's wait is off that by more than :data:`INPUT_BAND` of the
-      step (the profiler slowed the reader, or a reader on other threads took the step's
-      cores without a wait the trace could see), the isolated figure holds: from or to
-      "other", then "Keras between steps";
-    * "Keras between steps" is at most what the trainer costs over the raw step: its time
-      past that is no trainer work but work the trace did not see (XLA's CPU runtime running
-      the program while the host waits), and is "other"."""
+    * the input is ``fed_s`` (else `step`) less ``fit_s``; where the trace's wait is off that by
+      more than :data:`INPUT_BAND` of the step (the profiler slowed the reader, or readers on
+      other threads took the cores unseen), that figure holds, from or to "other", then "Keras
+      between steps";
+    * with ``raw_s``, "Keras between steps" is at most the trainer's cost over the raw step; the
+      rest is work the trace did not see (XLA's CPU runtime while the host waits): "other"."""
     if a.fit_s is None:
         return
-    # Your data's step against one batch's, timed in turn (a slow spell falls on both):
-    # against the untraced step, timed minutes apart, one batch's step read slower under load
-    # and the input's 10 ms stall came out 0.5 ms. Within the step's own bounds.
+    # fed_s and fit_s are timed in turn so a slow spell hits both (the untraced step, timed
+    # minutes apart, once read a 10 ms input stall as 0.5 ms).
     fed = a.fed_s if a.fed_s is not None else step
     isolated = min(step, max(0.0, fed - a.fit_s))
     waited = parts.get(Phase.INPUT, 0.0)
@@ -615,9 +556,7 @@ def _keras_host(a: Anatomy, step: float, parts: dict[Phase, float], notes: list[
     )
 
 
-# Why layers timed alone add up to more than the step, on any backend: a compiled step (JAX's,
-# TensorFlow's with XLA) fuses across layers, an op-by-op one (PyTorch's, TensorFlow's without)
-# runs independent ops on the cores at once, and each layer alone pays its own call.
+# Why layers timed alone add up to more than the step, on any backend.
 FASTER_TOGETHER = (
     "fused across layers where compiled, the cores overlap them, or each alone pays its own call"
 )
@@ -625,8 +564,7 @@ INPUT_BAND = 0.10  # the trace's input further than this share of the step from 
 
 
 def _model_phases(a: Anatomy) -> tuple[float, float] | None:
-    """The forward and backward a step spends, from the whole model timed alone (None: not
-    timed)."""
+    """Forward and backward per step from the whole model timed alone (None: not timed)."""
     if a.model_alone_s is None or a.model_alone_forward_s is None or a.model_alone_s <= 0:
         return None
     forward = min(a.model_alone_forward_s, a.model_alone_s)
@@ -636,12 +574,9 @@ def _model_phases(a: Anatomy) -> tuple[float, float] | None:
 def _inside(
     layers: Sequence[LayerTime], measured: tuple[float, float], notes: list[str]
 ) -> list[LayerTime]:
-    """`layers` fitted inside the model's own forward and backward: where the layers' rows
-    add up to more than the model timed alone in one of them (each layer alone pays its own
-    call, XLA fuses across layers in the step), that phase's part of every row is scaled by
-    the factor that fits it, and a note says so. The other phase's parts stay as measured:
-    one factor for both cut a Transformer's attention, whose forward alone overran the
-    model's but whose backward held, to 0.55x its time alone."""
+    """`layers` fitted inside the model's own forward and backward: a phase whose rows add up to
+    more than the model alone has every row's part scaled to fit, with a note. Per phase: one
+    factor for both cut a Transformer's attention to 0.55x its time alone."""
     inside = (sum(x.forward_s for x in layers), sum(x.backward_s for x in layers))
     factors = [m / s if s > m > 0 else 1.0 for m, s in zip(measured, inside, strict=True)]
     over = [(name, m, s, f) for name, m, s, f in zip(("forward", "backward"), measured, inside,
@@ -684,9 +619,6 @@ def _scaled(x: LayerTime, f: float, backward: float | None = None) -> LayerTime:
     """`x` with its forward scaled by `f` and its backward by `backward` (else `f` too)."""
     b = f if backward is None else backward
     return dataclasses.replace(x, forward_s=x.forward_s * f, backward_s=x.backward_s * b)
-
-
-# ---------------------------------------------------------------------------- two of them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -737,21 +669,15 @@ def contrast(
     top: int = 3,
     steps: tuple[float, float] | None = None,
 ) -> Contrast:
-    """The parts of `b`'s step against `a`'s: each phase outside the layers' (input,
-    optimizer, metrics, the host between steps, other), and the layers grouped by kind (their
-    forward and backward together), largest gap first, `top` of them; the rest together.
+    """`b`'s step against `a`'s in parts: each phase outside the layers, and the layers grouped
+    by kind, largest gap first, `top` of them, the rest together.
 
-    Both sides are measured the same way: the untraced steps where both were reconciled, else
-    the trace's split of each. `steps`: each side's step as another measurement gave it (the
-    speed table of ``backends``): each anatomy's parts are then put on that step in the
-    shares the anatomy measured, so the parts add up to the gap that table shows, and a
-    note says where an anatomy's own step was off it by more than :data:`SAME_STEP`. The host's
-    time between steps is called Keras's only where the slower side's raw step shows Keras's
-    trainer costing it something."""
+    Both sides are measured alike: the untraced steps where both were reconciled, else each
+    trace's split. `steps`: each side's step from another measurement (``backends``' speed
+    table); each anatomy's shares are put on it, with a note where they differ by more than
+    :data:`SAME_STEP`. The host's time is Keras's only where the slower side's raw step says so."""
     both = bool(a.traced_phases and b.traced_phases)
-    # what the parts add up to (the untraced steps, reconciled; else the traces' own), and
-    # the steps said (those, else the outside clock's); put on a table's steps, each side's
-    # parts are scaled alike
+    # what the parts add up to, and the steps said (those, else the outside clock's)
     basis = (a.shown_step_s(), b.shown_step_s()) if both else (a.phases_sum(), b.phases_sum())
     own = basis if both else (a.step_s, b.step_s)
     notes: list[str] = []
@@ -792,8 +718,7 @@ TRAINER_NOISE = 0.05  # a trainer cost under this fraction of the raw step is no
 
 
 def _host_name(slower: Anatomy) -> str:
-    """The host's time between steps, named by what the slower side's raw step shows: Keras's
-    only where its trainer costs measurably more than the step written without it."""
+    """Names the host's time between steps Keras's only where the slower side's trainer costs."""
     cost = slower.trainer_cost()
     if cost is not None and cost >= TRAINER_NOISE:
         return "Keras between steps"
@@ -814,10 +739,8 @@ _MODELS = frozenset({"Functional", "Sequential", "Model"})
 
 
 def _by_kind(layers: Sequence[LayerTime]) -> dict[str, tuple[int, float]]:
-    """Layers by kind, a layer held by another layer counted as its holder's kind (an
-    LSTM's cell as the LSTM): backends split a layer's time between it and the layers it
-    holds differently (PyTorch's LSTM keeps its cell's time, JAX's scan gives it to the
-    cell). A nested model's layers keep their own kinds."""
+    """Layers by kind, a held layer counted as its holder's (an LSTM's cell as the LSTM), since
+    backends split that time differently; a nested model's layers keep their own kinds."""
     rows = {layer.name: layer for layer in layers}
     out: dict[str, tuple[int, float]] = {}
     counted: dict[str, set[str]] = {}

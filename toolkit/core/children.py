@@ -1,28 +1,16 @@
-"""The processes the toolkit starts, in one place: each bound to its parent's life, stopped
-and waited for before what it uses is removed, and never writing into a directory its parent
-has removed.
+"""The processes the toolkit starts: each bound to its parent's life, stopped and waited for
+before what it uses is removed, and never writing into a directory its parent removed.
 
-The parent side:
+Parent side: :func:`spawn` tells the child its parent's pid and temporary directories
+(:func:`temporary_directory`); :func:`stop` ends one (SIGTERM, SIGKILL after a grace) and waits,
+:func:`running` whatever ends the block, and an exit hook stops the rest.
 
-* :func:`spawn` (a ``subprocess.Popen``) tells the child who its parent is, and which of the
-  parent's temporary directories (made with :func:`temporary_directory`) it uses;
-* :func:`stop` ends a child (SIGTERM, then SIGKILL after a grace) and waits for it, and
-  :func:`running` does so whatever ends the block (a result, an error, Ctrl-C); a program that
-  exits with children still running stops them on its way out (an exit hook).
-
-The child side, first thing in its program: :func:`bind_to_parent`. On Linux the kernel sends
-it SIGTERM when its parent dies (``prctl(PR_SET_PDEATHSIG)``, through ctypes), even of SIGKILL,
-which no handler of the parent's sees; it then checks that its parent is still the process that
-started it (one that died before the call would never signal). Everywhere (macOS has no
-``PR_SET_PDEATHSIG``) a watchdog thread polls the parent's pid as well: once it changes, the
-child is sent SIGTERM (where the kernel did not), and after a grace it removes the parent's
-temporary directories it was told of and ends at once. A child that ends as an orphan removes
-them too (an exit hook): a parent killed by SIGKILL leaves no temporary file behind.
-
-``PR_SET_PDEATHSIG`` fires when the *thread* that started the child ends: a child started from
-another thread than the main one is watched by the thread alone.
-
-Pure standard library: the child calls it before anything heavy loads.
+Child side, first thing: :func:`bind_to_parent`. On Linux the kernel sends SIGTERM when the
+parent dies, even of SIGKILL (``PR_SET_PDEATHSIG``, only from the main thread: it fires when
+the starting *thread* ends). A watchdog thread also polls the parent's pid (macOS has no
+deathsig): once it changes, SIGTERM, a grace, then the parent's directories are removed and
+the child ends at once, so a SIGKILLed parent leaves no temporary file. Standard library only,
+as it loads before anything heavy.
 """
 
 from __future__ import annotations
@@ -43,34 +31,28 @@ from typing import Any
 
 from toolkit.core import files
 
-__all__: list[str] = []  # the toolkit's own start-up and tear-down; nothing here is API
+__all__: list[str] = []  # not API
 
 _PARENT = "TOOLKIT_PARENT_PID"  # the pid of the process that started this one
 _DIRS = "TOOLKIT_PARENT_DIRS"  # its temporary directories this one uses (os.pathsep-joined)
 _DEATHSIG = "TOOLKIT_PARENT_DEATHSIG"  # "1": started by the parent's main thread
-_PREFIX = "toolkit-"  # the only directories a child removes: the toolkit's own temporary ones
+_PREFIX = "toolkit-"  # the only directories a child removes
 
 STOP_GRACE_S = 10.0  # a stopped child's time to end on SIGTERM before SIGKILL
 ORPHAN_GRACE_S = 10.0  # an orphan's time to end on SIGTERM before it ends at once
 _POLL_S = 0.25  # how often the watchdog looks at the parent's pid
 
-_dirs: list[str] = []  # the temporary directories live here: told to every child started
+_dirs: list[str] = []  # the live temporary directories, told to every child started
 _children: weakref.WeakSet[subprocess.Popen[Any]] = weakref.WeakSet()
 _bound: dict[str, Any] = {}  # the child side: its parent's pid and directories
 _importing: list[str] = []  # the child side: the user's script it is importing, if any
 
 
-# ---------------------------------------------------------------------------- the parent's side
-
-
 @contextlib.contextmanager
 def temporary_directory(prefix: str) -> Iterator[str]:
-    """A temporary directory (:func:`files.scratch_dir`: one a parent killed before its child
-    started left is swept), removed when the block ends, whose path every child started
-    inside the block is told of: a child whose parent died removes it (the parent cannot).
-    `prefix` starts with
-    ``toolkit-`` (a child removes nothing else). Stop the block's children before it ends
-    (:func:`running`): a child still writing there would make it again."""
+    """A :func:`files.scratch_dir` removed when the block ends, told to every child started in
+    it, so a child whose parent died removes it. `prefix` starts with ``toolkit-``. Stop the
+    block's children before it ends (:func:`running`)."""
     if not prefix.startswith(_PREFIX):
         raise ValueError(f"a child's temporary directory starts with {_PREFIX!r}: {prefix!r}")
     tmp = files.scratch_dir(prefix)
@@ -84,10 +66,8 @@ def temporary_directory(prefix: str) -> Iterator[str]:
 
 @contextlib.contextmanager
 def importing_script(path: str) -> Iterator[None]:
-    """While a child imports the script a ``build`` lives in (``python mytrain.py`` ran
-    ``tune(build)``), :func:`spawn` refuses: a script whose calls are not under ``if
-    __name__ == "__main__":`` would start children of its own in every child, as
-    ``multiprocessing``'s spawn refuses such a script too."""
+    """While a child imports the user's script, :func:`spawn` refuses: calls not under ``if
+    __name__ == "__main__":`` would start children in every child (as multiprocessing refuses)."""
     _importing.append(path)
     try:
         yield
@@ -96,9 +76,7 @@ def importing_script(path: str) -> Iterator[None]:
 
 
 def refuse_while_importing() -> None:
-    """RuntimeError while a child imports the user's script or module
-    (:func:`importing_script`): what would start more processes there (``tune``, a spawn)
-    is refused at once, with the fix, not after a search of its own."""
+    """RuntimeError, with the fix, while a child imports the user's script."""
     if _importing:
         script = os.path.basename(_importing[-1])
         raise RuntimeError(
@@ -108,9 +86,8 @@ def refuse_while_importing() -> None:
 
 
 def spawn(argv: list[str], **popen: Any) -> subprocess.Popen[Any]:
-    """``subprocess.Popen(argv, **popen)`` for a child that calls :func:`bind_to_parent`: it
-    is told this process's pid and the temporary directories live here. Stop it with
-    :func:`stop` (a program that exits first stops it on its way out).
+    """``subprocess.Popen(argv, **popen)`` for a child that calls :func:`bind_to_parent`; stop it
+    with :func:`stop` (an exit hook does otherwise).
 
     Raises:
         RuntimeError: called while a child imports the user's script (:func:`importing_script`).
@@ -128,8 +105,7 @@ def spawn(argv: list[str], **popen: Any) -> subprocess.Popen[Any]:
 
 
 def stop(proc: subprocess.Popen[Any], grace_s: float = STOP_GRACE_S) -> None:
-    """Ends `proc` and waits for it: SIGTERM (it writes nothing more and cleans up), SIGKILL
-    after `grace_s`. Also when interrupted while waiting: the child is killed first."""
+    """Ends `proc` and waits: SIGTERM, SIGKILL after `grace_s` (or on an interrupt meanwhile)."""
     if proc.poll() is not None:
         return
     try:
@@ -160,14 +136,9 @@ def _stop_all() -> None:
         stop(proc, grace_s=2.0)
 
 
-# ---------------------------------------------------------------------------- the child's side
-
-
 def bind_to_parent() -> None:
-    """The child's first call, where :func:`spawn` started it (nothing otherwise): it ends
-    when its parent does, whatever ended the parent (see the module's doc). The variables that
-    say who the parent is are taken out of the environment: a process this one starts is not
-    bound to this one's parent."""
+    """The child's first call: it then ends with its :func:`spawn` parent (module docstring).
+    The variables are popped so this child's own children are not bound to its parent."""
     parent = os.environ.pop(_PARENT, None)
     dirs = os.environ.pop(_DIRS, "")
     deathsig = os.environ.pop(_DEATHSIG, "0") == "1"
@@ -177,9 +148,8 @@ def bind_to_parent() -> None:
 
 
 def end_with_parent() -> None:
-    """:func:`bind_to_parent` for a process started by another library (Grain's worker
-    processes, started by ``multiprocessing`` from one of Grain's threads): bound to the
-    process that started it, by the watchdog alone."""
+    """:func:`bind_to_parent` for another library's process (Grain's workers, started off the
+    main thread): bound to its parent by the watchdog alone."""
     _bind(os.getppid(), [], deathsig=False)
 
 
@@ -195,18 +165,14 @@ def _bind(parent: int, dirs: list[str], deathsig: bool) -> None:
 
 
 def parent_alive() -> bool:
-    """Whether the process that started this one (:func:`spawn`) still runs; True where none
-    did. Once the parent is gone, the child is re-parented (to init or a subreaper); while
-    it dies, its main thread is a zombie first (:func:`_dying`)."""
+    """Whether the :func:`spawn` parent still runs (True where none): not re-parented, not
+    dying (:func:`_dying`)."""
     return not _bound or (os.getppid() == _bound["parent"] and not _dying(_bound["parent"]))
 
 
 def _dying(pid: int) -> bool:
-    """Whether `pid`'s main thread has ended (Linux: ``Z`` or ``X`` in ``/proc/PID/stat``).
-    A signal's default action ends a process's threads one by one, and the kernel sends
-    ``PR_SET_PDEATHSIG`` when the thread that started the child ends: the child is still the
-    dying parent's then (a script killed by SIGTERM during tune's fresh rounds left its
-    ``spec.json`` behind: the child, told by the kernel, still saw its parent alive)."""
+    """Whether `pid`'s main thread has ended (Linux: ``Z`` or ``X`` in ``/proc/PID/stat``): the
+    deathsig comes as that thread ends, while the child is still the dying parent's."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
             state = f.read().rpartition(")")[2].split()[:1]
@@ -216,9 +182,8 @@ def _dying(pid: int) -> bool:
 
 
 def write_result(path: str, data: str) -> bool:
-    """Writes `data` to `path` atomically, into a directory that must still be there: a
-    parent's temporary directory, removed once the parent stopped waiting, is never made
-    again. Returns whether it was written."""
+    """Writes `data` atomically into a directory that must still exist (the parent removes it
+    when it stops waiting); returns whether it was written."""
     if not parent_alive():
         return False
     try:
@@ -242,9 +207,8 @@ def _set_deathsig(signum: int) -> bool:
 
 
 def _ours(path: str) -> bool:
-    """Whether `path` is a temporary directory of the toolkit's, of this user's, that a
-    child may remove: directly in the temporary directory, named ``toolkit-...``, a real
-    directory (not a link), owned by this user."""
+    """Whether a child may remove `path`: a real ``toolkit-...`` directory of this user directly
+    in the temporary directory."""
     temp = tempfile.gettempdir()
     if os.path.dirname(path) not in (temp, os.path.realpath(temp)):
         return False
@@ -280,8 +244,7 @@ def _end_orphan() -> None:
 
 
 def _watch() -> None:
-    """The watchdog thread: once the parent is gone, SIGTERM (where the kernel sent none),
-    time to end on it, then the end at once."""
+    """Once the parent is gone: SIGTERM (where the kernel sent none), a grace, the end."""
     while parent_alive():
         time.sleep(_POLL_S)
     if not _bound.get("deathsig"):

@@ -1,8 +1,7 @@
 """Files that are never half-written, and values that are always valid JSON.
 
-A leaf: standard library only, and ``filelock`` for a cache's read-modify-write. (Named
-``files``, not ``io``, so that no module of the package can shadow the standard library's
-``io`` when a file is run as a script.)
+A leaf: standard library plus ``filelock``. Named ``files``, not ``io``, so it never shadows
+the standard library's ``io`` when a file is run as a script.
 """
 
 from __future__ import annotations
@@ -27,9 +26,8 @@ __all__ = [
 ]
 
 
-# How long a cache write waits for another process's: a write holds the lock for milliseconds,
-# so a lock held longer is a process stopped holding it (or someone holding it on purpose),
-# and a cache is never worth a stall: the entry is skipped, and the caller says "not cached".
+# How long a cache write waits for another's: writes hold it for milliseconds, so a longer hold
+# is a stopped process, and a cache is never worth a stall (the entry is skipped).
 LOCK_TIMEOUT_S = 5.0
 
 
@@ -38,15 +36,12 @@ class ReportError(ValueError):
 
 
 def atomic_write(path: str | os.PathLike[str], data: str | bytes, make_dirs: bool = True) -> str:
-    """Writes `data` to `path` so that readers see the old file or the new one, never a mix:
-    a temporary file in the same directory, fsync, rename. Returns the path. `make_dirs`
-    False: a missing directory is FileNotFoundError, never made again (a child's result into
-    its parent's temporary directory, which the parent removed when it stopped waiting).
+    """Writes `data` to `path` so readers see the old file or the new one, never a mix (temporary
+    file, fsync, rename); returns the path. `make_dirs` False: a missing directory is
+    FileNotFoundError (a parent that stopped waiting removed it), never made again.
 
-    The temporary file is made by ``os.open(..., 0o666)`` under a fresh name, so the kernel
-    applies the umask as it does to any file (a report follows it: 0644 under 022), rather
-    than ``mkstemp`` (0600) and a chmod from the umask, which can only be read by setting it:
-    a process-wide change under which another thread's new file would come out 0666.
+    ``os.open(..., 0o666)`` lets the kernel apply the umask, unlike ``mkstemp`` (0600) plus a
+    chmod, which needs the umask read by setting it process-wide.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -68,8 +63,7 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes, make_dirs: boo
 
 
 def _new_file(directory: str, name: str) -> tuple[int, str]:
-    """A new file ``.tmp-<random>-<name>`` in `directory`, opened for writing: created
-    exclusively (never an existing file, never through a symlink), mode 0666 less the umask."""
+    """A new file ``.tmp-<random>-<name>`` in `directory`, created exclusively, no symlinks."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
     for _ in range(100):
@@ -82,15 +76,11 @@ def _new_file(directory: str, name: str) -> tuple[int, str]:
 
 
 def private_dir(name: str) -> str | None:
-    """A directory under the temporary directory, named `name`, that only this user can
-    read or write, reused by every process of this user; None where there is none.
+    """A temporary directory `name` only this user can use, shared by this user's processes;
+    None where there is none.
 
-    A predictable name in a shared ``/tmp`` may already be taken by someone else: a symlink
-    to their world-writable directory, or a directory they own. It is used only when it is
-    a real directory (not a symlink), owned by this uid and not writable by group or others
-    (one this function made is ``0700``); anything else is None, and the caller does
-    without it (a ``tempfile.mkdtemp`` of its own, or the library's default), never follows
-    it. In a sticky ``/tmp`` nobody else can swap a directory of ours after the check.
+    A predictable name in a shared ``/tmp`` may be another user's trap, so it is used only if
+    :func:`is_private`; else the caller does without it. A sticky ``/tmp`` stops later swaps.
     """
     path = os.path.join(tempfile.gettempdir(), name)
     try:
@@ -108,19 +98,14 @@ _held: dict[str, Any] = {}  # this process's scratch directories: their held loc
 
 
 def scratch_dir(prefix: str) -> str:
-    """A new private temporary directory (``mkdtemp``: ``0700``) that this process holds
-    until :func:`remove_scratch`: a lock file inside it, ``flock``-ed (``filelock``).
+    """A new private temporary directory (``mkdtemp``) this process holds, by a ``filelock`` on a
+    file inside, until :func:`remove_scratch`.
 
-    An exit hook cannot remove what a process ended at once leaves (SIGKILL, the kernel's
-    out-of-memory killer, an interrupt's immediate exit): a killed worker's scratch backup of
-    the weights, a parent's spec for a child it never started, each stayed in ``/tmp`` for
-    good. So each new one of `prefix` first removes those of `prefix` whose lock is free: the
-    kernel frees a lock when its holder dies, whatever pid namespace it ran in (a pid would
-    name another container's process). Only this user's directories directly in the
-    temporary directory, over a minute old, are removed; one made before its lock was taken
-    (an old version's) is left alone.
+    No exit hook runs on SIGKILL or the OOM killer, so each new one first removes this user's
+    older (over a minute) ones of `prefix` whose lock is free: the kernel frees a dead holder's
+    lock in any pid namespace, where a pid could name another container's process.
     """
-    import filelock  # a dependency (setup.py)
+    import filelock
 
     _sweep(prefix)
     path = tempfile.mkdtemp(prefix=prefix)
@@ -170,8 +155,7 @@ def _sweep(prefix: str) -> None:
 
 
 def is_private(path: str) -> bool:
-    """Whether `path` is a real directory (not a symlink) owned by this user that neither its
-    group nor others can write: what a program here reads code or settings from."""
+    """Whether `path` is a real directory (no symlink) of this user, not group/other-writable."""
     try:
         st = os.lstat(path)
     except OSError:
@@ -181,13 +165,9 @@ def is_private(path: str) -> bool:
 
 
 def parse_json(source: str | bytes | IO[str], finite: bool = False) -> Any:
-    """``json.loads`` of a text, or ``json.load`` of an open file, with a value nested past
-    Python's recursion limit (``[[[[...`` from a damaged file or a peer) a ValueError like
-    any other bad JSON, not a RecursionError that no reader expects.
-
-    With `finite`, a number that is not finite as a float (``NaN``, ``Infinity``, ``1e999``,
-    an integer past a float's range) is a ValueError naming it: a report's figures are
-    formatted, summed and made integers, where an infinity is an OverflowError far from here.
+    """``json.loads`` of a text or ``json.load`` of a file, nesting too deep for Python a
+    ValueError like any bad JSON (not a RecursionError). With `finite`, a number not finite as a
+    float (``NaN``, ``1e999``, a huge int) is a ValueError, not an OverflowError far from here.
     """
     hooks: dict[str, Callable[[str], Any]] = {}
     if finite:
@@ -223,11 +203,9 @@ def _no_constant(text: str) -> float:
 
 
 def open_regular(path: str | os.PathLike[str]) -> IO[str]:
-    """`path` opened for reading as UTF-8 text, if it is a regular file (a symbolic link to
-    one too). A FIFO would block the read until a writer came, and a device (``/dev/zero``)
-    never ends: each is refused (an OSError saying what it is) before a blocking read. The
-    check is ``stat`` (no open, so no device is touched), then the file opened with
-    ``O_NONBLOCK`` and checked again with ``fstat``: what was swapped in between is refused too.
+    """`path` opened as UTF-8 text if it is a regular file; else an OSError saying what it is (a
+    FIFO blocks, ``/dev/zero`` never ends). Checked by ``stat`` before opening, then by ``fstat``
+    after an ``O_NONBLOCK`` open, so a swap in between is refused too.
     """
     _regular(os.stat(path).st_mode)
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -252,9 +230,7 @@ def _regular(mode: int) -> None:
 
 
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The JSON object in `path`; ``{}`` when the file is missing, unreadable, not a regular
-    file (a FIFO would hang the read), not JSON or not an object (for caches, where a bad file
-    is a miss, not an error)."""
+    """The JSON object in `path`; ``{}`` when it is missing or bad in any way (a cache miss)."""
     try:
         with open_regular(path) as f:
             data = parse_json(f)
@@ -264,17 +240,12 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def update_json(path: str | os.PathLike[str], key: str, value: Any) -> bool:
-    """Sets `key` to `value` in the JSON object in `path` (a cache: a missing or bad file starts
-    empty), written atomically; False when the file cannot be written (a read-only cache, a
-    cache directory that is a file: skipped, not an error).
+    """Sets `key` to `value` in the JSON cache `path` (a bad file starts empty), atomically;
+    False when it cannot be written or locked within :data:`LOCK_TIMEOUT_S` (skipped, no error).
 
-    The read, the change and the write hold ``<path>.lock`` (``filelock``: ``flock`` on
-    POSIX, ``LockFileEx`` on Windows), so processes updating one cache at once each keep
-    their entry: without it each wrote back what it had read, less the others' entries. A
-    lock not had within :data:`LOCK_TIMEOUT_S` seconds (a process stopped while holding it)
-    is a skip too: a cache is never worth a hang.
+    The read-modify-write holds ``<path>.lock`` so concurrent writers keep each other's entries.
     """
-    import filelock  # a dependency (setup.py), imported here: only a cache write needs it
+    import filelock  # only a cache write needs it
 
     path = os.fspath(path)
     try:
@@ -306,18 +277,13 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
-# ---------------------------------------------------------------------------- reading a report
-
-
 def read_checked(path: str, from_dict: Callable[[Any], Any], views: Callable[[Any], object]) -> Any:
-    """The report in the JSON file `path`, read with `from_dict` (which checks its values)
-    and shown once with `views`; every way it can fail is one ReportError naming the file.
+    """The report in JSON file `path`, read with `from_dict` (which checks its values) and shown
+    once with `views`; any failure is one ReportError naming the file.
 
-    Its numbers must be finite (``1e999`` is not a figure) and only a regular file is read (a
-    FIFO or a device would hang or fill the memory). Every string in it is made printable
-    (:func:`visible`) before any reader sees it: a report is data anyone may have edited or
-    sent, and ``show``, ``compare``, ``merge``, ``trace`` and ``doctor`` print its strings to a
-    terminal, where an escape sequence would retitle, clear or rewrite it.
+    Numbers must be finite, only a regular file is read, and every string is made printable
+    (:func:`visible`) first: a report may come from anyone, and escape sequences in it would
+    act on the terminal the verbs print to.
     """
     try:
         with open_regular(path) as f:
@@ -350,10 +316,8 @@ def _escape(text: str) -> str:
 
 
 def visible(data: Any) -> Any:
-    """`data` (parsed JSON) with every control character in its strings and keys, other than
-    newline and tab, written as a visible escape (ESC as ``\\x1b``); other characters, ``×``
-    and ``µ`` among them, kept. Iterative: a value nested as deep as the JSON reader allows
-    does not reach the recursion limit here."""
+    """`data` (parsed JSON) with control characters in strings and keys, bar newline and tab,
+    escaped (ESC as ``\\x1b``). Iterative, so the deepest JSON never hits the recursion limit."""
     root = [data]
     stack: list[tuple[Any, Any]] = [(root, 0)]
     while stack:
@@ -372,15 +336,11 @@ def visible(data: Any) -> Any:
 
 
 def inside_run(run_dir: str, name: str, field: str, report: str) -> str:
-    """The real path of `name` (a file named in the report `report`'s `field`), which must lie
-    inside `run_dir`: a relative name is taken from the run directory, not the current one,
-    and symlinks are resolved before the check. A report is data anyone may have edited or
-    sent, and reading what it names (``trace`` prints what a trace file holds) must not
-    reach ``../../secret.json``, ``/etc/...`` or a symlink leading out of the run.
+    """The real path of `name` (named in report `report`'s `field`), relative to `run_dir` and
+    resolved: a report may come from anyone, so what it names must not lead out of its run.
 
     Raises:
-        ReportError: `name` is empty or leads outside `run_dir` (one line naming the report,
-            the field and the name).
+        ReportError: `name` is empty or leads outside `run_dir`.
     """
     root = os.path.realpath(run_dir)
     sound = bool(name) and "\0" not in name
@@ -396,8 +356,7 @@ def inside_run(run_dir: str, name: str, field: str, report: str) -> str:
 
 
 def check_views(report: Any, views: Callable[[Any], object]) -> None:
-    """Raises ReportError naming the top-level field whose value `views(report)` (the
-    summary and the Markdown) cannot show: the one without which they render."""
+    """Raises ReportError naming the top-level field without which `views(report)` renders."""
     try:
         views(report)
         return

@@ -1,20 +1,14 @@
-"""Ctrl-C, SIGTERM, SIGHUP and SIGQUIT at any moment of a program's life: one exception,
-never lost.
+"""Ctrl-C, SIGTERM, SIGHUP and SIGQUIT at any moment of a program's life: one exception, never lost.
 
-A program here (a recipe, a verb) calls :func:`install` first thing: SIGINT raises
-``KeyboardInterrupt``, and SIGTERM, SIGHUP (a closed terminal or ssh session) and SIGQUIT
-(Ctrl-\\) :class:`TrainingInterrupted` (a ``KeyboardInterrupt``) naming it, so each ends in
-the app's one line and 128 + its number (130, 143, 129, 131), not in a kill by signal. Every
-signal is also recorded, because Python drops an exception raised inside a garbage-collector
-callback (``Exception ignored in: <function _xla_gc_callback>``): :func:`check`, at the points
-where a program moves on (before training, before it says it is done), raises one that was
-lost.
+A program (a recipe, a verb) calls :func:`install` first thing: SIGINT raises
+``KeyboardInterrupt``; SIGTERM, SIGHUP and SIGQUIT raise :class:`TrainingInterrupted` naming it,
+so each ends in one line and 128 + its number, not a kill by signal. Every signal is also
+recorded, since Python drops exceptions raised in garbage-collector callbacks: :func:`check`,
+where a program moves on, raises one that was lost.
 
 While the frameworks load or a report is written the signal is held (:func:`held`): an
-exception in the middle of ``import tensorflow`` leaves modules half registered, and a report
-cut in half is no report. It is raised when the block ends; a second signal raises at once.
-
-Pure Python: the handler and what it raises import nothing.
+interrupted ``import tensorflow`` leaves modules half registered, and half a report is none.
+It is raised when the block ends; a second signal raises at once. Pure Python.
 """
 
 from __future__ import annotations
@@ -30,9 +24,7 @@ from typing import Any
 
 __all__ = ["TrainingInterrupted"]  # the rest: the programs' start-up, not API
 
-# Every signal that ends a program by default and that a user or the system sends to stop
-# it: each is handled alike (the partial report, one line, 128 + its number). SIGHUP and
-# SIGQUIT are POSIX only.
+# The signals sent to stop a program, handled alike; SIGHUP and SIGQUIT are POSIX only.
 SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
     if hasattr(signal, name)
@@ -48,39 +40,32 @@ def _forked() -> None:
     _state["forked"] = True
 
 
-# A process forked from this one (a multiprocessing Pool's worker, a PyDataset's with
-# use_multiprocessing) inherits the handlers but is not the program: there a signal takes its
-# default action. A worker that ran the handler only recorded a pool's SIGTERM during a fit
-# and lived on, and the pool's join waited on it for good (``diagnose`` on a raising
-# PyDataset hung); outside a fit it printed a traceback from the worker's exit.
+# A forked process (a Pool's or PyDataset's worker) inherits the handlers but is not the
+# program: there a signal takes its default action, else a worker that only records a pool's
+# SIGTERM lives on and the pool's join hangs.
 os.register_at_fork(after_in_child=_forked)
 
 
 def forked() -> bool:
-    """Whether this process was forked from the one that installed the handlers (and has not
-    installed them itself since): a signal here takes its default action (:func:`handle`)."""
+    """Whether this process was forked from the installing one and has not installed since."""
     return _state["forked"]
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Raised in the main thread when the process receives SIGTERM (exit 143, as a shell
-    reports a process ended by it), SIGHUP (129) or SIGQUIT (131); its ``signum`` says
-    which. Ctrl-C raises a plain ``KeyboardInterrupt`` (130)."""
+    """Raised in the main thread on SIGTERM (exit 143), SIGHUP (129) or SIGQUIT (131), named by
+    ``signum``. Ctrl-C raises a plain ``KeyboardInterrupt`` (130)."""
 
     signum: int = int(signal.SIGTERM)
 
 
 def handled() -> list[int]:
-    """The :data:`SIGNALS` this program handles: those not ignored. A program started with
-    one ignored (``nohup`` ignores SIGHUP; a shell, SIGINT for a job in the background) keeps
-    it ignored, as Python itself does for SIGINT."""
+    """The :data:`SIGNALS` not ignored at start (``nohup``, background jobs), as Python does."""
     return [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
 
 
 def interruption(signum: int) -> KeyboardInterrupt:
-    """The exception that `signum` raises: ``KeyboardInterrupt`` for SIGINT, else
-    :class:`TrainingInterrupted` naming the signal (its ``signum`` set); watched (see
-    :func:`_watch`), so that it is neither dropped nor ends a script in a traceback."""
+    """The exception `signum` raises (``KeyboardInterrupt`` for SIGINT, else
+    :class:`TrainingInterrupted`), watched by :func:`_watch`."""
     if signum == signal.SIGINT:
         error: KeyboardInterrupt = KeyboardInterrupt()
     else:
@@ -91,22 +76,15 @@ def interruption(signum: int) -> KeyboardInterrupt:
 
 
 def _watch(error: KeyboardInterrupt) -> None:
-    """Keeps `error`, an interruption about to be raised, from two ends that lose it.
+    """Keeps `error`, an interruption about to be raised, from being lost.
 
-    * **Dropped.** Python drops an exception raised inside a weakref callback, a ``__del__``
-      or a garbage-collector callback (``Exception ignored in``); a SIGTERM during
-      ``tune(build)``'s search was lost so, and the script ran on and exited 0. Not every
-      such place can be told from its frames (:func:`_dropped_here` knows two), so
-      ``sys.unraisablehook`` hears each drop: the signal is recorded again, silently, and the
-      next :func:`check` raises it.
-    * **Uncaught in a script.** A script that let it through ended in the toolkit's stack and
-      status 1 (Python gives 130 to a plain ``KeyboardInterrupt`` only). ``sys.excepthook``
-      ends it as the signal's default action would have, which the toolkit's handler took
-      over: one line saying where the partial report is, the exit hooks (a child's
-      temporary directories removed), and 128 + the signal's number.
+    * **Dropped** in a weakref callback, ``__del__`` or GC callback (``Exception ignored in``):
+      ``sys.unraisablehook`` records the signal again and the next :func:`check` raises it
+      (:func:`_dropped_here` cannot tell every such frame).
+    * **Uncaught in a script** (a traceback and status 1): ``sys.excepthook`` ends it as the
+      signal would have: one line naming the partial report, the exit hooks, 128 + its number.
 
-    Both hooks are set once, the first time a signal is raised (never before: a program that
-    is never interrupted keeps Python's), each passing every other exception to the hook it
+    Both hooks are set at the first signal only, passing other exceptions to the ones they
     replaced."""
     error._toolkit_raised = True  # type: ignore[attr-defined]  # (kept on it: no reference here)
     if sys.unraisablehook is not _unraisable:
@@ -118,8 +96,7 @@ def _watch(error: KeyboardInterrupt) -> None:
 
 
 def _ours(error: BaseException | None) -> bool:
-    """Whether `error` is an interruption raised here (:func:`_watch`). Marked on the
-    exception, not held here: a held one would keep its frames, and a model in them, alive."""
+    """Whether `error` was raised here; marked on it, since holding it keeps its frames alive."""
     return error is not None and getattr(error, "_toolkit_raised", False) is True
 
 
@@ -142,8 +119,7 @@ def _uncaught(kind: type[BaseException], error: BaseException, tb: Any) -> None:
     _state["ending"] = where
     _said(signum)
     _state["ending"] = ""  # said: a signal from here adds no second line
-    # The exit hooks Python would run, first (a child's orphaned temporary directories
-    # removed: an exit at once left them), then the signal's status.
+    # The exit hooks first (they remove a child's temporary directories), then the status.
     with contextlib.suppress(BaseException):
         atexit._run_exitfuncs()
     _flush()
@@ -151,28 +127,24 @@ def _uncaught(kind: type[BaseException], error: BaseException, tb: Any) -> None:
 
 
 def signal_of(error: BaseException) -> int:
-    """The signal that `error` (an interrupt) stands for: SIGINT for a plain
-    ``KeyboardInterrupt``, the one a :class:`TrainingInterrupted` names."""
+    """The signal that interrupt `error` stands for (SIGINT for a plain KeyboardInterrupt)."""
     if isinstance(error, TrainingInterrupted):
         return int(getattr(error, "signum", signal.SIGTERM))
     return int(signal.SIGINT)
 
 
 def note(signum: int) -> None:
-    """Records `signum` as received (a handler of its own that also raises it calls this, so
-    that :func:`check` raises it again if it was dropped)."""
+    """Records `signum` as received, so :func:`check` raises it again if it is dropped."""
     _state["received"] = signum
 
 
 def clear() -> None:
-    """Forgets a recorded signal: its exception is being raised now (a caller that catches
-    it, as a notebook or a test does, goes on without it coming back)."""
+    """Forgets a recorded signal whose exception is being raised now (so a catch ends it)."""
     _state["received"] = None
 
 
 def _dropped_here(frame: Any) -> bool:
-    """Whether an exception raised in `frame` would be dropped by Python (printed as
-    ``Exception ignored in``): inside a garbage-collector callback or a ``__del__``."""
+    """Whether Python would drop an exception raised in `frame` (a GC callback, a ``__del__``)."""
     import gc
 
     callbacks = {getattr(cb, "__code__", None) for cb in gc.callbacks}
@@ -184,9 +156,8 @@ def _dropped_here(frame: Any) -> bool:
 
 
 def handle(signum: int, frame: Any) -> None:
-    """The handler: records `signum`, then raises it unless it is held or Python would drop
-    it where it came (:func:`check` raises it then). In a forked worker, the signal's
-    default action (:func:`forked`)."""
+    """Records `signum` and raises it unless held or where Python would drop it (then
+    :func:`check` does); in a forked worker, the signal's default action."""
     if _state["forked"]:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
@@ -213,10 +184,8 @@ def _main_thread() -> bool:
 
 
 def install(early: bool = False) -> None:
-    """SIGINT, SIGTERM, SIGHUP and SIGQUIT raise (see the module's doc) from here on; in the
-    main thread only (elsewhere signals cannot be handled), first thing in a program, where it
-    can say what an interrupt did. `early`: held until that call (a program's first imports,
-    outside any ``try``), which then raises one that came."""
+    """The signals raise from here on (main thread only: elsewhere they cannot be handled).
+    `early`: held until a later plain call (a program's first imports), which raises one."""
     if not _main_thread():
         return
     _state["forked"] = False  # a program of its own now, forked or not
@@ -224,9 +193,8 @@ def install(early: bool = False) -> None:
         signal.signal(signum, handle)
     if not _state.get("installed"):  # registered first: runs last, after every exit hook
         _state["installed"] = True
-        # Whether nothing was registered before it (a program's early install): only then
-        # may it end the process (:func:`exiting`); a script's late one leaves hooks after it
-        # (multiprocessing's, JAX's distributed shutdown) that must run.
+        # Only a first-registered (early) install may end the process (:func:`exiting`): hooks
+        # after a late one (multiprocessing's, JAX's shutdown) must run.
         _state["last"] = getattr(atexit, "_ncallbacks", lambda: 1)() == 0
         atexit.register(_at_exit)
     if early and not _state["early"]:
@@ -239,29 +207,24 @@ def install(early: bool = False) -> None:
 
 
 def ending(said: str = "it was ending: what it printed above stands") -> None:
-    """The program is ending (its run over, its report written, the frameworks' exit hooks
-    still to run): a signal from here on is recorded, never raised, and ends the process with
-    130 or 143 after the last exit hook, with one line ``interrupted by SIG...: `said```."""
+    """The program is ending: a signal from here on is recorded, never raised, and ends the
+    process after the last exit hook with one line ``interrupted by SIG...: `said```."""
     if _state["ending"] is None:
         _state["ending"] = said
 
 
 def said() -> None:
-    """The program has said it was interrupted (its one line, its status 130 or 143): a
-    signal from here to its end adds no second line."""
+    """The program has said it was interrupted: a later signal adds no second line."""
     clear()
     _state["ending"] = ""
 
 
 def exiting(returned: Any = None) -> None:
-    """The program ends with `returned` as its status, or the ``SystemExit`` on its way out
-    (called in its entry point's ``finally``, after :func:`ending`): after its last exit hook
-    it then ends at once with that status (:func:`_at_exit`). CPython gives the signals back
-    their default action as it finalizes, and the frameworks' teardown runs on for ~0.1 s
-    after: a signal then killed the program with no ``interrupted by`` line (5 of 5 tries in
-    a run's last 0.1 s). An uncaught error is left to Python (it prints the traceback), and
-    so is a process whose handler was not its first exit hook (a script that installed it
-    late: the hooks registered before it still run)."""
+    """The program ends with `returned` (or the ``SystemExit`` on its way out) as its status, at
+    once after its last exit hook (:func:`_at_exit`): CPython restores default signal actions
+    while finalizing and the frameworks' teardown runs on, so a signal there killed it silently.
+    Called in the entry point's ``finally``; uncaught errors and late installs are left to
+    Python."""
     error = sys.exc_info()[1]
     if not _state.get("last") or (error is not None and not isinstance(error, SystemExit)):
         _state["status"] = None  # not the process's last hook, or Python's own exit to make
@@ -294,8 +257,7 @@ def _flush() -> None:
 
 
 def _exit_now(signum: int) -> None:
-    """Ends the process with 128 + `signum`, after one line (none where the program has said
-    it was interrupted already)."""
+    """Ends the process with 128 + `signum`, after one line unless already said."""
     _said(signum)
     os._exit(128 + signum)
 
@@ -311,11 +273,9 @@ def _said(signum: int) -> None:
 
 
 def starting(program: str) -> bool:
-    """Whether Python is starting `program` itself: ``python -m recipes.NAME`` for
-    ``recipes``, ``python -m toolkit`` or ``keras-perf`` for ``toolkit`` (not another
-    module under it, such as the search's ``toolkit._child``). ``python -m`` sets
-    ``sys.argv[0]`` to ``"-m"`` while it imports the module's package; ``sys.orig_argv``
-    names the module."""
+    """Whether Python is starting `program` itself (``python -m recipes.NAME``, ``python -m
+    toolkit`` or ``keras-perf``; not ``toolkit._child``). ``sys.argv[0]`` is ``"-m"`` while
+    the package imports; ``sys.orig_argv`` names the module."""
     first = sys.argv[0] if sys.argv else ""
     if program == "toolkit" and os.path.basename(first) == "keras-perf":
         return True
@@ -327,9 +287,7 @@ def starting(program: str) -> bool:
 
 
 def check(**attrs: Any) -> None:
-    """Raises a signal that was received but whose exception did not reach the program's end
-    (dropped in a garbage-collector callback, or held), with `attrs` set on it (where the
-    report is); nothing when none is pending."""
+    """Raises a pending signal (dropped or held), with `attrs` set on it; else nothing."""
     signum, _state["received"] = _state["received"], None
     if signum is None:
         return
@@ -341,14 +299,10 @@ def check(**attrs: Any) -> None:
 
 @contextlib.contextmanager
 def held(raise_after: bool = True, firm: str | None = None) -> Iterator[None]:
-    """A block that a first signal does not cut: it is raised when the block ends (unless the
-    block raised; with `raise_after` False, by the caller's :func:`check`); a second signal
-    raises at once. Outside the main thread, a plain block.
-
-    `firm` (what the block does, in words: ``"the report was being written"``): a second
-    signal does not cut it either (a report cut by an impatient second Ctrl-C was lost, and the
-    program said nothing of it); the :data:`FIRM_CUT`-th ends the process at once, with one
-    line saying so (a write that hangs can still be left)."""
+    """A block a first signal does not cut: it is raised when the block ends (with `raise_after`
+    False, by the caller's :func:`check`); a second raises at once. Off the main thread, a plain
+    block. `firm` (in words: ``"the report was being written"``): a second signal does not cut
+    it either; the :data:`FIRM_CUT`-th ends the process with one line (a hung write is left)."""
     if not _main_thread():
         yield
         return

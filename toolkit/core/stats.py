@@ -1,16 +1,10 @@
 """Step-time statistics from plain durations. Pure Python: no TensorFlow, no NumPy.
 
-A *sample* is one timed execution of the training function. With ``steps_per_execution = n``
-Keras runs ``n`` steps per execution and calls batch hooks once, so a sample carries its duration
-and the number of steps it covered; every figure here is *per step*:
-
-* ``mean_s`` is time-weighted: total timed seconds / total timed steps (what throughput sees).
-* percentiles, min, max and jitter are over the per-step time of each sample
-  (``duration / steps``), one value per execution.
-* jitter is the robust spread ``1.4826 * MAD`` (median absolute deviation), which equals the
-  standard deviation for Gaussian noise and is not thrown off by a few slow outliers.
-
-Everything is tested with injected durations; nothing here reads a clock.
+A *sample* is one timed execution: with ``steps_per_execution = n`` Keras runs ``n`` steps per
+batch hook, so a sample carries its duration and step count. Every figure is *per step*:
+``mean_s`` is time-weighted (what throughput sees); percentiles, min, max and jitter are over
+each sample's ``duration / steps``; jitter is ``1.4826 * MAD``, the standard deviation for
+Gaussian noise but robust to a few slow outliers. Nothing here reads a clock.
 """
 
 from __future__ import annotations
@@ -39,16 +33,15 @@ DEFAULT_WARMUP_STEPS = 5
 
 # What a recorded execution counts as.
 FIRST, WARMUP, EXCLUDED, TIMED = "first", "warmup", "excluded", "timed"
-# A later execution in which the backend compiled the step again (a new input shape: JAX's
-# ragged last batch): a compile, counted as the first execution is, never a step's time.
+# A later execution that compiled again (a new input shape: JAX's ragged last batch): counted
+# as the first execution is, never timed.
 COMPILED = "compiled"
 # Of a recorded execution (seconds, steps, epoch, kind): its seconds and its steps.
 SECONDS_OF, STEPS_OF = operator.itemgetter(0), operator.itemgetter(1)
 
 
 def whole_calls(steps: int, per_call: int) -> int:
-    """`steps` rounded up to whole calls of `per_call` steps (steps per execution × fused
-    steps): Keras runs a compiled call whole, so a run, a window or a trace is a multiple."""
+    """`steps` rounded up to whole calls of `per_call` steps: Keras runs a compiled call whole."""
     per_call = max(1, int(per_call))
     return -(-int(steps) // per_call) * per_call
 
@@ -56,11 +49,9 @@ def whole_calls(steps: int, per_call: int) -> int:
 def warmed_calls(
     timed: Callable[[int], float], window_s: float, warm_s: float, most: int = 2000
 ) -> int:
-    """How many calls make a timed run of about `window_s`, for `timed(n)` (n calls, the
-    device waited for, in seconds), after its first call (a compile) and at least `warm_s`
-    of calls: a compiled graph's first calls run slower (TensorFlow's kernels set up their
-    caches and buffers: a Conv1D model's forward read 4.5 ms, then 3.0, then 2.5 ms), and
-    a figure taken there is neither the step's nor a floor."""
+    """How many calls make a timed run of about `window_s`, for `timed(n)` (seconds for n calls,
+    device waited for), after a first call (the compile) and `warm_s` of warm-up: a compiled
+    graph's first calls run slower (TF's kernels set up caches; 4.5 ms, then 3.0, then 2.5)."""
     timed(1)
     n, spent = 4, 0.0
     while True:
@@ -73,9 +64,8 @@ def warmed_calls(
 
 
 def whole_percents(values: Sequence[float], total: float) -> list[int]:
-    """Each of `values` as a whole percent of `total`, rounded so that they add up to what
-    their sum rounds to (100 where they make up the total): the largest remainders get the
-    points rounding down left over (Hamilton's method). A screen's shares then add up."""
+    """Each of `values` as a whole percent of `total`, adding up to what their sum rounds to
+    (Hamilton's largest remainders), so a screen's shares add up."""
     if total <= 0:
         return [0 for _ in values]
     exact = [max(0.0, v) * 100.0 / total for v in values]
@@ -122,8 +112,7 @@ class StepStats(fields.Record):
 
     Attributes:
         timed_steps: steps that entered the statistics.
-        samples: executions those steps came in (equals ``timed_steps`` when
-            ``steps_per_execution`` is 1).
+        samples: executions those steps came in (``timed_steps`` at steps_per_execution 1).
         total_s: seconds spent in the timed steps.
         mean_s: time-weighted mean seconds per step (``total_s / timed_steps``).
         p50_s, p90_s, p99_s, min_s, max_s: over the per-step time of each sample.
@@ -132,15 +121,13 @@ class StepStats(fields.Record):
         first_step_steps: steps that first execution covered.
         warmup_steps: steps after the first execution excluded as warm-up.
         excluded_steps: other steps left out of the statistics (e.g. inside a profiler trace).
-        compiled_steps: later steps in which the backend compiled the step again (a new
-            input shape), counted, not timed.
+        compiled_steps: later steps that compiled again (a new input shape), counted, not timed.
         batch_size: examples per step, when known.
         examples_per_sec: ``batch_size / mean_s``, when the batch size is known.
         steps_per_execution: the largest number of steps seen in one execution.
     """
 
-    # report.json's ``steps``: the fields, each checked against its declared kind as it is
-    # read, plus the derived ``total_steps`` and ``steps_per_sec`` (for readers of the JSON).
+    # report.json's ``steps``, plus the derived fields for readers of the JSON.
     WHERE = "steps"
     EXTRA = ("total_steps", "steps_per_sec")
 
@@ -176,8 +163,8 @@ class StepStats(fields.Record):
         )  # fmt: skip
 
     def lines(self, compile_cache: bool = False) -> list[str]:
-        """Human-readable summary, one figure per line. `compile_cache`: the run read compiled
-        programs from a cache (``--compile_cache``), so its first step may not have compiled."""
+        """Human-readable summary, one figure per line. `compile_cache`: the first step may have
+        read its program from ``--compile_cache`` rather than compiled."""
         out = []
         if self.timed_steps == 0:
             out.append(
@@ -225,7 +212,7 @@ class StepStats(fields.Record):
         if compiled:  # a compile is not a step: counted as the first step is
             excluded.append(compiled + " (a new input shape)")
         out.append("excluded steps: " + ", ".join(excluded))
-        # The kinds of step add up to every step run: the count is checkable at a glance.
+        # The kinds add up to every step run, checkable at a glance.
         parts = [
             f"first {self.first_step_steps}",
             excluded[0],
@@ -237,8 +224,7 @@ class StepStats(fields.Record):
         return out
 
     def __str__(self) -> str:
-        """The lines, folded to the terminal stdout is (``print(timer.summary())``); whole in
-        a log. The first step's line with the compile cache on ran to 98 columns."""
+        """The lines, folded to stdout's terminal width (``print(timer.summary())``)."""
         from toolkit.core import terminal
 
         return terminal.fit("\n".join(self.lines()), terminal.width())
@@ -250,8 +236,7 @@ def format_ms(seconds: float | None) -> str:
 
 
 def format_s(seconds: float | None) -> str:
-    """Seconds as every screen writes a duration (the ledger, compare, the epoch lines):
-    ``0.042 s``, ``1.23 s``, ``12.3 s``, ``1,234 s``; ``—`` for None."""
+    """Seconds as screens write them: ``0.042 s``, ``1.23 s``, ``12.3 s``, ``1,234 s``; ``—``."""
     if seconds is None:
         return "—"
     a = abs(seconds)
@@ -265,9 +250,8 @@ def format_s(seconds: float | None) -> str:
 
 
 def format_mb(mib: float | None, signed: bool = False) -> str:
-    """Memory in MiB as every screen writes it (the summary, the ledger, compare, the plot):
-    ``9.84 MB``, ``815 MB``, ``1.39 GB`` (binary units, as the kernel and the allocators count
-    them); ``+`` before a growth with `signed`; ``—`` for None."""
+    """MiB as every screen writes them: ``9.84 MB``, ``815 MB``, ``1.39 GB`` (binary units, as the
+    kernel and allocators count); ``+`` before a growth with `signed`; ``—`` for None."""
     if mib is None:
         return "—"
     sign = "+" if signed and mib > 0 else ""
@@ -282,9 +266,8 @@ def format_mb(mib: float | None, signed: bool = False) -> str:
 
 
 def format_duration(seconds: float | None) -> str:
-    """A duration that may be a step or a compile: as a step (``format_ms``) under a second,
-    as the ledger's seconds (``format_s``) from one up, so a 1.5 s first step reads ``1.54 s``
-    in the summary as in the epoch line, never ``1544.080 ms``."""
+    """A step or a compile: :func:`format_ms` under a second, else :func:`format_s` (never
+    ``1544.080 ms``)."""
     if seconds is None or abs(seconds) < 1.0:
         return format_ms(seconds)
     return format_s(seconds)
@@ -296,24 +279,20 @@ def format_rate(per_second: float | None) -> str:
 
 
 def format_metric(value: float | None) -> str:
-    """A model metric as the summary's ``final:`` line prints it (4 significant digits, kept
-    when they are zeros: ``3.000``), with
-    large values in thousands' groups rather than an exponent; ``n/a`` for None (a NaN kept
-    in JSON)."""
+    """A metric as the summary's ``final:`` line prints it: 4 significant digits kept even as zeros
+    (``3.000``), large values grouped, never an exponent; ``n/a`` for None."""
     if value is None:
         return "n/a"
     if not math.isfinite(value):
         return str(value)
     if abs(value) >= 1e4:
         return f"{value:,.1f}"
-    # four significant digits, shown: 3.00006 is "3.000", not "3" (an integer it is not)
     return f"{value:#.4g}" if value else "0"
 
 
 def format_figure(key: str, value: float | None) -> str:
-    """``key value`` for one entry of an epoch's logs, formatted as the summary formats it:
-    StepTimer's ``step_ms_*`` as ``p50 0.956 ms/step``, ``examples_per_sec`` as
-    ``22,221.5 examples/s``, a metric as ``loss 0.04868``."""
+    """``key value`` for an epoch's log entry as the summary writes it (``p50 0.956 ms/step``,
+    ``22,221.5 examples/s``, ``loss 0.04868``)."""
     if key.startswith("step_ms_") and value is not None:
         return f"{key[len('step_ms_') :]} {format_ms(value / 1e3)}/step"
     if key == "examples_per_sec":
@@ -337,7 +316,7 @@ def summarize(
     Args:
         durations: seconds of each timed execution (warm-up and first execution already removed).
         steps: steps in each execution; all ones when omitted.
-        batch_size: examples per step, for examples/sec. Defaults to unknown.
+        batch_size: examples per step, for examples/sec; None: unknown.
         first_step_s: duration of the first execution, reported apart.
         first_step_steps: steps in that first execution.
         warmup_steps: number of steps excluded as warm-up (counted, not timed).
@@ -353,8 +332,7 @@ def summarize(
         raise ValueError(
             f"durations and steps must have the same length, got {len(durations)} and {len(steps)}"
         )
-    # Checked in C-level passes (`all`, `map`, `min`): StepTimer summarizes every fit's
-    # executions with this, thousands of them, as the fit ends.
+    # C-level passes: every fit's thousands of executions are summarized as the fit ends.
     if not all(map(math.isfinite, durations)) or min(durations, default=0.0) < 0:
         bad = next(d for d in durations if not math.isfinite(d) or d < 0)
         raise ValueError(f"durations must be finite and >= 0, got {bad!r}")
@@ -398,13 +376,9 @@ def summarize(
 
 
 def summarize_calls(calls: Sequence[Sequence[Any]], batch_size: int | None = None) -> StepStats:
-    """StepStats from recorded executions ``(seconds, steps, epoch, kind)``.
-
-    ``kind`` is ``"first"`` (tracing/compilation), ``"warmup"``, ``"excluded"``, ``"compiled"``
-    (compiled again) or ``"timed"``;
-    only timed executions enter the statistics, the others are counted. This is how StepTimer
-    summarizes, and how a report's timeline can be summarized again later.
-    """
+    """StepStats from recorded executions ``(seconds, steps, epoch, kind)``, as StepTimer and a
+    report's timeline summarize: only ``"timed"`` kinds enter the statistics, the others
+    (``"first"``, ``"warmup"``, ``"excluded"``, ``"compiled"``) are counted."""
     timed = [c for c in calls if c[3] == TIMED]
     first = next((c for c in calls if c[3] == FIRST), None)
     return summarize(
@@ -422,11 +396,8 @@ def summarize_calls(calls: Sequence[Sequence[Any]], batch_size: int | None = Non
 def epoch_figures(
     calls: Sequence[Sequence[Any]], batch_size: int | None = None
 ) -> dict[str, float]:
-    """An epoch's ``step_ms_p50``, ``step_ms_p90``, ``step_ms_mean`` (ms per step) and
-    ``examples_per_sec`` from
-    its recorded executions ``(seconds, steps, epoch, kind)``: the figures of
-    :func:`summarize_calls` that StepTimer hands to Keras's logs and TensorBoard at each epoch's
-    end, computed in one pass (empty before any timed step)."""
+    """An epoch's ``step_ms_p50``/``_p90``/``_mean`` and ``examples_per_sec`` for Keras's logs,
+    from its executions in one pass (empty before any timed step)."""
     timed = [c for c in calls if c[3] == TIMED and c[1] > 0]
     if not timed:
         return {}
@@ -443,15 +414,11 @@ def epoch_figures(
     return out
 
 
-# ---------------------------------------------------------------------------- compute and ratios
-
-
 def utilization(
     flops_per_step: float | None, step_seconds: float | None, peak_flops: float | None
 ) -> dict[str, float | None]:
-    """``{"achieved_flops_per_s", "mfu"}`` from FLOPs per step, the mean step time (the
-    statistic examples/s comes from: the two agree) and the peak; `None` where an input is
-    missing."""
+    """``{"achieved_flops_per_s", "mfu"}`` from FLOPs per step, the mean step time (as
+    examples/s, so the two agree) and the peak; None where an input is missing."""
     achieved = None
     if flops_per_step and step_seconds and step_seconds > 0:
         achieved = flops_per_step / step_seconds
@@ -468,14 +435,12 @@ class MatmulRun(NamedTuple):
     runs: int
 
 
-# A matmul peak whose median timed run was more than this much slower than its best was
-# measured on a busy machine: an MFU of it would move with the machine's load, not with the run.
+# A peak whose median run was this much slower than its best was measured on a busy machine.
 RELIABLE_SPREAD_PCT = 25.0
 
 
 def reliable_peak(spread_pct: float | None) -> bool:
-    """Whether a peak measured at `spread_pct` is one to give MFU from (a peak of unknown
-    spread, one given rather than measured, is taken as given)."""
+    """Whether a peak measured at `spread_pct` may give MFU (None: a given peak, trusted)."""
     return spread_pct is None or float(spread_pct) <= RELIABLE_SPREAD_PCT
 
 
@@ -491,8 +456,7 @@ def format_flops(value: float | None, per_second: bool = False) -> str:
 
 
 def speedup_line(name: str, baseline_s: float, toolkit_s: float) -> str:
-    """The one ratio line of every benchmark and tool: ``name: X.XX× (baseline A s, toolkit
-    B s)`` with X = baseline / toolkit time, so X > 1 means the toolkit's side is faster."""
+    """Every benchmark's ratio line, ``name: X.XX× (baseline A s, toolkit B s)``; X > 1: faster."""
     return (
         f"{name}: {baseline_s / toolkit_s:.2f}× "
         f"(baseline {baseline_s:.3f} s, toolkit {toolkit_s:.3f} s)"
@@ -500,8 +464,7 @@ def speedup_line(name: str, baseline_s: float, toolkit_s: float) -> str:
 
 
 def speedup_pct(base: float | None, new: float | None) -> float | None:
-    """``(base / new - 1) * 100``: how much faster `new` is than `base` (both times, same
-    unit), in %; None if either is missing."""
+    """How much faster time `new` is than `base`, in %; None if either is missing."""
     if base is None or new is None or new <= 0:
         return None
     return (base / new - 1.0) * 100.0

@@ -1,6 +1,5 @@
-"""A measured fit of a compiled model and what measuring a model needs around it: its state
-put back afterwards, its size and architecture for the cache, and the figures of a run.
-Beside ``toolkit.search.workload``, whose two kinds of target share them.
+"""A measured fit of a compiled model and what measuring one needs: its state put back, its size
+and architecture for the cache, a run's figures. Shared by ``toolkit.search.workload``'s targets.
 """
 
 from __future__ import annotations
@@ -26,24 +25,22 @@ def measured_fit(
     name: str = "measured-fit",
     callbacks: Sequence[Any] = (),
 ) -> Any:
-    """A short, quiet, measured ``fit`` of an already compiled `model` on batched `data`
-    (repeated as often as `steps` needs, in whole calls): the report's step statistics leave
-    out the first execution and `warmup_steps` more. Nothing is written. The model trains:
-    callers that must not change it restore its weights afterwards. `callbacks` run after
-    the profiling ones. Returns the RunReport.
-    """
+    """A short, quiet, measured ``fit`` of a compiled `model` on batched `data` (repeated, in
+    whole calls); the step statistics leave out the first call and `warmup_steps` more. Nothing
+    is written, but the model trains: callers restore it (:class:`Saved`). `callbacks` run after
+    the profiling ones. Returns the RunReport."""
     from toolkit.core.compat import steps_per_execution
     from toolkit.runner.session import profile
 
     with profile(
         name, report_dir=None, batch_size=batch_size, data=data, warmup_steps=warmup_steps
     ) as prof:
-        prof.fit(  # the whole call timed: its report shows the start-up and the exit too
+        prof.fit(  # the whole call timed: the report shows start-up and exit too
             model,
             data.repeat() if hasattr(data, "repeat") else data,  # a Keras adapter: endless
             epochs=1,
             steps_per_epoch=whole_calls(steps, steps_per_execution(model)),
-            shuffle=False,  # batched data: Keras would only warn that it cannot shuffle it
+            shuffle=False,  # batched data: Keras would only warn it cannot shuffle
             callbacks=callbacks,
             verbose=0,
         )
@@ -51,28 +48,18 @@ def measured_fit(
 
 
 class Saved:
-    """What the measurements must put back so that your next ``fit`` trains as it would have
-    without them: the model's variables (its weights, and its seed generators' states: a VAE's
-    ``Sampling`` layer draws the same noise after) and each optimizer's the model holds (its
-    ``optimizer``, and a GAN's own pair).
-
-    An optimizer not built yet (``compile``, then the toolkit, then ``fit``: keras.io's order)
-    is built by the first measured step, and its slots (Adam's momentum and velocity) did not
-    exist to be saved: left as the measurements filled them, your next ``fit`` would start
-    from their state. So each optimizer's ``build`` is watched while the measurements run, and
-    the variables it made are put back to what a build of a fresh copy of that optimizer, over
-    the same variables, makes (zeros for Adam, ``initial_accumulator_value`` for Adagrad):
-    what your own ``fit``'s build would give them. (Their values cannot be read as they are
-    made: on TensorFlow a step's first trace makes them, initialized later.)"""
+    """What the measurements put back so your next ``fit`` trains as without them: the model's
+    variables and each optimizer's. An optimizer first built by a measured step had no slots to
+    save, so ``build`` is watched and its slots reset to a fresh copy's build (on TensorFlow they
+    cannot be read as made: a step's first trace makes them, initialized later)."""
 
     def __init__(self, model: Any) -> None:
-        self.model = model  # each value read now, eagerly: no step is being traced here
+        self.model = model  # values read now, eagerly: no step is being traced
         self.values = [(v, np.array(v)) for v in model.variables]
         self.optimizers = [_OptimizerState(o) for o in _optimizers(model)]
 
     def restore(self) -> None:
-        """Puts every saved value back, stops watching the optimizers' builds, and resets the
-        model's metrics."""
+        """Puts every value back, stops watching the builds, and resets the model's metrics."""
         for variable, value in self.values:
             variable.assign(value)
         for state in self.optimizers:
@@ -120,8 +107,8 @@ class _OptimizerState:
                 variable.assign(np.zeros(tuple(variable.shape), dtype=_dtype(variable)))
 
     def _fresh_build(self, count: int) -> list[Any] | None:
-        """A fresh copy's variables, as arrays, built over what the watched build was given;
-        None where the optimizer cannot be copied from its config or builds otherwise."""
+        """A fresh copy's variables built over what the watched build was given (None where it
+        cannot be copied from its config or builds otherwise)."""
         if self.built_with is None:
             return None
         try:
@@ -139,8 +126,7 @@ def _dtype(variable: Any) -> str:
 
 
 def _optimizers(model: Any) -> list[Any]:
-    """The optimizers `model` holds: its ``optimizer`` and any other it keeps as an attribute
-    (a GAN's ``d_optimizer`` and ``g_optimizer``, which its own ``train_step`` applies)."""
+    """`model`'s ``optimizer`` and any other it holds as an attribute (a GAN's pair)."""
     found = [getattr(model, "optimizer", None), *vars(model).values()]
     out: list[Any] = []
     for o in found:
@@ -155,9 +141,8 @@ def _optimizer_variables(optimizer: Any) -> list[Any]:
 
 
 def param_count(model: Any) -> int:
-    """The model's parameters, its sub-models' included, counted from its variables: a
-    subclassed model that ``fit`` builds through its own ``train_step`` (a GAN) has no
-    ``count_params()`` until it is called, and a measurement must not build it."""
+    """The model's parameters counted from its weights: a subclassed model built by its own
+    ``train_step`` (a GAN) has no ``count_params()`` until called, and must not be built here."""
     count = 0
     for weight in model.weights:
         size = 1
@@ -168,8 +153,7 @@ def param_count(model: Any) -> int:
 
 
 def model_signature(model: Any) -> str:
-    """The architecture as text: every layer's class and configuration (layer names left out:
-    Keras numbers them per process) and the shapes of the weights."""
+    """The architecture as text: layer classes and configs (not names: per process), weights."""
     parts: list[Any] = []
     skip = {"name", "layers", "input_layers", "output_layers"}
 
@@ -195,8 +179,7 @@ def rate_of(stats: Any) -> float:
 
 
 def compile_cost(stats: Any) -> float | None:
-    """Seconds the first call took beyond its steps at the median step: its trace and
-    compile (None: no first call or no timed step to set it against)."""
+    """Seconds the first call took beyond its steps at the median: its compile (None: unknown)."""
     first, n, p50 = stats.first_step_s, stats.first_step_steps, stats.p50_s
     if first is None or not n or not p50:
         return None
@@ -225,16 +208,13 @@ def figures_of(report: Any) -> dict[str, Any]:
 
 
 def host_peak_mb() -> float:
-    """This process's peak resident memory, in MiB, since it started or since
-    :func:`reset_host_peak`."""
+    """This process's peak resident memory in MiB, since its start or :func:`reset_host_peak`."""
     return high_water_mb()
 
 
 def reset_host_peak() -> bool:
-    """Sets the peak back to what is resident now (Linux's ``clear_refs``), so that the next
-    reading covers what came after: the frameworks' import, the model's build and the first
-    call's compile are transient peaks no batch size changes. False where the kernel cannot
-    (the peak then counts from the process's start)."""
+    """Sets the peak back to what is resident now (Linux's ``clear_refs``): imports, build and
+    first compile are transient peaks no batch size changes. False where the kernel cannot."""
     try:
         with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
             f.write("5")
@@ -244,11 +224,9 @@ def reset_host_peak() -> bool:
 
 
 def peak_from_second_call() -> Any:
-    """A Keras callback that sets the host's and the device's peaks back to what is held at
-    the end of the first call: the peak read after the fit is then the steps' own. The first
-    call's own peaks (its trace and compile, the frameworks' lazy start-up: the input
-    runtime, the kernels) are no batch size's, and they made the peaks of small batches
-    wander by tens of MB from one process to the next."""
+    """A Keras callback resetting the host and device peaks after the first call, so the peak
+    read after the fit is the steps' own: the first call's (trace, compile, lazy start-up) made
+    small batches' peaks wander between processes."""
     from toolkit.core import compat
 
     class ResetPeaks(compat.keras().callbacks.Callback):
@@ -266,10 +244,8 @@ def peak_from_second_call() -> Any:
 
 
 def out_of_memory(error: BaseException) -> bool:
-    """Whether `error` says an allocation failed: TensorFlow's ``ResourceExhaustedError``,
-    PyTorch's ``OutOfMemoryError``, XLA's ``RESOURCE_EXHAUSTED`` (JAX), Python's
-    ``MemoryError``. Read by name and text: each backend raises its own type, and a Keras
-    wrapper may carry one in its message."""
+    """Whether `error` says an allocation failed, on any backend. Read by name and text: each
+    backend raises its own type, and a Keras wrapper may carry one in its message."""
     names = ("ResourceExhaustedError", "OutOfMemoryError", "MemoryError")
     if any(kind.__name__ in names for kind in type(error).__mro__):
         return True
@@ -279,13 +255,8 @@ def out_of_memory(error: BaseException) -> bool:
 
 
 def at_batch(data: Any, batch_size: int) -> Any:
-    """`data` read `batch_size` examples a step, for a peak measured at that batch size: a
-    ``tf.data`` pipeline of another batch is unbatched, repeated and batched again, arrays are
-    sliced, repeated and batched in ``tf.data`` (full batches only: a ragged last one would
-    measure a smaller batch). Arrays go the same way at every batch size, never through
-    Keras's own array adapter at some and ``tf.data`` at others: the two hold different
-    memory, and a line through peaks read two ways bends where the way changes. None (a
-    recipe's task): the config's batch.
+    """`data` read `batch_size` examples a step (full batches; None stays None). Arrays always go
+    through ``tf.data``: Keras's adapter holds other memory, which would bend the fitted line.
 
     Raises:
         ValueError: data whose batches are its own (a PyDataset, a generator).
@@ -308,9 +279,8 @@ def at_batch(data: Any, batch_size: int) -> Any:
         )
     from toolkit.data._fit_data import as_fit_tuple
 
-    # As fit unpacks it: (x, y[, sample_weight]), lists inside made tuples (a list of labels
-    # is one per output; tf.data would stack it into one tensor); x alone as itself, as fit
-    # hands it to a train_step of its own (a VAE's), not a tuple of one.
+    # As fit unpacks it; lists made tuples (tf.data would stack a list of labels, one per
+    # output); x alone as itself, as fit hands it to a custom train_step (a VAE's).
     parts = as_fit_tuple(data)
     alone = len(parts) == 1 and not isinstance(parts[0], tuple)
     examples = tf.data.Dataset.from_tensor_slices(parts[0] if alone else parts)

@@ -1,16 +1,8 @@
-"""The search's fresh processes: what one must measure (a :class:`ChildSpec`: a contender's
-run, or a backend's ``tune`` search), handed to the one private entry point ``python -m
-toolkit._child`` as JSON, and what it answered as a :class:`ChildResult`; and each backend's
-device probe. Each is bounded by a timeout and reports a failure as one line, never a
-traceback.
-
-While it runs, a child speaks to its parent in typed :class:`Message` s, one JSON object a
-line on its standard output (its own prints, and anything else written there, go to its
-standard error): its progress lines, passed on as they come, and the error that ended it. Its
-standard error is read only where it sent no error: a crash's last words.
-
-A fresh process per run: Keras fixes its backend when it is imported, and a finished run's
-threads would eat into the next one's cores.
+"""The search's fresh processes: a :class:`ChildSpec` handed as JSON to ``python -m
+toolkit._child``, its answer a :class:`ChildResult`, bounded by a timeout, a failure one line.
+A child speaks in :class:`Message` s, one JSON object a line on stdout (its prints go to stderr,
+read only for a crash's last words). A fresh process per run: Keras fixes its backend on import,
+and a finished run's threads would eat into the next one's cores.
 """
 
 from __future__ import annotations
@@ -33,33 +25,21 @@ from toolkit.core.files import atomic_write, parse_json, read_json
 from toolkit.search.engine import Candidate
 from toolkit.search.standings import Figures, Target
 
-CHILD = "toolkit._child"  # the entry point every child runs: python -m toolkit._child SPEC OUT
+CHILD = "toolkit._child"  # python -m toolkit._child SPEC OUT
 JOBS = ("figures", "tune", "anatomy", "devices", "peak")
-# Signals from outside (the OOM killer's SIGKILL, a user's kill or Ctrl-C, a closed terminal):
-# what the child would have measured is unknown. SIGSEGV, SIGABRT and the like are its own.
+# Signals from outside (OOM killer, kill, Ctrl-C, hang-up): what the child would have measured
+# is unknown. SIGSEGV, SIGABRT and the like are its own failure.
 _INTERRUPTING = frozenset(int(s) for s in (signal.SIGKILL, *interrupts.SIGNALS))
 PROGRESS, ERROR = "progress", "error"  # the kinds of Message
-HEARTBEAT_S = 10.0  # a child working unheard this long gets a "still running" line
+HEARTBEAT_S = 10.0  # a child unheard this long gets a "still running" line
 CAP_EVERY_S = 0.05  # how often a capped child's resident memory is read (:class:`_HostCap`)
 
 
 @dataclasses.dataclass(frozen=True)
 class ChildSpec:
-    """What one fresh process does, whole, in typed values (JSON in, JSON out; never a
-    command line): the job, the backend and device it runs on, and
-
-    * ``figures``: one run of `steps` steps of `target` (``Workload.figures``), under
-      `candidate` (a search's ``Candidate``; None: the target's own settings);
-    * ``tune``: `target`'s ``tune`` search of `budget_s` seconds (``TuneResult.to_dict()``
-      and the batch size);
-    * ``anatomy``: `target`'s step taken apart, `steps` steps traced
-      (``toolkit.anatomy``: ``Anatomy.to_dict()``);
-    * ``devices``: the device kinds `backend` sees (no target);
-    * ``peak``: the peak memory of `steps` steps of `target` at its config's batch size
-      (``workload.peak_at``: ``memory_fit.MemoryPeak.to_dict()``), for ``toolkit.fits``.
-
-    The target (``standings.Target``) carries the run's ``TrainConfig`` as its dict and a
-    recipe's arguments: the child builds its config and task from them, without absl."""
+    """What one fresh process does, as JSON (never a command line): a job of :data:`JOBS` on a
+    backend and device (``devices`` alone takes no `target`). The target carries the
+    ``TrainConfig`` as a dict: the child builds its config and task without absl."""
 
     job: str
     backend: str
@@ -76,8 +56,7 @@ class ChildSpec:
             raise ValueError(f"child job {self.job!r}: a target is for figures and tune alone")
 
     def config(self) -> dict[str, Any]:
-        """The run's settings, as ``TrainConfig.from_dict`` reads them: the target's, on this
-        backend and device."""
+        """The target's settings on this backend and device, for ``TrainConfig.from_dict``."""
         own = self.target.config if self.target is not None else {}
         return {**own, "backend": self.backend, "device": self.device}
 
@@ -105,8 +84,7 @@ class ChildSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Message:
-    """One thing a child tells its parent while it runs: a progress line (:data:`PROGRESS`),
-    or the error that ends it (:data:`ERROR`), in one line of words."""
+    """A child's line to its parent: progress (:data:`PROGRESS`) or its final :data:`ERROR`."""
 
     kind: str
     text: str
@@ -116,8 +94,7 @@ class Message:
 
     @classmethod
     def from_json(cls, line: str) -> Message | None:
-        """The message a line holds; None for any other line (what else reached the
-        channel: the parent passes on messages only)."""
+        """The message a line holds; None for any other line."""
         try:
             raw = json.loads(line)
         except ValueError:
@@ -129,17 +106,14 @@ class Message:
 
 @dataclasses.dataclass(frozen=True)
 class ChildResult:
-    """What one fresh process answered: its job's JSON answer (`answer`, read back by the
-    caller into its record), or `error`, one line why there is none; `interrupted` where a
-    signal from outside or the timeout ended it (what it would have measured is unknown, not
-    failed: such a result is not cached); `signal`, the name of the signal that ended it
-    (``SIGKILL``: what the kernel's out-of-memory killer sends; None: none did)."""
+    """A fresh process's JSON `answer`, or `error`; `interrupted` where an outside signal or the
+    timeout ended it (unknown, not failed: never cached)."""
 
     answer: Any = None
     error: str | None = None
     interrupted: bool = False
     signal: str | None = dataclasses.field(default=None, compare=False)  # beside the error
-    # The timeout stopped it after this many seconds (None: it ended by itself or a signal).
+    # The timeout stopped it after this many seconds (None: it ended otherwise).
     overran_s: float | None = dataclasses.field(default=None, compare=False)
 
     @property
@@ -165,9 +139,8 @@ def probe_devices(backend: str, env: dict[str, str], timeout: float) -> list[str
 
 @dataclasses.dataclass(frozen=True)
 class Ended:
-    """How a child ended, as :func:`follow` saw it: the error it sent (None: none), the last
-    lines of its standard error (a crash's words), its exit status (None: the timeout killed
-    it)."""
+    """How a child ended (:func:`follow`): the error it sent, its stderr's last lines, its exit
+    status (None: the timeout killed it)."""
 
     error: str | None
     stderr: tuple[str, ...]
@@ -175,8 +148,7 @@ class Ended:
     over_mb: tuple[float, float] | None = None  # (its resident MiB, the cap) where stopped so
 
     def result(self, answer: Any, timeout_s: float) -> ChildResult:
-        """The :class:`ChildResult` of a child that wrote `answer` (None: nothing) and ended
-        so."""
+        """The :class:`ChildResult` of a child that wrote `answer` (None: nothing) and ended so."""
         if self.over_mb is not None:
             from toolkit.core.stats import format_mb
 
@@ -189,8 +161,7 @@ class Ended:
             return ChildResult(error=said, interrupted=True, overran_s=timeout_s)
         if answer:
             return ChildResult(answer)
-        if -self.returncode in _INTERRUPTING:  # the OOM killer, a user's kill: not the
-            # contender's own failure (a crash, SIGSEGV or SIGABRT, is)
+        if -self.returncode in _INTERRUPTING:  # not the contender's own failure
             name = _signal_name(-self.returncode)
             return ChildResult(error=f"killed by {name}", interrupted=True, signal=name)
         if self.error:
@@ -202,10 +173,7 @@ class Ended:
 
 
 class _Heartbeat:
-    """The parent's word while a child works unheard: where :data:`HEARTBEAT_S` pass without
-    a progress line, `still` (the seconds since the child started) says it is still running,
-    so a slow build in a fresh process is never a silent minute. Lines go out one at a time
-    (the child's, passed on, and these)."""
+    """After :data:`HEARTBEAT_S` without a line, `still(seconds)` says the child still runs."""
 
     def __init__(self, progress: Callable[[str], Any], still: Callable[[float], str] | None):
         self.progress, self.still = progress, still
@@ -222,7 +190,7 @@ class _Heartbeat:
         while not self.done.wait(1.0):
             now = time.monotonic()
             if self.still is not None and now - self.last >= HEARTBEAT_S:
-                with contextlib.suppress(Exception):  # a caller's progress that fails: quiet
+                with contextlib.suppress(Exception):  # a caller's failing progress: quiet
                     self.say(self.still(now - self.began))
 
     def __enter__(self) -> _Heartbeat:
@@ -243,17 +211,13 @@ def follow(
     still: Callable[[float], str] | None = None,
     host_cap_mb: float | None = None,
 ) -> Ended:
-    """Runs `argv`, passing the progress :class:`Message` s it sends on to `progress` as they
-    come, with `prefix`, until it ends or `timeout_s` passes (then it is killed); `still`, a
-    line at least every :data:`HEARTBEAT_S` while it sends none (:class:`_Heartbeat`).
-    `host_cap_mb`: where its resident memory (its own processes' together) passes this, it
-    is killed (:class:`_HostCap`), before it can take the memory the host runs on."""
+    """Runs `argv`, its progress to `progress`, killed past `timeout_s` or `host_cap_mb`."""
     killed = threading.Event()
     error: list[str] = []
     with contextlib.ExitStack() as stack:
         err = stack.enter_context(_stderr_file())
-        # Stopped and waited for whatever ends this (Ctrl-C, SIGTERM, an error): never an
-        # orphan that writes into the temporary directory its parent removes next.
+        # Stopped and waited for whatever ends this: never an orphan writing into the
+        # temporary directory its parent removes next.
         proc = stack.enter_context(children.running(
             argv, stdout=subprocess.PIPE, stderr=err, text=True, env=env
         ))  # fmt: skip
@@ -283,11 +247,8 @@ def follow(
 
 
 class _HostCap:
-    """A watch on a child's resident memory, its own processes' together (psutil), every
-    :data:`CAP_EVERY_S`: past `cap_mb`, the child is killed and :attr:`over_mb` says at how
-    much. A fit at a batch too large for the host's RAM otherwise takes it all: with no swap,
-    the kernel thrashes for minutes before its out-of-memory killer acts (a 24 GiB machine
-    stalled ten, under a 22 GiB child). None: no watch."""
+    """Kills a child whose resident memory passes `cap_mb` (:attr:`over_mb`): without swap, the
+    kernel thrashes for minutes before its OOM killer acts."""
 
     def __init__(self, proc: subprocess.Popen[str], cap_mb: float | None) -> None:
         self.proc, self.cap_mb = proc, cap_mb
@@ -318,7 +279,7 @@ class _HostCap:
         while not self.done.wait(CAP_EVERY_S):
             try:
                 rss = sum(p.memory_info().rss for p in (top, *top.children(recursive=True)))
-            except psutil.Error:  # it ended, or a process of it did, while it was read
+            except psutil.Error:  # a process ended while read
                 continue
             if rss / MIB > cap:
                 self.over_mb = (rss / MIB, cap)
@@ -335,8 +296,7 @@ def _messages(lines: Iterable[str]) -> Iterable[Message]:
 
 @contextlib.contextmanager
 def _stderr_file() -> Any:
-    """A temporary file for a child's standard error (read once it ended; a pipe nobody
-    reads while the child writes would fill and stop it)."""
+    """A temporary file for a child's stderr: an unread pipe would fill and stop the child."""
     import tempfile
 
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as f:
@@ -359,12 +319,8 @@ def run_child(
     still: Callable[[float], str] | None = None,
     host_cap_mb: float | None = None,
 ) -> ChildResult:
-    """Runs `spec` in a fresh ``python -m toolkit._child`` process and returns its
-    :class:`ChildResult`: its JSON answer, or the error it sent (else its last line of
-    standard error); a child killed by a signal or past `timeout_s` is ``interrupted``, one
-    whose resident memory passed `host_cap_mb` out of memory. Its progress messages go to
-    `progress` as they come, after `prefix`, and `still`'s line while it sends none
-    (:func:`follow`)."""
+    """Runs `spec` in a fresh ``python -m toolkit._child`` and returns its :class:`ChildResult`
+    (see :func:`follow` for the other arguments)."""
     child_env = {**env, "KERAS_BACKEND": spec.backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
     # The user's module imports in the child as it does here.
     if spec.target is not None and spec.target.model_fn:

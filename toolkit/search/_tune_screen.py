@@ -1,9 +1,6 @@
-"""What a tune result shows a person: the table of what was measured, labelled for what each
-figure is, then short lines (80 columns at most) in words a Keras user knows, and one claimed
-gain. Every figure comes from the result's records (``Trial``, ``Gain``, ``WholeRun``), each
-said by one function here; the terminal and Markdown edges render the blocks
-(``toolkit.core.terminal.show`` and ``markdown``).
-"""
+"""What a tune result shows a person: the table of what was measured, then short lines (80
+columns) in a Keras user's words, and one claimed gain. Every figure comes from the result's
+records (``Trial``, ``Gain``, ``WholeRun``); ``toolkit.core.terminal`` renders the blocks."""
 
 from __future__ import annotations
 
@@ -27,9 +24,8 @@ RIGHT = (1, 2, 3, 4, 5, 6)
 
 
 def table(trials: Sequence[Trial], best: Candidate, rounds: Sequence[dict[str, float]]) -> Table:
-    """The trials, fastest first, failures last: each one's examples/s (the median of its
-    runs in this process), their spread, how many, the ratio of its median to the defaults',
-    its median paired ratio to the defaults over the head-to-head rounds, its compile."""
+    """The trials, fastest first, failures last: median examples/s, spread, runs, ratio to the
+    defaults' median, median paired ratio over the head-to-head rounds, compile."""
     base = trials[0].examples_per_sec if trials else None
     defaults = trials[0].candidate.label() if trials else ""
     rows = []
@@ -50,16 +46,13 @@ def table(trials: Sequence[Trial], best: Candidate, rounds: Sequence[dict[str, f
 
 
 def setting_words(candidate: Candidate, defaults: Candidate) -> str:
-    """A row's settings as the table names them: what it changes from the defaults (``xla
-    fused=32``), and the defaults' row as ``defaults``, whose settings the line under the
-    table spells out (`defaults_line`): in the row, at 80 columns, they wrapped one word a
-    line beside a narrow column of short changes."""
+    """A row's changes from the defaults (``xla fused=32``); the defaults' row is ``defaults``,
+    spelled out under the table (`defaults_line`) as in the row they wrapped a word a line."""
     return "defaults" if candidate == defaults else candidate.changes(defaults)
 
 
 def defaults_line(defaults: Candidate) -> str:
-    """What the defaults' row ran, in Keras's words, which every other row's name is a change
-    from."""
+    """What the defaults' row ran, in Keras's words."""
     said = ", ".join(keras_words(defaults, None))
     return f"defaults: {said}"
 
@@ -70,9 +63,8 @@ def times(ratio: float | None) -> str:
 
 
 def keras_words(candidate: Candidate, defaults: Candidate | None) -> list[str]:
-    """What `candidate` sets other than `defaults` (all of it, with None), each in the words
-    of Keras's own arguments: ``jit_compile=True (XLA)``, ``steps_per_execution=8``, ``32
-    steps fused into one call``, ``the mixed_bfloat16 precision policy``, ``batch_size=64``."""
+    """What `candidate` sets other than `defaults` (all of it, with None), in the words of
+    Keras's arguments: ``jit_compile=True (XLA)``, ``the mixed_bfloat16 precision policy``."""
     said = []
     for name, value in candidate.values().items():
         if value is None or (defaults is not None and value == getattr(defaults, name)):
@@ -89,8 +81,7 @@ def keras_words(candidate: Candidate, defaults: Candidate | None) -> list[str]:
 
 
 def folded(head: str, parts: Iterable[str], width: int = WIDTH) -> list[str]:
-    """`head` then `parts` joined by ``, `` in lines of at most `width` columns, a line
-    broken only between parts (the later lines indented under the first part)."""
+    """`head` then `parts` joined by ``, `` in lines of `width` columns, broken between parts."""
     parts = list(parts)
     lines, line = [], head
     indent = " " * min(len(head), 8)
@@ -106,16 +97,14 @@ def folded(head: str, parts: Iterable[str], width: int = WIDTH) -> list[str]:
 
 
 def chosen_lines(best: Candidate, defaults: Candidate, picked: bool) -> list[str]:
-    """``chosen: jit_compile=True (XLA), steps_per_execution=8,`` and on: the pick in Keras's
-    words; or the defaults kept."""
+    """``chosen: jit_compile=True (XLA), ...``: the pick in Keras's words, or the defaults."""
     if not picked:
         return ["chosen: the defaults (Keras's own settings)"]
     return folded("chosen:", keras_words(best, defaults))
 
 
 def whole_run_lines(run: WholeRun, pick_wins: bool) -> list[str]:
-    """A pick over the whole run, in short lines: its longer compile, where that pays for
-    itself, and the run's seconds either way."""
+    """A pick over the whole run: its longer compile, when that pays off, the run's seconds."""
     after = f"after {run.break_even_steps:,} steps" if run.break_even_steps else "never"
     totals = (
         f"(whole run of {run.steps:,} steps: {format_s(run.pick_s)} vs the defaults' "
@@ -137,10 +126,8 @@ def whole_run_lines(run: WholeRun, pick_wins: bool) -> list[str]:
 
 
 def gain_line(gain: Gain | None, picked: bool) -> str:
-    """The one gain the screen claims: the pick's, with its range, rounds and where they ran
-    (``gain: 2.77× (2.28–5.36, 5 rounds in fresh processes)``); for a pick the rounds did not
-    confirm, what they measured (its words say it is not confirmed). Empty: nothing was
-    measured against the defaults."""
+    """The one gain the screen claims (``gain: 2.77× (2.28–5.36, 5 rounds ...)``); for an
+    unconfirmed pick, what was measured. Empty: nothing was measured against the defaults."""
     if gain is None:
         return ""
     if picked:
@@ -151,8 +138,7 @@ def gain_line(gain: Gain | None, picked: bool) -> str:
 
 
 def screen(result: Any) -> list[Block]:
-    """A :class:`~toolkit.search.tune.TuneResult` as a screen: its table, then the pick in
-    Keras's words, its one claimed gain, and why (short lines)."""
+    """A :class:`~toolkit.search.tune.TuneResult` as a screen: table, pick, gain, and why."""
     defaults = result.trials[0].candidate if result.trials else result.best
     lines = chosen_lines(result.best, defaults, result.picked)
     lines += [said for said in (gain_line(result.gain, result.picked),) if said]
@@ -162,8 +148,7 @@ def screen(result: Any) -> list[Block]:
 
 
 def short(lines: Iterable[str], width: int = WIDTH) -> list[str]:
-    """Each line folded at spaces to `width` columns (a figure is never split), the rest of
-    a folded line indented."""
+    """Each line folded at spaces to `width` columns (a figure never split), the rest indented."""
     out = []
     for line in lines:
         out += textwrap.wrap(line, width, subsequent_indent="  ", break_on_hyphens=False) or [""]
@@ -171,8 +156,8 @@ def short(lines: Iterable[str], width: int = WIDTH) -> list[str]:
 
 
 def compiled_again(first: float | None, now: float | None) -> str:
-    """The defaults' compile measured again (``Workload.compile_again``), where it read less
-    than first, which held this process's own first trace and compile; "" otherwise."""
+    """The defaults' compile measured again (``Workload.compile_again``) where it read less than
+    the first, which held the process's own start; "" otherwise."""
     if first is None or now is None or now >= first:
         return ""
     return (

@@ -1,21 +1,11 @@
-"""``toolkit.anatomy(model, data)``: what inside the training step costs it. One measured
-target (a recipe's Task, or your compiled model and data: ``toolkit.search.workload``), three
-measurements in this process:
+"""``toolkit.anatomy(model, data)``: what inside the training step costs it, measured here.
 
-1. A short fit with an :class:`~toolkit.profiling.anatomy.AnatomyWindow`: the scope tokens
-   on the model's layers and phases, a trace of ``steps`` steps after the warm-up, read into
-   phases and layers and checked against the outside clock; the same fit's untraced median
-   step says what the profiler itself cost. The whole model and its slowest layers are then
-   timed alone (``toolkit.profiling.layers_alone``), and the anatomy is reconciled to the
-   untraced step with those figures (``toolkit.core._anatomy.reconcile``).
-2. Keras's own cost: the same model's step written without Keras's trainer (the backend's
-   ``raw_step``: JAX's ``stateless_call`` + ``value_and_grad`` + ``stateless_apply`` jitted,
-   PyTorch's forward/``backward()``/``apply``, TensorFlow's ``tf.function`` with a
-   ``GradientTape``) against ``fit``'s step on one batch repeated (the step alone, no input
-   pipeline between steps), timed twice around it.
-
-Nothing is guessed: a raw step that cannot be written for a model (several losses, a custom
-``train_step``) is left out with a note saying why.
+A short fit traces ``steps`` steps into phases and layers
+(:class:`~toolkit.profiling.anatomy.AnatomyWindow`); the model and its slowest layers are timed
+alone (``toolkit.profiling.layers_alone``) and all reconciled to the untraced step
+(``toolkit.core._anatomy.reconcile``). Keras's own cost is the backend's ``raw_step`` (no Keras
+trainer) against ``fit``'s step on one batch. Nothing is guessed: what cannot be measured (a
+custom ``train_step``) is left out with a note saying why.
 """
 
 from __future__ import annotations
@@ -41,13 +31,13 @@ from toolkit.search.workload import workload
 
 __all__ = ["anatomy"]
 
-DEFAULT_STEPS = 10  # traced steps: exactly these (whole calls of steps_per_execution)
-AFTER_STEPS = 10  # untraced steps after the window, for the untraced step's median
+DEFAULT_STEPS = 10  # traced steps (whole calls of steps_per_execution)
+AFTER_STEPS = 10  # untraced steps after the window, for the untraced median
 RAW_WINDOW_S = 0.2  # each timed run of the raw step, at least
 RAW_WARM_S = 0.1  # the raw step's calls before its timed runs
 RAW_RUNS = 2  # timed runs of the raw step before, between and after fit's
 RAW_ROUNDS = 2  # fit's one-batch runs, each between raw runs
-# A step on your data under this share of the step alone (fit's on one batch) is no whole step.
+# A step on your data under this share of fit's step on one batch is no whole step.
 WHOLE_STEP = 0.8
 
 
@@ -61,9 +51,7 @@ def anatomy(
     layers: Sequence[str] = (),
     check: bool = True,
 ) -> Anatomy:
-    """The training step of `target` taken apart: a recipe's Task (with `config`), or your
-    compiled Keras model with its batched `data` in any form ``fit`` takes (its weights and
-    optimizer state are put back afterwards).
+    """The training step of `target` taken apart (a compiled model is put back afterwards).
 
     Args:
         target: a ``toolkit.Task`` or your compiled model.
@@ -71,26 +59,16 @@ def anatomy(
         steps: training steps traced (more: steadier figures, a longer trace).
         config: a TrainConfig (batch size, device, settings); default: the defaults.
         raw: also time the step written without Keras's trainer (Keras's own cost).
-        layers: names of layers to time alone besides the trace's slowest three (as
-            ``model.summary()`` names them; ``outer/inner`` inside a nested model).
-        check: time the layers alone and reconcile to the untraced step (False: the trace's
-            own split, seconds sooner).
+        layers: layers to time alone besides the slowest three (``outer/inner`` if nested).
+        check: time the layers alone and reconcile (False: the trace's own split, sooner).
 
     Returns:
-        a :class:`toolkit.core._anatomy.Anatomy` (``print(toolkit.report.anatomy_lines(a))``
-        or ``str``-free: render it with the report's functions); its ``error`` says why where
-        the trace could not be taken (another profiler running): the rest is then empty.
-
-    Every layer figure is checked: the trace's slowest three, the `layers` named and then
-    every layer with weights as time allows are timed alone (``toolkit.profiling.
-    layers_alone``), and the phases and layers are reconciled to the untraced step
-    (``toolkit.core._anatomy.reconcile``): the milliseconds shown are the ones a fit without
-    the profiler sees, each layer's the figure that holds.
+        a :class:`toolkit.core._anatomy.Anatomy` in a fit's milliseconds without the profiler
+        (``toolkit.report.anatomy_lines``); its ``error`` says why no trace could be taken.
 
     Raises:
-        ConfigError: `steps` outside 2 to :data:`MAX_STEPS`;
-            ``toolkit.runner.train.SetupError``: a target that cannot be measured (as
-            diagnose and tune refuse it).
+        ConfigError: `steps` outside 2 to :data:`MAX_STEPS`.
+        toolkit.runner.train.SetupError: a target that cannot be measured.
     """
     check_number("anatomy: steps", steps, integer=True, least=2, most=MAX_STEPS)
     with workload(target, data, config) as work:
@@ -137,11 +115,8 @@ class _Measured:
         return self._with_other_fix(found, model)
 
     def _with_raw(self, found: Anatomy, model: Any) -> Anatomy:
-        """`found` with Keras's own cost, the raw step against fit's step alone, and what
-        your data costs the step, fit's step on it against fit's on one batch, timed in
-        turn. Where no raw step can be taken (a model adding its own losses), the second
-        is timed still: without it a JAX step's input held the trace's batch transfers,
-        which the profiler slows (98.8 % of a 0.19 ms step)."""
+        """`found` with Keras's own cost and your data's, timed in turn; the second even without
+        a raw step, else a JAX step's input holds the profiler-slowed batch transfers."""
         why = _no_raw_step(model)
         batch = None if why else self._batch()
         timed, how = None, ""
@@ -161,17 +136,11 @@ class _Measured:
             failed = "the raw step" if timed else "fit's step on one batch"
             note = f"Keras's own cost not measured: {failed} failed ({one_line(e)})"
             return dataclasses.replace(found, notes=(*notes, note))
-        # The raw step is a floor: its fastest run, as a peak is the most a device did (the
-        # runs just after a fit read up to 25 % slower, its caches still the fit's); fit's
-        # figure is its faster round's median step.
-        # Your data's step, timed in turn, is the untraced step too where it ran faster than
-        # the traced fit's untraced steps: those follow the trace's stop, while the profiler
-        # writes its trace on other threads (a JAX Conv1D read 3.8 ms slower there, and
-        # reconcile put it in "other").
+        # The raw step is a floor: its fastest run. Your data's step is the untraced step where
+        # faster: the traced fit's run while the profiler still writes its trace.
         fed, alone, theirs = [f for f in feds if f], min(fits), found.untraced_s
         if fed and theirs and theirs < WHOLE_STEP * alone:
-            # no step on your data is faster than the step alone (a JAX step of 0.44 ms on
-            # one batch read 0.08 ms in the traced fit's untraced steps): yours, timed in turn
+            # no step on your data is faster than the step alone: yours, timed in turn, stands
             notes += (f"the traced fit's untraced steps read {format_ms(theirs)}, faster "
                       f"than fit's step on one batch alone ({format_ms(alone)}): not whole "
                       f"steps; fit's step on your data, timed in turn, stands",)  # fmt: skip
@@ -182,8 +151,8 @@ class _Measured:
                                    untraced_s=untraced, notes=notes)  # fmt: skip
 
     def _in_turn(self, timed: Any) -> tuple[list[float], list[float], list[float]]:
-        """Per step: the raw step's runs (none where `timed` is None), fit's on one batch
-        and fit's on your data, each round in turn: a machine's slow spell falls on all."""
+        """Per-step runs of the raw step (none if `timed` is None), fit on one batch and fit on
+        your data, in turn: a machine's slow spell falls on all."""
         per_call = max(1, self.work.per_call)
         n = warmed_calls(timed, RAW_WINDOW_S, RAW_WARM_S) if timed else 1  # calls of per_call
         raws: list[float] = []
@@ -199,8 +168,7 @@ class _Measured:
         return raws, fits, feds
 
     def _fit_alone(self, steps: int, per_call: int, candidate: Any = None) -> float:
-        """``fit``'s median step on one batch repeated, about as long as a raw run (with
-        `candidate`'s settings: None, the target's own)."""
+        """``fit``'s median step on one batch repeated (`candidate`'s settings; None: own)."""
         return self.work.fit(
             candidate,
             steps=whole_calls(max(30, steps), per_call),
@@ -209,18 +177,14 @@ class _Measured:
         ).steps.p50_s
 
     def _fit_fed(self, steps: int, per_call: int) -> float | None:
-        """``fit``'s median step on your data, as long as :meth:`_fit_alone`'s run and timed
-        in turn with it: what the input adds to the step, under the same load."""
+        """``fit``'s median step on your data, timed in turn with :meth:`_fit_alone`."""
         return self.work.fit(
             steps=whole_calls(max(30, steps), per_call), warmup=DEFAULT_WARMUP_STEPS
         ).steps.p50_s
 
     def _with_other_fix(self, found: Anatomy, model: Any) -> Anatomy:
-        """`found` with the fix for a large "other" named (fewer, larger ops: the backend's
-        compiler, where the step is not compiled), its saving predicted (``other_gaps_s``)
-        and, where "other" is large and the backend compiles in seconds (the ``jit_compile``
-        values tune searches here), checked: ``fit``'s step with the fix applied, against
-        `fit_s`, as tune would measure it. Nothing else of the anatomy changes."""
+        """`found` with the fix for a large "other" (the compiler) named and, where it compiles
+        in seconds (``searched_jit``), ``fit``'s step with it timed as tune would."""
         advice = None if model is None or _jitted(model) else backend.get().jit_advice()
         if advice is not None and (ruled_out := compat.xla_ruled_out(model)):
             # Keras drops jit_compile=True for such a model: measuring it measured nothing
@@ -239,8 +203,8 @@ class _Measured:
             candidate = dataclasses.replace(self.work.defaults(), **tries[0])
             tried = Advice.of("{0}", tries[0])  # the settings alone, as a log spells them
             say(f"anatomy: fit's step with {tried}, against its own")
-            # fit's own not timed yet (--no_raw): here, first, then in turn with the fix's
-            # (a PyDataset's step read 2.3x its own in the fits after an XLA one)
+            # fit's own not timed yet (--no_raw): first, then again in turn with the fix's
+            # (a step reads slower in the fits after an XLA one)
             own, base = self.work.defaults(), found.fit_s
             if base is None:
                 base = self._fit_alone(30, per_call, own)
@@ -254,8 +218,7 @@ class _Measured:
         return dataclasses.replace(found, other_fixed_s=fixed, fit_s=base)
 
     def _batch(self) -> Any:
-        """One training batch as NumPy arrays (Keras's own reading of your data where the
-        workload has it; the pipeline's first batch otherwise)."""
+        """One training batch as NumPy (Keras's own reading of the data, else the pipeline's)."""
         keras = compat.keras()
         with contextlib.suppress(Exception):
             read = self.work.input_batches()
@@ -290,6 +253,5 @@ def _no_raw_step(model: Any) -> str | None:
 
 
 def _jitted(model: Any) -> bool:
-    """Whether the model's step is compiled (XLA on TensorFlow, ``jax.jit`` on JAX): its
-    layers are timed alone the same way."""
+    """Whether the model's step is compiled: its layers are timed alone the same way."""
     return getattr(model, "jit_compile", False) is True  # Keras resolves "auto" on reading

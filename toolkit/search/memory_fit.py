@@ -1,35 +1,15 @@
-"""The largest batch that fits: ``toolkit.fits(model, data, limit=...)`` and ``python -m
-toolkit memory --recipe R``.
+"""The largest batch that fits: ``toolkit.fits(model, data, limit=...)`` and the memory verb.
 
-"Will batch 256 fit?" is answered today by trying it, and an out-of-memory error is the
-answer: a lost process, and on a GPU often a lost notebook. Here each try is a fresh process
-(``python -m toolkit._child``, the search's one entry point, its ``peak`` job:
-``workload.peak_at``), so an allocation that fails, or the kernel's out-of-memory killer,
-ends that process only, and is said as ``out of memory at batch N``:
+Trying a batch risks the process (on a GPU, the notebook), so each try runs in a fresh process
+(``workload.peak_at``), a failure said as ``out of memory at batch N``. The peak of a short fit is
+measured at two or three batch sizes (the device's, or on a CPU resident memory), a
+:class:`PeakLine` fitted through them, and the largest batch under the limit read off it and run
+to check it. A check over the limit or :data:`MISS` off the line refits it once: on a CPU the
+peak grows in steps (TensorFlow's allocator takes regions), so far out the line reads low. A
+process past :data:`HOST_CAP` of the host's RAM is stopped (``_processes._HostCap``).
 
-* the peak memory of a short fit (:data:`STEPS` steps after its first call, whose trace and
-  compile no batch size changes) is measured at two or three batch sizes: on an accelerator
-  the device's own peak (the backend's ``device_memory``), on a CPU the process's peak
-  resident memory;
-* a line is fitted through them by least squares (:class:`PeakLine`: peak ≈ base +
-  per example × batch; what the model, the framework and the data hold, then what each
-  example adds), and how well it fits is said;
-* the largest batch under the limit is read off the line: the limit you give, else the
-  device's memory (the backend's ``device_memory_limit``), else on a CPU
-  :data:`HOST_SHARE` of the RAM this host has available (the rest left to the machine);
-* the prediction is checked by running it, in one more fresh process, and the predicted peak
-  is set against the measured one (:attr:`BatchFit.ratio`). A check over the limit, or more
-  than :data:`MISS` off the line, joins the points and the line predicts again, checked once
-  more: on a CPU the peak grows in steps (TensorFlow's allocator takes memory in regions),
-  and 4× past the batch sizes measured the line put peaks 3–9 % low
-  (``benchmarks/memory.py``). A fresh process whose resident memory passes
-  :data:`HOST_CAP` of the RAM available when it starts is stopped, as out of memory at its
-  batch (``_processes._HostCap``): the check of a prediction far past the measured sizes
-  must not take the host's memory.
-
-Your model in memory is handed to the fresh processes as a ``.keras`` file and its data as
-arrays (a ``tf.data`` pipeline: its first examples, repeated); a function that builds your
-model and data (``fits(build)``, ``--model_fn``) or a recipe is built again in each.
+A model in memory is handed over as a ``.keras`` file and its data as arrays; a function or a
+recipe is built again in each process.
 """
 
 from __future__ import annotations
@@ -48,50 +28,40 @@ from toolkit.core.terminal import Block, Table
 
 __all__ = ["BatchFit", "fits"]
 
-# A prediction this many times the largest batch measured, unchecked, is said as a reach;
-# before a check, a batch between them is measured, up to REACH_RUNS times (_toward).
+# A prediction this far past the largest batch measured is a reach, approached first (_toward).
 FAR = 8
 REACH_RUNS = 3
 STEPS = 4  # a peak run's training steps, after its first call (which allocates and compiles)
-SCALE = (1, 2, 4)  # the batch sizes measured by default: the run's own, twice and four times it
-# ... and where the peak did not grow measurably over those, two more where it should grow by
-# FURTHER times the noise (at least FURTHER_SCALE, at most FURTHER_MOST times the run's batch:
-# the digits MLP's peak grew 2.5 MB from batch 32 to 1,024, within the noise)
+SCALE = (1, 2, 4)  # the batch sizes measured by default, times the run's own
+# ... and where the peak did not grow measurably, two more (_further)
 FURTHER, FURTHER_SCALE, FURTHER_MOST = 4.0, 256, 2048
-# The least growth of the peak over the batch sizes measured that a line is read from: two
-# processes at one batch size differ by up to tens of MB on a CPU (the C allocator's arenas).
+# The least growth a line is read from: on a CPU two processes at one batch differ by tens of MB.
 NOISE_MB = 16.0
-MISS = 0.05  # a check further than this from the line's peak (or over the limit) refits it...
+MISS = 0.05  # a check further than this from the line (or over the limit) refits it...
 REFITS = 1  # ... this many times at most
 CHILD_TIMEOUT_S = 900.0  # one peak run at most (a large batch on a CPU is slow)
 HOST = "host"  # a peak of the process's resident memory (a CPU), not of a device
 HOST_SHARE = 0.8  # of the RAM available, the default limit on a CPU: the rest is the machine's
 HOST_CAP = 0.9  # of the RAM available when a fresh process starts: past it, it is stopped
-# The folder a fresh process loads your in-memory model and data from (shipped()).
 SHIPPED = "TOOLKIT_FITS_SHIPPED"
 SHIPPED_FN = "toolkit.search.memory_fit:shipped"
-# Binary units, spelled either way: the toolkit prints MiB as "MB" (``stats.format_mb``), so a
-# figure copied from a screen means what it said.
+# Binary units either way: the toolkit prints MiB as "MB", so a figure copied from a screen holds.
 _UNITS = {"": 1.0, "m": 1.0, "mb": 1.0, "mib": 1.0, "g": 1024.0, "gb": 1024.0, "gib": 1024.0,
           "t": 1024.0**2, "tb": 1024.0**2, "tib": 1024.0**2}  # fmt: skip
-LIMIT = "--memory_limit (limit)"  # how a message names the limit: the flag, then the argument
+LIMIT = "--memory_limit (limit)"  # how a message names the limit: flag, then argument
 SIZES = "--batch_sizes (batch_sizes)"
 STEPS_NAME = "--steps (steps)"
 
 
 def _per_example(value: float) -> str:
-    """What one example adds, as the line says it: ``format_mb``'s ``0.94 MB``, and under a
-    tenth of one in KB (``12.3 KB``), which ``0.01 MB`` would round away."""
+    """What one example adds: ``0.94 MB``, or under a tenth of one in KB, not rounded away."""
     return format_mb(value) if abs(value) >= 0.1 else f"{value * 1024:.1f} KB"
 
 
 @dataclasses.dataclass(frozen=True)
 class MemoryPeak(fields.Record):
-    """One fresh process's peak memory over a short fit at `batch_size`: `peak_mb` (None:
-    none measured) of `memory` (:data:`HOST`: the process's peak resident memory; else the
-    device, ``GPU:0``, its allocator's peak), the device's memory where the backend says it
-    (`limit_mb`), and why there is no peak: `error`, with `out_of_memory` where an allocation
-    failed or the kernel's out-of-memory killer ended the process."""
+    """One fresh process's `peak_mb` of `memory` (:data:`HOST` or a device) at `batch_size`, or
+    its `error` (`out_of_memory` where an allocation failed or the OOM killer struck)."""
 
     batch_size: int
     peak_mb: float | None = None
@@ -114,9 +84,8 @@ class MemoryPeak(fields.Record):
 
     @classmethod
     def of(cls, batch_size: int | None, got: Any) -> MemoryPeak:
-        """The peak a fresh process answered (a ``_processes.ChildResult``): its answer; a
-        process SIGKILL ended (what the kernel's out-of-memory killer sends) or that answered
-        an out-of-memory error, as out of memory at `batch_size`; else its failure."""
+        """The peak a ``_processes.ChildResult`` answered; SIGKILL (the OOM killer's) or an
+        out-of-memory error is out of memory at `batch_size`; else its failure."""
         if got.ok:
             try:
                 return cls.from_dict(got.answer)
@@ -132,17 +101,14 @@ class MemoryPeak(fields.Record):
 
 
 def _at(batch: int) -> str:
-    """``batch 256``; 0 (a process that died before it read your pipeline): its batch."""
+    """``batch 256``; 0 (died before reading your pipeline): "your data's batch"."""
     return f"batch {batch:,}" if batch else "your data's batch"
 
 
 @dataclasses.dataclass(frozen=True)
 class PeakLine(fields.Record):
-    """peak ≈ `base_mb` + `per_example_mb` × batch, fitted by least squares through `points`
-    measured peaks: what the model, the framework and the data hold, then what each example
-    adds (its activations, their gradients). How well it fits: `r2` (None with two points, a
-    line through which fits them exactly and so says nothing) and `worst_pct`, the farthest a
-    measured peak lies from the line, in % of it."""
+    """peak ≈ `base_mb` + `per_example_mb` × batch, by least squares; `r2` (None with two
+    points, which fit exactly) and `worst_pct` (the farthest peak off it, in %) say the fit."""
 
     base_mb: float
     per_example_mb: float
@@ -154,8 +120,7 @@ class PeakLine(fields.Record):
 
     @classmethod
     def through(cls, measured: Sequence[tuple[int, float]]) -> PeakLine:
-        """The least-squares line through ``(batch, peak MiB)`` pairs of two batch sizes or
-        more."""
+        """The least-squares line through ``(batch, peak MiB)`` pairs of two batch sizes or more."""
         xs, ys = [float(b) for b, _ in measured], [p for _, p in measured]
         n = len(xs)
         mx, my = sum(xs) / n, sum(ys) / n
@@ -182,14 +147,11 @@ class PeakLine(fields.Record):
 
     @property
     def grows(self) -> bool:
-        """Whether the peak grows with the batch beyond the noise of measuring it: by more
-        than :data:`NOISE_MB` and twice the farthest point from the line. A growth within the
-        noise would put the largest batch anywhere."""
+        """Whether the peak grows beyond the noise, which would put the largest batch anywhere."""
         return self.growth_mb > max(NOISE_MB, 2 * self.worst_mb)
 
     def largest_under(self, limit_mb: float) -> int | None:
-        """The largest batch whose peak on the line stays under `limit_mb` (may be below 1:
-        not even one example fits); None where the peak does not grow measurably."""
+        """The largest batch under `limit_mb` (below 1: none fits; None: no measurable growth)."""
         if not self.grows:
             return None
         return math.floor((limit_mb - self.base_mb) / self.per_example_mb)
@@ -205,12 +167,8 @@ class PeakLine(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class BatchFit(fields.Record):
-    """What :func:`fits` found: the peaks measured (`points`, each in a fresh process, of
-    `steps` steps on `backend`; `memory` says whose: :data:`HOST` or a device), the line
-    through them, the limit and where it came from, the largest batch predicted to fit under
-    it (`batch_size`; None: no prediction, `why` says why) with the line's peak there
-    (`predicted_mb`), and `check`: that batch run in one more fresh process, its peak
-    measured."""
+    """What :func:`fits` found: the points, line and limit, the largest batch predicted under it
+    (`batch_size`; None: `why` says why), and `check`, that batch run."""
 
     EXTRA = ("ratio", "under_limit")
 
@@ -234,8 +192,7 @@ class BatchFit(fields.Record):
 
     @property
     def ratio(self) -> float | None:
-        """The predicted peak over the measured one at :attr:`batch_size` (None: not
-        checked)."""
+        """The predicted peak over the measured one at :attr:`batch_size` (None: not checked)."""
         if self.check is None or not self.check.ok or not self.predicted_mb:
             return None
         return self.predicted_mb / float(self.check.peak_mb or 1.0)
@@ -248,8 +205,7 @@ class BatchFit(fields.Record):
         return self.check.ok and float(self.check.peak_mb or 0.0) <= self.limit_mb
 
     def screen(self) -> list[Block]:
-        """What the memory verb prints: the peaks as a table (the check's last), the line,
-        the limit, the prediction and its check. ``terminal.show`` renders it."""
+        """What the memory verb prints: the peaks' table, the line, limit, prediction, check."""
         whose = "resident host memory" if self.memory == HOST else f"{self.memory} memory"
         out: list[Block] = [
             f"memory: {self.target} on {self.backend}: peak {whose} of {_steps(self.steps)}, "
@@ -297,9 +253,7 @@ def _table(found: BatchFit) -> Table:
 
 
 def _reach_words(found: BatchFit) -> list[str]:
-    """What the prediction stands on, where it reaches past it: a batch larger than the data
-    (its batches repeat examples: the data never makes one so large), and one far past the
-    largest batch measured that no run checked."""
+    """Where the prediction reaches past the data or, unchecked, far past the batches measured."""
     out = []
     measured = max((p.batch_size for p in found.points if p.ok), default=None)
     examples = found.examples
@@ -340,12 +294,10 @@ def _check_words(found: BatchFit) -> str:
 
 
 def parse_limit(value: Any) -> float | None:
-    """A memory limit in MiB: a number (MiB), or a size with its unit (``4GB``, ``512MB``;
-    binary units either way, as the toolkit prints them); None: none given.
+    """A memory limit in MiB from a number (MiB) or a size (``4GB``, binary); None: none given.
 
     Raises:
-        ConfigError: anything else, or a limit not above 0 (one line naming the flag and the
-            argument).
+        ConfigError: anything else, or a limit not above 0.
     """
     from toolkit.core.checks import ConfigError
 
@@ -366,11 +318,10 @@ def parse_limit(value: Any) -> float | None:
 
 
 def check_sizes(sizes: Any) -> tuple[int, ...] | None:
-    """The batch sizes to measure, smallest first (None: the defaults, :data:`SCALE` times the
-    run's batch).
+    """The batch sizes to measure, smallest first (None: the defaults, :data:`SCALE`).
 
     Raises:
-        ConfigError: not two different integers >= 1 (one line naming the flag and argument).
+        ConfigError: not two different integers >= 1.
     """
     from toolkit.core.checks import ConfigError, check_number
 
@@ -408,27 +359,18 @@ def fits(
     progress: Callable[[str], Any] | None = None,
     timeout_s: float = CHILD_TIMEOUT_S,
 ) -> BatchFit:
-    """The largest batch that fits in memory, predicted from peaks measured in fresh
-    processes and checked by running it (see the module's docstring).
-
-    Your process never runs a batch: an out-of-memory error ends a fresh process, and is
-    said as ``out of memory at batch N`` in the result. A check whose peak misses the line
-    (over the limit, or by more than 5 %) adds its point to the line, and the new prediction
-    is checked once more. On a GPU, call it before your own process has filled the device
-    (TensorFlow takes most of a GPU at its first op).
+    """The largest batch that fits in memory, predicted from peaks measured in fresh processes
+    and checked (see the module docstring). On a GPU, call it before your own process fills the
+    device (TensorFlow takes most at its first op).
 
     Args:
-        model: your compiled Keras model (with `data`); or a function at the top of a module
-            returning ``(compiled model, data)``, ``"module:function"``, a recipe's name, or
-            a ``standings.Target``: built again in each fresh process.
-        data: with a model, its training data: arrays (``(x, y)``) or a ``tf.data``
-            pipeline (its first examples are handed to the fresh processes, repeated).
-        limit: the memory to fit in: MiB, or a size with its unit (``"12GB"``). Defaults
-            to the device's memory, or on a CPU 80 % of the RAM this host has available now.
-        batch_sizes: two or more batch sizes to measure. Defaults to the run's batch size
-            (`config`'s, your pipeline's), twice and four times it, and where the peak does
-            not grow measurably over those (a small model), two larger sizes where the line
-            should rise clear of the noise (256 to 4,096 times it).
+        model: your compiled Keras model (with `data`); or a top-level function returning
+            ``(compiled model, data)``, ``"module:function"``, a recipe's name, or a Target.
+        data: with a model, its training data: arrays or a ``tf.data`` pipeline.
+        limit: MiB, or a size (``"12GB"``). Defaults to the device's memory, or on a CPU
+            :data:`HOST_SHARE` of the host's available RAM.
+        batch_sizes: two or more sizes to measure. Defaults to :data:`SCALE` times the run's
+            batch (and :func:`_further` where the peak does not grow measurably).
         config: a ``TrainConfig`` for the runs (device, precision, a recipe's batch size).
         steps: training steps in each run. Defaults to `4`.
         check: run the predicted batch and measure its peak. Defaults to `True`.
@@ -436,16 +378,11 @@ def fits(
         timeout_s: one run at most, in seconds. Defaults to `900`.
 
     Returns:
-        A :class:`BatchFit`.
+        A :class:`BatchFit`: ``found.batch_size``, ``found.ratio`` (predicted / measured peak).
 
     Raises:
-        ValueError: a bad argument, or a limit below what one batch needs (one line, with the
-            smallest peak measured).
+        ValueError: a bad argument, or a limit below what one batch needs.
         toolkit.runner.task.SetupError: a run that failed other than by running out of memory.
-
-    Example:
-        >>> found = toolkit.fits(model, (x, y), limit="8GB")
-        >>> found.batch_size, found.ratio  # the largest batch, predicted / measured peak
     """
     limit_mb, sizes, steps = parse_limit(limit), check_sizes(batch_sizes), check_steps(steps)
     with _handed_over(model, data, config) as (target, env, words, batch):
@@ -455,7 +392,7 @@ def fits(
         more = () if first and not first[0].ok else SCALE[len(first) :]
         points = (*first, *runs.measure(sizes or tuple(sorted({batch * k for k in more}))))
         found = _predicted(words, runs, points, *_limit(limit_mb, points))
-        if not sizes and _flat(found):  # the defaults too close to tell: measured further
+        if not sizes and _flat(found):
             points += runs.measure(_further(found, batch))
             found = _predicted(words, runs, points, *_limit(limit_mb, points))
         if check and _far_past_the_data(found):
@@ -463,27 +400,19 @@ def fits(
         return _checked(_toward(found, runs), runs) if check else found
 
 
-# Why a prediction far past the data is not run: on a CPU the limit is most of the host's RAM,
-# and a 512-example autoencoder's check of batch 24,190 held 15.9 GB for over four minutes.
+# A prediction far past the data is not run: its check would hold the host's RAM for minutes.
 UNRUN = f"not run: over {FAR}× the examples your data holds, a batch it never makes"
 
 
 def _far_past_the_data(found: BatchFit) -> bool:
-    """Whether `found`'s prediction lies more than :data:`FAR` times past the examples your
-    data holds: neither measured on the way nor checked (a batch past them repeats them, so
-    a sample answers for the whole data nearer them; memory does not bound this data's)."""
+    """Whether the prediction lies over :data:`FAR` times past the data's examples: not run."""
     examples = found.examples
     return bool(examples and found.batch_size and found.batch_size > FAR * examples)
 
 
 def _toward(found: BatchFit, runs: Any) -> BatchFit:
-    """`found` predicted again from a batch measured between it and the batches measured,
-    where it lies more than :data:`FAR` times past the largest of them: their geometric
-    mean (at least twice the largest), up to :data:`REACH_RUNS` times, each refitting the
-    line. A slope read over small batches can be far off at a large one: keras.io's
-    Distiller peaked at 887 and 913 MB at batches 64 and 256, whose line put the answer at
-    159,715; its check ran to the host's cap and the answer fell back to 256. A run out of
-    memory on the way bounds the answer below it (:func:`_predicted`)."""
+    """`found` predicted again from a batch at the geometric mean where over :data:`FAR` times
+    past the largest measured: a slope read over small batches can be far off at a large one."""
     first, on_the_way = found.batch_size, []
     for _ in range(REACH_RUNS):
         largest = max((p.batch_size for p in found.points if p.ok), default=None)
@@ -500,10 +429,8 @@ def _toward(found: BatchFit, runs: Any) -> BatchFit:
 
 
 def _further(found: BatchFit, batch: int) -> tuple[int, int]:
-    """Two batch sizes past the defaults where the peak should grow clearly beyond the noise:
-    where the flat line still slopes up, the batch it puts :data:`FURTHER` × the noise above
-    the first peak, and twice it; else :data:`FURTHER_SCALE` times the run's batch. At most
-    :data:`FURTHER_MOST` times the run's batch (a large batch takes time to run)."""
+    """Two batch sizes where the peak should rise :data:`FURTHER` × the noise, within
+    :data:`FURTHER_SCALE` to :data:`FURTHER_MOST` times the run's batch (large ones are slow)."""
     slope = found.line.per_example_mb if found.line is not None else 0.0
     at = math.ceil(FURTHER * NOISE_MB / slope) if slope > 0 else batch * FURTHER_SCALE
     at = max(batch * FURTHER_SCALE, min(at, batch * FURTHER_MOST))
@@ -511,8 +438,7 @@ def _further(found: BatchFit, batch: int) -> tuple[int, int]:
 
 
 def _flat(found: BatchFit) -> bool:
-    """Whether the peak grew within the noise over every batch size measured, none out of
-    memory: a line that cannot be read, where larger batches would tell."""
+    """Whether the peak grew within the noise, none out of memory: larger batches would tell."""
     return (found.line is not None and not found.line.grows
             and not any(p.out_of_memory for p in found.points))  # fmt: skip
 
@@ -527,8 +453,7 @@ def measure_peak(
     progress: Callable[[str], Any] | None = None,
     timeout_s: float = CHILD_TIMEOUT_S,
 ) -> MemoryPeak:
-    """One batch size's peak, measured in a fresh process: "will batch 256 fit?" asked
-    without risking your process. `model`, `data` and the rest as :func:`fits` takes them.
+    """One batch size's peak, measured in a fresh process; arguments as :func:`fits` takes them.
 
     Raises:
         ValueError: a bad argument.
@@ -541,8 +466,7 @@ def measure_peak(
 
 
 class _Runs:
-    """The fresh processes of one :func:`fits`: each a ``peak`` job of `target` at one batch
-    size, in `env`, one after the other (two at once would share the memory measured)."""
+    """One :func:`fits`'s ``peak`` jobs, one after the other (two at once would share memory)."""
 
     def __init__(
         self,
@@ -560,8 +484,7 @@ class _Runs:
         self.backend = backend.name()
 
     def peak(self, batch: int | None, what: str = "measuring") -> MemoryPeak:
-        """One fresh process's :class:`MemoryPeak` at `batch` (None: the batch your function's
-        pipeline makes, which the answer names)."""
+        """One fresh process's :class:`MemoryPeak` at `batch` (None: your pipeline's own)."""
         from toolkit.search._processes import ChildSpec, run_child
 
         config = {k: v for k, v in self.target.config.items() if k != "batch_size"}
@@ -579,12 +502,7 @@ class _Runs:
         return got
 
     def measure(self, sizes: Sequence[int | None]) -> tuple[MemoryPeak, ...]:
-        """Each of `sizes`, smallest first, until one runs out of memory (a larger one
-        would too). A run that fails otherwise ends the search: the target is broken.
-
-        Raises:
-            SetupError: that failure, in one line.
-        """
+        """Each of `sizes` until one runs out of memory; SetupError where one fails otherwise."""
         from toolkit.runner.task import SetupError
 
         points: list[MemoryPeak] = []
@@ -611,12 +529,8 @@ def _shipped_hint(target: Any) -> str:
 def _predicted(
     words: str, runs: _Runs, points: tuple[MemoryPeak, ...], limit_mb: float | None, limit_from: str
 ) -> BatchFit:
-    """The line through the measured `points` and the largest batch under `limit_mb` on it,
-    below any batch that ran out of memory; unchecked.
-
-    Raises:
-        ValueError: a limit below what one batch needs.
-    """
+    """The line through `points` and the largest batch under `limit_mb` and below any out of
+    memory, unchecked; ValueError for a limit below what one batch needs."""
     good = sorted((p for p in points if p.ok), key=lambda p: p.batch_size)
     found = BatchFit(words, runs.backend, good[0].memory if good else HOST, runs.steps, points,
                      None, limit_mb, limit_from, None, None, None)  # fmt: skip
@@ -650,12 +564,8 @@ def _predicted(
 
 
 def _checked(found: BatchFit, runs: _Runs) -> BatchFit:
-    """`found`'s prediction run in a fresh process; where its peak misses the line (over the
-    limit, or by more than :data:`MISS` either way) the line is fitted again with that point
-    and the new prediction checked once more (:data:`REFITS`): far from the measured batch
-    sizes, a line's small error in the slope is a large one in the batch. A last check over
-    the limit is backed off once (:func:`_backed_off`) before the answer falls back to a
-    batch measured under it."""
+    """`found`'s prediction run; a miss refits and checks again (:data:`REFITS`), as far out a
+    small slope error is a large batch error; then :func:`_backed_off` once, then :func:`_under`."""
     backed_off = False
     for refit in range(REFITS + 2):
         if found.batch_size is None or found.batch_size < 1:
@@ -670,7 +580,7 @@ def _checked(found: BatchFit, runs: _Runs) -> BatchFit:
             if found.under_limit is not False:
                 return _under(found)
             found, backed_off = _backed_off(found), True
-            if found.check is not None:  # nothing to back off to: the answer falls back
+            if found.check is not None:  # nothing to back off to
                 return _under(found)
             continue
         again = _predicted(found.target, runs, (*found.points, got), found.limit_mb,
@@ -681,12 +591,8 @@ def _checked(found: BatchFit, runs: _Runs) -> BatchFit:
 
 
 def _backed_off(found: BatchFit) -> BatchFit:
-    """`found`, whose check ran over the limit, predicted again below it, unchecked: the line
-    refitted with that check, under the limit less the check's miss (its peak over the
-    line's there, at least :data:`NOISE_MB`, one reading's noise). keras.io's VAE's check of
-    1,108 ran 5.81 MB over a 1.2 GB limit, and the answer fell back to 372, the largest
-    batch measured under it, where about 1,090 fit. `found` as it is where the new
-    prediction is no larger than a batch already measured under the limit."""
+    """`found`, its check over the limit, predicted again under the limit less the miss: a small
+    overrun would otherwise fall back to a far smaller batch (:func:`_under`)."""
     got, limit = found.check, found.limit_mb
     if got is None or limit is None:
         return found
@@ -707,9 +613,8 @@ def _backed_off(found: BatchFit) -> BatchFit:
 
 
 def _under(found: BatchFit) -> BatchFit:
-    """`found`, or where its last check ran over the limit, the largest batch measured under
-    it (an earlier check, or a measured point above the first sizes): an answer never exceeds
-    the limit by its own measurement. `found` as it is where none was."""
+    """`found`, or where its last check ran over the limit, the largest batch measured under it
+    (none: `found`): an answer never exceeds the limit by its own measurement."""
     if found.under_limit is not False or found.limit_mb is None or found.line is None:
         return found
     limit = found.limit_mb
@@ -728,9 +633,7 @@ def _under(found: BatchFit) -> BatchFit:
 
 
 def _limit(given: float | None, points: Sequence[MemoryPeak]) -> tuple[float | None, str]:
-    """``(the limit in MiB, where it came from)``: the one given; the device's memory as its
-    backend says it; on a CPU, :data:`HOST_SHARE` of the RAM this host has available now
-    (psutil): a batch that fills all of it leaves nothing to the machine it runs on."""
+    """``(limit in MiB, its source)``: given, the device's memory, else :data:`HOST_SHARE`."""
     if given is not None:
         if any(p.ok and p.memory == HOST for p in points):
             import psutil
@@ -758,10 +661,8 @@ def _limit(given: float | None, points: Sequence[MemoryPeak]) -> tuple[float | N
 
 @contextlib.contextmanager
 def _handed_over(model: Any, data: Any, config: Any) -> Iterator[tuple[Any, dict, str, int]]:
-    """``(the Target each fresh process builds, its environment, the target in words, the
-    run's batch size)``: a function, ``module:function``, a recipe or a Target as it is
-    (`config` its settings); your model in memory saved as a ``.keras`` file with its data as
-    arrays, in a private folder the fresh processes load (:func:`shipped`), removed after."""
+    """``(Target, env, words, batch size)``; a model in memory is saved with its data in a
+    temporary folder the fresh processes load (:func:`shipped`)."""
     from toolkit.search.standings import Target
 
     settings = config.to_dict() if hasattr(config, "to_dict") else dict(config or {})
@@ -777,7 +678,7 @@ def _handed_over(model: Any, data: Any, config: Any) -> Iterator[tuple[Any, dict
         target = Target.of(model, config=settings)
         if not target.config and settings:
             target = dataclasses.replace(target, config=settings)
-        # no batch size given: your function's pipeline's own, read by the first fresh process
+        # no batch size given: your pipeline's own, read by the first fresh process
         yield target, dict(os.environ), target.label(), target.config.get("batch_size")
         return
     from toolkit.core import children
@@ -790,13 +691,8 @@ def _handed_over(model: Any, data: Any, config: Any) -> Iterator[tuple[Any, dict
 
 
 def _ship(model: Any, data: Any, folder: str, batch_size: int | None) -> int:
-    """Saves `model` (``model.keras``: its layers, weights and compile) and `data` as arrays
-    (``data.pkl``) into `folder`; returns the run's batch size (`batch_size`, your pipeline's,
-    else fit's 32). A pipeline hands over its first examples: enough for four batches.
-
-    Raises:
-        ValueError: no data, or data that makes its own batches (a PyDataset, a generator).
-    """
+    """Saves `model` and `data` as arrays into `folder`; returns the batch size. ValueError: no
+    data, or data that makes its own batches."""
     import pickle
 
     if data is None:
@@ -827,15 +723,8 @@ def _ship(model: Any, data: Any, folder: str, batch_size: int | None) -> int:
 
 
 def _save(model: Any, path: str) -> None:
-    """Saves `model` as a ``.keras`` file for the fresh processes, or says in one line why it
-    cannot go (keras.io's VAE takes its encoder and decoder in ``__init__`` and has no
-    ``get_config``: Keras raises ``NotImplementedError`` with a page of example code).
-    A subclassed model never called yet is saved unbuilt: each process builds it on its
-    first batch, as ``fit`` does, so Keras's warning that it is unbuilt is not shown.
-
-    Raises:
-        ValueError: Keras could not save it, with the first sentence of Keras's reason.
-    """
+    """Saves `model` as ``.keras`` (unbuilt is fine: each process builds it, as ``fit`` does);
+    ValueError with the first sentence of Keras's page-long reason where it cannot."""
     import warnings
 
     try:
@@ -871,8 +760,7 @@ def _arrays(data: Any) -> Any:
 
 
 def shipped() -> tuple[Any, Any]:
-    """``(your compiled model, your data)`` as :func:`fits` handed them to this fresh
-    process: loaded from the folder named by :data:`SHIPPED`."""
+    """``(your compiled model, your data)`` loaded from the folder :data:`SHIPPED` names."""
     import pickle
 
     from toolkit.core import compat

@@ -1,32 +1,11 @@
 """A measured search for the fastest training settings, cached per model, input and machine.
 
-Folklore says XLA and mixed precision make training faster; on a small CPU they often make it
-slower, while for a small MLP ``jit_compile`` with many steps per call can be several times
-faster (benchmarks/README.md has the figures). So :func:`tune` measures, and this module is its
-front end over two shared parts:
-
-* the target is a :class:`~toolkit.search.workload.Workload` (a recipe's Task, or your compiled
-  model on your data): each candidate (precision policy, ``jit_compile``,
-  ``steps_per_execution``, ``fused_steps``, optionally the batch size) is a short real ``fit``,
-  its own warm-up, then a timed window; the rate is examples/s over the window;
-* the search and the never-slower choice are the engine's (``toolkit.search.engine``), the
-  head-to-head rounds ``toolkit.search.rounds``'s: the Keras defaults are always the first
-  candidate, and a pick must beat them by more than ``MIN_GAIN`` head to head, so the search
-  never hands back settings slower than the defaults and one lucky window wins nothing; a
-  candidate that fails (XLA not available on the device, a precision the device can't run...)
-  is recorded with the reason and skipped; a run that cannot win is stopped early;
-* the budget is the wall time of the whole call: where the target can be rebuilt in fresh
-  processes, the pick is confirmed there (``toolkit.search.fresh``) inside the budget when
-  the rounds fit in half of it; where they do not, the first line says how long confirming
-  will take, and how to skip it, and that time bounds it (:class:`Plan`);
-* the winner is cached (``toolkit.core.cache``, ``$TOOLKIT_CACHE_DIR/tune.json``) under a key of
-  the model's configuration, the input's spec and batch size, the backend, and the machine (CPU
-  model, devices, framework and toolkit versions): a new TF version is a new key.
-  ``autotune`` uses the cache or runs the search.
-
-The device is the config's: visible devices are fixed once TensorFlow's runtime starts, so
-comparing CPU with GPU takes one process per device (``python -m toolkit tune --recipe R
---device=cpu`` and ``--device=gpu``, each cached under its own key).
+XLA and mixed precision often slow a small CPU down, so :func:`tune` measures: each candidate is
+a short real ``fit`` of a :class:`~toolkit.search.workload.Workload`. The Keras defaults come
+first and a pick must beat them head to head (``engine``, ``rounds``), so one lucky window wins
+nothing. The budget is the whole call's wall time, fresh-process confirmation
+(``toolkit.search.fresh``) included where it fits in half, else announced (:class:`Plan`). The
+winner is cached keyed by model, input, backend and machine; ``autotune`` uses the cache.
 """
 
 from __future__ import annotations
@@ -72,18 +51,14 @@ CACHE_FILE = "tune.json"
 _CACHE = Cache(CACHE_FILE)
 SEARCH_SHARE = 0.7  # of the search's budget for the search; the rest is for the head-to-head
 SEARCH_CALLS = 1  # timed executions per candidate in the search (at least `steps` steps)
-CONFIRM_SHARE = 0.5  # the fresh rounds' planned time fits the budget when at most this share
+CONFIRM_SHARE = 0.5  # the fresh rounds fit inside the budget when at most this share of it
 SKIP = "confirm=False"  # how a caller skips the fresh rounds, as the first line says it
 
 
 def default_space(
     device: Any, step_s: float | None = None, batch_sizes: Sequence[int] = (), loader: str = ""
 ) -> Space:
-    """The search space for a device, each axis from its setting's rule in the settings table
-    (``toolkit.runner.config``): float32 plus the device's fast policy, what the backend
-    compiles, steps per execution and fused steps where the measured default step time
-    `step_s` says the per-step overhead is a real share of the step, and optionally batch
-    sizes. `loader` (what feeds fit) decides where a backend's loops pay."""
+    """The search space for a device from ``toolkit.runner.config``'s settings table."""
     ctx = SearchContext(device, step_s, backend.name(), tuple(batch_sizes), loader)
     cut = (how.cut(ctx) for _name, how in SEARCHED_SETTINGS if how.cut is not None)
     return Space(
@@ -95,11 +70,7 @@ def default_space(
 def compile_in_question(
     first: float | None, won: float | None, others: Sequence[float | None]
 ) -> bool:
-    """Whether the defaults' compile, measured first (and so with the process's own first
-    trace and compile), is measured again: where another candidate wins with a compile of
-    its own (`won`), which the whole run's sums weigh against it, or where another's
-    compile (`others`) reads less, as the compile column would show it (a table with no
-    winner put the defaults' 6.54 s beside steps_per_execution=4's 3.43 s)."""
+    """Whether to time the defaults' compile again (the first paid the process's start too)."""
     if first is None:
         return False
     return won is not None or any(c is not None and c < first for c in others)
@@ -107,10 +78,8 @@ def compile_in_question(
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """How one :func:`tune` spends its time, said in its first line: the `budget_s` asked
-    for, and the fresh rounds' time `confirm_s` (0: none), inside the budget (`inside`) or,
-    where they do not fit half of it, after it, announced. `run_s`: one fresh run, estimated;
-    `window_s`: a fresh run's timed window."""
+    """How one :func:`tune` spends its time: `budget_s`, and the fresh rounds' `confirm_s` (0:
+    none) inside it or after it; `run_s`, one fresh run's estimate, with its `window_s`."""
 
     budget_s: float
     confirm_s: float = 0.0
@@ -120,9 +89,7 @@ class Plan:
 
     @classmethod
     def of(cls, budget_s: float, fresh: bool, start_s: float | None = None) -> Plan:
-        """The plan for a budget, with fresh rounds or without: :data:`fresh.PLANNED_ROUNDS`
-        rounds of two runs, each a fresh process's start (`start_s`; default: this
-        process's, :func:`fresh.start_estimate`), its compile and warm-up, and its window."""
+        """The plan: :data:`fresh.PLANNED_ROUNDS` rounds of two runs of `start_s` + 3 windows."""
         window = fr.window_s(budget_s)
         if not fresh:
             return cls(budget_s, window_s=window)
@@ -174,42 +141,28 @@ def _kept_beside(value: Any) -> bool:
 
 @dataclasses.dataclass
 class TuneResult(fields.Record):
-    """The winner, every trial, and where the answer came from. Its JSON (the cache's
-    entry, the report's ``tune``): its fields, with the pick's label and whether it picked."""
+    """The winner, every trial, and where the answer came from; its JSON is the cache's entry."""
 
     EXTRA = ("best_label", "picked")
 
     best: Candidate
     trials: list[Trial]
     key: str
-    cache_hit: bool  # where this answer came from (read back: from_dict's, not the JSON's)
+    cache_hit: bool  # read back: from_dict's, not the JSON's
     seconds: float  # the whole call: search, head to head and fresh rounds
     budget_exhausted: bool = False
-    # The head-to-head rounds after the search: [{label: examples/s}] per round.
     confirm_rounds: list[dict[str, float]] = dataclasses.field(default_factory=list)
-    # Why, in short lines ("\n"-separated, each at most 80 columns): no gain figure (the
-    # table holds the search's and the head-to-head's, `gain` the one claimed).
+    # Why, in short "\n"-separated lines; no gain figure (that is `gain`, the one claimed).
     why: str = ""
-    # What it claims: the pick's gain over the defaults with its range and rounds, from fresh
-    # processes where it could run them, else from this process's rounds (None: no pick).
-    gain: Gain | None = None
-    # The fresh-process rounds that confirmed (or refused) the pick: [{label: examples/s}].
+    gain: Gain | None = None  # from fresh rounds where run, else this process's
     fresh_rounds: list[dict[str, float]] = dataclasses.field(default_factory=list)
-    # The fastest step and the defaults over the whole run (``engine.whole_run``): each one's
-    # compile plus its steps, and where a longer compile pays for itself; None where the
-    # run's length or a compile cost is unknown (ranked by the steady state, and said so).
-    run: WholeRun | None = None
-    # What the budget had no room for (``engine.Untried``): said in `why` with the budget
-    # that would try it.
+    run: WholeRun | None = None  # pick and defaults over the whole run; None: unknown
     untried: list[Untried] = fields.field(default_factory=list, read=_untried_of)
-    # The budget asked for, and the fresh rounds' time announced beyond it (0: none).
     budget_s: float | None = fields.field(None, read=_budget, omit=_kept_beside)
-    announced_s: float = fields.field(0.0, omit=_kept_beside)
-    # For the target it answers (not kept in the cache or the report): how to apply the
-    # winner (a recipe's flags, or your model's compile arguments) and the batch in words.
+    announced_s: float = fields.field(0.0, omit=_kept_beside)  # fresh rounds beyond the budget
+    # For the target it answers (not cached):
     how_to_apply: str = fields.field("", compare=False, json=False)
-    # A pick faster here that the fresh rounds did not confirm (nor refuse): the defaults
-    # stand, and this is what to try (None: none such); `try_how` applies it as `how_to_apply`.
+    # A pick faster here the fresh rounds neither confirmed nor refused: the defaults stand.
     unconfirmed: Candidate | None = fields.field(None, compare=False, json=False)
     try_how: str = fields.field("", compare=False, json=False)
     batch_size: int | None = fields.field(None, compare=False, json=False)
@@ -244,8 +197,7 @@ class TuneResult(fields.Record):
         return rates[0] if rates else None
 
     def section(self) -> TuneSection:
-        """What the run's report keeps of the search (its record whole, with the pick, its
-        trials and the gain claimed, read once)."""
+        """What the run's report keeps of the search."""
         section = TuneSection.from_dict(self.to_dict())
         assert section is not None  # from_dict's None is for a report without a search
         return section
@@ -256,10 +208,7 @@ class TuneResult(fields.Record):
         return dataclasses.replace(super().from_dict(d, where), cache_hit=cache_hit)
 
     def table(self) -> list[Block]:
-        """The screen: the trials as a table (fastest first, failures last: the search's and
-        the head-to-head's figures, labelled), then the pick in Keras's words, why in short
-        lines, and the one claimed gain. ``terminal.show`` renders it for a terminal,
-        ``terminal.markdown`` for a file."""
+        """The screen (``_tune_screen.screen``): the trials' table, the pick, why, the gain."""
         return screen.screen(self)
 
     def markdown(self) -> str:
@@ -267,8 +216,7 @@ class TuneResult(fields.Record):
         return markdown(self.table())
 
     def took(self) -> str:
-        """How long the call took against what it was given: ``29.4 s of a 30 s budget``, or
-        with the fresh rounds announced beyond it."""
+        """How long the call took against its budget: ``29.4 s of a 30 s budget``."""
         if self.cache_hit:
             return "cache"
         if self.budget_s is None:
@@ -279,8 +227,7 @@ class TuneResult(fields.Record):
                 f"{self.announced_s:.0f} s confirming"
             )
         took = f"{self.seconds:.1f} s of a {self.budget_s:.0f} s budget"
-        # Ended early: every candidate of the space was measured (a compiled model of yours
-        # has only what it can change without a rebuild), not a budget that ran out.
+        # Ended early: every candidate was measured, not a budget that ran out.
         if self.untried or self.seconds > self.budget_s:
             return took
         tried = len({t.candidate for t in self.trials})
@@ -289,9 +236,7 @@ class TuneResult(fields.Record):
 
 
 def untried_words(untried: Sequence[Untried], defaults: Candidate) -> str:
-    """What the budget left untried, a line each in Keras's words, with what it needs and the
-    budget that tries it: ``not tried: jit_compile=True (XLA) (its compile needs about 9 s;
-    a 60 s budget tries it)``."""
+    """What the budget left untried, a line each, with the budget that would try it."""
     said = []
     for u in sorted(untried, key=lambda u: u.needs_s)[:3]:
         needs = (
@@ -301,8 +246,7 @@ def untried_words(untried: Sequence[Untried], defaults: Candidate) -> str:
         )
         budget = 10 * math.ceil(u.budget_s() / 10)
         tries = f"a {budget} s budget tries it"
-        # settings together as one candidate ("jit_compile=True, steps_per_execution=4" read as
-        # two, the second in the table above, tried)
+        # "with": a comma read as two candidates
         what = " with ".join(screen.keras_words(u.candidate, defaults)) or u.candidate.label()
         said.append(f"not tried: {what} ({needs}; {tries})")
     more = len(untried) - len(said)
@@ -310,8 +254,7 @@ def untried_words(untried: Sequence[Untried], defaults: Candidate) -> str:
 
 
 def check_budget(budget_s: Any, steps: Any = 1) -> None:
-    """ValueError naming the argument (and its flag) for a budget or step count a search
-    cannot run on: below --tune_budget's least, not finite, not a number."""
+    """ValueError naming the argument and flag for a budget or step count a search cannot use."""
     from toolkit.core.checks import ConfigError, argument, check_number
     from toolkit.runner.flags import MIN_TUNE_BUDGET_S
 
@@ -343,67 +286,42 @@ def tune(
     clock: Callable[[], float] = time.perf_counter,
     class_weight: Mapping[int, float] | None = None,
 ) -> TuneResult:
-    """Finds the fastest settings for a recipe's Task, or for your own compiled model on your
-    own batched data (see the module docstring).
+    """Finds the fastest settings for a recipe's Task, or your compiled model on your data.
 
-    ``tune(task, config)`` searches precision, XLA, steps per execution and fused steps with
-    the runner; ``tune(model, data)`` searches what a compiled model can change without being
-    rebuilt (XLA and steps per execution, from its current settings as the defaults), on
-    exactly your pipeline, and restores the model's compile settings and weights afterwards:
-    apply the winner with ``model.compile(..., **result.best.compile_kwargs())``, or, where
-    your model's class has a ``compile`` of its own, ``result.best.apply(model)``.
-
-    ``tune(build)``, with `build` a function at the top of your module that returns your
-    compiled model and its data, does the same and confirms the pick in fresh processes that
-    call `build` again (``result.gain.trusted``): what one process measures alone is said as
-    unconfirmed, since rounds in the process that searched favoured the pick by up to 1.4×.
+    ``tune(model, data)`` searches only what a compiled model changes without a rebuild, and
+    restores it afterwards; apply the winner with ``result.best.compile_kwargs()`` in
+    ``model.compile`` (or ``result.best.apply(model)``). ``tune(build)``, `build` a top-level
+    function returning both, also confirms the pick in fresh processes, as rounds in the
+    searching process favour the pick.
 
     Args:
         target: a ``toolkit.runner.train.Task``, a compiled Keras model, or a function
-            returning ``(compiled model, data)`` (`data` then left out).
-        data: with a model, its batched ``tf.data`` pipeline or ``(x, y)`` arrays (required);
-            with a Task, a TrainConfig may stand here for `config`.
-        config: the base ``TrainConfig`` (device, batch size, data...). Defaults to
-            ``TrainConfig()``.
+            returning ``(compiled model, data)``.
+        data: with a model, its batched data (required); with a Task, may stand for `config`.
+        config: the base ``TrainConfig``. Defaults to ``TrainConfig()``.
         space: what to search. Defaults to :func:`default_space` for the device.
-        budget_s: seconds the whole call may take, the fresh-process check of a pick
-            included. Where that check does not fit half of it, the first line says how long
-            it will take after the budget (and `skip_words`, how to skip it), and that bounds
-            it (:class:`Plan`).
+        budget_s: seconds the whole call may take, the fresh check included (:class:`Plan`).
         steps: timed steps per candidate. Defaults to `48`.
         use_cache: read and write the cache. Defaults to `True`.
-        refresh: search again, and cache what it finds in place of the cached answer.
-            Defaults to `False`.
-        progress: called with one line per candidate. Defaults to ``toolkit.core.progress.say``
-            (stderr) with a bar of the call's seconds on a terminal.
-        fresh: where the pick is confirmed in fresh processes before it is cached
-            (``toolkit.search.fresh``): the recipe's name, ``"module:function"`` returning
-            your compiled model and data, that function, or a ``Target`` with the recipe's
-            arguments and settings. The verbs and ``--autotune`` pass it. None: your model in
-            memory cannot be rebuilt elsewhere, so the gain claimed is this process's rounds,
-            and says so.
-        confirm: False skips the fresh-process check: the gain claimed is this process's.
-        skip_words: how your caller skips the check, as the first line says it (the tune
-            verb: ``--no_confirm``).
+        refresh: search again and replace the cached answer. Defaults to `False`.
+        progress: called with one line per candidate. Defaults to ``progress.say`` and a bar.
+        fresh: what fresh processes rebuild to confirm the pick (a recipe's name,
+            ``"module:function"``, a function, a ``Target``); None: the gain is this process's.
+        confirm: False skips the fresh-process check.
+        skip_words: how your caller skips the check, as the first line says it.
         clock: seconds, for the budget (tests inject one).
-        class_weight: with your model, ``{class index: weight}`` as ``fit`` takes it: every
-            fit the search runs (and each fresh process's) weighs its batches with it.
-            Defaults to `None`.
-
-    Only settings the run they are for can time are searched, picked and applied: a loop
-    longer than an epoch, or one whose run is a first call and a warm-up, is left out
-    (``engine.RunShape``, from ``config.epochs`` and the epoch's length).
+        class_weight: with your model, as ``fit`` takes it, in every fit (fresh ones too).
     """
     from toolkit.core import children
 
     children.refuse_while_importing()  # a fresh process importing your module: not again
     start = clock()
-    check_budget(budget_s, steps)  # as the command line refuses them, before anything runs
+    check_budget(budget_s, steps)
     fresh_target = _fresh_target(fresh)  # a bad one is refused now, not after the search
     target, data, fresh_target, no_fresh = _built(target, data, fresh_target)
-    if class_weight is not None and fresh_target is not None:  # the children's fits weigh too
+    if class_weight is not None and fresh_target is not None:
         fresh_target = dataclasses.replace(fresh_target, class_weight=dict(class_weight))
-    # A Task's data is made once for the search, and its finalists stay built for the rounds.
+    # A Task's data is made once, and its finalists stay built for the rounds.
     work = workload(target, data, config, class_weight=class_weight, resident=True, keep=FINALISTS)
     run = _Tuning(work, budget_s, steps, progress, work.length_known(config is not None),
                   clock=clock, start=start)  # fmt: skip
@@ -425,9 +343,7 @@ def _tuned(
     refresh: bool,
     skip_words: str,
 ) -> TuneResult:
-    """:func:`tune`'s phases: the cached answer, if it answers this run; else the plan said,
-    the search and its head-to-head rounds, the pick settled over the whole run and in fresh
-    processes, the answer cached."""
+    """:func:`tune`'s phases, in :class:`_Tuning`'s order."""
     hit, said = run.cached(fresh_target is not None) if use_cache and not refresh else (None, [])
     if hit is not None:
         return hit.applied_to(work)
@@ -437,7 +353,7 @@ def _tuned(
     try:
         trials, best, rounds, why, untried = run.search(space)
     finally:
-        work.close()  # its models and data let go before the fresh processes start
+        work.close()  # let go before the fresh processes start
     result = run.settle(trials, best, rounds, why, untried, fresh_target)
     if use_cache:
         run.store(result)
@@ -445,11 +361,8 @@ def _tuned(
 
 
 class _Tuning:
-    """One :func:`tune`'s phases over its workload, in order: the cached answer, if it
-    answers this run; the plan said; the search and its head-to-head rounds; the pick settled
-    over the whole run and in fresh processes; the answer cached. Holds what they share: the
-    clock, the budget and its plan, the progress lines and the bar of the call's seconds (on
-    a terminal), which counts what the lines' ``[k | t/T s]`` count."""
+    """One :func:`tune`'s phases: the cached answer if it fits; else the plan, the search, the
+    pick settled over the whole run and in fresh processes, cached. Holds clock, plan and bar."""
 
     def __init__(
         self,
@@ -468,7 +381,7 @@ class _Tuning:
         self.defaults = work.defaults()
         self.key, self.facts = cache_key(work)
         self.shape = work.run_shape()
-        self.length_known = length_known  # your model's run is as long as its config says
+        self.length_known = length_known
         self.plan = Plan(budget_s)
         self.bar_wanted = progress is None
         self.bar = tk_progress.bar(None, "tune", unit="s", enabled=False)
@@ -485,13 +398,11 @@ class _Tuning:
             self.report(first)
 
     def elapsed(self) -> float:
-        """Seconds since the call began, by the clock's latest reading: what the latest
-        progress line counted."""
+        """Seconds since the call began at the clock's latest reading (the latest line's)."""
         return self.clock.last - self.start
 
     def report(self, line: str) -> None:
-        """A progress line, and the bar moved to the seconds its ``t/T s`` says (the clock's
-        latest reading, rounded as the line rounds it)."""
+        """A progress line, and the bar moved to the seconds its ``t/T s`` says."""
         self.say(line)
         self.bar.advance_to(min(int(f"{max(self.elapsed(), 0.0):.0f}"), round(self.plan.total_s)))
 
@@ -503,10 +414,7 @@ class _Tuning:
         self.work.close()
 
     def cached(self, confirms: bool = False) -> tuple[TuneResult | None, list[str]]:
-        """The cached answer when it fits this run and came from a search no shallower, its
-        pick confirmed in fresh processes where this call would confirm one (an in-process
-        ``tune(model, data)`` caches a pick its own rounds measured); else None and why the
-        search runs again (lines, said after the plan's)."""
+        """The cached answer where it fits this run and is as deep; else None and why not."""
         hit = cached(self.key)
         if hit is None:
             return None, []
@@ -517,7 +425,7 @@ class _Tuning:
         if why_not is None and shallower is None:
             self.report(f"tune: cached result for this model, input and machine ({self.key})")
             return hit, []
-        if why_not is not None:  # each its own line: each fits an 80-column terminal
+        if why_not is not None:  # two lines: each fits 80 columns
             return None, [
                 "tune: the cached pick does not fit this run: searching",
                 f"  ({why_not})",
@@ -527,13 +435,10 @@ class _Tuning:
     def search(
         self, space: Space | None
     ) -> tuple[list[Trial], Candidate, list[dict[str, float]], str, list[Untried] | None]:
-        """The search in its share of the plan's, then the head-to-head rounds in the rest:
-        ``(trials, pick, rounds, why, what the budget left untried)``: None where only the
-        rounds ran out of it. The fresh rounds' time, inside the budget, is held back only
-        while a candidate beats the defaults (with nothing to confirm, the search may use
-        it)."""
+        """``(trials, pick, rounds, why, untried)`` of the search and head-to-head (untried
+        None: only the rounds ran out); the fresh rounds' time is held while a pick leads."""
         work, plan, clock = self.work, self.plan, self.clock
-        work.prepare(self.steps)  # (your generator: read once here, replayed by every candidate)
+        work.prepare(self.steps)  # (a generator: read once, replayed by every candidate)
         first = None
         if space is None:  # measure the defaults first: their step time shapes the space
             if not plan.confirm_s:
@@ -561,15 +466,14 @@ class _Tuning:
     def _measurers(
         self, first: Trial | None, own: tuple[Candidate, Candidate]
     ) -> tuple[Callable[[Candidate, int | None], float], Callable[[Candidate, float], float]]:
-        """The search's measuring of a candidate (a run past what the plan gives the search
-        stops after its current call; the defaults always run whole: every pick is judged
-        against them), and its sampling over a shorter window at the defaults' pace."""
+        """The search's measuring (the defaults always run whole: every pick is judged against
+        them) and its sampling at their pace."""
         work, plan = self.work, self.plan
         pace = {"rate": first.examples_per_sec} if first is not None else {}
         beaten: list[bool] = []  # whether a candidate beat the defaults' rate so far
 
         def searching(candidate: Candidate, steps: int | None = None) -> float:
-            if candidate not in own:  # (the reserves' share, where nothing beat the defaults)
+            if candidate not in own:  # (the reserves too, where nothing beat the defaults)
                 work.deadline = self._real_deadline(plan.search_s if beaten else plan.budget_s)
             rate = self.work.rate(candidate, steps or self.steps, SEARCH_CALLS)
             pace.setdefault("rate", rate)  # finalists: 3 calls head to head
@@ -586,8 +490,7 @@ class _Tuning:
         return searching, sampling
 
     def _real_deadline(self, seconds: float) -> float:
-        """`seconds` after the call began, on ``time.perf_counter`` (what the workload's runs
-        read), whatever clock the plan counts on."""
+        """`seconds` after the call began, on ``time.perf_counter`` (the workload's clock)."""
         return time.perf_counter() + (self.start + seconds - self.clock())
 
     def settle(
@@ -599,9 +502,7 @@ class _Tuning:
         untried: list[Untried] | None,
         fresh_target: Any,
     ) -> TuneResult:
-        """The pick over the whole run (a compile the run cannot pay back hands the defaults
-        back), then confirmed in fresh processes where the target can be rebuilt there, in
-        what the plan left of the call."""
+        """The pick over the whole run, then confirmed in fresh processes where possible."""
         work, defaults = self.work, self.defaults
         # The defaults, measured first, paid the process's own first compile too: again
         first = work.compile_s(defaults)
@@ -611,7 +512,7 @@ class _Tuning:
             work.compile_again(defaults, self._real_deadline(self.plan.total_s))
         for t in trials:
             t.compile_s = work.compile_s(t.candidate)
-        if untried is not None:  # one the search came back to is a row of the table
+        if untried is not None:  # one measured after all is a row of the table
             measured = {t.candidate for t in trials}
             untried = [u for u in untried if u.candidate not in measured]
         batch = defaults.batch_size or work.batch_size or work.config.batch_size
@@ -650,14 +551,11 @@ class _Tuning:
         )  # fmt: skip
 
     def confirm_fresh(self, fresh: Any, trials: list[Trial], best: Candidate) -> fr.Confirmation:
-        """The pick against the defaults in fresh processes (``toolkit.search.fresh``), in
-        what the plan left of the call; runs a signal or the timeout ended go to
-        `interrupted`."""
+        """The pick against the defaults in fresh processes; interrupted runs noted."""
         work, defaults, plan = self.work, self.defaults, self.plan
         rates = {t.candidate: t.examples_per_sec for t in trials}
         batch = work.batch_size or work.config.batch_size
-        # Each run's window at its own rate (sized at the defaults', a 2× pick timed half of
-        # it) and its own batch; a candidate the search did not time takes the slower rate.
+        # Each run's window at its own rate and batch (an untimed one: the slower rate).
         timed = [r for r in (rates.get(defaults), rates.get(best)) if r]
         length, run_s = {}, {}
         for c in (defaults, best):
@@ -673,13 +571,11 @@ class _Tuning:
         )  # fmt: skip
 
     def fresh_words(self, found: fr.Confirmation) -> list[str]:
-        """What the time given let the fresh rounds tell, where they did not confirm the
-        pick: none fit (and the budget that fits them), or the smallest gain this machine's
-        noise lets that time confirm."""
+        """Why the fresh rounds did not confirm the pick, and what budget or gain would."""
         if found.pick != self.defaults or (found.gain is not None and found.gain.answered):
             return []
         plan = self.plan
-        if found.overran_s is not None:  # a fresh run here takes longer than the plan had
+        if found.overran_s is not None:
             needs = _holding(plan, max(found.overran_s, found.longest_s or 0.0))
             return [
                 f"a fresh run was stopped after {found.overran_s:.0f} s, past the time left; "
@@ -694,8 +590,7 @@ class _Tuning:
         return [fr.noise_words(found.gain, plan.confirm_s or plan.total_s)]
 
     def store(self, result: TuneResult) -> None:
-        """Caches `result` with the budget it had (a more thorough search is not answered
-        by it), unless a signal or the timeout ended one of its fresh runs."""
+        """Caches `result` with its budget, unless a fresh run was interrupted."""
         if self.interrupted:
             self.say(
                 f"tune: not cached: {len(self.interrupted)} fresh run(s) ended by a signal or "
@@ -711,14 +606,12 @@ class _Tuning:
 
 
 def _holding(plan: Plan, run_s: float) -> int:
-    """The budget, in tens of seconds, that holds `plan`'s search and
-    :data:`fresh.PLANNED_ROUNDS` rounds of two fresh runs of `run_s` each."""
+    """The budget (tens of seconds) holding `plan`'s search and the fresh rounds of `run_s`."""
     return 10 * math.ceil((plan.budget_s + 2 * fr.PLANNED_ROUNDS * run_s) / 10)
 
 
 class _Clock:
-    """A clock that keeps its latest reading (`last`): the bar moves to what the latest
-    progress line counted."""
+    """A clock that keeps its latest reading (`last`), for the bar."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.read, self.last = clock, clock()
@@ -735,10 +628,8 @@ def whole_run_choice(
     steps: int | None,
     batch: int,
 ) -> tuple[Candidate, str, WholeRun | None]:
-    """The pick against the defaults over a whole run of `steps` steps of `batch` examples
-    (``engine.whole_run``): a pick whose longer compile the run is too short to pay back
-    hands the defaults back. Returns the choice, its words (short lines) and the figures
-    (None: ranked by the steady state, the words say why)."""
+    """``(choice, words, figures)`` over a whole run (``engine.whole_run``): a compile the run
+    cannot pay back hands the defaults back. Figures None: ranked by the steady state."""
     if best == defaults:
         return best, "", None
     by = {t.candidate: t for t in trials}
@@ -753,9 +644,7 @@ def whole_run_choice(
 
 
 def _built(target: Any, data: Any, fresh: Any) -> tuple[Any, Any, Any, str | None]:
-    """``(target, data, fresh target, why none)``: a `target` that is your function returning
-    ``(compiled model, data)`` is called, and is what fresh processes call again unless
-    `fresh` names another (one they cannot import leaves the pick unconfirmed, said why)."""
+    """``(target, data, fresh target, why none)``: a function `target` called, kept for fresh."""
     from toolkit.runner import train
     from toolkit.search.standings import ChooserError, Target
 
@@ -778,10 +667,7 @@ def _built(target: Any, data: Any, fresh: Any) -> tuple[Any, Any, Any, str | Non
 
 
 def _fresh_target(fresh: Any) -> Any:
-    """The ``standings.Target`` that `fresh` names (None: none).
-
-    Raises:
-        toolkit.search.standings.ChooserError: one a fresh process could not import."""
+    """The ``standings.Target`` `fresh` names (None: none); ChooserError if not importable."""
     if fresh is None:
         return None
     from toolkit.search.standings import Target
@@ -795,14 +681,13 @@ def _in_process_gain(
     best: Candidate,
     trials: Sequence[Trial] = (),
 ) -> Gain | None:
-    """The pick's paired ratios over this process's head-to-head rounds (none ran: its
-    search window's, one round, said as not confirmed)."""
+    """The pick's paired ratios over this process's rounds (none ran: the search's window)."""
     from toolkit.search.rounds import paired_ratios
 
     if best == defaults:
         return None
     ratios = paired_ratios(rounds, defaults.label(), best.label())
-    if not ratios and trials:  # no round fit the budget: the search's one window each
+    if not ratios and trials:
         by = {t.candidate: t.examples_per_sec for t in trials}
         if by.get(defaults) and by.get(best):
             ratios = [by[best] / by[defaults]]
@@ -817,9 +702,7 @@ def _defaults_then_space(
     shown_s: float,
     report: Callable[[str], Any],
 ) -> tuple[Trial, Space]:
-    """The defaults' trial, and the space their step time shapes (cut, for your compiled
-    model, to what it can change without a rebuild). Its line counts the call's seconds
-    against `shown_s`, as every line of one tune does."""
+    """The defaults' trial, and the space their step time shapes (``Workload.space``)."""
     defaults = work.defaults()
     t0 = clock()
     rate = measure(defaults)
@@ -836,11 +719,7 @@ def _defaults_then_space(
 
 
 def cache_key(work: Workload) -> tuple[str, dict[str, Any]]:
-    """``(hash, what was hashed)`` for a workload's model, input, backend and this machine.
-
-    The backend is part of the key: the same model and input give the same signature under
-    every backend, and one backend's winner can be far slower on another (TensorFlow's
-    ``--nojit_compile --steps_per_execution=8`` means eager execution on JAX)."""
+    """``(hash, what was hashed)``: model, input, backend (winners differ) and this machine."""
     facts = {**work.cache_facts(), "machine": _machine_facts()}
     return _CACHE.key(facts), facts
 
@@ -854,13 +733,11 @@ def _machine_facts() -> dict[str, Any]:
 
 
 def _shallower(key: str, budget_s: float) -> str | None:
-    """Why the cached search for `key` does not answer a search of `budget_s` (None: it
-    does): it ran out of a smaller budget (a search that covered its whole space within its
-    budget answers any larger one)."""
+    """Why the cached search for `key` does not answer one of `budget_s` (None: it does)."""
     entry = _CACHE.get(key) or {}
     had = entry.get("budget_s") if isinstance(entry, dict) else None
     if not isinstance(had, (int, float)) or isinstance(had, bool) or not math.isfinite(had):
-        had = None  # a cache from elsewhere (hand-edited, another version): its budget unknown
+        had = None  # a cache from elsewhere: its budget unknown
     if (
         not isinstance(entry, dict)
         or not entry.get("budget_exhausted")

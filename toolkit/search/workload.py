@@ -1,22 +1,9 @@
 """One measured target: a recipe's Task under a TrainConfig, or your compiled model with its data.
 
-Every tool that measures training (``tune``, ``doctor`` /
-:func:`~toolkit.search.diagnose.diagnose` and the backends chooser's child processes) asks the
-same question, "how fast does this target train under these settings, for N steps?", of two kinds of
-target. A :class:`Workload` answers it once for both:
-
-* :class:`TaskWorkload`: a recipe's Task, trained by the one runner
-  (``toolkit.runner.train.run``) with a short, quiet measurement config
-  (``TrainConfig.for_measurement``); each candidate is a new build, so the search can change
-  precision and fused steps;
-* :class:`ModelWorkload`: your compiled model on your batched data, measured with a quiet
-  ``fit`` (:func:`measured_fit`); a candidate recompiles it (same optimizer, loss, metrics), and
-  :meth:`~Workload.close` puts back its compile settings, weights and optimizer state.
-
-Both round a run to whole calls of the compiled function (``stats.whole_calls``), read the
-backend's Keras defaults in one place (``toolkit.backend.jits_by_default``) and report through
-the same ``RunReport``. Frameworks load when a workload is made, not when this module is
-imported.
+Every tool that measures training asks "how fast does this target train under these settings
+for N steps?"; a :class:`Workload` answers it for both kinds. A :class:`TaskWorkload` rebuilds
+per candidate, so precision and fused steps can change; a :class:`ModelWorkload` recompiles your
+model and :meth:`~Workload.close` puts it back. Frameworks load when a workload is made.
 """
 
 from __future__ import annotations
@@ -62,34 +49,28 @@ __all__ = [
 
 LIVE_WINDOW_S = 0.25  # a kept finalist's window when measured again, at least (seconds)
 LIVE_PARAMS = 50_000_000  # models with more weights are rebuilt, not kept, for the rounds
-# A candidate whose run has taken this many times what the best so far needed for its whole
-# window is stopped: it cannot win (a first XLA compile can cost many times a whole window).
+# A run taking this many times the best window so far is stopped: it cannot win.
 HOPELESS = 4.0
 HOPELESS_FLOOR_S = 2.0  # ...and never before this much of its run (after the first call)
 
 
 class Workload(abc.ABC):
-    """What every target offers the tools that measure it (see the module docstring). An
-    abstract base: a kind that leaves one of its abstract methods unanswered cannot be made
-    (``TypeError`` at construction, naming the method), not found out at first use."""
+    """What every target offers the tools that measure it (see the module docstring)."""
 
     name: str
     config: TrainConfig  # the settings it measures from (validated)
     batch_size: int | None  # examples per training step (None: the data does not say)
     device: Any  # the DeviceInfo it trains on
     described: str  # the input pipeline, in words
-    # How a user applies a setting: a recipe's flags (False), or Python, your model's compile
-    # arguments (True): the diagnosis's advice is said in those words.
+    # Advice in a recipe's flags (False) or your model's compile arguments (True).
     applies_in_python: bool = False
-    # The Keras data adapter fit reads your data through, once input_batches has read it
-    # (None: a pipeline of the toolkit's, or tf_keras), and the workers your data was given.
+    # The Keras data adapter fit reads through, once input_batches read it, and its workers.
     adapter: str | None = None
     input_workers: int | None = None
-    # Your model's class's own compile, which takes none of the speed settings: advice says
-    # them in its super().compile(...) call (None: a recipe's, or Keras's compile).
+    # Your model class's own compile: advice names its super().compile(...) call (None: Keras's).
     own_compile: OwnCompile | None = None
-    # A run still going at this time.perf_counter() stops after its current call (a budget's
-    # end; None: no end). One that has not finished its first call by then raises.
+    # A run still going at this time.perf_counter() stops after its current call (None: no
+    # end); one that has not finished its first call by then raises.
     deadline: float | None = None
     # Each candidate's compile cost as its first measured run paid it (note_compile).
     compiles: dict[Candidate, float]
@@ -102,9 +83,7 @@ class Workload(abc.ABC):
         """The settings it trains with now, as this backend runs them (the search's first)."""
 
     def note_compile(self, candidate: Candidate, stats: Any) -> None:
-        """Keeps what the candidate's first call cost beyond its steps (its trace and
-        compile: ``compile_cost``), from its first measured run only: a later run of the
-        same built model compiles nothing."""
+        """Keeps the candidate's compile cost (``compile_cost``) from its first run only."""
         if candidate not in self.compiles:
             cost = compile_cost(stats)
             if cost is not None:
@@ -115,13 +94,8 @@ class Workload(abc.ABC):
         return self.compiles.get(candidate)
 
     def compile_again(self, candidate: Candidate, until: float) -> float | None:
-        """`candidate`'s compile measured once more (a new trace of its step, one call past
-        its first), kept where smaller, if it can end by `until` (``time.perf_counter``).
-        The first candidate measured in a process also paid the process's own first trace
-        and compile, which every later one found done: keras.io's ViT read 6.90 s for the
-        defaults in the search, 3.49 s for steps_per_execution=4 after them (4.8-5.0 s and
-        6.4-6.9 s in fresh processes), and the whole run's sums turned over. None: none
-        measured."""
+        """`candidate`'s compile timed again by `until`, kept where smaller: the first in a
+        process also paid the process's own first trace. None: none measured."""
         import time
 
         first = self.compiles.get(candidate)  # (it takes about that, and two calls)
@@ -159,30 +133,24 @@ class Workload(abc.ABC):
         one_batch: bool = False,
         callbacks: Sequence[Any] = (),
     ) -> Any:
-        """A measured run of `steps` training steps (whole calls) with `candidate`'s settings
-        (None: its own) and the report's statistics after `warmup` more steps than the first
-        call; `one_batch`: the step alone, one batch read again and again. Returns the
-        RunReport."""
+        """The RunReport of `steps` steps (whole calls) under `candidate` (None: its own),
+        statistics after the first call and `warmup`; `one_batch`: one batch repeated."""
 
     @abc.abstractmethod
     def pipeline(self) -> Any:
-        """The batched training data as :meth:`fit` reads it (a fused batch holds
-        ``fused_steps`` steps)."""
+        """The batched training data as :meth:`fit` reads it (a fused batch: several steps)."""
 
     def prepare(self, steps: int) -> None:  # noqa: B027 (a hook: nothing by default)
-        """Readies the data for measurements of windows of about `steps` steps, so the
-        first candidate measured pays nothing the others do not (your generator: its batches
-        read once, then replayed by every candidate)."""
+        """Readies the data for windows of `steps` steps, so the first candidate pays nothing
+        the others do not (a generator's batches read once, then replayed)."""
 
     def input_batches(self) -> tuple[str, Any] | None:
-        """``(the input in words, its batches)`` read exactly as this backend's ``fit`` reads
-        them (Keras's own data adapter and epoch iterator; close the iterator when done), or
-        None where :meth:`pipeline` is what fit reads."""
+        """``(the input in words, its batches)`` as this backend's ``fit`` reads them (close the
+        iterator when done); None where :meth:`pipeline` is what fit reads."""
         return None
 
     def rate(self, candidate: Candidate, steps: int = 48, calls: int = 3) -> float:
-        """Examples/s over a timed window of at least `steps` steps and `calls` calls, after
-        the candidate's own warm-up (:func:`~toolkit.search.engine.window_steps`)."""
+        """Examples/s over a timed window of at least `steps` steps and `calls` calls."""
         warmup, total = self.window(candidate, steps, calls)
         with backend.get().quiet_retracing():
             stats = self.fit(candidate, steps=total, warmup=warmup).steps
@@ -191,10 +159,8 @@ class Workload(abc.ABC):
 
     def window(self, candidate: Candidate, steps: int, calls: int) -> tuple[int, int]:
         """``(warm-up, steps)`` of a rate's window (:func:`~toolkit.search.engine.window_steps`);
-        where its data's epoch ends inside the window, the warm-up runs past that end: the
-        first batch of a new shape there (a ragged last batch) is compiled once, by XLA
-        without a retrace (keras.io's weather LSTM: 635 ms against 9 ms steps, which read XLA
-        at 0.71× when it was 1.4× faster), a cost of the run's start, not of its steps."""
+        the warm-up runs past an epoch's end inside the window: XLA compiles a ragged last
+        batch once, silently, a cost of the run's start, not of its steps."""
         warmup, total = window_steps(candidate, steps, calls)
         shape = self.run_shape()
         epoch = shape.steps_per_epoch if shape is not None else None
@@ -204,8 +170,7 @@ class Workload(abc.ABC):
         return warmup, total
 
     def cache_facts(self) -> dict[str, Any]:
-        """What a cached answer for it depends on: the model's architecture, its input's spec
-        and batch size, the backend and device (the machine is added by the caller)."""
+        """What a cached answer depends on (the caller adds the machine)."""
         model, spec = self._signature()
         return {
             "model": hashlib.sha256(model_signature(model).encode()).hexdigest()[:16],
@@ -218,17 +183,14 @@ class Workload(abc.ABC):
 
     @abc.abstractmethod
     def how_to_apply(self, candidate: Candidate) -> str:
-        """How a user applies `candidate` to this target: a recipe's flags, or the
-        ``model.compile`` arguments of your model."""
+        """How a user applies `candidate`: a recipe's flags, or ``model.compile`` arguments."""
 
     def run_shape(self) -> RunShape | None:
-        """The run a pick is applied to (its epochs and epoch length), so that the search
-        offers only loops that run can time; None: unknown."""
+        """The run a pick is for, so the search offers only loops it can time; None: unknown."""
         return None
 
     def loader(self) -> str:
-        """What feeds its fit (``tf_data``, ``grain``, ``arrays``; "": not known), which
-        decides where a backend's loops pay (the seam's ``step_loops``)."""
+        """What feeds its fit (``tf_data``, ``grain``, ``arrays``; "": unknown): loops pay by it."""
         return ""
 
     def batch_words(self) -> str:
@@ -239,9 +201,7 @@ class Workload(abc.ABC):
     def figures(
         self, steps: int, *, count_flops: bool = True, candidate: Candidate | None = None
     ) -> dict[str, Any]:
-        """One run of at least `steps` steps and five calls, as the backends chooser compares
-        them: first step, p50, mean, examples/s, MFU and the final training loss. With
-        `candidate`, under its settings (a fresh process confirming tune's pick)."""
+        """One run of `steps` steps (five calls at least) in ``figures_of``'s figures."""
 
     @abc.abstractmethod
     def space(self, space: Space, defaults: Candidate) -> Space:
@@ -249,8 +209,7 @@ class Workload(abc.ABC):
 
     @abc.abstractmethod
     def length_known(self, config_given: bool) -> bool:
-        """Whether the whole run a pick is for has a known length (:meth:`run_steps`), when
-        the caller did or did not give a config (`config_given`)."""
+        """Whether the run a pick is for has a known length, given a config or not."""
 
     @abc.abstractmethod
     def fresh_words(self) -> str:
@@ -282,11 +241,8 @@ def workload(
     class_weight: Any = None,
     **kw: Any,
 ):
-    """The :class:`Workload` of a ``toolkit.runner.train.Task`` (with `config`; a TrainConfig may
-    stand as `data`) or of a compiled model with its `data`: the one place that asks which kind
-    a target is (tune, diagnose, doctor and backends take the Workload). `kw` (``resident``,
-    ``keep``) are a Task's: your model is built already and its data is yours. `class_weight`
-    is your model's, as ``fit`` takes it (a Task weighs its own data, in its loss).
+    """The :class:`Workload` of a ``Task`` (`config` may stand as `data`; `kw` are its) or of a
+    compiled model with its `data` and `class_weight`: the one place that tells them apart.
 
     Raises:
         toolkit.runner.train.SetupError: a model without data, data that is not batches.
@@ -309,15 +265,9 @@ def workload(
 
 
 def peak_at(target: Any, data: Any, config: TrainConfig, steps: int, own: bool = False) -> Any:
-    """The peak memory of a short fit of `target` (a recipe's Task, or your compiled model
-    and `data`, read at ``config.batch_size``: ``_model_fit.at_batch``; where `own`, at the
-    batch your pipeline makes, else the config's) over `steps` steps
-    after its first call: on an accelerator the device's own peak, on a CPU this process's
-    peak resident memory (``_model_fit.peak_from_second_call``: the import, the build and the
-    first call's compile are peaks no batch size changes). An allocation that fails is
-    answered as out of memory at this batch, not raised: ``toolkit.fits`` says it in one
-    line. A fresh process's ``peak`` job (``toolkit._child``); returns a
-    ``memory_fit.MemoryPeak``."""
+    """A fresh process's ``peak`` job: the ``memory_fit.MemoryPeak`` of `steps` steps of
+    `target` after its first call (``peak_from_second_call``), at ``config.batch_size`` (`own`:
+    your pipeline's). A failed allocation is answered as out of memory, not raised."""
     from toolkit.runner._data import TooFewExamples
     from toolkit.search._model_fit import at_batch, out_of_memory, peak_from_second_call
     from toolkit.search.memory_fit import MemoryPeak
@@ -336,7 +286,7 @@ def peak_at(target: Any, data: Any, config: TrainConfig, steps: int, own: bool =
             return dataclasses.replace(got, examples=_examples(data))
     except Exception as e:  # an allocation that failed is an answer; anything else is raised
         if isinstance(e.__cause__, TooFewExamples) and not config.use_synthetic_data:
-            # a recipe's data smaller than the batch: its shapes, at this batch, synthetic
+            # a recipe's data smaller than the batch: synthetic batches of its shapes
             got = peak_at(target, data, dataclasses.replace(config, use_synthetic_data=True),
                           steps)  # fmt: skip
             return dataclasses.replace(got, synthetic=True)
@@ -347,9 +297,7 @@ def peak_at(target: Any, data: Any, config: TrainConfig, steps: int, own: bool =
 
 
 def _examples(data: Any) -> int | None:
-    """The examples `data` holds, where it says so without being read: arrays' length, a
-    tf.data pipeline's (:func:`~toolkit.data.builder.batched_examples`); None for a recipe's
-    task (no data here) or a pipeline of unknown length."""
+    """The examples `data` holds where it says so without being read (None: unknown, or none)."""
     if data is None:
         return None
     if hasattr(data, "element_spec"):
@@ -365,8 +313,7 @@ def _examples(data: Any) -> int | None:
 
 
 def _peak_reading(device: Any, batch: int) -> Any:
-    """The peak of the run just ended at `batch`: the device's (``GPU:0``, its memory as the
-    backend says it beside it) where it trained on one that reports memory; else the host's."""
+    """The peak of the run just ended: the device's where it reports memory, else the host's."""
     from toolkit.search._model_fit import host_peak_mb
     from toolkit.search.memory_fit import HOST, MemoryPeak
 
@@ -386,11 +333,8 @@ def apply(config: TrainConfig, candidate: Candidate) -> TrainConfig:
 
 
 def _build(model: Any, dataset: Any) -> None:
-    """Builds a model that has no weights yet (a subclassed model makes them at its first
-    call) as ``fit`` builds it at its start: called once, not training, on the first batch of
-    your data. Its weights are saved before the measurements and put back after them, so they
-    must exist first; nothing is made that your own ``fit`` would not make. A model that its
-    first batch cannot build is refused in one line, with Keras's words and the way out."""
+    """Builds a model with no weights yet (subclassed) as ``fit`` would, one call on your first
+    batch: :class:`Saved` needs its weights to exist. Refused in one line where that fails."""
     from toolkit.runner.train import SetupError
 
     if getattr(model, "built", True) or model.weights:  # a GAN of built parts has weights
@@ -407,9 +351,7 @@ def _build(model: Any, dataset: Any) -> None:
 
 
 def _first_inputs(dataset: Any) -> Any:
-    """The inputs of `dataset`'s first batch, as NumPy arrays (what a model on any backend
-    takes): the first part of a ``(x, y[, sample_weight])`` tuple, else the batch itself, as
-    Keras unpacks it."""
+    """The inputs of `dataset`'s first batch as NumPy (any backend takes them), as Keras unpacks."""
     import numpy as np
     import tensorflow as tf
 
@@ -419,9 +361,7 @@ def _first_inputs(dataset: Any) -> Any:
 
 
 def _check_batched(model: Any, data: Any) -> None:
-    """SetupError for a ``tf.data.Dataset`` of single examples fed to a model whose input
-    takes a batch: its features are one rank short of the model's input (Keras's own error is
-    a shape mismatch deep inside ``call``)."""
+    """SetupError for an unbatched ``tf.data.Dataset`` (Keras's: a shape mismatch in ``call``)."""
     from toolkit.runner.train import SetupError
 
     spec, inputs = getattr(data, "element_spec", None), getattr(model, "inputs", None)
@@ -443,13 +383,9 @@ def _check_batched(model: Any, data: Any) -> None:
 
 
 class TaskWorkload(Workload):
-    """A recipe's Task trained by the runner. With `resident`, the training data is made once
-    for many runs (arrays become tensors once, a data function is called once) and the
-    validation split is left out (a window times training steps only). With `keep`, the
-    first candidate measured (the defaults) and the `keep` fastest stay built: measuring one
-    of those again runs its compiled step on its own pipeline for a fresh window (no rebuild,
-    retrace or recompile), so head-to-head rounds cost their windows, not builds; a model
-    with more than :data:`LIVE_PARAMS` weights is rebuilt instead."""
+    """A recipe's Task trained by the runner. `resident`: the training data is made once for
+    many runs, without validation. `keep`: the defaults and the `keep` fastest stay built, so
+    head-to-head rounds cost windows, not builds (up to :data:`LIVE_PARAMS` weights)."""
 
     def __init__(
         self, task: Any, config: TrainConfig, *, resident: bool = False, keep: int = 0
@@ -498,8 +434,7 @@ class TaskWorkload(Workload):
         return f"{self.described}: {describe_pipeline(dataset)}"
 
     def run_shape(self) -> RunShape:
-        """The config's run: ``--epochs``, and ``--train_steps`` or one pass over the
-        task's training examples (a smoke run as it really runs)."""
+        """The config's run: ``--epochs`` of ``--train_steps`` or one pass over the examples."""
         c = self.config._smoked() if self.config.smoke else self.config
         return RunShape(
             epochs=c.epochs,
@@ -510,8 +445,7 @@ class TaskWorkload(Workload):
         )
 
     def defaults(self) -> Candidate:
-        """The config's searched settings (those whose candidate default is None, the batch
-        size, stay the config's), with Keras's own choice of compilation where it is unset."""
+        """The config's searched settings, with Keras's own choice of compilation where unset."""
         c = self.config
         values = {
             name: getattr(c, name) for name in SEARCHED if getattr(Candidate(), name) is not None
@@ -545,7 +479,7 @@ class TaskWorkload(Workload):
         batch = candidate.batch_size or self.config.batch_size
         best = max(self.rates.values(), default=None)
         limit = math.inf
-        if best:  # what the best so far needed for this whole window, times HOPELESS
+        if best:
             limit = max(HOPELESS * total * batch / best, HOPELESS_FLOOR_S)
         deadline = math.inf if self.deadline is None else self.deadline
         stop = HopelessStop(candidate.per_call * batch, limit, deadline)
@@ -629,8 +563,7 @@ class TaskWorkload(Workload):
 
 
 def _count_examples(task: Any) -> int | None:
-    """The task's training examples where they can be counted without reading them (the
-    runner's own count); None: unknown."""
+    """The task's training examples, counted without reading them; None: unknown."""
     from toolkit.runner import _data
 
     source = task.train() if callable(task.train) else task.train
@@ -642,9 +575,8 @@ def _count_examples(task: Any) -> int | None:
 
 
 def _resident(source: Any) -> Any:
-    """A Task's data made once for many runs: in-memory ``(features, labels)`` arrays as
-    tensors (each run's pipeline gathers its batches from them; nothing is copied per run),
-    anything else as a dataset of single examples."""
+    """A Task's data made once for many runs: arrays as tensors (nothing copied per run), else
+    a dataset of single examples."""
     import tensorflow as tf
 
     from toolkit.runner import _data
@@ -661,10 +593,7 @@ def _resident(source: Any) -> Any:
 
 
 class ModelWorkload(Workload):
-    """Your compiled model on your data, in any form ``fit`` takes (``toolkit.data._fit_data``:
-    a ``tf.data.Dataset`` used exactly as it is, arrays batched by ``config.batch_size``, ``x``
-    alone, labels of one output or of several (a dict or list), sample weights (per output
-    too), a ``PyDataset``, a generator), weighed by `class_weight` as ``fit`` weighs it."""
+    """Your compiled model on your data in any form ``fit`` takes, weighed by `class_weight`."""
 
     applies_in_python = True
 
@@ -701,19 +630,19 @@ class ModelWorkload(Workload):
             self.dataset, self.described, self.batch_size = _fit_data.fit_dataset(
                 data, config.batch_size, self.class_weight
             )
-        except ValueError as e:  # a form fit would refuse too: one line, naming the data
-            if user_raise(e) is not None:  # your data's own error (its __getitem__ raised)
+        except ValueError as e:  # a form fit would refuse too: one line
+            if user_raise(e) is not None:  # your data's own error
                 raise
             raise SetupError(str(e)) from None
         self.data_words = self.described.partition(" in tf.data")[0]  # arrays, batched by N
-        if _is_empty(self.dataset):  # nothing to time: said as such, not as an empty window
+        if _is_empty(self.dataset):
             raise SetupError(f"(model, data): {self.data_words}: it yields no batches (empty)")
         if isinstance(data, _fit_input.Replay):
             self.described = self.data_words = (
                 f"your {kind}, read once: each measurement replays the batches read so far "
                 f"and reads on (at most {data.hold} held)"
             )
-        elif _grain.is_grain_dataset(data):  # its stages, as describe_pipeline says them
+        elif _grain.is_grain_dataset(data):
             from toolkit.data import describe_pipeline
 
             self.data_words = f"your Grain pipeline: {describe_pipeline(data)}"
@@ -724,7 +653,7 @@ class ModelWorkload(Workload):
         _build(model, self.dataset)
         self.saved = Saved(model)
         self.own_compile = OwnCompile.of(model)  # a compile of its class's own (a Distiller's)
-        self.compiled: dict[str, Setting] | None = None  # its settings, while a candidate's run
+        self.compiled: dict[str, Setting] | None = None  # its own, while a candidate's run
         self.endless: Any = None  # your data as fit reads it, built at the first real fit
 
     def how_to_apply(self, candidate: Candidate) -> str:
@@ -738,9 +667,7 @@ class ModelWorkload(Workload):
         return f"{self.batch_size}, your pipeline's" if self.batch_size else "your pipeline's"
 
     def space(self, space: Space, defaults: Candidate) -> Space:
-        """`space` cut to what a compiled model can change without a rebuild (its compile
-        arguments), with the model's own settings as each knob's first value (the
-        defaults)."""
+        """`space` cut to compile arguments (no rebuild), the model's own settings first."""
 
         def first(value: Any, values: Sequence[Any]) -> tuple[Any, ...]:
             return (value, *(v for v in values if v != value))
@@ -756,9 +683,8 @@ class ModelWorkload(Workload):
         ruled_out = compat.xla_ruled_out(self.model)
         if not ruled_out or True not in found.jit_compile:
             return found
-        # Keras drops jit_compile=True for this model (a warning): a candidate with it would
-        # time the same step again, its difference credited to XLA (keras.io's structured
-        # data model: 2.76x for "xla spe=8")
+        # Keras drops jit_compile=True here: such a candidate times the same step, its noise
+        # credited to XLA
         said = f"XLA: {compat.ruling_xla_out(ruled_out)}"
         jit = tuple(v for v in found.jit_compile if v is not True) or (False,)
         return dataclasses.replace(found, jit_compile=jit, cut=(*found.cut, said))
@@ -771,9 +697,8 @@ class ModelWorkload(Workload):
         return "your model lives in this process: give tune fresh='module:function' for that"
 
     def run_shape(self) -> RunShape | None:
-        """Your fit: ``config.epochs`` epochs (1 unless you say) of ``config.steps_per_epoch``
-        batches, or of one pass over your pipeline where it can count its batches (a Grain
-        dataset's, whose tf.data form cannot count them)."""
+        """Your fit: ``config.epochs`` of ``config.steps_per_epoch`` or one pass over your data
+        where countable (a Grain dataset's own count: its tf.data form has none)."""
         from toolkit.data import _fit_input
 
         steps = self.config.steps_per_epoch
@@ -821,8 +746,7 @@ class ModelWorkload(Workload):
             args = _fit_input.fit_arguments(self.data, self.batch_size, self.class_weight)
             read = None if args is None else backend.get().fit_batches(self.model, args)
         except (ImportError, AttributeError, TypeError, ValueError):
-            # Keras's adapters are not public API: another Keras version reads its own way;
-            # then the pipeline as tf.data is what is timed, as before.
+            # Keras's adapters are not public API: elsewhere the tf.data form is timed
             read = None
         if read is None:
             return None
@@ -835,9 +759,8 @@ class ModelWorkload(Workload):
         return said + (f"; {form}" if form else ""), batches  # "; x alone": what fit gets
 
     def _as_fit_reads(self) -> Any:
-        """Your data as ``fit`` reads it, without end (Keras's own adapter, epoch after epoch):
-        a real fit of your model reads what yours reads, not the ``tf.data`` form the toolkit
-        builds (on JAX Keras slices arrays in NumPy; on PyTorch it reads a DataLoader)."""
+        """Your data as ``fit`` reads it, endless (Keras's adapter), not the toolkit's ``tf.data``
+        form: JAX slices arrays in NumPy, PyTorch reads a DataLoader."""
         from toolkit.data import _fit_input
 
         if self.endless is None:
@@ -846,12 +769,11 @@ class ModelWorkload(Workload):
                     _fit_input.as_fit_reads(self.data, self.batch_size, self.class_weight) or False
                 )
             except (ImportError, AttributeError, TypeError, ValueError):
-                self.endless = False  # another Keras version: the tf.data form, as before
+                self.endless = False  # another Keras version: the tf.data form
         return self.endless or self.dataset
 
     def _one_batch(self) -> Any:
-        """One batch, handed to the step again and again as the backend's train function
-        receives it (no pipeline iterated between steps: the step alone)."""
+        """One batch handed to the step again and again: the step alone, no pipeline."""
         from toolkit.data import _fit_input
 
         read = self.input_batches()
@@ -908,9 +830,7 @@ def _cardinality(dataset: Any) -> int:
 
 
 def _is_empty(dataset: Any) -> bool:
-    """No batch at all: by its count, or where tf.data cannot count it (a filter, a generator)
-    by reading for the first batch (your data's own work for one batch; a generator's batch is
-    held and replayed)."""
+    """No batch at all: by its count, or where tf.data cannot count, by reading the first."""
     count = _cardinality(dataset)
     if count != -2 or not hasattr(dataset, "take"):
         return count == 0
