@@ -27,17 +27,16 @@ from typing import Any, TextIO
 __all__: list[str] = []  # the toolkit's own helpers (fit, fit_groups, show, table, width)
 
 MIN_WIDTH = 40  # narrower than this, folding helps nobody: lines are left as they are
-# A figure and the unit written after it (``27.2 %``, ``3.1 ms``, ``2.0 GB``) fold as one word:
-# a row that began with ``%`` read as a figure without its unit. The space between them is
-# held by a character textwrap never breaks at (one of Unicode's private ones), put back after.
+# A figure and its unit (``27.2 %``) fold as one word: the space between them is a private-use
+# character textwrap never breaks at, put back after.
 _UNIT = re.compile(r"(?<=\d) (?=(?:%|×|[kMGT]?i?B|[kMGT]?FLOP(?:/s)?|[mµun]?s|steps?/s)(?!\w))")
 _HELD = "\ue000"
 
 
 def width(stream: TextIO | None = None) -> int | None:
-    """The width of the terminal `stream` (default stdout) is shown on, or `None` when it is
-    not a terminal (a log, a pipe, a file). ``COLUMNS`` wins where it is set, as for every
-    program that reads it."""
+    """The width of the terminal `stream` (default stdout), or `None` when it is not a terminal.
+    ``COLUMNS`` wins where set.
+    """
     stream = sys.stdout if stream is None else stream
     try:
         tty = stream.isatty()
@@ -95,12 +94,12 @@ def table(
     right: Sequence[int] = (),
     title: str | None = None,
 ) -> str:
-    """`rows` under `headers` as a terminal table at most `columns` wide (default: the
-    terminal's, or as wide as the rows need when stdout is no terminal); the cells of the
-    column indexes in `right` aligned right (numbers). A cell is never cut inside a word or a
-    number: headers wrap at spaces, text at spaces, and where even that cannot fit, the table
-    comes in parts one under the other, each repeating the first column. Plain text, no
-    colour: what a person and a log both read."""
+    """`rows` under `headers` as a terminal table at most `columns` wide (default: the terminal's,
+    or as wide as the rows need off a terminal); columns indexed in `right` align right.
+
+    A cell is never cut inside a word or number: headers and text wrap at spaces, and where that
+    cannot fit, the table comes in parts, each repeating the first column. Plain text, no colour.
+    """
     heads = [str(h) for h in headers]
     body = [["" if cell is None else str(cell) for cell in row] for row in rows]
     if columns is None:

@@ -2,50 +2,27 @@
 
 How it stays out of the way of the step it measures:
 
-* Timestamps are taken in ``on_train_batch_begin``, which Keras calls synchronously right before
-  it invokes the training function. The time between two consecutive begins is one full trip of
-  the training loop (input, step, callbacks), which is what throughput sees. The last execution
-  of an epoch ends at its batch-end hook or at the next boundary (validation start, epoch end),
-  whichever comes first.
-* Keras 3 dispatches batch ends to a worker thread on thread-safe backends (JAX) unless a
-  callback that overrides ``on_train_batch_end`` is not ``async_safe``; StepTimer's batch-end
-  hook only records the batch index and a clock reading, so it is ``async_safe``. (On the
-  TensorFlow backend Keras 3 converts the logs to floats at every batch end whatever the
-  callbacks are; that sync is Keras's own and already in a run without callbacks.)
-* Under tf_keras, ``_supports_tf_logs = True`` keeps Keras from converting logs for us, so
-  adding StepTimer to a tf_keras ``fit`` adds no per-step sync.
-* No hook calls a TensorFlow op or reads a tensor (a test checks this with a profiling hook).
+* Stamps are taken in ``on_train_batch_begin``, which Keras calls right before the training
+  function: two begins span one trip of the loop (input, step, callbacks), what throughput sees.
+* The batch-end hook only records an index and a clock reading, so it is ``async_safe``: Keras 3 may
+  run it on a worker thread (JAX). Under tf_keras, ``_supports_tf_logs = True`` keeps Keras from
+  converting logs for us, so no per-step sync.
+* No hook calls a TensorFlow op or reads a tensor (a test checks this).
 
-Steps that run under a profiler, or during which one starts or stops, are counted apart
-("excluded"), whoever started it: the toolkit's TraceWindow, Keras's own
-``TensorBoard(profile_batch=...)`` or a user's ``tf.profiler`` / ``jax.profiler`` /
-``torch.profiler`` session (the backend's ``profiler_probe``, a module-attribute read per hook).
-A capture through a profiler *server* (``tf.profiler.experimental.server`` and a remote client)
-leaves nothing in the process to read; its steps stay timed.
+Steps that run under a profiler, or during which one starts or stops, are "excluded", whoever
+started it (TraceWindow, Keras's ``TensorBoard(profile_batch=...)``, a user's session; the backend's
+``profiler_probe``). A profiler *server* capture leaves nothing to read; its steps stay timed.
 
-Where a step ends, per backend (``StepTimer.boundary``, per epoch):
+Where a step ends (``StepTimer.boundary``, per epoch): on TensorFlow at the next batch *begin*
+(Keras reads the logs at each batch end, which waits for the step). JAX and PyTorch dispatch
+asynchronously, so a begin only says when a step was *queued*; a batch end, stamped on Keras's
+callback thread, says when its results existed. At each epoch's end the backlog (last begin to last
+end) decides: small, begins stay the boundaries; the device behind, the epoch is timed at its ends.
+Either way the epoch's steps tile it.
 
-* TensorFlow (and tf_keras): at the next batch *begin*. Keras 3 reads the logs at each batch
-  end, which waits for the step.
-* JAX and PyTorch (on CUDA and MPS) dispatch asynchronously: a batch begin only says when a
-  step was *queued*, and begins can run many steps ahead of the device. Keras reads each step's
-  logs before its batch-end hooks (on its callback thread), which waits for the step, so a
-  batch end says when the step's results existed, stamped when that thread next runs (up to
-  Python's switch interval late while the host is busy). So at each epoch's end StepTimer looks
-  at the backlog, the time from the last begin to the last end: when it is small (the host
-  was the bottleneck), begins stay the boundaries; when the device was behind, the epoch is
-  timed at batch ends instead, each step ending at the later of its end stamp (the earliest
-  stamp of it or any later step) and the next begin. Either way the epoch's steps tile it.
-
-At each epoch's end StepTimer adds that epoch's ``step_ms_p50`` (median ms per timed step) and
-``examples_per_sec`` to Keras's epoch ``logs`` (:data:`LOG_KEYS`), so History, CSVLogger,
-EarlyStopping(monitor=...) and any logger after it see them; the report's metrics stay the
-model's. ``add_to_logs=False`` leaves the logs alone.
-
-With ``steps_per_execution = n`` Keras calls batch hooks once per execution, with the index of
-its first step; the number of steps in an execution comes from consecutive indices (and, for the
-last execution of an epoch, from ``params["steps"]``), so every figure is per step.
-"""
+Each epoch's ``step_ms_p50`` and ``examples_per_sec`` go into Keras's epoch ``logs``
+(:data:`LOG_KEYS`) unless ``add_to_logs=False``. With ``steps_per_execution = n`` the steps per
+execution come from consecutive batch indices, so every figure is per step."""
 
 from __future__ import annotations
 
@@ -102,41 +79,28 @@ LOG_KEYS = {"step_ms_p50": 3, "examples_per_sec": 1}  # each rounded to these de
 class StepTimer(compat.keras().callbacks.Callback):
     """Measures per-step training time, with warm-up and the first (tracing) step apart.
 
-    Use it in ``model.fit`` to learn how fast a training step really is: p50/p90/p99 step time,
-    jitter, examples/sec and epoch times, per step also when ``steps_per_execution > 1``. It
-    never syncs the device or reads a tensor per step, so it measures the run it is part of
-    rather than a slower one. It also works around a custom loop (``start``/``step``/``stop``
-    or as a context manager).
+    p50/p90/p99 step time, jitter, examples/sec and epoch times, per step also when
+    ``steps_per_execution > 1``. It never syncs the device or reads a tensor per step. It also works
+    around a custom loop (``start``/``step``/``stop`` or as a context manager).
 
     Args:
-        warmup_steps: steps after the first execution left out of the statistics (they are
-            counted). Defaults to `5`.
-        batch_size: examples per step, for examples/sec. Defaults to `None` (taken from `data`).
-            Each ``fit`` also reads its own data's batch (Keras's data adapter): a timer reused
-            for a fit at another batch size reports that fit's rate, and every finished fit's
-            statistics stay in :attr:`fits` (:meth:`summary` is the last fit's).
-        data: a `tf.data.Dataset` to read the batch size from when `batch_size` is not given.
-        clock: a function returning seconds. Defaults to `time.perf_counter`.
-        log_steps: print step time and examples/sec every this many steps (after the first
-            execution; like Model Garden's ``--log_steps``). Defaults to `None` (silent).
-        log_fn: where those lines go. Defaults to stderr, with the progress: stdout is for
-            results (``python train.py | head`` must not stop training).
-        add_to_logs: add each epoch's ``step_ms_p50`` and ``examples_per_sec`` to Keras's
-            epoch logs (:data:`LOG_KEYS`) for the callbacks after this one. Defaults to `True`.
-        tensorboard_dir: write step time (per execution, or per `log_steps` window), p50/p90
-            and examples/s as TensorBoard scalars into this directory's ``train`` run, as
-            ``keras.callbacks.TensorBoard(log_dir)`` lays out its own (give both the same
-            directory and the points join Keras's), at each epoch's end (never per step;
-            ``toolkit.profiling.scalars``). Needs TensorBoard installed. Defaults to `None`
-            (no event file).
-        tensorboard_metrics: also write the model's epoch metrics as Keras names them
-            (``epoch_loss`` in ``train``, ``val_loss`` as ``epoch_loss`` in ``validation``),
-            for a run without Keras's own TensorBoard callback. Defaults to `False`.
-        memory_every_s: read host and device memory this often during a ``fit`` (at the
-            batch begins where a reading is due, on a thread where no batch begins: a compile,
-            a long step; also at each validation and epoch end), for the ledger's memory by
-            part and the growth it finds (``toolkit.profiling._memory``). `None` reads none.
-            Only with the default clock. Defaults to `0.05`.
+        warmup_steps: steps after the first execution left out of the statistics (still counted).
+        batch_size: examples per step, for examples/sec (default: from `data`, and per fit from
+            Keras's data adapter). Every finished fit's statistics stay in :attr:`fits`.
+        data: a `tf.data.Dataset` to read the batch size from.
+        clock: a function returning seconds.
+        log_steps: print step time and examples/sec every this many steps (like Model Garden's
+            ``--log_steps``).
+        log_fn: where those lines go (default stderr: stdout is for results).
+        add_to_logs: add ``step_ms_p50`` and ``examples_per_sec`` to Keras's epoch logs.
+        tensorboard_dir: write step time, p50/p90 and examples/s as TensorBoard scalars into this
+            directory's ``train`` run, laid out as ``keras.callbacks.TensorBoard`` lays out its own,
+            at each epoch's end. Needs TensorBoard.
+        tensorboard_metrics: also write the model's epoch metrics as Keras names them, for a run
+            without Keras's TensorBoard callback.
+        memory_every_s: read host and device memory this often during a ``fit`` (at due batch
+            begins, on a thread where none begins), for the ledger's memory by part. `None` reads
+            none; only with the default clock.
 
     Example:
 
@@ -144,18 +108,7 @@ class StepTimer(compat.keras().callbacks.Callback):
     timer = StepTimer(batch_size=64)
     model.fit(dataset, epochs=3, callbacks=[timer])
     print(timer.summary())
-    ```
-
-    Around a custom loop:
-
-    ```python
-    with StepTimer(batch_size=64) as timer:
-        for x, y in dataset:
-            train_step(x, y)
-            timer.step()
-    print(timer.summary())
-    ```
-    """
+    ```"""
 
     def __init__(
         self,
@@ -183,9 +136,8 @@ class StepTimer(compat.keras().callbacks.Callback):
 
             batch_size = infer_batch_size(data)
         self.warmup_steps = warmup_steps
-        # Examples per step: the one given (or read from `data`), and per fit the one its data
-        # says (`_fit_input`), scaled as the first fit relates them: a timer reused for a
-        # fit at another batch size reports that fit's rate.
+        # Examples per step: given (or from `data`), and per fit what its data says, scaled as the
+        # first fit relates them.
         self.batch_size = self._batch_size_given = batch_size
         self._batch_reference: tuple[int, int] | None = None  # (examples/step, fit's batch)
         # Each finished fit's statistics, oldest first; `summary()` is the last fit's.
@@ -233,10 +185,9 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._warmup_left = self.warmup_steps
         self._seen_first = False
         self._epoch = 0
-        # A fit's batch begins this epoch, as the hook wrote them: (batch index, time, a
-        # profiler was running, the toolkit's profiler start/stop count). Turned into `calls`
-        # at the epoch's boundaries (and at every begin with `log_steps`): `_drained` of them
-        # so far, the last of which is the open execution, `_open`.
+        # A fit's batch begins this epoch: (batch index, time, profiler running, profiler start/stop
+        # count), turned into `calls` at the epoch's boundaries; `_drained` so far, the last the
+        # open one (`_open`).
         self._begins: list[tuple[int, float, bool, int]] = []
         self._drained = 0
         self._open: tuple[int, float, bool, int] | None = None
@@ -248,8 +199,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._epoch_start, self._epoch_calls_start = 0.0, 0
         self._end_marks: list[tuple[Any, ...]] = []  # (batch, time[, profiler state])
         self._compiles_seen = 0  # of the ledger's compile watch's events, those placed
-        # When the batch begins next take a memory reading (the ledger's sampler; never
-        # without one): a thread woken for it cost the fit more than the reading does.
+        # Take a memory reading at the next batch begin (a thread woken for it cost the fit more).
         self._memory_due = math.inf
         self._boundary_time: float | None = None
         self._running = False
@@ -258,8 +208,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._begins_counted = 0  # of this epoch's begins, those in `_steps_base`
         self._log_mark = (0, 0.0)  # (steps, seconds) at the last log line
         self._ends_log: EndsLog | None = None  # log_steps' lines on an asynchronous backend
-        # Asynchronous backends (JAX, PyTorch): this epoch's begins, the state to re-time it
-        # from, and where the last epoch's steps ended ("begin" or "end").
+        # Asynchronous backends: this epoch's begins, the state to re-time it from, and where the
+        # last epoch's steps ended.
         self.boundary = "begin"
         self._async = False
         self._epoch_state: tuple[Any, ...] = (self.warmup_steps, False)
@@ -326,10 +276,8 @@ class StepTimer(compat.keras().callbacks.Callback):
     def _close_last_in_epoch(self, now: float) -> None:
         """Closes the epoch's last execution at epoch end or train end.
 
-        Keras 3 delivers batch ends on a thread and flushes them before ``on_epoch_end`` and
-        ``on_train_end``, so the count of finished executions is complete here (it is not yet at
-        ``on_test_begin``, which only notes the time the boundary was reached).
-        """
+        Keras 3 flushes its batch-end thread before ``on_epoch_end`` and ``on_train_end`` (not
+        before ``on_test_begin``), so the count of finished executions is complete here."""
         self._note_first_begin()
         self._drain()
         if self._open is None:
@@ -341,8 +289,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         marks = list(self._end_marks)
         ends_after = [m[1] for m in marks if m[0] >= begin]
         if len(marks) < len(self._begins) and not ends_after:
-            # Begun but never finished: the end-of-data probe of a dataset of unknown length,
-            # or an execution that raised. No step completed; nothing to time.
+            # Begun but never finished (a dataset's end-of-data probe, or a raise): nothing to time.
             return
         end = min([boundary, *ends_after])
         spe = max(self._spe, self._prev_gap)
@@ -371,8 +318,8 @@ class StepTimer(compat.keras().callbacks.Callback):
             return
         try:
             for cur in begins[done:]:
-                # Consumed before it is recorded: a KeyboardInterrupt mid-way loses a step at
-                # most, and never records one twice.
+                # Consumed before recorded: an interrupt loses a step at most, never records one
+                # twice.
                 last, prev, done = prev, cur, done + 1
                 if last is None:
                     continue
@@ -390,17 +337,14 @@ class StepTimer(compat.keras().callbacks.Callback):
             self._open, self._drained = prev, done
 
     def _drain_steady(self, chunk: list[tuple[int, float, bool, int]]) -> bool:
-        """`_drain`'s common case in C-level passes (``zip``, ``map``): every begin after the
-        open one moves forward, with no profiler at any of them and none started or stopped
-        since. False, with nothing recorded, where any of that does not hold. An epoch of
-        1,500 steps drained in 0.54 ms one begin at a time."""
+        """`_drain`'s common case in C-level passes (``zip``, ``map``): no profiler at any begin and
+        none started or stopped since. False, with nothing recorded, otherwise."""
         opened = self._open
         batches, times, active, generations = zip(opened, *chunk, strict=True)
         gaps = list(map(operator.sub, batches[1:], batches[:-1]))
         if any(active) or generations.count(opened[3]) != len(generations) or min(gaps) <= 0:
             return False
-        # The drain's place moves before its executions go in: an interrupt in between
-        # loses them, and none is ever recorded twice.
+        # The drain's place moves first: an interrupt loses executions, never records one twice.
         self._open, self._drained, self._prev_gap = chunk[-1], len(self._begins), gaps[-1]
         self._calls.extend(
             zip(
@@ -464,10 +408,9 @@ class StepTimer(compat.keras().callbacks.Callback):
         super().set_model(model)
 
     def _second_fit(self) -> bool:
-        """At train begin: a fit began while this timer times another (a fit inside one of
-        its callbacks, or on another thread). That fit is left untimed, its hooks known by
-        its callback list, and said once: mixing two fits' steps would make both wrong, and
-        refusing by raising would stop the user's training."""
+        """At train begin: a fit began while this timer times another (inside a callback, or on
+        another thread). It is left untimed and said once: mixing two fits' steps would make both
+        wrong, and raising would stop the user's training."""
         if not self._running:
             return False
         self._foreign.add(self._caller_list())
@@ -532,11 +475,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._ledger.epoch_begin(epoch)
 
     def on_train_batch_begin(self, batch: int, logs: compat.Logs = None) -> None:
-        # The hottest code here, and it runs where the fit has left it out of cache: one clock
-        # read, the profiler's state, one append. Everything else waits for the epoch's
-        # boundaries (`_drain`): a begin hook that computed each step's duration, kind and
-        # profiler mark as it went cost several times as much of a short step
-        # (benchmarks/profiler_overhead.py measures what StepTimer costs now).
+        # The hottest code here: one clock read, the profiler's state, one append. Everything else
+        # waits for the epoch's boundaries (`_drain`).
         if self._foreign and self._not_mine():
             return
         now = self._clock()
@@ -552,9 +492,8 @@ class StepTimer(compat.keras().callbacks.Callback):
     def on_train_batch_end(self, batch: int, logs: compat.Logs = None) -> None:
         if self._foreign and self._not_mine():
             return
-        # May run on Keras 3's callback thread: append only (atomic), touch nothing else. Only
-        # an asynchronous backend's re-timing reads the profiler's state at the ends; elsewhere
-        # the ends only close an epoch's last execution, so they cost a clock read.
+        # May run on Keras 3's callback thread: append only (atomic). Only an asynchronous backend's
+        # re-timing reads the profiler's state at the ends.
         if self._async:
             self._end_marks.append(
                 (batch, self._clock(), PROFILER.active or self._probe(), PROFILER.generation)
@@ -607,8 +546,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         if self.add_to_logs and isinstance(logs, MutableMapping):
             logs.update({k: round(figures[k], LOG_KEYS[k]) for k in LOG_KEYS if k in figures})
         self._write_scalars(metrics, figures, epoch)
-        # One pass each, in C (`map`): an epoch of 1,500 steps summed by generators three
-        # times over was a third of the epoch end's cost.
+        # One pass each, in C (`map`): generators cost a third of the epoch end.
         steps, seconds = sum(map(STEPS_OF, calls)), sum(map(SECONDS_OF, calls))
         self._ledger_epoch(epoch, seconds, now)
         self._steps_base += steps
@@ -616,12 +554,10 @@ class StepTimer(compat.keras().callbacks.Callback):
         self.epochs.append(Epoch(epoch, now - self._epoch_start, steps, seconds, metrics))
 
     def _mark_compiled(self) -> None:
-        """The epoch's timed executions in which the backend compiled the train function again
-        (a new input shape: JAX's ragged last batch, 1.5 s against 50 ms steps) become
-        ``compiled``: counted, not timed, as the first execution is, so the mean, the tail and
-        examples/s are the steps' own. Placed by each compile's clock stamp, where the
-        backend's watch gives one (JAX's monitoring events); a compile known only from a
-        counter (TensorFlow's tracing counts, PyTorch's) has no step and is the ledger's."""
+        """Timed executions in which the backend compiled the train function again (a new input
+        shape, e.g. JAX's ragged last batch) become ``compiled``: counted, not timed, so the
+        statistics are the steps' own. Placed by each compile's clock stamp where the backend
+        gives one; a compile known only from a counter has no step and is the ledger's."""
         events = getattr(self._ledger.watch, "events", None) or []
         fresh, self._compiles_seen = events[self._compiles_seen :], len(events)
         stamps = [e.at for e in fresh if e.at is not None and e.function == "train"]
@@ -635,8 +571,7 @@ class StepTimer(compat.keras().callbacks.Callback):
                 calls[start + k] = (*calls[start + k][:3], COMPILED)
 
     def _epoch_span(self, seconds: float) -> tuple[Any, Any]:
-        """The epoch's first batch begin and the end of its last recorded execution (its
-        executions, `seconds` in all, tile that span)."""
+        """The epoch's first batch begin and the end of its last recorded execution."""
         if not self._begins:
             return None, None
         first = self._begins[0][1]
@@ -655,9 +590,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         figures: Mapping[str, float] | None = None,
         epoch: int | None = None,
     ) -> None:
-        """Writes the calls recorded since the last write to TensorBoard (at an epoch's end,
-        and when a custom loop stops). A writer that fails is dropped with a warning: it never
-        stops training."""
+        """Writes the calls recorded since the last write to TensorBoard. A writer that fails is
+        dropped with a warning: it never stops training."""
         if self.scalars is None:
             return
         calls = self._calls[self._scalars_done :]
@@ -693,16 +627,14 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._fit_kept = True
         sampler = self._ledger.sampler
         if sampler is not None and sampler.rising():
-            # What holds the growth is named now, while it is alive; the ledger keeps the
-            # names (its census runs once a fit) for whoever reads it after fit returns.
+            # What holds the growth is named now, while it is alive; the ledger keeps the names.
             with contextlib.suppress(Exception):  # a view: never fails the fit
                 self.ledger()
 
     def _per_step(self, read: int | None) -> int | None:
-        """Examples per step in this fit, from `read` (examples in one of its Keras batches;
-        None: unknown): the first fit where it is known relates it to the batch size given
-        (a process's slice of a global batch, ``fused_steps`` steps per batch), and later
-        fits keep that relation; with none given, `read` over the fused steps."""
+        """Examples per step in this fit, from `read` (examples in one Keras batch; None: unknown):
+        the first fit where it is known relates it to the batch size given (a process's slice of
+        a global batch, fused steps), and later fits keep that relation."""
         given = self._batch_size_given
         if read is None or read < 1:
             return given
@@ -751,11 +683,9 @@ class StepTimer(compat.keras().callbacks.Callback):
 
     @property
     def calls(self) -> list[tuple[float, int, int, str]]:
-        """One ``(duration_s, steps, epoch, kind)`` per finished execution, kind one of
-        ``first``, ``warmup``, ``timed``, ``excluded`` (``toolkit.core.stats``). During a fit,
-        the steps begun since the epoch began are recorded when this is read (from the thread
-        that runs the fit, or after it: a fit that raised keeps the steps it finished) and at
-        the epoch's end."""
+        """One ``(duration_s, steps, epoch, kind)`` per finished execution, kind one of ``first``,
+        ``warmup``, ``timed``, ``excluded``. During a fit, the steps begun so far are recorded
+        when this is read (a fit that raised keeps the steps it finished)."""
         self._drain()
         return self._calls
 
@@ -784,14 +714,14 @@ class StepTimer(compat.keras().callbacks.Callback):
 
     @property
     def fit_span(self) -> tuple[float, float] | None:
-        """``(called, returned)`` of the last fit :meth:`around_fit` timed, on this timer's
-        clock (``time.perf_counter`` unless a test gave another); None: none timed yet."""
+        """``(called, returned)`` of the last fit :meth:`around_fit` timed, on this timer's clock;
+        None: none yet."""
         called, returned = self._fit_span
         return None if called is None or returned is None else (called, returned)
 
     def fit_call(self) -> FitCall | None:
-        """The last fit's whole call as start-up + steps + exit (``_timing.fit_call_parts``;
-        from train begin and without the exit unless :meth:`around_fit` timed the call)."""
+        """The last fit's call as start-up + steps + exit (without the exit unless
+        :meth:`around_fit` timed it)."""
         if not getattr(self, "params", None):  # a custom loop: no fit (Keras sets params)
             return None
         self._note_first_begin()
@@ -799,10 +729,9 @@ class StepTimer(compat.keras().callbacks.Callback):
         return fit_call_parts(begin, self.first_begin_time, end, *self._fit_span)
 
     def ledger(self) -> Ledger | None:
-        """The last fit's ledger: its wall time in parts that add up to it (start-up,
-        compile, steps, input, validation, callbacks by name, exit, other), every compile
-        with its step and cause (``toolkit.profiling._ledger``); partial for a fit that
-        raised or stopped. None: no fit (a custom loop)."""
+        """The last fit's ledger: its wall time in parts that add up to it, every compile with its
+        step and cause (``toolkit.profiling._ledger``); partial for a fit that raised. None: a
+        custom loop."""
         if not getattr(self, "params", None):
             return None
         calls = self.calls
@@ -821,21 +750,14 @@ class StepTimer(compat.keras().callbacks.Callback):
 
 
 class EndsLog:
-    """``log_steps``' lines on an asynchronous backend (JAX; PyTorch on a GPU): a window of
-    steps takes the longer of its ends' span and its begins' span. Where the device is behind,
-    a batch begin only says when the host queued a step (a line from the begins said 3 ms a
-    step where the device took 140); where the host is, Keras's callback threads stamp the
-    ends late and bunched (0.1 ms a step where the steps took 2.7): the longer one is the
-    steps' own, as the epoch's re-timing decides it (``_device_behind``). A window opens at
-    the first execution's end (its compile is left out, as the begins' lines leave it), and
-    each later epoch's at its first begin (its validation before it is no step's time).
+    """``log_steps``' lines on an asynchronous backend: a window of steps takes the longer of its
+    ends' span and its begins' span. Where the device is behind, a begin only says when the host
+    queued a step; where the host is, Keras's callback threads stamp ends late and bunched: the
+    longer is the steps' own.
 
-    Keras hands the ends to a pool of threads, and they arrive in any order (a 6-execution
-    fit's came 1, 3, 7, 5, 11, 9). So an end is matched to the execution whose begin it
-    follows (the begins come in order, on the fit's thread), and the executions are counted
-    in their begins' order, each once every one before it has ended: the lines' step counts
-    are the fit's, whichever thread came first. One lock, and the clock read under it, keep
-    the windows in order."""
+    Keras hands the ends to a pool of threads, in any order. So an end is matched to the execution
+    whose begin it follows, and executions are counted in their begins' order once every one before
+    has ended. One lock, with the clock read under it, keeps the windows in order."""
 
     def __init__(self, timer: StepTimer, spe: int, steps_in_epoch: int | None) -> None:
         import threading
@@ -853,17 +775,16 @@ class EndsLog:
         self._done = 0  # steps counted in this fit
 
     def _begins_span(self, first: int, last: int) -> float:
-        """The begins' span of batches `first`..`last` (to the next one's begin), or 0 where
-        the host has not begun the next one yet (the device is behind: the ends decide)."""
+        """The begins' span of batches `first`..`last`, or 0 where the next has not begun (the
+        device is behind)."""
         begins = list(self._timer._begins)
         start = next((b[1] for b in begins if b[0] == first), None)
         end = next((b[1] for b in begins if b[0] > last), None)
         return end - start if start is not None and end is not None else 0.0
 
     def _steps_of(self, begin: int, last: int) -> int:
-        """The steps of the execution begun at batch `begin` whose end said batch `last`:
-        Keras 3 says an execution's last step, earlier releases its first (then the steps
-        left in the epoch, where known, cap the execution's own count)."""
+        """The steps of the execution begun at batch `begin` whose end said batch `last`: Keras 3
+        says an execution's last step, earlier releases its first."""
         if last > begin:
             self._end_step = True
             return last - begin + 1
@@ -881,8 +802,8 @@ class EndsLog:
                 self._next, self._ended = 0, {}
                 begins = timer._begins
                 self._start = None if first or not begins else begins[0][1]
-            # Read in place, not copied: a copy per end was quadratic in an epoch's steps.
-            # The fit's thread only appends, after this end's own begin.
+            # Read in place, not copied (a copy per end is quadratic); the fit's thread only
+            # appends.
             begins = timer._begins
             k = bisect.bisect_right(begins, batch, key=operator.itemgetter(0)) - 1
             self._ended[max(k, self._next)] = batch
@@ -915,29 +836,22 @@ class EndsLog:
         )
 
 
-# A backlog below this is the callback thread's lateness, not the device's (Python's switch
-# interval is 5 ms), unless the ends are spread out as a queue's are (`_device_behind`).
+# A backlog below this is the callback thread's lateness (Python's switch interval is 5 ms), unless
+# the ends are spread out as a queue's are.
 BACKLOG_FLOOR_S = 0.02
-# The share of the time from the second execution's begin to the last end over which the
-# ends must spread for the device to have been behind (a queue running out, step by step).
+# The share of time over which the ends must spread for the device to have been behind.
 SPREAD_SHARE = 0.2
 
 
 def _device_behind(
     backlog: float, intervals: list[float], begins: list[Any], marks: list[Any]
 ) -> bool:
-    """Whether the device ran behind the host this epoch, so its steps' ends (not the begins,
-    when the host queued them) are the boundaries: the steps ended well after the last was
-    queued (the backlog past twice the median begin interval), and their ends came spread
-    out, as a queue runs out step by step (over a fifth of the time since the second
-    execution began, the first's compile apart).
+    """Whether the device ran behind the host this epoch, so its steps' ends are the boundaries: the
+    backlog past twice the median begin interval, and the ends spread out as a queue runs out
+    (over a fifth of the time since the second execution began).
 
-    Ends stamped in a bunch say the opposite: Keras's callback threads stamp each end as
-    soon as its step's results exist, unless the fit's own thread keeps them from running:
-    a busy host. An 8-step JAX MLP under load had every end within 10 ms, 200 ms after its
-    last begin; timed at those ends its steps read 0.05 ms, at its begins 2.7 ms. With too
-    few ends to tell, a backlog past :data:`BACKLOG_FLOOR_S` (more than a late thread's)
-    decides."""
+    Ends stamped in a bunch say the opposite (a busy host kept Keras's callback threads from
+    running). With too few ends to tell, a backlog past :data:`BACKLOG_FLOOR_S` decides."""
     if backlog <= 2 * statistics.median(intervals or [0.0]):
         return False
     later = [m[1] for m in marks if len(begins) > 1 and m[0] >= begins[1][0]]
@@ -948,15 +862,12 @@ def _device_behind(
 
 
 def _spread_ties(begins: list[float], stamps: list[float]) -> list[float]:
-    """Where each of an epoch's executions ended when the device was behind the host: at its
-    end stamp (already made non-decreasing), no earlier than the next execution's begin.
+    """Where each execution ended when the device was behind: at its (non-decreasing) end stamp, no
+    earlier than the next begin.
 
-    Keras 3 hands batch ends to a pool of threads, so on a busy machine a stamp can come late
-    and out of order, and several executions then share one end. All that is known of such a
-    run is that it began where the one before it ended and was over by the shared stamp; the
-    device runs its steps one after another, so the span is split evenly between them. Keeping
-    the begins instead (how long the host took to *queue* each step) timed a JAX CNN's steps
-    at 5 ms where the device took 140 ms. The epoch's total stays what the stamps say."""
+    Keras 3's callback threads can stamp late and out of order, so several executions may share one
+    end: their span is split evenly, as the device runs steps one after another. The epoch's total
+    stays what the stamps say."""
     bounds, start = [], begins[0]
     for k, stamp in enumerate(stamps):
         start = max(stamp, start, begins[k + 1] if k + 1 < len(begins) else stamp)
@@ -977,12 +888,9 @@ def _spread_ties(begins: list[float], stamps: list[float]) -> list[float]:
 
 
 def fit_input(model: Any) -> tuple[int | None, str | None]:
-    """``(examples in one batch, the data adapter's class)`` of the data the running ``fit``
-    of `model` reads, as Keras 3's data adapter (or the toolkit's pipeline) says it; None
-    where it cannot tell (tf_keras, a generator, a dataset without a batching stage). Keras
-    hands callbacks neither, so this reads ``fit``'s own epoch iterator from its frame, once
-    per fit (``sys._getframe``: the frames above ``on_train_begin``). The adapter says whose
-    pipeline a fix can reach (arrays: Keras builds its own tf.data)."""
+    """``(examples in one batch, the data adapter's class)`` of the running ``fit``'s data, or None
+    where it cannot tell. Keras hands callbacks neither, so this reads ``fit``'s epoch iterator
+    from its frame (``sys._getframe``), once per fit."""
     import sys
 
     frame, hops = sys._getframe(1), 0
