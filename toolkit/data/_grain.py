@@ -1,27 +1,17 @@
-"""Grain pipelines (JAX's data loader, which Keras 3's ``fit`` reads on every backend), built
-with the rules of the tf.data builder: read, shuffle per epoch from the seed, map, batch,
-prefetch. The one module of the toolkit that imports ``grain``, and only when a pipeline is
-built: without the ``[grain]`` extra the rest of the toolkit works, and asking for Grain is
-one line naming the extra.
+"""Grain pipelines (JAX's data loader, which Keras 3's ``fit`` reads on every backend), built with
+the tf.data builder's rules: read, shuffle per epoch from the seed, map, batch, prefetch. The one
+module that imports ``grain``, and only when a pipeline is built.
 
-The order of examples is the toolkit's own, not Grain's ``shuffle``: epoch `e` reads the
-permutation ``numpy.random.default_rng([seed, e, 0]).permutation(n)``, the order
-:func:`toolkit.data.array_batches` reads (the arrays path on JAX and PyTorch without
-TensorFlow), so the two loaders feed a model the same batches in the same order from the same
-seed. In-memory arrays and ArrayRecord files (:class:`toolkit.data.ArrayRecords`) with no
-per-example map are read a batch at a time (one gather or one read per batch, as the tf.data
-builder's gathered road); image files and per-example maps go example by
-example, each batch made whole by one reader: one of ``num_threads`` threads
-(``grain.ReadOptions``) or of `workers` processes (``grain.MultiprocessingOptions``).
+The order of examples is the toolkit's, not Grain's ``shuffle``: epoch `e` reads
+``numpy.random.default_rng([seed, e, 0]).permutation(n)``, as :func:`toolkit.data.array_batches`
+does, so both loaders feed the same batches from the same seed. Arrays and ArrayRecord files with no
+per-example map are read a batch at a time; image files and per-example maps go example by example,
+each batch made by one reader (a thread or a worker process).
 
-Keras's Grain adapter knows no batch count: fed a finite Grain dataset, ``fit`` warns that
-the input "ran out of data" every epoch and shows no progress total. A pipeline built with
-``endless=True`` is one stream of epoch after epoch (each its own order; its worker processes
-live on from one epoch to the next) and says its epoch's length (``len(ds)``): give ``fit``
-that as ``steps_per_epoch`` (and ``validation_steps``), as the recipes do. Without it, each
-iteration of the dataset (``fit``'s epoch) is the next epoch, once read to its end (Keras's
-two batches read to infer the spec move nothing on).
-"""
+Keras's Grain adapter knows no batch count: a finite Grain dataset makes ``fit`` warn "ran out of
+data" every epoch. A pipeline built with ``endless=True`` is one stream of epochs whose ``len(ds)``
+is an epoch's length: give ``fit`` that as ``steps_per_epoch``, as the recipes do. Without it, each
+iteration reads the next epoch."""
 
 from __future__ import annotations
 
@@ -41,8 +31,8 @@ from toolkit.data._array_record import ArrayRecords
 from toolkit.data._grain_readers import MAX_THREADS
 from toolkit.data.arrays import ArraySource
 
-# A private module: its public front is ``toolkit.data.pipeline(..., loader="grain")`` and
-# ``toolkit.data.image_folder(..., loader="grain")``; the runner builds with grain_pipeline.
+# Private: the front is ``toolkit.data.pipeline(..., loader="grain")`` and ``image_folder(...,
+# loader="grain")``.
 
 GRAIN_EXTRA = "pip install 'keras-perf-toolkit[grain]'"
 
@@ -89,9 +79,8 @@ _HIDDEN = {"WithOptionsIterDataset", "_WithSeedMapDataset", "_WithSeedIterDatase
 
 
 def describe_grain(dataset: Any) -> str:
-    """The stages of a Grain dataset from its source to its end, in words:
-    ``source → shuffle → map → batch(32) → prefetch(8 threads)``. Walks the dataset objects
-    along their first parent; nothing runs. (A toolkit pipeline says its own.)"""
+    """The stages of a Grain dataset from source to end, in words (``source → shuffle → map →
+    batch(32) → prefetch(8 threads)``), walked along first parents; nothing runs."""
     if isinstance(getattr(dataset, "description", None), str):
         return dataset.description
     stages: list[str] = []
@@ -123,9 +112,8 @@ def grain_batch_size(dataset: Any) -> int | None:
 
 
 def _grain_flags_readable() -> None:
-    """Grain's worker processes read its absl flags' values, which absl refuses before the
-    program parsed its flags (a notebook, pytest, any non-absl program): there each of Grain's
-    flags is marked given, at its default value, and nothing else changes."""
+    """Grain's workers read its absl flags, which absl refuses before the program parsed its flags
+    (a notebook, pytest): there each Grain flag is marked given at its default."""
     from absl import flags
 
     if flags.FLAGS.is_parsed():
@@ -136,14 +124,11 @@ def _grain_flags_readable() -> None:
 
 
 def _worker_ignores_interrupts(_index: int, _count: int) -> None:
-    """Each Grain worker process's start: Ctrl-C (and a closed terminal's SIGHUP, Ctrl-\\'s
-    SIGQUIT) reaches the whole process group, and a worker it kills mid-batch leaves that
-    batch's shared memory to the resource tracker (a "leaked shared_memory objects" warning
-    at exit). The workers ignore them; the training process takes the interrupt and closes
-    its iterator, which stops them and frees what they made. They were started with these
-    signals blocked (:func:`_signals_blocked`): one that came while they started is dropped
-    here, and SIGTERM, kept, ends a worker now that its start is read whole. A worker ends
-    with the process that started it, however that one ended (``toolkit.core.children``)."""
+    """Each Grain worker process's start: a terminal's signals reach the whole process group, and a
+    worker killed mid-batch leaks its shared memory. The workers ignore them; the training
+    process takes the interrupt and closes its iterator, which stops them. A signal that came
+    while they started (blocked: :func:`_signals_blocked`) is dropped here; a worker ends with
+    its parent (``toolkit.core.children``)."""
     import signal
 
     from toolkit.core import children
@@ -170,19 +155,13 @@ def _blocked_signals() -> list[int]:
 
 @contextlib.contextmanager
 def _signals_blocked() -> Any:
-    """A block where this thread, and every thread and process it starts, holds the signals
-    that end a program (a pending one is raised here when the block ends, by the main
-    thread's handler): Grain starts its worker processes from threads of its own, which
-    inherit the mask, and a process inherits it through ``exec``.
+    """A block where this thread, and every thread and process it starts, holds the signals that end
+    a program (a pending one is raised when the block ends).
 
-    A worker that a Ctrl-C to the process group killed while Python started it left its
-    parent hung for good: ``multiprocessing`` writes the worker's pickled start (the pipeline,
-    often more than a pipe holds) holding the pipe's read end open itself, so the write
-    never fails; closing the pipeline then waited on that thread. Started with the signals
-    blocked, a worker reads its start whole, then drops them
-    (:func:`_worker_ignores_interrupts`). ``multiprocessing``'s resource tracker is started
-    first, here: starting it (on Grain's thread, with its first worker) unblocks SIGINT and
-    SIGTERM in the thread that starts it."""
+    A worker killed by a Ctrl-C while Python started it left its parent hung for good:
+    ``multiprocessing`` writes the pickled start holding the pipe's read end itself, so the write
+    never fails. Started blocked, a worker reads its start whole, then drops them. The resource
+    tracker is started here first, since starting it unblocks SIGINT and SIGTERM in its thread."""
     import signal
 
     if not hasattr(signal, "pthread_sigmask"):  # Windows: no masks (and no fork)
@@ -199,16 +178,9 @@ def _signals_blocked() -> Any:
 
 
 def _own_arrays(batch: Any) -> Any:
-    """A batch from Grain's worker processes as plain arrays of this process, its shared
-    memory released as it arrives.
-
-    Each array comes as a ``SharedMemoryArray`` that Grain unlinks when the array goes, on a
-    thread. A batch still held at exit (a script's last ``for batch in ds``, Keras's last
-    step) or still queued on that thread was never unlinked: the resource tracker warned of
-    leaked shared memory at every exit, and an array that outlived Grain's module raised in
-    its delete at teardown. Copied here (one copy of each batch, against its decode) and
-    unlinked at once, nothing a batch read is left to Grain's thread or to the exit (batches
-    read ahead and never read are Grain's to release, as it does when its readers stop)."""
+    """A batch from Grain's worker processes as plain arrays of this process, its shared memory
+    released as it arrives: Grain unlinks a ``SharedMemoryArray`` on a thread when it goes, so a
+    batch held at exit leaked and warned. One copy per batch, against its decode."""
     if isinstance(batch, dict):
         return type(batch)((k, _own_arrays(v)) for k, v in batch.items())
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
@@ -230,10 +202,9 @@ _OPEN_STREAMS: Any = None  # weakref.WeakSet of the pipelines whose stream is op
 
 
 def _close_at_exit(owner: Any) -> None:
-    """Closes `owner` (a pipeline's stream, or an endless iterator: anything with
-    ``close()``) when the interpreter exits, if it is still alive then: Grain's own clean-up
-    at exit runs after the modules it needs are gone ("handle is closed", batches in flight
-    never unlinked). Registered after ``multiprocessing``'s, so it runs first."""
+    """Closes `owner` (anything with ``close()``) at interpreter exit, if still alive: Grain's own
+    clean-up runs after the modules it needs are gone. Registered after ``multiprocessing``'s, so
+    it runs first."""
     global _OPEN_STREAMS
     if _OPEN_STREAMS is None:
         import atexit
@@ -248,9 +219,7 @@ _CLOSE_AT_EXIT_S = 60.0  # at most this long to stop the readers at exit; then e
 
 
 def _close_open_streams() -> None:
-    """Closes what is open, bounded: an exit never hangs on Grain's stop (a worker that
-    does not answer; each worker ends with this process by itself, see
-    :func:`_worker_ignores_interrupts`)."""
+    """Closes what is open, bounded: an exit never hangs on Grain's stop."""
     import threading
 
     def close_all() -> None:
@@ -264,8 +233,8 @@ def _close_open_streams() -> None:
 
 
 class _Order:
-    """Example indices by position in a stream of epochs: epoch `e`'s permutation from the
-    seed (cached one at a time: each worker process or reader has its own copy)."""
+    """Example indices by position in a stream of epochs: epoch `e`'s permutation from the seed
+    (cached one at a time, per reader)."""
 
     def __init__(self, count: int, shuffle: bool, seed: int | None) -> None:
         self.count, self.shuffle, self.seed = count, shuffle, seed or 0
@@ -306,11 +275,9 @@ def _batches(
     gathered: bool,
     maps: tuple[Callable[..., Any] | None, Callable[..., Any] | None],
 ) -> Any:
-    """Batches ``stream[0]`` to ``stream[1]`` of the stream of epochs, as a
-    ``grain.MapDataset`` whose element `i` is batch ``i % per_epoch`` of epoch
-    ``i // per_epoch``: one dataset for every epoch, so worker processes outlive an epoch.
-    A batch is made in one reader (a thread or a worker), example by example (read,
-    preprocess, augment) then stacked, or with arrays and no per-example map, one gather."""
+    """Batches ``stream[0]`` to ``stream[1]`` of the stream of epochs as a ``grain.MapDataset``
+    whose element `i` is batch ``i % per_epoch`` of epoch ``i // per_epoch``: one dataset for
+    every epoch, so worker processes outlive an epoch."""
     preprocess, augment = maps
 
     def positions(i: int) -> tuple[int, int, np.ndarray]:
@@ -360,37 +327,29 @@ def grain_pipeline(
     """A Grain pipeline of ``(features, labels)`` batches, an ``IterDataset`` ``fit`` takes.
 
     Args:
-        source: random-access examples: an :class:`~toolkit.data.ArraySource`,
-            ``(features, labels)`` arrays, an ``ImageFiles`` (``image_folder(...,
-            loader="grain")``), an ``ArrayRecords`` (files), or any sequence whose items are
+        source: random-access examples: an :class:`~toolkit.data.ArraySource`, ``(features,
+            labels)`` arrays, an ``ImageFiles``, an ``ArrayRecords``, or any sequence of
             ``(features, label)``.
         batch_size: examples per batch.
         preprocess: ``f(features, label) -> (features, label)`` per example, no randomness.
         augment: ``f(features, label, rng) -> (features, label)`` per example, with a NumPy
             generator seeded from `seed`, the epoch and the example's position.
         batch_map: ``f(batch) -> batch`` on whole batches (vectorized NumPy).
-        shuffle: a new permutation every epoch, from `seed`. Defaults to `True`.
-        seed: the shuffle's seed. Defaults to `None` (0).
-        drop_remainder: leave out a last partial batch. Defaults to `True`.
+        shuffle: a new permutation every epoch, from `seed`.
+        seed: the shuffle's seed (`None`: 0).
+        drop_remainder: leave out a last partial batch.
         endless: one epoch after another (``len(ds)`` is an epoch's batches: ``fit``'s
-            ``steps_per_epoch``); otherwise each iteration reads the next epoch once.
-        num_threads: threads making batches (``grain.ReadOptions``). Defaults to `None`
-            (one per core, up to 16; with ``workers="auto"``, its choice).
-        workers: processes making batches (``grain.MultiprocessingOptions``), each with
-            `num_threads` threads; 0: in this process; ``"auto"``: by the fit it feeds
-            (``toolkit.data._grain_readers``): one thread where the step computes on the
-            CPU (a core taken by a reader is taken from the step), else threads or
-            processes, whichever reads it faster, measured once per machine. Defaults to
-            `0`.
-        prefetch: batches read ahead (per worker with workers). Defaults to `None` (two
-            per thread).
-        batches_per_epoch: ``len(ds)`` of an endless pipeline when an epoch is not one pass
-            (one synthetic batch read again and again). Defaults to `None` (one pass).
+            ``steps_per_epoch``).
+        num_threads: threads making batches (default: one per core, up to 16).
+        workers: processes making batches, each with `num_threads` threads; 0: in this process;
+            ``"auto"``: by the fit it feeds (one thread where the step computes on the CPU, else
+            threads or processes, whichever is faster, measured once per machine).
+        prefetch: batches read ahead (per worker; default two per thread).
+        batches_per_epoch: ``len(ds)`` of an endless pipeline when an epoch is not one pass.
 
     Raises:
         ImportError: Grain is not installed (one line naming the ``[grain]`` extra).
-        ValueError: a bad size, or a source that is not random access.
-    """
+        ValueError: a bad size, or a source that is not random access."""
     grain = require_grain()
     check_number(argument("pipeline", "batch_size"), batch_size, integer=True, least=1)
     if batch_size is None:
@@ -458,8 +417,7 @@ def _auto_readers(
     maps: tuple[Any, ...],
     prefetch: int | None,
 ) -> Any:
-    """``workers="auto"``'s readers (``toolkit.data._grain_readers``), a trial of each
-    measured on the same pipeline, endless, built again by `again` with the readers tried."""
+    """``workers="auto"``'s readers, each measured on the same pipeline rebuilt by `again`."""
     from toolkit.data._grain_readers import choose_readers
 
     def trial(t: int, w: int) -> Any:
@@ -470,10 +428,9 @@ def _auto_readers(
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Streams:
-    """How a pipeline's batches are made and read, settled once it is built: called with an
-    epoch, the stream of batches from that epoch on (what the dataset of epochs reads), and
-    :meth:`describe` says its stages in words. A record, not a closure: the dataset of
-    epochs holds it, and :meth:`_Epochs.map_batches` wraps it."""
+    """How a pipeline's batches are made and read: called with an epoch, the stream of batches from
+    it on; :meth:`describe` says its stages. A record, not a closure: the dataset of epochs holds
+    it."""
 
     grain: Any
     source: Any
@@ -570,10 +527,8 @@ _EPOCHS: dict[Any, type] = {}  # per Grain module: its epochs' class, its masked
 
 
 def _started_masked(grain: Any) -> type:
-    """The ``grain.IterDataset`` that starts `grain`'s worker processes (its parent, an
-    ``mp_prefetch``) with the signals blocked (:func:`_signals_blocked`): its iterator's
-    creation, first batch and ``set_state`` (which may start them again); the batches after
-    are read as they are."""
+    """The ``grain.IterDataset`` that starts Grain's worker processes with the signals blocked: its
+    iterator's creation, first batch and ``set_state``."""
     if ("masked", id(grain)) in _EPOCHS:
         return _EPOCHS[("masked", id(grain))]
 
@@ -612,9 +567,8 @@ def _started_masked(grain: Any) -> type:
 
 
 def _epochs_class(grain: Any) -> type:
-    """The ``grain.IterDataset`` of epochs (made once Grain is imported): the module's
-    :class:`_Epochs`, :class:`_EpochReader` and :class:`_EndlessReader` on Grain's own
-    bases, so that the module imports without Grain."""
+    """The ``grain.IterDataset`` of epochs, on Grain's own bases, made once Grain is imported so the
+    module imports without it."""
     if id(grain) in _EPOCHS:
         return _EPOCHS[id(grain)]
 
@@ -634,10 +588,8 @@ def _epochs_class(grain: Any) -> type:
 
 
 class _EpochReader:
-    """One epoch of its dataset, read from the dataset's one stream of every epoch; an
-    epoch read to its end moves the dataset's epoch on (a partial read, as Keras's two
-    batches to infer the spec, does not). (With ``grain.DatasetIterator``:
-    :func:`_epochs_class`.)"""
+    """One epoch of its dataset, read from the dataset's one stream; an epoch read to its end moves
+    the dataset's epoch on (a partial read does not)."""
 
     def __init__(self, owner: Any) -> None:
         self._owner = owner
@@ -661,8 +613,8 @@ class _EpochReader:
         return item
 
     def get_state(self) -> dict[str, Any]:
-        """Grain's checkpoint of this reader (a dict, as Grain's protocol has it): the
-        epoch, the batches it has left, where the stream began and the stream's own."""
+        """Grain's checkpoint of this reader: the epoch, batches left, where the stream began and
+        its own."""
         owner = self._owner
         return {
             "epoch": owner.epoch, "left": self._left, "stream_from": owner._from,
@@ -686,16 +638,13 @@ class _EpochReader:
         self._parents = (owner._stream,)
 
     def close(self) -> None:
-        """Nothing to stop: the stream (and its worker processes) serves the next epoch;
-        the dataset's ``close()`` stops it."""
+        """Nothing to stop: the stream serves the next epoch; the dataset's ``close()`` stops it."""
 
 
 class _EndlessReader:
-    """Every epoch from the first, one after another, from a stream of its own. Closing
-    it, or the interpreter's exit, stops the stream's readers and worker processes and
-    lets go of it: Grain's own iterator, collected at the interpreter's teardown instead,
-    fails there once the modules it needs are gone ("Exception ignored in
-    DatasetIterator.__del__"). (With ``grain.DatasetIterator``: :func:`_epochs_class`.)"""
+    """Every epoch from the first, from a stream of its own. Closing it, or the interpreter's exit,
+    stops its readers and workers (Grain's iterator, collected at teardown, fails once its
+    modules are gone)."""
 
     def __init__(self, stream: Any) -> None:
         super().__init__(stream)
@@ -723,16 +672,13 @@ class _EndlessReader:
 
 
 class _Epochs:
-    """A toolkit Grain pipeline: ``len()`` is an epoch's batches, ``batch_size`` and
-    ``description`` say what it reads (``toolkit.data.describe_pipeline``).
+    """A toolkit Grain pipeline: ``len()`` is an epoch's batches; ``batch_size`` and ``description``
+    say what it reads.
 
-    Every epoch is read from one stream of every epoch, one after another: its reader
-    threads and worker processes start once and read ahead across an epoch's end, as a
-    repeated ``tf.data`` pipeline does (a new stream per epoch started two worker
-    processes each epoch, 1.6 s of each 1.7 s epoch of 62 batches on 2 cores). An epoch
-    that starts elsewhere than where the stream is (after a partial read) moves the
-    stream back to where that epoch began, or starts a new one there. (With
-    ``grain.IterDataset`` and its readers: :func:`_epochs_class`.)"""
+    Every epoch is read from one stream, so readers and workers start once and read ahead across an
+    epoch's end, as a repeated ``tf.data`` pipeline does (a new stream per epoch spent most of each
+    short epoch starting workers). An epoch that starts elsewhere moves the stream back, or starts a
+    new one there."""
 
     _epoch_reader: type  # this Grain's EpochIterator and EndlessIterator (_epochs_class)
     _endless_reader: type
@@ -779,8 +725,7 @@ class _Epochs:
         return self._stream
 
     def close(self) -> None:
-        """Stops the stream's readers (and worker processes); the next epoch starts
-        them again."""
+        """Stops the stream's readers and workers; the next epoch starts them again."""
         stream, self._stream, self._starts = self._stream, None, {}
         if stream is not None:
             close = getattr(stream, "close", None)
@@ -788,8 +733,8 @@ class _Epochs:
                 close()
 
     def repeat(self, count: int | None = None) -> Any:
-        """Endless (``count`` None), as ``tf.data.Dataset.repeat()``: code written for
-        tf.data that repeats a pipeline to time it reads this one the same way."""
+        """Endless (``count`` None), as ``tf.data.Dataset.repeat()``, so tf.data timing code reads
+        it the same way."""
         if count is not None:
             raise ValueError("repeat: a toolkit Grain pipeline repeats endlessly or not")
         if self.endless:
@@ -798,9 +743,8 @@ class _Epochs:
         return type(self)(self._make, self._batches, self.batch_size, True, text)
 
     def map_batches(self, fn: Callable[[Any], Any], note: str, size: int) -> Any:
-        """This pipeline with `fn` applied to every batch as it is read (after the
-        prefetch, in the reading process: `fn` need not pickle), batches of `size`
-        examples; `note` joins the description."""
+        """This pipeline with `fn` applied to every batch after the prefetch, in this process (`fn`
+        need not pickle); `size` examples a batch; `note` joins the description."""
         make = self._make
         text = self.description.replace(" (grain)", f" → {note} (grain)")
         return type(self)(
@@ -809,9 +753,8 @@ class _Epochs:
         )  # fmt: skip
 
     def __iter__(self) -> Any:
-        # Endless: a stream of every epoch of its own (closing it stops its worker
-        # processes; so does the interpreter's exit, before Grain's own clean-up); else
-        # the next epoch, from the dataset's one stream.
+        # Endless: a stream of its own (closing it stops its workers); else the next epoch from the
+        # dataset's one stream.
         if not self.endless:
             return self._epoch_reader(self)
         return self._endless_reader(self._make(0, True).__iter__())

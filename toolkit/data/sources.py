@@ -1,10 +1,8 @@
-"""Data sources (TFRecord files are ``toolkit.data.tfrecord``'s). Each returns a
-``tf.data.Dataset`` of single examples with a declared ``element_spec`` (``(features, label)``
-pairs unless said otherwise), ready for :func:`toolkit.data.pipeline`.
+"""Data sources (TFRecord files are ``toolkit.data.tfrecord``'s), each a ``tf.data.Dataset`` of
+single examples with a declared ``element_spec``, ready for :func:`toolkit.data.pipeline`.
 
-Bad arguments raise ``ValueError`` (or ``FileNotFoundError`` for paths) whose message starts with
-the argument's name, says what was wrong, and what to do.
-"""
+Bad arguments raise ``ValueError`` (``FileNotFoundError`` for paths) whose message starts with the
+argument's name and says what to do."""
 
 from __future__ import annotations
 
@@ -37,12 +35,11 @@ def from_arrays(features: Any, labels: Any = None):
     """A dataset of ``(features, label)`` pairs (or of features alone) from in-memory arrays.
 
     Args:
-        features: a NumPy array or tensor, or a dict of them, first dimension = examples.
+        features: an array or tensor, or a dict of them, first dimension = examples.
         labels: the same number of labels, or None for features only.
 
     Raises:
-        ValueError: no examples, or labels that don't match the features in number.
-    """
+        ValueError: no examples, or labels that don't match the features in number."""
     tf = _tf()
     array_examples(features, labels)
     if labels is None:
@@ -51,11 +48,10 @@ def from_arrays(features: Any, labels: Any = None):
 
 
 def array_examples(features: Any, labels: Any = None) -> int:
-    """The number of examples in in-memory `features` and `labels` (each an array, a tensor,
-    or a dict, list or tuple of them: a multi-input or multi-output model's), counted as
-    ``fit`` counts them, by the first leaf of the nest; raises ValueError (one line, naming
-    ``features`` or ``labels``) when there are none or any two leaves differ in length.
-    Not ``len(labels)``: that is a dict's or a list's number of outputs, not of examples."""
+    """The number of examples in in-memory `features` and `labels` (arrays, or nests of them),
+    counted as ``fit`` counts them, by the first leaf; ValueError naming ``features`` or
+    ``labels`` when there are none or two leaves differ. Not ``len(labels)``: that counts a
+    dict's outputs."""
     n_x = nest_rows("features", features)
     if n_x is None:
         raise ValueError("features: nothing given; pass an array or a dict of arrays")
@@ -71,9 +67,8 @@ def array_examples(features: Any, labels: Any = None) -> int:
 
 
 def nest_rows(name: str, nest: Any) -> int | None:
-    """The rows (first dimension) every leaf of `nest` has, flattened as ``keras.tree`` and
-    ``tf.nest`` flatten it (None leaves, an output without labels, skipped); None: no leaf.
-    Raises ValueError (one line, starting with `name`) when two leaves differ in length."""
+    """The rows every leaf of `nest` has (None leaves skipped); None: no leaf. ValueError starting
+    with `name` when two leaves differ."""
     rows = [_rows(name, leaf) for leaf in _tf().nest.flatten(nest) if leaf is not None]
     each = {"features": "every feature needs", "labels": "every output's labels need"}
     for other in rows[1:]:
@@ -117,20 +112,17 @@ def synthetic(
 ):
     """Random data of a given spec, made once and repeated: input cost ~0 (an upper bound).
 
-    Like Model Garden's ``--use_synthetic_data``: training on it shows how fast the step is when
-    the input pipeline costs nothing. With `batch_size`, one whole batch is made and repeated
-    (skip the builder's batching); without, one example is.
+    Like Model Garden's ``--use_synthetic_data``. With `batch_size`, one whole batch is made and
+    repeated (skip the builder's batching); without, one example is.
 
     Args:
         features: a `tf.TensorSpec` or a shape tuple (float32) of one example.
-        labels: a `tf.TensorSpec` or shape of one label; ``()`` for a class id, None for no
-            labels. Integer labels are drawn from ``[0, num_classes)``. Defaults to `()`.
-        num_classes: for integer labels. Defaults to `10`.
-        num_examples: elements to yield (examples, or batches with `batch_size`). Defaults to
-            `None`: forever.
-        batch_size: make and repeat whole batches of this size. Defaults to `None`.
-        seed: random seed. Defaults to `0`.
-    """
+        labels: a spec or shape of one label; ``()`` for a class id in ``[0, num_classes)``, None
+            for no labels.
+        num_classes: for integer labels.
+        num_examples: elements to yield (examples, or batches with `batch_size`); `None`: forever.
+        batch_size: make and repeat whole batches of this size.
+        seed: random seed."""
     tf = _tf()
     f_spec = _as_spec(features)
     l_spec = None if labels is None else _as_spec(labels, "int32")
@@ -158,14 +150,10 @@ def synthetic(
 def no_autotune_model() -> Any:
     """``tf.data.Options`` with tf.data's autotune *model* off, for the toolkit's pipelines.
 
-    Why: the model runs on a thread of its own that sleeps between optimizations, its period
-    doubling from 10 ms up to a minute; destroying the iterator (when ``fit`` returns) wakes
-    it to stop, and often it misses the wake-up and sleeps out its period first, so ``fit``
-    returned up to that period after its last step (2.5, 5.1, 10.2, 20.5 s seen). What it
-    tunes costs little to fix: with the model off, a map given AUTOTUNE runs one call per core
-    (up to 16, or ``initial_parallelism``), as the model starts it, and ``prefetch(AUTOTUNE)``
-    still grows its buffer when the consumer waits, within the RAM budget. A pipeline that
-    wants the model back: ``ds.with_options(o)`` with ``o.autotune.enabled = True``.
+    The model's thread sleeps between optimizations, its period doubling up to a minute; when
+    ``fit`` destroys the iterator it often misses the wake-up, so ``fit`` returned seconds after its
+    last step. With the model off, an AUTOTUNE map still runs one call per core and
+    ``prefetch(AUTOTUNE)`` still grows its buffer. To want it back: ``o.autotune.enabled = True``.
     """
     import tensorflow as tf
 
@@ -188,33 +176,24 @@ def parallel_generator(
 ):
     """A Python generator source read in parallel, in chunks.
 
-    ``factory(shard)`` must return an iterable of elements matching `output_signature` (e.g. a
-    generator over one file, or over one slice of the indices). Shards are read concurrently
-    through ``interleave(num_parallel_calls=AUTOTUNE)``, and each shard's elements cross into
-    TensorFlow `chunk_size` at a time (stacked with NumPy, split again by ``unbatch`` in C++).
+    ``factory(shard)`` returns an iterable of elements matching `output_signature`. Shards are read
+    concurrently through ``interleave(num_parallel_calls=AUTOTUNE)``, each crossing into TensorFlow
+    `chunk_size` elements at a time (stacked with NumPy, split by ``unbatch`` in C++).
 
-    Where the speed comes from, honestly: Python code holds the GIL, so generators on several
-    threads do not run Python in parallel (threads alone gain little over ``from_generator``).
-    What does scale is (1) paying ``from_generator``'s per-element cost (a Python call through
-    ``py_func`` plus conversion, often more than NumPy needs to make a whole batch) once per
-    chunk, and (2) overlapping the parts that release the GIL (NumPy on large arrays, file and
-    network I/O).
-    ``benchmarks/pipeline_generator.py`` prints both. For a generator whose Python work
-    dominates, move the work into TensorFlow ops or into processes.
+    Python holds the GIL, so threads alone gain little. What scales is paying ``from_generator``'s
+    per-element cost once per chunk, and overlapping what releases the GIL (NumPy, I/O). For a
+    generator whose Python work dominates, move the work into TensorFlow ops or processes.
 
     Args:
         factory: called with one shard; returns an iterable of elements.
         shards: what to split the work by (file names, index ranges, seeds); at least one.
-        output_signature: the `tf.TensorSpec` structure of one element; every shape must be
-            fully known (chunks are stacked).
-        chunk_size: elements per crossing into TensorFlow. Defaults to `16`.
-        cycle_length: shards read at once. Defaults to `None` (all, up to the CPU count).
-        deterministic: keep the order of elements (slower when a shard stalls). Defaults to
-            `None` (follow ``tf.data.Options.deterministic``, on by default).
+        output_signature: the `tf.TensorSpec` structure of one element, shapes fully known.
+        chunk_size: elements per crossing into TensorFlow.
+        cycle_length: shards read at once (default: all, up to the CPU count).
+        deterministic: keep the order of elements (default: ``tf.data.Options.deterministic``).
 
     Raises:
-        ValueError: no shards, a chunk_size < 1, or a signature with unknown dimensions.
-    """
+        ValueError: no shards, a chunk_size < 1, or a signature with unknown dimensions."""
     tf = _tf()
     shards = list(shards)
     if not shards:
@@ -268,9 +247,8 @@ def _stack(elements: list[Any], tf: Any) -> Any:
 
 
 def find_unreadable_image(files: Sequence[str], channels: int = 3) -> str | None:
-    """The first of `files` that TensorFlow cannot decode as an image, as ``"PATH (the
-    decoder's message)"``, or None. Decodes each: for after a decode failed in a pipeline,
-    to name the file the decoder's error does not name."""
+    """The first of `files` TensorFlow cannot decode, as ``"PATH (the decoder's message)"``, or
+    None: names the file a pipeline's decode error does not."""
     tf = _tf()
     for path in files:
         try:
@@ -299,10 +277,9 @@ def decode_image(
     Args:
         data: the encoded bytes (a scalar string tensor).
         image_size: ``(height, width)`` after a bilinear resize.
-        channels: 1, 3 or 4. Defaults to `3`.
-        dtype: ``"float32"`` scales to [0, 1]; ``"uint8"`` keeps 0-255 pixels, 4× less to
-            cache, shuffle and batch (normalize whole batches with :func:`normalize_images`).
-    """
+        channels: 1, 3 or 4.
+        dtype: ``"float32"`` scales to [0, 1]; ``"uint8"`` keeps bytes, 4× less to cache and shuffle
+            (normalize batches with :func:`normalize_images`)."""
     tf = _tf()
     size = tuple(int(s) for s in image_size)
     image = tf.io.decode_image(data, channels=channels, expand_animations=False)
@@ -334,18 +311,13 @@ def image_folder(
 ):
     """``(image, label)`` from ``root/<class>/*.{jpg,jpeg,png}``, decoded and resized in parallel.
 
-    ``loader="grain"``: the same files, labels and pixels as an ``ImageFiles`` (decoded with
-    Pillow when read, what ``pipeline(..., loader="grain")`` reads in its threads or
-    workers); `shuffle_files`, `seed` and `deterministic` are the pipeline's business there.
-
-    Labels are the index of the class folder in sorted order (:func:`class_names`). With
-    ``dtype="uint8"`` images stay 0-255 bytes (see :func:`decode_image`), the fast choice when
-    the pipeline caches or shuffles them: ``pipeline(..., batch_map=normalize_images)``.
+    ``loader="grain"``: the same files, labels and pixels as an ``ImageFiles`` (decoded with Pillow
+    when read). Labels are the class folder's index in sorted order. With ``dtype="uint8"`` pair it
+    with ``pipeline(..., batch_map=normalize_images)``.
 
     Raises:
         FileNotFoundError: `root` does not exist.
-        ValueError: no class folders, no images, or a bad `image_size`/`channels`.
-    """
+        ValueError: no class folders, no images, or a bad `image_size`/`channels`."""
     if len(image_size) != 2 or min(image_size) < 1:
         raise ValueError(f"image_size: expected (height, width) >= 1, got {image_size!r}")
     if channels not in (1, 3, 4):
@@ -398,21 +370,20 @@ def tfds_dataset(
     """A TensorFlow Datasets dataset by name, with its reading options passed through.
 
     Args:
-        name: TFDS name, optionally with config/version (``"mnist"``, ``"cifar10:3.0.2"``).
-        split: split spec (``"train"``, ``"train[:10%]"``). Defaults to `"train"`.
-        data_dir: where prepared data lives. Defaults to TFDS's default.
-        as_supervised: ``(features, label)`` pairs instead of dicts. Defaults to `True`.
-        shuffle_files: shuffle the order of the files. Defaults to `False`.
+        name: TFDS name, optionally with config/version (``"cifar10:3.0.2"``).
+        split: split spec (``"train[:10%]"``).
+        data_dir: where prepared data lives.
+        as_supervised: ``(features, label)`` pairs instead of dicts.
+        shuffle_files: shuffle the order of the files.
         read_config: a `tfds.ReadConfig`; built from the next three when omitted.
-        interleave_cycle_length: files read at once. Defaults to TFDS's choice.
-        deterministic: keep the order (``ReadConfig.options``). Defaults to `None`.
-        seed: file-shuffle seed (``ReadConfig.shuffle_seed``). Defaults to `None`.
+        interleave_cycle_length: files read at once.
+        deterministic: keep the order (``ReadConfig.options``).
+        seed: file-shuffle seed.
         decoders: TFDS decoders (e.g. ``{"image": tfds.decode.SkipDecoding()}``).
-        download: download and prepare when missing. Defaults to `True`.
+        download: download and prepare when missing.
 
     Raises:
-        ValueError: the dataset name is unknown to TFDS.
-    """
+        ValueError: the dataset name is unknown to TFDS."""
     import tensorflow_datasets as tfds
 
     tf = _tf()
@@ -447,20 +418,15 @@ def tfds_dataset(
 def digits(validation_fraction: float = 0.2, seed: int = 0) -> tuple[Arrays, Arrays]:
     """The UCI handwritten digits (1797 8×8 images, 10 classes), split for validation.
 
-    Real data that ships inside this package (``digits.csv.gz``, 57 KB, the copy
-    scikit-learn ships as ``load_digits``), so it works offline. It is read here rather than
-    through scikit-learn: with scikit-learn installed, every ``import keras`` loads it (and
-    SciPy) for Keras's scikit-learn wrapper, 0.6 s of CPU in each process, whether or not
-    anything uses it. Pixels are scaled from [0, 16] to [0, 1] and flattened to 64 features;
-    the split is stratified by class (:func:`_stratified_split`).
+    Shipped inside this package (``digits.csv.gz``, scikit-learn's ``load_digits`` copy), so it
+    works offline; read here, not through scikit-learn, whose presence makes every ``import keras``
+    load it and SciPy. Pixels are scaled to [0, 1] and flattened; the split is stratified by class.
 
-    Source: E. Alpaydin and C. Kaynak, "Optical Recognition of Handwritten Digits", UCI
-    Machine Learning Repository (1998), https://doi.org/10.24432/C50P49, CC BY 4.0: the test
-    set of 1797 digits written by 13 people.
+    Source: E. Alpaydin and C. Kaynak, "Optical Recognition of Handwritten Digits", UCI Machine
+    Learning Repository (1998), https://doi.org/10.24432/C50P49, CC BY 4.0.
 
     Returns:
-        ``((x_train, y_train), (x_val, y_val))`` with float32 features and int32 labels.
-    """
+        ``((x_train, y_train), (x_val, y_val))`` with float32 features and int32 labels."""
     if not 0.0 < validation_fraction < 1.0:
         raise ValueError(f"validation_fraction must be in (0, 1), got {validation_fraction}")
     import gzip
@@ -478,13 +444,9 @@ def digits(validation_fraction: float = 0.2, seed: int = 0) -> tuple[Arrays, Arr
 def _stratified_split(
     labels: np.ndarray, validation_fraction: float, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of a shuffled train/validation split that keeps each class's share.
-
-    The validation set takes ``ceil(fraction × n)`` examples (scikit-learn's count: 360 of
-    1797 digits at 0.2), shared among the classes in proportion to their sizes, the
-    remainders going to the largest fractions; each class's examples are drawn at random
-    (``seed``). Both index arrays are shuffled, so neither is ordered by class.
-    """
+    """Indices of a shuffled train/validation split that keeps each class's share: ``ceil(fraction ×
+    n)`` for validation (scikit-learn's count), shared among classes by size; both arrays
+    shuffled."""
     labels = np.asarray(labels)
     n = len(labels)
     n_val = int(np.ceil(validation_fraction * n))

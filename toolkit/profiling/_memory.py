@@ -1,29 +1,17 @@
-"""Memory over one ``fit``, read beside the ledger: each part's peak and what it held when it
-ended, growth found inside an epoch and named, and a timeline for the plot and TensorBoard.
+"""Memory over one ``fit``, read beside the ledger: each part's peak and what it held when it ended,
+growth found inside an epoch and named, and a timeline for the plot and TensorBoard.
 
-How it is read, and why so:
-
-* A thread reads the process's memory every `every_s` seconds (50 ms by default), from the
-  fit's train begin to its train end, and the ledger's boundaries (train begin, each
-  validation's begin and end, each epoch's end, train end) add a reading each. A time
-  interval, not one every N steps: a reading costs the same whatever the step (a few µs
-  on Linux: :mod:`toolkit.core._host_memory`), the compile and the validation are read too
-  (no step hook runs there), and the step hook stays as lean as it is
-  (``benchmarks/profiler_overhead.py`` and ``benchmarks/memory.py`` measure the cost).
-* Host: the resident set (``/proc/self/statm``; psutil elsewhere) and the kernel's
-  high-water mark (``getrusage``'s ``ru_maxrss``). A peak between two readings is not
-  missed where it set a new high: the high-water mark rose, and that interval's peak is the
-  new mark. tracemalloc's Python share is left out: it traces every allocation, several
-  times the cost of Python code.
-* Device: the backend's own counters (``device_memory``: TensorFlow's memory info, JAX's
-  ``memory_stats``, ``torch.cuda``), read from the thread without a sync; their peak counters
-  are read, never reset (the user's own readings stay theirs). A backend with nothing to say
-  (JAX or PyTorch on a CPU device, TensorFlow on a CPU) is said so; host memory is then
-  the whole story.
-* What grows, once growth is found: the backend's live arrays or tensors
-  (``live_tensors``), besides the model's own variables, grouped by dtype and shape, and
-  the object that holds the largest group (through the garbage collector's referrers).
-"""
+* Readings come at a time interval (`every_s`), not every N steps: a reading costs a few µs whatever
+  the step, and the compile and validation, where no step hook runs, are read too. The ledger's
+  boundaries add a reading each.
+* Host: the resident set and the kernel's high-water mark (``ru_maxrss``), so a peak between two
+  readings that set a new high is not missed. tracemalloc is left out: it costs several times
+  Python's own work.
+* Device: the backend's own counters (``device_memory``), read without a sync; peak counters are
+  read, never reset. A backend with nothing to say is said so.
+* What grows, once growth is found: the backend's live arrays besides the model's variables, grouped
+  by dtype and shape, and the object holding the largest group (through the garbage collector's
+  referrers)."""
 
 from __future__ import annotations
 
@@ -44,33 +32,27 @@ from toolkit.profiling._memory_records import EpochMemory, Growth, PartMemory, R
 
 MB = MIB
 EVERY_S = 0.05
-# Growth under this many MiB, or under 4 times the readings' own scatter, is not reported: an
-# allocator's pools and a shuffle buffer filling move resident memory by a few MiB.
+# Growth under this many MiB, or under 4 times the readings' scatter, is noise (allocator pools,
+# shuffle buffers).
 GROWTH_FLOOR_MB = 8.0
 # A census's growth counts where a run this long would hold GROWTH_FLOOR_MB more from it.
 LONG_RUN_STEPS = 100_000
 LATER_SHARE = 0.35  # of a rise's rate, what the steps after it must keep for it to be growth
-# Memory that rose at each of the last GROWTH_EPOCHS epoch ends, by more than GROWTH_WARN_MB in
-# all: a leak across epochs (a list of tensors, a growing cache, retracing), said as the fit
-# goes and in the report.
+# Memory that rose at each of the last GROWTH_EPOCHS epoch ends by more than GROWTH_WARN_MB: a leak
+# across epochs, said as the fit goes and in the report.
 GROWTH_EPOCHS = 3
 GROWTH_WARN_MB = 64.0
 TIMELINE_POINTS = 600  # the report keeps at most this many readings
 CENSUS_STEP = 3  # the first census: once this many steps began (the first one compiled)
-# Until the first census, how often the thread looks at the step count: a reading's 50 ms is
-# longer than a fast backend's whole first epoch (64 steps of Keras's next release on JAX
-# ended before it), and the count costs a thread's wake-up, not a reading.
+# Until the first census, how often the thread looks at the step count (a fast backend's first epoch
+# can end before one 50 ms reading).
 CENSUS_POLL_S = 0.005
-# While the fit's batch begins take the readings (:meth:`MemorySampler.due`, on the fit's own
-# thread), the thread wakes this many times less often: it covers what has no batch begin (a
-# compile, a long step, a callback), at its full pace again once it took a reading itself.
+# While the fit's batch begins take the readings, the thread wakes this many times less often,
+# covering what has no batch begin (a compile, a long step).
 BACKOFF = 4
-# The first epoch's first readings at batch begins come this many times as often (5 ms for
-# the default 50), :data:`FIRST_EPOCH_DENSE` of them: a first epoch of 64 fast steps ended in
-# 0.1 s, with too few readings at 50 ms to tell a leak only they see (a buffer, not a list a
-# census counts) from noise. Only so many: a reading inside a real fit cost 25.7 µs (4.3 µs
-# out of one, in cache), and reading every 5 ms through a whole first epoch took 0.5 % of a
-# fit of 0.44 ms steps (benchmarks/profiler_overhead.py); 20 of them cost about 0.5 ms a fit.
+# The first epoch's first :data:`FIRST_EPOCH_DENSE` readings at batch begins come this many times as
+# often, so a short first epoch has enough readings to tell a leak from noise; only so many, as each
+# costs tens of µs inside a fit.
 FIRST_EPOCH_DENSER = 10
 FIRST_EPOCH_DENSE = 20
 
@@ -122,15 +104,11 @@ def _device_reader() -> tuple[Reader, tuple[str, ...], str | None]:
 
 class MemorySampler:
     """Reads memory every `every_s` seconds: at the fit's batch begins where a reading is due
-    (:meth:`due`), on a daemon thread where no batch begins (a compile, a long step, a
-    callback), and when asked (``read``). `steps` returns the training steps begun so far
-    (read from the thread: a count).
+    (:meth:`due`), on a daemon thread where no batch begins, and when asked (``read``). `steps`
+    returns the training steps begun so far.
 
-    Why the batch begins read: a thread woken every 50 ms took the interpreter's lock from
-    the fit each time, and that hand-over, not the 3 µs reading, cost StepTimer about 0.6 %
-    of a fit of 0.44 ms steps (``benchmarks/profiler_overhead.py``, memory on and off). A
-    reading in a hook the fit already calls wakes no one; the thread then wakes
-    :data:`BACKOFF` times less often, only to cover the stretches with no batch begin."""
+    A thread woken every 50 ms took the interpreter's lock from the fit each time, which cost more
+    than the reading; a reading in a hook the fit already calls wakes no one."""
 
     def __init__(
         self, clock: Callable[[], float], steps: Callable[[], int], every_s: float, model: Any
@@ -156,10 +134,8 @@ class MemorySampler:
         self._thread.start()
 
     def due(self, now: float, first_epoch: bool = False) -> float:
-        """A reading at a batch begin at `now` (the fit's thread, whose hook found one due),
-        and when the next one is due (:data:`FIRST_EPOCH_DENSER` times sooner for the
-        `first_epoch`'s first :data:`FIRST_EPOCH_DENSE`; never, once stopped: the fit's record
-        is closed)."""
+        """A reading at a batch begin at `now`, and when the next is due (sooner in the
+        `first_epoch`'s first readings; never once stopped)."""
         if self._stop.is_set():
             return math.inf
         self.read()
@@ -224,11 +200,9 @@ class MemorySampler:
         self.read()
 
     def rising(self) -> bool:
-        """Whether the readings after the first steps rise steadily (:func:`steady_rise`, a
-        few microseconds over a fit's readings): the cheap sign that growth may be found, so
-        its holder is looked for as the fit ends, while it is alive (Keras closes a
-        generator once ``fit`` returns on JAX and PyTorch, and the list its frame kept goes
-        with it: named after that, nothing held it any more)."""
+        """Whether the readings after the first steps rise steadily (:func:`steady_rise`): the cheap
+        sign that growth may be found, so its holder is looked for while it is alive (Keras
+        closes a generator once ``fit`` returns on JAX and PyTorch)."""
         points = [(r.step, r.host_mb) for r in self.snapshot() if r.step >= CENSUS_STEP]
         return steady_rise(points) is not None
 
@@ -271,9 +245,8 @@ class _Where:
 
 
 def _peaks(readings: Sequence[Reading]) -> list[tuple[float, float | None]]:
-    """Each reading's peak since the one before: the high-water mark where it rose (a new
-    high between them), else the reading itself; a device peak counter that fell was reset
-    by someone (its value is the peak since)."""
+    """Each reading's peak since the one before: the high-water mark where it rose, else the reading
+    itself; a device peak counter that fell was reset by someone."""
     out: list[tuple[float, float | None]] = []
     prev: Reading | None = None
     for r in readings:
@@ -356,9 +329,9 @@ def _fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 
 
 def steady_rise(points: Sequence[tuple[int, float]]) -> tuple[float, int] | None:
-    """(MiB, steps) of a steady rise over `points` (step, MiB): a fitted line rising by more
-    than :data:`GROWTH_FLOOR_MB` and 4 times its scatter, still rising in the later half (a
-    buffer that filled and stopped is not growth). None where it did not grow so."""
+    """(MiB, steps) of a steady rise over `points` (step, MiB): a fitted line rising by more than
+    :data:`GROWTH_FLOOR_MB` and 4 times its scatter, still rising in the later half. None
+    otherwise."""
     if len(points) < 6:
         return None
     xs = [float(s) for s, _ in points]
@@ -378,11 +351,8 @@ def steady_rise(points: Sequence[tuple[int, float]]) -> tuple[float, int] | None
 
 
 def steady_growth(values: Sequence[float], min_points: int, threshold: float) -> float | None:
-    """Growth over the last `min_points` readings when every one rose, and by more than threshold.
-
-    Returns the growth (last minus first of those readings), or None when memory did not grow
-    steadily: a plateau, a drop, or fewer readings than `min_points`.
-    """
+    """Growth over the last `min_points` readings when every one rose, by more than threshold; else
+    None."""
     if min_points < 2 or len(values) < min_points:
         return None
     tail = values[-min_points:]
@@ -397,10 +367,9 @@ def at_end(epoch: int | None, r: Reading) -> EpochMemory:
 
 
 def epochs_growth(ends: Sequence[EpochMemory]) -> list[Growth]:
-    """Host or device memory that rose at each of the last :data:`GROWTH_EPOCHS` epoch ends
-    by more than :data:`GROWTH_WARN_MB` in all (the ``epochs`` part). Epoch ends only: the
-    train begin's reading is before the first compile and the first epoch's buffers, which
-    every healthy fit allocates once (a 2-epoch fit read as 3 rising ends, and warned)."""
+    """Host or device memory that rose at each of the last :data:`GROWTH_EPOCHS` epoch ends by more
+    than :data:`GROWTH_WARN_MB` in all. Epoch ends only: train begin's reading precedes the first
+    compile and buffers every healthy fit allocates once."""
     found = []
     for memory, key in (("host", "host_mb"), ("device", "device_mb")):
         seen = [e for e in ends if e.epoch is not None and getattr(e, key) is not None]
@@ -428,9 +397,8 @@ def traced_steps(calls: Sequence[tuple[float, int, int, str]]) -> tuple[tuple[in
 
 
 def _outside(inside: Sequence[Reading], traced: Sequence[tuple[int, int]]) -> list[list[Reading]]:
-    """`inside`'s readings in runs that no trace window interrupts: a profiler's buffers
-    fill while it traces and go when it stops (with ``trace_steps``, a 48-step fit read a
-    steady rise of 207 MB, "14.47 GB per 1,000 steps"), which is no growth of the fit's."""
+    """`inside`'s readings in runs no trace window interrupts: a profiler's buffers fill while it
+    traces, which is no growth of the fit's."""
     runs: list[list[Reading]] = [[]]
     for r in inside:
         if any(a <= r.step <= b for a, b in traced):
@@ -442,11 +410,8 @@ def _outside(inside: Sequence[Reading], traced: Sequence[tuple[int, int]]) -> li
 
 
 def _stopped(g: Growth, readings: Sequence[Reading], end: float | None) -> bool:
-    """Whether a rise in one epoch's steps stopped after it: the steps read after that epoch,
-    at least as many as the rise's own, rose by under :data:`LATER_SHARE` of its rate. JAX's
-    first steps allocate: +36 MB over 15 steps of a 72-step fit of three short epochs (too
-    short for a later epoch's own readings to show it level) read as "2.37 GB per 1,000
-    steps", and the process held level after it."""
+    """Whether a rise in one epoch's steps stopped after it: the later steps, at least as many, rose
+    by under :data:`LATER_SHARE` of its rate (JAX's first steps allocate, then hold level)."""
     key = "host_mb" if g.memory == "host" else "device_mb"
     seen = [(r.at, r.step, getattr(r, key)) for r in readings if getattr(r, key) is not None]
     before = [(step, mb) for at, step, mb in seen if end is not None and at <= end]
@@ -464,10 +429,9 @@ def find_growth(
     validations: Sequence[Any],
     traced: Sequence[tuple[int, int]] = (),
 ) -> list[Growth]:
-    """Growth inside each epoch's steps (a steady rise over its steps, in each run of them
-    no trace window interrupts: `traced`, :func:`traced_steps`), and memory a validation left
-    held: its end above the highest its epoch's steps read (the first validation's, up to its
-    compile's end, too), on the host and on the device."""
+    """Growth inside each epoch's steps (a steady rise in each run of them no trace window
+    interrupts), and memory a validation left held above its epoch's steps' highest, on host and
+    device."""
     found: list[Growth] = []
     steps_of: dict[int, list[Reading]] = {}
     flat: set[tuple[str, int]] = set()  # (memory, epoch) whose steps were read, and held level
@@ -487,9 +451,7 @@ def find_growth(
                     break
                 if len(points) >= 6 and points[-1][0] - points[0][0] >= 8:
                     flat.add((memory, e.epoch))
-    # A rise that a later epoch's steps no longer show filled a buffer and stopped (after a
-    # trace, TensorFlow's allocator took back in the next epoch the 23 MB the trace's end
-    # had freed, and held level in the one after): no growth, as within one epoch.
+    # A rise a later epoch's steps no longer show filled a buffer and stopped: no growth.
     found = [g for g in found if not any(m == g.memory and k > g.epoch for m, k in flat)]
     ends = {e.epoch: e.steps_end for e in epochs if e.steps_end is not None}
     found = [g for g in found if not _stopped(g, readings, ends.get(g.epoch))]
@@ -498,12 +460,8 @@ def find_growth(
         if v.end is None:
             continue
         # Held is against the level its epoch's steps reached, not one reading at its begin: a
-        # healthy step's buffers come and go, and resident memory swung by 50 MB between two
-        # readings of one ResNet's steps on JAX, where a begin read at a trough "grew" by 30.
-        # The first validation builds its data and compiles its step up to its second batch
-        # (the ledger books that as compile): what those leave held is paid once, not grown
-        # (JAX's compiled evaluation of a tiny model kept 9.5-10 MiB), so its level counts
-        # up to there; a first validation of one batch is all compile.
+        # healthy step's buffers swing resident memory. The first validation's build and compile (up
+        # to its second batch) are paid once, so its level counts up to there.
         if i == 0 and len(v.begins) < 2:
             continue
         until = v.begins[1][1] if i == 0 else v.begin
@@ -541,15 +499,13 @@ def _shape_dtype(a: Any) -> tuple[str, int]:
 
 def _is_array(obj: Any) -> bool:
     """An array or tensor of any backend: an instance with a shape and a dtype. Not a class:
-    ``np.ndarray`` itself has both as descriptors, and the collector's lists hold classes
-    (a JAX pytree registry's, Keras's), whose "shape" is no sequence of numbers."""
+    ``np.ndarray`` itself has both as descriptors."""
     return not isinstance(obj, type) and hasattr(obj, "shape") and hasattr(obj, "dtype")
 
 
 def _nbytes(obj: Any, depth: int = 2) -> int:
-    """Bytes `obj` holds: an array's or tensor's buffer; a dict's, list's or tuple's own
-    size and its items' (`depth` levels down: a callback's ``dict(logs)`` holding arrays);
-    any other object's own size (``sys.getsizeof``)."""
+    """Bytes `obj` holds: an array's buffer; a container's own size and its items' (`depth` levels
+    down); else ``sys.getsizeof``."""
     if _is_array(obj):
         return _shape_dtype(obj)[1]
     size = sys.getsizeof(obj, 0)
@@ -591,11 +547,9 @@ def _ids_of_model(model: Any) -> set[int]:
 
 
 class Holder(NamedTuple):
-    """Who keeps what grew: `words` as said (``KeepLogs.seen``, ``gen()'s local kept (a
-    generator)``), the object holding it (`owner`: an instance, a module, or a running or
-    suspended frame) and the container it keeps (`kept`), or the attribute it keeps it in
-    (`attr`: a census's, read when named, so no census keeps a list the owner let go). A
-    record, so a fix is chosen from the objects, never from the words."""
+    """Who keeps what grew: `words` as said, the object holding it (`owner`: an instance, a module
+    or a frame) and the container it keeps (`kept`), or the attribute it keeps it in (`attr`). A
+    record, so a fix is chosen from the objects, never the words."""
 
     words: str
     owner: Any
@@ -618,10 +572,8 @@ class Kept(NamedTuple):
 
 class Census(NamedTuple):
     """What a leak per batch would grow, counted: the live arrays besides the model's own by
-    ``dtype[shape]`` (count, bytes) where the backend lists them cheaply (JAX's registry;
-    TensorFlow's and PyTorch's tensors are found only through the garbage collector, about
-    0.2 s a time, so not here), and the containers the fit's callbacks and the model hold
-    (by ``"Owner.attribute"``). `step`: the training steps begun when it was taken."""
+    ``dtype[shape]`` where the backend lists them cheaply (JAX's registry), and the containers
+    the fit's callbacks and the model hold. `step`: steps begun when taken."""
 
     step: int
     kind: str  # "arrays" (JAX) or "tensors"
@@ -630,9 +582,8 @@ class Census(NamedTuple):
 
 
 class Grown(NamedTuple):
-    """What grew between two censuses: the growth (None: nothing grew by about one a step),
-    the array groups that grew (the largest first, whose holder is looked for) and the
-    container counted growing, with its holder (None: none)."""
+    """What grew between two censuses: the growth (None: nothing grew by about one a step), the
+    array groups that grew, largest first, and the container counted growing with its holder."""
 
     growth: Growth | None = None
     groups: tuple[str, ...] = ()
@@ -657,9 +608,8 @@ def _live(model: Any, cheap_only: bool) -> tuple[dict[str, list[Any]], str] | No
 
 
 def _containers(owners: Sequence[Any]) -> dict[str, Kept]:
-    """The lists, dicts, sets and deques in `owners`' attributes: length, and the last
-    item's words (``float32[256, 4]``, or ``dict items``) and bytes (:func:`_nbytes`: a
-    ``dict(logs)`` with its arrays, not 0)."""
+    """The lists, dicts, sets and deques in `owners`' attributes: length, and the last item's words
+    and bytes."""
     import collections
 
     out: dict[str, Kept] = {}
@@ -688,20 +638,16 @@ def census(model: Any, step: int, owners: Sequence[Any]) -> Census | None:
 
 
 def grown(censuses: Sequence[Census]) -> Grown:
-    """What grew between a fit's two censuses, where it grew by about one a step between them
-    and by 8 at least (a leak per batch; not a cache filling once, nor the few objects a fit
-    leaves to the garbage collector: a healthy TensorFlow fit left 7 scalars over 14 steps):
-    a container of a callback or the model (named with its holder), else the array group
-    that grew most by bytes; and every array group that grew so, the largest first (whose
-    holder is looked for)."""
+    """What grew between a fit's two censuses by about one a step and by 8 at least (not a cache
+    filling once, nor a few objects left to the collector): a container of a callback or the
+    model, else the array group that grew most by bytes; and every group that grew so, largest
+    first."""
     if len(censuses) < 2 or censuses[1].step - censuses[0].step < 8:
         return Grown()
     a, b = censuses[0], censuses[1]
     steps = b.step - a.step
     least = max(8, 0.9 * steps)
-    # Bytes that matter: what would hold GROWTH_FLOOR_MB more within LONG_RUN_STEPS steps (a
-    # timing callback's list of one float a step, 0.02 MB per 1,000 steps, was reported
-    # with a fix to make)
+    # Bytes that matter: what would hold GROWTH_FLOOR_MB more within LONG_RUN_STEPS steps.
     floor = GROWTH_FLOOR_MB * MB * steps / LONG_RUN_STEPS
     held = []
     for name, kept in b.containers.items():
@@ -753,10 +699,9 @@ def _owner_of(container: Any, ignore: set[int]) -> Holder | None:
 
 
 def _attribute_of(ref: Any, target: Any) -> Holder | None:
-    """`ref`, a referrer of `target`, as the object (or module) of which `target` is an
-    attribute: its ``__dict__`` (whose owner the collector finds), or the object itself,
-    which since Python 3.11 keeps its attributes inline until its ``__dict__`` is asked for.
-    None where `ref` is neither: a frame, a class, a list, any object that cannot say."""
+    """`ref`, a referrer of `target`, as the object of which `target` is an attribute: its
+    ``__dict__``, or the object itself (Python 3.11+ keeps attributes inline). None for a frame,
+    class, list or anything else."""
     import inspect
 
     if isinstance(ref, dict):
@@ -792,10 +737,8 @@ def _holder(model: Any, grew: Sequence[str]) -> Holder | None:
 
 
 def _largest_groups(model: Any, least: float) -> tuple[str | None, list[str]]:
-    """With no count to compare (growth seen in the readings only): the live arrays' largest
-    group now, in words, and the groups by bytes (a full census, once, where memory grew);
-    none where the largest holds under `least` bytes: it cannot be what grew (8 scalar
-    resources once took the blame for 26 MB a generator kept)."""
+    """With no count to compare: the live arrays' largest group now, in words, and the groups by
+    bytes; none where the largest holds under `least` bytes (it cannot be what grew)."""
     found = _live(model, cheap_only=False)
     if not found or not found[0]:
         return None, []
@@ -810,15 +753,11 @@ def _largest_groups(model: Any, least: float) -> tuple[str | None, list[str]]:
 
 
 def _python_holder(model: Any, least: float, steps: int) -> tuple[Holder, str] | None:
-    """The Python list or deque most likely to hold what grew, where the backend's arrays do
-    not (a generator that keeps every batch it yields keeps NumPy arrays, which no census of
-    tensors sees): of the lists with an item about every other step at least (`steps`: the
-    steps the growth was seen over) that hold `least` bytes or more, the largest, besides
-    the model's own. ``(its holder, what)``; None where none is found. One pass of the
-    garbage collector's objects, once, where growth was found and nothing else named it:
-    each list's size estimated from its last 8 items. Any object may be in the collector's
-    lists, the process's own and its libraries': one whose size cannot be read (a shape that
-    raises, a ``__sizeof__`` that fails) is passed over, never the end of the ledger."""
+    """The Python list or deque most likely to hold what grew where the backend's arrays do not (a
+    generator keeping every NumPy batch): of the lists with an item about every other step that
+    hold `least` bytes or more, the largest besides the model's own; ``(holder, what)`` or None.
+    One pass of the collector's objects, each list sized from its last 8 items; an object whose
+    size cannot be read is passed over."""
     import collections
     import itertools
 
@@ -867,10 +806,9 @@ def _named_holder(container: Any) -> Holder | None:
 
 
 def name_growth(growth: list[Growth], model: Any, recompiles: int, found: Grown) -> list[Growth]:
-    """Who holds what grew (the container a census counted growing on a callback or the
-    model; else the holder of the census's grown groups, largest first), and a fix where one
-    is known (a callback that keeps tensors, a retrace per batch, ``run_eagerly``). Growth in
-    the steps that a callback holds is that callback's."""
+    """Who holds what grew (the container a census counted growing, else the holder of the grown
+    groups), and a fix where one is known. Growth in the steps that a callback holds is that
+    callback's."""
     import dataclasses
 
     if not growth:
@@ -914,11 +852,8 @@ def _is_callback(obj: Any) -> bool:
 
 
 def _one_rise(growth: list[Growth]) -> list[Growth]:
-    """A container counted growing in the steps (it names what grew, sized from its items)
-    and the readings' rise over the same epoch's steps are one growth: one entry, at the
-    larger rate (the resident set counts what an item's estimate leaves out), not two
-    entries of which the summary showed the smaller (a callback's ``dict(logs)`` read
-    0.00 MB beside the readings' +233 MB)."""
+    """A container counted growing and the readings' rise over the same steps are one growth: one
+    entry, at the larger rate (the resident set counts what an item's estimate leaves out)."""
     import dataclasses
 
     counted = next((g for g in growth if g.what and g.held_by and g.part == "steps"), None)
@@ -980,10 +915,9 @@ def run_memory(
     ends: Sequence[EpochMemory],
     traced: Sequence[tuple[int, int]] = (),
 ) -> RunMemory | None:
-    """The fit's memory record from `sampler`'s readings and the ledger's tiles; `name`
-    names the growth found (who holds it: only where there is growth); `ends` the readings the
-    ledger took at train begin and each epoch's end (:func:`at_end`); `traced` the steps a
-    profiler ran in (:func:`traced_steps`), where a rise is the profiler's."""
+    """The fit's memory record from `sampler`'s readings and the ledger's tiles; `name` names the
+    growth's holder; `ends` the readings at train begin and each epoch's end; `traced` the steps
+    a profiler ran in."""
     readings = sampler.snapshot()
     if not readings:
         return None

@@ -1,41 +1,25 @@
 """Which Keras backend trains this model fastest on this machine: measured, not guessed.
 
-Keras 3 trains on TensorFlow, JAX and PyTorch, and which is fastest depends on the model and
-the machine (benchmarks/README.md has this machine's figures; Keras's own GPU benchmarks find
-TensorFlow fastest for some models and JAX for others). :func:`compare` answers for a recipe or
-for your own model-building function:
+:func:`compare` answers for a recipe or your own model-building function:
 
-* every installed backend × device (``cpu``; ``cuda``, ``metal`` or ``gpu`` where that backend
-  sees one; or only the ``--device`` given) is a *contender*;
-* each run is a fresh process (Keras fixes its backend at import, and a finished run's threads
-  would eat into the next one's cores), the same recipe and flags, the same data order (the
-  seed), and the same initial weights: the first run writes them to a ``.weights.h5`` file
-  that every later run loads (``--init_weights``, Keras's backend-neutral format);
-* the contenders run in the interleaved rounds (``toolkit.search.rounds``: each
-  round all of them, in a rotated order), so that a machine that slows down for a while slows
-  every contender alike;
-* per contender: the first step (tracing / compilation), the steady p50 and mean ms/step
-  (medians over the rounds, the mean's spread), examples/s, MFU, and the final training
-  loss, which must agree with the defaults' within ``LOSS_RTOL`` (different backends round
-  differently; a larger gap says that they did not train the same model the same way);
-* the winner is the fastest by the median of its per-round ratios to the defaults (Keras's
-  default backend on the default device) of the *mean* step time: the time training takes.
-  The p50 alone flatters a backend whose steps stall now and then (JAX's asynchronous
-  dispatch). It must win most rounds, beat them by more than the engine's ``MIN_GAIN`` and
-  train to an agreeing loss (:func:`~toolkit.search.rounds.decide`), else the defaults stay:
-  the chooser never hands back something slower than not choosing.
+* every installed backend × device (or only the ``--device`` given) is a *contender*;
+* each run is a fresh process (Keras fixes its backend at import), with the same recipe, flags, data
+  order and initial weights (the first run writes a ``.weights.h5`` every later run loads);
+* the contenders run in interleaved rounds (``toolkit.search.rounds``), so a machine that slows for
+  a while slows every contender alike;
+* per contender: first step, steady p50 and mean ms/step, examples/s, MFU, and the final loss, which
+  must agree with the defaults' within ``LOSS_RTOL`` (else they did not train the same model);
+* the winner is the fastest by the median of its per-round ratios to the defaults of the *mean* step
+  time (the p50 alone flatters a backend whose steps stall now and then). It must win most rounds,
+  beat them by more than ``MIN_GAIN`` and agree on loss (:func:`~toolkit.search.rounds.decide`),
+  else the defaults stay.
 
-The result is cached (``toolkit.core.cache``, ``$TOOLKIT_CACHE_DIR/backends.json``) under a key
-of the target, its recipe's arguments and the speed settings it changes (run length and
-output left out), the device asked for and the machine (CPU, installed framework versions),
-and written as JSON, Markdown and a PNG. A recipe run with ``--backend=auto`` trains on the
-cached winner (:func:`resolve_auto`).
+The result is cached (``$TOOLKIT_CACHE_DIR/backends.json``) under a key of the target, its speed
+settings, the device asked for and the machine, and written as JSON, Markdown and a PNG.
+``--backend=auto`` trains on the cached winner (:func:`resolve_auto`).
 
-This module imports no framework: the measuring happens in the child processes
-(``python -m toolkit._child``, ``toolkit.search._processes``), through the measured
-target's ``figures`` (``toolkit.search.workload``); the result and its table are
-``toolkit.search.standings``.
-"""
+This module imports no framework: the measuring happens in child processes
+(``toolkit.search._processes``)."""
 
 from __future__ import annotations
 
@@ -85,24 +69,20 @@ __all__ = [
 
 CACHE_FILE = "backends.json"
 _CACHE = Cache(CACHE_FILE)
-# Tuned settings must beat their own backend's defaults by this much to be kept: one round of
-# a final can swing by more than MIN_GAIN between identical fresh processes.
+# Tuned settings must beat their own backend's defaults by this much: one final round can swing by
+# more than MIN_GAIN between identical processes.
 SETTINGS_GAIN = 0.05
 DEFAULT_STEPS = 200
 DEFAULT_ROUNDS = 3
-# tune --across_backends: the final's first round is reserved at this many times its estimate
-# (a final run also times more steps than the search's trial; without a margin the budget
-# overran).
+# tune --across_backends: the final's first round is reserved at this many times its estimate.
 FINAL_MARGIN = 1.25
-# The settings that change how fast a step is (the settings table says which: not how long a
-# run is or what it writes), but those each contender sets for itself: the cache key's.
+# The settings that change a step's speed, but those each contender sets itself: the cache key's.
 KEYED = tuple(f for f in SETTINGS if f.metadata["speed"] and f.name not in ("backend", "device"))
 
 
 def choose(rows: Sequence[Row], min_gain: float = MIN_GAIN) -> tuple[Contender, str]:
-    """The fastest contender whose median paired ratio to the defaults (``rows[0]``) exceeds
-    ``1 + min_gain`` and whose loss agrees with theirs; else the defaults. Returns the pick and
-    why, in words."""
+    """The fastest contender whose median paired ratio to the defaults (``rows[0]``) exceeds ``1 +
+    min_gain`` and whose loss agrees; else the defaults. Returns the pick and why, in words."""
     defaults = rows[0]
     if defaults.error is not None:
         measured = [r for r in rows if not r.failed]
@@ -144,8 +124,7 @@ def choose(rows: Sequence[Row], min_gain: float = MIN_GAIN) -> tuple[Contender, 
 
 
 def _break_even(defaults: Row, best: Row) -> str:
-    """Where the pick's longer first step (its trace and compile) pays for itself, in words;
-    the chooser knows the steps it ran, not the run's length, so the steady state ranks."""
+    """Where the pick's longer first step pays for itself, in words (the steady state ranks)."""
     first_d, first_b = defaults.median("first_step_s"), best.median("first_step_s")
     mean_d, mean_b = defaults.median("mean_s"), best.median("mean_s")
     if None in (first_d, first_b, mean_d, mean_b) or first_b <= first_d:
@@ -185,9 +164,8 @@ def contenders(
     *,
     probe: Callable[[str], list[str]] | None = None,
 ) -> list[Contender]:
-    """Every installed backend (or `backends`) × the devices it sees, the defaults first
-    (Keras's default backend, on the default device: its accelerator if it has one). With a
-    `device` (the config's, but ``auto``), only that one."""
+    """Every installed backend (or `backends`) × the devices it sees, the defaults first (Keras's
+    default backend on its default device). With a `device`, only that one."""
     if compat.use_legacy_keras():
         raise ChooserError(
             "TF_USE_LEGACY_KERAS=1 selects tf_keras, which trains on TensorFlow only: unset it "
@@ -231,10 +209,9 @@ def contenders(
 
 
 def _versions() -> dict[str, str | bool]:
-    """The installed frameworks' versions, by distribution, and the Keras in use with whether
-    it is a nightly (keras-nightly installs ``keras`` under its own name): a nightly's
-    measurements are not read back by a release, nor a release's by a nightly. Read from the
-    metadata, so the key is the same before and after Keras loads."""
+    """The installed frameworks' versions, and the Keras in use with whether it is a nightly (a
+    nightly's measurements are not read back by a release). Read from the metadata, so the key is
+    the same before and after Keras loads."""
     out: dict[str, str | bool] = {}
     registered = (d for b in tk_backend.names() for d in tk_backend.info(b).distributions)
     for dist in dict.fromkeys(registered):
@@ -246,9 +223,8 @@ def _versions() -> dict[str, str | bool]:
 
 
 def keyed(target: Target) -> dict[str, Any]:
-    """What about `target` decides which backend is fastest: the file that builds it as it
-    is now, its recipe's arguments, the speed settings it changes from the defaults (a run's
-    length and its output are not) and the device it asks for (None: each backend's own)."""
+    """What about `target` decides which backend is fastest: its file as it is now, its recipe's
+    arguments, the speed settings it changes, and the device it asks for."""
     config = target.config
     return {
         "target": target.name,
@@ -281,9 +257,8 @@ def cached(key: str) -> BackendsResult | None:
 
 
 def resolve_auto(target: Target) -> str:
-    """The backend ``--backend=auto`` trains `target` on: the cached winner for it (any run
-    length), or Keras's default when nothing is cached (said on stderr). Reads the cache
-    only: imports no framework."""
+    """The backend ``--backend=auto`` trains `target` on: the cached winner, or Keras's default when
+    nothing is cached (said on stderr). Imports no framework."""
     best = None
     wanted = keyed(target)
     machine_now = machine.machine_facts(**_versions())
@@ -334,29 +309,22 @@ def compare(
     """Runs `target` under every contender in interleaved rounds (module docstring).
 
     Args:
-        target: the recipe or model function, with its arguments and settings: a
-            :class:`Target`, a recipe name, ``"module:function"`` or the function itself
-            (:meth:`Target.of`).
-        backends: the backends to compare. Defaults to every installed one.
-        steps: training steps per run (the first execution and the warm-up are left out of
-            the steady figures). Defaults to `200`.
-        rounds: interleaved rounds. Defaults to `3`.
-        use_cache: read and write the cache. Defaults to `True`.
-        refresh: measure again, and cache what it finds in place of the cached answer.
-            Defaults to `False`.
-        progress: called with a line per run. Defaults to printing to stderr.
-        timeout_s: the longest one run may take. Defaults to `900`.
-        runner: runs one contender on the given target (the shared initial weights in its
-            config) and returns its :class:`Figures` or a ``ChildResult`` (default: a fresh
-            ``python -m toolkit._child`` process).
-        candidates: the contenders, the defaults first (default: :func:`contenders`); given,
-            nothing is cached.
-        budget_s: seconds the rounds may take: after the first round, a run that would end
-            past it (judged by the median run so far) is not started. Defaults to no limit.
+        target: a :class:`Target`, a recipe name, ``"module:function"`` or the function itself.
+        backends: the backends to compare (default: every installed one).
+        steps: training steps per run (the first execution and the warm-up are left out).
+        rounds: interleaved rounds.
+        use_cache: read and write the cache.
+        refresh: measure again, and cache what it finds.
+        progress: called with a line per run (default: stderr).
+        timeout_s: the longest one run may take.
+        runner: runs one contender and returns its :class:`Figures` or a ``ChildResult`` (default: a
+            fresh ``python -m toolkit._child``).
+        candidates: the contenders, the defaults first; given, nothing is cached.
+        budget_s: seconds the rounds may take: after the first round, a run that would end past it
+            is not started.
 
     Raises:
-        ChooserError: nothing to compare (no backend installed, an unknown one).
-    """
+        ChooserError: nothing to compare (no backend installed, an unknown one)."""
     target = Target.of(target)
     if rounds < 1 or steps < 8:
         raise ChooserError("backends: --rounds must be >= 1 and --steps >= 8")
@@ -476,8 +444,8 @@ def _rounds(
     bar_wanted: bool,
     start: float,
 ) -> int:
-    """:func:`compare`'s interleaved rounds: each contender's run appended to its row, a line
-    (and on a terminal a bar) per run. Returns how many rounds ran (the budget may end them)."""
+    """:func:`compare`'s interleaved rounds, a line (and on a terminal a bar) per run. Returns how
+    many rounds ran."""
     total = rounds * len(rows)
     walls: list[float] = []
     by_contender = {row.contender: row for row in rows}
@@ -535,12 +503,9 @@ def _run_words(run: Run) -> str:
 
 
 def run_steps(steps: int, listed: Sequence[Contender], target: Target) -> int:
-    """How many steps each of `listed` trains in :func:`compare`: the same for all, since
-    their final losses are compared (a contender with 256 steps a call that trained 1280
-    steps, against 200 for the others, ended at a loss 75 % lower and was turned away as
-    computing something else). At least `steps` and 5 calls of the longest call (the first
-    call, a warm-up and timed ones), a whole number of every contender's calls (its
-    candidate's steps per call: its settings over `target`'s config)."""
+    """How many steps each of `listed` trains: the same for all, since their final losses are
+    compared. At least `steps` and 5 calls of the longest call, a whole number of every
+    contender's calls."""
     own = {k: target.config[k] for k in SEARCHED if target.config.get(k) is not None}
 
     def per_call(c: Contender) -> int:
@@ -557,11 +522,9 @@ def _common_length(steps: int, calls: Sequence[int]) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Searched:
-    """What a backend's ``tune`` search in a fresh process answered (its JSON: a
-    ``TuneResult.to_dict()`` and the batch size), as :func:`tune_across` reads it: the pick,
-    the defaults it was judged against (its first trial; None: none ran), the search's
-    seconds, the defaults' trial (seconds and examples/s), the batch size, and each untried
-    candidate's search budget that would have tried it (``engine.Untried.budget_s``)."""
+    """What a backend's ``tune`` search in a fresh process answered, as :func:`tune_across` reads
+    it: the pick, the defaults it was judged against, the search's seconds, the defaults' trial,
+    the batch size, and each untried candidate's budget."""
 
     best: Candidate
     defaults: Candidate | None = None
@@ -593,8 +556,7 @@ def _float(value: Any) -> float | None:
 
 
 def _untried_s(untried: Any) -> tuple[float, ...]:
-    """Each ``engine.Untried.to_dict()``'s budget that would have tried it (a malformed one:
-    left out)."""
+    """Each untried candidate's budget that would have tried it (malformed ones left out)."""
     needed = []
     for u in untried if isinstance(untried, list) else []:
         try:
@@ -607,10 +569,9 @@ def _untried_s(untried: Any) -> tuple[float, ...]:
 
 
 def tuned_settings(search: Searched) -> tuple[tuple[str, Any], ...]:
-    """The settings of a search's winner, as ``(name, value)`` pairs; ``()`` when the winner
-    is the search's defaults (its first trial): the same run as the backend's plain
-    contender, which must not stand in the final twice (two identical contenders in fresh
-    processes can measure far apart: a pick between them would be a pick of noise)."""
+    """The settings of a search's winner as ``(name, value)`` pairs; ``()`` when it is the defaults,
+    which must not stand in the final twice (a pick between identical processes is a pick of
+    noise)."""
     if search.defaults == search.best:
         return ()
     return tuple((k, v) for k, v in search.best.values().items() if v is not None)
@@ -626,15 +587,11 @@ def tune_across(
     progress: Callable[[str], Any] | None = None,
     timeout_s: float = 900.0,
 ) -> BackendsResult:
-    """The backend as one more axis of ``tune``: each contender (backend × device) runs its own
-    ``tune`` search in a fresh process (at most half of `budget_s`, shared equally, less what
-    one round of the final is estimated to need: :func:`search_share`), then every
-    contender with Keras's default settings (the defaults among them: always a candidate) and
-    every contender's tuned winner meet head to head in :func:`compare`'s interleaved rounds
-    (same data, same initial weights; the rest of the budget), and :func:`choose`'s
-    never-slower rule picks. A backend's Keras defaults stay in the final: a search's one
-    window can prefer settings that lose head to head in fresh processes.
-    """
+    """The backend as one more axis of ``tune``: each contender runs its own ``tune`` search in a
+    fresh process (at most half of `budget_s`, shared: :func:`search_share`), then every
+    contender's Keras defaults and tuned winner meet in :func:`compare`'s rounds, and
+    :func:`choose`'s never-slower rule picks. The defaults stay in the final: a search's one
+    window can prefer settings that lose head to head."""
     from toolkit.search.tune import check_budget
 
     target = Target.of(target)
@@ -667,11 +624,8 @@ def tune_across(
 
 
 class _Searches:
-    """:func:`tune_across`'s searches, one fresh process per contender, each given its share
-    of the budget as it starts (:func:`search_share`): what is left of the searches' part,
-    shared by the searches still to run, less what a child spends outside its search
-    (measured on the ones before). The budget holds whatever the device probes, the earlier
-    children and the final's least round take."""
+    """:func:`tune_across`'s searches, one fresh process per contender, each given its share of the
+    budget as it starts (:func:`search_share`)."""
 
     def __init__(
         self,
@@ -728,10 +682,8 @@ class _Searches:
 def untried_budget(
     needed: Sequence[float], share: float, budget_s: float
 ) -> tuple[int, int] | None:
-    """``(how many, the --tune_budget that tries them)`` of what a backend's search left
-    untried (each one's search budget that would have tried it, :attr:`Searched.untried_s`):
-    its search share grown to what the costliest needed, the whole budget in proportion, in
-    tens of seconds. None: nothing left."""
+    """``(how many, the --tune_budget that tries them)`` of what a backend's search left untried, in
+    tens of seconds; None: nothing left."""
     if not needed or share <= 0:
         return None
     return len(needed), 10 * math.ceil(budget_s * max(needed) / share / 10)
@@ -747,14 +699,9 @@ def search_share(
 ) -> float:
     """The ``--tune_budget`` of the next backend's search in :func:`tune_across`.
 
-    The searches get at most half of `budget_s`, and never the time one round of the final
-    needs: `finalists` runs (a backend's defaults and its tuned winner each) at the median of
-    `runs` (each search's estimate of one final run, :func:`final_run_estimate`), with
-    :data:`FINAL_MARGIN` to spare (a final run also times more steps than the trial). What is left
-    is shared by the `searches_left`, less what a child spends outside its search (the median
-    of `overheads`: start-up, data, report). Never below 1 s: a search then measures the
-    defaults alone.
-    """
+    The searches get at most half of `budget_s`, less what one final round needs (`finalists` runs
+    at the median of `runs`, with :data:`FINAL_MARGIN`). The rest is shared by `searches_left`, less
+    a child's time outside its search (median of `overheads`). Never below 1 s."""
     final_round = statistics.median(runs) * finalists * FINAL_MARGIN if runs else 0.0
     searching = min(budget_s * 0.5, budget_s - final_round)
     overhead = statistics.median(overheads) if overheads else 0.0
@@ -762,12 +709,9 @@ def search_share(
 
 
 def final_run_estimate(found: Searched, wall_s: float, steps: int = DEFAULT_STEPS) -> float | None:
-    """Seconds one fresh-process run of the final will take for this contender, from its
-    search's child: the child's time outside its search (start-up, data, report) plus the
-    search's first trial (the defaults: build, compile, one window), plus, where the winner's
-    calls make every final run longer than `steps` (:func:`run_steps`), the defaults' steps
-    beyond it (from the batch size the child reports, ``batch_size``). None when the search
-    did not say."""
+    """Seconds one final run will take for this contender: the child's time outside its search plus
+    the defaults' first trial, plus the extra steps the winner's calls force. None when the
+    search did not say."""
     if found.seconds is None or found.first_s is None:
         return None
     run = max(wall_s - found.seconds, 0.0) + found.first_s
@@ -784,13 +728,10 @@ def why_slower(
     timeout_s: float = 900.0,
     runner: Callable[[Contender, Target], Any] | None = None,
 ) -> tuple[Any, Any, Any] | None:
-    """Why the slowest backend of `result` is slower than the fastest: each one's step taken
-    apart in a fresh process (``toolkit.anatomy``, `steps` steps traced) and the two diffed
-    (``toolkit.core._anatomy.contrast``), the slower one's fix named where its seam has one.
-    Returns ``(contrast, fastest's anatomy, slowest's anatomy)``, or None where fewer than
-    two backends ran. An anatomy that could not be taken is returned as it is (its error
-    said), and no contrast is drawn from it. `runner` ``(contender, target)`` returns its
-    ``Anatomy`` (default: a fresh process's)."""
+    """Why the slowest backend of `result` is slower than the fastest: each one's step taken apart
+    in a fresh process (``toolkit.anatomy``) and the two diffed, the slower one's fix named where
+    its seam has one. Returns ``(contrast, fastest's, slowest's)`` anatomy, or None with fewer
+    than two backends; an anatomy that failed is returned with no contrast."""
     from toolkit.core._anatomy import Anatomy, contrast
 
     ran = [row for row in result.rows if row.ok()]

@@ -1,44 +1,26 @@
 """Input-bound or compute-bound? Three measured rates and a verdict, with advice.
 
-:func:`diagnose` takes either a recipe's Task with a TrainConfig, or *your own* compiled Keras
-model with *your own* batched ``tf.data`` pipeline (or ``(x, y)`` arrays), and measures, in
-steps (batches) per second:
+:func:`diagnose` takes a recipe's Task with a TrainConfig, or *your own* compiled Keras model with
+*your own* batched ``tf.data`` pipeline (or ``(x, y)`` arrays), and measures, in steps per second:
 
-* **input**: the training input pipeline alone, batches pulled as fast as it makes them
-  (``toolkit.data.benchmark``), first batch apart;
-* **compute**: the training step alone, on one batch repeated (a Task: the runner's
-  ``use_synthetic_data``, one random batch of the real spec; your model: the first batch of
-  your pipeline, cached): the upper bound for this model, here, with these settings;
+* **input**: the input pipeline alone, as fast as it makes batches, first batch apart;
+* **compute**: the training step alone on one batch repeated: the upper bound for this model, here,
+  with these settings;
 * **fit**: the real ``fit`` on the real pipeline.
 
-With your own model and pipeline, exactly that pipeline is measured (its maps, its batching,
-its prefetch) and your model's weights and optimizer state are restored afterwards. The
-pipeline a diagnosis measured is named in its output (``measured pipeline: ...``).
+With your own model, exactly your pipeline is measured, and your model's weights and optimizer state
+are restored afterwards.
 
-:func:`classify` turns the rates into a verdict (pure, tested with injected rates):
-input-bound when the pipeline alone can't keep up with the step, or when the real fit runs
-slower than the step alone (the input as the fit reads it holds the step back, where it could
-cost that much), compute-bound when the pipeline has headroom and the fit keeps up (at least
-0.9× the step alone) or lost more than its input could cost, balanced between (the two within
-the margin, or a fast pipeline whose fit runs 0.8–0.9× the step).
-A fourth finding, *overlap*, flags a fit slower than both of its parts (input and step not
-overlapping, or per-step overhead). ``toolkit.search.advice`` draws concrete advice from
-what was measured and what the input is (Python generators, sequential maps, no cache, no
-prefetch, per-example maps; or the Keras adapter that reads your data: a PyDataset's workers,
-a Grain pipeline's), the step time, the settings and the devices. Where a cached tune search
-measured this workload on this machine (tune's own cache key), a setting it measured and did
-not pick is not advised: one line says what it measured instead. No profiler is needed, so it
-works on Metal too.
+:func:`classify` turns the rates into a verdict (pure, tested with injected rates): input-bound,
+compute-bound or balanced; *overlap* flags a fit slower than both its parts.
+``toolkit.search.advice`` draws concrete advice from what was measured and what the input is. A
+setting a cached tune search measured here and did not pick is not advised. No profiler is needed,
+so it works on Metal too.
 
-A second opinion, where XProf is installed (the ``[profile]`` extra): a short fit of its
-own runs :data:`TRACE_STEPS` steps under the profiler, with step markers, after the timed
-fit (so no trace edge's wait for the device falls in a timed window), and XProf's own
-reading of that trace (the share of step time spent waiting for input, and its verdict) is
-stated beside the rates' verdict;
-:func:`second_opinion` says whether the two agree, and why they may not. The rates compare what
-the pipeline and the step *can* do apart; XProf sees what a few steps of the real fit waited
-for, which prefetching hides and which a host busy with both hides less.
-"""
+Where XProf is installed, a short fit of its own runs :data:`TRACE_STEPS` steps under the profiler
+after the timed fit, and XProf's reading (the step time spent waiting for input, and its verdict) is
+stated beside the rates'; :func:`second_opinion` says whether they agree, and why they may not
+(prefetching hides waits from XProf)."""
 
 from __future__ import annotations
 
@@ -109,19 +91,17 @@ class Diagnosis:
     xprof: SecondOpinion | None = None  # XProf's reading of a trace of the fit, if taken
     python: bool = False  # your own model (diagnose(model, data)): advice in Python, not flags
     own_compile: OwnCompile | None = None  # its class's own compile: said where it passes them
-    # A whole run's ledger handed in (``ledger=``): where that run's time went, and its fixes
-    # with the seconds each would save (``toolkit.report._ledger``).
+    # A whole run's ledger handed in (``ledger=``): where that run's time went, and its fixes.
     ledger: Ledger | None = None
     # The same trace taken apart (``toolkit.anatomy``'s record), where XProf read it.
     anatomy: Anatomy | None = None
-    # How far two runs of one window differed here (a share; None: one run each), and why
-    # the verdict is uncertain ("" where it is not: :func:`consistency`).
+    # How far two runs of one window differed (None: one run each), and why the verdict is
+    # uncertain.
     noise: float | None = None
     uncertain: str = ""
 
     def section(self) -> DiagnosisSection:
-        """What the run's report keeps of it: the advice and the ledger as this diagnosis's
-        reader reads them."""
+        """What the run's report keeps of it: the advice and the ledger."""
         return DiagnosisSection(
             self.input_rate, self.compute_rate, self.fit_rate, self.verdict, self.overlap_ok,
             tuple(self.advice_lines()), self.batch_size, self.steps, self.pipeline, self.xprof,
@@ -135,8 +115,8 @@ class Diagnosis:
         return self.section().to_dict()
 
     def advice_lines(self) -> list[str]:
-        """Each piece of advice spelled for who asked: Python for your own model
-        (``diagnose(model, data)``), flags for a recipe."""
+        """Each piece of advice spelled for who asked: Python for your own model, flags for a
+        recipe."""
         spell = functools.partial(as_python, own=self.own_compile) if self.python else as_flags
         return [a.spelled(spell) if isinstance(a, Advice) else str(a) for a in self.advice]
 
@@ -169,39 +149,30 @@ class Diagnosis:
         return out
 
     def __str__(self) -> str:
-        # Folded to the terminal's width (COLUMNS first), where stdout is one: a print in a
-        # script then never wraps mid-word; in a notebook or a log, one line per finding.
+        # Folded to the terminal's width where stdout is one; in a notebook or a log, one line per
+        # finding.
         return terminal.fit("\n".join(self.lines()), terminal.width())
 
 
 def classify(
     input_rate: float, compute_rate: float, fit_rate: float, margin: float = MARGIN
 ) -> tuple[str, bool]:
-    """``(verdict, overlap_ok)`` from the three rates (any common unit, e.g. steps/s):
-    input-bound when the pipeline alone is slower than the step alone, or when the real fit
-    is (its input as the fit reads it costs the step); compute-bound when the pipeline has
-    headroom and the fit keeps up with the step (within half the margin); balanced between:
-    a fit 0.8–0.9× the step alone loses a tenth to a fifth of its time to its input, and
-    both sides are worth speeding up.
+    """``(verdict, overlap_ok)`` from the three rates (any common unit): input-bound when the
+    pipeline alone, or the real fit, is slower than the step alone; compute-bound when the
+    pipeline has headroom and the fit keeps up (within half the margin); balanced between (a fit
+    0.8–0.9× the step alone).
 
-    Beside a pipeline with headroom (more than the margin faster than the step), a fit's
-    shortfall is put down to its input only where the input could cost that much: at most
-    `INPUT_COST_BOUND` times the pipeline's own time per batch (its threads share the
-    step's cores). A fit that trails its step by more than that lost the time elsewhere (a
-    busy machine over the fit's window, the fit's own per-step work): the step is still
-    what limits, so it is compute-bound, its overlap is not in question, and the advice says
-    where the time went.
+    Beside a pipeline with headroom, a fit's shortfall is put down to its input only up to
+    `INPUT_COST_BOUND` times the pipeline's own time per batch; a fit trailing by more lost the time
+    elsewhere (load, per-step work), so it is compute-bound.
 
     Raises:
-        ValueError: a rate that is not positive.
-    """
+        ValueError: a rate that is not positive."""
     for name, rate in (("input", input_rate), ("compute", compute_rate), ("fit", fit_rate)):
         if not rate > 0:
             raise ValueError(f"{name} rate must be > 0, got {rate}")
-    # The step-alone run is a real fit too, on one batch repeated: a real fit that runs
-    # slower than it by more than the margin is held back by its input as the fit reads it
-    # (the pipeline sharing the cores with the step, or not overlapping it), where that
-    # input could cost it the time lost.
+    # The step alone is a real fit on one batch repeated: a real fit slower by more than the margin
+    # is held back by its input, where that input could cost the time lost.
     input_could_cost = 1 / fit_rate - 1 / compute_rate <= INPUT_COST_BOUND / input_rate
     headroom = input_rate > compute_rate * (1 + margin)
     shortfall_is_input = input_could_cost or not headroom
@@ -226,15 +197,10 @@ def consistency(
     noise: float | None,
     margin: float = MARGIN,
 ) -> str:
-    """Why the three rates cannot carry a verdict ("" where they can). The step alone, on
-    one cached batch, bounds the real fit: a fit faster than it by more than the runs'
-    `noise` (how far two runs of one window differed, a share; half the margin at least)
-    says the machine's load moved between the windows. And a verdict drawn from the fit's
-    gap to the step alone alone (the pipeline alone keeps up) means nothing where that gap
-    lies inside the noise. Either is said as :data:`UNCERTAIN`, never as a verdict with
-    advice (a fit 1.47× its "step alone", and a "balanced" from a 17 % gap on a machine
-    whose runs moved by more, were both advised on before). So is a fit faster than the
-    pipeline that feeds it (an input-bound verdict with pipeline advice was given so)."""
+    """Why the rates cannot carry a verdict ("" where they can): a fit faster than the step alone by
+    more than the runs' `noise` (the load moved between windows); a verdict drawn only from the
+    fit's gap to the step alone where that gap lies inside the noise; a fit faster than its own
+    pipeline. Each is said as :data:`UNCERTAIN`, never a verdict with advice."""
     ratio, swing = fit_rate / compute_rate, max(noise or 0.0, margin / 2)
     if ratio > 1 + swing:
         return (
@@ -242,10 +208,8 @@ def consistency(
             "load moved between the windows"
         )
     outran = fit_rate / input_rate
-    # A fit well below the step alone that outran its pipeline by less than twice the margin
-    # read what the window left untimed (its buffers filled while the step compiled, a
-    # PyDataset's read between epochs): the pipeline bounds it still (planted input-bound
-    # fits: 1.10× on a tf.data map, 1.14-1.22× on a PyDataset of 100 ms batches).
+    # A fit well below the step alone that outran its pipeline by under twice the margin read what
+    # the window left untimed (buffers filled during the compile): the pipeline bounds it still.
     buffered = fit_rate < compute_rate * (1 - margin) and outran <= 1 + 2 * margin
     if outran > 1 + swing and not buffered:  # a keras.io FeatureSpace model: 2.1×, at the step
         return (
@@ -278,10 +242,9 @@ _CONTRADICTS = {
 def second_opinion(
     verdict: str, analysis: TraceAnalysis | None, pipeline_slower: bool = True
 ) -> SecondOpinion:
-    """XProf's reading of a trace of the fit (``toolkit.report.trace.read_trace``) set beside
-    the rates' `verdict`: whether the two agree, in one line that says why they may differ.
-    `pipeline_slower`: the pipeline alone was slower than the step alone (an input-bound
-    verdict without it came from the real fit trailing the step alone)."""
+    """XProf's reading of a trace of the fit set beside the rates' `verdict`: whether they agree, in
+    one line saying why they may differ. `pipeline_slower`: the pipeline alone was slower than
+    the step alone."""
     analysis = analysis or TraceAnalysis()
     theirs, share = analysis.verdict, analysis.input_percent
     if theirs is None or share is None:
@@ -329,8 +292,8 @@ def second_opinion(
 
 @contextlib.contextmanager
 def _fit_trace(start_step: int, steps: int) -> Iterator[list[Any]]:
-    """Callbacks that trace `steps` steps of a fit from `start_step`, in a directory removed
-    afterwards; none where XProf, which reads the trace, is not installed."""
+    """Callbacks that trace `steps` steps of a fit from `start_step` in a directory removed
+    afterwards; none without XProf."""
     from toolkit.profiling.anatomy import AnatomyWindow
 
     if extras.note_missing("profile", "diagnose: no XProf cross-check", needs=("xprof",)):
@@ -342,8 +305,8 @@ def _fit_trace(start_step: int, steps: int) -> Iterator[list[Any]]:
 
 
 def _read_trace(callbacks: list[Any], steps_per_execution: int) -> TraceAnalysis | None:
-    """What the trace `_fit_trace`'s callbacks took says (``toolkit.report.trace``), read
-    before its directory goes away; None when no trace was taken."""
+    """What the trace `_fit_trace` took says, read before its directory goes; None when none was
+    taken."""
     from toolkit.report.trace import read_trace
 
     if not callbacks:
@@ -380,8 +343,8 @@ def _window(rate: float) -> int:
 
 
 def _input_alone(work: Any, dataset: Any, batches: int) -> tuple[Any, str | None]:
-    """The input alone, `batches` of it, as the backend's fit reads it (Keras's own adapter;
-    None for the words where the pipeline itself is read): ``(benchmark result, words)``."""
+    """The input alone, `batches` of it, as the backend's fit reads it: ``(benchmark result,
+    words)``."""
     from toolkit.data import benchmark
 
     read = work.input_batches()
@@ -405,8 +368,7 @@ def _faster(a: Any, b: Any) -> Any:
 
 
 def _spread(a: Any, b: Any) -> float | None:
-    """How far two runs of one window differed: the slower's mean step over the faster's,
-    less one (None: either timed nothing)."""
+    """How far two runs of one window differed: the slower's mean step over the faster's, less 1."""
     if not (a.steps.timed_steps and b.steps.timed_steps and a.steps.mean_s and b.steps.mean_s):
         return None
     slow, fast = sorted((a.steps.mean_s, b.steps.mean_s), reverse=True)
@@ -435,36 +397,28 @@ def diagnose(
     """Measures the input pipeline alone, the step alone and the real fit; returns the verdict.
 
     ``diagnose(task, config)`` diagnoses a recipe's Task as the runner would train it;
-    ``diagnose(model, data)`` diagnoses your own compiled Keras model on your own batched
-    ``tf.data`` pipeline (or ``(x, y)`` arrays, batched by ``config.batch_size``), and puts
-    back its weights and optimizer state afterwards.
+    ``diagnose(model, data)`` your own compiled model on your own batched data, putting back its
+    weights and optimizer state afterwards.
 
     Args:
         target: a ``toolkit.runner.train.Task``, or a compiled Keras model.
-        data: with a model, its training data (required); with a Task, a TrainConfig may
-            stand here for `config`.
-        config: with a Task, the ``TrainConfig`` to diagnose (device, precision, batch
-            size...). Defaults to ``TrainConfig()``.
-        steps: steps (and batches) per measurement, after the warm-up. Defaults to `None`:
-            60, or more where 60 would take under ``MIN_WINDOW_S`` at the step's rate (a
-            short window does not hold still on a shared machine); a number you give is
-            used as it is.
-        devices_found: the devices present (defaults to ``toolkit.devices.detect()``).
-        ledger: a whole run of this model, as a StepTimer that timed its fit, a RunReport or
-            its ``ledger``: the diagnosis then also says where that run's time went and
-            what each fix would save over it (a diagnosis's own short fits cannot: they
-            have no epochs, validation or callbacks). Defaults to `None`.
-        class_weight: with your model, ``{class index: weight}`` as ``fit`` takes it: every
-            fit the diagnosis runs weighs its batches with it. Defaults to `None`.
+        data: with a model, its training data (required); with a Task, a TrainConfig may stand here
+            for `config`.
+        config: with a Task, the ``TrainConfig`` to diagnose.
+        steps: steps per measurement after the warm-up (default: 60, or more where 60 would take
+            under ``MIN_WINDOW_S``).
+        devices_found: the devices present (default: ``toolkit.devices.detect()``).
+        ledger: a whole run of this model (a StepTimer that timed its fit, a RunReport or its
+            ledger): the diagnosis then says where that run's time went and what each fix would
+            save.
+        class_weight: with your model, ``{class index: weight}`` as ``fit`` takes it.
 
     Raises:
-        toolkit.runner.train.SetupError: a setting or data that cannot work.
-    """
+        toolkit.runner.train.SetupError: a setting or data that cannot work."""
 
     # Refused before any stage runs (a stage of `steps=0` failed only after the first ran).
     check_number(argument("diagnose", "steps"), steps, integer=True, least=1)
-    # The step alone first: a Task's workload selects the device before anything else starts
-    # TensorFlow's runtime.
+    # The step alone first: a Task's workload selects the device before TensorFlow's runtime starts.
     auto, steps = steps is None, DEFAULT_STEPS if steps is None else steps
     with workload(target, data, config, class_weight=class_weight) as work:
         measured = _Measurements(work, steps)
@@ -481,8 +435,7 @@ def diagnose(
 
 @dataclasses.dataclass(frozen=True)
 class _Windows:
-    """The timed fits' lengths, in steps: the step alone's and the real fit's; `probe`: the
-    step alone's first run only sized them, so it is measured twice more and not kept."""
+    """The timed fits' lengths in steps; `probe`: the step alone's first run only sized them."""
 
     alone_total: int
     fit_total: int
@@ -490,9 +443,8 @@ class _Windows:
 
 
 class _Measurements:
-    """A diagnosis's measurements of one workload, one phase per method, called in the order
-    :func:`diagnose` takes them: each phase reads what the ones before it measured (the
-    windows are sized from the first two rates), so their state is kept here, not passed."""
+    """A diagnosis's measurements of one workload, one phase per method in :func:`diagnose`'s order:
+    each phase reads what the ones before measured, so their state is kept here."""
 
     def __init__(self, work: Any, steps: int) -> None:
         self.work, self.steps = work, steps
@@ -526,12 +478,10 @@ class _Measurements:
         return _Windows(self.total, self.total)
 
     def windows(self) -> _Windows:
-        """Windows sized from the two rates measured alone, long enough to hold still on a
-        shared machine; the input alone is measured again where its window grew."""
-        # Windows long enough to hold still on a shared machine (unless you gave `steps`):
-        # 40 steps of a 4 ms step are 0.16 s, and one scheduler hiccup in either of two such
-        # windows moved a fit from 0.92× the step alone to 0.71×. Each part is measured again
-        # over MIN_WINDOW_S at its own measured rate, the real fit at the slower of the two.
+        """Windows sized from the two rates measured alone, long enough to hold still on a shared
+        machine."""
+        # Windows long enough to hold still on a shared machine (unless you gave `steps`): each part
+        # is measured again over MIN_WINDOW_S at its own rate, the real fit at the slower one.
         steps, warmup, per_call = self.steps, self.warmup, self.per_call
         if not (self.compute.steps.timed_steps and self.compute.steps.mean_s):
             return self.unsized()
@@ -545,32 +495,28 @@ class _Measurements:
         return _Windows(alone_total, whole_calls(warmup + 1 + fit_steps, per_call), probe)
 
     def real_fit_then_both_again(self, windows: _Windows) -> None:
-        """3/3: the real fit, then the step alone and the real fit again, now warm; each
-        keeps its faster run."""
+        """3/3: the real fit, then the step alone and the real fit again, now warm; each keeps its
+        faster run."""
         work, warmup = self.work, self.warmup
         alone_total, fit_total = windows.alone_total, windows.fit_total
         say(f"diagnose: 3/3 the real fit, {fit_total} steps, then both again")
         fit = work.fit(steps=fit_total, warmup=warmup)
-        # The step alone and the real fit once more each, now that the process is warm: a
-        # first fit's steps after its compile still run cold (JAX's step alone ran at 0.44×
-        # of a later run's). Each keeps its faster run, so the two are compared as warm.
+        # Once more each, now warm: a first fit's steps after its compile still run cold.
         again = work.fit(steps=alone_total, warmup=warmup, one_batch=True)
         first = again if windows.probe else self.compute
         fit_again = work.fit(steps=fit_total, warmup=warmup)
         if windows.probe:  # the first only sized the windows: the faster of two, as the fit's
             again = work.fit(steps=alone_total, warmup=warmup, one_batch=True)
         self.compute, self.fit = _faster(first, again), _faster(fit, fit_again)
-        # The machine's noise, as these windows met it: how far each warm pair's runs differed
-        # (the process's first step-alone run is cold: 0.44× a later one's on JAX).
+        # The machine's noise: how far each warm pair's runs differed.
         warm = [(fit, fit_again), *([(first, again)] if windows.probe else [])]
         spreads = [s for s in (_spread(a, b) for a, b in warm) if s is not None]
         self.noise = max(spreads, default=None)
 
     def xprof_trace(self) -> None:
         """XProf's reading of a few traced steps of a fit (None where XProf is missing)."""
-        # XProf's reading comes from a short fit of its own: the trace's edges wait for the
-        # device, and in the timed fit that wait would leave the queued steps' device time
-        # out of the timed window where the host runs ahead (JAX: 1.3× the fit's real rate).
+        # XProf's reading comes from a short fit of its own: the trace's edges wait for the device,
+        # which in the timed fit would leave queued device time out of the window.
         work, per_call = self.work, self.per_call
         traced = whole_calls(TRACE_STEPS, per_call)
         start = 3 * per_call  # its step functions are built again under the anatomy's scopes
@@ -579,9 +525,8 @@ class _Measurements:
                 work.fit(steps=start + traced, warmup=0, callbacks=tracing)
             self.trace = _read_trace(tracing, work.defaults().steps_per_execution)
             if tracing:
-                # Read as profile() reads its window: the profiler's own cost taken out against
-                # the real fit's untraced step, so the phases are the step the rates measured
-                # (the raw trace's shares put an LSTM's 30.5 ms traced step beside its 10.1 ms).
+                # Read as profile() reads its window: the profiler's own cost taken out against the
+                # real fit's untraced step.
                 untraced = self.fit.steps.p50_s if self.fit is not None else None
                 self.anatomy = reconcile(
                     tracing[0].anatomy(untraced_s=untraced or None, device=work.device.human_name)
@@ -617,8 +562,7 @@ class _Measurements:
 
 
 def ledger_of(run: Any) -> Ledger | None:
-    """The ledger of `run`: a StepTimer that timed a fit, a RunReport, or a ledger already
-    (a record, or its JSON); its fixes are worked out from it where it is shown."""
+    """The ledger of `run`: a StepTimer, a RunReport, or a ledger (record or JSON)."""
     if run is None:
         return None
     if isinstance(run, (Ledger, Mapping)):
@@ -638,8 +582,8 @@ def ledger_of(run: Any) -> Ledger | None:
 
 
 def _tuned(work: Any) -> Tuned | None:
-    """What a cached tune search measured for this workload on this machine (under tune's
-    own key: the same model, input, backend, device and machine); None: nothing cached."""
+    """What a cached tune search measured for this workload on this machine (tune's own key); None:
+    nothing."""
     from toolkit.search import tune
 
     try:
@@ -650,10 +594,9 @@ def _tuned(work: Any) -> Tuned | None:
 
 
 def _own_layers(model: Any) -> tuple[str, ...]:
-    """The classes of `model`'s layers that its user wrote (by where their code lives, as
-    :func:`toolkit.core.errors.written_by_user` tells a traceback's frames), each once, in
-    the model's order: the tensors such a layer makes itself (``keras.random.normal``,
-    ``ops.ones``) are float32 under a mixed-precision policy unless it says otherwise."""
+    """The classes of `model`'s layers that its user wrote, each once, in the model's order: tensors
+    such a layer makes itself are float32 under a mixed-precision policy unless it says
+    otherwise."""
     import inspect
 
     from toolkit.core.errors import written_by_user
@@ -668,8 +611,7 @@ def _own_layers(model: Any) -> tuple[str, ...]:
     if flatten is None:
         return ()
     layers = [x for x in flatten(include_self=False, recursive=True) if theirs(type(x))]
-    # A class all of whose layers were tried under the policy and make no float32 is not
-    # named (keras.io's ViT: Patches and PatchEncoder train unchanged under it).
+    # A class whose layers all make no float32 under the policy is not named.
     cleared = {type(x).__name__ for x in layers}
     for layer in layers:
         if _makes_float32(layer) is not False:
@@ -681,11 +623,9 @@ MIXED = "mixed_bfloat16"  # the policy a layer is tried under (float16 has few C
 
 
 def _makes_float32(layer: Any) -> bool | None:
-    """Whether `layer`, made anew from its config under :data:`MIXED` (as the global policy,
-    so the layers it makes inside follow it, as they would) and called alone as the model
-    called it, on inputs of the policy's compute dtype, fails or returns a float32 tensor.
-    None: it cannot be tried alone (no symbolic call to copy, as in a subclassed model, no
-    config, or its call fails in float32 too: something other than the policy)."""
+    """Whether `layer`, made anew from its config under :data:`MIXED` and called alone as the model
+    called it, fails or returns a float32 tensor. None: it cannot be tried alone, or fails in
+    float32 too."""
     keras = compat.keras()
     try:
         node = layer._inbound_nodes[0]
@@ -757,10 +697,9 @@ def _conclude(
     own_layers: tuple[str, ...] = (),
     unjitted_by: tuple[str, ...] = (),
 ) -> Diagnosis:
-    """The verdict and advice from the measured rates; `trace` is what a trace of the fit
-    said (None: none was taken); `python`: your own model, its advice said in Python;
-    `tuned`: what a cached tune search measured here (its losers are not advised);
-    `noise`: how far two runs of one window differed; the rest: as :class:`Facts`'."""
+    """The verdict and advice from the measured rates; `trace`: what a trace said; `python`: advice
+    in Python; `tuned`: a cached tune search's findings; `noise`: the runs' spread; the rest as
+    :class:`Facts`'."""
     compute_rate, fit_rate = _rate(compute), _rate(fit)
     verdict, overlap_ok = classify(input_rate, compute_rate, fit_rate)
     if uncertain := consistency(input_rate, compute_rate, fit_rate, noise):

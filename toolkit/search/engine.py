@@ -1,17 +1,10 @@
-"""The search engine: candidates and spaces (derived from the settings table), the search,
-and the never-slower choice. Framework-free: it measures through a function it is handed, so
-every rule here is tested with injected clocks and rates (tests/test_engine.py). The
-head-to-head rounds that settle a pick are ``toolkit.search.rounds``.
+"""The search engine: candidates and spaces (derived from the settings table), the search, and the
+never-slower choice. Framework-free: it measures through a function it is handed, so every rule
+is tested with injected clocks.
 
-Two front ends drive it. ``toolkit.search.tune`` searches settings in one process
-(:class:`Candidate` over a :class:`Space`, :func:`search`, then ``rounds.confirm``);
-``toolkit.search.chooser`` compares backends in fresh processes (its contenders run through
-``rounds.interleaved_rounds`` and are judged by ``rounds.decide``). What they share lives once:
-:data:`MIN_GAIN`, the one minimum gain: a pick must beat the defaults by more than it, head to
-head, or the defaults stay, so a measured choice is never slower than not choosing.
-
-The results are cached by the front ends in ``toolkit.core.cache`` (the one keyed cache).
-"""
+``toolkit.search.tune`` searches settings in one process (:func:`search`, then ``rounds.confirm``);
+``toolkit.search.chooser`` compares backends in fresh processes. They share :data:`MIN_GAIN`: a pick
+must beat the defaults by more than it, head to head, or the defaults stay."""
 
 from __future__ import annotations
 
@@ -43,35 +36,28 @@ __all__ = [
 ]
 
 FINALISTS = 3  # the search's fastest candidates measured again against the defaults
-# The first jit_compile candidate's compile (XLA; on PyTorch, torch.compile), unknown until
-# one ran, is expected to take this many times the longest compile measured without (a graph
-# trace): on TensorFlow on 2 cores XLA took 1.6-4.0× the graph's first call (an MLP 1.86 s
-# against 0.47 s, a CNN 2.70 s against 0.79 s, an LSTM 3.10 s against 1.81 s). Its window is
-# expected to take what the others' did. A first call cannot be stopped, so the estimate errs
-# long. Where no compile was measured, the whole first XLA run is taken as XLA_FIRST_COST
-# times the slowest candidate's.
+# The first XLA (or torch.compile) candidate's compile, unknown until one ran, is expected to take
+# this many times the longest compile measured without (XLA took 1.6-4× a graph trace's first call
+# on TensorFlow). A first call cannot be stopped, so the estimate errs long. With no compile
+# measured, the first XLA run is XLA_FIRST_COST times the slowest candidate's.
 XLA_COMPILE_FACTOR = 4.0
 XLA_FIRST_COST = 3.0
-# A candidate whose whole window does not fit what is left of the budget is measured over a
-# shorter one where one of at least this share of the others' windows fits after its compile
-# (its rate is noisier: the head-to-head rounds measure it again if it leads); otherwise it is
-# left untried, and the result says so with the budget that would try it.
+# A candidate whose window does not fit the budget left is measured over a shorter one where at
+# least this share of the others' windows fits; otherwise it is left untried, and the result says
+# so.
 SAMPLE_SHARE = 0.25
-# A pick must leave the run it is applied to at least this many timed calls of the compiled
-# function (after the first and the warm-up): fewer, and its report has no mean to show.
+# A pick must leave its run at least this many timed calls (after the first and the warm-up).
 MIN_TIMED_CALLS = 3
 
 
 @dataclasses.dataclass(frozen=True)
 class RunShape(fields.Record):
-    """The run a pick will be applied to: its epochs, and an epoch's length, fixed
-    (``steps_per_epoch``, ``--train_steps``) or one pass over `examples` at `batch_size`.
+    """The run a pick will be applied to: its epochs, and an epoch's length (fixed, or one pass over
+    `examples` at `batch_size`).
 
-    A loop longer than an epoch cannot run (Keras ends a call with the epoch, so the pick
-    would silently be cut), and a loop whose run is one first call and a warm-up times
-    nothing: 256 steps a call on a 160-step epoch left a tuned run with no timed step. So the
-    search offers, and autotune applies, only what the run can time (:meth:`allows`).
-    Unknown lengths (an endless pipeline) constrain nothing."""
+    A loop longer than an epoch cannot run (Keras ends a call with the epoch), and a run of only a
+    first call and a warm-up times nothing. So the search offers only what the run can time
+    (:meth:`allows`); unknown lengths constrain nothing."""
 
     epochs: int = 1
     steps_per_epoch: int | None = None
@@ -80,8 +66,8 @@ class RunShape(fields.Record):
     warmup_steps: int = DEFAULT_WARMUP_STEPS
 
     def epoch_batches(self, candidate: Any) -> int | None:
-        """Keras batches in one epoch under `candidate` (a fused batch holds
-        ``fused_steps`` steps; a one-pass epoch drops its last partial batch)."""
+        """Keras batches in one epoch under `candidate` (a one-pass epoch drops its last partial
+        batch)."""
         fused = max(1, candidate.fused_steps or 1)
         if self.steps_per_epoch is not None:
             return self.steps_per_epoch // fused
@@ -103,8 +89,8 @@ class RunShape(fields.Record):
         return max(0, calls - 1 - -(-self.warmup_steps // per_call))
 
     def why_not(self, candidate: Any) -> str | None:
-        """Why the run cannot take `candidate` in words; None when it can. One step a call
-        at the config's batch size is the run as it was set: always taken."""
+        """Why the run cannot take `candidate`, in words; None when it can (the config's own always
+        can)."""
         if candidate.per_call == 1 and not candidate.batch_size:
             return None
         fused = max(1, candidate.fused_steps or 1)
@@ -127,9 +113,8 @@ class RunShape(fields.Record):
 
 
 class _Candidate(fields.Record):
-    """One setting of the knobs the search turns: a field per searched setting of the
-    settings table (``toolkit.runner.config.SEARCHED_SETTINGS``), each setting's default, and
-    its label, flags and compile arguments derived from what the table says of it."""
+    """One setting of the knobs the search turns: a field per searched setting of the settings
+    table, with its label, flags and compile arguments derived from the table."""
 
     SEARCHED: tuple[tuple[str, Searched], ...] = ()
 
@@ -148,13 +133,11 @@ class _Candidate(fields.Record):
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], field: str = "candidate") -> Any:
-        """The candidate :meth:`to_dict` wrote (names it does not search are refused), each
-        value of its setting's kind (``TrainConfig``'s annotation; None: the config's own;
-        a count at least 1): a cache file edited by hand or damaged holds JSON of any kind.
+        """The candidate :meth:`to_dict` wrote, each value checked against its setting's kind (a
+        cache file may hold JSON of any kind).
 
         Raises:
-            ValueError: one line naming the field (`field` ``.batch_size``) and its value.
-        """
+            ValueError: one line naming the field and its value."""
         if not isinstance(values, dict):
             raise fields.bad(field, values, "an object")
         unknown = sorted(set(values) - {name for name, _how in cls.SEARCHED})
@@ -171,16 +154,13 @@ class _Candidate(fields.Record):
         return {name: getattr(self, name) for name, how in self.SEARCHED if how.compile_arg}
 
     def apply(self, model: Any) -> None:
-        """Sets these settings' compile arguments in your compiled `model` as ``compile``
-        would, without compiling it again (its next ``fit`` traces its step anew): the way for
-        a model whose class has a ``compile`` of its own, where ``model.compile(...,
-        **compile_kwargs())`` raises ``TypeError`` (keras.io's GAN takes two optimizers). A
-        setting left at None (the model's own) is left as it is."""
+        """Sets these settings' compile arguments in your compiled `model` as ``compile`` would,
+        without compiling again: for a model whose ``compile`` is its own and refuses
+        ``**compile_kwargs()`` (keras.io's GAN). A setting left at None is left as it is."""
         set_model_settings(model, {k: v for k, v in self.compile_kwargs().items() if v is not None})
 
     def flags(self) -> str:
-        """The recipe flags that select these settings, for people to read (a setting left
-        at None: the config's, no flag)."""
+        """The recipe flags that select these settings, for people to read."""
         return as_flags(self.values())
 
     def label(self) -> str:
@@ -205,8 +185,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
 
 
 def _of_kind(value: Any, kind: str) -> bool:
-    """Whether `value` (a candidate's, from JSON) is None or of `kind`, a count at least 1;
-    a kind this check does not know passes."""
+    """Whether `value` (from JSON) is None or of `kind`, a count at least 1 (unknown kinds pass)."""
     if value is None:
         return True
     for name in (part.strip() for part in kind.split("|")):
@@ -228,14 +207,10 @@ def _words(kind: str) -> str:
 
 
 class _Space:
-    """The values each knob may take; the first value of each is the Keras default. A field
-    per searched setting (default: the setting's generic values), and ``max_steps_per_call``:
-    steps in one call at most (steps per execution × fused steps): a call's fixed cost spread
-    over 256 steps is already a few µs a step, and a longer call costs more to measure (one
-    call is the shortest window) than it could gain. Not an axis. And ``run``: the
-    :class:`RunShape` of the run the pick is for (None: unknown): only loops it can time;
-    ``cut``: why, by design, axes here hold the default alone (a clause each, the settings
-    table's ``Searched.cut``)."""
+    """The values each knob may take; the first is the Keras default. A field per searched setting,
+    and: ``max_steps_per_call`` (steps per execution × fused steps at most: longer calls cost
+    more to measure than they gain); ``run``, the :class:`RunShape` the pick is for (None:
+    unknown); ``cut``, why axes here hold the default alone."""
 
     SEARCHED: tuple[tuple[str, Searched], ...] = ()
     CANDIDATE: type = _Candidate
@@ -244,8 +219,7 @@ class _Space:
         return [(name, getattr(self, name)) for name, _how in self.SEARCHED]
 
     def allows(self, candidate: Any) -> bool:
-        """Within ``max_steps_per_call``, and a loop the run it is for can time (`run`, a
-        :class:`RunShape`; None: any)."""
+        """Within ``max_steps_per_call``, and a loop `run` can time (None: any)."""
         run = self.run  # type: ignore[attr-defined]
         if run is not None and not run.allows(candidate):
             return False
@@ -263,9 +237,8 @@ class _Space:
 
 
 def knob_types(searched: Sequence[tuple[str, Searched]]) -> tuple[type, type]:
-    """``(Candidate, Space)`` for a table of searched settings: the search's types are derived,
-    so a setting added to the table (with how it is searched) is a knob everywhere, its label,
-    flags and compile argument included."""
+    """``(Candidate, Space)`` for a table of searched settings: a setting added to the table is a
+    knob everywhere, its label, flags and compile argument included."""
     table = tuple(searched)
     candidate = dataclasses.make_dataclass(
         "Candidate",
@@ -302,10 +275,8 @@ Candidate, Space = knob_types(SEARCHED_SETTINGS)
 
 @dataclasses.dataclass(frozen=True)
 class Untried(fields.Record):
-    """A candidate the budget had no room for: what measuring it was expected to take
-    (``needs_s``, of which ``compile_s`` its first call: None where no compile was measured)
-    and the search's seconds spent when it was left (with ``needs_s``: the search budget that
-    would have started it)."""
+    """A candidate the budget had no room for: what measuring it was expected to take (``needs_s``,
+    of which ``compile_s`` its first call) and the seconds spent when it was left."""
 
     LENIENT = True  # a cached result's: one this version cannot read is left out
 
@@ -361,8 +332,8 @@ def order(trial: Trial) -> tuple[float, int]:
 
 
 def choose(trials: Sequence[Trial], min_gain: float = MIN_GAIN) -> Candidate:
-    """The fastest measured candidate, unless it beats the defaults (``trials[0]``) by no
-    more than `min_gain`: then the defaults (never hand back something slower)."""
+    """The fastest measured candidate, unless it beats the defaults (``trials[0]``) by no more than
+    `min_gain`: then the defaults."""
     defaults = trials[0]
     measured = [t for t in trials if t.examples_per_sec is not None]
     if not measured:
@@ -375,21 +346,16 @@ def choose(trials: Sequence[Trial], min_gain: float = MIN_GAIN) -> Candidate:
     return defaults.candidate
 
 
-# A shorter steps_per_execution is not measured where the per-call overhead (estimated from
-# the defaults and the corner) says it would be slower by more than this: that loop changes
-# no per-step work, so only noise could make it win. (Where the corner's gain came from
-# fused steps alone, the estimate is too high and the longer loop stays: no slower, only
-# handing control back to Python less often.)
+# A shorter steps_per_execution is not measured where the per-call overhead says it would lose by
+# more than this: it changes no per-step work, so only noise could make it win.
 PRUNE_LOSS = 0.04
 
 
 @dataclasses.dataclass(frozen=True)
 class WholeRun(fields.Record):
-    """The defaults and a pick over a whole run of `examples` examples (`steps` steps): each
-    one's compile plus its steps at its rate, in seconds, how much longer the pick's compile
-    is, the step after which that pays for itself (None: it costs no more, or never pays),
-    and whether the pick finishes first. Read back leniently: None for a cache from
-    elsewhere."""
+    """The defaults and a pick over a whole run (`examples`, `steps`): each one's compile plus its
+    steps, the pick's extra compile, the step after which it pays (None: never), and whether the
+    pick finishes first. Read back leniently."""
 
     LENIENT = True
 
@@ -403,10 +369,9 @@ class WholeRun(fields.Record):
 
 
 def whole_run(defaults: Trial, best: Trial, examples: int | None, batch: int) -> WholeRun | None:
-    """The two candidates over a whole run of `examples` examples: each one's compile plus
-    its steps at its rate, and where the faster step's extra compile pays for itself
-    (``break_even_steps``, in steps of `batch`; None where its compile costs no more). None
-    where the run's length or either compile cost is unknown."""
+    """The two candidates over a whole run of `examples`: each one's compile plus its steps, and
+    where the faster step's extra compile pays (``break_even_steps``). None where a length or
+    compile is unknown."""
     if not examples or defaults.examples_per_sec is None or best.examples_per_sec is None:
         return None
     if defaults.compile_s is None or best.compile_s is None:
@@ -423,9 +388,8 @@ def whole_run(defaults: Trial, best: Trial, examples: int | None, batch: int) ->
 
 
 def call_overhead(a: Trial, b: Trial) -> float | None:
-    """Seconds per example a call costs over its steps, from two trials that differ only in
-    their loops (``t = s + o / L`` with L steps a call, t seconds an example); None when
-    the longer loop was not faster (nothing to estimate)."""
+    """Seconds per example a call costs, from two trials differing only in their loops (``t = s + o
+    / L``); None when the longer loop was not faster."""
     la, lb = (t.candidate.per_call for t in (a, b))
     if la == lb or not a.examples_per_sec or not b.examples_per_sec:
         return None
@@ -450,46 +414,34 @@ def search(
 ) -> tuple[list[Trial], list[Untried]]:
     """Loops first, at their longest; then each other knob; then the loops shorter.
 
-    1. The defaults (always; `first` when they are already measured).
-    2. The loops' corner: fused steps at their longest, then steps per execution as long as
-       ``space.max_steps_per_call`` allows. Loops cut the per-step overhead, and
-       :func:`default_space` offers them only where a step is short enough for that
-       overhead to matter: there the longest loop usually wins, and the other knobs are
-       judged where overhead no longer hides their effect.
-    3. Each other knob (XLA, then precision, then batch size), every value, the rest at the
-       best so far; again while one of them changed the best (they interact: the order
-       they are set in must not decide).
-    4. Each loop one value shorter, the rest at the best so far, and on down while that is
-       not slower: a shorter loop hands control back to Python (callbacks, logs) more
-       often. A shorter steps per execution changes no per-step work, so it is not measured
-       where the call overhead the defaults and the corner show says it would lose by more
-       than :data:`PRUNE_LOSS`. From a best whose loop is not the longest (the corner failed
-       or lost), the axis's other values are tried longest first.
+    1. The defaults (always; `first` when already measured).
+    2. The loops' corner: fused steps at their longest, then steps per execution within
+    ``space.max_steps_per_call``. The other knobs are then judged where overhead no longer hides
+    their effect.
+    3. Each other knob (XLA, precision, batch size), every value, the rest at the best so far; again
+    while one changed the best (they interact).
+    4. Each loop one value shorter while not slower (a shorter loop hands control back to Python
+    more often); steps per execution not where the call overhead says it loses by more than
+    :data:`PRUNE_LOSS`.
 
-    With `passes` > 1, steps 3 and 4 again from the best while it changes. Each new
-    candidate is a build, a trace and a compile: this measures 4–6 where the grid of the
-    default space holds 16–32, and ``rounds.confirm`` then settles the order of the fastest.
+    With `passes` > 1, steps 3 and 4 again while the best changes. This measures 4–6 candidates
+    where the grid holds 16–32; ``rounds.confirm`` then settles the fastest.
 
-    The budget is spent on what fits: a candidate is started only where what it is expected
-    to take (:func:`expected_cost`: what its kind took, or for the first XLA candidate its
-    compile estimated from the compiles measured) ends within the budget; one that does not
-    fit is measured over a shorter window where `sample` is given and one of at least
-    :data:`SAMPLE_SHARE` of the usual fits, else left untried, and the search goes on with
-    the cheaper ones.
+    A candidate starts only where its expected cost (:func:`expected_cost`) ends within the budget;
+    else it is measured over a shorter window (`sample`, at least :data:`SAMPLE_SHARE`) or left
+    untried.
 
-    `measure` returns examples/s or raises; a raise is recorded as a failed trial. `first`
-    is the defaults' trial when already measured, `spent_s` the budget it used.
-    `shown_budget_s`: the budget the progress lines count against (the whole one of which
-    this search has a share: every line of one tune says the same denominator).
-    `compile_of`: a measured candidate's compile cost (its first call beyond its steps; None:
-    unknown). `sample(candidate, window_s)`: examples/s over a window of about `window_s`.
-    `reserve_s`: seconds of `budget_s` held back for the head-to-head rounds, only while a
-    candidate beats the defaults (with nothing to confirm, the search may spend them).
+    Args:
+        measure: returns examples/s or raises (a failed trial).
+        first: the defaults' trial when already measured; `spent_s` the budget it used.
+        shown_budget_s: the budget the progress lines count against.
+        compile_of: a measured candidate's compile cost (None: unknown).
+        sample: ``sample(candidate, window_s)``, examples/s over a shorter window.
+        reserve_s: seconds held back for the head-to-head rounds while a candidate beats the
+            defaults.
 
     Returns:
-        The trials in the order run (defaults first) and the candidates left untried (empty:
-        the budget held everything the search wanted to measure).
-    """
+        The trials in the order run (defaults first) and the candidates left untried."""
     state = _Search(
         measure, space, budget_s, clock, progress, first, spent_s, shown_budget_s,
         compile_of=compile_of, sample=sample, reserve_s=reserve_s,
@@ -520,8 +472,8 @@ def _faster(trial: Trial | None, than: Trial) -> bool:
 
 
 class _Search:
-    """One :func:`search`'s state: the trials so far (each candidate measured once), the best,
-    the call overhead the corner showed, and whether the budget ran out."""
+    """One :func:`search`'s state: the trials so far, the best, the corner's call overhead, and
+    whether the budget ran out."""
 
     def __init__(
         self,
@@ -557,14 +509,14 @@ class _Search:
         return bool(self.untried)
 
     def run(self, candidate: Candidate) -> Trial | None:
-        """The candidate's trial (measured now, or before); None where the budget has no
-        room for it (left untried; the search goes on with cheaper ones)."""
+        """The candidate's trial (measured now, or before); None where the budget has no room for
+        it."""
         if candidate in self.seen:
             return self.seen[candidate]
         if candidate in self.untried:
             return None
-        # The budget is a promise, not a start deadline: a candidate that would end past it
-        # is not started, or is measured over the shorter window that fits.
+        # The budget is a promise, not a start deadline: a candidate that would end past it is not
+        # started, or is measured over a shorter window.
         trials, clock = self.trials, self.clock
         window_s = None
         if trials:
@@ -612,9 +564,8 @@ class _Search:
             self.best = trial  # type: ignore[assignment]
 
     def corner(self, loops: list[str], axes: dict[str, Sequence[Any]]) -> None:
-        """The in-program loop (fused steps) at its longest first, then the runtime loop
-        (steps per execution) as long as the space allows with it; the call overhead it and
-        the defaults show."""
+        """The fused steps at their longest, then steps per execution as long as the space allows;
+        the call overhead it and the defaults show."""
         if not loops:
             return
         longest = dataclasses.replace(self.best.candidate, steps_per_execution=1, fused_steps=1)
@@ -629,9 +580,8 @@ class _Search:
         self.take_if_faster(corner)
 
     def knobs(self, knobs: list[str], axes: dict[str, Sequence[Any]]) -> None:
-        """Each other knob at the best so far, and again while one changed the best: they
-        interact (XLA fuses a precision's casts), so the order they are set in does not
-        decide. Settings already measured cost nothing."""
+        """Each other knob at the best so far, and again while one changed the best: they interact
+        (XLA fuses a precision's casts). Settings already measured cost nothing."""
         settled = None
         while settled != self.best.candidate:
             settled = self.best.candidate
@@ -640,10 +590,8 @@ class _Search:
                     self.take_if_faster(self.at_best(**{name: value}))
 
     def loop(self, name: str, axis: Sequence[Any]) -> None:
-        """One loop from the best: down one value at a time while not slower (a shorter loop
-        hands control back to Python, callbacks and logs, more often, and a peak below the
-        longest, a fused batch that no longer fits a cache, is found where it usually is,
-        near the top); from a best not at the longest, the other values longest first."""
+        """One loop from the best, down one value at a time while not slower; from a best not at the
+        longest, the other values longest first."""
         values = [
             v for v in sorted(axis)
             if self.space.allows(dataclasses.replace(self.best.candidate, **{name: v}))
@@ -674,11 +622,9 @@ class _Search:
 
 
 def expected_cost(candidate: Candidate, trials: Sequence[Trial]) -> tuple[float, float]:
-    """``(compile, window)``: what measuring `candidate` should take, from the `trials` so
-    far. Of its kind (XLA or not) measured before: their median, split at their median
-    compile. For the first XLA candidate: :data:`XLA_COMPILE_FACTOR` times the longest
-    compile measured without, and the others' median window; where no compile was measured,
-    :data:`XLA_FIRST_COST` times the slowest trial, all of it compile (it cannot be cut)."""
+    """``(compile, window)``: what measuring `candidate` should take from the `trials`: its kind's
+    median; for the first XLA candidate :data:`XLA_COMPILE_FACTOR` times the longest compile
+    without, or :data:`XLA_FIRST_COST` times the slowest trial."""
     whole = [t for t in trials if t.seconds > 0 and not t.sampled] or list(trials)
     same = [t for t in whole if t.candidate.jit_compile == candidate.jit_compile]
     compiles = [t.compile_s for t in (same or whole) if t.compile_s is not None]
@@ -693,10 +639,9 @@ def expected_cost(candidate: Candidate, trials: Sequence[Trial]) -> tuple[float,
 
 
 def window_steps(candidate: Candidate, steps: int, calls: int = 3) -> tuple[int, int]:
-    """``(warm-up steps, total steps)`` for a candidate: the first call is left out, and one
-    more execution where calls are shorter than `steps` (a call of a few steps still
-    settles after the first); then at least `steps` steps and `calls` executions are timed
-    (the search times 1 where a call is long: its finalists are measured again)."""
+    """``(warm-up steps, total steps)`` for a candidate: the first call is left out (one more
+    execution where calls are short), then at least `steps` steps and `calls` executions are
+    timed."""
     per_call = candidate.per_call
     timed = whole_calls(max(steps, calls * per_call), per_call)
     warmup = per_call if per_call < steps else 0
