@@ -1,34 +1,24 @@
-"""Past one device and one machine: strategies, the cluster, batch sizes, sharding, the
-tf.data service and fault tolerance (merging the workers' reports is ``toolkit.report.merge``).
+"""Past one device and one machine: strategies, the cluster, batch sizes, sharding, the tf.data
+service and fault tolerance (merging the workers' reports is ``toolkit.report.merge``).
 
-Everything here is TensorFlow's own distributed engine, not something new:
+Everything here is TensorFlow's own distributed engine:
 
-* :func:`make_strategy`: ``default`` | ``one_device`` | ``mirrored`` |
-  ``multi_worker_mirrored`` (synchronous data parallelism over processes, all-reduce by ring on
-  CPUs and NCCL on GPUs) | ``data_parallel`` (Keras's own, any backend).
-  ``parameter_server`` is not offered: Keras's ``fit`` needs a ``ClusterCoordinator`` setup
-  this project cannot test end to end here.
-* :func:`cluster_from_flags`: ``TF_CONFIG`` built from Model Garden-style ``--worker_hosts``
-  and ``--task_index``, or taken from the environment. Worker 0 is the chief.
-* :func:`batch_sizes`: ``--batch_size`` is the *global* batch (what one step of the whole
-  cluster consumes, and what examples/sec counts); each replica gets ``global / replicas``.
-* :func:`shard`: the dataset's auto-shard policy is set explicitly (``DATA`` by default: every
-  worker reads the input and keeps its share of each batch, which works for every source; use
-  ``FILE`` for many TFRecord files).
-* :func:`through_data_service`: the input pipeline runs on tf.data service workers
-  (``python -m toolkit data-service``) and the trainer only reads batches. Processing mode
-  ``parallel_epochs`` (default): every trainer gets the whole dataset from the service, exactly
-  what its local pipeline would produce. ``distributed_epoch``: one epoch's elements are split
-  among the trainers, each element processed once (needs a splittable source: arrays, ranges,
-  files; not Python generators).
+* :func:`make_strategy`: ``default`` | ``one_device`` | ``mirrored`` | ``multi_worker_mirrored`` |
+  ``data_parallel`` (Keras's own, any backend). ``parameter_server`` is not offered: its
+  ``ClusterCoordinator`` setup cannot be tested end to end here.
+* :func:`cluster_from_flags`: ``TF_CONFIG`` from Model Garden-style ``--worker_hosts`` and
+  ``--task_index``, or from the environment. Worker 0 is the chief.
+* :func:`batch_sizes`: ``--batch_size`` is the *global* batch; each replica gets ``global /
+  replicas``.
+* :func:`shard`: the auto-shard policy set explicitly (``DATA`` by default, which works for every
+  source; ``FILE`` for many TFRecord files).
+* :func:`through_data_service`: the pipeline runs on tf.data service workers and the trainer only
+  reads batches, in ``parallel_epochs`` (each trainer gets the whole dataset) or
+  ``distributed_epoch`` (one epoch's elements split among trainers; needs a splittable source).
 
-Keras 3 cannot train under ``MultiWorkerMirroredStrategy`` (``fit`` fails converting a
-``PerReplica`` value: keras-team/keras#20585, tensorflow/tensorflow#72388); tf_keras can, so
-tf.distribute's multi-worker runs use ``TF_USE_LEGACY_KERAS=1``. :func:`make_strategy` says so
-in one line. Keras 3's own way past one machine is ``data_parallel`` (``keras.distribution``
-over ``jax.distributed``, or over ``torch.distributed`` from Keras 3.16):
-:mod:`toolkit.distribute.processes`.
-"""
+Keras 3 cannot train under ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585), so
+tf.distribute's multi-worker runs use ``TF_USE_LEGACY_KERAS=1``; :func:`make_strategy` says so.
+Keras 3's own way past one machine is ``data_parallel`` (:mod:`toolkit.distribute.processes`)."""
 
 from __future__ import annotations
 
@@ -130,12 +120,11 @@ def tf_config(worker_hosts: Sequence[str], task_index: int) -> dict[str, Any]:
 def cluster_from_flags(
     worker_hosts: str | None = None, task_index: int | None = None, *, set_env: bool = True
 ) -> Cluster:
-    """This process's cluster: from ``--worker_hosts``/``--task_index`` (and then written to
-    ``TF_CONFIG``, which the strategy reads) or from an existing ``TF_CONFIG``.
+    """This process's cluster: from ``--worker_hosts``/``--task_index`` (then written to
+    ``TF_CONFIG``) or from an existing ``TF_CONFIG``.
 
     Raises:
-        DistributeError: a malformed host list, index or ``TF_CONFIG``.
-    """
+        DistributeError: a malformed host list, index or ``TF_CONFIG``."""
     if worker_hosts:
         config = tf_config(worker_hosts.split(","), task_index or 0)
         if set_env:
@@ -159,8 +148,8 @@ def cluster_from_flags(
     return Cluster("worker", config["task"]["index"], tuple(config["cluster"]["worker"]))
 
 
-# How long a worker waits for every worker of the cluster to join (--cluster_wait) before it
-# fails. TensorFlow's own wait is silent: an hour on the other workers, unbounded on worker 0.
+# How long a worker waits for the whole cluster to join (--cluster_wait); TensorFlow's own wait is
+# silent and up to unbounded.
 CLUSTER_WAIT_S = 600.0
 
 
@@ -189,11 +178,9 @@ def silent_workers(cluster: Cluster, timeout: float = 1.0) -> list[str]:
 
 
 def _bound_cluster_wait(seconds: float) -> bool:
-    """Configures TensorFlow's coordination service as ``MultiWorkerMirroredStrategy`` would
-    (a standalone service led by the chief, or worker 0), with one change: every task's
-    registration is a barrier that times out after `seconds`, worker 0's included. Returns
-    whether it could (it reaches into TensorFlow's eager context, which has no public API for
-    this; without it the wait is TensorFlow's own)."""
+    """Configures TensorFlow's coordination service as ``MultiWorkerMirroredStrategy`` would,
+    except that every task's registration is a barrier timing out after `seconds`. Returns
+    whether it could (no public API: it reaches into the eager context)."""
     try:
         import tensorflow as tf
         from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
@@ -230,23 +217,17 @@ def make_strategy(
 ) -> Any:
     """The ``tf.distribute`` strategy `name` (see :data:`STRATEGIES`).
 
-    ``multi_worker_mirrored`` must be made before TensorFlow runs its first op (collective ops
-    are configured at start-up), after ``TF_CONFIG`` is set (:func:`cluster_from_flags`).
+    ``multi_worker_mirrored`` must be made before TensorFlow's first op, after ``TF_CONFIG`` is set;
+    it blocks until every worker joined, at most `cluster_wait` seconds (0: TensorFlow's own wait),
+    naming those that did not.
 
-    ``multi_worker_mirrored`` blocks until every worker has joined: at most `cluster_wait`
-    seconds (0: TensorFlow's own wait, an hour on most workers and unbounded on worker 0).
-    `cluster` (this process's, :func:`cluster_from_flags`) names the workers that did not.
-
-    On JAX and PyTorch ``default`` is :class:`NoStrategy`: one replica, no scope (the
-    backends refuse tf.distribute's strategies first). ``data_parallel`` is Keras's own
-    distribution over every device of every process (``toolkit.distribute.processes``; on
-    TensorFlow, ``MirroredStrategy`` over this process's devices, and under tf_keras with a
-    cluster ``MultiWorkerMirroredStrategy``).
+    On JAX and PyTorch ``default`` is :class:`NoStrategy`. ``data_parallel`` is Keras's own
+    distribution over every device of every process (on TensorFlow, ``MirroredStrategy``; under
+    tf_keras with a cluster, ``MultiWorkerMirroredStrategy``).
 
     Raises:
-        DistributeError: an unknown name, ``multi_worker_mirrored`` under Keras 3, or a
-            cluster that did not join within `cluster_wait` seconds (naming who is missing).
-    """
+        DistributeError: an unknown name, ``multi_worker_mirrored`` under Keras 3, or a cluster that
+            did not join in time."""
     from toolkit import backend
     from toolkit.core import compat
 
@@ -312,9 +293,8 @@ def make_strategy(
 
 
 def _say_worker_server(here: Cluster) -> None:
-    """Says the port this worker's TensorFlow server opens: every interface, whatever host
-    ``--worker_hosts`` names (TensorFlow's gRPC server binds ``0.0.0.0:<port>``, with no
-    option for one address; see docs/guide.md)."""
+    """Says the port this worker's TensorFlow server opens: every interface (TensorFlow's gRPC
+    server has no option for one address)."""
     import sys
 
     if here.task_type != "worker" or not 0 <= here.task_index < len(here.workers):
@@ -326,8 +306,8 @@ def _say_worker_server(here: Cluster) -> None:
 
 
 class NoStrategy:
-    """What the runner asks of a strategy, on a backend that trains without ``tf.distribute``:
-    one replica in sync, and a scope that changes nothing."""
+    """A strategy for a backend that trains without ``tf.distribute``: one replica, a scope that
+    changes nothing."""
 
     num_replicas_in_sync = 1
 
@@ -337,9 +317,8 @@ class NoStrategy:
 
 @dataclasses.dataclass
 class ProcessStrategy:
-    """What the runner asks of a strategy, for a Keras distribution over processes: the
-    replicas in sync (every device of every process), this process's place, and a scope (the
-    distribution is set for the whole process, so the scope changes nothing)."""
+    """A strategy for a Keras distribution over processes: the replicas in sync, this process's
+    place, and a scope that changes nothing (the distribution is process-wide)."""
 
     num_replicas_in_sync: int
     processes: int = 1
@@ -354,8 +333,7 @@ def batch_sizes(global_batch: int, replicas: int) -> tuple[int, int]:
     """``(global, per_replica)``: the one place the two are related.
 
     Raises:
-        DistributeError: the global batch does not split evenly over the replicas.
-    """
+        DistributeError: the global batch does not split evenly over the replicas."""
     if replicas < 1 or global_batch % replicas:
         raise DistributeError(
             f"--batch_size={global_batch} (the global batch) must be a multiple of the "
@@ -366,7 +344,7 @@ def batch_sizes(global_batch: int, replicas: int) -> tuple[int, int]:
 
 def shard(dataset: Any, policy: str = "data") -> Any:
     """`dataset` with its auto-shard policy set explicitly (``data``, ``file``, ``auto``,
-    ``off``); what a multi-worker strategy does with it when distributing."""
+    ``off``)."""
     import tensorflow as tf
 
     policies = {
@@ -387,7 +365,7 @@ def shard(dataset: Any, policy: str = "data") -> Any:
 
 def service_address(address: str, flag: str = "--data_service") -> tuple[str, str]:
     """``grpc://host:port`` -> ``("grpc", "host:port")``; DistributeError naming `flag`
-    otherwise (a port that is not a number in 1..65535 included)."""
+    otherwise."""
     protocol, sep, rest = address.partition("://")
     host, colon, port = rest.rpartition(":")
     if (
@@ -405,19 +383,17 @@ def service_address(address: str, flag: str = "--data_service") -> tuple[str, st
     return protocol, rest
 
 
-# How long a trainer waits for the dispatcher of --data_service to answer before it gives up
-# (a dispatcher started at the same time as the trainer gets this long to come up), unless
-# --data_service_wait says otherwise.
+# How long a trainer waits for the --data_service dispatcher to answer, unless --data_service_wait
+# says otherwise.
 DISPATCHER_WAIT_S = 20.0
 
 
 def wait_for_dispatcher(address: str, timeout: float = DISPATCHER_WAIT_S) -> None:
-    """Returns once something accepts connections at `address`'s host and port; tf.data would
-    otherwise retry a dispatcher that is not there forever, silently.
+    """Returns once something accepts connections at `address` (tf.data would retry a missing
+    dispatcher forever, silently).
 
     Raises:
-        DistributeError: nothing answered within `timeout` seconds (naming the address).
-    """
+        DistributeError: nothing answered within `timeout` seconds."""
     import time
 
     _, rest = service_address(address)
@@ -443,19 +419,17 @@ def through_data_service(
     wait_s: float = DISPATCHER_WAIT_S,
 ) -> Any:
     """`dataset` processed by the tf.data service at `address` and read back here, with a local
-    prefetch so the trainer never waits on the network for the next batch.
+    prefetch.
 
     Args:
-        dataset: the whole pipeline (maps, batching): all of it runs on the service workers.
+        dataset: the whole pipeline: all of it runs on the service workers.
         address: ``grpc://host:port`` of the dispatcher.
         mode: ``parallel_epochs`` or ``distributed_epoch`` (see the module docstring).
-        job_name: trainers that give the same name share one job (and, in
-            ``distributed_epoch``, split its elements). Defaults to `None` (a job of its own).
-        wait_s: how long to wait for the dispatcher to answer (``--data_service_wait``).
+        job_name: trainers giving the same name share one job (default: a job of its own).
+        wait_s: how long to wait for the dispatcher (``--data_service_wait``).
 
     Raises:
-        DistributeError: a malformed address, an unknown mode, or no dispatcher answering at
-            the address within `wait_s` (:func:`wait_for_dispatcher`).
+        DistributeError: a malformed address, an unknown mode, or no dispatcher answering in time.
     """
     import tensorflow as tf
 
@@ -471,14 +445,12 @@ def through_data_service(
     return distributed.prefetch(tf.data.AUTOTUNE)
 
 
-# TensorFlow's tf.data service takes a port only: its gRPC server binds "0.0.0.0:<port>" (every
-# interface, IPv4 and IPv6), with no option for one address and no authentication. The verb
-# starts one only when asked for every interface (--all_interfaces); see docs/guide.md.
+# The tf.data service takes a port only: it binds every interface, with no authentication. The verb
+# starts one only with --all_interfaces; see docs/guide.md.
 
 
 def reach(ip: str) -> str:
-    """How far a server listening on `ip` (an address, or ``*`` for every one) can be reached,
-    in words: what the toolkit says of every port it opens."""
+    """How far a server listening on `ip` (or ``*``) can be reached, in words."""
     import ipaddress
 
     if ip in ("*", ""):
@@ -493,8 +465,7 @@ def reach(ip: str) -> str:
 
 
 def listening_line(who: str, ip: str, port: int) -> str:
-    """``<who> listens on <ip>:<port> (<reach>, no authentication)``: the line said when a
-    server of the toolkit's starts (under 80 columns for IPv4 and a short `who`)."""
+    """``<who> listens on <ip>:<port> (<reach>, no authentication)``: said when a server starts."""
     shown = f"[{ip}]" if ":" in ip else ip
     return f"{who} listens on {shown}:{port} ({reach(ip)}, no authentication)"
 
@@ -507,20 +478,16 @@ def spawn_data_service(
     work_dir: str | None = None,
     env: dict[str, str] | None = None,
 ) -> tuple[Any, str]:
-    """Starts a tf.data service server in a new process (the server ``python -m toolkit
-    data-service`` runs) and waits for it to serve: a dispatcher on `port` (0: any free one;
-    `work_dir` its journal), or, given `dispatcher` (``grpc://host:port``), a worker of it
-    reached as `host`. Returns ``(process, address)``, the address being the dispatcher's
-    ``grpc://host:port`` (for a worker, its dispatcher's). Stop it with ``terminate()``.
+    """Starts a tf.data service server in a new process and waits for it to serve: a dispatcher
+    on `port` (0: any free one; `work_dir` its journal), or, given `dispatcher`, a worker of
+    it reached as `host`. Returns ``(process, dispatcher's address)``; stop it with
+    ``terminate()``.
 
-    The server listens on every interface, the only way TensorFlow's tf.data service listens:
-    calling this asks for that. The child is handed a typed spec and answers with one typed
-    message (``toolkit.distribute._service``): no command line, no scraped output.
+    It listens on every interface, the only way the service listens. The child gets a typed spec and
+    answers with one typed message (``toolkit.distribute._service``).
 
     Raises:
-        DistributeError: `dispatcher` is no ``grpc://host:port``, or the process ended before
-            it served (why, and its last output, in the message).
-    """
+        DistributeError: a malformed `dispatcher`, or the process ended before it served."""
     import subprocess
     import sys
     import tempfile
@@ -531,8 +498,7 @@ def spawn_data_service(
     if dispatcher:
         service_address(dispatcher, "dispatcher")  # refused here, before a process starts
     spec = ServiceSpec(dispatcher or None, port, host or "localhost", work_dir)
-    # TF logs to stderr for the server's whole life, and a pipe nobody reads would fill and
-    # block it: a file (open as long as the process runs) keeps the start-up errors instead.
+    # A file, not a pipe nobody reads (it would fill and block the server), keeps its errors.
     errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
     proc = children.spawn(  # bound to this process: it ends with it, however this one ends
         [sys.executable, "-m", "toolkit.distribute._service"],

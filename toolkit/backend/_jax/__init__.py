@@ -1,22 +1,16 @@
 """JAX behind the seam: what the backend-neutral core needs when Keras trains on JAX.
 
-* a step boundary: dispatch is asynchronous (JAX always; PyTorch on CUDA and MPS), so a batch
-  begin only queues a step; when the device was behind, StepTimer re-times the epoch at batch
-  ends, where Keras has read the step's logs (``toolkit.profiling.step_timer``). StepTimer adds
-  no sync of its own;
-* traces: ``jax.profiler`` writes XSpace files (``*.xplane.pb``) that TensorBoard and XProf read;
-  each traced step is a ``jax.profiler.StepTraceAnnotation``, XProf's step marker;
-* FLOPs: XLA's cost analysis of the jitted forward pass and of its gradient, lowered for the
-  host CPU whatever device trains: on a GPU the compiled module hands convolutions and matmuls
-  to cuDNN and cuBLAS as custom calls, which its cost analysis does not count (ResNet-50 on an
-  H100 came out at 2 % of its FLOPs), and a module lowered for the GPU gets no cost analysis at
-  all (jax 0.11); the CPU's count of the lowered module is the same on every machine;
-* the matmul peak: chained matmuls in one jitted ``fori_loop``, waited on once per run.
-
+* a step boundary: dispatch is asynchronous, so a batch begin only queues a step; StepTimer re-times
+  an epoch at batch ends when the device was behind, and adds no sync of its own;
+* traces: ``jax.profiler`` writes XSpace files that TensorBoard and XProf read; each traced step is
+  a ``jax.profiler.StepTraceAnnotation``;
+* FLOPs: XLA's cost analysis of the jitted forward pass and its gradient, lowered for the host CPU
+  whatever device trains (a GPU module hands matmuls to cuBLAS as custom calls its cost analysis
+  does not count), so the count is the same on every machine;
+* the matmul peak: chained matmuls in one jitted ``fori_loop``;
 * fused steps: `steps` training steps in one jitted call, a ``jax.lax.scan`` over the step.
 
-Not here: ``tf.distribute`` strategies: :func:`check_config` refuses them in one line.
-"""
+Not here: ``tf.distribute`` strategies (:func:`check_config` refuses them in one line)."""
 
 from __future__ import annotations
 
@@ -82,9 +76,8 @@ def check_config(config: Any) -> None:
 
 
 def use_compile_cache(directory: str) -> str:
-    """Keeps every program JAX compiles in `directory` (JAX's persistent compilation cache,
-    whatever the compile took), so that a later process compiling the same program reads it
-    instead. Returns what it did, in words."""
+    """Keeps every program JAX compiles in `directory` (JAX's persistent compilation cache), so a
+    later process reads it instead. Returns what it did, in words."""
     import jax
 
     jax.config.update("jax_compilation_cache_dir", directory)
@@ -94,8 +87,7 @@ def use_compile_cache(directory: str) -> str:
 
 
 def private_caches() -> str | None:
-    """Nothing: this framework writes no cache of compiled code to a shared temporary
-    directory by default (``--compile_cache`` names a private one)."""
+    """Nothing: this framework writes no shared compile cache by default."""
     return None
 
 
@@ -105,8 +97,7 @@ def intra_op_threads() -> int:
 
 
 def float32_matmul_precision() -> str:
-    """``"float32"`` when JAX's default matmul precision is the highest (``float32``,
-    ``highest``), else ``"tf32"`` (its default on GPUs with TF32 tensor cores): which
+    """``"float32"`` when JAX's default matmul precision is the highest, else ``"tf32"``: which
     datasheet figure a float32 step is compared with."""
     import jax
 
@@ -152,8 +143,8 @@ def step_marker(step: int) -> Any:
 
 
 def profiler_probe() -> Any:
-    """A function, cheap enough to call at every step, that says whether ``jax.profiler`` is
-    tracing in this process (the toolkit's trace, Keras's TensorBoard profiler or a user's)."""
+    """A function, cheap enough to call every step, that says whether ``jax.profiler`` is tracing
+    in this process, whoever started it."""
     try:
         from jax._src import profiler  # no public "is running"
 
@@ -168,9 +159,8 @@ def profiler_probe() -> Any:
 
 
 def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
-    """Current and peak memory of each accelerator JAX sees, in MiB, where it reports them
-    (``Device.memory_stats``; CPUs report nothing useful and are left out). JAX keeps no
-    resettable peak: `reset_peak` is accepted and has no effect."""
+    """Current and peak memory of each accelerator JAX sees, in MiB (``Device.memory_stats``;
+    CPUs left out). JAX keeps no resettable peak: `reset_peak` has no effect."""
     import jax
 
     out: dict[str, dict[str, float]] = {}
@@ -189,8 +179,8 @@ def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
 
 
 def device_memory_limit() -> dict[str, float]:
-    """Each accelerator's memory in MiB as JAX's allocator may use it (``bytes_limit``: with
-    JAX's default preallocation, 75 % of the device); ``{}`` on a CPU."""
+    """Each accelerator's memory in MiB as JAX's allocator may use it (``bytes_limit``); ``{}``
+    on a CPU."""
     import jax
 
     out: dict[str, float] = {}
@@ -207,8 +197,8 @@ def device_memory_limit() -> dict[str, float]:
 
 
 def live_tensors(cheap_only: bool = False) -> tuple[list[Any], str, bool]:
-    """The arrays alive in this process (``jax.live_arrays``: JAX's own registry, cheap), what
-    they are called, and that listing them is cheap (`cheap_only` is met)."""
+    """The arrays alive in this process (``jax.live_arrays``, cheap), what they are called, and
+    that listing them is cheap."""
     import jax
 
     return list(jax.live_arrays()), "arrays", True
@@ -236,9 +226,8 @@ def _on_cpu(tree: Any) -> Any:
 
 def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, str, str | None]:
     """``(forward FLOPs, train-step FLOPs, method, note)`` of a built Keras model, from XLA's
-    cost analysis of its jitted forward pass and of the gradient of its summed outputs (the
-    optimizer update left out), lowered for the CPU and not compiled (see the module's
-    docstring). Never raises."""
+    cost analysis of its jitted forward pass and the gradient of its summed outputs (no
+    optimizer update), lowered for the CPU, not compiled. Never raises."""
     try:
         import jax
         import jax.numpy as jnp
@@ -264,8 +253,7 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
 
         args = _on_cpu((trainable, non_trainable, xs))
         forward_flops = _flops(jax.jit(forward).lower(*args))
-        # value_and_grad: a step computes its loss, also where the gradient alone would not
-        # need the forward pass (a linear model).
+        # value_and_grad: a step computes its loss even where the gradient alone would not need it.
         train_flops = _flops(jax.jit(jax.value_and_grad(summed)).lower(*args))
     except Exception as e:  # noqa: BLE001 - a count is a nicety; training goes on
         return None, None, METHOD, f"not counted: {type(e).__name__}: {e}"
@@ -280,10 +268,8 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
 def measure_matmul_peak(
     device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.15
 ) -> MatmulRun:
-    """The peak FLOP/s of chained ``size``² matmuls (``calibrated_peak``: the best of 7 runs,
-    and their spread) on `device` (a
-    ``jax.Device``: ``toolkit.devices.framework_device``), in one jitted loop whose result is
-    waited on once per run."""
+    """The peak FLOP/s of chained ``size``² matmuls (best of 7 runs, and their spread) on
+    `device`, in one jitted loop waited on once per run."""
     import jax
     import jax.numpy as jnp
 
@@ -312,24 +298,14 @@ def measure_matmul_peak(
 def fuse_train_steps(model: Any, steps: int) -> None:
     """Makes each Keras training batch run `steps` training steps inside one jitted call.
 
-    Keras's JAX ``train_step`` is a pure function of ``(state, data)``; here it receives a
-    batch of ``steps × batch_size`` examples, splits it into `steps` batches and runs the
-    original step over them with ``jax.lax.scan``: one XLA program, the state (weights,
-    optimizer, metrics, seeds) carried from step to step on the device. Keras 3.15's own
-    ``steps_per_execution`` on JAX is a Python loop of jitted calls, one dispatch per step;
-    3.16's is a scan too, over K batches it stacks into one (:func:`step_loops` says where
-    that is as fast).
-    Logs are those of the last step. Call it after ``compile``; StepTimer counts `steps`
-    steps per batch.
+    Keras's JAX ``train_step`` is a pure function of ``(state, data)``; here it receives ``steps ×
+    batch_size`` examples, splits them into `steps` batches and runs the step over them with
+    ``jax.lax.scan``: one XLA program, the state carried on the device. (Keras 3.15's
+    ``steps_per_execution`` is a Python loop of jitted calls; 3.16's is a scan too:
+    :func:`step_loops`.) Logs are the last step's. Call it after ``compile``.
 
-    Under a ``keras.distribution`` the batch is split over D devices, each holding its share
-    of every step, ``(D, steps, rows)`` (``distribute.processes.process_slice`` lays it out):
-    unfolding it keeps each row on its device, where a plain ``(steps, …)`` split would put
-    whole steps on one device and move the batch between devices on every call.
-
-    How the scan is compiled, rolled or unrolled, is :func:`scan_unroll`'s rule, decided when
-    the step is traced (on a CPU, from whether the step convolves: :func:`traced_step`).
-    """
+    Under a ``keras.distribution`` the batch is laid out ``(D, steps, rows)`` so each row stays on
+    its device. Rolled or unrolled: :func:`scan_unroll`, decided when the step is traced."""
     if not mark_fused_steps(model, steps):
         return
     import jax
@@ -350,9 +326,7 @@ def fuse_train_steps(model: Any, steps: int) -> None:
         batches = jax.tree_util.tree_map(split, data)
         platform = training_platform()
         convolves = False
-        # Only a CPU's rule asks about convolutions; the step is traced once all the same:
-        # the scan runs the jaxpr that answered (Keras's step traced twice cost the first
-        # call ~0.08 s on the seed MLP).
+        # The step is traced once: the scan runs the jaxpr that answered the convolution question.
         if platform == "cpu":
             body, convolves = traced_step(original, state, batches)
         unroll = scan_unroll(steps, platform, convolves)
@@ -363,10 +337,9 @@ def fuse_train_steps(model: Any, steps: int) -> None:
 
 
 def keras_scans_steps() -> bool:
-    """Whether the installed Keras runs ``steps_per_execution`` on JAX as one jitted
-    ``jax.lax.scan`` over a super-batch it stacks from the input (Keras 3.16; keras-nightly
-    today) rather than as a Python loop of jitted calls (3.15). Found in its trainer, never
-    assumed from the version."""
+    """Whether the installed Keras runs ``steps_per_execution`` on JAX as one jitted ``lax.scan``
+    over a stacked super-batch (3.16) rather than a Python loop (3.15). Found in its trainer,
+    not assumed from the version."""
     import importlib
 
     try:
@@ -377,30 +350,21 @@ def keras_scans_steps() -> bool:
 
 
 def scan_unroll(steps: int, platform: str, convolves: bool) -> int:
-    """How many of `steps` fused training steps one iteration of the ``lax.scan`` runs: 1 (a
-    rolled loop, the step compiled once) unless the step convolves on a CPU, then all of
-    them (straight-line code, no loop left).
+    """How many of `steps` fused steps one ``lax.scan`` iteration runs: 1 (rolled, compiled once)
+    unless the step convolves on a CPU, then all of them.
 
-    Why, measured on the seed MLP (``benchmarks/seed_mlp.py``) and a small CNN on JAX's CPU
-    (the figures: docs/guide.md, "--fused_steps"): XLA's CPU compiler leaves a convolution's
-    gradient inside a loop body in a layout its fast convolution does not take (jax-ml/jax
-    #12868), so such a step runs many times slower in the loop than unfused, and any loop
-    left (a partial unroll) is as slow as the rolled one: only a full unroll brings it back.
-    Without a convolution, unrolling buys no step time that could be measured (every unroll
-    from 1 to all ran the MLP's step within noise of the others) while the compile grows with
-    the unroll, to more than the whole seed run's 1000 steps when all 100 are unrolled. Off
-    a CPU the loop stays rolled: the step compiled once, whatever `steps` is."""
+    XLA's CPU compiler leaves a convolution's gradient inside a loop body in a layout its fast
+    convolution does not take (jax-ml/jax#12868), so any loop left is many times slower: only a full
+    unroll brings it back. Without a convolution unrolling buys nothing measurable while the compile
+    grows with it."""
     return steps if platform == "cpu" and convolves else 1
 
 
 def traced_step(
     step: Callable[[Any, Any], Any], state: Any, batches: Any
 ) -> tuple[Callable[[Any, Any], Any], bool]:
-    """``(scan body, whether it convolves)`` for `step` (Keras's pure ``train_step(state,
-    batch)``): the step traced once to its jaxpr, on shapes only (`batches` are the fused
-    step's, one batch per leading index; neither read nor kept), the body evaluating that
-    jaxpr, and whether it, or any jaxpr nested in it (a ``jit``, a ``cond``, a custom
-    gradient), holds a convolution."""
+    """``(scan body, whether it convolves)`` for Keras's pure ``train_step``: traced once to its
+    jaxpr on shapes only, and whether it or any nested jaxpr holds a convolution."""
     import jax
     from jax.extend.core import jaxpr_as_fun
 
@@ -437,9 +401,8 @@ def _holds(jaxpr: Any, primitive: str) -> bool:
 
 
 def training_platform() -> str:
-    """The platform (``cpu``, ``gpu``, ``tpu``) of the device JAX computes on: the
-    ``jax_default_device`` the toolkit selected (``select_device``), else JAX's default
-    backend."""
+    """The platform (``cpu``, ``gpu``, ``tpu``) JAX computes on: the selected
+    ``jax_default_device``, else JAX's default backend."""
     import jax
 
     device = jax.config.jax_default_device
@@ -477,13 +440,11 @@ def start_processes(
     before: Callable[[], Any] = lambda: None,
 ) -> None:
     """Joins the JAX cluster of `num_processes` processes coordinated at `coordinator`
-    (``jax.distributed``; on CPUs its collectives are gloo's). Before anything else of JAX
-    runs: the devices of every process are known from then on. `before` runs first (the
-    toolkit's join: every process is there), so `wait_s` only bounds a late one.
+    (``jax.distributed``; gloo on CPUs), before anything else of JAX runs. `before` runs first
+    (the toolkit's join), so `wait_s` only bounds a late one.
 
-    The coordinator (process 0) listens at `coordinator` as named (loopback for
-    ``localhost``), or at ``JAX_COORDINATOR_BIND_ADDRESS`` where set; JAX's own default is
-    every interface."""
+    The coordinator listens at `coordinator` as named (loopback for ``localhost``), or at
+    ``JAX_COORDINATOR_BIND_ADDRESS``; JAX's own default is every interface."""
     before()
     import jax
 
@@ -500,8 +461,8 @@ def start_processes(
 
 def data_parallel() -> tuple[Any, int]:
     """``(distribution, replicas)``: ``keras.distribution.DataParallel`` over every device of
-    every process, set for the whole process; each process feeds its own slice of the global
-    batch (``auto_shard_dataset=False``: Keras's auto-sharding takes only tf.data)."""
+    every process; each process feeds its own slice of the global batch (Keras's auto-sharding
+    takes only tf.data)."""
     import jax
     import keras
 
@@ -545,25 +506,18 @@ def weights_digest(model: Any) -> str:
 
 
 def searched_jit() -> tuple[bool, ...]:
-    """The ``jit_compile`` values tune tries here: JAX jits every step, and XLA off (op by op)
-    is far slower, not a setting anyone wants."""
+    """The ``jit_compile`` values tune tries here: JAX jits every step (op by op is far slower)."""
     return (True,)
 
 
 def step_loops(loader: str = "", model: Any = None) -> tuple[str, ...]:
-    """The loop settings that pay here, which tune searches: ``steps_per_execution`` and
-    fused steps (a ``jax.lax.scan`` inside the jitted step). Fused steps step aside only
-    where Keras's own loop was measured as fast (``benchmarks/scan_vs_fused.py``: 1.00× a
-    step): Keras scans ``steps_per_execution`` itself (:func:`keras_scans_steps`, under
-    ``jit_compile``), stacks its super-batch inside tf.data (`loader` ``tf_data``), on a CPU,
-    for a built `model` whose step does not convolve. They stay where Keras stacks the
-    super-batch on the host (Grain, NumPy batches: K transfers and a stack op each call,
-    which a fused step's one K-batch read does not pay: 1.53× a step here, 9.97× on an
-    H200), on a Keras that loops in Python (3.15), where the step convolves on a CPU (Keras's
-    scan stays rolled, and XLA's CPU compiler runs a convolution's gradient many times
-    slower in a loop, :func:`scan_unroll`: the cnn recipe's steps 29× slower), where the
-    model is not known yet (tune's space: it measures both), and on a GPU from tf.data (not
-    measured: the GPU machines here have no TensorFlow)."""
+    """The loop settings tune searches here: ``steps_per_execution`` and fused steps. Fused steps
+    step aside only where Keras's own loop measured as fast: Keras scans
+    ``steps_per_execution`` itself, stacks its super-batch inside tf.data, on a CPU, for a
+    built `model` whose step does not convolve. They stay where Keras stacks on the host
+    (Grain, NumPy: K transfers a call), on a Keras that loops in Python, where the step
+    convolves on a CPU (:func:`scan_unroll`), where the model is unknown, and on a GPU from
+    tf.data (not measured)."""
     both = ("steps_per_execution", "fused_steps")
     if loader != "tf_data" or not keras_scans_steps() or model is None:
         return both
@@ -575,9 +529,8 @@ def step_loops(loader: str = "", model: Any = None) -> tuple[str, ...]:
 
 
 def _forward_convolves(model: Any) -> bool:
-    """Whether `model`'s forward pass convolves, from its jaxpr on shapes only (a model
-    without symbolic inputs, or one that will not trace so, counts as convolving: fused
-    steps are kept where it is not known)."""
+    """Whether `model`'s forward pass convolves, from its jaxpr on shapes only (unknown counts as
+    convolving)."""
     import jax
 
     inputs = getattr(model, "inputs", None)
@@ -600,8 +553,7 @@ def _forward_convolves(model: Any) -> bool:
 
 
 def dispatches_asynchronously() -> bool:
-    """Whether a batch begin only queues the step (StepTimer then re-times at batch ends):
-    yes, JAX dispatches asynchronously."""
+    """Whether a batch begin only queues the step: yes, JAX dispatches asynchronously."""
     return True
 
 
@@ -611,8 +563,7 @@ def trains_under_tf_distribute() -> bool:
 
 
 def loop_advice(fused: bool = True) -> Advice:
-    """What to try when the step is short; fused steps where the reader can set them
-    (`fused`: the runner's, not your own model's compile)."""
+    """What to try when the step is short; fused steps where the reader can set them."""
     if not fused:
         return Advice.of("try {0} (K steps in one jitted call)", {"steps_per_execution": "K"})
     return Advice.of(
@@ -628,10 +579,8 @@ def jit_advice() -> Advice | None:
 
 
 def fit_batches(model: Any, fit_data: dict[str, Any]) -> tuple[str, Iterator[Any]] | None:
-    """What `model`'s ``fit`` reads for `fit_data` (``x``, ``y``, ``sample_weight``,
-    ``batch_size``, ``shuffle``): the name of the Keras data adapter it picks and its batches,
-    one a step, as Keras's ``JAXEpochIterator`` hands them to the jitted step (NumPy on the
-    CPU; on an accelerator already put on it, one batch ahead, or sharded)."""
+    """What `model`'s ``fit`` reads for `fit_data`: the Keras data adapter's name and its
+    batches, one a step, as ``JAXEpochIterator`` hands them to the jitted step."""
     from keras.src.backend.jax.trainer import JAXEpochIterator
 
     from toolkit.backend._fit_input import read_as_fit
@@ -640,8 +589,7 @@ def fit_batches(model: Any, fit_data: dict[str, Any]) -> tuple[str, Iterator[Any
 
 
 def wait_for_device() -> None:
-    """Returns when the work JAX has queued so far is done: every live array is ready (the
-    host runs ahead of the device; a trace's edges then fall between steps)."""
+    """Returns when the work JAX has queued is done: every live array is ready."""
     import jax
 
     jax.block_until_ready(jax.live_arrays())

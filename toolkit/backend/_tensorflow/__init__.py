@@ -1,23 +1,10 @@
 """TensorFlow behind the seam: what the backend-neutral core needs from TensorFlow, in one place.
 
-* :func:`framework_facts`: TensorFlow and Keras versions, the build (CUDA or not), the logical
-  devices, for the report's environment.
-* :func:`check_config`: every setting runs here.
-* :func:`start_trace` / :func:`stop_trace` / :func:`trace_files`: the TF profiler
-  (``tf.profiler.experimental``) for TraceWindow; :func:`step_marker`: the step marker XProf
-  needs for step time (``tf.profiler.experimental.Trace(..., step_num=, _r=1)``);
-  :func:`profiler_probe`: whether any TF profiler session is running, the user's included.
-* :func:`device_memory`: current and peak memory of each visible GPU, for StepTimer's memory.
-* :func:`count_flops`: FLOPs of a forward pass and a training step, from TF's graph profiler.
-* :func:`measure_matmul_peak`: FLOP/s of chained large matmuls on one device.
-* :func:`fuse_train_steps`: several training steps inside one compiled ``train_step``.
-* :func:`quiet_retracing`: silences TF's retracing warning while many short runs build models.
-* :func:`intra_op_threads`: the thread setting a measured peak depends on;
-  :func:`float32_matmul_precision`: whether float32 matmuls may run on TF32 tensor cores.
+Versions and devices, traces (``tf.profiler.experimental``) with XProf's step marker and a probe for
+any running session, GPU memory, FLOPs from TF's graph profiler, the matmul peak, fused training
+steps, and the thread and TF32 settings a measured peak depends on.
 
-TensorFlow is imported inside each function, so importing this module is free; its callers run
-in processes that train on TensorFlow.
-"""
+TensorFlow is imported inside each function, so importing this module is free."""
 
 from __future__ import annotations
 
@@ -86,12 +73,10 @@ def framework_facts() -> dict[str, Any]:
 
 
 def use_compile_cache(directory: str) -> str:
-    """Keeps the XLA programs TensorFlow compiles (``jit_compile``) in `directory`: XLA's
-    persistent cache. TensorFlow reads it from ``TF_XLA_FLAGS`` once, early (before its
-    devices start, sometimes before its first op), so it holds only when set first thing: the
-    recipes and ``python -m toolkit`` set it from their command line before anything else.
-    Once TensorFlow has started its devices the cache stays off in this process, and a
-    warning says so. Returns what it did, in words."""
+    """Keeps the XLA programs TensorFlow compiles in `directory` (XLA's persistent cache).
+    TensorFlow reads ``TF_XLA_FLAGS`` once, early, so it holds only when set first thing (the
+    recipes and ``python -m toolkit`` do); once TensorFlow has started its devices, a warning
+    says the cache stays off. Returns what it did, in words."""
     import os
 
     from absl import logging
@@ -121,8 +106,7 @@ def _devices_started() -> bool:
 
 
 def private_caches() -> str | None:
-    """Nothing: this framework writes no cache of compiled code to a shared temporary
-    directory by default (``--compile_cache`` names a private one)."""
+    """Nothing: this framework writes no shared compile cache by default."""
     return None
 
 
@@ -134,9 +118,8 @@ def intra_op_threads() -> int:
 
 
 def float32_matmul_precision() -> str:
-    """``"tf32"`` when TensorFlow lets float32 matmuls run on TF32 tensor cores (its default,
-    on GPUs that have them), else ``"float32"``: which datasheet figure a float32 step is
-    compared with."""
+    """``"tf32"`` when TensorFlow lets float32 matmuls run on TF32 tensor cores, else
+    ``"float32"``: which datasheet figure a float32 step is compared with."""
     import tensorflow as tf
 
     return "tf32" if tf.config.experimental.tensor_float_32_execution_enabled() else "float32"
@@ -150,8 +133,7 @@ def check_config(config: Any) -> None:
 
 
 def start_trace(logdir: str, host_level: int, python_level: int, device_level: int) -> None:
-    """Starts the TF profiler writing to `logdir` (TensorBoard/XProf read
-    ``logdir/plugins/profile``). Raises what the profiler raises."""
+    """Starts the TF profiler writing to `logdir`. Raises what the profiler raises."""
     import tensorflow as tf
 
     options = tf.profiler.experimental.ProfilerOptions(
@@ -175,19 +157,16 @@ def trace_files(names: list[str]) -> list[str]:
 
 
 def step_marker(step: int) -> Any:
-    """A context manager around one training step that XProf reads as a step marker (its
-    overview and input-pipeline pages measure nothing without one; tf_keras's ``fit`` makes
-    them itself, Keras 3's does not)."""
+    """A context manager around one training step that XProf reads as a step marker (tf_keras's
+    ``fit`` makes them itself, Keras 3's does not)."""
     import tensorflow as tf
 
     return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
 
 
 def profiler_probe() -> Any:
-    """A function, cheap enough to call at every step, that says whether a TF profiler session
-    is running in this process: the toolkit's own, Keras's ``TensorBoard(profile_batch=...)``
-    or a user's ``tf.profiler.experimental.start``. (A capture through a profiler server,
-    ``tf.profiler.experimental.server``, leaves no trace in Python and is not seen.)"""
+    """A function, cheap enough to call every step, that says whether a TF profiler session is
+    running in this process, whoever started it (a profiler server's capture is not seen)."""
     from tensorflow.python.profiler import profiler_v2  # no public "is running"
 
     if not hasattr(profiler_v2, "_profiler"):
@@ -206,13 +185,11 @@ def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
     """Current and peak memory of each visible GPU, in MiB, where TensorFlow exposes it.
 
     Args:
-        reset_peak: reset each device's peak counter after reading it, so the next reading's
-            peak covers only the time in between. Defaults to `False`.
+        reset_peak: reset each device's peak counter after reading it.
 
     Returns:
-        ``{"GPU:0": {"current_mb": ..., "peak_mb": ...}}``; empty when no GPU reports memory
-        (CPU-only TensorFlow reports zeros for the CPU, which says nothing, so it is left out).
-    """
+        ``{"GPU:0": {"current_mb": ..., "peak_mb": ...}}``; empty when no GPU reports memory (the
+        CPU's zeros are left out)."""
     import tensorflow as tf
 
     out: dict[str, dict[str, float]] = {}
@@ -230,9 +207,8 @@ def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
 
 
 def device_memory_limit() -> dict[str, float]:
-    """Each visible GPU's memory in MiB, the most a run can use there. TensorFlow has no call
-    for it: NVIDIA's ``nvidia-smi`` answers for CUDA GPUs; ``{}`` where nothing does (a CPU,
-    tensorflow-metal), and a caller falls back to a limit the user gives."""
+    """Each visible GPU's memory in MiB, the most a run can use there: from ``nvidia-smi``
+    (TensorFlow has no call for it); ``{}`` where nothing answers."""
     import shutil
     import subprocess
 
@@ -257,9 +233,8 @@ def device_memory_limit() -> dict[str, float]:
 
 
 def live_tensors(cheap_only: bool = False) -> tuple[list[Any], str, bool]:
-    """The eager tensors alive in this process (found through the garbage collector: TensorFlow
-    keeps no registry), and what they are called, for a census of what grows; with `cheap_only`,
-    none (that walk takes about 0.2 s)."""
+    """The eager tensors alive in this process (through the garbage collector: no registry), and
+    what they are called; with `cheap_only`, none (the walk takes about 0.2 s)."""
     if cheap_only:  # a walk of every object the garbage collector tracks: not cheap
         return [], "tensors", False
     import gc
@@ -285,11 +260,9 @@ def _graph_flops(graph: Any) -> int:
 
 
 def _einsum_flops(op: Any) -> int:
-    """An ``Einsum`` op's FLOPs, which TF's profiler leaves out (it has no statistics for
-    the op): each multiply-add of every index's combination, 2 × the product of every
-    index's size (1 × for one operand, its sums). Keras's attention is two einsums on
-    TensorFlow: keras.io's Transformer counted its projections and none of its attention.
-    0 where a shape is not known."""
+    """An ``Einsum`` op's FLOPs, which TF's profiler leaves out: 2 × the product of every index's
+    size (1 × for one operand). Keras's attention is two einsums on TensorFlow. 0 where a
+    shape is unknown."""
     try:
         equation = op.get_attr("equation").decode()
         shapes = [tuple(i.shape.as_list()) for i in op.inputs]
@@ -374,10 +347,8 @@ def _traced_graphs(model: Any, batch_size: int) -> tuple[Any, Any]:
 
 def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, str, str | None]:
     """``(forward FLOPs, train-step FLOPs, method, note)`` of a built Keras model, counted by
-    TensorFlow's graph profiler (``float_operation``) on the traced graphs.
-
-    Never raises: a model TF cannot count gets `None` numbers and a note saying why.
-    """
+    TensorFlow's graph profiler on the traced graphs. Never raises: a model TF cannot count
+    gets `None` and a note."""
     try:
         forward_graph, train_graph = _traced_graphs(model, batch_size)
         note = None
@@ -407,13 +378,9 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
 def measure_matmul_peak(
     device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.15
 ) -> MatmulRun:
-    """The peak FLOP/s of chained ``size``² matmuls (``calibrated_peak``: the best of 7 runs,
-    and their spread) on `device` (TensorFlow's
-    logical device name: ``toolkit.devices.framework_device``).
-
-    The matmuls are chained (each multiplies the last result) inside one ``tf.function`` so no
-    optimizer can hoist or drop them, and the result is read back once per run, not per matmul.
-    """
+    """The peak FLOP/s of chained ``size``² matmuls (best of 7 runs, and their spread) on
+    `device`, chained inside one ``tf.function`` so nothing is hoisted or dropped, read back
+    once per run."""
     import tensorflow as tf
 
     with tf.device(device):
@@ -443,19 +410,14 @@ def measure_matmul_peak(
 def fuse_train_steps(model: Any, steps: int) -> None:
     """Makes each Keras training batch run `steps` training steps inside one compiled call.
 
-    The model's ``train_step`` (the one Keras compiles, with ``jit_compile`` as one XLA
-    program) receives a batch of ``steps × batch_size`` examples, splits it into `steps`
-    batches and runs the original ``train_step`` on each in a ``tf.while_loop``: forward,
-    backward, optimizer update and metrics, `steps` times, with no return to the host in
-    between. ``steps_per_execution`` still loops *around* the compiled step, in the TF
-    runtime, paying a launch, an iterator read and a few control ops per step; this loop
-    pays them once per `steps`. Logs are those of the last step (metrics accumulate as
-    usual). Call it after ``compile``; StepTimer counts `steps` steps per batch.
+    The model's compiled ``train_step`` receives ``steps × batch_size`` examples, splits them into
+    `steps` batches and runs the original step on each in a ``tf.while_loop`` with no return to the
+    host in between. ``steps_per_execution`` loops *around* the compiled step, paying a launch and
+    an iterator read per step; this pays them once per `steps`. Logs are the last step's. Call it
+    after ``compile``.
 
-    Where :func:`unrolls_fused_steps` says so (XLA on a CPU, a step that convolves), the
-    steps after the first are calls of the step traced once more as a ``tf.function``, in
-    straight-line code that XLA inlines, instead of the loop.
-    """
+    Where :func:`unrolls_fused_steps` says so, the steps after the first are straight-line calls of
+    the step traced once more, instead of the loop."""
     import tensorflow as tf
 
     if not mark_fused_steps(model, steps):
@@ -474,16 +436,15 @@ def fuse_train_steps(model: Any, steps: int) -> None:
         def batch(i: Any) -> Any:
             return tf.nest.map_structure(lambda t: None if t is None else t[i], batches)
 
-        # The first step outside the loop creates any lazily built state (optimizer slots,
-        # metric variables): variables can't be created inside a while loop.
+        # The first step outside the loop creates lazily built state: no variables inside a while
+        # loop.
         graph = tf.compat.v1.get_default_graph()
         before = len(graph.get_operations())
         first = original(batch(0))
         xla = getattr(model, "jit_compile", False) is True
         platform = "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
         if unrolls_fused_steps(xla, platform, ops_convolve(graph.get_operations()[before:])):
-            # Traced once, called `steps - 1` times: a Python loop of `original` would trace
-            # the step `steps` times.
+            # Traced once, called `steps - 1` times (a Python loop would trace it `steps` times).
             later, logs = tf.function(original), first
             for i in range(1, steps):
                 logs = later(batch(i))
@@ -499,23 +460,18 @@ def fuse_train_steps(model: Any, steps: int) -> None:
 
 
 def unrolls_fused_steps(xla: bool, platform: str, convolves: bool) -> bool:
-    """Whether fused steps run as straight-line calls rather than in a ``tf.while_loop``:
-    only under XLA (``jit_compile``) on a CPU, for a step that convolves.
+    """Whether fused steps run as straight-line calls rather than a ``tf.while_loop``: only under
+    XLA on a CPU, for a step that convolves.
 
-    Why, measured on a small CNN (docs/guide.md, "--fused_steps"): XLA's CPU compiler leaves
-    a convolution's gradient inside a loop body in a layout its fast convolution does not
-    take (jax-ml/jax #12868, the same compiler as JAX's), so such a step runs many times
-    slower in the loop than unfused; straight-line calls run it as fast as unfused, at the
-    price of a longer compile that grows with `steps`. Without XLA, TensorFlow's own kernels
-    run the loop's convolutions at full speed, and without a convolution the loop costs no
-    step time, while XLA compiles the step twice (the first step, the loop's body) instead of
-    `steps` times."""
+    XLA's CPU compiler leaves a convolution's gradient inside a loop body in a slow layout
+    (jax-ml/jax#12868), so such a step runs many times slower in the loop; straight-line calls run
+    it at full speed, at the price of a longer compile. Without XLA or without a convolution, the
+    loop costs nothing."""
     return xla and platform == "cpu" and convolves
 
 
 def ops_convolve(ops: Any) -> bool:
-    """Whether any of `ops` (a traced step's graph operations) is a convolution, forward or
-    gradient (``Conv``, ``Conv2D``, ``Conv3DBackpropFilterV2``, ``DepthwiseConv2dNative``…)."""
+    """Whether any of `ops` (a traced step's operations) is a convolution, forward or gradient."""
     import re
 
     return any(re.match(r"(Depthwise)?Conv([123]D|$)", op.type, re.IGNORECASE) for op in ops)
@@ -524,7 +480,7 @@ def ops_convolve(ops: Any) -> bool:
 @contextlib.contextmanager
 def quiet_retracing() -> Iterator[None]:
     """TF's logger at ERROR for the block: its "frequent retracing" warning counts many short
-    runs, each with a new model, as one function retracing, which they aren't."""
+    runs, each a new model, as one function retracing."""
     import tensorflow as tf
 
     logger = tf.get_logger()
@@ -546,9 +502,8 @@ def start_processes(
     wait_s: float,
     before: Callable[[], Any] = lambda: None,
 ) -> None:
-    """Refuses in one line: Keras 3 on TensorFlow has no training over processes (its
-    distribution API places on one process's devices, and its ``fit`` cannot train under
-    ``MultiWorkerMirroredStrategy``); tf_keras trains there with ``multi_worker_mirrored``."""
+    """Refuses in one line: Keras 3 on TensorFlow has no training over processes; tf_keras trains
+    there with ``multi_worker_mirrored``."""
     raise ValueError(
         f"--distribution_strategy=data_parallel over {num_processes} processes: Keras 3 on "
         "TensorFlow cannot train over processes (keras-team/keras#20585); use --backend=jax, "
@@ -557,8 +512,7 @@ def start_processes(
 
 
 def data_parallel() -> tuple[Any, int]:
-    """``(MirroredStrategy, replicas)``: tf.distribute's data parallelism over this
-    process's devices (one CPU, or every GPU)."""
+    """``(MirroredStrategy, replicas)`` over this process's devices."""
     import tensorflow as tf
 
     strategy = tf.distribute.MirroredStrategy()
@@ -587,27 +541,23 @@ def searched_jit() -> tuple[bool, ...]:
 
 
 def step_loops(loader: str = "", model: Any = None) -> tuple[str, ...]:
-    """The loop settings that run here and that tune searches: ``steps_per_execution`` (a
-    loop around the compiled step) and fused steps (a ``tf.while_loop`` inside it), whatever
-    the input (`loader`) and model."""
+    """The loop settings tune searches here: ``steps_per_execution`` and fused steps, whatever
+    the input and model."""
     return ("steps_per_execution", "fused_steps")
 
 
 def dispatches_asynchronously() -> bool:
-    """Whether a batch begin only queues the step (StepTimer then re-times at batch ends): no,
-    Keras reads each step's logs under TensorFlow before the next batch begins."""
+    """Whether a batch begin only queues the step: no, Keras reads each step's logs first."""
     return False
 
 
 def trains_under_tf_distribute() -> bool:
-    """Whether fit runs under a ``tf.distribute`` strategy's scope here: yes (``default`` is
-    TensorFlow's default strategy, ``data_parallel`` a MirroredStrategy)."""
+    """Whether fit runs under a ``tf.distribute`` strategy's scope here: yes."""
     return True
 
 
 def loop_advice(fused: bool = True) -> Advice:
-    """What to try when the step is short and per-step overhead counts; fused steps where the
-    reader can set them (`fused`: the runner's, not your own model's compile)."""
+    """What to try when the step is short; fused steps where the reader can set them."""
     if not fused:
         return Advice.of(
             "try {0} (K steps per call of the compiled step)", {"steps_per_execution": "K"}
@@ -627,10 +577,8 @@ def jit_advice() -> Advice | None:
 
 
 def fit_batches(model: Any, fit_data: dict[str, Any]) -> tuple[str, Iterator[Any]] | None:
-    """What `model`'s ``fit`` reads for `fit_data` (``x``, ``y``, ``sample_weight``,
-    ``batch_size``, ``shuffle``): the name of the Keras data adapter it picks and its batches,
-    one a step, from the distributed dataset its train function pulls from (Keras's
-    ``TFEpochIterator``); None on tf_keras, whose fit reads its data its own way."""
+    """What `model`'s ``fit`` reads for `fit_data`: the Keras data adapter's name and its
+    batches, one a step, from the dataset its train function pulls from; None on tf_keras."""
     from toolkit.backend._fit_input import read_as_fit
     from toolkit.core import compat
 
@@ -645,8 +593,8 @@ def fit_batches(model: Any, fit_data: dict[str, Any]) -> tuple[str, Iterator[Any
 
 
 def wait_for_device() -> None:
-    """Returns when every GPU has finished the work queued so far (a trace's edges then fall
-    between steps); on the CPU TensorFlow's steps have finished when fit's hooks run."""
+    """Returns when every GPU has finished the work queued so far; on the CPU, steps have
+    finished when fit's hooks run."""
     import tensorflow as tf
 
     if tf.config.list_logical_devices("GPU"):
