@@ -1,21 +1,15 @@
-"""The one pipeline builder. The order of its stages matters; each is commented with why.
+"""The one pipeline builder (named builder.py so it does not shadow ``pipeline``). The order of
+its stages matters; each is commented with why.
 
-(The module is named builder.py so that it does not shadow the ``pipeline`` function.)
+Order: preprocess (parallel map) -> cache -> shuffle -> repeat -> augment (parallel map) -> batch ->
+batch_map (vectorized) -> options -> prefetch.
 
-Order: preprocess (parallel map) -> cache -> shuffle -> repeat -> augment (parallel map) ->
-batch -> batch_map (vectorized) -> options -> prefetch.
+In-memory ``(features, labels)`` arrays with no per-example map take a shorter road: each epoch is
+one permutation of the indices, cut into batches, each batch one gather (per-example stages cost
+microseconds an example on the CPU that also trains).
 
-In-memory arrays given as ``(features, labels)`` with no per-example map take a shorter road:
-each epoch is one permutation of the example indices, cut into batches, and a batch is one
-gather from the arrays. The per-example stages (slicing, a shuffle buffer, batching) cost a
-few microseconds an example on the CPU that also trains; a gather costs that per batch, and
-the shuffle is uniform over the whole epoch with no buffer to fill before the first batch.
-
-It warns once, in plain words, about traps it can see in the dataset it is given: caching after
-a random map (the "random" examples would be frozen), a shuffle buffer or a memory cache that
-would not fit in RAM, and ``from_generator`` read on one thread where
-:func:`toolkit.data.parallel_generator` applies.
-"""
+It warns once about traps it can see: caching after a random map, a shuffle buffer or memory cache
+that would not fit in RAM, and ``from_generator`` read on one thread."""
 
 from __future__ import annotations
 
@@ -54,7 +48,7 @@ class PipelineWarning(UserWarning):
 
 def warn_once(key: str, message: str, stacklevel: int = 3) -> None:
     """Warns (PipelineWarning + absl log) the first time `key` is seen in this process;
-    `stacklevel` as ``warnings.warn``'s, counted from here (3: the caller's caller)."""
+    `stacklevel` as ``warnings.warn``'s, counted from here."""
     if key in _warned:
         return
     _warned.add(key)
@@ -122,8 +116,7 @@ _HIDDEN_STAGES = {"OptionsDataset", "_OptionsDataset"}
 
 
 def _first_batch_size(data: Any) -> int | None:
-    """The leading dimension of a ``PyDataset``'s first batch (it is made of batches; reading
-    one costs one batch); None for anything else (arrays: ``fit`` batches them)."""
+    """The leading dimension of a ``PyDataset``'s first batch; None for anything else."""
     if isinstance(data, dict | list | tuple) or hasattr(data, "shape"):
         return None
     if not (hasattr(data, "__getitem__") and hasattr(data, "__len__")):
@@ -141,13 +134,9 @@ def _first_batch_size(data: Any) -> int | None:
 
 
 def infer_batch_size(data: Any) -> int | None:
-    """Examples per step of a ``tf.data.Dataset``, without iterating it.
-
-    Uses the static batch dimension of the first element when it is known (``drop_remainder``
-    batching), else the ``batch_size`` of the nearest batching stage (the nominal size: the last
-    batch of an epoch may be smaller). Returns None when it cannot tell (e.g. NumPy arrays: give
-    ``batch_size`` explicitly then).
-    """
+    """Examples per step of a ``tf.data.Dataset``, without iterating it: the static batch
+    dimension where known, else the nearest batching stage's ``batch_size``; None when it
+    cannot tell."""
     spec = getattr(data, "element_spec", None)
     if spec is None:  # a PyDataset of toolkit.data.array_batches says it (a Grain one too)
         size = getattr(data, "batch_size", None)
@@ -179,12 +168,10 @@ def infer_batch_size(data: Any) -> int | None:
 
 
 def batched_examples(data: Any) -> int | None:
-    """The examples one epoch of a batched ``tf.data.Dataset`` holds, without iterating it;
-    None where tf.data does not know its length. Its batches times its batch over-count a
-    last batch that is partial (1,536 for 1,494 examples in batches of 64), so where the
-    batching stage keeps a partial batch and no later stage changes the batches' count, the
-    examples are that stage's input's count, where tf.data knows it; else batches times
-    batch, an upper bound."""
+    """The examples one epoch of a batched ``tf.data.Dataset`` holds, without iterating it; None
+    where tf.data does not know. Where the batching keeps a partial last batch and nothing
+    after changes the count, the batching stage's input count; else batches times batch, an
+    upper bound."""
     batches, size = int(data.cardinality()), infer_batch_size(data)
     if batches <= 0 or not size:
         return None
@@ -199,9 +186,8 @@ def batched_examples(data: Any) -> int | None:
 
 
 def _upstream(node: Any) -> Any:
-    """The dataset `node` reads from: its input, or the first of its inputs (``zip``,
-    ``concatenate``, ``sample_from_datasets``: a mixup pipeline zips two batched datasets and
-    maps over the pairs, each batch as large as its first input's)."""
+    """The dataset `node` reads from: its input, or the first of its inputs (``zip`` and the
+    like)."""
     found = getattr(node, "_input_dataset", None)
     if found is not None:
         return found
@@ -214,8 +200,7 @@ def _upstream(node: Any) -> Any:
 
 
 def _first_leaf(structure: Any) -> Any:
-    """The first leaf of a nested spec in ``tf.nest`` order (dicts by sorted key), without
-    importing a framework."""
+    """The first leaf of a nested spec in ``tf.nest`` order, without importing a framework."""
     while isinstance(structure, (tuple, list, dict)):
         if not structure:
             return None
@@ -224,9 +209,8 @@ def _first_leaf(structure: Any) -> Any:
 
 
 def describe_pipeline(dataset: Any) -> str:
-    """The stages of a tf.data pipeline from its source to its end, in words:
-    ``from_tensor_slices → shuffle → map → batch(32) → prefetch``. Walks the Python dataset
-    objects along their first input; nothing runs. (Array batches describe themselves.)"""
+    """The stages of a tf.data pipeline from source to end, in words (``from_tensor_slices →
+    shuffle → map → batch(32) → prefetch``), walked along first inputs; nothing runs."""
     if isinstance(getattr(dataset, "description", None), str):
         return dataset.description
     if type(dataset).__module__.startswith("grain"):
@@ -253,12 +237,9 @@ def describe_pipeline(dataset: Any) -> str:
 
 
 def dataset_ops(dataset: Any) -> tuple[set[str], set[str]]:
-    """What a dataset is made of: (the dataset classes along its input chain, the op types
-    inside their functions, nested functions included).
-
-    It walks the Python dataset objects rather than serializing the dataset graph, which would
-    copy every array a ``from_tensor_slices`` holds (seconds for a large array).
-    """
+    """What a dataset is made of: the dataset classes along its input chain and the op types
+    inside their functions. Walks Python objects: serializing the graph would copy every array
+    a ``from_tensor_slices`` holds."""
     chain: set[str] = set()
     inner: set[str] = set()
     stack, seen = [dataset], set()
@@ -335,53 +316,40 @@ def pipeline(
 ):
     """Builds the training input pipeline from a dataset of single examples.
 
-    ``loader="grain"``: a Grain pipeline by the same rules (``toolkit.data._grain`` says how):
-    `dataset` is random-access examples (arrays, ``image_folder(..., loader="grain")``,
-    ``ArrayRecords``), the
-    maps take NumPy (`augment` a generator last), `num_parallel_calls` is its threads and
-    `workers` its processes (``"auto"``: by the fit it feeds: one thread where the step computes
-    on the CPU, whose cores the step needs; beside a GPU's step, threads or processes,
-    measured), `repeat` one endless stream (``len()``: an epoch's batches).
+    ``loader="grain"``: a Grain pipeline by the same rules (``toolkit.data._grain``): `dataset` is
+    random-access examples, the maps take NumPy, `num_parallel_calls` is its threads and `workers`
+    its processes (``"auto"``: by the fit it feeds), `repeat` one endless stream.
 
     Args:
-        dataset: a `tf.data.Dataset` of single examples (e.g. from `toolkit.data` sources),
-            or a ``(features, labels)`` tuple of in-memory arrays or tensors (features may be
-            a dict of them; labels may be None). Without `preprocess` and `augment`, arrays
-            are batched by gathering: an epoch is one uniform permutation of the indices
-            (`shuffle_buffer` and `cache` have nothing to do there), and a batch is one gather.
+        dataset: a `tf.data.Dataset` of single examples, or a ``(features, labels)`` tuple of
+            in-memory arrays (labels may be None). Without `preprocess` and `augment`, arrays are
+            batched by gathering (`shuffle_buffer` and `cache` have nothing to do there).
         batch_size: examples per batch.
-        preprocess: per-example map with no randomness (decode, resize, normalize); runs in
-            parallel before the cache, so its work is done once.
-        augment: per-example random map; runs in parallel after cache and shuffle, so every
-            epoch sees new randomness.
-        batch_map: map applied to whole batches (vectorized: one op per batch, e.g.
-            ``tfrecord_parser`` or batch augmentation).
-        cache: `True` or ``"memory"`` keeps examples in memory after the first epoch; a path
-            caches to that file. Defaults to `False`.
-        shuffle: shuffle examples. Defaults to `True`.
-        shuffle_buffer: buffer in examples (int) or in bytes (``"64MB"``; divided by the size
-            of one example). Defaults to the dataset's size when known and below 10 000,
-            else 10 000.
-        seed: shuffle seed. Defaults to `None`.
-        repeat: repeat forever (pair with ``steps_per_epoch``). Defaults to `False`.
-        drop_remainder: drop a last partial batch. Defaults to `True`: static shapes (a compiled
-            step is never retraced for an odd last batch) and exact examples/sec.
-        num_parallel_calls: parallelism of the maps. Defaults to `None` (AUTOTUNE: one call
-            per core, up to 16 or `cpu_budget`; tf.data's autotune model is off, see
+        preprocess: per-example map with no randomness; runs in parallel before the cache, so its
+            work is done once.
+        augment: per-example random map; runs after cache and shuffle, so every epoch sees new
+            randomness.
+        batch_map: map applied to whole batches (vectorized).
+        cache: `True` or ``"memory"`` keeps examples in memory after the first epoch; a path caches
+            to that file.
+        shuffle: shuffle examples.
+        shuffle_buffer: buffer in examples, or bytes (``"64MB"``). Default: the dataset's size when
+            known and below 10 000, else 10 000.
+        seed: shuffle seed.
+        repeat: repeat forever (pair with ``steps_per_epoch``).
+        drop_remainder: drop a last partial batch: static shapes (no retrace) and exact
+            examples/sec.
+        num_parallel_calls: parallelism of the maps (default AUTOTUNE: one call per core, up to 16
+            or `cpu_budget`; the autotune model is off, see
             :func:`toolkit.data.sources.no_autotune_model`).
-        deterministic: keep element order in parallel stages (``tf.data.Options``); `False`
-            lets a fast element overtake a slow one. Defaults to `None` (TF's default: on).
-        private_threads: size of a private thread pool for this pipeline. Defaults to `None`.
-        ram_budget: tf.data's RAM budget (prefetch buffers), bytes or ``"2GB"``; also the limit
-            the warnings check buffers and caches against. Defaults to `None` (TF's default,
-            available RAM).
-        cpu_budget: cores the maps use (AUTOTUNE's parallelism). Defaults to `None` (all).
+        deterministic: keep element order in parallel stages (default: TF's, on).
+        private_threads: size of a private thread pool for this pipeline.
+        ram_budget: tf.data's RAM budget, bytes or ``"2GB"``; also what the warnings check against.
+        cpu_budget: cores the maps use (default: all).
 
     Raises:
-        ValueError: a size or budget that is not positive, or an unreadable size string;
-            a batch size larger than a known count of examples with `drop_remainder` (an
-            epoch of no batch: Keras's ``fit`` would only warn that the input ran out).
-    """
+        ValueError: a size or budget that is not positive or unreadable; a batch size larger than a
+            known count of examples with `drop_remainder`."""
     if loader == "grain":  # the same rules, Grain's stages
         settings = dict(locals())
         from toolkit.data._grain import from_builder
@@ -405,8 +373,8 @@ def pipeline(
     ds = _paid_once(dataset, preprocess, cache, tail)
     if shuffle:
         buffer = _shuffle_examples(ds, shuffle_buffer, budget)
-        # Shuffle before repeat so epochs don't blur into each other, and after the cache so
-        # each epoch gets a new order.
+        # Shuffle before repeat so epochs don't blur, and after the cache so each epoch gets a new
+        # order.
         ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         ds = ds.repeat()
@@ -420,8 +388,8 @@ def pipeline(
 
 
 def _refuse_what_tf_data_does_not_read(dataset: Any, loader: str, workers: int | str) -> None:
-    """A loader that is not tf.data's, worker processes (Grain's), or ArrayRecord files
-    (which Grain reads), each refused in one line saying what to pass instead."""
+    """A loader that is not tf.data's, worker processes, or ArrayRecord files, each refused in
+    one line saying what to pass instead."""
     if loader != "tf_data":
         raise ValueError(f"loader: 'tf_data' or 'grain', got {loader!r}")
     if workers:
@@ -442,8 +410,7 @@ def _checked_sizes(
     cpu_budget: int | None,
     ram_budget: int | str | None,
 ) -> int | None:
-    """The RAM budget in bytes (None: tf.data's default), once every size given is checked:
-    a size that is not positive, or an unreadable one, is refused naming its argument."""
+    """The RAM budget in bytes (None: tf.data's default), once every size given is checked."""
     import tensorflow as tf
 
     check_number(argument("pipeline", "batch_size"), batch_size, integer=True, least=1)
@@ -460,12 +427,10 @@ def _checked_sizes(
 def _paid_once(
     ds: Any, preprocess: Callable[..., Any] | None, cache: bool | str, tail: _Tail
 ) -> Any:
-    """The stages whose work is paid once, not every epoch: the deterministic per-example
-    map, then the cache (each warned about where it would not do what it is for)."""
+    """The stages paid once, not every epoch: the deterministic map, then the cache."""
     _warn_if_generator(ds)
     if preprocess is not None:
-        # Deterministic per-example work (decode, resize) in parallel, before the cache, so it
-        # is paid once, not every epoch.
+        # Deterministic per-example work in parallel, before the cache: paid once.
         ds = ds.map(preprocess, num_parallel_calls=tail.parallel, deterministic=tail.deterministic)
     if cache:
         ds = _cached(ds, cache, tail.budget)
@@ -473,11 +438,10 @@ def _paid_once(
 
 
 def _warn_if_generator(ds: Any) -> None:
-    """Warns (once) when `ds` reads a Python generator on one thread, where
-    :func:`toolkit.data.parallel_generator` would read shards in parallel."""
+    """Warns (once) when `ds` reads a Python generator on one thread."""
     chain, inner_ops = dataset_ops(ds)
-    # from_generator is a flat_map whose function builds a GeneratorDataset. Inside another
-    # function (parallel_generator's interleave), it is not on this chain.
+    # from_generator is a flat_map whose function builds a GeneratorDataset (inside
+    # parallel_generator's interleave it is not on this chain).
     if any("FlatMap" in name for name in chain) and "GeneratorDataset" in inner_ops:
         warn_once(
             "from_generator",
@@ -489,9 +453,8 @@ def _warn_if_generator(ds: Any) -> None:
 
 
 def _cached(ds: Any, cache: bool | str, budget: int | None) -> Any:
-    """`ds` cached in memory (`cache` True or ``"memory"``) or to the file `cache` names,
-    with a warning where a random map upstream would be frozen by it, or the examples would
-    not fit in memory."""
+    """`ds` cached in memory or to the file `cache` names, with a warning where a random map
+    upstream would be frozen, or the examples would not fit in memory."""
     upstream = dataset_ops(ds)
     if any(_is_random(op) for op in upstream[0] | upstream[1]):
         warn_once(
@@ -510,9 +473,7 @@ def _cached(ds: Any, cache: bool | str, budget: int | None) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class _Tail:
-    """What the stages after batching take (:func:`_finish`), as the caller gave them: the
-    batch map, the maps' parallelism and order, the private thread pool, the RAM budget in
-    bytes and the cores the maps use (None: tf.data's defaults)."""
+    """What the stages after batching take, as the caller gave them (None: tf.data's defaults)."""
 
     batch_map: Callable[..., Any] | None
     parallel: int
@@ -559,8 +520,8 @@ def _gathered_batches(
     parallel: int,
     deterministic: bool | None,
 ) -> Any:
-    """Batches of in-memory ``(features, labels)``: per epoch, one permutation of the indices
-    (the identity without `shuffle`) cut into batches of indices; per batch, one gather."""
+    """Batches of in-memory ``(features, labels)``: per epoch one permutation of the indices cut
+    into batches; per batch one gather."""
     import tensorflow as tf
 
     n, data = _gatherable(arrays)
@@ -580,8 +541,7 @@ def _gathered_batches(
 
 
 def _gatherable(arrays: tuple[Any, ...]) -> tuple[int, Any]:
-    """``(examples, tensors)`` of ``(features, labels)`` arrays: the features alone where the
-    labels are None, each array a tensor once, so that a batch is one gather from it."""
+    """``(examples, tensors)`` of ``(features, labels)`` arrays, each array a tensor once."""
     import tensorflow as tf
 
     from toolkit.data.sources import array_examples
@@ -599,13 +559,12 @@ def _gatherable(arrays: tuple[Any, ...]) -> tuple[int, Any]:
 
 
 def _epoch_draws(shuffle: bool, seed: int | None, repeat: bool) -> Any:
-    """A dataset of one int64 per epoch, each epoch's shuffle seed (0s without `shuffle`):
-    endless with `repeat`, else the one epoch of this iteration."""
+    """A dataset of one int64 per epoch, each epoch's shuffle seed: endless with `repeat`, else
+    this iteration's one epoch."""
     import tensorflow as tf
 
     if shuffle:
-        # A new draw each time the dataset is iterated (each epoch Keras reads it anew),
-        # the same sequence of draws for the same seed (paired with the global seed).
+        # A new draw each time the dataset is iterated, the same sequence for the same seed.
         epochs = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
     else:
         epochs = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
@@ -613,8 +572,7 @@ def _epoch_draws(shuffle: bool, seed: int | None, repeat: bool) -> Any:
 
 
 def _index_order(n: int, shuffle: bool) -> Callable[[Any], Any]:
-    """The function from an epoch's draw to its order of the `n` indices: a stateless
-    shuffle seeded by the draw, or the indices in order."""
+    """From an epoch's draw to its order of the `n` indices: a stateless shuffle, or in order."""
     import tensorflow as tf
 
     def order(draw: Any) -> Any:
@@ -629,9 +587,8 @@ def _index_order(n: int, shuffle: bool) -> Callable[[Any], Any]:
 
 
 def _endless_index_batches(epochs: Any, order: Callable[[Any], Any], batch_size: int) -> Any:
-    """Batches of indices, epoch after epoch without end, as repeat-then-batch gives: the
-    examples left over at an epoch's end open the next epoch's first batch (no example is
-    skipped, no batch is partial)."""
+    """Batches of indices, epoch after epoch without end, as repeat-then-batch gives (leftovers
+    open the next epoch's first batch)."""
     import tensorflow as tf
 
     def cut(leftover: Any, draw: Any) -> Any:
@@ -649,8 +606,8 @@ def _endless_index_batches(epochs: Any, order: Callable[[Any], Any], batch_size:
 def _epoch_index_batches(
     epochs: Any, order: Callable[[Any], Any], n: int, batch_size: int, drop_remainder: bool
 ) -> Any:
-    """Batches of indices of one epoch of `n` examples: whole ones, then the rest unless
-    `drop_remainder`; the epoch's count of batches is said to tf.data."""
+    """Batches of indices of one epoch of `n` examples, the rest unless `drop_remainder`; the
+    count is said to tf.data."""
     import tensorflow as tf
 
     full, rest = divmod(n, batch_size)

@@ -1,27 +1,19 @@
-"""The step's anatomy, measured: scope tokens around a model's layers and phases, a short
-trace window, and the sweep that turns the trace into seconds per phase and per layer.
+"""The step's anatomy, measured: scope tokens around a model's layers and phases, a short trace
+window, and the sweep that turns the trace into seconds per phase and per layer.
 
-How it measures (``toolkit.core._anatomy`` holds the records):
-
-1. :class:`Scopes` opens a scope token around each layer's ``call`` (``kpl<N>``), around the
-   loss (``kploss``), the metrics (``kpmetrics``), the optimizer's ``apply`` (``kpopt``) and
-   the train step (``kpstep``), in the backend's own scope (``layer_scope`` of the seam:
-   TensorFlow's name scopes, JAX's named scopes, PyTorch's ``record_function``). Its own
-   tokens, not the layers' names: a name TensorFlow made unique (``dense_1_1``), a layer
-   named like another's scope, a layer shared by two models would all be ambiguous. The
-   train function is built again under them, and again without them after.
-2. ``TraceWindow`` traces a few steps with step markers and the device waited for at both
-   ends; its ``began_at``/``ended_at`` are the outside clock around them.
+1. :class:`Scopes` opens a token scope around each layer's ``call`` (``kpl<N>``), the loss, the
+metrics, the optimizer's ``apply`` and the train step, in the backend's own scope (the seam's
+``layer_scope``). Tokens, not names: a uniquified name, a layer named like another's scope or shared
+by two models would be ambiguous. The train function is rebuilt under them, and without them after.
+2. ``TraceWindow`` traces a few steps with step markers, the device waited for at both ends;
+``began_at``/``ended_at`` are the outside clock.
 3. The seam's ``anatomy_trace`` reads the trace into :class:`~toolkit.core._anatomy.Span`\\ s.
-4. :func:`sweep` walks the window's timeline: at each instant the ops computing share it
-   (each lane, a thread or a device stream, an equal part; an op's lane part split between
-   the scopes a fused op holds); where nothing computes, the batch arriving is input, the
-   host inside the framework's step call is "other", and the rest is Keras's own work
-   between steps. So the phases add up to the window, and the window is checked against the
-   outside clock: what the trace cannot attribute stays "other", in sight.
+4. :func:`sweep` walks the timeline: at each instant the computing ops share it (an equal part per
+lane, split between the scopes a fused op holds); where nothing computes, input, then the host
+inside the step call ("other"), then Keras between steps. The phases add up to the window, which is
+checked against the outside clock.
 
-No device sync happens outside the window's two edges.
-"""
+No device sync happens outside the window's two edges."""
 
 from __future__ import annotations
 
@@ -60,8 +52,8 @@ _ABSENT = object()
 
 @dataclasses.dataclass
 class LayerEntry:
-    """One layer the scopes wrap: its token, its name as ``model.summary()`` gives it
-    (``outer/inner`` inside a nested model), its class, and what its calls saw."""
+    """One layer the scopes wrap: its token, its ``model.summary()`` name, its class, and what
+    its calls saw."""
 
     token: str
     name: str
@@ -69,9 +61,8 @@ class LayerEntry:
     calls: int = 0
     outside: int = 0  # of those, calls outside the model's own call (a compute_loss's)
     flops: float | None = None  # forward FLOPs of one call, from the shapes it saw
-    # (shape, dtype) of each positional argument of its first call (None: a dimension a
-    # traced graph leaves open, the batch's); None: one was not a tensor (the layer cannot
-    # be called alone on inputs made up from specs)
+    # (shape, dtype) of each positional argument of its first call (None: the open batch dimension);
+    # None: one was not a tensor, so it cannot be called alone.
     inputs: tuple[tuple[tuple[int | None, ...], str], ...] | None = None
     layer: Any = dataclasses.field(default=None, repr=False)  # the layer, to time it alone
     holds_layers: bool = False  # a layer of layers: the trace gives it its own glue only
@@ -91,18 +82,15 @@ def _batched(tensor: Any, batch: int | None) -> tuple[Any, ...]:
 
 
 def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = None) -> float | None:
-    """Forward FLOPs of one call of the layers whose count is plain (a dense or
-    convolutional product), from the shapes of this call; None for the rest. A batch
-    dimension the traced graph leaves open is `batch` (fit's, where known: keras.io's
-    ``.batch(32)`` without ``drop_remainder`` left every row without FLOP/s)."""
+    """Forward FLOPs of one call of a layer whose count is plain (a dense or convolutional
+    product), from this call's shapes; None for the rest. An open batch dimension is `batch`."""
     kernel = getattr(layer, "kernel", None)
     recurrent = getattr(layer, "recurrent_kernel", None)
     if kernel is not None and recurrent is not None:
         return _time_step_flops(kernel, recurrent, _batched(inputs, batch))
     cell = getattr(layer, "cell", None)
     if getattr(cell, "kernel", None) is not None and hasattr(cell, "recurrent_kernel"):
-        # a recurrent layer whose loop is one fused op (PyTorch's, cuDNN's), its cell never
-        # called: every time step's (where its cell is called, the count is the cell's)
+        # a recurrent layer whose loop is one fused op, its cell never called: every time step's
         seq = _batched(inputs, batch)
         if len(seq) == 3 and seq[1] is None:  # an open time dimension: the model's own
             seq = (seq[0], _declared_time_steps(layer) or None, seq[2])
@@ -132,16 +120,15 @@ def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = Non
         )
         return 2.0 * math.prod(out_shape) * summed
     if kind.startswith("Conv") and kind.endswith("Transpose") and len(k_shape) >= 3:
-        # the kernel: (window..., filters, input channels): each input element is spread
-        # over one window of every filter (keras.io's denoising autoencoder had no count)
+        # the kernel (window..., filters, input channels): each input element spread over one window
+        # of every filter
         in_shape = _batched(inputs, batch)
         if not in_shape or any(d is None for d in in_shape):
             return None
         positions = _positions(layer, in_shape)
         return 2.0 * positions * math.prod(k_shape[:-2]) * k_shape[-2] * k_shape[-1]
     if kind.startswith("Conv") and "Transpose" not in kind and len(k_shape) >= 3:
-        # the kernel: (window..., input channels per group, filters); each output element
-        # is one window's products with the input channels of its group
+        # the kernel (window..., input channels per group, filters)
         positions = _positions(layer, out_shape)
         return 2.0 * positions * math.prod(k_shape[:-1]) * k_shape[-1]
     return None
@@ -155,10 +142,8 @@ def _positions(layer: Any, shape: tuple[Any, ...]) -> int:
 
 
 def _depthwise_flops(layer: Any, out_shape: tuple[Any, ...]) -> float | None:
-    """A depthwise convolution's (MobileNet's): each output channel is one window of one
-    input channel, its kernel ``(window..., input channels, multiplier)``; a separable one's
-    adds its pointwise ``1×1`` product over the depthwise output, of the output's size (the
-    U-Net's and MobileNet's rows had no FLOP/s)."""
+    """A depthwise convolution's: each output channel one window of one input channel; a
+    separable one adds its pointwise ``1×1`` product."""
     depthwise = getattr(layer, "depthwise_kernel", None)
     depthwise = getattr(layer, "kernel", None) if depthwise is None else depthwise
     pointwise = getattr(layer, "pointwise_kernel", None)
@@ -172,13 +157,10 @@ def _depthwise_flops(layer: Any, out_shape: tuple[Any, ...]) -> float | None:
 
 
 def _time_step_flops(kernel: Any, recurrent: Any, in_shape: tuple[Any, ...]) -> float | None:
-    """One time step of a recurrent cell (``LSTMCell``, ``GRUCell``, ``SimpleRNNCell``): the
-    input's and the carried state's products with their kernels, every gate's at once (an
-    LSTM's kernels are ``(features, 4 units)`` and ``(units, 4 units)``); the gates'
-    element-wise work is not counted, as a Dense's activation is not. Its calls per step are
-    the time steps (:meth:`Scopes.calls_per_step`). Its input's gradient is counted whole,
-    also on the model's own inputs: the carried state's always flows (a convolutional cell's
-    kernels are not plain products: None)."""
+    """One time step of a recurrent cell: the input's and the carried state's products with their
+    kernels, every gate's at once (element-wise work not counted). Its calls per step are the
+    time steps. Its input's gradient is counted whole (the carried state's always flows); a
+    convolutional cell: None."""
     k_shape = tuple(int(d) for d in kernel.shape)
     r_shape = tuple(int(d) for d in recurrent.shape)
     if len(in_shape) != 2 or in_shape[0] is None or len(k_shape) != 2 or len(r_shape) != 2:
@@ -187,8 +169,8 @@ def _time_step_flops(kernel: Any, recurrent: Any, in_shape: tuple[Any, ...]) -> 
 
 
 class Scopes:
-    """Scope tokens around `model`'s layers and phases while the context is open (see the
-    module docstring). ``entries`` maps each layer token to its :class:`LayerEntry`."""
+    """Scope tokens around `model`'s layers and phases while the context is open; ``entries``
+    maps each token to its :class:`LayerEntry`."""
 
     # tf_keras spells the loss compute_loss and the optimizer's update apply_gradients
     PHASE_METHODS = (("_compute_loss", "kploss"), ("compute_loss", "kploss"),
@@ -222,8 +204,7 @@ class Scopes:
         yield from walk(self.model, "")
 
     def _patch(self, owner: Any, attr: str, replacement: Any) -> None:
-        # Past Keras's attribute tracking; undone on exit, to what the instance held before
-        # (the toolkit's fused steps set an instance's train_step too).
+        # Past Keras's attribute tracking; undone on exit to what the instance held before.
         self._undo.append((owner, attr, owner.__dict__.get(attr, _ABSENT)))
         owner.__dict__[attr] = replacement
 
@@ -299,13 +280,10 @@ class Scopes:
         _rebuild(self.model)
 
     def calls_per_step(self, token: str) -> int:
-        """How many times a forward pass calls the layer (2: shared, called twice). A step
-        of your own that calls the layer outside the model's call as well (keras.io's VAE:
-        its compute_loss runs the encoder and decoder, and the model's output goes unused,
-        so the compiled step prunes that call) runs it as often as the more of the two
-        ways calls it, not both: counted as both, every row of the VAE read x2. A step that
-        never calls the model (keras.io's GAN: its train_step calls the generator twice and
-        the discriminator three times) is counted by its own traces."""
+        """How many times a forward pass calls the layer (2: shared). A step of your own that
+        also calls the layer outside the model's call (keras.io's VAE) runs it as often as the
+        more of the two ways, not both. A step that never calls the model (keras.io's GAN) is
+        counted by its own traces."""
         entry = self.entries[token]
         traced = self.model_calls or self.step_calls
         if not traced:
@@ -317,15 +295,14 @@ class Scopes:
         return max(1, round(most / traced))
 
     def cell_called(self, entry: LayerEntry) -> bool:
-        """Whether `entry` is a recurrent layer whose cell was called (a loop of time steps,
-        the FLOPs its cell's row), not one fused op (the FLOPs its own)."""
+        """Whether `entry` is a recurrent layer whose cell was called, not one fused op."""
         cell = getattr(entry.layer, "cell", None)
         return cell is not None and any(e.layer is cell and e.calls for e in self.entries.values())
 
     def _rnn_of(self, entry: LayerEntry) -> LayerEntry | None:
-        """The recurrent layer whose cell `entry` is, where its input has a known number of
-        time steps: Python calls a cell as often as the loop is traced (an LSTM's read x2,
-        the shape's first call and the loop's body), the compiled loop once a time step."""
+        """The recurrent layer whose cell `entry` is, where its input has a known number of time
+        steps (Python calls a cell as often as the loop is traced; the compiled loop, once a
+        time step)."""
         outer = entry.name.rpartition("/")[0]
         parent = (
             next((e for e in self.entries.values() if e.name == outer), None) if outer else None
@@ -336,11 +313,8 @@ class Scopes:
 
 
 def _time_steps(rnn: LayerEntry) -> int:
-    """The time steps of a recurrent layer's first input ``(batch, time, features)``, as its
-    calls saw them or, where the traced graph left them open, as the model declares them
-    (``keras.Input((120, 7))`` fed by ``timeseries_dataset_from_array``, whose windows carry
-    no length: the weather LSTM's cell read x2 a step, not x120); 0 where neither fixes them
-    (a sequence of any length)."""
+    """The time steps of a recurrent layer's input ``(batch, time, features)``, as its calls saw
+    them or, where left open, as the model declares them; 0 where neither fixes them."""
     shape = rnn.inputs[0][0] if rnn.inputs else ()
     if len(shape) >= 3 and shape[1]:
         return int(shape[1])
@@ -348,8 +322,7 @@ def _time_steps(rnn: LayerEntry) -> int:
 
 
 def _declared_time_steps(layer: Any) -> int:
-    """The time steps `layer`'s input has in the functional graph (``keras.Input((120, 7))``);
-    0 where it has no graph of its own (inside a subclassed model) or leaves them open."""
+    """The time steps `layer`'s input has in the functional graph; 0 where none or open."""
     try:
         declared = tuple(layer.input.shape)
     except (AttributeError, ValueError, TypeError):
@@ -358,8 +331,7 @@ def _declared_time_steps(layer: Any) -> int:
 
 
 def _specs(args: Sequence[Any]) -> tuple[tuple[tuple[int | None, ...], str], ...] | None:
-    """``(shape, dtype)`` of each positional argument; None where one is not a tensor (a
-    list of tensors, a mask passed by position, a Python value)."""
+    """``(shape, dtype)`` of each positional argument; None where one is not a tensor."""
     out = []
     for x in args:
         try:
@@ -385,8 +357,7 @@ def _optimizers(model: Any) -> list[Any]:
 
 
 def _rebuild(model: Any) -> None:
-    """Lets Keras build the model's step functions again at the next fit (under the scopes,
-    or back without them)."""
+    """Lets Keras build the model's step functions again at the next fit."""
     for attr in ("train_function", "test_function", "predict_function"):
         if hasattr(model, attr):
             with contextlib.suppress(AttributeError):
@@ -413,11 +384,10 @@ def _key(span: Span) -> Key:
 
 
 def sweep(spans: Sequence[Span], start: float, end: float) -> dict[Key, float]:
-    """Microseconds of ``[start, end]`` by ``(phase, layer token, fused)``: at each instant
-    the computing ops share it (an equal part per lane, split on a lane between its spans);
-    where none computes, input, then the host inside a call (the innermost scope range's
-    phase and layer; the framework's step call: other), then Keras between steps. The values
-    add up to ``end - start``."""
+    """Microseconds of ``[start, end]`` by ``(phase, layer token, fused)``: the computing ops
+    share each instant (equal per lane); where none computes, input, then the host inside a
+    call (its innermost scope's, or other), then Keras between steps. The values add up to
+    ``end - start``."""
     points: list[tuple[float, int, int]] = []
     for i, s in enumerate(spans):
         a, b = max(s.start, start), min(s.end, end)
@@ -441,9 +411,8 @@ def sweep(spans: Sequence[Span], start: float, end: float) -> dict[Key, float]:
         elif waiting:
             out[(Phase.INPUT, None, False)] += dt
         elif calls:
-            # the innermost range the host is in: a layer's call, a phase's method (its host
-            # work, PyTorch's eager Python), or the framework's step call (other: the host
-            # between the step's ops, kept apart to explain other)
+            # the innermost range the host is in: a layer's call, a phase's method, or the step call
+            # (other)
             phase, layer, _ = keys[max(calls, key=lambda i: spans[i].start)]
             out[(phase, BETWEEN_OPS if phase == Phase.OTHER else layer, False)] += dt
         else:
@@ -468,11 +437,9 @@ def sweep(spans: Sequence[Span], start: float, end: float) -> dict[Key, float]:
 
 
 def window(trace: StepTrace) -> tuple[float, float] | None:
-    """The traced steps on the trace's clock: from the first marker's start to the last
-    marker's end or the last op's, whichever is later. An asynchronous backend's host closes
-    its markers ahead of the device; TraceWindow waited for the device before the trace
-    began and before it ended, so every op the trace holds after the first marker is the
-    traced steps' own."""
+    """The traced steps on the trace's clock: the first marker's start to the later of the last
+    marker's end and the last op's. TraceWindow waited for the device at both edges, so every
+    op after the first marker is the traced steps' own."""
     if not trace.markers:
         return None
     start, end = trace.markers[0][0], trace.markers[-1][1]
@@ -492,8 +459,7 @@ def assemble(
     device: str = "",
     notes: Sequence[str] = (),
 ) -> Anatomy:
-    """The :class:`Anatomy` of a read trace: the sweep over its window, per step. The
-    outside clock's `outside_s` covers `outside_steps` steps (default `steps`: the same)."""
+    """The :class:`Anatomy` of a read trace, per step; `outside_s` covers `outside_steps` steps."""
     base = Anatomy(backend=backend_name, device=device, steps=steps, signal=trace.signal)
     span = window(trace)
     if trace.error and not trace.spans:
@@ -552,14 +518,12 @@ def _layer_rows(
         if f + b <= 0:
             continue
         calls = scopes.calls_per_step(token)
-        # none of its own: a layer with weights to train still took one, applied where its
-        # ops' scopes do not reach (an Embedding's sparse gradient, scattered by the optimizer)
+        # none of its own: a layer with trainable weights still took one, applied outside its ops'
+        # scopes (an Embedding's sparse gradient)
         none = gradients and b <= 0 and not getattr(entry.layer, "trainable_weights", None)
         back = _backward_calls(calls, *seen.get(token, (set(), set())), none)
-        # forward + a backward per gradient, a call each: its weights' (where it trains
-        # any) and its input's (where anything before it trains: not on the model's own
-        # inputs, or what only weightless and frozen layers made of them; a Dense's FLOP/s
-        # read 1.5x what it did)
+        # forward + a backward per gradient: its weights' (where it trains any) and its input's
+        # (where anything before it trains)
         grads = bool(getattr(entry.layer, "trainable_weights", None)) + (
             id(entry.layer) not in on_data
         )
@@ -575,8 +539,8 @@ def _layer_rows(
 
 
 def _calls_seen(spans: Sequence[Span]) -> dict[str, tuple[set[str], set[str]]]:
-    """Each layer token's calls the trace told apart (``Span.call``): those its forward ops
-    ran in, and those its gradient's ops differentiate."""
+    """Each layer token's calls the trace told apart: those its forward ops ran in, and those its
+    gradient's ops differentiate."""
     seen: dict[str, tuple[set[str], set[str]]] = {}
     for s in spans:
         layer = layer_token(s.tokens)
@@ -588,13 +552,10 @@ def _calls_seen(spans: Sequence[Span]) -> dict[str, tuple[set[str], set[str]]]:
 def _backward_calls(
     calls: int, forward: set[str], backward: set[str], none: bool = False
 ) -> int | None:
-    """How many of a layer's `calls` a gradient was taken through, where its gradient's ops
-    differentiate fewer of its calls than its forward ops ran in (the calls the trace told
-    apart scale to the step's, as a recurrent cell's loop is one call in the graph); 0 where
-    `none` of its ops is a gradient's while other layers' are and it has no weight to train
-    (a frozen teacher called in a distiller's loss, a layer on the data before any weight: on
-    every backend, as no call need be told apart); None: every call, or the trace did not
-    tell them apart."""
+    """How many of a layer's `calls` a gradient went through, where its gradient's ops
+    differentiate fewer calls than its forward ran in; 0 where none of its ops is a gradient's
+    while others' are and it has no weight to train (a frozen teacher); None: every call, or
+    not told apart."""
     if none:  # no gradient op of its own: no call of it took one
         return 0
     if not forward or not backward or len(backward) >= len(forward):
@@ -603,21 +564,16 @@ def _backward_calls(
 
 
 def _ops_in(trace: StepTrace, span: tuple[float, float]) -> int:
-    """The ops the trace ran in `span`, each once (a fused op's spans, one per scope it holds,
-    share its lane and start)."""
+    """The ops the trace ran in `span`, each once (a fused op's spans share its lane and start)."""
     return len({(s.lane, s.start) for s in trace.spans if s.kind == SpanKind.OP
                 and s.end > span[0] and s.start < span[1]})  # fmt: skip
 
 
 def _unscoped(trace: StepTrace, compiled: bool) -> list[str]:
-    """Words where most of the ops' time carries none of the layers' scopes: uncompiled, the
-    step ran op by op (``jit_compile=False``, or a layer that rules XLA out), and each op's
-    own program kept no scope of the layer that called it; `compiled`, the program's ops
-    kept none (keras.io's denoising autoencoder on JAX: 65 %, its gradient's, said as "op by
-    op" beside "measured from: XLA's ops joined to the compiled program's named scopes");
-    either way, or the ops ran outside the layers' calls (a compute_loss or train_step of
-    its own: keras.io's VAE on JAX left 78 % of it unscoped in a compiled step). That time
-    stays in the phase the trace gives it (the autoencoder's in backward), else other."""
+    """Words where most of the ops' time carries no layer's scope: the step ran op by op
+    (uncompiled), or the compiled program's ops kept none, or the ops ran outside the layers'
+    calls (a compute_loss of its own). That time stays in the phase the trace gives it, else
+    other."""
     total = scoped = 0.0
     for s in trace.spans:
         if s.kind == SpanKind.OP:
@@ -660,14 +616,12 @@ def _unseen(trace: StepTrace, by_phase: dict[Phase, float]) -> dict[Phase, str]:
 
 
 class AnatomyWindow(TraceWindow):
-    """A :class:`~toolkit.profiling.trace_window.TraceWindow` that also takes the step apart:
-    the scope tokens go on the model at the fit's start (its step functions are built again
-    under them) and come off at its end; :meth:`anatomy` reads the trace afterwards.
+    """A :class:`~toolkit.profiling.trace_window.TraceWindow` that also takes the step apart: the
+    scope tokens go on at the fit's start (its step functions rebuilt under them) and come off
+    at its end; :meth:`anatomy` reads the trace afterwards.
 
-    Args: as TraceWindow's (`logdir`, `start_step`, `stop_step`); `stop_if_refused`: end the
-    fit after its first step where the backend cannot take this model's step apart (an eager
-    or unjitted step: :meth:`anatomy` then says why), for a fit run only to be taken apart.
-    Off by default: your own fit trains on, traced as a plain TraceWindow traces it.
+    Args: as TraceWindow's; `stop_if_refused`: end the fit after its first step where the backend
+    cannot take this model's step apart (for a fit run only to be taken apart).
 
     Example:
 
@@ -675,8 +629,7 @@ class AnatomyWindow(TraceWindow):
     window = AnatomyWindow("logs/anatomy", start_step=6, stop_step=11)
     model.fit(data, epochs=1, callbacks=[StepTimer(), window])
     print(window.anatomy())
-    ```
-    """
+    ```"""
 
     def __init__(
         self,
@@ -726,8 +679,8 @@ class AnatomyWindow(TraceWindow):
         )
 
     def anatomy(self, untraced_s: float | None = None, device: str = "") -> Anatomy:
-        """The traced steps taken apart (:func:`assemble`); `untraced_s`: the same fit's
-        median step outside the window (StepTimer's p50), for the profiler's own cost."""
+        """The traced steps taken apart; `untraced_s`: the fit's median step outside the window,
+        for the profiler's own cost."""
         name = backend.name() if compat.keras_flavor() == "keras3" else "tf_keras"
         base = Anatomy(backend=name, device=device)
         if self.scope_error or self.scopes is None:
