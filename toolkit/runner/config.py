@@ -1,17 +1,13 @@
 """TrainConfig: how to train, the one table of settings, and the one validator of every setting.
 
-Each training setting is declared once, as a :class:`TrainConfig` field made by
-:func:`setting`: its default, flag, help, help group, whether tune may search it, whether it
-changes how fast a step is, its value in a measurement run. The shared flags, their ``--help``
-groups, ``config_from_flags`` (``toolkit.runner.flags``), ``for_measurement``, tune's knobs and
-the backends chooser's run flags are derived from that table (:data:`SETTINGS`).
+Each training setting is declared once, as a :class:`TrainConfig` field made by :func:`setting`: its
+default, flag, help, group, whether tune may search it, whether it changes step speed, its value in
+a measurement run. The flags, ``for_measurement``, tune's knobs and the chooser's run flags derive
+from that table (:data:`SETTINGS`).
 
-The command line (``toolkit.runner.flags``) and the Python API build the same
-:class:`TrainConfig`, and both get the same checks from :meth:`TrainConfig.validate`, whose messages
-name the flag (``--train_steps``) and, where the Python field is called differently, the field too
-(``--train_steps (steps_per_epoch) must be >= 1, got 0``). The flags define no bounds of their
-own, so a bad value reads the same from a recipe, ``python -m toolkit tune`` or a notebook.
-"""
+The command line and the Python API build the same :class:`TrainConfig` and get the same checks from
+:meth:`TrainConfig.validate`, whose messages name the flag (and the field where it differs:
+``--train_steps (steps_per_epoch) must be >= 1, got 0``)."""
 
 from __future__ import annotations
 
@@ -53,9 +49,8 @@ GROUPS = (DATA, TRAINING, SPEED, WHERE, DISTRIBUTION, MEASURING)
 
 @dataclasses.dataclass(frozen=True)
 class SearchContext:
-    """What a searched setting's candidate values may depend on: the device, the defaults'
-    measured step time, the backend, and batch sizes asked for. ``None`` (no context): the
-    generic values, those of a search not yet fitted to a machine."""
+    """What a searched setting's candidate values may depend on: device, the defaults' step time,
+    backend, batch sizes asked for. ``None``: the generic values."""
 
     device: Any = None
     step_s: float | None = None
@@ -72,21 +67,14 @@ COMPILE, FIT = "compile", "fit"  # a setting a script passes to model.compile / 
 class Searched:
     """How tune searches a setting, said where the setting is declared, and nowhere else:
 
-    * `values`: the values it tries, a rule of a :class:`SearchContext` (the Keras default
-      first); `label`: how a candidate shows it (None: not shown); `default`: the candidate's
-      default (None: the config's own value);
-    * `role`: :data:`LOOP` (it runs more steps in one call, cutting the per-step overhead:
-      searched first, at its longest; a candidate's steps per call is the product of its
-      loops) or :data:`KNOB` (set one after the other, in `order`, lowest first);
-    * `read`: the setting on your compiled model (None: your model does not say; the
-      candidate's default); `write`: puts a value into your compiled model without a rebuild
-      (a ``model.compile`` argument: what ``tune(model, data)`` can change). None: only a
-      rebuild changes it, so it is searched for recipes alone.
+    * `values`: a rule of a :class:`SearchContext` (the Keras default first); `label`: how a
+      candidate shows it; `default`: the candidate's default (None: the config's);
+    * `role`: :data:`LOOP` (more steps in one call: searched first, at its longest) or :data:`KNOB`
+      (set one after the other, in `order`);
+    * `read`/`write`: the setting on your compiled model, and putting a value in without a rebuild
+      (None: only a rebuild changes it, so recipes alone).
 
-    ``toolkit.search.engine`` derives its ``Candidate``, ``Space``, loops, knob order, labels,
-    flags and compile arguments from these; ``toolkit.search.workload`` reads, writes and
-    applies them. A new searched setting is its field here and the runner line where it
-    takes effect."""
+    ``toolkit.search.engine`` derives its types, labels, flags and compile arguments from these."""
 
     values: Callable[[SearchContext | None], tuple[Any, ...]]
     label: Callable[[Any], str | None]
@@ -95,8 +83,7 @@ class Searched:
     order: int = 0
     read: Callable[[Any], Any] | None = None
     write: Callable[[Any, Any], None] | None = None
-    # Why `values` offers the default alone in this context, by design, in one clause ("":
-    # it does not): a search left with the defaults alone says so (tune's why).
+    # Why `values` offers the default alone here, by design ("": it does not).
     cut: Callable[[SearchContext], str] | None = None
 
     @property
@@ -110,8 +97,7 @@ def _policy_of(model: Any) -> str:
 
 
 def _compile_arg(name: str) -> Callable[[Any, Any], None]:
-    """Writes `name` into a compiled model as ``compile`` would set it, without compiling it
-    again (``compat.set_compile_settings``)."""
+    """Writes `name` into a compiled model as ``compile`` would, without compiling again."""
     return lambda model, value: compat.set_compile_settings(model, **{name: value})
 
 
@@ -145,11 +131,9 @@ def _jit_cut(ctx: SearchContext) -> str:
 
 
 def _loops(setting: str) -> Callable[[SearchContext | None], tuple[int, ...]]:
-    """The rule for a loop `setting` (steps per execution, fused steps): it pays only where
-    the per-step overhead is a real share of the step: up to 32 below 10 ms, up to 4 below
-    50 ms, none above, and none where the backend does not run it with this Keras and input
-    (the seam's ``step_loops``: PyTorch's Keras 3.15 has neither; where Keras scans its own
-    steps per execution, fused steps step aside)."""
+    """The rule for a loop `setting`: it pays only where per-step overhead is a real share of the
+    step (up to 32 below 10 ms, up to 4 below 50 ms, none above), and none where the backend
+    does not run it with this Keras and input (the seam's ``step_loops``)."""
     return lambda ctx: _loop_rule(setting, ctx)[0]
 
 
@@ -196,18 +180,16 @@ def setting(
         help: the flag's help.
         group: its ``--help`` group (:data:`GROUPS`).
         flag: the flag's name where it differs from the field's.
-        flag_default: the flag's default where it is spelled differently (``""`` for unset).
+        flag_default: the flag's default where spelled differently (``""`` for unset).
         aliases: other names of the flag.
         deprecated: old names of the flag, still accepted with a note.
-        searched: how tune searches it (:class:`Searched`); None: it does not.
-        speed: it changes how fast a step is; False: only how long a run is or what it writes
-            (left out of the backends chooser's cache key, and overridden in its children).
-        quiet: its value in a short measurement run (:meth:`TrainConfig.for_measurement`).
+        searched: how tune searches it; None: it does not.
+        speed: it changes step speed; False: only run length or output (left out of the chooser's
+            cache key).
+        quiet: its value in a short measurement run.
         path: a path (a leading ``~`` is expanded).
-        python: how a script sets it, for advice said to your own model (:func:`as_python`):
-            :data:`COMPILE` or :data:`FIT` (an argument of that call), or a template with
-            ``{value}``; None: the flag's spelling, labelled as the recipes'.
-    """
+        python: how a script sets it (:data:`COMPILE`, :data:`FIT`, or a ``{value}`` template);
+            None: the flag's spelling."""
     meta = {
         "help": help, "group": group, "flag": flag or None, "flag_default": flag_default,
         "aliases": aliases, "deprecated": deprecated, "searched": searched, "speed": speed,
@@ -220,9 +202,8 @@ def setting(
 
 @dataclasses.dataclass
 class TrainConfig:
-    """How to train: every training setting, declared once with its flag, help, help group and
-    what the tools may do with it (:func:`setting`). :meth:`validate` checks every field (the
-    runner calls it); ``toolkit.runner.flags`` derives the shared flags from these fields."""
+    """How to train: every training setting, declared once (:func:`setting`). :meth:`validate`
+    checks every field."""
 
     use_synthetic_data: bool = setting(
         False,
@@ -485,8 +466,7 @@ class TrainConfig:
     )
 
     def validate(self) -> TrainConfig:
-        """Returns self, or raises ConfigError naming the first bad setting and what it must
-        be."""
+        """Returns self, or raises ConfigError naming the first bad setting and what it must be."""
         # In this order: the first bad setting found is the one reported.
         self._check_counts()
         self._check_measuring()
@@ -496,8 +476,8 @@ class TrainConfig:
         return self
 
     def _check_counts(self) -> None:
-        """The numbers: steps, batches, epochs and indices are whole counts in range (a
-        bool is no count), ``--train_steps`` whole fused steps, the cluster wait seconds."""
+        """The numbers: whole counts in range (a bool is no count), ``--train_steps`` whole fused
+        steps, the cluster wait."""
         for name in (
             "epochs",
             "batch_size",
@@ -517,8 +497,7 @@ class TrainConfig:
                 f"--train_steps={self.steps_per_epoch} must be a multiple of "
                 f"--fused_steps={self.fused_steps}"
             )
-        # NumPy's seeded generator (keras.utils.set_random_seed) takes 0 ..  2**32 - 1; its
-        # own words for a seed out of range name no flag.
+        # NumPy's seeded generator takes 0 .. 2**32 - 1; its own error names no flag.
         check_number(flag_name("seed"), self.seed, integer=True, least=0, most=2**32 - 1)
         for name in ("warmup_steps", "task_index"):
             value = getattr(self, name)
@@ -534,8 +513,8 @@ class TrainConfig:
             raise _bad("data_service_wait", "a number of seconds > 0", wait)
 
     def _check_measuring(self) -> None:
-        """What the measuring settings need: a trace window that is one, a report directory
-        and TensorBoard installed for ``--tensorboard``, a progress Keras knows."""
+        """What the measuring settings need: a trace window that is one, a report directory and
+        TensorBoard for ``--tensorboard``, a progress Keras knows."""
         if self.profile_steps is not None:
             start, stop = self.profile_steps
             if start < 0 or stop <= start:
@@ -569,9 +548,8 @@ class TrainConfig:
                 raise _bad(name, f"one of {', '.join(allowed)}", getattr(self, name))
 
     def _check_available(self) -> None:
-        """What this process can give: the data loader asked for is installed, and the
-        backend asked for is the one Keras already trains on (it is chosen before Keras
-        loads, so a config cannot switch it)."""
+        """What this process can give: the data loader is installed, and the backend asked for is
+        the one Keras already trains on (chosen before Keras loads)."""
         if self.data_loader == "grain" and importlib.util.find_spec("grain") is None:
             raise ConfigError(
                 "--data_loader=grain needs Grain, which is not installed: "
@@ -591,8 +569,8 @@ class TrainConfig:
             )
 
     def _check_specs(self) -> None:
-        """The names that must parse: the weights file's, the device, the tf.data service's
-        address and the workers' hosts (checked without reaching them)."""
+        """The names that must parse: weights file, device, tf.data service address, workers'
+        hosts (not reached)."""
         weights = self.init_weights
         if weights is not None and not str(weights).endswith(".weights.h5"):
             raise _bad("init_weights", "a Keras weights file ending in .weights.h5", weights)
@@ -605,8 +583,8 @@ class TrainConfig:
         except ValueError as e:  # DeviceError, DistributeError: already one line with the flag
             raise ConfigError(str(e)) from None
         for host in (self.worker_hosts or "").split(","):
-            # A port no socket can have (99999) would otherwise end the run at the bind, after
-            # everything loaded, as "training stopped on OverflowError".
+            # A port no socket can have would otherwise end the run at the bind, after everything
+            # loaded.
             port = host.strip().rpartition(":")[2]
             if port.isdigit() and not 1 <= int(port) <= 65535:
                 raise ConfigError(
@@ -619,11 +597,10 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
-        """The config :meth:`to_dict` wrote (not validated: :meth:`validate` is the runner's).
+        """The config :meth:`to_dict` wrote (not validated).
 
         Raises:
-            ConfigError: a name that is no setting.
-        """
+            ConfigError: a name that is no setting."""
         unknown = sorted(set(values) - {f.name for f in SETTINGS})
         if unknown:
             raise ConfigError(f"unknown settings: {', '.join(unknown)}")
@@ -631,22 +608,20 @@ class TrainConfig:
         return cls(**{**values, "profile_steps": tuple(window) if window else None})
 
     def for_measurement(self, steps: int, warmup_steps: int) -> TrainConfig:
-        """This config as a short, quiet measurement run (diagnose, tune): one epoch of
-        `steps` steps with `warmup_steps` left out, and no report, trace, memory watch, FLOP
-        count, smoke shrinking, logging or backup (a measurement must not resume a run)."""
+        """This config as a short, quiet measurement run: one epoch of `steps` steps,
+        `warmup_steps` left out, and no report, trace, memory watch, FLOP count, smoke,
+        logging or backup."""
         quiet = {f.name: f.metadata["quiet"] for f in SETTINGS if "quiet" in f.metadata}
         return dataclasses.replace(self, **quiet, steps_per_epoch=steps, warmup_steps=warmup_steps)
 
     def effective(self, say: bool = True) -> TrainConfig:
-        """The config a run really uses: ``smoke`` shrinks it to a seconds-long run, and
-        ``steps_per_execution`` is at most an epoch's calls; each change logged where `say`
-        (a check before the run, which logs them again, says nothing)."""
+        """The config a run really uses: ``smoke`` shrinks it, and ``steps_per_execution`` is at
+        most an epoch's calls; each change logged where `say`."""
         return (self._smoked(say) if self.smoke else self)._within_epoch(say)
 
     def _within_epoch(self, say: bool = True) -> TrainConfig:
-        """A call of more steps than an epoch holds would not end with the epoch: on a
-        repeated dataset (``--train_steps``) Keras runs every step of the call, a million
-        steps for ``--steps_per_execution=1000000``. So one call runs the whole epoch."""
+        """A call of more steps than an epoch holds would not end with the epoch (Keras runs
+        every step of the call on a repeated dataset), so one call runs the whole epoch."""
         if self.steps_per_epoch is None:
             return self
         calls = self.steps_per_epoch // self.fused_steps  # Keras batches in an epoch
@@ -697,11 +672,9 @@ class TrainConfig:
         )
 
 
-# Every training setting, in its help group's order: the one table the flags, their help, the
-# measurement config, tune's knobs and the backends chooser's run flags derive from.
+# Every training setting in its help group's order: the one table everything derives from.
 SETTINGS: tuple[dataclasses.Field, ...] = dataclasses.fields(TrainConfig)
-# The settings tune searches, each with how (:class:`Searched`): the speed settings first, in
-# the table's order, then the others (the batch size), as a candidate's label and flags read.
+# The settings tune searches: the speed settings first, in the table's order, then the others.
 SEARCHED_SETTINGS: tuple[tuple[str, Searched], ...] = tuple(
     (f.name, f.metadata["searched"])
     for f in sorted(SETTINGS, key=lambda f: f.metadata["group"] != SPEED)
@@ -716,18 +689,16 @@ def model_settings(model: Any) -> dict[str, Setting]:
 
 
 def set_model_settings(model: Any, values: Mapping[str, Setting]) -> None:
-    """Writes the compile arguments among `values` into your compiled model (each setting's
-    `write`); the others need a rebuild and are left."""
+    """Writes the compile arguments among `values` into your compiled model; the others need a
+    rebuild."""
     for name, how in SEARCHED_SETTINGS:
         if how.write is not None and name in values:
             how.write(model, values[name])
 
 
 def as_flags(values: Mapping[str, Setting]) -> str:
-    """The command-line flags that select these settings, as a user types them
-    (``--steps_per_execution=8 --jit_compile``; a setting at None is the config's: no flag).
-    The one place a setting is spelled as a flag for people to read; programs hand each other
-    the values."""
+    """The flags that select these settings, as a user types them (a setting at None: no flag).
+    The one place a setting is spelled as a flag for people."""
     out = []
     for name, value in values.items():
         if value is None:
@@ -740,18 +711,15 @@ def as_flags(values: Mapping[str, Setting]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class OwnCompile:
-    """A model whose class has a ``compile`` of its own that takes only its arguments
-    (keras.io's ``Distiller.compile(optimizer, metrics, student_loss_fn, ...)``): a speed
-    setting is passed on in its ``super().compile(...)`` call, not to ``model.compile``,
-    which would raise ``TypeError`` at it."""
+    """A model whose class has a ``compile`` of its own that takes only its arguments (keras.io's
+    ``Distiller``): a speed setting goes in its ``super().compile(...)`` call."""
 
     owner: str  # the class whose compile it is
     takes: frozenset[str]  # the arguments it names
 
     @classmethod
     def of(cls, model: Any) -> OwnCompile | None:
-        """`model`'s own ``compile``, where its class overrides Keras's with one that takes
-        no ``**kwargs``; None where ``model.compile`` takes Keras's arguments."""
+        """`model`'s own ``compile`` where it takes no ``**kwargs``; None otherwise."""
         import inspect
 
         owner = compat.own_method(model, "compile")
@@ -767,13 +735,11 @@ class OwnCompile:
 
 
 def as_python(values: Mapping[str, Setting], own: OwnCompile | None = None) -> str:
-    """The same settings as a script sets them, for advice said to your own model:
-    ``model.compile(..., steps_per_execution=8, jit_compile=True)``, ``model.fit(...,
-    validation_freq=5)``, ``keras.mixed_precision.set_global_policy('mixed_bfloat16')``; a
-    setting a script has no spelling for keeps its flag, labelled as the recipes'. With
-    `own` (a model whose class's ``compile`` takes none of them), the compile arguments are
-    said where they go: ``super().compile(..., jit_compile=True) in Distiller.compile``. The
-    one place a setting is spelled as Python (each setting's ``python`` in :func:`setting`)."""
+    """The same settings as a script sets them (``model.compile(..., jit_compile=True)``,
+    ``model.fit(..., validation_freq=5)``, the global policy); a setting with no spelling
+    keeps its flag. With `own`, compile arguments are said where they go
+    (``super().compile(...) in Distiller.compile``). The one place a setting is spelled as
+    Python."""
     calls: dict[str, list[str]] = {COMPILE: [], FIT: []}
     out, names = [], []  # names: the compile arguments said
     for name, value in values.items():
@@ -804,8 +770,7 @@ def flag_of(field: str) -> str:
 
 
 def flag_name(field: str) -> str:
-    """``--train_steps (steps_per_epoch)`` for a field whose flag is named differently, else
-    ``--batch_size``."""
+    """``--train_steps (steps_per_epoch)`` for a field whose flag differs, else ``--batch_size``."""
     flag = flag_of(field)
     return f"--{flag} ({field})" if flag != field else f"--{field}"
 

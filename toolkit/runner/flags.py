@@ -1,20 +1,12 @@
 """The flag definitions: the absl flags every recipe shares, the TrainConfig they make, a
-recipe's own flags from its ``build_task``, and their ``--help``. Reading a command line before
-absl parses it (old spellings, the flags that must act before Keras loads, ``--backend=auto``)
-is the app layer's (``toolkit._argv``); the app main that runs a recipe is ``toolkit.app``.
+recipe's own flags from its ``build_task``, and their ``--help``. Reading a command line
+before absl parses it is ``toolkit._argv``'s; the app main is ``toolkit.app``.
 
-The flags are derived, not written: one per TrainConfig field (``toolkit.runner.config``'s table
-of settings: name, default, help, group, aliases) and one per :data:`APP_FLAGS` entry (what to
-train on, whether to diagnose or tune first). Adding a setting is one field there. A recipe's
-own flags are its ``build_task``'s parameters (:func:`define_task_flags`): adding one is one
-parameter there.
-
-Names follow TensorFlow Model Garden where it has one (``--batch_size`` is the global batch).
-The training settings carry no bounds here: :func:`config_from_flags` hands them to
-``TrainConfig.validate`` (``toolkit.runner.config``), the one validator, whose messages name the
-flag. Flags that are not training settings (the dataset spec, image sizes, budgets) are checked by
-absl when parsed.
-"""
+The flags are derived, not written: one per TrainConfig field (the settings table in
+``toolkit.runner.config``) and one per :data:`APP_FLAGS` entry; a recipe's own flags are its
+``build_task``'s parameters. Names follow TensorFlow Model Garden (``--batch_size`` is the global
+batch). Settings carry no bounds here: ``TrainConfig.validate`` is the one validator, its messages
+naming the flag."""
 
 from __future__ import annotations
 
@@ -74,8 +66,8 @@ def _valid_dataset(value: str) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class AppFlag:
-    """A shared flag that is not a training setting (what to train on, whether to diagnose
-    or tune first): it reaches ``build_task`` or the app main, never a TrainConfig."""
+    """A shared flag that is not a training setting: it reaches ``build_task`` or the app main,
+    never a TrainConfig."""
 
     name: str
     kind: str  # absl's DEFINE_<kind>
@@ -135,14 +127,12 @@ APP_FLAGS = (
 
 
 def setting_kind(field: dataclasses.Field) -> str:
-    """absl's DEFINE_<kind> for a TrainConfig field, from its type (a window of steps is
-    written ``start,stop``)."""
+    """absl's DEFINE_<kind> for a TrainConfig field, from its type (a window is ``start,stop``)."""
     kind = str(field.type).split("[")[0].split(" ")[0]
     return {"bool": "bool", "int": "integer", "float": "float"}.get(kind, "string")
 
 
-# The shared flags as --help groups them: every setting in its group (toolkit.runner.config), the
-# app's own leading the data group.
+# The shared flags as --help groups them, the app's own leading the data group.
 FLAG_GROUPS = tuple(
     (
         group,
@@ -154,15 +144,14 @@ FLAG_GROUPS = tuple(
     )
     for group in GROUPS
 )
-# Flags that name paths: ``--report_dir=~/runs`` reaches the program with its ``~`` (no shell
-# expands it after ``=``), so the toolkit expands it.
+# Path flags: ``--report_dir=~/runs`` keeps its ``~`` (no shell expands after ``=``), so the toolkit
+# does.
 PATH_FLAGS = tuple(
     [flag_of(f.name) for f in SETTINGS if f.metadata["path"]]
     + [a.name for a in APP_FLAGS if a.path]
 )
 
-# Flags each module (a recipe) asked for through define_task_flags / define_flag, defined by
-# it or (shared by an earlier recipe in this process) already there.
+# Flags each recipe asked for through define_task_flags / define_flag.
 _OWN: dict[str, list[str]] = {}
 
 
@@ -179,13 +168,9 @@ def _parse_steps(value: str) -> tuple[int, int] | None:
 
 
 def define_common_flags(**defaults: Any) -> None:
-    """Defines the shared flags once per process (from the settings table,
-    ``toolkit.runner.config``, and :data:`APP_FLAGS`); `defaults` overrides a recipe's
-    defaults, by flag name.
-
-    Importing a recipe only defines flags (nothing is parsed), so a notebook can import one and
-    call its ``build_task`` whatever its own argv holds (``-f kernel.json``).
-    """
+    """Defines the shared flags once per process; `defaults` overrides a recipe's defaults by
+    flag name. Importing a recipe only defines flags, so a notebook can call its
+    ``build_task`` whatever its argv holds."""
     if "steps_per_execution" in flags.FLAGS:
         return
     for a in APP_FLAGS:
@@ -212,8 +197,8 @@ def _define(owner: str, kind: str, name: str, *args: Any, **kwargs: Any) -> bool
         names.append(name)
     if name in flags.FLAGS:
         return False
-    # Filed under the recipe (absl's --helpfull lists them under it, not
-    # toolkit.runner.flags); absl names the main module by its path.
+    # Filed under the recipe (absl's --helpfull lists them under it); absl names the main module by
+    # its path.
     module = sys.argv[0] if owner == "__main__" else owner
     getattr(flags, f"DEFINE_{kind}")(name, *args, module_name=module, **kwargs)
     _finite(kind, name)
@@ -234,36 +219,27 @@ def own_flags(module: str) -> list[str]:
 
 
 def define_flag(kind: str, name: str, *args: Any, **kwargs: Any) -> None:
-    """``flags.DEFINE_<kind>(name, *args, **kwargs)`` unless `name` is already defined.
-
-    For a recipe's flags that are no ``build_task`` parameter (BERT's ``--mode``, read by its
-    main); its parameters' flags come from its signature (:func:`define_task_flags`). Several
-    recipes can be imported into one process (a notebook, a test): a flag two recipes share
-    keeps the first one's default, which only matters to flag parsing, and a process parses
-    the flags of the one recipe it runs. ``build_task`` arguments carry each recipe's own
-    defaults.
-    """
+    """``flags.DEFINE_<kind>(name, *args, **kwargs)`` unless `name` is already defined: for a
+    recipe's flags that are no ``build_task`` parameter. A flag two imported recipes share
+    keeps the first one's default, which only matters to parsing: ``build_task`` arguments
+    carry each recipe's own."""
     _define(_caller(), kind, name, *args, **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)
 class Flag:
-    """What a ``build_task`` parameter's flag says besides its name, type and default (those
-    are the parameter's): its help, absl's bounds, its choices, a check of its own.
-
-    Written in the parameter's annotation, so that the signature is the one declaration of a
-    recipe's parameters, callable without flags (a notebook, the search's processes) and made
-    into flags by :func:`define_task_flags`::
+    """What a ``build_task`` parameter's flag says besides its name, type and default: its help,
+    bounds, choices, a check of its own. Written in the annotation, so the signature is the
+    one declaration, callable without flags::
 
         hidden_units: Annotated[int, Flag("Units in each hidden layer.", lower_bound=1)] = 128
 
     Attributes:
         help: the flag's help.
-        lower_bound: the least value absl accepts (a number), None for none.
+        lower_bound: the least value absl accepts, None for none.
         upper_bound: the greatest, None for none.
-        choices: the values of an enum flag (a ``Literal[...]`` annotation gives them too).
-        check: ``(predicate, message)``, a validator absl runs when it parses the flag.
-    """
+        choices: the values of an enum flag (a ``Literal[...]`` gives them too).
+        check: ``(predicate, message)``, a validator absl runs when it parses the flag."""
 
     help: str
     lower_bound: float | None = None
@@ -272,9 +248,8 @@ class Flag:
     check: tuple[Callable[[Any], bool], str] | None = None
 
 
-# Parameters many recipes take, their help said once: a build_task names one without a Flag
-# (``channels: int = 1``) and gives only its default. A Flag in its annotation replaces the
-# one here (ResNet's image_size, unset for the model's own; BERT's num_classes).
+# Parameters many recipes take, their help said once; a Flag in a parameter's annotation replaces
+# the one here.
 SHARED_TASK_FLAGS = {
     "image_size": Flag("Height and width the images are resized to.", lower_bound=8),
     "channels": Flag(
@@ -287,34 +262,29 @@ SHARED_TASK_FLAGS = {
     "learning_rate": Flag("Adam learning rate.", lower_bound=0.0),
 }
 _KINDS = {bool: "bool", int: "integer", float: "float", str: "string"}
-# The shared flags a build_task parameter may be named after: what to train on (its default
-# is the recipe's), and the run's settings (their defaults are the settings table's).
+# The shared flags a build_task parameter may be named after: what to train on (default: the
+# recipe's), and run settings (default: the settings table's).
 _APP_NAMES = frozenset(a.name for a in APP_FLAGS)
 _SETTING_NAMES = frozenset(flag_of(f.name) for f in SETTINGS)
 
 
 def define_task_flags(build_task: Callable[..., Any], **settings: Any) -> None:
-    """A recipe's flags, from its ``build_task``'s signature (the one declaration of its
-    parameters), and the shared ones (:func:`define_common_flags`). Called when the recipe is
-    imported, so that ``--help`` lists them; :func:`kwargs_from_flags` hands the parsed values
+    """A recipe's flags from its ``build_task``'s signature, and the shared ones. Called when the
+    recipe is imported, so ``--help`` lists them; :func:`kwargs_from_flags` hands the values
     back by name.
 
-    Each parameter is a flag of its name, default and type (``int``, ``float``, ``str``,
-    ``bool``, each maybe ``| None``; a ``Literal`` or a ``Flag(choices=)`` makes an enum),
-    with the help and bounds of the :class:`Flag` in its annotation, else of
-    :data:`SHARED_TASK_FLAGS`. A parameter named like a shared flag is that flag: what to
-    train on (``dataset``, ``data_dir``, ``validation_fraction``) takes the signature's
-    default as this recipe's; a run setting (``seed``, or CNN's ``epochs``, which sizes its
-    learning-rate schedule) keeps the settings table's default, or the one in `settings`.
+    Each parameter is a flag of its name, default and type (``int``, ``float``, ``str``, ``bool``,
+    maybe ``| None``; a ``Literal`` makes an enum), with the help and bounds of its :class:`Flag`,
+    else :data:`SHARED_TASK_FLAGS`'. A parameter named like a shared flag is that flag: what to
+    train on takes the signature's default; a run setting keeps the table's default, or `settings`'.
 
     Args:
         build_task: the recipe's ``build_task``; its flags are filed under its module.
         **settings: the recipe's defaults for run settings, by flag name (``epochs=20``).
 
     Raises:
-        TypeError: a parameter without a default, help or a type a flag can have; a name in
-            `settings` that is no run setting (what to train on is a parameter's default).
-    """
+        TypeError: a parameter without a default, help or a flag's type; a name in `settings` that
+            is no run setting."""
     where = f"{build_task.__module__}.{build_task.__qualname__}"
     unknown = sorted(set(settings) - _SETTING_NAMES)
     if unknown:
@@ -353,9 +323,8 @@ def define_task_flags(build_task: Callable[..., Any], **settings: Any) -> None:
 
 
 def _parameter_hints(fn: Callable[..., Any]) -> dict[str, Any]:
-    """`fn`'s parameter annotations, evaluated (``from __future__ import annotations`` makes
-    them strings) with their ``Annotated`` extras; its return annotation is left alone (a
-    recipe's ``train.Task`` names a module imported only for type checkers: it loads Keras)."""
+    """`fn`'s parameter annotations evaluated with their ``Annotated`` extras; the return
+    annotation is left alone (it may name a module imported only for type checkers)."""
     own = {k: v for k, v in getattr(fn, "__annotations__", {}).items() if k != "return"}
     if not own:
         return {}
@@ -364,8 +333,7 @@ def _parameter_hints(fn: Callable[..., Any]) -> dict[str, Any]:
 
 
 def _flag_of_parameter(where: str, name: str, hint: Any) -> tuple[str, Flag]:
-    """absl's kind (``integer``, ``enum``, ...) for a parameter annotated `hint`, and its
-    :class:`Flag` (the annotation's, else the shared one)."""
+    """absl's kind for a parameter annotated `hint`, and its :class:`Flag`."""
     spec = None
     if typing.get_origin(hint) is typing.Annotated:
         spec = next((m for m in hint.__metadata__ if isinstance(m, Flag)), None)
@@ -396,19 +364,15 @@ def _flag_of_parameter(where: str, name: str, hint: Any) -> tuple[str, Flag]:
 def kwargs_from_flags(
     fn: Callable[..., Any], flag_values: flags.FlagValues = flags.FLAGS
 ) -> dict[str, Any]:
-    """The parsed value of every flag named like a parameter of `fn`.
-
-    A recipe's ``build_task`` names its parameters after its flags (``dataset``,
-    ``image_size``, ``learning_rate``...), so its signature is the one list of what the
-    flags feed it; parameters without a flag keep their defaults.
-    """
+    """The parsed value of every flag named like a parameter of `fn`; the others keep their
+    defaults."""
     names = inspect.signature(fn).parameters
     return {name: _expand(name, flag_values[name].value) for name in names if name in flag_values}
 
 
 def _expand(name: str, value: Any) -> Any:
-    """`value` with a leading ``~`` expanded for path flags (and ``folder:~/...`` or
-    ``tfrecord:~/...`` datasets)."""
+    """`value` with a leading ``~`` expanded for path flags and ``folder:``/``tfrecord:``
+    datasets."""
     if not isinstance(value, str):
         return value
     if name in PATH_FLAGS:
@@ -423,14 +387,11 @@ def _expand(name: str, value: Any) -> Any:
 def config_from_flags(
     flag_values: flags.FlagValues = flags.FLAGS, validate: bool = True
 ) -> TrainConfig:
-    """A validated TrainConfig from parsed flags: every setting from its flag (paths with
-    their ``~`` expanded, ``''`` for none; a window of steps parsed from ``start,stop``).
-    `validate` False: as the flags say, unchecked (``--backend=auto`` read before it is
-    resolved).
+    """A validated TrainConfig from parsed flags (paths expanded, ``''`` for none, windows
+    parsed). `validate` False: unchecked (``--backend=auto`` before it is resolved).
 
     Raises:
-        ConfigError: a bad setting, in one line naming the flag.
-    """
+        ConfigError: a bad setting, in one line naming the flag."""
     values: dict[str, Any] = {}
     for f in SETTINGS:
         name = flag_of(f.name)
@@ -444,14 +405,12 @@ def config_from_flags(
     return config.validate() if validate else config
 
 
-# The packages whose flags are their own (absl's logging, TensorFlow's tt_check_filter, ...):
-# matched on the package, so a script of yours named jax_train.py keeps its flags.
+# Packages whose flags are their own, matched on the package (your jax_train.py keeps its flags).
 FOREIGN_FLAG_PACKAGES = frozenset({"absl", "tensorflow", "tf_keras", "keras", "jax", "torch"})
 
 
 def flags_for_report(flag_values: flags.FlagValues = flags.FLAGS) -> dict[str, Any]:
-    """Every flag's value except absl's own (logging and the like) and those the frameworks
-    define for themselves (TensorFlow's ``tt_check_filter``, ...), for the report."""
+    """Every flag's value except absl's and the frameworks' own, for the report."""
     out: dict[str, Any] = {}
     for module, module_flags in flag_values.flags_by_module_dict().items():
         if module.split(".")[0] in FOREIGN_FLAG_PACKAGES:
@@ -480,8 +439,7 @@ def help_text(
     width: int | None = None,
 ) -> str:
     """A recipe's ``--help``: usage, its docstring in plain text, its own flags, then the shared
-    ones in :data:`FLAG_GROUPS`, each flag with its default and help, wrapped to the terminal
-    (at most :data:`HELP_WIDTH` columns)."""
+    ones by group, wrapped to the terminal (at most :data:`HELP_WIDTH`)."""
     width = width or min(HELP_WIDTH, shutil.get_terminal_size((HELP_WIDTH, 24)).columns)
     out = [f"usage: {program} [--flag=value ...]", ""]
     if doc:
@@ -518,9 +476,8 @@ def help_text(
 
 
 def plain_text(doc: str, width: int = HELP_WIDTH) -> str:
-    """A docstring as a user reads it: reStructuredText's literals (````x````) and roles
-    (``:func:`x```) as plain words, a paragraph's closing ``::`` as ``:``, each prose paragraph
-    refilled to ``width`` columns; indented blocks (the examples) stay as written."""
+    """A docstring as a user reads it: reST literals and roles as plain words, a closing ``::``
+    as ``:``, prose refilled to ``width``; indented blocks stay as written."""
     paragraphs = re.split(r"\n[ \t]*\n", inspect.cleandoc(doc))
     out = []
     for paragraph in paragraphs:
@@ -539,5 +496,4 @@ _ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
 
 # ---------------------------------------------------------------------------- read before parsing
 # What must be known before anything parses the command line (Keras fixes its backend when it
-# loads; TensorFlow reads XLA's cache directory once), and the search's edits of a target's
-# recipe flags: the only hand-reading of a command line, here beside the flags it reads.
+# loads), and the search's edits of a target's flags: the only hand-reading of a command line.

@@ -1,12 +1,9 @@
 """The one training runner every recipe uses: device, strategy, data, compile, fit, report.
 
-A recipe describes *what* to train as a :class:`Task` (model builder, loss, metrics, data);
-:func:`run` decides *how*: it selects the device (``toolkit.devices``), runs the preflight
-checks, builds the distribution strategy, sets the precision policy, builds the input pipeline
-(``toolkit.data``, or synthetic data of the same spec), compiles under the strategy scope with
-the chosen ``jit_compile`` and ``steps_per_execution``, fits with StepTimer (and
-TraceWindow when asked), and writes a RunReport, also when ``fit`` raises or is interrupted.
-"""
+A recipe describes *what* to train as a :class:`Task`; :func:`run` decides *how*: device, preflight
+checks, strategy, precision policy, input pipeline, compile under the strategy scope, fit with
+StepTimer (and TraceWindow when asked), and a RunReport written also when ``fit`` raises or is
+interrupted."""
 
 from __future__ import annotations
 
@@ -35,8 +32,8 @@ from toolkit.runner.config import TrainConfig
 from toolkit.runner.session import profile
 from toolkit.runner.task import SetupError, Task, check_report_dir, classification_task
 
-# Task, classification_task and SetupError are here for a recipe's author (train.Task), who
-# needs nothing else from the runner; input_pipeline is how the other rooms build a task's data.
+# Task, classification_task and SetupError are for a recipe's author; input_pipeline is how the
+# other rooms build a task's data.
 __all__ = [
     "RunResult",
     "SetupError",
@@ -73,15 +70,14 @@ def precision_policy(name: str) -> Iterator[None]:
 
 
 def setup_device(config: TrainConfig) -> tuple[Any, list[Any]]:
-    """Selects `config`'s device (first: visible devices can't change once TensorFlow's
-    runtime starts) and runs the preflight checks for its precision and XLA setting.
+    """Selects `config`'s device (first: visible devices can't change once TensorFlow's runtime
+    starts) and runs the preflight checks.
 
     Returns:
         ``(device, findings)``.
 
     Raises:
-        SetupError: the device is not here (the message lists what is) or can't be selected.
-    """
+        SetupError: the device is not here (the message lists what is) or can't be selected."""
     from toolkit import devices
 
     try:
@@ -95,8 +91,8 @@ def setup_device(config: TrainConfig) -> tuple[Any, list[Any]]:
 
 
 def _is_hdf5(path: str) -> bool:
-    """Whether `path` is an HDF5 file (h5py, which Keras reads ``.weights.h5`` with); an
-    unreadable one counts as HDF5 here, for the load to say why it cannot be read."""
+    """Whether `path` is an HDF5 file; an unreadable one counts, for the load to say why it
+    cannot be read."""
     try:
         import h5py
 
@@ -106,14 +102,12 @@ def _is_hdf5(path: str) -> bool:
 
 
 def share_initial_weights(model: Any, path: str) -> str:
-    """Gives `model` the weights in `path` (a ``.weights.h5`` file), or, when there is no such
-    file yet, writes the model's own initial weights there (atomically): the runs that share a
-    path start from the same weights, whatever backend each trains on (the file format is
-    Keras's own, backend-neutral). Returns ``"loaded"`` or ``"written"``.
+    """Gives `model` the weights in `path` (a ``.weights.h5``), or, where there is none yet,
+    writes the model's own initial weights there atomically: runs sharing a path start from
+    the same weights, whatever backend. Returns ``"loaded"`` or ``"written"``.
 
     Raises:
-        SetupError: the file holds the weights of another model, or cannot be written.
-    """
+        SetupError: the file holds another model's weights, or cannot be written."""
     path = os.path.abspath(os.path.expanduser(path))
     if os.path.isdir(path):
         raise SetupError(f"--init_weights={path}: it is a directory, not a .weights.h5 file")
@@ -146,8 +140,8 @@ def share_initial_weights(model: Any, path: str) -> str:
 
 
 def _jit_compile(value: bool | None) -> bool | str | None:
-    """`--jit_compile` for ``compile``: None is Keras 3's ``"auto"`` (its per-backend choice);
-    tf_keras knows no ``"auto"`` (a truthy string there would turn XLA on), so None stays."""
+    """`--jit_compile` for ``compile``: None is Keras 3's ``"auto"``; tf_keras knows no
+    ``"auto"``, so None stays."""
     if value is None and compat.keras_flavor() == "keras3":
         return "auto"
     return value
@@ -180,14 +174,9 @@ def _steps_per_epoch(config: TrainConfig, train_ds: Any) -> int | None:
 def fit_progress(
     config: TrainConfig, train_ds: Any, name: str
 ) -> tuple[int, int | None, list[Any]]:
-    """``(Keras verbose, log_steps, callbacks)`` for the progress `config` asks for.
-
-    ``verbose`` set (0, 1, 2): exactly that, Keras's own. Unset (the default): the toolkit's
-    (``toolkit.core.progress``): on a terminal a :class:`FitProgress` bar, which reads no tensor
-    per step; in a log a step-time line every ``log_steps`` steps (about
-    :data:`LOG_LINES_PER_RUN` a run when ``--log_steps`` is not given); nothing when
-    ``TOOLKIT_PROGRESS=0``.
-    """
+    """``(Keras verbose, log_steps, callbacks)`` for the progress `config` asks for: ``verbose``
+    set, Keras's own; unset, the toolkit's (a :class:`FitProgress` bar on a terminal, a
+    step-time line every ``log_steps`` steps in a log, nothing with ``TOOLKIT_PROGRESS=0``)."""
     if config.verbose is not None:
         return config.verbose, config.log_steps, []
     shown = progress.mode()
@@ -219,21 +208,19 @@ def run(
     Args:
         task: what to train.
         config: how to train.
-        args: the flags/arguments to record in the report. Defaults to the config's fields.
+        args: the flags/arguments to record in the report (default: the config's fields).
         callbacks: more Keras callbacks, run after the profiling ones.
         extra: free-form facts for the report's ``extra``.
-        diagnosis: a ``Diagnosis.section()`` for the report's diagnosis section.
-        tune: a ``TuneResult.section()`` for the report's tune section.
-        anatomy: the step taken apart (``toolkit.core._anatomy.Anatomy``) for the report's
-            ``anatomy`` (its section, its picture ``anatomy.png``).
+        diagnosis: a ``Diagnosis.section()`` for the report.
+        tune: a ``TuneResult.section()`` for the report.
+        anatomy: the step taken apart, for the report's ``anatomy`` and ``anatomy.png``.
 
     Returns:
         The report, the files written, the run directory, the trained model and the History.
 
     Raises:
-        SetupError: a bad setting (naming the flag), a device that is not here (listing what
-            is), or too little data, before anything trains.
-    """
+        SetupError: a bad setting, a device that is not here, or too little data, before anything
+            trains."""
     # The process's stages, for the report's ``process``: (stage, its end, compile seconds).
     stages: list[tuple[str, float, float | None]] = [(LAUNCH, time.perf_counter(), None)]
     config, placed, data = _set_up(task, config)
@@ -284,10 +271,8 @@ def _profiling(
     log_steps: int | None,
     stages: Sequence[tuple[str, float, float | None]],
 ) -> Any:
-    """The run's profiling session (``profile``), not yet entered: step times, the trace, the
-    memory watch, TensorBoard and the report, written where this process reports (each worker
-    of a cluster into its own directory; the chief's is the run's), with the process's
-    `stages` so far marked (``(stage, its end, compile seconds)``: launch, set-up, model)."""
+    """The run's profiling session, not yet entered, written where this process reports (each
+    cluster worker into its own directory), with the process's `stages` so far marked."""
     report_dir = config.report_dir
     if report_dir and not cluster.is_chief:  # each worker reports; the chief's is the run's
         report_dir = os.path.join(report_dir, f"worker{cluster.task_index}")
@@ -315,8 +300,7 @@ def _describe(
     tune: TuneSection | None,
 ) -> None:
     """The report's account of the run, set before it trains (the report is written even when
-    ``fit`` stops on an error): where and how it trains, the caller's facts, and the diagnosis
-    and tune sections."""
+    ``fit`` fails): where and how it trains, the caller's facts, diagnosis and tune."""
     prof.context = context
     prof.extra.update(extra or {})
     prof.diagnosis = diagnosis
@@ -324,13 +308,12 @@ def _describe(
 
 
 def _count_flops(prof: Any, model: Any, config: TrainConfig, device: Any) -> None:
-    """With ``--count_flops``, the model's FLOPs per step and the device's peak into the
-    report's compute facts (``prof.compute``); a peak still to be measured is measured after
-    ``fit`` (``flops.recheck_peak``)."""
+    """With ``--count_flops``, the model's FLOPs per step and the device's peak into the report;
+    a peak still to be measured is measured after ``fit``."""
     if not config.count_flops:
         return
-    # With --compile_cache a peak not in its cache is measured after fit: ops run
-    # before the first step would change the compiled programs' keys.
+    # With --compile_cache a peak not cached is measured after fit: ops before the first step would
+    # change the compiled programs' keys.
     prof.compute = flops.compute_facts(
         model,
         config.batch_size,
@@ -341,12 +324,9 @@ def _count_flops(prof: Any, model: Any, config: TrainConfig, device: Any) -> Non
 
 
 def _fused_aside(config: TrainConfig, loader: str, model: Any) -> tuple[str, str] | None:
-    """``(what, fix)`` where ``--fused_steps`` is given but this backend, with this Keras,
-    input and `model`, runs Keras's own loop as fast (the seam's ``step_loops`` leaves fused
-    steps out: Keras 3.16 scans ``steps_per_execution`` on JAX, its super-batch stacked
-    inside tf.data, for a step that does not convolve on a CPU); None where fused steps pay,
-    or are not asked for. The flag is still honoured: what the user asked for runs, and the
-    note says what does the same."""
+    """``(what, fix)`` where ``--fused_steps`` is given but this backend, Keras, input and
+    `model` run Keras's own loop as fast (the seam's ``step_loops``); None otherwise. The flag
+    is still honoured; the note says what does the same."""
     if config.fused_steps <= 1 or config.distribution_strategy == "data_parallel":
         return None  # over processes, Keras's super-batch layout is not measured here
     seam = backend.get()
@@ -366,8 +346,8 @@ def _fit(
     model: Any, config: TrainConfig, data: _data.Inputs, timer: Any, callbacks: list[Any],
     verbose: int,
 ) -> Any:  # fmt: skip
-    """``model.fit`` on the set-up data with `callbacks`; returns its History. The whole call
-    is timed: the report shows its start-up and exit beside the steps."""
+    """``model.fit`` on the set-up data with `callbacks`, the whole call timed; returns its
+    History."""
     with timer.around_fit():
         return model.fit(
             data.train,
@@ -383,9 +363,8 @@ def _fit(
 
 
 def _unreadable_file(task: Task, error: Exception) -> SetupError | None:
-    """A one-line SetupError naming the data file that `error` (raised while training) could
-    not read, as the task's ``find_bad_file`` finds it; None when it finds none (the error
-    then goes on as it is)."""
+    """A one-line SetupError naming the data file `error` could not read (the task's
+    ``find_bad_file``); None when none is found."""
     bad = task.find_bad_file(error) if task.find_bad_file is not None else None
     if bad is None:
         return None
@@ -398,9 +377,8 @@ def _unreadable_file(task: Task, error: Exception) -> SetupError | None:
 
 @dataclasses.dataclass(frozen=True)
 class _Placement:
-    """Where the run trains, settled before its data: the cluster, the device (and its
-    preflight findings), the strategy and its batch sizes, and this process's share of each
-    global batch (index, processes, replicas)."""
+    """Where the run trains, settled before its data: cluster, device and findings, strategy and
+    batch sizes, this process's share of each global batch."""
 
     cluster: distribute.Cluster
     device: Any
@@ -412,9 +390,8 @@ class _Placement:
 
 
 def _set_up(task: Task, config: TrainConfig) -> tuple[TrainConfig, _Placement, _data.Inputs]:
-    """Everything before the model, in the order the frameworks need it: the config as the
-    run uses it (checked once, here), where it trains, then its data. Raises SetupError (one
-    line) for a bad setting, a device that is not here or too little data."""
+    """Everything before the model, in the order the frameworks need it: the config (checked
+    once, here), where it trains, then its data. Raises SetupError (one line)."""
     try:
         config = config.validate().effective()
         check_report_dir(config.report_dir)
@@ -422,8 +399,7 @@ def _set_up(task: Task, config: TrainConfig) -> tuple[TrainConfig, _Placement, _
         backend.get().check_config(config)  # what this Keras backend cannot run: one line
         placed = _place(task, config)
         if config.seed is not None:
-            # Before the data: its shuffle's seed pairs with the global one, so a seeded run
-            # reads the same order whatever ran before it in the process.
+            # Before the data: its shuffle's seed pairs with the global one.
             compat.keras().utils.set_random_seed(config.seed)
         return config, placed, _data.inputs(task, config, placed.share)
     except SetupError:
@@ -433,8 +409,7 @@ def _set_up(task: Task, config: TrainConfig) -> tuple[TrainConfig, _Placement, _
 
 
 def _place(task: Task, config: TrainConfig) -> _Placement:
-    """The cluster started, the device chosen and the strategy made, before any dataset (a
-    multi-worker strategy configures collective ops at start-up)."""
+    """The cluster started, device chosen and strategy made, before any dataset."""
     if config.compile_cache:  # before anything compiles (a command line set it earlier)
         backend.use_compile_cache()
     cluster = _start_cluster(task, config)
@@ -452,10 +427,9 @@ def _place(task: Task, config: TrainConfig) -> _Placement:
 
 
 def _compiled_model(task: Task, config: TrainConfig, strategy: Any) -> tuple[Any, float | None]:
-    """The task's model, built and compiled under the strategy's scope and the precision
-    policy, with the config's compile settings (and the shared initial weights); and the
-    seconds the backend timed compiling meanwhile (its compile watch: JAX compiles each
-    weight's initializer, 15-20 s for MobileNetV2 on 2 cores; None where none was timed)."""
+    """The task's model, built and compiled under the strategy's scope and precision policy (with
+    shared initial weights), and the seconds the backend timed compiling meanwhile (None: none
+    timed)."""
     watch = backend.get().compile_watch(None, time.perf_counter)
     watch.start()
     try:
@@ -521,11 +495,9 @@ def _resilience(resume: Resume | None, process_index: int) -> list[Any]:
     keras = compat.keras()
     backups = [keras.callbacks.BackupAndRestore(resume.backup_dir)]
     if process_index > 0:
-        # Over processes the weights are one: the chief backs them up, as tf.distribute's
-        # chief does, and every process restores from its backup (a directory they all read);
-        # two writers would race, and backups of two epochs would start the processes apart.
-        # Saving reads the weights with a collective every process must join: the others save
-        # too, into a scratch directory of their own.
+        # Over processes the chief backs the weights up and every process restores from its backup;
+        # saving is a collective every process joins, so the others save into a scratch directory of
+        # their own.
         backups = [
             keras.callbacks.BackupAndRestore(
                 resume.backup_dir, save_freq=2**62, delete_checkpoint=False
@@ -536,9 +508,8 @@ def _resilience(resume: Resume | None, process_index: int) -> list[Any]:
 
 
 def _scratch(prefix: str) -> str:
-    """A private temporary directory removed when the process ends, so that a worker's scratch
-    backups do not outlive its run; one a killed worker left is removed by the next worker's
-    (:func:`files.scratch_dir`)."""
+    """A private temporary directory removed when the process ends (one a killed worker left is
+    removed by the next)."""
     import atexit
 
     directory = files.scratch_dir(prefix)
@@ -547,9 +518,9 @@ def _scratch(prefix: str) -> str:
 
 
 def _start_cluster(task: Task, config: TrainConfig) -> distribute.Cluster:
-    """This process's cluster, started: tf.distribute's (``TF_CONFIG``, read by the strategy
-    when it is made) or, for ``data_parallel`` on Keras 3, the processes joined and the
-    framework's cluster started, before anything asks the framework for its devices."""
+    """This process's cluster, started: tf.distribute's (``TF_CONFIG``), or for ``data_parallel``
+    on Keras 3 the processes joined and the framework's cluster started, before anything asks
+    for devices."""
     from toolkit.distribute import processes
 
     if config.distribution_strategy != processes.DATA_PARALLEL or compat.keras_flavor() == (
