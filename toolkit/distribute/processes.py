@@ -1,28 +1,19 @@
-"""Data parallelism over processes for Keras 3 (``--distribution_strategy=data_parallel``):
-the cluster, the join, and each process's share of the data. No framework is imported here:
-starting the processes and placing the batch is the backend's (``toolkit.backend``'s
-``start_processes`` and ``data_parallel``: ``keras.distribution.DataParallel`` over
-``jax.distributed`` on JAX, over ``torch.distributed`` on PyTorch, where Keras 3.16 and later
-train ``fit`` under DistributedDataParallel).
+"""Data parallelism over processes for Keras 3 (``--distribution_strategy=data_parallel``): the
+cluster, the join, and each process's share of the data. No framework is imported here: the
+backend starts the processes and places the batch (``keras.distribution.DataParallel`` over
+``jax.distributed``, or ``torch.distributed`` from Keras 3.16).
 
-* **The cluster** comes from ``--worker_hosts=h:p,h:p --task_index=i`` or from the environment a
-  cluster manager sets for Keras (``KERAS_DISTRIBUTION_JOB_ADDRESSES`` / ``_NUM_PROCESSES`` /
-  ``_PROCESS_ID``). Process 0 is the chief and the coordinator: its address is the one port
-  the framework listens on; the others' addresses are only names.
-* **The join** (:func:`_join`) comes before the framework starts, because the frameworks'
-  own waits cannot be bounded or read: JAX's coordination service ends a process that waits
-  too long with a fatal log line and a C++ stack, and says nothing about who is missing. Here
-  process 0 listens at its address and every other process says hello with the settings
-  that must agree (the hosts, the global batch, the steps); process 0 answers once all have
-  come, or names who did not within ``--cluster_wait`` seconds, or who was started with
-  other settings. A port already in use is found there, too, in one line.
-* **The data**: ``--batch_size`` stays the global batch. Every process builds the same
-  pipeline (the same seed: the same order) and keeps its own slice of each global batch
-  (:func:`process_slice`), so each example is read once per epoch across the cluster and the
-  batch is placed on the devices without a copy between processes. Keras's own
-  auto-sharding (``DataParallel(auto_shard_dataset=True)``) takes only a ``tf.data.Dataset``;
-  the slice works for a dataset and for a ``PyDataset`` of arrays alike.
-"""
+* **The cluster**: from ``--worker_hosts`` and ``--task_index``, or from Keras's environment
+  (``KERAS_DISTRIBUTION_JOB_ADDRESSES`` ...). Process 0 is the chief and coordinator: its address is
+  the one port the framework listens on.
+* **The join** (:func:`_join`) comes before the framework starts, because the frameworks' own waits
+  cannot be bounded or read (JAX's ends a late process with a fatal log line and says nothing of who
+  is missing). Process 0 answers once all have come, or names who did not within ``--cluster_wait``,
+  or who started with other settings.
+* **The data**: ``--batch_size`` stays global. Every process builds the same pipeline (same seed,
+  same order) and keeps its own slice of each global batch (:func:`process_slice`), so each example
+  is read once per epoch across the cluster; the slice works for a ``tf.data.Dataset`` and a
+  ``PyDataset`` alike."""
 
 from __future__ import annotations
 
@@ -48,8 +39,7 @@ __all__ = [
 
 DATA_PARALLEL = "data_parallel"
 
-# The settings every process must start with (a flag's name and value, as the join sends and
-# compares them): plain values, which JSON carries unchanged.
+# The settings every process must start with: plain values JSON carries unchanged.
 Agreed = Mapping[str, str | int | float | bool | None]
 # What a cluster manager sets for keras.distribution.initialize (Keras's own names).
 _ENVIRONMENT = (
@@ -60,13 +50,12 @@ _ENVIRONMENT = (
 
 
 def cluster(worker_hosts: str | None, task_index: int | None) -> Cluster:
-    """This process among the processes of a data-parallel run: from the flags, else from
-    Keras's environment (:data:`_ENVIRONMENT`), else a single process.
+    """This process among the processes of a data-parallel run: from the flags, else Keras's
+    environment, else a single process.
 
     Raises:
-        DistributeError: a malformed host list, an index outside it, or an environment that
-            does not say how many processes there are.
-    """
+        DistributeError: a malformed host list, an index outside it, or an environment without a
+            process count."""
     if worker_hosts:
         config = tf_config(worker_hosts.split(","), task_index or 0)  # the same checks
         return Cluster("worker", config["task"]["index"], tuple(config["cluster"]["worker"]))
@@ -119,13 +108,11 @@ _STARTED: list[Cluster] = []  # this process's cluster, once the framework start
 
 
 def start(here: Cluster, settings: Agreed, wait_s: float) -> None:
-    """Starts this process's part of a data-parallel cluster: the framework's refusals first
-    (one line, before anyone waits), then :func:`_join`, then the framework's own start
-    (``start_processes`` of ``toolkit.backend``). One process starts nothing.
+    """Starts this process's part of a data-parallel cluster: the framework's refusals first,
+    then :func:`_join`, then the framework's own start. One process starts nothing.
 
     Raises:
-        DistributeError: what :func:`_join` raises, or what the backend cannot do.
-    """
+        DistributeError: what :func:`_join` raises, or what the backend cannot do."""
     if here.num_workers < 2:
         return
     from toolkit import backend
@@ -159,15 +146,13 @@ _LOST = (
     "nccl",
 )
 
-# Where in its C++ a framework raised, before what it says (gloo's "[.../pair.cc:537] Read
-# error ..."): of no use to the user, and it would take most of the line.
+# Where in its C++ a framework raised, before what it says: of no use to the user.
 _SOURCE_LINE = re.compile(r"^\[[^\]\s]+\.(?:cc|cpp|cxx|h|hpp):\d+\]\s*")
 
 
 def lost_peer(error: BaseException, steps: int | None = None) -> str | None:
-    """What to tell the user when training over processes stopped on `error` because another
-    process is gone (one line), or None when this process is not in a cluster or the error is
-    something else."""
+    """What to tell the user (one line) when training stopped on `error` because another process
+    is gone; None otherwise."""
     if not _STARTED:
         return None
     text = _SOURCE_LINE.sub("", " ".join(str(error).split()))
@@ -183,10 +168,8 @@ def lost_peer(error: BaseException, steps: int | None = None) -> str | None:
 
 
 def leave(status: int) -> None:
-    """Ends a process that is in a cluster at once with `status`, once its output is out; a
-    process alone returns. The framework's own exit waits for every process at a barrier,
-    which a process that is gone never reaches: JAX ends such a wait with a fatal log line
-    and a stack after its shutdown timeout. The report and the summary are written by then."""
+    """Ends a process that is in a cluster at once with `status`, its output out (the framework's
+    exit waits at a barrier a gone process never reaches); a process alone returns."""
     if not _STARTED:
         return
     import sys
@@ -236,18 +219,13 @@ def _differences(mine: Agreed, theirs: Agreed) -> list[str]:
 
 
 def _join(here: Cluster, settings: Agreed, wait_s: float) -> float:
-    """Waits until every process of `here` has joined with the same `settings` (plain values
-    that must agree: the hosts, the global batch, the steps), at most `wait_s` seconds.
-    Returns the seconds it waited. A single process returns at once.
-
-    Process 0 listens at its address and answers every hello once all have come; the others
-    connect to it (again and again while nothing listens there: there is no event to wait
-    on) and wait for the answer.
+    """Waits until every process of `here` has joined with the same `settings`, at most `wait_s`
+    seconds; returns the seconds waited. Process 0 listens and answers once all have come; the
+    others connect (again while nothing listens) and wait.
 
     Raises:
-        DistributeError: process 0's port is in use; a process did not join in time (naming
-            it); or a process was started with other settings (naming them).
-    """
+        DistributeError: process 0's port is in use; a process did not join in time, or started with
+            other settings (naming it)."""
     if here.num_workers < 2:
         return 0.0
     started = time.monotonic()
@@ -261,20 +239,17 @@ def _join(here: Cluster, settings: Agreed, wait_s: float) -> float:
     return time.monotonic() - started
 
 
-# JAX's own setting for where its coordinator listens (``jax.distributed.initialize``'s
-# ``coordinator_bind_address``): the join, and PyTorch's TCPStore, listen there too. Unset:
-# worker 0's address as named.
+# JAX's setting for where its coordinator listens: the join and PyTorch's TCPStore listen there too.
+# Unset: worker 0's address as named.
 BIND_ENV = "JAX_COORDINATOR_BIND_ADDRESS"
 
 
 def bind_address(coordinator: str) -> str:
-    """Where worker 0 listens, as ``host:port``: the host named for it (``localhost`` or
-    ``127.0.0.1``: loopback only), or :data:`BIND_ENV` where set; never every interface
-    unless that is the address named.
+    """Where worker 0 listens, as ``host:port``: the host named for it (``localhost``: loopback
+    only), or :data:`BIND_ENV`; never every interface unless named.
 
     Raises:
-        DistributeError: :data:`BIND_ENV` is set but not ``host:port``.
-    """
+        DistributeError: :data:`BIND_ENV` is set but not ``host:port``."""
     bind = os.environ.get(BIND_ENV, "").strip()
     if not bind:
         return coordinator
@@ -288,13 +263,11 @@ def bind_address(coordinator: str) -> str:
 
 
 def listening_socket(coordinator: str) -> tuple[socket.socket, str, int]:
-    """A socket listening where worker 0 listens (:func:`bind_address`), with its ip and port:
-    the join's, and after it the framework's where the toolkit opens that one too (PyTorch's
-    TCPStore: ``toolkit.backend``'s ``start_processes``).
+    """A socket listening where worker 0 listens, with its ip and port: the join's, then the
+    framework's where the toolkit opens it (PyTorch's TCPStore).
 
     Raises:
-        DistributeError: that host is no address of this machine, or the port is in use.
-    """
+        DistributeError: that host is no address of this machine, or the port is in use."""
     import errno
 
     bind = bind_address(coordinator)
@@ -336,8 +309,7 @@ def _listen(coordinator: str) -> socket.socket:
     from toolkit.distribute import listening_line
 
     server, ip, port = listening_socket(coordinator)
-    # Said once, for the join and the framework's coordinator after it, at the same address
-    # and port: JAX's coordination service, PyTorch's TCPStore.
+    # Said once, for the join and the framework's coordinator after it.
     print(f"cluster: {listening_line('worker 0', ip, port)}", file=sys.stderr, flush=True)
     return server
 
@@ -413,8 +385,7 @@ def _say_hello(
             time.sleep(0.2)  # nothing listens yet: polling a port, there is no event
     with conn:
         _send(conn, {"index": here.task_index, "settings": dict(settings)})
-        # Worker 0 answers when all have come: up to its own wait, which began about when
-        # this one's did (a little slack for a worker 0 started later).
+        # Worker 0 answers when all have come, within its own wait (plus a little slack).
         answer = _receive(conn, deadline + max(30.0, wait_s))
     if answer is None:
         raise DistributeError(
@@ -432,18 +403,14 @@ def _say_hello(
 
 
 def process_slice(data: Any, index: int, count: int, fused: int = 1, shards: int = 0) -> Any:
-    """`data` (batches of the global batch: a ``tf.data.Dataset``, a Keras ``PyDataset`` or a
-    toolkit Grain pipeline)
-    with only process `index`'s part of each batch, of `count` processes. Every process must
-    read the same batches in the same order (the same seed).
+    """`data` (global batches: a ``tf.data.Dataset``, ``PyDataset`` or Grain pipeline) with only
+    process `index`'s part of each batch, of `count` processes; every process reads the same
+    batches in the same order.
 
-    A batch is `fused` training steps' batches one after another (``--fused_steps``), each
-    split over `shards` devices in all (``count`` unless said), a process holding
-    ``shards / count`` of them. A process's part is, device by device, that device's share
-    of every step: the layout ``(devices, steps, rows)`` that the fused step unfolds again
-    (``backend.fuse_train_steps``), so each step sees the global batch it would see unfused
-    and no row crosses a device. Unfused, that is rows ``[index × b/count, (index + 1) ×
-    b/count)`` of each batch."""
+    With `fused` steps a batch is several steps' batches, each split over `shards` devices; a
+    process's part is, device by device, that device's share of every step, laid out ``(devices,
+    steps, rows)`` as the fused step unfolds it, so no row crosses a device. Unfused: rows ``[index
+    × b/count, (index + 1) × b/count)``."""
     shards = shards or count
     if count < 2 and (fused < 2 or shards < 2):
         return data

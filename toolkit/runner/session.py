@@ -69,55 +69,37 @@ def new_run_dir(report_dir: str | os.PathLike[str]) -> str:
 class Profile:
     """Profiles one run and writes its RunReport, also when training raises or is interrupted.
 
-    Use ``profile(...)`` to get one. Inside the ``with`` block call ``prof.fit(model, ...)``,
-    which times the whole call (the report then shows its start-up before the first step and
-    its exit after the last one, not only the steps), or pass ``callbacks`` to your ``fit``, or
-    drive ``timer`` around a custom loop. On exit the report is built and, when a
-    `report_dir` was given, written atomically as JSON, Markdown and PNG. If the block raised
-    (an error, Ctrl-C, or SIGTERM, which is turned into ``TrainingInterrupted`` while the
-    block runs) the report is marked ``partial`` with the error, written, and the exception
-    goes on. During a ``fit`` with these callbacks, Ctrl-C and SIGTERM stop training at the
-    next step boundary (a second one at once), so no framework op is cut in half.
+    Inside the ``with`` block call ``prof.fit(model, ...)``, which times the whole call (start-up
+    and exit too), or pass ``callbacks`` to your ``fit``, or drive ``timer`` around a custom loop.
+    On exit the report is built and, with a `report_dir`, written atomically as JSON, Markdown and
+    PNG. If the block raised (an error, Ctrl-C, or SIGTERM as ``TrainingInterrupted``) the report is
+    marked ``partial``, written, and the exception goes on. During a ``fit`` with these callbacks,
+    Ctrl-C and SIGTERM stop training at the next step boundary (a second one at once).
 
     Args:
         name: run name in the report.
-        report_dir: parent directory; the run gets its own timestamped subdirectory. Defaults
-            to `None` (nothing written; the report is still in ``.report``).
-        batch_size: examples per step, for examples/sec. Defaults to `None` (from `data`).
+        report_dir: parent directory; the run gets its own timestamped subdirectory (None: nothing
+            written; the report is still in ``.report``).
+        batch_size: examples per step, for examples/sec (default: from `data`).
         data: a `tf.data.Dataset` to read the batch size from.
-        warmup_steps: steps left out after the first. Defaults to `5`.
-        trace_steps: ``(start, stop)`` steps to capture with the profiler into
-            ``<run dir>/train`` (where Keras's TensorBoard callback puts its trace, beside the
-            scalars), or ``<report_dir or .>/trace`` with no run directory. Defaults to `None`
-            (no trace).
-        tensorboard: write TensorBoard scalars into the run directory's ``train`` and
-            ``validation`` runs, as Keras's TensorBoard callback lays them out: StepTimer's
-            step time, p50/p90 and examples/s and the model's epoch metrics at each epoch's
-            end, and MFU and memory per epoch at the end (``toolkit.profiling.scalars``);
-            the ledger's bar and, with `trace_steps`, the step's anatomy as pictures in the
-            ``train`` run (the Images tab).
-            ``tensorboard --logdir <report_dir>`` shows them. Needs a `report_dir` and
-            TensorBoard installed. Defaults to `False`.
+        warmup_steps: steps left out after the first.
+        trace_steps: ``(start, stop)`` steps to capture with the profiler into ``<run dir>/train``,
+            where Keras's TensorBoard callback puts its trace.
+        tensorboard: write TensorBoard scalars into the run directory's ``train`` and ``validation``
+            runs as Keras lays them out (step time, examples/s, epoch metrics, MFU, memory), and the
+            ledger and anatomy as pictures. Needs a `report_dir` and TensorBoard.
         args: the run's arguments/flags, recorded in the report.
-        plot: write the PNG plot. Defaults to `True`.
-        log_steps: print step time every this many steps. Defaults to `None`.
-        stop_on_nan: stop ``fit`` at the first step whose loss is NaN or infinite (within a
-            few steps of it: the check reads each step's loss off the training thread). Either
-            way the report's status is ``diverged`` and says at which step. Defaults to `True`.
+        plot: write the PNG plot.
+        log_steps: print step time every this many steps.
+        stop_on_nan: stop ``fit`` within a few steps of a NaN or infinite loss; either way the
+            report's status is ``diverged`` and says at which step.
 
-    Inside the block, set ``.context`` (a ``toolkit.report.RunContext``: the runner's),
-    ``.compute`` (a ``Compute``: ``flops_per_step``, ``peak_flops_per_s``...; see
-    ``toolkit.profiling.flops.compute_facts``), ``.diagnosis`` (a ``Diagnosis.section()``),
-    ``.tune`` (a ``TuneResult.section()``), ``.anatomy`` (a
-    ``toolkit.core._anatomy.Anatomy``: the step taken apart) and ``.extra`` (free-form facts);
-    they go into the report.
+    Inside the block, set ``.context``, ``.compute``, ``.diagnosis``, ``.tune``, ``.anatomy`` and
+    ``.extra``; they go into the report.
 
-    The report's ``process`` accounts for the whole process, not only the fit: ``launch``
-    (from the process's start to the block: the interpreter, the imports, your script),
-    ``before fit`` (the block up to each ``prof.fit``), the ``fit call`` and ``after fit``
-    (to the report). ``prof.mark("data")`` inside the block, or before it, ends a stage of
-    your own there.
-    """
+    The report's ``process`` accounts for the whole process: ``launch`` (interpreter, imports, your
+    script), ``before fit``, the ``fit call`` and ``after fit``. ``prof.mark("data")`` ends a stage
+    of your own."""
 
     def __init__(
         self,
@@ -166,26 +148,22 @@ class Profile:
         self._fits: list[tuple[float, float]] = []  # each prof.fit's (called, returned)
 
     def mark(self, stage: str, at: float | None = None, compile_s: float | None = None) -> None:
-        """Ends the process's stage `stage` now (or at `at`, ``time.perf_counter``'s clock):
-        the report's ``process`` shows it, from the stage before it (the first from the
-        process's start), with `compile_s` the seconds the backend timed compiling in it.
-        The runner marks ``launch``, ``set-up`` (device, data) and ``model`` (build,
-        compile) this way."""
+        """Ends the process's stage `stage` now (or at `at`, on ``time.perf_counter``'s clock),
+        with `compile_s` the seconds the backend timed compiling in it. The runner marks
+        ``launch``, ``set-up`` and ``model`` this way."""
         at = time.perf_counter() if at is None else float(at)
         self._marks.append((str(stage), at, None if compile_s is None else float(compile_s)))
 
     @property
     def callbacks(self) -> list[Any]:
-        """The callbacks to pass to ``fit``: the signal stop, StepTimer (which reads the run's
-        memory too) and TraceWindow, and the guard that stops a run whose loss went NaN or
-        infinite."""
+        """The callbacks to pass to ``fit``: the signal stop, StepTimer, TraceWindow, and the NaN
+        guard."""
         return [cb for cb in (self._stop, self.timer, self.trace, self._guard) if cb is not None]
 
     def fit(self, model: Any, *args: Any, callbacks: Sequence[Any] = (), **kwargs: Any) -> Any:
-        """``model.fit(*args, **kwargs)`` with this profile's callbacks (then `callbacks`),
-        the whole call timed (``StepTimer.around_fit``): the report's ``fit_call`` shows the
-        start-up before the first step and the exit after the last one (on TensorFlow, a
-        tf.data iterator's teardown), which callbacks alone cannot see. Returns the History."""
+        """``model.fit(*args, **kwargs)`` with this profile's callbacks (then `callbacks`), the
+        whole call timed: the report's ``fit_call`` shows start-up and exit, which callbacks
+        alone cannot see. Returns the History."""
         try:
             with self.timer.around_fit():
                 return model.fit(*args, callbacks=[*self.callbacks, *(callbacks or ())], **kwargs)
@@ -277,10 +255,8 @@ class Profile:
             logging.exception("could not write the report of the failed run %s", self.name)
 
     def _process(self) -> ProcessTime | None:
-        """The process to now in stages: those marked, each fit call (``prof.fit``'s, or
-        the one the timer timed around, e.g. the runner's) with the stage before it, and
-        what came after (to the report). None where the start is unknown, or the timer
-        keeps another clock (a test's)."""
+        """The process to now in stages: those marked, each fit call with the stage before it,
+        and what came after. None where the start is unknown or the timer keeps another clock."""
         if self.timer._clock is not time.perf_counter:
             return None
         fits = list(self._fits)
@@ -293,11 +269,9 @@ class Profile:
         return ProcessTime.of(process_start(), marks)
 
     def _anatomy(self, window: AnatomyWindow, report: Any) -> Anatomy | None:
-        """The traced steps taken apart, where the window traced any (a run cut short
-        before it has none to show), as the run's untraced step sees them (``reconcile``:
-        the profiler's own cost taken out, the phases adding up to StepTimer's p50 outside
-        the window), as the ``anatomy`` verb shows them; the trace's own figures are kept
-        beside them (``traced_phases``)."""
+        """The traced steps taken apart, where the window traced any, reconciled with the run's
+        untraced step (the profiler's own cost taken out, phases adding up to StepTimer's
+        p50); the trace's own figures kept beside (``traced_phases``)."""
         if window.traced_steps is None and window.error is None:
             return None
         device = ""
@@ -306,9 +280,8 @@ class Profile:
         return reconcile(window.anatomy(untraced_s=report.steps.p50_s or None, device=device))
 
     def _cluster(self) -> ClusterView | None:
-        """Over processes (a data-parallel run), every process's figures at the chief: one
-        gather when training has ended on every process (none per step), with a fingerprint
-        of each one's weights. None for one process."""
+        """Over processes, every process's figures at the chief: one gather after training (none
+        per step), with each one's weights' fingerprint. None for one process."""
         from toolkit import backend
         from toolkit.report._cluster import WorkerRow, cluster_view
 
@@ -342,8 +315,7 @@ class Profile:
 
     @staticmethod
     def _ledger_image(scalars: Scalars, report: RunReport, step: int) -> None:
-        """The ledger's bar as a picture in TensorBoard (Images tab), at the last step; none
-        without matplotlib (the ``[report]`` extra), which the report says already."""
+        """The ledger's bar as a TensorBoard picture at the last step; none without matplotlib."""
         try:
             from toolkit.report._plot import ledger_png
 
@@ -361,9 +333,8 @@ class Profile:
 
     @staticmethod
     def _anatomy_image(scalars: Scalars, anatomy: Anatomy, step: int) -> None:
-        """The step's anatomy (``anatomy.png``) as a picture in TensorBoard (Images tab), at
-        the last step; none without matplotlib, or for an anatomy that could not be taken
-        (the report says why)."""
+        """The step's anatomy as a TensorBoard picture at the last step; none without matplotlib
+        or an anatomy."""
         from toolkit.report._anatomy import anatomy_png_bytes
 
         png = anatomy_png_bytes(anatomy)
@@ -380,14 +351,12 @@ class Profile:
         )
 
     def _viewing(self, report: RunReport) -> None:
-        """Where the run's TensorBoard runs are, and the one command that shows them (every
-        run under `report_dir` side by side), in the report and its trace line."""
+        """Where the run's TensorBoard runs are, and the one command that shows them."""
         if self.run_dir is None or self.report_dir is None:
             return
         view = viewing_hint(self.report_dir)
         if report.trace is not None:
-            # Named from the run directory: a run copied or moved elsewhere still reads its
-            # trace back, and a reader takes names from the run directory only (inside_run).
+            # Named from the run directory: a moved run still reads its trace back.
             window = report.trace.window
             files = tuple(os.path.relpath(f, self.run_dir) for f in window.files)
             window = dataclasses.replace(window, files=files)
@@ -397,8 +366,7 @@ class Profile:
             report.tensorboard = TensorBoardRuns(self.run_dir, tuple(scalars.runs), view)
 
     def _final_scalars(self) -> None:
-        """MFU per epoch and the memory readings as TensorBoard scalars, then the files
-        closed."""
+        """MFU per epoch and the memory readings as TensorBoard scalars, then the files closed."""
         scalars, report = self.timer.scalars, self.report
         if scalars is None or report is None:
             return
@@ -443,10 +411,9 @@ def _memory_scalars(scalars: Any, memory: Any) -> None:
 
 
 def _said_where(name: str, run_dir: str, paths: Mapping[str, str]) -> None:
-    """One line, through the ``toolkit`` logger at INFO, saying where the report landed. Where
-    nothing configured logging, the line goes to stderr as it is (a handler on the ``toolkit``
-    logger alone); ``logging.getLogger("toolkit").setLevel(logging.WARNING)`` silences it (the
-    recipes do: they print the files themselves)."""
+    """One line through the ``toolkit`` logger at INFO saying where the report landed (to stderr
+    where nothing configured logging);
+    ``logging.getLogger("toolkit").setLevel(logging.WARNING)`` silences it."""
     log = std_logging.getLogger("toolkit")
     if log.level == std_logging.NOTSET and not log.hasHandlers():
         handler = std_logging.StreamHandler()
@@ -478,6 +445,5 @@ def profile(name: str, **kwargs: Any) -> Profile:
     with profile("my-model", report_dir="runs", batch_size=64) as prof:
         prof.fit(model, dataset, epochs=3)  # or model.fit(..., callbacks=prof.callbacks)
     print(prof.report.summary())   # also in runs/<timestamp>/report.{json,md} and steps.png
-    ```
-    """
+    ```"""
     return Profile(name, **kwargs)
