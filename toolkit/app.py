@@ -1,18 +1,12 @@
 """The one app main: load a recipe, parse its flags, build its task, and run it.
 
-A recipe (``recipes/<name>.py``) describes *what* to train as a ``build_task``
-function and ends with ``main = app.recipe_main(build_task)``; everything else a recipe run does is
-here, once: flags to a validated config, the task from the flags named like ``build_task``'s
-parameters, ``--autotune`` and ``--diagnose`` when asked, the runner, the summary and the files.
-``python -m toolkit tune|doctor|placement --recipe R`` load recipes through :func:`load_recipe`
-and build their tasks through :func:`recipe_task`.
+A recipe (``recipes/<name>.py``) describes *what* to train as a ``build_task`` function and ends
+with ``main = app.recipe_main(build_task)``; everything else a recipe run does is here, once. The
+verbs load recipes through :func:`load_recipe` and build tasks through :func:`recipe_task`.
 
-Errors end the program with one line ``error: ...`` on stderr and no traceback: status 2 for a
-bad flag or setting (:class:`~toolkit.runner.config.ConfigError`, :class:`UsageError`), 1 for a
-run that cannot start (bad data, missing files, a device that is not here) or that stopped on an
-error (its partial summary first). ``--verbosity=1`` (absl's, also ``-v 1``) prints the
-traceback above the line.
-"""
+Errors end the program with one line ``error: ...`` on stderr and no traceback: status 2 for a bad
+flag or setting, 1 for a run that cannot start or stopped on an error (its partial summary first).
+``--verbosity=1`` prints the traceback above the line."""
 
 from __future__ import annotations
 
@@ -56,8 +50,7 @@ HELP_FLAGS = ("-h", "--help", "-?", "--helpshort")
 INFO_FLAGS = (*HELP_FLAGS, "--helpfull", "--version")
 
 RECIPES_PACKAGE = "recipes"
-# The exit status of a run that ended with no step timed (the report's status "untimed"):
-# neither a pass (0) nor a failed run (1).
+# The exit status of a run that timed no step: neither a pass (0) nor a failed run (1).
 UNTIMED_STATUS = 3
 
 
@@ -66,13 +59,12 @@ class UsageError(ValueError):
 
 
 class UserCodeError(RuntimeError):
-    """A user's function (``--model_fn``, a recipe's ``build_task``) raised: one line naming
-    it and its exception, status 1; ``--verbosity=1`` shows the traceback."""
+    """A user's function raised: one line naming it and its exception, status 1."""
 
 
 def call_user(fn: Callable[[], Any], what: str, passes: tuple[type, ...] = ()) -> Any:
-    """``fn()``; an exception from it (but `passes`, the one-line errors of the toolkit's own
-    checks it calls) becomes :class:`UserCodeError` naming `what` (``mytrain.make()``)."""
+    """``fn()``; an exception from it (but `passes`) becomes :class:`UserCodeError` naming
+    `what`."""
     try:
         return fn()
     except passes:
@@ -90,15 +82,15 @@ _OURS = tuple(
 
 
 def _is_ours(fn: Callable[..., Any]) -> bool:
-    """Whether `fn` is the toolkit's or its recipes' own code (its errors are input errors,
-    already one line naming the flag), not a user's (whose errors are named as theirs)."""
+    """Whether `fn` is the toolkit's or its recipes' own code (its errors are input errors), not
+    a user's."""
     code = getattr(fn, "__code__", None)
     return code is not None and os.path.abspath(code.co_filename).startswith(_OURS)
 
 
 def fail(error: BaseException, status: int = 1, cause: BaseException | None = None) -> NoReturn:
     """Ends the program with one line ``error: ...`` on stderr and `status`; with
-    ``--verbosity=1`` or more, the traceback of `cause` (else of `error`) above it."""
+    ``--verbosity=1`` or more, the traceback of `cause` (else `error`) above it."""
     from toolkit.distribute import processes
 
     if wants_traceback():
@@ -115,8 +107,8 @@ def wants_traceback() -> bool:
 
 
 def _partial_summary(error: BaseException) -> str | None:
-    """Prints the partial summary of a run that stopped on `error` (before the error line, so
-    that what was measured is not lost) and returns where its report is, if it was written."""
+    """Prints the partial summary of a run that stopped on `error` (before the error line) and
+    returns where its report is."""
     for e in (error, error.__cause__):
         report = getattr(e, "toolkit_report", None)
         if report is not None:
@@ -127,8 +119,7 @@ def _partial_summary(error: BaseException) -> str | None:
 
 def interrupted(error: KeyboardInterrupt, what: Any = None) -> NoReturn:
     """Ends an interrupted run: the partial summary on stdout, one line on stderr saying where
-    the partial report is, and 128 + the signal's number as the shell would: 130 (SIGINT),
-    143 (SIGTERM), 129 (SIGHUP), 131 (SIGQUIT)."""
+    the partial report is, and 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
     import signal
 
     # Not a module that imports Keras: the interrupt may have come while it was loading.
@@ -150,8 +141,7 @@ def interrupted(error: KeyboardInterrupt, what: Any = None) -> NoReturn:
 
 
 def _partial_summary_kept(error: BaseException) -> str | None:
-    """:func:`_partial_summary`, where the report is said even when stdout cannot take the
-    summary (a terminal closed by SIGHUP, a reader gone): the report is on disk either way."""
+    """:func:`_partial_summary`, with the report said even when stdout cannot take the summary."""
     try:
         return _partial_summary(error)
     except OSError:
@@ -174,8 +164,7 @@ def check_recipe(name: str) -> str:
     """`name` when ``recipes/<name>.py`` exists (nothing is imported).
 
     Raises:
-        UsageError: no such recipe; the message lists the recipes there are.
-    """
+        UsageError: no such recipe; the message lists the recipes there are."""
     names = recipe_names()
     if name not in names:
         raise UsageError(
@@ -185,9 +174,8 @@ def check_recipe(name: str) -> str:
 
 
 def check_started_recipe() -> None:
-    """``python -m recipes.NAME`` with no recipe NAME (or ``python -m recipes``): one line
-    listing the recipes, status 2, in place of Python's ``No module named``. Called by the
-    recipes package while Python starts it (``sys.orig_argv`` says which module)."""
+    """``python -m recipes.NAME`` with no recipe NAME: one line listing the recipes, status 2, in
+    place of Python's ``No module named``."""
     argv = list(getattr(sys, "orig_argv", ()))
     if "-m" not in argv[:-1]:
         return
@@ -207,8 +195,7 @@ def load_recipe(name: str) -> types.ModuleType:
     """The recipe module ``recipes.<name>`` (importing it defines its flags).
 
     Raises:
-        UsageError: no such recipe; the message lists the recipes there are.
-    """
+        UsageError: no such recipe; the message lists the recipes there are."""
     return importlib.import_module(f"{RECIPES_PACKAGE}.{check_recipe(name)}")
 
 
@@ -217,11 +204,10 @@ def recipe_task(build_task: Callable[..., Task], params: dict[str, Any]) -> Task
 
     Raises:
         ValueError, FileNotFoundError: the toolkit's recipes' data or settings.
-        UserCodeError: a recipe of yours whose ``build_task`` raised, naming it.
-    """
+        UserCodeError: a recipe of yours whose ``build_task`` raised, naming it."""
     name = f"{_module_name(sys.modules.get(build_task.__module__) or types.ModuleType('recipe'))}"
-    # The recipes' own: bad data or settings they say in one line (exit 2); a recipe of yours
-    # that raises anything is named with what it raised (exit 1).
+    # The recipes' own errors are one line (exit 2); a recipe of yours is named with what it raised
+    # (exit 1).
     ours = (ValueError, OSError) if _is_ours(build_task) else (ConfigError,)
     return call_user(lambda: build_task(**params), f"{name}.build_task()", ours)
 
@@ -233,9 +219,8 @@ def recipe_target(
     flag_values: flags.FlagValues,
     config: TrainConfig,
 ) -> Target:
-    """The ``standings.Target`` a fresh process rebuilds this run from, read once from parsed
-    flags: a recipe's name and the ``build_task`` arguments its flags change from their
-    defaults (or ``module:function``), and the whole config."""
+    """The ``standings.Target`` a fresh process rebuilds this run from: a recipe's name and its
+    changed arguments (or ``module:function``), and the whole config."""
     from toolkit.search.standings import Target
 
     params: dict[str, Any] = {}
@@ -248,11 +233,9 @@ def recipe_target(
 
 
 def run_recipe(build_task: Callable[..., Task]) -> None:
-    """Runs a recipe whose flags are parsed: ``--autotune`` and ``--diagnose`` first when
-    asked, then the run; prints the summary and the files written. The training settings and
-    where the reports go are checked first: a bad flag, a setting the backend cannot run or a
-    directory that cannot take the reports is said before anything loads (in a third of a
-    second, not after the seconds TensorFlow takes to load); so are a recipe's data files."""
+    """Runs a recipe whose flags are parsed: ``--autotune`` and ``--diagnose`` first when asked,
+    then the run; prints the summary and files. Settings, report directory and data files are
+    checked before anything loads."""
     from toolkit.runner.task import SetupError, check_report_dir
 
     try:
@@ -295,10 +278,8 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
 
 
 def _check_data_files(params: dict[str, Any], config: TrainConfig) -> None:
-    """A toolkit recipe's ``--dataset`` of files (``folder:``, ``tfrecord:``) checked as its
-    run will check it, enough examples for a batch included, before any framework loads: a
-    mistyped path or a damaged file is said in a second, not after TensorFlow's start-up.
-    Only the toolkit's recipes: a recipe of yours may mean something else by ``dataset``."""
+    """A toolkit recipe's ``--dataset`` of files checked as its run will check it, before any
+    framework loads. Only the toolkit's recipes: yours may mean something else by ``dataset``."""
     from toolkit.data import catalog
     from toolkit.runner import _data
 
@@ -311,9 +292,8 @@ def _check_data_files(params: dict[str, Any], config: TrainConfig) -> None:
 
 
 def _load_frameworks(build_task: Callable[..., Task]) -> None:
-    """TensorFlow and Keras loaded, their C++ start-up lines held back: the first line (stderr)
-    comes before they load, which takes seconds: what is happening, not silence. Ctrl-C
-    mid-import would leave modules half loaded: it is said after."""
+    """TensorFlow and Keras loaded, their C++ start-up lines held back; a line comes first, so
+    the seconds they take are not silence. Ctrl-C mid-import is said after."""
     from toolkit.devices import runtime
 
     short = _program(sys.modules.get(build_task.__module__) or types.ModuleType("recipe"))[1]
@@ -330,8 +310,7 @@ def _load_frameworks(build_task: Callable[..., Task]) -> None:
 def _before_the_run(
     build_task: Callable[..., Task], task: Task, config: TrainConfig
 ) -> tuple[TrainConfig, TuneSection | None, DiagnosisSection | None]:
-    """``--autotune`` (the config with the pick) and ``--diagnose`` when asked: ``(config,
-    tune's section, the diagnosis)`` for the run and its report."""
+    """``--autotune`` and ``--diagnose`` when asked: ``(config, tune's section, the diagnosis)``."""
     f = flags.FLAGS
     tuned = diagnosis = None
     if f.autotune:
@@ -355,8 +334,8 @@ def _before_the_run(
 
 
 def _stopped(e: Exception) -> NoReturn:
-    """Training stopped on `e`: the partial summary, then one line saying why (a lost peer,
-    memory, or the error itself) and where the partial report is."""
+    """Training stopped on `e`: the partial summary, then one line saying why and where the
+    partial report is."""
     run_dir = _partial_summary(e)
     where = f" (the partial report is in {run_dir})" if run_dir else ""
     from toolkit.distribute import processes
@@ -374,8 +353,8 @@ def _stopped(e: Exception) -> NoReturn:
             ),
             cause=e,
         )
-    # Your data's or model's own exception as you raised it, with its line (not TensorFlow's
-    # UnknownError around it); else the error's one line.
+    # Your own exception as you raised it (not TensorFlow's UnknownError around it); else the
+    # error's one line.
     said = user_raise(e) or one_line(e)
     fail(
         RuntimeError(f"training stopped on {said}{where}; --verbosity=1 shows the traceback"),
@@ -384,8 +363,8 @@ def _stopped(e: Exception) -> NoReturn:
 
 
 def _said(result: Any, smoke: bool = False) -> None:
-    """A finished run's summary and files; one line when it failed or was not written. A
-    ``--smoke`` run that timed nothing passes (it checks that the run runs): a note says so."""
+    """A finished run's summary and files; one line when it failed. A ``--smoke`` run that timed
+    nothing passes, with a note."""
     print(result.report.summary())  # folded on a terminal
     for kind, path in sorted(result.paths.items()):
         print(f"{kind}: {path}")
@@ -412,16 +391,15 @@ def _said(result: Any, smoke: bool = False) -> None:
 
 
 def _module_name(module: types.ModuleType) -> str:
-    """``recipes.cnn`` for a recipe run as ``python -m recipes.cnn`` (its
-    ``__name__`` is then ``__main__``)."""
+    """``recipes.cnn`` for a recipe run as ``python -m recipes.cnn`` (whose ``__name__`` is
+    ``__main__``)."""
     spec = getattr(module, "__spec__", None)
     return getattr(spec, "name", None) or module.__name__
 
 
 def _fresh_target(build_task: Callable[..., Task], config: TrainConfig) -> Target | None:
-    """Where ``--autotune`` confirms its pick in fresh processes: this recipe with this run's
-    arguments and settings; None for a recipe that is not in ``recipes/`` (a child could not
-    load it by name)."""
+    """Where ``--autotune`` confirms its pick in fresh processes; None for a recipe not in
+    ``recipes/``."""
     name = _module_name(sys.modules.get(build_task.__module__) or types.ModuleType("recipe"))
     package, _, short = name.rpartition(".")
     if package != RECIPES_PACKAGE or short not in recipe_names():
@@ -430,8 +408,7 @@ def _fresh_target(build_task: Callable[..., Task], config: TrainConfig) -> Targe
 
 
 def _program(module: types.ModuleType) -> tuple[str, str]:
-    """``("python -m recipes.cnn", "cnn")``: how the recipe was run, and its short name
-    (``python path/to/cnn.py`` when run as a file)."""
+    """``("python -m recipes.cnn", "cnn")``: how the recipe was run, and its short name."""
     name = _module_name(module)
     if name != "__main__":
         return f"python -m {name}", name.rpartition(".")[2]
@@ -441,18 +418,17 @@ def _program(module: types.ModuleType) -> tuple[str, str]:
 
 
 def recipe_help(module: types.ModuleType) -> str:
-    """A recipe's ``--help``: its docstring, its own flags, then the shared flags by group.
-    Importing a recipe imports no framework, so this takes well under a second."""
+    """A recipe's ``--help``: its docstring, its own flags, then the shared flags by group (no
+    framework imported)."""
     own = tk_flags.own_flags(module.__name__) or tk_flags.own_flags(_module_name(module))
     program, short = _program(module)
     return tk_flags.help_text(program, module.__doc__, own, title=f"{short} flags")
 
 
 def run(main: Callable[[list[str]], None]) -> None:
-    """Runs a recipe's absl `main` (what ``if __name__ == "__main__"`` calls): ``--help``
-    prints :func:`recipe_help` and exits 0 (``--helpfull`` is absl's, all flags); ``--version``
-    the toolkit's version; old flag spellings are renamed with a note; a closed stdout (``|
-    head``) ends quietly; Ctrl-C and SIGTERM, at any moment, end it in one line (130, 143)."""
+    """Runs a recipe's absl `main`: ``--help`` prints :func:`recipe_help`; ``--version`` the
+    toolkit's; old flag spellings renamed with a note; a closed stdout ends quietly; Ctrl-C
+    and SIGTERM, at any moment, end it in one line."""
     try:
         interrupts.install()  # raises one that came while the program was imported
         _run(main)
@@ -487,8 +463,7 @@ def _run(main: Callable[[list[str]], None]) -> None:
         raise SystemExit(2) from None
 
     def parse(argv: list[str]) -> list[str]:
-        """absl's parsing, with a bad flag in one ``error:`` line and status 2 (a usage
-        error, like a bad setting) instead of absl's two lines and status 1."""
+        """absl's parsing, with a bad flag in one ``error:`` line and status 2."""
         try:
             return flags.FLAGS(argv)
         except flags.Error as e:
@@ -505,21 +480,17 @@ def start(
     model_fn: str | None = None,
     build_task: Callable[..., Any] | None = None,
 ) -> list[str]:
-    """The start-up of every program here, a recipe or a verb, first thing and once: Keras
-    fixes its backend when it is imported, and TensorFlow reads its log level and XLA's flags
-    when it loads, so these are read from the command line before anything parses it.
-
-    ``--backend=auto`` becomes the winner that ``python -m toolkit backends`` measured for this
-    target (`recipe`, or `model_fn`; a recipe's own `build_task` where it was not loaded by
-    name) and its settings here; then :func:`begin`.
+    """The start-up of every program here, first thing and once: Keras fixes its backend at
+    import and TensorFlow reads its log level and XLA's flags when it loads, so these are read
+    from the command line before anything parses it. ``--backend=auto`` becomes the winner
+    ``python -m toolkit backends`` measured for this target; then :func:`begin`.
 
     Returns:
         `argv` (without the program's name) with ``--backend=auto`` resolved.
 
     Raises:
-        toolkit.backend.BackendError: a backend that is not installed, tf_keras with another
-            backend, Keras already loaded with another.
-    """
+        toolkit.backend.BackendError: a backend not installed, tf_keras with another backend, Keras
+            already loaded with another."""
     started = _argv.start_flags(argv)
     if (started.backend or "").strip().lower() == "auto":
         from toolkit.search import chooser
@@ -533,10 +504,8 @@ def start(
 
 
 def begin(started: _argv.StartFlags) -> None:
-    """Acts on what must come before a framework loads: TensorFlow's C++ start-up lines held
-    back (``toolkit.core.native_logs``: a ``TF_CPP_MIN_LOG_LEVEL`` of the user's, or
-    ``--verbosity``, wins), the backend (or ``--device=mps``) selected, ``--compile_cache``
-    set. The search's fresh processes call it with the StartFlags of their spec."""
+    """Acts on what must come before a framework loads: TensorFlow's C++ lines held back (a
+    user's ``TF_CPP_MIN_LOG_LEVEL`` wins), the backend selected, ``--compile_cache`` set."""
     import logging as std_logging
 
     from toolkit.core import native_logs
@@ -552,9 +521,8 @@ def _auto_target(
     model_fn: str | None,
     build_task: Callable[..., Any] | None,
 ) -> Target:
-    """The target ``--backend=auto`` asks about, read from `argv` by absl into a copy of the
-    flags (the real parse comes later, and says what is wrong with a bad flag): a recipe's
-    arguments and the settings, as the backends verb keyed its answer."""
+    """The target ``--backend=auto`` asks about, read by absl into a copy of the flags (the real
+    parse comes later)."""
     from toolkit.search.standings import Target
 
     recipe = None if model_fn else recipe
@@ -572,11 +540,9 @@ def _auto_target(
 
 
 def with_broken_pipe(fn: Callable[[], int | None]) -> None:
-    """Calls `fn`; when the reader of stdout has gone (``| head``), ends quietly with 141
-    (128 + SIGPIPE), as a shell tool would, instead of a BrokenPipeError traceback. A stdout
-    closed from the start (``>&-``) is the same reader gone: the program runs and writes its
-    report, and ends with 141 where it would have ended with 0 (`fn`'s status, or its
-    ``SystemExit``). A stream that cannot encode ``×`` spells it ``x``."""
+    """Calls `fn`; when stdout's reader has gone (``| head``), ends quietly with 141 instead of a
+    BrokenPipeError traceback (also for a stdout closed from the start, where it would end 0).
+    A stream that cannot encode ``×`` spells it ``x``."""
     closed = _fill_closed_streams()
     terminal.plain_streams()
     status = None
@@ -598,10 +564,8 @@ def with_broken_pipe(fn: Callable[[], int | None]) -> None:
 
 
 def _fill_closed_streams() -> bool:
-    """Puts /dev/null on a standard stream's descriptor that was closed when the process
-    started (``>&-``, ``2>&-``), where Python set ``sys.stdout`` or ``sys.stderr`` to None:
-    otherwise the next file the program opens takes descriptor 1 or 2, and what is printed,
-    or what a framework logs to descriptor 2, lands in a report. Whether stdout was closed."""
+    """Puts /dev/null on a standard stream closed at start (``>&-``), or the next file opened
+    takes descriptor 1 or 2 and printing lands in a report. Whether stdout was closed."""
     closed = False
     for fd, name in ((1, "stdout"), (2, "stderr")):
         if getattr(sys, name) is not None:

@@ -1,34 +1,23 @@
 """What each of a run's largest ledger items would save: its fix, as data, spelled at the edge
 for who reads it (``toolkit.report._fixes``).
 
-:func:`read_fixes` reads a :class:`~toolkit.profiling._ledger_records.Ledger` (pure Python: a
-report read elsewhere gets its fixes too) and turns each large item into a :class:`Fix`: the
-finding in words (``why``), the setting that fixes it and its value (a :class:`Setting`), and
-the seconds it would save over the whole run (``saves_s``; None where this run alone cannot
-say), each prediction made from this run's own figures (``benchmarks/ledger.py`` applies each
-fix in fresh processes and prints the predicted saving beside the measured one):
+:func:`read_fixes` reads a :class:`~toolkit.profiling._ledger_records.Ledger` (pure Python: a report
+read elsewhere gets its fixes too) and turns each large item into a :class:`Fix`: the finding
+(``why``), the setting that fixes it (a :class:`Setting`), and the seconds it would save over the
+run (``saves_s``; None where this run cannot say), predicted from this run's own figures:
 
-* recompiles for a new input shape (a ragged last batch): their time, saved by
-  ``drop_remainder=True``;
-* validation: its runs beyond ``validation_freq=k``'s, each at the median run's time;
+* recompiles for a new input shape (a ragged last batch): saved by ``drop_remainder=True``;
+* validation: its runs beyond ``validation_freq=k``'s;
 * a callback: ModelCheckpoint's saves beyond one every k epochs; any other callback's time;
-* a slow exit on TensorFlow (tf.data's autotune teardown), the input where it was timed;
-* compile, in a run the runner set up without the compile cache, on a backend whose cache
-  keeps this step's programs (JAX: every program; TensorFlow and PyTorch: what
-  ``jit_compile`` compiles): what a later run reads instead of compiling, predicted from
-  what the backend timed compiling (JAX's compile events), where it timed it;
-* XLA's compile where it is a large share of a short run: what each step must gain to pay
-  for it (break-even), not a saving (only measuring the other setting says that: ``tune``);
-* a step JAX ran unjitted, op by op, for a layer that rules XLA out (``RandomRotation``):
-  the layer moved into the input pipeline, naming it (its saving: a run with it says).
+* a slow exit on TensorFlow (tf.data's autotune teardown); the input where it was timed;
+* compile, in a runner's run without the compile cache, on a backend whose cache keeps this step's
+  programs: what the backend timed compiling;
+* XLA's compile as a large share of a short run: what each step must gain to pay (break-even), not a
+  saving;
+* a step JAX ran op by op for a layer that rules XLA out: the layer moved into the input pipeline.
 
-A part of at least :data:`SHARE` of the run and :data:`MIN_S` that no fix covers is an
-:class:`Unfixed`: the rule that was applied, in words (:func:`unfixed`).
-
-The rules sit below the report, beside the ledger they read, and ask the backend's seam for
-what a backend does (which ``jit_compile`` values tune searches there, whether every step is
-compiled); the report spells a fix for its reader (``toolkit.report._fixes``).
-"""
+A part of at least :data:`SHARE` and :data:`MIN_S` no fix covers is an :class:`Unfixed`, with the
+rule applied. Backend facts come from the seam."""
 
 from __future__ import annotations
 
@@ -57,8 +46,8 @@ def share(part: float | None, wall: float) -> str:
 
 
 def part_share(ledger: Ledger, name: str) -> str:
-    """The ledger's part `name` as a share of the run, as its table writes it (``18%``,
-    rounded with the other parts: ``Ledger.percents``); ``—`` where it was not timed."""
+    """The ledger's part `name` as a share of the run, rounded as its table writes it; ``—``
+    where untimed."""
     pct = ledger.percents().get(name)
     return "—" if pct is None or ledger.wall_s <= 0 else f"{pct}%"
 
@@ -71,14 +60,12 @@ class Setting:
     """One setting a fix changes, as data: its name and value, and where a script sets it.
 
     Attributes:
-        name: Keras's argument (and, with `runner`, the runner's TrainConfig field).
+        name: Keras's argument (and, with `runner`, the TrainConfig field).
         value: the value it takes.
         call: what a script passes it to: ``model.fit(..., name=value)``.
-        place: or where it goes, in words after it: ``drop_remainder=True on the training
-            data's batching``.
-        runner: the runner has this setting: a run it set up takes it as a flag.
-        python: how a script sets it where that is no argument (the compile cache).
-    """
+        place: or where it goes, in words (``on the training data's batching``).
+        runner: a run the runner set up takes it as a flag.
+        python: how a script sets it where that is no argument."""
 
     name: str
     value: Any
@@ -90,23 +77,20 @@ class Setting:
 
 @dataclasses.dataclass(frozen=True)
 class Fix:
-    """One large ledger item and its fix.
+    """One large ledger item and its fix (its JSON: :func:`fix_json`).
 
     Attributes:
-        item: what it fixes (``validation``, ``callback ModelCheckpoint``, ``recompile
-            (train)``, ``compile cache``, ``compile``, ``exit``, ``epoch starts``, ``input``).
+        item: what it fixes (``validation``, ``callback ModelCheckpoint``, ``recompile (train)``,
+            ...).
         part: the ledger part it shortens.
         seconds: the item's seconds in this run.
-        saves_s: the seconds it would save over the whole run; None: this run cannot say.
+        saves_s: the seconds it would save over the run; None: this run cannot say.
         why: the finding, in words (no setting spelled in it).
         setting: the setting that fixes it; None for a fix that is no one setting.
-        action: the fix in words where it is no one setting (or what else does it).
-        note: words after the saving (what it counts, what it leaves).
+        action: the fix in words where it is no one setting.
+        note: words after the saving.
         break_even_ms: XLA's compile: what each step must gain to pay for it.
-        also: other parts the fix shortens besides `part` (none then says it unfixed).
-
-    Its JSON, in a spelling's words (``report.json``'s ``ledger.fixes``), is :func:`fix_json`.
-    """
+        also: other parts the fix shortens."""
 
     item: str
     part: str
@@ -122,8 +106,8 @@ class Fix:
 
 @dataclasses.dataclass(frozen=True)
 class Unfixed:
-    """A large part no fix covers, and the rule that was applied, in words; `names` are the
-    settings the words name, each spelled for the reader where ``{name}`` stands in them."""
+    """A large part no fix covers, and the rule applied, in words; `names` the settings they
+    name, spelled for the reader at ``{name}``."""
 
     part: str
     seconds: float
@@ -135,8 +119,8 @@ class Unfixed:
 
 
 def read_fixes(ledger: Ledger) -> list[Fix]:
-    """The ledger's largest items, each with its fix and the seconds it would save over the
-    whole run, those with a saving first, the largest first."""
+    """The ledger's largest items with their fixes and savings, those with a saving first,
+    largest first."""
     if ledger.wall_s <= 0:
         return []
     out = [
@@ -163,8 +147,8 @@ def _n(epoch: int | None) -> str:
 
 
 def _recompiles(ledger: Ledger) -> list[Fix]:
-    """Recompiles for a new input shape (a ragged last batch), per function; and the others,
-    where they are a large share."""
+    """Recompiles for a new input shape, per function; and the others where they are a large
+    share."""
     out = []
     again = [c for c in ledger.compiles if not c.first]
     for function in ("train", "evaluate"):
@@ -174,9 +158,8 @@ def _recompiles(ledger: Ledger) -> list[Fix]:
             continue
         data = "training" if function == "train" else "validation"
         n = len(mine)
-        # Whole batches only: the recompile goes. The partial batch's own step goes too, but
-        # its time is not a full step's (one example of 32 costs far less): left out of the
-        # saving rather than guessed.
+        # Whole batches only: the partial batch's own step goes too, but its time is left out rather
+        # than guessed.
         own = _whole_batches(ledger, function)
         batching = Setting("drop_remainder", True, place=f"on the {data} data's batching")
         out.append(Fix(
@@ -225,14 +208,13 @@ def _validation(ledger: Ledger) -> Fix | None:
     )  # fmt: skip
 
 
-# The toolkit's own callbacks that trace the steps a user asked to see inside: their cost is
-# the profiler's, paid once by a run that asks, not a callback's per-epoch habit.
+# The toolkit's own trace callbacks: their cost is the profiler's, paid once by a run that asks.
 TRACES = ("TraceWindow", "AnatomyWindow")
 
 
 def _callbacks(ledger: Ledger) -> list[Fix]:
-    """Each callback of at least :data:`SHARE` and :data:`MIN_S`: ModelCheckpoint's saves
-    beyond one every k epochs; any other one's time."""
+    """Each callback of at least :data:`SHARE` and :data:`MIN_S`: ModelCheckpoint's saves beyond
+    one every k epochs; any other one's time."""
     out = []
     epochs, wall = ledger.epochs, ledger.wall_s
     for c in ledger.callbacks:
@@ -275,8 +257,7 @@ def _callbacks(ledger: Ledger) -> list[Fix]:
     return out
 
 
-# What Keras makes its own tf.data pipeline of, by the data adapter fit read through: data
-# whose pipeline the user never holds, so no option of theirs reaches it.
+# The data adapters Keras builds its own tf.data pipeline for: no option of the user's reaches it.
 KERAS_OWN_PIPELINE = {
     "ArrayDataAdapter": "arrays",
     "PyDatasetAdapter": "a PyDataset",
@@ -286,8 +267,7 @@ KERAS_OWN_PIPELINE = {
 }
 
 
-# How each form whose batches Keras makes (or the user's object yields) drops its last
-# partial batch: there is no tf.data batching of the user's to set drop_remainder on.
+# How each form whose batches Keras makes drops its last partial batch.
 WHOLE_BATCHES = {
     "ArrayDataAdapter": "trim your arrays to a multiple of the batch size, or give fit a "
     "batch_size that divides your examples",
@@ -299,11 +279,9 @@ WHOLE_BATCHES = {
 
 
 def _whole_batches(ledger: Ledger, function: str) -> str | None:
-    """The fix for a ragged last batch where Keras read the training data through one of its
-    own adapters (the ledger's `adapter`), in words; None where the data is a tf.data pipeline
-    (or unknown), whose ``drop_remainder`` the fix then sets. Validation data is read by
-    Keras from arrays (``validation_split``, ``validation_data=(x, y)``) or your pipeline,
-    which the training's adapter does not say: both ways are named."""
+    """The fix for a ragged last batch where Keras read the training data through its own
+    adapter, in words; None for a tf.data pipeline (the fix sets its ``drop_remainder``).
+    Validation data's form is not known, so both ways are named."""
     if ledger.adapter not in WHOLE_BATCHES:
         return None
     if function == "train":
@@ -316,8 +294,8 @@ def _whole_batches(ledger: Ledger, function: str) -> str | None:
 
 
 def _teardown(ledger: Ledger) -> str:
-    """The fix for TensorFlow's tf.data iterator teardown waiting for its autotune thread,
-    on the pipeline the user can reach: theirs, or one they build in place of Keras's own."""
+    """The fix for tf.data's iterator teardown waiting for its autotune thread, on a pipeline the
+    user can reach."""
     own = KERAS_OWN_PIPELINE.get(ledger.adapter or "")
     if own is None:
         return (
@@ -331,8 +309,8 @@ def _teardown(ledger: Ledger) -> str:
 
 
 def _through_tf_data(ledger: Ledger) -> bool:
-    """Whether fit read its input through tf.data, whose iterator's teardown waits for the
-    autotune thread: Keras on TensorFlow makes a tf.data pipeline of every input form."""
+    """Whether fit read its input through tf.data (Keras on TensorFlow makes a tf.data pipeline
+    of every input form)."""
     return ledger.backend == "tensorflow"
 
 
@@ -348,11 +326,9 @@ def _exit(ledger: Ledger) -> Fix | None:
 
 
 def _epoch_starts(ledger: Ledger) -> Fix | None:
-    """Epochs that waited before their first step: each epoch's new input iterator. On
-    TensorFlow the last epoch's iterator is torn down as the next one is made, and the
-    teardown waits for tf.data's autotune thread (a keras.io text classifier's 7.4 s at each
-    epoch fell to 5 ms with autotune off); one iterator for the whole fit (``repeat``) makes
-    none. The saving is up to those seconds: a shuffle buffer filling anew is not one."""
+    """Epochs that waited before their first step: each epoch's new input iterator, whose
+    predecessor's teardown waits for tf.data's autotune thread on TensorFlow; one iterator for
+    the whole fit (``repeat``) makes none. The saving is up to those seconds."""
     starts = ledger.epoch_starts_s
     if not starts or starts < EXIT_S or starts < SHARE * ledger.wall_s:
         return None
@@ -365,8 +341,7 @@ def _epoch_starts(ledger: Ledger) -> Fix | None:
     )
     later = max(1, ledger.epochs - 1)
     part, longest = share(starts, ledger.wall_s), ledger.epoch_start_max_s
-    # An average only where the epochs waited alike: a trace's stop made one epoch's 0.63 s
-    # of 0.63 s in all, said as "0.315 s an epoch".
+    # An average only where the epochs waited alike.
     if longest is not None and later > 1 and longest > UNEVEN * starts / later:
         each = f"one epoch {format_s(longest)} of it"
     else:
@@ -401,23 +376,18 @@ def _input(ledger: Ledger) -> Fix | None:
 
 
 def caches_this_step(ledger: Ledger) -> bool:
-    """Whether the backend's compile cache keeps this run's step: what ``jit_compile``
-    compiles, and every step on a backend that compiles every step (its seam searches no
-    ``jit_compile=False``: JAX), unless Keras did not jit it there (``jit_compile`` False:
-    its ops then compile one by one, each too small for the cache); tracing is never
-    cached."""
+    """Whether the backend's compile cache keeps this run's step: what ``jit_compile`` compiles,
+    and every step where the backend jits every step (JAX), unless Keras did not jit it;
+    tracing is never cached."""
     if ledger.jit():
         return True
     return False not in _searched_jit(ledger.backend) and str(ledger.jit_compile) != "False"
 
 
 def _unjitted(ledger: Ledger) -> Fix | None:
-    """A step Keras did not jit on a backend that jits every step it runs (JAX), for a layer
-    that rules XLA out: the step ran op by op, each op compiled alone. keras.io's "image
-    classification from scratch" on a CPU, its augmentation in the model and then mapped
-    over the dataset, in one hour on one loaded host: a step 1.10 s and 0.53 s, its first
-    66.6 s and 13.1 s. Its fix moves the layer into the input pipeline; what it saves only
-    a run with it says."""
+    """A step Keras did not jit on a backend that jits every step (JAX), for a layer that rules
+    XLA out: the step ran op by op. Its fix moves the layer into the input pipeline; what it
+    saves only a run with it says."""
     if not ledger.unjitted_by or ledger.jit() or False in _searched_jit(ledger.backend):
         return None
     steps = ledger.seconds("steps") or 0.0
@@ -437,11 +407,9 @@ def _unjitted(ledger: Ledger) -> Fix | None:
 
 
 def _cache(ledger: Ledger) -> Fix | None:
-    """Compile, in a run the runner set up without the compile cache, on a backend whose
-    cache keeps this step: what a later run reads instead of compiling. Predicted from what
-    the backend timed compiling (JAX's compile events: trace, lowering and XLA's compile,
-    of which only the last is cached), capped at the compile part; None where the backend
-    timed none."""
+    """Compile, in a runner's run without the compile cache, on a backend whose cache keeps this
+    step: predicted from what the backend timed compiling (only XLA's compile is cached),
+    capped at the compile part; None where none was timed."""
     compile_s, wall = ledger.seconds("compile"), ledger.wall_s
     if not compile_s or compile_s < MIN_S or compile_s < SHARE * wall:
         return None
@@ -451,8 +419,7 @@ def _cache(ledger: Ledger) -> Fix | None:
     saves = min(timed, compile_s) if timed else None
     what = "what the backend timed compiling here" if saves is not None else "up to the compile"
     built = ledger.reader.build_compile_s
-    # The build's compiles are the process's, not the fit's: said beside the saving (the
-    # saving is the fit's, as the ledger's parts are).
+    # The build's compiles are the process's, not the fit's: said beside the saving.
     more = f"; the model's build, {format_s(built)} of compiling before fit, too" if built else ""
     return Fix(
         "compile cache", "compile", compile_s, saves,
@@ -465,9 +432,8 @@ def _cache(ledger: Ledger) -> Fix | None:
 
 
 def _searched_jit(backend: str) -> tuple[bool, ...]:
-    """The ``jit_compile`` values tune searches on `backend` (its seam's ``searched_jit``;
-    both where the backend is unknown here): a fix names only a setting the toolkit would
-    measure there. The seam's module imports no framework."""
+    """The ``jit_compile`` values tune searches on `backend` (both where unknown): a fix names
+    only what the toolkit would measure."""
     try:
         found = backends.find(backend) if backend else None
         return tuple(found.searched_jit()) if found is not None else (False, True)
@@ -483,8 +449,7 @@ def _xla(ledger: Ledger) -> Fix | None:
         return None
     per_step = first.seconds / steps
     if False not in _searched_jit(ledger.backend):
-        # XLA off is no setting here (JAX jits every step: tune never tries it): a longer
-        # run is what spreads the compile (and the compile cache its fix of its own).
+        # XLA off is no setting here (JAX jits every step): a longer run spreads the compile.
         return Fix(
             "compile", "compile", compile_s, None,
             f"compile takes {part_share(ledger, 'compile')} of the run ({format_s(first.seconds)} "
@@ -511,8 +476,8 @@ def _xla(ledger: Ledger) -> Fix | None:
 
 
 def unfixed(ledger: Ledger, found: list[Fix]) -> list[Unfixed]:
-    """Each part of at least :data:`SHARE` of the run and :data:`MIN_S` that no fix in
-    `found` shortens, largest first, with the rule that was applied."""
+    """Each part of at least :data:`SHARE` and :data:`MIN_S` no fix in `found` shortens, largest
+    first, with its rule."""
     wall, covered = ledger.wall_s, {p for f in found for p in (f.part, *f.also)}
     large = [
         p for p in ledger.parts
@@ -557,8 +522,8 @@ _RULES = {
 
 
 def _compile_rule(ledger: Ledger) -> tuple[str, tuple[tuple[str, Setting], ...]]:
-    """Why compile has no fix: not a run the runner set up, the cache on already, or a step
-    this backend's cache does not keep."""
+    """Why compile has no fix: not a runner's run, the cache on already, or a step the cache does
+    not keep."""
     cache = Setting("compile_cache", True, runner=True,
                     python="toolkit.backend.use_compile_cache()")  # fmt: skip
     jit = Setting("jit_compile", True, call="model.compile", runner=True)
