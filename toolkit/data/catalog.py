@@ -1,33 +1,25 @@
 """Datasets by name, for recipes: ``synthetic`` | ``digits`` | ``tfds:NAME`` | ``folder:PATH`` |
 ``tfrecord:GLOB``, shaped for the model that reads them.
 
-A recipe says what its model takes, an :class:`ImageSpec` (height, width, channels) or a
-:class:`TokenSpec` (sequence length, vocabulary), and :func:`load` returns a :class:`Data`
-whose examples have exactly that shape, whatever the source:
+A recipe says what its model takes, an :class:`ImageSpec` or a :class:`TokenSpec`, and :func:`load`
+returns a :class:`Data` whose examples have exactly that shape, whatever the source:
 
-* ``synthetic``: one random example of the spec, repeated (no file, no input cost).
-* ``digits``: the UCI 8×8 handwritten digits, packaged (real, offline). Images are resized to the
-  spec and grey is repeated over the channels; as tokens, each pixel's intensity (0-16) is a
-  token after a ``[CLS]`` token.
-* ``tfds:NAME``: a TensorFlow Datasets dataset (``--data_dir`` for where it lives), its
-  ``train`` split for training and ``test`` (or ``validation``) for validation. Images are
-  scaled to [0, 1] and resized; text is lower-cased, split on whitespace and hashed into the
+* ``synthetic``: one random example of the spec, repeated (no input cost).
+* ``digits``: the packaged UCI 8×8 digits (real, offline), resized to the spec; as tokens, each
+  pixel's intensity after a ``[CLS]`` token.
+* ``tfds:NAME``: a TensorFlow Datasets dataset, ``train`` for training and ``test`` (or
+  ``validation``) for validation; text lower-cased, split on whitespace and hashed into the
   vocabulary.
-* ``folder:PATH``: ``PATH/<class>/*.jpg|png`` (see ``image_folder``), decoded to the spec
-  (by tf.data, or by Pillow for Grain and without TensorFlow: ``ImageFiles``).
-* ``tfrecord:GLOB``: records written by ``write_tfrecords`` whose features hold one example of
-  the spec (checked against the first record).
+* ``folder:PATH``: ``PATH/<class>/*.jpg|png``, decoded to the spec.
+* ``tfrecord:GLOB``: records written by ``write_tfrecords`` holding one example of the spec.
 
-Folder and TFRecord data hold out every k-th example for validation (``validation_fraction``).
-Bad names and missing files fail here, before TensorFlow starts; the datasets themselves are
-built lazily (:attr:`Data.train` is a function) so the runner can choose the device first.
+Folder and TFRecord data hold out every k-th example for validation. Bad names and missing files
+fail here, before TensorFlow starts; the datasets are built lazily so the runner can choose the
+device first.
 
-Without TensorFlow (JAX or PyTorch alone), ``digits`` and ``synthetic`` come as
-:class:`~toolkit.data.arrays.ArraySource` arrays, prepared the same way in NumPy (images
-resized per batch), and ``folder`` as :class:`~toolkit.data.arrays.ImageFiles`; ``tfds`` and
-``tfrecord`` need tf.data and say so. :attr:`Data.examples` gives the same examples in these
-random-access forms where TensorFlow is installed too: what Grain reads.
-"""
+Without TensorFlow, ``digits`` and ``synthetic`` come as NumPy ``ArraySource`` arrays and ``folder``
+as ``ImageFiles``; ``tfds`` and ``tfrecord`` need tf.data and say so. :attr:`Data.examples` gives
+these random-access forms (what Grain reads) with TensorFlow too."""
 
 from __future__ import annotations
 
@@ -71,8 +63,8 @@ class ImageSpec:
 
 @dataclasses.dataclass(frozen=True)
 class TokenSpec:
-    """Token id sequences of ``seq_len`` (int32 in ``[0, vocab_size)``, 0 = padding, 1 = [CLS]),
-    with an int32 class label."""
+    """Token id sequences of ``seq_len`` (int32, 0 = padding, 1 = [CLS]), with an int32 class
+    label."""
 
     seq_len: int
     vocab_size: int
@@ -92,15 +84,11 @@ class Data:
         validation: the same for validation, or None.
         num_classes: label classes.
         description: what was loaded, for the report.
-        cache: whether the examples are small enough to keep in memory after the first epoch.
-        train_examples: how many training examples there are, where the dataset cannot say
-            (a filtered one); None when unknown.
-        find_bad_file: after reading failed with an error, the file it failed on as
-            ``"PATH (why)"`` (TensorFlow's decoder and TFRecord reader do not name it), or None
-            when every file reads; None where the data is not files.
-        examples: ``examples(training)``: the training (True) or validation (False) split
-            as an ``ArraySource`` or ``ImageFiles``, what Grain reads; None: tf.data only.
-    """
+        cache: whether the examples are small enough to keep in memory.
+        train_examples: training examples where the dataset cannot say; None when unknown.
+        find_bad_file: after reading failed, the file it failed on as ``"PATH (why)"``, or None.
+        examples: ``examples(training)``: a split as an ``ArraySource`` or ``ImageFiles``; None:
+            tf.data only."""
 
     train: Callable[[], Any]
     validation: Callable[[], Any] | None
@@ -121,8 +109,7 @@ def parse_dataset_spec(spec: str) -> tuple[str, str]:
     """``"tfds:mnist"`` -> ``("tfds", "mnist")``; ``"digits"`` -> ``("digits", "")``.
 
     Raises:
-        ValueError: an unknown kind or a missing argument, naming the accepted forms.
-    """
+        ValueError: an unknown kind or a missing argument, naming the accepted forms."""
     kind, _, arg = (spec or "").partition(":")
     accepted = ", ".join(KINDS)
     if kind in ("synthetic", "digits"):
@@ -144,8 +131,8 @@ def _tf():
 
 
 def _holdout(ds: Any, fraction: float, keep: bool, total: int | None = None) -> Any:
-    """Every k-th example (k = round(1 / fraction)) for validation, the rest for training;
-    with `total` known, its length said (Keras then never "runs out of data")."""
+    """Every k-th example for validation, the rest for training; with `total` known, its length
+    said (so Keras never "runs out of data")."""
     tf = _tf()
     k, train = _every(total or 0, fraction)
     kept = ds.enumerate().filter(lambda i, _: tf.equal(i % k, 0) != keep)
@@ -156,8 +143,8 @@ def _holdout(ds: Any, fraction: float, keep: bool, total: int | None = None) -> 
 
 
 def _every(total: int, fraction: float) -> tuple[int, int]:
-    """``(k, training examples)`` of `total` where every k-th, from the first, is held out
-    for validation (k = round(1 / fraction), at least 2), as :func:`_holdout` splits them."""
+    """``(k, training examples)`` of `total` with every k-th held out (k = round(1 / fraction),
+    at least 2)."""
     k = max(2, round(1.0 / fraction))
     return k, total - -(-total // k)
 
@@ -313,9 +300,8 @@ _MAGIC = {".png": (b"\x89PNG\r\n\x1a\n",), ".jpg": (b"\xff\xd8\xff",), ".jpeg": 
 
 
 def _check_image_header(image: str) -> None:
-    """Raises ValueError naming `image` when it is not what its name says (a text file named
-    .png, an empty file): found before training, where the decoder would fail without a name.
-    Reads the first bytes only; a file corrupt further in is found by the decoder."""
+    """Raises ValueError naming `image` when it is not what its name says (its first bytes only):
+    found before training, where the decoder would fail without a name."""
     try:
         with open(image, "rb") as f:
             head = f.read(8)
@@ -366,9 +352,7 @@ def _folder(path: str, spec: ImageSpec, validation_fraction: float) -> Data:
 
 
 def _folder_images(path: str) -> tuple[list[str], list[str]]:
-    """``(class names, image paths)`` of the folder ``path/<class>/*``, each image's header
-    checked: a missing folder, a bad layout or a file that is no image fails here, named,
-    before training."""
+    """``(class names, image paths)`` of ``path/<class>/*``, each header checked before training."""
     if not os.path.isdir(path):
         raise FileNotFoundError(f"--dataset=folder:{path}: no such directory")
     try:
@@ -389,9 +373,8 @@ def _folder_images(path: str) -> tuple[list[str], list[str]]:
 def _folder_holdout(
     path: str, names: list[str], images: list[str], validation_fraction: float
 ) -> tuple[int, int]:
-    """``(k, training images)``: every k-th image is held out for validation. Refuses a
-    folder a classifier learns nothing from (no image, one class, a class with no image, no
-    image left to train on), each in one line saying what to change."""
+    """``(k, training images)``, refusing a folder a classifier learns nothing from, in one line
+    saying what to change."""
     files = len(images)
     if files == 0:
         raise ValueError(
@@ -420,8 +403,7 @@ def _folder_holdout(
 def _image_files(
     images: list[str], names: list[str], spec: ImageSpec, k: int, training: bool
 ) -> ImageFiles:
-    """The folder's split as :class:`ImageFiles`: every k-th image, from the first, held out
-    (as ``_holdout`` on the tf.data side), decoded to the spec when read."""
+    """The folder's split as :class:`ImageFiles`, held out as ``_holdout`` does."""
     labels = np.asarray([names.index(os.path.basename(os.path.dirname(p))) for p in images])
     size = (spec.height, spec.width)
     files = ImageFiles(tuple(images), labels.astype(np.int32), size, spec.channels)
@@ -431,7 +413,7 @@ def _image_files(
 
 def _tfrecord_files(pattern: str) -> tuple[list[str], int]:
     """``(files, records)`` matching `pattern`, each file's record headers walked: no match, a
-    file cut short or corrupt, or no record at all fails here, named, before training."""
+    damaged file or no record fails here, named."""
     files = sorted(f for f in _glob.glob(pattern) if not f.endswith(tfrecord.MANIFEST_SUFFIX))
     if not files:
         raise FileNotFoundError(
@@ -600,17 +582,12 @@ def _check_fraction(validation_fraction: float) -> None:
 
 
 def training_files(spec: str, validation_fraction: float = 0.2) -> int | None:
-    """How many examples `spec`'s files leave to train on, checked as :func:`load` checks
-    them (a missing folder or match, a bad layout, a file that is not what its name says, a
-    TFRecord cut short, too few to hold any out), or None for a dataset that is not files.
-
-    Reads no framework: a recipe calls it before TensorFlow loads, so a mistyped path is said
-    in a third of a second, not after the seconds TensorFlow takes. What only a reader finds
-    (a record damaged past its header, a record of the wrong size) is found by :func:`load`.
+    """How many examples `spec`'s files leave to train on, checked as :func:`load` checks them,
+    or None for a dataset that is not files. Reads no framework, so a mistyped path is said
+    before TensorFlow loads.
 
     Raises:
-        ValueError, FileNotFoundError: as :func:`load` does for the same files.
-    """
+        ValueError, FileNotFoundError: as :func:`load` does for the same files."""
     kind, _, arg = (spec or "").partition(":")
     if kind not in ("folder", "tfrecord"):
         return None
@@ -635,15 +612,13 @@ def load(
     Args:
         spec: ``synthetic``, ``digits``, ``tfds:NAME``, ``folder:PATH`` or ``tfrecord:GLOB``.
         input_spec: what the model takes.
-        data_dir: TFDS data directory. Defaults to `None` (TFDS's default).
-        validation_fraction: share held out (digits, folder, tfrecord). Defaults to `0.2`.
-        seed: for the digits split and synthetic data. Defaults to `0`.
+        data_dir: TFDS data directory.
+        validation_fraction: share held out (digits, folder, tfrecord).
+        seed: for the digits split and synthetic data.
 
     Raises:
-        ValueError: an unknown dataset, one that does not fit the model (e.g. images for a
-            text model), or a bad fraction.
-        FileNotFoundError: a folder or TFRecord pattern that matches nothing.
-    """
+        ValueError: an unknown dataset, one that does not fit the model, or a bad fraction.
+        FileNotFoundError: a folder or TFRecord pattern that matches nothing."""
     kind, arg = parse_dataset_spec(spec)
     _check_fraction(validation_fraction)
     if kind == "synthetic":

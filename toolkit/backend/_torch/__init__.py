@@ -1,21 +1,14 @@
 """PyTorch behind the seam: what the backend-neutral core needs when Keras trains on PyTorch.
 
-* a step boundary: dispatch is asynchronous (JAX always; PyTorch on CUDA and MPS), so a batch
-  begin only queues a step; when the device was behind, StepTimer re-times the epoch at batch
-  ends, where Keras has read the step's logs (``toolkit.profiling.step_timer``). StepTimer adds
-  no sync of its own;
-* traces: ``torch.profiler`` writes Chrome trace JSON (``*.pt.trace.json``) that TensorBoard's
-  PyTorch plugin, Perfetto and ``chrome://tracing`` read; each traced step is a
-  ``ProfilerStep#N`` range, the step marker those tools know;
-* FLOPs: ``torch.utils.flop_counter.FlopCounterMode`` over one forward and one forward +
-  backward pass: it counts matmuls, attention and convolutions (what dominates), not
-  element-wise ops;
-* the matmul peak: chained matmuls issued back to back, waited on once per run.
+* a step boundary: on CUDA and MPS dispatch is asynchronous, so a batch begin only queues a step;
+  StepTimer re-times an epoch at batch ends when the device was behind, and adds no sync of its own;
+* traces: ``torch.profiler`` writes Chrome trace JSON, each traced step a ``ProfilerStep#N`` range;
+* FLOPs: ``torch.utils.flop_counter.FlopCounterMode`` over one forward and one forward + backward
+  pass (matmuls, attention, convolutions; not element-wise ops);
+* the matmul peak: chained matmuls issued back to back.
 
-Not here: ``--steps_per_execution`` (Keras's PyTorch backend has none), ``--fused_steps`` and
-``tf.distribute`` strategies: :func:`check_config` refuses them in one line. ``--jit_compile``
-is ``torch.compile`` (Keras's own switch).
-"""
+Not here: ``--steps_per_execution`` on Keras 3.15, ``--fused_steps`` and ``tf.distribute``
+strategies (:func:`check_config` refuses them). ``--jit_compile`` is ``torch.compile``."""
 
 from __future__ import annotations
 
@@ -106,7 +99,7 @@ def check_config(config: Any) -> None:
 
 def use_compile_cache(directory: str) -> str:
     """Keeps what ``torch.compile`` builds in `directory` (Inductor's FX-graph cache), unless
-    ``TORCHINDUCTOR_CACHE_DIR`` already names a place. Returns what it did, in words."""
+    ``TORCHINDUCTOR_CACHE_DIR`` names a place. Returns what it did, in words."""
     import os
 
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", directory)
@@ -115,12 +108,10 @@ def use_compile_cache(directory: str) -> str:
 
 
 def private_caches() -> str | None:
-    """Points Inductor's cache, where ``torch.compile`` writes the native code it then loads,
-    at a directory only this user can write, where neither ``--compile_cache`` nor
-    ``TORCHINDUCTOR_CACHE_DIR`` named one: its default, ``/tmp/torchinductor_<user>``, is
-    used as found, even when someone else made it (world-writable, with their ``.so`` files
-    in it). The same name, checked (``files.private_dir``); where it is not ours, a fresh
-    private directory of this process, removed at its exit. Returns the directory."""
+    """Points Inductor's cache at a directory only this user can write, where nothing named one:
+    its default ``/tmp/torchinductor_<user>`` is used as found, even when someone else made
+    it, with their ``.so`` files in it. The same name, checked; where it is not ours, a
+    private directory removed at exit. Returns the directory."""
     import atexit
     import getpass
     import os
@@ -158,9 +149,8 @@ def intra_op_threads() -> int:
 
 
 def float32_matmul_precision() -> str:
-    """``"float32"`` under PyTorch's default float32 matmul precision (``highest``: no TF32),
-    ``"tf32"`` when it was lowered (``high``, ``medium``): which datasheet figure a float32
-    step is compared with."""
+    """``"float32"`` under PyTorch's default float32 matmul precision (no TF32), ``"tf32"`` when
+    lowered: which datasheet figure a float32 step is compared with."""
     import torch
 
     return "float32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
@@ -182,9 +172,7 @@ def start_trace(logdir: str, host_level: int, python_level: int, device_level: i
     """Starts ``torch.profiler`` (CPU, and CUDA when there is one) writing to `logdir`.
 
     Raises:
-        RuntimeError: another profiler is already running in this process (a second one would
-            crash PyTorch rather than fail).
-    """
+        RuntimeError: another profiler is already running (a second would crash PyTorch)."""
     import torch
 
     if profiler_probe()():  # checked before a second profiler crashes torch
@@ -207,9 +195,9 @@ def start_trace(logdir: str, host_level: int, python_level: int, device_level: i
 
 
 def _clear_flag() -> None:
-    """PyTorch sets its process-wide "profiler running" flag before it starts the profiler and
-    clears it after the profiler stops: a start or stop that raised would leave it set, and
-    every later step would read as traced (:func:`profiler_probe`)."""
+    """PyTorch sets its process-wide "profiler running" flag before starting and clears it after
+    stopping: a start or stop that raised would leave it set, and every later step would read
+    as traced."""
     import torch
     from torch.autograd import profiler
 
@@ -232,23 +220,20 @@ def trace_files(names: list[str]) -> list[str]:
 
 
 def step_marker(step: int) -> Any:
-    """A context manager around one training step: the ``ProfilerStep#N`` range that
-    ``torch.profiler.profile.step()`` would record."""
+    """A context manager around one training step: the ``ProfilerStep#N`` range
+    ``profile.step()`` would record."""
     import torch
 
     return torch.profiler.record_function(f"ProfilerStep#{step}")
 
 
 def profiler_probe() -> Any:
-    """A function, cheap enough to call at every step, that says whether a PyTorch profiler
-    (autograd profiler or ``torch.profiler``) is recording in this process.
+    """A function, cheap enough to call every step, that says whether a PyTorch profiler is
+    recording in this process.
 
-    Two reads, neither public: ``torch.autograd.profiler._is_profiler_enabled``, the
-    process-wide flag every Python entry point sets, and the C check, which sees a profiler
-    started without them but only on the thread that started it. The flag is what Keras 3's
-    callback thread can see: StepTimer reads the profiler's state at batch ends there, and with
-    the C check alone a loaded machine (where the ends re-time the epoch) timed every traced
-    step."""
+    Two reads, neither public: ``torch.autograd.profiler._is_profiler_enabled``, the process-wide
+    flag every Python entry point sets (what Keras 3's callback thread can see), and the C check,
+    which sees a profiler started without them but only on its own thread."""
     import torch
     from torch.autograd import profiler
 
@@ -281,8 +266,8 @@ def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
 
 
 def device_memory_limit() -> dict[str, float]:
-    """Each CUDA GPU's total memory in MiB, and on a Mac what the MPS allocator recommends as
-    its most; ``{}`` on a CPU."""
+    """Each CUDA GPU's total memory in MiB, and on a Mac the MPS allocator's recommended most;
+    ``{}`` on a CPU."""
     import torch
 
     out: dict[str, float] = {}
@@ -296,9 +281,8 @@ def device_memory_limit() -> dict[str, float]:
 
 
 def live_tensors(cheap_only: bool = False) -> tuple[list[Any], str, bool]:
-    """The tensors alive in this process (found through the garbage collector: PyTorch keeps
-    no registry); parameters and their gradients included. With `cheap_only`, none (that
-    walk takes about 0.2 s)."""
+    """The tensors alive in this process (through the garbage collector: no registry), parameters
+    included; with `cheap_only`, none (the walk takes about 0.2 s)."""
     if cheap_only:  # a walk of every object the garbage collector tracks: not cheap
         return [], "tensors", False
     import gc
@@ -312,9 +296,8 @@ def live_tensors(cheap_only: bool = False) -> tuple[list[Any], str, bool]:
 
 
 def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, str, str | None]:
-    """``(forward FLOPs, train-step FLOPs, method, note)`` of a built Keras model: one forward
-    pass, then one forward + backward pass of its summed outputs, under ``FlopCounterMode``.
-    Never raises; the gradients it makes are cleared."""
+    """``(forward FLOPs, train-step FLOPs, method, note)`` of a built Keras model under
+    ``FlopCounterMode``. Never raises; the gradients it makes are cleared."""
     try:
         import torch
         from torch.utils.flop_counter import FlopCounterMode
@@ -347,11 +330,9 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
 
 
 def _cpu_attention_formulas() -> dict[Any, Any]:
-    """FlopCounterMode's formulas for PyTorch's CPU attention kernels (its own shape-wise
-    counts, ``sdpa_flop_count``), where it has none: it counts the CUDA kernels only, so
-    keras.io's Transformer on a CPU counted its projections and none of its attention (393
-    MFLOP a step of about 1.4 G), and its MFU read less than JAX's on a faster step. Passed
-    to each counter (``custom_mapping``), not registered for the whole process."""
+    """FlopCounterMode's formulas for PyTorch's CPU attention kernels, which it counts only on
+    CUDA (keras.io's Transformer on a CPU counted none of its attention). Passed to each
+    counter, not registered process-wide."""
     import torch
     from torch.utils import flop_counter
 
@@ -375,10 +356,8 @@ def _cpu_attention_formulas() -> dict[Any, Any]:
 def measure_matmul_peak(
     device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.15
 ) -> MatmulRun:
-    """The peak FLOP/s of chained ``size``² matmuls (``calibrated_peak``: the best of 7 runs,
-    and their spread) on `device` (a name
-    such as ``cuda:0``: ``toolkit.devices.framework_device``), issued back to back and waited
-    on once per run."""
+    """The peak FLOP/s of chained ``size``² matmuls (best of 7 runs, and their spread) on
+    `device` (``cuda:0``), issued back to back and waited on once per run."""
     import torch
 
     target = torch.device(device)
@@ -407,16 +386,14 @@ quiet_retracing = no_retracing_noise
 
 # ---------------------------------------------------------------------------- processes
 
-# Where a Keras whose PyTorch backend trains ``fit`` under DistributedDataParallel keeps it
-# (Keras 3.16 and later: keras-nightly today; 3.15 has none). Found, never assumed from the
-# version.
+# Where a Keras whose PyTorch backend trains ``fit`` under DistributedDataParallel keeps it (3.16
+# and later). Found, never assumed from the version.
 _KERAS_TORCH_DISTRIBUTION = "keras.src.backend.torch.distribution_lib"
 _STORE: list[Any] = []  # worker 0's TCPStore server: open as long as the process group
 
 
 def _keras_distribution_lib() -> Any:
-    """Keras's PyTorch distribution module, or ValueError (one line) naming the Keras it needs
-    and what works instead."""
+    """Keras's PyTorch distribution module, or ValueError (one line) naming the Keras it needs."""
     import importlib
     import importlib.util
 
@@ -442,14 +419,12 @@ def start_processes(
     before: Callable[[], Any] = lambda: None,
 ) -> None:
     """Joins the PyTorch process group through Keras's ``initialize`` (gloo on CPUs, NCCL on
-    GPUs) where the installed Keras has it (`before` runs first: the toolkit's join); else
-    one line naming what is missing.
+    GPUs) where the installed Keras has it (`before` runs first: the toolkit's join); else one
+    line naming what is missing.
 
-    The rendezvous is torchrun's environment: ``MASTER_ADDR``/``MASTER_PORT`` (the
-    coordinator as named), ``WORLD_SIZE``, ``RANK``. Its store, a TCPStore that PyTorch would
-    open on every interface whatever host is named, is opened here instead by worker 0 on a
-    socket bound where the join listened (``processes.bind_address``: loopback only for
-    ``127.0.0.1``), and every process joins it as a client, as under torchelastic's agent
+    The rendezvous is torchrun's environment (``MASTER_ADDR``/``MASTER_PORT``, ``WORLD_SIZE``,
+    ``RANK``). Its TCPStore, which PyTorch would open on every interface, is opened here by worker 0
+    on a socket bound where the join listened, and every process joins it as a client
     (``TORCHELASTIC_USE_AGENT_STORE``)."""
     import datetime
     import os
@@ -483,8 +458,8 @@ def start_processes(
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE")
     os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"
     try:
-        # The environment above says it all: Keras's own parsing of the addresses splits
-        # host:port at a colon, which an IPv6 address has more of.
+        # The environment says it all: Keras's own parsing splits host:port at a colon, which IPv6
+        # has more of.
         distribution_lib.initialize(None, num_processes, process_id)
     finally:
         if agent is None:
@@ -495,7 +470,7 @@ def start_processes(
 
 def data_parallel() -> tuple[Any, int]:
     """``(keras.distribution.DataParallel, replicas)`` where the installed Keras trains PyTorch
-    under it, set for the whole process; else one line naming what is missing."""
+    under it; else one line naming what is missing."""
     _keras_distribution_lib()
     import keras
 
@@ -531,16 +506,15 @@ def weights_digest(model: Any) -> str:
 
 
 def searched_jit() -> tuple[bool, ...]:
-    """The ``jit_compile`` values tune tries here: eager only; torch.compile's first step (tens
-    of seconds) outlasts a tune budget, so it is measured by hand."""
+    """The ``jit_compile`` values tune tries here: eager only (torch.compile's first step
+    outlasts a tune budget)."""
     return (False,)
 
 
 def step_loops(loader: str = "", model: Any = None) -> tuple[str, ...]:
-    """The loop settings that run here, which tune searches: ``steps_per_execution`` where
-    Keras takes it on PyTorch (:func:`keras_loops_steps`: K steps per call of its train
-    function, its batch hooks once per call), kept only where it measures faster; never
-    fused steps (the toolkit compiles no loop inside a PyTorch step)."""
+    """The loop settings tune searches here: ``steps_per_execution`` where Keras takes it on
+    PyTorch (:func:`keras_loops_steps`), kept only where it measures faster; never fused
+    steps."""
     return ("steps_per_execution",) if keras_loops_steps() else ()
 
 
@@ -550,11 +524,9 @@ _ONE_STEP_PER_CALL = "`steps_per_execution` must be 1 with the PyTorch backend"
 
 @functools.cache
 def keras_loops_steps() -> bool:
-    """Whether the installed Keras takes ``steps_per_execution > 1`` on PyTorch (3.16, a
-    Python loop of steps in one call) or refuses it (3.15). Found in its trainer's source,
-    never assumed from the version: asking it would mean building a model, which moves
-    Keras's layer-name counters under the user's own model. The file is read, not imported:
-    a recipe refuses the setting before Keras and TensorFlow load (0.17 s, not 8)."""
+    """Whether the installed Keras takes ``steps_per_execution > 1`` on PyTorch (3.16) or refuses
+    it (3.15). Found in its trainer's source, read, not imported: asking would build a model
+    (moving Keras's layer-name counters) and load Keras before a recipe refuses the setting."""
     import importlib.util
     import pathlib
 
@@ -569,11 +541,9 @@ def keras_loops_steps() -> bool:
 
 
 def dispatches_asynchronously() -> bool:
-    """Whether a batch begin only queues the step (StepTimer then re-times at batch ends, and
-    the ledger says the input's reads overlap the device): on the device Keras trains on
-    (``keras.src.backend.torch.core.get_device``: CUDA, MPS, XPU), yes; on a CPU no, a step
-    runs as it is called, and the gaps where Keras's loop reads the next batch are the
-    input's, measured."""
+    """Whether a batch begin only queues the step: on the device Keras trains on (CUDA, MPS,
+    XPU), yes; on a CPU no, a step runs as called, and the gaps where Keras reads the next
+    batch are the input's."""
     try:
         from keras.src.backend.torch.core import get_device
 
@@ -591,7 +561,7 @@ def trains_under_tf_distribute() -> bool:
 
 
 def loop_advice(fused: bool = True) -> Advice:
-    """What to try when the step is short: PyTorch has no fused steps, whoever reads it."""
+    """What to try when the step is short: PyTorch has no fused steps."""
     if keras_loops_steps():
         return Advice.of(
             "try {0} (K steps per call: Keras's batch hooks run once per call) or a larger batch",
@@ -613,9 +583,8 @@ def jit_advice() -> Advice | None:
 
 
 def fit_batches(model: Any, fit_data: dict[str, Any]) -> tuple[str, Iterator[Any]] | None:
-    """What `model`'s ``fit`` reads for `fit_data` (``x``, ``y``, ``sample_weight``,
-    ``batch_size``, ``shuffle``): the name of the Keras data adapter it picks and its batches,
-    one a step, from the ``DataLoader`` Keras's ``TorchEpochIterator`` reads (tensors)."""
+    """What `model`'s ``fit`` reads for `fit_data`: the Keras data adapter's name and its
+    batches, one a step, from the ``DataLoader`` ``TorchEpochIterator`` reads."""
     from keras.src.backend.torch.trainer import TorchEpochIterator
 
     from toolkit.backend._fit_input import read_as_fit
@@ -624,8 +593,8 @@ def fit_batches(model: Any, fit_data: dict[str, Any]) -> tuple[str, Iterator[Any
 
 
 def wait_for_device() -> None:
-    """Returns when the CUDA or MPS device has finished the work queued so far (a trace's
-    edges then fall between steps); on the CPU PyTorch runs each op to its end."""
+    """Returns when the CUDA or MPS device has finished the work queued; on the CPU each op runs
+    to its end."""
     import torch
 
     if torch.cuda.is_available() and torch.cuda.is_initialized():
