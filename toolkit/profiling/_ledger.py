@@ -1,38 +1,25 @@
 """The ledger of one ``fit``: where its wall time went, in parts that add up to it.
 
-A user pays for the whole call, not the step. StepTimer knows the steps; the ledger lays the
-rest of the call beside them:
+A user pays for the whole call, not the step. StepTimer knows the steps; the ledger lays the rest of
+the call beside them:
 
-* **start-up**: the fit called -> its first batch begins (the data adapter, building, the
-  callbacks' train begin, the input iterator);
-* **compile**: each function's first call beyond its later calls' median (``train``, and
-  ``evaluate`` in the first validation), and every later retrace or recompile that the
-  backend's own signal found (``toolkit.backend._common.CompileWatch``: TensorFlow's tracing
-  counts, JAX's monitoring events, TorchDynamo's guard failures), each timed as its
-  execution's excess over the median, with its epoch, step and cause;
+* **start-up**: the fit called -> its first batch begins;
+* **compile**: each function's first call beyond its later calls' median, and every later retrace or
+  recompile the backend's own signal found (``CompileWatch``), each timed as its execution's excess
+  over the median, with its epoch, step and cause;
 * **steps**: the training executions, less all of the above inside them;
-* **input**: where it can be timed without a device sync: each batch read inside JAX's train
-  function, the gaps between PyTorch's steps where Keras fetches the next batch. On
-  TensorFlow the batch is read inside the traced step: only a profiler sees it (``None``);
+* **input**: where it can be timed without a device sync (JAX's reads inside the train function, the
+  gaps between PyTorch's steps); on TensorFlow only a profiler sees it (``None``);
 * **validation**: on_test_begin -> on_test_end, less its callbacks and its compile;
-* **callbacks**: every other callback's hooks, timed by its class name (``ModelCheckpoint``,
-  ``TensorBoard``, ``CSVLogger``, Keras's own ``ProgbarLogger`` and ``History``, yours), on
-  the fit's thread; time a callback spent on Keras's callback thread overlapped the steps and
-  is shown apart (``overlapped``);
-* **exit**: train end -> the fit returned (on TensorFlow, the tf.data iterator's teardown);
-* **other**: what is left (Keras's own work between epochs); never hidden.
+* **callbacks**: every other callback's hooks on the fit's thread, by class name; time on Keras's
+  callback thread overlapped the steps and is shown apart;
+* **exit**: train end -> the fit returned;
+* **other**: what is left; never hidden.
 
-How it sees the other callbacks: at train begin StepTimer finds Keras's callback list (the
-object calling its hook) and times each overridden hook of the others in place (an instance
-attribute wrapping the bound method, taken out at train end, or when the fit call returns):
-nothing is added to the list, ``is_default`` answers as before, so Keras dispatches exactly
-as it would have. A callback listed before StepTimer has run its train begin by then: that
-is in the start-up.
-
-Every part is built from clock readings the hooks take anyway (two more per timed hook,
-none per step on TensorFlow); the intervals tile the call, so the parts add up to its wall
-time by construction, and what no interval explains is ``other``.
-"""
+At train begin StepTimer finds Keras's callback list and times each overridden hook of the others in
+place (an instance attribute wrapping the bound method, removed at train end): nothing is added to
+the list, so Keras dispatches exactly as before. The intervals tile the call, so the parts add up to
+its wall time by construction."""
 
 from __future__ import annotations
 
@@ -86,8 +73,7 @@ _MISSING = object()
 
 
 def keras_callbacks(me: Any) -> list[Any] | None:
-    """The callback list Keras is calling `me` from (walked up from the hook's frame), or
-    None where none is found (a hook called by hand)."""
+    """The callback list Keras is calling `me` from (up from the hook's frame), or None."""
     frame = sys._getframe(1)
     for _ in range(8):
         if frame is None:
@@ -109,8 +95,7 @@ def _restore(cb: Any, hook: str, previous: Any) -> None:
 
 
 def _base(cb: Any, hook: str) -> bool:
-    """Whether `hook` of `cb` is Keras's own no-op, the base ``Callback``'s (tf_keras does not
-    mark its no-ops as Keras 3 does)."""
+    """Whether `hook` of `cb` is the base ``Callback``'s no-op (tf_keras does not mark them)."""
     if hook in getattr(cb, "__dict__", {}):
         return False
     owner = next((k for k in type(cb).__mro__ if hook in vars(k)), None)
@@ -125,9 +110,8 @@ class CallbackClock:
         self.records: list[tuple[float, float, str]] = []  # (start, seconds, name), fit thread
         self.off: list[tuple[str, float]] = []  # (name, seconds) on another thread
         self._patched: list[tuple[Any, str, Any]] = []
-        # A memory reading at the end of each hook that is not a batch's, inside its span:
-        # what each callback held (a 50 ms sampler all but never fell inside a hook, and
-        # every run's callbacks' memory was empty). Batch hooks stay as lean as they were.
+        # A memory reading at the end of each non-batch hook, inside its span: what each callback
+        # held. Batch hooks stay lean.
         self.read: Callable[[], None] | None = None
 
     def watch(self, callbacks: Sequence[Any], skip: Any) -> None:
@@ -194,9 +178,8 @@ class CallbackClock:
                 self._patched.remove(entry)
 
     def release(self, but_train_end: bool = False) -> None:
-        """Takes every timing wrapper out again; with `but_train_end` (StepTimer's own train
-        end, which callbacks listed after it have not reached yet) each ``on_train_end`` one
-        stays, and takes itself out once it has run."""
+        """Takes every timing wrapper out; with `but_train_end` each ``on_train_end`` one stays
+        until it has run (callbacks after StepTimer have not reached it yet)."""
         kept = []
         for cb, hook, previous in reversed(self._patched):
             if but_train_end and hook == "on_train_end":
@@ -305,8 +288,7 @@ class _Book:
         at: float | None = None,
     ) -> float:
         """Moves `seconds` from `part` (None: from nowhere) to `to`; `capped`: no more than
-        `part` holds; `at`: where in the fit (what moves out of an ``other`` tile is no
-        longer that tile's: :func:`_others`). Returns the seconds moved."""
+        `part` holds; `at`: where in the fit. Returns the seconds moved."""
         if part is not None:
             if capped:
                 seconds = min(seconds, max(0.0, self.totals[part]))
@@ -395,8 +377,8 @@ class FitLedger:
                 self.memory_ends.append(_memory.at_end(None, self.sampler.readings[0]))
 
     def _read_memory(self, steps_end: bool = False) -> _memory.Reading | None:
-        """A memory reading at one of the fit's boundaries (what a part held as it ended);
-        `steps_end`: the first epoch's steps just ended (the second census)."""
+        """A memory reading at one of the fit's boundaries; `steps_end`: the first epoch's steps
+        just ended."""
         if self.sampler is None:
             return None
         reading = self.sampler.read()
@@ -405,8 +387,8 @@ class FitLedger:
         return reading
 
     def _poll(self, interval: Interval) -> None:
-        """Reads the backend's counters for `interval` (the watch takes a label, which the
-        ledger keeps beside the interval it names: nothing is parsed back)."""
+        """Reads the backend's counters for `interval` (kept beside it under a label: nothing is
+        parsed back)."""
         if self.watch is not None:
             label = f"{interval.kind} {interval.index}"
             self._polls[label] = interval
@@ -434,9 +416,8 @@ class FitLedger:
         self.gaps.extend(gaps)
 
     def _say_growth(self) -> None:
-        """Warns, once a memory, where host or device memory rose at each of the last epoch
-        ends (:func:`_memory.epochs_growth`): a leak across epochs, said before it ends a long
-        run, and in the report."""
+        """Warns, once, where memory rose at each of the last epoch ends: a leak across epochs,
+        said before it ends a long run."""
         ends = self.memory_ends
         with contextlib.suppress(Exception):  # a warning is a view; training goes on
             for g in _memory.epochs_growth(ends):
@@ -461,8 +442,7 @@ class FitLedger:
         self._test = ValidationSpan(self._epoch, at)
 
     def memory_due(self, at: float) -> float:
-        """A memory reading at a batch begin at `at`, where a reading is due, and when the
-        next one is (sooner while no epoch has ended; never, without a sampler)."""
+        """A memory reading at a batch begin at `at` where one is due, and when the next is."""
         if self.sampler is None:
             return math.inf
         return self.sampler.due(at, first_epoch=not self.epochs)
@@ -474,9 +454,8 @@ class FitLedger:
     def test_end(self, at: float) -> None:
         if self._test is None:
             return
-        # Its reading inside it, its end after the reading: read after its end, a fast
-        # validation (JAX's, 12 examples) had no reading of its own, and a loaded machine's
-        # run showed no validation part at all.
+        # Its reading inside it, its end after: a fast validation otherwise had no reading of its
+        # own.
         self._read_memory()
         self._test.end = max(at, self._clock())
         self.validations.append(self._test)
@@ -489,9 +468,8 @@ class FitLedger:
         self.finish(but_train_end=True)  # the callbacks after StepTimer end the fit after it
 
     def finish(self, but_train_end: bool = False) -> None:
-        """Stops the backend's watch and takes the callbacks' timers out (idempotent; also
-        after a fit that raised, where Keras never called train end; `but_train_end`: see
-        :meth:`CallbackClock.release`)."""
+        """Stops the backend's watch and takes the callbacks' timers out (idempotent; also after
+        a fit that raised)."""
         watch, self.watch = self.watch, None
         if self.sampler is not None:
             self.sampler.stop()
@@ -511,12 +489,10 @@ class FitLedger:
         params: Mapping[str, Any] | None,
         now: float,
     ) -> Ledger | None:
-        """The ledger (``docs/report.md``, "ledger"), or None: no fit was timed.
+        """The ledger (``docs/report.md``), or None: no fit was timed.
 
-        `calls` are StepTimer's executions ``(seconds, steps, epoch, kind)``, `span` the fit
-        call's (called, returned) where something timed it, `current` the epoch a fit stopped
-        inside (its first begin and the end of its last recorded execution), `params`
-        Keras's."""
+        `calls` are StepTimer's executions, `span` the fit call's (called, returned), `current` the
+        epoch a fit stopped inside, `params` Keras's."""
         if self.train_begin is None:
             return None
         watch = self.watch or self._stopped
@@ -560,9 +536,7 @@ class FitLedger:
         )
 
     def _memory(self, calls: Sequence[Any], fit: _Fit, book: _Book, found: Any) -> Any:
-        """The fit's memory by part (``toolkit.profiling._memory``), or None where it was
-        not read. Each function's first execution is read as its compile, each timed hook as
-        its callback's."""
+        """The fit's memory by part, or None where it was not read."""
         if self.sampler is None:
             return None
         over = [_memory.Overlay(t0, t0 + dt, name) for t0, dt, name in self.callbacks.records]
@@ -602,8 +576,7 @@ class FitLedger:
     def _fit(
         self, span: tuple[float | None, float | None], current: EpochSpan | None, now: float
     ) -> _Fit:
-        """Where the fit's clock starts and stops, and its epochs and validations (with the
-        one a fit stopped inside)."""
+        """Where the fit's clock starts and stops, and its epochs and validations."""
         called, returned = span
         begin = self.train_begin
         if called is None or returned is None or not called <= begin <= returned:
@@ -622,14 +595,13 @@ class FitLedger:
         return _Fit(called, returned, start, stop, train_end, epochs, validations)
 
     def _spans(self, fit: _Fit) -> tuple[list[Tile], list[float]]:
-        """The intervals of each part, in time order (they may overlap: :func:`_tile` makes
-        them tiles), and each validation's seconds."""
+        """The intervals of each part in time order (:func:`_tile` makes them tiles), and each
+        validation's seconds."""
         first = next((e.first for e in fit.epochs if e.first is not None), None)
         spans = [Tile(fit.start, first if first is not None else (fit.train_end or fit.stop),
                       "start_up")]  # fmt: skip
-        # On a backend that queues steps ahead of the device, the host reads the next batch
-        # while the device runs the last step: its reads are not a wait the run paid. They are
-        # said apart (``input_read_s``), and the input part is left unseen.
+        # On a backend that queues steps ahead, the host reads the next batch while the device runs:
+        # not a wait the run paid. Said apart (``input_read_s``).
         gaps = [] if self.overlaps else sorted(self.gaps)
         for e in fit.epochs:
             if e.first is not None and e.steps_end is not None:
@@ -637,8 +609,8 @@ class FitLedger:
         ends = {e.epoch: e.steps_end for e in fit.epochs}
         runs_s = []
         for v in fit.validations:
-            # From the epoch's last step: Keras builds the validation's iterator (and its
-            # evaluate call) before on_test_begin.
+            # From the epoch's last step: Keras builds the validation's iterator before
+            # on_test_begin.
             after = ends.get(v.epoch)
             begin = after if after is not None and after <= v.begin else v.begin
             spans.append(Tile(begin, v.end, "validation"))
@@ -669,9 +641,8 @@ class FitLedger:
         return tuple((k, round(v, 6)) for k, v in off.items())
 
     def _move_input(self, book: _Book, watch: Any) -> tuple[str, list[float]]:
-        """The input read inside the train function (JAX), moved out of the steps: where it
-        was seen (``CompileWatch.input_seen``; "" where it was not), and each read's (or
-        gap's) seconds."""
+        """The input read inside the train function (JAX), moved out of the steps: where it was
+        seen and each read's seconds."""
         gaps = [t.end - t.start for t in book.tiles if t.part == "input"]
         input_seen = getattr(watch, "input_seen", "") if watch is not None else ""
         if self.overlaps or not input_seen:
@@ -725,8 +696,7 @@ class FitLedger:
 
 
 def _steps_and_gaps(first: float, steps_end: float, gaps: list[tuple[float, float]]) -> list[Tile]:
-    """An epoch's steps, from its first step's begin to its last step's end, cut by the
-    input's gaps between them (PyTorch's)."""
+    """An epoch's steps, first begin to last end, cut by the input's gaps between them."""
     out = []
     i = bisect.bisect_left(gaps, (first, 0.0))
     cur = first
@@ -741,8 +711,7 @@ def _steps_and_gaps(first: float, steps_end: float, gaps: list[tuple[float, floa
 
 
 def _tile(spans: list[Tile], start: float, stop: float) -> list[Tile]:
-    """`spans` made into tiles of ``[start, stop]``: each later span starts where the last
-    ended, and what no span covers is ``other``."""
+    """`spans` made into tiles of ``[start, stop]``; what no span covers is ``other``."""
     tiles: list[Tile] = []
     cursor = start
     for a, b, part in spans:
@@ -759,9 +728,8 @@ def _tile(spans: list[Tile], start: float, stop: float) -> list[Tile]:
 
 
 def _others(book: _Book, epochs: list[EpochSpan]) -> list[tuple[float, tuple[str, int | None]]]:
-    """Where the unexplained time sits, the largest first, each with its place in the fit
-    (:func:`_where`): each ``other`` tile less what was moved out of it (a callback's hook, a
-    compile of Keras's own), so the spans never hold more than the part does."""
+    """Where the unexplained time sits, largest first, with its place in the fit: each ``other``
+    tile less what was moved out of it."""
     found = []
     for t in book.tiles:
         if t.part != "other":
@@ -774,8 +742,7 @@ def _others(book: _Book, epochs: list[EpochSpan]) -> list[tuple[float, tuple[str
 
 
 def _epoch_starts(unexplained: list[tuple[float, tuple[str, int | None]]]) -> list[float]:
-    """Each of epochs 2 on: its seconds before its first step (the first epoch's start holds
-    the fit's own setup, not a new iterator's)."""
+    """Each of epochs 2 on: its seconds before its first step."""
     by_epoch: dict[int, float] = {}
     for seconds, (place, n) in unexplained:
         if place == _STARTS and n is not None and n >= 2:
@@ -784,8 +751,8 @@ def _epoch_starts(unexplained: list[tuple[float, tuple[str, int | None]]]) -> li
 
 
 def _read_s(gaps: list[tuple[float, float]], watch: Any) -> float:
-    """The host's seconds reading batches: the gaps between steps, and the reads timed
-    inside the train function."""
+    """The host's seconds reading batches: the gaps between steps, and reads inside the train
+    function."""
     read = sum(d for _, d in gaps)
     return read + sum(d for _, d in getattr(watch, "input_spans", []) if watch is not None)
 
@@ -828,8 +795,7 @@ class _Samples:
 def _parts(
     totals: dict[str, float], samples: _Samples, input_seen: str, fit: _Fit
 ) -> tuple[LedgerPart, ...]:
-    """Each part's seconds, samples and spread; None for a part not seen: the input inside
-    the steps, the exit of a fit not timed (or that never ended)."""
+    """Each part's seconds, samples and spread; None for a part not seen."""
     out = []
     for name in PARTS:
         seconds: float | None = round(totals[name], 6)
@@ -850,10 +816,9 @@ class _Found:
 
 
 class _Compiles:
-    """Each compile of one fit, timed, and moved out of the part it happened in: the
-    functions' first calls, the recompiles the backend's signal placed in an execution (or,
-    for a counter read at a poll, the slowest executions of the interval it covered), and the
-    compiles of Keras's own outside the steps."""
+    """Each compile of one fit, timed, and moved out of the part it happened in: first calls, the
+    recompiles the backend's signal placed (or, for a counter, the slowest executions of its
+    interval), and Keras's own compiles outside the steps."""
 
     def __init__(
         self,
@@ -885,10 +850,9 @@ class _Compiles:
         return _Found(compiles, self.steady)
 
     def _steady(self) -> dict[str, _Steady]:
-        """Each function's median execution a step: StepTimer's own steady steps for train
-        when it has them; otherwise every execution but a run's first (it may wait on its
-        input's start) and last (it may be ragged); for a validation of one execution, the
-        later validations' executions."""
+        """Each function's median execution a step: StepTimer's steady steps for train; else
+        every execution but the first and last; for a one-execution validation, the later
+        validations'."""
         out = {}
         for function in ("train", "evaluate"):
             rest = [
@@ -915,8 +879,7 @@ class _Compiles:
         return own or None
 
     def _add(self, x: Execution, first: bool, cause: Any, own: float | None) -> None:
-        """Execution `x` as a compile: its excess over the function's median, moved out of
-        the part it ran in (once an execution)."""
+        """Execution `x` as a compile: its excess over the median, moved out of its part (once)."""
         key = (x.function, x.run, x.index)
         if key in self._taken:
             return
@@ -925,9 +888,8 @@ class _Compiles:
         if steady is None and not first:
             return
         if steady is None:
-            # The function's only call is its first (a fit of one step): nothing to set it
-            # against, and it compiled: all of it is the compile, as the summary's first-step
-            # line says, on every backend.
+            # The function's only call is its first: all of it is the compile, as the summary's
+            # first-step line says.
             steady = _Steady(0.0, 0, None)
         excess = max(0.0, x.seconds - x.steps * steady.median)
         excess = self.book.move(
@@ -948,8 +910,8 @@ class _Compiles:
         )
 
     def _placed(self) -> dict[str, list[CompileEvent]]:
-        """The events stamped with the clock, each placed in the execution it happened in
-        (or outside every step: a compile of Keras's own); the others, by poll label."""
+        """The events stamped with the clock, placed in their executions (or outside every step);
+        the others, by poll label."""
         flat = sorted((x for run in self.runs for x in run), key=lambda x: x.start)
         starts = [x.start for x in flat]
         polled: dict[str, list[CompileEvent]] = {}
@@ -989,8 +951,8 @@ class _Compiles:
         )
 
     def _polled(self, polled: Mapping[str, list[CompileEvent]]) -> None:
-        """A counter read at an interval's end: that interval's slowest executions, in time
-        order, are its compiles."""
+        """A counter read at an interval's end: that interval's slowest executions are its
+        compiles."""
         for label, found in polled.items():
             interval = self.polls.get(label)
             if interval is None:
@@ -1075,8 +1037,7 @@ def _words(where: tuple[str, int | None]) -> str:
 
 
 def _largest(compiles: list[Compile]) -> list[Compile]:
-    """The first calls and the :data:`MAX_COMPILES` largest recompiles, in the order they
-    happened (a step recompiled at every batch would fill the report)."""
+    """The first calls and the :data:`MAX_COMPILES` largest recompiles, in order."""
     if len(compiles) <= MAX_COMPILES:
         return compiles
     ranked = sorted(
@@ -1104,8 +1065,8 @@ def _jit(model: Any) -> str | None:
 def epoch_gaps(
     begins: Sequence[tuple[Any, ...]], ends: Sequence[tuple[Any, ...]]
 ) -> list[tuple[float, float]]:
-    """``(start, seconds)`` from each step's end to the next step's begin in one epoch: where
-    Keras's PyTorch loop fetches the next batch."""
+    """``(start, seconds)`` from each step's end to the next begin in one epoch: where Keras's
+    PyTorch loop fetches the next batch."""
     end_of = {m[0]: m[1] for m in ends}
     out = []
     for k in range(len(begins) - 1):

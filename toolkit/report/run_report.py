@@ -1,16 +1,9 @@
 """RunReport: what one training run measured, as versioned JSON, Markdown and a PNG plot.
 
-The report side imports neither TensorFlow nor Keras, so reading and comparing old reports
-(from a notebook, or ``python -m toolkit compare``) is instant and works anywhere. Files are
-written atomically (``toolkit.core.files``): a reader never sees half a report, and an
-interrupted write leaves the previous file intact. A report renders every section itself from typed
-data; the schema is documented in ``docs/report.md``.
-
-Schema 2 (``schema_version`` 2) adds ``context`` (a :class:`~toolkit.report.context.RunContext`:
-device, backend, precision, strategy, cluster, preflight, dataset, resume), ``diagnosis`` and
-``tune``, which schema 1 kept in the free-form ``extra``; schema-1 files still load (their
-``extra`` is split into those fields) and compare.
-"""
+The report side imports neither TensorFlow nor Keras, so reading and comparing old reports is
+instant and works anywhere. Files are written atomically: a reader never sees half a report. The
+schema is documented in ``docs/report.md``; schema-1 files (``context``, ``diagnosis`` and ``tune``
+kept in ``extra``) still load and compare."""
 
 from __future__ import annotations
 
@@ -81,12 +74,8 @@ STATUSES = (COMPLETE, PARTIAL, DIVERGED, UNTIMED)
 class RunReport(fields.Record):
     """Everything one run measured. Build it with :meth:`from_callbacks` or :meth:`load`.
 
-    Every section is a record: ``context`` how the run was set up (written by the runner, None
-    around a user's own ``fit``), ``compute`` the FLOPs and MFU, ``diagnosis`` and ``tune``
-    what those tools found (their sections), ``anatomy`` one training step taken apart into
-    phases and layers (``toolkit.core._anatomy``; None where none was taken). Only
-    ``environment``, ``args`` and ``extra`` (free-form facts a user adds) are mappings.
-    """
+    Every section is a record (``context``, ``compute``, ``diagnosis``, ``tune``, ``anatomy``, ...);
+    only ``environment``, ``args`` and ``extra`` are mappings."""
 
     name: str
     steps: StepStats
@@ -94,24 +83,19 @@ class RunReport(fields.Record):
     error: str | None = None
     created_utc: str = ""
     fit_seconds: float | None = None
-    # The whole fit call as start-up + steps + exit (``StepTimer.fit_call``); None in reports
-    # written before it was measured.
+    # The whole fit call as start-up + steps + exit; None in older reports.
     fit_call: FitCall | None = None  # read leniently: a view of the run
-    # The whole fit's ledger: its parts, callbacks by name, compiles and the fixes with their
-    # predicted savings (``toolkit.profiling._ledger``, ``toolkit.report._ledger``); None in
-    # reports written before it was measured, and for a custom loop.
-    # report.json holds its JSON (``toolkit.report._ledger.ledger_json``), read back with
-    # ``Ledger.read``.
+    # The whole fit's ledger: its parts, callbacks by name, compiles and fixes with their savings;
+    # None in older reports and for a custom loop.
     ledger: Ledger | None = fields.field(
         None,
         write=lambda ledger: None if ledger is None else ledger_json(ledger),
         read=lambda v, at: None if v is None else Ledger.read(v),
     )
-    # One training step taken apart (``toolkit.core._anatomy``; rendered by
-    # ``toolkit.report._anatomy``); None where none was taken, and in older reports.
+    # One training step taken apart; None where none was taken, and in older reports.
     anatomy: Anatomy | None = fields.field(None, read=lambda v, at: _anatomy_of(v))
-    # The whole process to the report in stages (``ProcessTime``: launch, set-up, model, the
-    # fit call, after it); None where its start is unknown, and in older reports.
+    # The whole process to the report in stages; None where its start is unknown, and in older
+    # reports.
     process: ProcessTime | None = None
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     args: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -162,13 +146,8 @@ class RunReport(fields.Record):
     ) -> RunReport:
         """A report from a StepTimer (and optionally a TraceWindow).
 
-        `compute` holds ``flops_per_step`` and ``peak_flops_per_s`` (a ``Compute``:
-        ``toolkit.profiling.flops.compute_facts``); achieved FLOP/s and MFU are added from the
-        mean step (the statistic examples/s comes from). `diagnosis` is a
-        ``Diagnosis.section()``, `tune` a ``TuneResult.section()``.
-        `anatomy` is the step taken apart (``toolkit.profiling.anatomy``), kept as it is;
-        `process` the whole process in stages (``Profile``'s).
-        """
+        Achieved FLOP/s and MFU are added to `compute` from the mean step. `diagnosis`, `tune`,
+        `anatomy` and `process` are kept as they are."""
         calls = [[round(d, 9), n, e, k] for d, n, e, k in timer.calls]
         steps = timer.summary()
         ledger = None
@@ -208,17 +187,14 @@ class RunReport(fields.Record):
         )
 
     def read_trace(self, run_dir: str | os.PathLike[str] | None = None) -> TraceAnalysis | None:
-        """The run's trace read again from its files (what XProf makes of them now), or, when
-        they are gone, as it was read when the run ended; None for a run without a trace.
+        """The run's trace read again from its files, or, when they are gone, as it was read when
+        the run ended; None without a trace.
 
-        Only files inside `run_dir` are read (by default the directory of the report.json
-        this report was loaded from; a report not loaded from a file reads none and gives
-        the trace as it was read when the run ended): the names come from a file that
-        anyone may have edited, and a relative name is taken from the run directory.
+        Only files inside `run_dir` are read (default: the directory the report.json was loaded
+        from): the names come from a file anyone may have edited.
 
         Raises:
-            ReportError: ``trace.files`` names a file outside the run directory.
-        """
+            ReportError: ``trace.files`` names a file outside the run directory."""
         if self.trace is None:
             return None
         source = getattr(self, "_source", None)
@@ -270,8 +246,7 @@ class RunReport(fields.Record):
         """Reads a report from its JSON file, or from a run directory holding ``report.json``.
 
         Raises:
-            ReportError: the file is missing, not JSON, or not a run report this version reads.
-        """
+            ReportError: the file is missing, not JSON, or not a run report this version reads."""
         path = os.fspath(path)
         if os.path.isdir(path):
             path = os.path.join(path, REPORT_JSON)
@@ -282,16 +257,13 @@ class RunReport(fields.Record):
     # ------------------------------------------------------------ writing
 
     def write(self, directory: str | os.PathLike[str], plot: bool = True) -> dict[str, str]:
-        """Writes ``report.json``, ``report.md`` and (with matplotlib) ``steps.png``, and
-        ``anatomy.png`` for a report with an anatomy, atomically.
-
-        The JSON is written first: it is the record; Markdown and PNG are views of it. A failing
-        plot is noted in the Markdown and never loses the JSON.
+        """Writes ``report.json``, ``report.md``, ``steps.png`` (with matplotlib) and
+        ``anatomy.png``, atomically. The JSON first: it is the record; a failing plot never
+        loses it.
 
         Returns:
-            ``{"json": path, "markdown": path, "png": path, "anatomy_png": path}`` for the
-            files written.
-        """
+            ``{"json": path, "markdown": path, "png": path, "anatomy_png": path}`` for the files
+            written."""
         directory = os.fspath(directory)
         paths = {"json": atomic_write(os.path.join(directory, REPORT_JSON), self.to_json())}
         png_note = None
@@ -322,9 +294,8 @@ class RunReport(fields.Record):
     # ------------------------------------------------------------ views
 
     def fit_wall(self) -> tuple[str, float | None]:
-        """The fit's wall time and what it counts, as every screen says it: the whole call
-        (``fit call``: start-up, steps and exit) where it was timed, else from train begin to
-        train end (``fit from train begin``)."""
+        """The fit's wall time and what it counts: the whole call where it was timed, else from
+        train begin."""
         if self.fit_call is not None and self.fit_call.timed:
             return "fit call", self.fit_call.whole_s
         return "fit from train begin", self.fit_seconds
@@ -338,9 +309,8 @@ class RunReport(fields.Record):
         return f"{self.name} {self.status}: {timing}" + (f" on {where}" if where else "")
 
     def summary(self, columns: int | None = None) -> str:
-        """A few lines for a terminal: status, step statistics, final metrics; each folded
-        to `columns` (default: the terminal stdout shows on, as ``print`` would show them;
-        whole where stdout is no terminal)."""
+        """A few lines for a terminal: status, step statistics, final metrics; each folded to
+        `columns` (default: the terminal's)."""
         head = f"== {self.name}: {self.status}"
         if self.error:
             head += f" ({self.error})"
@@ -387,9 +357,8 @@ class RunReport(fields.Record):
     def to_markdown(
         self, png: str | None = None, note: str | None = None, anatomy_png: str | None = None
     ) -> str:
-        """The report for people (``report.md``): `png` the step-time chart's file name,
-        `note` why there is none, `anatomy_png` the anatomy's picture's file name. Its
-        sections in order, each written by its own method."""
+        """The report for people (``report.md``): `png` the chart's file name, `note` why there
+        is none, `anatomy_png` the anatomy's picture."""
         out = io.StringIO()
         w = out.write
         self._md_head(w)
@@ -548,10 +517,9 @@ class RunReport(fields.Record):
     def plot_png(self) -> bytes:
         """Step time over the run and a histogram of the timed steps, as PNG bytes.
 
-        Left: every execution's time per step, timed steps small and blue, warm-up and
-        left-out steps (profiled, or a profiler the toolkit did not start) large and marked so
-        a handful stands out among thousands; the p50 dashed. Right: how the timed steps'
-        times spread, with integer counts. Titles say in words what was left out."""
+        Left: every execution's time per step, timed steps small and blue, warm-up and left-out
+        steps large and marked; the p50 dashed. Right: the timed steps' spread, integer counts.
+        Titles say what was left out."""
         from toolkit.report._plot import steps_png
 
         return steps_png(self)
@@ -615,9 +583,8 @@ def _peak_spread(c: Compute) -> str:
 
 
 def _flat(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """``(key, value)`` rows for a table people read: nested mappings as dotted keys
-    (``strategy.global_batch``), a list of records (preflight findings) as one cell of
-    ``key=value`` records, other lists as comma-separated values."""
+    """``(key, value)`` rows for people: nested mappings as dotted keys, a list of records as one
+    cell, other lists comma-separated."""
     for key, value in mapping.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping) and value:
@@ -648,9 +615,8 @@ def cell(value: Any) -> str:
 
 
 def keras_shown(environment: Mapping[str, Any]) -> str | None:
-    """The Keras a report ran on, as a person reads it: ``3.16.0.dev2026102704 (nightly)``;
-    None where the report recorded none. A report from before ``keras_nightly`` was recorded
-    is a nightly by its ``.dev`` version, so it reads as a new report of the same Keras."""
+    """The Keras a report ran on, as a person reads it (``3.16.0.dev2026102704 (nightly)``); None
+    where none was recorded. An older report's ``.dev`` version reads as a nightly."""
     version = environment.get("keras")
     if version is None:
         return None
@@ -722,8 +688,8 @@ def _processes_line(cluster: ClusterView) -> str:
 
 
 def _diagnosis_of(d: Any) -> DiagnosisSection | None:
-    """report.json's diagnosis section as its record (None where the report has none);
-    a value it cannot show is a ReportError naming the field."""
+    """report.json's diagnosis section as its record (None where absent); a bad value is a
+    ReportError naming the field."""
     if d is None:
         return None
     try:
