@@ -1,22 +1,15 @@
-"""A profiler trace read back: step time and its breakdown, the input share of the step and
-XProf's verdict on it, and the top ops by self time, for the report's trace section and
-``python -m toolkit trace RUN_DIR``.
+"""A profiler trace read back: step time and its breakdown, the input share and XProf's verdict,
+and the top ops by self time, for the report and ``python -m toolkit trace RUN_DIR``.
 
-XSpace files (``*.xplane.pb``, written by TensorFlow's and JAX's profilers) are read with XProf's
-own converter (``xprof.convert.raw_to_tool_data``, the ``[profile]`` extra): its overview page
-gives the per-step breakdown and the input-bound verdict that TensorBoard's Profile tab shows
-("HIGHLY input-bound" from 20 % of step time waiting for input, "MODERATELY" from 5 %), its
-framework op stats the ops. Nothing here re-derives what XProf computes. A TensorFlow step that
-runs a loop (an LSTM's or GRU's recurrence, ``tf.map_fn``, Keras's own loop of
-``steps_per_execution`` steps) leads XProf to time the loop's iterations as steps and none of
-the step markers: such a trace is read from a copy with the loop folded into the marked steps
-(:func:`_loops_folded`). PyTorch's profiler
-writes Chrome trace JSON instead, which XProf does not read: its ``ProfilerStep#N`` ranges give
-the step times and its ops' nesting gives self times (host ops and device kernels); there is
-no input-pipeline analysis for it, and the section says so.
+XSpace files (TensorFlow's and JAX's profilers) are read with XProf's own converter (the
+``[profile]`` extra): its overview page gives the breakdown and the input-bound verdict
+TensorBoard's Profile tab shows; nothing here re-derives what XProf computes. A TensorFlow step that
+runs a loop (an LSTM, ``tf.map_fn``, ``steps_per_execution``) makes XProf time the loop's iterations
+as steps: such a trace is read from a copy with the loop folded into the marked steps
+(:func:`_loops_folded`). PyTorch writes Chrome trace JSON, which XProf does not read: its
+``ProfilerStep#N`` ranges give the steps and its nesting the self times; no input analysis.
 
-Imports no framework: it runs where the run's framework is not installed.
-"""
+Imports no framework."""
 
 from __future__ import annotations
 
@@ -42,8 +35,7 @@ __all__ = [
 ]
 
 INSTALL_HINT = "pip install 'keras-perf-toolkit[profile]'"
-# Marked steps under this share of the median step outside the trace timed the host's dispatch
-# (JAX returns from a step before the device has run it), not the step.
+# Marked steps under this share of the median untraced step timed the host's dispatch, not the step.
 DISPATCH_ONLY = 0.5
 STEP_MARKER = "ProfilerStep#"  # PyTorch's profiler's step ranges (ProfilerStep#7)
 TOP_OPS = 10
@@ -63,14 +55,11 @@ _VERDICT = re.compile(r"\b(HIGHLY|MODERATELY|POTENTIALLY|NOT)\s+input-bound", re
 
 
 def read_trace(files: Sequence[str], steps_per_execution: int = 1) -> TraceAnalysis:
-    """What the trace `files` say (one run's: several XSpace files are several hosts), of a
-    run with `steps_per_execution` steps per Keras batch: a :class:`TraceAnalysis` (one
-    :class:`TracedStep` per marked step, with `steps_per_execution` > 1 one per marked call,
-    its times per step; the steps' :class:`Spread`, the breakdown, the input and collectives
-    shares, XProf's verdict, the top ops' :class:`OpTime` per side, and ``error``: why
-    something could not be read, in words, or how it was read, the rest kept). Never raises
-    for a bad or missing file.
-    """
+    """What the trace `files` say (several XSpace files are several hosts), with
+    `steps_per_execution` steps per Keras batch: a :class:`TraceAnalysis` (one
+    :class:`TracedStep` per marked call, times per step; spread, breakdown, input and
+    collectives shares, XProf's verdict, top ops, and ``error`` in words). Never raises for a
+    bad or missing file."""
     files = [os.fspath(f) for f in files]
     if not files:
         return TraceAnalysis(error="no trace file was written")
@@ -84,10 +73,8 @@ def read_trace(files: Sequence[str], steps_per_execution: int = 1) -> TraceAnaly
 
 
 def find_trace_files(directory: str | os.PathLike[str]) -> list[str]:
-    """The profiler trace files under `directory`: XSpace (TensorFlow, JAX) or PyTorch's
-    Chrome trace JSON. Of XSpace files, those of the newest profiling session only (each
-    session is a timestamped folder under ``plugins/profile``). A symlink whose file lies
-    outside `directory` is left out: what is read is what the directory holds."""
+    """The profiler trace files under `directory` (of XSpace files, the newest session's only). A
+    symlink to a file outside `directory` is left out."""
     found = []
     for root, _, names in os.walk(os.fspath(directory)):
         found += [
@@ -116,8 +103,8 @@ def _inside(directory: str, path: str) -> bool:
 
 @contextlib.contextmanager
 def _quiet_stderr() -> Iterator[None]:
-    """Sends file descriptor 2 to /dev/null for the block: XProf's C++ converter logs a dozen
-    INFO lines per call to it, which would bury the summary."""
+    """File descriptor 2 to /dev/null for the block: XProf's C++ converter logs a dozen INFO
+    lines a call."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -134,11 +121,9 @@ def _quiet_stderr() -> Iterator[None]:
 
 
 def _read_xspace(files: list[str], steps_per_execution: int = 1) -> TraceAnalysis:
-    """XProf's reading of the XSpace `files`. Where it finds no step, a copy with the trace's
-    TensorFlow loop folded into the marked steps is read instead (:func:`_loops_folded`);
-    where that finds none either, the error says why in words (:func:`_why_no_step`), from
-    what the trace holds, not a bare "no step marker" that a trace full of markers
-    contradicts."""
+    """XProf's reading of the XSpace `files`. Where it finds no step, a copy with the TensorFlow
+    loop folded is read instead; where that finds none either, the error says why, from what
+    the trace holds."""
     try:
         from xprof import version as xprof_version
         from xprof.convert import raw_to_tool_data  # noqa: F401 - here: its absence said
@@ -146,8 +131,8 @@ def _read_xspace(files: list[str], steps_per_execution: int = 1) -> TraceAnalysi
         return TraceAnalysis(error=f"not read: XProf is not installed ({INSTALL_HINT})")
     reader = f"xprof {getattr(xprof_version, '__version__', '?')}"
     per_row = max(1, steps_per_execution)
-    # XProf reads a private copy: it writes its own cache files (``*.op_stats_v2.pb``) beside
-    # what it reads, and would follow a link planted there. A run is read, never written.
+    # XProf reads a private copy: it writes cache files beside what it reads, and would follow a
+    # planted link. A run is read, never written.
     with tempfile.TemporaryDirectory(prefix="toolkit-trace-") as tmp:
         copies = _private_copies(files, os.path.join(tmp, "read"))
         if isinstance(copies, str):
@@ -171,8 +156,8 @@ def _read_xspace(files: list[str], steps_per_execution: int = 1) -> TraceAnalysi
 
 
 def _private_copies(files: list[str], into: str) -> list[str] | str:
-    """Copies of `files` (regular files only) in the new directory `into`, each under its
-    own name (XProf names a host by its file); where one cannot be copied, why, in words."""
+    """Copies of `files` (regular files only) in the new directory `into`, each under its own
+    name; where one cannot be copied, why."""
     os.mkdir(into, 0o700)
     copies = []
     for i, path in enumerate(files):
@@ -193,9 +178,8 @@ def _private_copies(files: list[str], into: str) -> list[str] | str:
 def _xprof_reading(
     files: list[str], reader: str, per_row: int, named: list[str] | None = None
 ) -> TraceAnalysis:
-    """XProf's overview page and framework op stats of `files`; each of XProf's steps is one
-    marked Keras call of `per_row` steps (``steps_per_execution``), so its times are divided
-    by `per_row`. `named`: the files to name in an error (a folded copy's originals)."""
+    """XProf's overview page and op stats of `files`, each XProf step one marked call of
+    `per_row` steps (times divided by `per_row`). `named`: the files to name in an error."""
     named = named or files
     raw = _xprof_tools(files, named)
     if isinstance(raw, str):
@@ -230,8 +214,8 @@ def _xprof_reading(
 
 
 def _xprof_tools(files: list[str], named: list[str]) -> tuple[Any, Any] | str:
-    """XProf's raw overview page and framework op stats of `files` (its JSON, as it writes
-    it), or why it could not read them, in words, naming the file of `named`."""
+    """XProf's raw overview page and op stats of `files`, or why it could not read them, naming
+    the file."""
     from xprof.convert import raw_to_tool_data
 
     try:
@@ -259,7 +243,7 @@ _NO_STEP = "XProf found no step in the trace"
 # XProf's own test of a step marker (tsl's IsExplicitHostStepMarker): a host event so named.
 _MARKER = re.compile(r"^(train|test|TraceContext)[^/]*$")
 # TensorFlow's loop-op events: a trace holding any is not grouped into steps at all (tsl's
-# CheckLoopOp, in XProf 2.24).
+# CheckLoopOp).
 _LOOP_OPS = frozenset(
     {"WhileOp-EvalCond", "WhileOp-StartBody", "ForOp", "ParallelForOp", "ForeverOp"}
 )
@@ -268,9 +252,8 @@ _STILL_MEASURED = "no step time or input share (the ops below are still measured
 
 @dataclasses.dataclass
 class _Held:
-    """What a trace holds that XProf's steps depend on: step markers (on the host; `roots`:
-    those with the root stat ``_r`` that XProf groups a step's events by), executor events in a
-    TensorFlow loop's iterations past the first, and TensorFlow's loop-op events by name."""
+    """What a trace holds that XProf's steps depend on: step markers (`roots`: those with the
+    ``_r`` stat), executor events in loop iterations past the first, and loop-op events."""
 
     markers: int = 0
     roots: int = 0
@@ -281,19 +264,13 @@ class _Held:
 def _loops_folded(files: list[str], into: str) -> tuple[_Held | None, list[str] | None]:
     """What the XSpace `files` hold that XProf's steps depend on, and, where they hold step
     markers and a TensorFlow loop's iterations, a copy of each under `into` with every
-    executor event's loop iteration number set to 0: the loop folded into the step it ran in.
-    (None, None) where the files cannot be read here; a None copy where there is nothing to
-    fold.
+    executor event's loop iteration set to 0. (None, None) where unreadable; a None copy where
+    there is nothing to fold.
 
-    Why: XProf groups a TensorFlow trace's events into steps from its roots, and where any
-    executor event (``ExecutorState::Process``) runs a loop iteration past the first
-    (``iter_num`` > 0), it takes each loop iteration as a root in place of every other
-    (tsl's ``EventForest::ProcessTensorFlowLoop``, for a training loop written as a
-    ``tf.while_loop``). A step that runs a loop of its own (an LSTM's recurrence over 120
-    time steps, ``tf.map_fn``, Keras's loop of ``steps_per_execution`` steps) then leaves
-    the step markers in no group, and the overview page finds no step. Folded, the trace is
-    grouped as a loop-free one is: by its step markers.
-    """
+    XProf groups a TensorFlow trace's events into steps from its roots, but where an executor event
+    runs a loop iteration past the first it takes each iteration as a root instead (tsl's
+    ``EventForest::ProcessTensorFlowLoop``), leaving the step markers in no group. Folded, the trace
+    is grouped by its step markers."""
     try:
         space_type = te.xspace_messages()["XSpace"]
         from google.protobuf.message import DecodeError
@@ -322,8 +299,7 @@ def _loops_folded(files: list[str], into: str) -> tuple[_Held | None, list[str] 
 
 
 def _fold_plane(plane: Any, held: _Held) -> None:
-    """Counts what `plane` holds into `held` (step markers on the host plane), and sets the
-    loop iteration number of each of its executor events to 0."""
+    """Counts what `plane` holds into `held`, and sets each executor event's loop iteration to 0."""
     events = {k: v.name for k, v in plane.event_metadata.items()}
     stats = {v.name: k for k, v in plane.stat_metadata.items()}
     held.loop_ops |= _LOOP_OPS.intersection(events.values())
@@ -347,8 +323,7 @@ def _fold_plane(plane: Any, held: _Held) -> None:
 
 
 def _why_no_step(held: _Held | None, steps_per_execution: int) -> str:
-    """Why XProf found no step in a trace that `held` describes (None: not read here), in
-    words: what the trace lacks, or what in it keeps XProf from grouping its steps."""
+    """Why XProf found no step in a trace `held` describes, in words (None: not read here)."""
     if held is None:
         why = "XProf found no step in the trace"
     elif not held.markers:
@@ -387,9 +362,8 @@ Cell = str | float | int | bool | None
 
 @dataclasses.dataclass(frozen=True)
 class _Table:
-    """One of XProf's Google-Charts data tables (``cols``, ``rows``, ``p``), read once at the
-    edge: its column ids, its rows (each cell by its column's id) and its properties, the
-    overview page's verdicts among them."""
+    """One of XProf's Google-Charts data tables, read once at the edge: column ids, rows by
+    column id, properties."""
 
     columns: tuple[str, ...]
     rows: tuple[dict[str, Cell], ...]
@@ -423,8 +397,8 @@ def _tables(raw: Any) -> list[_Table]:
 
 
 def _overview(tables: list[_Table], per_row: int = 1) -> TraceAnalysis:
-    """XProf's overview page (its `tables`): its verdict on the input, and the steps with
-    their breakdown, each row a marked call of `per_row` steps, its times per step."""
+    """XProf's overview page: its verdict on the input, and the steps with their breakdown, times
+    per step."""
     step_table = next((t for t in tables if "stepTimeMs" in t.columns), None)
     advice = next((t.props for t in tables if "bottleneck" in t.props), {})
     props = step_table.props if step_table is not None else {}
@@ -460,8 +434,7 @@ def _overview(tables: list[_Table], per_row: int = 1) -> TraceAnalysis:
 
 
 def _step_rows(step_table: _Table, per_row: int) -> tuple[TracedStep, ...]:
-    """The overview page's step table: a row per marked call, of `per_row` steps, its times
-    per step."""
+    """The overview page's step table: a row per marked call of `per_row` steps, times per step."""
     return tuple(
         TracedStep(
             step=str(row.get("stepnum")),
@@ -480,8 +453,7 @@ _COLLECTIVE = re.compile(
 
 
 def _collective_ops_percent(tables: list[_Table], read: TraceAnalysis) -> float | None:
-    """The all-reduce's (and every other collective's) share of the step `read` found, from
-    the ops' self times where the trace lists them op by op; None when it lists none."""
+    """The collectives' share of the step from the ops' self times; None when none are listed."""
     table = next((t for t in reversed(tables) if "total_self_time" in t.columns), None)
     step_ms = read.step_ms.mean if read.step_ms is not None else None
     if table is None or not step_ms:
@@ -527,9 +499,8 @@ def _op_stats(tables: list[_Table], steps: int) -> TopOps:
 
 @dataclasses.dataclass
 class _Timed:
-    """One of a Chrome trace's complete events (``ph`` ``X``): its name, start and duration
-    (µs), and its self time: the duration less that of the spans nested directly in it on
-    its thread, where :func:`_self_times` says so (else its duration)."""
+    """One of a Chrome trace's complete events (``ph`` ``X``): name, start, duration (µs), and
+    self time."""
 
     name: str
     start: float
@@ -573,8 +544,8 @@ def _read_chrome(path: str) -> TraceAnalysis:
 
 
 def _self_times(events: list[te.Event]) -> list[_Timed]:
-    """`events` as spans with their self time: their duration less that of the events nested
-    directly in them on the same thread (the nesting :func:`te.innermost` finds)."""
+    """`events` as spans with their self time: their duration less the events nested directly in
+    them."""
     by_thread: dict[tuple[Any, Any], list[te.Event]] = collections.defaultdict(list)
     for e in events:
         by_thread[(e.get("pid"), e.get("tid"))].append(e)
@@ -590,8 +561,7 @@ def _self_times(events: list[te.Event]) -> list[_Timed]:
 
 
 def _top(spans: list[_Timed], steps: int) -> tuple[OpTime, ...]:
-    """The longest of `spans` by total self time, one :class:`OpTime` per name, their self
-    time per step of `steps`."""
+    """The longest of `spans` by total self time, one :class:`OpTime` per name, per step."""
     totals: dict[str, list[float]] = {}
     for span in spans:
         entry = totals.setdefault(span.name, [0.0, 0])
@@ -618,17 +588,15 @@ def _top(spans: list[_Timed], steps: int) -> tuple[OpTime, ...]:
 _WRAPPERS = re.compile(
     r"^(StatefulPartitionedCall|PartitionedCall|while|body|cond|.*_fn|__inference.*|"
     r"one_step_on.*|multi_step_on.*|jit\(.*\)|pjit|Iterator|"
-    # the step's anatomy's scope tokens (toolkit.profiling.anatomy): the layers' own
-    # names stand beside them
+    # the anatomy's scope tokens: the layers' own names stand beside them
     r"kp(?:l\d+|opt|loss|metrics|step|model))(_\d+)?$"
 )
 OP_NAME_CHARS = 56  # the longest op name a trace line shows
 
 
 def short_op(name: str, limit: int = OP_NAME_CHARS) -> str:
-    """An op's name shortened to what identifies it: the wrapping scopes (``StatefulPartitioned
-    Call``, ``while/body``, ``__inference_...``) dropped, ``gradient_tape/`` said as ``∇``, the
-    last scopes kept, the front cut with ``…`` past `limit` characters."""
+    """An op's name shortened to what identifies it: wrapping scopes dropped, ``gradient_tape/``
+    as ``∇``, the front cut with ``…`` past `limit` characters."""
     parts = [p for p in name.split("/") if p and not _WRAPPERS.match(p)]
     grad = "gradient_tape" in parts or "gradients" in parts
     parts = [p for p in parts if p not in ("gradient_tape", "gradients")]
@@ -637,8 +605,8 @@ def short_op(name: str, limit: int = OP_NAME_CHARS) -> str:
 
 
 def traced_range(held: Sequence[int]) -> str:
-    """A trace window's steps as counted: ``(100, 110)`` (started at step 100's begin,
-    stopped at step 110's) held steps 100 to 109, ten of them: ``steps 100–109 (10)``."""
+    """A trace window's steps as counted: ``(100, 110)`` held steps 100 to 109: ``steps 100–109
+    (10)``."""
     first, stop = int(held[0]), int(held[1])
     if stop - first == 1:
         return f"step {first} (1)"
@@ -646,10 +614,8 @@ def traced_range(held: Sequence[int]) -> str:
 
 
 def left_out_line(excluded: int, window: int | None) -> str | None:
-    """How the steps left out of the timing relate to the `window` of traced steps: the
-    traced ones, and those whose interval held the trace's start or stop (a step is timed
-    from its begin to the next, so the step the trace stopped at held the stop). None: no
-    step was left out."""
+    """How the steps left out of the timing relate to the traced `window`: the traced ones, and
+    those whose interval held the trace's start or stop. None: none left out."""
     if not excluded:
         return None
     if not window or excluded < window:
@@ -666,10 +632,9 @@ def trace_lines(
     step_ms: float | None = None,
 ) -> list[str]:
     """The trace section for a terminal: step time and breakdown, XProf's verdict, top ops.
-    `window`: the steps the trace window held, so the count of steps XProf read whole (its
-    markers at both ends inside the trace) is said against it. `step_ms`: the run's median
-    step outside the trace (StepTimer's), against which markers far shorter are said as the
-    host's dispatch of each step, not the step."""
+    `window`: the steps traced, against which the steps XProf read whole are counted;
+    `step_ms`: the run's untraced median step, against which far shorter markers are said as
+    the host's dispatch."""
     if analysis is None:
         return []
     lines = []
@@ -713,8 +678,7 @@ def trace_lines(
 
 
 def _steps_line(analysis: TraceAnalysis, step_ms: Spread, window: int | None) -> str:
-    """How many steps the trace marked (against the `window` of steps traced), and their
-    time."""
+    """How many steps the trace marked (against the `window`), and their time."""
     calls = len(analysis.steps)
     per = analysis.steps_per_row  # Keras marks a call of that many steps
     n = calls * per

@@ -1,36 +1,22 @@
 """A pick confirmed where the user will run it: in fresh processes, and its gain with its range.
 
-One process measuring every candidate in turn flatters some of them: the defaults run first,
-on a cold machine, the finalists stay built and warm, and a short window in a long-lived
-process sees none of what a new run pays. On a mixup pipeline the search's head-to-head said
-1.74× where alternating fresh-process runs measured 1.20×. So before a pick is cached,
-:func:`confirm_fresh` runs the defaults and the pick in new processes (``python -m
-toolkit._child``, the backends chooser's entry point: the same recipe and settings, or
-``module:function``, and the candidate, as one typed spec), in paired, interleaved rounds
-(``rounds.interleaved_rounds``), until the range of the gain answers the question or the time
-given ends:
+One process measuring every candidate in turn flatters some of them: the defaults run first on a
+cold machine, the finalists stay warm, and a short window sees none of what a new run pays (a
+search's 1.74× measured 1.20× in fresh processes). So before a pick is cached, :func:`confirm_fresh`
+runs the defaults and the pick in new processes (``python -m toolkit._child``, one typed spec) in
+paired, interleaved rounds, until the gain's range answers or the time ends:
 
-* the range is a :class:`~toolkit.core._gain.Gain`'s: the median of the paired ratios (pick
-  / defaults, one a round), and one-sided 95 % bounds (Student's t on the log ratios: two
-  rounds far apart say little, five that agree say much); from ``ROBUST_ROUNDS`` rounds on,
-  about their median with the robust spread (``toolkit.core.stats``: 1.4826·MAD), so that
-  one round a busy machine disturbed (0.49× among rounds of 1.23×) does not hold the
-  question open;
-* its low end above 1 (and the median above ``1 + MIN_GAIN``, the never-slower rule): the pick
-  is **confirmed**; its high end below ``1 + MIN_GAIN``: it is **refused** (no faster than the
-  defaults by more than the noise); either way the rounds end there;
-* the time ran out with neither: the defaults stay, and :meth:`Gain.resolvable` says the
-  smallest gain this machine's noise lets that many rounds confirm.
+* the range is a :class:`~toolkit.core._gain.Gain`'s: the median of the paired ratios and one-sided
+  95 % bounds (Student's t on the log ratios; from ``ROBUST_ROUNDS`` rounds on, the robust spread,
+  so one disturbed round does not hold the question open);
+* its low end above 1 (and the median above ``1 + MIN_GAIN``): **confirmed**; its high end below ``1
+  + MIN_GAIN``: **refused**;
+* the time ran out with neither: the defaults stay, and :meth:`Gain.resolvable` says the smallest
+  gain this machine's noise lets that many rounds confirm.
 
-Each run times its own window at its own rate (a window sized at the defaults' rate gave a 2×
-pick 1.5 s, where one second moves by ±15 % on two shared cores): :func:`window_s` seconds,
-shorter for a short budget, at most :data:`FRESH_WINDOW_S`.
-
-Your own model in memory cannot be rebuilt in another process: there the claim comes from
-the in-process rounds and says so ("this process"). Hand tune a ``module:function`` that
-returns the model and data (``tune(..., fresh="mytrain:make")``, ``--model_fn``) for the
-fresh-process check.
-"""
+Each run times its own window at its own rate (:func:`window_s`). Your own model in memory cannot be
+rebuilt in another process: there the claim comes from in-process rounds and says so; hand tune a
+``module:function`` (``--model_fn``) for the fresh check."""
 
 from __future__ import annotations
 
@@ -58,11 +44,9 @@ GRACE_S = 2.0  # a run may end this long past the deadline before it is stopped
 
 
 def noise_words(gain: Gain | None, seconds: float) -> str:
-    """What this machine's noise lets `seconds` of fresh rounds confirm: ``on this machine's
-    noise (±12 %) a gain under 1.15× cannot be confirmed in 30 s``, and where more rounds
-    would confirm the gain measured, how many (``; 3 rounds, about 50 s, would confirm the
-    4.35× measured at this noise``: two rounds that both won at 6.0× and 2.7× read as
-    "under 12.54× cannot be confirmed" alone). Empty: unknown."""
+    """What this machine's noise lets `seconds` of fresh rounds confirm (``a gain under 1.15×
+    cannot be confirmed in 30 s``), and where more rounds would confirm the gain measured, how
+    many. Empty: unknown."""
     smallest = gain.resolvable() if gain is not None else None
     if gain is None or gain.noise is None or smallest is None:
         return ""
@@ -70,8 +54,8 @@ def noise_words(gain: Gain | None, seconds: float) -> str:
         f"on this machine's noise (±{gain.noise:.0%}) a gain under {smallest:.2f}× cannot be "
         f"confirmed in {seconds:.0f} s"
     )
-    # Two rounds' Student's t is wide (6.3 standard errors): a gain that won every round can
-    # read as far from confirmed when a few more rounds would confirm it. Say how many.
+    # Two rounds' Student's t is wide: a gain that won every round can read as far from confirmed.
+    # Say how many rounds would.
     more = next(
         (n for n in range(gain.rounds + 1, FRESH_ROUNDS + 1)
          if (gain.resolvable(n) or math.inf) < gain.ratio),
@@ -87,26 +71,24 @@ def noise_words(gain: Gain | None, seconds: float) -> str:
 
 
 def window_s(budget_s: float) -> float:
-    """A fresh run's timed window for a tune of `budget_s`: a twentieth of it, within
-    :data:`MIN_WINDOW_S` and :data:`FRESH_WINDOW_S` (a 30 s tune times 1.5 s a run)."""
+    """A fresh run's timed window for a tune of `budget_s`: a twentieth, within
+    :data:`MIN_WINDOW_S` and :data:`FRESH_WINDOW_S`."""
     return min(FRESH_WINDOW_S, max(MIN_WINDOW_S, budget_s / 20))
 
 
 def fresh_steps(
     candidate: Candidate, rate: float | None, batch_size: int, steps: int, window: float = 0.0
 ) -> int:
-    """Timed steps for `candidate`'s fresh run: enough for `window` seconds (default
-    :data:`FRESH_WINDOW_S`) at `rate`, the rate the search measured for it (a new process's
-    short window is noisier still), `steps` where the rate is unknown, and 5 calls at least."""
+    """Timed steps for `candidate`'s fresh run: enough for `window` seconds at the rate the
+    search measured, `steps` where unknown, and 5 calls at least."""
     window = window or FRESH_WINDOW_S
     enough = math.ceil(window * rate / batch_size) if rate and batch_size else steps
     return max(enough, 5 * candidate.per_call)
 
 
 def start_estimate() -> float:
-    """What a fresh process should take before it trains: this process's own start (it
-    imported the same framework and made the same data), within 3 s and 30 s;
-    :data:`FRESH_START_S` where that is unknown."""
+    """What a fresh process should take before it trains: this process's own start, within 3 s
+    and 30 s (:data:`FRESH_START_S` where unknown)."""
     from toolkit.profiling._timing import process_start
 
     started = process_start()
@@ -117,10 +99,9 @@ def start_estimate() -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Confirmation:
-    """What :func:`confirm_fresh` found: the pick that stands (the defaults unless confirmed),
-    the fresh :class:`Gain` (None: no round measured both), the rounds as ``{label:
-    examples/s}``, why in short lines, whether the time given ended the rounds, and the
-    longest run :func:`run_timeout` stopped (None: none)."""
+    """What :func:`confirm_fresh` found: the pick that stands, the fresh :class:`Gain` (None: no
+    round measured both), the rounds, why in short lines, whether time ended them, and the
+    longest run the timeout stopped."""
 
     pick: Candidate
     gain: Gain | None
@@ -134,9 +115,8 @@ class Confirmation:
 @dataclasses.dataclass(frozen=True)
 class Timing:
     """The time fresh rounds may take: the `deadline` on `clock` (None: no bound), each
-    candidate's run estimated in seconds (`run_s`, for the first round; later rounds cost what
-    the last one did), and how a progress line counts time (`start`, `shown_s`: ``[fresh 1 |
-    45/92 s]``; `shown_s` 0: ``[fresh round 1]``)."""
+    candidate's first-run estimate (`run_s`), and how a progress line counts time (`start`,
+    `shown_s`)."""
 
     deadline: float | None = None
     clock: Callable[[], float] = time.perf_counter
@@ -165,16 +145,14 @@ def confirm_fresh(
     interrupted: list[str] | None = None,
     timing: Timing | None = None,
 ) -> Confirmation:
-    """Runs the defaults and `pick` in paired, interleaved rounds of fresh processes, `rounds`
-    at most, until the gain's range answers (:attr:`Gain.answered`) or `timing`'s deadline
-    would pass (a round that would end past it is not started). Each run is `steps` timed
-    steps of `target` (a ``standings.Target``): one count for both, or each candidate's own.
+    """Runs the defaults and `pick` in paired, interleaved rounds of fresh processes (`rounds` at
+    most) until the gain's range answers or a round would pass `timing`'s deadline. Each run
+    is `steps` timed steps of `target`.
 
-    `runner` ``(candidate, round)`` returns a run's ``standings.Figures`` or a
-    ``_processes.ChildResult`` (tests inject it); by default a ``python -m toolkit._child``
-    process, stopped at the deadline. Each run a signal or the timeout ended is added to
-    `interrupted` (its candidate's label): such an answer is not the candidates' own, and tune
-    does not cache it. The defaults stand unless the pick is confirmed."""
+    `runner` ``(candidate, round)`` returns ``standings.Figures`` or a ``ChildResult`` (default: a
+    child process stopped at the deadline). Runs a signal or timeout ended are added to
+    `interrupted`, and tune does not cache such an answer. The defaults stand unless the pick is
+    confirmed."""
     timing = timing or Timing()
     child = _child_runner(
         target, backend=backend, device=device, steps=steps, timing=timing, progress=progress
@@ -197,14 +175,12 @@ def _child_runner(
     timing: Timing,
     progress: Callable[[str], Any] | None = None,
 ) -> Callable[[Candidate, int], Any]:
-    """The default runner of :func:`confirm_fresh`: ``(candidate, round)`` runs `candidate`
-    on `target` in a new ``python -m toolkit._child`` process, stopped at
-    :func:`run_timeout`, saying to `progress` at least every ten seconds that it still runs,
-    and returns its ``ChildResult``. It counts no FLOPs: only its rate is read."""
+    """The default runner: `candidate` on `target` in a new ``python -m toolkit._child`` process,
+    stopped at :func:`run_timeout`, saying to `progress` at least every ten seconds that it
+    runs. Counts no FLOPs."""
     from toolkit.search._processes import ChildSpec, run_child
 
-    # The searching process still holds its device memory: a child must take only what it
-    # needs (JAX would otherwise reserve 75 % of a GPU up front and fail on what is left).
+    # The searching process still holds its device memory: a child takes only what it needs.
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     if hasattr(target, "config"):
         target = dataclasses.replace(target, config={**target.config, "count_flops": False})
@@ -239,13 +215,10 @@ def _child_runner(
 
 
 def run_timeout(left: float | None, first: Sequence[float], estimate: float | None) -> float:
-    """How long one fresh run may take: what the call has left (`left`, and
-    :data:`GRACE_S`; :data:`FRESH_TIMEOUT_S` where nothing bounds it), and, once a first run
-    measured what one takes here (`first`: its process's start, the build, the steps),
-    :data:`OVERRUN` times that or the run's own `estimate` (its compile differs), whichever
-    is longer. A run past it is stopped and said: past the time left (``ChildResult.overran_s``:
-    tune says the budget that would hold such runs), or past the first run's multiple (said
-    as that: a larger budget would not hold it)."""
+    """How long one fresh run may take: what the call has left (plus :data:`GRACE_S`), and once a
+    first run measured one here, :data:`OVERRUN` times that or the run's own `estimate`,
+    whichever is longer. A run past it is stopped and said (a larger budget would or would not
+    hold it)."""
     budget = FRESH_TIMEOUT_S if left is None else max(left + GRACE_S, 1.0)
     if not first:
         return budget
@@ -253,11 +226,9 @@ def run_timeout(left: float | None, first: Sequence[float], estimate: float | No
 
 
 class _FreshRounds:
-    """The defaults and the pick's fresh rounds, as :func:`interleaved_rounds` calls them:
-    `measure` turns one run into its rate (a run without one raises, so it has no result that
-    round, and its error is kept for the words), `cost` estimates the next round, `settled`
-    ends the rounds once the pick failed or the range answers, and `verdict` says what
-    they found."""
+    """The fresh rounds as :func:`interleaved_rounds` calls them: `measure` a run's rate (raising
+    where none), `cost` the next round's estimate, `settled` when the pick failed or the range
+    answers, `verdict` what they found."""
 
     def __init__(
         self,
@@ -303,31 +274,29 @@ class _FreshRounds:
         return float(rate)
 
     def cost(self, r: int) -> float | None:
-        """The next round's seconds: the last round's runs, or (the first) the estimates;
-        None where neither is known (the round runs)."""
+        """The next round's seconds: the last round's, or the estimates; None where neither is
+        known."""
         known = {**self.timing.run_s, **self.walls}
         if self.defaults not in known or self.pick not in known:
             return None
         return known[self.defaults] + known[self.pick]
 
     def settled(self, done: list[dict[Candidate, float]]) -> bool:
-        """Whether the rounds so far end them: the pick failed where the defaults ran, or the
-        gain's range answers."""
+        """Whether the rounds so far end them: the pick failed, or the range answers."""
         lost = self.pick not in done[-1] and self.defaults in done[-1]
         lost = lost and self.pick not in self.stopped  # the time ran out, not the pick
         gain = Gain.of(paired_ratios(done, self.defaults, self.pick), FRESH)
         return lost or (gain is not None and gain.answered)
 
     def verdict(self, done: list[dict[Candidate, float]], out_of_time: bool) -> Confirmation:
-        """:meth:`_verdict`, with the longest run the timeout stopped and the longest of
-        all (what a run costs here: a stopped one's time is only a floor)."""
+        """:meth:`_verdict`, with the longest run the timeout stopped and the longest of all."""
         longest = max(self.longest, self.overran or 0.0) or None
         said = self._verdict(done, out_of_time)
         return dataclasses.replace(said, overran_s=self.overran, longest_s=longest)
 
     def _verdict(self, done: list[dict[Candidate, float]], out_of_time: bool) -> Confirmation:
         """The pick when the rounds confirmed it (and the never-slower rule agrees), else the
-        defaults, with why in short lines."""
+        defaults, with why."""
         defaults, pick = self.defaults, self.pick
         gain = Gain.of(paired_ratios(done, defaults, pick), FRESH)
         labelled = [{c.label(): rate for c, rate in got.items()} for got in done]
@@ -355,8 +324,7 @@ class _FreshRounds:
 
 
 def _read(got: Any) -> tuple[Any, str | None, bool]:
-    """``(figures, error, interrupted)`` of what a runner returned: a ``ChildResult`` (its
-    figures read from its answer), or ``standings.Figures`` themselves."""
+    """``(figures, error, interrupted)`` of what a runner returned."""
     from toolkit.search._processes import ChildResult
     from toolkit.search.standings import Figures
 
