@@ -1,20 +1,13 @@
 """The seam between the backend-neutral core and a framework.
 
-The measuring core (StepTimer, TraceWindow, FLOP counting, the matmul peak, the
-report's environment) and ``toolkit.devices`` (detection, selection, placement, preflight)
-never call a framework themselves, and never compare a backend's name: they ask :func:`get`
-for the module of the backend Keras trains on and call the same functions on it:
-``toolkit.backend._common.Seam``, a protocol whose function names (``SEAM``) each module's
-``__all__`` is; :func:`get` checks a module against it when it is first imported. Each
-backend is one folder, ``_tensorflow``, ``_jax``, ``_torch`` (its devices in
-``devices.py``), and one line of :data:`REGISTRY`.
+The measuring core and ``toolkit.devices`` never call a framework themselves, nor compare a
+backend's name: they ask :func:`get` for the :class:`~toolkit.backend._common.Seam` of the backend
+Keras trains on, a protocol each backend module is checked against when first imported. Each backend
+is one folder (``_tensorflow``, ``_jax``, ``_torch``) and one line of :data:`REGISTRY`.
 
-Importing this package imports no framework. :func:`name` reads Keras's choice from an
-already-imported Keras, else from ``KERAS_BACKEND``. Keras fixes its backend when it is
-imported, so :func:`select` (``--backend``) must run before anything imports Keras: recipes
-and ``python -m toolkit`` read ``--backend`` from the command line first thing
-(``toolkit._argv.start_flags``, which ``toolkit.app.start`` reads and acts on).
-"""
+Importing this package imports no framework. Keras fixes its backend when imported, so
+:func:`select` (``--backend``) runs before anything imports Keras: the programs read ``--backend``
+first thing (``toolkit._argv.start_flags``)."""
 
 from __future__ import annotations
 
@@ -45,18 +38,17 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class Backend:
-    """One Keras backend the toolkit measures on: what the rest of the toolkit may know about
-    it without asking its seam module.
+    """One Keras backend the toolkit measures on: what the toolkit may know about it without its
+    seam module.
 
     Attributes:
         name: Keras's name for it (``KERAS_BACKEND``).
         title: how a person reads it (``PyTorch``).
-        module: the seam module that implements :data:`toolkit.backend._common.SEAM` for it.
+        module: the seam module implementing :data:`toolkit.backend._common.SEAM`.
         framework: the module whose presence means it is installed.
-        extra: the ``setup.py`` extra that installs it; None: a dependency of the toolkit.
+        extra: the ``setup.py`` extra that installs it; None: a dependency.
         distributions: what a fingerprint of the installed frameworks reads for it.
-        install_note: said after its install line (where the install differs by machine).
-    """
+        install_note: said after its install line."""
 
     name: str
     title: str
@@ -80,8 +72,8 @@ class Backend:
             return False
 
 
-# Keras 3's training backends, in the toolkit's order of preference: the one registry. A new
-# backend is its seam module, one line here, and its extra in setup.py.
+# Keras 3's training backends in order of preference: the one registry. A new backend is its seam
+# module, one line here, and its extra in setup.py.
 REGISTRY: dict[str, Backend] = {}
 
 
@@ -114,8 +106,7 @@ def info(backend: str | None = None) -> Backend:
     """The registry's entry for `backend` (default: :func:`name`).
 
     Raises:
-        BackendError: a backend the toolkit does not implement, naming those it does.
-    """
+        BackendError: a backend the toolkit does not implement, naming those it does."""
     backend = backend or name()
     if backend not in REGISTRY:
         raise BackendError(
@@ -130,17 +121,13 @@ class BackendError(ValueError):
 
 
 def title(backend: str) -> str:
-    """`backend` as people name it (the registry's title: ``PyTorch``); a name the toolkit
-    does not implement (a report written elsewhere) as given."""
+    """`backend` as people name it (the registry's title); an unknown name as given."""
     return REGISTRY[backend].title if backend in REGISTRY else backend
 
 
 def name() -> str:
-    """The backend Keras trains on in this process: ``tensorflow``, ``jax`` or ``torch``.
-
-    tf_keras (``TF_USE_LEGACY_KERAS=1``) is TensorFlow. Keras 3 fixes its backend when it is
-    imported; before that, ``KERAS_BACKEND`` says what it will be (default TensorFlow).
-    """
+    """The backend Keras trains on in this process: ``tensorflow``, ``jax`` or ``torch``
+    (tf_keras is TensorFlow; before Keras is imported, ``KERAS_BACKEND`` says)."""
     if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in _LEGACY:
         return "tensorflow"
     keras = sys.modules.get("keras")
@@ -154,13 +141,10 @@ def name() -> str:
 
 
 def use_compile_cache() -> str:
-    """Keeps this backend's compiled programs on disk, in
-    ``$TOOLKIT_CACHE_DIR/compiled/<backend>`` (``--compile_cache``), so that a later process
-    compiling the same program reads it. On TensorFlow it holds only when set before any
-    TensorFlow op: the recipes and ``python -m toolkit`` set it from their command line
-    (``toolkit._argv.apply_start_flags``) before anything else runs. Returns
-    what it did, in words. A cache directory that cannot be made (``$TOOLKIT_CACHE_DIR`` a
-    file, a read-only place) is a cache skipped, said in one line, never a failed run."""
+    """Keeps this backend's compiled programs in ``$TOOLKIT_CACHE_DIR/compiled/<backend>``
+    (``--compile_cache``) for later processes. On TensorFlow it holds only when set before any
+    op (the programs set it first thing). Returns what it did, in words; a directory that
+    cannot be made is a cache skipped, said in one line."""
     from toolkit.core import files, machine
 
     root = machine.cache_dir()
@@ -176,8 +160,7 @@ def use_compile_cache() -> str:
             "set TOOLKIT_CACHE_DIR to a writable directory"
         )
         return _skipped_cache(directory, words)
-    # A compiled program read from the cache runs here: one that others could have written
-    # there is someone else's code. Every level of the cache must be this user's alone.
+    # A compiled program read from the cache runs here: every level must be this user's alone.
     shared = [p for p in (root, os.path.dirname(directory), directory) if not files.is_private(p)]
     if shared:
         words = (
@@ -200,13 +183,11 @@ _SKIPPED_CACHES: set[str] = set()
 
 
 def select(backend: str) -> str:
-    """Makes `backend` the one Keras will train on in this process (``KERAS_BACKEND``), before
-    Keras is imported.
+    """Makes `backend` the one Keras will train on in this process, before Keras is imported.
 
     Raises:
-        BackendError: an unknown backend, one that is not installed (naming the extra that
-            installs it), tf_keras with another backend, or Keras already loaded with another.
-    """
+        BackendError: an unknown backend, one not installed (naming its extra), tf_keras with
+            another backend, or Keras already loaded with another."""
     backend = backend.strip().lower()
     if backend not in REGISTRY:
         raise BackendError(f"--backend={backend}: use one of {', '.join(REGISTRY)}")
@@ -232,9 +213,8 @@ def select(backend: str) -> str:
 
 def apple_gpu_backend() -> str | None:
     """The installed backend that best reaches this Mac's GPU, by how well its path is kept
-    (each seam's ``apple_gpu_path``: PyTorch's MPS is maintained, jax-metal experimental,
-    tensorflow-metal broken from TensorFlow 2.18 on) and whether it reaches it here
-    (``reaches_apple_gpu``); None off Apple silicon."""
+    (PyTorch's MPS maintained, jax-metal experimental, tensorflow-metal broken from 2.18) and
+    whether it reaches it here; None off Apple silicon."""
     from toolkit.core._device_types import is_apple_silicon
 
     if not is_apple_silicon():
@@ -250,9 +230,8 @@ def get(backend: str | None = None) -> Seam:
     """The module implementing `backend` (default: :func:`name`), as the :class:`Seam` it is.
 
     Raises:
-        BackendError: a backend the toolkit does not implement, naming those it does; or a
-            module that misses a function of the seam, naming it (when it is first imported).
-    """
+        BackendError: an unknown backend, naming those there are; or a module missing a seam
+            function, naming it."""
     return _seam(info(backend).module)
 
 
@@ -269,26 +248,22 @@ def _seam(module: str) -> Seam:
 
 
 def find(backend: str | None = None) -> Seam | None:
-    """The module implementing `backend` (default: :func:`name`), or None for a Keras backend
-    the toolkit does not measure on (``numpy``, ``openvino``): what a callback or a default
-    asks, where it must fall back rather than refuse."""
+    """The module implementing `backend`, or None for a Keras backend the toolkit does not
+    measure on (where a caller must fall back rather than refuse)."""
     backend = backend or name()
     return get(backend) if backend in REGISTRY else None
 
 
 def jits_by_default(backend: str | None = None) -> bool:
-    """Whether `backend`'s train step is compiled when ``--jit_compile`` is unset (Keras's
-    ``"auto"``), as the toolkit's measurements start from: JAX jits every step; PyTorch runs
-    eagerly; TensorFlow runs a graph without XLA on a CPU (where the search and the advice
-    offer XLA as a setting to measure). The seam's first ``jit_compile`` value for tune is
-    Keras's default."""
+    """Whether `backend`'s train step is compiled with ``--jit_compile`` unset (Keras's
+    ``"auto"``): JAX jits every step; PyTorch runs eagerly; TensorFlow runs a graph without
+    XLA on a CPU."""
     return bool(get(backend).searched_jit()[0])
 
 
 def framework_facts() -> dict[str, Any]:
-    """The facts about the loaded framework that a report records (devices it sees, how it was
-    built, which Keras and whether a nightly); ``{}`` when the backend's framework is not
-    imported yet (reading a report never imports one)."""
+    """The facts about the loaded framework a report records; ``{}`` when it is not imported yet
+    (reading a report never imports one)."""
     backend = name()
     facts: dict[str, Any] = {"keras_backend": backend}
     if backend in REGISTRY and REGISTRY[backend].framework in sys.modules:

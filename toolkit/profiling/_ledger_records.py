@@ -1,18 +1,12 @@
-"""The ledger's records: what crosses the door from the ledger (``toolkit.profiling._ledger``,
-which builds them) to the report (``toolkit.report._ledger``, which renders them).
+"""The ledger's records: what crosses from the ledger (``toolkit.profiling._ledger``, which
+builds them) to the report (``toolkit.report._ledger``, which renders them).
 
-Small frozen dataclasses, pure Python (the report side reads them where no framework can be
-imported). :class:`Ledger` is one fit's whole ledger; its :meth:`Ledger.to_dict` and
-:meth:`Ledger.from_dict` are the JSON edge (``report.json``'s ``ledger`` object, the schema in
-``docs/report.md``), and a ledger read from an older report reads as one written today (a
-field it lacks takes its default). A ledger's fixes are the report's reading of it
-(``toolkit.profiling._fixes``), not part of this record.
+Small frozen dataclasses, pure Python. :class:`Ledger` is one fit's whole ledger;
+:meth:`Ledger.to_dict` and :meth:`Ledger.from_dict` are the JSON edge (schema in
+``docs/report.md``), and an older report's ledger reads as one written today.
 
-Each part and compile says how many samples it is made of and, where these repeat one thing,
-their spread (``samples``, ``spread_s``): what a comparison of two runs needs to tell a change
-from noise. A part of one sample (the start-up, a function's first compile) has no spread:
-one run cannot say how much it varies.
-"""
+Each part and compile says how many samples it is made of and, where they repeat one thing, their
+spread: what a comparison needs to tell a change from noise. A part of one sample has no spread."""
 
 from __future__ import annotations
 
@@ -30,8 +24,8 @@ FIT_CALL, TRAIN_BEGIN = "fit call", "train begin"  # where the ledger's clock st
 
 
 def spread(values: Sequence[float]) -> float | None:
-    """1.4826 × the median absolute deviation of `values` (a standard deviation's estimate
-    that one outlier does not move), or None under 3 values: too few to say."""
+    """1.4826 × the median absolute deviation of `values` (one outlier does not move it), or None
+    under 3 values."""
     if len(values) < 3:
         return None
     mid = statistics.median(values)
@@ -47,13 +41,9 @@ class LedgerPart:
 
     Attributes:
         name: one of :data:`PARTS`.
-        seconds: its seconds; None where it could not be seen (the input inside a traced
-            step, the exit of a fit not timed around its call).
-        samples: how many intervals it adds up (validation runs, executions, hook calls,
-            compiles); 1 for a part that happens once a fit; 0: not counted (a report
-            written before the ledger counted them).
-        spread_s: the spread of one such interval (:func:`spread`) where at least three
-            repeat one thing (a validation run, a step); None where one run cannot say.
+        seconds: its seconds; None where it could not be seen.
+        samples: how many intervals it adds up; 0: not counted (an older report).
+        spread_s: the spread of one such interval where at least three repeat one thing; else None.
     """
 
     name: str
@@ -67,17 +57,15 @@ class Compile(fields.Record):
     """One compile, timed as its execution's excess over the function's median execution.
 
     Attributes:
-        function: ``train``, ``evaluate``, or a function of Keras's own compiled outside the
-            steps (``validation``, ``start-up``).
+        function: ``train``, ``evaluate``, or a function of Keras's own compiled outside the steps.
         first: the function's first call (else a recompile).
         epoch, step: where it happened (0-based); None outside the steps.
         seconds: its excess (the compile's cost to the run).
-        backend_seconds: what the backend's own signal timed (JAX's compile events), or None.
-        cause: why, in words (``first call``, ``input shape (17, 8) (was (32, 8))``).
-        outside_steps: compiled by Keras outside any step (timed by the backend alone).
-        samples: the executions the function's median came from (the excess's baseline).
-        step_spread_s: their spread per step (:func:`spread`); None under three.
-    """
+        backend_seconds: what the backend's own signal timed, or None.
+        cause: why, in words (``input shape (17, 8) (was (32, 8))``).
+        outside_steps: compiled by Keras outside any step.
+        samples: the executions the function's median came from.
+        step_spread_s: their spread per step; None under three."""
 
     function: str = fields.field(missing="?")
     first: bool = fields.field(missing=False)
@@ -93,8 +81,8 @@ class Compile(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class CallbackTime:
-    """One callback's hooks on the fit's thread: its class name, seconds and hook calls;
-    `spread_s` the spread of one call (:func:`spread`)."""
+    """One callback's hooks on the fit's thread: class name, seconds, hook calls, and one call's
+    spread."""
 
     name: str
     seconds: float
@@ -112,18 +100,14 @@ class OtherSpan(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class Reader:
-    """Who acts on the ledger's fixes, and what the run had on: the report's facts about the
-    run (its context and arguments), not the ledger's. Not written in the ledger's JSON: the
-    report derives it when it is built or read.
+    """Who acts on the ledger's fixes, and what the run had on: the report's facts, derived when
+    it is built or read, not written in the ledger's JSON.
 
     Attributes:
-        runner: the toolkit's runner set the run up (a recipe, ``--model_fn``): its settings
-            are the runner's, spelled as flags.
-        compile_cache: the run kept compiled programs on disk already (``--compile_cache``).
-        build_compile_s: what the backend timed compiling while the model was built, before
-            the fit (JAX compiles each weight's initializer; None: none timed). The compile
-            cache keeps those too: a later run builds the model sooner, outside the fit.
-    """
+        runner: the toolkit's runner set the run up: its settings are spelled as flags.
+        compile_cache: the run kept compiled programs on disk already.
+        build_compile_s: what the backend timed compiling while the model was built (None: none
+            timed)."""
 
     runner: bool = False
     compile_cache: bool = False
@@ -157,11 +141,7 @@ def _jit(value: Any, where: str) -> str | None:
 @dataclasses.dataclass(frozen=True)
 class Ledger(fields.Record):
     """One fit's ledger: its wall time in parts that add up to it, its callbacks by name, its
-    compiles, and the counts a fix is predicted from.
-
-    Read it by attribute (:attr:`part_seconds`: each part's seconds by name); its JSON, as
-    ``report.json`` holds it, is :meth:`to_dict`.
-    """
+    compiles, and the counts a fix is predicted from. Its JSON is :meth:`to_dict`."""
 
     WHERE = "ledger"
     EXTRA = ("validations",)
@@ -192,15 +172,13 @@ class Ledger(fields.Record):
     input_read_s: float | None = None
     other_where: tuple[OtherSpan, ...] = ()
     # Of "other": the seconds before the first step of epochs 2 on (each epoch's new input
-    # iterator; on TensorFlow the last one's teardown waits for tf.data's autotune thread).
+    # iterator).
     epoch_starts_s: float | None = None
-    # The longest of those epochs' waits: one epoch's (a trace's stop, a shuffle buffer
-    # refilling) is not every epoch's, and the fix says which it is.
+    # The longest of those waits: one epoch's is not every epoch's, and the fix says which.
     epoch_start_max_s: float | None = None
     adapter: str | None = None  # the Keras data adapter fit read through (ArrayDataAdapter)
     reader: Reader = fields.field(default_factory=Reader, json=False)
-    # Each part's memory, and growth (``_memory_records``); left out of the repr, which
-    # would print every reading (``print(timer.ledger())`` ran to 38 KB): read `.memory`.
+    # Each part's memory, and growth; left out of the repr, which would print every reading.
     memory: RunMemory | None = dataclasses.field(default=None, repr=False)
 
     # ------------------------------------------------------------ reading
@@ -222,9 +200,8 @@ class Ledger(fields.Record):
         return self.part(name).seconds
 
     def percents(self) -> dict[str, int]:
-        """Each timed part's whole percent of the wall, rounded as one (``whole_percents``:
-        they add up as the parts do): the one rounding of a part's share on every screen, the
-        table, the line, the fixes and the bar alike (17.5 % is 18 % on all of them)."""
+        """Each timed part's whole percent of the wall, rounded as one (they add up as the parts
+        do): the one rounding of a share on every screen."""
         seen = [p for p in self.parts if p.seconds is not None]
         shares = whole_percents([float(p.seconds or 0.0) for p in seen], self.wall_s)
         return dict(zip((p.name for p in seen), shares, strict=True))
@@ -254,13 +231,11 @@ class Ledger(fields.Record):
 
     @classmethod
     def read(cls, d: Any) -> Ledger:
-        """A ledger from report.json, which anyone may have edited: each field checked as
-        :meth:`from_dict` reads it, then the ledger's promises: its parts add up to the wall
-        time, the spans of "other" lie within it, and the report's fixes are well formed.
+        """A ledger from report.json, which anyone may have edited: each field checked, then its
+        promises (parts add up to the wall, "other"'s spans within it, fixes well formed).
 
         Raises:
-            ReportError: the first field not of its kind, named (``ledger.parts.steps``).
-        """
+            ReportError: the first field not of its kind, named (``ledger.parts.steps``)."""
         ledger = cls.from_dict(fields.mapping("ledger", d, optional=False))
         parts = {p.name: p.seconds for p in ledger.parts if p.seconds is not None}
         _adds_up(fields.mapping("ledger.parts", d.get("parts"), optional=False), ledger.wall_s)
@@ -283,9 +258,8 @@ class Ledger(fields.Record):
 
     @classmethod
     def from_dict(cls, d: Any, reader: Reader | None = None) -> Ledger:  # type: ignore[override]
-        """A ledger from its JSON, written by this toolkit or an older one (a field it lacks
-        takes its default; ``fixes`` is the report's, and read again from the figures).
-        A field of the wrong kind raises ReportError naming it (``ledger.parts.steps``)."""
+        """A ledger from its JSON, this toolkit's or an older one's (a missing field takes its
+        default). A field of the wrong kind raises ReportError naming it."""
         ledger = super().from_dict(d, "ledger")
         validations = _count(d, "validations", "ledger")
         # before each validation's calls were kept: its count, if any

@@ -1,21 +1,12 @@
 """Model FLOPs per training step, the machine's measured matmul peak, and MFU.
 
-* :func:`count_flops` asks the backend (``toolkit.backend``) to count one forward pass and one
-  forward + backward pass of the model at the real batch size. On TensorFlow that is the graph
-  profiler's registered FLOP statistics of every op (MatMul, Conv2D and their gradients,
-  element-wise ops...); the optimizer update is left out (a few FLOPs per weight: negligible
-  next to the gradients); recurrent layers are counted on an unrolled clone of the model.
-* :func:`matmul_peak` measures what a large matmul achieves on a device in a compute dtype,
-  once per machine: the result is cached in ``$TOOLKIT_CACHE_DIR`` (default
-  ``~/.cache/keras-perf-toolkit``) under the machine key (``toolkit.core.machine``) with the
-  backend that measured it, the device, dtype and thread setting. A measured peak, not a datasheet
-  one: MFU then says how much of what this machine really does on its best-case kernel the training
-  step gets. On a GPU the datasheet lists (``toolkit.devices._datasheet``), the datasheet's
-  dense peak for the math the step runs is recorded beside it, for MFU as published figures
-  give it.
-* The arithmetic (achieved FLOP/s, MFU, formatting) is pure and lives beside the step
-  statistics: ``toolkit.core.stats.utilization`` and ``format_flops``.
-"""
+* :func:`count_flops` asks the backend to count one forward pass and one forward + backward pass at
+  the real batch size (the optimizer update left out: negligible next to the gradients).
+* :func:`matmul_peak` measures what a large matmul achieves on a device in a compute dtype, once per
+  machine, cached under the machine key with backend, device, dtype and thread setting. A measured
+  peak, so MFU says how much of what this machine really does the step gets; on a GPU the datasheet
+  knows, the datasheet's dense peak is recorded beside it.
+* The arithmetic (achieved FLOP/s, MFU, formatting) is ``toolkit.core.stats``'."""
 
 from __future__ import annotations
 
@@ -41,8 +32,8 @@ __all__ = [
 ]
 
 PEAK_FILE = "matmul_peak.json"
-# A peak measured at a spread over RELIABLE_SPREAD_PCT (``toolkit.core.stats.reliable_peak``) gives
-# no MFU and is measured again by the next run; one within it is the machine's, cached for good.
+# A peak measured at a spread over RELIABLE_SPREAD_PCT gives no MFU and is measured again next run;
+# one within it is cached for good.
 MAX_MEASUREMENTS = 3  # a machine that is never quiet reads its cache after that
 _CACHE = Cache(PEAK_FILE)
 
@@ -53,12 +44,10 @@ class FlopCount(fields.Record):
 
     Attributes:
         batch_size: examples the count is for.
-        forward: FLOPs of one forward pass (inference).
-        train_step: FLOPs of one forward + backward pass (a training step without the
-            optimizer update).
+        forward: FLOPs of one forward pass.
+        train_step: FLOPs of one forward + backward pass (no optimizer update).
         method: how the numbers were obtained.
-        note: caveats, or why the count is missing (then the numbers are `None`).
-    """
+        note: caveats, or why the count is missing (then the numbers are `None`)."""
 
     batch_size: int
     forward: int | None
@@ -68,10 +57,8 @@ class FlopCount(fields.Record):
 
 
 def count_flops(model: Any, batch_size: int) -> FlopCount:
-    """FLOPs of one forward pass and one training step of a built Keras model.
-
-    Never raises: a model the backend cannot count gets `None` numbers and a `note` saying why.
-    """
+    """FLOPs of one forward pass and one training step of a built Keras model. Never raises: a
+    model the backend cannot count gets `None` and a `note`."""
     try:
         forward, train_step, method, note = backend.get().count_flops(model, batch_size)
     except backend.BackendError as e:
@@ -84,15 +71,12 @@ class Peak:
     """A device's measured matmul peak in a dtype, as cached per machine.
 
     Attributes:
-        flops_per_s: the best timed run's FLOP/s (a peak is the most the device did).
-        spread_pct: how much slower the median timed run was than the best (how far to trust
-            it: over ``RELIABLE_SPREAD_PCT`` no MFU is given from it).
-        runs: timed runs; measurements: how many times it was measured (the higher kept).
-        dtype, size: the matmuls'; key, facts: the cache's key and what it is keyed by (the
-            machine, backend, device, dtype and thread setting).
-        measured_utc: when; source: ``"cache"`` or ``"measured"``; settled: whether it stands
-            (reliable, or measured as often as a never-quiet machine allows).
-    """
+        flops_per_s: the best timed run's FLOP/s.
+        spread_pct: how much slower the median run was than the best (over ``RELIABLE_SPREAD_PCT``,
+            no MFU).
+        runs: timed runs; measurements: how many times it was measured.
+        dtype, size: the matmuls'; key, facts: the cache's key and what it is keyed by.
+        measured_utc: when; source: ``"cache"`` or ``"measured"``; settled: whether it stands."""
 
     flops_per_s: float
     spread_pct: float
@@ -107,9 +91,8 @@ class Peak:
 
     @property
     def settled(self) -> bool:
-        """Whether it stands: one measured with its runs spread out (a busy machine) is
-        measured again, up to MAX_MEASUREMENTS times; otherwise a first, low reading would set
-        every later MFU."""
+        """Whether it stands: one with its runs spread out is measured again, up to
+        MAX_MEASUREMENTS times, so a first low reading does not set every later MFU."""
         return reliable_peak(self.spread_pct) or self.measurements >= MAX_MEASUREMENTS
 
     @classmethod
@@ -136,14 +119,12 @@ def _peak_facts(device: Any, dtype: str) -> Mapping[str, Any]:
 
 
 def matmul_peak(device: Any = None, dtype: str = "float32", *, refresh: bool = False) -> Peak:
-    """The measured matmul peak of `device` in `dtype`, from the cache or measured now (seconds).
+    """The measured matmul peak of `device` in `dtype`, from the cache or measured now.
 
     Args:
-        device: a `toolkit.devices.DeviceInfo`. Defaults to `None` (the selected device).
-        dtype: compute dtype: ``"float32"``, ``"float16"`` or ``"bfloat16"``.
-        refresh: measure again even when cached (the cache keeps the higher of the two: a
-            busy machine measures low).
-    """
+        device: a `toolkit.devices.DeviceInfo` (default: the selected device).
+        dtype: ``"float32"``, ``"float16"`` or ``"bfloat16"``.
+        refresh: measure again even when cached (the cache keeps the higher)."""
     from toolkit import devices
 
     device = device or devices.select("auto")
@@ -175,24 +156,21 @@ def _cached(key: str) -> Peak | None:
 
 
 def cached_peak(device: Any, dtype: str = "float32") -> Peak | None:
-    """The cached matmul peak of `device` in `dtype` (``source`` ``"cache"``), settled or not,
-    or None; measures nothing, so it runs no framework op."""
+    """The cached matmul peak of `device` in `dtype`, settled or not, or None; runs no framework
+    op."""
     return _cached(_CACHE.key(_peak_facts(device, dtype)))
 
 
 def compute_facts(
     model: Any, batch_size: int, precision: str, device: Any, *, measure_peak: bool = True
 ) -> Compute:
-    """FLOPs per step of `model` at `batch_size` and the device's matmul peak in the compute
-    dtype of `precision` (cached per machine), for the report's compute section.
+    """FLOPs per step of `model` at `batch_size` and the device's matmul peak in `precision`'s
+    compute dtype, for the report.
 
-    `measure_peak=False` (the runner with ``--compile_cache``, before ``fit``) takes the peak
-    from the cache only and leaves measuring it to :func:`recheck_peak` after ``fit``
-    (``peak_pending``): every op TensorFlow runs, eager ones too, takes a number from the
-    process-wide counter that names the functions it traces next, and XLA's persistent cache
-    keys a program by that name, so a run that measured the peak before its first step would
-    miss every program that a run with a cached peak wrote (and a busy machine's peak is
-    measured again, up to MAX_MEASUREMENTS times)."""
+    `measure_peak=False` takes the peak from the cache only, leaving the measuring to
+    :func:`recheck_peak` after ``fit``: every TensorFlow op takes a number from the counter that
+    names the functions traced next, and XLA's persistent cache keys programs by that name, so
+    measuring before the first step would miss the compile cache."""
     count = count_flops(model, batch_size)
     dtype = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}.get(precision, "float32")
     facts = Compute(count.train_step, count.forward, batch_size, count.method, count.note, dtype)
@@ -219,8 +197,7 @@ def _with_peak(facts: Compute, peak: Peak) -> Compute:
 
 
 def _datasheet(facts: Compute, device: Any) -> Compute:
-    """The GPU's datasheet peak for the math the step runs (``toolkit.devices._datasheet``),
-    beside the measured one, where the table has the device."""
+    """The GPU's datasheet peak for the math the step runs, beside the measured one, where known."""
     from toolkit.devices._datasheet import datasheet_peak
 
     if device is None:
@@ -242,10 +219,9 @@ def _datasheet(facts: Compute, device: Any) -> Compute:
 
 
 def recheck_peak(compute: Compute, step_s: float | None, device: Any) -> Compute:
-    """`compute` with the peak measured where it is pending (none cached, or one not
-    settled), and again when the run's median step does more FLOP/s than a cached one (that
-    peak was measured on a busy machine; the cache keeps the higher one). If the run still
-    beats it, the note says so rather than show MFU > 100 % without a word."""
+    """`compute` with the peak measured where pending, and again when the run's step beats a
+    cached one (measured on a busy machine). If the run still beats it, the note says so
+    rather than show MFU > 100 %."""
     if compute.peak_pending:
         compute = dataclasses.replace(compute, peak_pending=False)
         try:

@@ -1,18 +1,10 @@
-"""The step's anatomy as people read it: terminal lines, a short summary, a Markdown section
-and a picture of one :class:`~toolkit.core._anatomy.Anatomy`, and two anatomies side by side
+"""The step's anatomy as people read it: terminal lines, a short summary, a Markdown section and
+a picture of one :class:`~toolkit.core._anatomy.Anatomy`, and two side by side
 (:class:`~toolkit.core._anatomy.Contrast`) in words.
 
-The record is ``toolkit.core._anatomy`` (seconds per step); this is its reading, pure Python
-like the rest of the report side (matplotlib only inside :func:`anatomy_png`). Numbers are
-formatted as everywhere else: times in milliseconds at three decimals (``format_ms``), shares
-as ``45.6 %``, ratios as ``1.23×``, achieved FLOP/s as ``format_flops`` writes them.
-
-Every share is of the step the phases add up to (so the shown percentages add up to 100):
-the untraced step, where the anatomy was reconciled (``toolkit.core._anatomy.reconcile``:
-the profiler's cost taken out, each layer's figure checked against the layer timed alone),
-else the traced one; the line under the phases says how the trace's own split compares with
-the outside clock around the traced steps.
-"""
+Pure Python (matplotlib only inside :func:`anatomy_png`); numbers formatted as everywhere else.
+Every share is of the step the phases add up to (so they add up to 100): the untraced step where the
+anatomy was reconciled, else the traced one."""
 
 from __future__ import annotations
 
@@ -44,8 +36,7 @@ PLOT_LAYERS = 15  # bars of the picture
 MARKDOWN_LAYERS = 50  # rows of report.md's layer table
 NAME_MIN, NAME_MAX, KIND_MAX = 12, 30, 18  # columns a layer's name and kind may take
 NOISE = 0.005  # two steps this close read as equally fast
-# Keras's trainer cost under this fraction either way reads as none: fit's and the raw step's
-# rounds on a shared host land 1-2 % apart (a PyTorch seq2seq read "fit 0.8 % faster").
+# Keras's trainer cost under this fraction either way reads as none (rounds land 1-2 % apart).
 TRAINER_NOISE = 0.02
 
 
@@ -69,8 +60,7 @@ def _rate(layer: LayerTime) -> str:
 
 
 def _basis(a: Anatomy) -> float:
-    """The step every share is of: the one the phases add up to (the untraced step where
-    reconciled, else the traced one)."""
+    """The step every share is of: the untraced step where reconciled, else the traced one."""
     return a.phases_sum() or a.traced_s or a.step_s
 
 
@@ -84,8 +74,8 @@ def _share(seconds: float, basis: float) -> str:
 
 
 def _short(text: str, limit: int) -> str:
-    """`text` in at most `limit` characters: a nested layer keeps its own name after ``…/``
-    (``…/conv2d_12``), anything else its head and tail around ``…``."""
+    """`text` in at most `limit` characters: a nested layer keeps its own name after ``…/``,
+    anything else its head and tail around ``…``."""
     if len(text) <= limit:
         return text
     own = text.rpartition("/")[2]
@@ -96,10 +86,8 @@ def _short(text: str, limit: int) -> str:
 
 
 def _shorts(names: Sequence[str], limit: int) -> list[str]:
-    """Each of `names` in at most `limit` characters (:func:`_short`), told apart: rows whose
-    short names meet (keras.io's seq2seq Transformer showed three ``…/query``, for an
-    encoder's and a decoder's attention) take the path's tail instead, then its head and
-    tail, where those differ."""
+    """Each of `names` in at most `limit` characters, told apart: rows whose short names meet
+    take the path's tail instead, then its head and tail."""
     out = [_short(n, limit) for n in names]
     for cut in (_tail, _head_and_tail, _initials):
         seen = collections.Counter(out)
@@ -117,9 +105,8 @@ def _tail(text: str, limit: int) -> str:
 
 
 def _initials(text: str, limit: int) -> str:
-    """`text`'s outer layers by their initials and numbers (``bidirectional_1/forward_lstm``
-    as ``b_1/f``), then its own name, cut at its end where too long: four BiLSTM cells
-    read ``…/lstm_cell`` each."""
+    """`text`'s outer layers by their initials and numbers (``b_1/f``), then its own name, cut
+    where too long."""
     *outer, own = text.split("/")
     short = [re.sub(r"^(.)[^_]*(?:_[^_\d]+)*(_\d+)?$", r"\1\2", part) for part in outer]
     said = "/".join([*short, own])
@@ -135,8 +122,7 @@ def _head_and_tail(text: str, limit: int) -> str:
 
 
 def _fold(lines: Sequence[str], width: int) -> list[str]:
-    """`lines` folded at spaces to `width` (continuations indented), a word longer than a
-    whole row cut as a last resort: every row fits."""
+    """`lines` folded at spaces to `width`, a word longer than a row cut as a last resort."""
     out: list[str] = []
     for line in terminal.fit("\n".join(lines), width).split("\n"):
         if len(line) <= width:
@@ -184,8 +170,8 @@ def _phases(a: Anatomy) -> list[PhaseTime]:
 
 
 def _phase_cells(p: PhaseTime, basis: float) -> tuple[str, str, str]:
-    """``(ms, share, words)`` of one phase: an unseen one shows its words, and numbers only
-    where part of it was seen."""
+    """``(ms, share, words)`` of one phase: an unseen one shows its words, numbers only where
+    part was seen."""
     if p.unseen and p.seconds <= 0:
         return "—", "—", f"not seen: {p.unseen}"
     return _ms(p.seconds), _share(p.seconds, basis), f"not all seen: {p.unseen}" if p.unseen else ""
@@ -239,8 +225,8 @@ def _checked_line(a: Anatomy) -> str | None:
 
 
 def _held_of(rest: Sequence[LayerTime]) -> str:
-    """Of the layers a table leaves out, those shown at their alone figure: the count line
-    counts them (``for 3 the alone time is shown``) where no row is marked for them."""
+    """Of the layers a table leaves out, those shown at their alone figure (the count line counts
+    them)."""
     held = sum(1 for x in rest if x.alone_s and x.holds_alone())
     return f", {held} of them at their alone figure" if held else ""
 
@@ -261,10 +247,9 @@ def _why_lines(layers: Sequence[LayerTime], limit: int = 3) -> list[str]:
 
 
 def _other_line(a: Anatomy) -> str | None:
-    """What "other" is, where it is over ``OTHER_LARGE`` of the step: of the trace's other,
-    the ops outside any scope and the host inside the step with no op running (the next op's
-    dispatch, Python in the step), with the ops a step; and the fix it implies, its saving
-    predicted (those gaps) beside the saving measured (fit's step with the fix)."""
+    """What "other" is, where it is over ``OTHER_LARGE`` of the step: the ops outside any scope
+    and the host in the step with no op running; and the fix it implies, its saving predicted
+    beside the saving measured."""
     basis = _basis(a)
     if basis <= 0 or not a.other_large():
         return None
@@ -314,8 +299,8 @@ def _trainer_lines(a: Anatomy) -> list[str]:
     if cost is None or a.fit_s is None or a.raw_s is None:
         return []
     if cost <= -TRAINER_NOISE:
-        # the raw step runs as fit's (XLA, jit, donation, steps a call, or eager where fit's
-        # is) and is timed at its fastest: where fit still beats it, fit runs it better
+        # the raw step runs as fit's and is timed at its fastest: where fit still beats it, fit runs
+        # it better
         head = (
             f"Keras's fit step is {_pct(-cost)} faster than the raw step: the raw step, run "
             "as fit runs its step, is no floor for this model, so Keras's own cost cannot be "
@@ -414,18 +399,16 @@ def _layer_table(a: Anatomy, width: int) -> list[str]:
 
 
 def anatomy_lines(a: Anatomy, width: int = 80) -> list[str]:
-    """What a person reads on a terminal, each line at most `width` columns: the step and
-    where it ran, its phases (ms/step and share), their sum against the outside clock, the
-    profiler's own cost, the slowest layers, fused code, Keras's own cost and the notes.
+    """What a person reads on a terminal, each line at most `width` columns: the step, its
+    phases, their sum against the outside clock, the profiler's cost, the slowest layers,
+    fused code, Keras's own cost and the notes.
 
     Args:
         a: the anatomy.
-        width: the widest line. Defaults to `80`.
+        width: the widest line.
 
     Returns:
-        The lines, folded to `width`; for an anatomy that could not be taken, the one line
-        saying why.
-    """
+        The lines; for an anatomy that could not be taken, the one line saying why."""
     if a.error:
         return _fold([_error_line(a)], width)
     basis = _basis(a)
@@ -448,13 +431,8 @@ def anatomy_lines(a: Anatomy, width: int = 80) -> list[str]:
 
 
 def anatomy_top_lines(a: Anatomy, n: int = 3) -> list[str]:
-    """The anatomy in two to four lines, as ``diagnose`` and ``doctor`` print it: the phases,
-    largest first; the `n` slowest layers; Keras's own cost where it was measured.
-
-    Args:
-        a: the anatomy.
-        n: the layers named. Defaults to `3`.
-    """
+    """The anatomy in two to four lines, as ``diagnose`` and ``doctor`` print it: the phases, the
+    `n` slowest layers, Keras's own cost."""
     if a.error:
         return [_error_line(a)]
     basis = _basis(a)
@@ -513,9 +491,8 @@ def _check_words(x: LayerTime) -> str:
 
 
 def anatomy_markdown(a: Anatomy, png: str | None = None) -> str:
-    """The anatomy's section of ``report.md`` (``## Inside the step``): the step, the phase
-    table with what each phase is, the layer table (the slowest 50), fused code, Keras's own
-    cost and the notes; `png` the picture's file name, shown under the tables."""
+    """The anatomy's section of ``report.md``: the step, the phase table, the layer table
+    (slowest 50), fused code, Keras's cost and the notes; `png` the picture's file name."""
     out = ["## Inside the step", ""]
     if a.error:
         return "\n".join([*out, _sentence(_error_line(a)), ""])
@@ -588,22 +565,18 @@ PHASE_COLOURS = {
 
 
 def anatomy_png(a: Anatomy, path: str | os.PathLike[str]) -> str | None:
-    """The anatomy as a picture (:func:`anatomy_png_bytes`), written atomically to `path`.
+    """The anatomy as a picture, written atomically to `path`.
 
     Returns:
-        `path`; None where matplotlib (the ``[report]`` extra) is missing, or the anatomy
-        holds nothing to draw (it could not be taken, or it has no phases).
-    """
+        `path`; None where matplotlib is missing or there is nothing to draw."""
     png = anatomy_png_bytes(a)
     return None if png is None else atomic_write(path, png)
 
 
 def anatomy_png_bytes(a: Anatomy) -> bytes | None:
-    """The anatomy as PNG bytes (``anatomy.png``, and TensorBoard's Images tab): one
-    horizontal bar per layer (the slowest 15), forward and backward stacked, each with its ms
-    and share; under them the step's phases as one stacked bar, in ms per step, with a legend
-    giving each phase's ms and share. None where matplotlib is missing or there is nothing to
-    draw."""
+    """The anatomy as PNG bytes: a horizontal bar per layer (slowest 15), forward and backward
+    stacked, and the step's phases as one stacked bar with a legend. None where matplotlib is
+    missing or nothing to draw."""
     if a.error or not a.phases:
         return None
     try:
@@ -623,9 +596,8 @@ PLOT_NAME = 40  # characters of a layer's name at most
 
 
 def anatomy_figure(a: Anatomy) -> Any:
-    """The picture's matplotlib ``Figure``, laid out: no text overlaps another or leaves the
-    figure (a label that does not fit its bar segment is left to the legend). Raises
-    ImportError without matplotlib."""
+    """The picture's matplotlib ``Figure``, laid out so no text overlaps or leaves the figure.
+    Raises ImportError without matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -671,8 +643,8 @@ def _figure_title(a: Anatomy) -> list[str]:
 
 
 def _layer_bars(ax_l: Any, a: Anatomy, layers: list[LayerTime]) -> list[Any]:
-    """The slowest layers' forward + backward bars, the slowest on top; returns the labels
-    at the bars' ends (fitted later, once the layout is settled)."""
+    """The slowest layers' forward + backward bars, slowest on top; returns the end labels
+    (fitted later)."""
     if not layers:
         ax_l.set_axis_off()
         ax_l.set_title("no layer was seen in the trace", fontsize=10, loc="left")
@@ -711,8 +683,8 @@ def _layer_bars(ax_l: Any, a: Anatomy, layers: list[LayerTime]) -> list[Any]:
 def _phase_bar(
     ax_p: Any, bottom: Any, a: Anatomy, drawn: list[PhaseTime], unseen: list[PhaseTime]
 ) -> list[tuple[Any, float, float, PhaseTime]]:
-    """The traced step's phases as one bar, with a legend of every phase (those the trace
-    could not see hatched); returns each segment's label, left, width and phase."""
+    """The traced step's phases as one bar with a legend (unseen ones hatched); returns each
+    segment's label, left, width and phase."""
     from matplotlib.patches import Patch
 
     basis = _basis(a)
@@ -754,9 +726,8 @@ def _fit_labels(
     segments: list[tuple[Any, float, float, PhaseTime]],
     basis: float,
 ) -> None:
-    """Each label checked against its room once the layout is settled: a layer's end label
-    kept inside the figure, a phase's name or share where it fits its segment, else none
-    (the legend says it)."""
+    """Each label checked against its room once laid out: kept inside the figure, or where it
+    fits its segment, else left to the legend."""
     renderer = fig.canvas.get_renderer()
     if ends:
         _room_for_ends(ax_l, ends, renderer)
@@ -818,13 +789,11 @@ def _part_words(c: Contrast, what: str, a_s: float, b_s: float) -> str:
 
 
 def contrast_lines(c: Contrast, width: int = 80) -> list[str]:
-    """Two anatomies' difference in words, folded to `width`: how much slower or faster `b`
-    is, and the parts that make it up (each `b`'s time over `a`'s, with both times), largest
-    gap first; ``try: ...`` where a fix is named.
+    """Two anatomies' difference in words, folded to `width`: how much slower or faster `b` is,
+    and the parts making it up, largest gap first; ``try: ...`` where a fix is named.
 
-    Example: ``PyTorch is 8.10× slower than JAX: the Conv2D layers (4) 6.50× (12.300 ms vs
-    1.900 ms), the optimizer 12.00× (...)``.
-    """
+    Example: ``PyTorch is 8.10× slower than JAX: the Conv2D layers (4) 6.50× (12.300 ms vs 1.900
+    ms), ...``."""
     ratio = c.ratio
     if c.a_step_s <= 0 or c.b_step_s <= 0 or not math.isfinite(ratio):
         head = f"{c.b_name} and {c.a_name} cannot be set side by side (a step time is missing)"
