@@ -1,10 +1,6 @@
-"""StepTimer's helpers that need none of its state: where its log lines go, the profiler probe,
-epoch logs as floats, a late batch-end stamp settled against a trace edge, when the process
-started; and the records of what they timed: an epoch, a trace window, the whole ``fit`` call
-(start-up, steps, exit), the whole process in stages.
-
-Imports no framework at import time (the probe asks the backend seam when it is called).
-"""
+"""StepTimer's helpers that need none of its state (log lines, the profiler probe, epoch logs as
+floats, a late end stamp settled against a trace edge, the process's start), and the records
+of what they timed. Imports no framework at import time."""
 
 from __future__ import annotations
 
@@ -29,8 +25,8 @@ def never() -> bool:
 
 
 def profiler_probe() -> Callable[[], bool]:
-    """The backend's check for a running profiler (any: the toolkit's, Keras's
-    ``TensorBoard(profile_batch=...)``, a user's), read once per fit; never one that raises."""
+    """The backend's check for a running profiler (anyone's), read once per fit; never one that
+    raises."""
     from toolkit import backend
 
     try:
@@ -56,11 +52,9 @@ def settled(
     edges: list[tuple[int, tuple[bool, float]]],
     same_clock: bool,
 ) -> tuple[float, tuple[bool, int]]:
-    """A step's end stamp, ``(time, profiler state)``, as its batch-end hook wrote it, unless
-    a trace edge that waited for the device (``PROFILER.synced``) came after the step was
-    dispatched (before the next batch begin): the step had ended by then, whenever the
-    callback thread got to its hook, so it ran outside what that edge started or stopped.
-    `same_clock`: the edges' times are on the timer's clock (``time.perf_counter``)."""
+    """A step's end stamp ``(time, profiler state)``, unless a trace edge that waited for the
+    device came after the step was dispatched: the step had ended by then, so it ran outside
+    what that edge started or stopped."""
     at, mark = end[1], (end[2], end[3])
     if following is not None:
         for generation, (before, synced_at) in edges:
@@ -72,8 +66,7 @@ def settled(
 
 
 def metrics_of(value: Any, where: str) -> dict[str, float]:
-    """An epoch's metrics: any number each (a loss may be NaN, an R² negative; null where it
-    was not finite), as Keras logs them."""
+    """An epoch's metrics as Keras logs them (null where not finite)."""
     metrics = fields.mapping(where, value)
     for key, metric in metrics.items():
         fields.metric(f"{where}.{key}", metric)
@@ -82,10 +75,8 @@ def metrics_of(value: Any, where: str) -> dict[str, float]:
 
 @dataclasses.dataclass(frozen=True)
 class Epoch(fields.Record):
-    """One epoch as StepTimer saw it: `seconds` from its begin to its end, the `steps` it
-    ran, `step_seconds` of them inside its executions, and its final `metrics` (Keras's
-    logs as floats). `epoch` counts from 0, as Keras's callbacks do. One entry of
-    report.json's ``epochs``."""
+    """One epoch as StepTimer saw it: `seconds` begin to end, its `steps`, `step_seconds` inside
+    its executions, and its final `metrics`. `epoch` counts from 0."""
 
     WHERE = "epochs[0]"
 
@@ -118,9 +109,8 @@ def _files(files: Any, where: str) -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class Traced(fields.Record):
-    """What a TraceWindow did: the steps asked for and those it traced (None: not reached),
-    the trace files it left under `logdir`, the step markers it wrote, and why it failed.
-    report.json's ``trace``, less what the report adds (``view``, ``analysis``)."""
+    """What a TraceWindow did: the steps asked for and traced, the files it left, the step
+    markers it wrote, and why it failed (report.json's ``trace``)."""
 
     WHERE = "trace"
 
@@ -134,11 +124,9 @@ class Traced(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class FitCall(fields.Record):
-    """The whole ``fit`` call in three parts that add up to `whole_s`: start-up (fit called
-    -> its first batch begins), steps (-> train end) and exit (-> fit returned; None where the
-    call was not timed around, or raised). `counted_from`: ``"fit call"``, or ``"train
-    begin"`` where nothing timed the call itself (then the start-up counts from train
-    begin). report.json's ``fit_call``."""
+    """The whole ``fit`` call in three parts adding up to `whole_s`: start-up, steps and exit
+    (None where the call was not timed around). `counted_from`: ``"fit call"`` or ``"train
+    begin"``. report.json's ``fit_call``."""
 
     WHERE = "fit_call"
     LENIENT = True  # a view of the run: one this version cannot read is None
@@ -162,20 +150,14 @@ def fit_call_parts(
     called: float | None = None,
     returned: float | None = None,
 ) -> FitCall | None:
-    """The whole ``fit`` call in three parts that add up: ``start_up_s`` (fit called -> the
-    first batch begins: data adapter, build, callbacks' train begin, the iterator), ``steps_s``
-    (the first batch begins -> train end: steps, validation, epoch ends) and ``exit_s`` (train
-    end -> fit returned: the end of fit, where the input iterator is destroyed).
+    """The whole ``fit`` call in three parts that add up: ``start_up_s`` (fit called -> first
+    batch begins), ``steps_s`` (-> train end) and ``exit_s`` (-> fit returned, where the input
+    iterator is destroyed): wall time every user pays that no step shows.
 
-    Why apart: a StepTimer sees train begin to train end; what fit costs before and after is
-    wall time every user pays that no step shows (a tf.data iterator's teardown took seconds).
-    `begin`, `first` and `end` are StepTimer's clock at train begin, the first batch begin and
-    train end; `called` and `returned` bracket the fit call where something wrapped it
-    (``profile().fit``, the runner), on the same clock. Without them the start-up is counted
-    from train begin (``"from": "train begin"``) and the exit is None. A pair that does not
-    hold this fit's train begin (one timed around an earlier fit) is ignored; a train end after
-    the call returned is a fit that raised, whose timer was stopped later. None: no fit.
-    """
+    `begin`, `first` and `end` are StepTimer's clock at train begin, first batch begin and train
+    end; `called` and `returned` bracket the call where something wrapped it. Without them the
+    start-up counts from train begin and the exit is None; a pair that does not hold this fit is
+    ignored. None: no fit."""
     if called is None or returned is None or begin is None or not called <= begin <= returned:
         called = returned = None
     elif end is not None and end > returned:
@@ -197,9 +179,8 @@ def fit_call_parts(
     )
 
 
-# The stages of a process as the runner marks them, in order; profile() marks LAUNCH (to
-# its block) and those from BEFORE_FIT on, IN_PROFILE where no fit was timed (a custom
-# loop), and a user's own ``Profile.mark`` names more.
+# The stages of a process as the runner marks them; profile() marks LAUNCH and those from BEFORE_FIT
+# on, and ``Profile.mark`` names more.
 LAUNCH, SET_UP, MODEL, BEFORE_FIT, FIT_CALL, AFTER_FIT, IN_PROFILE = (
     "launch",
     "set-up",
@@ -212,11 +193,9 @@ LAUNCH, SET_UP, MODEL, BEFORE_FIT, FIT_CALL, AFTER_FIT, IN_PROFILE = (
 
 
 def process_start() -> float | None:
-    """When this process started, on ``time.perf_counter``'s clock (None: not known). On Linux
-    from the kernel's own count, to its clock tick (10 ms): ``/proc/self/stat``'s start time,
-    in ticks since boot, against ``CLOCK_BOOTTIME``. psutil's ``create_time`` adds a boot time
-    that ``/proc/stat`` gives in whole seconds, so it can be up to a second off; it is read
-    elsewhere (macOS gives it to the microsecond)."""
+    """When this process started, on ``time.perf_counter``'s clock (None: unknown). On Linux from
+    ``/proc/self/stat``'s start in ticks since boot, against ``CLOCK_BOOTTIME`` (psutil's boot
+    time is in whole seconds); psutil elsewhere."""
     try:
         with open("/proc/self/stat", "rb") as f:
             after_name = f.read().rsplit(b")", 1)[1].split()  # the name may hold spaces
@@ -235,9 +214,8 @@ def process_start() -> float | None:
 
 @dataclasses.dataclass(frozen=True)
 class Stage(fields.Record):
-    """One stage of the process: its name, its seconds, and of them the seconds the backend
-    timed compiling (`compile_s`; None: not watched, or a backend that times no compile
-    outside a fit: JAX's monitoring events do, so a model's build shows its initializers')."""
+    """One stage of the process: its name, seconds, and of them the seconds the backend timed
+    compiling (None: not watched)."""
 
     name: str
     seconds: float
@@ -246,14 +224,9 @@ class Stage(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class ProcessTime(fields.Record):
-    """The process that ran the fit, from its start to its report, in `stages` that follow
-    one another and so add up to :attr:`whole_s`.
-
-    Why: a user waits for the process, not the fit: the interpreter and its imports
-    (TensorFlow's alone takes seconds), the data, the model's build (on JAX each weight's
-    initializer compiles), what ran after the fit. The first stage counts from the kernel's
-    start of the process (:func:`process_start`), each later one from the one before it.
-    """
+    """The process that ran the fit, from its start to its report, in `stages` that add up to
+    :attr:`whole_s`: a user waits for the process (imports, data, the model's build), not the
+    fit."""
 
     WHERE = "process"
 
@@ -278,10 +251,8 @@ class ProcessTime(fields.Record):
     def of(
         cls, started: float | None, marks: Sequence[tuple[str, float, float | None]]
     ) -> ProcessTime | None:
-        """The stages that end at `marks` (``(name, time, compile seconds)``, the time on
-        `started`'s clock, in the order they ran), the first from `started`. A mark before the
-        one ahead of it (a stage marked twice) ends its stage there, at 0 s. None: the start
-        is unknown."""
+        """The stages ending at `marks` ``(name, time, compile seconds)``, the first from
+        `started`; a stage marked twice ends at 0 s. None: the start is unknown."""
         if started is None or not marks:
             return None
         out, last = [], started
@@ -293,10 +264,8 @@ class ProcessTime(fields.Record):
 
     @classmethod
     def from_dict(cls, d: Any, where: str | None = None) -> ProcessTime | None:
-        """report.json's ``process`` (None: a report written before it was measured), each
-        value checked.
+        """report.json's ``process`` (None: an older report), each value checked.
 
         Raises:
-            ReportError: a value not of its kind, naming it (``process.stages[1].seconds``).
-        """
+            ReportError: a value not of its kind, naming it (``process.stages[1].seconds``)."""
         return None if d is None else super().from_dict(d, where)

@@ -1,49 +1,30 @@
-"""StepTimer's figures as TensorBoard scalars, laid out as Keras's TensorBoard callback lays
-out its own, so that a Keras user finds them where they look.
+"""StepTimer's figures as TensorBoard scalars, laid out as Keras's TensorBoard callback lays out
+its own, so a Keras user finds them where they look.
 
-Layout: `logdir` is a run's TensorBoard directory (the recipes' and ``toolkit.profile``'s run
-directory), holding Keras's two runs, ``train/`` and ``validation/``; the profiler trace goes
-into ``train/`` too (``train/plugins/profile``), as Keras puts it. ``tensorboard --logdir`` on
-the parent of many run directories (the recipes' ``--report_dir``) shows every run side by
-side: :func:`viewing_hint` is that one command, written the same wherever the toolkit names it.
-Given the same ``log_dir`` as ``keras.callbacks.TensorBoard``, StepTimer's points join Keras's
-``train`` run.
+`logdir` is a run's TensorBoard directory holding Keras's ``train/`` and ``validation/`` runs; the
+trace goes into ``train/`` too, as Keras puts it. ``tensorboard --logdir`` on the parent of many
+runs shows them side by side (:func:`viewing_hint`). Given the same ``log_dir`` as
+``keras.callbacks.TensorBoard``, StepTimer's points join Keras's.
 
-Tags, each with a description (TensorBoard shows it on the card):
+Tags, each with a description on its card:
 
-* ``Step time/ms``: ms per step of every timed execution (x: the global training step), or
-  the mean of each ``log_steps`` window; an epoch of more than :data:`MAX_POINTS` timed
-  executions is written in that many equal windows (TensorBoard keeps 1,000 points per tag
-  anyway). Warm-up, the first step and profiler-traced steps are left out, as in the
-  statistics. ``Step time/p50_ms`` and ``Step time/p90_ms``: per epoch, at its last step;
-* ``Throughput/examples_per_sec`` per epoch, and ``Throughput/mfu_percent`` per epoch when the
-  run measured FLOPs and the peak (``toolkit.profile`` writes it at the end);
-* ``Ledger/where the time went`` (Images tab): the run's ledger as one stacked bar, written
-  when the run ends (``toolkit.profile``);
-* ``anatomy`` (Images tab): the traced step taken apart (``anatomy.png``: the slowest layers
-  and the step's phases), written when a run with a trace window ends (``toolkit.profile``
-  with ``trace_steps``, the recipes' ``--profile_steps``);
-* ``memory/host_mb`` (and ``memory/device_mb`` where the backend counts it): the memory
-  StepTimer read during the fit, the most at each step it was read at;
-* ``memory/host_rss_mb`` and ``memory/device_peak_mb`` at each epoch's end;
-* ``epoch_<metric>``: the model's epoch metrics when asked (the recipes' ``--tensorboard``), as
-  Keras names them: ``epoch_loss`` in ``train/``, and ``val_loss`` as ``epoch_loss`` in
-  ``validation/``, x the epoch (from 0, as Keras counts), so that one card overlays the two.
+* ``Step time/ms``: ms per step of every timed execution (or per ``log_steps`` window; at most
+  :data:`MAX_POINTS` an epoch), warm-up and traced steps left out; ``Step time/p50_ms`` and
+  ``p90_ms`` per epoch;
+* ``Throughput/examples_per_sec`` and ``Throughput/mfu_percent`` per epoch;
+* ``Ledger/where the time went`` and ``anatomy`` (Images tab), written when the run ends;
+* ``memory/host_mb`` (and ``device_mb``), the most read at each step; ``memory/host_rss_mb`` and
+  ``device_peak_mb`` per epoch;
+* ``epoch_<metric>`` when asked, as Keras names them, so one card overlays train and validation.
 
-Why the two headline groups are capitalized: TensorBoard groups cards by the tag's first
-``/`` part, sorts the groups with upper case before lower case, and opens only the first two;
-``Step time`` and ``Throughput`` are the two, ahead of Keras's ``epoch_*`` and ``memory``.
+The two headline groups are capitalized: TensorBoard sorts upper case first and opens only the first
+two groups.
 
-Why not TensorBoard's ``EventFileWriter``: it hands every event to a writer thread and frames
-it there with a pure-Python CRC and a ``tf.io.gfile`` write, CPU that competes with training
-on a small machine. Here the events are TensorBoard's own protos (``tensorboard.compat.proto``),
-framed as its ``RecordWriter`` frames them (length, masked CRC-32C of the length, data, masked
-CRC-32C of the data) with ``google-crc32c``'s C code (the ``[profile]`` extra installs it;
-TensorBoard's pure-Python one otherwise), and appended to one ``events.out.tfevents...`` file
-per run, in the caller's thread: no TensorFlow op, so it works under every Keras backend.
-Nothing is written per step: StepTimer hands over each epoch's recorded steps at the epoch's
-end, and they are written then, in one write, at their own global step numbers.
-"""
+Not TensorBoard's ``EventFileWriter``: its writer thread frames every event with a pure-Python CRC,
+CPU that competes with training. Here TensorBoard's own protos are framed as its ``RecordWriter``
+frames them, with ``google-crc32c``'s C code, and appended in the caller's thread: no TensorFlow op,
+so it works under every backend. Nothing is written per step: each epoch's steps are written at its
+end, in one write."""
 
 from __future__ import annotations
 
@@ -105,8 +86,7 @@ _FILES = itertools.count()  # tells apart the event files one process opens in o
 
 
 def viewing_hint(logdir: str | os.PathLike[str]) -> str:
-    """The one command that shows the runs under `logdir` in TensorBoard (the Scalars tab and,
-    with ``[profile]`` installed, the Profile tab)."""
+    """The one command that shows the runs under `logdir` in TensorBoard."""
     return f"tensorboard --logdir {shlex.quote(os.fspath(logdir))}"
 
 
@@ -119,15 +99,13 @@ def describe(tag: str) -> str:
 
 class Scalars:
     """Event files in ``logdir/train`` and ``logdir/validation`` that TensorBoard's Scalars tab
-    reads, as Keras's TensorBoard callback lays them out.
+    reads, laid out as Keras's.
 
-    Points are kept in memory until :meth:`flush` (StepTimer flushes at each epoch's end) and
-    appended then in one write per run; :meth:`close` flushes. A later write after
-    :meth:`close` appends to the same files, which TensorBoard reads as the same runs.
+    Points are kept until :meth:`flush` and appended in one write per run; a write after
+    :meth:`close` appends to the same files.
 
     Raises:
-        ImportError: TensorBoard is not installed (one line, naming what installs it).
-    """
+        ImportError: TensorBoard is not installed (one line, naming what installs it)."""
 
     def __init__(self, logdir: str | os.PathLike[str], log_steps: int | None = None) -> None:
         try:
@@ -140,9 +118,8 @@ class Scalars:
         self.logdir = os.fspath(logdir)
         os.makedirs(self.logdir, exist_ok=True)
         self._event = Event
-        # One event, refilled for every point: building a fresh proto costs ~6x more. A
-        # scalar tensor, as tf.summary.scalar writes it: TensorBoard's data server keeps the
-        # description of a tensor's metadata, and drops it for an old-style simple_value.
+        # One event, refilled for every point (a fresh proto costs ~6x more); a scalar tensor, whose
+        # metadata's description TensorBoard keeps.
         scalar = TensorProto(dtype=DT_FLOAT, float_val=[0.0])
         self._point = Event(summary=Summary(value=[Summary.Value(tag="", tensor=scalar)]))
         self._value = self._point.summary.value[0]
@@ -169,8 +146,7 @@ class Scalars:
         )
 
     def write(self, tag: str, value: float, step: int, run: str = TRAIN) -> None:
-        """One scalar at step `step` of `run` (in its file at the next :meth:`flush`); the first
-        point of each tag carries the tag's description."""
+        """One scalar at step `step` of `run`; each tag's first point carries its description."""
         event, point = self._point, self._value
         event.wall_time, event.step = time.time(), int(step)
         point.tag = tag
@@ -205,8 +181,8 @@ class Scalars:
         self.flush()
 
     def metrics(self, values: Mapping[str, float], epoch: int) -> None:
-        """The model's epoch metrics as Keras writes them: ``loss`` as ``epoch_loss`` in
-        ``train``, ``val_loss`` as ``epoch_loss`` in ``validation``, at step `epoch`."""
+        """The model's epoch metrics as Keras writes them (``val_loss`` as ``epoch_loss`` in
+        ``validation``), at step `epoch`."""
         for name, value in values.items():
             if name.startswith("val_"):
                 self.write(f"epoch_{name[4:]}", value, epoch, VALIDATION)
@@ -214,11 +190,9 @@ class Scalars:
                 self.write(f"epoch_{name}", value, epoch)
 
     def steps(self, calls: Iterable[tuple[float, int, int, str]], first_step: int) -> int:
-        """Writes ``Step time/ms`` for the timed ones of `calls` (``(seconds, steps, epoch,
-        kind)``, StepTimer's records), the first of which ends at global step `first_step` +
-        its steps; one point per execution (per window of several when there are more than
-        :data:`MAX_POINTS`), or per ``log_steps`` window. Returns the global step after the
-        last call."""
+        """Writes ``Step time/ms`` for the timed ones of `calls`, the first ending at global step
+        `first_step` + its steps: one point per execution (or per window). Returns the global
+        step after the last call."""
         calls = list(calls)
         timed = sum(1 for _, n, _, kind in calls if kind == TIMED and n > 0)
         per_point = -(-timed // MAX_POINTS)  # executions per point when there are many
@@ -246,10 +220,9 @@ class Scalars:
         figures: Mapping[str, float] | None = None,
         epoch: int | None = None,
     ) -> int:
-        """An epoch's per-step times, its p50/p90 and examples/s (`figures`, as
-        :func:`~toolkit.core.stats.epoch_figures` gives them, computed from `calls` when
-        not given), and (when given) the model's `metrics` at step `epoch` (the epochs
-        written so far when not given). Returns the global step at the epoch's end."""
+        """An epoch's per-step times, p50/p90 and examples/s (`figures`, else computed from
+        `calls`), and the model's `metrics` at step `epoch`. Returns the global step at the
+        epoch's end."""
         end = self.steps(calls, first_step)
         if figures is None:
             figures = epoch_figures(calls, batch_size)
@@ -264,16 +237,15 @@ class Scalars:
         return end
 
     def utilization(self, flops_per_step: float | None, peak_flops: float | None) -> None:
-        """``Throughput/mfu_percent`` at each epoch written so far, from its mean step time:
-        a line over the run, where one figure at the end would be a single dot."""
+        """``Throughput/mfu_percent`` at each epoch written so far: a line, not a single dot."""
         for step, mean_ms in self.epoch_ends:
             mfu = utilization(flops_per_step, mean_ms / 1e3, peak_flops)["mfu"]
             if mfu is not None:
                 self.write(MFU, 100.0 * mfu, step)
 
     def flush(self) -> None:
-        """Appends the points written since the last flush to each run's event file (creating
-        it, named as TensorBoard names its own, at the first one)."""
+        """Appends the points since the last flush to each run's event file (created at the
+        first)."""
         for run, records in self._pending.items():
             if records:
                 self._append(run, records)
@@ -318,8 +290,8 @@ def _png_size(png: bytes) -> tuple[int, int]:
 
 
 def masked_crc32c_function() -> Callable[[bytes], int]:
-    """TFRecord's masked CRC-32C: ``google-crc32c``'s C implementation where installed, else
-    TensorBoard's own (pure Python, the same numbers, ~50x slower)."""
+    """TFRecord's masked CRC-32C: ``google-crc32c``'s C code where installed, else TensorBoard's
+    pure Python (~50x slower)."""
     try:
         import google_crc32c
     except ImportError:
