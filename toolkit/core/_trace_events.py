@@ -1,26 +1,18 @@
-"""A profiler trace read as events: what the report's trace section (``toolkit.report.trace``)
-and the backends' anatomy readers share, so a trace file is parsed one way.
+"""A profiler trace read as events: what the report's trace section and the backends' anatomy
+readers share, so a trace file is parsed one way.
 
-* :func:`xspace_events`: the events of XSpace files (TensorFlow's and JAX's profilers), in
-  Chrome trace form, through XProf's own converter (its ``trace_viewer`` tool: the timeline
-  TensorBoard's Profile tab shows): microseconds, one ``tid`` per thread, each event's
-  ``args`` as XProf gives them (TensorFlow's ``long_name`` with the op's name scopes, XLA's
-  ``hlo_module`` and ``hlo_op``).
+* :func:`xspace_events`: the events of XSpace files (TensorFlow, JAX) in Chrome trace form, through
+  XProf's own converter (its ``trace_viewer`` tool), each event's ``args`` as XProf gives them.
 * :func:`chrome_events`: the events of a Chrome trace JSON file (PyTorch's profiler).
-* :func:`hlo_metadata`: the compiled programs an XSpace file carries (JAX writes each
-  program's ``HloModuleProto`` into its metadata plane), as ``(module, instruction) ->
-  the op names of what it computes`` (a fusion: each fused instruction's). XLA keeps each
-  op's ``jax.named_scope`` path in its ``op_name`` metadata: that is how a fused program's
-  time is joined to the layers it computes. The protobuf wire format is read with
-  ``protobuf``'s own parser, from descriptors of the few fields needed (no TensorFlow: the
-  xplane and HLO message classes ship only with it): :func:`xspace_messages`, which the
-  report's loop folding reads and writes XSpace files with too.
-* :func:`step_events` and :func:`step_markers`: the step markers TraceWindow wrote (or
-  PyTorch's profiler, ``ProfilerStep#N``).
+* :func:`hlo_metadata`: the compiled programs an XSpace file carries, as ``(module, instruction) ->
+  op names`` (a fusion: each fused instruction's). XLA keeps each op's ``jax.named_scope`` path in
+  its ``op_name``: that joins a fused program's time to its layers. Read with ``protobuf``'s parser
+  from descriptors of the few fields needed (no TensorFlow): :func:`xspace_messages`.
+* :func:`step_events` and :func:`step_markers`: the step markers TraceWindow (or PyTorch,
+  ``ProfilerStep#N``) wrote.
 
-Imports no framework. Nothing raises for a bad file: a reader returns what it could read and
-an error in words.
-"""
+Imports no framework. Nothing raises for a bad file: a reader returns what it could read and an
+error in words."""
 
 from __future__ import annotations
 
@@ -39,9 +31,8 @@ Event = dict[str, Any]  # one Chrome trace event, as the file has it
 
 
 def xspace_events(files: list[str]) -> tuple[list[Event], dict[Any, str], str | None]:
-    """The complete (``ph == "X"``) events of XSpace `files`, the name of each process (a
-    plane: ``/host:CPU``, ``/device:GPU:0``) by its ``pid``, and an error in words (None:
-    read). XProf (the ``[profile]`` extra) does the reading."""
+    """The complete events of XSpace `files`, each process's name (a plane) by ``pid``, and an
+    error in words (None: read)."""
     try:
         from xprof.convert import raw_to_tool_data
     except ImportError:
@@ -69,8 +60,8 @@ def xspace_events(files: list[str]) -> tuple[list[Event], dict[Any, str], str | 
 
 
 def chrome_events(path: str) -> tuple[list[Event], str | None]:
-    """The complete events of a Chrome trace JSON file (``.json`` or ``.json.gz``), and an
-    error in words (None: read)."""
+    """The complete events of a Chrome trace JSON file (``.json`` or ``.json.gz``), and an error
+    in words."""
     try:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8") as f:
@@ -92,9 +83,8 @@ def _complete(e: Any) -> bool:
 
 
 def step_events(events: list[Event], name: str) -> list[Event]:
-    """The step markers among `events`: each named `name` followed by its step number
-    (``train 7``, ``ProfilerStep#7``), in time order. Where a TensorFlow step runs a loop (an
-    LSTM's), XProf groups the steps by the loop and names the markers `name` alone."""
+    """The step markers among `events` (``train 7``, ``ProfilerStep#7``), in time order. Where a
+    TensorFlow step runs a loop, XProf names the markers `name` alone."""
     found = []
     for e in events:
         n = e["name"]
@@ -110,8 +100,7 @@ def step_markers(events: list[Event], name: str) -> list[tuple[float, float]]:
 
 
 def innermost(events: list[Event]) -> Iterator[tuple[Event, list[Event]]]:
-    """Each event of one thread with the events enclosing it (outermost first), in time
-    order: the nesting a single thread's trace has."""
+    """Each event of one thread with the events enclosing it (outermost first), in time order."""
     stack: list[Event] = []
     for e in sorted(events, key=lambda e: (e["ts"], -e["dur"])):
         end = e["ts"] + e["dur"]
@@ -126,13 +115,11 @@ def innermost(events: list[Event]) -> Iterator[tuple[Event, list[Event]]]:
 
 @functools.cache
 def xspace_messages() -> dict[str, Any]:
-    """Message classes for XSpace, the profiler's trace file (``XSpace``), and the compiled
-    programs JAX writes into it (``HloProto``, ``HloModule``), of the fields this toolkit
-    reads or sets: the field numbers of tsl's ``xplane.proto`` and XLA's ``hlo.proto``. Every
-    other field is kept as an unknown one, so a trace parsed and written again is the same
-    trace but for what was changed (the report's loop folding). Built from descriptors written
-    out: XProf ships no Python module for them, and TensorFlow's come with ``import
-    tensorflow``, which no reader here does. Raises ImportError without ``protobuf``."""
+    """Message classes for XSpace and the programs JAX writes into it (``HloProto``,
+    ``HloModule``), of the fields read or set here, by tsl's and XLA's field numbers. Other
+    fields are kept as unknown ones, so a trace written again is the same but for what
+    changed. XProf ships no Python module for them, and TensorFlow's need ``import
+    tensorflow``. Raises ImportError without ``protobuf``."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     F = descriptor_pb2.FieldDescriptorProto
@@ -179,8 +166,7 @@ def xspace_messages() -> dict[str, Any]:
             ("stats", 5, F.TYPE_MESSAGE, rep, ".tk.XStat"),
         ],
     )
-    # One of a value's kinds is set (a oneof in xplane.proto); proto2 keeps which one, so a
-    # value set to 0 stays of its kind when written again.
+    # A oneof in xplane.proto: proto2 keeps which kind is set, so a 0 stays of its kind.
     message(
         "XStat",
         [
@@ -225,15 +211,12 @@ def xspace_messages() -> dict[str, Any]:
 def hlo_metadata(
     files: list[str], events: list[Event] = ()
 ) -> dict[tuple[str, str], tuple[str, ...]]:
-    """``(module name, instruction name) -> op names`` of the compiled programs the XSpace
-    `files` carry: an instruction's own ``op_name`` metadata, or for one that calls other
-    computations (a fusion, a custom fusion), the op names of every instruction they hold.
-    Empty where the files carry no program (TensorFlow's) or cannot be read.
+    """``(module name, instruction name) -> op names`` of the programs the XSpace `files` carry:
+    an instruction's ``op_name``, or for a fusion, every instruction's it holds. Empty where
+    none (TensorFlow's) or unreadable.
 
-    A process that compiled several programs of one name (``jit_train_step``, a fit after
-    another) may carry them all, and the trace's events name a program only by its module:
-    of each name, the program kept is the newest (its id, ``jit_train_step(28)``) among those
-    holding every op the `events` ran under that name."""
+    Events name a program only by its module, and a process may carry several of one name: the one
+    kept is the newest holding every op the `events` ran under that name."""
     try:
         classes = xspace_messages()
     except Exception:  # noqa: BLE001 - no protobuf runtime: nothing joined, said by the caller
@@ -310,9 +293,8 @@ def _program(classes: Mapping[str, Any], data: bytes) -> dict[tuple[str, str], t
 
 # ---------------------------------------------------------------------------- scope tokens
 
-# The toolkit's scope tokens (``toolkit.profiling.anatomy`` opens them around each layer's
-# call and each phase's method): ``kpl<N>`` a layer, the others a phase. TensorFlow makes a
-# name scope opened twice in one graph unique with ``_1``, ``_2``: the suffix is read off.
+# The toolkit's scope tokens: ``kpl<N>`` a layer, the others a phase. TensorFlow's ``_1``, ``_2``
+# suffix on a scope opened twice is read off.
 _TOKEN = re.compile(
     r"(?<![A-Za-z0-9])(kp(?:l\d+|opt|loss|metrics|step|model))(?:_\d+)?(?![A-Za-z0-9])"
 )
@@ -324,8 +306,7 @@ def tokens_in(text: str) -> tuple[str, ...]:
 
 
 def layer_token(tokens: tuple[str, ...]) -> str | None:
-    """The innermost layer token (``kpl<N>``) of `tokens`; None where none is a layer's (the
-    loss's ``kploss`` begins as a layer's does)."""
+    """The innermost layer token of `tokens`; None where none is a layer's."""
     return next((t for t in reversed(tokens) if t.startswith("kpl") and t[3:].isdigit()), None)
 
 
@@ -334,12 +315,9 @@ _CALL = re.compile(r"kpl\d+(?:_\d+)?")
 
 
 def call_in(text: str) -> str:
-    """Which call of its innermost layer an op ran in, as TensorFlow names the forward ops:
-    their scopes down to that layer's token. Keras opens a scope of the layer's name around
-    each call, which TensorFlow makes unique in one graph (``discriminator_1/.../kpl1``, then
-    ``discriminator_3/.../kpl1``), and a gradient's ops are named after the ops they
-    differentiate, under ``gradient_tape/``: the same text with that taken out. "" where no
-    layer scope holds the op."""
+    """Which call of its innermost layer an op ran in: its scopes down to that layer's token
+    (TensorFlow makes each call's scope unique), with ``gradient_tape/`` taken out for a
+    gradient's ops. "" where no layer scope holds the op."""
     parts = [p for p in text.split("/") if p != "gradient_tape"]
     at = [i for i, part in enumerate(parts) if _CALL.fullmatch(part)]
     return "/".join(parts[: at[-1] + 1]) if at else ""
@@ -348,10 +326,9 @@ def call_in(text: str) -> str:
 def xla_op_spans(
     event: Event, programs: Mapping[tuple[str, str], tuple[str, ...]], lane: str, backward: str
 ) -> list[Any] | None:
-    """The spans of one XLA op's event (``hlo_module``, ``hlo_op``), joined to its program's
-    metadata (:func:`hlo_metadata`): one span per distinct ``(tokens, gradient)`` its ops
-    have, fused when they hold several layers. `backward` marks a gradient op's name (JAX's
-    ``transpose(``, TensorFlow's ``gradient_tape``). None where the program is not known."""
+    """The spans of one XLA op's event joined to its program's metadata: one span per distinct
+    ``(tokens, gradient)``, fused when they hold several layers. `backward` marks a gradient
+    op's name. None where the program is unknown."""
     from toolkit.core._anatomy import Span, SpanKind
 
     args = event.get("args") or {}

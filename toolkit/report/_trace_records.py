@@ -1,15 +1,10 @@
-"""The trace's records: what crosses the door from the trace reader (``toolkit.report.trace``,
-which builds them) to its readers (the report's trace section, ``toolkit.search.diagnose``'s
-XProf line, ``python -m toolkit trace``), which render them.
+"""The trace's records: what crosses from the trace reader (``toolkit.report.trace``) to its
+readers, which render them.
 
-Small frozen dataclasses, pure Python. :class:`TraceAnalysis` is one trace's reading; its
-:meth:`TraceAnalysis.to_dict` and :meth:`TraceAnalysis.from_dict` are the JSON edge
-(``report.json``'s ``trace.analysis``, the schema in ``docs/report.md``): ``to_dict`` writes the
-object reports have always held, and ``from_dict`` reads any report's back, an older one's
-missing fields taking their defaults. A field of the wrong kind (a report is anyone's file)
-raises ReportError naming it (``toolkit.core._fields``, every record's wording), which the
-report's reader says as one line.
-"""
+Small frozen dataclasses, pure Python. :meth:`TraceAnalysis.to_dict` and
+:meth:`TraceAnalysis.from_dict` are the JSON edge (``trace.analysis``, schema in
+``docs/report.md``); an older report's missing fields take their defaults, and a field of the wrong
+kind raises ReportError naming it."""
 
 from __future__ import annotations
 
@@ -29,8 +24,8 @@ def _field(name: str) -> str:
 
 
 def _number(value: Any, name: str, optional: bool = False) -> Any:
-    """`value` as a finite float of either sign, as a trace's figures have always been read
-    (None where `optional` and null), or ReportError naming it."""
+    """`value` as a finite float of either sign (None where `optional` and null), or ReportError
+    naming it."""
     if value is None and optional:
         return None
     read = fields.finite(value)
@@ -83,15 +78,14 @@ class Spread(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class TracedStep:
-    """One marked step of the trace (with ``steps_per_execution`` > 1, one marked call, its
-    times per step).
+    """One marked step of the trace (with ``steps_per_execution`` > 1, one marked call, times per
+    step).
 
     Attributes:
         step: its number, as the trace names it.
         step_ms: its time.
-        breakdown: its time in XProf's parts (``input``, ``device compute``, ...), ms each, in
-            XProf's order; empty where the trace has no such analysis (PyTorch's).
-    """
+        breakdown: its time in XProf's parts, ms each, in XProf's order; empty where there is no
+            such analysis (PyTorch's)."""
 
     step: str
     step_ms: float
@@ -117,11 +111,10 @@ class OpTime(fields.Record):
 
     Attributes:
         op: its name, as the trace names it.
-        type: its type (XProf's: ``MatMul``, ``fusion``; empty for PyTorch's ops).
+        type: its type (XProf's ``MatMul``, ``fusion``; empty for PyTorch's).
         count: how many times it ran in the trace.
-        self_ms: its self time per marked step (in the whole trace where no step is marked).
-        share: its part of its side's (host's or device's) self time, 0 to 1.
-    """
+        self_ms: its self time per marked step (in the whole trace where none is marked).
+        share: its part of its side's self time, 0 to 1."""
 
     op: str
     type: str = fields.field(missing="")
@@ -163,24 +156,18 @@ class TraceAnalysis(fields.Record):
 
     Attributes:
         reader: what read it (``xprof 2.x``, ``chrome trace json``); None: nothing did.
-        steps: one row per marked step (:class:`TracedStep`).
-        step_ms: the steps' time per step (:class:`Spread`); None without a step.
-        breakdown_ms: the mean step's time in XProf's parts, ms each (those not all zero).
-        input_percent: the share of step time spent waiting for input, 0 to 100.
-        collectives_percent: the all-reduce's (and every collective's) share of the step, from
-            XProf's collectives column or the collective ops' self time; None where the trace
-            shows none.
-        verdict: XProf's: ``highly input-bound``, ``moderately input-bound``, ``potentially
-            input-bound`` (much "other" time: Python or I/O), ``not input-bound``, or None.
-        statement: XProf's words on the input, as TensorBoard's Profile tab shows them.
+        steps: one row per marked step.
+        step_ms: the steps' time per step; None without a step.
+        breakdown_ms: the mean step's time in XProf's parts (those not all zero).
+        input_percent: the share of step time waiting for input, 0 to 100.
+        collectives_percent: the collectives' share of the step; None where the trace shows none.
+        verdict: XProf's (``highly input-bound`` ... ``not input-bound``), or None.
+        statement: XProf's words on the input, as TensorBoard shows them.
         top_ops: the top ops by self time, host and device.
-        error: why something could not be read, in words, or how it was read (the rest kept).
-        overview: XProf's overview page was read; then its ``bottleneck`` (None where it named
-            none) is in the JSON, which holds no such key otherwise.
-        bottleneck: XProf's word for where the step's time goes (``input``, ``both``, ...).
-        steps_per_row: steps per marked row (``steps_per_execution``: Keras marks a call, not
-            each of its steps); 1 but for XProf's reading of a trace with steps.
-    """
+        error: why something could not be read, or how it was read (the rest kept).
+        overview: XProf's overview page was read (then ``bottleneck`` is in the JSON).
+        bottleneck: XProf's word for where the step's time goes.
+        steps_per_row: steps per marked row (``steps_per_execution``: Keras marks a call)."""
 
     WHERE = _WHERE
 
@@ -212,8 +199,8 @@ class TraceAnalysis(fields.Record):
 
     @classmethod
     def from_dict(cls, d: Any, where: str | None = None) -> TraceAnalysis | None:
-        """The analysis a report holds (:meth:`to_dict`'s, or an older report's, its missing
-        fields taking their defaults); None where it holds none."""
+        """The analysis a report holds, an older one's missing fields taking their defaults; None
+        where none."""
         if not d:
             return None
         read = super().from_dict(d, where)
@@ -222,8 +209,8 @@ class TraceAnalysis(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class TraceSection:
-    """report.json's ``trace``: what the TraceWindow did, what its files said when the run
-    ended (`analysis`; None where it wrote none), and the command that shows them (`view`)."""
+    """report.json's ``trace``: what the TraceWindow did, what its files said (`analysis`), and
+    the command that shows them (`view`)."""
 
     window: Traced
     analysis: TraceAnalysis | None = None
@@ -242,8 +229,7 @@ class TraceSection:
         """A report's ``trace``; None where the run took none.
 
         Raises:
-            ReportError: a field not of its kind, named (``trace.analysis.steps[0].step_ms``).
-        """
+            ReportError: a field not of its kind, named (``trace.analysis.steps[0].step_ms``)."""
         if d is None:
             return None
         d = fields.mapping("trace", d)
