@@ -1,16 +1,12 @@
 """Each layer timed alone: the anatomy's check of its own layer figures.
 
-A trace's time for a layer can be far from what the layer costs: the profiler's own cost
-falls on layers of many small ops, ops of other layers run beside its ops on other threads
-(XLA's CPU runtime runs independent thunks at once), a fused program's time is split by a
-rule, not a measurement. So the layers that matter (the trace's slowest, the ones a user
-names, then every layer with weights, as time allows) are each timed alone through the
-backend seam's ``layer_alone``: the same layer object, compiled as the model's step is
-compiled, on inputs of the shapes its calls saw, forward and forward+backward. Layers of one
-class, configuration and input shapes (a Transformer's blocks) cost the same: timed once.
-
-:func:`toolkit.core._anatomy.reconcile` then shows, for each layer, the figure that holds.
-"""
+A trace's time for a layer can be far from what it costs: the profiler's cost falls on layers of
+many small ops, other layers' ops run beside its own (XLA's CPU runtime), a fused program's time is
+split by a rule. So the layers that matter (the trace's slowest, those named, then every layer with
+weights, as time allows) are timed alone through the seam's ``layer_alone``: the same layer,
+compiled as the step is, on inputs of the shapes its calls saw, forward and forward+backward. Layers
+of one class, config and input shapes are timed once. :func:`toolkit.core._anatomy.reconcile` then
+shows the figure that holds."""
 
 from __future__ import annotations
 
@@ -27,8 +23,8 @@ from toolkit.core.compat import own_method
 from toolkit.core.errors import one_line
 from toolkit.core.stats import warmed_calls
 
-# A model class's own methods that make its step more than its call (keras.io's Distiller runs
-# its teacher in compute_loss): timed alone, the model is not the step's work.
+# A model class's own methods that make its step more than its call: timed alone, the model is not
+# the step's work.
 _STEP = ("train_step", "compute_loss")
 
 __all__ = ["time_alone"]  # check_layers is the anatomy's (toolkit.search.anatomy)
@@ -44,8 +40,8 @@ Specs = tuple[tuple[tuple[int, ...], str], ...]
 
 @dataclasses.dataclass(frozen=True)
 class Alone:
-    """One call of a layer (or a whole model) timed alone: its forward, and its forward with
-    its gradients, each the fastest of its runs."""
+    """One call of a layer (or model) timed alone: its forward, and forward with gradients, each
+    the fastest run."""
 
     forward_s: float
     both_s: float
@@ -59,14 +55,10 @@ def time_alone(
     runs: int = RUNS,
     input_grads: bool = True,
 ) -> Alone:
-    """One call of `layer` alone (``layer_alone`` of the seam, after its compile): forward,
-    and forward with its gradients (of its floating inputs as well unless `input_grads` is
-    False, as for a whole model, whose step needs none of its data's).
-
-    The two are timed in turn, `runs` runs each, and each keeps its fastest run: timed one
-    after the other, a loaded machine's slow spell fell on the forward alone and read it
-    slower than forward with backward (a whole model's backward read 0 in a loaded test);
-    in turn, a spell falls on both, and the fastest run is what the layer costs."""
+    """One call of `layer` alone (the seam's ``layer_alone``, after its compile): forward, and
+    forward with gradients (of its floating inputs too unless `input_grads` is False). The two
+    are timed in turn, `runs` each, each keeping its fastest: a loaded machine's slow spell
+    then falls on both."""
     seam = backend.get()
     forward = seam.layer_alone(layer, inputs, backward=False, jit=jit, input_grads=input_grads)
     both = seam.layer_alone(layer, inputs, backward=True, jit=jit, input_grads=input_grads)
@@ -92,13 +84,10 @@ def check_layers(
     timer: Callable[..., Alone] = time_alone,
     data_fed: Collection[int] = (),
 ) -> Anatomy:
-    """`found` with its layers timed alone (``LayerTime.alone_s``, ``alone_forward_s``), or
-    in ``check`` why one was not. `entries`: the scopes' ``LayerEntry`` records (the layer
-    objects and the shapes their calls saw); `batch`: the batch size, for a dimension a
-    traced graph left open; `jit`: the model's ``jit_compile``; `data_fed`: the ids of the
-    layers called on the model's own inputs only (:func:`fed_by_data`), timed without the
-    gradients of their inputs, which the step never takes. Never raises for a layer: a
-    layer that cannot be called alone says why."""
+    """`found` with its layers timed alone, or in ``check`` why one was not. `entries`: the
+    scopes' ``LayerEntry`` records; `batch`: for an open batch dimension; `jit`: the model's
+    ``jit_compile``; `data_fed`: layers called on the model's inputs only, timed without their
+    inputs' gradients. Never raises for a layer."""
     by_name = {e.name: e for e in entries}
     if found.error or not found.layers:
         return found
@@ -140,12 +129,11 @@ def check_layers(
 
 
 def _timed(x: LayerTime, forward_s: float, both_s: float, held: set[str]) -> LayerTime:
-    """`x` with its calls of a step timed alone, from one call's forward and forward with
-    gradients: a backward only for the calls a gradient went through (``backward_calls``)."""
+    """`x` with its calls of a step timed alone: a backward only for the calls a gradient went
+    through."""
     calls = max(1, x.calls)
-    # A forward alone no faster than with its gradients is a noisy machine's reading, not a
-    # free backward (it read a planted Dense's backward as 0 under load): its total stands,
-    # its split is left to the trace's
+    # A forward alone no faster than with its gradients is noise, not a free backward: its total
+    # stands, its split is the trace's
     forward = forward_s * calls if forward_s < both_s else None
     both = both_s * calls
     if forward is not None and x.backward_calls is not None:  # a call took no gradient
@@ -166,13 +154,10 @@ def check_model(
     jit: bool,
     timer: Callable[..., Alone] = time_alone,
 ) -> Anatomy:
-    """`found` with the whole model timed alone (``Anatomy.model_alone_s``, forward and its
-    gradients; ``model_alone_forward_s``, forward alone), the check of its forward and
-    backward phases: a trace splits the model's work by scopes, and where its ops run beside
-    each other (XLA's CPU runtime) or in one fusion, its forward/backward split is a rule's,
-    not a measurement. `inputs`: the specs of the model's own call (``Scopes.model_inputs``);
-    `calls`: how often the step called the model (a custom ``train_step`` may call only
-    models it holds). Where it cannot be timed, a note says why."""
+    """`found` with the whole model timed alone (forward, and with gradients): the check of the
+    trace's forward/backward split, which is a rule's where ops run side by side or fused.
+    `inputs`: the model's call specs; `calls`: how often the step called it. Where it cannot
+    be timed, a note says why."""
     if found.error or model is None:
         return found
     own = [f"{k.__name__}.{m}" for m in _STEP for k in [own_method(model, m)] if k is not None]
@@ -202,13 +187,9 @@ def check_model(
 
 
 def fed_by_data(model: Any) -> frozenset[int]:
-    """The ids of `model`'s layers (and of functional models' nested in it) none of whose
-    inputs depends on a trainable weight: the step takes no gradient of their inputs, so
-    timed alone with one (an LSTM's over 120 time steps) they read slower than the whole
-    step, and counted with one their FLOPs read 1.5x. The model's own inputs, and what only
-    weightless or frozen layers made of them (keras.io's augmentation and ``Rescaling``, a
-    frozen base, lookups and ``Normalization``), carry none. Empty where the model keeps no
-    graph (a subclassed model): every layer is timed with its inputs' gradients."""
+    """The ids of `model`'s layers (and nested functional models') none of whose inputs depends
+    on a trainable weight: the step takes no gradient of their inputs, so they are timed and
+    counted without one. Empty where the model keeps no graph."""
     out: set[int] = set()
     try:
         _no_input_gradient(model, out)
@@ -218,9 +199,8 @@ def fed_by_data(model: Any) -> frozenset[int]:
 
 
 def _no_input_gradient(model: Any, out: set[int]) -> None:
-    """Adds to `out` the layers of `model`'s graph whose inputs carry no gradient, walking
-    each tensor back to the layers that made it (``_keras_history``), and into a nested
-    functional model so fed."""
+    """Adds to `out` the layers of `model`'s graph whose inputs carry no gradient, walking each
+    tensor back (``_keras_history``)."""
     graph = getattr(model, "_functional", None) or model  # Keras 3's Sequential
     inputs = {id(t) for t in (graph.inputs or ())}
     carried: dict[int, bool] = {}
@@ -278,7 +258,7 @@ def _order(
     layers: Sequence[LayerTime], by_name: Mapping[str, Any], names: Sequence[str]
 ) -> list[LayerTime]:
     """The trace's slowest AT_LEAST, the named, then layers with weights (most FLOPs, then
-    slowest traced), then the rest, slowest first."""
+    slowest), then the rest."""
     ranked = sorted(layers, key=lambda x: x.seconds, reverse=True)
     first = ranked[:AT_LEAST] + [x for x in ranked[AT_LEAST:] if x.name in names]
     rest = [x for x in ranked if x not in first]
@@ -292,12 +272,8 @@ def _order(
 
 
 def _failed_alone(error: Exception) -> str:
-    """Why a run alone failed, in one line. An error of TensorFlow's own runtime (its graph
-    rewriting, its kernels) is TensorFlow's, not the model's, which ran in the fit: named by
-    its type and the first words of its message, without the internal resource path that
-    filled the note (a keras.io U-Net: ``AlreadyExistsError: Resource __per_step_0/while/
-    body/_1/while/ArithmeticOptimizer/AddOpsRewrite_add_2/tmp_var/frame:6315961604705615773
-    ...``)."""
+    """Why a run alone failed, in one line. An error of TensorFlow's own runtime is named by its
+    type and first words, without the internal resource path that filled the note."""
     if not type(error).__module__.startswith("tensorflow.python.framework.errors"):
         return one_line(error)
     words = str(getattr(error, "message", "") or error).split()
@@ -306,8 +282,7 @@ def _failed_alone(error: Exception) -> str:
 
 
 def _why_not(entry: Any, batch: int | None) -> tuple[str, Specs]:
-    """Why `entry`'s layer cannot be timed alone (empty: it can), and its inputs' specs. A
-    layer holding others is timed with them (``LayerTime.alone_with_held``)."""
+    """Why `entry`'s layer cannot be timed alone (empty: it can), and its inputs' specs."""
     if entry is None or entry.layer is None:
         return "the scopes did not hold it", ()
     if not entry.inputs:

@@ -1,16 +1,10 @@
 """The largest batch that fits: ``toolkit.fits(model, data, limit=...)`` and the memory verb.
 
-Trying a batch risks the process (on a GPU, the notebook), so each try runs in a fresh process
-(``workload.peak_at``), a failure said as ``out of memory at batch N``. The peak of a short fit is
-measured at two or three batch sizes (the device's, or on a CPU resident memory), a
-:class:`PeakLine` fitted through them, and the largest batch under the limit read off it and run
-to check it. A check over the limit or :data:`MISS` off the line refits it once: on a CPU the
-peak grows in steps (TensorFlow's allocator takes regions), so far out the line reads low. A
-process past :data:`HOST_CAP` of the host's RAM is stopped (``_processes._HostCap``).
-
-A model in memory is handed over as a ``.keras`` file and its data as arrays; a function or a
-recipe is built again in each process.
-"""
+Trying a batch risks the process, so each try runs in a fresh process (``workload.peak_at``). A
+short fit's peak is measured at two or three batch sizes, a :class:`PeakLine` fitted through them,
+and the largest batch under the limit read off and run to check it. A check over the limit or
+:data:`MISS` off the line refits once (on a CPU the peak grows in steps). A process past
+:data:`HOST_CAP` of the host's RAM is stopped."""
 
 from __future__ import annotations
 
@@ -360,30 +354,27 @@ def fits(
     timeout_s: float = CHILD_TIMEOUT_S,
 ) -> BatchFit:
     """The largest batch that fits in memory, predicted from peaks measured in fresh processes
-    and checked (see the module docstring). On a GPU, call it before your own process fills the
-    device (TensorFlow takes most at its first op).
+    and checked. On a GPU, call it before your own process fills the device.
 
     Args:
-        model: your compiled Keras model (with `data`); or a top-level function returning
-            ``(compiled model, data)``, ``"module:function"``, a recipe's name, or a Target.
+        model: your compiled Keras model (with `data`); or a function returning ``(model, data)``,
+            ``"module:function"``, a recipe's name, or a Target.
         data: with a model, its training data: arrays or a ``tf.data`` pipeline.
-        limit: MiB, or a size (``"12GB"``). Defaults to the device's memory, or on a CPU
-            :data:`HOST_SHARE` of the host's available RAM.
-        batch_sizes: two or more sizes to measure. Defaults to :data:`SCALE` times the run's
-            batch (and :func:`_further` where the peak does not grow measurably).
-        config: a ``TrainConfig`` for the runs (device, precision, a recipe's batch size).
-        steps: training steps in each run. Defaults to `4`.
-        check: run the predicted batch and measure its peak. Defaults to `True`.
-        progress: called with a line per run. Defaults to ``toolkit.core.progress.say``.
-        timeout_s: one run at most, in seconds. Defaults to `900`.
+        limit: MiB, or a size (``"12GB"``); default: the device's memory, or :data:`HOST_SHARE` of
+            available RAM.
+        batch_sizes: two or more sizes to measure (default: :data:`SCALE` times the run's batch).
+        config: a ``TrainConfig`` for the runs.
+        steps: training steps in each run.
+        check: run the predicted batch and measure its peak.
+        progress: called with a line per run.
+        timeout_s: one run at most, in seconds.
 
     Returns:
         A :class:`BatchFit`: ``found.batch_size``, ``found.ratio`` (predicted / measured peak).
 
     Raises:
         ValueError: a bad argument, or a limit below what one batch needs.
-        toolkit.runner.task.SetupError: a run that failed other than by running out of memory.
-    """
+        toolkit.runner.task.SetupError: a run that failed other than by running out of memory."""
     limit_mb, sizes, steps = parse_limit(limit), check_sizes(batch_sizes), check_steps(steps)
     with _handed_over(model, data, config) as (target, env, words, batch):
         runs = _Runs(target, env, steps, timeout_s, progress)
