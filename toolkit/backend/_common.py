@@ -1,7 +1,6 @@
-"""What the three backend modules share: the seam's contract (:data:`SEAM`, the functions each
-implements), the matmul peak's calibrated timing protocol, and for JAX and PyTorch the
-one-step-per-batch training step and the settings only TensorFlow runs. No framework is
-imported here."""
+"""What the three backend modules share: the seam's contract (:data:`SEAM`), the matmul peak's
+timing protocol, and for JAX and PyTorch the one-step-per-batch step and the settings only
+TensorFlow runs. Imports no framework."""
 
 from __future__ import annotations
 
@@ -25,11 +24,9 @@ MB = 1024.0 * 1024.0
 class Seam(Protocol):
     """The functions every backend module implements: the seam's contract, as a type.
 
-    :func:`toolkit.backend.get` returns the module as a ``Seam``, so a type checker sees every
-    seam call, and checks the module against it when it is first imported: one that misses a
-    function fails there, naming it, not at the first call of it. Each function's own
-    docstring is its backend's (``_tensorflow``, ``_jax``, ``_torch``); a module is a ``Seam``
-    by its functions (PEP 544: a module can implement a protocol)."""
+    :func:`toolkit.backend.get` returns the module as a ``Seam``, so a type checker sees every seam
+    call, and checks it when first imported: a missing function fails there, named. A module is a
+    ``Seam`` by its functions (PEP 544)."""
 
     # devices: toolkit.devices asks these (each module's devices.py)
     def apple_gpu_path(self) -> tuple[str, str, str]: ...
@@ -127,12 +124,9 @@ PEAK_RUNS = 7
 def calibrated_peak(timed: Callable[[int], float], size: int, seconds: float) -> MatmulRun:
     """FLOP/s of chained ``size``² matmuls: `timed(n)` runs n of them and waits once.
 
-    The first call compiles, the loop length is calibrated to about `seconds`, one full-length
-    run is left out (clocks and thread pools still ramping up), and the best of
-    :data:`PEAK_RUNS` timed runs counts: a peak is the most the device did. ``spread_pct``
-    (how much slower the median run was than the best) says how far to trust it: a busy
-    machine measures low and spread out.
-    """
+    The first call compiles, the loop is calibrated to about `seconds`, one full run is left out
+    (clocks ramping up), and the best of :data:`PEAK_RUNS` timed runs counts. ``spread_pct`` (median
+    against best) says how far to trust it."""
     timed(1)
     n = max(1, round(seconds / max(timed(2) / 2, 1e-6)))
     timed(n)
@@ -143,8 +137,7 @@ def calibrated_peak(timed: Callable[[int], float], size: int, seconds: float) ->
 
 def refuse_tf_only(config: Any, backend: str, fused: bool = False) -> None:
     """Raises ValueError (one line) for the settings only TensorFlow runs: ``tf.distribute``
-    strategies, and fused steps (a loop inside the compiled train step) where the backend
-    has no such loop (`fused`: it has)."""
+    strategies, and fused steps where the backend has no such loop."""
     if config.fused_steps > 1 and not fused:
         raise ValueError(
             f"--fused_steps={config.fused_steps}: fused steps are a loop inside the compiled "
@@ -160,8 +153,8 @@ def refuse_tf_only(config: Any, backend: str, fused: bool = False) -> None:
 
 
 def mark_fused_steps(model: Any, steps: int) -> bool:
-    """Records `steps` on `model` (StepTimer counts that many training steps per batch) and
-    says whether there is a loop to build (``steps > 1``). Raises ValueError below 1."""
+    """Records `steps` on `model` and says whether there is a loop to build. Raises ValueError
+    below 1."""
     if steps < 1:
         raise ValueError(f"--fused_steps must be >= 1, got {steps}")
     setattr(model, FUSED_STEPS_ATTR, steps)
@@ -177,16 +170,15 @@ def one_step_per_batch(model: Any, steps: int) -> None:
 
 
 def keras_device_scope(framework_device: Any) -> contextlib.AbstractContextManager:
-    """``keras.device``: where a block's ops go on a backend without a device context of its
-    own (JAX, PyTorch), given the framework's name for the device."""
+    """``keras.device``: where a block's ops go on a backend without a device context of its own."""
     import keras
 
     return keras.device(framework_device)
 
 
 def no_augmentation_pin(device: Any) -> contextlib.AbstractContextManager:
-    """Nothing to pin: tf.data's random ops run on the CPU whatever device trains (only
-    tensorflow-metal lacks their kernels)."""
+    """Nothing to pin: tf.data's random ops run on the CPU (only tensorflow-metal lacks their
+    kernels)."""
     return contextlib.nullcontext()
 
 
@@ -196,8 +188,8 @@ def no_retracing_noise() -> contextlib.AbstractContextManager:
 
 
 def has_float64(model: Any) -> bool:
-    """Whether Keras computes in float64 (``floatx``) or `model` holds a float64 weight: the
-    Apple GPUs have no float64 kernels."""
+    """Whether Keras computes in float64 or `model` holds a float64 weight: Apple GPUs have no
+    float64 kernels."""
     from toolkit.core import compat
 
     try:
@@ -234,11 +226,9 @@ def digest(arrays: Any) -> str:
 
 @dataclasses.dataclass
 class CompileEvent:
-    """One compile a backend's signal found: `function` (``train``, ``evaluate`` or None),
-    `at` (the clock when it happened, or None where the signal is a counter read at
-    :meth:`CompileWatch.poll`), `seconds` (the backend's own duration, or None), `cause`
-    (words, or None) and `where` (the poll label it was found at). JAX adds a compile's later
-    phases to the one it is reporting."""
+    """One compile a backend's signal found: `function`, `at` (the clock, or None for a counter
+    read at :meth:`CompileWatch.poll`), `seconds` (the backend's own duration), `cause` and
+    `where` (the poll label)."""
 
     function: str | None
     at: float | None = None
@@ -248,22 +238,16 @@ class CompileEvent:
 
 
 class CompileWatch:
-    """What a backend says of one fit's compiles, and of the time its input took, for the
-    ledger (``toolkit.profiling._ledger``). This base sees nothing: a backend without a signal.
-
-    Each backend's ``compile_watch(model, clock)`` returns a subclass that reads the backend's
-    own signal (TensorFlow: the traced functions' tracing counts; JAX: its monitoring events;
-    PyTorch: TorchDynamo's counters). It never syncs the device.
+    """What a backend says of one fit's compiles and input time, for the ledger. This base sees
+    nothing; each backend's ``compile_watch(model, clock)`` returns a subclass reading its own
+    signal, never syncing the device.
 
     Attributes:
-        signal: how compiles are found, in words, for the report.
-        input_seen: where the input's time is measured: ``"inside"`` (each batch read is
-            timed inside the train function: :attr:`input_spans`), ``"between"`` (Keras
-            fetches the batch between two steps: the ledger times the gaps) or ``""`` (the
-            batch is read inside the traced step, where only a profiler sees it).
+        signal: how compiles are found, in words.
+        input_seen: ``"inside"`` (reads timed inside the train function), ``"between"`` (the ledger
+            times the gaps between steps) or ``""`` (only a profiler sees it).
         events: a :class:`CompileEvent` per compile found.
-        input_spans: ``(start, seconds)`` of each batch read timed inside a train function.
-    """
+        input_spans: ``(start, seconds)`` of each batch read timed inside a train function."""
 
     signal = "none: only each function's first call is counted as a compile"
     input_seen = ""
@@ -277,8 +261,8 @@ class CompileWatch:
         """Called at the fit's train begin."""
 
     def poll(self, where: str) -> None:
-        """Reads counter-based signals: compiles since the last poll happened in `where`
-        (``train epoch 3``, ``validation 2``), an interval the ledger knows."""
+        """Reads counter-based signals: compiles since the last poll happened in `where`, an
+        interval the ledger knows."""
 
     def test_begin(self) -> None:
         """Called at each validation's begin (the evaluation function exists by then)."""
@@ -290,7 +274,7 @@ class CompileWatch:
 
 def shape_change(before: Any, now: Any) -> str | None:
     """Words for how a batch's ``((shape, dtype), ...)`` signature changed, or None: ``input
-    shape (17, 8) (was (32, 8))``, ``input dtype float64 (was float32)``."""
+    shape (17, 8) (was (32, 8))``."""
     if before is None or now is None or before == now:
         return None
     if len(before) != len(now):
@@ -307,21 +291,17 @@ def shape_change(before: Any, now: Any) -> str | None:
 
 
 def plain_loss(model: Any) -> Callable[[Any, Any], Any]:
-    """The model's compiled loss as a plain ``loss(y_true, y_pred)``, for a training step
-    written without Keras's trainer (the step's anatomy measures Keras's own cost against
-    it). A loss per output (a list or dict, ``None`` for an output without one) and their
-    ``loss_weights`` are summed as Keras's ``CompileLoss`` sums them, labels paired with the
-    outputs as it pairs them: one per output, or one per output that has a loss (keras.io's
-    miniature GPT: ``loss=[loss_fn, None]`` and one label). Raises ValueError (words) for what
-    a plain loss cannot stand for: no loss, losses added by layers."""
+    """The model's compiled loss as a plain ``loss(y_true, y_pred)``, for a step written without
+    Keras's trainer. A loss per output and their ``loss_weights`` are summed as Keras's
+    ``CompileLoss`` sums them, labels paired with outputs as it pairs them. Raises ValueError
+    for what a plain loss cannot stand for (no loss, losses added by layers)."""
     loss = getattr(model, "loss", None)
     if not loss:  # (tf_keras: [] for none)
         raise ValueError("the raw step takes the compiled loss; this model compiles none")
     if model.losses:
         raise ValueError("the raw step takes the compiled loss; this model's layers add their own")
     names = list(getattr(model, "output_names", None) or ())
-    # (Keras keeps the weights on its loss container: Keras 3's _compile_loss, tf_keras's
-    # compiled_loss; neither is a model attribute)
+    # (Keras keeps the weights on its loss container, not the model)
     container = getattr(model, "_compile_loss", None) or getattr(model, "compiled_loss", None)
     weights = _flat_per_output(getattr(container, "_user_loss_weights", None), names)
     losses = loss if isinstance(loss, dict | list | tuple) else [loss]  # (tracking wraps one)
@@ -352,8 +332,8 @@ def plain_loss(model: Any) -> Callable[[Any, Any], Any]:
 
 
 def _flat_per_output(value: Any, names: Sequence[str]) -> list[Any]:
-    """Per output, in the model's output order: a dict by the outputs' names (where it names
-    them all), a list or tuple flattened, anything else as the one output's; None: []."""
+    """Per output, in the model's output order: a dict by output names, a list flattened, else
+    the one output's; None: []."""
     from toolkit.core import compat
 
     if value is None:
@@ -377,8 +357,8 @@ def _one_loss(loss: Any) -> Callable[[Any, Any], Any]:
     ops = keras.ops
 
     def mean_loss(y_true: Any, y_pred: Any) -> Any:
-        # a loss given by name or as a function is per example: its labels' rank matched to
-        # the outputs' (``(32,)`` against ``(32, 1)``) and averaged, as Keras's wrapper does
+        # a loss by name or function is per example: labels' rank matched to the outputs' and
+        # averaged, as Keras's wrapper does
         if len(y_true.shape) == len(y_pred.shape) - 1 and y_pred.shape[-1] == 1:
             y_true = ops.expand_dims(y_true, -1)
         elif len(y_pred.shape) == len(y_true.shape) - 1 and y_true.shape[-1] == 1:

@@ -1,7 +1,5 @@
-"""What a run trains: a :class:`Task` (model builder, loss, metrics, data), and the error of a
-run that cannot start. Its own module so that the data step (``toolkit.runner._data``) and the
-runner (``toolkit.runner.train``) both read it without needing each other.
-"""
+"""What a run trains (:class:`Task`), and the error of a run that cannot start: its own module,
+so the data step and the runner both read it without needing each other."""
 
 from __future__ import annotations
 
@@ -17,8 +15,8 @@ __all__ = ["SetupError", "Task", "classification_task"]
 
 
 class SetupError(ValueError):
-    """A run that cannot start: a bad setting, a device that is not here, data too small.
-    The message is one line saying what was wrong and what to do."""
+    """A run that cannot start: a bad setting, a device that is not here, data too small (one
+    line saying what to do)."""
 
 
 @dataclasses.dataclass
@@ -27,28 +25,21 @@ class Task:
 
     Attributes:
         name: the run name in reports.
-        build_model: returns an uncompiled Keras model (built under the strategy scope and
-            the precision policy; keep its last layer float32 for mixed precision).
-        train: ``(features, labels)`` arrays, a `tf.data.Dataset` of single examples, or a
-            function returning either (called after the device is chosen: building a
-            dataset starts TensorFlow's runtime, after which visible devices are fixed).
+        build_model: returns an uncompiled Keras model (keep its last layer float32 for mixed
+            precision).
+        train: ``(features, labels)`` arrays, a `tf.data.Dataset` of single examples, or a function
+            returning either (called after the device is chosen).
         loss: a Keras loss (object or name).
         validation: the same for validation, or None.
         metrics: Keras metrics.
-        optimizer: returns a fresh optimizer. Defaults to Adam.
-        num_classes: label classes, for synthetic labels. Defaults to `None` (2).
-        cache: keep the examples in memory after the first epoch. Defaults to `False`.
-        dataset: what the data is, for the report. Defaults to `None`.
-        train_examples: the number of training examples where the dataset cannot say (a
-            filtered one), for the checks before training. Defaults to `None`.
-        find_bad_file: after training stopped on an error reading the data, the file it
-            failed on as ``"PATH (why)"``, or None (``toolkit.data.catalog.Data``'s). Defaults
-            to `None`.
-        examples: ``examples(training)``: the training (True) or validation (False) data as
-            random-access examples (``toolkit.data.catalog.Data``'s), what a Grain pipeline
-            reads (``--data_loader``); None: Grain reads `train` / `validation` when they are
-            arrays. Defaults to `None`.
-    """
+        optimizer: returns a fresh optimizer (default: Adam).
+        num_classes: label classes, for synthetic labels (default: 2).
+        cache: keep the examples in memory after the first epoch.
+        dataset: what the data is, for the report.
+        train_examples: training examples where the dataset cannot say.
+        find_bad_file: after reading failed, the file it failed on as ``"PATH (why)"``, or None.
+        examples: ``examples(training)``: a split as random-access examples, what Grain reads; None:
+            Grain reads `train` / `validation` when they are arrays."""
 
     name: str
     build_model: Callable[[], Any]
@@ -75,12 +66,8 @@ def classification_task(
     """A Task for a classifier with integer labels and logits out, on a
     ``toolkit.data.catalog.Data``: sparse categorical cross-entropy, accuracy, Adam.
 
-    `build_model` receives the number of classes; keep its last layer float32. With
-    `decay_steps`, the learning rate follows a cosine from `learning_rate` down to 1 % of it
-    over that many steps (then stays there): the last epochs move the weights little, so
-    the final accuracy is the converged one, not one point of a swing (batch norm's moving
-    statistics lag weights that still move fast).
-    """
+    `build_model` receives the number of classes. With `decay_steps`, the learning rate follows a
+    cosine down to 1 % over that many steps, so the final accuracy is the converged one."""
     keras = compat.keras()
 
     def optimizer() -> Any:
@@ -106,15 +93,13 @@ def classification_task(
     )
 
 
-# What a run adds under its report directory: <timestamp>/<file> (the longest, with a worker's
-# subdirectory and a trace's plugins/profile/<run>/<host>.xplane.pb, well under this).
+# What a run adds under its report directory, well within this.
 RUN_SUFFIX_BYTES = 160
 
 
 def _check_path_length(path: str, where: str, flag: str, given: str, instead: str) -> None:
-    """The file system's limits, before anything trains: a name longer than a name can be
-    there (ENAMETOOLONG once the run makes it), or a path its run's files would push past the
-    longest path."""
+    """The file system's limits, before anything trains: a name too long, or a path the run's
+    files would push past the longest path."""
 
     def limit(name: str, default: int) -> int:
         try:
@@ -144,16 +129,11 @@ def check_report_dir(
     flag: str = "--report_dir",
     instead: str = "or --report_dir= to write nothing",
 ) -> None:
-    """Raises SetupError (one line, naming `flag`, with `instead` as the other way out) when
-    runs cannot be written under `report_dir` (or a backup under ``--backup_dir``): found
-    before anything trains, not after.
+    """Raises SetupError (one line, naming `flag`, with `instead`) when runs cannot be written
+    under `report_dir`: found before anything trains.
 
-    It makes nothing: a file with a unique name is created and removed again in the directory,
-    or, when the directory is still missing, in its nearest existing ancestor (where the run
-    will make it). So processes started together with one report directory (the workers of a
-    cluster) cannot trip over each other's checks, and a run that fails before training leaves
-    nothing behind.
-    """
+    It makes nothing: a uniquely named file is created and removed in the directory, or in its
+    nearest existing ancestor, so workers started together cannot trip over each other's checks."""
     if not report_dir:
         return
     path = os.path.abspath(os.path.expanduser(report_dir))

@@ -1,10 +1,8 @@
 """JAX's signal for the step's anatomy: the compiled program's ops as the profiler times them
-(XLA's thunks on a CPU, its kernels on a GPU: each event names its ``hlo_module`` and
-``hlo_op``), joined to the program's own metadata, which the same XSpace file carries: each
-instruction's ``op_name`` keeps the ``jax.named_scope`` path it was traced under
+(each event names its ``hlo_module`` and ``hlo_op``), joined to the program's metadata in the
+same XSpace file, where each instruction's ``op_name`` keeps its ``jax.named_scope`` path
 (``jit(train_step)/transpose(jvp(kpl3))/dot_general``; ``transpose`` marks the gradient). A
-fusion computes several ops at once: its time goes to each scope it holds, and where those
-are several layers it is counted as fused."""
+fusion's time goes to each scope it holds, counted as fused where those are several layers."""
 
 from __future__ import annotations
 
@@ -25,20 +23,15 @@ def layer_scope(token: str) -> Any:
 
 
 INPUT_RANGE = "kpinput"  # the profiler range around each batch the train function reads
-# An XLA op event's name for a CUDA graph's worth of kernels (``command_buffer_1``): seen on
-# an H200 for the whole step of a small MLP, and half a small CNN's (JAX 0.11.2)
+# An XLA op event's name for a CUDA graph's worth of kernels (``command_buffer_1``)
 COMMAND_BUFFER = "command_buffer"
 
 
 def anatomy_refusal(model: Any) -> str | None:
-    """Why a trace cannot take `model`'s step apart (None: it can). An eager step dispatches
-    each operation as a program of its own, compiled without the named scopes around it: no
-    op could be given its layer or phase. So does a step Keras did not jit: its JAX trainer
-    jits the step only with ``jit_compile`` True, and ``"auto"`` (or True, with a warning)
-    turns it off for a model holding a layer that rules XLA out (``supports_jit`` False:
-    ``RandomRotation``, ``RandomZoom``, the lookup layers), as keras.io's "image
-    classification from scratch" does with its augmentation inside the model (100 % of the
-    ops' time carried no scope, 2,079 ops a step)."""
+    """Why a trace cannot take `model`'s step apart (None: it can): an eager step, or one Keras
+    did not jit (``"auto"`` turns jit off for a model holding a layer that rules XLA out, such
+    as ``RandomRotation``), compiles each op alone without the named scopes around it, so no
+    op could be given its layer or phase."""
     if getattr(model, "run_eagerly", False):
         return (
             "the model runs eagerly (run_eagerly=True): on JAX each eager operation is "
@@ -65,10 +58,8 @@ def anatomy_refusal(model: Any) -> str | None:
 
 @contextlib.contextmanager
 def mark_input(model: Any) -> Iterator[None]:
-    """While open, each batch `model`'s train function reads (Keras's JAX trainer reads its
-    batches inside that Python function, around the jitted step) is inside a profiler range
-    named :data:`INPUT_RANGE`: the trace then shows the step waiting for its batch as the
-    input, not as Keras's work between steps."""
+    """While open, each batch `model`'s train function reads (around the jitted step) is inside a
+    profiler range named :data:`INPUT_RANGE`, so the trace shows the wait as input."""
     import jax
 
     original = getattr(model, "train_function", None)
@@ -98,11 +89,10 @@ def mark_input(model: Any) -> Iterator[None]:
 
 
 def unjoined_notes(joined: float, unjoined: float, buffered: float) -> list[str]:
-    """Why some of the ops' time joined no layer, where it is over 5 % of it: `buffered`
-    ran inside XLA's command buffers (CUDA graphs, on by default on an NVIDIA GPU), which the
-    trace names by the buffer (``command_buffer_1``), not by the ops recorded into it, so no
-    scope can be read off them; `unjoined` came from ops of programs whose metadata the
-    trace did not carry. Each is counted as other, and said with what would show it."""
+    """Why some ops' time joined no layer, where over 5 %: `buffered` ran inside XLA's command
+    buffers (CUDA graphs), named by the buffer, not its ops; `unjoined` came from programs
+    whose metadata the trace did not carry. Each is counted as other, and said with what would
+    show it."""
     total = max(joined + unjoined + buffered, 1e-9)
     notes = []
     if buffered > 0.05 * total:
@@ -151,10 +141,8 @@ def anatomy_trace(files: list[str]) -> StepTrace:
         elif name.startswith(("PjitFunction", "PmapFunction")) or (
             not device and name.startswith("ThunkExecutor::Execute")
         ):
-            # the host's call into a program, or XLA's CPU runtime running one on its own
-            # threads while the host goes on: time there is the program's, never Keras's;
-            # "(wait for completion)" too, its thunks on the intra-op pool (a GPT's step: 17
-            # of 88 ms, booked as Keras between steps while the name had to match whole)
+            # the host's call into a program, or XLA's CPU runtime running one on its own threads:
+            # time there is the program's, never Keras's
             spans.append(Span(start, end, lane, SpanKind.CALL, name=name))
         elif name.startswith("DevicePut") or name == INPUT_RANGE:
             spans.append(Span(start, end, lane, SpanKind.INPUT, name=name))
@@ -174,12 +162,10 @@ def anatomy_trace(files: list[str]) -> StepTrace:
 
 
 def raw_step(model: Any, batch: Any, per_call: int = 1) -> tuple[Any, str]:
-    """The model's training step written without Keras's trainer: ``stateless_call``,
+    """The model's training step without Keras's trainer: ``stateless_call``,
     ``jax.value_and_grad`` of the plain loss and the optimizer's ``stateless_apply``, jitted
-    with the state donated as Keras donates it (on copies: the model's own weights are left
-    as they are). Returns ``(timed(n) -> seconds for n calls of `per_call` steps, words)``:
-    Keras's JAX trainer runs ``steps_per_execution`` as a Python loop of its jitted step, and
-    so does this. Raises ValueError as ``plain_loss``."""
+    with the state donated as Keras donates it (on copies). Returns ``(timed(n) -> seconds for
+    n calls of `per_call` steps, words)``. Raises ValueError as ``plain_loss``."""
     import time
 
     import jax
@@ -223,8 +209,8 @@ def raw_step(model: Any, batch: Any, per_call: int = 1) -> tuple[Any, str]:
     return timed, f"jax.jit of {how}" if jitted else f"{how}, op by op (as the model's step)"
 
 
-# Each way of timing a jitted layer runs about this long (at most this many calls), twice;
-# the faster way is kept.
+# Each way of timing a jitted layer runs about this long (at most this many calls), twice; the
+# faster is kept.
 PICK_S, PICK_MOST = 0.01, 64
 
 
@@ -236,19 +222,15 @@ def layer_alone(
     jit: bool = True,
     input_grads: bool = True,
 ) -> Any:
-    """One layer's step alone, as the model's step runs it: its forward, and with `backward`
-    the gradients of its weights and of its floating inputs too (of its weights alone where
-    `input_grads` is False: a whole model's step needs none of its data's), on random `inputs`
-    of the ``(shape, dtype)`` its calls saw (integer inputs: zeros, a valid index), jitted unless
-    `jit` is False (the model's ``jit_compile=False``): ``timed(n) -> seconds``.
+    """One layer's step alone, as the model's step runs it: its forward, and with `backward` the
+    gradients of its weights and floating inputs (weights alone where `input_grads` is False),
+    on random `inputs` of the shapes its calls saw, jitted unless `jit` is False: ``timed(n)
+    -> seconds``.
 
-    Jitted, the n calls run in a ``lax.fori_loop`` inside one program, as a layer runs inside
-    the step's one ``jax.jit``: called from Python n times, each call paid a dispatch the
-    layer never pays in the step. Each pass's inputs depend on the last pass's result, so no
-    pass is hoisted out of the loop, and its gradients are summed into that result, so none
-    is dropped; where the loop runs the layer slower than its own program does, its own
-    program called n times is kept. Not jitted, the calls are Python's, op by op, as the
-    step runs them."""
+    Jitted, the n calls run in a ``lax.fori_loop`` inside one program, as a layer runs inside the
+    step (no per-call dispatch). Each pass depends on the last one's result and its gradients are
+    summed into it, so none is hoisted or dropped; where the loop runs slower than the layer's own
+    program, that program called n times is kept."""
     import time
 
     import jax
@@ -261,8 +243,7 @@ def layer_alone(
     tv = [v.value for v in layer.trainable_variables]
     ntv = [v.value for v in layer.non_trainable_variables]
 
-    # stateless_call hands keyword arguments to call as they are (__call__ drops `training`
-    # for a call that does not take it)
+    # stateless_call hands keyword arguments to call as they are
     kwargs = {"training": True} if getattr(layer, "_call_has_training_arg", False) else {}
 
     def summed(tree: Any) -> Any:
@@ -288,9 +269,8 @@ def layer_alone(
 
     moving = [xs[i] for i in floating]
 
-    # The layer's state (a Dropout's seed, a BatchNorm's moving figures) is carried from
-    # each call to the next, as the step carries it: held constant, a Dropout's mask was
-    # computed once for every call (it read 0.03 ms alone, 1.1 ms in a jitted call of its own)
+    # The layer's state (a Dropout's seed, a BatchNorm's moving figures) is carried from call to
+    # call, as the step carries it
     def called(fn: Any) -> Any:
         def timed(n: int) -> float:
             t = time.perf_counter()
@@ -311,9 +291,8 @@ def layer_alone(
         jax.block_until_ready(looped(n, ntv))
         return time.perf_counter() - t
 
-    # XLA's CPU backend runs some ops inside a loop far slower than in a program of their
-    # own (a Conv1D read 77.7 ms a call in fori_loop, 1.35 ms called): each way compiled and
-    # run briefly, the faster kept (the dispatch a call pays is what the loop saves)
+    # XLA's CPU backend runs some ops far slower inside a loop (a Conv1D 77.7 ms against 1.35 ms):
+    # each way compiled and run briefly, the faster kept
     each = called(jax.jit(fn))
     each(1), in_loop(1)  # their compiles
     k = max(1, min(PICK_MOST, round(PICK_S / max(each(1), 1e-7))))
