@@ -1,11 +1,8 @@
 """Which Keras is in use, and version facts.
 
-TensorFlow >= 2.16 ships Keras 3. Users who set ``TF_USE_LEGACY_KERAS=1`` get ``tf_keras``
-(Keras 2) behind ``tf.keras`` instead; TensorFlow 2.15 (the newest that pairs with
-tensorflow-metal 1.1 on Apple silicon without that switch) ships Keras 2 as ``keras`` itself.
-A callback must subclass the ``Callback`` of the Keras that trains the model, or ``fit``
-rejects it, so every toolkit module that needs Keras gets it from here.
-"""
+TensorFlow >= 2.16 ships Keras 3; ``TF_USE_LEGACY_KERAS=1`` puts ``tf_keras`` (Keras 2) behind
+``tf.keras``. A callback must subclass the ``Callback`` of the Keras that trains the model, or
+``fit`` rejects it, so every toolkit module gets Keras from here."""
 
 from __future__ import annotations
 
@@ -27,9 +24,7 @@ __all__ = [
 ]
 
 
-# Keras's callback logs, as every hook receives them: Keras's own mapping of metric names to
-# values (a float, or a tensor not yet converted). The toolkit reads them, never keeps them as
-# a record of its own.
+# Keras's callback logs as every hook receives them; read, never kept as a record.
 Logs = Mapping[str, Any] | None
 _TRUE = ("1", "true", "yes", "on")
 
@@ -44,8 +39,7 @@ def keras() -> types.ModuleType:
     """Returns the Keras module that ``tf.keras`` resolves to in this process.
 
     Raises:
-        ImportError: ``TF_USE_LEGACY_KERAS=1`` is set but ``tf-keras`` is not installed.
-    """
+        ImportError: ``TF_USE_LEGACY_KERAS=1`` is set but ``tf-keras`` is not installed."""
     if use_legacy_keras():
         try:
             import tf_keras
@@ -75,16 +69,13 @@ def keras_version() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class KerasRelease:
-    """Which release of the Keras that :func:`keras` resolves to is installed.
+    """Which release of the Keras in use is installed.
 
     Attributes:
-        version: its version, as its distribution's metadata says (``3.16.0.dev2026102704``).
-        nightly: whether it is a nightly build: installed as ``keras-nightly`` (or
-            ``tf-keras-nightly``), or a development version (``.dev``). A nightly's timings
-            are not a release's, so a report records which it ran on.
-        distribution: the distribution that installed it (``keras``, ``keras-nightly``,
-            ``tf-keras``...); None for a Keras on the path that no distribution installed.
-    """
+        version: its version, from its distribution's metadata.
+        nightly: a nightly build (``keras-nightly``, or a ``.dev`` version): its timings are not a
+            release's.
+        distribution: the distribution that installed it; None where none did."""
 
     version: str
     nightly: bool
@@ -92,15 +83,10 @@ class KerasRelease:
 
 
 def keras_release() -> KerasRelease:
-    """The installed release of the Keras in use, read from the installed distributions'
-    metadata and never by importing Keras (``--backend=auto`` reads its cache before any
-    framework loads). ``metadata.version("keras")`` alone misses a nightly: keras-nightly
-    installs the same ``keras`` package under its own name.
-
-    Where a release and a nightly are both installed (one overwrote the other's files), the
-    one whose version the loaded module reports; before Keras loads, the nightly, the usual
-    later install.
-    """
+    """The installed release of the Keras in use, from the distributions' metadata, never by
+    importing Keras. ``metadata.version("keras")`` alone misses a nightly, which installs
+    ``keras`` under its own name. Where both are installed, the one the loaded module reports;
+    before Keras loads, the nightly."""
     module = "tf_keras" if use_legacy_keras() else "keras"
     stem = module.replace("_", "-")
     installed = {}
@@ -116,8 +102,8 @@ def keras_release() -> KerasRelease:
 
 
 def steps_per_execution(model: Any) -> int:
-    """The model's steps_per_execution (Keras 3: a plain int; tf_keras: a ``tf.Variable``),
-    1 when it has none; read once per fit, not per step."""
+    """The model's steps_per_execution (a tf_keras ``tf.Variable``), 1 when it has none; read
+    once per fit."""
     if model is None:
         return 1
     value = getattr(model, "steps_per_execution", None)
@@ -131,10 +117,9 @@ def steps_per_execution(model: Any) -> int:
 
 
 def xla_ruled_out(model: Any) -> tuple[str, ...]:
-    """The layers inside `model` that rule XLA out (``supports_jit`` False: ``RandomRotation``,
-    ``RandomZoom``, the lookup layers), each as ``RandomRotation 'spin'``: Keras's
-    ``jit_compile="auto"`` (and True, with a warning) turns the jit off for such a model, and
-    on JAX its step then runs op by op, unjitted. Keras's own walk of the nested layers."""
+    """The layers inside `model` that rule XLA out (``supports_jit`` False), each as
+    ``RandomRotation 'spin'``: Keras's ``jit_compile="auto"`` turns the jit off for such a
+    model, and on JAX its step then runs op by op."""
     walk = getattr(model, "_flatten_layers", None)
     if walk is None:
         return ()
@@ -143,9 +128,8 @@ def xla_ruled_out(model: Any) -> tuple[str, ...]:
 
 
 def unjitted_by(model: Any) -> tuple[str, ...]:
-    """The layers that kept `model`'s step from being jitted (:func:`xla_ruled_out`), where
-    it was not: none where Keras jitted it, or holds no ``jit_compile`` (tf_keras), or for a
-    model Keras cannot walk. What the ledger, the advice and tune's search read."""
+    """The layers that kept `model`'s step from being jitted, where it was not; none where Keras
+    jitted it or cannot say."""
     if model is None or str(getattr(model, "jit_compile", None)) != "False":
         return ()
     with contextlib.suppress(Exception):
@@ -154,9 +138,8 @@ def unjitted_by(model: Any) -> tuple[str, ...]:
 
 
 def own_method(model: Any, name: str) -> type | None:
-    """The class of `model` that defines method `name` itself, where it is yours (keras.io's
-    ``Distiller`` defines ``compile`` and ``compute_loss``), not Keras's; None where Keras's
-    own (or none) is the one that runs."""
+    """The class of `model` that defines method `name` itself where it is yours (keras.io's
+    ``Distiller.compile``); None where Keras's own runs."""
     owner = next((k for k in type(model).__mro__ if name in vars(k)), None)
     if owner is None or owner.__module__.split(".")[0] in ("keras", "tf_keras"):
         return None
@@ -170,18 +153,15 @@ def named_layers(names: tuple[str, ...], most: int = 3) -> str:
 
 
 def ruling_xla_out(names: tuple[str, ...]) -> str:
-    """``RandomRotation 'spin' rules XLA out (supports_jit False)``, the verb agreeing with
-    how many layers `names` holds (:func:`xla_ruled_out`'s)."""
+    """``RandomRotation 'spin' rules XLA out (supports_jit False)``, the verb agreeing in number."""
     verb = "rules" if len(names) == 1 else "rule"
     return f"{named_layers(names)} {verb} XLA out (supports_jit False)"
 
 
 def set_compile_settings(model: Any, **settings: Any) -> None:
     """Changes a compiled model's ``jit_compile`` and ``steps_per_execution`` in place, as
-    ``compile`` would set them, without compiling it again: a model's own ``compile`` may take
-    arguments of its own (a GAN's two optimizers) that nobody else can pass. Its next ``fit``
-    traces its step anew. Keras 3 keeps the loop length in an attribute, tf_keras in a
-    variable."""
+    ``compile`` would, without compiling again (a model's own ``compile`` may take arguments
+    nobody else can pass). Its next ``fit`` traces its step anew."""
     if "jit_compile" in settings:
         model.jit_compile = bool(settings["jit_compile"])
     if "steps_per_execution" in settings:

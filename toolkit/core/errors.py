@@ -1,18 +1,13 @@
 """One line for an error: what a user reads in place of a traceback.
 
-TensorFlow's runtime errors open with the stack of the graph that failed ("Graph execution
-error: Detected at node ... defined at (most recent call last): File ...") and say what went
-wrong last, followed by ``[[{{node ...}}]]``; Keras wraps an error raised in a layer as
-"Exception encountered when calling X.call()." with the message below it in bold; other errors
-say it first.
+TensorFlow's runtime errors open with the failed graph's stack and say what went wrong last, before
+``[[{{node ...}}]]``; Keras wraps an error raised in a layer as "Exception encountered when calling
+X.call()." with the message below; other errors say it first.
 
-An exception raised by the user's own Python code inside tf.data (a ``PyDataset``'s
-``__getitem__``, a generator: run by ``tf.py_function``) reaches the caller as TensorFlow's
-``UnknownError`` or ``InvalidArgumentError``, the original exception gone and its traceback
-kept only as text in the message. :func:`user_raise` reads the user's exception back from that
-text, or from the exception itself where it propagates (JAX, PyTorch, a generator read in
-Python), as one typed :class:`UserRaise`: its type, its message and the user's frame.
-"""
+The user's own exception inside tf.data (a ``PyDataset``'s ``__getitem__``, a generator) reaches the
+caller as TensorFlow's ``UnknownError``, its traceback kept only as text. :func:`user_raise` reads
+it back from that text, or from the exception itself where it propagates, as one typed
+:class:`UserRaise`."""
 
 from __future__ import annotations
 
@@ -45,8 +40,7 @@ _RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::(?P<message>.*))?$")
 _HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The toolkit's own code (its recipes too): an error raised there is the toolkit's to say.
 _OURS = tuple(os.path.join(_HERE, package, "") for package in ("toolkit", "recipes"))
-# Python's and the installed packages' (Keras, TensorFlow, NumPy): frames a user's code is
-# called through, never the user's own.
+# Python's and the installed packages' frames: those a user's code is called through.
 _LIBRARIES = tuple(
     os.path.join(os.path.abspath(path), "")
     for key in ("stdlib", "platstdlib", "purelib", "platlib")
@@ -55,8 +49,8 @@ _LIBRARIES = tuple(
 
 
 def what_went_wrong(error: BaseException, limit: int = 300) -> str:
-    """The line of `error`'s message that says what went wrong, at most `limit` characters;
-    raised in a layer's call, with the layer Keras named (``... (in TransformerBlock.call())``)."""
+    """The line of `error`'s message that says what went wrong, at most `limit` characters, with
+    the layer Keras named where raised in a layer's call."""
     message = _ANSI.sub("", getattr(error, "message", None) or str(error))
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     lines, where = _inside_keras_call(lines)
@@ -66,10 +60,8 @@ def what_went_wrong(error: BaseException, limit: int = 300) -> str:
 
 
 def _inside_keras_call(lines: list[str]) -> tuple[list[str], str | None]:
-    """The lines of the error Keras's wrapper holds (an error raised in a layer's call:
-    ``Exception encountered when calling X.call().``, the error's own message, then
-    ``Arguments received by X.call():`` and a line per argument) and ``X.call()``; `lines`
-    and None where there is no wrapper. Its last line was said as the error (``• kwargs=``)."""
+    """The lines of the error Keras's layer-call wrapper holds, and ``X.call()``; `lines` and
+    None where there is no wrapper."""
     at = next((i for i, line in enumerate(lines) if line.startswith(_KERAS_CALL)), None)
     if at is None:
         return lines, None
@@ -101,9 +93,8 @@ def _cut(text: str, limit: int) -> str:
 
 
 def one_line(error: BaseException, limit: int = 300) -> str:
-    """`error` as ``Type: what went wrong`` on one line; a Python exception that TensorFlow
-    wrapped (raised inside tf.data's ``py_function``) as its own type and message, not
-    TensorFlow's ``UnknownError`` around it."""
+    """`error` as ``Type: what went wrong`` on one line; a Python exception TensorFlow wrapped as
+    its own type and message."""
     wrapped = _wrapped(error)
     if wrapped is not None:
         return _cut(wrapped.what(), limit)
@@ -116,13 +107,12 @@ class UserRaise:
     """An exception raised in the user's own code, as the user would read it in Python.
 
     Attributes:
-        type: the exception's class name (``KeyError``).
-        message: the first line of its message (``'row 17 missing'``; ``''``: none).
-        file: the user's file that raised it (relative to the working directory when under
-            it), None where no frame of the user's is known.
+        type: the exception's class name.
+        message: the first line of its message (``''``: none).
+        file: the user's file that raised it (relative to the working directory when under it), or
+            None.
         line: the line in `file`.
-        function: the function there (``__getitem__``, ``<module>``).
-    """
+        function: the function there."""
 
     type: str
     message: str
@@ -142,10 +132,9 @@ class UserRaise:
 
 
 def user_raise(error: BaseException) -> UserRaise | None:
-    """The user's own exception in `error`, or None where `error` is not the user's: the
-    deepest frame of its traceback that is not Python's or a library's (TensorFlow, Keras) must
-    be the user's code, not the toolkit's. Read from the traceback text TensorFlow keeps in
-    its message for an exception raised inside tf.data, else from `error`'s own traceback."""
+    """The user's own exception in `error`, or None where it is not the user's (the deepest frame
+    neither Python's nor a library's must be the user's code): read from TensorFlow's
+    traceback text, else `error`'s own traceback."""
     wrapped = _wrapped(error)
     if wrapped is not None:
         return wrapped if wrapped.file is not None else None
@@ -161,10 +150,9 @@ def user_raise(error: BaseException) -> UserRaise | None:
 
 
 def library_raise(error: BaseException) -> bool:
-    """Whether `error` was raised in a library (Keras, TensorFlow, JAX, optree), neither in
-    the user's code (:func:`user_raise`) nor the toolkit's: what a model that does not run
-    on this backend or data raises inside ``fit`` (keras.io's structured data model on JAX:
-    ``Invalid dtype: object`` from optree, an ``IntegerLookup`` that cannot build)."""
+    """Whether `error` was raised in a library (Keras, TensorFlow, JAX, optree), not the user's
+    code nor the toolkit's: what a model that does not run on this backend or data raises
+    inside ``fit``."""
     if user_raise(error) is not None:
         return False
     if _KERAS_CALL in _ANSI.sub("", str(error)):  # Keras's wrapper: raised in a layer's call
@@ -177,17 +165,15 @@ _FIT = "_toolkit_in_your_fit"  # the attribute :func:`in_your_fit` marks an erro
 
 
 def in_your_fit(error: BaseException, backend: str) -> None:
-    """Marks `error`, a library's (:func:`library_raise`), as raised inside the fit of the
-    user's own model on `backend`, its type and traceback kept for every caller (tune's
-    failed candidates, an out-of-memory check); the command line says it in one line
-    (:func:`raised_in_your_fit`)."""
+    """Marks `error`, a library's, as raised inside the fit of the user's model on `backend`, its
+    type and traceback kept; the command line says it in one line."""
     with contextlib.suppress(AttributeError, TypeError):  # a type that takes no attribute
         setattr(error, _FIT, backend)
 
 
 def raised_in_your_fit(error: BaseException) -> str | None:
-    """``your model's fit raised ValueError: ... (inside Keras's fit on jax)`` for an error
-    :func:`in_your_fit` marked; None for any other."""
+    """``your model's fit raised ValueError: ... (inside Keras's fit on jax)`` for a marked
+    error; else None."""
     backend = getattr(error, _FIT, None)
     if backend is None:
         return None
@@ -195,9 +181,8 @@ def raised_in_your_fit(error: BaseException) -> str | None:
 
 
 def _wrapped(error: BaseException) -> UserRaise | None:
-    """The Python exception a TensorFlow error carries as traceback text (tf.data's
-    ``py_function`` ran the user's ``__getitem__`` or generator), with the user's frame in it
-    where there is one; None for an error that carries none."""
+    """The Python exception a TensorFlow error carries as traceback text, with the user's frame
+    where there is one; else None."""
     if not type(error).__module__.startswith("tensorflow"):
         return None
     message = _ANSI.sub("", getattr(error, "message", None) or str(error))
@@ -212,8 +197,8 @@ def _wrapped(error: BaseException) -> UserRaise | None:
     raised = _RAISED.match(said.strip()) if said else None
     if raised is None:
         return None
-    # The user's frame from every traceback the text holds, outermost first: a PyDataset's
-    # worker process raised it where its pool's RemoteTraceback precedes the last one.
+    # The user's frame from every traceback the text holds (a PyDataset worker's RemoteTraceback
+    # precedes the last).
     where = _deepest(_frames(message.split(_TRACEBACK, 1)[1].splitlines())) or (None, None, None)
     kind = raised["type"].rsplit(".", 1)[-1]  # "mydata.RowMissing": as type(e).__name__
     return UserRaise(kind, _cut((raised["message"] or "").strip(), 300), *where)
@@ -227,9 +212,8 @@ def _frames(lines: Iterable[str]) -> Iterable[tuple[str, int, str]]:
 
 
 def _deepest(frames: Iterable[tuple[str, int, str]]) -> tuple[str, int, str] | None:
-    """``(file, line, function)`` of the deepest of `frames` (outermost first) that is not
-    Python's or a library's, when it is the user's; None when it is the toolkit's (its own
-    error, though the user's code called it) or there is none."""
+    """``(file, line, function)`` of the deepest of `frames` neither Python's nor a library's,
+    when the user's; None when the toolkit's or none."""
     deepest = None
     for file, line, function in frames:
         if _ours(file) or not _library(file):
@@ -240,8 +224,8 @@ def _deepest(frames: Iterable[tuple[str, int, str]]) -> tuple[str, int, str] | N
 
 
 def written_by_user(file: str) -> bool:
-    """Whether `file` is the user's own code: neither the toolkit's nor Python's or an
-    installed package's (a script, a notebook's cell, a module of their project)."""
+    """Whether `file` is the user's own code: neither the toolkit's nor Python's nor an installed
+    package's."""
     return not _ours(file) and not _library(file)
 
 

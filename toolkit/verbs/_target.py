@@ -1,8 +1,6 @@
-"""What the measuring verbs (``doctor``, ``tune``, ``backends``) measure: ``--recipe R
-[flags]`` or ``--model_fn module:function [flags]``, its options and ``--help`` epilog, made
-into a task or your ``(model, data)`` (:func:`target_of`; :func:`made` in the search's fresh
-processes, ``toolkit._child``) or the backends chooser's target (:func:`chooser_target`).
-"""
+"""What the measuring verbs measure: ``--recipe R [flags]`` or ``--model_fn module:function
+[flags]``, made into a task or your ``(model, data)`` (:func:`target_of`, :func:`made` in
+fresh processes) or the chooser's target."""
 
 from __future__ import annotations
 
@@ -29,8 +27,8 @@ def add_target(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def recipe_epilog(recipe: str | None) -> str:
-    """For ``doctor|tune|backends --help``: the recipes, and the recipe flags passed on
-    (the recipe's own when ``--recipe`` names one), grouped as a recipe's ``--help``."""
+    """For ``doctor|tune|backends --help``: the recipes, and the recipe flags passed on, grouped
+    as a recipe's ``--help``."""
     import shutil
     import textwrap
 
@@ -100,9 +98,8 @@ def model_fn(spec: str) -> tuple[Any, Any]:
 
 @dataclasses.dataclass(frozen=True)
 class Parsed:
-    """A measuring verb's target read from its command line, once: what it is in words, the
-    parsed flag values (``--diagnose_steps``, ``--tune_budget``), the validated config, and the
-    typed ``standings.Target`` (what a fresh process rebuilds it from)."""
+    """A measuring verb's target read from its command line, once: in words, the parsed flag
+    values, the validated config, and the typed ``standings.Target``."""
 
     what: str
     flag_values: Any
@@ -110,18 +107,16 @@ class Parsed:
     target: Any
 
     def batch_left_to_data(self) -> Any:
-        """The target, its batch size left out where ``--model_fn`` names it and
-        ``--batch_size`` was not given: measured at the batch your function's pipeline makes
-        (``toolkit.fits`` reads it there), not at the flag's default."""
+        """The target, its batch size left out where ``--model_fn`` names it without
+        ``--batch_size``: measured at the batch your pipeline makes."""
         if self.target.model_fn is None or self.flag_values["batch_size"].present:
             return self.target
         config = {k: v for k, v in self.target.config.items() if k != "batch_size"}
         return dataclasses.replace(self.target, config=config)
 
     def unused_batch(self, read: int | None) -> str | None:
-        """A line saying ``--batch_size`` was not the batch ``fit`` read (data that batches
-        itself: a ``tf.data`` pipeline your function made), where it was given and differs;
-        None otherwise. The flag is not refused: the run is measured at the data's batch."""
+        """A line saying ``--batch_size`` was not the batch ``fit`` read, where given and
+        different; None otherwise (the run is measured at the data's batch)."""
         try:
             given = self.flag_values["batch_size"]  # absl's Flag: was it given, and its value
         except KeyError:
@@ -135,14 +130,13 @@ class Parsed:
 
 
 def parse_target(recipe: str | None, model_fn_spec: str | None, recipe_flags: list[str]) -> Parsed:
-    """``--recipe R [flags]`` or ``--model_fn module:function [flags]`` parsed by absl (the
-    recipe's flags defined by importing it: no framework, no data), before anything is built.
+    """``--recipe R [flags]`` or ``--model_fn module:function [flags]`` parsed by absl before
+    anything is built.
 
     Raises:
         UsageError: no such recipe.
-        ConfigError: a bad setting (one line naming the flag); absl's flags.Error: a flag
-            that is not there or cannot be read.
-    """
+        ConfigError: a bad setting (one line naming the flag); absl's flags.Error: a flag that is
+            not there or cannot be read."""
     from absl import flags
 
     from toolkit import _argv, app
@@ -162,14 +156,12 @@ def parse_target(recipe: str | None, model_fn_spec: str | None, recipe_flags: li
 
 
 def made(target: Any) -> tuple[Any, Any]:
-    """``(what workload() measures, its data)`` of a ``standings.Target``: a recipe's Task
-    (``build_task(**params)``, data None) or your compiled model and its data (``module:
-    function`` called). The search's fresh processes build theirs here, from the spec alone.
+    """``(what workload() measures, its data)`` of a ``standings.Target``: a recipe's Task (data
+    None) or your compiled model and data; fresh processes build theirs here.
 
     Raises:
-        UsageError, UserCodeError: as :func:`model_fn`; ValueError, FileNotFoundError: a
-            recipe's data or settings.
-    """
+        UsageError, UserCodeError: as :func:`model_fn`; ValueError, FileNotFoundError: a recipe's
+            data or settings."""
     from toolkit import app
 
     if target.model_fn:
@@ -179,35 +171,30 @@ def made(target: Any) -> tuple[Any, Any]:
 
 
 def target_of(args: argparse.Namespace) -> tuple[Parsed, Any, Any]:
-    """``(parsed, what to measure, its data)`` of a verb's ``--recipe``, ``--model_fn`` and
-    recipe flags (as the command line parsed them before anything loaded, when it did): a
-    Task and None, or your compiled model and its data, what
-    ``toolkit.search.workload.workload`` makes the one Workload of."""
+    """``(parsed, what to measure, its data)`` of a verb's target: a Task and None, or your
+    compiled model and data."""
     parsed = _parsed(args)
     measured, data = made(parsed.target)
     return parsed, measured, data
 
 
 def _parsed(args: argparse.Namespace) -> Parsed:
-    """The target the command line parsed and checked before any framework loaded
-    (``toolkit.cli``: a bad recipe flag is said then, not after TensorFlow's start-up), or
+    """The target the command line parsed and checked before any framework loaded, or
     :func:`parse_target` of `args` now."""
     parsed = getattr(args, "parsed_target", None)
     return parsed or parse_target(args.recipe, args.model_fn, args.recipe_flags)
 
 
 def chooser_target(args: argparse.Namespace) -> Parsed:
-    """The backends chooser's target of a verb's ``--recipe R`` / ``--model_fn M:F`` and the
-    recipe flags, parsed and checked here in one line (not in every child); nothing built."""
+    """The chooser's target of a verb's ``--recipe`` / ``--model_fn`` and recipe flags, checked
+    here once; nothing built."""
     if args.model_fn:
         _check_model_fn(args.model_fn)
     return _parsed(args)
 
 
 def _check_model_fn(spec: str) -> None:
-    """A ``module:function`` of a module importable from here, or a script's path (as
-    :func:`check_spec` found it), or UsageError (the children import it as this process
-    would: a module beside the user)."""
+    """A ``module:function`` importable from here, or a script's path, or UsageError."""
     import importlib.util
 
     from toolkit import app
@@ -228,11 +215,9 @@ def _check_model_fn(spec: str) -> None:
 
 
 def _script_module(path: str) -> Any:
-    """The script at `path` imported as ``multiprocessing``'s spawn imports a parent's main
-    script: under the name ``__mp_main__`` (its ``if __name__ == "__main__":`` block does not
-    run), its folder first on ``sys.path`` as ``python script.py`` puts it. A script that
-    starts the toolkit's processes while it is imported (its calls not under that block)
-    is refused (``children.importing_script``): each child would start more."""
+    """The script at `path` imported as ``multiprocessing``'s spawn imports a main script (as
+    ``__mp_main__``, its folder first on ``sys.path``). A script that starts the toolkit's
+    processes while imported is refused: each child would start more."""
     import importlib.util
 
     from toolkit.core import children
@@ -250,11 +235,8 @@ def _script_module(path: str) -> Any:
 
 
 def check_spec(spec: str) -> tuple[str, str]:
-    """``(module, function)`` of ``--model_fn module:function``: a dotted module path of
-    Python names (``.hidden`` would be a relative import, a path a file name) and a
-    function's name, or a script's path and a function's name (``mytrain.py:make``, what
-    ``tune(build)`` hands its fresh processes for a ``build`` in the script you ran);
-    UsageError otherwise."""
+    """``(module, function)`` of ``--model_fn``: a dotted module path and a function's name, or a
+    script's path and a function's name (``mytrain.py:make``); UsageError otherwise."""
     from toolkit.app import UsageError
 
     script, sep, function = spec.rpartition(":")
