@@ -1,23 +1,16 @@
 """Timing one computation in eager, graph and XLA mode, on every device, without lying.
 
-How a cell of the table is measured (:func:`time_calls`):
+How a cell is measured (:func:`time_calls`):
 
-1. The first call is timed apart (tracing, and for XLA compilation) and kept out.
-2. Calls are then issued back to back in loops, and only the *last* result of a loop is read
-   back, one element of it, at the end. Kernels on one device run in the order they were
-   issued, so that read waits for every call of the loop, and no call waits for the host
-   (``.numpy()`` after each call would time a host round trip per call, and copy the whole
-   result out).
-3. The loop length is calibrated (the calibration loops double as warm-up) so that one loop
-   lasts at least ``min_time_s``: the clock's resolution and the read-back are then small next
-   to it.
-4. ``repeats`` loops are timed; the cell is their median per-call time, with the robust spread
-   (``1.4826 * MAD``, as a percentage of the median) next to it.
+1. The first call (tracing, compiling) is timed apart and kept out.
+2. Calls are issued back to back in loops, and only a loop's *last* result is read back, one element
+of it: kernels on one device run in issue order, so that read waits for the whole loop, and no call
+waits for the host.
+3. The loop length is calibrated (doubling as warm-up) to last at least ``min_time_s``.
+4. ``repeats`` loops are timed; the cell is their median per-call time, with the robust spread.
 
-Every mode of a case gets the same input tensors, made once from a fixed seed on the CPU and
-copied to the device. A mode a device cannot run is recorded as ``n/a`` with the reason: known
-ones are decided up front (XLA on Metal), anything else is the error the attempt raised.
-"""
+Every mode of a case gets the same inputs, made once from a fixed seed on the CPU. A mode a device
+cannot run is ``n/a`` with the reason."""
 
 from __future__ import annotations
 
@@ -75,12 +68,11 @@ def time_calls(
 
     Args:
         call: issues one call and returns its result (not waited for).
-        repeats: timed loops. Defaults to `5`.
-        min_time_s: the shortest a timed loop may be. Defaults to `0.02`.
-        max_calls: the most calls in one loop. Defaults to `10_000`.
-        clock: seconds. Defaults to `time.perf_counter`.
-        wait: blocks until a result exists. Defaults to :func:`sync`.
-    """
+        repeats: timed loops.
+        min_time_s: the shortest a timed loop may be.
+        max_calls: the most calls in one loop.
+        clock: seconds.
+        wait: blocks until a result exists."""
     if repeats < 1 or min_time_s < 0 or max_calls < 1:
         raise ValueError(
             f"repeats and max_calls must be >= 1 and min_time_s >= 0, got {repeats}, "
@@ -156,8 +148,8 @@ def unsupported(device: Any, mode: str) -> str | None:
 
 
 def device_labels(found: Sequence[Any]) -> dict[str, str]:
-    """Column prefix of each device (by physical name): its kind (``cpu``, ``cuda``,
-    ``metal``), with the index appended when there are several of that kind."""
+    """Column prefix of each device: its kind (``cpu``, ``cuda``, ``metal``), indexed when there
+    are several."""
     kinds = [d.kind for d in found]
     return {d.name: d.kind if kinds.count(d.kind) == 1 else f"{d.kind}{d.index}" for d in found}
 
@@ -173,8 +165,8 @@ def error_reason(error: BaseException) -> str:
 
 
 def inputs_on(device: Any, make: Callable[[Any], Sequence[Any]], seed: int = 0) -> tuple[Any, ...]:
-    """``make(rng)``'s tensors, made on the CPU from `seed` (the same values for every device
-    and mode; Metal has no kernels for the random ops) and copied to `device`."""
+    """``make(rng)``'s tensors, made on the CPU from `seed` (Metal has no random kernels) and
+    copied to `device`."""
     import tensorflow as tf
 
     with tf.device("/device:CPU:0"):
@@ -225,8 +217,8 @@ def run_framework_case(
 
 
 def call_floor_ms(device: Any, mode: str, **timing_kwargs: Any) -> float | None:
-    """Per-call time of ``x + 1`` on a scalar in `mode` on `device`: the dispatch cost every
-    op of the table pays at least (None where the mode cannot run there)."""
+    """Per-call time of ``x + 1`` on a scalar in `mode` on `device`: the dispatch cost every op
+    pays at least."""
     if mode in frameworks.FRAMEWORK_MODES:
         import numpy as np
 
@@ -256,22 +248,19 @@ def benchmark(
     """Times every case of the chosen ops in every chosen mode on every device.
 
     Args:
-        ops: op names (see :data:`toolkit.bench.ops.OP_NAMES`). Defaults to all 21.
-        modes: TensorFlow's ``eager``, ``graph``, ``xla``, and the other frameworks'
-            ``jax_jit``, ``torch_eager``, ``torch_compile`` (each on its framework's default
-            device: ``toolkit.bench.frameworks``). Defaults to TensorFlow's three.
-        size: ``tiny``, ``default`` (a few minutes on 2 CPU cores) or ``full`` (the seed's).
-        devices: `toolkit.devices.DeviceInfo` list. Defaults to every device
-            :func:`toolkit.devices.detect` finds.
-        dtype: the floating-point inputs' dtype. Defaults to ``float32``.
-        repeats: timed loops per cell. Defaults to `5`.
-        min_time_s: the shortest timed loop. Defaults to `0.05`.
-        seed: the inputs' seed. Defaults to `0`.
-        progress: called with one line after each op (e.g. ``print``).
+        ops: op names (:data:`toolkit.bench.ops.OP_NAMES`; default: all).
+        modes: TensorFlow's ``eager``, ``graph``, ``xla``, and ``jax_jit``, ``torch_eager``,
+            ``torch_compile`` (default: TensorFlow's three).
+        size: ``tiny``, ``default`` (a few minutes on 2 cores) or ``full`` (the seed's).
+        devices: `toolkit.devices.DeviceInfo` list (default: every device found).
+        dtype: the floating-point inputs' dtype.
+        repeats: timed loops per cell.
+        min_time_s: the shortest timed loop.
+        seed: the inputs' seed.
+        progress: called with one line after each op.
 
     Returns:
-        An :class:`~toolkit.bench.table.OpTable`.
-    """
+        An :class:`~toolkit.bench.table.OpTable`."""
     import tensorflow as tf
 
     from toolkit import devices as tk_devices

@@ -1,22 +1,11 @@
 """The operations of the per-op benchmark, their shapes, and their inputs.
 
-The operations and the ``full`` shapes are those of the MLX / PyTorch-MPS benchmark table the
-seed post prints (M3 Max), written as TensorFlow ops. Each case keeps the seed's label
-(``Argmax / dim=64x1024x128 axi=0``): one ``dim=`` per input, in the seed's order, and the axis.
+The operations and ``full`` shapes are those of the MLX / PyTorch-MPS table the seed post prints,
+written as TensorFlow ops, each case keeping the seed's label (``Argmax / dim=64x1024x128 axi=0``).
+Presets: ``full`` (the seed's; some results are GBs), ``default`` (scaled down to run in minutes on
+two cores: compare ratios, not milliseconds), ``tiny`` (every dimension clamped to 16).
 
-Three size presets:
-
-* ``full``: the seed's shapes. Some inputs are large (a 1,000,000 x 64 by 64 x 1024 matmul makes
-  a 4 GB result): meant for a GPU or a patient CPU.
-* ``default``: the same cases, same number of them, same axes, scaled down (mostly the
-  1,000,000-long and batch dimensions) so that the whole table runs in a few minutes on two CPU
-  cores. Ratios between modes and devices are what compare across presets, not milliseconds.
-* ``tiny``: every dimension clamped to 16, for tests and smoke runs.
-
-Weights are written in TensorFlow's layout (``conv1d`` filters ``K x C_in x C_out``, ``conv2d``
-filters ``KH x KW x C_in x C_out``); the seed's labels list the MLX layout (``C_out`` first), so a
-label shows ``8x3x3x3`` where the tensor is ``3x3x3x8``.
-"""
+Weights are in TensorFlow's layout; the seed's labels list MLX's (``C_out`` first)."""
 
 from __future__ import annotations
 
@@ -38,11 +27,8 @@ TINY_CAP = 16
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One row of the table: the input shapes (``dims``, the seed's label order) and the axis.
-
-    ``small`` is the ``default`` preset's shapes; `None` means the ``full`` ones are already
-    small enough.
-    """
+    """One row of the table: the input shapes (the seed's label order) and the axis; ``small``
+    the ``default`` preset's shapes (None: the ``full`` ones are small enough)."""
 
     dims: tuple[Shape, ...]
     axis: int | None = None
@@ -59,10 +45,8 @@ class Case:
         raise ValueError(f"unknown size {size!r}: use one of {', '.join(SIZES)}")
 
     def label(self, op: str, size: str = "full") -> str:
-        """``"Argmax / dim=64x1024x128 axi=0"`` (the seed's row label) for these shapes.
-
-        The ``tiny`` preset caps every dimension, so different seed rows can shrink to the same
-        shapes: there the label also names the seed row's shapes, keeping labels unique."""
+        """``"Argmax / dim=64x1024x128 axi=0"`` for these shapes; under ``tiny``, also the seed
+        row's shapes, keeping labels unique."""
         shapes = self.shapes(size)
         parts = [f"dim={'x'.join(str(d) for d in shape)}" for shape in shapes]
         if self.axis is not None:
@@ -80,11 +64,9 @@ class Op:
     Attributes:
         name: the seed's name (``MatMul``, ``ScatterSum``...).
         cases: its rows, in the seed's order.
-        make_inputs: ``(shapes, rng, dtype) -> tuple of tensors``; the same tensors are passed
-            to every mode.
-        build: ``axis -> fn(*inputs)``, the computation (plain TensorFlow ops).
-        flops: ``shapes -> FLOPs of one call`` where the op is arithmetic-bound, else None.
-    """
+        make_inputs: ``(shapes, rng, dtype) -> tensors``, the same for every mode.
+        build: ``axis -> fn(*inputs)``, the computation.
+        flops: ``shapes -> FLOPs of one call`` where arithmetic-bound, else None."""
 
     name: str
     cases: tuple[Case, ...]
@@ -125,12 +107,9 @@ def _gather_inputs(shapes: Sequence[Shape], rng: Any, dtype: Any) -> tuple[Any, 
 
 
 def _scatter_inputs(deterministic: bool) -> Callable[..., tuple[Any, ...]]:
-    """Target ``rows x cols``, ``count`` row indices, and ``count x cols`` updates.
-
-    With more updates than rows, rows repeat; which of several writes to one row wins is not
-    defined. For the overwriting scatter each update is therefore a copy of one value per
-    target row, so every write to a row writes the same values and all modes agree.
-    """
+    """Target ``rows x cols``, ``count`` row indices, and ``count x cols`` updates. Rows repeat,
+    so each update is a copy of one value per target row: every write to a row agrees, and so
+    do all modes."""
 
     def make(shapes: Sequence[Shape], rng: Any, dtype: Any) -> tuple[Any, ...]:
         import tensorflow as tf
@@ -414,8 +393,7 @@ def select_ops(names: Sequence[str] | None = None) -> tuple[Op, ...]:
     """The ops named (case-insensitive, in the table's order); all of them for None/empty.
 
     Raises:
-        ValueError: a name that is not an op, with the list of names.
-    """
+        ValueError: a name that is not an op, with the list of names."""
     if not names:
         return OPS
     by_name = {op.name.lower(): op for op in OPS}

@@ -1,24 +1,15 @@
 """Your data as ``fit`` takes it, for Keras's own data adapter (``diagnose`` times the input
-``fit`` reads, not a look-alike pipeline), and one batch handed to the step again and again.
+``fit`` reads, not a look-alike), and one batch handed to the step again and again.
 
-* :func:`fit_arguments`: the ``fit`` arguments (``x``, ``y``, ``sample_weight``,
-  ``batch_size``, ``shuffle``) for data in a form Keras's ``fit`` takes as it is (arrays, a
-  ``tf.data.Dataset``, a ``PyDataset``, a ``DataLoader``, a Grain dataset, a generator);
-  None for the forms only the toolkit takes (a bare ``Sequence``, an iterator that is not a
-  generator, tf_keras), which are read through their ``tf.data`` form;
-* :class:`Replay`: a generator is read once, but a diagnosis reads its data several times, so
-  each pass replays the batches read so far and reads on from your generator (up to
-  ``HELD_BATCHES``, then a pass ends): the first pass that gets that far times your
-  generator's own work;
-* :func:`repeated_batch`: a Keras data adapter handing one batch, as the backend's train
-  function receives it, again and again: ``fit`` on it is the step alone;
-* :func:`as_fit_reads`: your data through Keras's own adapter, epoch after epoch without
-  end: ``fit`` on it is the real fit, reading your data as ``fit`` reads it (Keras's array
-  slicing on JAX, its DataLoader on PyTorch, its ``tf.data`` conversion on TensorFlow), for
-  as many steps as a measurement needs;
-* :func:`epoch_batches`: an epoch's batches where your data says it unread (a Grain
-  dataset's ``len()``), so tune offers only loops that epoch can time.
-"""
+* :func:`fit_arguments`: the ``fit`` arguments for data Keras takes as it is; None for forms only
+  the toolkit takes, read through their ``tf.data`` form;
+* :class:`Replay`: a generator is read once, but a diagnosis reads several times, so each pass
+  replays the batches held and reads on (up to ``HELD_BATCHES``);
+* :func:`repeated_batch`: an adapter handing one batch again and again: ``fit`` on it is the step
+  alone;
+* :func:`as_fit_reads`: your data through Keras's own adapter, endless: ``fit`` on it is the real
+  fit;
+* :func:`epoch_batches`: an epoch's batches where your data says so unread."""
 
 from __future__ import annotations
 
@@ -32,9 +23,8 @@ from toolkit.data._fit_data import HELD_BATCHES
 
 
 class Replay:
-    """A generator read once, re-readable: each ``iter()`` is a new generator that replays
-    the batches held so far, then reads on from the live one, holding what it reads, until
-    `hold` batches are held or the live one ends."""
+    """A generator read once, re-readable: each ``iter()`` replays the batches held, then reads
+    on from the live one, holding up to `hold`."""
 
     def __init__(self, generator: Iterator[Any], hold: int = HELD_BATCHES) -> None:
         self.live: Iterator[Any] | None = generator
@@ -45,9 +35,8 @@ class Replay:
         return self._read()
 
     def fill(self, batches: int) -> None:
-        """Reads on until `batches` (at most `hold`) are held, so measurements that read no
-        more than that all replay the same held batches: the first one measured does not
-        pay the generator's own work alone."""
+        """Reads on until `batches` (at most `hold`) are held, so every measurement replays the
+        same batches."""
         for _, _batch in zip(range(min(batches, self.hold)), self._read(), strict=False):
             pass
 
@@ -69,10 +58,8 @@ class Replay:
 def fit_arguments(
     data: Any, batch_size: int | None, class_weight: dict[int, float] | None = None
 ) -> dict[str, Any] | None:
-    """The arguments ``fit`` gets for `data` (in-memory arrays batched by `batch_size`, 32 by
-    default, and shuffled, as ``fit`` does by default) and `class_weight` (Keras's adapter
-    weighs each batch with it, as in ``fit``), or None where Keras's ``fit`` would not take
-    `data` as it is (the module docstring)."""
+    """The arguments ``fit`` gets for `data` (arrays batched by `batch_size` and shuffled, as
+    ``fit`` does) and `class_weight`, or None where ``fit`` would not take `data` as it is."""
     from toolkit.core import compat
 
     if compat.keras_flavor() != "keras3":
@@ -84,8 +71,8 @@ def fit_arguments(
 
 
 def _fit_arguments(data: Any, batch_size: int | None) -> dict[str, object] | None:
-    """:func:`fit_arguments` by form, tried in the order Keras's ``get_data_adapter`` tries
-    them (arrays first), so the adapter picked here is the one ``fit`` would pick."""
+    """:func:`fit_arguments` by form, in the order Keras's ``get_data_adapter`` tries them, so
+    the adapter is the one ``fit`` picks."""
     from keras.src.trainers.data_adapters.array_data_adapter import can_convert_arrays
 
     parts = (tuple(data) + (None,) * 3)[:3] if isinstance(data, tuple) else (data, None, None)
@@ -112,9 +99,8 @@ def _fit_arguments(data: Any, batch_size: int | None) -> dict[str, object] | Non
 
 
 def repeated_batch(batch: Any, batch_size: int | None) -> Any:
-    """A Keras data adapter that hands `batch` (one batch as the backend's train function
-    receives it) again and again, in every backend's form: ``fit`` on it runs the step alone,
-    with no input work between steps (no pipeline iterated, no conversion)."""
+    """A Keras data adapter handing `batch` (as the train function receives it) again and again:
+    ``fit`` on it runs the step alone, with no input work between steps."""
 
     class RepeatedBatch(_endless(batch_size)):
         def get_numpy_iterator(self) -> Iterator[Any]:
@@ -123,8 +109,7 @@ def repeated_batch(batch: Any, batch_size: int | None) -> Any:
         def get_jax_iterator(self, super_batch: int | None = None) -> Iterator[Any]:
             if not super_batch:
                 return itertools.repeat(batch)
-            # Keras 3.16 scans steps_per_execution on JAX over K batches stacked into one:
-            # stacked once, as its adapters stack them, so no input work is left between calls.
+            # Keras 3.16 scans steps_per_execution on JAX over K stacked batches: stacked once here.
             return itertools.repeat(next(_super_batches(itertools.repeat(batch), super_batch)))
 
         def get_torch_dataloader(self) -> Any:
@@ -141,14 +126,11 @@ def repeated_batch(batch: Any, batch_size: int | None) -> Any:
 def as_fit_reads(
     data: Any, batch_size: int | None, class_weight: dict[int, float] | None = None
 ) -> Any:
-    """A Keras data adapter reading `data` (weighed by `class_weight`, as ``fit`` weighs it)
-    as ``fit`` reads it, epoch after epoch without end (None where Keras's ``fit`` would not
-    take `data` as it is: :func:`fit_arguments`).
+    """A Keras data adapter reading `data` as ``fit`` reads it (weighed by `class_weight`), epoch
+    after epoch without end; None where ``fit`` would not take `data` as it is.
 
-    Each pass is an epoch of Keras's own adapter for `data` (the one ``fit`` picks), ending
-    in its ``on_epoch_end`` as ``fit`` ends it (a ``PyDataset``'s workers stop there, arrays
-    are shuffled again); data read once (a replayed generator) gets a new adapter each pass.
-    """
+    Each pass is an epoch of the adapter ``fit`` picks, ending in its ``on_epoch_end``; data read
+    once gets a new adapter each pass."""
     if fit_arguments(data, batch_size, class_weight) is None:  # tf_keras, or a form fit refuses
         return None
     from keras.src.trainers.data_adapters import get_data_adapter
@@ -184,8 +166,8 @@ def as_fit_reads(
             return self._passes(lambda a: a.get_numpy_iterator())
 
         def get_jax_iterator(self, super_batch: int | None = None) -> Iterator[Any]:
-            # Keras 3.16 asks for super-batches (steps_per_execution on JAX; 3.15 never does):
-            # stacked across passes, so no epoch's end leaves a partial one.
+            # Keras 3.16 asks for super-batches on JAX: stacked across passes, so no epoch's end
+            # leaves a partial one.
             batches = self._passes(lambda a: a.get_jax_iterator())
             return _super_batches(batches, super_batch) if super_batch else batches
 
@@ -198,8 +180,8 @@ def as_fit_reads(
                 return first.get_tf_dataset().repeat()
             import tensorflow as tf
 
-            # Epochs ending as fit ends them (a PyDataset's), or read anew (a generator):
-            # the passes, in tf.data as Keras reads these forms (its get_tf_dataset does too).
+            # Epochs ending as fit ends them, or read anew: the passes, in tf.data as Keras reads
+            # these forms.
             spec = first.get_tf_dataset().element_spec  # from the batches it peeked at
             return tf.data.Dataset.from_generator(self.get_numpy_iterator, output_signature=spec)
 
@@ -207,9 +189,8 @@ def as_fit_reads(
 
 
 def _super_batches(batches: Iterator[Any], count: int) -> Iterator[Any]:
-    """`batches` `count` at a time, stacked on a new leading axis, as Keras 3.16's own
-    adapters hand them to its scanned ``steps_per_execution`` on JAX (its
-    ``super_batch_iterator`` with ``jnp.stack``)."""
+    """`batches` `count` at a time, stacked on a new leading axis, as Keras 3.16's adapters hand
+    them to its scanned ``steps_per_execution`` on JAX."""
     import jax.numpy as jnp
     from keras.src.trainers.data_adapters import data_adapter_utils
 
@@ -217,8 +198,7 @@ def _super_batches(batches: Iterator[Any], count: int) -> Iterator[Any]:
 
 
 def _endless(batch_size: int | None) -> type:
-    """A Keras data adapter base of no length (``fit`` reads it for as many steps as it is
-    told) and whole batches of `batch_size` examples."""
+    """A Keras data adapter base of no length and whole batches of `batch_size` examples."""
     from keras.src.trainers.data_adapters.data_adapter import DataAdapter
 
     class Endless(DataAdapter):
@@ -262,10 +242,8 @@ class Forever:
 
 
 def epoch_batches(data: Any) -> int | None:
-    """The batches an epoch of `data` holds where it says so without being read: a batched
-    Grain dataset's ``len()`` (the toolkit's endless one says an epoch's, which you give
-    ``fit`` as ``steps_per_epoch``; a finite one ends its epoch there). None: it cannot say (a
-    Grain ``IterDataset`` of your own, unbatched data, any other form)."""
+    """The batches an epoch of `data` holds where it says so unread (a batched Grain dataset's
+    ``len()``); None where it cannot say."""
     from toolkit.data import _grain
     from toolkit.data.builder import infer_batch_size
 

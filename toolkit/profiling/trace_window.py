@@ -1,16 +1,10 @@
-"""TraceWindow: a profiler trace of a chosen range of training steps (the backend's profiler,
-through ``toolkit.backend``), each traced step wrapped in the profiler's step marker.
+"""TraceWindow: a profiler trace of a chosen range of training steps, each traced step wrapped in
+the profiler's step marker.
 
-Without step markers XProf's overview and input-pipeline pages say "No step marker observed":
-Keras 3's ``fit`` makes none (tf_keras's does, so under tf_keras none is added). A marker opens
-at a step's batch begin and closes at the next batch begin (or at validation, epoch end or
-train end): the same boundaries StepTimer times, input wait included. Closing it at the next
-begin rather than at the batch end keeps TraceWindow off Keras's batch-end hooks, which on JAX
-and PyTorch run on a callback thread. With ``steps_per_execution > 1`` a marker holds one call.
-A TensorFlow step that runs a loop (an LSTM's recurrence, the ``steps_per_execution`` loop)
-makes XProf take the loop's iterations for the steps instead of the markers: the trace is
-written as it is, and ``toolkit.report.trace`` reads it with the loop folded into them.
-"""
+Without step markers XProf's pages say "No step marker observed": Keras 3's ``fit`` makes none
+(tf_keras's does, so there none is added). A marker opens at a step's batch begin and closes at the
+next one (or at validation, epoch or train end): the boundaries StepTimer times, and off Keras's
+batch-end thread. With ``steps_per_execution > 1`` a marker holds one call."""
 
 from __future__ import annotations
 
@@ -36,32 +30,27 @@ DEFAULT_TRACE_STEPS = 5
 
 
 class TraceWindow(compat.keras().callbacks.Callback):
-    """Captures a TF profiler trace of steps ``[start_step, stop_step)`` of a ``fit``.
+    """Captures a profiler trace of steps ``[start_step, stop_step)`` of a ``fit``.
 
-    Use it to see what one training step does (op times, input waits, host/device overlap) in
-    TensorBoard's Profile tab or XProf, without tracing the whole run: tracing slows every step
-    it covers and its files grow fast. Steps are counted across epochs from 0; with
-    ``steps_per_execution > 1`` the window opens and closes at execution boundaries. The default
-    window starts right after StepTimer's warm-up, and StepTimer leaves traced steps out of its
-    statistics. A profiler that fails to start or stop is logged and recorded in `error`; it
-    never stops training.
+    To see what one step does in TensorBoard's Profile tab or XProf without tracing the whole run.
+    Steps count across epochs from 0; the default window starts after StepTimer's warm-up, and
+    StepTimer leaves traced steps out. A profiler that fails to start or stop is recorded in
+    `error`; it never stops training.
 
     Args:
-        logdir: directory for the trace (TensorBoard/XProf read ``logdir/plugins/profile``).
-        start_step: first traced step. Defaults to `6` (warm-up + 1).
-        stop_step: step at which tracing stops (exclusive). Defaults to `start_step + 5`.
-        host_tracer_level: 1 (user events) to 3 (verbose). Defaults to `2`.
-        python_tracer_level: 1 traces Python calls (slow). Defaults to `0`.
-        device_tracer_level: 1 traces GPU kernels where a GPU runs. Defaults to `1`.
+        logdir: directory for the trace (read from ``logdir/plugins/profile``).
+        start_step: first traced step.
+        stop_step: step at which tracing stops (exclusive; default `start_step + 5`).
+        host_tracer_level: 1 (user events) to 3 (verbose).
+        python_tracer_level: 1 traces Python calls (slow).
+        device_tracer_level: 1 traces GPU kernels.
 
     Example:
 
     ```python
     model.fit(dataset, epochs=2, callbacks=[StepTimer(), TraceWindow("logs/train")])
-    # then: tensorboard --logdir logs   (Profile tab; "train" is where Keras's TensorBoard
-    # callback puts its trace, so both land in one run)
-    ```
-    """
+    # then: tensorboard --logdir logs   (Profile tab)
+    ```"""
 
     def __init__(
         self,
@@ -93,9 +82,8 @@ class TraceWindow(compat.keras().callbacks.Callback):
         self._started_at = 0
         self._marker: Any = None  # the open step marker, while a traced step runs
         self.marked_steps = 0
-        # The outside clock around the window (perf_counter): when the profiler had started
-        # (the first marker opens right after) and when the device had caught up at its end.
-        # The step's anatomy checks the trace's own clock against it.
+        # The outside clock around the window: when the profiler had started and when the device had
+        # caught up at its end.
         self.began_at: float | None = None
         self.ended_at: float | None = None
 
@@ -153,16 +141,13 @@ class TraceWindow(compat.keras().callbacks.Callback):
         try:
             os.makedirs(self.logdir, exist_ok=True)
             seam = backend.get()
-            # On an asynchronous backend the host runs ahead: without the wait, the steps
-            # still queued would run inside the trace (and StepTimer would leave them out).
+            # On an asynchronous backend, without the wait, queued steps would run inside the trace.
             synced_at = _waited(seam)
         except Exception as e:  # noqa: BLE001 - a profiler failure must never kill training
             self._failed(step, e)
             return
-        # Announced *before* the profiler runs: a batch-end hook on Keras's callback thread
-        # may read the backend's probe at any moment, and a running profiler seen under the
-        # old generation looked like a trace over the step before this one (StepTimer then
-        # left it out too). StepTimer leaves out the step this one ran in.
+        # Announced *before* the profiler runs: a batch-end hook on Keras's callback thread may read
+        # the probe at any moment.
         PROFILER.started(synced_at)
         try:
             with native_logs.held():  # the profiler's C++ notes stay out of Keras's bar
@@ -196,8 +181,7 @@ class TraceWindow(compat.keras().callbacks.Callback):
             PROFILER.stopped(synced_at)
 
     def trace_files(self) -> list[str]:
-        """The trace files under `logdir` (``*.xplane.pb`` from TensorFlow and JAX, Chrome
-        trace JSON from PyTorch)."""
+        """The trace files under `logdir` (XSpace, or PyTorch's Chrome trace JSON)."""
         found = []
         for root, _, files in os.walk(self.logdir):
             try:
@@ -220,9 +204,8 @@ class TraceWindow(compat.keras().callbacks.Callback):
 
 
 def _waited(seam: Any) -> float | None:
-    """Waits for the device (the seam's ``wait_for_device``); the time it had caught up, or
-    None when the wait failed (an earlier step's error surfacing): the trace's edge goes on
-    regardless, and StepTimer then trusts no step to have ended before it."""
+    """Waits for the device; the time it had caught up, or None when the wait failed (the edge
+    goes on, and StepTimer trusts no step to have ended before it)."""
     try:
         seam.wait_for_device()
     except Exception as e:  # noqa: BLE001 - a trace edge never fails on the wait
