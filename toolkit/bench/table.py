@@ -1,13 +1,9 @@
 """The per-op results as the seed's two tables (Markdown and CSV), a bar chart, and JSON.
 
-Layout (the seed's): one row per operation and shape, one column per device and mode with
-milliseconds per call, then speedup columns as ratios, ``1.09×`` meaning the first-named
-column is 9 % faster (``baseline ms / ms``; the seed wrote ``+9%``, the CSV and JSON keep that
-number); then the same per operation, averaged over its shapes. The speedup columns are, for
-each device, each mode against the one before it (``graph/eager``: what ``tf.function`` buys;
-``xla/graph``: what ``jit_compile`` adds), and for each further device, each mode against the
-first device's (``cuda_xla/cpu_xla``).
-"""
+One row per operation and shape, one column per device and mode (ms per call), then speedup ratios
+(``1.09×``: the first-named column 9 % faster); then the same per operation, averaged over its
+shapes. Each mode is compared with the one before it on its device (``graph/eager``, ``xla/graph``),
+and each further device with the first (``cuda_xla/cpu_xla``)."""
 
 from __future__ import annotations
 
@@ -34,9 +30,8 @@ __all__ = [
 
 SCHEMA = "toolkit.ops/1"
 READABLE = (SCHEMA, "keras_perf.ops/1")  # 0.2 wrote its tables under the package's name then
-# What each mode's speedup column compares it with, on the same device, when both ran: TF's
-# modes each against the one before; JAX's XLA against TF's; PyTorch eager against TF eager;
-# torch.compile against PyTorch eager. Otherwise the column before it.
+# What each mode's speedup column compares it with on the same device: TF's modes with the one
+# before; JAX's XLA with TF's; PyTorch eager with TF eager; torch.compile with PyTorch eager.
 BASELINE = {
     "graph": "eager",
     "xla": "graph",
@@ -66,9 +61,8 @@ def format_ms(ms: float | None) -> str:
 
 
 def format_speedup(pct: float | None) -> str:
-    """A speedup in % as the ratio the toolkit prints everywhere (tune, backends, benchmarks):
-    ``+9%`` is ``1.09×``, ``-55%`` is ``0.45×`` (above 1: the first column of the pair is
-    faster); ``n/a`` if missing. The CSV and JSON keep the % as plain numbers."""
+    """A speedup in % as the ratio printed everywhere: ``+9%`` is ``1.09×``; ``n/a`` if missing.
+    CSV and JSON keep the %."""
     return "n/a" if pct is None else f"{1.0 + pct / 100.0:.2f}×"
 
 
@@ -85,12 +79,11 @@ class Timing(fields.Record):
     """The per-call time of one computation.
 
     Attributes:
-        ms: median over the repeats of the per-call time, in milliseconds.
-        spread_pct: robust spread of the repeats (``1.4826 * MAD``) in % of `ms`.
+        ms: median per-call time over the repeats, in ms.
+        spread_pct: robust spread of the repeats in % of `ms`.
         repeats_ms: each repeat's per-call time.
         calls: calls per timed loop.
-        first_call_ms: the first call (tracing / compilation included), left out of `ms`.
-    """
+        first_call_ms: the first call (tracing, compiling), left out of `ms`."""
 
     ms: float
     spread_pct: float
@@ -140,11 +133,10 @@ class OpTable(fields.Record):
         results: one :class:`Measurement` per (case, device, mode).
         columns: ``"<device>_<mode>"`` in display order.
         settings: size preset, dtype, repeats, min_time_s, seed, ops, modes.
-        devices: each device's facts and its column label.
-        environment: :func:`toolkit.core.machine.capture_environment` of the run.
+        devices: each device's facts and column label.
+        environment: the run's environment.
         floors: per column, the per-call time of ``x + 1`` on a scalar (dispatch cost).
-        created_utc: when the table was made.
-    """
+        created_utc: when the table was made."""
 
     results: list[Measurement]
     columns: list[str]
@@ -216,11 +208,8 @@ class OpTable(fields.Record):
         return out
 
     def average(self) -> list[tuple[str, list[float | None], list[float | None]]]:
-        """``(op, mean ms per column, speedup % per pair)``, the seed's "Average benchmark".
-
-        A column's mean is over the op's shapes it has a time for; a speedup compares the two
-        columns' means over the shapes both have, so an n/a cell never skews it.
-        """
+        """``(op, mean ms per column, speedup % per pair)``, the seed's "Average benchmark": a
+        speedup compares two columns over the shapes both have, so an n/a cell never skews it."""
         grid = self._grid()
         out = []
         for op in self.ops():
@@ -334,10 +323,9 @@ class OpTable(fields.Record):
         return "\n".join(out) + "\n"
 
     def to_terminal(self, columns: int | None = None) -> str:
-        """What ``ops`` prints: the settings in a few lines, the per-op average table (the
-        whole table is ``ops.md``), how to read its ratio columns, and how many cells were
-        n/a or noisy; as wide as the terminal (`columns`, default its width) and never wider
-        than :data:`SCREEN_COLUMNS`, in a log too: a wider table comes in parts."""
+        """What ``ops`` prints: the settings, the per-op average table, how to read its ratios,
+        and how many cells were n/a or noisy; as wide as the terminal, never wider than
+        :data:`SCREEN_COLUMNS`."""
         from toolkit.core import terminal
 
         columns = columns if columns is not None else terminal.width()
@@ -369,8 +357,7 @@ class OpTable(fields.Record):
         return terminal.fit("\n".join(said), columns)
 
     def to_csv(self, average: bool = False) -> str:
-        """The detailed (or average) table as CSV: ms and speedup % as plain numbers, empty
-        for n/a; the detailed one ends with each column's spread in %."""
+        """The detailed (or average) table as CSV: plain numbers, empty for n/a, spreads last."""
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         pairs = self.speedup_pairs()
@@ -415,9 +402,8 @@ class OpTable(fields.Record):
         return super().from_dict(d, where)
 
     def plot_png(self) -> bytes:
-        """A horizontal grouped bar chart of the average table (ms per call, log scale; lower
-        is better), each column's per-call floor drawn as a dashed line of its colour: a bar
-        near its floor measures dispatch, not the op."""
+        """A grouped bar chart of the average table (ms per call, log scale), each column's
+        dispatch floor dashed: a bar near it measures dispatch, not the op."""
         import matplotlib
 
         matplotlib.use("Agg", force=False)
@@ -459,7 +445,7 @@ class OpTable(fields.Record):
 
     def write(self, directory: str | os.PathLike[str], plot: bool = True) -> dict[str, str]:
         """Writes ops.json (first: the record), ops.md, ops.csv, ops_average.csv and ops.png
-        atomically; a failing plot is noted in the Markdown and loses nothing else."""
+        atomically; a failing plot loses nothing else."""
         directory = os.fspath(directory)
 
         def path(kind: str) -> str:

@@ -1,36 +1,21 @@
 """Who makes a Grain pipeline's batches (``workers="auto"``), judged by the fit the pipeline
-feeds, not by the pipeline read alone: reader threads in this process, or worker processes.
+feeds, not the pipeline read alone: reader threads, or worker processes.
 
-Read alone, a pipeline is fastest on every core it can take. A fit is not: its step needs
-cores too, and each core a reader takes is one the step loses. Into a JAX fit on 2 cores
-(``benchmarks/pipeline_grain.py``, 2,000 JPEG/PNG files decoded to 64 px), 2 worker processes,
-which read the files alone 1.2-1.4× as fast as threads, ran the fit 0.85-0.95× a naive
-pipeline decoding on the main thread; 2 reader threads 0.83-0.95× (they contend for the GIL:
-a batch cost 40 % more CPU time than on one thread); one reader thread 0.98-1.00×, and
-1.00-1.22× once :func:`toolkit.data.resize_images` was made cheaper. So the choice starts from
-where the step computes and the cores this process may use (``os.sched_getaffinity``):
+Read alone, a pipeline is fastest on every core; a fit's step needs cores too. On 2 cores, worker
+processes read JPEGs faster alone yet ran the fit slower than a main-thread decode; two threads
+contend for the GIL; one reader thread matched or beat it. So the choice starts from where the step
+computes and this process's usable cores:
 
-- **Arrays gathered a batch at a time** (no per-example map): one NumPy call a batch: threads,
-  nothing to measure.
-- **The step computes on the CPU** (no GPU that the backend sees): every backend runs it on a
-  pool of threads over all the cores (XLA's, TensorFlow's intra-op pool, PyTorch's), so no core
-  is spare: **one reader thread**, no worker processes, nothing measured. One thread does the
-  work a main-thread decode does, no more, and does it while the step runs rather than in the
-  training loop's thread, so it costs the fit no more than decoding on the main thread; a
-  second thread or a process only adds contention for the cores the step is using.
-- **One usable core:** one thread, for the same reason: nothing is spare.
-- **The step computes on an accelerator:** it keeps one core to feed the device; the others are
-  spare, and the pipeline is measured as it will run: the same pipeline read for a window with
-  threads, then with a worker process per spare core (up to :data:`MAX_WORKERS`), the workers
-  kept only when their steady rate beats the threads' by :data:`WORKER_GAIN` (they pay their
-  start once: an endless pipeline keeps them from epoch to epoch). Cached per machine
-  (``toolkit.core.cache``, ``grain_readers.json``) under the source's kind and size, the batch
-  size, the maps' names, the cores and the step's device, so it is measured once.
+- **Arrays gathered a batch at a time**: threads, nothing to measure.
+- **The step computes on the CPU**: its thread pools take every core, so **one reader thread**,
+  nothing measured: it does what a main-thread decode does, while the step runs.
+- **One usable core:** one thread.
+- **The step computes on an accelerator:** one core feeds the device; the rest are spare, and the
+  pipeline is measured with threads, then with a worker per spare core (up to :data:`MAX_WORKERS`),
+  workers kept only when they beat threads by :data:`WORKER_GAIN`. Cached per machine under what the
+  answer depends on.
 
-Threads given (``num_parallel_calls``) are kept; only the processes are chosen. ``workers=N``
-is not ``"auto"``: it is the user's, whatever the step. Every answer says why in words
-(:attr:`Readers.why`, in ``describe_pipeline``).
-"""
+Threads given are kept; ``workers=N`` is the user's. Every answer says why (:attr:`Readers.why`)."""
 
 from __future__ import annotations
 
@@ -46,21 +31,17 @@ _CACHE = Cache("grain_readers.json")
 MAX_THREADS = 16
 WINDOW_S = 1.5  # each side's steady window, at least (seconds), after its warm-up
 MIN_BATCHES = 5  # and at least this many batches
-# Read untimed after the first batch: every buffer ahead of the reader (threads: the prefetch;
-# workers: one buffer in each worker and one here), filled while the rest started, would
-# otherwise count as made in the window; workers' first windows swung from 0.4× to 1.2× their
-# steady rate here (2,000 JPEGs, 2 cores).
+# Read untimed after the first batch: buffers filled during the start would otherwise count as made
+# in the window.
 MIN_WARMUP = 4
 MAX_WORKERS = 4
-# Workers must beat threads by this much to be kept: they hold a process each and copy every
-# batch; within a few percent the two are the same to the fit, and threads start at once.
+# Workers must beat threads by this much to be kept: they hold a process each and copy every batch.
 WORKER_GAIN = 0.10
 
 
 @dataclasses.dataclass(frozen=True)
 class Readers:
-    """The readers a pipeline gets: `threads` per reader, `workers` processes (0: none), and
-    why, in words (the measured rates, or the rule)."""
+    """The readers a pipeline gets: `threads` per reader, `workers` processes, and why, in words."""
 
     threads: int
     workers: int
@@ -74,8 +55,7 @@ def _name(fn: Callable[..., Any] | None) -> str | None:
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (its affinity: a container's or ``taskset``'s
-    limit), not the machine's count."""
+    """The cores this process may run on (its affinity), not the machine's count."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # macOS and Windows have no affinity call
@@ -83,9 +63,8 @@ def usable_cores() -> int:
 
 
 def step_device() -> str:
-    """Where the backend Keras trains on computes the step: ``"cpu"``, or the kind of the
-    first GPU it sees (``"cuda"``, ``"metal"``, ...). A backend that cannot say (none
-    installed, a broken install) counts as the CPU: the choice that takes no core."""
+    """Where the backend computes the step: ``"cpu"``, or the first GPU's kind; a backend that
+    cannot say counts as the CPU."""
     try:
         from toolkit.devices import detect
 
@@ -97,9 +76,8 @@ def step_device() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class _Facts:
-    """What the answer depends on: the source's kind and size (an image folder's image size),
-    the batch, the maps, the threads, the usable cores and where the step computes. Its
-    JSON form (:meth:`as_json`) is the cache's key and is stored beside the answer."""
+    """What the answer depends on: source kind and size, batch, maps, threads, usable cores, the
+    step's device. Its JSON (:meth:`as_json`) is the cache's key."""
 
     source: str
     examples: int
@@ -145,7 +123,7 @@ class _Facts:
 
 def _rate(build: Callable[[], Any], warmup: int) -> tuple[float, float]:
     """``(batches per second after a warm-up, seconds to the first batch)`` of the endless
-    pipeline `build` makes, read for at least :data:`WINDOW_S` and :data:`MIN_BATCHES`."""
+    pipeline `build` makes, over at least :data:`WINDOW_S` and :data:`MIN_BATCHES`."""
     start = time.perf_counter()
     it = iter(build())
     try:
@@ -173,10 +151,8 @@ def choose_readers(
     build: Callable[[int, int], Any],
     prefetch: int | None,
 ) -> Readers:
-    """The readers for a pipeline over `source` by the rule in the module docstring:
-    `build(threads, workers)` makes it endless with those readers (``grain_pipeline``),
-    `num_threads` the threads given (None: chosen here), `prefetch` the batches read ahead
-    per reader (None: two per thread)."""
+    """The readers for a pipeline over `source` by the module's rule: `build(threads, workers)`
+    makes it endless, `num_threads` the threads given, `prefetch` batches ahead per reader."""
     cores = usable_cores()
     if gathered:
         threads = num_threads or min(cores, MAX_THREADS)

@@ -1,8 +1,6 @@
-"""compare(): report B against baseline A, figure by figure, with a noise-aware verdict.
-
-Reads only the reports: no framework is imported, so comparing runs from another machine or an
-old toolkit version (schema 1 or 2) works anywhere.
-"""
+"""compare(): report B against baseline A, figure by figure, with a noise-aware verdict. Reads
+only the reports (no framework), so runs from another machine or an old toolkit compare
+anywhere."""
 
 from __future__ import annotations
 
@@ -25,8 +23,8 @@ __all__: list[str] = []  # offered through toolkit.report
 
 
 class Figure(NamedTuple):
-    """One row of the comparison: a figure of each run, in one unit (``ms``, ``s``, ``/s``, or
-    ``""`` for a count). Its change is :meth:`change`, the one place it is computed."""
+    """One row of the comparison: a figure of each run in one unit (``""`` for a count); its
+    change is :meth:`change`."""
 
     label: str
     a: float | None
@@ -42,17 +40,14 @@ class Figure(NamedTuple):
 class Comparison:
     """The deltas of report `b` against report `a`, with a noise-aware verdict.
 
-    The verdict compares the median time per example (per step when a batch size is unknown).
-    A difference counts only when it exceeds both `z` standard errors of the two medians
-    combined — each estimated from the run's jitter as ``1.2533 · jitter / sqrt(samples)`` —
-    and `min_rel` of the baseline, a floor for the drift between runs that no single run's
-    jitter shows (other processes, clocks, thermals).
+    The verdict compares the median time per example (per step when a batch size is unknown). A
+    difference counts only past both `z` standard errors of the two medians (each ``1.2533 · jitter
+    / sqrt(samples)``) and `min_rel` of the baseline, the drift between runs no single run's jitter
+    shows.
 
-    A band of ±100% of the baseline or wider: its lower edge passes a time of zero, so B can
-    never be found faster, and "within noise" would only say that the runs' jitter is as large
-    as the time compared. A change inside such a band is "too noisy" (no verdict, with the
-    remedy: the band narrows as 1/√(timed steps)); B slower past it is still "slower".
-    """
+    A band of ±100 % or wider passes a time of zero, so B could never be found faster: a change
+    inside it is "too noisy" (the band narrows as 1/√(timed steps)); B slower past it is still
+    "slower"."""
 
     a_name: str
     b_name: str
@@ -71,8 +66,8 @@ class Comparison:
     processes: tuple[ProcessTime | None, ProcessTime | None] = (None, None)  # each run's
 
     def blocks(self) -> list[terminal.Block]:
-        """The comparison as a screen: the figures' table (the verdict's row first), the two
-        runs, the settings that differ, the verdict, the ledgers and anatomies, the notes."""
+        """The comparison as a screen: the table (the verdict's row first), the runs, the
+        settings that differ, the verdict, ledgers, anatomies and notes."""
         table = terminal.Table.of(
             ("", "A", "B", "B vs A"),
             [
@@ -131,8 +126,7 @@ class Comparison:
         return terminal.show(self.blocks(), columns)
 
     def to_dict(self) -> dict[str, object]:
-        """The comparison as plain data (``keras-perf compare --json``): each figure's A, B, unit
-        and relative change, the verdict, B's speed as a multiple of A's and the noise band."""
+        """The comparison as plain data (``keras-perf compare --json``)."""
         return {
             "a": self.a_name,
             "b": self.b_name,
@@ -174,9 +168,8 @@ def _memory_of(report: RunReport) -> Any:
     return report.ledger.memory if report.ledger is not None else None
 
 
-# Two runs of one command differ by more than either run's own jitter says (other processes,
-# clocks, thermals, where the memory landed): two runs of the same mlp command read 0.97×.
-# The floor of every noise band, as asv compares two results with a factor of 1.1.
+# Two runs of one command differ by more than either's jitter says: the floor of every noise band,
+# as asv compares results with a factor of 1.1.
 RUN_TO_RUN = 0.10
 
 
@@ -186,17 +179,14 @@ def _parts_json(ledger: Ledger | None) -> dict[str, float | None] | None:
 
 
 def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = RUN_TO_RUN) -> Comparison:
-    """Compares report `b` with baseline `a`: per-figure deltas and a noise-aware verdict,
-    computed on the table's own row (the median step, per example where the batch sizes
-    differ) and said on it.
+    """Compares report `b` with baseline `a`: per-figure deltas and a noise-aware verdict on the
+    median step (per example where batch sizes differ).
 
     Args:
         a: the baseline report.
         b: the candidate report.
-        z: standard errors a difference must exceed. Defaults to `3.0`.
-        min_rel: smallest relative difference that counts, the band two runs of one command
-            differ by. Defaults to :data:`RUN_TO_RUN` (10 %, asv's factor).
-    """
+        z: standard errors a difference must exceed.
+        min_rel: smallest relative difference that counts (default :data:`RUN_TO_RUN`, 10 %)."""
     rows, basis = _figures(a, b)
     notes, different = _notes(a, b)
     both = {
@@ -227,9 +217,8 @@ STEP_P50, EXAMPLE_P50 = "step p50", "step p50 per example"
 
 
 def _figures(a: RunReport, b: RunReport) -> tuple[tuple[Figure, ...], str]:
-    """The table's rows, and the label of the one the verdict is computed on: the median
-    step, per example where both runs know their batch sizes and these differ (a run at twice
-    the batch does twice the work a step)."""
+    """The table's rows, and the label of the verdict's row: the median step, per example where
+    the batch sizes differ."""
     sa, sb = a.steps, b.steps
     per_example = bool(sa.batch_size and sb.batch_size and sa.batch_size != sb.batch_size)
     first = (
@@ -247,8 +236,7 @@ def _figures(a: RunReport, b: RunReport) -> tuple[tuple[Figure, ...], str]:
         Figure("jitter", sa.jitter_s, sb.jitter_s, "ms"),
         # batch ÷ mean step, as the report's throughput: labelled as the mean's
         Figure("examples/s (mean step)", sa.examples_per_sec, sb.examples_per_sec, "/s"),
-        # The first call as a whole, as the ledger's compile counts it; a fused first call
-        # (several steps in one) also per step, labelled so, beside it.
+        # The first call as a whole, as the ledger's compile counts it; a fused one also per step.
         Figure("first call", sa.first_step_s, sb.first_step_s, "dur"),
         *(
             [Figure("first call/step", _per_step(sa), _per_step(sb), "ms")]
@@ -263,8 +251,8 @@ def _figures(a: RunReport, b: RunReport) -> tuple[tuple[Figure, ...], str]:
 
 
 def _fit_time(a: RunReport, b: RunReport) -> tuple[str, float | None, float | None]:
-    """The fit's wall time as ``show`` says it (:meth:`RunReport.fit_wall`): the whole call
-    where both reports timed it, else from train begin."""
+    """The fit's wall time as ``show`` says it: the whole call where both timed it, else from
+    train begin."""
     (la, va), (lb, vb) = a.fit_wall(), b.fit_wall()
     if la == lb:
         return la, va, vb
@@ -278,9 +266,8 @@ def _per(seconds: float | None, batch: int | None) -> float | None:
 def _verdict(
     rows: tuple[Figure, ...], basis: str, a: RunReport, b: RunReport, z: float, min_rel: float
 ) -> tuple[str, float, float]:
-    """The verdict on the `basis` row, its A/B speed ratio and the noise band. The band is
-    `z` standard errors of the two medians combined (each ``1.2533 · jitter / sqrt(samples)``,
-    in the row's unit), and at least `min_rel`."""
+    """The verdict on the `basis` row, its A/B speed ratio and the noise band (`z` standard
+    errors of the two medians, at least `min_rel`)."""
     row = next(r for r in rows if r.label == basis)
     ta, tb = row.a, row.b
     sa, sb = a.steps, b.steps
@@ -299,9 +286,8 @@ def _verdict(
 
 
 def _mean_against_median(rows: tuple[Figure, ...], basis: str, noise: float) -> list[str]:
-    """A note where the mean's throughput moved past the noise band and the verdict's median
-    did not (or moved the other way): a few slow steps (compilation, a busy machine) that the
-    median leaves out and the mean counts."""
+    """A note where the mean's throughput moved past the band and the median did not (or the
+    other way): a few slow steps the median leaves out."""
     by = {r.label: r for r in rows}
     median, mean = by[basis].change(), by["examples/s (mean step)"].change()
     if median is None or mean is None:
@@ -319,8 +305,8 @@ def _mean_against_median(rows: tuple[Figure, ...], basis: str, noise: float) -> 
 
 
 def _notes(a: RunReport, b: RunReport) -> tuple[list[str], bool]:
-    """What differs between the runs besides their settings, and whether they are two
-    different workloads (models or datasets): then no speed verdict is given."""
+    """What differs between the runs besides their settings, and whether they are different
+    workloads (then no speed verdict)."""
     notes = []
     for key in (
         "keras_backend", "tensorflow", "keras", "keras_flavor", "cpu_model", "devices", "hostname"
@@ -367,16 +353,15 @@ def _run_notes(a: RunReport, b: RunReport) -> list[str]:
 
 DIFFERENT = "different workloads"
 TOO_NOISY = "too noisy"
-# The widest noise band (a fraction of A's time) that still bounds a change: at ±100% its lower
-# edge is a time of zero, past which "faster" could never be said and "slower" means nothing.
+# The widest noise band that still bounds a change: at ±100 % its lower edge is a time of zero.
 MAX_BAND = 1.0
 # Flags that say where a run went or how it was shown, not how it trained.
 NOT_SETTINGS = frozenset({"report_dir", "log_steps", "log_verbosity", "tensorboard", "backup_dir"})
 
 
 def _contrast(a: RunReport, b: RunReport) -> Contrast | None:
-    """B's anatomy against A's, the parts named by the runs' names (``A`` and ``B`` where the
-    names are the same); None unless both took one."""
+    """B's anatomy against A's, named by the runs' names (``A`` and ``B`` where the same); None
+    unless both took one."""
     if a.anatomy is None or b.anatomy is None or a.anatomy.error or b.anatomy.error:
         return None
     names = (a.name, b.name) if a.name != b.name else ("A", "B")
@@ -400,10 +385,8 @@ def _contrast_dict(c: Contrast | None) -> dict[str, object] | None:
 
 
 def _flops(a: RunReport, b: RunReport) -> tuple[float | None, float | None, str]:
-    """Each report's FLOPs per example, and "example"; per step, and "step", where a batch
-    size is unknown. The workload is the model and its data, not the batch: a run at twice
-    the batch does twice the FLOPs a step, the same an example, and is compared per example
-    (the verdict's basis), not called a different workload."""
+    """Each report's FLOPs per example (per step where a batch size is unknown): a run at twice
+    the batch is the same workload, compared per example."""
     flops = [r.compute.flops_per_step if r.compute else None for r in (a, b)]
     batches = [(r.compute.batch_size if r.compute else None) or r.steps.batch_size for r in (a, b)]
     if all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in batches):
@@ -417,8 +400,8 @@ def _per_step(steps: object) -> float | None:
 
 
 def _shown(key: str, environment: dict) -> str | None:
-    """An environment value as a note shows it: the devices by name, Keras with whether it is
-    a nightly (``3.16.0.dev2026102704 (nightly)``), the rest as a cell."""
+    """An environment value as a note shows it: devices by name, Keras with whether a nightly,
+    the rest as a cell."""
     value = environment.get(key)
     if value is None:
         return None
@@ -431,9 +414,7 @@ def _shown(key: str, environment: dict) -> str | None:
 
 
 def _ran(report: RunReport) -> dict:
-    """The run's recorded flags, with what it really ran where a flag shrank it: a
-    ``--smoke`` run records the ``--epochs`` and ``--train_steps`` asked for, and ran one
-    epoch of a few steps (``TrainConfig.effective``): its epochs as recorded say so."""
+    """The run's recorded flags, with what a ``--smoke`` run really ran (one short epoch)."""
     args = dict(report.args or {})
     epochs = report.epochs
     if args.get("smoke") is True and epochs:
@@ -451,8 +432,7 @@ def _settings(ra: RunReport, rb: RunReport) -> tuple[tuple[str, object, object],
 
 
 def _fmt(value: float | None, unit: str) -> str:
-    """A figure as the other screens format it: a step as the summary's (``format_ms``),
-    seconds as the ledger's (``format_s``), a rate as the summary's (``format_rate``)."""
+    """A figure as the other screens format it (``format_ms``, ``format_s``, ``format_rate``)."""
     if value is None:
         return "n/a"
     if unit == "ms":

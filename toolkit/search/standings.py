@@ -1,10 +1,6 @@
 """The backends comparison's result: what ran (:class:`Target`, :class:`Contender`), each
 contender's runs (:class:`Row`), and :class:`BackendsResult` with its table, chart and JSON.
-
-Framework-free: the runs happen in child processes (``toolkit.search.chooser``); this module
-reads their figures. The rounds pair the contenders, so every ratio here is the median of
-per-round ratios to the defaults (``toolkit.search.rounds.paired_ratios``).
-"""
+Framework-free; every ratio is the median of per-round ratios to the defaults."""
 
 from __future__ import annotations
 
@@ -35,9 +31,8 @@ HEADERS = (
     "backend", "device", "first step s", "p50 ms/step", "mean ms/step (spread)", "examples/s",
     "MFU (of measured peak)", "vs defaults", "final loss", "note",
 )  # fmt: skip
-# The defaults' final loss and a contender's must agree within this share: the same data and
-# initial weights trained the same way differ by rounding only; a larger gap says a contender
-# computes something else, and it is never chosen.
+# The defaults' final loss and a contender's must agree within this share (rounding only); a larger
+# gap computes something else, and is never chosen.
 LOSS_RTOL = 0.05
 
 
@@ -47,13 +42,9 @@ class ChooserError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Target(fields.Record):
-    """What to train, as a fresh process rebuilds it: a recipe (``recipe``, with ``params``,
-    the arguments of its ``build_task`` that differ from their defaults) or
-    ``module:function`` returning your compiled model and batched data (``model_fn``); and the
-    run's settings (``config``: ``TrainConfig.to_dict()``; empty: the defaults); and the
-    ``class_weight`` your ``fit`` takes beside the data your function returns (None: none),
-    so a child's fit weighs what the searching process's did. Typed values, never a command
-    line: a child builds its task and config from these alone."""
+    """What to train, as a fresh process rebuilds it: a recipe (with ``params``, its changed
+    ``build_task`` arguments) or ``module:function`` returning your compiled model and batched
+    data; the run's ``config``; and your ``class_weight``. Typed values, never a command line."""
 
     recipe: str | None = None
     model_fn: str | None = None
@@ -70,10 +61,8 @@ class Target(fields.Record):
         return str(self.recipe or self.model_fn)
 
     def source_digest(self) -> str | None:
-        """A digest of the file that builds this target: your function's module or script,
-        or the recipe's. A cached comparison answers only while it is unchanged: a model
-        edited under the same ``module:function`` is another model (a layer widened 8× read
-        the old model's figures from the cache). None: no such file found."""
+        """A digest of the file that builds this target: a cached comparison answers only while
+        it is unchanged. None: no such file."""
         import hashlib
         import importlib.util
 
@@ -93,9 +82,8 @@ class Target(fields.Record):
     @classmethod
     def of(cls, what: Any, params: dict[str, Any] | None = None, config: Any = None) -> Target:
         """A Target from a recipe name, ``"module:function"``, or your model-building function
-        itself (returning ``(compiled model, batched data)``, defined at the top of a module
-        or of the script you ran: the children find it by :func:`function_spec`); with a
-        recipe's `params` and a ``TrainConfig`` (or its dict) as `config`."""
+        itself (top level of a module or your script); with a recipe's `params` and a
+        `config`."""
         if isinstance(what, Target):
             return what
         settings = config.to_dict() if hasattr(config, "to_dict") else dict(config or {})
@@ -107,15 +95,13 @@ class Target(fields.Record):
 
 
 def function_spec(fn: Any) -> str:
-    """How a fresh process finds your function `fn`: ``module:function``, or where it lives
-    in the script you ran (``python mytrain.py``), ``/path/mytrain.py:function``: the child
-    imports that file under another name than ``__main__`` (as ``multiprocessing``'s spawn
-    does), so the script's ``if __name__ == "__main__":`` block does not run there.
+    """How a fresh process finds your function `fn`: ``module:function``, or
+    ``/path/mytrain.py:function`` for your script, imported under another name than
+    ``__main__`` (as spawn does).
 
     Raises:
-        ChooserError: no fresh process can find it (nested, a lambda, typed into an
-            interactive session or ``python -c``), with the one-line fix.
-    """
+        ChooserError: no fresh process can find it (nested, a lambda, typed interactively), with the
+            fix."""
     import sys
 
     module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
@@ -142,8 +128,7 @@ def function_spec(fn: Any) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Contender(fields.Record):
-    """One backend on one kind of device, optionally with tuned settings (``(name, value)``
-    pairs of a search's ``Candidate``, such as ``steps_per_execution`` 32: ``tune
+    """One backend on one kind of device, optionally with tuned settings (``tune
     --across_backends``)."""
 
     backend: str
@@ -175,9 +160,8 @@ def _number(value: Any) -> float | None:
 
 @dataclasses.dataclass(frozen=True)
 class Figures(fields.Record):
-    """One run's figures, as a fresh process measures them (``Workload.figures``): its
-    backend, first step (trace and compile), median and mean step in seconds, examples/s,
-    timed steps, steps a call, batch size, MFU and final training loss (None: unknown)."""
+    """One run's figures as a fresh process measures them: backend, first step, median and mean
+    step, examples/s, timed steps, steps a call, batch size, MFU and final loss."""
 
     backend: str | None = None
     first_step_s: float | None = None
@@ -207,9 +191,8 @@ class Figures(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """One contender's run in one round: its figures, or the error that left it without
-    (a run a signal or the timeout ended is `interrupted`: not the contender's answer), and
-    its wall time."""
+    """One contender's run in one round: its figures, or the error (`interrupted`: not its
+    answer), and its wall time."""
 
     figures: Figures | None = None
     error: str | None = None
@@ -226,8 +209,8 @@ class Run:
         return getattr(self.figures, name) if self.figures is not None else None
 
     def to_dict(self) -> dict[str, object]:
-        """As the cache holds it: its figures' fields, ``error`` (and ``interrupted``) where
-        it failed, its ``round`` and ``wall_s``."""
+        """As the cache holds it: its figures, ``error`` (and ``interrupted``), ``round`` and
+        ``wall_s``."""
         out = self.figures.to_dict() if self.figures is not None else {}
         if self.error is not None:
             out["error"] = self.error
@@ -274,21 +257,19 @@ class Row(fields.Record):
 
     @property
     def failed(self) -> int:
-        """Runs that measured nothing: a contender with one is never chosen (what made it
-        fail may make it fail again, as the settings it was run with)."""
+        """Runs that measured nothing: a contender with one is never chosen."""
         return len(self.runs) - len(self.ok())
 
     @property
     def interrupted(self) -> int:
-        """Runs a signal or the timeout ended: not the contender's answer, so a result
-        holding one is not cached."""
+        """Runs a signal or the timeout ended: a result holding one is not cached."""
         return sum(1 for r in self.runs if r.interrupted)
 
 
 @dataclasses.dataclass
 class BackendsResult(fields.Record):
-    """Every contender's runs, the winner, and where the answer came from. ``rows[0]`` is the
-    defaults (Keras's default backend on the default device)."""
+    """Every contender's runs, the winner, and where the answer came from; ``rows[0]`` is the
+    defaults."""
 
     target: Target
     rows: list[Row]
@@ -323,8 +304,7 @@ class BackendsResult(fields.Record):
         return dataclasses.replace(super().from_dict(d, where), cache_hit=cache_hit)
 
     def block(self) -> Table:
-        """The contenders as a table, fastest first, failures last (rendered at the edge:
-        ``terminal.show``, ``terminal.markdown``)."""
+        """The contenders as a table, fastest first, failures last."""
 
         def order(row: Row) -> float:
             mean = row.median("mean_s")
@@ -371,9 +351,7 @@ class BackendsResult(fields.Record):
         ]
 
     def loss_line(self) -> str:
-        """Whether every contender's final loss agrees with the defaults' within
-        ``LOSS_RTOL`` (same data, same initial weights: a backend that disagrees computes
-        something else, and is never chosen)."""
+        """Whether every contender's final loss agrees with the defaults' within ``LOSS_RTOL``."""
         base = self.defaults.median("loss")
         if base is None or base != base:
             return "losses: the defaults have no final loss to compare with"
@@ -398,8 +376,8 @@ class BackendsResult(fields.Record):
         return line
 
     def write(self, out_dir: str, plot: bool = True) -> dict[str, str]:
-        """``backends.json``, ``backends.md`` and (with matplotlib) ``backends.png`` under
-        `out_dir`, each written atomically."""
+        """``backends.json``, ``backends.md`` and ``backends.png`` under `out_dir`, each
+        atomically."""
         paths = {
             "json": atomic_write(
                 os.path.join(out_dir, "backends.json"), json.dumps(self.to_dict(), indent=1)
@@ -476,8 +454,7 @@ def loss_agrees(base: Row, row: Row) -> bool | None:
 
 
 def rounds_of(rows: Sequence[Row]) -> list[dict[Contender, Run]]:
-    """The rows' runs as rounds, ``[{contender: run}]`` (by each run's ``round``), for the
-    engine's paired ratios."""
+    """The rows' runs as rounds, ``[{contender: run}]``, for the paired ratios."""
     rounds: dict[int, dict[Contender, Run]] = {}
     for row in rows:
         for run in row.runs:
