@@ -1,15 +1,12 @@
 """The step's anatomy as records, from a backend's trace reader to the report and the verbs.
 
-* :class:`Span`: one trace interval in backend-neutral terms (kind of work, the layer tokens it
-  ran under, whether a gradient); ``toolkit.backend`` readers make them and
+* :class:`Span`: one trace interval in backend-neutral terms; backend readers make them and
   ``toolkit.profiling.anatomy`` sweeps them into an :class:`Anatomy`.
-* :class:`Anatomy`: one step split into :class:`Phase` parts and into layers, with the outside
-  clock it was checked against and the raw step Keras's own cost is measured against.
+* :class:`Anatomy`: one step split into :class:`Phase` parts and layers, with the outside clock and
+  the raw step Keras's own cost is measured against.
 * :class:`Contrast`: two anatomies side by side, largest differences first.
 
-Pure Python, so reports are read and compared where no framework is installed. Seconds per step
-everywhere; ``toolkit.report._anatomy`` renders milliseconds and percentages.
-"""
+Pure Python; seconds per step everywhere."""
 
 from __future__ import annotations
 
@@ -26,14 +23,12 @@ from toolkit.core.stats import format_ms
 
 # How far the phases' sum, and the trace's step, may be off the outside clock before it is said.
 AGREEMENT = 0.05
-# Most steps one anatomy traces: a trace holds every traced op in memory and reads in seconds
-# per hundred steps; ten already give a steady median.
+# Most steps one anatomy traces: a trace holds every op in memory; ten give a steady median.
 MAX_STEPS = 100
 # How far a layer's traced time may be off it timed alone before the alone figure is shown.
 BAND = 0.25
 OTHER_LARGE = 0.25  # an "other" past this share of the step is taken apart, its fix checked
-# Untraced steps slower than the traced by more than this ran in a slower stretch of the fit (a
-# profiler never makes a step faster); wide, past a loaded machine's spread (1.25x).
+# Untraced steps slower than traced by more than this ran in a slower stretch of the fit.
 UNTRACED_SLOWER = 0.40
 
 
@@ -65,8 +60,8 @@ _MEANINGS = {
 
 
 class SpanKind(str, enum.Enum):
-    """What a trace interval is: computing work (op, kernel, fused program), the batch arriving
-    (get-next, host-to-device copy), or the host in the step's call with nothing computing."""
+    """What a trace interval is: computing work, the batch arriving, or the host in the step's
+    call with nothing computing."""
 
     OP = "op"
     INPUT = "input"
@@ -79,15 +74,13 @@ class Span:
 
     Attributes:
         start, end: the interval.
-        lane: the thread or device stream it ran on (spans of one lane do not overlap).
+        lane: the thread or device stream it ran on (one lane's spans do not overlap).
         kind: :class:`SpanKind`.
-        tokens: the toolkit's scope tokens (layer ``kpl<N>`` and phase tokens), outermost first.
-        backward: a gradient computation, by the backend's own mark (TF's ``gradient_tape``,
-            JAX's ``transpose``, PyTorch's autograd engine).
-        fused: holds several tokens' work (XLA fusion): its time is split between them.
-        name: the backend's name for it (an op, a kernel).
-        call: which call of its innermost layer it ran in, where scopes tell calls apart (TF
-            uniquifies a scope opened twice: ``kpl1_1/kpl7``); "" where they do not.
+        tokens: the toolkit's scope tokens, outermost first.
+        backward: a gradient computation, by the backend's own mark.
+        fused: holds several tokens' work (XLA fusion), its time split between them.
+        name: the backend's name for it.
+        call: which call of its innermost layer it ran in, where scopes tell calls apart; else "".
     """
 
     start: float
@@ -108,9 +101,8 @@ class StepTrace:
     Attributes:
         spans: every interval the sweep attributes.
         markers: ``(start, end)`` of each traced step's marker, in time order.
-        signal, notes: how the signal was read, and what it cannot see or split, in words.
-        error: why nothing could be read, or None.
-    """
+        signal, notes: how the signal was read, and what it cannot see or split.
+        error: why nothing could be read, or None."""
 
     spans: tuple[Span, ...] = ()
     markers: tuple[tuple[float, float], ...] = ()
@@ -146,25 +138,21 @@ class LayerTime(fields.Record):
     """One Keras layer's share of a step (seconds per step).
 
     Attributes:
-        name: as ``model.summary()`` names it; a nested model's layer is ``outer/inner``.
-        kind: its class (``Dense``, ``Conv2D``).
-        forward_s, backward_s: its forward pass and its gradients, all its calls together.
-        calls: how many times a step calls it (2 for a shared layer called twice).
-        backward_calls: of those, how many took a gradient, where fewer and the trace told them
-            apart (a GAN's generator called once without one); None: every call.
-        flops: FLOPs per step of its forward and backward (None: not countable here).
+        name: as ``model.summary()`` names it (``outer/inner`` inside a nested model).
+        kind: its class.
+        forward_s, backward_s: its forward pass and its gradients, all calls together.
+        calls: how many times a step calls it.
+        backward_calls: of those, how many took a gradient, where fewer; None: every call.
+        flops: FLOPs per step of forward and backward (None: not countable).
         fused_s: of its time, the seconds in fused programs shared with other layers.
-        traced_forward_s, traced_backward_s: the trace's figures, profiler cost taken out, where
-            :func:`reconcile` replaced `forward_s`/`backward_s`; None: not reconciled.
-        alone_s: its calls of one step timed alone (forward and backward, compiled as the step);
-            None where not timed (`check` says why).
+        traced_forward_s, traced_backward_s: the trace's figures where :func:`reconcile` replaced
+            them; else None.
+        alone_s: its calls of one step timed alone; None where not timed (`check` says why).
         alone_forward_s: of `alone_s`, the forward; None where it read no faster (noise).
-        alone_with_held: `alone_s` includes the layers it holds (attention block, RNN cell,
-            nested model), checked against its row and theirs together.
-        held_traced_s: with `alone_with_held`, the trace's figure for the layers it holds.
-        check: why it was not timed alone, or why the trace's figure is off the alone one by
-            more than :data:`BAND` (then the alone figures are shown); empty where they agree.
-    """
+        alone_with_held: `alone_s` includes the layers it holds.
+        held_traced_s: with `alone_with_held`, the trace's figure for those layers.
+        check: why not timed alone, or why the trace is off the alone figure by more than
+            :data:`BAND`; empty where they agree."""
 
     name: str
     kind: str = fields.field(missing="")
@@ -194,8 +182,8 @@ class LayerTime(fields.Record):
         return self.traced_forward_s + self.traced_backward_s
 
     def against_alone(self) -> float | None:
-        """The trace's figure over the layer timed alone (1.0: they agree); None: not timed.
-        A layer timed with the layers it holds: its figure and theirs over that time."""
+        """The trace's figure over the layer timed alone (1.0: agree); None: not timed. A layer
+        timed with those it holds: its figure and theirs."""
         if not self.alone_s or self.alone_s <= 0:
             return None
         return (self.traced_s + (self.held_traced_s or 0.0)) / self.alone_s
@@ -217,36 +205,31 @@ class Anatomy(fields.Record):
     """One training step taken apart (seconds per step).
 
     Attributes:
-        backend: Keras's backend (``tensorflow``, ``jax``, ``torch``; ``tf_keras``).
+        backend: Keras's backend (or ``tf_keras``).
         device: what trained, in words.
         steps: training steps traced.
-        batch: examples per step as ``fit``'s data adapter says (None: it cannot say).
-        step_s: the traced steps on the outside clock (``perf_counter``, device waited for).
+        batch: examples per step as ``fit``'s data adapter says (None: cannot say).
+        step_s: the traced steps on the outside clock.
         traced_s: the same steps on the trace's own clock.
-        untraced_s: the fit's median step outside the trace (StepTimer); None: not timed.
-        phases: every :class:`Phase`, in order: what holds. Reconciled (:func:`reconcile`) they
-            add up to the untraced step (else `step_s`); otherwise to `traced_s`.
+        untraced_s: the fit's median untraced step; None: not timed.
+        phases: every :class:`Phase`, in order; reconciled, they add up to the untraced step, else
+            to `traced_s`.
         traced_phases: the trace's own split where `phases` were reconciled; else empty.
         layers: the layers, slowest first.
         fused_s: seconds per step in fused programs holding several layers' work.
         signal: how it was measured, in words.
-        notes: what the backend could not see or split, in words (never guessed).
-        raw_s: the model's step without Keras's trainer, in the same process (`raw_how` says
-            how it was written); None: not measured.
-        fit_s: ``fit``'s median step on one batch in the same process, the raw step's comparison.
-        fed_s: ``fit``'s median step on your data, timed in turn with `fit_s` so both share the
-            load: isolates the input's cost. None: not measured (the untraced step stands in).
-        model_alone_s, model_alone_forward_s: the whole model timed alone per step, with its
-            gradients and forward only; :func:`reconcile` sets forward and backward to them.
-            None: not timed (a note says why).
-        other_between_s: of the trace's "other", the host's time inside the step's call with no
-            op running; the rest ran ops outside any scope. None: not split.
-        ops_per_step: ops the trace saw per step (each a dispatch on an uncompiled step).
-        other_fix: advice for a large "other"; None: none named.
-        other_fixed_s: ``fit``'s one-batch step with `other_fix` applied, checking
-            :meth:`other_gaps_s`'s prediction; None: not measured.
-        error: why the anatomy could not be taken (the rest is empty), or None.
-    """
+        notes: what the backend could not see or split (never guessed).
+        raw_s: the model's step without Keras's trainer (`raw_how` says how); None: not measured.
+        fit_s: ``fit``'s median step on one batch, the raw step's comparison.
+        fed_s: ``fit``'s median step on your data, timed in turn with `fit_s`: the input's cost.
+        model_alone_s, model_alone_forward_s: the whole model timed alone, with gradients and
+            forward only.
+        other_between_s: of "other", the host in the step's call with no op running; None: not
+            split.
+        ops_per_step: ops the trace saw per step.
+        other_fix: advice for a large "other"; None: none.
+        other_fixed_s: ``fit``'s one-batch step with `other_fix` applied; None: not measured.
+        error: why the anatomy could not be taken, or None."""
 
     WHERE = "anatomy"
 
@@ -309,8 +292,8 @@ class Anatomy(fields.Record):
         return a is not None and abs(a - 1.0) <= AGREEMENT
 
     def trainer_cost(self) -> float | None:
-        """What Keras's trainer adds per step over the raw step, as a fraction (0.12: 12 %
-        slower); None where the raw step was not measured."""
+        """What Keras's trainer adds per step over the raw step, as a fraction; None where not
+        measured."""
         if not self.raw_s or not self.fit_s:
             return None
         return self.fit_s / self.raw_s - 1.0
@@ -321,8 +304,8 @@ class Anatomy(fields.Record):
         return step > 0 and self.phase(Phase.OTHER) > OTHER_LARGE * step
 
     def other_gaps_s(self) -> float | None:
-        """Of the shown "other", the host's time in the step with no op running (the trace's share):
-        what fewer, larger ops (:attr:`other_fix`) are predicted to save. None: not split."""
+        """Of the shown "other", the host in the step with no op running: what :attr:`other_fix`
+        is predicted to save. None: not split."""
         traced = self.traced_phase(Phase.OTHER)
         if self.other_between_s is None or traced <= 0:
             return None
@@ -335,8 +318,8 @@ class Anatomy(fields.Record):
         return self.fit_s - self.other_fixed_s
 
     def other_fix_held(self) -> bool | None:
-        """Whether the fix's check bore it out: True, it saved more than :data:`SAME_STEP`
-        of the step; False, it cost as much; None, within that noise or not measured."""
+        """Whether the fix's check bore it out: True, saved more than :data:`SAME_STEP`; False,
+        cost as much; None, noise or not measured."""
         saved = self.other_saving_checked()
         if saved is None or not self.fit_s or abs(saved) <= SAME_STEP * self.fit_s:
             return None
@@ -347,8 +330,8 @@ class Anatomy(fields.Record):
 
     @classmethod
     def from_dict(cls, d: Any, where: str | None = None) -> Anatomy:
-        """``report.json``'s ``anatomy`` (docs/report.md), each field checked as read: ReportError
-        (a ValueError) names the first bad one; a taken anatomy (no `error`) needs step, phases."""
+        """``report.json``'s ``anatomy``, each field checked: ReportError names the first bad
+        one."""
         a = super().from_dict(d, where)
         if a.error is None:
             if d.get("phases") is None:
@@ -363,22 +346,19 @@ class Anatomy(fields.Record):
 
 def reconcile(a: Anatomy) -> Anatomy:
     """`a` as the user's untraced step sees it: the phases add up to `a.untraced_s` (else
-    `a.step_s`), and a layer whose traced figure is off its time alone by more than :data:`BAND`
-    shows the alone figure.
+    `a.step_s`), and a layer off its time alone by more than :data:`BAND` shows the alone
+    figure.
 
-    1. The profiler's cost is taken out: computed phases are scaled by ``k = (untraced - input)
-       / (traced - input)``; the input wait (not slowed by the profiler) is kept where it fits
-       the step, else scaled alike.
-    2. Layers outside ``alone × (1 ± BAND)`` show the alone figure (split by their forward timed
-       alone); what they gained or lost moves from or to "other", so the total stays the step.
-    3. Where the whole model was timed alone, forward and backward are its figures: a trace's
-       split is arbitrary where ops overlap or fuse (JAX on CPU booked 14 % to backward where
-       the model alone spends 88 %). The layers' rows are fitted inside them.
-    4. Forward and backward needing more than "other" holds take from "Keras between steps"
-       (device work a trace missed shows as host time), then from forward/backward outside the
-       layers; if still short, every computed part is scaled down to fit, with a note.
+    1. The profiler's cost is taken out: computed phases scaled by ``k = (untraced - input) /
+    (traced - input)``; the input wait is kept where it fits.
+    2. Layers outside ``alone × (1 ± BAND)`` show the alone figure; the difference moves to or from
+    "other".
+    3. Where the whole model was timed alone, forward and backward are its figures (a trace's split
+    is arbitrary where ops overlap or fuse); the layers are fitted inside them.
+    4. Forward and backward needing more than "other" holds take from "Keras between steps", then
+    outside the layers; still short, every computed part is scaled, with a note.
     5. The input and "Keras between steps" are checked against what isolates them
-       (:func:`_keras_host`).
+    (:func:`_keras_host`).
 
     Pure; an anatomy without phases, with an error, or already reconciled is returned as is."""
     if a.error or not a.phases or a.traced_phases:
@@ -403,8 +383,7 @@ def reconcile(a: Anatomy) -> Anatomy:
     parts = {p.phase: p.seconds * k for p in a.phases}
     parts[Phase.INPUT] = held_input
     layers, gained = _held_layers(a.layers, k)
-    # A custom train_step/compute_loss has no model timed alone (``check_model``): the trace's
-    # split stands. Else the model's figures replace it (XLA may fuse forward into backward).
+    # A custom train_step has no model timed alone: the trace's split stands.
     measured = _model_phases(a)
     takers: tuple[tuple[Phase, float], ...]
     if measured is None:
@@ -460,9 +439,9 @@ def reconcile(a: Anatomy) -> Anatomy:
 
 
 def _held_layers(layers: Sequence[LayerTime], k: float) -> tuple[list[LayerTime], list[float]]:
-    """Each layer's figure that holds (:func:`reconcile`'s step 2), and what forward and backward
-    gained over the scaled trace. A layer timed with the layers it holds comes after them; where
-    they differ from that time, its own row is the rest of it past theirs."""
+    """Each layer's figure that holds, and what forward and backward gained over the scaled
+    trace. A layer timed with those it holds comes after them; its row is the rest past
+    theirs."""
     out: dict[str, LayerTime] = {}
     gained = [0.0, 0.0]
     order = sorted(layers, key=lambda x: (x.alone_with_held, -x.name.count("/")))
@@ -494,18 +473,15 @@ def _held_layers(layers: Sequence[LayerTime], k: float) -> tuple[list[LayerTime]
 
 
 def _keras_host(a: Anatomy, step: float, parts: dict[Phase, float], notes: list[str]) -> None:
-    """Reconcile's step 5, where fit's step on one batch repeated (``fit_s``) was measured:
+    """Reconcile's step 5, where ``fit_s`` was measured:
 
     * the input is ``fed_s`` (else `step`) less ``fit_s``; where the trace's wait is off that by
-      more than :data:`INPUT_BAND` of the step (the profiler slowed the reader, or readers on
-      other threads took the cores unseen), that figure holds, from or to "other", then "Keras
-      between steps";
+      more than :data:`INPUT_BAND` of the step, that figure holds;
     * with ``raw_s``, "Keras between steps" is at most the trainer's cost over the raw step; the
-      rest is work the trace did not see (XLA's CPU runtime while the host waits): "other"."""
+      rest is unseen work: "other"."""
     if a.fit_s is None:
         return
-    # fed_s and fit_s are timed in turn so a slow spell hits both (the untraced step, timed
-    # minutes apart, once read a 10 ms input stall as 0.5 ms).
+    # fed_s and fit_s are timed in turn so a slow spell hits both.
     fed = a.fed_s if a.fed_s is not None else step
     isolated = min(step, max(0.0, fed - a.fit_s))
     waited = parts.get(Phase.INPUT, 0.0)
@@ -575,8 +551,7 @@ def _inside(
     layers: Sequence[LayerTime], measured: tuple[float, float], notes: list[str]
 ) -> list[LayerTime]:
     """`layers` fitted inside the model's own forward and backward: a phase whose rows add up to
-    more than the model alone has every row's part scaled to fit, with a note. Per phase: one
-    factor for both cut a Transformer's attention to 0.55x its time alone."""
+    more is scaled per phase, with a note."""
     inside = (sum(x.forward_s for x in layers), sum(x.backward_s for x in layers))
     factors = [m / s if s > m > 0 else 1.0 for m, s in zip(measured, inside, strict=True)]
     over = [(name, m, s, f) for name, m, s, f in zip(("forward", "backward"), measured, inside,
@@ -643,8 +618,8 @@ class Part:
 
 @dataclasses.dataclass(frozen=True)
 class Contrast:
-    """Anatomy `b` against anatomy `a`: the step's ratio and the parts that make it up, the
-    largest gap first. ``a_name``/``b_name`` say what each is (``JAX``, ``run B``)."""
+    """Anatomy `b` against `a`: the step's ratio and the parts making it up, largest gap first;
+    ``a_name``/``b_name`` say what each is."""
 
     a_name: str
     b_name: str
@@ -670,12 +645,11 @@ def contrast(
     steps: tuple[float, float] | None = None,
 ) -> Contrast:
     """`b`'s step against `a`'s in parts: each phase outside the layers, and the layers grouped
-    by kind, largest gap first, `top` of them, the rest together.
+    by kind, largest gap first, `top` of them.
 
-    Both sides are measured alike: the untraced steps where both were reconciled, else each
-    trace's split. `steps`: each side's step from another measurement (``backends``' speed
-    table); each anatomy's shares are put on it, with a note where they differ by more than
-    :data:`SAME_STEP`. The host's time is Keras's only where the slower side's raw step says so."""
+    Both sides are measured alike (untraced where both were reconciled). `steps`: each side's step
+    from another measurement, with a note where the shares differ by more than :data:`SAME_STEP`.
+    The host's time is Keras's only where the slower side's raw step says so."""
     both = bool(a.traced_phases and b.traced_phases)
     # what the parts add up to, and the steps said (those, else the outside clock's)
     basis = (a.shown_step_s(), b.shown_step_s()) if both else (a.phases_sum(), b.phases_sum())
@@ -739,8 +713,8 @@ _MODELS = frozenset({"Functional", "Sequential", "Model"})
 
 
 def _by_kind(layers: Sequence[LayerTime]) -> dict[str, tuple[int, float]]:
-    """Layers by kind, a held layer counted as its holder's (an LSTM's cell as the LSTM), since
-    backends split that time differently; a nested model's layers keep their own kinds."""
+    """Layers by kind, a held layer counted as its holder's (backends split that time
+    differently)."""
     rows = {layer.name: layer for layer in layers}
     out: dict[str, tuple[int, float]] = {}
     counted: dict[str, set[str]] = {}
