@@ -1,12 +1,7 @@
 """The values the backend seam and ``toolkit.devices`` hand each other: a device
-(:class:`DeviceInfo`), a device spec (:func:`parse_device_spec`), where the ops of a step ran
-(:class:`PlacementReport`), a preflight finding (:class:`Finding`) and what a preflight checks
-(:class:`PreflightContext`).
-
-They sit below both: each backend module (``toolkit.backend._<name>``) detects, selects and
-places with them, and ``toolkit.devices`` offers the backend-neutral front, which asks the
-seam; a new backend needs no change here.
-"""
+(:class:`DeviceInfo`), a device spec, where a step's ops ran (:class:`PlacementReport`), a
+preflight finding and what a preflight checks. Below both, so a new backend needs no change
+here."""
 
 from __future__ import annotations
 
@@ -33,15 +28,12 @@ class DeviceInfo(fields.Record):
     """One physical device.
 
     Attributes:
-        kind: ``"cpu"``, ``"cuda"`` or ``"metal"`` (an Apple GPU, through tensorflow-metal,
-            jax-metal or PyTorch's MPS; ``"gpu"`` for a GPU of another vendor).
-        name: the backend's name for it: ``/physical_device:GPU:0`` (TensorFlow), ``cuda:0``
-            (JAX, PyTorch), ``mps`` (PyTorch).
+        kind: ``"cpu"``, ``"cuda"``, ``"metal"`` (an Apple GPU), or ``"gpu"`` (another vendor's).
+        name: the backend's name for it (``/physical_device:GPU:0``, ``cuda:0``, ``mps``).
         index: index among the devices of its type.
-        human_name: e.g. ``NVIDIA H100 80GB HBM3``, ``METAL``, or the CPU model.
-        memory_mb: memory where known (host RAM for CPUs; Metal shares it), else None.
-        compute_capability: ``(major, minor)`` for CUDA GPUs, else None.
-    """
+        human_name: e.g. ``NVIDIA H100 80GB HBM3``, or the CPU model.
+        memory_mb: memory where known (host RAM for CPUs), else None.
+        compute_capability: ``(major, minor)`` for CUDA GPUs, else None."""
 
     kind: str
     name: str = fields.field(missing="")
@@ -126,10 +118,8 @@ class PlacementReport:
     Attributes:
         ops: ``(op name, op type, device)`` for each placed op.
         gpu_selected: whether a GPU was the intended device.
-        note: what the listing means on this backend, where it differs from TensorFlow's.
-        plumbing: op types that run on the host by design (arguments, transfers, reading a
-            scalar back): never a fallback. Each backend names its own.
-    """
+        note: what the listing means on this backend.
+        plumbing: op types that run on the host by design: never a fallback."""
 
     ops: tuple[tuple[str, str, str], ...]
     gpu_selected: bool
@@ -197,10 +187,8 @@ class Finding(fields.Record):
 
 
 class InstalledVersions(dict):
-    """``{distribution: version or None}``, read from the installed distributions when first
-    asked (``python`` and ``platform`` are this interpreter's, ``platform`` as
-    ``sys.platform-machine``, e.g. ``darwin-arm64``). A preflight's default: each backend reads
-    the versions its rules need, and nobody keeps a list of them."""
+    """``{distribution: version or None}`` read from the installed distributions when first asked
+    (``python``, and ``platform`` as ``sys.platform-machine``)."""
 
     def get(self, key: str, default: Any = None) -> Any:
         if key not in self:
@@ -227,14 +215,12 @@ class PreflightContext:
     """What a backend's preflight rules look at, besides the device.
 
     Attributes:
-        policy: the mixed-precision policy (``float32``, ``mixed_float16``, ...).
+        policy: the mixed-precision policy.
         jit_compile: whether the run compiles its step.
-        model: a Keras model (its weights are checked for float64), or None.
-        versions: ``{distribution: version}`` with ``python`` and ``platform``; a plain dict
-            (tests pass their own) says None for what it lacks.
+        model: a Keras model (its weights checked for float64), or None.
+        versions: ``{distribution: version}`` with ``python`` and ``platform``.
         legacy_keras: whether tf_keras is in use.
-        optimizer: the optimizer the run will use, or None.
-    """
+        optimizer: the optimizer the run will use, or None."""
 
     policy: str
     jit_compile: bool

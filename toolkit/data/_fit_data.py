@@ -1,30 +1,20 @@
 """Whatever ``model.fit`` accepts, as a batched ``tf.data.Dataset`` that can be read again.
 
-``diagnose``, ``tune`` and ``backends --model_fn`` measure your compiled model on your data,
-several short fits in a row; you hand them what you hand ``fit``:
+``diagnose``, ``tune`` and ``backends --model_fn`` run several short fits on your data; you hand
+them what you hand ``fit``:
 
-* a batched ``tf.data.Dataset``: used exactly as it is;
-* ``(x, y)`` or ``(x, y, sample_weight)``: ``fit(x, y, sample_weight=...)``, batched by
-  ``batch_size`` (32 by default, as ``fit``); each may be a nest, as ``fit`` takes it: inputs
-  or labels as a dict or list (a multi-output model's ``{"priority": y1, "department": y2}``),
-  sample weights as one array or one per output. Examples are counted by the first leaf, and
-  every leaf must agree (not ``len(y)``: a dict's is its number of outputs);
-* ``x`` alone (an array, a tensor, a dict or a list of them): ``fit(x)``, for a model whose
-  ``train_step`` computes its own loss (a VAE, a contrastive model);
-* a ``keras.utils.PyDataset`` (or any object with ``__len__`` and ``__getitem__`` that returns
-  batches), or a re-iterable of batches (a ``torch.utils.data.DataLoader``): read again on
-  every pass through ``tf.data.Dataset.from_generator``, as Keras on TensorFlow reads them;
-* a generator (an iterator read once): its first :data:`HELD_BATCHES` batches are held in
-  memory, since every measurement needs the data again.
+* a batched ``tf.data.Dataset``: used as it is;
+* ``(x, y)`` or ``(x, y, sample_weight)``, batched by ``batch_size``; each may be a nest as ``fit``
+  takes it (examples counted by the first leaf, every leaf agreeing);
+* ``x`` alone, for a model whose ``train_step`` computes its own loss;
+* a ``keras.utils.PyDataset`` (or anything indexable returning batches), or a re-iterable of batches
+  (a ``DataLoader``): read again each pass through ``from_generator``, as Keras on TensorFlow reads
+  them;
+* a generator: its first :data:`HELD_BATCHES` batches held in memory.
 
-``class_weight`` (``fit``'s ``{class: weight}``) weighs each batch by its labels' classes, as
-``fit`` does; refused, as ``fit`` refuses it, with sample weights, labels of several outputs,
-or a generator, ``DataLoader`` or Grain dataset.
-
-Each batch becomes the tuple Keras unpacks (``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)``),
-lists inside it become tuples (a list of inputs is one ``x``, not ``x`` and ``y``), and
-framework tensors become NumPy arrays.
-"""
+``class_weight`` weighs each batch by its labels' classes, as ``fit`` does, and is refused where
+``fit`` refuses it. Each batch becomes the tuple Keras unpacks, lists inside it tuples, and tensors
+NumPy arrays."""
 
 from __future__ import annotations
 
@@ -43,8 +33,8 @@ def _tf() -> Any:
 
 
 def _plain(value: Any) -> Any:
-    """`value` with lists made tuples and tensors made arrays (what ``from_tensor_slices`` and
-    ``from_generator`` take without guessing)."""
+    """`value` with lists made tuples and tensors arrays (what ``from_tensor_slices`` takes
+    without guessing)."""
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -57,8 +47,8 @@ def _plain(value: Any) -> Any:
 
 
 def as_fit_tuple(batch: Any) -> tuple[Any, ...]:
-    """A batch as Keras unpacks it: a tuple is ``(x[, y[, sample_weight]])``; a list or
-    anything else is ``x``."""
+    """A batch as Keras unpacks it: a tuple is ``(x[, y[, sample_weight]])``; anything else is
+    ``x``."""
     if isinstance(batch, tuple):
         parts = list(batch)
         while parts and parts[-1] is None:
@@ -97,15 +87,12 @@ def _from_batches(make: Any, first: tuple[Any, ...]) -> Any:
 def fit_dataset(
     data: Any, batch_size: int | None = None, class_weight: Any = None
 ) -> tuple[Any, str, int | None]:
-    """``(dataset, in words what it is, examples per batch)`` for `data` in any form ``fit``
-    takes (the module's docstring lists them); with `class_weight` (``{class: weight}``, as
-    ``fit`` takes it; :func:`check_class_weight`'s), each batch weighed by its labels' classes
-    as ``fit`` weighs it.
+    """``(dataset, what it is in words, examples per batch)`` for `data` in any form ``fit``
+    takes, each batch weighed by `class_weight` as ``fit`` weighs it.
 
     Raises:
-        ValueError: a form ``fit`` would refuse too (one line, starting with ``data:`` or
-            ``class_weight:``), or data with no batch in it.
-    """
+        ValueError: a form ``fit`` would refuse too (one line, starting ``data:`` or
+            ``class_weight:``), or data with no batch."""
     dataset, said, size = _any_form(data, batch_size)
     if class_weight is None:
         return dataset, said, size
@@ -138,11 +125,9 @@ def _any_form(data: Any, batch_size: int | None) -> tuple[Any, str, int | None]:
 
 
 def check_class_weight(data: Any, class_weight: Any) -> dict[int, float] | None:
-    """`class_weight` as ``{class index: weight}`` (keys read back from JSON, ``"1"``, made
-    ints again), or None for none; ValueError (one line, starting ``class_weight:``) where
-    ``fit`` would refuse it: not such a dict, or `data` a form ``fit`` weighs no classes of
-    (a generator, a ``DataLoader``, a Grain dataset: Keras says so too). What the batches
-    must hold (labels of one output, no sample weights) is :func:`with_class_weight`'s."""
+    """`class_weight` as ``{class index: weight}`` (JSON's string keys made ints), or None;
+    ValueError (one line) where ``fit`` would refuse it, or for a form ``fit`` weighs no
+    classes of."""
     if class_weight is None:
         return None
     try:
@@ -167,11 +152,9 @@ def check_class_weight(data: Any, class_weight: Any) -> dict[int, float] | None:
 
 
 def with_class_weight(dataset: Any, class_weight: dict[int, float]) -> Any:
-    """`dataset` (batches of ``(x, y)``) with each batch's sample weights made from its
-    labels' classes, as Keras's ``fit`` makes them for a ``tf.data`` dataset
-    (``make_class_weight_map_fn``: a class id, or the argmax of one-hot labels, looks up its
-    weight). ValueError (one line) for batches ``fit`` would refuse it for: no labels,
-    sample weights already, or labels of several outputs."""
+    """`dataset` with each batch's sample weights made from its labels' classes, as Keras's
+    ``make_class_weight_map_fn`` makes them. ValueError (one line) for no labels, sample
+    weights already, or several outputs."""
     tf = _tf()
     spec = dataset.element_spec
     parts = len(spec) if isinstance(spec, tuple) else 1
@@ -205,8 +188,8 @@ def with_class_weight(dataset: Any, class_weight: dict[int, float]) -> Any:
 
 
 def _from_arrays(data: Any, batch_size: int | None) -> tuple[Any, str, int | None]:
-    """In-memory arrays, as ``fit(x, y, sample_weight)`` takes them: sliced and batched by
-    `batch_size` (``fit``'s 32 by default) in tf.data; a weight per example or an error."""
+    """In-memory arrays sliced and batched by `batch_size` in tf.data, as ``fit(x, y,
+    sample_weight)`` takes them."""
     from toolkit.data.builder import describe_pipeline
     from toolkit.data.sources import array_examples, nest_rows
 
@@ -225,8 +208,7 @@ def _from_arrays(data: Any, batch_size: int | None) -> tuple[Any, str, int | Non
 
 
 def _from_indexed(data: Any, kind: str) -> tuple[Any, str, int | None]:
-    """Batches by index (a ``PyDataset``, a ``Sequence``): every pass reads them all, then
-    calls its ``on_epoch_end`` as ``fit`` does."""
+    """Batches by index: every pass reads them all, then calls ``on_epoch_end`` as ``fit`` does."""
     count = len(data)
     if count < 1:
         raise ValueError(f"data: your {kind} has no batches (len() is 0)")
@@ -258,8 +240,7 @@ def _from_iterable(data: Any, kind: str) -> tuple[Any, str, int | None]:
 
 
 def _from_generator(data: Any, kind: str) -> tuple[Any, str, int | None]:
-    """A generator, read once: its first :data:`HELD_BATCHES` batches held in memory, since
-    every measurement reads the data again."""
+    """A generator, read once: its first :data:`HELD_BATCHES` batches held in memory."""
     held = []
     for batch in data:  # a generator: read once, so held
         held.append(as_fit_tuple(batch))
@@ -275,8 +256,7 @@ def _from_generator(data: Any, kind: str) -> tuple[Any, str, int | None]:
 
 
 def _is_arrays(data: Any) -> bool:
-    """In-memory arrays (``fit(x, y)``'s kind): an array or tensor, or a tuple, list or dict
-    whose leaves all are."""
+    """In-memory arrays: an array or tensor, or a nest whose leaves all are."""
     tf = _tf()
     if isinstance(data, dict | list | tuple):
         leaves = tf.nest.flatten(_plain_shallow(data))

@@ -1,6 +1,5 @@
-"""The runner's data: a Task's examples batched as a run's settings say (``--data_loader``:
-tf.data, Grain, or Keras ``PyDataset`` batches of arrays where neither is here), each process's
-part of every global batch over processes, and the tf.data service and auto-shard policy."""
+"""The runner's data: a Task's examples batched as the run's settings say (``--data_loader``),
+each process's part of every global batch, and the tf.data service and auto-shard policy."""
 
 from __future__ import annotations
 
@@ -25,9 +24,8 @@ def examples(source: Any):
 
 
 def example_count(source: Any, known: int | None = None) -> int:
-    """The examples in in-memory ``(features, labels)`` arrays or a dataset of examples,
-    without reading them; `known` where the dataset cannot count itself (a filtered one), else
-    -1 (unknown)."""
+    """The examples in in-memory arrays or a dataset, without reading them; `known` where the
+    dataset cannot count itself, else -1."""
     from toolkit.data.sources import array_examples
 
     if isinstance(source, tuple):
@@ -37,9 +35,8 @@ def example_count(source: Any, known: int | None = None) -> int:
 
 
 def _random_access(source: Any, task: Task | None, training: bool, call: bool) -> Any:
-    """The data as random-access examples (what Grain reads): the task's own form
-    (``Task.examples``), or `source` when it is arrays; None when there is none (a tf.data
-    dataset). A function is called only when `call`."""
+    """The data as random-access examples (what Grain reads): ``Task.examples``, or `source` when
+    arrays; None for a tf.data dataset. A function is called only when `call`."""
     from toolkit.data.arrays import ArraySource, ImageFiles
 
     if task is not None and task.examples is not None:
@@ -59,12 +56,9 @@ def data_loader(
     task: Task | None = None,
     training: bool = True,
 ) -> str:
-    """What builds this run's pipeline: ``tf_data``, ``grain`` or ``arrays`` (NumPy batches
-    without TensorFlow), ``--data_loader`` resolved. auto: tf.data on TensorFlow; Grain on
-    JAX and PyTorch where it is installed and reads the data (random access, not through the
-    tf.data service); else tf.data, or arrays without TensorFlow. Every loader feeds each
-    process its part of every global batch, laid out for fused steps over devices
-    (``process_slice``)."""
+    """What builds this run's pipeline: ``tf_data``, ``grain`` or ``arrays``, ``--data_loader``
+    resolved. auto: tf.data on TensorFlow; Grain on JAX and PyTorch where installed and the
+    data is random access; else tf.data, or arrays without TensorFlow."""
     from toolkit import backend
     from toolkit.data._grain import has_grain
     from toolkit.data.arrays import has_tensorflow
@@ -85,9 +79,8 @@ def data_loader(
 
 
 def epoch_steps(data: Any) -> int | None:
-    """``fit``'s steps per epoch for a toolkit Grain pipeline, which runs on from epoch to
-    epoch (Keras's Grain adapter knows no batch count: without it, ``fit`` warns that the
-    input ran out of data each epoch); None for anything else."""
+    """``fit``'s steps per epoch for a toolkit Grain pipeline (Keras's Grain adapter knows no
+    batch count); None for anything else."""
     if getattr(data, "endless", False) and "grain" in getattr(data, "description", ""):
         return len(data)
     return None
@@ -95,9 +88,9 @@ def epoch_steps(data: Any) -> int | None:
 
 @dataclasses.dataclass(frozen=True)
 class Inputs:
-    """What the run's data phase hands its fit: the loader chosen, the training and validation
-    batches (validation None: the task has none), ``fit``'s steps an epoch of each (None: the
-    data's own end), and what the data leaves out, each ``(what, fix)``."""
+    """What the data phase hands its fit: the loader, the training and validation batches,
+    ``fit``'s steps an epoch of each (None: the data's own end), and what the data leaves out,
+    each ``(what, fix)``."""
 
     loader: str
     train: Any
@@ -108,9 +101,9 @@ class Inputs:
 
 
 def inputs(task: Task, config: TrainConfig, share: tuple[int, int, int]) -> Inputs:
-    """The task's training and validation data as `config` says, this process's `share`
-    ``(index, processes, devices)`` of each global batch, with the steps ``fit`` runs over
-    each: everything the fit needs of the data, settled once before the model is built."""
+    """The task's training and validation data as `config` says, this process's `share` of each
+    global batch, and the steps ``fit`` runs over each: settled once before the model is
+    built."""
     notes: list[tuple[str, str]] = []
     loader = data_loader(config, task.train, task)
     train = dataset(
@@ -139,8 +132,8 @@ def array_dataset(
     grain: bool = False,
     notes: list[tuple[str, str]] | None = None,
 ) -> Any:
-    """:func:`_dataset` without tf.data: arrays or image files in batches
-    (``toolkit.data.array_batches``, or with `grain` a Grain pipeline)."""
+    """:func:`_dataset` without tf.data: arrays or image files in batches, or with `grain` a
+    Grain pipeline."""
     import numpy as np
 
     from toolkit.data.arrays import ArraySource, ImageFiles, array_batches
@@ -158,8 +151,7 @@ def array_dataset(
     _check_enough(count, batch_size, config, training, task)
     _note_fused_leftover(count, config, training, whole, notes)
     if training and config.use_synthetic_data:
-        # One random batch of the real shapes, read again and again (as the tf.data path);
-        # a batch larger than the data takes its examples again
+        # One random batch of the real shapes, read again and again
         x, y = source.take(np.arange(batch_size) % count)
         rng = np.random.default_rng(config.seed or 0)
         classes = (task.num_classes if task else None) or 2
@@ -193,7 +185,7 @@ def _grain(
     source: Any, batch_size: int, shuffle: bool, seed: int | None, whole: bool, per_epoch: Any
 ) -> Any:
     """A Grain pipeline the runner's ``fit`` reads: endless, ``len()`` steps an epoch, its
-    readers (threads or processes) chosen for the fit (``toolkit.data._grain_readers``)."""
+    readers chosen for the fit."""
     from toolkit.data._grain import grain_pipeline
 
     return grain_pipeline(
@@ -217,11 +209,8 @@ def dataset(
     notes: list[tuple[str, str]] | None = None,
     loader: str | None = None,
 ):
-    """`source` in batches as `config` says, by `loader` (None: :func:`data_loader`'s
-    choice); with `share` ``(index, processes, devices)`` of a ``keras.distribution``,
-    process `index`'s part of every global batch, laid out as the fused step reads it
-    (validation too, without its last partial batch: a batch placed over processes splits
-    evenly)."""
+    """`source` in batches as `config` says; with `share` ``(index, processes, devices)``,
+    process `index`'s part of every global batch, laid out as the fused step reads it."""
     from toolkit.distribute.processes import process_slice
 
     index, processes, devices = share
@@ -252,13 +241,11 @@ def batches(
     loader: str | None = None,
     notes: list[tuple[str, str]] | None = None,
 ):
-    """`source` in batches as `config` says, by `loader` (``grain``, ``arrays`` or ``tf_data``;
-    None: :func:`data_loader`'s choice), only whole batches when `whole`: every process's
-    batches, before :func:`dataset` takes a process's part.
+    """`source` in batches as `config` says, by `loader` (None: :func:`data_loader`'s choice),
+    only whole batches when `whole`.
 
     Raises:
-        ValueError: data the loader cannot read, or too little of it for a batch.
-    """
+        ValueError: data the loader cannot read, or too little of it for a batch."""
     loader = loader or data_loader(config, source, task, training)
     if loader == "grain":
         return _grain_batches(source, config, training, task, whole, notes)
@@ -296,8 +283,8 @@ def _tf_data_batches(
     whole: bool,
     notes: list[tuple[str, str]] | None = None,
 ) -> Any:
-    """A tf.data pipeline of `source` (arrays or a dataset of examples), checked to hold a
-    batch, or with ``--use_synthetic_data`` a random batch of its spec, repeated."""
+    """A tf.data pipeline of `source`, checked to hold a batch, or with ``--use_synthetic_data``
+    a random batch of its spec, repeated."""
     from toolkit.data import pipeline
 
     # In-memory arrays stay arrays: the pipeline batches them by gathering (toolkit.data).
@@ -316,8 +303,8 @@ def _tf_data_batches(
         cache=bool(task and task.cache),
         shuffle=training,
         seed=config.seed,
-        # Validation keeps its last partial batch (every example counts in the metrics), but
-        # over processes: a batch placed over processes splits evenly.
+        # Validation keeps its last partial batch, but not over processes: a placed batch splits
+        # evenly.
         drop_remainder=whole,
         repeat=training and config.steps_per_epoch is not None,
     )
@@ -331,12 +318,9 @@ def _note_fused_leftover(
     whole: bool,
     notes: list[tuple[str, str]] | None,
 ) -> None:
-    """Adds to `notes` (what, fix) what fused steps leave out of each epoch: a fused batch
-    holds ``fused_steps`` batches, so a pass of 44 batches at ``--fused_steps=5`` trains 40 and
-    drops 4 (the compiled loop runs a fixed count; a remainder step would be a second compiled
-    step, compiled for a few batches an epoch). Said once, in the progress and the report,
-    never silently; nothing to say with ``--train_steps`` (it repeats the data) or an unknown
-    count."""
+    """Adds to `notes` what fused steps leave out of each epoch (a pass of 44 batches at
+    ``--fused_steps=5`` trains 40): said once, never silently; nothing with ``--train_steps``
+    or an unknown count."""
     fused = config.fused_steps
     if notes is None or not training or not whole or fused <= 1 or count < 0:
         return
@@ -356,22 +340,20 @@ def _note_fused_leftover(
 
 
 class TooFewExamples(ValueError):
-    """The training data holds fewer examples than one batch (what ``toolkit.fits`` measures
-    past on synthetic batches of the data's shapes)."""
+    """The training data holds fewer examples than one batch."""
 
 
 def check_training_count(count: int, config: TrainConfig) -> None:
-    """Raises ValueError (one line) when `count` training examples hold no batch of the run's
-    (its fused steps included), as the run itself would: for a count known before any
-    framework loads (``catalog.training_files``)."""
+    """Raises ValueError (one line) when `count` training examples hold no batch of the run's,
+    for a count known before any framework loads."""
     _check_enough(count, config.batch_size * config.fused_steps, config, True, None)
 
 
 def _check_enough(
     count: int, batch_size: int, config: TrainConfig, training: bool, task: Task | None
 ) -> None:
-    """Raises ValueError (one line) when the data has no examples, or (training) fewer than
-    one batch: found before Keras would fail on it obscurely. `count` < 0: unknown, passes."""
+    """Raises ValueError (one line) when the data has no examples, or (training) fewer than one
+    batch; `count` < 0 passes."""
     if count == 0:  # an empty split or folder: no batch size would help
         what = "training" if training else "validation"
         raise ValueError(
@@ -379,8 +361,7 @@ def _check_enough(
             "check the dataset and its split"
         )
     if training and 0 <= count < batch_size and not config.use_synthetic_data:
-        # drop_remainder would leave no batch at all; Keras would fail obscurely. Synthetic
-        # batches take the data's shapes only: any batch size is made.
+        # drop_remainder would leave no batch; synthetic batches take the data's shapes only.
         fused = f" × --fused_steps={config.fused_steps}" if config.fused_steps > 1 else ""
         raise TooFewExamples(
             f"--batch_size={config.batch_size}{fused} is larger than the {count} training "
@@ -391,8 +372,8 @@ def _check_enough(
 def _synthetic_batches(
     source: Any, count: int, batch_size: int, config: TrainConfig, task: Task | None
 ) -> Any:
-    """``--use_synthetic_data``: one random batch of the real spec, repeated: the input costs
-    ~nothing, so the step time is an upper bound for what this model can do here."""
+    """``--use_synthetic_data``: one random batch of the real spec, repeated: the step time is an
+    upper bound for this model here."""
     from toolkit.data import synthetic
 
     if count < 0 and config.steps_per_epoch is None:
@@ -418,8 +399,8 @@ def _synthetic_batches(
 
 
 def distributed(dataset: Any, config: TrainConfig, training: bool) -> Any:
-    """The training data through the tf.data service when asked, and every dataset with its
-    auto-shard policy set explicitly."""
+    """The training data through the tf.data service when asked, and every dataset's auto-shard
+    policy set."""
     if training and config.data_service:
         dataset = distribute.through_data_service(
             dataset,
@@ -431,6 +412,6 @@ def distributed(dataset: Any, config: TrainConfig, training: bool) -> Any:
 
 
 def input_pipeline(task: Task, config: TrainConfig) -> Any:
-    """The training input pipeline :func:`run` builds for `task` under `config`: batched
-    (``fused_steps × batch_size`` with fused steps), shuffled, prefetched."""
+    """The training pipeline :func:`run` builds for `task` under `config`: batched (``fused_steps
+    × batch_size``), shuffled, prefetched."""
     return dataset(task.train, config.validate().effective(), training=True, task=task)

@@ -1,8 +1,6 @@
 """Head to head: the search's fastest candidates measured again against the defaults in
 interleaved rounds (:func:`confirm`), the rounds themselves (:func:`interleaved_rounds`, which
-the backends chooser runs too), their paired ratios and the never-slower verdict
-(:func:`decide`). Its own module beside ``toolkit.search.engine``, which finds the candidates.
-"""
+the chooser runs too), their paired ratios and the never-slower verdict (:func:`decide`)."""
 
 from __future__ import annotations
 
@@ -31,11 +29,9 @@ DECISIVE_GAIN = 0.25  # won by this much in the search and in round 1: one round
 def _decisive(
     defaults: Trial, pick: Candidate, trials: Sequence[Trial], got: dict[str, float]
 ) -> bool:
-    """Whether `pick` beat the defaults by more than :data:`DECISIVE_GAIN` in its search
-    window and again in the first head-to-head round, and every other finalist in both (by
-    more than the noise, :data:`MIN_GAIN`, in the round): the two windows agree on the whole
-    order, so a second round would not change it. (One slow window of a runner-up is no
-    verdict: a shared machine gave one finalist 36k examples/s in a round, 60k in the search.)"""
+    """Whether `pick` beat the defaults by more than :data:`DECISIVE_GAIN` in its search window
+    and again in the first round, and every other finalist in both: the windows agree on the
+    whole order, so another round would not change it."""
     searched = {t.candidate.label(): t.rates[0] for t in trials if t.rates}
     base, label = defaults.candidate.label(), pick.label()
     first, mine = searched.get(label), got.get(label)
@@ -64,18 +60,15 @@ def confirm(
     shown_budget_s: float | None = None,
     cut: Sequence[str] = (),
 ) -> tuple[Candidate, list[dict[str, float]], str, bool]:
-    """Measures the search's :data:`FINALISTS` fastest candidates again, interleaved with the
-    defaults (:func:`interleaved_rounds`), until the pick is the same two rounds running,
-    :data:`MAX_ROUNDS` rounds, or the budget ends; picks with :func:`decide`. One window per
-    candidate cannot tell a 10 % gain from a 10 % swing of a shared machine; the paired,
-    repeated rounds can. `shown_budget_s`: the budget the progress lines count against (a
-    tune's whole call, of which these rounds have a share). `cut`: why the space held the
-    defaults alone by design (the space's ``cut``), said where nothing else was measured.
+    """Measures the search's :data:`FINALISTS` fastest again, interleaved with the defaults,
+    until the pick is the same two rounds running, :data:`MAX_ROUNDS` rounds, or the budget
+    ends; picks with :func:`decide`. One window cannot tell a 10 % gain from a shared
+    machine's 10 % swing; paired, repeated rounds can. `shown_budget_s`: the budget the
+    progress lines count against; `cut`: why the space held the defaults alone.
 
     Returns:
-        ``(pick, rounds as {label: examples/s}, why in words, whether the budget ran out)``.
-        The trials get the new measurements (their rate becomes the median).
-    """
+        ``(pick, rounds as {label: examples/s}, why in words, whether the budget ran out)``; the
+        trials' rates become the medians."""
     start = clock() - spent_s
     defaults = trials[0]
     if defaults.examples_per_sec is None:
@@ -107,9 +100,8 @@ def confirm(
 
 
 def _finalists(defaults: Trial, trials: Sequence[Trial]) -> list[Trial]:
-    """The search's :data:`FINALISTS` fastest that beat the defaults, fastest first, and near
-    enough the leader (:data:`NEAR_LEADER`) that the rounds could change the order: only
-    these are worth a head-to-head window each."""
+    """The search's :data:`FINALISTS` fastest that beat the defaults, near enough the leader
+    (:data:`NEAR_LEADER`) for the rounds to change the order."""
     finalists = sorted(
         (t for t in trials[1:] if t.examples_per_sec and t.examples_per_sec > defaults.rates[0]),
         key=order,
@@ -121,10 +113,9 @@ def _finalists(defaults: Trial, trials: Sequence[Trial]) -> list[Trial]:
 
 
 class _HeadToHead:
-    """The head-to-head rounds of :func:`confirm`, as :func:`interleaved_rounds` calls them:
-    `again` measures one entrant (its trial keeps the rate), `cost` estimates a round, and
-    `settled` decides after each. The verdict and its words after the latest round are kept
-    here: whether the rounds settle depends on the verdict before it."""
+    """The rounds of :func:`confirm` as :func:`interleaved_rounds` calls them: `again` measures
+    one entrant, `cost` estimates a round, `settled` decides after each (on the verdict kept
+    here)."""
 
     def __init__(
         self,
@@ -165,8 +156,8 @@ class _HeadToHead:
         return sum(t.seconds / max(1, len(t.rates)) for t in self.group.values())
 
     def settled(self, rounds: list[dict[Candidate, float]]) -> bool:
-        """Whether the rounds so far settle the pick: the same two rounds running, or one
-        round that agrees with a decisive search (:func:`_decisive`)."""
+        """Whether the rounds settle the pick: the same two rounds running, or one round agreeing
+        with a decisive search."""
         previous = self.verdict.pick
         self.verdict = decide(self.base, self.group, rounds, min_gain=self.min_gain)
         self.why = _why(self.verdict, self.min_gain)
@@ -190,8 +181,7 @@ class _HeadToHead:
 
 
 def _why(verdict: Verdict, min_gain: float) -> str:
-    """The rounds' outcome in words, a clause a line (``; ``-separated): the ratios are the
-    table's (a tune shows one claimed gain, its fresh one)."""
+    """The rounds' outcome in words, a clause a line."""
     if not verdict.won:
         return (
             f"no finalist beat the defaults by > {min_gain:.0%} in most of {verdict.rounds} "
@@ -216,15 +206,12 @@ def interleaved_rounds(
 ) -> tuple[list[dict[E, Any]], bool]:
     """Measures every entrant once a round, round ``r`` in the order rotated by ``r``.
 
-    `measure` ``(entrant, round)`` returns the entrant's result, or raises (it then has none
-    that round: a flaky entrant loses, it does not crash the rounds). Before round ``r``,
-    `round_cost` ``(r)`` estimates its seconds (None: the round runs whatever the budget);
-    a round that would end past `budget_s` is not started: whole rounds only, so the pairs
-    stay paired. After each round `settled` ``(rounds)`` may end them.
+    `measure` ``(entrant, round)`` returns a result or raises (a flaky entrant loses that round; the
+    rounds go on). `round_cost` ``(r)`` estimates a round (None: it runs); a round that would end
+    past `budget_s` is not started, so the pairs stay paired. `settled` ``(rounds)`` may end them.
 
     Returns:
-        ``(rounds as [{entrant: result}], whether the budget ended them)``.
-    """
+        ``(rounds as [{entrant: result}], whether the budget ended them)``."""
     start = clock() - spent_s
     rounds: list[dict[E, Any]] = []
     for r in range(max_rounds):
@@ -250,8 +237,8 @@ def paired_ratios(
     entrant: Any,
     speed: Callable[[Any], float | None] = lambda x: x,
 ) -> list[float]:
-    """``speed(entrant's result) / speed(base's result)`` in every round where both have a
-    speed (> 1: the entrant was faster that round)."""
+    """``speed(entrant) / speed(base)`` in every round where both have one (> 1: the entrant was
+    faster)."""
     out = []
     for got in rounds:
         if base not in got or entrant not in got:
@@ -265,8 +252,7 @@ def paired_ratios(
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     """What :func:`decide` found: the `pick` (the base unless an entrant won), and the leader
-    among the entrants that won most rounds (None: none did) with its median ratio and wins
-    of `rounds`."""
+    among those that won most rounds, with its median ratio and wins."""
 
     pick: Any
     leader: Any
@@ -288,9 +274,9 @@ def decide(
     min_gain: float = MIN_GAIN,
     eligible: Callable[[Any], bool] | None = None,
 ) -> Verdict:
-    """The never-slower rule. Among the (eligible) entrants that were faster than `base` in
-    most of the rounds they both ran, the one with the highest median paired ratio leads; it
-    is picked when that median exceeds ``1 + min_gain``, else `base` stays."""
+    """The never-slower rule: among the entrants faster than `base` in most rounds, the highest
+    median paired ratio leads; it is picked when that median exceeds ``1 + min_gain``, else
+    `base` stays."""
     leader, best, wins = None, 0.0, 0
     for entrant in entrants:
         if entrant == base or (eligible is not None and not eligible(entrant)):
