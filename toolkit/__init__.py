@@ -5,8 +5,7 @@ The public API is :data:`_EXPORTS` below; ``__all__`` is derived from it, so the
 drift. The measuring tools are functions here (``toolkit.diagnose``, ``toolkit.tune``); the
 rest are modules (``toolkit.devices``, ``toolkit.data``). Names are imported on first use (PEP
 562), so that ``import toolkit`` and the report tools (``toolkit.report``, ``python -m
-toolkit compare``) load no framework; the callbacks load Keras when first touched.
-"""
+toolkit compare``) load no framework; the callbacks load Keras when first touched."""
 
 from __future__ import annotations
 

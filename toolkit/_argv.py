@@ -10,8 +10,7 @@ and nothing below the app layer does at all.
   its StartFlags from its spec, no argv).
 
 The layers test (``tests/test_edges.py``) holds the rest of the toolkit to handing typed values
-(``TrainConfig``, ``Candidate``, ``standings.Target``) instead of flag strings.
-"""
+(``TrainConfig``, ``Candidate``, ``standings.Target``) instead of flag strings."""
 
 from __future__ import annotations
 
@@ -109,8 +108,7 @@ class StartFlags:
         backend: ``--backend``, None when not given.
         device: ``--device``, None when not given.
         compile_cache: ``--compile_cache`` (``--nocompile_cache`` or ``=false`` undo it).
-        verbosity: absl's ``--verbosity``/``-v`` (-1, its default, when not given).
-    """
+        verbosity: absl's ``--verbosity``/``-v`` (-1, its default, when not given)."""
 
     backend: str | None = None
     device: str | None = None

@@ -9,8 +9,7 @@ no options of its own: what to measure is the spec, which only the search writes
 runs it speaks to its parent in typed messages (``_processes.Message``, a JSON object a line
 on its standard output, which nothing else writes to): a ``tune`` job's progress lines, and
 the error that ends it (also said on stderr, ``error: ...``), with status 1, or 2 for a
-spec it cannot read.
-"""
+spec it cannot read."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 built from the verbs' registry (``toolkit.verbs``: one module per verb, with its options,
 checks and run), start-up, and the exit codes. The README's verb table says what each verb
 does. Results go to stdout, progress to stderr, and an error is one ``error:`` line with status
-2 (the command line) or 1 (a run that could not start).
-"""
+2 (the command line) or 1 (a run that could not start)."""
 
 from __future__ import annotations
 

@@ -9,8 +9,7 @@ PyTorch each run at their own rate. So the batches come from Keras's own data ad
 ``PyDataset``, a generator, a ``DataLoader`` or a Grain dataset), through the backend's own
 ``EpochIterator`` (TensorFlow's distributes the dataset, JAX's puts batches on an accelerator
 one ahead), epoch after epoch as ``fit`` reads them, each ending in the adapter's
-``on_epoch_end`` (a ``PyDataset``'s workers stop there).
-"""
+``on_epoch_end`` (a ``PyDataset``'s workers stop there)."""
 
 from __future__ import annotations
 

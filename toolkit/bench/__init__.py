@@ -6,7 +6,6 @@
   average tables as Markdown and CSV, a bar chart, and a JSON record with the environment.
 * :mod:`toolkit.bench.fusion` times a matmul with a ``hard_swish`` epilogue (the TVM post's
   M, N, K = 128, 3072, 768) and conv2d + bias + relu, and reads what fused from the post-Grappler
-  graphs and XLA's optimized HLO.
-"""
+  graphs and XLA's optimized HLO."""
 
 __all__: list[str] = []  # a namespace: import the submodules (measure, table, fusion...)

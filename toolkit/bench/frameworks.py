@@ -17,8 +17,7 @@ timing is :func:`toolkit.bench.measure.time_calls`, waiting on the framework's o
 (``jax.block_until_ready``, ``torch.cuda.synchronize``). An op a framework lacks, or a
 framework that is not installed, is ``n/a`` with the reason.
 
-Imports no framework until a column is measured.
-"""
+Imports no framework until a column is measured."""
 
 from __future__ import annotations
 
@@ -89,8 +88,7 @@ def build(op: str, axis: int | None, mode: str) -> Callable[..., Any]:
     """The op's computation in `mode`'s framework, compiled as the mode says.
 
     Raises:
-        NotImplementedError: the framework has no such op.
-    """
+        NotImplementedError: the framework has no such op."""
     return _framework(mode).build(op, axis, mode)
 
 

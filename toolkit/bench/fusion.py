@@ -9,8 +9,7 @@ Grappler's remapper fuses conv2d + bias + relu in graph mode but not the hard_sw
 fuses the epilogue; eager runs one kernel per op.
 
 GFLOP/s count the matmul's (or convolution's) FLOPs only, as the TVM post does; the
-element-wise epilogue adds a few FLOPs per output element, well under 1 % here.
-"""
+element-wise epilogue adds a few FLOPs per output element, well under 1 % here."""
 
 from __future__ import annotations
 

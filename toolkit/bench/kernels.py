@@ -9,8 +9,7 @@ Reading only; the demos that time and explain fusion are ``toolkit.bench.fusion`
 * XLA: the optimized HLO module (``experimental_get_compiler_ir(stage="optimized_hlo")``); each
   top-level instruction of its entry computation that computes is a kernel, and each
   ``fusion`` lists the TensorFlow ops it holds.
-* eager: one kernel per op, by construction (:func:`op_types`).
-"""
+* eager: one kernel per op, by construction (:func:`op_types`)."""
 
 from __future__ import annotations
 
@@ -76,8 +75,7 @@ class Kernels(fields.Record):
         names: one entry per kernel, e.g. ``_MklMatMul`` or
             ``fusion(kLoop: AddV2, Relu6, Mul, RealDiv)``.
         fusions: one line per fused group: what it holds.
-        source: where this was read from, or why it could not be.
-    """
+        source: where this was read from, or why it could not be."""
 
     EXTRA = ("count",)
 

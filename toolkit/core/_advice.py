@@ -5,8 +5,7 @@ and its value. How it is spelled depends on who reads it: a recipe's user types 
 (``--steps_per_execution=8``), a script's author writes Python (``model.compile(...,
 steps_per_execution=8)``). So advice crosses the room's door as an :class:`Advice` and is spelled
 only at the edge, by the settings table's own spellers (``toolkit.runner.config.as_flags`` and
-``as_python``), handed in as `spell`: no advice is written as flag text and rewritten later.
-"""
+``as_python``), handed in as `spell`: no advice is written as flag text and rewritten later."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 A feature that an extra brings never vanishes without a word: where it is left out, one line
 on stderr says what is missing and the install that brings it, once per process. The install
 names the distribution (``pip install 'keras-perf-toolkit[report]'``), which works from PyPI
-or a wheel as well as in a source checkout, where ``.[report]`` alone would.
-"""
+or a wheel as well as in a source checkout, where ``.[report]`` alone would."""
 
 from __future__ import annotations
 

@@ -10,8 +10,7 @@ A report or result file is anyone's file: edited by hand, cut by another tool, w
 another version. A value of the wrong kind fails where it is read, in one line naming the
 field (``steps.p50_s``), never later in a ``TypeError`` from a view; a field an older file
 lacks takes its default. Each check raises :class:`~toolkit.core.files.ReportError` (a
-ValueError) saying ``field <name> is <value>, not <what it must be>``.
-"""
+ValueError) saying ``field <name> is <value>, not <what it must be>``."""
 
 from __future__ import annotations
 
@@ -200,8 +199,7 @@ class Record:
         default); a field `d` lacks, or holds null, takes its default.
 
         Raises:
-            ReportError: a field missing (without a default) or not of its kind, named.
-        """
+            ReportError: a field missing (without a default) or not of its kind, named."""
         where = cls.WHERE if where is None else where
         try:
             return cls._read(d, where)

@@ -3,8 +3,7 @@ gain hands on (tune's pick, the report's tune line), and the statistics it is bu
 
 It sits below the rooms that measure it (``toolkit.search.fresh``: paired rounds in fresh
 processes or in the searching process) and the report that says it, so the report renders
-its words from the record (:meth:`Gain.words`), not from words written beside it.
-"""
+its words from the record (:meth:`Gain.words`), not from words written beside it."""
 
 from __future__ import annotations
 

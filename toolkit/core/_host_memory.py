@@ -7,8 +7,7 @@ and every reader pays what the memory thread pays. On Linux the resident set is 
 builds a ``Process`` and opens, reads and closes the file each time, took 150-180 µs a
 reading beside a fit on one core (each syscall handing the interpreter's lock to the fit and
 waiting to get it back), and the 50 ms memory thread was most of StepTimer's cost
-(``benchmarks/profiler_overhead.py``). Elsewhere psutil reads it.
-"""
+(``benchmarks/profiler_overhead.py``). Elsewhere psutil reads it."""
 
 from __future__ import annotations
 

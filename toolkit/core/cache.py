@@ -10,8 +10,7 @@ A cache is a convenience, never a failure: a missing, unreadable or corrupt file
 a read-only cache directory (or one that is a file) is skipped when writing, and an entry
 damaged by hand is named once and read as a miss (:meth:`Cache.read`). Writers hold a lock
 around their read-modify-write (``toolkit.core.files.update_json``): processes filling one
-cache at once keep every entry. A leaf: standard library only, and ``filelock``.
-"""
+cache at once keep every entry. A leaf: standard library only, and ``filelock``."""
 
 from __future__ import annotations
 
@@ -51,8 +50,7 @@ class Cache:
     """One file of keyed entries under :func:`toolkit.core.machine.cache_dir`.
 
     ``cache = Cache("tune.json")``, ``key = cache.key(facts)``, then ``cache.get(key)`` or,
-    after measuring, ``cache.put(key, facts, result)``.
-    """
+    after measuring, ``cache.put(key, facts, result)``."""
 
     def __init__(self, file: str) -> None:
         self.file = file

@@ -6,8 +6,7 @@ and the search check their arguments as the runner checks its flags: a bad value
 naming what the user wrote, what it must be and what it was (``--batch_size must be an integer
 >= 1, got nan``; ``StepTimer: batch_size must be an integer >= 1, got '32'``), never Python's
 ``'<' not supported between instances of 'str' and 'int'`` from deep inside. The runner's
-config (``toolkit.runner.config``) re-exports :class:`ConfigError` and :func:`check_number`.
-"""
+config (``toolkit.runner.config``) re-exports :class:`ConfigError` and :func:`check_number`."""
 
 from __future__ import annotations
 

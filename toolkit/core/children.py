@@ -10,8 +10,7 @@ parent dies, even of SIGKILL (``PR_SET_PDEATHSIG``, only from the main thread: i
 the starting *thread* ends). A watchdog thread also polls the parent's pid (macOS has no
 deathsig): once it changes, SIGTERM, a grace, then the parent's directories are removed and
 the child ends at once, so a SIGKILLed parent leaves no temporary file. Standard library only,
-as it loads before anything heavy.
-"""
+as it loads before anything heavy."""
 
 from __future__ import annotations
 
@@ -90,8 +89,7 @@ def spawn(argv: list[str], **popen: Any) -> subprocess.Popen[Any]:
     with :func:`stop` (an exit hook does otherwise).
 
     Raises:
-        RuntimeError: called while a child imports the user's script (:func:`importing_script`).
-    """
+        RuntimeError: called while a child imports the user's script (:func:`importing_script`)."""
     refuse_while_importing()
     env = dict(popen.pop("env", None) or os.environ)
     env[_PARENT] = str(os.getpid())

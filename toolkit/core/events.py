@@ -3,8 +3,7 @@ importing any framework: the profiler's activity and the fused-steps mark on a m
 
 Steps that run while a profiler trace is active (or during which one starts or stops, which
 costs tens of milliseconds to export) are not representative; StepTimer reads this state to leave
-them out of its statistics and count them apart. Only plain Python values are read per step.
-"""
+them out of its statistics and count them apart. Only plain Python values are read per step."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ class ProfilerState:
 
     ``synced[g]`` is ``(active before, perf_counter time)`` for a start or stop (the one that
     made generation ``g``) that waited for the device first: every step dispatched before it
-    had ended by that time, whenever an asynchronous backend's batch-end hook got to say so.
-    """
+    had ended by that time, whenever an asynchronous backend's batch-end hook got to say so."""
 
     __slots__ = ("active", "generation", "synced")
     KEEP = 64  # synced events remembered (two per trace window)

@@ -1,8 +1,7 @@
 """Files that are never half-written, and values that are always valid JSON.
 
 A leaf: standard library plus ``filelock``. Named ``files``, not ``io``, so it never shadows
-the standard library's ``io`` when a file is run as a script.
-"""
+the standard library's ``io`` when a file is run as a script."""
 
 from __future__ import annotations
 
@@ -41,8 +40,7 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes, make_dirs: boo
     FileNotFoundError (a parent that stopped waiting removed it), never made again.
 
     ``os.open(..., 0o666)`` lets the kernel apply the umask, unlike ``mkstemp`` (0600) plus a
-    chmod, which needs the umask read by setting it process-wide.
-    """
+    chmod, which needs the umask read by setting it process-wide."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     if make_dirs:
@@ -80,8 +78,7 @@ def private_dir(name: str) -> str | None:
     None where there is none.
 
     A predictable name in a shared ``/tmp`` may be another user's trap, so it is used only if
-    :func:`is_private`; else the caller does without it. A sticky ``/tmp`` stops later swaps.
-    """
+    :func:`is_private`; else the caller does without it. A sticky ``/tmp`` stops later swaps."""
     path = os.path.join(tempfile.gettempdir(), name)
     try:
         os.mkdir(path, 0o700)
@@ -103,8 +100,7 @@ def scratch_dir(prefix: str) -> str:
 
     No exit hook runs on SIGKILL or the OOM killer, so each new one first removes this user's
     older (over a minute) ones of `prefix` whose lock is free: the kernel frees a dead holder's
-    lock in any pid namespace, where a pid could name another container's process.
-    """
+    lock in any pid namespace, where a pid could name another container's process."""
     import filelock
 
     _sweep(prefix)
@@ -167,8 +163,7 @@ def is_private(path: str) -> bool:
 def parse_json(source: str | bytes | IO[str], finite: bool = False) -> Any:
     """``json.loads`` of a text or ``json.load`` of a file, nesting too deep for Python a
     ValueError like any bad JSON (not a RecursionError). With `finite`, a number not finite as a
-    float (``NaN``, ``1e999``, a huge int) is a ValueError, not an OverflowError far from here.
-    """
+    float (``NaN``, ``1e999``, a huge int) is a ValueError, not an OverflowError far from here."""
     hooks: dict[str, Callable[[str], Any]] = {}
     if finite:
         hooks = {"parse_float": _finite_float, "parse_int": _finite_int,
@@ -205,8 +200,7 @@ def _no_constant(text: str) -> float:
 def open_regular(path: str | os.PathLike[str]) -> IO[str]:
     """`path` opened as UTF-8 text if it is a regular file; else an OSError saying what it is (a
     FIFO blocks, ``/dev/zero`` never ends). Checked by ``stat`` before opening, then by ``fstat``
-    after an ``O_NONBLOCK`` open, so a swap in between is refused too.
-    """
+    after an ``O_NONBLOCK`` open, so a swap in between is refused too."""
     _regular(os.stat(path).st_mode)
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -243,8 +237,7 @@ def update_json(path: str | os.PathLike[str], key: str, value: Any) -> bool:
     """Sets `key` to `value` in the JSON cache `path` (a bad file starts empty), atomically;
     False when it cannot be written or locked within :data:`LOCK_TIMEOUT_S` (skipped, no error).
 
-    The read-modify-write holds ``<path>.lock`` so concurrent writers keep each other's entries.
-    """
+    The read-modify-write holds ``<path>.lock`` so concurrent writers keep each other's entries."""
     import filelock  # only a cache write needs it
 
     path = os.fspath(path)
@@ -283,8 +276,7 @@ def read_checked(path: str, from_dict: Callable[[Any], Any], views: Callable[[An
 
     Numbers must be finite, only a regular file is read, and every string is made printable
     (:func:`visible`) first: a report may come from anyone, and escape sequences in it would
-    act on the terminal the verbs print to.
-    """
+    act on the terminal the verbs print to."""
     try:
         with open_regular(path) as f:
             data = parse_json(f, finite=True)
@@ -340,8 +332,7 @@ def inside_run(run_dir: str, name: str, field: str, report: str) -> str:
     resolved: a report may come from anyone, so what it names must not lead out of its run.
 
     Raises:
-        ReportError: `name` is empty or leads outside `run_dir`.
-    """
+        ReportError: `name` is empty or leads outside `run_dir`."""
     root = os.path.realpath(run_dir)
     sound = bool(name) and "\0" not in name
     real = os.path.realpath(os.path.join(root, name)) if sound else root

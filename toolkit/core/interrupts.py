@@ -8,8 +8,7 @@ where a program moves on, raises one that was lost.
 
 While the frameworks load or a report is written the signal is held (:func:`held`): an
 interrupted ``import tensorflow`` leaves modules half registered, and half a report is none.
-It is raised when the block ends; a second signal raises at once. Pure Python.
-"""
+It is raised when the block ends; a second signal raises at once. Pure Python."""
 
 from __future__ import annotations
 

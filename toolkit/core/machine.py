@@ -3,8 +3,7 @@ machine key that every per-machine cache (the matmul peak, tune) is keyed by.
 
 A leaf: it imports nothing of the toolkit but the version, and no framework. Framework versions
 are read from modules that are already loaded (``sys.modules``), never by importing them, so
-capturing the environment of a report reader stays instant.
-"""
+capturing the environment of a report reader stays instant."""
 
 from __future__ import annotations
 
@@ -89,8 +88,7 @@ def capture_environment(extra: Mapping[str, Any] | None = None) -> dict[str, Any
 
     Args:
         extra: more facts merged in (the framework's own, such as TensorFlow's device list and
-            build: ``toolkit.backend.framework_facts()``).
-    """
+            build: ``toolkit.backend.framework_facts()``)."""
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),

@@ -13,8 +13,7 @@ an error that matters still shows, once the call returns. It holds nothing when 
 asked to see the framework's logs: ``TF_CPP_MIN_LOG_LEVEL`` set below 2 in the environment,
 or ``--verbosity`` (``-v``) 0 or more on the command line (:func:`configure`). JAX's own INFO
 lines (no TPU found, its distributed service starting) are held back the same way, by its
-``jax`` logger's level.
-"""
+``jax`` logger's level."""
 
 from __future__ import annotations
 
@@ -64,8 +63,7 @@ def configure(verbosity: int = -1, env: dict[str, str] | None = None) -> bool:
 
     Sets ``TF_CPP_MIN_LOG_LEVEL=2`` unless the environment already sets it (the user's choice
     stands) or absl's `verbosity` (``--verbosity``, read at the start:
-    ``toolkit._argv.start_flags``) is 0 or more (then ``0``: everything shows).
-    """
+    ``toolkit._argv.start_flags``) is 0 or more (then ``0``: everything shows)."""
     env = os.environ if env is None else env
     verbose = verbosity >= 0
     if verbose:
@@ -128,8 +126,7 @@ def held() -> Iterator[None]:
     every line that is not :func:`is_noise`, even when the block raises.
 
     A no-op when :func:`configure` decided to show everything, or where fd 2 cannot be
-    duplicated (an embedding host without one).
-    """
+    duplicated (an embedding host without one)."""
     if not _state["hold"]:
         yield
         return

@@ -5,8 +5,7 @@ tensorflow-datasets): they draw on stderr only when stderr is a terminal, so a l
 gets no carriage returns, only the stage lines :func:`say` prints (one per stage, each saying
 how much is left). ``TOOLKIT_PROGRESS=0`` silences both; ``TOOLKIT_PROGRESS=1`` draws bars even
 when stderr is not a terminal (a notebook's stderr, ``script``). Results always go to stdout;
-progress never does, so ``keras-perf ... > table.md`` stays clean.
-"""
+progress never does, so ``keras-perf ... > table.md`` stays clean."""
 
 from __future__ import annotations
 

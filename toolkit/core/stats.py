@@ -4,8 +4,7 @@ A *sample* is one timed execution: with ``steps_per_execution = n`` Keras runs `
 batch hook, so a sample carries its duration and step count. Every figure is *per step*:
 ``mean_s`` is time-weighted (what throughput sees); percentiles, min, max and jitter are over
 each sample's ``duration / steps``; jitter is ``1.4826 * MAD``, the standard deviation for
-Gaussian noise but robust to a few slow outliers. Nothing here reads a clock.
-"""
+Gaussian noise but robust to a few slow outliers. Nothing here reads a clock."""
 
 from __future__ import annotations
 
@@ -81,8 +80,7 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 
     Args:
         sorted_values: values in ascending order; must not be empty.
-        q: percentile in [0, 100].
-    """
+        q: percentile in [0, 100]."""
     if not sorted_values:
         raise ValueError("percentile of an empty sequence")
     if not 0.0 <= q <= 100.0:
@@ -124,8 +122,7 @@ class StepStats(fields.Record):
         compiled_steps: later steps that compiled again (a new input shape), counted, not timed.
         batch_size: examples per step, when known.
         examples_per_sec: ``batch_size / mean_s``, when the batch size is known.
-        steps_per_execution: the largest number of steps seen in one execution.
-    """
+        steps_per_execution: the largest number of steps seen in one execution."""
 
     # report.json's ``steps``, plus the derived fields for readers of the JSON.
     WHERE = "steps"
@@ -324,8 +321,7 @@ def summarize(
         compiled_steps: later steps in which the backend compiled again (counted, not timed).
 
     Raises:
-        ValueError: lengths differ, a duration is negative or not finite, or a step count < 1.
-    """
+        ValueError: lengths differ, a duration is negative or not finite, or a step count < 1."""
     if steps is None:
         steps = [1] * len(durations)
     if len(steps) != len(durations):

@@ -9,8 +9,7 @@
   so it still pastes whole.
 * :func:`table` renders rows as an aligned, width-aware table with rich (the library Keras 3
   itself draws its summaries with, so it is always installed); Markdown stays for ``.md``
-  files (:func:`markdown_table`).
-"""
+  files (:func:`markdown_table`)."""
 
 from __future__ import annotations
 
@@ -35,8 +34,7 @@ _HELD = "\ue000"
 
 def width(stream: TextIO | None = None) -> int | None:
     """The width of the terminal `stream` (default stdout), or `None` when it is not a terminal.
-    ``COLUMNS`` wins where set.
-    """
+    ``COLUMNS`` wins where set."""
     stream = sys.stdout if stream is None else stream
     try:
         tty = stream.isatty()
@@ -98,8 +96,7 @@ def table(
     or as wide as the rows need off a terminal); columns indexed in `right` align right.
 
     A cell is never cut inside a word or number: headers and text wrap at spaces, and where that
-    cannot fit, the table comes in parts, each repeating the first column. Plain text, no colour.
-    """
+    cannot fit, the table comes in parts, each repeating the first column. Plain text, no colour."""
     heads = [str(h) for h in headers]
     body = [["" if cell is None else str(cell) for cell in row] for row in rows]
     if columns is None:

@@ -12,8 +12,7 @@ cut short is found. Read back with ``np.frombuffer``, never pickle: a file from 
 hold data, not code. Files are written with ``group_size:1`` (one record per chunk), which
 random access needs.
 
-Imports ``array_record`` (the ``[grain]`` extra) only when files are written or opened.
-"""
+Imports ``array_record`` (the ``[grain]`` extra) only when files are written or opened."""
 
 from __future__ import annotations
 
@@ -91,8 +90,7 @@ def write_array_records(
 
     Raises:
         ValueError: lengths that differ, ragged or non-numeric examples, a bad `num_shards`.
-        ImportError: the ``[grain]`` extra (array_record) is not installed, in one line.
-    """
+        ImportError: the ``[grain]`` extra (array_record) is not installed, in one line."""
     features, labels = _fixed_shape(features, "features"), _fixed_shape(labels, "labels")
     count = len(features)
     if count != len(labels):
@@ -148,8 +146,7 @@ class ArrayRecords:
     Raises:
         ValueError: the sidecar missing or damaged, a file missing or holding other than the
             records the sidecar lists, or records of another size (a damaged file).
-        ImportError: the ``[grain]`` extra (array_record) is not installed, in one line.
-    """
+        ImportError: the ``[grain]`` extra (array_record) is not installed, in one line."""
 
     def __init__(self, directory: str | os.PathLike[str], prefix: str = "data") -> None:
         folder = os.fspath(directory)

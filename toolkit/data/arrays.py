@@ -5,8 +5,7 @@ backends). Where it is not (a GPU machine with JAX or PyTorch only), the catalog
 synthetic data come as an :class:`ArraySource` (arrays, and a per-batch transform such as a
 resize, so that images are not all upscaled in memory at once) and the runner batches them
 with :func:`array_batches`, a ``keras.utils.PyDataset``: shuffled per epoch from a seed, the
-last partial batch dropped for training, endless when ``steps_per_epoch`` bounds the epoch.
-"""
+last partial batch dropped for training, endless when ``steps_per_epoch`` bounds the epoch."""
 
 from __future__ import annotations
 
@@ -184,8 +183,7 @@ def array_batches(
             e.g. one synthetic batch read many times.
 
     Raises:
-        ValueError: no batch at all (fewer examples than one batch with `drop_remainder`).
-    """
+        ValueError: no batch at all (fewer examples than one batch with `drop_remainder`)."""
     import keras
 
     check_number(argument("array_batches", "batch_size"), batch_size, integer=True, least=1)

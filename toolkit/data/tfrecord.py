@@ -3,8 +3,7 @@ them before a run (every record's length and CRC, from the manifest when it matc
 the one that cannot be read, and reading them as a ``tf.data.Dataset`` of ``(features, label)``.
 
 Bad arguments raise ``ValueError`` (or ``FileNotFoundError`` for paths) whose message starts with
-the argument's name, says what was wrong, and what to do.
-"""
+the argument's name, says what was wrong, and what to do."""
 
 from __future__ import annotations
 
@@ -48,8 +47,7 @@ def write_tfrecords(
     short later, even at a record boundary, is found (:func:`check_tfrecords`).
 
     Returns:
-        The file paths written, ``<directory>/<prefix>-00000-of-00004.tfrecord`` ...
-    """
+        The file paths written, ``<directory>/<prefix>-00000-of-00004.tfrecord`` ..."""
     tf = _tf()
     features = np.asarray(features, np.float32)
     labels = np.asarray(labels)
@@ -177,8 +175,7 @@ def check_tfrecords(files: Sequence[str], what: str = "files") -> int:
     :func:`find_unreadable_tfrecord` names its file after the fact.
 
     Raises:
-        ValueError: ``{what}: FILE is cut short / corrupt ...: write it again or leave it out``.
-    """
+        ValueError: ``{what}: FILE is cut short / corrupt ...: write it again or leave it out``."""
     listed = _manifest_entries(files)
     total = 0
     for path in files:
@@ -230,8 +227,7 @@ def tfrecord_records(
     """Serialized records from TFRecord files matching `pattern`, files read in parallel.
 
     Raises:
-        FileNotFoundError: the pattern matches no file.
-    """
+        FileNotFoundError: the pattern matches no file."""
     tf = _tf()
     files = _files(pattern, "pattern")
     ds = tf.data.Dataset.from_tensor_slices(files)
@@ -279,8 +275,7 @@ def tfrecords(
     """Parsed ``(features, label)`` examples from TFRecord files, one record at a time.
 
     To parse a whole batch in one op (faster), batch the records first:
-    ``pipeline(tfrecord_records(p), bs, batch_map=tfrecord_parser(shape))``.
-    """
+    ``pipeline(tfrecord_records(p), bs, batch_map=tfrecord_parser(shape))``."""
     tf = _tf()
     return tfrecord_records(
         pattern, shuffle_files=shuffle_files, seed=seed, deterministic=deterministic

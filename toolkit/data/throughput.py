@@ -26,8 +26,7 @@ class PipelineBenchmark(fields.Record):
         total_s: seconds for the timed batches.
         batches_per_sec: timed batches / total_s.
         examples_per_sec: ``batch_size * batches_per_sec`` when the batch size is known.
-        batches: per-batch statistics (``StepStats``: p50/p90/p99, jitter, ...).
-    """
+        batches: per-batch statistics (``StepStats``: p50/p90/p99, jitter, ...)."""
 
     num_batches: int
     first_batch_s: float
@@ -73,8 +72,7 @@ def benchmark(
         clock: seconds. Defaults to `time.perf_counter`.
 
     Raises:
-        ValueError: `num_batches` < 1, or the dataset ends before the first batch.
-    """
+        ValueError: `num_batches` < 1, or the dataset ends before the first batch."""
     if num_batches < 1:
         raise ValueError(f"num_batches: must be >= 1, got {num_batches}")
     if batch_size is None:

@@ -11,8 +11,7 @@ its seam module (``toolkit.backend._<name>.devices``), which these ask:
   XLA rules; TensorFlow's :data:`METAL_COMPATIBILITY` table), :func:`recommend_precision`;
 * ``runtime``: :func:`configure_threads`.
 
-Everything public is re-exported here: ``from toolkit import devices; devices.select("gpu")``.
-"""
+Everything public is re-exported here: ``from toolkit import devices; devices.select("gpu")``."""
 
 from toolkit.devices.compatibility import (
     METAL_COMPATIBILITY,

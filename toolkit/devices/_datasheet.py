@@ -13,8 +13,7 @@ float32 is the subtle one: on GPUs of compute capability 8.0 and later (Ampere, 
 framework may run float32 matmuls on TF32 tensor cores, about 8x the float32 rate.
 TensorFlow and JAX do so by default; PyTorch does not unless its float32 matmul precision is
 lowered. The backend says which (``float32_matmul_precision``), and the datasheet figure is
-for the math the step actually ran.
-"""
+for the math the step actually ran."""
 
 from __future__ import annotations
 
@@ -65,8 +64,7 @@ def datasheet_peak(device: Any, dtype: str, float32_math: str = "float32") -> di
 
     Returns:
         ``{"flops_per_s", "math", "product"}``: the figure, the math it is for (``tf32``
-        for float32 on tensor cores), and the product it was read for.
-    """
+        for float32 on tensor cores), and the product it was read for."""
     if getattr(device, "kind", None) != "cuda":
         return None
     name = str(getattr(device, "human_name", ""))

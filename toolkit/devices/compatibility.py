@@ -6,8 +6,7 @@ module's (``toolkit.backend._<name>.devices.preflight``: TensorFlow's table of t
 pairs, :data:`METAL_COMPATIBILITY`; the MPS traps; jax-metal), the precision and XLA rules that
 depend on the device alone are here. :func:`apple_gpu_paths` says how each backend reaches an
 Apple GPU today, with the sources they rest on. :func:`recommend_precision` gives a starting
-point that measurement (``toolkit.tune``) confirms or overrules.
-"""
+point that measurement (``toolkit.tune``) confirms or overrules."""
 
 from __future__ import annotations
 
@@ -70,8 +69,7 @@ def preflight(
             ones and this machine. A dict of your own (tests) says None for what it lacks.
         legacy_keras: whether tf_keras is in use. Defaults to ``TF_USE_LEGACY_KERAS``.
         optimizer: the optimizer the run will use (checked for the tf_keras-on-Metal trap).
-        backend: the Keras backend of the run. Defaults to the one Keras trains on.
-    """
+        backend: the Keras backend of the run. Defaults to the one Keras trains on."""
     backend = backend or backends.name()
     if device is None:
         device = resolve("auto", backend=backend)

@@ -10,8 +10,7 @@ every op of one training step really ran (CPU fallbacks flagged), for each backe
   ran on the CPU, ``PYTORCH_ENABLE_MPS_FALLBACK``), and for JAX the device of each result
   (XLA compiles a step for one device: an op without a kernel fails to compile instead).
 
-How each backend does it is its seam module's (``toolkit.backend._<name>.devices``).
-"""
+How each backend does it is its seam module's (``toolkit.backend._<name>.devices``)."""
 
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ def on(spec: str, *, backend: str | None = None) -> Iterator[DeviceInfo]:
     ``keras.device`` on JAX and PyTorch.
 
     Raises:
-        DeviceError: the device is not there (``tf.device`` would silently fall back).
-    """
+        DeviceError: the device is not there (``tf.device`` would silently fall back)."""
     backend = backend or backends.name()
     seam = backends.get(backend)
     kind, index = parse_device_spec(spec)
@@ -76,6 +74,5 @@ def placement_report(
         fn: the work to inspect, e.g. ``lambda: model.train_on_batch(x, y)``.
         gpu_selected: whether ops were meant for a GPU. Defaults to whether the backend's
             default device is a GPU.
-        backend: defaults to the one Keras trains on.
-    """
+        backend: defaults to the one Keras trains on."""
     return backends.get(backend).placement(fn, args, kwargs, gpu_selected)

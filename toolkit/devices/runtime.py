@@ -2,8 +2,7 @@
 loading TensorFlow with its native start-up lines held, and without JAX
 (:func:`load_tensorflow`).
 
-(Device memory readings are the backend's: ``toolkit.backend._tensorflow.device_memory``.)
-"""
+(Device memory readings are the backend's: ``toolkit.backend._tensorflow.device_memory``.)"""
 
 from __future__ import annotations
 
@@ -29,8 +28,7 @@ def load_tensorflow() -> bool:
 
     Listing devices does not start the runtime: thread pools and visible devices can still
     be set afterwards. JAX is not imported with it where the run does not use it
-    (:func:`_jax_deferred`).
-    """
+    (:func:`_jax_deferred`)."""
     with native_logs.held(), _jax_deferred():
         try:
             import tensorflow as tf
@@ -130,8 +128,7 @@ def configure_threads(
     least 1). Must run before TensorFlow starts its runtime.
 
     Raises:
-        DeviceError: a count < 1, or the runtime already started.
-    """
+        DeviceError: a count < 1, or the runtime already started."""
     import tensorflow as tf
 
     cores = cores or os.cpu_count() or 1

@@ -8,8 +8,7 @@ way.
 * :func:`resolve` finds the device a spec names without changing anything; :func:`select`
   makes it the one the backend uses.
 
-Nothing here knows a backend by name: what differs between them is the seam's.
-"""
+Nothing here knows a backend by name: what differs between them is the seam's."""
 
 from __future__ import annotations
 
@@ -90,8 +89,7 @@ def select(
 
     Raises:
         DeviceError: no such device here (the message lists what is, and what would reach
-            it), or the runtime already started with another visible-device setup.
-    """
+            it), or the runtime already started with another visible-device setup."""
     backend = backend or backends.name()
     chosen = resolve(spec, detect(backend), backend=backend)
     backends.get(backend).select_device(chosen, memory_growth)

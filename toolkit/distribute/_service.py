@@ -4,8 +4,7 @@ The parent hands the child a typed :class:`ServiceSpec` (JSON on the child's std
 answers with one typed :class:`Started` (one JSON line on its stdout) once it serves, or once it
 could not: no command line is built for the child and no human-readable line is scraped for an
 address. ``python -m toolkit data-service`` (the verb a person runs) starts its server with
-the same :func:`serve`.
-"""
+the same :func:`serve`."""
 
 from __future__ import annotations
 

@@ -91,8 +91,7 @@ def _per_process_batch(global_batch: int, processes: int) -> int:
     """The examples each process reads per step.
 
     Raises:
-        DistributeError: the global batch does not split evenly over the processes.
-    """
+        DistributeError: the global batch does not split evenly over the processes."""
     if processes < 1 or global_batch % processes:
         lower = max(1, global_batch // processes) * processes
         raise DistributeError(

@@ -3,8 +3,7 @@ the matmul peak and its spread, a datasheet's peak) and what the report adds fro
 step (achieved FLOP/s, MFU), handed from the profiling room to the report, the runner's
 TensorBoard scalars and the backends chooser as one typed record.
 
-Import-light (no framework): the report side reads it where TensorFlow cannot be imported.
-"""
+Import-light (no framework): the report side reads it where TensorFlow cannot be imported."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ class Compute(fields.Record):
             peak_spread_pct: the measured peak, where it came from, how far its runs spread.
         datasheet_peak_flops_per_s, datasheet_peak: a GPU datasheet's dense peak, and whose.
         achieved_flops_per_s, mfu, datasheet_mfu: at the run's median step (the report's).
-        peak_pending: the peak is still to be measured after fit (the runner's, never saved).
-    """
+        peak_pending: the peak is still to be measured after fit (the runner's, never saved)."""
 
     WHERE = "compute"
 
@@ -71,6 +69,5 @@ class Compute(fields.Record):
         """A report's ``compute`` (docs/report.md; None: none), its figures checked.
 
         Raises:
-            ReportError: a figure not a number >= 0 or null, named (``compute.mfu``).
-        """
+            ReportError: a figure not a number >= 0 or null, named (``compute.mfu``)."""
         return super().from_dict(d, where) if d else None

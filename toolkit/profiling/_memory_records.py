@@ -10,8 +10,7 @@ field an older report lacks takes its default, and one of the wrong kind is refu
 Memory is in MiB throughout ("MB" in what a person reads, as ``toolkit.core.stats.format_mb``
 prints it). "Host" is the process's resident memory; "device" the accelerator's allocator as
 the backend counts it (summed over the process's devices), None where the backend gives
-nothing (a CPU device): then ``device_unseen`` says why.
-"""
+nothing (a CPU device): then ``device_unseen`` says why."""
 
 from __future__ import annotations
 

@@ -17,8 +17,7 @@ count K per batch, as StepTimer and the summary do.
 
 ```python
 model.fit(dataset, epochs=3, verbose=0, callbacks=[FitProgress("my-model")])
-```
-"""
+```"""
 
 from __future__ import annotations
 
@@ -86,8 +85,7 @@ class FitProgress(compat.keras().callbacks.Callback):
     """A bar of each epoch's steps, ``epoch E/N`` beside it, a line per epoch kept above it.
 
     Args:
-        name: the bar's label (e.g. the recipe's name). Defaults to `"fit"`.
-    """
+        name: the bar's label (e.g. the recipe's name). Defaults to `"fit"`."""
 
     async_safe = True
 

@@ -8,8 +8,7 @@ rate = stop.rate if stop.stopped else None  # examples/s after the first call; 0
 ```
 
 tune's search stops a candidate whose run has taken a few times what the best so far needed
-for its whole window: it cannot win, and its rate so far says by how much it lost.
-"""
+for its whole window: it cannot win, and its rate so far says by how much it lost."""
 
 from __future__ import annotations
 

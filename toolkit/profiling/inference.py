@@ -5,8 +5,7 @@
 * Throughput (what a busy server sustains): ``runs`` calls are issued back to back and the
   results are read once at the end, so the device never waits for the host between calls.
 
-Both exclude the first call (tracing/compilation, reported apart) and `warmup` more calls.
-"""
+Both exclude the first call (tracing/compilation, reported apart) and `warmup` more calls."""
 
 from __future__ import annotations
 
@@ -64,8 +63,7 @@ def measure_inference(
         batch_size: examples in `inputs`, for examples/sec.
         warmup: calls after the first left out. Defaults to `5`.
         runs: timed calls for each of latency and throughput. Defaults to `30`.
-        clock: seconds. Defaults to `time.perf_counter`.
-    """
+        clock: seconds. Defaults to `time.perf_counter`."""
     if runs < 1 or warmup < 0:
         raise ValueError(f"runs must be >= 1 and warmup >= 0, got {runs} and {warmup}")
     start = clock()

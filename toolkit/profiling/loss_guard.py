@@ -5,8 +5,7 @@ guard = LossGuard()  # stop=False: note it and train on
 model.fit(dataset, epochs=3, callbacks=[guard])
 if guard.found:
     print(guard.found)  # "LossNotFinite: loss became nan at step 412 of epoch 2: ..."
-```
-"""
+```"""
 
 from __future__ import annotations
 

@@ -9,8 +9,7 @@ resume = Resume("backups")
 model.fit(dataset, epochs=10, callbacks=[
     keras.callbacks.BackupAndRestore("backups"), ResumeRecorder(resume)])
 print(resume.resumed, resume.from_epoch)  # True 4, after a restart in epoch 5
-```
-"""
+```"""
 
 from __future__ import annotations
 

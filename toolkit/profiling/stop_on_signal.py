@@ -13,8 +13,7 @@ try:
     model.fit(dataset, epochs=3, callbacks=[stop])
 except TrainingInterrupted:
     ...  # stopped between two steps: save what you need
-```
-"""
+```"""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 comparing two runs, merging the workers' reports of one multi-worker run, and the step's
 anatomy (``toolkit.anatomy``'s result) in lines.
 
-Imports neither TensorFlow nor Keras. The schema is documented in ``docs/report.md``.
-"""
+Imports neither TensorFlow nor Keras. The schema is documented in ``docs/report.md``."""
 
 from toolkit.report._anatomy import anatomy_lines
 from toolkit.report.comparison import Comparison, compare

@@ -5,8 +5,7 @@ from the figures every process sent it (``RunReport.cluster``).
 
 The figures travel as records (:class:`WorkerRow`, :class:`ClusterView`), built where they are
 measured and rendered at the edge: a :class:`~toolkit.core.terminal.Table` for a terminal or a
-``.md`` file, ``to_dict`` for report.json.
-"""
+``.md`` file, ``to_dict`` for report.json."""
 
 from __future__ import annotations
 
@@ -87,8 +86,7 @@ def cluster_view(rows: Sequence[WorkerRow]) -> ClusterView:
     Each worker counts the global batch per step (what the whole cluster trained), so the
     cluster's examples/sec is the *slowest* worker's (synchronous training goes at the pace
     of the last replica to finish a step); the spread is the slowest median step over the
-    fastest, and a worker much slower than the others is named as the straggler.
-    """
+    fastest, and a worker much slower than the others is named as the straggler."""
     rows = sorted(rows, key=lambda r: (r.task_index is None, r.task_index or 0))
     rates = [r.examples_per_sec for r in rows if r.examples_per_sec]
     p50s = [r.p50_ms for r in rows if r.p50_ms]

@@ -4,8 +4,7 @@ before the run, as a record (``report.json``'s ``diagnosis``), and its lines.
 The diagnosis measures above the report (the search room); the report keeps what it found,
 so a report read elsewhere shows it without the search. Its advice and its ledger come
 spelled for the reader who asked (flags for a recipe, Python for a script), as the diagnosis
-said them: the record keeps those words, not the settings behind them.
-"""
+said them: the record keeps those words, not the settings behind them."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ class SecondOpinion(fields.Record):
         verdict: XProf's (``highly input-bound``, ...); None where it gave none.
         input_percent: the share of the traced steps' time spent waiting for input.
         agrees: whether XProf's verdict agrees with the rates'; None where it gave none.
-        line: one sentence that says which, and why they may differ.
-    """
+        line: one sentence that says which, and why they may differ."""
 
     verdict: str | None = fields.field(missing=None)
     input_percent: float | None = fields.field(missing=None)

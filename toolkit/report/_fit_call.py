@@ -5,8 +5,7 @@ Why they are in the report: StepTimer times train begin to train end, but a ``fi
 more than that, before its first step (the data adapter, building, the callbacks' train begin,
 the input iterator) and after its last (on TensorFlow, destroying the tf.data iterator, which
 took seconds with tf.data's autotune model on); and the process more than its fit (the imports,
-the data, the model's build). That is wall time every user pays and no step shows.
-"""
+the data, the model's build). That is wall time every user pays and no step shows."""
 
 from __future__ import annotations
 

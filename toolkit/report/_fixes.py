@@ -4,8 +4,7 @@ their records are ``toolkit.profiling._fixes``).
 A setting the runner has is spelled as its flag (``--validation_freq=5``) for a run the runner
 set up, through the runner's own spelling (``toolkit.runner.config.as_flags``, handed in as
 `spell`: the report sits below the runner); anything else as Python
-(``model.fit(..., validation_freq=5)``).
-"""
+(``model.fit(..., validation_freq=5)``)."""
 
 from __future__ import annotations
 

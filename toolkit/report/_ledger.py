@@ -15,8 +15,7 @@ process, the command line), never imported. Where it is not loaded (a notebook t
 only the report), a fix reads as Python.
 
 Every function here takes the ledger as a record, or as its JSON (a mapping, as
-``report.json`` holds it), read through :func:`as_ledger`.
-"""
+``report.json`` holds it), read through :func:`as_ledger`."""
 
 from __future__ import annotations
 
@@ -225,8 +224,7 @@ class PartChange:
             (:class:`~toolkit.profiling._ledger_records.LedgerPart`: a part of repeated
             intervals, its one interval's spread times the root of their count); None where
             either run has under three samples of it (a start-up, a function's first
-            compile: one run cannot say how much it varies).
-    """
+            compile: one run cannot say how much it varies)."""
 
     label: str
     a_s: float

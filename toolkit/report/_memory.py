@@ -1,8 +1,7 @@
 """The ledger's memory in words: the summary's memory line and its growth lines, report.md's
 memory table, and compare's memory change. Rendered here, at the edge, from the record the
 sampler built (``toolkit.profiling._memory_records.RunMemory``); numbers as
-``toolkit.core.stats.format_mb`` writes them everywhere.
-"""
+``toolkit.core.stats.format_mb`` writes them everywhere."""
 
 from __future__ import annotations
 

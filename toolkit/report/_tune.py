@@ -2,8 +2,7 @@
 
 The search's own record (``toolkit.search.tune.TuneResult``) lives above the report, which
 cannot import it; report.json keeps that record's JSON whole (`search`), and this section reads
-from it, once and checked, the figures its views show.
-"""
+from it, once and checked, the figures its views show."""
 
 from __future__ import annotations
 
@@ -62,8 +61,7 @@ class TuneSection:
         """A ``TuneResult.to_dict()`` (or a report's ``tune``); None where the run had none.
 
         Raises:
-            ReportError: a figure the views show not of its kind, named (``tune.seconds``).
-        """
+            ReportError: a figure the views show not of its kind, named (``tune.seconds``)."""
         if not d:
             return None
         d = fields.mapping("tune", d)

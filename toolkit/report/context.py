@@ -6,8 +6,7 @@ records their producers return (``toolkit.devices``' ``DeviceInfo`` and ``Findin
 The report renders them (``RunReport.summary``, the Markdown's "Run" section); other tools read
 them by attribute, not by dictionary key. In ``report.json`` (schema 2) they are the
 ``context`` object; a schema-1 report kept the same facts in ``extra`` and is read into a
-RunContext on load (:meth:`RunContext.from_v1_extra`).
-"""
+RunContext on load (:meth:`RunContext.from_v1_extra`)."""
 
 from __future__ import annotations
 
@@ -73,8 +72,7 @@ class RunContext(fields.Record):
         dataset: what the data was, in words (``digits (1437 train / 360 validation ...)``).
         synthetic_data: trained on one batch of the real spec, repeated.
         smoke: a seconds-long smoke run.
-        resume: the resume record when a backup directory was given.
-    """
+        resume: the resume record when a backup directory was given."""
 
     WHERE = "context"
 
@@ -96,8 +94,7 @@ class RunContext(fields.Record):
         """A report's ``context``.
 
         Raises:
-            ReportError: a part of it this version cannot read, named (``context.device``).
-        """
+            ReportError: a part of it this version cannot read, named (``context.device``)."""
         try:
             return super().from_dict(d or {}, where)
         except ReportError:

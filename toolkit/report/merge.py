@@ -1,8 +1,7 @@
 """merge_reports(): the workers' reports of one multi-worker run, side by side.
 
 Reads only the reports (each worker's RunContext says which worker it was): no framework is
-imported.
-"""
+imported."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ def merge_reports(reports: Sequence[RunReport]) -> ClusterView:
 
     Raises:
         ValueError: reports that are not the workers of one cluster's run (no cluster record,
-            different clusters or runs, or one worker twice), naming what differs.
-    """
+            different clusters or runs, or one worker twice), naming what differs."""
     _check_one_cluster(reports)
     rows = []
     for report in reports:

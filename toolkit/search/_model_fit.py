@@ -1,6 +1,5 @@
 """A measured fit of a compiled model and what measuring one needs: its state put back, its size
-and architecture for the cache, a run's figures. Shared by ``toolkit.search.workload``'s targets.
-"""
+and architecture for the cache, a run's figures. Shared by ``toolkit.search.workload``'s targets."""
 
 from __future__ import annotations
 
@@ -259,8 +258,7 @@ def at_batch(data: Any, batch_size: int) -> Any:
     through ``tf.data``: Keras's adapter holds other memory, which would bend the fitted line.
 
     Raises:
-        ValueError: data whose batches are its own (a PyDataset, a generator).
-    """
+        ValueError: data whose batches are its own (a PyDataset, a generator)."""
     from toolkit.data.builder import infer_batch_size
 
     if data is None:

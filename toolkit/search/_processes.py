@@ -2,8 +2,7 @@
 toolkit._child``, its answer a :class:`ChildResult`, bounded by a timeout, a failure one line.
 A child speaks in :class:`Message` s, one JSON object a line on stdout (its prints go to stderr,
 read only for a crash's last words). A fresh process per run: Keras fixes its backend on import,
-and a finished run's threads would eat into the next one's cores.
-"""
+and a finished run's threads would eat into the next one's cores."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@ the rates and the :class:`Facts` (what the pipeline is made of, or which Keras a
 your data; the step time, the settings, the devices, the cores).
 
 Beside ``toolkit.search.diagnose``, which measures and calls :func:`advise`: pure functions of
-their arguments, tested with injected rates and facts.
-"""
+their arguments, tested with injected rates and facts."""
 
 from __future__ import annotations
 

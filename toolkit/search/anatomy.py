@@ -5,8 +5,7 @@ A short fit traces ``steps`` steps into phases and layers
 alone (``toolkit.profiling.layers_alone``) and all reconciled to the untraced step
 (``toolkit.core._anatomy.reconcile``). Keras's own cost is the backend's ``raw_step`` (no Keras
 trainer) against ``fit``'s step on one batch. Nothing is guessed: what cannot be measured (a
-custom ``train_step``) is left out with a note saying why.
-"""
+custom ``train_step``) is left out with a note saying why."""
 
 from __future__ import annotations
 
@@ -68,8 +67,7 @@ def anatomy(
 
     Raises:
         ConfigError: `steps` outside 2 to :data:`MAX_STEPS`.
-        toolkit.runner.train.SetupError: a target that cannot be measured.
-    """
+        toolkit.runner.train.SetupError: a target that cannot be measured."""
     check_number("anatomy: steps", steps, integer=True, least=2, most=MAX_STEPS)
     with workload(target, data, config) as work:
         return _Measured(work, steps, tuple(layers), check).run(raw)

@@ -291,8 +291,7 @@ def parse_limit(value: Any) -> float | None:
     """A memory limit in MiB from a number (MiB) or a size (``4GB``, binary); None: none given.
 
     Raises:
-        ConfigError: anything else, or a limit not above 0.
-    """
+        ConfigError: anything else, or a limit not above 0."""
     from toolkit.core.checks import ConfigError
 
     if value is None:
@@ -315,8 +314,7 @@ def check_sizes(sizes: Any) -> tuple[int, ...] | None:
     """The batch sizes to measure, smallest first (None: the defaults, :data:`SCALE`).
 
     Raises:
-        ConfigError: not two different integers >= 1.
-    """
+        ConfigError: not two different integers >= 1."""
     from toolkit.core.checks import ConfigError, check_number
 
     if sizes is None:
@@ -447,8 +445,7 @@ def measure_peak(
     """One batch size's peak, measured in a fresh process; arguments as :func:`fits` takes them.
 
     Raises:
-        ValueError: a bad argument.
-    """
+        ValueError: a bad argument."""
     from toolkit.core.checks import argument, check_number
 
     check_number(argument("measure_peak", "batch_size"), batch_size, integer=True, least=1)

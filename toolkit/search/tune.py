@@ -5,8 +5,7 @@ a short real ``fit`` of a :class:`~toolkit.search.workload.Workload`. The Keras 
 first and a pick must beat them head to head (``engine``, ``rounds``), so one lucky window wins
 nothing. The budget is the whole call's wall time, fresh-process confirmation
 (``toolkit.search.fresh``) included where it fits in half, else announced (:class:`Plan`). The
-winner is cached keyed by model, input, backend and machine; ``autotune`` uses the cache.
-"""
+winner is cached keyed by model, input, backend and machine; ``autotune`` uses the cache."""
 
 from __future__ import annotations
 
@@ -310,8 +309,7 @@ def tune(
         confirm: False skips the fresh-process check.
         skip_words: how your caller skips the check, as the first line says it.
         clock: seconds, for the budget (tests inject one).
-        class_weight: with your model, as ``fit`` takes it, in every fit (fresh ones too).
-    """
+        class_weight: with your model, as ``fit`` takes it, in every fit (fresh ones too)."""
     from toolkit.core import children
 
     children.refuse_while_importing()  # a fresh process importing your module: not again

@@ -3,8 +3,7 @@
 Every tool that measures training asks "how fast does this target train under these settings
 for N steps?"; a :class:`Workload` answers it for both kinds. A :class:`TaskWorkload` rebuilds
 per candidate, so precision and fused steps can change; a :class:`ModelWorkload` recompiles your
-model and :meth:`~Workload.close` puts it back. Frameworks load when a workload is made.
-"""
+model and :meth:`~Workload.close` puts it back. Frameworks load when a workload is made."""
 
 from __future__ import annotations
 
@@ -245,8 +244,7 @@ def workload(
     compiled model with its `data` and `class_weight`: the one place that tells them apart.
 
     Raises:
-        toolkit.runner.train.SetupError: a model without data, data that is not batches.
-    """
+        toolkit.runner.train.SetupError: a model without data, data that is not batches."""
     from toolkit.runner import train
 
     if isinstance(data, TrainConfig):

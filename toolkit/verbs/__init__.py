@@ -15,8 +15,7 @@ Each verb module declares the same interface, read into its :class:`Verb`:
 
 What several verbs share is private here: ``_target`` (``--recipe``/``--model_fn`` made into
 what is measured) and ``_options`` (``--backend``, lists). The parser, start-up and exit codes
-are ``toolkit.cli``'s. Nothing here imports a framework before a verb runs.
-"""
+are ``toolkit.cli``'s. Nothing here imports a framework before a verb runs."""
 
 from __future__ import annotations
 

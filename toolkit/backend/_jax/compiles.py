@@ -11,8 +11,7 @@ compile (``input shape (17, 8) (was (32, 8))``: a ragged last batch).
 
 Keras's JAX train function reads its batches with ``next(iterator)`` inside a Python call;
 wrapping the iterator times each read (two clock reads per batch, no device sync): the
-input's share of the steps. The wrapper is put in at train begin and taken out at the end.
-"""
+input's share of the steps. The wrapper is put in at train begin and taken out at the end."""
 
 from __future__ import annotations
 

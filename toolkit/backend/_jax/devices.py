@@ -4,8 +4,7 @@ puts its variables and runs its steps), placement with ``keras.device``, and whe
 of a step lives (XLA compiles a step for one device: an op without a kernel there fails to
 compile instead of falling back). jax-metal's one trap: it is experimental and unmaintained.
 
-JAX is imported inside each function.
-"""
+JAX is imported inside each function."""
 
 from __future__ import annotations
 

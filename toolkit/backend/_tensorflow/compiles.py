@@ -10,8 +10,7 @@ execution's excess over the median.
 
 What it cannot tell: why a function retraced (TensorFlow logs that as a warning only when it
 happens often). The input is read inside the traced step (``iterator.get_next()`` in the
-graph), where only a profiler sees its time.
-"""
+graph), where only a profiler sees its time."""
 
 from __future__ import annotations
 

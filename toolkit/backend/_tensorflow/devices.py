@@ -5,8 +5,7 @@ shows), and the traps of TensorFlow on an Apple GPU: :data:`METAL_COMPATIBILITY`
 TensorFlow / tensorflow-metal pairs that pip cannot check, XLA, float64, tf_keras's optimizers
 and random ops without Metal kernels.
 
-TensorFlow is imported inside each function.
-"""
+TensorFlow is imported inside each function."""
 
 from __future__ import annotations
 
@@ -135,8 +134,7 @@ def select_device(device: DeviceInfo, memory_growth: bool) -> None:
     runtime (its first op or model).
 
     Raises:
-        DeviceError: the runtime started with another visible-device setup.
-    """
+        DeviceError: the runtime started with another visible-device setup."""
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")

@@ -7,8 +7,7 @@ the cause of each recompile, a new input shape or dtype). It is read at the ledg
 an eager fit compiles nothing and costs nothing here.
 
 Keras fetches each batch in its loop, between one step's end and the next step's begin: the
-ledger times those gaps as the input.
-"""
+ledger times those gaps as the input."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@ build's GPUs are not CUDA), selection as Keras's PyTorch device, placement with
 ``keras.device``, every ATen op dispatched with the device of its result (and the ops MPS sent
 to the CPU, ``PYTORCH_ENABLE_MPS_FALLBACK``), and the traps of Keras on PyTorch's MPS device.
 
-PyTorch is imported inside each function.
-"""
+PyTorch is imported inside each function."""
 
 from __future__ import annotations
 
