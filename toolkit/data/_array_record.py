@@ -1,18 +1,13 @@
-"""ArrayRecord files: the record format Grain reads with random access (any example by its
-index, without reading the ones before it), written from arrays and read back as a source of
-the toolkit's Grain pipelines (``pipeline(ArrayRecords(d), 64, loader="grain")``).
+"""ArrayRecord files: the record format Grain reads with random access, written from arrays and
+read back as a source of the toolkit's Grain pipelines (``pipeline(ArrayRecords(d), 64,
+loader="grain")``).
 
-Layout (``toolkit.data.write_array_records/1``): one record per example, in the order of the
-arrays, the files holding consecutive runs of them (so example `i` of the arrays is record `i`
-of the files, and a pipeline over the files reads the batches a pipeline over the arrays reads
-from the same seed). A record is the raw bytes of the example's features (C order), then of
-its label: every record the same size. Dtypes (with their byte order) and shapes are kept once,
-in ``<prefix>.array_record.json`` beside the files, with each file's record count, so a file
-cut short is found. Read back with ``np.frombuffer``, never pickle: a file from elsewhere can
-hold data, not code. Files are written with ``group_size:1`` (one record per chunk), which
-random access needs.
-
-Imports ``array_record`` (the ``[grain]`` extra) only when files are written or opened."""
+One record per example, in the arrays' order, the files holding consecutive runs (so a pipeline over
+the files reads the same batches as over the arrays). A record is the raw bytes of the example's
+features, then its label, all the same size; dtypes, shapes and each file's count are kept once in
+``<prefix>.array_record.json``. Read with ``np.frombuffer``, never pickle: a file from elsewhere
+holds data, not code. Written with ``group_size:1``, which random access needs. Imports
+``array_record`` only when files are written or opened."""
 
 from __future__ import annotations
 
@@ -81,16 +76,14 @@ def write_array_records(
     prefix: str = "data",
 ) -> list[str]:
     """Writes ``(features, label)`` pairs as ArrayRecord files, one record per example, over
-    `num_shards` files of consecutive examples, and ``<prefix>.array_record.json`` beside them
-    (dtypes, shapes, each file's records). Read them with :class:`ArrayRecords`; the module's
-    docstring gives the record layout.
+    `num_shards` files, and ``<prefix>.array_record.json`` beside them.
 
     Returns:
         The file paths written, ``<directory>/<prefix>-00000-of-00001.array_record`` ...
 
     Raises:
         ValueError: lengths that differ, ragged or non-numeric examples, a bad `num_shards`.
-        ImportError: the ``[grain]`` extra (array_record) is not installed, in one line."""
+        ImportError: the ``[grain]`` extra is not installed, in one line."""
     features, labels = _fixed_shape(features, "features"), _fixed_shape(labels, "labels")
     count = len(features)
     if count != len(labels):
@@ -134,19 +127,18 @@ def write_array_records(
 
 
 class ArrayRecords:
-    """ArrayRecord files written by :func:`write_array_records`, as random-access examples:
-    ``len()``, ``self[i]`` is ``(features, label)``, :meth:`take` a batch in one read. A
-    source of ``pipeline(..., loader="grain")`` and ``grain_pipeline``; it pickles (Grain's
-    worker processes open the files again).
+    """ArrayRecord files written by :func:`write_array_records` as random-access examples:
+    ``len()``, ``self[i]`` is ``(features, label)``, :meth:`take` a batch in one read. It
+    pickles (Grain's workers open the files again).
 
     Args:
         directory: the folder the files and their ``.array_record.json`` are in.
-        prefix: the files' prefix, as written. Defaults to ``"data"``.
+        prefix: the files' prefix, as written.
 
     Raises:
-        ValueError: the sidecar missing or damaged, a file missing or holding other than the
-            records the sidecar lists, or records of another size (a damaged file).
-        ImportError: the ``[grain]`` extra (array_record) is not installed, in one line."""
+        ValueError: the sidecar missing or damaged, a file missing or holding other records than
+            listed.
+        ImportError: the ``[grain]`` extra is not installed, in one line."""
 
     def __init__(self, directory: str | os.PathLike[str], prefix: str = "data") -> None:
         folder = os.fspath(directory)
@@ -231,8 +223,7 @@ class ArrayRecords:
 
     def _read(self, indices: list[int]) -> list[bytes]:
         try:
-            # One record: read directly (the batch read starts a thread pool per call, about
-            # 18× the time of one record).
+            # One record: read directly (a batch read starts a thread pool per call).
             records = (
                 [self._source[indices[0]]]
                 if len(indices) == 1
@@ -249,8 +240,7 @@ class ArrayRecords:
         return records
 
     def _damaged(self, indices: list[int]) -> str:
-        """The file whose record failed to read (the batch's error does not say), by reading
-        the records again one at a time."""
+        """The file whose record failed to read, by reading the records again one at a time."""
         for index in indices:
             try:
                 self._source[index]
@@ -275,8 +265,7 @@ class ArrayRecords:
         return x.reshape(self.feature_shape), y.reshape(self.label_shape)
 
     def take(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
-        """The examples at `indices`, one batch: one read of every record (the files in
-        parallel), decoded as two arrays."""
+        """The examples at `indices`, one batch: one read of every record, decoded as two arrays."""
         keys = [int(i) for i in np.asarray(indices).reshape(-1)]
         if any(not 0 <= i < len(self) for i in keys):
             raise IndexError(f"indices: outside the {len(self)} examples")

@@ -1,11 +1,7 @@
-"""Data without TensorFlow: NumPy arrays in batches, for Keras's ``fit`` on any backend.
-
-Where TensorFlow is installed, the toolkit's pipelines are tf.data (they feed all three Keras
-backends). Where it is not (a GPU machine with JAX or PyTorch only), the catalog's digits and
-synthetic data come as an :class:`ArraySource` (arrays, and a per-batch transform such as a
-resize, so that images are not all upscaled in memory at once) and the runner batches them
-with :func:`array_batches`, a ``keras.utils.PyDataset``: shuffled per epoch from a seed, the
-last partial batch dropped for training, endless when ``steps_per_epoch`` bounds the epoch."""
+"""Data without TensorFlow: NumPy arrays in batches, for Keras's ``fit`` on any backend. Where
+TensorFlow is not installed, the catalog's digits and synthetic data come as an
+:class:`ArraySource` (with a per-batch transform such as a resize) and the runner batches them
+with :func:`array_batches`, a ``keras.utils.PyDataset`` shuffled per epoch from a seed."""
 
 from __future__ import annotations
 
@@ -29,8 +25,7 @@ def has_tensorflow() -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class ArraySource:
-    """Examples as arrays: ``features[i]``, ``labels[i]``, and `transform` applied to each
-    batch of features when it is read (None: as they are)."""
+    """Examples as arrays, and `transform` applied to each batch of features when read."""
 
     features: np.ndarray
     labels: np.ndarray
@@ -60,11 +55,9 @@ _MODES = {1: "L", 3: "RGB", 4: "RGBA"}  # Pillow's mode for each channel count
 
 @dataclasses.dataclass(frozen=True)
 class ImageFiles:
-    """JPEG/PNG files as examples, decoded when read (Pillow), without TensorFlow: ``self[i]``
-    is ``(image, label)``, the image resized to `size` as :func:`resize_images` (and
-    ``tf.image.resize``) does, float32 in [0, 1] or uint8 (``dtype``). What Grain's workers
-    read in parallel (``pipeline(..., loader="grain")``), and what :func:`array_batches` reads
-    a batch of at a time (:meth:`take`)."""
+    """JPEG/PNG files as examples, decoded when read (Pillow), without TensorFlow: ``self[i]`` is
+    ``(image, label)``, resized as ``tf.image.resize`` does, float32 in [0, 1] or uint8. What
+    Grain's workers read, and :func:`array_batches` a batch at a time."""
 
     paths: tuple[str, ...]
     labels: np.ndarray
@@ -113,16 +106,12 @@ class ImageFiles:
 
 
 def resize_images(images: np.ndarray, height: int, width: int) -> np.ndarray:
-    """Bilinear resize of ``(n, h, w, c)`` images with half-pixel centres, as
-    ``tf.image.resize`` does (no antialiasing): float32 out.
+    """Bilinear resize of ``(n, h, w, c)`` images with half-pixel centres, as ``tf.image.resize``
+    does (no antialiasing): float32 out.
 
-    Every image of a Grain pipeline over image files comes through here, in its reader, and
-    on few cores the decode shares them with the step. So the weights and indices of a size
-    are computed once (:func:`_bilinear_weights`); uint8 pixels are interpolated as they are
-    (NumPy computes ``uint8 * float32`` in float32: the values of converting first) instead
-    of converted whole first; each pass runs over rows of ``w * c`` values (a per-axis weight
-    broadcast over ``(…, w, c)`` ran NumPy's loops 3 values at a time); sums are made in
-    place. The same values to the bit as the plain formula, in half the time (96 to 64 px)."""
+    Every image of a Grain pipeline comes through here, sharing few cores with the step, so: weights
+    and indices computed once per size, uint8 interpolated as it is, each pass over rows of ``w *
+    c`` values, sums in place. The same values to the bit as the plain formula, in half the time."""
     images = np.asarray(images)
     if images.dtype not in (np.uint8, np.float32):
         images = images.astype(np.float32)
@@ -141,9 +130,8 @@ def resize_images(images: np.ndarray, height: int, width: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=64)
 def _bilinear_weights(size_in: int, size_out: int, channels: int) -> tuple[np.ndarray, ...]:
-    """One axis of :func:`resize_images`, over positions of `channels` values each: the index
-    of each output value's source below and above it, its weight ``f`` and ``1 - f``
-    (read-only: shared by every call)."""
+    """One axis of :func:`resize_images`: each output value's source index below and above it and
+    their weights (read-only, shared)."""
     src = (np.arange(size_out, dtype=np.float32) + 0.5) * (size_in / size_out) - 0.5
     src = np.clip(src, 0.0, size_in - 1)
     lo = np.floor(src).astype(np.int64)
@@ -176,14 +164,13 @@ def array_batches(
     Args:
         source: an :class:`ArraySource`, :class:`ImageFiles` or ``(features, labels)`` arrays.
         batch_size: examples per batch.
-        shuffle: a new order every epoch (from `seed`; the same seed, the same orders).
+        shuffle: a new order every epoch (from `seed`).
         drop_remainder: leave out the last partial batch of each pass.
         repeat: endless (the epoch's length is ``fit``'s ``steps_per_epoch``).
-        batches_per_epoch: an epoch's length when it is not one pass (passes wrap around),
-            e.g. one synthetic batch read many times.
+        batches_per_epoch: an epoch's length when it is not one pass.
 
     Raises:
-        ValueError: no batch at all (fewer examples than one batch with `drop_remainder`)."""
+        ValueError: no batch at all."""
     import keras
 
     check_number(argument("array_batches", "batch_size"), batch_size, integer=True, least=1)
@@ -198,8 +185,8 @@ def array_batches(
         def __init__(self) -> None:
             super().__init__()
             self.epoch = 0
-            # The order of the pass being read: a permutation per batch cost more than a small
-            # model's step on a GPU.
+            # The order of the pass being read (a permutation per batch cost more than a small
+            # step).
             self._cached: tuple[tuple[int, int], np.ndarray] | None = None
 
         @property
@@ -230,8 +217,7 @@ def array_batches(
 
 
 def _batches_per_pass(count: int, batch_size: int, drop_remainder: bool) -> int:
-    """The batches one pass over `count` examples makes (a last partial one counted unless
-    dropped); a pass of no batch is refused, in the flag's words."""
+    """The batches one pass over `count` examples makes; a pass of no batch is refused."""
     per_pass = count // batch_size if drop_remainder else -(-count // batch_size)
     if per_pass < 1:
         raise ValueError(f"--batch_size={batch_size} is larger than the {count} examples: lower it")
@@ -239,8 +225,8 @@ def _batches_per_pass(count: int, batch_size: int, drop_remainder: bool) -> int:
 
 
 def _pass_order(count: int, shuffle: bool, seed: int | None, key: tuple[int, int]) -> np.ndarray:
-    """The order pass ``key[1]`` of epoch ``key[0]`` reads the examples in: a permutation
-    from the seed, the epoch and the pass (the same ones, the same order), else as stored."""
+    """The order pass ``key[1]`` of epoch ``key[0]`` reads: a permutation from the seed, epoch
+    and pass, else as stored."""
     if not shuffle:
         return np.arange(count)
     epoch, n_pass = key

@@ -1,9 +1,7 @@
 """TFRecord files: writing them (with a manifest of each shard's records and bytes), checking
-them before a run (every record's length and CRC, from the manifest when it matches), finding
-the one that cannot be read, and reading them as a ``tf.data.Dataset`` of ``(features, label)``.
-
-Bad arguments raise ``ValueError`` (or ``FileNotFoundError`` for paths) whose message starts with
-the argument's name, says what was wrong, and what to do."""
+them before a run, finding the one that cannot be read, and reading them as a
+``tf.data.Dataset`` of ``(features, label)``. Bad arguments raise ``ValueError``
+(``FileNotFoundError`` for paths) starting with the argument's name."""
 
 from __future__ import annotations
 
@@ -39,12 +37,10 @@ def write_tfrecords(
     num_shards: int = 4,
     prefix: str = "data",
 ) -> list[str]:
-    """Writes ``(features, label)`` pairs as ``tf.train.Example`` records over `num_shards` files.
-
-    Each record holds ``features`` (float32, flattened) and ``label`` (int64); read them back
-    with :func:`tfrecords` and the same feature shape. Beside the shards,
-    ``<prefix>.manifest.json`` records each file's record count and size, so that a file cut
-    short later, even at a record boundary, is found (:func:`check_tfrecords`).
+    """Writes ``(features, label)`` pairs as ``tf.train.Example`` records over `num_shards` files
+    (``features`` float32 flattened, ``label`` int64). ``<prefix>.manifest.json`` beside them
+    records each file's records and size, so a file cut short later, even at a record
+    boundary, is found.
 
     Returns:
         The file paths written, ``<directory>/<prefix>-00000-of-00004.tfrecord`` ..."""
@@ -119,9 +115,8 @@ _CRC32C_TABLE = _crc32c_table()
 
 
 def _walk_tfrecord(path: str) -> tuple[int, str | None]:
-    """``(records, problem)`` of one TFRecord file from its record headers alone (each
-    length and the length's CRC; the data is not read): `problem` says where the file stops
-    making sense, or is None."""
+    """``(records, problem)`` of one TFRecord file from its record headers alone: `problem` says
+    where the file stops making sense, or is None."""
     size = os.path.getsize(path)
     records = offset = 0
     with open(path, "rb") as f:
@@ -147,8 +142,7 @@ def _walk_tfrecord(path: str) -> tuple[int, str | None]:
 
 
 def _manifest_entries(files: Sequence[str]) -> dict[str, tuple[dict[str, int], str]]:
-    """What the manifests beside `files` (``*.manifest.json``) say of them: by path, the
-    entry and the manifest's path."""
+    """What the manifests beside `files` say of them: by path, the entry and the manifest's path."""
     entries: dict[str, tuple[dict[str, int], str]] = {}
     for folder in sorted({os.path.dirname(f) for f in files}):
         for manifest in sorted(
@@ -167,12 +161,10 @@ def _manifest_entries(files: Sequence[str]) -> dict[str, tuple[dict[str, int], s
 def check_tfrecords(files: Sequence[str], what: str = "files") -> int:
     """Checks TFRecord `files` before they are read and returns how many records they hold.
 
-    Each file's record headers are walked (a few bytes per record): a file cut mid-record or
-    with a corrupt header is named. Where a manifest written by :func:`write_tfrecords` lies
-    beside a file, the file must also hold the records it lists: a file cut at a record
-    boundary, which no reader can tell from a complete one, is named too. A record whose data
-    was damaged (its header intact) is found by the reader's CRC;
-    :func:`find_unreadable_tfrecord` names its file after the fact.
+    Each file's record headers are walked: a file cut mid-record or with a corrupt header is named,
+    and where a manifest lies beside it, so is a file holding fewer records than listed. A record's
+    damaged data is found by the reader's CRC (:func:`find_unreadable_tfrecord` names its file
+    after).
 
     Raises:
         ValueError: ``{what}: FILE is cut short / corrupt ...: write it again or leave it out``."""
@@ -193,9 +185,8 @@ def check_tfrecords(files: Sequence[str], what: str = "files") -> int:
 
 
 def find_unreadable_tfrecord(files: Sequence[str]) -> str | None:
-    """The first of `files` that TensorFlow cannot read to its end (a damaged record fails its
-    CRC), as ``"PATH (the reader's message)"``, or None when every one reads. Reads every
-    record: for after a read failed, to name the file the reader's error does not name."""
+    """The first of `files` TensorFlow cannot read to its end, as ``"PATH (the reader's
+    message)"``, or None: names the file a reader's error does not."""
     tf = _tf()
     for path in files:
         try:
@@ -242,8 +233,8 @@ def tfrecord_records(
 
 
 def tfrecord_parser(feature_shape: Sequence[int]) -> Callable[[Any], Any]:
-    """Parses one serialized record, or a batch of them at once (vectorized), written by
-    :func:`write_tfrecords`, into ``(features float32 of feature_shape, label int32)``."""
+    """Parses one serialized record, or a batch at once, into ``(features float32 of
+    feature_shape, label int32)``."""
     tf = _tf()
     shape = tuple(int(d) for d in feature_shape)
     size = math.prod(shape)
@@ -272,9 +263,7 @@ def tfrecords(
     seed: int | None = None,
     deterministic: bool | None = None,
 ):
-    """Parsed ``(features, label)`` examples from TFRecord files, one record at a time.
-
-    To parse a whole batch in one op (faster), batch the records first:
+    """Parsed ``(features, label)`` examples, one record at a time; to parse a batch in one op:
     ``pipeline(tfrecord_records(p), bs, batch_map=tfrecord_parser(shape))``."""
     tf = _tf()
     return tfrecord_records(

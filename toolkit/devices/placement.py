@@ -1,16 +1,6 @@
 """Placement: ops on a device that must exist, random ops kept off Metal, and a report of where
-every op of one training step really ran (CPU fallbacks flagged), for each backend.
-
-* :func:`on` places the ops of a block on a device that must exist (``tf.device`` and
-  ``keras.device`` would fall back or fail later); :func:`augmentation_device` pins random
-  ops to the CPU under tensorflow-metal, where they have no kernels.
-* :func:`placement_report` runs a function (one training step) and lists every op with the
-  device it ran on, flagging ops that fell back to the CPU while a GPU was selected:
-  TensorFlow's placed graphs (soft placement), PyTorch's dispatched ATen ops (with the ops MPS
-  ran on the CPU, ``PYTORCH_ENABLE_MPS_FALLBACK``), and for JAX the device of each result
-  (XLA compiles a step for one device: an op without a kernel fails to compile instead).
-
-How each backend does it is its seam module's (``toolkit.backend._<name>.devices``)."""
+every op of one training step really ran (CPU fallbacks flagged), for each backend. How each
+backend does it is its seam module's."""
 
 from __future__ import annotations
 
@@ -27,8 +17,8 @@ __all__: list[str] = []  # offered through toolkit.devices
 
 @contextlib.contextmanager
 def on(spec: str, *, backend: str | None = None) -> Iterator[DeviceInfo]:
-    """Places the ops of the block on a device that must exist: ``tf.device`` on TensorFlow,
-    ``keras.device`` on JAX and PyTorch.
+    """Places the ops of the block on a device that must exist (``tf.device`` or
+    ``keras.device``).
 
     Raises:
         DeviceError: the device is not there (``tf.device`` would silently fall back)."""
@@ -42,10 +32,8 @@ def on(spec: str, *, backend: str | None = None) -> Iterator[DeviceInfo]:
 
 
 def augmentation_device(device: DeviceInfo | None = None) -> contextlib.AbstractContextManager:
-    """Where random/augmentation ops should run: the CPU under tensorflow-metal (it has no
-    kernels for ops such as ``RngReadAndSkip`` / ``StatelessRandomGetKeyCounter``, so they
-    would bounce between devices), anywhere else a no-op (tf.data's ops run on the CPU under
-    JAX and PyTorch in any case)."""
+    """Where random ops should run: the CPU under tensorflow-metal (no kernels for
+    ``RngReadAndSkip`` and the like), anywhere else a no-op."""
     seam = backends.find()  # None: a Keras backend the toolkit does not measure on (numpy)
     return seam.augmentation_scope(device) if seam is not None else contextlib.nullcontext()
 
@@ -59,20 +47,16 @@ def placement_report(
 ) -> PlacementReport:
     """Runs ``fn(*args, **kwargs)`` once and reports the device every op was placed on.
 
-    * TensorFlow: the placed (partitioned) graphs in its run metadata, so it sees what really
-      ran where, after soft placement moved ops without a kernel to the CPU. Pass work that
-      runs a function for the first time (a fresh ``tf.function``, or the first
-      ``train_on_batch`` of a model): a graph is placed when it is first instantiated.
-    * PyTorch: every ATen op dispatched, with the device of its result; ops that MPS sent to
-      the CPU (``PYTORCH_ENABLE_MPS_FALLBACK=1``: PyTorch warns once per op) are listed on
-      ``cpu (MPS fallback)``. Any call works, warmed up or not.
-    * JAX: XLA compiles each step for one device, with no soft placement (an op without a kernel
-      there fails to compile), so the report lists the device of each result (of each live
-      array when the result holds none, as ``train_on_batch``'s floats).
+    * TensorFlow: the placed graphs in its run metadata, after soft placement; pass work that runs a
+      function for the first time (a graph is placed when first instantiated).
+    * PyTorch: every ATen op dispatched, with its result's device; ops MPS sent to the CPU are
+      listed on ``cpu (MPS fallback)``.
+    * JAX: XLA compiles each step for one device with no soft placement, so the device of each
+      result.
 
     Args:
         fn: the work to inspect, e.g. ``lambda: model.train_on_batch(x, y)``.
-        gpu_selected: whether ops were meant for a GPU. Defaults to whether the backend's
-            default device is a GPU.
+        gpu_selected: whether ops were meant for a GPU (default: whether the backend's default
+            device is one).
         backend: defaults to the one Keras trains on."""
     return backends.get(backend).placement(fn, args, kwargs, gpu_selected)

@@ -1,21 +1,11 @@
 """The run's ledger in words, in a table, beside another run's, and its fixes, for who reads
 them; and the ledger's JSON edge.
 
-The ledger itself is measured by ``toolkit.profiling._ledger`` (StepTimer keeps it), a
-:class:`~toolkit.profiling._ledger_records.Ledger`; this is its reading, pure Python like the
-rest of the report side. What each item would save is ``toolkit.profiling._fixes``': each
-fix is data (the setting and its value, why, the saving), spelled here for its reader
-(``toolkit.report._fixes``): as the runner's flag for a run the runner set up (a recipe), as
-Python for a script's own fit.
-
-The flag spelling is the runner's (``toolkit.runner.config.as_flags``, the one place a
-setting is spelled as a flag), and the runner sits above the report: a caller above it hands
-it in (``flags=``), and otherwise it is looked up where the runner is loaded (a recipe's own
-process, the command line), never imported. Where it is not loaded (a notebook that imported
-only the report), a fix reads as Python.
-
-Every function here takes the ledger as a record, or as its JSON (a mapping, as
-``report.json`` holds it), read through :func:`as_ledger`."""
+The ledger is measured by ``toolkit.profiling._ledger``; its fixes are data
+(``toolkit.profiling._fixes``), spelled here: as the runner's flags for a run the runner set up, as
+Python for a script's own fit. The flag spelling is the runner's, which sits above the report:
+handed in (``flags=``), or looked up where the runner is already loaded, never imported. Every
+function takes the ledger as a record or its JSON (:func:`as_ledger`)."""
 
 from __future__ import annotations
 
@@ -63,10 +53,9 @@ def report_ledger(
     process: ProcessTime | None = None,
     partial: bool = False,
 ) -> Ledger | None:
-    """A report's ledger, as a record with its reader: the runner's run where the report
-    has a context (the runner writes one; a user's own fit has none), with the compile
-    cache on where its arguments say so, and what the backend timed compiling while the
-    model was built (the `process`'s ``model`` stage); `partial`: the run did not end whole."""
+    """A report's ledger, as a record with its reader: the runner's run where the report has a
+    context, the compile cache where its arguments say, the model build's compile time;
+    `partial`: the run did not end whole."""
     if ledger is None:
         return None
     built = next(
@@ -83,9 +72,8 @@ def report_ledger(
 
 
 def spelling(ledger: Ledger, flags: Spell | None = None) -> Spell | None:
-    """How `ledger`'s fixes are spelled: for a run the runner set up, as the runner's flags
-    (`flags`, where a caller above the report hands them in; else looked up where the runner
-    is loaded, never imported: the report sits below it); else None: as Python."""
+    """How `ledger`'s fixes are spelled: as the runner's flags for its run (`flags`, else looked
+    up where the runner is loaded); else None: as Python."""
     if not ledger.reader.runner:
         return None
     if flags is not None:
@@ -95,8 +83,8 @@ def spelling(ledger: Ledger, flags: Spell | None = None) -> Spell | None:
 
 
 def ledger_json(ledger: Ledger, flags: Spell | None = None) -> dict[str, Any]:
-    """``report.json``'s ``ledger`` (``docs/report.md``): the record's JSON and its fixes,
-    each spelled for the run's reader, with its setting and value as data."""
+    """``report.json``'s ``ledger``: the record's JSON and its fixes, spelled for the run's
+    reader."""
     how = spelling(ledger, flags)
     return {**ledger.to_dict(), "fixes": [fix_json(f, how) for f in fixes(ledger)]}
 
@@ -111,13 +99,12 @@ def fixes(ledger: Ledger) -> list[Fix]:
 
 def ledger_line(ledger: Ledger) -> str:
     """The whole fit in words, largest part first: ``run ledger (fit call 12.3 s): steps 49 %,
-    validation 23 %, compile 17 % (1 recompile), callbacks 6 % (ModelCheckpoint 0.61 s), ...``."""
+    validation 23 %, ...``."""
     wall = ledger.wall_s
     seen = [p for p in ledger.parts if p.seconds is not None]
     pct = ledger.percents()
     shown = sorted(seen, key=lambda p: -float(p.seconds or 0.0))
-    # Rounded to 0 %: in the table, not in the line; rounded as one (whole_percents), the
-    # shares shown add up to 100 as the table's do
+    # Rounded to 0 %: in the table, not the line; the shares shown add up to 100.
     bits = [_part_bit(ledger, p, pct[p.name]) for p in shown if p.name == "steps" or pct[p.name]]
     head = "fit call" if ledger.timed_call else "from train begin"
     partial = ", partial" if ledger.partial else ""
@@ -154,8 +141,7 @@ def fix_lines(ledger: Ledger, limit: int = 3, flags: Spell | None = None) -> lis
 
 
 def whole_run_lines(ledger: Ledger, flags: Spell | None = None) -> list[str]:
-    """A whole run's ledger line, every fix it found, and for each large part with no fix
-    the rule that was applied (``doctor --report``)."""
+    """A whole run's ledger line, its fixes, and for each large unfixed part the rule applied."""
     how = spelling(ledger, flags)
     proposed = fixes(ledger)
     lines = [ledger_line(ledger)]
@@ -214,17 +200,13 @@ def _compiles_markdown(ledger: Ledger) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class PartChange:
-    """One part of two runs' ledgers, B against A, and whether the change is told from
-    noise.
+    """One part of two runs' ledgers, B against A, and whether the change is told from noise.
 
     Attributes:
-        label: the part's label (``compile``), or ``fit`` for the wall time.
+        label: the part's label, or ``fit`` for the wall time.
         a_s, b_s: its seconds in each run.
-        noise_s: the spread of the difference, from each run's own samples of the part
-            (:class:`~toolkit.profiling._ledger_records.LedgerPart`: a part of repeated
-            intervals, its one interval's spread times the root of their count); None where
-            either run has under three samples of it (a start-up, a function's first
-            compile: one run cannot say how much it varies)."""
+        noise_s: the spread of the difference from each run's samples of the part; None where either
+            has under three."""
 
     label: str
     a_s: float
@@ -264,8 +246,8 @@ def _noise(a: LedgerPart, b: LedgerPart) -> float | None:
 
 
 def part_changes(a: Ledger, b: Ledger) -> list[PartChange]:
-    """Each part both runs saw, and the fit's wall time, B against A, with the noise its
-    runs' own samples give it."""
+    """Each part both runs saw, and the wall time, B against A, with the noise its samples give
+    it."""
     out = []
     for name in PARTS:
         pa, pb = a.part(name), b.part(name)
@@ -276,9 +258,8 @@ def part_changes(a: Ledger, b: Ledger) -> list[PartChange]:
 
 def compare_ledgers(a: Ledger | None, b: Ledger | None) -> str | None:
     """``ledger, B vs A: validation −2.10 s (−30%); not told from noise (one sample a run):
-    compile −0.400 s (−44%), fit −2.50 s (−21%)``: each part that moved by at least 0.1 s and
-    10 %, said as a change only beyond its runs' own noise; None where either run has no
-    ledger."""
+    ...``: each part that moved by 0.1 s and 10 %, a change only beyond its noise; None where
+    either has no ledger."""
     if not a or not b:
         return None
     moved = [c for c in part_changes(a, b) if c.moved]
@@ -296,8 +277,7 @@ def compare_ledgers(a: Ledger | None, b: Ledger | None) -> str | None:
 
 
 def bar_segments(ledger: Ledger) -> Sequence[tuple[str, float, int]]:
-    """``(label, seconds, whole percent)`` of each part that took time, in the ledger's order
-    (the bar), its percent the table's (``Ledger.percents``)."""
+    """``(label, seconds, whole percent)`` of each part that took time, in the ledger's order."""
     pct = ledger.percents()
     return [(LABELS[p.name], p.seconds, pct[p.name]) for p in ledger.parts
             if p.seconds and p.seconds > 0]  # fmt: skip
