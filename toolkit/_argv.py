@@ -2,15 +2,12 @@
 and nothing below the app layer does at all.
 
 * :func:`canonical_argv`: old flag spellings renamed, with a note;
-* :func:`flag_value`, :func:`without`, :func:`with_value`: one flag read, dropped or set in an
-  argv, by the app layer alone (``--recipe`` before the parser knows the recipe, the
-  ``--backend=auto`` a start resolves);
-* :class:`StartFlags`: what must act before Keras loads, read by :func:`start_flags` and
-  acted on by :func:`apply_start_flags` (the typed half: a fresh process of the search builds
-  its StartFlags from its spec, no argv).
+* :func:`flag_value`, :func:`without`, :func:`with_value`: one flag read, dropped or set, by the app
+  layer alone;
+* :class:`StartFlags`: what must act before Keras loads, read by :func:`start_flags` and acted on by
+  :func:`apply_start_flags` (a fresh process builds its own from its spec).
 
-The layers test (``tests/test_edges.py``) holds the rest of the toolkit to handing typed values
-(``TrainConfig``, ``Candidate``, ``standings.Target``) instead of flag strings."""
+``tests/test_edges.py`` holds the rest of the toolkit to typed values instead of flag strings."""
 
 from __future__ import annotations
 
@@ -32,10 +29,8 @@ def canonical_argv(
     renames: dict[str, str] | None = None,
     note: Callable[[str], Any] | None = None,
 ) -> list[str]:
-    """`argv` with deprecated flag spellings (``--dtype=X``, ``--dtype X``) replaced by their
-    current names (``toolkit.runner.flags.DEPRECATED_FLAGS`` unless `renames`), and one note
-    per old name on stderr (or to `note`) saying what to write instead. Everything after
-    ``--`` is kept."""
+    """`argv` with deprecated flag spellings replaced by their current names, one note per old
+    name on stderr (or `note`). Everything after ``--`` is kept."""
     renames = DEPRECATED_FLAGS if renames is None else renames
     say = note or (lambda line: print(line, file=sys.stderr))
     out: list[str] = []
@@ -57,8 +52,8 @@ def canonical_argv(
 
 
 def flag_value(args: Sequence[str], flag: str) -> str | None:
-    """The value of ``--flag=V`` or ``--flag V`` in a command line, or None (read before
-    anything parses it: ``--backend`` must be known before Keras loads)."""
+    """The value of ``--flag=V`` or ``--flag V``, or None (``--backend`` must be known before
+    Keras loads)."""
     for i, arg in enumerate(args):
         if arg.startswith(f"--{flag}="):
             return arg.split("=", 1)[1]
@@ -85,8 +80,7 @@ def without(argv: Sequence[str], names: frozenset[str] | set[str]) -> list[str]:
 
 
 def with_value(argv: Sequence[str], flag: str, old: str, new: str) -> list[str]:
-    """`argv` with ``--flag=old`` (or ``--flag old``, any case) now saying `new`, in place: a
-    verb's options stay after the verb."""
+    """`argv` with ``--flag=old`` (any case) now saying `new`, in place."""
     out: list[str] = []
     for arg in argv:
         if arg.startswith(f"--{flag}=") and arg.split("=", 1)[1].strip().lower() == old:
@@ -99,16 +93,14 @@ def with_value(argv: Sequence[str], flag: str, old: str, new: str) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class StartFlags:
-    """What must act before Keras loads (Keras fixes its backend when imported; TensorFlow
-    reads its log level and XLA's cache place once): read from a command line by
-    :func:`start_flags`, or made from a fresh process's spec; acted on by
-    :func:`apply_start_flags`.
+    """What must act before Keras loads (its backend; TensorFlow's log level and XLA cache): read
+    by :func:`start_flags` or made from a spec; acted on by :func:`apply_start_flags`.
 
     Attributes:
         backend: ``--backend``, None when not given.
         device: ``--device``, None when not given.
-        compile_cache: ``--compile_cache`` (``--nocompile_cache`` or ``=false`` undo it).
-        verbosity: absl's ``--verbosity``/``-v`` (-1, its default, when not given)."""
+        compile_cache: ``--compile_cache``.
+        verbosity: absl's ``--verbosity``/``-v`` (-1 when not given)."""
 
     backend: str | None = None
     device: str | None = None
@@ -120,9 +112,8 @@ _LEVELS = {"debug": 1, "info": 0, "warning": -1, "error": -2, "fatal": -3}
 
 
 def _start_flag(argv: Sequence[str], name: str) -> Any:
-    """`name`'s value in `argv`, parsed by absl as the settings table defines it (its own
-    FlagValues, unknown flags left alone); None when absent or unreadable (the full parse,
-    later, says what is wrong with it)."""
+    """`name`'s value in `argv`, parsed by absl as the settings table defines it; None when
+    absent or unreadable (the full parse says why later)."""
     values = flags.FlagValues()
     if name == "verbosity":
         flags.DEFINE_string(name, None, "", flag_values=values)
@@ -140,8 +131,7 @@ def _start_flag(argv: Sequence[str], name: str) -> Any:
 
 
 def start_flags(argv: Sequence[str]) -> StartFlags:
-    """The :class:`StartFlags` of a command line (without the program's name), read by absl's
-    parser with the settings table's definitions, before anything else parses it."""
+    """The :class:`StartFlags` of a command line, parsed with the settings table's definitions."""
     verbosity = _start_flag(argv, "verbosity")
     if verbosity is not None:
         try:
@@ -157,9 +147,8 @@ def start_flags(argv: Sequence[str]) -> StartFlags:
 
 
 def start_backend(start: StartFlags) -> str | None:
-    """Selects ``--backend`` with ``toolkit.backend.select``; returns the backend chosen, or
-    None. Without ``--backend`` (and without ``KERAS_BACKEND``), ``--device=mps`` or ``metal``
-    picks the installed backend that reaches the Apple GPU (``backend.apple_gpu_backend``)."""
+    """Selects ``--backend``; returns the backend chosen, or None. Without it (and
+    ``KERAS_BACKEND``), ``--device=mps`` picks the backend that reaches the Apple GPU."""
     if start.backend is not None:
         return backend.select(start.backend)
     named = os.environ.get("KERAS_BACKEND", "").strip().lower()
@@ -176,9 +165,8 @@ def start_backend(start: StartFlags) -> str | None:
 
 
 def apply_start_flags(start: StartFlags) -> str | None:
-    """Acts on `start` before anything loads a framework: the backend (:func:`start_backend`),
-    then the compile cache (TensorFlow's XLA reads its place once). Returns the backend
-    chosen, or None."""
+    """Acts on `start` before anything loads a framework: the backend, then the compile cache.
+    Returns the backend chosen, or None."""
     chosen = start_backend(start)
     if start.compile_cache:
         backend.use_compile_cache()

@@ -1,8 +1,5 @@
-"""Runtime settings that must come before TensorFlow starts its runtime: thread pools; and
-loading TensorFlow with its native start-up lines held, and without JAX
-(:func:`load_tensorflow`).
-
-(Device memory readings are the backend's: ``toolkit.backend._tensorflow.device_memory``.)"""
+"""Runtime settings that must come before TensorFlow starts its runtime (thread pools), and
+loading TensorFlow with its start-up lines held and without JAX (:func:`load_tensorflow`)."""
 
 from __future__ import annotations
 
@@ -22,13 +19,9 @@ __all__: list[str] = []  # offered through toolkit.devices
 
 
 def load_tensorflow() -> bool:
-    """Imports TensorFlow and lists its devices, the two calls that write its C++ start-up
-    lines, with those lines held back (:mod:`toolkit.core.native_logs`); False where it is
-    not installed.
-
-    Listing devices does not start the runtime: thread pools and visible devices can still
-    be set afterwards. JAX is not imported with it where the run does not use it
-    (:func:`_jax_deferred`)."""
+    """Imports TensorFlow and lists its devices (the calls that write its C++ start-up lines)
+    with those lines held; False where not installed. Listing devices does not start the
+    runtime; JAX is not imported with it where unused."""
     with native_logs.held(), _jax_deferred():
         try:
             import tensorflow as tf
@@ -38,18 +31,16 @@ def load_tensorflow() -> bool:
     return True
 
 
-# The modules that import JAX as TensorFlow loads, where no TensorFlow or PyTorch run uses it:
-# TFLite's, for its JAX converter, which keeps ``jax.jit`` as ``_jit`` (None without JAX, and
-# so in the module that copies it); Keras's Orbax callback's, to give JAX releases without
-# ``jax.monitoring.record_scalar`` one.
+# The modules that import JAX as TensorFlow loads, unused by TensorFlow and PyTorch runs: TFLite's
+# (keeping ``jax.jit`` as ``_jit``) and Keras's Orbax callback's.
 _TFLITE_UTIL = "tensorflow.lite.python.util"
 _TFLITE_JIT = (_TFLITE_UTIL, "tensorflow.lite.python.lite")
 _KERAS_ORBAX = "keras.src.callbacks.orbax_checkpoint"
 
 
 class _JaxDeferred(importlib.abc.MetaPathFinder):
-    """Fails the import of JAX from the named modules' own code, as if JAX were not
-    installed; every other import of JAX (Keras's JAX backend, a JAX run's) goes on."""
+    """Fails the import of JAX from the named modules' own code, as if JAX were absent; every
+    other import of JAX goes on."""
 
     def __init__(self, importers: frozenset[str]) -> None:
         self.importers = importers
@@ -69,14 +60,10 @@ class _JaxDeferred(importlib.abc.MetaPathFinder):
 
 @contextlib.contextmanager
 def _jax_deferred() -> Iterator[None]:
-    """TensorFlow imported without JAX, which it imports as it loads where JAX is installed
-    (TFLite's ``from jax import jit`` and Keras's Orbax callback's ``import jax``, neither used
-    by a TensorFlow or PyTorch run): 0.6-0.8 s of TensorFlow's 2.6-2.8 s on 2 cores, in every
-    such process. Those two imports fail as if JAX were absent (:class:`_JaxDeferred`):
-    TFLite then gets a ``jit`` that imports JAX on its first call, so its JAX converter still
-    works; Keras's is deferred only where the JAX installed has ``record_scalar`` already
-    (read in its source), so Keras's stand-in for older releases is never missed. A JAX
-    run's Keras imports JAX for its backend first, and so has both as ever."""
+    """TensorFlow imported without JAX, which TFLite and Keras's Orbax callback import as it
+    loads (a large share of its import time). TFLite then gets a ``jit`` importing JAX on
+    first call; Keras's is deferred only where JAX has ``record_scalar`` already. A JAX run's
+    Keras imports JAX first, and so has both."""
     spec = importlib.util.find_spec("jax")
     if spec is None or "jax" in sys.modules:
         yield
@@ -97,8 +84,8 @@ def _jax_deferred() -> Iterator[None]:
 
 
 def _has_record_scalar(spec: importlib.machinery.ModuleSpec) -> bool:
-    """Whether the installed JAX's ``jax.monitoring`` defines ``record_scalar``, read from its
-    source without importing JAX; False where it cannot be read."""
+    """Whether the installed JAX defines ``jax.monitoring.record_scalar``, read from its source;
+    False where unreadable."""
     for folder in spec.submodule_search_locations or ():
         try:
             with open(os.path.join(folder, "monitoring.py"), encoding="utf-8") as f:
@@ -122,10 +109,8 @@ def configure_threads(
     cores: int | None = None,
 ) -> dict[str, int]:
     """Sets TensorFlow's intra/inter-op thread pools, as Model Garden's flags do, and suggests
-    ``datasets_num_private_threads`` for the input pipeline (``pipeline(private_threads=...)``).
-
-    Defaults: intra-op = all cores, inter-op = 2, private tf.data threads = half the cores (at
-    least 1). Must run before TensorFlow starts its runtime.
+    ``datasets_num_private_threads`` for the input pipeline. Defaults: all cores, 2, half the
+    cores. Before TensorFlow starts its runtime.
 
     Raises:
         DeviceError: a count < 1, or the runtime already started."""

@@ -1,14 +1,7 @@
-"""Detect and select devices: CPUs, CUDA GPUs and Apple GPUs, as the backend Keras trains on
-sees them, and a selection like ML Compute's ``set_mlc_device``, made by each backend its own
-way.
-
-* :func:`detect` lists CPUs and GPUs as :class:`DeviceInfo`, each backend asked its own way by
-  its seam module (``toolkit.backend._<name>.devices``): an Apple GPU is kind ``metal``
-  whichever backend reaches it; ``mps`` is another name for it in a spec.
-* :func:`resolve` finds the device a spec names without changing anything; :func:`select`
-  makes it the one the backend uses.
-
-Nothing here knows a backend by name: what differs between them is the seam's."""
+"""Detect and select devices (CPUs, CUDA GPUs, Apple GPUs) as the backend Keras trains on sees
+them, with a selection like ML Compute's ``set_mlc_device``. An Apple GPU is kind ``metal``
+whichever backend reaches it (``mps`` in a spec). Nothing here knows a backend by name: what
+differs is the seam's."""
 
 from __future__ import annotations
 
@@ -24,8 +17,7 @@ BUILD_HELP = "See BUILD.md"
 
 
 def detect(backend: str | None = None) -> list[DeviceInfo]:
-    """The devices `backend` (default: the one Keras trains on) sees: CPUs first, then GPUs,
-    each with its kind."""
+    """The devices `backend` sees: CPUs first, then GPUs, each with its kind."""
     return backends.get(backend).detect_devices()
 
 
@@ -46,8 +38,8 @@ def resolve(
     *,
     backend: str | None = None,
 ) -> DeviceInfo:
-    """The device `spec` names among `devices` (default: :func:`detect` for `backend`),
-    without changing anything. ``auto`` prefers the first GPU."""
+    """The device `spec` names among `devices`, without changing anything; ``auto`` prefers the
+    first GPU."""
     backend = backend or backends.name()
     devices = list(devices) if devices is not None else detect(backend)
     kind, index = parse_device_spec(spec)
@@ -70,26 +62,22 @@ def select(
 ) -> DeviceInfo:
     """Makes `spec` the device the backend trains on, like ML Compute's ``set_mlc_device``.
 
-    * TensorFlow: ``cpu`` hides every GPU; a GPU choice makes only that GPU visible (and
-      turns on memory growth on CUDA, so TensorFlow does not take all GPU memory up front).
-      Must run before TensorFlow starts its runtime (before the first op or model).
-    * JAX: the device becomes JAX's default device (``jax_default_device``), where Keras puts
-      its variables and runs its steps.
-    * PyTorch: the device becomes Keras's PyTorch device (what ``keras.device`` sets for a
-      block, here for the program; ``KERAS_TORCH_DEVICE`` before Keras loads).
+    * TensorFlow: only the chosen GPU visible (``cpu`` hides all), with memory growth on CUDA;
+      before TensorFlow starts its runtime.
+    * JAX: JAX's default device, where Keras puts its variables and runs its steps.
+    * PyTorch: Keras's PyTorch device (``KERAS_TORCH_DEVICE`` before Keras loads).
 
     Args:
-        spec: ``auto`` | ``cpu`` | ``gpu`` | ``cuda`` | ``metal`` (``mps``), optionally
-            ``:index``.
-        memory_growth: allocate GPU memory as needed (TensorFlow on CUDA). Defaults to `True`.
-        backend: the backend to set up. Defaults to the one Keras trains on.
+        spec: ``auto`` | ``cpu`` | ``gpu`` | ``cuda`` | ``metal`` (``mps``), optionally ``:index``.
+        memory_growth: allocate GPU memory as needed (TensorFlow on CUDA).
+        backend: the backend to set up (default: the one Keras trains on).
 
     Returns:
         The chosen device.
 
     Raises:
-        DeviceError: no such device here (the message lists what is, and what would reach
-            it), or the runtime already started with another visible-device setup."""
+        DeviceError: no such device here (listing what is), or the runtime already started
+            otherwise."""
     backend = backend or backends.name()
     chosen = resolve(spec, detect(backend), backend=backend)
     backends.get(backend).select_device(chosen, memory_growth)
@@ -97,6 +85,5 @@ def select(
 
 
 def framework_device(device: DeviceInfo, backend: str | None = None) -> Any:
-    """`device` as `backend`'s own API names it: a ``jax.Device`` on JAX, a name such as
-    ``cuda:1`` on PyTorch, TensorFlow's logical device name (``/device:GPU:0``)."""
+    """`device` as `backend`'s own API names it (``jax.Device``, ``cuda:1``, ``/device:GPU:0``)."""
     return backends.get(backend).framework_device(device)

@@ -1,9 +1,6 @@
 """What to change, from what a diagnosis measured: the verdict's words and the advice drawn from
-the rates and the :class:`Facts` (what the pipeline is made of, or which Keras adapter reads
-your data; the step time, the settings, the devices, the cores).
-
-Beside ``toolkit.search.diagnose``, which measures and calls :func:`advise`: pure functions of
-their arguments, tested with injected rates and facts."""
+the rates and the :class:`Facts`. Pure functions of their arguments, tested with injected
+rates and facts."""
 
 from __future__ import annotations
 
@@ -21,17 +18,13 @@ __all__: list[str] = []  # diagnose's own (its verdict names are re-exported the
 INPUT_BOUND = "input-bound"
 COMPUTE_BOUND = "compute-bound"
 BALANCED = "balanced"
-# The verdict where the rates contradict themselves or their gap is inside their own noise
-# (``diagnose.consistency``): said with why, and no advice drawn from the rates.
+# The verdict where the rates contradict themselves or their gap is inside their noise: said with
+# why, no advice.
 UNCERTAIN = "uncertain"
 MARGIN = 0.2
-# How many times its own time alone (as fit reads it: Keras's adapter, its conversion) the
-# input can cost a fit's step: its threads take the step's cores. A fit that trails the step
-# alone by more than that is not waiting on its input (diagnose.classify). Measured: real
-# input costs of 2.7x (a contrastive model on PyTorch) and 2.9-4.3x (a multi-input model fed
-# dicts on PyTorch), input-bound in fresh processes too; shortfalls a busy machine made of
-# 10x (CI: a fit 0.83x its step beside a pipeline 50x faster), 18x and 53x (a BiLSTM whose
-# fresh processes measured 1.02-1.06x). The bound sits between them.
+# How many times its own time alone the input can cost a fit's step (its threads take the step's
+# cores); a fit trailing the step alone by more is not waiting on its input. Measured input costs
+# reached 4.3x; a busy machine's shortfalls 10x-53x: the bound sits between.
 INPUT_COST_BOUND = 6.0
 SMALL_STEP_S = 0.005
 
@@ -57,37 +50,33 @@ class Facts:
     input_workers: int | None = None  # the workers your PyDataset or DataLoader was given
     tuned: Tuned | None = None  # what a cached tune search measured for this workload here
     own_layers: tuple[str, ...] = ()  # your model's layer classes that are not a library's
-    # Whether the reader can set fused steps: a run the runner sets up (a recipe's flags). Your
-    # own model's compile has no such argument, so its loop advice names none.
+    # Whether the reader can set fused steps (a recipe's flags; your own compile has no such
+    # argument).
     fusable: bool = True
-    # The layers that rule XLA out of this model's step (``compat.xla_ruled_out``): Keras
-    # runs it without XLA whatever jit_compile says, so the advice moves them instead.
+    # The layers that rule XLA out of this model's step: Keras runs it without XLA whatever
+    # jit_compile says.
     unjitted_by: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, defaults: Candidate, **facts: Any) -> Facts:
-        """The facts of a run whose speed settings are `defaults` (a workload's), on the
-        backend in use, with the other `facts` (a setting left to the config, None, such as
-        the batch size, is not one of its speed settings)."""
+        """The facts of a run whose speed settings are `defaults`, on the backend in use, with
+        the other `facts`."""
         given = {name: value for name, value in defaults.values().items() if value is not None}
         return cls(**given, backend=backends.name(), **facts)
 
 
 @dataclasses.dataclass(frozen=True)
 class Tuned:
-    """What a cached tune search measured for this workload on this machine: each trial's
-    settings, rate (examples/s; None: it failed) and error, the defaults' rate, the pick's
-    settings and how long the search ran. Advice that it measured and did not pick is held
-    back: a search on this machine outweighs a rule of thumb."""
+    """What a cached tune search measured for this workload here: each trial's settings, rate and
+    error, the defaults' rate, the pick and the search's time. Advice it measured and did not
+    pick is held back: a search here outweighs a rule of thumb."""
 
     trials: tuple[tuple[Candidate, float | None, str | None], ...]
     defaults_rate: float | None
     chosen: Candidate
     seconds: float
-    # Why the fastest settings measured were not picked, where tune said so: the whole run it
-    # weighed them over (their longer compile did not pay back: ``pick_wins`` false), or the
-    # head-to-head and fresh-process rounds did not confirm them. A bare "2.07× the defaults'
-    # speed, not advised" read as a contradiction.
+    # Why the fastest settings measured were not picked, where tune said so (their compile did not
+    # pay back, or the rounds did not confirm them).
     run: WholeRun | None = None
     unconfirmed: bool = False
 
@@ -103,9 +92,8 @@ class Tuned:
         )  # fmt: skip
 
     def held_back(self, what: str, tried: Callable[[Candidate], bool]) -> str | None:
-        """One line saying why advice for `what` is not given, where the search measured
-        settings for which `tried` holds and picked none of them; None: give the advice (not
-        measured, or picked)."""
+        """One line saying why advice for `what` is withheld (the search measured it and picked
+        none); None: give it."""
         measured = [(rate, error) for c, rate, error in self.trials if tried(c)]
         if not measured or tried(self.chosen):
             return None
@@ -122,8 +110,7 @@ class Tuned:
         )
 
     def _but(self, tried: Callable[[Candidate], bool]) -> str:
-        """Why a faster setting was not picked, where the fastest settings measured are of
-        this advice (``, but its compile pays for itself after 56 steps of a run of 24``)."""
+        """Why a faster setting was not picked, where the fastest measured are of this advice."""
         ran = [(rate, c) for c, rate, _ in self.trials if rate is not None]
         if not ran or not tried(max(ran, key=lambda r: r[0])[1]):
             return ""
@@ -153,9 +140,8 @@ def _unless_tuned(
 
 
 def _adapter_advice(facts: Facts) -> list[str] | None:
-    """Advice for data that Keras reads through its own adapter (a PyDataset, a generator,
-    arrays, a DataLoader): its own levers, not those of the tf.data form the toolkit times
-    it beside (None: a tf.data pipeline, whose ops say what to change)."""
+    """Advice for data Keras reads through its own adapter: its own levers, not those of the
+    tf.data form timed beside it (None: a tf.data pipeline)."""
     workers = facts.input_workers or 1
     more = f"more than its {workers} " if workers > 1 else ""
     return {
@@ -223,12 +209,9 @@ def _input_advice(facts: Facts, input_rate: float, compute_rate: float) -> list[
 
 
 def unjitted_advice(layers: tuple[str, ...], backend: str) -> Advice:
-    """What to do where `layers` rule XLA out of the step (``supports_jit`` False: a lookup
-    layer, ``RandomRotation``): Keras drops ``jit_compile=True`` with a warning, so advising
-    or measuring it measures nothing (keras.io's structured data model, its lookups inside:
-    "saves 0.571 ms" with the same step twice); on JAX the step then runs op by op
-    (keras.io's transfer learning model: 100.6 ms a step, 34.2 ms with its augmentation
-    mapped over the data)."""
+    """What to do where `layers` rule XLA out of the step: Keras drops ``jit_compile=True`` with
+    a warning, so advising it measures nothing; on JAX the step then runs op by op, so move
+    them into the input pipeline."""
     how = ", op by op" if backend in backends.names() and backends.jits_by_default(backend) else ""
     return Advice(
         f"{compat.ruling_xla_out(layers)}, so Keras runs the "
@@ -284,8 +267,8 @@ def _compute_advice(facts: Facts) -> list[Advice]:
     if hint and hint != facts.precision:
         words = "try {0} (this device's hint; measure it)"
         if hint.startswith("mixed") and facts.own_layers:
-            # keras.io's VAE: its Sampling layer draws float32 noise, and adding it to the
-            # bfloat16 mean fails the step under the policy the advice names.
+            # keras.io's VAE: its Sampling layer's float32 noise added to a bfloat16 mean fails
+            # under the policy.
             words += (
                 f"; under it, a tensor your own layers make ({', '.join(facts.own_layers)}) "
                 "needs dtype=self.compute_dtype"
@@ -303,8 +286,8 @@ def advise(
     facts: Facts,
     fit_rate: float | None = None,
 ) -> list[Advice]:
-    """Advice for a verdict, drawn from the measured rates and `facts`; `fit_rate` (the real
-    fit's) lets the overlap advice say how far from side by side input and step ran."""
+    """Advice for a verdict, drawn from the rates and `facts`; `fit_rate` says how far from side
+    by side input and step ran."""
     if verdict == UNCERTAIN:  # no rate decides the layers that rule XLA out: said anyway
         return [unjitted_advice(facts.unjitted_by, facts.backend)] if facts.unjitted_by else []
     out: list[Said] = []
@@ -372,9 +355,8 @@ def _serial_words(t_in: float, t_step: float, fit_rate: float | None) -> str:
 def overlap_advice(
     facts: Facts, input_rate: float, compute_rate: float, fit_rate: float | None = None
 ) -> list[Advice]:
-    """Why input and step did not overlap, from what the pipeline is made of, where the step
-    runs and how many cores there are: the likely causes, most likely first, each with its
-    fix. Never "add a prefetch" to a pipeline that has one."""
+    """Why input and step did not overlap, from the pipeline, the step's device and the cores:
+    likely causes first, each with its fix. Never "add a prefetch" to a pipeline that has one."""
     classes, ops = facts.pipeline_classes, facts.pipeline_ops
     out = [_serial_words(1e3 / input_rate, 1e3 / compute_rate, fit_rate)]
     python = bool(ops & {"EagerPyFunc", "PyFunc", "PyFuncStateless"}) or any(
