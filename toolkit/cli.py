@@ -1,8 +1,7 @@
 """The command line as a whole (``keras-perf VERB`` or ``python -m toolkit VERB``): the parser,
-built from the verbs' registry (``toolkit.verbs``: one module per verb, with its options,
-checks and run), start-up, and the exit codes. The README's verb table says what each verb
-does. Results go to stdout, progress to stderr, and an error is one ``error:`` line with status
-2 (the command line) or 1 (a run that could not start)."""
+built from the verbs' registry (``toolkit.verbs``), start-up, and the exit codes. Results go
+to stdout, progress to stderr, and an error is one ``error:`` line with status 2 (the command
+line) or 1 (a run that could not start)."""
 
 from __future__ import annotations
 
@@ -27,15 +26,14 @@ BY_NAME = {verb.name: verb for verb in VERBS}
 
 
 def _prog() -> str:
-    """``keras-perf`` when run as the console script, else ``python -m toolkit`` (also for
-    ``python -c`` calling :func:`main`, whose argv[0] is ``-c``)."""
+    """``keras-perf`` when run as the console script, else ``python -m toolkit``."""
     name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     return name if name and not name.startswith(("__main__", "-")) else "python -m toolkit"
 
 
 def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    """The command line's parser, a subparser per verb of ``toolkit.verbs``. With ``--help``
-    in `argv`, a verb that passes flags on to a recipe lists the recipes and those flags."""
+    """The parser, a subparser per verb. With ``--help``, a verb passing flags to a recipe lists
+    the recipes and those flags."""
     from toolkit.core.version import __version__
 
     root = argparse.ArgumentParser(prog=_prog(), description=DESCRIPTION)
@@ -52,9 +50,8 @@ def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     for verb in VERBS:
         epilog = _epilog(verb, argv)
         raw = {"formatter_class": argparse.RawDescriptionHelpFormatter} if epilog else {}
-        # A verb that passes flags on to a recipe takes no abbreviation of its own options:
-        # the recipe's --batch_size, --backend or --mode would be read as a prefix of the
-        # verb's --batch_sizes, --backends or --model_fn.
+        # A verb that passes flags on to a recipe takes no abbreviation of its own options
+        # (--batch_size would read as a prefix of --batch_sizes).
         p = verbs.add_parser(
             verb.name, help=verb.help, description=verb.description, epilog=epilog,
             allow_abbrev=not verb.recipe_flags, **raw,
@@ -64,8 +61,8 @@ def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def _epilog(verb: Verb, argv: Sequence[str]) -> str | None:
-    """``VERB --help``'s epilog for a verb that passes flags on to a recipe, when `argv` asks
-    for its help: the recipes, and the recipe's flags (the shared ones with ``--model_fn``)."""
+    """``VERB --help``'s epilog for a verb that passes flags to a recipe: the recipes and the
+    recipe's flags."""
     wants_help = any(a in ("-h", "--help") for a in argv)
     named = next((a for a in argv if not a.startswith("-")), None)
     if not (verb.recipe_flags and wants_help and named == verb.name):
@@ -78,8 +75,8 @@ def _epilog(verb: Verb, argv: Sequence[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; a closed stdout (``| head``) ends it quietly (status 141), Ctrl-C
-    and SIGTERM in one line (130, 143)."""
+    """The command line; a closed stdout ends it quietly (141), Ctrl-C and SIGTERM in one line
+    (130, 143)."""
     from toolkit.app import interrupted, with_broken_pipe
     from toolkit.core import interrupts
 
@@ -125,9 +122,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 def _check(verb: Verb, args: argparse.Namespace) -> str | None:
     """What is wrong with the command line, checked before any framework loads, or None: the
-    verb's own options (its ``check``, said after its name), then what it measures: the
-    recipe named, ``--model_fn``'s spelling, and the recipe flags parsed by absl and made
-    into a validated config, kept on `args` for the verb (said as a recipe says them)."""
+    verb's own options, then the recipe, ``--model_fn``'s spelling and the recipe flags made
+    into a validated config, kept on `args`."""
     from absl import flags
 
     from toolkit import app
@@ -152,8 +148,8 @@ def _check(verb: Verb, args: argparse.Namespace) -> str | None:
 
 
 def _parse(argv: list[str]) -> tuple[Verb, argparse.Namespace] | int:
-    """The verb `argv` names and its arguments, after ``app.start`` (the backend chosen
-    before anything imports Keras); status 2 for a backend that cannot be had."""
+    """The verb `argv` names and its arguments, after ``app.start``; status 2 for a backend that
+    cannot be had."""
     from toolkit import _argv, app, backend
 
     argv = _argv.canonical_argv(argv, DEPRECATED_OPTIONS)
@@ -180,8 +176,7 @@ def _start(verb: Verb) -> None:
     from toolkit.core import progress
 
     if progress.mode() == progress.BAR:
-        # Every verb's first line within a second, before anything heavy loads (a framework,
-        # XProf's reader), for a person at a terminal; a log gets the stages.
+        # Every verb's first line within a second, before anything heavy loads.
         first = "; loading TensorFlow and Keras first" if verb.loads_tensorflow else ""
         progress.say(f"{verb.name}: {verb.help}{first}")
     if verb.loads_tensorflow:
@@ -194,9 +189,8 @@ def _start(verb: Verb) -> None:
 
 def _run(verb: Verb, args: argparse.Namespace) -> int:
     """The verb's status; an error it raises as one ``error:`` line, status 1 or 2. Your own
-    code's (``--model_fn``, a recipe's ``build_task``, your data's ``__getitem__`` or
-    generator raising while it is measured) is status 1, named as yours: its type, message
-    and line, not the TensorFlow error that wrapped it, nor a usage error for its ValueError."""
+    code's error is status 1, named as yours (type, message, line), not the TensorFlow error
+    around it."""
     from absl import flags
 
     from toolkit import app
@@ -222,8 +216,7 @@ def _run(verb: Verb, args: argparse.Namespace) -> int:
 
 
 def _failed(error: BaseException, line: str) -> int:
-    """Status 1 after `line` as the ``error:`` line, with `error`'s traceback above it when
-    ``--verbosity=1`` asks."""
+    """Status 1 after `line`, with `error`'s traceback above it when ``--verbosity=1`` asks."""
     from toolkit import app
     from toolkit.core import terminal
 
@@ -236,8 +229,8 @@ def _failed(error: BaseException, line: str) -> int:
 
 
 def _run_failed(error: BaseException) -> bool:
-    """Whether `error` says a run failed to start or to read its data (``doctor``, ``tune``,
-    ``placement`` through the runner, as a recipe would) rather than that the command line was
-    wrong. Looked up, not imported: ``show`` and ``compare`` must not start TensorFlow."""
+    """Whether `error` says a run failed to start or read its data, rather than that the command
+    line was wrong. Looked up, not imported: ``show`` and ``compare`` must not start
+    TensorFlow."""
     setup_error = getattr(sys.modules.get("toolkit.runner.task"), "SetupError", None)
     return setup_error is not None and isinstance(error, setup_error)

@@ -1,16 +1,13 @@
 """A record's JSON: written from its fields, read back and checked, in one wording.
 
-A record's JSON layout is its dataclass fields, declared once: :class:`Record` writes them
-(``to_dict``) and reads them back (``from_dict``), each value checked against its field's
-declared type. Where a field's JSON is not its plain value (a key of its own, a mapping by
-name, a row), the field says so in its metadata (:func:`field`), so the layout still lives in
-one declaration, not in a writer, a reader and a schema apart.
+A record's JSON layout is its dataclass fields, declared once: :class:`Record` writes them and reads
+them back, each value checked against its declared type; a field whose JSON is not its plain value
+says so in its metadata (:func:`field`).
 
-A report or result file is anyone's file: edited by hand, cut by another tool, written by
-another version. A value of the wrong kind fails where it is read, in one line naming the
-field (``steps.p50_s``), never later in a ``TypeError`` from a view; a field an older file
-lacks takes its default. Each check raises :class:`~toolkit.core.files.ReportError` (a
-ValueError) saying ``field <name> is <value>, not <what it must be>``."""
+A report is anyone's file: a value of the wrong kind fails where it is read, in one line naming the
+field (``steps.p50_s``), never later in a ``TypeError``; a field an older file lacks takes its
+default. Each check raises :class:`~toolkit.core.files.ReportError` saying ``field <name> is
+<value>, not <what it must be>``."""
 
 from __future__ import annotations
 
@@ -29,8 +26,7 @@ MOST_PER_STEP_S = 86_400.0  # a day a step: past it, a figure was edited, not me
 
 
 def field_said(field: str, value: Any, what: str) -> str:
-    """What is wrong with a field, in the words every reader uses (the reader says
-    ``field <them>``)."""
+    """What is wrong with a field, in the words every reader uses."""
     if value is None:
         return f"{field} is missing or null, not {what}"
     shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "…"
@@ -42,8 +38,7 @@ def bad(field: str, value: Any, what: str) -> ReportError:
 
 
 def number(field: str, value: Any, optional: bool = False, counts: bool = False) -> Any:
-    """`value` when it is a finite number >= 0 (an integer where it `counts`; None where
-    `optional`)."""
+    """`value` when a finite number >= 0 (an integer where it `counts`; None where `optional`)."""
     if value is None and optional:
         return None
     kinds = "an integer" if counts else "a number"
@@ -57,15 +52,13 @@ def number(field: str, value: Any, optional: bool = False, counts: bool = False)
 
 
 def per_step(field: str, value: Any) -> None:
-    """Seconds per step no training step takes (1e300: compare then reads runs "as fast"
-    under a 1e296× figure): refused, naming the field."""
+    """Seconds per step no training step takes (1e300): refused, naming the field."""
     if isinstance(value, int | float) and not isinstance(value, bool) and value > MOST_PER_STEP_S:
         raise bad(field, value, f"seconds per step up to {MOST_PER_STEP_S:,.0f} (a day)")
 
 
 def metric(field: str, value: Any) -> None:
-    """A metric: any number (a loss may be NaN, an R² negative; null where it was not
-    finite), as Keras logs it."""
+    """A metric: any number (a loss may be NaN; null where not finite), as Keras logs it."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
         raise bad(field, value, "a number")
 
@@ -147,19 +140,16 @@ def field(
     json: bool = True,
     **kwargs: Any,
 ) -> Any:
-    """A dataclass field with its JSON shape: `missing` (read where the JSON lacks it, for
-    a field the constructor wants), `key` (its JSON name, where not its own),
-    `write` (value -> JSON) and `read` ((JSON, field path) -> value, checked) where its JSON
-    is not its plain value, `omit` (left out of the JSON where true of the value), `json`
-    False (never written nor read: a figure of this process only)."""
+    """A dataclass field with its JSON shape: `missing` (read where the JSON lacks it), `key`
+    (its JSON name), `write`/`read` where its JSON is not its plain value, `omit` (left out
+    where true of the value), `json` False (this process's only)."""
     meta = {"missing": missing, "key": key, "write": write, "read": read, "omit": omit}
     meta["json"] = json
     return dataclasses.field(default=default, metadata=meta, **kwargs)
 
 
 def plain(value: Any) -> Any:
-    """`value` as JSON holds it: records by their ``to_dict``, sequences as lists, an enum
-    by its value."""
+    """`value` as JSON holds it: records by ``to_dict``, sequences as lists, enums by value."""
     if hasattr(value, "to_dict") and not isinstance(value, type):
         return value.to_dict()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -174,11 +164,9 @@ def plain(value: Any) -> Any:
 
 
 class Record:
-    """A dataclass whose JSON is its fields (:func:`field` shapes the odd one).
-
-    `WHERE`: the record's path in its file, the prefix of every field a check names
-    (``steps``, ``ledger.memory``); `EXTRA`: properties written beside the fields for
-    readers outside Python (``steps_per_sec``), never read back: they are derived."""
+    """A dataclass whose JSON is its fields. `WHERE`: the record's path in its file, prefixing
+    every field a check names; `EXTRA`: derived properties written beside the fields, never
+    read back."""
 
     WHERE: ClassVar[str] = ""
     EXTRA: ClassVar[tuple[str, ...]] = ()
@@ -195,8 +183,8 @@ class Record:
 
     @classmethod
     def from_dict(cls, d: Any, where: str | None = None) -> Any:
-        """The record `d` holds, each field checked (`where`: its path, :attr:`WHERE` by
-        default); a field `d` lacks, or holds null, takes its default.
+        """The record `d` holds, each field checked (`where`: its path); a missing or null field
+        takes its default.
 
         Raises:
             ReportError: a field missing (without a default) or not of its kind, named."""
@@ -239,8 +227,7 @@ def _has_default(f: dataclasses.Field[Any]) -> bool:
 
 
 def _takes_none(hint: Any) -> bool:
-    """Whether null would read as a value of `hint` (None, or an empty collection): so an
-    absent field is said as missing, not read as one."""
+    """Whether null would read as a value of `hint`, so an absent field is said as missing."""
     collection = typing.get_origin(hint) in (list, tuple, Sequence, dict, Mapping)
     return collection or type(None) in typing.get_args(hint) or hint in (Any, object)
 
@@ -251,9 +238,9 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def read(value: Any, hint: Any, at: str) -> Any:
-    """`value` checked against the type `hint` (`at`: the field's path): numbers >= 0 (an
-    integer for ``int``), strings, flags, sequences and mappings of these, a nested record
-    by its own ``from_dict``, an enum by its value; ``Any`` as it is."""
+    """`value` checked against `hint` (`at`: the field's path): numbers >= 0, strings, flags,
+    collections of these, a nested record by its ``from_dict``, an enum by value; ``Any`` as
+    it is."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         rest = tuple(a for a in args if a is not type(None))

@@ -1,16 +1,10 @@
-"""The memory ledger's records: what crosses from the sampler (``toolkit.profiling._memory``,
-which builds them) to the report (which renders them), and back from ``report.json``.
+"""The memory ledger's records: what crosses from the sampler (``toolkit.profiling._memory``) to
+the report, and back from ``report.json``.
 
-Pure Python, as the other ledger records (``_ledger_records``): the report side reads them
-where no framework can be imported. :meth:`RunMemory.to_dict` / :meth:`RunMemory.from_dict`
-are the JSON edge (``report.json``'s ``ledger.memory``, the schema in ``docs/report.md``); a
-field an older report lacks takes its default, and one of the wrong kind is refused by name
-(``toolkit.core._fields``, every record's wording).
-
-Memory is in MiB throughout ("MB" in what a person reads, as ``toolkit.core.stats.format_mb``
-prints it). "Host" is the process's resident memory; "device" the accelerator's allocator as
-the backend counts it (summed over the process's devices), None where the backend gives
-nothing (a CPU device): then ``device_unseen`` says why."""
+Pure Python. :meth:`RunMemory.to_dict` / :meth:`RunMemory.from_dict` are the JSON edge
+(``ledger.memory``). Memory is in MiB throughout ("MB" on screen). "Host" is resident memory;
+"device" the accelerator's allocator summed over the process's devices, None where unseen
+(``device_unseen`` says why)."""
 
 from __future__ import annotations
 
@@ -30,9 +24,8 @@ def _round(value: float | None, digits: int = 3) -> float | None:
 
 @dataclasses.dataclass(frozen=True)
 class PartMemory(fields.Record):
-    """One part of the run (a ledger part, or a callback by its class name): the most memory
-    reached in it and what was held when it last ended. `readings`: how many readings fell
-    in it (0: the part was too short to be read; its figures are None)."""
+    """One part of the run (or a callback): the most memory reached in it and what was held when
+    it last ended; `readings` 0: too short to be read."""
 
     name: str = fields.field("", json=False)  # its key in the parts' mapping (_by_name)
     host_peak_mb: float | None = None
@@ -55,11 +48,8 @@ def _named(d: Any, where: str) -> tuple[PartMemory, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class Growth(fields.Record):
-    """Memory that grew inside one part of the run and stayed: `mb` over `steps` training
-    steps (the rate per 1,000 steps where the part is the steps), `memory` "host" or
-    "device", `epoch` where it was found. `what`: what grew, where the backend can tell
-    (live arrays by shape and dtype, tensors, retraced programs), and `held_by` the object
-    and attribute holding them where found; `fix` what to do, where one is known."""
+    """Memory that grew inside one part and stayed: `mb` over `steps` steps, `memory` "host" or
+    "device", `epoch` where found; `what` grew, `held_by` whom, and `fix`, where known."""
 
     EXTRA = ("mb_per_1k_steps",)
 
@@ -83,9 +73,8 @@ class Growth(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class Sample:
-    """One reading: seconds since the fit began, training steps begun by then, host MiB,
-    device MiB (None: not seen), and the part of the run it fell in (the ledger's part,
-    or a callback's name)."""
+    """One reading: seconds since the fit began, steps begun, host MiB, device MiB (None:
+    unseen), and its part."""
 
     t_s: float
     step: int
@@ -109,8 +98,7 @@ def _samples(rows: Any, where: str) -> tuple[Sample, ...]:
 
 
 def _sample(row: Any, where: str) -> Sample:
-    """One timeline row, ``[seconds, step, host MiB, device MiB or null, part]`` (an older
-    report's rows end after the host's or the device's figure)."""
+    """One timeline row, ``[seconds, step, host MiB, device MiB or null, part]``."""
     if not isinstance(row, list | tuple) or not 3 <= len(row) <= 5:
         raise fields.bad(where, row, "a [seconds, step, host MiB, device MiB, part] row")
     part = fields.string(where, row[4]) if len(row) > 4 else ""
@@ -121,8 +109,8 @@ def _sample(row: Any, where: str) -> Sample:
 
 @dataclasses.dataclass(frozen=True)
 class RunMemory(fields.Record):
-    """One fit's memory: each part's peak and what it held at its end, the growth found,
-    and a thinned timeline of the readings (for the plot and TensorBoard)."""
+    """One fit's memory: each part's peak and held-at-end, the growth found, and a thinned
+    timeline."""
 
     every_s: float = fields.field(read=_every)
     parts: tuple[PartMemory, ...] = fields.field(write=_by_name, read=_named)
@@ -141,9 +129,8 @@ class RunMemory(fields.Record):
         return next((p for p in self.parts if p.name == name), None)
 
     def peak_part(self, memory: str = "host") -> PartMemory | None:
-        """The part that reached the run's peak of `memory` ("host" or "device"): of the
-        parts within 1 % of it, the first in the ledger's order (memory stays at its high
-        after it is reached: the parts after it hold it, they did not reach it)."""
+        """The part that reached the run's peak of `memory`: of those within 1 % of it, the first
+        (the parts after it hold it, they did not reach it)."""
         key = "host_peak_mb" if memory == "host" else "device_peak_mb"
         seen = [p for p in self.parts if getattr(p, key) is not None]
         if not seen:
@@ -156,18 +143,15 @@ class RunMemory(fields.Record):
 
     @classmethod
     def from_dict(cls, d: Any, where: str | None = None) -> RunMemory | None:
-        """A ledger's ``memory`` (None where it has none), written by this toolkit or an
-        older one (a field it lacks takes its default), or edited by anyone: ReportError
-        names the first field not of its kind (MiB as numbers >= 0 or null, each part's and
-        callback's figures, the growth and epoch records, the timeline's rows)."""
+        """A ledger's ``memory`` (None where absent), this toolkit's or an older one's:
+        ReportError names the first field not of its kind."""
         return None if d is None else super().from_dict(d, where)
 
 
 @dataclasses.dataclass(frozen=True)
 class EpochMemory(fields.Record):
-    """The run's memory at train begin (`epoch` None) and at each epoch's end, after its
-    validation: the training steps begun by then, the process's resident MiB, and the
-    device's in use and at its most so far (None: no device counters)."""
+    """The run's memory at train begin (`epoch` None) and at each epoch's end: steps begun,
+    resident MiB, and the device's in use and at its most."""
 
     epoch: int | None = fields.field(missing=None)
     step: int = fields.field(missing=0)

@@ -1,19 +1,10 @@
 """FitProgress: a progress bar for ``fit`` that never reads a tensor per step.
 
-Keras's own bar (``verbose=1``) reads the loss after every step, which converts it to a
-Python number: a device sync per step on a GPU, and one more thing on the timed path
-everywhere. This callback counts steps from the batch index Keras hands every callback, draws
-tqdm's bar on a terminal (``toolkit.core.progress``: nothing in a log or when
-``TOOLKIT_PROGRESS=0``), one bar per epoch (this epoch's steps, time and rate), and at each
-epoch's end, where Keras has already read the metrics, keeps one line above it, as Keras's own
-bar leaves them: the epoch's steps, time, step time and throughput, then its metrics, numbers
-formatted as the run's summary formats them, folded at the terminal's width (never inside a
-number). ``async_safe``: Keras 3 keeps dispatching batch ends off the training thread with it
-in the list.
-
-A "step" is one training step, everywhere: with ``--fused_steps=K`` each Keras batch holds K of
-them (the model's mark, ``toolkit.core.events.FUSED_STEPS_ATTR``), and the bar and the lines
-count K per batch, as StepTimer and the summary do.
+Keras's own bar (``verbose=1``) reads the loss after every step: a device sync per step on a GPU.
+This callback counts steps from the batch index, draws tqdm's bar on a terminal (nothing in a log or
+with ``TOOLKIT_PROGRESS=0``), one per epoch, and at each epoch's end keeps one line above it: steps,
+time, step time, throughput and metrics, formatted as the summary formats them. ``async_safe``. With
+``--fused_steps=K`` it counts K training steps per batch, as StepTimer does.
 
 ```python
 model.fit(dataset, epochs=3, verbose=0, callbacks=[FitProgress("my-model")])
@@ -33,8 +24,8 @@ from toolkit.core.stats import format_figure, format_s
 __all__ = ["FitProgress"]
 
 TIMING_KEYS = ("step_ms_p50", "examples_per_sec")  # StepTimer's, first after the epoch's count
-# The bar: label, percentage, the bar (what the width leaves it), this epoch's count, time and
-# rate; no postfix, so the bar never shrinks to a sliver behind a long tail.
+# The bar: label, percentage, bar, count, time and rate; no postfix, so it never shrinks to a
+# sliver.
 BAR_FORMAT = (
     "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]"
 )
@@ -51,22 +42,18 @@ def epoch_line(
     columns: int | None = None,
     aside: Sequence[tuple[str, float]] = (),
 ) -> str:
-    """The line kept for one epoch: ``mlp epoch 3/20: 44 steps in 0.1 s, p50 0.956 ms/step,
-    22,221.5 examples/s; accuracy 0.9400, loss 0.2679, ...``, folded to `columns` (`None`: one
-    line). `epoch` counts from 1; `steps` are training steps. `aside`: the parts of `seconds`
-    that were no steady step (``("first call", 3.1)``, ``("validation", 0.9)``), said in the
-    head so that its steps, their time and the step figures multiply."""
+    """The line kept for one epoch (``mlp epoch 3/20: 44 steps in 0.1 s, p50 0.956 ms/step,
+    ...``), folded to `columns`. `aside`: the parts of `seconds` that were no steady step,
+    said in the head so the step figures multiply."""
     numbers = {}
     for key, value in (logs or {}).items():
         try:
             numbers[key] = float(value)
         except (TypeError, ValueError):
             continue
-    # The epoch's seconds, and those of it that were no steady step (the first call's
-    # compile, validation): what is left is what the step figures multiply to.
+    # The epoch's seconds, and those that were no steady step (compile, validation).
     head = [f"{name} epoch {epoch}/{epochs or '?'}: {steps} steps in {format_s(seconds)}"]
-    # said where it moves the arithmetic: 50 ms, or 5 % of the epoch (a 40 ms validation in
-    # a 0.111 s epoch is a third of it)
+    # said where it moves the arithmetic: 50 ms, or 5 % of the epoch
     outside = [f"{what} {format_s(t)}" for what, t in aside if t >= min(0.05, 0.05 * seconds)]
     if outside:  # "(first call 1.55 s, validation 0.376 s)": items the line may fold between
         head[0] += f" ({outside[0]}"
@@ -82,10 +69,7 @@ def epoch_line(
 
 
 class FitProgress(compat.keras().callbacks.Callback):
-    """A bar of each epoch's steps, ``epoch E/N`` beside it, a line per epoch kept above it.
-
-    Args:
-        name: the bar's label (e.g. the recipe's name). Defaults to `"fit"`."""
+    """A bar of each epoch's steps, a line per epoch kept above it; `name` is the bar's label."""
 
     async_safe = True
 
@@ -111,8 +95,7 @@ class FitProgress(compat.keras().callbacks.Callback):
         steps = params.get("steps")
         self._per_epoch = steps * self._fused if steps else None
         self.steps_done = 0
-        # smoothing=0: the rate is the epoch's steps over its time so far (after the first
-        # epoch's compile), not a moving average of a few redraws.
+        # smoothing=0: the rate is the epoch's steps over its time so far, not a moving average.
         self.bar = progress.bar(
             self._per_epoch, self.name, unit="step", smoothing=0, bar_format=self._format()
         )

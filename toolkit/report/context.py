@@ -1,12 +1,8 @@
 """RunContext: the facts about how a run was set up, typed, written once by the runner.
 
-The records are plain dataclasses: the device, the preflight findings and the cluster are the
-records their producers return (``toolkit.devices``' ``DeviceInfo`` and ``Finding``,
-``toolkit.distribute``'s ``Cluster``; their modules import no framework at import time).
-The report renders them (``RunReport.summary``, the Markdown's "Run" section); other tools read
-them by attribute, not by dictionary key. In ``report.json`` (schema 2) they are the
-``context`` object; a schema-1 report kept the same facts in ``extra`` and is read into a
-RunContext on load (:meth:`RunContext.from_v1_extra`)."""
+The device, preflight findings and cluster are the records their producers return; the report
+renders them and other tools read them by attribute. In ``report.json`` they are ``context``; a
+schema-1 report's ``extra`` is read into a RunContext (:meth:`RunContext.from_v1_extra`)."""
 
 from __future__ import annotations
 
@@ -29,9 +25,8 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class Strategy(fields.Record):
-    """The distribution strategy and the batch it splits. ``global_batch`` is what one step of
-    the whole cluster consumes; each replica (device) gets ``per_replica_batch``, and each
-    process ``per_process_batch``."""
+    """The distribution strategy and the batch it splits: ``global_batch`` a whole cluster's
+    step, ``per_replica_batch`` a device's, ``per_process_batch`` a process's."""
 
     name: str = "default"
     replicas: int = 1
@@ -46,8 +41,8 @@ class Strategy(fields.Record):
 
 @dataclasses.dataclass
 class Resume(fields.Record):
-    """Whether a run with a backup directory resumed, and from where. Filled in while ``fit``
-    runs (the backup is restored when training begins), hence not frozen."""
+    """Whether a run with a backup directory resumed, and from where; filled in while ``fit``
+    runs, so not frozen."""
 
     backup_dir: str
     resumed: bool = False
@@ -58,18 +53,16 @@ class Resume(fields.Record):
 
 @dataclasses.dataclass
 class RunContext(fields.Record):
-    """How a run was set up: device, backend, precision, strategy, cluster, preflight
-    findings, data, and whether it resumed from a backup.
+    """How a run was set up.
 
     Attributes:
-        device: where it trained; None when the run was not set up by the runner (a
-            ``profile()`` around a user's own ``fit``).
-        backend: the Keras backend (``tensorflow``, ``jax``, ``torch``).
+        device: where it trained; None for a ``profile()`` around your own ``fit``.
+        backend: the Keras backend.
         precision: the Keras precision policy.
         strategy: the distribution strategy.
         cluster: this process among the workers.
         preflight: the findings of the device/precision/XLA checks.
-        dataset: what the data was, in words (``digits (1437 train / 360 validation ...)``).
+        dataset: what the data was, in words.
         synthetic_data: trained on one batch of the real spec, repeated.
         smoke: a seconds-long smoke run.
         resume: the resume record when a backup directory was given."""
@@ -94,7 +87,7 @@ class RunContext(fields.Record):
         """A report's ``context``.
 
         Raises:
-            ReportError: a part of it this version cannot read, named (``context.device``)."""
+            ReportError: a part this version cannot read, named."""
         try:
             return super().from_dict(d or {}, where)
         except ReportError:
@@ -104,8 +97,8 @@ class RunContext(fields.Record):
 
     @classmethod
     def from_v1_extra(cls, extra: Mapping[str, Any]) -> tuple[RunContext | None, dict[str, Any]]:
-        """A schema-1 report's ``extra``, split into its RunContext (None when the run was not
-        set up by the runner) and the entries that are not context."""
+        """A schema-1 report's ``extra`` split into its RunContext (None: no runner) and the
+        rest."""
         keys = {f.name for f in dataclasses.fields(cls)}
         context = {k: v for k, v in extra.items() if k in keys}
         rest = {k: v for k, v in extra.items() if k not in keys}
