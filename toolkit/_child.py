@@ -1,15 +1,8 @@
 """The private entry point of the search's fresh processes: ``python -m toolkit._child SPEC
-OUT``. SPEC is a JSON file of a ``toolkit.search._processes.ChildSpec`` (the job: one run's
-figures, one backend's ``tune`` search, its step's anatomy, the devices a backend sees, or
-the peak memory of a short fit (``toolkit.fits``);
-the backend, device, target with its config, and candidate, all typed values); the job's
-answer, a record, is written to OUT as its JSON, atomically. No command line is rebuilt: the
-config is ``TrainConfig.from_dict`` and a recipe's task its ``build_task(**params)``. It has
-no options of its own: what to measure is the spec, which only the search writes. While it
-runs it speaks to its parent in typed messages (``_processes.Message``, a JSON object a line
-on its standard output, which nothing else writes to): a ``tune`` job's progress lines, and
-the error that ends it (also said on stderr, ``error: ...``), with status 1, or 2 for a
-spec it cannot read."""
+OUT``. SPEC is a JSON ``ChildSpec`` (the job and its backend, device, target, config and
+candidate, all typed); the answer, a record, is written to OUT atomically. No command line is
+rebuilt. While it runs it speaks to its parent in typed messages, one JSON object a line on
+stdout (progress, and the error that ends it), with status 1, or 2 for a spec it cannot read."""
 
 from __future__ import annotations
 
@@ -50,9 +43,8 @@ class _Devices:
 
 
 class _Channel:
-    """The child's side of its messages to the parent (``_processes.Message``, a JSON object
-    a line): its standard output, kept for them alone. What else would write there (a print
-    of your model's module, a library's) goes to standard error instead."""
+    """The child's side of its messages to the parent: stdout, kept for them alone (anything else
+    printing there goes to stderr)."""
 
     def __init__(self) -> None:
         sys.stdout.flush()
@@ -138,9 +130,8 @@ def _job(spec: Any, channel: _Channel) -> _Answer:
 
 
 def main(argv: Sequence[str]) -> int:
-    """The child's run: bound to its parent first (it ends with it, however the parent
-    ended), SIGINT, SIGTERM, SIGHUP and SIGQUIT unwinding it (its own temporary files
-    removed), then ending it as the signal would (the parent reads ``killed by SIG...``)."""
+    """The child's run: bound to its parent (it ends with it), signals unwinding it (its
+    temporary files removed), then ending it as the signal would."""
     from toolkit.core import children, interrupts
 
     children.bind_to_parent()
@@ -153,9 +144,8 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _die_of(signum: int) -> None:
-    """Ends this process by `signum` itself (its default action), as an unhandled signal
-    would have: its parent reads ``-signum`` (interrupted, not failed). The exit hooks run
-    first: the frameworks' temporary files (TensorFlow's autograph modules) are removed."""
+    """Ends this process by `signum` itself, as an unhandled signal would (the parent reads
+    ``-signum``), after the exit hooks."""
     import atexit
     import os
     import signal

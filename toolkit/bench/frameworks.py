@@ -1,23 +1,12 @@
-"""The op table's other frameworks: the seed's ops in JAX and PyTorch, beside TensorFlow's modes.
+"""The op table's other frameworks: the seed's ops in JAX and PyTorch, beside TensorFlow's modes:
+``jax_jit`` (``jax.jit`` of the op in ``jax.numpy``), ``torch_eager`` and ``torch_compile``
+(its compile is the first call, timed apart).
 
-Seed 003 compares frameworks and their compile modes side by side; these are the columns that
-make the toolkit's table do the same:
-
-* ``jax_jit``: ``jax.jit`` of the op written in ``jax.numpy`` / ``jax.lax`` (XLA, as TF's
-  ``xla`` column, through another front end);
-* ``torch_eager``: the op in PyTorch, op by op;
-* ``torch_compile``: ``torch.compile`` of it (TorchInductor; its compile is the first call,
-  timed apart like XLA's).
-
-Each framework runs on its own default device (the column says which: ``cuda_jax_jit``), on
-the same input values as TensorFlow's columns (the same tensors, through NumPy), in the
-framework's native layout where it differs (PyTorch convolutions are channels-first: the
-inputs are transposed once, before timing, as a PyTorch user's data would already be). The
-timing is :func:`toolkit.bench.measure.time_calls`, waiting on the framework's own way
-(``jax.block_until_ready``, ``torch.cuda.synchronize``). An op a framework lacks, or a
-framework that is not installed, is ``n/a`` with the reason.
-
-Imports no framework until a column is measured."""
+Each runs on its framework's default device (the column says which), on the same input values as
+TensorFlow's, in the framework's native layout (PyTorch convolutions channels-first, transposed once
+before timing), timed by :func:`toolkit.bench.measure.time_calls` waiting the framework's own way. A
+missing op or framework is ``n/a`` with the reason. Imports no framework until a column is measured.
+"""
 
 from __future__ import annotations
 

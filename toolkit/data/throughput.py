@@ -22,11 +22,11 @@ class PipelineBenchmark(fields.Record):
 
     Attributes:
         num_batches: batches timed after the first.
-        first_batch_s: latency to the first batch (iterator start, buffers filling).
+        first_batch_s: latency to the first batch.
         total_s: seconds for the timed batches.
         batches_per_sec: timed batches / total_s.
-        examples_per_sec: ``batch_size * batches_per_sec`` when the batch size is known.
-        batches: per-batch statistics (``StepStats``: p50/p90/p99, jitter, ...)."""
+        examples_per_sec: when the batch size is known.
+        batches: per-batch statistics."""
 
     num_batches: int
     first_batch_s: float
@@ -56,20 +56,18 @@ def benchmark(
     stream: TextIO | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> PipelineBenchmark:
-    """Iterates `dataset` alone (no model) and measures how fast it delivers batches.
-
-    The first batch is timed apart (it includes starting the iterator and filling buffers).
-    Then `num_batches` batches are timed one by one. A run longer than `progress_after_s`
-    shows a progress bar (on a terminal's stderr, unless `verbose` is off).
+    """Iterates `dataset` alone (no model) and measures how fast it delivers batches: the first
+    batch timed apart, then `num_batches` one by one, with a progress bar past
+    `progress_after_s` on a terminal.
 
     Args:
         dataset: a batched `tf.data.Dataset` (or any iterable of batches).
-        num_batches: batches to time after the first. Defaults to `200`.
-        batch_size: examples per batch. Defaults to `None` (read from the dataset).
-        verbose: print the summary line, and a progress bar on a terminal. Defaults to `True`.
-        progress_after_s: seconds before the progress bar appears. Defaults to `2.0`.
-        stream: where the summary goes. Defaults to `sys.stdout`.
-        clock: seconds. Defaults to `time.perf_counter`.
+        num_batches: batches to time after the first.
+        batch_size: examples per batch (default: read from the dataset).
+        verbose: print the summary line, and a progress bar on a terminal.
+        progress_after_s: seconds before the progress bar appears.
+        stream: where the summary goes.
+        clock: seconds.
 
     Raises:
         ValueError: `num_batches` < 1, or the dataset ends before the first batch."""

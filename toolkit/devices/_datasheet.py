@@ -1,19 +1,11 @@
-"""GPU vendors' datasheet peaks, dense, so that MFU can also be read as Lightning and Composer
-users read it: of the figure the chip is sold on.
+"""GPU vendors' datasheet peaks, dense, so MFU can also be read as Lightning and Composer users
+read it: of the figure the chip is sold on.
 
-The toolkit's own MFU is of the matmul peak it measured on the machine
-(``toolkit.profiling.flops``): what this device really reaches, comparable across runs here.
-The datasheet's figure is higher (clocks under load, a best-case kernel nobody's model runs),
-and it is the same for every machine with that GPU, so it compares across machines and with
-published MFU figures. The figures are NVIDIA's own, for dense math: where a datasheet gives
-a tensor-core figure "with sparsity", it is halved here. A device that is not in the table gets
-no figure (no guess from a similar name), and the report says only the measured one.
-
-float32 is the subtle one: on GPUs of compute capability 8.0 and later (Ampere, Hopper...), a
-framework may run float32 matmuls on TF32 tensor cores, about 8x the float32 rate.
-TensorFlow and JAX do so by default; PyTorch does not unless its float32 matmul precision is
-lowered. The backend says which (``float32_matmul_precision``), and the datasheet figure is
-for the math the step actually ran."""
+The toolkit's own MFU is of the matmul peak measured here; the datasheet's is higher but the same
+for every such GPU, so it compares across machines and with published figures. NVIDIA's figures for
+dense math (a "with sparsity" figure halved). A device not in the table gets no figure, never a
+guess. On compute capability 8.0+, float32 matmuls may run on TF32 tensor cores (TensorFlow and JAX
+by default); the backend says which, and the figure is for the math the step ran."""
 
 from __future__ import annotations
 
@@ -54,17 +46,15 @@ _TF32_CAPABILITY = (8, 0)  # Ampere: the first GPUs with TF32 tensor cores
 
 
 def datasheet_peak(device: Any, dtype: str, float32_math: str = "float32") -> dict[str, Any] | None:
-    """The datasheet's dense peak of `device` (a ``DeviceInfo``) for matmuls in `dtype`
-    (``float32``, ``float16``, ``bfloat16``), or None where the table has no figure (CPUs,
-    Apple GPUs, GPUs not listed, or a dtype the GPU has no fast path for).
+    """The datasheet's dense peak of `device` for matmuls in `dtype`, or None where the table has
+    no figure.
 
     Args:
-        float32_math: how the backend runs float32 matmuls: ``"tf32"`` where it lets tensor
-            cores do them (used only on a GPU that has TF32), else ``"float32"``.
+        float32_math: ``"tf32"`` where the backend lets tensor cores run float32 matmuls, else
+            ``"float32"``.
 
     Returns:
-        ``{"flops_per_s", "math", "product"}``: the figure, the math it is for (``tf32``
-        for float32 on tensor cores), and the product it was read for."""
+        ``{"flops_per_s", "math", "product"}``: the figure, the math it is for, and the product."""
     if getattr(device, "kind", None) != "cuda":
         return None
     name = str(getattr(device, "human_name", ""))

@@ -1,11 +1,6 @@
-"""The cluster from its workers' figures: the cluster's examples/s, the slowest worker, the
-spread, the straggler; one line and one table of them. What ``keras-perf merge`` shows for the
-workers' reports (``toolkit.report.merge``) and what the chief of a data-parallel run reports
-from the figures every process sent it (``RunReport.cluster``).
-
-The figures travel as records (:class:`WorkerRow`, :class:`ClusterView`), built where they are
-measured and rendered at the edge: a :class:`~toolkit.core.terminal.Table` for a terminal or a
-``.md`` file, ``to_dict`` for report.json."""
+"""The cluster from its workers' figures: examples/s, slowest worker, spread, straggler; one line
+and one table. What ``keras-perf merge`` shows and what a data-parallel chief reports. Records
+built where measured, rendered at the edge."""
 
 from __future__ import annotations
 
@@ -39,10 +34,9 @@ def _workers(rows: Any, where: str) -> tuple[WorkerRow, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class ClusterView(fields.Record):
-    """The cluster: its workers, the cluster's examples/s (the slowest worker's pace), the
-    slowest worker, the spread (slowest median step over the fastest) and the straggler (one
-    over 1.2× the others' median); `all_complete` (merge), `process_index` and
-    `same_weights` (a data-parallel run's chief) where the caller knows them."""
+    """The cluster: its workers, its examples/s (the slowest's pace), the slowest, the spread and
+    the straggler (over 1.2× the others' median); `all_complete`, `process_index` and
+    `same_weights` where known."""
 
     WHERE = "cluster"
 
@@ -79,14 +73,9 @@ class ClusterView(fields.Record):
 
 
 def cluster_view(rows: Sequence[WorkerRow]) -> ClusterView:
-    """The cluster from its workers' rows: the workers' reports merged (:func:`merge_reports`),
-    or the figures every process of a data-parallel run sent its chief when training ended
-    (``toolkit.runner.session``).
-
-    Each worker counts the global batch per step (what the whole cluster trained), so the
-    cluster's examples/sec is the *slowest* worker's (synchronous training goes at the pace
-    of the last replica to finish a step); the spread is the slowest median step over the
-    fastest, and a worker much slower than the others is named as the straggler."""
+    """The cluster from its workers' rows. Each counts the global batch per step, so the
+    cluster's examples/sec is the *slowest* worker's (synchronous training goes at the last
+    replica's pace); the spread is the slowest median step over the fastest."""
     rows = sorted(rows, key=lambda r: (r.task_index is None, r.task_index or 0))
     rates = [r.examples_per_sec for r in rows if r.examples_per_sec]
     p50s = [r.p50_ms for r in rows if r.p50_ms]

@@ -1,11 +1,7 @@
-"""``toolkit.anatomy(model, data)``: what inside the training step costs it, measured here.
-
-A short fit traces ``steps`` steps into phases and layers
-(:class:`~toolkit.profiling.anatomy.AnatomyWindow`); the model and its slowest layers are timed
-alone (``toolkit.profiling.layers_alone``) and all reconciled to the untraced step
-(``toolkit.core._anatomy.reconcile``). Keras's own cost is the backend's ``raw_step`` (no Keras
-trainer) against ``fit``'s step on one batch. Nothing is guessed: what cannot be measured (a
-custom ``train_step``) is left out with a note saying why."""
+"""``toolkit.anatomy(model, data)``: what inside the training step costs it, measured here. A
+short fit traces ``steps`` steps into phases and layers; the model and its slowest layers are
+timed alone and all reconciled to the untraced step; Keras's own cost is the backend's
+``raw_step`` against ``fit``'s. What cannot be measured is left out with a note saying why."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""TensorFlow's signal for the step's anatomy: the ops a traced ``tf.function`` runs, each
-named with its name scopes (``.../kpl3/dense_1/MatMul``), read from the profiler's XSpace
-through XProf. The gradient's ops sit under ``gradient_tape/``; the batch arrives through
-the step's own ``IteratorGetNext`` op; the host runs the function call around them."""
+"""TensorFlow's signal for the step's anatomy: the ops a traced ``tf.function`` runs, named with
+their name scopes (``.../kpl3/dense_1/MatMul``), read through XProf. Gradients sit under
+``gradient_tape/``; the batch arrives through ``IteratorGetNext``."""
 
 from __future__ import annotations
 
@@ -20,9 +19,8 @@ def layer_scope(token: str) -> Any:
 
 
 def anatomy_refusal(model: Any) -> str | None:
-    """Why a trace cannot take `model`'s step apart (None: it can). An eager step runs each
-    op by itself: eager ops keep no name scope, so no op could be given its layer or phase
-    (the trace would book the whole step as Keras's work)."""
+    """Why a trace cannot take `model`'s step apart (None: it can): eager ops keep no name scope,
+    so no op could be given its layer or phase."""
     if getattr(model, "run_eagerly", False):
         return (
             "the model runs eagerly (run_eagerly=True): on TensorFlow an eager op keeps no "
@@ -102,13 +100,10 @@ def anatomy_trace(files: list[str]) -> StepTrace:
 
 
 def raw_step(model: Any, batch: Any, per_call: int = 1) -> tuple[Any, str]:
-    """The model's training step written without Keras's trainer, compiled as ``fit``
-    compiles it: a ``tf.function`` (XLA as the model compiles) with a ``GradientTape``, the
-    plain loss and ``optimizer.apply``; with `per_call` steps a call, that step looped inside
-    one outer ``tf.function`` (Keras's ``steps_per_execution``). The batch is a tensor once,
-    as ``fit``'s arrive. Returns ``(timed(n) -> seconds for n calls, the device waited for),
-    words)``. Raises ValueError where one plain step cannot stand for the model's
-    (``plain_loss``)."""
+    """The model's training step without Keras's trainer, compiled as ``fit`` compiles it: a
+    ``tf.function`` with a ``GradientTape``, the plain loss and ``optimizer.apply``, looped
+    `per_call` times inside one outer ``tf.function``. Returns ``(timed(n) -> seconds,
+    words)``. Raises ValueError as ``plain_loss``."""
     import time
 
     import tensorflow as tf
@@ -162,19 +157,15 @@ def layer_alone(
     jit: bool = False,
     input_grads: bool = True,
 ) -> Any:
-    """One layer's step alone, as the model's step runs it: its forward, and with `backward`
-    the gradients of its weights and of its floating inputs too (of its weights alone where
-    `input_grads` is False: a whole model's step needs none of its data's), on random `inputs`
-    of the ``(shape, dtype)`` its calls saw (integer inputs: zeros, a valid index), in a
-    ``tf.function`` compiled by XLA where `jit` (the model's ``jit_compile``):
-    ``timed(n) -> seconds``. What the anatomy's time for that layer is checked against.
+    """One layer's step alone, as the model's step runs it: forward, and with `backward` the
+    gradients of its weights and floating inputs (weights alone where `input_grads` is False),
+    on random `inputs` of the shapes its calls saw, XLA-compiled where `jit`: ``timed(n) ->
+    seconds``.
 
-    The n calls run in a ``tf.while_loop`` inside one ``tf.function`` call, as a layer runs
-    inside the step's graph: called from Python n times, each call paid the function call's
-    own host cost (about 0.1 ms here), which a small layer never pays in the step (a
-    Dense(8) on 16 rows read 0.156 ms a call that way, 0.025 ms in the loop). Each pass's
-    inputs depend on the last pass's result, so no pass can be hoisted out of the loop, and
-    its gradients are summed into that result, so none is pruned."""
+    The n calls run in a ``tf.while_loop`` inside one call, as a layer runs inside the step's graph
+    (called from Python, each paid a function call's host cost the step never pays). Each pass
+    depends on the last one's result and its gradients are summed into it, so none is hoisted or
+    pruned."""
     import time
 
     import tensorflow as tf

@@ -1,11 +1,7 @@
-"""TensorFlow's devices: detection through ``tf.config`` (CUDA reports a compute capability;
-the tensorflow-metal PluggableDevice reports ``METAL``), selection through its visible devices
-(before its runtime starts), placement with ``tf.device`` and its run metadata (soft placement
-shows), and the traps of TensorFlow on an Apple GPU: :data:`METAL_COMPATIBILITY`, the table of
-TensorFlow / tensorflow-metal pairs that pip cannot check, XLA, float64, tf_keras's optimizers
-and random ops without Metal kernels.
-
-TensorFlow is imported inside each function."""
+"""TensorFlow's devices: detection through ``tf.config``, selection through its visible devices
+(before its runtime starts), placement with ``tf.device`` and run metadata, and the traps of
+TensorFlow on an Apple GPU (:data:`METAL_COMPATIBILITY`, XLA, float64, tf_keras's optimizers,
+random ops). TensorFlow is imported inside each function."""
 
 from __future__ import annotations
 
@@ -25,9 +21,8 @@ from toolkit.core._device_types import (
 )
 from toolkit.core.machine import cpu_model
 
-# Which tensorflow-metal goes with which TensorFlow. tensorflow-metal's wheels declare no
-# TensorFlow requirement, so pip never catches a mismatch; this table does.
-# (tf_minor range, metal version prefix, status, note, source)
+# Which tensorflow-metal goes with which TensorFlow: its wheels declare no TensorFlow requirement,
+# so pip never catches a mismatch. (tf_minor range, metal version prefix, status, note, source)
 METAL_COMPATIBILITY: tuple[tuple[tuple[int, int], str, str, str, str], ...] = (
     ((13, 15), "1.", "ok", "works", "tensorflow/tensorflow#63854 (2.15 + metal 1.1.0 trains)"),
     (
@@ -129,9 +124,8 @@ def why_no_device(kind: str) -> str | None:
 
 
 def select_device(device: DeviceInfo, memory_growth: bool) -> None:
-    """Makes only `device` visible (the CPU: no GPU), with memory growth on CUDA so that
-    TensorFlow does not take all GPU memory up front. Holds only before TensorFlow starts its
-    runtime (its first op or model).
+    """Makes only `device` visible (the CPU: no GPU), with memory growth on CUDA; only before
+    TensorFlow starts its runtime.
 
     Raises:
         DeviceError: the runtime started with another visible-device setup."""
@@ -180,9 +174,7 @@ def device_scope(device: DeviceInfo) -> contextlib.AbstractContextManager:
 
 
 def augmentation_scope(device: DeviceInfo | None) -> contextlib.AbstractContextManager:
-    """The CPU under tensorflow-metal, which has no kernels for random ops such as
-    ``RngReadAndSkip`` / ``StatelessRandomGetKeyCounter`` (they would bounce between devices);
-    elsewhere nothing. `device`: the training device (default: the first GPU)."""
+    """The CPU under tensorflow-metal, which has no kernels for random ops; elsewhere nothing."""
     import tensorflow as tf
 
     if device is None:
@@ -196,9 +188,8 @@ def augmentation_scope(device: DeviceInfo | None) -> contextlib.AbstractContextM
 def placement(
     fn: Callable[..., Any], args: Any, kwargs: Any, gpu_selected: bool | None
 ) -> PlacementReport:
-    """The placed (partitioned) graphs of TensorFlow's run metadata: what really ran where,
-    after soft placement moved ops without a kernel to the CPU. A graph is placed when it is
-    first instantiated, so `fn` must run a function for the first time."""
+    """The placed graphs of TensorFlow's run metadata, after soft placement; `fn` must run a
+    function for the first time."""
     import tensorflow as tf
     from tensorflow.python.eager import context  # the run-metadata switch has no public API
 
@@ -244,9 +235,8 @@ def reaches_apple_gpu() -> bool:
 
 
 def preflight(device: DeviceInfo, context: PreflightContext) -> list[Finding]:
-    """TensorFlow's traps: a current TensorFlow on a Mac (CPU only), a tensorflow-metal that
-    does not go with this TensorFlow, and on a Metal GPU XLA, float64, tf_keras's optimizers
-    and random ops."""
+    """TensorFlow's traps: a current TensorFlow on a Mac, a mismatched tensorflow-metal, and on a
+    Metal GPU XLA, float64, tf_keras's optimizers and random ops."""
     versions = context.versions
     tf_version = versions.get("tensorflow") or versions.get("tensorflow-macos") or ""
     findings: list[Finding] = []
