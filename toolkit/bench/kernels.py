@@ -1,15 +1,8 @@
-"""Which kernels a TensorFlow computation really ran: the optimized HLO of its XLA compilation
-and the partition graphs of its ``tf.function`` after Grappler, parsed into :class:`Kernels`.
-
-Reading only; the demos that time and explain fusion are ``toolkit.bench.fusion``.
-
-* graph mode: the partition graphs the runtime executed after Grappler's rewrites (captured
-  with the eager context's graph collection). Grappler's remapper (oneDNN on x86 CPUs, cuDNN /
-  cuBLASLt on CUDA) fuses a fixed list of patterns.
-* XLA: the optimized HLO module (``experimental_get_compiler_ir(stage="optimized_hlo")``); each
-  top-level instruction of its entry computation that computes is a kernel, and each
-  ``fusion`` lists the TensorFlow ops it holds.
-* eager: one kernel per op, by construction (:func:`op_types`)."""
+"""Which kernels a TensorFlow computation really ran, parsed into :class:`Kernels`: in graph
+mode, the partition graphs after Grappler's rewrites (its remapper fuses a fixed list of
+patterns); under XLA, each computing instruction of the optimized HLO's entry, each ``fusion``
+listing the ops it holds; eager, one kernel per op. The timing demos are
+``toolkit.bench.fusion``."""
 
 from __future__ import annotations
 
@@ -72,8 +65,7 @@ class Kernels(fields.Record):
     """What one compiled computation ran.
 
     Attributes:
-        names: one entry per kernel, e.g. ``_MklMatMul`` or
-            ``fusion(kLoop: AddV2, Relu6, Mul, RealDiv)``.
+        names: one entry per kernel (``_MklMatMul``, ``fusion(kLoop: AddV2, Relu6, Mul, RealDiv)``).
         fusions: one line per fused group: what it holds.
         source: where this was read from, or why it could not be."""
 

@@ -1,9 +1,6 @@
-"""A measured speed-up with its range: :class:`Gain`, the record every room that claims a
-gain hands on (tune's pick, the report's tune line), and the statistics it is built from.
-
-It sits below the rooms that measure it (``toolkit.search.fresh``: paired rounds in fresh
-processes or in the searching process) and the report that says it, so the report renders
-its words from the record (:meth:`Gain.words`), not from words written beside it."""
+"""A measured speed-up with its range: :class:`Gain`, the record every room that claims a gain
+hands on, below both the rooms that measure it and the report that says it
+(:meth:`Gain.words`)."""
 
 from __future__ import annotations
 
@@ -32,13 +29,10 @@ def t95(df: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Gain(fields.Record):
-    """A measured speed-up of a pick over the defaults: the median paired ratio (`ratio`), its
-    one-sided 95 % bounds (`low`, `high`; one round: the ratio itself; see the module's doc),
-    how many `rounds`, where they ran (:data:`FRESH` or :data:`THIS_PROCESS`) and the rounds'
-    noise (`noise`: ±, the spread of one round's log ratio; None under two rounds); for a
-    gain this process measured, `why` no fresh process checked it, with what would (said
-    in the gain's own line: a user who prints only it still learns what to do).
-    Built where the rounds are measured; :meth:`words` is the one way it is said."""
+    """A measured speed-up of a pick over the defaults: the median paired ratio, its one-sided 95
+    % bounds, how many `rounds`, where they ran (:data:`FRESH` or :data:`THIS_PROCESS`), their
+    `noise`; for a gain this process measured, `why` no fresh process checked it, and what
+    would."""
 
     LENIENT = True  # what a cache or a report holds: one this version cannot read is None
 
@@ -83,9 +77,8 @@ class Gain(fields.Record):
 
     @property
     def trusted(self) -> bool:
-        """Whether it holds outside this process: :attr:`confirmed`, in fresh processes. Rounds
-        in the process that searched measured picks up to 1.4× faster than fresh processes
-        then did (XLA claimed 1.52×, fresh 1.06×): each is said as unconfirmed."""
+        """Whether it holds outside this process: confirmed in fresh processes (in-process rounds
+        measured picks up to 1.4× faster than fresh ones did)."""
         return self.confirmed and self.where == FRESH
 
     def resolvable(self, rounds: int | None = None) -> float | None:
@@ -97,9 +90,8 @@ class Gain(fields.Record):
         return math.exp(t95(n - 1) * math.log1p(self.noise) / math.sqrt(n))
 
     def words(self) -> str:
-        """``1.27× (1.22–1.31, 3 rounds in fresh processes)``; rounds that did not confirm
-        it, one round, or rounds in this process are said as unconfirmed (a gain this process
-        measured: with why no fresh process checked it, and what would)."""
+        """``1.27× (1.22–1.31, 3 rounds in fresh processes)``; otherwise said as unconfirmed,
+        with why and what would confirm it."""
         why = self.why if self.why and self.where != FRESH else ""
         if self.rounds < 2:
             return f"{self.ratio:.2f}× (1 round in {self.where}: {why or 'not confirmed'})"

@@ -1,16 +1,10 @@
 """The one keyed cache of measured answers: the tune winner, the backends table, the matmul peak.
 
-A measurement is only true for what it measured (a model, its input, a backend, this machine and
-its software), so each answer is stored under the key of exactly those facts
-(``toolkit.core.machine.machine_key``) in one JSON file per kind of answer under
-``$TOOLKIT_CACHE_DIR``. An entry is ``{"facts", "result", "stored"}``: the facts stay readable
-beside the hash, so a person (or ``--backend=auto``) can see what a result was measured for.
-
-A cache is a convenience, never a failure: a missing, unreadable or corrupt file is a miss, and
-a read-only cache directory (or one that is a file) is skipped when writing, and an entry
-damaged by hand is named once and read as a miss (:meth:`Cache.read`). Writers hold a lock
-around their read-modify-write (``toolkit.core.files.update_json``): processes filling one
-cache at once keep every entry. A leaf: standard library only, and ``filelock``."""
+A measurement is only true for what it measured, so each answer is stored under the key of exactly
+those facts in one JSON file per kind under ``$TOOLKIT_CACHE_DIR``, the facts readable beside the
+hash. A cache is a convenience, never a failure: a missing, corrupt or unwritable cache is a miss or
+a skip, a damaged entry named once. Writers lock their read-modify-write, so concurrent processes
+keep every entry."""
 
 from __future__ import annotations
 
@@ -47,10 +41,8 @@ def _shown(value: Any) -> str:
 
 
 class Cache:
-    """One file of keyed entries under :func:`toolkit.core.machine.cache_dir`.
-
-    ``cache = Cache("tune.json")``, ``key = cache.key(facts)``, then ``cache.get(key)`` or,
-    after measuring, ``cache.put(key, facts, result)``."""
+    """One file of keyed entries: ``cache.key(facts)``, then ``cache.get(key)`` or
+    ``cache.put(key, facts, result)``."""
 
     def __init__(self, file: str) -> None:
         self.file = file
@@ -72,11 +64,8 @@ class Cache:
         return result if isinstance(result, dict) else None
 
     def read(self, key: str, parse: Callable[[dict[str, Any]], T]) -> T | None:
-        """The result under `key` as `parse` makes it, or None: a miss, also where the entry
-        is damaged (valid JSON with a field missing or of the wrong kind: a hand edit, a
-        version that wrote otherwise). That is said in one line on stderr naming the file,
-        the key and the field (`parse` raises ValueError naming it, or KeyError with it), and
-        never goes further: a cache is a convenience, never a failure."""
+        """The result under `key` as `parse` makes it, or None: a miss, also where the entry is
+        damaged, said in one line on stderr naming the file, key and field."""
         entry = read_json(self.path).get(key)
         if entry is None:
             return None

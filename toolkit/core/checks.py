@@ -1,12 +1,7 @@
-"""The one validator of what a user gives: a flag (``--batch_size``) or a Python argument
-(``StepTimer: batch_size``), checked in the same words whichever layer reads it.
-
-It lives in the bottom layer so that the profiling callbacks, the data pipelines, the report
-and the search check their arguments as the runner checks its flags: a bad value is one line
-naming what the user wrote, what it must be and what it was (``--batch_size must be an integer
->= 1, got nan``; ``StepTimer: batch_size must be an integer >= 1, got '32'``), never Python's
-``'<' not supported between instances of 'str' and 'int'`` from deep inside. The runner's
-config (``toolkit.runner.config``) re-exports :class:`ConfigError` and :func:`check_number`."""
+"""The one validator of what a user gives, a flag (``--batch_size``) or a Python argument
+(``StepTimer: batch_size``), in the same words whichever layer reads it: one line naming what
+the user wrote, what it must be and what it was (``--batch_size must be an integer >= 1, got
+nan``), never a ``TypeError`` from deep inside."""
 
 from __future__ import annotations
 
@@ -39,9 +34,8 @@ def check_number(
     most: float | None = None,
     above: float | None = None,
 ) -> None:
-    """ConfigError naming `flag` (``--port``, or :func:`argument`'s ``StepTimer: batch_size``)
-    unless `value` is a finite number (an integer with `integer`; a bool is neither) in range;
-    None passes (an option left unset: check that apart where it is required)."""
+    """ConfigError naming `flag` unless `value` is a finite number (an integer with `integer`; a
+    bool is neither) in range; None passes."""
     if value is None:
         return
     kind = "an integer" if integer else "a finite number"
@@ -91,10 +85,8 @@ def _is_integer(value: Any) -> bool:
 
 
 def check_batch_fits(owner: str, batch_size: int, count: int) -> None:
-    """ConfigError when `count` examples (a known count: 0 or more) hold no whole batch of
-    `batch_size` and the last partial batch is dropped: an epoch would train nothing, and
-    ``fit`` would only warn that its input ran out. (Keras batches arrays itself with the
-    last batch partial; a pipeline that drops it for static shapes must say so.)"""
+    """ConfigError when `count` examples hold no whole batch of `batch_size` and the partial
+    batch is dropped: an epoch would train nothing, and ``fit`` would only warn."""
     if 0 <= count < batch_size:
         raise ConfigError(
             f"{argument(owner, 'batch_size')}={batch_size} is larger than the {count} "

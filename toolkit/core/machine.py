@@ -1,9 +1,6 @@
-"""Machine identity: the CPU model, the environment a run had, the cache directory, and the one
-machine key that every per-machine cache (the matmul peak, tune) is keyed by.
-
-A leaf: it imports nothing of the toolkit but the version, and no framework. Framework versions
-are read from modules that are already loaded (``sys.modules``), never by importing them, so
-capturing the environment of a report reader stays instant."""
+"""Machine identity: the CPU model, a run's environment, the cache directory, and the one machine
+key every per-machine cache is keyed by. A leaf: framework versions are read from modules
+already loaded, never by importing them."""
 
 from __future__ import annotations
 
@@ -83,12 +80,8 @@ def framework_versions() -> dict[str, str]:
 
 
 def capture_environment(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Python, platform, CPU, toolkit version, argv, the performance-relevant environment
-    variables and the versions of the frameworks already loaded.
-
-    Args:
-        extra: more facts merged in (the framework's own, such as TensorFlow's device list and
-            build: ``toolkit.backend.framework_facts()``)."""
+    """Python, platform, CPU, toolkit version, argv, the performance-relevant environment and the
+    versions of the frameworks already loaded; `extra` merged in."""
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
@@ -130,11 +123,9 @@ def machine_facts(**more: Any) -> dict[str, Any]:
 
 
 def _jax_beside_tensorflow() -> dict[str, str]:
-    """JAX's installed version where TensorFlow is loaded and JAX is not: TensorFlow's own
-    import loads JAX where it is installed, but the toolkit's load leaves it out
-    (``toolkit.devices.runtime.load_tensorflow``), so without this a cache written by a recipe
-    or a verb and read by your script (``import tensorflow``, JAX loaded with it) would have
-    two keys for one machine. Read from the package's metadata, never by importing it."""
+    """JAX's installed version where TensorFlow is loaded and JAX is not: the toolkit loads
+    TensorFlow without JAX, so without this a recipe's cache and your script's (``import
+    tensorflow`` loads JAX) would have two keys for one machine. Read from metadata."""
     if "tensorflow" not in sys.modules or "jax" in sys.modules:
         return {}
     from importlib import metadata
@@ -146,8 +137,7 @@ def _jax_beside_tensorflow() -> dict[str, str]:
 
 
 def machine_key(facts: Mapping[str, Any]) -> str:
-    """A short stable hash of `facts` (:func:`machine_facts`, with what else the cached value
-    depends on): the one key the per-machine caches use, so a new CPU, TensorFlow or Keras
-    version is a new key."""
+    """A short stable hash of `facts`: the one key the per-machine caches use, so a new CPU or
+    framework version is a new key."""
     text = json.dumps(dict(facts), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]

@@ -1,10 +1,7 @@
-"""The tf.data service server that ``distribute.spawn_data_service`` starts in a child process.
-
-The parent hands the child a typed :class:`ServiceSpec` (JSON on the child's stdin) and the child
-answers with one typed :class:`Started` (one JSON line on its stdout) once it serves, or once it
-could not: no command line is built for the child and no human-readable line is scraped for an
-address. ``python -m toolkit data-service`` (the verb a person runs) starts its server with
-the same :func:`serve`."""
+"""The tf.data service server ``distribute.spawn_data_service`` starts in a child process: the
+parent hands a typed :class:`ServiceSpec` on stdin, the child answers with one typed
+:class:`Started` on stdout; nothing scraped. The ``data-service`` verb uses the same
+:func:`serve`."""
 
 from __future__ import annotations
 
@@ -66,9 +63,8 @@ def serve_dispatcher(port: int, work_dir: str | None = None) -> Any:
 
 
 def serve_worker(dispatcher: str, port: int = 0, host: str = "localhost") -> Any:
-    """Starts a tf.data service worker registered with `dispatcher` (``grpc://host:port`` or
-    ``host:port``) and returns it. It listens on every interface (TensorFlow offers no
-    other); `host` is only the name it tells the dispatcher."""
+    """Starts a tf.data service worker registered with `dispatcher`; it listens on every
+    interface, `host` only the name it tells the dispatcher."""
     import tensorflow as tf
 
     target = dispatcher.partition("://")[2] or dispatcher
@@ -79,9 +75,8 @@ def serve_worker(dispatcher: str, port: int = 0, host: str = "localhost") -> Any
 
 
 def serve(spec: ServiceSpec) -> tuple[Any, str, int]:
-    """The worker or dispatcher `spec` asks for, started: ``(server, what it is in words, the
-    port it listens on)``. Raises RuntimeError (TensorFlow's, a port it cannot bind) or
-    ValueError (a dispatcher address it cannot reach: the callers check it is one first)."""
+    """The worker or dispatcher `spec` asks for, started: ``(server, words, port)``. Raises
+    RuntimeError (a port it cannot bind) or ValueError (an unreachable dispatcher)."""
     if spec.dispatcher:
         server = serve_worker(spec.dispatcher, spec.port, spec.host)
         # WorkerServer says its port only as "localhost:<port>" (a private property).

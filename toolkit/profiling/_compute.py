@@ -1,9 +1,5 @@
-"""The run's compute facts as a record: what ``flops.compute_facts`` measured (FLOPs per step,
-the matmul peak and its spread, a datasheet's peak) and what the report adds from the median
-step (achieved FLOP/s, MFU), handed from the profiling room to the report, the runner's
-TensorBoard scalars and the backends chooser as one typed record.
-
-Import-light (no framework): the report side reads it where TensorFlow cannot be imported."""
+"""The run's compute facts as a record: what ``flops.compute_facts`` measured and what the report
+adds from the median step (achieved FLOP/s, MFU). Import-light."""
 
 from __future__ import annotations
 
@@ -19,14 +15,13 @@ class Compute(fields.Record):
     """FLOPs per step and the peak they are measured against.
 
     Attributes:
-        flops_per_step: a training step's FLOPs (forward + backward); None: not counted.
+        flops_per_step: a training step's FLOPs; None: not counted.
         flops_forward: a forward pass's; batch_size: what they are counted at.
-        method, note: how they were counted; caveats, or why they are missing.
-        peak_dtype: the matmul peak's compute dtype; peak_flops_per_s, peak_source,
-            peak_spread_pct: the measured peak, where it came from, how far its runs spread.
+        method, note: how they were counted; caveats, or why missing.
+        peak_dtype, peak_flops_per_s, peak_source, peak_spread_pct: the measured peak.
         datasheet_peak_flops_per_s, datasheet_peak: a GPU datasheet's dense peak, and whose.
-        achieved_flops_per_s, mfu, datasheet_mfu: at the run's median step (the report's).
-        peak_pending: the peak is still to be measured after fit (the runner's, never saved)."""
+        achieved_flops_per_s, mfu, datasheet_mfu: at the run's median step.
+        peak_pending: the peak is still to be measured after fit (never saved)."""
 
     WHERE = "compute"
 
@@ -52,9 +47,8 @@ class Compute(fields.Record):
         return bool(self.peak_flops_per_s) and reliable_peak(self.peak_spread_pct)
 
     def at_step(self, step_s: float | None) -> Compute:
-        """With the achieved FLOP/s and MFU at `step_s` (the mean step, as examples/s); no MFU
-        from a peak measured on a busy machine (it would move with the machine's load, not
-        the run)."""
+        """With the achieved FLOP/s and MFU at `step_s`; no MFU from a peak measured on a busy
+        machine."""
         done = utilization(self.flops_per_step, step_s, self.peak_flops_per_s)
         sheet = utilization(self.flops_per_step, step_s, self.datasheet_peak_flops_per_s)
         return dataclasses.replace(
@@ -66,8 +60,8 @@ class Compute(fields.Record):
 
     @classmethod
     def from_dict(cls, d: Any, where: str | None = None) -> Compute | None:
-        """A report's ``compute`` (docs/report.md; None: none), its figures checked.
+        """A report's ``compute`` (None: none), its figures checked.
 
         Raises:
-            ReportError: a figure not a number >= 0 or null, named (``compute.mfu``)."""
+            ReportError: a figure not a number >= 0 or null, named."""
         return super().from_dict(d, where) if d else None

@@ -21,18 +21,13 @@ __all__ = ["LossGuard"]
 
 
 class LossGuard(compat.keras().callbacks.Callback):
-    """Finds the first step whose loss is NaN or infinite and, by default, stops ``fit`` there,
-    as ``keras.callbacks.TerminateOnNaN`` would; the report is then ``diverged`` with the step,
-    not ``complete`` with a NaN.
+    """Finds the first step whose loss is NaN or infinite and by default stops ``fit`` there, as
+    ``TerminateOnNaN`` would; the report is then ``diverged`` with the step.
 
-    Keras's loss in the logs is the epoch's running mean: once a step's loss is not finite,
-    every later mean is not either, so the first non-finite mean is the first bad step (with
-    ``steps_per_execution`` > 1, the last step of the first bad execution). It is
-    ``async_safe``: Keras 3 calls its batch-end hook off the training thread, where the logs
-    are read, so the check adds no sync to a step; ``fit`` stops within a few steps of the bad
-    one. Where the logs come as tensors (tf_keras, which has no such thread), each step's loss
-    is read one step later, once the next step is queued, so the host keeps a step of lead.
-    Validation losses are checked at each epoch's end."""
+    Keras's logged loss is the epoch's running mean, so the first non-finite mean is the first bad
+    step. ``async_safe``: the logs are read on Keras 3's callback thread, adding no sync; ``fit``
+    stops within a few steps. Where logs come as tensors (tf_keras), each loss is read one step
+    later, keeping a step of lead. Validation losses are checked at each epoch's end."""
 
     async_safe = True
 
@@ -72,9 +67,8 @@ class LossGuard(compat.keras().callbacks.Callback):
                 self._describe("loss", value, f"at step {batch + 1} of epoch {self._epoch + 1}")
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-        # Stop from the training thread, at a step boundary: set from Keras's async callback
-        # thread, the flag races the JAX trainer's loop (which then reads metric buffers the
-        # next step has already donated: "Array has been deleted").
+        # Stop from the training thread, at a step boundary: set from Keras's callback thread, the
+        # flag races JAX's loop ("Array has been deleted").
         if self.stop and self._first is not None:
             self.model.stop_training = True
 

@@ -1,9 +1,8 @@
 """PyTorch's signal for the step's anatomy: the profiler's Chrome trace, with the toolkit's
-own ``record_function`` range around each layer's call and each phase. Forward ops sit inside
-those ranges; the autograd engine runs the gradients later, outside them, and each of its
-functions carries the sequence number of the forward op that made it: that number joins a
-gradient to its layer. On a GPU, each kernel joins the op that launched it by its
-correlation id, and the host's ops become the launch work around them."""
+``record_function`` range around each layer's call and phase. The autograd engine runs
+gradients later, outside those ranges, each carrying the sequence number of the forward op
+that made it: that joins a gradient to its layer. On a GPU each kernel joins its launching op
+by correlation id."""
 
 from __future__ import annotations
 
@@ -112,11 +111,9 @@ def anatomy_trace(files: list[str]) -> StepTrace:
 
 
 def raw_step(model: Any, batch: Any, per_call: int = 1) -> tuple[Any, str]:
-    """The model's training step written without Keras's trainer: the forward call, the
-    plain loss, ``backward()`` and the optimizer's ``apply`` (eager, as Keras's own step
-    without ``jit_compile``). Returns ``(timed(n) -> seconds for n calls of `per_call` steps,
-    words)``: Keras's PyTorch trainer runs ``steps_per_execution`` as a Python loop of its
-    step, and so does this. Raises ValueError as ``plain_loss``."""
+    """The model's training step without Keras's trainer: forward, plain loss, ``backward()`` and
+    the optimizer's ``apply``, eager, looped `per_call` times as Keras's trainer does. Returns
+    ``(timed(n) -> seconds, words)``. Raises ValueError as ``plain_loss``."""
     import time
 
     import torch
@@ -159,11 +156,10 @@ def layer_alone(
     jit: bool = False,
     input_grads: bool = True,
 ) -> Any:
-    """One layer's step alone, eager as the model's step runs it (`jit` is not PyTorch's:
-    Keras compiles nothing here): its forward with autograd recording, and with `backward`
-    the gradients of its weights and of its floating inputs too (of its weights alone where
-    `input_grads` is False: a whole model's step needs none of its data's), on random `inputs`
-    of the ``(shape, dtype)`` its calls saw (integer inputs: zeros): ``timed(n) -> seconds``."""
+    """One layer's step alone, eager as the model's step runs it: forward with autograd, and with
+    `backward` the gradients of its weights and floating inputs (weights alone where
+    `input_grads` is False), on random `inputs` of the shapes its calls saw: ``timed(n) ->
+    seconds``."""
     import time
 
     import torch
