@@ -1,16 +1,11 @@
 """The processes the toolkit starts: each bound to its parent's life, stopped and waited for
-before what it uses is removed, and never writing into a directory its parent removed.
+before what it uses is removed, never writing into a directory its parent removed.
 
-Parent side: :func:`spawn` tells the child its parent's pid and temporary directories
-(:func:`temporary_directory`); :func:`stop` ends one (SIGTERM, SIGKILL after a grace) and waits,
-:func:`running` whatever ends the block, and an exit hook stops the rest.
-
-Child side, first thing: :func:`bind_to_parent`. On Linux the kernel sends SIGTERM when the
-parent dies, even of SIGKILL (``PR_SET_PDEATHSIG``, only from the main thread: it fires when
-the starting *thread* ends). A watchdog thread also polls the parent's pid (macOS has no
-deathsig): once it changes, SIGTERM, a grace, then the parent's directories are removed and
-the child ends at once, so a SIGKILLed parent leaves no temporary file. Standard library only,
-as it loads before anything heavy."""
+Parent side: :func:`spawn` tells the child its parent's pid and temporary directories; :func:`stop`
+ends one (SIGTERM, SIGKILL after a grace), :func:`running` whatever ends the block. Child side,
+first: :func:`bind_to_parent`: ``PR_SET_PDEATHSIG`` on Linux (from the main thread), and a watchdog
+polling the parent's pid (macOS has none); once it changes, the parent's directories are removed and
+the child ends. Standard library only."""
 
 from __future__ import annotations
 
@@ -50,8 +45,7 @@ _importing: list[str] = []  # the child side: the user's script it is importing,
 @contextlib.contextmanager
 def temporary_directory(prefix: str) -> Iterator[str]:
     """A :func:`files.scratch_dir` removed when the block ends, told to every child started in
-    it, so a child whose parent died removes it. `prefix` starts with ``toolkit-``. Stop the
-    block's children before it ends (:func:`running`)."""
+    it, so a child whose parent died removes it."""
     if not prefix.startswith(_PREFIX):
         raise ValueError(f"a child's temporary directory starts with {_PREFIX!r}: {prefix!r}")
     tmp = files.scratch_dir(prefix)
@@ -86,10 +80,10 @@ def refuse_while_importing() -> None:
 
 def spawn(argv: list[str], **popen: Any) -> subprocess.Popen[Any]:
     """``subprocess.Popen(argv, **popen)`` for a child that calls :func:`bind_to_parent`; stop it
-    with :func:`stop` (an exit hook does otherwise).
+    with :func:`stop`.
 
     Raises:
-        RuntimeError: called while a child imports the user's script (:func:`importing_script`)."""
+        RuntimeError: called while a child imports the user's script."""
     refuse_while_importing()
     env = dict(popen.pop("env", None) or os.environ)
     env[_PARENT] = str(os.getpid())

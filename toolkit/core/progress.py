@@ -1,11 +1,6 @@
-"""Progress on long work: a bar on a terminal, a line per stage in a log, nothing when asked.
-
-Bars are tqdm's (``tqdm.std``, installed with the toolkit; it also comes with
-tensorflow-datasets): they draw on stderr only when stderr is a terminal, so a log or a pipe
-gets no carriage returns, only the stage lines :func:`say` prints (one per stage, each saying
-how much is left). ``TOOLKIT_PROGRESS=0`` silences both; ``TOOLKIT_PROGRESS=1`` draws bars even
-when stderr is not a terminal (a notebook's stderr, ``script``). Results always go to stdout;
-progress never does, so ``keras-perf ... > table.md`` stays clean."""
+"""Progress on long work: a tqdm bar on a terminal's stderr, a line per stage in a log
+(:func:`say`), nothing with ``TOOLKIT_PROGRESS=0`` (``=1`` draws bars off a terminal too).
+Progress never goes to stdout, so ``keras-perf ... > table.md`` stays clean."""
 
 from __future__ import annotations
 
@@ -56,8 +51,8 @@ def say(text: str) -> None:
 
 class Bar:
     """A tqdm bar on a terminal, nothing elsewhere: ``update(n)``, ``describe(text)``,
-    ``close()``; a context manager. Redraws at most five times a second, so updating it every
-    step costs well under a microsecond between redraws."""
+    ``close()``; a context manager. At most five redraws a second, so updating every step is
+    cheap."""
 
     def __init__(
         self,

@@ -1,12 +1,8 @@
-"""Preflight: known traps of a backend / device / precision / XLA / version choice, each with
-its fix, and a starting precision per device.
-
-:func:`preflight` returns findings (severity, what, fix): the backend's own rules are its seam
-module's (``toolkit.backend._<name>.devices.preflight``: TensorFlow's table of tensorflow-metal
-pairs, :data:`METAL_COMPATIBILITY`; the MPS traps; jax-metal), the precision and XLA rules that
-depend on the device alone are here. :func:`apple_gpu_paths` says how each backend reaches an
-Apple GPU today, with the sources they rest on. :func:`recommend_precision` gives a starting
-point that measurement (``toolkit.tune``) confirms or overrules."""
+"""Preflight: known traps of a backend / device / precision / XLA / version choice, each with its
+fix, and a starting precision per device. The backend's own rules are its seam's; those
+depending on the device alone are here. :func:`apple_gpu_paths` says how each backend reaches
+an Apple GPU today; :func:`recommend_precision` is a starting point that ``toolkit.tune``
+confirms or overrules."""
 
 from __future__ import annotations
 
@@ -58,18 +54,15 @@ def preflight(
     """Checks for known traps before a run; returns findings, each with its fix.
 
     Args:
-        device: the device the run will use. Defaults to :func:`resolve` ``("auto")``.
-        policy: the mixed-precision policy (``float32``, ``mixed_float16``,
-            ``mixed_bfloat16``). Defaults to Keras's global policy.
+        device: the device the run will use (default: ``resolve("auto")``).
+        policy: the mixed-precision policy (default: Keras's global one).
         jit_compile: whether the run compiles with XLA.
         model: a Keras model whose weights are checked for float64.
-        versions: ``{distribution: version}`` with ``python`` and ``platform`` (as
-            ``sys.platform-machine``, e.g. ``darwin-arm64``), what the backend's rules read
-            (TensorFlow's: ``tensorflow``, ``tensorflow-metal``); defaults to the installed
-            ones and this machine. A dict of your own (tests) says None for what it lacks.
-        legacy_keras: whether tf_keras is in use. Defaults to ``TF_USE_LEGACY_KERAS``.
-        optimizer: the optimizer the run will use (checked for the tf_keras-on-Metal trap).
-        backend: the Keras backend of the run. Defaults to the one Keras trains on."""
+        versions: ``{distribution: version}`` with ``python`` and ``platform`` (default: the
+            installed ones).
+        legacy_keras: whether tf_keras is in use.
+        optimizer: the optimizer the run will use (the tf_keras-on-Metal trap).
+        backend: the Keras backend of the run."""
     backend = backend or backends.name()
     if device is None:
         device = resolve("auto", backend=backend)

@@ -1,11 +1,6 @@
-"""Inference latency and throughput of a compiled model function, measured honestly.
-
-* Latency (what one request waits): every call is timed on its own *including* reading the
-  result back to the host, because a request is not served until its answer exists.
-* Throughput (what a busy server sustains): ``runs`` calls are issued back to back and the
-  results are read once at the end, so the device never waits for the host between calls.
-
-Both exclude the first call (tracing/compilation, reported apart) and `warmup` more calls."""
+"""Inference latency and throughput of a compiled model function: latency times every call on its
+own including the read-back (a request waits for its answer); throughput issues ``runs`` calls
+back to back and reads once. Both leave out the first call (reported apart) and `warmup` more."""
 
 from __future__ import annotations
 
@@ -61,9 +56,9 @@ def measure_inference(
         fn: the function to time (a ``tf.function`` of the model, usually).
         inputs: its argument; the same tensor every call.
         batch_size: examples in `inputs`, for examples/sec.
-        warmup: calls after the first left out. Defaults to `5`.
-        runs: timed calls for each of latency and throughput. Defaults to `30`.
-        clock: seconds. Defaults to `time.perf_counter`."""
+        warmup: calls after the first left out.
+        runs: timed calls for each of latency and throughput.
+        clock: seconds."""
     if runs < 1 or warmup < 0:
         raise ValueError(f"runs must be >= 1 and warmup >= 0, got {runs} and {warmup}")
     start = clock()

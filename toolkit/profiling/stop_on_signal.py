@@ -28,10 +28,10 @@ __all__ = [
 
 
 class StopOnSignal(compat.keras().callbacks.Callback):
-    """SIGINT (Ctrl-C) or SIGTERM during a profiled ``fit`` stops it at the next step boundary:
-    the handler only records the signal, and this callback raises it from ``on_train_batch_begin``
-    (or an epoch hook), where no framework op is in flight, so the run unwinds cleanly and its
-    partial report is written. A second signal, or one outside ``fit``, raises at once."""
+    """SIGINT or SIGTERM during a profiled ``fit`` stops it at the next step boundary: the
+    handler only records the signal, and this callback raises it from ``on_train_batch_begin``
+    (or an epoch hook), where no op is in flight, so the partial report is written. A second
+    signal, or one outside ``fit``, raises at once."""
 
     async_safe = True  # overrides no batch-end hook: Keras keeps its async dispatch
 

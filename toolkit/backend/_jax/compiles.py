@@ -1,17 +1,11 @@
 """JAX's compiles, for the ledger: ``jax.monitoring``'s duration events, and each batch read
 timed inside Keras's train function.
 
-JAX reports every trace, lowering and XLA compile as a duration event
-(``/jax/core/compile/...``) on the thread that asked for it, at once; one listener is
-registered for the process (JAX keeps listeners for good) and hands each event to the fits
-being watched. An event is stamped with the clock when it arrives, so the ledger places it in
-the execution (or the start-up) where it happened, and its cause is read then: the shapes
-and dtypes of the batch the train (or test) function was given, against those of the last
-compile (``input shape (17, 8) (was (32, 8))``: a ragged last batch).
-
-Keras's JAX train function reads its batches with ``next(iterator)`` inside a Python call;
-wrapping the iterator times each read (two clock reads per batch, no device sync): the
-input's share of the steps. The wrapper is put in at train begin and taken out at the end."""
+JAX reports every trace, lowering and compile as an event on the asking thread; one process-wide
+listener hands each to the fits watched, stamped on arrival so the ledger places it in its
+execution, its cause read then from the batch's shapes against the last compile's. Keras's JAX train
+function reads batches with ``next(iterator)``; wrapping the iterator times each read (no device
+sync)."""
 
 from __future__ import annotations
 
@@ -129,9 +123,8 @@ class JaxCompiles(CompileWatch):
                 self._current = None
                 self._pending = None
                 if function not in self._last_sig:
-                    # The first call's shapes, also where JAX compiled nothing for it (the
-                    # same step traced before, for a model of the same structure): the
-                    # baseline a later compile's cause is read against.
+                    # The first call's shapes, also where JAX compiled nothing: the baseline a later
+                    # cause is read against.
                     self._last_sig[function] = signature(batches.last)
 
         watched._toolkit_watched = True  # type: ignore[attr-defined]

@@ -1,10 +1,7 @@
-"""JAX's devices: detection through ``jax.local_devices`` (``gpu`` is CUDA unless the client
-says ROCm; ``METAL`` is jax-metal's Apple GPU), selection as JAX's default device (where Keras
-puts its variables and runs its steps), placement with ``keras.device``, and where each result
-of a step lives (XLA compiles a step for one device: an op without a kernel there fails to
-compile instead of falling back). jax-metal's one trap: it is experimental and unmaintained.
-
-JAX is imported inside each function."""
+"""JAX's devices: detection through ``jax.local_devices``, selection as JAX's default device,
+placement with ``keras.device`` and where each result lives (XLA compiles a step for one
+device: no fallback), and jax-metal's trap (experimental, unmaintained). JAX is imported
+inside each function."""
 
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
-"""TensorFlow's compiles, for the ledger: each traced function's tracing count.
-
-Keras 3 builds its train function as a Python wrapper around ``tf.function``s (the loop over
-the iterator, and the step it calls); tf_keras makes the train function a ``tf.function``
-itself. Either way a trace (and, with ``jit_compile``, XLA's compile) happens where the
-function's ``experimental_get_tracing_count()`` grows. The counts are read at each epoch's
-end and each validation's end (a Python attribute read, never a device sync), so a retrace
-is placed in the epoch where it happened, and the ledger times it as that epoch's slowest
-execution's excess over the median.
-
-What it cannot tell: why a function retraced (TensorFlow logs that as a warning only when it
-happens often). The input is read inside the traced step (``iterator.get_next()`` in the
-graph), where only a profiler sees its time."""
+"""TensorFlow's compiles, for the ledger: each traced function's tracing count (Keras 3's
+``tf.function``s inside its train function, tf_keras's train function itself), read at each
+epoch's and validation's end, never a device sync, so a retrace is placed in its epoch and
+timed as that epoch's slowest execution's excess. Why it retraced is not known; the input is
+read inside the traced step, seen only by a profiler."""
 
 from __future__ import annotations
 
@@ -50,9 +42,8 @@ def _count(fns: list[Any]) -> int:
 
 
 class TracingCounts(CompileWatch):
-    """TensorFlow: each Keras function's tracing count, read at the ledger's polls, counted
-    from the end of the function's first call (Keras 3 traces its step twice in that call:
-    the first call is the ledger's to time); every later trace is a retrace."""
+    """Each Keras function's tracing count at the ledger's polls, from the end of its first call
+    (Keras 3 traces its step twice there); every later trace is a retrace."""
 
     signal = "TensorFlow: the traced functions' tracing counts, read at each epoch's end"
     input_seen = ""

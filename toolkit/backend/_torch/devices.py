@@ -1,9 +1,7 @@
-"""PyTorch's devices: detection through ``torch.cuda`` and ``torch.backends.mps`` (a ROCm
-build's GPUs are not CUDA), selection as Keras's PyTorch device, placement with
-``keras.device``, every ATen op dispatched with the device of its result (and the ops MPS sent
-to the CPU, ``PYTORCH_ENABLE_MPS_FALLBACK``), and the traps of Keras on PyTorch's MPS device.
-
-PyTorch is imported inside each function."""
+"""PyTorch's devices: detection through ``torch.cuda`` and ``torch.backends.mps`` (a ROCm build's
+GPUs are not CUDA), selection as Keras's PyTorch device, placement with ``keras.device`` and
+every ATen op's result device (MPS fallbacks too), and the traps of Keras on MPS. PyTorch is
+imported inside each function."""
 
 from __future__ import annotations
 
@@ -41,17 +39,15 @@ _PLUMBING = frozenset(
     {"aten::_to_copy", "aten::copy_", "aten::lift_fresh", "aten::lift_fresh_copy",
      "aten::_local_scalar_dense"}
 )  # fmt: skip
-# What PyTorch warns when an op has no MPS kernel and PYTORCH_ENABLE_MPS_FALLBACK=1 sends it to
-# the CPU: "The operator 'aten::xyz' is not currently supported on the MPS backend and will fall
-# back to run on the CPU."
+# What PyTorch warns when PYTORCH_ENABLE_MPS_FALLBACK=1 sends an op without an MPS kernel to the
+# CPU.
 _MPS_FALLBACK = re.compile(r"operator '([\w:.]+)' is not currently (?:supported|implemented)")
 MPS_FALLBACK_DEVICE = "cpu (MPS fallback)"
 
 
 def device_infos(cuda: Sequence[Any], mps: bool, *, hip: bool = False) -> list[DeviceInfo]:
-    """PyTorch's devices as DeviceInfos: `cuda` are ``torch.cuda.get_device_properties``
-    results (``name``, ``total_memory``, ``major``, ``minor``), `mps` whether
-    ``torch.backends.mps.is_available()``; `hip` a ROCm build (its GPUs are not CUDA)."""
+    """PyTorch's devices as DeviceInfos from ``get_device_properties`` results (`cuda`), MPS
+    availability (`mps`), and whether a ROCm build (`hip`)."""
     found = [host_cpu()]
     for i, props in enumerate(cuda):
         found.append(
@@ -94,9 +90,9 @@ def framework_device(device: DeviceInfo) -> str:
 
 
 def select_device(device: DeviceInfo, memory_growth: bool) -> None:
-    """`device` becomes Keras's PyTorch device, which ``keras.device`` sets for a block: here
-    for the rest of the program (before Keras loads: its variable, ``KERAS_TORCH_DEVICE``).
-    `memory_growth` is TensorFlow's setting: PyTorch's caching allocator grows anyway."""
+    """`device` becomes Keras's PyTorch device for the rest of the program
+    (``KERAS_TORCH_DEVICE`` before Keras loads); `memory_growth` is TensorFlow's (PyTorch's
+    allocator grows anyway)."""
     name = framework_device(device)
     if "keras" not in sys.modules:
         os.environ["KERAS_TORCH_DEVICE"] = name
@@ -117,9 +113,8 @@ def device_scope(device: DeviceInfo) -> contextlib.AbstractContextManager:
 def placement(
     fn: Callable[..., Any], args: Any, kwargs: Any, gpu_selected: bool | None
 ) -> PlacementReport:
-    """Every ATen op dispatched, with the device of its result; ops that MPS sent to the CPU
-    (PyTorch warns once per op) are listed on ``cpu (MPS fallback)``. Any call works, warmed
-    up or not."""
+    """Every ATen op dispatched, with its result's device; ops MPS sent to the CPU are listed on
+    ``cpu (MPS fallback)``."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode  # the dispatcher's Python hook
 
