@@ -1,25 +1,17 @@
 """The ledger of one ``fit``: where its wall time went, in parts that add up to it.
 
-A user pays for the whole call, not the step. StepTimer knows the steps; the ledger lays the rest of
-the call beside them:
-
-* **start-up**: the fit called -> its first batch begins;
-* **compile**: each function's first call beyond its later calls' median, and every later retrace or
-  recompile the backend's own signal found (``CompileWatch``), each timed as its execution's excess
-  over the median, with its epoch, step and cause;
-* **steps**: the training executions, less all of the above inside them;
-* **input**: where it can be timed without a device sync (JAX's reads inside the train function, the
-  gaps between PyTorch's steps); on TensorFlow only a profiler sees it (``None``);
+StepTimer knows the steps; the ledger lays the rest of the call beside them:
+* **start-up**: fit called -> first batch begins; **exit**: train end -> the fit returned;
+* **compile**: each function's first call, and every retrace or recompile the backend's signal
+  found (``CompileWatch``), timed as its execution's excess over the median, with epoch, step and
+  cause; **steps**: the training executions, less all of the above inside them;
+* **input**: where timeable without a device sync (JAX's reads inside the train function, the gaps
+  between PyTorch's steps); on TensorFlow only a profiler sees it (``None``);
 * **validation**: on_test_begin -> on_test_end, less its callbacks and its compile;
-* **callbacks**: every other callback's hooks on the fit's thread, by class name; time on Keras's
-  callback thread overlapped the steps and is shown apart;
-* **exit**: train end -> the fit returned;
-* **other**: what is left; never hidden.
+* **callbacks**: other callbacks' hooks on the fit's thread, by class name (time on Keras's
+  callback thread overlapped the steps and is shown apart); **other**: the rest, never hidden.
 
-At train begin StepTimer finds Keras's callback list and times each overridden hook of the others in
-place (an instance attribute wrapping the bound method, removed at train end): nothing is added to
-the list, so Keras dispatches exactly as before. The intervals tile the call, so the parts add up to
-its wall time by construction."""
+The intervals tile the call, so the parts add up to its wall time by construction."""
 
 from __future__ import annotations
 
@@ -103,15 +95,15 @@ def _base(cb: Any, hook: str) -> bool:
 
 
 class CallbackClock:
-    """Times other callbacks' hooks in place, by class name, for the ledger."""
+    """Times other callbacks' overridden hooks in place, by class name: an instance attribute wraps
+    each bound method until train end. Nothing joins Keras's list, so it dispatches as before."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
         self.records: list[tuple[float, float, str]] = []  # (start, seconds, name), fit thread
         self.off: list[tuple[str, float]] = []  # (name, seconds) on another thread
         self._patched: list[tuple[Any, str, Any]] = []
-        # A memory reading at the end of each non-batch hook, inside its span: what each callback
-        # held. Batch hooks stay lean.
+        # Memory read at each non-batch hook's end, inside its span: what each callback held.
         self.read: Callable[[], None] | None = None
 
     def watch(self, callbacks: Sequence[Any], skip: Any) -> None:
@@ -178,8 +170,7 @@ class CallbackClock:
                 self._patched.remove(entry)
 
     def release(self, but_train_end: bool = False) -> None:
-        """Takes every timing wrapper out; with `but_train_end` each ``on_train_end`` one stays
-        until it has run (callbacks after StepTimer have not reached it yet)."""
+        """Takes every wrapper out; `but_train_end`: the ``on_train_end`` ones stay, not yet run."""
         kept = []
         for cb, hook, previous in reversed(self._patched):
             if but_train_end and hook == "on_train_end":
@@ -287,8 +278,7 @@ class _Book:
         capped: bool = False,
         at: float | None = None,
     ) -> float:
-        """Moves `seconds` from `part` (None: from nowhere) to `to`; `capped`: no more than
-        `part` holds; `at`: where in the fit. Returns the seconds moved."""
+        """Moves `seconds` from `part` (None: none) to `to`, `capped` at its total; returns them."""
         if part is not None:
             if capped:
                 seconds = min(seconds, max(0.0, self.totals[part]))
@@ -341,8 +331,6 @@ class FitLedger:
         self._warned: set[str] = set()  # the memories said to grow across epochs, once each
         self.memory_ends: list[EpochMemory] = []  # read at train begin and each epoch's end
 
-    # ------------------------------------------------------------ fed by StepTimer
-
     def begin(self, timer: Any, model: Any, at: float) -> None:
         self.finish()
         self.clear()
@@ -377,8 +365,7 @@ class FitLedger:
                 self.memory_ends.append(_memory.at_end(None, self.sampler.readings[0]))
 
     def _read_memory(self, steps_end: bool = False) -> _memory.Reading | None:
-        """A memory reading at one of the fit's boundaries; `steps_end`: the first epoch's steps
-        just ended."""
+        """A memory reading at a fit boundary; `steps_end`: the first epoch's steps just ended."""
         if self.sampler is None:
             return None
         reading = self.sampler.read()
@@ -387,8 +374,7 @@ class FitLedger:
         return reading
 
     def _poll(self, interval: Interval) -> None:
-        """Reads the backend's counters for `interval` (kept beside it under a label: nothing is
-        parsed back)."""
+        """Reads the backend's counters for `interval`, kept under a label (nothing parsed back)."""
         if self.watch is not None:
             label = f"{interval.kind} {interval.index}"
             self._polls[label] = interval
@@ -416,8 +402,7 @@ class FitLedger:
         self.gaps.extend(gaps)
 
     def _say_growth(self) -> None:
-        """Warns, once, where memory rose at each of the last epoch ends: a leak across epochs,
-        said before it ends a long run."""
+        """Warns once of memory risen at each of the last epoch ends: a leak, said in time."""
         ends = self.memory_ends
         with contextlib.suppress(Exception):  # a warning is a view; training goes on
             for g in _memory.epochs_growth(ends):
@@ -454,8 +439,7 @@ class FitLedger:
     def test_end(self, at: float) -> None:
         if self._test is None:
             return
-        # Its reading inside it, its end after: a fast validation otherwise had no reading of its
-        # own.
+        # Read inside it, its end after: else a fast validation had no reading of its own.
         self._read_memory()
         self._test.end = max(at, self._clock())
         self.validations.append(self._test)
@@ -468,8 +452,7 @@ class FitLedger:
         self.finish(but_train_end=True)  # the callbacks after StepTimer end the fit after it
 
     def finish(self, but_train_end: bool = False) -> None:
-        """Stops the backend's watch and takes the callbacks' timers out (idempotent; also after
-        a fit that raised)."""
+        """Stops the backend's watch and the callback timers (idempotent; also after a raise)."""
         watch, self.watch = self.watch, None
         if self.sampler is not None:
             self.sampler.stop()
@@ -479,8 +462,6 @@ class FitLedger:
             self._stopped = watch
         self.callbacks.release(but_train_end)
 
-    # ------------------------------------------------------------ the ledger
-
     def result(
         self,
         calls: Sequence[tuple[float, int, int, str]],
@@ -489,10 +470,7 @@ class FitLedger:
         params: Mapping[str, Any] | None,
         now: float,
     ) -> Ledger | None:
-        """The ledger (``docs/report.md``), or None: no fit was timed.
-
-        `calls` are StepTimer's executions, `span` the fit call's (called, returned), `current` the
-        epoch a fit stopped inside, `params` Keras's."""
+        """The ledger (``docs/report.md``); None: no fit timed. `current`: the epoch stopped in."""
         if self.train_begin is None:
             return None
         watch = self.watch or self._stopped
@@ -521,7 +499,6 @@ class FitLedger:
             signal=getattr(watch, "signal", None) if watch is not None else None,
             **self._counts(calls, params, fit)._asdict(),
             validation_runs_s=tuple(runs_s),
-            # The median execution's seconds a step, per function (a fix's unit of time).
             step_s=tuple((k, round(v.median, 6)) for k, v in found.steady.items()),
             backend=self.backend,
             jit_compile=_jit(self.model),
@@ -595,13 +572,11 @@ class FitLedger:
         return _Fit(called, returned, start, stop, train_end, epochs, validations)
 
     def _spans(self, fit: _Fit) -> tuple[list[Tile], list[float]]:
-        """The intervals of each part in time order (:func:`_tile` makes them tiles), and each
-        validation's seconds."""
+        """Each part's intervals in time order (for :func:`_tile`); each validation's seconds."""
         first = next((e.first for e in fit.epochs if e.first is not None), None)
         spans = [Tile(fit.start, first if first is not None else (fit.train_end or fit.stop),
                       "start_up")]  # fmt: skip
-        # On a backend that queues steps ahead, the host reads the next batch while the device runs:
-        # not a wait the run paid. Said apart (``input_read_s``).
+        # Queued steps: the host reads ahead while the device runs, no wait (said as input_read_s).
         gaps = [] if self.overlaps else sorted(self.gaps)
         for e in fit.epochs:
             if e.first is not None and e.steps_end is not None:
@@ -609,8 +584,7 @@ class FitLedger:
         ends = {e.epoch: e.steps_end for e in fit.epochs}
         runs_s = []
         for v in fit.validations:
-            # From the epoch's last step: Keras builds the validation's iterator before
-            # on_test_begin.
+            # From the epoch's last step: Keras builds its iterator before on_test_begin.
             after = ends.get(v.epoch)
             begin = after if after is not None and after <= v.begin else v.begin
             spans.append(Tile(begin, v.end, "validation"))
@@ -641,8 +615,7 @@ class FitLedger:
         return tuple((k, round(v, 6)) for k, v in off.items())
 
     def _move_input(self, book: _Book, watch: Any) -> tuple[str, list[float]]:
-        """The input read inside the train function (JAX), moved out of the steps: where it was
-        seen and each read's seconds."""
+        """JAX's input reads in the train function, out of the steps: where seen, each's seconds."""
         gaps = [t.end - t.start for t in book.tiles if t.part == "input"]
         input_seen = getattr(watch, "input_seen", "") if watch is not None else ""
         if self.overlaps or not input_seen:
@@ -692,9 +665,6 @@ class FitLedger:
         return unseen
 
 
-# ---------------------------------------------------------------------------- the phases
-
-
 def _steps_and_gaps(first: float, steps_end: float, gaps: list[tuple[float, float]]) -> list[Tile]:
     """An epoch's steps, first begin to last end, cut by the input's gaps between them."""
     out = []
@@ -728,8 +698,7 @@ def _tile(spans: list[Tile], start: float, stop: float) -> list[Tile]:
 
 
 def _others(book: _Book, epochs: list[EpochSpan]) -> list[tuple[float, tuple[str, int | None]]]:
-    """Where the unexplained time sits, largest first, with its place in the fit: each ``other``
-    tile less what was moved out of it."""
+    """Each ``other`` tile less what was moved out of it, largest first, with its place."""
     found = []
     for t in book.tiles:
         if t.part != "other":
@@ -751,8 +720,7 @@ def _epoch_starts(unexplained: list[tuple[float, tuple[str, int | None]]]) -> li
 
 
 def _read_s(gaps: list[tuple[float, float]], watch: Any) -> float:
-    """The host's seconds reading batches: the gaps between steps, and reads inside the train
-    function."""
+    """The host's seconds reading batches: gaps between steps, reads inside the train function."""
     read = sum(d for _, d in gaps)
     return read + sum(d for _, d in getattr(watch, "input_spans", []) if watch is not None)
 
@@ -816,9 +784,8 @@ class _Found:
 
 
 class _Compiles:
-    """Each compile of one fit, timed, and moved out of the part it happened in: first calls, the
-    recompiles the backend's signal placed (or, for a counter, the slowest executions of its
-    interval), and Keras's own compiles outside the steps."""
+    """Each compile of one fit, timed and moved out of its part: first calls, recompiles the signal
+    placed (for a counter, its interval's slowest executions), Keras's own outside the steps."""
 
     def __init__(
         self,
@@ -850,9 +817,8 @@ class _Compiles:
         return _Found(compiles, self.steady)
 
     def _steady(self) -> dict[str, _Steady]:
-        """Each function's median execution a step: StepTimer's steady steps for train; else
-        every execution but the first and last; for a one-execution validation, the later
-        validations'."""
+        """Each function's median execution a step: StepTimer's steady steps for train; else all but
+        the first and last execution; for a one-execution validation, the later validations'."""
         out = {}
         for function in ("train", "evaluate"):
             rest = [
@@ -888,8 +854,7 @@ class _Compiles:
         if steady is None and not first:
             return
         if steady is None:
-            # The function's only call is its first: all of it is the compile, as the summary's
-            # first-step line says.
+            # Only a first call: all of it is the compile, as the summary's first-step line says.
             steady = _Steady(0.0, 0, None)
         excess = max(0.0, x.seconds - x.steps * steady.median)
         excess = self.book.move(
@@ -910,8 +875,7 @@ class _Compiles:
         )
 
     def _placed(self) -> dict[str, list[CompileEvent]]:
-        """The events stamped with the clock, placed in their executions (or outside every step);
-        the others, by poll label."""
+        """Places clock-stamped events in their executions (or outside); the rest by poll label."""
         flat = sorted((x for run in self.runs for x in run), key=lambda x: x.start)
         starts = [x.start for x in flat]
         polled: dict[str, list[CompileEvent]] = {}
@@ -951,8 +915,7 @@ class _Compiles:
         )
 
     def _polled(self, polled: Mapping[str, list[CompileEvent]]) -> None:
-        """A counter read at an interval's end: that interval's slowest executions are its
-        compiles."""
+        """A counter read at an interval's end: its slowest executions are its compiles."""
         for label, found in polled.items():
             interval = self.polls.get(label)
             if interval is None:
@@ -1065,8 +1028,7 @@ def _jit(model: Any) -> str | None:
 def epoch_gaps(
     begins: Sequence[tuple[Any, ...]], ends: Sequence[tuple[Any, ...]]
 ) -> list[tuple[float, float]]:
-    """``(start, seconds)`` from each step's end to the next begin in one epoch: where Keras's
-    PyTorch loop fetches the next batch."""
+    """``(start, seconds)`` from each step's end to the next begin: Keras's PyTorch loop's fetch."""
     end_of = {m[0]: m[1] for m in ends}
     out = []
     for k in range(len(begins) - 1):

@@ -1,12 +1,10 @@
-"""The ledger's records: what crosses from the ledger (``toolkit.profiling._ledger``, which
-builds them) to the report (``toolkit.report._ledger``, which renders them).
+"""The ledger's records: what crosses from the ledger to the report, which renders them.
 
-Small frozen dataclasses, pure Python. :class:`Ledger` is one fit's whole ledger;
-:meth:`Ledger.to_dict` and :meth:`Ledger.from_dict` are the JSON edge (schema in
-``docs/report.md``), and an older report's ledger reads as one written today.
-
-Each part and compile says how many samples it is made of and, where they repeat one thing, their
-spread: what a comparison needs to tell a change from noise. A part of one sample has no spread."""
+Small frozen dataclasses, pure Python, built by ``toolkit.profiling._ledger`` and rendered by
+``toolkit.report._ledger``. :meth:`Ledger.to_dict` and :meth:`Ledger.from_dict` are the JSON edge
+(schema in ``docs/report.md``); an older report's ledger reads as one written today. Each part and
+compile says its samples and, where they repeat one thing, their spread: what a comparison needs
+to tell a change from noise."""
 
 from __future__ import annotations
 
@@ -24,27 +22,18 @@ FIT_CALL, TRAIN_BEGIN = "fit call", "train begin"  # where the ledger's clock st
 
 
 def spread(values: Sequence[float]) -> float | None:
-    """1.4826 × the median absolute deviation of `values` (one outlier does not move it), or None
-    under 3 values."""
+    """1.4826 × the MAD of `values` (one outlier does not move it); None under 3 values."""
     if len(values) < 3:
         return None
     mid = statistics.median(values)
     return round(1.4826 * statistics.median(abs(v - mid) for v in values), 6)
 
 
-# ---------------------------------------------------------------------------- the records
-
-
 @dataclasses.dataclass(frozen=True)
 class LedgerPart:
-    """One part of the fit's wall time.
-
-    Attributes:
-        name: one of :data:`PARTS`.
-        seconds: its seconds; None where it could not be seen.
-        samples: how many intervals it adds up; 0: not counted (an older report).
-        spread_s: the spread of one such interval where at least three repeat one thing; else None.
-    """
+    """One part of the fit's wall time: `name` (one of :data:`PARTS`), `seconds` (None: not seen),
+    the `samples` (intervals) it adds up (0: not counted, an older report), and `spread_s`, one
+    interval's spread where at least three repeat one thing."""
 
     name: str
     seconds: float | None
@@ -64,8 +53,7 @@ class Compile(fields.Record):
         backend_seconds: what the backend's own signal timed, or None.
         cause: why, in words (``input shape (17, 8) (was (32, 8))``).
         outside_steps: compiled by Keras outside any step.
-        samples: the executions the function's median came from.
-        step_spread_s: their spread per step; None under three."""
+        samples, step_spread_s: the executions the median came from, their spread per step."""
 
     function: str = fields.field(missing="?")
     first: bool = fields.field(missing=False)
@@ -81,8 +69,7 @@ class Compile(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class CallbackTime:
-    """One callback's hooks on the fit's thread: class name, seconds, hook calls, and one call's
-    spread."""
+    """One callback's hooks on the fit's thread: its class, seconds, calls, one call's spread."""
 
     name: str
     seconds: float
@@ -100,14 +87,10 @@ class OtherSpan(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class Reader:
-    """Who acts on the ledger's fixes, and what the run had on: the report's facts, derived when
-    it is built or read, not written in the ledger's JSON.
-
-    Attributes:
-        runner: the toolkit's runner set the run up: its settings are spelled as flags.
-        compile_cache: the run kept compiled programs on disk already.
-        build_compile_s: what the backend timed compiling while the model was built (None: none
-            timed)."""
+    """Who acts on the ledger's fixes and what the run had on: derived, not in the ledger's JSON.
+    `runner`: the toolkit's runner set the run up (settings spelled as flags); `compile_cache`:
+    compiled programs were on disk already; `build_compile_s`: the backend's compile seconds
+    while the model was built (None: none timed)."""
 
     runner: bool = False
     compile_cache: bool = False
@@ -146,8 +129,7 @@ class Ledger(fields.Record):
     WHERE = "ledger"
     EXTRA = ("validations",)
 
-    # FIT_CALL: timed around the fit call; TRAIN_BEGIN: from train begin
-    source: str = fields.field(key="from", read=_source)
+    source: str = fields.field(key="from", read=_source)  # FIT_CALL or TRAIN_BEGIN
     partial: bool = fields.field(missing=False)
     wall_s: float
     parts: tuple[LedgerPart, ...] = fields.field((), json=False)  # three mappings by name
@@ -171,8 +153,7 @@ class Ledger(fields.Record):
     unseen: tuple[str, ...] = ()
     input_read_s: float | None = None
     other_where: tuple[OtherSpan, ...] = ()
-    # Of "other": the seconds before the first step of epochs 2 on (each epoch's new input
-    # iterator).
+    # Of "other": seconds before the first step of epochs 2 on (each's new input iterator).
     epoch_starts_s: float | None = None
     # The longest of those waits: one epoch's is not every epoch's, and the fix says which.
     epoch_start_max_s: float | None = None
@@ -180,8 +161,6 @@ class Ledger(fields.Record):
     reader: Reader = fields.field(default_factory=Reader, json=False)
     # Each part's memory, and growth; left out of the repr, which would print every reading.
     memory: RunMemory | None = dataclasses.field(default=None, repr=False)
-
-    # ------------------------------------------------------------ reading
 
     @property
     def timed_call(self) -> bool:
@@ -200,8 +179,7 @@ class Ledger(fields.Record):
         return self.part(name).seconds
 
     def percents(self) -> dict[str, int]:
-        """Each timed part's whole percent of the wall, rounded as one (they add up as the parts
-        do): the one rounding of a share on every screen."""
+        """Each timed part's whole percent of the wall, rounded to add up: every screen's share."""
         seen = [p for p in self.parts if p.seconds is not None]
         shares = whole_percents([float(p.seconds or 0.0) for p in seen], self.wall_s)
         return dict(zip((p.name for p in seen), shares, strict=True))
@@ -214,8 +192,6 @@ class Ledger(fields.Record):
     def jit(self) -> bool:
         """The step was compiled with XLA (``jit_compile`` True, as Keras held it)."""
         return str(self.jit_compile).lower() == "true"
-
-    # ------------------------------------------------------------ JSON
 
     def to_dict(self) -> dict[str, object]:
         """The ledger's JSON (``report.json``'s ``ledger``, less the report's ``fixes``)."""
@@ -258,8 +234,7 @@ class Ledger(fields.Record):
 
     @classmethod
     def from_dict(cls, d: Any, reader: Reader | None = None) -> Ledger:  # type: ignore[override]
-        """A ledger from its JSON, this toolkit's or an older one's (a missing field takes its
-        default). A field of the wrong kind raises ReportError naming it."""
+        """A ledger from its JSON, ours or older (missing: default; wrong kind: ReportError)."""
         ledger = super().from_dict(d, "ledger")
         validations = _count(d, "validations", "ledger")
         # before each validation's calls were kept: its count, if any

@@ -1,6 +1,4 @@
-"""StepTimer's helpers that need none of its state (log lines, the profiler probe, epoch logs as
-floats, a late end stamp settled against a trace edge, the process's start), and the records
-of what they timed. Imports no framework at import time."""
+"""StepTimer's stateless helpers and the records of what they timed; no framework imported."""
 
 from __future__ import annotations
 
@@ -25,8 +23,7 @@ def never() -> bool:
 
 
 def profiler_probe() -> Callable[[], bool]:
-    """The backend's check for a running profiler (anyone's), read once per fit; never one that
-    raises."""
+    """The backend's check for anyone's running profiler, once per fit; never one that raises."""
     from toolkit import backend
 
     try:
@@ -52,9 +49,8 @@ def settled(
     edges: list[tuple[int, tuple[bool, float]]],
     same_clock: bool,
 ) -> tuple[float, tuple[bool, int]]:
-    """A step's end stamp ``(time, profiler state)``, unless a trace edge that waited for the
-    device came after the step was dispatched: the step had ended by then, so it ran outside
-    what that edge started or stopped."""
+    """A step's end stamp ``(time, profiler state)``, unless a device-synced trace edge came after
+    it was dispatched: it had ended by then, outside what that edge started or stopped."""
     at, mark = end[1], (end[2], end[3])
     if following is not None:
         for generation, (before, synced_at) in edges:
@@ -109,8 +105,7 @@ def _files(files: Any, where: str) -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class Traced(fields.Record):
-    """What a TraceWindow did: the steps asked for and traced, the files it left, the step
-    markers it wrote, and why it failed (report.json's ``trace``)."""
+    """What a TraceWindow did: steps asked for and traced, files, markers, error (``trace``)."""
 
     WHERE = "trace"
 
@@ -124,9 +119,7 @@ class Traced(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class FitCall(fields.Record):
-    """The whole ``fit`` call in three parts adding up to `whole_s`: start-up, steps and exit
-    (None where the call was not timed around). `counted_from`: ``"fit call"`` or ``"train
-    begin"``. report.json's ``fit_call``."""
+    """report.json's ``fit_call``: :func:`fit_call_parts`, from `counted_from`."""
 
     WHERE = "fit_call"
     LENIENT = True  # a view of the run: one this version cannot read is None
@@ -150,14 +143,10 @@ def fit_call_parts(
     called: float | None = None,
     returned: float | None = None,
 ) -> FitCall | None:
-    """The whole ``fit`` call in three parts that add up: ``start_up_s`` (fit called -> first
-    batch begins), ``steps_s`` (-> train end) and ``exit_s`` (-> fit returned, where the input
-    iterator is destroyed): wall time every user pays that no step shows.
-
-    `begin`, `first` and `end` are StepTimer's clock at train begin, first batch begin and train
-    end; `called` and `returned` bracket the call where something wrapped it. Without them the
-    start-up counts from train begin and the exit is None; a pair that does not hold this fit is
-    ignored. None: no fit."""
+    """The ``fit`` call in parts that add up: ``start_up_s`` (called -> first batch begins),
+    ``steps_s`` (-> train end), ``exit_s`` (-> returned; the input iterator is destroyed): wall
+    time every user pays that no step shows. `called`/`returned` bracket a wrapped call (else
+    start-up counts from `begin`, no exit; a pair not holding this fit is ignored). None: no fit."""
     if called is None or returned is None or begin is None or not called <= begin <= returned:
         called = returned = None
     elif end is not None and end > returned:
@@ -179,8 +168,7 @@ def fit_call_parts(
     )
 
 
-# The stages of a process as the runner marks them; profile() marks LAUNCH and those from BEFORE_FIT
-# on, and ``Profile.mark`` names more.
+# Stages the runner marks (profile(): LAUNCH, and BEFORE_FIT on; ``Profile.mark`` names more).
 LAUNCH, SET_UP, MODEL, BEFORE_FIT, FIT_CALL, AFTER_FIT, IN_PROFILE = (
     "launch",
     "set-up",
@@ -193,9 +181,8 @@ LAUNCH, SET_UP, MODEL, BEFORE_FIT, FIT_CALL, AFTER_FIT, IN_PROFILE = (
 
 
 def process_start() -> float | None:
-    """When this process started, on ``time.perf_counter``'s clock (None: unknown). On Linux from
-    ``/proc/self/stat``'s start in ticks since boot, against ``CLOCK_BOOTTIME`` (psutil's boot
-    time is in whole seconds); psutil elsewhere."""
+    """When this process started, on ``time.perf_counter``'s clock (None: unknown). Linux: its
+    ``/proc/self/stat`` ticks vs ``CLOCK_BOOTTIME`` (psutil's is whole seconds); else psutil."""
     try:
         with open("/proc/self/stat", "rb") as f:
             after_name = f.read().rsplit(b")", 1)[1].split()  # the name may hold spaces
@@ -214,8 +201,7 @@ def process_start() -> float | None:
 
 @dataclasses.dataclass(frozen=True)
 class Stage(fields.Record):
-    """One stage of the process: its name, seconds, and of them the seconds the backend timed
-    compiling (None: not watched)."""
+    """A process stage: name, seconds, and of them the backend's compiling (None: not watched)."""
 
     name: str
     seconds: float
@@ -224,9 +210,8 @@ class Stage(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class ProcessTime(fields.Record):
-    """The process that ran the fit, from its start to its report, in `stages` that add up to
-    :attr:`whole_s`: a user waits for the process (imports, data, the model's build), not the
-    fit."""
+    """The process, start to report, in `stages` adding up to :attr:`whole_s`: a user waits for
+    the process (imports, data, the model's build), not just the fit."""
 
     WHERE = "process"
 

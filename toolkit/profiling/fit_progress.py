@@ -1,14 +1,9 @@
 """FitProgress: a progress bar for ``fit`` that never reads a tensor per step.
 
 Keras's own bar (``verbose=1``) reads the loss after every step: a device sync per step on a GPU.
-This callback counts steps from the batch index, draws tqdm's bar on a terminal (nothing in a log or
-with ``TOOLKIT_PROGRESS=0``), one per epoch, and at each epoch's end keeps one line above it: steps,
-time, step time, throughput and metrics, formatted as the summary formats them. ``async_safe``. With
-``--fused_steps=K`` it counts K training steps per batch, as StepTimer does.
-
-```python
-model.fit(dataset, epochs=3, verbose=0, callbacks=[FitProgress("my-model")])
-```"""
+This one (use ``verbose=0``) counts steps from the batch index: tqdm's bar on a terminal (none in a
+log or with ``TOOLKIT_PROGRESS=0``), one per epoch, and a line per epoch above it, as the summary
+formats it. ``async_safe``; with ``--fused_steps=K``, K steps per batch, as StepTimer counts."""
 
 from __future__ import annotations
 
@@ -24,8 +19,7 @@ from toolkit.core.stats import format_figure, format_s
 __all__ = ["FitProgress"]
 
 TIMING_KEYS = ("step_ms_p50", "examples_per_sec")  # StepTimer's, first after the epoch's count
-# The bar: label, percentage, bar, count, time and rate; no postfix, so it never shrinks to a
-# sliver.
+# Label, percentage, bar, count, time and rate; no postfix, so the bar never shrinks to a sliver.
 BAR_FORMAT = (
     "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]"
 )
@@ -42,16 +36,14 @@ def epoch_line(
     columns: int | None = None,
     aside: Sequence[tuple[str, float]] = (),
 ) -> str:
-    """The line kept for one epoch (``mlp epoch 3/20: 44 steps in 0.1 s, p50 0.956 ms/step,
-    ...``), folded to `columns`. `aside`: the parts of `seconds` that were no steady step,
-    said in the head so the step figures multiply."""
+    """The line kept for one epoch (``mlp epoch 3/20: 44 steps in 0.1 s, ...``), folded to
+    `columns`; `aside`: parts of `seconds` not steady steps, said so the step figures multiply."""
     numbers = {}
     for key, value in (logs or {}).items():
         try:
             numbers[key] = float(value)
         except (TypeError, ValueError):
             continue
-    # The epoch's seconds, and those that were no steady step (compile, validation).
     head = [f"{name} epoch {epoch}/{epochs or '?'}: {steps} steps in {format_s(seconds)}"]
     # said where it moves the arithmetic: 50 ms, or 5 % of the epoch
     outside = [f"{what} {format_s(t)}" for what, t in aside if t >= min(0.05, 0.05 * seconds)]

@@ -1,14 +1,7 @@
-"""HopelessStop: ends a measurement ``fit`` that cannot win, or that runs past a deadline, and
-keeps the rate it showed after its first call (the compile).
+"""HopelessStop: ends a measurement ``fit`` that cannot win, or that runs past a deadline.
 
-```python
-stop = HopelessStop(examples_per_call=32 * 8, limit_s=10.0, deadline=time.perf_counter() + 60)
-model.fit(dataset, epochs=1, steps_per_epoch=800, callbacks=[stop])
-rate = stop.rate if stop.stopped else None  # examples/s after the first call; 0: stopped in it
-```
-
-tune's search stops a candidate whose run has taken a few times what the best so far needed
-for its whole window: it cannot win, and its rate so far says by how much it lost."""
+tune's search stops a candidate whose run has taken a few times what the best so far needed for its
+whole window: it cannot win, and its rate after the first call (the compile) says by how much."""
 
 from __future__ import annotations
 
@@ -21,10 +14,9 @@ __all__ = ["HopelessStop"]
 
 
 class HopelessStop(compat.keras().callbacks.Callback):
-    """Stops ``fit`` once it has run `limit_s` after its first call, or at `deadline`
-    (``time.perf_counter``): ``.stopped``, and ``.rate`` (examples/s after the first call; 0
-    when it stopped at the first call). Keras ends a batch once an execution: each end is a
-    call of `examples_per_call` examples."""
+    """Stops ``fit`` once it has run `limit_s` after its first call, or at `deadline` (a
+    ``time.perf_counter``): ``.stopped``, ``.rate`` (examples/s after the first call; 0: stopped in
+    it). Keras ends a batch once an execution: each end is a call of `examples_per_call`."""
 
     def __init__(self, examples_per_call: int, limit_s: float, deadline: float) -> None:
         super().__init__()

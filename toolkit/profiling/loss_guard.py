@@ -1,11 +1,7 @@
 """LossGuard: the first step whose loss is NaN or infinite, found without a device sync per step.
 
-```python
-guard = LossGuard()  # stop=False: note it and train on
-model.fit(dataset, epochs=3, callbacks=[guard])
-if guard.found:
-    print(guard.found)  # "LossNotFinite: loss became nan at step 412 of epoch 2: ..."
-```"""
+``fit(ds, callbacks=[guard := LossGuard()])``, then ``guard.found``: ``"LossNotFinite: loss became
+nan at step 412 of epoch 2: ..."`` or None. ``LossGuard(stop=False)`` notes it and trains on."""
 
 from __future__ import annotations
 
@@ -21,13 +17,11 @@ __all__ = ["LossGuard"]
 
 
 class LossGuard(compat.keras().callbacks.Callback):
-    """Finds the first step whose loss is NaN or infinite and by default stops ``fit`` there, as
-    ``TerminateOnNaN`` would; the report is then ``diverged`` with the step.
-
-    Keras's logged loss is the epoch's running mean, so the first non-finite mean is the first bad
-    step. ``async_safe``: the logs are read on Keras 3's callback thread, adding no sync; ``fit``
-    stops within a few steps. Where logs come as tensors (tf_keras), each loss is read one step
-    later, keeping a step of lead. Validation losses are checked at each epoch's end."""
+    """Stops ``fit`` at the first non-finite loss unless `stop` is False, as ``TerminateOnNaN``
+    would; the report is then ``diverged`` with the step. Keras's logged loss is the epoch's running
+    mean, so its first non-finite value is the first bad step. ``async_safe``: read on Keras 3's
+    callback thread, no sync; ``fit`` stops within a few steps. Logs as tensors (tf_keras) are read
+    a step later, keeping a step of lead. Validation losses are checked at each epoch's end."""
 
     async_safe = True
 

@@ -1,15 +1,7 @@
 """ResumeRecorder: whether a run resumed from a ``BackupAndRestore`` backup, and from where.
 
-Place it after ``BackupAndRestore``; it fills in any object with the attributes
-``resumed``, ``steps_before``, ``from_epoch`` and ``steps_total`` (the runner's
-``toolkit.report.context.Resume``):
-
-```python
-resume = Resume("backups")
-model.fit(dataset, epochs=10, callbacks=[
-    keras.callbacks.BackupAndRestore("backups"), ResumeRecorder(resume)])
-print(resume.resumed, resume.from_epoch)  # True 4, after a restart in epoch 5
-```"""
+Place it after ``BackupAndRestore``; it fills in any object with ``resumed``, ``steps_before``,
+``from_epoch`` (0-based) and ``steps_total`` (the runner's ``toolkit.report.context.Resume``)."""
 
 from __future__ import annotations
 

@@ -1,30 +1,22 @@
-"""StepTimer's figures as TensorBoard scalars, laid out as Keras's TensorBoard callback lays out
-its own, so a Keras user finds them where they look.
+"""StepTimer's figures as TensorBoard scalars, laid out as Keras's own, where a Keras user looks.
 
-`logdir` is a run's TensorBoard directory holding Keras's ``train/`` and ``validation/`` runs; the
-trace goes into ``train/`` too, as Keras puts it. ``tensorboard --logdir`` on the parent of many
+`logdir` is a run's TensorBoard directory holding Keras's ``train/`` and ``validation/`` runs (the
+trace goes into ``train/`` too, as Keras puts it); ``tensorboard --logdir`` on the parent of many
 runs shows them side by side (:func:`viewing_hint`). Given the same ``log_dir`` as
-``keras.callbacks.TensorBoard``, StepTimer's points join Keras's.
-
-Tags, each with a description on its card:
-
-* ``Step time/ms``: ms per step of every timed execution (or per ``log_steps`` window; at most
-  :data:`MAX_POINTS` an epoch), warm-up and traced steps left out; ``Step time/p50_ms`` and
-  ``p90_ms`` per epoch;
+``keras.callbacks.TensorBoard``, StepTimer's points join Keras's. Tags, each described on its card:
+* ``Step time/ms``: ms per step of every timed execution (or ``log_steps`` window; at most
+  :data:`MAX_POINTS` an epoch), warm-up and traced steps left out; ``p50_ms``/``p90_ms`` per epoch;
 * ``Throughput/examples_per_sec`` and ``Throughput/mfu_percent`` per epoch;
 * ``Ledger/where the time went`` and ``anatomy`` (Images tab), written when the run ends;
 * ``memory/host_mb`` (and ``device_mb``), the most read at each step; ``memory/host_rss_mb`` and
   ``device_peak_mb`` per epoch;
 * ``epoch_<metric>`` when asked, as Keras names them, so one card overlays train and validation.
-
-The two headline groups are capitalized: TensorBoard sorts upper case first and opens only the first
-two groups.
+The headline groups are capitalized: TensorBoard sorts upper case first and opens the first two.
 
 Not TensorBoard's ``EventFileWriter``: its writer thread frames every event with a pure-Python CRC,
-CPU that competes with training. Here TensorBoard's own protos are framed as its ``RecordWriter``
-frames them, with ``google-crc32c``'s C code, and appended in the caller's thread: no TensorFlow op,
-so it works under every backend. Nothing is written per step: each epoch's steps are written at its
-end, in one write."""
+CPU that competes with training. Here its protos are framed as its ``RecordWriter`` does, with
+``google-crc32c``'s C code, appended in the caller's thread: no TensorFlow op, so any backend
+works. Nothing is written per step: each epoch's steps go at its end, in one write."""
 
 from __future__ import annotations
 
@@ -98,11 +90,10 @@ def describe(tag: str) -> str:
 
 
 class Scalars:
-    """Event files in ``logdir/train`` and ``logdir/validation`` that TensorBoard's Scalars tab
-    reads, laid out as Keras's.
+    """Event files in ``logdir/train`` and ``logdir/validation`` for TensorBoard's Scalars tab.
 
-    Points are kept until :meth:`flush` and appended in one write per run; a write after
-    :meth:`close` appends to the same files.
+    Points are kept until :meth:`flush`, appended in one write per run; a write after :meth:`close`
+    appends to the same files.
 
     Raises:
         ImportError: TensorBoard is not installed (one line, naming what installs it)."""
@@ -118,8 +109,7 @@ class Scalars:
         self.logdir = os.fspath(logdir)
         os.makedirs(self.logdir, exist_ok=True)
         self._event = Event
-        # One event, refilled for every point (a fresh proto costs ~6x more); a scalar tensor, whose
-        # metadata's description TensorBoard keeps.
+        # One event, refilled per point (cheaper than a new proto); a tensor keeps its description.
         scalar = TensorProto(dtype=DT_FLOAT, float_val=[0.0])
         self._point = Event(summary=Summary(value=[Summary.Value(tag="", tensor=scalar)]))
         self._value = self._point.summary.value[0]
@@ -181,8 +171,7 @@ class Scalars:
         self.flush()
 
     def metrics(self, values: Mapping[str, float], epoch: int) -> None:
-        """The model's epoch metrics as Keras writes them (``val_loss`` as ``epoch_loss`` in
-        ``validation``), at step `epoch`."""
+        """Epoch metrics as Keras writes them (``val_loss``: ``validation``'s ``epoch_loss``)."""
         for name, value in values.items():
             if name.startswith("val_"):
                 self.write(f"epoch_{name[4:]}", value, epoch, VALIDATION)
@@ -190,9 +179,8 @@ class Scalars:
                 self.write(f"epoch_{name}", value, epoch)
 
     def steps(self, calls: Iterable[tuple[float, int, int, str]], first_step: int) -> int:
-        """Writes ``Step time/ms`` for the timed ones of `calls`, the first ending at global step
-        `first_step` + its steps: one point per execution (or per window). Returns the global
-        step after the last call."""
+        """Writes ``Step time/ms`` for the timed `calls` (the first ends at `first_step` + its
+        steps), a point per execution or window. Returns the global step after the last call."""
         calls = list(calls)
         timed = sum(1 for _, n, _, kind in calls if kind == TIMED and n > 0)
         per_point = -(-timed // MAX_POINTS)  # executions per point when there are many
@@ -220,9 +208,8 @@ class Scalars:
         figures: Mapping[str, float] | None = None,
         epoch: int | None = None,
     ) -> int:
-        """An epoch's per-step times, p50/p90 and examples/s (`figures`, else computed from
-        `calls`), and the model's `metrics` at step `epoch`. Returns the global step at the
-        epoch's end."""
+        """An epoch's step times, p50/p90 and examples/s (`figures`, else from `calls`), and the
+        model's `metrics` at step `epoch`. Returns the global step at the epoch's end."""
         end = self.steps(calls, first_step)
         if figures is None:
             figures = epoch_figures(calls, batch_size)
@@ -244,8 +231,7 @@ class Scalars:
                 self.write(MFU, 100.0 * mfu, step)
 
     def flush(self) -> None:
-        """Appends the points since the last flush to each run's event file (created at the
-        first)."""
+        """Appends the points since the last flush to each run's event file (made at the first)."""
         for run, records in self._pending.items():
             if records:
                 self._append(run, records)
@@ -290,8 +276,7 @@ def _png_size(png: bytes) -> tuple[int, int]:
 
 
 def masked_crc32c_function() -> Callable[[bytes], int]:
-    """TFRecord's masked CRC-32C: ``google-crc32c``'s C code where installed, else TensorBoard's
-    pure Python (~50x slower)."""
+    """TFRecord's masked CRC-32C: ``google-crc32c``'s C code, else TensorBoard's pure Python."""
     try:
         import google_crc32c
     except ImportError:

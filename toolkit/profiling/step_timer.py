@@ -1,28 +1,24 @@
 """StepTimer: per-step wall times of a Keras ``fit`` or of a custom training loop.
 
-How it stays out of the way of the step it measures:
+It stays out of the way of the step it measures: stamps are taken in ``on_train_batch_begin``,
+right before the training function (two begins span one trip of the loop: input, step, callbacks,
+what throughput sees). The batch-end hook only records an index and a clock reading, so it is
+``async_safe`` (Keras 3 may run it on a worker thread); under tf_keras ``_supports_tf_logs = True``
+spares a per-step log conversion (a sync). No hook calls a TensorFlow op or reads a tensor (tested).
 
-* Stamps are taken in ``on_train_batch_begin``, which Keras calls right before the training
-  function: two begins span one trip of the loop (input, step, callbacks), what throughput sees.
-* The batch-end hook only records an index and a clock reading, so it is ``async_safe``: Keras 3 may
-  run it on a worker thread (JAX). Under tf_keras, ``_supports_tf_logs = True`` keeps Keras from
-  converting logs for us, so no per-step sync.
-* No hook calls a TensorFlow op or reads a tensor (a test checks this).
-
-Steps that run under a profiler, or during which one starts or stops, are "excluded", whoever
-started it (TraceWindow, Keras's ``TensorBoard(profile_batch=...)``, a user's session; the backend's
-``profiler_probe``). A profiler *server* capture leaves nothing to read; its steps stay timed.
+Steps under a profiler, or during which one starts or stops, are "excluded", whoever started it
+(TraceWindow, ``TensorBoard(profile_batch=...)``, a user's; the backend's ``profiler_probe``); a
+profiler *server* capture leaves nothing to read, so its steps stay timed.
 
 Where a step ends (``StepTimer.boundary``, per epoch): on TensorFlow at the next batch *begin*
 (Keras reads the logs at each batch end, which waits for the step). JAX and PyTorch dispatch
-asynchronously, so a begin only says when a step was *queued*; a batch end, stamped on Keras's
-callback thread, says when its results existed. At each epoch's end the backlog (last begin to last
-end) decides: small, begins stay the boundaries; the device behind, the epoch is timed at its ends.
-Either way the epoch's steps tile it.
+asynchronously: a begin says when a step was *queued*, a batch end (callback thread) when its
+results existed. At each epoch's end the backlog (last begin to last end) decides: small, begins
+stay the boundaries; the device behind, the epoch is timed at its ends. Either way steps tile it.
 
-Each epoch's ``step_ms_p50`` and ``examples_per_sec`` go into Keras's epoch ``logs``
-(:data:`LOG_KEYS`) unless ``add_to_logs=False``. With ``steps_per_execution = n`` the steps per
-execution come from consecutive batch indices, so every figure is per step."""
+``step_ms_p50`` and ``examples_per_sec`` go into Keras's epoch logs (:data:`LOG_KEYS`) unless
+``add_to_logs=False``. With ``steps_per_execution > 1`` the steps per execution come from
+consecutive batch indices, so every figure is per step."""
 
 from __future__ import annotations
 
@@ -79,36 +75,23 @@ LOG_KEYS = {"step_ms_p50": 3, "examples_per_sec": 1}  # each rounded to these de
 class StepTimer(compat.keras().callbacks.Callback):
     """Measures per-step training time, with warm-up and the first (tracing) step apart.
 
-    p50/p90/p99 step time, jitter, examples/sec and epoch times, per step also when
-    ``steps_per_execution > 1``. It never syncs the device or reads a tensor per step. It also works
-    around a custom loop (``start``/``step``/``stop`` or as a context manager).
+    p50/p90/p99, jitter, examples/sec, epoch times; also a custom loop's (``start``/``step``).
 
     Args:
         warmup_steps: steps after the first execution left out of the statistics (still counted).
-        batch_size: examples per step, for examples/sec (default: from `data`, and per fit from
-            Keras's data adapter). Every finished fit's statistics stay in :attr:`fits`.
-        data: a `tf.data.Dataset` to read the batch size from.
-        clock: a function returning seconds.
-        log_steps: print step time and examples/sec every this many steps (like Model Garden's
-            ``--log_steps``).
-        log_fn: where those lines go (default stderr: stdout is for results).
+        batch_size: examples per step (default: from `data`, and per fit from Keras's data adapter).
+        data, clock: a `tf.data.Dataset` to read the batch size from; a function returning seconds.
+        log_steps, log_fn: print step time and examples/sec every this many steps (Model Garden's
+            ``--log_steps``) to `log_fn` (default stderr: stdout is for results).
         add_to_logs: add ``step_ms_p50`` and ``examples_per_sec`` to Keras's epoch logs.
-        tensorboard_dir: write step time, p50/p90 and examples/s as TensorBoard scalars into this
-            directory's ``train`` run, laid out as ``keras.callbacks.TensorBoard`` lays out its own,
-            at each epoch's end. Needs TensorBoard.
-        tensorboard_metrics: also write the model's epoch metrics as Keras names them, for a run
-            without Keras's TensorBoard callback.
-        memory_every_s: read host and device memory this often during a ``fit`` (at due batch
-            begins, on a thread where none begins), for the ledger's memory by part. `None` reads
-            none; only with the default clock.
+        tensorboard_dir: write step time, p50/p90 and examples/s as TensorBoard scalars at each
+            epoch's end, into this directory's ``train`` run laid out as Keras's TensorBoard's.
+        tensorboard_metrics: also write the model's epoch metrics (no Keras TensorBoard callback).
+        memory_every_s: read host and device memory this often in a ``fit`` (at due batch begins,
+            else on a thread), for the ledger's memory by part; `None`: never. Default clock only.
 
-    Example:
-
-    ```python
-    timer = StepTimer(batch_size=64)
-    model.fit(dataset, epochs=3, callbacks=[timer])
-    print(timer.summary())
-    ```"""
+    Example: ``timer = StepTimer(batch_size=64)``, ``model.fit(ds, callbacks=[timer])``, then
+    ``print(timer.summary())``."""
 
     def __init__(
         self,
@@ -136,8 +119,7 @@ class StepTimer(compat.keras().callbacks.Callback):
 
             batch_size = infer_batch_size(data)
         self.warmup_steps = warmup_steps
-        # Examples per step: given (or from `data`), and per fit what its data says, scaled as the
-        # first fit relates them.
+        # Examples per step: given or from `data`; per fit, scaled as the first fit relates them.
         self.batch_size = self._batch_size_given = batch_size
         self._batch_reference: tuple[int, int] | None = None  # (examples/step, fit's batch)
         # Each finished fit's statistics, oldest first; `summary()` is the last fit's.
@@ -145,10 +127,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._clock = clock
         self.log_steps = log_steps
         self._log_fn = log_fn or to_stderr
-        # tf_keras: keep logs as tensors for us (no conversion, no sync).
-        self._supports_tf_logs = True
-        # Keras 3: our batch-end hook may run on Keras's callback thread.
-        self.async_safe = True
+        self._supports_tf_logs = True  # tf_keras: logs stay tensors (no conversion, no sync)
+        self.async_safe = True  # Keras 3: the batch-end hook may run on its callback thread
         self.scalars: Scalars | None = None
         if tensorboard_dir is not None:
             self.scalars = Scalars(tensorboard_dir, log_steps=log_steps)
@@ -164,19 +144,15 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._ledger.steps_begun = self._steps_begun
         self.reset()
 
-    # ------------------------------------------------------------------ state
-
     def reset(self) -> None:
         """Forgets everything measured so far, earlier fits' statistics (:attr:`fits`) too."""
         self.fits = []
         self._new_fit()
 
     def _new_fit(self) -> None:
-        """Starts the statistics of a new fit (or custom loop); the earlier fits' stay in
-        :attr:`fits`."""
+        """Starts a new fit's (or custom loop's) statistics; earlier fits' stay in :attr:`fits`."""
         # One tuple per execution: (duration_s, steps, epoch, kind); read through `calls`.
         self._calls: list[tuple[float, int, int, str]] = []
-        # One dict per finished epoch.
         self.epochs: list[Epoch] = []
         self.last_logs: dict[str, float] = {}
         self.train_begin_time: float | None = None
@@ -185,14 +161,12 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._warmup_left = self.warmup_steps
         self._seen_first = False
         self._epoch = 0
-        # A fit's batch begins this epoch: (batch index, time, profiler running, profiler start/stop
-        # count), turned into `calls` at the epoch's boundaries; `_drained` so far, the last the
-        # open one (`_open`).
+        # This epoch's batch begins: (batch, time, profiler running, profiler start/stop count),
+        # made `calls` at its boundaries; `_drained` of them so far, the last one open (`_open`).
         self._begins: list[tuple[int, float, bool, int]] = []
         self._drained = 0
         self._open: tuple[int, float, bool, int] | None = None
-        # Custom loops: the open step's begin time and profiler mark.
-        self._open_time, self._open_trace = 0.0, (False, 0)
+        self._open_time, self._open_trace = 0.0, (False, 0)  # a custom loop's open step
         self._prev_gap = 0  # steps between the last two begins in this epoch
         self._spe = 1
         self._fused = 1  # training steps per Keras batch (see the backend's fuse_train_steps)
@@ -208,8 +182,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._begins_counted = 0  # of this epoch's begins, those in `_steps_base`
         self._log_mark = (0, 0.0)  # (steps, seconds) at the last log line
         self._ends_log: EndsLog | None = None  # log_steps' lines on an asynchronous backend
-        # Asynchronous backends: this epoch's begins, the state to re-time it from, and where the
-        # last epoch's steps ended.
+        # Asynchronous backends: where steps end, and the state to re-time this epoch from.
         self.boundary = "begin"
         self._async = False
         self._epoch_state: tuple[Any, ...] = (self.warmup_steps, False)
@@ -219,8 +192,6 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._steady = False  # first step and warm-up done, nothing to log: the fast path
         self._fit_kept = False  # this fit's statistics are in `fits`
         vars(self).pop("on_train_batch_begin", None)  # the per-fit hook (see on_train_begin)
-
-    # ------------------------------------------------------------------ recording
 
     def _mark(self) -> tuple[bool, int]:
         """The profiler's state now: (a trace is running, the toolkit's start/stop count)."""
@@ -233,8 +204,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         trace_mark: tuple[bool, int],
         end_mark: tuple[bool, int] | None = None,
     ) -> None:
-        """Records one execution; `trace_mark` is the profiler's state (active, generation) where
-        it began, `end_mark` where it ended (default: now)."""
+        """Records an execution; marks: the profiler's (active, generation) at begin, end (now)."""
         was_active, generation = trace_mark
         now_active, now_generation = end_mark or self._mark()
         tainted = was_active or now_active or generation != now_generation
@@ -274,10 +244,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         )
 
     def _close_last_in_epoch(self, now: float) -> None:
-        """Closes the epoch's last execution at epoch end or train end.
-
-        Keras 3 flushes its batch-end thread before ``on_epoch_end`` and ``on_train_end`` (not
-        before ``on_test_begin``), so the count of finished executions is complete here."""
+        """Closes the epoch's last execution at epoch or train end: Keras 3 flushes its batch-end
+        thread before those hooks (not ``on_test_begin``), so the finished count is complete."""
         self._note_first_begin()
         self._drain()
         if self._open is None:
@@ -307,8 +275,7 @@ class StepTimer(compat.keras().callbacks.Callback):
             self.first_begin_time = self._begins[0][1]
 
     def _drain(self) -> None:
-        """Turns the batch begins written since the last drain into executions: each begin
-        ends the execution the previous one opened (one full trip of the training loop)."""
+        """Turns new batch begins into executions: each ends the one the previous begin opened."""
         begins = self._begins
         done = self._drained
         if done >= len(begins):
@@ -318,8 +285,7 @@ class StepTimer(compat.keras().callbacks.Callback):
             return
         try:
             for cur in begins[done:]:
-                # Consumed before recorded: an interrupt loses a step at most, never records one
-                # twice.
+                # Consumed before recorded: an interrupt loses a step, never records one twice.
                 last, prev, done = prev, cur, done + 1
                 if last is None:
                     continue
@@ -357,8 +323,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         return True
 
     def _retime_at_ends(self) -> None:
-        """On an asynchronous backend, re-times the epoch just closed at its batch ends when the
-        device was behind the host (see the module's docstring)."""
+        """Async backends: re-times the closed epoch at its batch ends if the device was behind."""
         self.boundary = "begin"
         begins, marks = self._begins, sorted(self._end_marks[:])
         calls = self._calls[self._epoch_calls_start :]
@@ -395,8 +360,6 @@ class StepTimer(compat.keras().callbacks.Callback):
             self._quiet = False
         self.boundary = "end"
 
-    # ------------------------------------------------------------------ one fit at a time
-
     def set_params(self, params: Mapping[str, Any]) -> None:
         if self._running:  # another fit's callback list, while this timer times one
             return
@@ -408,9 +371,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         super().set_model(model)
 
     def _second_fit(self) -> bool:
-        """At train begin: a fit began while this timer times another (inside a callback, or on
-        another thread). It is left untimed and said once: mixing two fits' steps would make both
-        wrong, and raising would stop the user's training."""
+        """At train begin: a fit began while this timer times another. Left untimed, said once:
+        mixing two fits' steps would make both wrong, and raising would stop the user's training."""
         if not self._running:
             return False
         self._foreign.add(self._caller_list())
@@ -430,8 +392,6 @@ class StepTimer(compat.keras().callbacks.Callback):
     def _not_mine(self) -> bool:
         """Whether the hook being called is a second fit's (only asked while one runs)."""
         return self._caller_list() in self._foreign
-
-    # ------------------------------------------------------------------ Keras hooks
 
     def on_train_begin(self, logs: compat.Logs = None) -> None:
         if self._second_fit():
@@ -475,8 +435,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         self._ledger.epoch_begin(epoch)
 
     def on_train_batch_begin(self, batch: int, logs: compat.Logs = None) -> None:
-        # The hottest code here: one clock read, the profiler's state, one append. Everything else
-        # waits for the epoch's boundaries (`_drain`).
+        # The hottest code: a clock read, the profiler's state, an append; the rest waits (_drain).
         if self._foreign and self._not_mine():
             return
         now = self._clock()
@@ -492,8 +451,7 @@ class StepTimer(compat.keras().callbacks.Callback):
     def on_train_batch_end(self, batch: int, logs: compat.Logs = None) -> None:
         if self._foreign and self._not_mine():
             return
-        # May run on Keras 3's callback thread: append only (atomic). Only an asynchronous backend's
-        # re-timing reads the profiler's state at the ends.
+        # Maybe on Keras 3's callback thread: append only (atomic); profiler state for re-timing.
         if self._async:
             self._end_marks.append(
                 (batch, self._clock(), PROFILER.active or self._probe(), PROFILER.generation)
@@ -506,8 +464,7 @@ class StepTimer(compat.keras().callbacks.Callback):
     def on_test_begin(self, logs: compat.Logs = None) -> None:
         if self._foreign and self._not_mine():
             return
-        # Validation inside fit: the epoch's last training execution ended before this.
-        if not self._running:
+        if not self._running:  # validation inside fit: the epoch's last step ended before this
             return
         now = self._clock()
         if self._begins and self._boundary_time is None:
@@ -555,9 +512,8 @@ class StepTimer(compat.keras().callbacks.Callback):
 
     def _mark_compiled(self) -> None:
         """Timed executions in which the backend compiled the train function again (a new input
-        shape, e.g. JAX's ragged last batch) become ``compiled``: counted, not timed, so the
-        statistics are the steps' own. Placed by each compile's clock stamp where the backend
-        gives one; a compile known only from a counter has no step and is the ledger's."""
+        shape, e.g. JAX's ragged last batch) become ``compiled``: counted, not timed. Placed by
+        each compile's clock stamp; one known only from a counter has no step (the ledger's)."""
         events = getattr(self._ledger.watch, "events", None) or []
         fresh, self._compiles_seen = events[self._compiles_seen :], len(events)
         stamps = [e.at for e in fresh if e.at is not None and e.function == "train"]
@@ -590,8 +546,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         figures: Mapping[str, float] | None = None,
         epoch: int | None = None,
     ) -> None:
-        """Writes the calls recorded since the last write to TensorBoard. A writer that fails is
-        dropped with a warning: it never stops training."""
+        """Writes calls since the last write to TensorBoard; a failing writer is dropped, warned."""
         if self.scalars is None:
             return
         calls = self._calls[self._scalars_done :]
@@ -632,9 +587,8 @@ class StepTimer(compat.keras().callbacks.Callback):
                 self.ledger()
 
     def _per_step(self, read: int | None) -> int | None:
-        """Examples per step in this fit, from `read` (examples in one Keras batch; None: unknown):
-        the first fit where it is known relates it to the batch size given (a process's slice of
-        a global batch, fused steps), and later fits keep that relation."""
+        """Examples per step from `read` (one Keras batch's; None: unknown), scaled as the first fit
+        that knew it related it to the given batch size (a global batch's slice, fused steps)."""
         given = self._batch_size_given
         if read is None or read < 1:
             return given
@@ -644,8 +598,6 @@ class StepTimer(compat.keras().callbacks.Callback):
         per_step, first = self._batch_reference
         scaled, left = divmod(per_step * read, first)
         return scaled if not left and scaled >= 1 else given
-
-    # ------------------------------------------------------------------ custom loops
 
     def start(self) -> StepTimer:
         """Starts timing a custom loop; the next :meth:`step` ends the first step."""
@@ -679,13 +631,10 @@ class StepTimer(compat.keras().callbacks.Callback):
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # ------------------------------------------------------------------ results
-
     @property
     def calls(self) -> list[tuple[float, int, int, str]]:
-        """One ``(duration_s, steps, epoch, kind)`` per finished execution, kind one of ``first``,
-        ``warmup``, ``timed``, ``excluded``. During a fit, the steps begun so far are recorded
-        when this is read (a fit that raised keeps the steps it finished)."""
+        """One ``(duration_s, steps, epoch, kind)`` per finished execution. Read during a fit, it
+        records the steps begun so far (a fit that raised keeps the steps it finished)."""
         self._drain()
         return self._calls
 
@@ -714,14 +663,12 @@ class StepTimer(compat.keras().callbacks.Callback):
 
     @property
     def fit_span(self) -> tuple[float, float] | None:
-        """``(called, returned)`` of the last fit :meth:`around_fit` timed, on this timer's clock;
-        None: none yet."""
+        """``(called, returned)`` of the last fit :meth:`around_fit` timed; None: none yet."""
         called, returned = self._fit_span
         return None if called is None or returned is None else (called, returned)
 
     def fit_call(self) -> FitCall | None:
-        """The last fit's call as start-up + steps + exit (without the exit unless
-        :meth:`around_fit` timed it)."""
+        """The last fit's call: start-up, steps and exit (if :meth:`around_fit` timed it)."""
         if not getattr(self, "params", None):  # a custom loop: no fit (Keras sets params)
             return None
         self._note_first_begin()
@@ -729,9 +676,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         return fit_call_parts(begin, self.first_begin_time, end, *self._fit_span)
 
     def ledger(self) -> Ledger | None:
-        """The last fit's ledger: its wall time in parts that add up to it, every compile with its
-        step and cause (``toolkit.profiling._ledger``); partial for a fit that raised. None: a
-        custom loop."""
+        """The last fit's ledger (see ``_ledger``), partial if it raised; None: a custom loop."""
         if not getattr(self, "params", None):
             return None
         calls = self.calls
@@ -751,13 +696,11 @@ class StepTimer(compat.keras().callbacks.Callback):
 
 class EndsLog:
     """``log_steps``' lines on an asynchronous backend: a window of steps takes the longer of its
-    ends' span and its begins' span. Where the device is behind, a begin only says when the host
-    queued a step; where the host is, Keras's callback threads stamp ends late and bunched: the
-    longer is the steps' own.
-
-    Keras hands the ends to a pool of threads, in any order. So an end is matched to the execution
-    whose begin it follows, and executions are counted in their begins' order once every one before
-    has ended. One lock, with the clock read under it, keeps the windows in order."""
+    ends' and its begins' span (device behind: a begin says only when a step was queued; host
+    behind: callback threads stamp ends late and bunched). Keras hands the ends to a thread pool,
+    in any order: an end is matched to the execution whose begin it follows, and executions count
+    in begin order once all before have ended. One lock, with the clock read under it, keeps the
+    windows in order."""
 
     def __init__(self, timer: StepTimer, spe: int, steps_in_epoch: int | None) -> None:
         import threading
@@ -775,16 +718,14 @@ class EndsLog:
         self._done = 0  # steps counted in this fit
 
     def _begins_span(self, first: int, last: int) -> float:
-        """The begins' span of batches `first`..`last`, or 0 where the next has not begun (the
-        device is behind)."""
+        """The begins' span of batches `first`..`last`; 0 if the next has not begun (lagging)."""
         begins = list(self._timer._begins)
         start = next((b[1] for b in begins if b[0] == first), None)
         end = next((b[1] for b in begins if b[0] > last), None)
         return end - start if start is not None and end is not None else 0.0
 
     def _steps_of(self, begin: int, last: int) -> int:
-        """The steps of the execution begun at batch `begin` whose end said batch `last`: Keras 3
-        says an execution's last step, earlier releases its first."""
+        """Steps of the execution begun at `begin` whose end said `last` (Keras 3: its last)."""
         if last > begin:
             self._end_step = True
             return last - begin + 1
@@ -802,8 +743,7 @@ class EndsLog:
                 self._next, self._ended = 0, {}
                 begins = timer._begins
                 self._start = None if first or not begins else begins[0][1]
-            # Read in place, not copied (a copy per end is quadratic); the fit's thread only
-            # appends.
+            # Read in place (a copy per end is quadratic); the fit's thread only appends.
             begins = timer._begins
             k = bisect.bisect_right(begins, batch, key=operator.itemgetter(0)) - 1
             self._ended[max(k, self._next)] = batch
@@ -836,8 +776,7 @@ class EndsLog:
         )
 
 
-# A backlog below this is the callback thread's lateness (Python's switch interval is 5 ms), unless
-# the ends are spread out as a queue's are.
+# Below this a backlog is the callback thread's lateness (Python's switch interval), unless spread.
 BACKLOG_FLOOR_S = 0.02
 # The share of time over which the ends must spread for the device to have been behind.
 SPREAD_SHARE = 0.2
@@ -846,12 +785,9 @@ SPREAD_SHARE = 0.2
 def _device_behind(
     backlog: float, intervals: list[float], begins: list[Any], marks: list[Any]
 ) -> bool:
-    """Whether the device ran behind the host this epoch, so its steps' ends are the boundaries: the
-    backlog past twice the median begin interval, and the ends spread out as a queue runs out
-    (over a fifth of the time since the second execution began).
-
-    Ends stamped in a bunch say the opposite (a busy host kept Keras's callback threads from
-    running). With too few ends to tell, a backlog past :data:`BACKLOG_FLOOR_S` decides."""
+    """Whether the device ran behind the host this epoch: a backlog past twice the median begin
+    interval, ends spread out as a queue runs out (bunched: a busy host held Keras's callback
+    threads back). Too few ends to tell: a backlog past :data:`BACKLOG_FLOOR_S`."""
     if backlog <= 2 * statistics.median(intervals or [0.0]):
         return False
     later = [m[1] for m in marks if len(begins) > 1 and m[0] >= begins[1][0]]
@@ -862,12 +798,9 @@ def _device_behind(
 
 
 def _spread_ties(begins: list[float], stamps: list[float]) -> list[float]:
-    """Where each execution ended when the device was behind: at its (non-decreasing) end stamp, no
-    earlier than the next begin.
-
-    Keras 3's callback threads can stamp late and out of order, so several executions may share one
-    end: their span is split evenly, as the device runs steps one after another. The epoch's total
-    stays what the stamps say."""
+    """Each execution's end when the device was behind: its (non-decreasing) end stamp, not before
+    the next begin. Keras 3's callback threads stamp late and out of order, so executions sharing
+    an end split its span evenly (the device runs steps in turn); the total stays the stamps'."""
     bounds, start = [], begins[0]
     for k, stamp in enumerate(stamps):
         start = max(stamp, start, begins[k + 1] if k + 1 < len(begins) else stamp)
@@ -888,9 +821,8 @@ def _spread_ties(begins: list[float], stamps: list[float]) -> list[float]:
 
 
 def fit_input(model: Any) -> tuple[int | None, str | None]:
-    """``(examples in one batch, the data adapter's class)`` of the running ``fit``'s data, or None
-    where it cannot tell. Keras hands callbacks neither, so this reads ``fit``'s epoch iterator
-    from its frame (``sys._getframe``), once per fit."""
+    """``(examples in one batch, the data adapter's class)`` of the running ``fit``, else None.
+    Keras hands callbacks neither: read from ``fit``'s frame's epoch iterator, once per fit."""
     import sys
 
     frame, hops = sys._getframe(1), 0
@@ -922,8 +854,7 @@ def fit_input(model: Any) -> tuple[int | None, str | None]:
 
 
 def _asynchronous() -> bool:
-    """Whether the backend Keras trains on queues steps ahead of the device (Keras 3 on JAX or
-    PyTorch)."""
+    """Whether Keras's backend queues steps ahead of the device (Keras 3 on JAX or PyTorch)."""
     from toolkit import backend
 
     seam = backend.find()  # None: a Keras backend the toolkit does not measure on (numpy)

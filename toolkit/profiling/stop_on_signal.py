@@ -1,19 +1,7 @@
-"""StopOnSignal: Ctrl-C or SIGTERM ends a ``fit`` at the next step boundary, so that nothing is
-cut in half and the run's partial report is written. ``profile()`` installs its handler; by hand:
+"""StopOnSignal: Ctrl-C or SIGTERM ends a ``fit`` at the next step boundary.
 
-```python
-import signal
-
-from toolkit import TrainingInterrupted
-from toolkit.profiling.stop_on_signal import StopOnSignal
-
-stop = StopOnSignal()
-signal.signal(signal.SIGTERM, stop.on_signal)
-try:
-    model.fit(dataset, epochs=3, callbacks=[stop])
-except TrainingInterrupted:
-    ...  # stopped between two steps: save what you need
-```"""
+``profile()`` installs its handler; by hand, ``signal.signal(signal.SIGTERM, stop.on_signal)``, pass
+``stop`` to ``fit`` and catch ``toolkit.TrainingInterrupted`` (raised between steps: save then)."""
 
 from __future__ import annotations
 
