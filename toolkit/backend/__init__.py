@@ -2,12 +2,8 @@
 
 The measuring core and ``toolkit.devices`` never call a framework themselves, nor compare a
 backend's name: they ask :func:`get` for the :class:`~toolkit.backend._common.Seam` of the backend
-Keras trains on, a protocol each backend module is checked against when first imported. Each backend
-is one folder (``_tensorflow``, ``_jax``, ``_torch``) and one line of :data:`REGISTRY`.
-
-Importing this package imports no framework. Keras fixes its backend when imported, so
-:func:`select` (``--backend``) runs before anything imports Keras: the programs read ``--backend``
-first thing (``toolkit._argv.start_flags``)."""
+Keras trains on. Importing this package imports no framework; Keras fixes its backend when
+imported, so :func:`select` (``--backend``) runs before anything imports Keras."""
 
 from __future__ import annotations
 
@@ -38,8 +34,7 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class Backend:
-    """One Keras backend the toolkit measures on: what the toolkit may know about it without its
-    seam module.
+    """One Keras backend the toolkit measures on: what it may know without the seam module.
 
     Attributes:
         name: Keras's name for it (``KERAS_BACKEND``).
@@ -72,8 +67,7 @@ class Backend:
             return False
 
 
-# Keras 3's training backends in order of preference: the one registry. A new backend is its seam
-# module, one line here, and its extra in setup.py.
+# Keras 3's training backends in order of preference (a new one: its seam module, a line, an extra).
 REGISTRY: dict[str, Backend] = {}
 
 
@@ -126,8 +120,7 @@ def title(backend: str) -> str:
 
 
 def name() -> str:
-    """The backend Keras trains on in this process: ``tensorflow``, ``jax`` or ``torch``
-    (tf_keras is TensorFlow; before Keras is imported, ``KERAS_BACKEND`` says)."""
+    """The backend Keras trains on (tf_keras: TensorFlow; before Keras loads: ``KERAS_BACKEND``)."""
     if os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in _LEGACY:
         return "tensorflow"
     keras = sys.modules.get("keras")
@@ -142,9 +135,8 @@ def name() -> str:
 
 def use_compile_cache() -> str:
     """Keeps this backend's compiled programs in ``$TOOLKIT_CACHE_DIR/compiled/<backend>``
-    (``--compile_cache``) for later processes. On TensorFlow it holds only when set before any
-    op (the programs set it first thing). Returns what it did, in words; a directory that
-    cannot be made is a cache skipped, said in one line."""
+    (``--compile_cache``) for later processes. Returns what it did, in words; a directory that
+    cannot be made, or that others can write, is a cache skipped, said once."""
     from toolkit.core import files, machine
 
     root = machine.cache_dir()
@@ -186,8 +178,7 @@ def select(backend: str) -> str:
     """Makes `backend` the one Keras will train on in this process, before Keras is imported.
 
     Raises:
-        BackendError: an unknown backend, one not installed (naming its extra), tf_keras with
-            another backend, or Keras already loaded with another."""
+        BackendError: unknown, not installed, non-TF under tf_keras, or Keras already on another."""
     backend = backend.strip().lower()
     if backend not in REGISTRY:
         raise BackendError(f"--backend={backend}: use one of {', '.join(REGISTRY)}")
@@ -212,9 +203,8 @@ def select(backend: str) -> str:
 
 
 def apple_gpu_backend() -> str | None:
-    """The installed backend that best reaches this Mac's GPU, by how well its path is kept
-    (PyTorch's MPS maintained, jax-metal experimental, tensorflow-metal broken from 2.18) and
-    whether it reaches it here; None off Apple silicon."""
+    """The installed backend best reaching this Mac's GPU, by how well its path is kept (PyTorch's
+    MPS maintained, jax-metal experimental, tensorflow-metal broken); None off Apple silicon."""
     from toolkit.core._device_types import is_apple_silicon
 
     if not is_apple_silicon():
@@ -230,8 +220,7 @@ def get(backend: str | None = None) -> Seam:
     """The module implementing `backend` (default: :func:`name`), as the :class:`Seam` it is.
 
     Raises:
-        BackendError: an unknown backend, naming those there are; or a module missing a seam
-            function, naming it."""
+        BackendError: an unknown backend, or a module missing a seam function (naming them)."""
     return _seam(info(backend).module)
 
 
@@ -248,22 +237,19 @@ def _seam(module: str) -> Seam:
 
 
 def find(backend: str | None = None) -> Seam | None:
-    """The module implementing `backend`, or None for a Keras backend the toolkit does not
-    measure on (where a caller must fall back rather than refuse)."""
+    """The module implementing `backend`, or None for one not measured here (callers fall back)."""
     backend = backend or name()
     return get(backend) if backend in REGISTRY else None
 
 
 def jits_by_default(backend: str | None = None) -> bool:
-    """Whether `backend`'s train step is compiled with ``--jit_compile`` unset (Keras's
-    ``"auto"``): JAX jits every step; PyTorch runs eagerly; TensorFlow runs a graph without
-    XLA on a CPU."""
+    """Whether `backend`'s train step is compiled with ``--jit_compile`` unset (Keras's ``"auto"``):
+    JAX jits every step; PyTorch runs eagerly; TensorFlow runs a graph without XLA on a CPU."""
     return bool(get(backend).searched_jit()[0])
 
 
 def framework_facts() -> dict[str, Any]:
-    """The facts about the loaded framework a report records; ``{}`` when it is not imported yet
-    (reading a report never imports one)."""
+    """The loaded framework's facts for a report; ``{}`` before it is imported (imports none)."""
     backend = name()
     facts: dict[str, Any] = {"keras_backend": backend}
     if backend in REGISTRY and REGISTRY[backend].framework in sys.modules:

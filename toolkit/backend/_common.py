@@ -23,10 +23,8 @@ MB = 1024.0 * 1024.0
 
 class Seam(Protocol):
     """The functions every backend module implements: the seam's contract, as a type.
-
-    :func:`toolkit.backend.get` returns the module as a ``Seam``, so a type checker sees every seam
-    call, and checks it when first imported: a missing function fails there, named. A module is a
-    ``Seam`` by its functions (PEP 544)."""
+    :func:`toolkit.backend.get` returns the module as a ``Seam`` (one by its functions, PEP 544), so
+    a type checker sees every call; a missing function fails at first import, named."""
 
     # devices: toolkit.devices asks these (each module's devices.py)
     def apple_gpu_path(self) -> tuple[str, str, str]: ...
@@ -122,11 +120,9 @@ PEAK_RUNS = 7
 
 
 def calibrated_peak(timed: Callable[[int], float], size: int, seconds: float) -> MatmulRun:
-    """FLOP/s of chained ``size``² matmuls: `timed(n)` runs n of them and waits once.
-
-    The first call compiles, the loop is calibrated to about `seconds`, one full run is left out
-    (clocks ramping up), and the best of :data:`PEAK_RUNS` timed runs counts. ``spread_pct`` (median
-    against best) says how far to trust it."""
+    """FLOP/s of chained ``size``² matmuls, `timed(n)` running n and waiting once: the first call
+    compiles, the loop is calibrated to about `seconds`, one run is left out (clocks ramp up), the
+    best of :data:`PEAK_RUNS` counts; ``spread_pct`` (median vs best) says how far to trust it."""
     timed(1)
     n = max(1, round(seconds / max(timed(2) / 2, 1e-6)))
     timed(n)
@@ -136,8 +132,7 @@ def calibrated_peak(timed: Callable[[int], float], size: int, seconds: float) ->
 
 
 def refuse_tf_only(config: Any, backend: str, fused: bool = False) -> None:
-    """Raises ValueError (one line) for the settings only TensorFlow runs: ``tf.distribute``
-    strategies, and fused steps where the backend has no such loop."""
+    """ValueError (one line) for ``tf.distribute`` strategies, and fused steps unless `fused`."""
     if config.fused_steps > 1 and not fused:
         raise ValueError(
             f"--fused_steps={config.fused_steps}: fused steps are a loop inside the compiled "
@@ -153,8 +148,7 @@ def refuse_tf_only(config: Any, backend: str, fused: bool = False) -> None:
 
 
 def mark_fused_steps(model: Any, steps: int) -> bool:
-    """Records `steps` on `model` and says whether there is a loop to build. Raises ValueError
-    below 1."""
+    """Records `steps` on `model`; whether there is a loop to build. ValueError below 1."""
     if steps < 1:
         raise ValueError(f"--fused_steps must be >= 1, got {steps}")
     setattr(model, FUSED_STEPS_ATTR, steps)
@@ -162,8 +156,7 @@ def mark_fused_steps(model: Any, steps: int) -> bool:
 
 
 def one_step_per_batch(model: Any, steps: int) -> None:
-    """The training step as Keras compiles it, one step per batch (``refuse_tf_only``
-    turned fused steps away first on a backend without them)."""
+    """The training step as Keras compiles it, one step per batch (``refuse_tf_only`` ran first)."""
     if steps != 1:
         raise ValueError(f"--fused_steps={steps} needs --backend=tensorflow or jax")
     setattr(model, FUSED_STEPS_ATTR, 1)
@@ -177,8 +170,7 @@ def keras_device_scope(framework_device: Any) -> contextlib.AbstractContextManag
 
 
 def no_augmentation_pin(device: Any) -> contextlib.AbstractContextManager:
-    """Nothing to pin: tf.data's random ops run on the CPU (only tensorflow-metal lacks their
-    kernels)."""
+    """Nothing to pin: tf.data's random ops run on the CPU (only tensorflow-metal lacks kernels)."""
     return contextlib.nullcontext()
 
 
@@ -188,8 +180,7 @@ def no_retracing_noise() -> contextlib.AbstractContextManager:
 
 
 def has_float64(model: Any) -> bool:
-    """Whether Keras computes in float64 or `model` holds a float64 weight: Apple GPUs have no
-    float64 kernels."""
+    """Whether Keras computes in or `model` holds float64 (Apple GPUs have no float64 kernels)."""
     from toolkit.core import compat
 
     try:
@@ -207,8 +198,7 @@ def has_float64(model: Any) -> bool:
 
 
 def digest(arrays: Any) -> str:
-    """A fingerprint of `arrays` (NumPy, in order): processes whose weights are the same
-    have the same one."""
+    """A fingerprint of `arrays` (NumPy, in order): the same weights give the same one."""
     import hashlib
 
     import numpy as np
@@ -221,14 +211,10 @@ def digest(arrays: Any) -> str:
     return h.hexdigest()
 
 
-# ---------------------------------------------------------------------------- compiles
-
-
 @dataclasses.dataclass
 class CompileEvent:
-    """One compile a backend's signal found: `function`, `at` (the clock, or None for a counter
-    read at :meth:`CompileWatch.poll`), `seconds` (the backend's own duration), `cause` and
-    `where` (the poll label)."""
+    """One compile a backend's signal found; `at` is the clock (None for a counter read at
+    :meth:`CompileWatch.poll`), `seconds` the backend's own duration, `where` the poll label."""
 
     function: str | None
     at: float | None = None
@@ -238,14 +224,12 @@ class CompileEvent:
 
 
 class CompileWatch:
-    """What a backend says of one fit's compiles and input time, for the ledger. This base sees
-    nothing; each backend's ``compile_watch(model, clock)`` returns a subclass reading its own
-    signal, never syncing the device.
+    """What a backend says of one fit's compiles and input time, for the ledger; this base sees
+    nothing. Each backend's ``compile_watch`` returns a subclass reading its own signal, no sync.
 
     Attributes:
         signal: how compiles are found, in words.
-        input_seen: ``"inside"`` (reads timed inside the train function), ``"between"`` (the ledger
-            times the gaps between steps) or ``""`` (only a profiler sees it).
+        input_seen: ``"inside"`` the train function, ``"between"`` steps, or ``""`` (profiler only).
         events: a :class:`CompileEvent` per compile found.
         input_spans: ``(start, seconds)`` of each batch read timed inside a train function."""
 
@@ -261,20 +245,17 @@ class CompileWatch:
         """Called at the fit's train begin."""
 
     def poll(self, where: str) -> None:
-        """Reads counter-based signals: compiles since the last poll happened in `where`, an
-        interval the ledger knows."""
+        """Reads counter-based signals: compiles since the last poll happened in `where`."""
 
     def test_begin(self) -> None:
         """Called at each validation's begin (the evaluation function exists by then)."""
 
     def stop(self) -> None:
-        """Called when the fit has ended (also after one that raised); undoes what
-        :meth:`start` changed."""
+        """Called when the fit has ended (also on a raise); undoes what :meth:`start` changed."""
 
 
 def shape_change(before: Any, now: Any) -> str | None:
-    """Words for how a batch's ``((shape, dtype), ...)`` signature changed, or None: ``input
-    shape (17, 8) (was (32, 8))``."""
+    """Words for how a batch's ``((shape, dtype), ...)`` signature changed, or None."""
     if before is None or now is None or before == now:
         return None
     if len(before) != len(now):
@@ -287,14 +268,10 @@ def shape_change(before: Any, now: Any) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------------- the raw step
-
-
 def plain_loss(model: Any) -> Callable[[Any, Any], Any]:
     """The model's compiled loss as a plain ``loss(y_true, y_pred)``, for a step written without
-    Keras's trainer. A loss per output and their ``loss_weights`` are summed as Keras's
-    ``CompileLoss`` sums them, labels paired with outputs as it pairs them. Raises ValueError
-    for what a plain loss cannot stand for (no loss, losses added by layers)."""
+    Keras's trainer: per-output losses and ``loss_weights`` summed and paired as ``CompileLoss``
+    does. Raises ValueError for no loss, or losses added by layers."""
     loss = getattr(model, "loss", None)
     if not loss:  # (tf_keras: [] for none)
         raise ValueError("the raw step takes the compiled loss; this model compiles none")
@@ -332,8 +309,7 @@ def plain_loss(model: Any) -> Callable[[Any, Any], Any]:
 
 
 def _flat_per_output(value: Any, names: Sequence[str]) -> list[Any]:
-    """Per output, in the model's output order: a dict by output names, a list flattened, else
-    the one output's; None: []."""
+    """Per output, in order: a dict by output name, a list flattened, else [value]; None: []."""
     from toolkit.core import compat
 
     if value is None:
@@ -346,8 +322,7 @@ def _flat_per_output(value: Any, names: Sequence[str]) -> list[Any]:
 
 
 def _one_loss(loss: Any) -> Callable[[Any, Any], Any]:
-    """One output's loss (a name, a function, a ``Loss``) as its batch's mean, as Keras's
-    wrapper reduces it."""
+    """One output's loss (a name, function or ``Loss``) as its batch's mean, as Keras reduces it."""
     from toolkit.core import compat
 
     keras = compat.keras()
@@ -357,8 +332,7 @@ def _one_loss(loss: Any) -> Callable[[Any, Any], Any]:
     ops = keras.ops
 
     def mean_loss(y_true: Any, y_pred: Any) -> Any:
-        # a loss by name or function is per example: labels' rank matched to the outputs' and
-        # averaged, as Keras's wrapper does
+        # per example: labels' rank matched to the outputs', then averaged, as Keras's wrapper does
         if len(y_true.shape) == len(y_pred.shape) - 1 and y_pred.shape[-1] == 1:
             y_true = ops.expand_dims(y_true, -1)
         elif len(y_pred.shape) == len(y_true.shape) - 1 and y_true.shape[-1] == 1:

@@ -1,14 +1,9 @@
-"""The input ``fit`` reads, read as ``fit`` reads it: the shared half of the seam's
-``fit_batches`` (each backend names its own Keras ``EpochIterator`` and how its train function
-takes a batch from it).
+"""The input ``fit`` reads, read as ``fit`` reads it: the shared half of the seam's ``fit_batches``.
 
-Timing a look-alike pipeline (``from_tensor_slices → batch`` for arrays) measured a different
-input: Keras's array adapter on TensorFlow, its NumPy slicing on JAX and its DataLoader on
-PyTorch each run at their own rate. So the batches come from Keras's own data adapter
-(``get_data_adapter``, the one ``fit`` picks for arrays, a ``tf.data.Dataset``, a
-``PyDataset``, a generator, a ``DataLoader`` or a Grain dataset), through the backend's own
-``EpochIterator`` (TensorFlow's distributes the dataset, JAX's puts batches on an accelerator
-one ahead), epoch after epoch as ``fit`` reads them, each ending in the adapter's
+A look-alike pipeline measures a different input (Keras's array adapter on TensorFlow, its NumPy
+slicing on JAX, its DataLoader on PyTorch each run at their own rate), so the batches come from
+Keras's own data adapter through the backend's own ``EpochIterator`` (TensorFlow's distributes the
+dataset, JAX's puts batches on an accelerator one ahead), epoch after epoch, each ending in
 ``on_epoch_end`` (a ``PyDataset``'s workers stop there)."""
 
 from __future__ import annotations
@@ -21,11 +16,9 @@ def read_as_fit(
     make_epochs: Callable[..., Any], take: Callable[[Any], Any], fit_data: dict[str, Any]
 ) -> tuple[str, Iterator[Any]]:
     """``(the adapter's class name, the batches one by one)``: `make_epochs(**kwargs)` is the
-    backend's ``EpochIterator`` for `fit_data` (``x``, ``y``, ``sample_weight``,
-    ``batch_size``, ``shuffle``, as ``fit`` takes them) and `take` what its train function
-    does with what the iterator hands it each step. Data of unknown length (a generator, read
-    once) is read for one pass; the rest epoch after epoch, without end. Close the iterator
-    when done (its ``finally`` ends the epoch for the adapter)."""
+    backend's ``EpochIterator`` for `fit_data` (``fit``'s arguments), `take` what its train function
+    does with each step's handout. Data of unknown length (a generator) is read once, the rest
+    endlessly. Close the iterator when done (its ``finally`` ends the epoch for the adapter)."""
     epochs = make_epochs(**fit_data, steps_per_epoch=None, steps_per_execution=1)
     adapter = epochs.data_adapter
     once = adapter.num_batches is None

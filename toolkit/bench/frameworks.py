@@ -1,12 +1,8 @@
-"""The op table's other frameworks: the seed's ops in JAX and PyTorch, beside TensorFlow's modes:
-``jax_jit`` (``jax.jit`` of the op in ``jax.numpy``), ``torch_eager`` and ``torch_compile``
-(its compile is the first call, timed apart).
+"""The op table's other frameworks: ``jax_jit``, ``torch_eager``, ``torch_compile``.
 
-Each runs on its framework's default device (the column says which), on the same input values as
-TensorFlow's, in the framework's native layout (PyTorch convolutions channels-first, transposed once
-before timing), timed by :func:`toolkit.bench.measure.time_calls` waiting the framework's own way. A
-missing op or framework is ``n/a`` with the reason. Imports no framework until a column is measured.
-"""
+Each runs on its default device, on TensorFlow's inputs in its native layout (PyTorch convolutions
+channels-first, transposed before timing), waited for its own way; torch.compile compiles in the
+first call, timed apart. A missing op or framework is ``n/a``; none loads before use."""
 
 from __future__ import annotations
 
@@ -29,8 +25,7 @@ MODE_HELP = {
 
 
 def _extra(mode: str) -> tuple[str, tuple[str, ...]]:
-    """The extra that installs `mode`'s framework (a Keras backend's: its registry entry),
-    and the module it brings."""
+    """The extra installing `mode`'s framework (a Keras backend's registry entry); its module."""
     entry = backends.info(FRAMEWORK_MODES[mode])
     return entry.extra or entry.name, (entry.framework,)
 
@@ -48,8 +43,7 @@ def note_missing(mode: str, what: str) -> bool:
 
 @functools.cache
 def device_kind(mode: str) -> str:
-    """The kind of the framework's default device (``cpu``, ``cuda``, ``metal`` or ``gpu``),
-    as its backend's seam detects it: its first GPU, else the CPU."""
+    """The framework's default device kind, as its backend's seam detects it (GPU, else CPU)."""
     from toolkit import devices
 
     return devices.resolve("auto", backend=FRAMEWORK_MODES[mode]).kind
@@ -63,8 +57,8 @@ def _torch_device() -> Any:
 
 
 def to_framework(op: str, arrays: Sequence[Any], mode: str) -> tuple[Any, ...]:
-    """NumPy copies of TensorFlow's inputs as the framework's arrays on its device, in its
-    layout (PyTorch: channels-first convolutions, int64 indices, flat scatter indices)."""
+    """TensorFlow's inputs as the framework's arrays, on its device and in its layout (PyTorch:
+    channels-first convolutions, int64 and flat scatter indices)."""
     import numpy as np
 
     arrays = [np.asarray(a) for a in arrays]
@@ -87,8 +81,7 @@ def waiter(mode: str) -> Callable[[Any], None]:
 
 
 class _Framework(NamedTuple):
-    """What a framework's column does its own way: its arrays from NumPy's, the op built and
-    compiled as the mode says, and the wait for a result."""
+    """What a framework's column does its own way: arrays, the op compiled per mode, the wait."""
 
     arrays: Callable[[str, list[Any]], tuple[Any, ...]]
     build: Callable[[str, int | None, str], Callable[..., Any]]
@@ -155,8 +148,7 @@ def _torch_waiter(mode: str) -> Callable[[Any], None]:
     return lambda out: None  # PyTorch on the CPU: a call returns when it is done
 
 
-# framework (FRAMEWORK_MODES' values) -> how its columns run
-_FRAMEWORKS = {
+_FRAMEWORKS = {  # framework (FRAMEWORK_MODES' values) -> how its columns run
     "jax": _Framework(_jax_arrays, _jax_build, _jax_waiter),
     "torch": _Framework(_torch_arrays, _torch_build, _torch_waiter),
 }

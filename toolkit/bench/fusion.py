@@ -1,15 +1,10 @@
 """What fusion buys: a matmul with a ``hard_swish`` epilogue, and conv2d + bias + relu.
 
-The TVM-on-M1 post fuses ``hard_swish(x) = x * relu6(x + 3) / 6`` into the matmul of a BERT
-layer (M, N, K = 128, 3072, 768): a traditional framework runs it as five kernels (the gemm,
-then add, relu6, multiply, divide, each reading and writing the whole M x N result), a
-fusing compiler as one. This module measures the same chain in TensorFlow's three modes and
-says what actually fused, from the kernels TensorFlow ran (read by ``toolkit.bench.kernels``):
-Grappler's remapper fuses conv2d + bias + relu in graph mode but not the hard_swish chain; XLA
-fuses the epilogue; eager runs one kernel per op.
-
-GFLOP/s count the matmul's (or convolution's) FLOPs only, as the TVM post does; the
-element-wise epilogue adds a few FLOPs per output element, well under 1 % here."""
+As in the TVM-on-M1 post's BERT layer, a framework runs hard_swish after the gemm as four kernels
+over the whole result, a fusing compiler as one. The chain runs in TensorFlow's three modes; its
+kernels (``toolkit.bench.kernels``) show what fused: Grappler's remapper fuses conv2d + bias + relu
+in graph mode but not hard_swish, XLA the epilogue; eager runs one per op. GFLOP/s count the
+matmul's (or conv's) FLOPs only, as the post does."""
 
 from __future__ import annotations
 
@@ -32,8 +27,6 @@ __all__ = [
     "FusionDemo",
     "fusion_demos",
 ]
-
-# ---------------------------------------------------------------------------- the demos
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,8 +71,7 @@ class FusionDemo:
         return [v for v in self.variants if v.name == self.chain and v.timing]
 
     def fused_and_unfused(self) -> tuple[Variant, Variant] | None:
-        """``(fused, unfused)`` chain variants: the fewest kernels (XLA on a tie) against the
-        most (graph on a tie); None when nothing fused or kernels could not be read."""
+        """``(fused, unfused)``: fewest kernels (XLA on a tie), most (graph on a tie); or None."""
         timed = [v for v in self._timed_chain() if v.kernels.count]
         if len(timed) < 2:
             return None

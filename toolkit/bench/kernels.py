@@ -1,8 +1,7 @@
-"""Which kernels a TensorFlow computation really ran, parsed into :class:`Kernels`: in graph
-mode, the partition graphs after Grappler's rewrites (its remapper fuses a fixed list of
-patterns); under XLA, each computing instruction of the optimized HLO's entry, each ``fusion``
-listing the ops it holds; eager, one kernel per op. The timing demos are
-``toolkit.bench.fusion``."""
+"""Which kernels a TensorFlow computation really ran, parsed into :class:`Kernels`.
+
+Graph mode: the partition graphs after Grappler (its remapper fuses a fixed list of patterns); XLA:
+the optimized HLO entry's computing instructions, a ``fusion`` with its ops; eager: one per op."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ __all__ = [
     "kernels_text",
 ]
 
-# Graph nodes that move or name data rather than compute.
-_GRAPH_NON_KERNELS = frozenset(
+_GRAPH_NON_KERNELS = frozenset(  # graph nodes that move or name data rather than compute
     {
         "_Arg",
         "_Retval",
@@ -37,8 +35,7 @@ _GRAPH_NON_KERNELS = frozenset(
         "Placeholder",
     }
 )
-# HLO entry instructions that launch no work of their own.
-_HLO_NON_KERNELS = frozenset(
+_HLO_NON_KERNELS = frozenset(  # HLO entry instructions that launch no work of their own
     {
         "parameter",
         "constant",
@@ -80,9 +77,6 @@ class Kernels(fields.Record):
         return len(self.names)
 
 
-# ---------------------------------------------------------------------------- HLO
-
-
 def parse_hlo(text: str) -> tuple[str | None, dict[str, list[tuple[str, str, str]]]]:
     """``(entry name, {computation: [(instruction, opcode, line), ...]})`` of HLO text."""
     computations: dict[str, list[tuple[str, str, str]]] = {}
@@ -115,8 +109,7 @@ def _op_types(lines: Sequence[str]) -> list[str]:
 
 
 def hlo_kernels(text: str) -> Kernels:
-    """The kernels of an optimized HLO module: its entry computation's computing
-    instructions; each fusion is described by the TensorFlow ops (``op_type``) it holds."""
+    """An optimized HLO module's entry instructions that compute; a fusion as its TF ops."""
     entry, computations = parse_hlo(text)
     if entry is None:
         return Kernels((), (), "optimized HLO: no ENTRY computation found")
@@ -158,17 +151,13 @@ def xla_kernels(fn: Callable[..., Any], args: Sequence[Any], device_name: str) -
     return hlo_kernels(text)
 
 
-# ---------------------------------------------------------------------------- graph mode
-
-
 def _graph_node_name(node: Any) -> str:
     fused = list(node.attr["fused_ops"].list.s) if "fused_ops" in node.attr else []
     return f"{node.op}[{'+'.join(s.decode() for s in fused)}]" if fused else node.op
 
 
 def graph_kernels(fn: Callable[..., Any], args: Sequence[Any], device_name: str) -> Kernels:
-    """The compute nodes of the partition graphs that ran `fn` as a ``tf.function`` (after
-    Grappler's rewrites), from the eager context's graph collection."""
+    """The compute nodes of the partition graphs that ran `fn` as a ``tf.function``."""
     import tensorflow as tf
 
     try:

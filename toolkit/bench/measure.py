@@ -1,16 +1,10 @@
 """Timing one computation in eager, graph and XLA mode, on every device, without lying.
 
-How a cell is measured (:func:`time_calls`):
-
-1. The first call (tracing, compiling) is timed apart and kept out.
-2. Calls are issued back to back in loops, and only a loop's *last* result is read back, one element
-of it: kernels on one device run in issue order, so that read waits for the whole loop, and no call
-waits for the host.
-3. The loop length is calibrated (doubling as warm-up) to last at least ``min_time_s``.
-4. ``repeats`` loops are timed; the cell is their median per-call time, with the robust spread.
-
-Every mode of a case gets the same inputs, made once from a fixed seed on the CPU. A mode a device
-cannot run is ``n/a`` with the reason."""
+A cell: the first call (tracing, compiling) is timed apart; calls then go back to back in loops
+calibrated (doubling as warm-up) to last ``min_time_s``, reading one element of each loop's *last*
+result: a device runs kernels in issue order, so that read waits for the whole loop and no call for
+the host. The cell: the median per-call time of ``repeats`` loops, and its robust spread. All modes
+of a case read inputs made once on the CPU; what a device can't run is ``n/a``."""
 
 from __future__ import annotations
 
@@ -99,9 +93,6 @@ def time_calls(
     return Timing(mid, spread, tuple(per_call), calls, first * 1e3)
 
 
-# ---------------------------------------------------------------------------- modes
-
-
 def compile_fn(fn: Callable[..., Any], mode: str) -> Callable[..., Any]:
     """`fn` as it runs in `mode`: itself (eager), a ``tf.function`` or an XLA one."""
     import tensorflow as tf
@@ -118,8 +109,7 @@ def compile_fn(fn: Callable[..., Any], mode: str) -> Callable[..., Any]:
 def select_modes(
     names: Sequence[str] | None = None, default: Sequence[str] = MODES
 ) -> tuple[str, ...]:
-    """The modes named (``all``: every one), in :data:`ALL_MODES` order; `default` for
-    None/empty."""
+    """The modes named (``all``: every one), in :data:`ALL_MODES` order; `default` if None/empty."""
     if not names:
         return tuple(default)
     wanted = {n.lower() for n in names}
@@ -148,8 +138,7 @@ def unsupported(device: Any, mode: str) -> str | None:
 
 
 def device_labels(found: Sequence[Any]) -> dict[str, str]:
-    """Column prefix of each device: its kind (``cpu``, ``cuda``, ``metal``), indexed when there
-    are several."""
+    """Each device's column prefix: its kind (``cpu``, ``cuda``, ``metal``), indexed if several."""
     kinds = [d.kind for d in found]
     return {d.name: d.kind if kinds.count(d.kind) == 1 else f"{d.kind}{d.index}" for d in found}
 
@@ -161,12 +150,8 @@ def error_reason(error: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-# ---------------------------------------------------------------------------- the benchmark
-
-
 def inputs_on(device: Any, make: Callable[[Any], Sequence[Any]], seed: int = 0) -> tuple[Any, ...]:
-    """``make(rng)``'s tensors, made on the CPU from `seed` (Metal has no random kernels) and
-    copied to `device`."""
+    """``make(rng)``'s tensors from `seed`, made on the CPU (Metal has no random kernels)."""
     import tensorflow as tf
 
     with tf.device("/device:CPU:0"):
@@ -203,8 +188,7 @@ def run_case(
 def run_framework_case(
     op: str, axis: int | None, arrays: Sequence[Any], mode: str, **timing_kwargs: Any
 ) -> tuple[Timing | None, str | None]:
-    """``(timing, None)`` of `op` in another framework's `mode` (``jax_jit``,
-    ``torch_eager``, ``torch_compile``) on NumPy `arrays`, or ``(None, reason)``."""
+    """``(timing, None)`` of `op` in a JAX/torch `mode` on NumPy `arrays`, or ``(None, why)``."""
     reason = frameworks.missing(mode)
     if reason:
         return None, reason
@@ -217,8 +201,7 @@ def run_framework_case(
 
 
 def call_floor_ms(device: Any, mode: str, **timing_kwargs: Any) -> float | None:
-    """Per-call time of ``x + 1`` on a scalar in `mode` on `device`: the dispatch cost every op
-    pays at least."""
+    """Per-call time of ``x + 1`` on a scalar in `mode` on `device`: the dispatch all ops pay."""
     if mode in frameworks.FRAMEWORK_MODES:
         import numpy as np
 
@@ -249,14 +232,12 @@ def benchmark(
 
     Args:
         ops: op names (:data:`toolkit.bench.ops.OP_NAMES`; default: all).
-        modes: TensorFlow's ``eager``, ``graph``, ``xla``, and ``jax_jit``, ``torch_eager``,
-            ``torch_compile`` (default: TensorFlow's three).
-        size: ``tiny``, ``default`` (a few minutes on 2 cores) or ``full`` (the seed's).
+        modes: :data:`ALL_MODES` names (default: TensorFlow's ``eager``, ``graph``, ``xla``).
+        size: ``tiny``, ``default`` (minutes on 2 cores) or ``full`` (the seed's).
         devices: `toolkit.devices.DeviceInfo` list (default: every device found).
         dtype: the floating-point inputs' dtype.
         repeats: timed loops per cell.
         min_time_s: the shortest timed loop.
-        seed: the inputs' seed.
         progress: called with one line after each op.
 
     Returns:

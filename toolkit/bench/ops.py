@@ -1,11 +1,8 @@
 """The operations of the per-op benchmark, their shapes, and their inputs.
 
-The operations and ``full`` shapes are those of the MLX / PyTorch-MPS table the seed post prints,
-written as TensorFlow ops, each case keeping the seed's label (``Argmax / dim=64x1024x128 axi=0``).
-Presets: ``full`` (the seed's; some results are GBs), ``default`` (scaled down to run in minutes on
-two cores: compare ratios, not milliseconds), ``tiny`` (every dimension clamped to 16).
-
-Weights are in TensorFlow's layout; the seed's labels list MLX's (``C_out`` first)."""
+The ops and ``full`` shapes are the seed post's MLX / PyTorch-MPS table as TensorFlow ops, each case
+keeping its label (``Argmax / dim=64x1024x128 axi=0``; weights in TF's layout, labels in MLX's).
+Presets: ``full``, ``default`` (scaled down: compare ratios), ``tiny`` (dims clamped to 16)."""
 
 from __future__ import annotations
 
@@ -27,8 +24,7 @@ TINY_CAP = 16
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One row of the table: the input shapes (the seed's label order) and the axis; ``small``
-    the ``default`` preset's shapes (None: the ``full`` ones are small enough)."""
+    """A table row: shapes (the seed label's order), axis, ``small``: ``default``'s shapes/None."""
 
     dims: tuple[Shape, ...]
     axis: int | None = None
@@ -45,8 +41,7 @@ class Case:
         raise ValueError(f"unknown size {size!r}: use one of {', '.join(SIZES)}")
 
     def label(self, op: str, size: str = "full") -> str:
-        """``"Argmax / dim=64x1024x128 axi=0"`` for these shapes; under ``tiny``, also the seed
-        row's shapes, keeping labels unique."""
+        """``"Argmax / dim=64x1024x128 axi=0"``; ``tiny`` adds the seed row's shapes (unique)."""
         shapes = self.shapes(size)
         parts = [f"dim={'x'.join(str(d) for d in shape)}" for shape in shapes]
         if self.axis is not None:
@@ -73,9 +68,6 @@ class Op:
     make_inputs: Callable[[Sequence[Shape], Any, Any], tuple[Any, ...]]
     build: Callable[[int | None], Callable[..., Any]]
     flops: Callable[[Sequence[Shape]], float] | None = None
-
-
-# ---------------------------------------------------------------------------- inputs
 
 
 def _normal(shapes: Sequence[Shape], rng: Any, dtype: Any) -> tuple[Any, ...]:
@@ -107,9 +99,8 @@ def _gather_inputs(shapes: Sequence[Shape], rng: Any, dtype: Any) -> tuple[Any, 
 
 
 def _scatter_inputs(deterministic: bool) -> Callable[..., tuple[Any, ...]]:
-    """Target ``rows x cols``, ``count`` row indices, and ``count x cols`` updates. Rows repeat,
-    so each update is a copy of one value per target row: every write to a row agrees, and so
-    do all modes."""
+    """Target ``rows x cols``, ``count`` row indices, ``count x cols`` updates, one value per target
+    row: repeated writes agree, and so do all modes."""
 
     def make(shapes: Sequence[Shape], rng: Any, dtype: Any) -> tuple[Any, ...]:
         import tensorflow as tf
@@ -124,9 +115,6 @@ def _scatter_inputs(deterministic: bool) -> Callable[..., tuple[Any, ...]]:
         return tf.cast(rng.normal(target), dtype), indices, tf.cast(updates, dtype)
 
     return make
-
-
-# ---------------------------------------------------------------------------- computations
 
 
 def _bce(axis: int | None) -> Callable[..., Any]:
@@ -206,9 +194,6 @@ def _simple(fn_name: str) -> Callable[[int | None], Callable[..., Any]]:
     return build
 
 
-# ---------------------------------------------------------------------------- FLOPs
-
-
 def _prod(shape: Sequence[int]) -> int:
     out = 1
     for d in shape:
@@ -227,8 +212,6 @@ def _conv_flops(shapes: Sequence[Shape]) -> float:
     spatial = [xi - ki + 1 for xi, ki in zip(x[1:-1], w[:-2], strict=True)]
     return 2.0 * x[0] * _prod(spatial) * _prod(w)
 
-
-# ---------------------------------------------------------------------------- the table
 
 _ACT = (
     Case(((128, 16, 1024),), small=((32, 16, 1024),)),

@@ -1,9 +1,7 @@
 """The per-op results as the seed's two tables (Markdown and CSV), a bar chart, and JSON.
 
-One row per operation and shape, one column per device and mode (ms per call), then speedup ratios
-(``1.09×``: the first-named column 9 % faster); then the same per operation, averaged over its
-shapes. Each mode is compared with the one before it on its device (``graph/eager``, ``xla/graph``),
-and each further device with the first (``cuda_xla/cpu_xla``)."""
+Rows: op and shape, then op averaged over shapes; columns: ms per device and mode, then speedups, a
+mode against the one before it on its device (``xla/graph``), a device against the first."""
 
 from __future__ import annotations
 
@@ -30,9 +28,7 @@ __all__ = [
 
 SCHEMA = "toolkit.ops/1"
 READABLE = (SCHEMA, "keras_perf.ops/1")  # 0.2 wrote its tables under the package's name then
-# What each mode's speedup column compares it with on the same device: TF's modes with the one
-# before; JAX's XLA with TF's; PyTorch eager with TF eager; torch.compile with PyTorch eager.
-BASELINE = {
+BASELINE = {  # what each mode's speedup column compares it with on the same device
     "graph": "eager",
     "xla": "graph",
     "jax_jit": "xla",
@@ -40,8 +36,7 @@ BASELINE = {
     "torch_compile": "torch_eager",
 }
 NOISY_PCT = 10.0
-# The widest ``ops`` prints, on a wider terminal and in a log alike (its table comes in parts).
-SCREEN_COLUMNS = 120
+SCREEN_COLUMNS = 120  # the widest ``ops`` prints, terminal or log (its table comes in parts)
 MAX_LISTED = 12
 SPEEDUP_LEGEND = "`A/B` = ms of B ÷ ms of A (1.09× means A is 9% faster, 0.50× half as fast)"
 FILES = {
@@ -61,8 +56,7 @@ def format_ms(ms: float | None) -> str:
 
 
 def format_speedup(pct: float | None) -> str:
-    """A speedup in % as the ratio printed everywhere: ``+9%`` is ``1.09×``; ``n/a`` if missing.
-    CSV and JSON keep the %."""
+    """A speedup in % as the printed ratio (``+9%``: ``1.09×``); CSV and JSON keep the %."""
     return "n/a" if pct is None else f"{1.0 + pct / 100.0:.2f}×"
 
 
@@ -71,15 +65,12 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return sum(present) / len(present) if present else None
 
 
-# ---------------------------------------------------------------------------- records
-
-
 @dataclasses.dataclass(frozen=True)
 class Timing(fields.Record):
     """The per-call time of one computation.
 
     Attributes:
-        ms: median per-call time over the repeats, in ms.
+        ms: median per-call time over the repeats.
         spread_pct: robust spread of the repeats in % of `ms`.
         repeats_ms: each repeat's per-call time.
         calls: calls per timed loop.
@@ -122,9 +113,6 @@ class Measurement(fields.Record):
         return None
 
 
-# ---------------------------------------------------------------------------- the table
-
-
 @dataclasses.dataclass
 class OpTable(fields.Record):
     """Every cell the benchmark measured, and the views of them.
@@ -134,9 +122,7 @@ class OpTable(fields.Record):
         columns: ``"<device>_<mode>"`` in display order.
         settings: size preset, dtype, repeats, min_time_s, seed, ops, modes.
         devices: each device's facts and column label.
-        environment: the run's environment.
-        floors: per column, the per-call time of ``x + 1`` on a scalar (dispatch cost).
-        created_utc: when the table was made."""
+        floors: per column, the per-call time of ``x + 1`` on a scalar (dispatch cost)."""
 
     results: list[Measurement]
     columns: list[str]
@@ -148,8 +134,6 @@ class OpTable(fields.Record):
         default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         missing="",
     )
-
-    # ------------------------------------------------------------ structure
 
     def rows(self) -> list[tuple[str, int]]:
         """``(op, case index)`` of every row, in measurement order."""
@@ -193,8 +177,6 @@ class OpTable(fields.Record):
             grid.setdefault((m.op, m.case), {})[m.column] = m
         return grid
 
-    # ------------------------------------------------------------ values
-
     def detailed(self) -> list[tuple[str, list[float | None], list[float | None]]]:
         """``(label, ms per column, speedup % per pair)`` of every row."""
         grid = self._grid()
@@ -208,8 +190,7 @@ class OpTable(fields.Record):
         return out
 
     def average(self) -> list[tuple[str, list[float | None], list[float | None]]]:
-        """``(op, mean ms per column, speedup % per pair)``, the seed's "Average benchmark": a
-        speedup compares two columns over the shapes both have, so an n/a cell never skews it."""
+        """``(op, mean ms per column, speedup % per pair)``; a ratio only over shapes both have."""
         grid = self._grid()
         out = []
         for op in self.ops():
@@ -239,8 +220,6 @@ class OpTable(fields.Record):
 
     def noisy(self, threshold_pct: float = NOISY_PCT) -> list[Measurement]:
         return [m for m in self.results if m.timing and m.timing.spread_pct > threshold_pct]
-
-    # ------------------------------------------------------------ views
 
     def _describe(self) -> list[str]:
         s, env = self.settings, self.environment
@@ -272,8 +251,7 @@ class OpTable(fields.Record):
         return lines
 
     def to_markdown(self, png: str | None = None, note: str | None = None) -> str:
-        """Both tables in the seed's layout, with the settings above and the n/a reasons and
-        noisy cells below."""
+        """Both tables in the seed's layout, settings above, n/a reasons and noisy cells below."""
         out = ["# Operation benchmark: milliseconds per call", ""]
         out += [f"- {line}" for line in self._describe()]
         out += [
@@ -323,9 +301,7 @@ class OpTable(fields.Record):
         return "\n".join(out) + "\n"
 
     def to_terminal(self, columns: int | None = None) -> str:
-        """What ``ops`` prints: the settings, the per-op average table, how to read its ratios,
-        and how many cells were n/a or noisy; as wide as the terminal, never wider than
-        :data:`SCREEN_COLUMNS`."""
+        """What ``ops`` prints: settings, averages, legend, n/a and noisy counts, screen-wide."""
         from toolkit.core import terminal
 
         columns = columns if columns is not None else terminal.width()
@@ -402,8 +378,7 @@ class OpTable(fields.Record):
         return super().from_dict(d, where)
 
     def plot_png(self) -> bytes:
-        """A grouped bar chart of the average table (ms per call, log scale), each column's
-        dispatch floor dashed: a bar near it measures dispatch, not the op."""
+        """The average table as log-scale bars; near its dashed dispatch floor a bar is dispatch."""
         import matplotlib
 
         matplotlib.use("Agg", force=False)
@@ -444,8 +419,7 @@ class OpTable(fields.Record):
         return buf.getvalue()
 
     def write(self, directory: str | os.PathLike[str], plot: bool = True) -> dict[str, str]:
-        """Writes ops.json (first: the record), ops.md, ops.csv, ops_average.csv and ops.png
-        atomically; a failing plot loses nothing else."""
+        """Writes every file atomically, ops.json first; a failed plot loses no other."""
         directory = os.fspath(directory)
 
         def path(kind: str) -> str:

@@ -1,11 +1,7 @@
 """Advice as a record: the words, and the settings to try as values.
 
-A room that measures (a diagnosis, a backend's seam, the ledger) knows *what* to try: a setting
-and its value. How it is spelled depends on who reads it: a recipe's user types flags
-(``--steps_per_execution=8``), a script's author writes Python (``model.compile(...,
-steps_per_execution=8)``). So advice crosses the room's door as an :class:`Advice` and is spelled
-only at the edge, by the settings table's own spellers (``toolkit.runner.config.as_flags`` and
-``as_python``), handed in as `spell`: no advice is written as flag text and rewritten later."""
+A room knows *what* to try, a setting and a value; the reader decides the spelling (flags or
+Python), so advice leaves the room as an :class:`Advice`, spelled only at the edge by `spell`."""
 
 from __future__ import annotations
 
@@ -13,8 +9,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-# A setting's value, as a try holds it and the settings table spells it: a flag's value, a
-# placeholder the reader chooses ("K"), or None (the config's own).
+# A setting's value: a flag's, a placeholder the reader chooses ("K"), or None (the config's own).
 Setting = bool | int | float | str | None
 # A speller: settings (TrainConfig field -> value) as one piece of text a reader acts on.
 Spell = Callable[[Mapping[str, Setting]], str]
@@ -22,9 +17,8 @@ Spell = Callable[[Mapping[str, Setting]], str]
 
 @dataclasses.dataclass(frozen=True)
 class Advice:
-    """One piece of advice: `text` in words, with ``{0}``, ``{1}``... where each of `tries`
-    is spelled; each try is settings tried together, as (TrainConfig field, value) pairs. A
-    value may be a placeholder the reader chooses (``"K"``)."""
+    """One piece of advice: `text` with ``{0}``, ``{1}``... where each of `tries` is spelled; a
+    try is settings tried together, as (TrainConfig field, value) pairs."""
 
     text: str
     tries: tuple[tuple[tuple[str, Setting], ...], ...] = ()
@@ -59,8 +53,7 @@ class Advice:
 
     @classmethod
     def from_dict(cls, d: Any) -> Advice:
-        """:meth:`to_dict`'s layout read back; a plain string (a report written before
-        advice was a record) is its own text. ValueError naming what is wrong otherwise."""
+        """:meth:`to_dict`'s layout read back (a plain string: its text); else ValueError."""
         if isinstance(d, str):
             return cls(d)  # no tries: said as it is, braces and all
         if not isinstance(d, Mapping) or not isinstance(d.get("text"), str):

@@ -1,7 +1,4 @@
-"""The values the backend seam and ``toolkit.devices`` hand each other: a device
-(:class:`DeviceInfo`), a device spec, where a step's ops ran (:class:`PlacementReport`), a
-preflight finding and what a preflight checks. Below both, so a new backend needs no change
-here."""
+"""Values the backend seam and ``toolkit.devices`` share; below both, so backends add nothing."""
 
 from __future__ import annotations
 
@@ -25,15 +22,8 @@ class DeviceError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class DeviceInfo(fields.Record):
-    """One physical device.
-
-    Attributes:
-        kind: ``"cpu"``, ``"cuda"``, ``"metal"`` (an Apple GPU), or ``"gpu"`` (another vendor's).
-        name: the backend's name for it (``/physical_device:GPU:0``, ``cuda:0``, ``mps``).
-        index: index among the devices of its type.
-        human_name: e.g. ``NVIDIA H100 80GB HBM3``, or the CPU model.
-        memory_mb: memory where known (host RAM for CPUs), else None.
-        compute_capability: ``(major, minor)`` for CUDA GPUs, else None."""
+    """One physical device: `kind` ``cpu``, ``cuda``, ``metal`` (Apple) or ``gpu`` (another
+    vendor's); `name` the backend's (``cuda:0``, ``mps``); `memory_mb` host RAM for CPUs."""
 
     kind: str
     name: str = fields.field(missing="")
@@ -108,18 +98,10 @@ def parse_device_spec(spec: str) -> tuple[str, int | None]:
     return kind, int(m.group(2)) if m.group(2) is not None else None
 
 
-# ---------------------------------------------------------------------------- placement
-
-
 @dataclasses.dataclass(frozen=True)
 class PlacementReport:
-    """Every op of a run with the device it was placed on.
-
-    Attributes:
-        ops: ``(op name, op type, device)`` for each placed op.
-        gpu_selected: whether a GPU was the intended device.
-        note: what the listing means on this backend.
-        plumbing: op types that run on the host by design: never a fallback."""
+    """Every op of a run, ``(name, type, device)``, with a `note` on what the listing means;
+    `plumbing`: op types run on the host by design, never a fallback."""
 
     ops: tuple[tuple[str, str, str], ...]
     gpu_selected: bool
@@ -170,9 +152,6 @@ def _short(device: str) -> str:
     return device.rsplit("device:", 1)[-1]
 
 
-# ---------------------------------------------------------------------------- preflight
-
-
 @dataclasses.dataclass(frozen=True)
 class Finding(fields.Record):
     """One preflight finding: ``severity`` is ``"error"``, ``"warning"`` or ``"info"``."""
@@ -187,8 +166,7 @@ class Finding(fields.Record):
 
 
 class InstalledVersions(dict):
-    """``{distribution: version or None}`` read from the installed distributions when first asked
-    (``python``, and ``platform`` as ``sys.platform-machine``)."""
+    """``{distribution: version or None}``, read when first asked; ``python``, ``platform`` too."""
 
     def get(self, key: str, default: Any = None) -> Any:
         if key not in self:
@@ -212,15 +190,8 @@ def _installed(dist: str) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class PreflightContext:
-    """What a backend's preflight rules look at, besides the device.
-
-    Attributes:
-        policy: the mixed-precision policy.
-        jit_compile: whether the run compiles its step.
-        model: a Keras model (its weights checked for float64), or None.
-        versions: ``{distribution: version}`` with ``python`` and ``platform``.
-        legacy_keras: whether tf_keras is in use.
-        optimizer: the optimizer the run will use, or None."""
+    """What a backend's preflight rules look at besides the device: `model` (weights checked for
+    float64) or None, `versions` with ``python`` and ``platform``, `legacy_keras` (tf_keras)."""
 
     policy: str
     jit_compile: bool

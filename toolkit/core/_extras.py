@@ -1,9 +1,6 @@
 """What each optional extra brings, and the one line that says so when it is missing.
 
-A feature that an extra brings never vanishes without a word: where it is left out, one line
-on stderr says what is missing and the install that brings it, once per process. The install
-names the distribution (``pip install 'keras-perf-toolkit[report]'``), which works from PyPI
-or a wheel as well as in a source checkout, where ``.[report]`` alone would."""
+A feature never vanishes silently; the install named by distribution works from PyPI or a wheel."""
 
 from __future__ import annotations
 
@@ -12,8 +9,7 @@ import sys
 
 DISTRIBUTION = "keras-perf-toolkit"
 
-# extra -> the modules it installs that features look for (a backend's extra is its registry
-# entry's: toolkit.backend.REGISTRY)
+# extra -> the modules features look for (a backend's extra: toolkit.backend.REGISTRY)
 EXTRAS: dict[str, tuple[str, ...]] = {
     "report": ("matplotlib",),
     "profile": ("tensorboard", "xprof"),
@@ -28,8 +24,7 @@ def install_hint(extra: str) -> str:
 
 
 def missing(extra: str, needs: tuple[str, ...] | None = None) -> list[str]:
-    """The modules of `extra` (or of them, those a feature `needs`) that cannot be imported
-    here; empty when it is installed."""
+    """The modules of `extra` (or just those a feature `needs`) that cannot be imported here."""
     gone = []
     for name in needs or EXTRAS[extra]:
         try:
@@ -42,8 +37,7 @@ def missing(extra: str, needs: tuple[str, ...] | None = None) -> list[str]:
 
 
 def why_missing(extra: str, needs: tuple[str, ...] | None = None) -> str | None:
-    """``"matplotlib is not installed (pip install 'keras-perf-toolkit[report]')"``, or None
-    when `extra` (what of it a feature `needs`) is installed."""
+    """``"matplotlib is not installed (pip install ...)"``, or None where `extra` is installed."""
     gone = missing(extra, needs)
     if not gone:
         return None
@@ -52,8 +46,7 @@ def why_missing(extra: str, needs: tuple[str, ...] | None = None) -> str | None:
 
 
 def note_missing(extra: str, what: str, needs: tuple[str, ...] | None = None) -> bool:
-    """One line on stderr, ``"<what>: <why_missing>"``, once per process and `what`, when
-    `extra` (what of it a feature `needs`) is missing; returns whether it is missing."""
+    """Says ``"<what>: <why_missing>"`` on stderr once per process and `what`; whether missing."""
     why = why_missing(extra, needs)
     if why is None:
         return False

@@ -1,13 +1,7 @@
-"""A record's JSON: written from its fields, read back and checked, in one wording.
+"""A record's JSON: its dataclass fields, declared once, written, read back and type-checked.
 
-A record's JSON layout is its dataclass fields, declared once: :class:`Record` writes them and reads
-them back, each value checked against its declared type; a field whose JSON is not its plain value
-says so in its metadata (:func:`field`).
-
-A report is anyone's file: a value of the wrong kind fails where it is read, in one line naming the
-field (``steps.p50_s``), never later in a ``TypeError``; a field an older file lacks takes its
-default. Each check raises :class:`~toolkit.core.files.ReportError` saying ``field <name> is
-<value>, not <what it must be>``."""
+A report is anyone's file: a wrong value fails where read, as a ReportError naming the field
+(``steps.p50_s``), never later as a ``TypeError``; a field an older file lacks takes its default."""
 
 from __future__ import annotations
 
@@ -140,9 +134,8 @@ def field(
     json: bool = True,
     **kwargs: Any,
 ) -> Any:
-    """A dataclass field with its JSON shape: `missing` (read where the JSON lacks it), `key`
-    (its JSON name), `write`/`read` where its JSON is not its plain value, `omit` (left out
-    where true of the value), `json` False (this process's only)."""
+    """A dataclass field with its JSON shape: `missing` (read where absent), `key` (JSON name),
+    `write`/`read` (JSON not the plain value), `omit` (left out where true), `json` False (none)."""
     meta = {"missing": missing, "key": key, "write": write, "read": read, "omit": omit}
     meta["json"] = json
     return dataclasses.field(default=default, metadata=meta, **kwargs)
@@ -164,9 +157,8 @@ def plain(value: Any) -> Any:
 
 
 class Record:
-    """A dataclass whose JSON is its fields. `WHERE`: the record's path in its file, prefixing
-    every field a check names; `EXTRA`: derived properties written beside the fields, never
-    read back."""
+    """A dataclass whose JSON is its fields. `WHERE`: its path in the file, prefixing field names
+    in errors; `EXTRA`: derived properties written beside the fields, never read back."""
 
     WHERE: ClassVar[str] = ""
     EXTRA: ClassVar[tuple[str, ...]] = ()
@@ -183,8 +175,7 @@ class Record:
 
     @classmethod
     def from_dict(cls, d: Any, where: str | None = None) -> Any:
-        """The record `d` holds, each field checked (`where`: its path); a missing or null field
-        takes its default.
+        """The record `d` holds, fields checked (`where`: its path), missing or null defaulted.
 
         Raises:
             ReportError: a field missing (without a default) or not of its kind, named."""
@@ -238,9 +229,7 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def read(value: Any, hint: Any, at: str) -> Any:
-    """`value` checked against `hint` (`at`: the field's path): numbers >= 0, strings, flags,
-    collections of these, a nested record by its ``from_dict``, an enum by value; ``Any`` as
-    it is."""
+    """`value` checked against `hint` (`at`: its path); records by ``from_dict``, enums by value."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         rest = tuple(a for a in args if a is not type(None))

@@ -1,6 +1,4 @@
-"""A measured speed-up with its range: :class:`Gain`, the record every room that claims a gain
-hands on, below both the rooms that measure it and the report that says it
-(:meth:`Gain.words`)."""
+"""A measured speed-up with its range, below the rooms that measure it and the report saying it."""
 
 from __future__ import annotations
 
@@ -29,10 +27,8 @@ def t95(df: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Gain(fields.Record):
-    """A measured speed-up of a pick over the defaults: the median paired ratio, its one-sided 95
-    % bounds, how many `rounds`, where they ran (:data:`FRESH` or :data:`THIS_PROCESS`), their
-    `noise`; for a gain this process measured, `why` no fresh process checked it, and what
-    would."""
+    """A pick's speed-up over the defaults: median paired ratio, one-sided 95 % bounds, `rounds`,
+    `where` they ran, their `noise`; for an in-process gain, `why` no fresh process checked it."""
 
     LENIENT = True  # what a cache or a report holds: one this version cannot read is None
 
@@ -77,21 +73,18 @@ class Gain(fields.Record):
 
     @property
     def trusted(self) -> bool:
-        """Whether it holds outside this process: confirmed in fresh processes (in-process rounds
-        measured picks up to 1.4× faster than fresh ones did)."""
+        """Confirmed in fresh processes: it holds outside this one (in-process rounds overstate)."""
         return self.confirmed and self.where == FRESH
 
     def resolvable(self, rounds: int | None = None) -> float | None:
-        """The smallest gain `rounds` rounds (default: these) at this noise could confirm:
-        its range's low end would just clear 1. None: the noise is unknown."""
+        """The smallest gain `rounds` rounds (default: these) could confirm at this noise."""
         n = rounds or self.rounds
         if self.noise is None or n < 2:
             return None
         return math.exp(t95(n - 1) * math.log1p(self.noise) / math.sqrt(n))
 
     def words(self) -> str:
-        """``1.27× (1.22–1.31, 3 rounds in fresh processes)``; otherwise said as unconfirmed,
-        with why and what would confirm it."""
+        """``1.27× (1.22–1.31, 3 rounds in fresh processes)``; else unconfirmed, with why."""
         why = self.why if self.why and self.where != FRESH else ""
         if self.rounds < 2:
             return f"{self.ratio:.2f}× (1 round in {self.where}: {why or 'not confirmed'})"

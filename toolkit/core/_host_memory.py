@@ -1,13 +1,8 @@
-"""This process's host memory, read cheaply enough to read often: the resident set and the
-kernel's high-water mark, in MiB (2**20 bytes).
+"""This process's host memory, cheap to read often: resident set and high-water mark, in MiB.
 
-One place for both, so no caller mixes units (``ru_maxrss`` is KiB on Linux, bytes on macOS)
-and every reader pays what the memory thread pays. On Linux the resident set is one
-``pread`` of ``/proc/self/statm`` on a descriptor kept open (3 µs here); psutil, which
-builds a ``Process`` and opens, reads and closes the file each time, took 150-180 µs a
-reading beside a fit on one core (each syscall handing the interpreter's lock to the fit and
-waiting to get it back), and the 50 ms memory thread was most of StepTimer's cost
-(``benchmarks/profiler_overhead.py``). Elsewhere psutil reads it."""
+One place, so no caller mixes units (``ru_maxrss`` is KiB on Linux, bytes on macOS). On Linux, one
+``pread`` of ``/proc/self/statm`` on a kept descriptor: psutil's open-read-close hands the fit the
+interpreter's lock at every syscall, costing StepTimer most. Elsewhere psutil reads it."""
 
 from __future__ import annotations
 
@@ -51,16 +46,14 @@ def resident_mb() -> float:
 
 
 def maxrss_mb() -> float:
-    """The kernel's high-water mark of the resident set since the process started
-    (``getrusage``'s ``ru_maxrss``; it never goes back down)."""
+    """The kernel's resident high-water mark since start (``ru_maxrss``: never goes down)."""
     peak = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     return peak / MIB if sys.platform == "darwin" else peak / 1024.0
 
 
 def high_water_mb() -> float:
-    """The high-water mark that Linux can set back (``VmHWM``, reset by writing 5 to
-    ``/proc/self/clear_refs``): a peak measured from a chosen moment; elsewhere
-    :func:`maxrss_mb`."""
+    """The high-water mark Linux can reset (``VmHWM``; write 5 to ``/proc/self/clear_refs``): a
+    peak from a chosen moment. Elsewhere :func:`maxrss_mb`."""
     try:
         with open("/proc/self/status", encoding="ascii") as f:
             for line in f:

@@ -1,18 +1,8 @@
-"""A profiler trace read as events: what the report's trace section and the backends' anatomy
-readers share, so a trace file is parsed one way.
+"""A profiler trace read as events, one parser for the report's trace section and anatomy readers.
 
-* :func:`xspace_events`: the events of XSpace files (TensorFlow, JAX) in Chrome trace form, through
-  XProf's own converter (its ``trace_viewer`` tool), each event's ``args`` as XProf gives them.
-* :func:`chrome_events`: the events of a Chrome trace JSON file (PyTorch's profiler).
-* :func:`hlo_metadata`: the compiled programs an XSpace file carries, as ``(module, instruction) ->
-  op names`` (a fusion: each fused instruction's). XLA keeps each op's ``jax.named_scope`` path in
-  its ``op_name``: that joins a fused program's time to its layers. Read with ``protobuf``'s parser
-  from descriptors of the few fields needed (no TensorFlow): :func:`xspace_messages`.
-* :func:`step_events` and :func:`step_markers`: the step markers TraceWindow (or PyTorch,
-  ``ProfilerStep#N``) wrote.
-
-Imports no framework. Nothing raises for a bad file: a reader returns what it could read and an
-error in words."""
+XSpace goes through XProf's own ``trace_viewer`` converter. XLA keeps each op's ``jax.named_scope``
+path in its ``op_name``, joining a fused program's time to its layers. Imports no framework; a bad
+file never raises: a reader returns what it could read and an error."""
 
 from __future__ import annotations
 
@@ -31,8 +21,7 @@ Event = dict[str, Any]  # one Chrome trace event, as the file has it
 
 
 def xspace_events(files: list[str]) -> tuple[list[Event], dict[Any, str], str | None]:
-    """The complete events of XSpace `files`, each process's name (a plane) by ``pid``, and an
-    error in words (None: read)."""
+    """Complete events of XSpace `files`, process (plane) names by ``pid``, and an error or None."""
     try:
         from xprof.convert import raw_to_tool_data
     except ImportError:
@@ -60,8 +49,7 @@ def xspace_events(files: list[str]) -> tuple[list[Event], dict[Any, str], str | 
 
 
 def chrome_events(path: str) -> tuple[list[Event], str | None]:
-    """The complete events of a Chrome trace JSON file (``.json`` or ``.json.gz``), and an error
-    in words."""
+    """Complete events of a Chrome trace ``.json`` or ``.json.gz`` file, and an error or None."""
     try:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8") as f:
@@ -83,8 +71,7 @@ def _complete(e: Any) -> bool:
 
 
 def step_events(events: list[Event], name: str) -> list[Event]:
-    """The step markers among `events` (``train 7``, ``ProfilerStep#7``), in time order. Where a
-    TensorFlow step runs a loop, XProf names the markers `name` alone."""
+    """Step markers (``train 7``, ``ProfilerStep#7``) in time order; a TF loop's: `name` alone."""
     found = []
     for e in events:
         n = e["name"]
@@ -110,16 +97,11 @@ def innermost(events: list[Event]) -> Iterator[tuple[Event, list[Event]]]:
         stack.append(e)
 
 
-# ---------------------------------------------------------------------------- HLO metadata
-
-
 @functools.cache
 def xspace_messages() -> dict[str, Any]:
-    """Message classes for XSpace and the programs JAX writes into it (``HloProto``,
-    ``HloModule``), of the fields read or set here, by tsl's and XLA's field numbers. Other
-    fields are kept as unknown ones, so a trace written again is the same but for what
-    changed. XProf ships no Python module for them, and TensorFlow's need ``import
-    tensorflow``. Raises ImportError without ``protobuf``."""
+    """Classes for XSpace and JAX's ``HloProto``/``HloModule`` from descriptors of only the fields
+    used (other fields kept as unknown ones): XProf ships no Python module for these, TensorFlow's
+    need ``import tensorflow``. ImportError without ``protobuf``."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     F = descriptor_pb2.FieldDescriptorProto
@@ -211,12 +193,8 @@ def xspace_messages() -> dict[str, Any]:
 def hlo_metadata(
     files: list[str], events: list[Event] = ()
 ) -> dict[tuple[str, str], tuple[str, ...]]:
-    """``(module name, instruction name) -> op names`` of the programs the XSpace `files` carry:
-    an instruction's ``op_name``, or for a fusion, every instruction's it holds. Empty where
-    none (TensorFlow's) or unreadable.
-
-    Events name a program only by its module, and a process may carry several of one name: the one
-    kept is the newest holding every op the `events` ran under that name."""
+    """``(module, instruction) -> op names`` (a fusion: all it holds) of XSpace `files`' programs;
+    of several with one module name, the newest holding every op `events` ran under it."""
     try:
         classes = xspace_messages()
     except Exception:  # noqa: BLE001 - no protobuf runtime: nothing joined, said by the caller
@@ -291,10 +269,7 @@ def _program(classes: Mapping[str, Any], data: bytes) -> dict[tuple[str, str], t
     return out
 
 
-# ---------------------------------------------------------------------------- scope tokens
-
-# The toolkit's scope tokens: ``kpl<N>`` a layer, the others a phase. TensorFlow's ``_1``, ``_2``
-# suffix on a scope opened twice is read off.
+# Scope tokens: ``kpl<N>`` a layer, others a phase; TensorFlow's ``_N`` (a scope reopened) dropped.
 _TOKEN = re.compile(
     r"(?<![A-Za-z0-9])(kp(?:l\d+|opt|loss|metrics|step|model))(?:_\d+)?(?![A-Za-z0-9])"
 )
@@ -310,14 +285,11 @@ def layer_token(tokens: tuple[str, ...]) -> str | None:
     return next((t for t in reversed(tokens) if t.startswith("kpl") and t[3:].isdigit()), None)
 
 
-# A layer's scope token, with the suffix TensorFlow gives a scope opened twice in one graph.
 _CALL = re.compile(r"kpl\d+(?:_\d+)?")
 
 
 def call_in(text: str) -> str:
-    """Which call of its innermost layer an op ran in: its scopes down to that layer's token
-    (TensorFlow makes each call's scope unique), with ``gradient_tape/`` taken out for a
-    gradient's ops. "" where no layer scope holds the op."""
+    """The op's scopes to its innermost layer token (unique per TF call), minus gradient_tape."""
     parts = [p for p in text.split("/") if p != "gradient_tape"]
     at = [i for i, part in enumerate(parts) if _CALL.fullmatch(part)]
     return "/".join(parts[: at[-1] + 1]) if at else ""
@@ -326,9 +298,8 @@ def call_in(text: str) -> str:
 def xla_op_spans(
     event: Event, programs: Mapping[tuple[str, str], tuple[str, ...]], lane: str, backward: str
 ) -> list[Any] | None:
-    """The spans of one XLA op's event joined to its program's metadata: one span per distinct
-    ``(tokens, gradient)``, fused when they hold several layers. `backward` marks a gradient
-    op's name. None where the program is unknown."""
+    """One XLA op's spans, one per distinct ``(tokens, gradient)`` in its program's metadata, fused
+    when several layers; `backward` marks a gradient op. None where the program is unknown."""
     from toolkit.core._anatomy import Span, SpanKind
 
     args = event.get("args") or {}

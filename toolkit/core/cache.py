@@ -1,10 +1,7 @@
 """The one keyed cache of measured answers: the tune winner, the backends table, the matmul peak.
 
-A measurement is only true for what it measured, so each answer is stored under the key of exactly
-those facts in one JSON file per kind under ``$TOOLKIT_CACHE_DIR``, the facts readable beside the
-hash. A cache is a convenience, never a failure: a missing, corrupt or unwritable cache is a miss or
-a skip, a damaged entry named once. Writers lock their read-modify-write, so concurrent processes
-keep every entry."""
+A measurement is true only for what it measured: each answer is keyed by those facts, kept beside
+the hash. Never a failure: a bad or unwritable cache is a miss or a skip; writes are locked."""
 
 from __future__ import annotations
 
@@ -41,8 +38,7 @@ def _shown(value: Any) -> str:
 
 
 class Cache:
-    """One file of keyed entries: ``cache.key(facts)``, then ``cache.get(key)`` or
-    ``cache.put(key, facts, result)``."""
+    """One file of keyed entries: ``key(facts)``, then ``get``, ``read`` or ``put`` by that key."""
 
     def __init__(self, file: str) -> None:
         self.file = file
@@ -64,8 +60,7 @@ class Cache:
         return result if isinstance(result, dict) else None
 
     def read(self, key: str, parse: Callable[[dict[str, Any]], T]) -> T | None:
-        """The result under `key` as `parse` makes it, or None: a miss, also where the entry is
-        damaged, said in one line on stderr naming the file, key and field."""
+        """The result under `key` as `parse` makes it, or None (a damaged entry said on stderr)."""
         entry = read_json(self.path).get(key)
         if entry is None:
             return None
@@ -84,8 +79,7 @@ class Cache:
             return None
 
     def put(self, key: str, facts: Mapping[str, Any], result: Mapping[str, Any]) -> bool:
-        """Stores `result` under `key` with the `facts` it was measured for (atomically);
-        False when the cache cannot be written."""
+        """Stores `result` and its `facts` under `key` (atomically); False where unwritable."""
         entry = {"facts": dict(facts), "result": dict(result), "stored": time.time()}
         return update_json(self.path, key, entry)
 

@@ -1,7 +1,5 @@
-"""The one validator of what a user gives, a flag (``--batch_size``) or a Python argument
-(``StepTimer: batch_size``), in the same words whichever layer reads it: one line naming what
-the user wrote, what it must be and what it was (``--batch_size must be an integer >= 1, got
-nan``), never a ``TypeError`` from deep inside."""
+"""The one validator of what a user gives, a flag or a Python argument, in the same words whatever
+reads it: ``--batch_size must be an integer >= 1, got nan``, never a deep ``TypeError``."""
 
 from __future__ import annotations
 
@@ -15,13 +13,11 @@ __all__ = [
 
 
 class ConfigError(ValueError):
-    """A setting that cannot work: one line naming the flag (and field) or the argument, the
-    value, and what it must be. A ValueError, so ``except ValueError`` catches it too."""
+    """A setting that cannot work, in one line; a ValueError, so ``except ValueError`` sees it."""
 
 
 def argument(owner: str, name: str) -> str:
-    """How a Python argument is named in a message: ``StepTimer: batch_size`` (the callable
-    the user called, then the argument as they wrote it)."""
+    """A Python argument as a message names it: ``StepTimer: batch_size``."""
     return f"{owner}: {name}"
 
 
@@ -34,8 +30,7 @@ def check_number(
     most: float | None = None,
     above: float | None = None,
 ) -> None:
-    """ConfigError naming `flag` unless `value` is a finite number (an integer with `integer`; a
-    bool is neither) in range; None passes."""
+    """ConfigError unless `value` (None passes) is a finite non-bool number in range."""
     if value is None:
         return
     kind = "an integer" if integer else "a finite number"
@@ -53,8 +48,7 @@ def check_number(
 
 
 def check_choice(flag: str, value: Any, allowed: Iterable[Any]) -> None:
-    """ConfigError naming `flag` unless `value` is one of `allowed` (compared with ``==``, a
-    bool never standing for 0 or 1)."""
+    """ConfigError unless `value` is one of `allowed` (``==``, a bool never standing for 0 or 1)."""
     allowed = tuple(allowed)
     if any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed):
         return
@@ -67,8 +61,7 @@ def _bound(value: float) -> str:
 
 
 def _is_number(value: Any) -> bool:
-    """A real number that is no bool: Python's int and float and NumPy's scalars (an
-    ``np.int64`` read from an array is a count like any other)."""
+    """A real number that is no bool, NumPy's scalars too (an ``np.int64`` from an array counts)."""
     if isinstance(value, bool) or type(value).__name__ == "bool_":
         return False
     if isinstance(value, int | float):

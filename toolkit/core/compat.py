@@ -1,8 +1,7 @@
 """Which Keras is in use, and version facts.
 
-TensorFlow >= 2.16 ships Keras 3; ``TF_USE_LEGACY_KERAS=1`` puts ``tf_keras`` (Keras 2) behind
-``tf.keras``. A callback must subclass the ``Callback`` of the Keras that trains the model, or
-``fit`` rejects it, so every toolkit module gets Keras from here."""
+TensorFlow >= 2.16 ships Keras 3; ``TF_USE_LEGACY_KERAS=1`` puts tf_keras (Keras 2) behind
+``tf.keras``. ``fit`` rejects a callback not subclassing its Keras's ``Callback``: use this one."""
 
 from __future__ import annotations
 
@@ -69,13 +68,7 @@ def keras_version() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class KerasRelease:
-    """Which release of the Keras in use is installed.
-
-    Attributes:
-        version: its version, from its distribution's metadata.
-        nightly: a nightly build (``keras-nightly``, or a ``.dev`` version): its timings are not a
-            release's.
-        distribution: the distribution that installed it; None where none did."""
+    """The installed release of the Keras in use; `nightly`: its timings are no release's."""
 
     version: str
     nightly: bool
@@ -83,10 +76,8 @@ class KerasRelease:
 
 
 def keras_release() -> KerasRelease:
-    """The installed release of the Keras in use, from the distributions' metadata, never by
-    importing Keras. ``metadata.version("keras")`` alone misses a nightly, which installs
-    ``keras`` under its own name. Where both are installed, the one the loaded module reports;
-    before Keras loads, the nightly."""
+    """The installed release of the Keras in use, from metadata, never importing Keras. A nightly
+    has its own name; with both installed, the loaded module's version picks (else the nightly)."""
     module = "tf_keras" if use_legacy_keras() else "keras"
     stem = module.replace("_", "-")
     installed = {}
@@ -102,8 +93,7 @@ def keras_release() -> KerasRelease:
 
 
 def steps_per_execution(model: Any) -> int:
-    """The model's steps_per_execution (a tf_keras ``tf.Variable``), 1 when it has none; read
-    once per fit."""
+    """The model's steps_per_execution (a tf_keras ``tf.Variable``), 1 if none; read once a fit."""
     if model is None:
         return 1
     value = getattr(model, "steps_per_execution", None)
@@ -117,9 +107,8 @@ def steps_per_execution(model: Any) -> int:
 
 
 def xla_ruled_out(model: Any) -> tuple[str, ...]:
-    """The layers inside `model` that rule XLA out (``supports_jit`` False), each as
-    ``RandomRotation 'spin'``: Keras's ``jit_compile="auto"`` turns the jit off for such a
-    model, and on JAX its step then runs op by op."""
+    """Layers in `model` ruling XLA out (``supports_jit`` False), as ``RandomRotation 'spin'``:
+    ``jit_compile="auto"`` then turns the jit off, and on JAX the step runs op by op."""
     walk = getattr(model, "_flatten_layers", None)
     if walk is None:
         return ()
@@ -128,8 +117,7 @@ def xla_ruled_out(model: Any) -> tuple[str, ...]:
 
 
 def unjitted_by(model: Any) -> tuple[str, ...]:
-    """The layers that kept `model`'s step from being jitted, where it was not; none where Keras
-    jitted it or cannot say."""
+    """The layers that kept `model`'s step from being jitted; none where jitted or unknown."""
     if model is None or str(getattr(model, "jit_compile", None)) != "False":
         return ()
     with contextlib.suppress(Exception):
@@ -138,8 +126,7 @@ def unjitted_by(model: Any) -> tuple[str, ...]:
 
 
 def own_method(model: Any, name: str) -> type | None:
-    """The class of `model` that defines method `name` itself where it is yours (keras.io's
-    ``Distiller.compile``); None where Keras's own runs."""
+    """`model`'s class defining `name` where not Keras's (keras.io's ``Distiller.compile``)."""
     owner = next((k for k in type(model).__mro__ if name in vars(k)), None)
     if owner is None or owner.__module__.split(".")[0] in ("keras", "tf_keras"):
         return None
@@ -159,9 +146,8 @@ def ruling_xla_out(names: tuple[str, ...]) -> str:
 
 
 def set_compile_settings(model: Any, **settings: Any) -> None:
-    """Changes a compiled model's ``jit_compile`` and ``steps_per_execution`` in place, as
-    ``compile`` would, without compiling again (a model's own ``compile`` may take arguments
-    nobody else can pass). Its next ``fit`` traces its step anew."""
+    """Sets a compiled model's ``jit_compile``/``steps_per_execution`` as ``compile`` would, without
+    recompiling (its own ``compile`` may take arguments nobody else can pass); ``fit`` retraces."""
     if "jit_compile" in settings:
         model.jit_compile = bool(settings["jit_compile"])
     if "steps_per_execution" in settings:

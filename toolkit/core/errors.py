@@ -1,13 +1,8 @@
 """One line for an error: what a user reads in place of a traceback.
 
-TensorFlow's runtime errors open with the failed graph's stack and say what went wrong last, before
-``[[{{node ...}}]]``; Keras wraps an error raised in a layer as "Exception encountered when calling
-X.call()." with the message below; other errors say it first.
-
-The user's own exception inside tf.data (a ``PyDataset``'s ``__getitem__``, a generator) reaches the
-caller as TensorFlow's ``UnknownError``, its traceback kept only as text. :func:`user_raise` reads
-it back from that text, or from the exception itself where it propagates, as one typed
-:class:`UserRaise`."""
+TensorFlow's errors say what went wrong last, before ``[[{{node ...}}]]``; Keras wraps a layer's
+error in "Exception encountered when calling X.call()."; others say it first. A user's exception
+inside tf.data reaches the caller as ``UnknownError``, its traceback only as text."""
 
 from __future__ import annotations
 
@@ -49,8 +44,7 @@ _LIBRARIES = tuple(
 
 
 def what_went_wrong(error: BaseException, limit: int = 300) -> str:
-    """The line of `error`'s message that says what went wrong, at most `limit` characters, with
-    the layer Keras named where raised in a layer's call."""
+    """`error`'s line saying what went wrong (at most `limit` chars), with the Keras layer named."""
     message = _ANSI.sub("", getattr(error, "message", None) or str(error))
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     lines, where = _inside_keras_call(lines)
@@ -60,8 +54,7 @@ def what_went_wrong(error: BaseException, limit: int = 300) -> str:
 
 
 def _inside_keras_call(lines: list[str]) -> tuple[list[str], str | None]:
-    """The lines of the error Keras's layer-call wrapper holds, and ``X.call()``; `lines` and
-    None where there is no wrapper."""
+    """The lines inside Keras's layer-call wrapper and ``X.call()``; `lines` and None without."""
     at = next((i for i, line in enumerate(lines) if line.startswith(_KERAS_CALL)), None)
     if at is None:
         return lines, None
@@ -93,8 +86,7 @@ def _cut(text: str, limit: int) -> str:
 
 
 def one_line(error: BaseException, limit: int = 300) -> str:
-    """`error` as ``Type: what went wrong`` on one line; a Python exception TensorFlow wrapped as
-    its own type and message."""
+    """`error` as ``Type: what went wrong``; a Python exception TensorFlow wrapped as its own."""
     wrapped = _wrapped(error)
     if wrapped is not None:
         return _cut(wrapped.what(), limit)
@@ -104,15 +96,8 @@ def one_line(error: BaseException, limit: int = 300) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class UserRaise:
-    """An exception raised in the user's own code, as the user would read it in Python.
-
-    Attributes:
-        type: the exception's class name.
-        message: the first line of its message (``''``: none).
-        file: the user's file that raised it (relative to the working directory when under it), or
-            None.
-        line: the line in `file`.
-        function: the function there."""
+    """An exception raised in the user's own code, as Python would show it; `message` its first
+    line, `file` relative to the working directory where under it."""
 
     type: str
     message: str
@@ -132,9 +117,7 @@ class UserRaise:
 
 
 def user_raise(error: BaseException) -> UserRaise | None:
-    """The user's own exception in `error`, or None where it is not the user's (the deepest frame
-    neither Python's nor a library's must be the user's code): read from TensorFlow's
-    traceback text, else `error`'s own traceback."""
+    """The user's own exception in `error` (from TensorFlow's traceback text, else its own)."""
     wrapped = _wrapped(error)
     if wrapped is not None:
         return wrapped if wrapped.file is not None else None
@@ -150,9 +133,8 @@ def user_raise(error: BaseException) -> UserRaise | None:
 
 
 def library_raise(error: BaseException) -> bool:
-    """Whether `error` was raised in a library (Keras, TensorFlow, JAX, optree), not the user's
-    code nor the toolkit's: what a model that does not run on this backend or data raises
-    inside ``fit``."""
+    """Whether a library (Keras, TensorFlow, JAX, optree) raised `error`, not the user or toolkit:
+    what a model that does not run on this backend or data raises inside ``fit``."""
     if user_raise(error) is not None:
         return False
     if _KERAS_CALL in _ANSI.sub("", str(error)):  # Keras's wrapper: raised in a layer's call
@@ -165,15 +147,13 @@ _FIT = "_toolkit_in_your_fit"  # the attribute :func:`in_your_fit` marks an erro
 
 
 def in_your_fit(error: BaseException, backend: str) -> None:
-    """Marks `error`, a library's, as raised inside the fit of the user's model on `backend`, its
-    type and traceback kept; the command line says it in one line."""
+    """Marks library error `error` as raised in the user's model's fit on `backend`, for the CLI."""
     with contextlib.suppress(AttributeError, TypeError):  # a type that takes no attribute
         setattr(error, _FIT, backend)
 
 
 def raised_in_your_fit(error: BaseException) -> str | None:
-    """``your model's fit raised ValueError: ... (inside Keras's fit on jax)`` for a marked
-    error; else None."""
+    """``your model's fit raised ValueError: ... (inside Keras's fit on jax)``, or None."""
     backend = getattr(error, _FIT, None)
     if backend is None:
         return None
@@ -181,8 +161,7 @@ def raised_in_your_fit(error: BaseException) -> str | None:
 
 
 def _wrapped(error: BaseException) -> UserRaise | None:
-    """The Python exception a TensorFlow error carries as traceback text, with the user's frame
-    where there is one; else None."""
+    """The Python exception (and user frame) a TensorFlow error carries as text, or None."""
     if not type(error).__module__.startswith("tensorflow"):
         return None
     message = _ANSI.sub("", getattr(error, "message", None) or str(error))
@@ -197,8 +176,7 @@ def _wrapped(error: BaseException) -> UserRaise | None:
     raised = _RAISED.match(said.strip()) if said else None
     if raised is None:
         return None
-    # The user's frame from every traceback the text holds (a PyDataset worker's RemoteTraceback
-    # precedes the last).
+    # The user's frame from every traceback held (a PyDataset worker's precedes the last).
     where = _deepest(_frames(message.split(_TRACEBACK, 1)[1].splitlines())) or (None, None, None)
     kind = raised["type"].rsplit(".", 1)[-1]  # "mydata.RowMissing": as type(e).__name__
     return UserRaise(kind, _cut((raised["message"] or "").strip(), 300), *where)
@@ -212,8 +190,7 @@ def _frames(lines: Iterable[str]) -> Iterable[tuple[str, int, str]]:
 
 
 def _deepest(frames: Iterable[tuple[str, int, str]]) -> tuple[str, int, str] | None:
-    """``(file, line, function)`` of the deepest of `frames` neither Python's nor a library's,
-    when the user's; None when the toolkit's or none."""
+    """The deepest of `frames` neither Python's nor a library's, if the user's; else None."""
     deepest = None
     for file, line, function in frames:
         if _ours(file) or not _library(file):
@@ -224,8 +201,7 @@ def _deepest(frames: Iterable[tuple[str, int, str]]) -> tuple[str, int, str] | N
 
 
 def written_by_user(file: str) -> bool:
-    """Whether `file` is the user's own code: neither the toolkit's nor Python's nor an installed
-    package's."""
+    """Whether `file` is the user's: not the toolkit's, Python's or an installed package's."""
     return not _ours(file) and not _library(file)
 
 

@@ -1,9 +1,6 @@
-"""What the callbacks share with each other and with the code that sets up a run, without
-importing any framework: the profiler's activity and the fused-steps mark on a model.
+"""What callbacks and run setup share, importing no framework: profiler activity, fused steps.
 
-Steps that run while a profiler trace is active (or during which one starts or stops, which
-costs tens of milliseconds to export) are not representative; StepTimer reads this state to leave
-them out of its statistics and count them apart. Only plain Python values are read per step."""
+Steps in or around a trace are unrepresentative: StepTimer counts them apart, cheaply per step."""
 
 from __future__ import annotations
 
@@ -14,12 +11,9 @@ FUSED_STEPS_ATTR = "_toolkit_fused_steps"
 
 
 class ProfilerState:
-    """Whether a trace is running, a counter bumped at every start and stop, and which of those
-    came after the device had finished its queue.
-
-    ``synced[g]`` is ``(active before, perf_counter time)`` for a start or stop (the one that
-    made generation ``g``) that waited for the device first: every step dispatched before it
-    had ended by that time, whenever an asynchronous backend's batch-end hook got to say so."""
+    """Whether a trace runs, a counter bumped at every start and stop, and which of those came
+    after the device finished its queue: ``synced[g]`` is ``(active before, perf_counter time)``,
+    by which every step dispatched before had ended, whenever an async backend's hook said so."""
 
     __slots__ = ("active", "generation", "synced")
     KEEP = 64  # synced events remembered (two per trace window)

@@ -1,6 +1,4 @@
-"""Machine identity: the CPU model, a run's environment, the cache directory, and the one machine
-key every per-machine cache is keyed by. A leaf: framework versions are read from modules
-already loaded, never by importing them."""
+"""Machine identity, environment and cache key; a leaf: framework versions only if loaded."""
 
 from __future__ import annotations
 
@@ -32,7 +30,6 @@ ENV_VARS = (
     "OMP_NUM_THREADS",
     "KERAS_BACKEND",
 )
-# Import name -> how the report calls it. Only modules already imported are read.
 _FRAMEWORKS = (
     ("tensorflow", "tensorflow"),
     ("keras", "keras"),
@@ -68,8 +65,7 @@ def cpu_model() -> str:
 
 
 def framework_versions() -> dict[str, str]:
-    """``{"tensorflow": "2.21.0", "keras": "3.15.1", ...}`` for the frameworks this process has
-    already imported (none is imported here)."""
+    """``{"tensorflow": "2.21.0", ...}`` for frameworks already imported (none imported here)."""
     out = {}
     for module, label in _FRAMEWORKS:
         loaded = sys.modules.get(module)
@@ -80,8 +76,7 @@ def framework_versions() -> dict[str, str]:
 
 
 def capture_environment(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Python, platform, CPU, toolkit version, argv, the performance-relevant environment and the
-    versions of the frameworks already loaded; `extra` merged in."""
+    """Python, platform, CPU, toolkit, argv, performance env vars, loaded frameworks, `extra`."""
     env: dict[str, Any] = {
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
@@ -101,8 +96,8 @@ def capture_environment(extra: Mapping[str, Any] | None = None) -> dict[str, Any
 
 
 def cache_dir() -> str:
-    """Where measured machine facts are cached: ``$TOOLKIT_CACHE_DIR`` (``~`` expanded, and
-    made absolute: one cache wherever a program starts) or ``~/.cache/keras-perf-toolkit``."""
+    """Where measured facts are cached: ``$TOOLKIT_CACHE_DIR`` made absolute (one cache wherever a
+    program starts), else ``~/.cache/keras-perf-toolkit``."""
     named = os.environ.get(CACHE_ENV, "").strip()
     if named:
         return os.path.abspath(os.path.expanduser(named))
@@ -110,8 +105,7 @@ def cache_dir() -> str:
 
 
 def machine_facts(**more: Any) -> dict[str, Any]:
-    """What makes a measurement valid only on this machine and software: CPU model and count,
-    toolkit version, the loaded frameworks' versions, and `more` (a device, a dtype...)."""
+    """What makes a measurement valid only here: CPU, toolkit and loaded frameworks, `more`."""
     return {
         "cpu": cpu_model(),
         "cpus": os.cpu_count(),
@@ -123,9 +117,8 @@ def machine_facts(**more: Any) -> dict[str, Any]:
 
 
 def _jax_beside_tensorflow() -> dict[str, str]:
-    """JAX's installed version where TensorFlow is loaded and JAX is not: the toolkit loads
-    TensorFlow without JAX, so without this a recipe's cache and your script's (``import
-    tensorflow`` loads JAX) would have two keys for one machine. Read from metadata."""
+    """JAX's installed version where TensorFlow is loaded without it: the toolkit loads TensorFlow
+    alone, but your ``import tensorflow`` loads JAX; one machine must have one key."""
     if "tensorflow" not in sys.modules or "jax" in sys.modules:
         return {}
     from importlib import metadata
@@ -137,7 +130,6 @@ def _jax_beside_tensorflow() -> dict[str, str]:
 
 
 def machine_key(facts: Mapping[str, Any]) -> str:
-    """A short stable hash of `facts`: the one key the per-machine caches use, so a new CPU or
-    framework version is a new key."""
+    """A short stable hash of `facts`: a new CPU or framework version is a new cache key."""
     text = json.dumps(dict(facts), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]

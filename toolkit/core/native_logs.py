@@ -1,11 +1,7 @@
 """The frameworks' native start-up lines, held back so the first screen is the toolkit's.
 
-TensorFlow logs through absl's C++ logging without ``absl::InitializeLog``, so its loading lines
-(oneDNN, "Could not find cuda drivers", ``cuInit``) reach stderr whatever ``TF_CPP_MIN_LOG_LEVEL``
-says. :func:`held` catches file descriptor 2 for the few calls that load a framework and writes back
-every line that is not start-up noise. It holds nothing when the user asked for the logs
-(``TF_CPP_MIN_LOG_LEVEL`` below 2, or ``--verbosity`` 0 or more). JAX's INFO lines are held by its
-logger's level."""
+TensorFlow's absl C++ logging (no ``absl::InitializeLog``) ignores ``TF_CPP_MIN_LOG_LEVEL`` while
+loading: :func:`held` catches fd 2 then and writes back all but start-up noise."""
 
 from __future__ import annotations
 
@@ -24,8 +20,7 @@ __all__ = ["configure", "held"]
 LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"
 QUIET_LEVEL = "2"  # INFO and WARNING out; errors stay
 
-# absl's lines: severity letter, MMDD, time, thread, file:line]. INFO and WARNING are start-up
-# chatter; an error only where it says "no GPU here".
+# absl's lines: INFO and WARNING are start-up chatter; an error only where it says "no GPU here".
 _ABSL = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [\w./-]+:\d+\] ")
 _CHATTER = re.compile(r"^[IW]\d{4} ")
 _NO_GPU = re.compile(
@@ -35,8 +30,7 @@ _NO_GPU = re.compile(
 _SAID = re.compile(
     r"add_port\.cc:\d+\] Failed to add port|No UnifiedProfileProcessor registered for tool"
 )
-# PyTorch's libkineto marks each profiler start and stop on stderr from C++, above its errors'
-# severity.
+# PyTorch's libkineto marks each profiler start and stop on stderr from C++.
 _KINETO_MARK = re.compile(
     r"^USDT:\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \w+\.cpp:\d+\] profiler_(start|stop)$"
 )
@@ -49,9 +43,8 @@ _state = {"hold": True}
 
 
 def configure(verbosity: int = -1, env: dict[str, str] | None = None) -> bool:
-    """Decides, before any framework loads, whether start-up lines are held; returns it. Sets
-    ``TF_CPP_MIN_LOG_LEVEL=2`` unless the environment sets it or `verbosity` is 0 or more
-    (then ``0``)."""
+    """Decides, before any framework loads, whether start-up lines are held (returned). Sets
+    ``TF_CPP_MIN_LOG_LEVEL`` unless set: ``2``, or ``0`` where `verbosity` >= 0."""
     env = os.environ if env is None else env
     verbose = verbosity >= 0
     if verbose:
@@ -74,8 +67,7 @@ def configure(verbosity: int = -1, env: dict[str, str] | None = None) -> bool:
 
 
 def _matplotlib_config(env: dict[str, str] | os._Environ[str]) -> None:
-    """Where matplotlib's config directory cannot be made (a read-only home), a private temporary
-    one, without its two warnings (it reads ``matplotlibrc`` and its font cache from there)."""
+    """A private matplotlib config directory where its own cannot be made (a read-only home)."""
     if "MPLCONFIGDIR" in env:
         return
     base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
@@ -107,9 +99,8 @@ def is_noise(line: str) -> bool:
 
 @contextlib.contextmanager
 def held() -> Iterator[None]:
-    """Holds what is written to fd 2 inside the block, then writes back every line that is not
-    :func:`is_noise`, even when the block raises. A no-op when showing everything, or where fd
-    2 cannot be duplicated."""
+    """Holds fd 2 inside the block, then writes back every line not :func:`is_noise`, even when
+    it raises. A no-op when showing everything or where fd 2 cannot be duplicated."""
     if not _state["hold"]:
         yield
         return

@@ -1,6 +1,4 @@
-"""Progress on long work: a tqdm bar on a terminal's stderr, a line per stage in a log
-(:func:`say`), nothing with ``TOOLKIT_PROGRESS=0`` (``=1`` draws bars off a terminal too).
-Progress never goes to stdout, so ``keras-perf ... > table.md`` stays clean."""
+"""Progress on long work: a bar on a terminal, lines in a log, on stderr (``> table.md`` clean)."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ _TRUE = ("1", "on", "true", "yes", "bar")
 
 
 def mode() -> str:
-    """``"bar"`` (stderr is a terminal, or ``TOOLKIT_PROGRESS=1``), ``"lines"`` (a log or a
-    pipe) or ``"off"`` (``TOOLKIT_PROGRESS=0``)."""
+    """``"bar"`` (stderr a terminal, ``TOOLKIT_PROGRESS=1``), ``"lines"`` or ``"off"`` (``=0``)."""
     value = os.environ.get("TOOLKIT_PROGRESS", "").strip().lower()
     if value in _FALSE:
         return OFF
@@ -50,9 +47,7 @@ def say(text: str) -> None:
 
 
 class Bar:
-    """A tqdm bar on a terminal, nothing elsewhere: ``update(n)``, ``describe(text)``,
-    ``close()``; a context manager. At most five redraws a second, so updating every step is
-    cheap."""
+    """A tqdm bar on a terminal, nothing elsewhere; five redraws a second at most, so cheap."""
 
     def __init__(
         self,
@@ -87,8 +82,7 @@ class Bar:
             self._bar.update(n)
 
     def skip_elapsed(self) -> None:
-        """Leaves the time since the last redraw out of the bar's rate and estimate (a
-        compile, a validation pass): tqdm's ``unpause``."""
+        """Leaves the time since the last redraw (a compile) out of the rate: tqdm's ``unpause``."""
         if self._bar is not None:
             self._bar.unpause()
 
@@ -98,8 +92,7 @@ class Bar:
             self._bar.update(done - self._bar.n)
 
     def reset(self, total: float | None, desc: str, bar_format: str | None = None) -> None:
-        """Starts the bar again from zero of `total` (`None`: unknown) under `desc` (a bar per
-        epoch): its count, elapsed time and rate are the new stretch's alone."""
+        """Restarts from zero of `total` (None: unknown) under `desc`; count, time and rate anew."""
         if self._bar is not None:
             self._bar.set_description_str(desc, refresh=False)
             self._bar.total = total  # tqdm's reset keeps the old total when given None
@@ -113,8 +106,7 @@ class Bar:
             self._bar.set_description_str(text, refresh=refresh)
 
     def keep(self, text: str) -> None:
-        """A line written above the bar, where it stays once the bar is gone (Keras's line per
-        epoch)."""
+        """A line above the bar that stays once the bar is gone (Keras's line per epoch)."""
         if self._bar is not None:
             from tqdm.std import tqdm
 

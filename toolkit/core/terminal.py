@@ -1,15 +1,7 @@
-"""What a person reads on a terminal: its width, lines that fit it, and tables.
+"""What a person reads on a terminal: its width, lines folded to fit it, and tables.
 
-* :func:`width` is the terminal's width (``COLUMNS`` first, as the shell sets it), or `None`
-  where the stream is a file or a pipe: there nothing is folded or cut, a log keeps one line
-  per thing.
-* :func:`fit` folds a text's too-long lines at word boundaries, each continuation indented
-  under the line it continues, so nothing wraps mid-number at the terminal's edge.
-* :func:`fit_command` folds a command line the same way, each folded row ending in ``\\``,
-  so it still pastes whole.
-* :func:`table` renders rows as an aligned, width-aware table with rich (the library Keras 3
-  itself draws its summaries with, so it is always installed); Markdown stays for ``.md``
-  files (:func:`markdown_table`)."""
+Off a terminal the width is `None` and nothing is folded: a log keeps one line per thing. Tables
+are drawn with rich, which Keras 3 draws its summaries with, so it is always installed."""
 
 from __future__ import annotations
 
@@ -26,15 +18,13 @@ from typing import Any, TextIO
 __all__: list[str] = []  # the toolkit's own helpers (fit, fit_groups, show, table, width)
 
 MIN_WIDTH = 40  # narrower than this, folding helps nobody: lines are left as they are
-# A figure and its unit (``27.2 %``) fold as one word: the space between them is a private-use
-# character textwrap never breaks at, put back after.
+# A figure and its unit (``27.2 %``) fold as one word: their space is held as a private-use char.
 _UNIT = re.compile(r"(?<=\d) (?=(?:%|×|[kMGT]?i?B|[kMGT]?FLOP(?:/s)?|[mµun]?s|steps?/s)(?!\w))")
 _HELD = "\ue000"
 
 
 def width(stream: TextIO | None = None) -> int | None:
-    """The width of the terminal `stream` (default stdout), or `None` when it is not a terminal.
-    ``COLUMNS`` wins where set."""
+    """The width of terminal `stream` (default stdout; ``COLUMNS`` wins), or `None` off one."""
     stream = sys.stdout if stream is None else stream
     try:
         tty = stream.isatty()
@@ -49,8 +39,7 @@ def width(stream: TextIO | None = None) -> int | None:
 
 
 def fit(text: str, columns: int | None = None, indent: str = "  ") -> str:
-    """`text` with each line longer than `columns` folded at spaces, the continuation rows
-    indented by `indent` past the line's own leading blanks. `columns` `None`: unchanged."""
+    """`text`'s lines folded at spaces to `columns`, rows indented `indent` past the line's own."""
     if columns is None or columns < MIN_WIDTH:
         return text
     out = []
@@ -72,9 +61,7 @@ def fit(text: str, columns: int | None = None, indent: str = "  ") -> str:
 
 
 def fit_command(text: str, columns: int | None = None, indent: str = "  ") -> str:
-    """A command line (or a call) folded at spaces to `columns`, each folded row ending in
-    `` \\`` so that it still pastes whole into a shell or Python. `columns` `None`:
-    unchanged."""
+    """A command line (or call) folded like :func:`fit`, rows ending in `` \\`` to paste whole."""
     if columns is None or columns < MIN_WIDTH or len(text) <= columns:
         return text
     rows = textwrap.wrap(
@@ -92,11 +79,8 @@ def table(
     right: Sequence[int] = (),
     title: str | None = None,
 ) -> str:
-    """`rows` under `headers` as a terminal table at most `columns` wide (default: the terminal's,
-    or as wide as the rows need off a terminal); columns indexed in `right` align right.
-
-    A cell is never cut inside a word or number: headers and text wrap at spaces, and where that
-    cannot fit, the table comes in parts, each repeating the first column. Plain text, no colour."""
+    """`rows` under `headers`, at most `columns` wide (default: the terminal's); text wraps at
+    spaces, never inside a number, else the table comes in parts repeating the first column."""
     heads = [str(h) for h in headers]
     body = [["" if cell is None else str(cell) for cell in row] for row in rows]
     if columns is None:
@@ -131,8 +115,7 @@ def _widths(
     need: list[int],
     columns: int | None,
 ) -> list[int]:
-    """Each column's width: as wide as its longest cell or header, narrowed where the table
-    would pass `columns` (the widest first, a character at a time, never below its least)."""
+    """Each column's widest cell, narrowed widest-first (never below its least) to fit `columns`."""
     widths = [max([len(heads[n]), *(len(r[n]) for r in body if n < len(r))]) for n in part]
     least = [need[n] for n in part]
     if columns is None:
@@ -217,10 +200,7 @@ def markdown_table(
 
 
 def fit_groups(groups: Sequence[Sequence[str]], columns: int | None, indent: str = "  ") -> str:
-    """Groups of items as one line, ``a, b; c, d``, or where `columns` is set and that is too
-    wide, folded at group boundaries (each later group on a row of its own, indented), and a
-    group still too wide folded between its items: never inside an item, so a number is never
-    split. `columns` `None` (a log): always one line."""
+    """Groups as ``a, b; c, d``, folded to `columns` at groups, then items, never inside one."""
     groups = [list(g) for g in groups if g]
     line = "; ".join(", ".join(g) for g in groups)
     if columns is None or len(line) <= columns or columns < MIN_WIDTH:
@@ -241,10 +221,7 @@ def fit_groups(groups: Sequence[Sequence[str]], columns: int | None, indent: str
 
 @dataclasses.dataclass(frozen=True)
 class Table:
-    """A table as it crosses from the room that measured its rows to the edges that show them:
-    headers, the rows' cells (already formatted: a figure is formatted once, by the room's one
-    formatter) and the columns aligned right (numbers). The terminal renders it with
-    :func:`table`, a ``.md`` file with :func:`markdown_table`; neither reads the other's text."""
+    """A table from the room that measured it (cells formatted once) to the edges rendering it."""
 
     headers: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
@@ -265,8 +242,7 @@ class Table:
         return table(self.headers, self.rows, columns=columns, right=self.right)
 
 
-# What a screen is made of: lines of words, and tables. Rendered at the edge, to a terminal
-# (:func:`show`) or to Markdown (:func:`markdown`).
+# A screen: lines of words and tables, rendered at the edge by :func:`show` or :func:`markdown`.
 Block = str | Table
 
 
@@ -275,9 +251,7 @@ def _blocks(text: Block | Sequence[Block]) -> list[Block]:
 
 
 def show(text: Block | Sequence[Block], columns: int | None = None) -> str:
-    """A screen as a terminal shows it: each :class:`Table` rendered by :func:`table`, every
-    line of text folded by :func:`fit`. `columns` default: the terminal's (`None` where stdout
-    is no terminal: the tables as wide as they need, lines left whole)."""
+    """A screen for a terminal: tables by :func:`table`, lines by :func:`fit`, to `columns`."""
     columns = columns if columns is not None else width()
     out = []
     for block in _blocks(text):
@@ -293,8 +267,7 @@ def markdown(text: Block | Sequence[Block]) -> str:
     return "\n".join(b.markdown() if isinstance(b, Table) else b for b in _blocks(text))
 
 
-# What the toolkit prints beyond ASCII, spelled for a stream that cannot encode it
-# (``PYTHONIOENCODING=ascii``, a C locale): the figures stay readable, nothing is lost.
+# Non-ASCII the toolkit prints, spelled for a stream that cannot encode it (a C locale).
 _ASCII = {
     "×": "x", "—": "-", "–": "-", "→": "->", "±": "+/-", "…": "...", "·": "-", "²": "^2",
     "−": "-", "∇": "grad ", "≤": "<=", "≥": ">=", "√": "sqrt", "÷": "/", "µ": "u", "█": "#",
@@ -311,9 +284,7 @@ def _spelled(error: UnicodeError) -> tuple[str, int]:
 
 
 def plain_streams() -> None:
-    """Makes stdout and stderr spell what their encoding cannot (``×`` as ``x``, ``µ`` as
-    ``u``) instead of raising UnicodeEncodeError in the middle of a summary. For a program's
-    start (its own streams); a stream that can encode them is left as it is."""
+    """Makes stdout and stderr spell what they cannot encode (``×`` as ``x``) instead of raising."""
     import codecs
 
     try:

@@ -1,9 +1,6 @@
-"""Input pipelines: sources that return ``tf.data.Dataset``s, the one builder that orders
-shuffle/cache/map/batch/prefetch and checks for traps, and a pipeline-only throughput benchmark;
-without TensorFlow, arrays in batches (``arrays``: a ``keras.utils.PyDataset``); Grain
-pipelines by the same rules (``pipeline(..., loader="grain")``, ``image_folder(...,
-loader="grain")``, ArrayRecord files: ``write_array_records`` and ``ArrayRecords``;
-``toolkit.data._grain``, the one module that imports Grain)."""
+"""Input pipelines: tf.data sources, the one builder (ordering shuffle/cache/map/batch/prefetch and
+checking for traps), a pipeline-only benchmark; without TensorFlow, arrays in batches (a
+``PyDataset``); Grain pipelines by the same rules (``loader="grain"``; ArrayRecord files)."""
 
 from toolkit.data._array_record import ArrayRecords, write_array_records
 from toolkit.data.arrays import ArraySource, array_batches, resize_images

@@ -1,13 +1,10 @@
-"""ArrayRecord files: the record format Grain reads with random access, written from arrays and
-read back as a source of the toolkit's Grain pipelines (``pipeline(ArrayRecords(d), 64,
-loader="grain")``).
+"""ArrayRecord files, the random-access format Grain reads: written from arrays, read back as a
+Grain pipeline's source (``pipeline(ArrayRecords(d), 64, loader="grain")``).
 
-One record per example, in the arrays' order, the files holding consecutive runs (so a pipeline over
-the files reads the same batches as over the arrays). A record is the raw bytes of the example's
-features, then its label, all the same size; dtypes, shapes and each file's count are kept once in
+One record per example, in the arrays' order (consecutive runs per file, so batches match the
+arrays'): its feature bytes, then its label's; dtypes, shapes and counts are kept once in
 ``<prefix>.array_record.json``. Read with ``np.frombuffer``, never pickle: a file from elsewhere
-holds data, not code. Written with ``group_size:1``, which random access needs. Imports
-``array_record`` only when files are written or opened."""
+holds data, not code. Imports ``array_record`` only when files are written or opened."""
 
 from __future__ import annotations
 
@@ -75,15 +72,14 @@ def write_array_records(
     num_shards: int = 1,
     prefix: str = "data",
 ) -> list[str]:
-    """Writes ``(features, label)`` pairs as ArrayRecord files, one record per example, over
-    `num_shards` files, and ``<prefix>.array_record.json`` beside them.
+    """Writes ``(features, label)`` pairs over `num_shards` ArrayRecord files, and their sidecar.
 
     Returns:
         The file paths written, ``<directory>/<prefix>-00000-of-00001.array_record`` ...
 
     Raises:
         ValueError: lengths that differ, ragged or non-numeric examples, a bad `num_shards`.
-        ImportError: the ``[grain]`` extra is not installed, in one line."""
+        ImportError: the ``[grain]`` extra is not installed."""
     features, labels = _fixed_shape(features, "features"), _fixed_shape(labels, "labels")
     count = len(features)
     if count != len(labels):
@@ -127,18 +123,15 @@ def write_array_records(
 
 
 class ArrayRecords:
-    """ArrayRecord files written by :func:`write_array_records` as random-access examples:
-    ``len()``, ``self[i]`` is ``(features, label)``, :meth:`take` a batch in one read. It
-    pickles (Grain's workers open the files again).
+    """ArrayRecord files written by :func:`write_array_records` as random-access examples
+    (``self[i]``: ``(features, label)``; :meth:`take`: a batch in one read); it pickles.
 
     Args:
-        directory: the folder the files and their ``.array_record.json`` are in.
-        prefix: the files' prefix, as written.
+        directory: the folder of the files and their ``.array_record.json``.
 
     Raises:
-        ValueError: the sidecar missing or damaged, a file missing or holding other records than
-            listed.
-        ImportError: the ``[grain]`` extra is not installed, in one line."""
+        ValueError: the sidecar missing or damaged, a file missing or not holding what it lists.
+        ImportError: the ``[grain]`` extra is not installed."""
 
     def __init__(self, directory: str | os.PathLike[str], prefix: str = "data") -> None:
         folder = os.fspath(directory)

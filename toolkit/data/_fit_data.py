@@ -1,20 +1,13 @@
-"""Whatever ``model.fit`` accepts, as a batched ``tf.data.Dataset`` that can be read again.
+"""Whatever ``model.fit`` accepts, as a batched ``tf.data.Dataset`` that can be read again (the
+short fits of ``diagnose``, ``tune`` and ``backends --model_fn``):
 
-``diagnose``, ``tune`` and ``backends --model_fn`` run several short fits on your data; you hand
-them what you hand ``fit``:
-
-* a batched ``tf.data.Dataset``: used as it is;
-* ``(x, y)`` or ``(x, y, sample_weight)``, batched by ``batch_size``; each may be a nest as ``fit``
-  takes it (examples counted by the first leaf, every leaf agreeing);
-* ``x`` alone, for a model whose ``train_step`` computes its own loss;
-* a ``keras.utils.PyDataset`` (or anything indexable returning batches), or a re-iterable of batches
-  (a ``DataLoader``): read again each pass through ``from_generator``, as Keras on TensorFlow reads
-  them;
+* a batched ``tf.data.Dataset``, as it is;
+* ``(x, y[, sample_weight])`` (nests as ``fit`` takes) batched by ``batch_size``, or ``x`` alone;
+* a ``PyDataset`` (anything indexable returning batches) or a re-iterable (a ``DataLoader``): read
+  again each pass through ``from_generator``, as Keras on TensorFlow reads them;
 * a generator: its first :data:`HELD_BATCHES` batches held in memory.
 
-``class_weight`` weighs each batch by its labels' classes, as ``fit`` does, and is refused where
-``fit`` refuses it. Each batch becomes the tuple Keras unpacks, lists inside it tuples, and tensors
-NumPy arrays."""
+``class_weight`` weighs batches by their labels' classes, refused where ``fit`` refuses it."""
 
 from __future__ import annotations
 
@@ -33,8 +26,7 @@ def _tf() -> Any:
 
 
 def _plain(value: Any) -> Any:
-    """`value` with lists made tuples and tensors arrays (what ``from_tensor_slices`` takes
-    without guessing)."""
+    """`value` with lists made tuples and tensors arrays: ``from_tensor_slices`` guesses not."""
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -47,8 +39,7 @@ def _plain(value: Any) -> Any:
 
 
 def as_fit_tuple(batch: Any) -> tuple[Any, ...]:
-    """A batch as Keras unpacks it: a tuple is ``(x[, y[, sample_weight]])``; anything else is
-    ``x``."""
+    """A batch as Keras unpacks it: a tuple is ``(x[, y[, sample_weight]])``; else ``x``."""
     if isinstance(batch, tuple):
         parts = list(batch)
         while parts and parts[-1] is None:
@@ -87,12 +78,10 @@ def _from_batches(make: Any, first: tuple[Any, ...]) -> Any:
 def fit_dataset(
     data: Any, batch_size: int | None = None, class_weight: Any = None
 ) -> tuple[Any, str, int | None]:
-    """``(dataset, what it is in words, examples per batch)`` for `data` in any form ``fit``
-    takes, each batch weighed by `class_weight` as ``fit`` weighs it.
+    """``(dataset, description, batch size)`` for `data` in any ``fit`` form, weighed as fit does.
 
     Raises:
-        ValueError: a form ``fit`` would refuse too (one line, starting ``data:`` or
-            ``class_weight:``), or data with no batch."""
+        ValueError: a form ``fit`` refuses too (``data:``/``class_weight:``), or no batch."""
     dataset, said, size = _any_form(data, batch_size)
     if class_weight is None:
         return dataset, said, size
@@ -121,13 +110,9 @@ def _any_form(data: Any, batch_size: int | None) -> tuple[Any, str, int | None]:
     return _from_generator(data, kind)
 
 
-# ---------------------------------------------------------------------------- class_weight
-
-
 def check_class_weight(data: Any, class_weight: Any) -> dict[int, float] | None:
     """`class_weight` as ``{class index: weight}`` (JSON's string keys made ints), or None;
-    ValueError (one line) where ``fit`` would refuse it, or for a form ``fit`` weighs no
-    classes of."""
+    ValueError where ``fit`` refuses it or weighs no classes of the form."""
     if class_weight is None:
         return None
     try:
@@ -152,9 +137,8 @@ def check_class_weight(data: Any, class_weight: Any) -> dict[int, float] | None:
 
 
 def with_class_weight(dataset: Any, class_weight: dict[int, float]) -> Any:
-    """`dataset` with each batch's sample weights made from its labels' classes, as Keras's
-    ``make_class_weight_map_fn`` makes them. ValueError (one line) for no labels, sample
-    weights already, or several outputs."""
+    """`dataset` with sample weights from each batch's label classes, as Keras's
+    ``make_class_weight_map_fn``; ValueError for no labels, weights already, or several outputs."""
     tf = _tf()
     spec = dataset.element_spec
     parts = len(spec) if isinstance(spec, tuple) else 1
@@ -188,8 +172,7 @@ def with_class_weight(dataset: Any, class_weight: dict[int, float]) -> Any:
 
 
 def _from_arrays(data: Any, batch_size: int | None) -> tuple[Any, str, int | None]:
-    """In-memory arrays sliced and batched by `batch_size` in tf.data, as ``fit(x, y,
-    sample_weight)`` takes them."""
+    """In-memory arrays batched by `batch_size` in tf.data, as ``fit(x, y, sample_weight)``."""
     from toolkit.data.builder import describe_pipeline
     from toolkit.data.sources import array_examples, nest_rows
 

@@ -1,15 +1,6 @@
-"""Your data as ``fit`` takes it, for Keras's own data adapter (``diagnose`` times the input
-``fit`` reads, not a look-alike), and one batch handed to the step again and again.
-
-* :func:`fit_arguments`: the ``fit`` arguments for data Keras takes as it is; None for forms only
-  the toolkit takes, read through their ``tf.data`` form;
-* :class:`Replay`: a generator is read once, but a diagnosis reads several times, so each pass
-  replays the batches held and reads on (up to ``HELD_BATCHES``);
-* :func:`repeated_batch`: an adapter handing one batch again and again: ``fit`` on it is the step
-  alone;
-* :func:`as_fit_reads`: your data through Keras's own adapter, endless: ``fit`` on it is the real
-  fit;
-* :func:`epoch_batches`: an epoch's batches where your data says so unread."""
+"""Your data as ``fit`` takes it, for Keras's own data adapter (``diagnose`` times the input ``fit``
+reads, not a look-alike), and one batch handed to the step again and again. A generator is read
+once, a diagnosis several times: :class:`Replay` replays the batches held, then reads on."""
 
 from __future__ import annotations
 
@@ -23,8 +14,7 @@ from toolkit.data._fit_data import HELD_BATCHES
 
 
 class Replay:
-    """A generator read once, re-readable: each ``iter()`` replays the batches held, then reads
-    on from the live one, holding up to `hold`."""
+    """A generator made re-readable: ``iter()`` replays those held, then reads on (to `hold`)."""
 
     def __init__(self, generator: Iterator[Any], hold: int = HELD_BATCHES) -> None:
         self.live: Iterator[Any] | None = generator
@@ -35,8 +25,7 @@ class Replay:
         return self._read()
 
     def fill(self, batches: int) -> None:
-        """Reads on until `batches` (at most `hold`) are held, so every measurement replays the
-        same batches."""
+        """Reads on until `batches` (at most `hold`) are held: every measurement replays them."""
         for _, _batch in zip(range(min(batches, self.hold)), self._read(), strict=False):
             pass
 
@@ -58,8 +47,7 @@ class Replay:
 def fit_arguments(
     data: Any, batch_size: int | None, class_weight: dict[int, float] | None = None
 ) -> dict[str, Any] | None:
-    """The arguments ``fit`` gets for `data` (arrays batched by `batch_size` and shuffled, as
-    ``fit`` does) and `class_weight`, or None where ``fit`` would not take `data` as it is."""
+    """``fit``'s arguments for `data` (arrays batched and shuffled as ``fit`` does), or None."""
     from toolkit.core import compat
 
     if compat.keras_flavor() != "keras3":
@@ -71,8 +59,7 @@ def fit_arguments(
 
 
 def _fit_arguments(data: Any, batch_size: int | None) -> dict[str, object] | None:
-    """:func:`fit_arguments` by form, in the order Keras's ``get_data_adapter`` tries them, so
-    the adapter is the one ``fit`` picks."""
+    """:func:`fit_arguments` by form, in ``get_data_adapter``'s order: the adapter ``fit`` picks."""
     from keras.src.trainers.data_adapters.array_data_adapter import can_convert_arrays
 
     parts = (tuple(data) + (None,) * 3)[:3] if isinstance(data, tuple) else (data, None, None)
@@ -99,8 +86,7 @@ def _fit_arguments(data: Any, batch_size: int | None) -> dict[str, object] | Non
 
 
 def repeated_batch(batch: Any, batch_size: int | None) -> Any:
-    """A Keras data adapter handing `batch` (as the train function receives it) again and again:
-    ``fit`` on it runs the step alone, with no input work between steps."""
+    """A Keras data adapter handing `batch` forever: ``fit`` on it runs the step alone, no input."""
 
     class RepeatedBatch(_endless(batch_size)):
         def get_numpy_iterator(self) -> Iterator[Any]:
@@ -126,11 +112,8 @@ def repeated_batch(batch: Any, batch_size: int | None) -> Any:
 def as_fit_reads(
     data: Any, batch_size: int | None, class_weight: dict[int, float] | None = None
 ) -> Any:
-    """A Keras data adapter reading `data` as ``fit`` reads it (weighed by `class_weight`), epoch
-    after epoch without end; None where ``fit`` would not take `data` as it is.
-
-    Each pass is an epoch of the adapter ``fit`` picks, ending in its ``on_epoch_end``; data read
-    once gets a new adapter each pass."""
+    """A Keras data adapter reading `data` as ``fit`` does (weighed by `class_weight`), endless
+    epochs each ending in ``on_epoch_end``; None where ``fit`` would not take `data` as it is."""
     if fit_arguments(data, batch_size, class_weight) is None:  # tf_keras, or a form fit refuses
         return None
     from keras.src.trainers.data_adapters import get_data_adapter
@@ -152,8 +135,7 @@ def as_fit_reads(
                     for batch in read(current):
                         count += 1
                         yield batch
-                except GeneratorExit:  # left mid-pass: ended as fit ends an epoch (a
-                    # PyDataset's workers stop: the next reader waited for ever; doctor hung)
+                except GeneratorExit:  # left mid-pass: end it, or a PyDataset's next read hangs
                     current.on_epoch_end()
                     raise
                 current.on_epoch_end()
@@ -166,8 +148,7 @@ def as_fit_reads(
             return self._passes(lambda a: a.get_numpy_iterator())
 
         def get_jax_iterator(self, super_batch: int | None = None) -> Iterator[Any]:
-            # Keras 3.16 asks for super-batches on JAX: stacked across passes, so no epoch's end
-            # leaves a partial one.
+            # JAX super-batches (Keras 3.16) stack across passes: no epoch end leaves a partial one.
             batches = self._passes(lambda a: a.get_jax_iterator())
             return _super_batches(batches, super_batch) if super_batch else batches
 
@@ -180,8 +161,7 @@ def as_fit_reads(
                 return first.get_tf_dataset().repeat()
             import tensorflow as tf
 
-            # Epochs ending as fit ends them, or read anew: the passes, in tf.data as Keras reads
-            # these forms.
+            # Epochs ending as fit ends them, or read anew: the passes, as Keras reads these forms.
             spec = first.get_tf_dataset().element_spec  # from the batches it peeked at
             return tf.data.Dataset.from_generator(self.get_numpy_iterator, output_signature=spec)
 
@@ -189,8 +169,7 @@ def as_fit_reads(
 
 
 def _super_batches(batches: Iterator[Any], count: int) -> Iterator[Any]:
-    """`batches` `count` at a time, stacked on a new leading axis, as Keras 3.16's adapters hand
-    them to its scanned ``steps_per_execution`` on JAX."""
+    """`batches` `count` at a time, stacked on a new axis, for Keras 3.16's scanned steps on JAX."""
     import jax.numpy as jnp
     from keras.src.trainers.data_adapters import data_adapter_utils
 
@@ -242,8 +221,7 @@ class Forever:
 
 
 def epoch_batches(data: Any) -> int | None:
-    """The batches an epoch of `data` holds where it says so unread (a batched Grain dataset's
-    ``len()``); None where it cannot say."""
+    """An epoch's batches where `data` says so unread (a Grain dataset's ``len()``), or None."""
     from toolkit.data import _grain
     from toolkit.data.builder import infer_batch_size
 

@@ -1,17 +1,10 @@
-"""Grain pipelines (JAX's data loader, which Keras 3's ``fit`` reads on every backend), built with
-the tf.data builder's rules: read, shuffle per epoch from the seed, map, batch, prefetch. The one
-module that imports ``grain``, and only when a pipeline is built.
+"""Grain pipelines (JAX's loader; Keras 3's ``fit`` reads them on every backend) built with the
+tf.data builder's rules; the one module that imports ``grain``, and only when building.
 
-The order of examples is the toolkit's, not Grain's ``shuffle``: epoch `e` reads
-``numpy.random.default_rng([seed, e, 0]).permutation(n)``, as :func:`toolkit.data.array_batches`
-does, so both loaders feed the same batches from the same seed. Arrays and ArrayRecord files with no
-per-example map are read a batch at a time; image files and per-example maps go example by example,
-each batch made by one reader (a thread or a worker process).
-
-Keras's Grain adapter knows no batch count: a finite Grain dataset makes ``fit`` warn "ran out of
-data" every epoch. A pipeline built with ``endless=True`` is one stream of epochs whose ``len(ds)``
-is an epoch's length: give ``fit`` that as ``steps_per_epoch``, as the recipes do. Without it, each
-iteration reads the next epoch."""
+Not Grain's ``shuffle``: epoch `e` reads ``default_rng([seed, e, 0]).permutation(n)``, as
+:func:`toolkit.data.array_batches` does, so both loaders feed the same batches from a seed. Keras's
+Grain adapter knows no batch count (a finite dataset warns "ran out of data" every epoch):
+``endless=True`` gives one stream of epochs whose ``len(ds)`` is ``fit``'s ``steps_per_epoch``."""
 
 from __future__ import annotations
 
@@ -31,8 +24,7 @@ from toolkit.data._array_record import ArrayRecords
 from toolkit.data._grain_readers import MAX_THREADS
 from toolkit.data.arrays import ArraySource
 
-# Private: the front is ``toolkit.data.pipeline(..., loader="grain")`` and ``image_folder(...,
-# loader="grain")``.
+# Private: the front is ``pipeline(..., loader="grain")`` and ``image_folder(..., loader="grain")``.
 
 GRAIN_EXTRA = "pip install 'keras-perf-toolkit[grain]'"
 
@@ -79,8 +71,7 @@ _HIDDEN = {"WithOptionsIterDataset", "_WithSeedMapDataset", "_WithSeedIterDatase
 
 
 def describe_grain(dataset: Any) -> str:
-    """The stages of a Grain dataset from source to end, in words (``source → shuffle → map →
-    batch(32) → prefetch(8 threads)``), walked along first parents; nothing runs."""
+    """The stages of a Grain dataset, source to end, in words (first parents); nothing runs."""
     if isinstance(getattr(dataset, "description", None), str):
         return dataset.description
     stages: list[str] = []
@@ -112,8 +103,7 @@ def grain_batch_size(dataset: Any) -> int | None:
 
 
 def _grain_flags_readable() -> None:
-    """Grain's workers read its absl flags, which absl refuses before the program parsed its flags
-    (a notebook, pytest): there each Grain flag is marked given at its default."""
+    """Marks unparsed Grain absl flags given (a notebook, pytest): Grain's workers read them."""
     from absl import flags
 
     if flags.FLAGS.is_parsed():
@@ -124,11 +114,8 @@ def _grain_flags_readable() -> None:
 
 
 def _worker_ignores_interrupts(_index: int, _count: int) -> None:
-    """Each Grain worker process's start: a terminal's signals reach the whole process group, and a
-    worker killed mid-batch leaks its shared memory. The workers ignore them; the training
-    process takes the interrupt and closes its iterator, which stops them. A signal that came
-    while they started (blocked: :func:`_signals_blocked`) is dropped here; a worker ends with
-    its parent (``toolkit.core.children``)."""
+    """A Grain worker's start: it ignores the terminal's group signals (killed mid-batch, it leaks
+    shared memory); the parent takes the interrupt and stops it, and it ends with its parent."""
     import signal
 
     from toolkit.core import children
@@ -155,13 +142,8 @@ def _blocked_signals() -> list[int]:
 
 @contextlib.contextmanager
 def _signals_blocked() -> Any:
-    """A block where this thread, and every thread and process it starts, holds the signals that end
-    a program (a pending one is raised when the block ends).
-
-    A worker killed by a Ctrl-C while Python started it left its parent hung for good:
-    ``multiprocessing`` writes the pickled start holding the pipe's read end itself, so the write
-    never fails. Started blocked, a worker reads its start whole, then drops them. The resource
-    tracker is started here first, since starting it unblocks SIGINT and SIGTERM in its thread."""
+    """Holds the signals that end a program, here and in all it starts: a worker killed as it starts
+    hangs the parent for good. The resource tracker starts first: its start unblocks them."""
     import signal
 
     if not hasattr(signal, "pthread_sigmask"):  # Windows: no masks (and no fork)
@@ -178,9 +160,7 @@ def _signals_blocked() -> Any:
 
 
 def _own_arrays(batch: Any) -> Any:
-    """A batch from Grain's worker processes as plain arrays of this process, its shared memory
-    released as it arrives: Grain unlinks a ``SharedMemoryArray`` on a thread when it goes, so a
-    batch held at exit leaked and warned. One copy per batch, against its decode."""
+    """A worker's batch copied out, its shared memory unlinked now (held at exit, it leaked)."""
     if isinstance(batch, dict):
         return type(batch)((k, _own_arrays(v)) for k, v in batch.items())
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
@@ -202,9 +182,7 @@ _OPEN_STREAMS: Any = None  # weakref.WeakSet of the pipelines whose stream is op
 
 
 def _close_at_exit(owner: Any) -> None:
-    """Closes `owner` (anything with ``close()``) at interpreter exit, if still alive: Grain's own
-    clean-up runs after the modules it needs are gone. Registered after ``multiprocessing``'s, so
-    it runs first."""
+    """Closes `owner` at exit if alive, before ``multiprocessing``'s (Grain's comes too late)."""
     global _OPEN_STREAMS
     if _OPEN_STREAMS is None:
         import atexit
@@ -233,8 +211,7 @@ def _close_open_streams() -> None:
 
 
 class _Order:
-    """Example indices by position in a stream of epochs: epoch `e`'s permutation from the seed
-    (cached one at a time, per reader)."""
+    """Example indices of epoch `e`: the seed's permutation, cached one epoch at a time."""
 
     def __init__(self, count: int, shuffle: bool, seed: int | None) -> None:
         self.count, self.shuffle, self.seed = count, shuffle, seed or 0
@@ -275,9 +252,8 @@ def _batches(
     gathered: bool,
     maps: tuple[Callable[..., Any] | None, Callable[..., Any] | None],
 ) -> Any:
-    """Batches ``stream[0]`` to ``stream[1]`` of the stream of epochs as a ``grain.MapDataset``
-    whose element `i` is batch ``i % per_epoch`` of epoch ``i // per_epoch``: one dataset for
-    every epoch, so worker processes outlive an epoch."""
+    """Batches ``stream[0]:stream[1]`` of all epochs as one ``grain.MapDataset`` (element `i`: batch
+    ``i % per_epoch`` of epoch ``i // per_epoch``), so worker processes outlive an epoch."""
     preprocess, augment = maps
 
     def positions(i: int) -> tuple[int, int, np.ndarray]:
@@ -327,28 +303,20 @@ def grain_pipeline(
     """A Grain pipeline of ``(features, labels)`` batches, an ``IterDataset`` ``fit`` takes.
 
     Args:
-        source: random-access examples: an :class:`~toolkit.data.ArraySource`, ``(features,
-            labels)`` arrays, an ``ImageFiles``, an ``ArrayRecords``, or any sequence of
-            ``(features, label)``.
-        batch_size: examples per batch.
-        preprocess: ``f(features, label) -> (features, label)`` per example, no randomness.
-        augment: ``f(features, label, rng) -> (features, label)`` per example, with a NumPy
-            generator seeded from `seed`, the epoch and the example's position.
-        batch_map: ``f(batch) -> batch`` on whole batches (vectorized NumPy).
-        shuffle: a new permutation every epoch, from `seed`.
-        seed: the shuffle's seed (`None`: 0).
-        drop_remainder: leave out a last partial batch.
-        endless: one epoch after another (``len(ds)`` is an epoch's batches: ``fit``'s
-            ``steps_per_epoch``).
+        source: random access: an ``ArraySource``, ``(features, labels)`` arrays, ``ImageFiles``,
+            ``ArrayRecords`` or any sequence of ``(features, label)``.
+        preprocess: ``f(features, label)`` per example, no randomness.
+        augment: ``f(features, label, rng)`` per example; `rng` from seed, epoch and position.
+        batch_map: ``f(batch)`` on whole batches (vectorized NumPy).
+        endless: epoch after epoch; ``len(ds)`` is an epoch's batches (``steps_per_epoch``).
         num_threads: threads making batches (default: one per core, up to 16).
-        workers: processes making batches, each with `num_threads` threads; 0: in this process;
-            ``"auto"``: by the fit it feeds (one thread where the step computes on the CPU, else
-            threads or processes, whichever is faster, measured once per machine).
-        prefetch: batches read ahead (per worker; default two per thread).
+        workers: processes of `num_threads` threads (0: this process); ``"auto"``: one thread if
+            the step computes on the CPU, else the faster of threads or processes (measured once).
+        prefetch: batches read ahead, per worker (default: two per thread).
         batches_per_epoch: ``len(ds)`` of an endless pipeline when an epoch is not one pass.
 
     Raises:
-        ImportError: Grain is not installed (one line naming the ``[grain]`` extra).
+        ImportError: Grain is not installed (names the ``[grain]`` extra).
         ValueError: a bad size, or a source that is not random access."""
     grain = require_grain()
     check_number(argument("pipeline", "batch_size"), batch_size, integer=True, least=1)
@@ -383,8 +351,7 @@ def grain_pipeline(
 
 
 def _random_access(source: Any) -> Any:
-    """`source` as Grain reads it, by index: ``(features, labels)`` arrays as an
-    :class:`ArraySource`; anything without ``len()`` and ``[i]`` refused in one line."""
+    """`source` as Grain reads it, by index (arrays as an ``ArraySource``), or ValueError."""
     if isinstance(source, tuple):
         if len(source) != 2:
             raise ValueError(f"source: a tuple must be (features, labels), got {len(source)} items")
@@ -399,8 +366,7 @@ def _random_access(source: Any) -> Any:
 
 
 def _check_readers(num_threads: int | None, prefetch: int | None, workers: int | str) -> None:
-    """Refuses readers that cannot be: fewer than one thread or one batch ahead, or workers
-    neither a count nor ``"auto"``."""
+    """Refuses under one thread or batch ahead, and workers neither a count nor ``"auto"``."""
     for name, value in (("num_threads", num_threads), ("prefetch", prefetch)):
         if value is not None and value < 1:
             raise ValueError(f"{name}: must be >= 1, got {value}")
@@ -428,9 +394,7 @@ def _auto_readers(
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Streams:
-    """How a pipeline's batches are made and read: called with an epoch, the stream of batches from
-    it on; :meth:`describe` says its stages. A record, not a closure: the dataset of epochs holds
-    it."""
+    """How a pipeline's batches are made and read; a record, not a closure (the epochs hold it)."""
 
     grain: Any
     source: Any
@@ -445,8 +409,7 @@ class _Streams:
     ahead: int  # batches read ahead, per reader
 
     def __call__(self, epoch: int, endless: bool = False) -> Any:
-        """Epoch `epoch`'s batches; `endless`: every epoch's from `epoch` on, one after
-        another, without end."""
+        """Epoch `epoch`'s batches; `endless`: every epoch's from `epoch` on, without end."""
         grain, per_epoch, ahead = self.grain, self.per_epoch, self.ahead
         first = epoch * per_epoch
         stream = (first, sys.maxsize if endless else first + per_epoch)
@@ -472,8 +435,7 @@ class _Streams:
         return it
 
     def describe(self, chosen: str, endless: bool) -> str:
-        """The stages in words, from the read to the prefetch (``describe_pipeline``);
-        `chosen`: why ``workers="auto"`` chose these readers (empty: none chose)."""
+        """The stages in words; `chosen`: why ``workers="auto"`` chose these readers, if it did."""
         source, preprocess, augment = self.source, *self.maps
         read = f"{type(source).__name__} (by index)"
         if isinstance(source, ArrayRecords):
@@ -506,8 +468,7 @@ def from_builder(
     workers: int | str,
     **settings: Any,
 ) -> Any:
-    """``toolkit.data.pipeline(..., loader="grain")``: its settings as a Grain pipeline's;
-    the tf.data-only ones refused in one line."""
+    """``pipeline(..., loader="grain")``'s settings as a Grain pipeline's; tf.data-only refused."""
     tf_only = ("cache", "shuffle_buffer", "deterministic", "private_threads", "ram_budget")
     given = [name for name in tf_only if settings.pop(name) not in (None, False)]
     if given:
@@ -527,8 +488,7 @@ _EPOCHS: dict[Any, type] = {}  # per Grain module: its epochs' class, its masked
 
 
 def _started_masked(grain: Any) -> type:
-    """The ``grain.IterDataset`` that starts Grain's worker processes with the signals blocked: its
-    iterator's creation, first batch and ``set_state``."""
+    """A ``grain.IterDataset`` that starts Grain's workers with the signals blocked."""
     if ("masked", id(grain)) in _EPOCHS:
         return _EPOCHS[("masked", id(grain))]
 
@@ -567,8 +527,7 @@ def _started_masked(grain: Any) -> type:
 
 
 def _epochs_class(grain: Any) -> type:
-    """The ``grain.IterDataset`` of epochs, on Grain's own bases, made once Grain is imported so the
-    module imports without it."""
+    """The ``grain.IterDataset`` of epochs on Grain's bases, built once Grain is imported."""
     if id(grain) in _EPOCHS:
         return _EPOCHS[id(grain)]
 
@@ -588,8 +547,7 @@ def _epochs_class(grain: Any) -> type:
 
 
 class _EpochReader:
-    """One epoch of its dataset, read from the dataset's one stream; an epoch read to its end moves
-    the dataset's epoch on (a partial read does not)."""
+    """One epoch from the dataset's one stream; only a read to its end moves the epoch on."""
 
     def __init__(self, owner: Any) -> None:
         self._owner = owner
@@ -613,8 +571,7 @@ class _EpochReader:
         return item
 
     def get_state(self) -> dict[str, Any]:
-        """Grain's checkpoint of this reader: the epoch, batches left, where the stream began and
-        its own."""
+        """Grain's checkpoint: epoch, batches left, where the stream began, and its state."""
         owner = self._owner
         return {
             "epoch": owner.epoch, "left": self._left, "stream_from": owner._from,
@@ -622,8 +579,7 @@ class _EpochReader:
         }  # fmt: skip
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Back to a :meth:`get_state`'s checkpoint: a new stream from where that one
-        began, at its place."""
+        """Back to a :meth:`get_state` checkpoint: a new stream from that one's start."""
         owner = self._owner
         owner.close()
         owner._from = int(state["stream_from"])
@@ -642,9 +598,7 @@ class _EpochReader:
 
 
 class _EndlessReader:
-    """Every epoch from the first, from a stream of its own. Closing it, or the interpreter's exit,
-    stops its readers and workers (Grain's iterator, collected at teardown, fails once its
-    modules are gone)."""
+    """Every epoch from the first, on a stream of its own, closed at exit at the latest."""
 
     def __init__(self, stream: Any) -> None:
         super().__init__(stream)
@@ -672,13 +626,8 @@ class _EndlessReader:
 
 
 class _Epochs:
-    """A toolkit Grain pipeline: ``len()`` is an epoch's batches; ``batch_size`` and ``description``
-    say what it reads.
-
-    Every epoch is read from one stream, so readers and workers start once and read ahead across an
-    epoch's end, as a repeated ``tf.data`` pipeline does (a new stream per epoch spent most of each
-    short epoch starting workers). An epoch that starts elsewhere moves the stream back, or starts a
-    new one there."""
+    """A toolkit Grain pipeline (``len()``: an epoch's batches). All epochs read one stream, so
+    workers start once and read ahead across epoch ends, as a repeated ``tf.data`` does."""
 
     _epoch_reader: type  # this Grain's EpochIterator and EndlessIterator (_epochs_class)
     _endless_reader: type
@@ -733,8 +682,7 @@ class _Epochs:
                 close()
 
     def repeat(self, count: int | None = None) -> Any:
-        """Endless (``count`` None), as ``tf.data.Dataset.repeat()``, so tf.data timing code reads
-        it the same way."""
+        """Endless, as ``tf.data.Dataset.repeat()``, so tf.data timing code reads it too."""
         if count is not None:
             raise ValueError("repeat: a toolkit Grain pipeline repeats endlessly or not")
         if self.endless:
@@ -743,8 +691,7 @@ class _Epochs:
         return type(self)(self._make, self._batches, self.batch_size, True, text)
 
     def map_batches(self, fn: Callable[[Any], Any], note: str, size: int) -> Any:
-        """This pipeline with `fn` applied to every batch after the prefetch, in this process (`fn`
-        need not pickle); `size` examples a batch; `note` joins the description."""
+        """This pipeline with `fn` on each batch after the prefetch, here (`fn` need not pickle)."""
         make = self._make
         text = self.description.replace(" (grain)", f" → {note} (grain)")
         return type(self)(
@@ -753,8 +700,7 @@ class _Epochs:
         )  # fmt: skip
 
     def __iter__(self) -> Any:
-        # Endless: a stream of its own (closing it stops its workers); else the next epoch from the
-        # dataset's one stream.
+        # Endless: a stream of its own; else the next epoch from the dataset's one stream.
         if not self.endless:
             return self._epoch_reader(self)
         return self._endless_reader(self._make(0, True).__iter__())

@@ -1,19 +1,12 @@
-"""Who makes a Grain pipeline's batches (``workers="auto"``), judged by the fit the pipeline
-feeds, not the pipeline read alone: reader threads, or worker processes.
-
-Read alone, a pipeline is fastest on every core; a fit's step needs cores too. On 2 cores, worker
-processes read JPEGs faster alone yet ran the fit slower than a main-thread decode; two threads
-contend for the GIL; one reader thread matched or beat it. So the choice starts from where the step
-computes and this process's usable cores:
+"""Who makes a Grain pipeline's batches (``workers="auto"``): reader threads or worker processes,
+judged by the fit the pipeline feeds, not the pipeline read alone: the step needs cores too (workers
+faster alone ran the fit slower), and threads contend for the GIL.
 
 - **Arrays gathered a batch at a time**: threads, nothing to measure.
-- **The step computes on the CPU**: its thread pools take every core, so **one reader thread**,
-  nothing measured: it does what a main-thread decode does, while the step runs.
-- **One usable core:** one thread.
-- **The step computes on an accelerator:** one core feeds the device; the rest are spare, and the
-  pipeline is measured with threads, then with a worker per spare core (up to :data:`MAX_WORKERS`),
-  workers kept only when they beat threads by :data:`WORKER_GAIN`. Cached per machine under what the
-  answer depends on.
+- **The step computes on the CPU** (its pools take every core), or **one usable core**: one thread.
+- **The step computes on an accelerator:** one core feeds the device; the pipeline is measured with
+  threads on the rest, then a worker per spare core (up to :data:`MAX_WORKERS`), kept only if they
+  beat threads by :data:`WORKER_GAIN`; cached per machine under what the answer depends on.
 
 Threads given are kept; ``workers=N`` is the user's. Every answer says why (:attr:`Readers.why`)."""
 
@@ -31,8 +24,7 @@ _CACHE = Cache("grain_readers.json")
 MAX_THREADS = 16
 WINDOW_S = 1.5  # each side's steady window, at least (seconds), after its warm-up
 MIN_BATCHES = 5  # and at least this many batches
-# Read untimed after the first batch: buffers filled during the start would otherwise count as made
-# in the window.
+# Read untimed after the first batch: buffers filled at the start would count in the window.
 MIN_WARMUP = 4
 MAX_WORKERS = 4
 # Workers must beat threads by this much to be kept: they hold a process each and copy every batch.
@@ -63,8 +55,7 @@ def usable_cores() -> int:
 
 
 def step_device() -> str:
-    """Where the backend computes the step: ``"cpu"``, or the first GPU's kind; a backend that
-    cannot say counts as the CPU."""
+    """Where the step computes: the first GPU's kind, or ``"cpu"`` (also if unknown)."""
     try:
         from toolkit.devices import detect
 
@@ -76,8 +67,7 @@ def step_device() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class _Facts:
-    """What the answer depends on: source kind and size, batch, maps, threads, usable cores, the
-    step's device. Its JSON (:meth:`as_json`) is the cache's key."""
+    """What the answer depends on; its JSON (:meth:`as_json`) is the cache's key."""
 
     source: str
     examples: int
@@ -106,8 +96,7 @@ class _Facts:
         )
 
     def as_json(self) -> dict[str, object]:
-        """The facts as the cache keys and stores them (lists for the tuples, as JSON reads
-        them back)."""
+        """The facts as the cache keys and stores them (tuples as lists, as JSON reads them)."""
         return {
             "what": "grain readers",
             "source": self.source,
@@ -122,8 +111,7 @@ class _Facts:
 
 
 def _rate(build: Callable[[], Any], warmup: int) -> tuple[float, float]:
-    """``(batches per second after a warm-up, seconds to the first batch)`` of the endless
-    pipeline `build` makes, over at least :data:`WINDOW_S` and :data:`MIN_BATCHES`."""
+    """``(batches/s after a warm-up, seconds to the first batch)`` of `build`'s endless pipeline."""
     start = time.perf_counter()
     it = iter(build())
     try:
@@ -151,8 +139,7 @@ def choose_readers(
     build: Callable[[int, int], Any],
     prefetch: int | None,
 ) -> Readers:
-    """The readers for a pipeline over `source` by the module's rule: `build(threads, workers)`
-    makes it endless, `num_threads` the threads given, `prefetch` batches ahead per reader."""
+    """The readers by the module's rule; `build(threads, workers)` makes the endless pipeline."""
     cores = usable_cores()
     if gathered:
         threads = num_threads or min(cores, MAX_THREADS)

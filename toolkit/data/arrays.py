@@ -1,7 +1,6 @@
-"""Data without TensorFlow: NumPy arrays in batches, for Keras's ``fit`` on any backend. Where
-TensorFlow is not installed, the catalog's digits and synthetic data come as an
-:class:`ArraySource` (with a per-batch transform such as a resize) and the runner batches them
-with :func:`array_batches`, a ``keras.utils.PyDataset`` shuffled per epoch from a seed."""
+"""Data without TensorFlow: NumPy arrays in batches, for ``fit`` on any backend. Without TensorFlow,
+the catalog's digits and synthetic data come as an :class:`ArraySource` (with a per-batch transform
+such as a resize), which the runner batches with :func:`array_batches`."""
 
 from __future__ import annotations
 
@@ -55,9 +54,8 @@ _MODES = {1: "L", 3: "RGB", 4: "RGBA"}  # Pillow's mode for each channel count
 
 @dataclasses.dataclass(frozen=True)
 class ImageFiles:
-    """JPEG/PNG files as examples, decoded when read (Pillow), without TensorFlow: ``self[i]`` is
-    ``(image, label)``, resized as ``tf.image.resize`` does, float32 in [0, 1] or uint8. What
-    Grain's workers read, and :func:`array_batches` a batch at a time."""
+    """JPEG/PNG files as examples, decoded by Pillow when read: ``self[i]`` is ``(image, label)``,
+    resized as ``tf.image.resize`` does, float32 in [0, 1] or uint8 (what Grain's workers read)."""
 
     paths: tuple[str, ...]
     labels: np.ndarray
@@ -107,11 +105,8 @@ class ImageFiles:
 
 def resize_images(images: np.ndarray, height: int, width: int) -> np.ndarray:
     """Bilinear resize of ``(n, h, w, c)`` images with half-pixel centres, as ``tf.image.resize``
-    does (no antialiasing): float32 out.
-
-    Every image of a Grain pipeline comes through here, sharing few cores with the step, so: weights
-    and indices computed once per size, uint8 interpolated as it is, each pass over rows of ``w *
-    c`` values, sums in place. The same values to the bit as the plain formula, in half the time."""
+    does (no antialiasing), float32 out. Every Grain image comes here, on cores shared with the
+    step: weights cached per size, uint8 read as is, sums in place; bit-identical to the formula."""
     images = np.asarray(images)
     if images.dtype not in (np.uint8, np.float32):
         images = images.astype(np.float32)
@@ -130,8 +125,7 @@ def resize_images(images: np.ndarray, height: int, width: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=64)
 def _bilinear_weights(size_in: int, size_out: int, channels: int) -> tuple[np.ndarray, ...]:
-    """One axis of :func:`resize_images`: each output value's source index below and above it and
-    their weights (read-only, shared)."""
+    """One axis of :func:`resize_images`: each output's source indices and weights (read-only)."""
     src = (np.arange(size_out, dtype=np.float32) + 0.5) * (size_in / size_out) - 0.5
     src = np.clip(src, 0.0, size_in - 1)
     lo = np.floor(src).astype(np.int64)
@@ -163,7 +157,6 @@ def array_batches(
 
     Args:
         source: an :class:`ArraySource`, :class:`ImageFiles` or ``(features, labels)`` arrays.
-        batch_size: examples per batch.
         shuffle: a new order every epoch (from `seed`).
         drop_remainder: leave out the last partial batch of each pass.
         repeat: endless (the epoch's length is ``fit``'s ``steps_per_epoch``).
@@ -185,8 +178,7 @@ def array_batches(
         def __init__(self) -> None:
             super().__init__()
             self.epoch = 0
-            # The order of the pass being read (a permutation per batch cost more than a small
-            # step).
+            # The order of the pass being read: a permutation per batch cost more than a step.
             self._cached: tuple[tuple[int, int], np.ndarray] | None = None
 
         @property
@@ -225,8 +217,7 @@ def _batches_per_pass(count: int, batch_size: int, drop_remainder: bool) -> int:
 
 
 def _pass_order(count: int, shuffle: bool, seed: int | None, key: tuple[int, int]) -> np.ndarray:
-    """The order pass ``key[1]`` of epoch ``key[0]`` reads: a permutation from the seed, epoch
-    and pass, else as stored."""
+    """The order of pass ``key[1]`` of epoch ``key[0]``: seeded by seed, epoch, pass; or as is."""
     if not shuffle:
         return np.arange(count)
     epoch, n_pass = key

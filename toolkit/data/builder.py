@@ -1,15 +1,9 @@
-"""The one pipeline builder (named builder.py so it does not shadow ``pipeline``). The order of
-its stages matters; each is commented with why.
+"""The one pipeline builder (builder.py, so it does not shadow ``pipeline``), warning once of the
+traps it can see.
 
 Order: preprocess (parallel map) -> cache -> shuffle -> repeat -> augment (parallel map) -> batch ->
-batch_map (vectorized) -> options -> prefetch.
-
-In-memory ``(features, labels)`` arrays with no per-example map take a shorter road: each epoch is
-one permutation of the indices, cut into batches, each batch one gather (per-example stages cost
-microseconds an example on the CPU that also trains).
-
-It warns once about traps it can see: caching after a random map, a shuffle buffer or memory cache
-that would not fit in RAM, and ``from_generator`` read on one thread."""
+batch_map (vectorized) -> options -> prefetch. In-memory arrays with no per-example map skip the
+per-example stages: per epoch one permutation cut into batches, one gather per batch."""
 
 from __future__ import annotations
 
@@ -47,8 +41,7 @@ class PipelineWarning(UserWarning):
 
 
 def warn_once(key: str, message: str, stacklevel: int = 3) -> None:
-    """Warns (PipelineWarning + absl log) the first time `key` is seen in this process;
-    `stacklevel` as ``warnings.warn``'s, counted from here."""
+    """Warns (PipelineWarning + absl log) the first time `key` is seen in this process."""
     if key in _warned:
         return
     _warned.add(key)
@@ -134,9 +127,7 @@ def _first_batch_size(data: Any) -> int | None:
 
 
 def infer_batch_size(data: Any) -> int | None:
-    """Examples per step of a ``tf.data.Dataset``, without iterating it: the static batch
-    dimension where known, else the nearest batching stage's ``batch_size``; None when it
-    cannot tell."""
+    """Examples per step, unread: the static batch size, else the nearest batch stage's; or None."""
     spec = getattr(data, "element_spec", None)
     if spec is None:  # a PyDataset of toolkit.data.array_batches says it (a Grain one too)
         size = getattr(data, "batch_size", None)
@@ -168,10 +159,7 @@ def infer_batch_size(data: Any) -> int | None:
 
 
 def batched_examples(data: Any) -> int | None:
-    """The examples one epoch of a batched ``tf.data.Dataset`` holds, without iterating it; None
-    where tf.data does not know. Where the batching keeps a partial last batch and nothing
-    after changes the count, the batching stage's input count; else batches times batch, an
-    upper bound."""
+    """An epoch's examples in a batched dataset, unread: exact, else batches × size; or None."""
     batches, size = int(data.cardinality()), infer_batch_size(data)
     if batches <= 0 or not size:
         return None
@@ -186,8 +174,7 @@ def batched_examples(data: Any) -> int | None:
 
 
 def _upstream(node: Any) -> Any:
-    """The dataset `node` reads from: its input, or the first of its inputs (``zip`` and the
-    like)."""
+    """The dataset `node` reads from: its input, or the first of its inputs (``zip``)."""
     found = getattr(node, "_input_dataset", None)
     if found is not None:
         return found
@@ -209,8 +196,7 @@ def _first_leaf(structure: Any) -> Any:
 
 
 def describe_pipeline(dataset: Any) -> str:
-    """The stages of a tf.data pipeline from source to end, in words (``from_tensor_slices →
-    shuffle → map → batch(32) → prefetch``), walked along first inputs; nothing runs."""
+    """The stages of a tf.data pipeline, source to end, in words (first inputs); nothing runs."""
     if isinstance(getattr(dataset, "description", None), str):
         return dataset.description
     if type(dataset).__module__.startswith("grain"):
@@ -237,9 +223,8 @@ def describe_pipeline(dataset: Any) -> str:
 
 
 def dataset_ops(dataset: Any) -> tuple[set[str], set[str]]:
-    """What a dataset is made of: the dataset classes along its input chain and the op types
-    inside their functions. Walks Python objects: serializing the graph would copy every array
-    a ``from_tensor_slices`` holds."""
+    """The dataset classes on a dataset's input chain and the op types in their functions, from
+    Python objects: serializing the graph would copy every array ``from_tensor_slices`` holds."""
     chain: set[str] = set()
     inner: set[str] = set()
     stack, seen = [dataset], set()
@@ -316,40 +301,27 @@ def pipeline(
 ):
     """Builds the training input pipeline from a dataset of single examples.
 
-    ``loader="grain"``: a Grain pipeline by the same rules (``toolkit.data._grain``): `dataset` is
-    random-access examples, the maps take NumPy, `num_parallel_calls` is its threads and `workers`
-    its processes (``"auto"``: by the fit it feeds), `repeat` one endless stream.
+    ``loader="grain"``: a Grain pipeline by the same rules: `dataset` is random-access examples, the
+    maps take NumPy, `num_parallel_calls` is its threads and `workers` its processes.
 
     Args:
-        dataset: a `tf.data.Dataset` of single examples, or a ``(features, labels)`` tuple of
-            in-memory arrays (labels may be None). Without `preprocess` and `augment`, arrays are
-            batched by gathering (`shuffle_buffer` and `cache` have nothing to do there).
-        batch_size: examples per batch.
-        preprocess: per-example map with no randomness; runs in parallel before the cache, so its
-            work is done once.
-        augment: per-example random map; runs after cache and shuffle, so every epoch sees new
-            randomness.
-        batch_map: map applied to whole batches (vectorized).
-        cache: `True` or ``"memory"`` keeps examples in memory after the first epoch; a path caches
-            to that file.
-        shuffle: shuffle examples.
-        shuffle_buffer: buffer in examples, or bytes (``"64MB"``). Default: the dataset's size when
-            known and below 10 000, else 10 000.
-        seed: shuffle seed.
+        dataset: a `tf.data.Dataset` of single examples, or ``(features, labels)`` in-memory arrays
+            (labels may be None), batched by gathering when there is no per-example map.
+        preprocess: per-example map, no randomness; before the cache, so paid once.
+        augment: per-example random map; after cache and shuffle, so new randomness every epoch.
+        cache: `True` or ``"memory"``: in memory after the first epoch; a path: to that file.
+        shuffle_buffer: examples, or bytes (``"64MB"``); default the dataset's size, up to 10 000.
         repeat: repeat forever (pair with ``steps_per_epoch``).
-        drop_remainder: drop a last partial batch: static shapes (no retrace) and exact
-            examples/sec.
-        num_parallel_calls: parallelism of the maps (default AUTOTUNE: one call per core, up to 16
-            or `cpu_budget`; the autotune model is off, see
-            :func:`toolkit.data.sources.no_autotune_model`).
+        drop_remainder: drop a last partial batch: static shapes (no retrace), exact examples/s.
+        num_parallel_calls: the maps' parallelism (default AUTOTUNE: a call per core, up to 16 or
+            `cpu_budget`, with the autotune model off: ``sources.no_autotune_model``).
         deterministic: keep element order in parallel stages (default: TF's, on).
-        private_threads: size of a private thread pool for this pipeline.
-        ram_budget: tf.data's RAM budget, bytes or ``"2GB"``; also what the warnings check against.
+        ram_budget: tf.data's RAM budget, bytes or ``"2GB"``; the warnings check against it too.
         cpu_budget: cores the maps use (default: all).
 
     Raises:
-        ValueError: a size or budget that is not positive or unreadable; a batch size larger than a
-            known count of examples with `drop_remainder`."""
+        ValueError: a size or budget not positive or unreadable; a batch larger than a known
+            example count with `drop_remainder`."""
     if loader == "grain":  # the same rules, Grain's stages
         settings = dict(locals())
         from toolkit.data._grain import from_builder
@@ -373,13 +345,11 @@ def pipeline(
     ds = _paid_once(dataset, preprocess, cache, tail)
     if shuffle:
         buffer = _shuffle_examples(ds, shuffle_buffer, budget)
-        # Shuffle before repeat so epochs don't blur, and after the cache so each epoch gets a new
-        # order.
+        # Before repeat so epochs don't blur; after the cache so each epoch gets a new order.
         ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         ds = ds.repeat()
     if augment is not None:
-        # Random per-example work after cache and shuffle: new randomness every epoch.
         ds = ds.map(augment, num_parallel_calls=parallel, deterministic=deterministic)
     if drop_remainder and not repeat:  # a count tf.data knows (not a filter's, -2)
         check_batch_fits("pipeline", batch_size, int(ds.cardinality()))
@@ -388,8 +358,7 @@ def pipeline(
 
 
 def _refuse_what_tf_data_does_not_read(dataset: Any, loader: str, workers: int | str) -> None:
-    """A loader that is not tf.data's, worker processes, or ArrayRecord files, each refused in
-    one line saying what to pass instead."""
+    """Refuses a loader not tf.data's, workers, or ArrayRecord files, saying what to pass."""
     if loader != "tf_data":
         raise ValueError(f"loader: 'tf_data' or 'grain', got {loader!r}")
     if workers:
@@ -430,7 +399,6 @@ def _paid_once(
     """The stages paid once, not every epoch: the deterministic map, then the cache."""
     _warn_if_generator(ds)
     if preprocess is not None:
-        # Deterministic per-example work in parallel, before the cache: paid once.
         ds = ds.map(preprocess, num_parallel_calls=tail.parallel, deterministic=tail.deterministic)
     if cache:
         ds = _cached(ds, cache, tail.budget)
@@ -440,8 +408,7 @@ def _paid_once(
 def _warn_if_generator(ds: Any) -> None:
     """Warns (once) when `ds` reads a Python generator on one thread."""
     chain, inner_ops = dataset_ops(ds)
-    # from_generator is a flat_map whose function builds a GeneratorDataset (inside
-    # parallel_generator's interleave it is not on this chain).
+    # from_generator: a flat_map building a GeneratorDataset (parallel_generator's is not here).
     if any("FlatMap" in name for name in chain) and "GeneratorDataset" in inner_ops:
         warn_once(
             "from_generator",
@@ -453,8 +420,7 @@ def _warn_if_generator(ds: Any) -> None:
 
 
 def _cached(ds: Any, cache: bool | str, budget: int | None) -> Any:
-    """`ds` cached in memory or to the file `cache` names, with a warning where a random map
-    upstream would be frozen, or the examples would not fit in memory."""
+    """`ds` cached in memory or to a file, warning if a random map upstream would be frozen."""
     upstream = dataset_ops(ds)
     if any(_is_random(op) for op in upstream[0] | upstream[1]):
         warn_once(
@@ -466,7 +432,6 @@ def _cached(ds: Any, cache: bool | str, budget: int | None) -> Any:
         )
     if cache is True or cache == "memory":
         _check_cache_fits(ds, budget)
-        # No file: the cache lives in memory after the first full pass.
         return ds.cache()
     return ds.cache(str(cache))
 
@@ -520,8 +485,7 @@ def _gathered_batches(
     parallel: int,
     deterministic: bool | None,
 ) -> Any:
-    """Batches of in-memory ``(features, labels)``: per epoch one permutation of the indices cut
-    into batches; per batch one gather."""
+    """Batches of in-memory arrays: per epoch a permutation cut into batches, one gather each."""
     import tensorflow as tf
 
     n, data = _gatherable(arrays)
@@ -559,8 +523,7 @@ def _gatherable(arrays: tuple[Any, ...]) -> tuple[int, Any]:
 
 
 def _epoch_draws(shuffle: bool, seed: int | None, repeat: bool) -> Any:
-    """A dataset of one int64 per epoch, each epoch's shuffle seed: endless with `repeat`, else
-    this iteration's one epoch."""
+    """One int64 per epoch, its shuffle seed: endless with `repeat`, else this iteration's one."""
     import tensorflow as tf
 
     if shuffle:
@@ -587,8 +550,7 @@ def _index_order(n: int, shuffle: bool) -> Callable[[Any], Any]:
 
 
 def _endless_index_batches(epochs: Any, order: Callable[[Any], Any], batch_size: int) -> Any:
-    """Batches of indices, epoch after epoch without end, as repeat-then-batch gives (leftovers
-    open the next epoch's first batch)."""
+    """Index batches of endless epochs, as repeat-then-batch (leftovers open the next epoch)."""
     import tensorflow as tf
 
     def cut(leftover: Any, draw: Any) -> Any:
@@ -606,8 +568,7 @@ def _endless_index_batches(epochs: Any, order: Callable[[Any], Any], batch_size:
 def _epoch_index_batches(
     epochs: Any, order: Callable[[Any], Any], n: int, batch_size: int, drop_remainder: bool
 ) -> Any:
-    """Batches of indices of one epoch of `n` examples, the rest unless `drop_remainder`; the
-    count is said to tf.data."""
+    """Index batches of one epoch (a partial last one unless `drop_remainder`), count declared."""
     import tensorflow as tf
 
     full, rest = divmod(n, batch_size)

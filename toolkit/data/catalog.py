@@ -1,25 +1,16 @@
 """Datasets by name, for recipes: ``synthetic`` | ``digits`` | ``tfds:NAME`` | ``folder:PATH`` |
-``tfrecord:GLOB``, shaped for the model that reads them.
-
-A recipe says what its model takes, an :class:`ImageSpec` or a :class:`TokenSpec`, and :func:`load`
-returns a :class:`Data` whose examples have exactly that shape, whatever the source:
+``tfrecord:GLOB``, shaped exactly as the recipe's :class:`ImageSpec` or :class:`TokenSpec` says.
 
 * ``synthetic``: one random example of the spec, repeated (no input cost).
-* ``digits``: the packaged UCI 8×8 digits (real, offline), resized to the spec; as tokens, each
-  pixel's intensity after a ``[CLS]`` token.
-* ``tfds:NAME``: a TensorFlow Datasets dataset, ``train`` for training and ``test`` (or
-  ``validation``) for validation; text lower-cased, split on whitespace and hashed into the
-  vocabulary.
-* ``folder:PATH``: ``PATH/<class>/*.jpg|png``, decoded to the spec.
-* ``tfrecord:GLOB``: records written by ``write_tfrecords`` holding one example of the spec.
+* ``digits``: the packaged UCI 8×8 digits, resized; as tokens, pixel intensities after ``[CLS]``.
+* ``tfds:NAME``: ``train``, and ``test`` or ``validation``; text lower-cased, split on whitespace
+  and hashed into the vocabulary.
+* ``folder:PATH``: ``PATH/<class>/*.jpg|png``; ``tfrecord:GLOB``: ``write_tfrecords``'s records.
 
-Folder and TFRecord data hold out every k-th example for validation. Bad names and missing files
-fail here, before TensorFlow starts; the datasets are built lazily so the runner can choose the
-device first.
-
-Without TensorFlow, ``digits`` and ``synthetic`` come as NumPy ``ArraySource`` arrays and ``folder``
-as ``ImageFiles``; ``tfds`` and ``tfrecord`` need tf.data and say so. :attr:`Data.examples` gives
-these random-access forms (what Grain reads) with TensorFlow too."""
+Folder and TFRecord data hold out every k-th example. Bad names and files fail here, before
+TensorFlow starts; datasets are built lazily so the runner can choose the device first. Without
+TensorFlow, ``digits``, ``synthetic`` and ``folder`` come as NumPy (``ArraySource``,
+``ImageFiles``), as :attr:`Data.examples` (what Grain reads) gives them with it."""
 
 from __future__ import annotations
 
@@ -63,8 +54,7 @@ class ImageSpec:
 
 @dataclasses.dataclass(frozen=True)
 class TokenSpec:
-    """Token id sequences of ``seq_len`` (int32, 0 = padding, 1 = [CLS]), with an int32 class
-    label."""
+    """Token id sequences of ``seq_len`` (int32; 0: padding, 1: [CLS]), with an int32 label."""
 
     seq_len: int
     vocab_size: int
@@ -80,15 +70,11 @@ class Data:
     """A recipe's data: functions that build the datasets of single examples, and facts.
 
     Attributes:
-        train: returns the training `tf.data.Dataset` of ``(features, label)`` examples.
-        validation: the same for validation, or None.
-        num_classes: label classes.
-        description: what was loaded, for the report.
+        train, validation: build a `tf.data.Dataset` of ``(features, label)``; validation: or None.
         cache: whether the examples are small enough to keep in memory.
         train_examples: training examples where the dataset cannot say; None when unknown.
         find_bad_file: after reading failed, the file it failed on as ``"PATH (why)"``, or None.
-        examples: ``examples(training)``: a split as an ``ArraySource`` or ``ImageFiles``; None:
-            tf.data only."""
+        examples: ``examples(training)``: a split as ArraySource or ImageFiles; None: tf.data."""
 
     train: Callable[[], Any]
     validation: Callable[[], Any] | None
@@ -131,8 +117,7 @@ def _tf():
 
 
 def _holdout(ds: Any, fraction: float, keep: bool, total: int | None = None) -> Any:
-    """Every k-th example for validation, the rest for training; with `total` known, its length
-    said (so Keras never "runs out of data")."""
+    """Every k-th example held out, or (`keep`) the rest; a `total` declares the length to Keras."""
     tf = _tf()
     k, train = _every(total or 0, fraction)
     kept = ds.enumerate().filter(lambda i, _: tf.equal(i % k, 0) != keep)
@@ -143,8 +128,7 @@ def _holdout(ds: Any, fraction: float, keep: bool, total: int | None = None) -> 
 
 
 def _every(total: int, fraction: float) -> tuple[int, int]:
-    """``(k, training examples)`` of `total` with every k-th held out (k = round(1 / fraction),
-    at least 2)."""
+    """``(k, training examples)`` of `total`, every k-th held out (k = round(1 / fraction) >= 2)."""
     k = max(2, round(1.0 / fraction))
     return k, total - -(-total // k)
 
@@ -154,9 +138,6 @@ def _fits(examples: int, spec: ImageSpec | TokenSpec) -> bool:
         spec.height * spec.width * spec.channels if isinstance(spec, ImageSpec) else spec.seq_len
     )
     return 0 < examples * per_example <= CACHE_LIMIT_BYTES
-
-
-# ---------------------------------------------------------------------------- images
 
 
 def _to_image(image: Any, spec: ImageSpec) -> Any:
@@ -300,8 +281,7 @@ _MAGIC = {".png": (b"\x89PNG\r\n\x1a\n",), ".jpg": (b"\xff\xd8\xff",), ".jpeg": 
 
 
 def _check_image_header(image: str) -> None:
-    """Raises ValueError naming `image` when it is not what its name says (its first bytes only):
-    found before training, where the decoder would fail without a name."""
+    """ValueError naming `image` if its first bytes are not its kind's (the decoder names none)."""
     try:
         with open(image, "rb") as f:
             head = f.read(8)
@@ -373,8 +353,7 @@ def _folder_images(path: str) -> tuple[list[str], list[str]]:
 def _folder_holdout(
     path: str, names: list[str], images: list[str], validation_fraction: float
 ) -> tuple[int, int]:
-    """``(k, training images)``, refusing a folder a classifier learns nothing from, in one line
-    saying what to change."""
+    """``(k, training images)``, refusing a folder a classifier learns nothing from."""
     files = len(images)
     if files == 0:
         raise ValueError(
@@ -412,8 +391,7 @@ def _image_files(
 
 
 def _tfrecord_files(pattern: str) -> tuple[list[str], int]:
-    """``(files, records)`` matching `pattern`, each file's record headers walked: no match, a
-    damaged file or no record fails here, named."""
+    """``(files, records)`` matching `pattern`, headers walked: no match, damage or none fails."""
     files = sorted(f for f in _glob.glob(pattern) if not f.endswith(tfrecord.MANIFEST_SUFFIX))
     if not files:
         raise FileNotFoundError(
@@ -513,9 +491,6 @@ def _synthetic(spec: ImageSpec | TokenSpec, seed: int) -> Data:
     )
 
 
-# ---------------------------------------------------------------------------- tokens
-
-
 def _pad(tokens: Any, seq_len: int) -> Any:
     tf = _tf()
     tokens = tf.concat([[CLS], tf.cast(tokens, tf.int32)], axis=0)[:seq_len]
@@ -573,21 +548,14 @@ def _digit_tokens(spec: TokenSpec, validation_fraction: float, seed: int) -> Dat
     )
 
 
-# ---------------------------------------------------------------------------- entry point
-
-
 def _check_fraction(validation_fraction: float) -> None:
     if not 0.0 < validation_fraction < 1.0:
         raise ValueError(f"--validation_fraction must be in (0, 1), got {validation_fraction}")
 
 
 def training_files(spec: str, validation_fraction: float = 0.2) -> int | None:
-    """How many examples `spec`'s files leave to train on, checked as :func:`load` checks them,
-    or None for a dataset that is not files. Reads no framework, so a mistyped path is said
-    before TensorFlow loads.
-
-    Raises:
-        ValueError, FileNotFoundError: as :func:`load` does for the same files."""
+    """How many examples `spec`'s files leave to train on, or None if not files; checked (and
+    raising) as :func:`load` does, without a framework, so a bad path is said before TF loads."""
     kind, _, arg = (spec or "").partition(":")
     if kind not in ("folder", "tfrecord"):
         return None
@@ -611,8 +579,6 @@ def load(
 
     Args:
         spec: ``synthetic``, ``digits``, ``tfds:NAME``, ``folder:PATH`` or ``tfrecord:GLOB``.
-        input_spec: what the model takes.
-        data_dir: TFDS data directory.
         validation_fraction: share held out (digits, folder, tfrecord).
         seed: for the digits split and synthetic data.
 

@@ -1,8 +1,6 @@
-"""Data sources (TFRecord files are ``toolkit.data.tfrecord``'s), each a ``tf.data.Dataset`` of
-single examples with a declared ``element_spec``, ready for :func:`toolkit.data.pipeline`.
-
-Bad arguments raise ``ValueError`` (``FileNotFoundError`` for paths) whose message starts with the
-argument's name and says what to do."""
+"""Data sources (TFRecord files: ``toolkit.data.tfrecord``), each a ``tf.data.Dataset`` of single
+examples with a declared ``element_spec``. Bad arguments raise ``ValueError`` (``FileNotFoundError``
+for paths) starting with the argument's name and saying what to do."""
 
 from __future__ import annotations
 
@@ -28,15 +26,8 @@ def _tf():
     return tf
 
 
-# ---------------------------------------------------------------------------- arrays, synthetic
-
-
 def from_arrays(features: Any, labels: Any = None):
     """A dataset of ``(features, label)`` pairs (or of features alone) from in-memory arrays.
-
-    Args:
-        features: an array or tensor, or a dict of them, first dimension = examples.
-        labels: the same number of labels, or None for features only.
 
     Raises:
         ValueError: no examples, or labels that don't match the features in number."""
@@ -48,10 +39,8 @@ def from_arrays(features: Any, labels: Any = None):
 
 
 def array_examples(features: Any, labels: Any = None) -> int:
-    """The number of examples in in-memory `features` and `labels` (arrays, or nests of them),
-    counted as ``fit`` counts them, by the first leaf; ValueError naming ``features`` or
-    ``labels`` when there are none or two leaves differ. Not ``len(labels)``: that counts a
-    dict's outputs."""
+    """Examples in in-memory `features` and `labels`, counted as ``fit`` does by the first leaf
+    (``len`` counts a dict's outputs); ValueError naming the argument if none or leaves differ."""
     n_x = nest_rows("features", features)
     if n_x is None:
         raise ValueError("features: nothing given; pass an array or a dict of arrays")
@@ -67,8 +56,7 @@ def array_examples(features: Any, labels: Any = None) -> int:
 
 
 def nest_rows(name: str, nest: Any) -> int | None:
-    """The rows every leaf of `nest` has (None leaves skipped); None: no leaf. ValueError starting
-    with `name` when two leaves differ."""
+    """The rows every non-None leaf of `nest` has (None: no leaf); ValueError if two differ."""
     rows = [_rows(name, leaf) for leaf in _tf().nest.flatten(nest) if leaf is not None]
     each = {"features": "every feature needs", "labels": "every output's labels need"}
     for other in rows[1:]:
@@ -112,17 +100,12 @@ def synthetic(
 ):
     """Random data of a given spec, made once and repeated: input cost ~0 (an upper bound).
 
-    Like Model Garden's ``--use_synthetic_data``. With `batch_size`, one whole batch is made and
-    repeated (skip the builder's batching); without, one example is.
+    With `batch_size`, one whole batch is repeated (skip the builder's batching); else one example.
 
     Args:
         features: a `tf.TensorSpec` or a shape tuple (float32) of one example.
-        labels: a spec or shape of one label; ``()`` for a class id in ``[0, num_classes)``, None
-            for no labels.
-        num_classes: for integer labels.
-        num_examples: elements to yield (examples, or batches with `batch_size`); `None`: forever.
-        batch_size: make and repeat whole batches of this size.
-        seed: random seed."""
+        labels: a spec or shape of one label; ``()``: a class id below `num_classes`; None: none.
+        num_examples: elements to yield (examples, or batches with `batch_size`); None: forever."""
     tf = _tf()
     f_spec = _as_spec(features)
     l_spec = None if labels is None else _as_spec(labels, "int32")
@@ -148,21 +131,15 @@ def synthetic(
 
 
 def no_autotune_model() -> Any:
-    """``tf.data.Options`` with tf.data's autotune *model* off, for the toolkit's pipelines.
-
-    The model's thread sleeps between optimizations, its period doubling up to a minute; when
-    ``fit`` destroys the iterator it often misses the wake-up, so ``fit`` returned seconds after its
-    last step. With the model off, an AUTOTUNE map still runs one call per core and
-    ``prefetch(AUTOTUNE)`` still grows its buffer. To want it back: ``o.autotune.enabled = True``.
+    """``tf.data.Options`` with tf.data's autotune *model* off, for the toolkit's pipelines: its
+    thread sleeps ever longer between optimizations and often missed ``fit``'s iterator teardown,
+    so ``fit`` returned seconds late. AUTOTUNE maps still run a call per core; prefetch still grows.
     """
     import tensorflow as tf
 
     options = tf.data.Options()
     options.autotune.enabled = False
     return options
-
-
-# ---------------------------------------------------------------------------- Python generators
 
 
 def parallel_generator(
@@ -176,19 +153,14 @@ def parallel_generator(
 ):
     """A Python generator source read in parallel, in chunks.
 
-    ``factory(shard)`` returns an iterable of elements matching `output_signature`. Shards are read
-    concurrently through ``interleave(num_parallel_calls=AUTOTUNE)``, each crossing into TensorFlow
-    `chunk_size` elements at a time (stacked with NumPy, split by ``unbatch`` in C++).
-
-    Python holds the GIL, so threads alone gain little. What scales is paying ``from_generator``'s
-    per-element cost once per chunk, and overlapping what releases the GIL (NumPy, I/O). For a
-    generator whose Python work dominates, move the work into TensorFlow ops or processes.
+    ``factory(shard)`` yields elements of `output_signature`; shards are read through
+    ``interleave(AUTOTUNE)``, crossing into TensorFlow `chunk_size` elements at a time. The GIL
+    stays: what scales is ``from_generator``'s per-element cost paid once per chunk, and overlapped
+    work that releases the GIL (NumPy, I/O); Python-bound work belongs in TF ops or processes.
 
     Args:
-        factory: called with one shard; returns an iterable of elements.
         shards: what to split the work by (file names, index ranges, seeds); at least one.
         output_signature: the `tf.TensorSpec` structure of one element, shapes fully known.
-        chunk_size: elements per crossing into TensorFlow.
         cycle_length: shards read at once (default: all, up to the CPU count).
         deterministic: keep the order of elements (default: ``tf.data.Options.deterministic``).
 
@@ -243,12 +215,8 @@ def _stack(elements: list[Any], tf: Any) -> Any:
     return tf.nest.pack_sequence_as(elements[0], stacked)
 
 
-# ---------------------------------------------------------------------------- image folder
-
-
 def find_unreadable_image(files: Sequence[str], channels: int = 3) -> str | None:
-    """The first of `files` TensorFlow cannot decode, as ``"PATH (the decoder's message)"``, or
-    None: names the file a pipeline's decode error does not."""
+    """The first of `files` TF cannot decode, as ``"PATH (message)"`` (decode errors name none)."""
     tf = _tf()
     for path in files:
         try:
@@ -272,12 +240,10 @@ def class_names(root: str | os.PathLike[str]) -> list[str]:
 def decode_image(
     data: Any, image_size: Sequence[int], channels: int = 3, dtype: str = "float32"
 ) -> Any:
-    """JPEG/PNG bytes to an image of ``image_size + (channels,)``.
+    """JPEG/PNG bytes (a scalar string tensor) to an image of ``image_size + (channels,)``.
 
     Args:
-        data: the encoded bytes (a scalar string tensor).
         image_size: ``(height, width)`` after a bilinear resize.
-        channels: 1, 3 or 4.
         dtype: ``"float32"`` scales to [0, 1]; ``"uint8"`` keeps bytes, 4× less to cache and shuffle
             (normalize batches with :func:`normalize_images`)."""
     tf = _tf()
@@ -311,9 +277,8 @@ def image_folder(
 ):
     """``(image, label)`` from ``root/<class>/*.{jpg,jpeg,png}``, decoded and resized in parallel.
 
-    ``loader="grain"``: the same files, labels and pixels as an ``ImageFiles`` (decoded with Pillow
-    when read). Labels are the class folder's index in sorted order. With ``dtype="uint8"`` pair it
-    with ``pipeline(..., batch_map=normalize_images)``.
+    ``loader="grain"``: the same as an ``ImageFiles`` (Pillow decodes on read). Labels: the class
+    folder's sorted index. Pair ``dtype="uint8"`` with ``batch_map=normalize_images``.
 
     Raises:
         FileNotFoundError: `root` does not exist.
@@ -350,9 +315,6 @@ def image_folder(
     )
 
 
-# ---------------------------------------------------------------------------- TFDS
-
-
 def tfds_dataset(
     name: str,
     split: str = "train",
@@ -371,16 +333,9 @@ def tfds_dataset(
 
     Args:
         name: TFDS name, optionally with config/version (``"cifar10:3.0.2"``).
-        split: split spec (``"train[:10%]"``).
-        data_dir: where prepared data lives.
-        as_supervised: ``(features, label)`` pairs instead of dicts.
-        shuffle_files: shuffle the order of the files.
         read_config: a `tfds.ReadConfig`; built from the next three when omitted.
-        interleave_cycle_length: files read at once.
         deterministic: keep the order (``ReadConfig.options``).
-        seed: file-shuffle seed.
         decoders: TFDS decoders (e.g. ``{"image": tfds.decode.SkipDecoding()}``).
-        download: download and prepare when missing.
 
     Raises:
         ValueError: the dataset name is unknown to TFDS."""
@@ -412,18 +367,13 @@ def tfds_dataset(
     )
 
 
-# ---------------------------------------------------------------------------- digits
-
-
 def digits(validation_fraction: float = 0.2, seed: int = 0) -> tuple[Arrays, Arrays]:
-    """The UCI handwritten digits (1797 8×8 images, 10 classes), split for validation.
+    """The UCI handwritten digits (8×8 images, 10 classes), with a stratified validation split.
 
-    Shipped inside this package (``digits.csv.gz``, scikit-learn's ``load_digits`` copy), so it
-    works offline; read here, not through scikit-learn, whose presence makes every ``import keras``
-    load it and SciPy. Pixels are scaled to [0, 1] and flattened; the split is stratified by class.
-
-    Source: E. Alpaydin and C. Kaynak, "Optical Recognition of Handwritten Digits", UCI Machine
-    Learning Repository (1998), https://doi.org/10.24432/C50P49, CC BY 4.0.
+    Shipped in the package (``digits.csv.gz``, scikit-learn's ``load_digits`` copy) and read here,
+    not through scikit-learn, whose presence makes every ``import keras`` load it and SciPy. Pixels
+    scaled to [0, 1], flattened. Source: E. Alpaydin and C. Kaynak, "Optical Recognition of
+    Handwritten Digits", UCI ML Repository, https://doi.org/10.24432/C50P49, CC BY 4.0.
 
     Returns:
         ``((x_train, y_train), (x_val, y_val))`` with float32 features and int32 labels."""
@@ -444,9 +394,7 @@ def digits(validation_fraction: float = 0.2, seed: int = 0) -> tuple[Arrays, Arr
 def _stratified_split(
     labels: np.ndarray, validation_fraction: float, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of a shuffled train/validation split that keeps each class's share: ``ceil(fraction ×
-    n)`` for validation (scikit-learn's count), shared among classes by size; both arrays
-    shuffled."""
+    """Shuffled train/validation indices keeping class shares; ``ceil(fraction × n)`` held out."""
     labels = np.asarray(labels)
     n = len(labels)
     n_val = int(np.ceil(validation_fraction * n))

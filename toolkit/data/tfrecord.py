@@ -1,7 +1,6 @@
-"""TFRecord files: writing them (with a manifest of each shard's records and bytes), checking
-them before a run, finding the one that cannot be read, and reading them as a
-``tf.data.Dataset`` of ``(features, label)``. Bad arguments raise ``ValueError``
-(``FileNotFoundError`` for paths) starting with the argument's name."""
+"""TFRecord files: writing them (with a manifest of each shard's records and bytes), checking them
+before a run, finding the unreadable one, reading them as a ``tf.data.Dataset`` of ``(features,
+label)``. Bad arguments raise ``ValueError`` (``FileNotFoundError`` for paths) naming it first."""
 
 from __future__ import annotations
 
@@ -37,10 +36,9 @@ def write_tfrecords(
     num_shards: int = 4,
     prefix: str = "data",
 ) -> list[str]:
-    """Writes ``(features, label)`` pairs as ``tf.train.Example`` records over `num_shards` files
-    (``features`` float32 flattened, ``label`` int64). ``<prefix>.manifest.json`` beside them
-    records each file's records and size, so a file cut short later, even at a record
-    boundary, is found.
+    """Writes ``(features, label)`` pairs as ``tf.train.Example`` records (``features`` float32
+    flattened, ``label`` int64) over `num_shards` files, with ``<prefix>.manifest.json`` of each
+    file's records and size, so a file cut short later, even at a record boundary, is found.
 
     Returns:
         The file paths written, ``<directory>/<prefix>-00000-of-00004.tfrecord`` ..."""
@@ -115,8 +113,7 @@ _CRC32C_TABLE = _crc32c_table()
 
 
 def _walk_tfrecord(path: str) -> tuple[int, str | None]:
-    """``(records, problem)`` of one TFRecord file from its record headers alone: `problem` says
-    where the file stops making sense, or is None."""
+    """``(records, problem)`` of a TFRecord file from its headers; `problem`: where it breaks."""
     size = os.path.getsize(path)
     records = offset = 0
     with open(path, "rb") as f:
@@ -159,12 +156,9 @@ def _manifest_entries(files: Sequence[str]) -> dict[str, tuple[dict[str, int], s
 
 
 def check_tfrecords(files: Sequence[str], what: str = "files") -> int:
-    """Checks TFRecord `files` before they are read and returns how many records they hold.
-
-    Each file's record headers are walked: a file cut mid-record or with a corrupt header is named,
-    and where a manifest lies beside it, so is a file holding fewer records than listed. A record's
-    damaged data is found by the reader's CRC (:func:`find_unreadable_tfrecord` names its file
-    after).
+    """Checks TFRecord `files` before they are read and returns how many records they hold: a file
+    cut mid-record, with a corrupt header, or with fewer records than a manifest beside it lists is
+    named. Damaged record data is left to the reader's CRC (:func:`find_unreadable_tfrecord`).
 
     Raises:
         ValueError: ``{what}: FILE is cut short / corrupt ...: write it again or leave it out``."""
@@ -185,8 +179,7 @@ def check_tfrecords(files: Sequence[str], what: str = "files") -> int:
 
 
 def find_unreadable_tfrecord(files: Sequence[str]) -> str | None:
-    """The first of `files` TensorFlow cannot read to its end, as ``"PATH (the reader's
-    message)"``, or None: names the file a reader's error does not."""
+    """The first of `files` TF cannot read, as ``"PATH (message)"`` (errors name none), or None."""
     tf = _tf()
     for path in files:
         try:
@@ -233,8 +226,7 @@ def tfrecord_records(
 
 
 def tfrecord_parser(feature_shape: Sequence[int]) -> Callable[[Any], Any]:
-    """Parses one serialized record, or a batch at once, into ``(features float32 of
-    feature_shape, label int32)``."""
+    """Parses a serialized record, or a batch at once, into ``(float32 features, int32 label)``."""
     tf = _tf()
     shape = tuple(int(d) for d in feature_shape)
     size = math.prod(shape)

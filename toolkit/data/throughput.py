@@ -22,11 +22,7 @@ class PipelineBenchmark(fields.Record):
 
     Attributes:
         num_batches: batches timed after the first.
-        first_batch_s: latency to the first batch.
-        total_s: seconds for the timed batches.
-        batches_per_sec: timed batches / total_s.
-        examples_per_sec: when the batch size is known.
-        batches: per-batch statistics."""
+        examples_per_sec: when the batch size is known."""
 
     num_batches: int
     first_batch_s: float
@@ -56,18 +52,13 @@ def benchmark(
     stream: TextIO | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> PipelineBenchmark:
-    """Iterates `dataset` alone (no model) and measures how fast it delivers batches: the first
-    batch timed apart, then `num_batches` one by one, with a progress bar past
-    `progress_after_s` on a terminal.
+    """Iterates `dataset` alone (no model) and times its batches: the first apart, then
+    `num_batches` one by one, with a progress bar on a terminal past `progress_after_s`.
 
     Args:
         dataset: a batched `tf.data.Dataset` (or any iterable of batches).
-        num_batches: batches to time after the first.
         batch_size: examples per batch (default: read from the dataset).
         verbose: print the summary line, and a progress bar on a terminal.
-        progress_after_s: seconds before the progress bar appears.
-        stream: where the summary goes.
-        clock: seconds.
 
     Raises:
         ValueError: `num_batches` < 1, or the dataset ends before the first batch."""
@@ -83,7 +74,6 @@ def benchmark(
         raise ValueError("dataset: produced no batch at all; is it empty?") from None
     t_prev = first_end = clock()
     durations: list[float] = []
-    # A bar on a terminal once the run has taken `progress_after_s` (toolkit.core.progress).
     bar = progress.bar(
         num_batches, "pipeline alone", "batch", enabled=verbose, delay=progress_after_s
     )

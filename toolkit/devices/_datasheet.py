@@ -1,19 +1,14 @@
-"""GPU vendors' datasheet peaks, dense, so MFU can also be read as Lightning and Composer users
-read it: of the figure the chip is sold on.
-
-The toolkit's own MFU is of the matmul peak measured here; the datasheet's is higher but the same
-for every such GPU, so it compares across machines and with published figures. NVIDIA's figures for
-dense math (a "with sparsity" figure halved). A device not in the table gets no figure, never a
-guess. On compute capability 8.0+, float32 matmuls may run on TF32 tensor cores (TensorFlow and JAX
-by default); the backend says which, and the figure is for the math the step ran."""
+"""GPU vendors' dense datasheet peaks, so MFU can also be read as Lightning and Composer users read
+it: of the figure the chip is sold on (above the measured matmul peak, but the same for every such
+GPU, so it compares across machines and with published figures). NVIDIA's dense figures (a "with
+sparsity" one halved); a device not in the table gets no figure, never a guess."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-# (pattern on the device's name, the product, {math: dense TFLOP/s}); the first match counts,
-# so a PCIe or NVL variant comes before the name it extends.
+# (name pattern, product, {math: dense TFLOP/s}); the first match counts: variants go first.
 _TABLE: tuple[tuple[str, str, dict[str, float]], ...] = (
     (
         r"H100.*PCIe",
@@ -46,12 +41,10 @@ _TF32_CAPABILITY = (8, 0)  # Ampere: the first GPUs with TF32 tensor cores
 
 
 def datasheet_peak(device: Any, dtype: str, float32_math: str = "float32") -> dict[str, Any] | None:
-    """The datasheet's dense peak of `device` for matmuls in `dtype`, or None where the table has
-    no figure.
+    """The datasheet's dense peak of `device` for matmuls in `dtype`, or None if not in the table.
 
     Args:
-        float32_math: ``"tf32"`` where the backend lets tensor cores run float32 matmuls, else
-            ``"float32"``.
+        float32_math: ``"tf32"`` where the backend runs float32 matmuls on TF32 tensor cores.
 
     Returns:
         ``{"flops_per_s", "math", "product"}``: the figure, the math it is for, and the product."""

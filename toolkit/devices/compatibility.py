@@ -1,8 +1,6 @@
 """Preflight: known traps of a backend / device / precision / XLA / version choice, each with its
-fix, and a starting precision per device. The backend's own rules are its seam's; those
-depending on the device alone are here. :func:`apple_gpu_paths` says how each backend reaches
-an Apple GPU today; :func:`recommend_precision` is a starting point that ``toolkit.tune``
-confirms or overrules."""
+fix, and a starting precision per device. The backend's own rules are its seam's; those depending
+on the device alone are here."""
 
 from __future__ import annotations
 
@@ -54,15 +52,11 @@ def preflight(
     """Checks for known traps before a run; returns findings, each with its fix.
 
     Args:
-        device: the device the run will use (default: ``resolve("auto")``).
+        device: the run's device (default: ``resolve("auto")``).
         policy: the mixed-precision policy (default: Keras's global one).
-        jit_compile: whether the run compiles with XLA.
         model: a Keras model whose weights are checked for float64.
-        versions: ``{distribution: version}`` with ``python`` and ``platform`` (default: the
-            installed ones).
-        legacy_keras: whether tf_keras is in use.
-        optimizer: the optimizer the run will use (the tf_keras-on-Metal trap).
-        backend: the Keras backend of the run."""
+        versions: ``{distribution: version}`` with ``python`` and ``platform`` (default: installed).
+        optimizer: the run's optimizer (the tf_keras-on-Metal trap)."""
     backend = backend or backends.name()
     if device is None:
         device = resolve("auto", backend=backend)

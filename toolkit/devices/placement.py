@@ -1,6 +1,5 @@
-"""Placement: ops on a device that must exist, random ops kept off Metal, and a report of where
-every op of one training step really ran (CPU fallbacks flagged), for each backend. How each
-backend does it is its seam module's."""
+"""Placement: ops on a device that must exist, random ops kept off Metal, and where every op of a
+training step really ran (CPU fallbacks flagged); each backend's way is its seam module's."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ __all__: list[str] = []  # offered through toolkit.devices
 
 @contextlib.contextmanager
 def on(spec: str, *, backend: str | None = None) -> Iterator[DeviceInfo]:
-    """Places the ops of the block on a device that must exist (``tf.device`` or
-    ``keras.device``).
+    """Places the block's ops on a device that must exist (``tf.device`` or ``keras.device``).
 
     Raises:
         DeviceError: the device is not there (``tf.device`` would silently fall back)."""
@@ -32,8 +30,7 @@ def on(spec: str, *, backend: str | None = None) -> Iterator[DeviceInfo]:
 
 
 def augmentation_device(device: DeviceInfo | None = None) -> contextlib.AbstractContextManager:
-    """Where random ops should run: the CPU under tensorflow-metal (no kernels for
-    ``RngReadAndSkip`` and the like), anywhere else a no-op."""
+    """Where random ops run: the CPU on tensorflow-metal (no ``RngReadAndSkip``), else a no-op."""
     seam = backends.find()  # None: a Keras backend the toolkit does not measure on (numpy)
     return seam.augmentation_scope(device) if seam is not None else contextlib.nullcontext()
 
@@ -45,18 +42,12 @@ def placement_report(
     backend: str | None = None,
     **kwargs: Any,
 ) -> PlacementReport:
-    """Runs ``fn(*args, **kwargs)`` once and reports the device every op was placed on.
-
-    * TensorFlow: the placed graphs in its run metadata, after soft placement; pass work that runs a
-      function for the first time (a graph is placed when first instantiated).
-    * PyTorch: every ATen op dispatched, with its result's device; ops MPS sent to the CPU are
-      listed on ``cpu (MPS fallback)``.
-    * JAX: XLA compiles each step for one device with no soft placement, so the device of each
-      result.
+    """Runs ``fn(*args, **kwargs)`` once and reports the device every op was placed on: on
+    TensorFlow the placed graphs after soft placement (pass work that runs a function for the first
+    time: a graph is placed when first instantiated); on PyTorch every ATen op with its result's
+    device, MPS's CPU fallbacks on ``cpu (MPS fallback)``; on JAX (no soft placement) each result's.
 
     Args:
         fn: the work to inspect, e.g. ``lambda: model.train_on_batch(x, y)``.
-        gpu_selected: whether ops were meant for a GPU (default: whether the backend's default
-            device is one).
-        backend: defaults to the one Keras trains on."""
+        gpu_selected: whether ops were meant for a GPU (default: the backend's default device's)."""
     return backends.get(backend).placement(fn, args, kwargs, gpu_selected)

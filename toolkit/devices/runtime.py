@@ -19,9 +19,8 @@ __all__: list[str] = []  # offered through toolkit.devices
 
 
 def load_tensorflow() -> bool:
-    """Imports TensorFlow and lists its devices (the calls that write its C++ start-up lines)
-    with those lines held; False where not installed. Listing devices does not start the
-    runtime; JAX is not imported with it where unused."""
+    """Imports TensorFlow and lists its devices (which does not start the runtime) with their C++
+    start-up lines held and without JAX where unused; False where not installed."""
     with native_logs.held(), _jax_deferred():
         try:
             import tensorflow as tf
@@ -31,16 +30,14 @@ def load_tensorflow() -> bool:
     return True
 
 
-# The modules that import JAX as TensorFlow loads, unused by TensorFlow and PyTorch runs: TFLite's
-# (keeping ``jax.jit`` as ``_jit``) and Keras's Orbax callback's.
+# Modules importing JAX as TensorFlow loads: TFLite's (``jax.jit`` kept as ``_jit``), Keras's Orbax.
 _TFLITE_UTIL = "tensorflow.lite.python.util"
 _TFLITE_JIT = (_TFLITE_UTIL, "tensorflow.lite.python.lite")
 _KERAS_ORBAX = "keras.src.callbacks.orbax_checkpoint"
 
 
 class _JaxDeferred(importlib.abc.MetaPathFinder):
-    """Fails the import of JAX from the named modules' own code, as if JAX were absent; every
-    other import of JAX goes on."""
+    """Fails the import of JAX from the named modules' own code, as if absent; others go on."""
 
     def __init__(self, importers: frozenset[str]) -> None:
         self.importers = importers
@@ -60,10 +57,9 @@ class _JaxDeferred(importlib.abc.MetaPathFinder):
 
 @contextlib.contextmanager
 def _jax_deferred() -> Iterator[None]:
-    """TensorFlow imported without JAX, which TFLite and Keras's Orbax callback import as it
-    loads (a large share of its import time). TFLite then gets a ``jit`` importing JAX on
-    first call; Keras's is deferred only where JAX has ``record_scalar`` already. A JAX run's
-    Keras imports JAX first, and so has both."""
+    """TensorFlow imported without JAX, which TFLite and Keras's Orbax callback import as it loads
+    (a large share of its import time). TFLite gets a ``jit`` importing JAX on first call; Keras's
+    is deferred only where JAX has ``record_scalar`` (a JAX run imports JAX first, so has both)."""
     spec = importlib.util.find_spec("jax")
     if spec is None or "jax" in sys.modules:
         yield
@@ -84,8 +80,7 @@ def _jax_deferred() -> Iterator[None]:
 
 
 def _has_record_scalar(spec: importlib.machinery.ModuleSpec) -> bool:
-    """Whether the installed JAX defines ``jax.monitoring.record_scalar``, read from its source;
-    False where unreadable."""
+    """Whether the installed JAX defines ``jax.monitoring.record_scalar``, read from its source."""
     for folder in spec.submodule_search_locations or ():
         try:
             with open(os.path.join(folder, "monitoring.py"), encoding="utf-8") as f:
@@ -96,8 +91,7 @@ def _has_record_scalar(spec: importlib.machinery.ModuleSpec) -> bool:
 
 
 def _jit_on_first_use(*args: Any, **kwargs: Any) -> Callable[..., Any]:
-    """``jax.jit`` for TFLite's JAX converter, imported when it is first called
-    (:func:`_jax_deferred`)."""
+    """``jax.jit`` for TFLite's JAX converter, importing JAX when first called."""
     import jax
 
     return jax.jit(*args, **kwargs)
@@ -108,9 +102,8 @@ def configure_threads(
     inter_op: int | None = None,
     cores: int | None = None,
 ) -> dict[str, int]:
-    """Sets TensorFlow's intra/inter-op thread pools, as Model Garden's flags do, and suggests
-    ``datasets_num_private_threads`` for the input pipeline. Defaults: all cores, 2, half the
-    cores. Before TensorFlow starts its runtime.
+    """Sets TensorFlow's intra/inter-op thread pools (default: all cores, 2) before its runtime
+    starts, and suggests ``datasets_num_private_threads`` (half the cores).
 
     Raises:
         DeviceError: a count < 1, or the runtime already started."""

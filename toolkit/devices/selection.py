@@ -1,7 +1,6 @@
-"""Detect and select devices (CPUs, CUDA GPUs, Apple GPUs) as the backend Keras trains on sees
-them, with a selection like ML Compute's ``set_mlc_device``. An Apple GPU is kind ``metal``
-whichever backend reaches it (``mps`` in a spec). Nothing here knows a backend by name: what
-differs is the seam's."""
+"""Detect and select devices (CPUs, CUDA GPUs, Apple GPUs) as Keras's backend sees them. An Apple
+GPU is kind ``metal`` whichever backend reaches it (``mps`` in a spec); nothing here knows a
+backend by name: what differs is the seam's."""
 
 from __future__ import annotations
 
@@ -38,8 +37,7 @@ def resolve(
     *,
     backend: str | None = None,
 ) -> DeviceInfo:
-    """The device `spec` names among `devices`, without changing anything; ``auto`` prefers the
-    first GPU."""
+    """The device `spec` names among `devices`, changing nothing; ``auto`` prefers the first GPU."""
     backend = backend or backends.name()
     devices = list(devices) if devices is not None else detect(backend)
     kind, index = parse_device_spec(spec)
@@ -60,24 +58,19 @@ def resolve(
 def select(
     spec: str = "auto", memory_growth: bool = True, *, backend: str | None = None
 ) -> DeviceInfo:
-    """Makes `spec` the device the backend trains on, like ML Compute's ``set_mlc_device``.
-
-    * TensorFlow: only the chosen GPU visible (``cpu`` hides all), with memory growth on CUDA;
-      before TensorFlow starts its runtime.
-    * JAX: JAX's default device, where Keras puts its variables and runs its steps.
-    * PyTorch: Keras's PyTorch device (``KERAS_TORCH_DEVICE`` before Keras loads).
+    """Makes `spec` the device the backend trains on, like ML Compute's ``set_mlc_device``: on
+    TensorFlow the only GPU visible (``cpu`` hides all; before the runtime starts), on JAX the
+    default device, on PyTorch Keras's device (``KERAS_TORCH_DEVICE`` before Keras loads).
 
     Args:
         spec: ``auto`` | ``cpu`` | ``gpu`` | ``cuda`` | ``metal`` (``mps``), optionally ``:index``.
         memory_growth: allocate GPU memory as needed (TensorFlow on CUDA).
-        backend: the backend to set up (default: the one Keras trains on).
 
     Returns:
         The chosen device.
 
     Raises:
-        DeviceError: no such device here (listing what is), or the runtime already started
-            otherwise."""
+        DeviceError: no such device here (listing what is), or the runtime already started."""
     backend = backend or backends.name()
     chosen = resolve(spec, detect(backend), backend=backend)
     backends.get(backend).select_device(chosen, memory_growth)

@@ -1,24 +1,10 @@
 """Past one device and one machine: strategies, the cluster, batch sizes, sharding, the tf.data
 service and fault tolerance (merging the workers' reports is ``toolkit.report.merge``).
 
-Everything here is TensorFlow's own distributed engine:
-
-* :func:`make_strategy`: ``default`` | ``one_device`` | ``mirrored`` | ``multi_worker_mirrored`` |
-  ``data_parallel`` (Keras's own, any backend). ``parameter_server`` is not offered: its
-  ``ClusterCoordinator`` setup cannot be tested end to end here.
-* :func:`cluster_from_flags`: ``TF_CONFIG`` from Model Garden-style ``--worker_hosts`` and
-  ``--task_index``, or from the environment. Worker 0 is the chief.
-* :func:`batch_sizes`: ``--batch_size`` is the *global* batch; each replica gets ``global /
-  replicas``.
-* :func:`shard`: the auto-shard policy set explicitly (``DATA`` by default, which works for every
-  source; ``FILE`` for many TFRecord files).
-* :func:`through_data_service`: the pipeline runs on tf.data service workers and the trainer only
-  reads batches, in ``parallel_epochs`` (each trainer gets the whole dataset) or
-  ``distributed_epoch`` (one epoch's elements split among trainers; needs a splittable source).
-
-Keras 3 cannot train under ``MultiWorkerMirroredStrategy`` (keras-team/keras#20585), so
-tf.distribute's multi-worker runs use ``TF_USE_LEGACY_KERAS=1``; :func:`make_strategy` says so.
-Keras 3's own way past one machine is ``data_parallel`` (:mod:`toolkit.distribute.processes`)."""
+All but ``data_parallel`` is TensorFlow's own engine; ``--batch_size`` is the *global* batch.
+``parameter_server`` is not offered: its ``ClusterCoordinator`` setup cannot be tested end to end
+here. Keras 3 cannot train under ``MultiWorkerMirroredStrategy``, so tf.distribute's multi-worker
+runs use ``TF_USE_LEGACY_KERAS=1``; Keras 3's is ``data_parallel`` (``distribute.processes``)."""
 
 from __future__ import annotations
 
@@ -55,9 +41,6 @@ SERVICE_MODES = ("parallel_epochs", "distributed_epoch")
 
 class DistributeError(ValueError):
     """A cluster or service setting that cannot work, with what to do instead."""
-
-
-# ---------------------------------------------------------------------------- the cluster
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,8 +103,7 @@ def tf_config(worker_hosts: Sequence[str], task_index: int) -> dict[str, Any]:
 def cluster_from_flags(
     worker_hosts: str | None = None, task_index: int | None = None, *, set_env: bool = True
 ) -> Cluster:
-    """This process's cluster: from ``--worker_hosts``/``--task_index`` (then written to
-    ``TF_CONFIG``) or from an existing ``TF_CONFIG``.
+    """This process's cluster: from ``--worker_hosts``/``--task_index`` (set), else ``TF_CONFIG``.
 
     Raises:
         DistributeError: a malformed host list, index or ``TF_CONFIG``."""
@@ -148,14 +130,12 @@ def cluster_from_flags(
     return Cluster("worker", config["task"]["index"], tuple(config["cluster"]["worker"]))
 
 
-# How long a worker waits for the whole cluster to join (--cluster_wait); TensorFlow's own wait is
-# silent and up to unbounded.
+# A worker's wait for the whole cluster (--cluster_wait); TensorFlow's own is silent, unbounded.
 CLUSTER_WAIT_S = 600.0
 
 
 def _refused(address: str, timeout: float) -> OSError | ValueError | None:
-    """Why nothing accepts a connection at `address` (``host:port``), or None when something
-    does."""
+    """Why nothing accepts a connection at `address` (``host:port``), or None if something does."""
     import socket
 
     host, _, port = address.rpartition(":")
@@ -167,8 +147,7 @@ def _refused(address: str, timeout: float) -> OSError | ValueError | None:
 
 
 def silent_workers(cluster: Cluster, timeout: float = 1.0) -> list[str]:
-    """The other workers of `cluster` that accept no connection at their address, as
-    ``"worker I at host:port"``."""
+    """The other workers of `cluster` accepting no connection, as ``"worker I at host:port"``."""
     return [
         f"worker {index} at {address}"
         for index, address in enumerate(cluster.workers)
@@ -178,9 +157,8 @@ def silent_workers(cluster: Cluster, timeout: float = 1.0) -> list[str]:
 
 
 def _bound_cluster_wait(seconds: float) -> bool:
-    """Configures TensorFlow's coordination service as ``MultiWorkerMirroredStrategy`` would,
-    except that every task's registration is a barrier timing out after `seconds`. Returns
-    whether it could (no public API: it reaches into the eager context)."""
+    """Configures TF's coordination service as ``MultiWorkerMirroredStrategy`` would, but with each
+    task's registration a barrier timing out after `seconds`; whether it could (no public API)."""
     try:
         import tensorflow as tf
         from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
@@ -205,9 +183,6 @@ def _bound_cluster_wait(seconds: float) -> bool:
     return True
 
 
-# ---------------------------------------------------------------------------- strategies
-
-
 def make_strategy(
     name: str,
     device: Any = None,
@@ -216,18 +191,14 @@ def make_strategy(
     cluster_wait: float = CLUSTER_WAIT_S,
 ) -> Any:
     """The ``tf.distribute`` strategy `name` (see :data:`STRATEGIES`).
-
     ``multi_worker_mirrored`` must be made before TensorFlow's first op, after ``TF_CONFIG`` is set;
     it blocks until every worker joined, at most `cluster_wait` seconds (0: TensorFlow's own wait),
-    naming those that did not.
-
-    On JAX and PyTorch ``default`` is :class:`NoStrategy`. ``data_parallel`` is Keras's own
-    distribution over every device of every process (on TensorFlow, ``MirroredStrategy``; under
-    tf_keras with a cluster, ``MultiWorkerMirroredStrategy``).
+    naming those that did not. On JAX and PyTorch ``default`` is :class:`NoStrategy`;
+    ``data_parallel`` is Keras's own distribution over every device of every process (on TF,
+    ``MirroredStrategy``; under tf_keras with a cluster, ``MultiWorkerMirroredStrategy``).
 
     Raises:
-        DistributeError: an unknown name, ``multi_worker_mirrored`` under Keras 3, or a cluster that
-            did not join in time."""
+        DistributeError: an unknown name, multi_worker_mirrored under Keras 3, or a late cluster."""
     from toolkit import backend
     from toolkit.core import compat
 
@@ -293,8 +264,7 @@ def make_strategy(
 
 
 def _say_worker_server(here: Cluster) -> None:
-    """Says the port this worker's TensorFlow server opens: every interface (TensorFlow's gRPC
-    server has no option for one address)."""
+    """Says the port this worker's TF server opens, on every interface (gRPC takes no address)."""
     import sys
 
     if here.task_type != "worker" or not 0 <= here.task_index < len(here.workers):
@@ -306,8 +276,7 @@ def _say_worker_server(here: Cluster) -> None:
 
 
 class NoStrategy:
-    """A strategy for a backend that trains without ``tf.distribute``: one replica, a scope that
-    changes nothing."""
+    """For a backend training without ``tf.distribute``: one replica, a scope that does nothing."""
 
     num_replicas_in_sync = 1
 
@@ -343,8 +312,8 @@ def batch_sizes(global_batch: int, replicas: int) -> tuple[int, int]:
 
 
 def shard(dataset: Any, policy: str = "data") -> Any:
-    """`dataset` with its auto-shard policy set explicitly (``data``, ``file``, ``auto``,
-    ``off``)."""
+    """`dataset` with its auto-shard policy set explicitly: ``data`` (works for every source),
+    ``file`` (many TFRecord files), ``auto`` or ``off``."""
     import tensorflow as tf
 
     policies = {
@@ -360,12 +329,8 @@ def shard(dataset: Any, policy: str = "data") -> Any:
     return dataset.with_options(options)
 
 
-# ---------------------------------------------------------------------------- tf.data service
-
-
 def service_address(address: str, flag: str = "--data_service") -> tuple[str, str]:
-    """``grpc://host:port`` -> ``("grpc", "host:port")``; DistributeError naming `flag`
-    otherwise."""
+    """``grpc://host:port`` -> ``("grpc", "host:port")``; else DistributeError naming `flag`."""
     protocol, sep, rest = address.partition("://")
     host, colon, port = rest.rpartition(":")
     if (
@@ -383,14 +348,12 @@ def service_address(address: str, flag: str = "--data_service") -> tuple[str, st
     return protocol, rest
 
 
-# How long a trainer waits for the --data_service dispatcher to answer, unless --data_service_wait
-# says otherwise.
+# A trainer's wait for the --data_service dispatcher (unless --data_service_wait says otherwise).
 DISPATCHER_WAIT_S = 20.0
 
 
 def wait_for_dispatcher(address: str, timeout: float = DISPATCHER_WAIT_S) -> None:
-    """Returns once something accepts connections at `address` (tf.data would retry a missing
-    dispatcher forever, silently).
+    """Returns once something accepts connections at `address` (tf.data retries forever, silently).
 
     Raises:
         DistributeError: nothing answered within `timeout` seconds."""
@@ -418,19 +381,18 @@ def through_data_service(
     job_name: str | None = None,
     wait_s: float = DISPATCHER_WAIT_S,
 ) -> Any:
-    """`dataset` processed by the tf.data service at `address` and read back here, with a local
-    prefetch.
+    """`dataset` run by the tf.data service at `address`, read back here with a local prefetch.
 
     Args:
         dataset: the whole pipeline: all of it runs on the service workers.
         address: ``grpc://host:port`` of the dispatcher.
-        mode: ``parallel_epochs`` or ``distributed_epoch`` (see the module docstring).
+        mode: ``parallel_epochs`` (each trainer gets the whole dataset) or ``distributed_epoch``
+            (one epoch's elements split among trainers; needs a splittable source).
         job_name: trainers giving the same name share one job (default: a job of its own).
         wait_s: how long to wait for the dispatcher (``--data_service_wait``).
 
     Raises:
-        DistributeError: a malformed address, an unknown mode, or no dispatcher answering in time.
-    """
+        DistributeError: a malformed address, an unknown mode, or no dispatcher in time."""
     import tensorflow as tf
 
     service_address(address)
@@ -443,10 +405,6 @@ def through_data_service(
         )
     )
     return distributed.prefetch(tf.data.AUTOTUNE)
-
-
-# The tf.data service takes a port only: it binds every interface, with no authentication. The verb
-# starts one only with --all_interfaces; see docs/guide.md.
 
 
 def reach(ip: str) -> str:
@@ -479,12 +437,9 @@ def spawn_data_service(
     env: dict[str, str] | None = None,
 ) -> tuple[Any, str]:
     """Starts a tf.data service server in a new process and waits for it to serve: a dispatcher
-    on `port` (0: any free one; `work_dir` its journal), or, given `dispatcher`, a worker of
-    it reached as `host`. Returns ``(process, dispatcher's address)``; stop it with
-    ``terminate()``.
-
-    It listens on every interface, the only way the service listens. The child gets a typed spec and
-    answers with one typed message (``toolkit.distribute._service``).
+    on `port` (0: any free one; `work_dir` its journal), or, given `dispatcher`, a worker of it
+    reached as `host`. It listens on every interface, with no authentication: the service takes a
+    port only. Returns ``(process, dispatcher's address)``; stop it with ``terminate()``.
 
     Raises:
         DistributeError: a malformed `dispatcher`, or the process ended before it served."""

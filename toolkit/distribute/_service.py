@@ -1,7 +1,6 @@
-"""The tf.data service server ``distribute.spawn_data_service`` starts in a child process: the
-parent hands a typed :class:`ServiceSpec` on stdin, the child answers with one typed
-:class:`Started` on stdout; nothing scraped. The ``data-service`` verb uses the same
-:func:`serve`."""
+"""The tf.data service server ``distribute.spawn_data_service`` starts in a child process: a typed
+:class:`ServiceSpec` on stdin, one typed :class:`Started` on stdout, nothing scraped. The
+``data-service`` verb uses the same :func:`serve`."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ class ServiceSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Started:
-    """The child's one message: the dispatcher's address it serves (for a worker, its
-    dispatcher's) and the port it listens on, or why it could not start."""
+    """The child's one message: the dispatcher's address (a worker's dispatcher), port, or error."""
 
     address: str | None = None
     port: int | None = None
@@ -52,8 +50,7 @@ class Started:
 
 
 def serve_dispatcher(port: int, work_dir: str | None = None) -> Any:
-    """Starts a tf.data service dispatcher on `port` (0: any free port) and returns it. It
-    listens on every interface (TensorFlow offers no other)."""
+    """Starts a tf.data service dispatcher on `port` (0: any free), listening on every interface."""
     import tensorflow as tf
 
     config = tf.data.experimental.service.DispatcherConfig(
@@ -63,8 +60,7 @@ def serve_dispatcher(port: int, work_dir: str | None = None) -> Any:
 
 
 def serve_worker(dispatcher: str, port: int = 0, host: str = "localhost") -> Any:
-    """Starts a tf.data service worker registered with `dispatcher`; it listens on every
-    interface, `host` only the name it tells the dispatcher."""
+    """Starts a tf.data service worker of `dispatcher`, on every interface, named `host` to it."""
     import tensorflow as tf
 
     target = dispatcher.partition("://")[2] or dispatcher
@@ -88,8 +84,7 @@ def serve(spec: ServiceSpec) -> tuple[Any, str, int]:
 
 
 def main() -> None:
-    """The child: bound to its parent (it ends with it), reads its spec, serves, says so in
-    one message, and serves until it is stopped."""
+    """The child: bound to its parent, reads its spec, serves, says so in one message."""
     from toolkit.core import children
 
     children.bind_to_parent()

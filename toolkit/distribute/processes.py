@@ -1,19 +1,11 @@
 """Data parallelism over processes for Keras 3 (``--distribution_strategy=data_parallel``): the
-cluster, the join, and each process's share of the data. No framework is imported here: the
-backend starts the processes and places the batch (``keras.distribution.DataParallel`` over
-``jax.distributed``, or ``torch.distributed`` from Keras 3.16).
+cluster, the join, and each process's share of the data. No framework is imported here: the backend
+starts the processes and places the batch.
 
-* **The cluster**: from ``--worker_hosts`` and ``--task_index``, or from Keras's environment
-  (``KERAS_DISTRIBUTION_JOB_ADDRESSES`` ...). Process 0 is the chief and coordinator: its address is
-  the one port the framework listens on.
-* **The join** (:func:`_join`) comes before the framework starts, because the frameworks' own waits
-  cannot be bounded or read (JAX's ends a late process with a fatal log line and says nothing of who
-  is missing). Process 0 answers once all have come, or names who did not within ``--cluster_wait``,
-  or who started with other settings.
-* **The data**: ``--batch_size`` stays global. Every process builds the same pipeline (same seed,
-  same order) and keeps its own slice of each global batch (:func:`process_slice`), so each example
-  is read once per epoch across the cluster; the slice works for a ``tf.data.Dataset`` and a
-  ``PyDataset`` alike."""
+Process 0 is the chief and coordinator: its address is the one port the framework listens on. The
+join (:func:`_join`) comes first because the frameworks' own waits cannot be bounded or read (JAX's
+ends a late process with a fatal log line). ``--batch_size`` stays global: every process builds the
+same pipeline and keeps its own slice of each batch (:func:`process_slice`)."""
 
 from __future__ import annotations
 
@@ -50,12 +42,10 @@ _ENVIRONMENT = (
 
 
 def cluster(worker_hosts: str | None, task_index: int | None) -> Cluster:
-    """This process among the processes of a data-parallel run: from the flags, else Keras's
-    environment, else a single process.
+    """This process in a data-parallel run: from the flags, else Keras's environment, else alone.
 
     Raises:
-        DistributeError: a malformed host list, an index outside it, or an environment without a
-            process count."""
+        DistributeError: a malformed host list or index, or an environment without a count."""
     if worker_hosts:
         config = tf_config(worker_hosts.split(","), task_index or 0)  # the same checks
         return Cluster("worker", config["task"]["index"], tuple(config["cluster"]["worker"]))
@@ -100,8 +90,6 @@ def _per_process_batch(global_batch: int, processes: int) -> int:
         )
     return global_batch // processes
 
-
-# ---------------------------------------------------------------------------- the join
 
 _STARTED: list[Cluster] = []  # this process's cluster, once the framework started it
 
@@ -150,8 +138,7 @@ _SOURCE_LINE = re.compile(r"^\[[^\]\s]+\.(?:cc|cpp|cxx|h|hpp):\d+\]\s*")
 
 
 def lost_peer(error: BaseException, steps: int | None = None) -> str | None:
-    """What to tell the user (one line) when training stopped on `error` because another process
-    is gone; None otherwise."""
+    """One line for the user when training stopped on `error` because another process is gone."""
     if not _STARTED:
         return None
     text = _SOURCE_LINE.sub("", " ".join(str(error).split()))
@@ -219,12 +206,10 @@ def _differences(mine: Agreed, theirs: Agreed) -> list[str]:
 
 def _join(here: Cluster, settings: Agreed, wait_s: float) -> float:
     """Waits until every process of `here` has joined with the same `settings`, at most `wait_s`
-    seconds; returns the seconds waited. Process 0 listens and answers once all have come; the
-    others connect (again while nothing listens) and wait.
+    seconds; returns the seconds waited. Process 0 listens and answers once all have come.
 
     Raises:
-        DistributeError: process 0's port is in use; a process did not join in time, or started with
-            other settings (naming it)."""
+        DistributeError: process 0's port in use; a process late or with other settings (named)."""
     if here.num_workers < 2:
         return 0.0
     started = time.monotonic()
@@ -238,8 +223,7 @@ def _join(here: Cluster, settings: Agreed, wait_s: float) -> float:
     return time.monotonic() - started
 
 
-# JAX's setting for where its coordinator listens: the join and PyTorch's TCPStore listen there too.
-# Unset: worker 0's address as named.
+# Where JAX's coordinator, the join and PyTorch's TCPStore listen; unset: worker 0's address.
 BIND_ENV = "JAX_COORDINATOR_BIND_ADDRESS"
 
 
@@ -262,8 +246,7 @@ def bind_address(coordinator: str) -> str:
 
 
 def listening_socket(coordinator: str) -> tuple[socket.socket, str, int]:
-    """A socket listening where worker 0 listens, with its ip and port: the join's, then the
-    framework's where the toolkit opens it (PyTorch's TCPStore).
+    """A socket listening where worker 0 listens, with its ip and port (the join's, then PyTorch's).
 
     Raises:
         DistributeError: that host is no address of this machine, or the port is in use."""
@@ -398,18 +381,12 @@ def _say_hello(
         )
 
 
-# ---------------------------------------------------------------------------- the data
-
-
 def process_slice(data: Any, index: int, count: int, fused: int = 1, shards: int = 0) -> Any:
-    """`data` (global batches: a ``tf.data.Dataset``, ``PyDataset`` or Grain pipeline) with only
-    process `index`'s part of each batch, of `count` processes; every process reads the same
-    batches in the same order.
-
+    """`data` (global batches: ``tf.data.Dataset``, ``PyDataset`` or Grain) with only process
+    `index`'s part of each batch, of `count` processes reading the same batches in the same order.
     With `fused` steps a batch is several steps' batches, each split over `shards` devices; a
-    process's part is, device by device, that device's share of every step, laid out ``(devices,
-    steps, rows)`` as the fused step unfolds it, so no row crosses a device. Unfused: rows ``[index
-    × b/count, (index + 1) × b/count)``."""
+    process's part is each of its devices' share of every step, laid out ``(devices, steps, rows)``
+    as the fused step unfolds it, so no row crosses a device."""
     shards = shards or count
     if count < 2 and (fused < 2 or shards < 2):
         return data

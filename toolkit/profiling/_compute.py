@@ -1,5 +1,4 @@
-"""The run's compute facts as a record: what ``flops.compute_facts`` measured and what the report
-adds from the median step (achieved FLOP/s, MFU). Import-light."""
+"""The compute facts record (import-light): ``flops.compute_facts``' and the median step's MFU."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ class Compute(fields.Record):
         method, note: how they were counted; caveats, or why missing.
         peak_dtype, peak_flops_per_s, peak_source, peak_spread_pct: the measured peak.
         datasheet_peak_flops_per_s, datasheet_peak: a GPU datasheet's dense peak, and whose.
-        achieved_flops_per_s, mfu, datasheet_mfu: at the run's median step.
-        peak_pending: the peak is still to be measured after fit (never saved)."""
+        achieved_flops_per_s, mfu, datasheet_mfu: at the run's median step."""
 
     WHERE = "compute"
 
@@ -39,7 +37,7 @@ class Compute(fields.Record):
     achieved_flops_per_s: float | None = None
     mfu: float | None = None
     datasheet_mfu: float | None = None
-    peak_pending: bool = fields.field(False, json=False)  # the runner's, never saved
+    peak_pending: bool = fields.field(False, json=False)  # to measure after fit; never saved
 
     @property
     def reliable_peak(self) -> bool:
@@ -47,8 +45,7 @@ class Compute(fields.Record):
         return bool(self.peak_flops_per_s) and reliable_peak(self.peak_spread_pct)
 
     def at_step(self, step_s: float | None) -> Compute:
-        """With the achieved FLOP/s and MFU at `step_s`; no MFU from a peak measured on a busy
-        machine."""
+        """With the achieved FLOP/s and MFU at `step_s`; no MFU from a busy machine's peak."""
         done = utilization(self.flops_per_step, step_s, self.peak_flops_per_s)
         sheet = utilization(self.flops_per_step, step_s, self.datasheet_peak_flops_per_s)
         return dataclasses.replace(
@@ -60,8 +57,5 @@ class Compute(fields.Record):
 
     @classmethod
     def from_dict(cls, d: Any, where: str | None = None) -> Compute | None:
-        """A report's ``compute`` (None: none), its figures checked.
-
-        Raises:
-            ReportError: a figure not a number >= 0 or null, named."""
+        """A report's ``compute`` (None: none); ReportError names a figure not >= 0 or null."""
         return super().from_dict(d, where) if d else None

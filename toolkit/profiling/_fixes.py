@@ -1,23 +1,10 @@
 """What each of a run's largest ledger items would save: its fix, as data, spelled at the edge
-for who reads it (``toolkit.report._fixes``).
+(``toolkit.report._fixes``).
 
 :func:`read_fixes` reads a :class:`~toolkit.profiling._ledger_records.Ledger` (pure Python: a report
-read elsewhere gets its fixes too) and turns each large item into a :class:`Fix`: the finding
-(``why``), the setting that fixes it (a :class:`Setting`), and the seconds it would save over the
-run (``saves_s``; None where this run cannot say), predicted from this run's own figures:
-
-* recompiles for a new input shape (a ragged last batch): saved by ``drop_remainder=True``;
-* validation: its runs beyond ``validation_freq=k``'s;
-* a callback: ModelCheckpoint's saves beyond one every k epochs; any other callback's time;
-* a slow exit on TensorFlow (tf.data's autotune teardown); the input where it was timed;
-* compile, in a runner's run without the compile cache, on a backend whose cache keeps this step's
-  programs: what the backend timed compiling;
-* XLA's compile as a large share of a short run: what each step must gain to pay (break-even), not a
-  saving;
-* a step JAX ran op by op for a layer that rules XLA out: the layer moved into the input pipeline.
-
-A part of at least :data:`SHARE` and :data:`MIN_S` no fix covers is an :class:`Unfixed`, with the
-rule applied. Backend facts come from the seam."""
+read elsewhere gets its fixes too) and turns each large item into a :class:`Fix`: the finding, the
+:class:`Setting` that fixes it, and the seconds it would save over the run, from this run's own
+figures (None where it cannot say). A large part no fix covers is an :class:`Unfixed`."""
 
 from __future__ import annotations
 
@@ -30,8 +17,7 @@ from toolkit.core import compat
 from toolkit.core.stats import format_duration, format_s
 from toolkit.profiling._ledger_records import Ledger
 
-# An item is worth a fix line from this share of the run and this many seconds.
-SHARE, MIN_S = 0.05, 0.1
+SHARE, MIN_S = 0.05, 0.1  # an item is worth a fix from this share of the run and these seconds
 VALIDATION_SHARE = 0.15
 COMPILE_SHARE = 0.25  # XLA's break-even, said from this share of the run
 INPUT_SHARE = 0.2
@@ -46,8 +32,7 @@ def share(part: float | None, wall: float) -> str:
 
 
 def part_share(ledger: Ledger, name: str) -> str:
-    """The ledger's part `name` as a share of the run, rounded as its table writes it; ``—``
-    where untimed."""
+    """The ledger's part `name` as a share of the run, as its table rounds it; ``—`` if untimed."""
     pct = ledger.percents().get(name)
     return "—" if pct is None or ledger.wall_s <= 0 else f"{pct}%"
 
@@ -61,9 +46,7 @@ class Setting:
 
     Attributes:
         name: Keras's argument (and, with `runner`, the TrainConfig field).
-        value: the value it takes.
-        call: what a script passes it to: ``model.fit(..., name=value)``.
-        place: or where it goes, in words (``on the training data's batching``).
+        call, place: what a script passes it to (``model.fit``), or where it goes, in words.
         runner: a run the runner set up takes it as a flag.
         python: how a script sets it where that is no argument."""
 
@@ -80,17 +63,12 @@ class Fix:
     """One large ledger item and its fix (its JSON: :func:`fix_json`).
 
     Attributes:
-        item: what it fixes (``validation``, ``callback ModelCheckpoint``, ``recompile (train)``,
-            ...).
-        part: the ledger part it shortens.
-        seconds: the item's seconds in this run.
+        item: what it fixes (``validation``, ``callback ModelCheckpoint``, ...).
+        part, also: the ledger part it shortens, and any others.
         saves_s: the seconds it would save over the run; None: this run cannot say.
-        why: the finding, in words (no setting spelled in it).
-        setting: the setting that fixes it; None for a fix that is no one setting.
-        action: the fix in words where it is no one setting.
-        note: words after the saving.
-        break_even_ms: XLA's compile: what each step must gain to pay for it.
-        also: other parts the fix shortens."""
+        why, note: the finding in words (no setting spelled in it); words after the saving.
+        setting: the setting that fixes it; else `action`, the fix in words.
+        break_even_ms: XLA's compile: what each step must gain to pay for it."""
 
     item: str
     part: str
@@ -106,8 +84,7 @@ class Fix:
 
 @dataclasses.dataclass(frozen=True)
 class Unfixed:
-    """A large part no fix covers, and the rule applied, in words; `names` the settings they
-    name, spelled for the reader at ``{name}``."""
+    """A large part no fix covers and the rule applied; `names`: settings spelled at ``{name}``."""
 
     part: str
     seconds: float
@@ -119,8 +96,7 @@ class Unfixed:
 
 
 def read_fixes(ledger: Ledger) -> list[Fix]:
-    """The ledger's largest items with their fixes and savings, those with a saving first,
-    largest first."""
+    """The ledger's large items with their fixes: those with a saving first, largest first."""
     if ledger.wall_s <= 0:
         return []
     out = [
@@ -147,8 +123,7 @@ def _n(epoch: int | None) -> str:
 
 
 def _recompiles(ledger: Ledger) -> list[Fix]:
-    """Recompiles for a new input shape, per function; and the others where they are a large
-    share."""
+    """Recompiles for a new input shape, per function; the others where a large share."""
     out = []
     again = [c for c in ledger.compiles if not c.first]
     for function in ("train", "evaluate"):
@@ -158,13 +133,11 @@ def _recompiles(ledger: Ledger) -> list[Fix]:
             continue
         data = "training" if function == "train" else "validation"
         n = len(mine)
-        # Whole batches only: the partial batch's own step goes too, but its time is left out rather
-        # than guessed.
         own = _whole_batches(ledger, function)
         batching = Setting("drop_remainder", True, place=f"on the {data} data's batching")
         out.append(Fix(
             f"recompile ({function})", "compile", seconds,
-            seconds,
+            seconds,  # the partial batch's own step goes too, but is not guessed at
             f"{n} recompile{'s' if n != 1 else ''} of the {function} step for a new input "
             f"shape ({mine[0].cause}, epoch {_n(mine[0].epoch)}) cost {format_s(seconds)}",
             None if own else batching,
@@ -208,13 +181,11 @@ def _validation(ledger: Ledger) -> Fix | None:
     )  # fmt: skip
 
 
-# The toolkit's own trace callbacks: their cost is the profiler's, paid once by a run that asks.
-TRACES = ("TraceWindow", "AnatomyWindow")
+TRACES = ("TraceWindow", "AnatomyWindow")  # the profiler's cost, paid once by a run that asks
 
 
 def _callbacks(ledger: Ledger) -> list[Fix]:
-    """Each callback of at least :data:`SHARE` and :data:`MIN_S`: ModelCheckpoint's saves beyond
-    one every k epochs; any other one's time."""
+    """Each large callback: ModelCheckpoint's saves beyond one every k epochs; another's time."""
     out = []
     epochs, wall = ledger.epochs, ledger.wall_s
     for c in ledger.callbacks:
@@ -279,9 +250,8 @@ WHOLE_BATCHES = {
 
 
 def _whole_batches(ledger: Ledger, function: str) -> str | None:
-    """The fix for a ragged last batch where Keras read the training data through its own
-    adapter, in words; None for a tf.data pipeline (the fix sets its ``drop_remainder``).
-    Validation data's form is not known, so both ways are named."""
+    """The fix in words for a ragged last batch read by Keras's own adapter; None for tf.data
+    (``drop_remainder``). Validation data's form is unknown, so both ways are named."""
     if ledger.adapter not in WHOLE_BATCHES:
         return None
     if function == "train":
@@ -294,8 +264,7 @@ def _whole_batches(ledger: Ledger, function: str) -> str | None:
 
 
 def _teardown(ledger: Ledger) -> str:
-    """The fix for tf.data's iterator teardown waiting for its autotune thread, on a pipeline the
-    user can reach."""
+    """The fix for tf.data's teardown waiting for its autotune thread, on a pipeline you reach."""
     own = KERAS_OWN_PIPELINE.get(ledger.adapter or "")
     if own is None:
         return (
@@ -309,8 +278,7 @@ def _teardown(ledger: Ledger) -> str:
 
 
 def _through_tf_data(ledger: Ledger) -> bool:
-    """Whether fit read its input through tf.data (Keras on TensorFlow makes a tf.data pipeline
-    of every input form)."""
+    """Whether fit read through tf.data (Keras on TensorFlow makes one of every input form)."""
     return ledger.backend == "tensorflow"
 
 
@@ -326,9 +294,8 @@ def _exit(ledger: Ledger) -> Fix | None:
 
 
 def _epoch_starts(ledger: Ledger) -> Fix | None:
-    """Epochs that waited before their first step: each epoch's new input iterator, whose
-    predecessor's teardown waits for tf.data's autotune thread on TensorFlow; one iterator for
-    the whole fit (``repeat``) makes none. The saving is up to those seconds."""
+    """Epochs that waited before their first step: each new input iterator (on TensorFlow, the old
+    one's teardown waits for autotune); one iterator for the fit (``repeat``) makes none."""
     starts = ledger.epoch_starts_s
     if not starts or starts < EXIT_S or starts < SHARE * ledger.wall_s:
         return None
@@ -341,7 +308,6 @@ def _epoch_starts(ledger: Ledger) -> Fix | None:
     )
     later = max(1, ledger.epochs - 1)
     part, longest = share(starts, ledger.wall_s), ledger.epoch_start_max_s
-    # An average only where the epochs waited alike.
     if longest is not None and later > 1 and longest > UNEVEN * starts / later:
         each = f"one epoch {format_s(longest)} of it"
     else:
@@ -376,18 +342,16 @@ def _input(ledger: Ledger) -> Fix | None:
 
 
 def caches_this_step(ledger: Ledger) -> bool:
-    """Whether the backend's compile cache keeps this run's step: what ``jit_compile`` compiles,
-    and every step where the backend jits every step (JAX), unless Keras did not jit it;
-    tracing is never cached."""
+    """Whether the compile cache keeps this run's step: what ``jit_compile`` compiles, and every
+    step on a backend that jits all (JAX) unless Keras did not; tracing is never cached."""
     if ledger.jit():
         return True
     return False not in _searched_jit(ledger.backend) and str(ledger.jit_compile) != "False"
 
 
 def _unjitted(ledger: Ledger) -> Fix | None:
-    """A step Keras did not jit on a backend that jits every step (JAX), for a layer that rules
-    XLA out: the step ran op by op. Its fix moves the layer into the input pipeline; what it
-    saves only a run with it says."""
+    """A step Keras ran op by op on a backend that jits every step (JAX), for a layer ruling XLA
+    out: move it into the input pipeline; only a run with that says the saving."""
     if not ledger.unjitted_by or ledger.jit() or False in _searched_jit(ledger.backend):
         return None
     steps = ledger.seconds("steps") or 0.0
@@ -407,9 +371,8 @@ def _unjitted(ledger: Ledger) -> Fix | None:
 
 
 def _cache(ledger: Ledger) -> Fix | None:
-    """Compile, in a runner's run without the compile cache, on a backend whose cache keeps this
-    step: predicted from what the backend timed compiling (only XLA's compile is cached),
-    capped at the compile part; None where none was timed."""
+    """Compile in a runner's run without the cache, where it keeps this step: what the backend
+    timed compiling (only XLA's is cached), capped at the compile part; None if untimed."""
     compile_s, wall = ledger.seconds("compile"), ledger.wall_s
     if not compile_s or compile_s < MIN_S or compile_s < SHARE * wall:
         return None
@@ -432,8 +395,7 @@ def _cache(ledger: Ledger) -> Fix | None:
 
 
 def _searched_jit(backend: str) -> tuple[bool, ...]:
-    """The ``jit_compile`` values tune searches on `backend` (both where unknown): a fix names
-    only what the toolkit would measure."""
+    """``jit_compile`` values tune searches on `backend` (both if unknown): all a fix may name."""
     try:
         found = backends.find(backend) if backend else None
         return tuple(found.searched_jit()) if found is not None else (False, True)
@@ -449,8 +411,7 @@ def _xla(ledger: Ledger) -> Fix | None:
         return None
     per_step = first.seconds / steps
     if False not in _searched_jit(ledger.backend):
-        # XLA off is no setting here (JAX jits every step): a longer run spreads the compile.
-        return Fix(
+        return Fix(  # XLA off is no setting here (JAX jits every step): a longer run spreads it
             "compile", "compile", compile_s, None,
             f"compile takes {part_share(ledger, 'compile')} of the run ({format_s(first.seconds)} "
             f"for the step's first call, {format_duration(per_step)} over each of its {steps:,} "
@@ -476,8 +437,7 @@ def _xla(ledger: Ledger) -> Fix | None:
 
 
 def unfixed(ledger: Ledger, found: list[Fix]) -> list[Unfixed]:
-    """Each part of at least :data:`SHARE` and :data:`MIN_S` no fix in `found` shortens, largest
-    first, with its rule."""
+    """Each part of :data:`SHARE` and :data:`MIN_S` no fix in `found` shortens, with its rule."""
     wall, covered = ledger.wall_s, {p for f in found for p in (f.part, *f.also)}
     large = [
         p for p in ledger.parts
@@ -522,8 +482,7 @@ _RULES = {
 
 
 def _compile_rule(ledger: Ledger) -> tuple[str, tuple[tuple[str, Setting], ...]]:
-    """Why compile has no fix: not a runner's run, the cache on already, or a step the cache does
-    not keep."""
+    """Why compile has no fix: not a runner's run, the cache on already, or a step it won't keep."""
     cache = Setting("compile_cache", True, runner=True,
                     python="toolkit.backend.use_compile_cache()")  # fmt: skip
     jit = Setting("jit_compile", True, call="model.compile", runner=True)

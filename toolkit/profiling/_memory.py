@@ -1,17 +1,11 @@
-"""Memory over one ``fit``, read beside the ledger: each part's peak and what it held when it ended,
-growth found inside an epoch and named, and a timeline for the plot and TensorBoard.
+"""Memory over one ``fit``, read beside the ledger: each part's peak and what it held at its end,
+growth inside an epoch found and named, and a timeline for the plot and TensorBoard.
 
-* Readings come at a time interval (`every_s`), not every N steps: a reading costs a few µs whatever
-  the step, and the compile and validation, where no step hook runs, are read too. The ledger's
-  boundaries add a reading each.
-* Host: the resident set and the kernel's high-water mark (``ru_maxrss``), so a peak between two
-  readings that set a new high is not missed. tracemalloc is left out: it costs several times
-  Python's own work.
-* Device: the backend's own counters (``device_memory``), read without a sync; peak counters are
-  read, never reset. A backend with nothing to say is said so.
-* What grows, once growth is found: the backend's live arrays besides the model's variables, grouped
-  by dtype and shape, and the object holding the largest group (through the garbage collector's
-  referrers)."""
+Readings come every `every_s` seconds (not every N steps: compiles and validation are read too) and
+at each ledger boundary. Host: the resident set and ``ru_maxrss`` (no new high between readings is
+missed; tracemalloc costs too much). Device: the backend's counters, read without a sync, peaks
+never reset. What grows: the live arrays besides the model's variables by dtype and shape, and the
+object holding the largest group (through the garbage collector's referrers)."""
 
 from __future__ import annotations
 
@@ -32,27 +26,18 @@ from toolkit.profiling._memory_records import EpochMemory, Growth, PartMemory, R
 
 MB = MIB
 EVERY_S = 0.05
-# Growth under this many MiB, or under 4 times the readings' scatter, is noise (allocator pools,
-# shuffle buffers).
-GROWTH_FLOOR_MB = 8.0
-# A census's growth counts where a run this long would hold GROWTH_FLOOR_MB more from it.
-LONG_RUN_STEPS = 100_000
+GROWTH_FLOOR_MB = 8.0  # growth under this, or under 4x the readings' scatter, is noise (pools)
+LONG_RUN_STEPS = 100_000  # census growth counts if a run this long would gain GROWTH_FLOOR_MB
 LATER_SHARE = 0.35  # of a rise's rate, what the steps after it must keep for it to be growth
-# Memory that rose at each of the last GROWTH_EPOCHS epoch ends by more than GROWTH_WARN_MB: a leak
-# across epochs, said as the fit goes and in the report.
+# A rise at each of the last GROWTH_EPOCHS epoch ends, by over GROWTH_WARN_MB: a leak across epochs.
 GROWTH_EPOCHS = 3
 GROWTH_WARN_MB = 64.0
 TIMELINE_POINTS = 600  # the report keeps at most this many readings
 CENSUS_STEP = 3  # the first census: once this many steps began (the first one compiled)
-# Until the first census, how often the thread looks at the step count (a fast backend's first epoch
-# can end before one 50 ms reading).
-CENSUS_POLL_S = 0.005
-# While the fit's batch begins take the readings, the thread wakes this many times less often,
-# covering what has no batch begin (a compile, a long step).
-BACKOFF = 4
-# The first epoch's first :data:`FIRST_EPOCH_DENSE` readings at batch begins come this many times as
-# often, so a short first epoch has enough readings to tell a leak from noise; only so many, as each
-# costs tens of µs inside a fit.
+CENSUS_POLL_S = 0.005  # the thread's step-count poll until the first census (epochs can be short)
+BACKOFF = 4  # the thread wakes this many times less while batch begins take the readings
+# The first epoch's first FIRST_EPOCH_DENSE batch-begin readings come this many times as often, so a
+# short first epoch tells a leak from noise (only so many: each costs time inside the fit).
 FIRST_EPOCH_DENSER = 10
 FIRST_EPOCH_DENSE = 20
 
@@ -76,8 +61,7 @@ Reader = Callable[[], tuple[float, float] | None]
 
 
 def _device_reader() -> tuple[Reader, tuple[str, ...], str | None]:
-    """A reader of the backend's device counters (summed over this process's devices), the
-    devices, and why there is none where the backend gives nothing."""
+    """A reader of the device counters (summed over devices), the devices, and why none if none."""
     from toolkit import backend
 
     try:
@@ -103,12 +87,9 @@ def _device_reader() -> tuple[Reader, tuple[str, ...], str | None]:
 
 
 class MemorySampler:
-    """Reads memory every `every_s` seconds: at the fit's batch begins where a reading is due
-    (:meth:`due`), on a daemon thread where no batch begins, and when asked (``read``). `steps`
-    returns the training steps begun so far.
-
-    A thread woken every 50 ms took the interpreter's lock from the fit each time, which cost more
-    than the reading; a reading in a hook the fit already calls wakes no one."""
+    """Reads memory every `every_s` seconds: at batch begins when due (:meth:`due`), on a daemon
+    thread where no batch begins, and on ``read``; `steps` returns the steps begun so far. Hooks
+    the fit already calls wake no one; a thread woken for each reading takes the GIL."""
 
     def __init__(
         self, clock: Callable[[], float], steps: Callable[[], int], every_s: float, model: Any
@@ -116,16 +97,14 @@ class MemorySampler:
         self._clock, self._steps, self.every_s = clock, steps, every_s
         self.readings: list[Reading] = []
         self._dense_left = FIRST_EPOCH_DENSE  # the first epoch's denser readings still due
-        # Two counts of the live arrays in the first epoch: after its first steps (taken on
-        # this thread), and at its steps' end (`census_now`, on the fit's).
+        # The first epoch's two live-array counts: after its first steps, and at its end.
         self.model, self.censuses = model, []  # type: list[Census]
         self.owners: list[Any] = [model]  # whose containers a census counts (+ callbacks)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._device, self.devices, self.device_unseen = _device_reader()
         self._lock = threading.Lock()
-        # The last reading's time, and whether the thread took it (then it keeps its pace;
-        # else the fit's hooks are reading, and it backs off).
+        # The last reading's time, and whether the thread took it (else hooks read; it backs off).
         self._last_at, self._by_thread = -math.inf, True
 
     def start(self) -> None:
@@ -134,8 +113,7 @@ class MemorySampler:
         self._thread.start()
 
     def due(self, now: float, first_epoch: bool = False) -> float:
-        """A reading at a batch begin at `now`, and when the next is due (sooner in the
-        `first_epoch`'s first readings; never once stopped)."""
+        """Read at a batch begin at `now`; return when the next is due (sooner early in epoch 1)."""
         if self._stop.is_set():
             return math.inf
         self.read()
@@ -174,8 +152,7 @@ class MemorySampler:
                     self.censuses.append(taken)
 
     def read(self, by_thread: bool = False) -> Reading | None:
-        """One reading now, None where it failed (never raises: memory is a view, training
-        goes on); `by_thread`: the sampler's own thread took it."""
+        """One reading now, None where it failed (never raises); `by_thread`: the thread took it."""
         try:
             step = int(self._steps())
         except Exception:  # noqa: BLE001 - the count is read while the fit changes it
@@ -187,9 +164,7 @@ class MemorySampler:
             reading = Reading(self._clock(), step, rss, high, *(device or (None, None)))
             with self._lock:
                 self.readings.append(reading)
-        # Tried, read or not: the next one is due from now (a reading that fails never
-        # turns the thread into a busy loop).
-        self._last_at, self._by_thread = self._clock(), by_thread
+        self._last_at, self._by_thread = self._clock(), by_thread  # even on failure: no busy loop
         return reading
 
     def stop(self) -> None:
@@ -200,9 +175,8 @@ class MemorySampler:
         self.read()
 
     def rising(self) -> bool:
-        """Whether the readings after the first steps rise steadily (:func:`steady_rise`): the cheap
-        sign that growth may be found, so its holder is looked for while it is alive (Keras
-        closes a generator once ``fit`` returns on JAX and PyTorch)."""
+        """Whether the readings after the first steps rise steadily: then the holder is looked for
+        while alive (Keras closes a generator once ``fit`` returns on JAX and PyTorch)."""
         points = [(r.step, r.host_mb) for r in self.snapshot() if r.step >= CENSUS_STEP]
         return steady_rise(points) is not None
 
@@ -215,8 +189,7 @@ class MemorySampler:
 
 
 class Overlay(NamedTuple):
-    """A stretch laid over the ledger's tiles, whose readings are its own: a callback's hook
-    (`name`, the callback's class) or a function's first execution (``"compile"``)."""
+    """A stretch over the ledger's tiles with its own readings: a callback's hook, or a compile."""
 
     start: float
     end: float
@@ -224,8 +197,7 @@ class Overlay(NamedTuple):
 
 
 class _Where:
-    """Which part of the fit a time is in: the ledger's tiles, with the first execution of
-    each function read as its compile and the callbacks' hooks as theirs."""
+    """Which part of the fit a time is in: the ledger's tiles, under the compiles and hooks."""
 
     def __init__(self, tiles: Sequence[Any], over: Sequence[Overlay]) -> None:
         self.tiles = sorted(tiles, key=lambda t: t.start)
@@ -304,8 +276,7 @@ def parts_memory(
     parts, callbacks = [], []
     for (name, cb), idx in by.items():
         (callbacks if cb else parts).append(part(name, cb, idx))
-    # The callbacks' part, as the ledger has one: every reading in a hook, whoever's (the
-    # run's peak is then always a part's).
+    # The callbacks' part: every reading in any hook (so the run's peak is always a part's).
     in_hooks = sorted(i for (_, cb), idx in by.items() if cb for i in idx)
     if in_hooks:
         parts.append(part("callbacks", None, in_hooks))
@@ -329,9 +300,8 @@ def _fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 
 
 def steady_rise(points: Sequence[tuple[int, float]]) -> tuple[float, int] | None:
-    """(MiB, steps) of a steady rise over `points` (step, MiB): a fitted line rising by more than
-    :data:`GROWTH_FLOOR_MB` and 4 times its scatter, still rising in the later half. None
-    otherwise."""
+    """(MiB, steps) of a steady rise over `points` (step, MiB): a fitted line rising by over
+    :data:`GROWTH_FLOOR_MB` and 4x its scatter, still rising in the later half; else None."""
     if len(points) < 6:
         return None
     xs = [float(s) for s, _ in points]
@@ -351,8 +321,7 @@ def steady_rise(points: Sequence[tuple[int, float]]) -> tuple[float, int] | None
 
 
 def steady_growth(values: Sequence[float], min_points: int, threshold: float) -> float | None:
-    """Growth over the last `min_points` readings when every one rose, by more than threshold; else
-    None."""
+    """Growth over the last `min_points` readings when each rose, if over `threshold`; else None."""
     if min_points < 2 or len(values) < min_points:
         return None
     tail = values[-min_points:]
@@ -367,9 +336,8 @@ def at_end(epoch: int | None, r: Reading) -> EpochMemory:
 
 
 def epochs_growth(ends: Sequence[EpochMemory]) -> list[Growth]:
-    """Host or device memory that rose at each of the last :data:`GROWTH_EPOCHS` epoch ends by more
-    than :data:`GROWTH_WARN_MB` in all. Epoch ends only: train begin's reading precedes the first
-    compile and buffers every healthy fit allocates once."""
+    """Memory that rose at each of the last :data:`GROWTH_EPOCHS` epoch ends by over
+    :data:`GROWTH_WARN_MB` in all; not train begin's: it precedes compiling and one-off buffers."""
     found = []
     for memory, key in (("host", "host_mb"), ("device", "device_mb")):
         seen = [e for e in ends if e.epoch is not None and getattr(e, key) is not None]
@@ -382,8 +350,7 @@ def epochs_growth(ends: Sequence[EpochMemory]) -> list[Growth]:
 
 
 def traced_steps(calls: Sequence[tuple[float, int, int, str]]) -> tuple[tuple[int, int], ...]:
-    """The steps a profiler ran in (StepTimer's excluded executions ``(seconds, steps, epoch,
-    kind)``), as ranges of the readings' step count (steps begun), ends included."""
+    """The steps a profiler ran in (StepTimer's excluded executions), as inclusive step ranges."""
     out: list[tuple[int, int]] = []
     at = 0
     for _, n, _, kind in calls:
@@ -397,8 +364,7 @@ def traced_steps(calls: Sequence[tuple[float, int, int, str]]) -> tuple[tuple[in
 
 
 def _outside(inside: Sequence[Reading], traced: Sequence[tuple[int, int]]) -> list[list[Reading]]:
-    """`inside`'s readings in runs no trace window interrupts: a profiler's buffers fill while it
-    traces, which is no growth of the fit's."""
+    """`inside` in runs no trace window interrupts (a tracer's buffers are not the fit's)."""
     runs: list[list[Reading]] = [[]]
     for r in inside:
         if any(a <= r.step <= b for a, b in traced):
@@ -429,16 +395,14 @@ def find_growth(
     validations: Sequence[Any],
     traced: Sequence[tuple[int, int]] = (),
 ) -> list[Growth]:
-    """Growth inside each epoch's steps (a steady rise in each run of them no trace window
-    interrupts), and memory a validation left held above its epoch's steps' highest, on host and
-    device."""
+    """Growth inside each epoch's steps (a steady rise in a run no trace window interrupts), and
+    memory a validation left held above its epoch's steps' highest; host and device."""
     found: list[Growth] = []
     steps_of: dict[int, list[Reading]] = {}
     flat: set[tuple[str, int]] = set()  # (memory, epoch) whose steps were read, and held level
     for e in epochs:
         if e.first is None or e.steps_end is None:
             continue
-        # The training loop: its steps, input and batch hooks (not a compile).
         inside = [r for r in readings if e.first <= r.at <= e.steps_end and where(r.at)[0] in
                   ("steps", "input", "callbacks")]  # fmt: skip
         steps_of[e.epoch] = inside
@@ -459,9 +423,8 @@ def find_growth(
     for i, v in enumerate(validations):
         if v.end is None:
             continue
-        # Held is against the level its epoch's steps reached, not one reading at its begin: a
-        # healthy step's buffers swing resident memory. The first validation's build and compile (up
-        # to its second batch) are paid once, so its level counts up to there.
+        # Held is against its epoch's steps' level, not one reading (step buffers swing the resident
+        # set); the first validation's build and compile (to its second batch) count in the level.
         if i == 0 and len(v.begins) < 2:
             continue
         until = v.begins[1][1] if i == 0 else v.begin
@@ -498,14 +461,12 @@ def _shape_dtype(a: Any) -> tuple[str, int]:
 
 
 def _is_array(obj: Any) -> bool:
-    """An array or tensor of any backend: an instance with a shape and a dtype. Not a class:
-    ``np.ndarray`` itself has both as descriptors."""
+    """An instance with a shape and dtype (not a class: ``np.ndarray`` has both as descriptors)."""
     return not isinstance(obj, type) and hasattr(obj, "shape") and hasattr(obj, "dtype")
 
 
 def _nbytes(obj: Any, depth: int = 2) -> int:
-    """Bytes `obj` holds: an array's buffer; a container's own size and its items' (`depth` levels
-    down); else ``sys.getsizeof``."""
+    """Bytes held: an array's buffer, a container's and its items' (`depth` deep), or getsizeof."""
     if _is_array(obj):
         return _shape_dtype(obj)[1]
     size = sys.getsizeof(obj, 0)
@@ -517,16 +478,14 @@ def _nbytes(obj: Any, depth: int = 2) -> int:
 
 
 def _item_words(item: Any) -> str:
-    """What one kept item is: ``float32[32, 10]`` for an array or tensor, else its type's name
-    and ``items`` (``dict items``)."""
+    """``float32[32, 10]`` for an array or tensor, else its type's name and ``items``."""
     if _is_array(item):
         return _shape_dtype(item)[0]
     return f"{type(item).__name__} items"
 
 
 def _is_tensor(item: Any) -> bool:
-    """A backend's tensor (not a NumPy array, nor a Python number): what a callback keeps
-    when it keeps Keras's logs or outputs as they come."""
+    """A backend's tensor, not NumPy's: what a callback keeps by keeping Keras's logs as given."""
     import numpy as np
 
     return _is_array(item) and not isinstance(item, np.ndarray | np.generic)
@@ -547,9 +506,8 @@ def _ids_of_model(model: Any) -> set[int]:
 
 
 class Holder(NamedTuple):
-    """Who keeps what grew: `words` as said, the object holding it (`owner`: an instance, a module
-    or a frame) and the container it keeps (`kept`), or the attribute it keeps it in (`attr`). A
-    record, so a fix is chosen from the objects, never the words."""
+    """Who keeps what grew: `words`, the `owner` (instance, module or frame), and the container
+    (`kept`) or its attribute (`attr`); a fix is chosen from these objects, never the words."""
 
     words: str
     owner: Any
@@ -561,8 +519,7 @@ class Holder(NamedTuple):
 
 
 class Kept(NamedTuple):
-    """A container a census counted: its length, its last item's words and bytes, and its
-    holder."""
+    """A container a census counted: its length, its last item's words and bytes, its holder."""
 
     length: int
     words: str
@@ -571,9 +528,8 @@ class Kept(NamedTuple):
 
 
 class Census(NamedTuple):
-    """What a leak per batch would grow, counted: the live arrays besides the model's own by
-    ``dtype[shape]`` where the backend lists them cheaply (JAX's registry), and the containers
-    the fit's callbacks and the model hold. `step`: steps begun when taken."""
+    """The live arrays besides the model's by ``dtype[shape]`` where listed cheaply (JAX), and the
+    containers the callbacks and model hold; `step`: steps begun when taken."""
 
     step: int
     kind: str  # "arrays" (JAX) or "tensors"
@@ -582,8 +538,7 @@ class Census(NamedTuple):
 
 
 class Grown(NamedTuple):
-    """What grew between two censuses: the growth (None: nothing grew by about one a step), the
-    array groups that grew, largest first, and the container counted growing with its holder."""
+    """What grew between two censuses: the growth or None, groups (largest first), holder."""
 
     growth: Growth | None = None
     groups: tuple[str, ...] = ()
@@ -608,8 +563,7 @@ def _live(model: Any, cheap_only: bool) -> tuple[dict[str, list[Any]], str] | No
 
 
 def _containers(owners: Sequence[Any]) -> dict[str, Kept]:
-    """The lists, dicts, sets and deques in `owners`' attributes: length, and the last item's words
-    and bytes."""
+    """The non-empty lists, dicts, sets and deques in `owners`' attributes, by ``Owner.attr``."""
     import collections
 
     out: dict[str, Kept] = {}
@@ -629,8 +583,7 @@ def _containers(owners: Sequence[Any]) -> dict[str, Kept]:
 
 
 def census(model: Any, step: int, owners: Sequence[Any]) -> Census | None:
-    """A count taken twice in a fit's first epoch (after its first steps, and at their end):
-    a per-batch leak is a group or a container that grew by about one a step."""
+    """A count, taken after the first epoch's first steps and at their end (see :func:`grown`)."""
     found = _live(model, cheap_only=True)
     groups, kind = found if found is not None else ({}, "tensors")
     counted = {k: (len(v), sum(_shape_dtype(a)[1] for a in v)) for k, v in groups.items()}
@@ -638,17 +591,14 @@ def census(model: Any, step: int, owners: Sequence[Any]) -> Census | None:
 
 
 def grown(censuses: Sequence[Census]) -> Grown:
-    """What grew between a fit's two censuses by about one a step and by 8 at least (not a cache
-    filling once, nor a few objects left to the collector): a container of a callback or the
-    model, else the array group that grew most by bytes; and every group that grew so, largest
-    first."""
+    """What grew between the censuses by about one a step, 8 at least (no cache filled once): a
+    callback's or the model's container, else the group grown most by bytes; and all such groups."""
     if len(censuses) < 2 or censuses[1].step - censuses[0].step < 8:
         return Grown()
     a, b = censuses[0], censuses[1]
     steps = b.step - a.step
     least = max(8, 0.9 * steps)
-    # Bytes that matter: what would hold GROWTH_FLOOR_MB more within LONG_RUN_STEPS steps.
-    floor = GROWTH_FLOOR_MB * MB * steps / LONG_RUN_STEPS
+    floor = GROWTH_FLOOR_MB * MB * steps / LONG_RUN_STEPS  # bytes that matter over a long run
     held = []
     for name, kept in b.containers.items():
         before = a.containers.get(name)
@@ -675,8 +625,7 @@ def grown(censuses: Sequence[Census]) -> Grown:
 
 
 def held_by(members: Sequence[Any]) -> Holder | None:
-    """The list, dict or attribute that holds `members`, with its owner (the garbage
-    collector's referrers, two levels up); None where not found."""
+    """The list, dict or attribute holding `members`, with its owner (referrers, two levels up)."""
     ignore = {id(members)}
     for member in members:
         for container in gc.get_referrers(member):
@@ -699,9 +648,8 @@ def _owner_of(container: Any, ignore: set[int]) -> Holder | None:
 
 
 def _attribute_of(ref: Any, target: Any) -> Holder | None:
-    """`ref`, a referrer of `target`, as the object of which `target` is an attribute: its
-    ``__dict__``, or the object itself (Python 3.11+ keeps attributes inline). None for a frame,
-    class, list or anything else."""
+    """The object whose attribute `target` is, from `ref`: its ``__dict__``, or itself (Python 3.11+
+    keeps attributes inline). None for a frame, class, list or anything else."""
     import inspect
 
     if isinstance(ref, dict):
@@ -753,18 +701,14 @@ def _largest_groups(model: Any, least: float) -> tuple[str | None, list[str]]:
 
 
 def _python_holder(model: Any, least: float, steps: int) -> tuple[Holder, str] | None:
-    """The Python list or deque most likely to hold what grew where the backend's arrays do not (a
-    generator keeping every NumPy batch): of the lists with an item about every other step that
-    hold `least` bytes or more, the largest besides the model's own; ``(holder, what)`` or None.
-    One pass of the collector's objects, each list sized from its last 8 items; an object whose
-    size cannot be read is passed over."""
+    """``(holder, what)`` for the largest list or deque, not the model's, of `least` bytes and an
+    item about every other step (a generator keeping each NumPy batch), sized by its last 8."""
     import collections
     import itertools
 
     own, found = _ids_of_model(model), []
     for obj in gc.get_objects():
-        # By its type, not isinstance: that reads __class__, which some objects answer
-        # with a warning (PyTorch's deprecated torch.distributed.reduce_op).
+        # type(), not isinstance: __class__ warns on some objects (torch.distributed.reduce_op).
         if not issubclass(type(obj), list | collections.deque) or len(obj) < max(8, steps // 2):
             continue
         try:
@@ -785,13 +729,11 @@ def _python_holder(model: Any, least: float, steps: int) -> tuple[Holder, str] |
 
 
 def _named_holder(container: Any) -> Holder | None:
-    """Who holds `container`: a function's or a generator's local variable, an object's
-    attribute, a module's global; None where no such holder refers to it."""
+    """Who holds `container`: a function's or generator's local, an attribute, a global; or None."""
     import inspect
 
     for ref in gc.get_referrers(container):
-        # A running function's frame; a suspended generator holds its frame itself.
-        frame = ref.gi_frame if inspect.isgenerator(ref) else ref
+        frame = ref.gi_frame if inspect.isgenerator(ref) else ref  # a frame, or a generator's
         if inspect.isframe(frame):
             var = next((k for k, v in frame.f_locals.items() if v is container), None)
             if var is not None:
@@ -806,9 +748,7 @@ def _named_holder(container: Any) -> Holder | None:
 
 
 def name_growth(growth: list[Growth], model: Any, recompiles: int, found: Grown) -> list[Growth]:
-    """Who holds what grew (the container a census counted growing, else the holder of the grown
-    groups), and a fix where one is known. Growth in the steps that a callback holds is that
-    callback's."""
+    """Who holds what grew, and a known fix; a callback holding growth in the steps owns it."""
     import dataclasses
 
     if not growth:
@@ -869,8 +809,7 @@ def _one_rise(growth: list[Growth]) -> list[Growth]:
 
 
 def _fix_for(holder: Holder) -> str:
-    """What to do about `holder` keeping an item each step, from what it keeps: Keras's
-    tensors, or anything else."""
+    """What to do about `holder` keeping an item each step (Keras's tensors, or anything else)."""
     import inspect
 
     if inspect.isframe(holder.owner):
@@ -897,8 +836,7 @@ def _growth(
     censuses: Sequence[Census],
     traced: Sequence[tuple[int, int]],
 ) -> tuple[list[Growth], Grown]:
-    """The growth the readings show and the one the censuses count (the counted one first:
-    it names what grew), and what the censuses found grown."""
+    """The readings' growth after the censuses' (first: it names what grew), and the latter."""
     found = find_growth(readings, where, epochs, validations, traced)
     counted = grown(censuses)
     return ([counted.growth] if counted.growth else []) + found, counted
@@ -916,8 +854,7 @@ def run_memory(
     traced: Sequence[tuple[int, int]] = (),
 ) -> RunMemory | None:
     """The fit's memory record from `sampler`'s readings and the ledger's tiles; `name` names the
-    growth's holder; `ends` the readings at train begin and each epoch's end; `traced` the steps
-    a profiler ran in."""
+    holder; `ends`: train begin's and epoch ends' readings; `traced`: the profiler's steps."""
     readings = sampler.snapshot()
     if not readings:
         return None

@@ -1,10 +1,8 @@
 """The memory ledger's records: what crosses from the sampler (``toolkit.profiling._memory``) to
-the report, and back from ``report.json``.
+the report, and back from ``report.json`` (pure Python; :class:`RunMemory` is the JSON edge).
 
-Pure Python. :meth:`RunMemory.to_dict` / :meth:`RunMemory.from_dict` are the JSON edge
-(``ledger.memory``). Memory is in MiB throughout ("MB" on screen). "Host" is resident memory;
-"device" the accelerator's allocator summed over the process's devices, None where unseen
-(``device_unseen`` says why)."""
+Memory is in MiB throughout ("MB" on screen). "Host" is resident memory; "device" the accelerator's
+allocator summed over the process's devices, None where unseen (``device_unseen`` says why)."""
 
 from __future__ import annotations
 
@@ -24,8 +22,7 @@ def _round(value: float | None, digits: int = 3) -> float | None:
 
 @dataclasses.dataclass(frozen=True)
 class PartMemory(fields.Record):
-    """One part of the run (or a callback): the most memory reached in it and what was held when
-    it last ended; `readings` 0: too short to be read."""
+    """One part (or callback): its peak and what it held as it last ended; 0 `readings`: unread."""
 
     name: str = fields.field("", json=False)  # its key in the parts' mapping (_by_name)
     host_peak_mb: float | None = None
@@ -73,8 +70,7 @@ class Growth(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class Sample:
-    """One reading: seconds since the fit began, steps begun, host MiB, device MiB (None:
-    unseen), and its part."""
+    """One reading: seconds since the fit began, steps begun, host and device MiB, and its part."""
 
     t_s: float
     step: int
@@ -109,8 +105,7 @@ def _sample(row: Any, where: str) -> Sample:
 
 @dataclasses.dataclass(frozen=True)
 class RunMemory(fields.Record):
-    """One fit's memory: each part's peak and held-at-end, the growth found, and a thinned
-    timeline."""
+    """One fit's memory: each part's peak and held-at-end, the growth found, a thinned timeline."""
 
     every_s: float = fields.field(read=_every)
     parts: tuple[PartMemory, ...] = fields.field(write=_by_name, read=_named)
@@ -143,15 +138,13 @@ class RunMemory(fields.Record):
 
     @classmethod
     def from_dict(cls, d: Any, where: str | None = None) -> RunMemory | None:
-        """A ledger's ``memory`` (None where absent), this toolkit's or an older one's:
-        ReportError names the first field not of its kind."""
+        """A ledger's ``memory``, this toolkit's or older (None: absent); ReportError: malformed."""
         return None if d is None else super().from_dict(d, where)
 
 
 @dataclasses.dataclass(frozen=True)
 class EpochMemory(fields.Record):
-    """The run's memory at train begin (`epoch` None) and at each epoch's end: steps begun,
-    resident MiB, and the device's in use and at its most."""
+    """Memory at train begin (`epoch` None) and each epoch's end: steps, host and device MiB."""
 
     epoch: int | None = fields.field(missing=None)
     step: int = fields.field(missing=0)

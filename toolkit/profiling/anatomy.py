@@ -1,19 +1,11 @@
 """The step's anatomy, measured: scope tokens around a model's layers and phases, a short trace
 window, and the sweep that turns the trace into seconds per phase and per layer.
 
-1. :class:`Scopes` opens a token scope around each layer's ``call`` (``kpl<N>``), the loss, the
-metrics, the optimizer's ``apply`` and the train step, in the backend's own scope (the seam's
-``layer_scope``). Tokens, not names: a uniquified name, a layer named like another's scope or shared
-by two models would be ambiguous. The train function is rebuilt under them, and without them after.
-2. ``TraceWindow`` traces a few steps with step markers, the device waited for at both ends;
-``began_at``/``ended_at`` are the outside clock.
+1. :class:`Scopes` wraps each layer's ``call``, the loss, metrics, optimizer ``apply`` and step in
+a token scope (``kpl<N>``; a name could be uniquified, collide, or be shared by two models).
+2. ``TraceWindow`` traces a few steps in step markers, syncing the device at both ends only.
 3. The seam's ``anatomy_trace`` reads the trace into :class:`~toolkit.core._anatomy.Span`\\ s.
-4. :func:`sweep` walks the timeline: at each instant the computing ops share it (an equal part per
-lane, split between the scopes a fused op holds); where nothing computes, input, then the host
-inside the step call ("other"), then Keras between steps. The phases add up to the window, which is
-checked against the outside clock.
-
-No device sync happens outside the window's two edges."""
+4. :func:`sweep` shares the window among phases and layers, checked against the outside clock."""
 
 from __future__ import annotations
 
@@ -52,8 +44,7 @@ _ABSENT = object()
 
 @dataclasses.dataclass
 class LayerEntry:
-    """One layer the scopes wrap: its token, its ``model.summary()`` name, its class, and what
-    its calls saw."""
+    """One layer the scopes wrap: token, ``model.summary()`` name, class, and what its calls saw."""
 
     token: str
     name: str
@@ -61,8 +52,7 @@ class LayerEntry:
     calls: int = 0
     outside: int = 0  # of those, calls outside the model's own call (a compute_loss's)
     flops: float | None = None  # forward FLOPs of one call, from the shapes it saw
-    # (shape, dtype) of each positional argument of its first call (None: the open batch dimension);
-    # None: one was not a tensor, so it cannot be called alone.
+    # (shape, dtype) per positional argument of its first call; None: one was not a tensor.
     inputs: tuple[tuple[tuple[int | None, ...], str], ...] | None = None
     layer: Any = dataclasses.field(default=None, repr=False)  # the layer, to time it alone
     holds_layers: bool = False  # a layer of layers: the trace gives it its own glue only
@@ -90,8 +80,7 @@ def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = Non
         return _time_step_flops(kernel, recurrent, _batched(inputs, batch))
     cell = getattr(layer, "cell", None)
     if getattr(cell, "kernel", None) is not None and hasattr(cell, "recurrent_kernel"):
-        # a recurrent layer whose loop is one fused op, its cell never called: every time step's
-        seq = _batched(inputs, batch)
+        seq = _batched(inputs, batch)  # an RNN run as one fused op, cell never called: all steps
         if len(seq) == 3 and seq[1] is None:  # an open time dimension: the model's own
             seq = (seq[0], _declared_time_steps(layer) or None, seq[2])
         if len(seq) != 3 or seq[1] is None:
@@ -109,8 +98,7 @@ def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = Non
     k_shape = tuple(int(d) for d in kernel.shape)
     if kind == "Dense" and len(k_shape) == 2:
         return 2.0 * math.prod(out_shape[:-1]) * k_shape[0] * k_shape[1]
-    if kind == "EinsumDense":  # attention's projections: each output element sums over
-        # the kernel's axes the output lacks (keras.io's seq2seq Transformer had no count)
+    if kind == "EinsumDense":  # each output element sums over the kernel's axes the output lacks
         inputs_spec, _, out_spec = str(getattr(layer, "equation", "")).partition("->")
         kernel_spec = inputs_spec.partition(",")[2]
         if not out_spec or len(kernel_spec) != len(k_shape):
@@ -120,16 +108,14 @@ def _forward_flops(layer: Any, inputs: Any, output: Any, batch: int | None = Non
         )
         return 2.0 * math.prod(out_shape) * summed
     if kind.startswith("Conv") and kind.endswith("Transpose") and len(k_shape) >= 3:
-        # the kernel (window..., filters, input channels): each input element spread over one window
-        # of every filter
+        # kernel (window..., filters, input channels): each input element spreads over each filter
         in_shape = _batched(inputs, batch)
         if not in_shape or any(d is None for d in in_shape):
             return None
         positions = _positions(layer, in_shape)
         return 2.0 * positions * math.prod(k_shape[:-2]) * k_shape[-2] * k_shape[-1]
     if kind.startswith("Conv") and "Transpose" not in kind and len(k_shape) >= 3:
-        # the kernel (window..., input channels per group, filters)
-        positions = _positions(layer, out_shape)
+        positions = _positions(layer, out_shape)  # kernel (window..., channels/group, filters)
         return 2.0 * positions * math.prod(k_shape[:-1]) * k_shape[-1]
     return None
 
@@ -142,8 +128,7 @@ def _positions(layer: Any, shape: tuple[Any, ...]) -> int:
 
 
 def _depthwise_flops(layer: Any, out_shape: tuple[Any, ...]) -> float | None:
-    """A depthwise convolution's: each output channel one window of one input channel; a
-    separable one adds its pointwise ``1×1`` product."""
+    """Depthwise: one window of one input channel per output; separable adds its ``1×1`` product."""
     depthwise = getattr(layer, "depthwise_kernel", None)
     depthwise = getattr(layer, "kernel", None) if depthwise is None else depthwise
     pointwise = getattr(layer, "pointwise_kernel", None)
@@ -157,10 +142,8 @@ def _depthwise_flops(layer: Any, out_shape: tuple[Any, ...]) -> float | None:
 
 
 def _time_step_flops(kernel: Any, recurrent: Any, in_shape: tuple[Any, ...]) -> float | None:
-    """One time step of a recurrent cell: the input's and the carried state's products with their
-    kernels, every gate's at once (element-wise work not counted). Its calls per step are the
-    time steps. Its input's gradient is counted whole (the carried state's always flows); a
-    convolutional cell: None."""
+    """One time step of a recurrent cell: input and carried state times their kernels, all gates
+    (not element-wise work); its calls per step are the time steps. A convolutional cell: None."""
     k_shape = tuple(int(d) for d in kernel.shape)
     r_shape = tuple(int(d) for d in recurrent.shape)
     if len(in_shape) != 2 or in_shape[0] is None or len(k_shape) != 2 or len(r_shape) != 2:
@@ -169,8 +152,7 @@ def _time_step_flops(kernel: Any, recurrent: Any, in_shape: tuple[Any, ...]) -> 
 
 
 class Scopes:
-    """Scope tokens around `model`'s layers and phases while the context is open; ``entries``
-    maps each token to its :class:`LayerEntry`."""
+    """Scope tokens around `model`'s layers and phases while open; ``entries``: token to entry."""
 
     # tf_keras spells the loss compute_loss and the optimizer's update apply_gradients
     PHASE_METHODS = (("_compute_loss", "kploss"), ("compute_loss", "kploss"),
@@ -280,10 +262,9 @@ class Scopes:
         _rebuild(self.model)
 
     def calls_per_step(self, token: str) -> int:
-        """How many times a forward pass calls the layer (2: shared). A step of your own that
-        also calls the layer outside the model's call (keras.io's VAE) runs it as often as the
-        more of the two ways, not both. A step that never calls the model (keras.io's GAN) is
-        counted by its own traces."""
+        """How many times a forward pass calls the layer (2: shared). A step of your own calling it
+        also outside the model (keras.io's VAE) runs it the more of the two ways, not both; a step
+        never calling the model (keras.io's GAN) is counted by its own traces."""
         entry = self.entries[token]
         traced = self.model_calls or self.step_calls
         if not traced:
@@ -300,9 +281,8 @@ class Scopes:
         return cell is not None and any(e.layer is cell and e.calls for e in self.entries.values())
 
     def _rnn_of(self, entry: LayerEntry) -> LayerEntry | None:
-        """The recurrent layer whose cell `entry` is, where its input has a known number of time
-        steps (Python calls a cell as often as the loop is traced; the compiled loop, once a
-        time step)."""
+        """The recurrent layer whose cell `entry` is, where its time steps are known (Python calls a
+        cell once per trace of the loop; the compiled loop, once a time step)."""
         outer = entry.name.rpartition("/")[0]
         parent = (
             next((e for e in self.entries.values() if e.name == outer), None) if outer else None
@@ -313,8 +293,7 @@ class Scopes:
 
 
 def _time_steps(rnn: LayerEntry) -> int:
-    """The time steps of a recurrent layer's input ``(batch, time, features)``, as its calls saw
-    them or, where left open, as the model declares them; 0 where neither fixes them."""
+    """An RNN's input ``(batch, time, features)`` time steps, as seen or declared; else 0."""
     shape = rnn.inputs[0][0] if rnn.inputs else ()
     if len(shape) >= 3 and shape[1]:
         return int(shape[1])
@@ -384,10 +363,9 @@ def _key(span: Span) -> Key:
 
 
 def sweep(spans: Sequence[Span], start: float, end: float) -> dict[Key, float]:
-    """Microseconds of ``[start, end]`` by ``(phase, layer token, fused)``: the computing ops
-    share each instant (equal per lane); where none computes, input, then the host inside a
-    call (its innermost scope's, or other), then Keras between steps. The values add up to
-    ``end - start``."""
+    """Microseconds of ``[start, end]`` by ``(phase, layer token, fused)``, adding up to the span:
+    the computing ops share each instant (equal per lane); where none computes, input, then the
+    host inside a call (its innermost scope's, or other), then Keras between steps."""
     points: list[tuple[float, int, int]] = []
     for i, s in enumerate(spans):
         a, b = max(s.start, start), min(s.end, end)
@@ -411,8 +389,7 @@ def sweep(spans: Sequence[Span], start: float, end: float) -> dict[Key, float]:
         elif waiting:
             out[(Phase.INPUT, None, False)] += dt
         elif calls:
-            # the innermost range the host is in: a layer's call, a phase's method, or the step call
-            # (other)
+            # the host's innermost range: a layer's call, a phase's method, or the step call (other)
             phase, layer, _ = keys[max(calls, key=lambda i: spans[i].start)]
             out[(phase, BETWEEN_OPS if phase == Phase.OTHER else layer, False)] += dt
         else:
@@ -437,9 +414,8 @@ def sweep(spans: Sequence[Span], start: float, end: float) -> dict[Key, float]:
 
 
 def window(trace: StepTrace) -> tuple[float, float] | None:
-    """The traced steps on the trace's clock: the first marker's start to the later of the last
-    marker's end and the last op's. TraceWindow waited for the device at both edges, so every
-    op after the first marker is the traced steps' own."""
+    """The traced steps on the trace's clock: first marker's start to the last marker's or op's end
+    (the device was synced at both edges: every op after the first marker is the steps')."""
     if not trace.markers:
         return None
     start, end = trace.markers[0][0], trace.markers[-1][1]
@@ -518,12 +494,10 @@ def _layer_rows(
         if f + b <= 0:
             continue
         calls = scopes.calls_per_step(token)
-        # none of its own: a layer with trainable weights still took one, applied outside its ops'
-        # scopes (an Embedding's sparse gradient)
+        # none of its own: a layer with weights took one outside its scopes (Embedding's sparse one)
         none = gradients and b <= 0 and not getattr(entry.layer, "trainable_weights", None)
         back = _backward_calls(calls, *seen.get(token, (set(), set())), none)
-        # forward + a backward per gradient: its weights' (where it trains any) and its input's
-        # (where anything before it trains)
+        # forward + a backward per gradient: its weights' (if any train), input's (if any before)
         grads = bool(getattr(entry.layer, "trainable_weights", None)) + (
             id(entry.layer) not in on_data
         )
@@ -539,8 +513,7 @@ def _layer_rows(
 
 
 def _calls_seen(spans: Sequence[Span]) -> dict[str, tuple[set[str], set[str]]]:
-    """Each layer token's calls the trace told apart: those its forward ops ran in, and those its
-    gradient's ops differentiate."""
+    """Each layer token's calls told apart: those its forward ops ran in, and its gradient's."""
     seen: dict[str, tuple[set[str], set[str]]] = {}
     for s in spans:
         layer = layer_token(s.tokens)
@@ -552,10 +525,8 @@ def _calls_seen(spans: Sequence[Span]) -> dict[str, tuple[set[str], set[str]]]:
 def _backward_calls(
     calls: int, forward: set[str], backward: set[str], none: bool = False
 ) -> int | None:
-    """How many of a layer's `calls` a gradient went through, where its gradient's ops
-    differentiate fewer calls than its forward ran in; 0 where none of its ops is a gradient's
-    while others' are and it has no weight to train (a frozen teacher); None: every call, or
-    not told apart."""
+    """How many of `calls` a gradient went through where its gradient ops cover fewer than its
+    forward; 0: no gradient op of its own (a frozen teacher); None: all calls, or not told apart."""
     if none:  # no gradient op of its own: no call of it took one
         return 0
     if not forward or not backward or len(backward) >= len(forward):
@@ -570,10 +541,8 @@ def _ops_in(trace: StepTrace, span: tuple[float, float]) -> int:
 
 
 def _unscoped(trace: StepTrace, compiled: bool) -> list[str]:
-    """Words where most of the ops' time carries no layer's scope: the step ran op by op
-    (uncompiled), or the compiled program's ops kept none, or the ops ran outside the layers'
-    calls (a compute_loss of its own). That time stays in the phase the trace gives it, else
-    other."""
+    """Words where most of the ops' time carries no layer's scope: the step ran op by op, the
+    compiled program's ops kept none, or the ops ran outside the layers' calls."""
     total = scoped = 0.0
     for s in trace.spans:
         if s.kind == SpanKind.OP:
@@ -616,20 +585,12 @@ def _unseen(trace: StepTrace, by_phase: dict[Phase, float]) -> dict[Phase, str]:
 
 
 class AnatomyWindow(TraceWindow):
-    """A :class:`~toolkit.profiling.trace_window.TraceWindow` that also takes the step apart: the
-    scope tokens go on at the fit's start (its step functions rebuilt under them) and come off
-    at its end; :meth:`anatomy` reads the trace afterwards.
+    """A :class:`~toolkit.profiling.trace_window.TraceWindow` that also takes the step apart: scope
+    tokens on at fit start (step functions rebuilt under them), off at its end; see :meth:`anatomy`.
 
-    Args: as TraceWindow's; `stop_if_refused`: end the fit after its first step where the backend
-    cannot take this model's step apart (for a fit run only to be taken apart).
+    Args: as TraceWindow's; `stop_if_refused`: end the fit after a step if the backend refuses.
 
-    Example:
-
-    ```python
-    window = AnatomyWindow("logs/anatomy", start_step=6, stop_step=11)
-    model.fit(data, epochs=1, callbacks=[StepTimer(), window])
-    print(window.anatomy())
-    ```"""
+    Example: ``fit(..., callbacks=[StepTimer(), w := AnatomyWindow("logs")])``; ``w.anatomy()``."""
 
     def __init__(
         self,
@@ -679,8 +640,7 @@ class AnatomyWindow(TraceWindow):
         )
 
     def anatomy(self, untraced_s: float | None = None, device: str = "") -> Anatomy:
-        """The traced steps taken apart; `untraced_s`: the fit's median step outside the window,
-        for the profiler's own cost."""
+        """The traced steps taken apart; `untraced_s`: the median step outside the window."""
         name = backend.name() if compat.keras_flavor() == "keras3" else "tf_keras"
         base = Anatomy(backend=name, device=device)
         if self.scope_error or self.scopes is None:

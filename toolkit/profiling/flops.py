@@ -1,12 +1,10 @@
 """Model FLOPs per training step, the machine's measured matmul peak, and MFU.
 
-* :func:`count_flops` asks the backend to count one forward pass and one forward + backward pass at
-  the real batch size (the optimizer update left out: negligible next to the gradients).
-* :func:`matmul_peak` measures what a large matmul achieves on a device in a compute dtype, once per
-  machine, cached under the machine key with backend, device, dtype and thread setting. A measured
-  peak, so MFU says how much of what this machine really does the step gets; on a GPU the datasheet
-  knows, the datasheet's dense peak is recorded beside it.
-* The arithmetic (achieved FLOP/s, MFU, formatting) is ``toolkit.core.stats``'."""
+* :func:`count_flops` has the backend count one forward and one forward + backward pass at the real
+  batch size (the optimizer update, negligible next to the gradients, left out).
+* :func:`matmul_peak` measures a large matmul on a device in a compute dtype, cached per machine,
+  backend, device, dtype and threads: MFU is a share of what this machine really does (a known GPU's
+  datasheet dense peak is recorded beside it). The arithmetic is ``toolkit.core.stats``'."""
 
 from __future__ import annotations
 
@@ -32,9 +30,7 @@ __all__ = [
 ]
 
 PEAK_FILE = "matmul_peak.json"
-# A peak measured at a spread over RELIABLE_SPREAD_PCT gives no MFU and is measured again next run;
-# one within it is cached for good.
-MAX_MEASUREMENTS = 3  # a machine that is never quiet reads its cache after that
+MAX_MEASUREMENTS = 3  # times a peak spread over RELIABLE_SPREAD_PCT (no MFU) is measured
 _CACHE = Cache(PEAK_FILE)
 
 
@@ -43,11 +39,8 @@ class FlopCount(fields.Record):
     """FLOPs of one step at a given batch size, or why they could not be counted.
 
     Attributes:
-        batch_size: examples the count is for.
-        forward: FLOPs of one forward pass.
-        train_step: FLOPs of one forward + backward pass (no optimizer update).
-        method: how the numbers were obtained.
-        note: caveats, or why the count is missing (then the numbers are `None`)."""
+        forward, train_step: FLOPs of one forward, and one forward + backward pass (no optimizer).
+        method, note: how counted; caveats, or why missing (then the counts are `None`)."""
 
     batch_size: int
     forward: int | None
@@ -57,8 +50,7 @@ class FlopCount(fields.Record):
 
 
 def count_flops(model: Any, batch_size: int) -> FlopCount:
-    """FLOPs of one forward pass and one training step of a built Keras model. Never raises: a
-    model the backend cannot count gets `None` and a `note`."""
+    """FLOPs of one forward pass and one training step of a built model (never raises: a `note`)."""
     try:
         forward, train_step, method, note = backend.get().count_flops(model, batch_size)
     except backend.BackendError as e:
@@ -72,8 +64,7 @@ class Peak:
 
     Attributes:
         flops_per_s: the best timed run's FLOP/s.
-        spread_pct: how much slower the median run was than the best (over ``RELIABLE_SPREAD_PCT``,
-            no MFU).
+        spread_pct: the median run's slowness vs the best (over ``RELIABLE_SPREAD_PCT``: no MFU).
         runs: timed runs; measurements: how many times it was measured.
         dtype, size: the matmuls'; key, facts: the cache's key and what it is keyed by.
         measured_utc: when; source: ``"cache"`` or ``"measured"``; settled: whether it stands."""
@@ -91,8 +82,7 @@ class Peak:
 
     @property
     def settled(self) -> bool:
-        """Whether it stands: one with its runs spread out is measured again, up to
-        MAX_MEASUREMENTS times, so a first low reading does not set every later MFU."""
+        """Whether it stands (else remeasured, to MAX_MEASUREMENTS: one low reading sets no MFU)."""
         return reliable_peak(self.spread_pct) or self.measurements >= MAX_MEASUREMENTS
 
     @classmethod
@@ -136,8 +126,7 @@ def matmul_peak(device: Any = None, dtype: str = "float32", *, refresh: bool = F
     size = 2048 if device.kind == "cpu" else 8192
     run = backend.get().measure_matmul_peak(devices.framework_device(device), dtype, size)
     best, spread = run.flops_per_s, run.spread_pct
-    if cached is not None and cached.flops_per_s > best:
-        # a peak is the most the device did: keep the higher, with the steadier spread
+    if cached is not None and cached.flops_per_s > best:  # a peak is the best seen: keep it
         best, spread = cached.flops_per_s, min(spread, cached.spread_pct)
     peak = Peak(
         best, spread, run.runs, (cached.measurements if cached else 0) + 1, dtype, size, key,
@@ -156,21 +145,18 @@ def _cached(key: str) -> Peak | None:
 
 
 def cached_peak(device: Any, dtype: str = "float32") -> Peak | None:
-    """The cached matmul peak of `device` in `dtype`, settled or not, or None; runs no framework
-    op."""
+    """The cached matmul peak of `device` in `dtype`, settled or not, or None (runs no op)."""
     return _cached(_CACHE.key(_peak_facts(device, dtype)))
 
 
 def compute_facts(
     model: Any, batch_size: int, precision: str, device: Any, *, measure_peak: bool = True
 ) -> Compute:
-    """FLOPs per step of `model` at `batch_size` and the device's matmul peak in `precision`'s
-    compute dtype, for the report.
+    """FLOPs per step of `model` and the device's matmul peak in `precision`'s compute dtype.
 
-    `measure_peak=False` takes the peak from the cache only, leaving the measuring to
-    :func:`recheck_peak` after ``fit``: every TensorFlow op takes a number from the counter that
-    names the functions traced next, and XLA's persistent cache keys programs by that name, so
-    measuring before the first step would miss the compile cache."""
+    `measure_peak=False` reads the peak from the cache only, measuring in :func:`recheck_peak` after
+    ``fit``: each TensorFlow op takes a number from the counter naming the functions traced next,
+    and XLA's persistent cache keys programs by it (measuring first would miss the cache)."""
     count = count_flops(model, batch_size)
     dtype = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}.get(precision, "float32")
     facts = Compute(count.train_step, count.forward, batch_size, count.method, count.note, dtype)
@@ -219,9 +205,8 @@ def _datasheet(facts: Compute, device: Any) -> Compute:
 
 
 def recheck_peak(compute: Compute, step_s: float | None, device: Any) -> Compute:
-    """`compute` with the peak measured where pending, and again when the run's step beats a
-    cached one (measured on a busy machine). If the run still beats it, the note says so
-    rather than show MFU > 100 %."""
+    """`compute` with the peak measured where pending, and again where the step beats a cached one
+    (a busy machine's); where the step still beats it, a note instead of MFU > 100 %."""
     if compute.peak_pending:
         compute = dataclasses.replace(compute, peak_pending=False)
         try:

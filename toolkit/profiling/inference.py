@@ -53,12 +53,10 @@ def measure_inference(
     """Latency of `runs` single synced calls and throughput of `runs` back-to-back calls.
 
     Args:
-        fn: the function to time (a ``tf.function`` of the model, usually).
+        fn: the function to time (usually a ``tf.function`` of the model).
         inputs: its argument; the same tensor every call.
-        batch_size: examples in `inputs`, for examples/sec.
         warmup: calls after the first left out.
-        runs: timed calls for each of latency and throughput.
-        clock: seconds."""
+        runs: timed calls for each of latency and throughput."""
     if runs < 1 or warmup < 0:
         raise ValueError(f"runs must be >= 1 and warmup >= 0, got {runs} and {warmup}")
     start = clock()

@@ -1,12 +1,9 @@
 """Each layer timed alone: the anatomy's check of its own layer figures.
 
-A trace's time for a layer can be far from what it costs: the profiler's cost falls on layers of
-many small ops, other layers' ops run beside its own (XLA's CPU runtime), a fused program's time is
-split by a rule. So the layers that matter (the trace's slowest, those named, then every layer with
-weights, as time allows) are timed alone through the seam's ``layer_alone``: the same layer,
-compiled as the step is, on inputs of the shapes its calls saw, forward and forward+backward. Layers
-of one class, config and input shapes are timed once. :func:`toolkit.core._anatomy.reconcile` then
-shows the figure that holds."""
+A trace's time for a layer can be far from its cost: the profiler's cost falls on layers of many
+small ops, other layers' ops run beside it (XLA's CPU runtime), a fused program's time is split by a
+rule. So the layers that matter are timed alone (the seam's ``layer_alone``), compiled as the step
+is, on their calls' input shapes; :func:`toolkit.core._anatomy.reconcile` shows what holds."""
 
 from __future__ import annotations
 
@@ -23,9 +20,7 @@ from toolkit.core.compat import own_method
 from toolkit.core.errors import one_line
 from toolkit.core.stats import warmed_calls
 
-# A model class's own methods that make its step more than its call: timed alone, the model is not
-# the step's work.
-_STEP = ("train_step", "compute_loss")
+_STEP = ("train_step", "compute_loss")  # a model's own: its step is more than its call
 
 __all__ = ["time_alone"]  # check_layers is the anatomy's (toolkit.search.anatomy)
 
@@ -40,8 +35,7 @@ Specs = tuple[tuple[tuple[int, ...], str], ...]
 
 @dataclasses.dataclass(frozen=True)
 class Alone:
-    """One call of a layer (or model) timed alone: its forward, and forward with gradients, each
-    the fastest run."""
+    """One call timed alone: forward, and forward with gradients, each the fastest run."""
 
     forward_s: float
     both_s: float
@@ -55,10 +49,9 @@ def time_alone(
     runs: int = RUNS,
     input_grads: bool = True,
 ) -> Alone:
-    """One call of `layer` alone (the seam's ``layer_alone``, after its compile): forward, and
-    forward with gradients (of its floating inputs too unless `input_grads` is False). The two
-    are timed in turn, `runs` each, each keeping its fastest: a loaded machine's slow spell
-    then falls on both."""
+    """One call of `layer` alone (the seam's ``layer_alone``, after its compile): forward, and with
+    gradients (of its floating inputs too unless `input_grads` is False). Timed in turn, `runs`
+    each, keeping the fastest: a loaded machine's slow spell then falls on both."""
     seam = backend.get()
     forward = seam.layer_alone(layer, inputs, backward=False, jit=jit, input_grads=input_grads)
     both = seam.layer_alone(layer, inputs, backward=True, jit=jit, input_grads=input_grads)
@@ -84,10 +77,9 @@ def check_layers(
     timer: Callable[..., Alone] = time_alone,
     data_fed: Collection[int] = (),
 ) -> Anatomy:
-    """`found` with its layers timed alone, or in ``check`` why one was not. `entries`: the
-    scopes' ``LayerEntry`` records; `batch`: for an open batch dimension; `jit`: the model's
-    ``jit_compile``; `data_fed`: layers called on the model's inputs only, timed without their
-    inputs' gradients. Never raises for a layer."""
+    """`found` with its layers timed alone, or in ``check`` why not (never raises for a layer).
+    `entries`: the scopes' ``LayerEntry`` records; `batch`: for an open batch dimension;
+    `data_fed`: layers on the model's inputs only, timed without their inputs' gradients."""
     by_name = {e.name: e for e in entries}
     if found.error or not found.layers:
         return found
@@ -129,11 +121,9 @@ def check_layers(
 
 
 def _timed(x: LayerTime, forward_s: float, both_s: float, held: set[str]) -> LayerTime:
-    """`x` with its calls of a step timed alone: a backward only for the calls a gradient went
-    through."""
+    """`x` with its calls timed alone: a backward only for the calls a gradient went through."""
     calls = max(1, x.calls)
-    # A forward alone no faster than with its gradients is noise, not a free backward: its total
-    # stands, its split is the trace's
+    # A forward no faster than with gradients is noise: its total stands, its split is the trace's
     forward = forward_s * calls if forward_s < both_s else None
     both = both_s * calls
     if forward is not None and x.backward_calls is not None:  # a call took no gradient
@@ -154,10 +144,8 @@ def check_model(
     jit: bool,
     timer: Callable[..., Alone] = time_alone,
 ) -> Anatomy:
-    """`found` with the whole model timed alone (forward, and with gradients): the check of the
-    trace's forward/backward split, which is a rule's where ops run side by side or fused.
-    `inputs`: the model's call specs; `calls`: how often the step called it. Where it cannot
-    be timed, a note says why."""
+    """`found` with the whole model timed alone, checking the trace's forward/backward split (a
+    rule's where ops overlap or fuse), else a note why; `calls`: how often the step called it."""
     if found.error or model is None:
         return found
     own = [f"{k.__name__}.{m}" for m in _STEP for k in [own_method(model, m)] if k is not None]
@@ -187,9 +175,8 @@ def check_model(
 
 
 def fed_by_data(model: Any) -> frozenset[int]:
-    """The ids of `model`'s layers (and nested functional models') none of whose inputs depends
-    on a trainable weight: the step takes no gradient of their inputs, so they are timed and
-    counted without one. Empty where the model keeps no graph."""
+    """Ids of `model`'s (and nested models') layers whose inputs depend on no trainable weight, so
+    timed and counted without their inputs' gradient; empty where the model keeps no graph."""
     out: set[int] = set()
     try:
         _no_input_gradient(model, out)
@@ -199,8 +186,7 @@ def fed_by_data(model: Any) -> frozenset[int]:
 
 
 def _no_input_gradient(model: Any, out: set[int]) -> None:
-    """Adds to `out` the layers of `model`'s graph whose inputs carry no gradient, walking each
-    tensor back (``_keras_history``)."""
+    """Adds the layers of `model`'s graph whose inputs carry no gradient (``_keras_history``)."""
     graph = getattr(model, "_functional", None) or model  # Keras 3's Sequential
     inputs = {id(t) for t in (graph.inputs or ())}
     carried: dict[int, bool] = {}
@@ -236,8 +222,7 @@ def _no_input_gradient(model: Any, out: set[int]) -> None:
 
 
 def _node_inputs(node: Any) -> list[Any]:
-    """The tensors a graph node's call took (Keras 3's ``input_tensors``; tf_keras's, or its
-    ``keras_inputs``)."""
+    """The tensors a graph node's call took (``input_tensors``, or tf_keras's ``keras_inputs``)."""
     found = getattr(node, "input_tensors", None)
     if found is None:
         found = getattr(node, "keras_inputs", None)
@@ -257,8 +242,7 @@ class _Called:
 def _order(
     layers: Sequence[LayerTime], by_name: Mapping[str, Any], names: Sequence[str]
 ) -> list[LayerTime]:
-    """The trace's slowest AT_LEAST, the named, then layers with weights (most FLOPs, then
-    slowest), then the rest."""
+    """The trace's slowest AT_LEAST, the named, weighted layers (FLOPs, then slowest), the rest."""
     ranked = sorted(layers, key=lambda x: x.seconds, reverse=True)
     first = ranked[:AT_LEAST] + [x for x in ranked[AT_LEAST:] if x.name in names]
     rest = [x for x in ranked if x not in first]
@@ -272,8 +256,7 @@ def _order(
 
 
 def _failed_alone(error: Exception) -> str:
-    """Why a run alone failed, in one line. An error of TensorFlow's own runtime is named by its
-    type and first words, without the internal resource path that filled the note."""
+    """Why a run alone failed, in one line (TensorFlow's runtime errors: type and first words)."""
     if not type(error).__module__.startswith("tensorflow.python.framework.errors"):
         return one_line(error)
     words = str(getattr(error, "message", "") or error).split()

@@ -1,10 +1,8 @@
-"""TraceWindow: a profiler trace of a chosen range of training steps, each traced step wrapped in
-the profiler's step marker.
+"""TraceWindow: a profiler trace of a chosen range of training steps, each in a step marker.
 
-Without step markers XProf's pages say "No step marker observed": Keras 3's ``fit`` makes none
-(tf_keras's does, so there none is added). A marker opens at a step's batch begin and closes at the
-next one (or at validation, epoch or train end): the boundaries StepTimer times, and off Keras's
-batch-end thread. With ``steps_per_execution > 1`` a marker holds one call."""
+Without step markers XProf says "No step marker observed": Keras 3's ``fit`` makes none (tf_keras's
+does, so none is added there). A marker spans a batch begin to the next (or validation, epoch or
+train end), StepTimer's boundaries, off Keras's batch-end thread; it holds one call of steps."""
 
 from __future__ import annotations
 
@@ -32,25 +30,19 @@ DEFAULT_TRACE_STEPS = 5
 class TraceWindow(compat.keras().callbacks.Callback):
     """Captures a profiler trace of steps ``[start_step, stop_step)`` of a ``fit``.
 
-    To see what one step does in TensorBoard's Profile tab or XProf without tracing the whole run.
-    Steps count across epochs from 0; the default window starts after StepTimer's warm-up, and
-    StepTimer leaves traced steps out. A profiler that fails to start or stop is recorded in
-    `error`; it never stops training.
+    For a step's detail in TensorBoard's Profile tab or XProf without tracing the whole run. Steps
+    count across epochs from 0; the default window starts after StepTimer's warm-up, and StepTimer
+    leaves traced steps out. A profiler failing to start or stop sets `error`, never stops training.
 
     Args:
         logdir: directory for the trace (read from ``logdir/plugins/profile``).
-        start_step: first traced step.
         stop_step: step at which tracing stops (exclusive; default `start_step + 5`).
         host_tracer_level: 1 (user events) to 3 (verbose).
         python_tracer_level: 1 traces Python calls (slow).
         device_tracer_level: 1 traces GPU kernels.
 
-    Example:
-
-    ```python
-    model.fit(dataset, epochs=2, callbacks=[StepTimer(), TraceWindow("logs/train")])
-    # then: tensorboard --logdir logs   (Profile tab)
-    ```"""
+    Example: ``model.fit(dataset, callbacks=[StepTimer(), TraceWindow("logs/train")])``, then
+    ``tensorboard --logdir logs`` (Profile tab)."""
 
     def __init__(
         self,
@@ -82,10 +74,8 @@ class TraceWindow(compat.keras().callbacks.Callback):
         self._started_at = 0
         self._marker: Any = None  # the open step marker, while a traced step runs
         self.marked_steps = 0
-        # The outside clock around the window: when the profiler had started and when the device had
-        # caught up at its end.
-        self.began_at: float | None = None
-        self.ended_at: float | None = None
+        self.began_at: float | None = None  # outside clock: when the profiler had started
+        self.ended_at: float | None = None  # and when the device caught up after the window
 
     def on_train_begin(self, logs: compat.Logs = None) -> None:
         self._offset = self._next_offset = 0
@@ -141,13 +131,11 @@ class TraceWindow(compat.keras().callbacks.Callback):
         try:
             os.makedirs(self.logdir, exist_ok=True)
             seam = backend.get()
-            # On an asynchronous backend, without the wait, queued steps would run inside the trace.
-            synced_at = _waited(seam)
+            synced_at = _waited(seam)  # else an async backend's queued steps run in the trace
         except Exception as e:  # noqa: BLE001 - a profiler failure must never kill training
             self._failed(step, e)
             return
-        # Announced *before* the profiler runs: a batch-end hook on Keras's callback thread may read
-        # the probe at any moment.
+        # Announced before the profiler runs: a batch-end hook on Keras's thread may read the probe.
         PROFILER.started(synced_at)
         try:
             with native_logs.held():  # the profiler's C++ notes stay out of Keras's bar

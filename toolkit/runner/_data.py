@@ -1,5 +1,4 @@
-"""The runner's data: a Task's examples batched as the run's settings say (``--data_loader``),
-each process's part of every global batch, and the tf.data service and auto-shard policy."""
+"""The runner's data: batched per ``--data_loader``, split per process, the tf.data service."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ if TYPE_CHECKING:
 
 
 def examples(source: Any):
-    """A Task's data (arrays, a dataset, or a function returning either) as a dataset of
-    single examples."""
+    """A Task's data (arrays, a dataset, or a function returning either) as single examples."""
     from toolkit.data import from_arrays
 
     if callable(source):
@@ -24,8 +22,7 @@ def examples(source: Any):
 
 
 def example_count(source: Any, known: int | None = None) -> int:
-    """The examples in in-memory arrays or a dataset, without reading them; `known` where the
-    dataset cannot count itself, else -1."""
+    """The examples held, without reading them; `known` where a dataset can't count them, or -1."""
     from toolkit.data.sources import array_examples
 
     if isinstance(source, tuple):
@@ -35,8 +32,7 @@ def example_count(source: Any, known: int | None = None) -> int:
 
 
 def _random_access(source: Any, task: Task | None, training: bool, call: bool) -> Any:
-    """The data as random-access examples (what Grain reads): ``Task.examples``, or `source` when
-    arrays; None for a tf.data dataset. A function is called only when `call`."""
+    """The data as random-access examples (Grain's), None for tf.data; `call`: call a function."""
     from toolkit.data.arrays import ArraySource, ImageFiles
 
     if task is not None and task.examples is not None:
@@ -56,9 +52,7 @@ def data_loader(
     task: Task | None = None,
     training: bool = True,
 ) -> str:
-    """What builds this run's pipeline: ``tf_data``, ``grain`` or ``arrays``, ``--data_loader``
-    resolved. auto: tf.data on TensorFlow; Grain on JAX and PyTorch where installed and the
-    data is random access; else tf.data, or arrays without TensorFlow."""
+    """``--data_loader`` resolved: ``tf_data``, ``grain`` (JAX/torch, random access), ``arrays``."""
     from toolkit import backend
     from toolkit.data._grain import has_grain
     from toolkit.data.arrays import has_tensorflow
@@ -79,8 +73,7 @@ def data_loader(
 
 
 def epoch_steps(data: Any) -> int | None:
-    """``fit``'s steps per epoch for a toolkit Grain pipeline (Keras's Grain adapter knows no
-    batch count); None for anything else."""
+    """``fit``'s steps per epoch of a toolkit Grain pipeline (Keras's adapter has none), or None."""
     if getattr(data, "endless", False) and "grain" in getattr(data, "description", ""):
         return len(data)
     return None
@@ -88,9 +81,7 @@ def epoch_steps(data: Any) -> int | None:
 
 @dataclasses.dataclass(frozen=True)
 class Inputs:
-    """What the data phase hands its fit: the loader, the training and validation batches,
-    ``fit``'s steps an epoch of each (None: the data's own end), and what the data leaves out,
-    each ``(what, fix)``."""
+    """What the data phase hands fit: batches, steps an epoch (None: the data's end), notes."""
 
     loader: str
     train: Any
@@ -101,9 +92,7 @@ class Inputs:
 
 
 def inputs(task: Task, config: TrainConfig, share: tuple[int, int, int]) -> Inputs:
-    """The task's training and validation data as `config` says, this process's `share` of each
-    global batch, and the steps ``fit`` runs over each: settled once before the model is
-    built."""
+    """The task's data as `config` says, this process's `share` of each batch, fit's steps."""
     notes: list[tuple[str, str]] = []
     loader = data_loader(config, task.train, task)
     train = dataset(
@@ -132,8 +121,7 @@ def array_dataset(
     grain: bool = False,
     notes: list[tuple[str, str]] | None = None,
 ) -> Any:
-    """:func:`_dataset` without tf.data: arrays or image files in batches, or with `grain` a
-    Grain pipeline."""
+    """:func:`_dataset` without tf.data: arrays or image files in batches, or a Grain pipeline."""
     import numpy as np
 
     from toolkit.data.arrays import ArraySource, ImageFiles, array_batches
@@ -151,7 +139,6 @@ def array_dataset(
     _check_enough(count, batch_size, config, training, task)
     _note_fused_leftover(count, config, training, whole, notes)
     if training and config.use_synthetic_data:
-        # One random batch of the real shapes, read again and again
         x, y = source.take(np.arange(batch_size) % count)
         rng = np.random.default_rng(config.seed or 0)
         classes = (task.num_classes if task else None) or 2
@@ -184,8 +171,7 @@ def array_dataset(
 def _grain(
     source: Any, batch_size: int, shuffle: bool, seed: int | None, whole: bool, per_epoch: Any
 ) -> Any:
-    """A Grain pipeline the runner's ``fit`` reads: endless, ``len()`` steps an epoch, its
-    readers chosen for the fit."""
+    """A Grain pipeline the runner's ``fit`` reads: endless, ``len()`` steps an epoch."""
     from toolkit.data._grain import grain_pipeline
 
     return grain_pipeline(
@@ -209,8 +195,8 @@ def dataset(
     notes: list[tuple[str, str]] | None = None,
     loader: str | None = None,
 ):
-    """`source` in batches as `config` says; with `share` ``(index, processes, devices)``,
-    process `index`'s part of every global batch, laid out as the fused step reads it."""
+    """`source` in batches as `config` says; with `share` ``(index, processes, devices)``, process
+    `index`'s part of every global batch, laid out as the fused step reads it."""
     from toolkit.distribute.processes import process_slice
 
     index, processes, devices = share
@@ -241,8 +227,7 @@ def batches(
     loader: str | None = None,
     notes: list[tuple[str, str]] | None = None,
 ):
-    """`source` in batches as `config` says, by `loader` (None: :func:`data_loader`'s choice),
-    only whole batches when `whole`.
+    """`source` in batches by `loader` (None: :func:`data_loader`'s); whole ones only when `whole`.
 
     Raises:
         ValueError: data the loader cannot read, or too little of it for a batch."""
@@ -283,15 +268,12 @@ def _tf_data_batches(
     whole: bool,
     notes: list[tuple[str, str]] | None = None,
 ) -> Any:
-    """A tf.data pipeline of `source`, checked to hold a batch, or with ``--use_synthetic_data``
-    a random batch of its spec, repeated."""
+    """A tf.data pipeline of `source` checked to hold a batch (or ``--use_synthetic_data``'s)."""
     from toolkit.data import pipeline
 
-    # In-memory arrays stay arrays: the pipeline batches them by gathering (toolkit.data).
-    if not isinstance(source, tuple):
+    if not isinstance(source, tuple):  # arrays stay arrays, batched by gathering (toolkit.data)
         source = examples(source)
     count = example_count(source, task.train_examples if training and task else None)
-    # Fused steps read fused_steps batches at once (one Keras batch), split inside the step.
     batch_size = config.batch_size * (config.fused_steps if training else 1)
     _check_enough(count, batch_size, config, training, task)
     _note_fused_leftover(count, config, training, whole, notes)
@@ -303,9 +285,7 @@ def _tf_data_batches(
         cache=bool(task and task.cache),
         shuffle=training,
         seed=config.seed,
-        # Validation keeps its last partial batch, but not over processes: a placed batch splits
-        # evenly.
-        drop_remainder=whole,
+        drop_remainder=whole,  # validation keeps a partial batch, unless placed (split evenly)
         repeat=training and config.steps_per_epoch is not None,
     )
     return distributed(built, config, training)
@@ -318,9 +298,7 @@ def _note_fused_leftover(
     whole: bool,
     notes: list[tuple[str, str]] | None,
 ) -> None:
-    """Adds to `notes` what fused steps leave out of each epoch (a pass of 44 batches at
-    ``--fused_steps=5`` trains 40): said once, never silently; nothing with ``--train_steps``
-    or an unknown count."""
+    """Notes what fused steps leave out of an epoch, never silently (not with ``--train_steps``)."""
     fused = config.fused_steps
     if notes is None or not training or not whole or fused <= 1 or count < 0:
         return
@@ -344,16 +322,14 @@ class TooFewExamples(ValueError):
 
 
 def check_training_count(count: int, config: TrainConfig) -> None:
-    """Raises ValueError (one line) when `count` training examples hold no batch of the run's,
-    for a count known before any framework loads."""
+    """Raises ValueError (one line) when `count` training examples fill no batch (counted early)."""
     _check_enough(count, config.batch_size * config.fused_steps, config, True, None)
 
 
 def _check_enough(
     count: int, batch_size: int, config: TrainConfig, training: bool, task: Task | None
 ) -> None:
-    """Raises ValueError (one line) when the data has no examples, or (training) fewer than one
-    batch; `count` < 0 passes."""
+    """Raises ValueError (one line) on no data or (training) under a batch; `count` < 0 passes."""
     if count == 0:  # an empty split or folder: no batch size would help
         what = "training" if training else "validation"
         raise ValueError(
@@ -372,12 +348,10 @@ def _check_enough(
 def _synthetic_batches(
     source: Any, count: int, batch_size: int, config: TrainConfig, task: Task | None
 ) -> Any:
-    """``--use_synthetic_data``: one random batch of the real spec, repeated: the step time is an
-    upper bound for this model here."""
+    """``--use_synthetic_data``: a random batch of the real spec, repeated (a speed upper bound)."""
     from toolkit.data import synthetic
 
     if count < 0 and config.steps_per_epoch is None:
-        # Synthetic data repeats; without a known epoch length fit would never end.
         raise ValueError(
             "--use_synthetic_data: the training data's length is unknown, so an epoch "
             "would never end; give --train_steps"
@@ -399,8 +373,7 @@ def _synthetic_batches(
 
 
 def distributed(dataset: Any, config: TrainConfig, training: bool) -> Any:
-    """The training data through the tf.data service when asked, and every dataset's auto-shard
-    policy set."""
+    """The training data via the tf.data service if asked; every dataset's auto-shard policy set."""
     if training and config.data_service:
         dataset = distribute.through_data_service(
             dataset,
@@ -412,6 +385,5 @@ def distributed(dataset: Any, config: TrainConfig, training: bool) -> Any:
 
 
 def input_pipeline(task: Task, config: TrainConfig) -> Any:
-    """The training pipeline :func:`run` builds for `task` under `config`: batched (``fused_steps
-    × batch_size``), shuffled, prefetched."""
+    """:func:`run`'s training pipeline for `task`: ``fused_steps × batch_size`` batches shuffled."""
     return dataset(task.train, config.validate().effective(), training=True, task=task)

@@ -1,13 +1,6 @@
-"""TrainConfig: how to train, the one table of settings, and the one validator of every setting.
+"""TrainConfig: every training setting declared once (:data:`SETTINGS`), and the one validator.
 
-Each training setting is declared once, as a :class:`TrainConfig` field made by :func:`setting`: its
-default, flag, help, group, whether tune may search it, whether it changes step speed, its value in
-a measurement run. The flags, ``for_measurement``, tune's knobs and the chooser's run flags derive
-from that table (:data:`SETTINGS`).
-
-The command line and the Python API build the same :class:`TrainConfig` and get the same checks from
-:meth:`TrainConfig.validate`, whose messages name the flag (and the field where it differs:
-``--train_steps (steps_per_epoch) must be >= 1, got 0``)."""
+Flags, tune's knobs and run flags derive from that table; validate's errors name the flag."""
 
 from __future__ import annotations
 
@@ -35,8 +28,7 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 DATA_LOADERS = ("auto", "tf_data", "grain")
 SMOKE_STEPS = 8
 
-# The help groups, in the order ``--help`` shows them.
-DATA, TRAINING, SPEED, WHERE, DISTRIBUTION, MEASURING = (
+DATA, TRAINING, SPEED, WHERE, DISTRIBUTION, MEASURING = (  # the help groups, in --help order
     "data",
     "training",
     "speed settings (tune searches these)",
@@ -49,8 +41,7 @@ GROUPS = (DATA, TRAINING, SPEED, WHERE, DISTRIBUTION, MEASURING)
 
 @dataclasses.dataclass(frozen=True)
 class SearchContext:
-    """What a searched setting's candidate values may depend on: device, the defaults' step time,
-    backend, batch sizes asked for. ``None``: the generic values."""
+    """What a searched setting's candidate values may depend on (``None``: the generic values)."""
 
     device: Any = None
     step_s: float | None = None
@@ -65,16 +56,11 @@ COMPILE, FIT = "compile", "fit"  # a setting a script passes to model.compile / 
 
 @dataclasses.dataclass(frozen=True)
 class Searched:
-    """How tune searches a setting, said where the setting is declared, and nowhere else:
+    """How tune searches a setting, said where it is declared (``toolkit.search.engine`` reads it).
 
-    * `values`: a rule of a :class:`SearchContext` (the Keras default first); `label`: how a
-      candidate shows it; `default`: the candidate's default (None: the config's);
-    * `role`: :data:`LOOP` (more steps in one call: searched first, at its longest) or :data:`KNOB`
-      (set one after the other, in `order`);
-    * `read`/`write`: the setting on your compiled model, and putting a value in without a rebuild
-      (None: only a rebuild changes it, so recipes alone).
-
-    ``toolkit.search.engine`` derives its types, labels, flags and compile arguments from these."""
+    * `values`: a rule of a :class:`SearchContext`, Keras default first; `default`: None: config's.
+    * `role`: :data:`LOOP` (steps per call: searched first, at its longest) or :data:`KNOB`.
+    * `read`/`write`: the setting on a compiled model, set with no rebuild (None: recipes only)."""
 
     values: Callable[[SearchContext | None], tuple[Any, ...]]
     label: Callable[[Any], str | None]
@@ -101,8 +87,7 @@ def _compile_arg(name: str) -> Callable[[Any, Any], None]:
     return lambda model, value: compat.set_compile_settings(model, **{name: value})
 
 
-# Steps in one call at most where a step is fast (below TIGHT_STEP_S); 50 ms and more: none.
-TIGHT_STEP_S, SLOW_STEP_S = 0.01, 0.05
+TIGHT_STEP_S, SLOW_STEP_S = 0.01, 0.05  # step times under which loops of 32, 4 steps pay
 
 
 def _precisions(ctx: SearchContext | None) -> tuple[str, ...]:
@@ -131,9 +116,7 @@ def _jit_cut(ctx: SearchContext) -> str:
 
 
 def _loops(setting: str) -> Callable[[SearchContext | None], tuple[int, ...]]:
-    """The rule for a loop `setting`: it pays only where per-step overhead is a real share of the
-    step (up to 32 below 10 ms, up to 4 below 50 ms, none above), and none where the backend
-    does not run it with this Keras and input (the seam's ``step_loops``)."""
+    """Loop `setting`'s rule: it pays where per-step overhead counts, if the backend runs it."""
     return lambda ctx: _loop_rule(setting, ctx)[0]
 
 
@@ -176,20 +159,16 @@ def setting(
     """A :class:`TrainConfig` field with everything else that is said of it, once.
 
     Args:
-        default: the field's default (and the flag's, unless `flag_default`).
-        help: the flag's help.
+        default: also the flag's, unless `flag_default`.
         group: its ``--help`` group (:data:`GROUPS`).
         flag: the flag's name where it differs from the field's.
-        flag_default: the flag's default where spelled differently (``""`` for unset).
-        aliases: other names of the flag.
+        flag_default: the flag's default where spelled differently (``""``: unset).
         deprecated: old names of the flag, still accepted with a note.
         searched: how tune searches it; None: it does not.
-        speed: it changes step speed; False: only run length or output (left out of the chooser's
-            cache key).
+        speed: it changes step speed; False: left out of the chooser's cache key.
         quiet: its value in a short measurement run.
         path: a path (a leading ``~`` is expanded).
-        python: how a script sets it (:data:`COMPILE`, :data:`FIT`, or a ``{value}`` template);
-            None: the flag's spelling."""
+        python: :data:`COMPILE`, :data:`FIT` or a ``{value}`` template; None: the flag."""
     meta = {
         "help": help, "group": group, "flag": flag or None, "flag_default": flag_default,
         "aliases": aliases, "deprecated": deprecated, "searched": searched, "speed": speed,
@@ -202,8 +181,7 @@ def setting(
 
 @dataclasses.dataclass
 class TrainConfig:
-    """How to train: every training setting, declared once (:func:`setting`). :meth:`validate`
-    checks every field."""
+    """How to train: every training setting, declared once (:func:`setting`)."""
 
     use_synthetic_data: bool = setting(
         False,
@@ -467,8 +445,7 @@ class TrainConfig:
 
     def validate(self) -> TrainConfig:
         """Returns self, or raises ConfigError naming the first bad setting and what it must be."""
-        # In this order: the first bad setting found is the one reported.
-        self._check_counts()
+        self._check_counts()  # in this order: the first bad setting found is the one reported
         self._check_measuring()
         self._check_choices()
         self._check_available()
@@ -476,8 +453,7 @@ class TrainConfig:
         return self
 
     def _check_counts(self) -> None:
-        """The numbers: whole counts in range (a bool is no count), ``--train_steps`` whole fused
-        steps, the cluster wait."""
+        """Whole counts in range (a bool is no count), whole fused steps per epoch, the waits."""
         for name in (
             "epochs",
             "batch_size",
@@ -513,8 +489,7 @@ class TrainConfig:
             raise _bad("data_service_wait", "a number of seconds > 0", wait)
 
     def _check_measuring(self) -> None:
-        """What the measuring settings need: a trace window that is one, a report directory and
-        TensorBoard for ``--tensorboard``, a progress Keras knows."""
+        """A trace window that is one, what ``--tensorboard`` needs, a progress Keras knows."""
         if self.profile_steps is not None:
             start, stop = self.profile_steps
             if start < 0 or stop <= start:
@@ -548,8 +523,7 @@ class TrainConfig:
                 raise _bad(name, f"one of {', '.join(allowed)}", getattr(self, name))
 
     def _check_available(self) -> None:
-        """What this process can give: the data loader is installed, and the backend asked for is
-        the one Keras already trains on (chosen before Keras loads)."""
+        """The data loader is installed; the backend asked for is the one Keras trains on."""
         if self.data_loader == "grain" and importlib.util.find_spec("grain") is None:
             raise ConfigError(
                 "--data_loader=grain needs Grain, which is not installed: "
@@ -569,8 +543,7 @@ class TrainConfig:
             )
 
     def _check_specs(self) -> None:
-        """The names that must parse: weights file, device, tf.data service address, workers'
-        hosts (not reached)."""
+        """What must parse: weights file, device, service address, workers (not reached)."""
         weights = self.init_weights
         if weights is not None and not str(weights).endswith(".weights.h5"):
             raise _bad("init_weights", "a Keras weights file ending in .weights.h5", weights)
@@ -583,8 +556,7 @@ class TrainConfig:
         except ValueError as e:  # DeviceError, DistributeError: already one line with the flag
             raise ConfigError(str(e)) from None
         for host in (self.worker_hosts or "").split(","):
-            # A port no socket can have would otherwise end the run at the bind, after everything
-            # loaded.
+            # A bad port would otherwise end the run only at the bind, after everything loaded.
             port = host.strip().rpartition(":")[2]
             if port.isdigit() and not 1 <= int(port) <= 65535:
                 raise ConfigError(
@@ -608,20 +580,16 @@ class TrainConfig:
         return cls(**{**values, "profile_steps": tuple(window) if window else None})
 
     def for_measurement(self, steps: int, warmup_steps: int) -> TrainConfig:
-        """This config as a short, quiet measurement run: one epoch of `steps` steps,
-        `warmup_steps` left out, and no report, trace, memory watch, FLOP count, smoke,
-        logging or backup."""
+        """This config as a short quiet run: one epoch of `steps`, each setting at its `quiet`."""
         quiet = {f.name: f.metadata["quiet"] for f in SETTINGS if "quiet" in f.metadata}
         return dataclasses.replace(self, **quiet, steps_per_epoch=steps, warmup_steps=warmup_steps)
 
     def effective(self, say: bool = True) -> TrainConfig:
-        """The config a run really uses: ``smoke`` shrinks it, and ``steps_per_execution`` is at
-        most an epoch's calls; each change logged where `say`."""
+        """What a run really uses: ``smoke`` shrinks it; ``steps_per_execution`` fits an epoch."""
         return (self._smoked(say) if self.smoke else self)._within_epoch(say)
 
     def _within_epoch(self, say: bool = True) -> TrainConfig:
-        """A call of more steps than an epoch holds would not end with the epoch (Keras runs
-        every step of the call on a repeated dataset), so one call runs the whole epoch."""
+        """Caps a call at an epoch: Keras runs every step of a call, past the epoch's end."""
         if self.steps_per_epoch is None:
             return self
         calls = self.steps_per_epoch // self.fused_steps  # Keras batches in an epoch
@@ -674,8 +642,7 @@ class TrainConfig:
 
 # Every training setting in its help group's order: the one table everything derives from.
 SETTINGS: tuple[dataclasses.Field, ...] = dataclasses.fields(TrainConfig)
-# The settings tune searches: the speed settings first, in the table's order, then the others.
-SEARCHED_SETTINGS: tuple[tuple[str, Searched], ...] = tuple(
+SEARCHED_SETTINGS: tuple[tuple[str, Searched], ...] = tuple(  # speed ones first, then others
     (f.name, f.metadata["searched"])
     for f in sorted(SETTINGS, key=lambda f: f.metadata["group"] != SPEED)
     if f.metadata["searched"] is not None
@@ -689,16 +656,14 @@ def model_settings(model: Any) -> dict[str, Setting]:
 
 
 def set_model_settings(model: Any, values: Mapping[str, Setting]) -> None:
-    """Writes the compile arguments among `values` into your compiled model; the others need a
-    rebuild."""
+    """Writes the compile arguments among `values` into your model; the others need a rebuild."""
     for name, how in SEARCHED_SETTINGS:
         if how.write is not None and name in values:
             how.write(model, values[name])
 
 
 def as_flags(values: Mapping[str, Setting]) -> str:
-    """The flags that select these settings, as a user types them (a setting at None: no flag).
-    The one place a setting is spelled as a flag for people."""
+    """`values` as the flags a user types (None: no flag): the one place a setting is spelled so."""
     out = []
     for name, value in values.items():
         if value is None:
@@ -711,8 +676,7 @@ def as_flags(values: Mapping[str, Setting]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class OwnCompile:
-    """A model whose class has a ``compile`` of its own that takes only its arguments (keras.io's
-    ``Distiller``): a speed setting goes in its ``super().compile(...)`` call."""
+    """A model's own ``compile`` taking only its own arguments (keras.io's ``Distiller``)."""
 
     owner: str  # the class whose compile it is
     takes: frozenset[str]  # the arguments it names
@@ -735,11 +699,8 @@ class OwnCompile:
 
 
 def as_python(values: Mapping[str, Setting], own: OwnCompile | None = None) -> str:
-    """The same settings as a script sets them (``model.compile(..., jit_compile=True)``,
-    ``model.fit(..., validation_freq=5)``, the global policy); a setting with no spelling
-    keeps its flag. With `own`, compile arguments are said where they go
-    (``super().compile(...) in Distiller.compile``). The one place a setting is spelled as
-    Python."""
+    """The settings as a script sets them (``model.compile(..., jit_compile=True)``, the policy;
+    else the flag), compile arguments where `own` takes them: the one Python spelling."""
     calls: dict[str, list[str]] = {COMPILE: [], FIT: []}
     out, names = [], []  # names: the compile arguments said
     for name, value in values.items():

@@ -1,12 +1,8 @@
-"""The flag definitions: the absl flags every recipe shares, the TrainConfig they make, a
-recipe's own flags from its ``build_task``, and their ``--help``. Reading a command line
-before absl parses it is ``toolkit._argv``'s; the app main is ``toolkit.app``.
+"""The absl flags every recipe shares, the TrainConfig they make, a recipe's own flags, ``--help``.
 
-The flags are derived, not written: one per TrainConfig field (the settings table in
-``toolkit.runner.config``) and one per :data:`APP_FLAGS` entry; a recipe's own flags are its
-``build_task``'s parameters. Names follow TensorFlow Model Garden (``--batch_size`` is the global
-batch). Settings carry no bounds here: ``TrainConfig.validate`` is the one validator, its messages
-naming the flag."""
+One flag per TrainConfig field and :data:`APP_FLAGS` entry, a recipe's per ``build_task`` parameter;
+names as in TF Model Garden (``--batch_size``: global); no bounds: ``TrainConfig.validate`` checks.
+Reading argv before absl: ``toolkit._argv``."""
 
 from __future__ import annotations
 
@@ -44,11 +40,9 @@ __all__ = [
     "define_task_flags",
 ]
 
-# A recipe's --help is at most this wide (narrower on a narrower terminal).
-HELP_WIDTH = 80
+HELP_WIDTH = 80  # a recipe's --help at most (narrower on a narrower terminal)
 
-# The shortest search (--tune_budget, tune(budget_s=)): the defaults alone take about that.
-MIN_TUNE_BUDGET_S = 1.0
+MIN_TUNE_BUDGET_S = 1.0  # the shortest search (--tune_budget): about the defaults alone
 
 # Old spellings still accepted, each with a one-line deprecation note (canonical_argv).
 DEPRECATED_FLAGS = {old: flag_of(f.name) for f in SETTINGS for old in f.metadata["deprecated"]}
@@ -66,8 +60,7 @@ def _valid_dataset(value: str) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class AppFlag:
-    """A shared flag that is not a training setting: it reaches ``build_task`` or the app main,
-    never a TrainConfig."""
+    """A shared flag that is no training setting: it reaches ``build_task`` or the app main."""
 
     name: str
     kind: str  # absl's DEFINE_<kind>
@@ -132,8 +125,7 @@ def setting_kind(field: dataclasses.Field) -> str:
     return {"bool": "bool", "int": "integer", "float": "float"}.get(kind, "string")
 
 
-# The shared flags as --help groups them, the app's own leading the data group.
-FLAG_GROUPS = tuple(
+FLAG_GROUPS = tuple(  # the shared flags as --help groups them, the app's own leading data
     (
         group,
         tuple(
@@ -144,15 +136,12 @@ FLAG_GROUPS = tuple(
     )
     for group in GROUPS
 )
-# Path flags: ``--report_dir=~/runs`` keeps its ``~`` (no shell expands after ``=``), so the toolkit
-# does.
-PATH_FLAGS = tuple(
+PATH_FLAGS = tuple(  # no shell expands the ~ of --report_dir=~/runs, so the toolkit does
     [flag_of(f.name) for f in SETTINGS if f.metadata["path"]]
     + [a.name for a in APP_FLAGS if a.path]
 )
 
-# Flags each recipe asked for through define_task_flags / define_flag.
-_OWN: dict[str, list[str]] = {}
+_OWN: dict[str, list[str]] = {}  # what each recipe defined (define_task_flags, define_flag)
 
 
 def _parse_steps(value: str) -> tuple[int, int] | None:
@@ -168,9 +157,8 @@ def _parse_steps(value: str) -> tuple[int, int] | None:
 
 
 def define_common_flags(**defaults: Any) -> None:
-    """Defines the shared flags once per process; `defaults` overrides a recipe's defaults by
-    flag name. Importing a recipe only defines flags, so a notebook can call its
-    ``build_task`` whatever its argv holds."""
+    """Defines the shared flags once per process (never parsing: a notebook's argv is no concern);
+    `defaults`: a recipe's, by flag name."""
     if "steps_per_execution" in flags.FLAGS:
         return
     for a in APP_FLAGS:
@@ -197,9 +185,7 @@ def _define(owner: str, kind: str, name: str, *args: Any, **kwargs: Any) -> bool
         names.append(name)
     if name in flags.FLAGS:
         return False
-    # Filed under the recipe (absl's --helpfull lists them under it); absl names the main module by
-    # its path.
-    module = sys.argv[0] if owner == "__main__" else owner
+    module = sys.argv[0] if owner == "__main__" else owner  # absl's name for __main__: its path
     getattr(flags, f"DEFINE_{kind}")(name, *args, module_name=module, **kwargs)
     _finite(kind, name)
     return True
@@ -219,23 +205,18 @@ def own_flags(module: str) -> list[str]:
 
 
 def define_flag(kind: str, name: str, *args: Any, **kwargs: Any) -> None:
-    """``flags.DEFINE_<kind>(name, *args, **kwargs)`` unless `name` is already defined: for a
-    recipe's flags that are no ``build_task`` parameter. A flag two imported recipes share
-    keeps the first one's default, which only matters to parsing: ``build_task`` arguments
-    carry each recipe's own."""
+    """``flags.DEFINE_<kind>`` unless defined, for a recipe's non-``build_task`` flags. A flag two
+    recipes share keeps the first one's default, which only parsing sees."""
     _define(_caller(), kind, name, *args, **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)
 class Flag:
-    """What a ``build_task`` parameter's flag says besides its name, type and default: its help,
-    bounds, choices, a check of its own. Written in the annotation, so the signature is the
-    one declaration, callable without flags::
+    """A ``build_task`` parameter's flag help, bounds, choices and check, in its annotation::
 
         hidden_units: Annotated[int, Flag("Units in each hidden layer.", lower_bound=1)] = 128
 
     Attributes:
-        help: the flag's help.
         lower_bound: the least value absl accepts, None for none.
         upper_bound: the greatest, None for none.
         choices: the values of an enum flag (a ``Literal[...]`` gives them too).
@@ -248,9 +229,7 @@ class Flag:
     check: tuple[Callable[[Any], bool], str] | None = None
 
 
-# Parameters many recipes take, their help said once; a Flag in a parameter's annotation replaces
-# the one here.
-SHARED_TASK_FLAGS = {
+SHARED_TASK_FLAGS = {  # parameters many recipes take, their help said once (a Flag wins)
     "image_size": Flag("Height and width the images are resized to.", lower_bound=8),
     "channels": Flag(
         "Image channels: 1 (grey) or 3 (RGB).",
@@ -262,29 +241,24 @@ SHARED_TASK_FLAGS = {
     "learning_rate": Flag("Adam learning rate.", lower_bound=0.0),
 }
 _KINDS = {bool: "bool", int: "integer", float: "float", str: "string"}
-# The shared flags a build_task parameter may be named after: what to train on (default: the
-# recipe's), and run settings (default: the settings table's).
+# The shared flags a build_task parameter may be named after (data and run settings).
 _APP_NAMES = frozenset(a.name for a in APP_FLAGS)
 _SETTING_NAMES = frozenset(flag_of(f.name) for f in SETTINGS)
 
 
 def define_task_flags(build_task: Callable[..., Any], **settings: Any) -> None:
-    """A recipe's flags from its ``build_task``'s signature, and the shared ones. Called when the
-    recipe is imported, so ``--help`` lists them; :func:`kwargs_from_flags` hands the values
-    back by name.
+    """A recipe's flags from its ``build_task``'s signature, and the shared ones, defined on import.
 
-    Each parameter is a flag of its name, default and type (``int``, ``float``, ``str``, ``bool``,
-    maybe ``| None``; a ``Literal`` makes an enum), with the help and bounds of its :class:`Flag`,
-    else :data:`SHARED_TASK_FLAGS`'. A parameter named like a shared flag is that flag: what to
-    train on takes the signature's default; a run setting keeps the table's default, or `settings`'.
+    A parameter is a flag of its name, default and type (``int``, ``float``, ``str``, ``bool``, or
+    None; ``Literal``: an enum), with its :class:`Flag` or :data:`SHARED_TASK_FLAGS`' help; one
+    named like a shared flag is that flag (a setting's default: the table's or `settings`').
 
     Args:
         build_task: the recipe's ``build_task``; its flags are filed under its module.
         **settings: the recipe's defaults for run settings, by flag name (``epochs=20``).
 
     Raises:
-        TypeError: a parameter without a default, help or a flag's type; a name in `settings` that
-            is no run setting."""
+        TypeError: a parameter with no default, help or flag type; a `settings` name no setting."""
     where = f"{build_task.__module__}.{build_task.__qualname__}"
     unknown = sorted(set(settings) - _SETTING_NAMES)
     if unknown:
@@ -323,8 +297,7 @@ def define_task_flags(build_task: Callable[..., Any], **settings: Any) -> None:
 
 
 def _parameter_hints(fn: Callable[..., Any]) -> dict[str, Any]:
-    """`fn`'s parameter annotations evaluated with their ``Annotated`` extras; the return
-    annotation is left alone (it may name a module imported only for type checkers)."""
+    """`fn`'s parameter annotations with ``Annotated`` extras (the return's may not import)."""
     own = {k: v for k, v in getattr(fn, "__annotations__", {}).items() if k != "return"}
     if not own:
         return {}
@@ -364,15 +337,13 @@ def _flag_of_parameter(where: str, name: str, hint: Any) -> tuple[str, Flag]:
 def kwargs_from_flags(
     fn: Callable[..., Any], flag_values: flags.FlagValues = flags.FLAGS
 ) -> dict[str, Any]:
-    """The parsed value of every flag named like a parameter of `fn`; the others keep their
-    defaults."""
+    """The parsed value of every flag named like a parameter of `fn`."""
     names = inspect.signature(fn).parameters
     return {name: _expand(name, flag_values[name].value) for name in names if name in flag_values}
 
 
 def _expand(name: str, value: Any) -> Any:
-    """`value` with a leading ``~`` expanded for path flags and ``folder:``/``tfrecord:``
-    datasets."""
+    """`value` with a leading ``~`` expanded: path flags, ``folder:``/``tfrecord:`` datasets."""
     if not isinstance(value, str):
         return value
     if name in PATH_FLAGS:
@@ -387,8 +358,7 @@ def _expand(name: str, value: Any) -> Any:
 def config_from_flags(
     flag_values: flags.FlagValues = flags.FLAGS, validate: bool = True
 ) -> TrainConfig:
-    """A validated TrainConfig from parsed flags (paths expanded, ``''`` for none, windows
-    parsed). `validate` False: unchecked (``--backend=auto`` before it is resolved).
+    """A validated TrainConfig from parsed flags; `validate` False: unchecked (``--backend=auto``).
 
     Raises:
         ConfigError: a bad setting, in one line naming the flag."""
@@ -438,8 +408,7 @@ def help_text(
     title: str = "this recipe's flags",
     width: int | None = None,
 ) -> str:
-    """A recipe's ``--help``: usage, its docstring in plain text, its own flags, then the shared
-    ones by group, wrapped to the terminal (at most :data:`HELP_WIDTH`)."""
+    """A recipe's ``--help``: usage, its docstring, its flags, the shared ones by group, wrapped."""
     width = width or min(HELP_WIDTH, shutil.get_terminal_size((HELP_WIDTH, 24)).columns)
     out = [f"usage: {program} [--flag=value ...]", ""]
     if doc:
@@ -476,8 +445,7 @@ def help_text(
 
 
 def plain_text(doc: str, width: int = HELP_WIDTH) -> str:
-    """A docstring as a user reads it: reST literals and roles as plain words, a closing ``::``
-    as ``:``, prose refilled to ``width``; indented blocks stay as written."""
+    """A docstring as a user reads it: reST as plain words, prose refilled, indented blocks kept."""
     paragraphs = re.split(r"\n[ \t]*\n", inspect.cleandoc(doc))
     out = []
     for paragraph in paragraphs:
@@ -492,8 +460,3 @@ def plain_text(doc: str, width: int = HELP_WIDTH) -> str:
 
 
 _ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
-
-
-# ---------------------------------------------------------------------------- read before parsing
-# What must be known before anything parses the command line (Keras fixes its backend when it
-# loads), and the search's edits of a target's flags: the only hand-reading of a command line.

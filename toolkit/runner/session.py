@@ -1,5 +1,4 @@
-"""profile(): StepTimer (+ TraceWindow) around a user's own fit, and a report that
-lands on disk however the run ends."""
+"""profile(): StepTimer (+ TraceWindow) around your own fit, and a report however the run ends."""
 
 from __future__ import annotations
 
@@ -69,37 +68,21 @@ def new_run_dir(report_dir: str | os.PathLike[str]) -> str:
 class Profile:
     """Profiles one run and writes its RunReport, also when training raises or is interrupted.
 
-    Inside the ``with`` block call ``prof.fit(model, ...)``, which times the whole call (start-up
-    and exit too), or pass ``callbacks`` to your ``fit``, or drive ``timer`` around a custom loop.
-    On exit the report is built and, with a `report_dir`, written atomically as JSON, Markdown and
-    PNG. If the block raised (an error, Ctrl-C, or SIGTERM as ``TrainingInterrupted``) the report is
-    marked ``partial``, written, and the exception goes on. During a ``fit`` with these callbacks,
-    Ctrl-C and SIGTERM stop training at the next step boundary (a second one at once).
+    In the ``with`` block call ``prof.fit(model, ...)`` (the whole call timed), pass ``callbacks``
+    to your ``fit``, or drive ``timer`` yourself; set ``.context``, ``.compute``, ``.diagnosis``,
+    ``.tune``, ``.anatomy``, ``.extra``; ``prof.mark`` ends a stage. If the block raises (SIGTERM:
+    ``TrainingInterrupted``) the report is ``partial`` and the error goes on; Ctrl-C and SIGTERM
+    stop ``fit`` at the next step (a second one at once).
 
     Args:
-        name: run name in the report.
-        report_dir: parent directory; the run gets its own timestamped subdirectory (None: nothing
-            written; the report is still in ``.report``).
-        batch_size: examples per step, for examples/sec (default: from `data`).
-        data: a `tf.data.Dataset` to read the batch size from.
+        report_dir: where the run's timestamped directory goes (None: only ``.report``).
+        batch_size: examples per step (default: from `data`, a `tf.data.Dataset`).
         warmup_steps: steps left out after the first.
-        trace_steps: ``(start, stop)`` steps to capture with the profiler into ``<run dir>/train``,
-            where Keras's TensorBoard callback puts its trace.
-        tensorboard: write TensorBoard scalars into the run directory's ``train`` and ``validation``
-            runs as Keras lays them out (step time, examples/s, epoch metrics, MFU, memory), and the
-            ledger and anatomy as pictures. Needs a `report_dir` and TensorBoard.
-        args: the run's arguments/flags, recorded in the report.
-        plot: write the PNG plot.
+        trace_steps: ``(start, stop)`` steps traced into ``<run dir>/train``, where Keras's go.
+        tensorboard: scalars and pictures laid out as Keras's; needs a `report_dir` and TensorBoard.
+        args: the run's flags, recorded in the report.
         log_steps: print step time every this many steps.
-        stop_on_nan: stop ``fit`` within a few steps of a NaN or infinite loss; either way the
-            report's status is ``diverged`` and says at which step.
-
-    Inside the block, set ``.context``, ``.compute``, ``.diagnosis``, ``.tune``, ``.anatomy`` and
-    ``.extra``; they go into the report.
-
-    The report's ``process`` accounts for the whole process: ``launch`` (interpreter, imports, your
-    script), ``before fit``, the ``fit call`` and ``after fit``. ``prof.mark("data")`` ends a stage
-    of your own."""
+        stop_on_nan: stop ``fit`` soon after a non-finite loss (the run is ``diverged`` anyway)."""
 
     def __init__(
         self,
@@ -143,27 +126,21 @@ class Profile:
         self._old_handlers: dict[int, Any] = {}
         self._stop = StopOnSignal()
         self._guard = LossGuard(stop=stop_on_nan)
-        # (stage, its end on perf_counter's clock, the seconds it compiled where timed)
-        self._marks: list[tuple[str, float, float | None]] = []
+        self._marks: list[tuple[str, float, float | None]] = []  # (stage, end, compile s)
         self._fits: list[tuple[float, float]] = []  # each prof.fit's (called, returned)
 
     def mark(self, stage: str, at: float | None = None, compile_s: float | None = None) -> None:
-        """Ends the process's stage `stage` now (or at `at`, on ``time.perf_counter``'s clock),
-        with `compile_s` the seconds the backend timed compiling in it. The runner marks
-        ``launch``, ``set-up`` and ``model`` this way."""
+        """Ends stage `stage` now or at `at` (perf_counter); `compile_s`: its compile seconds."""
         at = time.perf_counter() if at is None else float(at)
         self._marks.append((str(stage), at, None if compile_s is None else float(compile_s)))
 
     @property
     def callbacks(self) -> list[Any]:
-        """The callbacks to pass to ``fit``: the signal stop, StepTimer, TraceWindow, and the NaN
-        guard."""
+        """The callbacks for ``fit``: the signal stop, StepTimer, TraceWindow, the NaN guard."""
         return [cb for cb in (self._stop, self.timer, self.trace, self._guard) if cb is not None]
 
     def fit(self, model: Any, *args: Any, callbacks: Sequence[Any] = (), **kwargs: Any) -> Any:
-        """``model.fit(*args, **kwargs)`` with this profile's callbacks (then `callbacks`), the
-        whole call timed: the report's ``fit_call`` shows start-up and exit, which callbacks
-        alone cannot see. Returns the History."""
+        """``model.fit`` with these callbacks (+ `callbacks`), the whole call timed; its History."""
         try:
             with self.timer.around_fit():
                 return model.fit(*args, callbacks=[*self.callbacks, *(callbacks or ())], **kwargs)
@@ -186,7 +163,6 @@ class Profile:
                 logdir = os.path.join(self.run_dir, TRAIN)
             else:
                 logdir = os.path.join(self.report_dir or ".", "trace")
-            # The trace window takes the step apart too (the report's ``anatomy``)
             self.trace = AnatomyWindow(logdir, start_step=start, stop_step=stop)
         if threading.current_thread() is threading.main_thread():
             for signum in interrupts.handled():  # every one the program handles
@@ -255,8 +231,7 @@ class Profile:
             logging.exception("could not write the report of the failed run %s", self.name)
 
     def _process(self) -> ProcessTime | None:
-        """The process to now in stages: those marked, each fit call with the stage before it,
-        and what came after. None where the start is unknown or the timer keeps another clock."""
+        """The process to now in stages; None where its start or the timer's clock is unknown."""
         if self.timer._clock is not time.perf_counter:
             return None
         fits = list(self._fits)
@@ -269,9 +244,7 @@ class Profile:
         return ProcessTime.of(process_start(), marks)
 
     def _anatomy(self, window: AnatomyWindow, report: Any) -> Anatomy | None:
-        """The traced steps taken apart, where the window traced any, reconciled with the run's
-        untraced step (the profiler's own cost taken out, phases adding up to StepTimer's
-        p50); the trace's own figures kept beside (``traced_phases``)."""
+        """The traced steps taken apart, fit to the untraced p50 (as traced: ``traced_phases``)."""
         if window.traced_steps is None and window.error is None:
             return None
         device = ""
@@ -280,8 +253,7 @@ class Profile:
         return reconcile(window.anatomy(untraced_s=report.steps.p50_s or None, device=device))
 
     def _cluster(self) -> ClusterView | None:
-        """Over processes, every process's figures at the chief: one gather after training (none
-        per step), with each one's weights' fingerprint. None for one process."""
+        """Each process's figures and weights' fingerprint at the chief in one gather, or None."""
         from toolkit import backend
         from toolkit.report._cluster import WorkerRow, cluster_view
 
@@ -333,8 +305,7 @@ class Profile:
 
     @staticmethod
     def _anatomy_image(scalars: Scalars, anatomy: Anatomy, step: int) -> None:
-        """The step's anatomy as a TensorBoard picture at the last step; none without matplotlib
-        or an anatomy."""
+        """The step's anatomy as a TensorBoard picture (needs matplotlib and an anatomy)."""
         from toolkit.report._anatomy import anatomy_png_bytes
 
         png = anatomy_png_bytes(anatomy)
@@ -356,8 +327,7 @@ class Profile:
             return
         view = viewing_hint(self.report_dir)
         if report.trace is not None:
-            # Named from the run directory: a moved run still reads its trace back.
-            window = report.trace.window
+            window = report.trace.window  # relative names: a moved run still reads its trace
             files = tuple(os.path.relpath(f, self.run_dir) for f in window.files)
             window = dataclasses.replace(window, files=files)
             report.trace = dataclasses.replace(report.trace, window=window, view=view)
@@ -411,9 +381,7 @@ def _memory_scalars(scalars: Any, memory: Any) -> None:
 
 
 def _said_where(name: str, run_dir: str, paths: Mapping[str, str]) -> None:
-    """One line through the ``toolkit`` logger at INFO saying where the report landed (to stderr
-    where nothing configured logging);
-    ``logging.getLogger("toolkit").setLevel(logging.WARNING)`` silences it."""
+    """Says where the report landed at INFO on the ``toolkit`` logger (stderr if unconfigured)."""
     log = std_logging.getLogger("toolkit")
     if log.level == std_logging.NOTSET and not log.hasHandlers():
         handler = std_logging.StreamHandler()
@@ -439,11 +407,8 @@ def _untimed(steps: Any, timer: StepTimer) -> str:
 def profile(name: str, **kwargs: Any) -> Profile:
     """Profiles a run in a ``with`` block; see :class:`Profile` for the arguments.
 
-    Example:
-
     ```python
     with profile("my-model", report_dir="runs", batch_size=64) as prof:
         prof.fit(model, dataset, epochs=3)  # or model.fit(..., callbacks=prof.callbacks)
-    print(prof.report.summary())   # also in runs/<timestamp>/report.{json,md} and steps.png
     ```"""
     return Profile(name, **kwargs)

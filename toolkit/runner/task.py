@@ -1,5 +1,4 @@
-"""What a run trains (:class:`Task`), and the error of a run that cannot start: its own module,
-so the data step and the runner both read it without needing each other."""
+"""What a run trains (:class:`Task`) and why it cannot start: apart, so data and runner share it."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ __all__ = ["SetupError", "Task", "classification_task"]
 
 
 class SetupError(ValueError):
-    """A run that cannot start: a bad setting, a device that is not here, data too small (one
-    line saying what to do)."""
+    """A run that cannot start (bad setting, missing device, little data): one line, what to do."""
 
 
 @dataclasses.dataclass
@@ -25,21 +23,17 @@ class Task:
 
     Attributes:
         name: the run name in reports.
-        build_model: returns an uncompiled Keras model (keep its last layer float32 for mixed
-            precision).
-        train: ``(features, labels)`` arrays, a `tf.data.Dataset` of single examples, or a function
-            returning either (called after the device is chosen).
+        build_model: returns an uncompiled model (last layer float32, for mixed precision).
+        train: ``(x, y)`` arrays, a dataset of examples, or a function called after device choice.
         loss: a Keras loss (object or name).
         validation: the same for validation, or None.
-        metrics: Keras metrics.
         optimizer: returns a fresh optimizer (default: Adam).
         num_classes: label classes, for synthetic labels (default: 2).
         cache: keep the examples in memory after the first epoch.
         dataset: what the data is, for the report.
         train_examples: training examples where the dataset cannot say.
         find_bad_file: after reading failed, the file it failed on as ``"PATH (why)"``, or None.
-        examples: ``examples(training)``: a split as random-access examples, what Grain reads; None:
-            Grain reads `train` / `validation` when they are arrays."""
+        examples: ``examples(training)``: a split as random access, for Grain (None: arrays)."""
 
     name: str
     build_model: Callable[[], Any]
@@ -63,11 +57,10 @@ def classification_task(
     learning_rate: float = 1e-3,
     decay_steps: int | None = None,
 ) -> Task:
-    """A Task for a classifier with integer labels and logits out, on a
-    ``toolkit.data.catalog.Data``: sparse categorical cross-entropy, accuracy, Adam.
+    """A Task for a logits classifier with integer labels on a ``toolkit.data.catalog.Data``.
 
-    `build_model` receives the number of classes. With `decay_steps`, the learning rate follows a
-    cosine down to 1 % over that many steps, so the final accuracy is the converged one."""
+    Sparse categorical cross-entropy, accuracy, Adam; `build_model(num_classes)`; `decay_steps`: a
+    cosine decay to 1 % over them, so the final accuracy is the converged one."""
     keras = compat.keras()
 
     def optimizer() -> Any:
@@ -93,13 +86,11 @@ def classification_task(
     )
 
 
-# What a run adds under its report directory, well within this.
-RUN_SUFFIX_BYTES = 160
+RUN_SUFFIX_BYTES = 160  # what a run adds under its report directory, with room to spare
 
 
 def _check_path_length(path: str, where: str, flag: str, given: str, instead: str) -> None:
-    """The file system's limits, before anything trains: a name too long, or a path the run's
-    files would push past the longest path."""
+    """The file system's limits before anything trains: each name's, the path's plus a run's."""
 
     def limit(name: str, default: int) -> int:
         try:
@@ -129,11 +120,9 @@ def check_report_dir(
     flag: str = "--report_dir",
     instead: str = "or --report_dir= to write nothing",
 ) -> None:
-    """Raises SetupError (one line, naming `flag`, with `instead`) when runs cannot be written
-    under `report_dir`: found before anything trains.
+    """Raises SetupError (one line, naming `flag`, with `instead`) if runs cannot be written there.
 
-    It makes nothing: a uniquely named file is created and removed in the directory, or in its
-    nearest existing ancestor, so workers started together cannot trip over each other's checks."""
+    Makes nothing: it probes with a unique temporary file, so concurrent workers never collide."""
     if not report_dir:
         return
     path = os.path.abspath(os.path.expanduser(report_dir))

@@ -1,9 +1,4 @@
-"""The one training runner every recipe uses: device, strategy, data, compile, fit, report.
-
-A recipe describes *what* to train as a :class:`Task`; :func:`run` decides *how*: device, preflight
-checks, strategy, precision policy, input pipeline, compile under the strategy scope, fit with
-StepTimer (and TraceWindow when asked), and a RunReport written also when ``fit`` raises or is
-interrupted."""
+"""The one runner of every recipe: :func:`run` trains a :class:`Task`, reporting even on failure."""
 
 from __future__ import annotations
 
@@ -32,9 +27,7 @@ from toolkit.runner.config import TrainConfig
 from toolkit.runner.session import profile
 from toolkit.runner.task import SetupError, Task, check_report_dir, classification_task
 
-# Task, classification_task and SetupError are for a recipe's author; input_pipeline is how the
-# other rooms build a task's data.
-__all__ = [
+__all__ = [  # for a recipe's author; input_pipeline: how other rooms build a task's data
     "RunResult",
     "SetupError",
     "Task",
@@ -70,8 +63,7 @@ def precision_policy(name: str) -> Iterator[None]:
 
 
 def setup_device(config: TrainConfig) -> tuple[Any, list[Any]]:
-    """Selects `config`'s device (first: visible devices can't change once TensorFlow's runtime
-    starts) and runs the preflight checks.
+    """Selects `config`'s device (first: TensorFlow fixes visible devices at start); runs preflight.
 
     Returns:
         ``(device, findings)``.
@@ -91,8 +83,7 @@ def setup_device(config: TrainConfig) -> tuple[Any, list[Any]]:
 
 
 def _is_hdf5(path: str) -> bool:
-    """Whether `path` is an HDF5 file; an unreadable one counts, for the load to say why it
-    cannot be read."""
+    """Whether `path` is HDF5; an unreadable one counts, so that the load says why."""
     try:
         import h5py
 
@@ -102,9 +93,8 @@ def _is_hdf5(path: str) -> bool:
 
 
 def share_initial_weights(model: Any, path: str) -> str:
-    """Gives `model` the weights in `path` (a ``.weights.h5``), or, where there is none yet,
-    writes the model's own initial weights there atomically: runs sharing a path start from
-    the same weights, whatever backend. Returns ``"loaded"`` or ``"written"``.
+    """Loads `path` into `model`, or first writes the model's initial weights there, atomically:
+    runs sharing a path start alike on any backend. Returns ``"loaded"`` or ``"written"``.
 
     Raises:
         SetupError: the file holds another model's weights, or cannot be written."""
@@ -140,8 +130,7 @@ def share_initial_weights(model: Any, path: str) -> str:
 
 
 def _jit_compile(value: bool | None) -> bool | str | None:
-    """`--jit_compile` for ``compile``: None is Keras 3's ``"auto"``; tf_keras knows no
-    ``"auto"``, so None stays."""
+    """`--jit_compile` for ``compile``: None is Keras 3's ``"auto"``; tf_keras has none."""
     if value is None and compat.keras_flavor() == "keras3":
         return "auto"
     return value
@@ -174,9 +163,7 @@ def _steps_per_epoch(config: TrainConfig, train_ds: Any) -> int | None:
 def fit_progress(
     config: TrainConfig, train_ds: Any, name: str
 ) -> tuple[int, int | None, list[Any]]:
-    """``(Keras verbose, log_steps, callbacks)`` for the progress `config` asks for: ``verbose``
-    set, Keras's own; unset, the toolkit's (a :class:`FitProgress` bar on a terminal, a
-    step-time line every ``log_steps`` steps in a log, nothing with ``TOOLKIT_PROGRESS=0``)."""
+    """``(verbose, log_steps, callbacks)``: Keras's own where ``verbose`` is set, else ours."""
     if config.verbose is not None:
         return config.verbose, config.log_steps, []
     shown = progress.mode()
@@ -206,9 +193,7 @@ def run(
     """Trains `task` as `config` says, with step-time profiling, and writes the report.
 
     Args:
-        task: what to train.
-        config: how to train.
-        args: the flags/arguments to record in the report (default: the config's fields).
+        args: what to record in the report as the flags (default: the config's fields).
         callbacks: more Keras callbacks, run after the profiling ones.
         extra: free-form facts for the report's ``extra``.
         diagnosis: a ``Diagnosis.section()`` for the report.
@@ -216,11 +201,10 @@ def run(
         anatomy: the step taken apart, for the report's ``anatomy`` and ``anatomy.png``.
 
     Returns:
-        The report, the files written, the run directory, the trained model and the History.
+        The report, files written, run directory, trained model and History.
 
     Raises:
-        SetupError: a bad setting, a device that is not here, or too little data, before anything
-            trains."""
+        SetupError: a bad setting, a missing device, or too little data, before anything trains."""
     # The process's stages, for the report's ``process``: (stage, its end, compile seconds).
     stages: list[tuple[str, float, float | None]] = [(LAUNCH, time.perf_counter(), None)]
     config, placed, data = _set_up(task, config)
@@ -271,8 +255,7 @@ def _profiling(
     log_steps: int | None,
     stages: Sequence[tuple[str, float, float | None]],
 ) -> Any:
-    """The run's profiling session, not yet entered, written where this process reports (each
-    cluster worker into its own directory), with the process's `stages` so far marked."""
+    """The run's profiling session (not entered), where this process reports, `stages` marked."""
     report_dir = config.report_dir
     if report_dir and not cluster.is_chief:  # each worker reports; the chief's is the run's
         report_dir = os.path.join(report_dir, f"worker{cluster.task_index}")
@@ -299,8 +282,7 @@ def _describe(
     diagnosis: DiagnosisSection | None,
     tune: TuneSection | None,
 ) -> None:
-    """The report's account of the run, set before it trains (the report is written even when
-    ``fit`` fails): where and how it trains, the caller's facts, diagnosis and tune."""
+    """The report's account of the run, set before it trains (a report is written if fit fails)."""
     prof.context = context
     prof.extra.update(extra or {})
     prof.diagnosis = diagnosis
@@ -308,12 +290,10 @@ def _describe(
 
 
 def _count_flops(prof: Any, model: Any, config: TrainConfig, device: Any) -> None:
-    """With ``--count_flops``, the model's FLOPs per step and the device's peak into the report;
-    a peak still to be measured is measured after ``fit``."""
+    """With ``--count_flops``, the model's FLOPs per step and the device's peak into the report."""
     if not config.count_flops:
         return
-    # With --compile_cache a peak not cached is measured after fit: ops before the first step would
-    # change the compiled programs' keys.
+    # --compile_cache: an uncached peak waits for fit (earlier ops would change compiled keys).
     prof.compute = flops.compute_facts(
         model,
         config.batch_size,
@@ -324,9 +304,7 @@ def _count_flops(prof: Any, model: Any, config: TrainConfig, device: Any) -> Non
 
 
 def _fused_aside(config: TrainConfig, loader: str, model: Any) -> tuple[str, str] | None:
-    """``(what, fix)`` where ``--fused_steps`` is given but this backend, Keras, input and
-    `model` run Keras's own loop as fast (the seam's ``step_loops``); None otherwise. The flag
-    is still honoured; the note says what does the same."""
+    """``(what, fix)`` where ``--fused_steps`` is set but Keras's own loop is as fast, else None."""
     if config.fused_steps <= 1 or config.distribution_strategy == "data_parallel":
         return None  # over processes, Keras's super-batch layout is not measured here
     seam = backend.get()
@@ -346,8 +324,7 @@ def _fit(
     model: Any, config: TrainConfig, data: _data.Inputs, timer: Any, callbacks: list[Any],
     verbose: int,
 ) -> Any:  # fmt: skip
-    """``model.fit`` on the set-up data with `callbacks`, the whole call timed; returns its
-    History."""
+    """``model.fit`` on the set-up data, the whole call timed; returns its History."""
     with timer.around_fit():
         return model.fit(
             data.train,
@@ -363,8 +340,7 @@ def _fit(
 
 
 def _unreadable_file(task: Task, error: Exception) -> SetupError | None:
-    """A one-line SetupError naming the data file `error` could not read (the task's
-    ``find_bad_file``); None when none is found."""
+    """A one-line SetupError naming the data file `error` could not read, or None."""
     bad = task.find_bad_file(error) if task.find_bad_file is not None else None
     if bad is None:
         return None
@@ -377,8 +353,7 @@ def _unreadable_file(task: Task, error: Exception) -> SetupError | None:
 
 @dataclasses.dataclass(frozen=True)
 class _Placement:
-    """Where the run trains, settled before its data: cluster, device and findings, strategy and
-    batch sizes, this process's share of each global batch."""
+    """Where the run trains, settled before its data; `share`: this process's part of a batch."""
 
     cluster: distribute.Cluster
     device: Any
@@ -390,8 +365,7 @@ class _Placement:
 
 
 def _set_up(task: Task, config: TrainConfig) -> tuple[TrainConfig, _Placement, _data.Inputs]:
-    """Everything before the model, in the order the frameworks need it: the config (checked
-    once, here), where it trains, then its data. Raises SetupError (one line)."""
+    """Config (checked once, here), placement, then data, as frameworks need. Raises SetupError."""
     try:
         config = config.validate().effective()
         check_report_dir(config.report_dir)
@@ -427,9 +401,7 @@ def _place(task: Task, config: TrainConfig) -> _Placement:
 
 
 def _compiled_model(task: Task, config: TrainConfig, strategy: Any) -> tuple[Any, float | None]:
-    """The task's model, built and compiled under the strategy's scope and precision policy (with
-    shared initial weights), and the seconds the backend timed compiling meanwhile (None: none
-    timed)."""
+    """The task's model, built and compiled in scope and policy, and its compile seconds or None."""
     watch = backend.get().compile_watch(None, time.perf_counter)
     watch.start()
     try:
@@ -495,9 +467,8 @@ def _resilience(resume: Resume | None, process_index: int) -> list[Any]:
     keras = compat.keras()
     backups = [keras.callbacks.BackupAndRestore(resume.backup_dir)]
     if process_index > 0:
-        # Over processes the chief backs the weights up and every process restores from its backup;
-        # saving is a collective every process joins, so the others save into a scratch directory of
-        # their own.
+        # Every process restores from the chief's backup; saving is a collective all join, so the
+        # others save into a scratch directory of their own.
         backups = [
             keras.callbacks.BackupAndRestore(
                 resume.backup_dir, save_freq=2**62, delete_checkpoint=False
@@ -508,8 +479,7 @@ def _resilience(resume: Resume | None, process_index: int) -> list[Any]:
 
 
 def _scratch(prefix: str) -> str:
-    """A private temporary directory removed when the process ends (one a killed worker left is
-    removed by the next)."""
+    """A private temporary directory removed at exit (or, if killed, by the next process)."""
     import atexit
 
     directory = files.scratch_dir(prefix)
@@ -518,9 +488,7 @@ def _scratch(prefix: str) -> str:
 
 
 def _start_cluster(task: Task, config: TrainConfig) -> distribute.Cluster:
-    """This process's cluster, started: tf.distribute's (``TF_CONFIG``), or for ``data_parallel``
-    on Keras 3 the processes joined and the framework's cluster started, before anything asks
-    for devices."""
+    """This process's cluster, started before anything asks for devices (data_parallel: Keras's)."""
     from toolkit.distribute import processes
 
     if config.distribution_strategy != processes.DATA_PARALLEL or compat.keras_flavor() == (
@@ -539,8 +507,7 @@ def _start_cluster(task: Task, config: TrainConfig) -> distribute.Cluster:
             "local pipeline; drop --data_service (or use tf.distribute's multi_worker_mirrored "
             "under TF_USE_LEGACY_KERAS=1)"
         )
-    # What must agree on every process (the hosts are added by the join).
-    agreed = {
+    agreed = {  # what must agree on every process (the join adds the hosts)
         "run": task.name,
         "backend": backend.name(),
         "batch_size": config.batch_size,

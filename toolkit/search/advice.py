@@ -1,6 +1,4 @@
-"""What to change, from what a diagnosis measured: the verdict's words and the advice drawn from
-the rates and the :class:`Facts`. Pure functions of their arguments, tested with injected
-rates and facts."""
+"""What to change, from a diagnosis: pure functions of the verdict, the rates and :class:`Facts`."""
 
 from __future__ import annotations
 
@@ -18,13 +16,10 @@ __all__: list[str] = []  # diagnose's own (its verdict names are re-exported the
 INPUT_BOUND = "input-bound"
 COMPUTE_BOUND = "compute-bound"
 BALANCED = "balanced"
-# The verdict where the rates contradict themselves or their gap is inside their noise: said with
-# why, no advice.
-UNCERTAIN = "uncertain"
+UNCERTAIN = "uncertain"  # the rates contradict themselves or their gap is in the noise: no advice
 MARGIN = 0.2
 # How many times its own time alone the input can cost a fit's step (its threads take the step's
-# cores); a fit trailing the step alone by more is not waiting on its input. Measured input costs
-# reached 4.3x; a busy machine's shortfalls 10x-53x: the bound sits between.
+# cores); a fit trailing the step alone by more is not waiting on its input.
 INPUT_COST_BOUND = 6.0
 SMALL_STEP_S = 0.005
 
@@ -50,35 +45,26 @@ class Facts:
     input_workers: int | None = None  # the workers your PyDataset or DataLoader was given
     tuned: Tuned | None = None  # what a cached tune search measured for this workload here
     own_layers: tuple[str, ...] = ()  # your model's layer classes that are not a library's
-    # Whether the reader can set fused steps (a recipe's flags; your own compile has no such
-    # argument).
-    fusable: bool = True
-    # The layers that rule XLA out of this model's step: Keras runs it without XLA whatever
-    # jit_compile says.
-    unjitted_by: tuple[str, ...] = ()
+    fusable: bool = True  # fused steps can be set (a recipe's flag; your own compile has none)
+    unjitted_by: tuple[str, ...] = ()  # layers ruling XLA out: Keras ignores jit_compile then
 
     @classmethod
     def of(cls, defaults: Candidate, **facts: Any) -> Facts:
-        """The facts of a run whose speed settings are `defaults`, on the backend in use, with
-        the other `facts`."""
+        """The facts of a run with speed settings `defaults` on the backend in use, and `facts`."""
         given = {name: value for name, value in defaults.values().items() if value is not None}
         return cls(**given, backend=backends.name(), **facts)
 
 
 @dataclasses.dataclass(frozen=True)
 class Tuned:
-    """What a cached tune search measured for this workload here: each trial's settings, rate and
-    error, the defaults' rate, the pick and the search's time. Advice it measured and did not
-    pick is held back: a search here outweighs a rule of thumb."""
+    """A cached tune search's findings here: what it measured and did not pick is not advised."""
 
     trials: tuple[tuple[Candidate, float | None, str | None], ...]
     defaults_rate: float | None
     chosen: Candidate
     seconds: float
-    # Why the fastest settings measured were not picked, where tune said so (their compile did not
-    # pay back, or the rounds did not confirm them).
-    run: WholeRun | None = None
-    unconfirmed: bool = False
+    run: WholeRun | None = None  # why the fastest measured was not picked: its compile didn't pay
+    unconfirmed: bool = False  # ... or the rounds did not confirm it
 
     @classmethod
     def of(cls, result: Any) -> Tuned:
@@ -92,8 +78,7 @@ class Tuned:
         )  # fmt: skip
 
     def held_back(self, what: str, tried: Callable[[Candidate], bool]) -> str | None:
-        """One line saying why advice for `what` is withheld (the search measured it and picked
-        none); None: give it."""
+        """Why advice for `what` is withheld (measured, not picked), in a line; None: give it."""
         measured = [(rate, error) for c, rate, error in self.trials if tried(c)]
         if not measured or tried(self.chosen):
             return None
@@ -123,8 +108,7 @@ class Tuned:
         )
 
 
-# What the helpers below hand each other: words without a setting, or advice with one.
-Said = str | Advice
+Said = str | Advice  # what the helpers hand each other: words, or advice with a setting
 
 
 def _advice(said: Said) -> Advice:
@@ -140,8 +124,7 @@ def _unless_tuned(
 
 
 def _adapter_advice(facts: Facts) -> list[str] | None:
-    """Advice for data Keras reads through its own adapter: its own levers, not those of the
-    tf.data form timed beside it (None: a tf.data pipeline)."""
+    """Advice for data read by Keras's own adapter: its levers, not tf.data's (None: tf.data)."""
     workers = facts.input_workers or 1
     more = f"more than its {workers} " if workers > 1 else ""
     return {
@@ -209,9 +192,8 @@ def _input_advice(facts: Facts, input_rate: float, compute_rate: float) -> list[
 
 
 def unjitted_advice(layers: tuple[str, ...], backend: str) -> Advice:
-    """What to do where `layers` rule XLA out of the step: Keras drops ``jit_compile=True`` with
-    a warning, so advising it measures nothing; on JAX the step then runs op by op, so move
-    them into the input pipeline."""
+    """What to do where `layers` rule XLA out: Keras drops ``jit_compile=True`` with a warning (on
+    JAX the step runs op by op), so advise moving them into the input pipeline instead."""
     how = ", op by op" if backend in backends.names() and backends.jits_by_default(backend) else ""
     return Advice(
         f"{compat.ruling_xla_out(layers)}, so Keras runs the "
@@ -222,8 +204,7 @@ def unjitted_advice(layers: tuple[str, ...], backend: str) -> Advice:
 
 def _compute_advice(facts: Facts) -> list[Advice]:
     out: list[Advice] = []
-    # What to try differs between backends: each seam says (a report's unknown one: nothing).
-    seam = backends.find(facts.backend)
+    seam = backends.find(facts.backend)  # each seam says what to try (a report's unknown: None)
     step = facts.step_s
     if step is not None and step < SMALL_STEP_S and facts.fused_steps == 1:
         short = f"the step is short ({step * 1e3:.2f} ms): per-step overhead counts; "
@@ -267,9 +248,7 @@ def _compute_advice(facts: Facts) -> list[Advice]:
     if hint and hint != facts.precision:
         words = "try {0} (this device's hint; measure it)"
         if hint.startswith("mixed") and facts.own_layers:
-            # keras.io's VAE: its Sampling layer's float32 noise added to a bfloat16 mean fails
-            # under the policy.
-            words += (
+            words += (  # e.g. a layer's float32 noise added to a bfloat16 mean fails under it
                 f"; under it, a tensor your own layers make ({', '.join(facts.own_layers)}) "
                 "needs dtype=self.compute_dtype"
             )
@@ -286,8 +265,7 @@ def advise(
     facts: Facts,
     fit_rate: float | None = None,
 ) -> list[Advice]:
-    """Advice for a verdict, drawn from the rates and `facts`; `fit_rate` says how far from side
-    by side input and step ran."""
+    """Advice for a verdict from the rates and `facts` (`fit_rate`: how input and step overlap)."""
     if verdict == UNCERTAIN:  # no rate decides the layers that rule XLA out: said anyway
         return [unjitted_advice(facts.unjitted_by, facts.backend)] if facts.unjitted_by else []
     out: list[Said] = []

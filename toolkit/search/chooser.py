@@ -1,25 +1,11 @@
 """Which Keras backend trains this model fastest on this machine: measured, not guessed.
 
-:func:`compare` answers for a recipe or your own model-building function:
-
-* every installed backend × device (or only the ``--device`` given) is a *contender*;
-* each run is a fresh process (Keras fixes its backend at import), with the same recipe, flags, data
-  order and initial weights (the first run writes a ``.weights.h5`` every later run loads);
-* the contenders run in interleaved rounds (``toolkit.search.rounds``), so a machine that slows for
-  a while slows every contender alike;
-* per contender: first step, steady p50 and mean ms/step, examples/s, MFU, and the final loss, which
-  must agree with the defaults' within ``LOSS_RTOL`` (else they did not train the same model);
-* the winner is the fastest by the median of its per-round ratios to the defaults of the *mean* step
-  time (the p50 alone flatters a backend whose steps stall now and then). It must win most rounds,
-  beat them by more than ``MIN_GAIN`` and agree on loss (:func:`~toolkit.search.rounds.decide`),
-  else the defaults stay.
-
-The result is cached (``$TOOLKIT_CACHE_DIR/backends.json``) under a key of the target, its speed
-settings, the device asked for and the machine, and written as JSON, Markdown and a PNG.
-``--backend=auto`` trains on the cached winner (:func:`resolve_auto`).
-
-This module imports no framework: the measuring happens in child processes
-(``toolkit.search._processes``)."""
+:func:`compare` runs each installed backend × device (a *contender*) in fresh processes (Keras fixes
+its backend at import) with the same flags, data order and initial weights, in interleaved rounds
+so a slowing machine slows all alike. By the median per-round ratio to the defaults' *mean* step
+(the p50 flatters stalls), the winner must win most rounds, beat ``1 + MIN_GAIN`` and end within
+``LOSS_RTOL`` of their final loss (else it trained another model), or the defaults stay. Cached per
+target, settings, device and machine for ``--backend=auto``. Imports no framework."""
 
 from __future__ import annotations
 
@@ -69,20 +55,16 @@ __all__ = [
 
 CACHE_FILE = "backends.json"
 _CACHE = Cache(CACHE_FILE)
-# Tuned settings must beat their own backend's defaults by this much: one final round can swing by
-# more than MIN_GAIN between identical processes.
-SETTINGS_GAIN = 0.05
+SETTINGS_GAIN = 0.05  # tuned must beat its own defaults by this: twins swing by > MIN_GAIN
 DEFAULT_STEPS = 200
 DEFAULT_ROUNDS = 3
-# tune --across_backends: the final's first round is reserved at this many times its estimate.
-FINAL_MARGIN = 1.25
+FINAL_MARGIN = 1.25  # tune --across_backends reserves the final's first round at this × estimate
 # The settings that change a step's speed, but those each contender sets itself: the cache key's.
 KEYED = tuple(f for f in SETTINGS if f.metadata["speed"] and f.name not in ("backend", "device"))
 
 
 def choose(rows: Sequence[Row], min_gain: float = MIN_GAIN) -> tuple[Contender, str]:
-    """The fastest contender whose median paired ratio to the defaults (``rows[0]``) exceeds ``1 +
-    min_gain`` and whose loss agrees; else the defaults. Returns the pick and why, in words."""
+    """The fastest beating the defaults by > `min_gain`, loss agreeing (else they stay), and why."""
     defaults = rows[0]
     if defaults.error is not None:
         measured = [r for r in rows if not r.failed]
@@ -90,7 +72,6 @@ def choose(rows: Sequence[Row], min_gain: float = MIN_GAIN) -> tuple[Contender, 
             return defaults.contender, "no contender ran"
         best = min(measured, key=lambda r: r.median("mean_s") or float("inf"))
         return best.contender, f"the defaults failed ({defaults.error}); fastest of the rest"
-    # A contender with a failed run is never chosen; nor one whose loss disagrees.
     agrees = {r.contender: not r.failed and loss_agrees(defaults, r) is not False for r in rows}
     verdict = decide(
         defaults.contender,
@@ -124,7 +105,7 @@ def choose(rows: Sequence[Row], min_gain: float = MIN_GAIN) -> tuple[Contender, 
 
 
 def _break_even(defaults: Row, best: Row) -> str:
-    """Where the pick's longer first step pays for itself, in words (the steady state ranks)."""
+    """Where the pick's longer first step pays for itself, in words."""
     first_d, first_b = defaults.median("first_step_s"), best.median("first_step_s")
     mean_d, mean_b = defaults.median("mean_s"), best.median("mean_s")
     if None in (first_d, first_b, mean_d, mean_b) or first_b <= first_d:
@@ -138,8 +119,7 @@ def _break_even(defaults: Row, best: Row) -> str:
 
 
 def _plain_twin(rows: Sequence[Row], row: Row) -> Row | None:
-    """The same backend and device with Keras's default settings, when `row` has tuned ones
-    and its twin ran with an agreeing loss."""
+    """`row`'s backend and device untuned, when `row` is tuned and that twin's loss agrees."""
     c = row.contender
     if not c.settings:
         return None
@@ -148,9 +128,6 @@ def _plain_twin(rows: Sequence[Row], row: Row) -> Row | None:
         if (o.backend, o.device, o.settings) == (c.backend, c.device, ()) and not other.failed:
             return other if loss_agrees(rows[0], other) is not False else None
     return None
-
-
-# ---------------------------------------------------------------------------- what to compare
 
 
 def installed_backends() -> list[str]:
@@ -164,8 +141,7 @@ def contenders(
     *,
     probe: Callable[[str], list[str]] | None = None,
 ) -> list[Contender]:
-    """Every installed backend (or `backends`) × the devices it sees, the defaults first (Keras's
-    default backend on its default device). With a `device`, only that one."""
+    """Installed backends (or `backends`) × the devices each sees (or `device`), defaults first."""
     if compat.use_legacy_keras():
         raise ChooserError(
             "TF_USE_LEGACY_KERAS=1 selects tf_keras, which trains on TensorFlow only: unset it "
@@ -205,13 +181,8 @@ def contenders(
     return out
 
 
-# ---------------------------------------------------------------------------- keys and cache
-
-
 def _versions() -> dict[str, str | bool]:
-    """The installed frameworks' versions, and the Keras in use with whether it is a nightly (a
-    nightly's measurements are not read back by a release). Read from the metadata, so the key is
-    the same before and after Keras loads."""
+    """Frameworks' and Keras's versions (nightly flagged), from metadata: the same before import."""
     out: dict[str, str | bool] = {}
     registered = (d for b in tk_backend.names() for d in tk_backend.info(b).distributions)
     for dist in dict.fromkeys(registered):
@@ -223,8 +194,7 @@ def _versions() -> dict[str, str | bool]:
 
 
 def keyed(target: Target) -> dict[str, Any]:
-    """What about `target` decides which backend is fastest: its file as it is now, its recipe's
-    arguments, the speed settings it changes, and the device it asks for."""
+    """What decides `target`'s fastest backend: its file, recipe args, speed settings and device."""
     config = target.config
     return {
         "target": target.name,
@@ -240,8 +210,7 @@ def keyed(target: Target) -> dict[str, Any]:
 
 
 def cache_key(target: Target, steps: int) -> tuple[str, dict[str, Any]]:
-    """``(hash, what was hashed)``: :func:`keyed` of the target, the steps per run, and this
-    machine (CPU, installed framework versions)."""
+    """``(hash, what was hashed)``: :func:`keyed`, the steps per run and this machine."""
     facts = {
         **keyed(target),
         "steps": steps,
@@ -252,13 +221,12 @@ def cache_key(target: Target, steps: int) -> tuple[str, dict[str, Any]]:
 
 
 def cached(key: str) -> BackendsResult | None:
-    """The cached comparison for `key`, if any (a damaged entry: a miss, named in one line)."""
+    """The cached comparison for `key`, if any (a damaged entry is a miss)."""
     return _CACHE.read(key, BackendsResult.from_dict)
 
 
 def resolve_auto(target: Target) -> str:
-    """The backend ``--backend=auto`` trains `target` on: the cached winner, or Keras's default when
-    nothing is cached (said on stderr). Imports no framework."""
+    """``--backend=auto``'s backend: the cached winner, else Keras's default (said on stderr)."""
     best = None
     wanted = keyed(target)
     machine_now = machine.machine_facts(**_versions())
@@ -289,9 +257,6 @@ def resolve_auto(target: Target) -> str:
     return best.backend
 
 
-# ---------------------------------------------------------------------------- the comparison
-
-
 def compare(
     target: Target | str | Callable[..., Any],
     *,
@@ -310,18 +275,14 @@ def compare(
 
     Args:
         target: a :class:`Target`, a recipe name, ``"module:function"`` or the function itself.
-        backends: the backends to compare (default: every installed one).
-        steps: training steps per run (the first execution and the warm-up are left out).
-        rounds: interleaved rounds.
-        use_cache: read and write the cache.
+        backends: to compare (default: every installed one).
+        steps: per run (the first execution and the warm-up untimed).
         refresh: measure again, and cache what it finds.
         progress: called with a line per run (default: stderr).
         timeout_s: the longest one run may take.
-        runner: runs one contender and returns its :class:`Figures` or a ``ChildResult`` (default: a
-            fresh ``python -m toolkit._child``).
+        runner: one contender's :class:`Figures` or ``ChildResult`` (default: a fresh child).
         candidates: the contenders, the defaults first; given, nothing is cached.
-        budget_s: seconds the rounds may take: after the first round, a run that would end past it
-            is not started.
+        budget_s: after the first round, a run that would end past it is not started.
 
     Raises:
         ChooserError: nothing to compare (no backend installed, an unknown one)."""
@@ -349,7 +310,6 @@ def compare(
         )
     start = time.perf_counter()
     with children.temporary_directory("toolkit-backends-") as tmp:  # an orphan removes it
-        # The same initial weights for every contender: the first run writes them.
         shared = _with_settings(target, init_weights=os.path.join(tmp, "initial.weights.h5"))
 
         def child(c: Contender, on: Target) -> ChildResult:
@@ -368,8 +328,7 @@ def compare(
 
 
 def _candidate(c: Contender) -> Candidate | None:
-    """The search's candidate a contender's tuned settings make (None: it has none, the
-    target's own settings)."""
+    """The candidate of `c`'s tuned settings (None: the target's own)."""
     return Candidate(**dict(c.settings)) if c.settings else None
 
 
@@ -406,7 +365,7 @@ def _device(target: Target) -> str | None:
 def _result(
     target: Target, rows: list[Row], key: str, length: int, rounds: int, start: float
 ) -> BackendsResult:
-    """The comparison's result: the runs in round order (for the paired ratios), the pick."""
+    """The result: runs in round order (for the paired ratios), and the pick."""
     for row in rows:
         row.runs.sort(key=lambda run: run.round)
     best, why = choose(rows)
@@ -444,8 +403,7 @@ def _rounds(
     bar_wanted: bool,
     start: float,
 ) -> int:
-    """:func:`compare`'s interleaved rounds, a line (and on a terminal a bar) per run. Returns how
-    many rounds ran."""
+    """:func:`compare`'s rounds, a line (on a terminal, a bar) per run; returns rounds run."""
     total = rounds * len(rows)
     walls: list[float] = []
     by_contender = {row.contender: row for row in rows}
@@ -480,8 +438,7 @@ def _rounds(
 
 
 def _run_of(got: ChildResult | Figures, r: int, wall_s: float, length: int) -> Run:
-    """One contender's run in round `r` from what its runner answered: its figures, or why
-    it has none (a run that timed no step is a failed run)."""
+    """A contender's run in round `r` from its runner's answer (no timed step: failed)."""
     if isinstance(got, ChildResult):
         figures, error, interrupted = got.figures(), got.error, got.interrupted
     else:
@@ -492,7 +449,7 @@ def _run_of(got: ChildResult | Figures, r: int, wall_s: float, length: int) -> R
 
 
 def _run_words(run: Run) -> str:
-    """A run as its progress line says it: its mean and median step and first step."""
+    """A run as its progress line says it."""
     f = run.figures
     if run.error is not None or f is None or f.mean_s is None:
         return f"failed: {run.error}"
@@ -503,9 +460,7 @@ def _run_words(run: Run) -> str:
 
 
 def run_steps(steps: int, listed: Sequence[Contender], target: Target) -> int:
-    """How many steps each of `listed` trains: the same for all, since their final losses are
-    compared. At least `steps` and 5 calls of the longest call, a whole number of every
-    contender's calls."""
+    """Steps each of `listed` trains: the same for all, since their final losses are compared."""
     own = {k: target.config[k] for k in SEARCHED if target.config.get(k) is not None}
 
     def per_call(c: Contender) -> int:
@@ -522,9 +477,7 @@ def _common_length(steps: int, calls: Sequence[int]) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Searched:
-    """What a backend's ``tune`` search in a fresh process answered, as :func:`tune_across` reads
-    it: the pick, the defaults it was judged against, the search's seconds, the defaults' trial,
-    the batch size, and each untried candidate's budget."""
+    """A backend's ``tune`` search as :func:`tune_across` reads it (``first_*``: the defaults')."""
 
     best: Candidate
     defaults: Candidate | None = None
@@ -556,7 +509,7 @@ def _float(value: Any) -> float | None:
 
 
 def _untried_s(untried: Any) -> tuple[float, ...]:
-    """Each untried candidate's budget that would have tried it (malformed ones left out)."""
+    """The budget that would have tried each untried candidate (malformed ones left out)."""
     needed = []
     for u in untried if isinstance(untried, list) else []:
         try:
@@ -569,9 +522,7 @@ def _untried_s(untried: Any) -> tuple[float, ...]:
 
 
 def tuned_settings(search: Searched) -> tuple[tuple[str, Any], ...]:
-    """The settings of a search's winner as ``(name, value)`` pairs; ``()`` when it is the defaults,
-    which must not stand in the final twice (a pick between identical processes is a pick of
-    noise)."""
+    """A search winner's ``(name, value)`` settings; ``()`` for the defaults (twins pick noise)."""
     if search.defaults == search.best:
         return ()
     return tuple((k, v) for k, v in search.best.values().items() if v is not None)
@@ -587,11 +538,8 @@ def tune_across(
     progress: Callable[[str], Any] | None = None,
     timeout_s: float = 900.0,
 ) -> BackendsResult:
-    """The backend as one more axis of ``tune``: each contender runs its own ``tune`` search in a
-    fresh process (at most half of `budget_s`, shared: :func:`search_share`), then every
-    contender's Keras defaults and tuned winner meet in :func:`compare`'s rounds, and
-    :func:`choose`'s never-slower rule picks. The defaults stay in the final: a search's one
-    window can prefer settings that lose head to head."""
+    """The backend as one more ``tune`` axis: each contender searches in a fresh process, then all
+    defaults and winners meet in :func:`compare` (a search window can favor losers head to head)."""
     from toolkit.search.tune import check_budget
 
     target = Target.of(target)
@@ -624,8 +572,7 @@ def tune_across(
 
 
 class _Searches:
-    """:func:`tune_across`'s searches, one fresh process per contender, each given its share of the
-    budget as it starts (:func:`search_share`)."""
+    """:func:`tune_across`'s searches, a fresh process each, its budget share set as it starts."""
 
     def __init__(
         self,
@@ -682,8 +629,7 @@ class _Searches:
 def untried_budget(
     needed: Sequence[float], share: float, budget_s: float
 ) -> tuple[int, int] | None:
-    """``(how many, the --tune_budget that tries them)`` of what a backend's search left untried, in
-    tens of seconds; None: nothing left."""
+    """``(count, the --tune_budget that tries them, in tens of s)`` of what a search left out."""
     if not needed or share <= 0:
         return None
     return len(needed), 10 * math.ceil(budget_s * max(needed) / share / 10)
@@ -697,11 +643,9 @@ def search_share(
     runs: Sequence[float],
     finalists: int,
 ) -> float:
-    """The ``--tune_budget`` of the next backend's search in :func:`tune_across`.
-
-    The searches get at most half of `budget_s`, less what one final round needs (`finalists` runs
-    at the median of `runs`, with :data:`FINAL_MARGIN`). The rest is shared by `searches_left`, less
-    a child's time outside its search (median of `overheads`). Never below 1 s."""
+    """The ``--tune_budget`` of the next backend's search in :func:`tune_across`: at most half of
+    `budget_s` less one final round (`finalists` × median of `runs` × :data:`FINAL_MARGIN`), shared
+    by `searches_left`, less a child's median overhead; at least 1 s."""
     final_round = statistics.median(runs) * finalists * FINAL_MARGIN if runs else 0.0
     searching = min(budget_s * 0.5, budget_s - final_round)
     overhead = statistics.median(overheads) if overheads else 0.0
@@ -709,9 +653,7 @@ def search_share(
 
 
 def final_run_estimate(found: Searched, wall_s: float, steps: int = DEFAULT_STEPS) -> float | None:
-    """Seconds one final run will take for this contender: the child's time outside its search plus
-    the defaults' first trial, plus the extra steps the winner's calls force. None when the
-    search did not say."""
+    """One final run's seconds: overhead, defaults' trial, steps the winner's calls add; or None."""
     if found.seconds is None or found.first_s is None:
         return None
     run = max(wall_s - found.seconds, 0.0) + found.first_s
@@ -728,10 +670,8 @@ def why_slower(
     timeout_s: float = 900.0,
     runner: Callable[[Contender, Target], Any] | None = None,
 ) -> tuple[Any, Any, Any] | None:
-    """Why the slowest backend of `result` is slower than the fastest: each one's step taken apart
-    in a fresh process (``toolkit.anatomy``) and the two diffed, the slower one's fix named where
-    its seam has one. Returns ``(contrast, fastest's, slowest's)`` anatomy, or None with fewer
-    than two backends; an anatomy that failed is returned with no contrast."""
+    """Why `result`'s slowest backend trails its fastest: both steps taken apart in fresh processes
+    and diffed, with a fix. ``(contrast or None if one failed, fastest's, slowest's)``, or None."""
     from toolkit.core._anatomy import Anatomy, contrast
 
     ran = [row for row in result.rows if row.ok()]

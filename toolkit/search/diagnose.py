@@ -1,26 +1,11 @@
 """Input-bound or compute-bound? Three measured rates and a verdict, with advice.
 
-:func:`diagnose` takes a recipe's Task with a TrainConfig, or *your own* compiled Keras model with
-*your own* batched ``tf.data`` pipeline (or ``(x, y)`` arrays), and measures, in steps per second:
-
-* **input**: the input pipeline alone, as fast as it makes batches, first batch apart;
-* **compute**: the training step alone on one batch repeated: the upper bound for this model, here,
-  with these settings;
-* **fit**: the real ``fit`` on the real pipeline.
-
-With your own model, exactly your pipeline is measured, and your model's weights and optimizer state
-are restored afterwards.
-
-:func:`classify` turns the rates into a verdict (pure, tested with injected rates): input-bound,
-compute-bound or balanced; *overlap* flags a fit slower than both its parts.
-``toolkit.search.advice`` draws concrete advice from what was measured and what the input is. A
-setting a cached tune search measured here and did not pick is not advised. No profiler is needed,
-so it works on Metal too.
-
-Where XProf is installed, a short fit of its own runs :data:`TRACE_STEPS` steps under the profiler
-after the timed fit, and XProf's reading (the step time spent waiting for input, and its verdict) is
-stated beside the rates'; :func:`second_opinion` says whether they agree, and why they may not
-(prefetching hides waits from XProf)."""
+:func:`diagnose` measures a recipe's Task, or *your own* compiled Keras model and batched data
+(weights and optimizer state put back), in steps per second: **input**, the pipeline alone;
+**compute**, the step alone on one batch repeated (the upper bound here); **fit**, the real ``fit``.
+:func:`classify` turns them into a verdict; *overlap* flags a fit slower than both parts. Advice
+leaves out what a cached tune search measured here and did not pick. No profiler is needed (so it
+works on Metal); with XProf, a short traced fit sets its reading beside the rates'."""
 
 from __future__ import annotations
 
@@ -91,14 +76,10 @@ class Diagnosis:
     xprof: SecondOpinion | None = None  # XProf's reading of a trace of the fit, if taken
     python: bool = False  # your own model (diagnose(model, data)): advice in Python, not flags
     own_compile: OwnCompile | None = None  # its class's own compile: said where it passes them
-    # A whole run's ledger handed in (``ledger=``): where that run's time went, and its fixes.
-    ledger: Ledger | None = None
-    # The same trace taken apart (``toolkit.anatomy``'s record), where XProf read it.
-    anatomy: Anatomy | None = None
-    # How far two runs of one window differed (None: one run each), and why the verdict is
-    # uncertain.
-    noise: float | None = None
-    uncertain: str = ""
+    ledger: Ledger | None = None  # a whole run's, handed in: where its time went, and fixes
+    anatomy: Anatomy | None = None  # the same trace taken apart, where XProf read it
+    noise: float | None = None  # how far two runs of one window differed (None: one run each)
+    uncertain: str = ""  # why the verdict is uncertain
 
     def section(self) -> DiagnosisSection:
         """What the run's report keeps of it: the advice and the ledger."""
@@ -115,8 +96,7 @@ class Diagnosis:
         return self.section().to_dict()
 
     def advice_lines(self) -> list[str]:
-        """Each piece of advice spelled for who asked: Python for your own model, flags for a
-        recipe."""
+        """Each piece of advice spelled for who asked: Python for your model, flags for a recipe."""
         spell = functools.partial(as_python, own=self.own_compile) if self.python else as_flags
         return [a.spelled(spell) if isinstance(a, Advice) else str(a) for a in self.advice]
 
@@ -149,8 +129,7 @@ class Diagnosis:
         return out
 
     def __str__(self) -> str:
-        # Folded to the terminal's width where stdout is one; in a notebook or a log, one line per
-        # finding.
+        # Folded to a terminal's width; in a notebook or a log, one line per finding.
         return terminal.fit("\n".join(self.lines()), terminal.width())
 
 
@@ -158,21 +137,16 @@ def classify(
     input_rate: float, compute_rate: float, fit_rate: float, margin: float = MARGIN
 ) -> tuple[str, bool]:
     """``(verdict, overlap_ok)`` from the three rates (any common unit): input-bound when the
-    pipeline alone, or the real fit, is slower than the step alone; compute-bound when the
-    pipeline has headroom and the fit keeps up (within half the margin); balanced between (a fit
-    0.8–0.9× the step alone).
-
-    Beside a pipeline with headroom, a fit's shortfall is put down to its input only up to
-    `INPUT_COST_BOUND` times the pipeline's own time per batch; a fit trailing by more lost the time
-    elsewhere (load, per-step work), so it is compute-bound.
+    pipeline alone, or the real fit, is slower than the step alone; compute-bound when the pipeline
+    has headroom and the fit keeps up (within half the margin); balanced between. Beside a pipeline
+    with headroom, a fit's shortfall is put on its input only up to `INPUT_COST_BOUND` times the
+    pipeline's own time per batch; a fit trailing by more lost the time elsewhere.
 
     Raises:
         ValueError: a rate that is not positive."""
     for name, rate in (("input", input_rate), ("compute", compute_rate), ("fit", fit_rate)):
         if not rate > 0:
             raise ValueError(f"{name} rate must be > 0, got {rate}")
-    # The step alone is a real fit on one batch repeated: a real fit slower by more than the margin
-    # is held back by its input, where that input could cost the time lost.
     input_could_cost = 1 / fit_rate - 1 / compute_rate <= INPUT_COST_BOUND / input_rate
     headroom = input_rate > compute_rate * (1 + margin)
     shortfall_is_input = input_could_cost or not headroom
@@ -197,10 +171,9 @@ def consistency(
     noise: float | None,
     margin: float = MARGIN,
 ) -> str:
-    """Why the rates cannot carry a verdict ("" where they can): a fit faster than the step alone by
-    more than the runs' `noise` (the load moved between windows); a verdict drawn only from the
-    fit's gap to the step alone where that gap lies inside the noise; a fit faster than its own
-    pipeline. Each is said as :data:`UNCERTAIN`, never a verdict with advice."""
+    """Why the rates cannot carry a verdict ("" where they can): a fit faster than the step alone
+    beyond the runs' `noise`; a verdict resting on a fit-to-step gap inside the noise; a fit faster
+    than its own pipeline. Said as :data:`UNCERTAIN`, never a verdict with advice."""
     ratio, swing = fit_rate / compute_rate, max(noise or 0.0, margin / 2)
     if ratio > 1 + swing:
         return (
@@ -211,7 +184,7 @@ def consistency(
     # A fit well below the step alone that outran its pipeline by under twice the margin read what
     # the window left untimed (buffers filled during the compile): the pipeline bounds it still.
     buffered = fit_rate < compute_rate * (1 - margin) and outran <= 1 + 2 * margin
-    if outran > 1 + swing and not buffered:  # a keras.io FeatureSpace model: 2.1×, at the step
+    if outran > 1 + swing and not buffered:
         return (
             f"the real fit ran {outran:.2f}× the pipeline alone, which feeds "
             "it: the pipeline read slower alone than in the fit (its buffers filling in a "
@@ -232,8 +205,7 @@ def consistency(
     return ""
 
 
-# XProf's verdicts that a rates verdict contradicts (balanced contradicts none).
-_CONTRADICTS = {
+_CONTRADICTS = {  # XProf's verdicts a rates verdict contradicts (balanced: none)
     INPUT_BOUND: ("not input-bound",),
     COMPUTE_BOUND: ("highly input-bound",),
 }
@@ -242,9 +214,8 @@ _CONTRADICTS = {
 def second_opinion(
     verdict: str, analysis: TraceAnalysis | None, pipeline_slower: bool = True
 ) -> SecondOpinion:
-    """XProf's reading of a trace of the fit set beside the rates' `verdict`: whether they agree, in
-    one line saying why they may differ. `pipeline_slower`: the pipeline alone was slower than
-    the step alone."""
+    """XProf's reading of a trace of the fit beside the rates' `verdict`: whether they agree, and
+    why they may not, in one line. `pipeline_slower`: the pipeline alone trailed the step alone."""
     analysis = analysis or TraceAnalysis()
     theirs, share = analysis.verdict, analysis.input_percent
     if theirs is None or share is None:
@@ -262,8 +233,7 @@ def second_opinion(
     positive = not theirs.startswith("not ")
     clash = (verdict == COMPUTE_BOUND and positive) or (verdict == INPUT_BOUND and not positive)
     if clash and "potentially" not in theirs and theirs not in _CONTRADICTS.get(verdict, ()):
-        # one verdict's words: the rates'
-        said = (
+        said = (  # one verdict's words: the rates'
             f"{share:.1f}% of the traced steps' time waiting for input (XProf labels it '{theirs}')"
         )
     if theirs not in _CONTRADICTS.get(verdict, ()):
@@ -292,8 +262,7 @@ def second_opinion(
 
 @contextlib.contextmanager
 def _fit_trace(start_step: int, steps: int) -> Iterator[list[Any]]:
-    """Callbacks that trace `steps` steps of a fit from `start_step` in a directory removed
-    afterwards; none without XProf."""
+    """Callbacks tracing `steps` fit steps from `start_step`, in a temp dir; [] without XProf."""
     from toolkit.profiling.anatomy import AnatomyWindow
 
     if extras.note_missing("profile", "diagnose: no XProf cross-check", needs=("xprof",)):
@@ -305,8 +274,7 @@ def _fit_trace(start_step: int, steps: int) -> Iterator[list[Any]]:
 
 
 def _read_trace(callbacks: list[Any], steps_per_execution: int) -> TraceAnalysis | None:
-    """What the trace `_fit_trace` took says, read before its directory goes; None when none was
-    taken."""
+    """What `_fit_trace`'s trace says, read before its directory goes; None: none was taken."""
     from toolkit.report.trace import read_trace
 
     if not callbacks:
@@ -337,14 +305,12 @@ def _pipeline_facts(dataset: Any) -> tuple[frozenset[str], frozenset[str]]:
 
 
 def _window(rate: float) -> int:
-    """Steps (or batches) that last :data:`MIN_WINDOW_S` at `rate` per second, at most
-    :data:`MAX_WINDOW_STEPS`."""
+    """Steps (batches) lasting :data:`MIN_WINDOW_S` at `rate`, at most :data:`MAX_WINDOW_STEPS`."""
     return min(MAX_WINDOW_STEPS, math.ceil(MIN_WINDOW_S * rate)) if rate > 0 else 0
 
 
 def _input_alone(work: Any, dataset: Any, batches: int) -> tuple[Any, str | None]:
-    """The input alone, `batches` of it, as the backend's fit reads it: ``(benchmark result,
-    words)``."""
+    """``(benchmark result, words)`` of `batches` of the input alone, read as the fit reads it."""
     from toolkit.data import benchmark
 
     read = work.input_batches()
@@ -396,27 +362,21 @@ def diagnose(
 ) -> Diagnosis:
     """Measures the input pipeline alone, the step alone and the real fit; returns the verdict.
 
-    ``diagnose(task, config)`` diagnoses a recipe's Task as the runner would train it;
-    ``diagnose(model, data)`` your own compiled model on your own batched data, putting back its
-    weights and optimizer state afterwards.
+    ``diagnose(task, config)`` as the runner would train the Task; ``diagnose(model, data)`` your
+    own compiled model on your batched data, its weights and optimizer state put back afterwards.
 
     Args:
         target: a ``toolkit.runner.train.Task``, or a compiled Keras model.
-        data: with a model, its training data (required); with a Task, a TrainConfig may stand here
-            for `config`.
+        data: with a model, its training data (required); with a Task, may be its TrainConfig.
         config: with a Task, the ``TrainConfig`` to diagnose.
-        steps: steps per measurement after the warm-up (default: 60, or more where 60 would take
-            under ``MIN_WINDOW_S``).
+        steps: per measurement after warm-up (default: 60, more where under ``MIN_WINDOW_S``).
         devices_found: the devices present (default: ``toolkit.devices.detect()``).
-        ledger: a whole run of this model (a StepTimer that timed its fit, a RunReport or its
-            ledger): the diagnosis then says where that run's time went and what each fix would
-            save.
+        ledger: a whole run (a StepTimer that timed its fit, a RunReport or its ledger): the
+            diagnosis then says where its time went and what each fix would save.
         class_weight: with your model, ``{class index: weight}`` as ``fit`` takes it.
 
     Raises:
         toolkit.runner.train.SetupError: a setting or data that cannot work."""
-
-    # Refused before any stage runs (a stage of `steps=0` failed only after the first ran).
     check_number(argument("diagnose", "steps"), steps, integer=True, least=1)
     # The step alone first: a Task's workload selects the device before TensorFlow's runtime starts.
     auto, steps = steps is None, DEFAULT_STEPS if steps is None else steps
@@ -443,8 +403,7 @@ class _Windows:
 
 
 class _Measurements:
-    """A diagnosis's measurements of one workload, one phase per method in :func:`diagnose`'s order:
-    each phase reads what the ones before measured, so their state is kept here."""
+    """One workload's measurements: a method per phase, in :func:`diagnose`'s order."""
 
     def __init__(self, work: Any, steps: int) -> None:
         self.work, self.steps = work, steps
@@ -478,25 +437,20 @@ class _Measurements:
         return _Windows(self.total, self.total)
 
     def windows(self) -> _Windows:
-        """Windows sized from the two rates measured alone, long enough to hold still on a shared
-        machine."""
-        # Windows long enough to hold still on a shared machine (unless you gave `steps`): each part
-        # is measured again over MIN_WINDOW_S at its own rate, the real fit at the slower one.
+        """Windows of MIN_WINDOW_S at each part's rate (the fit's the slower), to hold still."""
         steps, warmup, per_call = self.steps, self.warmup, self.per_call
         if not (self.compute.steps.timed_steps and self.compute.steps.mean_s):
             return self.unsized()
         step_rate, batch_rate = 1.0 / self.compute.steps.mean_s, self.pipeline.batches_per_sec
         if _window(batch_rate) > steps:
             self.pipeline, self.words = _input_alone(self.work, self.dataset, _window(batch_rate))
-        # The step alone's first run only sized the windows where its own grew: it is not kept.
-        probe = _window(step_rate) > steps
+        probe = _window(step_rate) > steps  # its first run then only sized the windows: not kept
         alone_total = whole_calls(warmup + 1 + max(steps, _window(step_rate)), per_call)
         fit_steps = max(steps, _window(min(step_rate, batch_rate)))
         return _Windows(alone_total, whole_calls(warmup + 1 + fit_steps, per_call), probe)
 
     def real_fit_then_both_again(self, windows: _Windows) -> None:
-        """3/3: the real fit, then the step alone and the real fit again, now warm; each keeps its
-        faster run."""
+        """3/3: the real fit, then the step alone and the fit again, warm; each keeps its faster."""
         work, warmup = self.work, self.warmup
         alone_total, fit_total = windows.alone_total, windows.fit_total
         say(f"diagnose: 3/3 the real fit, {fit_total} steps, then both again")
@@ -508,15 +462,13 @@ class _Measurements:
         if windows.probe:  # the first only sized the windows: the faster of two, as the fit's
             again = work.fit(steps=alone_total, warmup=warmup, one_batch=True)
         self.compute, self.fit = _faster(first, again), _faster(fit, fit_again)
-        # The machine's noise: how far each warm pair's runs differed.
         warm = [(fit, fit_again), *([(first, again)] if windows.probe else [])]
         spreads = [s for s in (_spread(a, b) for a, b in warm) if s is not None]
         self.noise = max(spreads, default=None)
 
     def xprof_trace(self) -> None:
-        """XProf's reading of a few traced steps of a fit (None where XProf is missing)."""
-        # XProf's reading comes from a short fit of its own: the trace's edges wait for the device,
-        # which in the timed fit would leave queued device time out of the window.
+        """XProf's reading of a few traced steps of a short fit of its own (none without XProf):
+        a trace's edges wait for the device, which in the timed fit would leave queued time out."""
         work, per_call = self.work, self.per_call
         traced = whole_calls(TRACE_STEPS, per_call)
         start = 3 * per_call  # its step functions are built again under the anatomy's scopes
@@ -525,8 +477,7 @@ class _Measurements:
                 work.fit(steps=start + traced, warmup=0, callbacks=tracing)
             self.trace = _read_trace(tracing, work.defaults().steps_per_execution)
             if tracing:
-                # Read as profile() reads its window: the profiler's own cost taken out against the
-                # real fit's untraced step.
+                # As profile() reads it: the profiler's cost taken out against the untraced step.
                 untraced = self.fit.steps.p50_s if self.fit is not None else None
                 self.anatomy = reconcile(
                     tracing[0].anatomy(untraced_s=untraced or None, device=work.device.human_name)
@@ -538,8 +489,7 @@ class _Measurements:
         described = work.input_words(self.dataset) if self.words is None else self.words
         defaults = work.defaults()
         return _conclude(
-            # Rates per training step (a fused batch holds fused_steps steps' examples).
-            input_rate=self.pipeline.batches_per_sec * defaults.fused_steps,
+            input_rate=self.pipeline.batches_per_sec * defaults.fused_steps,  # per training step
             compute=self.compute.steps,
             fit=self.fit.steps,
             dataset=self.dataset,
@@ -582,8 +532,7 @@ def ledger_of(run: Any) -> Ledger | None:
 
 
 def _tuned(work: Any) -> Tuned | None:
-    """What a cached tune search measured for this workload on this machine (tune's own key); None:
-    nothing."""
+    """What a cached tune search measured for this workload here (tune's own key); None: nothing."""
     from toolkit.search import tune
 
     try:
@@ -594,9 +543,8 @@ def _tuned(work: Any) -> Tuned | None:
 
 
 def _own_layers(model: Any) -> tuple[str, ...]:
-    """The classes of `model`'s layers that its user wrote, each once, in the model's order: tensors
-    such a layer makes itself are float32 under a mixed-precision policy unless it says
-    otherwise."""
+    """`model`'s layer classes its user wrote, once each in order: tensors such a layer makes itself
+    are float32 under a mixed-precision policy unless it says otherwise."""
     import inspect
 
     from toolkit.core.errors import written_by_user
@@ -611,8 +559,7 @@ def _own_layers(model: Any) -> tuple[str, ...]:
     if flatten is None:
         return ()
     layers = [x for x in flatten(include_self=False, recursive=True) if theirs(type(x))]
-    # A class whose layers all make no float32 under the policy is not named.
-    cleared = {type(x).__name__ for x in layers}
+    cleared = {type(x).__name__ for x in layers}  # none of their layers makes float32: unnamed
     for layer in layers:
         if _makes_float32(layer) is not False:
             cleared.discard(type(layer).__name__)
@@ -623,9 +570,8 @@ MIXED = "mixed_bfloat16"  # the policy a layer is tried under (float16 has few C
 
 
 def _makes_float32(layer: Any) -> bool | None:
-    """Whether `layer`, made anew from its config under :data:`MIXED` and called alone as the model
-    called it, fails or returns a float32 tensor. None: it cannot be tried alone, or fails in
-    float32 too."""
+    """Whether `layer`, rebuilt from its config under :data:`MIXED` and called as the model called
+    it, fails or returns float32. None: it cannot be tried alone, or fails in float32 too."""
     keras = compat.keras()
     try:
         node = layer._inbound_nodes[0]
@@ -697,9 +643,7 @@ def _conclude(
     own_layers: tuple[str, ...] = (),
     unjitted_by: tuple[str, ...] = (),
 ) -> Diagnosis:
-    """The verdict and advice from the measured rates; `trace`: what a trace said; `python`: advice
-    in Python; `tuned`: a cached tune search's findings; `noise`: the runs' spread; the rest as
-    :class:`Facts`'."""
+    """The verdict and advice from the rates and the rest measured (`python`: advice in Python)."""
     compute_rate, fit_rate = _rate(compute), _rate(fit)
     verdict, overlap_ok = classify(input_rate, compute_rate, fit_rate)
     if uncertain := consistency(input_rate, compute_rate, fit_rate, noise):

@@ -1,10 +1,7 @@
 """The search engine: candidates and spaces (derived from the settings table), the search, and the
-never-slower choice. Framework-free: it measures through a function it is handed, so every rule
-is tested with injected clocks.
-
-``toolkit.search.tune`` searches settings in one process (:func:`search`, then ``rounds.confirm``);
-``toolkit.search.chooser`` compares backends in fresh processes. They share :data:`MIN_GAIN`: a pick
-must beat the defaults by more than it, head to head, or the defaults stay."""
+never-slower choice. Framework-free: it measures through a function it is handed, so every rule is
+tested with injected clocks. ``tune`` (one process) and ``chooser`` (fresh processes) share
+:data:`MIN_GAIN`: a pick must beat the defaults by more, head to head, or the defaults stay."""
 
 from __future__ import annotations
 
@@ -36,28 +33,20 @@ __all__ = [
 ]
 
 FINALISTS = 3  # the search's fastest candidates measured again against the defaults
-# The first XLA (or torch.compile) candidate's compile, unknown until one ran, is expected to take
-# this many times the longest compile measured without (XLA took 1.6-4× a graph trace's first call
-# on TensorFlow). A first call cannot be stopped, so the estimate errs long. With no compile
-# measured, the first XLA run is XLA_FIRST_COST times the slowest candidate's.
+# The first XLA (or torch.compile) compile is expected to take this many times the longest without
+# (a first call cannot be stopped: err long); none measured, XLA_FIRST_COST × the slowest run.
 XLA_COMPILE_FACTOR = 4.0
 XLA_FIRST_COST = 3.0
-# A candidate whose window does not fit the budget left is measured over a shorter one where at
-# least this share of the others' windows fits; otherwise it is left untried, and the result says
-# so.
+# A window the budget cannot fit runs shorter where this share of the others' fits; else untried.
 SAMPLE_SHARE = 0.25
-# A pick must leave its run at least this many timed calls (after the first and the warm-up).
-MIN_TIMED_CALLS = 3
+MIN_TIMED_CALLS = 3  # timed calls a pick must leave its run (after the first and the warm-up)
 
 
 @dataclasses.dataclass(frozen=True)
 class RunShape(fields.Record):
-    """The run a pick will be applied to: its epochs, and an epoch's length (fixed, or one pass over
-    `examples` at `batch_size`).
-
-    A loop longer than an epoch cannot run (Keras ends a call with the epoch), and a run of only a
-    first call and a warm-up times nothing. So the search offers only what the run can time
-    (:meth:`allows`); unknown lengths constrain nothing."""
+    """The run a pick is for: its epochs and an epoch's length (fixed, or `examples` at
+    `batch_size`). The search offers only loops it can time (:meth:`allows`): none longer than an
+    epoch (Keras ends a call with it), none leaving only a first call and warm-up. Unknown: any."""
 
     epochs: int = 1
     steps_per_epoch: int | None = None
@@ -66,8 +55,7 @@ class RunShape(fields.Record):
     warmup_steps: int = DEFAULT_WARMUP_STEPS
 
     def epoch_batches(self, candidate: Any) -> int | None:
-        """Keras batches in one epoch under `candidate` (a one-pass epoch drops its last partial
-        batch)."""
+        """Keras batches an epoch under `candidate` (a one-pass epoch drops its partial last)."""
         fused = max(1, candidate.fused_steps or 1)
         if self.steps_per_epoch is not None:
             return self.steps_per_epoch // fused
@@ -89,8 +77,7 @@ class RunShape(fields.Record):
         return max(0, calls - 1 - -(-self.warmup_steps // per_call))
 
     def why_not(self, candidate: Any) -> str | None:
-        """Why the run cannot take `candidate`, in words; None when it can (the config's own always
-        can)."""
+        """Why the run cannot take `candidate`, in words; None if it can (the config's own can)."""
         if candidate.per_call == 1 and not candidate.batch_size:
             return None
         fused = max(1, candidate.fused_steps or 1)
@@ -113,8 +100,7 @@ class RunShape(fields.Record):
 
 
 class _Candidate(fields.Record):
-    """One setting of the knobs the search turns: a field per searched setting of the settings
-    table, with its label, flags and compile arguments derived from the table."""
+    """One setting of the searched knobs, a field each (label, flags, compile args: derived)."""
 
     SEARCHED: tuple[tuple[str, Searched], ...] = ()
 
@@ -154,9 +140,7 @@ class _Candidate(fields.Record):
         return {name: getattr(self, name) for name, how in self.SEARCHED if how.compile_arg}
 
     def apply(self, model: Any) -> None:
-        """Sets these settings' compile arguments in your compiled `model` as ``compile`` would,
-        without compiling again: for a model whose ``compile`` is its own and refuses
-        ``**compile_kwargs()`` (keras.io's GAN). A setting left at None is left as it is."""
+        """Sets these in compiled `model` without recompiling (for a ``compile`` refusing them)."""
         set_model_settings(model, {k: v for k, v in self.compile_kwargs().items() if v is not None})
 
     def flags(self) -> str:
@@ -177,8 +161,7 @@ class _Candidate(fields.Record):
         return " ".join(part for part in shown if part is not None) or self.label()
 
 
-# Each searched setting's kind, as TrainConfig declares it ("int", "bool | None").
-_KIND_OF = {f.name: str(f.type) for f in SETTINGS}
+_KIND_OF = {f.name: str(f.type) for f in SETTINGS}  # as TrainConfig says: "int", "bool | None"
 _TYPES: dict[str, type | tuple[type, ...]] = {
     "int": int, "float": (int, float), "str": str, "bool": bool
 }  # fmt: skip
@@ -207,10 +190,9 @@ def _words(kind: str) -> str:
 
 
 class _Space:
-    """The values each knob may take; the first is the Keras default. A field per searched setting,
-    and: ``max_steps_per_call`` (steps per execution × fused steps at most: longer calls cost
-    more to measure than they gain); ``run``, the :class:`RunShape` the pick is for (None:
-    unknown); ``cut``, why axes here hold the default alone."""
+    """The values each knob may take, the Keras default first. A field per searched setting, and
+    ``max_steps_per_call`` (longer calls cost more to measure than they gain), ``run`` (the
+    :class:`RunShape` the pick is for; None: unknown), ``cut`` (why axes hold the default alone)."""
 
     SEARCHED: tuple[tuple[str, Searched], ...] = ()
     CANDIDATE: type = _Candidate
@@ -237,8 +219,7 @@ class _Space:
 
 
 def knob_types(searched: Sequence[tuple[str, Searched]]) -> tuple[type, type]:
-    """``(Candidate, Space)`` for a table of searched settings: a setting added to the table is a
-    knob everywhere, its label, flags and compile argument included."""
+    """``(Candidate, Space)`` for a settings table: a setting added to it is a knob everywhere."""
     table = tuple(searched)
     candidate = dataclasses.make_dataclass(
         "Candidate",
@@ -275,8 +256,7 @@ Candidate, Space = knob_types(SEARCHED_SETTINGS)
 
 @dataclasses.dataclass(frozen=True)
 class Untried(fields.Record):
-    """A candidate the budget had no room for: what measuring it was expected to take (``needs_s``,
-    of which ``compile_s`` its first call) and the seconds spent when it was left."""
+    """A candidate left untried: ``needs_s`` to measure (``compile_s`` of it), ``spent_s`` then."""
 
     LENIENT = True  # a cached result's: one this version cannot read is left out
 
@@ -332,8 +312,7 @@ def order(trial: Trial) -> tuple[float, int]:
 
 
 def choose(trials: Sequence[Trial], min_gain: float = MIN_GAIN) -> Candidate:
-    """The fastest measured candidate, unless it beats the defaults (``trials[0]``) by no more than
-    `min_gain`: then the defaults."""
+    """The fastest measured, unless it beats the defaults (``trials[0]``) by <= `min_gain`."""
     defaults = trials[0]
     measured = [t for t in trials if t.examples_per_sec is not None]
     if not measured:
@@ -353,9 +332,7 @@ PRUNE_LOSS = 0.04
 
 @dataclasses.dataclass(frozen=True)
 class WholeRun(fields.Record):
-    """The defaults and a pick over a whole run (`examples`, `steps`): each one's compile plus its
-    steps, the pick's extra compile, the step after which it pays (None: never), and whether the
-    pick finishes first. Read back leniently."""
+    """The defaults and a pick over a whole run (compile plus steps), and where the pick pays."""
 
     LENIENT = True
 
@@ -369,9 +346,7 @@ class WholeRun(fields.Record):
 
 
 def whole_run(defaults: Trial, best: Trial, examples: int | None, batch: int) -> WholeRun | None:
-    """The two candidates over a whole run of `examples`: each one's compile plus its steps, and
-    where the faster step's extra compile pays (``break_even_steps``). None where a length or
-    compile is unknown."""
+    """The two over a whole run of `examples` (:class:`WholeRun`); None: length/compile unknown."""
     if not examples or defaults.examples_per_sec is None or best.examples_per_sec is None:
         return None
     if defaults.compile_s is None or best.compile_s is None:
@@ -414,22 +389,17 @@ def search(
 ) -> tuple[list[Trial], list[Untried]]:
     """Loops first, at their longest; then each other knob; then the loops shorter.
 
-    1. The defaults (always; `first` when already measured).
+    1. The defaults (`first` when already measured).
     2. The loops' corner: fused steps at their longest, then steps per execution within
-    ``space.max_steps_per_call``. The other knobs are then judged where overhead no longer hides
-    their effect.
-    3. Each other knob (XLA, precision, batch size), every value, the rest at the best so far; again
-    while one changed the best (they interact).
-    4. Each loop one value shorter while not slower (a shorter loop hands control back to Python
-    more often); steps per execution not where the call overhead says it loses by more than
-    :data:`PRUNE_LOSS`.
+       ``space.max_steps_per_call``, where overhead no longer hides the other knobs' effect.
+    3. Each other knob (XLA, precision, batch size), every value, the rest at the best so far;
+       again while one changed the best (they interact).
+    4. Each loop one value shorter while not slower (control back to Python sooner); steps per
+       execution not where the call overhead says it loses by more than :data:`PRUNE_LOSS`.
 
-    With `passes` > 1, steps 3 and 4 again while the best changes. This measures 4–6 candidates
-    where the grid holds 16–32; ``rounds.confirm`` then settles the fastest.
-
-    A candidate starts only where its expected cost (:func:`expected_cost`) ends within the budget;
-    else it is measured over a shorter window (`sample`, at least :data:`SAMPLE_SHARE`) or left
-    untried.
+    With `passes` > 1, steps 3 and 4 again while the best changes; ``rounds.confirm`` then settles
+    the fastest. A candidate starts only where its :func:`expected_cost` ends within the budget,
+    else runs a shorter window (`sample`, at least :data:`SAMPLE_SHARE`) or is left untried.
 
     Args:
         measure: returns examples/s or raises (a failed trial).
@@ -437,8 +407,7 @@ def search(
         shown_budget_s: the budget the progress lines count against.
         compile_of: a measured candidate's compile cost (None: unknown).
         sample: ``sample(candidate, window_s)``, examples/s over a shorter window.
-        reserve_s: seconds held back for the head-to-head rounds while a candidate beats the
-            defaults.
+        reserve_s: held back for the head-to-head rounds while a candidate beats the defaults.
 
     Returns:
         The trials in the order run (defaults first) and the candidates left untried."""
@@ -447,7 +416,6 @@ def search(
         compile_of=compile_of, sample=sample, reserve_s=reserve_s,
     )  # fmt: skip
     axes = dict(space.axes())
-    # The roles and the order are the settings table's (toolkit.runner.config.Searched).
     loops = [name for name, how in space.SEARCHED if how.role == LOOP and len(axes[name]) > 1]
     state.corner(loops, axes)
     knobs = [
@@ -472,8 +440,7 @@ def _faster(trial: Trial | None, than: Trial) -> bool:
 
 
 class _Search:
-    """One :func:`search`'s state: the trials so far, the best, the corner's call overhead, and
-    whether the budget ran out."""
+    """One :func:`search`'s state: the trials, the best, the corner's call overhead, the untried."""
 
     def __init__(
         self,
@@ -509,14 +476,12 @@ class _Search:
         return bool(self.untried)
 
     def run(self, candidate: Candidate) -> Trial | None:
-        """The candidate's trial (measured now, or before); None where the budget has no room for
-        it."""
+        """The candidate's trial (measured now or before); None: the budget has no room for it."""
         if candidate in self.seen:
             return self.seen[candidate]
         if candidate in self.untried:
             return None
-        # The budget is a promise, not a start deadline: a candidate that would end past it is not
-        # started, or is measured over a shorter window.
+        # The budget is a promise, not a start deadline: an overrun is shortened or not started.
         trials, clock = self.trials, self.clock
         window_s = None
         if trials:
@@ -564,8 +529,7 @@ class _Search:
             self.best = trial  # type: ignore[assignment]
 
     def corner(self, loops: list[str], axes: dict[str, Sequence[Any]]) -> None:
-        """The fused steps at their longest, then steps per execution as long as the space allows;
-        the call overhead it and the defaults show."""
+        """Fused steps longest, then steps per execution as long as allowed; sets the overhead."""
         if not loops:
             return
         longest = dataclasses.replace(self.best.candidate, steps_per_execution=1, fused_steps=1)
@@ -580,8 +544,7 @@ class _Search:
         self.take_if_faster(corner)
 
     def knobs(self, knobs: list[str], axes: dict[str, Sequence[Any]]) -> None:
-        """Each other knob at the best so far, and again while one changed the best: they interact
-        (XLA fuses a precision's casts). Settings already measured cost nothing."""
+        """Other knobs at the best, again while it changes (they interact: XLA fuses the casts)."""
         settled = None
         while settled != self.best.candidate:
             settled = self.best.candidate
@@ -590,8 +553,7 @@ class _Search:
                     self.take_if_faster(self.at_best(**{name: value}))
 
     def loop(self, name: str, axis: Sequence[Any]) -> None:
-        """One loop from the best, down one value at a time while not slower; from a best not at the
-        longest, the other values longest first."""
+        """One loop down from the best while not slower; from a best short of it, longest first."""
         values = [
             v for v in sorted(axis)
             if self.space.allows(dataclasses.replace(self.best.candidate, **{name: v}))
@@ -622,9 +584,8 @@ class _Search:
 
 
 def expected_cost(candidate: Candidate, trials: Sequence[Trial]) -> tuple[float, float]:
-    """``(compile, window)``: what measuring `candidate` should take from the `trials`: its kind's
-    median; for the first XLA candidate :data:`XLA_COMPILE_FACTOR` times the longest compile
-    without, or :data:`XLA_FIRST_COST` times the slowest trial."""
+    """``(compile, window)`` to measure `candidate`: its kind's median in `trials`; for the first
+    XLA one XLA_COMPILE_FACTOR × the longest compile without, else XLA_FIRST_COST × the slowest."""
     whole = [t for t in trials if t.seconds > 0 and not t.sampled] or list(trials)
     same = [t for t in whole if t.candidate.jit_compile == candidate.jit_compile]
     compiles = [t.compile_s for t in (same or whole) if t.compile_s is not None]
@@ -639,9 +600,7 @@ def expected_cost(candidate: Candidate, trials: Sequence[Trial]) -> tuple[float,
 
 
 def window_steps(candidate: Candidate, steps: int, calls: int = 3) -> tuple[int, int]:
-    """``(warm-up steps, total steps)`` for a candidate: the first call is left out (one more
-    execution where calls are short), then at least `steps` steps and `calls` executions are
-    timed."""
+    """``(warm-up, total)`` steps: first call (two if short) untimed, then >= `steps`, `calls`."""
     per_call = candidate.per_call
     timed = whole_calls(max(steps, calls * per_call), per_call)
     warmup = per_call if per_call < steps else 0

@@ -1,22 +1,11 @@
 """A pick confirmed where the user will run it: in fresh processes, and its gain with its range.
 
-One process measuring every candidate in turn flatters some of them: the defaults run first on a
-cold machine, the finalists stay warm, and a short window sees none of what a new run pays (a
-search's 1.74× measured 1.20× in fresh processes). So before a pick is cached, :func:`confirm_fresh`
-runs the defaults and the pick in new processes (``python -m toolkit._child``, one typed spec) in
-paired, interleaved rounds, until the gain's range answers or the time ends:
-
-* the range is a :class:`~toolkit.core._gain.Gain`'s: the median of the paired ratios and one-sided
-  95 % bounds (Student's t on the log ratios; from ``ROBUST_ROUNDS`` rounds on, the robust spread,
-  so one disturbed round does not hold the question open);
-* its low end above 1 (and the median above ``1 + MIN_GAIN``): **confirmed**; its high end below ``1
-  + MIN_GAIN``: **refused**;
-* the time ran out with neither: the defaults stay, and :meth:`Gain.resolvable` says the smallest
-  gain this machine's noise lets that many rounds confirm.
-
-Each run times its own window at its own rate (:func:`window_s`). Your own model in memory cannot be
-rebuilt in another process: there the claim comes from in-process rounds and says so; hand tune a
-``module:function`` (``--model_fn``) for the fresh check."""
+One process measuring every candidate in turn flatters some: the defaults run first on a cold
+machine, the finalists stay warm, and a short window sees none of what a new run pays. So before a
+pick is cached, :func:`confirm_fresh` runs the defaults and the pick in new processes, in paired,
+interleaved rounds, until their :class:`~toolkit.core._gain.Gain`'s range answers or time ends: a
+low end above 1 **confirms**, a high end below ``1 + MIN_GAIN`` **refuses**; else the defaults stay.
+A model in memory cannot be rebuilt elsewhere: its claim comes from in-process rounds."""
 
 from __future__ import annotations
 
@@ -44,9 +33,7 @@ GRACE_S = 2.0  # a run may end this long past the deadline before it is stopped
 
 
 def noise_words(gain: Gain | None, seconds: float) -> str:
-    """What this machine's noise lets `seconds` of fresh rounds confirm (``a gain under 1.15×
-    cannot be confirmed in 30 s``), and where more rounds would confirm the gain measured, how
-    many. Empty: unknown."""
+    """What `seconds` of fresh rounds can confirm at this noise, and what more rounds would."""
     smallest = gain.resolvable() if gain is not None else None
     if gain is None or gain.noise is None or smallest is None:
         return ""
@@ -54,9 +41,7 @@ def noise_words(gain: Gain | None, seconds: float) -> str:
         f"on this machine's noise (±{gain.noise:.0%}) a gain under {smallest:.2f}× cannot be "
         f"confirmed in {seconds:.0f} s"
     )
-    # Two rounds' Student's t is wide: a gain that won every round can read as far from confirmed.
-    # Say how many rounds would.
-    more = next(
+    more = next(  # two rounds' Student's t is wide: winning every round can read unconfirmed
         (n for n in range(gain.rounds + 1, FRESH_ROUNDS + 1)
          if (gain.resolvable(n) or math.inf) < gain.ratio),
         None,
@@ -71,24 +56,21 @@ def noise_words(gain: Gain | None, seconds: float) -> str:
 
 
 def window_s(budget_s: float) -> float:
-    """A fresh run's timed window for a tune of `budget_s`: a twentieth, within
-    :data:`MIN_WINDOW_S` and :data:`FRESH_WINDOW_S`."""
+    """A fresh run's timed window: `budget_s` / 20, within MIN_WINDOW_S and FRESH_WINDOW_S."""
     return min(FRESH_WINDOW_S, max(MIN_WINDOW_S, budget_s / 20))
 
 
 def fresh_steps(
     candidate: Candidate, rate: float | None, batch_size: int, steps: int, window: float = 0.0
 ) -> int:
-    """Timed steps for `candidate`'s fresh run: enough for `window` seconds at the rate the
-    search measured, `steps` where unknown, and 5 calls at least."""
+    """A fresh run's timed steps: `window` s at the search's rate (or `steps`), at least 5 calls."""
     window = window or FRESH_WINDOW_S
     enough = math.ceil(window * rate / batch_size) if rate and batch_size else steps
     return max(enough, 5 * candidate.per_call)
 
 
 def start_estimate() -> float:
-    """What a fresh process should take before it trains: this process's own start, within 3 s
-    and 30 s (:data:`FRESH_START_S` where unknown)."""
+    """A fresh process's start before training: this one's, within 3-30 s (or FRESH_START_S)."""
     from toolkit.profiling._timing import process_start
 
     started = process_start()
@@ -99,9 +81,7 @@ def start_estimate() -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Confirmation:
-    """What :func:`confirm_fresh` found: the pick that stands, the fresh :class:`Gain` (None: no
-    round measured both), the rounds, why in short lines, whether time ended them, and the
-    longest run the timeout stopped."""
+    """What :func:`confirm_fresh` found: the pick that stands, its :class:`Gain`, rounds and why."""
 
     pick: Candidate
     gain: Gain | None
@@ -114,9 +94,7 @@ class Confirmation:
 
 @dataclasses.dataclass(frozen=True)
 class Timing:
-    """The time fresh rounds may take: the `deadline` on `clock` (None: no bound), each
-    candidate's first-run estimate (`run_s`), and how a progress line counts time (`start`,
-    `shown_s`)."""
+    """Fresh rounds' time: `deadline` on `clock` (None: no bound), `run_s` first-run estimates."""
 
     deadline: float | None = None
     clock: Callable[[], float] = time.perf_counter
@@ -145,14 +123,11 @@ def confirm_fresh(
     interrupted: list[str] | None = None,
     timing: Timing | None = None,
 ) -> Confirmation:
-    """Runs the defaults and `pick` in paired, interleaved rounds of fresh processes (`rounds` at
-    most) until the gain's range answers or a round would pass `timing`'s deadline. Each run
-    is `steps` timed steps of `target`.
-
-    `runner` ``(candidate, round)`` returns ``standings.Figures`` or a ``ChildResult`` (default: a
-    child process stopped at the deadline). Runs a signal or timeout ended are added to
-    `interrupted`, and tune does not cache such an answer. The defaults stand unless the pick is
-    confirmed."""
+    """Runs the defaults and `pick` in paired, interleaved rounds of fresh processes, `steps` timed
+    steps each, until the gain's range answers or a round would pass `timing`'s deadline; the
+    defaults stand unless the pick is confirmed. `runner` ``(candidate, round)`` returns Figures or
+    a ``ChildResult`` (default: a child stopped at the deadline); runs a signal or timeout ended
+    join `interrupted` (uncached)."""
     timing = timing or Timing()
     child = _child_runner(
         target, backend=backend, device=device, steps=steps, timing=timing, progress=progress
@@ -175,9 +150,7 @@ def _child_runner(
     timing: Timing,
     progress: Callable[[str], Any] | None = None,
 ) -> Callable[[Candidate, int], Any]:
-    """The default runner: `candidate` on `target` in a new ``python -m toolkit._child`` process,
-    stopped at :func:`run_timeout`, saying to `progress` at least every ten seconds that it
-    runs. Counts no FLOPs."""
+    """The default runner: a new ``python -m toolkit._child`` per run, stopped at run_timeout."""
     from toolkit.search._processes import ChildSpec, run_child
 
     # The searching process still holds its device memory: a child takes only what it needs.
@@ -215,10 +188,7 @@ def _child_runner(
 
 
 def run_timeout(left: float | None, first: Sequence[float], estimate: float | None) -> float:
-    """How long one fresh run may take: what the call has left (plus :data:`GRACE_S`), and once a
-    first run measured one here, :data:`OVERRUN` times that or the run's own `estimate`,
-    whichever is longer. A run past it is stopped and said (a larger budget would or would not
-    hold it)."""
+    """A fresh run's timeout: time left + GRACE_S; after one ran, <= OVERRUN × it or `estimate`."""
     budget = FRESH_TIMEOUT_S if left is None else max(left + GRACE_S, 1.0)
     if not first:
         return budget
@@ -226,9 +196,7 @@ def run_timeout(left: float | None, first: Sequence[float], estimate: float | No
 
 
 class _FreshRounds:
-    """The fresh rounds as :func:`interleaved_rounds` calls them: `measure` a run's rate (raising
-    where none), `cost` the next round's estimate, `settled` when the pick failed or the range
-    answers, `verdict` what they found."""
+    """The fresh rounds as :func:`interleaved_rounds` calls them, and their :meth:`verdict`."""
 
     def __init__(
         self,
@@ -274,8 +242,7 @@ class _FreshRounds:
         return float(rate)
 
     def cost(self, r: int) -> float | None:
-        """The next round's seconds: the last round's, or the estimates; None where neither is
-        known."""
+        """The next round's seconds: the last round's, or the estimates; None: neither known."""
         known = {**self.timing.run_s, **self.walls}
         if self.defaults not in known or self.pick not in known:
             return None
@@ -295,8 +262,7 @@ class _FreshRounds:
         return dataclasses.replace(said, overran_s=self.overran, longest_s=longest)
 
     def _verdict(self, done: list[dict[Candidate, float]], out_of_time: bool) -> Confirmation:
-        """The pick when the rounds confirmed it (and the never-slower rule agrees), else the
-        defaults, with why."""
+        """The pick if the rounds confirm it and the never-slower rule agrees; else the defaults."""
         defaults, pick = self.defaults, self.pick
         gain = Gain.of(paired_ratios(done, defaults, pick), FRESH)
         labelled = [{c.label(): rate for c, rate in got.items()} for got in done]

@@ -1,6 +1,4 @@
-"""Head to head: the search's fastest candidates measured again against the defaults in
-interleaved rounds (:func:`confirm`), the rounds themselves (:func:`interleaved_rounds`, which
-the chooser runs too), their paired ratios and the never-slower verdict (:func:`decide`)."""
+"""Head to head: finalists vs the defaults (:func:`confirm`), interleaved rounds, :func:`decide`."""
 
 from __future__ import annotations
 
@@ -29,9 +27,7 @@ DECISIVE_GAIN = 0.25  # won by this much in the search and in round 1: one round
 def _decisive(
     defaults: Trial, pick: Candidate, trials: Sequence[Trial], got: dict[str, float]
 ) -> bool:
-    """Whether `pick` beat the defaults by more than :data:`DECISIVE_GAIN` in its search window
-    and again in the first round, and every other finalist in both: the windows agree on the
-    whole order, so another round would not change it."""
+    """Whether `pick` led the defaults by > DECISIVE_GAIN, and all others, in search and round 1."""
     searched = {t.candidate.label(): t.rates[0] for t in trials if t.rates}
     base, label = defaults.candidate.label(), pick.label()
     first, mine = searched.get(label), got.get(label)
@@ -60,15 +56,13 @@ def confirm(
     shown_budget_s: float | None = None,
     cut: Sequence[str] = (),
 ) -> tuple[Candidate, list[dict[str, float]], str, bool]:
-    """Measures the search's :data:`FINALISTS` fastest again, interleaved with the defaults,
-    until the pick is the same two rounds running, :data:`MAX_ROUNDS` rounds, or the budget
-    ends; picks with :func:`decide`. One window cannot tell a 10 % gain from a shared
-    machine's 10 % swing; paired, repeated rounds can. `shown_budget_s`: the budget the
-    progress lines count against; `cut`: why the space held the defaults alone.
+    """Measures the search's :data:`FINALISTS` fastest again, interleaved with the defaults, until
+    the pick holds two rounds running, :data:`MAX_ROUNDS`, or the budget ends; picks with
+    :func:`decide` (one window cannot tell a gain from a shared machine's swing; paired rounds
+    can). `shown_budget_s`: what progress lines count against; `cut`: why only the defaults.
 
     Returns:
-        ``(pick, rounds as {label: examples/s}, why in words, whether the budget ran out)``; the
-        trials' rates become the medians."""
+        ``(pick, rounds as {label: examples/s}, why, budget ran out)``; trials' rates: medians."""
     start = clock() - spent_s
     defaults = trials[0]
     if defaults.examples_per_sec is None:
@@ -100,22 +94,18 @@ def confirm(
 
 
 def _finalists(defaults: Trial, trials: Sequence[Trial]) -> list[Trial]:
-    """The search's :data:`FINALISTS` fastest that beat the defaults, near enough the leader
-    (:data:`NEAR_LEADER`) for the rounds to change the order."""
+    """The search's :data:`FINALISTS` fastest that beat the defaults, within :data:`NEAR_LEADER`."""
     finalists = sorted(
         (t for t in trials[1:] if t.examples_per_sec and t.examples_per_sec > defaults.rates[0]),
         key=order,
         reverse=True,
     )[:FINALISTS]
-    # A runner-up far behind the leader cannot overtake it on noise: not measured again.
-    lead = finalists[0].rates[0] if finalists else 0.0
+    lead = finalists[0].rates[0] if finalists else 0.0  # one far behind can't overtake on noise
     return [t for t in finalists if t.rates[0] >= NEAR_LEADER * lead]
 
 
 class _HeadToHead:
-    """The rounds of :func:`confirm` as :func:`interleaved_rounds` calls them: `again` measures
-    one entrant, `cost` estimates a round, `settled` decides after each (on the verdict kept
-    here)."""
+    """The rounds of :func:`confirm` as :func:`interleaved_rounds` calls them; keeps the verdict."""
 
     def __init__(
         self,
@@ -156,8 +146,7 @@ class _HeadToHead:
         return sum(t.seconds / max(1, len(t.rates)) for t in self.group.values())
 
     def settled(self, rounds: list[dict[Candidate, float]]) -> bool:
-        """Whether the rounds settle the pick: the same two rounds running, or one round agreeing
-        with a decisive search."""
+        """Whether the pick holds two rounds running, or one round agrees with a decisive search."""
         previous = self.verdict.pick
         self.verdict = decide(self.base, self.group, rounds, min_gain=self.min_gain)
         self.why = _why(self.verdict, self.min_gain)
@@ -188,9 +177,6 @@ def _why(verdict: Verdict, min_gain: float) -> str:
             "round(s) head to head; the defaults stay"
         )
     return f"chosen: won {verdict.wins} of {verdict.rounds} round(s) head to head"
-
-
-# ---------------------------------------------------------------------------- head to head
 
 
 def interleaved_rounds(
@@ -237,8 +223,7 @@ def paired_ratios(
     entrant: Any,
     speed: Callable[[Any], float | None] = lambda x: x,
 ) -> list[float]:
-    """``speed(entrant) / speed(base)`` in every round where both have one (> 1: the entrant was
-    faster)."""
+    """``speed(entrant) / speed(base)`` in each round where both have one (> 1: entrant faster)."""
     out = []
     for got in rounds:
         if base not in got or entrant not in got:
@@ -251,8 +236,7 @@ def paired_ratios(
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    """What :func:`decide` found: the `pick` (the base unless an entrant won), and the leader
-    among those that won most rounds, with its median ratio and wins."""
+    """What :func:`decide` found: `pick` (the base unless one won), the leader, its ratio, wins."""
 
     pick: Any
     leader: Any
@@ -274,9 +258,8 @@ def decide(
     min_gain: float = MIN_GAIN,
     eligible: Callable[[Any], bool] | None = None,
 ) -> Verdict:
-    """The never-slower rule: among the entrants faster than `base` in most rounds, the highest
-    median paired ratio leads; it is picked when that median exceeds ``1 + min_gain``, else
-    `base` stays."""
+    """The never-slower rule: of the entrants faster than `base` in most rounds, the best median
+    paired ratio leads, and is picked where it exceeds ``1 + min_gain``; else `base` stays."""
     leader, best, wins = None, 0.0, 0
     for entrant in entrants:
         if entrant == base or (eligible is not None and not eligible(entrant)):

@@ -1,6 +1,4 @@
-"""The backends comparison's result: what ran (:class:`Target`, :class:`Contender`), each
-contender's runs (:class:`Row`), and :class:`BackendsResult` with its table, chart and JSON.
-Framework-free; every ratio is the median of per-round ratios to the defaults."""
+"""The backends comparison's result: targets, contenders, runs, table, chart, JSON; no framework."""
 
 from __future__ import annotations
 
@@ -31,9 +29,7 @@ HEADERS = (
     "backend", "device", "first step s", "p50 ms/step", "mean ms/step (spread)", "examples/s",
     "MFU (of measured peak)", "vs defaults", "final loss", "note",
 )  # fmt: skip
-# The defaults' final loss and a contender's must agree within this share (rounding only); a larger
-# gap computes something else, and is never chosen.
-LOSS_RTOL = 0.05
+LOSS_RTOL = 0.05  # a final loss off the defaults' by more (not rounding) is never chosen
 
 
 class ChooserError(ValueError):
@@ -42,9 +38,8 @@ class ChooserError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Target(fields.Record):
-    """What to train, as a fresh process rebuilds it: a recipe (with ``params``, its changed
-    ``build_task`` arguments) or ``module:function`` returning your compiled model and batched
-    data; the run's ``config``; and your ``class_weight``. Typed values, never a command line."""
+    """What to train, as a fresh process rebuilds it: a recipe (``params``: changed ``build_task``
+    args) or ``module:function`` (your compiled model and data), ``config``, ``class_weight``."""
 
     recipe: str | None = None
     model_fn: str | None = None
@@ -61,8 +56,7 @@ class Target(fields.Record):
         return str(self.recipe or self.model_fn)
 
     def source_digest(self) -> str | None:
-        """A digest of the file that builds this target: a cached comparison answers only while
-        it is unchanged. None: no such file."""
+        """Digest of the target's file: cached answers hold while it is unchanged. None: no file."""
         import hashlib
         import importlib.util
 
@@ -81,9 +75,7 @@ class Target(fields.Record):
 
     @classmethod
     def of(cls, what: Any, params: dict[str, Any] | None = None, config: Any = None) -> Target:
-        """A Target from a recipe name, ``"module:function"``, or your model-building function
-        itself (top level of a module or your script); with a recipe's `params` and a
-        `config`."""
+        """A Target from a recipe name, ``"module:function"`` or a top-level model function."""
         if isinstance(what, Target):
             return what
         settings = config.to_dict() if hasattr(config, "to_dict") else dict(config or {})
@@ -95,13 +87,11 @@ class Target(fields.Record):
 
 
 def function_spec(fn: Any) -> str:
-    """How a fresh process finds your function `fn`: ``module:function``, or
-    ``/path/mytrain.py:function`` for your script, imported under another name than
-    ``__main__`` (as spawn does).
+    """How a fresh process finds `fn`: ``module:function``, or ``/path/mytrain.py:function`` for
+    your script, imported under another name than ``__main__`` (as spawn does).
 
     Raises:
-        ChooserError: no fresh process can find it (nested, a lambda, typed interactively), with the
-            fix."""
+        ChooserError: no fresh process can find it (nested, lambda, interactive), with the fix."""
     import sys
 
     module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
@@ -128,8 +118,7 @@ def function_spec(fn: Any) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Contender(fields.Record):
-    """One backend on one kind of device, optionally with tuned settings (``tune
-    --across_backends``)."""
+    """One backend on one kind of device, maybe with tuned settings (``tune --across_backends``)."""
 
     backend: str
     device: str = "cpu"
@@ -160,8 +149,7 @@ def _number(value: Any) -> float | None:
 
 @dataclasses.dataclass(frozen=True)
 class Figures(fields.Record):
-    """One run's figures as a fresh process measures them: backend, first step, median and mean
-    step, examples/s, timed steps, steps a call, batch size, MFU and final loss."""
+    """One run's figures as a fresh process measures them."""
 
     backend: str | None = None
     first_step_s: float | None = None
@@ -191,8 +179,7 @@ class Figures(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """One contender's run in one round: its figures, or the error (`interrupted`: not its
-    answer), and its wall time."""
+    """A contender's run in a round: figures or error (`interrupted`: not its answer), wall time."""
 
     figures: Figures | None = None
     error: str | None = None
@@ -209,8 +196,7 @@ class Run:
         return getattr(self.figures, name) if self.figures is not None else None
 
     def to_dict(self) -> dict[str, object]:
-        """As the cache holds it: its figures, ``error`` (and ``interrupted``), ``round`` and
-        ``wall_s``."""
+        """As the cache holds it: figures, ``error``, ``interrupted``, ``round`` and ``wall_s``."""
         out = self.figures.to_dict() if self.figures is not None else {}
         if self.error is not None:
             out["error"] = self.error
@@ -268,8 +254,7 @@ class Row(fields.Record):
 
 @dataclasses.dataclass
 class BackendsResult(fields.Record):
-    """Every contender's runs, the winner, and where the answer came from; ``rows[0]`` is the
-    defaults."""
+    """Every contender's runs, the winner and the answer's source; ``rows[0]`` is the defaults."""
 
     target: Target
     rows: list[Row]
@@ -376,8 +361,7 @@ class BackendsResult(fields.Record):
         return line
 
     def write(self, out_dir: str, plot: bool = True) -> dict[str, str]:
-        """``backends.json``, ``backends.md`` and ``backends.png`` under `out_dir`, each
-        atomically."""
+        """``backends.json``, ``.md`` and ``.png`` under `out_dir`, each written atomically."""
         paths = {
             "json": atomic_write(
                 os.path.join(out_dir, "backends.json"), json.dumps(self.to_dict(), indent=1)

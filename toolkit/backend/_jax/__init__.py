@@ -1,16 +1,8 @@
 """JAX behind the seam: what the backend-neutral core needs when Keras trains on JAX.
 
-* a step boundary: dispatch is asynchronous, so a batch begin only queues a step; StepTimer re-times
-  an epoch at batch ends when the device was behind, and adds no sync of its own;
-* traces: ``jax.profiler`` writes XSpace files that TensorBoard and XProf read; each traced step is
-  a ``jax.profiler.StepTraceAnnotation``;
-* FLOPs: XLA's cost analysis of the jitted forward pass and its gradient, lowered for the host CPU
-  whatever device trains (a GPU module hands matmuls to cuBLAS as custom calls its cost analysis
-  does not count), so the count is the same on every machine;
-* the matmul peak: chained matmuls in one jitted ``fori_loop``;
-* fused steps: `steps` training steps in one jitted call, a ``jax.lax.scan`` over the step.
-
-Not here: ``tf.distribute`` strategies (:func:`check_config` refuses them in one line)."""
+Dispatch is asynchronous, so a batch begin only queues a step: StepTimer re-times an epoch at batch
+ends when the device was behind, adding no sync of its own. :func:`check_config` refuses
+``tf.distribute`` strategies."""
 
 from __future__ import annotations
 
@@ -76,8 +68,7 @@ def check_config(config: Any) -> None:
 
 
 def use_compile_cache(directory: str) -> str:
-    """Keeps every program JAX compiles in `directory` (JAX's persistent compilation cache), so a
-    later process reads it instead. Returns what it did, in words."""
+    """Keeps what JAX compiles in `directory` (its persistent cache). Returns what it did."""
     import jax
 
     jax.config.update("jax_compilation_cache_dir", directory)
@@ -97,15 +88,11 @@ def intra_op_threads() -> int:
 
 
 def float32_matmul_precision() -> str:
-    """``"float32"`` when JAX's default matmul precision is the highest, else ``"tf32"``: which
-    datasheet figure a float32 step is compared with."""
+    """``"float32"`` when JAX's default matmul precision is the highest, else ``"tf32"``."""
     import jax
 
     precision = str(jax.config.jax_default_matmul_precision or "default").lower()
     return "float32" if precision in ("highest", "float32") else "tf32"
-
-
-# ---------------------------------------------------------------------------- traces
 
 
 def start_trace(logdir: str, host_level: int, python_level: int, device_level: int) -> None:
@@ -143,8 +130,7 @@ def step_marker(step: int) -> Any:
 
 
 def profiler_probe() -> Any:
-    """A function, cheap enough to call every step, that says whether ``jax.profiler`` is tracing
-    in this process, whoever started it."""
+    """A per-step-cheap probe: is ``jax.profiler`` tracing in this process, whoever started it?"""
     try:
         from jax._src import profiler  # no public "is running"
 
@@ -155,12 +141,8 @@ def profiler_probe() -> Any:
     return lambda: state.profile_session is not None
 
 
-# ---------------------------------------------------------------------------- memory
-
-
 def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
-    """Current and peak memory of each accelerator JAX sees, in MiB (``Device.memory_stats``;
-    CPUs left out). JAX keeps no resettable peak: `reset_peak` has no effect."""
+    """Current and peak MiB of each accelerator (``memory_stats``); JAX has no peak to reset."""
     import jax
 
     out: dict[str, dict[str, float]] = {}
@@ -179,8 +161,7 @@ def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
 
 
 def device_memory_limit() -> dict[str, float]:
-    """Each accelerator's memory in MiB as JAX's allocator may use it (``bytes_limit``); ``{}``
-    on a CPU."""
+    """Each accelerator's memory JAX may use (``bytes_limit``), in MiB; ``{}`` on a CPU."""
     import jax
 
     out: dict[str, float] = {}
@@ -197,14 +178,10 @@ def device_memory_limit() -> dict[str, float]:
 
 
 def live_tensors(cheap_only: bool = False) -> tuple[list[Any], str, bool]:
-    """The arrays alive in this process (``jax.live_arrays``, cheap), what they are called, and
-    that listing them is cheap."""
+    """The arrays alive in this process (``jax.live_arrays``, cheap) and what they are called."""
     import jax
 
     return list(jax.live_arrays()), "arrays", True
-
-
-# ---------------------------------------------------------------------------- FLOPs
 
 
 def _flops(lowered: Any) -> int:
@@ -225,9 +202,9 @@ def _on_cpu(tree: Any) -> Any:
 
 
 def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, str, str | None]:
-    """``(forward FLOPs, train-step FLOPs, method, note)`` of a built Keras model, from XLA's
-    cost analysis of its jitted forward pass and the gradient of its summed outputs (no
-    optimizer update), lowered for the CPU, not compiled. Never raises."""
+    """``(forward FLOPs, train-step FLOPs, method, note)`` of a built Keras model: XLA's cost
+    analysis of the jitted forward pass and its summed outputs' gradient (no optimizer update),
+    lowered for the CPU (a GPU module's cuBLAS calls go uncounted), not compiled. Never raises."""
     try:
         import jax
         import jax.numpy as jnp
@@ -262,14 +239,10 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
     return forward_flops, train_flops, METHOD, None
 
 
-# ---------------------------------------------------------------------------- matmul peak
-
-
 def measure_matmul_peak(
     device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.15
 ) -> MatmulRun:
-    """The peak FLOP/s of chained ``size``² matmuls (best of 7 runs, and their spread) on
-    `device`, in one jitted loop waited on once per run."""
+    """The peak FLOP/s of ``size``² matmuls on `device`, chained in one jitted loop."""
     import jax
     import jax.numpy as jnp
 
@@ -292,20 +265,12 @@ def measure_matmul_peak(
     return calibrated_peak(timed, size, seconds)
 
 
-# ---------------------------------------------------------------------------- training steps
-
-
 def fuse_train_steps(model: Any, steps: int) -> None:
     """Makes each Keras training batch run `steps` training steps inside one jitted call.
-
-    Keras's JAX ``train_step`` is a pure function of ``(state, data)``; here it receives ``steps ×
-    batch_size`` examples, splits them into `steps` batches and runs the step over them with
-    ``jax.lax.scan``: one XLA program, the state carried on the device. (Keras 3.15's
-    ``steps_per_execution`` is a Python loop of jitted calls; 3.16's is a scan too:
-    :func:`step_loops`.) Logs are the last step's. Call it after ``compile``.
-
-    Under a ``keras.distribution`` the batch is laid out ``(D, steps, rows)`` so each row stays on
-    its device. Rolled or unrolled: :func:`scan_unroll`, decided when the step is traced."""
+    Keras's JAX ``train_step`` is a pure function of ``(state, data)``; here it gets ``steps ×
+    batch_size`` examples, split and run through the step by ``jax.lax.scan``: one XLA program, the
+    state carried on the device. Logs are the last step's. Call it after ``compile``. Under a
+    ``keras.distribution`` the batch is laid out ``(D, steps, rows)``: rows stay on their device."""
     if not mark_fused_steps(model, steps):
         return
     import jax
@@ -337,9 +302,7 @@ def fuse_train_steps(model: Any, steps: int) -> None:
 
 
 def keras_scans_steps() -> bool:
-    """Whether the installed Keras runs ``steps_per_execution`` on JAX as one jitted ``lax.scan``
-    over a stacked super-batch (3.16) rather than a Python loop (3.15). Found in its trainer,
-    not assumed from the version."""
+    """Whether Keras runs ``steps_per_execution`` on JAX as one jitted ``lax.scan`` (3.16 on)."""
     import importlib
 
     try:
@@ -351,12 +314,8 @@ def keras_scans_steps() -> bool:
 
 def scan_unroll(steps: int, platform: str, convolves: bool) -> int:
     """How many of `steps` fused steps one ``lax.scan`` iteration runs: 1 (rolled, compiled once)
-    unless the step convolves on a CPU, then all of them.
-
-    XLA's CPU compiler leaves a convolution's gradient inside a loop body in a layout its fast
-    convolution does not take (jax-ml/jax#12868), so any loop left is many times slower: only a full
-    unroll brings it back. Without a convolution unrolling buys nothing measurable while the compile
-    grows with it."""
+    unless the step convolves on a CPU, then all: XLA's CPU compiler leaves a convolution's gradient
+    in a loop body in a layout many times slower; elsewhere unrolling only grows the compile."""
     return steps if platform == "cpu" and convolves else 1
 
 
@@ -401,8 +360,7 @@ def _holds(jaxpr: Any, primitive: str) -> bool:
 
 
 def training_platform() -> str:
-    """The platform (``cpu``, ``gpu``, ``tpu``) JAX computes on: the selected
-    ``jax_default_device``, else JAX's default backend."""
+    """The platform JAX computes on: the ``jax_default_device`` set, else its default backend."""
     import jax
 
     device = jax.config.jax_default_device
@@ -412,8 +370,7 @@ def training_platform() -> str:
 
 
 def _batch_shards() -> int:
-    """How many devices the global batch is split over: the batch axis of the
-    ``keras.distribution`` in force (1 without one)."""
+    """How many devices the global batch is split over by the ``keras.distribution`` in force."""
     import keras
 
     distribution = keras.distribution.distribution()
@@ -429,9 +386,6 @@ def _batch_shards() -> int:
 quiet_retracing = no_retracing_noise
 
 
-# ---------------------------------------------------------------------------- processes
-
-
 def start_processes(
     coordinator: str,
     num_processes: int,
@@ -439,12 +393,9 @@ def start_processes(
     wait_s: float,
     before: Callable[[], Any] = lambda: None,
 ) -> None:
-    """Joins the JAX cluster of `num_processes` processes coordinated at `coordinator`
-    (``jax.distributed``; gloo on CPUs), before anything else of JAX runs. `before` runs first
-    (the toolkit's join), so `wait_s` only bounds a late one.
-
-    The coordinator listens at `coordinator` as named (loopback for ``localhost``), or at
-    ``JAX_COORDINATOR_BIND_ADDRESS``; JAX's own default is every interface."""
+    """Joins the JAX cluster at `coordinator` (``jax.distributed``; gloo on CPUs) before anything
+    else of JAX runs, after `before` (the toolkit's join), so `wait_s` only bounds a late one. It
+    listens as named or at ``JAX_COORDINATOR_BIND_ADDRESS`` (JAX's default: every interface)."""
     before()
     import jax
 
@@ -460,9 +411,8 @@ def start_processes(
 
 
 def data_parallel() -> tuple[Any, int]:
-    """``(distribution, replicas)``: ``keras.distribution.DataParallel`` over every device of
-    every process; each process feeds its own slice of the global batch (Keras's auto-sharding
-    takes only tf.data)."""
+    """``(keras.distribution.DataParallel, replicas)`` over every device of every process; each
+    process feeds its own slice of the global batch (Keras's auto-sharding takes only tf.data)."""
     import jax
     import keras
 
@@ -480,8 +430,7 @@ def processes() -> tuple[int, int]:
 
 
 def gather_processes(values: list[float]) -> list[list[float]]:
-    """Every process's `values` (the same length everywhere), in process order: one
-    collective, called by every process at the same point."""
+    """Every process's `values` (same length everywhere), in process order: one collective."""
     import jax
 
     if jax.process_count() < 2:
@@ -512,12 +461,9 @@ def searched_jit() -> tuple[bool, ...]:
 
 def step_loops(loader: str = "", model: Any = None) -> tuple[str, ...]:
     """The loop settings tune searches here: ``steps_per_execution`` and fused steps. Fused steps
-    step aside only where Keras's own loop measured as fast: Keras scans
-    ``steps_per_execution`` itself, stacks its super-batch inside tf.data, on a CPU, for a
-    built `model` whose step does not convolve. They stay where Keras stacks on the host
-    (Grain, NumPy: K transfers a call), on a Keras that loops in Python, where the step
-    convolves on a CPU (:func:`scan_unroll`), where the model is unknown, and on a GPU from
-    tf.data (not measured)."""
+    step aside only where Keras's own scan measured as fast: tf.data input, on a CPU, a built
+    `model` whose step does not convolve. Stacking on the host (Grain, NumPy: K transfers a call),
+    a Keras that loops in Python, a convolving CPU step or a GPU (not measured) keep them."""
     both = ("steps_per_execution", "fused_steps")
     if loader != "tf_data" or not keras_scans_steps() or model is None:
         return both
@@ -529,8 +475,7 @@ def step_loops(loader: str = "", model: Any = None) -> tuple[str, ...]:
 
 
 def _forward_convolves(model: Any) -> bool:
-    """Whether `model`'s forward pass convolves, from its jaxpr on shapes only (unknown counts as
-    convolving)."""
+    """Whether `model`'s forward pass convolves, from its jaxpr on shapes (unknown: it does)."""
     import jax
 
     inputs = getattr(model, "inputs", None)
@@ -579,8 +524,7 @@ def jit_advice() -> Advice | None:
 
 
 def fit_batches(model: Any, fit_data: dict[str, Any]) -> tuple[str, Iterator[Any]] | None:
-    """What `model`'s ``fit`` reads for `fit_data`: the Keras data adapter's name and its
-    batches, one a step, as ``JAXEpochIterator`` hands them to the jitted step."""
+    """What `model`'s ``fit`` reads for `fit_data`: its adapter's name and batches, one a step."""
     from keras.src.backend.jax.trainer import JAXEpochIterator
 
     from toolkit.backend._fit_input import read_as_fit
@@ -596,6 +540,5 @@ def wait_for_device() -> None:
 
 
 def compile_watch(model: Any, clock: Callable[[], float]) -> JaxCompiles:
-    """This backend's signal of a fit's compiles and input time, for the ledger
-    (``jax/compiles.py``)."""
+    """This backend's signal of a fit's compiles and input time, for the ledger."""
     return JaxCompiles(model, clock)

@@ -1,8 +1,6 @@
-"""JAX's signal for the step's anatomy: the compiled program's ops as the profiler times them
-(each event names its ``hlo_module`` and ``hlo_op``), joined to the program's metadata in the
-same XSpace file, where each instruction's ``op_name`` keeps its ``jax.named_scope`` path
-(``jit(train_step)/transpose(jvp(kpl3))/dot_general``; ``transpose`` marks the gradient). A
-fusion's time goes to each scope it holds, counted as fused where those are several layers."""
+"""JAX's signal for the step's anatomy: the compiled program's ops as the profiler times them,
+joined to the XSpace file's program metadata, whose ``op_name`` keeps each ``jax.named_scope`` path
+(``transpose`` marks the gradient); a fusion's time goes to each scope it holds (fused: several)."""
 
 from __future__ import annotations
 
@@ -28,10 +26,8 @@ COMMAND_BUFFER = "command_buffer"
 
 
 def anatomy_refusal(model: Any) -> str | None:
-    """Why a trace cannot take `model`'s step apart (None: it can): an eager step, or one Keras
-    did not jit (``"auto"`` turns jit off for a model holding a layer that rules XLA out, such
-    as ``RandomRotation``), compiles each op alone without the named scopes around it, so no
-    op could be given its layer or phase."""
+    """Why a trace cannot take `model`'s step apart (None: it can): an eager or unjitted step
+    (Keras's ``"auto"`` for a layer ruling XLA out) compiles each op alone, without named scopes."""
     if getattr(model, "run_eagerly", False):
         return (
             "the model runs eagerly (run_eagerly=True): on JAX each eager operation is "
@@ -58,8 +54,7 @@ def anatomy_refusal(model: Any) -> str | None:
 
 @contextlib.contextmanager
 def mark_input(model: Any) -> Iterator[None]:
-    """While open, each batch `model`'s train function reads (around the jitted step) is inside a
-    profiler range named :data:`INPUT_RANGE`, so the trace shows the wait as input."""
+    """While open, each batch `model`'s train function reads is in an :data:`INPUT_RANGE` range."""
     import jax
 
     original = getattr(model, "train_function", None)
@@ -89,10 +84,8 @@ def mark_input(model: Any) -> Iterator[None]:
 
 
 def unjoined_notes(joined: float, unjoined: float, buffered: float) -> list[str]:
-    """Why some ops' time joined no layer, where over 5 %: `buffered` ran inside XLA's command
-    buffers (CUDA graphs), named by the buffer, not its ops; `unjoined` came from programs
-    whose metadata the trace did not carry. Each is counted as other, and said with what would
-    show it."""
+    """Why some ops' time joined no layer, where over 5 %: `buffered` ran in XLA's command buffers
+    (CUDA graphs); `unjoined` came from programs the trace has no metadata for. Both are other."""
     total = max(joined + unjoined + buffered, 1e-9)
     notes = []
     if buffered > 0.05 * total:
@@ -141,8 +134,7 @@ def anatomy_trace(files: list[str]) -> StepTrace:
         elif name.startswith(("PjitFunction", "PmapFunction")) or (
             not device and name.startswith("ThunkExecutor::Execute")
         ):
-            # the host's call into a program, or XLA's CPU runtime running one on its own threads:
-            # time there is the program's, never Keras's
+            # the host's call into a program, or XLA's CPU runtime running one: the program's time
             spans.append(Span(start, end, lane, SpanKind.CALL, name=name))
         elif name.startswith("DevicePut") or name == INPUT_RANGE:
             spans.append(Span(start, end, lane, SpanKind.INPUT, name=name))
@@ -162,10 +154,9 @@ def anatomy_trace(files: list[str]) -> StepTrace:
 
 
 def raw_step(model: Any, batch: Any, per_call: int = 1) -> tuple[Any, str]:
-    """The model's training step without Keras's trainer: ``stateless_call``,
-    ``jax.value_and_grad`` of the plain loss and the optimizer's ``stateless_apply``, jitted
-    with the state donated as Keras donates it (on copies). Returns ``(timed(n) -> seconds for
-    n calls of `per_call` steps, words)``. Raises ValueError as ``plain_loss``."""
+    """The model's training step without Keras's trainer: ``stateless_call``, ``jax.value_and_grad``
+    of ``plain_loss`` (and its ValueError) and ``stateless_apply``, jitted, the state donated as
+    Keras does (on copies). Returns ``(timed(n) -> seconds for n × `per_call` steps, words)``."""
     import time
 
     import jax
@@ -209,8 +200,7 @@ def raw_step(model: Any, batch: Any, per_call: int = 1) -> tuple[Any, str]:
     return timed, f"jax.jit of {how}" if jitted else f"{how}, op by op (as the model's step)"
 
 
-# Each way of timing a jitted layer runs about this long (at most this many calls), twice; the
-# faster is kept.
+# Each way of timing a jitted layer runs about this long (at most this many calls), twice.
 PICK_S, PICK_MOST = 0.01, 64
 
 
@@ -223,14 +213,10 @@ def layer_alone(
     input_grads: bool = True,
 ) -> Any:
     """One layer's step alone, as the model's step runs it: its forward, and with `backward` the
-    gradients of its weights and floating inputs (weights alone where `input_grads` is False),
-    on random `inputs` of the shapes its calls saw, jitted unless `jit` is False: ``timed(n)
-    -> seconds``.
-
-    Jitted, the n calls run in a ``lax.fori_loop`` inside one program, as a layer runs inside the
-    step (no per-call dispatch). Each pass depends on the last one's result and its gradients are
-    summed into it, so none is hoisted or dropped; where the loop runs slower than the layer's own
-    program, that program called n times is kept."""
+    gradients of its weights and floating inputs (weights alone without `input_grads`), on random
+    `inputs` of the shapes its calls saw, jitted unless `jit` is False: ``timed(n) -> seconds``.
+    Jitted, the n calls run in one ``lax.fori_loop``, each pass on the last one's result (none
+    hoisted or dropped), unless the layer's own program called n times runs faster."""
     import time
 
     import jax
@@ -269,8 +255,7 @@ def layer_alone(
 
     moving = [xs[i] for i in floating]
 
-    # The layer's state (a Dropout's seed, a BatchNorm's moving figures) is carried from call to
-    # call, as the step carries it
+    # The layer's state (a Dropout's seed, BatchNorm's moving figures) carries over, as in the step
     def called(fn: Any) -> Any:
         def timed(n: int) -> float:
             t = time.perf_counter()
@@ -291,8 +276,7 @@ def layer_alone(
         jax.block_until_ready(looped(n, ntv))
         return time.perf_counter() - t
 
-    # XLA's CPU backend runs some ops far slower inside a loop (a Conv1D 77.7 ms against 1.35 ms):
-    # each way compiled and run briefly, the faster kept
+    # XLA's CPU backend runs some ops far slower inside a loop: each way run briefly, faster kept
     each = called(jax.jit(fn))
     each(1), in_loop(1)  # their compiles
     k = max(1, min(PICK_MOST, round(PICK_S / max(each(1), 1e-7))))

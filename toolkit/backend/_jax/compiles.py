@@ -1,11 +1,8 @@
-"""JAX's compiles, for the ledger: ``jax.monitoring``'s duration events, and each batch read
-timed inside Keras's train function.
+"""JAX's compiles, for the ledger: ``jax.monitoring``'s events, and each batch read timed.
 
 JAX reports every trace, lowering and compile as an event on the asking thread; one process-wide
-listener hands each to the fits watched, stamped on arrival so the ledger places it in its
-execution, its cause read then from the batch's shapes against the last compile's. Keras's JAX train
-function reads batches with ``next(iterator)``; wrapping the iterator times each read (no device
-sync)."""
+listener hands each to the fits watched, stamped on arrival, its cause read from the batch's shapes
+against the last compile's. Wrapping the train function's iterator times each read (no sync)."""
 
 from __future__ import annotations
 
@@ -123,8 +120,7 @@ class JaxCompiles(CompileWatch):
                 self._current = None
                 self._pending = None
                 if function not in self._last_sig:
-                    # The first call's shapes, also where JAX compiled nothing: the baseline a later
-                    # cause is read against.
+                    # The first call's shapes (even if nothing compiled): a later cause's baseline
                     self._last_sig[function] = signature(batches.last)
 
         watched._toolkit_watched = True  # type: ignore[attr-defined]

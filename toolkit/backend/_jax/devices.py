@@ -1,7 +1,6 @@
 """JAX's devices: detection through ``jax.local_devices``, selection as JAX's default device,
-placement with ``keras.device`` and where each result lives (XLA compiles a step for one
-device: no fallback), and jax-metal's trap (experimental, unmaintained). JAX is imported
-inside each function."""
+placement with ``keras.device`` and where each result lives (XLA compiles a step for one device: no
+fallback), and jax-metal's trap. JAX is imported inside each function."""
 
 from __future__ import annotations
 
@@ -20,7 +19,6 @@ from toolkit.core._device_types import (
     host_ram_mb,
 )
 
-# The seam's name for it: tf.data's random ops need no pin off tensorflow-metal.
 augmentation_scope = no_augmentation_pin
 
 _WHY_NONE = {
@@ -43,8 +41,7 @@ def _capability(value: Any) -> tuple[int, int] | None:
 
 
 def device_info(device: Any, index: int) -> DeviceInfo:
-    """A JAX device (anything with ``platform``, ``device_kind``, optionally
-    ``compute_capability`` and ``memory_stats()``) as a DeviceInfo."""
+    """A JAX device (or anything with its ``platform``, ``device_kind``...) as a DeviceInfo."""
     platform_name = str(getattr(device, "platform", "")).lower()
     version = str(getattr(getattr(device, "client", None), "platform_version", "")).lower()
     if platform_name in ("gpu", "cuda"):
@@ -75,8 +72,7 @@ def device_info(device: Any, index: int) -> DeviceInfo:
 
 
 def detect_devices() -> list[DeviceInfo]:
-    """The host CPU, then this process's GPUs (over processes, ``jax.devices()`` holds the
-    others' too)."""
+    """The host CPU, then this process's GPUs (``jax.devices()`` has other processes' too)."""
     import jax
 
     found = [host_cpu()]
@@ -103,8 +99,7 @@ def framework_device(device: DeviceInfo) -> Any:
 
 
 def select_device(device: DeviceInfo, memory_growth: bool) -> None:
-    """`device` becomes JAX's default device (``jax_default_device``). `memory_growth` is
-    TensorFlow's setting: JAX has its own (``XLA_PYTHON_CLIENT_PREALLOCATE``)."""
+    """`device` becomes ``jax_default_device``; `memory_growth` is TF's (JAX has its own)."""
     import jax
 
     jax.config.update("jax_default_device", framework_device(device))

@@ -1,9 +1,5 @@
 """TensorFlow behind the seam: what the backend-neutral core needs from TensorFlow, in one place.
 
-Versions and devices, traces (``tf.profiler.experimental``) with XProf's step marker and a probe for
-any running session, GPU memory, FLOPs from TF's graph profiler, the matmul peak, fused training
-steps, and the thread and TF32 settings a measured peak depends on.
-
 TensorFlow is imported inside each function, so importing this module is free."""
 
 from __future__ import annotations
@@ -46,9 +42,6 @@ METHOD = "tf.profiler float_operation on the traced graph"
 _WHILE_OPS = frozenset({"While", "StatelessWhile"})
 
 
-# ---------------------------------------------------------------------------- environment
-
-
 def framework_facts() -> dict[str, Any]:
     """TensorFlow/Keras versions, the build's CUDA facts and the logical devices."""
     import tensorflow as tf
@@ -73,10 +66,8 @@ def framework_facts() -> dict[str, Any]:
 
 
 def use_compile_cache(directory: str) -> str:
-    """Keeps the XLA programs TensorFlow compiles in `directory` (XLA's persistent cache).
-    TensorFlow reads ``TF_XLA_FLAGS`` once, early, so it holds only when set first thing (the
-    recipes and ``python -m toolkit`` do); once TensorFlow has started its devices, a warning
-    says the cache stays off. Returns what it did, in words."""
+    """Keeps the XLA programs TensorFlow compiles in `directory` (XLA's persistent cache). Set after
+    TF's devices started (it reads ``TF_XLA_FLAGS`` once), it warns instead. Returns what it did."""
     import os
 
     from absl import logging
@@ -118,8 +109,7 @@ def intra_op_threads() -> int:
 
 
 def float32_matmul_precision() -> str:
-    """``"tf32"`` when TensorFlow lets float32 matmuls run on TF32 tensor cores, else
-    ``"float32"``: which datasheet figure a float32 step is compared with."""
+    """``"tf32"`` if float32 matmuls may use TF32 cores, else ``"float32"`` (the datasheet row)."""
     import tensorflow as tf
 
     return "tf32" if tf.config.experimental.tensor_float_32_execution_enabled() else "float32"
@@ -127,9 +117,6 @@ def float32_matmul_precision() -> str:
 
 def check_config(config: Any) -> None:
     """Every setting runs on TensorFlow: nothing to refuse."""
-
-
-# ---------------------------------------------------------------------------- traces
 
 
 def start_trace(logdir: str, host_level: int, python_level: int, device_level: int) -> None:
@@ -157,16 +144,14 @@ def trace_files(names: list[str]) -> list[str]:
 
 
 def step_marker(step: int) -> Any:
-    """A context manager around one training step that XProf reads as a step marker (tf_keras's
-    ``fit`` makes them itself, Keras 3's does not)."""
+    """A context around one training step that XProf reads as a step marker (Keras 3 makes none)."""
     import tensorflow as tf
 
     return tf.profiler.experimental.Trace("train", step_num=step, _r=1)
 
 
 def profiler_probe() -> Any:
-    """A function, cheap enough to call every step, that says whether a TF profiler session is
-    running in this process, whoever started it (a profiler server's capture is not seen)."""
+    """A per-step-cheap probe: is a TF profiler session running here (a server's capture is not)."""
     from tensorflow.python.profiler import profiler_v2  # no public "is running"
 
     if not hasattr(profiler_v2, "_profiler"):
@@ -178,9 +163,6 @@ def _never() -> bool:
     return False
 
 
-# ---------------------------------------------------------------------------- memory
-
-
 def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
     """Current and peak memory of each visible GPU, in MiB, where TensorFlow exposes it.
 
@@ -188,8 +170,7 @@ def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
         reset_peak: reset each device's peak counter after reading it.
 
     Returns:
-        ``{"GPU:0": {"current_mb": ..., "peak_mb": ...}}``; empty when no GPU reports memory (the
-        CPU's zeros are left out)."""
+        ``{"GPU:0": {"current_mb": ..., "peak_mb": ...}}``; the CPU's zeros are left out."""
     import tensorflow as tf
 
     out: dict[str, dict[str, float]] = {}
@@ -207,8 +188,7 @@ def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
 
 
 def device_memory_limit() -> dict[str, float]:
-    """Each visible GPU's memory in MiB, the most a run can use there: from ``nvidia-smi``
-    (TensorFlow has no call for it); ``{}`` where nothing answers."""
+    """Each visible GPU's memory in MiB, from ``nvidia-smi`` (TF has no call); else ``{}``."""
     import shutil
     import subprocess
 
@@ -233,9 +213,8 @@ def device_memory_limit() -> dict[str, float]:
 
 
 def live_tensors(cheap_only: bool = False) -> tuple[list[Any], str, bool]:
-    """The eager tensors alive in this process (through the garbage collector: no registry), and
-    what they are called; with `cheap_only`, none (the walk takes about 0.2 s)."""
-    if cheap_only:  # a walk of every object the garbage collector tracks: not cheap
+    """The eager tensors alive here, by a garbage-collector walk: none if `cheap_only`."""
+    if cheap_only:
         return [], "tensors", False
     import gc
 
@@ -243,9 +222,6 @@ def live_tensors(cheap_only: bool = False) -> tuple[list[Any], str, bool]:
 
     kind = type(tf.constant(0.0))
     return [o for o in gc.get_objects() if type(o) is kind], "tensors", True
-
-
-# ---------------------------------------------------------------------------- FLOPs
 
 
 def _graph_flops(graph: Any) -> int:
@@ -260,9 +236,8 @@ def _graph_flops(graph: Any) -> int:
 
 
 def _einsum_flops(op: Any) -> int:
-    """An ``Einsum`` op's FLOPs, which TF's profiler leaves out: 2 × the product of every index's
-    size (1 × for one operand). Keras's attention is two einsums on TensorFlow. 0 where a
-    shape is unknown."""
+    """An ``Einsum`` op's FLOPs (Keras's attention on TF), which TF's profiler leaves out: 2 × the
+    product of every index's size (1 × for one operand); 0 where a shape is unknown."""
     try:
         equation = op.get_attr("equation").decode()
         shapes = [tuple(i.shape.as_list()) for i in op.inputs]
@@ -346,9 +321,8 @@ def _traced_graphs(model: Any, batch_size: int) -> tuple[Any, Any]:
 
 
 def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, str, str | None]:
-    """``(forward FLOPs, train-step FLOPs, method, note)`` of a built Keras model, counted by
-    TensorFlow's graph profiler on the traced graphs. Never raises: a model TF cannot count
-    gets `None` and a note."""
+    """``(forward FLOPs, train-step FLOPs, method, note)`` of a built Keras model, from TF's graph
+    profiler on the traced graphs. Never raises: what TF cannot count gets `None` and a note."""
     try:
         forward_graph, train_graph = _traced_graphs(model, batch_size)
         note = None
@@ -372,15 +346,10 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
     return forward, train_step, METHOD, note
 
 
-# ---------------------------------------------------------------------------- matmul peak
-
-
 def measure_matmul_peak(
     device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.15
 ) -> MatmulRun:
-    """The peak FLOP/s of chained ``size``² matmuls (best of 7 runs, and their spread) on
-    `device`, chained inside one ``tf.function`` so nothing is hoisted or dropped, read back
-    once per run."""
+    """Peak FLOP/s of ``size``² matmuls on `device`, chained in a ``tf.function`` (none dropped)."""
     import tensorflow as tf
 
     with tf.device(device):
@@ -404,20 +373,12 @@ def measure_matmul_peak(
         return calibrated_peak(timed, size, seconds)
 
 
-# ---------------------------------------------------------------------------- training steps
-
-
 def fuse_train_steps(model: Any, steps: int) -> None:
     """Makes each Keras training batch run `steps` training steps inside one compiled call.
-
-    The model's compiled ``train_step`` receives ``steps × batch_size`` examples, splits them into
-    `steps` batches and runs the original step on each in a ``tf.while_loop`` with no return to the
-    host in between. ``steps_per_execution`` loops *around* the compiled step, paying a launch and
-    an iterator read per step; this pays them once per `steps`. Logs are the last step's. Call it
-    after ``compile``.
-
-    Where :func:`unrolls_fused_steps` says so, the steps after the first are straight-line calls of
-    the step traced once more, instead of the loop."""
+    The compiled ``train_step`` splits its ``steps × batch_size`` examples and runs the original
+    step on each in a ``tf.while_loop`` (or straight-line: :func:`unrolls_fused_steps`), never back
+    on the host in between, where ``steps_per_execution`` loops *around* the step, paying a launch
+    and an iterator read per step. Logs are the last step's. Call it after ``compile``."""
     import tensorflow as tf
 
     if not mark_fused_steps(model, steps):
@@ -436,8 +397,7 @@ def fuse_train_steps(model: Any, steps: int) -> None:
         def batch(i: Any) -> Any:
             return tf.nest.map_structure(lambda t: None if t is None else t[i], batches)
 
-        # The first step outside the loop creates lazily built state: no variables inside a while
-        # loop.
+        # The first step, outside the loop, builds lazy state: no variables inside a while loop.
         graph = tf.compat.v1.get_default_graph()
         before = len(graph.get_operations())
         first = original(batch(0))
@@ -460,13 +420,9 @@ def fuse_train_steps(model: Any, steps: int) -> None:
 
 
 def unrolls_fused_steps(xla: bool, platform: str, convolves: bool) -> bool:
-    """Whether fused steps run as straight-line calls rather than a ``tf.while_loop``: only under
-    XLA on a CPU, for a step that convolves.
-
-    XLA's CPU compiler leaves a convolution's gradient inside a loop body in a slow layout
-    (jax-ml/jax#12868), so such a step runs many times slower in the loop; straight-line calls run
-    it at full speed, at the price of a longer compile. Without XLA or without a convolution, the
-    loop costs nothing."""
+    """Whether fused steps run as straight-line calls, not a ``tf.while_loop``: under XLA on a CPU,
+    for a step that convolves. XLA's CPU compiler leaves a convolution's gradient in a loop body in
+    a slow layout, many times slower; straight-line calls cost only a longer compile."""
     return xla and platform == "cpu" and convolves
 
 
@@ -479,8 +435,7 @@ def ops_convolve(ops: Any) -> bool:
 
 @contextlib.contextmanager
 def quiet_retracing() -> Iterator[None]:
-    """TF's logger at ERROR for the block: its "frequent retracing" warning counts many short
-    runs, each a new model, as one function retracing."""
+    """TF's logger at ERROR for the block: it counts many short runs (new models) as a retracing."""
     import tensorflow as tf
 
     logger = tf.get_logger()
@@ -492,9 +447,6 @@ def quiet_retracing() -> Iterator[None]:
         logger.setLevel(level)
 
 
-# ---------------------------------------------------------------------------- processes
-
-
 def start_processes(
     coordinator: str,
     num_processes: int,
@@ -502,8 +454,7 @@ def start_processes(
     wait_s: float,
     before: Callable[[], Any] = lambda: None,
 ) -> None:
-    """Refuses in one line: Keras 3 on TensorFlow has no training over processes; tf_keras trains
-    there with ``multi_worker_mirrored``."""
+    """Refuses: Keras 3 on TF cannot train over processes (tf_keras can: multi_worker_mirrored)."""
     raise ValueError(
         f"--distribution_strategy=data_parallel over {num_processes} processes: Keras 3 on "
         "TensorFlow cannot train over processes (keras-team/keras#20585); use --backend=jax, "
@@ -535,14 +486,12 @@ def weights_digest(model: Any) -> str:
 
 
 def searched_jit() -> tuple[bool, ...]:
-    """The ``jit_compile`` values tune tries here, Keras's default first: a graph without XLA
-    (on a CPU), then XLA."""
+    """The ``jit_compile`` values tune tries here, Keras's default (no XLA, on a CPU) first."""
     return (False, True)
 
 
 def step_loops(loader: str = "", model: Any = None) -> tuple[str, ...]:
-    """The loop settings tune searches here: ``steps_per_execution`` and fused steps, whatever
-    the input and model."""
+    """The loop settings tune searches here, whatever the input and model."""
     return ("steps_per_execution", "fused_steps")
 
 
@@ -577,8 +526,7 @@ def jit_advice() -> Advice | None:
 
 
 def fit_batches(model: Any, fit_data: dict[str, Any]) -> tuple[str, Iterator[Any]] | None:
-    """What `model`'s ``fit`` reads for `fit_data`: the Keras data adapter's name and its
-    batches, one a step, from the dataset its train function pulls from; None on tf_keras."""
+    """What `model`'s ``fit`` reads for `fit_data`: adapter name and batches; None on tf_keras."""
     from toolkit.backend._fit_input import read_as_fit
     from toolkit.core import compat
 
@@ -593,8 +541,7 @@ def fit_batches(model: Any, fit_data: dict[str, Any]) -> tuple[str, Iterator[Any
 
 
 def wait_for_device() -> None:
-    """Returns when every GPU has finished the work queued so far; on the CPU, steps have
-    finished when fit's hooks run."""
+    """Waits for every GPU's queued work; on the CPU, steps are done when fit's hooks run."""
     import tensorflow as tf
 
     if tf.config.list_logical_devices("GPU"):
@@ -603,6 +550,5 @@ def wait_for_device() -> None:
 
 
 def compile_watch(model: Any, clock: Callable[[], float]) -> TracingCounts:
-    """This backend's signal of a fit's compiles and input time, for the ledger
-    (``tensorflow/compiles.py``)."""
+    """This backend's signal of a fit's compiles and input time, for the ledger."""
     return TracingCounts(model, clock)

@@ -1,6 +1,5 @@
-"""TensorFlow's signal for the step's anatomy: the ops a traced ``tf.function`` runs, named with
-their name scopes (``.../kpl3/dense_1/MatMul``), read through XProf. Gradients sit under
-``gradient_tape/``; the batch arrives through ``IteratorGetNext``."""
+"""TensorFlow's signal for the step's anatomy: a traced ``tf.function``'s ops by name scope, read
+through XProf; gradients sit under ``gradient_tape/``, the batch comes by ``IteratorGetNext``."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ def layer_scope(token: str) -> Any:
 
 
 def anatomy_refusal(model: Any) -> str | None:
-    """Why a trace cannot take `model`'s step apart (None: it can): eager ops keep no name scope,
-    so no op could be given its layer or phase."""
+    """Why a trace cannot take `model`'s step apart (None: it can): eager ops keep no name scope."""
     if getattr(model, "run_eagerly", False):
         return (
             "the model runs eagerly (run_eagerly=True): on TensorFlow an eager op keeps no "
@@ -101,9 +99,8 @@ def anatomy_trace(files: list[str]) -> StepTrace:
 
 def raw_step(model: Any, batch: Any, per_call: int = 1) -> tuple[Any, str]:
     """The model's training step without Keras's trainer, compiled as ``fit`` compiles it: a
-    ``tf.function`` with a ``GradientTape``, the plain loss and ``optimizer.apply``, looped
-    `per_call` times inside one outer ``tf.function``. Returns ``(timed(n) -> seconds,
-    words)``. Raises ValueError as ``plain_loss``."""
+    ``tf.function`` with a ``GradientTape``, ``plain_loss`` (its ValueError), ``optimizer.apply``,
+    `per_call` of them in one outer ``tf.function``. Returns ``(timed(n) -> seconds, words)``."""
     import time
 
     import tensorflow as tf
@@ -158,14 +155,10 @@ def layer_alone(
     input_grads: bool = True,
 ) -> Any:
     """One layer's step alone, as the model's step runs it: forward, and with `backward` the
-    gradients of its weights and floating inputs (weights alone where `input_grads` is False),
-    on random `inputs` of the shapes its calls saw, XLA-compiled where `jit`: ``timed(n) ->
-    seconds``.
-
-    The n calls run in a ``tf.while_loop`` inside one call, as a layer runs inside the step's graph
-    (called from Python, each paid a function call's host cost the step never pays). Each pass
-    depends on the last one's result and its gradients are summed into it, so none is hoisted or
-    pruned."""
+    gradients of its weights and floating inputs (weights alone without `input_grads`), on random
+    `inputs` of the shapes its calls saw, XLA-compiled where `jit`: ``timed(n) -> seconds``.
+    The n calls run in one call's ``tf.while_loop``, as in the step's graph (from Python each would
+    pay a host cost the step never pays), each pass on the last's result: none hoisted or pruned."""
     import time
 
     import tensorflow as tf

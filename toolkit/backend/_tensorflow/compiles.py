@@ -1,8 +1,6 @@
-"""TensorFlow's compiles, for the ledger: each traced function's tracing count (Keras 3's
-``tf.function``s inside its train function, tf_keras's train function itself), read at each
-epoch's and validation's end, never a device sync, so a retrace is placed in its epoch and
-timed as that epoch's slowest execution's excess. Why it retraced is not known; the input is
-read inside the traced step, seen only by a profiler."""
+"""TensorFlow's compiles, for the ledger: the traced functions' tracing counts (Keras 3's inner
+``tf.function``s, tf_keras's train function), read at epoch and validation ends without a sync: a
+retrace is timed as its epoch's slowest execution's excess; its cause and the input go unseen."""
 
 from __future__ import annotations
 
@@ -13,8 +11,7 @@ from toolkit.backend._common import CompileEvent, CompileWatch
 
 
 def _traced(fn: Any) -> list[Any]:
-    """The ``tf.function``s behind a Keras train or test function: the function itself
-    (tf_keras), or those its Python wrapper closes over (Keras 3)."""
+    """The ``tf.function``s behind a Keras function: itself (tf_keras), or those it closes over."""
     if fn is None:
         return []
     if hasattr(fn, "experimental_get_tracing_count"):

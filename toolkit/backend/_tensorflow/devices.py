@@ -1,7 +1,6 @@
 """TensorFlow's devices: detection through ``tf.config``, selection through its visible devices
-(before its runtime starts), placement with ``tf.device`` and run metadata, and the traps of
-TensorFlow on an Apple GPU (:data:`METAL_COMPATIBILITY`, XLA, float64, tf_keras's optimizers,
-random ops). TensorFlow is imported inside each function."""
+(before its runtime starts), placement with ``tf.device`` and run metadata, and TensorFlow's traps
+on an Apple GPU. TensorFlow is imported inside each function."""
 
 from __future__ import annotations
 
@@ -71,9 +70,6 @@ _WHY_NONE = {
 }
 
 
-# ---------------------------------------------------------------------------- detect, select
-
-
 def _gpu_kind(details: dict[str, Any], build: dict[str, Any]) -> str:
     name = str(details.get("device_name", ""))
     if "compute_capability" in details:
@@ -124,8 +120,7 @@ def why_no_device(kind: str) -> str | None:
 
 
 def select_device(device: DeviceInfo, memory_growth: bool) -> None:
-    """Makes only `device` visible (the CPU: no GPU), with memory growth on CUDA; only before
-    TensorFlow starts its runtime.
+    """Makes only `device` visible (CPU: no GPU), memory growth on CUDA; before TF's runtime starts.
 
     Raises:
         DeviceError: the runtime started with another visible-device setup."""
@@ -152,9 +147,6 @@ def select_device(device: DeviceInfo, memory_growth: bool) -> None:
 def framework_device(device: DeviceInfo) -> str:
     """TensorFlow's logical device name to place ops with: ``/device:GPU:0``."""
     return device.logical_name
-
-
-# ---------------------------------------------------------------------------- place
 
 
 def visible_devices() -> list[DeviceInfo]:
@@ -188,8 +180,7 @@ def augmentation_scope(device: DeviceInfo | None) -> contextlib.AbstractContextM
 def placement(
     fn: Callable[..., Any], args: Any, kwargs: Any, gpu_selected: bool | None
 ) -> PlacementReport:
-    """The placed graphs of TensorFlow's run metadata, after soft placement; `fn` must run a
-    function for the first time."""
+    """The placed graphs in TF's run metadata (soft placement); `fn` must call a new function."""
     import tensorflow as tf
     from tensorflow.python.eager import context  # the run-metadata switch has no public API
 
@@ -213,9 +204,6 @@ def placement(
     return PlacementReport(ops, gpu_selected, plumbing=_PLUMBING)
 
 
-# ---------------------------------------------------------------------------- Apple GPUs
-
-
 def apple_gpu_path() -> tuple[str, str, str]:
     return APPLE_GPU_PATH
 
@@ -235,8 +223,7 @@ def reaches_apple_gpu() -> bool:
 
 
 def preflight(device: DeviceInfo, context: PreflightContext) -> list[Finding]:
-    """TensorFlow's traps: a current TensorFlow on a Mac, a mismatched tensorflow-metal, and on a
-    Metal GPU XLA, float64, tf_keras's optimizers and random ops."""
+    """TF's traps: a current TF on a Mac, a mismatched tensorflow-metal, and a Metal GPU's own."""
     versions = context.versions
     tf_version = versions.get("tensorflow") or versions.get("tensorflow-macos") or ""
     findings: list[Finding] = []

@@ -1,14 +1,9 @@
 """PyTorch behind the seam: what the backend-neutral core needs when Keras trains on PyTorch.
 
-* a step boundary: on CUDA and MPS dispatch is asynchronous, so a batch begin only queues a step;
-  StepTimer re-times an epoch at batch ends when the device was behind, and adds no sync of its own;
-* traces: ``torch.profiler`` writes Chrome trace JSON, each traced step a ``ProfilerStep#N`` range;
-* FLOPs: ``torch.utils.flop_counter.FlopCounterMode`` over one forward and one forward + backward
-  pass (matmuls, attention, convolutions; not element-wise ops);
-* the matmul peak: chained matmuls issued back to back.
-
-Not here: ``--steps_per_execution`` on Keras 3.15, ``--fused_steps`` and ``tf.distribute``
-strategies (:func:`check_config` refuses them). ``--jit_compile`` is ``torch.compile``."""
+On CUDA and MPS dispatch is asynchronous, so a batch begin only queues a step: StepTimer re-times
+an epoch at batch ends when the device was behind, adding no sync of its own. ``--jit_compile`` is
+``torch.compile``; :func:`check_config` refuses ``--fused_steps``, ``tf.distribute`` strategies and,
+before Keras 3.16, ``--steps_per_execution``."""
 
 from __future__ import annotations
 
@@ -98,8 +93,7 @@ def check_config(config: Any) -> None:
 
 
 def use_compile_cache(directory: str) -> str:
-    """Keeps what ``torch.compile`` builds in `directory` (Inductor's FX-graph cache), unless
-    ``TORCHINDUCTOR_CACHE_DIR`` names a place. Returns what it did, in words."""
+    """Keeps ``torch.compile``'s Inductor cache in `directory` (unless set); returns what it did."""
     import os
 
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", directory)
@@ -109,9 +103,8 @@ def use_compile_cache(directory: str) -> str:
 
 def private_caches() -> str | None:
     """Points Inductor's cache at a directory only this user can write, where nothing named one:
-    its default ``/tmp/torchinductor_<user>`` is used as found, even when someone else made
-    it, with their ``.so`` files in it. The same name, checked; where it is not ours, a
-    private directory removed at exit. Returns the directory."""
+    its default ``/tmp/torchinductor_<user>`` is used as found, even if someone else made it with
+    their ``.so`` files in it. Returns the directory: that name, checked, or a scratch one."""
     import atexit
     import getpass
     import os
@@ -149,8 +142,7 @@ def intra_op_threads() -> int:
 
 
 def float32_matmul_precision() -> str:
-    """``"float32"`` under PyTorch's default float32 matmul precision (no TF32), ``"tf32"`` when
-    lowered: which datasheet figure a float32 step is compared with."""
+    """``"float32"`` under PyTorch's default float32 matmul precision, else ``"tf32"``."""
     import torch
 
     return "float32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
@@ -163,9 +155,6 @@ def _sync(target: Any) -> None:
         torch.cuda.synchronize(target)
     elif target.type == "mps":
         torch.mps.synchronize()
-
-
-# ---------------------------------------------------------------------------- traces
 
 
 def start_trace(logdir: str, host_level: int, python_level: int, device_level: int) -> None:
@@ -196,8 +185,7 @@ def start_trace(logdir: str, host_level: int, python_level: int, device_level: i
 
 def _clear_flag() -> None:
     """PyTorch sets its process-wide "profiler running" flag before starting and clears it after
-    stopping: a start or stop that raised would leave it set, and every later step would read
-    as traced."""
+    stopping: a start or stop that raised would leave it set, every later step read as traced."""
     import torch
     from torch.autograd import profiler
 
@@ -220,20 +208,16 @@ def trace_files(names: list[str]) -> list[str]:
 
 
 def step_marker(step: int) -> Any:
-    """A context manager around one training step: the ``ProfilerStep#N`` range
-    ``profile.step()`` would record."""
+    """A context around one training step: the ``ProfilerStep#N`` range ``profile.step()`` makes."""
     import torch
 
     return torch.profiler.record_function(f"ProfilerStep#{step}")
 
 
 def profiler_probe() -> Any:
-    """A function, cheap enough to call every step, that says whether a PyTorch profiler is
-    recording in this process.
-
-    Two reads, neither public: ``torch.autograd.profiler._is_profiler_enabled``, the process-wide
-    flag every Python entry point sets (what Keras 3's callback thread can see), and the C check,
-    which sees a profiler started without them but only on its own thread."""
+    """A per-step-cheap probe: is a PyTorch profiler recording here? Two private reads: the
+    process-wide ``_is_profiler_enabled`` every Python entry point sets (Keras 3's callback thread
+    sees it), and the C check, seeing a profiler started without them, on its own thread only."""
     import torch
     from torch.autograd import profiler
 
@@ -241,9 +225,6 @@ def profiler_probe() -> Any:
     if not hasattr(profiler, "_is_profiler_enabled"):
         return enabled
     return lambda: profiler._is_profiler_enabled or enabled()
-
-
-# ---------------------------------------------------------------------------- memory
 
 
 def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
@@ -266,8 +247,7 @@ def device_memory(reset_peak: bool = False) -> dict[str, dict[str, float]]:
 
 
 def device_memory_limit() -> dict[str, float]:
-    """Each CUDA GPU's total memory in MiB, and on a Mac the MPS allocator's recommended most;
-    ``{}`` on a CPU."""
+    """Each CUDA GPU's memory in MiB, or the MPS allocator's recommended most; ``{}`` on a CPU."""
     import torch
 
     out: dict[str, float] = {}
@@ -281,9 +261,8 @@ def device_memory_limit() -> dict[str, float]:
 
 
 def live_tensors(cheap_only: bool = False) -> tuple[list[Any], str, bool]:
-    """The tensors alive in this process (through the garbage collector: no registry), parameters
-    included; with `cheap_only`, none (the walk takes about 0.2 s)."""
-    if cheap_only:  # a walk of every object the garbage collector tracks: not cheap
+    """The tensors alive here, parameters too, by a garbage-collector walk: none if `cheap_only`."""
+    if cheap_only:
         return [], "tensors", False
     import gc
 
@@ -292,12 +271,8 @@ def live_tensors(cheap_only: bool = False) -> tuple[list[Any], str, bool]:
     return [o for o in gc.get_objects() if issubclass(type(o), torch.Tensor)], "tensors", True
 
 
-# ---------------------------------------------------------------------------- FLOPs
-
-
 def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, str, str | None]:
-    """``(forward FLOPs, train-step FLOPs, method, note)`` of a built Keras model under
-    ``FlopCounterMode``. Never raises; the gradients it makes are cleared."""
+    """``(forward FLOPs, train-step FLOPs, method, note)`` by ``FlopCounterMode``. Never raises."""
     try:
         import torch
         from torch.utils.flop_counter import FlopCounterMode
@@ -330,9 +305,7 @@ def count_flops(model: Any, batch_size: int) -> tuple[int | None, int | None, st
 
 
 def _cpu_attention_formulas() -> dict[Any, Any]:
-    """FlopCounterMode's formulas for PyTorch's CPU attention kernels, which it counts only on
-    CUDA (keras.io's Transformer on a CPU counted none of its attention). Passed to each
-    counter, not registered process-wide."""
+    """FlopCounterMode's formulas for CPU attention (it counts CUDA's only), given per counter."""
     import torch
     from torch.utils import flop_counter
 
@@ -350,14 +323,10 @@ def _cpu_attention_formulas() -> dict[Any, Any]:
     }
 
 
-# ---------------------------------------------------------------------------- matmul peak
-
-
 def measure_matmul_peak(
     device: Any, dtype: str = "float32", size: int = 2048, seconds: float = 0.15
 ) -> MatmulRun:
-    """The peak FLOP/s of chained ``size``² matmuls (best of 7 runs, and their spread) on
-    `device` (``cuda:0``), issued back to back and waited on once per run."""
+    """The peak FLOP/s of ``size``² matmuls on `device` (``cuda:0``), chained, waited on per run."""
     import torch
 
     target = torch.device(device)
@@ -379,15 +348,11 @@ def measure_matmul_peak(
     return calibrated_peak(timed, size, seconds)
 
 
-# The training step as Keras compiles it; nothing to silence.
 fuse_train_steps = one_step_per_batch
 quiet_retracing = no_retracing_noise
 
 
-# ---------------------------------------------------------------------------- processes
-
-# Where a Keras whose PyTorch backend trains ``fit`` under DistributedDataParallel keeps it (3.16
-# and later). Found, never assumed from the version.
+# Keras's PyTorch training under DistributedDataParallel (3.16 on): found, not assumed by version.
 _KERAS_TORCH_DISTRIBUTION = "keras.src.backend.torch.distribution_lib"
 _STORE: list[Any] = []  # worker 0's TCPStore server: open as long as the process group
 
@@ -418,14 +383,10 @@ def start_processes(
     wait_s: float,
     before: Callable[[], Any] = lambda: None,
 ) -> None:
-    """Joins the PyTorch process group through Keras's ``initialize`` (gloo on CPUs, NCCL on
-    GPUs) where the installed Keras has it (`before` runs first: the toolkit's join); else one
-    line naming what is missing.
-
-    The rendezvous is torchrun's environment (``MASTER_ADDR``/``MASTER_PORT``, ``WORLD_SIZE``,
-    ``RANK``). Its TCPStore, which PyTorch would open on every interface, is opened here by worker 0
-    on a socket bound where the join listened, and every process joins it as a client
-    (``TORCHELASTIC_USE_AGENT_STORE``)."""
+    """Joins the PyTorch process group through Keras's ``initialize`` (gloo on CPUs, NCCL on GPUs),
+    after `before` (the toolkit's join); else one line naming what Keras lacks. The rendezvous is
+    torchrun's environment; worker 0 opens its TCPStore (PyTorch's: on every interface) on a socket
+    bound where the join listened, all joining as clients (``TORCHELASTIC_USE_AGENT_STORE``)."""
     import datetime
     import os
 
@@ -458,8 +419,7 @@ def start_processes(
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE")
     os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"
     try:
-        # The environment says it all: Keras's own parsing splits host:port at a colon, which IPv6
-        # has more of.
+        # Not the address: Keras's own parsing splits host:port at a colon, which IPv6 has more of.
         distribution_lib.initialize(None, num_processes, process_id)
     finally:
         if agent is None:
@@ -469,8 +429,7 @@ def start_processes(
 
 
 def data_parallel() -> tuple[Any, int]:
-    """``(keras.distribution.DataParallel, replicas)`` where the installed Keras trains PyTorch
-    under it; else one line naming what is missing."""
+    """``(keras.distribution.DataParallel, replicas)`` where Keras trains PyTorch under it."""
     _keras_distribution_lib()
     import keras
 
@@ -506,15 +465,12 @@ def weights_digest(model: Any) -> str:
 
 
 def searched_jit() -> tuple[bool, ...]:
-    """The ``jit_compile`` values tune tries here: eager only (torch.compile's first step
-    outlasts a tune budget)."""
+    """The ``jit_compile`` values tune tries: eager (torch.compile's first step outlasts a tune)."""
     return (False,)
 
 
 def step_loops(loader: str = "", model: Any = None) -> tuple[str, ...]:
-    """The loop settings tune searches here: ``steps_per_execution`` where Keras takes it on
-    PyTorch (:func:`keras_loops_steps`), kept only where it measures faster; never fused
-    steps."""
+    """The loop settings tune searches: ``steps_per_execution`` where Keras takes it on PyTorch."""
     return ("steps_per_execution",) if keras_loops_steps() else ()
 
 
@@ -524,9 +480,8 @@ _ONE_STEP_PER_CALL = "`steps_per_execution` must be 1 with the PyTorch backend"
 
 @functools.cache
 def keras_loops_steps() -> bool:
-    """Whether the installed Keras takes ``steps_per_execution > 1`` on PyTorch (3.16) or refuses
-    it (3.15). Found in its trainer's source, read, not imported: asking would build a model
-    (moving Keras's layer-name counters) and load Keras before a recipe refuses the setting."""
+    """Whether the installed Keras takes ``steps_per_execution > 1`` on PyTorch (3.16), read in its
+    trainer's source: asking would build a model (moving layer-name counters), load Keras early."""
     import importlib.util
     import pathlib
 
@@ -541,9 +496,7 @@ def keras_loops_steps() -> bool:
 
 
 def dispatches_asynchronously() -> bool:
-    """Whether a batch begin only queues the step: on the device Keras trains on (CUDA, MPS,
-    XPU), yes; on a CPU no, a step runs as called, and the gaps where Keras reads the next
-    batch are the input's."""
+    """Whether a batch begin only queues the step: on CUDA, MPS, XPU; on a CPU, gaps are input."""
     try:
         from keras.src.backend.torch.core import get_device
 
@@ -583,8 +536,7 @@ def jit_advice() -> Advice | None:
 
 
 def fit_batches(model: Any, fit_data: dict[str, Any]) -> tuple[str, Iterator[Any]] | None:
-    """What `model`'s ``fit`` reads for `fit_data`: the Keras data adapter's name and its
-    batches, one a step, from the ``DataLoader`` ``TorchEpochIterator`` reads."""
+    """What `model`'s ``fit`` reads for `fit_data`: its adapter's name and batches, one a step."""
     from keras.src.backend.torch.trainer import TorchEpochIterator
 
     from toolkit.backend._fit_input import read_as_fit
@@ -593,8 +545,7 @@ def fit_batches(model: Any, fit_data: dict[str, Any]) -> tuple[str, Iterator[Any
 
 
 def wait_for_device() -> None:
-    """Returns when the CUDA or MPS device has finished the work queued; on the CPU each op runs
-    to its end."""
+    """Waits for the CUDA or MPS device's queued work; on the CPU each op runs to its end."""
     import torch
 
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -604,6 +555,5 @@ def wait_for_device() -> None:
 
 
 def compile_watch(model: Any, clock: Callable[[], float]) -> DynamoCounters:
-    """This backend's signal of a fit's compiles and input time, for the ledger
-    (``torch/compiles.py``)."""
+    """This backend's signal of a fit's compiles and input time, for the ledger."""
     return DynamoCounters(model, clock)

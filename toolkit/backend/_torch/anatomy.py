@@ -1,8 +1,6 @@
 """PyTorch's signal for the step's anatomy: the profiler's Chrome trace, with the toolkit's
-``record_function`` range around each layer's call and phase. The autograd engine runs
-gradients later, outside those ranges, each carrying the sequence number of the forward op
-that made it: that joins a gradient to its layer. On a GPU each kernel joins its launching op
-by correlation id."""
+``record_function`` range around each layer's call and phase. Gradients run later, outside them,
+joined to a layer by their forward op's sequence number; a kernel to its launch by correlation."""
 
 from __future__ import annotations
 
@@ -15,8 +13,7 @@ from toolkit.core import _trace_events as te
 from toolkit.core._anatomy import Span, SpanKind, StepTrace
 
 _AUTOGRAD = "autograd::engine::evaluate_function"
-# The longest gap between two gradient functions of one layer that is the engine's own
-# scheduling between them (longer: something else ran there, left to the sweep).
+# The longest gap between one layer's gradient functions taken as the engine's own scheduling.
 ENGINE_GAP_US = 200.0
 
 
@@ -28,8 +25,7 @@ def layer_scope(token: str) -> Any:
 
 
 def anatomy_refusal(model: Any) -> str | None:
-    """Why a trace cannot take `model`'s step apart: never here. PyTorch runs its step op by
-    op whether or not ``run_eagerly`` is set, each op inside its layer's ``record_function``."""
+    """Why a trace cannot take `model`'s step apart: never (each op runs in its layer's range)."""
     return None
 
 
@@ -111,9 +107,8 @@ def anatomy_trace(files: list[str]) -> StepTrace:
 
 
 def raw_step(model: Any, batch: Any, per_call: int = 1) -> tuple[Any, str]:
-    """The model's training step without Keras's trainer: forward, plain loss, ``backward()`` and
-    the optimizer's ``apply``, eager, looped `per_call` times as Keras's trainer does. Returns
-    ``(timed(n) -> seconds, words)``. Raises ValueError as ``plain_loss``."""
+    """The model's training step without Keras's trainer, eager: forward, ``plain_loss`` (and its
+    ValueError), ``backward()``, ``optimizer.apply``. Returns ``(timed(n) -> seconds, words)``."""
     import time
 
     import torch
@@ -157,9 +152,8 @@ def layer_alone(
     input_grads: bool = True,
 ) -> Any:
     """One layer's step alone, eager as the model's step runs it: forward with autograd, and with
-    `backward` the gradients of its weights and floating inputs (weights alone where
-    `input_grads` is False), on random `inputs` of the shapes its calls saw: ``timed(n) ->
-    seconds``."""
+    `backward` the gradients of its weights and floating inputs (weights alone without
+    `input_grads`), on random `inputs` of the shapes its calls saw: ``timed(n) -> seconds``."""
     import time
 
     import torch

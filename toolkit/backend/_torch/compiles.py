@@ -1,13 +1,8 @@
 """PyTorch's compiles, for the ledger: TorchDynamo's counters, where Keras compiles the step.
 
-Keras's PyTorch trainer runs the step eagerly unless ``jit_compile=True``, which hands it to
-``torch.compile``. TorchDynamo keeps why a compiled frame's guards failed (``guard_failures``:
-the cause of each recompile, a new input shape or dtype). It is read at the ledger's polls
-(epoch and validation ends), never per step, and only where ``torch._dynamo`` was imported:
-an eager fit compiles nothing and costs nothing here.
-
-Keras fetches each batch in its loop, between one step's end and the next step's begin: the
-ledger times those gaps as the input."""
+Keras's PyTorch trainer runs the step eagerly unless ``jit_compile=True`` (``torch.compile``).
+TorchDynamo's ``guard_failures`` (each recompile's cause) is read at the ledger's polls, only where
+``torch._dynamo`` was imported. Keras reads each batch between steps: the ledger times the gaps."""
 
 from __future__ import annotations
 
@@ -30,9 +25,8 @@ def _failures(utils: Any) -> list[str]:
 
 
 class DynamoCounters(CompileWatch):
-    """PyTorch: TorchDynamo's guard failures, read at the ledger's polls. A compiled frame is
-    compiled again only after its guards failed, so each new failure is a recompile, with
-    its reason; a function's first compile is its first call, which the ledger counts."""
+    """TorchDynamo's guard failures at the ledger's polls: a frame recompiles only after its guards
+    failed, so each is a recompile with its reason (a first compile is a first call, counted)."""
 
     signal = "PyTorch: TorchDynamo's guard failures (jit_compile=True)"
     input_seen = "between"

@@ -1,7 +1,6 @@
 """PyTorch's devices: detection through ``torch.cuda`` and ``torch.backends.mps`` (a ROCm build's
-GPUs are not CUDA), selection as Keras's PyTorch device, placement with ``keras.device`` and
-every ATen op's result device (MPS fallbacks too), and the traps of Keras on MPS. PyTorch is
-imported inside each function."""
+GPUs are not CUDA), selection as Keras's PyTorch device, placement from each ATen op's result
+device (MPS fallbacks too), Keras's traps on MPS. PyTorch is imported inside each function."""
 
 from __future__ import annotations
 
@@ -25,7 +24,6 @@ from toolkit.core._device_types import (
 )
 from toolkit.core.machine import cpu_model
 
-# The seam's name for it: tf.data's random ops need no pin off tensorflow-metal.
 augmentation_scope = no_augmentation_pin
 
 _WHY_NONE = {
@@ -39,15 +37,13 @@ _PLUMBING = frozenset(
     {"aten::_to_copy", "aten::copy_", "aten::lift_fresh", "aten::lift_fresh_copy",
      "aten::_local_scalar_dense"}
 )  # fmt: skip
-# What PyTorch warns when PYTORCH_ENABLE_MPS_FALLBACK=1 sends an op without an MPS kernel to the
-# CPU.
+# PyTorch's warning when PYTORCH_ENABLE_MPS_FALLBACK=1 sends an op lacking an MPS kernel to the CPU
 _MPS_FALLBACK = re.compile(r"operator '([\w:.]+)' is not currently (?:supported|implemented)")
 MPS_FALLBACK_DEVICE = "cpu (MPS fallback)"
 
 
 def device_infos(cuda: Sequence[Any], mps: bool, *, hip: bool = False) -> list[DeviceInfo]:
-    """PyTorch's devices as DeviceInfos from ``get_device_properties`` results (`cuda`), MPS
-    availability (`mps`), and whether a ROCm build (`hip`)."""
+    """DeviceInfos from ``get_device_properties`` results, MPS availability and a ROCm build."""
     found = [host_cpu()]
     for i, props in enumerate(cuda):
         found.append(
@@ -90,9 +86,8 @@ def framework_device(device: DeviceInfo) -> str:
 
 
 def select_device(device: DeviceInfo, memory_growth: bool) -> None:
-    """`device` becomes Keras's PyTorch device for the rest of the program
-    (``KERAS_TORCH_DEVICE`` before Keras loads); `memory_growth` is TensorFlow's (PyTorch's
-    allocator grows anyway)."""
+    """`device` becomes Keras's PyTorch device for the rest of the program (``KERAS_TORCH_DEVICE``
+    before Keras loads); `memory_growth` is TensorFlow's (PyTorch's allocator grows anyway)."""
     name = framework_device(device)
     if "keras" not in sys.modules:
         os.environ["KERAS_TORCH_DEVICE"] = name
@@ -113,8 +108,7 @@ def device_scope(device: DeviceInfo) -> contextlib.AbstractContextManager:
 def placement(
     fn: Callable[..., Any], args: Any, kwargs: Any, gpu_selected: bool | None
 ) -> PlacementReport:
-    """Every ATen op dispatched, with its result's device; ops MPS sent to the CPU are listed on
-    ``cpu (MPS fallback)``."""
+    """Every ATen op dispatched, with its result's device (MPS fallbacks on the CPU, so named)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode  # the dispatcher's Python hook
 
