@@ -1,11 +1,7 @@
 """Keras training-performance toolkit: how fast is my step, why not faster, which settings are
-faster here.
-
-The public API is :data:`_EXPORTS` below; ``__all__`` is derived from it, so the two cannot
-drift. The measuring tools are functions here (``toolkit.diagnose``, ``toolkit.tune``); the
-rest are modules (``toolkit.devices``, ``toolkit.data``). Names are imported on first use (PEP
-562), so that ``import toolkit`` and the report tools (``toolkit.report``, ``python -m
-toolkit compare``) load no framework; the callbacks load Keras when first touched."""
+faster here. The public API is :data:`_EXPORTS` (``__all__`` derives from it): measuring tools
+here, the rest modules. Names load on first use (PEP 562), so ``import toolkit`` and the report
+tools load no framework; the callbacks load Keras when first touched."""
 
 from __future__ import annotations
 
@@ -32,8 +28,7 @@ if TYPE_CHECKING:
     from toolkit.search.memory_fit import BatchFit, fits
     from toolkit.search.tune import TuneResult, autotune, tune
 
-# Public name -> the module that defines it (the one place each lives).
-_EXPORTS = {
+_EXPORTS = {  # public name -> the module that defines it (the one place each lives)
     "StepTimer": "toolkit.profiling.step_timer",
     "TraceWindow": "toolkit.profiling.trace_window",
     "StepStats": "toolkit.core.stats",
@@ -80,8 +75,7 @@ def __dir__() -> list[str]:
 
 
 def _start() -> None:
-    """``python -m toolkit`` or ``keras-perf`` starting: Ctrl-C and SIGTERM held from the
-    first import until the command line can say what they stopped (``toolkit.cli.main``)."""
+    """Holds Ctrl-C and SIGTERM from the first import until ``toolkit.cli.main`` says them."""
     from toolkit.core import interrupts
 
     if interrupts.starting("toolkit"):

@@ -1,13 +1,6 @@
 """The command line, read at the edge: what a program does with its argv before absl parses it,
-and nothing below the app layer does at all.
-
-* :func:`canonical_argv`: old flag spellings renamed, with a note;
-* :func:`flag_value`, :func:`without`, :func:`with_value`: one flag read, dropped or set, by the app
-  layer alone;
-* :class:`StartFlags`: what must act before Keras loads, read by :func:`start_flags` and acted on by
-  :func:`apply_start_flags` (a fresh process builds its own from its spec).
-
-``tests/test_edges.py`` holds the rest of the toolkit to typed values instead of flag strings."""
+and nothing below the app layer does at all (``tests/test_edges.py`` holds the rest of the
+toolkit to typed values instead of flag strings)."""
 
 from __future__ import annotations
 
@@ -29,8 +22,7 @@ def canonical_argv(
     renames: dict[str, str] | None = None,
     note: Callable[[str], Any] | None = None,
 ) -> list[str]:
-    """`argv` with deprecated flag spellings replaced by their current names, one note per old
-    name on stderr (or `note`). Everything after ``--`` is kept."""
+    """`argv` with old flag names renamed, one note each on stderr (or `note`); ``--`` ends it."""
     renames = DEPRECATED_FLAGS if renames is None else renames
     say = note or (lambda line: print(line, file=sys.stderr))
     out: list[str] = []
@@ -52,8 +44,7 @@ def canonical_argv(
 
 
 def flag_value(args: Sequence[str], flag: str) -> str | None:
-    """The value of ``--flag=V`` or ``--flag V``, or None (``--backend`` must be known before
-    Keras loads)."""
+    """The value of ``--flag=V`` or ``--flag V``, or None: ``--backend`` is read before Keras."""
     for i, arg in enumerate(args):
         if arg.startswith(f"--{flag}="):
             return arg.split("=", 1)[1]
@@ -93,14 +84,8 @@ def with_value(argv: Sequence[str], flag: str, old: str, new: str) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class StartFlags:
-    """What must act before Keras loads (its backend; TensorFlow's log level and XLA cache): read
-    by :func:`start_flags` or made from a spec; acted on by :func:`apply_start_flags`.
-
-    Attributes:
-        backend: ``--backend``, None when not given.
-        device: ``--device``, None when not given.
-        compile_cache: ``--compile_cache``.
-        verbosity: absl's ``--verbosity``/``-v`` (-1 when not given)."""
+    """What must act before Keras loads (backend; TensorFlow's log level, XLA cache): read by
+    :func:`start_flags` or from a spec, acted on by :func:`apply_start_flags`; -1: no ``-v``."""
 
     backend: str | None = None
     device: str | None = None
@@ -112,8 +97,7 @@ _LEVELS = {"debug": 1, "info": 0, "warning": -1, "error": -2, "fatal": -3}
 
 
 def _start_flag(argv: Sequence[str], name: str) -> Any:
-    """`name`'s value in `argv`, parsed by absl as the settings table defines it; None when
-    absent or unreadable (the full parse says why later)."""
+    """`name`'s value in `argv` as absl parses it; None when absent or unreadable (said later)."""
     values = flags.FlagValues()
     if name == "verbosity":
         flags.DEFINE_string(name, None, "", flag_values=values)
@@ -147,8 +131,7 @@ def start_flags(argv: Sequence[str]) -> StartFlags:
 
 
 def start_backend(start: StartFlags) -> str | None:
-    """Selects ``--backend``; returns the backend chosen, or None. Without it (and
-    ``KERAS_BACKEND``), ``--device=mps`` picks the backend that reaches the Apple GPU."""
+    """Selects ``--backend``; without it, ``--device=mps`` picks the backend for the Apple GPU."""
     if start.backend is not None:
         return backend.select(start.backend)
     named = os.environ.get("KERAS_BACKEND", "").strip().lower()
@@ -165,8 +148,7 @@ def start_backend(start: StartFlags) -> str | None:
 
 
 def apply_start_flags(start: StartFlags) -> str | None:
-    """Acts on `start` before anything loads a framework: the backend, then the compile cache.
-    Returns the backend chosen, or None."""
+    """Acts on `start` before a framework loads (backend, compile cache); the backend chosen."""
     chosen = start_backend(start)
     if start.compile_cache:
         backend.use_compile_cache()

@@ -1,8 +1,7 @@
 """The private entry point of the search's fresh processes: ``python -m toolkit._child SPEC
-OUT``. SPEC is a JSON ``ChildSpec`` (the job and its backend, device, target, config and
-candidate, all typed); the answer, a record, is written to OUT atomically. No command line is
-rebuilt. While it runs it speaks to its parent in typed messages, one JSON object a line on
-stdout (progress, and the error that ends it), with status 1, or 2 for a spec it cannot read."""
+OUT``. SPEC is a JSON ``ChildSpec`` (job, backend, device, target, config, candidate: typed);
+the answer, a record, is written to OUT atomically; no command line is rebuilt. It speaks to its
+parent in typed messages, one JSON object a line on stdout; status 1, or 2 for a bad spec."""
 
 from __future__ import annotations
 
@@ -43,8 +42,7 @@ class _Devices:
 
 
 class _Channel:
-    """The child's side of its messages to the parent: stdout, kept for them alone (anything else
-    printing there goes to stderr)."""
+    """The child's side of its messages: stdout, kept for them alone (other printing: stderr)."""
 
     def __init__(self) -> None:
         sys.stdout.flush()
@@ -74,8 +72,7 @@ class _Channel:
 
 
 def _figures_or_tune(spec: Any, channel: _Channel) -> _Answer:
-    """The spec's job on its target: the config and the task (or your model and data) made
-    from its typed values, absl left alone."""
+    """The spec's job on its target, built from its typed values (absl left alone)."""
     from toolkit.core.files import jsonable
     from toolkit.runner.config import TrainConfig
     from toolkit.search.standings import Figures
@@ -144,8 +141,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _die_of(signum: int) -> None:
-    """Ends this process by `signum` itself, as an unhandled signal would (the parent reads
-    ``-signum``), after the exit hooks."""
+    """Ends this process by `signum` itself, after the exit hooks: the parent reads ``-signum``."""
     import atexit
     import os
     import signal
@@ -183,13 +179,11 @@ def _main(argv: Sequence[str]) -> int:
     try:
         result = _job(spec, channel)
     except Exception as e:
-        # Your data's or model's own exception, with its line (not TensorFlow's UnknownError
-        # around it, nor the last line of a traceback): the parent says it as the run's error.
+        # Your own exception with its line (not TensorFlow's UnknownError around it): the run's.
         yours = user_raise(e)
         said = (BackendError, ReportError, UserCodeError, ValueError, FileNotFoundError)
         if yours is None and not isinstance(e, said):
-            # the parent's one line (a traceback's last line can be a note: JAX's "For
-            # simplicity, JAX has removed its internal frames..."); the traceback follows
+            # the parent's one line (a traceback's last line may be a note, as JAX's); re-raised
             channel.send(ERROR, " ".join(one_line(e).split()))
             raise
         channel.error(str(yours or e))

@@ -1,12 +1,9 @@
-"""The one app main: load a recipe, parse its flags, build its task, and run it.
-
-A recipe (``recipes/<name>.py``) describes *what* to train as a ``build_task`` function and ends
-with ``main = app.recipe_main(build_task)``; everything else a recipe run does is here, once. The
-verbs load recipes through :func:`load_recipe` and build tasks through :func:`recipe_task`.
-
-Errors end the program with one line ``error: ...`` on stderr and no traceback: status 2 for a bad
-flag or setting, 1 for a run that cannot start or stopped on an error (its partial summary first).
-``--verbosity=1`` prints the traceback above the line."""
+"""The one app main: load a recipe, parse its flags, build its task, and run it. A recipe
+(``recipes/<name>.py``) describes *what* to train as a ``build_task`` function and ends with
+``main = app.recipe_main(build_task)``; everything else a recipe run does is here, once.
+Errors end the program with one line ``error: ...`` on stderr and no traceback: status 2 for a
+bad flag or setting, 1 for a run that cannot start or stopped on an error (its partial summary
+first). ``--verbosity=1`` prints the traceback above the line."""
 
 from __future__ import annotations
 
@@ -46,12 +43,10 @@ __all__ = [
 ]
 
 HELP_FLAGS = ("-h", "--help", "-?", "--helpshort")
-# Flags that only print something (no training): a recipe starts nothing for them (start()).
-INFO_FLAGS = (*HELP_FLAGS, "--helpfull", "--version")
+INFO_FLAGS = (*HELP_FLAGS, "--helpfull", "--version")  # print only: start() skips them
 
 RECIPES_PACKAGE = "recipes"
-# The exit status of a run that timed no step: neither a pass (0) nor a failed run (1).
-UNTIMED_STATUS = 3
+UNTIMED_STATUS = 3  # a run that timed no step: neither a pass (0) nor a failed run (1)
 
 
 class UsageError(ValueError):
@@ -63,8 +58,7 @@ class UserCodeError(RuntimeError):
 
 
 def call_user(fn: Callable[[], Any], what: str, passes: tuple[type, ...] = ()) -> Any:
-    """``fn()``; an exception from it (but `passes`) becomes :class:`UserCodeError` naming
-    `what`."""
+    """``fn()``; its exception (but `passes`) becomes a :class:`UserCodeError` naming `what`."""
     try:
         return fn()
     except passes:
@@ -82,15 +76,13 @@ _OURS = tuple(
 
 
 def _is_ours(fn: Callable[..., Any]) -> bool:
-    """Whether `fn` is the toolkit's or its recipes' own code (its errors are input errors), not
-    a user's."""
+    """Whether `fn` is the toolkit's or recipes' code (its errors are input errors), not yours."""
     code = getattr(fn, "__code__", None)
     return code is not None and os.path.abspath(code.co_filename).startswith(_OURS)
 
 
 def fail(error: BaseException, status: int = 1, cause: BaseException | None = None) -> NoReturn:
-    """Ends the program with one line ``error: ...`` on stderr and `status`; with
-    ``--verbosity=1`` or more, the traceback of `cause` (else `error`) above it."""
+    """Ends with ``error: ...`` on stderr and `status`; ``--verbosity=1``: the traceback above."""
     from toolkit.distribute import processes
 
     if wants_traceback():
@@ -107,8 +99,7 @@ def wants_traceback() -> bool:
 
 
 def _partial_summary(error: BaseException) -> str | None:
-    """Prints the partial summary of a run that stopped on `error` (before the error line) and
-    returns where its report is."""
+    """Prints a stopped run's partial summary (before the error line); returns its report's dir."""
     for e in (error, error.__cause__):
         report = getattr(e, "toolkit_report", None)
         if report is not None:
@@ -118,8 +109,7 @@ def _partial_summary(error: BaseException) -> str | None:
 
 
 def interrupted(error: KeyboardInterrupt, what: Any = None) -> NoReturn:
-    """Ends an interrupted run: the partial summary on stdout, one line on stderr saying where
-    the partial report is, and 128 + the signal's number (130 for SIGINT, 143 for SIGTERM)."""
+    """Ends an interrupted run: partial summary, where its report is, status 128 + the signal."""
     import signal
 
     # Not a module that imports Keras: the interrupt may have come while it was loading.
@@ -174,8 +164,7 @@ def check_recipe(name: str) -> str:
 
 
 def check_started_recipe() -> None:
-    """``python -m recipes.NAME`` with no recipe NAME: one line listing the recipes, status 2, in
-    place of Python's ``No module named``."""
+    """``python -m recipes.NAME`` with no such recipe: the recipes in one line, status 2."""
     argv = list(getattr(sys, "orig_argv", ()))
     if "-m" not in argv[:-1]:
         return
@@ -206,8 +195,7 @@ def recipe_task(build_task: Callable[..., Task], params: dict[str, Any]) -> Task
         ValueError, FileNotFoundError: the toolkit's recipes' data or settings.
         UserCodeError: a recipe of yours whose ``build_task`` raised, naming it."""
     name = f"{_module_name(sys.modules.get(build_task.__module__) or types.ModuleType('recipe'))}"
-    # The recipes' own errors are one line (exit 2); a recipe of yours is named with what it raised
-    # (exit 1).
+    # The recipes' own errors are one line (exit 2); yours are named with what they raised (exit 1).
     ours = (ValueError, OSError) if _is_ours(build_task) else (ConfigError,)
     return call_user(lambda: build_task(**params), f"{name}.build_task()", ours)
 
@@ -219,8 +207,7 @@ def recipe_target(
     flag_values: flags.FlagValues,
     config: TrainConfig,
 ) -> Target:
-    """The ``standings.Target`` a fresh process rebuilds this run from: a recipe's name and its
-    changed arguments (or ``module:function``), and the whole config."""
+    """The Target a fresh process rebuilds this run from: recipe (or M:F), changed args, config."""
     from toolkit.search.standings import Target
 
     params: dict[str, Any] = {}
@@ -233,9 +220,7 @@ def recipe_target(
 
 
 def run_recipe(build_task: Callable[..., Task]) -> None:
-    """Runs a recipe whose flags are parsed: ``--autotune`` and ``--diagnose`` first when asked,
-    then the run; prints the summary and files. Settings, report directory and data files are
-    checked before anything loads."""
+    """Runs a parsed recipe: settings, report dir, data checked first; then searches and the run."""
     from toolkit.runner.task import SetupError, check_report_dir
 
     try:
@@ -278,8 +263,7 @@ def run_recipe(build_task: Callable[..., Task]) -> None:
 
 
 def _check_data_files(params: dict[str, Any], config: TrainConfig) -> None:
-    """A toolkit recipe's ``--dataset`` of files checked as its run will check it, before any
-    framework loads. Only the toolkit's recipes: yours may mean something else by ``dataset``."""
+    """A toolkit recipe's ``--dataset``, checked before frameworks load (yours may differ)."""
     from toolkit.data import catalog
     from toolkit.runner import _data
 
@@ -292,8 +276,7 @@ def _check_data_files(params: dict[str, Any], config: TrainConfig) -> None:
 
 
 def _load_frameworks(build_task: Callable[..., Task]) -> None:
-    """TensorFlow and Keras loaded, their C++ start-up lines held back; a line comes first, so
-    the seconds they take are not silence. Ctrl-C mid-import is said after."""
+    """TensorFlow and Keras loaded after a line (no silent seconds), C++ lines held, Ctrl-C kept."""
     from toolkit.devices import runtime
 
     short = _program(sys.modules.get(build_task.__module__) or types.ModuleType("recipe"))[1]
@@ -334,8 +317,7 @@ def _before_the_run(
 
 
 def _stopped(e: Exception) -> NoReturn:
-    """Training stopped on `e`: the partial summary, then one line saying why and where the
-    partial report is."""
+    """Training stopped on `e`: the partial summary, then one line: why, and where the report is."""
     run_dir = _partial_summary(e)
     where = f" (the partial report is in {run_dir})" if run_dir else ""
     from toolkit.distribute import processes
@@ -353,8 +335,7 @@ def _stopped(e: Exception) -> NoReturn:
             ),
             cause=e,
         )
-    # Your own exception as you raised it (not TensorFlow's UnknownError around it); else the
-    # error's one line.
+    # Your own exception as raised (not TensorFlow's UnknownError around it), else its one line.
     said = user_raise(e) or one_line(e)
     fail(
         RuntimeError(f"training stopped on {said}{where}; --verbosity=1 shows the traceback"),
@@ -363,8 +344,7 @@ def _stopped(e: Exception) -> NoReturn:
 
 
 def _said(result: Any, smoke: bool = False) -> None:
-    """A finished run's summary and files; one line when it failed. A ``--smoke`` run that timed
-    nothing passes, with a note."""
+    """A finished run's summary, files; one line if failed (``--smoke`` timing nothing passes)."""
     print(result.report.summary())  # folded on a terminal
     for kind, path in sorted(result.paths.items()):
         print(f"{kind}: {path}")
@@ -381,7 +361,6 @@ def _said(result: Any, smoke: bool = False) -> None:
     if result.report.status != "complete":  # e.g. a loss that went NaN: a failed run
         which = "partial report" if result.report.status == "partial" else "report"
         where = f" (the {which} is in {result.run_dir})" if result.run_dir else ""
-        # Timed nothing: not a pass for a script that checks the status (UNTIMED_STATUS).
         untimed = result.report.status == "untimed"
         if untimed and smoke:
             said = f"note: a --smoke run: it ran, and timed nothing{where}"
@@ -391,15 +370,13 @@ def _said(result: Any, smoke: bool = False) -> None:
 
 
 def _module_name(module: types.ModuleType) -> str:
-    """``recipes.cnn`` for a recipe run as ``python -m recipes.cnn`` (whose ``__name__`` is
-    ``__main__``)."""
+    """``recipes.cnn`` for ``python -m recipes.cnn`` (whose ``__name__`` is ``__main__``)."""
     spec = getattr(module, "__spec__", None)
     return getattr(spec, "name", None) or module.__name__
 
 
 def _fresh_target(build_task: Callable[..., Task], config: TrainConfig) -> Target | None:
-    """Where ``--autotune`` confirms its pick in fresh processes; None for a recipe not in
-    ``recipes/``."""
+    """Where ``--autotune`` confirms its pick in fresh processes; None outside ``recipes/``."""
     name = _module_name(sys.modules.get(build_task.__module__) or types.ModuleType("recipe"))
     package, _, short = name.rpartition(".")
     if package != RECIPES_PACKAGE or short not in recipe_names():
@@ -418,17 +395,14 @@ def _program(module: types.ModuleType) -> tuple[str, str]:
 
 
 def recipe_help(module: types.ModuleType) -> str:
-    """A recipe's ``--help``: its docstring, its own flags, then the shared flags by group (no
-    framework imported)."""
+    """A recipe's ``--help``: its docstring, its own flags, then the shared flags by group."""
     own = tk_flags.own_flags(module.__name__) or tk_flags.own_flags(_module_name(module))
     program, short = _program(module)
     return tk_flags.help_text(program, module.__doc__, own, title=f"{short} flags")
 
 
 def run(main: Callable[[list[str]], None]) -> None:
-    """Runs a recipe's absl `main`: ``--help`` prints :func:`recipe_help`; ``--version`` the
-    toolkit's; old flag spellings renamed with a note; a closed stdout ends quietly; Ctrl-C
-    and SIGTERM, at any moment, end it in one line."""
+    """Runs a recipe's absl `main`: help, version, old spellings, a closed stdout, signals."""
     try:
         interrupts.install()  # raises one that came while the program was imported
         _run(main)
@@ -482,15 +456,13 @@ def start(
 ) -> list[str]:
     """The start-up of every program here, first thing and once: Keras fixes its backend at
     import and TensorFlow reads its log level and XLA's flags when it loads, so these are read
-    from the command line before anything parses it. ``--backend=auto`` becomes the winner
-    ``python -m toolkit backends`` measured for this target; then :func:`begin`.
+    before anything parses the command line; ``--backend=auto`` becomes ``backends``' winner.
 
     Returns:
         `argv` (without the program's name) with ``--backend=auto`` resolved.
 
     Raises:
-        toolkit.backend.BackendError: a backend not installed, tf_keras with another backend, Keras
-            already loaded with another."""
+        toolkit.backend.BackendError: a backend not installed, or not the one already loaded."""
     started = _argv.start_flags(argv)
     if (started.backend or "").strip().lower() == "auto":
         from toolkit.search import chooser
@@ -504,8 +476,7 @@ def start(
 
 
 def begin(started: _argv.StartFlags) -> None:
-    """Acts on what must come before a framework loads: TensorFlow's C++ lines held back (a
-    user's ``TF_CPP_MIN_LOG_LEVEL`` wins), the backend selected, ``--compile_cache`` set."""
+    """Before a framework loads: C++ logs held (unless ``TF_CPP_MIN_LOG_LEVEL``), backend, cache."""
     import logging as std_logging
 
     from toolkit.core import native_logs
@@ -521,8 +492,7 @@ def _auto_target(
     model_fn: str | None,
     build_task: Callable[..., Any] | None,
 ) -> Target:
-    """The target ``--backend=auto`` asks about, read by absl into a copy of the flags (the real
-    parse comes later)."""
+    """The target ``--backend=auto`` asks about, parsed into a copy of the flags (absl's)."""
     from toolkit.search.standings import Target
 
     recipe = None if model_fn else recipe
@@ -540,9 +510,7 @@ def _auto_target(
 
 
 def with_broken_pipe(fn: Callable[[], int | None]) -> None:
-    """Calls `fn`; when stdout's reader has gone (``| head``), ends quietly with 141 instead of a
-    BrokenPipeError traceback (also for a stdout closed from the start, where it would end 0).
-    A stream that cannot encode ``×`` spells it ``x``."""
+    """Calls `fn`; a gone or closed stdout ends quietly (141); unencodable ``×`` is ``x``."""
     closed = _fill_closed_streams()
     terminal.plain_streams()
     status = None

@@ -1,7 +1,6 @@
-"""The command line as a whole (``keras-perf VERB`` or ``python -m toolkit VERB``): the parser,
-built from the verbs' registry (``toolkit.verbs``), start-up, and the exit codes. Results go
-to stdout, progress to stderr, and an error is one ``error:`` line with status 2 (the command
-line) or 1 (a run that could not start)."""
+"""The command line as a whole (``keras-perf VERB`` or ``python -m toolkit VERB``): the parser
+from the verbs' registry, start-up, and exit codes. Results go to stdout, progress to stderr;
+an error is one ``error:`` line, status 2 (the command line) or 1 (a run that could not start)."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ DESCRIPTION = (
     "faster here: measured. Recipes train with `python -m recipes.NAME` (--help "
     "lists their flags); these verbs measure, tune and read reports."
 )
-# Old spellings of verb options, still accepted with a one-line note.
-DEPRECATED_OPTIONS = {"min-rel": "min_rel"}
+DEPRECATED_OPTIONS = {"min-rel": "min_rel"}  # old spellings, still accepted with a note
 BY_NAME = {verb.name: verb for verb in VERBS}
 
 
@@ -32,8 +30,7 @@ def _prog() -> str:
 
 
 def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    """The parser, a subparser per verb. With ``--help``, a verb passing flags to a recipe lists
-    the recipes and those flags."""
+    """The parser, a subparser per verb; a verb passing recipe flags lists them in ``--help``."""
     from toolkit.core.version import __version__
 
     root = argparse.ArgumentParser(prog=_prog(), description=DESCRIPTION)
@@ -50,19 +47,16 @@ def parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     for verb in VERBS:
         epilog = _epilog(verb, argv)
         raw = {"formatter_class": argparse.RawDescriptionHelpFormatter} if epilog else {}
-        # A verb that passes flags on to a recipe takes no abbreviation of its own options
-        # (--batch_size would read as a prefix of --batch_sizes).
         p = verbs.add_parser(
             verb.name, help=verb.help, description=verb.description, epilog=epilog,
-            allow_abbrev=not verb.recipe_flags, **raw,
+            allow_abbrev=not verb.recipe_flags, **raw,  # --batch_size: no prefix of --batch_sizes
         )  # fmt: skip
         verb.options(p)
     return root
 
 
 def _epilog(verb: Verb, argv: Sequence[str]) -> str | None:
-    """``VERB --help``'s epilog for a verb that passes flags to a recipe: the recipes and the
-    recipe's flags."""
+    """``VERB --help``'s epilog for a verb passing flags to a recipe: the recipes and flags."""
     wants_help = any(a in ("-h", "--help") for a in argv)
     named = next((a for a in argv if not a.startswith("-")), None)
     if not (verb.recipe_flags and wants_help and named == verb.name):
@@ -75,8 +69,7 @@ def _epilog(verb: Verb, argv: Sequence[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; a closed stdout ends it quietly (141), Ctrl-C and SIGTERM in one line
-    (130, 143)."""
+    """The command line; a closed stdout ends it quietly (141), Ctrl-C and SIGTERM in one line."""
     from toolkit.app import interrupted, with_broken_pipe
     from toolkit.core import interrupts
 
@@ -121,9 +114,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check(verb: Verb, args: argparse.Namespace) -> str | None:
-    """What is wrong with the command line, checked before any framework loads, or None: the
-    verb's own options, then the recipe, ``--model_fn``'s spelling and the recipe flags made
-    into a validated config, kept on `args`."""
+    """What is wrong with the command line, before frameworks load (config kept on `args`)."""
     from absl import flags
 
     from toolkit import app
@@ -148,8 +139,7 @@ def _check(verb: Verb, args: argparse.Namespace) -> str | None:
 
 
 def _parse(argv: list[str]) -> tuple[Verb, argparse.Namespace] | int:
-    """The verb `argv` names and its arguments, after ``app.start``; status 2 for a backend that
-    cannot be had."""
+    """The verb `argv` names and its arguments, after ``app.start``; 2: backend missing."""
     from toolkit import _argv, app, backend
 
     argv = _argv.canonical_argv(argv, DEPRECATED_OPTIONS)
@@ -188,9 +178,8 @@ def _start(verb: Verb) -> None:
 
 
 def _run(verb: Verb, args: argparse.Namespace) -> int:
-    """The verb's status; an error it raises as one ``error:`` line, status 1 or 2. Your own
-    code's error is status 1, named as yours (type, message, line), not the TensorFlow error
-    around it."""
+    """The verb's status; an error it raises as one ``error:`` line, status 1 or 2. Your code's
+    error is status 1, named as yours (type, message, line), not the TensorFlow error around it."""
     from absl import flags
 
     from toolkit import app
@@ -229,8 +218,6 @@ def _failed(error: BaseException, line: str) -> int:
 
 
 def _run_failed(error: BaseException) -> bool:
-    """Whether `error` says a run failed to start or read its data, rather than that the command
-    line was wrong. Looked up, not imported: ``show`` and ``compare`` must not start
-    TensorFlow."""
+    """Whether `error` is a failed run, not a bad command line (looked up: no TensorFlow import)."""
     setup_error = getattr(sys.modules.get("toolkit.runner.task"), "SetupError", None)
     return setup_error is not None and isinstance(error, setup_error)

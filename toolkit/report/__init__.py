@@ -1,7 +1,5 @@
 """Run reports: the record (:class:`RunReport`, JSON + Markdown + PNG), the typed run context,
-comparing two runs, merging the workers' reports of one multi-worker run, and the step's
-anatomy (``toolkit.anatomy``'s result) in lines.
-
+comparing two runs, merging a multi-worker run's reports, and the step's anatomy in lines.
 Imports neither TensorFlow nor Keras. The schema is documented in ``docs/report.md``."""
 
 from toolkit.report._anatomy import anatomy_lines

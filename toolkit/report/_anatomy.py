@@ -1,10 +1,7 @@
-"""The step's anatomy as people read it: terminal lines, a short summary, a Markdown section and
-a picture of one :class:`~toolkit.core._anatomy.Anatomy`, and two side by side
-(:class:`~toolkit.core._anatomy.Contrast`) in words.
-
-Pure Python (matplotlib only inside :func:`anatomy_png`); numbers formatted as everywhere else.
-Every share is of the step the phases add up to (so they add up to 100): the untraced step where the
-anatomy was reconciled, else the traced one."""
+"""The step's anatomy as people read it: terminal lines, a summary, a Markdown section and a
+picture of one :class:`~toolkit.core._anatomy.Anatomy`, and two (``Contrast``) in words. Every
+share is of the step the phases add up to (so they add up to 100): the untraced step where
+reconciled, else the traced one. Pure Python (matplotlib only inside :func:`anatomy_png`)."""
 
 from __future__ import annotations
 
@@ -36,11 +33,7 @@ PLOT_LAYERS = 15  # bars of the picture
 MARKDOWN_LAYERS = 50  # rows of report.md's layer table
 NAME_MIN, NAME_MAX, KIND_MAX = 12, 30, 18  # columns a layer's name and kind may take
 NOISE = 0.005  # two steps this close read as equally fast
-# Keras's trainer cost under this fraction either way reads as none (rounds land 1-2 % apart).
-TRAINER_NOISE = 0.02
-
-
-# ---------------------------------------------------------------------------- formats
+TRAINER_NOISE = 0.02  # Keras's trainer cost under this fraction either way reads as none
 
 
 def _pct(fraction: float) -> str:
@@ -74,8 +67,7 @@ def _share(seconds: float, basis: float) -> str:
 
 
 def _short(text: str, limit: int) -> str:
-    """`text` in at most `limit` characters: a nested layer keeps its own name after ``…/``,
-    anything else its head and tail around ``…``."""
+    """`text` in `limit` characters: a nested layer keeps its name after ``…/``, else ``a…z``."""
     if len(text) <= limit:
         return text
     own = text.rpartition("/")[2]
@@ -86,8 +78,7 @@ def _short(text: str, limit: int) -> str:
 
 
 def _shorts(names: Sequence[str], limit: int) -> list[str]:
-    """Each of `names` in at most `limit` characters, told apart: rows whose short names meet
-    take the path's tail instead, then its head and tail."""
+    """Each of `names` in `limit` characters, told apart: clashing rows are cut another way."""
     out = [_short(n, limit) for n in names]
     for cut in (_tail, _head_and_tail, _initials):
         seen = collections.Counter(out)
@@ -105,8 +96,7 @@ def _tail(text: str, limit: int) -> str:
 
 
 def _initials(text: str, limit: int) -> str:
-    """`text`'s outer layers by their initials and numbers (``b_1/f``), then its own name, cut
-    where too long."""
+    """`text`'s outer layers as initials and numbers (``b_1/f``), then its own name, cut to fit."""
     *outer, own = text.split("/")
     short = [re.sub(r"^(.)[^_]*(?:_[^_\d]+)*(_\d+)?$", r"\1\2", part) for part in outer]
     said = "/".join([*short, own])
@@ -138,9 +128,6 @@ def _ratio(value: float) -> str:
     return f"{value:.2f}×"
 
 
-# ---------------------------------------------------------------------------- the parts
-
-
 def _traced(a: Anatomy) -> str:
     """``5 steps traced, batch 32``: what the step's times are of."""
     steps = f"{a.steps} step{'s' if a.steps != 1 else ''} traced"
@@ -170,8 +157,7 @@ def _phases(a: Anatomy) -> list[PhaseTime]:
 
 
 def _phase_cells(p: PhaseTime, basis: float) -> tuple[str, str, str]:
-    """``(ms, share, words)`` of one phase: an unseen one shows its words, numbers only where
-    part was seen."""
+    """``(ms, share, words)`` of one phase: numbers only where part of it was seen."""
     if p.unseen and p.seconds <= 0:
         return "—", "—", f"not seen: {p.unseen}"
     return _ms(p.seconds), _share(p.seconds, basis), f"not all seen: {p.unseen}" if p.unseen else ""
@@ -225,8 +211,7 @@ def _checked_line(a: Anatomy) -> str | None:
 
 
 def _held_of(rest: Sequence[LayerTime]) -> str:
-    """Of the layers a table leaves out, those shown at their alone figure (the count line counts
-    them)."""
+    """Of the layers a table leaves out, those shown at their alone figure."""
     held = sum(1 for x in rest if x.alone_s and x.holds_alone())
     return f", {held} of them at their alone figure" if held else ""
 
@@ -247,9 +232,7 @@ def _why_lines(layers: Sequence[LayerTime], limit: int = 3) -> list[str]:
 
 
 def _other_line(a: Anatomy) -> str | None:
-    """What "other" is, where it is over ``OTHER_LARGE`` of the step: the ops outside any scope
-    and the host in the step with no op running; and the fix it implies, its saving predicted
-    beside the saving measured."""
+    """What "other" is (unscoped ops, the host between ops) where large, and its fix's saving."""
     basis = _basis(a)
     if basis <= 0 or not a.other_large():
         return None
@@ -299,8 +282,7 @@ def _trainer_lines(a: Anatomy) -> list[str]:
     if cost is None or a.fit_s is None or a.raw_s is None:
         return []
     if cost <= -TRAINER_NOISE:
-        # the raw step runs as fit's and is timed at its fastest: where fit still beats it, fit runs
-        # it better
+        # the raw step runs as fit's, timed at its fastest: where fit beats it, fit runs it better
         head = (
             f"Keras's fit step is {_pct(-cost)} faster than the raw step: the raw step, run "
             "as fit runs its step, is no floor for this model, so Keras's own cost cannot be "
@@ -395,17 +377,8 @@ def _layer_table(a: Anatomy, width: int) -> list[str]:
     return out + _fold([*said, *_why_lines(shown)], width)
 
 
-# ---------------------------------------------------------------------------- the views
-
-
 def anatomy_lines(a: Anatomy, width: int = 80) -> list[str]:
-    """What a person reads on a terminal, each line at most `width` columns: the step, its
-    phases, their sum against the outside clock, the profiler's cost, the slowest layers,
-    fused code, Keras's own cost and the notes.
-
-    Args:
-        a: the anatomy.
-        width: the widest line.
+    """Terminal lines at most `width` wide: step, phases, clock check, layers, Keras's cost, notes.
 
     Returns:
         The lines; for an anatomy that could not be taken, the one line saying why."""
@@ -431,8 +404,7 @@ def anatomy_lines(a: Anatomy, width: int = 80) -> list[str]:
 
 
 def anatomy_top_lines(a: Anatomy, n: int = 3) -> list[str]:
-    """The anatomy in two to four lines, as ``diagnose`` and ``doctor`` print it: the phases, the
-    `n` slowest layers, Keras's own cost."""
+    """The anatomy in 2-4 lines, as ``diagnose`` and ``doctor`` print it: phases, layers, Keras."""
     if a.error:
         return [_error_line(a)]
     basis = _basis(a)
@@ -443,12 +415,10 @@ def anatomy_top_lines(a: Anatomy, n: int = 3) -> list[str]:
     )
     bits = [f"{p.phase.value} {_share(p.seconds, basis)}" for p in phases]
     unseen = [p.phase.value for p in a.phases if p.unseen and p.seconds <= 0]
-    # the step the shares are of, as the table's header names it
     line = f"inside the {_which(a)} step ({format_ms(basis)}, {a.backend}): " + ", ".join(bits)
     if unseen:
         line += f"; not seen: {', '.join(unseen)}"
     if a.model_alone_s is None and a.phase(Phase.FORWARD) + a.phase(Phase.BACKWARD) > 0:
-        # doctor's forward 47 % beside anatomy's 30 % (JAX's Transformer): the trace's split
         line += "; forward and backward as the trace split them (anatomy times the model alone)"
     if not a.agrees():
         agreement = a.agreement()
@@ -491,8 +461,7 @@ def _check_words(x: LayerTime) -> str:
 
 
 def anatomy_markdown(a: Anatomy, png: str | None = None) -> str:
-    """The anatomy's section of ``report.md``: the step, the phase table, the layer table
-    (slowest 50), fused code, Keras's cost and the notes; `png` the picture's file name."""
+    """The anatomy's ``report.md`` section (phases, slowest layers, notes); `png`: its picture."""
     out = ["## Inside the step", ""]
     if a.error:
         return "\n".join([*out, _sentence(_error_line(a)), ""])
@@ -551,8 +520,6 @@ def anatomy_markdown(a: Anatomy, png: str | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-# ---------------------------------------------------------------------------- the picture
-
 PHASE_COLOURS = {
     Phase.INPUT: "tab:orange",
     Phase.FORWARD: "tab:blue",
@@ -568,15 +535,13 @@ def anatomy_png(a: Anatomy, path: str | os.PathLike[str]) -> str | None:
     """The anatomy as a picture, written atomically to `path`.
 
     Returns:
-        `path`; None where matplotlib is missing or there is nothing to draw."""
+        `path`; None without matplotlib or anything to draw."""
     png = anatomy_png_bytes(a)
     return None if png is None else atomic_write(path, png)
 
 
 def anatomy_png_bytes(a: Anatomy) -> bytes | None:
-    """The anatomy as PNG bytes: a horizontal bar per layer (slowest 15), forward and backward
-    stacked, and the step's phases as one stacked bar with a legend. None where matplotlib is
-    missing or nothing to draw."""
+    """The anatomy as PNG bytes (layers' and phases' bars); None without matplotlib or anything."""
     if a.error or not a.phases:
         return None
     try:
@@ -596,8 +561,7 @@ PLOT_NAME = 40  # characters of a layer's name at most
 
 
 def anatomy_figure(a: Anatomy) -> Any:
-    """The picture's matplotlib ``Figure``, laid out so no text overlaps or leaves the figure.
-    Raises ImportError without matplotlib."""
+    """The picture's ``Figure``, no text overlapping or outside; ImportError without matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -621,8 +585,7 @@ def anatomy_figure(a: Anatomy) -> Any:
     fig.suptitle("\n".join(_figure_title(a)), fontsize=11)
     ends = _layer_bars(ax_l, a, layers)
     segments = _phase_bar(ax_p, bottom, a, drawn, unseen)
-    # The layout settles the axes' size; then each label is checked against its room.
-    fig.draw_without_rendering()
+    fig.draw_without_rendering()  # the layout settles the axes' size; then labels are fitted
     _fit_labels(fig, ax_l, ends, ax_p, segments, _basis(a))
     fig.set_layout_engine("none")  # the layout as checked above, kept when saved
     return fig
@@ -643,8 +606,7 @@ def _figure_title(a: Anatomy) -> list[str]:
 
 
 def _layer_bars(ax_l: Any, a: Anatomy, layers: list[LayerTime]) -> list[Any]:
-    """The slowest layers' forward + backward bars, slowest on top; returns the end labels
-    (fitted later)."""
+    """The slowest layers' forward + backward bars, slowest on top; returns the end labels."""
     if not layers:
         ax_l.set_axis_off()
         ax_l.set_title("no layer was seen in the trace", fontsize=10, loc="left")
@@ -683,8 +645,7 @@ def _layer_bars(ax_l: Any, a: Anatomy, layers: list[LayerTime]) -> list[Any]:
 def _phase_bar(
     ax_p: Any, bottom: Any, a: Anatomy, drawn: list[PhaseTime], unseen: list[PhaseTime]
 ) -> list[tuple[Any, float, float, PhaseTime]]:
-    """The traced step's phases as one bar with a legend (unseen ones hatched); returns each
-    segment's label, left, width and phase."""
+    """The phases as one bar with a legend (unseen ones hatched); returns each segment."""
     from matplotlib.patches import Patch
 
     basis = _basis(a)
@@ -726,8 +687,7 @@ def _fit_labels(
     segments: list[tuple[Any, float, float, PhaseTime]],
     basis: float,
 ) -> None:
-    """Each label checked against its room once laid out: kept inside the figure, or where it
-    fits its segment, else left to the legend."""
+    """Labels fitted once laid out: inside the figure or their segment, else left to the legend."""
     renderer = fig.canvas.get_renderer()
     if ends:
         _room_for_ends(ax_l, ends, renderer)
@@ -769,11 +729,7 @@ def _room_for_ends(ax: Any, ends: Sequence[Any], renderer: Any) -> None:
     ax.set_xlim(0, need * 1.02)
 
 
-# ---------------------------------------------------------------------------- two of them
-
-
-# A part under this share of its step is said as a gap in ms, not as a ratio.
-TINY_PART = 0.02
+TINY_PART = 0.02  # a part under this share of its step is said as a gap in ms, not a ratio
 
 
 def _part_words(c: Contrast, what: str, a_s: float, b_s: float) -> str:
@@ -782,18 +738,13 @@ def _part_words(c: Contrast, what: str, a_s: float, b_s: float) -> str:
     if a_s <= 0:
         return f"{what} ({format_ms(b_s)} vs none in {c.a_name})"
     if a_s < TINY_PART * c.a_step_s or b_s < TINY_PART * c.b_step_s:
-        # a ratio of next to nothing says nothing (213× of 0.007 ms): the gap itself does
-        sign = "+" if b_s >= a_s else "-"
+        sign = "+" if b_s >= a_s else "-"  # a ratio of next to nothing says nothing: the gap does
         return f"{what} {sign}{format_ms(abs(b_s - a_s))} ({format_ms(b_s)} vs {format_ms(a_s)})"
     return f"{what} {_ratio(b_s / a_s)} ({format_ms(b_s)} vs {format_ms(a_s)})"
 
 
 def contrast_lines(c: Contrast, width: int = 80) -> list[str]:
-    """Two anatomies' difference in words, folded to `width`: how much slower or faster `b` is,
-    and the parts making it up, largest gap first; ``try: ...`` where a fix is named.
-
-    Example: ``PyTorch is 8.10× slower than JAX: the Conv2D layers (4) 6.50× (12.300 ms vs 1.900
-    ms), ...``."""
+    """Two anatomies' difference in words, folded to `width`: the ratio, its parts, a ``try:``."""
     ratio = c.ratio
     if c.a_step_s <= 0 or c.b_step_s <= 0 or not math.isfinite(ratio):
         head = f"{c.b_name} and {c.a_name} cannot be set side by side (a step time is missing)"

@@ -14,8 +14,7 @@ from toolkit.core import terminal
 
 @dataclasses.dataclass(frozen=True)
 class WorkerRow(fields.Record):
-    """One worker's (or process's) figures when training ended; `weights`: a fingerprint of
-    its weights (a data-parallel run's processes), else None."""
+    """A worker's (or process's) figures at the end; `weights`: its weights' fingerprint."""
 
     task_index: int | None = fields.field(missing=None)
     is_chief: bool | None = fields.field(missing=None)
@@ -34,9 +33,7 @@ def _workers(rows: Any, where: str) -> tuple[WorkerRow, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class ClusterView(fields.Record):
-    """The cluster: its workers, its examples/s (the slowest's pace), the slowest, the spread and
-    the straggler (over 1.2× the others' median); `all_complete`, `process_index` and
-    `same_weights` where known."""
+    """The cluster: workers, examples/s (the slowest's), slowest, spread, straggler (>1.2×)."""
 
     WHERE = "cluster"
 
@@ -73,9 +70,8 @@ class ClusterView(fields.Record):
 
 
 def cluster_view(rows: Sequence[WorkerRow]) -> ClusterView:
-    """The cluster from its workers' rows. Each counts the global batch per step, so the
-    cluster's examples/sec is the *slowest* worker's (synchronous training goes at the last
-    replica's pace); the spread is the slowest median step over the fastest."""
+    """The cluster from its workers' rows: its examples/s is the *slowest* worker's (synchronous
+    training goes at the last replica's pace); spread: the slowest median step over the fastest."""
     rows = sorted(rows, key=lambda r: (r.task_index is None, r.task_index or 0))
     rates = [r.examples_per_sec for r in rows if r.examples_per_sec]
     p50s = [r.p50_ms for r in rows if r.p50_ms]
@@ -93,14 +89,12 @@ def cluster_view(rows: Sequence[WorkerRow]) -> ClusterView:
 
 
 def render_cluster(view: ClusterView, unit: str = "worker") -> list[terminal.Block]:
-    """The workers' table and the cluster's line, for ``terminal.show`` or
-    ``terminal.markdown``."""
+    """The workers' table and the cluster's line, for ``terminal.show`` or ``terminal.markdown``."""
     return [view.table(), "", cluster_line(view, unit)]
 
 
 def cluster_line(view: ClusterView, unit: str = "worker") -> str:
-    """One line: the workers (or processes: `unit`), the cluster's examples/s, the slowest
-    one and the spread."""
+    """One line: the workers (or `unit`s), the cluster's examples/s, the slowest one, the spread."""
     rate = view.cluster_examples_per_sec
     many = f"{unit}es" if unit.endswith("s") else f"{unit}s"
     line = f"cluster: {view.num_workers} {many}"

@@ -1,10 +1,7 @@
 """The report's diagnosis section: what ``--diagnose`` (``toolkit.search.diagnose``) found
-before the run, as a record (``report.json``'s ``diagnosis``), and its lines.
-
-The diagnosis measures above the report (the search room); the report keeps what it found,
-so a report read elsewhere shows it without the search. Its advice and its ledger come
-spelled for the reader who asked (flags for a recipe, Python for a script), as the diagnosis
-said them: the record keeps those words, not the settings behind them."""
+before the run, as a record (``report.json``'s ``diagnosis``), and its lines. The report keeps
+what the diagnosis found, so it shows without the search; its advice and ledger keep the words
+spelled for the reader who asked (flags or Python), not the settings behind them."""
 
 from __future__ import annotations
 
@@ -19,14 +16,11 @@ from toolkit.core.errors import one_line
 
 @dataclasses.dataclass(frozen=True)
 class SecondOpinion(fields.Record):
-    """XProf's reading of a trace of the fit set beside the rates' verdict (report.json's
-    ``diagnosis.xprof``).
+    """XProf's reading of a trace of the fit beside the rates' verdict (``diagnosis.xprof``).
 
     Attributes:
         verdict: XProf's (``highly input-bound``, ...); None where it gave none.
-        input_percent: the share of the traced steps' time spent waiting for input.
-        agrees: whether XProf's verdict agrees with the rates'; None where it gave none.
-        line: one sentence that says which, and why they may differ."""
+        agrees: XProf's verdict agrees with the rates' (None: no verdict); `line` says why not."""
 
     verdict: str | None = fields.field(missing=None)
     input_percent: float | None = fields.field(missing=None)
@@ -46,11 +40,8 @@ def _anatomy(value: Any, where: str) -> Anatomy | None:
 
 @dataclasses.dataclass(frozen=True)
 class DiagnosisSection(fields.Record):
-    """A diagnosis as the report keeps it: the three rates (steps/s), the verdict and why it
-    is uncertain ("" where it is not), the pipeline measured, XProf's second opinion, the
-    advice in its reader's words, and the rest the diagnosis measured (the run's ledger as
-    JSON spelled for that reader, the step's anatomy). report.json's ``diagnosis``, each field
-    checked as it is read (``field diagnosis.fit_rate is 'fast', not a number``)."""
+    """report.json's ``diagnosis``, each field checked as read: the three rates (steps/s), the
+    verdict and why it is uncertain, the pipeline, XProf's opinion, the advice, ledger, anatomy."""
 
     WHERE = "diagnosis"
 

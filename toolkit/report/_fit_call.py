@@ -1,11 +1,7 @@
-"""The whole ``fit`` call in words: start-up + steps + exit, the parts adding up to it; and
-the whole process around it: launch, set-up, model, the fit call, after it.
-
-Why they are in the report: StepTimer times train begin to train end, but a ``fit`` call costs
-more than that, before its first step (the data adapter, building, the callbacks' train begin,
-the input iterator) and after its last (on TensorFlow, destroying the tf.data iterator, which
-took seconds with tf.data's autotune model on); and the process more than its fit (the imports,
-the data, the model's build). That is wall time every user pays and no step shows."""
+"""The whole ``fit`` call in words (start-up + steps + exit) and the process around it (launch,
+set-up, model, fit, after): wall time every user pays and no step shows. StepTimer times train
+begin to end; a call also costs the data adapter, building, the callbacks' train begin and the
+iterator before its first step, and on TensorFlow the tf.data iterator's destruction after."""
 
 from __future__ import annotations
 
@@ -23,8 +19,7 @@ from toolkit.profiling._timing import (
     Stage,
 )
 
-# An exit this long, and this share of the call, gets its likely cause named.
-SLOW_EXIT_S, SLOW_EXIT_SHARE = 0.5, 0.05
+SLOW_EXIT_S, SLOW_EXIT_SHARE = 0.5, 0.05  # an exit this long and large: its likely cause named
 SLOW_EXIT_HINT = (
     "on TensorFlow a slow exit is the tf.data iterator's teardown waiting for the autotune "
     "thread; options.autotune.enabled = False on the dataset ends it"
@@ -32,9 +27,7 @@ SLOW_EXIT_HINT = (
 
 
 def fit_call_line(parts: FitCall) -> str:
-    """``fit call: 12.3 s = start-up 1.20 s + steps 10.1 s + exit 1.00 s``. Counted from
-    train begin, and without the exit, when nothing timed the call itself
-    (``model.fit(callbacks=prof.callbacks)`` rather than ``prof.fit``)."""
+    """``fit call: W = start-up + steps + exit``; from train begin when only callbacks timed it."""
     head = "fit call" if parts.timed else "fit from train begin"
     line = (
         f"{head}: {format_s(parts.whole_s)} = start-up {format_s(parts.start_up_s)} + steps "
@@ -50,8 +43,7 @@ def fit_call_line(parts: FitCall) -> str:
     return f"{line} (exit not timed: call fit through profile().fit)"
 
 
-# What each stage the toolkit marks holds, for report.md (a user's own stages: their names).
-STAGE_HOLDS = {
+STAGE_HOLDS = {  # what each stage the toolkit marks holds, for report.md (yours: its name)
     LAUNCH: "the process's start to the run (the runner, or profile()'s block): the "
     "interpreter, the imports, the script before it",
     SET_UP: "the device, the distribution strategy and the data pipelines",
@@ -64,16 +56,14 @@ STAGE_HOLDS = {
 
 
 def _compiling(stage: Stage) -> str:
-    """`` (compiling 15.2 s)`` where the backend timed compiles in `stage` (not in the fit
-    call's, whose compiles are the ledger's)."""
+    """`` (compiling 15.2 s)`` where the backend timed compiles in `stage` (not the fit call)."""
     if not stage.compile_s or stage.name == FIT_CALL:
         return ""
     return f" (compiling {format_s(stage.compile_s)})"
 
 
 def process_line(process: ProcessTime) -> str:
-    """``process: 19.9 s to the report = launch 8.93 s + set-up 2.10 s + ...``: each stage
-    once (a stage marked twice, two fits' ``fit call``, summed)."""
+    """``process: T to the report = launch + set-up + ...``, each stage once (summed)."""
     merged = process.merged()
     stages = " + ".join(f"{s.name} {format_s(s.seconds)}{_compiling(s)}" for s in merged)
     return f"process: {format_s(process.whole_s)} to the report = {stages}"
@@ -92,8 +82,7 @@ def process_markdown(process: ProcessTime) -> str:
 
 
 def processes_line(a: ProcessTime, b: ProcessTime) -> str:
-    """Two runs' processes, stage by stage (``compare``): ``process (A → B): 34.3 s → 14.4 s
-    = launch 8.44 → 8.36 s + model 8.50 → 0.831 s + ...``; a stage one run lacks is 0 there."""
+    """Two runs' processes stage by stage, for ``compare``; a stage one run lacks is 0 there."""
     sa, sb = ({s.name: s.seconds for s in p.merged()} for p in (a, b))
     names = [*sa, *(n for n in sb if n not in sa)]
     stages = " + ".join(

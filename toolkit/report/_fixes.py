@@ -1,10 +1,7 @@
-"""A fix spelled for who reads it: the report's edge of the ledger's fixes (the rules and
-their records are ``toolkit.profiling._fixes``).
-
-A setting the runner has is spelled as its flag (``--validation_freq=5``) for a run the runner
-set up, through the runner's own spelling (``toolkit.runner.config.as_flags``, handed in as
-`spell`: the report sits below the runner); anything else as Python
-(``model.fit(..., validation_freq=5)``)."""
+"""A fix spelled for who reads it: the report's edge of the ledger's fixes (the rules and their
+records are ``toolkit.profiling._fixes``). A runner setting is spelled as its flag
+(``--validation_freq=5``) for a run the runner set up, through the runner's spelling (handed in
+as `spell`: the report sits below the runner); anything else as Python."""
 
 from __future__ import annotations
 
@@ -17,8 +14,7 @@ from toolkit.profiling._ledger_records import Ledger
 
 
 def python_spelling(setting: Setting) -> str:
-    """`setting` as a script sets it: ``model.fit(..., validation_freq=5)``,
-    ``drop_remainder=True on the training data's batching``."""
+    """`setting` as a script sets it: ``model.fit(..., validation_freq=5)``."""
     if setting.python:
         return setting.python
     arg = f"{setting.name}={setting.value!r}"
@@ -28,8 +24,7 @@ def python_spelling(setting: Setting) -> str:
 
 
 def spelled(setting: Setting, spell: Spell | None = None) -> str:
-    """`setting` for its reader: through `spell` (the runner's flags) where the runner has
-    it, else as Python."""
+    """`setting` for its reader: through `spell` (the runner's flags) where it can, else Python."""
     if setting.runner and spell is not None:
         try:
             return spell({setting.name: setting.value})
@@ -54,8 +49,7 @@ def fix_words(fix: Fix, spell: Spell | None = None) -> str:
 
 
 def fix_json(fix: Fix, spell: Spell | None = None) -> dict[str, Any]:
-    """``report.json``'s record of a fix (``docs/report.md``): its item, seconds and saving,
-    the fix and its words spelled for the reader, and its setting and value as data."""
+    """``report.json``'s record of a fix: item, seconds, saving, words for its reader, setting."""
     out: dict[str, Any] = {
         "item": fix.item,
         "seconds": round(fix.seconds, 6),

@@ -1,11 +1,7 @@
-"""The run's ledger in words, in a table, beside another run's, and its fixes, for who reads
-them; and the ledger's JSON edge.
-
-The ledger is measured by ``toolkit.profiling._ledger``; its fixes are data
-(``toolkit.profiling._fixes``), spelled here: as the runner's flags for a run the runner set up, as
-Python for a script's own fit. The flag spelling is the runner's, which sits above the report:
-handed in (``flags=``), or looked up where the runner is already loaded, never imported. Every
-function takes the ledger as a record or its JSON (:func:`as_ledger`)."""
+"""The run's ledger (``toolkit.profiling._ledger``) in words, in a table, beside another run's,
+with its fixes spelled for its reader (``_fixes``); and its JSON edge. The runner's flag
+spelling is handed in (``flags=``) or looked up where the runner is loaded, never imported: the
+runner sits above the report. Every function takes the ledger as a record or its JSON."""
 
 from __future__ import annotations
 
@@ -36,9 +32,6 @@ NOISE_SIGMAS = 2.0  # a part moved beyond its noise: by this many of its differe
 MOVED_SHARE = 0.1  # ... and by this share of A's, and by MIN_S
 
 
-# ---------------------------------------------------------------------------- the edge
-
-
 def as_ledger(ledger: Ledger | Mapping[str, Any] | None) -> Ledger | None:
     """`ledger` as a record: itself, or read from its JSON (None: None)."""
     if ledger is None or isinstance(ledger, Ledger):
@@ -53,9 +46,7 @@ def report_ledger(
     process: ProcessTime | None = None,
     partial: bool = False,
 ) -> Ledger | None:
-    """A report's ledger, as a record with its reader: the runner's run where the report has a
-    context, the compile cache where its arguments say, the model build's compile time;
-    `partial`: the run did not end whole."""
+    """A report's ledger with its reader, compile cache and build compile; `partial`: cut short."""
     if ledger is None:
         return None
     built = next(
@@ -72,8 +63,7 @@ def report_ledger(
 
 
 def spelling(ledger: Ledger, flags: Spell | None = None) -> Spell | None:
-    """How `ledger`'s fixes are spelled: as the runner's flags for its run (`flags`, else looked
-    up where the runner is loaded); else None: as Python."""
+    """How `ledger`'s fixes are spelled: the runner's flags (`flags`, else looked up), else None."""
     if not ledger.reader.runner:
         return None
     if flags is not None:
@@ -83,8 +73,7 @@ def spelling(ledger: Ledger, flags: Spell | None = None) -> Spell | None:
 
 
 def ledger_json(ledger: Ledger, flags: Spell | None = None) -> dict[str, Any]:
-    """``report.json``'s ``ledger``: the record's JSON and its fixes, spelled for the run's
-    reader."""
+    """``report.json``'s ``ledger``: the record's JSON and its fixes, spelled for its reader."""
     how = spelling(ledger, flags)
     return {**ledger.to_dict(), "fixes": [fix_json(f, how) for f in fixes(ledger)]}
 
@@ -94,12 +83,8 @@ def fixes(ledger: Ledger) -> list[Fix]:
     return read_fixes(ledger)
 
 
-# ---------------------------------------------------------------------------- in words
-
-
 def ledger_line(ledger: Ledger) -> str:
-    """The whole fit in words, largest part first: ``run ledger (fit call 12.3 s): steps 49 %,
-    validation 23 %, ...``."""
+    """The whole fit in words, largest part first: ``run ledger (fit call T): steps 49 %, ...``."""
     wall = ledger.wall_s
     seen = [p for p in ledger.parts if p.seconds is not None]
     pct = ledger.percents()
@@ -195,18 +180,13 @@ def _compiles_markdown(ledger: Ledger) -> list[str]:
     return out
 
 
-# ---------------------------------------------------------------------------- two runs
-
-
 @dataclasses.dataclass(frozen=True)
 class PartChange:
     """One part of two runs' ledgers, B against A, and whether the change is told from noise.
 
     Attributes:
         label: the part's label, or ``fit`` for the wall time.
-        a_s, b_s: its seconds in each run.
-        noise_s: the spread of the difference from each run's samples of the part; None where either
-            has under three."""
+        noise_s: the difference's spread from each run's samples; None where either has under 3."""
 
     label: str
     a_s: float
@@ -246,8 +226,7 @@ def _noise(a: LedgerPart, b: LedgerPart) -> float | None:
 
 
 def part_changes(a: Ledger, b: Ledger) -> list[PartChange]:
-    """Each part both runs saw, and the wall time, B against A, with the noise its samples give
-    it."""
+    """Each part both runs saw, and the wall time, B against A, with its noise from the samples."""
     out = []
     for name in PARTS:
         pa, pb = a.part(name), b.part(name)
@@ -257,9 +236,7 @@ def part_changes(a: Ledger, b: Ledger) -> list[PartChange]:
 
 
 def compare_ledgers(a: Ledger | None, b: Ledger | None) -> str | None:
-    """``ledger, B vs A: validation −2.10 s (−30%); not told from noise (one sample a run):
-    ...``: each part that moved by 0.1 s and 10 %, a change only beyond its noise; None where
-    either has no ledger."""
+    """Parts that moved (0.1 s and 10 %), B vs A, in a line, beyond their noise; None: no ledger."""
     if not a or not b:
         return None
     moved = [c for c in part_changes(a, b) if c.moved]

@@ -1,7 +1,5 @@
-"""The ledger's memory in words: the summary's memory line and its growth lines, report.md's
-memory table, and compare's memory change. Rendered here, at the edge, from the record the
-sampler built (``toolkit.profiling._memory_records.RunMemory``); numbers as
-``toolkit.core.stats.format_mb`` writes them everywhere."""
+"""The ledger's memory in words: the summary's memory and growth lines, report.md's memory
+table, and compare's memory change, rendered at the edge from the sampler's ``RunMemory``."""
 
 from __future__ import annotations
 
@@ -17,9 +15,7 @@ def part_label(name: str) -> str:
 
 
 def growth_words(g: Growth) -> str:
-    """``KeepOutputs: 126 tensors float32[32, 10] more after 125 steps (+9.84 MB, 78.8 MB
-    per 1,000 steps), held by KeepOutputs.kept`` or ``validation: host +221 MB held after
-    it``."""
+    """A growth in words: ``KeepOutputs: 126 tensors float32[32, 10] more after 125 steps``."""
     where = part_label(g.part)
     if g.steps and g.per_1k_steps is not None:
         rate = f"{format_mb(g.mb, signed=True)}, {format_mb(g.per_1k_steps)} per 1,000 steps"
@@ -40,8 +36,7 @@ def _shown_growth(memory: RunMemory) -> list[Growth]:
 
 
 def memory_lines(memory: RunMemory | None) -> list[str]:
-    """The summary's lines: ``memory: host peak 1.36 GB in validation (start 940 MB, end
-    1.18 GB); device: none (...)``, then ``memory grows: ...`` and ``fix: ...`` each."""
+    """The summary's lines: ``memory: host peak ...``, ``memory grows: ...`` and ``fix: ...``."""
     if memory is None or memory.host_peak_mb is None:
         return []
     top = memory.peak_part("host")
@@ -72,8 +67,7 @@ def _row(p: PartMemory) -> str:
 
 
 def memory_markdown(memory: RunMemory | None) -> str:
-    """report.md's memory section: each part's peak and held-at-end, the callbacks read
-    while they ran, the growth found, and the memory at train begin and each epoch's end."""
+    """report.md's memory section: each part's peak and held, callbacks, growth, epoch ends."""
     if memory is None:
         return ""
     out = [

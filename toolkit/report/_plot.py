@@ -8,8 +8,7 @@ from typing import Any
 
 from toolkit.core.stats import format_ms
 
-# One colour per part of the ledger, the same in every picture.
-COLOURS = {
+COLOURS = {  # one colour per part of the ledger, the same in every picture
     "start-up": "tab:gray",
     "compile": "tab:red",
     "steps": "tab:blue",
@@ -22,8 +21,7 @@ COLOURS = {
 
 
 def ledger_bar(ax: Any, ledger: Any) -> None:
-    """The ledger as one stacked horizontal bar on `ax`: each part's seconds, labelled inside
-    when it is wide enough, every part in the legend with its seconds and share."""
+    """The ledger as a stacked bar on `ax`: parts labelled where wide enough, all in its legend."""
     from toolkit.core.stats import format_s
     from toolkit.report._ledger import bar_segments
 
@@ -67,8 +65,7 @@ def ledger_png(ledger: Any, name: str) -> bytes:
 
 
 def steps_png(report: Any) -> bytes:
-    """``RunReport.plot_png``'s chart of `report` (a RunReport: its timeline and step
-    statistics), as PNG bytes: the steps over the run, their spread, and the ledger's bar."""
+    """``RunReport.plot_png``'s chart: the steps over the run, their spread, the ledger's bar."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -98,8 +95,7 @@ def steps_png(report: Any) -> bytes:
 
 
 def _memory_curve(ax: Any, memory: Any, wall: float) -> None:
-    """Host (and device) memory over the fit's seconds, the x axis the ledger bar's below it,
-    each stretch shaded by the part it was read in, in the bar's colours."""
+    """Host (and device) memory over the fit, on the ledger bar's x axis, shaded by part."""
     from toolkit.core.stats import format_mb
     from toolkit.report._memory import part_label
 
@@ -141,8 +137,7 @@ _STYLES = {  # kind: (label, marker, size, colour)
 
 
 def _timeline(ax_t: Any, report: Any) -> list[float]:
-    """Every execution's time per step over the run, by kind, the p50 and the epochs' ends;
-    returns the timed ones (ms per step) for the spread beside it."""
+    """Each execution's time per step by kind, the p50, epoch ends; returns the timed (ms/step)."""
     from matplotlib.ticker import MaxNLocator
 
     per = report.steps.steps_per_execution  # > 1: a dot is a call of several steps

@@ -17,8 +17,7 @@ def _runs(runs: Any, where: str) -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class TensorBoardRuns(fields.Record):
-    """The scalars' runs (``train``, ``validation``) under `logdir`, and the command that
-    views them (`view`, quoted for the user's shell): report.json's ``tensorboard``."""
+    """report.json's ``tensorboard``: the scalars' runs under `logdir`, `view` (shell-quoted)."""
 
     WHERE = "tensorboard"
 
@@ -35,6 +34,5 @@ class TensorBoardRuns(fields.Record):
 
     @classmethod
     def from_dict(cls, d: Any, where: str | None = None) -> TensorBoardRuns | None:
-        """The record of ``report.json``'s section (None where it has none), each field
-        checked."""
+        """The record of ``report.json``'s section (None where none), each field checked."""
         return None if d is None else super().from_dict(d, where)

@@ -1,10 +1,7 @@
-"""The trace's records: what crosses from the trace reader (``toolkit.report.trace``) to its
-readers, which render them.
-
-Small frozen dataclasses, pure Python. :meth:`TraceAnalysis.to_dict` and
-:meth:`TraceAnalysis.from_dict` are the JSON edge (``trace.analysis``, schema in
-``docs/report.md``); an older report's missing fields take their defaults, and a field of the wrong
-kind raises ReportError naming it."""
+"""The trace's records: what crosses from the trace reader (``toolkit.report.trace``) to the
+views. Small frozen dataclasses; ``to_dict``/``from_dict`` are the JSON edge (``trace.analysis``):
+an older report's missing fields take their defaults, a field of the wrong kind raises ReportError
+naming it."""
 
 from __future__ import annotations
 
@@ -24,8 +21,7 @@ def _field(name: str) -> str:
 
 
 def _number(value: Any, name: str, optional: bool = False) -> Any:
-    """`value` as a finite float of either sign (None where `optional` and null), or ReportError
-    naming it."""
+    """`value` as a finite float (None where `optional` and null), or a ReportError naming it."""
     if value is None and optional:
         return None
     read = fields.finite(value)
@@ -57,9 +53,6 @@ def _required(d: Mapping[str, Any], key: str, name: str) -> str:
     return str(d[key])
 
 
-# ---------------------------------------------------------------------------- the records
-
-
 @dataclasses.dataclass(frozen=True)
 class Spread(fields.Record):
     """Mean, min and max of per-step times, in ms."""
@@ -78,14 +71,10 @@ class Spread(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class TracedStep:
-    """One marked step of the trace (with ``steps_per_execution`` > 1, one marked call, times per
-    step).
+    """One marked step (with ``steps_per_execution`` > 1, one marked call; times per step).
 
     Attributes:
-        step: its number, as the trace names it.
-        step_ms: its time.
-        breakdown: its time in XProf's parts, ms each, in XProf's order; empty where there is no
-            such analysis (PyTorch's)."""
+        breakdown: ms in each of XProf's parts, in its order; empty without one (PyTorch's)."""
 
     step: str
     step_ms: float
@@ -110,10 +99,8 @@ class OpTime(fields.Record):
     """One op's self time.
 
     Attributes:
-        op: its name, as the trace names it.
-        type: its type (XProf's ``MatMul``, ``fusion``; empty for PyTorch's).
-        count: how many times it ran in the trace.
-        self_ms: its self time per marked step (in the whole trace where none is marked).
+        type: XProf's (``MatMul``, ``fusion``); empty for PyTorch's.
+        self_ms: per marked step (in the whole trace where none is marked).
         share: its part of its side's self time, 0 to 1."""
 
     op: str
@@ -156,17 +143,13 @@ class TraceAnalysis(fields.Record):
 
     Attributes:
         reader: what read it (``xprof 2.x``, ``chrome trace json``); None: nothing did.
-        steps: one row per marked step.
-        step_ms: the steps' time per step; None without a step.
         breakdown_ms: the mean step's time in XProf's parts (those not all zero).
         input_percent: the share of step time waiting for input, 0 to 100.
-        collectives_percent: the collectives' share of the step; None where the trace shows none.
+        collectives_percent: their share of the step; None where the trace shows none.
         verdict: XProf's (``highly input-bound`` ... ``not input-bound``), or None.
         statement: XProf's words on the input, as TensorBoard shows them.
-        top_ops: the top ops by self time, host and device.
         error: why something could not be read, or how it was read (the rest kept).
-        overview: XProf's overview page was read (then ``bottleneck`` is in the JSON).
-        bottleneck: XProf's word for where the step's time goes.
+        overview: XProf's overview page was read (then its ``bottleneck`` word is in the JSON).
         steps_per_row: steps per marked row (``steps_per_execution``: Keras marks a call)."""
 
     WHERE = _WHERE
@@ -199,8 +182,7 @@ class TraceAnalysis(fields.Record):
 
     @classmethod
     def from_dict(cls, d: Any, where: str | None = None) -> TraceAnalysis | None:
-        """The analysis a report holds, an older one's missing fields taking their defaults; None
-        where none."""
+        """The analysis a report holds (missing fields take their defaults); None where none."""
         if not d:
             return None
         read = super().from_dict(d, where)
@@ -209,8 +191,7 @@ class TraceAnalysis(fields.Record):
 
 @dataclasses.dataclass(frozen=True)
 class TraceSection:
-    """report.json's ``trace``: what the TraceWindow did, what its files said (`analysis`), and
-    the command that shows them (`view`)."""
+    """report.json's ``trace``: what the TraceWindow did, what its files said, how to view them."""
 
     window: Traced
     analysis: TraceAnalysis | None = None

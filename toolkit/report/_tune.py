@@ -1,8 +1,6 @@
 """The report's tune section: what ``--autotune`` searched before the run, and what it picked.
-
-The search's own record (``toolkit.search.tune.TuneResult``) lives above the report, which
-cannot import it; report.json keeps that record's JSON whole (`search`), and this section reads
-from it, once and checked, the figures its views show."""
+The search's record (``toolkit.search.tune.TuneResult``) lives above the report, which cannot
+import it; report.json keeps its JSON whole (`search`), read here, once and checked."""
 
 from __future__ import annotations
 
@@ -16,8 +14,7 @@ from toolkit.core._gain import Gain
 
 @dataclasses.dataclass(frozen=True)
 class TunedTrial:
-    """One candidate the search measured: its settings in words and its examples/s (None:
-    it failed, with its `error`)."""
+    """One candidate measured: its settings in words, its examples/s (None: failed, `error`)."""
 
     label: str
     examples_per_sec: float | None
@@ -26,10 +23,8 @@ class TunedTrial:
 
 @dataclasses.dataclass(frozen=True)
 class TuneSection:
-    """report.json's ``tune``: the pick (`best_label`), how long the search took (`seconds`;
-    `cache_hit`: read from the cache instead), the candidates measured, and the gain claimed for
-    the pick (None where none is claimed: the defaults kept, or a pick refused). `search` is
-    the search's record as it wrote it (``TuneResult.to_dict``), kept whole in the report."""
+    """report.json's ``tune``: the pick (`best_label`), `seconds` (`cache_hit`: from the cache), the
+    trials, the gain claimed (None: no pick kept), `search` (``TuneResult.to_dict``) kept whole."""
 
     best_label: str
     seconds: float
@@ -73,8 +68,7 @@ class TuneSection:
             trials.append(
                 TunedTrial(str(t.get("label")), rate, None if error is None else str(error))
             )
-        # The gain is claimed only for a pick handed back ("picked"); a report from before
-        # "picked" was written says so by its claim's words.
+        # A gain is claimed only for a pick handed back; an older report says so by its words.
         picked = d.get("picked", bool(d.get("gain_words")))
         return cls(
             best_label=str(d.get("best_label")),

@@ -1,6 +1,5 @@
 """compare(): report B against baseline A, figure by figure, with a noise-aware verdict. Reads
-only the reports (no framework), so runs from another machine or an old toolkit compare
-anywhere."""
+only the reports (no framework), so runs from any machine or toolkit compare anywhere."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ __all__: list[str] = []  # offered through toolkit.report
 
 
 class Figure(NamedTuple):
-    """One row of the comparison: a figure of each run in one unit (``""`` for a count); its
-    change is :meth:`change`."""
+    """One row of the comparison: a figure of each run in one unit (``""`` for a count)."""
 
     label: str
     a: float | None
@@ -38,16 +36,11 @@ class Figure(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-    """The deltas of report `b` against report `a`, with a noise-aware verdict.
-
-    The verdict compares the median time per example (per step when a batch size is unknown). A
-    difference counts only past both `z` standard errors of the two medians (each ``1.2533 · jitter
-    / sqrt(samples)``) and `min_rel` of the baseline, the drift between runs no single run's jitter
-    shows.
-
-    A band of ±100 % or wider passes a time of zero, so B could never be found faster: a change
-    inside it is "too noisy" (the band narrows as 1/√(timed steps)); B slower past it is still
-    "slower"."""
+    """The deltas of report `b` against report `a`, with a noise-aware verdict on the median time
+    per example (per step when a batch size is unknown). A difference counts only past both `z`
+    standard errors of the two medians (each ``1.2533 · jitter / sqrt(samples)``) and `min_rel` of
+    the baseline, the drift between runs no single run's jitter shows. Inside a band of ±100 % or
+    wider (which passes a time of zero) a change is "too noisy"; B slower past it is "slower"."""
 
     a_name: str
     b_name: str
@@ -60,14 +53,12 @@ class Comparison:
     settings: tuple[tuple[str, object, object], ...] = ()  # (flag, A's, B's) where they differ
     ledger: str | None = None  # the two runs' ledgers, part by part (compare_ledgers)
     ledgers: tuple[Ledger | None, Ledger | None] = (None, None)  # each run's, for to_dict
-    # The two runs' anatomies side by side (contrast_lines), where both took one.
-    anatomy: Contrast | None = None
+    anatomy: Contrast | None = None  # the two runs' anatomies side by side, where both took one
     memory: str | None = None  # "B: peak host memory +310 MB (+22 %), ..." (both measured)
     processes: tuple[ProcessTime | None, ProcessTime | None] = (None, None)  # each run's
 
     def blocks(self) -> list[terminal.Block]:
-        """The comparison as a screen: the table (the verdict's row first), the runs, the
-        settings that differ, the verdict, ledgers, anatomies and notes."""
+        """The comparison as a screen: the table, runs, settings, verdict, ledgers and notes."""
         table = terminal.Table.of(
             ("", "A", "B", "B vs A"),
             [
@@ -168,9 +159,7 @@ def _memory_of(report: RunReport) -> Any:
     return report.ledger.memory if report.ledger is not None else None
 
 
-# Two runs of one command differ by more than either's jitter says: the floor of every noise band,
-# as asv compares results with a factor of 1.1.
-RUN_TO_RUN = 0.10
+RUN_TO_RUN = 0.10  # runs differ by more than either's jitter says: every band's floor (asv: 1.1×)
 
 
 def _parts_json(ledger: Ledger | None) -> dict[str, float | None] | None:
@@ -179,14 +168,11 @@ def _parts_json(ledger: Ledger | None) -> dict[str, float | None] | None:
 
 
 def compare(a: RunReport, b: RunReport, z: float = 3.0, min_rel: float = RUN_TO_RUN) -> Comparison:
-    """Compares report `b` with baseline `a`: per-figure deltas and a noise-aware verdict on the
-    median step (per example where batch sizes differ).
+    """Compares report `b` with baseline `a` (:class:`Comparison`).
 
     Args:
-        a: the baseline report.
-        b: the candidate report.
         z: standard errors a difference must exceed.
-        min_rel: smallest relative difference that counts (default :data:`RUN_TO_RUN`, 10 %)."""
+        min_rel: smallest relative difference that counts."""
     rows, basis = _figures(a, b)
     notes, different = _notes(a, b)
     both = {
@@ -217,8 +203,7 @@ STEP_P50, EXAMPLE_P50 = "step p50", "step p50 per example"
 
 
 def _figures(a: RunReport, b: RunReport) -> tuple[tuple[Figure, ...], str]:
-    """The table's rows, and the label of the verdict's row: the median step, per example where
-    the batch sizes differ."""
+    """The table's rows and the verdict's row: the median step, per example if batches differ."""
     sa, sb = a.steps, b.steps
     per_example = bool(sa.batch_size and sb.batch_size and sa.batch_size != sb.batch_size)
     first = (
@@ -234,7 +219,6 @@ def _figures(a: RunReport, b: RunReport) -> tuple[tuple[Figure, ...], str]:
         Figure("step p90", sa.p90_s, sb.p90_s, "ms"),
         Figure("step p99", sa.p99_s, sb.p99_s, "ms"),
         Figure("jitter", sa.jitter_s, sb.jitter_s, "ms"),
-        # batch ÷ mean step, as the report's throughput: labelled as the mean's
         Figure("examples/s (mean step)", sa.examples_per_sec, sb.examples_per_sec, "/s"),
         # The first call as a whole, as the ledger's compile counts it; a fused one also per step.
         Figure("first call", sa.first_step_s, sb.first_step_s, "dur"),
@@ -251,8 +235,7 @@ def _figures(a: RunReport, b: RunReport) -> tuple[tuple[Figure, ...], str]:
 
 
 def _fit_time(a: RunReport, b: RunReport) -> tuple[str, float | None, float | None]:
-    """The fit's wall time as ``show`` says it: the whole call where both timed it, else from
-    train begin."""
+    """The fit's wall time as ``show`` says it: the whole call where both timed it, else fit's."""
     (la, va), (lb, vb) = a.fit_wall(), b.fit_wall()
     if la == lb:
         return la, va, vb
@@ -266,8 +249,7 @@ def _per(seconds: float | None, batch: int | None) -> float | None:
 def _verdict(
     rows: tuple[Figure, ...], basis: str, a: RunReport, b: RunReport, z: float, min_rel: float
 ) -> tuple[str, float, float]:
-    """The verdict on the `basis` row, its A/B speed ratio and the noise band (`z` standard
-    errors of the two medians, at least `min_rel`)."""
+    """The `basis` row's verdict, A/B speed ratio and noise band (`z` SEs, at least `min_rel`)."""
     row = next(r for r in rows if r.label == basis)
     ta, tb = row.a, row.b
     sa, sb = a.steps, b.steps
@@ -286,8 +268,7 @@ def _verdict(
 
 
 def _mean_against_median(rows: tuple[Figure, ...], basis: str, noise: float) -> list[str]:
-    """A note where the mean's throughput moved past the band and the median did not (or the
-    other way): a few slow steps the median leaves out."""
+    """A note where mean and median disagree about the band: slow steps the median leaves out."""
     by = {r.label: r for r in rows}
     median, mean = by[basis].change(), by["examples/s (mean step)"].change()
     if median is None or mean is None:
@@ -305,8 +286,7 @@ def _mean_against_median(rows: tuple[Figure, ...], basis: str, noise: float) -> 
 
 
 def _notes(a: RunReport, b: RunReport) -> tuple[list[str], bool]:
-    """What differs between the runs besides their settings, and whether they are different
-    workloads (then no speed verdict)."""
+    """What differs besides the settings, and whether they are other workloads (then no verdict)."""
     notes = []
     for key in (
         "keras_backend", "tensorflow", "keras", "keras_flavor", "cpu_model", "devices", "hostname"
@@ -353,15 +333,13 @@ def _run_notes(a: RunReport, b: RunReport) -> list[str]:
 
 DIFFERENT = "different workloads"
 TOO_NOISY = "too noisy"
-# The widest noise band that still bounds a change: at ±100 % its lower edge is a time of zero.
-MAX_BAND = 1.0
+MAX_BAND = 1.0  # the widest band that still bounds a change: at ±100 % its lower edge is 0 s
 # Flags that say where a run went or how it was shown, not how it trained.
 NOT_SETTINGS = frozenset({"report_dir", "log_steps", "log_verbosity", "tensorboard", "backup_dir"})
 
 
 def _contrast(a: RunReport, b: RunReport) -> Contrast | None:
-    """B's anatomy against A's, named by the runs' names (``A`` and ``B`` where the same); None
-    unless both took one."""
+    """B's anatomy against A's, named by the runs (``A``, ``B`` if same); None unless both."""
     if a.anatomy is None or b.anatomy is None or a.anatomy.error or b.anatomy.error:
         return None
     names = (a.name, b.name) if a.name != b.name else ("A", "B")
@@ -385,8 +363,7 @@ def _contrast_dict(c: Contrast | None) -> dict[str, object] | None:
 
 
 def _flops(a: RunReport, b: RunReport) -> tuple[float | None, float | None, str]:
-    """Each report's FLOPs per example (per step where a batch size is unknown): a run at twice
-    the batch is the same workload, compared per example."""
+    """Each report's FLOPs per example (per step without a batch): twice the batch, same work."""
     flops = [r.compute.flops_per_step if r.compute else None for r in (a, b)]
     batches = [(r.compute.batch_size if r.compute else None) or r.steps.batch_size for r in (a, b)]
     if all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in batches):
@@ -400,8 +377,7 @@ def _per_step(steps: object) -> float | None:
 
 
 def _shown(key: str, environment: dict) -> str | None:
-    """An environment value as a note shows it: devices by name, Keras with whether a nightly,
-    the rest as a cell."""
+    """An environment value as a note shows it: devices by name, Keras with whether a nightly."""
     value = environment.get(key)
     if value is None:
         return None

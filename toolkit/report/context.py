@@ -1,8 +1,6 @@
-"""RunContext: the facts about how a run was set up, typed, written once by the runner.
-
-The device, preflight findings and cluster are the records their producers return; the report
-renders them and other tools read them by attribute. In ``report.json`` they are ``context``; a
-schema-1 report's ``extra`` is read into a RunContext (:meth:`RunContext.from_v1_extra`)."""
+"""RunContext: the facts about how a run was set up, typed, written once by the runner. The
+device, preflight findings and cluster are their producers' records, read by attribute; in
+``report.json`` they are ``context``, and a schema-1 report's ``extra`` is read into one."""
 
 from __future__ import annotations
 
@@ -16,8 +14,7 @@ from toolkit.core.errors import one_line
 from toolkit.core.files import ReportError
 from toolkit.distribute import Cluster
 
-# What else this module offers; the rest is offered through toolkit.report.
-__all__ = [
+__all__ = [  # what else this module offers; the rest is offered through toolkit.report
     "Resume",
     "Strategy",
 ]
@@ -25,8 +22,7 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class Strategy(fields.Record):
-    """The distribution strategy and the batch it splits: ``global_batch`` a whole cluster's
-    step, ``per_replica_batch`` a device's, ``per_process_batch`` a process's."""
+    """The strategy and the batch it splits: global (a cluster's step), per replica, per process."""
 
     name: str = "default"
     replicas: int = 1
@@ -41,8 +37,7 @@ class Strategy(fields.Record):
 
 @dataclasses.dataclass
 class Resume(fields.Record):
-    """Whether a run with a backup directory resumed, and from where; filled in while ``fit``
-    runs, so not frozen."""
+    """Whether a run with a backup directory resumed, and from where; filled in during ``fit``."""
 
     backup_dir: str
     resumed: bool = False
@@ -57,15 +52,9 @@ class RunContext(fields.Record):
 
     Attributes:
         device: where it trained; None for a ``profile()`` around your own ``fit``.
-        backend: the Keras backend.
-        precision: the Keras precision policy.
-        strategy: the distribution strategy.
-        cluster: this process among the workers.
         preflight: the findings of the device/precision/XLA checks.
-        dataset: what the data was, in words.
         synthetic_data: trained on one batch of the real spec, repeated.
-        smoke: a seconds-long smoke run.
-        resume: the resume record when a backup directory was given."""
+        resume: set when a backup directory was given."""
 
     WHERE = "context"
 
@@ -97,8 +86,7 @@ class RunContext(fields.Record):
 
     @classmethod
     def from_v1_extra(cls, extra: Mapping[str, Any]) -> tuple[RunContext | None, dict[str, Any]]:
-        """A schema-1 report's ``extra`` split into its RunContext (None: no runner) and the
-        rest."""
+        """A schema-1 report's ``extra`` as its RunContext (None: no runner) and the rest."""
         keys = {f.name for f in dataclasses.fields(cls)}
         context = {k: v for k, v in extra.items() if k in keys}
         rest = {k: v for k, v in extra.items() if k not in keys}

@@ -1,7 +1,5 @@
-"""merge_reports(): the workers' reports of one multi-worker run, side by side.
-
-Reads only the reports (each worker's RunContext says which worker it was): no framework is
-imported."""
+"""merge_reports(): the workers' reports of one multi-worker run, side by side. Reads only the
+reports (each worker's RunContext says which worker it was): no framework is imported."""
 
 from __future__ import annotations
 
@@ -19,12 +17,8 @@ __all__: list[str] = []  # offered through toolkit.report
 def merge_reports(reports: Sequence[RunReport]) -> ClusterView:
     """The workers' reports of one multi-worker run, side by side (:func:`cluster_view`).
 
-    Args:
-        reports: the workers' reports (load them with ``RunReport.load``).
-
     Raises:
-        ValueError: reports that are not the workers of one cluster's run (no cluster record,
-            different clusters or runs, or one worker twice), naming what differs."""
+        ValueError: not one run's workers (no cluster record, another run, a worker twice)."""
     _check_one_cluster(reports)
     rows = []
     for report in reports:
@@ -44,8 +38,7 @@ def merge_reports(reports: Sequence[RunReport]) -> ClusterView:
 
 
 def render_merged(merged: ClusterView | Mapping[str, Any]) -> str:
-    """:func:`merge_reports`' result as Markdown (for a ``.md`` file): the workers' table and
-    the cluster's line. ``keras-perf merge`` shows the same on a terminal."""
+    """:func:`merge_reports`' result as Markdown: the workers' table and the cluster's line."""
     view = merged if isinstance(merged, ClusterView) else ClusterView.from_dict(merged)
     return terminal.markdown(render_cluster(view))
 

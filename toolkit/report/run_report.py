@@ -1,9 +1,7 @@
 """RunReport: what one training run measured, as versioned JSON, Markdown and a PNG plot.
-
-The report side imports neither TensorFlow nor Keras, so reading and comparing old reports is
-instant and works anywhere. Files are written atomically: a reader never sees half a report. The
-schema is documented in ``docs/report.md``; schema-1 files (``context``, ``diagnosis`` and ``tune``
-kept in ``extra``) still load and compare."""
+Imports neither TensorFlow nor Keras, so old reports read and compare anywhere, instantly. Files
+are written atomically. Schema: ``docs/report.md``; schema-1 files (``context``, ``diagnosis`` and
+``tune`` kept in ``extra``) still load and compare."""
 
 from __future__ import annotations
 
@@ -67,15 +65,9 @@ UNTIMED = "untimed"  # it ended, but every step was a first call or warm-up: not
 STATUSES = (COMPLETE, PARTIAL, DIVERGED, UNTIMED)
 
 
-# ---------------------------------------------------------------------------- the report
-
-
 @dataclasses.dataclass
 class RunReport(fields.Record):
-    """Everything one run measured. Build it with :meth:`from_callbacks` or :meth:`load`.
-
-    Every section is a record (``context``, ``compute``, ``diagnosis``, ``tune``, ``anatomy``, ...);
-    only ``environment``, ``args`` and ``extra`` are mappings."""
+    """Everything one run measured (:meth:`from_callbacks`, :meth:`load`); sections are records."""
 
     name: str
     steps: StepStats
@@ -83,20 +75,15 @@ class RunReport(fields.Record):
     error: str | None = None
     created_utc: str = ""
     fit_seconds: float | None = None
-    # The whole fit call as start-up + steps + exit; None in older reports.
-    fit_call: FitCall | None = None  # read leniently: a view of the run
-    # The whole fit's ledger: its parts, callbacks by name, compiles and fixes with their savings;
-    # None in older reports and for a custom loop.
+    fit_call: FitCall | None = None  # start-up + steps + exit, read leniently: a view of the run
+    # The fit's ledger: parts, callbacks, compiles, fixes and savings; None for a custom loop.
     ledger: Ledger | None = fields.field(
         None,
         write=lambda ledger: None if ledger is None else ledger_json(ledger),
         read=lambda v, at: None if v is None else Ledger.read(v),
     )
-    # One training step taken apart; None where none was taken, and in older reports.
     anatomy: Anatomy | None = fields.field(None, read=lambda v, at: _anatomy_of(v))
-    # The whole process to the report in stages; None where its start is unknown, and in older
-    # reports.
-    process: ProcessTime | None = None
+    process: ProcessTime | None = None  # the process to the report in stages; None: start unknown
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     args: dict[str, Any] = dataclasses.field(default_factory=dict)
     timeline: list[list[Any]] = fields.field(default_factory=list, read=lambda v, at: _calls(v))
@@ -105,7 +92,6 @@ class RunReport(fields.Record):
     metrics: dict[str, float] = fields.field(default_factory=dict, read=metrics_of)
     trace: TraceSection | None = fields.field(None, read=lambda v, at: TraceSection.from_dict(v))
     compute: Compute | None = None
-    # schema 1 kept it in extra (from_dict reads it from there)
     context: RunContext | None = fields.field(None, read=lambda v, at: _context_of(v))
     diagnosis: DiagnosisSection | None = fields.field(None, read=lambda v, at: _diagnosis_of(v))
     tune: TuneSection | None = fields.field(None, read=lambda v, at: TuneSection.from_dict(v))
@@ -122,8 +108,6 @@ class RunReport(fields.Record):
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
         # who reads its fixes, and what the model's build compiled beside them
         self.ledger = report_ledger(self.ledger, self.context, self.args, self.process)
-
-    # ------------------------------------------------------------ building
 
     @classmethod
     def from_callbacks(
@@ -144,10 +128,7 @@ class RunReport(fields.Record):
         anatomy: Anatomy | None = None,
         process: ProcessTime | None = None,
     ) -> RunReport:
-        """A report from a StepTimer (and optionally a TraceWindow).
-
-        Achieved FLOP/s and MFU are added to `compute` from the mean step. `diagnosis`, `tune`,
-        `anatomy` and `process` are kept as they are."""
+        """A report from a StepTimer (and TraceWindow); `compute` gets FLOP/s and MFU."""
         calls = [[round(d, 9), n, e, k] for d, n, e, k in timer.calls]
         steps = timer.summary()
         ledger = None
@@ -187,11 +168,10 @@ class RunReport(fields.Record):
         )
 
     def read_trace(self, run_dir: str | os.PathLike[str] | None = None) -> TraceAnalysis | None:
-        """The run's trace read again from its files, or, when they are gone, as it was read when
-        the run ended; None without a trace.
+        """The run's trace read again from its files (when gone, as read when the run ended).
 
-        Only files inside `run_dir` are read (default: the directory the report.json was loaded
-        from): the names come from a file anyone may have edited.
+        Only files inside `run_dir` (default: the report.json's directory) are read: the names
+        come from a file anyone may have edited.
 
         Raises:
             ReportError: ``trace.files`` names a file outside the run directory."""
@@ -213,8 +193,6 @@ class RunReport(fields.Record):
     def partial(self) -> bool:
         """Not a whole, sound run: stopped early, or its loss went NaN or infinite."""
         return self.status != COMPLETE
-
-    # ------------------------------------------------------------ JSON
 
     def to_dict(self) -> dict[str, object]:
         return {"schema": SCHEMA, **super().to_dict()}
@@ -254,16 +232,12 @@ class RunReport(fields.Record):
         report._source = os.path.abspath(path)  # where the files it names must lie (read_trace)
         return report
 
-    # ------------------------------------------------------------ writing
-
     def write(self, directory: str | os.PathLike[str], plot: bool = True) -> dict[str, str]:
         """Writes ``report.json``, ``report.md``, ``steps.png`` (with matplotlib) and
-        ``anatomy.png``, atomically. The JSON first: it is the record; a failing plot never
-        loses it.
+        ``anatomy.png``, atomically; the JSON first, so a failing plot never loses the record.
 
         Returns:
-            ``{"json": path, "markdown": path, "png": path, "anatomy_png": path}`` for the files
-            written."""
+            The paths written, by kind: ``json``, ``markdown``, ``png``, ``anatomy_png``."""
         directory = os.fspath(directory)
         paths = {"json": atomic_write(os.path.join(directory, REPORT_JSON), self.to_json())}
         png_note = None
@@ -291,11 +265,8 @@ class RunReport(fields.Record):
         paths["markdown"] = atomic_write(os.path.join(directory, REPORT_MD), markdown)
         return paths
 
-    # ------------------------------------------------------------ views
-
     def fit_wall(self) -> tuple[str, float | None]:
-        """The fit's wall time and what it counts: the whole call where it was timed, else from
-        train begin."""
+        """The fit's wall time and what it counts: the whole call where timed, else train begin."""
         if self.fit_call is not None and self.fit_call.timed:
             return "fit call", self.fit_call.whole_s
         return "fit from train begin", self.fit_seconds
@@ -309,8 +280,7 @@ class RunReport(fields.Record):
         return f"{self.name} {self.status}: {timing}" + (f" on {where}" if where else "")
 
     def summary(self, columns: int | None = None) -> str:
-        """A few lines for a terminal: status, step statistics, final metrics; each folded to
-        `columns` (default: the terminal's)."""
+        """A few lines for a terminal, folded to `columns`: status, step figures, final metrics."""
         head = f"== {self.name}: {self.status}"
         if self.error:
             head += f" ({self.error})"
@@ -357,8 +327,7 @@ class RunReport(fields.Record):
     def to_markdown(
         self, png: str | None = None, note: str | None = None, anatomy_png: str | None = None
     ) -> str:
-        """The report for people (``report.md``): `png` the chart's file name, `note` why there
-        is none, `anatomy_png` the anatomy's picture."""
+        """``report.md``'s text; `png`: the chart, `note`: why none, `anatomy_png`: the anatomy."""
         out = io.StringIO()
         w = out.write
         self._md_head(w)
@@ -395,8 +364,7 @@ class RunReport(fields.Record):
         keras = keras_shown(self.environment)
         w(f" · Keras {keras}" if keras else "")
         w(f" · schema {self.schema_version}\n")
-        if self.ledger is not None:  # one split of the call: the ledger's (its parts hold
-            # the callbacks' hooks apart, so its start-up and exit differ from fit_call's)
+        if self.ledger is not None:  # the ledger's split (hooks held apart), not fit_call's
             head = "fit call" if self.ledger.timed_call else "fit from train begin"
             w(f"- {head}: {format_s(self.ledger.wall_s)}, in parts in *Where the time went*\n")
         elif self.fit_call:
@@ -454,8 +422,7 @@ class RunReport(fields.Record):
             w(f"| {k} | {v} |\n")
 
     def _md_epochs(self, w: Callable[[str], Any]) -> None:
-        """The epochs, numbered from 1 as Keras's progress counts (the JSON keeps 0), and the
-        final metrics."""
+        """The epochs, numbered from 1 as Keras's progress (the JSON from 0), and final metrics."""
         if self.epochs:
             keys = sorted({k for e in self.epochs for k in e.metrics})
             w("\n## Epochs\n\n| epoch | time | steps | in steps | ")
@@ -515,17 +482,10 @@ class RunReport(fields.Record):
             w("\n## Extra\n\n```json\n" + json.dumps(self.extra, indent=1) + "\n```\n")
 
     def plot_png(self) -> bytes:
-        """Step time over the run and a histogram of the timed steps, as PNG bytes.
-
-        Left: every execution's time per step, timed steps small and blue, warm-up and left-out
-        steps large and marked; the p50 dashed. Right: the timed steps' spread, integer counts.
-        Titles say what was left out."""
+        """Step time over the run and a histogram of the timed steps, as PNG bytes."""
         from toolkit.report._plot import steps_png
 
         return steps_png(self)
-
-
-# ---------------------------------------------------------------------------- helpers
 
 
 def _compute_line(c: Compute) -> str:
@@ -583,8 +543,7 @@ def _peak_spread(c: Compute) -> str:
 
 
 def _flat(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """``(key, value)`` rows for people: nested mappings as dotted keys, a list of records as one
-    cell, other lists comma-separated."""
+    """Rows for people: nested mappings as dotted keys, a list of records as one cell."""
     for key, value in mapping.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping) and value:
@@ -615,8 +574,7 @@ def cell(value: Any) -> str:
 
 
 def keras_shown(environment: Mapping[str, Any]) -> str | None:
-    """The Keras a report ran on, as a person reads it (``3.16.0.dev2026102704 (nightly)``); None
-    where none was recorded. An older report's ``.dev`` version reads as a nightly."""
+    """The Keras a report ran on, as read (``3.x.dev… (nightly)``; an old ``.dev`` is a nightly)."""
     version = environment.get("keras")
     if version is None:
         return None
@@ -688,8 +646,7 @@ def _processes_line(cluster: ClusterView) -> str:
 
 
 def _diagnosis_of(d: Any) -> DiagnosisSection | None:
-    """report.json's diagnosis section as its record (None where absent); a bad value is a
-    ReportError naming the field."""
+    """report.json's diagnosis section (None where absent); a bad value is a ReportError."""
     if d is None:
         return None
     try:

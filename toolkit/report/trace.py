@@ -1,15 +1,10 @@
 """A profiler trace read back: step time and its breakdown, the input share and XProf's verdict,
-and the top ops by self time, for the report and ``python -m toolkit trace RUN_DIR``.
-
-XSpace files (TensorFlow's and JAX's profilers) are read with XProf's own converter (the
-``[profile]`` extra): its overview page gives the breakdown and the input-bound verdict
-TensorBoard's Profile tab shows; nothing here re-derives what XProf computes. A TensorFlow step that
-runs a loop (an LSTM, ``tf.map_fn``, ``steps_per_execution``) makes XProf time the loop's iterations
-as steps: such a trace is read from a copy with the loop folded into the marked steps
-(:func:`_loops_folded`). PyTorch writes Chrome trace JSON, which XProf does not read: its
-``ProfilerStep#N`` ranges give the steps and its nesting the self times; no input analysis.
-
-Imports no framework."""
+and the top ops by self time, for the report and ``python -m toolkit trace RUN_DIR``. XSpace
+files (TensorFlow's and JAX's profilers) are read with XProf's own converter (``[profile]``):
+the breakdown and input-bound verdict are its overview page's, as TensorBoard shows them, never
+re-derived; a TensorFlow step that runs a loop (an LSTM, ``tf.map_fn``, ``steps_per_execution``)
+is read from a copy with the loop folded. PyTorch's Chrome trace JSON (not XProf's) gives steps
+by ``ProfilerStep#N``, self times by nesting, no input analysis. Imports no framework."""
 
 from __future__ import annotations
 
@@ -28,19 +23,16 @@ from toolkit.core import _trace_events as te
 from toolkit.core.files import ReportError, inside_run, parse_json
 from toolkit.report._trace_records import OpTime, Spread, TopOps, TraceAnalysis, TracedStep
 
-# The records it builds (TraceAnalysis, ...) are toolkit.report._trace_records's.
-__all__ = [
+__all__ = [  # the records it builds (TraceAnalysis, ...) are toolkit.report._trace_records's
     "read_trace",
     "trace_lines",
 ]
 
 INSTALL_HINT = "pip install 'keras-perf-toolkit[profile]'"
-# Marked steps under this share of the median untraced step timed the host's dispatch, not the step.
-DISPATCH_ONLY = 0.5
+DISPATCH_ONLY = 0.5  # a marked step under this share of the untraced median timed the dispatch
 STEP_MARKER = "ProfilerStep#"  # PyTorch's profiler's step ranges (ProfilerStep#7)
 TOP_OPS = 10
-# XProf's overview page: its step table's columns (ms) and the names the report gives them.
-_BREAKDOWN = (
+_BREAKDOWN = (  # XProf's overview page's step table columns (ms), and the report's names
     ("infeedTimeMs", "input"),
     ("hostComputeTimeMs", "host compute"),
     ("deviceComputeTimeMs", "device compute"),
@@ -55,11 +47,8 @@ _VERDICT = re.compile(r"\b(HIGHLY|MODERATELY|POTENTIALLY|NOT)\s+input-bound", re
 
 
 def read_trace(files: Sequence[str], steps_per_execution: int = 1) -> TraceAnalysis:
-    """What the trace `files` say (several XSpace files are several hosts), with
-    `steps_per_execution` steps per Keras batch: a :class:`TraceAnalysis` (one
-    :class:`TracedStep` per marked call, times per step; spread, breakdown, input and
-    collectives shares, XProf's verdict, top ops, and ``error`` in words). Never raises for a
-    bad or missing file."""
+    """What the trace `files` (XSpace files: one a host) say, `steps_per_execution` steps a batch:
+    a :class:`TracedStep` per marked call, shares, verdict, top ops, ``error``. Never raises."""
     files = [os.fspath(f) for f in files]
     if not files:
         return TraceAnalysis(error="no trace file was written")
@@ -73,8 +62,7 @@ def read_trace(files: Sequence[str], steps_per_execution: int = 1) -> TraceAnaly
 
 
 def find_trace_files(directory: str | os.PathLike[str]) -> list[str]:
-    """The profiler trace files under `directory` (of XSpace files, the newest session's only). A
-    symlink to a file outside `directory` is left out."""
+    """The trace files under `directory` (XSpace: the newest session's), no symlink leading out."""
     found = []
     for root, _, names in os.walk(os.fspath(directory)):
         found += [
@@ -98,13 +86,9 @@ def _inside(directory: str, path: str) -> bool:
     return True
 
 
-# ---------------------------------------------------------------------------- XSpace (XProf)
-
-
 @contextlib.contextmanager
 def _quiet_stderr() -> Iterator[None]:
-    """File descriptor 2 to /dev/null for the block: XProf's C++ converter logs a dozen INFO
-    lines a call."""
+    """File descriptor 2 to /dev/null for the block: XProf's C++ converter logs INFO lines."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -121,9 +105,7 @@ def _quiet_stderr() -> Iterator[None]:
 
 
 def _read_xspace(files: list[str], steps_per_execution: int = 1) -> TraceAnalysis:
-    """XProf's reading of the XSpace `files`. Where it finds no step, a copy with the TensorFlow
-    loop folded is read instead; where that finds none either, the error says why, from what
-    the trace holds."""
+    """XProf's reading of `files`, else of a copy with the TF loop folded, else why no step."""
     try:
         from xprof import version as xprof_version
         from xprof.convert import raw_to_tool_data  # noqa: F401 - here: its absence said
@@ -131,8 +113,7 @@ def _read_xspace(files: list[str], steps_per_execution: int = 1) -> TraceAnalysi
         return TraceAnalysis(error=f"not read: XProf is not installed ({INSTALL_HINT})")
     reader = f"xprof {getattr(xprof_version, '__version__', '?')}"
     per_row = max(1, steps_per_execution)
-    # XProf reads a private copy: it writes cache files beside what it reads, and would follow a
-    # planted link. A run is read, never written.
+    # XProf reads a private copy: it writes caches beside its input and follows planted links.
     with tempfile.TemporaryDirectory(prefix="toolkit-trace-") as tmp:
         copies = _private_copies(files, os.path.join(tmp, "read"))
         if isinstance(copies, str):
@@ -156,8 +137,7 @@ def _read_xspace(files: list[str], steps_per_execution: int = 1) -> TraceAnalysi
 
 
 def _private_copies(files: list[str], into: str) -> list[str] | str:
-    """Copies of `files` (regular files only) in the new directory `into`, each under its own
-    name; where one cannot be copied, why."""
+    """Copies of `files` (regular files only) in the new directory `into`, or why not."""
     os.mkdir(into, 0o700)
     copies = []
     for i, path in enumerate(files):
@@ -178,8 +158,7 @@ def _private_copies(files: list[str], into: str) -> list[str] | str:
 def _xprof_reading(
     files: list[str], reader: str, per_row: int, named: list[str] | None = None
 ) -> TraceAnalysis:
-    """XProf's overview page and op stats of `files`, each XProf step one marked call of
-    `per_row` steps (times divided by `per_row`). `named`: the files to name in an error."""
+    """XProf's overview and op stats of `files`, a row per `per_row` steps; `named`: for errors."""
     named = named or files
     raw = _xprof_tools(files, named)
     if isinstance(raw, str):
@@ -214,8 +193,7 @@ def _xprof_reading(
 
 
 def _xprof_tools(files: list[str], named: list[str]) -> tuple[Any, Any] | str:
-    """XProf's raw overview page and op stats of `files`, or why it could not read them, naming
-    the file."""
+    """XProf's raw overview page and op stats of `files`, or why it could not read them."""
     from xprof.convert import raw_to_tool_data
 
     try:
@@ -236,15 +214,10 @@ def _notes(*notes: str | None) -> str | None:
     return "; ".join(filter(None, notes)) or None
 
 
-# ---------------------------------------------------------------------------- loops in a step
-
-# What XProf's overview page says of a trace in which it found no step (replaced by why).
-_NO_STEP = "XProf found no step in the trace"
+_NO_STEP = "XProf found no step in the trace"  # XProf's overview page's words (replaced by why)
 # XProf's own test of a step marker (tsl's IsExplicitHostStepMarker): a host event so named.
 _MARKER = re.compile(r"^(train|test|TraceContext)[^/]*$")
-# TensorFlow's loop-op events: a trace holding any is not grouped into steps at all (tsl's
-# CheckLoopOp).
-_LOOP_OPS = frozenset(
+_LOOP_OPS = frozenset(  # loop-op events: no steps in a trace holding any (tsl's CheckLoopOp)
     {"WhileOp-EvalCond", "WhileOp-StartBody", "ForOp", "ParallelForOp", "ForeverOp"}
 )
 _STILL_MEASURED = "no step time or input share (the ops below are still measured)"
@@ -263,14 +236,10 @@ class _Held:
 
 def _loops_folded(files: list[str], into: str) -> tuple[_Held | None, list[str] | None]:
     """What the XSpace `files` hold that XProf's steps depend on, and, where they hold step
-    markers and a TensorFlow loop's iterations, a copy of each under `into` with every
-    executor event's loop iteration set to 0. (None, None) where unreadable; a None copy where
-    there is nothing to fold.
-
-    XProf groups a TensorFlow trace's events into steps from its roots, but where an executor event
-    runs a loop iteration past the first it takes each iteration as a root instead (tsl's
-    ``EventForest::ProcessTensorFlowLoop``), leaving the step markers in no group. Folded, the trace
-    is grouped by its step markers."""
+    markers and a TensorFlow loop's iterations, a copy of each under `into` with every executor
+    event's loop iteration set to 0 ((None, None): unreadable; no copy: nothing to fold). XProf
+    takes each iteration past the first as a step root (tsl's ``ProcessTensorFlowLoop``), leaving
+    the step markers in no group; folded, the trace is grouped by its step markers."""
     try:
         space_type = te.xspace_messages()["XSpace"]
         from google.protobuf.message import DecodeError
@@ -356,14 +325,12 @@ def _why_no_step(held: _Held | None, steps_per_execution: int) -> str:
     return f"{why}: {_STILL_MEASURED}"
 
 
-# A cell of one of XProf's data tables, as its JSON holds it.
-Cell = str | float | int | bool | None
+Cell = str | float | int | bool | None  # a cell of XProf's data tables, as its JSON holds it
 
 
 @dataclasses.dataclass(frozen=True)
 class _Table:
-    """One of XProf's Google-Charts data tables, read once at the edge: column ids, rows by
-    column id, properties."""
+    """One of XProf's Google-Charts data tables, read once at the edge."""
 
     columns: tuple[str, ...]
     rows: tuple[dict[str, Cell], ...]
@@ -397,8 +364,7 @@ def _tables(raw: Any) -> list[_Table]:
 
 
 def _overview(tables: list[_Table], per_row: int = 1) -> TraceAnalysis:
-    """XProf's overview page: its verdict on the input, and the steps with their breakdown, times
-    per step."""
+    """XProf's overview page: its input verdict, and the steps' breakdown, times per step."""
     step_table = next((t for t in tables if "stepTimeMs" in t.columns), None)
     advice = next((t.props for t in tables if "bottleneck" in t.props), {})
     props = step_table.props if step_table is not None else {}
@@ -494,13 +460,9 @@ def _op_stats(tables: list[_Table], steps: int) -> TopOps:
     return TopOps(host=top["host"], device=top["device"])
 
 
-# ---------------------------------------------------------------------------- PyTorch
-
-
 @dataclasses.dataclass
 class _Timed:
-    """One of a Chrome trace's complete events (``ph`` ``X``): name, start, duration (µs), and
-    self time."""
+    """A Chrome trace's complete event (``ph`` ``X``): name, start, duration (µs), self time."""
 
     name: str
     start: float
@@ -544,8 +506,7 @@ def _read_chrome(path: str) -> TraceAnalysis:
 
 
 def _self_times(events: list[te.Event]) -> list[_Timed]:
-    """`events` as spans with their self time: their duration less the events nested directly in
-    them."""
+    """`events` as spans with their self time (less the events nested directly in them)."""
     by_thread: dict[tuple[Any, Any], list[te.Event]] = collections.defaultdict(list)
     for e in events:
         by_thread[(e.get("pid"), e.get("tid"))].append(e)
@@ -581,11 +542,7 @@ def _top(spans: list[_Timed], steps: int) -> tuple[OpTime, ...]:
     )
 
 
-# ---------------------------------------------------------------------------- views
-
-
-# Scopes that wrap every op of a step and say nothing about which op it is.
-_WRAPPERS = re.compile(
+_WRAPPERS = re.compile(  # scopes that wrap every op of a step: they say nothing of the op
     r"^(StatefulPartitionedCall|PartitionedCall|while|body|cond|.*_fn|__inference.*|"
     r"one_step_on.*|multi_step_on.*|jit\(.*\)|pjit|Iterator|"
     # the anatomy's scope tokens: the layers' own names stand beside them
@@ -595,8 +552,7 @@ OP_NAME_CHARS = 56  # the longest op name a trace line shows
 
 
 def short_op(name: str, limit: int = OP_NAME_CHARS) -> str:
-    """An op's name shortened to what identifies it: wrapping scopes dropped, ``gradient_tape/``
-    as ``∇``, the front cut with ``…`` past `limit` characters."""
+    """An op's name cut to what identifies it: scopes dropped, ``∇`` for ``gradient_tape/``."""
     parts = [p for p in name.split("/") if p and not _WRAPPERS.match(p)]
     grad = "gradient_tape" in parts or "gradients" in parts
     parts = [p for p in parts if p not in ("gradient_tape", "gradients")]
@@ -605,8 +561,7 @@ def short_op(name: str, limit: int = OP_NAME_CHARS) -> str:
 
 
 def traced_range(held: Sequence[int]) -> str:
-    """A trace window's steps as counted: ``(100, 110)`` held steps 100 to 109: ``steps 100–109
-    (10)``."""
+    """A trace window's steps as counted: held ``(100, 110)`` reads ``steps 100–109 (10)``."""
     first, stop = int(held[0]), int(held[1])
     if stop - first == 1:
         return f"step {first} (1)"
@@ -614,8 +569,7 @@ def traced_range(held: Sequence[int]) -> str:
 
 
 def left_out_line(excluded: int, window: int | None) -> str | None:
-    """How the steps left out of the timing relate to the traced `window`: the traced ones, and
-    those whose interval held the trace's start or stop. None: none left out."""
+    """How the steps left out of the timing relate to the traced `window`; None: none left out."""
     if not excluded:
         return None
     if not window or excluded < window:
@@ -631,10 +585,8 @@ def trace_lines(
     window: int | None = None,
     step_ms: float | None = None,
 ) -> list[str]:
-    """The trace section for a terminal: step time and breakdown, XProf's verdict, top ops.
-    `window`: the steps traced, against which the steps XProf read whole are counted;
-    `step_ms`: the run's untraced median step, against which far shorter markers are said as
-    the host's dispatch."""
+    """The trace section for a terminal: step time, breakdown, XProf's verdict, top ops. `window`:
+    the steps traced; `step_ms`: the untraced median (far shorter markers: the host's dispatch)."""
     if analysis is None:
         return []
     lines = []

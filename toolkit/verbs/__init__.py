@@ -1,21 +1,11 @@
 """The command line's verbs, one module each (``toolkit/verbs/NAME.py``), and their registry,
-:data:`VERBS`, in the order ``--help`` lists them.
-
-Each verb module declares the same interface, read into its :class:`Verb`:
-
-- ``NAME``: the verb as typed (``data-service``); ``HELP``: its line in ``--help``;
-  ``DESCRIPTION``: its own ``--help``'s text, or None;
-- ``LOADS_TENSORFLOW``: it loads TensorFlow and Keras first (their start-up lines held back);
-- ``RECIPE_FLAGS``: the flags after its target (``--recipe R`` or ``--model_fn M:F``) go on to
-  the recipe, and its ``--help`` lists the recipes and those flags;
-- ``options(parser)``: its arguments; ``check(args)``: its options' bounds, before anything
-  loads (a ConfigError or ValueError: one line, status 2); ``run(args)``: the verb, its status.
-  The command line checks what a verb measures then too: ``--recipe``, ``--model_fn`` and,
-  with ``RECIPE_FLAGS``, the recipe flags, parsed into the target the verb then reads.
-
-What several verbs share is private here: ``_target`` (``--recipe``/``--model_fn`` made into
-what is measured) and ``_options`` (``--backend``, lists). The parser, start-up and exit codes
-are ``toolkit.cli``'s. Nothing here imports a framework before a verb runs."""
+:data:`VERBS`, in the order ``--help`` lists them. Each verb module declares, read into its
+:class:`Verb`: ``NAME``, ``HELP`` (its ``--help`` line), ``DESCRIPTION`` (its own ``--help``, or
+None), ``LOADS_TENSORFLOW`` (loaded first, start-up lines held back), ``RECIPE_FLAGS`` (flags
+after its target go on to the recipe), ``options(parser)``, ``check(args)`` (bounds before
+anything loads: a ConfigError or ValueError is one line, status 2) and ``run(args)`` (its
+status). The command line parses the target (``--recipe``, ``--model_fn``, recipe flags) first
+too. The parser, start-up and exit codes are ``toolkit.cli``'s; nothing here imports a framework."""
 
 from __future__ import annotations
 

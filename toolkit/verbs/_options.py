@@ -32,9 +32,8 @@ def split(value: str | None) -> list[str]:
 
 
 def check_device(spec: str, flag: str = "--device") -> None:
-    """A device `spec` a run can ask for (``auto``, ``cpu``, ``gpu:1``, ``metal``...), read
-    as the devices are selected later (``parse_device_spec``), before any framework loads to
-    see which are here; ValueError naming `flag` otherwise."""
+    """A device `spec` a run can ask for (``auto``, ``cpu``, ``gpu:1``, ``metal``...), read as
+    ``parse_device_spec`` will, before any framework loads; ValueError naming `flag` otherwise."""
     from toolkit.core._device_types import DeviceError, parse_device_spec
 
     try:
@@ -49,11 +48,8 @@ def check_out(
     instead: str = "or leave --out out",
     writes: Sequence[str] = (),
 ) -> None:
-    """A directory a verb writes its result under (`path`; None: its default under runs/),
-    checked as a run checks its ``--report_dir`` (``check_report_dir``: a file, a link to
-    nowhere, a place that cannot be written), before anything is measured rather than after
-    what was measured has nowhere to go. `writes`: the files the verb writes there; one that
-    is already there holds an earlier result, never replaced without a word: ValueError."""
+    """A verb's output directory (`path`; None: its default), checked as ``--report_dir`` is,
+    before measuring, not after. `writes`: its files; one already there (a result): ValueError."""
     from toolkit.runner.task import check_report_dir
 
     check_report_dir(path, flag, instead)

@@ -1,6 +1,6 @@
-"""What the measuring verbs measure: ``--recipe R [flags]`` or ``--model_fn module:function
-[flags]``, made into a task or your ``(model, data)`` (:func:`target_of`, :func:`made` in
-fresh processes) or the chooser's target."""
+"""What the measuring verbs (``doctor``, ``tune``, ``backends``) measure: ``--recipe R
+[flags]`` or ``--model_fn module:function [flags]``, made into a task or your ``(model, data)``
+(:func:`target_of`, :func:`made` in fresh processes) or the chooser's target."""
 
 from __future__ import annotations
 
@@ -27,8 +27,7 @@ def add_target(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def recipe_epilog(recipe: str | None) -> str:
-    """For ``doctor|tune|backends --help``: the recipes, and the recipe flags passed on, grouped
-    as a recipe's ``--help``."""
+    """For ``doctor|tune|backends --help``: the recipes and the recipe flags passed on, by group."""
     import shutil
     import textwrap
 
@@ -98,8 +97,7 @@ def model_fn(spec: str) -> tuple[Any, Any]:
 
 @dataclasses.dataclass(frozen=True)
 class Parsed:
-    """A measuring verb's target read from its command line, once: in words, the parsed flag
-    values, the validated config, and the typed ``standings.Target``."""
+    """A measuring verb's target, read once: in words, flag values, config, typed ``Target``."""
 
     what: str
     flag_values: Any
@@ -107,16 +105,14 @@ class Parsed:
     target: Any
 
     def batch_left_to_data(self) -> Any:
-        """The target, its batch size left out where ``--model_fn`` names it without
-        ``--batch_size``: measured at the batch your pipeline makes."""
+        """The target without a batch size where ``--model_fn`` gives no ``--batch_size``."""
         if self.target.model_fn is None or self.flag_values["batch_size"].present:
             return self.target
         config = {k: v for k, v in self.target.config.items() if k != "batch_size"}
         return dataclasses.replace(self.target, config=config)
 
     def unused_batch(self, read: int | None) -> str | None:
-        """A line saying ``--batch_size`` was not the batch ``fit`` read, where given and
-        different; None otherwise (the run is measured at the data's batch)."""
+        """A note where ``--batch_size`` was given but ``fit`` read another batch; else None."""
         try:
             given = self.flag_values["batch_size"]  # absl's Flag: was it given, and its value
         except KeyError:
@@ -135,8 +131,7 @@ def parse_target(recipe: str | None, model_fn_spec: str | None, recipe_flags: li
 
     Raises:
         UsageError: no such recipe.
-        ConfigError: a bad setting (one line naming the flag); absl's flags.Error: a flag that is
-            not there or cannot be read."""
+        ConfigError: a bad setting; absl's flags.Error: a flag not there or not readable."""
     from absl import flags
 
     from toolkit import _argv, app
@@ -171,23 +166,20 @@ def made(target: Any) -> tuple[Any, Any]:
 
 
 def target_of(args: argparse.Namespace) -> tuple[Parsed, Any, Any]:
-    """``(parsed, what to measure, its data)`` of a verb's target: a Task and None, or your
-    compiled model and data."""
+    """``(parsed, measured, data)`` of a verb's target: a Task and None, or your model and data."""
     parsed = _parsed(args)
     measured, data = made(parsed.target)
     return parsed, measured, data
 
 
 def _parsed(args: argparse.Namespace) -> Parsed:
-    """The target the command line parsed and checked before any framework loaded, or
-    :func:`parse_target` of `args` now."""
+    """The target parsed before any framework loaded, or :func:`parse_target` of `args` now."""
     parsed = getattr(args, "parsed_target", None)
     return parsed or parse_target(args.recipe, args.model_fn, args.recipe_flags)
 
 
 def chooser_target(args: argparse.Namespace) -> Parsed:
-    """The chooser's target of a verb's ``--recipe`` / ``--model_fn`` and recipe flags, checked
-    here once; nothing built."""
+    """The chooser's target of a verb's ``--recipe``/``--model_fn`` and flags; nothing built."""
     if args.model_fn:
         _check_model_fn(args.model_fn)
     return _parsed(args)
@@ -215,9 +207,8 @@ def _check_model_fn(spec: str) -> None:
 
 
 def _script_module(path: str) -> Any:
-    """The script at `path` imported as ``multiprocessing``'s spawn imports a main script (as
-    ``__mp_main__``, its folder first on ``sys.path``). A script that starts the toolkit's
-    processes while imported is refused: each child would start more."""
+    """The script at `path` imported as spawn imports a main (``__mp_main__``, its folder on
+    ``sys.path``); one starting toolkit processes on import is refused: children would multiply."""
     import importlib.util
 
     from toolkit.core import children
@@ -235,8 +226,7 @@ def _script_module(path: str) -> Any:
 
 
 def check_spec(spec: str) -> tuple[str, str]:
-    """``(module, function)`` of ``--model_fn``: a dotted module path and a function's name, or a
-    script's path and a function's name (``mytrain.py:make``); UsageError otherwise."""
+    """``(module, function)`` of ``--model_fn`` (``pkg.mod:fn``, ``script.py:fn``); UsageError."""
     from toolkit.app import UsageError
 
     script, sep, function = spec.rpartition(":")

@@ -1,7 +1,6 @@
 """``anatomy``: what inside a recipe's or your ``--model_fn``'s training step costs it: the
-step split into phases (input, forward, backward, optimizer, metrics, Keras between steps,
-other) and into the model's layers, from a short trace window checked against the outside
-clock, and what Keras's trainer adds over the same step written without it."""
+step in phases (input, forward, backward, optimizer, metrics, between steps, other) and layers,
+from a short trace checked against the outside clock, and Keras's trainer's cost over a raw step."""
 
 from __future__ import annotations
 

@@ -40,9 +40,7 @@ def options(p: argparse.ArgumentParser) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
-    """The chooser's bounds (``toolkit.search.chooser.compare``'s, each flag named alone),
-    the output directory, and no ``--backend``: each contender runs its own backend, so one
-    named for the run would be silently overridden."""
+    """The chooser's bounds, the output dir, and no ``--backend``: each contender runs its own."""
     from toolkit import _argv
     from toolkit.runner.config import check_number
 

@@ -50,8 +50,7 @@ def check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Status 1 with ``--fail_on_slower`` when B is slower beyond the noise band: a
-    regression fails the CI job that asked, as pytest-benchmark's and asv's do."""
+    """Status 1 with ``--fail_on_slower`` when B is slower beyond the noise band: a CI gate."""
     a, b = RunReport.load(args.a), RunReport.load(args.b)
     result = compare(a, b, z=args.z, min_rel=args.min_rel)
     print(json.dumps(result.to_dict(), indent=2) if args.json else terminal.show(result.blocks()))
@@ -68,9 +67,7 @@ def _gate(result: Comparison) -> int:
         )
         return 1
     if result.verdict in ("unknown", "different workloads", "too noisy"):
-        # A gate does not pass on nothing, nor on two runs it cannot compare; nor does it say
-        # "slower" where the noise band is too wide to say anything.
-        why = {
+        why = {  # no pass on nothing or runs it cannot compare; no "slower" in a band too wide
             "unknown": "a report has no timed steps",
             "different workloads": "A and B are different workloads",
             "too noisy": f"the runs are too noisy: a ±{(result.noise or 0) * 100:.1f}% noise band",

@@ -1,12 +1,8 @@
 """``data-service``: a tf.data service dispatcher (``--dispatcher``) or worker (``--worker
---dispatcher grpc://host:port``), serving until Ctrl-C or SIGTERM. Recipes read through it
-with ``--data_service=grpc://host:port``.
-
-TensorFlow's tf.data service listens on every interface (its gRPC server binds
-``0.0.0.0:<port>``; there is no option for one address) and has no authentication: anyone who
-reaches the port can read the data and run the pipelines it is given. So the verb starts a
-server only with ``--all_interfaces`` (the user asks for exactly that), and says so in one
-line when it serves; ``--host`` is only the name others reach it by."""
+--dispatcher grpc://host:port``), serving until Ctrl-C or SIGTERM; recipes read through it
+with ``--data_service=grpc://host:port``. The service binds ``0.0.0.0:<port>`` (no option for
+one address) with no authentication: anyone reaching the port can read the data and run
+pipelines. So it serves only with ``--all_interfaces``; ``--host`` is only the name given out."""
 
 from __future__ import annotations
 
@@ -82,9 +78,8 @@ def run(args: argparse.Namespace) -> int:
     from toolkit import distribute
 
     server, what, port = _serve(args)
-    # The server runs on its own threads. The main thread waits in Python, not in join() (C++,
-    # where signal handlers never run), so a signal stops it at once: Ctrl-C, SIGTERM, SIGHUP
-    # or SIGQUIT ends it as every program here ends (the command line's one line, 128 + it).
+    # The main thread waits in Python, not in the server's join() (C++, where signal handlers
+    # never run), so a signal ends it at once, as every program here ends.
     role = "worker" if args.worker else "dispatcher"
     print(f"data-service: {distribute.listening_line(role, '*', port)}", flush=True)
     print(f"data-service: {what} serving (Ctrl-C to stop)", flush=True)
@@ -96,8 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> tuple[Any, str, int]:
-    """The worker or dispatcher `args` ask for, started (``distribute._service.serve``, as
-    ``spawn_data_service``'s child starts it), what it is in words, and its port."""
+    """Starts the worker or dispatcher `args` ask for: ``(server, what it is in words, port)``."""
     from toolkit.distribute._service import ServiceSpec, serve
 
     if args.worker:  # the roles were checked before TensorFlow loaded (check)
@@ -112,8 +106,7 @@ def _serve(args: argparse.Namespace) -> tuple[Any, str, int]:
 
 @contextlib.contextmanager
 def _port_taken(port: int) -> Iterator[None]:
-    """TensorFlow's "Could not start gRPC server" (a port in use, or not this host's to
-    bind) as one line naming --port (gRPC's own line about it held back)."""
+    """TensorFlow's "Could not start gRPC server" as one line naming --port (gRPC's held back)."""
     from toolkit.core import native_logs
 
     try:

@@ -27,7 +27,6 @@ def check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from toolkit import backend, devices
 
-    # one backend, or every installed one, each as it sees this machine
     chosen = [args.backend] if args.backend else list(backend.installed())
     for name in chosen:
         print(f"--backend={name}")

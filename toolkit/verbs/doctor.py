@@ -14,8 +14,7 @@ __all__: list[str] = []  # the command line's own; nothing here is API
 NAME = "doctor"
 HELP = "input-bound or compute-bound? measured, with advice"
 DESCRIPTION = "Recipe flags (--batch_size, --dataset...) follow --recipe or --model_fn."
-# Not for --report, which reads a JSON file: run() loads them before anything is measured.
-LOADS_TENSORFLOW = False
+LOADS_TENSORFLOW = False  # not for --report (a JSON file): run() loads them to measure
 RECIPE_FLAGS = True
 
 
@@ -29,9 +28,7 @@ def options(p: argparse.ArgumentParser) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
-    """Nothing to bound here: the recipe flags are parsed and checked with the target by the
-    command line (``toolkit.cli``); ``--report`` is read first thing, by the strict reader,
-    and nothing loads a framework for it."""
+    """Nothing to bound: the command line checks the recipe flags; ``--report`` is read strictly."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,9 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _load_tensorflow() -> None:
-    """TensorFlow and Keras, loaded before anything is measured, as the command line loads
-    them for a verb that always measures (``toolkit.cli``): said first on a terminal, their
-    C++ start-up lines held back, a Ctrl-C mid-import taken after it."""
+    """TensorFlow and Keras loaded before measuring, as ``toolkit.cli`` does for measuring verbs."""
     from toolkit.core import interrupts, progress
     from toolkit.devices import runtime
 
@@ -66,10 +61,7 @@ def _load_tensorflow() -> None:
 
 
 def _whole_run(path: str) -> int:
-    """``--report``: the run's ledger, what each fix would save and, for each large part
-    without one, the rule applied, and the whole process around the fit; nothing is
-    measured and no framework is loaded. A fix is spelled as the runner's flag for a run the
-    runner set up, else as Python."""
+    """``--report``: the ledger, its fixes' savings, the rules, the process; nothing measured."""
     from toolkit.report import RunReport
     from toolkit.report._ledger import whole_run_lines
     from toolkit.runner.config import as_flags

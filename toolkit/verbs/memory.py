@@ -1,7 +1,6 @@
 """``memory``: the largest batch of a recipe or your ``--model_fn`` that fits in memory here:
-peaks measured at two or three batch sizes, each in a fresh process, a line fitted through
-them, the batch under the limit read off it and checked by running it
-(``toolkit.search.memory_fit``). This process loads no framework: the fresh processes do."""
+peaks measured at two or three batch sizes, each in a fresh process, a line fitted through them,
+the batch under the limit read off it and checked (``toolkit.search.memory_fit``)."""
 
 from __future__ import annotations
 
@@ -26,9 +25,7 @@ RECIPE_FLAGS = True
 
 
 def options(p: argparse.ArgumentParser) -> None:
-    # No abbreviations (toolkit.cli, for every verb with recipe flags): the recipe's
-    # --batch_size goes on to the recipe, not read as a prefix of --batch_sizes.
-    add_target(p, "measure")
+    add_target(p, "measure")  # no abbreviations (toolkit.cli): --batch_size goes to the recipe
     p.add_argument(
         "--memory_limit",
         help="the memory to fit in: MiB (4096) or with its unit (4GB, 512MB; binary units, "
@@ -47,8 +44,7 @@ def options(p: argparse.ArgumentParser) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
-    """The limit, the batch sizes and the steps, read once here: a bad one is one line, status
-    2, before any process starts (``memory_fit``'s own checks, in its words)."""
+    """The limit, batch sizes and steps: a bad one is one line, status 2, before any process."""
     from toolkit.search.memory_fit import check_sizes, check_steps, parse_limit
 
     args.memory_limit = parse_limit(args.memory_limit)

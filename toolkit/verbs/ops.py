@@ -1,6 +1,5 @@
 """``ops``: the per-op benchmark, each op in TensorFlow's eager, graph and XLA modes (and
-JAX's and PyTorch's where installed) on every device; with ``--fusion`` what XLA and Grappler
-fuse. Writes Markdown, CSV, PNG and JSON under ``--out``."""
+JAX's and PyTorch's where installed) everywhere; with ``--fusion`` what XLA and Grappler fuse."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ DESCRIPTION = (
 )
 LOADS_TENSORFLOW = True
 RECIPE_FLAGS = False
-# --size tiny's (repeats, shortest loop in s): a smoke run, not a measurement to keep.
-TINY_TIMING = (3, 0.005)
+TINY_TIMING = (3, 0.005)  # --size tiny's (repeats, shortest loop in s): a smoke run
 
 
 def options(p: argparse.ArgumentParser) -> None:
@@ -56,8 +54,7 @@ def options(p: argparse.ArgumentParser) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
-    """The numbers, the names (ops, modes, dtype, device) and the output directory, read
-    from the tables the benchmark reads them from: before TensorFlow loads, not after."""
+    """The numbers, names and output directory, read from the benchmark's tables before TF loads."""
     from toolkit.bench.measure import MODES, select_modes
     from toolkit.bench.ops import select_ops
     from toolkit.runner.config import check_number
@@ -78,8 +75,7 @@ def check(args: argparse.Namespace) -> None:
 
 
 def _check_dtype(dtype: str) -> None:
-    """A floating-point dtype the inputs can be made in (``float32``, ``float16``,
-    ``bfloat16``), named as NumPy names them (no framework needed to read it)."""
+    """A floating-point dtype (``float32``, ``float16``, ``bfloat16``) as NumPy names it."""
     import numpy as np
 
     try:
@@ -98,7 +94,6 @@ def run(args: argparse.Namespace) -> int:
     found = devices.detect("tensorflow")  # the op table measures TensorFlow's modes
     if args.device != "all":
         found = [devices.resolve(args.device, found, backend="tensorflow")]
-    # --size tiny is a smoke run (seconds): fewer, shorter loops unless asked otherwise.
     repeats, min_time = TINY_TIMING if args.size == "tiny" else (5, 0.05)
     timing = {
         "repeats": repeats if args.repeats is None else args.repeats,
@@ -116,7 +111,6 @@ def _table(args: argparse.Namespace, found: list[Any], timing: dict[str, float],
     from toolkit.bench.measure import DEFAULT_MODES, MODES, benchmark, select_modes
     from toolkit.core import progress, terminal
 
-    # Default: TensorFlow's modes, and JAX's jit and PyTorch eager where they are installed.
     default = [m for m in DEFAULT_MODES if m in MODES or not frameworks.missing(m)]
     for mode in DEFAULT_MODES:
         if mode not in default and not args.modes:  # a column that vanished, said once
@@ -141,8 +135,7 @@ def _table(args: argparse.Namespace, found: list[Any], timing: dict[str, float],
 
 
 def _columns() -> int:
-    """The width ``ops`` prints to: the terminal's, in a log too never over the table's
-    :data:`~toolkit.bench.table.SCREEN_COLUMNS` (120)."""
+    """The width ``ops`` prints to: the terminal's, never over the table's ``SCREEN_COLUMNS``."""
     from toolkit.bench.table import SCREEN_COLUMNS
     from toolkit.core import terminal
 
@@ -163,8 +156,7 @@ def _written(write: Any, out: str) -> dict[str, str] | None:
 
 
 def _fusion(args: argparse.Namespace, found: list[Any], timing: dict[str, float], out: str) -> int:
-    """``--fusion``: what XLA and Grappler fuse, on every device in `found`, written under
-    `out`, with each device's measured matmul peak for scale."""
+    """``--fusion``: what XLA and Grappler fuse on each device, with its matmul peak for scale."""
     from toolkit.bench import fusion
     from toolkit.bench.measure import MODES, select_modes
     from toolkit.core import terminal

@@ -43,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
     task = recipe.build_task()
     model = task.build_model()
     model.compile(optimizer="adam", loss=task.loss, metrics=list(task.metrics))
-    # The runner's own input: tf.data, array batches (a PyDataset) without TensorFlow, or a
-    # Grain pipeline (--data_loader).
+    # The runner's own input: tf.data, array batches (a PyDataset) or Grain (--data_loader).
     batch = _first_batch(train.input_pipeline(task, TrainConfig(batch_size=args.batch_size)))
     report = devices.placement_report(
         lambda: model.train_on_batch(*batch), gpu_selected=device.is_gpu

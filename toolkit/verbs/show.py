@@ -1,8 +1,5 @@
 """``show REPORT``: a run report's summary, fitted to the terminal (``--markdown``: the whole
-Markdown report; ``--json``: report.json's own JSON). It reads what every verb writes: a run's
-``report.json``, ``anatomy``'s ``anatomy.json`` and ``backends``' ``backends.json`` (each
-shown as its verb prints it); ``memory``'s ``memory-<time>.json`` is named, with the verb that
-measures it again."""
+Markdown report; ``--json``: its JSON); ``anatomy.json``, ``backends.json`` as their verbs print."""
 
 from __future__ import annotations
 
@@ -23,8 +20,7 @@ DESCRIPTION = None
 LOADS_TENSORFLOW = False
 RECIPE_FLAGS = False
 
-# Each verb's record in a directory, in the order a directory is read.
-RECORDS = ("report.json", "anatomy.json", "backends.json")
+RECORDS = ("report.json", "anatomy.json", "backends.json")  # each verb's, in reading order
 
 
 def options(p: argparse.ArgumentParser) -> None:
@@ -66,8 +62,7 @@ def _record(given: str) -> str:
 
 
 def _other(path: str, name: str) -> tuple[dict[str, Any], str]:
-    """``anatomy``'s or ``backends``' record at `path`, read as strictly as a run report
-    (``read_checked``), and its lines as the verb printed them."""
+    """``anatomy``'s or ``backends``' record at `path`, read strictly, and its lines as printed."""
     from toolkit.core.files import read_checked
 
     width = terminal.width() or 80

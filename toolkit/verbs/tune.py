@@ -39,8 +39,7 @@ def options(p: argparse.ArgumentParser) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
-    """Nothing to bound here: the recipe flags (--tune_budget...) are parsed and checked
-    with the target by the command line (``toolkit.cli``), before TensorFlow loads."""
+    """Nothing to bound: the command line checks the recipe flags with the target, first."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,8 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if args.across_backends:
         return _across_backends(args)
     parsed, measured, data = target_of(args)
-    # --no_confirm, or the recipes' own --notune_confirm (--autotune's), which a recipe's
-    # flags after --recipe may carry: either skips the confirmation, neither is ignored.
+    # --no_confirm or a recipe flag's --notune_confirm (--autotune's): either skips confirming.
     confirm = not args.no_confirm and parsed.flag_values.tune_confirm
     result = search(
         measured, data, config=parsed.config, budget_s=parsed.flag_values.tune_budget,
