@@ -301,9 +301,13 @@ def test_run_takes_the_config_one_way_through_the_runner(tmp_path, keras):
     config = TrainConfig(epochs=1, batch_size=16, report_dir=str(tmp_path), warmup_steps=1)
     stops: list[tuple[str, str, str]] = []  # (file, function, caller's file)
 
-    def where(code):
-        name = code.co_filename.replace(os.sep, "/")
-        return name.split("/toolkit/", 1)[1] if "/toolkit/" in name else None
+    package = os.path.dirname(train.__file__.rsplit(os.sep + "runner" + os.sep, 1)[0]) + os.sep
+
+    def where(code):  # the path inside toolkit/, wherever the checkout lives
+        name = code.co_filename
+        if not name.startswith(package + "toolkit" + os.sep):
+            return None
+        return name[len(package) + len("toolkit") + 1 :].replace(os.sep, "/")
 
     def watch(frame, event, arg):
         code = frame.f_code
@@ -313,11 +317,12 @@ def test_run_takes_the_config_one_way_through_the_runner(tmp_path, keras):
         if any(isinstance(frame.f_locals.get(n), TrainConfig) for n in handed):
             stops.append((where(code), code.co_name, where(frame.f_back.f_code) or "outside"))
 
+    previous = sys.getprofile()
     sys.setprofile(watch)
     try:
         train.run(task, config)
     finally:
-        sys.setprofile(None)
+        sys.setprofile(previous)
     assert stops[0][:2] == ("runner/train.py", "run")
     files = [f for i, (f, _, _) in enumerate(stops) if i == 0 or stops[i - 1][0] != f]
     others = [f for f in files if f != "runner/train.py"]
