@@ -27,9 +27,9 @@ this benchmark puts StepTimer at 1.006-1.008×.
 
 What else it prints: the cost of StepTimer's two batch hooks called in a loop (about 0.45 µs a
 step), its memory readings timed inside a real fit (how many, and each one's cost with its
-thread's wait for the interpreter), and all its hooks timed inside a real fit (about 4x that
-a step, the epoch's end included: the fit leaves them out of cache),
-and each variant's fastest fit (noise only adds time). The data sits in memory with tf.data
+thread's wait for the interpreter), and each of its hooks timed inside a real fit (the batch
+hooks about 4x their cost in the loop: the fit leaves them out of cache), and each variant's
+fastest fit (noise only adds time). The data sits in memory with tf.data
 autotuning off, whose end-of-fit iterator teardown can otherwise add seconds to a random fit
 (see ``_common.py``).
 Prints ``name: X.XX× (baseline A s, toolkit B s)``.
@@ -236,11 +236,17 @@ def main() -> None:
         f"{read_s / max(reads, 1) * 1e6:.1f} µs each (the thread's wait for the interpreter "
         f"included) = {read_s / fit_s * 100:.2f}%"
     )
-    inside_s, fit_s = _time_inside_fit(model, ds, StepTimer)
+    spent, fit_s = _time_inside_fit(model, ds, StepTimer)
+    inside_s = sum(spent.values())
+    parts = ", ".join(
+        f"{name.removeprefix('on_').replace('_', ' ')} {seconds * 1e3:.2f}"
+        for name, seconds in sorted(spent.items(), key=lambda kv: -kv[1])
+        if seconds >= 5e-6
+    )
     print(
         f"StepTimer's own code inside a real fit (every hook timed): {inside_s * 1e3:.2f} ms of "
         f"a {fit_s:.3f} s fit = {inside_s / fit_s * 100:.2f}% (the clocks around the hooks "
-        "included)"
+        f"included; ms in each: {parts})"
     )
     # Noise only ever adds time, so each variant's fastest fit is the closest to its own cost:
     # the best-of ratio, beside the medians the goal is stated in.
@@ -272,28 +278,37 @@ SHIPPED = ("StepTimer", "StepTimer, logs off", "StepTimer, memory off", "StepTim
            "StepTimer + batch callback")  # fmt: skip
 
 
-def _time_inside_fit(model, ds, timer_cls) -> tuple[float, float]:
-    """Seconds spent in the timer's Keras hooks during one real fit (each wrapped in a clock on
-    the instance), and the fit's seconds."""
+def _time_inside_fit(model, ds, timer_cls) -> tuple[dict[str, float], float]:
+    """Seconds spent in each of the timer's Keras hooks during one real fit (each wrapped in a
+    clock on the instance; the batch-begin hook once train begin has set this fit's), and the
+    fit's seconds."""
     timer = timer_cls()
-    spent = [0.0]
+    spent: dict[str, float] = {}
     clock = time.perf_counter
 
-    def timed(hook):
+    def timed(name, hook):
         def call(*args, **kwargs):
             t0 = clock()
             hook(*args, **kwargs)
-            spent[0] += clock() - t0
+            spent[name] = spent.get(name, 0.0) + clock() - t0
 
         return call
 
     for name in dir(timer):
         if name.startswith("on_") and callable(getattr(timer, name)):
-            setattr(timer, name, timed(getattr(timer, name)))
+            setattr(timer, name, timed(name, getattr(timer, name)))
+    train_begin = timer.on_train_begin
+
+    def begin_then_wrap(*args, **kwargs):
+        train_begin(*args, **kwargs)
+        hook = timer.on_train_batch_begin  # this fit's (train begin resets it)
+        timer.on_train_batch_begin = timed("on_train_batch_begin", hook)
+
+    timer.on_train_begin = begin_then_wrap
     quiet_gc()
     t0 = clock()
     model.fit(ds, epochs=1, verbose=0, callbacks=[timer])
-    return spent[0], clock() - t0
+    return spent, clock() - t0
 
 
 def _memory_reads_inside_fit(model, ds, timer_cls) -> tuple[int, int, float, float]:
@@ -322,9 +337,9 @@ def _memory_reads_inside_fit(model, ds, timer_cls) -> tuple[int, int, float, flo
 
 
 def _hook_cost_per_step(timer_cls, steps: int = 200_000) -> float:
-    """Seconds StepTimer's two batch hooks take per step, called as Keras calls them (its
-    memory readings at the begins included). The fit is ended after: its memory thread would
-    otherwise read on through the measurements that follow."""
+    """Seconds StepTimer's two batch hooks take per step, called as Keras calls them. The fit is
+    ended after: its memory thread would otherwise read on through the measurements that
+    follow."""
     timer = timer_cls(warmup_steps=0)
     timer.set_params({"steps": steps, "epochs": 1})
     timer.on_train_begin()

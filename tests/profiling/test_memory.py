@@ -70,9 +70,9 @@ def _memory(p):
 def test_a_callback_keeping_outputs_is_found_in_the_first_epoch_and_named(tmp_path):
     """Outputs float32[256, 4] kept by a callback, one a step: found in the first epoch, said
     as the callback's, with what grows, who holds it and the fix. 320 steps an epoch: the
-    first census is the memory thread's, once it sees step 3 (it looks every 5 ms), and a
-    fast backend's steps go on meanwhile (64 steps of Keras's next release on JAX once ended
-    before a 50 ms reading)."""
+    first census is taken at batch 3's begin (the first step compiled), the second at the
+    epoch's end (64 steps of Keras's next release on JAX once ended before a 50 ms reading:
+    the census goes by batch, not by time)."""
     x, y = _arrays(STEPS * 32)
     keep = KeepOutputs(np.ones((256, 32), np.float32))
     with profile("leaky", report_dir=tmp_path, batch_size=32) as p:
@@ -150,8 +150,8 @@ def keeps_every_batch():  # keeps every batch it yields, 0.16 MB each: NumPy, no
         kept.append((batch, np.ones(16_000)))
         yield batch
 
-# 600 steps of about 2 ms: the memory thread's 50 ms readings draw the rise (a 240-step
-# epoch of 1 ms steps gave it too few to tell a rise from noise)
+# 600 steps of about 2 ms: the readings every 200 ms and at ten batches of the first epoch draw
+# the rise (a 240-step epoch of 1 ms steps once gave too few to tell a rise from noise)
 model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(512, activation="relu"),
                           keras.layers.Dense(4)])
 model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -295,9 +295,8 @@ def test_steady_rise_tells_a_leak_from_a_buffer_that_filled():
 
 def test_a_leak_only_the_readings_see_is_found_in_a_first_epoch_shorter_than_their_pace():
     """Memory no census counts (a buffer growing by 1 MiB a step, not a list or a dict) is
-    found from the readings alone, in a first epoch of 128 fast steps (0.1-0.3 s here, a few
-    readings at 50 ms): there its first 20 readings at batch begins come ten times as often
-    (5 ms, not 50)."""
+    found from the readings alone, in a first epoch of 128 fast steps (0.1-0.3 s here, one
+    reading at 200 ms): there ten more readings come at batches spread over the epoch."""
     from toolkit import StepTimer
 
     class GrowsABuffer(keras.callbacks.Callback):

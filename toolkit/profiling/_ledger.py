@@ -426,11 +426,11 @@ class FitLedger:
                 self.watch.test_begin()
         self._test = ValidationSpan(self._epoch, at)
 
-    def memory_due(self, at: float) -> float:
-        """A memory reading at a batch begin at `at` where one is due, and when the next is."""
+    def memory_due(self, at: float, batch: int, steps_in_epoch: int | None) -> tuple[float, float]:
+        """Reads at a batch begin (`batch` -1: a validation's); returns the next (time, batch)."""
         if self.sampler is None:
-            return math.inf
-        return self.sampler.due(at, first_epoch=not self.epochs)
+            return math.inf, math.inf
+        return self.sampler.due(at, batch, not self.epochs, steps_in_epoch)
 
     def test_batch(self, batch: int, at: float) -> None:
         if self._test is not None:

@@ -25,7 +25,7 @@ from toolkit.profiling._ledger_records import PARTS
 from toolkit.profiling._memory_records import EpochMemory, Growth, PartMemory, RunMemory, Sample
 
 MB = MIB
-EVERY_S = 0.05
+EVERY_S = 0.2  # a reading costs a 1-core fit 50-150 µs: at this pace about 0.05 %
 GROWTH_FLOOR_MB = 8.0  # growth under this, or under 4x the readings' scatter, is noise (pools)
 LONG_RUN_STEPS = 100_000  # census growth counts if a run this long would gain GROWTH_FLOOR_MB
 LATER_SHARE = 0.35  # of a rise's rate, what the steps after it must keep for it to be growth
@@ -34,12 +34,11 @@ GROWTH_EPOCHS = 3
 GROWTH_WARN_MB = 64.0
 TIMELINE_POINTS = 600  # the report keeps at most this many readings
 CENSUS_STEP = 3  # the first census: once this many steps began (the first one compiled)
-CENSUS_POLL_S = 0.005  # the thread's step-count poll until the first census (epochs can be short)
 BACKOFF = 4  # the thread wakes this many times less while batch begins take the readings
-# The first epoch's first FIRST_EPOCH_DENSE batch-begin readings come this many times as often, so a
-# short first epoch tells a leak from noise (only so many: each costs time inside the fit).
-FIRST_EPOCH_DENSER = 10
-FIRST_EPOCH_DENSE = 20
+# The first epoch's steps are read this many times, spread over its batches by index (a short first
+# epoch tells a leak from noise: a steady rise needs 6), besides the readings by time.
+FIRST_EPOCH_READINGS = 10
+FIRST_EPOCH_DENSER = 10  # no step count known: its first readings come this many times as often
 
 
 def host_memory() -> tuple[float, float]:
@@ -87,16 +86,21 @@ def _device_reader() -> tuple[Reader, tuple[str, ...], str | None]:
 
 
 class MemorySampler:
-    """Reads memory every `every_s` seconds: at batch begins when due (:meth:`due`), on a daemon
-    thread where no batch begins, and on ``read``; `steps` returns the steps begun so far. Hooks
-    the fit already calls wake no one; a thread woken for each reading takes the GIL."""
+    """Reads memory every `every_s` seconds and at `FIRST_EPOCH_READINGS` batches of the first
+    epoch, at batch begins (:meth:`due`), on a daemon thread only where no batch begins for a
+    while (a compile, a long step), and on ``read``; `steps` returns the steps begun so far.
+
+    Why so few, and at batch begins: on one core a reading inside a fit costs it 50-150 µs (the
+    step's threads wait out its system calls), more from a thread woken for it (which takes the
+    interpreter's lock back from the fit). Every 50 ms, the first 20 every 5 ms, on the thread,
+    cost a 1,500-step fit 1 %; at this pace, at batch begins, no cost was measurable (issue 77)."""
 
     def __init__(
         self, clock: Callable[[], float], steps: Callable[[], int], every_s: float, model: Any
     ) -> None:
         self._clock, self._steps, self.every_s = clock, steps, every_s
         self.readings: list[Reading] = []
-        self._dense_left = FIRST_EPOCH_DENSE  # the first epoch's denser readings still due
+        self._dense_left = FIRST_EPOCH_READINGS  # readings by time, where no step count is known
         # The first epoch's two live-array counts: after its first steps, and at its end.
         self.model, self.censuses = model, []  # type: list[Census]
         self.owners: list[Any] = [model]  # whose containers a census counts (+ callbacks)
@@ -112,34 +116,34 @@ class MemorySampler:
         self._thread = threading.Thread(target=self._run, name="toolkit-memory", daemon=True)
         self._thread.start()
 
-    def due(self, now: float, first_epoch: bool = False) -> float:
-        """Read at a batch begin at `now`; return when the next is due (sooner early in epoch 1)."""
+    def due(
+        self, now: float, batch: int, first_epoch: bool, steps_in_epoch: int | None
+    ) -> tuple[float, float]:
+        """Reads at a batch begin at `now`; returns when the next is due: ``(time, batch)``. The
+        first epoch's first census comes at its batch :data:`CENSUS_STEP` (the first compiled)."""
         if self._stop.is_set():
-            return math.inf
+            return math.inf, math.inf
+        if first_epoch and batch >= CENSUS_STEP and not self.censuses:
+            self.census_now()
         self.read()
-        if first_epoch and self._dense_left > 0:
+        if not first_epoch:
+            return now + self.every_s, math.inf
+        if batch < CENSUS_STEP:
+            return now + self.every_s, CENSUS_STEP
+        if steps_in_epoch:
+            return now + self.every_s, batch + max(1, steps_in_epoch // FIRST_EPOCH_READINGS)
+        if self._dense_left > 0:
             self._dense_left -= 1
-            return now + self.every_s / FIRST_EPOCH_DENSER
-        return now + self.every_s
+            return now + self.every_s / FIRST_EPOCH_DENSER, math.inf
+        return now + self.every_s, math.inf
 
     def _next_at(self) -> float:
         return self._last_at + self.every_s * (1 if self._by_thread else BACKOFF)
 
     def _run(self) -> None:
-        tried = False  # the first census, taken or refused: once
         while True:
-            wait = self._next_at() - self._clock()
-            if not tried:
-                wait = min(wait, CENSUS_POLL_S)
-            if self._stop.wait(max(0.0, wait)):
+            if self._stop.wait(max(0.0, self._next_at() - self._clock())):
                 return
-            if not tried:
-                try:
-                    tried = int(self._steps()) >= CENSUS_STEP
-                except Exception:  # noqa: BLE001 - the count is read while the fit changes it
-                    tried = False
-                if tried:
-                    self.census_now()
             if self._clock() >= self._next_at():
                 self.read(by_thread=True)
 

@@ -65,7 +65,7 @@ _DESCRIPTIONS = {
     DEVICE_PEAK: "The device's most allocated memory in MiB so far (the backend's counters, "
     "summed over the process's devices), at each epoch's end.",
     HOST_MB: "The process's resident memory in MiB as StepTimer read it during the fit "
-    "(every 50 ms by default), the most read at each training step: the ledger's memory.",
+    "(every 200 ms by default), the most read at each training step: the ledger's memory.",
     DEVICE_MB: "The device's allocated memory in MiB (the backend's counters, summed over "
     "the process's devices), the most read at each training step.",
 }
