@@ -54,6 +54,7 @@ from toolkit.core.stats import (
 )
 from toolkit.profiling._ledger import EpochSpan, FitLedger, epoch_gaps, keras_callbacks
 from toolkit.profiling._ledger_records import Ledger
+from toolkit.profiling._memory import EVERY_S
 from toolkit.profiling._timing import (
     Epoch,
     FitCall,
@@ -88,8 +89,8 @@ class StepTimer(compat.keras().callbacks.Callback):
             epoch's end, into this directory's ``train`` run laid out as Keras's TensorBoard's.
         tensorboard_metrics: also write the model's epoch metrics (no Keras TensorBoard callback).
         memory_every_s: read host and device memory this often in a ``fit`` (at batch begins,
-            on a thread where none begins for a while, and at its boundaries; the first epoch's
-            steps 10 times more), for the ledger's memory by part; `None`: never. Default clock
+            on a thread where none begins for a while, at its boundaries, and at ten batches of
+            the first epoch), for the ledger's memory by part; `None`: never. Default clock
             only. At 0.2 s it costs a fit of 0.7 ms steps on one core about 0.1 %.
 
     Example: ``timer = StepTimer(batch_size=64)``, ``model.fit(ds, callbacks=[timer])``, then
@@ -106,7 +107,7 @@ class StepTimer(compat.keras().callbacks.Callback):
         add_to_logs: bool = True,
         tensorboard_dir: str | os.PathLike[str] | None = None,
         tensorboard_metrics: bool = False,
-        memory_every_s: float | None = 0.2,
+        memory_every_s: float | None = EVERY_S,
     ) -> None:
         super().__init__()
         check_number(argument("StepTimer", "memory_every_s"), memory_every_s, least=0.001)
