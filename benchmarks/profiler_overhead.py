@@ -281,7 +281,9 @@ SHIPPED = ("StepTimer", "StepTimer, logs off", "StepTimer, memory off", "StepTim
 def _time_inside_fit(model, ds, timer_cls) -> tuple[dict[str, float], float]:
     """Seconds spent in each of the timer's Keras hooks during one real fit (each wrapped in a
     clock on the instance; the batch-begin hook once train begin has set this fit's), and the
-    fit's seconds."""
+    fit's seconds. The batch-end hook is not timed where the fit needs no end stamps but the
+    epoch's last (Keras 3, data of known length): it is then a C-level no-op, which a clock
+    around it would only make dearer, and the one stamped end is left out."""
     timer = timer_cls()
     spent: dict[str, float] = {}
     clock = time.perf_counter
@@ -337,12 +339,17 @@ def _memory_reads_inside_fit(model, ds, timer_cls) -> tuple[int, int, float, flo
 
 
 def _hook_cost_per_step(timer_cls, steps: int = 200_000) -> float:
-    """Seconds StepTimer's two batch hooks take per step, called as Keras calls them. The fit is
-    ended after: its memory thread would otherwise read on through the measurements that
-    follow."""
+    """Seconds StepTimer's two batch hooks take per step, called as Keras calls them. Out of a
+    fit the timer cannot read the fit's input, so it is told what a Keras 3 fit over data of
+    known length tells it (only the epoch's last end stamped); tf_keras stamps every end. The
+    fit is ended after: its memory thread would otherwise read on through the measurements
+    that follow."""
+    from toolkit.core import compat
+
     timer = timer_cls(warmup_steps=0)
     timer.set_params({"steps": steps, "epochs": 1})
     timer.on_train_begin()
+    timer._last_end_only = compat.keras_flavor() == "keras3" and not timer._async
     timer.on_epoch_begin(0)
     begin, end = timer.on_train_batch_begin, timer.on_train_batch_end
     try:

@@ -712,3 +712,49 @@ def test_a_part_s_share_is_one_figure_in_the_line_the_table_the_fixes_and_the_ba
     labels = ax.get_legend_handles_labels()[1]
     assert f"other 1.75 s ({said})" in labels, labels
     assert part_share(ledger, "input") == "—"  # not timed: no share
+
+
+@pytest.mark.legacy_keras
+def test_callback_clock_passes_a_batch_hook_its_arguments_as_the_keras_in_use_calls_it(keras):
+    """The batch hooks' wrapper names its arguments (no packing, no thread check: issue 77)
+    and calls the hook on as Keras does: logs by keyword on Keras 3, by position on tf_keras
+    (a hook whose second parameter has another name still takes them), the batch alone as
+    given; a hook that raises is timed too, and train end takes every wrapper out."""
+    from toolkit.profiling._ledger import CallbackClock
+
+    seen = []
+
+    class Hooks(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            seen.append(("begin", batch, logs))
+
+        def on_train_batch_end(self, batch, lg=None):  # not `logs`: tf_keras passes by position
+            seen.append(("end", batch, lg))
+            if batch == 3:
+                raise ValueError("hook broke")
+
+        def on_batch_end(self, batch, logs="its own default"):
+            seen.append(("batch", batch, logs))
+
+    hooks = Hooks()
+    clock = CallbackClock(time.perf_counter)
+    clock.watch([hooks], skip=None)
+    assert {"on_train_batch_begin", "on_train_batch_end", "on_batch_end"} <= set(vars(hooks))
+    legacy = compat.use_legacy_keras()
+    hooks.on_train_batch_begin(0, logs={"loss": 1.0})
+    hooks.on_train_batch_begin(1)
+    hooks.on_batch_end(2)
+    if legacy:
+        hooks.on_train_batch_end(2, {"loss": 2.0})
+    with pytest.raises(ValueError, match="hook broke"):
+        hooks.on_train_batch_end(3)
+    assert seen[:3] == [
+        ("begin", 0, {"loss": 1.0}),
+        ("begin", 1, None),
+        ("batch", 2, "its own default"),
+    ]
+    assert seen[3:] == ([("end", 2, {"loss": 2.0})] if legacy else []) + [("end", 3, None)]
+    assert [name for _, _, name in clock.records] == ["Hooks"] * len(seen)
+    assert all(seconds >= 0 for _, seconds, _ in clock.records)
+    clock.release()
+    assert not {"on_train_batch_begin", "on_train_batch_end", "on_batch_end"} & set(vars(hooks))

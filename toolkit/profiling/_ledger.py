@@ -66,14 +66,20 @@ _MISSING = object()
 
 def keras_callbacks(me: Any) -> list[Any] | None:
     """The callback list Keras is calling `me` from (up from the hook's frame), or None."""
+    owner = _dispatcher(me)
+    return None if owner is None else owner.callbacks
+
+
+def _dispatcher(me: Any) -> Any:
+    """Keras's ``CallbackList`` calling `me` (up from the hook's frame), or None."""
     frame = sys._getframe(1)
-    for _ in range(8):
+    for _ in range(10):
         if frame is None:
             return None
         owner = frame.f_locals.get("self")
         found = getattr(owner, "callbacks", None) if owner is not me else None
         if isinstance(found, list) and any(c is me for c in found):
-            return found
+            return owner
         frame = frame.f_back
     return None
 
@@ -94,6 +100,12 @@ def _base(cb: Any, hook: str) -> bool:
     return owner is not None and owner.__name__ == "Callback"
 
 
+def _handed_off(dispatcher: Any, hook: str) -> bool:
+    """Whether Keras 3's list runs batch end `hook` on its callback threads (JAX, PyTorch)."""
+    which = "_async_test" if hook == "on_test_batch_end" else "_async_train"
+    return bool(getattr(dispatcher, which, False))
+
+
 class CallbackClock:
     """Times other callbacks' overridden hooks in place, by class name: an instance attribute wraps
     each bound method until train end. Nothing joins Keras's list, so it dispatches as before."""
@@ -106,8 +118,13 @@ class CallbackClock:
         # Memory read at each non-batch hook's end, inside its span: what each callback held.
         self.read: Callable[[], None] | None = None
 
-    def watch(self, callbacks: Sequence[Any], skip: Any) -> None:
+    def watch(self, callbacks: Sequence[Any], skip: Any, dispatcher: Any = None) -> None:
+        """Wraps the overridden hooks of `callbacks` but `skip`; `dispatcher`: Keras's list calling
+        them (it says which batch ends it hands to its callback threads)."""
         main = threading.get_ident()
+        # Keras 3 passes a batch hook's logs by keyword; tf_keras's list passes them by position
+        # (its base class then calls ``on_batch_*`` by keyword): each wrapper calls on the same way.
+        legacy = compat.keras_flavor() != "keras3"
         for cb in callbacks:
             if cb is skip:
                 continue
@@ -119,47 +136,88 @@ class CallbackClock:
                 if getattr(method, "_toolkit_timed", False):
                     continue
                 previous = vars(cb).get(hook, _MISSING) if hasattr(cb, "__dict__") else _MISSING
+                if "batch" not in hook:
+                    timed = self._timed(method, name, main, cb, hook)
+                elif hook.endswith("end") and _handed_off(dispatcher, hook):
+                    timed = self._timed_anywhere(method, name, main)
+                else:
+                    positional = legacy and not hook.startswith("on_batch")
+                    timed = self._timed_batch(method, name, positional)
+                timed._toolkit_timed = True  # type: ignore[attr-defined]
+                timed.__wrapped__ = method  # type: ignore[attr-defined]
                 try:
-                    setattr(cb, hook, self._timed(method, name, main, cb, hook))
+                    setattr(cb, hook, timed)
                 except (AttributeError, TypeError):  # __slots__, a frozen object: untimed
                     continue
                 self._patched.append((cb, hook, previous))
 
-    def _timed(
-        self, method: Callable[..., Any], name: str, main: int, cb: Any, hook: str
+    def _timed_batch(
+        self, method: Callable[..., Any], name: str, positional: bool
     ) -> Callable[..., Any]:
-        clock, ident = self._clock, threading.get_ident
-        record, off_record = self.records.append, self.off.append
-        if "batch" in hook:  # called every step: the least a timing takes (0.5 µs a call)
+        """A batch hook on the fit's thread, called every step: the least a timing can be. Named
+        arguments, not ``*args, **kwargs`` (packing them and a thread check cost 3 of its 4 µs a
+        call inside a fit; issue 77's benchmarks/README.md); a call as Keras makes it, or with
+        the batch alone, reaches the hook as it would have."""
+        clock, record = self._clock, self.records.append
 
-            def timed(*args: Any, **kwargs: Any) -> Any:
+        if positional:
+
+            def timed(batch: int, logs: Any = _MISSING) -> Any:
                 t0 = clock()
                 try:
-                    return method(*args, **kwargs)
+                    return method(batch) if logs is _MISSING else method(batch, logs)
                 finally:  # a hook that raised is timed too
-                    if ident() == main:
-                        record((t0, clock() - t0, name))
-                    else:
-                        off_record((name, clock() - t0))
+                    record((t0, clock() - t0, name))
 
         else:
 
-            def timed(*args: Any, **kwargs: Any) -> Any:
+            def timed(batch: int, logs: Any = _MISSING) -> Any:
                 t0 = clock()
                 try:
-                    return method(*args, **kwargs)
+                    return method(batch) if logs is _MISSING else method(batch, logs=logs)
                 finally:  # a hook that raised is timed too
-                    if ident() != main:
-                        off_record((name, clock() - t0))
-                    else:
-                        if self.read is not None:
-                            self.read()  # inside the hook's span: the callback's reading
-                        record((t0, clock() - t0, name))
-                    if hook == "on_train_end":  # the fit's last hook: out it goes
-                        self._take_out(cb)
+                    record((t0, clock() - t0, name))
 
-        timed._toolkit_timed = True  # type: ignore[attr-defined]
-        timed.__wrapped__ = method  # type: ignore[attr-defined]
+        return timed
+
+    def _timed_anywhere(self, method: Callable[..., Any], name: str, main: int) -> Any:
+        """A batch end Keras 3 may run on its callback threads: timed apart when it does."""
+        clock, ident = self._clock, threading.get_ident
+        record, off_record = self.records.append, self.off.append
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = clock()
+            try:
+                return method(*args, **kwargs)
+            finally:  # a hook that raised is timed too
+                if ident() == main:
+                    record((t0, clock() - t0, name))
+                else:
+                    off_record((name, clock() - t0))
+
+        return timed
+
+    def _timed(
+        self, method: Callable[..., Any], name: str, main: int, cb: Any, hook: str
+    ) -> Callable[..., Any]:
+        """A hook called a few times a fit (train, epoch, validation): its memory read too."""
+        clock, ident = self._clock, threading.get_ident
+        record, off_record = self.records.append, self.off.append
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = clock()
+            try:
+                return method(*args, **kwargs)
+            finally:  # a hook that raised is timed too
+                if ident() != main:
+                    off_record((name, clock() - t0))
+                else:
+                    if self.read is not None:
+                        self.read()  # inside the hook's span: the callback's reading
+                    record((t0, clock() - t0, name))
+                if hook == "on_train_end":  # the fit's last hook: out it goes
+                    self._take_out(cb)
+
         return timed
 
     def _take_out(self, owner: Any) -> None:
@@ -350,10 +408,11 @@ class FitLedger:
             self.watch.start()
         except Exception:  # noqa: BLE001 - the signal is a view; training goes on
             self.watch = CompileWatch(model, self._clock)
-        found = keras_callbacks(timer)
+        dispatcher = _dispatcher(timer)
+        found = None if dispatcher is None else dispatcher.callbacks
         if found is not None:
             self.found_callbacks = True
-            self.callbacks.watch(found, skip=timer)
+            self.callbacks.watch(found, skip=timer, dispatcher=dispatcher)
         if self.memory_every_s and self._clock is time.perf_counter:
             self.sampler = _memory.MemorySampler(self._clock, self.steps_begun,
                                                  self.memory_every_s, model)  # fmt: skip
