@@ -136,10 +136,8 @@ class CallbackClock:
                 if getattr(method, "_toolkit_timed", False):
                     continue
                 previous = vars(cb).get(hook, _MISSING) if hasattr(cb, "__dict__") else _MISSING
-                if "batch" not in hook:
+                if "batch" not in hook or (hook.endswith("end") and _handed_off(dispatcher, hook)):
                     timed = self._timed(method, name, main, cb, hook)
-                elif hook.endswith("end") and _handed_off(dispatcher, hook):
-                    timed = self._timed_anywhere(method, name, main)
                 else:
                     positional = legacy and not hook.startswith("on_batch")
                     timed = self._timed_batch(method, name, positional)
@@ -180,29 +178,14 @@ class CallbackClock:
 
         return timed
 
-    def _timed_anywhere(self, method: Callable[..., Any], name: str, main: int) -> Any:
-        """A batch end Keras 3 may run on its callback threads: timed apart when it does."""
-        clock, ident = self._clock, threading.get_ident
-        record, off_record = self.records.append, self.off.append
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            t0 = clock()
-            try:
-                return method(*args, **kwargs)
-            finally:  # a hook that raised is timed too
-                if ident() == main:
-                    record((t0, clock() - t0, name))
-                else:
-                    off_record((name, clock() - t0))
-
-        return timed
-
     def _timed(
         self, method: Callable[..., Any], name: str, main: int, cb: Any, hook: str
     ) -> Callable[..., Any]:
-        """A hook called a few times a fit (train, epoch, validation): its memory read too."""
+        """A hook called a few times a fit (train, epoch, validation): its memory read too; or a
+        batch end Keras 3 may run on its callback threads (no reading): timed apart when it does."""
         clock, ident = self._clock, threading.get_ident
         record, off_record = self.records.append, self.off.append
+        reads = "batch" not in hook
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             t0 = clock()
@@ -212,7 +195,7 @@ class CallbackClock:
                 if ident() != main:
                     off_record((name, clock() - t0))
                 else:
-                    if self.read is not None:
+                    if reads and self.read is not None:
                         self.read()  # inside the hook's span: the callback's reading
                     record((t0, clock() - t0, name))
                 if hook == "on_train_end":  # the fit's last hook: out it goes
