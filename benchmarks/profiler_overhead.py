@@ -33,7 +33,10 @@ fastest fit (noise only adds time). The data sits in memory with tf.data
 autotuning off, whose end-of-fit iterator teardown can otherwise add seconds to a random fit
 (see ``_common.py``).
 Prints ``name: X.XX× (baseline A s, toolkit B s)``.
-Goal: StepTimer ≤ 1 % overhead (ratio ≤ 1.01).
+Goal: StepTimer ≤ 1 % overhead (ratio ≤ 1.01). Its verdict rests on each variant's 95 %
+interval of the median (distribution-free: ``stats.median_interval``), not on the largest of
+the medians, which noise alone lifts: met when every interval lies at or under 1.01, not met
+when one lies above, else not settled, with the rounds this run's noise would need.
 
 Run it under Keras 3 (default) and tf_keras (``TF_USE_LEGACY_KERAS=1``): Keras 3 on the
 TensorFlow backend already converts the logs to floats at every step for every fit, so the naive
@@ -54,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import random
 import statistics
 import time
@@ -61,6 +65,7 @@ import time
 from _common import mlp_fit_setup, pin_cpus, quiet_gc, scratch, speedup_line
 
 from toolkit.core import progress
+from toolkit.core.stats import median_interval
 
 
 def main() -> None:
@@ -101,6 +106,12 @@ def main() -> None:
 
         def on_train_batch_end(self, batch, logs=None):
             self.n = getattr(self, "n", 0) + 1
+
+    class NoOp(keras.callbacks.Callback):
+        """A batch hook that does nothing: timed in a fit, what the clocks around a hook cost."""
+
+        def on_train_batch_begin(self, batch, logs=None):
+            pass
 
     class NoEndStamps(StepTimer):
         """StepTimer without its batch-end hook (Keras then has nothing of it to run on its
@@ -218,8 +229,8 @@ def main() -> None:
     for name in timed:
         q1, _, q3 = statistics.quantiles(pairs[name], n=4)
         print(
-            f"{name} overhead, 3 decimals: {ratio[name]:.3f}× "
-            f"(paired ratios' middle half {q1:.3f}–{q3:.3f}: the noise of this machine now)"
+            f"{name} overhead, 3 decimals: {ratio[name]:.3f}× (95% interval of the median "
+            f"{_span(pairs[name])}; paired ratios' middle half {q1:.3f}-{q3:.3f})"
         )
     # The direct cost of the hooks, without the fit's noise (a lower bound: out of a fit they
     # stay in cache).
@@ -236,8 +247,13 @@ def main() -> None:
         f"{read_s / max(reads, 1) * 1e6:.1f} µs each (the thread's wait for the interpreter "
         f"included) = {read_s / fit_s * 100:.2f}%"
     )
-    spent, fit_s = _time_inside_fit(model, ds, StepTimer)
+    spent, calls, fit_s = _time_inside_fit(model, ds, StepTimer)
     inside_s = sum(spent.values())
+    # The clocks around a hook cost about what a short hook does: time a no-op hook the same
+    # way, in a fit of its own, and take its cost per call off each of StepTimer's calls.
+    null_spent, null_calls, _ = _time_inside_fit(model, ds, NoOp)
+    per_call = null_spent["on_train_batch_begin"] / null_calls["on_train_batch_begin"]
+    net_s = inside_s - per_call * sum(calls.values())
     parts = ", ".join(
         f"{name.removeprefix('on_').replace('_', ' ')} {seconds * 1e3:.2f}"
         for name, seconds in sorted(spent.items(), key=lambda kv: -kv[1])
@@ -247,6 +263,11 @@ def main() -> None:
         f"StepTimer's own code inside a real fit (every hook timed): {inside_s * 1e3:.2f} ms of "
         f"a {fit_s:.3f} s fit = {inside_s / fit_s * 100:.2f}% (the clocks around the hooks "
         f"included; ms in each: {parts})"
+    )
+    print(
+        f"StepTimer's own code inside a real fit, net of those clocks: {net_s * 1e3:.2f} ms = "
+        f"{net_s / fit_s * 100:.2f}% (a no-op batch hook timed the same way in a fit: "
+        f"{per_call * 1e6:.2f} µs a call, {sum(calls.values())} calls)"
     )
     # Noise only ever adds time, so each variant's fastest fit is the closest to its own cost:
     # the best-of ratio, beside the medians the goal is stated in.
@@ -262,30 +283,66 @@ def main() -> None:
                 best[name],
             )
         )
-    # The ledger's own cost: StepTimer's beside a batch callback, against StepTimer's alone.
-    ratio["StepTimer + batch callback"] /= ratio["batch callback"]
-    worst = max(ratio[k] for k in timed if k.startswith("StepTimer") and k in SHIPPED)
-    verdict = "met" if worst <= 1.01 else "NOT met"
-    q1, _, q3 = statistics.quantiles(pairs["none (again)"], n=4)
-    print(
-        f"goal StepTimer <= 1.01x (logs and scalars on and off, worst {worst:.3f}x): {verdict}; "
-        f"this run's noise: the A/A control's paired ratios spread {q1:.3f}-{q3:.3f}"
+    print(_verdict(pairs, GOAL))
+
+
+def _verdict(pairs: dict[str, list[float]], goal: float) -> str:
+    """The goal's line, settled only where the noise lets it be: met when every shipped
+    variant's 95 % interval of the median lies at or under `goal`, not met when one lies above
+    it, else not settled. The largest of five noisy medians is not the figure to judge by: at
+    this machine's noise (each median's standard error about 1.5 %) the largest of five sits
+    about 1.7 % above the truth with no cost at all. The ledger's variant is judged by its
+    rounds' quotients: StepTimer beside a batch callback, over that callback alone."""
+    shipped = {k: v for k, v in pairs.items() if k in SHIPPED}
+    pair, alone = pairs["StepTimer + batch callback"], pairs["batch callback"]
+    shipped["StepTimer + batch callback"] = [a / b for a, b in zip(pair, alone, strict=True)]
+    bounds = {k: median_interval(v) for k, v in shipped.items()}
+    worst = max(shipped, key=lambda k: statistics.median(shipped[k]))
+    above = [k for k, (lo, _) in bounds.items() if lo > goal]
+    control = pairs["none (again)"]
+    lo, hi = median_interval(control)
+    if not above and all(hi <= goal for _, hi in bounds.values()):
+        verdict = "met (every variant's 95% interval at or under it)"
+    elif above:
+        verdict = f"NOT met ({above[0]}'s 95% interval {_span(shipped[above[0]])} lies above it)"
+    else:
+        # The interval narrows as the square root of the rounds: how many would make the A/A
+        # control's half as wide as the goal's margin (its half-width down to 0.5 %).
+        need = 6  # fewer rounds give no 95 % interval at all
+        if math.isfinite(hi - lo):
+            need = max(need, math.ceil(len(control) * ((hi - lo) / 2 / ((goal - 1) / 2)) ** 2))
+        verdict = (
+            f"not settled at this noise (the A/A control's 95% interval {_span(control)}; "
+            f"about {need} rounds would settle it)"
+        )
+    return (
+        f"goal StepTimer <= {goal:.2f}x (logs and scalars on and off, worst median {worst} "
+        f"{statistics.median(shipped[worst]):.3f}x, 95% interval {_span(shipped[worst])}): "
+        f"{verdict}"
     )
 
 
+def _span(ratios: list[float]) -> str:
+    """The 95 % interval of the median of `ratios`, as printed."""
+    lo, hi = median_interval(ratios)
+    return f"{lo:.3f}-{hi:.3f}" if math.isfinite(hi - lo) else "none under 6 rounds"
+
+
+GOAL = 1.01  # StepTimer's promise: at most 1 % on a fit's time
 # The variants a user can run (the goal is theirs); the others are ablations that find a cost.
 SHIPPED = ("StepTimer", "StepTimer, logs off", "StepTimer, memory off", "StepTimer + scalars",
            "StepTimer + batch callback")  # fmt: skip
 
 
-def _time_inside_fit(model, ds, timer_cls) -> tuple[dict[str, float], float]:
+def _time_inside_fit(model, ds, timer_cls) -> tuple[dict[str, float], dict[str, int], float]:
     """Seconds spent in each of the timer's Keras hooks during one real fit (each wrapped in a
-    clock on the instance; the batch-begin hook once train begin has set this fit's), and the
-    fit's seconds. The batch-end hook is not timed where the fit needs no end stamps but the
-    epoch's last (Keras 3, data of known length): it is then a C-level no-op, which a clock
-    around it would only make dearer, and the one stamped end is left out."""
+    clock on the instance; the batch-begin hook once train begin has set this fit's), the calls
+    of each, and the fit's seconds. The batch-end hook is not timed where the fit needs no end
+    stamps but the epoch's last (Keras 3, data of known length): it is then a C-level no-op,
+    which a clock around it would only make dearer, and the one stamped end is left out."""
     timer = timer_cls()
     spent: dict[str, float] = {}
+    calls: dict[str, int] = {}
     clock = time.perf_counter
 
     def timed(name, hook):
@@ -293,7 +350,9 @@ def _time_inside_fit(model, ds, timer_cls) -> tuple[dict[str, float], float]:
             t0 = clock()
             hook(*args, **kwargs)
             spent[name] = spent.get(name, 0.0) + clock() - t0
+            calls[name] = calls.get(name, 0) + 1
 
+        call.timed = True
         return call
 
     for name in dir(timer):
@@ -303,14 +362,15 @@ def _time_inside_fit(model, ds, timer_cls) -> tuple[dict[str, float], float]:
 
     def begin_then_wrap(*args, **kwargs):
         train_begin(*args, **kwargs)
-        hook = timer.on_train_batch_begin  # this fit's (train begin resets it)
-        timer.on_train_batch_begin = timed("on_train_batch_begin", hook)
+        hook = timer.on_train_batch_begin  # this fit's (StepTimer's train begin resets it)
+        if not getattr(hook, "timed", False):
+            timer.on_train_batch_begin = timed("on_train_batch_begin", hook)
 
     timer.on_train_begin = begin_then_wrap
     quiet_gc()
     t0 = clock()
     model.fit(ds, epochs=1, verbose=0, callbacks=[timer])
-    return spent, clock() - t0
+    return spent, calls, clock() - t0
 
 
 def _memory_reads_inside_fit(model, ds, timer_cls) -> tuple[int, int, float, float]:

@@ -39,6 +39,26 @@ def test_jitter_is_scaled_mad_and_robust_to_outliers():
     assert stats.jitter(gaussian) == pytest.approx(0.5, rel=0.03)
 
 
+def test_median_interval_is_the_binomial_order_statistics():
+    # The textbook pairs at 95 %: n=6 -> x(1), x(6); n=40 -> x(14), x(27); below 6, none.
+    assert stats.median_interval(range(1, 7)) == (1, 6)
+    assert stats.median_interval(range(1, 41)) == (14, 27)
+    assert stats.median_interval([3.0, 1.0, 2.0, 5.0, 4.0]) == (-np.inf, np.inf)
+    # Distribution-free: a skewed sample's median is covered at least as often as promised.
+    rng = np.random.default_rng(3)
+    samples = rng.exponential(size=(2000, 40))
+    bounds = np.array([stats.median_interval(row.tolist()) for row in samples])
+    covered = (bounds[:, 0] <= np.log(2)) & (np.log(2) <= bounds[:, 1])
+    assert covered.mean() >= 0.94  # exact coverage 0.96; 2000 draws: +-0.01
+
+
+def test_median_interval_rejects_bad_input():
+    with pytest.raises(ValueError, match="empty"):
+        stats.median_interval([])
+    with pytest.raises(ValueError, match=r"\(0, 1\)"):
+        stats.median_interval([1.0] * 10, level=1.0)
+
+
 def test_summarize_one_step_per_execution():
     durations = [0.010, 0.012, 0.011, 0.013, 0.030]
     s = summarize(durations, batch_size=64, first_step_s=1.5, first_step_steps=1, warmup_steps=3)

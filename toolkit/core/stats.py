@@ -96,6 +96,34 @@ def median(values: Sequence[float]) -> float:
     return percentile(sorted(values), 50.0)
 
 
+def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval for the median of `values`: the order statistics
+    ``x(k)`` and ``x(n+1-k)`` with the largest ``k`` whose binomial coverage is at least `level`.
+    No shape is assumed: a benchmark's paired ratios are skewed (noise only adds time) and carry
+    outliers, which a mean's ``t`` interval would take as signal. ``(-inf, inf)`` where `values`
+    are too few for any pair to cover `level` (fewer than 6 at 95 %): nothing is settled.
+
+    Args:
+        values: independent samples; must not be empty.
+        level: the coverage wanted, in (0, 1)."""
+    if not values:
+        raise ValueError("median_interval of an empty sequence")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"median_interval level must be in (0, 1), got {level}")
+    xs, n = sorted(values), len(values)
+    # P(fewer than k of n samples fall below the median) = the binomial(n, 1/2) cdf at k-1;
+    # the interval [x(k), x(n+1-k)] misses the median with twice that probability.
+    below, k = 0.0, 0
+    while k < n // 2:
+        below += math.comb(n, k) / 2.0**n
+        if 2 * below > 1.0 - level:
+            break
+        k += 1
+    if k == 0:
+        return -math.inf, math.inf
+    return xs[k - 1], xs[n - k]
+
+
 def jitter(values: Sequence[float]) -> float:
     """Robust spread: ``1.4826 * median(|x - median(x)|)``."""
     if not values:
