@@ -28,8 +28,9 @@ this benchmark puts StepTimer at 1.006-1.008×.
 What else it prints: the cost of StepTimer's two batch hooks called in a loop (about 0.45 µs a
 step), its memory readings timed inside a real fit (how many, and each one's cost with its
 thread's wait for the interpreter), and each of its hooks timed inside a real fit (the batch
-hooks about 4x their cost in the loop: the fit leaves them out of cache), and each variant's
-fastest fit (noise only adds time). The data sits in memory with tf.data
+hooks about 4x their cost in the loop: the fit leaves them out of cache), that figure net of
+the clocks around the hooks (a no-op hook timed the same way, about 1 µs a call), and each
+variant's fastest fit (noise only adds time). The data sits in memory with tf.data
 autotuning off, whose end-of-fit iterator teardown can otherwise add seconds to a random fit
 (see ``_common.py``).
 Prints ``name: X.XX× (baseline A s, toolkit B s)``.
