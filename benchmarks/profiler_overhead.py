@@ -231,7 +231,7 @@ def main() -> None:
         q1, _, q3 = statistics.quantiles(pairs[name], n=4)
         print(
             f"{name} overhead, 3 decimals: {ratio[name]:.3f}× (95% interval of the median "
-            f"{_span(pairs[name])}; paired ratios' middle half {q1:.3f}-{q3:.3f})"
+            f"{_span(median_interval(pairs[name]))}; paired ratios' middle half {q1:.3f}-{q3:.3f})"
         )
     # The direct cost of the hooks, without the fit's noise (a lower bound: out of a fit they
     # stay in cache).
@@ -302,30 +302,31 @@ def _verdict(pairs: dict[str, list[float]], goal: float) -> str:
     above = [k for k, (lo, _) in bounds.items() if lo > goal]
     control = pairs["none (again)"]
     lo, hi = median_interval(control)
-    if not above and all(hi <= goal for _, hi in bounds.values()):
+    if all(top <= goal for _, top in bounds.values()):
         verdict = "met (every variant's 95% interval at or under it)"
     elif above:
-        verdict = f"NOT met ({above[0]}'s 95% interval {_span(shipped[above[0]])} lies above it)"
+        high = max(above, key=lambda k: bounds[k][0])
+        verdict = f"NOT met ({high}: 95% interval {_span(bounds[high])}, above it)"
+    elif not math.isfinite(hi - lo):
+        verdict = f"not settled: {len(control)} rounds give no 95% interval (6 at least)"
     else:
         # The interval narrows as the square root of the rounds: how many would make the A/A
         # control's half as wide as the goal's margin (its half-width down to 0.5 %).
-        need = 6  # fewer rounds give no 95 % interval at all
-        if math.isfinite(hi - lo):
-            need = max(need, math.ceil(len(control) * ((hi - lo) / 2 / ((goal - 1) / 2)) ** 2))
+        need = max(6, math.ceil(len(control) * ((hi - lo) / 2 / ((goal - 1) / 2)) ** 2))
         verdict = (
-            f"not settled at this noise (the A/A control's 95% interval {_span(control)}; "
+            f"not settled at this noise (the A/A control's 95% interval {_span((lo, hi))}; "
             f"about {need} rounds would settle it)"
         )
     return (
         f"goal StepTimer <= {goal:.2f}x (logs and scalars on and off, worst median {worst} "
-        f"{statistics.median(shipped[worst]):.3f}x, 95% interval {_span(shipped[worst])}): "
+        f"{statistics.median(shipped[worst]):.3f}x, 95% interval {_span(bounds[worst])}): "
         f"{verdict}"
     )
 
 
-def _span(ratios: list[float]) -> str:
-    """The 95 % interval of the median of `ratios`, as printed."""
-    lo, hi = median_interval(ratios)
+def _span(bounds: tuple[float, float]) -> str:
+    """An interval from `median_interval`, as printed."""
+    lo, hi = bounds
     return f"{lo:.3f}-{hi:.3f}" if math.isfinite(hi - lo) else "none under 6 rounds"
 
 
