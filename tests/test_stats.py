@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import types
 
@@ -50,6 +51,23 @@ def test_median_interval_is_the_binomial_order_statistics():
     bounds = np.array([stats.median_interval(row.tolist()) for row in samples])
     covered = (bounds[:, 0] <= np.log(2)) & (np.log(2) <= bounds[:, 1])
     assert covered.mean() >= 0.94  # exact coverage 0.96; 2000 draws: +-0.01
+
+
+def test_median_interval_holds_past_a_floats_range():
+    # 2**n overflows a float past n = 1023; a within-fit comparison has thousands of pairs. The
+    # order statistics match exact integer arithmetic there, and at every small n.
+    def exact_k(n: int) -> int:
+        below, k = 0, 0
+        while k < n // 2:
+            below += math.comb(n, k)
+            if 2 * below * 20 > 2**n:  # twice the tail over 5 %
+                break
+            k += 1
+        return k
+
+    for n in [*range(6, 120), 1023, 1024, 3001]:
+        lo, hi = stats.median_interval(range(1, n + 1))
+        assert (lo, hi) == (exact_k(n), n + 1 - exact_k(n)), n
 
 
 def test_median_interval_rejects_bad_input():

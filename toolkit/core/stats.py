@@ -112,10 +112,13 @@ def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float
         raise ValueError(f"median_interval level must be in (0, 1), got {level}")
     xs, n = sorted(values), len(values)
     # P(fewer than k of n samples fall below the median) = the binomial(n, 1/2) cdf at k-1;
-    # the interval [x(k), x(n+1-k)] misses the median with twice that probability.
+    # the interval [x(k), x(n+1-k)] misses the median with twice that probability. Each term
+    # is summed from its logarithm: 2**n overflows a float past n = 1023 (a within-fit
+    # comparison's thousands of pairs), and a term too small for a float adds nothing anyway.
+    log_all = math.lgamma(n + 1) - n * math.log(2.0)
     below, k = 0.0, 0
     while k < n // 2:
-        below += math.comb(n, k) / 2.0**n
+        below += math.exp(log_all - math.lgamma(k + 1) - math.lgamma(n - k + 1))
         if 2 * below > 1.0 - level:
             break
         k += 1
