@@ -288,7 +288,7 @@ def main() -> None:
         lo, hi = median_interval(ratios)
         print(
             f"within-fit pairs, {name} batch hooks on vs off: {statistics.median(ratios):.3f}× "
-            f"(95% interval of the median {_span((lo, hi))}; {len(ratios)} pairs of "
+            f"(95% interval of the median {_span((lo, hi), 'pairs')}; {len(ratios)} pairs of "
             f"{args.block}-step blocks)"
         )
     hooked, threaded, read_s, read_fit_s, thread_s = _memory_reads_inside_fit(model, ds, StepTimer)
@@ -356,39 +356,22 @@ def main() -> None:
 
 
 def _verdict(pairs: dict[str, list[float]], goal: float) -> str:
-    """The goal's line, settled only where the noise lets it be: met when every shipped
-    variant's 95 % interval of the median lies at or under `goal`, not met when one lies above
-    it, else not settled. The largest of five noisy medians is not the figure to judge by: at
-    this machine's noise (each median's standard error about 1.5 %) the largest of five sits
-    about 1.7 % above the truth with no cost at all. The ledger's variant is judged by its
+    """The goal's line from the whole-fit ratios: each shipped variant's median with its 95 %
+    interval, judged by `_settle`. The largest of five noisy medians is not the figure to judge
+    by: at this machine's noise (each median's standard error about 1.5 %) the largest of five
+    sits about 1.7 % above the truth with no cost at all. The ledger's variant is judged by its
     rounds' quotients: StepTimer beside a batch callback, over that callback alone."""
     shipped = {k: v for k, v in pairs.items() if k in SHIPPED}
     pair, alone = pairs["StepTimer + batch callback"], pairs["batch callback"]
     shipped["StepTimer + batch callback"] = [a / b for a, b in zip(pair, alone, strict=True)]
     bounds = {k: median_interval(v) for k, v in shipped.items()}
-    worst = max(shipped, key=lambda k: statistics.median(shipped[k]))
-    above = [k for k, (lo, _) in bounds.items() if lo > goal]
-    control = pairs["none (again)"]
-    lo, hi = median_interval(control)
-    if all(top <= goal for _, top in bounds.values()):
-        verdict = "met (every variant's 95% interval at or under it)"
-    elif above:
-        high = max(above, key=lambda k: bounds[k][0])
-        verdict = f"NOT met ({high}: 95% interval {_span(bounds[high])}, above it)"
-    elif not math.isfinite(hi - lo):
-        verdict = f"not settled: {len(control)} rounds give no 95% interval (6 at least)"
-    else:
-        # The interval narrows as the square root of the rounds: how many would make the A/A
-        # control's half as wide as the goal's margin (its half-width down to 0.5 %).
-        need = max(6, math.ceil(len(control) * ((hi - lo) / 2 / ((goal - 1) / 2)) ** 2))
-        verdict = (
-            f"not settled at this noise (the A/A control's 95% interval {_span((lo, hi))}; "
-            f"about {need} rounds would settle it)"
-        )
+    mid = {k: statistics.median(v) for k, v in shipped.items()}
+    worst = max(mid, key=mid.get)
+    control = median_interval(pairs["none (again)"])
     return (
         f"goal StepTimer <= {goal:.2f}x (logs and scalars on and off, worst median {worst} "
-        f"{statistics.median(shipped[worst]):.3f}x, 95% interval {_span(bounds[worst])}): "
-        f"{verdict}"
+        f"{mid[worst]:.3f}x, 95% interval {_span(bounds[worst])}): "
+        f"{_settle(bounds, mid, control, len(pairs['none (again)']), 'rounds', goal)}"
     )
 
 
@@ -399,32 +382,53 @@ def _composed_verdict(
     (the median ratio of its blocks, with that median's 95 % interval) plus its per-fit share,
     taken as known (milliseconds timed directly, against a noise in its blocks' hundreds of
     µs). The step ratio is put on the whole fit, though Keras's own per-fit work has no hooks
-    in it: an upper bound by that work's share. Met, NOT met or not settled as `_verdict`."""
+    in it: an upper bound by that work's share. Judged by `_settle`, as the whole-fit line."""
     leg = {k: "StepTimer + batch callback" if "batch" in k else "StepTimer" for k in per_fit}
-    bounds = {}
+    bounds, mid = {}, {}
     for name, share in per_fit.items():
         lo, hi = median_interval(blocks[leg[name]])
         bounds[name] = (lo + share, hi + share)
-    mid = {k: statistics.median(blocks[leg[k]]) + share for k, share in per_fit.items()}
+        mid[name] = statistics.median(blocks[leg[name]]) + share
     worst = max(mid, key=mid.get)
-    control = blocks["none (again)"]
-    lo, hi = median_interval(control)
-    if all(top <= goal for _, top in bounds.values()):
-        verdict = "met (every variant's 95% interval at or under it)"
-    elif any(low > goal for low, _ in bounds.values()):
-        high = max(bounds, key=lambda k: bounds[k][0])
-        verdict = f"NOT met ({high}: 95% interval {_span(bounds[high])}, above it)"
-    elif not math.isfinite(hi - lo):
-        verdict = f"not settled: {len(control)} pairs give no 95% interval (6 at least)"
-    else:
-        need = max(6, math.ceil(len(control) * ((hi - lo) / 2 / ((goal - 1) / 2)) ** 2))
-        verdict = (
-            f"not settled at this noise (the A/A blocks' 95% interval {_span((lo, hi))}; "
-            f"about {need} pairs would settle it)"
-        )
+    control = median_interval(blocks["none (again)"])
     return (
         f"goal StepTimer <= {goal:.2f}x from within-fit pairs (batch hooks' blocks + per-fit "
-        f"share; worst {worst} {mid[worst]:.3f}x, 95% interval {_span(bounds[worst])}): {verdict}"
+        f"share; worst {worst} {mid[worst]:.3f}x, 95% interval {_span(bounds[worst], 'pairs')}): "
+        f"{_settle(bounds, mid, control, len(blocks['none (again)']), 'pairs', goal)}"
+    )
+
+
+def _settle(
+    bounds: dict[str, tuple[float, float]],
+    mid: dict[str, float],
+    control: tuple[float, float],
+    n: int,
+    unit: str,
+    goal: float,
+) -> str:
+    """Met when every variant's 95 % interval lies at or under `goal`, NOT met when one lies
+    above it, else not settled: then how many `unit` would settle it, for the variant whose
+    interval spans the goal and needs the most. An interval narrows as the square root of its
+    samples, so it must shrink by its half-width over its median's distance from the goal."""
+    if all(top <= goal for _, top in bounds.values()):
+        return "met (every variant's 95% interval at or under it)"
+    above = [k for k, (lo, _) in bounds.items() if lo > goal]
+    if above:
+        high = max(above, key=lambda k: bounds[k][0])
+        return f"NOT met ({high}: 95% interval {_span(bounds[high], unit)}, above it)"
+    if not all(math.isfinite(hi - lo) for lo, hi in [*bounds.values(), control]):
+        return f"not settled: {n} {unit} give no 95% interval (6 at least)"
+
+    def need(name: str) -> int:
+        lo, hi = bounds[name]
+        gap = max(abs(goal - mid[name]), 1e-4)  # a median on the goal: no count settles it
+        return max(6, math.ceil(n * ((hi - lo) / 2 / gap) ** 2))
+
+    spans = [k for k, (lo, hi) in bounds.items() if lo <= goal < hi]
+    name = max(spans, key=need)
+    return (
+        f"not settled at this noise ({name}: 95% interval {_span(bounds[name], unit)} across "
+        f"it; the A/A control's {_span(control, unit)}; about {need(name)} {unit} would settle it)"
     )
 
 
@@ -502,10 +506,10 @@ def _switch_class(keras, block: int):
 _ABSENT = object()
 
 
-def _span(bounds: tuple[float, float]) -> str:
-    """An interval from `median_interval`, as printed."""
+def _span(bounds: tuple[float, float], unit: str = "rounds") -> str:
+    """An interval from `median_interval`, as printed (`unit`: what too few of gave none)."""
     lo, hi = bounds
-    return f"{lo:.3f}-{hi:.3f}" if math.isfinite(hi - lo) else "none under 6 rounds"
+    return f"{lo:.3f}-{hi:.3f}" if math.isfinite(hi - lo) else f"none under 6 {unit}"
 
 
 GOAL = 1.01  # StepTimer's promise: at most 1 % on a fit's time
