@@ -366,13 +366,8 @@ def _verdict(pairs: dict[str, list[float]], goal: float) -> str:
     shipped["StepTimer + batch callback"] = [a / b for a, b in zip(pair, alone, strict=True)]
     bounds = {k: median_interval(v) for k, v in shipped.items()}
     mid = {k: statistics.median(v) for k, v in shipped.items()}
-    worst = max(mid, key=mid.get)
-    control = median_interval(pairs["none (again)"])
-    return (
-        f"goal StepTimer <= {goal:.2f}x (logs and scalars on and off, worst median {worst} "
-        f"{mid[worst]:.3f}x, 95% interval {_span(bounds[worst])}): "
-        f"{_settle(bounds, mid, control, len(pairs['none (again)']), 'rounds', goal)}"
-    )
+    control = pairs["none (again)"]
+    return _goal_line("logs and scalars on and off", bounds, mid, control, "rounds", goal)
 
 
 def _composed_verdict(
@@ -389,12 +384,25 @@ def _composed_verdict(
         lo, hi = median_interval(blocks[leg[name]])
         bounds[name] = (lo + share, hi + share)
         mid[name] = statistics.median(blocks[leg[name]]) + share
+    what = "from within-fit pairs: batch hooks' blocks + per-fit share"
+    return _goal_line(what, bounds, mid, blocks["none (again)"], "pairs", goal)
+
+
+def _goal_line(
+    what: str,
+    bounds: dict[str, tuple[float, float]],
+    mid: dict[str, float],
+    samples: list[float],
+    unit: str,
+    goal: float,
+) -> str:
+    """The goal's line: the worst variant's figure (`mid`) and 95 % interval (`bounds`), and the
+    verdict, against the A/A control's `samples` (as many as each variant's)."""
     worst = max(mid, key=mid.get)
-    control = median_interval(blocks["none (again)"])
     return (
-        f"goal StepTimer <= {goal:.2f}x from within-fit pairs (batch hooks' blocks + per-fit "
-        f"share; worst {worst} {mid[worst]:.3f}x, 95% interval {_span(bounds[worst], 'pairs')}): "
-        f"{_settle(bounds, mid, control, len(blocks['none (again)']), 'pairs', goal)}"
+        f"goal StepTimer <= {goal:.2f}x ({what}; worst {worst} {mid[worst]:.3f}x, 95% interval "
+        f"{_span(bounds[worst], unit)}): "
+        f"{_settle(bounds, mid, median_interval(samples), len(samples), unit, goal)}"
     )
 
 
