@@ -462,6 +462,7 @@ def _switch_class(keras, block: int):
             self.stamps: list[float] = []
             self.on: list[bool] = []
             self.states: list[tuple[object, str, object, object]] | None = None
+            self.first = True  # which block of the pair is on: drawn at each pair's first
 
         def on_train_batch_begin(self, batch, logs=None):
             if batch % block:
@@ -473,7 +474,7 @@ def _switch_class(keras, block: int):
             if k % 2 == 0:
                 self.first = self.rng.random() < 0.5
             on = self.first if k % 2 == 0 else not self.first
-            if batch + block >= (self.params or {}).get("steps", math.inf):
+            if batch + block >= ((self.params or {}).get("steps") or math.inf):
                 on = True  # the epoch's last block: its end stamped, its epoch ended as usual
             self.on.append(on)
             for cb, hook, on_value, off_value in self.states:
