@@ -456,6 +456,10 @@ def _switch_class(keras, block: int):
     hooks = ("on_train_batch_begin", "on_train_batch_end")
 
     class Switch(keras.callbacks.Callback):
+        # An instrument, not a user's callback: beside it StepTimer probes for a profiler as
+        # it does alone (once an epoch); a user's batch callback still makes it probe at each.
+        starts_untold_profiler = False
+
         def __init__(self, targets, rng) -> None:
             super().__init__()
             self.targets, self.rng = targets, rng

@@ -85,6 +85,38 @@ def test_fit_counts_every_step(make_model, make_dataset):
     assert timer.fit_seconds >= sum(e.seconds for e in timer.epochs)
 
 
+def test_fits_are_summarized_when_read_not_inside_the_fit(monkeypatch, make_model, make_dataset):
+    """A fit's statistics are kept as its executions and summarized when :attr:`fits` is
+    first read (a sort of every step, outside the user's fit), then kept: the same figures
+    as :meth:`summary`, for a fit that ended and one that raised; the fit after the one that
+    raised is timed, not refused as a second fit (its train end never came)."""
+    from absl import logging as absl_logging
+
+    from toolkit.profiling import step_timer
+
+    said = []
+    monkeypatch.setattr(absl_logging, "warning", lambda m, *a: said.append(m % a if a else m))
+    summarized = []
+    real = step_timer.summarize_calls
+    monkeypatch.setattr(step_timer, "summarize_calls", lambda *a: summarized.append(a) or real(*a))
+    timer, model = StepTimer(warmup_steps=1), make_model()
+    model.fit(make_dataset(6), epochs=2, verbose=0, callbacks=[timer])
+
+    class Raise(compat.keras().callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == 3:
+                raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError, match="stop"):
+        model.fit(make_dataset(6), epochs=1, verbose=0, callbacks=[timer, Raise()])
+    model.fit(make_dataset(4), epochs=1, verbose=0, callbacks=[timer])
+    assert summarized == []  # nothing sorted inside the fits
+    first, raised, last = timer.fits
+    assert len(summarized) == 3 and timer.fits[0] is first and len(summarized) == 3
+    assert (first.total_steps, raised.total_steps, last.total_steps) == (12, 3, 4)
+    assert last == timer.summary() and said == []
+
+
 @pytest.mark.every_backend
 def test_a_step_compiled_again_for_a_ragged_batch_is_counted_not_timed(make_model):
     """JAX compiles the step again for a last batch of another shape (100 examples in batches

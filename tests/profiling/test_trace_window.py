@@ -427,6 +427,77 @@ def test_steps_under_a_profiler_the_toolkit_did_not_start_are_left_out(
         assert s.excluded_steps <= 5, kinds
 
 
+class _EpochProfiler:
+    """A user's callback with epoch hooks only that runs the backend's profiler over epoch
+    `epoch` without telling the toolkit."""
+
+    def __new__(cls, keras, logdir, epoch):
+        class Profiler(keras.callbacks.Callback):
+            def on_epoch_begin(self, e, logs=None):
+                if e == epoch:
+                    backend.get().start_trace(str(logdir), 2, 0, 1)
+
+            def on_epoch_end(self, e, logs=None):
+                if e == epoch:
+                    backend.get().stop_trace()
+
+        return Profiler()
+
+
+@pytest.mark.legacy_keras
+@pytest.mark.every_backend
+@pytest.mark.parametrize("first", [True, False], ids=["before-timer", "after-timer"])
+def test_an_epoch_under_a_profiler_started_at_its_boundary_is_left_out(
+    tmp_path, keras, make_model, make_dataset, first
+):
+    """Beside callbacks without batch hooks StepTimer probes for a profiler at each epoch's
+    first begin only (`_probe_every_begin`); a profiler a user's epoch hooks start and stop
+    is still seen: the traced epoch's steps, and only they, are left out, in either order of
+    the callbacks."""
+    timer = StepTimer(warmup_steps=0)
+    users = _EpochProfiler(keras, tmp_path / "users", 1)
+    callbacks = [users, timer] if first else [timer, users]
+    make_model().fit(make_dataset(4), epochs=3, verbose=0, callbacks=callbacks)
+    assert timer._probe_steps is False  # the probe was asked once an epoch
+    kinds = [(epoch, kind) for *_, epoch, kind in timer.calls]
+    assert [e for e, kind in kinds if kind == "excluded"] == [1, 1, 1, 1], kinds
+    assert timer.summary().timed_steps == 12 - 1 - 4, kinds
+
+
+def test_probe_every_begin_only_beside_a_batch_hook_that_may_profile(keras):
+    """Which fits probe at every begin: a callback list Keras did not show (None), or another
+    callback whose batch hooks are its own and not said to start no profiler; not Keras's
+    progress bar, the toolkit's own callbacks, or epoch hooks alone."""
+    from toolkit.profiling.fit_progress import FitProgress
+    from toolkit.profiling.step_timer import _probe_every_begin
+
+    class EveryBatch(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            pass
+
+    class EpochsOnly(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            pass
+
+    class Bar(keras.callbacks.ProgbarLogger):  # a user's bar: its hooks may do anything
+        def on_train_batch_end(self, batch, logs=None):
+            pass
+
+    class Declared(EveryBatch):
+        starts_untold_profiler = False
+
+    timer = StepTimer()
+    assert _probe_every_begin(timer, None)
+    assert not _probe_every_begin(timer, [timer])
+    quiet = [timer, keras.callbacks.ProgbarLogger(), keras.callbacks.History(), EpochsOnly(),
+             FitProgress(), StepTimer(), TraceWindow("t", start_step=2), Declared()]  # fmt: skip
+    assert not _probe_every_begin(timer, quiet)
+    assert _probe_every_begin(timer, [timer, EveryBatch()])
+    assert _probe_every_begin(timer, [Bar(), timer])
+    tensorboard = keras.callbacks.TensorBoard(profile_batch=(2, 3))  # starts TF's profiler
+    assert _probe_every_begin(timer, [timer, tensorboard])
+
+
 @pytest.mark.legacy_keras
 @pytest.mark.every_backend
 def test_keras_tensorboard_profiler_steps_are_left_out(tmp_path, keras, make_model, make_dataset):

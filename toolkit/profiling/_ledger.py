@@ -62,15 +62,17 @@ HOOKS = (
     "on_batch_end",
 )
 _MISSING = object()
+# The hooks Keras runs between two training steps (tf_keras's ``on_batch_*`` too).
+BETWEEN_STEPS = ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end")
 
 
 def keras_callbacks(me: Any) -> list[Any] | None:
     """The callback list Keras is calling `me` from (up from the hook's frame), or None."""
-    owner = _dispatcher(me)
+    owner = dispatcher_of(me)
     return None if owner is None else owner.callbacks
 
 
-def _dispatcher(me: Any) -> Any:
+def dispatcher_of(me: Any) -> Any:
     """Keras's ``CallbackList`` calling `me` (up from the hook's frame), or None."""
     frame = sys._getframe(1)
     for _ in range(10):
@@ -82,6 +84,16 @@ def _dispatcher(me: Any) -> Any:
             return owner
         frame = frame.f_back
     return None
+
+
+def on_stack(owner: Any) -> bool:
+    """Whether a method of `owner` is running on this thread (a frame up the stack is its)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_locals.get("self") is owner:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _restore(cb: Any, hook: str, previous: Any) -> None:
@@ -98,6 +110,12 @@ def _base(cb: Any, hook: str) -> bool:
         return False
     owner = next((k for k in type(cb).__mro__ if hook in vars(k)), None)
     return owner is not None and owner.__name__ == "Callback"
+
+
+def overrides(cb: Any, hook: str) -> bool:
+    """Whether `cb` runs code of its own at `hook` (not Keras's no-op, marked or not)."""
+    method = getattr(cb, hook, None)
+    return method is not None and not getattr(method, "_is_default", False) and not _base(cb, hook)
 
 
 def _handed_off(dispatcher: Any, hook: str) -> bool:
@@ -130,9 +148,9 @@ class CallbackClock:
                 continue
             name = type(cb).__name__
             for hook in HOOKS:
-                method = getattr(cb, hook, None)
-                if method is None or getattr(method, "_is_default", False) or _base(cb, hook):
+                if not overrides(cb, hook):
                     continue  # Keras's no-op: nothing to time, and its async choice stays
+                method = getattr(cb, hook)
                 if getattr(method, "_toolkit_timed", False):
                     continue
                 previous = vars(cb).get(hook, _MISSING) if hasattr(cb, "__dict__") else _MISSING
@@ -391,7 +409,7 @@ class FitLedger:
             self.watch.start()
         except Exception:  # noqa: BLE001 - the signal is a view; training goes on
             self.watch = CompileWatch(model, self._clock)
-        dispatcher = _dispatcher(timer)
+        dispatcher = dispatcher_of(timer)
         found = None if dispatcher is None else dispatcher.callbacks
         if found is not None:
             self.found_callbacks = True

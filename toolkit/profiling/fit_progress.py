@@ -63,6 +63,9 @@ def epoch_line(
 class FitProgress(compat.keras().callbacks.Callback):
     """A bar of each epoch's steps, a line per epoch kept above it; `name` is the bar's label."""
 
+    # Its batch hooks start no profiler (StepTimer then probes for one once an epoch).
+    starts_untold_profiler = False
+
     async_safe = True
 
     def __init__(self, name: str = "fit") -> None:

@@ -18,6 +18,9 @@ class HopelessStop(compat.keras().callbacks.Callback):
     ``time.perf_counter``): ``.stopped``, ``.rate`` (examples/s after the first call; 0: stopped in
     it). Keras ends a batch once an execution: each end is a call of `examples_per_call`."""
 
+    # Its batch hooks start no profiler (StepTimer then probes for one once an epoch).
+    starts_untold_profiler = False
+
     def __init__(self, examples_per_call: int, limit_s: float, deadline: float) -> None:
         super().__init__()
         self.examples_per_call, self.limit_s, self.deadline = examples_per_call, limit_s, deadline

@@ -23,6 +23,9 @@ class LossGuard(compat.keras().callbacks.Callback):
     callback thread, no sync; ``fit`` stops within a few steps. Logs as tensors (tf_keras) are read
     a step later, keeping a step of lead. Validation losses are checked at each epoch's end."""
 
+    # Its batch hooks start no profiler (StepTimer then probes for one once an epoch).
+    starts_untold_profiler = False
+
     async_safe = True
 
     def __init__(self, stop: bool = True) -> None:

@@ -21,6 +21,9 @@ class StopOnSignal(compat.keras().callbacks.Callback):
     (or an epoch hook), where no op is in flight, so the partial report is written. A second
     signal, or one outside ``fit``, raises at once."""
 
+    # Its batch hooks start no profiler (StepTimer then probes for one once an epoch).
+    starts_untold_profiler = False
+
     async_safe = True  # overrides no batch-end hook: Keras keeps its async dispatch
 
     def __init__(self) -> None:

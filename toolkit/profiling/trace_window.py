@@ -44,6 +44,9 @@ class TraceWindow(compat.keras().callbacks.Callback):
     Example: ``model.fit(dataset, callbacks=[StepTimer(), TraceWindow("logs/train")])``, then
     ``tensorboard --logdir logs`` (Profile tab)."""
 
+    # Its traces are counted in PROFILER: StepTimer sees them without probing every begin.
+    starts_untold_profiler = False
+
     def __init__(
         self,
         logdir: str | os.PathLike[str],

@@ -229,6 +229,8 @@ def peak_from_second_call() -> Any:
     from toolkit.core import compat
 
     class ResetPeaks(compat.keras().callbacks.Callback):
+        starts_untold_profiler = False  # StepTimer then probes for a profiler once an epoch
+
         def __init__(self) -> None:
             super().__init__()
             self.done = False
