@@ -7,8 +7,9 @@ what throughput sees). The batch-end hook only records an index and a clock read
 spares a per-step log conversion (a sync). No hook calls a TensorFlow op or reads a tensor (tested).
 
 Steps under a profiler, or during which one starts or stops, are "excluded", whoever started it
-(TraceWindow, ``TensorBoard(profile_batch=...)``, a user's; the backend's ``profiler_probe``); a
-profiler *server* capture leaves nothing to read, so its steps stay timed.
+(TraceWindow, ``TensorBoard(profile_batch=...)``, a user's; the backend's ``profiler_probe``, at
+every batch begin only where another callback's batch hooks could start one: `_probe_every_begin`);
+a profiler *server* capture leaves nothing to read, so its steps stay timed.
 
 Where a step ends (``StepTimer.boundary``, per epoch): on TensorFlow at the next batch *begin*
 (Keras reads the logs at each batch end, which waits for the step). JAX and PyTorch dispatch
