@@ -465,7 +465,8 @@ class StepTimer(compat.keras().callbacks.Callback):
         self.batch_size = self._per_step(size)
         self._async = _asynchronous()
         self._probe = profiler_probe()
-        self._probe_steps = _probe_every_begin(self, keras_callbacks(self))
+        listed = None if dispatcher is None else dispatcher.callbacks
+        self._probe_steps = _probe_every_begin(self, listed)
         self._ends_log = None
         if self.log_steps and self._async:  # the lines come as the steps end (the device's)
             steps = (self.params or {}).get("steps")
